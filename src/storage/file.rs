@@ -1,0 +1,222 @@
+//! Real-file storage: one directory on a local file system.
+//!
+//! Owns: the only `unsafe` block of the crate (the memory map of a sealed file) and the
+//! directory's ownership lock (`LOCK`, held with an exclusive `flock` for the handle's life).
+
+use std::fs::{File, OpenOptions, TryLockError};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::{LockGuard, Mapped, Storage, StorageFile, validate_name};
+use crate::error::{Error, Result};
+
+/// Name of the lock file inside a storage directory.
+pub const LOCK_FILE: &str = "LOCK";
+
+/// A directory of real files.
+#[derive(Debug, Clone)]
+pub struct FileStorage {
+    dir: PathBuf,
+}
+
+impl FileStorage {
+    /// Opens `dir`, creating it (and its parents) when `create` is true.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the directory is missing (and `create` is false) or cannot be created;
+    /// [`Error::NotAckstore`] when `dir` exists but is not a directory.
+    pub fn open(dir: impl AsRef<Path>, create: bool) -> Result<Self> {
+        let dir = dir.as_ref().to_path_buf();
+        if create {
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| Error::io("create directory", dir.display().to_string(), e))?;
+        }
+        let meta = std::fs::metadata(&dir)
+            .map_err(|e| Error::io("open directory", dir.display().to_string(), e))?;
+        if !meta.is_dir() {
+            return Err(Error::NotAckstore(
+                dir.display().to_string(),
+                "it is not a directory".into(),
+            ));
+        }
+        Ok(Self { dir })
+    }
+
+    /// The directory's path.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    fn path_of(&self, name: &str) -> Result<PathBuf> {
+        validate_name(name)?;
+        Ok(self.dir.join(name))
+    }
+}
+
+impl Storage for FileStorage {
+    fn location(&self) -> String {
+        self.dir.display().to_string()
+    }
+
+    fn list(&self) -> Result<Vec<String>> {
+        let read =
+            std::fs::read_dir(&self.dir).map_err(|e| Error::io("list", self.location(), e))?;
+        let mut names = Vec::new();
+        for entry in read {
+            let entry = entry.map_err(|e| Error::io("list", self.location(), e))?;
+            // Names that are not UTF-8 were not written by ackstore; they are ignored.
+            if let Ok(name) = entry.file_name().into_string() {
+                names.push(name);
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    fn exists(&self, name: &str) -> Result<bool> {
+        let path = self.path_of(name)?;
+        path.try_exists()
+            .map_err(|e| Error::io("stat", path.display().to_string(), e))
+    }
+
+    fn create(&self, name: &str) -> Result<Arc<dyn StorageFile>> {
+        let path = self.path_of(name)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| Error::io("create", path.display().to_string(), e))?;
+        Ok(Arc::new(RealFile { file, path }))
+    }
+
+    fn open(&self, name: &str) -> Result<Arc<dyn StorageFile>> {
+        let path = self.path_of(name)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .or_else(|_| OpenOptions::new().read(true).open(&path))
+            .map_err(|e| Error::io("open", path.display().to_string(), e))?;
+        Ok(Arc::new(RealFile { file, path }))
+    }
+
+    fn remove(&self, name: &str) -> Result<()> {
+        let path = self.path_of(name)?;
+        std::fs::remove_file(&path).map_err(|e| Error::io("remove", path.display().to_string(), e))
+    }
+
+    fn rename(&self, from: &str, to: &str) -> Result<()> {
+        let src = self.path_of(from)?;
+        let dst = self.path_of(to)?;
+        std::fs::rename(&src, &dst).map_err(|e| Error::io("rename", src.display().to_string(), e))
+    }
+
+    fn sync_dir(&self) -> Result<()> {
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| Error::io("fsync directory", self.location(), e))
+    }
+
+    fn lock(&self) -> Result<LockGuard> {
+        let path = self.dir.join(LOCK_FILE);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| Error::io("open lock file", path.display().to_string(), e))?;
+        match file.try_lock() {
+            Ok(()) => Ok(LockGuard::new(Box::new(file))),
+            Err(TryLockError::WouldBlock) => Err(Error::Locked(self.location())),
+            Err(TryLockError::Error(e)) => Err(Error::io("lock", path.display().to_string(), e)),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct RealFile {
+    file: File,
+    path: PathBuf,
+}
+
+impl RealFile {
+    fn err(&self, op: &'static str, e: std::io::Error) -> Error {
+        Error::io(op, self.path.display().to_string(), e)
+    }
+}
+
+impl StorageFile for RealFile {
+    fn size(&self) -> Result<u64> {
+        self.file
+            .metadata()
+            .map(|m| m.len())
+            .map_err(|e| self.err("stat", e))
+    }
+
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.file
+            .read_exact_at(buf, offset)
+            .map_err(|e| self.err("read", e))
+    }
+
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        self.file
+            .write_all_at(buf, offset)
+            .map_err(|e| self.err("write", e))
+    }
+
+    fn sync_data(&self) -> Result<()> {
+        self.file.sync_data().map_err(|e| self.err("fdatasync", e))
+    }
+
+    fn set_len(&self, len: u64) -> Result<()> {
+        self.file.set_len(len).map_err(|e| self.err("truncate", e))
+    }
+
+    fn map(&self) -> Result<Mapped> {
+        if self.size()? == 0 {
+            return Ok(Arc::new(Vec::<u8>::new()));
+        }
+        // SAFETY: callers map only sealed files: ackstore never writes to or truncates a
+        // sealed file again, and the directory is held under an exclusive lock, so the mapped
+        // bytes cannot change or disappear while the map is alive. (A read-only tool that maps
+        // without the lock maps files no owner is writing, by the same rule.)
+        let map = unsafe { memmap2::Mmap::map(&self.file) }.map_err(|e| self.err("mmap", e))?;
+        Ok(Arc::new(map))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn second_lock_on_same_directory_is_refused_until_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = FileStorage::open(dir.path(), false).unwrap();
+        let b = FileStorage::open(dir.path(), false).unwrap();
+        let guard = a.lock().unwrap();
+        assert!(matches!(b.lock(), Err(Error::Locked(_))));
+        drop(guard);
+        b.lock().unwrap();
+    }
+
+    #[test]
+    fn files_round_trip_and_map() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = FileStorage::open(dir.path(), false).unwrap();
+        let f = s.create("a.log").unwrap();
+        f.write_all_at(b"hello", 0).unwrap();
+        f.sync_data().unwrap();
+        assert_eq!(f.size().unwrap(), 5);
+        assert_eq!((*f.map().unwrap()).as_ref(), b"hello");
+        assert!(s.create("a.log").is_err());
+        s.rename("a.log", "b.log").unwrap();
+        assert_eq!(s.list().unwrap(), vec!["b.log".to_string()]);
+        assert!(s.open("../etc").is_err());
+    }
+}

@@ -1,0 +1,411 @@
+//! In-memory storage with a live and a durable image, for crash tests.
+//!
+//! Owns: the model of what a disk keeps across a power cut. Each file (an inode) has a live
+//! image (what reads see) and a durable image (what was last `sync_data`ed). The directory has
+//! a live name table and a durable one (as of the last `sync_dir`). A power cut keeps the
+//! durable name table, and for each surviving file whatever a test's chooser returns, given the
+//! durable and live images: by default the durable image, or, to tear a write, the durable image
+//! plus any prefix of the unsynced tail.
+//!
+//! [`MemStorage::fail_after`] makes every operation after the N-th mutating one fail with an I/O
+//! error, as a machine that lost power mid-workload would; the test then takes
+//! [`MemStorage::crash_image`] and reopens it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::{LockGuard, Mapped, Storage, StorageFile, validate_name};
+use crate::error::{Error, Result};
+
+type Inode = u64;
+
+#[derive(Debug, Default, Clone)]
+struct Data {
+    live: Vec<u8>,
+    durable: Vec<u8>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    live_dir: BTreeMap<String, Inode>,
+    durable_dir: BTreeMap<String, Inode>,
+    inodes: HashMap<Inode, Data>,
+    next_inode: Inode,
+    mutations: u64,
+    fail_after: Option<u64>,
+    locked: bool,
+}
+
+impl State {
+    /// Counts a mutating operation, failing it (and latching) once the budget is spent.
+    fn mutate(&mut self, op: &'static str, name: &str) -> Result<()> {
+        self.check(op, name)?;
+        self.mutations += 1;
+        Ok(())
+    }
+
+    /// Fails any operation once the power is off.
+    fn check(&self, op: &'static str, name: &str) -> Result<()> {
+        match self.fail_after {
+            Some(n) if self.mutations >= n => Err(Error::io(
+                op,
+                name,
+                std::io::Error::other("injected fault: the power is off"),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// An in-memory disk; clones share the same disk.
+#[derive(Debug, Clone, Default)]
+pub struct MemStorage {
+    state: Arc<Mutex<State>>,
+}
+
+impl MemStorage {
+    /// A new, empty disk.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves plain data behind; keep using it.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Number of mutating operations (write, sync, truncate, create, remove, rename, directory
+    /// sync) performed so far.
+    #[must_use]
+    pub fn mutations(&self) -> u64 {
+        self.state().mutations
+    }
+
+    /// Lets `n` more mutating operations succeed, then fails every operation (reads included),
+    /// as if the power went off. `None` restores the power.
+    pub fn fail_after(&self, n: Option<u64>) {
+        let mut s = self.state();
+        s.fail_after = n.map(|n| s.mutations + n);
+    }
+
+    /// What a disk holds after a power cut now: the durable directory, each file's durable
+    /// bytes.
+    #[must_use]
+    pub fn durable_image(&self) -> MemStorage {
+        self.crash_image(|_, durable, _| durable.to_vec())
+    }
+
+    /// What a disk holds after a power cut now, with `choose(name, durable, live)` deciding each
+    /// surviving file's bytes (for instance the durable bytes plus part of the unsynced tail).
+    #[must_use]
+    pub fn crash_image(&self, mut choose: impl FnMut(&str, &[u8], &[u8]) -> Vec<u8>) -> MemStorage {
+        let s = self.state();
+        let mut next = State::default();
+        for (name, inode) in &s.durable_dir {
+            let data = s.inodes.get(inode).cloned().unwrap_or_default();
+            let bytes = choose(name, &data.durable, &data.live);
+            let id = next.next_inode;
+            next.next_inode += 1;
+            next.live_dir.insert(name.clone(), id);
+            next.durable_dir.insert(name.clone(), id);
+            next.inodes.insert(
+                id,
+                Data {
+                    live: bytes.clone(),
+                    durable: bytes,
+                },
+            );
+        }
+        MemStorage {
+            state: Arc::new(Mutex::new(next)),
+        }
+    }
+
+    /// The live bytes of `name`, if it exists.
+    #[must_use]
+    pub fn live_bytes(&self, name: &str) -> Option<Vec<u8>> {
+        let s = self.state();
+        s.live_dir
+            .get(name)
+            .and_then(|i| s.inodes.get(i))
+            .map(|d| d.live.clone())
+    }
+
+    /// Replaces the bytes of `name` in both images (for corruption tests).
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the file does not exist.
+    pub fn set_bytes(&self, name: &str, bytes: Vec<u8>) -> Result<()> {
+        let mut s = self.state();
+        let inode = *s
+            .live_dir
+            .get(name)
+            .ok_or_else(|| Error::io("set bytes", name, std::io::ErrorKind::NotFound.into()))?;
+        s.inodes.insert(
+            inode,
+            Data {
+                live: bytes.clone(),
+                durable: bytes,
+            },
+        );
+        Ok(())
+    }
+
+    fn file(&self, name: &str, inode: Inode) -> Arc<dyn StorageFile> {
+        Arc::new(MemFile {
+            storage: self.clone(),
+            name: name.to_string(),
+            inode,
+        })
+    }
+}
+
+fn not_found(op: &'static str, name: &str) -> Error {
+    Error::io(op, name, std::io::ErrorKind::NotFound.into())
+}
+
+impl Storage for MemStorage {
+    fn location(&self) -> String {
+        "memory".to_string()
+    }
+
+    fn list(&self) -> Result<Vec<String>> {
+        let s = self.state();
+        s.check("list", "memory")?;
+        Ok(s.live_dir.keys().cloned().collect())
+    }
+
+    fn exists(&self, name: &str) -> Result<bool> {
+        validate_name(name)?;
+        let s = self.state();
+        s.check("stat", name)?;
+        Ok(s.live_dir.contains_key(name))
+    }
+
+    fn create(&self, name: &str) -> Result<Arc<dyn StorageFile>> {
+        validate_name(name)?;
+        let mut s = self.state();
+        if s.live_dir.contains_key(name) {
+            return Err(Error::io(
+                "create",
+                name,
+                std::io::ErrorKind::AlreadyExists.into(),
+            ));
+        }
+        s.mutate("create", name)?;
+        let inode = s.next_inode;
+        s.next_inode += 1;
+        s.inodes.insert(inode, Data::default());
+        s.live_dir.insert(name.to_string(), inode);
+        drop(s);
+        Ok(self.file(name, inode))
+    }
+
+    fn open(&self, name: &str) -> Result<Arc<dyn StorageFile>> {
+        validate_name(name)?;
+        let s = self.state();
+        s.check("open", name)?;
+        let inode = *s
+            .live_dir
+            .get(name)
+            .ok_or_else(|| not_found("open", name))?;
+        drop(s);
+        Ok(self.file(name, inode))
+    }
+
+    fn remove(&self, name: &str) -> Result<()> {
+        validate_name(name)?;
+        let mut s = self.state();
+        if !s.live_dir.contains_key(name) {
+            return Err(not_found("remove", name));
+        }
+        s.mutate("remove", name)?;
+        s.live_dir.remove(name);
+        Ok(())
+    }
+
+    fn rename(&self, from: &str, to: &str) -> Result<()> {
+        validate_name(from)?;
+        validate_name(to)?;
+        let mut s = self.state();
+        if !s.live_dir.contains_key(from) {
+            return Err(not_found("rename", from));
+        }
+        s.mutate("rename", from)?;
+        if let Some(inode) = s.live_dir.remove(from) {
+            s.live_dir.insert(to.to_string(), inode);
+        }
+        Ok(())
+    }
+
+    fn sync_dir(&self) -> Result<()> {
+        let mut s = self.state();
+        s.mutate("fsync directory", "memory")?;
+        s.durable_dir = s.live_dir.clone();
+        Ok(())
+    }
+
+    fn lock(&self) -> Result<LockGuard> {
+        let mut s = self.state();
+        if s.locked {
+            return Err(Error::Locked(self.location()));
+        }
+        s.locked = true;
+        Ok(LockGuard::new(Box::new(MemLock(self.clone()))))
+    }
+}
+
+struct MemLock(MemStorage);
+
+impl Drop for MemLock {
+    fn drop(&mut self) {
+        self.0.state().locked = false;
+    }
+}
+
+#[derive(Debug)]
+struct MemFile {
+    storage: MemStorage,
+    name: String,
+    inode: Inode,
+}
+
+impl MemFile {
+    fn with<T>(
+        &self,
+        op: &'static str,
+        mutating: bool,
+        f: impl FnOnce(&mut Data) -> Result<T>,
+    ) -> Result<T> {
+        let mut s = self.storage.state();
+        if mutating {
+            s.mutate(op, &self.name)?;
+        } else {
+            s.check(op, &self.name)?;
+        }
+        let data = s
+            .inodes
+            .get_mut(&self.inode)
+            .ok_or_else(|| not_found(op, &self.name))?;
+        f(data)
+    }
+}
+
+fn range(offset: u64, len: usize) -> Option<std::ops::Range<usize>> {
+    let start = usize::try_from(offset).ok()?;
+    Some(start..start.checked_add(len)?)
+}
+
+impl StorageFile for MemFile {
+    fn size(&self) -> Result<u64> {
+        self.with("stat", false, |d| Ok(d.live.len() as u64))
+    }
+
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.with("read", false, |d| {
+            let src = range(offset, buf.len())
+                .and_then(|r| d.live.get(r))
+                .ok_or_else(|| {
+                    Error::io("read", &self.name, std::io::ErrorKind::UnexpectedEof.into())
+                })?;
+            buf.copy_from_slice(src);
+            Ok(())
+        })
+    }
+
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        self.with("write", true, |d| {
+            let r = range(offset, buf.len()).ok_or_else(|| {
+                Error::io("write", &self.name, std::io::ErrorKind::InvalidInput.into())
+            })?;
+            if d.live.len() < r.end {
+                d.live.resize(r.end, 0);
+            }
+            d.live[r].copy_from_slice(buf);
+            Ok(())
+        })
+    }
+
+    fn sync_data(&self) -> Result<()> {
+        self.with("fdatasync", true, |d| {
+            d.durable.clone_from(&d.live);
+            Ok(())
+        })
+    }
+
+    fn set_len(&self, len: u64) -> Result<()> {
+        self.with("truncate", true, |d| {
+            let len = usize::try_from(len).map_err(|_| {
+                Error::io(
+                    "truncate",
+                    &self.name,
+                    std::io::ErrorKind::InvalidInput.into(),
+                )
+            })?;
+            d.live.resize(len, 0);
+            Ok(())
+        })
+    }
+
+    fn map(&self) -> Result<Mapped> {
+        self.with("map", false, |d| Ok(Arc::new(d.live.clone()) as Mapped))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unsynced_writes_and_names_are_lost_on_power_cut() {
+        let disk = MemStorage::new();
+        let f = disk.create("a").unwrap();
+        f.write_all_at(b"abc", 0).unwrap();
+        f.sync_data().unwrap();
+        // The file's name was never made durable: it vanishes.
+        assert!(disk.durable_image().list().unwrap().is_empty());
+        disk.sync_dir().unwrap();
+        f.write_all_at(b"def", 3).unwrap();
+        let img = disk.durable_image();
+        assert_eq!(img.live_bytes("a").unwrap(), b"abc");
+        let torn = disk.crash_image(|_, d, l| l[..=d.len()].to_vec());
+        assert_eq!(torn.live_bytes("a").unwrap(), b"abcd");
+    }
+
+    #[test]
+    fn removal_and_rename_are_durable_only_after_directory_sync() {
+        let disk = MemStorage::new();
+        disk.create("a").unwrap();
+        disk.sync_dir().unwrap();
+        disk.rename("a", "b").unwrap();
+        assert_eq!(disk.durable_image().list().unwrap(), vec!["a".to_string()]);
+        disk.sync_dir().unwrap();
+        disk.remove("b").unwrap();
+        assert_eq!(disk.durable_image().list().unwrap(), vec!["b".to_string()]);
+    }
+
+    #[test]
+    fn every_operation_fails_once_the_power_is_cut() {
+        let disk = MemStorage::new();
+        let f = disk.create("a").unwrap();
+        disk.fail_after(Some(1));
+        f.write_all_at(b"x", 0).unwrap();
+        assert!(f.sync_data().is_err());
+        assert!(f.read_exact_at(&mut [0], 0).is_err());
+        assert!(disk.list().is_err());
+        disk.fail_after(None);
+        assert_eq!(disk.live_bytes("a").unwrap(), b"x");
+    }
+
+    #[test]
+    fn lock_is_exclusive_until_dropped() {
+        let disk = MemStorage::new();
+        let g = disk.lock().unwrap();
+        assert!(matches!(disk.clone().lock(), Err(Error::Locked(_))));
+        drop(g);
+        disk.lock().unwrap();
+    }
+}

@@ -1,0 +1,148 @@
+//! The storage trait every on-disk structure writes through.
+//!
+//! Owns: the boundary between ackstore and the operating system. A [`Storage`] is one flat
+//! directory of files whose names ackstore chooses (never a client's string, see
+//! [`validate_name`]). Two implementations exist:
+//!
+//! - [`FileStorage`]: real files, real `fdatasync`, `memmap2` views of sealed files, and an
+//!   exclusive lock so a directory has one owner at a time;
+//! - [`MemStorage`]: an in-memory disk that keeps a *live* image (what the page cache holds) and a
+//!   *durable* image (what survives power loss) per file and for the directory itself, can be told
+//!   to fail every operation after the N-th ("cut the power"), and hands out the image a disk
+//!   would hold after the cut, so tests can reopen it.
+//!
+//! Durability model, shared by both: `write_all_at` reaches the live image only; `sync_data`
+//! makes one file's bytes durable; `create`, `remove` and `rename` change the live directory
+//! only, and `sync_dir` makes the directory's names durable.
+
+mod file;
+mod mem;
+
+use std::fmt;
+use std::sync::Arc;
+
+pub use file::FileStorage;
+pub use mem::MemStorage;
+
+use crate::error::{Error, Result};
+
+/// A read-only view of a whole file's bytes, taken at one moment.
+///
+/// For [`FileStorage`] this is a memory map; callers map only files that are sealed (never
+/// written or truncated again), so the view stays valid.
+pub type Mapped = Arc<dyn AsRef<[u8]> + Send + Sync>;
+
+/// A flat directory of named files.
+pub trait Storage: Send + Sync + fmt::Debug {
+    /// Where this storage lives, for messages (a path, or `memory`).
+    fn location(&self) -> String;
+    /// Names of every file in the directory (live image), sorted.
+    fn list(&self) -> Result<Vec<String>>;
+    /// Whether `name` exists (live image).
+    fn exists(&self, name: &str) -> Result<bool>;
+    /// Creates a new, empty file; fails if it already exists.
+    fn create(&self, name: &str) -> Result<Arc<dyn StorageFile>>;
+    /// Opens an existing file for reading and writing.
+    fn open(&self, name: &str) -> Result<Arc<dyn StorageFile>>;
+    /// Removes a file.
+    fn remove(&self, name: &str) -> Result<()>;
+    /// Renames `from` to `to`, replacing `to` atomically if it exists.
+    fn rename(&self, from: &str, to: &str) -> Result<()>;
+    /// Makes the directory's current set of names durable.
+    fn sync_dir(&self) -> Result<()>;
+    /// Takes the directory's exclusive ownership lock; held until the guard drops.
+    ///
+    /// A second attempt, from this process or another, fails with [`Error::Locked`].
+    fn lock(&self) -> Result<LockGuard>;
+}
+
+/// One open file of a [`Storage`].
+pub trait StorageFile: Send + Sync + fmt::Debug {
+    /// Current length of the file in bytes (live image).
+    fn size(&self) -> Result<u64>;
+    /// Fills `buf` from `offset`; fails if the file is shorter.
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()>;
+    /// Writes all of `buf` at `offset` (live image only until [`StorageFile::sync_data`]).
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> Result<()>;
+    /// Makes the file's bytes durable (`fdatasync`).
+    fn sync_data(&self) -> Result<()>;
+    /// Truncates or extends the file to `len` bytes.
+    fn set_len(&self, len: u64) -> Result<()>;
+    /// A read-only view of the whole file as it is now.
+    fn map(&self) -> Result<Mapped>;
+}
+
+/// Proof of exclusive ownership of a storage directory; releases it when dropped.
+pub struct LockGuard {
+    _release: Box<dyn Send + Sync>,
+}
+
+impl LockGuard {
+    pub(crate) fn new(release: Box<dyn Send + Sync>) -> Self {
+        Self { _release: release }
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("LockGuard")
+    }
+}
+
+/// Longest file name ackstore ever generates.
+pub const MAX_NAME_LEN: usize = 128;
+
+/// Checks that `name` is one of the plain file names ackstore generates: 1 to
+/// [`MAX_NAME_LEN`] bytes of ASCII letters, digits, `.`, `_` and `-`, not starting with `.`.
+///
+/// Every storage call checks this, so no string (a client's cursor name included) can name
+/// anything outside the directory, even if a caller forgets to encode it.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for any other name.
+pub fn validate_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME_LEN
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument(format!(
+            "`{}` is not a valid storage file name",
+            name.escape_debug()
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_that_could_escape_the_directory_are_refused() {
+        for bad in [
+            "",
+            ".",
+            "..",
+            "../x",
+            "a/b",
+            "a\0b",
+            ".hidden",
+            "é",
+            &"x".repeat(129),
+        ] {
+            assert!(validate_name(bad).is_err(), "{bad:?} accepted");
+        }
+        for good in [
+            "ledger-00000001.log",
+            "topic.meta",
+            "cursor_7.meta.tmp",
+            &"x".repeat(128),
+        ] {
+            validate_name(good).unwrap();
+        }
+    }
+}
