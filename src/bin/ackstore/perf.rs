@@ -1,0 +1,384 @@
+//! `ackstore perf`: the main job. A realistic cursor workload on real files, measured end to end.
+//!
+//! Phases: append entries; open a cursor and ack them in a pattern; flush; close everything and
+//! reopen (a restart); time the first read and the full load of the recovered ack state; check
+//! every entry's acked flag against the truth; ack a few more entries and flush again (the
+//! incremental cost). Exits 1 if any ack did not survive the restart.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use ackstore::ackset::pulsar;
+use ackstore::{
+    AppendMeta, CursorConfig, CursorOptions, InitialPosition, LedgerConfig, ManagedLedger,
+    PersistMode, Position,
+};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::report;
+
+/// Name of the cursor the workload drives.
+const CURSOR: &str = "perf";
+
+/// Arguments of `ackstore perf`.
+#[derive(Debug, Args)]
+pub struct PerfArgs {
+    /// Number of entries to append.
+    #[arg(long, default_value_t = 1_000_000)]
+    entries: u64,
+    /// Payload size of each entry, in bytes.
+    #[arg(long, default_value_t = 100)]
+    payload_bytes: usize,
+    /// Which entries to ack: `alternating`, `sequential`, `random:FRACTION` or `sparse:FRACTION`.
+    #[arg(long, default_value = "alternating")]
+    pattern: Pattern,
+    /// Extra entries to ack after the restart, flushed on their own (the incremental cost).
+    #[arg(long, default_value_t = 1)]
+    extra_acks: u64,
+    /// How the cursor persists its ack state.
+    #[arg(long, value_enum, default_value = "multi")]
+    mode: Mode,
+    /// Memory budget for resident ack state, in bytes.
+    #[arg(long, default_value_t = 8 * 1024 * 1024)]
+    lru_bytes: usize,
+    /// Entries per data ledger before it rolls over.
+    #[arg(long, default_value_t = 50_000)]
+    entries_per_ledger: u64,
+    /// Directory to use; a temporary one (removed afterwards) when absent.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Keep the temporary directory and print its path.
+    #[arg(long)]
+    keep: bool,
+    /// Print one JSON object on stdout instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Seed of the random pattern.
+    #[arg(long, default_value_t = 0x5eed)]
+    seed: u64,
+}
+
+/// Persistence mode on the command line.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Mode {
+    /// Partitions plus a marker per flush (the default).
+    Multi,
+    /// One snapshot entry per flush.
+    Single,
+}
+
+/// Which entries the workload acks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Pattern {
+    /// Every entry, in order: the mark-delete position sweeps forward.
+    Sequential,
+    /// Every other entry: the worst case for range sets (one range per ack).
+    Alternating,
+    /// Each entry with this probability, in random order.
+    Random(f64),
+    /// Evenly spaced entries, this fraction of them.
+    Sparse(f64),
+}
+
+impl FromStr for Pattern {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let fraction = |v: &str| -> Result<f64, String> {
+            let f: f64 = v.parse().map_err(|_| format!("`{v}` is not a number"))?;
+            if f > 0.0 && f <= 1.0 {
+                Ok(f)
+            } else {
+                Err(format!("the fraction must be in (0, 1], not {v}"))
+            }
+        };
+        match s.split_once(':') {
+            None if s == "sequential" => Ok(Self::Sequential),
+            None if s == "alternating" => Ok(Self::Alternating),
+            Some(("random", f)) => Ok(Self::Random(fraction(f)?)),
+            Some(("sparse", f)) => Ok(Self::Sparse(fraction(f)?)),
+            _ => Err(format!(
+                "unknown pattern `{s}`: use alternating, sequential, random:FRACTION or sparse:FRACTION"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Pattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Sequential => f.write_str("sequential"),
+            Self::Alternating => f.write_str("alternating"),
+            Self::Random(x) => write!(f, "random:{x}"),
+            Self::Sparse(x) => write!(f, "sparse:{x}"),
+        }
+    }
+}
+
+/// splitmix64: a small, well-known generator; enough to shuffle a workload reproducibly.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    #[expect(clippy::cast_precision_loss, reason = "a uniform fraction needs only 53 bits")]
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// The entry numbers (0-based, in append order) the pattern acks, in the order it acks them.
+pub fn ack_order(pattern: Pattern, entries: u64, seed: u64) -> Vec<u64> {
+    match pattern {
+        Pattern::Sequential => (0..entries).collect(),
+        Pattern::Alternating => (1..entries).step_by(2).collect(),
+        Pattern::Sparse(f) => {
+            #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "f in (0,1]")]
+            let step = ((1.0 / f).round() as u64).max(1);
+            (step - 1..entries).step_by(usize::try_from(step).unwrap_or(usize::MAX)).collect()
+        }
+        Pattern::Random(f) => {
+            let mut rng = SplitMix(seed);
+            let mut chosen: Vec<u64> = (0..entries).filter(|_| rng.unit() < f).collect();
+            for i in (1..chosen.len()).rev() {
+                let j = usize::try_from(rng.next() % (i as u64 + 1)).unwrap_or(0);
+                chosen.swap(i, j);
+            }
+            chosen
+        }
+    }
+}
+
+fn bar(len: u64, what: &str, quiet: bool) -> ProgressBar {
+    if quiet {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(len);
+    let style = ProgressStyle::with_template(
+        "{msg:>10} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} ({per_sec}, eta {eta})",
+    )
+    .unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_style(style);
+    bar.set_message(what.to_string());
+    bar
+}
+
+fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+#[expect(clippy::cast_precision_loss, reason = "rates for display")]
+fn per_sec(n: u64, d: Duration) -> f64 {
+    n as f64 / d.as_secs_f64().max(1e-9)
+}
+
+/// Runs `ackstore perf`.
+#[expect(clippy::too_many_lines, reason = "one linear workload, phase by phase")]
+pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
+    if args.entries == 0 {
+        return Err(ackstore::Error::InvalidArgument("--entries must be at least 1".into()));
+    }
+    let quiet = std::env::var_os("ACKSTORE_NO_PROGRESS").is_some();
+    let temp;
+    let dir = if let Some(dir) = &args.dir {
+        dir.clone()
+    } else {
+        temp = tempfile::Builder::new()
+            .prefix("ackstore-perf-")
+            .tempdir()
+            .map_err(|e| ackstore::Error::io("create temporary directory", "$TMPDIR", e))?;
+        if args.keep { temp.keep() } else { temp.path().to_path_buf() }
+    };
+    let config = LedgerConfig {
+        max_entries_per_ledger: args.entries_per_ledger,
+        cursor: CursorConfig {
+            persist_mode: match args.mode {
+                Mode::Multi => PersistMode::MultiEntry,
+                Mode::Single => PersistMode::SingleEntry,
+            },
+            lru_capacity_bytes: args.lru_bytes,
+            ..CursorConfig::default()
+        },
+        ..LedgerConfig::default()
+    };
+
+    // Phase 1: append.
+    let payload = vec![0xA5_u8; args.payload_bytes];
+    let mut positions: Vec<Position> = Vec::with_capacity(usize::try_from(args.entries).unwrap_or(0));
+    let ml = ManagedLedger::open(&dir, config.clone())?;
+    let mut cursor = ml.open_cursor(CURSOR, CursorOptions { initial_position: InitialPosition::Earliest, inclusive: false })?;
+    let progress = bar(args.entries, "append", quiet);
+    let started = Instant::now();
+    for i in 0..args.entries {
+        positions.push(ml.append_with(&payload, AppendMeta { num_messages: 1, timestamp: i })?);
+        if i % 4096 == 0 {
+            progress.set_position(i);
+        }
+    }
+    ml.sync()?;
+    let append_time = started.elapsed();
+    progress.finish_and_clear();
+
+    // Phase 2: ack in the pattern.
+    let order = ack_order(args.pattern, args.entries, args.seed);
+    let mut truth = vec![false; positions.len()];
+    let progress = bar(order.len() as u64, "ack", quiet);
+    let started = Instant::now();
+    for (n, &i) in order.iter().enumerate() {
+        let idx = usize::try_from(i).unwrap_or(usize::MAX);
+        cursor.ack(positions[idx])?;
+        truth[idx] = true;
+        if n % 4096 == 0 {
+            progress.set_position(n as u64);
+        }
+    }
+    let ack_time = started.elapsed();
+    progress.finish_and_clear();
+    let ranges = cursor.acked_ranges()?;
+    let range_count = ranges.len() as u64;
+    let pulsar_range_bytes = pulsar::message_range_bytes(ranges.iter().copied());
+
+    // Phase 3: flush, then restart.
+    let started = Instant::now();
+    cursor.flush()?;
+    let flush_time = started.elapsed();
+    let persisted_bytes = cursor.stats().persisted_bytes;
+    cursor.close()?;
+    ml.close()?;
+
+    let started = Instant::now();
+    let ml = ManagedLedger::open(&dir, config)?;
+    let mut cursor = ml.open_cursor(CURSOR, CursorOptions { initial_position: InitialPosition::Earliest, inclusive: false })?;
+    let first = cursor.read_entries(1)?;
+    let first_read = started.elapsed();
+    let recovered_ranges = cursor.acked_ranges()?;
+    let full_load = started.elapsed();
+
+    // Phase 4: every entry's acked flag against the truth.
+    let progress = bar(positions.len() as u64, "verify", quiet);
+    let mut mismatches = 0_u64;
+    for (i, (&pos, &acked)) in positions.iter().zip(&truth).enumerate() {
+        if cursor.is_acked(pos)? != acked {
+            mismatches += 1;
+        }
+        if i % 4096 == 0 {
+            progress.set_position(i as u64);
+        }
+    }
+    progress.finish_and_clear();
+    let first_unacked = truth.iter().position(|a| !a);
+    let first_ok = match (first.first(), first_unacked) {
+        (Some(e), Some(i)) => e.position == positions[i],
+        (None, None) => true,
+        _ => false,
+    };
+    let verified = mismatches == 0 && first_ok && recovered_ranges == ranges;
+
+    // Phase 5: a few more acks, flushed on their own.
+    let mid = truth.len() / 2;
+    let extra: Vec<usize> = (mid..truth.len()).chain(0..mid).filter(|&i| !truth[i]).take(usize::try_from(args.extra_acks).unwrap_or(usize::MAX)).collect();
+    for &i in &extra {
+        cursor.ack(positions[i])?;
+    }
+    let before = cursor.stats().persisted_bytes;
+    cursor.flush()?;
+    let incremental_flush_bytes = cursor.stats().persisted_bytes.saturating_sub(before);
+    let resident_ack_bytes = cursor.stats().resident_ack_bytes;
+    cursor.close()?;
+    ml.close()?;
+
+    let bytes_appended = args.entries * args.payload_bytes as u64;
+    #[expect(clippy::cast_precision_loss, reason = "ratios for display")]
+    let report = serde_json::json!({
+        "entries": args.entries,
+        "payload_bytes": args.payload_bytes,
+        "pattern": args.pattern.to_string(),
+        "mode": format!("{:?}", args.mode).to_lowercase(),
+        "acked": order.len(),
+        "ranges": range_count,
+        "append_mb_per_s": per_sec(bytes_appended, append_time) / 1e6,
+        "acks_per_s": per_sec(order.len() as u64, ack_time),
+        "flush_ms": millis(flush_time),
+        "persisted_bytes": persisted_bytes,
+        "bytes_per_range": if range_count == 0 { 0.0 } else { persisted_bytes as f64 / range_count as f64 },
+        "pulsar_range_bytes": pulsar_range_bytes,
+        "incremental_flush_bytes": incremental_flush_bytes,
+        "recover_first_read_ms": millis(first_read),
+        "recover_full_ms": millis(full_load),
+        "resident_ack_bytes": resident_ack_bytes,
+        "lru_budget_bytes": args.lru_bytes,
+        "peak_rss_bytes": report::peak_rss_bytes(),
+        "mismatches": mismatches,
+        "verified": verified,
+        "dir": dir.display().to_string(),
+    });
+    if args.json {
+        println!("{report}");
+    } else {
+        print_summary(&report);
+    }
+    if args.keep || args.dir.is_some() {
+        eprintln!("ackstore: data kept in {}", dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    if verified {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!(
+            "ackstore: verification FAILED: {mismatches} entries have a different acked state after the restart"
+        );
+        Ok(ExitCode::from(1))
+    }
+}
+
+fn print_summary(r: &serde_json::Value) {
+    let num = |k: &str| r[k].as_f64().unwrap_or(0.0);
+    let int = |k: &str| r[k].as_u64().unwrap_or(0);
+    let rows = vec![
+        vec!["entries".into(), format!("{} x {} B ({})", int("entries"), int("payload_bytes"), r["pattern"].as_str().unwrap_or(""))],
+        vec!["acked entries".into(), int("acked").to_string()],
+        vec!["acked ranges".into(), int("ranges").to_string()],
+        vec!["append".into(), format!("{:.1} MB/s", num("append_mb_per_s"))],
+        vec!["acks".into(), format!("{:.0} acks/s", num("acks_per_s"))],
+        vec!["flush".into(), format!("{:.1} ms", num("flush_ms"))],
+        vec!["persisted".into(), format!("{} ({:.3} B/range)", report::bytes(int("persisted_bytes")), num("bytes_per_range"))],
+        vec!["Pulsar MessageRange size".into(), report::bytes(int("pulsar_range_bytes"))],
+        vec!["incremental flush".into(), report::bytes(int("incremental_flush_bytes"))],
+        vec!["recover: first read".into(), format!("{:.1} ms", num("recover_first_read_ms"))],
+        vec!["recover: full load".into(), format!("{:.1} ms", num("recover_full_ms"))],
+        vec!["resident ack state".into(), format!("{} (budget {})", report::bytes(int("resident_ack_bytes")), report::bytes(int("lru_budget_bytes")))],
+        vec!["peak RSS".into(), report::bytes(int("peak_rss_bytes"))],
+        vec!["verified after restart".into(), if r["verified"].as_bool() == Some(true) { "yes".into() } else { "NO".into() }],
+    ];
+    print!("{}", report::table(&["figure", "value"], &rows));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_parse_and_pick_the_documented_entries() {
+        assert_eq!("alternating".parse::<Pattern>(), Ok(Pattern::Alternating));
+        assert!("random:0".parse::<Pattern>().is_err());
+        assert!("bogus".parse::<Pattern>().is_err());
+        assert_eq!(ack_order(Pattern::Alternating, 6, 0), vec![1, 3, 5]);
+        assert_eq!(ack_order(Pattern::Sparse(0.25), 10, 0), vec![3, 7]);
+        assert_eq!(ack_order(Pattern::Sequential, 3, 0), vec![0, 1, 2]);
+        let mut r = ack_order(Pattern::Random(0.5), 10_000, 7);
+        assert!((4_000..6_000).contains(&r.len()), "{}", r.len());
+        r.sort_unstable();
+        r.dedup();
+        assert!(r.iter().all(|&i| i < 10_000));
+    }
+}

@@ -1,0 +1,90 @@
+//! Output helpers shared by the subcommands: error sentences, tables, byte sizes, process memory.
+
+use std::fmt::Write as _;
+
+/// The error and its chain of causes as one line of sentences.
+pub fn describe(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !out.contains(&cause_text) {
+            let _ = write!(out, ": {cause_text}");
+        }
+        source = cause.source();
+    }
+    out
+}
+
+/// A plain text table: a header row, then rows, columns padded to their widest cell.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            if let Some(w) = widths.get_mut(i) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+    }
+    let mut out = String::new();
+    let line = |out: &mut String, cells: &mut dyn Iterator<Item = &str>| {
+        let mut first = true;
+        for (cell, w) in cells.zip(&widths) {
+            if !first {
+                out.push_str("  ");
+            }
+            first = false;
+            let _ = write!(out, "{cell:<w$}");
+        }
+        let trimmed = out.trim_end().len();
+        out.truncate(trimmed);
+        out.push('\n');
+    };
+    line(&mut out, &mut header.iter().copied());
+    for row in rows {
+        line(&mut out, &mut row.iter().map(String::as_str));
+    }
+    out
+}
+
+/// A byte count for people: `512 B`, `1.5 KiB`, `3.2 MiB`.
+#[expect(clippy::cast_precision_loss, reason = "display only")]
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut value = n as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+/// Peak resident set size of this process (Linux `VmHWM`), if the system reports it.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_pad_columns_to_the_widest_cell() {
+        let t = table(&["a", "bb"], &[vec!["xxx".into(), "y".into()]]);
+        assert_eq!(t, "a    bb\nxxx  y\n");
+    }
+
+    #[test]
+    fn byte_counts_use_binary_units() {
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(bytes(3 * 1024 * 1024), "3.0 MiB");
+    }
+}
