@@ -86,6 +86,20 @@ pub enum Error {
         /// The configured maximum.
         max: u64,
     },
+    /// An unsealed ledger ends with a torn write and the recovery mode forbids cutting it.
+    #[error(
+        "ledger {ledger} ends with {dropped_bytes} bytes of a torn write at byte offset {offset} \
+         (a crash during unsynced appends); open with RecoveryMode::TolerateTail to cut them \
+         back to the last whole entry, or run `ackstore verify` first"
+    )]
+    TornTail {
+        /// The ledger.
+        ledger: u64,
+        /// Where the last whole entry ends.
+        offset: u64,
+        /// Bytes after it.
+        dropped_bytes: u64,
+    },
     /// The named ledger does not exist (never created, or deleted).
     #[error("ledger {0} does not exist")]
     NoSuchLedger(u64),

@@ -8,6 +8,8 @@
 //!
 //! Layers, lowest first (a layer never imports one above it):
 //! - [`storage`]: files behind a trait (real files, or an in-memory disk that can lose power);
+//! - [`format`]: pure encode/decode of every on-disk record;
+//! - [`log`]: the entry log, a directory of append-only, CRC-framed ledger files;
 //! - [`position`] and [`error`]: shared vocabulary.
 
 #![deny(missing_docs)]
@@ -20,6 +22,8 @@
 )]
 
 pub mod error;
+pub mod format;
+pub mod log;
 pub mod position;
 pub mod storage;
 
