@@ -1,24 +1,15 @@
 //! The entry log's API against a plain model: appends, reads, sync, seal, reopen, delete, and
 //! every kind of bad input.
 
+mod common;
+
 use std::sync::Arc;
 
-use ackstore::log::{EntryLog, EntryMeta, LogConfig, RecoveryMode, ledger_file_name, verify_log};
+use common::{meta, payload};
+
+use ackstore::log::{EntryLog, LogConfig, RecoveryMode, ledger_file_name, verify_log};
 use ackstore::storage::{FileStorage, MemStorage, Storage};
 use ackstore::{CorruptionKind, Error, Position};
-
-fn meta(i: u64) -> EntryMeta {
-    EntryMeta {
-        index: i * 10 + 9,
-        num_messages: u32::try_from(i % 7).unwrap() + 1,
-        timestamp: 1_000 + i,
-    }
-}
-
-fn payload(ledger: u64, i: u64) -> Vec<u8> {
-    let len = usize::try_from((i * 37) % 300).unwrap();
-    (0..len).map(|j| (j as u64 ^ i ^ ledger) as u8).collect()
-}
 
 fn open(disk: &MemStorage) -> EntryLog {
     EntryLog::open(Arc::new(disk.clone()), LogConfig::default()).unwrap()
