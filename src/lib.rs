@@ -19,7 +19,9 @@
     clippy::module_name_repetitions
 )]
 
+pub mod ackset;
 pub mod error;
+pub mod format;
 pub mod position;
 pub mod storage;
 
