@@ -21,6 +21,7 @@
     clippy::module_name_repetitions
 )]
 
+pub mod ackset;
 pub mod error;
 pub mod format;
 pub mod log;
