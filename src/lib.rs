@@ -8,7 +8,9 @@
 //!
 //! Layers, lowest first (a layer never imports one above it):
 //! - [`storage`]: files behind a trait (real files, or an in-memory disk that can lose power);
-//! - [`position`] and [`error`]: shared vocabulary.
+//! - [`position`] and [`error`]: shared vocabulary;
+//! - [`format`]: byte layouts, pure encode and decode;
+//! - [`meta`]: small versioned records with compare-and-set (topic and cursor records).
 
 #![deny(missing_docs)]
 #![warn(clippy::pedantic)]
@@ -20,6 +22,8 @@
 )]
 
 pub mod error;
+pub mod format;
+pub mod meta;
 pub mod position;
 pub mod storage;
 
