@@ -10,7 +10,8 @@
 //! - [`storage`]: files behind a trait (real files, or an in-memory disk that can lose power);
 //! - [`position`] and [`error`]: shared vocabulary;
 //! - [`format`]: byte layouts, pure encode and decode;
-//! - [`meta`]: small versioned records with compare-and-set (topic and cursor records).
+//! - [`meta`]: small versioned records with compare-and-set (topic and cursor records);
+//! - [`filter`]: the consumer-side filter of already-received entries (PIP-260).
 
 #![deny(missing_docs)]
 #![warn(clippy::pedantic)]
@@ -22,6 +23,7 @@
 )]
 
 pub mod error;
+pub mod filter;
 pub mod format;
 pub mod meta;
 pub mod position;
