@@ -7,10 +7,13 @@
 //! README.
 //!
 //! Layers, lowest first (a layer never imports one above it):
-//! - [`storage`]: files behind a trait (real files, or an in-memory disk that can lose power);
+//! - [`position`] and [`error`]: shared vocabulary;
 //! - [`format`]: pure encode/decode of every on-disk record;
+//! - [`storage`]: files behind a trait (real files, or an in-memory disk that can lose power);
 //! - [`log`]: the entry log, a directory of append-only, CRC-framed ledger files;
-//! - [`position`] and [`error`]: shared vocabulary.
+//! - [`meta`]: small versioned records with compare-and-set (topic and cursor records);
+//! - [`ackset`]: acknowledged entries as roaring partitions, resident under an LRU budget;
+//! - [`filter`]: the consumer-side filter of already-received entries (PIP-260).
 
 #![deny(missing_docs)]
 #![warn(clippy::pedantic)]
@@ -23,8 +26,10 @@
 
 pub mod ackset;
 pub mod error;
+pub mod filter;
 pub mod format;
 pub mod log;
+pub mod meta;
 pub mod position;
 pub mod storage;
 

@@ -6,12 +6,14 @@
 //!
 //! Submodules, one per file kind:
 //! - [`ledger`]: the ledger file (header, entry frames, sealed-ledger footer);
-//! - [`partition`]: one partition of a cursor's ack set.
+//! - [`partition`]: one partition of a cursor's ack set;
+//! - [`meta`]: metadata records (topic and cursor).
 //!
 //! Shared helpers live here: [`Reader`], a bounds-checked little-endian cursor over a byte
 //! slice, and [`crc32`], the checksum every format uses.
 
 pub mod ledger;
+pub mod meta;
 pub mod partition;
 
 use crate::error::CorruptionKind;
