@@ -84,6 +84,8 @@ fn the_epoch_increases_on_every_seek_and_rewind_but_not_on_acks_reads_or_reopen(
     c.seek_by_timestamp(1003).unwrap();
     c.rewind().unwrap();
     assert_eq!(c.epoch().unwrap(), 4);
+    let (epoch, entries) = c.read_entries_at_epoch(1).unwrap();
+    assert_eq!((epoch, entries.len()), (4, 1));
     c.close().unwrap();
     let again = topic
         .open_cursor("sub", at(InitialPosition::Earliest, false))

@@ -302,6 +302,12 @@ impl Cursor {
     /// moves the read position past them. An empty result means the cursor has read
     /// everything appended so far.
     pub fn read_entries(&self, max: usize) -> Result<Vec<Entry>> {
+        Ok(self.read_entries_at_epoch(max)?.1)
+    }
+
+    /// Like [`Self::read_entries`], with the epoch the entries were read under (no seek can
+    /// come in between), which is what a consumer filter tags them with.
+    pub fn read_entries_at_epoch(&self, max: usize) -> Result<(u64, Vec<Entry>)> {
         let mut core = self.shared.core()?;
         let positions = {
             let layout = self.shared.topic.layout();
@@ -318,7 +324,7 @@ impl Cursor {
             })
             .collect::<Result<Vec<_>>>()?;
         core.counters.entries_read += entries.len() as u64;
-        Ok(entries)
+        Ok((core.state.epoch, entries))
     }
 
     /// Reads again from the first entry after mark-delete (acknowledged entries are still
