@@ -51,7 +51,8 @@ pub struct AppendMeta {
 /// One topic: its entries, in data ledgers of one directory, and its cursors.
 ///
 /// `Send + Sync`; every method takes `&self`. Exactly one `ManagedLedger` may own a directory
-/// at a time (the entry log's lock).
+/// at a time (the entry log's lock). Dropping it closes it as [`Self::close`] does, ignoring
+/// errors; call `close` to see them.
 #[derive(Debug)]
 pub struct ManagedLedger {
     core: Arc<TopicCore>,
@@ -212,5 +213,12 @@ impl ManagedLedger {
     /// no-op.
     pub fn close(&self) -> Result<()> {
         self.core.close()
+    }
+}
+
+impl Drop for ManagedLedger {
+    fn drop(&mut self) {
+        // Errors were already reported to a caller of `close`, or nobody is left to hear them.
+        let _ = self.core.close();
     }
 }
