@@ -2,9 +2,9 @@
 //! the envelope the metadata store keeps around each stored value.
 //!
 //! Owns: the byte layout of these records (see the "Metadata records" section of
-//! `docs/format.md`). Must never do I/O, panic on any input, or allocate more than the input
-//! holds: every length and count is checked against the bytes that remain before anything is
-//! allocated.
+//! `docs/format.md`). Must never do I/O, panic on any input, or allocate ahead of the input:
+//! every length and count is checked against the bytes that remain before anything is
+//! allocated, so a decoder's memory is proportional to the bytes it was given.
 //!
 //! Every record is one self-contained frame, all integers little-endian:
 //!

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use super::{MetaStore, validate_record_name};
 use crate::error::{Error, Result};
-use crate::format::meta::{MAX_RECORD_BYTES, decode_stored, encode_stored};
+use crate::format::meta::{MAX_RECORD_BYTES, STORED_OVERHEAD, decode_stored, encode_stored};
 use crate::storage::Storage;
 
 /// Suffix of a committed record's file.
@@ -121,13 +121,14 @@ impl MetaStore for FileMetaStore {
         let version = found.map_or(Some(1), |v| v.checked_add(1)).ok_or_else(|| {
             Error::LimitExceeded(format!("metadata record `{name}` has run out of versions"))
         })?;
-        let encoded = encode_stored(version, bytes);
-        if encoded.len() > MAX_RECORD_BYTES {
+        let size = bytes.len().saturating_add(STORED_OVERHEAD);
+        if size > MAX_RECORD_BYTES {
             return Err(Error::EntryTooLarge {
-                size: encoded.len() as u64,
+                size: size as u64,
                 max: MAX_RECORD_BYTES as u64,
             });
         }
+        let encoded = encode_stored(version, bytes);
         // Power-cut analysis of each step: docs/format.md, "Metadata records".
         let temp = temp_file(name);
         self.remove_temp(&temp)?;
@@ -320,15 +321,22 @@ mod tests {
     }
 
     #[test]
-    fn an_oversized_record_is_refused_and_nothing_is_written() {
+    fn a_record_above_the_maximum_is_refused_and_one_at_it_is_kept() {
         let (disk, store) = mem_store();
         let before = disk.mutations();
         let err = store
-            .put("topic", None, &vec![0; MAX_RECORD_BYTES])
+            .put(
+                "topic",
+                None,
+                &vec![0; MAX_RECORD_BYTES - STORED_OVERHEAD + 1],
+            )
             .unwrap_err();
         assert!(matches!(err, Error::EntryTooLarge { .. }), "{err:?}");
         assert_eq!(disk.mutations(), before);
         assert_eq!(store.get("topic").unwrap(), None);
+        let largest = vec![7; MAX_RECORD_BYTES - STORED_OVERHEAD];
+        assert_eq!(store.put("topic", None, &largest).unwrap(), 1);
+        assert_eq!(store.get("topic").unwrap(), Some((1, largest)));
     }
 
     /// One step of the crash workload, with the record state it leads to.
