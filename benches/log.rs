@@ -30,36 +30,58 @@ fn open_log(dir: &std::path::Path) -> EntryLog {
     EntryLog::open(Arc::new(storage), LogConfig::default()).expect("log")
 }
 
-/// Times `iters` appends of `payload` to the log, syncing every `sync_every` entries, in
-/// ledgers rotated (outside the timing) every [`ROTATE_EVERY`] entries.
+/// Times `iters` calls of `step(target, i)`, on targets opened (by `open`) and closed (by
+/// `close`) outside the timing every [`ROTATE_EVERY`] calls, so files stay small.
+fn time_in_batches<T>(
+    iters: u64,
+    mut open: impl FnMut() -> T,
+    mut step: impl FnMut(&mut T, u64),
+    mut close: impl FnMut(T),
+) -> Duration {
+    let mut total = Duration::ZERO;
+    let mut done = 0;
+    while done < iters {
+        let mut target = open();
+        let batch = (iters - done).min(ROTATE_EVERY);
+        let start = Instant::now();
+        for i in 0..batch {
+            step(&mut target, i);
+        }
+        total += start.elapsed();
+        close(target);
+        done += batch;
+    }
+    total
+}
+
+/// Whether entry `i` (from 0) is followed by a sync.
+fn syncs_after(i: u64, sync_every: Option<u64>) -> bool {
+    sync_every.is_some_and(|n| (i + 1).is_multiple_of(n))
+}
+
+/// Times `iters` appends of `payload` to the log, syncing every `sync_every` entries.
 fn time_log_appends(
     log: &EntryLog,
     payload: &[u8],
     sync_every: Option<u64>,
     iters: u64,
 ) -> Duration {
-    let mut total = Duration::ZERO;
-    let mut done = 0;
-    while done < iters {
-        let ledger = log.create_ledger().expect("create");
-        let batch = (iters - done).min(ROTATE_EVERY);
-        let start = Instant::now();
-        for i in 0..batch {
+    time_in_batches(
+        iters,
+        || log.create_ledger().expect("create"),
+        |ledger, i| {
             let meta = EntryMeta {
                 index: i,
                 num_messages: 1,
                 timestamp: i,
             };
-            log.append(ledger, meta, payload).expect("append");
-            if sync_every.is_some_and(|n| (i + 1) % n == 0) {
-                log.sync(ledger).expect("sync");
+            log.append(*ledger, meta, payload).expect("append");
+            if syncs_after(i, sync_every) {
+                log.sync(*ledger).expect("sync");
             }
-        }
-        total += start.elapsed();
-        log.delete_ledger(ledger).expect("delete");
-        done += batch;
-    }
-    total
+        },
+        |ledger| log.delete_ledger(ledger).expect("delete"),
+    )
 }
 
 /// The baseline of [`time_log_appends`]: `write_all` of the same payloads into a plain file.
@@ -69,25 +91,21 @@ fn time_plain_writes(
     sync_every: Option<u64>,
     iters: u64,
 ) -> Duration {
-    let mut total = Duration::ZERO;
-    let mut done = 0;
     let path = dir.join("baseline.bin");
-    while done < iters {
-        let mut file = File::create(&path).expect("create");
-        let batch = (iters - done).min(ROTATE_EVERY);
-        let start = Instant::now();
-        for i in 0..batch {
+    time_in_batches(
+        iters,
+        || File::create(&path).expect("create"),
+        |file, i| {
             file.write_all(payload).expect("write");
-            if sync_every.is_some_and(|n| (i + 1) % n == 0) {
+            if syncs_after(i, sync_every) {
                 file.sync_data().expect("sync");
             }
-        }
-        total += start.elapsed();
-        drop(file);
-        std::fs::remove_file(&path).expect("remove");
-        done += batch;
-    }
-    total
+        },
+        |file| {
+            drop(file);
+            std::fs::remove_file(&path).expect("remove");
+        },
+    )
 }
 
 fn append(c: &mut Criterion) {
