@@ -266,6 +266,7 @@ fn both_sets_match_the_model_while_partitions_are_evicted_and_reloaded() {
                     stats.peak_resident_bytes <= budget + MAX_PARTITION_BYTES,
                     "{stats:?}"
                 );
+                assert_eq!(stats.dirty_partitions, subject.wrapper.dirty_keys().len());
             }
             check_partitions(&model, &set, &subject.wrapper);
             assert_eq!(
