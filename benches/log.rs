@@ -6,6 +6,8 @@
 //! - `read_sealed/{log,baseline}`: reading every entry of a sealed ledger (4096 x 1 KiB, through
 //!   its memory map, checksum checked) against `read_exact_at` of the same 1 KiB chunks from a
 //!   plain file.
+//!   `paired append/...` lines print a second, load-robust figure: 15 alternating batches of
+//!   2048 appends each, the median time per append of each side and their throughput ratio.
 //! - `group_commit/{2,4}_threads`: threads each appending a 1 KiB entry and syncing; prints the
 //!   fsyncs per append the log issued.
 //!
@@ -108,6 +110,27 @@ fn time_plain_writes(
     )
 }
 
+/// Alternates log and baseline batches, so both see the same machine load, and prints the
+/// median time per append of each and the log's throughput as a share of the baseline's.
+fn paired(log: &EntryLog, dir: &std::path::Path, payload: &[u8], sync: Option<u64>, id: &str) {
+    const ROUNDS: usize = 15;
+    const BATCH: u64 = 2048;
+    let (mut ours, mut base) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        ours.push(time_log_appends(log, payload, sync, BATCH) / 2048);
+        base.push(time_plain_writes(dir, payload, sync, BATCH) / 2048);
+    }
+    ours.sort();
+    base.sort();
+    let (ours, base) = (ours[ROUNDS / 2], base[ROUNDS / 2]);
+    println!(
+        "paired append/{id}: log {} ns/append, baseline {} ns/append, log throughput {:.0}% of baseline",
+        ours.as_nanos(),
+        base.as_nanos(),
+        100.0 * base.as_secs_f64() / ours.as_secs_f64()
+    );
+}
+
 fn append(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = open_log(dir.path());
@@ -123,6 +146,7 @@ fn append(c: &mut Criterion) {
             group.bench_function(BenchmarkId::new("baseline", &id), |b| {
                 b.iter_custom(|iters| time_plain_writes(dir.path(), &payload, sync_every, iters));
             });
+            paired(&log, dir.path(), &payload, sync_every, &id);
         }
     }
     group.finish();

@@ -141,11 +141,30 @@ pub fn encode_frame(
     meta: EntryMeta,
     payload: &[u8],
 ) -> Result<Vec<u8>, CorruptionKind> {
+    let mut out = Vec::new();
+    encode_frame_into(&mut out, entry_id, durable_mark, meta, payload)?;
+    Ok(out)
+}
+
+/// Encodes one whole frame into `out`, replacing its contents (so a writer can reuse one
+/// buffer).
+///
+/// # Errors
+/// [`CorruptionKind::BadLength`] when `payload` is longer than [`MAX_PAYLOAD_LEN`]; `out` is
+/// then left empty.
+pub fn encode_frame_into(
+    out: &mut Vec<u8>,
+    entry_id: u64,
+    durable_mark: u64,
+    meta: EntryMeta,
+    payload: &[u8],
+) -> Result<(), CorruptionKind> {
+    out.clear();
     let len = u32::try_from(payload.len())
         .ok()
         .filter(|l| *l <= MAX_PAYLOAD_LEN)
         .ok_or(CorruptionKind::BadLength)?;
-    let mut out = Vec::with_capacity(FRAME_HEADER_LEN + payload.len());
+    out.reserve(FRAME_HEADER_LEN + payload.len());
     out.extend_from_slice(&0u32.to_le_bytes());
     out.extend_from_slice(&len.to_le_bytes());
     out.extend_from_slice(&entry_id.to_le_bytes());
@@ -158,7 +177,7 @@ pub fn encode_frame(
     if let Some(slot) = out.get_mut(F_CRC..F_LEN) {
         slot.copy_from_slice(&crc.to_le_bytes());
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Decodes a frame header from the start of `bytes` without checking the checksum.

@@ -15,7 +15,7 @@ use super::{LogStatsCounters, lock};
 use crate::error::{Error, Result};
 use crate::format::ledger::{
     EntryMeta, FRAME_HEADER_LEN, SealedLayout, decode_entry_frame, decode_frame_header,
-    encode_footer, encode_frame, validate_sealed,
+    encode_footer, encode_frame_into, validate_sealed,
 };
 use crate::position::Position;
 use crate::storage::{Mapped, StorageFile};
@@ -43,7 +43,12 @@ struct State {
     /// Bytes of the file that hold whole frames (or, once sealed, the file length).
     written: u64,
     sealed: Option<Sealed>,
+    /// The frame being written, kept between appends to save an allocation each.
+    frame: Vec<u8>,
 }
+
+/// Largest frame buffer kept between appends; a larger one is freed after its append.
+const KEEP_FRAME_BUFFER: usize = 1 << 20;
 
 /// One ledger file, shared by every caller of the log.
 pub(crate) struct Ledger {
@@ -74,6 +79,7 @@ impl Ledger {
                 offsets,
                 written,
                 sealed: None,
+                frame: Vec::new(),
             },
         )
     }
@@ -88,6 +94,7 @@ impl Ledger {
                 offsets: Vec::new(),
                 written,
                 sealed: Some(sealed),
+                frame: Vec::new(),
             },
         )
     }
@@ -137,15 +144,20 @@ impl Ledger {
         self.check_writable(&state)?;
         let entry_id = state.offsets.len() as u64;
         let mark = self.synced.load(Ordering::SeqCst);
-        let frame =
-            encode_frame(entry_id, mark, meta, payload).map_err(|_| Error::EntryTooLarge {
+        let mut frame = std::mem::take(&mut state.frame);
+        encode_frame_into(&mut frame, entry_id, mark, meta, payload).map_err(|_| {
+            Error::EntryTooLarge {
                 size: payload.len() as u64,
                 max: u64::from(crate::format::ledger::MAX_PAYLOAD_LEN),
-            })?;
+            }
+        })?;
         let at = state.written;
         self.latch(self.file.write_all_at(&frame, at))?;
         state.offsets.push(at);
         state.written = at + frame.len() as u64;
+        if frame.capacity() <= KEEP_FRAME_BUFFER {
+            state.frame = frame;
+        }
         counters.appends.fetch_add(1, Ordering::Relaxed);
         counters
             .bytes_appended
