@@ -316,6 +316,9 @@ impl EntryLog {
     /// Seals `ledger`: syncs its entries, writes the footer (the entry-offset index) and syncs
     /// it. Durable when it returns; later reads go through a memory map and appends fail with
     /// [`Error::Sealed`]. Sealing a sealed ledger does nothing.
+    ///
+    /// A crash before it returns leaves the ledger unsealed, with every entry appended before
+    /// the call, on the next open (a partial footer is cut and reported); seal it again.
     pub fn seal(&self, ledger: u64) -> Result<()> {
         self.writable()?;
         self.ledger(ledger)?.seal(&self.stats)
