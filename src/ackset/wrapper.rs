@@ -23,7 +23,7 @@ use roaring::RoaringBitmap;
 
 use super::{
     AckRange, Direction, LAST_OFFSET, PartitionKey, PartitionStore, RangeJoiner, charged_bytes,
-    chunks, clip, count_clipped, insert_offset, settle,
+    chunks, clip, count_clipped, settle,
 };
 use crate::error::{Error, Result};
 use crate::position::Position;
@@ -152,8 +152,7 @@ impl RangeSetWrapper {
     /// Adds one position; `true` if it was not acked before.
     pub fn add(&mut self, pos: Position) -> Result<bool> {
         let offset = PartitionKey::offset_of(pos.entry_id);
-        let added =
-            self.with_partition(PartitionKey::of(pos), true, |b| insert_offset(b, offset))?;
+        let added = self.with_partition(PartitionKey::of(pos), true, |b| b.insert(offset))?;
         Ok(added.unwrap_or(false))
     }
 
@@ -415,44 +414,44 @@ impl RangeSetWrapper {
     /// created empty. `false` if it does not exist and is not to be created. On `Err` nothing
     /// observable has changed.
     fn make_hot(&mut self, key: PartitionKey, create: bool) -> Result<bool> {
+        // A resident partition other than the hot one is in the cache: no index lookup needed.
+        if let Some(resident) = self.lru.pop(&key) {
+            self.retire_hot();
+            if let Err(e) = self.make_room() {
+                self.lru.put(key, resident);
+                return Err(e);
+            }
+            self.hot = Some((key, resident));
+            return Ok(true);
+        }
         let entry = self.index.get(&key).copied();
         if entry.is_none() && !create {
             return Ok(false);
         }
-        if let Some((previous, resident)) = self.hot.take() {
-            self.lru.put(previous, resident);
-        }
-        let resident = match entry {
-            Some(entry) if entry.resident => {
-                let resident = self
-                    .lru
-                    .pop(&key)
-                    .expect("resident partitions other than the hot one are in the LRU");
-                if let Err(e) = self.make_room() {
-                    self.lru.put(key, resident);
-                    return Err(e);
-                }
-                resident
-            }
-            Some(entry) => {
-                self.make_room()?;
-                let bitmap = self.load(key, entry.cardinality)?;
-                self.loads += 1;
-                self.admit(key, bitmap, false, entry.dirty)
-            }
-            None => {
-                self.make_room()?;
-                let entry = IndexEntry {
-                    cardinality: 0,
-                    resident: false,
-                    dirty: false,
-                };
-                self.index.insert(key, entry);
-                self.admit(key, RoaringBitmap::new(), true, false)
-            }
+        self.retire_hot();
+        self.make_room()?;
+        let resident = if let Some(entry) = entry {
+            let bitmap = self.load(key, entry.cardinality)?;
+            self.loads += 1;
+            self.admit(key, bitmap, false, entry.dirty)
+        } else {
+            let entry = IndexEntry {
+                cardinality: 0,
+                resident: false,
+                dirty: false,
+            };
+            self.index.insert(key, entry);
+            self.admit(key, RoaringBitmap::new(), true, false)
         };
         self.hot = Some((key, resident));
         Ok(true)
+    }
+
+    /// Moves the hot partition, if any, into the cache as its most recently used entry.
+    fn retire_hot(&mut self) {
+        if let Some((previous, resident)) = self.hot.take() {
+            self.lru.put(previous, resident);
+        }
     }
 
     /// Charges a bitmap that becomes resident and marks it resident in the index.
