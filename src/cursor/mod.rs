@@ -8,6 +8,11 @@
 //! A cursor reaches its topic through [`TopicAccess`], which the managed ledger implements, so
 //! this layer never imports the one above it.
 //!
+//! Persistence hooks in at two places: `CursorShared::write_record` is the only place a
+//! cursor's state is written (by `flush` and `close`), and `CursorState::from_record` is how a
+//! reopened cursor is rebuilt (called by the ledger's registry). The ack set's partition store is
+//! chosen by `new_ack_set`.
+//!
 //! Must never: change the topic's ledgers, or write any record but its own.
 
 mod config;
