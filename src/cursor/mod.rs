@@ -3,9 +3,9 @@
 //! Owns: the [`Cursor`] handle and its semantics (see `docs/cursors.md`): individual and
 //! cumulative acks, reads that skip acknowledged entries, rewind, seeks by position, message
 //! index and timestamp, backlog, and writing the cursor record. The state itself and its
-//! transitions live in [`state`]; this file adds locking, the topic's layout, and I/O.
+//! transitions live in `state.rs`; this file adds locking, the topic's layout, and I/O.
 //!
-//! A cursor reaches its topic through [`TopicAccess`], which the managed ledger implements, so
+//! A cursor reaches its topic through `TopicAccess`, which the managed ledger implements, so
 //! this layer never imports the one above it.
 //!
 //! Persistence hooks in at two places: `CursorShared::write_record` is the only place a
