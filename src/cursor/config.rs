@@ -21,8 +21,8 @@ pub enum OverflowPolicy {
     /// The flush fails with [`crate::Error::LimitExceeded`]; nothing is cut.
     #[default]
     Error,
-    /// The snapshot keeps the oldest ranges that fit, logs a warning and counts the cut in the
-    /// cursor's stats.
+    /// The snapshot keeps the lowest ranges that fit, prints a warning and counts the ranges
+    /// left out in the cursor's stats; acks left out are delivered again after a restart.
     Warn,
 }
 
@@ -37,10 +37,16 @@ pub struct CursorConfig {
     pub lru_capacity_bytes: usize,
     /// Entries after which a cursor ledger rolls over to a new one.
     pub cursor_ledger_max_entries: u64,
+    /// Bytes after which a cursor ledger rolls over to a new one.
+    pub cursor_ledger_max_bytes: u64,
     /// Most ranges a single-entry snapshot holds.
     pub max_ranges_single_entry: u64,
     /// What a single-entry snapshot does past its limits.
     pub on_single_entry_overflow: OverflowPolicy,
+    /// Rows per index page of the persisted ack state, and most rows a marker holds inline.
+    pub index_page_rows: usize,
+    /// On recovery, read and CRC-check every partition a marker references before accepting it.
+    pub verify_on_recover: bool,
     /// Flush in the background this often (`None`: only on `flush` and `close`).
     pub flush_interval: Option<Duration>,
 }
@@ -52,8 +58,11 @@ impl Default for CursorConfig {
             max_entry_size: 5 << 20,
             lru_capacity_bytes: 64 << 20,
             cursor_ledger_max_entries: 50_000,
+            cursor_ledger_max_bytes: 1 << 30,
             max_ranges_single_entry: 10_000,
             on_single_entry_overflow: OverflowPolicy::Error,
+            index_page_rows: 1024,
+            verify_on_recover: true,
             flush_interval: None,
         }
     }
