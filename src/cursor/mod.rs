@@ -8,10 +8,10 @@
 //! A cursor reaches its topic through `TopicAccess`, which the managed ledger implements, so
 //! this layer never imports the one above it.
 //!
-//! Persistence hooks in at two places: `CursorShared::write_record` is the only place a
-//! cursor's state is written (by `flush` and `close`), and `CursorState::from_record` is how a
-//! reopened cursor is rebuilt (called by the ledger's registry). The ack set's partition store is
-//! chosen by `new_ack_set`.
+//! Persistence hooks in here: `CursorShared::write_record` writes the cursor's state (`flush`,
+//! `close`), `Cursor::reset` writes the record of a seek or rewind before applying it,
+//! `CursorState::from_record` rebuilds a reopened cursor (called by the ledger's registry), and
+//! `new_ack_set` chooses the ack set's partition store.
 //!
 //! Must never: change the topic's ledgers, or write any record but its own.
 
@@ -83,7 +83,8 @@ pub struct CursorStats {
 pub(crate) trait TopicAccess: Send + Sync + fmt::Debug {
     /// The entry log, or [`Error::Closed`] once the topic is closed.
     fn log(&self) -> Result<Arc<EntryLog>>;
-    /// The retained data ledgers. Held while a cursor moves, so trimming sees every move.
+    /// The retained data ledgers. A cursor holds it while it computes a move and publishes
+    /// the resulting mark-delete, so a trim never deletes what a cursor is about to read.
     fn layout(&self) -> RwLockReadGuard<'_, Layout>;
     /// Where cursor records live.
     fn meta(&self) -> &dyn MetaStore;
