@@ -47,7 +47,8 @@ pub struct CursorConfig {
     pub index_page_rows: usize,
     /// On recovery, read and CRC-check every partition a marker references before accepting it.
     pub verify_on_recover: bool,
-    /// Flush in the background this often (`None`: only on `flush` and `close`).
+    /// How often the persistence layer flushes in the background (`None`: only on `flush`,
+    /// `close`, seeks and rewinds). Without that layer nothing flushes in the background.
     pub flush_interval: Option<Duration>,
 }
 
