@@ -321,3 +321,42 @@ fn a_seek_whose_record_write_fails_changes_nothing() {
         (1, Some(p[0]))
     );
 }
+
+#[test]
+fn finds_across_many_ledgers_match_a_linear_scan_within_the_header_read_bound() {
+    // Ledgers of 7 entries; batches of 1 to 5 messages; timestamps repeat across ledger
+    // boundaries (five entries per tick).
+    let (_disk, topic) = mem_topic(7);
+    let mut appended = Vec::new();
+    for i in 0..500u64 {
+        let meta = AppendMeta {
+            num_messages: u32::try_from(i % 5).unwrap() + 1,
+            timestamp: i / 5,
+        };
+        let pos = topic.append_with(b"x", meta).unwrap();
+        appended.push((pos, topic.read(pos).unwrap()));
+    }
+    let log = topic.entry_log().unwrap();
+    let bound = ceil_log2(7) + 2;
+    for index in 0..topic.next_index() + 2 {
+        let before = log.stats().header_reads;
+        let found = topic.find_by_index(index).unwrap();
+        assert!(log.stats().header_reads - before <= bound, "index {index}");
+        let want = appended
+            .iter()
+            .find(|(_, e)| e.index >= index)
+            .map(|(p, _)| *p);
+        assert_eq!(found, want, "index {index}");
+    }
+    for t in 0..=101 {
+        let before = log.stats().header_reads;
+        let found = topic.find_by_timestamp(t).unwrap();
+        assert!(log.stats().header_reads - before <= bound, "timestamp {t}");
+        let want = appended
+            .iter()
+            .rev()
+            .find(|(_, e)| e.timestamp <= t)
+            .map(|(p, _)| *p);
+        assert_eq!(found, want, "timestamp {t}");
+    }
+}
