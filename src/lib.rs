@@ -20,6 +20,7 @@
 )]
 
 pub mod error;
+pub mod format;
 pub mod position;
 pub mod storage;
 
