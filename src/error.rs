@@ -86,6 +86,20 @@ pub enum Error {
         /// The configured maximum.
         max: u64,
     },
+    /// An unsealed ledger ends with a torn write and the recovery mode forbids cutting it.
+    #[error(
+        "ledger {ledger} ends with {dropped_bytes} bytes of a torn write at byte offset {offset} \
+         (a crash during unsynced appends); open with RecoveryMode::TolerateTail to cut them \
+         back to the last whole entry, or run `ackstore verify` first"
+    )]
+    TornTail {
+        /// The ledger.
+        ledger: u64,
+        /// Where the last whole entry ends.
+        offset: u64,
+        /// Bytes after it.
+        dropped_bytes: u64,
+    },
     /// The named ledger does not exist (never created, or deleted).
     #[error("ledger {0} does not exist")]
     NoSuchLedger(u64),
@@ -125,6 +139,20 @@ pub enum Error {
     /// A configured limit was hit and the configuration asks for an error instead of a cut.
     #[error("limit exceeded: {0}")]
     LimitExceeded(String),
+    /// An ack partition that the cursor's index lists could not be loaded intact from its store.
+    #[error(
+        "ack partition {chunk} of ledger {ledger_id} could not be loaded: {reason}; \
+         the cursor's persisted ack state is incomplete, reopen the cursor to recover it \
+         from its last good marker"
+    )]
+    BadPartition {
+        /// The data ledger of the partition.
+        ledger_id: u64,
+        /// The partition's chunk (`entry_id >> PARTITION_BITS`).
+        chunk: u64,
+        /// What went wrong.
+        reason: String,
+    },
     /// The operation is not supported in this configuration.
     #[error("unsupported: {0}")]
     Unsupported(String),

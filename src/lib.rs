@@ -7,8 +7,14 @@
 //! README.
 //!
 //! Layers, lowest first (a layer never imports one above it):
+//! - [`position`] and [`error`]: shared vocabulary;
+//! - [`format`]: pure encode/decode of every on-disk record;
 //! - [`storage`]: files behind a trait (real files, or an in-memory disk that can lose power);
-//! - [`position`] and [`error`]: shared vocabulary.
+//! - [`log`]: the entry log, a directory of append-only, CRC-framed ledger files;
+//! - [`meta`]: small versioned records with compare-and-set (topic and cursor records);
+//! - [`ackset`]: acknowledged entries as roaring partitions, resident under an LRU budget;
+//! - [`cursor`]: a cursor's ack state persisted in its cursor ledger, and its recovery;
+//! - [`filter`]: the consumer-side filter of already-received entries (PIP-260).
 
 #![deny(missing_docs)]
 #![warn(clippy::pedantic)]
@@ -19,8 +25,13 @@
     clippy::module_name_repetitions
 )]
 
+pub mod ackset;
+pub mod cursor;
 pub mod error;
+pub mod filter;
 pub mod format;
+pub mod log;
+pub mod meta;
 pub mod position;
 pub mod storage;
 
