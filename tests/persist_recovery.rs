@@ -5,7 +5,7 @@
 mod persist_common;
 
 use ackstore::Position;
-use ackstore::cursor::persist::{CursorState, PersistConfig};
+use ackstore::cursor::persist::{PersistConfig, PersistedState};
 use ackstore::cursor::recover::RecoverySource;
 use ackstore::format::cursor::{
     EntryKind, PageRef, PartitionEntry, PartitionRow, TableRef, encode_index_page, encode_marker,
@@ -108,9 +108,9 @@ fn recovery_walks_back_past_torn_marker() {
 /// Appends a crafted marker to the cursor ledger of `disk` that references `rows`.
 fn append_marker(disk: &MemStorage, ledger: u64, rows: &[PartitionRow]) {
     let env = Env::open(disk).unwrap();
-    let state = CursorState {
+    let state = PersistedState {
         mark_delete: Position::new(5, 0),
-        ..CursorState::default()
+        ..PersistedState::default()
     };
     let marker = encode_marker(&state, TableRef::Inline(rows)).unwrap();
     env.log
@@ -214,7 +214,7 @@ fn append_paged_marker(
         rows: page_rows.len() as u32,
     };
     adjust(&mut page_ref);
-    let marker = encode_marker(&CursorState::default(), TableRef::Paged(&[page_ref])).unwrap();
+    let marker = encode_marker(&PersistedState::default(), TableRef::Paged(&[page_ref])).unwrap();
     env.log
         .append(ledger, meta(EntryKind::Marker), &marker)
         .unwrap();

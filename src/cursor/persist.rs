@@ -12,7 +12,7 @@
 //! - [`PersistMode::SingleEntry`]: one snapshot entry holds every range. Over
 //!   `max_ranges_single_entry` or the entry size the flush is loud: an error with nothing
 //!   written ([`OverflowPolicy::Error`]), or a warning on stderr plus a counter in
-//!   [`PersistStats`] ([`OverflowPolicy::WarnAndCount`]); never a silent cut.
+//!   [`PersistStats`] ([`OverflowPolicy::Warn`]); never a silent cut.
 //! - Rollover (after `cursor_ledger_max_entries` entries or `cursor_ledger_max_bytes` bytes, or
 //!   when asked): a new ledger receives every live partition (dirty ones from memory, the others
 //!   copied from the old ledger after a CRC check), then the marker (or snapshot), then a sync;
@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use crate::ackset::{PartitionKey, PartitionStore, RangeSetWrapper};
 use crate::error::{Error, Result};
-pub use crate::format::cursor::CursorState;
+pub use crate::format::cursor::PersistedState;
 use crate::format::cursor::{
     EntryKind, PageRef, PartitionRow, TableRef, encode_index_page, encode_marker, index_page_len,
     payload_crc,
@@ -62,7 +62,7 @@ pub enum OverflowPolicy {
     /// Persist the ranges that fit (the lowest ones), print a warning on stderr and count the
     /// ranges left out in [`PersistStats::ranges_cut`]. Acks left out are redelivered after a
     /// restart.
-    WarnAndCount,
+    Warn,
 }
 
 /// Persistence settings of one cursor.
@@ -98,7 +98,7 @@ impl Default for PersistConfig {
             lru_capacity_bytes: 64 << 20,
             cursor_ledger_max_entries: 50_000,
             cursor_ledger_max_bytes: 1 << 30,
-            max_ranges_single_entry: 1_000_000,
+            max_ranges_single_entry: 10_000,
             on_single_entry_overflow: OverflowPolicy::Error,
             index_page_rows: 1024,
             verify_on_recover: true,
@@ -123,7 +123,7 @@ pub struct FlushStats {
     pub rolled_over: bool,
     /// Ranges written to a snapshot.
     pub snapshot_ranges: u64,
-    /// Ranges a single-entry snapshot left out (only with [`OverflowPolicy::WarnAndCount`]).
+    /// Ranges a single-entry snapshot left out (only with [`OverflowPolicy::Warn`]).
     pub ranges_cut: u64,
 }
 
@@ -288,6 +288,14 @@ impl CursorPersister {
         self.shared.lock().ledger
     }
 
+    /// The cursor record as this persister last read or wrote it, with its version. Every
+    /// write of the record must go through this persister ([`CursorPersister::update_record`]),
+    /// or its next compare-and-set fails with [`Error::Fenced`].
+    #[must_use]
+    pub fn record(&self) -> Option<(u64, &CursorRecord)> {
+        self.record.as_ref().map(|(v, r)| (*v, r))
+    }
+
     /// Makes the next flush roll over to a new cursor ledger whatever the old one's size.
     pub fn request_rollover(&mut self) {
         self.rollover_requested = true;
@@ -319,7 +327,11 @@ impl CursorPersister {
     /// it is full. After an error the cursor ledger keeps its last committed state; after an
     /// error whose outcome on the record is unknown, every later flush fails with
     /// [`Error::PreviousIo`] until the cursor is reopened.
-    pub fn flush(&mut self, state: &CursorState, acks: &mut RangeSetWrapper) -> Result<FlushStats> {
+    pub fn flush(
+        &mut self,
+        state: &PersistedState,
+        acks: &mut RangeSetWrapper,
+    ) -> Result<FlushStats> {
         if self.poisoned {
             return Err(Error::PreviousIo);
         }
@@ -383,7 +395,7 @@ impl CursorPersister {
 
     fn flush_multi(
         &mut self,
-        state: &CursorState,
+        state: &PersistedState,
         acks: &mut RangeSetWrapper,
         rollover: bool,
     ) -> Result<FlushStats> {
@@ -396,7 +408,7 @@ impl CursorPersister {
     /// syncs, switches the record if needed, then marks the written partitions clean.
     fn write_multi(
         &mut self,
-        state: &CursorState,
+        state: &PersistedState,
         acks: &mut RangeSetWrapper,
         target: u64,
         rollover: bool,
@@ -534,7 +546,7 @@ impl CursorPersister {
 
     fn flush_single(
         &mut self,
-        state: &CursorState,
+        state: &PersistedState,
         acks: &mut RangeSetWrapper,
         rollover: bool,
     ) -> Result<FlushStats> {
@@ -556,7 +568,7 @@ impl CursorPersister {
             );
             match self.config.on_single_entry_overflow {
                 OverflowPolicy::Error => return Err(Error::LimitExceeded(message)),
-                OverflowPolicy::WarnAndCount => {
+                OverflowPolicy::Warn => {
                     eprintln!("ackstore warning: record `{}`: {message}", self.record_name);
                     self.stats.overflows += 1;
                     self.stats.ranges_cut += snapshot.cut;
@@ -598,7 +610,7 @@ impl CursorPersister {
         target: u64,
         kind: EntryKind,
         payload: &[u8],
-        state: &CursorState,
+        state: &PersistedState,
         fresh: Option<BTreeMap<PartitionKey, Location>>,
     ) -> Result<()> {
         append_entry(&self.log, &self.shared, target, kind, payload)?;
@@ -613,7 +625,7 @@ impl CursorPersister {
     }
 
     /// Points the record at `ledger` (with `state` as its fallback) unless it already does.
-    fn switch_record(&mut self, ledger: u64, state: &CursorState) -> Result<()> {
+    fn switch_record(&mut self, ledger: u64, state: &PersistedState) -> Result<()> {
         let current = self.record.as_ref().and_then(|(_, r)| r.cursor_ledger);
         if current == Some(ledger) {
             return Ok(());
@@ -628,7 +640,7 @@ impl CursorPersister {
     /// Writes the record's fallback state (mark-delete, epoch, properties) by compare-and-set,
     /// keeping its cursor ledger. The fallback serves when the cursor ledger is lost; call it
     /// on close so that fallback is fresh.
-    pub fn update_record(&mut self, state: &CursorState) -> Result<()> {
+    pub fn update_record(&mut self, state: &PersistedState) -> Result<()> {
         if self.poisoned {
             return Err(Error::PreviousIo);
         }
@@ -637,7 +649,7 @@ impl CursorPersister {
         self.put_record(ledger, state)
     }
 
-    fn put_record(&mut self, ledger: Option<u64>, state: &CursorState) -> Result<()> {
+    fn put_record(&mut self, ledger: Option<u64>, state: &PersistedState) -> Result<()> {
         let (expected, mut record) = match &self.record {
             Some((version, record)) => (Some(*version), record.clone()),
             None => (

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use crate::ackset::{PartitionKey, RangeSetWrapper};
 use crate::error::{CorruptionKind, Error, Result};
 use crate::format::cursor::{
-    CursorState, EntryKind, PageRef, PartitionRow, Table, decode_index_page, decode_marker,
+    EntryKind, PageRef, PartitionRow, PersistedState, Table, decode_index_page, decode_marker,
     decode_snapshot, payload_crc, peek_kind,
 };
 use crate::log::EntryLog;
@@ -64,7 +64,7 @@ pub struct RecoveryReport {
 pub struct RecoveredCursor {
     /// Mark-delete and properties of the recovered state. The epoch is the larger of the
     /// state's and the record's, so it never goes back.
-    pub state: CursorState,
+    pub state: PersistedState,
     /// The acks above mark-delete; partitions load on first touch.
     pub acks: RangeSetWrapper,
     /// Flushes this cursor from here on (same cursor ledger).
@@ -91,7 +91,7 @@ pub fn recover(
 ) -> Result<RecoveredCursor> {
     let (version, record) = read_record(meta.as_ref(), record_name)?
         .ok_or_else(|| Error::NoSuchCursor(record_name.to_string()))?;
-    let fallback = CursorState {
+    let fallback = PersistedState {
         mark_delete: record.mark_delete,
         epoch: record.epoch,
         properties: record.properties.clone(),
@@ -127,7 +127,7 @@ pub fn recover(
         fallback,
     )?;
     report.source = source;
-    let state = CursorState {
+    let state = PersistedState {
         epoch: state.epoch.max(epoch),
         ..state
     };
@@ -147,9 +147,9 @@ fn resume(
     mut parts: Assembly,
     (log, meta, record_name, config): Handles<'_>,
     found: Found,
-    fallback: CursorState,
+    fallback: PersistedState,
 ) -> Result<(
-    CursorState,
+    PersistedState,
     RangeSetWrapper,
     CursorPersister,
     RecoverySource,
@@ -206,7 +206,7 @@ fn partition_key(row: &PartitionRow) -> PartitionKey {
 /// A verified marker: its state and the full partition table.
 struct FoundMarker {
     at: Position,
-    state: CursorState,
+    state: PersistedState,
     rows: Vec<PartitionRow>,
     pages: Vec<PageRef>,
     locations: BTreeMap<PartitionKey, Location>,

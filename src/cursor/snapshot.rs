@@ -8,7 +8,7 @@ use roaring::RoaringBitmap;
 
 use crate::ackset::RangeSetWrapper;
 use crate::error::Result;
-use crate::format::cursor::{CursorState, SnapshotWriter};
+use crate::format::cursor::{PersistedState, SnapshotWriter};
 
 /// A snapshot payload and what did not fit in it.
 #[derive(Debug)]
@@ -58,7 +58,7 @@ impl Merger {
 
 /// Encodes `acks` as a snapshot of `state`, loading cold partitions as it goes.
 pub(crate) fn build_snapshot(
-    state: &CursorState,
+    state: &PersistedState,
     acks: &mut RangeSetWrapper,
     max_bytes: usize,
     max_ranges: u64,

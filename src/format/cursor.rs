@@ -271,7 +271,7 @@ fn end_frame(mut out: Vec<u8>) -> Vec<u8> {
 
 /// The cursor state every marker and snapshot carries besides the acks.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CursorState {
+pub struct PersistedState {
     /// Everything at or below this position is acknowledged.
     pub mark_delete: Position,
     /// The cursor epoch (increases on every seek or reset).
@@ -280,7 +280,7 @@ pub struct CursorState {
     pub properties: BTreeMap<String, i64>,
 }
 
-impl CursorState {
+impl PersistedState {
     /// Encoded size in bytes.
     #[must_use]
     pub fn encoded_len(&self) -> usize {
@@ -612,14 +612,14 @@ const TABLE_PAGED: u8 = 1;
 #[derive(Debug, Clone)]
 pub struct Marker<'a> {
     /// Mark-delete, epoch and properties at the flush.
-    pub state: CursorState,
+    pub state: PersistedState,
     /// The live partitions (or the pages listing them).
     pub table: Table<'a>,
 }
 
 /// Encoded size of a marker with `state` and a table of `rows` inline rows or `pages` pages.
 #[must_use]
-pub fn marker_len(state: &CursorState, table: TableRef<'_>) -> usize {
+pub fn marker_len(state: &PersistedState, table: TableRef<'_>) -> usize {
     let table_len = match table {
         TableRef::Inline(rows) => rows.len() * ROW_LEN,
         TableRef::Paged(pages) => pages.len() * PAGE_REF_LEN,
@@ -633,7 +633,7 @@ pub fn marker_len(state: &CursorState, table: TableRef<'_>) -> usize {
 /// per property: name length u16, UTF-8 name, value i64, names ascending), table kind u8
 /// (0 inline, 1 paged), count u32, then `count` rows ([`ROW_LEN`] each) or page references
 /// ([`PAGE_REF_LEN`] each), ascending by key.
-pub fn encode_marker(state: &CursorState, table: TableRef<'_>) -> Result<Vec<u8>> {
+pub fn encode_marker(state: &PersistedState, table: TableRef<'_>) -> Result<Vec<u8>> {
     state.validate()?;
     let (kind, count) = match table {
         TableRef::Inline(rows) => (TABLE_INLINE, rows.len()),
@@ -658,7 +658,7 @@ pub fn encode_marker(state: &CursorState, table: TableRef<'_>) -> Result<Vec<u8>
 /// Decodes and verifies a marker (CRC, field ranges, table order).
 pub fn decode_marker(payload: &[u8]) -> Result<Marker<'_>> {
     let mut body = open_frame(payload, EntryKind::Marker)?;
-    let state = CursorState::decode_from(&mut body)?;
+    let state = PersistedState::decode_from(&mut body)?;
     let kind_at = body.offset;
     let kind = body.u8()?;
     let count = body.u32()? as usize;
@@ -723,7 +723,7 @@ pub struct SnapshotWriter {
 impl SnapshotWriter {
     /// Starts a snapshot of `state` that may grow to `max_bytes` (whole payload) and hold
     /// `max_ranges` ranges.
-    pub fn new(state: &CursorState, max_bytes: usize, max_ranges: u64) -> Result<Self> {
+    pub fn new(state: &PersistedState, max_bytes: usize, max_ranges: u64) -> Result<Self> {
         state.validate()?;
         let mut out = start_frame(EntryKind::Snapshot, state.encoded_len() + 4);
         state.encode_into(&mut out);
@@ -835,7 +835,7 @@ impl SnapshotWriter {
 #[derive(Debug, Clone)]
 pub struct Snapshot<'a> {
     /// Mark-delete, epoch and properties at the flush.
-    pub state: CursorState,
+    pub state: PersistedState,
     /// Number of ranges.
     pub range_count: u64,
     groups: &'a [u8],
@@ -888,7 +888,7 @@ fn next_range(body: &mut Body<'_>, prev: Option<u64>) -> Result<(u64, u64)> {
 /// Decodes and verifies a snapshot (CRC, then a full walk of its ranges without allocating).
 pub fn decode_snapshot(payload: &[u8]) -> Result<Snapshot<'_>> {
     let mut body = open_frame(payload, EntryKind::Snapshot)?;
-    let state = CursorState::decode_from(&mut body)?;
+    let state = PersistedState::decode_from(&mut body)?;
     let group_count = body.u32()?;
     let groups_offset = body.offset;
     let groups = body.rest;
@@ -932,8 +932,8 @@ pub fn reencode_snapshot(snapshot: &Snapshot<'_>) -> Result<Vec<u8>> {
 mod tests {
     use super::*;
 
-    fn state() -> CursorState {
-        CursorState {
+    fn state() -> PersistedState {
+        PersistedState {
             mark_delete: Position::new(3, 41),
             epoch: 7,
             properties: [("a".to_string(), -1), ("zz".to_string(), 99)].into(),
@@ -962,7 +962,7 @@ mod tests {
         assert_eq!(HEADER_LEN, 8);
         assert_eq!(ROW_LEN, 36);
         assert_eq!(PAGE_REF_LEN, 32);
-        let empty = CursorState::default();
+        let empty = PersistedState::default();
         assert_eq!(empty.encoded_len(), 28);
         let marker = encode_marker(&empty, TableRef::Inline(&[])).unwrap();
         assert_eq!(marker.len(), 8 + 28 + 1 + 4 + 4);
@@ -1119,7 +1119,7 @@ mod tests {
     #[test]
     fn lengths_are_checked_before_use() {
         // A marker whose row count claims far more rows than the bytes hold, with a valid CRC.
-        let mut bytes = encode_marker(&CursorState::default(), TableRef::Inline(&[])).unwrap();
+        let mut bytes = encode_marker(&PersistedState::default(), TableRef::Inline(&[])).unwrap();
         bytes.truncate(bytes.len() - CRC_LEN);
         let count_at = bytes.len() - 4;
         bytes[count_at..].copy_from_slice(&u32::MAX.to_le_bytes());

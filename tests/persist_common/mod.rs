@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use ackstore::Position;
 use ackstore::ackset::RangeSetWrapper;
-use ackstore::cursor::persist::{CursorPersister, CursorState, PersistConfig};
+use ackstore::cursor::persist::{CursorPersister, PersistConfig, PersistedState};
 use ackstore::cursor::recover::{RecoveredCursor, RecoveryReport, recover};
 use ackstore::error::{Error, Result};
 use ackstore::log::{EntryLog, LogConfig};
@@ -42,7 +42,7 @@ impl Env {
 pub struct Cursor {
     pub persister: CursorPersister,
     pub acks: RangeSetWrapper,
-    pub state: CursorState,
+    pub state: PersistedState,
     pub report: Option<RecoveryReport>,
 }
 
@@ -109,7 +109,7 @@ pub fn open_cursor(env: &Env, config: &PersistConfig) -> Result<Cursor> {
             Ok(Cursor {
                 persister,
                 acks,
-                state: CursorState::default(),
+                state: PersistedState::default(),
                 report: None,
             })
         }
