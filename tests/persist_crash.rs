@@ -6,19 +6,7 @@ mod persist_common;
 
 use ackstore::cursor::persist::{PersistConfig, PersistMode};
 use ackstore::storage::MemStorage;
-use persist_common::{Op, Outcome, check_image, mixed_workload, run, tight_config};
-
-/// The image of `disk` where every file keeps its durable bytes plus the first `extra` bytes of
-/// its unsynced tail.
-fn torn_image(disk: &MemStorage, extra: usize) -> MemStorage {
-    disk.crash_image(|_, durable, live| {
-        if live.len() > durable.len() && live.starts_with(durable) {
-            live[..durable.len() + extra.min(live.len() - durable.len())].to_vec()
-        } else {
-            durable.to_vec()
-        }
-    })
-}
+use persist_common::{Op, Outcome, check_image, mixed_workload, run, tight_config, torn_image};
 
 /// The longest unsynced tail of any file on `disk`.
 fn unsynced_tail(disk: &MemStorage) -> usize {

@@ -219,7 +219,15 @@ impl Outcome {
 
 /// Runs `ops` against a cursor on `disk`, stopping at the first error.
 pub fn run(disk: &MemStorage, config: &PersistConfig, ops: &[Op]) -> Outcome {
-    let mut out = Outcome::default();
+    run_with(disk, config, ops, Model::default())
+}
+
+/// Runs `ops` against a cursor on `disk` whose acks so far are at most `upper`.
+pub fn run_with(disk: &MemStorage, config: &PersistConfig, ops: &[Op], upper: Model) -> Outcome {
+    let mut out = Outcome {
+        upper,
+        ..Outcome::default()
+    };
     if let Err(e) = run_inner(disk, config, ops, &mut out) {
         out.error = Some(e.to_string());
     }
@@ -292,6 +300,18 @@ fn session(
         out.completed += 1;
     }
     Ok(None)
+}
+
+/// The image of `disk` where every file keeps its durable bytes plus the first `extra` bytes of
+/// its unsynced tail.
+pub fn torn_image(disk: &MemStorage, extra: usize) -> MemStorage {
+    disk.crash_image(|_, durable, live| {
+        if live.len() > durable.len() && live.starts_with(durable) {
+            live[..durable.len() + extra.min(live.len() - durable.len())].to_vec()
+        } else {
+            durable.to_vec()
+        }
+    })
 }
 
 /// Opens `image` after a power cut and checks the recovered cursor against `outcome`.
