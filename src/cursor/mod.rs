@@ -11,7 +11,12 @@
 //! Must never: change the topic's ledgers, or write any record but its own.
 
 mod config;
+pub mod persist;
+pub mod recover;
+mod snapshot;
 mod state;
+pub mod store;
+mod table;
 
 use std::collections::BTreeMap;
 use std::fmt;
