@@ -183,6 +183,17 @@ pub enum Error {
     /// The operation is not supported in this configuration.
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// An entry of a cursor ledger failed verification.
+    #[error(
+        "cursor ledger entry {position} is corrupted: {kind}; \
+         run `ackstore verify` on the directory"
+    )]
+    CorruptedEntry {
+        /// The cursor ledger and entry.
+        position: Position,
+        /// What is wrong.
+        kind: CorruptionKind,
+    },
 }
 
 impl Error {

@@ -1,30 +1,11 @@
 //! How cursors keep their acknowledgement state.
 //!
-//! Owns: [`CursorConfig`] and its enums. Pure data.
+//! Owns: [`CursorConfig`]. Pure data. Its enums are the persistence layer's
+//! ([`PersistMode`], [`OverflowPolicy`]).
 
 use std::time::Duration;
 
-/// How a cursor's individually acknowledged entries are persisted.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum PersistMode {
-    /// One snapshot entry holding every range, up to
-    /// [`CursorConfig::max_ranges_single_entry`] ranges.
-    SingleEntry,
-    /// Each dirty partition of the ack set as its own entry, then a marker that commits them.
-    #[default]
-    MultiEntry,
-}
-
-/// What a single-entry snapshot does when the ack state does not fit.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum OverflowPolicy {
-    /// The flush fails with [`crate::Error::LimitExceeded`]; nothing is cut.
-    #[default]
-    Error,
-    /// The snapshot keeps the lowest ranges that fit, prints a warning and counts the ranges
-    /// left out in the cursor's stats; acks left out are delivered again after a restart.
-    Warn,
-}
+use super::persist::{OverflowPolicy, PersistConfig, PersistMode};
 
 /// Settings of every cursor of a managed ledger.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +33,24 @@ pub struct CursorConfig {
     pub flush_interval: Option<Duration>,
 }
 
+impl CursorConfig {
+    /// The persistence settings of one cursor.
+    #[must_use]
+    pub fn persist_config(&self) -> PersistConfig {
+        PersistConfig {
+            persist_mode: self.persist_mode,
+            max_entry_size: self.max_entry_size,
+            lru_capacity_bytes: self.lru_capacity_bytes,
+            cursor_ledger_max_entries: self.cursor_ledger_max_entries,
+            cursor_ledger_max_bytes: self.cursor_ledger_max_bytes,
+            max_ranges_single_entry: self.max_ranges_single_entry,
+            on_single_entry_overflow: self.on_single_entry_overflow,
+            index_page_rows: self.index_page_rows,
+            verify_on_recover: self.verify_on_recover,
+        }
+    }
+}
+
 impl Default for CursorConfig {
     fn default() -> Self {
         Self {
@@ -66,5 +65,18 @@ impl Default for CursorConfig {
             verify_on_recover: true,
             flush_interval: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_settings_are_the_persistence_defaults() {
+        assert_eq!(
+            CursorConfig::default().persist_config(),
+            PersistConfig::default()
+        );
     }
 }

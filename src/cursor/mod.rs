@@ -16,14 +16,20 @@
 //! Must never: change the topic's ledgers, or write any record but its own.
 
 mod config;
+pub mod persist;
+pub mod recover;
+mod snapshot;
 mod state;
+pub mod store;
+mod table;
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLockReadGuard};
 
-pub use config::{CursorConfig, OverflowPolicy, PersistMode};
+pub use config::CursorConfig;
+pub use persist::{OverflowPolicy, PersistMode};
 pub use state::{CursorState, NO_MARK_DELETE};
 
 use crate::ackset::{AckSetStats, MemPartitionStore, RangeSetWrapper};
