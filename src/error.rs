@@ -86,6 +86,20 @@ pub enum Error {
         /// The configured maximum.
         max: u64,
     },
+    /// An unsealed ledger ends with a torn write and the recovery mode forbids cutting it.
+    #[error(
+        "ledger {ledger} ends with {dropped_bytes} bytes of a torn write at byte offset {offset} \
+         (a crash during unsynced appends); open with RecoveryMode::TolerateTail to cut them \
+         back to the last whole entry, or run `ackstore verify` first"
+    )]
+    TornTail {
+        /// The ledger.
+        ledger: u64,
+        /// Where the last whole entry ends.
+        offset: u64,
+        /// Bytes after it.
+        dropped_bytes: u64,
+    },
     /// The named ledger does not exist (never created, or deleted).
     #[error("ledger {0} does not exist")]
     NoSuchLedger(u64),
@@ -139,9 +153,47 @@ pub enum Error {
         /// What went wrong.
         reason: String,
     },
+    /// A data ledger the topic record lists has no file.
+    #[error(
+        "data ledger {ledger} is listed in the topic record of `{dir}` but its file is missing; \
+         restore it from a backup or replica"
+    )]
+    MissingLedger {
+        /// The missing ledger.
+        ledger: u64,
+        /// The topic directory.
+        dir: String,
+    },
+    /// A sealed data ledger holds another number of entries than the topic record says were
+    /// sealed into it.
+    #[error(
+        "data ledger {ledger} of `{dir}` holds {found} entries but {recorded} were sealed into \
+         it; restore the ledger file from a backup or replica"
+    )]
+    LedgerMismatch {
+        /// The ledger.
+        ledger: u64,
+        /// Entries the topic record lists.
+        recorded: u64,
+        /// Entries the file holds.
+        found: u64,
+        /// The topic directory.
+        dir: String,
+    },
     /// The operation is not supported in this configuration.
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// An entry of a cursor ledger failed verification.
+    #[error(
+        "cursor ledger entry {position} is corrupted: {kind}; \
+         run `ackstore verify` on the directory"
+    )]
+    CorruptedEntry {
+        /// The cursor ledger and entry.
+        position: Position,
+        /// What is wrong.
+        kind: CorruptionKind,
+    },
 }
 
 impl Error {

@@ -1,0 +1,523 @@
+//! The ledger file: header, entry frames and the sealed-ledger footer.
+//!
+//! Owns: the bytes of `ledger-{id:020}.log` files. Pure functions: never does I/O, never panics,
+//! never allocates more than the bytes it is given (or, when encoding, the bytes it will return).
+//! `docs/format.md` ("Ledger file") draws every byte; the layout is repeated here above the
+//! constants, and every offset is derived from the sizes before it.
+//!
+//! All integers are little-endian.
+//!
+//! ```text
+//! file   := header frame* [footer]
+//! header := magic[16] version:u32 flags:u32 ledger_id:u64 crc:u32           (36 bytes)
+//!           crc = CRC32(magic .. ledger_id)
+//! frame  := crc:u32 payload_len:u32 entry_id:u64 durable_mark:u64
+//!           index:u64 num_messages:u32 timestamp:u64 payload[payload_len]     (44 + len bytes)
+//!           crc = CRC32(payload_len .. timestamp, payload)
+//! footer := index_magic[8] offset:u64 * entry_count index_crc:u32            (12 + 8n bytes)
+//!           index_crc = CRC32(index_magic, offsets)
+//!           trailer: data_end:u64 entry_count:u64 ledger_id:u64
+//!                    trailer_magic[8] trailer_crc:u32                          (36 bytes)
+//!           trailer_crc = CRC32(data_end .. trailer_magic)
+//! ```
+//!
+//! A frame's `durable_mark` is the file length the writer knew to be durable (synced) when it
+//! appended the frame. Recovery uses it to tell a torn tail from corruption: damage at offset
+//! `x` followed by a whole frame whose mark is above `x` hit bytes that had been synced.
+
+use super::{Reader, crc32};
+use crate::error::CorruptionKind;
+
+/// Metadata the managed ledger keeps in every frame header.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EntryMeta {
+    /// Message index of the last message in the entry.
+    pub index: u64,
+    /// Number of messages batched in the entry.
+    pub num_messages: u32,
+    /// Publish time (the caller's clock and unit).
+    pub timestamp: u64,
+}
+
+// ---- header ---------------------------------------------------------------------------------
+
+/// First bytes of every ledger file.
+pub const MAGIC: [u8; 16] = *b"ackstore ledger\n";
+/// Format version written by this build (the only one it reads).
+pub const VERSION: u32 = 1;
+
+const H_MAGIC: usize = 0;
+const H_VERSION: usize = H_MAGIC + MAGIC.len();
+const H_FLAGS: usize = H_VERSION + 4;
+const H_LEDGER: usize = H_FLAGS + 4;
+const H_CRC: usize = H_LEDGER + 8;
+/// Length of the file header; the first frame starts here.
+pub const HEADER_LEN: usize = H_CRC + 4;
+
+/// The header of ledger `ledger_id`.
+#[must_use]
+pub fn encode_header(ledger_id: u64) -> [u8; HEADER_LEN] {
+    let mut out = [0u8; HEADER_LEN];
+    let mut body = Vec::with_capacity(HEADER_LEN);
+    body.extend_from_slice(&MAGIC);
+    body.extend_from_slice(&VERSION.to_le_bytes());
+    body.extend_from_slice(&0u32.to_le_bytes());
+    body.extend_from_slice(&ledger_id.to_le_bytes());
+    let crc = crc32(&[&body]);
+    body.extend_from_slice(&crc.to_le_bytes());
+    out.copy_from_slice(&body);
+    out
+}
+
+/// Decodes a file header (the first [`HEADER_LEN`] bytes of `bytes`), returning its ledger id.
+pub fn decode_header(bytes: &[u8]) -> Result<u64, CorruptionKind> {
+    let mut r = Reader::new(bytes);
+    let magic: [u8; 16] = r.array()?;
+    if magic != MAGIC {
+        return Err(CorruptionKind::BadMagic);
+    }
+    let version = r.u32()?;
+    let flags = r.u32()?;
+    let ledger_id = r.u64()?;
+    let crc = r.u32()?;
+    let covered = bytes.get(..H_CRC).ok_or(CorruptionKind::Truncated)?;
+    if crc != crc32(&[covered]) {
+        return Err(CorruptionKind::ChecksumMismatch);
+    }
+    if version != VERSION {
+        return Err(CorruptionKind::UnsupportedVersion(version));
+    }
+    if flags != 0 {
+        return Err(CorruptionKind::InvalidField("flags"));
+    }
+    Ok(ledger_id)
+}
+
+// ---- frame ----------------------------------------------------------------------------------
+
+const F_CRC: usize = 0;
+const F_LEN: usize = F_CRC + 4;
+const F_ENTRY: usize = F_LEN + 4;
+const F_MARK: usize = F_ENTRY + 8;
+const F_INDEX: usize = F_MARK + 8;
+const F_NUM: usize = F_INDEX + 8;
+const F_TS: usize = F_NUM + 4;
+/// Length of a frame header; the payload follows it.
+pub const FRAME_HEADER_LEN: usize = F_TS + 8;
+/// Largest payload the format can hold.
+#[expect(clippy::cast_possible_truncation, reason = "FRAME_HEADER_LEN is 44")]
+pub const MAX_PAYLOAD_LEN: u32 = u32::MAX - FRAME_HEADER_LEN as u32;
+
+/// A decoded frame header (not yet checked against its payload).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameHeader {
+    /// The stored checksum.
+    pub crc: u32,
+    /// Payload length in bytes.
+    pub payload_len: u32,
+    /// Entry id (dense from 0 within a ledger).
+    pub entry_id: u64,
+    /// File length known durable when the frame was appended.
+    pub durable_mark: u64,
+    /// The entry's metadata.
+    pub meta: EntryMeta,
+}
+
+impl FrameHeader {
+    /// Total frame length: header plus payload.
+    #[must_use]
+    pub fn frame_len(&self) -> u64 {
+        FRAME_HEADER_LEN as u64 + u64::from(self.payload_len)
+    }
+}
+
+/// Encodes one whole frame (header and payload) into a new buffer.
+///
+/// # Errors
+/// [`CorruptionKind::BadLength`] when `payload` is longer than [`MAX_PAYLOAD_LEN`].
+pub fn encode_frame(
+    entry_id: u64,
+    durable_mark: u64,
+    meta: EntryMeta,
+    payload: &[u8],
+) -> Result<Vec<u8>, CorruptionKind> {
+    let len = u32::try_from(payload.len())
+        .ok()
+        .filter(|l| *l <= MAX_PAYLOAD_LEN)
+        .ok_or(CorruptionKind::BadLength)?;
+    let mut out = Vec::with_capacity(FRAME_HEADER_LEN + payload.len());
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&entry_id.to_le_bytes());
+    out.extend_from_slice(&durable_mark.to_le_bytes());
+    out.extend_from_slice(&meta.index.to_le_bytes());
+    out.extend_from_slice(&meta.num_messages.to_le_bytes());
+    out.extend_from_slice(&meta.timestamp.to_le_bytes());
+    out.extend_from_slice(payload);
+    let crc = crc32(&[out.get(F_LEN..).unwrap_or_default()]);
+    if let Some(slot) = out.get_mut(F_CRC..F_LEN) {
+        slot.copy_from_slice(&crc.to_le_bytes());
+    }
+    Ok(out)
+}
+
+/// Decodes a frame header from the start of `bytes` without checking the checksum.
+///
+/// # Errors
+/// [`CorruptionKind::Truncated`] when fewer than [`FRAME_HEADER_LEN`] bytes are given.
+pub fn decode_frame_header(bytes: &[u8]) -> Result<FrameHeader, CorruptionKind> {
+    let mut r = Reader::new(bytes);
+    Ok(FrameHeader {
+        crc: r.u32()?,
+        payload_len: r.u32()?,
+        entry_id: r.u64()?,
+        durable_mark: r.u64()?,
+        meta: EntryMeta {
+            index: r.u64()?,
+            num_messages: r.u32()?,
+            timestamp: r.u64()?,
+        },
+    })
+}
+
+/// Checks `frame` (header and payload, exactly [`FrameHeader::frame_len`] bytes) against the
+/// header's checksum.
+pub fn check_frame(header: &FrameHeader, frame: &[u8]) -> Result<(), CorruptionKind> {
+    if frame.len() as u64 != header.frame_len() {
+        return Err(CorruptionKind::BadLength);
+    }
+    let covered = frame.get(F_LEN..).ok_or(CorruptionKind::Truncated)?;
+    if crc32(&[covered]) == header.crc {
+        Ok(())
+    } else {
+        Err(CorruptionKind::ChecksumMismatch)
+    }
+}
+
+/// Decodes and checks the whole frame at the start of `bytes`, which may continue past it.
+///
+/// Returns the header and the payload. Lengths are checked against `bytes` before use.
+pub fn decode_frame(bytes: &[u8]) -> Result<(FrameHeader, &[u8]), CorruptionKind> {
+    let header = decode_frame_header(bytes)?;
+    let len = usize::try_from(header.frame_len()).map_err(|_| CorruptionKind::BadLength)?;
+    let frame = bytes.get(..len).ok_or(CorruptionKind::Truncated)?;
+    check_frame(&header, frame)?;
+    let payload = frame.get(FRAME_HEADER_LEN..).unwrap_or_default();
+    Ok((header, payload))
+}
+
+/// True when every byte is zero: a zero-filled frame header marks the end of the log.
+///
+/// No valid frame has an all-zero header: the checksum of 40 zero bytes is not zero (a unit
+/// test pins this).
+#[must_use]
+pub fn is_zero(bytes: &[u8]) -> bool {
+    bytes.iter().all(|b| *b == 0)
+}
+
+// ---- footer ---------------------------------------------------------------------------------
+
+/// First bytes of the entry-offset index written when a ledger is sealed.
+pub const INDEX_MAGIC: [u8; 8] = *b"ackindex";
+/// Last-but-CRC bytes of the trailer that ends a sealed ledger.
+pub const TRAILER_MAGIC: [u8; 8] = *b"acksealt";
+
+const I_MAGIC: usize = 0;
+const I_OFFSETS: usize = I_MAGIC + INDEX_MAGIC.len();
+/// Bytes of the index block besides the offsets (magic and CRC).
+pub const INDEX_OVERHEAD: usize = I_OFFSETS + 4;
+
+const T_DATA_END: usize = 0;
+const T_COUNT: usize = T_DATA_END + 8;
+const T_LEDGER: usize = T_COUNT + 8;
+const T_MAGIC: usize = T_LEDGER + 8;
+const T_CRC: usize = T_MAGIC + TRAILER_MAGIC.len();
+/// Length of the fixed trailer at the very end of a sealed ledger.
+pub const TRAILER_LEN: usize = T_CRC + 4;
+
+/// Length of the footer (index block and trailer) of a ledger with `entry_count` entries.
+#[must_use]
+pub fn footer_len(entry_count: u64) -> Option<u64> {
+    entry_count
+        .checked_mul(8)?
+        .checked_add((INDEX_OVERHEAD + TRAILER_LEN) as u64)
+}
+
+/// Encodes the footer of a ledger whose frames end at `data_end` and start at `offsets`.
+#[must_use]
+pub fn encode_footer(ledger_id: u64, data_end: u64, offsets: &[u64]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(INDEX_OVERHEAD + 8 * offsets.len() + TRAILER_LEN);
+    out.extend_from_slice(&INDEX_MAGIC);
+    for off in offsets {
+        out.extend_from_slice(&off.to_le_bytes());
+    }
+    let index_crc = crc32(&[&out]);
+    out.extend_from_slice(&index_crc.to_le_bytes());
+    let trailer_start = out.len();
+    out.extend_from_slice(&data_end.to_le_bytes());
+    out.extend_from_slice(&(offsets.len() as u64).to_le_bytes());
+    out.extend_from_slice(&ledger_id.to_le_bytes());
+    out.extend_from_slice(&TRAILER_MAGIC);
+    let trailer_crc = crc32(&[out.get(trailer_start..).unwrap_or_default()]);
+    out.extend_from_slice(&trailer_crc.to_le_bytes());
+    out
+}
+
+/// The decoded trailer of a sealed ledger.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Trailer {
+    /// End of the last frame; the index block starts here.
+    pub data_end: u64,
+    /// Number of entries.
+    pub entry_count: u64,
+    /// The ledger the trailer belongs to.
+    pub ledger_id: u64,
+}
+
+/// Decodes a trailer (exactly [`TRAILER_LEN`] bytes).
+pub fn decode_trailer(bytes: &[u8]) -> Result<Trailer, CorruptionKind> {
+    let mut r = Reader::new(bytes);
+    let data_end = r.u64()?;
+    let entry_count = r.u64()?;
+    let ledger_id = r.u64()?;
+    let magic: [u8; 8] = r.array()?;
+    let crc = r.u32()?;
+    r.finish()?;
+    if magic != TRAILER_MAGIC {
+        return Err(CorruptionKind::BadMagic);
+    }
+    if crc != crc32(&[bytes.get(..T_CRC).unwrap_or_default()]) {
+        return Err(CorruptionKind::ChecksumMismatch);
+    }
+    Ok(Trailer {
+        data_end,
+        entry_count,
+        ledger_id,
+    })
+}
+
+/// Where a verified sealed ledger keeps its frames and index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SealedLayout {
+    /// Number of entries.
+    pub entry_count: u64,
+    /// End of the last frame.
+    pub data_end: u64,
+    /// File offset of the first index offset (just after the index magic).
+    pub offsets_start: u64,
+}
+
+/// Verifies a whole sealed ledger file's header, trailer and index (not the frames).
+///
+/// Checks: the header names `ledger_id`; the trailer's checksum, magic and ledger id; the file
+/// length equals `data_end` plus the footer length; the index checksum; the first offset is
+/// [`HEADER_LEN`], offsets increase by at least [`FRAME_HEADER_LEN`] and the last frame fits
+/// before `data_end`.
+pub fn validate_sealed(file: &[u8], ledger_id: u64) -> Result<SealedLayout, CorruptionKind> {
+    if decode_header(file)? != ledger_id {
+        return Err(CorruptionKind::InvalidField("ledger_id"));
+    }
+    let trailer_start = file
+        .len()
+        .checked_sub(TRAILER_LEN)
+        .ok_or(CorruptionKind::Truncated)?;
+    let trailer = decode_trailer(file.get(trailer_start..).unwrap_or_default())?;
+    if trailer.ledger_id != ledger_id {
+        return Err(CorruptionKind::InvalidField("trailer ledger_id"));
+    }
+    let expected_len = footer_len(trailer.entry_count)
+        .and_then(|f| f.checked_add(trailer.data_end))
+        .ok_or(CorruptionKind::BadLength)?;
+    if expected_len != file.len() as u64 || trailer.data_end < HEADER_LEN as u64 {
+        return Err(CorruptionKind::BadLength);
+    }
+    let index_start = usize::try_from(trailer.data_end).map_err(|_| CorruptionKind::BadLength)?;
+    let index = file
+        .get(index_start..trailer_start)
+        .ok_or(CorruptionKind::Truncated)?;
+    let crc_at = index
+        .len()
+        .checked_sub(4)
+        .ok_or(CorruptionKind::Truncated)?;
+    let (covered, crc) = index.split_at(crc_at);
+    let mut r = Reader::new(covered);
+    if r.array::<8>()? != INDEX_MAGIC {
+        return Err(CorruptionKind::BadMagic);
+    }
+    if Reader::new(crc).u32()? != crc32(&[covered]) {
+        return Err(CorruptionKind::ChecksumMismatch);
+    }
+    let mut expected_next = HEADER_LEN as u64;
+    let mut first = true;
+    while r.remaining() > 0 {
+        let off = r.u64()?;
+        let ok = if first {
+            off == HEADER_LEN as u64
+        } else {
+            off >= expected_next
+        };
+        if !ok {
+            return Err(CorruptionKind::InvalidField("entry offset"));
+        }
+        first = false;
+        expected_next = off
+            .checked_add(FRAME_HEADER_LEN as u64)
+            .ok_or(CorruptionKind::BadLength)?;
+    }
+    if expected_next > trailer.data_end
+        || (trailer.entry_count == 0 && trailer.data_end != HEADER_LEN as u64)
+    {
+        return Err(CorruptionKind::InvalidField("data_end"));
+    }
+    Ok(SealedLayout {
+        entry_count: trailer.entry_count,
+        data_end: trailer.data_end,
+        offsets_start: trailer.data_end + I_OFFSETS as u64,
+    })
+}
+
+impl SealedLayout {
+    /// Byte range `[start, end)` of entry `entry_id`'s frame in `file` (the bytes this layout
+    /// was validated on); `None` when there is no such entry.
+    #[must_use]
+    pub fn frame_range(&self, file: &[u8], entry_id: u64) -> Option<(u64, u64)> {
+        if entry_id >= self.entry_count {
+            return None;
+        }
+        let offset_at = |i: u64| -> Option<u64> {
+            let at = usize::try_from(self.offsets_start.checked_add(i.checked_mul(8)?)?).ok()?;
+            let bytes = file.get(at..at.checked_add(8)?)?;
+            Reader::new(bytes).u64().ok()
+        };
+        let start = offset_at(entry_id)?;
+        let end = if entry_id + 1 == self.entry_count {
+            self.data_end
+        } else {
+            offset_at(entry_id + 1)?
+        };
+        Some((start, end))
+    }
+}
+
+/// Decodes and checks the frame of entry `entry_id` occupying exactly `frame` (header and
+/// payload): its checksum, its length and its entry id.
+pub fn decode_entry_frame(
+    frame: &[u8],
+    entry_id: u64,
+) -> Result<(FrameHeader, &[u8]), CorruptionKind> {
+    let (header, payload) = decode_frame(frame)?;
+    if header.frame_len() != frame.len() as u64 {
+        return Err(CorruptionKind::BadLength);
+    }
+    if header.entry_id != entry_id {
+        return Err(CorruptionKind::InvalidField("entry_id"));
+    }
+    Ok((header, payload))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const META: EntryMeta = EntryMeta {
+        index: 7,
+        num_messages: 3,
+        timestamp: 1_700_000_000_000,
+    };
+
+    #[test]
+    fn encoded_sizes_are_pinned() {
+        assert_eq!(HEADER_LEN, 36);
+        assert_eq!(encode_header(1).len(), HEADER_LEN);
+        assert_eq!(FRAME_HEADER_LEN, 44);
+        assert_eq!(
+            encode_frame(0, 0, META, b"").unwrap().len(),
+            FRAME_HEADER_LEN
+        );
+        assert_eq!(encode_frame(0, 0, META, b"abc").unwrap().len(), 47);
+        assert_eq!(INDEX_OVERHEAD, 12);
+        assert_eq!(TRAILER_LEN, 36);
+        assert_eq!(footer_len(0), Some(48));
+        assert_eq!(footer_len(3), Some(72));
+        assert_eq!(encode_footer(1, 36, &[]).len(), 48);
+        assert_eq!(encode_footer(1, 200, &[36, 80, 124]).len(), 72);
+        assert_eq!(footer_len(u64::MAX), None);
+    }
+
+    #[test]
+    fn header_round_trips_and_rejects_damage() {
+        let h = encode_header(42);
+        assert_eq!(decode_header(&h), Ok(42));
+        assert_eq!(decode_header(&h[..10]), Err(CorruptionKind::Truncated));
+        let mut bad = h;
+        bad[0] ^= 1;
+        assert_eq!(decode_header(&bad), Err(CorruptionKind::BadMagic));
+        let mut bad = h;
+        bad[H_LEDGER] ^= 1;
+        assert_eq!(decode_header(&bad), Err(CorruptionKind::ChecksumMismatch));
+    }
+
+    #[test]
+    fn frame_round_trips_and_every_bit_flip_is_caught() {
+        let frame = encode_frame(5, 36, META, b"payload").unwrap();
+        let (h, p) = decode_frame(&frame).unwrap();
+        assert_eq!(
+            (h.entry_id, h.durable_mark, h.meta, p),
+            (5, 36, META, &b"payload"[..])
+        );
+        for i in 0..frame.len() * 8 {
+            let mut bad = frame.clone();
+            bad[i / 8] ^= 1 << (i % 8);
+            assert!(
+                decode_entry_frame(&bad, 5).is_err(),
+                "flip of bit {i} undetected"
+            );
+        }
+    }
+
+    #[test]
+    fn a_zero_filled_header_is_never_a_valid_frame() {
+        let zeros = [0u8; FRAME_HEADER_LEN];
+        assert!(is_zero(&zeros));
+        assert_eq!(
+            decode_frame(&zeros).unwrap_err(),
+            CorruptionKind::ChecksumMismatch
+        );
+    }
+
+    #[test]
+    fn footer_validates_and_locates_frames() {
+        let mut file = encode_header(9).to_vec();
+        let mut offsets = Vec::new();
+        for (i, p) in [&b"a"[..], b"", b"xyz"].iter().enumerate() {
+            offsets.push(file.len() as u64);
+            file.extend(encode_frame(i as u64, 0, META, p).unwrap());
+        }
+        let data_len = file.len();
+        let data_end = data_len as u64;
+        file.extend(encode_footer(9, data_end, &offsets));
+        let layout = validate_sealed(&file, 9).unwrap();
+        assert_eq!(layout.entry_count, 3);
+        let (s, e) = layout.frame_range(&file, 2).unwrap();
+        let range = usize::try_from(s).unwrap()..usize::try_from(e).unwrap();
+        let (_, p) = decode_entry_frame(&file[range], 2).unwrap();
+        assert_eq!(p, b"xyz");
+        assert_eq!(layout.frame_range(&file, 3), None);
+        assert!(validate_sealed(&file, 8).is_err());
+        for i in HEADER_LEN..file.len() {
+            if i >= data_len {
+                let mut bad = file.clone();
+                bad[i] ^= 0x40;
+                assert!(validate_sealed(&bad, 9).is_err(), "flip at {i} undetected");
+            }
+        }
+    }
+
+    #[test]
+    fn oversized_payload_is_refused_by_the_encoder() {
+        assert_eq!(
+            decode_frame(&encode_frame(0, 0, META, b"x").unwrap()[..FRAME_HEADER_LEN]),
+            Err(CorruptionKind::Truncated)
+        );
+    }
+}

@@ -1,0 +1,321 @@
+//! One ledger file: its writer (append, group-commit sync, seal) and its reader.
+//!
+//! Owns: the in-memory state of one open ledger file: the offset of every entry (unsealed), the
+//! written and synced lengths, the latch set by a failed write or fsync, and the memory map of a
+//! sealed ledger. Must never write to a sealed or latched ledger, never retry an fsync, and
+//! never map a file that may still change.
+//!
+//! Locks: `state` (entries, written length) and `sync` (group-commit flag) are never held
+//! together; `synced` and `failed` are atomics so `append` reads them without `sync`.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use super::{LogStatsCounters, lock};
+use crate::error::{Error, Result};
+use crate::format::ledger::{
+    EntryMeta, FRAME_HEADER_LEN, SealedLayout, decode_entry_frame, decode_frame_header,
+    encode_footer, encode_frame, validate_sealed,
+};
+use crate::position::Position;
+use crate::storage::{Mapped, StorageFile};
+
+/// A sealed ledger's bytes and where its frames are.
+#[derive(Clone)]
+pub(crate) struct Sealed {
+    pub(crate) map: Mapped,
+    pub(crate) layout: SealedLayout,
+}
+
+impl Sealed {
+    /// Maps `file` and verifies its header, trailer and index.
+    pub(crate) fn map(file: &dyn StorageFile, ledger: u64) -> Result<Self> {
+        let map = file.map()?;
+        let layout = validate_sealed((*map).as_ref(), ledger)
+            .map_err(|kind| Error::corrupted(ledger, 0, kind))?;
+        Ok(Self { map, layout })
+    }
+}
+
+struct State {
+    /// Offset of every entry's frame (unsealed ledgers only).
+    offsets: Vec<u64>,
+    /// Bytes of the file that hold whole frames (or, once sealed, the file length).
+    written: u64,
+    sealed: Option<Sealed>,
+}
+
+/// One ledger file, shared by every caller of the log.
+pub(crate) struct Ledger {
+    id: u64,
+    file: Arc<dyn StorageFile>,
+    state: Mutex<State>,
+    /// Length known durable: every byte below it has been covered by a finished fsync.
+    synced: AtomicU64,
+    /// Set by a failed write or fsync; the ledger refuses writes until reopened.
+    failed: AtomicBool,
+    /// True while one caller runs the shared fsync.
+    sync_running: Mutex<bool>,
+    sync_done: Condvar,
+}
+
+impl Ledger {
+    /// An unsealed ledger whose whole frames start at `offsets` and end at `written`, all durable.
+    pub(crate) fn unsealed(
+        id: u64,
+        file: Arc<dyn StorageFile>,
+        offsets: Vec<u64>,
+        written: u64,
+    ) -> Self {
+        Self::new(
+            id,
+            file,
+            State {
+                offsets,
+                written,
+                sealed: None,
+            },
+        )
+    }
+
+    /// A sealed ledger read through `sealed`'s map.
+    pub(crate) fn sealed(id: u64, file: Arc<dyn StorageFile>, sealed: Sealed) -> Self {
+        let written = (*sealed.map).as_ref().len() as u64;
+        Self::new(
+            id,
+            file,
+            State {
+                offsets: Vec::new(),
+                written,
+                sealed: Some(sealed),
+            },
+        )
+    }
+
+    fn new(id: u64, file: Arc<dyn StorageFile>, state: State) -> Self {
+        let synced = state.written;
+        Self {
+            id,
+            file,
+            state: Mutex::new(state),
+            synced: AtomicU64::new(synced),
+            failed: AtomicBool::new(false),
+            sync_running: Mutex::new(false),
+            sync_done: Condvar::new(),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    fn latch<T>(&self, result: Result<T>) -> Result<T> {
+        if result.is_err() {
+            self.failed.store(true, Ordering::SeqCst);
+        }
+        result
+    }
+
+    fn check_writable(&self, state: &State) -> Result<()> {
+        if state.sealed.is_some() {
+            return Err(Error::Sealed(self.id));
+        }
+        if self.failed.load(Ordering::SeqCst) {
+            return Err(Error::PreviousIo);
+        }
+        Ok(())
+    }
+
+    /// Appends one frame; returns its entry id. The caller has checked the size limit.
+    pub(crate) fn append(
+        &self,
+        meta: EntryMeta,
+        payload: &[u8],
+        counters: &LogStatsCounters,
+    ) -> Result<u64> {
+        let mut state = self.state();
+        self.check_writable(&state)?;
+        let entry_id = state.offsets.len() as u64;
+        let mark = self.synced.load(Ordering::SeqCst);
+        let frame =
+            encode_frame(entry_id, mark, meta, payload).map_err(|_| Error::EntryTooLarge {
+                size: payload.len() as u64,
+                max: u64::from(crate::format::ledger::MAX_PAYLOAD_LEN),
+            })?;
+        let at = state.written;
+        self.latch(self.file.write_all_at(&frame, at))?;
+        state.offsets.push(at);
+        state.written = at + frame.len() as u64;
+        counters.appends.fetch_add(1, Ordering::Relaxed);
+        counters
+            .bytes_appended
+            .fetch_add(payload.len() as u64, Ordering::Relaxed);
+        Ok(entry_id)
+    }
+
+    /// Makes every entry appended before the call durable, sharing fsyncs with concurrent
+    /// callers: a caller whose bytes a finished fsync covered returns without its own.
+    pub(crate) fn sync(&self, counters: &LogStatsCounters) -> Result<()> {
+        counters.sync_calls.fetch_add(1, Ordering::Relaxed);
+        let target = self.state().written;
+        let mut running = lock(&self.sync_running);
+        loop {
+            if self.failed.load(Ordering::SeqCst) {
+                return Err(Error::PreviousIo);
+            }
+            if self.synced.load(Ordering::SeqCst) >= target {
+                return Ok(());
+            }
+            if *running {
+                running = self
+                    .sync_done
+                    .wait(running)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                continue;
+            }
+            *running = true;
+            drop(running);
+            // Every byte below `upto` was written before this fsync starts.
+            let upto = self.state().written;
+            let result = self.file.sync_data();
+            counters.fsyncs.fetch_add(1, Ordering::Relaxed);
+            running = lock(&self.sync_running);
+            *running = false;
+            match &result {
+                Ok(()) => {
+                    self.synced.fetch_max(upto, Ordering::SeqCst);
+                }
+                Err(_) => self.failed.store(true, Ordering::SeqCst),
+            }
+            self.sync_done.notify_all();
+            result?;
+        }
+    }
+
+    /// Syncs the entries, writes the footer, syncs it, and switches reads to a memory map.
+    /// Sealing a sealed ledger does nothing.
+    pub(crate) fn seal(&self, counters: &LogStatsCounters) -> Result<()> {
+        let mut state = self.state();
+        if state.sealed.is_some() {
+            return Ok(());
+        }
+        self.check_writable(&state)?;
+        // The entries must be durable before the footer can be: a footer on disk promises them.
+        if self.synced.load(Ordering::SeqCst) < state.written {
+            counters.fsyncs.fetch_add(1, Ordering::Relaxed);
+            self.latch(self.file.sync_data())?;
+        }
+        let footer = encode_footer(self.id, state.written, &state.offsets);
+        self.latch(self.file.write_all_at(&footer, state.written))?;
+        counters.fsyncs.fetch_add(1, Ordering::Relaxed);
+        self.latch(self.file.sync_data())?;
+        let sealed = self.latch(Sealed::map(self.file.as_ref(), self.id))?;
+        state.written = (*sealed.map).as_ref().len() as u64;
+        self.synced.fetch_max(state.written, Ordering::SeqCst);
+        state.offsets = Vec::new();
+        state.sealed = Some(sealed);
+        Ok(())
+    }
+
+    /// Number of entries.
+    pub(crate) fn entry_count(&self) -> u64 {
+        let state = self.state();
+        match &state.sealed {
+            Some(s) => s.layout.entry_count,
+            None => state.offsets.len() as u64,
+        }
+    }
+
+    /// Whether the ledger is sealed.
+    pub(crate) fn is_sealed(&self) -> bool {
+        self.state().sealed.is_some()
+    }
+
+    /// Length of the file in bytes (header, whole frames, and the footer once sealed).
+    pub(crate) fn bytes(&self) -> u64 {
+        self.state().written
+    }
+
+    /// Where entry `entry_id` lives: a sealed map, or a byte range of the open file.
+    fn locate(&self, entry_id: u64) -> Result<Located> {
+        let state = self.state();
+        let missing = || Error::NoSuchEntry(Position::new(self.id, entry_id));
+        if let Some(sealed) = &state.sealed {
+            let (start, end) = sealed
+                .layout
+                .frame_range((*sealed.map).as_ref(), entry_id)
+                .ok_or_else(missing)?;
+            return Ok(Located::Mapped(sealed.map.clone(), start, end));
+        }
+        let i = usize::try_from(entry_id).map_err(|_| missing())?;
+        let start = *state.offsets.get(i).ok_or_else(missing)?;
+        let end = state.offsets.get(i + 1).copied().unwrap_or(state.written);
+        Ok(Located::File(start, end))
+    }
+
+    fn corrupt(&self, offset: u64) -> impl Fn(crate::error::CorruptionKind) -> Error + '_ {
+        move |kind| Error::corrupted(self.id, offset, kind)
+    }
+
+    /// Reads and checks one entry; returns its metadata and payload.
+    pub(crate) fn read(&self, entry_id: u64) -> Result<(EntryMeta, Vec<u8>)> {
+        match self.locate(entry_id)? {
+            Located::Mapped(map, start, end) => {
+                let frame = slice((*map).as_ref(), start, end).map_err(self.corrupt(start))?;
+                let (header, payload) =
+                    decode_entry_frame(frame, entry_id).map_err(self.corrupt(start))?;
+                Ok((header.meta, payload.to_vec()))
+            }
+            Located::File(start, end) => {
+                let len = usize::try_from(end - start).map_err(|_| {
+                    Error::corrupted(self.id, start, crate::error::CorruptionKind::BadLength)
+                })?;
+                let mut frame = vec![0u8; len];
+                self.file.read_exact_at(&mut frame, start)?;
+                let (header, _) =
+                    decode_entry_frame(&frame, entry_id).map_err(self.corrupt(start))?;
+                Ok((header.meta, frame.split_off(FRAME_HEADER_LEN)))
+            }
+        }
+    }
+
+    /// Reads one entry's metadata. A sealed ledger's frame is checked whole through the map;
+    /// an unsealed ledger's frame was checked when it was written or recovered, so only its
+    /// header is read.
+    pub(crate) fn read_meta(&self, entry_id: u64) -> Result<EntryMeta> {
+        match self.locate(entry_id)? {
+            Located::Mapped(map, start, end) => {
+                let frame = slice((*map).as_ref(), start, end).map_err(self.corrupt(start))?;
+                let (header, _) =
+                    decode_entry_frame(frame, entry_id).map_err(self.corrupt(start))?;
+                Ok(header.meta)
+            }
+            Located::File(start, end) => {
+                let mut buf = [0u8; FRAME_HEADER_LEN];
+                self.file.read_exact_at(&mut buf, start)?;
+                let header = decode_frame_header(&buf).map_err(self.corrupt(start))?;
+                if header.entry_id != entry_id || header.frame_len() != end - start {
+                    return Err(Error::corrupted(
+                        self.id,
+                        start,
+                        crate::error::CorruptionKind::InvalidField("entry_id"),
+                    ));
+                }
+                Ok(header.meta)
+            }
+        }
+    }
+}
+
+enum Located {
+    Mapped(Mapped, u64, u64),
+    File(u64, u64),
+}
+
+fn slice(bytes: &[u8], start: u64, end: u64) -> Result<&[u8], crate::error::CorruptionKind> {
+    let s = usize::try_from(start).map_err(|_| crate::error::CorruptionKind::BadLength)?;
+    let e = usize::try_from(end).map_err(|_| crate::error::CorruptionKind::BadLength)?;
+    bytes
+        .get(s..e)
+        .ok_or(crate::error::CorruptionKind::Truncated)
+}

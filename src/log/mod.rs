@@ -1,0 +1,432 @@
+//! The entry log: a directory of append-only, CRC-framed ledger files.
+//!
+//! Owns: the files named `ledger-{id:020}.log` in a [`Storage`] directory, their creation,
+//! appends, group-commit syncs, sealing, reads, deletion, and their repair on open. Other files in
+//! the directory (metadata) are ignored. Must never write without holding the directory's lock,
+//! never write to a ledger after one of its writes or fsyncs failed, and never cut bytes that had
+//! been synced without reporting corruption.
+//!
+//! Durability, per method: `append` reaches the operating system (it survives a process crash,
+//! not a power cut) and is durable once a later [`EntryLog::sync`] of that ledger returns `Ok`;
+//! `create_ledger`, `seal` and `delete_ledger` are durable (power-cut safe) when they return `Ok`.
+//! The byte layout and a crash analysis of every write step are in `docs/format.md`.
+
+mod ledger;
+mod recover;
+mod verify;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+pub use crate::format::ledger::EntryMeta;
+pub use verify::{FrameProblem, verify_ledger, verify_log};
+
+use crate::error::{Error, Result};
+use crate::format::ledger::{HEADER_LEN, encode_header};
+use crate::storage::{LockGuard, Storage};
+use ledger::Ledger;
+use recover::{Opened, open_ledger};
+
+/// Default largest payload accepted by [`EntryLog::append`]: 5 MiB.
+pub const DEFAULT_MAX_ENTRY_SIZE: u32 = 5 * 1024 * 1024;
+
+/// What to do with a torn tail (a partial last frame left by a crash) found on open.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RecoveryMode {
+    /// Cut it back to the last whole entry and report it in [`EntryLog::recovery_report`].
+    #[default]
+    TolerateTail,
+    /// Refuse to open with [`Error::TornTail`]. An interrupted create or seal is still repaired:
+    /// it holds no entry.
+    Strict,
+}
+
+/// How an [`EntryLog`] behaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogConfig {
+    /// Largest payload `append` accepts, in bytes.
+    pub max_entry_size: u32,
+    /// What open does with a torn tail.
+    pub recovery: RecoveryMode,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            max_entry_size: DEFAULT_MAX_ENTRY_SIZE,
+            recovery: RecoveryMode::TolerateTail,
+        }
+    }
+}
+
+/// One entry read back from the log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogEntry {
+    /// The entry's id within its ledger.
+    pub entry_id: u64,
+    /// The metadata stored in its frame header.
+    pub meta: EntryMeta,
+    /// The payload.
+    pub payload: Vec<u8>,
+}
+
+/// A summary of one ledger.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LedgerInfo {
+    /// The ledger id.
+    pub id: u64,
+    /// Number of entries.
+    pub entries: u64,
+    /// Length of the file in bytes (header, frames, and the footer once sealed).
+    pub bytes: u64,
+    /// Whether the ledger is sealed.
+    pub sealed: bool,
+}
+
+/// Counters of what a handle has done since it was opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogStats {
+    /// Entries appended.
+    pub appends: u64,
+    /// Payload bytes appended.
+    pub bytes_appended: u64,
+    /// Calls to [`EntryLog::sync`].
+    pub sync_calls: u64,
+    /// `fdatasync` calls on ledger files (syncs, seals, creates and repairs on open).
+    pub fsyncs: u64,
+    /// Calls to [`EntryLog::read_meta`].
+    pub header_reads: u64,
+    /// Calls to [`EntryLog::read`].
+    pub entry_reads: u64,
+}
+
+/// Bytes dropped (or, read-only, that would be dropped) from a ledger on open, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TailRepair {
+    /// The ledger.
+    pub ledger: u64,
+    /// Where the dropped bytes start.
+    pub offset: u64,
+    /// How many bytes were dropped.
+    pub dropped_bytes: u64,
+    /// What they were: a partial frame, a zero-filled tail, an interrupted seal or create.
+    pub reason: String,
+}
+
+#[derive(Default)]
+pub(crate) struct LogStatsCounters {
+    appends: AtomicU64,
+    bytes_appended: AtomicU64,
+    sync_calls: AtomicU64,
+    fsyncs: AtomicU64,
+    header_reads: AtomicU64,
+    entry_reads: AtomicU64,
+}
+
+/// Locks a mutex, keeping its data if a panicking thread poisoned it (the data is plain state
+/// that every writer leaves consistent before it can panic).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The file name of ledger `id`.
+#[must_use]
+pub fn ledger_file_name(id: u64) -> String {
+    format!("ledger-{id:020}.log")
+}
+
+/// The ledger id named by a file name, if it is a ledger file name.
+#[must_use]
+pub fn parse_ledger_file_name(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix("ledger-")?.strip_suffix(".log")?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// A directory of ledgers. `Send + Sync`: share it as `Arc<EntryLog>`; every method takes
+/// `&self`.
+pub struct EntryLog {
+    storage: Arc<dyn Storage>,
+    config: LogConfig,
+    read_only: bool,
+    ledgers: RwLock<BTreeMap<u64, Arc<Ledger>>>,
+    next_ledger_id: AtomicU64,
+    report: Vec<TailRepair>,
+    stats: LogStatsCounters,
+    _lock: Option<LockGuard>,
+}
+
+impl std::fmt::Debug for EntryLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EntryLog")
+            .field("location", &self.storage.location())
+            .field("read_only", &self.read_only)
+            .field("ledgers", &self.ledger_ids())
+            .finish_non_exhaustive()
+    }
+}
+
+impl EntryLog {
+    /// Opens the log in `storage` as its one owner.
+    ///
+    /// Takes `storage.lock()` ([`Error::Locked`] when another handle or process holds it),
+    /// opens every `ledger-{id:020}.log` file: sealed ledgers through their footer without a
+    /// scan, unsealed ones by scanning their frames. A torn tail is cut back to the last whole
+    /// entry and reported in [`EntryLog::recovery_report`] ([`RecoveryMode::Strict`]:
+    /// [`Error::TornTail`] instead); damage to synced bytes is [`Error::Corrupted`].
+    pub fn open(storage: Arc<dyn Storage>, config: LogConfig) -> Result<EntryLog> {
+        let guard = storage.lock()?;
+        Self::open_inner(storage, config, Some(guard))
+    }
+
+    /// Opens the log for reading only: takes no lock and never writes or truncates. Torn tails
+    /// are reported in [`EntryLog::recovery_report`], not cut; reads stop before them. Every
+    /// writing method returns [`Error::Unsupported`].
+    pub fn open_read_only(storage: Arc<dyn Storage>, config: LogConfig) -> Result<EntryLog> {
+        Self::open_inner(storage, config, None)
+    }
+
+    fn open_inner(
+        storage: Arc<dyn Storage>,
+        config: LogConfig,
+        guard: Option<LockGuard>,
+    ) -> Result<EntryLog> {
+        let read_only = guard.is_none();
+        let stats = LogStatsCounters::default();
+        let mut ledgers = BTreeMap::new();
+        let mut report = Vec::new();
+        let mut max_seen = 0;
+        for name in storage.list()? {
+            let Some(id) = parse_ledger_file_name(&name) else {
+                continue;
+            };
+            max_seen = max_seen.max(id);
+            match open_ledger(storage.as_ref(), id, config.recovery, read_only, &stats)? {
+                Opened::Ledger(ledger, repair) => {
+                    ledgers.insert(id, ledger);
+                    report.extend(repair);
+                }
+                Opened::Discarded(repair) => report.push(repair),
+            }
+        }
+        Ok(EntryLog {
+            storage,
+            config,
+            read_only,
+            ledgers: RwLock::new(ledgers),
+            next_ledger_id: AtomicU64::new(max_seen.saturating_add(1)),
+            report,
+            stats,
+            _lock: guard,
+        })
+    }
+
+    /// What open cut (or, read-only, found) at the tail of each ledger.
+    #[must_use]
+    pub fn recovery_report(&self) -> Vec<TailRepair> {
+        self.report.clone()
+    }
+
+    /// The storage directory.
+    #[must_use]
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.storage
+    }
+
+    /// The largest payload `append` accepts.
+    #[must_use]
+    pub fn max_entry_size(&self) -> u32 {
+        self.config.max_entry_size
+    }
+
+    fn writable(&self) -> Result<()> {
+        if self.read_only {
+            Err(Error::Unsupported(
+                "this entry log was opened read-only".into(),
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn ledger(&self, id: u64) -> Result<Arc<Ledger>> {
+        self.ledgers
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&id)
+            .cloned()
+            .ok_or(Error::NoSuchLedger(id))
+    }
+
+    /// Creates a new, empty ledger and returns its id: greater than every ledger id this handle
+    /// has seen, created, or been bumped to (ids start at 1). Durable when it returns: the header
+    /// is written and synced, then the directory is synced.
+    pub fn create_ledger(&self) -> Result<u64> {
+        self.writable()?;
+        let id = self.next_ledger_id.fetch_add(1, Ordering::SeqCst);
+        let file = self.storage.create(&ledger_file_name(id))?;
+        file.write_all_at(&encode_header(id), 0)?;
+        file.sync_data()?;
+        self.stats.fsyncs.fetch_add(1, Ordering::Relaxed);
+        self.storage.sync_dir()?;
+        let ledger = Ledger::unsealed(id, file, Vec::new(), HEADER_LEN as u64);
+        self.ledgers
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(id, Arc::new(ledger));
+        Ok(id)
+    }
+
+    /// Makes the next created ledger's id at least `at_least` (for callers that remember ids of
+    /// ledgers whose files are gone).
+    pub fn bump_next_ledger_id(&self, at_least: u64) {
+        self.next_ledger_id.fetch_max(at_least, Ordering::SeqCst);
+    }
+
+    /// Appends an entry to `ledger` and returns its entry id (dense from 0 per ledger).
+    ///
+    /// Survives a process crash when it returns; survives a power cut only once a later
+    /// [`EntryLog::sync`] of the ledger returns `Ok`. A payload over the configured maximum is
+    /// [`Error::EntryTooLarge`] with nothing written; a sealed ledger is [`Error::Sealed`];
+    /// after a failed write or sync of this ledger, [`Error::PreviousIo`] until reopened.
+    pub fn append(&self, ledger: u64, meta: EntryMeta, payload: &[u8]) -> Result<u64> {
+        self.writable()?;
+        if payload.len() as u64 > u64::from(self.config.max_entry_size) {
+            return Err(Error::EntryTooLarge {
+                size: payload.len() as u64,
+                max: u64::from(self.config.max_entry_size),
+            });
+        }
+        self.ledger(ledger)?.append(meta, payload, &self.stats)
+    }
+
+    /// Makes every entry of `ledger` appended before this call durable (`fdatasync`).
+    ///
+    /// Concurrent callers share fsyncs (group commit): a caller whose entries a finished fsync
+    /// already covered returns without issuing one. A failed fsync is never retried: the ledger
+    /// then answers [`Error::PreviousIo`] until reopened. A sealed ledger is already durable.
+    pub fn sync(&self, ledger: u64) -> Result<()> {
+        self.writable()?;
+        self.ledger(ledger)?.sync(&self.stats)
+    }
+
+    /// Seals `ledger`: syncs its entries, writes the footer (the entry-offset index) and syncs
+    /// it. Durable when it returns; later reads go through a memory map and appends fail with
+    /// [`Error::Sealed`]. Sealing a sealed ledger does nothing.
+    pub fn seal(&self, ledger: u64) -> Result<()> {
+        self.writable()?;
+        self.ledger(ledger)?.seal(&self.stats)
+    }
+
+    /// Reads entry `entry_id` of `ledger`, checking its checksum.
+    /// [`Error::NoSuchLedger`] / [`Error::NoSuchEntry`] when it does not exist.
+    pub fn read(&self, ledger: u64, entry_id: u64) -> Result<LogEntry> {
+        self.stats.entry_reads.fetch_add(1, Ordering::Relaxed);
+        let (meta, payload) = self.ledger(ledger)?.read(entry_id)?;
+        Ok(LogEntry {
+            entry_id,
+            meta,
+            payload,
+        })
+    }
+
+    /// Reads the metadata of entry `entry_id` of `ledger` (the frame header; for an unsealed
+    /// ledger without reading the payload).
+    pub fn read_meta(&self, ledger: u64, entry_id: u64) -> Result<EntryMeta> {
+        self.stats.header_reads.fetch_add(1, Ordering::Relaxed);
+        self.ledger(ledger)?.read_meta(entry_id)
+    }
+
+    /// Iterates over the entries of `ledger` from `from` on, reading each as it is reached.
+    pub fn entries(
+        &self,
+        ledger: u64,
+        from: u64,
+    ) -> Result<impl Iterator<Item = Result<LogEntry>>> {
+        let count = self.entry_count(ledger)?;
+        Ok((from..count).map(move |id| self.read(ledger, id)))
+    }
+
+    /// Number of entries in `ledger`.
+    pub fn entry_count(&self, ledger: u64) -> Result<u64> {
+        Ok(self.ledger(ledger)?.entry_count())
+    }
+
+    /// Ids of every ledger, ascending.
+    #[must_use]
+    pub fn ledger_ids(&self) -> Vec<u64> {
+        self.ledgers
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .keys()
+            .copied()
+            .collect()
+    }
+
+    /// A summary of `ledger`.
+    pub fn ledger_info(&self, ledger: u64) -> Result<LedgerInfo> {
+        let l = self.ledger(ledger)?;
+        Ok(LedgerInfo {
+            id: ledger,
+            entries: l.entry_count(),
+            bytes: l.bytes(),
+            sealed: l.is_sealed(),
+        })
+    }
+
+    /// Deletes `ledger`: removes its file, then syncs the directory. Durable when it returns.
+    pub fn delete_ledger(&self, ledger: u64) -> Result<()> {
+        self.writable()?;
+        self.ledger(ledger)?;
+        self.storage.remove(&ledger_file_name(ledger))?;
+        self.ledgers
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&ledger);
+        self.storage.sync_dir()
+    }
+
+    /// Counters since open.
+    #[must_use]
+    pub fn stats(&self) -> LogStats {
+        let s = &self.stats;
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        LogStats {
+            appends: get(&s.appends),
+            bytes_appended: get(&s.bytes_appended),
+            sync_calls: get(&s.sync_calls),
+            fsyncs: get(&s.fsyncs),
+            header_reads: get(&s.header_reads),
+            entry_reads: get(&s.entry_reads),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ledger_file_names_round_trip_and_others_are_ignored() {
+        assert_eq!(ledger_file_name(7), "ledger-00000000000000000007.log");
+        assert_eq!(
+            parse_ledger_file_name(&ledger_file_name(u64::MAX)),
+            Some(u64::MAX)
+        );
+        for other in [
+            "topic.meta",
+            "ledger-7.log",
+            "ledger-0000000000000000000x.log",
+            "LOCK",
+        ] {
+            assert_eq!(parse_ledger_file_name(other), None);
+        }
+        assert_eq!(
+            parse_ledger_file_name("ledger-99999999999999999999.log"),
+            None
+        );
+    }
+}

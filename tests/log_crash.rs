@@ -1,0 +1,215 @@
+//! Power cuts: after every storage operation of an append/sync/seal/delete workload, at every
+//! byte of the unsynced tail, on the in-memory disk and on real files. The reopened log must
+//! hold every synced entry, possibly some later whole entries, never a partial or altered one.
+
+mod common;
+
+use std::sync::Arc;
+
+use ackstore::format::ledger::{FRAME_HEADER_LEN, HEADER_LEN};
+use ackstore::log::{EntryLog, LogConfig, ledger_file_name};
+use ackstore::storage::{FileStorage, MemStorage, Storage};
+use common::{Model, meta, payload};
+
+/// Creates, appends with syncs now and then, seals one ledger, creates and deletes another.
+/// Stops at the first error (the power went off), leaving in `model` what it was told.
+fn workload(log: &EntryLog, model: &mut Model) -> ackstore::Result<()> {
+    let a = model.create(log)?;
+    let b = model.create(log)?;
+    for i in 0..10 {
+        model.append(log, a)?;
+        if i % 3 != 1 {
+            model.append(log, b)?;
+        }
+        if i % 4 == 3 {
+            model.sync(log, a)?;
+        }
+        if i % 5 == 4 {
+            model.sync(log, b)?;
+        }
+    }
+    model.seal(log, a)?;
+    model.append(log, b)?;
+    model.sync(log, b)?;
+    let c = model.create(log)?;
+    model.append(log, c)?;
+    model.sync(log, c)?;
+    model.delete(log, c)?;
+    model.append(log, b)?;
+    Ok(())
+}
+
+fn open(disk: &MemStorage) -> EntryLog {
+    EntryLog::open(Arc::new(disk.clone()), LogConfig::default()).unwrap()
+}
+
+/// The durable bytes plus the first `k` bytes of the unsynced tail (writes only ever extend
+/// these files, so the live image starts with the durable one).
+fn keep_tail(durable: &[u8], live: &[u8], k: usize) -> Vec<u8> {
+    if live.len() >= durable.len() && live.starts_with(durable) {
+        live[..live.len().min(durable.len() + k)].to_vec()
+    } else {
+        durable.to_vec()
+    }
+}
+
+/// After recovering, the log takes new writes and they, and the repair, survive another cut.
+fn check_writable_after_recovery(image: &MemStorage, model: &Model) {
+    let log = open(image);
+    model.check_recovered(&log);
+    let open_ledger = log
+        .ledger_ids()
+        .into_iter()
+        .find(|id| !log.ledger_info(*id).unwrap().sealed);
+    let Some(id) = open_ledger else { return };
+    let n = log.entry_count(id).unwrap();
+    log.append(id, meta(n), &payload(id, n)).unwrap();
+    log.sync(id).unwrap();
+    let before: Vec<_> = (0..=n).map(|i| log.read(id, i).unwrap()).collect();
+    drop(log);
+    let again = open(&image.durable_image());
+    assert!(again.recovery_report().is_empty());
+    let after: Vec<_> = (0..=n).map(|i| again.read(id, i).unwrap()).collect();
+    assert_eq!(before, after);
+}
+
+#[test]
+fn power_cut_after_every_operation_keeps_synced_entries_and_only_whole_ones() {
+    let total = {
+        let disk = MemStorage::new();
+        workload(&open(&disk), &mut Model::default()).unwrap();
+        disk.mutations()
+    };
+    assert!(total > 40, "the workload should exercise many operations");
+    for n in 0..=total {
+        let disk = MemStorage::new();
+        let log = open(&disk);
+        let mut model = Model::default();
+        disk.fail_after(Some(n));
+        let result = workload(&log, &mut model);
+        assert_eq!(result.is_ok(), n == total, "cut after {n} of {total}");
+        disk.fail_after(None);
+        let max_tail = model
+            .ledgers
+            .keys()
+            .filter_map(|id| disk.live_bytes(&ledger_file_name(*id)))
+            .map(|b| b.len())
+            .max()
+            .unwrap_or(0);
+        for k in 0..=max_tail {
+            let image = disk.crash_image(|_, d, l| keep_tail(d, l, k));
+            check_writable_after_recovery(&image, &model);
+            if image.list().unwrap().iter().all(|name| {
+                let live = disk.live_bytes(name).unwrap_or_default();
+                image.live_bytes(name).unwrap().len() >= live.len()
+            }) {
+                break;
+            }
+        }
+    }
+}
+
+/// Offsets at which each of `payload_lens`' frames ends.
+fn frame_ends(payload_lens: &[usize]) -> Vec<usize> {
+    let mut end = HEADER_LEN;
+    payload_lens
+        .iter()
+        .map(|len| {
+            end += FRAME_HEADER_LEN + len;
+            end
+        })
+        .collect()
+}
+
+/// Writes `bytes` as ledger `id`'s file in `dir` (replacing it) and opens the log there.
+fn reopen_file(dir: &std::path::Path, id: u64, bytes: &[u8]) -> EntryLog {
+    std::fs::write(dir.join(ledger_file_name(id)), bytes).unwrap();
+    let storage = FileStorage::open(dir, false).unwrap();
+    EntryLog::open(Arc::new(storage), LogConfig::default()).unwrap()
+}
+
+/// A log on real files in `dir` with one ledger of `synced` synced then `unsynced` entries.
+fn real_file_ledger(dir: &std::path::Path, synced: u64, unsynced: u64) -> (EntryLog, Model, u64) {
+    let storage = FileStorage::open(dir, false).unwrap();
+    let log = EntryLog::open(Arc::new(storage), LogConfig::default()).unwrap();
+    let mut model = Model::default();
+    let id = model.create(&log).unwrap();
+    for _ in 0..synced {
+        model.append(&log, id).unwrap();
+    }
+    model.sync(&log, id).unwrap();
+    for _ in 0..unsynced {
+        model.append(&log, id).unwrap();
+    }
+    (log, model, id)
+}
+
+#[test]
+fn real_file_cut_at_every_tail_length_recovers_the_whole_entries() {
+    let src = tempfile::tempdir().unwrap();
+    let (log, model, id) = real_file_ledger(src.path(), 3, 4);
+    drop(log);
+    let full = std::fs::read(src.path().join(ledger_file_name(id))).unwrap();
+    let lens: Vec<usize> = model.ledgers[&id]
+        .appended
+        .iter()
+        .map(|e| e.1.len())
+        .collect();
+    let ends = frame_ends(&lens);
+    assert_eq!(*ends.last().unwrap(), full.len());
+
+    let dst = tempfile::tempdir().unwrap();
+    for len in ends[2]..=full.len() {
+        let log = reopen_file(dst.path(), id, &full[..len]);
+        let whole = ends.iter().filter(|e| **e <= len).count() as u64;
+        assert_eq!(log.entry_count(id).unwrap(), whole, "cut at {len}");
+        model.check_recovered(&log);
+        let cut = log
+            .recovery_report()
+            .iter()
+            .map(|r| r.dropped_bytes)
+            .sum::<u64>();
+        assert_eq!(
+            cut,
+            (len - ends[usize::try_from(whole).unwrap() - 1]) as u64
+        );
+        drop(log);
+        // The repair was written to the file itself.
+        let repaired = std::fs::read(dst.path().join(ledger_file_name(id))).unwrap();
+        assert_eq!(repaired, full[..ends[usize::try_from(whole).unwrap() - 1]]);
+    }
+    // A zero-filled tail (the file grew but the data never reached the disk) is the end.
+    for zeros in [1, FRAME_HEADER_LEN - 1, FRAME_HEADER_LEN, 4096] {
+        let mut bytes = full.clone();
+        bytes.resize(full.len() + zeros, 0);
+        let log = reopen_file(dst.path(), id, &bytes);
+        assert_eq!(log.entry_count(id).unwrap(), 7);
+        assert_eq!(log.recovery_report()[0].reason, "zero-filled tail");
+    }
+}
+
+#[test]
+fn real_file_interrupted_seal_reopens_unsealed_with_every_entry() {
+    let src = tempfile::tempdir().unwrap();
+    let (log, mut model, id) = real_file_ledger(src.path(), 5, 0);
+    let data_end = usize::try_from(log.ledger_info(id).unwrap().bytes).unwrap();
+    model.seal(&log, id).unwrap();
+    drop(log);
+    // The cuts below model a crash during the seal, before it returned.
+    model.ledgers.get_mut(&id).unwrap().sealed = false;
+    let full = std::fs::read(src.path().join(ledger_file_name(id))).unwrap();
+
+    let dst = tempfile::tempdir().unwrap();
+    for len in data_end..=full.len() {
+        let log = reopen_file(dst.path(), id, &full[..len]);
+        model.check_recovered(&log);
+        assert_eq!(log.entry_count(id).unwrap(), 5);
+        let sealed = log.ledger_info(id).unwrap().sealed;
+        assert_eq!(sealed, len == full.len(), "cut at {len}");
+        assert_eq!(log.recovery_report().is_empty(), len == data_end || sealed);
+        if !sealed {
+            log.seal(id).unwrap();
+            assert!(log.ledger_info(id).unwrap().sealed);
+        }
+    }
+}
