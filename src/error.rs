@@ -139,9 +139,61 @@ pub enum Error {
     /// A configured limit was hit and the configuration asks for an error instead of a cut.
     #[error("limit exceeded: {0}")]
     LimitExceeded(String),
+    /// An ack partition that the cursor's index lists could not be loaded intact from its store.
+    #[error(
+        "ack partition {chunk} of ledger {ledger_id} could not be loaded: {reason}; \
+         the cursor's persisted ack state is incomplete, reopen the cursor to recover it \
+         from its last good marker"
+    )]
+    BadPartition {
+        /// The data ledger of the partition.
+        ledger_id: u64,
+        /// The partition's chunk (`entry_id >> PARTITION_BITS`).
+        chunk: u64,
+        /// What went wrong.
+        reason: String,
+    },
+    /// A data ledger the topic record lists has no file.
+    #[error(
+        "data ledger {ledger} is listed in the topic record of `{dir}` but its file is missing; \
+         restore it from a backup or replica"
+    )]
+    MissingLedger {
+        /// The missing ledger.
+        ledger: u64,
+        /// The topic directory.
+        dir: String,
+    },
+    /// A sealed data ledger holds another number of entries than the topic record says were
+    /// sealed into it.
+    #[error(
+        "data ledger {ledger} of `{dir}` holds {found} entries but {recorded} were sealed into \
+         it; restore the ledger file from a backup or replica"
+    )]
+    LedgerMismatch {
+        /// The ledger.
+        ledger: u64,
+        /// Entries the topic record lists.
+        recorded: u64,
+        /// Entries the file holds.
+        found: u64,
+        /// The topic directory.
+        dir: String,
+    },
     /// The operation is not supported in this configuration.
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// An entry of a cursor ledger failed verification.
+    #[error(
+        "cursor ledger entry {position} is corrupted: {kind}; \
+         run `ackstore verify` on the directory"
+    )]
+    CorruptedEntry {
+        /// The cursor ledger and entry.
+        position: Position,
+        /// What is wrong.
+        kind: CorruptionKind,
+    },
 }
 
 impl Error {

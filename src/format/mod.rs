@@ -5,12 +5,17 @@
 //! length against what remains (and against a maximum) before using it.
 //!
 //! Submodules, one per file kind:
-//! - [`ledger`]: the ledger file (header, entry frames, sealed-ledger footer).
+//! - [`ledger`]: the ledger file (header, entry frames, sealed-ledger footer);
+//! - [`partition`]: one partition of a cursor's ack set;
+//! - [`meta`]: metadata records (topic and cursor).
 //!
 //! Shared helpers live here: [`Reader`], a bounds-checked little-endian cursor over a byte
 //! slice, and [`crc32`], the checksum every format uses.
 
+pub mod cursor;
 pub mod ledger;
+pub mod meta;
+pub mod partition;
 
 use crate::error::CorruptionKind;
 

@@ -1,0 +1,239 @@
+//! The set of individually acknowledged entries above a cursor's mark-delete position.
+//!
+//! Owns: the in-memory representation of acks as roaring bitmaps split into partitions
+//! ([`PartitionKey`]: a data ledger and a span of `2^PARTITION_BITS` entry ids), the maximal
+//! inclusive ranges they form, and the byte budget of what stays resident.
+//! - [`AckSet`]: every partition in memory, no bound; the reference the wrapper is tested against.
+//! - [`RangeSetWrapper`]: the same queries with partitions resident under an LRU byte budget,
+//!   evicted to and loaded from a [`PartitionStore`].
+//! - [`pulsar`]: what Pulsar's own encoding of the same ranges would cost, for comparison.
+//!
+//! Must never: do I/O itself (a [`PartitionStore`] does it), drop an ack without being asked
+//! (`remove_at_most`, `clear`), let a range span two ledgers, or truncate an entry id: every `u64`
+//! entry id is stored exactly (the partition's chunk holds the high bits).
+//!
+//! Invariants shared by both sets: no partition is empty; a partition's bitmap only holds
+//! values below `2^PARTITION_BITS`; ranges join across chunk boundaries within a ledger, so
+//! every reported range is maximal.
+
+mod set;
+mod store;
+mod wrapper;
+
+pub mod pulsar;
+
+pub use crate::format::partition::{PARTITION_BITS, PARTITION_SPAN, PartitionKey};
+pub use set::{AckSet, Ranges};
+pub use store::{MemPartitionStore, PartitionStore};
+pub use wrapper::{AckSetStats, RangeSetWrapper};
+
+use roaring::RoaringBitmap;
+
+use crate::format::partition::MAX_BITMAP_BYTES;
+use crate::position::Position;
+
+/// An inclusive range of acked positions within one ledger.
+pub type AckRange = (Position, Position);
+
+/// Bytes a resident partition is charged on top of its bitmap's serialized size: the LRU node
+/// and its hash slot, the key, the bitmap's and its container's headers. A round upper estimate
+/// of those allocations on 64-bit targets.
+pub const PARTITION_OVERHEAD_BYTES: usize = 128;
+
+/// The most a resident partition is charged: its bitmap is kept in (at most a few bytes over) its
+/// smallest form, whose serialization is at most `MAX_BITMAP_BYTES`.
+pub const MAX_PARTITION_BYTES: usize = MAX_BITMAP_BYTES + 8 + PARTITION_OVERHEAD_BYTES;
+
+/// The largest offset within a partition.
+const LAST_OFFSET: u32 = u32::MAX >> (32 - PARTITION_BITS);
+
+/// What a resident partition is charged against the budget.
+fn charged_bytes(bitmap: &RoaringBitmap) -> usize {
+    bitmap.serialized_size() + PARTITION_OVERHEAD_BYTES
+}
+
+/// Keeps a partition bitmap compact after a change: a full partition collapses to one run, and a
+/// run container that outgrew the largest plain form is converted back (roaring leaves both as
+/// they are on insert).
+fn settle(bitmap: &mut RoaringBitmap) {
+    if bitmap.len() == PARTITION_SPAN || bitmap.serialized_size() > MAX_BITMAP_BYTES {
+        bitmap.optimize();
+    }
+}
+
+/// The offsets of `key`'s partition that lie in `[from, to]`: `None` when the partition is
+/// entirely inside, else the clipped local bounds. The caller only asks for keys between
+/// `PartitionKey::of(from)` and `PartitionKey::of(to)`.
+fn clip(key: PartitionKey, from: Position, to: Position) -> Option<(u32, u32)> {
+    let lo = if key == PartitionKey::of(from) {
+        PartitionKey::offset_of(from.entry_id)
+    } else {
+        0
+    };
+    let hi = if key == PartitionKey::of(to) {
+        PartitionKey::offset_of(to.entry_id)
+    } else {
+        LAST_OFFSET
+    };
+    (lo != 0 || hi != LAST_OFFSET).then_some((lo, hi))
+}
+
+/// Acked entries of `bitmap` in the local bounds from [`clip`] (`None`: all of them).
+fn count_clipped(bitmap: &RoaringBitmap, bounds: Option<(u32, u32)>) -> u64 {
+    match bounds {
+        None => bitmap.len(),
+        Some((lo, hi)) => bitmap.range_cardinality(lo..=hi),
+    }
+}
+
+/// The partitions that `first..=last` of `ledger_id` touches, with the local offsets it covers in
+/// each, ascending. Empty when `first > last`.
+fn chunks(ledger_id: u64, first: u64, last: u64) -> impl Iterator<Item = (PartitionKey, u32, u32)> {
+    let mut next = (first <= last).then_some(first);
+    std::iter::from_fn(move || {
+        let start = next?;
+        let key = PartitionKey::of(Position::new(ledger_id, start));
+        let end = last.min(key.last_entry());
+        next = end.checked_add(1).filter(|n| *n <= last);
+        Some((
+            key,
+            PartitionKey::offset_of(start),
+            PartitionKey::offset_of(end),
+        ))
+    })
+}
+
+/// Direction in which partitions are visited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Direction {
+    Ascending,
+    Descending,
+}
+
+/// Joins the per-partition runs of consecutive offsets, fed in one direction, into maximal ranges:
+/// a run that continues the pending range in the same ledger extends it (this only happens across
+/// a chunk boundary, as runs within a bitmap are already maximal).
+#[derive(Debug)]
+struct RangeJoiner {
+    direction: Direction,
+    pending: Option<AckRange>,
+}
+
+impl RangeJoiner {
+    fn new(direction: Direction) -> Self {
+        Self {
+            direction,
+            pending: None,
+        }
+    }
+
+    /// Adds the run `lo..=hi` of `key`'s partition; returns a range that is now complete.
+    fn push(&mut self, key: PartitionKey, lo: u32, hi: u32) -> Option<AckRange> {
+        let (first, last) = (key.position(lo), key.position(hi));
+        let Some((p_first, p_last)) = self.pending else {
+            self.pending = Some((first, last));
+            return None;
+        };
+        let joins = first.ledger_id == p_first.ledger_id
+            && match self.direction {
+                Direction::Ascending => p_last.entry_id.checked_add(1) == Some(first.entry_id),
+                Direction::Descending => last.entry_id.checked_add(1) == Some(p_first.entry_id),
+            };
+        if joins {
+            self.pending = Some(match self.direction {
+                Direction::Ascending => (p_first, last),
+                Direction::Descending => (first, p_last),
+            });
+            None
+        } else {
+            self.pending.replace((first, last))
+        }
+    }
+
+    /// Whether a run of `key`'s partition could extend the pending range (so it is not complete
+    /// before that partition has been seen).
+    fn could_continue(&self, key: PartitionKey) -> bool {
+        self.pending.is_some_and(|(first, last)| {
+            first.ledger_id == key.ledger_id
+                && match self.direction {
+                    Direction::Ascending => last.entry_id.checked_add(1) == Some(key.first_entry()),
+                    Direction::Descending => {
+                        key.last_entry().checked_add(1) == Some(first.entry_id)
+                    }
+                }
+        })
+    }
+
+    /// Feeds every run of one partition's bitmap, in the joiner's direction, to `emit` (which
+    /// returns `false` to stop); returns `false` if `emit` stopped.
+    fn push_bitmap(
+        &mut self,
+        key: PartitionKey,
+        bitmap: &RoaringBitmap,
+        emit: &mut dyn FnMut(AckRange) -> bool,
+    ) -> bool {
+        let mut runs = bitmap.iter();
+        loop {
+            let run = match self.direction {
+                Direction::Ascending => runs.next_range(),
+                Direction::Descending => runs.next_range_back(),
+            };
+            let Some(run) = run else { return true };
+            if let Some(done) = self.push(key, *run.start(), *run.end())
+                && !emit(done)
+            {
+                return false;
+            }
+        }
+    }
+
+    /// Takes the last pending range.
+    fn finish(&mut self) -> Option<AckRange> {
+        self.pending.take()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(ledger_id: u64, chunk: u64) -> PartitionKey {
+        PartitionKey { ledger_id, chunk }
+    }
+
+    #[test]
+    fn joiner_joins_across_chunks_but_never_across_ledgers() {
+        let top = LAST_OFFSET;
+        let mut j = RangeJoiner::new(Direction::Ascending);
+        assert_eq!(j.push(key(1, 0), 5, top), None);
+        assert_eq!(j.push(key(1, 1), 0, 3), None);
+        let first = j.push(key(2, 0), 0, 0);
+        assert_eq!(first, Some((Position::new(1, 5), Position::new(1, 65539))));
+        assert_eq!(j.finish(), Some((Position::new(2, 0), Position::new(2, 0))));
+
+        let mut j = RangeJoiner::new(Direction::Descending);
+        assert_eq!(j.push(key(1, 1), 0, 3), None);
+        assert_eq!(j.push(key(1, 0), 5, top), None);
+        assert_eq!(
+            j.push(key(0, 0), top, top),
+            Some((Position::new(1, 5), Position::new(1, 65539)))
+        );
+    }
+
+    #[test]
+    fn clip_reports_whole_partitions_as_none() {
+        let from = Position::new(1, 10);
+        let to = Position::new(1, 3 << 16);
+        assert_eq!(clip(key(1, 0), from, to), Some((10, 65535)));
+        assert_eq!(clip(key(1, 1), from, to), None);
+        assert_eq!(clip(key(1, 3), from, to), Some((0, 0)));
+    }
+
+    #[test]
+    fn settle_collapses_a_full_partition_to_one_run() {
+        let mut b: RoaringBitmap = (0..1 << 16).collect();
+        assert!(b.serialized_size() > 8192);
+        settle(&mut b);
+        assert!(b.serialized_size() < 32);
+    }
+}

@@ -1,0 +1,133 @@
+//! [`PartitionStore`]: where the wrapper puts evicted partitions and loads cold ones from, and
+//! [`MemPartitionStore`], an in-memory store for tests and tools.
+
+use std::collections::HashMap;
+
+use roaring::RoaringBitmap;
+
+use super::PartitionKey;
+use crate::error::{Error, Result};
+use crate::format::partition::{decode_partition, encode_partition};
+
+/// Where a [`RangeSetWrapper`](super::RangeSetWrapper) puts partitions it evicts and loads the
+/// partitions it does not hold. Object safe.
+///
+/// The store remembers where it put each partition: after `store(key, b)` returns `Ok`, `load(key)`
+/// returns `b` until the next `store` or `forget` of that key. Bitmaps hold
+/// `entry_id - key.first_entry()`.
+pub trait PartitionStore: Send {
+    /// The last bitmap stored under `key`, or `None` if there is none.
+    fn load(&mut self, key: PartitionKey) -> Result<Option<RoaringBitmap>>;
+
+    /// Keeps `bitmap` as the contents of `key`, replacing any earlier one.
+    fn store(&mut self, key: PartitionKey, bitmap: &RoaringBitmap) -> Result<()>;
+
+    /// The partition no longer exists (its acks were all removed); the store may drop its copy.
+    /// It is never loaded again unless stored again first.
+    fn forget(&mut self, key: PartitionKey) {
+        let _ = key;
+    }
+}
+
+/// A [`PartitionStore`] in a `HashMap`, holding each partition in its encoded form (so every load
+/// goes through the partition decoder and its checks).
+#[derive(Debug, Default)]
+pub struct MemPartitionStore {
+    records: HashMap<PartitionKey, Vec<u8>>,
+    loads: u64,
+    stores: u64,
+}
+
+impl MemPartitionStore {
+    /// An empty store.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of partitions held.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Whether the store holds nothing.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// Bytes of all records held.
+    #[must_use]
+    pub fn bytes(&self) -> usize {
+        self.records.values().map(Vec::len).sum()
+    }
+
+    /// Number of successful `load` calls that found a partition.
+    #[must_use]
+    pub fn loads(&self) -> u64 {
+        self.loads
+    }
+
+    /// Number of `store` calls.
+    #[must_use]
+    pub fn stores(&self) -> u64 {
+        self.stores
+    }
+
+    /// The encoded record of `key`, if held.
+    #[must_use]
+    pub fn record(&self, key: PartitionKey) -> Option<&[u8]> {
+        self.records.get(&key).map(Vec::as_slice)
+    }
+}
+
+impl PartitionStore for MemPartitionStore {
+    fn load(&mut self, key: PartitionKey) -> Result<Option<RoaringBitmap>> {
+        let Some(record) = self.records.get(&key) else {
+            return Ok(None);
+        };
+        let (found, bitmap) = decode_partition(record)?;
+        if found != key {
+            return Err(Error::BadPartition {
+                ledger_id: key.ledger_id,
+                chunk: key.chunk,
+                reason: format!("the store returned the record of partition {found}"),
+            });
+        }
+        self.loads += 1;
+        Ok(Some(bitmap))
+    }
+
+    fn store(&mut self, key: PartitionKey, bitmap: &RoaringBitmap) -> Result<()> {
+        self.records.insert(key, encode_partition(key, bitmap));
+        self.stores += 1;
+        Ok(())
+    }
+
+    fn forget(&mut self, key: PartitionKey) {
+        self.records.remove(&key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_partitions_load_back_until_forgotten() {
+        let mut s = MemPartitionStore::new();
+        let key = PartitionKey {
+            ledger_id: 4,
+            chunk: 9,
+        };
+        assert_eq!(s.load(key).expect("load"), None);
+        let bitmap = RoaringBitmap::from([1, 5, 65_535]);
+        s.store(key, &bitmap).expect("store");
+        assert_eq!(s.load(key).expect("load"), Some(bitmap));
+        assert_eq!((s.len(), s.stores(), s.loads()), (1, 1, 1));
+        s.forget(key);
+        assert_eq!(s.load(key).expect("load"), None);
+        assert!(s.is_empty());
+    }
+}

@@ -1,0 +1,750 @@
+//! [`RangeSetWrapper`]: the ack set with partitions resident under an LRU byte budget.
+//!
+//! Every live partition is listed in an index (key, cardinality, resident?, dirty?) that stays in
+//! memory outside the budget; bitmaps are resident or in the [`PartitionStore`]. The partition in
+//! use ("hot", the most recently used) is held apart from the `lru` cache of the others, so runs of
+//! acks in one partition cost no lookup. Before another partition becomes hot, the previous one
+//! joins the cache as its most recent entry and least recently used partitions are evicted until
+//! the resident bytes are within the budget: they never exceed the budget plus the hot partition.
+//!
+//! Two flags per partition, independent of each other:
+//! - *dirty*: changed since the last [`RangeSetWrapper::mark_clean`] of its key, whether resident
+//!   or not; the persistence layer writes dirty partitions at its next flush.
+//! - *unsaved* (resident partitions only): the store does not hold its current contents. Evicting
+//!   an unsaved partition first calls [`PartitionStore::store`]; evicting a saved one just drops
+//!   it. A loaded partition is saved until it changes.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::Bound;
+
+use lru::LruCache;
+use roaring::RoaringBitmap;
+
+use super::{
+    AckRange, Direction, LAST_OFFSET, PartitionKey, PartitionStore, RangeJoiner, charged_bytes,
+    chunks, clip, count_clipped, settle,
+};
+use crate::error::{Error, Result};
+use crate::position::Position;
+
+/// Bytes the index is charged per live partition: key and entry (32 bytes) plus the B-tree's
+/// node headers and slack, rounded up.
+pub const INDEX_ENTRY_BYTES: usize = 48;
+
+/// Counters and sizes of a [`RangeSetWrapper`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AckSetStats {
+    /// Bytes charged for resident partitions (serialized bitmap size plus a fixed overhead each).
+    pub resident_bytes: usize,
+    /// The highest `resident_bytes` ever reached.
+    pub peak_resident_bytes: usize,
+    /// The configured budget for resident partitions.
+    pub budget_bytes: usize,
+    /// Bytes charged for the index of live partitions, outside the budget.
+    pub index_bytes: usize,
+    /// Partitions whose bitmap is in memory.
+    pub resident_partitions: usize,
+    /// Live (non-empty) partitions, resident or not.
+    pub partitions: usize,
+    /// Partitions changed since their last `mark_clean`.
+    pub dirty_partitions: usize,
+    /// Partitions loaded from the store.
+    pub loads: u64,
+    /// Partitions evicted from memory.
+    pub evictions: u64,
+    /// Partitions handed to the store on eviction.
+    pub stores: u64,
+}
+
+/// A live partition. While it is resident, its [`Resident`] holds the authoritative cardinality
+/// (the bitmap's) and dirty flag, and `cardinality`/`dirty` here are stale until it is evicted.
+#[derive(Clone, Copy, Debug)]
+struct IndexEntry {
+    cardinality: u64,
+    resident: bool,
+    dirty: bool,
+}
+
+#[derive(Debug)]
+struct Resident {
+    bitmap: RoaringBitmap,
+    /// What the partition is charged against the budget.
+    bytes: usize,
+    /// The store does not hold the current contents.
+    unsaved: bool,
+    /// Changed since the last `mark_clean`.
+    dirty: bool,
+}
+
+/// The ack set under an LRU byte budget: the same queries as [`AckSet`](super::AckSet), fallible
+/// because touching a partition that is not resident loads it from the [`PartitionStore`].
+///
+/// On `Err` (a failed store or load), the operation has changed nothing, except `add_range`,
+/// which may have added the part of the range in the partitions before the failing one.
+pub struct RangeSetWrapper {
+    store: Box<dyn PartitionStore>,
+    budget: usize,
+    index: BTreeMap<PartitionKey, IndexEntry>,
+    lru: LruCache<PartitionKey, Resident>,
+    /// The most recently used partition, resident but not in `lru`.
+    hot: Option<(PartitionKey, Resident)>,
+    len: u64,
+    resident_bytes: usize,
+    peak_resident_bytes: usize,
+    dirty: usize,
+    loads: u64,
+    evictions: u64,
+    stores: u64,
+}
+
+impl fmt::Debug for RangeSetWrapper {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RangeSetWrapper")
+            .field("len", &self.len)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RangeSetWrapper {
+    /// An empty set keeping at most `budget_bytes` (plus one partition) resident.
+    #[must_use]
+    pub fn new(store: Box<dyn PartitionStore>, budget_bytes: usize) -> Self {
+        Self {
+            store,
+            budget: budget_bytes,
+            index: BTreeMap::new(),
+            lru: LruCache::unbounded(),
+            hot: None,
+            len: 0,
+            resident_bytes: 0,
+            peak_resident_bytes: 0,
+            dirty: 0,
+            loads: 0,
+            evictions: 0,
+            stores: 0,
+        }
+    }
+
+    /// Lazy recovery: these partitions, with their cardinalities, are in `store`; none is
+    /// resident or dirty, and each is loaded on first touch. Entries with cardinality 0 are
+    /// ignored; for a key given twice the last one counts.
+    #[must_use]
+    pub fn with_index(
+        store: Box<dyn PartitionStore>,
+        budget_bytes: usize,
+        index: impl IntoIterator<Item = (PartitionKey, u64)>,
+    ) -> Self {
+        let mut set = Self::new(store, budget_bytes);
+        for (key, cardinality) in index.into_iter().filter(|(_, c)| *c > 0) {
+            let entry = IndexEntry {
+                cardinality,
+                resident: false,
+                dirty: false,
+            };
+            let old = set.index.insert(key, entry).map_or(0, |e| e.cardinality);
+            set.len = set.len - old + cardinality;
+        }
+        set
+    }
+
+    /// Adds one position; `true` if it was not acked before.
+    pub fn add(&mut self, pos: Position) -> Result<bool> {
+        let offset = PartitionKey::offset_of(pos.entry_id);
+        let added = self.with_partition(PartitionKey::of(pos), true, |b| b.insert(offset))?;
+        Ok(added.unwrap_or(false))
+    }
+
+    /// Adds the entries `first..=last` of one ledger; returns how many were not acked before.
+    /// Costs one partition touch per `2^PARTITION_BITS` entries of the range.
+    pub fn add_range(&mut self, ledger_id: u64, first: u64, last: u64) -> Result<u64> {
+        let mut added = 0;
+        for (key, lo, hi) in chunks(ledger_id, first, last) {
+            added += self
+                .with_partition(key, true, |b| b.insert_range(lo..=hi))?
+                .unwrap_or(0);
+        }
+        Ok(added)
+    }
+
+    /// Whether `pos` is acked.
+    pub fn contains(&mut self, pos: Position) -> Result<bool> {
+        let offset = PartitionKey::offset_of(pos.entry_id);
+        let found = self.with_partition(PartitionKey::of(pos), false, |b| b.contains(offset))?;
+        Ok(found.unwrap_or(false))
+    }
+
+    /// Drops every position `<= pos`. Partitions entirely below `pos` are dropped without being
+    /// loaded; only the partition holding `pos` may be. No empty partition is left behind, and
+    /// the store is told to forget the dropped ones.
+    pub fn remove_at_most(&mut self, pos: Position) -> Result<()> {
+        let key = PartitionKey::of(pos);
+        let offset = PartitionKey::offset_of(pos.entry_id);
+        self.with_partition(key, false, |b| b.remove_range(..=offset))?;
+        let below: Vec<PartitionKey> = self.index.range(..key).map(|(k, _)| *k).collect();
+        for k in below {
+            self.drop_partition(k);
+        }
+        Ok(())
+    }
+
+    /// The lowest maximal range; loads only the partitions it spans.
+    pub fn first_range(&mut self) -> Result<Option<AckRange>> {
+        self.first_visited(Direction::Ascending)
+    }
+
+    /// The highest maximal range; loads only the partitions it spans.
+    pub fn last_range(&mut self) -> Result<Option<AckRange>> {
+        self.first_visited(Direction::Descending)
+    }
+
+    /// Every maximal inclusive range, ascending (a range never spans two ledgers). Loads every
+    /// partition in turn, evicting as it goes; [`Self::for_each_range`] streams instead.
+    pub fn ranges(&mut self) -> Result<Vec<AckRange>> {
+        let mut out = Vec::new();
+        self.for_each_range(|r| {
+            out.push(r);
+            true
+        })?;
+        Ok(out)
+    }
+
+    /// Calls `f` with every maximal range, ascending, until it returns `false`.
+    pub fn for_each_range(&mut self, mut f: impl FnMut(AckRange) -> bool) -> Result<()> {
+        self.visit(Direction::Ascending, &mut f)
+    }
+
+    /// Number of maximal ranges (loads every partition).
+    pub fn range_count(&mut self) -> Result<u64> {
+        let mut count = 0;
+        self.for_each_range(|_| {
+            count += 1;
+            true
+        })?;
+        Ok(count)
+    }
+
+    /// Number of acked positions, from the index (no I/O).
+    #[must_use]
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether nothing is acked.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Number of acked positions in `from..=to` (0 when `from > to`). Partitions entirely inside
+    /// are counted from the index; at most the two at the ends are loaded.
+    pub fn cardinality_between(&mut self, from: Position, to: Position) -> Result<u64> {
+        if from > to {
+            return Ok(0);
+        }
+        let mut total = 0;
+        let mut edges = Vec::with_capacity(2);
+        for (key, entry) in self
+            .index
+            .range(PartitionKey::of(from)..=PartitionKey::of(to))
+        {
+            match clip(*key, from, to) {
+                None => total += self.state(*key, entry).0,
+                Some(bounds) => edges.push((*key, bounds)),
+            }
+        }
+        for (key, bounds) in edges {
+            let counted = self.with_partition(key, false, |b| count_clipped(b, Some(bounds)))?;
+            total += counted.unwrap_or(0);
+        }
+        Ok(total)
+    }
+
+    /// The lowest and the highest acked positions (loads at most two partitions).
+    pub fn span(&mut self) -> Result<Option<(Position, Position)>> {
+        let (Some(first), Some(last)) = (
+            self.index.first_key_value().map(|(k, _)| *k),
+            self.index.last_key_value().map(|(k, _)| *k),
+        ) else {
+            return Ok(None);
+        };
+        let lo = self.with_partition(first, false, |b| b.min())?.flatten();
+        let hi = self.with_partition(last, false, |b| b.max())?.flatten();
+        Ok(lo
+            .zip(hi)
+            .map(|(lo, hi)| (first.position(lo), last.position(hi))))
+    }
+
+    /// Drops every ack; the store is told to forget every partition.
+    pub fn clear(&mut self) {
+        for key in self.index.keys() {
+            self.store.forget(*key);
+        }
+        self.index.clear();
+        self.lru.clear();
+        self.hot = None;
+        self.len = 0;
+        self.resident_bytes = 0;
+        self.dirty = 0;
+    }
+
+    /// Every live partition with its cardinality, ascending (no I/O).
+    #[must_use]
+    pub fn partitions(&self) -> Vec<(PartitionKey, u64)> {
+        self.index
+            .iter()
+            .map(|(k, e)| (*k, self.state(*k, e).0))
+            .collect()
+    }
+
+    /// Live partitions changed since their last [`Self::mark_clean`], ascending, resident or not.
+    #[must_use]
+    pub fn dirty_keys(&self) -> Vec<PartitionKey> {
+        self.index
+            .iter()
+            .filter(|(k, e)| self.state(**k, e).1)
+            .map(|(k, _)| *k)
+            .collect()
+    }
+
+    /// A copy of `key`'s bitmap (`entry_id - key.first_entry()`), loading it if needed; `None`
+    /// if the partition does not exist.
+    pub fn bitmap(&mut self, key: PartitionKey) -> Result<Option<RoaringBitmap>> {
+        self.with_partition(key, false, |b| b.clone())
+    }
+
+    /// The partition's current contents are persisted: it is no longer dirty. Does not touch the
+    /// store or residency; an unknown key is ignored.
+    pub fn mark_clean(&mut self, key: PartitionKey) {
+        let Some(entry) = self.index.get_mut(&key) else {
+            return;
+        };
+        let dirty = match (&mut self.hot, self.lru.peek_mut(&key)) {
+            (Some((hot, resident)), _) if *hot == key => &mut resident.dirty,
+            (_, Some(resident)) if entry.resident => &mut resident.dirty,
+            _ => &mut entry.dirty,
+        };
+        if *dirty {
+            *dirty = false;
+            self.dirty -= 1;
+        }
+    }
+
+    /// The store, for the persistence layer to tell it where partitions were written.
+    pub fn store_mut(&mut self) -> &mut dyn PartitionStore {
+        self.store.as_mut()
+    }
+
+    /// Whether `key`'s bitmap is in memory.
+    #[must_use]
+    pub fn is_resident(&self, key: PartitionKey) -> bool {
+        self.index.get(&key).is_some_and(|e| e.resident)
+    }
+
+    /// Sizes and counters.
+    #[must_use]
+    pub fn stats(&self) -> AckSetStats {
+        AckSetStats {
+            resident_bytes: self.resident_bytes,
+            peak_resident_bytes: self.peak_resident_bytes,
+            budget_bytes: self.budget,
+            index_bytes: self.index.len() * INDEX_ENTRY_BYTES,
+            resident_partitions: self.lru.len() + usize::from(self.hot.is_some()),
+            partitions: self.index.len(),
+            dirty_partitions: self.dirty,
+            loads: self.loads,
+            evictions: self.evictions,
+            stores: self.stores,
+        }
+    }
+
+    /// `(cardinality, dirty)` of a live partition, from its resident copy if it has one.
+    fn state(&self, key: PartitionKey, entry: &IndexEntry) -> (u64, bool) {
+        let resident = match &self.hot {
+            Some((hot, resident)) if *hot == key => Some(resident),
+            _ if entry.resident => self.lru.peek(&key),
+            _ => None,
+        };
+        resident.map_or((entry.cardinality, entry.dirty), |r| {
+            (r.bitmap.len(), r.dirty)
+        })
+    }
+
+    /// Runs `f` on `key`'s bitmap, made hot first (created empty when `create` and the partition
+    /// does not exist; `None` when it does not exist and not `create`). If `f` changed the
+    /// cardinality, the partition becomes dirty and unsaved, and is dropped if empty.
+    fn with_partition<R>(
+        &mut self,
+        key: PartitionKey,
+        create: bool,
+        f: impl FnOnce(&mut RoaringBitmap) -> R,
+    ) -> Result<Option<R>> {
+        if self.hot.as_ref().is_none_or(|(hot, _)| *hot != key) && !self.make_hot(key, create)? {
+            return Ok(None);
+        }
+        let (_, resident) = self
+            .hot
+            .as_mut()
+            .expect("make_hot leaves the partition hot");
+        let before = resident.bitmap.len();
+        let out = f(&mut resident.bitmap);
+        let after = resident.bitmap.len();
+        if before != after {
+            settle(&mut resident.bitmap);
+            resident.unsaved = true;
+            if !resident.dirty {
+                resident.dirty = true;
+                self.dirty += 1;
+            }
+            let bytes = charged_bytes(&resident.bitmap);
+            self.resident_bytes = self.resident_bytes - resident.bytes + bytes;
+            self.peak_resident_bytes = self.peak_resident_bytes.max(self.resident_bytes);
+            resident.bytes = bytes;
+            self.len = self.len - before + after;
+        }
+        if after == 0 {
+            self.drop_partition(key);
+        }
+        Ok(Some(out))
+    }
+
+    /// Makes `key` the hot partition: the previous hot one joins the LRU cache, others are
+    /// evicted down to the budget, then `key` is taken from the cache, loaded, or (when `create`)
+    /// created empty. `false` if it does not exist and is not to be created. On `Err` nothing
+    /// observable has changed.
+    fn make_hot(&mut self, key: PartitionKey, create: bool) -> Result<bool> {
+        // A resident partition other than the hot one is in the cache: no index lookup needed.
+        if let Some(resident) = self.lru.pop(&key) {
+            self.retire_hot();
+            if let Err(e) = self.make_room() {
+                self.lru.put(key, resident);
+                return Err(e);
+            }
+            self.hot = Some((key, resident));
+            return Ok(true);
+        }
+        let entry = self.index.get(&key).copied();
+        if entry.is_none() && !create {
+            return Ok(false);
+        }
+        self.retire_hot();
+        self.make_room()?;
+        let resident = if let Some(entry) = entry {
+            let bitmap = self.load(key, entry.cardinality)?;
+            self.loads += 1;
+            self.admit(key, bitmap, false, entry.dirty)
+        } else {
+            let entry = IndexEntry {
+                cardinality: 0,
+                resident: false,
+                dirty: false,
+            };
+            self.index.insert(key, entry);
+            self.admit(key, RoaringBitmap::new(), true, false)
+        };
+        self.hot = Some((key, resident));
+        Ok(true)
+    }
+
+    /// Moves the hot partition, if any, into the cache as its most recently used entry.
+    fn retire_hot(&mut self) {
+        if let Some((previous, resident)) = self.hot.take() {
+            self.lru.put(previous, resident);
+        }
+    }
+
+    /// Charges a bitmap that becomes resident and marks it resident in the index.
+    fn admit(
+        &mut self,
+        key: PartitionKey,
+        bitmap: RoaringBitmap,
+        unsaved: bool,
+        dirty: bool,
+    ) -> Resident {
+        let bytes = charged_bytes(&bitmap);
+        self.resident_bytes += bytes;
+        self.peak_resident_bytes = self.peak_resident_bytes.max(self.resident_bytes);
+        if let Some(entry) = self.index.get_mut(&key) {
+            entry.resident = true;
+        }
+        Resident {
+            bitmap,
+            bytes,
+            unsaved,
+            dirty,
+        }
+    }
+
+    /// Loads a partition the index lists with `expected` entries, checking it.
+    fn load(&mut self, key: PartitionKey, expected: u64) -> Result<RoaringBitmap> {
+        let bad = |reason: String| Error::BadPartition {
+            ledger_id: key.ledger_id,
+            chunk: key.chunk,
+            reason,
+        };
+        let mut bitmap = self
+            .store
+            .load(key)?
+            .ok_or_else(|| bad("its store has no copy".to_owned()))?;
+        if bitmap.max().is_some_and(|m| m > LAST_OFFSET) {
+            return Err(bad("it holds offsets beyond the partition".to_owned()));
+        }
+        if bitmap.len() != expected {
+            return Err(bad(format!(
+                "it holds {} entries where the index lists {expected}",
+                bitmap.len()
+            )));
+        }
+        settle(&mut bitmap);
+        Ok(bitmap)
+    }
+
+    /// Evicts least recently used partitions of the cache until the resident bytes are within
+    /// the budget or the cache is empty (the hot partition is never evicted).
+    fn make_room(&mut self) -> Result<()> {
+        while self.resident_bytes > self.budget && !self.lru.is_empty() {
+            self.evict_lru()?;
+        }
+        Ok(())
+    }
+
+    /// Evicts the least recently used partition, storing it first if unsaved. If the store
+    /// fails, the partition stays resident (still least recently used).
+    fn evict_lru(&mut self) -> Result<()> {
+        let Some((key, resident)) = self.lru.pop_lru() else {
+            return Ok(());
+        };
+        if resident.unsaved {
+            if let Err(e) = self.store.store(key, &resident.bitmap) {
+                self.lru.put(key, resident);
+                self.lru.demote(&key);
+                return Err(e);
+            }
+            self.stores += 1;
+        }
+        self.resident_bytes -= resident.bytes;
+        if let Some(entry) = self.index.get_mut(&key) {
+            entry.resident = false;
+            entry.cardinality = resident.bitmap.len();
+            entry.dirty = resident.dirty;
+        }
+        self.evictions += 1;
+        Ok(())
+    }
+
+    /// Removes a partition entirely: index, memory, and the store's copy.
+    fn drop_partition(&mut self, key: PartitionKey) {
+        let Some(entry) = self.index.get(&key) else {
+            return;
+        };
+        let (cardinality, dirty) = self.state(key, entry);
+        self.index.remove(&key);
+        self.len -= cardinality;
+        if dirty {
+            self.dirty -= 1;
+        }
+        let resident = match self.hot.take() {
+            Some((hot, resident)) if hot == key => Some(resident),
+            other => {
+                self.hot = other;
+                self.lru.pop(&key)
+            }
+        };
+        if let Some(resident) = resident {
+            self.resident_bytes -= resident.bytes;
+        }
+        self.store.forget(key);
+    }
+
+    /// The first range met walking in `direction`.
+    fn first_visited(&mut self, direction: Direction) -> Result<Option<AckRange>> {
+        let mut found = None;
+        self.visit(direction, &mut |r| {
+            found = Some(r);
+            false
+        })?;
+        Ok(found)
+    }
+
+    /// Feeds every maximal range, in `direction`, to `f` until it returns `false`, loading one
+    /// partition at a time.
+    fn visit(&mut self, direction: Direction, f: &mut dyn FnMut(AckRange) -> bool) -> Result<()> {
+        let mut joiner = RangeJoiner::new(direction);
+        let mut last_seen: Option<PartitionKey> = None;
+        loop {
+            let bound = last_seen.map_or(Bound::Unbounded, Bound::Excluded);
+            let next = match direction {
+                Direction::Ascending => self.index.range((bound, Bound::Unbounded)).next(),
+                Direction::Descending => self.index.range((Bound::Unbounded, bound)).next_back(),
+            };
+            let Some(key) = next.map(|(k, _)| *k) else {
+                break;
+            };
+            last_seen = Some(key);
+            if !joiner.could_continue(key)
+                && let Some(done) = joiner.finish()
+                && !f(done)
+            {
+                return Ok(());
+            }
+            let more = self.with_partition(key, false, |b| joiner.push_bitmap(key, b, f))?;
+            if more == Some(false) {
+                return Ok(());
+            }
+        }
+        if let Some(r) = joiner.finish() {
+            f(r);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ackset::{MAX_PARTITION_BYTES, MemPartitionStore, PARTITION_OVERHEAD_BYTES};
+
+    fn p(ledger_id: u64, entry_id: u64) -> Position {
+        Position::new(ledger_id, entry_id)
+    }
+
+    fn key(ledger_id: u64, chunk: u64) -> PartitionKey {
+        PartitionKey { ledger_id, chunk }
+    }
+
+    /// A store whose `store` fails while `broken`, counting calls.
+    #[derive(Default)]
+    struct FlakyStore {
+        inner: MemPartitionStore,
+        broken: bool,
+    }
+
+    impl PartitionStore for FlakyStore {
+        fn load(&mut self, key: PartitionKey) -> Result<Option<RoaringBitmap>> {
+            self.inner.load(key)
+        }
+        fn store(&mut self, key: PartitionKey, bitmap: &RoaringBitmap) -> Result<()> {
+            if self.broken {
+                return Err(Error::Unsupported("store is broken".to_owned()));
+            }
+            self.inner.store(key, bitmap)
+        }
+    }
+
+    /// One small partition per ledger, so every ledger costs the same few bytes.
+    fn small_partition_budget(partitions: usize) -> usize {
+        partitions * (PARTITION_OVERHEAD_BYTES + 18)
+    }
+
+    #[test]
+    fn evicting_a_dirty_partition_stores_it_and_a_clean_one_is_just_dropped() {
+        let mut w = RangeSetWrapper::new(Box::new(MemPartitionStore::new()), 0);
+        w.add(p(1, 1)).expect("add");
+        w.add(p(2, 1)).expect("add evicts ledger 1 first");
+        let s = w.stats();
+        assert_eq!((s.evictions, s.stores, s.resident_partitions), (1, 1, 1));
+        assert!(!w.is_resident(key(1, 0)));
+        assert!(w.contains(p(1, 1)).expect("load back"));
+        assert_eq!(w.stats().loads, 1);
+        // Ledger 2 was evicted unsaved (stored); ledger 1 was loaded and not changed since.
+        assert!(w.contains(p(2, 1)).expect("load back"));
+        let s = w.stats();
+        assert_eq!((s.evictions, s.stores, s.loads), (3, 2, 2));
+        // Still dirty: dirtiness follows mark_clean, not residency.
+        assert_eq!(w.dirty_keys(), vec![key(1, 0), key(2, 0)]);
+        w.mark_clean(key(1, 0));
+        assert_eq!(w.dirty_keys(), vec![key(2, 0)]);
+    }
+
+    #[test]
+    fn lazy_index_loads_only_what_is_touched() {
+        let mut store = MemPartitionStore::new();
+        store
+            .store(key(5, 0), &RoaringBitmap::from([3, 4]))
+            .expect("store");
+        store
+            .store(key(6, 2), &RoaringBitmap::from([0]))
+            .expect("store");
+        let index = [(key(5, 0), 2), (key(6, 2), 1)];
+        let mut w = RangeSetWrapper::with_index(Box::new(store), 1 << 20, index);
+        assert_eq!((w.len(), w.stats().resident_partitions), (3, 0));
+        assert_eq!(
+            w.cardinality_between(p(5, 0), p(5, u64::MAX))
+                .expect("count"),
+            2
+        );
+        // Partition (5, 0) lies wholly inside, so the index answered.
+        assert_eq!(w.stats().loads, 0);
+        assert_eq!(w.first_range().expect("first"), Some((p(5, 3), p(5, 4))));
+        assert_eq!(w.stats().loads, 1);
+        assert!(w.dirty_keys().is_empty());
+    }
+
+    #[test]
+    fn remove_at_most_drops_whole_partitions_without_loading_them() {
+        let mut w = RangeSetWrapper::new(Box::new(MemPartitionStore::new()), 0);
+        w.add_range(1, 0, 200_000).expect("add");
+        w.add(p(2, 5)).expect("add");
+        w.add(p(2, 9)).expect("add");
+        w.add(p(3, 0)).expect("add");
+        let loads = w.stats().loads;
+        w.remove_at_most(p(2, 5)).expect("remove");
+        assert_eq!(
+            w.stats().loads,
+            loads + 1,
+            "only partition (2, 0) is loaded"
+        );
+        assert_eq!(w.partitions(), vec![(key(2, 0), 1), (key(3, 0), 1)]);
+        assert_eq!(w.len(), 2);
+        w.remove_at_most(p(3, 0)).expect("remove");
+        assert!(w.partitions().is_empty() && w.is_empty());
+        assert_eq!(w.stats().resident_bytes, 0);
+    }
+
+    #[test]
+    fn failed_store_keeps_the_partition_and_changes_nothing() {
+        let store = FlakyStore {
+            broken: true,
+            ..FlakyStore::default()
+        };
+        let mut w = RangeSetWrapper::new(Box::new(store), 0);
+        w.add(p(1, 1)).expect("first partition needs no eviction");
+        assert!(w.add(p(2, 1)).is_err(), "evicting (1, 0) must store it");
+        assert_eq!(w.partitions(), vec![(key(1, 0), 1)]);
+        assert_eq!(w.len(), 1);
+        assert!(w.contains(p(1, 1)).expect("still resident"));
+        assert_eq!(w.stats().evictions, 0);
+    }
+
+    #[test]
+    fn resident_bytes_stay_within_budget_plus_one_partition() {
+        let budget = small_partition_budget(4);
+        let mut w = RangeSetWrapper::new(Box::new(MemPartitionStore::new()), budget);
+        for ledger in 0..100 {
+            w.add_range(ledger, 0, 3).expect("add");
+            assert!(w.stats().resident_bytes <= budget + MAX_PARTITION_BYTES);
+        }
+        let s = w.stats();
+        assert!(s.peak_resident_bytes <= budget + MAX_PARTITION_BYTES);
+        assert!(s.evictions >= 90, "{s:?}");
+        assert_eq!(s.index_bytes, 100 * INDEX_ENTRY_BYTES);
+        assert_eq!(w.range_count().expect("count"), 100);
+    }
+
+    #[test]
+    fn a_partition_the_store_lost_is_a_clear_error() {
+        let index = [(key(3, 0), 2)];
+        let mut w = RangeSetWrapper::with_index(Box::new(MemPartitionStore::new()), 1024, index);
+        let err = w.contains(p(3, 0)).expect_err("missing");
+        assert!(matches!(
+            err,
+            Error::BadPartition {
+                ledger_id: 3,
+                chunk: 0,
+                ..
+            }
+        ));
+        assert!(err.to_string().contains("store has no copy"));
+    }
+}

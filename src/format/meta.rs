@@ -1,0 +1,882 @@
+//! Metadata records: the topic record and its ledger and cursor entries, the cursor record, and
+//! the envelope the metadata store keeps around each stored value.
+//!
+//! Owns: the byte layout of these records (see the "Metadata records" section of
+//! `docs/format.md`). Must never do I/O, panic on any input, or allocate ahead of the input:
+//! every length and count is checked against the bytes that remain before anything is
+//! allocated, so a decoder's memory is proportional to the bytes it was given.
+//!
+//! Every record is one self-contained frame, all integers little-endian:
+//!
+//! ```text
+//! offset  size  field
+//! 0       8     magic            b"ACKSMETA"
+//! 8       2     kind             u16 (1 topic, 2 ledger, 3 cursor entry, 4 cursor, 5 stored)
+//! 10      2     format version   u16 (1)
+//! 12      4     body length      u32, = frame length - 20
+//! 16      n     body             per kind, below
+//! 16+n    4     CRC32            crc32fast over bytes [0, 16+n)
+//! ```
+//!
+//! A frame is the whole input of a decoder: the CRC is the last four bytes and is verified
+//! before any field is trusted.
+
+use std::collections::BTreeMap;
+
+use crate::error::{CorruptionKind, Error, Result};
+use crate::position::Position;
+
+/// Magic number opening every metadata frame.
+pub const MAGIC: [u8; 8] = *b"ACKSMETA";
+/// The only metadata format version this build reads and writes.
+pub const FORMAT_VERSION: u16 = 1;
+
+const KIND_LEN: usize = size_of::<u16>();
+const VERSION_LEN: usize = size_of::<u16>();
+const BODY_LEN_LEN: usize = size_of::<u32>();
+const BODY_LEN_AT: usize = MAGIC.len() + KIND_LEN + VERSION_LEN;
+/// Bytes before the body: magic, kind, format version, body length.
+pub const HEADER_LEN: usize = BODY_LEN_AT + BODY_LEN_LEN;
+/// Bytes of the trailing CRC32.
+pub const CRC_LEN: usize = size_of::<u32>();
+/// Bytes a frame adds around its body.
+pub const FRAME_OVERHEAD: usize = HEADER_LEN + CRC_LEN;
+/// Largest frame a decoder accepts (and the metadata store writes).
+///
+/// Records are encoded whatever their size; one above this limit is refused by the decoders and
+/// by `FileMetaStore::put`, so it is never stored. A topic record with a million ledgers is about
+/// 40 MiB.
+pub const MAX_RECORD_BYTES: usize = 64 << 20;
+
+/// Encoded size of a [`LedgerRecord`] body: five u64 fields.
+pub const LEDGER_BODY_LEN: usize = 5 * size_of::<u64>();
+/// Smallest encoded cursor entry body: id and name length, empty name.
+const CURSOR_ENTRY_MIN_LEN: usize = size_of::<u64>() + size_of::<u32>();
+/// Smallest encoded property: key length, empty key, value.
+const PROPERTY_MIN_LEN: usize = size_of::<u32>() + size_of::<i64>();
+
+/// Which record a frame holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Topic = 1,
+    Ledger = 2,
+    CursorEntry = 3,
+    Cursor = 4,
+    Stored = 5,
+}
+
+impl Kind {
+    /// The record name reported in [`Error::CorruptedMeta`] by the type's own decoder.
+    fn label(self) -> &'static str {
+        match self {
+            Self::Topic => "topic record",
+            Self::Ledger => "ledger record",
+            Self::CursorEntry => "cursor entry",
+            Self::Cursor => "cursor record",
+            Self::Stored => "stored record",
+        }
+    }
+}
+
+/// A sealed data ledger as the topic record lists it: enough to pick the ledger for a seek by
+/// index or by timestamp without reading it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LedgerRecord {
+    /// The ledger id.
+    pub id: u64,
+    /// Number of entries in the ledger.
+    pub entries: u64,
+    /// Message index of the ledger's first entry.
+    pub first_index: u64,
+    /// Timestamp of the ledger's first entry.
+    pub first_timestamp: u64,
+    /// Timestamp of the ledger's last entry.
+    pub last_timestamp: u64,
+}
+
+/// A cursor of the topic: its client-given name and the id its files are named after
+/// (`cursor-{id}`). Names never become file names.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CursorEntry {
+    /// The cursor's name as the client gave it: any UTF-8.
+    pub name: String,
+    /// The id the cursor's record and ledgers are named after.
+    pub id: u64,
+}
+
+/// The topic record: its sealed data ledgers and its cursors.
+///
+/// Body layout: `next_ledger_id u64 | next_cursor_id u64 | ledger count u32 | ledgers |
+/// cursor count u32 | cursor entries`, each ledger and cursor entry as the body of its own
+/// record.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TopicRecord {
+    /// The next data ledger id to use; greater than every id ever used.
+    pub next_ledger_id: u64,
+    /// Sealed data ledgers, in id order.
+    pub ledgers: Vec<LedgerRecord>,
+    /// Every cursor of the topic.
+    pub cursors: Vec<CursorEntry>,
+    /// The next cursor id to use; greater than every id ever used.
+    pub next_cursor_id: u64,
+}
+
+/// One cursor's record: where its ack state lives, and the fallback state when that is lost.
+///
+/// Body layout: `name length u32 | name | has cursor ledger u8 (0 or 1) | cursor ledger u64
+/// (0 when absent) | mark-delete ledger u64 | mark-delete entry u64 | epoch u64 |
+/// property count u32 | properties (key length u32, key, value i64), keys ascending`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CursorRecord {
+    /// The cursor's name as the client gave it: any UTF-8.
+    pub name: String,
+    /// The cursor ledger holding the ack state, if one has been created.
+    pub cursor_ledger: Option<u64>,
+    /// Mark-delete position to fall back on when the cursor ledger holds no valid state.
+    pub mark_delete: Position,
+    /// Increases on every seek, reset or redeliver request, never on a reopen.
+    pub epoch: u64,
+    /// Application properties of the cursor.
+    pub properties: BTreeMap<String, i64>,
+}
+
+impl LedgerRecord {
+    /// Encodes the record as a self-contained frame.
+    #[must_use]
+    pub fn encode(&self) -> Vec<u8> {
+        encode_frame(Kind::Ledger, |out| self.write_body(out))
+    }
+
+    /// Decodes a frame written by [`LedgerRecord::encode`].
+    ///
+    /// # Errors
+    /// [`Error::CorruptedMeta`] when the bytes are not exactly one valid ledger record frame.
+    pub fn decode(bytes: &[u8]) -> Result<Self> {
+        decode_frame(Kind::Ledger, bytes, Self::read_body)
+    }
+
+    fn write_body(&self, out: &mut Vec<u8>) {
+        for v in [
+            self.id,
+            self.entries,
+            self.first_index,
+            self.first_timestamp,
+            self.last_timestamp,
+        ] {
+            put_u64(out, v);
+        }
+    }
+
+    fn read_body(r: &mut Reader<'_>) -> Result<Self, CorruptionKind> {
+        Ok(Self {
+            id: r.u64()?,
+            entries: r.u64()?,
+            first_index: r.u64()?,
+            first_timestamp: r.u64()?,
+            last_timestamp: r.u64()?,
+        })
+    }
+}
+
+impl CursorEntry {
+    /// Encodes the entry as a self-contained frame.
+    #[must_use]
+    pub fn encode(&self) -> Vec<u8> {
+        encode_frame(Kind::CursorEntry, |out| self.write_body(out))
+    }
+
+    /// Decodes a frame written by [`CursorEntry::encode`].
+    ///
+    /// # Errors
+    /// [`Error::CorruptedMeta`] when the bytes are not exactly one valid cursor entry frame.
+    pub fn decode(bytes: &[u8]) -> Result<Self> {
+        decode_frame(Kind::CursorEntry, bytes, Self::read_body)
+    }
+
+    fn write_body(&self, out: &mut Vec<u8>) {
+        put_u64(out, self.id);
+        put_str(out, &self.name);
+    }
+
+    fn read_body(r: &mut Reader<'_>) -> Result<Self, CorruptionKind> {
+        let id = r.u64()?;
+        let name = r.string("cursor name")?;
+        Ok(Self { name, id })
+    }
+}
+
+impl TopicRecord {
+    /// Encodes the record as a self-contained frame.
+    #[must_use]
+    pub fn encode(&self) -> Vec<u8> {
+        encode_frame(Kind::Topic, |out| {
+            put_u64(out, self.next_ledger_id);
+            put_u64(out, self.next_cursor_id);
+            put_count(out, self.ledgers.len());
+            for ledger in &self.ledgers {
+                ledger.write_body(out);
+            }
+            put_count(out, self.cursors.len());
+            for cursor in &self.cursors {
+                cursor.write_body(out);
+            }
+        })
+    }
+
+    /// Decodes a frame written by [`TopicRecord::encode`].
+    ///
+    /// # Errors
+    /// [`Error::CorruptedMeta`] when the bytes are not exactly one valid topic record frame.
+    pub fn decode(bytes: &[u8]) -> Result<Self> {
+        decode_frame(Kind::Topic, bytes, |r| {
+            let next_ledger_id = r.u64()?;
+            let next_cursor_id = r.u64()?;
+            let ledger_count = r.count(LEDGER_BODY_LEN)?;
+            // Fixed-size items: the count was checked against the bytes left, so this
+            // allocation is no larger than the input.
+            let mut ledgers = Vec::with_capacity(ledger_count);
+            for _ in 0..ledger_count {
+                ledgers.push(LedgerRecord::read_body(r)?);
+            }
+            let cursor_count = r.count(CURSOR_ENTRY_MIN_LEN)?;
+            // Variable-size items grow the vector as they are read, never ahead of the input.
+            let mut cursors = Vec::new();
+            for _ in 0..cursor_count {
+                cursors.push(CursorEntry::read_body(r)?);
+            }
+            Ok(Self {
+                next_ledger_id,
+                ledgers,
+                cursors,
+                next_cursor_id,
+            })
+        })
+    }
+}
+
+impl CursorRecord {
+    /// Encodes the record as a self-contained frame.
+    #[must_use]
+    pub fn encode(&self) -> Vec<u8> {
+        encode_frame(Kind::Cursor, |out| {
+            put_str(out, &self.name);
+            out.push(u8::from(self.cursor_ledger.is_some()));
+            put_u64(out, self.cursor_ledger.unwrap_or(0));
+            put_u64(out, self.mark_delete.ledger_id);
+            put_u64(out, self.mark_delete.entry_id);
+            put_u64(out, self.epoch);
+            put_count(out, self.properties.len());
+            for (key, value) in &self.properties {
+                put_str(out, key);
+                out.extend_from_slice(&value.to_le_bytes());
+            }
+        })
+    }
+
+    /// Decodes a frame written by [`CursorRecord::encode`].
+    ///
+    /// # Errors
+    /// [`Error::CorruptedMeta`] when the bytes are not exactly one valid cursor record frame.
+    pub fn decode(bytes: &[u8]) -> Result<Self> {
+        decode_frame(Kind::Cursor, bytes, |r| {
+            let name = r.string("cursor name")?;
+            let has_ledger = r.u8()?;
+            let ledger = r.u64()?;
+            // Only the two encodings `encode` produces are accepted, so a decoded record
+            // re-encodes to the same bytes.
+            let cursor_ledger = match (has_ledger, ledger) {
+                (0, 0) => None,
+                (1, id) => Some(id),
+                _ => return Err(CorruptionKind::InvalidField("cursor ledger")),
+            };
+            let mark_delete = Position::new(r.u64()?, r.u64()?);
+            let epoch = r.u64()?;
+            let count = r.count(PROPERTY_MIN_LEN)?;
+            let mut properties = BTreeMap::new();
+            for _ in 0..count {
+                let key = r.string("property key")?;
+                let value = r.i64()?;
+                if properties
+                    .last_key_value()
+                    .is_some_and(|(last, _)| *last >= key)
+                {
+                    return Err(CorruptionKind::InvalidField("property keys out of order"));
+                }
+                properties.insert(key, value);
+            }
+            Ok(Self {
+                name,
+                cursor_ledger,
+                mark_delete,
+                epoch,
+                properties,
+            })
+        })
+    }
+}
+
+/// Encodes the envelope the metadata store writes: the record's version and its opaque bytes.
+///
+/// Body layout: `version u64 | payload` (the payload runs to the end of the body).
+#[must_use]
+pub fn encode_stored(version: u64, payload: &[u8]) -> Vec<u8> {
+    encode_frame(Kind::Stored, |out| {
+        put_u64(out, version);
+        out.extend_from_slice(payload);
+    })
+}
+
+/// Decodes an envelope written by [`encode_stored`] into `(version, payload)`.
+///
+/// # Errors
+/// [`Error::CorruptedMeta`] (naming the record `stored record`) when the bytes are not exactly
+/// one valid envelope.
+pub fn decode_stored(bytes: &[u8]) -> Result<(u64, Vec<u8>)> {
+    decode_frame(Kind::Stored, bytes, |r| {
+        let version = r.u64()?;
+        let payload = r.take(r.remaining())?.to_vec();
+        Ok((version, payload))
+    })
+}
+
+/// Bytes [`encode_stored`] adds around a payload.
+pub const STORED_OVERHEAD: usize = FRAME_OVERHEAD + size_of::<u64>();
+
+fn put_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+/// Writes a length or count as u32. A value that does not fit belongs to a record far above
+/// [`MAX_RECORD_BYTES`], which the decoders refuse whole, so saturating loses nothing readable.
+fn put_count(out: &mut Vec<u8>, n: usize) {
+    out.extend_from_slice(&u32::try_from(n).unwrap_or(u32::MAX).to_le_bytes());
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    put_count(out, s.len());
+    out.extend_from_slice(s.as_bytes());
+}
+
+fn encode_frame(kind: Kind, write_body: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let mut out = Vec::with_capacity(FRAME_OVERHEAD + LEDGER_BODY_LEN);
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&(kind as u16).to_le_bytes());
+    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&[0; BODY_LEN_LEN]);
+    write_body(&mut out);
+    let body_len = u32::try_from(out.len() - HEADER_LEN).unwrap_or(u32::MAX);
+    if let Some(slot) = out.get_mut(BODY_LEN_AT..HEADER_LEN) {
+        slot.copy_from_slice(&body_len.to_le_bytes());
+    }
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// Verifies the frame (size, CRC, magic, version, kind, body length), then reads the body,
+/// which must be consumed exactly.
+fn decode_frame<T>(
+    kind: Kind,
+    bytes: &[u8],
+    read_body: impl FnOnce(&mut Reader<'_>) -> Result<T, CorruptionKind>,
+) -> Result<T> {
+    check_frame(kind, bytes)
+        .and_then(|body| {
+            let mut r = Reader { rest: body };
+            let value = read_body(&mut r)?;
+            if r.remaining() == 0 {
+                Ok(value)
+            } else {
+                Err(CorruptionKind::BadLength)
+            }
+        })
+        .map_err(|k| Error::CorruptedMeta {
+            record: kind.label().to_string(),
+            kind: k,
+        })
+}
+
+/// Returns the body of a verified frame of `kind`.
+fn check_frame(kind: Kind, bytes: &[u8]) -> Result<&[u8], CorruptionKind> {
+    if bytes.len() > MAX_RECORD_BYTES {
+        return Err(CorruptionKind::BadLength);
+    }
+    let (covered, crc) = bytes
+        .split_last_chunk::<CRC_LEN>()
+        .ok_or(CorruptionKind::Truncated)?;
+    if covered.len() < HEADER_LEN {
+        return Err(CorruptionKind::Truncated);
+    }
+    if crc32fast::hash(covered) != u32::from_le_bytes(*crc) {
+        return Err(CorruptionKind::ChecksumMismatch);
+    }
+    let mut r = Reader { rest: covered };
+    if r.array::<{ MAGIC.len() }>()? != MAGIC {
+        return Err(CorruptionKind::BadMagic);
+    }
+    let found_kind = r.u16()?;
+    let version = r.u16()?;
+    if version != FORMAT_VERSION {
+        return Err(CorruptionKind::UnsupportedVersion(u32::from(version)));
+    }
+    if found_kind != kind as u16 {
+        return Err(CorruptionKind::InvalidField("record kind"));
+    }
+    let body_len = r.len()?;
+    if body_len != r.remaining() {
+        return Err(CorruptionKind::BadLength);
+    }
+    Ok(r.rest)
+}
+
+/// Reads fields off the front of a byte slice; every read checks what remains.
+struct Reader<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn remaining(&self) -> usize {
+        self.rest.len()
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], CorruptionKind> {
+        let (head, tail) = self
+            .rest
+            .split_at_checked(n)
+            .ok_or(CorruptionKind::Truncated)?;
+        self.rest = tail;
+        Ok(head)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], CorruptionKind> {
+        let (head, tail) = self
+            .rest
+            .split_first_chunk::<N>()
+            .ok_or(CorruptionKind::Truncated)?;
+        self.rest = tail;
+        Ok(*head)
+    }
+
+    fn u8(&mut self) -> Result<u8, CorruptionKind> {
+        Ok(u8::from_le_bytes(self.array()?))
+    }
+
+    fn u16(&mut self) -> Result<u16, CorruptionKind> {
+        Ok(u16::from_le_bytes(self.array()?))
+    }
+
+    fn u64(&mut self) -> Result<u64, CorruptionKind> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+
+    fn i64(&mut self) -> Result<i64, CorruptionKind> {
+        Ok(i64::from_le_bytes(self.array()?))
+    }
+
+    /// A u32 length or count.
+    fn len(&mut self) -> Result<usize, CorruptionKind> {
+        usize::try_from(u32::from_le_bytes(self.array()?)).map_err(|_| CorruptionKind::BadLength)
+    }
+
+    /// A count of items each at least `min_item_len` bytes long, checked against what remains.
+    fn count(&mut self, min_item_len: usize) -> Result<usize, CorruptionKind> {
+        let n = self.len()?;
+        match n.checked_mul(min_item_len) {
+            Some(needed) if needed <= self.remaining() => Ok(n),
+            _ => Err(CorruptionKind::BadLength),
+        }
+    }
+
+    /// A u32 length, then that many bytes of UTF-8.
+    fn string(&mut self, field: &'static str) -> Result<String, CorruptionKind> {
+        let n = self.len()?;
+        if n > self.remaining() {
+            return Err(CorruptionKind::BadLength);
+        }
+        let bytes = self.take(n)?;
+        std::str::from_utf8(bytes)
+            .map(str::to_string)
+            .map_err(|_| CorruptionKind::InvalidField(field))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn corruption(err: Error) -> CorruptionKind {
+        match err {
+            Error::CorruptedMeta { kind, .. } => kind,
+            other => panic!("expected CorruptedMeta, got {other:?}"),
+        }
+    }
+
+    fn sample_topic() -> TopicRecord {
+        TopicRecord {
+            next_ledger_id: 9,
+            ledgers: vec![
+                LedgerRecord {
+                    id: 3,
+                    entries: 50_000,
+                    first_index: 0,
+                    first_timestamp: 1_700_000_000_000,
+                    last_timestamp: 1_700_000_009_999,
+                },
+                LedgerRecord {
+                    id: 5,
+                    entries: 7,
+                    first_index: 50_000,
+                    first_timestamp: 1_700_000_010_000,
+                    last_timestamp: 1_700_000_010_006,
+                },
+            ],
+            cursors: vec![CursorEntry {
+                name: "c".into(),
+                id: 1,
+            }],
+            next_cursor_id: 2,
+        }
+    }
+
+    fn sample_cursor() -> CursorRecord {
+        CursorRecord {
+            name: "sub".into(),
+            cursor_ledger: Some(12),
+            mark_delete: Position::new(3, 41),
+            epoch: 4,
+            properties: BTreeMap::from([("k".to_string(), -1)]),
+        }
+    }
+
+    #[test]
+    fn encoded_sizes_match_the_documented_layout() {
+        assert_eq!(HEADER_LEN, 16);
+        assert_eq!(FRAME_OVERHEAD, 20);
+        assert_eq!(LedgerRecord::default().encode().len(), 20 + 40);
+        let entry = CursorEntry {
+            name: "ab".into(),
+            id: 7,
+        };
+        assert_eq!(entry.encode().len(), 20 + 8 + 4 + 2);
+        assert_eq!(TopicRecord::default().encode().len(), 20 + 8 + 8 + 4 + 4);
+        assert_eq!(sample_topic().encode().len(), 44 + 2 * 40 + (8 + 4 + 1));
+        let bare = CursorRecord {
+            name: "sub".into(),
+            ..CursorRecord::default()
+        };
+        assert_eq!(bare.encode().len(), 20 + (4 + 3) + 9 + 16 + 8 + 4);
+        assert_eq!(sample_cursor().encode().len(), 64 + (4 + 1 + 8));
+        assert_eq!(encode_stored(1, b"xyz").len(), STORED_OVERHEAD + 3);
+        assert_eq!(STORED_OVERHEAD, 28);
+    }
+
+    #[test]
+    fn frame_header_fields_sit_at_documented_offsets() {
+        let bytes = sample_cursor().encode();
+        assert_eq!(&bytes[..8], b"ACKSMETA");
+        assert_eq!(&bytes[8..10], &4u16.to_le_bytes());
+        assert_eq!(&bytes[10..12], &1u16.to_le_bytes());
+        let body_len = u32::try_from(bytes.len() - 20).unwrap();
+        assert_eq!(&bytes[12..16], &body_len.to_le_bytes());
+        let (covered, crc) = bytes.split_at(bytes.len() - 4);
+        assert_eq!(crc, crc32fast::hash(covered).to_le_bytes());
+    }
+
+    #[test]
+    fn every_record_round_trips() {
+        let topic = sample_topic();
+        assert_eq!(TopicRecord::decode(&topic.encode()).unwrap(), topic);
+        assert_eq!(
+            TopicRecord::decode(&TopicRecord::default().encode()).unwrap(),
+            TopicRecord::default()
+        );
+        for ledger in &topic.ledgers {
+            assert_eq!(LedgerRecord::decode(&ledger.encode()).unwrap(), *ledger);
+        }
+        let entry = &topic.cursors[0];
+        assert_eq!(CursorEntry::decode(&entry.encode()).unwrap(), *entry);
+        let cursor = sample_cursor();
+        assert_eq!(CursorRecord::decode(&cursor.encode()).unwrap(), cursor);
+        let no_ledger = CursorRecord {
+            cursor_ledger: None,
+            ..cursor
+        };
+        assert_eq!(
+            CursorRecord::decode(&no_ledger.encode()).unwrap(),
+            no_ledger
+        );
+        assert_eq!(
+            decode_stored(&encode_stored(9, b"abc")).unwrap(),
+            (9, b"abc".to_vec())
+        );
+        assert_eq!(
+            decode_stored(&encode_stored(0, b"")).unwrap(),
+            (0, Vec::new())
+        );
+    }
+
+    #[test]
+    fn cursor_names_are_kept_byte_for_byte_whatever_they_hold() {
+        let names = [
+            String::new(),
+            "../../etc/passwd".to_string(),
+            "a/b/c".to_string(),
+            "..".to_string(),
+            "nul\0inside\0".to_string(),
+            "ünïcödé ✓ 游标".to_string(),
+            "x".repeat(10 * 1024),
+        ];
+        for name in names {
+            let record = CursorRecord {
+                name: name.clone(),
+                properties: BTreeMap::from([(name.clone(), 7)]),
+                ..CursorRecord::default()
+            };
+            assert_eq!(CursorRecord::decode(&record.encode()).unwrap().name, name);
+            let entry = CursorEntry {
+                name: name.clone(),
+                id: 3,
+            };
+            assert_eq!(CursorEntry::decode(&entry.encode()).unwrap().name, name);
+            let topic = TopicRecord {
+                cursors: vec![entry.clone(), entry],
+                ..TopicRecord::default()
+            };
+            assert_eq!(TopicRecord::decode(&topic.encode()).unwrap(), topic);
+        }
+    }
+
+    #[test]
+    fn any_flipped_bit_is_a_checksum_mismatch() {
+        let bytes = sample_topic().encode();
+        for i in 0..bytes.len() {
+            for bit in 0..8 {
+                let mut bad = bytes.clone();
+                bad[i] ^= 1 << bit;
+                let err = TopicRecord::decode(&bad).unwrap_err();
+                assert_eq!(
+                    corruption(err),
+                    CorruptionKind::ChecksumMismatch,
+                    "byte {i}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_truncation_is_refused() {
+        let bytes = sample_cursor().encode();
+        for len in 0..bytes.len() {
+            let kind = corruption(CursorRecord::decode(&bytes[..len]).unwrap_err());
+            let expected = if len < FRAME_OVERHEAD {
+                CorruptionKind::Truncated
+            } else {
+                CorruptionKind::ChecksumMismatch
+            };
+            assert_eq!(kind, expected, "length {len}");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(CursorRecord::decode(&longer).is_err());
+    }
+
+    #[test]
+    fn a_record_of_another_kind_is_refused_by_name() {
+        let err = TopicRecord::decode(&sample_cursor().encode()).unwrap_err();
+        assert!(matches!(
+            &err,
+            Error::CorruptedMeta { record, kind: CorruptionKind::InvalidField("record kind") }
+                if record == "topic record"
+        ));
+        assert!(err.to_string().contains("topic record"));
+    }
+
+    /// Builds a frame around `body` with a valid CRC, to reach the checks behind it.
+    fn framed(kind: u16, version: u16, body_len: u32, body: &[u8]) -> Vec<u8> {
+        let mut out = MAGIC.to_vec();
+        out.extend_from_slice(&kind.to_le_bytes());
+        out.extend_from_slice(&version.to_le_bytes());
+        out.extend_from_slice(&body_len.to_le_bytes());
+        out.extend_from_slice(body);
+        let crc = crc32fast::hash(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    #[test]
+    fn checksummed_but_malformed_frames_name_what_is_wrong() {
+        let topic_kind = Kind::Topic as u16;
+        let mut wrong_magic = framed(topic_kind, 1, 0, &[]);
+        wrong_magic[0] = b'X';
+        let crc_at = wrong_magic.len() - 4;
+        let crc = crc32fast::hash(&wrong_magic[..crc_at]);
+        wrong_magic[crc_at..].copy_from_slice(&crc.to_le_bytes());
+        let cases: Vec<(Vec<u8>, CorruptionKind)> = vec![
+            (wrong_magic, CorruptionKind::BadMagic),
+            (
+                framed(topic_kind, 2, 24, &[0; 24]),
+                CorruptionKind::UnsupportedVersion(2),
+            ),
+            (
+                framed(topic_kind, 1, 25, &[0; 24]),
+                CorruptionKind::BadLength,
+            ),
+            // A body too short for its fixed fields.
+            (framed(topic_kind, 1, 8, &[0; 8]), CorruptionKind::Truncated),
+            // Trailing bytes after the cursor count.
+            (
+                framed(topic_kind, 1, 25, &[0; 25]),
+                CorruptionKind::BadLength,
+            ),
+        ];
+        for (bytes, expected) in cases {
+            assert_eq!(
+                corruption(TopicRecord::decode(&bytes).unwrap_err()),
+                expected
+            );
+        }
+    }
+
+    #[test]
+    fn counts_larger_than_the_bytes_left_are_refused_before_allocating() {
+        let mut body = vec![0; 16];
+        body.extend_from_slice(&u32::MAX.to_le_bytes());
+        let len = u32::try_from(body.len()).unwrap();
+        let bytes = framed(Kind::Topic as u16, 1, len, &body);
+        assert_eq!(
+            corruption(TopicRecord::decode(&bytes).unwrap_err()),
+            CorruptionKind::BadLength
+        );
+        // A name length past the end.
+        let mut body = 7u64.to_le_bytes().to_vec();
+        body.extend_from_slice(&1000u32.to_le_bytes());
+        body.extend_from_slice(b"abc");
+        let len = u32::try_from(body.len()).unwrap();
+        let bytes = framed(Kind::CursorEntry as u16, 1, len, &body);
+        assert_eq!(
+            corruption(CursorEntry::decode(&bytes).unwrap_err()),
+            CorruptionKind::BadLength
+        );
+    }
+
+    #[test]
+    fn non_canonical_fields_are_refused_so_decoding_is_one_to_one() {
+        let good = sample_cursor().encode();
+        let body = &good[HEADER_LEN..good.len() - CRC_LEN];
+        let len = u32::try_from(body.len()).unwrap();
+        let flag_at = 4 + 3;
+        let mut absent_with_id = body.to_vec();
+        absent_with_id[flag_at] = 0;
+        let mut flag_two = body.to_vec();
+        flag_two[flag_at] = 2;
+        for bad in [absent_with_id, flag_two] {
+            let bytes = framed(Kind::Cursor as u16, 1, len, &bad);
+            assert_eq!(
+                corruption(CursorRecord::decode(&bytes).unwrap_err()),
+                CorruptionKind::InvalidField("cursor ledger")
+            );
+        }
+        // Two properties with the same key.
+        let mut dup = body[..body.len() - 4 - (4 + 1 + 8)].to_vec();
+        dup.extend_from_slice(&2u32.to_le_bytes());
+        for _ in 0..2 {
+            dup.extend_from_slice(&1u32.to_le_bytes());
+            dup.push(b'k');
+            dup.extend_from_slice(&5i64.to_le_bytes());
+        }
+        let len = u32::try_from(dup.len()).unwrap();
+        let bytes = framed(Kind::Cursor as u16, 1, len, &dup);
+        assert_eq!(
+            corruption(CursorRecord::decode(&bytes).unwrap_err()),
+            CorruptionKind::InvalidField("property keys out of order")
+        );
+        // A name that is not UTF-8.
+        let mut body = 1u64.to_le_bytes().to_vec();
+        body.extend_from_slice(&1u32.to_le_bytes());
+        body.push(0xff);
+        let len = u32::try_from(body.len()).unwrap();
+        let bytes = framed(Kind::CursorEntry as u16, 1, len, &body);
+        assert_eq!(
+            corruption(CursorEntry::decode(&bytes).unwrap_err()),
+            CorruptionKind::InvalidField("cursor name")
+        );
+    }
+
+    #[test]
+    fn frames_above_the_maximum_are_refused() {
+        let big = encode_stored(1, &vec![0; MAX_RECORD_BYTES]);
+        assert_eq!(
+            corruption(decode_stored(&big).unwrap_err()),
+            CorruptionKind::BadLength
+        );
+    }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        fn ledger() -> impl Strategy<Value = LedgerRecord> {
+            any::<[u64; 5]>().prop_map(|[id, entries, first_index, t0, t1]| LedgerRecord {
+                id,
+                entries,
+                first_index,
+                first_timestamp: t0,
+                last_timestamp: t1,
+            })
+        }
+
+        fn cursor_entry() -> impl Strategy<Value = CursorEntry> {
+            (any::<String>(), any::<u64>()).prop_map(|(name, id)| CursorEntry { name, id })
+        }
+
+        proptest! {
+            #[test]
+            fn topic_records_round_trip(
+                next_ledger_id: u64,
+                next_cursor_id: u64,
+                ledgers in proptest::collection::vec(ledger(), 0..20),
+                cursors in proptest::collection::vec(cursor_entry(), 0..20),
+            ) {
+                let record = TopicRecord { next_ledger_id, ledgers, cursors, next_cursor_id };
+                let bytes = record.encode();
+                prop_assert_eq!(TopicRecord::decode(&bytes).unwrap(), record);
+            }
+
+            #[test]
+            fn cursor_records_round_trip(
+                name: String,
+                cursor_ledger: Option<u64>,
+                ledger_id: u64,
+                entry_id: u64,
+                epoch: u64,
+                properties in proptest::collection::btree_map(any::<String>(), any::<i64>(), 0..10),
+            ) {
+                let record = CursorRecord {
+                    name,
+                    cursor_ledger,
+                    mark_delete: Position::new(ledger_id, entry_id),
+                    epoch,
+                    properties,
+                };
+                prop_assert_eq!(CursorRecord::decode(&record.encode()).unwrap(), record);
+            }
+
+            #[test]
+            fn arbitrary_bodies_never_panic_and_what_decodes_re_encodes_identically(
+                kind in 0u16..7,
+                body in proptest::collection::vec(
+                    prop_oneof![3 => 0u8..3, 1 => any::<u8>()], 0..200),
+            ) {
+                // A valid frame around random bytes, so the body parsers are what is tested.
+                let len = u32::try_from(body.len()).unwrap();
+                let bytes = framed(kind, FORMAT_VERSION, len, &body);
+                if let Ok(r) = TopicRecord::decode(&bytes) { prop_assert_eq!(r.encode(), bytes.clone()); }
+                if let Ok(r) = LedgerRecord::decode(&bytes) { prop_assert_eq!(r.encode(), bytes.clone()); }
+                if let Ok(r) = CursorEntry::decode(&bytes) { prop_assert_eq!(r.encode(), bytes.clone()); }
+                if let Ok(r) = CursorRecord::decode(&bytes) { prop_assert_eq!(r.encode(), bytes.clone()); }
+                if let Ok((v, p)) = decode_stored(&bytes) { prop_assert_eq!(encode_stored(v, &p), bytes); }
+            }
+        }
+    }
+}
