@@ -70,9 +70,15 @@ fn multi_entry_flush_after_one_ack_writes_one_partition_and_the_marker() {
     let one = cursor.flush().unwrap();
     assert_eq!((one.partitions, one.pages, one.entries), (1, 0, 2));
     assert!(one.bytes <= 64 * 1024 + one.commit_bytes, "{one:?}");
-    // Nothing changed: only a marker.
+    // Nothing changed: nothing written, nothing synced.
+    let syncs = env.log.stats().sync_calls;
     let none = cursor.flush().unwrap();
-    assert_eq!((none.partitions, none.entries), (0, 1));
+    assert_eq!((none.partitions, none.entries, none.bytes), (0, 0, 0));
+    assert_eq!(env.log.stats().sync_calls, syncs);
+    // A new mark-delete alone is a marker.
+    cursor.state.mark_delete = Position::new(3, 0);
+    let md = cursor.flush().unwrap();
+    assert_eq!((md.partitions, md.entries), (0, 1));
 }
 
 #[test]
@@ -307,4 +313,39 @@ fn concurrent_ackers_and_a_flusher_lose_no_flushed_ack() {
     drop(env);
     let got = reopened(&disk, &config);
     assert_eq!(got.acks, expected);
+}
+
+#[test]
+fn tens_of_thousands_of_partitions_page_their_table_and_recover() {
+    const PARTITIONS: u64 = 20_000;
+    let disk = MemStorage::new();
+    let config = multi();
+    {
+        let env = Env::open(&disk).unwrap();
+        let mut cursor = open_cursor(&env, &config).unwrap();
+        for chunk in 0..PARTITIONS {
+            cursor.ack(Position::new(9, chunk << 16)).unwrap();
+        }
+        let full = cursor.flush().unwrap();
+        assert_eq!(full.partitions, PARTITIONS);
+        // Half-full pages of the default 1024 rows.
+        assert_eq!(full.pages, PARTITIONS.div_ceil(512));
+        assert!(full.commit_bytes < 2_000, "{full:?}");
+        cursor
+            .ack(Position::new(9, (PARTITIONS / 2) << 16 | 7))
+            .unwrap();
+        let one = cursor.flush().unwrap();
+        assert_eq!((one.partitions, one.pages, one.entries), (1, 1, 3));
+    }
+    let env = Env::open(&disk).unwrap();
+    let mut cursor = open_cursor(&env, &config).unwrap();
+    assert_eq!(cursor.acks.len(), PARTITIONS + 1);
+    assert_eq!(cursor.acks.stats().resident_partitions, 0);
+    assert!(
+        cursor
+            .acks
+            .contains(Position::new(9, (PARTITIONS / 2) << 16 | 7))
+            .unwrap()
+    );
+    assert!(!cursor.acks.contains(Position::new(9, 1)).unwrap());
 }

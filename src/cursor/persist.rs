@@ -28,8 +28,8 @@ use crate::ackset::{PartitionKey, PartitionStore, RangeSetWrapper};
 use crate::error::{Error, Result};
 pub use crate::format::cursor::PersistedState;
 use crate::format::cursor::{
-    EntryKind, PageRef, PartitionRow, TableRef, encode_index_page, encode_marker, index_page_len,
-    payload_crc,
+    EntryKind, PageRef, PartitionRow, ROW_LEN, TableRef, encode_index_page, encode_marker,
+    index_page_len, payload_crc,
 };
 use crate::format::meta::CursorRecord;
 use crate::log::EntryLog;
@@ -399,6 +399,14 @@ impl CursorPersister {
         acks: &mut RangeSetWrapper,
         rollover: bool,
     ) -> Result<FlushStats> {
+        let unchanged = !rollover
+            && self.committed.state.as_ref() == Some(state)
+            && acks.dirty_keys().is_empty()
+            && acks.partitions().len() == self.committed.rows.len();
+        if unchanged {
+            // The last marker already says all of this: nothing to write or sync.
+            return Ok(FlushStats::default());
+        }
         self.with_target(rollover, |this, target| {
             this.write_multi(state, acks, target, rollover)
         })
@@ -476,6 +484,7 @@ impl CursorPersister {
         self.committed = CommittedTable {
             rows: table_rows,
             pages,
+            state: Some(state.clone()),
         };
         Ok(flush)
     }
@@ -512,7 +521,9 @@ impl CursorPersister {
         rollover: bool,
         flush: &mut FlushStats,
     ) -> Result<Vec<PageRef>> {
-        let per_page = self.config.index_page_rows.max(2);
+        // A page must fit in one entry.
+        let fit = (self.max_entry_size().saturating_sub(index_page_len(0))) / ROW_LEN;
+        let per_page = self.config.index_page_rows.min(fit).max(2);
         if rows.len() <= per_page {
             return Ok(Vec::new());
         }

@@ -171,6 +171,7 @@ fn resume(
             parts.committed = CommittedTable {
                 rows: m.rows.iter().map(|r| (r.key(), *r)).collect(),
                 pages: m.pages,
+                state: Some(m.state.clone()),
             };
             parts.persisted_bytes = m.bytes;
             let persister = CursorPersister::assemble(log, meta, record_name, config, parts);

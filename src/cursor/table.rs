@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::format::cursor::{PageRef, PartitionRow};
+use crate::format::cursor::{PageRef, PartitionRow, PersistedState};
 
 /// Key of a table row: `(data ledger, chunk)`.
 pub(crate) type RowKey = (u64, u64);
@@ -23,6 +23,8 @@ pub(crate) struct CommittedTable {
     pub rows: BTreeMap<RowKey, PartitionRow>,
     /// Its index pages, ascending; empty when the table was inline.
     pub pages: Vec<PageRef>,
+    /// The cursor state it committed (`None` when unknown, or when the state is a snapshot).
+    pub state: Option<PersistedState>,
 }
 
 /// What to do with one page of the new table.
@@ -121,6 +123,7 @@ mod tests {
         CommittedTable {
             rows: rows.clone(),
             pages,
+            state: None,
         }
     }
 
