@@ -153,6 +153,17 @@ pub enum Error {
         /// What went wrong.
         reason: String,
     },
+    /// A data ledger the topic record lists has no file.
+    #[error(
+        "data ledger {ledger} is listed in the topic record of `{dir}` but its file is missing; \
+         restore it from a backup or replica"
+    )]
+    MissingLedger {
+        /// The missing ledger.
+        ledger: u64,
+        /// The topic directory.
+        dir: String,
+    },
     /// The operation is not supported in this configuration.
     #[error("unsupported: {0}")]
     Unsupported(String),

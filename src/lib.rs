@@ -13,7 +13,10 @@
 //! - [`log`]: the entry log, a directory of append-only, CRC-framed ledger files;
 //! - [`meta`]: small versioned records with compare-and-set (topic and cursor records);
 //! - [`ackset`]: acknowledged entries as roaring partitions, resident under an LRU budget;
-//! - [`cursor`]: a cursor's ack state persisted in its cursor ledger, and its recovery;
+//! - [`finder`]: the retained ledgers' layout, and searches by message index and timestamp;
+//! - [`cursor`]: a subscription's acks, reads and seeks, and its ack state persisted in its own
+//!   cursor ledger (flush, rollover, recovery);
+//! - [`ledger`]: the managed ledger, one topic in one directory, and its cursor registry;
 //! - [`filter`]: the consumer-side filter of already-received entries (PIP-260).
 
 #![deny(missing_docs)]
@@ -27,13 +30,19 @@
 
 pub mod ackset;
 pub mod cursor;
+pub mod entry;
 pub mod error;
 pub mod filter;
+pub mod finder;
 pub mod format;
+pub mod ledger;
 pub mod log;
 pub mod meta;
 pub mod position;
 pub mod storage;
 
 pub use error::{CorruptionKind, Error, Result};
+pub use ledger::{
+    AppendMeta, Cursor, CursorOptions, Entry, InitialPosition, LedgerConfig, ManagedLedger,
+};
 pub use position::Position;

@@ -7,7 +7,7 @@ use roaring::RoaringBitmap;
 
 use super::{
     AckRange, Direction, PartitionKey, RangeJoiner, charged_bytes, chunks, clip, count_clipped,
-    settle,
+    insert_offset, settle,
 };
 use crate::position::Position;
 
@@ -15,10 +15,22 @@ use crate::position::Position;
 /// `2^PARTITION_BITS` entry ids). Every `u64` entry id is stored exactly.
 ///
 /// Ranges are inclusive, maximal, and never span ledgers. No partition is ever empty.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default)]
 pub struct AckSet {
-    parts: BTreeMap<PartitionKey, RoaringBitmap>,
+    /// Every live partition and the slot holding its bitmap.
+    index: BTreeMap<PartitionKey, usize>,
+    /// Bitmaps by slot; a slot listed in `free` holds an empty bitmap and no partition.
+    slots: Vec<RoaringBitmap>,
+    free: Vec<usize>,
+    /// The partition last written to, so runs of acks in one partition skip the index.
+    hot: Option<(PartitionKey, usize)>,
     len: u64,
+}
+
+impl PartialEq for AckSet {
+    fn eq(&self, other: &Self) -> bool {
+        self.len == other.len && self.partitions().eq(other.partitions())
+    }
 }
 
 impl AckSet {
@@ -30,8 +42,8 @@ impl AckSet {
 
     /// Adds one position; `true` if it was not acked before.
     pub fn add(&mut self, pos: Position) -> bool {
-        let bitmap = self.parts.entry(PartitionKey::of(pos)).or_default();
-        let added = bitmap.insert(PartitionKey::offset_of(pos.entry_id));
+        let bitmap = self.bitmap_mut(PartitionKey::of(pos));
+        let added = insert_offset(bitmap, PartitionKey::offset_of(pos.entry_id));
         if added {
             settle(bitmap);
             self.len += 1;
@@ -44,7 +56,7 @@ impl AckSet {
     pub fn add_range(&mut self, ledger_id: u64, first: u64, last: u64) -> u64 {
         let mut added = 0;
         for (key, lo, hi) in chunks(ledger_id, first, last) {
-            let bitmap = self.parts.entry(key).or_default();
+            let bitmap = self.bitmap_mut(key);
             added += bitmap.insert_range(lo..=hi);
             settle(bitmap);
         }
@@ -52,11 +64,52 @@ impl AckSet {
         added
     }
 
+    /// The bitmap of `key`, created empty if the partition does not exist yet; the caller
+    /// makes it non-empty.
+    fn bitmap_mut(&mut self, key: PartitionKey) -> &mut RoaringBitmap {
+        let slot = match self.hot {
+            Some((hot, slot)) if hot == key => slot,
+            _ => {
+                let slot = if let Some(&slot) = self.index.get(&key) {
+                    slot
+                } else {
+                    let slot = self.free.pop().unwrap_or_else(|| {
+                        self.slots.push(RoaringBitmap::new());
+                        self.slots.len() - 1
+                    });
+                    self.index.insert(key, slot);
+                    slot
+                };
+                self.hot = Some((key, slot));
+                slot
+            }
+        };
+        &mut self.slots[slot]
+    }
+
+    /// The bitmap of an existing partition.
+    fn bitmap(&self, key: PartitionKey) -> Option<&RoaringBitmap> {
+        let slot = match self.hot {
+            Some((hot, slot)) if hot == key => slot,
+            _ => *self.index.get(&key)?,
+        };
+        self.slots.get(slot)
+    }
+
+    /// Removes a partition from the index and frees its slot; returns its cardinality.
+    fn release(&mut self, key: PartitionKey, slot: usize) -> u64 {
+        if self.hot.is_some_and(|(hot, _)| hot == key) {
+            self.hot = None;
+        }
+        let bitmap = std::mem::take(&mut self.slots[slot]);
+        self.free.push(slot);
+        bitmap.len()
+    }
+
     /// Whether `pos` is acked.
     #[must_use]
     pub fn contains(&self, pos: Position) -> bool {
-        self.parts
-            .get(&PartitionKey::of(pos))
+        self.bitmap(PartitionKey::of(pos))
             .is_some_and(|b| b.contains(PartitionKey::offset_of(pos.entry_id)))
     }
 
@@ -64,19 +117,19 @@ impl AckSet {
     /// become empty are dropped, so no empty ledger is left behind.
     pub fn remove_at_most(&mut self, pos: Position) {
         let key = PartitionKey::of(pos);
-        let kept = self.parts.split_off(&key);
-        let dropped: u64 = self.parts.values().map(RoaringBitmap::len).sum();
-        self.parts = kept;
-        self.len -= dropped;
-        if let btree_map::Entry::Occupied(mut entry) = self.parts.entry(key) {
-            let removed = entry
-                .get_mut()
-                .remove_range(..=PartitionKey::offset_of(pos.entry_id));
-            self.len -= removed;
-            if entry.get().is_empty() {
-                entry.remove();
+        let kept = self.index.split_off(&key);
+        let below = std::mem::replace(&mut self.index, kept);
+        for (k, slot) in below {
+            self.len -= self.release(k, slot);
+        }
+        if let Some(&slot) = self.index.get(&key) {
+            let bitmap = &mut self.slots[slot];
+            self.len -= bitmap.remove_range(..=PartitionKey::offset_of(pos.entry_id));
+            if bitmap.is_empty() {
+                self.index.remove(&key);
+                self.release(key, slot);
             } else {
-                settle(entry.get_mut());
+                settle(bitmap);
             }
         }
     }
@@ -92,8 +145,8 @@ impl AckSet {
     pub fn last_range(&self) -> Option<AckRange> {
         let mut joiner = RangeJoiner::new(Direction::Descending);
         let mut found = None;
-        for (key, bitmap) in self.parts.iter().rev() {
-            let more = joiner.push_bitmap(*key, bitmap, &mut |r| {
+        for (key, bitmap) in self.partitions().rev() {
+            let more = joiner.push_bitmap(key, bitmap, &mut |r| {
                 found = Some(r);
                 false
             });
@@ -108,7 +161,8 @@ impl AckSet {
     #[must_use]
     pub fn ranges(&self) -> Ranges<'_> {
         Ranges {
-            parts: self.parts.iter(),
+            index: self.index.iter(),
+            slots: &self.slots,
             current: None,
             joiner: RangeJoiner::new(Direction::Ascending),
         }
@@ -138,17 +192,17 @@ impl AckSet {
         if from > to {
             return 0;
         }
-        self.parts
+        self.index
             .range(PartitionKey::of(from)..=PartitionKey::of(to))
-            .map(|(key, bitmap)| count_clipped(bitmap, clip(*key, from, to)))
+            .map(|(key, &slot)| count_clipped(&self.slots[slot], clip(*key, from, to)))
             .sum()
     }
 
     /// The lowest and the highest acked positions.
     #[must_use]
     pub fn span(&self) -> Option<(Position, Position)> {
-        let (first_key, first) = self.parts.first_key_value()?;
-        let (last_key, last) = self.parts.last_key_value()?;
+        let (first_key, first) = self.partitions().next()?;
+        let (last_key, last) = self.partitions().next_back()?;
         Some((
             first_key.position(first.min()?),
             last_key.position(last.max()?),
@@ -157,32 +211,39 @@ impl AckSet {
 
     /// Drops every ack.
     pub fn clear(&mut self) {
-        self.parts.clear();
+        self.index.clear();
+        self.slots.clear();
+        self.free.clear();
+        self.hot = None;
         self.len = 0;
     }
 
     /// Every partition with its bitmap (`entry_id - key.first_entry()`), ascending.
-    pub fn partitions(&self) -> impl Iterator<Item = (PartitionKey, &RoaringBitmap)> + '_ {
-        self.parts.iter().map(|(k, b)| (*k, b))
+    #[must_use]
+    pub fn partitions(
+        &self,
+    ) -> impl DoubleEndedIterator<Item = (PartitionKey, &RoaringBitmap)> + '_ {
+        self.index.iter().map(|(k, &slot)| (*k, &self.slots[slot]))
     }
 
     /// Number of partitions.
     #[must_use]
     pub fn partition_count(&self) -> usize {
-        self.parts.len()
+        self.index.len()
     }
 
     /// Memory the set holds, measured as the wrapper charges it: each bitmap's serialized size
     /// plus `PARTITION_OVERHEAD_BYTES` per partition.
     #[must_use]
     pub fn heap_bytes(&self) -> usize {
-        self.parts.values().map(charged_bytes).sum()
+        self.partitions().map(|(_, b)| charged_bytes(b)).sum()
     }
 }
 
 /// Iterator over the maximal ranges of an [`AckSet`], ascending.
 pub struct Ranges<'a> {
-    parts: btree_map::Iter<'a, PartitionKey, RoaringBitmap>,
+    index: btree_map::Iter<'a, PartitionKey, usize>,
+    slots: &'a [RoaringBitmap],
     current: Option<(PartitionKey, roaring::bitmap::Iter<'a>)>,
     joiner: RangeJoiner,
 }
@@ -208,8 +269,8 @@ impl Iterator for Ranges<'_> {
                 }
                 continue;
             }
-            match self.parts.next() {
-                Some((key, bitmap)) => self.current = Some((*key, bitmap.iter())),
+            match self.index.next() {
+                Some((key, &slot)) => self.current = Some((*key, self.slots[slot].iter())),
                 None => return self.joiner.finish(),
             }
         }

@@ -21,7 +21,7 @@ use roaring::RoaringBitmap;
 
 use super::{
     AckRange, Direction, LAST_OFFSET, PartitionKey, PartitionStore, RangeJoiner, charged_bytes,
-    chunks, clip, count_clipped, settle,
+    chunks, clip, count_clipped, insert_offset, settle,
 };
 use crate::error::{Error, Result};
 use crate::position::Position;
@@ -55,6 +55,8 @@ pub struct AckSetStats {
     pub stores: u64,
 }
 
+/// A live partition. While it is resident, its [`Resident`] holds the authoritative cardinality
+/// (the bitmap's) and dirty flag, and `cardinality`/`dirty` here are stale until it is evicted.
 #[derive(Clone, Copy, Debug)]
 struct IndexEntry {
     cardinality: u64,
@@ -69,6 +71,8 @@ struct Resident {
     bytes: usize,
     /// The store does not hold the current contents.
     unsaved: bool,
+    /// Changed since the last `mark_clean`.
+    dirty: bool,
 }
 
 /// The ack set under an LRU byte budget: the same queries as [`AckSet`](super::AckSet), fallible
@@ -81,6 +85,9 @@ pub struct RangeSetWrapper {
     budget: usize,
     index: BTreeMap<PartitionKey, IndexEntry>,
     lru: LruCache<PartitionKey, Resident>,
+    /// The most recently used partition, resident, while nothing else has been touched since:
+    /// touching it again needs neither the index nor a change of LRU order.
+    hot: Option<PartitionKey>,
     len: u64,
     resident_bytes: usize,
     peak_resident_bytes: usize,
@@ -108,6 +115,7 @@ impl RangeSetWrapper {
             budget: budget_bytes,
             index: BTreeMap::new(),
             lru: LruCache::unbounded(),
+            hot: None,
             len: 0,
             resident_bytes: 0,
             peak_resident_bytes: 0,
@@ -143,7 +151,8 @@ impl RangeSetWrapper {
     /// Adds one position; `true` if it was not acked before.
     pub fn add(&mut self, pos: Position) -> Result<bool> {
         let offset = PartitionKey::offset_of(pos.entry_id);
-        let added = self.with_partition(PartitionKey::of(pos), true, |b| b.insert(offset))?;
+        let added =
+            self.with_partition(PartitionKey::of(pos), true, |b| insert_offset(b, offset))?;
         Ok(added.unwrap_or(false))
     }
 
@@ -241,7 +250,7 @@ impl RangeSetWrapper {
             .range(PartitionKey::of(from)..=PartitionKey::of(to))
         {
             match clip(*key, from, to) {
-                None => total += entry.cardinality,
+                None => total += self.state(*key, entry).0,
                 Some(bounds) => edges.push((*key, bounds)),
             }
         }
@@ -274,6 +283,7 @@ impl RangeSetWrapper {
         }
         self.index.clear();
         self.lru.clear();
+        self.hot = None;
         self.len = 0;
         self.resident_bytes = 0;
         self.dirty = 0;
@@ -284,7 +294,7 @@ impl RangeSetWrapper {
     pub fn partitions(&self) -> Vec<(PartitionKey, u64)> {
         self.index
             .iter()
-            .map(|(k, e)| (*k, e.cardinality))
+            .map(|(k, e)| (*k, self.state(*k, e).0))
             .collect()
     }
 
@@ -293,7 +303,7 @@ impl RangeSetWrapper {
     pub fn dirty_keys(&self) -> Vec<PartitionKey> {
         self.index
             .iter()
-            .filter(|(_, e)| e.dirty)
+            .filter(|(k, e)| self.state(**k, e).1)
             .map(|(k, _)| *k)
             .collect()
     }
@@ -307,10 +317,15 @@ impl RangeSetWrapper {
     /// The partition's current contents are persisted: it is no longer dirty. Does not touch the
     /// store or residency; an unknown key is ignored.
     pub fn mark_clean(&mut self, key: PartitionKey) {
-        if let Some(entry) = self.index.get_mut(&key)
-            && entry.dirty
-        {
-            entry.dirty = false;
+        let Some(entry) = self.index.get_mut(&key) else {
+            return;
+        };
+        let dirty = match self.lru.peek_mut(&key) {
+            Some(resident) if entry.resident => &mut resident.dirty,
+            _ => &mut entry.dirty,
+        };
+        if *dirty {
+            *dirty = false;
             self.dirty -= 1;
         }
     }
@@ -343,6 +358,14 @@ impl RangeSetWrapper {
         }
     }
 
+    /// `(cardinality, dirty)` of a live partition, from its resident copy if it has one.
+    fn state(&self, key: PartitionKey, entry: &IndexEntry) -> (u64, bool) {
+        match self.lru.peek(&key) {
+            Some(resident) if entry.resident => (resident.bitmap.len(), resident.dirty),
+            _ => (entry.cardinality, entry.dirty),
+        }
+    }
+
     /// Runs `f` on `key`'s bitmap, made resident first (created empty when `create` and the
     /// partition does not exist; `None` when it does not exist and not `create`). If `f` changed
     /// the cardinality, the partition becomes dirty and unsaved, and is dropped if empty.
@@ -352,31 +375,33 @@ impl RangeSetWrapper {
         create: bool,
         f: impl FnOnce(&mut RoaringBitmap) -> R,
     ) -> Result<Option<R>> {
-        if !self.make_resident(key, create)? {
-            return Ok(None);
+        let hot = self.hot == Some(key) && self.resident_bytes <= self.budget;
+        if !hot {
+            if !self.make_resident(key, create)? {
+                return Ok(None);
+            }
+            self.lru.promote(&key);
+            self.hot = Some(key);
         }
         let resident = self
             .lru
-            .get_mut(&key)
-            .expect("make_resident leaves the partition in the LRU");
+            .peek_mut(&key)
+            .expect("a hot or just made resident partition is in the LRU");
         let before = resident.bitmap.len();
         let out = f(&mut resident.bitmap);
         let after = resident.bitmap.len();
         if before != after {
             settle(&mut resident.bitmap);
             resident.unsaved = true;
+            if !resident.dirty {
+                resident.dirty = true;
+                self.dirty += 1;
+            }
             let bytes = charged_bytes(&resident.bitmap);
             self.resident_bytes = self.resident_bytes - resident.bytes + bytes;
             self.peak_resident_bytes = self.peak_resident_bytes.max(self.resident_bytes);
             resident.bytes = bytes;
             self.len = self.len - before + after;
-            if let Some(entry) = self.index.get_mut(&key) {
-                entry.cardinality = after;
-                if !entry.dirty {
-                    entry.dirty = true;
-                    self.dirty += 1;
-                }
-            }
         }
         if after == 0 {
             self.drop_partition(key);
@@ -387,13 +412,13 @@ impl RangeSetWrapper {
     /// Makes `key` resident after evicting others down to the budget; `false` if it does not
     /// exist and is not to be created.
     fn make_resident(&mut self, key: PartitionKey, create: bool) -> Result<bool> {
-        match self.index.get(&key).map(|e| e.resident) {
-            Some(true) => self.make_room(Some(key))?,
-            Some(false) => {
+        match self.index.get(&key).copied() {
+            Some(entry) if entry.resident => self.make_room(Some(key))?,
+            Some(entry) => {
                 self.make_room(None)?;
-                let bitmap = self.load(key)?;
+                let bitmap = self.load(key, entry.cardinality)?;
                 self.loads += 1;
-                self.admit(key, bitmap, false);
+                self.admit(key, bitmap, false, entry.dirty);
             }
             None if create => {
                 self.make_room(None)?;
@@ -403,7 +428,7 @@ impl RangeSetWrapper {
                     dirty: false,
                 };
                 self.index.insert(key, entry);
-                self.admit(key, RoaringBitmap::new(), true);
+                self.admit(key, RoaringBitmap::new(), true, false);
             }
             None => return Ok(false),
         }
@@ -411,7 +436,7 @@ impl RangeSetWrapper {
     }
 
     /// Puts a bitmap in the LRU as the most recently used partition.
-    fn admit(&mut self, key: PartitionKey, bitmap: RoaringBitmap, unsaved: bool) {
+    fn admit(&mut self, key: PartitionKey, bitmap: RoaringBitmap, unsaved: bool, dirty: bool) {
         let bytes = charged_bytes(&bitmap);
         self.resident_bytes += bytes;
         self.peak_resident_bytes = self.peak_resident_bytes.max(self.resident_bytes);
@@ -424,18 +449,18 @@ impl RangeSetWrapper {
                 bitmap,
                 bytes,
                 unsaved,
+                dirty,
             },
         );
     }
 
-    /// Loads a partition the index lists, checking it against the index.
-    fn load(&mut self, key: PartitionKey) -> Result<RoaringBitmap> {
+    /// Loads a partition the index lists with `expected` entries, checking it.
+    fn load(&mut self, key: PartitionKey, expected: u64) -> Result<RoaringBitmap> {
         let bad = |reason: String| Error::BadPartition {
             ledger_id: key.ledger_id,
             chunk: key.chunk,
             reason,
         };
-        let expected = self.index.get(&key).map_or(0, |e| e.cardinality);
         let mut bitmap = self
             .store
             .load(key)?
@@ -489,6 +514,11 @@ impl RangeSetWrapper {
         self.resident_bytes -= resident.bytes;
         if let Some(entry) = self.index.get_mut(&key) {
             entry.resident = false;
+            entry.cardinality = resident.bitmap.len();
+            entry.dirty = resident.dirty;
+        }
+        if self.hot == Some(key) {
+            self.hot = None;
         }
         self.evictions += 1;
         Ok(())
@@ -496,15 +526,20 @@ impl RangeSetWrapper {
 
     /// Removes a partition entirely: index, memory, and the store's copy.
     fn drop_partition(&mut self, key: PartitionKey) {
-        let Some(entry) = self.index.remove(&key) else {
+        let Some(entry) = self.index.get(&key) else {
             return;
         };
-        self.len -= entry.cardinality;
-        if entry.dirty {
+        let (cardinality, dirty) = self.state(key, entry);
+        self.index.remove(&key);
+        self.len -= cardinality;
+        if dirty {
             self.dirty -= 1;
         }
         if let Some(resident) = self.lru.pop(&key) {
             self.resident_bytes -= resident.bytes;
+        }
+        if self.hot == Some(key) {
+            self.hot = None;
         }
         self.store.forget(key);
     }

@@ -1,0 +1,222 @@
+//! A cursor's state and the rules that move it.
+//!
+//! Owns: [`CursorState`] (mark-delete, read position, individually acknowledged entries above
+//! mark-delete, properties, epoch, cursor ledger) and every transition of it, each resolved
+//! against the topic's current [`Layout`]. This is the seam persistence works on: a flush writes
+//! a `CursorState` out, recovery rebuilds one.
+//!
+//! Invariants kept by every method here:
+//! - every position in `acks` is a retained entry strictly after `mark_delete`;
+//! - the entry after `mark_delete`, if any, is not in `acks` (mark-delete has absorbed every
+//!   contiguous acknowledged entry);
+//! - `mark_delete` never moves backwards except through [`CursorState::reset_to`].
+//!
+//! Must never: do I/O other than through the ack set's partition store.
+
+use std::collections::BTreeMap;
+
+use crate::ackset::RangeSetWrapper;
+use crate::error::{Error, Result};
+use crate::finder::Layout;
+use crate::format::meta::CursorRecord;
+use crate::position::Position;
+
+use super::{CursorOptions, InitialPosition};
+
+/// How "no entry acknowledged" is written in the `mark_delete` field of a cursor record.
+///
+/// Data ledger ids start at 1 (the managed ledger bumps the entry log's id counter before it
+/// creates any ledger), so `0:0` is never an entry.
+pub const NO_MARK_DELETE: Position = Position::new(0, 0);
+
+/// Everything a cursor knows, in memory.
+pub struct CursorState {
+    /// Every entry at or before it is acknowledged; `None` when no retained entry is (the
+    /// cursor starts before the first entry). Pulsar writes this as `L:-1`.
+    pub(crate) mark_delete: Option<Position>,
+    /// The next read returns the first unacknowledged retained entry at or after this
+    /// position (and after `mark_delete`).
+    pub(crate) read_position: Position,
+    /// Individually acknowledged entries after `mark_delete`.
+    pub(crate) acks: RangeSetWrapper,
+    /// Application properties stored with the mark-delete position.
+    pub(crate) properties: BTreeMap<String, i64>,
+    /// Increases on every seek, rewind and reset; never on reopen.
+    pub(crate) epoch: u64,
+    /// The ledger holding the persisted ack state, once persistence has created one.
+    pub(crate) cursor_ledger: Option<u64>,
+}
+
+impl CursorState {
+    /// The state of a new cursor opened with `options` on `layout`.
+    pub(crate) fn initial(layout: &Layout, options: CursorOptions, acks: RangeSetWrapper) -> Self {
+        let mut state = Self {
+            mark_delete: None,
+            read_position: Position::default(),
+            acks,
+            properties: BTreeMap::new(),
+            epoch: 0,
+            cursor_ledger: None,
+        };
+        state.reset_to(layout, initial_target(layout, options));
+        state
+    }
+
+    /// The state a cursor record describes, with no individual acks.
+    pub(crate) fn from_record(
+        record: &CursorRecord,
+        layout: &Layout,
+        acks: RangeSetWrapper,
+    ) -> Self {
+        let mark_delete = (record.mark_delete != NO_MARK_DELETE).then_some(record.mark_delete);
+        Self {
+            mark_delete,
+            read_position: layout
+                .after_mark(mark_delete)
+                .unwrap_or_else(|| layout.end()),
+            acks,
+            properties: record.properties.clone(),
+            epoch: record.epoch,
+            cursor_ledger: record.cursor_ledger,
+        }
+    }
+
+    /// The cursor record of this state.
+    pub(crate) fn to_record(&self, name: &str) -> CursorRecord {
+        CursorRecord {
+            name: name.to_owned(),
+            cursor_ledger: self.cursor_ledger,
+            mark_delete: self.mark_delete.unwrap_or(NO_MARK_DELETE),
+            epoch: self.epoch,
+            properties: self.properties.clone(),
+        }
+    }
+
+    /// Acknowledges one entry. Returns whether anything changed.
+    pub(crate) fn ack(&mut self, layout: &Layout, pos: Position) -> Result<bool> {
+        if self.mark_delete.is_some_and(|m| pos <= m) {
+            return Ok(false);
+        }
+        if !layout.contains(pos) {
+            return Err(Error::NoSuchEntry(pos));
+        }
+        if !self.acks.add(pos)? {
+            return Ok(false);
+        }
+        self.absorb(layout)?;
+        Ok(true)
+    }
+
+    /// Acknowledges every entry up to and including `pos`. Returns whether anything changed.
+    pub(crate) fn ack_cumulative(&mut self, layout: &Layout, pos: Position) -> Result<bool> {
+        match self.mark_delete {
+            Some(m) if pos == m => return Ok(false),
+            Some(m) if pos < m => {
+                return Err(Error::InvalidArgument(format!(
+                    "cumulative ack of {pos} is behind the mark-delete position {m}; \
+                     nothing was changed"
+                )));
+            }
+            _ => {}
+        }
+        if !layout.contains(pos) {
+            return Err(Error::NoSuchEntry(pos));
+        }
+        self.mark_delete = Some(pos);
+        self.acks.remove_at_most(pos)?;
+        self.absorb(layout)?;
+        Ok(true)
+    }
+
+    /// Moves mark-delete over every acknowledged entry that directly follows it.
+    fn absorb(&mut self, layout: &Layout) -> Result<()> {
+        while let Some((first, last)) = self.acks.first_range()? {
+            if Some(first) != layout.after_mark(self.mark_delete) {
+                break;
+            }
+            self.mark_delete = Some(last);
+            self.acks.remove_at_most(last)?;
+        }
+        Ok(())
+    }
+
+    /// Whether `pos` is acknowledged (at or before mark-delete, or individually).
+    pub(crate) fn is_acked(&mut self, pos: Position) -> Result<bool> {
+        if self.mark_delete.is_some_and(|m| pos <= m) {
+            return Ok(true);
+        }
+        self.acks.contains(pos)
+    }
+
+    /// Makes `target` the next entry to read (`None`: the next entry appended), with every
+    /// entry before it acknowledged and none after it.
+    pub(crate) fn reset_to(&mut self, layout: &Layout, target: Option<Position>) {
+        if let Some(t) = target {
+            self.mark_delete = layout.before(t);
+            self.read_position = t;
+        } else {
+            self.mark_delete = layout.last_entry();
+            self.read_position = layout.end();
+        }
+        self.acks.clear();
+    }
+
+    /// Reads again from the first entry after mark-delete.
+    pub(crate) fn rewind(&mut self, layout: &Layout) {
+        self.read_position = layout
+            .after_mark(self.mark_delete)
+            .unwrap_or_else(|| layout.end());
+    }
+
+    /// The first retained entry a read may return (acknowledged or not), if any.
+    fn read_start(&self, layout: &Layout) -> Option<Position> {
+        let from = layout.at_or_after(self.read_position)?;
+        let floor = layout.after_mark(self.mark_delete)?;
+        Some(from.max(floor))
+    }
+
+    /// The position the next read starts from: the next retained entry at or after the read
+    /// position, or, when there is none yet, the end of the topic.
+    pub(crate) fn read_position(&self, layout: &Layout) -> Position {
+        self.read_start(layout)
+            .unwrap_or_else(|| self.read_position.max(layout.end()))
+    }
+
+    /// Picks the next `max` unacknowledged entries to read and moves the read position past
+    /// them.
+    pub(crate) fn plan_read(&mut self, layout: &Layout, max: usize) -> Result<Vec<Position>> {
+        let mut out = Vec::new();
+        if max == 0 {
+            return Ok(out);
+        }
+        let mut next = self.read_start(layout);
+        while out.len() < max {
+            let Some(pos) = next else { break };
+            if !self.acks.contains(pos)? {
+                out.push(pos);
+            }
+            next = layout.after(pos);
+        }
+        self.read_position = next.unwrap_or_else(|| layout.end());
+        Ok(out)
+    }
+
+    /// Exact number of retained entries after mark-delete that are not acknowledged.
+    /// O(ledgers), independent of the number of entries.
+    pub(crate) fn backlog(&self, layout: &Layout) -> u64 {
+        layout
+            .count_after(self.mark_delete)
+            .saturating_sub(self.acks.len())
+    }
+}
+
+/// The entry a new cursor reads first (`None`: the next entry appended).
+fn initial_target(layout: &Layout, options: CursorOptions) -> Option<Position> {
+    match (options.initial_position, options.inclusive) {
+        (InitialPosition::Earliest, _) => layout.first_entry(),
+        (InitialPosition::Latest, false) => None,
+        (InitialPosition::Latest, true) => layout.last_entry(),
+        (InitialPosition::At(p), false) => layout.after(p),
+        (InitialPosition::At(p), true) => layout.at_or_after(p),
+    }
+}

@@ -1,0 +1,353 @@
+//! Where entries are: the retained data ledgers of a topic, and searches by message index and
+//! by timestamp.
+//!
+//! Owns: [`Layout`], the in-memory summary of every retained data ledger (entry count, first
+//! message index, first and last timestamp), with the position arithmetic every cursor operation
+//! uses (the entry after or before a position, how many entries follow one), and the two
+//! searches [`find_by_index`] and [`find_by_timestamp`].
+//!
+//! A search picks the ledger from the summaries without any I/O, then bisects that ledger's
+//! entries through [`EntryLog::read_meta`], which reads one frame header. A ledger of `n`
+//! entries costs at most `ceil(log2 n)` header reads (the bound the design promises is
+//! `ceil(log2 n) + 2`); each read is counted in [`crate::log::LogStats::header_reads`].
+//!
+//! Must never: write anything, or read a payload.
+
+use crate::error::Result;
+use crate::log::EntryLog;
+use crate::position::Position;
+
+/// Summary of one retained data ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LedgerSpan {
+    /// The ledger's id.
+    pub id: u64,
+    /// Entries it holds (entry ids `0..entries`).
+    pub entries: u64,
+    /// Message index of the first message of its first entry (for an empty ledger: the index
+    /// its first message will get).
+    pub first_index: u64,
+    /// Timestamp of its first entry (for an empty ledger: the topic's last timestamp).
+    pub first_timestamp: u64,
+    /// Timestamp of its last entry.
+    pub last_timestamp: u64,
+}
+
+impl LedgerSpan {
+    /// Position of the ledger's last entry, if it has any.
+    #[must_use]
+    pub fn last_entry(&self) -> Option<Position> {
+        self.entries
+            .checked_sub(1)
+            .map(|e| Position::new(self.id, e))
+    }
+}
+
+/// The retained data ledgers of a topic, oldest first, and the next message index.
+///
+/// Ledger ids ascend but need not be consecutive (cursor ledgers share the id space, and
+/// trimmed ledgers leave the front). Entry ids are dense within a ledger. Message indexes and
+/// timestamps never decrease from one entry to the next, across ledgers too.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Layout {
+    spans: Vec<LedgerSpan>,
+    next_index: u64,
+}
+
+impl Layout {
+    /// A layout of `spans` (ascending ids), whose last message has index `next_index - 1`.
+    #[must_use]
+    pub fn new(spans: Vec<LedgerSpan>, next_index: u64) -> Self {
+        debug_assert!(spans.windows(2).all(|w| w[0].id < w[1].id));
+        Self { spans, next_index }
+    }
+
+    /// The retained ledgers, oldest first.
+    #[must_use]
+    pub fn spans(&self) -> &[LedgerSpan] {
+        &self.spans
+    }
+
+    /// One past the index of the last message appended (`B` in `[A, B)`); 0 on a new topic.
+    #[must_use]
+    pub fn next_index(&self) -> u64 {
+        self.next_index
+    }
+
+    /// Index of the first retained message (`A` in `[A, B)`); equals [`Self::next_index`] when
+    /// no entry is retained.
+    #[must_use]
+    pub fn first_index(&self) -> u64 {
+        self.spans
+            .iter()
+            .find(|s| s.entries > 0)
+            .map_or(self.next_index, |s| s.first_index)
+    }
+
+    /// Total number of retained entries.
+    #[must_use]
+    pub fn entries(&self) -> u64 {
+        self.spans.iter().map(|s| s.entries).sum()
+    }
+
+    /// The first retained entry.
+    #[must_use]
+    pub fn first_entry(&self) -> Option<Position> {
+        self.spans
+            .iter()
+            .find(|s| s.entries > 0)
+            .map(|s| Position::new(s.id, 0))
+    }
+
+    /// The last entry.
+    #[must_use]
+    pub fn last_entry(&self) -> Option<Position> {
+        self.spans.iter().rev().find_map(LedgerSpan::last_entry)
+    }
+
+    /// The position one past the last entry (`L:n` for a last ledger `L` of `n` entries), or
+    /// `0:0` when nothing is retained. Every entry appended later is at or after it.
+    #[must_use]
+    pub fn end(&self) -> Position {
+        self.last_entry().map_or(Position::default(), |p| {
+            Position::new(p.ledger_id, p.entry_id + 1)
+        })
+    }
+
+    /// The summary of ledger `id`, if retained.
+    #[must_use]
+    pub fn span(&self, id: u64) -> Option<&LedgerSpan> {
+        self.spans
+            .binary_search_by_key(&id, |s| s.id)
+            .ok()
+            .and_then(|i| self.spans.get(i))
+    }
+
+    /// Whether `pos` is a retained entry.
+    #[must_use]
+    pub fn contains(&self, pos: Position) -> bool {
+        self.span(pos.ledger_id)
+            .is_some_and(|s| pos.entry_id < s.entries)
+    }
+
+    /// The first retained entry at or after `pos`.
+    #[must_use]
+    pub fn at_or_after(&self, pos: Position) -> Option<Position> {
+        let from = self.spans.partition_point(|s| s.id < pos.ledger_id);
+        self.spans.get(from..)?.iter().find_map(|s| {
+            if s.id == pos.ledger_id {
+                (pos.entry_id < s.entries).then_some(pos)
+            } else {
+                (s.entries > 0).then(|| Position::new(s.id, 0))
+            }
+        })
+    }
+
+    /// The first retained entry after `pos`.
+    #[must_use]
+    pub fn after(&self, pos: Position) -> Option<Position> {
+        match pos.entry_id.checked_add(1) {
+            Some(e) => self.at_or_after(Position::new(pos.ledger_id, e)),
+            None => pos
+                .ledger_id
+                .checked_add(1)
+                .and_then(|l| self.at_or_after(Position::new(l, 0))),
+        }
+    }
+
+    /// The first retained entry after a mark-delete position (`None`: before every entry).
+    #[must_use]
+    pub fn after_mark(&self, mark: Option<Position>) -> Option<Position> {
+        match mark {
+            Some(m) => self.after(m),
+            None => self.first_entry(),
+        }
+    }
+
+    /// The last retained entry before `pos`.
+    #[must_use]
+    pub fn before(&self, pos: Position) -> Option<Position> {
+        let upto = self.spans.partition_point(|s| s.id <= pos.ledger_id);
+        self.spans.get(..upto)?.iter().rev().find_map(|s| {
+            if s.id == pos.ledger_id {
+                let below = pos.entry_id.min(s.entries);
+                below.checked_sub(1).map(|e| Position::new(s.id, e))
+            } else {
+                s.last_entry()
+            }
+        })
+    }
+
+    /// Number of retained entries after a mark-delete position (`None`: all of them).
+    /// O(ledgers).
+    #[must_use]
+    pub fn count_after(&self, mark: Option<Position>) -> u64 {
+        let Some(m) = mark else {
+            return self.entries();
+        };
+        let from = self.spans.partition_point(|s| s.id < m.ledger_id);
+        self.spans
+            .get(from..)
+            .unwrap_or_default()
+            .iter()
+            .map(|s| {
+                if s.id == m.ledger_id {
+                    s.entries.saturating_sub(m.entry_id.saturating_add(1))
+                } else {
+                    s.entries
+                }
+            })
+            .sum()
+    }
+
+    pub(crate) fn spans_mut(&mut self) -> &mut Vec<LedgerSpan> {
+        &mut self.spans
+    }
+
+    pub(crate) fn set_next_index(&mut self, next_index: u64) {
+        self.next_index = next_index;
+    }
+
+    /// The retained non-empty ledger a search must look in: the last one whose `key` is at
+    /// most `bound` (keys never decrease along the layout).
+    fn last_span_with(&self, bound: u64, key: impl Fn(&LedgerSpan) -> u64) -> Option<LedgerSpan> {
+        let upto = self.spans.partition_point(|s| key(s) <= bound);
+        self.spans
+            .get(..upto)?
+            .iter()
+            .rev()
+            .find(|s| s.entries > 0)
+            .copied()
+    }
+}
+
+/// The first entry whose message index is at least `index`: the entry holding message `index`
+/// when it is retained, the first retained entry when `index` is older, and `None` when no
+/// message with that index has been appended yet (`index >= B`).
+///
+/// Reads at most `ceil(log2 n)` frame headers, `n` the entry count of the ledger holding it.
+pub fn find_by_index(log: &EntryLog, layout: &Layout, index: u64) -> Result<Option<Position>> {
+    if index >= layout.next_index() {
+        return Ok(None);
+    }
+    let Some(span) = layout.last_span_with(index, |s| s.first_index) else {
+        // Older than every retained message.
+        return Ok(layout.first_entry());
+    };
+    // The ledger's last entry holds an index >= `index`: either the next non-empty ledger
+    // starts above `index`, or this is the last ledger and `index < next_index`.
+    let (mut lo, mut hi) = (0, span.entries - 1);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if log.read_meta(span.id, mid)?.index >= index {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    Ok(Some(Position::new(span.id, lo)))
+}
+
+/// The last entry whose timestamp is at most `timestamp`, or `None` when every retained entry
+/// is younger (or none is retained). Among equal timestamps, the last such entry.
+///
+/// Reads at most `ceil(log2 n)` frame headers, `n` the entry count of the ledger holding it,
+/// and none when the answer is a ledger's last entry.
+pub fn find_by_timestamp(
+    log: &EntryLog,
+    layout: &Layout,
+    timestamp: u64,
+) -> Result<Option<Position>> {
+    let Some(span) = layout.last_span_with(timestamp, |s| s.first_timestamp) else {
+        return Ok(None);
+    };
+    if span.last_timestamp <= timestamp {
+        return Ok(span.last_entry());
+    }
+    // Entry 0 qualifies (its timestamp is the ledger's first), the last entry does not.
+    let (mut lo, mut hi) = (0, span.entries - 1);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if log.read_meta(span.id, mid)?.timestamp <= timestamp {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(Some(Position::new(span.id, lo)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn span(id: u64, entries: u64, first_index: u64) -> LedgerSpan {
+        LedgerSpan {
+            id,
+            entries,
+            first_index,
+            first_timestamp: first_index,
+            last_timestamp: first_index + entries.saturating_sub(1),
+        }
+    }
+
+    /// Ledgers 2 (3 entries), 4 (empty), 7 (2 entries), 9 (empty).
+    fn layout() -> Layout {
+        Layout::new(
+            vec![span(2, 3, 0), span(4, 0, 3), span(7, 2, 3), span(9, 0, 5)],
+            5,
+        )
+    }
+
+    #[test]
+    fn stepping_skips_empty_ledgers_and_gaps_in_ids() {
+        let l = layout();
+        assert_eq!(l.first_entry(), Some(Position::new(2, 0)));
+        assert_eq!(l.last_entry(), Some(Position::new(7, 1)));
+        assert_eq!(l.end(), Position::new(7, 2));
+        assert_eq!(l.after(Position::new(2, 2)), Some(Position::new(7, 0)));
+        assert_eq!(l.after(Position::new(3, 0)), Some(Position::new(7, 0)));
+        assert_eq!(
+            l.after(Position::new(2, u64::MAX)),
+            Some(Position::new(7, 0))
+        );
+        assert_eq!(l.after(Position::new(7, 1)), None);
+        assert_eq!(l.after_mark(None), Some(Position::new(2, 0)));
+        assert_eq!(l.before(Position::new(7, 0)), Some(Position::new(2, 2)));
+        assert_eq!(l.before(Position::new(5, 9)), Some(Position::new(2, 2)));
+        assert_eq!(l.before(Position::new(7, 99)), Some(Position::new(7, 1)));
+        assert_eq!(l.before(Position::new(2, 0)), None);
+        assert_eq!(
+            l.at_or_after(Position::new(0, 5)),
+            Some(Position::new(2, 0))
+        );
+        assert_eq!(
+            l.at_or_after(Position::new(2, 3)),
+            Some(Position::new(7, 0))
+        );
+        assert_eq!(l.at_or_after(Position::new(8, 0)), None);
+    }
+
+    #[test]
+    fn counts_after_a_mark_span_ledgers() {
+        let l = layout();
+        assert_eq!(l.count_after(None), 5);
+        assert_eq!(l.count_after(Some(Position::new(2, 0))), 4);
+        assert_eq!(l.count_after(Some(Position::new(2, 2))), 2);
+        assert_eq!(l.count_after(Some(Position::new(1, 7))), 5);
+        assert_eq!(l.count_after(Some(Position::new(7, 1))), 0);
+        assert_eq!(l.count_after(Some(Position::new(8, 0))), 0);
+        assert!(l.contains(Position::new(7, 1)));
+        assert!(!l.contains(Position::new(7, 2)));
+        assert!(!l.contains(Position::new(4, 0)));
+    }
+
+    #[test]
+    fn an_empty_layout_has_no_entries() {
+        let l = Layout::default();
+        assert_eq!(l.first_entry(), None);
+        assert_eq!(l.end(), Position::default());
+        assert_eq!(l.after_mark(None), None);
+        assert_eq!(l.first_index(), 0);
+    }
+}

@@ -1,0 +1,224 @@
+//! Managed ledgers: one topic stored in one directory.
+//!
+//! Owns: [`ManagedLedger`], the public face of a topic: appends with message metadata, reads,
+//! data-ledger rollover, the topic record, the cursor registry and trimming.
+//!
+//! A topic directory holds the entry log's ledger files (data ledgers, and cursor ledgers once
+//! cursor state is persisted), the `topic` record (the data ledgers with entry count, first
+//! message index and first/last timestamp; the cursor table, client name -> numeric id; the
+//! next ids) and one `cursor-{id}` record per cursor. Only numeric ids name files. How an open
+//! reconciles the record with the files after a crash is written in `open.rs`.
+//!
+//! Must never: name a file after client data; delete a ledger that a record still lists.
+
+mod config;
+mod open;
+mod registry;
+mod topic;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub use config::LedgerConfig;
+pub use topic::TOPIC_RECORD;
+
+pub use crate::cursor::{
+    Cursor, CursorConfig, CursorOptions, CursorStats, InitialPosition, OverflowPolicy, PersistMode,
+};
+pub use crate::entry::Entry;
+pub use crate::finder::LedgerSpan;
+
+use crate::cursor::TopicAccess;
+use crate::error::{Error, Result};
+use crate::finder;
+use crate::log::EntryLog;
+use crate::position::Position;
+use crate::storage::{FileStorage, Storage};
+use topic::TopicCore;
+
+/// Message metadata of one appended entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendMeta {
+    /// Messages in the entry (a batch); at least 1. The entry's index is that of its last
+    /// message, so the topic's message index advances by this much.
+    pub num_messages: u32,
+    /// The entry's timestamp, by convention milliseconds since the Unix epoch. A timestamp
+    /// smaller than the previous entry's is raised to it, so timestamps never go backwards.
+    pub timestamp: u64,
+}
+
+/// One topic: its entries, in data ledgers of one directory, and its cursors.
+///
+/// `Send + Sync`; every method takes `&self`. Exactly one `ManagedLedger` may own a directory
+/// at a time (the entry log's lock). Dropping it closes it as [`Self::close`] does, ignoring
+/// errors; call `close` to see them.
+#[derive(Debug)]
+pub struct ManagedLedger {
+    core: Arc<TopicCore>,
+}
+
+impl ManagedLedger {
+    /// Opens the topic in directory `dir`, creating the directory and the topic if needed.
+    ///
+    /// # Errors
+    /// [`Error::Locked`] when another handle owns the directory; [`Error::MissingLedger`] when
+    /// a recorded data ledger's file is gone; [`Error::NotAckstore`] for a directory with ledger
+    /// files but no topic record.
+    pub fn open(dir: impl AsRef<Path>, config: LedgerConfig) -> Result<Self> {
+        Self::open_with_storage(Arc::new(FileStorage::open(dir, true)?), config)
+    }
+
+    /// Opens the topic kept in `storage` (for instance a
+    /// [`MemStorage`](crate::storage::MemStorage)).
+    pub fn open_with_storage(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<Self> {
+        Ok(Self {
+            core: Arc::new(open::open(storage, config)?),
+        })
+    }
+
+    /// Appends one message stamped with the current time; returns its position.
+    ///
+    /// Not durable until [`Self::sync`]: after a crash it may be gone (with every entry after
+    /// it), never altered.
+    ///
+    /// # Errors
+    /// [`Error::EntryTooLarge`] over the log's maximum entry size (nothing is written).
+    pub fn append(&self, payload: &[u8]) -> Result<Position> {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        self.append_with(
+            payload,
+            AppendMeta {
+                num_messages: 1,
+                timestamp: now,
+            },
+        )
+    }
+
+    /// Appends one entry carrying `meta.num_messages` messages; returns its position. The
+    /// entry's index is the index of its last message (the first message ever has index 0);
+    /// its timestamp is `meta.timestamp`, raised to the previous entry's if smaller. Durability
+    /// as [`Self::append`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for `num_messages == 0`; [`Error::EntryTooLarge`].
+    pub fn append_with(&self, payload: &[u8], meta: AppendMeta) -> Result<Position> {
+        self.core.append(payload, meta.num_messages, meta.timestamp)
+    }
+
+    /// Reads the entry at `pos`.
+    ///
+    /// # Errors
+    /// [`Error::NoSuchEntry`] when `pos` is not a retained entry.
+    pub fn read(&self, pos: Position) -> Result<Entry> {
+        let log = self.core.log()?;
+        if !self.core.layout().contains(pos) {
+            return Err(Error::NoSuchEntry(pos));
+        }
+        Ok(Entry::from_log(
+            pos.ledger_id,
+            log.read(pos.ledger_id, pos.entry_id)?,
+        ))
+    }
+
+    /// The first retained entry; `None` on a topic without entries.
+    #[must_use]
+    pub fn first_position(&self) -> Option<Position> {
+        self.core.layout().first_entry()
+    }
+
+    /// The last entry; `None` on a topic without entries.
+    #[must_use]
+    pub fn last_position(&self) -> Option<Position> {
+        self.core.layout().last_entry()
+    }
+
+    /// One past the index of the last message appended (0 on a new topic).
+    #[must_use]
+    pub fn next_index(&self) -> u64 {
+        self.core.layout().next_index()
+    }
+
+    /// Summaries of the retained data ledgers, oldest first (the last one may still be open).
+    #[must_use]
+    pub fn ledgers(&self) -> Vec<LedgerSpan> {
+        self.core.layout().spans().to_vec()
+    }
+
+    /// Makes every entry appended so far durable (fdatasync of the open ledger; sealed ones
+    /// were synced when sealed). Survives power loss once it returns.
+    pub fn sync(&self) -> Result<()> {
+        self.core.sync()
+    }
+
+    /// Opens cursor `name` (any UTF-8 string), creating it when it does not exist. A new
+    /// cursor starts as `options` says; an existing one ignores `options` and resumes from its
+    /// record (mark-delete, epoch, properties). Opening a name that is already open returns
+    /// another handle to the same cursor.
+    pub fn open_cursor(&self, name: &str, options: CursorOptions) -> Result<Cursor> {
+        self.core.open_cursor(name, options)
+    }
+
+    /// Deletes cursor `name` and its records; open handles to it fail with
+    /// [`Error::Closed`] afterwards.
+    ///
+    /// # Errors
+    /// [`Error::NoSuchCursor`].
+    pub fn delete_cursor(&self, name: &str) -> Result<()> {
+        self.core.delete_cursor(name)
+    }
+
+    /// Names of every cursor, open or not, sorted.
+    #[must_use]
+    pub fn cursor_names(&self) -> Vec<String> {
+        self.core.cursor_names()
+    }
+
+    /// The first entry whose message index is at least `index` (the entry holding message
+    /// `index`), the first retained entry when `index` is older, `None` when `index` has not
+    /// been appended yet. At most `ceil(log2 n) + 2` entry-header reads.
+    pub fn find_by_index(&self, index: u64) -> Result<Option<Position>> {
+        let log = self.core.log()?;
+        finder::find_by_index(&log, &self.core.layout(), index)
+    }
+
+    /// The last entry whose timestamp is at most `timestamp`; `None` when every entry is
+    /// younger. At most `ceil(log2 n) + 2` entry-header reads.
+    pub fn find_by_timestamp(&self, timestamp: u64) -> Result<Option<Position>> {
+        let log = self.core.log()?;
+        finder::find_by_timestamp(&log, &self.core.layout(), timestamp)
+    }
+
+    /// Deletes the oldest data ledgers whose every entry every cursor has acknowledged (is at
+    /// or before its mark-delete position), open cursors and closed ones alike; with no cursor
+    /// at all, every ledger counts as consumed. The ledger holding the last entry is always
+    /// kept. Returns the deleted ledger ids.
+    ///
+    /// The topic record is updated (compare-and-set) before any file is deleted; a crash in
+    /// between leaves orphan files that the next open deletes.
+    pub fn trim_consumed(&self) -> Result<Vec<u64>> {
+        self.core.trim_consumed()
+    }
+
+    /// The entry log underneath (its stats count header reads, for instance). The directory
+    /// stays owned while the returned handle lives, even after [`Self::close`].
+    pub fn entry_log(&self) -> Result<Arc<EntryLog>> {
+        self.core.log()
+    }
+
+    /// Closes every open cursor (each flushes its record), seals the open data ledger and
+    /// releases the directory. Later calls fail with [`Error::Closed`]; closing twice is a
+    /// no-op.
+    pub fn close(&self) -> Result<()> {
+        self.core.close()
+    }
+}
+
+impl Drop for ManagedLedger {
+    fn drop(&mut self) {
+        // Errors were already reported to a caller of `close`, or nobody is left to hear them.
+        let _ = self.core.close();
+    }
+}

@@ -1,0 +1,192 @@
+//! Opening a topic directory: reconciling the topic record with the ledger files on disk.
+//!
+//! Owns: the rules that turn whatever a crash left behind into one consistent topic.
+//!
+//! 1. A directory without a topic record gets an empty one, unless it already holds ledger
+//!    files (then it is not a topic directory: [`Error::NotAckstore`]). The record is written
+//!    before any ledger is created, so a crash cannot leave ledgers without it.
+//! 2. Every data ledger the record lists must have its file. A data ledger leaves the record
+//!    (trim) before its file is deleted, so a listed ledger without a file is lost data:
+//!    [`Error::MissingLedger`].
+//! 3. A ledger file that neither the topic record nor any cursor record references is an
+//!    orphan and is deleted: a data ledger created just before a crash (it is recorded before
+//!    its first entry, so it holds none), a trimmed ledger whose deletion was cut short, or a
+//!    cursor ledger that a crash kept from being recorded or from being deleted after a switch.
+//!    Cursor records of ids missing from the topic record's cursor table (a cursor creation or
+//!    deletion cut short) are deleted the same way.
+//! 4. A listed ledger that was not sealed (the topic was not closed) is sealed, or, if empty,
+//!    dropped from the record and deleted. A sealed ledger the record still lists with no
+//!    entries (a crash between the seal and the record update) gets its summary from its first
+//!    and last frame headers. A count in the record that disagrees with a sealed file is
+//!    [`Error::CorruptedMeta`].
+//! 5. The entry log's next ledger id is bumped above every id the record or the disk knows, so
+//!    no id (and no position) is ever reused; data ledger ids start at 1.
+//!
+//! Appends after open always go to a new ledger.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use super::config::LedgerConfig;
+use super::topic::{TOPIC_RECORD, TopicCore, Writer, ledger_record};
+use crate::cursor::record_name;
+use crate::error::{CorruptionKind, Error, Result};
+use crate::finder::{Layout, LedgerSpan};
+use crate::format::meta::{CursorRecord, LedgerRecord, TopicRecord};
+use crate::log::EntryLog;
+use crate::meta::{FileMetaStore, MetaStore};
+use crate::storage::Storage;
+
+/// Opens (or creates) the topic stored in `storage`.
+pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<TopicCore> {
+    if config.max_entries_per_ledger == 0 || config.max_ledger_bytes == 0 {
+        return Err(Error::InvalidArgument(
+            "max_entries_per_ledger and max_ledger_bytes must be at least 1".into(),
+        ));
+    }
+    let location = storage.location();
+    let log = Arc::new(EntryLog::open(storage.clone(), config.log)?);
+    log.bump_next_ledger_id(1);
+    let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(storage));
+    let on_disk: BTreeSet<u64> = log.ledger_ids().into_iter().collect();
+
+    let (mut record, mut version) = match meta.get(TOPIC_RECORD)? {
+        Some((version, bytes)) => (TopicRecord::decode(&bytes)?, version),
+        None if !on_disk.is_empty() => {
+            return Err(Error::NotAckstore(
+                location,
+                "it holds ledger files but no topic record".into(),
+            ));
+        }
+        None => {
+            let record = TopicRecord {
+                next_ledger_id: 1,
+                ledgers: Vec::new(),
+                cursors: Vec::new(),
+                next_cursor_id: 0,
+            };
+            let version = meta.put(TOPIC_RECORD, None, &record.encode())?;
+            (record, version)
+        }
+    };
+
+    // Rule 3, cursor side: references held by cursor records, orphan cursor records.
+    let mut referenced: BTreeSet<u64> = record.ledgers.iter().map(|l| l.id).collect();
+    let table: BTreeSet<String> = record.cursors.iter().map(|c| record_name(c.id)).collect();
+    for name in meta.list()? {
+        let Some((v, bytes)) = meta.get(&name)? else {
+            continue;
+        };
+        if table.contains(&name) {
+            if let Some(l) = CursorRecord::decode(&bytes)?.cursor_ledger {
+                referenced.insert(l);
+            }
+        } else if is_cursor_record(&name) {
+            meta.delete(&name, v)?;
+        }
+    }
+    // Rule 2.
+    if let Some(lost) = record.ledgers.iter().find(|l| !on_disk.contains(&l.id)) {
+        return Err(Error::MissingLedger {
+            ledger: lost.id,
+            dir: location,
+        });
+    }
+    // Rule 3, ledger side.
+    for &id in on_disk.difference(&referenced) {
+        log.delete_ledger(id)?;
+    }
+    // Rule 5.
+    let highest = on_disk
+        .iter()
+        .chain(referenced.iter())
+        .max()
+        .copied()
+        .unwrap_or(0);
+    log.bump_next_ledger_id(record.next_ledger_id.max(highest + 1));
+
+    // Rule 4.
+    let mut ledgers = Vec::with_capacity(record.ledgers.len());
+    let mut dropped = Vec::new();
+    for rec in &record.ledgers {
+        match finish_ledger(&log, rec)? {
+            Some(done) => ledgers.push(done),
+            None => dropped.push(rec.id),
+        }
+    }
+    if ledgers != record.ledgers {
+        let mut next = record.clone();
+        next.ledgers.clone_from(&ledgers);
+        version = meta.put(TOPIC_RECORD, Some(version), &next.encode())?;
+        record = next;
+    }
+    for id in dropped {
+        log.delete_ledger(id)?;
+    }
+
+    let spans: Vec<LedgerSpan> = ledgers.iter().map(span_of).collect();
+    let (next_index, last_timestamp) = match spans.iter().rev().find(|s| s.entries > 0) {
+        Some(last) => (
+            log.read_meta(last.id, last.entries - 1)?.index + 1,
+            last.last_timestamp,
+        ),
+        None => (0, 0),
+    };
+    let writer = Writer {
+        record,
+        version,
+        current: None,
+        current_bytes: 0,
+        last_timestamp,
+    };
+    Ok(TopicCore::new(
+        log,
+        meta,
+        config,
+        Layout::new(spans, next_index),
+        writer,
+    ))
+}
+
+/// Brings one listed ledger to its sealed, recorded form; `None` when it is empty and must go.
+fn finish_ledger(log: &EntryLog, rec: &LedgerRecord) -> Result<Option<LedgerRecord>> {
+    let info = log.ledger_info(rec.id)?;
+    if info.entries == 0 {
+        return Ok(None);
+    }
+    if !info.sealed {
+        log.seal(rec.id)?;
+    } else if rec.entries == info.entries {
+        return Ok(Some(*rec));
+    } else if rec.entries != 0 {
+        return Err(Error::CorruptedMeta {
+            record: TOPIC_RECORD.into(),
+            kind: CorruptionKind::InvalidField("ledgers.entries (disagrees with the ledger file)"),
+        });
+    }
+    let first = log.read_meta(rec.id, 0)?;
+    let last = log.read_meta(rec.id, info.entries - 1)?;
+    Ok(Some(ledger_record(&LedgerSpan {
+        id: rec.id,
+        entries: info.entries,
+        first_index: (first.index + 1).saturating_sub(u64::from(first.num_messages)),
+        first_timestamp: first.timestamp,
+        last_timestamp: last.timestamp,
+    })))
+}
+
+/// Whether `name` is a cursor record's name (`cursor-{id}`).
+fn is_cursor_record(name: &str) -> bool {
+    name.strip_prefix("cursor-")
+        .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
+}
+
+fn span_of(rec: &LedgerRecord) -> LedgerSpan {
+    LedgerSpan {
+        id: rec.id,
+        entries: rec.entries,
+        first_index: rec.first_index,
+        first_timestamp: rec.first_timestamp,
+        last_timestamp: rec.last_timestamp,
+    }
+}

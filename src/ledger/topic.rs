@@ -1,0 +1,358 @@
+//! The shared state of one open topic: entry log, topic record, layout, open cursors.
+//!
+//! Owns: appends (message index, clamped timestamps, ledger rollover), the topic record's
+//! updates (by compare-and-set, always before the ledger files they describe change), and
+//! trimming. [`crate::ledger::ManagedLedger`] and every [`crate::cursor::Cursor`] share one
+//! `TopicCore`.
+//!
+//! Lock order (outer first): `writer` -> `layout` -> `cursors` -> a cursor's published
+//! mark-delete. A cursor operation takes its own state lock, then `layout` for reading; it never
+//! takes `writer` or `cursors` while holding its state.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use super::config::LedgerConfig;
+use crate::cursor::{self, CursorShared, NO_MARK_DELETE, TopicAccess};
+use crate::error::{Error, Result};
+use crate::finder::{Layout, LedgerSpan};
+use crate::format::meta::{CursorRecord, LedgerRecord, TopicRecord};
+use crate::log::{EntryLog, EntryMeta, lock};
+use crate::meta::MetaStore;
+use crate::position::Position;
+
+/// Name of the topic's metadata record.
+pub const TOPIC_RECORD: &str = "topic";
+
+/// State only appends, rollovers, trims and cursor creation change.
+pub(crate) struct Writer {
+    /// The topic record as last written, and its version.
+    pub(crate) record: TopicRecord,
+    pub(crate) version: u64,
+    /// The data ledger appends go to; `None` until the next append creates one.
+    pub(crate) current: Option<u64>,
+    /// Payload bytes appended to `current`.
+    pub(crate) current_bytes: u64,
+    /// Timestamp of the last entry (the floor of the next one).
+    pub(crate) last_timestamp: u64,
+}
+
+/// One open topic.
+pub(crate) struct TopicCore {
+    pub(crate) location: String,
+    log: RwLock<Option<Arc<EntryLog>>>,
+    pub(crate) meta: Arc<dyn MetaStore>,
+    pub(crate) config: LedgerConfig,
+    layout: RwLock<Layout>,
+    writer: Mutex<Writer>,
+    /// Open cursors by name.
+    cursors: Mutex<BTreeMap<String, Arc<CursorShared>>>,
+}
+
+impl std::fmt::Debug for TopicCore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Topic")
+            .field("location", &self.location)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TopicCore {
+    pub(crate) fn new(
+        log: Arc<EntryLog>,
+        meta: Arc<dyn MetaStore>,
+        config: LedgerConfig,
+        layout: Layout,
+        writer: Writer,
+    ) -> Self {
+        Self {
+            location: log.storage().location(),
+            log: RwLock::new(Some(log)),
+            meta,
+            config,
+            layout: RwLock::new(layout),
+            writer: Mutex::new(writer),
+            cursors: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    pub(crate) fn writer(&self) -> MutexGuard<'_, Writer> {
+        lock(&self.writer)
+    }
+
+    pub(crate) fn cursors(&self) -> MutexGuard<'_, BTreeMap<String, Arc<CursorShared>>> {
+        lock(&self.cursors)
+    }
+
+    fn layout_mut(&self) -> RwLockWriteGuard<'_, Layout> {
+        self.layout.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Writes `record` over the version `writer` holds.
+    pub(crate) fn commit(&self, writer: &mut Writer, record: TopicRecord) -> Result<()> {
+        writer.version = self
+            .meta
+            .put(TOPIC_RECORD, Some(writer.version), &record.encode())?;
+        writer.record = record;
+        Ok(())
+    }
+
+    /// Appends one entry of `num_messages` messages; see `ManagedLedger::append_with`.
+    pub(crate) fn append(
+        &self,
+        payload: &[u8],
+        num_messages: u32,
+        timestamp: u64,
+    ) -> Result<Position> {
+        if num_messages == 0 {
+            return Err(Error::InvalidArgument(
+                "an entry carries at least one message (num_messages was 0)".into(),
+            ));
+        }
+        let log = self.log()?;
+        let max = u64::from(log.max_entry_size());
+        if payload.len() as u64 > max {
+            return Err(Error::EntryTooLarge {
+                size: payload.len() as u64,
+                max,
+            });
+        }
+        let mut w = self.writer();
+        if w.current.is_some() && self.current_is_full(&w) {
+            self.seal_current(&log, &mut w)?;
+        }
+        let ledger = match w.current {
+            Some(id) => id,
+            None => self.start_ledger(&log, &mut w)?,
+        };
+        let timestamp = timestamp.max(w.last_timestamp);
+        let index = self.layout().next_index() + u64::from(num_messages) - 1;
+        let meta = EntryMeta {
+            index,
+            num_messages,
+            timestamp,
+        };
+        let entry_id = log.append(ledger, meta, payload)?;
+        w.last_timestamp = timestamp;
+        w.current_bytes += payload.len() as u64;
+        let mut layout = self.layout_mut();
+        layout.set_next_index(index + 1);
+        if let Some(span) = layout.spans_mut().last_mut() {
+            if span.entries == 0 {
+                span.first_timestamp = timestamp;
+            }
+            span.entries = entry_id + 1;
+            span.last_timestamp = timestamp;
+        }
+        Ok(Position::new(ledger, entry_id))
+    }
+
+    fn current_is_full(&self, w: &Writer) -> bool {
+        let entries = self.layout().spans().last().map_or(0, |s| s.entries);
+        entries >= self.config.max_entries_per_ledger
+            || w.current_bytes >= self.config.max_ledger_bytes
+    }
+
+    /// Creates the next data ledger and records it (with no entries yet) before anything is
+    /// appended to it, so an unrecorded ledger never holds a data entry.
+    fn start_ledger(&self, log: &EntryLog, w: &mut Writer) -> Result<u64> {
+        let id = log.create_ledger()?;
+        let first_index = self.layout().next_index();
+        let mut record = w.record.clone();
+        record.ledgers.push(LedgerRecord {
+            id,
+            entries: 0,
+            first_index,
+            first_timestamp: w.last_timestamp,
+            last_timestamp: w.last_timestamp,
+        });
+        record.next_ledger_id = record.next_ledger_id.max(id + 1);
+        self.commit(w, record)?;
+        self.layout_mut().spans_mut().push(LedgerSpan {
+            id,
+            entries: 0,
+            first_index,
+            first_timestamp: w.last_timestamp,
+            last_timestamp: w.last_timestamp,
+        });
+        w.current = Some(id);
+        w.current_bytes = 0;
+        Ok(id)
+    }
+
+    /// Seals the current ledger and records its final summary.
+    pub(crate) fn seal_current(&self, log: &EntryLog, w: &mut Writer) -> Result<()> {
+        let Some(id) = w.current else { return Ok(()) };
+        log.seal(id)?;
+        let span = self.layout().span(id).copied();
+        let mut record = w.record.clone();
+        if let (Some(span), Some(rec)) = (span, record.ledgers.iter_mut().find(|l| l.id == id)) {
+            *rec = ledger_record(&span);
+        }
+        self.commit(w, record)?;
+        w.current = None;
+        w.current_bytes = 0;
+        Ok(())
+    }
+
+    /// Makes every entry appended so far durable.
+    pub(crate) fn sync(&self) -> Result<()> {
+        let log = self.log()?;
+        let current = self.writer().current;
+        match current {
+            Some(id) => log.sync(id),
+            None => Ok(()),
+        }
+    }
+
+    /// Deletes the sealed data ledgers every cursor has acknowledged entirely; see
+    /// `ManagedLedger::trim_consumed`.
+    pub(crate) fn trim_consumed(&self) -> Result<Vec<u64>> {
+        let log = self.log()?;
+        let mut w = self.writer();
+        let mut layout = self.layout_mut();
+        let bound = self.consumed_bound(&w.record)?;
+        // The last non-empty ledger stays: it carries the topic's last position, index and
+        // timestamp.
+        let keep_last = layout
+            .spans()
+            .iter()
+            .rposition(|s| s.entries > 0)
+            .unwrap_or(0);
+        let consumed = layout
+            .spans()
+            .iter()
+            .take(keep_last)
+            .take_while(|s| bound.covers(s))
+            .map(|s| s.id)
+            .collect::<Vec<_>>();
+        if consumed.is_empty() {
+            return Ok(consumed);
+        }
+        let mut record = w.record.clone();
+        record.ledgers.retain(|l| !consumed.contains(&l.id));
+        self.commit(&mut w, record)?;
+        layout.spans_mut().drain(..consumed.len());
+        drop(layout);
+        drop(w);
+        // The record no longer lists them; a file left behind by a crash here is deleted by
+        // the next open.
+        for &id in &consumed {
+            log.delete_ledger(id)?;
+        }
+        Ok(consumed)
+    }
+
+    /// What every cursor, open or not, has acknowledged.
+    fn consumed_bound(&self, record: &TopicRecord) -> Result<Consumed> {
+        let open = self.cursors();
+        let mut bound = Consumed::All;
+        for entry in &record.cursors {
+            let mark = match open.get(&entry.name) {
+                Some(c) => c.published_mark(),
+                None => match self.meta.get(&cursor::record_name(entry.id))? {
+                    Some((_, bytes)) => {
+                        let m = CursorRecord::decode(&bytes)?.mark_delete;
+                        (m != NO_MARK_DELETE).then_some(m)
+                    }
+                    None => None,
+                },
+            };
+            bound = match (bound, mark) {
+                (_, None) | (Consumed::Nothing, _) => Consumed::Nothing,
+                (Consumed::All, Some(m)) => Consumed::UpTo(m),
+                (Consumed::UpTo(b), Some(m)) => Consumed::UpTo(b.min(m)),
+            };
+        }
+        Ok(bound)
+    }
+
+    /// Closes every open cursor, seals the current ledger and releases the entry log (and with
+    /// it the directory lock, once no operation is in flight).
+    pub(crate) fn close(&self) -> Result<()> {
+        let Ok(log) = self.log() else { return Ok(()) };
+        let open: Vec<_> = self.cursors().values().cloned().collect();
+        let mut first_error = None;
+        for c in open {
+            if let Err(e) = c.close() {
+                first_error.get_or_insert(e);
+            }
+        }
+        {
+            let mut w = self.writer();
+            let has_entries = self
+                .layout()
+                .spans()
+                .last()
+                .is_some_and(|s| Some(s.id) == w.current && s.entries > 0);
+            if has_entries && let Err(e) = self.seal_current(&log, &mut w) {
+                first_error.get_or_insert(e);
+            }
+        }
+        *self.log.write().unwrap_or_else(PoisonError::into_inner) = None;
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// The entries every cursor has acknowledged.
+#[derive(Debug, Clone, Copy)]
+enum Consumed {
+    /// There is no cursor: everything counts as consumed.
+    All,
+    /// Every entry at or before this position.
+    UpTo(Position),
+    /// Some cursor has acknowledged no retained entry.
+    Nothing,
+}
+
+impl Consumed {
+    /// Whether every entry of `span` is consumed.
+    fn covers(self, span: &LedgerSpan) -> bool {
+        match self {
+            Self::All => true,
+            Self::Nothing => false,
+            Self::UpTo(m) => span
+                .last_entry()
+                .map_or(span.id <= m.ledger_id, |last| last <= m),
+        }
+    }
+}
+
+/// The record of a ledger summarised by `span`.
+pub(crate) fn ledger_record(span: &LedgerSpan) -> LedgerRecord {
+    LedgerRecord {
+        id: span.id,
+        entries: span.entries,
+        first_index: span.first_index,
+        first_timestamp: span.first_timestamp,
+        last_timestamp: span.last_timestamp,
+    }
+}
+
+impl TopicAccess for TopicCore {
+    fn log(&self) -> Result<Arc<EntryLog>> {
+        self.log
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or(Error::Closed)
+    }
+
+    fn layout(&self) -> RwLockReadGuard<'_, Layout> {
+        self.layout.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn meta(&self) -> &dyn MetaStore {
+        self.meta.as_ref()
+    }
+
+    fn release(&self, cursor: &CursorShared) {
+        let mut open = self.cursors();
+        if open
+            .get(cursor.name())
+            .is_some_and(|c| std::ptr::eq(c.as_ref(), cursor))
+        {
+            open.remove(cursor.name());
+        }
+    }
+}

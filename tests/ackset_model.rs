@@ -1,0 +1,287 @@
+//! The ack sets against a plain `BTreeSet<Position>` model: random operation sequences on an
+//! `AckSet` and on a `RangeSetWrapper` whose budget is so small that partitions are evicted and
+//! reloaded all the time, with flush-and-reopen through a lazy index.
+
+use std::cell::Cell;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use ackstore::Position;
+use ackstore::Result;
+use ackstore::ackset::{
+    AckSet, MAX_PARTITION_BYTES, MemPartitionStore, PartitionKey, PartitionStore, RangeSetWrapper,
+};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use roaring::RoaringBitmap;
+
+/// A store shared between successive wrappers, like the cursor ledger outlives a cursor handle.
+#[derive(Clone, Default)]
+struct SharedStore(Arc<Mutex<MemPartitionStore>>);
+
+impl SharedStore {
+    fn with<R>(&self, f: impl FnOnce(&mut MemPartitionStore) -> R) -> R {
+        f(&mut self.0.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+impl PartitionStore for SharedStore {
+    fn load(&mut self, key: PartitionKey) -> Result<Option<RoaringBitmap>> {
+        self.with(|s| s.load(key))
+    }
+    fn store(&mut self, key: PartitionKey, bitmap: &RoaringBitmap) -> Result<()> {
+        self.with(|s| s.store(key, bitmap))
+    }
+    fn forget(&mut self, key: PartitionKey) {
+        self.with(|s| s.forget(key));
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Add(Position),
+    AddRange(u64, u64, u64),
+    RemoveAtMost(Position),
+    Contains(Position),
+    Ranges,
+    FirstRange,
+    LastRange,
+    RangeCount,
+    CardinalityBetween(Position, Position),
+    Span,
+    Clear,
+    FlushAndReopen,
+}
+
+/// Entry ids clustered at chunk boundaries (so ranges cross them) and at the top of `u64`.
+fn entry_id() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        0u64..40,
+        65_520u64..65_560,
+        131_060u64..131_080,
+        (u64::MAX - 30)..=u64::MAX,
+    ]
+}
+
+fn position() -> impl Strategy<Value = Position> {
+    (0u64..4, entry_id()).prop_map(|(l, e)| Position::new(l, e))
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => position().prop_map(Op::Add),
+        3 => (0u64..4, entry_id(), 0u64..80)
+            .prop_map(|(l, first, len)| Op::AddRange(l, first, first.saturating_add(len))),
+        1 => position().prop_map(Op::RemoveAtMost),
+        2 => position().prop_map(Op::Contains),
+        1 => Just(Op::Ranges),
+        1 => Just(Op::FirstRange),
+        1 => Just(Op::LastRange),
+        1 => Just(Op::RangeCount),
+        2 => (position(), position()).prop_map(|(a, b)| Op::CardinalityBetween(a, b)),
+        1 => Just(Op::Span),
+        1 => prop_oneof![9 => Just(false), 1 => Just(true)].prop_map(|c| if c { Op::Clear } else { Op::Ranges }),
+        1 => Just(Op::FlushAndReopen),
+    ]
+}
+
+fn model_ranges(model: &BTreeSet<Position>) -> Vec<(Position, Position)> {
+    let mut out: Vec<(Position, Position)> = Vec::new();
+    for &p in model {
+        match out.last_mut() {
+            Some((_, last))
+                if last.ledger_id == p.ledger_id
+                    && last.entry_id.checked_add(1) == Some(p.entry_id) =>
+            {
+                *last = p;
+            }
+            _ => out.push((p, p)),
+        }
+    }
+    out
+}
+
+/// The wrapper under test and what it needs to be reopened.
+struct Subject {
+    wrapper: RangeSetWrapper,
+    store: SharedStore,
+    budget: usize,
+    /// (loads, evictions, stores) of every wrapper this subject has had.
+    totals: (u64, u64, u64),
+}
+
+impl Subject {
+    fn new(budget: usize) -> Self {
+        let store = SharedStore::default();
+        Self {
+            wrapper: RangeSetWrapper::new(Box::new(store.clone()), budget),
+            store,
+            budget,
+            totals: (0, 0, 0),
+        }
+    }
+
+    /// Adds the current wrapper's counters to the totals (before it is replaced or dropped).
+    fn retire_counters(&mut self) {
+        let s = self.wrapper.stats();
+        self.totals.0 += s.loads;
+        self.totals.1 += s.evictions;
+        self.totals.2 += s.stores;
+    }
+
+    /// Writes every dirty partition to the store, marks it clean, and reopens from the index.
+    fn flush_and_reopen(&mut self) {
+        for key in self.wrapper.dirty_keys() {
+            let bitmap = self
+                .wrapper
+                .bitmap(key)
+                .expect("bitmap")
+                .expect("dirty key is live");
+            self.wrapper.store_mut().store(key, &bitmap).expect("store");
+            self.wrapper.mark_clean(key);
+        }
+        let index = self.wrapper.partitions();
+        self.retire_counters();
+        self.wrapper =
+            RangeSetWrapper::with_index(Box::new(self.store.clone()), self.budget, index);
+    }
+}
+
+/// Applies one operation to the model, the set and the wrapper, comparing every answer.
+fn step(op: &Op, model: &mut BTreeSet<Position>, set: &mut AckSet, w: &mut Subject) {
+    let wr = &mut w.wrapper;
+    match *op {
+        Op::Add(p) => {
+            let expected = model.insert(p);
+            assert_eq!(set.add(p), expected);
+            assert_eq!(wr.add(p).expect("add"), expected);
+        }
+        Op::AddRange(l, first, last) => {
+            let before = model.len();
+            let mut e = first;
+            loop {
+                model.insert(Position::new(l, e));
+                if e == last {
+                    break;
+                }
+                e += 1;
+            }
+            let added = (model.len() - before) as u64;
+            assert_eq!(set.add_range(l, first, last), added);
+            assert_eq!(wr.add_range(l, first, last).expect("add_range"), added);
+        }
+        Op::RemoveAtMost(p) => {
+            *model = model.split_off(&p);
+            model.remove(&p);
+            set.remove_at_most(p);
+            wr.remove_at_most(p).expect("remove_at_most");
+        }
+        Op::Contains(p) => {
+            assert_eq!(set.contains(p), model.contains(&p));
+            assert_eq!(wr.contains(p).expect("contains"), model.contains(&p));
+        }
+        Op::Ranges => {
+            let expected = model_ranges(model);
+            assert_eq!(set.ranges().collect::<Vec<_>>(), expected);
+            assert_eq!(wr.ranges().expect("ranges"), expected);
+        }
+        Op::FirstRange => {
+            let expected = model_ranges(model).first().copied();
+            assert_eq!(set.first_range(), expected);
+            assert_eq!(wr.first_range().expect("first_range"), expected);
+        }
+        Op::LastRange => {
+            let expected = model_ranges(model).last().copied();
+            assert_eq!(set.last_range(), expected);
+            assert_eq!(wr.last_range().expect("last_range"), expected);
+        }
+        Op::RangeCount => {
+            let expected = model_ranges(model).len() as u64;
+            assert_eq!(set.range_count(), expected);
+            assert_eq!(wr.range_count().expect("range_count"), expected);
+        }
+        Op::CardinalityBetween(a, b) => {
+            let expected = if a <= b {
+                model.range(a..=b).count() as u64
+            } else {
+                0
+            };
+            assert_eq!(set.cardinality_between(a, b), expected);
+            assert_eq!(wr.cardinality_between(a, b).expect("cardinality"), expected);
+        }
+        Op::Span => {
+            let expected = model.first().copied().zip(model.last().copied());
+            assert_eq!(set.span(), expected);
+            assert_eq!(wr.span().expect("span"), expected);
+        }
+        Op::Clear => {
+            model.clear();
+            set.clear();
+            wr.clear();
+        }
+        Op::FlushAndReopen => w.flush_and_reopen(),
+    }
+}
+
+/// Every partition is live, non-empty, and holds exactly the model's positions in its span.
+fn check_partitions(model: &BTreeSet<Position>, set: &AckSet, w: &RangeSetWrapper) {
+    let mut expected: Vec<(PartitionKey, u64)> = Vec::new();
+    for &p in model {
+        let key = PartitionKey::of(p);
+        match expected.last_mut() {
+            Some((k, n)) if *k == key => *n += 1,
+            _ => expected.push((key, 1)),
+        }
+    }
+    assert_eq!(w.partitions(), expected);
+    let set_parts: Vec<(PartitionKey, u64)> = set.partitions().map(|(k, b)| (k, b.len())).collect();
+    assert_eq!(set_parts, expected);
+}
+
+#[test]
+fn both_sets_match_the_model_while_partitions_are_evicted_and_reloaded() {
+    let mut runner = TestRunner::new(Config {
+        cases: if cfg!(debug_assertions) { 128 } else { 512 },
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let (loads, evictions, stores) = (Cell::new(0u64), Cell::new(0u64), Cell::new(0u64));
+    // Budgets from nothing to a few small partitions: eviction on almost every touch.
+    let strategy = (0usize..1_000, prop::collection::vec(op(), 1..120));
+    runner
+        .run(&strategy, |(budget, ops)| {
+            let mut model = BTreeSet::new();
+            let mut set = AckSet::new();
+            let mut subject = Subject::new(budget);
+            for op in &ops {
+                step(op, &mut model, &mut set, &mut subject);
+                let stats = subject.wrapper.stats();
+                assert_eq!(subject.wrapper.len(), model.len() as u64);
+                assert_eq!(set.len(), model.len() as u64);
+                assert!(
+                    stats.resident_bytes <= budget + MAX_PARTITION_BYTES,
+                    "{stats:?}"
+                );
+                assert!(
+                    stats.peak_resident_bytes <= budget + MAX_PARTITION_BYTES,
+                    "{stats:?}"
+                );
+                assert_eq!(stats.dirty_partitions, subject.wrapper.dirty_keys().len());
+            }
+            check_partitions(&model, &set, &subject.wrapper);
+            assert_eq!(
+                subject.wrapper.ranges().expect("ranges"),
+                model_ranges(&model)
+            );
+            subject.retire_counters();
+            let (l, e, s) = subject.totals;
+            loads.set(loads.get() + l);
+            evictions.set(evictions.get() + e);
+            stores.set(stores.get() + s);
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(loads.get() > 1_000, "loads {}", loads.get());
+    assert!(evictions.get() > 1_000, "evictions {}", evictions.get());
+    assert!(stores.get() > 1_000, "stores {}", stores.get());
+}

@@ -1,0 +1,65 @@
+//! Helpers shared by the managed-ledger and cursor tests.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use ackstore::Position;
+use ackstore::ledger::{AppendMeta, CursorOptions, InitialPosition, LedgerConfig, ManagedLedger};
+use ackstore::storage::MemStorage;
+
+/// A config whose data ledgers hold `per_ledger` entries.
+pub fn config(per_ledger: u64) -> LedgerConfig {
+    LedgerConfig {
+        max_entries_per_ledger: per_ledger,
+        ..LedgerConfig::default()
+    }
+}
+
+/// A topic on a fresh in-memory disk.
+pub fn mem_topic(per_ledger: u64) -> (MemStorage, ManagedLedger) {
+    let disk = MemStorage::new();
+    let topic = ManagedLedger::open_with_storage(Arc::new(disk.clone()), config(per_ledger))
+        .expect("open topic");
+    (disk, topic)
+}
+
+/// Reopens the topic kept on `disk` (after the previous owner closed or lost it).
+pub fn reopen(disk: &MemStorage, per_ledger: u64) -> ManagedLedger {
+    ManagedLedger::open_with_storage(Arc::new(disk.clone()), config(per_ledger)).expect("reopen")
+}
+
+/// Appends `n` single-message entries with timestamps 1000, 1001, ...; returns their positions.
+pub fn append_n(topic: &ManagedLedger, n: u64) -> Vec<Position> {
+    (0..n)
+        .map(|i| {
+            topic
+                .append_with(
+                    format!("m{i}").as_bytes(),
+                    AppendMeta {
+                        num_messages: 1,
+                        timestamp: 1000 + i,
+                    },
+                )
+                .expect("append")
+        })
+        .collect()
+}
+
+/// Options for a cursor at `initial_position`.
+pub fn at(initial_position: InitialPosition, inclusive: bool) -> CursorOptions {
+    CursorOptions {
+        initial_position,
+        inclusive,
+    }
+}
+
+/// Positions of what `read_entries(max)` returns.
+pub fn read_positions(cursor: &ackstore::Cursor, max: usize) -> Vec<Position> {
+    cursor
+        .read_entries(max)
+        .expect("read")
+        .into_iter()
+        .map(|e| e.position)
+        .collect()
+}
