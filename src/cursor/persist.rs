@@ -35,6 +35,7 @@ use crate::format::meta::CursorRecord;
 use crate::log::EntryLog;
 use crate::meta::MetaStore;
 
+use super::config::CursorConfig;
 use super::snapshot::build_snapshot;
 use super::store::{
     CursorLedgerStore, Location, Shared, SharedState, append_entry, ensure_ledger,
@@ -42,28 +43,7 @@ use super::store::{
 };
 use super::table::{CommittedTable, PagePlan, RowKey, plan_pages};
 
-/// How a cursor's ack state is written to its cursor ledger.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum PersistMode {
-    /// One snapshot entry with every range, capped by `max_ranges_single_entry` and the entry
-    /// size.
-    SingleEntry,
-    /// Dirty partitions as their own entries plus a marker; no cap.
-    #[default]
-    MultiEntry,
-}
-
-/// What a single-entry flush does when the ranges do not fit in one entry.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum OverflowPolicy {
-    /// Fail the flush with [`Error::LimitExceeded`]; nothing is written.
-    #[default]
-    Error,
-    /// Persist the ranges that fit (the lowest ones), print a warning on stderr and count the
-    /// ranges left out in [`PersistStats::ranges_cut`]. Acks left out are redelivered after a
-    /// restart.
-    Warn,
-}
+pub use super::config::{OverflowPolicy, PersistMode};
 
 /// Persistence settings of one cursor.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,6 +82,22 @@ impl Default for PersistConfig {
             on_single_entry_overflow: OverflowPolicy::Error,
             index_page_rows: 1024,
             verify_on_recover: true,
+        }
+    }
+}
+
+impl From<&CursorConfig> for PersistConfig {
+    /// The persistence part of a managed ledger's cursor settings; the settings `CursorConfig`
+    /// does not carry keep their defaults.
+    fn from(config: &CursorConfig) -> Self {
+        Self {
+            persist_mode: config.persist_mode,
+            max_entry_size: config.max_entry_size,
+            lru_capacity_bytes: config.lru_capacity_bytes,
+            cursor_ledger_max_entries: config.cursor_ledger_max_entries,
+            max_ranges_single_entry: config.max_ranges_single_entry,
+            on_single_entry_overflow: config.on_single_entry_overflow,
+            ..Self::default()
         }
     }
 }
@@ -716,5 +712,40 @@ impl CursorPersister {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursor_settings_carry_over_and_the_rest_keeps_defaults() {
+        let cursor = CursorConfig {
+            persist_mode: PersistMode::SingleEntry,
+            max_entry_size: 1 << 20,
+            lru_capacity_bytes: 4096,
+            cursor_ledger_max_entries: 7,
+            max_ranges_single_entry: 99,
+            on_single_entry_overflow: OverflowPolicy::Warn,
+            ..CursorConfig::default()
+        };
+        let persist = PersistConfig::from(&cursor);
+        assert_eq!(
+            persist,
+            PersistConfig {
+                persist_mode: PersistMode::SingleEntry,
+                max_entry_size: 1 << 20,
+                lru_capacity_bytes: 4096,
+                cursor_ledger_max_entries: 7,
+                max_ranges_single_entry: 99,
+                on_single_entry_overflow: OverflowPolicy::Warn,
+                ..PersistConfig::default()
+            }
+        );
+        assert_eq!(
+            PersistConfig::from(&CursorConfig::default()),
+            PersistConfig::default()
+        );
     }
 }

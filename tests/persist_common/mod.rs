@@ -80,6 +80,14 @@ impl Cursor {
     }
 }
 
+/// A new disk, its directory opened, and an empty cursor on it.
+pub fn fresh(config: &PersistConfig) -> (MemStorage, Env, Cursor) {
+    let disk = MemStorage::new();
+    let env = Env::open(&disk).unwrap();
+    let cursor = open_cursor(&env, config).unwrap();
+    (disk, env, cursor)
+}
+
 /// Opens the cursor: recovered if its record exists, empty otherwise.
 pub fn open_cursor(env: &Env, config: &PersistConfig) -> Result<Cursor> {
     match recover(
