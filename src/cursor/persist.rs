@@ -41,7 +41,7 @@ use super::store::{
     CursorLedgerStore, Location, Shared, SharedState, append_entry, ensure_ledger,
     read_partition_payload, write_partition,
 };
-use super::table::{CommittedTable, PagePlan, RowKey, plan_pages};
+use super::table::{CommittedTable, PagePlan, plan_pages};
 
 pub use super::config::{OverflowPolicy, PersistMode};
 
@@ -421,8 +421,10 @@ impl CursorPersister {
         let old = self.cursor_ledger();
         let dirty: HashSet<_> = acks.dirty_keys().into_iter().collect();
         let mut fresh_locations = BTreeMap::new();
-        let mut rows = BTreeMap::new();
-        for (key, cardinality) in acks.partitions() {
+        let live = acks.partitions();
+        let mut rows = Vec::with_capacity(live.len());
+        let mut state_bytes = 0;
+        for (key, cardinality) in live {
             let existing = self.shared.lock().locations.get(&key).copied();
             // The store holds the current contents of a partition that is not resident (it
             // was stored when evicted, or never changed since it was loaded), and of a resident
@@ -451,15 +453,12 @@ impl CursorPersister {
                 crc: location.crc,
                 cardinality: location.cardinality,
             };
-            rows.insert(row.key(), (row, location.len));
+            rows.push(row);
+            state_bytes += location.len;
         }
-        let table_rows: BTreeMap<RowKey, PartitionRow> =
-            rows.iter().map(|(k, (r, _))| (*k, *r)).collect();
-        let pages = self.write_pages(target, &table_rows, rollover, &mut flush)?;
-        let inline: Vec<PartitionRow>;
+        let pages = self.write_pages(target, &rows, rollover, &mut flush)?;
         let table = if pages.is_empty() {
-            inline = table_rows.values().copied().collect();
-            TableRef::Inline(&inline)
+            TableRef::Inline(&rows)
         } else {
             TableRef::Paged(&pages)
         };
@@ -470,7 +469,7 @@ impl CursorPersister {
             acks.mark_clean(key);
         }
         self.stats.markers += 1;
-        self.stats.persisted_bytes = rows.values().map(|(_, len)| len).sum::<u64>()
+        self.stats.persisted_bytes = state_bytes
             + pages
                 .iter()
                 .map(|p| index_page_len(p.rows as usize) as u64)
@@ -478,7 +477,7 @@ impl CursorPersister {
             + marker.len() as u64;
         flush.commit_bytes = marker.len() as u64;
         self.committed = CommittedTable {
-            rows: table_rows,
+            rows,
             pages,
             state: Some(state.clone()),
         };
@@ -513,7 +512,7 @@ impl CursorPersister {
     fn write_pages(
         &mut self,
         target: u64,
-        rows: &BTreeMap<RowKey, PartitionRow>,
+        rows: &[PartitionRow],
         rollover: bool,
         flush: &mut FlushStats,
     ) -> Result<Vec<PageRef>> {

@@ -170,7 +170,7 @@ fn resume(
                 .collect();
             parts.shared.locations = m.locations;
             parts.committed = CommittedTable {
-                rows: m.rows.iter().map(|r| (r.key(), *r)).collect(),
+                rows: m.rows,
                 pages: m.pages,
                 state: Some(m.state.clone()),
             };
