@@ -333,3 +333,27 @@ fn tens_of_thousands_of_partitions_page_their_table_and_recover() {
     );
     assert!(!cursor.acks.contains(Position::new(9, 1)).unwrap());
 }
+
+#[test]
+fn the_records_fallback_mark_delete_is_refreshed_every_few_flushes() {
+    let config = PersistConfig {
+        record_refresh_flushes: 4,
+        ..multi()
+    };
+    let (_disk, env, mut cursor) = fresh(&config);
+    let record_md = || {
+        let (_, bytes) = env.meta.get(RECORD).unwrap().unwrap();
+        CursorRecord::decode(&bytes).unwrap().mark_delete
+    };
+    for i in 1..=8u64 {
+        cursor.advance(Position::new(1, i)).unwrap();
+        cursor.flush().unwrap();
+        // Flush 1 creates the record; flushes 4 and 8 refresh it.
+        let expected = match i {
+            1..=3 => 1,
+            4..=7 => 4,
+            _ => 8,
+        };
+        assert_eq!(record_md(), Position::new(1, expected), "after flush {i}");
+    }
+}

@@ -68,6 +68,9 @@ pub struct PersistConfig {
     /// it (partitions are still decoded lazily). Without it, a damaged partition is found when
     /// first loaded, as an error.
     pub verify_on_recover: bool,
+    /// Every this many flushes, also refresh the cursor record's fallback mark-delete (one
+    /// metadata write) when it changed; 0: only when the cursor ledger changes.
+    pub record_refresh_flushes: u64,
 }
 
 impl Default for PersistConfig {
@@ -82,6 +85,7 @@ impl Default for PersistConfig {
             on_single_entry_overflow: OverflowPolicy::Error,
             index_page_rows: 1024,
             verify_on_recover: true,
+            record_refresh_flushes: 64,
         }
     }
 }
@@ -349,7 +353,23 @@ impl CursorPersister {
         self.stats.pages_written += flush.pages;
         self.stats.last_flush_bytes = flush.bytes;
         self.retry_deletes();
+        self.refresh_record(state)?;
         Ok(flush)
+    }
+
+    /// Keeps the record's fallback mark-delete (used only when the cursor ledger is lost)
+    /// within `record_refresh_flushes` flushes of the committed one.
+    fn refresh_record(&mut self, state: &PersistedState) -> Result<()> {
+        let every = self.config.record_refresh_flushes;
+        let behind = self
+            .record
+            .as_ref()
+            .is_some_and(|(_, r)| r.mark_delete != state.mark_delete);
+        if every == 0 || !self.stats.flushes.is_multiple_of(every) || !behind {
+            return Ok(());
+        }
+        let ledger = self.record.as_ref().and_then(|(_, r)| r.cursor_ledger);
+        self.put_record(ledger, state)
     }
 
     fn rollover_due(&self) -> Result<bool> {

@@ -394,12 +394,14 @@ pub fn mixed_workload(seed: u64, len: usize) -> Vec<Op> {
 }
 
 /// Settings that make every mechanism run often: a budget of about two partitions, a cursor
-/// ledger that rolls over every dozen entries, and index pages of four rows.
+/// ledger that rolls over every dozen entries, index pages of four rows, and a record refresh
+/// every third flush.
 pub fn tight_config() -> PersistConfig {
     PersistConfig {
         lru_capacity_bytes: 600,
         cursor_ledger_max_entries: 12,
         index_page_rows: 4,
+        record_refresh_flushes: 3,
         ..PersistConfig::default()
     }
 }
