@@ -336,11 +336,8 @@ fn tens_of_thousands_of_partitions_page_their_table_and_recover() {
 
 #[test]
 fn the_records_fallback_mark_delete_is_refreshed_every_few_flushes() {
-    let config = PersistConfig {
-        record_refresh_flushes: 4,
-        ..multi()
-    };
-    let (_disk, env, mut cursor) = fresh(&config);
+    let (_disk, env, mut cursor) = fresh(&multi());
+    cursor.persister.set_record_refresh_flushes(4);
     let record_md = || {
         let (_, bytes) = env.meta.get(RECORD).unwrap().unwrap();
         CursorRecord::decode(&bytes).unwrap().mark_delete

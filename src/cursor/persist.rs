@@ -35,7 +35,6 @@ use crate::format::meta::CursorRecord;
 use crate::log::EntryLog;
 use crate::meta::MetaStore;
 
-use super::config::CursorConfig;
 use super::snapshot::build_snapshot;
 use super::store::{
     CursorLedgerStore, Location, Shared, SharedState, append_entry, ensure_ledger,
@@ -43,7 +42,31 @@ use super::store::{
 };
 use super::table::{CommittedTable, PagePlan, plan_pages};
 
-pub use super::config::{OverflowPolicy, PersistMode};
+/// How a cursor's ack state is written to its cursor ledger.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PersistMode {
+    /// One snapshot entry with every range, capped by `max_ranges_single_entry` and the entry
+    /// size.
+    SingleEntry,
+    /// Dirty partitions as their own entries plus a marker; no cap.
+    #[default]
+    MultiEntry,
+}
+
+/// What a single-entry flush does when the ranges do not fit in one entry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OverflowPolicy {
+    /// Fail the flush with [`Error::LimitExceeded`]; nothing is written.
+    #[default]
+    Error,
+    /// Persist the ranges that fit (the lowest ones), print a warning on stderr and count the
+    /// ranges left out in [`PersistStats::ranges_cut`]. Acks left out are redelivered after a
+    /// restart.
+    Warn,
+}
+
+/// Flushes between refreshes of the cursor record's fallback mark-delete.
+pub const DEFAULT_RECORD_REFRESH_FLUSHES: u64 = 64;
 
 /// Persistence settings of one cursor.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,9 +91,6 @@ pub struct PersistConfig {
     /// it (partitions are still decoded lazily). Without it, a damaged partition is found when
     /// first loaded, as an error.
     pub verify_on_recover: bool,
-    /// Every this many flushes, also refresh the cursor record's fallback mark-delete (one
-    /// metadata write) when it changed; 0: only when the cursor ledger changes.
-    pub record_refresh_flushes: u64,
 }
 
 impl Default for PersistConfig {
@@ -85,23 +105,6 @@ impl Default for PersistConfig {
             on_single_entry_overflow: OverflowPolicy::Error,
             index_page_rows: 1024,
             verify_on_recover: true,
-            record_refresh_flushes: 64,
-        }
-    }
-}
-
-impl From<&CursorConfig> for PersistConfig {
-    /// The persistence part of a managed ledger's cursor settings; the settings `CursorConfig`
-    /// does not carry keep their defaults.
-    fn from(config: &CursorConfig) -> Self {
-        Self {
-            persist_mode: config.persist_mode,
-            max_entry_size: config.max_entry_size,
-            lru_capacity_bytes: config.lru_capacity_bytes,
-            cursor_ledger_max_entries: config.cursor_ledger_max_entries,
-            max_ranges_single_entry: config.max_ranges_single_entry,
-            on_single_entry_overflow: config.on_single_entry_overflow,
-            ..Self::default()
         }
     }
 }
@@ -181,6 +184,7 @@ pub struct CursorPersister {
     stats: PersistStats,
     pending_deletes: Vec<u64>,
     rollover_requested: bool,
+    record_refresh_flushes: u64,
     poisoned: bool,
 }
 
@@ -255,6 +259,7 @@ impl CursorPersister {
             stats,
             pending_deletes: Vec::new(),
             rollover_requested: false,
+            record_refresh_flushes: DEFAULT_RECORD_REFRESH_FLUSHES,
             poisoned: false,
         }
     }
@@ -294,6 +299,13 @@ impl CursorPersister {
     #[must_use]
     pub fn record(&self) -> Option<(u64, &CursorRecord)> {
         self.record.as_ref().map(|(v, r)| (*v, r))
+    }
+
+    /// Every `flushes` flushes, a flush also refreshes the cursor record's fallback mark-delete
+    /// (one metadata write) when it changed; 0: only when the cursor ledger changes. Default
+    /// [`DEFAULT_RECORD_REFRESH_FLUSHES`].
+    pub fn set_record_refresh_flushes(&mut self, flushes: u64) {
+        self.record_refresh_flushes = flushes;
     }
 
     /// Makes the next flush roll over to a new cursor ledger whatever the old one's size.
@@ -358,9 +370,9 @@ impl CursorPersister {
     }
 
     /// Keeps the record's fallback mark-delete (used only when the cursor ledger is lost)
-    /// within `record_refresh_flushes` flushes of the committed one.
+    /// within [`CursorPersister::set_record_refresh_flushes`] flushes of the committed one.
     fn refresh_record(&mut self, state: &PersistedState) -> Result<()> {
-        let every = self.config.record_refresh_flushes;
+        let every = self.record_refresh_flushes;
         let behind = self
             .record
             .as_ref()
@@ -731,40 +743,5 @@ impl CursorPersister {
             }
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cursor_settings_carry_over_and_the_rest_keeps_defaults() {
-        let cursor = CursorConfig {
-            persist_mode: PersistMode::SingleEntry,
-            max_entry_size: 1 << 20,
-            lru_capacity_bytes: 4096,
-            cursor_ledger_max_entries: 7,
-            max_ranges_single_entry: 99,
-            on_single_entry_overflow: OverflowPolicy::Warn,
-            ..CursorConfig::default()
-        };
-        let persist = PersistConfig::from(&cursor);
-        assert_eq!(
-            persist,
-            PersistConfig {
-                persist_mode: PersistMode::SingleEntry,
-                max_entry_size: 1 << 20,
-                lru_capacity_bytes: 4096,
-                cursor_ledger_max_entries: 7,
-                max_ranges_single_entry: 99,
-                on_single_entry_overflow: OverflowPolicy::Warn,
-                ..PersistConfig::default()
-            }
-        );
-        assert_eq!(
-            PersistConfig::from(&CursorConfig::default()),
-            PersistConfig::default()
-        );
     }
 }
