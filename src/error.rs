@@ -164,9 +164,36 @@ pub enum Error {
         /// The topic directory.
         dir: String,
     },
+    /// A sealed data ledger holds another number of entries than the topic record says were
+    /// sealed into it.
+    #[error(
+        "data ledger {ledger} of `{dir}` holds {found} entries but {recorded} were sealed into \
+         it; restore the ledger file from a backup or replica"
+    )]
+    LedgerMismatch {
+        /// The ledger.
+        ledger: u64,
+        /// Entries the topic record lists.
+        recorded: u64,
+        /// Entries the file holds.
+        found: u64,
+        /// The topic directory.
+        dir: String,
+    },
     /// The operation is not supported in this configuration.
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// An entry of a cursor ledger failed verification.
+    #[error(
+        "cursor ledger entry {position} is corrupted: {kind}; \
+         run `ackstore verify` on the directory"
+    )]
+    CorruptedEntry {
+        /// The cursor ledger and entry.
+        position: Position,
+        /// What is wrong.
+        kind: CorruptionKind,
+    },
 }
 
 impl Error {

@@ -14,7 +14,8 @@
 //! - [`meta`]: small versioned records with compare-and-set (topic and cursor records);
 //! - [`ackset`]: acknowledged entries as roaring partitions, resident under an LRU budget;
 //! - [`finder`]: the retained ledgers' layout, and searches by message index and timestamp;
-//! - [`cursor`]: a subscription's acks, reads and seeks;
+//! - [`cursor`]: a subscription's acks, reads and seeks, and its ack state persisted in its own
+//!   cursor ledger (flush, rollover, recovery);
 //! - [`ledger`]: the managed ledger, one topic in one directory, and its cursor registry;
 //! - [`filter`]: the consumer-side filter of already-received entries (PIP-260).
 

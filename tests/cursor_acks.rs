@@ -234,3 +234,60 @@ fn cursors_are_independent_and_usable_from_other_threads() {
         .unwrap();
     assert_eq!(again.backlog().unwrap(), 0);
 }
+
+#[test]
+fn appends_reads_acks_and_trims_on_several_threads_deliver_every_entry_once_in_order() {
+    const N: usize = 2000;
+    let (_disk, topic) = mem_topic(50);
+    let topic = std::sync::Arc::new(topic);
+    let cursor = topic
+        .open_cursor("sub", at(InitialPosition::Earliest, false))
+        .unwrap();
+    let writer = {
+        let topic = topic.clone();
+        std::thread::spawn(move || append_n(&topic, N as u64))
+    };
+    let reader = {
+        let cursor = cursor.clone();
+        std::thread::spawn(move || {
+            let mut received = Vec::new();
+            while received.len() < N {
+                let batch = read_positions(&cursor, 16);
+                // Acks within a batch arrive newest first: every batch leaves holes that the
+                // last ack fills.
+                for &pos in batch.iter().rev() {
+                    cursor.ack(pos).unwrap();
+                }
+                received.extend(batch);
+                std::thread::yield_now();
+            }
+            received
+        })
+    };
+    let trimmer = {
+        let topic = topic.clone();
+        let cursor = cursor.clone();
+        std::thread::spawn(move || {
+            let mut deleted = 0;
+            while cursor.mark_delete_position().unwrap().is_none()
+                || topic.last_position() != cursor.mark_delete_position().unwrap()
+                || topic.next_index() < N as u64
+            {
+                deleted += topic.trim_consumed().unwrap().len();
+                assert!(cursor.backlog().unwrap() <= N as u64);
+                std::thread::yield_now();
+            }
+            deleted
+        })
+    };
+    let appended = writer.join().unwrap();
+    let received = reader.join().unwrap();
+    let deleted = trimmer.join().unwrap() + topic.trim_consumed().unwrap().len();
+    assert_eq!(received, appended);
+    assert_eq!(
+        cursor.mark_delete_position().unwrap(),
+        appended.last().copied()
+    );
+    assert_eq!(cursor.backlog().unwrap(), 0);
+    assert_eq!(deleted, N / 50 - 1, "every ledger but the last is trimmed");
+}

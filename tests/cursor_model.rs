@@ -5,10 +5,12 @@
 mod ledger_support;
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use ackstore::ledger::{InitialPosition, ManagedLedger};
+use ackstore::storage::MemStorage;
 use ackstore::{Cursor, Position};
-use ledger_support::{append_n, at, mem_topic, read_positions};
+use ledger_support::{append_n, at, config, read_positions};
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
@@ -189,8 +191,12 @@ fn check(model: &Model, cursor: &Cursor) {
     assert_eq!(cursor.read_position().unwrap(), model.read_position());
 }
 
-fn run(per_ledger: u64, ops: &[Op]) {
-    let (_disk, topic): (_, ManagedLedger) = mem_topic(per_ledger);
+/// Runs `ops` on a topic of `per_ledger` entries per ledger whose cursors keep at most
+/// `budget` bytes of ack partitions resident (0: every partition is evicted after each touch).
+fn run(per_ledger: u64, budget: usize, ops: &[Op]) {
+    let mut cfg = config(per_ledger);
+    cfg.cursor.lru_capacity_bytes = budget;
+    let topic = ManagedLedger::open_with_storage(Arc::new(MemStorage::new()), cfg).unwrap();
     let mut model = Model::default();
     let mut cursor = topic
         .open_cursor("sub", at(InitialPosition::Earliest, false))
@@ -254,8 +260,12 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 
     #[test]
-    fn cursor_matches_the_model(per_ledger in 1..5u64, ops in proptest::collection::vec(op(), 1..80)) {
-        run(per_ledger, &ops);
+    fn cursor_matches_the_model(
+        per_ledger in 1..5u64,
+        budget in prop_oneof![Just(0usize), Just(64usize << 20)],
+        ops in proptest::collection::vec(op(), 1..80),
+    ) {
+        run(per_ledger, budget, &ops);
     }
 }
 
@@ -277,5 +287,6 @@ fn model_run_with_trims_and_reopens() {
         Op::Read(3),
         Op::Rewind,
     ];
-    run(2, &ops);
+    run(2, 0, &ops);
+    run(2, 64 << 20, &ops);
 }

@@ -275,3 +275,88 @@ fn finding_reads_at_most_ceil_log2_n_plus_2_headers_for_every_n_up_to_2000() {
         assert!(e.first_index() <= index && index <= e.index);
     }
 }
+
+#[test]
+fn a_seek_and_its_epoch_survive_a_crash_without_a_flush() {
+    let (disk, topic) = mem_topic(3);
+    let p = append_n(&topic, 6);
+    topic.sync().unwrap();
+    let c = topic
+        .open_cursor("sub", at(InitialPosition::Earliest, false))
+        .unwrap();
+    c.ack_cumulative(p[4]).unwrap();
+    c.flush().unwrap();
+    c.seek(p[2]).unwrap();
+    c.rewind().unwrap();
+    // The power goes off with the topic still open.
+    let image = disk.durable_image();
+    let after = ledger_support::reopen(&image, 3);
+    let c = after
+        .open_cursor("sub", at(InitialPosition::Latest, false))
+        .unwrap();
+    assert_eq!(c.epoch().unwrap(), 2);
+    assert_eq!(c.mark_delete_position().unwrap(), Some(p[1]));
+    assert_eq!(read_positions(&c, 10), p[2..].to_vec());
+}
+
+#[test]
+fn a_seek_whose_record_write_fails_changes_nothing() {
+    let (disk, topic) = mem_topic(3);
+    let p = append_n(&topic, 6);
+    let c = topic
+        .open_cursor("sub", at(InitialPosition::Earliest, false))
+        .unwrap();
+    c.ack_cumulative(p[3]).unwrap();
+    c.ack(p[5]).unwrap();
+    disk.fail_after(Some(0));
+    assert!(c.seek(p[1]).is_err());
+    assert!(c.rewind().is_err());
+    disk.fail_after(None);
+    assert_eq!(c.epoch().unwrap(), 0);
+    assert_eq!(c.mark_delete_position().unwrap(), Some(p[3]));
+    assert_eq!(c.acked_ranges().unwrap(), vec![(p[5], p[5])]);
+    c.seek(p[1]).unwrap();
+    assert_eq!(
+        (c.epoch().unwrap(), c.mark_delete_position().unwrap()),
+        (1, Some(p[0]))
+    );
+}
+
+#[test]
+fn finds_across_many_ledgers_match_a_linear_scan_within_the_header_read_bound() {
+    // Ledgers of 7 entries; batches of 1 to 5 messages; timestamps repeat across ledger
+    // boundaries (five entries per tick).
+    let (_disk, topic) = mem_topic(7);
+    let mut appended = Vec::new();
+    for i in 0..500u64 {
+        let meta = AppendMeta {
+            num_messages: u32::try_from(i % 5).unwrap() + 1,
+            timestamp: i / 5,
+        };
+        let pos = topic.append_with(b"x", meta).unwrap();
+        appended.push((pos, topic.read(pos).unwrap()));
+    }
+    let log = topic.entry_log().unwrap();
+    let bound = ceil_log2(7) + 2;
+    for index in 0..topic.next_index() + 2 {
+        let before = log.stats().header_reads;
+        let found = topic.find_by_index(index).unwrap();
+        assert!(log.stats().header_reads - before <= bound, "index {index}");
+        let want = appended
+            .iter()
+            .find(|(_, e)| e.index >= index)
+            .map(|(p, _)| *p);
+        assert_eq!(found, want, "index {index}");
+    }
+    for t in 0..=101 {
+        let before = log.stats().header_reads;
+        let found = topic.find_by_timestamp(t).unwrap();
+        assert!(log.stats().header_reads - before <= bound, "timestamp {t}");
+        let want = appended
+            .iter()
+            .rev()
+            .find(|(_, e)| e.timestamp <= t)
+            .map(|(p, _)| *p);
+        assert_eq!(found, want, "timestamp {t}");
+    }
+}

@@ -210,3 +210,28 @@ fn a_directory_with_ledgers_but_no_topic_record_is_refused() {
         Err(Error::NotAckstore(..))
     ));
 }
+
+#[test]
+fn a_recorded_ledger_that_lost_entries_is_an_error_not_a_silent_cut() {
+    let disk = MemStorage::new();
+    let topic = ManagedLedger::open_with_storage(Arc::new(disk.clone()), config(3)).unwrap();
+    let p = append_n(&topic, 7);
+    topic.close().unwrap();
+    // Cut the first (sealed, recorded with 3 entries) ledger in half: footer and some frames go.
+    let name = ledger_file_name(p[0].ledger_id);
+    let bytes = disk.live_bytes(&name).unwrap();
+    disk.set_bytes(&name, bytes[..bytes.len() / 2].to_vec())
+        .unwrap();
+    match ManagedLedger::open_with_storage(Arc::new(disk), config(3)) {
+        Err(Error::LedgerMismatch {
+            ledger,
+            recorded,
+            found,
+            ..
+        }) => {
+            assert_eq!((ledger, recorded), (p[0].ledger_id, 3));
+            assert!(found < 3);
+        }
+        other => panic!("expected LedgerMismatch, got {other:?}"),
+    }
+}

@@ -1,30 +1,11 @@
 //! How cursors keep their acknowledgement state.
 //!
-//! Owns: [`CursorConfig`] and its enums. Pure data.
+//! Owns: [`CursorConfig`]. Pure data. Its enums are the persistence layer's
+//! ([`PersistMode`], [`OverflowPolicy`]).
 
 use std::time::Duration;
 
-/// How a cursor's individually acknowledged entries are persisted.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum PersistMode {
-    /// One snapshot entry holding every range, up to
-    /// [`CursorConfig::max_ranges_single_entry`] ranges.
-    SingleEntry,
-    /// Each dirty partition of the ack set as its own entry, then a marker that commits them.
-    #[default]
-    MultiEntry,
-}
-
-/// What a single-entry snapshot does when the ack state does not fit.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum OverflowPolicy {
-    /// The flush fails with [`crate::Error::LimitExceeded`]; nothing is cut.
-    #[default]
-    Error,
-    /// The snapshot keeps the oldest ranges that fit, logs a warning and counts the cut in the
-    /// cursor's stats.
-    Warn,
-}
+use super::persist::{OverflowPolicy, PersistConfig, PersistMode};
 
 /// Settings of every cursor of a managed ledger.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,12 +18,37 @@ pub struct CursorConfig {
     pub lru_capacity_bytes: usize,
     /// Entries after which a cursor ledger rolls over to a new one.
     pub cursor_ledger_max_entries: u64,
+    /// Bytes after which a cursor ledger rolls over to a new one.
+    pub cursor_ledger_max_bytes: u64,
     /// Most ranges a single-entry snapshot holds.
     pub max_ranges_single_entry: u64,
     /// What a single-entry snapshot does past its limits.
     pub on_single_entry_overflow: OverflowPolicy,
-    /// Flush in the background this often (`None`: only on `flush` and `close`).
+    /// Rows per index page of the persisted ack state, and most rows a marker holds inline.
+    pub index_page_rows: usize,
+    /// On recovery, read and CRC-check every partition a marker references before accepting it.
+    pub verify_on_recover: bool,
+    /// How often the persistence layer flushes in the background (`None`: only on `flush`,
+    /// `close`, seeks and rewinds). Without that layer nothing flushes in the background.
     pub flush_interval: Option<Duration>,
+}
+
+impl CursorConfig {
+    /// The persistence settings of one cursor.
+    #[must_use]
+    pub fn persist_config(&self) -> PersistConfig {
+        PersistConfig {
+            persist_mode: self.persist_mode,
+            max_entry_size: self.max_entry_size,
+            lru_capacity_bytes: self.lru_capacity_bytes,
+            cursor_ledger_max_entries: self.cursor_ledger_max_entries,
+            cursor_ledger_max_bytes: self.cursor_ledger_max_bytes,
+            max_ranges_single_entry: self.max_ranges_single_entry,
+            on_single_entry_overflow: self.on_single_entry_overflow,
+            index_page_rows: self.index_page_rows,
+            verify_on_recover: self.verify_on_recover,
+        }
+    }
 }
 
 impl Default for CursorConfig {
@@ -52,9 +58,25 @@ impl Default for CursorConfig {
             max_entry_size: 5 << 20,
             lru_capacity_bytes: 64 << 20,
             cursor_ledger_max_entries: 50_000,
+            cursor_ledger_max_bytes: 1 << 30,
             max_ranges_single_entry: 10_000,
             on_single_entry_overflow: OverflowPolicy::Error,
+            index_page_rows: 1024,
+            verify_on_recover: true,
             flush_interval: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_settings_are_the_persistence_defaults() {
+        assert_eq!(
+            CursorConfig::default().persist_config(),
+            PersistConfig::default()
+        );
     }
 }

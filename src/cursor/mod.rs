@@ -3,22 +3,33 @@
 //! Owns: the [`Cursor`] handle and its semantics (see `docs/cursors.md`): individual and
 //! cumulative acks, reads that skip acknowledged entries, rewind, seeks by position, message
 //! index and timestamp, backlog, and writing the cursor record. The state itself and its
-//! transitions live in [`state`]; this file adds locking, the topic's layout, and I/O.
+//! transitions live in `state.rs`; this file adds locking, the topic's layout, and I/O.
 //!
-//! A cursor reaches its topic through [`TopicAccess`], which the managed ledger implements, so
+//! A cursor reaches its topic through `TopicAccess`, which the managed ledger implements, so
 //! this layer never imports the one above it.
+//!
+//! Persistence hooks in here: `CursorShared::write_record` writes the cursor's state (`flush`,
+//! `close`), `Cursor::reset` writes the record of a seek or rewind before applying it,
+//! `CursorState::from_record` rebuilds a reopened cursor (called by the ledger's registry), and
+//! `new_ack_set` chooses the ack set's partition store.
 //!
 //! Must never: change the topic's ledgers, or write any record but its own.
 
 mod config;
+pub mod persist;
+pub mod recover;
+mod snapshot;
 mod state;
+pub mod store;
+mod table;
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLockReadGuard};
 
-pub use config::{CursorConfig, OverflowPolicy, PersistMode};
+pub use config::CursorConfig;
+pub use persist::{OverflowPolicy, PersistMode};
 pub use state::{CursorState, NO_MARK_DELETE};
 
 use crate::ackset::{AckSetStats, MemPartitionStore, RangeSetWrapper};
@@ -68,7 +79,7 @@ pub struct CursorStats {
     pub entries_read: u64,
     /// Acks (individual and cumulative) that changed the state, since open.
     pub acks: u64,
-    /// Cursor records written since open.
+    /// Cursor records written since open (flushes, seeks, rewinds).
     pub flushes: u64,
     /// The ack set's memory and partition figures.
     pub ackset: AckSetStats,
@@ -78,7 +89,8 @@ pub struct CursorStats {
 pub(crate) trait TopicAccess: Send + Sync + fmt::Debug {
     /// The entry log, or [`Error::Closed`] once the topic is closed.
     fn log(&self) -> Result<Arc<EntryLog>>;
-    /// The retained data ledgers. Held while a cursor moves, so trimming sees every move.
+    /// The retained data ledgers. A cursor holds it while it computes a move and publishes
+    /// the resulting mark-delete, so a trim never deletes what a cursor is about to read.
     fn layout(&self) -> RwLockReadGuard<'_, Layout>;
     /// Where cursor records live.
     fn meta(&self) -> &dyn MetaStore;
@@ -99,6 +111,15 @@ pub(crate) fn new_ack_set(config: &CursorConfig) -> RangeSetWrapper {
         Box::new(MemPartitionStore::new()),
         config.lru_capacity_bytes,
     )
+}
+
+/// A move of the read position on request.
+#[derive(Debug, Clone, Copy)]
+enum Move {
+    /// Back to the first entry after mark-delete.
+    Rewind,
+    /// A reset whose first read is this entry (`None`: the next entry appended).
+    To(Option<Position>),
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -234,14 +255,51 @@ impl Cursor {
         result
     }
 
-    /// Like [`Self::with_state`] for a reset that moves the read position on request: the
-    /// epoch increases.
-    fn reset(&self, f: impl FnOnce(&mut CursorState, &Layout) -> Result<()>) -> Result<()> {
-        self.with_state(|core, layout| {
-            f(&mut core.state, layout)?;
-            core.state.epoch += 1;
-            Ok(())
-        })
+    /// Moves the cursor as `plan` says, on request: the epoch increases, and the cursor record
+    /// (new mark-delete, new epoch) is written before the state changes, so a reset survives a
+    /// crash and the epoch never goes backwards. Nothing changes if the write fails.
+    ///
+    /// The record is written without holding the topic's layout (appends go on meanwhile); the
+    /// published mark-delete is lowered to the smaller of the old and the new one first, so a
+    /// concurrent trim cannot delete the target.
+    fn reset(&self, plan: impl FnOnce(&Layout) -> Result<Move>) -> Result<()> {
+        let shared = &self.shared;
+        let mut core = shared.core()?;
+        let (planned, record) = {
+            let layout = shared.topic.layout();
+            let planned = plan(&layout)?;
+            let mut record = core.state.to_record(&shared.name);
+            record.epoch += 1;
+            if let Move::To(target) = planned {
+                let mark = state::mark_before(&layout, target);
+                record.mark_delete = mark.unwrap_or(NO_MARK_DELETE);
+                *lock(&shared.published_mark) = core.state.mark_delete.min(mark);
+            }
+            (planned, record)
+        };
+        let written = shared.topic.meta().put(
+            &record_name(shared.id),
+            Some(core.record_version),
+            &record.encode(),
+        );
+        let layout = shared.topic.layout();
+        match written {
+            Ok(version) => {
+                core.record_version = version;
+                core.counters.flushes += 1;
+                core.state.epoch += 1;
+                match planned {
+                    Move::To(target) => core.state.reset_to(&layout, target),
+                    Move::Rewind => core.state.rewind(&layout),
+                }
+            }
+            Err(e) => {
+                *lock(&shared.published_mark) = core.state.mark_delete;
+                return Err(e);
+            }
+        }
+        *lock(&shared.published_mark) = core.state.mark_delete;
+        Ok(())
     }
 
     /// The cursor's name.
@@ -328,50 +386,41 @@ impl Cursor {
     }
 
     /// Reads again from the first entry after mark-delete (acknowledged entries are still
-    /// skipped). Increases the epoch: it is a redelivery the consumer asked for.
+    /// skipped). Increases the epoch (it is a redelivery the consumer asked for) and writes the
+    /// cursor record before returning.
     pub fn rewind(&self) -> Result<()> {
-        self.reset(|state, layout| {
-            state.rewind(layout);
-            Ok(())
-        })
+        self.reset(|_| Ok(Move::Rewind))
     }
 
     /// Resets the cursor so that the first retained entry at or after `pos` is read next:
     /// every entry before it counts as acknowledged, every entry from it on as not
     /// (individual acks are cleared). A position before the first retained entry means the
-    /// earliest entry; past the last entry, the next entry appended. Increases the epoch.
+    /// earliest entry; past the last entry, the next entry appended. Increases the epoch and
+    /// writes the cursor record before returning, so the reset survives a crash.
     pub fn seek(&self, pos: Position) -> Result<()> {
-        self.reset(|state, layout| {
-            let target = layout.at_or_after(pos);
-            state.reset_to(layout, target);
-            Ok(())
-        })
+        self.reset(|layout| Ok(Move::To(layout.at_or_after(pos))))
     }
 
     /// Resets the cursor to the entry holding message `index` (PIP-101). With retained indexes
     /// `[A, B)`: `index` in it reads that entry next; `index < A` reads the earliest entry;
-    /// `index >= B` reads the next entry appended. Increases the epoch.
+    /// `index >= B` reads the next entry appended. Otherwise as [`Self::seek`].
     pub fn seek_by_index(&self, index: u64) -> Result<()> {
         let log = self.shared.topic.log()?;
-        self.reset(|state, layout| {
-            let target = finder::find_by_index(&log, layout, index)?;
-            state.reset_to(layout, target);
-            Ok(())
-        })
+        self.reset(|layout| Ok(Move::To(finder::find_by_index(&log, layout, index)?)))
     }
 
     /// Resets the cursor so that the entry after the last one with a timestamp at most
     /// `timestamp` is read next (the earliest entry when none qualifies, the next entry
-    /// appended when all do). Increases the epoch.
+    /// appended when all do). Otherwise as [`Self::seek`].
     pub fn seek_by_timestamp(&self, timestamp: u64) -> Result<()> {
         let log = self.shared.topic.log()?;
-        self.reset(|state, layout| {
-            let target = match finder::find_by_timestamp(&log, layout, timestamp)? {
-                Some(last_older) => layout.after(last_older),
-                None => layout.first_entry(),
-            };
-            state.reset_to(layout, target);
-            Ok(())
+        self.reset(|layout| {
+            Ok(Move::To(
+                match finder::find_by_timestamp(&log, layout, timestamp)? {
+                    Some(last_older) => layout.after(last_older),
+                    None => layout.first_entry(),
+                },
+            ))
         })
     }
 

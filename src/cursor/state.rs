@@ -151,13 +151,8 @@ impl CursorState {
     /// Makes `target` the next entry to read (`None`: the next entry appended), with every
     /// entry before it acknowledged and none after it.
     pub(crate) fn reset_to(&mut self, layout: &Layout, target: Option<Position>) {
-        if let Some(t) = target {
-            self.mark_delete = layout.before(t);
-            self.read_position = t;
-        } else {
-            self.mark_delete = layout.last_entry();
-            self.read_position = layout.end();
-        }
+        self.mark_delete = mark_before(layout, target);
+        self.read_position = target.unwrap_or_else(|| layout.end());
         self.acks.clear();
     }
 
@@ -207,6 +202,14 @@ impl CursorState {
         layout
             .count_after(self.mark_delete)
             .saturating_sub(self.acks.len())
+    }
+}
+
+/// The mark-delete of a cursor whose next read is `target` (`None`: the next entry appended).
+pub(crate) fn mark_before(layout: &Layout, target: Option<Position>) -> Option<Position> {
+    match target {
+        Some(t) => layout.before(t),
+        None => layout.last_entry(),
     }
 }
 

@@ -12,6 +12,7 @@
 //! Shared helpers live here: [`Reader`], a bounds-checked little-endian cursor over a byte
 //! slice, and [`crc32`], the checksum every format uses.
 
+pub mod cursor;
 pub mod ledger;
 pub mod meta;
 pub mod partition;

@@ -8,10 +8,12 @@ use crate::log::LogConfig;
 /// Settings of a managed ledger (one topic).
 #[derive(Debug, Clone)]
 pub struct LedgerConfig {
-    /// A data ledger is sealed, and the next append starts a new one, once it holds this many
-    /// entries (at least 1).
+    /// Once a data ledger holds this many entries (at least 1), the next append seals it,
+    /// records it in the topic record and starts a new ledger. (Sealing at the next append
+    /// rather than at the filling one means an append that returns an error never wrote its
+    /// entry; `close` seals the last ledger too.)
     pub max_entries_per_ledger: u64,
-    /// ... or once the payloads appended to it reach this many bytes.
+    /// The same, once the payloads appended to a data ledger reach this many bytes.
     pub max_ledger_bytes: u64,
     /// Settings of the entry log underneath.
     pub log: LogConfig,

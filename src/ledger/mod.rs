@@ -117,10 +117,12 @@ impl ManagedLedger {
         if !self.core.layout().contains(pos) {
             return Err(Error::NoSuchEntry(pos));
         }
-        Ok(Entry::from_log(
-            pos.ledger_id,
-            log.read(pos.ledger_id, pos.entry_id)?,
-        ))
+        match log.read(pos.ledger_id, pos.entry_id) {
+            Ok(entry) => Ok(Entry::from_log(pos.ledger_id, entry)),
+            // Trimmed since the check above.
+            Err(Error::NoSuchLedger(_)) => Err(Error::NoSuchEntry(pos)),
+            Err(e) => Err(e),
+        }
     }
 
     /// The first retained entry; `None` on a topic without entries.

@@ -17,8 +17,8 @@
 //! 4. A listed ledger that was not sealed (the topic was not closed) is sealed, or, if empty,
 //!    dropped from the record and deleted. A sealed ledger the record still lists with no
 //!    entries (a crash between the seal and the record update) gets its summary from its first
-//!    and last frame headers. A count in the record that disagrees with a sealed file is
-//!    [`Error::CorruptedMeta`].
+//!    and last frame headers. A count in the record that disagrees with the file (sealed or not:
+//!    the count is recorded only after the seal was synced) is [`Error::LedgerMismatch`].
 //! 5. The entry log's next ledger id is bumped above every id the record or the disk knows, so
 //!    no id (and no position) is ever reused; data ledger ids start at 1.
 //!
@@ -30,7 +30,7 @@ use std::sync::Arc;
 use super::config::LedgerConfig;
 use super::topic::{TOPIC_RECORD, TopicCore, Writer, ledger_record};
 use crate::cursor::record_name;
-use crate::error::{CorruptionKind, Error, Result};
+use crate::error::{Error, Result};
 use crate::finder::{Layout, LedgerSpan};
 use crate::format::meta::{CursorRecord, LedgerRecord, TopicRecord};
 use crate::log::EntryLog;
@@ -151,18 +151,24 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
 /// Brings one listed ledger to its sealed, recorded form; `None` when it is empty and must go.
 fn finish_ledger(log: &EntryLog, rec: &LedgerRecord) -> Result<Option<LedgerRecord>> {
     let info = log.ledger_info(rec.id)?;
+    // A ledger is recorded with its count only after its seal was synced, so the file must
+    // still hold exactly that many entries.
+    if rec.entries != 0 && info.entries != rec.entries {
+        return Err(Error::LedgerMismatch {
+            ledger: rec.id,
+            recorded: rec.entries,
+            found: info.entries,
+            dir: log.storage().location(),
+        });
+    }
     if info.entries == 0 {
         return Ok(None);
     }
     if !info.sealed {
         log.seal(rec.id)?;
-    } else if rec.entries == info.entries {
+    }
+    if rec.entries == info.entries {
         return Ok(Some(*rec));
-    } else if rec.entries != 0 {
-        return Err(Error::CorruptedMeta {
-            record: TOPIC_RECORD.into(),
-            kind: CorruptionKind::InvalidField("ledgers.entries (disagrees with the ledger file)"),
-        });
     }
     let first = log.read_meta(rec.id, 0)?;
     let last = log.read_meta(rec.id, info.entries - 1)?;

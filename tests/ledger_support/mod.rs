@@ -1,4 +1,5 @@
-//! Helpers shared by the managed-ledger and cursor tests.
+//! Shared setup for the managed-ledger and cursor tests: topics on an in-memory disk, appends,
+//! cursor options.
 
 #![allow(dead_code)]
 

@@ -1,0 +1,747 @@
+//! Flushing a cursor's ack state to its cursor ledger.
+//!
+//! Owns: the cursor ledger of one cursor (created on the first flush), what a flush writes
+//! there, rollover to a new cursor ledger, and the cursor record's pointer to the ledger
+//! (switched only by compare-and-set through the [`MetaStore`]).
+//!
+//! - [`PersistMode::MultiEntry`] (default): each dirty partition becomes its own entry, then
+//!   a marker (mark-delete, epoch, properties, and for every live partition the entry that holds
+//!   it with its CRC; inline, or through index pages when the table is large) is appended, then
+//!   the ledger is synced. The marker is the commit point, and only references entries of its
+//!   own ledger written before it. Only then are the written partitions marked clean.
+//! - [`PersistMode::SingleEntry`]: one snapshot entry holds every range. Over
+//!   `max_ranges_single_entry` or the entry size the flush is loud: an error with nothing
+//!   written ([`OverflowPolicy::Error`]), or a warning on stderr plus a counter in
+//!   [`PersistStats`] ([`OverflowPolicy::Warn`]); never a silent cut.
+//! - Rollover (after `cursor_ledger_max_entries` entries or `cursor_ledger_max_bytes` bytes, or
+//!   when asked): a new ledger receives every live partition (dirty ones from memory, the others
+//!   copied from the old ledger after a CRC check), then the marker (or snapshot), then a sync;
+//!   the record is switched to it by compare-and-set; only then is the old ledger deleted.
+//!
+//! Must never: reference an entry of another ledger or a later entry from a marker; delete a
+//! ledger the record may still point to; write the record except by compare-and-set.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use crate::ackset::{PartitionKey, PartitionStore, RangeSetWrapper};
+use crate::error::{Error, Result};
+pub use crate::format::cursor::PersistedState;
+use crate::format::cursor::{
+    EntryKind, PageRef, PartitionRow, ROW_LEN, TableRef, encode_index_page, encode_marker,
+    index_page_len, payload_crc,
+};
+use crate::format::meta::CursorRecord;
+use crate::log::EntryLog;
+use crate::meta::MetaStore;
+
+use super::snapshot::build_snapshot;
+use super::store::{
+    CursorLedgerStore, Location, Shared, SharedState, append_entry, ensure_ledger,
+    read_partition_payload, write_partition,
+};
+use super::table::{CommittedTable, PagePlan, plan_pages};
+
+/// How a cursor's ack state is written to its cursor ledger.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PersistMode {
+    /// One snapshot entry with every range, capped by `max_ranges_single_entry` and the entry
+    /// size.
+    SingleEntry,
+    /// Dirty partitions as their own entries plus a marker; no cap.
+    #[default]
+    MultiEntry,
+}
+
+/// What a single-entry flush does when the ranges do not fit in one entry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OverflowPolicy {
+    /// Fail the flush with [`Error::LimitExceeded`]; nothing is written.
+    #[default]
+    Error,
+    /// Persist the ranges that fit (the lowest ones), print a warning on stderr and count the
+    /// ranges left out in [`PersistStats::ranges_cut`]. Acks left out are redelivered after a
+    /// restart.
+    Warn,
+}
+
+/// Flushes between refreshes of the cursor record's fallback mark-delete.
+pub const DEFAULT_RECORD_REFRESH_FLUSHES: u64 = 64;
+
+/// Persistence settings of one cursor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PersistConfig {
+    /// Single snapshot entry or partitions plus marker.
+    pub persist_mode: PersistMode,
+    /// Largest cursor-ledger entry (also capped by the entry log's own maximum).
+    pub max_entry_size: u32,
+    /// Budget of resident ack partitions, in bytes.
+    pub lru_capacity_bytes: usize,
+    /// Entries after which the cursor ledger rolls over.
+    pub cursor_ledger_max_entries: u64,
+    /// Bytes after which the cursor ledger rolls over.
+    pub cursor_ledger_max_bytes: u64,
+    /// Most ranges a single-entry snapshot holds.
+    pub max_ranges_single_entry: u64,
+    /// What a single-entry flush does over its limits.
+    pub on_single_entry_overflow: OverflowPolicy,
+    /// Rows per index page, and most rows a marker holds inline.
+    pub index_page_rows: usize,
+    /// On recovery, read and CRC-check every partition a marker references before accepting
+    /// it (partitions are still decoded lazily). Without it, a damaged partition is found when
+    /// first loaded, as an error.
+    pub verify_on_recover: bool,
+}
+
+impl Default for PersistConfig {
+    fn default() -> Self {
+        Self {
+            persist_mode: PersistMode::MultiEntry,
+            max_entry_size: 5 << 20,
+            lru_capacity_bytes: 64 << 20,
+            cursor_ledger_max_entries: 50_000,
+            cursor_ledger_max_bytes: 1 << 30,
+            max_ranges_single_entry: 10_000,
+            on_single_entry_overflow: OverflowPolicy::Error,
+            index_page_rows: 1024,
+            verify_on_recover: true,
+        }
+    }
+}
+
+/// What one flush wrote.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlushStats {
+    /// Entries appended to the cursor ledger (partitions, pages, marker or snapshot).
+    pub entries: u64,
+    /// Payload bytes appended.
+    pub bytes: u64,
+    /// Partition entries appended.
+    pub partitions: u64,
+    /// Index pages appended.
+    pub pages: u64,
+    /// Size of the marker or snapshot.
+    pub commit_bytes: u64,
+    /// Whether the flush rolled over to a new cursor ledger.
+    pub rolled_over: bool,
+    /// Ranges written to a snapshot.
+    pub snapshot_ranges: u64,
+    /// Ranges a single-entry snapshot left out (only with [`OverflowPolicy::Warn`]).
+    pub ranges_cut: u64,
+}
+
+/// Counters of one cursor's persistence since its handle opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PersistStats {
+    /// The cursor ledger, once there is one.
+    pub cursor_ledger: Option<u64>,
+    /// Bytes of the committed state: live partitions, index pages and the marker (or the
+    /// snapshot), which is what a recovery reads.
+    pub persisted_bytes: u64,
+    /// Entries appended to cursor ledgers (flushes and evictions).
+    pub entries_written: u64,
+    /// Payload bytes appended to cursor ledgers (flushes and evictions).
+    pub bytes_written: u64,
+    /// Partitions written because the LRU evicted them dirty.
+    pub evictions_stored: u64,
+    /// Successful flushes.
+    pub flushes: u64,
+    /// Markers written.
+    pub markers: u64,
+    /// Snapshots written.
+    pub snapshots: u64,
+    /// Rollovers to a new cursor ledger.
+    pub rollovers: u64,
+    /// Partition entries written by flushes (copies made by rollovers included).
+    pub partitions_written: u64,
+    /// Index pages written.
+    pub pages_written: u64,
+    /// Payload bytes the last flush appended.
+    pub last_flush_bytes: u64,
+    /// Single-entry flushes that hit a limit and cut ranges.
+    pub overflows: u64,
+    /// Ranges left out by those flushes, in total.
+    pub ranges_cut: u64,
+    /// Old cursor ledgers whose deletion failed and is retried on the next flush.
+    pub pending_deletes: u64,
+}
+
+/// Writes one cursor's ack state to its cursor ledger and keeps its record pointing there.
+///
+/// Obtain one from [`CursorPersister::new_cursor`] (no persisted acks) or from
+/// [`super::recover::recover`]; both also hand out the cursor's `RangeSetWrapper`, whose
+/// partition store is this cursor's ledger. Not shared between threads: the owner serializes
+/// acks and flushes (`&mut` on both).
+#[derive(Debug)]
+pub struct CursorPersister {
+    log: Arc<EntryLog>,
+    meta: Arc<dyn MetaStore>,
+    record_name: String,
+    config: PersistConfig,
+    shared: SharedState,
+    record: Option<(u64, CursorRecord)>,
+    committed: CommittedTable,
+    stats: PersistStats,
+    pending_deletes: Vec<u64>,
+    rollover_requested: bool,
+    record_refresh_flushes: u64,
+    poisoned: bool,
+}
+
+/// Parts a recovery hands to [`CursorPersister::assemble`].
+pub(crate) struct Assembly {
+    pub record: Option<(u64, CursorRecord)>,
+    pub shared: Shared,
+    pub committed: CommittedTable,
+    pub persisted_bytes: u64,
+}
+
+/// Reads and decodes the record `name`, if it exists.
+pub(crate) fn read_record(meta: &dyn MetaStore, name: &str) -> Result<Option<(u64, CursorRecord)>> {
+    meta.get(name)?
+        .map(|(version, bytes)| Ok((version, CursorRecord::decode(&bytes)?)))
+        .transpose()
+}
+
+impl CursorPersister {
+    /// Starts persistence for a cursor with no persisted acks, and its empty ack set.
+    ///
+    /// `record_name` is the cursor's record in `meta` (`cursor-{id}`). If the record exists it
+    /// is kept (name and all) and updated by compare-and-set on the first flush; a cursor
+    /// ledger it pointed to is deleted once the first flush has switched the record to a new
+    /// one. If it does not exist, the first flush creates it, named `record_name`.
+    pub fn new_cursor(
+        log: Arc<EntryLog>,
+        meta: Arc<dyn MetaStore>,
+        record_name: &str,
+        config: PersistConfig,
+    ) -> Result<(Self, RangeSetWrapper)> {
+        let record = read_record(meta.as_ref(), record_name)?;
+        let persister = Self::assemble(
+            log,
+            meta,
+            record_name,
+            config,
+            Assembly {
+                record,
+                shared: Shared::default(),
+                committed: CommittedTable::default(),
+                persisted_bytes: 0,
+            },
+        );
+        let acks = RangeSetWrapper::new(
+            persister.partition_store(),
+            persister.config.lru_capacity_bytes,
+        );
+        Ok((persister, acks))
+    }
+
+    pub(crate) fn assemble(
+        log: Arc<EntryLog>,
+        meta: Arc<dyn MetaStore>,
+        record_name: &str,
+        config: PersistConfig,
+        parts: Assembly,
+    ) -> Self {
+        let stats = PersistStats {
+            cursor_ledger: parts.shared.ledger,
+            persisted_bytes: parts.persisted_bytes,
+            ..PersistStats::default()
+        };
+        Self {
+            log,
+            meta,
+            record_name: record_name.to_string(),
+            config,
+            shared: SharedState::new(parts.shared),
+            record: parts.record,
+            committed: parts.committed,
+            stats,
+            pending_deletes: Vec::new(),
+            rollover_requested: false,
+            record_refresh_flushes: DEFAULT_RECORD_REFRESH_FLUSHES,
+            poisoned: false,
+        }
+    }
+
+    /// A partition store over this cursor's ledger, for a `RangeSetWrapper` of this cursor.
+    ///
+    /// The wrapper handed out by [`CursorPersister::new_cursor`] or recovery already has one;
+    /// a second wrapper over the same cursor would see the same locations.
+    #[must_use]
+    pub fn partition_store(&self) -> Box<dyn PartitionStore> {
+        Box::new(CursorLedgerStore::new(
+            Arc::clone(&self.log),
+            self.shared.clone(),
+        ))
+    }
+
+    /// The settings this cursor persists with.
+    #[must_use]
+    pub fn config(&self) -> &PersistConfig {
+        &self.config
+    }
+
+    /// Switches between single- and multi-entry mode for the following flushes.
+    pub fn set_mode(&mut self, mode: PersistMode) {
+        self.config.persist_mode = mode;
+    }
+
+    /// The current cursor ledger, if one has been created.
+    #[must_use]
+    pub fn cursor_ledger(&self) -> Option<u64> {
+        self.shared.lock().ledger
+    }
+
+    /// The cursor record as this persister last read or wrote it, with its version. Every
+    /// write of the record must go through this persister ([`CursorPersister::update_record`]),
+    /// or its next compare-and-set fails with [`Error::Fenced`].
+    #[must_use]
+    pub fn record(&self) -> Option<(u64, &CursorRecord)> {
+        self.record.as_ref().map(|(v, r)| (*v, r))
+    }
+
+    /// Every `flushes` flushes, a flush also refreshes the cursor record's fallback mark-delete
+    /// (one metadata write) when it changed; 0: only when the cursor ledger changes. Default
+    /// [`DEFAULT_RECORD_REFRESH_FLUSHES`].
+    pub fn set_record_refresh_flushes(&mut self, flushes: u64) {
+        self.record_refresh_flushes = flushes;
+    }
+
+    /// Makes the next flush roll over to a new cursor ledger whatever the old one's size.
+    pub fn request_rollover(&mut self) {
+        self.rollover_requested = true;
+    }
+
+    /// Counters since this handle opened.
+    #[must_use]
+    pub fn stats(&self) -> PersistStats {
+        let s = self.shared.lock();
+        PersistStats {
+            cursor_ledger: s.ledger,
+            entries_written: s.entries_written,
+            bytes_written: s.bytes_written,
+            evictions_stored: s.evictions_stored,
+            pending_deletes: self.pending_deletes.len() as u64,
+            ..self.stats
+        }
+    }
+
+    fn max_entry_size(&self) -> usize {
+        self.config.max_entry_size.min(self.log.max_entry_size()) as usize
+    }
+
+    /// Persists `state` and every ack in `acks`, durably: when this returns `Ok`, a power cut
+    /// at any later moment recovers at least these acks and this mark-delete (invariant 2).
+    ///
+    /// Costs what changed in multi-entry mode: the dirty partitions, the index pages whose rows
+    /// changed, and the marker. Creates the cursor ledger on the first flush and rolls over when
+    /// it is full. After an error the cursor ledger keeps its last committed state; after an
+    /// error whose outcome on the record is unknown, every later flush fails with
+    /// [`Error::PreviousIo`] until the cursor is reopened.
+    pub fn flush(
+        &mut self,
+        state: &PersistedState,
+        acks: &mut RangeSetWrapper,
+    ) -> Result<FlushStats> {
+        if self.poisoned {
+            return Err(Error::PreviousIo);
+        }
+        state.validate()?;
+        let before = self.stats();
+        let rollover = self.rollover_due()?;
+        let mut flush = match self.config.persist_mode {
+            PersistMode::MultiEntry => self.flush_multi(state, acks, rollover)?,
+            PersistMode::SingleEntry => self.flush_single(state, acks, rollover)?,
+        };
+        let after = self.stats();
+        flush.entries = after.entries_written - before.entries_written;
+        flush.bytes = after.bytes_written - before.bytes_written;
+        flush.rolled_over = rollover;
+        self.rollover_requested &= !rollover;
+        self.stats.flushes += 1;
+        self.stats.rollovers += u64::from(rollover);
+        self.stats.partitions_written += flush.partitions;
+        self.stats.pages_written += flush.pages;
+        self.stats.last_flush_bytes = flush.bytes;
+        self.retry_deletes();
+        self.refresh_record(state)?;
+        Ok(flush)
+    }
+
+    /// Keeps the record's fallback mark-delete (used only when the cursor ledger is lost)
+    /// within [`CursorPersister::set_record_refresh_flushes`] flushes of the committed one.
+    fn refresh_record(&mut self, state: &PersistedState) -> Result<()> {
+        let every = self.record_refresh_flushes;
+        let behind = self
+            .record
+            .as_ref()
+            .is_some_and(|(_, r)| r.mark_delete != state.mark_delete);
+        if every == 0 || !self.stats.flushes.is_multiple_of(every) || !behind {
+            return Ok(());
+        }
+        let ledger = self.record.as_ref().and_then(|(_, r)| r.cursor_ledger);
+        self.put_record(ledger, state)
+    }
+
+    fn rollover_due(&self) -> Result<bool> {
+        let Some(ledger) = self.cursor_ledger() else {
+            return Ok(false);
+        };
+        if self.rollover_requested {
+            return Ok(true);
+        }
+        let info = self.log.ledger_info(ledger)?;
+        Ok(info.entries >= self.config.cursor_ledger_max_entries
+            || info.bytes >= self.config.cursor_ledger_max_bytes)
+    }
+
+    /// The ledger a flush writes to: a new one for a rollover, else the current one.
+    fn target(&self, rollover: bool) -> Result<u64> {
+        if rollover {
+            self.log.create_ledger()
+        } else {
+            ensure_ledger(&self.log, &self.shared)
+        }
+    }
+
+    /// Runs `write` against `target`; a rollover ledger is deleted again if the write failed
+    /// before the record could have been switched to it.
+    fn with_target<T>(
+        &mut self,
+        rollover: bool,
+        write: impl FnOnce(&mut Self, u64) -> Result<T>,
+    ) -> Result<T> {
+        let target = self.target(rollover)?;
+        let result = write(self, target);
+        if result.is_err() && rollover && !self.poisoned {
+            // Best effort: the record never pointed to it, so it is only garbage.
+            let _ = self.log.delete_ledger(target);
+        }
+        result
+    }
+
+    fn flush_multi(
+        &mut self,
+        state: &PersistedState,
+        acks: &mut RangeSetWrapper,
+        rollover: bool,
+    ) -> Result<FlushStats> {
+        let unchanged = !rollover
+            && self.committed.state.as_ref() == Some(state)
+            && acks.dirty_keys().is_empty()
+            && acks.partitions().len() == self.committed.rows.len();
+        if unchanged {
+            // The last marker already says all of this: nothing to write or sync.
+            return Ok(FlushStats::default());
+        }
+        self.with_target(rollover, |this, target| {
+            this.write_multi(state, acks, target, rollover)
+        })
+    }
+
+    /// Writes the partitions that need it, the changed index pages and the marker to `target`,
+    /// syncs, switches the record if needed, then marks the written partitions clean.
+    fn write_multi(
+        &mut self,
+        state: &PersistedState,
+        acks: &mut RangeSetWrapper,
+        target: u64,
+        rollover: bool,
+    ) -> Result<FlushStats> {
+        let mut flush = FlushStats::default();
+        let old = self.cursor_ledger();
+        let dirty: HashSet<_> = acks.dirty_keys().into_iter().collect();
+        let mut fresh_locations = BTreeMap::new();
+        let live = acks.partitions();
+        let mut rows = Vec::with_capacity(live.len());
+        let mut state_bytes = 0;
+        for (key, cardinality) in live {
+            let existing = self.shared.lock().locations.get(&key).copied();
+            // The store holds the current contents of a partition that is not resident (it
+            // was stored when evicted, or never changed since it was loaded), and of a resident
+            // one that is clean.
+            let current = existing.filter(|l| {
+                l.cardinality == cardinality && !(dirty.contains(&key) && acks.is_resident(key))
+            });
+            let location = match current {
+                Some(l) if rollover => self.copy_partition(old, target, key, &l)?,
+                Some(l) => l,
+                None => {
+                    let bitmap = acks.bitmap(key)?.unwrap_or_default();
+                    flush.partitions += 1;
+                    write_partition(&self.log, &self.shared, target, key, &bitmap)?
+                }
+            };
+            if rollover {
+                fresh_locations.insert(key, location);
+            } else {
+                self.shared.lock().locations.insert(key, location);
+            }
+            let row = PartitionRow {
+                ledger_id: key.ledger_id,
+                chunk: key.chunk,
+                entry_id: location.entry_id,
+                crc: location.crc,
+                cardinality: location.cardinality,
+            };
+            rows.push(row);
+            state_bytes += location.len;
+        }
+        let pages = self.write_pages(target, &rows, rollover, &mut flush)?;
+        let table = if pages.is_empty() {
+            TableRef::Inline(&rows)
+        } else {
+            TableRef::Paged(&pages)
+        };
+        let marker = encode_marker(state, table)?;
+        let fresh = rollover.then_some(fresh_locations);
+        self.commit(target, EntryKind::Marker, &marker, state, fresh)?;
+        for key in dirty {
+            acks.mark_clean(key);
+        }
+        self.stats.markers += 1;
+        self.stats.persisted_bytes = state_bytes
+            + pages
+                .iter()
+                .map(|p| index_page_len(p.rows as usize) as u64)
+                .sum::<u64>()
+            + marker.len() as u64;
+        flush.commit_bytes = marker.len() as u64;
+        self.committed = CommittedTable {
+            rows,
+            pages,
+            state: Some(state.clone()),
+        };
+        Ok(flush)
+    }
+
+    /// Copies the partition entry at `location` of the old ledger to `target`, verifying it.
+    fn copy_partition(
+        &self,
+        old: Option<u64>,
+        target: u64,
+        key: PartitionKey,
+        location: &Location,
+    ) -> Result<Location> {
+        let old = old.ok_or(Error::NoSuchLedger(target))?;
+        let payload = read_partition_payload(&self.log, old, key, location)?;
+        let entry_id = append_entry(
+            &self.log,
+            &self.shared,
+            target,
+            EntryKind::Partition,
+            &payload,
+        )?;
+        Ok(Location {
+            entry_id,
+            ..*location
+        })
+    }
+
+    /// Writes the index pages the new table needs (none when it fits inline in the marker);
+    /// returns the marker's page references.
+    fn write_pages(
+        &mut self,
+        target: u64,
+        rows: &[PartitionRow],
+        rollover: bool,
+        flush: &mut FlushStats,
+    ) -> Result<Vec<PageRef>> {
+        // A page must fit in one entry.
+        let fit = (self.max_entry_size().saturating_sub(index_page_len(0))) / ROW_LEN;
+        let per_page = self.config.index_page_rows.min(fit).max(2);
+        if rows.len() <= per_page {
+            return Ok(Vec::new());
+        }
+        let empty = CommittedTable::default();
+        let base = if rollover { &empty } else { &self.committed };
+        let mut pages = Vec::new();
+        for plan in plan_pages(base, rows, per_page) {
+            match plan {
+                PagePlan::Keep(page) => pages.push(page),
+                PagePlan::Write(page_rows) => {
+                    let payload = encode_index_page(&page_rows)?;
+                    let entry_id = append_entry(
+                        &self.log,
+                        &self.shared,
+                        target,
+                        EntryKind::IndexPage,
+                        &payload,
+                    )?;
+                    flush.pages += 1;
+                    pages.push(PageRef {
+                        first: page_rows.first().map_or((0, 0), PartitionRow::key),
+                        entry_id,
+                        crc: payload_crc(&payload),
+                        rows: u32::try_from(page_rows.len()).unwrap_or(u32::MAX),
+                    });
+                }
+            }
+        }
+        Ok(pages)
+    }
+
+    fn flush_single(
+        &mut self,
+        state: &PersistedState,
+        acks: &mut RangeSetWrapper,
+        rollover: bool,
+    ) -> Result<FlushStats> {
+        // Built first: loading cold partitions may evict and store others in the old ledger.
+        let snapshot = build_snapshot(
+            state,
+            acks,
+            self.max_entry_size(),
+            self.config.max_ranges_single_entry,
+        )?;
+        if snapshot.cut > 0 {
+            let message = format!(
+                "the cursor's {} ack ranges do not fit in one entry (at most {} ranges and {} \
+                 bytes); {} ranges would be left out. Use multi-entry persistence to keep them all",
+                snapshot.ranges + snapshot.cut,
+                self.config.max_ranges_single_entry,
+                self.max_entry_size(),
+                snapshot.cut,
+            );
+            match self.config.on_single_entry_overflow {
+                OverflowPolicy::Error => return Err(Error::LimitExceeded(message)),
+                OverflowPolicy::Warn => {
+                    eprintln!("ackstore warning: record `{}`: {message}", self.record_name);
+                    self.stats.overflows += 1;
+                    self.stats.ranges_cut += snapshot.cut;
+                }
+            }
+        }
+        let live = acks.partitions();
+        self.with_target(rollover, |this, target| {
+            let old = this.cursor_ledger();
+            let mut fresh_locations = BTreeMap::new();
+            if rollover {
+                // Partitions the store holds must move with the cursor. (A resident partition
+                // whose copy is stale is stored again before the wrapper drops it.)
+                for (key, _) in &live {
+                    let existing = this.shared.lock().locations.get(key).copied();
+                    if let Some(l) = existing {
+                        fresh_locations.insert(*key, this.copy_partition(old, target, *key, &l)?);
+                    }
+                }
+            }
+            let fresh = rollover.then_some(fresh_locations);
+            this.commit(target, EntryKind::Snapshot, &snapshot.payload, state, fresh)?;
+            this.stats.snapshots += 1;
+            this.stats.persisted_bytes = snapshot.payload.len() as u64;
+            this.committed = CommittedTable::default();
+            Ok(FlushStats {
+                commit_bytes: snapshot.payload.len() as u64,
+                snapshot_ranges: snapshot.ranges,
+                ranges_cut: snapshot.cut,
+                ..FlushStats::default()
+            })
+        })
+    }
+
+    /// Appends the commit entry (marker or snapshot) to `target`, syncs it, points the record at
+    /// `target`, and, after a rollover, makes `target` with `fresh` locations current.
+    fn commit(
+        &mut self,
+        target: u64,
+        kind: EntryKind,
+        payload: &[u8],
+        state: &PersistedState,
+        fresh: Option<BTreeMap<PartitionKey, Location>>,
+    ) -> Result<()> {
+        append_entry(&self.log, &self.shared, target, kind, payload)?;
+        self.log.sync(target)?;
+        self.switch_record(target, state)?;
+        if let Some(locations) = fresh {
+            let mut s = self.shared.lock();
+            s.ledger = Some(target);
+            s.locations = locations;
+        }
+        Ok(())
+    }
+
+    /// Points the record at `ledger` (with `state` as its fallback) unless it already does.
+    fn switch_record(&mut self, ledger: u64, state: &PersistedState) -> Result<()> {
+        let current = self.record.as_ref().and_then(|(_, r)| r.cursor_ledger);
+        if current == Some(ledger) {
+            return Ok(());
+        }
+        self.put_record(Some(ledger), state)?;
+        if let Some(old) = current {
+            self.pending_deletes.push(old);
+        }
+        Ok(())
+    }
+
+    /// Writes the record's fallback state (mark-delete, epoch, properties) by compare-and-set,
+    /// keeping its cursor ledger. The fallback serves when the cursor ledger is lost; call it
+    /// on close so that fallback is fresh.
+    pub fn update_record(&mut self, state: &PersistedState) -> Result<()> {
+        if self.poisoned {
+            return Err(Error::PreviousIo);
+        }
+        state.validate()?;
+        let ledger = self.record.as_ref().and_then(|(_, r)| r.cursor_ledger);
+        self.put_record(ledger, state)
+    }
+
+    fn put_record(&mut self, ledger: Option<u64>, state: &PersistedState) -> Result<()> {
+        let (expected, mut record) = match &self.record {
+            Some((version, record)) => (Some(*version), record.clone()),
+            None => (
+                None,
+                CursorRecord {
+                    name: self.record_name.clone(),
+                    cursor_ledger: None,
+                    mark_delete: state.mark_delete,
+                    epoch: state.epoch,
+                    properties: BTreeMap::new(),
+                },
+            ),
+        };
+        record.cursor_ledger = ledger;
+        record.mark_delete = state.mark_delete;
+        record.epoch = state.epoch;
+        record.properties.clone_from(&state.properties);
+        match self.meta.put(&self.record_name, expected, &record.encode()) {
+            Ok(version) => {
+                self.record = Some((version, record));
+                Ok(())
+            }
+            // Refused by compare-and-set: nothing was written.
+            Err(e @ Error::Fenced(_)) => Err(e),
+            Err(e) => {
+                // The record may or may not have been replaced: keep every ledger and refuse
+                // further writes until a reopen reads what is durable.
+                self.poisoned = true;
+                Err(e)
+            }
+        }
+    }
+
+    fn retry_deletes(&mut self) {
+        let log = &self.log;
+        self.pending_deletes
+            .retain(|&ledger| match log.delete_ledger(ledger) {
+                Ok(()) | Err(Error::NoSuchLedger(_)) => false,
+                Err(_) => true,
+            });
+    }
+
+    /// Deletes this cursor's ledgers (for a deleted cursor). Delete the cursor record first: a
+    /// crash in between leaves an unreferenced ledger, never a record pointing nowhere useful.
+    pub fn delete_ledgers(mut self) -> Result<()> {
+        if let Some(ledger) = self.cursor_ledger() {
+            self.pending_deletes.push(ledger);
+        }
+        for ledger in std::mem::take(&mut self.pending_deletes) {
+            match self.log.delete_ledger(ledger) {
+                Ok(()) | Err(Error::NoSuchLedger(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,450 @@
+//! Recovering a cursor's ack state on open.
+//!
+//! Owns: choosing which persisted state a cursor resumes from. The cursor record names the
+//! cursor ledger; the ledger is walked back from its tail to the newest state entry that
+//! verifies:
+//!
+//! - a marker whose index pages and partitions (with `verify_on_recover`) all pass their CRC,
+//!   key and cardinality checks and all lie before it in the same ledger: the ack set is rebuilt
+//!   lazily from its table (`RangeSetWrapper::with_index`, nothing resident), so the first read
+//!   waits only for the marker and its pages;
+//! - a single-entry snapshot: decoded into the ack set.
+//!
+//! A torn or corrupt marker, page, partition or snapshot does not stop the walk: an older state
+//! serves. A missing ledger, or one without any valid state, falls back to the record's
+//! mark-delete with no holes. Either mode reads what the other wrote.
+//!
+//! Must never: return more acks than some flushed (or evicted) state held, use an entry that
+//! failed its CRC, or follow a reference to an entry at or after the marker.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::ackset::{PartitionKey, RangeSetWrapper};
+use crate::error::{CorruptionKind, Error, Result};
+use crate::format::cursor::{
+    EntryKind, PageRef, PartitionRow, PersistedState, Table, decode_index_page, decode_marker,
+    decode_partition_entry, decode_snapshot, payload_crc, peek_kind,
+};
+use crate::format::partition::decode_partition;
+use crate::log::EntryLog;
+use crate::meta::MetaStore;
+use crate::position::Position;
+
+use super::persist::{Assembly, CursorPersister, PersistConfig, read_record};
+use super::store::{Location, Shared, at_entry, check_partition_payload};
+use super::table::CommittedTable;
+
+/// Which persisted state a recovery resumed from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecoverySource {
+    /// A multi-entry marker at this cursor-ledger position.
+    Marker(Position),
+    /// A single-entry snapshot at this cursor-ledger position.
+    Snapshot(Position),
+    /// The cursor record's mark-delete, with no holes: there was no cursor ledger, it was
+    /// missing, or it held no valid state.
+    Record,
+}
+
+/// How a recovery went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Where the state came from.
+    pub source: RecoverySource,
+    /// The record named a cursor ledger that does not exist.
+    pub ledger_missing: bool,
+    /// Newer markers or snapshots that failed verification and were passed over.
+    pub rejected: u64,
+    /// Why the newest rejected one was refused.
+    pub first_rejection: Option<String>,
+}
+
+/// A recovered cursor: its state, its ack set and the persister to keep flushing it.
+#[derive(Debug)]
+pub struct RecoveredCursor {
+    /// Mark-delete and properties of the recovered state. The epoch is the larger of the
+    /// state's and the record's, so it never goes back.
+    pub state: PersistedState,
+    /// The acks above mark-delete; partitions load on first touch.
+    pub acks: RangeSetWrapper,
+    /// Flushes this cursor from here on (same cursor ledger).
+    pub persister: CursorPersister,
+    /// Which state was used and what was passed over.
+    pub report: RecoveryReport,
+}
+
+/// Recovers the cursor whose record is `record_name` (`cursor-{id}`) in `meta`.
+///
+/// Reads the record, then walks the cursor ledger back from its tail (see the module docs).
+/// Cost to first read: the marker, its index pages and, with `verify_on_recover`, one read of
+/// each partition entry for its CRC; no bitmap is decoded.
+///
+/// # Errors
+/// [`Error::NoSuchCursor`] when there is no record; [`Error::CorruptedMeta`] when the record
+/// does not decode; I/O errors of the entry log. Damaged cursor-ledger entries are not errors:
+/// they are passed over and counted in the report.
+pub fn recover(
+    log: Arc<EntryLog>,
+    meta: Arc<dyn MetaStore>,
+    record_name: &str,
+    config: PersistConfig,
+) -> Result<RecoveredCursor> {
+    let (version, record) = read_record(meta.as_ref(), record_name)?
+        .ok_or_else(|| Error::NoSuchCursor(record_name.to_string()))?;
+    let fallback = PersistedState {
+        mark_delete: record.mark_delete,
+        epoch: record.epoch,
+        properties: record.properties.clone(),
+    };
+    let mut report = RecoveryReport {
+        source: RecoverySource::Record,
+        ledger_missing: false,
+        rejected: 0,
+        first_rejection: None,
+    };
+    let mut found = Found::None;
+    let mut shared = Shared::default();
+    if let Some(ledger) = record.cursor_ledger {
+        match log.entry_count(ledger) {
+            Ok(count) => {
+                shared.ledger = Some(ledger);
+                found = walk_back(&log, ledger, count, &config, &mut report)?;
+            }
+            Err(Error::NoSuchLedger(_)) => report.ledger_missing = true,
+            Err(e) => return Err(e),
+        }
+    }
+    let epoch = record.epoch;
+    let (state, acks, persister, source) = resume(
+        Assembly {
+            record: Some((version, record)),
+            shared,
+            committed: CommittedTable::default(),
+            persisted_bytes: 0,
+        },
+        (log, meta, record_name, config),
+        found,
+        fallback,
+    )?;
+    report.source = source;
+    let state = PersistedState {
+        epoch: state.epoch.max(epoch),
+        ..state
+    };
+    Ok(RecoveredCursor {
+        state,
+        acks,
+        persister,
+        report,
+    })
+}
+
+/// The handles a persister is assembled from.
+type Handles<'a> = (Arc<EntryLog>, Arc<dyn MetaStore>, &'a str, PersistConfig);
+
+/// Builds the ack set and the persister from what the walk found.
+fn resume(
+    mut parts: Assembly,
+    (log, meta, record_name, config): Handles<'_>,
+    found: Found,
+    fallback: PersistedState,
+) -> Result<(
+    PersistedState,
+    RangeSetWrapper,
+    CursorPersister,
+    RecoverySource,
+)> {
+    let budget = config.lru_capacity_bytes;
+    match found {
+        Found::None => {
+            let persister = CursorPersister::assemble(log, meta, record_name, config, parts);
+            let acks = RangeSetWrapper::new(persister.partition_store(), budget);
+            Ok((fallback, acks, persister, RecoverySource::Record))
+        }
+        Found::Marker(m) => {
+            let index: Vec<_> = m
+                .rows
+                .iter()
+                .map(|r| (partition_key(r), r.cardinality))
+                .collect();
+            parts.shared.locations = m.locations;
+            parts.committed = CommittedTable {
+                rows: m.rows,
+                pages: m.pages,
+                state: Some(m.state.clone()),
+            };
+            parts.persisted_bytes = m.bytes;
+            let persister = CursorPersister::assemble(log, meta, record_name, config, parts);
+            let acks = RangeSetWrapper::with_index(persister.partition_store(), budget, index);
+            Ok((m.state, acks, persister, RecoverySource::Marker(m.at)))
+        }
+        Found::Snapshot { at, payload } => {
+            parts.persisted_bytes = payload.len() as u64;
+            let persister = CursorPersister::assemble(log, meta, record_name, config, parts);
+            let mut acks = RangeSetWrapper::new(persister.partition_store(), budget);
+            let snapshot =
+                decode_snapshot(&payload).map_err(|e| at_entry(at.ledger_id, at.entry_id, e))?;
+            for (ledger, first, last) in snapshot.ranges() {
+                acks.add_range(ledger, first, last)?;
+            }
+            Ok((
+                snapshot.state,
+                acks,
+                persister,
+                RecoverySource::Snapshot(at),
+            ))
+        }
+    }
+}
+
+fn partition_key(row: &PartitionRow) -> PartitionKey {
+    PartitionKey {
+        ledger_id: row.ledger_id,
+        chunk: row.chunk,
+    }
+}
+
+/// A verified marker: its state and the full partition table.
+struct FoundMarker {
+    at: Position,
+    state: PersistedState,
+    rows: Vec<PartitionRow>,
+    pages: Vec<PageRef>,
+    locations: BTreeMap<PartitionKey, Location>,
+    bytes: u64,
+}
+
+enum Found {
+    None,
+    Marker(FoundMarker),
+    Snapshot { at: Position, payload: Vec<u8> },
+}
+
+/// Errors that mean the disk or handle failed, as opposed to bytes that failed verification.
+fn is_fatal(err: &Error) -> bool {
+    matches!(err, Error::Io { .. } | Error::PreviousIo | Error::Closed)
+}
+
+/// Counts a state entry that failed verification; a failing disk is an error instead.
+fn reject(report: &mut RecoveryReport, err: Error) -> Result<()> {
+    if is_fatal(&err) {
+        return Err(err);
+    }
+    report.rejected += 1;
+    report
+        .first_rejection
+        .get_or_insert_with(|| err.to_string());
+    Ok(())
+}
+
+/// Walks `ledger` back from entry `count - 1` to the newest state entry that verifies.
+fn walk_back(
+    log: &EntryLog,
+    ledger: u64,
+    count: u64,
+    config: &PersistConfig,
+    report: &mut RecoveryReport,
+) -> Result<Found> {
+    for entry_id in (0..count).rev() {
+        // The frame header carries the kind: partitions and pages are skipped unread.
+        match log.read_meta(ledger, entry_id) {
+            Ok(meta)
+                if meta.num_messages == u32::from(EntryKind::Partition.code())
+                    || meta.num_messages == u32::from(EntryKind::IndexPage.code()) =>
+            {
+                continue;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                reject(report, e)?;
+                continue;
+            }
+        }
+        let payload = match log.read(ledger, entry_id) {
+            Ok(entry) => entry.payload,
+            Err(e) => {
+                reject(report, e)?;
+                continue;
+            }
+        };
+        let at = Position::new(ledger, entry_id);
+        let attempt = match peek_kind(&payload) {
+            Ok(EntryKind::Marker) => {
+                verify_marker(log, at, &payload, config.verify_on_recover).map(Found::Marker)
+            }
+            Ok(EntryKind::Snapshot) => decode_snapshot(&payload)
+                .map(|_| ())
+                .map_err(|e| at_entry(ledger, entry_id, e))
+                .map(|()| Found::Snapshot { at, payload }),
+            Ok(EntryKind::Partition | EntryKind::IndexPage) => continue,
+            Err(e) => Err(at_entry(ledger, entry_id, e)),
+        };
+        match attempt {
+            Ok(found) => return Ok(found),
+            Err(e) => reject(report, e)?,
+        }
+    }
+    Ok(Found::None)
+}
+
+/// What a full, read-only check of a cursor ledger found (for `verify` and `inspect` tools).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LedgerCheck {
+    /// Entries in the ledger.
+    pub entries: u64,
+    /// Partition entries (committed or not).
+    pub partitions: u64,
+    /// Index pages.
+    pub index_pages: u64,
+    /// Markers.
+    pub markers: u64,
+    /// Snapshots.
+    pub snapshots: u64,
+    /// The newest marker or snapshot that verifies: the state a recovery would resume from.
+    pub newest_valid: Option<RecoverySource>,
+    /// Every entry that failed its checks, with the reason.
+    pub problems: Vec<(u64, String)>,
+}
+
+/// Reads every entry of cursor ledger `ledger` and checks it: each partition entry decodes
+/// (CRC, key, bitmap), each index page and snapshot decodes, and each marker verifies with
+/// everything it references. Never writes; works on a read-only [`EntryLog`].
+///
+/// # Errors
+/// [`Error::NoSuchLedger`] and I/O errors; damaged entries are listed in
+/// [`LedgerCheck::problems`], not returned as errors.
+pub fn check_cursor_ledger(log: &EntryLog, ledger: u64) -> Result<LedgerCheck> {
+    let mut check = LedgerCheck {
+        entries: log.entry_count(ledger)?,
+        ..LedgerCheck::default()
+    };
+    for entry_id in 0..check.entries {
+        let at = Position::new(ledger, entry_id);
+        let verdict = log.read(ledger, entry_id).and_then(|entry| {
+            let payload = entry.payload;
+            match peek_kind(&payload).map_err(|e| at_entry(ledger, entry_id, e))? {
+                EntryKind::Partition => {
+                    check.partitions += 1;
+                    let partition = decode_partition_entry(&payload)?;
+                    decode_partition(partition.body)?;
+                    Ok(None)
+                }
+                EntryKind::IndexPage => {
+                    check.index_pages += 1;
+                    decode_index_page(&payload).map(|_| None)
+                }
+                EntryKind::Marker => {
+                    check.markers += 1;
+                    verify_marker(log, at, &payload, true).map(|_| Some(RecoverySource::Marker(at)))
+                }
+                EntryKind::Snapshot => {
+                    check.snapshots += 1;
+                    decode_snapshot(&payload).map(|_| Some(RecoverySource::Snapshot(at)))
+                }
+            }
+        });
+        match verdict.map_err(|e| at_entry(ledger, entry_id, e)) {
+            Ok(Some(source)) => check.newest_valid = Some(source),
+            Ok(None) => {}
+            Err(e) if is_fatal(&e) => return Err(e),
+            Err(e) => check.problems.push((entry_id, e.to_string())),
+        }
+    }
+    Ok(check)
+}
+
+fn bad(ledger: u64, entry_id: u64, kind: CorruptionKind) -> Error {
+    Error::CorruptedEntry {
+        position: Position::new(ledger, entry_id),
+        kind,
+    }
+}
+
+/// Reads entry `entry_id` (which must come before the marker at `at`) and checks its CRC.
+fn read_referenced(log: &EntryLog, at: Position, entry_id: u64, crc: u32) -> Result<Vec<u8>> {
+    if entry_id >= at.entry_id {
+        return Err(bad(
+            at.ledger_id,
+            at.entry_id,
+            CorruptionKind::InvalidField("reference to a later entry"),
+        ));
+    }
+    let payload = log.read(at.ledger_id, entry_id)?.payload;
+    if payload_crc(&payload) != crc {
+        return Err(bad(
+            at.ledger_id,
+            entry_id,
+            CorruptionKind::ChecksumMismatch,
+        ));
+    }
+    Ok(payload)
+}
+
+/// Decodes the marker at `at` and verifies everything it references.
+fn verify_marker(
+    log: &EntryLog,
+    at: Position,
+    payload: &[u8],
+    verify: bool,
+) -> Result<FoundMarker> {
+    let ledger = at.ledger_id;
+    let marker = decode_marker(payload).map_err(|e| at_entry(ledger, at.entry_id, e))?;
+    let mut bytes = payload.len() as u64;
+    let mut rows = Vec::new();
+    let mut pages = Vec::new();
+    match marker.table {
+        Table::Inline(inline) => rows.extend(inline.iter()),
+        Table::Paged(refs) => {
+            pages.extend(refs.iter());
+            for (i, page) in pages.iter().enumerate() {
+                let page_payload = read_referenced(log, at, page.entry_id, page.crc)?;
+                bytes += page_payload.len() as u64;
+                let page_rows = decode_index_page(&page_payload)
+                    .map_err(|e| at_entry(ledger, page.entry_id, e))?;
+                let next = pages.get(i + 1).map(|p| p.first);
+                let first = page_rows.iter().next().map(|r| r.key());
+                let in_range = page_rows.iter().all(|r| next.is_none_or(|n| r.key() < n));
+                if page_rows.len() != page.rows as usize || first != Some(page.first) || !in_range {
+                    return Err(bad(
+                        ledger,
+                        page.entry_id,
+                        CorruptionKind::InvalidField("index page range"),
+                    ));
+                }
+                rows.extend(page_rows.iter());
+            }
+        }
+    }
+    let mut locations = BTreeMap::new();
+    for row in &rows {
+        let key = partition_key(row);
+        let mut location = Location {
+            entry_id: row.entry_id,
+            crc: row.crc,
+            cardinality: row.cardinality,
+            len: 0,
+        };
+        if verify {
+            let partition = read_referenced(log, at, row.entry_id, row.crc)?;
+            check_partition_payload(ledger, key, &location, &partition)?;
+            location.len = partition.len() as u64;
+            bytes += location.len;
+        } else if row.entry_id >= at.entry_id {
+            return Err(bad(
+                ledger,
+                at.entry_id,
+                CorruptionKind::InvalidField("reference to a later entry"),
+            ));
+        }
+        locations.insert(key, location);
+    }
+    Ok(FoundMarker {
+        at,
+        state: marker.state,
+        rows,
+        pages,
+        locations,
+        bytes,
+    })
+}

@@ -1,0 +1,123 @@
+//! Single-entry snapshots: the whole ack set as maximal ranges in one entry.
+//!
+//! Owns: turning a `RangeSetWrapper` into a snapshot payload under the byte and range limits
+//! (counting every range that did not fit), and a snapshot back into ranges. Must never decide
+//! what a cut means: the persister applies the overflow policy.
+
+use roaring::RoaringBitmap;
+
+use crate::ackset::RangeSetWrapper;
+use crate::error::Result;
+use crate::format::cursor::{PersistedState, SnapshotWriter};
+
+/// A snapshot payload and what did not fit in it.
+#[derive(Debug)]
+pub(crate) struct BuiltSnapshot {
+    /// The encoded snapshot entry.
+    pub payload: Vec<u8>,
+    /// Ranges written.
+    pub ranges: u64,
+    /// Ranges left out because a limit was hit.
+    pub cut: u64,
+}
+
+/// Maximal runs `[first, last]` of consecutive values in `bitmap`, ascending.
+pub(crate) fn bitmap_runs(bitmap: &RoaringBitmap) -> impl Iterator<Item = (u32, u32)> + '_ {
+    let mut values = bitmap.iter().peekable();
+    std::iter::from_fn(move || {
+        let first = values.next()?;
+        let mut last = first;
+        while values
+            .next_if(|&v| Some(v) == last.checked_add(1))
+            .is_some()
+        {
+            last += 1;
+        }
+        Some((first, last))
+    })
+}
+
+/// Joins ranges that touch (the end of one partition and the start of the next).
+#[derive(Debug, Default)]
+struct Merger {
+    pending: Option<(u64, u64, u64)>,
+}
+
+impl Merger {
+    /// Adds an ascending range; returns a finished maximal range when one is complete.
+    fn push(&mut self, ledger: u64, first: u64, last: u64) -> Option<(u64, u64, u64)> {
+        match &mut self.pending {
+            Some((l, _, end)) if *l == ledger && end.checked_add(1) == Some(first) => {
+                *end = last;
+                None
+            }
+            _ => self.pending.replace((ledger, first, last)),
+        }
+    }
+}
+
+/// Encodes `acks` as a snapshot of `state`, loading cold partitions as it goes.
+pub(crate) fn build_snapshot(
+    state: &PersistedState,
+    acks: &mut RangeSetWrapper,
+    max_bytes: usize,
+    max_ranges: u64,
+) -> Result<BuiltSnapshot> {
+    let mut writer = SnapshotWriter::new(state, max_bytes, max_ranges)?;
+    let mut cut = 0u64;
+    let mut emit = |writer: &mut SnapshotWriter, (ledger, first, last)| -> Result<()> {
+        if cut > 0 || !writer.push(ledger, first, last)? {
+            cut += 1;
+        }
+        Ok(())
+    };
+    let mut merger = Merger::default();
+    for (key, _) in acks.partitions() {
+        let Some(bitmap) = acks.bitmap(key)? else {
+            continue;
+        };
+        let base = key.first_entry();
+        for (first, last) in bitmap_runs(&bitmap) {
+            let range = (
+                key.ledger_id,
+                base + u64::from(first),
+                base + u64::from(last),
+            );
+            if let Some(done) = merger.push(range.0, range.1, range.2) {
+                emit(&mut writer, done)?;
+            }
+        }
+    }
+    if let Some(done) = merger.pending.take() {
+        emit(&mut writer, done)?;
+    }
+    Ok(BuiltSnapshot {
+        ranges: writer.ranges(),
+        payload: writer.finish(),
+        cut,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_are_maximal() {
+        let bitmap: RoaringBitmap = [0, 1, 2, 4, 6, 7, u32::MAX].into_iter().collect();
+        assert_eq!(
+            bitmap_runs(&bitmap).collect::<Vec<_>>(),
+            vec![(0, 2), (4, 4), (6, 7), (u32::MAX, u32::MAX)]
+        );
+    }
+
+    #[test]
+    fn touching_ranges_merge_only_within_a_ledger() {
+        let mut m = Merger::default();
+        assert_eq!(m.push(1, 0, 9), None);
+        assert_eq!(m.push(1, 10, 12), None);
+        assert_eq!(m.push(2, 13, 13), Some((1, 0, 12)));
+        assert_eq!(m.push(2, 15, 15), Some((2, 13, 13)));
+        assert_eq!(m.pending, Some((2, 15, 15)));
+    }
+}

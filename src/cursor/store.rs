@@ -1,0 +1,252 @@
+//! The cursor ledger as the backing store of a cursor's ack partitions.
+//!
+//! Owns: where each partition of one cursor's ack set lives in its cursor ledger (entry id, CRC,
+//! cardinality), writing evicted partitions there and reading them back verified. Shared between
+//! the [`CursorLedgerStore`] inside the cursor's `RangeSetWrapper` and the cursor's persister,
+//! which commits these locations with a marker.
+//!
+//! Must never: hand out a partition whose entry fails its CRC, key or cardinality check; sync
+//! or commit anything (an entry written here is durable and meaningful only once a marker that
+//! references it is synced).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use roaring::RoaringBitmap;
+
+use crate::ackset::{PartitionKey, PartitionStore};
+use crate::error::{CorruptionKind, Error, Result};
+use crate::format::cursor::{
+    EntryKind, PartitionEntry, decode_partition_entry, encode_partition_entry, payload_crc,
+};
+use crate::format::partition::{decode_partition, encode_partition};
+use crate::log::{EntryLog, EntryMeta};
+use crate::position::Position;
+
+/// Where one partition's current version lives in the cursor ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Location {
+    /// Cursor-ledger entry holding the partition.
+    pub entry_id: u64,
+    /// CRC32 of the entry's payload.
+    pub crc: u32,
+    /// Acked entries in the partition.
+    pub cardinality: u64,
+    /// Payload bytes of the entry.
+    pub len: u64,
+}
+
+/// State shared by the store and the persister of one cursor.
+#[derive(Debug, Default)]
+pub(crate) struct Shared {
+    /// The cursor ledger entries are appended to; created on first need.
+    pub ledger: Option<u64>,
+    /// Newest location of every partition written to `ledger` (a superset of the live ones).
+    pub locations: BTreeMap<PartitionKey, Location>,
+    /// Partitions written by evictions since the handle opened.
+    pub evictions_stored: u64,
+    /// Entries appended (by evictions and flushes).
+    pub entries_written: u64,
+    /// Payload bytes appended (by evictions and flushes).
+    pub bytes_written: u64,
+}
+
+/// Handle on the shared state.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SharedState(Arc<Mutex<Shared>>);
+
+impl SharedState {
+    pub(crate) fn new(shared: Shared) -> Self {
+        Self(Arc::new(Mutex::new(shared)))
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Shared> {
+        // The state is plain data updated after each successful write; keep it after a panic.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The entry-log frame metadata of a cursor-ledger entry: its kind, so recovery can skip
+/// partitions and pages by reading frame headers only.
+pub(crate) fn kind_meta(kind: EntryKind) -> EntryMeta {
+    EntryMeta {
+        index: 0,
+        num_messages: u32::from(kind.code()),
+        timestamp: 0,
+    }
+}
+
+/// Appends `payload` (an encoded entry of `kind`) to `ledger`, counting it in `shared`.
+pub(crate) fn append_entry(
+    log: &EntryLog,
+    shared: &SharedState,
+    ledger: u64,
+    kind: EntryKind,
+    payload: &[u8],
+) -> Result<u64> {
+    let id = log.append(ledger, kind_meta(kind), payload)?;
+    let mut s = shared.lock();
+    s.entries_written += 1;
+    s.bytes_written += payload.len() as u64;
+    Ok(id)
+}
+
+/// Encodes `bitmap` as the partition entry of `key`.
+pub(crate) fn encode_partition_payload(key: PartitionKey, bitmap: &RoaringBitmap) -> Vec<u8> {
+    let body = encode_partition(key, bitmap);
+    encode_partition_entry(&PartitionEntry {
+        ledger_id: key.ledger_id,
+        chunk: key.chunk,
+        cardinality: bitmap.len(),
+        body: &body,
+    })
+}
+
+/// Writes `bitmap` as the partition entry of `key` to `ledger`; returns its location.
+pub(crate) fn write_partition(
+    log: &EntryLog,
+    shared: &SharedState,
+    ledger: u64,
+    key: PartitionKey,
+    bitmap: &RoaringBitmap,
+) -> Result<Location> {
+    let payload = encode_partition_payload(key, bitmap);
+    let entry_id = append_entry(log, shared, ledger, EntryKind::Partition, &payload)?;
+    Ok(Location {
+        entry_id,
+        crc: payload_crc(&payload),
+        cardinality: bitmap.len(),
+        len: payload.len() as u64,
+    })
+}
+
+fn entry_corrupted(ledger: u64, entry_id: u64, kind: CorruptionKind) -> Error {
+    Error::CorruptedEntry {
+        position: Position::new(ledger, entry_id),
+        kind,
+    }
+}
+
+/// Re-labels a format error with the cursor-ledger entry it came from.
+pub(crate) fn at_entry(ledger: u64, entry_id: u64, err: Error) -> Error {
+    match err {
+        Error::Corrupted { kind, .. } => entry_corrupted(ledger, entry_id, kind),
+        other => other,
+    }
+}
+
+/// Reads the payload of the entry at `location`, checking its CRC and that it is the partition
+/// entry of `key` with the expected cardinality.
+pub(crate) fn read_partition_payload(
+    log: &EntryLog,
+    ledger: u64,
+    key: PartitionKey,
+    location: &Location,
+) -> Result<Vec<u8>> {
+    let payload = log.read(ledger, location.entry_id)?.payload;
+    check_partition_payload(ledger, key, location, &payload)?;
+    Ok(payload)
+}
+
+/// Checks a partition entry payload against the row that references it (CRC first).
+pub(crate) fn check_partition_payload(
+    ledger: u64,
+    key: PartitionKey,
+    location: &Location,
+    payload: &[u8],
+) -> Result<()> {
+    let bad = |kind| entry_corrupted(ledger, location.entry_id, kind);
+    if payload_crc(payload) != location.crc {
+        return Err(bad(CorruptionKind::ChecksumMismatch));
+    }
+    let entry =
+        decode_partition_entry(payload).map_err(|e| at_entry(ledger, location.entry_id, e))?;
+    if (entry.ledger_id, entry.chunk) != (key.ledger_id, key.chunk) {
+        return Err(bad(CorruptionKind::InvalidField("partition key")));
+    }
+    if entry.cardinality != location.cardinality {
+        return Err(bad(CorruptionKind::InvalidField("partition cardinality")));
+    }
+    Ok(())
+}
+
+/// Decodes a verified partition payload into its bitmap, checking key and cardinality again
+/// against the inner encoding.
+fn decode_partition_payload(
+    ledger: u64,
+    key: PartitionKey,
+    location: &Location,
+    payload: &[u8],
+) -> Result<RoaringBitmap> {
+    let bad = |kind| entry_corrupted(ledger, location.entry_id, kind);
+    let entry =
+        decode_partition_entry(payload).map_err(|e| at_entry(ledger, location.entry_id, e))?;
+    let (inner_key, bitmap) =
+        decode_partition(entry.body).map_err(|e| at_entry(ledger, location.entry_id, e))?;
+    if inner_key != key {
+        return Err(bad(CorruptionKind::InvalidField("partition key")));
+    }
+    if bitmap.len() != location.cardinality {
+        return Err(bad(CorruptionKind::InvalidField("partition cardinality")));
+    }
+    Ok(bitmap)
+}
+
+/// A [`PartitionStore`] over one cursor's cursor ledger.
+///
+/// `store` appends the partition as its own entry (creating the cursor ledger if the cursor has
+/// none yet) and remembers where it went; `load` reads it back and verifies CRC, key and
+/// cardinality. Nothing here syncs: the persister's next flush commits what was stored.
+#[derive(Debug)]
+pub struct CursorLedgerStore {
+    log: Arc<EntryLog>,
+    shared: SharedState,
+}
+
+impl CursorLedgerStore {
+    pub(crate) fn new(log: Arc<EntryLog>, shared: SharedState) -> Self {
+        Self { log, shared }
+    }
+}
+
+/// The cursor ledger of `shared`, created if there is none yet.
+pub(crate) fn ensure_ledger(log: &EntryLog, shared: &SharedState) -> Result<u64> {
+    let mut s = shared.lock();
+    if let Some(ledger) = s.ledger {
+        return Ok(ledger);
+    }
+    let ledger = log.create_ledger()?;
+    s.ledger = Some(ledger);
+    s.locations.clear();
+    Ok(ledger)
+}
+
+impl PartitionStore for CursorLedgerStore {
+    fn load(&mut self, key: PartitionKey) -> Result<Option<RoaringBitmap>> {
+        let (ledger, location) = {
+            let s = self.shared.lock();
+            match (s.ledger, s.locations.get(&key)) {
+                (Some(ledger), Some(location)) => (ledger, *location),
+                _ => return Ok(None),
+            }
+        };
+        let payload = read_partition_payload(&self.log, ledger, key, &location)?;
+        decode_partition_payload(ledger, key, &location, &payload).map(Some)
+    }
+
+    fn store(&mut self, key: PartitionKey, bitmap: &RoaringBitmap) -> Result<()> {
+        let ledger = ensure_ledger(&self.log, &self.shared)?;
+        let location = write_partition(&self.log, &self.shared, ledger, key, bitmap)?;
+        let mut s = self.shared.lock();
+        s.locations.insert(key, location);
+        s.evictions_stored += 1;
+        Ok(())
+    }
+
+    fn forget(&mut self, key: PartitionKey) {
+        // The entry stays in the ledger until rollover; no later marker references it.
+        self.shared.lock().locations.remove(&key);
+    }
+}
