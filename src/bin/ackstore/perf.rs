@@ -11,10 +11,8 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use ackstore::ackset::pulsar;
-use ackstore::{
-    AppendMeta, CursorConfig, CursorOptions, InitialPosition, LedgerConfig, ManagedLedger,
-    PersistMode, Position,
-};
+use ackstore::cursor::{CursorConfig, PersistMode};
+use ackstore::{AppendMeta, CursorOptions, InitialPosition, LedgerConfig, ManagedLedger, Position};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -215,7 +213,7 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
     let payload = vec![0xA5_u8; args.payload_bytes];
     let mut positions: Vec<Position> = Vec::with_capacity(usize::try_from(args.entries).unwrap_or(0));
     let ml = ManagedLedger::open(&dir, config.clone())?;
-    let mut cursor = ml.open_cursor(CURSOR, CursorOptions { initial_position: InitialPosition::Earliest, inclusive: false })?;
+    let cursor = ml.open_cursor(CURSOR, CursorOptions { initial_position: InitialPosition::Earliest, inclusive: false })?;
     let progress = bar(args.entries, "append", quiet);
     let started = Instant::now();
     for i in 0..args.entries {
@@ -251,13 +249,13 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
     let started = Instant::now();
     cursor.flush()?;
     let flush_time = started.elapsed();
-    let persisted_bytes = cursor.stats().persisted_bytes;
+    let persisted_bytes = cursor.stats()?.persisted_bytes;
     cursor.close()?;
     ml.close()?;
 
     let started = Instant::now();
     let ml = ManagedLedger::open(&dir, config)?;
-    let mut cursor = ml.open_cursor(CURSOR, CursorOptions { initial_position: InitialPosition::Earliest, inclusive: false })?;
+    let cursor = ml.open_cursor(CURSOR, CursorOptions { initial_position: InitialPosition::Earliest, inclusive: false })?;
     let first = cursor.read_entries(1)?;
     let first_read = started.elapsed();
     let recovered_ranges = cursor.acked_ranges()?;
@@ -289,10 +287,10 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
     for &i in &extra {
         cursor.ack(positions[i])?;
     }
-    let before = cursor.stats().persisted_bytes;
+    let before = cursor.stats()?.persisted_bytes;
     cursor.flush()?;
-    let incremental_flush_bytes = cursor.stats().persisted_bytes.saturating_sub(before);
-    let resident_ack_bytes = cursor.stats().resident_ack_bytes;
+    let incremental_flush_bytes = cursor.stats()?.persisted_bytes.saturating_sub(before);
+    let resident_ack_bytes = cursor.stats()?.ackset.resident_bytes;
     cursor.close()?;
     ml.close()?;
 

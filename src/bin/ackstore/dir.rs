@@ -1,0 +1,26 @@
+//! Opening an existing ackstore directory for the read-only subcommands.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use ackstore::log::parse_ledger_file_name;
+use ackstore::storage::{FileStorage, Storage};
+use ackstore::{Error, Result};
+
+/// Name of the topic's metadata file.
+pub const TOPIC_FILE: &str = "topic.meta";
+
+/// Opens `path` without creating, locking or changing anything, and checks that it holds an
+/// ackstore topic (a topic record or at least one ledger file).
+pub fn open_existing(path: &Path) -> Result<Arc<dyn Storage>> {
+    let storage = FileStorage::open(path, false)?;
+    let names = storage.list()?;
+    let ours = names.iter().any(|n| n == TOPIC_FILE || parse_ledger_file_name(n).is_some());
+    if !ours {
+        return Err(Error::NotAckstore(
+            path.display().to_string(),
+            "it holds neither a topic record (topic.meta) nor any ledger file".into(),
+        ));
+    }
+    Ok(Arc::new(storage))
+}
