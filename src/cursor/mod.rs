@@ -569,6 +569,12 @@ impl Cursor {
         self.shared.core()?.state.acks.ranges()
     }
 
+    /// The number of maximal ranges [`Self::acked_ranges`] would return, without building
+    /// them (partitions are visited one at a time, within the memory budget).
+    pub fn acked_range_count(&self) -> Result<u64> {
+        self.shared.core()?.state.acks.range_count()
+    }
+
     /// Increases on every seek, `seek_by_index`, `seek_by_timestamp` and `rewind`; never on
     /// reopen. Consumers tag what they receive with it, so a server-side reset is noticed.
     pub fn epoch(&self) -> Result<u64> {
