@@ -6,6 +6,9 @@
 //! - `read_sealed/{log,baseline}`: reading every entry of a sealed ledger (4096 x 1 KiB, through
 //!   its memory map, checksum checked) against `read_exact_at` of the same 1 KiB chunks from a
 //!   plain file.
+//!   `paired append/...` lines print a second, load-robust figure: 15 alternating batches of
+//!   2048 appends each for the log, the `write_all` baseline and a 64 KiB `BufWriter` baseline,
+//!   the median time per append of each and the log's throughput as a share of each.
 //! - `group_commit/{2,4}_threads`: threads each appending a 1 KiB entry and syncing; prints the
 //!   fsyncs per append the log issued.
 //!
@@ -108,6 +111,60 @@ fn time_plain_writes(
     )
 }
 
+/// A second baseline: the same writes through a 64 KiB `BufWriter` (flushed before each sync),
+/// the user-space batching the log's write buffer also does.
+fn time_buffered_writes(
+    dir: &std::path::Path,
+    payload: &[u8],
+    sync_every: Option<u64>,
+    iters: u64,
+) -> Duration {
+    let path = dir.join("buffered.bin");
+    time_in_batches(
+        iters,
+        || std::io::BufWriter::with_capacity(64 * 1024, File::create(&path).expect("create")),
+        |file, i| {
+            file.write_all(payload).expect("write");
+            if syncs_after(i, sync_every) {
+                file.flush().expect("flush");
+                file.get_ref().sync_data().expect("sync");
+            }
+        },
+        |file| {
+            drop(file);
+            std::fs::remove_file(&path).expect("remove");
+        },
+    )
+}
+
+/// Alternates log and baseline batches, so both see the same machine load, and prints the
+/// median time per append of each and the log's throughput as a share of the baseline's.
+fn paired(log: &EntryLog, dir: &std::path::Path, payload: &[u8], sync: Option<u64>, id: &str) {
+    const ROUNDS: usize = 15;
+    const BATCH: u64 = 2048;
+    let median = |mut times: Vec<Duration>| {
+        times.sort();
+        times[times.len() / 2]
+    };
+    let (mut ours, mut base, mut buffered) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        ours.push(time_log_appends(log, payload, sync, BATCH) / 2048);
+        base.push(time_plain_writes(dir, payload, sync, BATCH) / 2048);
+        buffered.push(time_buffered_writes(dir, payload, sync, BATCH) / 2048);
+    }
+    let (ours, base, buffered) = (median(ours), median(base), median(buffered));
+    let share = |other: Duration| 100.0 * other.as_secs_f64() / ours.as_secs_f64();
+    println!(
+        "paired append/{id}: log {} ns/append; write_all {} ns (log throughput {:.0}% of it); \
+         BufWriter {} ns (log throughput {:.0}% of it)",
+        ours.as_nanos(),
+        base.as_nanos(),
+        share(base),
+        buffered.as_nanos(),
+        share(buffered),
+    );
+}
+
 fn append(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = open_log(dir.path());
@@ -123,6 +180,7 @@ fn append(c: &mut Criterion) {
             group.bench_function(BenchmarkId::new("baseline", &id), |b| {
                 b.iter_custom(|iters| time_plain_writes(dir.path(), &payload, sync_every, iters));
             });
+            paired(&log, dir.path(), &payload, sync_every, &id);
         }
     }
     group.finish();

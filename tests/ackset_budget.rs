@@ -60,6 +60,10 @@ fn ten_million_acks_over_200_ledgers_stay_within_a_4_mib_budget_and_all_survive(
         }
     }
     let s = w.stats();
+    println!(
+        "{} acks over {ledgers} ledgers, budget {budget} B: {s:?}",
+        w.len()
+    );
     assert!(s.peak_resident_bytes <= limit, "{s:?}");
     assert!(s.loads > 0, "{s:?}");
     // Acks in neighbouring windows may touch; every other ack starts a range of its own.

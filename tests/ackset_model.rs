@@ -241,7 +241,7 @@ fn check_partitions(model: &BTreeSet<Position>, set: &AckSet, w: &RangeSetWrappe
 #[test]
 fn both_sets_match_the_model_while_partitions_are_evicted_and_reloaded() {
     let mut runner = TestRunner::new(Config {
-        cases: if cfg!(debug_assertions) { 128 } else { 512 },
+        cases: if cfg!(debug_assertions) { 128 } else { 2_048 },
         failure_persistence: None,
         ..Config::default()
     });

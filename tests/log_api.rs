@@ -266,9 +266,11 @@ fn a_failed_write_latches_the_ledger_until_reopened() {
     let l = log.create_ledger().unwrap();
     log.append(l, meta(0), &payload(l, 0)).unwrap();
     log.sync(l).unwrap();
+    // An entry larger than the write buffer is written at once.
+    let big = vec![7u8; 100 * 1024];
     disk.fail_after(Some(0));
     assert!(matches!(
-        log.append(l, meta(1), b"x"),
+        log.append(l, meta(1), &big),
         Err(Error::Io { .. })
     ));
     disk.fail_after(None);
@@ -290,7 +292,8 @@ fn a_failed_fsync_latches_and_is_never_retried() {
     let log = open(&disk);
     let l = log.create_ledger().unwrap();
     log.append(l, meta(0), &payload(l, 0)).unwrap();
-    disk.fail_after(Some(0));
+    // The buffered entry's write succeeds, its fsync fails.
+    disk.fail_after(Some(1));
     assert!(matches!(log.sync(l), Err(Error::Io { .. })));
     disk.fail_after(None);
     let before = disk.mutations();
@@ -304,6 +307,22 @@ fn a_failed_fsync_latches_and_is_never_retried() {
         before,
         "no write and no fsync after the latch"
     );
+}
+
+#[test]
+fn a_failed_buffered_write_fails_the_sync_and_latches() {
+    let disk = MemStorage::new();
+    let log = open(&disk);
+    let l = log.create_ledger().unwrap();
+    log.append(l, meta(0), &payload(l, 0)).unwrap();
+    disk.fail_after(Some(0));
+    assert!(matches!(log.sync(l), Err(Error::Io { .. })));
+    disk.fail_after(None);
+    assert!(matches!(log.sync(l), Err(Error::PreviousIo)));
+    // The entry stays readable from memory but was never durable.
+    assert_holds(&log, l, 1);
+    drop(log);
+    assert_eq!(open(&disk.durable_image()).entry_count(l).unwrap(), 0);
 }
 
 #[test]

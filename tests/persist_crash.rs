@@ -26,7 +26,7 @@ fn cut_everywhere(config: &PersistConfig, ops: &[Op]) -> Outcome {
     assert_eq!(outcome.error, None, "workload fails without a power cut");
     let total = full.mutations();
     assert!(
-        total > 50,
+        total > 20,
         "workload too small to mean much: {total} operations"
     );
     for n in 0..=total {

@@ -11,7 +11,7 @@ use ackstore::error::Error;
 use ackstore::format::meta::CursorRecord;
 use ackstore::log::ledger_file_name;
 use ackstore::storage::{MemStorage, Storage};
-use persist_common::{Cursor, Env, Model, RECORD, model_of, open_cursor};
+use persist_common::{Cursor, Env, Model, RECORD, fresh, model_of, open_cursor};
 
 fn multi() -> PersistConfig {
     PersistConfig::default()
@@ -41,9 +41,7 @@ fn reopened(disk: &MemStorage, config: &PersistConfig) -> Model {
 
 #[test]
 fn first_flush_creates_the_cursor_ledger_and_the_record() {
-    let disk = MemStorage::new();
-    let env = Env::open(&disk).unwrap();
-    let mut cursor = open_cursor(&env, &multi()).unwrap();
+    let (_disk, env, mut cursor) = fresh(&multi());
     assert_eq!(cursor.persister.cursor_ledger(), None);
     assert!(env.meta.get(RECORD).unwrap().is_none());
     cursor.ack(Position::new(1, 4)).unwrap();
@@ -58,9 +56,7 @@ fn first_flush_creates_the_cursor_ledger_and_the_record() {
 
 #[test]
 fn multi_entry_flush_after_one_ack_writes_one_partition_and_the_marker() {
-    let disk = MemStorage::new();
-    let env = Env::open(&disk).unwrap();
-    let mut cursor = open_cursor(&env, &multi()).unwrap();
+    let (_disk, env, mut cursor) = fresh(&multi());
     let mut model = Model::default();
     // 200k holes over seven partitions.
     alternating(&mut cursor, &mut model, 200_000);
@@ -70,20 +66,24 @@ fn multi_entry_flush_after_one_ack_writes_one_partition_and_the_marker() {
     let one = cursor.flush().unwrap();
     assert_eq!((one.partitions, one.pages, one.entries), (1, 0, 2));
     assert!(one.bytes <= 64 * 1024 + one.commit_bytes, "{one:?}");
-    // Nothing changed: only a marker.
+    // Nothing changed: nothing written, nothing synced.
+    let syncs = env.log.stats().sync_calls;
     let none = cursor.flush().unwrap();
-    assert_eq!((none.partitions, none.entries), (0, 1));
+    assert_eq!((none.partitions, none.entries, none.bytes), (0, 0, 0));
+    assert_eq!(env.log.stats().sync_calls, syncs);
+    // A new mark-delete alone is a marker.
+    cursor.state.mark_delete = Position::new(3, 0);
+    let md = cursor.flush().unwrap();
+    assert_eq!((md.partitions, md.entries), (0, 1));
 }
 
 #[test]
 fn paged_table_flush_after_one_ack_rewrites_one_page() {
-    let disk = MemStorage::new();
-    let env = Env::open(&disk).unwrap();
     let config = PersistConfig {
         index_page_rows: 8,
         ..multi()
     };
-    let mut cursor = open_cursor(&env, &config).unwrap();
+    let (disk, env, mut cursor) = fresh(&config);
     for chunk in 0..100u64 {
         cursor.ack(Position::new(4, chunk << 16)).unwrap();
     }
@@ -101,13 +101,11 @@ fn paged_table_flush_after_one_ack_rewrites_one_page() {
 
 #[test]
 fn single_entry_over_the_range_limit_is_an_error_and_writes_nothing() {
-    let disk = MemStorage::new();
-    let env = Env::open(&disk).unwrap();
     let config = PersistConfig {
         max_ranges_single_entry: 10,
         ..single()
     };
-    let mut cursor = open_cursor(&env, &config).unwrap();
+    let (_disk, env, mut cursor) = fresh(&config);
     let mut model = Model::default();
     alternating(&mut cursor, &mut model, 10);
     cursor.flush().unwrap();
@@ -124,15 +122,13 @@ fn single_entry_over_the_range_limit_is_an_error_and_writes_nothing() {
 #[test]
 fn single_entry_over_the_limits_warns_counts_and_keeps_the_lowest_ranges() {
     for (max_ranges, max_entry_size) in [(10, 5 << 20), (u64::MAX, 200)] {
-        let disk = MemStorage::new();
-        let env = Env::open(&disk).unwrap();
         let config = PersistConfig {
             max_ranges_single_entry: max_ranges,
             max_entry_size,
             on_single_entry_overflow: OverflowPolicy::Warn,
             ..single()
         };
-        let mut cursor = open_cursor(&env, &config).unwrap();
+        let (disk, env, mut cursor) = fresh(&config);
         let mut model = Model::default();
         alternating(&mut cursor, &mut model, 100);
         let flush = cursor.flush().unwrap();
@@ -155,14 +151,12 @@ fn single_entry_over_the_limits_warns_counts_and_keeps_the_lowest_ranges() {
 
 #[test]
 fn multi_entry_keeps_more_ranges_than_the_single_entry_cap() {
-    let disk = MemStorage::new();
-    let env = Env::open(&disk).unwrap();
     let config = PersistConfig {
         max_ranges_single_entry: 1_000,
         max_entry_size: 64 << 10,
         ..multi()
     };
-    let mut cursor = open_cursor(&env, &config).unwrap();
+    let (disk, env, mut cursor) = fresh(&config);
     let mut model = Model::default();
     alternating(&mut cursor, &mut model, 300_000);
     cursor.flush().unwrap();
@@ -205,15 +199,13 @@ fn every_mode_migration_keeps_every_ack() {
 
 #[test]
 fn rollover_moves_every_partition_switches_the_record_and_deletes_the_old_ledger() {
-    let disk = MemStorage::new();
-    let env = Env::open(&disk).unwrap();
     let config = PersistConfig {
         cursor_ledger_max_entries: 20,
         // Small enough that most partitions are cold when the rollover copies them.
         lru_capacity_bytes: 2_000,
         ..multi()
     };
-    let mut cursor = open_cursor(&env, &config).unwrap();
+    let (disk, env, mut cursor) = fresh(&config);
     let mut model = Model::default();
     let mut ledgers = Vec::new();
     for round in 0..12u64 {
@@ -250,9 +242,7 @@ fn rollover_moves_every_partition_switches_the_record_and_deletes_the_old_ledger
 
 #[test]
 fn a_record_changed_behind_the_persisters_back_fences_its_next_switch() {
-    let disk = MemStorage::new();
-    let env = Env::open(&disk).unwrap();
-    let mut cursor = open_cursor(&env, &multi()).unwrap();
+    let (disk, env, mut cursor) = fresh(&multi());
     cursor.ack(Position::new(1, 5)).unwrap();
     cursor.flush().unwrap();
     // Another owner rewrites the record.
@@ -307,4 +297,60 @@ fn concurrent_ackers_and_a_flusher_lose_no_flushed_ack() {
     drop(env);
     let got = reopened(&disk, &config);
     assert_eq!(got.acks, expected);
+}
+
+#[test]
+fn tens_of_thousands_of_partitions_page_their_table_and_recover() {
+    const PARTITIONS: u64 = 20_000;
+    let disk = MemStorage::new();
+    let config = multi();
+    {
+        let env = Env::open(&disk).unwrap();
+        let mut cursor = open_cursor(&env, &config).unwrap();
+        for chunk in 0..PARTITIONS {
+            cursor.ack(Position::new(9, chunk << 16)).unwrap();
+        }
+        let full = cursor.flush().unwrap();
+        assert_eq!(full.partitions, PARTITIONS);
+        // Half-full pages of the default 1024 rows.
+        assert_eq!(full.pages, PARTITIONS.div_ceil(512));
+        assert!(full.commit_bytes < 2_000, "{full:?}");
+        cursor
+            .ack(Position::new(9, (PARTITIONS / 2) << 16 | 7))
+            .unwrap();
+        let one = cursor.flush().unwrap();
+        assert_eq!((one.partitions, one.pages, one.entries), (1, 1, 3));
+    }
+    let env = Env::open(&disk).unwrap();
+    let mut cursor = open_cursor(&env, &config).unwrap();
+    assert_eq!(cursor.acks.len(), PARTITIONS + 1);
+    assert_eq!(cursor.acks.stats().resident_partitions, 0);
+    assert!(
+        cursor
+            .acks
+            .contains(Position::new(9, (PARTITIONS / 2) << 16 | 7))
+            .unwrap()
+    );
+    assert!(!cursor.acks.contains(Position::new(9, 1)).unwrap());
+}
+
+#[test]
+fn the_records_fallback_mark_delete_is_refreshed_every_few_flushes() {
+    let (_disk, env, mut cursor) = fresh(&multi());
+    cursor.persister.set_record_refresh_flushes(4);
+    let record_md = || {
+        let (_, bytes) = env.meta.get(RECORD).unwrap().unwrap();
+        CursorRecord::decode(&bytes).unwrap().mark_delete
+    };
+    for i in 1..=8u64 {
+        cursor.advance(Position::new(1, i)).unwrap();
+        cursor.flush().unwrap();
+        // Flush 1 creates the record; flushes 4 and 8 refresh it.
+        let expected = match i {
+            1..=3 => 1,
+            4..=7 => 4,
+            _ => 8,
+        };
+        assert_eq!(record_md(), Position::new(1, expected), "after flush {i}");
+    }
 }

@@ -52,12 +52,6 @@ fn charged_bytes(bitmap: &RoaringBitmap) -> usize {
     bitmap.serialized_size() + PARTITION_OVERHEAD_BYTES
 }
 
-/// Adds `offset`; `true` if it was not there. Appends when it is above the maximum (acks mostly
-/// arrive in order), which skips the search.
-fn insert_offset(bitmap: &mut RoaringBitmap, offset: u32) -> bool {
-    bitmap.try_push(offset).is_ok() || bitmap.insert(offset)
-}
-
 /// Keeps a partition bitmap compact after a change: a full partition collapses to one run, and a
 /// run container that outgrew the largest plain form is converted back (roaring leaves both as
 /// they are on insert).

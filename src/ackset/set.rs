@@ -7,7 +7,7 @@ use roaring::RoaringBitmap;
 
 use super::{
     AckRange, Direction, PartitionKey, RangeJoiner, charged_bytes, chunks, clip, count_clipped,
-    insert_offset, settle,
+    settle,
 };
 use crate::position::Position;
 
@@ -43,7 +43,7 @@ impl AckSet {
     /// Adds one position; `true` if it was not acked before.
     pub fn add(&mut self, pos: Position) -> bool {
         let bitmap = self.bitmap_mut(PartitionKey::of(pos));
-        let added = insert_offset(bitmap, PartitionKey::offset_of(pos.entry_id));
+        let added = bitmap.insert(PartitionKey::offset_of(pos.entry_id));
         if added {
             settle(bitmap);
             self.len += 1;

@@ -1,9 +1,11 @@
 //! [`RangeSetWrapper`]: the ack set with partitions resident under an LRU byte budget.
 //!
 //! Every live partition is listed in an index (key, cardinality, resident?, dirty?) that stays in
-//! memory outside the budget; bitmaps are resident or in the [`PartitionStore`]. Before a
-//! partition is made resident, least recently used partitions are evicted until the resident bytes
-//! are within the budget, so they never exceed the budget plus the one partition in use.
+//! memory outside the budget; bitmaps are resident or in the [`PartitionStore`]. The partition in
+//! use ("hot", the most recently used) is held apart from the `lru` cache of the others, so runs of
+//! acks in one partition cost no lookup. Before another partition becomes hot, the previous one
+//! joins the cache as its most recent entry and least recently used partitions are evicted until
+//! the resident bytes are within the budget: they never exceed the budget plus the hot partition.
 //!
 //! Two flags per partition, independent of each other:
 //! - *dirty*: changed since the last [`RangeSetWrapper::mark_clean`] of its key, whether resident
@@ -21,7 +23,7 @@ use roaring::RoaringBitmap;
 
 use super::{
     AckRange, Direction, LAST_OFFSET, PartitionKey, PartitionStore, RangeJoiner, charged_bytes,
-    chunks, clip, count_clipped, insert_offset, settle,
+    chunks, clip, count_clipped, settle,
 };
 use crate::error::{Error, Result};
 use crate::position::Position;
@@ -85,9 +87,8 @@ pub struct RangeSetWrapper {
     budget: usize,
     index: BTreeMap<PartitionKey, IndexEntry>,
     lru: LruCache<PartitionKey, Resident>,
-    /// The most recently used partition, resident, while nothing else has been touched since:
-    /// touching it again needs neither the index nor a change of LRU order.
-    hot: Option<PartitionKey>,
+    /// The most recently used partition, resident but not in `lru`.
+    hot: Option<(PartitionKey, Resident)>,
     len: u64,
     resident_bytes: usize,
     peak_resident_bytes: usize,
@@ -151,8 +152,7 @@ impl RangeSetWrapper {
     /// Adds one position; `true` if it was not acked before.
     pub fn add(&mut self, pos: Position) -> Result<bool> {
         let offset = PartitionKey::offset_of(pos.entry_id);
-        let added =
-            self.with_partition(PartitionKey::of(pos), true, |b| insert_offset(b, offset))?;
+        let added = self.with_partition(PartitionKey::of(pos), true, |b| b.insert(offset))?;
         Ok(added.unwrap_or(false))
     }
 
@@ -320,8 +320,9 @@ impl RangeSetWrapper {
         let Some(entry) = self.index.get_mut(&key) else {
             return;
         };
-        let dirty = match self.lru.peek_mut(&key) {
-            Some(resident) if entry.resident => &mut resident.dirty,
+        let dirty = match (&mut self.hot, self.lru.peek_mut(&key)) {
+            (Some((hot, resident)), _) if *hot == key => &mut resident.dirty,
+            (_, Some(resident)) if entry.resident => &mut resident.dirty,
             _ => &mut entry.dirty,
         };
         if *dirty {
@@ -349,7 +350,7 @@ impl RangeSetWrapper {
             peak_resident_bytes: self.peak_resident_bytes,
             budget_bytes: self.budget,
             index_bytes: self.index.len() * INDEX_ENTRY_BYTES,
-            resident_partitions: self.lru.len(),
+            resident_partitions: self.lru.len() + usize::from(self.hot.is_some()),
             partitions: self.index.len(),
             dirty_partitions: self.dirty,
             loads: self.loads,
@@ -360,33 +361,32 @@ impl RangeSetWrapper {
 
     /// `(cardinality, dirty)` of a live partition, from its resident copy if it has one.
     fn state(&self, key: PartitionKey, entry: &IndexEntry) -> (u64, bool) {
-        match self.lru.peek(&key) {
-            Some(resident) if entry.resident => (resident.bitmap.len(), resident.dirty),
-            _ => (entry.cardinality, entry.dirty),
-        }
+        let resident = match &self.hot {
+            Some((hot, resident)) if *hot == key => Some(resident),
+            _ if entry.resident => self.lru.peek(&key),
+            _ => None,
+        };
+        resident.map_or((entry.cardinality, entry.dirty), |r| {
+            (r.bitmap.len(), r.dirty)
+        })
     }
 
-    /// Runs `f` on `key`'s bitmap, made resident first (created empty when `create` and the
-    /// partition does not exist; `None` when it does not exist and not `create`). If `f` changed
-    /// the cardinality, the partition becomes dirty and unsaved, and is dropped if empty.
+    /// Runs `f` on `key`'s bitmap, made hot first (created empty when `create` and the partition
+    /// does not exist; `None` when it does not exist and not `create`). If `f` changed the
+    /// cardinality, the partition becomes dirty and unsaved, and is dropped if empty.
     fn with_partition<R>(
         &mut self,
         key: PartitionKey,
         create: bool,
         f: impl FnOnce(&mut RoaringBitmap) -> R,
     ) -> Result<Option<R>> {
-        let hot = self.hot == Some(key) && self.resident_bytes <= self.budget;
-        if !hot {
-            if !self.make_resident(key, create)? {
-                return Ok(None);
-            }
-            self.lru.promote(&key);
-            self.hot = Some(key);
+        if self.hot.as_ref().is_none_or(|(hot, _)| *hot != key) && !self.make_hot(key, create)? {
+            return Ok(None);
         }
-        let resident = self
-            .lru
-            .peek_mut(&key)
-            .expect("a hot or just made resident partition is in the LRU");
+        let (_, resident) = self
+            .hot
+            .as_mut()
+            .expect("make_hot leaves the partition hot");
         let before = resident.bitmap.len();
         let out = f(&mut resident.bitmap);
         let after = resident.bitmap.len();
@@ -409,49 +409,71 @@ impl RangeSetWrapper {
         Ok(Some(out))
     }
 
-    /// Makes `key` resident after evicting others down to the budget; `false` if it does not
-    /// exist and is not to be created.
-    fn make_resident(&mut self, key: PartitionKey, create: bool) -> Result<bool> {
-        match self.index.get(&key).copied() {
-            Some(entry) if entry.resident => self.make_room(Some(key))?,
-            Some(entry) => {
-                self.make_room(None)?;
-                let bitmap = self.load(key, entry.cardinality)?;
-                self.loads += 1;
-                self.admit(key, bitmap, false, entry.dirty);
+    /// Makes `key` the hot partition: the previous hot one joins the LRU cache, others are
+    /// evicted down to the budget, then `key` is taken from the cache, loaded, or (when `create`)
+    /// created empty. `false` if it does not exist and is not to be created. On `Err` nothing
+    /// observable has changed.
+    fn make_hot(&mut self, key: PartitionKey, create: bool) -> Result<bool> {
+        // A resident partition other than the hot one is in the cache: no index lookup needed.
+        if let Some(resident) = self.lru.pop(&key) {
+            self.retire_hot();
+            if let Err(e) = self.make_room() {
+                self.lru.put(key, resident);
+                return Err(e);
             }
-            None if create => {
-                self.make_room(None)?;
-                let entry = IndexEntry {
-                    cardinality: 0,
-                    resident: false,
-                    dirty: false,
-                };
-                self.index.insert(key, entry);
-                self.admit(key, RoaringBitmap::new(), true, false);
-            }
-            None => return Ok(false),
+            self.hot = Some((key, resident));
+            return Ok(true);
         }
+        let entry = self.index.get(&key).copied();
+        if entry.is_none() && !create {
+            return Ok(false);
+        }
+        self.retire_hot();
+        self.make_room()?;
+        let resident = if let Some(entry) = entry {
+            let bitmap = self.load(key, entry.cardinality)?;
+            self.loads += 1;
+            self.admit(key, bitmap, false, entry.dirty)
+        } else {
+            let entry = IndexEntry {
+                cardinality: 0,
+                resident: false,
+                dirty: false,
+            };
+            self.index.insert(key, entry);
+            self.admit(key, RoaringBitmap::new(), true, false)
+        };
+        self.hot = Some((key, resident));
         Ok(true)
     }
 
-    /// Puts a bitmap in the LRU as the most recently used partition.
-    fn admit(&mut self, key: PartitionKey, bitmap: RoaringBitmap, unsaved: bool, dirty: bool) {
+    /// Moves the hot partition, if any, into the cache as its most recently used entry.
+    fn retire_hot(&mut self) {
+        if let Some((previous, resident)) = self.hot.take() {
+            self.lru.put(previous, resident);
+        }
+    }
+
+    /// Charges a bitmap that becomes resident and marks it resident in the index.
+    fn admit(
+        &mut self,
+        key: PartitionKey,
+        bitmap: RoaringBitmap,
+        unsaved: bool,
+        dirty: bool,
+    ) -> Resident {
         let bytes = charged_bytes(&bitmap);
         self.resident_bytes += bytes;
         self.peak_resident_bytes = self.peak_resident_bytes.max(self.resident_bytes);
         if let Some(entry) = self.index.get_mut(&key) {
             entry.resident = true;
         }
-        self.lru.put(
-            key,
-            Resident {
-                bitmap,
-                bytes,
-                unsaved,
-                dirty,
-            },
-        );
+        Resident {
+            bitmap,
+            bytes,
+            unsaved,
+            dirty,
+        }
     }
 
     /// Loads a partition the index lists with `expected` entries, checking it.
@@ -478,20 +500,10 @@ impl RangeSetWrapper {
         Ok(bitmap)
     }
 
-    /// Evicts least recently used partitions until the resident bytes are within the budget,
-    /// never evicting `keep`.
-    fn make_room(&mut self, keep: Option<PartitionKey>) -> Result<()> {
-        while self.resident_bytes > self.budget {
-            let Some(lru_key) = self.lru.peek_lru().map(|(k, _)| *k) else {
-                break;
-            };
-            if Some(lru_key) == keep {
-                if self.lru.len() == 1 {
-                    break;
-                }
-                self.lru.promote(&lru_key);
-                continue;
-            }
+    /// Evicts least recently used partitions of the cache until the resident bytes are within
+    /// the budget or the cache is empty (the hot partition is never evicted).
+    fn make_room(&mut self) -> Result<()> {
+        while self.resident_bytes > self.budget && !self.lru.is_empty() {
             self.evict_lru()?;
         }
         Ok(())
@@ -517,9 +529,6 @@ impl RangeSetWrapper {
             entry.cardinality = resident.bitmap.len();
             entry.dirty = resident.dirty;
         }
-        if self.hot == Some(key) {
-            self.hot = None;
-        }
         self.evictions += 1;
         Ok(())
     }
@@ -535,11 +544,15 @@ impl RangeSetWrapper {
         if dirty {
             self.dirty -= 1;
         }
-        if let Some(resident) = self.lru.pop(&key) {
+        let resident = match self.hot.take() {
+            Some((hot, resident)) if hot == key => Some(resident),
+            other => {
+                self.hot = other;
+                self.lru.pop(&key)
+            }
+        };
+        if let Some(resident) = resident {
             self.resident_bytes -= resident.bytes;
-        }
-        if self.hot == Some(key) {
-            self.hot = None;
         }
         self.store.forget(key);
     }

@@ -28,8 +28,8 @@ use crate::ackset::{PartitionKey, PartitionStore, RangeSetWrapper};
 use crate::error::{Error, Result};
 pub use crate::format::cursor::PersistedState;
 use crate::format::cursor::{
-    EntryKind, PageRef, PartitionRow, TableRef, encode_index_page, encode_marker, index_page_len,
-    payload_crc,
+    EntryKind, PageRef, PartitionRow, ROW_LEN, TableRef, encode_index_page, encode_marker,
+    index_page_len, payload_crc,
 };
 use crate::format::meta::CursorRecord;
 use crate::log::EntryLog;
@@ -40,7 +40,7 @@ use super::store::{
     CursorLedgerStore, Location, Shared, SharedState, append_entry, ensure_ledger,
     read_partition_payload, write_partition,
 };
-use super::table::{CommittedTable, PagePlan, RowKey, plan_pages};
+use super::table::{CommittedTable, PagePlan, plan_pages};
 
 /// How a cursor's ack state is written to its cursor ledger.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -64,6 +64,9 @@ pub enum OverflowPolicy {
     /// restart.
     Warn,
 }
+
+/// Flushes between refreshes of the cursor record's fallback mark-delete.
+pub const DEFAULT_RECORD_REFRESH_FLUSHES: u64 = 64;
 
 /// Persistence settings of one cursor.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -181,6 +184,7 @@ pub struct CursorPersister {
     stats: PersistStats,
     pending_deletes: Vec<u64>,
     rollover_requested: bool,
+    record_refresh_flushes: u64,
     poisoned: bool,
 }
 
@@ -255,6 +259,7 @@ impl CursorPersister {
             stats,
             pending_deletes: Vec::new(),
             rollover_requested: false,
+            record_refresh_flushes: DEFAULT_RECORD_REFRESH_FLUSHES,
             poisoned: false,
         }
     }
@@ -294,6 +299,13 @@ impl CursorPersister {
     #[must_use]
     pub fn record(&self) -> Option<(u64, &CursorRecord)> {
         self.record.as_ref().map(|(v, r)| (*v, r))
+    }
+
+    /// Every `flushes` flushes, a flush also refreshes the cursor record's fallback mark-delete
+    /// (one metadata write) when it changed; 0: only when the cursor ledger changes. Default
+    /// [`DEFAULT_RECORD_REFRESH_FLUSHES`].
+    pub fn set_record_refresh_flushes(&mut self, flushes: u64) {
+        self.record_refresh_flushes = flushes;
     }
 
     /// Makes the next flush roll over to a new cursor ledger whatever the old one's size.
@@ -353,7 +365,23 @@ impl CursorPersister {
         self.stats.pages_written += flush.pages;
         self.stats.last_flush_bytes = flush.bytes;
         self.retry_deletes();
+        self.refresh_record(state)?;
         Ok(flush)
+    }
+
+    /// Keeps the record's fallback mark-delete (used only when the cursor ledger is lost)
+    /// within [`CursorPersister::set_record_refresh_flushes`] flushes of the committed one.
+    fn refresh_record(&mut self, state: &PersistedState) -> Result<()> {
+        let every = self.record_refresh_flushes;
+        let behind = self
+            .record
+            .as_ref()
+            .is_some_and(|(_, r)| r.mark_delete != state.mark_delete);
+        if every == 0 || !self.stats.flushes.is_multiple_of(every) || !behind {
+            return Ok(());
+        }
+        let ledger = self.record.as_ref().and_then(|(_, r)| r.cursor_ledger);
+        self.put_record(ledger, state)
     }
 
     fn rollover_due(&self) -> Result<bool> {
@@ -399,6 +427,14 @@ impl CursorPersister {
         acks: &mut RangeSetWrapper,
         rollover: bool,
     ) -> Result<FlushStats> {
+        let unchanged = !rollover
+            && self.committed.state.as_ref() == Some(state)
+            && acks.dirty_keys().is_empty()
+            && acks.partitions().len() == self.committed.rows.len();
+        if unchanged {
+            // The last marker already says all of this: nothing to write or sync.
+            return Ok(FlushStats::default());
+        }
         self.with_target(rollover, |this, target| {
             this.write_multi(state, acks, target, rollover)
         })
@@ -417,8 +453,10 @@ impl CursorPersister {
         let old = self.cursor_ledger();
         let dirty: HashSet<_> = acks.dirty_keys().into_iter().collect();
         let mut fresh_locations = BTreeMap::new();
-        let mut rows = BTreeMap::new();
-        for (key, cardinality) in acks.partitions() {
+        let live = acks.partitions();
+        let mut rows = Vec::with_capacity(live.len());
+        let mut state_bytes = 0;
+        for (key, cardinality) in live {
             let existing = self.shared.lock().locations.get(&key).copied();
             // The store holds the current contents of a partition that is not resident (it
             // was stored when evicted, or never changed since it was loaded), and of a resident
@@ -447,15 +485,12 @@ impl CursorPersister {
                 crc: location.crc,
                 cardinality: location.cardinality,
             };
-            rows.insert(row.key(), (row, location.len));
+            rows.push(row);
+            state_bytes += location.len;
         }
-        let table_rows: BTreeMap<RowKey, PartitionRow> =
-            rows.iter().map(|(k, (r, _))| (*k, *r)).collect();
-        let pages = self.write_pages(target, &table_rows, rollover, &mut flush)?;
-        let inline: Vec<PartitionRow>;
+        let pages = self.write_pages(target, &rows, rollover, &mut flush)?;
         let table = if pages.is_empty() {
-            inline = table_rows.values().copied().collect();
-            TableRef::Inline(&inline)
+            TableRef::Inline(&rows)
         } else {
             TableRef::Paged(&pages)
         };
@@ -466,7 +501,7 @@ impl CursorPersister {
             acks.mark_clean(key);
         }
         self.stats.markers += 1;
-        self.stats.persisted_bytes = rows.values().map(|(_, len)| len).sum::<u64>()
+        self.stats.persisted_bytes = state_bytes
             + pages
                 .iter()
                 .map(|p| index_page_len(p.rows as usize) as u64)
@@ -474,8 +509,9 @@ impl CursorPersister {
             + marker.len() as u64;
         flush.commit_bytes = marker.len() as u64;
         self.committed = CommittedTable {
-            rows: table_rows,
+            rows,
             pages,
+            state: Some(state.clone()),
         };
         Ok(flush)
     }
@@ -508,11 +544,13 @@ impl CursorPersister {
     fn write_pages(
         &mut self,
         target: u64,
-        rows: &BTreeMap<RowKey, PartitionRow>,
+        rows: &[PartitionRow],
         rollover: bool,
         flush: &mut FlushStats,
     ) -> Result<Vec<PageRef>> {
-        let per_page = self.config.index_page_rows.max(2);
+        // A page must fit in one entry.
+        let fit = (self.max_entry_size().saturating_sub(index_page_len(0))) / ROW_LEN;
+        let per_page = self.config.index_page_rows.min(fit).max(2);
         if rows.len() <= per_page {
             return Ok(Vec::new());
         }

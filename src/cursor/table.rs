@@ -9,9 +9,7 @@
 //!
 //! Pure planning; must never do I/O (the persister writes what the plan says).
 
-use std::collections::BTreeMap;
-
-use crate::format::cursor::{PageRef, PartitionRow};
+use crate::format::cursor::{PageRef, PartitionRow, PersistedState};
 
 /// Key of a table row: `(data ledger, chunk)`.
 pub(crate) type RowKey = (u64, u64);
@@ -19,10 +17,12 @@ pub(crate) type RowKey = (u64, u64);
 /// The rows and pages of the last committed marker.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct CommittedTable {
-    /// Every row the marker references.
-    pub rows: BTreeMap<RowKey, PartitionRow>,
+    /// Every row the marker references, ascending by key.
+    pub rows: Vec<PartitionRow>,
     /// Its index pages, ascending; empty when the table was inline.
     pub pages: Vec<PageRef>,
+    /// The cursor state it committed (`None` when unknown, or when the state is a snapshot).
+    pub state: Option<PersistedState>,
 }
 
 /// What to do with one page of the new table.
@@ -34,18 +34,18 @@ pub(crate) enum PagePlan {
     Write(Vec<PartitionRow>),
 }
 
-/// Plans the pages of `new` given the committed table, with at most `max_rows` rows per page.
+/// Plans the pages of `new` (ascending by key) given the committed table, with at most
+/// `max_rows` rows per page.
 ///
 /// With no committed pages, the rows are cut into pages half full so they can grow in place.
 pub(crate) fn plan_pages(
     committed: &CommittedTable,
-    new: &BTreeMap<RowKey, PartitionRow>,
+    new: &[PartitionRow],
     max_rows: usize,
 ) -> Vec<PagePlan> {
     let max_rows = max_rows.max(2);
     if committed.pages.is_empty() {
-        let rows: Vec<_> = new.values().copied().collect();
-        return rows
+        return new
             .chunks(max_rows / 2)
             .map(|c| PagePlan::Write(c.to_vec()))
             .collect();
@@ -54,16 +54,14 @@ pub(crate) fn plan_pages(
     for (i, page) in committed.pages.iter().enumerate() {
         let lo = if i == 0 { (0, 0) } else { page.first };
         let hi = committed.pages.get(i + 1).map(|p| p.first);
-        let old_rows = in_range(&committed.rows, lo, hi);
-        let new_rows = in_range(new, lo, hi);
-        if old_rows.clone().eq(new_rows.clone()) {
+        let rows = in_range(new, lo, hi);
+        if in_range(&committed.rows, lo, hi) == rows {
             plan.push(PagePlan::Keep(*page));
             continue;
         }
-        let rows: Vec<_> = new_rows.copied().collect();
         if rows.len() <= max_rows {
             if !rows.is_empty() {
-                plan.push(PagePlan::Write(rows));
+                plan.push(PagePlan::Write(rows.to_vec()));
             }
         } else {
             plan.extend(
@@ -75,14 +73,11 @@ pub(crate) fn plan_pages(
     plan
 }
 
-fn in_range(
-    rows: &BTreeMap<RowKey, PartitionRow>,
-    lo: RowKey,
-    hi: Option<RowKey>,
-) -> impl Iterator<Item = &PartitionRow> + Clone {
-    rows.range(lo..)
-        .take_while(move |(k, _)| hi.is_none_or(|h| **k < h))
-        .map(|(_, r)| r)
+/// The rows of `rows` (ascending) with `lo <= key < hi`.
+pub(crate) fn in_range(rows: &[PartitionRow], lo: RowKey, hi: Option<RowKey>) -> &[PartitionRow] {
+    let start = rows.partition_point(|r| r.key() < lo);
+    let end = hi.map_or(rows.len(), |h| rows.partition_point(|r| r.key() < h));
+    rows.get(start..end.max(start)).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -99,8 +94,14 @@ mod tests {
         }
     }
 
+    use std::collections::BTreeMap;
+
     fn table(rows: impl IntoIterator<Item = PartitionRow>) -> BTreeMap<RowKey, PartitionRow> {
         rows.into_iter().map(|r| (r.key(), r)).collect()
+    }
+
+    fn sorted(rows: &BTreeMap<RowKey, PartitionRow>) -> Vec<PartitionRow> {
+        rows.values().copied().collect()
     }
 
     /// Commits a plan as the persister would, giving page `n` entry id `1000 + n`.
@@ -119,8 +120,9 @@ mod tests {
             })
             .collect();
         CommittedTable {
-            rows: rows.clone(),
+            rows: sorted(rows),
             pages,
+            state: None,
         }
     }
 
@@ -133,7 +135,7 @@ mod tests {
     #[test]
     fn first_paging_writes_half_full_pages() {
         let new = table((0..10).map(|c| row(1, c, c)));
-        let plan = plan_pages(&CommittedTable::default(), &new, 4);
+        let plan = plan_pages(&CommittedTable::default(), &sorted(&new), 4);
         assert_eq!(plan.len(), 5);
         assert_eq!(written(&plan), 5);
     }
@@ -141,11 +143,11 @@ mod tests {
     #[test]
     fn one_changed_row_rewrites_one_page() {
         let new = table((0..100).map(|c| row(1, c, c)));
-        let plan = plan_pages(&CommittedTable::default(), &new, 20);
+        let plan = plan_pages(&CommittedTable::default(), &sorted(&new), 20);
         let committed = commit(&plan, &new);
         let mut next = new.clone();
         next.insert((1, 55), row(1, 55, 999));
-        let plan = plan_pages(&committed, &next, 20);
+        let plan = plan_pages(&committed, &sorted(&next), 20);
         assert_eq!(written(&plan), 1);
         assert_eq!(plan.len(), committed.pages.len());
     }
@@ -153,20 +155,23 @@ mod tests {
     #[test]
     fn pages_split_when_full_and_vanish_when_empty() {
         let new = table((0..8).map(|c| row(1, c * 10, c)));
-        let committed = commit(&plan_pages(&CommittedTable::default(), &new, 4), &new);
+        let committed = commit(
+            &plan_pages(&CommittedTable::default(), &sorted(&new), 4),
+            &new,
+        );
         assert_eq!(committed.pages.len(), 4);
         // Grow the second page (keys 20..40) past the maximum.
         let mut grown = new.clone();
         for c in 21..29 {
             grown.insert((1, c), row(1, c, c));
         }
-        let plan = plan_pages(&committed, &grown, 4);
+        let plan = plan_pages(&committed, &sorted(&grown), 4);
         assert_eq!(plan.len(), 3 + 5);
         // Empty the first page.
         let mut shrunk = new.clone();
         shrunk.remove(&(1, 0));
         shrunk.remove(&(1, 10));
-        let plan = plan_pages(&committed, &shrunk, 4);
+        let plan = plan_pages(&committed, &sorted(&shrunk), 4);
         assert_eq!(plan.len(), 3);
         assert_eq!(written(&plan), 0);
     }
@@ -174,14 +179,17 @@ mod tests {
     #[test]
     fn every_row_lands_in_exactly_one_page_in_order() {
         let new = table((0..50).map(|c| row(c % 3, c, c)));
-        let mut committed = commit(&plan_pages(&CommittedTable::default(), &new, 6), &new);
+        let mut committed = commit(
+            &plan_pages(&CommittedTable::default(), &sorted(&new), 6),
+            &new,
+        );
         let mut current = new;
         for step in 0..40u64 {
             let mut next = current.clone();
             next.remove(&(step % 3, step * 7 % 50));
             next.insert((step % 5, 100 + step), row(step % 5, 100 + step, step));
             next.insert((0, step), row(0, step, step + 500));
-            let plan = plan_pages(&committed, &next, 6);
+            let plan = plan_pages(&committed, &sorted(&next), 6);
             // Expand the plan into rows: kept pages carry the committed rows of their range.
             let mut rows = Vec::new();
             let mut firsts = Vec::new();
@@ -192,7 +200,7 @@ mod tests {
                         let i = committed.pages.iter().position(|x| x == r).unwrap();
                         let lo = if i == 0 { (0, 0) } else { r.first };
                         let hi = committed.pages.get(i + 1).map(|p| p.first);
-                        in_range(&committed.rows, lo, hi).copied().collect()
+                        in_range(&committed.rows, lo, hi).to_vec()
                     }
                 };
                 assert!(!page_rows.is_empty() && page_rows.len() <= 6);

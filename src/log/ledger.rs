@@ -1,12 +1,20 @@
 //! One ledger file: its writer (append, group-commit sync, seal) and its reader.
 //!
 //! Owns: the in-memory state of one open ledger file: the offset of every entry (unsealed), the
-//! written and synced lengths, the latch set by a failed write or fsync, and the memory map of a
-//! sealed ledger. Must never write to a sealed or latched ledger, never retry an fsync, and
-//! never map a file that may still change.
+//! frames appended but not yet handed to the file (the write buffer), the written and synced
+//! lengths, the latch set by a failed write or fsync, and the memory map of a sealed ledger.
+//! Must never write to a sealed or latched ledger, never retry an fsync, and never map a file
+//! that may still change.
 //!
-//! Locks: `state` (entries, written length) and `sync` (group-commit flag) are never held
-//! together; `synced` and `failed` are atomics so `append` reads them without `sync`.
+//! Appends collect in a write buffer of [`WRITE_BUFFER`] bytes, written to the file in one call
+//! when it fills, on `sync`, on `seal` and when the ledger is dropped, so small entries cost a
+//! copy, not a system call, and the file sees large sequential writes. Buffered entries are read
+//! from the buffer. A buffered entry is lost by a process crash, which the contract allows: an
+//! entry is promised only once a `sync` covering it returns.
+//!
+//! Locks: `state` (entries, buffer, written length) and `sync_running` (group-commit flag) are
+//! never held together; `synced` and `failed` are atomics so `append` reads them without
+//! `sync_running`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -15,7 +23,7 @@ use super::{LogStatsCounters, lock};
 use crate::error::{Error, Result};
 use crate::format::ledger::{
     EntryMeta, FRAME_HEADER_LEN, SealedLayout, decode_entry_frame, decode_frame_header,
-    encode_footer, encode_frame, validate_sealed,
+    encode_footer, encode_frame_into, validate_sealed,
 };
 use crate::position::Position;
 use crate::storage::{Mapped, StorageFile};
@@ -42,8 +50,20 @@ struct State {
     offsets: Vec<u64>,
     /// Bytes of the file that hold whole frames (or, once sealed, the file length).
     written: u64,
+    /// Whole frames appended after `written`, not yet handed to the file.
+    buffer: Vec<u8>,
     sealed: Option<Sealed>,
 }
+
+impl State {
+    /// End of the last appended frame, buffered or written.
+    fn end(&self) -> u64 {
+        self.written + self.buffer.len() as u64
+    }
+}
+
+/// Bytes of appended frames collected before they are written to the file in one call.
+pub(crate) const WRITE_BUFFER: usize = 64 * 1024;
 
 /// One ledger file, shared by every caller of the log.
 pub(crate) struct Ledger {
@@ -73,6 +93,7 @@ impl Ledger {
             State {
                 offsets,
                 written,
+                buffer: Vec::new(),
                 sealed: None,
             },
         )
@@ -87,6 +108,7 @@ impl Ledger {
             State {
                 offsets: Vec::new(),
                 written,
+                buffer: Vec::new(),
                 sealed: Some(sealed),
             },
         )
@@ -126,6 +148,20 @@ impl Ledger {
         Ok(())
     }
 
+    /// Hands the buffered frames to the file. A failure latches the ledger.
+    fn flush(&self, state: &mut State) -> Result<()> {
+        if state.buffer.is_empty() {
+            return Ok(());
+        }
+        self.latch(self.file.write_all_at(&state.buffer, state.written))?;
+        state.written += state.buffer.len() as u64;
+        state.buffer.clear();
+        if state.buffer.capacity() > 2 * WRITE_BUFFER {
+            state.buffer = Vec::new();
+        }
+        Ok(())
+    }
+
     /// Appends one frame; returns its entry id. The caller has checked the size limit.
     pub(crate) fn append(
         &self,
@@ -137,15 +173,24 @@ impl Ledger {
         self.check_writable(&state)?;
         let entry_id = state.offsets.len() as u64;
         let mark = self.synced.load(Ordering::SeqCst);
-        let frame =
-            encode_frame(entry_id, mark, meta, payload).map_err(|_| Error::EntryTooLarge {
+        let at = state.end();
+        let buffered = state.buffer.len();
+        encode_frame_into(&mut state.buffer, entry_id, mark, meta, payload).map_err(|_| {
+            Error::EntryTooLarge {
                 size: payload.len() as u64,
                 max: u64::from(crate::format::ledger::MAX_PAYLOAD_LEN),
-            })?;
-        let at = state.written;
-        self.latch(self.file.write_all_at(&frame, at))?;
+            }
+        })?;
         state.offsets.push(at);
-        state.written = at + frame.len() as u64;
+        if state.buffer.len() >= WRITE_BUFFER
+            && let Err(e) = self.flush(&mut state)
+        {
+            // This append fails; the entries buffered before it stay readable, and the latch
+            // keeps any of them from ever being reported durable.
+            state.buffer.truncate(buffered);
+            state.offsets.pop();
+            return Err(e);
+        }
         counters.appends.fetch_add(1, Ordering::Relaxed);
         counters
             .bytes_appended
@@ -157,7 +202,17 @@ impl Ledger {
     /// callers: a caller whose bytes a finished fsync covered returns without its own.
     pub(crate) fn sync(&self, counters: &LogStatsCounters) -> Result<()> {
         counters.sync_calls.fetch_add(1, Ordering::Relaxed);
-        let target = self.state().written;
+        let target = {
+            let mut state = self.state();
+            if state.sealed.is_some() {
+                return Ok(());
+            }
+            if self.failed.load(Ordering::SeqCst) {
+                return Err(Error::PreviousIo);
+            }
+            self.flush(&mut state)?;
+            state.written
+        };
         let mut running = lock(&self.sync_running);
         loop {
             if self.failed.load(Ordering::SeqCst) {
@@ -200,6 +255,7 @@ impl Ledger {
             return Ok(());
         }
         self.check_writable(&state)?;
+        self.flush(&mut state)?;
         // The entries must be durable before the footer can be: a footer on disk promises them.
         if self.synced.load(Ordering::SeqCst) < state.written {
             counters.fsyncs.fetch_add(1, Ordering::Relaxed);
@@ -231,9 +287,10 @@ impl Ledger {
         self.state().sealed.is_some()
     }
 
-    /// Length of the file in bytes (header, whole frames, and the footer once sealed).
+    /// Length of the ledger in bytes (header, whole frames, buffered ones included, and the
+    /// footer once sealed).
     pub(crate) fn bytes(&self) -> u64 {
-        self.state().written
+        self.state().end()
     }
 
     /// Where entry `entry_id` lives: a sealed map, or a byte range of the open file.
@@ -249,8 +306,14 @@ impl Ledger {
         }
         let i = usize::try_from(entry_id).map_err(|_| missing())?;
         let start = *state.offsets.get(i).ok_or_else(missing)?;
-        let end = state.offsets.get(i + 1).copied().unwrap_or(state.written);
-        Ok(Located::File(start, end))
+        let end = state.offsets.get(i + 1).copied().unwrap_or(state.end());
+        if start < state.written {
+            return Ok(Located::File(start, end));
+        }
+        // A buffered frame: copy it out while the lock holds the buffer still.
+        let frame = slice(&state.buffer, start - state.written, end - state.written)
+            .map_err(self.corrupt(start))?;
+        Ok(Located::Buffered(frame.to_vec(), start))
     }
 
     fn corrupt(&self, offset: u64) -> impl Fn(crate::error::CorruptionKind) -> Error + '_ {
@@ -272,11 +335,21 @@ impl Ledger {
                 })?;
                 let mut frame = vec![0u8; len];
                 self.file.read_exact_at(&mut frame, start)?;
-                let (header, _) =
-                    decode_entry_frame(&frame, entry_id).map_err(self.corrupt(start))?;
-                Ok((header.meta, frame.split_off(FRAME_HEADER_LEN)))
+                self.split_frame(frame, start, entry_id)
             }
+            Located::Buffered(frame, start) => self.split_frame(frame, start, entry_id),
         }
+    }
+
+    /// Checks a whole frame read into `frame` and returns its metadata and payload.
+    fn split_frame(
+        &self,
+        mut frame: Vec<u8>,
+        start: u64,
+        entry_id: u64,
+    ) -> Result<(EntryMeta, Vec<u8>)> {
+        let (header, _) = decode_entry_frame(&frame, entry_id).map_err(self.corrupt(start))?;
+        Ok((header.meta, frame.split_off(FRAME_HEADER_LEN)))
     }
 
     /// Reads one entry's metadata. A sealed ledger's frame is checked whole through the map;
@@ -303,6 +376,18 @@ impl Ledger {
                 }
                 Ok(header.meta)
             }
+            Located::Buffered(frame, start) => Ok(self.split_frame(frame, start, entry_id)?.0),
+        }
+    }
+}
+
+impl Drop for Ledger {
+    /// Hands buffered frames to the file, so closing the log without a sync keeps them across
+    /// a process exit (not a power cut). A failure here has no one to report to and is dropped.
+    fn drop(&mut self) {
+        let mut state = self.state();
+        if state.sealed.is_none() && !self.failed.load(Ordering::SeqCst) {
+            let _ = self.flush(&mut state);
         }
     }
 }
@@ -310,6 +395,8 @@ impl Ledger {
 enum Located {
     Mapped(Mapped, u64, u64),
     File(u64, u64),
+    /// A copy of a frame still in the write buffer, and its offset.
+    Buffered(Vec<u8>, u64),
 }
 
 fn slice(bytes: &[u8], start: u64, end: u64) -> Result<&[u8], crate::error::CorruptionKind> {

@@ -6,9 +6,11 @@
 //! never write to a ledger after one of its writes or fsyncs failed, and never cut bytes that had
 //! been synced without reporting corruption.
 //!
-//! Durability, per method: `append` reaches the operating system (it survives a process crash,
-//! not a power cut) and is durable once a later [`EntryLog::sync`] of that ledger returns `Ok`;
-//! `create_ledger`, `seal` and `delete_ledger` are durable (power-cut safe) when they return `Ok`.
+//! Durability, per method: `append` puts the entry in the ledger's write buffer (64 KiB, handed
+//! to the operating system when full, on `sync`, on `seal` and when the log is dropped); it is
+//! durable, across process crashes and power cuts, once a later [`EntryLog::sync`] of that
+//! ledger returns `Ok`. `create_ledger`, `seal` and `delete_ledger` are durable when they return
+//! `Ok`.
 //! The byte layout and a crash analysis of every write step are in `docs/format.md`.
 
 mod ledger;
@@ -288,8 +290,9 @@ impl EntryLog {
 
     /// Appends an entry to `ledger` and returns its entry id (dense from 0 per ledger).
     ///
-    /// Survives a process crash when it returns; survives a power cut only once a later
-    /// [`EntryLog::sync`] of the ledger returns `Ok`. A payload over the configured maximum is
+    /// Readable at once; survives a process crash or a power cut only once a later
+    /// [`EntryLog::sync`] of the ledger returns `Ok` (until then it may sit in the ledger's
+    /// write buffer). A payload over the configured maximum is
     /// [`Error::EntryTooLarge`] with nothing written; a sealed ledger is [`Error::Sealed`];
     /// after a failed write or sync of this ledger, [`Error::PreviousIo`] until reopened.
     pub fn append(&self, ledger: u64, meta: EntryMeta, payload: &[u8]) -> Result<u64> {
@@ -316,6 +319,9 @@ impl EntryLog {
     /// Seals `ledger`: syncs its entries, writes the footer (the entry-offset index) and syncs
     /// it. Durable when it returns; later reads go through a memory map and appends fail with
     /// [`Error::Sealed`]. Sealing a sealed ledger does nothing.
+    ///
+    /// A crash before it returns leaves the ledger unsealed, with every entry appended before
+    /// the call, on the next open (a partial footer is cut and reported); seal it again.
     pub fn seal(&self, ledger: u64) -> Result<()> {
         self.writable()?;
         self.ledger(ledger)?.seal(&self.stats)

@@ -80,6 +80,20 @@ impl Cursor {
     }
 }
 
+/// A new disk, its directory opened, and an empty cursor on it.
+pub fn fresh(config: &PersistConfig) -> (MemStorage, Env, Cursor) {
+    let disk = MemStorage::new();
+    let env = Env::open(&disk).unwrap();
+    let cursor = open_cursor(&env, config).unwrap();
+    (disk, env, cursor)
+}
+
+/// Refreshes the record every third flush, so crash tests cut those writes too.
+fn frequent_record_refresh(mut persister: CursorPersister) -> CursorPersister {
+    persister.set_record_refresh_flushes(3);
+    persister
+}
+
 /// Opens the cursor: recovered if its record exists, empty otherwise.
 pub fn open_cursor(env: &Env, config: &PersistConfig) -> Result<Cursor> {
     match recover(
@@ -94,7 +108,7 @@ pub fn open_cursor(env: &Env, config: &PersistConfig) -> Result<Cursor> {
             persister,
             report,
         }) => Ok(Cursor {
-            persister,
+            persister: frequent_record_refresh(persister),
             acks,
             state,
             report: Some(report),
@@ -107,7 +121,7 @@ pub fn open_cursor(env: &Env, config: &PersistConfig) -> Result<Cursor> {
                 config.clone(),
             )?;
             Ok(Cursor {
-                persister,
+                persister: frequent_record_refresh(persister),
                 acks,
                 state: PersistedState::default(),
                 report: None,
@@ -386,7 +400,8 @@ pub fn mixed_workload(seed: u64, len: usize) -> Vec<Op> {
 }
 
 /// Settings that make every mechanism run often: a budget of about two partitions, a cursor
-/// ledger that rolls over every dozen entries, and index pages of four rows.
+/// ledger that rolls over every dozen entries, and index pages of four rows. (Cursors opened
+/// here also refresh their record every third flush.)
 pub fn tight_config() -> PersistConfig {
     PersistConfig {
         lru_capacity_bytes: 600,
