@@ -292,7 +292,7 @@ fn torn_image(disk: &MemStorage, keep: impl Fn(usize) -> usize) -> MemStorage {
 }
 
 fn power_cut_after_every_operation(mode: PersistMode, seed: u64) {
-    let ops = workload(seed, 70);
+    let ops = workload(seed, 150);
     let clean = MemStorage::new();
     let (_, counted) = run(&clean, mode, &ops, seed);
     let (rollovers, evictions) = counted.expect("the workload runs without faults");
@@ -301,6 +301,7 @@ fn power_cut_after_every_operation(mode: PersistMode, seed: u64) {
         "{rollovers} rollovers, {evictions} evictions"
     );
     let total = clean.mutations();
+    assert!(total > 300, "{total} writes");
     // Debug builds check every 7th cut to stay fast; release builds (CI) check every one.
     let step = if cfg!(debug_assertions) { 7 } else { 1 };
     for n in (0..total).step_by(step) {
@@ -330,12 +331,16 @@ fn power_cut_after_every_operation(mode: PersistMode, seed: u64) {
 
 #[test]
 fn multi_entry_acks_survive_a_power_cut_after_any_operation_within_the_bounds() {
-    power_cut_after_every_operation(PersistMode::MultiEntry, 11);
+    for seed in [11, 12] {
+        power_cut_after_every_operation(PersistMode::MultiEntry, seed);
+    }
 }
 
 #[test]
 fn single_entry_acks_survive_a_power_cut_after_any_operation_within_the_bounds() {
-    power_cut_after_every_operation(PersistMode::SingleEntry, 23);
+    for seed in [23, 24] {
+        power_cut_after_every_operation(PersistMode::SingleEntry, seed);
+    }
 }
 
 /// Acks individual entries, flushes, seeks back over them, and loses power right after the
@@ -389,5 +394,75 @@ fn a_crash_right_after_a_seek_never_brings_back_a_cleared_ack() {
                 topic.close().unwrap();
             }
         }
+    }
+}
+
+/// A flush that rolls the cursor ledger over, cut after each of its writes: the reopened cursor
+/// holds either the state of the flush before or that of the rolling flush, and the directory
+/// keeps exactly one cursor ledger, the one the record names (open deletes the other).
+#[test]
+fn every_step_of_a_rollover_recovers_the_old_or_the_new_state() {
+    let config = ledger_config(PersistMode::MultiEntry);
+    // Two flushes, then a third that rolls over; returns the acked sets of the last two.
+    let prepare = |disk: &MemStorage| {
+        let topic =
+            ManagedLedger::open_with_storage(Arc::new(disk.clone()), config.clone()).unwrap();
+        let p = append_n(&topic, 64);
+        topic.sync().unwrap();
+        let c = topic
+            .open_cursor("sub", at(InitialPosition::Earliest, false))
+            .unwrap();
+        let mut acked = BTreeSet::new();
+        let mut flushed = Vec::new();
+        for round in 0..2 {
+            for i in (1 + round..64).step_by(4) {
+                c.ack(p[i]).unwrap();
+                acked.insert(p[i]);
+            }
+            c.flush().unwrap();
+            flushed.push(acked.clone());
+        }
+        for i in (3..64).step_by(8) {
+            c.ack(p[i]).unwrap();
+            acked.insert(p[i]);
+        }
+        (topic, c, p, flushed.pop().unwrap(), acked)
+    };
+    let probe = MemStorage::new();
+    let (_topic, c, ..) = prepare(&probe);
+    let before = probe.mutations();
+    let rollovers = c.stats().unwrap().persist.rollovers;
+    c.flush().unwrap();
+    assert_eq!(
+        c.stats().unwrap().persist.rollovers,
+        rollovers + 1,
+        "the flush rolls over"
+    );
+    let writes = probe.mutations() - before;
+    for n in 0..=writes {
+        let disk = MemStorage::new();
+        let (_topic, c, p, old, new) = prepare(&disk);
+        disk.fail_after(Some(n));
+        let rolled = c.flush();
+        let image = disk.durable_image();
+        let topic =
+            ManagedLedger::open_with_storage(Arc::new(image.clone()), config.clone()).unwrap();
+        let c = topic
+            .open_cursor("sub", at(InitialPosition::Latest, false))
+            .unwrap();
+        let acked = acked_set(&c, &p).unwrap();
+        assert!(acked == old || acked == new, "cut {n}: neither state");
+        if rolled.is_ok() {
+            assert_eq!(acked, new, "cut {n}");
+        }
+        let cursor_ledger = c.stats().unwrap().persist.cursor_ledger.unwrap();
+        let data: BTreeSet<u64> = topic.ledgers().iter().map(|l| l.id).collect();
+        let log = topic.entry_log().unwrap();
+        let others: Vec<u64> = log
+            .ledger_ids()
+            .into_iter()
+            .filter(|id| !data.contains(id))
+            .collect();
+        assert_eq!(others, vec![cursor_ledger], "cut {n}");
     }
 }

@@ -227,3 +227,38 @@ fn stats_report_what_a_flush_persisted() {
     assert_eq!(s.persist.flushes, 2);
     assert_eq!(s.persist.entries_written, 4 + 1 + 2);
 }
+
+#[test]
+fn trimming_never_deletes_a_cursor_ledger() {
+    let disk = MemStorage::new();
+    let config = LedgerConfig {
+        max_entries_per_ledger: 10,
+        ..LedgerConfig::default()
+    };
+    let topic = ManagedLedger::open_with_storage(Arc::new(disk.clone()), config.clone()).unwrap();
+    let p = append_n(&topic, 30);
+    let c = topic
+        .open_cursor("sub", at(InitialPosition::Earliest, false))
+        .unwrap();
+    c.ack(p[25]).unwrap();
+    c.flush().unwrap();
+    // The cursor ledger's id lies between data ledgers.
+    let cursor_ledger = c.stats().unwrap().persist.cursor_ledger.unwrap();
+    let more = append_n(&topic, 30);
+    assert!(more[0].ledger_id > cursor_ledger);
+    c.ack_cumulative(more[25]).unwrap();
+    c.ack(more[28]).unwrap();
+    let trimmed = topic.trim_consumed().unwrap();
+    assert!(trimmed.len() >= 5, "{trimmed:?}");
+    assert!(!trimmed.contains(&cursor_ledger));
+    let log = topic.entry_log().unwrap();
+    assert!(log.ledger_ids().contains(&cursor_ledger));
+    drop(log);
+    topic.close().unwrap();
+    let topic = ManagedLedger::open_with_storage(Arc::new(disk), config).unwrap();
+    let c = topic
+        .open_cursor("sub", at(InitialPosition::Latest, false))
+        .unwrap();
+    assert_eq!(c.mark_delete_position().unwrap(), Some(more[25]));
+    assert_eq!(c.acked_ranges().unwrap(), vec![(more[28], more[28])]);
+}
