@@ -262,3 +262,31 @@ fn trimming_never_deletes_a_cursor_ledger() {
     assert_eq!(c.mark_delete_position().unwrap(), Some(more[25]));
     assert_eq!(c.acked_ranges().unwrap(), vec![(more[28], more[28])]);
 }
+
+/// Entries appended but not synced are lost with the power; acks of them, flushed or not, must
+/// not survive as acks of entries that do not exist (the backlog stays exact).
+#[test]
+fn acks_of_entries_lost_in_a_power_cut_are_dropped_on_reopen() {
+    let disk = MemStorage::new();
+    let config = LedgerConfig::default();
+    let topic = ManagedLedger::open_with_storage(Arc::new(disk.clone()), config.clone()).unwrap();
+    let kept = append_n(&topic, 10);
+    topic.sync().unwrap();
+    let lost = append_n(&topic, 5);
+    let c = topic
+        .open_cursor("sub", at(InitialPosition::Earliest, false))
+        .unwrap();
+    c.ack(kept[4]).unwrap();
+    c.ack(lost[1]).unwrap();
+    c.ack(lost[3]).unwrap();
+    c.flush().unwrap();
+    let topic = ManagedLedger::open_with_storage(Arc::new(disk.durable_image()), config).unwrap();
+    assert_eq!(topic.last_position(), Some(kept[9]));
+    let c = topic
+        .open_cursor("sub", at(InitialPosition::Latest, false))
+        .unwrap();
+    assert_eq!(c.acked_ranges().unwrap(), vec![(kept[4], kept[4])]);
+    assert_eq!(c.backlog().unwrap(), 9);
+    let next = topic.append(b"after").unwrap();
+    assert!(!c.is_acked(next).unwrap());
+}
