@@ -3,8 +3,8 @@
 
 mod ledger_support;
 
-use ackstore::Position;
 use ackstore::ledger::{AppendMeta, InitialPosition, ManagedLedger};
+use ackstore::{Error, Position};
 use ledger_support::{append_n, at, mem_topic, read_positions};
 
 /// Appends entries carrying `batches[i]` messages and timestamp `timestamps[i]`.
@@ -315,6 +315,13 @@ fn a_seek_whose_record_write_fails_changes_nothing() {
     assert_eq!(c.epoch().unwrap(), 0);
     assert_eq!(c.mark_delete_position().unwrap(), Some(p[3]));
     assert_eq!(c.acked_ranges().unwrap(), vec![(p[5], p[5])]);
+    // A record write whose outcome is unknown latches the cursor's persistence until reopen.
+    assert!(matches!(c.seek(p[1]), Err(Error::PreviousIo)));
+    assert!(topic.close().is_err());
+    let topic = ledger_support::reopen(&disk, 3);
+    let c = topic
+        .open_cursor("sub", at(InitialPosition::Earliest, false))
+        .unwrap();
     c.seek(p[1]).unwrap();
     assert_eq!(
         (c.epoch().unwrap(), c.mark_delete_position().unwrap()),

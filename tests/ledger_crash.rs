@@ -95,7 +95,14 @@ fn check(image: &MemStorage, truth: &Truth, n: u64) {
         .iter()
         .filter_map(|f| parse_ledger_file_name(f))
         .collect();
-    let listed: Vec<u64> = topic.ledgers().iter().map(|l| l.id).collect();
+    let mut listed: Vec<u64> = topic.ledgers().iter().map(|l| l.id).collect();
+    for name in topic.cursor_names() {
+        let c = topic
+            .open_cursor(&name, at(InitialPosition::Latest, false))
+            .unwrap();
+        listed.extend(c.stats().unwrap().persist.cursor_ledger);
+    }
+    listed.sort_unstable();
     assert_eq!(files, listed, "cut at {n}");
     // Indexes continue from the last entry kept.
     let expected_index = topic.next_index();

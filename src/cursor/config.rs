@@ -28,8 +28,9 @@ pub struct CursorConfig {
     pub index_page_rows: usize,
     /// On recovery, read and CRC-check every partition a marker references before accepting it.
     pub verify_on_recover: bool,
-    /// How often the persistence layer flushes in the background (`None`: only on `flush`,
-    /// `close`, seeks and rewinds). Without that layer nothing flushes in the background.
+    /// How often a background thread flushes each cursor that changed (`None`: only `flush`,
+    /// `close` and seeks write). Its errors are kept and returned by the next `flush` or
+    /// `close`.
     pub flush_interval: Option<Duration>,
 }
 

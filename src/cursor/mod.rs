@@ -2,18 +2,22 @@
 //!
 //! Owns: the [`Cursor`] handle and its semantics (see `docs/cursors.md`): individual and
 //! cumulative acks, reads that skip acknowledged entries, rewind, seeks by position, message
-//! index and timestamp, backlog, and writing the cursor record. The state itself and its
-//! transitions live in `state.rs`; this file adds locking, the topic's layout, and I/O.
+//! index and timestamp, backlog, flushing and the background flusher. The state itself and
+//! its transitions live in `state.rs`; this file adds locking, the topic's layout, and I/O.
 //!
 //! A cursor reaches its topic through `TopicAccess`, which the managed ledger implements, so
 //! this layer never imports the one above it.
 //!
-//! Persistence hooks in here: `CursorShared::write_record` writes the cursor's state (`flush`,
-//! `close`), `Cursor::reset` writes the record of a seek or rewind before applying it,
-//! `CursorState::from_record` rebuilds a reopened cursor (called by the ledger's registry), and
-//! `new_ack_set` chooses the ack set's partition store.
+//! Persistence: every cursor owns one [`CursorPersister`] (`persist.rs`), which is the only
+//! writer of the cursor record (it holds the compare-and-set version) and of the cursor ledger.
+//! The cursor's ack set keeps its evicted partitions in that ledger. `flush` and `close` write
+//! the whole ack state through it; a seek writes a new marker (or snapshot) with no acks
+//! before it changes anything, so the cursor ledger's last committed state never holds acks a
+//! seek cleared; `rewind` writes the new epoch to the record. A reopened cursor is rebuilt by
+//! [`recover::recover`] and `CursorState::recovered`.
 //!
-//! Must never: change the topic's ledgers, or write any record but its own.
+//! Must never: change the topic's ledgers, write any record but its own, or hold a handle on
+//! the entry log once closed (a closed topic must release its directory).
 
 mod config;
 pub mod persist;
@@ -26,10 +30,13 @@ mod table;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLockReadGuard};
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, MutexGuard, RwLockReadGuard, Weak};
+use std::time::Duration;
 
 pub use config::CursorConfig;
-pub use persist::{OverflowPolicy, PersistMode};
+pub use persist::{OverflowPolicy, PersistMode, PersistStats};
+pub use recover::RecoverySource;
 pub use state::{CursorState, NO_MARK_DELETE};
 
 use crate::ackset::{AckSetStats, MemPartitionStore, RangeSetWrapper};
@@ -37,8 +44,8 @@ use crate::entry::Entry;
 use crate::error::{Error, Result};
 use crate::finder::{self, Layout};
 use crate::log::{EntryLog, lock};
-use crate::meta::MetaStore;
 use crate::position::Position;
+use persist::CursorPersister;
 
 /// Where a new cursor starts reading.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -79,10 +86,20 @@ pub struct CursorStats {
     pub entries_read: u64,
     /// Acks (individual and cumulative) that changed the state, since open.
     pub acks: u64,
-    /// Cursor records written since open (flushes, seeks, rewinds).
+    /// Writes of the cursor's state since open: flushes that had something to write
+    /// (explicit, background and on close), seeks and rewinds.
     pub flushes: u64,
-    /// The ack set's memory and partition figures.
+    /// The ack set's memory and partition figures (`resident_bytes`, `budget_bytes`, ...).
     pub ackset: AckSetStats,
+    /// The persistence figures: `cursor_ledger`, `persisted_bytes` (size of the committed
+    /// state), `entries_written` and `bytes_written` (appended to cursor ledgers since open),
+    /// `markers`, `snapshots`, `flushes`, `last_flush_bytes`, `overflows`, `rollovers`, ...
+    pub persist: PersistStats,
+    /// Which persisted state the cursor resumed from when it was reopened; `None` for a cursor
+    /// created by this handle's topic.
+    pub recovery_source: Option<RecoverySource>,
+    /// The error of a background flush that the next `flush` or `close` will return.
+    pub background_error: Option<String>,
 }
 
 /// What a cursor needs from its topic; implemented by the managed ledger.
@@ -92,8 +109,6 @@ pub(crate) trait TopicAccess: Send + Sync + fmt::Debug {
     /// The retained data ledgers. A cursor holds it while it computes a move and publishes
     /// the resulting mark-delete, so a trim never deletes what a cursor is about to read.
     fn layout(&self) -> RwLockReadGuard<'_, Layout>;
-    /// Where cursor records live.
-    fn meta(&self) -> &dyn MetaStore;
     /// Called once a cursor is closed, so the topic forgets it.
     fn release(&self, cursor: &CursorShared);
 }
@@ -105,12 +120,23 @@ pub fn record_name(id: u64) -> String {
     format!("cursor-{id}")
 }
 
-/// A new, empty ack set under the configured budget.
-pub(crate) fn new_ack_set(config: &CursorConfig) -> RangeSetWrapper {
-    RangeSetWrapper::new(
-        Box::new(MemPartitionStore::new()),
-        config.lru_capacity_bytes,
-    )
+/// An empty ack set kept in memory: the placeholder of a cursor without persistence (being
+/// created, or closed).
+pub(crate) fn detached_ack_set() -> RangeSetWrapper {
+    RangeSetWrapper::new(Box::new(MemPartitionStore::new()), usize::MAX)
+}
+
+/// How a cursor persists, handed to [`CursorShared::new`].
+pub(crate) struct Persistence {
+    /// Writes the cursor's state; its partition store backs the state's ack set.
+    pub persister: CursorPersister,
+    /// What recovery resumed from (`None` for a new cursor).
+    pub recovery_source: Option<RecoverySource>,
+    /// Whether the state differs from what is persisted (recovery dropped acks of entries
+    /// that no longer exist).
+    pub dirty: bool,
+    /// See [`CursorConfig::flush_interval`].
+    pub flush_interval: Option<Duration>,
 }
 
 /// A move of the read position on request.
@@ -132,8 +158,40 @@ struct Counters {
 /// The mutable part of a cursor, behind its lock.
 struct Core {
     state: CursorState,
-    record_version: u64,
+    /// `None` once the cursor is closed (it holds the entry log).
+    persister: Option<CursorPersister>,
+    /// Whether the state changed since it was last persisted.
+    dirty: bool,
+    /// The first error of a background flush not yet returned to a caller.
+    background_error: Option<Error>,
+    recovery_source: Option<RecoverySource>,
     counters: Counters,
+}
+
+impl Core {
+    fn persister(&mut self) -> Result<&mut CursorPersister> {
+        self.persister.as_mut().ok_or(Error::Closed)
+    }
+
+    /// Writes the whole state (mark-delete, epoch, properties, every ack) through the
+    /// persister if it changed since the last write; returns after the fsync.
+    fn flush(&mut self) -> Result<()> {
+        if !self.dirty {
+            return Ok(());
+        }
+        let state = self.state.persisted();
+        let persister = self.persister.as_mut().ok_or(Error::Closed)?;
+        persister.flush(&state, &mut self.state.acks)?;
+        self.dirty = false;
+        self.counters.flushes += 1;
+        Ok(())
+    }
+
+    /// Drops the persister and the ack set's handle on the cursor ledger.
+    fn detach(&mut self) -> Option<CursorPersister> {
+        self.state.acks = detached_ack_set();
+        self.persister.take()
+    }
 }
 
 /// One cursor, shared by every handle to it and by the topic's registry.
@@ -145,6 +203,8 @@ pub(crate) struct CursorShared {
     /// Mark-delete as of the last completed operation, for trimming.
     published_mark: Mutex<Option<Position>>,
     closed: AtomicBool,
+    /// Dropping it stops the background flusher.
+    stop_flusher: Mutex<Option<Sender<()>>>,
 }
 
 impl fmt::Debug for CursorShared {
@@ -157,27 +217,50 @@ impl fmt::Debug for CursorShared {
 }
 
 impl CursorShared {
-    /// A cursor whose record `cursor-{id}` holds version `record_version` of `state`.
+    /// A cursor in `state`, persisted by `persistence.persister` (whose partition store backs
+    /// `state.acks`). Starts the background flusher when an interval is configured.
     pub(crate) fn new(
         id: u64,
         name: String,
         topic: Arc<dyn TopicAccess>,
         state: CursorState,
-        record_version: u64,
+        persistence: Persistence,
     ) -> Arc<Self> {
         let mark = state.mark_delete;
-        Arc::new(Self {
+        let shared = Arc::new(Self {
             id,
             name,
             topic,
             core: Mutex::new(Core {
                 state,
-                record_version,
+                persister: Some(persistence.persister),
+                dirty: persistence.dirty,
+                background_error: None,
+                recovery_source: persistence.recovery_source,
                 counters: Counters::default(),
             }),
             published_mark: Mutex::new(mark),
             closed: AtomicBool::new(false),
-        })
+            stop_flusher: Mutex::new(None),
+        });
+        if let Some(interval) = persistence.flush_interval {
+            let (stop, stopped) = mpsc::channel::<()>();
+            let cursor = Arc::downgrade(&shared);
+            let spawned = std::thread::Builder::new()
+                .name("ackstore-cursor-flush".into())
+                .spawn(move || background_flusher(&cursor, &stopped, interval));
+            match spawned {
+                Ok(_) => *lock(&shared.stop_flusher) = Some(stop),
+                Err(e) => {
+                    lock(&shared.core).background_error = Some(Error::io(
+                        "start the background flusher of",
+                        &shared.name,
+                        e,
+                    ));
+                }
+            }
+        }
+        shared
     }
 
     pub(crate) fn name(&self) -> &str {
@@ -193,9 +276,13 @@ impl CursorShared {
         *lock(&self.published_mark)
     }
 
-    /// Refuses every later operation on every handle.
-    pub(crate) fn mark_closed(&self) {
+    /// Refuses every later operation on every handle without flushing (the cursor is being
+    /// deleted); returns its persister, which owns the cursor ledgers to delete.
+    pub(crate) fn detach(&self) -> Option<CursorPersister> {
+        let mut core = lock(&self.core);
         self.closed.store(true, Ordering::SeqCst);
+        lock(&self.stop_flusher).take();
+        core.detach()
     }
 
     fn core(&self) -> Result<MutexGuard<'_, Core>> {
@@ -206,29 +293,57 @@ impl CursorShared {
         Ok(core)
     }
 
-    /// Writes the cursor record (mark-delete, epoch, properties, cursor ledger) by
-    /// compare-and-set on the version this handle last wrote.
-    fn write_record(&self, core: &mut Core) -> Result<()> {
-        let record = core.state.to_record(&self.name);
-        core.record_version = self.topic.meta().put(
-            &record_name(self.id),
-            Some(core.record_version),
-            &record.encode(),
-        )?;
-        core.counters.flushes += 1;
-        Ok(())
-    }
-
-    /// Flushes and refuses every later operation. Idempotent.
+    /// Flushes, refreshes the record's fallback state, releases the cursor ledger and refuses
+    /// every later operation. Idempotent. Returns a pending background error first.
     pub(crate) fn close(&self) -> Result<()> {
         let mut core = lock(&self.core);
         if self.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        let flushed = self.write_record(&mut core);
+        lock(&self.stop_flusher).take();
+        let pending = core.background_error.take();
+        let flushed = core.flush().and_then(|()| {
+            let state = core.state.persisted();
+            let persister = core.persister()?;
+            // The record's copy serves when the cursor ledger is lost, and trimming reads the
+            // mark-delete of closed cursors from it.
+            let outdated = persister.record().is_none_or(|(_, r)| {
+                r.mark_delete != state.mark_delete
+                    || r.epoch != state.epoch
+                    || r.properties != state.properties
+            });
+            if outdated {
+                persister.update_record(&state)?;
+            }
+            Ok(())
+        });
+        core.detach();
         drop(core);
         self.topic.release(self);
-        flushed
+        pending.map_or(flushed, Err)
+    }
+
+    /// One tick of the background flusher: flushes if the state changed, keeps the first
+    /// error for the next `flush` or `close`.
+    fn flush_in_background(&self) {
+        let mut core = lock(&self.core);
+        if self.is_closed() || core.background_error.is_some() {
+            return;
+        }
+        if let Err(e) = core.flush() {
+            core.background_error = Some(e);
+        }
+    }
+}
+
+/// Flushes `cursor` every `interval` until told to stop (the sender is dropped on close or
+/// when the cursor is dropped) or the cursor is gone.
+fn background_flusher(cursor: &Weak<CursorShared>, stop: &mpsc::Receiver<()>, interval: Duration) {
+    while let Err(RecvTimeoutError::Timeout) = stop.recv_timeout(interval) {
+        let Some(shared) = cursor.upgrade() else {
+            return;
+        };
+        shared.flush_in_background();
     }
 }
 
@@ -255,51 +370,67 @@ impl Cursor {
         result
     }
 
-    /// Moves the cursor as `plan` says, on request: the epoch increases, and the cursor record
-    /// (new mark-delete, new epoch) is written before the state changes, so a reset survives a
-    /// crash and the epoch never goes backwards. Nothing changes if the write fails.
+    /// Moves the cursor as `plan` says, on request: the epoch increases, and the new state is
+    /// made durable before it is applied, so a reset survives a crash, the epoch never goes
+    /// backwards, and no crash brings back an ack the reset cleared (invariant 1).
     ///
-    /// The record is written without holding the topic's layout (appends go on meanwhile); the
+    /// A seek first commits a new marker (or snapshot) holding the new mark-delete, the new
+    /// epoch and no acks: from then on recovery can only find that state or a later one. Then
+    /// it applies the seek and writes the record's fallback copy (an error there is returned,
+    /// but the seek has happened). A rewind clears nothing: it writes the new epoch to the
+    /// record. Nothing changes if the first write fails.
+    ///
+    /// The writes happen without holding the topic's layout (appends go on meanwhile); the
     /// published mark-delete is lowered to the smaller of the old and the new one first, so a
     /// concurrent trim cannot delete the target.
     fn reset(&self, plan: impl FnOnce(&Layout) -> Result<Move>) -> Result<()> {
         let shared = &self.shared;
         let mut core = shared.core()?;
-        let (planned, record) = {
+        let (planned, target_state) = {
             let layout = shared.topic.layout();
             let planned = plan(&layout)?;
-            let mut record = core.state.to_record(&shared.name);
-            record.epoch += 1;
+            let mut persisted = core.state.persisted();
+            persisted.epoch += 1;
             if let Move::To(target) = planned {
                 let mark = state::mark_before(&layout, target);
-                record.mark_delete = mark.unwrap_or(NO_MARK_DELETE);
+                persisted.mark_delete = mark.unwrap_or(NO_MARK_DELETE);
                 *lock(&shared.published_mark) = core.state.mark_delete.min(mark);
             }
-            (planned, record)
+            (planned, persisted)
         };
-        let written = shared.topic.meta().put(
-            &record_name(shared.id),
-            Some(core.record_version),
-            &record.encode(),
-        );
-        let layout = shared.topic.layout();
-        match written {
-            Ok(version) => {
-                core.record_version = version;
-                core.counters.flushes += 1;
-                core.state.epoch += 1;
-                match planned {
-                    Move::To(target) => core.state.reset_to(&layout, target),
-                    Move::Rewind => core.state.rewind(&layout),
-                }
+        let written = match planned {
+            Move::To(_) => {
+                let mut no_acks = detached_ack_set();
+                core.persister()
+                    .and_then(|p| p.flush(&target_state, &mut no_acks))
+                    .map(drop)
             }
-            Err(e) => {
-                *lock(&shared.published_mark) = core.state.mark_delete;
-                return Err(e);
-            }
+            Move::Rewind => core
+                .persister()
+                .and_then(|p| p.update_record(&target_state)),
+        };
+        if let Err(e) = written {
+            *lock(&shared.published_mark) = core.state.mark_delete;
+            return Err(e);
         }
+        core.counters.flushes += 1;
+        core.state.epoch += 1;
+        let layout = shared.topic.layout();
+        let refreshed = match planned {
+            Move::To(target) => {
+                core.state.reset_to(&layout, target);
+                // What was just committed is exactly the new state.
+                core.dirty = false;
+                core.persister()
+                    .and_then(|p| p.update_record(&target_state))
+            }
+            Move::Rewind => {
+                core.state.rewind(&layout);
+                Ok(())
+            }
+        };
         *lock(&shared.published_mark) = core.state.mark_delete;
-        Ok(())
+        refreshed
     }
 
     /// The cursor's name.
@@ -332,6 +463,7 @@ impl Cursor {
         self.with_state(|core, layout| {
             let changed = core.state.ack(layout, pos)?;
             core.counters.acks += u64::from(changed);
+            core.dirty |= changed;
             Ok(changed)
         })
     }
@@ -347,6 +479,7 @@ impl Cursor {
         self.with_state(|core, layout| {
             let changed = core.state.ack_cumulative(layout, pos)?;
             core.counters.acks += u64::from(changed);
+            core.dirty |= changed;
             Ok(changed)
         })
     }
@@ -436,6 +569,12 @@ impl Cursor {
         self.shared.core()?.state.acks.ranges()
     }
 
+    /// The number of maximal ranges [`Self::acked_ranges`] would return, without building
+    /// them (partitions are visited one at a time, within the memory budget).
+    pub fn acked_range_count(&self) -> Result<u64> {
+        self.shared.core()?.state.acks.range_count()
+    }
+
     /// Increases on every seek, `seek_by_index`, `seek_by_timestamp` and `rewind`; never on
     /// reopen. Consumers tag what they receive with it, so a server-side reset is noticed.
     pub fn epoch(&self) -> Result<u64> {
@@ -444,11 +583,9 @@ impl Cursor {
 
     /// Sets an application property stored with the mark-delete position.
     pub fn set_property(&self, key: &str, value: i64) -> Result<()> {
-        self.shared
-            .core()?
-            .state
-            .properties
-            .insert(key.to_owned(), value);
+        let mut core = self.shared.core()?;
+        let old = core.state.properties.insert(key.to_owned(), value);
+        core.dirty |= old != Some(value);
         Ok(())
     }
 
@@ -457,21 +594,32 @@ impl Cursor {
         Ok(self.shared.core()?.state.properties.clone())
     }
 
-    /// Writes the cursor record and returns once it is durable.
+    /// Persists the cursor's whole state and returns once it is durable (after the fsync).
     ///
-    /// What survives a crash after `flush` returns: mark-delete, the epoch and the properties
-    /// (the cursor record, written by compare-and-set). Individual acks above mark-delete are
-    /// kept in memory only: after a reopen those entries are delivered again.
+    /// What survives after `flush` returns `Ok`, a process crash or a power cut alike:
+    /// mark-delete, every individual ack, the epoch and the properties. Multi-entry mode writes
+    /// the partitions that changed since the last flush plus a marker; single-entry mode one
+    /// snapshot. A flush with nothing changed since the last one writes nothing.
     ///
     /// # Errors
-    /// [`Error::Fenced`] when another handle has written the record since this one last did.
+    /// An error of a background flush (see [`CursorConfig::flush_interval`]) not yet
+    /// reported is returned first, without flushing; call `flush` again. I/O errors; then
+    /// nothing new is guaranteed durable, and after an error whose effect on the cursor record
+    /// is unknown every later flush fails with [`Error::PreviousIo`] until the topic is
+    /// reopened. [`Error::LimitExceeded`] when a single-entry snapshot does not fit (with
+    /// [`OverflowPolicy::Error`]).
     pub fn flush(&self) -> Result<()> {
         let mut core = self.shared.core()?;
-        self.shared.write_record(&mut core)
+        if let Some(e) = core.background_error.take() {
+            return Err(e);
+        }
+        core.flush()
     }
 
     /// Flushes, then closes every handle to this cursor; later calls fail with
-    /// [`Error::Closed`]. Opening the cursor again by name restores what `flush` keeps.
+    /// [`Error::Closed`]. Opening the cursor again by name restores what `flush` keeps. The
+    /// cursor is closed even when the flush fails (the error is returned; what the last
+    /// successful flush wrote is what a reopen finds).
     pub fn close(&self) -> Result<()> {
         self.shared.close()
     }
@@ -490,6 +638,13 @@ impl Cursor {
                 acks: core.counters.acks,
                 flushes: core.counters.flushes,
                 ackset: state.acks.stats(),
+                persist: core
+                    .persister
+                    .as_ref()
+                    .map(CursorPersister::stats)
+                    .unwrap_or_default(),
+                recovery_source: core.recovery_source,
+                background_error: core.background_error.as_ref().map(ToString::to_string),
             })
         })
     }

@@ -1,9 +1,10 @@
 //! A cursor's state and the rules that move it.
 //!
 //! Owns: [`CursorState`] (mark-delete, read position, individually acknowledged entries above
-//! mark-delete, properties, epoch, cursor ledger) and every transition of it, each resolved
-//! against the topic's current [`Layout`]. This is the seam persistence works on: a flush writes
-//! a `CursorState` out, recovery rebuilds one.
+//! mark-delete, properties, epoch) and every transition of it, each resolved against the topic's
+//! current [`Layout`]. This is the seam persistence works on: a flush writes a `CursorState`
+//! out as a [`PersistedState`] plus its ack set, recovery rebuilds one from a
+//! [`RecoveredCursor`](super::recover::RecoveredCursor).
 //!
 //! Invariants kept by every method here:
 //! - every position in `acks` is a retained entry strictly after `mark_delete`;
@@ -15,9 +16,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::ackset::RangeSetWrapper;
+use crate::ackset::{PartitionKey, RangeSetWrapper};
 use crate::error::{Error, Result};
 use crate::finder::Layout;
+use crate::format::cursor::PersistedState;
 use crate::format::meta::CursorRecord;
 use crate::position::Position;
 
@@ -43,8 +45,6 @@ pub struct CursorState {
     pub(crate) properties: BTreeMap<String, i64>,
     /// Increases on every seek, rewind and reset; never on reopen.
     pub(crate) epoch: u64,
-    /// The ledger holding the persisted ack state, once persistence has created one.
-    pub(crate) cursor_ledger: Option<u64>,
 }
 
 impl CursorState {
@@ -56,36 +56,96 @@ impl CursorState {
             acks,
             properties: BTreeMap::new(),
             epoch: 0,
-            cursor_ledger: None,
         };
         state.reset_to(layout, initial_target(layout, options));
         state
     }
 
-    /// The state a cursor record describes, with no individual acks.
-    pub(crate) fn from_record(
-        record: &CursorRecord,
+    /// The state of a reopened cursor: what recovery found, resolved against `layout`.
+    ///
+    /// Acks of entries the topic no longer holds are dropped: entries in trimmed ledgers (at or
+    /// before some mark-delete that trimming saw in memory) and entries appended but lost in a
+    /// power cut before the data ledger was synced (an entry that does not exist is never
+    /// delivered, so an ack of it means nothing). Then mark-delete absorbs the acked entries
+    /// that follow it, so the read position is the first unacknowledged entry after it. Only
+    /// the partitions at the two ends of the retained entries are loaded. Returns the state and
+    /// whether it differs from what was persisted.
+    pub(crate) fn recovered(
+        persisted: &PersistedState,
         layout: &Layout,
         acks: RangeSetWrapper,
-    ) -> Self {
-        let mark_delete = (record.mark_delete != NO_MARK_DELETE).then_some(record.mark_delete);
-        Self {
+    ) -> Result<(Self, bool)> {
+        let mark_delete =
+            (persisted.mark_delete != NO_MARK_DELETE).then_some(persisted.mark_delete);
+        let mut state = Self {
             mark_delete,
-            read_position: layout
-                .after_mark(mark_delete)
-                .unwrap_or_else(|| layout.end()),
+            read_position: Position::default(),
             acks,
-            properties: record.properties.clone(),
-            epoch: record.epoch,
-            cursor_ledger: record.cursor_ledger,
+            properties: persisted.properties.clone(),
+            epoch: persisted.epoch,
+        };
+        let before = (state.mark_delete, state.acks.len());
+        state.drop_missing(layout)?;
+        state.absorb(layout)?;
+        state.read_position = layout
+            .after_mark(state.mark_delete)
+            .unwrap_or_else(|| layout.end());
+        let changed = before != (state.mark_delete, state.acks.len());
+        Ok((state, changed))
+    }
+
+    /// Drops acks of positions that are not retained entries (see [`Self::recovered`]).
+    fn drop_missing(&mut self, layout: &Layout) -> Result<()> {
+        let Some(last) = layout.last_entry() else {
+            self.acks.clear();
+            return Ok(());
+        };
+        if let Some(first) = layout.first_entry()
+            && let Some(below) = layout_floor(first)
+        {
+            self.acks.remove_at_most(below)?;
+        }
+        let last_key = PartitionKey::of(last);
+        let beyond = match self.acks.partitions().last() {
+            Some(&(key, _)) if key > last_key => true,
+            Some(&(key, _)) if key == last_key => {
+                let highest = self.acks.bitmap(key)?.and_then(|b| b.max());
+                highest.is_some_and(|h| key.first_entry() + u64::from(h) > last.entry_id)
+            }
+            _ => false,
+        };
+        if beyond {
+            // Rare (a power cut lost acknowledged entries): rebuild from the ranges that exist.
+            let kept: Vec<_> = self
+                .acks
+                .ranges()?
+                .into_iter()
+                .filter(|&(from, _)| from <= last)
+                .map(|(from, to)| (from, to.min(last)))
+                .collect();
+            self.acks.clear();
+            for (from, to) in kept {
+                self.acks
+                    .add_range(from.ledger_id, from.entry_id, to.entry_id)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The persisted form of this state (the ack set is persisted alongside).
+    pub(crate) fn persisted(&self) -> PersistedState {
+        PersistedState {
+            mark_delete: self.mark_delete.unwrap_or(NO_MARK_DELETE),
+            epoch: self.epoch,
+            properties: self.properties.clone(),
         }
     }
 
-    /// The cursor record of this state.
+    /// The cursor record of this state, for a cursor without a cursor ledger yet.
     pub(crate) fn to_record(&self, name: &str) -> CursorRecord {
         CursorRecord {
             name: name.to_owned(),
-            cursor_ledger: self.cursor_ledger,
+            cursor_ledger: None,
             mark_delete: self.mark_delete.unwrap_or(NO_MARK_DELETE),
             epoch: self.epoch,
             properties: self.properties.clone(),
@@ -221,5 +281,16 @@ fn initial_target(layout: &Layout, options: CursorOptions) -> Option<Position> {
         (InitialPosition::Latest, true) => layout.last_entry(),
         (InitialPosition::At(p), false) => layout.after(p),
         (InitialPosition::At(p), true) => layout.at_or_after(p),
+    }
+}
+
+/// The highest position below the retained entry `first` (`None` when nothing can be below).
+fn layout_floor(first: Position) -> Option<Position> {
+    match first.entry_id.checked_sub(1) {
+        Some(e) => Some(Position::new(first.ledger_id, e)),
+        None => first
+            .ledger_id
+            .checked_sub(1)
+            .map(|l| Position::new(l, u64::MAX)),
     }
 }

@@ -157,13 +157,14 @@ impl ManagedLedger {
 
     /// Opens cursor `name` (any UTF-8 string), creating it when it does not exist. A new
     /// cursor starts as `options` says; an existing one ignores `options` and resumes from its
-    /// record (mark-delete, epoch, properties). Opening a name that is already open returns
-    /// another handle to the same cursor.
+    /// persisted state (mark-delete, individual acks, epoch, properties; see
+    /// `docs/cursors.md`, "Durability"). Opening a name that is already open returns another
+    /// handle to the same cursor.
     pub fn open_cursor(&self, name: &str, options: CursorOptions) -> Result<Cursor> {
         self.core.open_cursor(name, options)
     }
 
-    /// Deletes cursor `name` and its records; open handles to it fail with
+    /// Deletes cursor `name`, its record and its cursor ledgers; open handles to it fail with
     /// [`Error::Closed`] afterwards.
     ///
     /// # Errors
@@ -210,7 +211,7 @@ impl ManagedLedger {
         self.core.log()
     }
 
-    /// Closes every open cursor (each flushes its record), seals the open data ledger and
+    /// Closes every open cursor (each flushes its ack state), seals the open data ledger and
     /// releases the directory. Later calls fail with [`Error::Closed`]; closing twice is a
     /// no-op.
     pub fn close(&self) -> Result<()> {

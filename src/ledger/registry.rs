@@ -5,15 +5,19 @@
 //! the new cursor set (orphans are removed by the next open, see `open.rs`):
 //! - create: write `cursor-{id}` (the new id is `next_cursor_id`), then the topic record that
 //!   lists it (the commit point);
+//! - reopen: `cursor::recover::recover` reads the record and the cursor ledger it names;
 //! - delete: write the topic record without it (the commit point), then delete `cursor-{id}`,
-//!   then its cursor ledger.
+//!   then its cursor ledgers (the one the record names, and any an open handle holds).
 //!
 //! Names are client data: they live inside records and never become file names.
 
 use std::sync::Arc;
 
 use super::topic::TopicCore;
-use crate::cursor::{self, Cursor, CursorOptions, CursorShared, CursorState, TopicAccess};
+use crate::cursor::persist::CursorPersister;
+use crate::cursor::{
+    self, Cursor, CursorOptions, CursorShared, CursorState, Persistence, TopicAccess, recover,
+};
 use crate::error::{Error, Result};
 use crate::format::meta::{CursorEntry, CursorRecord};
 
@@ -25,12 +29,11 @@ impl TopicCore {
         name: &str,
         options: CursorOptions,
     ) -> Result<Cursor> {
-        self.log()?;
         let mut w = self.writer();
         if let Some(open) = self.cursors().get(name).filter(|c| !c.is_closed()) {
             return Ok(Cursor::from_shared(open.clone()));
         }
-        let acks = cursor::new_ack_set(&self.config.cursor);
+        let log = self.log()?;
         let listed = w
             .record
             .cursors
@@ -40,17 +43,30 @@ impl TopicCore {
         let id = listed.unwrap_or(w.record.next_cursor_id);
         let record_name = cursor::record_name(id);
         let found = self.meta.get(&record_name)?;
-        let (state, version) = if let (Some(_), Some((version, bytes))) = (listed, &found) {
-            let record = CursorRecord::decode(bytes)?;
-            let state = CursorState::from_record(&record, &self.layout(), acks);
-            (state, *version)
+        let persist_config = self.config.cursor.persist_config();
+        let (state, persistence) = if let (Some(_), Some(_)) = (listed, &found) {
+            let recovered = recover::recover(log, self.meta.clone(), &record_name, persist_config)?;
+            let (state, dirty) =
+                CursorState::recovered(&recovered.state, &self.layout(), recovered.acks)?;
+            let persistence = Persistence {
+                persister: recovered.persister,
+                recovery_source: Some(recovered.report.source),
+                dirty,
+                flush_interval: self.config.cursor.flush_interval,
+            };
+            (state, persistence)
         } else {
             // A new cursor; or one listed without a record (removed by hand), which starts
             // again from `options`. A record found for an unlisted id was left by a creation
-            // cut short and is replaced.
-            let state = CursorState::initial(&self.layout(), options, acks);
+            // cut short and is replaced. The record is written first (with no cursor ledger);
+            // the persister reads it back and is its only writer from then on.
+            let mut state =
+                CursorState::initial(&self.layout(), options, cursor::detached_ack_set());
             let bytes = state.to_record(name).encode();
-            let version = self.meta.put(&record_name, found.map(|(v, _)| v), &bytes)?;
+            self.meta.put(&record_name, found.map(|(v, _)| v), &bytes)?;
+            let (persister, acks) =
+                CursorPersister::new_cursor(log, self.meta.clone(), &record_name, persist_config)?;
+            state.acks = acks;
             if listed.is_none() {
                 let mut record = w.record.clone();
                 record.cursors.push(CursorEntry {
@@ -60,10 +76,16 @@ impl TopicCore {
                 record.next_cursor_id = id + 1;
                 self.commit(&mut w, record)?;
             }
-            (state, version)
+            let persistence = Persistence {
+                persister,
+                recovery_source: None,
+                dirty: false,
+                flush_interval: self.config.cursor.flush_interval,
+            };
+            (state, persistence)
         };
         let topic: Arc<dyn TopicAccess> = self.clone();
-        let shared = CursorShared::new(id, name.to_owned(), topic, state, version);
+        let shared = CursorShared::new(id, name.to_owned(), topic, state, persistence);
         self.cursors().insert(name.to_owned(), shared.clone());
         Ok(Cursor::from_shared(shared))
     }
@@ -84,9 +106,7 @@ impl TopicCore {
         let mut record = w.record.clone();
         record.cursors.retain(|c| c.id != id);
         self.commit(&mut w, record)?;
-        if let Some(open) = self.cursors().remove(name) {
-            open.mark_closed();
-        }
+        let persister = self.cursors().remove(name).and_then(|open| open.detach());
         let record_name = cursor::record_name(id);
         if let Some((version, bytes)) = self.meta.get(&record_name)? {
             self.meta.delete(&record_name, version)?;
@@ -96,6 +116,11 @@ impl TopicCore {
                     Err(e) => return Err(e),
                 }
             }
+        }
+        // An open cursor may also hold a ledger its record does not name yet (created by an
+        // eviction or a rollover not yet committed) and old ones whose deletion failed.
+        if let Some(persister) = persister {
+            persister.delete_ledgers()?;
         }
         Ok(())
     }

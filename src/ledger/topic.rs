@@ -342,10 +342,6 @@ impl TopicAccess for TopicCore {
         self.layout.read().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn meta(&self) -> &dyn MetaStore {
-        self.meta.as_ref()
-    }
-
     fn release(&self, cursor: &CursorShared) {
         let mut open = self.cursors();
         if open
