@@ -249,7 +249,7 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
     let started = Instant::now();
     cursor.flush()?;
     let flush_time = started.elapsed();
-    let persisted_bytes = cursor.stats()?.persisted_bytes;
+    let persisted_bytes = cursor.stats()?.persist.persisted_bytes;
     cursor.close()?;
     ml.close()?;
 
@@ -287,9 +287,8 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
     for &i in &extra {
         cursor.ack(positions[i])?;
     }
-    let before = cursor.stats()?.persisted_bytes;
     cursor.flush()?;
-    let incremental_flush_bytes = cursor.stats()?.persisted_bytes.saturating_sub(before);
+    let incremental_flush_bytes = cursor.stats()?.persist.last_flush_bytes;
     let resident_ack_bytes = cursor.stats()?.ackset.resident_bytes;
     cursor.close()?;
     ml.close()?;
