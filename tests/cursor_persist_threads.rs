@@ -77,14 +77,19 @@ fn concurrent_ackers_and_a_flusher_keep_every_flushed_ack() {
             let flusher = {
                 let (cursor, done, disk) = (cursor.clone(), done.clone(), disk.clone());
                 s.spawn(move || {
+                    // Flushes until every acker is done, keeping the first 30 images.
                     let mut images = Vec::new();
-                    for _ in 0..6 {
+                    loop {
                         let before = done.lock().unwrap().clone();
                         cursor.flush().unwrap();
-                        images.push((before, disk.durable_image()));
+                        if images.len() < 30 {
+                            images.push((before.clone(), disk.durable_image()));
+                        }
+                        if before.len() == 1600 {
+                            return images;
+                        }
                         thread::yield_now();
                     }
-                    images
                 })
             };
             for a in ackers {

@@ -96,7 +96,7 @@ pub struct CursorStats {
     /// `markers`, `snapshots`, `flushes`, `last_flush_bytes`, `overflows`, `rollovers`, ...
     pub persist: PersistStats,
     /// Which persisted state the cursor resumed from when it was reopened; `None` for a cursor
-    /// created by this handle's topic.
+    /// that did not exist before this open.
     pub recovery_source: Option<RecoverySource>,
     /// The error of a background flush that the next `flush` or `close` will return.
     pub background_error: Option<String>,

@@ -106,7 +106,9 @@ impl TopicCore {
         let mut record = w.record.clone();
         record.cursors.retain(|c| c.id != id);
         self.commit(&mut w, record)?;
-        let persister = self.cursors().remove(name).and_then(|open| open.detach());
+        // Not under the `cursors` lock: detaching takes the cursor's own lock.
+        let open = self.cursors().remove(name);
+        let persister = open.and_then(|open| open.detach());
         let record_name = cursor::record_name(id);
         if let Some((version, bytes)) = self.meta.get(&record_name)? {
             self.meta.delete(&record_name, version)?;
