@@ -15,7 +15,9 @@ pub const TOPIC_FILE: &str = "topic.meta";
 pub fn open_existing(path: &Path) -> Result<Arc<dyn Storage>> {
     let storage = FileStorage::open(path, false)?;
     let names = storage.list()?;
-    let ours = names.iter().any(|n| n == TOPIC_FILE || parse_ledger_file_name(n).is_some());
+    let ours = names
+        .iter()
+        .any(|n| n == TOPIC_FILE || parse_ledger_file_name(n).is_some());
     if !ours {
         return Err(Error::NotAckstore(
             path.display().to_string(),

@@ -9,10 +9,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use ackstore::cursor::recover::{RecoverySource, check_cursor_ledger, recover};
 use ackstore::cursor::persist::PersistConfig;
-use ackstore::cursor::record_name;
-use ackstore::format::meta::{CursorRecord, TopicRecord};
+use ackstore::cursor::recover::{RecoverySource, check_cursor_ledger, recover};
+use ackstore::cursor::{NO_MARK_DELETE, record_name};
+use ackstore::format::meta::{CursorEntry, CursorRecord, TopicRecord};
 use ackstore::log::{EntryLog, LogConfig, ledger_file_name};
 use ackstore::meta::{FileMetaStore, MetaStore};
 use ackstore::storage::Storage;
@@ -83,30 +83,32 @@ pub struct TopicView {
 }
 
 fn finding(findings: &mut Vec<Finding>, file: String, place: &str, what: String) {
-    findings.push(Finding { file, place: place.to_string(), what, torn_tail: false });
+    findings.push(Finding {
+        file,
+        place: place.to_string(),
+        what,
+        torn_tail: false,
+    });
 }
 
 /// Reads the topic record, the ledgers and every cursor's persisted state, adding what is
 /// wrong to `findings` instead of stopping at the first problem.
 ///
 /// With `deep`, every entry of every cursor ledger is read and checked as well (for `verify`).
-pub fn collect(
-    storage: &Arc<dyn Storage>,
-    deep: bool,
-    findings: &mut Vec<Finding>,
-) -> Result<TopicView> {
+pub fn collect(storage: &Arc<dyn Storage>, deep: bool, findings: &mut Vec<Finding>) -> TopicView {
     let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(storage.clone()));
-    let topic = match meta.get("topic") {
-        Ok(Some((_, bytes))) => match TopicRecord::decode(&bytes) {
-            Ok(t) => Some(t),
-            Err(e) => {
-                finding(findings, dir::TOPIC_FILE.into(), "topic record", e.to_string());
-                None
-            }
-        },
-        Ok(None) => None,
+    let topic = match meta
+        .get("topic")
+        .and_then(|r| r.map(|(_, b)| TopicRecord::decode(&b)).transpose())
+    {
+        Ok(topic) => topic,
         Err(e) => {
-            finding(findings, dir::TOPIC_FILE.into(), "topic record", e.to_string());
+            finding(
+                findings,
+                dir::TOPIC_FILE.into(),
+                "topic record",
+                e.to_string(),
+            );
             None
         }
     };
@@ -120,105 +122,151 @@ pub fn collect(
         }
     };
     let mut view = TopicView::default();
-    let mut cursor_ledgers = Vec::new();
-    if let Some(topic) = &topic {
-        for entry in &topic.cursors {
-            let name = record_name(entry.id);
-            let file = format!("{name}.meta");
-            let record = match meta.get(&name) {
-                Ok(Some((_, bytes))) => CursorRecord::decode(&bytes),
-                Ok(None) => {
-                    finding(findings, file, "cursor record", "missing: the topic record lists it".into());
-                    continue;
-                }
-                Err(e) => Err(e),
-            };
-            let record = match record {
-                Ok(r) => r,
-                Err(e) => {
-                    finding(findings, file, "cursor record", e.to_string());
-                    continue;
-                }
-            };
-            cursor_ledgers.extend(record.cursor_ledger);
-            let mut cv = CursorView {
-                name: entry.name.clone(),
-                record: name.clone(),
-                mark_delete: Some(record.mark_delete),
-                epoch: record.epoch,
-                cursor_ledger: record.cursor_ledger,
-                state_source: "record".into(),
-                acked_entries: 0,
-                acked_ranges: 0,
-                persisted_bytes: 0,
-                rejected_states: 0,
-            };
-            if let Some(log) = &log {
-                match recover(log.clone(), meta.clone(), &name, PersistConfig::default()) {
-                    Ok(mut rec) => {
-                        cv.state_source = match rec.report.source {
-                            RecoverySource::Marker(p) => format!("marker at {p}"),
-                            RecoverySource::Snapshot(p) => format!("snapshot at {p}"),
-                            RecoverySource::Record => "record (no holes)".into(),
-                        };
-                        cv.mark_delete = Some(rec.state.mark_delete);
-                        cv.acked_entries = rec.acks.len();
-                        cv.acked_ranges = rec.acks.range_count().unwrap_or(0);
-                        cv.rejected_states = rec.report.rejected;
-                        cv.persisted_bytes = record
-                            .cursor_ledger
-                            .and_then(|l| log.ledger_info(l).ok())
-                            .map_or(0, |i| i.bytes);
-                        if let Some(why) = rec.report.first_rejection {
-                            let file = record.cursor_ledger.map_or(name.clone(), ledger_file_name);
-                            finding(findings, file, "cursor state", format!("newer state refused: {why}"));
-                        }
-                        if let (true, Some(l)) = (deep, record.cursor_ledger) {
-                            match check_cursor_ledger(log, l) {
-                                Ok(check) => {
-                                    for (entry, why) in check.problems {
-                                        finding(
-                                            findings,
-                                            ledger_file_name(l),
-                                            &format!("cursor ledger {l} entry {entry}"),
-                                            why,
-                                        );
-                                    }
-                                }
-                                Err(e) => finding(findings, ledger_file_name(l), "cursor ledger", e.to_string()),
-                            }
-                        }
-                        if rec.report.ledger_missing {
-                            finding(findings, format!("{name}.meta"), "cursor record", "its cursor ledger is missing".into());
-                        }
-                    }
-                    Err(e) => finding(findings, format!("{name}.meta"), "cursor state", e.to_string()),
-                }
-            }
+    for entry in topic.iter().flat_map(|t| &t.cursors) {
+        if let Some(cv) = cursor_view(log.as_ref(), &meta, entry, deep, findings) {
             view.cursors.push(cv);
         }
     }
+    let cursor_ledgers: Vec<u64> = view
+        .cursors
+        .iter()
+        .filter_map(|c| c.cursor_ledger)
+        .collect();
     if let Some(log) = &log {
-        for id in log.ledger_ids() {
-            let Ok(info) = log.ledger_info(id) else { continue };
-            let meta_at = |e: u64| log.read_meta(id, e).ok();
-            let first = (info.entries > 0).then(|| meta_at(0)).flatten();
-            let last = (info.entries > 0).then(|| meta_at(info.entries - 1)).flatten();
-            let is_cursor = cursor_ledgers.contains(&id);
-            view.ledgers.push(LedgerView {
-                id,
-                role: if is_cursor { "cursor" } else { "data" },
-                entries: info.entries,
-                bytes: info.bytes,
-                sealed: info.sealed,
-                first_index: first.filter(|_| !is_cursor).map(|m| m.index),
-                last_index: last.filter(|_| !is_cursor).map(|m| m.index),
-                first_timestamp: first.filter(|_| !is_cursor).map(|m| m.timestamp),
-                last_timestamp: last.filter(|_| !is_cursor).map(|m| m.timestamp),
-            });
+        view.ledgers = log
+            .ledger_ids()
+            .into_iter()
+            .filter_map(|id| ledger_view(log, id, cursor_ledgers.contains(&id)))
+            .collect();
+    }
+    view
+}
+
+fn ledger_view(log: &EntryLog, id: u64, is_cursor: bool) -> Option<LedgerView> {
+    let info = log.ledger_info(id).ok()?;
+    // Cursor ledgers carry no message index or time; only data ledgers show them.
+    let meta_at = |e: u64| {
+        (!is_cursor && info.entries > e)
+            .then(|| log.read_meta(id, e).ok())
+            .flatten()
+    };
+    let first = meta_at(0);
+    let last = info.entries.checked_sub(1).and_then(meta_at);
+    Some(LedgerView {
+        id,
+        role: if is_cursor { "cursor" } else { "data" },
+        entries: info.entries,
+        bytes: info.bytes,
+        sealed: info.sealed,
+        first_index: first.map(|m| m.index),
+        last_index: last.map(|m| m.index),
+        first_timestamp: first.map(|m| m.timestamp),
+        last_timestamp: last.map(|m| m.timestamp),
+    })
+}
+
+fn cursor_view(
+    log: Option<&Arc<EntryLog>>,
+    meta: &Arc<dyn MetaStore>,
+    entry: &CursorEntry,
+    deep: bool,
+    findings: &mut Vec<Finding>,
+) -> Option<CursorView> {
+    let name = record_name(entry.id);
+    let file = format!("{name}.meta");
+    let record = match meta
+        .get(&name)
+        .and_then(|r| r.map(|(_, b)| CursorRecord::decode(&b)).transpose())
+    {
+        Ok(Some(r)) => r,
+        Ok(None) => {
+            finding(
+                findings,
+                file,
+                "cursor record",
+                "missing, although the topic record lists it".into(),
+            );
+            return None;
+        }
+        Err(e) => {
+            finding(findings, file, "cursor record", e.to_string());
+            return None;
+        }
+    };
+    let mut cv = CursorView {
+        name: entry.name.clone(),
+        record: name.clone(),
+        mark_delete: Some(record.mark_delete).filter(|p| *p != NO_MARK_DELETE),
+        epoch: record.epoch,
+        cursor_ledger: record.cursor_ledger,
+        state_source: "record".into(),
+        acked_entries: 0,
+        acked_ranges: 0,
+        persisted_bytes: 0,
+        rejected_states: 0,
+    };
+    let log = log?;
+    let mut rec = match recover(log.clone(), meta.clone(), &name, PersistConfig::default()) {
+        Ok(rec) => rec,
+        Err(e) => {
+            finding(findings, file, "cursor state", e.to_string());
+            return Some(cv);
+        }
+    };
+    cv.state_source = match rec.report.source {
+        RecoverySource::Marker(p) => format!("marker at {p}"),
+        RecoverySource::Snapshot(p) => format!("snapshot at {p}"),
+        RecoverySource::Record => "record (no holes)".into(),
+    };
+    cv.mark_delete = Some(rec.state.mark_delete).filter(|p| *p != NO_MARK_DELETE);
+    cv.acked_entries = rec.acks.len();
+    match rec.acks.range_count() {
+        Ok(n) => cv.acked_ranges = n,
+        Err(e) => finding(findings, file.clone(), "cursor state", e.to_string()),
+    }
+    cv.rejected_states = rec.report.rejected;
+    let cursor_ledger = record.cursor_ledger;
+    cv.persisted_bytes = cursor_ledger
+        .and_then(|l| log.ledger_info(l).ok())
+        .map_or(0, |i| i.bytes);
+    if let Some(why) = rec.report.first_rejection {
+        let where_ = cursor_ledger.map_or_else(|| file.clone(), ledger_file_name);
+        finding(
+            findings,
+            where_,
+            "cursor state",
+            format!("a newer state was refused: {why}"),
+        );
+    }
+    if rec.report.ledger_missing {
+        finding(
+            findings,
+            file.clone(),
+            "cursor record",
+            "its cursor ledger is missing".into(),
+        );
+    }
+    if let (true, Some(l)) = (deep, cursor_ledger) {
+        match check_cursor_ledger(log, l) {
+            Ok(check) => {
+                for (e, why) in check.problems {
+                    finding(
+                        findings,
+                        ledger_file_name(l),
+                        &format!("cursor ledger {l} entry {e}"),
+                        why,
+                    );
+                }
+            }
+            Err(e) => finding(
+                findings,
+                ledger_file_name(l),
+                "cursor ledger",
+                e.to_string(),
+            ),
         }
     }
-    Ok(view)
+    Some(cv)
 }
 
 fn opt<T: ToString>(v: Option<T>) -> String {
@@ -229,82 +277,112 @@ fn opt<T: ToString>(v: Option<T>) -> String {
 pub fn run(args: &InspectArgs) -> Result<ExitCode> {
     let storage = dir::open_existing(&args.dir)?;
     let mut findings = Vec::new();
-    let view = collect(&storage, false, &mut findings)?;
+    let view = collect(&storage, false, &mut findings);
     if args.json {
-        let ledgers: Vec<_> = view
-            .ledgers
-            .iter()
-            .map(|l| {
-                serde_json::json!({
-                    "id": l.id, "role": l.role, "entries": l.entries, "bytes": l.bytes,
-                    "sealed": l.sealed, "first_index": l.first_index, "last_index": l.last_index,
-                    "first_timestamp": l.first_timestamp, "last_timestamp": l.last_timestamp,
-                })
-            })
-            .collect();
-        let cursors: Vec<_> = view
-            .cursors
-            .iter()
-            .map(|c| {
-                serde_json::json!({
-                    "name": c.name, "record": c.record,
-                    "mark_delete": c.mark_delete.map(|p| p.to_string()),
-                    "epoch": c.epoch, "cursor_ledger": c.cursor_ledger, "state": c.state_source,
-                    "acked_entries": c.acked_entries, "acked_ranges": c.acked_ranges,
-                    "persisted_bytes": c.persisted_bytes, "rejected_states": c.rejected_states,
-                })
-            })
-            .collect();
-        let problems: Vec<_> = findings
-            .iter()
-            .map(|f| serde_json::json!({"file": f.file, "place": f.place, "problem": f.what}))
-            .collect();
-        println!("{}", serde_json::json!({ "ledgers": ledgers, "cursors": cursors, "problems": problems }));
+        print_json(&view, &findings);
     } else {
-        let rows: Vec<Vec<String>> = view
-            .ledgers
-            .iter()
-            .map(|l| {
-                vec![
-                    l.id.to_string(),
-                    l.role.into(),
-                    l.entries.to_string(),
-                    report::bytes(l.bytes),
-                    if l.sealed { "sealed".into() } else { "open".into() },
-                    format!("{}..{}", opt(l.first_index), opt(l.last_index)),
-                    format!("{}..{}", opt(l.first_timestamp), opt(l.last_timestamp)),
-                ]
-            })
-            .collect();
-        println!("ledgers");
-        print!("{}", report::table(&["id", "role", "entries", "bytes", "state", "index", "time"], &rows));
-        let rows: Vec<Vec<String>> = view
-            .cursors
-            .iter()
-            .map(|c| {
-                vec![
-                    format!("{:?}", c.name),
-                    opt(c.mark_delete),
-                    c.acked_ranges.to_string(),
-                    c.acked_entries.to_string(),
-                    opt(c.cursor_ledger),
-                    c.state_source.clone(),
-                    report::bytes(c.persisted_bytes),
-                    c.epoch.to_string(),
-                ]
-            })
-            .collect();
-        println!("\ncursors");
-        print!(
-            "{}",
-            report::table(
-                &["name", "mark-delete", "ranges", "acked", "cursor ledger", "state from", "persisted", "epoch"],
-                &rows
-            )
-        );
-        for f in &findings {
-            println!("problem: {}: {}: {}", f.file, f.place, f.what);
-        }
+        print_tables(&view, &findings);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn print_json(view: &TopicView, findings: &[Finding]) {
+    let ledgers: Vec<_> = view
+        .ledgers
+        .iter()
+        .map(|l| {
+            serde_json::json!({
+                "id": l.id, "role": l.role, "entries": l.entries, "bytes": l.bytes,
+                "sealed": l.sealed, "first_index": l.first_index, "last_index": l.last_index,
+                "first_timestamp": l.first_timestamp, "last_timestamp": l.last_timestamp,
+            })
+        })
+        .collect();
+    let cursors: Vec<_> = view
+        .cursors
+        .iter()
+        .map(|c| {
+            serde_json::json!({
+                "name": c.name, "record": c.record,
+                "mark_delete": c.mark_delete.map(|p| p.to_string()),
+                "epoch": c.epoch, "cursor_ledger": c.cursor_ledger, "state": c.state_source,
+                "acked_entries": c.acked_entries, "acked_ranges": c.acked_ranges,
+                "persisted_bytes": c.persisted_bytes, "rejected_states": c.rejected_states,
+            })
+        })
+        .collect();
+    let problems: Vec<_> = findings
+        .iter()
+        .map(|f| serde_json::json!({"file": f.file, "place": f.place, "problem": f.what}))
+        .collect();
+    println!(
+        "{}",
+        serde_json::json!({ "ledgers": ledgers, "cursors": cursors, "problems": problems })
+    );
+}
+
+fn print_tables(view: &TopicView, findings: &[Finding]) {
+    let rows: Vec<Vec<String>> = view
+        .ledgers
+        .iter()
+        .map(|l| {
+            vec![
+                l.id.to_string(),
+                l.role.into(),
+                l.entries.to_string(),
+                report::bytes(l.bytes),
+                if l.sealed {
+                    "sealed".into()
+                } else {
+                    "open".into()
+                },
+                format!("{}..{}", opt(l.first_index), opt(l.last_index)),
+                format!("{}..{}", opt(l.first_timestamp), opt(l.last_timestamp)),
+            ]
+        })
+        .collect();
+    println!("ledgers");
+    print!(
+        "{}",
+        report::table(
+            &["id", "role", "entries", "bytes", "state", "index", "time"],
+            &rows
+        )
+    );
+    let rows: Vec<Vec<String>> = view
+        .cursors
+        .iter()
+        .map(|c| {
+            vec![
+                format!("{:?}", c.name),
+                opt(c.mark_delete),
+                c.acked_ranges.to_string(),
+                c.acked_entries.to_string(),
+                opt(c.cursor_ledger),
+                c.state_source.clone(),
+                report::bytes(c.persisted_bytes),
+                c.epoch.to_string(),
+            ]
+        })
+        .collect();
+    println!("\ncursors");
+    print!(
+        "{}",
+        report::table(
+            &[
+                "name",
+                "mark-delete",
+                "ranges",
+                "acked",
+                "cursor ledger",
+                "state from",
+                "persisted",
+                "epoch"
+            ],
+            &rows
+        )
+    );
+    for f in findings {
+        println!("problem: {}: {}: {}", f.file, f.place, f.what);
+    }
 }

@@ -4,6 +4,8 @@
 //! Errors are printed as sentences on stderr; the exit code is 0 on success, 1 when `perf`
 //! verification or `verify` finds a problem, and 2 when the command could not run at all.
 
+#![warn(clippy::pedantic)]
+
 mod dir;
 mod inspect;
 mod perf;

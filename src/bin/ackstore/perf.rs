@@ -128,7 +128,10 @@ impl SplitMix {
         z ^ (z >> 31)
     }
 
-    #[expect(clippy::cast_precision_loss, reason = "a uniform fraction needs only 53 bits")]
+    #[expect(
+        clippy::cast_precision_loss,
+        reason = "a uniform fraction needs only 53 bits"
+    )]
     fn unit(&mut self) -> f64 {
         (self.next() >> 11) as f64 / (1u64 << 53) as f64
     }
@@ -140,9 +143,15 @@ pub fn ack_order(pattern: Pattern, entries: u64, seed: u64) -> Vec<u64> {
         Pattern::Sequential => (0..entries).collect(),
         Pattern::Alternating => (1..entries).step_by(2).collect(),
         Pattern::Sparse(f) => {
-            #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "f in (0,1]")]
+            #[expect(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                reason = "f in (0,1]"
+            )]
             let step = ((1.0 / f).round() as u64).max(1);
-            (step - 1..entries).step_by(usize::try_from(step).unwrap_or(usize::MAX)).collect()
+            (step - 1..entries)
+                .step_by(usize::try_from(step).unwrap_or(usize::MAX))
+                .collect()
         }
         Pattern::Random(f) => {
             let mut rng = SplitMix(seed);
@@ -183,7 +192,9 @@ fn per_sec(n: u64, d: Duration) -> f64 {
 #[expect(clippy::too_many_lines, reason = "one linear workload, phase by phase")]
 pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
     if args.entries == 0 {
-        return Err(ackstore::Error::InvalidArgument("--entries must be at least 1".into()));
+        return Err(ackstore::Error::InvalidArgument(
+            "--entries must be at least 1".into(),
+        ));
     }
     let quiet = std::env::var_os("ACKSTORE_NO_PROGRESS").is_some();
     let temp;
@@ -194,7 +205,11 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
             .prefix("ackstore-perf-")
             .tempdir()
             .map_err(|e| ackstore::Error::io("create temporary directory", "$TMPDIR", e))?;
-        if args.keep { temp.keep() } else { temp.path().to_path_buf() }
+        if args.keep {
+            temp.keep()
+        } else {
+            temp.path().to_path_buf()
+        }
     };
     let config = LedgerConfig {
         max_entries_per_ledger: args.entries_per_ledger,
@@ -211,13 +226,26 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
 
     // Phase 1: append.
     let payload = vec![0xA5_u8; args.payload_bytes];
-    let mut positions: Vec<Position> = Vec::with_capacity(usize::try_from(args.entries).unwrap_or(0));
+    let mut positions: Vec<Position> =
+        Vec::with_capacity(usize::try_from(args.entries).unwrap_or(0));
     let ml = ManagedLedger::open(&dir, config.clone())?;
-    let cursor = ml.open_cursor(CURSOR, CursorOptions { initial_position: InitialPosition::Earliest, inclusive: false })?;
+    let cursor = ml.open_cursor(
+        CURSOR,
+        CursorOptions {
+            initial_position: InitialPosition::Earliest,
+            inclusive: false,
+        },
+    )?;
     let progress = bar(args.entries, "append", quiet);
     let started = Instant::now();
     for i in 0..args.entries {
-        positions.push(ml.append_with(&payload, AppendMeta { num_messages: 1, timestamp: i })?);
+        positions.push(ml.append_with(
+            &payload,
+            AppendMeta {
+                num_messages: 1,
+                timestamp: i,
+            },
+        )?);
         if i % 4096 == 0 {
             progress.set_position(i);
         }
@@ -255,7 +283,13 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
 
     let started = Instant::now();
     let ml = ManagedLedger::open(&dir, config)?;
-    let cursor = ml.open_cursor(CURSOR, CursorOptions { initial_position: InitialPosition::Earliest, inclusive: false })?;
+    let cursor = ml.open_cursor(
+        CURSOR,
+        CursorOptions {
+            initial_position: InitialPosition::Earliest,
+            inclusive: false,
+        },
+    )?;
     let first = cursor.read_entries(1)?;
     let first_read = started.elapsed();
     let recovered_ranges = cursor.acked_ranges()?;
@@ -283,7 +317,11 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
 
     // Phase 5: a few more acks, flushed on their own.
     let mid = truth.len() / 2;
-    let extra: Vec<usize> = (mid..truth.len()).chain(0..mid).filter(|&i| !truth[i]).take(usize::try_from(args.extra_acks).unwrap_or(usize::MAX)).collect();
+    let extra: Vec<usize> = (mid..truth.len())
+        .chain(0..mid)
+        .filter(|&i| !truth[i])
+        .take(usize::try_from(args.extra_acks).unwrap_or(usize::MAX))
+        .collect();
     for &i in &extra {
         cursor.ack(positions[i])?;
     }
@@ -342,20 +380,64 @@ fn print_summary(r: &serde_json::Value) {
     let num = |k: &str| r[k].as_f64().unwrap_or(0.0);
     let int = |k: &str| r[k].as_u64().unwrap_or(0);
     let rows = vec![
-        vec!["entries".into(), format!("{} x {} B ({})", int("entries"), int("payload_bytes"), r["pattern"].as_str().unwrap_or(""))],
+        vec![
+            "entries".into(),
+            format!(
+                "{} x {} B ({})",
+                int("entries"),
+                int("payload_bytes"),
+                r["pattern"].as_str().unwrap_or("")
+            ),
+        ],
         vec!["acked entries".into(), int("acked").to_string()],
         vec!["acked ranges".into(), int("ranges").to_string()],
-        vec!["append".into(), format!("{:.1} MB/s", num("append_mb_per_s"))],
+        vec![
+            "append".into(),
+            format!("{:.1} MB/s", num("append_mb_per_s")),
+        ],
         vec!["acks".into(), format!("{:.0} acks/s", num("acks_per_s"))],
         vec!["flush".into(), format!("{:.1} ms", num("flush_ms"))],
-        vec!["persisted".into(), format!("{} ({:.3} B/range)", report::bytes(int("persisted_bytes")), num("bytes_per_range"))],
-        vec!["Pulsar MessageRange size".into(), report::bytes(int("pulsar_range_bytes"))],
-        vec!["incremental flush".into(), report::bytes(int("incremental_flush_bytes"))],
-        vec!["recover: first read".into(), format!("{:.1} ms", num("recover_first_read_ms"))],
-        vec!["recover: full load".into(), format!("{:.1} ms", num("recover_full_ms"))],
-        vec!["resident ack state".into(), format!("{} (budget {})", report::bytes(int("resident_ack_bytes")), report::bytes(int("lru_budget_bytes")))],
+        vec![
+            "persisted".into(),
+            format!(
+                "{} ({:.3} B/range)",
+                report::bytes(int("persisted_bytes")),
+                num("bytes_per_range")
+            ),
+        ],
+        vec![
+            "Pulsar MessageRange size".into(),
+            report::bytes(int("pulsar_range_bytes")),
+        ],
+        vec![
+            "incremental flush".into(),
+            report::bytes(int("incremental_flush_bytes")),
+        ],
+        vec![
+            "recover: first read".into(),
+            format!("{:.1} ms", num("recover_first_read_ms")),
+        ],
+        vec![
+            "recover: full load".into(),
+            format!("{:.1} ms", num("recover_full_ms")),
+        ],
+        vec![
+            "resident ack state".into(),
+            format!(
+                "{} (budget {})",
+                report::bytes(int("resident_ack_bytes")),
+                report::bytes(int("lru_budget_bytes"))
+            ),
+        ],
         vec!["peak RSS".into(), report::bytes(int("peak_rss_bytes"))],
-        vec!["verified after restart".into(), if r["verified"].as_bool() == Some(true) { "yes".into() } else { "NO".into() }],
+        vec![
+            "verified after restart".into(),
+            if r["verified"].as_bool() == Some(true) {
+                "yes".into()
+            } else {
+                "NO".into()
+            },
+        ],
     ];
     print!("{}", report::table(&["figure", "value"], &rows));
 }

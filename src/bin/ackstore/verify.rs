@@ -7,8 +7,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use ackstore::log::{ledger_file_name, verify_log};
 use ackstore::Result;
+use ackstore::log::{ledger_file_name, verify_log};
 use clap::Args;
 
 use crate::dir;
@@ -39,7 +39,7 @@ pub fn run(args: &VerifyArgs) -> Result<ExitCode> {
             torn_tail: p.torn_tail,
         })
         .collect();
-    let topic = inspect::collect(&storage, true, &mut findings)?;
+    let topic = inspect::collect(&storage, true, &mut findings);
     let damaged = findings.iter().filter(|f| !f.torn_tail).count();
     let torn = findings.len() - damaged;
     if args.json {
@@ -63,7 +63,11 @@ pub fn run(args: &VerifyArgs) -> Result<ExitCode> {
         println!("{report}");
     } else {
         for f in &findings {
-            let label = if f.torn_tail { "torn tail (the next open cuts it back)" } else { "DAMAGED" };
+            let label = if f.torn_tail {
+                "torn tail (the next open cuts it back)"
+            } else {
+                "DAMAGED"
+            };
             println!("{}: {}: {}: {}", f.file, f.place, f.what, label);
         }
         println!(
@@ -75,5 +79,9 @@ pub fn run(args: &VerifyArgs) -> Result<ExitCode> {
             torn
         );
     }
-    Ok(if damaged == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if damaged == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
