@@ -109,6 +109,10 @@ pub(crate) trait TopicAccess: Send + Sync + fmt::Debug {
     /// The retained data ledgers. A cursor holds it while it computes a move and publishes
     /// the resulting mark-delete, so a trim never deletes what a cursor is about to read.
     fn layout(&self) -> RwLockReadGuard<'_, Layout>;
+    /// [`Error::Fenced`] once a newer owner has opened the topic's directory (one metadata
+    /// read). Checked before every write of cursor state, so a handle that lost ownership
+    /// writes nothing more, even to a cursor the new owner has not opened yet.
+    fn check_owner(&self) -> Result<()>;
     /// Called once a cursor is closed, so the topic forgets it.
     fn release(&self, cursor: &CursorShared);
 }
@@ -175,10 +179,11 @@ impl Core {
 
     /// Writes the whole state (mark-delete, epoch, properties, every ack) through the
     /// persister if it changed since the last write; returns after the fsync.
-    fn flush(&mut self) -> Result<()> {
+    fn flush(&mut self, topic: &dyn TopicAccess) -> Result<()> {
         if !self.dirty {
             return Ok(());
         }
+        topic.check_owner()?;
         let state = self.state.persisted();
         let persister = self.persister.as_mut().ok_or(Error::Closed)?;
         persister.flush(&state, &mut self.state.acks)?;
@@ -302,7 +307,7 @@ impl CursorShared {
         }
         lock(&self.stop_flusher).take();
         let pending = core.background_error.take();
-        let flushed = core.flush().and_then(|()| {
+        let flushed = core.flush(self.topic.as_ref()).and_then(|()| {
             let state = core.state.persisted();
             let persister = core.persister()?;
             // The record's copy serves when the cursor ledger is lost, and trimming reads the
@@ -330,7 +335,7 @@ impl CursorShared {
         if self.is_closed() || core.background_error.is_some() {
             return;
         }
-        if let Err(e) = core.flush() {
+        if let Err(e) = core.flush(self.topic.as_ref()) {
             core.background_error = Some(e);
         }
     }
@@ -386,6 +391,7 @@ impl Cursor {
     fn reset(&self, plan: impl FnOnce(&Layout) -> Result<Move>) -> Result<()> {
         let shared = &self.shared;
         let mut core = shared.core()?;
+        shared.topic.check_owner()?;
         let (planned, target_state) = {
             let layout = shared.topic.layout();
             let planned = plan(&layout)?;
@@ -613,7 +619,7 @@ impl Cursor {
         if let Some(e) = core.background_error.take() {
             return Err(e);
         }
-        core.flush()
+        core.flush(self.shared.topic.as_ref())
     }
 
     /// Flushes, then closes every handle to this cursor; later calls fail with

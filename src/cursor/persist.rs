@@ -339,6 +339,10 @@ impl CursorPersister {
     /// it is full. After an error the cursor ledger keeps its last committed state; after an
     /// error whose outcome on the record is unknown, every later flush fails with
     /// [`Error::PreviousIo`] until the cursor is reopened.
+    ///
+    /// # Errors
+    /// [`Error::Fenced`], with nothing written, once another owner has written the cursor
+    /// record (see [`CursorPersister::check_owner`]); every later flush fails the same way.
     pub fn flush(
         &mut self,
         state: &PersistedState,
@@ -348,6 +352,7 @@ impl CursorPersister {
             return Err(Error::PreviousIo);
         }
         state.validate()?;
+        self.check_owner()?;
         let before = self.stats();
         let rollover = self.rollover_due()?;
         let mut flush = match self.config.persist_mode {
@@ -382,6 +387,22 @@ impl CursorPersister {
         }
         let ledger = self.record.as_ref().and_then(|(_, r)| r.cursor_ledger);
         self.put_record(ledger, state)
+    }
+
+    /// Fails with [`Error::Fenced`] when the cursor record is no longer at the version this
+    /// persister last wrote or read: a newer owner of the topic has claimed the cursor (it
+    /// writes the record when it opens the cursor), so this handle must not write any more.
+    /// Costs one metadata read. A newer owner never reads this handle's cursor ledger (it
+    /// switched the record to a ledger of its own), so even a write racing with the check
+    /// stays invisible to it.
+    pub fn check_owner(&self) -> Result<()> {
+        let Some((version, _)) = &self.record else {
+            return Ok(());
+        };
+        match self.meta.get(&self.record_name)? {
+            Some((current, _)) if current == *version => Ok(()),
+            _ => Err(Error::Fenced(self.record_name.clone())),
+        }
     }
 
     fn rollover_due(&self) -> Result<bool> {

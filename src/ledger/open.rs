@@ -114,7 +114,9 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
             None => dropped.push(rec.id),
         }
     }
-    if ledgers != record.ledgers {
+    // Always written, changed or not: the new version is this owner's claim, and fences any
+    // earlier handle (its next compare-and-set on the record fails).
+    {
         let mut next = record.clone();
         next.ledgers.clone_from(&ledgers);
         version = meta.put(TOPIC_RECORD, Some(version), &next.encode())?;

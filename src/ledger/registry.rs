@@ -34,6 +34,7 @@ impl TopicCore {
             return Ok(Cursor::from_shared(open.clone()));
         }
         let log = self.log()?;
+        self.check_owner(&w)?;
         let listed = w
             .record
             .cursors
@@ -46,12 +47,20 @@ impl TopicCore {
         let persist_config = self.config.cursor.persist_config();
         let (state, persistence) = if let (Some(_), Some(_)) = (listed, &found) {
             let recovered = recover::recover(log, self.meta.clone(), &record_name, persist_config)?;
-            let (state, dirty) =
+            let (mut state, _) =
                 CursorState::recovered(&recovered.state, &self.layout(), recovered.acks)?;
+            // The claim: the recovered state goes to a fresh cursor ledger, and the record is
+            // switched to it by compare-and-set. A previous owner that lost the directory
+            // without knowing it is fenced from here on: its next record write fails, its
+            // flushes check the record's version first, and whatever it still appends goes
+            // to a ledger this owner never reads.
+            let mut persister = recovered.persister;
+            persister.request_rollover();
+            persister.flush(&state.persisted(), &mut state.acks)?;
             let persistence = Persistence {
-                persister: recovered.persister,
+                persister,
                 recovery_source: Some(recovered.report.source),
-                dirty,
+                dirty: false,
                 flush_interval: self.config.cursor.flush_interval,
             };
             (state, persistence)

@@ -10,6 +10,7 @@
 //! takes `writer` or `cursors` while holding its state.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::config::LedgerConfig;
@@ -45,6 +46,9 @@ pub(crate) struct TopicCore {
     pub(crate) config: LedgerConfig,
     layout: RwLock<Layout>,
     writer: Mutex<Writer>,
+    /// The topic record's version as this handle last wrote it (a copy of `Writer::version`
+    /// that cursors read without taking `writer`).
+    owned_version: AtomicU64,
     /// Open cursors by name.
     cursors: Mutex<BTreeMap<String, Arc<CursorShared>>>,
 }
@@ -71,6 +75,7 @@ impl TopicCore {
             meta,
             config,
             layout: RwLock::new(layout),
+            owned_version: AtomicU64::new(writer.version),
             writer: Mutex::new(writer),
             cursors: Mutex::new(BTreeMap::new()),
         }
@@ -93,8 +98,25 @@ impl TopicCore {
         writer.version = self
             .meta
             .put(TOPIC_RECORD, Some(writer.version), &record.encode())?;
+        self.owned_version.store(writer.version, Ordering::SeqCst);
         writer.record = record;
         Ok(())
+    }
+
+    /// Fails with [`Error::Fenced`] when the topic record is no longer at the version this
+    /// handle wrote last: a newer owner opened the directory (every open writes the record),
+    /// so this handle must not change the topic's files or records any more. One metadata
+    /// read; taken before steps that touch ledger files (creating, sealing), because the
+    /// record write that follows them would only be refused after the file changed.
+    pub(crate) fn check_owner(&self, writer: &Writer) -> Result<()> {
+        self.check_version(writer.version)
+    }
+
+    fn check_version(&self, owned: u64) -> Result<()> {
+        match self.meta.get(TOPIC_RECORD)? {
+            Some((version, _)) if version == owned => Ok(()),
+            _ => Err(Error::Fenced(format!("{} (topic record)", self.location))),
+        }
     }
 
     /// Appends one entry of `num_messages` messages; see `ManagedLedger::append_with`.
@@ -156,6 +178,7 @@ impl TopicCore {
     /// Creates the next data ledger and records it (with no entries yet) before anything is
     /// appended to it, so an unrecorded ledger never holds a data entry.
     fn start_ledger(&self, log: &EntryLog, w: &mut Writer) -> Result<u64> {
+        self.check_owner(w)?;
         let id = log.create_ledger()?;
         let first_index = self.layout().next_index();
         let mut record = w.record.clone();
@@ -183,6 +206,7 @@ impl TopicCore {
     /// Seals the current ledger and records its final summary.
     pub(crate) fn seal_current(&self, log: &EntryLog, w: &mut Writer) -> Result<()> {
         let Some(id) = w.current else { return Ok(()) };
+        self.check_owner(w)?;
         log.seal(id)?;
         let span = self.layout().span(id).copied();
         let mut record = w.record.clone();
@@ -340,6 +364,10 @@ impl TopicAccess for TopicCore {
 
     fn layout(&self) -> RwLockReadGuard<'_, Layout> {
         self.layout.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn check_owner(&self) -> Result<()> {
+        self.check_version(self.owned_version.load(Ordering::SeqCst))
     }
 
     fn release(&self, cursor: &CursorShared) {

@@ -91,6 +91,16 @@ impl MemStorage {
         s.fail_after = n.map(|n| s.mutations + n);
     }
 
+    /// Releases the directory's ownership lock while its holder still runs, as an operator who
+    /// breaks a stale lock, or shared storage on which the lock did not hold, would: the next
+    /// [`Storage::lock`] succeeds although the previous owner's guard lives. Tests use it to
+    /// open a second owner next to a first one that does not know it lost the directory. On
+    /// real files this cannot happen within one host: the `flock` is held until the holder
+    /// closes it.
+    pub fn break_lock(&self) {
+        self.state().locked = false;
+    }
+
     /// What a disk holds after a power cut now: the durable directory, each file's durable
     /// bytes.
     #[must_use]
@@ -407,5 +417,14 @@ mod tests {
         assert!(matches!(disk.clone().lock(), Err(Error::Locked(_))));
         drop(g);
         disk.lock().unwrap();
+    }
+
+    #[test]
+    fn a_broken_lock_lets_a_second_holder_in() {
+        let disk = MemStorage::new();
+        let first = disk.lock().unwrap();
+        disk.break_lock();
+        let _second = disk.lock().unwrap();
+        drop(first);
     }
 }
