@@ -285,7 +285,7 @@ fn a_fenced_handle_writes_nothing_the_new_owner_sees() {
 }
 
 #[test]
-fn a_fenced_owner_appends_go_to_a_ledger_the_new_owner_no_longer_reads() {
+fn a_fenced_owners_appends_are_never_read_by_the_new_owner_nor_after_a_reopen() {
     let (disk, a) = mem_topic(100);
     let p = append_n(&a, 5);
     a.sync().unwrap();
@@ -293,7 +293,8 @@ fn a_fenced_owner_appends_go_to_a_ledger_the_new_owner_no_longer_reads() {
     let b = reopen(&disk, 100);
     // A's data ledger was sealed by B's open; A's append is not checked per entry, but B
     // never reads past the count it sealed, and appends to a ledger of its own.
-    let stale = a.append(b"stale");
+    let stale = a.append(b"stale").unwrap();
+    assert_eq!(stale, Position::new(p[4].ledger_id, 5));
     let mine = b.append(b"m5").unwrap();
     assert!(mine.ledger_id > p[4].ledger_id, "{mine} after {}", p[4]);
     let cb = open_sub(&b);
@@ -309,7 +310,23 @@ fn a_fenced_owner_appends_go_to_a_ledger_the_new_owner_no_longer_reads() {
         Err(Error::NoSuchEntry(_))
     ));
     // Its next topic-record write (the seal on close) is refused.
-    assert!(is_fenced(a.close()), "stale append: {stale:?}");
+    assert!(is_fenced(a.close()));
+    b.close().unwrap();
+
+    // The stale entry is still in the file, past the count the record holds: never read.
+    let c = reopen(&disk, 100);
+    let cc = open_sub(&c);
+    assert_eq!(cc.mark_delete_position().unwrap(), None);
+    let read: Vec<u64> = cc
+        .read_entries(10)
+        .unwrap()
+        .iter()
+        .map(|e| message_number(&e.payload))
+        .collect();
+    assert_eq!(read, [1, 2, 3, 4, 5, 6]);
+    assert_eq!(c.ledgers()[0].entries, 5);
+    let log = c.entry_log().unwrap();
+    assert_eq!(log.entry_count(p[4].ledger_id).unwrap(), 6);
 }
 
 /// One step of the property test.

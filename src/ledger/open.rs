@@ -17,8 +17,9 @@
 //! 4. A listed ledger that was not sealed (the topic was not closed) is sealed, or, if empty,
 //!    dropped from the record and deleted. A sealed ledger the record still lists with no
 //!    entries (a crash between the seal and the record update) gets its summary from its first
-//!    and last frame headers. A count in the record that disagrees with the file (sealed or not:
-//!    the count is recorded only after the seal was synced) is [`Error::LedgerMismatch`].
+//!    and last frame headers. A file holding fewer entries than the record counts (sealed or
+//!    not: the count is recorded only after the seal was synced) is [`Error::LedgerMismatch`];
+//!    entries beyond the count were appended by a fenced owner and are ignored.
 //! 5. The entry log's next ledger id is bumped above every id the record or the disk knows, so
 //!    no id (and no position) is ever reused; data ledger ids start at 1.
 //!
@@ -154,8 +155,10 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
 fn finish_ledger(log: &EntryLog, rec: &LedgerRecord) -> Result<Option<LedgerRecord>> {
     let info = log.ledger_info(rec.id)?;
     // A ledger is recorded with its count only after its seal was synced, so the file must
-    // still hold exactly that many entries.
-    if rec.entries != 0 && info.entries != rec.entries {
+    // still hold that many entries. More can only be entries a fenced owner appended after a
+    // newer owner sealed the ledger: they stay in the file and are never read (the layout
+    // stops at the recorded count).
+    if rec.entries != 0 && info.entries < rec.entries {
         return Err(Error::LedgerMismatch {
             ledger: rec.id,
             recorded: rec.entries,
@@ -169,7 +172,7 @@ fn finish_ledger(log: &EntryLog, rec: &LedgerRecord) -> Result<Option<LedgerReco
     if !info.sealed {
         log.seal(rec.id)?;
     }
-    if rec.entries == info.entries {
+    if rec.entries != 0 {
         return Ok(Some(*rec));
     }
     let first = log.read_meta(rec.id, 0)?;
