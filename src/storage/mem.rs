@@ -33,7 +33,10 @@ struct State {
     next_inode: Inode,
     mutations: u64,
     fail_after: Option<u64>,
-    locked: bool,
+    /// The holder of the ownership lock, if any (a token, so that the guard of a holder whose
+    /// lock was broken does not release its successor's).
+    locked: Option<u64>,
+    next_lock: u64,
 }
 
 impl State {
@@ -98,7 +101,7 @@ impl MemStorage {
     /// real files this cannot happen within one host: the `flock` is held until the holder
     /// closes it.
     pub fn break_lock(&self) {
-        self.state().locked = false;
+        self.state().locked = None;
     }
 
     /// What a disk holds after a power cut now: the durable directory, each file's durable
@@ -260,19 +263,24 @@ impl Storage for MemStorage {
 
     fn lock(&self) -> Result<LockGuard> {
         let mut s = self.state();
-        if s.locked {
+        if s.locked.is_some() {
             return Err(Error::Locked(self.location()));
         }
-        s.locked = true;
-        Ok(LockGuard::new(Box::new(MemLock(self.clone()))))
+        let token = s.next_lock;
+        s.next_lock += 1;
+        s.locked = Some(token);
+        Ok(LockGuard::new(Box::new(MemLock(self.clone(), token))))
     }
 }
 
-struct MemLock(MemStorage);
+struct MemLock(MemStorage, u64);
 
 impl Drop for MemLock {
     fn drop(&mut self) {
-        self.0.state().locked = false;
+        let mut s = self.0.state();
+        if s.locked == Some(self.1) {
+            s.locked = None;
+        }
     }
 }
 
@@ -424,7 +432,11 @@ mod tests {
         let disk = MemStorage::new();
         let first = disk.lock().unwrap();
         disk.break_lock();
-        let _second = disk.lock().unwrap();
+        let second = disk.lock().unwrap();
+        // The first holder's guard going away does not release the second's lock.
         drop(first);
+        assert!(matches!(disk.lock(), Err(Error::Locked(_))));
+        drop(second);
+        disk.lock().unwrap();
     }
 }
