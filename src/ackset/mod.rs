@@ -72,6 +72,8 @@ struct Charge {
     /// The most runs the partition's run container has held since it became one (0 when it is
     /// not one): the run vector's capacity is at most twice that, as it only grows by doubling.
     run_peak: usize,
+    /// The container is a bitmap (8 KiB whatever it holds).
+    bitmap_container: bool,
 }
 
 impl Charge {
@@ -101,6 +103,19 @@ impl Charge {
         Self {
             bytes: array + bitmaps + runs + PARTITION_OVERHEAD_BYTES,
             run_peak,
+            bitmap_container: stats.n_bitset_containers > 0,
+        }
+    }
+
+    /// The charge after a change of `bitmap` that left it with `len` values, `grew` if it gained
+    /// some. A bitmap container that gains values stays one (8 KiB) unless it becomes full (then
+    /// `settle` makes it one run), so that case needs no statistics (which scan a bitmap
+    /// container for its largest value).
+    fn after_change(self, bitmap: &RoaringBitmap, grew: bool) -> Self {
+        if self.bitmap_container && grew && bitmap.len() < PARTITION_SPAN {
+            self
+        } else {
+            Self::of(bitmap, self)
         }
     }
 }

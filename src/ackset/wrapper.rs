@@ -412,7 +412,9 @@ impl RangeSetWrapper {
                 resident.dirty = true;
                 self.dirty += 1;
             }
-            let charge = Charge::of(&resident.bitmap, resident.charge);
+            let charge = resident
+                .charge
+                .after_change(&resident.bitmap, after > before);
             self.resident_bytes = self.resident_bytes - resident.charge.bytes + charge.bytes;
             self.peak_resident_bytes = self.peak_resident_bytes.max(self.resident_bytes);
             resident.charge = charge;
