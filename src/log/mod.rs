@@ -3,8 +3,10 @@
 //! Owns: the files named `ledger-{id:020}.log` in a [`Storage`] directory, their creation,
 //! appends, group-commit syncs, sealing, reads, deletion, and their repair on open. Other files in
 //! the directory (metadata) are ignored. Must never write without holding the directory's lock,
-//! never write to a ledger after one of its writes or fsyncs failed, and never cut bytes that had
-//! been synced without reporting corruption.
+//! never write to a ledger after one of its writes or fsyncs failed or that opened damaged, and
+//! never cut bytes that had been synced without reporting it (damage before the tail is never
+//! cut; damage confined to the last frame is indistinguishable from a torn write and is cut and
+//! reported, see `docs/format.md`).
 //!
 //! Durability, per method: `append` puts the entry in the ledger's write buffer (64 KiB, handed
 //! to the operating system when full, on `sync`, on `seal` and when the log is dropped); it is
@@ -83,7 +85,8 @@ pub struct LedgerInfo {
     pub id: u64,
     /// Number of entries.
     pub entries: u64,
-    /// Length of the file in bytes (header, frames, and the footer once sealed).
+    /// Length of the file in bytes (header, frames, and the footer once sealed); for a damaged
+    /// ledger, the end of its last whole frame before the damage.
     pub bytes: u64,
     /// Whether the ledger is sealed.
     pub sealed: bool,
@@ -320,7 +323,8 @@ impl EntryLog {
     /// Readable at once; survives a process crash or a power cut only once a later
     /// [`EntryLog::sync`] of the ledger returns `Ok` (until then it may sit in the ledger's
     /// write buffer). A payload over the configured maximum is
-    /// [`Error::EntryTooLarge`] with nothing written; a sealed ledger is [`Error::Sealed`];
+    /// [`Error::EntryTooLarge`] with nothing written; a sealed ledger is [`Error::Sealed`]; a
+    /// ledger opened damaged is [`Error::Corrupted`];
     /// after a failed write or sync of this ledger, [`Error::PreviousIo`] until reopened.
     pub fn append(&self, ledger: u64, meta: EntryMeta, payload: &[u8]) -> Result<u64> {
         self.writable()?;
