@@ -46,3 +46,8 @@ pub use ledger::{
     AppendMeta, Cursor, CursorOptions, Entry, InitialPosition, LedgerConfig, ManagedLedger,
 };
 pub use position::Position;
+
+/// The README's examples, compiled and run as doctests so they cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -1,6 +1,7 @@
 //! The ack sets against a plain `BTreeSet<Position>` model: random operation sequences on an
 //! `AckSet` and on a `RangeSetWrapper` whose budget is so small that partitions are evicted and
-//! reloaded all the time, with flush-and-reopen through a lazy index.
+//! reloaded all the time, with flush-and-reopen through a lazy index; and the wrapper against
+//! `AckSet` itself with ranges that cross several chunks, the budget checked after every step.
 
 use std::cell::Cell;
 use std::collections::BTreeSet;
@@ -284,4 +285,70 @@ fn both_sets_match_the_model_while_partitions_are_evicted_and_reloaded() {
     assert!(loads.get() > 1_000, "loads {}", loads.get());
     assert!(evictions.get() > 1_000, "evictions {}", evictions.get());
     assert!(stores.get() > 1_000, "stores {}", stores.get());
+}
+
+/// One step of the wrapper-against-`AckSet` comparison: long ranges that cross several chunks and
+/// mark-delete moves, with the queries checked after each.
+#[derive(Clone, Debug)]
+enum PairOp {
+    Add(Position),
+    AddRange(u64, u64, u64),
+    RemoveAtMost(Position),
+    Query(Position, Position),
+}
+
+fn pair_op() -> impl Strategy<Value = PairOp> {
+    let entry = prop_oneof![
+        0u64..300,
+        65_400u64..65_700,
+        131_000u64..131_200,
+        (u64::MAX - 5)..=u64::MAX,
+    ];
+    let pos = (1u64..4, entry.clone()).prop_map(|(l, e)| Position::new(l, e));
+    prop_oneof![
+        6 => pos.clone().prop_map(PairOp::Add),
+        2 => (1u64..4, entry, 0u64..70_000)
+            .prop_map(|(l, first, n)| PairOp::AddRange(l, first, first.saturating_add(n))),
+        1 => pos.clone().prop_map(PairOp::RemoveAtMost),
+        2 => (pos.clone(), pos).prop_map(|(a, b)| PairOp::Query(a, b)),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: if cfg!(debug_assertions) { 64 } else { 300 },
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn wrapper_answers_like_the_unbounded_set_and_stays_within_its_budget(
+        ops in prop::collection::vec(pair_op(), 0..60),
+        budget in 0usize..3_000,
+    ) {
+        let mut w = RangeSetWrapper::new(Box::new(MemPartitionStore::new()), budget);
+        let mut s = AckSet::new();
+        for op in ops {
+            match op {
+                PairOp::Add(p) => prop_assert_eq!(w.add(p).expect("add"), s.add(p)),
+                PairOp::AddRange(l, a, b) => {
+                    prop_assert_eq!(w.add_range(l, a, b).expect("add_range"), s.add_range(l, a, b));
+                }
+                PairOp::RemoveAtMost(p) => {
+                    w.remove_at_most(p).expect("remove_at_most");
+                    s.remove_at_most(p);
+                }
+                PairOp::Query(a, b) => {
+                    prop_assert_eq!(w.cardinality_between(a, b).expect("count"), s.cardinality_between(a, b));
+                    prop_assert_eq!(w.contains(a).expect("contains"), s.contains(a));
+                }
+            }
+            prop_assert_eq!(w.len(), s.len());
+            prop_assert_eq!(w.first_range().expect("first"), s.first_range());
+            prop_assert_eq!(w.last_range().expect("last"), s.last_range());
+            let stats = w.stats();
+            prop_assert!(stats.resident_bytes <= budget + MAX_PARTITION_BYTES, "{:?}", stats);
+        }
+        prop_assert_eq!(w.ranges().expect("ranges"), s.ranges().collect::<Vec<_>>());
+    }
 }

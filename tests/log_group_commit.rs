@@ -1,13 +1,16 @@
 //! Group commit: threads appending and syncing one ledger. Every entry whose sync returned is
-//! durable at that moment, and the ledger never issues more fsyncs than sync calls.
+//! durable at that moment, the ledger never issues more fsyncs than sync calls, and syncs that
+//! wait behind a running fsync share the next one.
 
 mod common;
 
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Barrier};
 use std::thread;
 
 use ackstore::log::{EntryLog, EntryMeta, LogConfig};
 use ackstore::storage::{FileStorage, MemStorage, Storage};
+use common::Hooked;
 
 const THREADS: u64 = 4;
 const PER_THREAD: u64 = 40;
@@ -77,4 +80,50 @@ fn concurrent_syncs_on_real_files_keep_every_entry() {
         assert_eq!(entry(t, i), (e.meta, e.payload));
         assert!(seen.insert((t, i)));
     }
+}
+
+#[test]
+fn syncs_waiting_behind_a_running_fsync_share_the_next_one() {
+    const WAITERS: u64 = 3;
+    let hooked = Hooked::new(MemStorage::new());
+    let log = EntryLog::open(Arc::new(hooked.clone()), LogConfig::default()).unwrap();
+    let ledger = log.create_ledger().unwrap();
+    let base = log.stats();
+    let base_syncs = hooked.hooks.syncs.load(Ordering::SeqCst);
+    let hold = Arc::new((Barrier::new(2), Barrier::new(2)));
+    *hooked.hooks.hold_next_sync.lock().unwrap() = Some(Arc::clone(&hold));
+    let writes = || hooked.hooks.writes.load(Ordering::SeqCst);
+    thread::scope(|s| {
+        let log = &log;
+        s.spawn(move || {
+            let (meta, payload) = entry(WAITERS, 0);
+            log.append(ledger, meta, &payload).unwrap();
+            log.sync(ledger).unwrap();
+        });
+        // The first sync's fsync has started and is held.
+        hold.0.wait();
+        let before = writes();
+        for t in 0..WAITERS {
+            s.spawn(move || {
+                let (meta, payload) = entry(t, 0);
+                log.append(ledger, meta, &payload).unwrap();
+                log.sync(ledger).unwrap();
+            });
+        }
+        // Each waiter's sync hands its entry to the file before it waits for the fsync flag,
+        // so once every one has written, all of them are behind the held fsync.
+        while writes() < before + WAITERS {
+            thread::yield_now();
+        }
+        hold.1.wait();
+    });
+    let stats = log.stats();
+    assert_eq!(stats.sync_calls - base.sync_calls, WAITERS + 1);
+    // The held fsync, then one fsync for all the waiters.
+    assert_eq!(stats.fsyncs - base.fsyncs, 2);
+    assert_eq!(hooked.hooks.syncs.load(Ordering::SeqCst) - base_syncs, 2);
+    let after =
+        EntryLog::open_read_only(Arc::new(hooked.disk.durable_image()), LogConfig::default())
+            .unwrap();
+    assert_eq!(after.entry_count(ledger).unwrap(), WAITERS + 1);
 }

@@ -1,15 +1,21 @@
-//! Sample ledger files of format version 1 under `tests/data/`, committed as bytes: today's code
-//! must still read them, and still write the very same bytes, so a format change fails loudly.
+//! Sample ledger files under `tests/data/`, committed as bytes, so a format change fails loudly.
 //!
-//! - `ledger-v1/`: ledger 1, sealed, entries "sealed entry 0..2"; ledger 2, unsealed, entries
+//! Version 2 (the nonce-seeded format written today):
+//! - `ledger-v2/`: ledger 1, sealed, entries "sealed entry 0..2"; ledger 2, unsealed, entries
 //!   "open entry 0..1", each synced before the next was appended.
-//! - `ledger-v1-torn/`: ledger 2 followed by 30 bytes of a torn frame.
-//! - `ledger-v1-corrupt/`: ledger 2 with one payload byte of entry 0 flipped.
+//! - `ledger-v2-torn/`: ledger 2 followed by 30 bytes of a torn frame.
+//! - `ledger-v2-corrupt/`: ledger 2 with one payload byte of entry 0 flipped.
+//!
+//! Version 1 (no nonce, unseeded checksums), still read and written on:
+//! - `ledger-v1/`, `ledger-v1-torn/`, `ledger-v1-corrupt/`: the same contents in version 1.
 
 use std::path::Path;
 use std::sync::Arc;
 
-use ackstore::log::{EntryLog, EntryMeta, LogConfig, ledger_file_name};
+use ackstore::format::ledger::{
+    LedgerHeader, VERSION, VERSION_1, decode_header, encode_footer, encode_frame,
+};
+use ackstore::log::{EntryLog, EntryMeta, LogConfig, RecoveryMode, ledger_file_name};
 use ackstore::storage::{MemStorage, Storage};
 use ackstore::{CorruptionKind, Error};
 
@@ -38,6 +44,13 @@ fn sample(name: &str) -> MemStorage {
     disk
 }
 
+fn strict() -> LogConfig {
+    LogConfig {
+        recovery: RecoveryMode::Strict,
+        ..LogConfig::default()
+    }
+}
+
 fn open(disk: &MemStorage) -> ackstore::Result<EntryLog> {
     EntryLog::open(Arc::new(disk.clone()), LogConfig::default())
 }
@@ -51,19 +64,66 @@ fn assert_entries(log: &EntryLog, ledger: u64, prefix: &str, count: u64) {
     }
 }
 
-#[test]
-fn version_1_samples_open_and_read() {
-    let log = open(&sample("ledger-v1")).unwrap();
-    assert!(log.recovery_report().is_empty());
-    assert_eq!(log.ledger_ids(), vec![1, 2]);
-    assert!(log.ledger_info(1).unwrap().sealed);
-    assert!(!log.ledger_info(2).unwrap().sealed);
-    assert_entries(&log, 1, "sealed", 3);
-    assert_entries(&log, 2, "open", 2);
+/// The bytes of the sample ledgers, built from the format's encoders for header `h`: the
+/// sealed one (`prefix` "sealed", 3 entries) or the unsealed one ("open", 2 entries, each
+/// synced before the next: its durable mark is the end of the previous frame).
+fn expected_bytes(h: &LedgerHeader, sealed: bool) -> Vec<u8> {
+    let mut file = h.encode();
+    let (prefix, count) = if sealed { ("sealed", 3) } else { ("open", 2) };
+    let mut offsets = Vec::new();
+    for i in 0..count {
+        let mark = if sealed || i == 0 {
+            h.data_start()
+        } else {
+            file.len() as u64
+        };
+        offsets.push(file.len() as u64);
+        let payload = format!("{prefix} entry {i}");
+        file.extend(encode_frame(h, i, mark, meta(i), payload.as_bytes()).unwrap());
+    }
+    if sealed {
+        let data_end = file.len() as u64;
+        file.extend(encode_footer(h, data_end, &offsets));
+    }
+    file
+}
+
+fn header_of(disk: &MemStorage, ledger: u64) -> LedgerHeader {
+    decode_header(&disk.live_bytes(&ledger_file_name(ledger)).unwrap()).unwrap()
 }
 
 #[test]
-fn todays_writer_produces_the_version_1_sample_bytes() {
+fn samples_of_both_versions_open_and_read() {
+    for (name, version) in [("ledger-v2", VERSION), ("ledger-v1", VERSION_1)] {
+        let disk = sample(name);
+        let log = open(&disk).unwrap();
+        assert!(log.recovery_report().is_empty());
+        assert_eq!(log.ledger_ids(), vec![1, 2]);
+        assert!(log.ledger_info(1).unwrap().sealed);
+        assert!(!log.ledger_info(2).unwrap().sealed);
+        assert_entries(&log, 1, "sealed", 3);
+        assert_entries(&log, 2, "open", 2);
+        assert_eq!(header_of(&disk, 1).version, version);
+    }
+}
+
+#[test]
+fn sample_bytes_are_what_the_encoders_produce_for_their_nonce() {
+    for name in ["ledger-v2", "ledger-v1"] {
+        let disk = sample(name);
+        for (id, sealed) in [(1, true), (2, false)] {
+            let h = header_of(&disk, id);
+            assert_eq!(
+                disk.live_bytes(&ledger_file_name(id)).unwrap(),
+                expected_bytes(&h, sealed),
+                "{name} ledger {id}"
+            );
+        }
+    }
+}
+
+#[test]
+fn todays_writer_produces_version_2_bytes_with_a_fresh_nonce_per_ledger() {
     let disk = MemStorage::new();
     let log = open(&disk).unwrap();
     let sealed = log.create_ledger().unwrap();
@@ -78,33 +138,87 @@ fn todays_writer_produces_the_version_1_sample_bytes() {
         log.append(unsealed, meta(i), payload.as_bytes()).unwrap();
         log.sync(unsealed).unwrap();
     }
-    let samples = sample("ledger-v1");
-    for id in [sealed, unsealed] {
-        let name = ledger_file_name(id);
-        assert_eq!(disk.live_bytes(&name), samples.live_bytes(&name), "{name}");
+    let (h1, h2) = (header_of(&disk, sealed), header_of(&disk, unsealed));
+    assert_eq!((h1.version, h2.version), (VERSION, VERSION));
+    assert_ne!(h1.nonce, h2.nonce);
+    for (id, h, is_sealed) in [(sealed, h1, true), (unsealed, h2, false)] {
+        assert_eq!(
+            disk.live_bytes(&ledger_file_name(id)).unwrap(),
+            expected_bytes(&h, is_sealed)
+        );
     }
 }
 
 #[test]
-fn version_1_sample_with_a_torn_tail_is_cut_back() {
-    let disk = sample("ledger-v1-torn");
+fn a_version_1_ledger_is_appended_to_and_sealed_in_version_1_form() {
+    let disk = sample("ledger-v1");
     let log = open(&disk).unwrap();
-    let report = log.recovery_report();
-    assert_eq!(report.len(), 1);
-    assert_eq!((report[0].ledger, report[0].dropped_bytes), (2, 30));
-    assert_entries(&log, 2, "open", 2);
+    log.append(2, meta(2), b"open entry 2").unwrap();
+    log.sync(2).unwrap();
+    log.seal(2).unwrap();
+    drop(log);
+    assert_eq!(header_of(&disk, 2).version, VERSION_1);
+    let log = open(&disk).unwrap();
+    assert!(log.ledger_info(2).unwrap().sealed);
+    assert_entries(&log, 2, "open", 3);
+    // New ledgers in the same directory are version 2.
+    let id = log.create_ledger().unwrap();
+    assert_eq!(header_of(&disk, id).version, VERSION);
 }
 
 #[test]
-fn version_1_sample_with_a_damaged_synced_entry_is_corruption() {
-    let err = open(&sample("ledger-v1-corrupt")).unwrap_err();
+fn samples_with_a_torn_tail_are_cut_back() {
+    for name in ["ledger-v2-torn", "ledger-v1-torn"] {
+        let disk = sample(name);
+        let log = open(&disk).unwrap();
+        let report = log.recovery_report();
+        assert_eq!(report.len(), 1);
+        assert_eq!((report[0].ledger, report[0].dropped_bytes), (2, 30));
+        assert_entries(&log, 2, "open", 2);
+    }
+}
+
+#[test]
+fn samples_with_a_damaged_synced_entry_open_damaged_or_refuse_in_strict_mode() {
+    for (name, first_frame) in [("ledger-v2-corrupt", 44), ("ledger-v1-corrupt", 36)] {
+        let disk = sample(name);
+        let err = EntryLog::open(Arc::new(disk.clone()), strict()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Corrupted {
+                    ledger: 2,
+                    offset,
+                    kind: CorruptionKind::ChecksumMismatch
+                } if offset == first_frame
+            ),
+            "{name}: {err}"
+        );
+        let log = open(&disk).unwrap();
+        let info = log.ledger_info(2).unwrap();
+        assert_eq!(
+            (info.entries, info.damaged),
+            (0, Some((first_frame, CorruptionKind::ChecksumMismatch)))
+        );
+        assert!(matches!(log.read(2, 1), Err(Error::Corrupted { .. })));
+    }
+}
+
+#[test]
+fn a_version_3_file_is_refused_as_an_unsupported_version() {
+    let disk = sample("ledger-v2");
+    let name = ledger_file_name(2);
+    let mut bytes = disk.live_bytes(&name).unwrap();
+    bytes[16] = 3;
+    disk.set_bytes(&name, bytes).unwrap();
+    let err = EntryLog::open(Arc::new(disk.clone()), strict()).unwrap_err();
     assert!(
         matches!(
             err,
             Error::Corrupted {
                 ledger: 2,
-                offset: 36,
-                kind: CorruptionKind::ChecksumMismatch
+                kind: CorruptionKind::UnsupportedVersion(3),
+                ..
             }
         ),
         "{err}"

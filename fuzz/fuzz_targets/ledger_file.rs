@@ -3,14 +3,18 @@
 //! than a fixed read-ahead window.
 //!
 //! The first byte picks how the rest is used: even, the bytes are the file itself; odd, they
-//! describe a valid ledger (entries, sealed or not) that is then damaged and cut, so the fuzzer
-//! reaches the frame and footer checks without having to forge checksums.
+//! describe a valid ledger (version 2 with a nonce taken from the input, or version 1; entries,
+//! sealed or not) that is then damaged and cut, so the fuzzer reaches the frame and footer
+//! checks without having to forge checksums.
+//!
+//! Besides "no panic", a tolerant owner open must succeed whatever the bytes (a damaged ledger
+//! opens damaged), and every entry it reports is readable or [`ackstore::Error::Corrupted`].
 
 #![no_main]
 
 use std::sync::Arc;
 
-use ackstore::format::ledger::{EntryMeta, encode_footer, encode_frame, encode_header};
+use ackstore::format::ledger::{EntryMeta, LedgerHeader, encode_footer, encode_frame};
 use ackstore::log::{EntryLog, LogConfig, RecoveryMode, ledger_file_name, verify_ledger};
 use ackstore::storage::{MemStorage, Storage};
 use libfuzzer_sys::fuzz_target;
@@ -22,7 +26,12 @@ fn damaged_ledger(data: &[u8]) -> Vec<u8> {
     let (&shape, rest) = data.split_first().unwrap_or((&0, &[]));
     let entries = usize::from(shape % 8);
     let (lens, rest) = rest.split_at(rest.len().min(entries));
-    let mut file = encode_header(LEDGER).to_vec();
+    let h = if shape & 0x10 != 0 {
+        LedgerHeader::v1(LEDGER)
+    } else {
+        LedgerHeader::new(LEDGER, u64::from(shape).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+    };
+    let mut file = h.encode();
     let mut offsets = Vec::new();
     for (i, len) in lens.iter().enumerate() {
         let id = i as u64;
@@ -33,11 +42,11 @@ fn damaged_ledger(data: &[u8]) -> Vec<u8> {
         };
         offsets.push(file.len() as u64);
         let payload = vec![*len; usize::from(*len)];
-        file.extend(encode_frame(id, 0, meta, &payload).unwrap_or_default());
+        file.extend(encode_frame(&h, id, 0, meta, &payload).unwrap_or_default());
     }
     if shape & 0x08 != 0 {
         let data_end = file.len() as u64;
-        file.extend(encode_footer(LEDGER, data_end, &offsets));
+        file.extend(encode_footer(&h, data_end, &offsets));
     }
     // Then (position, xor) pairs, and a final byte that may cut the file.
     let mut pairs = rest.chunks_exact(3);
@@ -92,9 +101,17 @@ fuzz_target!(|data: &[u8]| {
     open_and_read_all(&disk, LogConfig::default(), true);
     open_and_read_all(&disk, strict, false);
     open_and_read_all(&disk, LogConfig::default(), false);
-    // After a tolerant open repaired it, the file must open cleanly.
+    // After a tolerant open repaired it, the file must open cleanly, and every entry it holds
+    // reads back or is reported corrupted.
     let storage: Arc<dyn Storage> = Arc::new(disk.clone());
-    if let Ok(log) = EntryLog::open(storage, LogConfig::default()) {
-        assert!(log.recovery_report().is_empty(), "a repaired ledger needs no repair");
+    let log = EntryLog::open(storage, LogConfig::default()).expect("a tolerant open succeeds");
+    assert!(log.recovery_report().is_empty(), "a repaired ledger needs no repair");
+    for id in log.ledger_ids() {
+        for entry in 0..log.entry_count(id).unwrap_or(0) {
+            match log.read(id, entry) {
+                Ok(_) | Err(ackstore::Error::Corrupted { .. }) => {}
+                Err(e) => panic!("entry {entry}: {e}"),
+            }
+        }
     }
 });

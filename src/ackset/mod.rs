@@ -12,6 +12,15 @@
 //! (`remove_at_most`, `clear`), let a range span two ledgers, or truncate an entry id: every `u64`
 //! entry id is stored exactly (the partition's chunk holds the high bits).
 //!
+//! Memory: what the wrapper's budget bounds is the heap of its resident partitions. Each is
+//! charged an upper bound of what its bitmap holds (array containers by their capacity, which
+//! roaring lets grow to twice the contents; bitmap containers 8 KiB; run containers twice the
+//! most runs held since they became run containers), plus a fixed overhead for the container
+//! vector and the LRU node, plus the LRU hash table's slots. The index of live partitions is
+//! outside the budget: at most `INDEX_ENTRY_BYTES` (96) per live partition, that is per 65,536
+//! entry ids of ledger span that hold an ack. `tests/ackset_heap.rs` checks the real heap against
+//! budget + `MAX_PARTITION_BYTES` + index with a counting allocator.
+//!
 //! Invariants shared by both sets: no partition is empty; a partition's bitmap only holds
 //! values below `2^PARTITION_BITS`; ranges join across chunk boundaries within a ledger, so
 //! every reported range is maximal.
@@ -25,7 +34,7 @@ pub mod pulsar;
 pub use crate::format::partition::{PARTITION_BITS, PARTITION_SPAN, PartitionKey};
 pub use set::{AckSet, Ranges};
 pub use store::{MemPartitionStore, PartitionStore};
-pub use wrapper::{AckSetStats, RangeSetWrapper};
+pub use wrapper::{AckSetStats, INDEX_ENTRY_BYTES, RangeSetWrapper};
 
 use roaring::RoaringBitmap;
 
@@ -35,21 +44,80 @@ use crate::position::Position;
 /// An inclusive range of acked positions within one ledger.
 pub type AckRange = (Position, Position);
 
-/// Bytes a resident partition is charged on top of its bitmap's serialized size: the LRU node
-/// and its hash slot, the key, the bitmap's and its container's headers. A round upper estimate
-/// of those allocations on 64-bit targets.
-pub const PARTITION_OVERHEAD_BYTES: usize = 128;
+/// Bytes a resident partition is charged on top of its container's store: the bitmap's vector of
+/// containers (a partition has one container, in a vector that may have grown to 4 slots of 32
+/// bytes), and the LRU cache node holding key, bitmap and flags (80 bytes), rounded up. The LRU's
+/// hash table is charged apart (`LRU_SLOT_BYTES`), the index outside the budget.
+pub const PARTITION_OVERHEAD_BYTES: usize = 224;
 
-/// The most a resident partition is charged: its bitmap is kept in (at most a few bytes over) its
-/// smallest form, whose serialization is at most `MAX_BITMAP_BYTES`.
-pub const MAX_PARTITION_BYTES: usize = MAX_BITMAP_BYTES + 8 + PARTITION_OVERHEAD_BYTES;
+/// The most a resident partition is charged. Its container's store is one of: an array of at most
+/// 4,096 values in a vector of capacity at most twice that (16 KiB); a bitmap (8 KiB); a
+/// run list of at most `MAX_BITMAP_BYTES / 4 + 2` runs (a longer one is converted on the next
+/// change), charged at twice that many 4-byte runs.
+pub const MAX_PARTITION_BYTES: usize = 2 * (MAX_BITMAP_BYTES + 8) + PARTITION_OVERHEAD_BYTES;
+
+/// Heap bytes of a bitmap container.
+const BITMAP_CONTAINER_BYTES: usize = 8192;
 
 /// The largest offset within a partition.
 const LAST_OFFSET: u32 = u32::MAX >> (32 - PARTITION_BITS);
 
-/// What a resident partition is charged against the budget.
-fn charged_bytes(bitmap: &RoaringBitmap) -> usize {
-    bitmap.serialized_size() + PARTITION_OVERHEAD_BYTES
+/// What a resident partition is charged against the budget: an upper bound of the heap its bitmap
+/// holds, plus [`PARTITION_OVERHEAD_BYTES`]. Charging the serialized size instead would be up to
+/// 2x low, as roaring's vectors grow by doubling and keep their capacity when values go.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Charge {
+    /// Bytes charged.
+    bytes: usize,
+    /// The most runs the partition's run container has held since it became one (0 when it is
+    /// not one): the run vector's capacity is at most twice that, as it only grows by doubling.
+    run_peak: usize,
+    /// The container is a bitmap (8 KiB whatever it holds).
+    bitmap_container: bool,
+}
+
+impl Charge {
+    /// The charge of `bitmap` after a change, given its charge before (`Charge::default()` for a
+    /// bitmap just decoded or created, whose vectors are exactly as long as their contents).
+    /// - array container: its capacity, which roaring reports (as `capacity * 4` bytes);
+    /// - bitmap container: 8 KiB;
+    /// - run container: roaring reports only the number of runs, and merging runs shrinks it but
+    ///   not the vector, so it is charged at twice the most runs held since it became a run
+    ///   container (at least the 4 a vector first allocates).
+    fn of(bitmap: &RoaringBitmap, before: Charge) -> Self {
+        let stats = bitmap.statistics();
+        let array = usize::try_from(stats.n_bytes_array_containers / 2).unwrap_or(usize::MAX);
+        let bitmaps = stats.n_bitset_containers as usize * BITMAP_CONTAINER_BYTES;
+        let run_peak = if stats.n_run_containers == 0 {
+            0
+        } else {
+            // `n_bytes_run_containers` is 2 bytes of run count plus 4 bytes per run.
+            let runs = usize::try_from(stats.n_bytes_run_containers).unwrap_or(usize::MAX) / 4;
+            runs.max(before.run_peak)
+        };
+        let runs = if run_peak == 0 {
+            0
+        } else {
+            (2 * run_peak).max(4) * 4
+        };
+        Self {
+            bytes: array + bitmaps + runs + PARTITION_OVERHEAD_BYTES,
+            run_peak,
+            bitmap_container: stats.n_bitset_containers > 0,
+        }
+    }
+
+    /// The charge after a change of `bitmap` that left it with `len` values, `grew` if it gained
+    /// some. A bitmap container that gains values stays one (8 KiB) unless it becomes full (then
+    /// `settle` makes it one run), so that case needs no statistics (which scan a bitmap
+    /// container for its largest value).
+    fn after_change(self, bitmap: &RoaringBitmap, grew: bool) -> Self {
+        if self.bitmap_container && grew && bitmap.len() < PARTITION_SPAN {
+            self
+        } else {
+            Self::of(bitmap, self)
+        }
+    }
 }
 
 /// Keeps a partition bitmap compact after a change: a full partition collapses to one run, and a
@@ -227,6 +295,37 @@ mod tests {
         assert_eq!(clip(key(1, 0), from, to), Some((10, 65535)));
         assert_eq!(clip(key(1, 1), from, to), None);
         assert_eq!(clip(key(1, 3), from, to), Some((0, 0)));
+    }
+
+    #[test]
+    fn charge_keeps_the_capacity_that_removed_values_leave_behind() {
+        let mut b: RoaringBitmap = (0..4000).map(|v| v * 2).collect();
+        let full = Charge::of(&b, Charge::default());
+        assert!(full.bytes >= 8000 + PARTITION_OVERHEAD_BYTES);
+        b.remove_range(..7990);
+        assert_eq!(b.len(), 5);
+        assert_eq!(Charge::of(&b, full), full, "the array keeps its capacity");
+        assert!(Charge::of(&b.clone(), Charge::default()).bytes < 64 + PARTITION_OVERHEAD_BYTES);
+    }
+
+    #[test]
+    fn charge_of_a_run_container_survives_merging_runs() {
+        let mut b = RoaringBitmap::new();
+        b.insert_range(0..=9);
+        let mut charge = Charge::of(&b, Charge::default());
+        for v in (20..2000).step_by(2) {
+            b.insert(v);
+            charge = Charge::of(&b, charge);
+        }
+        assert_eq!(charge.run_peak, 991);
+        for v in (21..2000).step_by(2) {
+            b.insert(v);
+            charge = Charge::of(&b, charge);
+        }
+        assert_eq!(b.statistics().n_run_containers, 1);
+        assert_eq!(charge.run_peak, 991, "merged runs leave the vector as long");
+        assert!(charge.bytes >= 2 * 991 * 4);
+        assert!(charge.bytes <= MAX_PARTITION_BYTES);
     }
 
     #[test]

@@ -6,8 +6,7 @@ use std::collections::btree_map;
 use roaring::RoaringBitmap;
 
 use super::{
-    AckRange, Direction, PartitionKey, RangeJoiner, charged_bytes, chunks, clip, count_clipped,
-    settle,
+    AckRange, Charge, Direction, PartitionKey, RangeJoiner, chunks, clip, count_clipped, settle,
 };
 use crate::position::Position;
 
@@ -232,11 +231,15 @@ impl AckSet {
         self.index.len()
     }
 
-    /// Memory the set holds, measured as the wrapper charges it: each bitmap's serialized size
-    /// plus `PARTITION_OVERHEAD_BYTES` per partition.
+    /// Memory the set's partitions hold, measured as the wrapper charges a partition it has just
+    /// loaded: array containers by capacity, bitmap containers at 8 KiB, run containers at twice
+    /// their runs (the set does not track how many runs they once held), plus
+    /// `PARTITION_OVERHEAD_BYTES` per partition.
     #[must_use]
     pub fn heap_bytes(&self) -> usize {
-        self.partitions().map(|(_, b)| charged_bytes(b)).sum()
+        self.partitions()
+            .map(|(_, b)| Charge::of(b, Charge::default()).bytes)
+            .sum()
     }
 }
 

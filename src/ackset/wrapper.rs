@@ -1,7 +1,9 @@
 //! [`RangeSetWrapper`]: the ack set with partitions resident under an LRU byte budget.
 //!
 //! Every live partition is listed in an index (key, cardinality, resident?, dirty?) that stays in
-//! memory outside the budget; bitmaps are resident or in the [`PartitionStore`]. The partition in
+//! memory outside the budget (at most [`INDEX_ENTRY_BYTES`] a partition); bitmaps are resident or
+//! in the [`PartitionStore`]. A resident partition is charged an upper bound of its heap (see the
+//! module `ackset`), not its serialized size. The partition in
 //! use ("hot", the most recently used) is held apart from the `lru` cache of the others, so runs of
 //! acks in one partition cost no lookup. Before another partition becomes hot, the previous one
 //! joins the cache as its most recent entry and least recently used partitions are evicted until
@@ -22,20 +24,29 @@ use lru::LruCache;
 use roaring::RoaringBitmap;
 
 use super::{
-    AckRange, Direction, LAST_OFFSET, PartitionKey, PartitionStore, RangeJoiner, charged_bytes,
-    chunks, clip, count_clipped, settle,
+    AckRange, Charge, Direction, LAST_OFFSET, PartitionKey, PartitionStore, RangeJoiner, chunks,
+    clip, count_clipped, settle,
 };
 use crate::error::{Error, Result};
 use crate::position::Position;
 
-/// Bytes the index is charged per live partition: key and entry (32 bytes) plus the B-tree's
-/// node headers and slack, rounded up.
-pub const INDEX_ENTRY_BYTES: usize = 48;
+/// Bytes the index is charged per live partition, outside the budget: key and entry (32 bytes)
+/// in B-tree leaves of 11 slots that are at least 5 full (368-byte leaves, so at most 74 bytes an
+/// entry), plus the internal nodes above them (under 20 bytes an entry), rounded up. A smaller map
+/// costs at most one leaf more.
+pub const INDEX_ENTRY_BYTES: usize = 96;
+
+/// Bytes the LRU cache's hash table is charged per slot: 16 bytes of pointers and one control
+/// byte a bucket, at most 16/7 buckets an entry right after the table grew. The table never
+/// shrinks while partitions remain cached, so the wrapper charges it for the most partitions
+/// ever cached at once, and frees it when none is.
+const LRU_SLOT_BYTES: usize = 40;
 
 /// Counters and sizes of a [`RangeSetWrapper`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AckSetStats {
-    /// Bytes charged for resident partitions (serialized bitmap size plus a fixed overhead each).
+    /// Bytes charged for resident partitions (an upper bound of each one's heap) and for the LRU
+    /// cache's hash table.
     pub resident_bytes: usize,
     /// The highest `resident_bytes` ever reached.
     pub peak_resident_bytes: usize,
@@ -70,7 +81,7 @@ struct IndexEntry {
 struct Resident {
     bitmap: RoaringBitmap,
     /// What the partition is charged against the budget.
-    bytes: usize,
+    charge: Charge,
     /// The store does not hold the current contents.
     unsaved: bool,
     /// Changed since the last `mark_clean`.
@@ -89,6 +100,8 @@ pub struct RangeSetWrapper {
     lru: LruCache<PartitionKey, Resident>,
     /// The most recently used partition, resident but not in `lru`.
     hot: Option<(PartitionKey, Resident)>,
+    /// The most partitions `lru` has held since it was last emptied and freed: its table's size.
+    lru_slots: usize,
     len: u64,
     resident_bytes: usize,
     peak_resident_bytes: usize,
@@ -117,6 +130,7 @@ impl RangeSetWrapper {
             index: BTreeMap::new(),
             lru: LruCache::unbounded(),
             hot: None,
+            lru_slots: 0,
             len: 0,
             resident_bytes: 0,
             peak_resident_bytes: 0,
@@ -282,7 +296,8 @@ impl RangeSetWrapper {
             self.store.forget(*key);
         }
         self.index.clear();
-        self.lru.clear();
+        self.lru = LruCache::unbounded();
+        self.lru_slots = 0;
         self.hot = None;
         self.len = 0;
         self.resident_bytes = 0;
@@ -397,10 +412,12 @@ impl RangeSetWrapper {
                 resident.dirty = true;
                 self.dirty += 1;
             }
-            let bytes = charged_bytes(&resident.bitmap);
-            self.resident_bytes = self.resident_bytes - resident.bytes + bytes;
+            let charge = resident
+                .charge
+                .after_change(&resident.bitmap, after > before);
+            self.resident_bytes = self.resident_bytes - resident.charge.bytes + charge.bytes;
             self.peak_resident_bytes = self.peak_resident_bytes.max(self.resident_bytes);
-            resident.bytes = bytes;
+            resident.charge = charge;
             self.len = self.len - before + after;
         }
         if after == 0 {
@@ -418,7 +435,7 @@ impl RangeSetWrapper {
         if let Some(resident) = self.lru.pop(&key) {
             self.retire_hot();
             if let Err(e) = self.make_room() {
-                self.lru.put(key, resident);
+                self.cache(key, resident);
                 return Err(e);
             }
             self.hot = Some((key, resident));
@@ -450,7 +467,18 @@ impl RangeSetWrapper {
     /// Moves the hot partition, if any, into the cache as its most recently used entry.
     fn retire_hot(&mut self) {
         if let Some((previous, resident)) = self.hot.take() {
-            self.lru.put(previous, resident);
+            self.cache(previous, resident);
+        }
+    }
+
+    /// Puts a resident partition in the cache as its most recently used entry, charging the hash
+    /// table's growth.
+    fn cache(&mut self, key: PartitionKey, resident: Resident) {
+        self.lru.put(key, resident);
+        if self.lru.len() > self.lru_slots {
+            self.resident_bytes += (self.lru.len() - self.lru_slots) * LRU_SLOT_BYTES;
+            self.lru_slots = self.lru.len();
+            self.peak_resident_bytes = self.peak_resident_bytes.max(self.resident_bytes);
         }
     }
 
@@ -462,15 +490,15 @@ impl RangeSetWrapper {
         unsaved: bool,
         dirty: bool,
     ) -> Resident {
-        let bytes = charged_bytes(&bitmap);
-        self.resident_bytes += bytes;
+        let charge = Charge::of(&bitmap, Charge::default());
+        self.resident_bytes += charge.bytes;
         self.peak_resident_bytes = self.peak_resident_bytes.max(self.resident_bytes);
         if let Some(entry) = self.index.get_mut(&key) {
             entry.resident = true;
         }
         Resident {
             bitmap,
-            bytes,
+            charge,
             unsaved,
             dirty,
         }
@@ -501,12 +529,26 @@ impl RangeSetWrapper {
     }
 
     /// Evicts least recently used partitions of the cache until the resident bytes are within
-    /// the budget or the cache is empty (the hot partition is never evicted).
+    /// the budget or the cache is empty (the hot partition is never evicted); an empty cache's
+    /// table is freed if it alone is over the budget.
     fn make_room(&mut self) -> Result<()> {
         while self.resident_bytes > self.budget && !self.lru.is_empty() {
             self.evict_lru()?;
         }
+        if self.resident_bytes > self.budget && self.lru.is_empty() {
+            self.free_table();
+        }
         Ok(())
+    }
+
+    /// Frees the hash table of the (empty) cache.
+    fn free_table(&mut self) {
+        debug_assert!(self.lru.is_empty());
+        if self.lru_slots > 0 {
+            self.lru = LruCache::unbounded();
+            self.resident_bytes -= self.lru_slots * LRU_SLOT_BYTES;
+            self.lru_slots = 0;
+        }
     }
 
     /// Evicts the least recently used partition, storing it first if unsaved. If the store
@@ -517,13 +559,13 @@ impl RangeSetWrapper {
         };
         if resident.unsaved {
             if let Err(e) = self.store.store(key, &resident.bitmap) {
-                self.lru.put(key, resident);
+                self.cache(key, resident);
                 self.lru.demote(&key);
                 return Err(e);
             }
             self.stores += 1;
         }
-        self.resident_bytes -= resident.bytes;
+        self.resident_bytes -= resident.charge.bytes;
         if let Some(entry) = self.index.get_mut(&key) {
             entry.resident = false;
             entry.cardinality = resident.bitmap.len();
@@ -552,7 +594,10 @@ impl RangeSetWrapper {
             }
         };
         if let Some(resident) = resident {
-            self.resident_bytes -= resident.bytes;
+            self.resident_bytes -= resident.charge.bytes;
+        }
+        if self.lru.is_empty() {
+            self.free_table();
         }
         self.store.forget(key);
     }

@@ -9,21 +9,29 @@
 //!
 //! ```text
 //! file   := header frame* [footer]
-//! header := magic[16] version:u32 flags:u32 ledger_id:u64 crc:u32           (36 bytes)
-//!           crc = CRC32(magic .. ledger_id)
+//! header := magic[16] version:u32 flags:u32 ledger_id:u64 nonce:u64 crc:u32  (44 bytes)
+//!           crc = CRC32(magic .. nonce)
 //! frame  := crc:u32 payload_len:u32 entry_id:u64 durable_mark:u64
 //!           index:u64 num_messages:u32 timestamp:u64 payload[payload_len]     (44 + len bytes)
-//!           crc = CRC32(payload_len .. timestamp, payload)
+//!           crc = CRC32(nonce, payload_len .. timestamp, payload)
 //! footer := index_magic[8] offset:u64 * entry_count index_crc:u32            (12 + 8n bytes)
-//!           index_crc = CRC32(index_magic, offsets)
+//!           index_crc = CRC32(nonce, index_magic, offsets)
 //!           trailer: data_end:u64 entry_count:u64 ledger_id:u64
 //!                    trailer_magic[8] trailer_crc:u32                          (36 bytes)
-//!           trailer_crc = CRC32(data_end .. trailer_magic)
+//!           trailer_crc = CRC32(nonce, data_end .. trailer_magic)
 //! ```
 //!
+//! The nonce is a random number chosen when the ledger is created. Every checksum after the
+//! header is seeded with it (its 8 little-endian bytes are hashed first), so bytes a producer
+//! wrote into a payload can never pass as a frame, index or trailer of the ledger holding them:
+//! the producer cannot know the nonce.
+//!
+//! Version 1 files (written before the nonce existed) are still read: their header has no nonce
+//! field (36 bytes), and their checksums are not seeded. They keep the weakness the nonce
+//! removes; a version 1 ledger is written on (appended to, sealed) in version 1 form.
+//!
 //! A frame's `durable_mark` is the file length the writer knew to be durable (synced) when it
-//! appended the frame. Recovery uses it to tell a torn tail from corruption: damage at offset
-//! `x` followed by a whole frame whose mark is above `x` hit bytes that had been synced.
+//! appended the frame. It may never exceed the frame's own offset.
 
 use super::{Reader, crc32};
 use crate::error::CorruptionKind;
@@ -43,54 +51,137 @@ pub struct EntryMeta {
 
 /// First bytes of every ledger file.
 pub const MAGIC: [u8; 16] = *b"ackstore ledger\n";
-/// Format version written by this build (the only one it reads).
-pub const VERSION: u32 = 1;
+/// Format version written by this build.
+pub const VERSION: u32 = 2;
+/// The first format version: no nonce, unseeded checksums. Still read and written on.
+pub const VERSION_1: u32 = 1;
 
 const H_MAGIC: usize = 0;
 const H_VERSION: usize = H_MAGIC + MAGIC.len();
 const H_FLAGS: usize = H_VERSION + 4;
 const H_LEDGER: usize = H_FLAGS + 4;
-const H_CRC: usize = H_LEDGER + 8;
-/// Length of the file header; the first frame starts here.
+const H_NONCE: usize = H_LEDGER + 8;
+const H_CRC: usize = H_NONCE + 8;
+/// Length of a version 2 file header; the first frame starts here.
 pub const HEADER_LEN: usize = H_CRC + 4;
+/// Length of a version 1 file header (no nonce).
+pub const HEADER_V1_LEN: usize = H_NONCE + 4;
+/// Bytes of the header before its first per-file random field: magic, version, flags, id.
+pub const HEADER_FIXED_LEN: usize = H_NONCE;
 
-/// The header of ledger `ledger_id`.
+/// A decoded file header: which ledger, which format version, and the nonce that seeds every
+/// checksum after it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LedgerHeader {
+    /// The ledger the file belongs to.
+    pub ledger_id: u64,
+    /// [`VERSION`] or [`VERSION_1`].
+    pub version: u32,
+    /// The random checksum seed (0 and unused in version 1).
+    pub nonce: u64,
+}
+
+impl LedgerHeader {
+    /// The header of a new ledger in the current format.
+    #[must_use]
+    pub fn new(ledger_id: u64, nonce: u64) -> Self {
+        Self {
+            ledger_id,
+            version: VERSION,
+            nonce,
+        }
+    }
+
+    /// The header of a version 1 ledger (for tests and tools that write old files).
+    #[must_use]
+    pub fn v1(ledger_id: u64) -> Self {
+        Self {
+            ledger_id,
+            version: VERSION_1,
+            nonce: 0,
+        }
+    }
+
+    /// Length of the encoded header: the offset of the first frame.
+    #[must_use]
+    pub fn data_start(&self) -> u64 {
+        if self.version == VERSION_1 {
+            HEADER_V1_LEN as u64
+        } else {
+            HEADER_LEN as u64
+        }
+    }
+
+    /// The checksum of the concatenation of `parts`, seeded with the nonce (version 2) or not
+    /// (version 1).
+    #[must_use]
+    pub fn crc(&self, parts: &[&[u8]]) -> u32 {
+        let mut hasher = crc32fast::Hasher::new();
+        if self.version != VERSION_1 {
+            hasher.update(&self.nonce.to_le_bytes());
+        }
+        for part in parts {
+            hasher.update(part);
+        }
+        hasher.finalize()
+    }
+
+    /// The encoded header.
+    #[must_use]
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(HEADER_LEN);
+        out.extend_from_slice(&MAGIC);
+        out.extend_from_slice(&self.version.to_le_bytes());
+        out.extend_from_slice(&0u32.to_le_bytes());
+        out.extend_from_slice(&self.ledger_id.to_le_bytes());
+        if self.version != VERSION_1 {
+            out.extend_from_slice(&self.nonce.to_le_bytes());
+        }
+        let crc = crc32(&[&out]);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out
+    }
+}
+
+/// The first [`HEADER_FIXED_LEN`] bytes every version 2 header of `ledger_id` starts with.
 #[must_use]
-pub fn encode_header(ledger_id: u64) -> [u8; HEADER_LEN] {
-    let mut out = [0u8; HEADER_LEN];
-    let mut body = Vec::with_capacity(HEADER_LEN);
-    body.extend_from_slice(&MAGIC);
-    body.extend_from_slice(&VERSION.to_le_bytes());
-    body.extend_from_slice(&0u32.to_le_bytes());
-    body.extend_from_slice(&ledger_id.to_le_bytes());
-    let crc = crc32(&[&body]);
-    body.extend_from_slice(&crc.to_le_bytes());
-    out.copy_from_slice(&body);
+pub fn header_fixed_part(ledger_id: u64) -> Vec<u8> {
+    let mut out = LedgerHeader::new(ledger_id, 0).encode();
+    out.truncate(HEADER_FIXED_LEN);
     out
 }
 
-/// Decodes a file header (the first [`HEADER_LEN`] bytes of `bytes`), returning its ledger id.
-pub fn decode_header(bytes: &[u8]) -> Result<u64, CorruptionKind> {
+/// Decodes a file header from the start of `bytes` (which may continue past it).
+///
+/// # Errors
+/// [`CorruptionKind::BadMagic`], [`CorruptionKind::UnsupportedVersion`] for a version other than
+/// 1 or 2, [`CorruptionKind::ChecksumMismatch`], or [`CorruptionKind::Truncated`].
+pub fn decode_header(bytes: &[u8]) -> Result<LedgerHeader, CorruptionKind> {
     let mut r = Reader::new(bytes);
     let magic: [u8; 16] = r.array()?;
     if magic != MAGIC {
         return Err(CorruptionKind::BadMagic);
     }
     let version = r.u32()?;
+    if version != VERSION && version != VERSION_1 {
+        return Err(CorruptionKind::UnsupportedVersion(version));
+    }
     let flags = r.u32()?;
     let ledger_id = r.u64()?;
+    let nonce = if version == VERSION_1 { 0 } else { r.u64()? };
+    let covered = bytes.get(..r.position()).ok_or(CorruptionKind::Truncated)?;
     let crc = r.u32()?;
-    let covered = bytes.get(..H_CRC).ok_or(CorruptionKind::Truncated)?;
     if crc != crc32(&[covered]) {
         return Err(CorruptionKind::ChecksumMismatch);
-    }
-    if version != VERSION {
-        return Err(CorruptionKind::UnsupportedVersion(version));
     }
     if flags != 0 {
         return Err(CorruptionKind::InvalidField("flags"));
     }
-    Ok(ledger_id)
+    Ok(LedgerHeader {
+        ledger_id,
+        version,
+        nonce,
+    })
 }
 
 // ---- frame ----------------------------------------------------------------------------------
@@ -131,18 +222,20 @@ impl FrameHeader {
     }
 }
 
-/// Encodes one whole frame (header and payload) into a new buffer.
+/// Encodes one whole frame (header and payload) of the ledger with header `h` into a new
+/// buffer.
 ///
 /// # Errors
 /// [`CorruptionKind::BadLength`] when `payload` is longer than [`MAX_PAYLOAD_LEN`].
 pub fn encode_frame(
+    h: &LedgerHeader,
     entry_id: u64,
     durable_mark: u64,
     meta: EntryMeta,
     payload: &[u8],
 ) -> Result<Vec<u8>, CorruptionKind> {
     let mut out = Vec::new();
-    encode_frame_into(&mut out, entry_id, durable_mark, meta, payload)?;
+    encode_frame_into(&mut out, h, entry_id, durable_mark, meta, payload)?;
     Ok(out)
 }
 
@@ -153,6 +246,7 @@ pub fn encode_frame(
 /// appended then.
 pub fn encode_frame_into(
     out: &mut Vec<u8>,
+    h: &LedgerHeader,
     entry_id: u64,
     durable_mark: u64,
     meta: EntryMeta,
@@ -172,7 +266,7 @@ pub fn encode_frame_into(
     out.extend_from_slice(&meta.num_messages.to_le_bytes());
     out.extend_from_slice(&meta.timestamp.to_le_bytes());
     out.extend_from_slice(payload);
-    let crc = crc32(&[out.get(start + F_LEN..).unwrap_or_default()]);
+    let crc = h.crc(&[out.get(start + F_LEN..).unwrap_or_default()]);
     if let Some(slot) = out.get_mut(start + F_CRC..start + F_LEN) {
         slot.copy_from_slice(&crc.to_le_bytes());
     }
@@ -199,13 +293,17 @@ pub fn decode_frame_header(bytes: &[u8]) -> Result<FrameHeader, CorruptionKind> 
 }
 
 /// Checks `frame` (header and payload, exactly [`FrameHeader::frame_len`] bytes) against the
-/// header's checksum.
-pub fn check_frame(header: &FrameHeader, frame: &[u8]) -> Result<(), CorruptionKind> {
+/// header's checksum, seeded by the ledger header `h`.
+pub fn check_frame(
+    h: &LedgerHeader,
+    header: &FrameHeader,
+    frame: &[u8],
+) -> Result<(), CorruptionKind> {
     if frame.len() as u64 != header.frame_len() {
         return Err(CorruptionKind::BadLength);
     }
     let covered = frame.get(F_LEN..).ok_or(CorruptionKind::Truncated)?;
-    if crc32(&[covered]) == header.crc {
+    if h.crc(&[covered]) == header.crc {
         Ok(())
     } else {
         Err(CorruptionKind::ChecksumMismatch)
@@ -215,19 +313,23 @@ pub fn check_frame(header: &FrameHeader, frame: &[u8]) -> Result<(), CorruptionK
 /// Decodes and checks the whole frame at the start of `bytes`, which may continue past it.
 ///
 /// Returns the header and the payload. Lengths are checked against `bytes` before use.
-pub fn decode_frame(bytes: &[u8]) -> Result<(FrameHeader, &[u8]), CorruptionKind> {
+pub fn decode_frame<'a>(
+    h: &LedgerHeader,
+    bytes: &'a [u8],
+) -> Result<(FrameHeader, &'a [u8]), CorruptionKind> {
     let header = decode_frame_header(bytes)?;
     let len = usize::try_from(header.frame_len()).map_err(|_| CorruptionKind::BadLength)?;
     let frame = bytes.get(..len).ok_or(CorruptionKind::Truncated)?;
-    check_frame(&header, frame)?;
+    check_frame(h, &header, frame)?;
     let payload = frame.get(FRAME_HEADER_LEN..).unwrap_or_default();
     Ok((header, payload))
 }
 
 /// True when every byte is zero: a zero-filled frame header marks the end of the log.
 ///
-/// No valid frame has an all-zero header: the checksum of 40 zero bytes is not zero (a unit
-/// test pins this).
+/// No valid frame has an all-zero header: the checksum field would have to be zero and match
+/// the checksum of 40 zero bytes (a unit test pins that it does not for the unseeded checksum;
+/// a seeded one is zero for one nonce in 2^32, and a zero header still reads as the end).
 #[must_use]
 pub fn is_zero(bytes: &[u8]) -> bool {
     bytes.iter().all(|b| *b == 0)
@@ -261,22 +363,23 @@ pub fn footer_len(entry_count: u64) -> Option<u64> {
         .checked_add((INDEX_OVERHEAD + TRAILER_LEN) as u64)
 }
 
-/// Encodes the footer of a ledger whose frames end at `data_end` and start at `offsets`.
+/// Encodes the footer of the ledger with header `h` whose frames end at `data_end` and start
+/// at `offsets`.
 #[must_use]
-pub fn encode_footer(ledger_id: u64, data_end: u64, offsets: &[u64]) -> Vec<u8> {
+pub fn encode_footer(h: &LedgerHeader, data_end: u64, offsets: &[u64]) -> Vec<u8> {
     let mut out = Vec::with_capacity(INDEX_OVERHEAD + 8 * offsets.len() + TRAILER_LEN);
     out.extend_from_slice(&INDEX_MAGIC);
     for off in offsets {
         out.extend_from_slice(&off.to_le_bytes());
     }
-    let index_crc = crc32(&[&out]);
+    let index_crc = h.crc(&[&out]);
     out.extend_from_slice(&index_crc.to_le_bytes());
     let trailer_start = out.len();
     out.extend_from_slice(&data_end.to_le_bytes());
     out.extend_from_slice(&(offsets.len() as u64).to_le_bytes());
-    out.extend_from_slice(&ledger_id.to_le_bytes());
+    out.extend_from_slice(&h.ledger_id.to_le_bytes());
     out.extend_from_slice(&TRAILER_MAGIC);
-    let trailer_crc = crc32(&[out.get(trailer_start..).unwrap_or_default()]);
+    let trailer_crc = h.crc(&[out.get(trailer_start..).unwrap_or_default()]);
     out.extend_from_slice(&trailer_crc.to_le_bytes());
     out
 }
@@ -292,8 +395,9 @@ pub struct Trailer {
     pub ledger_id: u64,
 }
 
-/// Decodes a trailer (exactly [`TRAILER_LEN`] bytes).
-pub fn decode_trailer(bytes: &[u8]) -> Result<Trailer, CorruptionKind> {
+/// Decodes a trailer (exactly [`TRAILER_LEN`] bytes) of the ledger with header `h`: checks its
+/// magic, its seeded checksum and its ledger id.
+pub fn decode_trailer(h: &LedgerHeader, bytes: &[u8]) -> Result<Trailer, CorruptionKind> {
     let mut r = Reader::new(bytes);
     let data_end = r.u64()?;
     let entry_count = r.u64()?;
@@ -304,8 +408,11 @@ pub fn decode_trailer(bytes: &[u8]) -> Result<Trailer, CorruptionKind> {
     if magic != TRAILER_MAGIC {
         return Err(CorruptionKind::BadMagic);
     }
-    if crc != crc32(&[bytes.get(..T_CRC).unwrap_or_default()]) {
+    if crc != h.crc(&[bytes.get(..T_CRC).unwrap_or_default()]) {
         return Err(CorruptionKind::ChecksumMismatch);
+    }
+    if ledger_id != h.ledger_id {
+        return Err(CorruptionKind::InvalidField("trailer ledger_id"));
     }
     Ok(Trailer {
         data_end,
@@ -314,9 +421,21 @@ pub fn decode_trailer(bytes: &[u8]) -> Result<Trailer, CorruptionKind> {
     })
 }
 
+/// The trailer at the very end of `file` (whose header is `h`) when it is valid and the footer
+/// it describes fills the file exactly: the file ends like a sealed ledger. The index and the
+/// frames are not checked.
+#[must_use]
+pub fn trailer_of(h: &LedgerHeader, file_len: u64, tail: &[u8]) -> Option<Trailer> {
+    let t = decode_trailer(h, tail).ok()?;
+    let fits = footer_len(t.entry_count).and_then(|f| f.checked_add(t.data_end)) == Some(file_len);
+    (fits && t.data_end >= h.data_start()).then_some(t)
+}
+
 /// Where a verified sealed ledger keeps its frames and index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SealedLayout {
+    /// The file header.
+    pub header: LedgerHeader,
     /// Number of entries.
     pub entry_count: u64,
     /// End of the last frame.
@@ -325,28 +444,29 @@ pub struct SealedLayout {
     pub offsets_start: u64,
 }
 
-/// Verifies a whole sealed ledger file's header, trailer and index (not the frames).
+/// Verifies a whole sealed ledger file's header, trailer and index, and the header of its last
+/// frame (not the other frames).
 ///
 /// Checks: the header names `ledger_id`; the trailer's checksum, magic and ledger id; the file
-/// length equals `data_end` plus the footer length; the index checksum; the first offset is
-/// [`HEADER_LEN`], offsets increase by at least [`FRAME_HEADER_LEN`] and the last frame fits
-/// before `data_end`.
+/// length equals `data_end` plus the footer length; the index checksum; the first offset is the
+/// header length, offsets increase by at least [`FRAME_HEADER_LEN`]; and the frame header at the
+/// last offset is entry `entry_count - 1` ending exactly at `data_end`, so the footer lies
+/// outside every frame.
 pub fn validate_sealed(file: &[u8], ledger_id: u64) -> Result<SealedLayout, CorruptionKind> {
-    if decode_header(file)? != ledger_id {
+    let h = decode_header(file)?;
+    if h.ledger_id != ledger_id {
         return Err(CorruptionKind::InvalidField("ledger_id"));
     }
+    let start = h.data_start();
     let trailer_start = file
         .len()
         .checked_sub(TRAILER_LEN)
         .ok_or(CorruptionKind::Truncated)?;
-    let trailer = decode_trailer(file.get(trailer_start..).unwrap_or_default())?;
-    if trailer.ledger_id != ledger_id {
-        return Err(CorruptionKind::InvalidField("trailer ledger_id"));
-    }
+    let trailer = decode_trailer(&h, file.get(trailer_start..).unwrap_or_default())?;
     let expected_len = footer_len(trailer.entry_count)
         .and_then(|f| f.checked_add(trailer.data_end))
         .ok_or(CorruptionKind::BadLength)?;
-    if expected_len != file.len() as u64 || trailer.data_end < HEADER_LEN as u64 {
+    if expected_len != file.len() as u64 || trailer.data_end < start {
         return Err(CorruptionKind::BadLength);
     }
     let index_start = usize::try_from(trailer.data_end).map_err(|_| CorruptionKind::BadLength)?;
@@ -362,32 +482,42 @@ pub fn validate_sealed(file: &[u8], ledger_id: u64) -> Result<SealedLayout, Corr
     if r.array::<8>()? != INDEX_MAGIC {
         return Err(CorruptionKind::BadMagic);
     }
-    if Reader::new(crc).u32()? != crc32(&[covered]) {
+    if Reader::new(crc).u32()? != h.crc(&[covered]) {
         return Err(CorruptionKind::ChecksumMismatch);
     }
-    let mut expected_next = HEADER_LEN as u64;
-    let mut first = true;
+    let mut expected_next = start;
+    let mut last = None;
     while r.remaining() > 0 {
         let off = r.u64()?;
-        let ok = if first {
-            off == HEADER_LEN as u64
+        let ok = if last.is_none() {
+            off == start
         } else {
             off >= expected_next
         };
         if !ok {
             return Err(CorruptionKind::InvalidField("entry offset"));
         }
-        first = false;
+        last = Some(off);
         expected_next = off
             .checked_add(FRAME_HEADER_LEN as u64)
             .ok_or(CorruptionKind::BadLength)?;
     }
-    if expected_next > trailer.data_end
-        || (trailer.entry_count == 0 && trailer.data_end != HEADER_LEN as u64)
-    {
-        return Err(CorruptionKind::InvalidField("data_end"));
+    match last {
+        None if trailer.data_end != start => return Err(CorruptionKind::InvalidField("data_end")),
+        None => {}
+        Some(off) => {
+            let at = usize::try_from(off).map_err(|_| CorruptionKind::BadLength)?;
+            let frame = decode_frame_header(file.get(at..).unwrap_or_default())?;
+            let ends_at = off.checked_add(frame.frame_len());
+            if frame.entry_id.checked_add(1) != Some(trailer.entry_count)
+                || ends_at != Some(trailer.data_end)
+            {
+                return Err(CorruptionKind::InvalidField("last frame"));
+            }
+        }
     }
     Ok(SealedLayout {
+        header: h,
         entry_count: trailer.entry_count,
         data_end: trailer.data_end,
         offsets_start: trailer.data_end + I_OFFSETS as u64,
@@ -418,12 +548,13 @@ impl SealedLayout {
 }
 
 /// Decodes and checks the frame of entry `entry_id` occupying exactly `frame` (header and
-/// payload): its checksum, its length and its entry id.
-pub fn decode_entry_frame(
-    frame: &[u8],
+/// payload) in the ledger with header `h`: its checksum, its length and its entry id.
+pub fn decode_entry_frame<'a>(
+    h: &LedgerHeader,
+    frame: &'a [u8],
     entry_id: u64,
-) -> Result<(FrameHeader, &[u8]), CorruptionKind> {
-    let (header, payload) = decode_frame(frame)?;
+) -> Result<(FrameHeader, &'a [u8]), CorruptionKind> {
+    let (header, payload) = decode_frame(h, frame)?;
     if header.frame_len() != frame.len() as u64 {
         return Err(CorruptionKind::BadLength);
     }
@@ -442,43 +573,75 @@ mod tests {
         num_messages: 3,
         timestamp: 1_700_000_000_000,
     };
+    const H: LedgerHeader = LedgerHeader {
+        ledger_id: 9,
+        version: VERSION,
+        nonce: 0x5eed_0f1e_dfe7,
+    };
+
+    /// A sealed file of ledger `h` holding `payloads`, and its data end.
+    fn sealed_file(h: &LedgerHeader, payloads: &[&[u8]]) -> (Vec<u8>, usize) {
+        let mut file = h.encode();
+        let mut offsets = Vec::new();
+        for (i, p) in payloads.iter().enumerate() {
+            offsets.push(file.len() as u64);
+            file.extend(encode_frame(h, i as u64, 0, META, p).unwrap());
+        }
+        let data_end = file.len();
+        file.extend(encode_footer(h, data_end as u64, &offsets));
+        (file, data_end)
+    }
 
     #[test]
     fn encoded_sizes_are_pinned() {
-        assert_eq!(HEADER_LEN, 36);
-        assert_eq!(encode_header(1).len(), HEADER_LEN);
+        assert_eq!(HEADER_LEN, 44);
+        assert_eq!(HEADER_V1_LEN, 36);
+        assert_eq!(HEADER_FIXED_LEN, 32);
+        assert_eq!(H.encode().len(), HEADER_LEN);
+        assert_eq!(H.data_start(), 44);
+        assert_eq!(LedgerHeader::v1(1).encode().len(), HEADER_V1_LEN);
+        assert_eq!(LedgerHeader::v1(1).data_start(), 36);
         assert_eq!(FRAME_HEADER_LEN, 44);
         assert_eq!(
-            encode_frame(0, 0, META, b"").unwrap().len(),
+            encode_frame(&H, 0, 0, META, b"").unwrap().len(),
             FRAME_HEADER_LEN
         );
-        assert_eq!(encode_frame(0, 0, META, b"abc").unwrap().len(), 47);
+        assert_eq!(encode_frame(&H, 0, 0, META, b"abc").unwrap().len(), 47);
         assert_eq!(INDEX_OVERHEAD, 12);
         assert_eq!(TRAILER_LEN, 36);
         assert_eq!(footer_len(0), Some(48));
         assert_eq!(footer_len(3), Some(72));
-        assert_eq!(encode_footer(1, 36, &[]).len(), 48);
-        assert_eq!(encode_footer(1, 200, &[36, 80, 124]).len(), 72);
+        assert_eq!(encode_footer(&H, 44, &[]).len(), 48);
+        assert_eq!(encode_footer(&H, 200, &[44, 88, 132]).len(), 72);
         assert_eq!(footer_len(u64::MAX), None);
     }
 
     #[test]
-    fn header_round_trips_and_rejects_damage() {
-        let h = encode_header(42);
-        assert_eq!(decode_header(&h), Ok(42));
+    fn header_round_trips_in_both_versions_and_rejects_damage() {
+        let h = H.encode();
+        assert_eq!(decode_header(&h), Ok(H));
+        assert_eq!(h[..HEADER_FIXED_LEN], header_fixed_part(9)[..]);
+        let v1 = LedgerHeader::v1(42);
+        assert_eq!(decode_header(&v1.encode()), Ok(v1));
         assert_eq!(decode_header(&h[..10]), Err(CorruptionKind::Truncated));
-        let mut bad = h;
+        let mut bad = h.clone();
         bad[0] ^= 1;
         assert_eq!(decode_header(&bad), Err(CorruptionKind::BadMagic));
-        let mut bad = h;
-        bad[H_LEDGER] ^= 1;
+        let mut bad = h.clone();
+        bad[H_NONCE] ^= 1;
         assert_eq!(decode_header(&bad), Err(CorruptionKind::ChecksumMismatch));
+        let mut bad = h;
+        bad[H_VERSION] = 3;
+        assert_eq!(
+            decode_header(&bad),
+            Err(CorruptionKind::UnsupportedVersion(3))
+        );
     }
 
     #[test]
     fn frame_round_trips_and_every_bit_flip_is_caught() {
-        let frame = encode_frame(5, 36, META, b"payload").unwrap();
-        let (h, p) = decode_frame(&frame).unwrap();
+        let frame = encode_frame(&H, 5, 36, META, b"payload").unwrap();
+        let (h, p) = decode_frame(&H, &frame).unwrap();
         assert_eq!(
             (h.entry_id, h.durable_mark, h.meta, p),
             (5, 36, META, &b"payload"[..])
@@ -487,10 +650,31 @@ mod tests {
             let mut bad = frame.clone();
             bad[i / 8] ^= 1 << (i % 8);
             assert!(
-                decode_entry_frame(&bad, 5).is_err(),
+                decode_entry_frame(&H, &bad, 5).is_err(),
                 "flip of bit {i} undetected"
             );
         }
+    }
+
+    #[test]
+    fn checksums_are_seeded_with_the_nonce() {
+        let other = LedgerHeader { nonce: 1, ..H };
+        let frame = encode_frame(&H, 0, 0, META, b"x").unwrap();
+        assert_eq!(
+            decode_frame(&other, &frame).unwrap_err(),
+            CorruptionKind::ChecksumMismatch
+        );
+        let (file, _) = sealed_file(&H, &[b"a"]);
+        let tail = &file[file.len() - TRAILER_LEN..];
+        assert!(decode_trailer(&H, tail).is_ok());
+        assert_eq!(
+            decode_trailer(&other, tail),
+            Err(CorruptionKind::ChecksumMismatch)
+        );
+        // Version 1 checksums are the plain CRC32 of the covered bytes.
+        let v1 = LedgerHeader::v1(9);
+        let frame = encode_frame(&v1, 0, 0, META, b"x").unwrap();
+        assert_eq!(frame[..4], crc32(&[&frame[F_LEN..]]).to_le_bytes());
     }
 
     #[test]
@@ -498,32 +682,24 @@ mod tests {
         let zeros = [0u8; FRAME_HEADER_LEN];
         assert!(is_zero(&zeros));
         assert_eq!(
-            decode_frame(&zeros).unwrap_err(),
+            decode_frame(&LedgerHeader::v1(1), &zeros).unwrap_err(),
             CorruptionKind::ChecksumMismatch
         );
     }
 
     #[test]
     fn footer_validates_and_locates_frames() {
-        let mut file = encode_header(9).to_vec();
-        let mut offsets = Vec::new();
-        for (i, p) in [&b"a"[..], b"", b"xyz"].iter().enumerate() {
-            offsets.push(file.len() as u64);
-            file.extend(encode_frame(i as u64, 0, META, p).unwrap());
-        }
-        let data_len = file.len();
-        let data_end = data_len as u64;
-        file.extend(encode_footer(9, data_end, &offsets));
-        let layout = validate_sealed(&file, 9).unwrap();
-        assert_eq!(layout.entry_count, 3);
-        let (s, e) = layout.frame_range(&file, 2).unwrap();
-        let range = usize::try_from(s).unwrap()..usize::try_from(e).unwrap();
-        let (_, p) = decode_entry_frame(&file[range], 2).unwrap();
-        assert_eq!(p, b"xyz");
-        assert_eq!(layout.frame_range(&file, 3), None);
-        assert!(validate_sealed(&file, 8).is_err());
-        for i in HEADER_LEN..file.len() {
-            if i >= data_len {
+        for h in [H, LedgerHeader::v1(9)] {
+            let (file, data_len) = sealed_file(&h, &[b"a", b"", b"xyz"]);
+            let layout = validate_sealed(&file, 9).unwrap();
+            assert_eq!((layout.entry_count, layout.header), (3, h));
+            let (s, e) = layout.frame_range(&file, 2).unwrap();
+            let range = usize::try_from(s).unwrap()..usize::try_from(e).unwrap();
+            let (_, p) = decode_entry_frame(&h, &file[range], 2).unwrap();
+            assert_eq!(p, b"xyz");
+            assert_eq!(layout.frame_range(&file, 3), None);
+            assert!(validate_sealed(&file, 8).is_err());
+            for i in data_len..file.len() {
                 let mut bad = file.clone();
                 bad[i] ^= 0x40;
                 assert!(validate_sealed(&bad, 9).is_err(), "flip at {i} undetected");
@@ -532,21 +708,50 @@ mod tests {
     }
 
     #[test]
+    fn a_footer_whose_last_offset_is_not_the_last_frame_is_refused() {
+        let (file, data_end) = sealed_file(&H, &[b"a", b"bb"]);
+        let first = H.data_start();
+        let second = first + FRAME_HEADER_LEN as u64 + 1;
+        // An index that drops the last entry: its last offset's frame does not end at data_end.
+        let mut short = file[..data_end].to_vec();
+        short.extend(encode_footer(&H, data_end as u64, &[first]));
+        assert_eq!(
+            validate_sealed(&short, 9),
+            Err(CorruptionKind::InvalidField("last frame"))
+        );
+        // A data end inside the last frame.
+        let mut inside = file[..data_end - 1].to_vec();
+        inside.extend(encode_footer(&H, data_end as u64 - 1, &[first, second]));
+        assert_eq!(
+            validate_sealed(&inside, 9),
+            Err(CorruptionKind::InvalidField("last frame"))
+        );
+    }
+
+    #[test]
     fn frames_encoded_into_one_buffer_equal_frames_encoded_alone() {
         let mut batch = b"prefix".to_vec();
-        encode_frame_into(&mut batch, 0, 0, META, b"one").unwrap();
-        encode_frame_into(&mut batch, 1, 6, META, b"two!").unwrap();
+        encode_frame_into(&mut batch, &H, 0, 0, META, b"one").unwrap();
+        encode_frame_into(&mut batch, &H, 1, 6, META, b"two!").unwrap();
         let mut alone = b"prefix".to_vec();
-        alone.extend(encode_frame(0, 0, META, b"one").unwrap());
-        alone.extend(encode_frame(1, 6, META, b"two!").unwrap());
+        alone.extend(encode_frame(&H, 0, 0, META, b"one").unwrap());
+        alone.extend(encode_frame(&H, 1, 6, META, b"two!").unwrap());
         assert_eq!(batch, alone);
     }
 
     #[test]
     fn oversized_payload_is_refused_by_the_encoder() {
+        // Zeroed and never touched: the length is refused before a byte is read or copied.
+        let huge = vec![0u8; MAX_PAYLOAD_LEN as usize + 1];
         assert_eq!(
-            decode_frame(&encode_frame(0, 0, META, b"x").unwrap()[..FRAME_HEADER_LEN]),
-            Err(CorruptionKind::Truncated)
+            encode_frame(&H, 0, 0, META, &huge),
+            Err(CorruptionKind::BadLength)
         );
+        let mut out = b"kept".to_vec();
+        assert_eq!(
+            encode_frame_into(&mut out, &H, 0, 0, META, &huge),
+            Err(CorruptionKind::BadLength)
+        );
+        assert_eq!(out, b"kept");
     }
 }

@@ -154,6 +154,10 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
 /// Brings one listed ledger to its sealed, recorded form; `None` when it is empty and must go.
 fn finish_ledger(log: &EntryLog, rec: &LedgerRecord) -> Result<Option<LedgerRecord>> {
     let info = log.ledger_info(rec.id)?;
+    // A data ledger damaged before its tail would lose entries: refuse the topic, naming it.
+    if let Some((offset, kind)) = info.damaged {
+        return Err(Error::corrupted(rec.id, offset, kind));
+    }
     // A ledger is recorded with its count only after its seal was synced, so the file must
     // still hold that many entries. More can only be entries a fenced owner appended after a
     // newer owner sealed the ledger: they stay in the file and are never read (the layout

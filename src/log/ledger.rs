@@ -20,10 +20,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use super::{LogStatsCounters, lock};
-use crate::error::{Error, Result};
+use crate::error::{CorruptionKind, Error, Result};
 use crate::format::ledger::{
-    EntryMeta, FRAME_HEADER_LEN, SealedLayout, decode_entry_frame, decode_frame_header,
-    encode_footer, encode_frame_into, validate_sealed,
+    EntryMeta, FRAME_HEADER_LEN, LedgerHeader, SealedLayout, decode_entry_frame,
+    decode_frame_header, encode_footer, encode_frame_into, validate_sealed,
 };
 use crate::position::Position;
 use crate::storage::{Mapped, StorageFile};
@@ -36,12 +36,15 @@ pub(crate) struct Sealed {
 }
 
 impl Sealed {
-    /// Maps `file` and verifies its header, trailer and index.
-    pub(crate) fn map(file: &dyn StorageFile, ledger: u64) -> Result<Self> {
+    /// Maps `file` and verifies its header, trailer, index and last frame header.
+    ///
+    /// `Ok(Err(kind))` when the bytes are not a sealed ledger; `Err` when the map failed.
+    pub(crate) fn map(
+        file: &dyn StorageFile,
+        ledger: u64,
+    ) -> Result<std::result::Result<Self, CorruptionKind>> {
         let map = file.map()?;
-        let layout = validate_sealed((*map).as_ref(), ledger)
-            .map_err(|kind| Error::corrupted(ledger, 0, kind))?;
-        Ok(Self { map, layout })
+        Ok(validate_sealed((*map).as_ref(), ledger).map(|layout| Self { map, layout }))
     }
 }
 
@@ -68,6 +71,11 @@ pub(crate) const WRITE_BUFFER: usize = 64 * 1024;
 /// One ledger file, shared by every caller of the log.
 pub(crate) struct Ledger {
     id: u64,
+    /// The file header: format version and the nonce that seeds every checksum.
+    header: LedgerHeader,
+    /// Where open found damage before the tail, and what: the ledger then holds only the whole
+    /// entries before it and refuses every write.
+    damaged: Option<(u64, CorruptionKind)>,
     file: Arc<dyn StorageFile>,
     state: Mutex<State>,
     /// Length known durable: every byte below it has been covered by a finished fsync.
@@ -82,13 +90,13 @@ pub(crate) struct Ledger {
 impl Ledger {
     /// An unsealed ledger whose whole frames start at `offsets` and end at `written`, all durable.
     pub(crate) fn unsealed(
-        id: u64,
+        header: LedgerHeader,
         file: Arc<dyn StorageFile>,
         offsets: Vec<u64>,
         written: u64,
     ) -> Self {
         Self::new(
-            id,
+            header,
             file,
             State {
                 offsets,
@@ -100,10 +108,10 @@ impl Ledger {
     }
 
     /// A sealed ledger read through `sealed`'s map.
-    pub(crate) fn sealed(id: u64, file: Arc<dyn StorageFile>, sealed: Sealed) -> Self {
+    pub(crate) fn sealed(file: Arc<dyn StorageFile>, sealed: Sealed) -> Self {
         let written = (*sealed.map).as_ref().len() as u64;
         Self::new(
-            id,
+            sealed.layout.header,
             file,
             State {
                 offsets: Vec::new(),
@@ -114,10 +122,18 @@ impl Ledger {
         )
     }
 
-    fn new(id: u64, file: Arc<dyn StorageFile>, state: State) -> Self {
+    /// Marks the ledger damaged at `offset`: reads stop there and every write is refused.
+    pub(crate) fn with_damage(mut self, offset: u64, kind: CorruptionKind) -> Self {
+        self.damaged = Some((offset, kind));
+        self
+    }
+
+    fn new(header: LedgerHeader, file: Arc<dyn StorageFile>, state: State) -> Self {
         let synced = state.written;
         Self {
-            id,
+            id: header.ledger_id,
+            header,
+            damaged: None,
             file,
             state: Mutex::new(state),
             synced: AtomicU64::new(synced),
@@ -139,6 +155,9 @@ impl Ledger {
     }
 
     fn check_writable(&self, state: &State) -> Result<()> {
+        if let Some((offset, kind)) = &self.damaged {
+            return Err(Error::corrupted(self.id, *offset, kind.clone()));
+        }
         if state.sealed.is_some() {
             return Err(Error::Sealed(self.id));
         }
@@ -175,11 +194,17 @@ impl Ledger {
         let mark = self.synced.load(Ordering::SeqCst);
         let at = state.end();
         let buffered = state.buffer.len();
-        encode_frame_into(&mut state.buffer, entry_id, mark, meta, payload).map_err(|_| {
-            Error::EntryTooLarge {
-                size: payload.len() as u64,
-                max: u64::from(crate::format::ledger::MAX_PAYLOAD_LEN),
-            }
+        encode_frame_into(
+            &mut state.buffer,
+            &self.header,
+            entry_id,
+            mark,
+            meta,
+            payload,
+        )
+        .map_err(|_| Error::EntryTooLarge {
+            size: payload.len() as u64,
+            max: u64::from(crate::format::ledger::MAX_PAYLOAD_LEN),
         })?;
         state.offsets.push(at);
         if state.buffer.len() >= WRITE_BUFFER
@@ -207,9 +232,7 @@ impl Ledger {
             if state.sealed.is_some() {
                 return Ok(());
             }
-            if self.failed.load(Ordering::SeqCst) {
-                return Err(Error::PreviousIo);
-            }
+            self.check_writable(&state)?;
             self.flush(&mut state)?;
             state.written
         };
@@ -261,11 +284,14 @@ impl Ledger {
             counters.fsyncs.fetch_add(1, Ordering::Relaxed);
             self.latch(self.file.sync_data())?;
         }
-        let footer = encode_footer(self.id, state.written, &state.offsets);
+        let footer = encode_footer(&self.header, state.written, &state.offsets);
         self.latch(self.file.write_all_at(&footer, state.written))?;
         counters.fsyncs.fetch_add(1, Ordering::Relaxed);
         self.latch(self.file.sync_data())?;
-        let sealed = self.latch(Sealed::map(self.file.as_ref(), self.id))?;
+        let sealed = self
+            .latch(Sealed::map(self.file.as_ref(), self.id))?
+            .map_err(|kind| Error::corrupted(self.id, state.written, kind));
+        let sealed = self.latch(sealed)?;
         state.written = (*sealed.map).as_ref().len() as u64;
         self.synced.fetch_max(state.written, Ordering::SeqCst);
         state.offsets = Vec::new();
@@ -282,6 +308,11 @@ impl Ledger {
         }
     }
 
+    /// Where open found damage before the tail, if it did.
+    pub(crate) fn damage(&self) -> Option<(u64, CorruptionKind)> {
+        self.damaged.clone()
+    }
+
     /// Whether the ledger is sealed.
     pub(crate) fn is_sealed(&self) -> bool {
         self.state().sealed.is_some()
@@ -296,7 +327,10 @@ impl Ledger {
     /// Where entry `entry_id` lives: a sealed map, or a byte range of the open file.
     fn locate(&self, entry_id: u64) -> Result<Located> {
         let state = self.state();
-        let missing = || Error::NoSuchEntry(Position::new(self.id, entry_id));
+        let missing = || match &self.damaged {
+            Some((offset, kind)) => Error::corrupted(self.id, *offset, kind.clone()),
+            None => Error::NoSuchEntry(Position::new(self.id, entry_id)),
+        };
         if let Some(sealed) = &state.sealed {
             let (start, end) = sealed
                 .layout
@@ -316,7 +350,7 @@ impl Ledger {
         Ok(Located::Buffered(frame.to_vec(), start))
     }
 
-    fn corrupt(&self, offset: u64) -> impl Fn(crate::error::CorruptionKind) -> Error + '_ {
+    fn corrupt(&self, offset: u64) -> impl Fn(CorruptionKind) -> Error + '_ {
         move |kind| Error::corrupted(self.id, offset, kind)
     }
 
@@ -325,14 +359,13 @@ impl Ledger {
         match self.locate(entry_id)? {
             Located::Mapped(map, start, end) => {
                 let frame = slice((*map).as_ref(), start, end).map_err(self.corrupt(start))?;
-                let (header, payload) =
-                    decode_entry_frame(frame, entry_id).map_err(self.corrupt(start))?;
+                let (header, payload) = decode_entry_frame(&self.header, frame, entry_id)
+                    .map_err(self.corrupt(start))?;
                 Ok((header.meta, payload.to_vec()))
             }
             Located::File(start, end) => {
-                let len = usize::try_from(end - start).map_err(|_| {
-                    Error::corrupted(self.id, start, crate::error::CorruptionKind::BadLength)
-                })?;
+                let len = usize::try_from(end - start)
+                    .map_err(|_| Error::corrupted(self.id, start, CorruptionKind::BadLength))?;
                 let mut frame = vec![0u8; len];
                 self.file.read_exact_at(&mut frame, start)?;
                 self.split_frame(frame, start, entry_id)
@@ -348,7 +381,8 @@ impl Ledger {
         start: u64,
         entry_id: u64,
     ) -> Result<(EntryMeta, Vec<u8>)> {
-        let (header, _) = decode_entry_frame(&frame, entry_id).map_err(self.corrupt(start))?;
+        let (header, _) =
+            decode_entry_frame(&self.header, &frame, entry_id).map_err(self.corrupt(start))?;
         Ok((header.meta, frame.split_off(FRAME_HEADER_LEN)))
     }
 
@@ -359,8 +393,8 @@ impl Ledger {
         match self.locate(entry_id)? {
             Located::Mapped(map, start, end) => {
                 let frame = slice((*map).as_ref(), start, end).map_err(self.corrupt(start))?;
-                let (header, _) =
-                    decode_entry_frame(frame, entry_id).map_err(self.corrupt(start))?;
+                let (header, _) = decode_entry_frame(&self.header, frame, entry_id)
+                    .map_err(self.corrupt(start))?;
                 Ok(header.meta)
             }
             Located::File(start, end) => {
@@ -371,7 +405,7 @@ impl Ledger {
                     return Err(Error::corrupted(
                         self.id,
                         start,
-                        crate::error::CorruptionKind::InvalidField("entry_id"),
+                        CorruptionKind::InvalidField("entry_id"),
                     ));
                 }
                 Ok(header.meta)
@@ -386,7 +420,7 @@ impl Drop for Ledger {
     /// a process exit (not a power cut). A failure here has no one to report to and is dropped.
     fn drop(&mut self) {
         let mut state = self.state();
-        if state.sealed.is_none() && !self.failed.load(Ordering::SeqCst) {
+        if state.sealed.is_none() && self.damaged.is_none() && !self.failed.load(Ordering::SeqCst) {
             let _ = self.flush(&mut state);
         }
     }
@@ -399,10 +433,8 @@ enum Located {
     Buffered(Vec<u8>, u64),
 }
 
-fn slice(bytes: &[u8], start: u64, end: u64) -> Result<&[u8], crate::error::CorruptionKind> {
-    let s = usize::try_from(start).map_err(|_| crate::error::CorruptionKind::BadLength)?;
-    let e = usize::try_from(end).map_err(|_| crate::error::CorruptionKind::BadLength)?;
-    bytes
-        .get(s..e)
-        .ok_or(crate::error::CorruptionKind::Truncated)
+fn slice(bytes: &[u8], start: u64, end: u64) -> Result<&[u8], CorruptionKind> {
+    let s = usize::try_from(start).map_err(|_| CorruptionKind::BadLength)?;
+    let e = usize::try_from(end).map_err(|_| CorruptionKind::BadLength)?;
+    bytes.get(s..e).ok_or(CorruptionKind::Truncated)
 }

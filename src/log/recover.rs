@@ -6,10 +6,21 @@
 //! holds, and never write in read-only mode.
 //!
 //! The rule: the scan stops at the first frame that is not whole (zero-filled, cut short,
-//! failing its checksum, or out of sequence), at offset `x`. If some later whole frame carries a
-//! durable mark above `x`, the bytes at `x` had been synced before that frame was written, so the
-//! damage is corruption. Otherwise everything from `x` on was unsynced when the power failed:
-//! a torn tail, cut back to `x` (or refused under [`RecoveryMode::Strict`]).
+//! failing its checksum, or out of sequence), at offset `x`. Then:
+//! - a valid trailer at the end of the file whose `data_end` is `x` (its index may be missing,
+//!   whole or in part), or the start of an index block at `x`, is an interrupted seal: the
+//!   footer is cut and the ledger is unsealed;
+//! - any whole, in-sequence frame after `x`, or a valid trailer whose `data_end` lies beyond
+//!   `x`, means the damage is not the end of what was written: corruption. The ledger opens
+//!   *damaged* (its whole entries before `x` readable, everything else an error, writes
+//!   refused), or, under [`RecoveryMode::Strict`], open fails;
+//! - otherwise nothing valid follows the damage: a torn tail, cut back to `x` (or refused under
+//!   [`RecoveryMode::Strict`]).
+//!
+//! Because every checksum is seeded with the ledger's nonce (format version 2), payload bytes
+//! cannot pass for a frame or a trailer here. A power cut that kept a later page of an unsynced
+//! batch but lost an earlier one looks like damage followed by whole frames, exactly as bit rot
+//! in a synced batch does; both open as damaged: loud, and no synced entry is cut.
 
 use std::sync::Arc;
 
@@ -17,8 +28,9 @@ use super::ledger::{Ledger, Sealed};
 use super::{LogStatsCounters, RecoveryMode, TailRepair, ledger_file_name};
 use crate::error::{CorruptionKind, Error, Result};
 use crate::format::ledger::{
-    FRAME_HEADER_LEN, FrameHeader, HEADER_LEN, INDEX_MAGIC, TRAILER_LEN, check_frame,
-    decode_frame_header, decode_header, decode_trailer, encode_header, footer_len, is_zero,
+    FRAME_HEADER_LEN, FrameHeader, HEADER_FIXED_LEN, HEADER_LEN, INDEX_MAGIC, LedgerHeader,
+    TRAILER_LEN, Trailer, check_frame, decode_frame_header, decode_header, header_fixed_part,
+    is_zero, trailer_of,
 };
 use crate::storage::{Storage, StorageFile};
 
@@ -101,7 +113,12 @@ pub(crate) struct Scan {
 
 /// Reads whole frames from `from` on, expecting entry ids `first_entry`, `first_entry + 1`, ...
 /// and stops at the end of the file or at the first frame that is not whole.
-pub(crate) fn scan_frames(win: &mut Window<'_>, from: u64, first_entry: u64) -> Result<Scan> {
+pub(crate) fn scan_frames(
+    win: &mut Window<'_>,
+    h: &LedgerHeader,
+    from: u64,
+    first_entry: u64,
+) -> Result<Scan> {
     let mut scan = Scan {
         offsets: Vec::new(),
         end: from,
@@ -111,14 +128,14 @@ pub(crate) fn scan_frames(win: &mut Window<'_>, from: u64, first_entry: u64) -> 
     while scan.end < size {
         let off = scan.end;
         let expected = first_entry + scan.offsets.len() as u64;
-        let problem = match whole_frame_at(win, off)? {
-            Ok(h) if h.entry_id != expected => Some(Damage {
+        let problem = match whole_frame_at(win, h, off)? {
+            Ok(f) if f.entry_id != expected => Some(Damage {
                 kind: CorruptionKind::InvalidField("entry_id"),
                 zero_filled: false,
             }),
-            Ok(h) => {
+            Ok(f) => {
                 scan.offsets.push(off);
-                scan.end = off + h.frame_len();
+                scan.end = off + f.frame_len();
                 None
             }
             Err(damage) => Some(damage),
@@ -132,7 +149,11 @@ pub(crate) fn scan_frames(win: &mut Window<'_>, from: u64, first_entry: u64) -> 
 }
 
 /// The frame at `off` if it is whole (fits, checksum matches, mark not past its own start).
-fn whole_frame_at(win: &mut Window<'_>, off: u64) -> Result<Result<FrameHeader, Damage>> {
+fn whole_frame_at(
+    win: &mut Window<'_>,
+    h: &LedgerHeader,
+    off: u64,
+) -> Result<Result<FrameHeader, Damage>> {
     let avail = win.size() - off;
     let head_len = avail.min(FRAME_HEADER_LEN as u64);
     let head = win.get(off, head_len)?.unwrap_or_default();
@@ -148,7 +169,7 @@ fn whole_frame_at(win: &mut Window<'_>, off: u64) -> Result<Result<FrameHeader, 
         return damage(CorruptionKind::Truncated);
     }
     let frame = win.get(off, header.frame_len())?.unwrap_or_default();
-    if let Err(kind) = check_frame(&header, frame) {
+    if let Err(kind) = check_frame(h, &header, frame) {
         return damage(kind);
     }
     if header.durable_mark > off {
@@ -157,26 +178,24 @@ fn whole_frame_at(win: &mut Window<'_>, off: u64) -> Result<Result<FrameHeader, 
     Ok(Ok(header))
 }
 
-/// The first whole frame after `from` whose entry id is at least `min_entry` (and could follow
-/// `min_entry - 1` frames of at least a header each) and, when `mark_above` is given, whose
-/// durable mark is above it.
+/// The first whole frame after `from` whose entry id is at least `min_entry` and could follow
+/// `min_entry - 1` frames of at least a header each.
 pub(crate) fn next_whole_frame(
     win: &mut Window<'_>,
+    h: &LedgerHeader,
     from: u64,
     min_entry: u64,
-    mark_above: Option<u64>,
 ) -> Result<Option<(u64, FrameHeader)>> {
     let size = win.size();
     let mut y = from + 1;
     while y + FRAME_HEADER_LEN as u64 <= size {
         let head = win.get(y, FRAME_HEADER_LEN as u64)?.unwrap_or_default();
-        if let (false, Ok(h)) = (is_zero(head), decode_frame_header(head)) {
-            let plausible = h.entry_id >= min_entry
-                && h.entry_id - min_entry <= (y - from) / FRAME_HEADER_LEN as u64
-                && mark_above.is_none_or(|m| h.durable_mark > m)
-                && h.frame_len() <= size - y;
-            if plausible && matches!(whole_frame_at(win, y)?, Ok(found) if found == h) {
-                return Ok(Some((y, h)));
+        if let (false, Ok(f)) = (is_zero(head), decode_frame_header(head)) {
+            let plausible = f.entry_id >= min_entry
+                && f.entry_id - min_entry <= (y - from) / FRAME_HEADER_LEN as u64
+                && f.frame_len() <= size - y;
+            if plausible && matches!(whole_frame_at(win, h, y)?, Ok(found) if found == f) {
+                return Ok(Some((y, f)));
             }
         }
         y += 1;
@@ -184,18 +203,60 @@ pub(crate) fn next_whole_frame(
     Ok(None)
 }
 
-/// Whether the bytes from `at` to the end are (a prefix of) a footer: an interrupted seal.
-pub(crate) fn looks_like_footer(win: &mut Window<'_>, at: u64) -> Result<bool> {
-    let n = (win.size() - at).min(INDEX_MAGIC.len() as u64);
-    let bytes = win.get(at, n)?.unwrap_or_default();
-    Ok(n > 0 && INDEX_MAGIC.starts_with(bytes))
+/// The valid trailer ending the file, if there is one whose footer fills the file exactly.
+pub(crate) fn end_trailer(win: &mut Window<'_>, h: &LedgerHeader) -> Result<Option<Trailer>> {
+    let size = win.size();
+    let Some(at) = size.checked_sub(TRAILER_LEN as u64) else {
+        return Ok(None);
+    };
+    let tail = win.get(at, TRAILER_LEN as u64)?.unwrap_or_default();
+    Ok(trailer_of(h, size, tail))
+}
+
+/// What the bytes from a scan's damage at `x` on are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AfterDamage {
+    /// A footer for frames ending at `x` (a valid trailer, the index possibly missing or
+    /// partial; or the start of an index block): a seal that did not finish.
+    InterruptedSeal,
+    /// Something valid follows: a whole in-sequence frame, or a trailer of frames past `x`.
+    Corruption,
+    /// Nothing valid follows: the end of what was written.
+    TornTail,
+}
+
+/// Classifies the damage a scan found at `x`, where entry `expected` should have started.
+pub(crate) fn after_damage(
+    win: &mut Window<'_>,
+    h: &LedgerHeader,
+    x: u64,
+    expected: u64,
+) -> Result<AfterDamage> {
+    if let Some(t) = end_trailer(win, h)? {
+        if t.data_end == x && t.entry_count == expected {
+            return Ok(AfterDamage::InterruptedSeal);
+        }
+        if t.data_end > x {
+            return Ok(AfterDamage::Corruption);
+        }
+    }
+    let n = (win.size() - x).min(INDEX_MAGIC.len() as u64);
+    let at_x = win.get(x, n)?.unwrap_or_default();
+    if n > 0 && INDEX_MAGIC.starts_with(at_x) {
+        // The start of an index block: a seal whose trailer did not reach the disk.
+        return Ok(AfterDamage::InterruptedSeal);
+    }
+    if next_whole_frame(win, h, x, expected)?.is_some() {
+        return Ok(AfterDamage::Corruption);
+    }
+    Ok(AfterDamage::TornTail)
 }
 
 /// What the first bytes of a ledger file hold.
 pub(crate) enum HeaderCheck {
-    Valid,
-    /// The file is no longer than a header and holds only part of the expected one (the rest
-    /// zero): a crash during `create_ledger`, before it returned.
+    Valid(LedgerHeader),
+    /// The file is no longer than a header and holds only part of one (the rest zero): a crash
+    /// during `create_ledger`, before it returned.
     InterruptedCreate,
 }
 
@@ -203,15 +264,17 @@ pub(crate) enum HeaderCheck {
 pub(crate) fn check_header(win: &mut Window<'_>, ledger: u64) -> Result<HeaderCheck> {
     let size = win.size();
     let bytes = win.get(0, size.min(HEADER_LEN as u64))?.unwrap_or_default();
-    let expected = encode_header(ledger);
-    if size <= HEADER_LEN as u64
-        && bytes != expected
-        && bytes.iter().zip(expected).all(|(b, e)| *b == 0 || *b == e)
-    {
-        return Ok(HeaderCheck::InterruptedCreate);
-    }
-    match decode_header(bytes) {
-        Ok(id) if id == ledger => Ok(HeaderCheck::Valid),
+    let decoded = decode_header(bytes);
+    let fixed = header_fixed_part(ledger);
+    let partial = size <= HEADER_LEN as u64
+        && bytes
+            .iter()
+            .take(HEADER_FIXED_LEN)
+            .zip(fixed)
+            .all(|(b, e)| *b == 0 || *b == e);
+    match decoded {
+        Ok(h) if h.ledger_id == ledger => Ok(HeaderCheck::Valid(h)),
+        Err(_) if partial => Ok(HeaderCheck::InterruptedCreate),
         Ok(_) => Err(Error::corrupted(
             ledger,
             0,
@@ -221,26 +284,18 @@ pub(crate) fn check_header(win: &mut Window<'_>, ledger: u64) -> Result<HeaderCh
     }
 }
 
-/// The sealed view of the file, when its trailer is whole and matches the file length.
+/// The sealed view of the file, when it verifies as a sealed ledger (trailer, index and last
+/// frame header). A failed map is an error, never "not sealed".
 pub(crate) fn try_sealed(
     win: &mut Window<'_>,
     file: &dyn StorageFile,
-    ledger: u64,
+    h: &LedgerHeader,
 ) -> Result<Option<Sealed>> {
-    let size = win.size();
-    let Some(at) = size.checked_sub(TRAILER_LEN as u64) else {
-        return Ok(None);
-    };
-    let bytes = win.get(at, TRAILER_LEN as u64)?.unwrap_or_default();
-    let Ok(t) = decode_trailer(bytes) else {
-        return Ok(None);
-    };
-    let fits = footer_len(t.entry_count).and_then(|f| f.checked_add(t.data_end)) == Some(size);
-    if t.ledger_id != ledger || !fits {
+    if end_trailer(win, h)?.is_none() {
         return Ok(None);
     }
     // Only now, with a whole trailer promising a sealed (never again written) file, map it.
-    Ok(Sealed::map(file, ledger).ok())
+    Ok(Sealed::map(file, h.ledger_id)?.ok())
 }
 
 /// The result of opening one ledger file.
@@ -262,70 +317,93 @@ pub(crate) fn open_ledger(
     let file = storage.open(&name)?;
     let mut win = Window::new(file.as_ref())?;
     let size = win.size();
-    if let HeaderCheck::InterruptedCreate = check_header(&mut win, ledger)? {
-        if !read_only {
-            storage.remove(&name)?;
-            storage.sync_dir()?;
+    let h = match check_header(&mut win, ledger) {
+        Ok(HeaderCheck::Valid(h)) => h,
+        // A bad header hides the nonce, so no frame can be checked: damaged at byte 0.
+        Err(Error::Corrupted { offset, kind, .. }) if mode != RecoveryMode::Strict => {
+            let blind = Ledger::unsealed(LedgerHeader::new(ledger, 0), file, Vec::new(), 0);
+            return Ok(Opened::Ledger(
+                Arc::new(blind.with_damage(offset, kind)),
+                None,
+            ));
         }
-        return Ok(Opened::Discarded(TailRepair {
-            ledger,
-            offset: 0,
-            dropped_bytes: size,
-            reason: "interrupted create: the file holds only part of its header".into(),
-        }));
+        Err(e) => return Err(e),
+        Ok(HeaderCheck::InterruptedCreate) => {
+            if !read_only {
+                storage.remove(&name)?;
+                storage.sync_dir()?;
+            }
+            return Ok(Opened::Discarded(TailRepair {
+                ledger,
+                offset: 0,
+                dropped_bytes: size,
+                reason: "interrupted create: the file holds only part of its header".into(),
+            }));
+        }
+    };
+    let sync = |file: &dyn StorageFile| -> Result<()> {
+        if !read_only {
+            // Whatever a crashed process left in the page cache (frames, or a footer whose
+            // seal never returned) becomes durable now, so what this open saw survives a
+            // power cut, and the marks of frames appended from here on are true.
+            file.sync_data()?;
+            stats
+                .fsyncs
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(())
+    };
+    if let Some(sealed) = try_sealed(&mut win, file.as_ref(), &h)? {
+        drop(win);
+        sync(file.as_ref())?;
+        return Ok(Opened::Ledger(Arc::new(Ledger::sealed(file, sealed)), None));
     }
-    if let Some(sealed) = try_sealed(&mut win, file.as_ref(), ledger)? {
-        return Ok(Opened::Ledger(
-            Arc::new(Ledger::sealed(ledger, file, sealed)),
-            None,
-        ));
-    }
-    let scan = scan_frames(&mut win, HEADER_LEN as u64, 0)?;
+    let scan = scan_frames(&mut win, &h, h.data_start(), 0)?;
     let end = scan.end;
+    let expected = scan.offsets.len() as u64;
+    let mut damaged = None;
     let repair = match scan.damage {
         None => None,
-        Some(_) if looks_like_footer(&mut win, end)? => Some(TailRepair {
-            ledger,
-            offset: end,
-            dropped_bytes: size - end,
-            reason: "interrupted seal: the footer is incomplete; the ledger is unsealed \
-                     and can be sealed again"
-                .into(),
-        }),
-        Some(damage) => {
-            let expected = scan.offsets.len() as u64;
-            if next_whole_frame(&mut win, end, expected, Some(end))?.is_some() {
+        Some(damage) => match after_damage(&mut win, &h, end, expected)? {
+            AfterDamage::InterruptedSeal => Some(TailRepair {
+                ledger,
+                offset: end,
+                dropped_bytes: size - end,
+                reason: "interrupted seal: the footer is incomplete; the ledger is unsealed \
+                         and can be sealed again"
+                    .into(),
+            }),
+            AfterDamage::Corruption if mode == RecoveryMode::Strict => {
                 return Err(Error::corrupted(ledger, end, damage.kind));
             }
-            if mode == RecoveryMode::Strict {
+            AfterDamage::Corruption => {
+                damaged = Some(damage.kind);
+                None
+            }
+            AfterDamage::TornTail if mode == RecoveryMode::Strict => {
                 return Err(Error::TornTail {
                     ledger,
                     offset: end,
                     dropped_bytes: size - end,
                 });
             }
-            Some(TailRepair {
+            AfterDamage::TornTail => Some(TailRepair {
                 ledger,
                 offset: end,
                 dropped_bytes: size - end,
                 reason: damage.reason(),
-            })
-        }
+            }),
+        },
     };
     drop(win);
-    if !read_only {
-        if repair.is_some() {
-            file.set_len(end)?;
-        }
-        // Whatever a crashed process left in the page cache becomes durable now, so the marks
-        // of frames appended from here on are true.
-        file.sync_data()?;
-        stats
-            .fsyncs
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if !read_only && repair.is_some() {
+        file.set_len(end)?;
     }
-    Ok(Opened::Ledger(
-        Arc::new(Ledger::unsealed(ledger, file, scan.offsets, end)),
-        repair,
-    ))
+    sync(file.as_ref())?;
+    let opened = Ledger::unsealed(h, file, scan.offsets, end);
+    let opened = match damaged {
+        Some(kind) => opened.with_damage(end, kind),
+        None => opened,
+    };
+    Ok(Opened::Ledger(Arc::new(opened), repair))
 }

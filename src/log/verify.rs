@@ -6,10 +6,11 @@
 use super::ledger_file_name;
 use super::parse_ledger_file_name;
 use super::recover::{
-    HeaderCheck, Window, check_header, looks_like_footer, next_whole_frame, scan_frames, try_sealed,
+    AfterDamage, HeaderCheck, Window, after_damage, check_header, next_whole_frame, scan_frames,
+    try_sealed,
 };
 use crate::error::{CorruptionKind, Error, Result};
-use crate::format::ledger::{HEADER_LEN, decode_entry_frame};
+use crate::format::ledger::decode_entry_frame;
 use crate::storage::Storage;
 
 /// One problem found in a ledger file.
@@ -40,16 +41,17 @@ pub fn verify_ledger(storage: &dyn Storage, ledger: u64) -> Result<Vec<FrameProb
         kind,
         torn_tail,
     };
-    let mut problems = Vec::new();
-    match check_header(&mut win, ledger) {
-        Ok(HeaderCheck::Valid) => {}
+    let h = match check_header(&mut win, ledger) {
+        Ok(HeaderCheck::Valid(h)) => h,
         Ok(HeaderCheck::InterruptedCreate) => {
             return Ok(vec![problem(None, 0, CorruptionKind::Truncated, true)]);
         }
-        Err(Error::Corrupted { kind, .. }) => problems.push(problem(None, 0, kind, false)),
+        // Without a header there is no nonce to check frames with.
+        Err(Error::Corrupted { kind, .. }) => return Ok(vec![problem(None, 0, kind, false)]),
         Err(e) => return Err(e),
-    }
-    if let Some(sealed) = try_sealed(&mut win, file.as_ref(), ledger)? {
+    };
+    let mut problems = Vec::new();
+    if let Some(sealed) = try_sealed(&mut win, file.as_ref(), &h)? {
         let bytes = (*sealed.map).as_ref();
         for id in 0..sealed.layout.entry_count {
             let Some((start, end)) = sealed.layout.frame_range(bytes, id) else {
@@ -60,31 +62,38 @@ pub fn verify_ledger(storage: &dyn Storage, ledger: u64) -> Result<Vec<FrameProb
                 .zip(usize::try_from(end).ok())
                 .and_then(|(s, e)| bytes.get(s..e))
                 .unwrap_or_default();
-            if let Err(kind) = decode_entry_frame(frame, id) {
+            if let Err(kind) = decode_entry_frame(&h, frame, id) {
                 problems.push(problem(Some(id), start, kind, false));
             }
         }
         return Ok(problems);
     }
-    let mut from = HEADER_LEN as u64;
+    let mut from = h.data_start();
     let mut first_entry = 0;
     loop {
-        let scan = scan_frames(&mut win, from, first_entry)?;
+        let scan = scan_frames(&mut win, &h, from, first_entry)?;
         let Some(damage) = scan.damage else { break };
         let at = scan.end;
         let expected = first_entry + scan.offsets.len() as u64;
-        if looks_like_footer(&mut win, at)? {
-            problems.push(problem(
-                None,
-                at,
-                CorruptionKind::InvalidField("footer"),
-                true,
-            ));
-            break;
+        match after_damage(&mut win, &h, at, expected)? {
+            AfterDamage::InterruptedSeal => {
+                problems.push(problem(
+                    None,
+                    at,
+                    CorruptionKind::InvalidField("footer"),
+                    true,
+                ));
+                break;
+            }
+            AfterDamage::TornTail => {
+                problems.push(problem(Some(expected), at, damage.kind, true));
+                break;
+            }
+            AfterDamage::Corruption => {
+                problems.push(problem(Some(expected), at, damage.kind, false));
+            }
         }
-        let synced_after = next_whole_frame(&mut win, at, expected, Some(at))?.is_some();
-        problems.push(problem(Some(expected), at, damage.kind, !synced_after));
-        match next_whole_frame(&mut win, at, expected, None)? {
+        match next_whole_frame(&mut win, &h, at, expected)? {
             Some((offset, header)) => {
                 from = offset;
                 first_entry = header.entry_id;

@@ -1,18 +1,26 @@
 //! The default metadata store: one file per record in a [`Storage`] directory.
 //!
-//! Owns: the files `{name}.meta` (the committed record) and `{name}.meta.tmp` (a write in
-//! progress). Must never leave a committed record torn: a record is replaced by writing the
-//! whole new file under the temporary name, `sync_data`, renaming it over the old one and
-//! syncing the directory, so after a power cut at any step the directory holds the old record
-//! or the new one, whole. A temporary file is never read; a leftover one is removed by the next
-//! `put` or `delete` of that record.
+//! Owns: the files `{name}.meta` (the committed record) and `{name}.{nonce}.meta.tmp` (a write in
+//! progress; the nonce is unique to the write, so two writers never share a temporary file).
+//! Must never leave a committed record torn: a record is replaced by writing the whole new file
+//! under a temporary name, `sync_data`, renaming it over the old one and syncing the directory,
+//! so after a power cut at any step the directory holds the old record or the new one, whole.
+//! A temporary file is never read. Leftovers of a crash (any `*.meta.tmp`, of any record) are
+//! removed before a store's first `put` or `delete`: at the first write rather than in `new`, so a
+//! store that only reads (an inspection tool) never changes the directory.
 //!
 //! The version check of `put` and `delete` reads the version stored on disk, never a cached one,
-//! so a handle that lost ownership is refused as soon as a newer owner has written. Calls through
-//! one `FileMetaStore` are serialised; two stores over the same directory are not, which is why
-//! only one owner (the holder of the directory's lock) may write and the version check is the
-//! fence against a former owner that has not noticed yet.
+//! so a handle that lost ownership is refused as soon as a newer owner has written. The check and
+//! the rename that follows it are two steps, not one atomic compare-and-set: calls through one
+//! `FileMetaStore` are serialised, two stores over the same directory are not. The fence is
+//! therefore exact only for writers serialised by the directory lock (design invariant 6: one
+//! owner at a time), where it refuses a former owner's handle that has not noticed yet. Without
+//! that lock, a stale writer that passed its check before the new owner's write could still
+//! rename after it. A `MetaStore` shared between hosts or processes must provide a real
+//! compare-and-set (a conditional write in the database or object store behind it).
 
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::{MetaStore, validate_record_name};
@@ -22,7 +30,7 @@ use crate::storage::Storage;
 
 /// Suffix of a committed record's file.
 const RECORD_SUFFIX: &str = ".meta";
-/// Suffix of a record being written.
+/// Suffix of a record being written: `{name}.{nonce:016x}.meta.tmp`.
 const TEMP_SUFFIX: &str = ".meta.tmp";
 
 /// Metadata records as files `{name}.meta`, replaced atomically (temp file, `sync_data`,
@@ -30,8 +38,20 @@ const TEMP_SUFFIX: &str = ".meta.tmp";
 #[derive(Debug)]
 pub struct FileMetaStore {
     storage: Arc<dyn Storage>,
-    /// Serialises the read-check-write of `put` and `delete` within this store.
-    writes: Mutex<()>,
+    /// Serialises the read-check-write of `put` and `delete` within this store, and holds the
+    /// state of its writes.
+    writes: Mutex<Writes>,
+    /// Randomly keyed, so the nonces of two stores (in one process or two) do not collide.
+    nonces: RandomState,
+}
+
+/// What `put` and `delete` keep between calls.
+#[derive(Debug, Default)]
+struct Writes {
+    /// Leftover temporary files have been removed.
+    swept: bool,
+    /// Writes started by this store: hashed into the temporary file's nonce.
+    count: u64,
 }
 
 impl FileMetaStore {
@@ -41,8 +61,36 @@ impl FileMetaStore {
     pub fn new(storage: Arc<dyn Storage>) -> Self {
         Self {
             storage,
-            writes: Mutex::new(()),
+            writes: Mutex::new(Writes::default()),
+            nonces: RandomState::new(),
         }
+    }
+
+    /// Removes every leftover temporary file (`*.meta.tmp`) of a crashed write, once per store,
+    /// before its first write. Syncs the directory if anything was removed.
+    fn sweep(&self, writes: &mut Writes) -> Result<()> {
+        if writes.swept {
+            return Ok(());
+        }
+        let mut removed = false;
+        for file in self.storage.list()? {
+            if file.ends_with(TEMP_SUFFIX) {
+                self.storage.remove(&file)?;
+                removed = true;
+            }
+        }
+        if removed {
+            self.storage.sync_dir()?;
+        }
+        writes.swept = true;
+        Ok(())
+    }
+
+    /// A temporary file name for a new write of `name`, unique to this write.
+    fn temp_file(&self, writes: &mut Writes, name: &str) -> String {
+        writes.count += 1;
+        let nonce = self.nonces.hash_one(writes.count);
+        format!("{name}.{nonce:016x}{TEMP_SUFFIX}")
     }
 
     /// The storage the records live in.
@@ -70,21 +118,19 @@ impl FileMetaStore {
         )))
     }
 
-    /// Removes a leftover temporary file of `name`, if any.
-    fn remove_temp(&self, temp: &str) -> Result<()> {
-        if self.storage.exists(temp)? {
-            self.storage.remove(temp)?;
-        }
-        Ok(())
+    /// Writes `encoded` to the new file `temp`, syncs it and renames it to `name`'s record.
+    fn replace(&self, temp: &str, name: &str, encoded: &[u8]) -> Result<()> {
+        let file = self.storage.create(temp)?;
+        file.write_all_at(encoded, 0)?;
+        file.sync_data()?;
+        drop(file);
+        self.storage.rename(temp, &record_file(name))?;
+        self.storage.sync_dir()
     }
 }
 
 fn record_file(name: &str) -> String {
     format!("{name}{RECORD_SUFFIX}")
-}
-
-fn temp_file(name: &str) -> String {
-    format!("{name}{TEMP_SUFFIX}")
 }
 
 impl MetaStore for FileMetaStore {
@@ -115,7 +161,8 @@ impl MetaStore for FileMetaStore {
 
     fn put(&self, name: &str, expected: Option<u64>, bytes: &[u8]) -> Result<u64> {
         validate_record_name(name)?;
-        let _serial = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut writes = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
+        self.sweep(&mut writes)?;
         let found = self.current_version(name)?;
         self.check_version(name, expected, found)?;
         let version = found.map_or(Some(1), |v| v.checked_add(1)).ok_or_else(|| {
@@ -130,24 +177,25 @@ impl MetaStore for FileMetaStore {
         }
         let encoded = encode_stored(version, bytes);
         // Power-cut analysis of each step: docs/format.md, "Metadata records".
-        let temp = temp_file(name);
-        self.remove_temp(&temp)?;
-        let file = self.storage.create(&temp)?;
-        file.write_all_at(&encoded, 0)?;
-        file.sync_data()?;
-        drop(file);
-        self.storage.rename(&temp, &record_file(name))?;
-        self.storage.sync_dir()?;
+        let temp = self.temp_file(&mut writes, name);
+        if let Err(e) = self.replace(&temp, name, &encoded) {
+            // Best effort: a temporary file left behind is never read, and the next store's
+            // first write removes it. The write's own error is the one to report.
+            if self.storage.exists(&temp).unwrap_or(false) {
+                let _ = self.storage.remove(&temp);
+            }
+            return Err(e);
+        }
         Ok(version)
     }
 
     fn delete(&self, name: &str, expected: u64) -> Result<()> {
         validate_record_name(name)?;
-        let _serial = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut writes = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
+        self.sweep(&mut writes)?;
         let found = self.current_version(name)?;
         self.check_version(name, Some(expected), found)?;
         self.storage.remove(&record_file(name))?;
-        self.remove_temp(&temp_file(name))?;
         self.storage.sync_dir()
     }
 
@@ -251,7 +299,6 @@ mod tests {
             assert_eq!(store.list().unwrap(), ["cursor-10", "cursor-2", "topic"]);
             store.delete("cursor-2", 1).unwrap();
             assert_eq!(store.get("cursor-2").unwrap(), None);
-            assert!(!storage.exists("cursor-2.meta.tmp").unwrap());
             assert_eq!(store.list().unwrap(), ["cursor-10", "topic"]);
             assert_eq!(store.put("cursor-2", None, b"new").unwrap(), 1);
         });
@@ -273,22 +320,80 @@ mod tests {
         }
     }
 
+    fn temp_files(storage: &Arc<dyn Storage>) -> Vec<String> {
+        let mut files = storage.list().unwrap();
+        files.retain(|f| f.ends_with(TEMP_SUFFIX));
+        files
+    }
+
     #[test]
-    fn a_leftover_torn_temp_file_is_ignored_then_cleaned() {
+    fn leftover_temp_files_are_ignored_then_swept_before_the_first_write() {
         on_both_backends(|storage| {
-            let store = FileMetaStore::new(storage.clone());
-            store.put("topic", None, b"old").unwrap();
-            let torn = storage.create("topic.meta.tmp").unwrap();
-            torn.write_all_at(&encode_stored(2, b"new")[..10], 0)
+            FileMetaStore::new(storage.clone())
+                .put("topic", None, b"old")
                 .unwrap();
-            torn.sync_data().unwrap();
+            // A crashed writer's torn temporary file, one of a record never written again, and
+            // one under the name older versions used.
+            for temp in [
+                "topic.00000000000000a1.meta.tmp",
+                "cursor-9.00000000000000b2.meta.tmp",
+                "topic.meta.tmp",
+            ] {
+                let torn = storage.create(temp).unwrap();
+                torn.write_all_at(&encode_stored(2, b"new")[..10], 0)
+                    .unwrap();
+                torn.sync_data().unwrap();
+            }
+            storage.create("ledger-00000000000000000001.log").unwrap();
             storage.sync_dir().unwrap();
+            let store = FileMetaStore::new(storage.clone());
             assert_eq!(store.get("topic").unwrap(), Some((1, b"old".to_vec())));
             assert_eq!(store.list().unwrap(), ["topic"]);
-            assert_eq!(store.put("topic", Some(1), b"newer").unwrap(), 2);
-            assert_eq!(store.get("topic").unwrap(), Some((2, b"newer".to_vec())));
-            assert!(!storage.exists("topic.meta.tmp").unwrap());
+            assert_eq!(temp_files(&storage).len(), 3, "reads change nothing");
+            assert_eq!(store.put("cursor-1", None, b"c").unwrap(), 1);
+            assert!(temp_files(&storage).is_empty());
+            assert!(storage.exists("ledger-00000000000000000001.log").unwrap());
+            assert_eq!(store.get("topic").unwrap(), Some((1, b"old".to_vec())));
         });
+    }
+
+    #[test]
+    fn every_write_uses_its_own_valid_temp_name() {
+        let (_, a) = mem_store();
+        let (_, b) = mem_store();
+        let mut names = std::collections::BTreeSet::new();
+        for store in [&a, &b] {
+            let mut writes = store.writes.lock().unwrap();
+            for _ in 0..50 {
+                let temp = store.temp_file(&mut writes, &"c".repeat(64));
+                crate::storage::validate_name(&temp).unwrap();
+                assert!(temp.ends_with(TEMP_SUFFIX) && !temp.ends_with(RECORD_SUFFIX));
+                assert!(names.insert(temp));
+            }
+        }
+    }
+
+    #[test]
+    fn a_stale_writer_whose_write_failed_midway_is_fenced_and_disturbs_nothing() {
+        let disk = MemStorage::new();
+        let old_owner = FileMetaStore::new(Arc::new(disk.clone()));
+        let v1 = old_owner.put("cursor-4", None, b"A").unwrap();
+        // The old owner's next write stops after creating its temporary file.
+        disk.fail_after(Some(1));
+        assert!(old_owner.put("cursor-4", Some(v1), b"A2").is_err());
+        disk.fail_after(None);
+        let storage: Arc<dyn Storage> = Arc::new(disk.clone());
+        assert_eq!(temp_files(&storage).len(), 1);
+        let new_owner = FileMetaStore::new(Arc::new(disk.clone()));
+        let v2 = new_owner.put("cursor-4", Some(v1), b"B").unwrap();
+        assert!(is_fenced(&old_owner.put("cursor-4", Some(v1), b"A3")));
+        assert!(is_fenced(&old_owner.delete("cursor-4", v1)));
+        assert_eq!(
+            new_owner.get("cursor-4").unwrap(),
+            Some((v2, b"B".to_vec()))
+        );
+        assert_eq!(new_owner.put("cursor-4", Some(v2), b"C").unwrap(), v2 + 1);
+        assert!(temp_files(&storage).is_empty(), "swept by the new owner");
     }
 
     #[test]

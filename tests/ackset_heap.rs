@@ -1,0 +1,179 @@
+//! Bounded memory measured on the heap itself (design invariant 3): a counting global allocator
+//! follows every byte a `RangeSetWrapper` allocates, and after every operation of a worst-ish
+//! workload (random acks over many partitions of every container kind, then mark-delete moves)
+//! the wrapper's heap stays within the budget, plus one partition, plus the index, plus a fixed
+//! slack. The allocator is per binary, so this file holds one test.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use ackstore::Position;
+use ackstore::Result;
+use ackstore::ackset::{
+    INDEX_ENTRY_BYTES, MAX_PARTITION_BYTES, MemPartitionStore, PartitionKey, PartitionStore,
+    RangeSetWrapper,
+};
+use roaring::RoaringBitmap;
+
+thread_local! {
+    /// Live heap bytes this thread allocated while counting was on (other threads, such as the
+    /// test harness's, allocate and free on their own).
+    static LIVE: Cell<isize> = const { Cell::new(0) };
+    /// Off while the test's partition store works: its records are not resident ack state.
+    static COUNTING: Cell<bool> = const { Cell::new(true) };
+}
+
+struct Counting;
+
+fn count(delta: isize) {
+    if COUNTING.try_with(Cell::get).unwrap_or(false) {
+        let _ = LIVE.try_with(|live| live.set(live.get() + delta));
+    }
+}
+
+fn signed(n: usize) -> isize {
+    isize::try_from(n).expect("allocation size fits isize")
+}
+
+// SAFETY: every call is forwarded unchanged to `System`; the counter has no effect on memory.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count(signed(layout.size()));
+        // SAFETY: the caller's contract for `alloc` is passed on unchanged.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        count(-signed(layout.size()));
+        // SAFETY: `ptr` was allocated by `System` with `layout`.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count(signed(new_size) - signed(layout.size()));
+        // SAFETY: the caller's contract for `realloc` is passed on unchanged.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+fn live() -> isize {
+    LIVE.with(Cell::get)
+}
+
+/// Runs `f` with counting off.
+fn uncounted<R>(f: impl FnOnce() -> R) -> R {
+    COUNTING.with(|c| c.set(false));
+    let out = f();
+    COUNTING.with(|c| c.set(true));
+    out
+}
+
+/// A store whose own memory is not counted. A loaded bitmap is counted: the wrapper owns it.
+struct UncountedStore(MemPartitionStore);
+
+impl PartitionStore for UncountedStore {
+    fn load(&mut self, key: PartitionKey) -> Result<Option<RoaringBitmap>> {
+        self.0.load(key)
+    }
+    fn store(&mut self, key: PartitionKey, bitmap: &RoaringBitmap) -> Result<()> {
+        uncounted(|| self.0.store(key, bitmap))
+    }
+    fn forget(&mut self, key: PartitionKey) {
+        uncounted(|| self.0.forget(key));
+    }
+}
+
+impl Drop for UncountedStore {
+    fn drop(&mut self) {
+        uncounted(|| drop(std::mem::take(&mut self.0)));
+    }
+}
+
+/// Heap the wrapper may hold beyond budget, one partition and index: the B-tree's root leaf and
+/// the LRU table's smallest sizes, which the per-entry charges do not cover.
+const SLACK_BYTES: usize = 1024;
+
+/// A deterministic generator (xorshift), so the workload is the same on every run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+#[test]
+fn wrapper_heap_stays_within_budget_one_partition_and_index() {
+    const LEDGERS: u64 = 8;
+    const CHUNKS: u64 = 24;
+    let ops: u64 = if cfg!(debug_assertions) {
+        60_000
+    } else {
+        600_000
+    };
+    let budget = 256 << 10;
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let base = live();
+    let mut w = RangeSetWrapper::new(Box::new(UncountedStore(MemPartitionStore::new())), budget);
+    let mut worst = 0isize;
+    let mut check = |w: &RangeSetWrapper, step: &str| {
+        let heap = live() - base;
+        let s = w.stats();
+        let limit = budget + MAX_PARTITION_BYTES + s.partitions * INDEX_ENTRY_BYTES + SLACK_BYTES;
+        assert!(
+            heap <= signed(limit),
+            "{step}: heap {heap} > {limit}: {s:?}"
+        );
+        worst = worst.max(heap - signed(s.partitions * INDEX_ENTRY_BYTES));
+    };
+    // Each partition gets its own density, so array, bitmap and run containers all occur, and
+    // arrays grow by doubling past what they were loaded with.
+    let density = |ledger: u64, chunk: u64| 1 + (ledger * 31 + chunk * 7) % 24;
+    for i in 0..ops {
+        let ledger = rng.below(LEDGERS);
+        let chunk = rng.below(CHUNKS);
+        let base_entry = chunk << 16;
+        let d = density(ledger, chunk);
+        if d == 1 && rng.below(4) == 0 {
+            // Runs: short ranges, which later acks between them merge.
+            let first = base_entry + rng.below(1 << 16);
+            w.add_range(ledger, first, first + rng.below(8))
+                .expect("add_range");
+        } else {
+            let entry = base_entry + rng.below(1 << 16) / d * d;
+            w.add(Position::new(ledger, entry)).expect("add");
+        }
+        if i % 64 == 0 {
+            check(&w, "acks");
+        }
+    }
+    check(&w, "after acks");
+    // Mark-delete moves up through every ledger, removing partly and then wholly.
+    for ledger in 0..LEDGERS {
+        for step in 0..CHUNKS * 4 {
+            let entry = step << 14;
+            w.remove_at_most(Position::new(ledger, entry))
+                .expect("remove_at_most");
+            check(&w, "removes");
+            w.add(Position::new(ledger, entry + 1 + rng.below(1 << 14)))
+                .expect("add");
+            check(&w, "acks between removes");
+        }
+    }
+    let s = w.stats();
+    drop(w);
+    // Before printing: the test harness's capture buffer is allocated on this thread.
+    assert_eq!(live(), base, "the wrapper frees all it holds");
+    assert!(s.evictions > 1_000 && s.loads > 1_000, "{s:?}");
+    println!(
+        "budget {budget} B: worst heap without the index {worst} B (budget + {} B), {s:?}",
+        worst - signed(budget)
+    );
+}
