@@ -163,6 +163,39 @@ fn a_server_seek_back_to_two_after_five_is_delivered_again_through_the_epoch() {
 }
 
 #[test]
+fn the_epoch_rises_on_every_reset_and_survives_every_ownership_move() {
+    let (disk, a) = mem_topic(PER_LEDGER);
+    let p = append_n(&a, 8);
+    a.sync().unwrap();
+    let ca = open_sub(&a);
+    ca.seek(p[2]).unwrap();
+    ca.seek_by_index(5).unwrap();
+    ca.seek_by_timestamp(1001).unwrap();
+    ca.rewind().unwrap();
+    assert_eq!(ca.epoch().unwrap(), 4);
+    let mut disk = disk;
+    let mut topic = a;
+    for departure in [Departure::LostLock, Departure::Crash, Departure::Close] {
+        match departure {
+            Departure::Close => topic.close().unwrap(),
+            Departure::Crash => disk = disk.durable_image(),
+            Departure::LostLock => disk.break_lock(),
+        }
+        topic = reopen(&disk, PER_LEDGER);
+        let cursor = open_sub(&topic);
+        assert_eq!(cursor.epoch().unwrap(), 4, "after {departure:?}");
+        let (epoch, entries) = cursor.read_entries_at_epoch(8).unwrap();
+        assert_eq!(
+            (epoch, entries.first().map(|e| e.position)),
+            (4, Some(p[2]))
+        );
+    }
+    let cursor = open_sub(&topic);
+    cursor.seek(p[0]).unwrap();
+    assert_eq!(cursor.epoch().unwrap(), 5);
+}
+
+#[test]
 fn a_redeliver_request_is_a_rewind_and_its_entries_pass_the_filter() {
     let (_disk, topic) = mem_topic(PER_LEDGER);
     let cursor = open_sub(&topic);
@@ -245,6 +278,7 @@ fn a_fenced_handle_writes_nothing_the_new_owner_sees() {
     assert!(is_fenced(other_a.flush()));
     let cb = open_sub(&b);
     let before = cursor_view(&cb);
+    let ledgers = b.ledgers();
     assert_eq!(before, (Some(p[1]), vec![(p[4], p[4])], 0));
 
     // A keeps going: acks, flushes, seeks, a property, cursor changes, trimming, closing.
@@ -273,6 +307,7 @@ fn a_fenced_handle_writes_nothing_the_new_owner_sees() {
     assert!(cb.properties().unwrap().is_empty());
     assert_eq!(b.cursor_names(), ["other", "sub"]);
     assert_eq!(b.last_position(), Some(p[9]));
+    assert_eq!(b.ledgers(), ledgers);
     let other_b = b
         .open_cursor("other", at(InitialPosition::Earliest, false))
         .unwrap();
@@ -288,6 +323,7 @@ fn a_fenced_handle_writes_nothing_the_new_owner_sees() {
         .unwrap();
     assert_eq!(other_c.mark_delete_position().unwrap(), Some(p[0]));
     assert_eq!(c.last_position(), Some(p[9]));
+    assert_eq!(c.ledgers(), ledgers);
 }
 
 #[test]

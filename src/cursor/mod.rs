@@ -526,7 +526,8 @@ impl Cursor {
 
     /// Reads again from the first entry after mark-delete (acknowledged entries are still
     /// skipped). Increases the epoch (it is a redelivery the consumer asked for) and writes the
-    /// cursor record before returning.
+    /// cursor record before returning. A consumer's `redeliverUnacknowledgedMessages` request
+    /// is a rewind on the broker's side.
     pub fn rewind(&self) -> Result<()> {
         self.reset(|_| Ok(Move::Rewind))
     }
@@ -613,7 +614,9 @@ impl Cursor {
     /// nothing new is guaranteed durable, and after an error whose effect on the cursor record
     /// is unknown every later flush fails with [`Error::PreviousIo`] until the topic is
     /// reopened. [`Error::LimitExceeded`] when a single-entry snapshot does not fit (with
-    /// [`OverflowPolicy::Error`]).
+    /// [`OverflowPolicy::Error`]). [`Error::Fenced`], with nothing written, once a newer owner
+    /// has opened the topic's directory (this handle lost ownership; see `docs/cursors.md`,
+    /// "Ownership"); seeks and rewinds fail the same way.
     pub fn flush(&self) -> Result<()> {
         let mut core = self.shared.core()?;
         if let Some(e) = core.background_error.take() {

@@ -61,6 +61,11 @@ pub struct ManagedLedger {
 impl ManagedLedger {
     /// Opens the topic in directory `dir`, creating the directory and the topic if needed.
     ///
+    /// The open claims the topic: it writes the topic record by compare-and-set, so a former
+    /// owner that lost the directory without knowing it (a broken lock, shared storage) is
+    /// fenced: its later writes fail with [`Error::Fenced`] (see `docs/cursors.md`,
+    /// "Ownership").
+    ///
     /// # Errors
     /// [`Error::Locked`] when another handle owns the directory; [`Error::MissingLedger`] when
     /// a recorded data ledger's file is gone; [`Error::NotAckstore`] for a directory with ledger
@@ -160,6 +165,13 @@ impl ManagedLedger {
     /// persisted state (mark-delete, individual acks, epoch, properties; see
     /// `docs/cursors.md`, "Durability"). Opening a name that is already open returns another
     /// handle to the same cursor.
+    ///
+    /// Opening an existing cursor claims it: the recovered state is written to a fresh cursor
+    /// ledger and the cursor record switched to it, so nothing a former owner still writes is
+    /// ever read. The epoch is not changed.
+    ///
+    /// # Errors
+    /// [`Error::Fenced`] when a newer owner has opened the directory since this handle.
     pub fn open_cursor(&self, name: &str, options: CursorOptions) -> Result<Cursor> {
         self.core.open_cursor(name, options)
     }
