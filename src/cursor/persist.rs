@@ -413,7 +413,10 @@ impl CursorPersister {
             return Ok(true);
         }
         let info = self.log.ledger_info(ledger)?;
-        Ok(info.entries >= self.config.cursor_ledger_max_entries
+        // A ledger opened damaged refuses appends: the state recovered from before the damage
+        // moves to a new ledger.
+        Ok(info.damaged.is_some()
+            || info.entries >= self.config.cursor_ledger_max_entries
             || info.bytes >= self.config.cursor_ledger_max_bytes)
     }
 

@@ -176,7 +176,9 @@ pub fn decode_partition_at(
     ledger: u64,
     offset: u64,
 ) -> Result<(PartitionKey, RoaringBitmap)> {
-    let bad = |at: usize, kind: CorruptionKind| Error::corrupted(ledger, offset + at as u64, kind);
+    let bad = |at: usize, kind: CorruptionKind| {
+        Error::corrupted(ledger, offset.saturating_add(at as u64), kind)
+    };
     if bytes.len() < OVERHEAD_LEN {
         return Err(bad(bytes.len(), CorruptionKind::Truncated));
     }

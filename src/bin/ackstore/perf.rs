@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use ackstore::ackset::pulsar;
 use ackstore::cursor::{CursorConfig, PersistMode};
-use ackstore::{AppendMeta, CursorOptions, InitialPosition, LedgerConfig, ManagedLedger, Position};
+use ackstore::{AppendMeta, CursorOptions, LedgerConfig, ManagedLedger, Position};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -246,13 +246,7 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
     let mut positions: Vec<Position> =
         Vec::with_capacity(usize::try_from(args.entries).unwrap_or(0));
     let ml = ManagedLedger::open(&dir, config.clone())?;
-    let cursor = ml.open_cursor(
-        CURSOR,
-        CursorOptions {
-            initial_position: InitialPosition::Earliest,
-            inclusive: false,
-        },
-    )?;
+    let cursor = ml.open_cursor(CURSOR, CursorOptions::default())?;
     let progress = bar(args.entries, "append", quiet);
     let started = Instant::now();
     for i in 0..args.entries {
@@ -306,13 +300,7 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
 
     let started = Instant::now();
     let ml = ManagedLedger::open(&dir, config)?;
-    let cursor = ml.open_cursor(
-        CURSOR,
-        CursorOptions {
-            initial_position: InitialPosition::Earliest,
-            inclusive: false,
-        },
-    )?;
+    let cursor = ml.open_cursor(CURSOR, CursorOptions::default())?;
     let first = cursor.read_entries(1)?;
     let first_read = started.elapsed();
     let recovered_fingerprint = fingerprint(&cursor.acked_ranges()?);
