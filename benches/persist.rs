@@ -15,7 +15,8 @@ use std::time::Duration;
 use ackstore::Position;
 use ackstore::ackset::RangeSetWrapper;
 use ackstore::ackset::pulsar::message_range_bytes;
-use ackstore::cursor::persist::{CursorPersister, PersistConfig, PersistMode, PersistedState};
+use ackstore::cursor::CursorConfig;
+use ackstore::cursor::persist::{CursorPersister, PersistMode, PersistedState};
 use ackstore::cursor::recover::recover;
 use ackstore::log::{EntryLog, LogConfig};
 use ackstore::meta::{FileMetaStore, MetaStore};
@@ -53,12 +54,12 @@ impl Dir {
     }
 }
 
-fn config(mode: PersistMode) -> PersistConfig {
-    PersistConfig {
+fn config(mode: PersistMode) -> CursorConfig {
+    CursorConfig {
         persist_mode: mode,
         max_entry_size: 256 << 20,
         max_ranges_single_entry: u64::MAX,
-        ..PersistConfig::default()
+        ..CursorConfig::default()
     }
 }
 

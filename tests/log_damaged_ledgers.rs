@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 
-use ackstore::cursor::persist::PersistConfig;
+use ackstore::cursor::CursorConfig;
 use ackstore::cursor::recover::{RecoverySource, recover};
 use ackstore::format::cursor::{EntryKind, peek_kind};
 use ackstore::format::ledger::{FRAME_HEADER_LEN, HEADER_V1_LEN, decode_frame_header};
@@ -89,7 +89,7 @@ fn a_flipped_byte_in_the_last_marker_opens_the_cursor_ledger_damaged_and_recover
     assert_eq!(damaged[0].damaged.as_ref().map(|d| d.0), Some(at as u64));
 
     let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(storage));
-    let mut cursor = recover(log, meta, "cursor-1", PersistConfig::default()).unwrap();
+    let mut cursor = recover(log, meta, "cursor-1", CursorConfig::default()).unwrap();
     assert_eq!(
         cursor.report.source,
         RecoverySource::Marker(Position::new(ledger, markers[0]))

@@ -4,7 +4,8 @@
 
 mod persist_common;
 
-use ackstore::cursor::persist::{PersistConfig, PersistMode};
+use ackstore::cursor::CursorConfig;
+use ackstore::cursor::persist::PersistMode;
 use ackstore::storage::MemStorage;
 use persist_common::{Op, Outcome, check_image, mixed_workload, run, tight_config, torn_image};
 
@@ -20,7 +21,7 @@ fn unsynced_tail(disk: &MemStorage) -> usize {
 
 /// Cuts the power after every storage operation of `ops`, and checks the durable image and a
 /// few torn images of each cut.
-fn cut_everywhere(config: &PersistConfig, ops: &[Op]) -> Outcome {
+fn cut_everywhere(config: &CursorConfig, ops: &[Op]) -> Outcome {
     let full = MemStorage::new();
     let outcome = run(&full, config, ops);
     assert_eq!(outcome.error, None, "workload fails without a power cut");
@@ -62,7 +63,7 @@ fn power_cut_after_every_operation_keeps_flushed_acks_and_invents_none() {
 
 #[test]
 fn power_cut_during_single_entry_workload_keeps_flushed_acks() {
-    let config = PersistConfig {
+    let config = CursorConfig {
         persist_mode: PersistMode::SingleEntry,
         ..tight_config()
     };
@@ -82,7 +83,7 @@ fn power_cut_at_every_step_of_a_rollover() {
     ops.push(Op::Flush);
     ops.push(Op::Ack(ackstore::Position::new(2, 9)));
     ops.push(Op::Rollover);
-    let config = PersistConfig {
+    let config = CursorConfig {
         cursor_ledger_max_entries: 1_000,
         ..tight_config()
     };

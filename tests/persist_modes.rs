@@ -6,21 +6,22 @@ mod persist_common;
 use std::sync::Arc;
 
 use ackstore::Position;
-use ackstore::cursor::persist::{OverflowPolicy, PersistConfig, PersistMode};
+use ackstore::cursor::CursorConfig;
+use ackstore::cursor::persist::{OverflowPolicy, PersistMode};
 use ackstore::error::Error;
 use ackstore::format::meta::CursorRecord;
 use ackstore::log::ledger_file_name;
 use ackstore::storage::{MemStorage, Storage};
 use persist_common::{Cursor, Env, Model, RECORD, fresh, model_of, open_cursor};
 
-fn multi() -> PersistConfig {
-    PersistConfig::default()
+fn multi() -> CursorConfig {
+    CursorConfig::default()
 }
 
-fn single() -> PersistConfig {
-    PersistConfig {
+fn single() -> CursorConfig {
+    CursorConfig {
         persist_mode: PersistMode::SingleEntry,
-        ..PersistConfig::default()
+        ..CursorConfig::default()
     }
 }
 
@@ -33,7 +34,7 @@ fn alternating(cursor: &mut Cursor, model: &mut Model, n: u64) {
     }
 }
 
-fn reopened(disk: &MemStorage, config: &PersistConfig) -> Model {
+fn reopened(disk: &MemStorage, config: &CursorConfig) -> Model {
     let env = Env::open(disk).unwrap();
     let mut cursor = open_cursor(&env, config).unwrap();
     model_of(&mut cursor).unwrap()
@@ -79,7 +80,7 @@ fn multi_entry_flush_after_one_ack_writes_one_partition_and_the_marker() {
 
 #[test]
 fn paged_table_flush_after_one_ack_rewrites_one_page() {
-    let config = PersistConfig {
+    let config = CursorConfig {
         index_page_rows: 8,
         ..multi()
     };
@@ -101,7 +102,7 @@ fn paged_table_flush_after_one_ack_rewrites_one_page() {
 
 #[test]
 fn single_entry_over_the_range_limit_is_an_error_and_writes_nothing() {
-    let config = PersistConfig {
+    let config = CursorConfig {
         max_ranges_single_entry: 10,
         ..single()
     };
@@ -122,7 +123,7 @@ fn single_entry_over_the_range_limit_is_an_error_and_writes_nothing() {
 #[test]
 fn single_entry_over_the_limits_warns_counts_and_keeps_the_lowest_ranges() {
     for (max_ranges, max_entry_size) in [(10, 5 << 20), (u64::MAX, 200)] {
-        let config = PersistConfig {
+        let config = CursorConfig {
             max_ranges_single_entry: max_ranges,
             max_entry_size,
             on_single_entry_overflow: OverflowPolicy::Warn,
@@ -151,7 +152,7 @@ fn single_entry_over_the_limits_warns_counts_and_keeps_the_lowest_ranges() {
 
 #[test]
 fn multi_entry_keeps_more_ranges_than_the_single_entry_cap() {
-    let config = PersistConfig {
+    let config = CursorConfig {
         max_ranges_single_entry: 1_000,
         max_entry_size: 64 << 10,
         ..multi()
@@ -199,7 +200,7 @@ fn every_mode_migration_keeps_every_ack() {
 
 #[test]
 fn rollover_moves_every_partition_switches_the_record_and_deletes_the_old_ledger() {
-    let config = PersistConfig {
+    let config = CursorConfig {
         cursor_ledger_max_entries: 20,
         // Small enough that most partitions are cold when the rollover copies them.
         lru_capacity_bytes: 2_000,
@@ -265,7 +266,7 @@ fn a_record_changed_behind_the_persisters_back_fences_its_next_switch() {
 fn concurrent_ackers_and_a_flusher_lose_no_flushed_ack() {
     let disk = MemStorage::new();
     let env = Env::open(&disk).unwrap();
-    let config = PersistConfig {
+    let config = CursorConfig {
         lru_capacity_bytes: 4_000,
         cursor_ledger_max_entries: 50,
         ..multi()

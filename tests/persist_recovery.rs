@@ -5,7 +5,8 @@
 mod persist_common;
 
 use ackstore::Position;
-use ackstore::cursor::persist::{PersistConfig, PersistedState};
+use ackstore::cursor::CursorConfig;
+use ackstore::cursor::persist::PersistedState;
 use ackstore::cursor::recover::{RecoverySource, check_cursor_ledger};
 use ackstore::format::cursor::{
     EntryKind, PageRef, PartitionEntry, PartitionRow, TableRef, encode_index_page, encode_marker,
@@ -15,10 +16,10 @@ use ackstore::log::{EntryMeta, ledger_file_name};
 use ackstore::storage::{MemStorage, Storage};
 use persist_common::{Cursor, Env, Model, check_bounds, model_of, open_cursor};
 
-fn config() -> PersistConfig {
-    PersistConfig {
+fn config() -> CursorConfig {
+    CursorConfig {
         index_page_rows: 4,
-        ..PersistConfig::default()
+        ..CursorConfig::default()
     }
 }
 

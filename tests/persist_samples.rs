@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use ackstore::Position;
-use ackstore::cursor::persist::PersistConfig;
+use ackstore::cursor::CursorConfig;
 use ackstore::cursor::recover::{RecoveredCursor, RecoverySource, recover};
 use ackstore::log::{EntryLog, LogConfig};
 use ackstore::meta::{FileMetaStore, MetaStore};
@@ -28,7 +28,7 @@ fn open_sample(name: &str) -> (tempfile::TempDir, RecoveredCursor, usize) {
     let log = Arc::new(EntryLog::open(Arc::clone(&storage), LogConfig::default()).unwrap());
     let repairs = log.recovery_report().len();
     let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(storage));
-    let cursor = recover(log, meta, "cursor-1", PersistConfig::default()).unwrap();
+    let cursor = recover(log, meta, "cursor-1", CursorConfig::default()).unwrap();
     (dir, cursor, repairs)
 }
 

@@ -5,7 +5,7 @@ mod persist_common;
 
 use ackstore::Position;
 use ackstore::ackset::MAX_PARTITION_BYTES;
-use ackstore::cursor::persist::PersistConfig;
+use ackstore::cursor::CursorConfig;
 use ackstore::storage::MemStorage;
 use persist_common::{Env, open_cursor};
 
@@ -27,9 +27,9 @@ fn ten_million_alternating_acks_survive_reopen_with_constant_eviction() {
 
 /// Acks, flushes, reopens and checks every entry; returns the evictions after the reopen.
 fn alternating_acks_survive_reopen(budget: usize) -> u64 {
-    let config = PersistConfig {
+    let config = CursorConfig {
         lru_capacity_bytes: budget,
-        ..PersistConfig::default()
+        ..CursorConfig::default()
     };
     let disk = MemStorage::new();
     {

@@ -9,7 +9,8 @@
 mod persist_common;
 
 use ackstore::Position;
-use ackstore::cursor::persist::{PersistConfig, PersistMode};
+use ackstore::cursor::persist::{PersistMode};
+use ackstore::cursor::CursorConfig;
 use ackstore::storage::MemStorage;
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
@@ -61,7 +62,7 @@ fuzz_target!(|data: &[u8]| {
     let mut u = Unstructured::new(data);
     let Ok(single) = u.arbitrary::<bool>() else { return };
     let Ok(segments) = segments(&mut u) else { return };
-    let config = PersistConfig {
+    let config = CursorConfig {
         persist_mode: if single { PersistMode::SingleEntry } else { PersistMode::MultiEntry },
         ..tight_config()
     };

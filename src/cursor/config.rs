@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::persist::{OverflowPolicy, PersistConfig, PersistMode};
+use super::persist::{OverflowPolicy, PersistMode};
 
 /// Settings of every cursor of a managed ledger.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,24 +34,6 @@ pub struct CursorConfig {
     pub flush_interval: Option<Duration>,
 }
 
-impl CursorConfig {
-    /// The persistence settings of one cursor.
-    #[must_use]
-    pub fn persist_config(&self) -> PersistConfig {
-        PersistConfig {
-            persist_mode: self.persist_mode,
-            max_entry_size: self.max_entry_size,
-            lru_capacity_bytes: self.lru_capacity_bytes,
-            cursor_ledger_max_entries: self.cursor_ledger_max_entries,
-            cursor_ledger_max_bytes: self.cursor_ledger_max_bytes,
-            max_ranges_single_entry: self.max_ranges_single_entry,
-            on_single_entry_overflow: self.on_single_entry_overflow,
-            index_page_rows: self.index_page_rows,
-            verify_on_recover: self.verify_on_recover,
-        }
-    }
-}
-
 impl Default for CursorConfig {
     fn default() -> Self {
         Self {
@@ -66,18 +48,5 @@ impl Default for CursorConfig {
             verify_on_recover: true,
             flush_interval: None,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn default_settings_are_the_persistence_defaults() {
-        assert_eq!(
-            CursorConfig::default().persist_config(),
-            PersistConfig::default()
-        );
     }
 }

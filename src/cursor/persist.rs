@@ -35,6 +35,7 @@ use crate::format::meta::CursorRecord;
 use crate::log::EntryLog;
 use crate::meta::MetaStore;
 
+use super::config::CursorConfig;
 use super::snapshot::build_snapshot;
 use super::store::{
     CursorLedgerStore, Location, Shared, SharedState, append_entry, ensure_ledger,
@@ -67,47 +68,6 @@ pub enum OverflowPolicy {
 
 /// Flushes between refreshes of the cursor record's fallback mark-delete.
 pub const DEFAULT_RECORD_REFRESH_FLUSHES: u64 = 64;
-
-/// Persistence settings of one cursor.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PersistConfig {
-    /// Single snapshot entry or partitions plus marker.
-    pub persist_mode: PersistMode,
-    /// Largest cursor-ledger entry (also capped by the entry log's own maximum).
-    pub max_entry_size: u32,
-    /// Budget of resident ack partitions, in bytes.
-    pub lru_capacity_bytes: usize,
-    /// Entries after which the cursor ledger rolls over.
-    pub cursor_ledger_max_entries: u64,
-    /// Bytes after which the cursor ledger rolls over.
-    pub cursor_ledger_max_bytes: u64,
-    /// Most ranges a single-entry snapshot holds.
-    pub max_ranges_single_entry: u64,
-    /// What a single-entry flush does over its limits.
-    pub on_single_entry_overflow: OverflowPolicy,
-    /// Rows per index page, and most rows a marker holds inline.
-    pub index_page_rows: usize,
-    /// On recovery, read and CRC-check every partition a marker references before accepting
-    /// it (partitions are still decoded lazily). Without it, a damaged partition is found when
-    /// first loaded, as an error.
-    pub verify_on_recover: bool,
-}
-
-impl Default for PersistConfig {
-    fn default() -> Self {
-        Self {
-            persist_mode: PersistMode::MultiEntry,
-            max_entry_size: 5 << 20,
-            lru_capacity_bytes: 64 << 20,
-            cursor_ledger_max_entries: 50_000,
-            cursor_ledger_max_bytes: 1 << 30,
-            max_ranges_single_entry: 10_000,
-            on_single_entry_overflow: OverflowPolicy::Error,
-            index_page_rows: 1024,
-            verify_on_recover: true,
-        }
-    }
-}
 
 /// What one flush wrote.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -177,7 +137,7 @@ pub struct CursorPersister {
     log: Arc<EntryLog>,
     meta: Arc<dyn MetaStore>,
     record_name: String,
-    config: PersistConfig,
+    config: CursorConfig,
     shared: SharedState,
     record: Option<(u64, CursorRecord)>,
     committed: CommittedTable,
@@ -214,7 +174,7 @@ impl CursorPersister {
         log: Arc<EntryLog>,
         meta: Arc<dyn MetaStore>,
         record_name: &str,
-        config: PersistConfig,
+        config: CursorConfig,
     ) -> Result<(Self, RangeSetWrapper)> {
         let record = read_record(meta.as_ref(), record_name)?;
         let persister = Self::assemble(
@@ -240,7 +200,7 @@ impl CursorPersister {
         log: Arc<EntryLog>,
         meta: Arc<dyn MetaStore>,
         record_name: &str,
-        config: PersistConfig,
+        config: CursorConfig,
         parts: Assembly,
     ) -> Self {
         let stats = PersistStats {
@@ -278,7 +238,7 @@ impl CursorPersister {
 
     /// The settings this cursor persists with.
     #[must_use]
-    pub fn config(&self) -> &PersistConfig {
+    pub fn config(&self) -> &CursorConfig {
         &self.config
     }
 

@@ -31,7 +31,8 @@ use crate::log::EntryLog;
 use crate::meta::MetaStore;
 use crate::position::Position;
 
-use super::persist::{Assembly, CursorPersister, PersistConfig, read_record};
+use super::config::CursorConfig;
+use super::persist::{Assembly, CursorPersister, read_record};
 use super::store::{Location, Shared, at_entry, check_partition_payload};
 use super::table::CommittedTable;
 
@@ -88,7 +89,7 @@ pub fn recover(
     log: Arc<EntryLog>,
     meta: Arc<dyn MetaStore>,
     record_name: &str,
-    config: PersistConfig,
+    config: CursorConfig,
 ) -> Result<RecoveredCursor> {
     let (version, record) = read_record(meta.as_ref(), record_name)?
         .ok_or_else(|| Error::NoSuchCursor(record_name.to_string()))?;
@@ -141,7 +142,7 @@ pub fn recover(
 }
 
 /// The handles a persister is assembled from.
-type Handles<'a> = (Arc<EntryLog>, Arc<dyn MetaStore>, &'a str, PersistConfig);
+type Handles<'a> = (Arc<EntryLog>, Arc<dyn MetaStore>, &'a str, CursorConfig);
 
 /// Builds the ack set and the persister from what the walk found.
 fn resume(
@@ -243,7 +244,7 @@ fn walk_back(
     log: &EntryLog,
     ledger: u64,
     count: u64,
-    config: &PersistConfig,
+    config: &CursorConfig,
     report: &mut RecoveryReport,
 ) -> Result<Found> {
     for entry_id in (0..count).rev() {

@@ -44,7 +44,7 @@ impl TopicCore {
         let id = listed.unwrap_or(w.record.next_cursor_id);
         let record_name = cursor::record_name(id);
         let found = self.meta.get(&record_name)?;
-        let persist_config = self.config.cursor.persist_config();
+        let persist_config = self.config.cursor.clone();
         let (state, persistence) = if let (Some(_), Some(_)) = (listed, &found) {
             let recovered = recover::recover(log, self.meta.clone(), &record_name, persist_config)?;
             let (mut state, _) =

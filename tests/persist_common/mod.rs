@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use ackstore::Position;
 use ackstore::ackset::RangeSetWrapper;
-use ackstore::cursor::persist::{CursorPersister, PersistConfig, PersistedState};
+use ackstore::cursor::CursorConfig;
+use ackstore::cursor::persist::{CursorPersister, PersistedState};
 use ackstore::cursor::recover::{RecoveredCursor, RecoveryReport, recover};
 use ackstore::error::{Error, Result};
 use ackstore::log::{EntryLog, LogConfig};
@@ -81,7 +82,7 @@ impl Cursor {
 }
 
 /// A new disk, its directory opened, and an empty cursor on it.
-pub fn fresh(config: &PersistConfig) -> (MemStorage, Env, Cursor) {
+pub fn fresh(config: &CursorConfig) -> (MemStorage, Env, Cursor) {
     let disk = MemStorage::new();
     let env = Env::open(&disk).unwrap();
     let cursor = open_cursor(&env, config).unwrap();
@@ -95,7 +96,7 @@ fn frequent_record_refresh(mut persister: CursorPersister) -> CursorPersister {
 }
 
 /// Opens the cursor: recovered if its record exists, empty otherwise.
-pub fn open_cursor(env: &Env, config: &PersistConfig) -> Result<Cursor> {
+pub fn open_cursor(env: &Env, config: &CursorConfig) -> Result<Cursor> {
     match recover(
         Arc::clone(&env.log),
         Arc::clone(&env.meta),
@@ -232,12 +233,12 @@ impl Outcome {
 }
 
 /// Runs `ops` against a cursor on `disk`, stopping at the first error.
-pub fn run(disk: &MemStorage, config: &PersistConfig, ops: &[Op]) -> Outcome {
+pub fn run(disk: &MemStorage, config: &CursorConfig, ops: &[Op]) -> Outcome {
     run_with(disk, config, ops, Model::default())
 }
 
 /// Runs `ops` against a cursor on `disk` whose acks so far are at most `upper`.
-pub fn run_with(disk: &MemStorage, config: &PersistConfig, ops: &[Op], upper: Model) -> Outcome {
+pub fn run_with(disk: &MemStorage, config: &CursorConfig, ops: &[Op], upper: Model) -> Outcome {
     let mut out = Outcome {
         upper,
         ..Outcome::default()
@@ -250,7 +251,7 @@ pub fn run_with(disk: &MemStorage, config: &PersistConfig, ops: &[Op], upper: Mo
 
 fn run_inner(
     disk: &MemStorage,
-    config: &PersistConfig,
+    config: &CursorConfig,
     ops: &[Op],
     out: &mut Outcome,
 ) -> Result<()> {
@@ -331,7 +332,7 @@ pub fn torn_image(disk: &MemStorage, extra: usize) -> MemStorage {
 /// Opens `image` after a power cut and checks the recovered cursor against `outcome`.
 pub fn check_image(
     image: &MemStorage,
-    config: &PersistConfig,
+    config: &CursorConfig,
     outcome: &Outcome,
     what: &str,
 ) -> Model {
@@ -402,11 +403,11 @@ pub fn mixed_workload(seed: u64, len: usize) -> Vec<Op> {
 /// Settings that make every mechanism run often: a budget of about two partitions, a cursor
 /// ledger that rolls over every dozen entries, and index pages of four rows. (Cursors opened
 /// here also refresh their record every third flush.)
-pub fn tight_config() -> PersistConfig {
-    PersistConfig {
+pub fn tight_config() -> CursorConfig {
+    CursorConfig {
         lru_capacity_bytes: 600,
         cursor_ledger_max_entries: 12,
         index_page_rows: 4,
-        ..PersistConfig::default()
+        ..CursorConfig::default()
     }
 }

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use ackstore::cursor::persist::PersistConfig;
+use ackstore::cursor::CursorConfig;
 use ackstore::cursor::recover::{RecoverySource, check_cursor_ledger, recover};
 use ackstore::cursor::{NO_MARK_DELETE, record_name};
 use ackstore::format::meta::{CursorEntry, CursorRecord, TopicRecord};
@@ -206,7 +206,7 @@ fn cursor_view(
         rejected_states: 0,
     };
     let log = log?;
-    let mut rec = match recover(log.clone(), meta.clone(), &name, PersistConfig::default()) {
+    let mut rec = match recover(log.clone(), meta.clone(), &name, CursorConfig::default()) {
         Ok(rec) => rec,
         Err(e) => {
             finding(findings, file, "cursor state", e.to_string());
