@@ -406,10 +406,18 @@ impl Cursor {
         };
         let written = match planned {
             Move::To(_) => {
+                // The state after a seek starts a fresh cursor ledger (it holds no acks, so
+                // nothing is copied), and the rollover switches the cursor record to it, with
+                // the new mark-delete, in one compare-and-set. Until that switch a crash leaves
+                // the old ledger and the old record together, so trimming (which reads the
+                // record of a cursor that is not open) never deletes entries the recovered
+                // cursor still delivers; after it, recovery can never walk back past the seek
+                // to a state whose acks it cleared.
                 let mut no_acks = detached_ack_set();
-                core.persister()
-                    .and_then(|p| p.flush(&target_state, &mut no_acks))
-                    .map(drop)
+                core.persister().and_then(|p| {
+                    p.request_rollover();
+                    p.flush(&target_state, &mut no_acks).map(drop)
+                })
             }
             Move::Rewind => core
                 .persister()
