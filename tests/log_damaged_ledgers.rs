@@ -6,8 +6,9 @@
 //! checked through the entry log and `cursor::recover::recover`, on the version 1 sample
 //! cursor ledger `tests/data/cursor-v1-multi` (two multi-entry flushes).
 
+mod samples;
+
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::sync::Arc;
 
 use ackstore::cursor::CursorConfig;
@@ -19,19 +20,6 @@ use ackstore::log::{EntryLog, LogConfig, ledger_file_name};
 use ackstore::meta::{FileMetaStore, MetaStore};
 use ackstore::storage::{FileStorage, MemStorage, Storage};
 use ackstore::{Error, Position};
-
-/// A copy of sample `name` in a temporary directory.
-fn sample_dir(name: &str) -> tempfile::TempDir {
-    let from = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data")
-        .join(name);
-    let dir = tempfile::tempdir().unwrap();
-    for file in std::fs::read_dir(&from).unwrap() {
-        let file = file.unwrap();
-        std::fs::copy(file.path(), dir.path().join(file.file_name())).unwrap();
-    }
-    dir
-}
 
 /// Byte offset of every frame of a version 1 ledger file whose frames are all whole.
 fn frame_offsets(bytes: &[u8], entries: u64) -> Vec<usize> {
@@ -49,7 +37,7 @@ fn frame_offsets(bytes: &[u8], entries: u64) -> Vec<usize> {
 #[test]
 fn a_flipped_byte_in_the_last_marker_opens_the_cursor_ledger_damaged_and_recovers_the_flush_before()
 {
-    let dir = sample_dir("cursor-v1-multi");
+    let dir = samples::sample_dir("cursor-v1-multi");
     let storage: Arc<dyn Storage> = Arc::new(FileStorage::open(dir.path(), false).unwrap());
     let ledger = 1;
     let name = ledger_file_name(ledger);

@@ -2,8 +2,9 @@
 //! its record, on real files) still open to exactly the state they hold, so a format change that
 //! breaks old files fails here.
 
+mod samples;
+
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::sync::Arc;
 
 use ackstore::Position;
@@ -16,14 +17,7 @@ use ackstore::storage::{FileStorage, Storage};
 /// Copies sample `name` into a temporary directory (opening may repair a torn tail) and
 /// recovers its cursor; also returns how many torn tails the log cut.
 fn open_sample(name: &str) -> (tempfile::TempDir, RecoveredCursor, usize) {
-    let from = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data")
-        .join(name);
-    let dir = tempfile::tempdir().unwrap();
-    for file in std::fs::read_dir(&from).unwrap() {
-        let file = file.unwrap();
-        std::fs::copy(file.path(), dir.path().join(file.file_name())).unwrap();
-    }
+    let dir = samples::sample_dir(name);
     let storage: Arc<dyn Storage> = Arc::new(FileStorage::open(dir.path(), false).unwrap());
     let log = Arc::new(EntryLog::open(Arc::clone(&storage), LogConfig::default()).unwrap());
     let repairs = log.recovery_report().len();
