@@ -1,0 +1,241 @@
+//! Unit tests of the cursor-ledger entry layouts.
+
+use super::*;
+
+fn state() -> PersistedState {
+    PersistedState {
+        mark_delete: Position::new(3, 41),
+        epoch: 7,
+        properties: [("a".to_string(), -1), ("zz".to_string(), 99)].into(),
+    }
+}
+
+fn row(ledger_id: u64, chunk: u64) -> PartitionRow {
+    PartitionRow {
+        ledger_id,
+        chunk,
+        entry_id: ledger_id * 10 + chunk,
+        crc: 0xdead_beef,
+        cardinality: 5,
+    }
+}
+
+fn kind_of(err: &Error) -> Option<&CorruptionKind> {
+    match err {
+        Error::Corrupted { kind, .. } => Some(kind),
+        _ => None,
+    }
+}
+
+#[test]
+fn encoded_sizes_are_pinned() {
+    assert_eq!(HEADER_LEN, 8);
+    assert_eq!(ROW_LEN, 36);
+    assert_eq!(PAGE_REF_LEN, 32);
+    let empty = PersistedState::default();
+    assert_eq!(empty.encoded_len(), 28);
+    let marker = encode_marker(&empty, TableRef::Inline(&[])).unwrap();
+    assert_eq!(marker.len(), 8 + 28 + 1 + 4 + 4);
+    assert_eq!(marker.len(), marker_len(&empty, TableRef::Inline(&[])));
+    let rows = [row(1, 0), row(1, 1)];
+    let marker = encode_marker(&state(), TableRef::Inline(&rows)).unwrap();
+    assert_eq!(marker.len(), marker_len(&state(), TableRef::Inline(&rows)));
+    assert_eq!(encode_index_page(&rows).unwrap().len(), index_page_len(2));
+    let part = encode_partition_entry(&PartitionEntry {
+        ledger_id: 1,
+        chunk: 2,
+        cardinality: 3,
+        body: b"abc",
+    });
+    assert_eq!(part.len(), HEADER_LEN + PARTITION_FIXED_LEN + 3 + CRC_LEN);
+    let mut w = SnapshotWriter::new(&empty, usize::MAX, u64::MAX).unwrap();
+    assert!(w.push(9, 0, 0).unwrap());
+    assert!(w.push(9, 2, 2).unwrap());
+    // Group header, then two bytes per alternating range.
+    assert_eq!(w.len(), 8 + 28 + 4 + SNAPSHOT_GROUP_LEN + 2 + 2 + CRC_LEN);
+}
+
+#[test]
+fn marker_round_trips_inline_and_paged() {
+    let rows = [row(1, 0), row(1, 1), row(4, 0)];
+    let bytes = encode_marker(&state(), TableRef::Inline(&rows)).unwrap();
+    assert_eq!(peek_kind(&bytes).unwrap(), EntryKind::Marker);
+    let marker = decode_marker(&bytes).unwrap();
+    assert_eq!(marker.state, state());
+    let Table::Inline(got) = marker.table else {
+        panic!("inline table expected")
+    };
+    assert_eq!(got.iter().collect::<Vec<_>>(), rows);
+
+    let pages = [
+        PageRef {
+            first: (1, 0),
+            entry_id: 4,
+            crc: 1,
+            rows: 3,
+        },
+        PageRef {
+            first: (7, 2),
+            entry_id: 9,
+            crc: 2,
+            rows: 1,
+        },
+    ];
+    let bytes = encode_marker(&state(), TableRef::Paged(&pages)).unwrap();
+    let Table::Paged(got) = decode_marker(&bytes).unwrap().table else {
+        panic!("paged table expected")
+    };
+    assert_eq!(got.iter().collect::<Vec<_>>(), pages);
+}
+
+#[test]
+fn index_page_and_partition_entry_round_trip() {
+    let rows = [row(2, 0), row(2, 5)];
+    let page = encode_index_page(&rows).unwrap();
+    let got = decode_index_page(&page).unwrap();
+    assert_eq!(got.iter().collect::<Vec<_>>(), rows);
+    let entry = PartitionEntry {
+        ledger_id: 8,
+        chunk: 1,
+        cardinality: 12,
+        body: b"roaring",
+    };
+    let bytes = encode_partition_entry(&entry);
+    assert_eq!(decode_partition_entry(&bytes).unwrap(), entry);
+    // A page is not a partition.
+    assert!(decode_partition_entry(&page).is_err());
+}
+
+#[test]
+fn snapshot_round_trips_ranges_across_ledgers() {
+    let ranges = [
+        (1, 0, 0),
+        (1, 2, 10),
+        (1, u64::MAX - 3, u64::MAX),
+        (5, 7, 7),
+    ];
+    let mut w = SnapshotWriter::new(&state(), usize::MAX, u64::MAX).unwrap();
+    for &(l, f, t) in &ranges {
+        assert!(w.push(l, f, t).unwrap());
+    }
+    let bytes = w.finish();
+    let snap = decode_snapshot(&bytes).unwrap();
+    assert_eq!(snap.state, state());
+    assert_eq!(snap.range_count, 4);
+    assert_eq!(snap.ranges().collect::<Vec<_>>(), ranges);
+    assert_eq!(reencode_snapshot(&snap).unwrap(), bytes);
+}
+
+#[test]
+fn snapshot_writer_refuses_unordered_or_adjacent_ranges() {
+    let mut w = SnapshotWriter::new(&state(), usize::MAX, u64::MAX).unwrap();
+    assert!(w.push(2, 5, 6).unwrap());
+    assert!(w.push(2, 7, 9).is_err(), "adjacent range accepted");
+    assert!(w.push(2, 3, 3).is_err(), "earlier range accepted");
+    assert!(w.push(1, 3, 3).is_err(), "earlier ledger accepted");
+    assert!(w.push(2, 9, 8).is_err(), "empty range accepted");
+}
+
+#[test]
+fn snapshot_writer_stops_at_range_and_byte_limits() {
+    let mut w = SnapshotWriter::new(&state(), usize::MAX, 2).unwrap();
+    assert!(w.push(1, 0, 0).unwrap());
+    assert!(w.push(1, 2, 2).unwrap());
+    assert!(!w.push(1, 4, 4).unwrap());
+    assert_eq!(w.ranges(), 2);
+    let base = SnapshotWriter::new(&state(), usize::MAX, 0).unwrap().len();
+    let mut w = SnapshotWriter::new(&state(), base + SNAPSHOT_GROUP_LEN + 2, 100).unwrap();
+    assert!(w.push(1, 0, 0).unwrap());
+    assert!(!w.push(1, 2, 2).unwrap());
+    assert_eq!(w.finish().len(), base + SNAPSHOT_GROUP_LEN + 2);
+}
+
+#[test]
+fn every_bit_flip_is_detected() {
+    let rows = [row(1, 0), row(3, 1)];
+    let samples = [
+        encode_marker(&state(), TableRef::Inline(&rows)).unwrap(),
+        encode_index_page(&rows).unwrap(),
+        encode_partition_entry(&PartitionEntry {
+            ledger_id: 1,
+            chunk: 0,
+            cardinality: 1,
+            body: b"xyz",
+        }),
+    ];
+    for bytes in &samples {
+        for i in 0..bytes.len() * 8 {
+            let mut bad = bytes.clone();
+            bad[i / 8] ^= 1 << (i % 8);
+            assert!(decode_marker(&bad).is_err());
+            assert!(decode_index_page(&bad).is_err());
+            assert!(decode_partition_entry(&bad).is_err());
+            assert!(decode_snapshot(&bad).is_err());
+        }
+    }
+}
+
+#[test]
+fn truncations_are_errors() {
+    let bytes = encode_marker(&state(), TableRef::Inline(&[row(1, 0)])).unwrap();
+    for len in 0..bytes.len() {
+        assert!(
+            decode_marker(&bytes[..len]).is_err(),
+            "length {len} accepted"
+        );
+    }
+}
+
+#[test]
+fn lengths_are_checked_before_use() {
+    // A marker whose row count claims far more rows than the bytes hold, with a valid CRC.
+    let mut bytes = encode_marker(&PersistedState::default(), TableRef::Inline(&[])).unwrap();
+    bytes.truncate(bytes.len() - CRC_LEN);
+    let count_at = bytes.len() - 4;
+    bytes[count_at..].copy_from_slice(&u32::MAX.to_le_bytes());
+    let bytes = end_frame(bytes);
+    let err = decode_marker(&bytes).unwrap_err();
+    assert_eq!(kind_of(&err), Some(&CorruptionKind::BadLength));
+}
+
+#[test]
+fn unordered_rows_are_corruption() {
+    let bytes = encode_index_page(&[row(2, 0), row(1, 0)]).unwrap();
+    let err = decode_index_page(&bytes).unwrap_err();
+    assert_eq!(
+        kind_of(&err),
+        Some(&CorruptionKind::InvalidField("row order"))
+    );
+}
+
+#[test]
+fn overlong_varints_are_refused() {
+    let mut body = Body {
+        rest: &[0x80, 0x00],
+        offset: 0,
+    };
+    assert!(body.varint().is_err());
+    let mut body = Body {
+        rest: &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02],
+        offset: 0,
+    };
+    assert!(body.varint().is_err());
+    for v in [0, 1, 127, 128, 300, u64::MAX] {
+        let mut out = Vec::new();
+        put_varint(&mut out, v);
+        assert_eq!(out.len(), varint_len(v));
+        let mut body = Body {
+            rest: &out,
+            offset: 0,
+        };
+        assert_eq!(body.varint().unwrap(), v);
+    }
+}
+
+#[test]
+fn oversized_properties_are_refused_before_writing() {
+    let mut s = state();
+    s.properties.insert("x".repeat(MAX_PROPERTY_NAME + 1), 0);
+    assert!(encode_marker(&s, TableRef::Inline(&[])).is_err());
+    assert!(SnapshotWriter::new(&s, usize::MAX, 1).is_err());
+}
