@@ -661,12 +661,21 @@ impl CursorPersister {
 
     /// Writes the record's fallback state (mark-delete, epoch, properties) by compare-and-set,
     /// keeping its cursor ledger. The fallback serves when the cursor ledger is lost; call it
-    /// on close so that fallback is fresh.
+    /// on close so that fallback is fresh. Writes nothing when the record already holds `state`.
     pub fn update_record(&mut self, state: &PersistedState) -> Result<()> {
         if self.poisoned {
             return Err(Error::PreviousIo);
         }
         state.validate()?;
+        if let Some((_, r)) = &self.record {
+            // Already there (a rollover's switch writes the same fallback): no write, no fsync.
+            if r.mark_delete == state.mark_delete
+                && r.epoch == state.epoch
+                && r.properties == state.properties
+            {
+                return Ok(());
+            }
+        }
         let ledger = self.record.as_ref().and_then(|(_, r)| r.cursor_ledger);
         self.put_record(ledger, state)
     }
