@@ -21,6 +21,10 @@
 //! cannot pass for a frame or a trailer here. A power cut that kept a later page of an unsynced
 //! batch but lost an earlier one looks like damage followed by whole frames, exactly as bit rot
 //! in a synced batch does; both open as damaged: loud, and no synced entry is cut.
+//!
+//! A zero-filled run is skipped in one step (no frame header is all zero), using the storage's
+//! hole map where it has one, so a zero-filled or sparse tail of any length costs at most one
+//! memory scan.
 
 use std::sync::Arc;
 
@@ -29,8 +33,8 @@ use super::{LogStatsCounters, RecoveryMode, TailRepair, ledger_file_name};
 use crate::error::{CorruptionKind, Error, Result};
 use crate::format::ledger::{
     FRAME_HEADER_LEN, FrameHeader, HEADER_FIXED_LEN, HEADER_LEN, INDEX_MAGIC, LedgerHeader,
-    TRAILER_LEN, Trailer, check_frame, decode_frame_header, decode_header, header_fixed_part,
-    is_zero, trailer_of,
+    TRAILER_LEN, Trailer, check_frame, decode_frame_header, decode_header, first_nonzero,
+    header_fixed_part, is_zero, trailer_of,
 };
 use crate::storage::{Storage, StorageFile};
 
@@ -75,6 +79,35 @@ impl<'a> Window<'a> {
         let from = usize::try_from(off - self.start).map_err(|_| too_big(self.size))?;
         let to = usize::try_from(end - self.start).map_err(|_| too_big(self.size))?;
         Ok(self.buf.get(from..to))
+    }
+}
+
+impl Window<'_> {
+    /// The first offset at or after `off` holding a nonzero byte, or the file's size when none
+    /// does. Holes the storage reports are skipped unread; other bytes are scanned a window
+    /// at a time, so a zero-filled tail of any length costs one memory scan at most.
+    pub(crate) fn first_nonzero_from(&mut self, mut off: u64) -> Result<u64> {
+        while off < self.size {
+            off = off.max(self.file.data_from(off)?.min(self.size));
+            if off >= self.size {
+                break;
+            }
+            let buffered_end = self.start + self.buf.len() as u64;
+            let len = if off >= self.start && off < buffered_end {
+                buffered_end - off
+            } else {
+                CHUNK.min(self.size - off)
+            };
+            let bytes = self.get(off, len)?.unwrap_or_default();
+            if bytes.is_empty() {
+                break;
+            }
+            match first_nonzero(bytes) {
+                Some(i) => return Ok(off + i as u64),
+                None => off += bytes.len() as u64,
+            }
+        }
+        Ok(self.size)
     }
 }
 
@@ -190,7 +223,14 @@ pub(crate) fn next_whole_frame(
     let mut y = from + 1;
     while y + FRAME_HEADER_LEN as u64 <= size {
         let head = win.get(y, FRAME_HEADER_LEN as u64)?.unwrap_or_default();
-        if let (false, Ok(f)) = (is_zero(head), decode_frame_header(head)) {
+        if is_zero(head) {
+            // No frame header is all zero, so no frame starts before the next nonzero byte
+            // `z` can fall inside its header: jump over the zero run in one step.
+            let z = win.first_nonzero_from(y)?;
+            y = (z + 1).saturating_sub(FRAME_HEADER_LEN as u64).max(y + 1);
+            continue;
+        }
+        if let Ok(f) = decode_frame_header(head) {
             let plausible = f.entry_id >= min_entry
                 && f.entry_id - min_entry <= (y - from) / FRAME_HEADER_LEN as u64
                 && f.frame_len() <= size - y;
