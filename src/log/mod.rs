@@ -4,9 +4,10 @@
 //! appends, group-commit syncs, sealing, reads, deletion, and their repair on open. Other files in
 //! the directory (metadata) are ignored. Must never write without holding the directory's lock,
 //! never write to a ledger after one of its writes or fsyncs failed or that opened damaged, and
-//! never cut bytes that had been synced without reporting it (damage before the tail is never
-//! cut; damage confined to the last frame is indistinguishable from a torn write and is cut and
-//! reported, see `docs/format.md`).
+//! never cut bytes that had been synced without reporting it (damage below a synced length the
+//! file records, in a frame's `durable_mark` or a seal's trailer, is never cut; damage past it,
+//! such as an unsynced batch of which a power cut kept any subset of pages, is a torn tail, cut
+//! and reported, see `docs/format.md`).
 //!
 //! Durability, per method: `append` puts the entry in the ledger's write buffer (64 KiB, handed
 //! to the operating system when full, on `sync`, on `seal` and when the log is dropped); it is
