@@ -31,7 +31,7 @@ use std::sync::Arc;
 use super::config::LedgerConfig;
 use super::topic::{TOPIC_RECORD, TopicCore, Writer, ledger_record};
 use crate::cursor::record_name;
-use crate::error::{Error, Result};
+use crate::error::{CorruptionKind, Error, Result};
 use crate::finder::{Layout, LedgerSpan};
 use crate::format::meta::{CursorRecord, LedgerRecord, TopicRecord};
 use crate::log::EntryLog;
@@ -46,7 +46,10 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
         ));
     }
     let location = storage.location();
-    let log = Arc::new(EntryLog::open(storage.clone(), config.log)?);
+    let log = Arc::new(EntryLog::open_keeping_interrupted(
+        storage.clone(),
+        config.log,
+    )?);
     log.bump_next_ledger_id(1);
     let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(storage));
     let on_disk: BTreeSet<u64> = log.ledger_ids().into_iter().collect();
@@ -86,7 +89,12 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
             meta.delete(&name, v)?;
         }
     }
-    // Rule 2.
+    // Rule 2. A recorded ledger's file is never deleted: one holding less than a header
+    // (emptied or cut after its create was synced) is damage.
+    let interrupted = log.interrupted_creates();
+    if let Some(lost) = record.ledgers.iter().find(|l| interrupted.contains(&l.id)) {
+        return Err(Error::corrupted(lost.id, 0, CorruptionKind::Truncated));
+    }
     if let Some(lost) = record.ledgers.iter().find(|l| !on_disk.contains(&l.id)) {
         return Err(Error::MissingLedger {
             ledger: lost.id,
@@ -96,6 +104,11 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
     // Rule 3, ledger side.
     for &id in on_disk.difference(&referenced) {
         log.delete_ledger(id)?;
+    }
+    for id in interrupted {
+        if !referenced.contains(&id) {
+            log.delete_ledger(id)?;
+        }
     }
     // Rule 5.
     let highest = on_disk

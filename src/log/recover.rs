@@ -362,7 +362,7 @@ pub(crate) fn try_sealed(
 /// The result of opening one ledger file.
 pub(crate) enum Opened {
     Ledger(Arc<Ledger>, Option<TailRepair>),
-    /// An interrupted create: the file is (or, read-only, would be) removed.
+    /// An interrupted create (the file holds part of a header at most); not removed here.
     Discarded(TailRepair),
 }
 
@@ -390,10 +390,8 @@ pub(crate) fn open_ledger(
         }
         Err(e) => return Err(e),
         Ok(HeaderCheck::InterruptedCreate) => {
-            if !read_only {
-                storage.remove(&name)?;
-                storage.sync_dir()?;
-            }
+            // The caller decides whether the file goes: a file the topic records is damage,
+            // never removed here.
             return Ok(Opened::Discarded(TailRepair {
                 ledger,
                 offset: 0,
