@@ -46,10 +46,8 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
         ));
     }
     let location = storage.location();
-    let log = Arc::new(EntryLog::open_keeping_interrupted(
-        storage.clone(),
-        config.log,
-    )?);
+    let log = EntryLog::open_keeping_interrupted(storage.clone(), config.log)?;
+    let log = Arc::new(log);
     log.bump_next_ledger_id(1);
     let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(storage));
     let on_disk: BTreeSet<u64> = log.ledger_ids().into_iter().collect();
@@ -89,12 +87,8 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
             meta.delete(&name, v)?;
         }
     }
-    // Rule 2. A recorded ledger's file is never deleted: one holding less than a header
-    // (emptied or cut after its create was synced) is damage.
-    let interrupted = log.interrupted_creates();
-    if let Some(lost) = record.ledgers.iter().find(|l| interrupted.contains(&l.id)) {
-        return Err(Error::corrupted(lost.id, 0, CorruptionKind::Truncated));
-    }
+    // Rule 2 (and 3 for files holding less than a header).
+    settle_interrupted_creates(&log, &record, &referenced)?;
     if let Some(lost) = record.ledgers.iter().find(|l| !on_disk.contains(&l.id)) {
         return Err(Error::MissingLedger {
             ledger: lost.id,
@@ -104,11 +98,6 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
     // Rule 3, ledger side.
     for &id in on_disk.difference(&referenced) {
         log.delete_ledger(id)?;
-    }
-    for id in interrupted {
-        if !referenced.contains(&id) {
-            log.delete_ledger(id)?;
-        }
     }
     // Rule 5.
     let highest = on_disk
@@ -162,6 +151,26 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
         Layout::new(spans, next_index),
         writer,
     ))
+}
+
+/// A file holding less than a header is an interrupted create, deleted when nothing references
+/// it. A recorded ledger's file is never deleted: one holding less than a header (emptied, or
+/// cut after its create was synced) is damage, and the topic is refused.
+fn settle_interrupted_creates(
+    log: &EntryLog,
+    record: &TopicRecord,
+    referenced: &BTreeSet<u64>,
+) -> Result<()> {
+    let interrupted = log.interrupted_creates();
+    if let Some(lost) = record.ledgers.iter().find(|l| interrupted.contains(&l.id)) {
+        return Err(Error::corrupted(lost.id, 0, CorruptionKind::Truncated));
+    }
+    for id in interrupted {
+        if !referenced.contains(&id) {
+            log.delete_ledger(id)?;
+        }
+    }
+    Ok(())
 }
 
 /// Brings one listed ledger to its sealed, recorded form; `None` when it is empty and must go.
