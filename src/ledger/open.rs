@@ -7,7 +7,8 @@
 //!    before any ledger is created, so a crash cannot leave ledgers without it.
 //! 2. Every data ledger the record lists must have its file. A data ledger leaves the record
 //!    (trim) before its file is deleted, so a listed ledger without a file is lost data:
-//!    [`Error::MissingLedger`].
+//!    [`Error::MissingLedger`]. A listed ledger's file holding less than a header (emptied, or
+//!    cut after its create was synced) is [`Error::Corrupted`]; it is never deleted.
 //! 3. A ledger file that neither the topic record nor any cursor record references is an
 //!    orphan and is deleted: a data ledger created just before a crash (it is recorded before
 //!    its first entry, so it holds none), a trimmed ledger whose deletion was cut short, or a
