@@ -198,29 +198,46 @@ fn damage_to_a_synced_frame_before_the_tail_is_corruption_not_a_torn_tail() {
 }
 
 #[test]
-fn bit_flip_in_the_last_synced_batch_is_corruption_not_a_torn_tail() {
+fn damage_in_a_batch_no_later_mark_covers_is_a_torn_tail_and_under_a_mark_is_corruption() {
+    // One batch synced once: every frame carries the mark of the header alone, so nothing in
+    // the file proves the batch was synced (a power cut may keep any subset of its pages).
+    // Damage anywhere in it is cut as a torn tail, reported, never opened as damage.
     let (disk, id) = synced_ledger(false, false);
     let name = ledger_file_name(id);
     let original = disk.live_bytes(&name).unwrap();
-    for damaged_entry in 0..ENTRIES - 1 {
+    for damaged_entry in 0..ENTRIES {
         let at = frame_offset(id, damaged_entry);
         for byte in [0, FRAME_HEADER_LEN + payload(id, damaged_entry).len() / 2] {
             let mut bad = original.clone();
             bad[at + byte] ^= 1;
             let image = disk.durable_image();
             image.set_bytes(&name, bad).unwrap();
-            assert_damaged(&image, id, at as u64, damaged_entry);
+            let problems = verify_ledger(&image, id).unwrap();
+            assert_eq!(problems.len(), 1);
+            assert!(problems[0].torn_tail);
+            let log = EntryLog::open(Arc::new(image), LogConfig::default()).unwrap();
+            assert_eq!(log.entry_count(id).unwrap(), damaged_entry);
+            assert!(log.damaged_ledgers().is_empty());
+            let report = log.recovery_report();
+            assert_eq!(report.len(), 1);
+            assert_eq!(report[0].offset, at as u64);
         }
     }
-    // Damage to the very last frame has nothing valid after it: that is a torn tail.
-    let last = frame_offset(id, ENTRIES - 1);
-    let mut bad = original.clone();
-    bad[last + 1] ^= 1;
-    let image = disk.durable_image();
-    image.set_bytes(&name, bad).unwrap();
-    let log = EntryLog::open(Arc::new(image), LogConfig::default()).unwrap();
-    assert_eq!(log.entry_count(id).unwrap(), ENTRIES - 1);
-    assert_eq!(log.recovery_report().len(), 1);
+    // Once a frame appended after that sync carries its mark, the same damage is corruption.
+    let log = EntryLog::open(Arc::new(disk.clone()), LogConfig::default()).unwrap();
+    log.append(id, meta(ENTRIES), &payload(id, ENTRIES))
+        .unwrap();
+    log.sync(id).unwrap();
+    drop(log);
+    let original = disk.live_bytes(&name).unwrap();
+    for damaged_entry in 0..ENTRIES {
+        let at = frame_offset(id, damaged_entry);
+        let mut bad = original.clone();
+        bad[at + FRAME_HEADER_LEN] ^= 1;
+        let image = disk.durable_image();
+        image.set_bytes(&name, bad).unwrap();
+        assert_damaged(&image, id, at as u64, damaged_entry);
+    }
 }
 
 #[test]

@@ -105,13 +105,17 @@ fn a_damaged_data_ledger_refuses_the_topic_naming_the_ledger() {
         .map(|i| topic.append(format!("entry {i}").as_bytes()).unwrap())
         .collect();
     topic.sync().unwrap();
+    // An entry appended after that sync records it (its durable mark covers entries 0 to 3),
+    // so damage to them is corruption, not the torn end of an unsynced batch.
+    topic.append(b"entry 4").unwrap();
+    topic.sync().unwrap();
     // A power cut now: the data ledger is unsealed.
     let disk = disk.durable_image();
     drop(topic);
     let ledger = positions[0].ledger_id;
     let name = ledger_file_name(ledger);
     let mut bytes = disk.live_bytes(&name).unwrap();
-    // One bit of entry 0's payload; entries 1 to 3 follow it whole. With no whole entry
+    // One bit of entry 0's payload; entries 1 to 4 follow it whole. With no whole entry
     // before the damage, the ledger would otherwise look empty and be dropped.
     let at = ackstore::format::ledger::HEADER_LEN;
     bytes[at + FRAME_HEADER_LEN] ^= 1;

@@ -335,6 +335,21 @@ pub fn is_zero(bytes: &[u8]) -> bool {
     bytes.iter().all(|b| *b == 0)
 }
 
+/// The index of the first nonzero byte, if any. Tests 64 bytes at a time (the OR of a block
+/// vectorises), so skipping a long zero-filled tail costs a memory scan, not a loop per byte.
+#[must_use]
+pub fn first_nonzero(bytes: &[u8]) -> Option<usize> {
+    const BLOCK: usize = 64;
+    let blocks = bytes.chunks(BLOCK);
+    for (i, block) in blocks.enumerate() {
+        if block.iter().fold(0u8, |acc, b| acc | b) != 0 {
+            let within = block.iter().position(|b| *b != 0)?;
+            return Some(i * BLOCK + within);
+        }
+    }
+    None
+}
+
 // ---- footer ---------------------------------------------------------------------------------
 
 /// First bytes of the entry-offset index written when a ledger is sealed.
@@ -678,9 +693,22 @@ mod tests {
     }
 
     #[test]
+    fn first_nonzero_finds_the_first_nonzero_byte_in_and_across_blocks() {
+        assert_eq!(first_nonzero(&[0u8; 300]), None);
+        assert_eq!(first_nonzero(&[]), None);
+        for at in [0, 1, 63, 64, 65, 200] {
+            let mut bytes = vec![0u8; 201];
+            bytes[at] = 7;
+            bytes[200] = 1;
+            assert_eq!(first_nonzero(&bytes), Some(at), "nonzero at {at}");
+        }
+    }
+
+    #[test]
     fn a_zero_filled_header_is_never_a_valid_frame() {
         let zeros = [0u8; FRAME_HEADER_LEN];
         assert!(is_zero(&zeros));
+
         assert_eq!(
             decode_frame(&LedgerHeader::v1(1), &zeros).unwrap_err(),
             CorruptionKind::ChecksumMismatch

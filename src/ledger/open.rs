@@ -7,7 +7,8 @@
 //!    before any ledger is created, so a crash cannot leave ledgers without it.
 //! 2. Every data ledger the record lists must have its file. A data ledger leaves the record
 //!    (trim) before its file is deleted, so a listed ledger without a file is lost data:
-//!    [`Error::MissingLedger`].
+//!    [`Error::MissingLedger`]. A listed ledger's file holding less than a header (emptied, or
+//!    cut after its create was synced) is [`Error::Corrupted`]; it is never deleted.
 //! 3. A ledger file that neither the topic record nor any cursor record references is an
 //!    orphan and is deleted: a data ledger created just before a crash (it is recorded before
 //!    its first entry, so it holds none), a trimmed ledger whose deletion was cut short, or a
@@ -31,7 +32,7 @@ use std::sync::Arc;
 use super::config::LedgerConfig;
 use super::topic::{TOPIC_RECORD, TopicCore, Writer, ledger_record};
 use crate::cursor::record_name;
-use crate::error::{Error, Result};
+use crate::error::{CorruptionKind, Error, Result};
 use crate::finder::{Layout, LedgerSpan};
 use crate::format::meta::{CursorRecord, LedgerRecord, TopicRecord};
 use crate::log::EntryLog;
@@ -46,7 +47,8 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
         ));
     }
     let location = storage.location();
-    let log = Arc::new(EntryLog::open(storage.clone(), config.log)?);
+    let log = EntryLog::open_keeping_interrupted(storage.clone(), config.log)?;
+    let log = Arc::new(log);
     log.bump_next_ledger_id(1);
     let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(storage));
     let on_disk: BTreeSet<u64> = log.ledger_ids().into_iter().collect();
@@ -86,7 +88,8 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
             meta.delete(&name, v)?;
         }
     }
-    // Rule 2.
+    // Rule 2 (and 3 for files holding less than a header).
+    settle_interrupted_creates(&log, &record, &referenced)?;
     if let Some(lost) = record.ledgers.iter().find(|l| !on_disk.contains(&l.id)) {
         return Err(Error::MissingLedger {
             ledger: lost.id,
@@ -149,6 +152,26 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
         Layout::new(spans, next_index),
         writer,
     ))
+}
+
+/// A file holding less than a header is an interrupted create, deleted when nothing references
+/// it. A recorded ledger's file is never deleted: one holding less than a header (emptied, or
+/// cut after its create was synced) is damage, and the topic is refused.
+fn settle_interrupted_creates(
+    log: &EntryLog,
+    record: &TopicRecord,
+    referenced: &BTreeSet<u64>,
+) -> Result<()> {
+    let interrupted = log.interrupted_creates();
+    if let Some(lost) = record.ledgers.iter().find(|l| interrupted.contains(&l.id)) {
+        return Err(Error::corrupted(lost.id, 0, CorruptionKind::Truncated));
+    }
+    for id in interrupted {
+        if !referenced.contains(&id) {
+            log.delete_ledger(id)?;
+        }
+    }
+    Ok(())
 }
 
 /// Brings one listed ledger to its sealed, recorded form; `None` when it is empty and must go.

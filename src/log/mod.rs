@@ -4,9 +4,10 @@
 //! appends, group-commit syncs, sealing, reads, deletion, and their repair on open. Other files in
 //! the directory (metadata) are ignored. Must never write without holding the directory's lock,
 //! never write to a ledger after one of its writes or fsyncs failed or that opened damaged, and
-//! never cut bytes that had been synced without reporting it (damage before the tail is never
-//! cut; damage confined to the last frame is indistinguishable from a torn write and is cut and
-//! reported, see `docs/format.md`).
+//! never cut bytes that had been synced without reporting it (damage below a synced length the
+//! file records, in a frame's `durable_mark` or a seal's trailer, is never cut; damage past it,
+//! such as an unsynced batch of which a power cut kept any subset of pages, is a torn tail, cut
+//! and reported, see `docs/format.md`).
 //!
 //! Durability, per method: `append` puts the entry in the ledger's write buffer (64 KiB, handed
 //! to the operating system when full, on `sync`, on `seal` and when the log is dropped); it is
@@ -177,6 +178,8 @@ pub struct EntryLog {
     config: LogConfig,
     read_only: bool,
     ledgers: RwLock<BTreeMap<u64, Arc<Ledger>>>,
+    /// Interrupted creates still on disk.
+    interrupted: Mutex<std::collections::BTreeSet<u64>>,
     next_ledger_id: AtomicU64,
     report: Vec<TailRepair>,
     stats: LogStatsCounters,
@@ -210,7 +213,31 @@ impl EntryLog {
     /// clean directory that is one cheap `fdatasync` per ledger file.
     pub fn open(storage: Arc<dyn Storage>, config: LogConfig) -> Result<EntryLog> {
         let guard = storage.lock()?;
+        let log = Self::open_inner(storage, config, Some(guard))?;
+        for id in log.interrupted_creates() {
+            log.delete_ledger(id)?;
+        }
+        Ok(log)
+    }
+
+    /// [`EntryLog::open`], except that interrupted creates stay on disk, listed by
+    /// [`EntryLog::interrupted_creates`], for a caller that knows which ledgers are recorded
+    /// (a recorded ledger's file must never be removed) to delete with
+    /// [`EntryLog::delete_ledger`] or refuse.
+    pub(crate) fn open_keeping_interrupted(
+        storage: Arc<dyn Storage>,
+        config: LogConfig,
+    ) -> Result<EntryLog> {
+        let guard = storage.lock()?;
         Self::open_inner(storage, config, Some(guard))
+    }
+
+    /// Ledger files found holding only part of a header (a create cut short) and not yet
+    /// deleted: not among [`EntryLog::ledger_ids`], and reported in
+    /// [`EntryLog::recovery_report`].
+    #[must_use]
+    pub fn interrupted_creates(&self) -> Vec<u64> {
+        lock(&self.interrupted).iter().copied().collect()
     }
 
     /// Opens the log for reading only: takes no lock and never writes or truncates. Torn tails
@@ -229,6 +256,7 @@ impl EntryLog {
         let stats = LogStatsCounters::default();
         let mut ledgers = BTreeMap::new();
         let mut report = Vec::new();
+        let mut interrupted = std::collections::BTreeSet::new();
         let mut max_seen = 0;
         for name in storage.list()? {
             let Some(id) = parse_ledger_file_name(&name) else {
@@ -240,7 +268,10 @@ impl EntryLog {
                     ledgers.insert(id, ledger);
                     report.extend(repair);
                 }
-                Opened::Discarded(repair) => report.push(repair),
+                Opened::Discarded(repair) => {
+                    interrupted.insert(id);
+                    report.push(repair);
+                }
             }
         }
         Ok(EntryLog {
@@ -248,6 +279,7 @@ impl EntryLog {
             config,
             read_only,
             ledgers: RwLock::new(ledgers),
+            interrupted: Mutex::new(interrupted),
             next_ledger_id: AtomicU64::new(max_seen.saturating_add(1)),
             report,
             stats,
@@ -428,8 +460,12 @@ impl EntryLog {
     /// Deletes `ledger`: removes its file, then syncs the directory. Durable when it returns.
     pub fn delete_ledger(&self, ledger: u64) -> Result<()> {
         self.writable()?;
-        self.ledger(ledger)?;
+        let interrupted = lock(&self.interrupted).contains(&ledger);
+        if !interrupted {
+            self.ledger(ledger)?;
+        }
         self.storage.remove(&ledger_file_name(ledger))?;
+        lock(&self.interrupted).remove(&ledger);
         self.ledgers
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

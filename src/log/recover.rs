@@ -10,17 +10,27 @@
 //! - a valid trailer at the end of the file whose `data_end` is `x` (its index may be missing,
 //!   whole or in part), or the start of an index block at `x`, is an interrupted seal: the
 //!   footer is cut and the ledger is unsealed;
-//! - any whole, in-sequence frame after `x`, or a valid trailer whose `data_end` lies beyond
-//!   `x`, means the damage is not the end of what was written: corruption. The ledger opens
-//!   *damaged* (its whole entries before `x` readable, everything else an error, writes
-//!   refused), or, under [`RecoveryMode::Strict`], open fails;
-//! - otherwise nothing valid follows the damage: a torn tail, cut back to `x` (or refused under
-//!   [`RecoveryMode::Strict`]).
+//! - a valid trailer whose `data_end` lies beyond `x`, or a whole frame after `x` whose
+//!   `durable_mark` lies beyond `x`, proves that the bytes at `x` had been synced (a seal syncs
+//!   the frames before it writes the footer; a mark is a length a finished fsync covered):
+//!   corruption. The ledger opens *damaged* (its whole entries before `x` readable, everything
+//!   else an error, writes refused), or, under [`RecoveryMode::Strict`], open fails;
+//! - otherwise nothing proves the bytes from `x` on were synced: a torn tail, cut back to `x`
+//!   (or refused under [`RecoveryMode::Strict`]). Whole frames after `x` whose marks stop at or
+//!   before `x` are cut with it: they were written after the last sync the file records, and a
+//!   power cut may keep any subset of such unsynced pages (write-back does not follow write
+//!   order), so a lost page followed by whole frames is the normal end of an unsynced batch.
+//!
+//! What the file records as synced trails the truth by one sync: the last batch synced before
+//! the crash, with no frame appended after its sync, is covered by no mark. Damage inside it is
+//! cut as a torn tail (reported, never silent); damage below any recorded mark is corruption.
 //!
 //! Because every checksum is seeded with the ledger's nonce (format version 2), payload bytes
-//! cannot pass for a frame or a trailer here. A power cut that kept a later page of an unsynced
-//! batch but lost an earlier one looks like damage followed by whole frames, exactly as bit rot
-//! in a synced batch does; both open as damaged: loud, and no synced entry is cut.
+//! cannot pass for a frame or a trailer here.
+//!
+//! A zero-filled run is skipped in one step (no frame header is all zero), using the storage's
+//! hole map where it has one, so a zero-filled or sparse tail of any length costs at most one
+//! memory scan.
 
 use std::sync::Arc;
 
@@ -29,8 +39,8 @@ use super::{LogStatsCounters, RecoveryMode, TailRepair, ledger_file_name};
 use crate::error::{CorruptionKind, Error, Result};
 use crate::format::ledger::{
     FRAME_HEADER_LEN, FrameHeader, HEADER_FIXED_LEN, HEADER_LEN, INDEX_MAGIC, LedgerHeader,
-    TRAILER_LEN, Trailer, check_frame, decode_frame_header, decode_header, header_fixed_part,
-    is_zero, trailer_of,
+    TRAILER_LEN, Trailer, check_frame, decode_frame_header, decode_header, first_nonzero,
+    header_fixed_part, is_zero, trailer_of,
 };
 use crate::storage::{Storage, StorageFile};
 
@@ -78,6 +88,35 @@ impl<'a> Window<'a> {
     }
 }
 
+impl Window<'_> {
+    /// The first offset at or after `off` holding a nonzero byte, or the file's size when none
+    /// does. Holes the storage reports are skipped unread; other bytes are scanned a window
+    /// at a time, so a zero-filled tail of any length costs one memory scan at most.
+    pub(crate) fn first_nonzero_from(&mut self, mut off: u64) -> Result<u64> {
+        while off < self.size {
+            off = off.max(self.file.data_from(off)?.min(self.size));
+            if off >= self.size {
+                break;
+            }
+            let buffered_end = self.start + self.buf.len() as u64;
+            let len = if off >= self.start && off < buffered_end {
+                buffered_end - off
+            } else {
+                CHUNK.min(self.size - off)
+            };
+            let bytes = self.get(off, len)?.unwrap_or_default();
+            if bytes.is_empty() {
+                break;
+            }
+            match first_nonzero(bytes) {
+                Some(i) => return Ok(off + i as u64),
+                None => off += bytes.len() as u64,
+            }
+        }
+        Ok(self.size)
+    }
+}
+
 fn too_big(size: u64) -> Error {
     Error::Unsupported(format!(
         "a ledger file of {size} bytes does not fit in memory"
@@ -108,6 +147,8 @@ pub(crate) struct Scan {
     pub(crate) offsets: Vec<u64>,
     /// End of the last whole frame.
     pub(crate) end: u64,
+    /// The largest `durable_mark` of the whole frames (0 when there are none).
+    pub(crate) max_mark: u64,
     pub(crate) damage: Option<Damage>,
 }
 
@@ -122,6 +163,7 @@ pub(crate) fn scan_frames(
     let mut scan = Scan {
         offsets: Vec::new(),
         end: from,
+        max_mark: 0,
         damage: None,
     };
     let size = win.size();
@@ -135,6 +177,7 @@ pub(crate) fn scan_frames(
             }),
             Ok(f) => {
                 scan.offsets.push(off);
+                scan.max_mark = scan.max_mark.max(f.durable_mark);
                 scan.end = off + f.frame_len();
                 None
             }
@@ -190,7 +233,14 @@ pub(crate) fn next_whole_frame(
     let mut y = from + 1;
     while y + FRAME_HEADER_LEN as u64 <= size {
         let head = win.get(y, FRAME_HEADER_LEN as u64)?.unwrap_or_default();
-        if let (false, Ok(f)) = (is_zero(head), decode_frame_header(head)) {
+        if is_zero(head) {
+            // No frame header is all zero, so no frame starts before the next nonzero byte
+            // `z` can fall inside its header: jump over the zero run in one step.
+            let z = win.first_nonzero_from(y)?;
+            y = (z + 1).saturating_sub(FRAME_HEADER_LEN as u64).max(y + 1);
+            continue;
+        }
+        if let Ok(f) = decode_frame_header(head) {
             let plausible = f.entry_id >= min_entry
                 && f.entry_id - min_entry <= (y - from) / FRAME_HEADER_LEN as u64
                 && f.frame_len() <= size - y;
@@ -219,9 +269,10 @@ pub(crate) enum AfterDamage {
     /// A footer for frames ending at `x` (a valid trailer, the index possibly missing or
     /// partial; or the start of an index block): a seal that did not finish.
     InterruptedSeal,
-    /// Something valid follows: a whole in-sequence frame, or a trailer of frames past `x`.
+    /// Something proves the bytes at `x` were synced: a whole frame whose durable mark lies
+    /// past `x`, or a trailer of frames past `x`.
     Corruption,
-    /// Nothing valid follows: the end of what was written.
+    /// Nothing proves the bytes from `x` on were synced: the end of what was written.
     TornTail,
 }
 
@@ -246,8 +297,18 @@ pub(crate) fn after_damage(
         // The start of an index block: a seal whose trailer did not reach the disk.
         return Ok(AfterDamage::InterruptedSeal);
     }
-    if next_whole_frame(win, h, x, expected)?.is_some() {
-        return Ok(AfterDamage::Corruption);
+    // Every run of whole frames after `x`: one whose mark passes `x` proves `x` was synced.
+    let (mut from, mut min_entry) = (x, expected);
+    while let Some((y, f)) = next_whole_frame(win, h, from, min_entry)? {
+        let run = scan_frames(win, h, y, f.entry_id)?;
+        if run.max_mark > x {
+            return Ok(AfterDamage::Corruption);
+        }
+        if run.damage.is_none() {
+            break;
+        }
+        from = run.end;
+        min_entry = f.entry_id + run.offsets.len() as u64;
     }
     Ok(AfterDamage::TornTail)
 }
@@ -301,7 +362,7 @@ pub(crate) fn try_sealed(
 /// The result of opening one ledger file.
 pub(crate) enum Opened {
     Ledger(Arc<Ledger>, Option<TailRepair>),
-    /// An interrupted create: the file is (or, read-only, would be) removed.
+    /// An interrupted create (the file holds part of a header at most); not removed here.
     Discarded(TailRepair),
 }
 
@@ -329,10 +390,8 @@ pub(crate) fn open_ledger(
         }
         Err(e) => return Err(e),
         Ok(HeaderCheck::InterruptedCreate) => {
-            if !read_only {
-                storage.remove(&name)?;
-                storage.sync_dir()?;
-            }
+            // The caller decides whether the file goes: a file the topic records is damage,
+            // never removed here.
             return Ok(Opened::Discarded(TailRepair {
                 ledger,
                 offset: 0,

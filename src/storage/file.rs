@@ -188,6 +188,23 @@ impl StorageFile for RealFile {
         let map = unsafe { memmap2::Mmap::map(&self.file) }.map_err(|e| self.err("mmap", e))?;
         Ok(Arc::new(map))
     }
+
+    /// `lseek(SEEK_DATA)`: the start of the next data extent, so a scan skips a hole without
+    /// reading it. `ENXIO` means no data follows `offset`. A file system without hole
+    /// support answers `offset` itself, which is still correct.
+    fn data_from(&self, offset: u64) -> Result<u64> {
+        let size = self.size()?;
+        if offset >= size {
+            return Ok(size);
+        }
+        // The descriptor's own position is never used (all I/O is positional), so moving it
+        // disturbs no other reader.
+        match rustix::fs::seek(&self.file, rustix::fs::SeekFrom::Data(offset)) {
+            Ok(at) => Ok(at.clamp(offset, size)),
+            Err(rustix::io::Errno::NXIO) => Ok(size),
+            Err(e) => Err(self.err("lseek", e.into())),
+        }
+    }
 }
 
 #[cfg(test)]

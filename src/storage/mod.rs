@@ -70,6 +70,12 @@ pub trait StorageFile: Send + Sync + fmt::Debug {
     fn set_len(&self, len: u64) -> Result<()>;
     /// A read-only view of the whole file as it is now.
     fn map(&self) -> Result<Mapped>;
+    /// The first offset at or after `offset` that may hold a nonzero byte, or the file's size
+    /// when none does: every byte in between reads as zero. A hint for skipping holes; the
+    /// default, `offset` itself, is always a correct answer.
+    fn data_from(&self, offset: u64) -> Result<u64> {
+        Ok(offset)
+    }
 }
 
 /// Proof of exclusive ownership of a storage directory; releases it when dropped.

@@ -95,6 +95,14 @@ fn finding(findings: &mut Vec<Finding>, file: String, place: &str, what: String)
 /// wrong to `findings` instead of stopping at the first problem.
 ///
 /// With `deep`, every entry of every cursor ledger is read and checked as well (for `verify`).
+/// The topic record, `None` when there is none; an error when it cannot be read or decoded.
+pub fn read_topic(storage: &Arc<dyn Storage>) -> Result<Option<TopicRecord>> {
+    let meta = FileMetaStore::new(storage.clone());
+    meta.get("topic")?
+        .map(|(_, bytes)| TopicRecord::decode(&bytes))
+        .transpose()
+}
+
 pub fn collect(storage: &Arc<dyn Storage>, deep: bool, findings: &mut Vec<Finding>) -> TopicView {
     let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(storage.clone()));
     let topic = match meta
@@ -276,6 +284,8 @@ fn opt<T: ToString>(v: Option<T>) -> String {
 /// Runs `ackstore inspect`.
 pub fn run(args: &InspectArgs) -> Result<ExitCode> {
     let storage = dir::open_existing(&args.dir)?;
+    // Without a readable topic record the tables would be empty, not true: exit 2.
+    read_topic(&storage)?;
     let mut findings = Vec::new();
     let view = collect(&storage, false, &mut findings);
     if args.json {

@@ -7,8 +7,11 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use std::sync::Arc;
+
 use ackstore::Result;
-use ackstore::log::{ledger_file_name, verify_log};
+use ackstore::log::{EntryLog, LogConfig, ledger_file_name, verify_log};
+use ackstore::storage::Storage;
 use clap::Args;
 
 use crate::dir;
@@ -39,6 +42,7 @@ pub fn run(args: &VerifyArgs) -> Result<ExitCode> {
             torn_tail: p.torn_tail,
         })
         .collect();
+    check_against_record(&storage, &mut findings)?;
     let topic = inspect::collect(&storage, true, &mut findings);
     let damaged = findings.iter().filter(|f| !f.torn_tail).count();
     let torn = findings.len() - damaged;
@@ -84,4 +88,65 @@ pub fn run(args: &VerifyArgs) -> Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// What the owner's open checks between the topic record and the ledger files, as damage:
+/// a missing record beside ledger files, a recorded ledger whose file is missing or holds less
+/// than a header, or fewer entries than the record counts. Entries beyond a recorded count (a
+/// fenced owner's appends) are what open ignores, and are not damage.
+fn check_against_record(storage: &Arc<dyn Storage>, findings: &mut Vec<Finding>) -> Result<()> {
+    let mut damage = |file: String, place: String, what: String| {
+        findings.push(Finding {
+            file,
+            place,
+            what,
+            torn_tail: false,
+        });
+    };
+    let record = match inspect::read_topic(storage) {
+        Ok(Some(record)) => record,
+        Ok(None) => {
+            damage(
+                dir::TOPIC_FILE.into(),
+                "topic record".into(),
+                "missing: the directory holds ledger files but no topic record, and open \
+                 refuses it"
+                    .into(),
+            );
+            return Ok(());
+        }
+        // Reported by the deep collection that follows.
+        Err(_) => return Ok(()),
+    };
+    let log = EntryLog::open_read_only(storage.clone(), LogConfig::default())?;
+    let interrupted = log.interrupted_creates();
+    for rec in &record.ledgers {
+        let file = ledger_file_name(rec.id);
+        let place = format!("ledger {}", rec.id);
+        if interrupted.contains(&rec.id) {
+            damage(
+                file,
+                place,
+                "the topic record lists this ledger but its file holds no whole header".into(),
+            );
+        } else if let Ok(info) = log.ledger_info(rec.id) {
+            if info.damaged.is_none() && rec.entries != 0 && info.entries < rec.entries {
+                damage(
+                    file,
+                    place,
+                    format!(
+                        "holds {} entries but {} were sealed (the topic record)",
+                        info.entries, rec.entries
+                    ),
+                );
+            }
+        } else {
+            damage(
+                file,
+                place,
+                "the topic record lists this ledger but its file is missing".into(),
+            );
+        }
+    }
+    Ok(())
 }
