@@ -596,12 +596,36 @@ impl Cursor {
         Ok(self.shared.core()?.state.epoch)
     }
 
-    /// Sets an application property stored with the mark-delete position.
+    /// Sets an application property stored with the mark-delete position (persisted by the
+    /// next flush, like an ack).
+    ///
+    /// Limits, checked here so that every later flush can write what was accepted: a name of
+    /// at most [`MAX_PROPERTY_NAME`](crate::format::cursor::MAX_PROPERTY_NAME) (1,024) bytes; at
+    /// most [`MAX_PROPERTIES`](crate::format::cursor::MAX_PROPERTIES) (4,096) properties; and
+    /// all properties together (2 + name length + 8 bytes each) within one cursor-ledger entry
+    /// ([`CursorConfig::max_entry_size`], at most the entry log's), less room for a marker's
+    /// largest inline table ([`CursorConfig::index_page_rows`] rows of 36 bytes). Replacing the
+    /// value of an existing property is always accepted.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a name over the limit, [`Error::LimitExceeded`] for a
+    /// property past the count or size limit; nothing changes. [`Error::Closed`] once closed.
     pub fn set_property(&self, key: &str, value: i64) -> Result<()> {
         let mut core = self.shared.core()?;
+        let room = core.persister()?.property_room();
+        state::check_property(&core.state.properties, key, room)?;
         let old = core.state.properties.insert(key.to_owned(), value);
         core.dirty |= old != Some(value);
         Ok(())
+    }
+
+    /// Removes an application property (persisted by the next flush); returns its value,
+    /// `None` when there was none (then nothing changes).
+    pub fn remove_property(&self, key: &str) -> Result<Option<i64>> {
+        let mut core = self.shared.core()?;
+        let old = core.state.properties.remove(key);
+        core.dirty |= old.is_some();
+        Ok(old)
     }
 
     /// The application properties.

@@ -29,7 +29,7 @@ use crate::error::{Error, Result};
 pub use crate::format::cursor::PersistedState;
 use crate::format::cursor::{
     EntryKind, PageRef, PartitionRow, ROW_LEN, TableRef, encode_index_page, encode_marker,
-    index_page_len, payload_crc,
+    index_page_len, marker_len, payload_crc,
 };
 use crate::format::meta::CursorRecord;
 use crate::log::EntryLog;
@@ -291,6 +291,21 @@ impl CursorPersister {
         self.config.max_entry_size.min(self.log.max_entry_size()) as usize
     }
 
+    /// Rows an index page holds, which is also the most rows a marker holds inline (a page must
+    /// fit in one entry).
+    fn rows_per_page(&self) -> usize {
+        let fit = (self.max_entry_size().saturating_sub(index_page_len(0))) / ROW_LEN;
+        self.config.index_page_rows.min(fit).max(2)
+    }
+
+    /// Bytes the encoded properties may take so that every later marker or snapshot fits in one
+    /// entry: the largest entry less a marker's fixed part and its largest inline table.
+    pub(crate) fn property_room(&self) -> usize {
+        let fixed = marker_len(&PersistedState::default(), TableRef::Inline(&[]));
+        self.max_entry_size()
+            .saturating_sub(fixed + self.rows_per_page() * ROW_LEN)
+    }
+
     /// Persists `state` and every ack in `acks`, durably: when this returns `Ok`, a power cut
     /// at any later moment recovers at least these acks and this mark-delete (invariant 2).
     ///
@@ -532,9 +547,7 @@ impl CursorPersister {
         rollover: bool,
         flush: &mut FlushStats,
     ) -> Result<Vec<PageRef>> {
-        // A page must fit in one entry.
-        let fit = (self.max_entry_size().saturating_sub(index_page_len(0))) / ROW_LEN;
-        let per_page = self.config.index_page_rows.min(fit).max(2);
+        let per_page = self.rows_per_page();
         if rows.len() <= per_page {
             return Ok(Vec::new());
         }
