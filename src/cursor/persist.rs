@@ -330,9 +330,20 @@ impl CursorPersister {
         self.check_owner()?;
         let before = self.stats();
         let rollover = self.rollover_due()?;
-        let mut flush = match self.config.persist_mode {
-            PersistMode::MultiEntry => self.flush_multi(state, acks, rollover)?,
-            PersistMode::SingleEntry => self.flush_single(state, acks, rollover)?,
+        let written = match self.config.persist_mode {
+            PersistMode::MultiEntry => self.flush_multi(state, acks, rollover),
+            PersistMode::SingleEntry => self.flush_single(state, acks, rollover),
+        };
+        let mut flush = match written {
+            Ok(flush) => flush,
+            Err(e) => {
+                if matches!(e, Error::Io { .. } | Error::PreviousIo) {
+                    // The entry log latches a ledger after a failed write or fsync and never
+                    // retries one: a retry writes the whole state to a fresh ledger instead.
+                    self.shared.lock().ledger_failed = true;
+                }
+                return Err(e);
+            }
         };
         let after = self.stats();
         flush.entries = after.entries_written - before.entries_written;
@@ -384,7 +395,7 @@ impl CursorPersister {
         let Some(ledger) = self.cursor_ledger() else {
             return Ok(false);
         };
-        if self.rollover_requested {
+        if self.rollover_requested || self.shared.lock().ledger_failed {
             return Ok(true);
         }
         let info = self.log.ledger_info(ledger)?;
@@ -653,8 +664,15 @@ impl CursorPersister {
         self.switch_record(target, state)?;
         if let Some(locations) = fresh {
             let mut s = self.shared.lock();
-            s.ledger = Some(target);
+            let old = s.ledger.replace(target);
             s.locations = locations;
+            s.ledger_failed = false;
+            drop(s);
+            // The ledger rolled away from: the record's previous one (queued by the switch) or
+            // one the record never named (created by an eviction or a first flush that failed).
+            if let Some(old) = old.filter(|o| *o != target && !self.pending_deletes.contains(o)) {
+                self.pending_deletes.push(old);
+            }
         }
         Ok(())
     }
@@ -719,9 +737,16 @@ impl CursorPersister {
             // Refused by compare-and-set: nothing was written.
             Err(e @ Error::Fenced(_)) => Err(e),
             Err(e) => {
-                // The record may or may not have been replaced: keep every ledger and refuse
-                // further writes until a reopen reads what is durable.
-                self.poisoned = true;
+                // When the store still holds the version this persister knows, the write did not
+                // take (a full disk refuses the new copy before it replaces the old one): a
+                // retry may follow. Otherwise the record may or may not have been replaced:
+                // keep every ledger and refuse further writes until a reopen reads what is
+                // durable.
+                let unchanged = matches!(
+                    self.meta.get(&self.record_name),
+                    Ok(found) if found.as_ref().map(|(v, _)| *v) == expected
+                );
+                self.poisoned |= !unchanged;
                 Err(e)
             }
         }
