@@ -112,7 +112,8 @@ fn set_property_refuses_properties_that_would_not_fit_in_one_cursor_ledger_entry
             let err = loop {
                 match c.set_property(&format!("{i:04}{}", "k".repeat(1_000)), i) {
                     Ok(()) => {
-                        c.flush().expect("every accepted property set can be flushed");
+                        c.flush()
+                            .expect("every accepted property set can be flushed");
                         i += 1;
                     }
                     Err(e) => break e,
@@ -150,7 +151,10 @@ fn remove_property_removes_it_durably() {
     let c = topic
         .open_cursor("sub", CursorOptions::default())
         .expect("reopen");
-    assert_eq!(c.properties().unwrap(), BTreeMap::from([("b".to_owned(), 2)]));
+    assert_eq!(
+        c.properties().unwrap(),
+        BTreeMap::from([("b".to_owned(), 2)])
+    );
 }
 
 #[test]

@@ -90,7 +90,11 @@ impl State {
                 .capacity
                 .is_some_and(|c| self.used().saturating_add(growth) > c);
         if full {
-            return Err(Error::io(op, name, std::io::Error::from_raw_os_error(ENOSPC)));
+            return Err(Error::io(
+                op,
+                name,
+                std::io::Error::from_raw_os_error(ENOSPC),
+            ));
         }
         self.writes += 1;
         Ok(())
