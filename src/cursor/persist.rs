@@ -355,6 +355,9 @@ impl CursorPersister {
         self.stats.partitions_written += flush.partitions;
         self.stats.pages_written += flush.pages;
         self.stats.last_flush_bytes = flush.bytes;
+        // Partitions an eviction could not store (pinned past the budget) are written now, or
+        // their current copy is: evictions may store again.
+        acks.resume_stores();
         self.retry_deletes();
         self.refresh_record(state)?;
         Ok(flush)
@@ -508,7 +511,7 @@ impl CursorPersister {
         let fresh = rollover.then_some(fresh_locations);
         self.commit(target, EntryKind::Marker, &marker, state, fresh)?;
         for key in dirty {
-            acks.mark_clean(key);
+            acks.mark_persisted(key);
         }
         self.stats.markers += 1;
         self.stats.persisted_bytes = state_bytes
