@@ -547,3 +547,130 @@ fn full_disk_workload_on_a_real_small_file_system_keeps_every_flushed_ack() {
         fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+#[test]
+fn threads_ack_while_a_flusher_meets_a_full_disk_and_every_ok_flush_is_kept() {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    const THREADS: usize = 4;
+    for mode in [PersistMode::MultiEntry, PersistMode::SingleEntry] {
+        let disk = MemStorage::new();
+        let mut cfg = config(mode, 0);
+        cfg.cursor.max_ranges_single_entry = 1 << 20;
+        let (topic, cursor, positions) = topic_with_entries(&disk, &cfg, 400);
+        // Thread t acks the entries i with i % THREADS == t, ascending; `done[t]` counts them.
+        let done: Vec<AtomicUsize> = (0..THREADS).map(|_| AtomicUsize::new(0)).collect();
+        let stop = AtomicBool::new(false);
+        let (rounds, failed) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        // Each flush that returned Ok: what was acked before it started, and the disk it left.
+        let kept: Mutex<Vec<(Vec<usize>, MemStorage)>> = Mutex::new(Vec::new());
+        std::thread::scope(|s| {
+            for t in 0..THREADS {
+                let (cursor, positions, done) = (&cursor, &positions, &done);
+                s.spawn(move || {
+                    for i in (t..positions.len()).step_by(THREADS).skip(1) {
+                        cursor
+                            .ack(positions[i])
+                            .expect("an ack never fails on a full disk");
+                        done[t].fetch_add(1, Ordering::SeqCst);
+                    }
+                });
+            }
+            s.spawn(|| {
+                let mut round = 0u64;
+                while !stop.load(Ordering::SeqCst) {
+                    // The disk fills and empties again every few rounds.
+                    let full = round % 6 < 3;
+                    disk.set_capacity(full.then(|| disk.used_bytes()));
+                    let before: Vec<usize> =
+                        done.iter().map(|d| d.load(Ordering::SeqCst)).collect();
+                    if cursor.flush().is_ok() {
+                        kept.lock().unwrap().push((before, disk.durable_image()));
+                    } else {
+                        failed.fetch_add(1, Ordering::SeqCst);
+                    }
+                    round += 1;
+                    rounds.fetch_add(1, Ordering::SeqCst);
+                }
+            });
+            while done.iter().map(|d| d.load(Ordering::SeqCst)).sum::<usize>()
+                < positions.len() - THREADS
+                || rounds.load(Ordering::SeqCst) < 12
+            {
+                std::thread::yield_now();
+            }
+            stop.store(true, Ordering::SeqCst);
+        });
+        assert!(
+            failed.load(Ordering::SeqCst) > 0,
+            "{mode:?}: no flush met a full disk"
+        );
+        disk.set_capacity(None);
+        cursor.flush().expect("a flush with space");
+        let all: Vec<usize> = done.iter().map(|d| d.load(Ordering::SeqCst)).collect();
+        let mut images = kept.into_inner().unwrap();
+        assert!(
+            !images.is_empty(),
+            "{mode:?}: no flush succeeded while acks went on"
+        );
+        images.push((all, disk.durable_image()));
+        drop(topic);
+        for (before, image) in images.iter().rev().take(12) {
+            let topic = open_mem(image, &cfg).expect("reopen after a power cut");
+            let c = topic.open_cursor("sub", CursorOptions::default()).unwrap();
+            for (i, &p) in positions.iter().enumerate() {
+                let (t, k) = (i % THREADS, i / THREADS);
+                let acked = c.is_acked(p).unwrap();
+                // Thread t acked its k-th entry (k >= 1) as its (k - 1)-th call.
+                assert!(!acked || k >= 1, "{mode:?}: entry {i} was never acked");
+                if k >= 1 && k <= before[t] {
+                    assert!(
+                        acked,
+                        "{mode:?}: entry {i} was acked before an Ok flush, and lost"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_background_flusher_on_a_full_disk_keeps_its_error_and_a_later_close_persists() {
+    let disk = MemStorage::new();
+    let mut cfg = config(PersistMode::MultiEntry, 0);
+    cfg.cursor.flush_interval = Some(std::time::Duration::from_millis(1));
+    let (topic, cursor, positions) = topic_with_entries(&disk, &cfg, 100);
+    disk.set_capacity(Some(disk.used_bytes()));
+    for i in (1..100).step_by(3) {
+        cursor.ack(positions[i]).unwrap();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while cursor.stats().unwrap().background_error.is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the flusher never ran"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let first = cursor
+        .close()
+        .expect_err("the background error comes first");
+    assert!(
+        is_enospc(&first) || matches!(first, Error::PreviousIo),
+        "{first}"
+    );
+    // Still open: acks go on.
+    cursor.ack(positions[99]).unwrap();
+    disk.set_capacity(None);
+    // The flusher may succeed first now; either way close persists everything.
+    let closed = cursor.close().or_else(|_| cursor.close());
+    closed.expect("close once space is free");
+    drop(topic);
+    let topic = open_mem(&disk.durable_image(), &cfg).expect("reopen");
+    let c = topic.open_cursor("sub", CursorOptions::default()).unwrap();
+    for (i, &p) in positions.iter().enumerate() {
+        let expected = i % 3 == 1 || i == 99;
+        assert_eq!(c.is_acked(p).unwrap(), expected, "entry {i}");
+    }
+}
