@@ -686,10 +686,12 @@ impl Cursor {
     ///
     /// # Errors
     /// An error of a background flush (see [`CursorConfig::flush_interval`]) not yet
-    /// reported is returned first, without flushing; call `flush` again. I/O errors; then
-    /// nothing new is guaranteed durable, and after an error whose effect on the cursor record
-    /// is unknown every later flush fails with [`Error::PreviousIo`] until the topic is
-    /// reopened. [`Error::LimitExceeded`] when a single-entry snapshot does not fit (with
+    /// reported is returned first, without flushing; call `flush` again. I/O errors (`ENOSPC`
+    /// on a full disk, for instance); then nothing new is guaranteed durable, acks keep
+    /// working, and a later `flush` writes the whole state to a fresh cursor ledger (the entry
+    /// log never writes again to a ledger whose write or fsync failed), so it succeeds once the
+    /// disk has space again. After an error whose effect on the cursor record is unknown every
+    /// later flush fails with [`Error::PreviousIo`] until the topic is reopened. [`Error::LimitExceeded`] when a single-entry snapshot does not fit (with
     /// [`OverflowPolicy::Error`]). [`Error::Fenced`], with nothing written, once a newer owner
     /// has opened the topic's directory (this handle lost ownership; see `docs/cursors.md`,
     /// "Ownership"); seeks and rewinds fail the same way.

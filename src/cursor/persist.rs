@@ -311,9 +311,12 @@ impl CursorPersister {
     ///
     /// Costs what changed in multi-entry mode: the dirty partitions, the index pages whose rows
     /// changed, and the marker. Creates the cursor ledger on the first flush and rolls over when
-    /// it is full. After an error the cursor ledger keeps its last committed state; after an
-    /// error whose outcome on the record is unknown, every later flush fails with
-    /// [`Error::PreviousIo`] until the cursor is reopened.
+    /// it is full. After an error the cursor ledger keeps its last committed state, and after
+    /// an I/O error (or a failed eviction write) the next flush rolls over to a fresh ledger, as
+    /// the entry log refuses further writes to the failed one; after an error whose outcome on
+    /// the record is unknown, every later flush fails with [`Error::PreviousIo`] until the
+    /// cursor is reopened. On success, evictions may store again
+    /// ([`RangeSetWrapper::resume_stores`]).
     ///
     /// # Errors
     /// [`Error::Fenced`], with nothing written, once another owner has written the cursor
