@@ -9,6 +9,13 @@
 //! joins the cache as its most recent entry and least recently used partitions are evicted until
 //! the resident bytes are within the budget: they never exceed the budget plus the hot partition.
 //!
+//! When the store fails (a full disk), the partition it could not take stays resident, *pinned*
+//! outside the cache and past the budget, and later evictions pin unsaved partitions without
+//! trying the store (saved ones are still dropped) until [`RangeSetWrapper::resume_stores`]:
+//! acks keep working in memory, nothing is lost, and the persistence layer's next successful
+//! flush writes the pinned partitions (they are dirty). `AckSetStats` counts the failures and the
+//! pinned partitions.
+//!
 //! Two flags per partition, independent of each other:
 //! - *dirty*: changed since the last [`RangeSetWrapper::mark_clean`] of its key, whether resident
 //!   or not; the persistence layer writes dirty partitions at its next flush.
@@ -66,6 +73,11 @@ pub struct AckSetStats {
     pub evictions: u64,
     /// Partitions handed to the store on eviction.
     pub stores: u64,
+    /// Evictions whose store failed (a full disk, for instance).
+    pub store_failures: u64,
+    /// Partitions kept resident past the budget because the store could not take them; their
+    /// bytes are in `resident_bytes`.
+    pub pinned_partitions: usize,
 }
 
 /// A live partition. While it is resident, its [`Resident`] holds the authoritative cardinality
@@ -91,8 +103,9 @@ struct Resident {
 /// The ack set under an LRU byte budget: the same queries as [`AckSet`](super::AckSet), fallible
 /// because touching a partition that is not resident loads it from the [`PartitionStore`].
 ///
-/// On `Err` (a failed store or load), the operation has changed nothing, except `add_range`,
-/// which may have added the part of the range in the partitions before the failing one.
+/// On `Err` (a failed load), the operation has changed nothing, except `add_range`, which may
+/// have added the part of the range in the partitions before the failing one. A failed store
+/// is no error: the partition stays resident (pinned).
 pub struct RangeSetWrapper {
     store: Box<dyn PartitionStore>,
     budget: usize,
@@ -100,6 +113,12 @@ pub struct RangeSetWrapper {
     lru: LruCache<PartitionKey, Resident>,
     /// The most recently used partition, resident but not in `lru`.
     hot: Option<(PartitionKey, Resident)>,
+    /// Unsaved partitions the store could not take: resident, in neither `lru` nor `hot`.
+    pinned: BTreeMap<PartitionKey, Resident>,
+    /// A store failed since the last [`RangeSetWrapper::resume_stores`]: evictions pin unsaved
+    /// partitions instead of storing them.
+    stores_blocked: bool,
+    store_failures: u64,
     /// The most partitions `lru` has held since it was last emptied and freed: its table's size.
     lru_slots: usize,
     len: u64,
@@ -130,6 +149,9 @@ impl RangeSetWrapper {
             index: BTreeMap::new(),
             lru: LruCache::unbounded(),
             hot: None,
+            pinned: BTreeMap::new(),
+            stores_blocked: false,
+            store_failures: 0,
             lru_slots: 0,
             len: 0,
             resident_bytes: 0,
@@ -299,6 +321,8 @@ impl RangeSetWrapper {
         self.lru = LruCache::unbounded();
         self.lru_slots = 0;
         self.hot = None;
+        self.pinned.clear();
+        self.stores_blocked = false;
         self.len = 0;
         self.resident_bytes = 0;
         self.dirty = 0;
@@ -338,12 +362,42 @@ impl RangeSetWrapper {
         let dirty = match (&mut self.hot, self.lru.peek_mut(&key)) {
             (Some((hot, resident)), _) if *hot == key => &mut resident.dirty,
             (_, Some(resident)) if entry.resident => &mut resident.dirty,
-            _ => &mut entry.dirty,
+            _ => match self.pinned.get_mut(&key) {
+                Some(resident) => &mut resident.dirty,
+                None => &mut entry.dirty,
+            },
         };
         if *dirty {
             *dirty = false;
             self.dirty -= 1;
         }
+    }
+
+    /// The partition's current contents are persisted and the store holds them (the
+    /// persistence layer wrote it where the store loads it from): it is clean, and evicting it
+    /// needs no store. An unknown key is ignored.
+    pub fn mark_persisted(&mut self, key: PartitionKey) {
+        self.mark_clean(key);
+        let resident = match (&mut self.hot, self.lru.peek_mut(&key)) {
+            (Some((hot, resident)), _) if *hot == key => Some(resident),
+            (_, Some(resident)) => Some(resident),
+            _ => self.pinned.get_mut(&key),
+        };
+        if let Some(resident) = resident {
+            resident.unsaved = false;
+        }
+    }
+
+    /// The store takes writes again (the persistence layer's last flush succeeded): pinned
+    /// partitions rejoin the cache as its least recently used entries and are evicted down to
+    /// the budget, each stored first if still unsaved (a failure pins it again).
+    pub fn resume_stores(&mut self) {
+        self.stores_blocked = false;
+        for (key, resident) in std::mem::take(&mut self.pinned) {
+            self.cache(key, resident);
+            self.lru.demote(&key);
+        }
+        self.make_room();
     }
 
     /// The store, for the persistence layer to tell it where partitions were written.
@@ -365,12 +419,16 @@ impl RangeSetWrapper {
             peak_resident_bytes: self.peak_resident_bytes,
             budget_bytes: self.budget,
             index_bytes: self.index.len() * INDEX_ENTRY_BYTES,
-            resident_partitions: self.lru.len() + usize::from(self.hot.is_some()),
+            resident_partitions: self.lru.len()
+                + self.pinned.len()
+                + usize::from(self.hot.is_some()),
             partitions: self.index.len(),
             dirty_partitions: self.dirty,
             loads: self.loads,
             evictions: self.evictions,
             stores: self.stores,
+            store_failures: self.store_failures,
+            pinned_partitions: self.pinned.len(),
         }
     }
 
@@ -378,7 +436,7 @@ impl RangeSetWrapper {
     fn state(&self, key: PartitionKey, entry: &IndexEntry) -> (u64, bool) {
         let resident = match &self.hot {
             Some((hot, resident)) if *hot == key => Some(resident),
-            _ if entry.resident => self.lru.peek(&key),
+            _ if entry.resident => self.lru.peek(&key).or_else(|| self.pinned.get(&key)),
             _ => None,
         };
         resident.map_or((entry.cardinality, entry.dirty), |r| {
@@ -431,13 +489,11 @@ impl RangeSetWrapper {
     /// created empty. `false` if it does not exist and is not to be created. On `Err` nothing
     /// observable has changed.
     fn make_hot(&mut self, key: PartitionKey, create: bool) -> Result<bool> {
-        // A resident partition other than the hot one is in the cache: no index lookup needed.
-        if let Some(resident) = self.lru.pop(&key) {
+        // A resident partition other than the hot one is in the cache (or pinned): no index
+        // lookup needed.
+        if let Some(resident) = self.lru.pop(&key).or_else(|| self.pinned.remove(&key)) {
             self.retire_hot();
-            if let Err(e) = self.make_room() {
-                self.cache(key, resident);
-                return Err(e);
-            }
+            self.make_room();
             self.hot = Some((key, resident));
             return Ok(true);
         }
@@ -446,7 +502,7 @@ impl RangeSetWrapper {
             return Ok(false);
         }
         self.retire_hot();
-        self.make_room()?;
+        self.make_room();
         let resident = if let Some(entry) = entry {
             let bitmap = self.load(key, entry.cardinality)?;
             self.loads += 1;
@@ -529,16 +585,15 @@ impl RangeSetWrapper {
     }
 
     /// Evicts least recently used partitions of the cache until the resident bytes are within
-    /// the budget or the cache is empty (the hot partition is never evicted); an empty cache's
-    /// table is freed if it alone is over the budget.
-    fn make_room(&mut self) -> Result<()> {
+    /// the budget or the cache is empty (the hot partition is never evicted; one the store
+    /// cannot take is pinned); an empty cache's table is freed if it alone is over the budget.
+    fn make_room(&mut self) {
         while self.resident_bytes > self.budget && !self.lru.is_empty() {
-            self.evict_lru()?;
+            self.evict_lru();
         }
         if self.resident_bytes > self.budget && self.lru.is_empty() {
             self.free_table();
         }
-        Ok(())
     }
 
     /// Frees the hash table of the (empty) cache.
@@ -552,16 +607,22 @@ impl RangeSetWrapper {
     }
 
     /// Evicts the least recently used partition, storing it first if unsaved. If the store
-    /// fails, the partition stays resident (still least recently used).
-    fn evict_lru(&mut self) -> Result<()> {
+    /// fails, or failed since the last [`Self::resume_stores`], an unsaved partition is pinned
+    /// instead: it stays resident, past the budget.
+    fn evict_lru(&mut self) {
         let Some((key, resident)) = self.lru.pop_lru() else {
-            return Ok(());
+            return;
         };
         if resident.unsaved {
-            if let Err(e) = self.store.store(key, &resident.bitmap) {
-                self.cache(key, resident);
-                self.lru.demote(&key);
-                return Err(e);
+            if !self.stores_blocked && self.store.store(key, &resident.bitmap).is_err() {
+                // The error itself is not the caller's: nothing is lost, and the persistence
+                // layer's next flush meets the same condition and reports it.
+                self.store_failures += 1;
+                self.stores_blocked = true;
+            }
+            if self.stores_blocked {
+                self.pinned.insert(key, resident);
+                return;
             }
             self.stores += 1;
         }
@@ -572,7 +633,6 @@ impl RangeSetWrapper {
             entry.dirty = resident.dirty;
         }
         self.evictions += 1;
-        Ok(())
     }
 
     /// Removes a partition entirely: index, memory, and the store's copy.
@@ -590,7 +650,7 @@ impl RangeSetWrapper {
             Some((hot, resident)) if hot == key => Some(resident),
             other => {
                 self.hot = other;
-                self.lru.pop(&key)
+                self.lru.pop(&key).or_else(|| self.pinned.remove(&key))
             }
         };
         if let Some(resident) = resident {
@@ -747,19 +807,88 @@ mod tests {
         assert_eq!(w.stats().resident_bytes, 0);
     }
 
+    /// A store that fails while its shared switch is set.
+    struct SwitchedStore {
+        inner: MemPartitionStore,
+        broken: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl PartitionStore for SwitchedStore {
+        fn load(&mut self, key: PartitionKey) -> Result<Option<RoaringBitmap>> {
+            self.inner.load(key)
+        }
+        fn store(&mut self, key: PartitionKey, bitmap: &RoaringBitmap) -> Result<()> {
+            if self.broken.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(Error::Unsupported("store is broken".to_owned()));
+            }
+            self.inner.store(key, bitmap)
+        }
+    }
+
     #[test]
-    fn failed_store_keeps_the_partition_and_changes_nothing() {
+    fn a_failed_store_pins_the_partition_and_acks_go_on_until_stores_resume() {
+        let broken = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let store = SwitchedStore {
+            inner: MemPartitionStore::new(),
+            broken: broken.clone(),
+        };
+        let mut w = RangeSetWrapper::new(Box::new(store), 0);
+        for ledger in 1..=5 {
+            w.add(p(ledger, 1))
+                .expect("an add never fails for want of a store");
+        }
+        let s = w.stats();
+        assert_eq!(
+            (s.store_failures, s.stores, s.evictions),
+            (1, 0, 0),
+            "{s:?}"
+        );
+        assert_eq!(s.pinned_partitions, 4, "{s:?}");
+        for ledger in 1..=5 {
+            assert!(w.contains(p(ledger, 1)).expect("resident"));
+        }
+        assert_eq!(w.len(), 5);
+        assert_eq!(w.dirty_keys().len(), 5);
+        // Touching a pinned partition makes it hot; the previous hot one is pinned in turn.
+        w.add(p(2, 7)).expect("add");
+        assert_eq!(w.stats().pinned_partitions, 4);
+        // A flush persisted (1, 0) where the store finds it; the others are still unsaved.
+        broken.store(false, std::sync::atomic::Ordering::SeqCst);
+        w.store_mut()
+            .store(key(1, 0), &RoaringBitmap::from([1]))
+            .expect("store");
+        w.mark_persisted(key(1, 0));
+        w.resume_stores();
+        let s = w.stats();
+        assert_eq!(s.pinned_partitions, 0, "{s:?}");
+        assert!(s.resident_bytes <= MAX_PARTITION_BYTES, "{s:?}");
+        assert_eq!(s.stores, 3, "(1, 0) needed no store: {s:?}");
+        assert_eq!(
+            w.ranges().expect("ranges").len(),
+            6,
+            "ledger 2 holds two ranges"
+        );
+    }
+
+    #[test]
+    fn dropping_or_clearing_pinned_partitions_frees_them() {
         let store = FlakyStore {
             broken: true,
             ..FlakyStore::default()
         };
         let mut w = RangeSetWrapper::new(Box::new(store), 0);
-        w.add(p(1, 1)).expect("first partition needs no eviction");
-        assert!(w.add(p(2, 1)).is_err(), "evicting (1, 0) must store it");
-        assert_eq!(w.partitions(), vec![(key(1, 0), 1)]);
-        assert_eq!(w.len(), 1);
-        assert!(w.contains(p(1, 1)).expect("still resident"));
-        assert_eq!(w.stats().evictions, 0);
+        for ledger in 1..=4 {
+            w.add(p(ledger, 1)).expect("add");
+        }
+        // (2, 0) becomes hot to be trimmed, which pins (4, 0): (3, 0) and (4, 0) stay pinned.
+        w.remove_at_most(p(2, 1))
+            .expect("drop two pinned partitions");
+        let s = w.stats();
+        assert_eq!((s.pinned_partitions, s.partitions), (2, 2), "{s:?}");
+        assert_eq!(w.len(), 2);
+        w.clear();
+        let s = w.stats();
+        assert_eq!((s.pinned_partitions, s.resident_bytes), (0, 0), "{s:?}");
     }
 
     #[test]

@@ -192,6 +192,24 @@ impl Core {
         Ok(())
     }
 
+    /// What a close persists: a flush, then the record's fallback copy of mark-delete, epoch
+    /// and properties (it serves when the cursor ledger is lost, and trimming reads the
+    /// mark-delete of closed cursors from it).
+    fn persist_for_close(&mut self, topic: &dyn TopicAccess) -> Result<()> {
+        self.flush(topic)?;
+        let state = self.state.persisted();
+        let persister = self.persister()?;
+        let outdated = persister.record().is_none_or(|(_, r)| {
+            r.mark_delete != state.mark_delete
+                || r.epoch != state.epoch
+                || r.properties != state.properties
+        });
+        if outdated {
+            persister.update_record(&state)?;
+        }
+        Ok(())
+    }
+
     /// Drops the persister and the ack set's handle on the cursor ledger.
     fn detach(&mut self) -> Option<CursorPersister> {
         self.state.acks = detached_ack_set();
@@ -208,6 +226,9 @@ pub(crate) struct CursorShared {
     /// Mark-delete as of the last completed operation, for trimming.
     published_mark: Mutex<Option<Position>>,
     closed: AtomicBool,
+    /// The topic closed the cursor after a failed flush: acks since the last successful flush
+    /// were not persisted.
+    lost: AtomicBool,
     /// Dropping it stops the background flusher.
     stop_flusher: Mutex<Option<Sender<()>>>,
 }
@@ -246,6 +267,7 @@ impl CursorShared {
             }),
             published_mark: Mutex::new(mark),
             closed: AtomicBool::new(false),
+            lost: AtomicBool::new(false),
             stop_flusher: Mutex::new(None),
         });
         if let Some(interval) = persistence.flush_interval {
@@ -298,34 +320,56 @@ impl CursorShared {
         Ok(core)
     }
 
-    /// Flushes, refreshes the record's fallback state, releases the cursor ledger and refuses
-    /// every later operation. Idempotent. Returns a pending background error first.
+    /// Closes the cursor for [`Cursor::close`]: persists the whole state (a flush, then the
+    /// record's fallback copy), and only once that succeeded releases the cursor ledger and
+    /// refuses every later operation. On an error nothing is closed: every handle keeps
+    /// working and a later `close` tries again (after a failed write the persister moves to a
+    /// fresh cursor ledger). A pending background error is returned first, without closing.
+    /// Closing a closed cursor returns `Ok` when the close persisted everything, and
+    /// [`Error::Closed`] when the topic closed it after a failed flush.
+    pub(crate) fn try_close(&self) -> Result<()> {
+        let mut core = lock(&self.core);
+        if self.is_closed() {
+            return if self.lost.load(Ordering::SeqCst) {
+                Err(Error::Closed)
+            } else {
+                Ok(())
+            };
+        }
+        if let Some(e) = core.background_error.take() {
+            return Err(e);
+        }
+        core.persist_for_close(self.topic.as_ref())?;
+        self.finish_close(core);
+        Ok(())
+    }
+
+    /// Closes the cursor for good, as its topic closes: tries to persist the whole state, then
+    /// releases the cursor ledger and refuses every later operation whatever the outcome (the
+    /// topic releases its directory). Idempotent. Returns a pending background error first.
+    /// After an error, what the last successful flush wrote is what a reopen finds, and a later
+    /// [`Cursor::close`] returns [`Error::Closed`], never `Ok`.
     pub(crate) fn close(&self) -> Result<()> {
         let mut core = lock(&self.core);
-        if self.closed.swap(true, Ordering::SeqCst) {
+        if self.is_closed() {
             return Ok(());
         }
-        lock(&self.stop_flusher).take();
         let pending = core.background_error.take();
-        let flushed = core.flush(self.topic.as_ref()).and_then(|()| {
-            let state = core.state.persisted();
-            let persister = core.persister()?;
-            // The record's copy serves when the cursor ledger is lost, and trimming reads the
-            // mark-delete of closed cursors from it.
-            let outdated = persister.record().is_none_or(|(_, r)| {
-                r.mark_delete != state.mark_delete
-                    || r.epoch != state.epoch
-                    || r.properties != state.properties
-            });
-            if outdated {
-                persister.update_record(&state)?;
-            }
-            Ok(())
-        });
+        let persisted = core.persist_for_close(self.topic.as_ref());
+        let result = pending.map_or(persisted, Err);
+        self.lost.store(result.is_err(), Ordering::SeqCst);
+        self.finish_close(core);
+        result
+    }
+
+    /// Marks the cursor closed, stops the background flusher, drops the persister and tells
+    /// the topic.
+    fn finish_close(&self, mut core: MutexGuard<'_, Core>) {
+        self.closed.store(true, Ordering::SeqCst);
+        lock(&self.stop_flusher).take();
         core.detach();
         drop(core);
         self.topic.release(self);
-        pending.map_or(flushed, Err)
     }
 
     /// One tick of the background flusher: flushes if the state changed, keeps the first
@@ -596,12 +640,36 @@ impl Cursor {
         Ok(self.shared.core()?.state.epoch)
     }
 
-    /// Sets an application property stored with the mark-delete position.
+    /// Sets an application property stored with the mark-delete position (persisted by the
+    /// next flush, like an ack).
+    ///
+    /// Limits, checked here so that every later flush can write what was accepted: a name of
+    /// at most [`MAX_PROPERTY_NAME`](crate::format::cursor::MAX_PROPERTY_NAME) (1,024) bytes; at
+    /// most [`MAX_PROPERTIES`](crate::format::cursor::MAX_PROPERTIES) (4,096) properties; and
+    /// all properties together (2 + name length + 8 bytes each) within one cursor-ledger entry
+    /// ([`CursorConfig::max_entry_size`], at most the entry log's), less room for a marker's
+    /// largest inline table ([`CursorConfig::index_page_rows`] rows of 36 bytes). Replacing the
+    /// value of an existing property is always accepted.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a name over the limit, [`Error::LimitExceeded`] for a
+    /// property past the count or size limit; nothing changes. [`Error::Closed`] once closed.
     pub fn set_property(&self, key: &str, value: i64) -> Result<()> {
         let mut core = self.shared.core()?;
+        let room = core.persister()?.property_room();
+        state::check_property(&core.state.properties, key, room)?;
         let old = core.state.properties.insert(key.to_owned(), value);
         core.dirty |= old != Some(value);
         Ok(())
+    }
+
+    /// Removes an application property (persisted by the next flush); returns its value,
+    /// `None` when there was none (then nothing changes).
+    pub fn remove_property(&self, key: &str) -> Result<Option<i64>> {
+        let mut core = self.shared.core()?;
+        let old = core.state.properties.remove(key);
+        core.dirty |= old.is_some();
+        Ok(old)
     }
 
     /// The application properties.
@@ -618,10 +686,12 @@ impl Cursor {
     ///
     /// # Errors
     /// An error of a background flush (see [`CursorConfig::flush_interval`]) not yet
-    /// reported is returned first, without flushing; call `flush` again. I/O errors; then
-    /// nothing new is guaranteed durable, and after an error whose effect on the cursor record
-    /// is unknown every later flush fails with [`Error::PreviousIo`] until the topic is
-    /// reopened. [`Error::LimitExceeded`] when a single-entry snapshot does not fit (with
+    /// reported is returned first, without flushing; call `flush` again. I/O errors (`ENOSPC`
+    /// on a full disk, for instance); then nothing new is guaranteed durable, acks keep
+    /// working, and a later `flush` writes the whole state to a fresh cursor ledger (the entry
+    /// log never writes again to a ledger whose write or fsync failed), so it succeeds once the
+    /// disk has space again. After an error whose effect on the cursor record is unknown every
+    /// later flush fails with [`Error::PreviousIo`] until the topic is reopened. [`Error::LimitExceeded`] when a single-entry snapshot does not fit (with
     /// [`OverflowPolicy::Error`]). [`Error::Fenced`], with nothing written, once a newer owner
     /// has opened the topic's directory (this handle lost ownership; see `docs/cursors.md`,
     /// "Ownership"); seeks and rewinds fail the same way.
@@ -633,12 +703,20 @@ impl Cursor {
         core.flush(self.shared.topic.as_ref())
     }
 
-    /// Flushes, then closes every handle to this cursor; later calls fail with
-    /// [`Error::Closed`]. Opening the cursor again by name restores what `flush` keeps. The
-    /// cursor is closed even when the flush fails (the error is returned; what the last
-    /// successful flush wrote is what a reopen finds).
+    /// Flushes (then refreshes the cursor record's fallback copy of mark-delete, epoch and
+    /// properties), then closes every handle to this cursor; later calls fail with
+    /// [`Error::Closed`]. Opening the cursor again by name restores what `flush` keeps.
+    ///
+    /// `Ok` means everything acknowledged before the call is durable. Closing a closed cursor
+    /// returns `Ok` again, unless the topic closed it after a failed flush
+    /// ([`Error::Closed`]: what the last successful flush wrote is what a reopen finds).
+    ///
+    /// # Errors
+    /// As [`Self::flush`]. On an error the cursor stays open (every handle keeps working) and
+    /// nothing new is guaranteed durable; call `close` again, for instance once a full disk has
+    /// space again: the retry writes the whole state to a fresh cursor ledger.
     pub fn close(&self) -> Result<()> {
-        self.shared.close()
+        self.shared.try_close()
     }
 
     /// Current figures.

@@ -29,7 +29,7 @@ use crate::error::{Error, Result};
 pub use crate::format::cursor::PersistedState;
 use crate::format::cursor::{
     EntryKind, PageRef, PartitionRow, ROW_LEN, TableRef, encode_index_page, encode_marker,
-    index_page_len, payload_crc,
+    index_page_len, marker_len, payload_crc,
 };
 use crate::format::meta::CursorRecord;
 use crate::log::EntryLog;
@@ -291,14 +291,32 @@ impl CursorPersister {
         self.config.max_entry_size.min(self.log.max_entry_size()) as usize
     }
 
+    /// Rows an index page holds, which is also the most rows a marker holds inline (a page must
+    /// fit in one entry).
+    fn rows_per_page(&self) -> usize {
+        let fit = (self.max_entry_size().saturating_sub(index_page_len(0))) / ROW_LEN;
+        self.config.index_page_rows.min(fit).max(2)
+    }
+
+    /// Bytes the encoded properties may take so that every later marker or snapshot fits in one
+    /// entry: the largest entry less a marker's fixed part and its largest inline table.
+    pub(crate) fn property_room(&self) -> usize {
+        let fixed = marker_len(&PersistedState::default(), TableRef::Inline(&[]));
+        self.max_entry_size()
+            .saturating_sub(fixed + self.rows_per_page() * ROW_LEN)
+    }
+
     /// Persists `state` and every ack in `acks`, durably: when this returns `Ok`, a power cut
     /// at any later moment recovers at least these acks and this mark-delete (invariant 2).
     ///
     /// Costs what changed in multi-entry mode: the dirty partitions, the index pages whose rows
     /// changed, and the marker. Creates the cursor ledger on the first flush and rolls over when
-    /// it is full. After an error the cursor ledger keeps its last committed state; after an
-    /// error whose outcome on the record is unknown, every later flush fails with
-    /// [`Error::PreviousIo`] until the cursor is reopened.
+    /// it is full. After an error the cursor ledger keeps its last committed state, and after
+    /// an I/O error (or a failed eviction write) the next flush rolls over to a fresh ledger, as
+    /// the entry log refuses further writes to the failed one; after an error whose outcome on
+    /// the record is unknown, every later flush fails with [`Error::PreviousIo`] until the
+    /// cursor is reopened. On success, evictions may store again
+    /// ([`RangeSetWrapper::resume_stores`]).
     ///
     /// # Errors
     /// [`Error::Fenced`], with nothing written, once another owner has written the cursor
@@ -315,9 +333,20 @@ impl CursorPersister {
         self.check_owner()?;
         let before = self.stats();
         let rollover = self.rollover_due()?;
-        let mut flush = match self.config.persist_mode {
-            PersistMode::MultiEntry => self.flush_multi(state, acks, rollover)?,
-            PersistMode::SingleEntry => self.flush_single(state, acks, rollover)?,
+        let written = match self.config.persist_mode {
+            PersistMode::MultiEntry => self.flush_multi(state, acks, rollover),
+            PersistMode::SingleEntry => self.flush_single(state, acks, rollover),
+        };
+        let mut flush = match written {
+            Ok(flush) => flush,
+            Err(e) => {
+                if matches!(e, Error::Io { .. } | Error::PreviousIo) {
+                    // The entry log latches a ledger after a failed write or fsync and never
+                    // retries one: a retry writes the whole state to a fresh ledger instead.
+                    self.shared.lock().ledger_failed = true;
+                }
+                return Err(e);
+            }
         };
         let after = self.stats();
         flush.entries = after.entries_written - before.entries_written;
@@ -329,6 +358,9 @@ impl CursorPersister {
         self.stats.partitions_written += flush.partitions;
         self.stats.pages_written += flush.pages;
         self.stats.last_flush_bytes = flush.bytes;
+        // Partitions an eviction could not store (pinned past the budget) are written now, or
+        // their current copy is: evictions may store again.
+        acks.resume_stores();
         self.retry_deletes();
         self.refresh_record(state)?;
         Ok(flush)
@@ -369,7 +401,7 @@ impl CursorPersister {
         let Some(ledger) = self.cursor_ledger() else {
             return Ok(false);
         };
-        if self.rollover_requested {
+        if self.rollover_requested || self.shared.lock().ledger_failed {
             return Ok(true);
         }
         let info = self.log.ledger_info(ledger)?;
@@ -482,7 +514,7 @@ impl CursorPersister {
         let fresh = rollover.then_some(fresh_locations);
         self.commit(target, EntryKind::Marker, &marker, state, fresh)?;
         for key in dirty {
-            acks.mark_clean(key);
+            acks.mark_persisted(key);
         }
         self.stats.markers += 1;
         self.stats.persisted_bytes = state_bytes
@@ -532,9 +564,7 @@ impl CursorPersister {
         rollover: bool,
         flush: &mut FlushStats,
     ) -> Result<Vec<PageRef>> {
-        // A page must fit in one entry.
-        let fit = (self.max_entry_size().saturating_sub(index_page_len(0))) / ROW_LEN;
-        let per_page = self.config.index_page_rows.min(fit).max(2);
+        let per_page = self.rows_per_page();
         if rows.len() <= per_page {
             return Ok(Vec::new());
         }
@@ -640,8 +670,15 @@ impl CursorPersister {
         self.switch_record(target, state)?;
         if let Some(locations) = fresh {
             let mut s = self.shared.lock();
-            s.ledger = Some(target);
+            let old = s.ledger.replace(target);
             s.locations = locations;
+            s.ledger_failed = false;
+            drop(s);
+            // The ledger rolled away from: the record's previous one (queued by the switch) or
+            // one the record never named (created by an eviction or a first flush that failed).
+            if let Some(old) = old.filter(|o| *o != target && !self.pending_deletes.contains(o)) {
+                self.pending_deletes.push(old);
+            }
         }
         Ok(())
     }
@@ -706,9 +743,16 @@ impl CursorPersister {
             // Refused by compare-and-set: nothing was written.
             Err(e @ Error::Fenced(_)) => Err(e),
             Err(e) => {
-                // The record may or may not have been replaced: keep every ledger and refuse
-                // further writes until a reopen reads what is durable.
-                self.poisoned = true;
+                // When the store still holds the version this persister knows, the write did not
+                // take (a full disk refuses the new copy before it replaces the old one): a
+                // retry may follow. Otherwise the record may or may not have been replaced:
+                // keep every ledger and refuse further writes until a reopen reads what is
+                // durable.
+                let unchanged = matches!(
+                    self.meta.get(&self.record_name),
+                    Ok(found) if found.as_ref().map(|(v, _)| *v) == expected
+                );
+                self.poisoned |= !unchanged;
                 Err(e)
             }
         }

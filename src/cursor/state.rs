@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use crate::ackset::{PartitionKey, RangeSetWrapper};
 use crate::error::{Error, Result};
 use crate::finder::Layout;
-use crate::format::cursor::PersistedState;
+use crate::format::cursor::{MAX_PROPERTIES, MAX_PROPERTY_NAME, PersistedState};
 use crate::format::meta::CursorRecord;
 use crate::position::Position;
 
@@ -263,6 +263,42 @@ impl CursorState {
             .count_after(self.mark_delete)
             .saturating_sub(self.acks.len())
     }
+}
+
+/// Checks that setting property `key` keeps `properties` within what every marker and snapshot
+/// can carry: a name of at most [`MAX_PROPERTY_NAME`] bytes, at most [`MAX_PROPERTIES`]
+/// properties, and encoded properties (name length u16, name, value i64 each) of at most `room`
+/// bytes. Replacing the value of an existing property always fits.
+pub(crate) fn check_property(
+    properties: &BTreeMap<String, i64>,
+    key: &str,
+    room: usize,
+) -> Result<()> {
+    if key.len() > MAX_PROPERTY_NAME {
+        return Err(Error::InvalidArgument(format!(
+            "a cursor property name may have at most {MAX_PROPERTY_NAME} bytes, not {}; \
+             nothing was changed",
+            key.len()
+        )));
+    }
+    if properties.contains_key(key) {
+        return Ok(());
+    }
+    if properties.len() >= MAX_PROPERTIES {
+        return Err(Error::LimitExceeded(format!(
+            "a cursor may carry at most {MAX_PROPERTIES} properties; remove one first \
+             (nothing was changed)"
+        )));
+    }
+    let encoded = |k: &str| 2 + k.len() + 8;
+    let total = properties.keys().map(|k| encoded(k)).sum::<usize>() + encoded(key);
+    if total > room {
+        return Err(Error::LimitExceeded(format!(
+            "the cursor's properties would take {total} bytes, more than the {room} bytes a \
+             cursor-ledger entry leaves them; nothing was changed"
+        )));
+    }
+    Ok(())
 }
 
 /// The mark-delete of a cursor whose next read is `target` (`None`: the next entry appended).

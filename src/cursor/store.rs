@@ -49,6 +49,9 @@ pub(crate) struct Shared {
     pub entries_written: u64,
     /// Payload bytes appended (by evictions and flushes).
     pub bytes_written: u64,
+    /// A write to `ledger` failed: the entry log refuses further writes to it, so the next
+    /// flush moves the state to a fresh cursor ledger, and evictions store nothing until then.
+    pub ledger_failed: bool,
 }
 
 /// Handle on the shared state.
@@ -237,8 +240,20 @@ impl PartitionStore for CursorLedgerStore {
     }
 
     fn store(&mut self, key: PartitionKey, bitmap: &RoaringBitmap) -> Result<()> {
-        let ledger = ensure_ledger(&self.log, &self.shared)?;
-        let location = write_partition(&self.log, &self.shared, ledger, key, bitmap)?;
+        if self.shared.lock().ledger_failed {
+            return Err(Error::PreviousIo);
+        }
+        let written = ensure_ledger(&self.log, &self.shared)
+            .and_then(|ledger| write_partition(&self.log, &self.shared, ledger, key, bitmap));
+        let location = match written {
+            Ok(location) => location,
+            Err(e) => {
+                // The ledger latched (or could not be created): the next flush starts afresh.
+                let mut s = self.shared.lock();
+                s.ledger_failed |= s.ledger.is_some();
+                return Err(e);
+            }
+        };
         let mut s = self.shared.lock();
         s.locations.insert(key, location);
         s.evictions_stored += 1;

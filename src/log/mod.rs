@@ -331,11 +331,20 @@ impl EntryLog {
         self.writable()?;
         let id = self.next_ledger_id.fetch_add(1, Ordering::SeqCst);
         let header = LedgerHeader::new(id, fresh_nonce(id));
-        let file = self.storage.create(&ledger_file_name(id))?;
-        file.write_all_at(&header.encode(), 0)?;
-        file.sync_data()?;
+        let name = ledger_file_name(id);
+        let file = self.storage.create(&name)?;
+        let made = file
+            .write_all_at(&header.encode(), 0)
+            .and_then(|()| file.sync_data())
+            .and_then(|()| self.storage.sync_dir());
+        if let Err(e) = made {
+            // Best effort (a full disk still removes): no ledger file of a failed create stays
+            // behind; one that does is unreferenced, and the next open deletes it.
+            drop(file);
+            let _ = self.storage.remove(&name);
+            return Err(e);
+        }
         self.stats.fsyncs.fetch_add(1, Ordering::Relaxed);
-        self.storage.sync_dir()?;
         let ledger = Ledger::unsealed(header, file, Vec::new(), header.data_start());
         self.ledgers
             .write()

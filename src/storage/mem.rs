@@ -10,6 +10,11 @@
 //! [`MemStorage::fail_after`] makes every operation after the N-th mutating one fail with an I/O
 //! error, as a machine that lost power mid-workload would; the test then takes
 //! [`MemStorage::crash_image`] and reopens it.
+//!
+//! A full disk is modelled apart from a power cut: [`MemStorage::set_capacity`] bounds the bytes
+//! of the files the directory names, and [`MemStorage::enospc_after`] fails every write after the
+//! N-th; both fail a write that would grow a file with `ENOSPC` and change nothing, while every
+//! other operation (reads, syncs, removals, renames) keeps working, as on a real full file system.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -37,6 +42,12 @@ struct State {
     /// lock was broken does not release its successor's).
     locked: Option<u64>,
     next_lock: u64,
+    /// Most bytes the files the live directory names may hold together.
+    capacity: Option<u64>,
+    /// Writes that grow a file fail with `ENOSPC` once `writes` reaches this.
+    enospc_from: Option<u64>,
+    /// Writes that grew a file so far.
+    writes: u64,
 }
 
 impl State {
@@ -58,7 +69,40 @@ impl State {
             _ => Ok(()),
         }
     }
+
+    /// Bytes held by the files the live directory names.
+    fn used(&self) -> u64 {
+        let inodes: std::collections::HashSet<_> = self.live_dir.values().collect();
+        inodes
+            .into_iter()
+            .filter_map(|i| self.inodes.get(i))
+            .map(|d| d.live.len() as u64)
+            .sum()
+    }
+
+    /// Refuses, with `ENOSPC`, a write that would grow a file by `growth` bytes on a full disk.
+    fn reserve(&mut self, op: &'static str, name: &str, growth: u64) -> Result<()> {
+        if growth == 0 {
+            return Ok(());
+        }
+        let full = self.enospc_from.is_some_and(|n| self.writes >= n)
+            || self
+                .capacity
+                .is_some_and(|c| self.used().saturating_add(growth) > c);
+        if full {
+            return Err(Error::io(
+                op,
+                name,
+                std::io::Error::from_raw_os_error(ENOSPC),
+            ));
+        }
+        self.writes += 1;
+        Ok(())
+    }
 }
+
+/// `errno` of a full file system.
+const ENOSPC: i32 = 28;
 
 /// An in-memory disk; clones share the same disk.
 #[derive(Debug, Clone, Default)]
@@ -92,6 +136,33 @@ impl MemStorage {
     pub fn fail_after(&self, n: Option<u64>) {
         let mut s = self.state();
         s.fail_after = n.map(|n| s.mutations + n);
+    }
+
+    /// Bounds the bytes the directory's files may hold together (`None`: no bound). A write that
+    /// would grow the files past it fails with `ENOSPC` and writes nothing; removing a file frees
+    /// its bytes. Files already past the bound keep their bytes.
+    pub fn set_capacity(&self, bytes: Option<u64>) {
+        self.state().capacity = bytes;
+    }
+
+    /// Lets `n` more writes that grow a file succeed, then fails every such write with `ENOSPC`
+    /// (writing nothing) until called with `None`. Writes within a file's current length, and
+    /// every other operation, keep working.
+    pub fn enospc_after(&self, n: Option<u64>) {
+        let mut s = self.state();
+        s.enospc_from = n.map(|n| s.writes + n);
+    }
+
+    /// Writes that grew a file so far (what [`MemStorage::enospc_after`] counts).
+    #[must_use]
+    pub fn growing_writes(&self) -> u64 {
+        self.state().writes
+    }
+
+    /// Bytes held by the files the directory names now.
+    #[must_use]
+    pub fn used_bytes(&self) -> u64 {
+        self.state().used()
     }
 
     /// Releases the directory's ownership lock while its holder still runs, as an operator who
@@ -312,6 +383,16 @@ impl MemFile {
     }
 }
 
+impl MemFile {
+    /// Checks the disk has room for this file to reach `end` bytes (no change if it is longer).
+    fn grow_to(&self, op: &'static str, end: u64) -> Result<()> {
+        let mut s = self.storage.state();
+        s.check(op, &self.name)?;
+        let len = s.inodes.get(&self.inode).map_or(0, |d| d.live.len() as u64);
+        s.reserve(op, &self.name, end.saturating_sub(len))
+    }
+}
+
 fn range(offset: u64, len: usize) -> Option<std::ops::Range<usize>> {
     let start = usize::try_from(offset).ok()?;
     Some(start..start.checked_add(len)?)
@@ -335,6 +416,8 @@ impl StorageFile for MemFile {
     }
 
     fn write_all_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        let end = offset.saturating_add(buf.len() as u64);
+        self.grow_to("write", end)?;
         self.with("write", true, |d| {
             let r = range(offset, buf.len()).ok_or_else(|| {
                 Error::io("write", &self.name, std::io::ErrorKind::InvalidInput.into())
@@ -355,6 +438,7 @@ impl StorageFile for MemFile {
     }
 
     fn set_len(&self, len: u64) -> Result<()> {
+        self.grow_to("truncate", len)?;
         self.with("truncate", true, |d| {
             let len = usize::try_from(len).map_err(|_| {
                 Error::io(
@@ -416,6 +500,41 @@ mod tests {
         assert!(disk.list().is_err());
         disk.fail_after(None);
         assert_eq!(disk.live_bytes("a").unwrap(), b"x");
+    }
+
+    #[test]
+    fn a_full_disk_refuses_growing_writes_until_space_is_freed() {
+        let disk = MemStorage::new();
+        disk.set_capacity(Some(10));
+        let a = disk.create("a").unwrap();
+        a.write_all_at(b"12345678", 0).unwrap();
+        let b = disk.create("b").unwrap();
+        let err = b.write_all_at(b"abc", 0).unwrap_err();
+        assert!(
+            matches!(&err, Error::Io { source, .. } if source.raw_os_error() == Some(ENOSPC)),
+            "{err}"
+        );
+        assert_eq!(disk.live_bytes("b").unwrap(), b"");
+        // Overwriting in place needs no space; syncs and reads go on.
+        a.write_all_at(b"x", 0).unwrap();
+        a.sync_data().unwrap();
+        disk.remove("a").unwrap();
+        b.write_all_at(b"abc", 0).unwrap();
+        assert_eq!(disk.used_bytes(), 3);
+    }
+
+    #[test]
+    fn enospc_after_n_writes_fails_only_growing_writes() {
+        let disk = MemStorage::new();
+        let f = disk.create("a").unwrap();
+        disk.enospc_after(Some(1));
+        f.write_all_at(b"ab", 0).unwrap();
+        assert!(f.write_all_at(b"c", 2).is_err());
+        f.write_all_at(b"x", 0).unwrap();
+        f.sync_data().unwrap();
+        disk.enospc_after(None);
+        f.write_all_at(b"c", 2).unwrap();
+        assert_eq!(disk.live_bytes("a").unwrap(), b"xbc");
     }
 
     #[test]

@@ -1,0 +1,173 @@
+//! Cursor properties: what `set_property` accepts is what every later flush can save, refused
+//! ones change nothing, and `remove_property` removes durably.
+
+mod ledger_support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use ackstore::Error;
+use ackstore::cursor::{CursorConfig, PersistMode};
+use ackstore::format::cursor::{MAX_PROPERTIES, MAX_PROPERTY_NAME};
+use ackstore::ledger::{CursorOptions, LedgerConfig, ManagedLedger};
+use ackstore::storage::MemStorage;
+use ledger_support::{append_n, config};
+
+fn open(disk: &MemStorage, config: LedgerConfig) -> ManagedLedger {
+    ManagedLedger::open_with_storage(Arc::new(disk.clone()), config).expect("open topic")
+}
+
+/// After a refused `set_property`, the cursor still flushes, seeks, rewinds and closes, and a
+/// reopen finds every ack and property it had.
+fn check_cursor_still_persists(disk: &MemStorage, config: &LedgerConfig, expected: usize) {
+    let topic = open(disk, config.clone());
+    let positions = append_n(&topic, 10);
+    let c = topic
+        .open_cursor("sub", CursorOptions::default())
+        .expect("cursor");
+    c.ack(positions[3]).expect("ack");
+    c.flush().expect("flush after a refused property");
+    c.rewind().expect("rewind after a refused property");
+    c.ack(positions[5]).expect("ack");
+    let props = c.properties().expect("properties");
+    assert_eq!(props.len(), expected);
+    c.close().expect("close after a refused property");
+    drop(topic);
+    let topic = open(disk, config.clone());
+    let c = topic
+        .open_cursor("sub", CursorOptions::default())
+        .expect("reopen");
+    assert!(c.is_acked(positions[3]).unwrap() && c.is_acked(positions[5]).unwrap());
+    assert_eq!(c.properties().unwrap(), props);
+    c.seek(positions[1]).expect("seek after a refused property");
+}
+
+#[test]
+fn set_property_refuses_a_name_longer_than_the_limit_and_changes_nothing() {
+    let disk = MemStorage::new();
+    let cfg = config(100);
+    {
+        let topic = open(&disk, cfg.clone());
+        let c = topic
+            .open_cursor("sub", CursorOptions::default())
+            .expect("cursor");
+        c.set_property(&"n".repeat(MAX_PROPERTY_NAME), 1)
+            .expect("a name at the limit is accepted");
+        let err = c
+            .set_property(&"x".repeat(2_000), 7)
+            .expect_err("a 2,000-byte name");
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+        assert!(err.to_string().contains("1024"), "{err}");
+        assert_eq!(c.properties().unwrap().len(), 1);
+        c.close().expect("close");
+    }
+    check_cursor_still_persists(&disk, &cfg, 1);
+}
+
+#[test]
+fn set_property_refuses_a_property_past_the_count_limit_but_replaces_existing_ones() {
+    let disk = MemStorage::new();
+    let cfg = config(100);
+    {
+        let topic = open(&disk, cfg.clone());
+        let c = topic
+            .open_cursor("sub", CursorOptions::default())
+            .expect("cursor");
+        for i in 0..MAX_PROPERTIES {
+            c.set_property(&format!("p{i}"), i as i64).expect("set");
+        }
+        let err = c
+            .set_property("one-too-many", 0)
+            .expect_err("the 4,097th property");
+        assert!(matches!(err, Error::LimitExceeded(_)), "{err}");
+        c.set_property("p7", -7)
+            .expect("replacing a property adds none");
+        assert_eq!(c.properties().unwrap().len(), MAX_PROPERTIES);
+        c.close().expect("close");
+    }
+    check_cursor_still_persists(&disk, &cfg, MAX_PROPERTIES);
+}
+
+#[test]
+fn set_property_refuses_properties_that_would_not_fit_in_one_cursor_ledger_entry() {
+    for mode in [PersistMode::MultiEntry, PersistMode::SingleEntry] {
+        let disk = MemStorage::new();
+        let cfg = LedgerConfig {
+            cursor: CursorConfig {
+                persist_mode: mode,
+                max_entry_size: 16 << 10,
+                index_page_rows: 16,
+                ..CursorConfig::default()
+            },
+            ..config(100)
+        };
+        let accepted;
+        {
+            let topic = open(&disk, cfg.clone());
+            append_n(&topic, 1);
+            let c = topic
+                .open_cursor("sub", CursorOptions::default())
+                .expect("cursor");
+            let mut i = 0;
+            let err = loop {
+                match c.set_property(&format!("{i:04}{}", "k".repeat(1_000)), i) {
+                    Ok(()) => {
+                        c.flush()
+                            .expect("every accepted property set can be flushed");
+                        i += 1;
+                    }
+                    Err(e) => break e,
+                }
+                assert!(i < 100, "16 KiB entries cannot hold 100 KiB of names");
+            };
+            assert!(matches!(err, Error::LimitExceeded(_)), "{mode:?}: {err}");
+            accepted = usize::try_from(i).unwrap();
+            assert!(accepted >= 8, "{mode:?}: only {accepted} accepted");
+            c.close().expect("close");
+        }
+        check_cursor_still_persists(&disk, &cfg, accepted);
+    }
+}
+
+#[test]
+fn remove_property_removes_it_durably() {
+    let disk = MemStorage::new();
+    let cfg = config(100);
+    {
+        let topic = open(&disk, cfg.clone());
+        let c = topic
+            .open_cursor("sub", CursorOptions::default())
+            .expect("cursor");
+        c.set_property("a", 1).unwrap();
+        c.set_property("b", 2).unwrap();
+        c.flush().unwrap();
+        assert_eq!(c.remove_property("a").unwrap(), Some(1));
+        assert_eq!(c.remove_property("a").unwrap(), None);
+        assert_eq!(c.remove_property(&"z".repeat(5_000)).unwrap(), None);
+        c.flush().unwrap();
+        c.close().unwrap();
+    }
+    let topic = open(&disk, cfg);
+    let c = topic
+        .open_cursor("sub", CursorOptions::default())
+        .expect("reopen");
+    assert_eq!(
+        c.properties().unwrap(),
+        BTreeMap::from([("b".to_owned(), 2)])
+    );
+}
+
+#[test]
+fn removing_a_property_frees_room_for_another_at_the_count_limit() {
+    let (_disk, topic) = ledger_support::mem_topic(100);
+    let c = topic
+        .open_cursor("sub", CursorOptions::default())
+        .expect("cursor");
+    for i in 0..MAX_PROPERTIES {
+        c.set_property(&format!("p{i}"), 0).unwrap();
+    }
+    assert!(c.set_property("new", 0).is_err());
+    c.remove_property("p0").unwrap();
+    c.set_property("new", 0).expect("room again");
+    c.flush().unwrap();
+}
