@@ -1,0 +1,99 @@
+//! Shared by the stress and process-kill tests: a seeded random source and the model of one
+//! cursor's acknowledged set (a mark-delete bound plus individual acks).
+
+#![allow(dead_code)]
+
+use std::collections::BTreeSet;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use ackstore::Position;
+
+/// splitmix64: small, seedable, good enough to pick operations.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A source that repeats for the same seed.
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+
+    /// An index into a slice of `len > 0` items.
+    pub fn index(&mut self, len: usize) -> usize {
+        usize::try_from(self.below(len as u64)).expect("fits")
+    }
+
+    /// True with probability `percent`/100.
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// The seed from environment variable `var`, or a fresh one from the clock. Tests print it on
+/// failure so a run can be repeated.
+pub fn seed_from_env(var: &str) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .expect("after 1970")
+                .as_nanos();
+            u64::try_from(nanos % u128::from(u64::MAX)).expect("fits")
+        })
+}
+
+/// A set of acknowledged positions: every position at or before `mark` (when set), plus `set`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Acked {
+    /// Every position at or before it is acknowledged.
+    pub mark: Option<Position>,
+    /// Individually acknowledged positions (some may lie at or before `mark`).
+    pub set: BTreeSet<Position>,
+}
+
+impl Acked {
+    /// Whether `p` is in the set.
+    pub fn contains(&self, p: Position) -> bool {
+        self.mark.is_some_and(|m| p <= m) || self.set.contains(&p)
+    }
+
+    /// Adds one position.
+    pub fn ack(&mut self, p: Position) {
+        self.set.insert(p);
+    }
+
+    /// Adds every position up to and including `p`.
+    pub fn ack_through(&mut self, p: Position) {
+        self.mark = self.mark.max(Some(p));
+    }
+
+    /// Adds everything `other` holds.
+    pub fn extend(&mut self, other: &Acked) {
+        self.mark = self.mark.max(other.mark);
+        self.set.extend(other.set.iter().copied());
+    }
+
+    /// The state a reset leaves: every position up to `mark` and nothing after it.
+    pub fn reset(mark: Option<Position>) -> Self {
+        Self {
+            mark,
+            set: BTreeSet::new(),
+        }
+    }
+}
