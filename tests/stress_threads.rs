@@ -27,7 +27,7 @@ use std::time::Duration;
 use ackstore::ledger::{CursorConfig, InitialPosition, LedgerConfig, ManagedLedger, PersistMode};
 use ackstore::storage::MemStorage;
 use ackstore::{Cursor, CursorOptions, Error, Position};
-use workload::{Acked, Rng, seed_from_env};
+use workload::{Acked, Rng, actual, before, seed_from_env};
 
 /// How much work one run does.
 #[derive(Debug, Clone, Copy)]
@@ -62,21 +62,6 @@ fn earliest() -> CursorOptions {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// The greatest position before `p`: a reset to `p` acknowledges everything up to it.
-fn before(p: Position) -> Option<Position> {
-    if p.entry_id > 0 {
-        Some(Position {
-            ledger_id: p.ledger_id,
-            entry_id: p.entry_id - 1,
-        })
-    } else {
-        p.ledger_id.checked_sub(1).map(|ledger_id| Position {
-            ledger_id,
-            entry_id: u64::MAX,
-        })
-    }
 }
 
 /// Every appended position, in the order the appends returned, and how many of them the last
@@ -359,23 +344,9 @@ impl Run<'_> {
                 if let Some(b) = before(p) {
                     m.ever.ack_through(b);
                 }
-                m.truth = self.actual(cursor).unwrap_or_default();
+                m.truth = actual(cursor).unwrap_or_default();
             }
         }
-    }
-
-    /// The cursor's acked set as an [`Acked`].
-    fn actual(&self, cursor: &Cursor) -> Option<Acked> {
-        let mut acked = Acked::reset(cursor.mark_delete_position().ok()?);
-        for (from, to) in cursor.acked_ranges().ok()? {
-            for entry_id in from.entry_id..=to.entry_id {
-                acked.ack(Position {
-                    ledger_id: from.ledger_id,
-                    entry_id,
-                });
-            }
-        }
-        Some(acked)
     }
 
     fn close_and_reopen(&self, d: &Driven, slot: &mut Option<Cursor>) {
@@ -399,7 +370,7 @@ impl Run<'_> {
             self.check_exact(&reopened, &truth, "after close and reopen");
         } else {
             self.check_bounds(&reopened, &m, &self.snapshot(), "after a failed close");
-            m.truth = self.actual(&reopened).unwrap_or_default();
+            m.truth = actual(&reopened).unwrap_or_default();
             m.committed = Acked::default();
         }
         drop(m);

@@ -58,6 +58,36 @@ pub fn seed_from_env(var: &str) -> u64 {
         })
 }
 
+/// The greatest position before `p`: a reset to `p` acknowledges everything up to it.
+pub fn before(p: Position) -> Option<Position> {
+    if p.entry_id > 0 {
+        Some(Position {
+            ledger_id: p.ledger_id,
+            entry_id: p.entry_id - 1,
+        })
+    } else {
+        p.ledger_id.checked_sub(1).map(|ledger_id| Position {
+            ledger_id,
+            entry_id: u64::MAX,
+        })
+    }
+}
+
+/// A cursor's acknowledged set read back as an [`Acked`] (mark-delete plus every entry of every
+/// acked range; ranges never span ledgers).
+pub fn actual(cursor: &ackstore::Cursor) -> ackstore::Result<Acked> {
+    let mut acked = Acked::reset(cursor.mark_delete_position()?);
+    for (from, to) in cursor.acked_ranges()? {
+        for entry_id in from.entry_id..=to.entry_id {
+            acked.ack(Position {
+                ledger_id: from.ledger_id,
+                entry_id,
+            });
+        }
+    }
+    Ok(acked)
+}
+
 /// A set of acknowledged positions: every position at or before `mark` (when set), plus `set`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Acked {
@@ -87,6 +117,20 @@ impl Acked {
     pub fn extend(&mut self, other: &Acked) {
         self.mark = self.mark.max(other.mark);
         self.set.extend(other.set.iter().copied());
+    }
+
+    /// What both `self` and a reset to `mark` hold: the positions a crash in the middle of that
+    /// reset must keep, whichever side of it the crash lands.
+    pub fn meet_reset(&self, mark: Option<Position>) -> Self {
+        Self {
+            mark: self.mark.min(mark),
+            set: self
+                .set
+                .iter()
+                .copied()
+                .filter(|&p| mark.is_some_and(|m| p <= m))
+                .collect(),
+        }
     }
 
     /// The state a reset leaves: every position up to `mark` and nothing after it.
