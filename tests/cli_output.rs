@@ -215,3 +215,26 @@ fn inspect_prints_a_cursor_name_longer_than_any_format_width() {
     assert_no_panic(&out, "verify");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
+
+#[test]
+fn perf_refuses_sizes_it_cannot_hold_in_memory_with_a_sentence() {
+    for args in [
+        vec!["perf", "--entries", "18446744073709551615"],
+        vec![
+            "perf",
+            "--entries",
+            "3",
+            "--payload-bytes",
+            "18446744073709551615",
+        ],
+    ] {
+        let out = command(&args).output().unwrap();
+        assert_no_panic(&out, &args.join(" "));
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("memory"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+}
