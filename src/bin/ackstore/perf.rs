@@ -205,6 +205,26 @@ fn per_sec(n: u64, d: Duration) -> f64 {
     n as f64 / d.as_secs_f64().max(1e-9)
 }
 
+/// Reserves room for `n` more items, or says which argument asks for more memory than there is.
+fn reserve<T>(v: &mut Vec<T>, n: u64, arg: &str) -> ackstore::Result<()> {
+    usize::try_from(n)
+        .ok()
+        .and_then(|n| v.try_reserve_exact(n).ok())
+        .ok_or_else(|| {
+            ackstore::Error::InvalidArgument(format!(
+                "{arg} {n} needs more memory than this process can have"
+            ))
+        })
+}
+
+/// `n` copies of `item`, or an error naming the argument when they do not fit in memory.
+fn filled<T: Clone>(n: usize, item: T, arg: &str) -> ackstore::Result<Vec<T>> {
+    let mut v = Vec::new();
+    reserve(&mut v, n as u64, arg)?;
+    v.resize(n, item);
+    Ok(v)
+}
+
 /// Runs `ackstore perf`.
 #[expect(clippy::too_many_lines, reason = "one linear workload, phase by phase")]
 pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
@@ -213,6 +233,10 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
             "--entries must be at least 1".into(),
         ));
     }
+    // The buffers come first, so a size that cannot be held fails before anything is created.
+    let payload = filled(args.payload_bytes, 0xA5_u8, "--payload-bytes")?;
+    let mut positions: Vec<Position> = Vec::new();
+    reserve(&mut positions, args.entries, "--entries")?;
     let quiet = std::env::var_os("ACKSTORE_NO_PROGRESS").is_some();
     let temp;
     let dir = if let Some(dir) = &args.dir {
@@ -242,9 +266,6 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
     };
 
     // Phase 1: append.
-    let payload = vec![0xA5_u8; args.payload_bytes];
-    let mut positions: Vec<Position> =
-        Vec::with_capacity(usize::try_from(args.entries).unwrap_or(0));
     let ml = ManagedLedger::open(&dir, config.clone())?;
     let cursor = ml.open_cursor(CURSOR, CursorOptions::default())?;
     let progress = bar(args.entries, "append", quiet);
@@ -347,7 +368,7 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
     cursor.close()?;
     ml.close()?;
 
-    let bytes_appended = args.entries * args.payload_bytes as u64;
+    let bytes_appended = args.entries.saturating_mul(args.payload_bytes as u64);
     #[expect(clippy::cast_precision_loss, reason = "ratios for display")]
     let report = serde_json::json!({
         "entries": args.entries,

@@ -1,0 +1,240 @@
+//! The `ackstore` binary when its output cannot be written (a reader that closed the pipe, a full
+//! device) and on cursor names wider than any format width: only the documented exit codes (0, 1,
+//! 2), never a panic (101).
+
+use std::fs::File;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use ackstore::{CursorOptions, LedgerConfig, ManagedLedger};
+
+fn command(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ackstore"));
+    cmd.args(args).env("ACKSTORE_NO_PROGRESS", "1");
+    cmd
+}
+
+/// Runs the command with its stdout the write end of a pipe whose read end is already closed,
+/// as `ackstore verify DIR | head -1` is once `head` has its line.
+fn into_closed_pipe(args: &[&str]) -> Output {
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    command(args)
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("the binary runs")
+}
+
+/// Runs the command with its stdout (or stderr) on `/dev/full`: every write fails with ENOSPC.
+fn into_full_device(args: &[&str], stream: &str) -> Output {
+    let full = || {
+        File::options()
+            .write(true)
+            .open("/dev/full")
+            .expect("/dev/full")
+    };
+    let mut cmd = command(args);
+    match stream {
+        "stdout" => cmd.stdout(full()).stderr(Stdio::piped()),
+        _ => cmd.stdout(Stdio::piped()).stderr(full()),
+    };
+    cmd.output().expect("the binary runs")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A small healthy topic with one cursor named `name` that acked one entry.
+fn topic_with_cursor(dir: &Path, name: &str) {
+    let ml = ManagedLedger::open(dir, LedgerConfig::default()).unwrap();
+    let first = ml.append(b"one").unwrap();
+    ml.append(b"two").unwrap();
+    ml.sync().unwrap();
+    let cursor = ml.open_cursor(name, CursorOptions::default()).unwrap();
+    cursor.ack(first).unwrap();
+    cursor.close().unwrap();
+    ml.close().unwrap();
+}
+
+/// A topic whose first ledger has a flipped byte in the middle: `verify` reports damage.
+fn damaged_topic(dir: &Path) {
+    let config = LedgerConfig {
+        max_entries_per_ledger: 10,
+        ..LedgerConfig::default()
+    };
+    let ml = ManagedLedger::open(dir, config).unwrap();
+    for i in 0..25 {
+        ml.append(format!("entry {i}").as_bytes()).unwrap();
+    }
+    ml.close().unwrap();
+    let mut ledgers: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    ledgers.sort();
+    let mut bytes = std::fs::read(&ledgers[0]).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x40;
+    std::fs::write(&ledgers[0], bytes).unwrap();
+}
+
+fn assert_no_panic(out: &Output, what: &str) {
+    assert_ne!(
+        out.status.code(),
+        Some(101),
+        "{what} panicked: {}",
+        stderr(out)
+    );
+    assert!(
+        !stderr(out).contains("panicked"),
+        "{what} panicked: {}",
+        stderr(out)
+    );
+}
+
+#[test]
+fn a_closed_pipe_ends_the_output_quietly_and_keeps_the_commands_exit_code() {
+    let healthy = tempfile::tempdir().unwrap();
+    topic_with_cursor(healthy.path(), "sub");
+    let damaged = tempfile::tempdir().unwrap();
+    damaged_topic(damaged.path());
+    let healthy = healthy.path().to_str().unwrap();
+    let damaged = damaged.path().to_str().unwrap();
+    for (args, code) in [
+        (vec!["verify", healthy], 0),
+        (vec!["verify", healthy, "--json"], 0),
+        (vec!["verify", damaged], 1),
+        (vec!["verify", damaged, "--json"], 1),
+        (vec!["inspect", healthy], 0),
+        (vec!["inspect", healthy, "--json"], 0),
+        (vec!["perf", "--entries", "300"], 0),
+        (vec!["perf", "--entries", "300", "--json"], 0),
+    ] {
+        let out = into_closed_pipe(&args);
+        assert_no_panic(&out, &args.join(" "));
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).is_empty(), "{args:?}: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn a_full_device_on_stdout_is_exit_code_2_with_a_sentence() {
+    let healthy = tempfile::tempdir().unwrap();
+    topic_with_cursor(healthy.path(), "sub");
+    let damaged = tempfile::tempdir().unwrap();
+    damaged_topic(damaged.path());
+    let healthy = healthy.path().to_str().unwrap();
+    let damaged = damaged.path().to_str().unwrap();
+    for args in [
+        vec!["verify", healthy],
+        vec!["verify", damaged, "--json"],
+        vec!["inspect", healthy],
+        vec!["inspect", healthy, "--json"],
+        vec!["perf", "--entries", "300"],
+        vec!["perf", "--entries", "300", "--json"],
+    ] {
+        let out = into_full_device(&args, "stdout");
+        assert_no_panic(&out, &args.join(" "));
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("cannot write the output"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+}
+
+#[test]
+fn a_full_device_on_stderr_keeps_the_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing");
+    let out = into_full_device(&["verify", missing.to_str().unwrap()], "stderr");
+    assert_eq!(out.status.code(), Some(2));
+    let out = into_full_device(&["verify", dir.path().to_str().unwrap()], "stderr");
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn help_and_usage_errors_into_a_full_device_keep_claps_exit_codes() {
+    for (args, code) in [
+        (vec!["--help"], 0),
+        (vec!["verify", "--help"], 0),
+        (vec!["--version"], 0),
+        (vec!["frobnicate"], 2),
+    ] {
+        for stream in ["stdout", "stderr"] {
+            let out = into_full_device(&args, stream);
+            assert_eq!(out.status.code(), Some(code), "{args:?} {stream}");
+        }
+        let out = into_closed_pipe(&args);
+        assert_eq!(out.status.code(), Some(code), "{args:?} closed pipe");
+    }
+}
+
+#[test]
+fn help_lists_the_exit_codes() {
+    let out = command(&["--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("Exit codes"), "{help}");
+    for code in ["0", "1", "2"] {
+        assert!(
+            help.lines().any(|l| l.trim_start().starts_with(code)),
+            "exit code {code} is not listed: {help}"
+        );
+    }
+}
+
+#[test]
+fn inspect_prints_a_cursor_name_longer_than_any_format_width() {
+    let dir = tempfile::tempdir().unwrap();
+    let name = "n".repeat(70_000);
+    topic_with_cursor(dir.path(), &name);
+    let out = command(&["inspect", dir.path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_no_panic(&out, "inspect");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&format!("{name:?}")), "the name is missing");
+    // The columns after the name follow it, padded as for a short name.
+    let row = text
+        .lines()
+        .find(|l| l.starts_with(&format!("{name:?}")))
+        .expect("the cursor row");
+    assert!(
+        row.ends_with(" 0"),
+        "the row ends with the epoch: {}",
+        &row[row.len() - 80..]
+    );
+    let out = command(&["verify", dir.path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_no_panic(&out, "verify");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
+fn perf_refuses_sizes_it_cannot_hold_in_memory_with_a_sentence() {
+    for args in [
+        vec!["perf", "--entries", "18446744073709551615"],
+        vec![
+            "perf",
+            "--entries",
+            "3",
+            "--payload-bytes",
+            "18446744073709551615",
+        ],
+    ] {
+        let out = command(&args).output().unwrap();
+        assert_no_panic(&out, &args.join(" "));
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("memory"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+}

@@ -1,0 +1,143 @@
+//! Shared by the stress and process-kill tests: a seeded random source and the model of one
+//! cursor's acknowledged set (a mark-delete bound plus individual acks).
+
+#![allow(dead_code)]
+
+use std::collections::BTreeSet;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use ackstore::Position;
+
+/// splitmix64: small, seedable, good enough to pick operations.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A source that repeats for the same seed.
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+
+    /// An index into a slice of `len > 0` items.
+    pub fn index(&mut self, len: usize) -> usize {
+        usize::try_from(self.below(len as u64)).expect("fits")
+    }
+
+    /// True with probability `percent`/100.
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// The seed from environment variable `var`, or a fresh one from the clock. Tests print it on
+/// failure so a run can be repeated.
+pub fn seed_from_env(var: &str) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .expect("after 1970")
+                .as_nanos();
+            u64::try_from(nanos % u128::from(u64::MAX)).expect("fits")
+        })
+}
+
+/// The greatest position before `p`: a reset to `p` acknowledges everything up to it.
+pub fn before(p: Position) -> Option<Position> {
+    if p.entry_id > 0 {
+        Some(Position {
+            ledger_id: p.ledger_id,
+            entry_id: p.entry_id - 1,
+        })
+    } else {
+        p.ledger_id.checked_sub(1).map(|ledger_id| Position {
+            ledger_id,
+            entry_id: u64::MAX,
+        })
+    }
+}
+
+/// A cursor's acknowledged set read back as an [`Acked`] (mark-delete plus every entry of every
+/// acked range; ranges never span ledgers).
+pub fn actual(cursor: &ackstore::Cursor) -> ackstore::Result<Acked> {
+    let mut acked = Acked::reset(cursor.mark_delete_position()?);
+    for (from, to) in cursor.acked_ranges()? {
+        for entry_id in from.entry_id..=to.entry_id {
+            acked.ack(Position {
+                ledger_id: from.ledger_id,
+                entry_id,
+            });
+        }
+    }
+    Ok(acked)
+}
+
+/// A set of acknowledged positions: every position at or before `mark` (when set), plus `set`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Acked {
+    /// Every position at or before it is acknowledged.
+    pub mark: Option<Position>,
+    /// Individually acknowledged positions (some may lie at or before `mark`).
+    pub set: BTreeSet<Position>,
+}
+
+impl Acked {
+    /// Whether `p` is in the set.
+    pub fn contains(&self, p: Position) -> bool {
+        self.mark.is_some_and(|m| p <= m) || self.set.contains(&p)
+    }
+
+    /// Adds one position.
+    pub fn ack(&mut self, p: Position) {
+        self.set.insert(p);
+    }
+
+    /// Adds every position up to and including `p`.
+    pub fn ack_through(&mut self, p: Position) {
+        self.mark = self.mark.max(Some(p));
+    }
+
+    /// Adds everything `other` holds.
+    pub fn extend(&mut self, other: &Acked) {
+        self.mark = self.mark.max(other.mark);
+        self.set.extend(other.set.iter().copied());
+    }
+
+    /// What both `self` and a reset to `mark` hold: the positions a crash in the middle of that
+    /// reset must keep, whichever side of it the crash lands.
+    pub fn meet_reset(&self, mark: Option<Position>) -> Self {
+        Self {
+            mark: self.mark.min(mark),
+            set: self
+                .set
+                .iter()
+                .copied()
+                .filter(|&p| mark.is_some_and(|m| p <= m))
+                .collect(),
+        }
+    }
+
+    /// The state a reset leaves: every position up to `mark` and nothing after it.
+    pub fn reset(mark: Option<Position>) -> Self {
+        Self {
+            mark,
+            set: BTreeSet::new(),
+        }
+    }
+}
