@@ -49,6 +49,10 @@ pub(crate) struct TopicCore {
     /// The topic record's version as this handle last wrote it (a copy of `Writer::version`
     /// that cursors read without taking `writer`).
     owned_version: AtomicU64,
+    /// Held across a record write and the update of `owned_version` that follows it, so an
+    /// ownership check that finds the stored version ahead of `owned_version` can wait for the
+    /// write in flight and compare again. Innermost lock: nothing is taken while holding it.
+    committing: Mutex<()>,
     /// Open cursors by name.
     cursors: Mutex<BTreeMap<String, Arc<CursorShared>>>,
 }
@@ -76,6 +80,7 @@ impl TopicCore {
             config,
             layout: RwLock::new(layout),
             owned_version: AtomicU64::new(writer.version),
+            committing: Mutex::new(()),
             writer: Mutex::new(writer),
             cursors: Mutex::new(BTreeMap::new()),
         }
@@ -95,10 +100,12 @@ impl TopicCore {
 
     /// Writes `record` over the version `writer` holds.
     pub(crate) fn commit(&self, writer: &mut Writer, record: TopicRecord) -> Result<()> {
+        let committing = lock(&self.committing);
         writer.version = self
             .meta
             .put(TOPIC_RECORD, Some(writer.version), &record.encode())?;
         self.owned_version.store(writer.version, Ordering::SeqCst);
+        drop(committing);
         writer.record = record;
         Ok(())
     }
@@ -112,11 +119,25 @@ impl TopicCore {
         self.check_version(writer.version)
     }
 
+    /// Invariant: the stored version differs from `owned_version` only while this handle's
+    /// own record write is in flight (it holds `committing`) or after another owner wrote.
+    /// A mismatch is therefore checked again once `committing` is free: only a mismatch that
+    /// persists with no write of ours in flight means a newer owner.
     fn check_version(&self, owned: u64) -> Result<()> {
-        match self.meta.get(TOPIC_RECORD)? {
-            Some((version, _)) if version == owned => Ok(()),
-            _ => Err(Error::Fenced(format!("{} (topic record)", self.location))),
+        if self.stored_version()? == Some(owned) {
+            return Ok(());
         }
+        let _committing = lock(&self.committing);
+        let owned = self.owned_version.load(Ordering::SeqCst);
+        if self.stored_version()? == Some(owned) {
+            Ok(())
+        } else {
+            Err(Error::Fenced(format!("{} (topic record)", self.location)))
+        }
+    }
+
+    fn stored_version(&self) -> Result<Option<u64>> {
+        Ok(self.meta.get(TOPIC_RECORD)?.map(|(version, _)| version))
     }
 
     /// Appends one entry of `num_messages` messages; see `ManagedLedger::append_with`.
