@@ -398,7 +398,11 @@ impl CursorPersister {
     ) -> Result<T> {
         let target = self.target(rollover)?;
         let result = write(self, target);
-        if result.is_err() && rollover && !self.poisoned {
+        // A refused compare-and-set may still have been current for a moment (another owner's
+        // write built on it), so after `Fenced` the ledger stays; the next open removes it if
+        // no record names it.
+        let fenced = matches!(result, Err(Error::Fenced(_)));
+        if result.is_err() && rollover && !self.poisoned && !fenced {
             // Best effort: the record never pointed to it, so it is only garbage.
             let _ = self.log.delete_ledger(target);
         }
