@@ -34,7 +34,7 @@ use crate::cursor::record_name;
 use crate::error::{Error, Result};
 use crate::finder::{Layout, LedgerSpan};
 use crate::format::meta::{CursorRecord, LedgerRecord, TopicRecord};
-use crate::log::EntryLog;
+use crate::log::{EntryLog, parse_ledger_file_name};
 use crate::meta::{FileMetaStore, MetaStore};
 use crate::storage::Storage;
 
@@ -46,14 +46,23 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
         ));
     }
     let location = storage.location();
-    let log = Arc::new(EntryLog::open(storage.clone(), config.log)?);
-    log.bump_next_ledger_id(1);
-    let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(storage));
-    let on_disk: BTreeSet<u64> = log.ledger_ids().into_iter().collect();
+    let guard = storage.lock()?;
+    let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(storage.clone()));
 
+    // The claim comes first: the topic record is written by compare-and-set before any ledger
+    // file is read, so a previous owner that still runs is fenced from here on (its next record
+    // write or ownership check fails), and whatever it synced before the claim is read below.
+    let has_ledgers = storage
+        .list()?
+        .iter()
+        .any(|f| parse_ledger_file_name(f).is_some());
     let (mut record, mut version) = match meta.get(TOPIC_RECORD)? {
-        Some((version, bytes)) => (TopicRecord::decode(&bytes)?, version),
-        None if !on_disk.is_empty() => {
+        Some((version, bytes)) => {
+            let record = TopicRecord::decode(&bytes)?;
+            let version = meta.put(TOPIC_RECORD, Some(version), &record.encode())?;
+            (record, version)
+        }
+        None if has_ledgers => {
             return Err(Error::NotAckstore(
                 location,
                 "it holds ledger files but no topic record".into(),
@@ -70,6 +79,9 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
             (record, version)
         }
     };
+    let log = Arc::new(EntryLog::open_locked(storage, config.log, guard)?);
+    log.bump_next_ledger_id(1);
+    let on_disk: BTreeSet<u64> = log.ledger_ids().into_iter().collect();
 
     // Rule 3, cursor side: references held by cursor records, orphan cursor records.
     let mut referenced: BTreeSet<u64> = record.ledgers.iter().map(|l| l.id).collect();
@@ -115,9 +127,7 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
             None => dropped.push(rec.id),
         }
     }
-    // Always written, changed or not: the new version is this owner's claim, and fences any
-    // earlier handle (its next compare-and-set on the record fails).
-    {
+    if ledgers != record.ledgers {
         let mut next = record.clone();
         next.ledgers.clone_from(&ledgers);
         version = meta.put(TOPIC_RECORD, Some(version), &next.encode())?;
@@ -151,34 +161,39 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
     ))
 }
 
-/// Brings one listed ledger to its sealed, recorded form; `None` when it is empty and must go.
+/// The recorded form of one listed ledger; `None` when it is empty and must go. Writes nothing
+/// to the ledger: it may be the one a previous owner was appending to, and still is.
 fn finish_ledger(log: &EntryLog, rec: &LedgerRecord) -> Result<Option<LedgerRecord>> {
     let info = log.ledger_info(rec.id)?;
-    // A data ledger damaged before its tail would lose entries: refuse the topic, naming it.
+    // A ledger is recorded with its count only once that many entries were synced, so the file
+    // must still hold that many. More can only be entries a fenced owner appended after a newer
+    // owner recorded the count: they stay in the file and are never read (the layout stops at
+    // the recorded count), and so does damage past them (a frame the fenced owner was writing
+    // when the ledger was scanned).
+    if rec.entries != 0 {
+        if info.entries < rec.entries {
+            if let Some((offset, kind)) = info.damaged {
+                return Err(Error::corrupted(rec.id, offset, kind));
+            }
+            return Err(Error::LedgerMismatch {
+                ledger: rec.id,
+                recorded: rec.entries,
+                found: info.entries,
+                dir: log.storage().location(),
+            });
+        }
+        return Ok(Some(*rec));
+    }
+    // The ledger the previous owner was appending to. Damage before its tail would lose
+    // entries: refuse the topic, naming it.
     if let Some((offset, kind)) = info.damaged {
         return Err(Error::corrupted(rec.id, offset, kind));
-    }
-    // A ledger is recorded with its count only after its seal was synced, so the file must
-    // still hold that many entries. More can only be entries a fenced owner appended after a
-    // newer owner sealed the ledger: they stay in the file and are never read (the layout
-    // stops at the recorded count).
-    if rec.entries != 0 && info.entries < rec.entries {
-        return Err(Error::LedgerMismatch {
-            ledger: rec.id,
-            recorded: rec.entries,
-            found: info.entries,
-            dir: log.storage().location(),
-        });
     }
     if info.entries == 0 {
         return Ok(None);
     }
-    if !info.sealed {
-        log.seal(rec.id)?;
-    }
-    if rec.entries != 0 {
-        return Ok(Some(*rec));
-    }
+    // Sealed in the record, at the count read after the claim; the file is left as it is (no
+    // footer is written into a ledger another writer may still be appending to).
     let first = log.read_meta(rec.id, 0)?;
     let last = log.read_meta(rec.id, info.entries - 1)?;
     Ok(Some(ledger_record(&LedgerSpan {

@@ -213,6 +213,16 @@ impl EntryLog {
         Self::open_inner(storage, config, Some(guard))
     }
 
+    /// Opens the log as [`EntryLog::open`] does, under a lock the caller took already with
+    /// `storage.lock()` (so it can claim ownership elsewhere before the ledger files are read).
+    pub fn open_locked(
+        storage: Arc<dyn Storage>,
+        config: LogConfig,
+        guard: LockGuard,
+    ) -> Result<EntryLog> {
+        Self::open_inner(storage, config, Some(guard))
+    }
+
     /// Opens the log for reading only: takes no lock and never writes or truncates. Torn tails
     /// are reported in [`EntryLog::recovery_report`], not cut; reads stop before them. Every
     /// writing method returns [`Error::Unsupported`].
@@ -297,9 +307,18 @@ impl EntryLog {
     /// is written and synced, then the directory is synced.
     pub fn create_ledger(&self) -> Result<u64> {
         self.writable()?;
-        let id = self.next_ledger_id.fetch_add(1, Ordering::SeqCst);
+        // An id whose file exists was taken by another writer of the directory (a previous
+        // owner that does not know it lost it): skip it, never share a file.
+        let (id, file) = loop {
+            let id = self.next_ledger_id.fetch_add(1, Ordering::SeqCst);
+            match self.storage.create(&ledger_file_name(id)) {
+                Ok(file) => break (id, file),
+                Err(Error::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+        };
         let header = LedgerHeader::new(id, fresh_nonce(id));
-        let file = self.storage.create(&ledger_file_name(id))?;
         file.write_all_at(&header.encode(), 0)?;
         file.sync_data()?;
         self.stats.fsyncs.fetch_add(1, Ordering::Relaxed);
