@@ -146,6 +146,19 @@ pub struct CursorPersister {
     rollover_requested: bool,
     record_refresh_flushes: u64,
     poisoned: bool,
+    /// Checks that the topic is still owned by this handle; run after a flush's writes are
+    /// durable and before it returns `Ok` (see [`CursorPersister::set_fence`]).
+    fence: Option<Fence>,
+}
+
+/// An ownership check: [`Error::Fenced`] once a newer owner has claimed the topic.
+#[derive(Clone)]
+pub struct Fence(pub Arc<dyn Fn() -> Result<()> + Send + Sync>);
+
+impl std::fmt::Debug for Fence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Fence")
+    }
 }
 
 /// Parts a recovery hands to [`CursorPersister::assemble`].
@@ -221,6 +234,7 @@ impl CursorPersister {
             rollover_requested: false,
             record_refresh_flushes: DEFAULT_RECORD_REFRESH_FLUSHES,
             poisoned: false,
+            fence: None,
         }
     }
 
@@ -266,6 +280,19 @@ impl CursorPersister {
     /// [`DEFAULT_RECORD_REFRESH_FLUSHES`].
     pub fn set_record_refresh_flushes(&mut self, flushes: u64) {
         self.record_refresh_flushes = flushes;
+    }
+
+    /// Sets the ownership check a flush runs once its writes are durable, before it returns
+    /// `Ok` or deletes a ledger it replaced. A new owner claims the topic before it reads any
+    /// cursor state, so a flush whose check passes after its sync was read by every later
+    /// owner or happened before it read; a flush whose check fails returns [`Error::Fenced`]
+    /// (its state may or may not be seen) and keeps every ledger.
+    pub fn set_fence(&mut self, fence: Fence) {
+        self.fence = Some(fence);
+    }
+
+    fn check_fence(&self) -> Result<()> {
+        self.fence.as_ref().map_or(Ok(()), |f| (f.0)())
     }
 
     /// Makes the next flush roll over to a new cursor ledger whatever the old one's size.
@@ -329,8 +356,11 @@ impl CursorPersister {
         self.stats.partitions_written += flush.partitions;
         self.stats.pages_written += flush.pages;
         self.stats.last_flush_bytes = flush.bytes;
-        self.retry_deletes();
         self.refresh_record(state)?;
+        // After the sync, before `Ok` and before a replaced ledger goes: a newer owner may be
+        // reading it.
+        self.check_fence()?;
+        self.retry_deletes();
         Ok(flush)
     }
 
@@ -705,7 +735,7 @@ impl CursorPersister {
         match self.meta.put(&self.record_name, expected, &record.encode()) {
             Ok(version) => {
                 self.record = Some((version, record));
-                Ok(())
+                self.check_fence()
             }
             // Refused by compare-and-set: nothing was written.
             Err(e @ Error::Fenced(_)) => Err(e),
