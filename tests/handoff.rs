@@ -566,3 +566,44 @@ fn a_stale_owner_appending_during_a_hand_off_leaves_every_ledger_readable() {
         assert_eq!(crashed.last_position(), after.last().copied());
     }
 }
+
+/// Exchanging two cursor records (a hand edit, a restore from the wrong backup) must not give
+/// a cursor the other one's state: the record is refused as corruption.
+#[test]
+fn swapped_cursor_records_are_refused_as_corruption() {
+    use ackstore::meta::{FileMetaStore, MetaStore};
+    let (disk, topic) = mem_topic(PER_LEDGER);
+    let p = append_n(&topic, 12);
+    let ahead = topic
+        .open_cursor("ahead", at(InitialPosition::Earliest, false))
+        .unwrap();
+    ahead.ack_cumulative(p[10]).unwrap();
+    let behind = topic
+        .open_cursor("behind", at(InitialPosition::Earliest, false))
+        .unwrap();
+    behind.ack_cumulative(p[1]).unwrap();
+    topic.close().unwrap();
+    drop((ahead, behind, topic));
+    let meta = FileMetaStore::new(Arc::new(disk.clone()));
+    let (va, a) = meta.get("cursor-0").unwrap().unwrap();
+    let (vb, b) = meta.get("cursor-1").unwrap().unwrap();
+    meta.put("cursor-0", Some(va), &b).unwrap();
+    meta.put("cursor-1", Some(vb), &a).unwrap();
+    let topic = reopen(&disk, PER_LEDGER);
+    for name in ["ahead", "behind"] {
+        match topic.open_cursor(name, at(InitialPosition::Earliest, false)) {
+            Err(Error::CorruptedMeta { record, .. }) => assert!(record.starts_with("cursor-")),
+            Err(e) => panic!("{name}: {e}"),
+            Ok(c) => panic!(
+                "{name} opened with mark-delete {:?}",
+                c.mark_delete_position().unwrap()
+            ),
+        }
+    }
+    // Trimming reads closed cursors' records too: it refuses rather than trim by a record
+    // that is not the cursor's.
+    assert!(matches!(
+        topic.trim_consumed(),
+        Err(Error::CorruptedMeta { .. })
+    ));
+}

@@ -31,7 +31,7 @@ use crate::format::cursor::{
     EntryKind, PageRef, PartitionRow, ROW_LEN, TableRef, encode_index_page, encode_marker,
     index_page_len, payload_crc,
 };
-use crate::format::meta::CursorRecord;
+use crate::format::meta::{CursorIdentity, CursorRecord};
 use crate::log::EntryLog;
 use crate::meta::MetaStore;
 
@@ -149,6 +149,8 @@ pub struct CursorPersister {
     /// Checks that the topic is still owned by this handle; run after a flush's writes are
     /// durable and before it returns `Ok` (see [`CursorPersister::set_fence`]).
     fence: Option<Fence>,
+    /// Written into every record this persister writes (see [`CursorPersister::set_identity`]).
+    identity: Option<CursorIdentity>,
 }
 
 /// An ownership check: [`Error::Fenced`] once a newer owner has claimed the topic.
@@ -235,6 +237,7 @@ impl CursorPersister {
             record_refresh_flushes: DEFAULT_RECORD_REFRESH_FLUSHES,
             poisoned: false,
             fence: None,
+            identity: None,
         }
     }
 
@@ -289,6 +292,12 @@ impl CursorPersister {
     /// (its state may or may not be seen) and keeps every ledger.
     pub fn set_fence(&mut self, fence: Fence) {
         self.fence = Some(fence);
+    }
+
+    /// Sets the identity every record this persister writes carries (cursor id and topic id),
+    /// so a record found under another cursor's name or in another topic is refused.
+    pub fn set_identity(&mut self, identity: CursorIdentity) {
+        self.identity = Some(identity);
     }
 
     fn check_fence(&self) -> Result<()> {
@@ -725,10 +734,14 @@ impl CursorPersister {
                     mark_delete: state.mark_delete,
                     epoch: state.epoch,
                     properties: BTreeMap::new(),
+                    identity: None,
                 },
             ),
         };
         record.cursor_ledger = ledger;
+        if self.identity.is_some() {
+            record.identity = self.identity;
+        }
         record.mark_delete = state.mark_delete;
         record.epoch = state.epoch;
         record.properties.clone_from(&state.properties);

@@ -58,7 +58,11 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
         .any(|f| parse_ledger_file_name(f).is_some());
     let (mut record, mut version) = match meta.get(TOPIC_RECORD)? {
         Some((version, bytes)) => {
-            let record = TopicRecord::decode(&bytes)?;
+            let mut record = TopicRecord::decode(&bytes)?;
+            if record.topic_id == 0 {
+                // A record of an earlier release: the topic gets its identity with the claim.
+                record.topic_id = new_topic_id();
+            }
             let version = meta.put(TOPIC_RECORD, Some(version), &record.encode())?;
             (record, version)
         }
@@ -74,6 +78,7 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
                 ledgers: Vec::new(),
                 cursors: Vec::new(),
                 next_cursor_id: 0,
+                topic_id: new_topic_id(),
             };
             let version = meta.put(TOPIC_RECORD, None, &record.encode())?;
             (record, version)
@@ -203,6 +208,15 @@ fn finish_ledger(log: &EntryLog, rec: &LedgerRecord) -> Result<Option<LedgerReco
         first_timestamp: first.timestamp,
         last_timestamp: last.timestamp,
     })))
+}
+
+/// A random, non-zero topic identity.
+fn new_topic_id() -> u64 {
+    use std::hash::BuildHasher;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    std::collections::hash_map::RandomState::new().hash_one((now, std::process::id())) | 1
 }
 
 /// Whether `name` is a cursor record's name (`cursor-{id}`).

@@ -19,7 +19,7 @@ use crate::cursor::{
     self, Cursor, CursorOptions, CursorShared, CursorState, Persistence, TopicAccess, recover,
 };
 use crate::error::{Error, Result};
-use crate::format::meta::{CursorEntry, CursorRecord};
+use crate::format::meta::{CursorEntry, CursorIdentity, CursorRecord};
 
 /// Reads of a cursor before its claim, at most (see `open_cursor`).
 const CLAIM_ATTEMPTS: u32 = 4;
@@ -56,6 +56,15 @@ impl TopicCore {
         let id = listed.unwrap_or(w.record.next_cursor_id);
         let record_name = cursor::record_name(id);
         let found = self.meta.get(&record_name)?;
+        // A record found under this cursor's name must be this cursor's: one moved or copied
+        // here would hand it another cursor's state.
+        if let (Some(_), Some((_, bytes))) = (listed, &found) {
+            CursorRecord::decode(bytes)?.check_identity(id, name, w.record.topic_id)?;
+        }
+        let identity = CursorIdentity {
+            cursor_id: id,
+            topic_id: w.record.topic_id,
+        };
         let persist_config = self.config.cursor.clone();
         let (state, persistence) = if let (Some(_), Some(_)) = (listed, &found) {
             // The claim: the recovered state goes to a fresh cursor ledger, and the record is
@@ -79,6 +88,7 @@ impl TopicCore {
                     CursorState::recovered(&recovered.state, &self.layout(), recovered.acks)?;
                 let mut persister = recovered.persister;
                 persister.set_fence(self.fence());
+                persister.set_identity(identity);
                 persister.request_rollover();
                 match persister.flush(&state.persisted(), &mut state.acks) {
                     Ok(_) => break (state, recovered.report.source, persister),
@@ -103,11 +113,14 @@ impl TopicCore {
             // the persister reads it back and is its only writer from then on.
             let mut state =
                 CursorState::initial(&self.layout(), options, cursor::detached_ack_set());
-            let bytes = state.to_record(name).encode();
+            let mut record = state.to_record(name);
+            record.identity = Some(identity);
+            let bytes = record.encode();
             self.meta.put(&record_name, found.map(|(v, _)| v), &bytes)?;
             let (mut persister, acks) =
                 CursorPersister::new_cursor(log, self.meta.clone(), &record_name, persist_config)?;
             persister.set_fence(self.fence());
+            persister.set_identity(identity);
             state.acks = acks;
             if listed.is_none() {
                 let mut record = w.record.clone();

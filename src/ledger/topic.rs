@@ -297,7 +297,9 @@ impl TopicCore {
                 Some(c) => c.published_mark(),
                 None => match self.meta.get(&cursor::record_name(entry.id))? {
                     Some((_, bytes)) => {
-                        let m = CursorRecord::decode(&bytes)?.mark_delete;
+                        let cursor = CursorRecord::decode(&bytes)?;
+                        cursor.check_identity(entry.id, &entry.name, record.topic_id)?;
+                        let m = cursor.mark_delete;
                         (m != NO_MARK_DELETE).then_some(m)
                     }
                     None => None,
