@@ -92,14 +92,18 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
     let mut referenced: BTreeSet<u64> = record.ledgers.iter().map(|l| l.id).collect();
     let table: BTreeSet<String> = record.cursors.iter().map(|c| record_name(c.id)).collect();
     for name in meta.list()? {
-        let Some((v, bytes)) = meta.get(&name)? else {
-            continue;
-        };
         if table.contains(&name) {
-            if let Some(l) = CursorRecord::decode(&bytes)?.cursor_ledger {
+            // Claimed (written again, unchanged) before its ledger counts as referenced: a
+            // previous owner's flush could otherwise still switch the record to a ledger this
+            // open takes for an orphan and deletes. After the claim that switch is refused.
+            if let Some(bytes) = claim_record(meta.as_ref(), &name)?
+                && let Some(l) = CursorRecord::decode(&bytes)?.cursor_ledger
+            {
                 referenced.insert(l);
             }
-        } else if is_cursor_record(&name) {
+        } else if is_cursor_record(&name)
+            && let Some((v, _)) = meta.get(&name)?
+        {
             meta.delete(&name, v)?;
         }
     }
@@ -209,6 +213,28 @@ fn finish_ledger(log: &EntryLog, rec: &LedgerRecord) -> Result<Option<LedgerReco
         last_timestamp: last.timestamp,
     })))
 }
+
+/// Writes record `name` again, unchanged, so every earlier holder of its version is refused;
+/// returns its bytes (`None` once it is gone). A previous owner's write racing with the claim
+/// makes it read again: each previous handle has at most one such write in flight, as it checks
+/// the topic record (claimed already) before the next.
+fn claim_record(meta: &dyn MetaStore, name: &str) -> Result<Option<Vec<u8>>> {
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let Some((version, bytes)) = meta.get(name)? else {
+            return Ok(None);
+        };
+        match meta.put(name, Some(version), &bytes) {
+            Ok(_) => return Ok(Some(bytes)),
+            Err(Error::Fenced(_)) if attempts < CLAIM_ATTEMPTS => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Reads of a record before its claim, at most.
+const CLAIM_ATTEMPTS: u32 = 8;
 
 /// A random, non-zero topic identity.
 fn new_topic_id() -> u64 {
