@@ -56,7 +56,7 @@ fn single_owner_is_never_fenced(storage: Arc<dyn Storage>) {
                     }
                 }
                 if let Some(last) = entries.last()
-                    && round % 5 == 0
+                    && round.is_multiple_of(5)
                 {
                     assert_not_fenced("ack_cumulative", cursor.ack_cumulative(last.position));
                 }

@@ -102,7 +102,7 @@ fn child(dir: &Path, log: &Path) {
                 let entries = cursor.read_entries(4)?;
                 let mut acked = Vec::new();
                 for (k, e) in entries.iter().enumerate() {
-                    if (k + step as usize) % 2 == 0 {
+                    if (k + step as usize).is_multiple_of(2) {
                         let p = e.position;
                         writeln!(out, "try {}:{}", p.ledger_id, p.entry_id).unwrap();
                         cursor.ack(p)?;

@@ -339,6 +339,8 @@ impl CursorPersister {
     /// # Errors
     /// [`Error::Fenced`], with nothing written, once another owner has written the cursor
     /// record (see [`CursorPersister::check_owner`]); every later flush fails the same way.
+    /// [`Error::Fenced`] also when the fence (see [`CursorPersister::set_fence`]) fails after
+    /// the writes: then the state is durable but a newer owner may not have seen it.
     pub fn flush(
         &mut self,
         state: &PersistedState,

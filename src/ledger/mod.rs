@@ -61,10 +61,12 @@ pub struct ManagedLedger {
 impl ManagedLedger {
     /// Opens the topic in directory `dir`, creating the directory and the topic if needed.
     ///
-    /// The open claims the topic: it writes the topic record by compare-and-set, so a former
-    /// owner that lost the directory without knowing it (a broken lock, shared storage) is
-    /// fenced: its later writes fail with [`Error::Fenced`] (see `docs/cursors.md`,
-    /// "Ownership").
+    /// The open claims the topic: it writes the topic record (and every cursor record) by
+    /// compare-and-set before it reads the ledger files, so a former owner that lost the
+    /// directory without knowing it (a broken lock, shared storage) is fenced: its later writes
+    /// fail with [`Error::Fenced`], and nothing it writes afterwards is ever read (see
+    /// `docs/cursors.md`, "Ownership"). The open never writes into a ledger a former owner may
+    /// still be appending to.
     ///
     /// # Errors
     /// [`Error::Locked`] when another handle owns the directory; [`Error::MissingLedger`] when

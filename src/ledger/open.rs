@@ -1,10 +1,16 @@
 //! Opening a topic directory: reconciling the topic record with the ledger files on disk.
 //!
-//! Owns: the rules that turn whatever a crash left behind into one consistent topic.
+//! Owns: the rules that turn whatever a crash (or a former owner still running) left behind
+//! into one consistent topic.
 //!
-//! 1. A directory without a topic record gets an empty one, unless it already holds ledger
-//!    files (then it is not a topic directory: [`Error::NotAckstore`]). The record is written
-//!    before any ledger is created, so a crash cannot leave ledgers without it.
+//! 0. The claim comes first: the topic record is written again by compare-and-set before any
+//!    ledger file is read, and every cursor record the cursor table lists is written again
+//!    before ledger references are collected. From then on a former owner's record writes are
+//!    refused, so what it wrote before is read below and what it writes after is never used.
+//! 1. A directory without a topic record gets an empty one (with a new topic id), unless it
+//!    already holds ledger files (then it is not a topic directory: [`Error::NotAckstore`]).
+//!    The record is written before any ledger is created, so a crash cannot leave ledgers
+//!    without it.
 //! 2. Every data ledger the record lists must have its file. A data ledger leaves the record
 //!    (trim) before its file is deleted, so a listed ledger without a file is lost data:
 //!    [`Error::MissingLedger`].
@@ -14,12 +20,13 @@
 //!    cursor ledger that a crash kept from being recorded or from being deleted after a switch.
 //!    Cursor records of ids missing from the topic record's cursor table (a cursor creation or
 //!    deletion cut short) are deleted the same way.
-//! 4. A listed ledger that was not sealed (the topic was not closed) is sealed, or, if empty,
-//!    dropped from the record and deleted. A sealed ledger the record still lists with no
-//!    entries (a crash between the seal and the record update) gets its summary from its first
-//!    and last frame headers. A file holding fewer entries than the record counts (sealed or
-//!    not: the count is recorded only after the seal was synced) is [`Error::LedgerMismatch`];
-//!    entries beyond the count were appended by a fenced owner and are ignored.
+//! 4. A listed ledger recorded with no entries (the one the previous owner was appending to,
+//!    or one sealed just before a crash) is recorded with the entries the scan found, its
+//!    summary taken from its first and last frame headers, or, if empty, dropped from the
+//!    record and deleted. Nothing is written into it: a former owner may still be appending.
+//!    A file holding fewer entries than the record counts is [`Error::LedgerMismatch`] (or the
+//!    damage that cut it short); entries beyond the count, and damage past them, were written by
+//!    a fenced owner and are ignored.
 //! 5. The entry log's next ledger id is bumped above every id the record or the disk knows, so
 //!    no id (and no position) is ever reused; data ledger ids start at 1.
 //!
@@ -52,38 +59,7 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
     // The claim comes first: the topic record is written by compare-and-set before any ledger
     // file is read, so a previous owner that still runs is fenced from here on (its next record
     // write or ownership check fails), and whatever it synced before the claim is read below.
-    let has_ledgers = storage
-        .list()?
-        .iter()
-        .any(|f| parse_ledger_file_name(f).is_some());
-    let (mut record, mut version) = match meta.get(TOPIC_RECORD)? {
-        Some((version, bytes)) => {
-            let mut record = TopicRecord::decode(&bytes)?;
-            if record.topic_id == 0 {
-                // A record of an earlier release: the topic gets its identity with the claim.
-                record.topic_id = new_topic_id();
-            }
-            let version = meta.put(TOPIC_RECORD, Some(version), &record.encode())?;
-            (record, version)
-        }
-        None if has_ledgers => {
-            return Err(Error::NotAckstore(
-                location,
-                "it holds ledger files but no topic record".into(),
-            ));
-        }
-        None => {
-            let record = TopicRecord {
-                next_ledger_id: 1,
-                ledgers: Vec::new(),
-                cursors: Vec::new(),
-                next_cursor_id: 0,
-                topic_id: new_topic_id(),
-            };
-            let version = meta.put(TOPIC_RECORD, None, &record.encode())?;
-            (record, version)
-        }
-    };
+    let (mut record, mut version) = claim_topic(storage.as_ref(), meta.as_ref())?;
     let log = Arc::new(EntryLog::open_locked(storage, config.log, guard)?);
     log.bump_next_ledger_id(1);
     let on_disk: BTreeSet<u64> = log.ledger_ids().into_iter().collect();
@@ -168,6 +144,45 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
         Layout::new(spans, next_index),
         writer,
     ))
+}
+
+/// Rule 0 and 1: writes the topic record again by compare-and-set (or creates it) and returns
+/// it with its new version.
+fn claim_topic(storage: &dyn Storage, meta: &dyn MetaStore) -> Result<(TopicRecord, u64)> {
+    let location = storage.location();
+    let has_ledgers = storage
+        .list()?
+        .iter()
+        .any(|f| parse_ledger_file_name(f).is_some());
+    let claimed = match meta.get(TOPIC_RECORD)? {
+        Some((version, bytes)) => {
+            let mut record = TopicRecord::decode(&bytes)?;
+            if record.topic_id == 0 {
+                // A record of an earlier release: the topic gets its identity with the claim.
+                record.topic_id = new_topic_id();
+            }
+            let version = meta.put(TOPIC_RECORD, Some(version), &record.encode())?;
+            (record, version)
+        }
+        None if has_ledgers => {
+            return Err(Error::NotAckstore(
+                location,
+                "it holds ledger files but no topic record".into(),
+            ));
+        }
+        None => {
+            let record = TopicRecord {
+                next_ledger_id: 1,
+                ledgers: Vec::new(),
+                cursors: Vec::new(),
+                next_cursor_id: 0,
+                topic_id: new_topic_id(),
+            };
+            let version = meta.put(TOPIC_RECORD, None, &record.encode())?;
+            (record, version)
+        }
+    };
+    Ok(claimed)
 }
 
 /// The recorded form of one listed ledger; `None` when it is empty and must go. Writes nothing

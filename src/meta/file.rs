@@ -175,7 +175,7 @@ impl FileMetaStore {
                 })
             })
             .collect();
-        found.sort_by(|a, b| b.version.cmp(&a.version));
+        found.sort_by_key(|f| std::cmp::Reverse(f.version));
         Ok(found)
     }
 
