@@ -79,9 +79,9 @@ impl ManagedLedger {
     /// Opens the topic kept in `storage` (for instance a
     /// [`MemStorage`](crate::storage::MemStorage)).
     pub fn open_with_storage(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<Self> {
-        Ok(Self {
-            core: Arc::new(open::open(storage, config)?),
-        })
+        let core = Arc::new(open::open(storage, config)?);
+        core.install_id_source()?;
+        Ok(Self { core })
     }
 
     /// Appends one message stamped with the current time; returns its position.

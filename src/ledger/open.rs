@@ -27,8 +27,10 @@
 //!    A file holding fewer entries than the record counts is [`Error::LedgerMismatch`] (or the
 //!    damage that cut it short); entries beyond the count, and damage past them, were written by
 //!    a fenced owner and are ignored.
-//! 5. The entry log's next ledger id is bumped above every id the record or the disk knows, so
-//!    no id (and no position) is ever reused; data ledger ids start at 1.
+//! 5. Ledger ids come from blocks reserved in the topic record by compare-and-set (the first
+//!    with the claim, above every id the record or the disk knows), so no id (and no position)
+//!    is ever reused, and no two owners ever create or delete a file of the same id; data ledger
+//!    ids start at 1.
 //!
 //! Appends after open always go to a new ledger.
 
@@ -36,7 +38,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::config::LedgerConfig;
-use super::topic::{TOPIC_RECORD, TopicCore, Writer, ledger_record};
+use super::topic::{ID_BLOCK, TOPIC_RECORD, TopicCore, Writer, ledger_record};
 use crate::cursor::record_name;
 use crate::error::{Error, Result};
 use crate::finder::{Layout, LedgerSpan};
@@ -59,9 +61,9 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
     // The claim comes first: the topic record is written by compare-and-set before any ledger
     // file is read, so a previous owner that still runs is fenced from here on (its next record
     // write or ownership check fails), and whatever it synced before the claim is read below.
-    let (mut record, mut version) = claim_topic(storage.as_ref(), meta.as_ref())?;
+    let (mut record, mut version, ids) = claim_topic(storage.as_ref(), meta.as_ref())?;
     let log = Arc::new(EntryLog::open_locked(storage, config.log, guard)?);
-    log.bump_next_ledger_id(1);
+    log.reserve_ids(ids.0, ids.1, None);
     let on_disk: BTreeSet<u64> = log.ledger_ids().into_iter().collect();
 
     // Rule 3, cursor side: references held by cursor records, orphan cursor records.
@@ -94,14 +96,7 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
     for &id in on_disk.difference(&referenced) {
         log.delete_ledger(id)?;
     }
-    // Rule 5.
-    let highest = on_disk
-        .iter()
-        .chain(referenced.iter())
-        .max()
-        .copied()
-        .unwrap_or(0);
-    log.bump_next_ledger_id(record.next_ledger_id.max(highest + 1));
+    // Rule 5: the block reserved by the claim starts above every recorded id and every file.
 
     // Rule 4.
     let mut ledgers = Vec::with_capacity(record.ledgers.len());
@@ -146,43 +141,57 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
     ))
 }
 
-/// Rule 0 and 1: writes the topic record again by compare-and-set (or creates it) and returns
-/// it with its new version.
-fn claim_topic(storage: &dyn Storage, meta: &dyn MetaStore) -> Result<(TopicRecord, u64)> {
+/// Rules 0 and 1: writes the topic record again by compare-and-set (or creates it), with a new
+/// block of ledger ids reserved for this owner; returns it, its version and the block.
+fn claim_topic(
+    storage: &dyn Storage,
+    meta: &dyn MetaStore,
+) -> Result<(TopicRecord, u64, (u64, u64))> {
     let location = storage.location();
-    let has_ledgers = storage
+    let highest_file = storage
         .list()?
         .iter()
-        .any(|f| parse_ledger_file_name(f).is_some());
-    let claimed = match meta.get(TOPIC_RECORD)? {
-        Some((version, bytes)) => {
-            let mut record = TopicRecord::decode(&bytes)?;
-            if record.topic_id == 0 {
-                // A record of an earlier release: the topic gets its identity with the claim.
-                record.topic_id = new_topic_id();
-            }
-            let version = meta.put(TOPIC_RECORD, Some(version), &record.encode())?;
-            (record, version)
-        }
-        None if has_ledgers => {
+        .filter_map(|f| parse_ledger_file_name(f))
+        .max();
+    let mut record = match meta.get(TOPIC_RECORD)? {
+        Some((version, bytes)) => Some((TopicRecord::decode(&bytes)?, version)),
+        None if highest_file.is_some() => {
             return Err(Error::NotAckstore(
                 location,
                 "it holds ledger files but no topic record".into(),
             ));
         }
-        None => {
-            let record = TopicRecord {
+        None => None,
+    };
+    let (mut next, expected) = match record.take() {
+        Some((next, version)) => (next, Some(version)),
+        None => (
+            TopicRecord {
                 next_ledger_id: 1,
                 ledgers: Vec::new(),
                 cursors: Vec::new(),
                 next_cursor_id: 0,
-                topic_id: new_topic_id(),
-            };
-            let version = meta.put(TOPIC_RECORD, None, &record.encode())?;
-            (record, version)
-        }
+                topic_id: 0,
+            },
+            None,
+        ),
     };
-    Ok(claimed)
+    if next.topic_id == 0 {
+        // A new topic, or a record of an earlier release: the identity comes with the claim.
+        next.topic_id = new_topic_id();
+    }
+    // This owner's block of ledger ids, above every id recorded or on disk (earlier releases
+    // recorded data ledger ids only).
+    let start = next
+        .next_ledger_id
+        .max(highest_file.map_or(1, |h| h.saturating_add(1)))
+        .max(1);
+    let end = start
+        .checked_add(ID_BLOCK)
+        .ok_or_else(|| Error::LimitExceeded("the topic has run out of ledger ids".into()))?;
+    next.next_ledger_id = end;
+    let version = meta.put(TOPIC_RECORD, expected, &next.encode())?;
+    Ok((next, version, (start, end)))
 }
 
 /// The recorded form of one listed ledger; `None` when it is empty and must go. Writes nothing
