@@ -156,9 +156,10 @@ impl TopicCore {
     /// so this handle must not change the topic's files or records any more. One metadata
     /// read; taken before steps that touch ledger files (creating, sealing), because the
     /// record write that follows them would only be refused after the file changed.
-    pub(crate) fn check_owner(&self, writer: &Writer) -> Result<()> {
-        // `writer` is held, so no commit is in flight; a block reservation may be.
-        let _ = writer.version;
+    ///
+    /// Takes the writer guard to show it is held (no topic commit is in flight); a block
+    /// reservation of ledger ids may be, which `check_version` waits for.
+    pub(crate) fn check_owner(&self, _writer: &Writer) -> Result<()> {
         self.check_version(self.owned_version.load(Ordering::SeqCst))
     }
 
