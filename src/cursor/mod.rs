@@ -691,10 +691,12 @@ impl Cursor {
     /// working, and a later `flush` writes the whole state to a fresh cursor ledger (the entry
     /// log never writes again to a ledger whose write or fsync failed), so it succeeds once the
     /// disk has space again. After an error whose effect on the cursor record is unknown every
-    /// later flush fails with [`Error::PreviousIo`] until the topic is reopened. [`Error::LimitExceeded`] when a single-entry snapshot does not fit (with
-    /// [`OverflowPolicy::Error`]). [`Error::Fenced`], with nothing written, once a newer owner
-    /// has opened the topic's directory (this handle lost ownership; see `docs/cursors.md`,
-    /// "Ownership"); seeks and rewinds fail the same way.
+    /// later flush fails with [`Error::PreviousIo`] until the topic is reopened.
+    /// [`Error::LimitExceeded`] when a single-entry snapshot does not fit (with
+    /// [`OverflowPolicy::Error`]). [`Error::Fenced`] once a newer owner has opened the topic's
+    /// directory (this handle lost ownership; see `docs/cursors.md`, "Ownership"); a flush the
+    /// takeover caught halfway may have written state the new owner does or does not see, so
+    /// `Ok` alone means every later owner recovers it. Seeks and rewinds fail the same way.
     pub fn flush(&self) -> Result<()> {
         let mut core = self.shared.core()?;
         if let Some(e) = core.background_error.take() {

@@ -31,7 +31,7 @@ use crate::format::cursor::{
     EntryKind, PageRef, PartitionRow, ROW_LEN, TableRef, encode_index_page, encode_marker,
     index_page_len, marker_len, payload_crc,
 };
-use crate::format::meta::CursorRecord;
+use crate::format::meta::{CursorIdentity, CursorRecord};
 use crate::log::EntryLog;
 use crate::meta::MetaStore;
 
@@ -146,6 +146,21 @@ pub struct CursorPersister {
     rollover_requested: bool,
     record_refresh_flushes: u64,
     poisoned: bool,
+    /// Checks that the topic is still owned by this handle; run after a flush's writes are
+    /// durable and before it returns `Ok` (see [`CursorPersister::set_fence`]).
+    fence: Option<Fence>,
+    /// Written into every record this persister writes (see [`CursorPersister::set_identity`]).
+    identity: Option<CursorIdentity>,
+}
+
+/// An ownership check: [`Error::Fenced`] once a newer owner has claimed the topic.
+#[derive(Clone)]
+pub struct Fence(pub Arc<dyn Fn() -> Result<()> + Send + Sync>);
+
+impl std::fmt::Debug for Fence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Fence")
+    }
 }
 
 /// Parts a recovery hands to [`CursorPersister::assemble`].
@@ -221,6 +236,8 @@ impl CursorPersister {
             rollover_requested: false,
             record_refresh_flushes: DEFAULT_RECORD_REFRESH_FLUSHES,
             poisoned: false,
+            fence: None,
+            identity: None,
         }
     }
 
@@ -266,6 +283,25 @@ impl CursorPersister {
     /// [`DEFAULT_RECORD_REFRESH_FLUSHES`].
     pub fn set_record_refresh_flushes(&mut self, flushes: u64) {
         self.record_refresh_flushes = flushes;
+    }
+
+    /// Sets the ownership check a flush runs once its writes are durable, before it returns
+    /// `Ok` or deletes a ledger it replaced. A new owner claims the topic before it reads any
+    /// cursor state, so a flush whose check passes after its sync was read by every later
+    /// owner or happened before it read; a flush whose check fails returns [`Error::Fenced`]
+    /// (its state may or may not be seen) and keeps every ledger.
+    pub fn set_fence(&mut self, fence: Fence) {
+        self.fence = Some(fence);
+    }
+
+    /// Sets the identity every record this persister writes carries (cursor id and topic id),
+    /// so a record found under another cursor's name or in another topic is refused.
+    pub fn set_identity(&mut self, identity: CursorIdentity) {
+        self.identity = Some(identity);
+    }
+
+    fn check_fence(&self) -> Result<()> {
+        self.fence.as_ref().map_or(Ok(()), |f| (f.0)())
     }
 
     /// Makes the next flush roll over to a new cursor ledger whatever the old one's size.
@@ -321,6 +357,8 @@ impl CursorPersister {
     /// # Errors
     /// [`Error::Fenced`], with nothing written, once another owner has written the cursor
     /// record (see [`CursorPersister::check_owner`]); every later flush fails the same way.
+    /// [`Error::Fenced`] also when the fence (see [`CursorPersister::set_fence`]) fails after
+    /// the writes: then the state is durable but a newer owner may not have seen it.
     pub fn flush(
         &mut self,
         state: &PersistedState,
@@ -361,8 +399,11 @@ impl CursorPersister {
         // Partitions an eviction could not store (pinned past the budget) are written now, or
         // their current copy is: evictions may store again.
         acks.resume_stores();
-        self.retry_deletes();
         self.refresh_record(state)?;
+        // After the sync, before `Ok` and before a replaced ledger goes: a newer owner may be
+        // reading it.
+        self.check_fence()?;
+        self.retry_deletes();
         Ok(flush)
     }
 
@@ -430,7 +471,11 @@ impl CursorPersister {
     ) -> Result<T> {
         let target = self.target(rollover)?;
         let result = write(self, target);
-        if result.is_err() && rollover && !self.poisoned {
+        // A refused compare-and-set may still have been current for a moment (another owner's
+        // write built on it), so after `Fenced` the ledger stays; the next open removes it if
+        // no record names it.
+        let fenced = matches!(result, Err(Error::Fenced(_)));
+        if result.is_err() && rollover && !self.poisoned && !fenced {
             // Best effort: the record never pointed to it, so it is only garbage.
             let _ = self.log.delete_ledger(target);
         }
@@ -728,17 +773,21 @@ impl CursorPersister {
                     mark_delete: state.mark_delete,
                     epoch: state.epoch,
                     properties: BTreeMap::new(),
+                    identity: None,
                 },
             ),
         };
         record.cursor_ledger = ledger;
+        if self.identity.is_some() {
+            record.identity = self.identity;
+        }
         record.mark_delete = state.mark_delete;
         record.epoch = state.epoch;
         record.properties.clone_from(&state.properties);
         match self.meta.put(&self.record_name, expected, &record.encode()) {
             Ok(version) => {
                 self.record = Some((version, record));
-                Ok(())
+                self.check_fence()
             }
             // Refused by compare-and-set: nothing was written.
             Err(e @ Error::Fenced(_)) => Err(e),

@@ -149,6 +149,7 @@ impl CursorState {
             mark_delete: self.mark_delete.unwrap_or(NO_MARK_DELETE),
             epoch: self.epoch,
             properties: self.properties.clone(),
+            identity: None,
         }
     }
 

@@ -119,6 +119,11 @@ pub struct TopicRecord {
     pub cursors: Vec<CursorEntry>,
     /// The next cursor id to use; greater than every id ever used.
     pub next_cursor_id: u64,
+    /// A random identity drawn when the topic is created (or first opened by a release that
+    /// knows it), written into every cursor record so a record copied from another topic is
+    /// recognised; 0 for a record of an earlier release. Encoded as an optional trailer:
+    /// `topic id u64`, present only when non-zero.
+    pub topic_id: u64,
 }
 
 /// One cursor's record: where its ack state lives, and the fallback state when that is lost.
@@ -138,6 +143,18 @@ pub struct CursorRecord {
     pub epoch: u64,
     /// Application properties of the cursor.
     pub properties: BTreeMap<String, i64>,
+    /// Which cursor of which topic the record belongs to; `None` for a record of an earlier
+    /// release. Encoded as an optional trailer: `cursor id u64 | topic id u64`.
+    pub identity: Option<CursorIdentity>,
+}
+
+/// The identity a cursor record carries, checked against where it is found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CursorIdentity {
+    /// The cursor's id in the topic's cursor table (its record is `cursor-{id}`).
+    pub cursor_id: u64,
+    /// The [`TopicRecord::topic_id`] of the topic it belongs to.
+    pub topic_id: u64,
 }
 
 impl LedgerRecord {
@@ -220,6 +237,9 @@ impl TopicRecord {
             for cursor in &self.cursors {
                 cursor.write_body(out);
             }
+            if self.topic_id != 0 {
+                put_u64(out, self.topic_id);
+            }
         })
     }
 
@@ -244,11 +264,20 @@ impl TopicRecord {
             for _ in 0..cursor_count {
                 cursors.push(CursorEntry::read_body(r)?);
             }
+            // The optional trailer; a zero would not re-encode to the same bytes.
+            let topic_id = match r.remaining() {
+                0 => 0,
+                _ => match r.u64()? {
+                    0 => return Err(CorruptionKind::InvalidField("topic id")),
+                    id => id,
+                },
+            };
             Ok(Self {
                 next_ledger_id,
                 ledgers,
                 cursors,
                 next_cursor_id,
+                topic_id,
             })
         })
     }
@@ -269,6 +298,10 @@ impl CursorRecord {
             for (key, value) in &self.properties {
                 put_str(out, key);
                 out.extend_from_slice(&value.to_le_bytes());
+            }
+            if let Some(identity) = self.identity {
+                put_u64(out, identity.cursor_id);
+                put_u64(out, identity.topic_id);
             }
         })
     }
@@ -304,14 +337,54 @@ impl CursorRecord {
                 }
                 properties.insert(key, value);
             }
+            let identity = if r.remaining() == 0 {
+                None
+            } else {
+                Some(CursorIdentity {
+                    cursor_id: r.u64()?,
+                    topic_id: r.u64()?,
+                })
+            };
             Ok(Self {
                 name,
                 cursor_ledger,
                 mark_delete,
                 epoch,
                 properties,
+                identity,
             })
         })
+    }
+}
+
+impl CursorRecord {
+    /// Checks that this record belongs where it was found: cursor `cursor_id` named `name` of
+    /// the topic `topic_id` (0: a topic record of an earlier release, whose identity is
+    /// unknown). A record without identity (an earlier release's) is checked by name only.
+    ///
+    /// # Errors
+    /// [`Error::CorruptedMeta`] naming `cursor-{cursor_id}` when the name, the cursor id or
+    /// the topic differ: the record was moved or copied from elsewhere, and using it would
+    /// give the cursor another cursor's state.
+    pub fn check_identity(&self, cursor_id: u64, name: &str, topic_id: u64) -> Result<()> {
+        let wrong = |what| {
+            Err(Error::CorruptedMeta {
+                record: format!("cursor-{cursor_id}"),
+                kind: CorruptionKind::InvalidField(what),
+            })
+        };
+        if self.name != name {
+            return wrong("the record belongs to another cursor (name differs)");
+        }
+        match self.identity {
+            Some(id) if id.cursor_id != cursor_id => {
+                wrong("the record belongs to another cursor (cursor id differs)")
+            }
+            Some(id) if topic_id != 0 && id.topic_id != topic_id => {
+                wrong("the record belongs to another topic (topic id differs)")
+            }
+            _ => Ok(()),
+        }
     }
 }
 
@@ -535,6 +608,7 @@ mod tests {
                 id: 1,
             }],
             next_cursor_id: 2,
+            topic_id: 0,
         }
     }
 
@@ -545,6 +619,7 @@ mod tests {
             mark_delete: Position::new(3, 41),
             epoch: 4,
             properties: BTreeMap::from([("k".to_string(), -1)]),
+            identity: None,
         }
     }
 
@@ -568,6 +643,44 @@ mod tests {
         assert_eq!(sample_cursor().encode().len(), 64 + (4 + 1 + 8));
         assert_eq!(encode_stored(1, b"xyz").len(), STORED_OVERHEAD + 3);
         assert_eq!(STORED_OVERHEAD, 28);
+    }
+
+    #[test]
+    fn identities_are_optional_trailers_that_round_trip() {
+        let topic = TopicRecord {
+            topic_id: 0xfeed,
+            ..sample_topic()
+        };
+        let bytes = topic.encode();
+        assert_eq!(bytes.len(), sample_topic().encode().len() + 8);
+        assert_eq!(TopicRecord::decode(&bytes).unwrap(), topic);
+        let cursor = CursorRecord {
+            identity: Some(CursorIdentity {
+                cursor_id: 3,
+                topic_id: 0xfeed,
+            }),
+            ..sample_cursor()
+        };
+        let bytes = cursor.encode();
+        assert_eq!(bytes.len(), sample_cursor().encode().len() + 16);
+        assert_eq!(CursorRecord::decode(&bytes).unwrap(), cursor);
+        // Records of earlier releases carry no trailer and decode without identity.
+        assert_eq!(
+            CursorRecord::decode(&sample_cursor().encode())
+                .unwrap()
+                .identity,
+            None
+        );
+        cursor.check_identity(3, "sub", 0xfeed).unwrap();
+        cursor.check_identity(3, "sub", 0).unwrap();
+        for (id, name, topic) in [(4, "sub", 0xfeed), (3, "other", 0xfeed), (3, "sub", 0xbeef)] {
+            assert!(matches!(
+                cursor.check_identity(id, name, topic),
+                Err(Error::CorruptedMeta { .. })
+            ));
+        }
+        sample_cursor().check_identity(9, "sub", 0xfeed).unwrap();
+        assert!(sample_cursor().check_identity(9, "bus", 0xfeed).is_err());
     }
 
     #[test]
@@ -723,9 +836,23 @@ mod tests {
             ),
             // A body too short for its fixed fields.
             (framed(topic_kind, 1, 8, &[0; 8]), CorruptionKind::Truncated),
-            // Trailing bytes after the cursor count.
+            // A trailer too short for a topic id.
             (
                 framed(topic_kind, 1, 25, &[0; 25]),
+                CorruptionKind::Truncated,
+            ),
+            // A topic id of zero (it is written only when non-zero).
+            (
+                framed(topic_kind, 1, 32, &[0; 32]),
+                CorruptionKind::InvalidField("topic id"),
+            ),
+            // Trailing bytes after the topic id.
+            (
+                framed(topic_kind, 1, 33, &{
+                    let mut body = [0; 33];
+                    body[24] = 1;
+                    body
+                }),
                 CorruptionKind::BadLength,
             ),
         ];
@@ -837,8 +964,9 @@ mod tests {
                 next_cursor_id: u64,
                 ledgers in proptest::collection::vec(ledger(), 0..20),
                 cursors in proptest::collection::vec(cursor_entry(), 0..20),
+                topic_id: u64,
             ) {
-                let record = TopicRecord { next_ledger_id, ledgers, cursors, next_cursor_id };
+                let record = TopicRecord { next_ledger_id, ledgers, cursors, next_cursor_id, topic_id };
                 let bytes = record.encode();
                 prop_assert_eq!(TopicRecord::decode(&bytes).unwrap(), record);
             }
@@ -851,6 +979,7 @@ mod tests {
                 entry_id: u64,
                 epoch: u64,
                 properties in proptest::collection::btree_map(any::<String>(), any::<i64>(), 0..10),
+                identity: Option<(u64, u64)>,
             ) {
                 let record = CursorRecord {
                     name,
@@ -858,6 +987,7 @@ mod tests {
                     mark_delete: Position::new(ledger_id, entry_id),
                     epoch,
                     properties,
+                    identity: identity.map(|(cursor_id, topic_id)| CursorIdentity { cursor_id, topic_id }),
                 };
                 prop_assert_eq!(CursorRecord::decode(&record.encode()).unwrap(), record);
             }

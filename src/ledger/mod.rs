@@ -61,10 +61,12 @@ pub struct ManagedLedger {
 impl ManagedLedger {
     /// Opens the topic in directory `dir`, creating the directory and the topic if needed.
     ///
-    /// The open claims the topic: it writes the topic record by compare-and-set, so a former
-    /// owner that lost the directory without knowing it (a broken lock, shared storage) is
-    /// fenced: its later writes fail with [`Error::Fenced`] (see `docs/cursors.md`,
-    /// "Ownership").
+    /// The open claims the topic: it writes the topic record (and every cursor record) by
+    /// compare-and-set before it reads the ledger files, so a former owner that lost the
+    /// directory without knowing it (a broken lock, shared storage) is fenced: its later writes
+    /// fail with [`Error::Fenced`], and nothing it writes afterwards is ever read (see
+    /// `docs/cursors.md`, "Ownership"). The open never writes into a ledger a former owner may
+    /// still be appending to.
     ///
     /// # Errors
     /// [`Error::Locked`] when another handle owns the directory; [`Error::MissingLedger`] when
@@ -77,9 +79,9 @@ impl ManagedLedger {
     /// Opens the topic kept in `storage` (for instance a
     /// [`MemStorage`](crate::storage::MemStorage)).
     pub fn open_with_storage(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<Self> {
-        Ok(Self {
-            core: Arc::new(open::open(storage, config)?),
-        })
+        let core = Arc::new(open::open(storage, config)?);
+        core.install_id_source()?;
+        Ok(Self { core })
     }
 
     /// Appends one message stamped with the current time; returns its position.

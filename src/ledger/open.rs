@@ -1,10 +1,16 @@
 //! Opening a topic directory: reconciling the topic record with the ledger files on disk.
 //!
-//! Owns: the rules that turn whatever a crash left behind into one consistent topic.
+//! Owns: the rules that turn whatever a crash (or a former owner still running) left behind
+//! into one consistent topic.
 //!
-//! 1. A directory without a topic record gets an empty one, unless it already holds ledger
-//!    files (then it is not a topic directory: [`Error::NotAckstore`]). The record is written
-//!    before any ledger is created, so a crash cannot leave ledgers without it.
+//! 0. The claim comes first: the topic record is written again by compare-and-set before any
+//!    ledger file is read, and every cursor record the cursor table lists is written again
+//!    before ledger references are collected. From then on a former owner's record writes are
+//!    refused, so what it wrote before is read below and what it writes after is never used.
+//! 1. A directory without a topic record gets an empty one (with a new topic id), unless it
+//!    already holds ledger files (then it is not a topic directory: [`Error::NotAckstore`]).
+//!    The record is written before any ledger is created, so a crash cannot leave ledgers
+//!    without it.
 //! 2. Every data ledger the record lists must have its file. A data ledger leaves the record
 //!    (trim) before its file is deleted, so a listed ledger without a file is lost data:
 //!    [`Error::MissingLedger`]. A listed ledger's file holding less than a header (emptied, or
@@ -15,14 +21,17 @@
 //!    cursor ledger that a crash kept from being recorded or from being deleted after a switch.
 //!    Cursor records of ids missing from the topic record's cursor table (a cursor creation or
 //!    deletion cut short) are deleted the same way.
-//! 4. A listed ledger that was not sealed (the topic was not closed) is sealed, or, if empty,
-//!    dropped from the record and deleted. A sealed ledger the record still lists with no
-//!    entries (a crash between the seal and the record update) gets its summary from its first
-//!    and last frame headers. A file holding fewer entries than the record counts (sealed or
-//!    not: the count is recorded only after the seal was synced) is [`Error::LedgerMismatch`];
-//!    entries beyond the count were appended by a fenced owner and are ignored.
-//! 5. The entry log's next ledger id is bumped above every id the record or the disk knows, so
-//!    no id (and no position) is ever reused; data ledger ids start at 1.
+//! 4. A listed ledger recorded with no entries (the one the previous owner was appending to,
+//!    or one sealed just before a crash) is recorded with the entries the scan found, its
+//!    summary taken from its first and last frame headers, or, if empty, dropped from the
+//!    record and deleted. Nothing is written into it: a former owner may still be appending.
+//!    A file holding fewer entries than the record counts is [`Error::LedgerMismatch`] (or the
+//!    damage that cut it short); entries beyond the count, and damage past them, were written by
+//!    a fenced owner and are ignored.
+//! 5. Ledger ids come from blocks reserved in the topic record by compare-and-set (the first
+//!    with the claim, above every id the record or the disk knows), so no id (and no position)
+//!    is ever reused, and no two owners ever create or delete a file of the same id; data ledger
+//!    ids start at 1.
 //!
 //! Appends after open always go to a new ledger.
 
@@ -30,12 +39,12 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::config::LedgerConfig;
-use super::topic::{TOPIC_RECORD, TopicCore, Writer, ledger_record};
+use super::topic::{ID_BLOCK, TOPIC_RECORD, TopicCore, Writer, ledger_record};
 use crate::cursor::record_name;
 use crate::error::{CorruptionKind, Error, Result};
 use crate::finder::{Layout, LedgerSpan};
 use crate::format::meta::{CursorRecord, LedgerRecord, TopicRecord};
-use crate::log::EntryLog;
+use crate::log::{EntryLog, parse_ledger_file_name};
 use crate::meta::{FileMetaStore, MetaStore};
 use crate::storage::Storage;
 
@@ -47,44 +56,33 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
         ));
     }
     let location = storage.location();
-    let log = EntryLog::open_keeping_interrupted(storage.clone(), config.log)?;
-    let log = Arc::new(log);
-    log.bump_next_ledger_id(1);
-    let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(storage));
-    let on_disk: BTreeSet<u64> = log.ledger_ids().into_iter().collect();
+    let guard = storage.lock()?;
+    let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(storage.clone()));
 
-    let (mut record, mut version) = match meta.get(TOPIC_RECORD)? {
-        Some((version, bytes)) => (TopicRecord::decode(&bytes)?, version),
-        None if !on_disk.is_empty() => {
-            return Err(Error::NotAckstore(
-                location,
-                "it holds ledger files but no topic record".into(),
-            ));
-        }
-        None => {
-            let record = TopicRecord {
-                next_ledger_id: 1,
-                ledgers: Vec::new(),
-                cursors: Vec::new(),
-                next_cursor_id: 0,
-            };
-            let version = meta.put(TOPIC_RECORD, None, &record.encode())?;
-            (record, version)
-        }
-    };
+    // The claim comes first: the topic record is written by compare-and-set before any ledger
+    // file is read, so a previous owner that still runs is fenced from here on (its next record
+    // write or ownership check fails), and whatever it synced before the claim is read below.
+    let (mut record, mut version, ids) = claim_topic(storage.as_ref(), meta.as_ref())?;
+    let log = Arc::new(EntryLog::open_locked(storage, config.log, guard)?);
+    log.reserve_ids(ids.0, ids.1, None);
+    let on_disk: BTreeSet<u64> = log.ledger_ids().into_iter().collect();
 
     // Rule 3, cursor side: references held by cursor records, orphan cursor records.
     let mut referenced: BTreeSet<u64> = record.ledgers.iter().map(|l| l.id).collect();
     let table: BTreeSet<String> = record.cursors.iter().map(|c| record_name(c.id)).collect();
     for name in meta.list()? {
-        let Some((v, bytes)) = meta.get(&name)? else {
-            continue;
-        };
         if table.contains(&name) {
-            if let Some(l) = CursorRecord::decode(&bytes)?.cursor_ledger {
+            // Claimed (written again, unchanged) before its ledger counts as referenced: a
+            // previous owner's flush could otherwise still switch the record to a ledger this
+            // open takes for an orphan and deletes. After the claim that switch is refused.
+            if let Some(bytes) = claim_record(meta.as_ref(), &name)?
+                && let Some(l) = CursorRecord::decode(&bytes)?.cursor_ledger
+            {
                 referenced.insert(l);
             }
-        } else if is_cursor_record(&name) {
+        } else if is_cursor_record(&name)
+            && let Some((v, _)) = meta.get(&name)?
+        {
             meta.delete(&name, v)?;
         }
     }
@@ -100,14 +98,7 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
     for &id in on_disk.difference(&referenced) {
         log.delete_ledger(id)?;
     }
-    // Rule 5.
-    let highest = on_disk
-        .iter()
-        .chain(referenced.iter())
-        .max()
-        .copied()
-        .unwrap_or(0);
-    log.bump_next_ledger_id(record.next_ledger_id.max(highest + 1));
+    // Rule 5: the block reserved by the claim starts above every recorded id and every file.
 
     // Rule 4.
     let mut ledgers = Vec::with_capacity(record.ledgers.len());
@@ -118,9 +109,7 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
             None => dropped.push(rec.id),
         }
     }
-    // Always written, changed or not: the new version is this owner's claim, and fences any
-    // earlier handle (its next compare-and-set on the record fails).
-    {
+    if ledgers != record.ledgers {
         let mut next = record.clone();
         next.ledgers.clone_from(&ledgers);
         version = meta.put(TOPIC_RECORD, Some(version), &next.encode())?;
@@ -174,34 +163,92 @@ fn settle_interrupted_creates(
     Ok(())
 }
 
-/// Brings one listed ledger to its sealed, recorded form; `None` when it is empty and must go.
+/// Rules 0 and 1: writes the topic record again by compare-and-set (or creates it), with a new
+/// block of ledger ids reserved for this owner; returns it, its version and the block.
+fn claim_topic(
+    storage: &dyn Storage,
+    meta: &dyn MetaStore,
+) -> Result<(TopicRecord, u64, (u64, u64))> {
+    let location = storage.location();
+    let highest_file = storage
+        .list()?
+        .iter()
+        .filter_map(|f| parse_ledger_file_name(f))
+        .max();
+    let mut record = match meta.get(TOPIC_RECORD)? {
+        Some((version, bytes)) => Some((TopicRecord::decode(&bytes)?, version)),
+        None if highest_file.is_some() => {
+            return Err(Error::NotAckstore(
+                location,
+                "it holds ledger files but no topic record".into(),
+            ));
+        }
+        None => None,
+    };
+    let (mut next, expected) = match record.take() {
+        Some((next, version)) => (next, Some(version)),
+        None => (
+            TopicRecord {
+                next_ledger_id: 1,
+                ledgers: Vec::new(),
+                cursors: Vec::new(),
+                next_cursor_id: 0,
+                topic_id: 0,
+            },
+            None,
+        ),
+    };
+    if next.topic_id == 0 {
+        // A new topic, or a record of an earlier release: the identity comes with the claim.
+        next.topic_id = new_topic_id();
+    }
+    // This owner's block of ledger ids, above every id recorded or on disk (earlier releases
+    // recorded data ledger ids only).
+    let start = next
+        .next_ledger_id
+        .max(highest_file.map_or(1, |h| h.saturating_add(1)))
+        .max(1);
+    let end = start
+        .checked_add(ID_BLOCK)
+        .ok_or_else(|| Error::LimitExceeded("the topic has run out of ledger ids".into()))?;
+    next.next_ledger_id = end;
+    let version = meta.put(TOPIC_RECORD, expected, &next.encode())?;
+    Ok((next, version, (start, end)))
+}
+
+/// The recorded form of one listed ledger; `None` when it is empty and must go. Writes nothing
+/// to the ledger: it may be the one a previous owner was appending to, and still is.
 fn finish_ledger(log: &EntryLog, rec: &LedgerRecord) -> Result<Option<LedgerRecord>> {
     let info = log.ledger_info(rec.id)?;
-    // A data ledger damaged before its tail would lose entries: refuse the topic, naming it.
+    // A ledger is recorded with its count only once that many entries were synced, so the file
+    // must still hold that many. More can only be entries a fenced owner appended after a newer
+    // owner recorded the count: they stay in the file and are never read (the layout stops at
+    // the recorded count), and so does damage past them (a frame the fenced owner was writing
+    // when the ledger was scanned).
+    if rec.entries != 0 {
+        if info.entries < rec.entries {
+            if let Some((offset, kind)) = info.damaged {
+                return Err(Error::corrupted(rec.id, offset, kind));
+            }
+            return Err(Error::LedgerMismatch {
+                ledger: rec.id,
+                recorded: rec.entries,
+                found: info.entries,
+                dir: log.storage().location(),
+            });
+        }
+        return Ok(Some(*rec));
+    }
+    // The ledger the previous owner was appending to. Damage before its tail would lose
+    // entries: refuse the topic, naming it.
     if let Some((offset, kind)) = info.damaged {
         return Err(Error::corrupted(rec.id, offset, kind));
-    }
-    // A ledger is recorded with its count only after its seal was synced, so the file must
-    // still hold that many entries. More can only be entries a fenced owner appended after a
-    // newer owner sealed the ledger: they stay in the file and are never read (the layout
-    // stops at the recorded count).
-    if rec.entries != 0 && info.entries < rec.entries {
-        return Err(Error::LedgerMismatch {
-            ledger: rec.id,
-            recorded: rec.entries,
-            found: info.entries,
-            dir: log.storage().location(),
-        });
     }
     if info.entries == 0 {
         return Ok(None);
     }
-    if !info.sealed {
-        log.seal(rec.id)?;
-    }
-    if rec.entries != 0 {
-        return Ok(Some(*rec));
-    }
+    // Sealed in the record, at the count read after the claim; the file is left as it is (no
+    // footer is written into a ledger another writer may still be appending to).
     let first = log.read_meta(rec.id, 0)?;
     let last = log.read_meta(rec.id, info.entries - 1)?;
     Ok(Some(ledger_record(&LedgerSpan {
@@ -211,6 +258,37 @@ fn finish_ledger(log: &EntryLog, rec: &LedgerRecord) -> Result<Option<LedgerReco
         first_timestamp: first.timestamp,
         last_timestamp: last.timestamp,
     })))
+}
+
+/// Writes record `name` again, unchanged, so every earlier holder of its version is refused;
+/// returns its bytes (`None` once it is gone). A previous owner's write racing with the claim
+/// makes it read again: each previous handle has at most one such write in flight, as it checks
+/// the topic record (claimed already) before the next.
+fn claim_record(meta: &dyn MetaStore, name: &str) -> Result<Option<Vec<u8>>> {
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let Some((version, bytes)) = meta.get(name)? else {
+            return Ok(None);
+        };
+        match meta.put(name, Some(version), &bytes) {
+            Ok(_) => return Ok(Some(bytes)),
+            Err(Error::Fenced(_)) if attempts < CLAIM_ATTEMPTS => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Reads of a record before its claim, at most.
+const CLAIM_ATTEMPTS: u32 = 8;
+
+/// A random, non-zero topic identity.
+fn new_topic_id() -> u64 {
+    use std::hash::BuildHasher;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    std::collections::hash_map::RandomState::new().hash_one((now, std::process::id())) | 1
 }
 
 /// Whether `name` is a cursor record's name (`cursor-{id}`).

@@ -14,14 +14,26 @@
 use std::sync::Arc;
 
 use super::topic::TopicCore;
-use crate::cursor::persist::CursorPersister;
+use crate::cursor::persist::{CursorPersister, Fence};
 use crate::cursor::{
     self, Cursor, CursorOptions, CursorShared, CursorState, Persistence, TopicAccess, recover,
 };
 use crate::error::{Error, Result};
-use crate::format::meta::{CursorEntry, CursorRecord};
+use crate::format::meta::{CursorEntry, CursorIdentity, CursorRecord};
+
+/// Reads of a cursor before its claim, at most (see `open_cursor`).
+const CLAIM_ATTEMPTS: u32 = 4;
 
 impl TopicCore {
+    /// The ownership check a cursor's flushes run after their sync.
+    fn fence(self: &Arc<Self>) -> Fence {
+        let topic = Arc::downgrade(self);
+        Fence(Arc::new(move || match topic.upgrade() {
+            Some(topic) => TopicAccess::check_owner(topic.as_ref()),
+            None => Err(Error::Closed),
+        }))
+    }
+
     /// Opens cursor `name`, creating it at `options` when it does not exist; see
     /// `ManagedLedger::open_cursor`.
     pub(crate) fn open_cursor(
@@ -44,22 +56,52 @@ impl TopicCore {
         let id = listed.unwrap_or(w.record.next_cursor_id);
         let record_name = cursor::record_name(id);
         let found = self.meta.get(&record_name)?;
+        // A record found under this cursor's name must be this cursor's: one moved or copied
+        // here would hand it another cursor's state.
+        if let (Some(_), Some((_, bytes))) = (listed, &found) {
+            CursorRecord::decode(bytes)?.check_identity(id, name, w.record.topic_id)?;
+        }
+        let identity = CursorIdentity {
+            cursor_id: id,
+            topic_id: w.record.topic_id,
+        };
         let persist_config = self.config.cursor.clone();
         let (state, persistence) = if let (Some(_), Some(_)) = (listed, &found) {
-            let recovered = recover::recover(log, self.meta.clone(), &record_name, persist_config)?;
-            let (mut state, _) =
-                CursorState::recovered(&recovered.state, &self.layout(), recovered.acks)?;
             // The claim: the recovered state goes to a fresh cursor ledger, and the record is
             // switched to it by compare-and-set. A previous owner that lost the directory
             // without knowing it is fenced from here on: its next record write fails, its
             // flushes check the record's version first, and whatever it still appends goes
-            // to a ledger this owner never reads.
-            let mut persister = recovered.persister;
-            persister.request_rollover();
-            persister.flush(&state.persisted(), &mut state.acks)?;
+            // to a ledger this owner never reads. A previous owner's record write that slipped
+            // in between the read and the claim (it checked the topic just before this
+            // owner's claim of it) makes the claim fail: read again; there is at most one such
+            // write in flight per previous handle.
+            let mut attempts = 0;
+            let (state, recovered_source, persister) = loop {
+                attempts += 1;
+                let recovered = recover::recover(
+                    log.clone(),
+                    self.meta.clone(),
+                    &record_name,
+                    persist_config.clone(),
+                )?;
+                let (mut state, _) =
+                    CursorState::recovered(&recovered.state, &self.layout(), recovered.acks)?;
+                let mut persister = recovered.persister;
+                persister.set_fence(self.fence());
+                persister.set_identity(identity);
+                persister.request_rollover();
+                match persister.flush(&state.persisted(), &mut state.acks) {
+                    Ok(_) => break (state, recovered.report.source, persister),
+                    Err(Error::Fenced(_)) if attempts < CLAIM_ATTEMPTS => {
+                        self.check_owner(&w)?;
+                    }
+                    Err(e) => return Err(e),
+                }
+            };
+
             let persistence = Persistence {
                 persister,
-                recovery_source: Some(recovered.report.source),
+                recovery_source: Some(recovered_source),
                 dirty: false,
                 flush_interval: self.config.cursor.flush_interval,
             };
@@ -71,10 +113,14 @@ impl TopicCore {
             // the persister reads it back and is its only writer from then on.
             let mut state =
                 CursorState::initial(&self.layout(), options, cursor::detached_ack_set());
-            let bytes = state.to_record(name).encode();
+            let mut record = state.to_record(name);
+            record.identity = Some(identity);
+            let bytes = record.encode();
             self.meta.put(&record_name, found.map(|(v, _)| v), &bytes)?;
-            let (persister, acks) =
+            let (mut persister, acks) =
                 CursorPersister::new_cursor(log, self.meta.clone(), &record_name, persist_config)?;
+            persister.set_fence(self.fence());
+            persister.set_identity(identity);
             state.acks = acks;
             if listed.is_none() {
                 let mut record = w.record.clone();

@@ -18,12 +18,17 @@ use crate::cursor::{self, CursorShared, NO_MARK_DELETE, TopicAccess};
 use crate::error::{Error, Result};
 use crate::finder::{Layout, LedgerSpan};
 use crate::format::meta::{CursorRecord, LedgerRecord, TopicRecord};
-use crate::log::{EntryLog, EntryMeta, lock};
+use crate::log::{EntryLog, EntryMeta, IdSource, lock};
 use crate::meta::MetaStore;
 use crate::position::Position;
 
 /// Name of the topic's metadata record.
 pub const TOPIC_RECORD: &str = "topic";
+
+/// Ledger ids an owner reserves at a time in the topic record (at its open, then whenever it
+/// has used them up): every ledger file, data or cursor, gets an id from a block no other owner
+/// ever had, so two owners never create, or delete, a file of the same id.
+pub(crate) const ID_BLOCK: u64 = 64;
 
 /// State only appends, rollovers, trims and cursor creation change.
 pub(crate) struct Writer {
@@ -49,6 +54,11 @@ pub(crate) struct TopicCore {
     /// The topic record's version as this handle last wrote it (a copy of `Writer::version`
     /// that cursors read without taking `writer`).
     owned_version: AtomicU64,
+    /// The topic record as last committed. Held across every record write and the update of
+    /// `owned_version` that follows it, so an ownership check that finds the stored version
+    /// ahead of `owned_version` can wait for the write in flight and compare again. Innermost
+    /// lock: nothing but the metadata store is used while holding it.
+    committing: Mutex<TopicRecord>,
     /// Open cursors by name.
     cursors: Mutex<BTreeMap<String, Arc<CursorShared>>>,
 }
@@ -76,6 +86,7 @@ impl TopicCore {
             config,
             layout: RwLock::new(layout),
             owned_version: AtomicU64::new(writer.version),
+            committing: Mutex::new(writer.record.clone()),
             writer: Mutex::new(writer),
             cursors: Mutex::new(BTreeMap::new()),
         }
@@ -94,12 +105,49 @@ impl TopicCore {
     }
 
     /// Writes `record` over the version `writer` holds.
-    pub(crate) fn commit(&self, writer: &mut Writer, record: TopicRecord) -> Result<()> {
-        writer.version = self
-            .meta
-            .put(TOPIC_RECORD, Some(writer.version), &record.encode())?;
-        self.owned_version.store(writer.version, Ordering::SeqCst);
+    pub(crate) fn commit(&self, writer: &mut Writer, mut record: TopicRecord) -> Result<()> {
+        let mut committed = lock(&self.committing);
+        // A block of ledger ids reserved since `writer` last committed stays reserved.
+        record.next_ledger_id = record.next_ledger_id.max(committed.next_ledger_id);
+        let version = self.meta.put(
+            TOPIC_RECORD,
+            Some(self.owned_version.load(Ordering::SeqCst)),
+            &record.encode(),
+        )?;
+        self.owned_version.store(version, Ordering::SeqCst);
+        committed.clone_from(&record);
+        drop(committed);
+        writer.version = version;
         writer.record = record;
+        Ok(())
+    }
+
+    /// Reserves the next block of [`ID_BLOCK`] ledger ids in the topic record (by
+    /// compare-and-set, so no other owner ever uses them) and returns it.
+    fn reserve_ids(&self) -> Result<(u64, u64)> {
+        let mut committed = lock(&self.committing);
+        let mut record = committed.clone();
+        let start = record.next_ledger_id;
+        let end = start
+            .checked_add(ID_BLOCK)
+            .ok_or_else(|| Error::LimitExceeded("the topic has run out of ledger ids".into()))?;
+        record.next_ledger_id = end;
+        let version = self.meta.put(
+            TOPIC_RECORD,
+            Some(self.owned_version.load(Ordering::SeqCst)),
+            &record.encode(),
+        )?;
+        self.owned_version.store(version, Ordering::SeqCst);
+        *committed = record;
+        Ok((start, end))
+    }
+
+    /// Makes the entry log take its next blocks of ledger ids from [`TopicCore::reserve_ids`].
+    pub(crate) fn install_id_source(self: &Arc<Self>) -> Result<()> {
+        let topic = Arc::downgrade(self);
+        self.log()?.set_id_source(IdSource(Arc::new(move || {
+            topic.upgrade().ok_or(Error::Closed)?.reserve_ids()
+        })));
         Ok(())
     }
 
@@ -108,15 +156,32 @@ impl TopicCore {
     /// so this handle must not change the topic's files or records any more. One metadata
     /// read; taken before steps that touch ledger files (creating, sealing), because the
     /// record write that follows them would only be refused after the file changed.
-    pub(crate) fn check_owner(&self, writer: &Writer) -> Result<()> {
-        self.check_version(writer.version)
+    ///
+    /// Takes the writer guard to show it is held (no topic commit is in flight); a block
+    /// reservation of ledger ids may be, which `check_version` waits for.
+    pub(crate) fn check_owner(&self, _writer: &Writer) -> Result<()> {
+        self.check_version(self.owned_version.load(Ordering::SeqCst))
     }
 
+    /// Invariant: the stored version differs from `owned_version` only while this handle's
+    /// own record write is in flight (it holds `committing`) or after another owner wrote.
+    /// A mismatch is therefore checked again once `committing` is free: only a mismatch that
+    /// persists with no write of ours in flight means a newer owner.
     fn check_version(&self, owned: u64) -> Result<()> {
-        match self.meta.get(TOPIC_RECORD)? {
-            Some((version, _)) if version == owned => Ok(()),
-            _ => Err(Error::Fenced(format!("{} (topic record)", self.location))),
+        if self.stored_version()? == Some(owned) {
+            return Ok(());
         }
+        let _committing = lock(&self.committing);
+        let owned = self.owned_version.load(Ordering::SeqCst);
+        if self.stored_version()? == Some(owned) {
+            Ok(())
+        } else {
+            Err(Error::Fenced(format!("{} (topic record)", self.location)))
+        }
+    }
+
+    fn stored_version(&self) -> Result<Option<u64>> {
+        Ok(self.meta.get(TOPIC_RECORD)?.map(|(version, _)| version))
     }
 
     /// Appends one entry of `num_messages` messages; see `ManagedLedger::append_with`.
@@ -276,7 +341,9 @@ impl TopicCore {
                 Some(c) => c.published_mark(),
                 None => match self.meta.get(&cursor::record_name(entry.id))? {
                     Some((_, bytes)) => {
-                        let m = CursorRecord::decode(&bytes)?.mark_delete;
+                        let cursor = CursorRecord::decode(&bytes)?;
+                        cursor.check_identity(entry.id, &entry.name, record.topic_id)?;
+                        let m = cursor.mark_delete;
                         (m != NO_MARK_DELETE).then_some(m)
                     }
                     None => None,

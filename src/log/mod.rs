@@ -171,6 +171,18 @@ pub fn parse_ledger_file_name(name: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
+/// Hands out a new block `[start, end)` of ledger ids that no other writer of the directory
+/// uses (see [`EntryLog::reserve_ids`]).
+#[derive(Clone)]
+pub struct IdSource(pub Arc<dyn Fn() -> Result<(u64, u64)> + Send + Sync>);
+
+/// A block of ledger ids being used, and where the next one comes from.
+struct Reserved {
+    next: u64,
+    end: u64,
+    source: Option<IdSource>,
+}
+
 /// A directory of ledgers. `Send + Sync`: share it as `Arc<EntryLog>`; every method takes
 /// `&self`.
 pub struct EntryLog {
@@ -181,6 +193,9 @@ pub struct EntryLog {
     /// Interrupted creates still on disk.
     interrupted: Mutex<std::collections::BTreeSet<u64>>,
     next_ledger_id: AtomicU64,
+    /// The block of ids this handle may use, when its owner reserves ids (see
+    /// [`EntryLog::reserve_ids`]); `None`: ids come from `next_ledger_id`.
+    reserved: Mutex<Option<Reserved>>,
     report: Vec<TailRepair>,
     stats: LogStatsCounters,
     _lock: Option<LockGuard>,
@@ -220,24 +235,26 @@ impl EntryLog {
         Ok(log)
     }
 
-    /// [`EntryLog::open`], except that interrupted creates stay on disk, listed by
-    /// [`EntryLog::interrupted_creates`], for a caller that knows which ledgers are recorded
-    /// (a recorded ledger's file must never be removed) to delete with
-    /// [`EntryLog::delete_ledger`] or refuse.
-    pub(crate) fn open_keeping_interrupted(
-        storage: Arc<dyn Storage>,
-        config: LogConfig,
-    ) -> Result<EntryLog> {
-        let guard = storage.lock()?;
-        Self::open_inner(storage, config, Some(guard))
-    }
-
     /// Ledger files found holding only part of a header (a create cut short) and not yet
     /// deleted: not among [`EntryLog::ledger_ids`], and reported in
     /// [`EntryLog::recovery_report`].
     #[must_use]
     pub fn interrupted_creates(&self) -> Vec<u64> {
         lock(&self.interrupted).iter().copied().collect()
+    }
+
+    /// Opens the log as [`EntryLog::open`] does, under a lock the caller took already with
+    /// `storage.lock()` (so it can claim ownership elsewhere before the ledger files are read),
+    /// except that interrupted creates stay on disk, listed by
+    /// [`EntryLog::interrupted_creates`], for a caller that knows which ledgers are recorded (a
+    /// recorded ledger's file must never be removed) to delete with [`EntryLog::delete_ledger`]
+    /// or refuse.
+    pub fn open_locked(
+        storage: Arc<dyn Storage>,
+        config: LogConfig,
+        guard: LockGuard,
+    ) -> Result<EntryLog> {
+        Self::open_inner(storage, config, Some(guard))
     }
 
     /// Opens the log for reading only: takes no lock and never writes or truncates. Torn tails
@@ -281,6 +298,7 @@ impl EntryLog {
             ledgers: RwLock::new(ledgers),
             interrupted: Mutex::new(interrupted),
             next_ledger_id: AtomicU64::new(max_seen.saturating_add(1)),
+            reserved: Mutex::new(None),
             report,
             stats,
             _lock: guard,
@@ -329,10 +347,19 @@ impl EntryLog {
     /// is written and synced, then the directory is synced.
     pub fn create_ledger(&self) -> Result<u64> {
         self.writable()?;
-        let id = self.next_ledger_id.fetch_add(1, Ordering::SeqCst);
+        // An id whose file exists was taken by another writer of the directory (a previous
+        // owner that does not know it lost it): skip it, never share a file.
+        let (id, file) = loop {
+            let id = self.next_id()?;
+            match self.storage.create(&ledger_file_name(id)) {
+                Ok(file) => break (id, file),
+                Err(Error::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+        };
         let header = LedgerHeader::new(id, fresh_nonce(id));
         let name = ledger_file_name(id);
-        let file = self.storage.create(&name)?;
         let made = file
             .write_all_at(&header.encode(), 0)
             .and_then(|()| file.sync_data())
@@ -350,6 +377,44 @@ impl EntryLog {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(id, Arc::new(ledger));
+        Ok(id)
+    }
+
+    /// From now on, takes ledger ids from `[start, end)` only, and once they are used up, from
+    /// the blocks `source` hands out (without a source, creating a ledger then fails with
+    /// [`Error::LimitExceeded`]). An owner that reserves each block in a record by
+    /// compare-and-set makes ids unique across every writer of the directory, for good: no two
+    /// writers ever create, or delete, a file of the same id.
+    pub fn reserve_ids(&self, start: u64, end: u64, source: Option<IdSource>) {
+        *lock(&self.reserved) = Some(Reserved {
+            next: start,
+            end,
+            source,
+        });
+    }
+
+    /// Sets where the next blocks of reserved ids come from (see [`EntryLog::reserve_ids`]).
+    pub fn set_id_source(&self, source: IdSource) {
+        if let Some(r) = lock(&self.reserved).as_mut() {
+            r.source = Some(source);
+        }
+    }
+
+    fn next_id(&self) -> Result<u64> {
+        let mut reserved = lock(&self.reserved);
+        let Some(r) = reserved.as_mut() else {
+            return Ok(self.next_ledger_id.fetch_add(1, Ordering::SeqCst));
+        };
+        if r.next >= r.end {
+            let source = r.source.clone().ok_or_else(|| {
+                Error::LimitExceeded("the reserved ledger ids are used up".into())
+            })?;
+            let (start, end) = (source.0)()?;
+            r.next = start;
+            r.end = end;
+        }
+        let id = r.next;
+        r.next += 1;
         Ok(id)
     }
 

@@ -1,45 +1,56 @@
-//! The default metadata store: one file per record in a [`Storage`] directory.
+//! The default metadata store: versioned record files in a [`Storage`] directory, with a
+//! compare-and-set that is atomic across processes.
 //!
-//! Owns: the files `{name}.meta` (the committed record) and `{name}.{nonce}.meta.tmp` (a write in
-//! progress; the nonce is unique to the write, so two writers never share a temporary file).
-//! Must never leave a committed record torn: a record is replaced by writing the whole new file
-//! under a temporary name, `sync_data`, renaming it over the old one and syncing the directory,
-//! so after a power cut at any step the directory holds the old record or the new one, whole.
-//! A temporary file is never read. Leftovers of a crash (any `*.meta.tmp`, of any record) are
-//! removed before a store's first `put` or `delete`: at the first write rather than in `new`, so a
-//! store that only reads (an inspection tool) never changes the directory.
+//! Owns: the files `{name}.{version:020}.meta` (version `version` of record `name`), the
+//! legacy `{name}.meta` (one record of an earlier release, its version inside), and
+//! `{name}.{version:020}.{nonce:016x}.meta.tmp` (a write of that version in progress).
 //!
-//! The version check of `put` and `delete` reads the version stored on disk, never a cached one,
-//! so a handle that lost ownership is refused as soon as a newer owner has written. The check and
-//! the rename that follows it are two steps, not one atomic compare-and-set: calls through one
-//! `FileMetaStore` are serialised, two stores over the same directory are not. The fence is
-//! therefore exact only for writers serialised by the directory lock (design invariant 6: one
-//! owner at a time), where it refuses a former owner's handle that has not noticed yet. Without
-//! that lock, a stale writer that passed its check before the new owner's write could still
-//! rename after it. A `MetaStore` shared between hosts or processes must provide a real
-//! compare-and-set (a conditional write in the database or object store behind it).
+//! A `put` of version `v + 1` over `v` writes the whole record under its temporary name,
+//! `sync_data`s it, then *links* it to `{name}.{v+1:020}.meta`: `link(2)` fails when the name
+//! exists, so of two writers racing for version `v + 1`, in one process or two, exactly one
+//! wins; the other is [`Error::Fenced`]. The directory is synced before `put` returns. The
+//! current record is the highest version present; a writer that linked a version while a
+//! higher one already existed (possible once older versions were removed) sees it when it lists
+//! the directory after its link and is fenced too. Older versions are removed after a successful
+//! `put`, never before the newer one is linked, so from the moment a version is removed some
+//! higher version exists. A record file is linked only once whole and synced, so after a power
+//! cut at any step the directory holds whole versions only: the highest durable one is the
+//! record (docs/format.md, "Metadata records").
+//!
+//! A deleted record is marked by an empty file at the next version (a tombstone, linked like any
+//! version, so a delete races with puts by the same rule); then every file of the record is
+//! removed, the tombstone last. A stale writer could still link a version of a record removed
+//! entirely; such a record is one no table lists any more, and the topic's open removes it.
+//!
+//! Leftover temporary files are removed before a store's first write when they can no longer
+//! be linked as the current record: files of earlier releases, and writes of a version the
+//! record has reached. Reads never change the directory (an inspection tool only reads).
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::{MetaStore, validate_record_name};
-use crate::error::{Error, Result};
+use crate::error::{CorruptionKind, Error, Result};
 use crate::format::meta::{MAX_RECORD_BYTES, STORED_OVERHEAD, decode_stored, encode_stored};
 use crate::storage::Storage;
 
 /// Suffix of a committed record's file.
 const RECORD_SUFFIX: &str = ".meta";
-/// Suffix of a record being written: `{name}.{nonce:016x}.meta.tmp`.
+/// Suffix of a record being written.
 const TEMP_SUFFIX: &str = ".meta.tmp";
+/// Digits of the version in a record's file name.
+const VERSION_DIGITS: usize = 20;
+/// How often `get` lists the directory again when a file it listed was removed meanwhile (by
+/// another writer's cleanup, which only removes a version once a higher one exists).
+const READ_ATTEMPTS: usize = 64;
 
-/// Metadata records as files `{name}.meta`, replaced atomically (temp file, `sync_data`,
-/// rename, directory sync).
+/// Metadata records as versioned files, replaced by linking a new version (see the module
+/// documentation).
 #[derive(Debug)]
 pub struct FileMetaStore {
     storage: Arc<dyn Storage>,
-    /// Serialises the read-check-write of `put` and `delete` within this store, and holds the
-    /// state of its writes.
+    /// Serialises the writes of this store, and holds their state.
     writes: Mutex<Writes>,
     /// Randomly keyed, so the nonces of two stores (in one process or two) do not collide.
     nonces: RandomState,
@@ -54,6 +65,83 @@ struct Writes {
     count: u64,
 }
 
+/// One file of a record found in the directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Found {
+    /// The version its name carries; `None` for the legacy `{name}.meta` (version inside).
+    version: Option<u64>,
+    file: String,
+}
+
+/// The record a committed record file belongs to (`topic` for `topic.00000000000000000007.meta`
+/// or for the earlier releases' `topic.meta`); `None` for any other file.
+#[must_use]
+pub fn record_of_file(file: &str) -> Option<&str> {
+    parse_record_file(file).map(|(name, _)| name)
+}
+
+/// What a record file's name says: `(record name, version)`; version `None` for `{name}.meta`.
+fn parse_record_file(file: &str) -> Option<(&str, Option<u64>)> {
+    let stem = file.strip_suffix(RECORD_SUFFIX)?;
+    match stem.split_once('.') {
+        None => {
+            validate_record_name(stem).ok()?;
+            Some((stem, None))
+        }
+        Some((name, digits)) => {
+            validate_record_name(name).ok()?;
+            Some((name, Some(parse_version(digits)?)))
+        }
+    }
+}
+
+fn parse_version(digits: &str) -> Option<u64> {
+    (digits.len() == VERSION_DIGITS && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
+}
+
+/// What a temporary file's name says: `Some((record name, version))` for one of this release,
+/// `None` for one of an earlier release.
+fn parse_temp_file(file: &str) -> Option<(&str, u64)> {
+    let mut parts = file.strip_suffix(TEMP_SUFFIX)?.split('.');
+    let (name, digits, nonce) = (parts.next()?, parts.next()?, parts.next()?);
+    let ok = parts.next().is_none()
+        && nonce.len() == 16
+        && nonce.bytes().all(|b| b.is_ascii_hexdigit())
+        && validate_record_name(name).is_ok();
+    ok.then(|| Some((name, parse_version(digits)?))).flatten()
+}
+
+fn version_file(name: &str, version: u64) -> String {
+    format!("{name}.{version:0VERSION_DIGITS$}{RECORD_SUFFIX}")
+}
+
+fn is_not_found(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+}
+
+fn is_already_exists(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::AlreadyExists)
+}
+
+/// What `get` found: the record, a tombstone, or nothing.
+enum Current {
+    Record(u64, Vec<u8>),
+    Deleted(u64),
+    Absent,
+}
+
+impl Current {
+    /// The version this state is at; 0 for an absent record.
+    fn version(&self) -> u64 {
+        match self {
+            Self::Record(v, _) | Self::Deleted(v) => *v,
+            Self::Absent => 0,
+        }
+    }
+}
+
 impl FileMetaStore {
     /// A store over `storage`; the directory may also hold other files (ledgers), which the
     /// store ignores.
@@ -66,108 +154,236 @@ impl FileMetaStore {
         }
     }
 
-    /// Removes every leftover temporary file (`*.meta.tmp`) of a crashed write, once per store,
-    /// before its first write. Syncs the directory if anything was removed.
-    fn sweep(&self, writes: &mut Writes) -> Result<()> {
-        if writes.swept {
-            return Ok(());
-        }
-        let mut removed = false;
-        for file in self.storage.list()? {
-            if file.ends_with(TEMP_SUFFIX) {
-                self.storage.remove(&file)?;
-                removed = true;
-            }
-        }
-        if removed {
-            self.storage.sync_dir()?;
-        }
-        writes.swept = true;
-        Ok(())
-    }
-
-    /// A temporary file name for a new write of `name`, unique to this write.
-    fn temp_file(&self, writes: &mut Writes, name: &str) -> String {
-        writes.count += 1;
-        let nonce = self.nonces.hash_one(writes.count);
-        format!("{name}.{nonce:016x}{TEMP_SUFFIX}")
-    }
-
     /// The storage the records live in.
     #[must_use]
     pub fn storage(&self) -> &Arc<dyn Storage> {
         &self.storage
     }
 
-    /// The committed version of `name`, read from the directory.
-    fn current_version(&self, name: &str) -> Result<Option<u64>> {
-        Ok(self.get(name)?.map(|(version, _)| version))
+    /// Every file of record `name`, highest version first (the legacy file ranks by the
+    /// version inside it, read later; it sorts last here).
+    fn files_of(&self, name: &str) -> Result<Vec<Found>> {
+        let mut found: Vec<Found> = self
+            .storage
+            .list()?
+            .into_iter()
+            .filter_map(|file| {
+                let (record, version) = parse_record_file(&file)?;
+                (record == name).then(|| Found {
+                    version,
+                    file: file.clone(),
+                })
+            })
+            .collect();
+        found.sort_by_key(|f| std::cmp::Reverse(f.version));
+        Ok(found)
     }
 
-    /// Refuses with [`Error::Fenced`] unless the stored version is `expected`.
-    fn check_version(&self, name: &str, expected: Option<u64>, found: Option<u64>) -> Result<()> {
-        if expected == found {
-            return Ok(());
-        }
-        let describe = |v: Option<u64>| v.map_or_else(|| "none".to_string(), |v| v.to_string());
-        Err(Error::Fenced(format!(
-            "{}/{name}{RECORD_SUFFIX}: expected version {} but found {}",
-            self.storage.location(),
-            describe(expected),
-            describe(found)
-        )))
-    }
-
-    /// Writes `encoded` to the new file `temp`, syncs it and renames it to `name`'s record.
-    fn replace(&self, temp: &str, name: &str, encoded: &[u8]) -> Result<()> {
-        let file = self.storage.create(temp)?;
-        file.write_all_at(encoded, 0)?;
-        file.sync_data()?;
-        drop(file);
-        self.storage.rename(temp, &record_file(name))?;
-        self.storage.sync_dir()
-    }
-}
-
-fn record_file(name: &str) -> String {
-    format!("{name}{RECORD_SUFFIX}")
-}
-
-impl MetaStore for FileMetaStore {
-    fn get(&self, name: &str) -> Result<Option<(u64, Vec<u8>)>> {
-        validate_record_name(name)?;
-        let file = match self.storage.open(&record_file(name)) {
-            Ok(file) => file,
-            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(None);
-            }
-            Err(e) => return Err(e),
-        };
-        let corrupted = |kind| Error::CorruptedMeta {
+    fn corrupted(name: &str, kind: CorruptionKind) -> Error {
+        Error::CorruptedMeta {
             record: name.to_string(),
             kind,
+        }
+    }
+
+    /// Reads one record file: `None` when it was removed meanwhile; an empty file is a
+    /// tombstone.
+    fn read_file(&self, name: &str, found: &Found) -> Result<Option<Current>> {
+        let file = match self.storage.open(&found.file) {
+            Ok(file) => file,
+            Err(e) if is_not_found(&e) => return Ok(None),
+            Err(e) => return Err(e),
         };
         let size = usize::try_from(file.size()?)
             .ok()
             .filter(|&size| size <= MAX_RECORD_BYTES)
-            .ok_or_else(|| corrupted(crate::error::CorruptionKind::BadLength))?;
+            .ok_or_else(|| Self::corrupted(name, CorruptionKind::BadLength))?;
+        if size == 0 {
+            return match found.version {
+                Some(v) => Ok(Some(Current::Deleted(v))),
+                None => Err(Self::corrupted(name, CorruptionKind::Truncated)),
+            };
+        }
         let mut bytes = vec![0; size];
         file.read_exact_at(&mut bytes, 0)?;
-        decode_stored(&bytes).map(Some).map_err(|e| match e {
-            Error::CorruptedMeta { kind, .. } => corrupted(kind),
+        let (version, payload) = decode_stored(&bytes).map_err(|e| match e {
+            Error::CorruptedMeta { kind, .. } => Self::corrupted(name, kind),
             other => other,
+        })?;
+        if found.version.is_some_and(|v| v != version) {
+            return Err(Self::corrupted(
+                name,
+                CorruptionKind::InvalidField("version differs from the file name"),
+            ));
+        }
+        Ok(Some(Current::Record(version, payload)))
+    }
+
+    /// The current state of `name`: its highest version. Only the highest versioned file
+    /// and a legacy `{name}.meta` are read (the legacy file counts by the version inside it).
+    fn current(&self, name: &str) -> Result<Current> {
+        validate_record_name(name)?;
+        'listing: for _ in 0..READ_ATTEMPTS {
+            let files = self.files_of(name)?;
+            let highest = files.iter().find(|f| f.version.is_some());
+            let legacy = files.iter().find(|f| f.version.is_none());
+            let mut best = Current::Absent;
+            for found in highest.into_iter().chain(legacy) {
+                let Some(current) = self.read_file(name, found)? else {
+                    continue 'listing;
+                };
+                if current.version() > best.version() {
+                    best = current;
+                }
+            }
+            return Ok(best);
+        }
+        Err(Error::io(
+            "read metadata record",
+            format!("{}/{name}", self.storage.location()),
+            std::io::Error::other("its versions kept changing while it was read"),
+        ))
+    }
+
+    /// Removes every leftover temporary file that can no longer become the current record,
+    /// once per store, before its first write.
+    fn sweep(&self, writes: &mut Writes) -> Result<()> {
+        if writes.swept {
+            return Ok(());
+        }
+        for file in self.storage.list()? {
+            if !file.ends_with(TEMP_SUFFIX) {
+                continue;
+            }
+            let stale = match parse_temp_file(&file) {
+                None => true,
+                Some((name, version)) => version <= self.current(name)?.version(),
+            };
+            if stale {
+                match self.storage.remove(&file) {
+                    Ok(()) => {}
+                    Err(e) if is_not_found(&e) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        writes.swept = true;
+        Ok(())
+    }
+
+    /// A temporary file name for a write of `version` of `name`, unique to this write.
+    fn temp_file(&self, writes: &mut Writes, name: &str, version: u64) -> String {
+        writes.count += 1;
+        let nonce = self.nonces.hash_one(writes.count);
+        format!("{name}.{version:0VERSION_DIGITS$}.{nonce:016x}{TEMP_SUFFIX}")
+    }
+
+    fn fenced(&self, name: &str, expected: Option<u64>, found: Option<u64>) -> Error {
+        let describe = |v: Option<u64>| v.map_or_else(|| "none".to_string(), |v| v.to_string());
+        Error::Fenced(format!(
+            "{}/{name}{RECORD_SUFFIX}: expected version {} but found {}",
+            self.storage.location(),
+            describe(expected),
+            describe(found)
+        ))
+    }
+
+    /// Refuses with [`Error::Fenced`] unless the record is at `expected` (`None`: absent or
+    /// deleted); returns the highest version present (a tombstone's included), 0 if none.
+    fn check(&self, name: &str, expected: Option<u64>) -> Result<u64> {
+        let current = self.current(name)?;
+        let highest = current.version();
+        let found = match current {
+            Current::Record(v, _) => Some(v),
+            Current::Deleted(_) | Current::Absent => None,
+        };
+        if found == expected {
+            Ok(highest)
+        } else {
+            Err(self.fenced(name, expected, found))
+        }
+    }
+
+    /// Links `bytes` (already framed; empty for a tombstone) as version `version` of `name`:
+    /// the compare-and-set. [`Error::Fenced`] when another writer has that version or a
+    /// higher one.
+    fn link_version(
+        &self,
+        writes: &mut Writes,
+        name: &str,
+        expected: Option<u64>,
+        version: u64,
+        bytes: &[u8],
+    ) -> Result<()> {
+        // Power-cut analysis of each step: docs/format.md, "Metadata records".
+        let temp = self.temp_file(writes, name, version);
+        let linked = (|| {
+            let file = self.storage.create(&temp)?;
+            if !bytes.is_empty() {
+                file.write_all_at(bytes, 0)?;
+            }
+            file.sync_data()?;
+            drop(file);
+            self.storage.link(&temp, &version_file(name, version))
+        })();
+        // Best effort: a temporary file left behind is never read, and a later sweep removes
+        // it. The write's own outcome is the one to report.
+        if self.storage.exists(&temp).unwrap_or(false) {
+            let _ = self.storage.remove(&temp);
+        }
+        match linked {
+            Ok(()) => {}
+            // Another writer linked this version first, or swept our temporary file because
+            // the record had passed this version: either way, we lost.
+            Err(e) if is_already_exists(&e) || is_not_found(&e) => {
+                return Err(self.fenced(name, expected, Some(version)));
+            }
+            Err(e) => return Err(e),
+        }
+        self.storage.sync_dir()?;
+        // A higher version existing now means ours was linked into a slot whose record had
+        // moved on (its older files removed): the record is that higher version, not ours.
+        let files = self.files_of(name)?;
+        if let Some(higher) = files
+            .iter()
+            .find_map(|f| f.version.filter(|&v| v > version))
+        {
+            return Err(self.fenced(name, expected, Some(higher)));
+        }
+        Ok(())
+    }
+
+    /// Removes every file of `name` below `version` (and, with `inclusive`, at it). Other
+    /// writers may remove the same files: a file already gone is not an error.
+    fn remove_below(&self, name: &str, version: u64, inclusive: bool) -> Result<()> {
+        let mut files = self.files_of(name)?;
+        files.reverse();
+        for found in files {
+            let below = found
+                .version
+                .is_none_or(|v| v < version || (inclusive && v == version));
+            if below {
+                match self.storage.remove(&found.file) {
+                    Ok(()) => {}
+                    Err(e) if is_not_found(&e) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl MetaStore for FileMetaStore {
+    fn get(&self, name: &str) -> Result<Option<(u64, Vec<u8>)>> {
+        Ok(match self.current(name)? {
+            Current::Record(version, bytes) => Some((version, bytes)),
+            Current::Deleted(_) | Current::Absent => None,
         })
     }
 
     fn put(&self, name: &str, expected: Option<u64>, bytes: &[u8]) -> Result<u64> {
         validate_record_name(name)?;
-        let mut writes = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
-        self.sweep(&mut writes)?;
-        let found = self.current_version(name)?;
-        self.check_version(name, expected, found)?;
-        let version = found.map_or(Some(1), |v| v.checked_add(1)).ok_or_else(|| {
-            Error::LimitExceeded(format!("metadata record `{name}` has run out of versions"))
-        })?;
         let size = bytes.len().saturating_add(STORED_OVERHEAD);
         if size > MAX_RECORD_BYTES {
             return Err(Error::EntryTooLarge {
@@ -175,17 +391,22 @@ impl MetaStore for FileMetaStore {
                 max: MAX_RECORD_BYTES as u64,
             });
         }
-        let encoded = encode_stored(version, bytes);
-        // Power-cut analysis of each step: docs/format.md, "Metadata records".
-        let temp = self.temp_file(&mut writes, name);
-        if let Err(e) = self.replace(&temp, name, &encoded) {
-            // Best effort: a temporary file left behind is never read, and the next store's
-            // first write removes it. The write's own error is the one to report.
-            if self.storage.exists(&temp).unwrap_or(false) {
-                let _ = self.storage.remove(&temp);
-            }
-            return Err(e);
-        }
+        let mut writes = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
+        self.sweep(&mut writes)?;
+        let highest = self.check(name, expected)?;
+        let version = highest.checked_add(1).ok_or_else(|| {
+            Error::LimitExceeded(format!("metadata record `{name}` has run out of versions"))
+        })?;
+        self.link_version(
+            &mut writes,
+            name,
+            expected,
+            version,
+            &encode_stored(version, bytes),
+        )?;
+        // Removing older versions needs no directory sync: after a power cut that brings one
+        // back, the higher version still wins.
+        self.remove_below(name, version, false)?;
         Ok(version)
     }
 
@@ -193,23 +414,33 @@ impl MetaStore for FileMetaStore {
         validate_record_name(name)?;
         let mut writes = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
         self.sweep(&mut writes)?;
-        let found = self.current_version(name)?;
-        self.check_version(name, Some(expected), found)?;
-        self.storage.remove(&record_file(name))?;
+        self.check(name, Some(expected))?;
+        let tombstone = expected.checked_add(1).ok_or_else(|| {
+            Error::LimitExceeded(format!("metadata record `{name}` has run out of versions"))
+        })?;
+        self.link_version(&mut writes, name, Some(expected), tombstone, &[])?;
+        // The older versions first, the tombstone last: until it goes, `get` finds it first.
+        self.remove_below(name, tombstone, false)?;
+        self.remove_below(name, tombstone, true)?;
         self.storage.sync_dir()
     }
 
     fn list(&self) -> Result<Vec<String>> {
-        Ok(self
+        let mut names: Vec<String> = self
             .storage
             .list()?
-            .into_iter()
-            .filter_map(|file| {
-                let name = file.strip_suffix(RECORD_SUFFIX)?;
-                validate_record_name(name).ok()?;
-                Some(name.to_string())
-            })
-            .collect())
+            .iter()
+            .filter_map(|file| parse_record_file(file).map(|(name, _)| name.to_string()))
+            .collect();
+        names.sort();
+        names.dedup();
+        let mut records = Vec::with_capacity(names.len());
+        for name in names {
+            if self.get(&name)?.is_some() {
+                records.push(name);
+            }
+        }
+        Ok(records)
     }
 }
 
@@ -365,7 +596,7 @@ mod tests {
         for store in [&a, &b] {
             let mut writes = store.writes.lock().unwrap();
             for _ in 0..50 {
-                let temp = store.temp_file(&mut writes, &"c".repeat(64));
+                let temp = store.temp_file(&mut writes, &"c".repeat(64), u64::MAX);
                 crate::storage::validate_name(&temp).unwrap();
                 assert!(temp.ends_with(TEMP_SUFFIX) && !temp.ends_with(RECORD_SUFFIX));
                 assert!(names.insert(temp));
@@ -393,7 +624,12 @@ mod tests {
             Some((v2, b"B".to_vec()))
         );
         assert_eq!(new_owner.put("cursor-4", Some(v2), b"C").unwrap(), v2 + 1);
-        assert!(temp_files(&storage).is_empty(), "swept by the new owner");
+        // The stale temporary file was for version 2, which the record has passed: the next
+        // store's first write removes it.
+        FileMetaStore::new(Arc::new(disk.clone()))
+            .put("topic", None, b"t")
+            .unwrap();
+        assert!(temp_files(&storage).is_empty(), "swept by a later store");
     }
 
     #[test]
@@ -401,7 +637,7 @@ mod tests {
         on_both_backends(|storage| {
             let store = FileMetaStore::new(storage.clone());
             store.put("cursor-5", None, b"state").unwrap();
-            let file = storage.open("cursor-5.meta").unwrap();
+            let file = storage.open(&version_file("cursor-5", 1)).unwrap();
             file.write_all_at(b"X", 20).unwrap();
             let err = store.get("cursor-5").unwrap_err();
             assert!(
@@ -422,6 +658,43 @@ mod tests {
                     ..
                 })
             ));
+        });
+    }
+
+    #[test]
+    fn a_record_of_an_earlier_release_is_read_and_replaced_by_the_first_write() {
+        on_both_backends(|storage| {
+            let legacy = storage.create("topic.meta").unwrap();
+            legacy.write_all_at(&encode_stored(3, b"old"), 0).unwrap();
+            legacy.sync_data().unwrap();
+            let store = FileMetaStore::new(storage.clone());
+            assert_eq!(store.get("topic").unwrap(), Some((3, b"old".to_vec())));
+            assert_eq!(store.list().unwrap(), ["topic"]);
+            assert!(is_fenced(&store.put("topic", Some(2), b"stale")));
+            assert_eq!(store.put("topic", Some(3), b"new").unwrap(), 4);
+            assert_eq!(store.get("topic").unwrap(), Some((4, b"new".to_vec())));
+            assert!(!storage.exists("topic.meta").unwrap(), "migrated");
+        });
+    }
+
+    #[test]
+    fn a_stale_writer_is_fenced_after_older_versions_were_removed() {
+        on_both_backends(|storage| {
+            let stale = FileMetaStore::new(storage.clone());
+            let owner = FileMetaStore::new(storage.clone());
+            stale.put("topic", None, b"1").unwrap();
+            owner.put("topic", Some(1), b"2").unwrap();
+            owner.put("topic", Some(2), b"3").unwrap();
+            // Version 2's file is gone; a writer still holding version 1 links version 2
+            // anew, finds version 3 and is fenced.
+            assert!(!storage.exists(&version_file("topic", 2)).unwrap());
+            let mut writes = stale.writes.lock().unwrap();
+            let err = stale
+                .link_version(&mut writes, "topic", Some(1), 2, &encode_stored(2, b"x"))
+                .unwrap_err();
+            drop(writes);
+            assert!(is_fenced(&Err::<(), _>(err)));
+            assert_eq!(owner.get("topic").unwrap(), Some((3, b"3".to_vec())));
         });
     }
 

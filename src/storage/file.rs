@@ -114,6 +114,12 @@ impl Storage for FileStorage {
         std::fs::rename(&src, &dst).map_err(|e| Error::io("rename", src.display().to_string(), e))
     }
 
+    fn link(&self, from: &str, to: &str) -> Result<()> {
+        let src = self.path_of(from)?;
+        let dst = self.path_of(to)?;
+        std::fs::hard_link(&src, &dst).map_err(|e| Error::io("link", dst.display().to_string(), e))
+    }
+
     fn sync_dir(&self) -> Result<()> {
         File::open(&self.dir)
             .and_then(|d| d.sync_all())
@@ -235,5 +241,24 @@ mod tests {
         s.rename("a.log", "b.log").unwrap();
         assert_eq!(s.list().unwrap(), vec!["b.log".to_string()]);
         assert!(s.open("../etc").is_err());
+    }
+
+    #[test]
+    fn link_gives_a_second_name_and_never_replaces_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = FileStorage::open(dir.path(), false).unwrap();
+        s.create("a").unwrap().write_all_at(b"one", 0).unwrap();
+        s.create("b").unwrap().write_all_at(b"two", 0).unwrap();
+        s.link("a", "c").unwrap();
+        let mut buf = [0; 3];
+        s.open("c").unwrap().read_exact_at(&mut buf, 0).unwrap();
+        assert_eq!(&buf, b"one");
+        let err = s.link("a", "b").unwrap_err();
+        assert!(
+            matches!(&err, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::AlreadyExists),
+            "{err:?}"
+        );
+        s.open("b").unwrap().read_exact_at(&mut buf, 0).unwrap();
+        assert_eq!(&buf, b"two");
     }
 }

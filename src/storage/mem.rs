@@ -124,8 +124,8 @@ impl MemStorage {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Number of mutating operations (write, sync, truncate, create, remove, rename, directory
-    /// sync) performed so far.
+    /// Number of mutating operations (write, sync, truncate, create, remove, rename, link,
+    /// directory sync) performed so far.
     #[must_use]
     pub fn mutations(&self) -> u64 {
         self.state().mutations
@@ -325,6 +325,25 @@ impl Storage for MemStorage {
         Ok(())
     }
 
+    fn link(&self, from: &str, to: &str) -> Result<()> {
+        validate_name(from)?;
+        validate_name(to)?;
+        let mut s = self.state();
+        let Some(&inode) = s.live_dir.get(from) else {
+            return Err(not_found("link", from));
+        };
+        if s.live_dir.contains_key(to) {
+            return Err(Error::io(
+                "link",
+                to,
+                std::io::ErrorKind::AlreadyExists.into(),
+            ));
+        }
+        s.mutate("link", to)?;
+        s.live_dir.insert(to.to_string(), inode);
+        Ok(())
+    }
+
     fn sync_dir(&self) -> Result<()> {
         let mut s = self.state();
         s.mutate("fsync directory", "memory")?;
@@ -487,6 +506,25 @@ mod tests {
         disk.sync_dir().unwrap();
         disk.remove("b").unwrap();
         assert_eq!(disk.durable_image().list().unwrap(), vec!["b".to_string()]);
+    }
+
+    #[test]
+    fn a_link_shares_the_file_is_durable_after_directory_sync_and_never_replaces() {
+        let disk = MemStorage::new();
+        let f = disk.create("a").unwrap();
+        f.write_all_at(b"abc", 0).unwrap();
+        f.sync_data().unwrap();
+        disk.create("b").unwrap();
+        disk.sync_dir().unwrap();
+        disk.link("a", "c").unwrap();
+        assert_eq!(disk.live_bytes("c").unwrap(), b"abc");
+        assert!(disk.durable_image().live_bytes("c").is_none());
+        assert!(disk.link("a", "b").is_err());
+        assert!(disk.link("missing", "d").is_err());
+        disk.sync_dir().unwrap();
+        disk.remove("a").unwrap();
+        disk.sync_dir().unwrap();
+        assert_eq!(disk.durable_image().live_bytes("c").unwrap(), b"abc");
     }
 
     #[test]

@@ -13,7 +13,8 @@
 //!
 //! Durability model, shared by both: `write_all_at` reaches the live image only; `sync_data`
 //! makes one file's bytes durable; `create`, `remove` and `rename` change the live directory
-//! only, and `sync_dir` makes the directory's names durable.
+//! only, and `sync_dir` makes the directory's names durable. `link` fails when the new name
+//! exists, atomically, so two writers can race for a name and exactly one wins.
 
 mod file;
 mod mem;
@@ -48,6 +49,12 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn remove(&self, name: &str) -> Result<()>;
     /// Renames `from` to `to`, replacing `to` atomically if it exists.
     fn rename(&self, from: &str, to: &str) -> Result<()>;
+    /// Gives the file `from` the second name `to` (a hard link, `link(2)`), failing with an
+    /// [`Error::Io`] of kind [`std::io::ErrorKind::AlreadyExists`] when `to` exists. Atomic:
+    /// of two links to the same new name, from this process or another, exactly one succeeds;
+    /// the metadata store's compare-and-set rests on that. Durable after
+    /// [`Storage::sync_dir`], like every name.
+    fn link(&self, from: &str, to: &str) -> Result<()>;
     /// Makes the directory's current set of names durable.
     fn sync_dir(&self) -> Result<()>;
     /// Takes the directory's exclusive ownership lock; held until the guard drops.

@@ -214,6 +214,9 @@ impl Storage for Hooked {
     fn rename(&self, from: &str, to: &str) -> ackstore::Result<()> {
         self.disk.rename(from, to)
     }
+    fn link(&self, from: &str, to: &str) -> ackstore::Result<()> {
+        self.disk.link(from, to)
+    }
     fn sync_dir(&self) -> ackstore::Result<()> {
         self.disk.sync_dir()
     }

@@ -4,10 +4,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use ackstore::log::parse_ledger_file_name;
+use ackstore::meta::record_of_file;
 use ackstore::storage::{FileStorage, Storage};
 use ackstore::{Error, Result};
 
-/// Name of the topic's metadata file.
+/// How findings name the topic's metadata record.
 pub const TOPIC_FILE: &str = "topic.meta";
 
 /// Opens `path` without creating, locking or changing anything, and checks that it holds an
@@ -17,7 +18,7 @@ pub fn open_existing(path: &Path) -> Result<Arc<dyn Storage>> {
     let names = storage.list()?;
     let ours = names
         .iter()
-        .any(|n| n == TOPIC_FILE || parse_ledger_file_name(n).is_some());
+        .any(|n| record_of_file(n) == Some("topic") || parse_ledger_file_name(n).is_some());
     if !ours {
         return Err(Error::NotAckstore(
             path.display().to_string(),

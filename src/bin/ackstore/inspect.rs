@@ -131,7 +131,8 @@ pub fn collect(storage: &Arc<dyn Storage>, deep: bool, findings: &mut Vec<Findin
     };
     let mut view = TopicView::default();
     for entry in topic.iter().flat_map(|t| &t.cursors) {
-        if let Some(cv) = cursor_view(log.as_ref(), &meta, entry, deep, findings) {
+        let topic_id = topic.as_ref().map_or(0, |t| t.topic_id);
+        if let Some(cv) = cursor_view(log.as_ref(), &meta, (entry, topic_id), deep, findings) {
             view.cursors.push(cv);
         }
     }
@@ -176,7 +177,7 @@ fn ledger_view(log: &EntryLog, id: u64, is_cursor: bool) -> Option<LedgerView> {
 fn cursor_view(
     log: Option<&Arc<EntryLog>>,
     meta: &Arc<dyn MetaStore>,
-    entry: &CursorEntry,
+    (entry, topic_id): (&CursorEntry, u64),
     deep: bool,
     findings: &mut Vec<Finding>,
 ) -> Option<CursorView> {
@@ -185,7 +186,12 @@ fn cursor_view(
     let record = match meta
         .get(&name)
         .and_then(|r| r.map(|(_, b)| CursorRecord::decode(&b)).transpose())
-    {
+        .and_then(|r| match r {
+            Some(r) => r
+                .check_identity(entry.id, &entry.name, topic_id)
+                .map(|()| Some(r)),
+            None => Ok(None),
+        }) {
         Ok(Some(r)) => r,
         Ok(None) => {
             finding(

@@ -1,0 +1,85 @@
+//! A topic directory in the layout of earlier releases (one `{name}.meta` file per record,
+//! records without topic or cursor identity) opens to the state it holds, and its records move
+//! to the versioned layout with identities at their first write.
+
+mod ledger_support;
+
+use std::sync::Arc;
+
+use ackstore::format::meta::{CursorRecord, TopicRecord, encode_stored};
+use ackstore::ledger::InitialPosition;
+use ackstore::meta::{FileMetaStore, MetaStore, record_of_file};
+use ackstore::storage::{MemStorage, Storage};
+use ledger_support::{append_n, at, mem_topic, reopen};
+
+/// Rewrites every record of `disk` as an earlier release stored it.
+fn to_earlier_layout(disk: &MemStorage) {
+    let meta = FileMetaStore::new(Arc::new(disk.clone()));
+    for name in meta.list().unwrap() {
+        let (version, bytes) = meta.get(&name).unwrap().unwrap();
+        let bytes = if name == "topic" {
+            let mut r = TopicRecord::decode(&bytes).unwrap();
+            r.topic_id = 0;
+            r.encode()
+        } else {
+            let mut r = CursorRecord::decode(&bytes).unwrap();
+            r.identity = None;
+            r.encode()
+        };
+        for file in disk.list().unwrap() {
+            if record_of_file(&file) == Some(name.as_str()) {
+                disk.remove(&file).unwrap();
+            }
+        }
+        let legacy = disk.create(&format!("{name}.meta")).unwrap();
+        legacy
+            .write_all_at(&encode_stored(version, &bytes), 0)
+            .unwrap();
+        legacy.sync_data().unwrap();
+    }
+    disk.sync_dir().unwrap();
+}
+
+#[test]
+fn a_directory_of_an_earlier_release_opens_and_moves_to_versioned_records() {
+    let (disk, topic) = mem_topic(4);
+    let p = append_n(&topic, 10);
+    let cursor = topic
+        .open_cursor("sub", at(InitialPosition::Earliest, false))
+        .unwrap();
+    cursor.ack_cumulative(p[2]).unwrap();
+    cursor.ack(p[6]).unwrap();
+    topic.close().unwrap();
+    drop((cursor, topic));
+    to_earlier_layout(&disk);
+    assert!(disk.list().unwrap().contains(&"topic.meta".to_string()));
+
+    let topic = reopen(&disk, 4);
+    assert_eq!(topic.last_position(), p.last().copied());
+    let cursor = topic
+        .open_cursor("sub", at(InitialPosition::Earliest, false))
+        .unwrap();
+    assert_eq!(cursor.mark_delete_position().unwrap(), Some(p[2]));
+    assert!(cursor.is_acked(p[6]).unwrap());
+    assert!(!cursor.is_acked(p[5]).unwrap());
+    topic.close().unwrap();
+    drop((cursor, topic));
+
+    let files = disk.list().unwrap();
+    assert!(
+        files
+            .iter()
+            .all(|f| !f.ends_with(".meta") || f.matches('.').count() == 2),
+        "no record of the earlier layout is left: {files:?}"
+    );
+    let meta = FileMetaStore::new(Arc::new(disk.clone()));
+    let topic_id = TopicRecord::decode(&meta.get("topic").unwrap().unwrap().1)
+        .unwrap()
+        .topic_id;
+    assert_ne!(topic_id, 0, "the topic got its identity");
+    let record = CursorRecord::decode(&meta.get("cursor-0").unwrap().unwrap().1).unwrap();
+    assert_eq!(
+        record.identity.map(|i| (i.cursor_id, i.topic_id)),
+        Some((0, topic_id))
+    );
+}

@@ -1,0 +1,316 @@
+//! A takeover while the previous owner still writes: the new owner claims the topic before it
+//! reads or changes anything the previous owner may still be writing, and never writes into
+//! the previous owner's ledgers, so whatever the interleaving every ledger stays readable.
+
+mod common;
+mod ledger_support;
+
+use std::sync::{Arc, Barrier};
+
+use ackstore::ledger::ManagedLedger;
+use common::Hooked;
+use ledger_support::{append_n, config, reopen};
+
+const PER_LEDGER: u64 = 1_000;
+
+/// The stale owner appends (and syncs) while the new owner's open is in the middle of reading
+/// the ledger files: the new owner must not seal that ledger at the count it scanned.
+#[test]
+fn a_stale_owner_appending_while_the_new_owner_opens_leaves_every_ledger_readable() {
+    let hooked = Hooked::new(ackstore::storage::MemStorage::new());
+    let disk = hooked.disk.clone();
+    let old = ManagedLedger::open_with_storage(Arc::new(disk.clone()), config(PER_LEDGER)).unwrap();
+    let first = append_n(&old, 10);
+    old.sync().unwrap();
+    disk.break_lock();
+    // The new owner's open holds at its first fsync (the entry log has read the ledger files by
+    // then); meanwhile the old owner appends more and syncs.
+    let barriers = Arc::new((Barrier::new(2), Barrier::new(2)));
+    *hooked.hooks.hold_next_sync.lock().unwrap() = Some(barriers.clone());
+    let opening = {
+        let storage: Arc<dyn ackstore::storage::Storage> = Arc::new(hooked.clone());
+        std::thread::spawn(move || ManagedLedger::open_with_storage(storage, config(PER_LEDGER)))
+    };
+    barriers.0.wait();
+    let _ = append_n(&old, 7);
+    let _ = old.sync();
+    barriers.1.wait();
+    let new = opening.join().unwrap().expect("the new owner opens");
+    let _ = old.close();
+    drop(old);
+    let seen = new.last_position().expect("the synced entries are seen");
+    assert!(seen >= *first.last().unwrap());
+    let more = append_n(&new, 3);
+    new.sync().unwrap();
+    new.close().unwrap();
+    drop(new);
+    for image in [disk.clone(), disk.durable_image()] {
+        let later = reopen(&image, PER_LEDGER);
+        assert_eq!(later.last_position(), more.last().copied());
+        for p in first.iter().chain(&more) {
+            later
+                .read(*p)
+                .expect("every entry the new owner recorded is readable");
+        }
+    }
+}
+
+/// A [`MemStorage`](ackstore::storage::MemStorage) that runs a takeover right after its N-th
+/// operation (reads included: an ownership check is a read), inside whatever call made it.
+mod takeover {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use ackstore::Result;
+    use ackstore::storage::{LockGuard, Mapped, MemStorage, Storage, StorageFile};
+
+    type Action = Box<dyn FnOnce() + Send>;
+
+    #[derive(Default)]
+    pub struct Hook {
+        count: AtomicU64,
+        at: AtomicU64,
+        action: Mutex<Option<Action>>,
+    }
+
+    impl Hook {
+        /// Operations so far.
+        pub fn count(&self) -> u64 {
+            self.count.load(Ordering::SeqCst)
+        }
+
+        /// Runs `action` after `n` more operations.
+        pub fn arm(&self, n: u64, action: Action) {
+            self.at.store(self.count() + n, Ordering::SeqCst);
+            *self.action.lock().unwrap() = Some(action);
+        }
+
+        /// The action if it has not run (then it runs now).
+        pub fn run_if_pending(&self) {
+            let action = self.action.lock().unwrap().take();
+            if let Some(action) = action {
+                action();
+            }
+        }
+
+        fn tick<T>(&self, result: Result<T>) -> Result<T> {
+            if result.is_ok() {
+                let count = self.count.fetch_add(1, Ordering::SeqCst) + 1;
+                if count == self.at.load(Ordering::SeqCst) {
+                    self.run_if_pending();
+                }
+            }
+            result
+        }
+    }
+
+    #[derive(Clone)]
+    pub struct Disk {
+        pub disk: MemStorage,
+        pub hook: Arc<Hook>,
+    }
+
+    impl std::fmt::Debug for Disk {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("takeover::Disk")
+        }
+    }
+
+    #[derive(Debug)]
+    struct File {
+        inner: Arc<dyn StorageFile>,
+        hook: Arc<Hook>,
+    }
+
+    impl std::fmt::Debug for Hook {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("Hook")
+        }
+    }
+
+    impl Disk {
+        fn wrap(&self, inner: Arc<dyn StorageFile>) -> Arc<dyn StorageFile> {
+            Arc::new(File {
+                inner,
+                hook: self.hook.clone(),
+            })
+        }
+    }
+
+    impl Storage for Disk {
+        fn location(&self) -> String {
+            self.disk.location()
+        }
+        fn list(&self) -> Result<Vec<String>> {
+            self.hook.tick(self.disk.list())
+        }
+        fn exists(&self, name: &str) -> Result<bool> {
+            self.hook.tick(self.disk.exists(name))
+        }
+        fn create(&self, name: &str) -> Result<Arc<dyn StorageFile>> {
+            let file = self.hook.tick(self.disk.create(name))?;
+            Ok(self.wrap(file))
+        }
+        fn open(&self, name: &str) -> Result<Arc<dyn StorageFile>> {
+            let file = self.hook.tick(self.disk.open(name))?;
+            Ok(self.wrap(file))
+        }
+        fn remove(&self, name: &str) -> Result<()> {
+            self.hook.tick(self.disk.remove(name))
+        }
+        fn rename(&self, from: &str, to: &str) -> Result<()> {
+            self.hook.tick(self.disk.rename(from, to))
+        }
+        fn link(&self, from: &str, to: &str) -> Result<()> {
+            self.hook.tick(self.disk.link(from, to))
+        }
+        fn sync_dir(&self) -> Result<()> {
+            self.hook.tick(self.disk.sync_dir())
+        }
+        fn lock(&self) -> Result<LockGuard> {
+            self.disk.lock()
+        }
+    }
+
+    impl StorageFile for File {
+        fn size(&self) -> Result<u64> {
+            self.hook.tick(self.inner.size())
+        }
+        fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+            self.hook.tick(self.inner.read_exact_at(buf, offset))
+        }
+        fn write_all_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+            self.hook.tick(self.inner.write_all_at(buf, offset))
+        }
+        fn sync_data(&self) -> Result<()> {
+            self.hook.tick(self.inner.sync_data())
+        }
+        fn set_len(&self, len: u64) -> Result<()> {
+            self.hook.tick(self.inner.set_len(len))
+        }
+        fn map(&self) -> Result<Mapped> {
+            self.inner.map()
+        }
+    }
+}
+
+type Acked = (
+    Option<ackstore::Position>,
+    Vec<(ackstore::Position, ackstore::Position)>,
+);
+
+fn acked(cursor: &ackstore::Cursor) -> Acked {
+    (
+        cursor.mark_delete_position().unwrap(),
+        cursor.acked_ranges().unwrap(),
+    )
+}
+
+/// Whether every ack of `want` is in `have`.
+fn covers(have: &Acked, want: &[ackstore::Position]) -> bool {
+    want.iter()
+        .all(|p| have.0.is_some_and(|m| *p <= m) || have.1.iter().any(|(a, b)| a <= p && p <= b))
+}
+
+/// A flush runs while a new owner takes the topic over, the takeover placed after every one of
+/// the flush's storage operations in turn: a flush that returns `Ok` is seen by the new owner (which claims
+/// first, then reads) and by every later one; otherwise it returns `Fenced`.
+#[test]
+fn a_flush_that_returns_ok_is_seen_by_an_owner_taking_over_at_any_step() {
+    use ackstore::ledger::{InitialPosition, PersistMode};
+    use ledger_support::at;
+
+    const SUB: &str = "sub";
+    for mode in [PersistMode::MultiEntry, PersistMode::SingleEntry] {
+        let cfg = || {
+            let mut c = config(4);
+            c.cursor.persist_mode = mode;
+            c.cursor.flush_interval = None;
+            c
+        };
+        // One run of the workload; with `at`, the takeover comes after that many writes of
+        // the flush. Returns the flush's writes, whether it returned Ok, and what the new owner
+        // and a later one recovered.
+        let run = |at_step: Option<u64>| {
+            let disk = ackstore::storage::MemStorage::new();
+            let hooked = takeover::Disk {
+                disk: disk.clone(),
+                hook: Arc::default(),
+            };
+            let old = ManagedLedger::open_with_storage(Arc::new(hooked.clone()), cfg()).unwrap();
+            let positions = append_n(&old, 20);
+            old.sync().unwrap();
+            let cursor = old
+                .open_cursor(SUB, at(InitialPosition::Earliest, false))
+                .unwrap();
+            cursor.ack_cumulative(positions[2]).unwrap();
+            cursor.ack(positions[6]).unwrap();
+            cursor.flush().unwrap();
+            // The acks the flush under test must carry.
+            let fresh = [positions[9], positions[13], positions[3]];
+            for p in fresh {
+                cursor.ack(p).unwrap();
+            }
+            let seen: Arc<std::sync::Mutex<Option<(ManagedLedger, Acked)>>> = Arc::default();
+            let take_over = {
+                let (disk, seen, cfg) = (disk.clone(), seen.clone(), cfg());
+                Box::new(move || {
+                    disk.break_lock();
+                    let new = ManagedLedger::open_with_storage(Arc::new(disk), cfg).unwrap();
+                    let c = new
+                        .open_cursor(SUB, at(InitialPosition::Earliest, false))
+                        .unwrap();
+                    let state = acked(&c);
+                    *seen.lock().unwrap() = Some((new, state));
+                })
+            };
+            let before = hooked.hook.count();
+            hooked.hook.arm(at_step.unwrap_or(u64::MAX), take_over);
+            let flushed = cursor.flush();
+            let steps = hooked.hook.count() - before;
+            hooked.hook.run_if_pending();
+            if let Err(e) = &flushed {
+                assert!(
+                    matches!(e, ackstore::Error::Fenced(_)),
+                    "step {at_step:?}: {e}"
+                );
+            }
+            let _ = old.close();
+            drop(cursor);
+            drop(old);
+            let (new, new_state) = seen.lock().unwrap().take().unwrap();
+            new.close().unwrap();
+            drop(new);
+            // A later owner after a power cut.
+            let later = reopen(&disk.durable_image(), 4);
+            let later_state = acked(
+                &later
+                    .open_cursor(SUB, at(InitialPosition::Earliest, false))
+                    .unwrap(),
+            );
+            (steps, flushed.is_ok(), new_state, later_state, fresh)
+        };
+        let (total, ..) = run(None);
+        assert!(total > 0);
+        let mut oks = 0;
+        for n in 1..=total {
+            let (_, ok, new_state, later_state, fresh) = run(Some(n));
+            if ok {
+                oks += 1;
+                assert!(
+                    covers(&new_state, &fresh),
+                    "{mode:?}: takeover after write {n} of {total}: the flush returned Ok but the \
+                     new owner recovered {new_state:?}"
+                );
+                assert!(
+                    covers(&later_state, &fresh),
+                    "{mode:?}: step {n}: {later_state:?}"
+                );
+            }
+        }
+        assert!(
+            oks < total,
+            "{mode:?}: a takeover before the flush's commit must fence it"
+        );
+    }
+}
