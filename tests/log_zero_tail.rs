@@ -67,6 +67,9 @@ impl Storage for Counting {
     fn rename(&self, from: &str, to: &str) -> ackstore::Result<()> {
         self.inner.rename(from, to)
     }
+    fn link(&self, from: &str, to: &str) -> ackstore::Result<()> {
+        self.inner.link(from, to)
+    }
     fn sync_dir(&self) -> ackstore::Result<()> {
         self.inner.sync_dir()
     }
