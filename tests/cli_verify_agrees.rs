@@ -7,6 +7,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use ackstore::log::{ledger_file_name, parse_ledger_file_name};
+use ackstore::meta::record_of_file;
 use ackstore::{LedgerConfig, ManagedLedger};
 
 fn ackstore(args: &[&str]) -> Output {
@@ -41,6 +42,22 @@ fn topic(dir: &Path) -> Vec<u64> {
 
 type Damage = fn(&Path, &[u64]);
 
+/// The files of every committed version of the topic record, oldest first.
+fn topic_record_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .and_then(record_of_file)
+                == Some("topic")
+        })
+        .collect();
+    files.sort();
+    files
+}
+
 fn resize(dir: &Path, id: u64, len: impl Fn(u64) -> u64) {
     let path = dir.join(ledger_file_name(id));
     let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
@@ -58,8 +75,12 @@ fn verify_calls_damage_exactly_what_open_refuses() {
         ("a sealed ledger cut in half", |dir, ids| {
             resize(dir, ids[0], |size| size / 2);
         }),
-        ("topic.meta removed", |dir, _| {
-            std::fs::remove_file(dir.join("topic.meta")).unwrap();
+        ("the topic record removed", |dir, _| {
+            let files = topic_record_files(dir);
+            assert!(!files.is_empty());
+            for file in files {
+                std::fs::remove_file(file).unwrap();
+            }
         }),
         ("a sparse zero extent after a sealed ledger", |dir, ids| {
             resize(dir, ids[1], |size| size + (64 << 20));
@@ -71,9 +92,12 @@ fn verify_calls_damage_exactly_what_open_refuses() {
         let ids = topic(dir);
         assert!(ids.len() >= 3, "{what}: {ids:?}");
         damage(dir, &ids);
+        // Ledger files only: a refused open has still claimed the topic (a new version of its
+        // record, the superseded one removed), which is what fences a former owner.
         let before: Vec<_> = std::fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().file_name())
+            .filter(|n| n.to_str().and_then(parse_ledger_file_name).is_some())
             .collect();
         let verified = ackstore(&["verify", dir.to_str().unwrap()]);
         let code = verified.status.code();
@@ -87,7 +111,7 @@ fn verify_calls_damage_exactly_what_open_refuses() {
             String::from_utf8_lossy(&verified.stdout)
         );
         if opened.is_err() {
-            // A refused open deletes nothing.
+            // A refused open deletes no ledger file.
             for name in &before {
                 assert!(dir.join(name).exists(), "{what}: open deleted {name:?}");
             }
@@ -99,7 +123,8 @@ fn verify_calls_damage_exactly_what_open_refuses() {
 fn inspect_exits_2_when_the_topic_record_is_unreadable() {
     let tmp = tempfile::tempdir().unwrap();
     topic(tmp.path());
-    std::fs::write(tmp.path().join("topic.meta"), b"not a record").unwrap();
+    let current = topic_record_files(tmp.path()).pop().unwrap();
+    std::fs::write(current, b"not a record").unwrap();
     let out = ackstore(&["inspect", tmp.path().to_str().unwrap()]);
     assert_eq!(
         out.status.code(),
