@@ -91,3 +91,135 @@ fn encoded_size_beats_pulsar_message_ranges_by_the_targets() {
         }
     }
 }
+
+/// splitmix64: a small deterministic generator for the density patterns below.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    #[expect(clippy::cast_precision_loss, reason = "53 bits of a uniform fraction")]
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// A density pattern over the entries of one ledger: which entries are acked.
+#[derive(Clone, Copy, Debug)]
+enum Density {
+    /// Each entry acked with this probability.
+    Random(f64),
+    /// A hole every K entries on average, gaps uniform in [K/2, 3K/2].
+    Holes(u64),
+}
+
+impl Density {
+    const ALL: [Density; 7] = [
+        Density::Random(0.5),
+        Density::Random(0.9),
+        Density::Random(0.99),
+        Density::Random(0.999),
+        Density::Holes(10),
+        Density::Holes(100),
+        Density::Holes(1000),
+    ];
+
+    fn name(self) -> String {
+        match self {
+            Density::Random(p) => format!("random:{p}"),
+            Density::Holes(k) => format!("holes:{k}"),
+        }
+    }
+
+    /// The acked flags of `entries` entries.
+    fn flags(self, entries: u64, seed: u64) -> Vec<bool> {
+        let mut rng = SplitMix(seed);
+        match self {
+            Density::Random(p) => (0..entries).map(|_| rng.unit() < p).collect(),
+            Density::Holes(k) => {
+                let mut flags = vec![true; usize::try_from(entries).expect("fits")];
+                let mut next = 0;
+                loop {
+                    next += k / 2 + rng.next() % (k + 1);
+                    match flags.get_mut(usize::try_from(next).expect("fits")) {
+                        Some(flag) => *flag = false,
+                        None => break,
+                    }
+                }
+                flags
+            }
+        }
+    }
+}
+
+/// Zero-order entropy, in bytes, of `span` flags of which `acked` are set: span x H(p) / 8.
+#[expect(clippy::cast_precision_loss, reason = "an information measure")]
+fn entropy_bytes(span: u64, acked: u64) -> f64 {
+    if span == 0 || acked == 0 || acked == span {
+        return 0.0;
+    }
+    let p = acked as f64 / span as f64;
+    let h = -(p * p.log2() + (1.0 - p) * (1.0 - p).log2());
+    span as f64 * h / 8.0
+}
+
+/// The ack set of one ledger of `entries` entries in a density pattern, and its entropy.
+fn density_set(density: Density, entries: u64, seed: u64) -> (AckSet, f64) {
+    let mut set = AckSet::new();
+    let flags = density.flags(entries, seed);
+    for (entry, _) in (0u64..).zip(&flags).filter(|(_, acked)| **acked) {
+        set.add(Position::new(LEDGER, entry));
+    }
+    (
+        set,
+        entropy_bytes(entries, flags.iter().filter(|a| **a).count() as u64),
+    )
+}
+
+fn encoded_bytes(set: &AckSet) -> (u64, u64) {
+    let mut partitions = 0;
+    let bytes = set
+        .partitions()
+        .map(|(key, bitmap)| {
+            partitions += 1;
+            encode_partition(key, bitmap).len() as u64
+        })
+        .sum();
+    (bytes, partitions)
+}
+
+#[test]
+fn encoded_size_stays_within_a_quarter_of_the_entropy_limit() {
+    println!(
+        "| pattern | ledger entries | entropy B | encoded B | partitions | encoded / entropy |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
+    // A ledger shorter than a partition (Pulsar's default 50,000 entries) and one of several
+    // partitions, the last one partly used.
+    for entries in [50_000, 200_000] {
+        for (seed, density) in (1..).zip(Density::ALL) {
+            let (set, entropy) = density_set(density, entries, seed);
+            let (encoded, partitions) = encoded_bytes(&set);
+            #[expect(clippy::cast_precision_loss, reason = "report figures")]
+            let bound = 1.25 * entropy + 64.0 * partitions as f64;
+            println!(
+                "| {} | {entries} | {entropy:.0} | {encoded} | {partitions} | {:.3} |",
+                density.name(),
+                encoded as f64 / entropy,
+            );
+            #[expect(clippy::cast_precision_loss, reason = "a size bound")]
+            let within = encoded as f64 <= bound;
+            assert!(
+                within,
+                "{} over {entries} entries: {encoded} B > 1.25 x {entropy:.0} + 64 x {partitions}",
+                density.name()
+            );
+        }
+    }
+}
