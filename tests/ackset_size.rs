@@ -9,6 +9,7 @@ use ack_patterns::{LEDGER, Pattern};
 use ackstore::Position;
 use ackstore::ackset::{AckSet, MemPartitionStore, RangeSetWrapper, pulsar};
 use ackstore::format::partition::encode_partition;
+use roaring::RoaringBitmap;
 
 /// Individual acks per pattern.
 const ACKS: u64 = 200_000;
@@ -182,6 +183,18 @@ fn density_set(density: Density, entries: u64, seed: u64) -> (AckSet, f64) {
     )
 }
 
+/// The acked entry ids of the one ledger of `set`, as Pulsar's per-ledger structures hold them.
+fn ledger_bitmap(set: &AckSet) -> RoaringBitmap {
+    set.ranges()
+        .flat_map(|(first, last)| first.entry_id..=last.entry_id)
+        .map(|e| u32::try_from(e).expect("entry ids of the test ledger fit"))
+        .collect()
+}
+
+fn lz4_len(bytes: &[u8]) -> usize {
+    lz4_flex::block::compress(bytes).len()
+}
+
 fn encoded_bytes(set: &AckSet) -> (u64, u64) {
     let mut partitions = 0;
     let bytes = set
@@ -220,6 +233,38 @@ fn encoded_size_stays_within_a_quarter_of_the_entropy_limit() {
                 "{} over {entries} entries: {encoded} B > 1.25 x {entropy:.0} + 64 x {partitions}",
                 density.name()
             );
+        }
+    }
+}
+
+#[test]
+fn encoded_size_is_at_most_half_of_pulsars_long_array_and_roaring_lz4() {
+    println!("| pattern | ledger entries | encoded B | Pulsar long[] B | Pulsar roaring+LZ4 B |");
+    println!("|---|---:|---:|---:|---:|");
+    for entries in [50_000, 200_000] {
+        for (seed, density) in (1..).zip(Density::ALL) {
+            let (set, _) = density_set(density, entries, seed);
+            let (encoded, _) = encoded_bytes(&set);
+            let acked = ledger_bitmap(&set);
+            let long_array = pulsar::long_list_map_bytes([(LEDGER, &acked)]);
+            let roaring_lz4 = pulsar::roaring_bytes([(LEDGER, &acked)], lz4_len);
+            println!(
+                "| {} | {entries} | {encoded} | {long_array} | {roaring_lz4} |",
+                density.name()
+            );
+            // Never larger than either, and at most half of both where holes are the point.
+            assert!(
+                encoded <= long_array && encoded <= roaring_lz4,
+                "{}",
+                density.name()
+            );
+            if matches!(density, Density::Holes(_) | Density::Random(0.99)) {
+                assert!(
+                    2 * encoded <= long_array && 2 * encoded <= roaring_lz4,
+                    "{} over {entries} entries: {encoded} B against {long_array} and {roaring_lz4}",
+                    density.name()
+                );
+            }
         }
     }
 }

@@ -20,6 +20,14 @@ const KEY: PartitionKey = PartitionKey {
     chunk: 2,
 };
 
+/// A well-mixed hash of `v`, for sets whose gaps have no pattern.
+fn mix(v: u32) -> u64 {
+    let mut z = u64::from(v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 /// Each sample: file name, the set it holds, the encoding it was written in.
 fn samples() -> Vec<(&'static str, RoaringBitmap, PartitionEncoding)> {
     vec![
@@ -35,6 +43,13 @@ fn samples() -> Vec<(&'static str, RoaringBitmap, PartitionEncoding)> {
             PartitionEncoding::Gaps,
         ),
         (
+            "random-sparse",
+            (0..50_000u32)
+                .filter(|v| *v == 0 || mix(*v).is_multiple_of(64))
+                .collect(),
+            PartitionEncoding::Gaps,
+        ),
+        (
             "few-holes",
             (0..50_000).filter(|v| v % 1000 != 999).collect(),
             PartitionEncoding::Gaps,
@@ -42,6 +57,13 @@ fn samples() -> Vec<(&'static str, RoaringBitmap, PartitionEncoding)> {
         (
             "alternating",
             (0..50_000).step_by(2).collect(),
+            PartitionEncoding::Gaps,
+        ),
+        (
+            "random-half",
+            (0..50_000u32)
+                .filter(|v| *v == 0 || mix(*v) & 1 == 0)
+                .collect(),
             PartitionEncoding::Bitmap,
         ),
     ]

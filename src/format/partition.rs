@@ -23,7 +23,8 @@
 //!
 //! A version 2 body is one of: nothing (the empty set); roaring's portable serialization in its
 //! run-optimized form; the gaps between the members of the rarer class (acked entries, or the
-//! holes between the smallest and largest acked entry) in a Golomb-Rice code; or one bit per
+//! holes between the smallest and largest acked entry) in a Golomb-Rice code, or in a truncated
+//! binary code when every gap lies in a narrow range; or one bit per
 //! entry of the span between the smallest and largest acked entry. The encoder writes the
 //! shortest (code in `code.rs`), so one set of entries has exactly one encoding in each version,
 //! and the decoder refuses any other: what decodes re-encodes to the same bytes
@@ -294,8 +295,8 @@ pub fn decode_partition(bytes: &[u8]) -> Result<(PartitionKey, RoaringBitmap)> {
 /// Checks, in order: length, magic, CRC (before any other field is trusted), version, then the
 /// version's fields: every length and count against what remains and its maximum before
 /// anything is allocated, and finally that the bytes are the one encoding the set has in that
-/// version. Decoding allocates at most the decoded set's smallest roaring form (8 KiB at most)
-/// plus a run list bounded by the record's length.
+/// version. Decoding allocates at most the decoded set's smallest roaring form (8 KiB at most),
+/// whatever the record claims.
 pub fn decode_partition_at(
     bytes: &[u8],
     ledger: u64,
@@ -365,14 +366,12 @@ fn decode_v2(
                 .map_err(|_| bad(body_at, CorruptionKind::InvalidField("bitmap")))?
         }
         PartitionEncoding::Gaps => {
-            let runs = code::decode_gaps(body, PARTITION_SPAN).map_err(body_error)?;
-            code::bitmap_from_runs(&runs)
-                .ok_or_else(|| bad(body_at, CorruptionKind::InvalidField("gap code")))?
+            code::bitmap_from_runs(|emit| code::decode_gaps(body, PARTITION_SPAN, emit))
+                .map_err(body_error)?
         }
         PartitionEncoding::Bitmap => {
-            let runs = code::decode_span(body, PARTITION_SPAN).map_err(body_error)?;
-            code::bitmap_from_runs(&runs)
-                .ok_or_else(|| bad(body_at, CorruptionKind::InvalidField("span")))?
+            code::bitmap_from_runs(|emit| code::decode_span(body, PARTITION_SPAN, emit))
+                .map_err(body_error)?
         }
     };
     if encode_partition(key, &bitmap) != bytes {

@@ -1,10 +1,11 @@
 //! The bodies of a version 2 partition record other than roaring: the gaps of the minority class
-//! in a Golomb-Rice code, and a plain bitmap over the span the set uses.
+//! in a Golomb-Rice or a bounded (truncated binary) code, and a plain bitmap over the span the
+//! set uses.
 //!
-//! Owns: LEB128 varints, the bit stream (least significant bit first), the choice of the Rice
-//! parameter and of the coded class, and turning a decoded set back into a roaring bitmap.
-//! Must never: panic on any input, or allocate before checking that the input holds what the
-//! allocation is for (see [`bitmap_from_runs`]).
+//! Owns: LEB128 varints, the bit stream (least significant bit first), the choice of the coded
+//! class, the code and its parameter, and turning a decoded body back into a roaring bitmap.
+//! Must never: panic on any input, or allocate more than the decoded set's smallest roaring
+//! form (see [`bitmap_from_runs`]).
 //!
 //! Both bodies start with the set's span: `lo` (its smallest value) and `hi - lo` (`hi` its
 //! largest), as varints. `lo` and `hi` are members by definition, so only the values strictly
@@ -23,6 +24,8 @@ pub const MAX_VARINT_LEN: usize = 10;
 pub const MAX_RICE_K: u8 = 16;
 /// Bit 7 of the parameter byte: the coded members are the holes (else the acked entries).
 pub const HOLES_FLAG: u8 = 0x80;
+/// Bit 6 of the parameter byte: the gaps use the bounded code (else Rice with `k` in bits 0-4).
+pub const BOUNDED_FLAG: u8 = 0x40;
 
 /// Appends `v` as a LEB128 varint (the shortest form, the only one the decoder accepts back).
 pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
@@ -203,29 +206,50 @@ fn for_each_gap(bitmap: &RoaringBitmap, lo: u32, hi: u32, holes: bool, mut f: im
     }
 }
 
-/// How a set is best written as Rice-coded gaps: which class, which parameter, how many members
-/// and the bits the codes take.
+/// How the gaps of one class are coded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Code {
+    /// Golomb-Rice with parameter `k`: the quotient `gap >> k` in unary, then `k` low bits.
+    Rice(u8),
+    /// Every gap in `[min, min + range)`, written as `gap - min` in the truncated binary code of
+    /// `range` values: `floor(log2 range)` or one more bit.
+    Bounded { min: u32, range: u32 },
+}
+
+/// How a set is best written as gaps: which class, which code, how many members and the bits
+/// the codes take.
 #[derive(Clone, Copy, Debug)]
-struct RicePlan {
+struct Plan {
     holes: bool,
-    k: u8,
+    code: Code,
     members: u64,
     bits: u64,
 }
 
-fn plan(bitmap: &RoaringBitmap, lo: u32, hi: u32, holes: bool) -> RicePlan {
-    // sum over gaps of (gap >> k), for every k.
+/// Bits of `x` (below `range`) in the truncated binary code of `range` values, and the split:
+/// with `b = floor(log2 range)` and `u = 2^(b+1) - range`, values below `u` take `b` bits.
+fn truncated_binary(range: u32) -> (u32, u64) {
+    let b = range.max(1).ilog2();
+    let u = (1u64 << (b + 1)) - u64::from(range);
+    (b, u)
+}
+
+fn plan(bitmap: &RoaringBitmap, lo: u32, hi: u32, holes: bool) -> Plan {
+    // sum over gaps of (gap >> k), for every k; and the smallest and largest gap.
     let mut quotients = [0u64; MAX_RICE_K as usize + 1];
     let mut members = 0u64;
+    let (mut min, mut max) = (u32::MAX, 0);
     for_each_gap(bitmap, lo, hi, holes, |gap| {
         members += 1;
+        min = min.min(gap);
+        max = max.max(gap);
         for (k, q) in quotients.iter_mut().enumerate() {
             *q += u64::from(gap >> k);
         }
     });
-    let mut best = RicePlan {
+    let mut best = Plan {
         holes,
-        k: 0,
+        code: Code::Rice(0),
         members,
         bits: u64::MAX,
     };
@@ -233,16 +257,31 @@ fn plan(bitmap: &RoaringBitmap, lo: u32, hi: u32, holes: bool) -> RicePlan {
         let bits = q + members * (u64::from(k) + 1);
         if bits < best.bits {
             best.bits = bits;
-            best.k = k;
+            best.code = Code::Rice(k);
+        }
+    }
+    if members > 0 {
+        let range = max - min + 1;
+        let (b, u) = truncated_binary(range);
+        let mut bits = 0u64;
+        for_each_gap(bitmap, lo, hi, holes, |gap| {
+            bits += u64::from(b) + u64::from(u64::from(gap - min) >= u);
+        });
+        // The bounded code also spends the bytes of `min` and `range - 1` in the body.
+        let extra = 8 * (varint_len(min.into()) + varint_len((range - 1).into())) as u64;
+        if bits + extra < best.bits {
+            best.bits = bits + extra;
+            best.code = Code::Bounded { min, range };
         }
     }
     best
 }
 
 /// The gaps body of a non-empty `bitmap` with smallest value `lo` and largest `hi` (below 2^16):
-/// `lo`, `hi - lo`, the parameter byte (the holes flag, Rice `k`), the member count, the codes.
-/// The class and `k` are those of the fewest bits (acked entries and the smallest `k` on ties),
-/// so the body is a function of the set alone.
+/// `lo`, `hi - lo`, the parameter byte (holes flag, bounded flag, Rice `k`), the member count,
+/// for the bounded code `min` and `range - 1`, then the codes. The class and the code are those
+/// of the fewest bits (ties: acked entries, Rice, the smallest `k`), so the body is a function
+/// of the set alone.
 pub fn gaps_body(bitmap: &RoaringBitmap, lo: u32, hi: u32) -> Vec<u8> {
     let acked = plan(bitmap, lo, hi, false);
     let holes = plan(bitmap, lo, hi, true);
@@ -252,18 +291,42 @@ pub fn gaps_body(bitmap: &RoaringBitmap, lo: u32, hi: u32) -> Vec<u8> {
         acked
     };
     let mut out = Vec::with_capacity(
-        3 * MAX_VARINT_LEN + 1 + usize::try_from(best.bits.div_ceil(8)).unwrap_or(0),
+        5 * MAX_VARINT_LEN + 1 + usize::try_from(best.bits.div_ceil(8)).unwrap_or(0),
     );
     put_varint(&mut out, lo.into());
     put_varint(&mut out, (hi - lo).into());
-    out.push(best.k | if best.holes { HOLES_FLAG } else { 0 });
-    put_varint(&mut out, best.members);
-    let mut w = BitWriter::new(out);
-    for_each_gap(bitmap, lo, hi, best.holes, |gap| {
-        w.unary(gap >> best.k);
-        w.bits(gap, best.k.into());
-    });
-    w.finish()
+    let holes_flag = if best.holes { HOLES_FLAG } else { 0 };
+    match best.code {
+        Code::Rice(k) => {
+            out.push(holes_flag | k);
+            put_varint(&mut out, best.members);
+            let mut writer = BitWriter::new(out);
+            for_each_gap(bitmap, lo, hi, best.holes, |gap| {
+                writer.unary(gap >> k);
+                writer.bits(gap, k.into());
+            });
+            writer.finish()
+        }
+        Code::Bounded { min, range } => {
+            out.push(holes_flag | BOUNDED_FLAG);
+            put_varint(&mut out, best.members);
+            put_varint(&mut out, min.into());
+            put_varint(&mut out, (range - 1).into());
+            let (width, short) = truncated_binary(range);
+            let mut writer = BitWriter::new(out);
+            for_each_gap(bitmap, lo, hi, best.holes, |gap| {
+                let value = u64::from(gap - min);
+                if value < short {
+                    writer.bits(value as u32, width);
+                } else {
+                    let long = value - short;
+                    writer.bits((short + (long >> 1)) as u32, width);
+                    writer.bits((long & 1) as u32, 1);
+                }
+            });
+            writer.finish()
+        }
+    }
 }
 
 /// The bitmap body of a non-empty `bitmap` with smallest value `lo` and largest `hi`: `lo`,
@@ -299,7 +362,7 @@ pub fn span_body_len(lo: u32, hi: u32) -> usize {
 pub enum BodyError {
     /// The span (`lo`, `hi - lo`) is malformed or leaves the partition.
     Span,
-    /// The parameter byte or member count is impossible, or the body is not as long as they say.
+    /// The parameter byte or a count is impossible, or the body is not as long as they say.
     Length,
     /// A code runs past the body or puts a member outside the span.
     Code,
@@ -317,37 +380,94 @@ fn read_span(c: &mut Cursor<'_>, span: u64) -> Result<(u32, u32), BodyError> {
     Ok((lo as u32, hi as u32))
 }
 
-/// Decodes a gaps body into the runs of acked entries (inclusive, ascending, not adjacent).
-pub fn decode_gaps(body: &[u8], span: u64) -> Result<Vec<(u32, u32)>, BodyError> {
-    let mut c = Cursor::new(body);
-    let (lo, hi) = read_span(&mut c, span)?;
-    let param = c.byte().ok_or(BodyError::Length)?;
+/// Receives the acked values of a decoded body in ascending order and reports maximal runs.
+struct Runs<F: FnMut(u32, u32)> {
+    run: Option<(u32, u32)>,
+    emit: F,
+}
+
+impl<F: FnMut(u32, u32)> Runs<F> {
+    fn range(&mut self, first: u32, last: u32) {
+        match &mut self.run {
+            Some((_, end)) if *end + 1 == first => *end = last,
+            Some((start, end)) => {
+                (self.emit)(*start, *end);
+                self.run = Some((first, last));
+            }
+            None => self.run = Some((first, last)),
+        }
+    }
+
+    fn finish(mut self) {
+        if let Some((start, end)) = self.run {
+            (self.emit)(start, end);
+        }
+    }
+}
+
+/// Decodes a gaps body, calling `emit` with each maximal run of acked entries, ascending.
+/// Nothing is allocated: the caller runs it once to size its output, once to fill it.
+pub fn decode_gaps(body: &[u8], span: u64, emit: impl FnMut(u32, u32)) -> Result<(), BodyError> {
+    let mut fields = Cursor::new(body);
+    let (lo, hi) = read_span(&mut fields, span)?;
+    let param = fields.byte().ok_or(BodyError::Length)?;
     let holes = param & HOLES_FLAG != 0;
-    let k = param & !HOLES_FLAG;
-    if k > MAX_RICE_K {
+    let bounded = param & BOUNDED_FLAG != 0;
+    let k = param & !(HOLES_FLAG | BOUNDED_FLAG);
+    if k > MAX_RICE_K || (bounded && k != 0) {
         return Err(BodyError::Length);
     }
-    let members = c.varint().ok_or(BodyError::Length)?;
+    let members = fields.varint().ok_or(BodyError::Length)?;
     let inner = u64::from((hi - lo).saturating_sub(1));
+    if members > inner {
+        return Err(BodyError::Length);
+    }
+    let (min, range) = if bounded {
+        let min = fields.varint().ok_or(BodyError::Length)?;
+        let range = fields.varint().ok_or(BodyError::Length)?.saturating_add(1);
+        if min > inner || range > inner + 1 {
+            return Err(BodyError::Length);
+        }
+        // Both at most 2^16.
+        (min as u32, range as u32)
+    } else {
+        (0, 0)
+    };
+    let (width, short) = truncated_binary(range);
     let mut bits = BitReader {
-        bytes: c.rest(),
+        bytes: fields.rest(),
         pos: 0,
     };
-    // Every code takes at least k + 1 bits: the count is checked against the body before the
-    // run list (at most members + 2 runs) is allocated.
-    if members > inner || members * (u64::from(k) + 1) > bits.remaining() as u64 {
+    let least_bits = if bounded {
+        width.into()
+    } else {
+        u64::from(k) + 1
+    };
+    if members * least_bits > bits.remaining() as u64 {
         return Err(BodyError::Length);
     }
-    let mut runs = Vec::with_capacity(usize::try_from(members).unwrap_or(0) + 2);
+    let mut runs = Runs { run: None, emit };
+    runs.range(lo, lo);
     let mut prev = lo;
-    if !holes {
-        runs.push((lo, lo));
-    }
-    let mut run_start = lo;
+    let mut run_start = lo + 1;
     for _ in 0..members {
-        let q = bits.unary(u32::MAX >> MAX_RICE_K).ok_or(BodyError::Code)?;
-        let r = bits.bits(k).ok_or(BodyError::Code)?;
-        let gap = (u64::from(q) << k) | u64::from(r);
+        let gap = if bounded {
+            let head = u64::from(bits.bits(width as u8).ok_or(BodyError::Code)?);
+            let value = if head < short {
+                head
+            } else {
+                let last = u64::from(bits.bits(1).ok_or(BodyError::Code)?);
+                short + 2 * (head - short) + last
+            };
+            if value >= u64::from(range) {
+                return Err(BodyError::Code);
+            }
+            u64::from(min) + value
+        } else {
+            let quotient = bits.unary(u32::MAX >> MAX_RICE_K).ok_or(BodyError::Code)?;
+            let low = bits.bits(k).ok_or(BodyError::Code)?;
+            (u64::from(quotient) << k) | u64::from(low)
+        };
         let member = u64::from(prev) + gap + 1;
         if member >= u64::from(hi) {
             return Err(BodyError::Code);
@@ -355,32 +475,27 @@ pub fn decode_gaps(body: &[u8], span: u64) -> Result<Vec<(u32, u32)>, BodyError>
         let member = member as u32;
         if holes {
             if member > run_start {
-                runs.push((run_start, member - 1));
+                runs.range(run_start, member - 1);
             }
             run_start = member + 1;
         } else {
-            push_value(&mut runs, member);
+            runs.range(member, member);
         }
         prev = member;
     }
     if holes {
-        runs.push((run_start, hi));
+        if hi > lo {
+            runs.range(run_start, hi);
+        }
     } else if hi != lo {
-        push_value(&mut runs, hi);
+        runs.range(hi, hi);
     }
-    Ok(runs)
+    runs.finish();
+    Ok(())
 }
 
-/// Adds `v` (above every value so far) to a run list.
-fn push_value(runs: &mut Vec<(u32, u32)>, v: u32) {
-    match runs.last_mut() {
-        Some((_, last)) if *last + 1 == v => *last = v,
-        _ => runs.push((v, v)),
-    }
-}
-
-/// Decodes a bitmap body into the runs of acked entries.
-pub fn decode_span(body: &[u8], span: u64) -> Result<Vec<(u32, u32)>, BodyError> {
+/// Decodes a bitmap body, calling `emit` with each maximal run of acked entries, ascending.
+pub fn decode_span(body: &[u8], span: u64, emit: impl FnMut(u32, u32)) -> Result<(), BodyError> {
     let mut c = Cursor::new(body);
     let (lo, hi) = read_span(&mut c, span)?;
     let inner = (hi - lo).saturating_sub(1);
@@ -388,83 +503,92 @@ pub fn decode_span(body: &[u8], span: u64) -> Result<Vec<(u32, u32)>, BodyError>
     if bits.len() != (inner as usize).div_ceil(8) {
         return Err(BodyError::Length);
     }
-    // At most one run per two bits, plus the ends: bounded by the body just checked.
-    let mut runs = Vec::with_capacity(bits.len() * 4 + 2);
-    runs.push((lo, lo));
+    let mut runs = Runs { run: None, emit };
+    runs.range(lo, lo);
     let mut reader = BitReader {
         bytes: bits,
         pos: 0,
     };
     for i in 0..inner {
         if reader.bit().ok_or(BodyError::Code)? {
-            push_value(&mut runs, lo + 1 + i);
+            runs.range(lo + 1 + i, lo + 1 + i);
         }
     }
     if hi != lo {
-        push_value(&mut runs, hi);
+        runs.range(hi, hi);
     }
-    Ok(runs)
+    runs.finish();
+    Ok(())
 }
 
-/// Builds the roaring bitmap of `runs` (inclusive, ascending, not adjacent, below 2^16) in the
-/// smallest container form, through roaring's own checked deserialization: no container larger
-/// than that form is ever allocated (at most 8 KiB, and run or array forms only when they are
-/// smaller than 4 bytes per run or 2 bytes per value, which the caller's input bounds).
-pub fn bitmap_from_runs(runs: &[(u32, u32)]) -> Option<RoaringBitmap> {
+/// Builds the roaring bitmap of the runs `decode` reports (inclusive, ascending, not adjacent,
+/// below 2^16) in the smallest container form, through roaring's own checked deserialization.
+/// `decode` runs twice: once to count, once to fill a serialization of exactly the chosen form,
+/// so nothing larger than that form (8 KiB at most) is allocated, whatever the record claims.
+pub fn bitmap_from_runs(
+    decode: impl Fn(&mut dyn FnMut(u32, u32)) -> Result<(), BodyError>,
+) -> Result<RoaringBitmap, BodyError> {
     const ARRAY_LIMIT: u64 = 4096;
     const BITMAP_BYTES: usize = 8192;
-    let Some(last) = runs.last() else {
-        return Some(RoaringBitmap::new());
-    };
-    if last.1 >= 1 << 16 {
-        return None;
+    let (mut card, mut n_runs, mut last) = (0u64, 0usize, 0u32);
+    decode(&mut |a, b| {
+        card += u64::from(b - a) + 1;
+        n_runs += 1;
+        last = b;
+    })?;
+    if n_runs == 0 {
+        return Ok(RoaringBitmap::new());
     }
-    let card: u64 = runs.iter().map(|(a, b)| u64::from(b - a) + 1).sum();
-    let run_bytes = 2 + 4 * runs.len();
+    if last >= 1 << 16 {
+        return Err(BodyError::Span);
+    }
+    let run_bytes = 2 + 4 * n_runs;
     let plain_bytes = if card <= ARRAY_LIMIT {
         2 * card as usize
     } else {
         BITMAP_BYTES
     };
-    let description = |out: &mut Vec<u8>| {
-        out.extend_from_slice(&0u16.to_le_bytes());
-        // card is 1..=65536.
-        out.extend_from_slice(&((card - 1) as u16).to_le_bytes());
-    };
     let mut ser = Vec::with_capacity(16 + run_bytes.min(plain_bytes));
-    if run_bytes < plain_bytes {
-        // Cookie with runs and one container, the run flag, the description, the runs.
+    let runs_form = run_bytes < plain_bytes;
+    if runs_form {
+        // Cookie with runs and one container, the run flag.
         ser.extend_from_slice(&12347u32.to_le_bytes());
         ser.push(1);
-        description(&mut ser);
-        ser.extend_from_slice(&(runs.len() as u16).to_le_bytes());
-        for (a, b) in runs {
-            ser.extend_from_slice(&(*a as u16).to_le_bytes());
-            ser.extend_from_slice(&((b - a) as u16).to_le_bytes());
-        }
     } else {
-        // Cookie without runs, one container, the description, its offset, the data.
+        // Cookie without runs, one container.
         ser.extend_from_slice(&12346u32.to_le_bytes());
         ser.extend_from_slice(&1u32.to_le_bytes());
-        description(&mut ser);
+    }
+    // The description: key 0, cardinality - 1 (card is 1..=65536).
+    ser.extend_from_slice(&0u16.to_le_bytes());
+    ser.extend_from_slice(&((card - 1) as u16).to_le_bytes());
+    if runs_form {
+        // Fewer than 2,048 runs here.
+        ser.extend_from_slice(&(n_runs as u16).to_le_bytes());
+        decode(&mut |a, b| {
+            ser.extend_from_slice(&(a as u16).to_le_bytes());
+            ser.extend_from_slice(&((b - a) as u16).to_le_bytes());
+        })?;
+    } else {
+        // The container's offset, then its data.
         ser.extend_from_slice(&16u32.to_le_bytes());
         if card <= ARRAY_LIMIT {
-            for (a, b) in runs {
-                for v in *a..=*b {
+            decode(&mut |a, b| {
+                for v in a..=b {
                     ser.extend_from_slice(&(v as u16).to_le_bytes());
                 }
-            }
+            })?;
         } else {
             let start = ser.len();
             ser.resize(start + BITMAP_BYTES, 0);
-            for (a, b) in runs {
-                for v in *a..=*b {
+            decode(&mut |a, b| {
+                for v in a..=b {
                     if let Some(byte) = ser.get_mut(start + v as usize / 8) {
                         *byte |= 1 << (v % 8);
                     }
                 }
-            }
+            })?;
         }
     }
-    RoaringBitmap::deserialize_from(&ser[..]).ok()
+    RoaringBitmap::deserialize_from(&ser[..]).map_err(|_| BodyError::Code)
 }

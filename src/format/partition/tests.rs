@@ -24,6 +24,25 @@ fn roundtrip_v1(bitmap: &RoaringBitmap) -> Vec<u8> {
     bytes
 }
 
+/// Each of `span` entries with probability 1/2 (splitmix64), the first and last always.
+fn random_half(span: u32) -> RoaringBitmap {
+    random_set(span, 2)
+}
+
+/// Each of `span` entries with probability `1 / one_in`, the first and last always.
+fn random_set(span: u32, one_in: u64) -> RoaringBitmap {
+    let mut state = 0x5eed_u64;
+    (0..span)
+        .filter(|&v| {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            v == 0 || v == span - 1 || (z ^ (z >> 31)).is_multiple_of(one_in)
+        })
+        .collect()
+}
+
 fn encoding(bitmap: &RoaringBitmap) -> PartitionEncoding {
     partition_encoding(&roundtrip(bitmap)).expect("a known encoding")
 }
@@ -56,23 +75,46 @@ fn version_1_sizes_are_pinned() {
 }
 
 #[test]
+#[expect(clippy::cast_precision_loss, reason = "an information measure")]
 fn encoded_sizes_are_pinned() {
     // Empty: no body.
     assert_eq!(roundtrip(&RoaringBitmap::new()).len(), V2_OVERHEAD);
     // One value: the bitmap body, `lo` and `hi - lo`, with no bit between them.
     assert_eq!(roundtrip(&RoaringBitmap::from([5])).len(), V2_OVERHEAD + 2);
-    // 100 values 100 apart: gaps of 99, k = 6, 8 bits per member between lo and hi (98),
-    // after lo (1 byte), hi - lo = 9900 (2 bytes), the parameter and the count (1 byte each).
+    // 100 values 100 apart: every gap 99, so the bounded code of one value, 0 bits per member:
+    // lo (1 byte), hi - lo = 9900 (2), the parameter (1), the count 98 (1), min 99 and range-1 0.
     let sparse: RoaringBitmap = (0..100).map(|i| i * 100).collect();
-    assert_eq!(roundtrip(&sparse).len(), V2_OVERHEAD + 1 + 2 + 1 + 1 + 98);
+    assert_eq!(
+        roundtrip(&sparse).len(),
+        V2_OVERHEAD + 1 + 2 + 1 + 1 + 1 + 1
+    );
+    // Random acks at rate 1/64 (geometric gaps): Rice with k near log2(64 ln 2) = 5, within
+    // 3% of the zero-order entropy (about 65,536 x H(1/64) / 8 = 968 bytes).
+    let rice = random_set(1 << 16, 64);
+    let bytes = roundtrip(&rice);
+    assert_eq!(partition_encoding(&bytes), Some(PartitionEncoding::Gaps));
+    let param = bytes[V2_FIXED_LEN + 2 + 1 + 3];
+    assert!(
+        param & (code::HOLES_FLAG | code::BOUNDED_FLAG) == 0 && (4..=6).contains(&param),
+        "{param:#x}"
+    );
+    let p = rice.len() as f64 / 65_536.0;
+    let entropy = 65_536.0 * -(p * p.log2() + (1.0 - p) * (1.0 - p).log2()) / 8.0;
+    let body = (bytes.len() - V2_OVERHEAD) as f64;
+    assert!(body <= 1.03 * entropy, "{body} bytes against {entropy}");
     // A full partition: no hole between lo and hi, nothing coded.
     let full: RoaringBitmap = (0..1 << 16).collect();
     assert_eq!(roundtrip(&full).len(), V2_OVERHEAD + 1 + 3 + 1 + 1);
-    // Every other entry: one bit per entry strictly between 0 and 65534.
+    // Every other entry: 32,766 members between 0 and 65534, every gap 1, 0 bits each.
     let alternating: RoaringBitmap = (0..1 << 16).step_by(2).collect();
     assert_eq!(
         roundtrip(&alternating).len(),
-        V2_OVERHEAD + 1 + 3 + 65_533_usize.div_ceil(8)
+        V2_OVERHEAD + 1 + 3 + 1 + 3 + 1 + 1
+    );
+    // Half the entries, at random: one bit per entry strictly between 0 and 65535.
+    assert_eq!(
+        roundtrip(&random_half(1 << 16)).len(),
+        V2_OVERHEAD + 1 + 3 + 65_534_usize.div_ceil(8)
     );
     // A 50,000-entry ledger with half its entries acked pays for its span, not for 2^16.
     let half: RoaringBitmap = (0..50_000)
@@ -84,12 +126,17 @@ fn encoded_sizes_are_pinned() {
 #[test]
 fn each_encoding_is_chosen_where_it_is_smallest() {
     assert_eq!(encoding(&RoaringBitmap::new()), PartitionEncoding::Empty);
-    let alternating: RoaringBitmap = (0..1 << 16).step_by(2).collect();
-    assert_eq!(encoding(&alternating), PartitionEncoding::Bitmap);
+    assert_eq!(encoding(&random_half(1 << 16)), PartitionEncoding::Bitmap);
     let long_runs: RoaringBitmap = (0..10).flat_map(|r| r * 2000..r * 2000 + 1000).collect();
     assert_eq!(encoding(&long_runs), PartitionEncoding::Roaring);
     let sparse: RoaringBitmap = (0..100).map(|i| i * 100).collect();
-    assert_eq!(encoding(&sparse), PartitionEncoding::Gaps);
+    let bytes = roundtrip(&sparse);
+    assert_eq!(partition_encoding(&bytes), Some(PartitionEncoding::Gaps));
+    assert_eq!(
+        bytes[V2_FIXED_LEN + 2 + 3],
+        code::BOUNDED_FLAG,
+        "bounded, acked"
+    );
     let few_holes: RoaringBitmap = (0..50_000).filter(|v| v % 1000 != 999).collect();
     let bytes = roundtrip(&few_holes);
     assert_eq!(partition_encoding(&bytes), Some(PartitionEncoding::Gaps));
@@ -392,8 +439,7 @@ proptest! {
 
 #[test]
 fn largest_version_2_record_stays_under_the_version_1_maximum() {
-    let mut widest: RoaringBitmap = (0..1 << 16).step_by(2).collect();
-    widest.insert((1 << 16) - 1);
+    let widest = random_half(1 << 16);
     let bytes = encode_partition(key(u64::MAX, MAX_CHUNK), &widest);
     assert_eq!(partition_encoding(&bytes), Some(PartitionEncoding::Bitmap));
     assert_eq!(bytes.len(), V2_HEADER_MAX + 1 + 3 + 8192 + CRC_LEN);
