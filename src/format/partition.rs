@@ -216,45 +216,54 @@ pub const MAX_RECORD_BYTES: usize = OVERHEAD_LEN + MAX_BITMAP_BYTES;
 /// [`decode_partition`]).
 #[must_use]
 pub fn encode_partition(key: PartitionKey, bitmap: &RoaringBitmap) -> Vec<u8> {
-    let (encoding, body) = smallest_body(bitmap);
+    if let Some(words) = code::words_of(bitmap) {
+        encode_words(key, &words)
+    } else {
+        // Values outside the partition: written as roaring, which the decoder refuses.
+        let mut smallest = bitmap.clone();
+        smallest.optimize();
+        let mut body = Vec::with_capacity(smallest.serialized_size());
+        // Writing into a Vec cannot fail.
+        let _ = smallest.serialize_into(&mut body);
+        frame_v2(key, PartitionEncoding::Roaring, &body)
+    }
+}
+
+/// Encodes the set `words` holds (the dense form of a partition) in version 2.
+fn encode_words(key: PartitionKey, words: &[u64]) -> Vec<u8> {
+    let (encoding, body) = smallest_body(words);
+    frame_v2(key, encoding, &body)
+}
+
+/// A version 2 record around `body`.
+fn frame_v2(key: PartitionKey, encoding: PartitionEncoding, body: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(V2_HEADER_MAX + body.len() + CRC_LEN);
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
     out.push(encoding.code());
     code::put_varint(&mut out, key.ledger_id);
     code::put_varint(&mut out, key.chunk);
-    out.extend_from_slice(&body);
+    out.extend_from_slice(body);
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     out
 }
 
-/// The shortest version 2 body of `bitmap` and its encoding.
-fn smallest_body(bitmap: &RoaringBitmap) -> (PartitionEncoding, Vec<u8>) {
-    let (Some(lo), Some(hi)) = (bitmap.min(), bitmap.max()) else {
+/// The shortest version 2 body of the set `words` holds, and its encoding.
+fn smallest_body(words: &[u64]) -> (PartitionEncoding, Vec<u8>) {
+    let Some((lo, hi)) = code::bounds(words) else {
         return (PartitionEncoding::Empty, Vec::new());
     };
-    let mut smallest = bitmap.clone();
-    smallest.optimize();
-    let roaring = || {
-        let mut body = Vec::with_capacity(smallest.serialized_size());
-        // Writing into a Vec cannot fail.
-        let _ = smallest.serialize_into(&mut body);
-        (PartitionEncoding::Roaring, body)
-    };
-    if u64::from(hi) >= PARTITION_SPAN {
-        // Outside the partition: written so that the decoder refuses it.
-        return roaring();
-    }
-    let gaps = code::gaps_body(bitmap, lo, hi);
     let span_len = code::span_body_len(lo, hi);
-    let roaring_len = smallest.serialized_size();
-    if gaps.len() <= span_len && gaps.len() <= roaring_len {
-        (PartitionEncoding::Gaps, gaps)
-    } else if span_len <= roaring_len {
-        (PartitionEncoding::Bitmap, code::span_body(bitmap, lo, hi))
+    let roaring_len = code::roaring_len(words);
+    // The gaps body is only returned when it is no longer than both others.
+    if let Some(gaps) = code::gaps_body(words, lo, hi, span_len.min(roaring_len)) {
+        return (PartitionEncoding::Gaps, gaps);
+    }
+    if span_len <= roaring_len {
+        (PartitionEncoding::Bitmap, code::span_body(words, lo, hi))
     } else {
-        roaring()
+        (PartitionEncoding::Roaring, code::roaring_body(words))
     }
 }
 
@@ -295,8 +304,9 @@ pub fn decode_partition(bytes: &[u8]) -> Result<(PartitionKey, RoaringBitmap)> {
 /// Checks, in order: length, magic, CRC (before any other field is trusted), version, then the
 /// version's fields: every length and count against what remains and its maximum before
 /// anything is allocated, and finally that the bytes are the one encoding the set has in that
-/// version. Decoding allocates at most the decoded set's smallest roaring form (8 KiB at most),
-/// whatever the record claims.
+/// version. Decoding a version 2 record allocates, whatever the record claims, the set's dense
+/// form (a fixed 8 KiB), its re-encoding (no longer than the record) and its smallest roaring
+/// form (at most 8 KiB).
 pub fn decode_partition_at(
     bytes: &[u8],
     ledger: u64,
@@ -355,31 +365,26 @@ fn decode_v2(
         code::BodyError::Length => bad(body_at, CorruptionKind::BadLength),
         code::BodyError::Code => bad(body_at, CorruptionKind::InvalidField("gap code")),
     };
-    let bitmap = match encoding {
-        PartitionEncoding::Empty if body.is_empty() => RoaringBitmap::new(),
+    let words = match encoding {
+        PartitionEncoding::Empty if body.is_empty() => Some(code::empty_words()),
         PartitionEncoding::Empty => return Err(bad(body_at, CorruptionKind::BadLength)),
-        PartitionEncoding::Roaring | PartitionEncoding::RoaringV1 => {
-            if roaring_len(body) != Some(body.len()) {
-                return Err(bad(body_at, CorruptionKind::InvalidField("bitmap")));
-            }
-            RoaringBitmap::deserialize_from(body)
-                .map_err(|_| bad(body_at, CorruptionKind::InvalidField("bitmap")))?
-        }
+        PartitionEncoding::Roaring | PartitionEncoding::RoaringV1 => code::parse_roaring(body),
         PartitionEncoding::Gaps => {
-            code::bitmap_from_runs(|emit| code::decode_gaps(body, PARTITION_SPAN, emit))
-                .map_err(body_error)?
+            Some(code::decode_gaps(body, PARTITION_SPAN).map_err(body_error)?)
         }
         PartitionEncoding::Bitmap => {
-            code::bitmap_from_runs(|emit| code::decode_span(body, PARTITION_SPAN, emit))
-                .map_err(body_error)?
+            Some(code::decode_span(body, PARTITION_SPAN).map_err(body_error)?)
         }
-    };
-    if encode_partition(key, &bitmap) != bytes {
+    }
+    .ok_or_else(|| bad(body_at, CorruptionKind::InvalidField("bitmap")))?;
+    if encode_words(key, &words) != bytes {
         return Err(bad(
             ENCODING_AT,
             CorruptionKind::InvalidField("partition encoding"),
         ));
     }
+    let bitmap = code::bitmap_of(&words)
+        .ok_or_else(|| bad(body_at, CorruptionKind::InvalidField("bitmap")))?;
     Ok((key, bitmap))
 }
 

@@ -446,3 +446,97 @@ fn largest_version_2_record_stays_under_the_version_1_maximum() {
     assert_eq!(bytes.len(), 8224);
     assert!(bytes.len() <= MAX_RECORD_BYTES);
 }
+
+/// The shortest version 2 body of `set` by brute force: every encoding, both classes, every Rice
+/// parameter and the bounded code, with no pruning. A model of what the encoder must find.
+fn shortest_body_len(set: &RoaringBitmap) -> usize {
+    let (Some(lo), Some(hi)) = (set.min(), set.max()) else {
+        return 0;
+    };
+    let vlen = |v: u64| code::varint_len(v);
+    let mut roaring = set.clone();
+    roaring.optimize();
+    let mut best = roaring.serialized_size().min(code::span_body_len(lo, hi));
+    for holes in [false, true] {
+        let members: Vec<u32> = (lo + 1..hi).filter(|v| set.contains(*v) != holes).collect();
+        let mut prev = lo;
+        let gaps: Vec<u64> = members
+            .iter()
+            .map(|&m| {
+                let g = u64::from(m - prev - 1);
+                prev = m;
+                g
+            })
+            .collect();
+        let m = gaps.len() as u64;
+        let fixed = vlen(lo.into()) + vlen((hi - lo).into()) + 1 + vlen(m);
+        let mut bits = (0..=16u32)
+            .map(|k| {
+                gaps.iter()
+                    .map(|g| (g >> k) + u64::from(k) + 1)
+                    .sum::<u64>()
+            })
+            .min()
+            .unwrap_or(0);
+        if let (Some(&min), Some(&max)) = (gaps.iter().min(), gaps.iter().max()) {
+            let range = max - min + 1;
+            let b = u64::from(range.ilog2());
+            let u = (1u64 << (b + 1)) - range;
+            let coded: u64 = gaps.iter().map(|g| b + u64::from(g - min >= u)).sum();
+            bits = bits.min(coded + 8 * (vlen(min) + vlen(range - 1)) as u64);
+        }
+        best = best.min(fixed + usize::try_from(bits.div_ceil(8)).expect("small"));
+    }
+    best
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn the_encoder_writes_the_shortest_body(set in partition_set()) {
+        let bytes = encode_partition(key(7, 3), &set);
+        prop_assert_eq!(bytes.len() - V2_OVERHEAD, shortest_body_len(&set));
+    }
+}
+
+#[test]
+fn the_encoder_writes_the_shortest_body_for_random_densities() {
+    for one_in in [2, 3, 10, 64, 1000] {
+        let set = random_set(1 << 16, one_in);
+        let complement: RoaringBitmap = (0..1 << 16)
+            .filter(|v| !set.contains(*v) || *v == 0 || *v == (1 << 16) - 1)
+            .collect();
+        for s in [set, complement] {
+            assert_eq!(
+                encode_partition(key(7, 3), &s).len() - V2_OVERHEAD,
+                shortest_body_len(&s),
+                "1 in {one_in}"
+            );
+        }
+    }
+}
+
+proptest! {
+    #[test]
+    fn mutated_records_are_refused_or_reencode_to_themselves(
+        set in partition_set(),
+        at in any::<prop::sample::Index>(),
+        xor in 1u8..=255,
+        cut in any::<bool>(),
+    ) {
+        let good = encode_partition(key(7, 3), &set);
+        let covered = good.len() - CRC_LEN;
+        let i = V2_FIXED_LEN + at.index(covered - V2_FIXED_LEN);
+        let mut bad = good[..covered].to_vec();
+        if cut {
+            bad.truncate(i);
+        } else {
+            bad[i] ^= xor;
+        }
+        bad.extend_from_slice(&[0; CRC_LEN]);
+        let bad = with_crc(bad);
+        if let Ok((k, decoded)) = decode_partition(&bad) {
+            prop_assert_eq!(encode_partition(k, &decoded), bad);
+        }
+    }
+}
