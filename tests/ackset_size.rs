@@ -9,6 +9,7 @@ use ack_patterns::{LEDGER, Pattern};
 use ackstore::Position;
 use ackstore::ackset::{AckSet, MemPartitionStore, RangeSetWrapper, pulsar};
 use ackstore::format::partition::encode_partition;
+use roaring::RoaringBitmap;
 
 /// Individual acks per pattern.
 const ACKS: u64 = 200_000;
@@ -88,6 +89,182 @@ fn encoded_size_beats_pulsar_message_ranges_by_the_targets() {
             }
             Pattern::Sequential => assert_eq!(s.ranges, 1),
             Pattern::Random => assert!(s.ranges > 1),
+        }
+    }
+}
+
+/// splitmix64: a small deterministic generator for the density patterns below.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    #[expect(clippy::cast_precision_loss, reason = "53 bits of a uniform fraction")]
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// A density pattern over the entries of one ledger: which entries are acked.
+#[derive(Clone, Copy, Debug)]
+enum Density {
+    /// Each entry acked with this probability.
+    Random(f64),
+    /// A hole every K entries on average, gaps uniform in [K/2, 3K/2].
+    Holes(u64),
+}
+
+impl Density {
+    const ALL: [Density; 7] = [
+        Density::Random(0.5),
+        Density::Random(0.9),
+        Density::Random(0.99),
+        Density::Random(0.999),
+        Density::Holes(10),
+        Density::Holes(100),
+        Density::Holes(1000),
+    ];
+
+    fn name(self) -> String {
+        match self {
+            Density::Random(p) => format!("random:{p}"),
+            Density::Holes(k) => format!("holes:{k}"),
+        }
+    }
+
+    /// The acked flags of `entries` entries.
+    fn flags(self, entries: u64, seed: u64) -> Vec<bool> {
+        let mut rng = SplitMix(seed);
+        match self {
+            Density::Random(p) => (0..entries).map(|_| rng.unit() < p).collect(),
+            Density::Holes(k) => {
+                let mut flags = vec![true; usize::try_from(entries).expect("fits")];
+                let mut next = 0;
+                loop {
+                    next += k / 2 + rng.next() % (k + 1);
+                    match flags.get_mut(usize::try_from(next).expect("fits")) {
+                        Some(flag) => *flag = false,
+                        None => break,
+                    }
+                }
+                flags
+            }
+        }
+    }
+}
+
+/// Zero-order entropy, in bytes, of `span` flags of which `acked` are set: span x H(p) / 8.
+#[expect(clippy::cast_precision_loss, reason = "an information measure")]
+fn entropy_bytes(span: u64, acked: u64) -> f64 {
+    if span == 0 || acked == 0 || acked == span {
+        return 0.0;
+    }
+    let p = acked as f64 / span as f64;
+    let h = -(p * p.log2() + (1.0 - p) * (1.0 - p).log2());
+    span as f64 * h / 8.0
+}
+
+/// The ack set of one ledger of `entries` entries in a density pattern, and its entropy.
+fn density_set(density: Density, entries: u64, seed: u64) -> (AckSet, f64) {
+    let mut set = AckSet::new();
+    let flags = density.flags(entries, seed);
+    for (entry, _) in (0u64..).zip(&flags).filter(|(_, acked)| **acked) {
+        set.add(Position::new(LEDGER, entry));
+    }
+    (
+        set,
+        entropy_bytes(entries, flags.iter().filter(|a| **a).count() as u64),
+    )
+}
+
+/// The acked entry ids of the one ledger of `set`, as Pulsar's per-ledger structures hold them.
+fn ledger_bitmap(set: &AckSet) -> RoaringBitmap {
+    set.ranges()
+        .flat_map(|(first, last)| first.entry_id..=last.entry_id)
+        .map(|e| u32::try_from(e).expect("entry ids of the test ledger fit"))
+        .collect()
+}
+
+fn lz4_len(bytes: &[u8]) -> usize {
+    lz4_flex::block::compress(bytes).len()
+}
+
+fn encoded_bytes(set: &AckSet) -> (u64, u64) {
+    let mut partitions = 0;
+    let bytes = set
+        .partitions()
+        .map(|(key, bitmap)| {
+            partitions += 1;
+            encode_partition(key, bitmap).len() as u64
+        })
+        .sum();
+    (bytes, partitions)
+}
+
+#[test]
+fn encoded_size_stays_within_a_quarter_of_the_entropy_limit() {
+    println!(
+        "| pattern | ledger entries | entropy B | encoded B | partitions | encoded / entropy |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
+    // A ledger shorter than a partition (Pulsar's default 50,000 entries) and one of several
+    // partitions, the last one partly used.
+    for entries in [50_000, 200_000] {
+        for (seed, density) in (1..).zip(Density::ALL) {
+            let (set, entropy) = density_set(density, entries, seed);
+            let (encoded, partitions) = encoded_bytes(&set);
+            #[expect(clippy::cast_precision_loss, reason = "report figures")]
+            let bound = 1.25 * entropy + 64.0 * partitions as f64;
+            println!(
+                "| {} | {entries} | {entropy:.0} | {encoded} | {partitions} | {:.3} |",
+                density.name(),
+                encoded as f64 / entropy,
+            );
+            #[expect(clippy::cast_precision_loss, reason = "a size bound")]
+            let within = encoded as f64 <= bound;
+            assert!(
+                within,
+                "{} over {entries} entries: {encoded} B > 1.25 x {entropy:.0} + 64 x {partitions}",
+                density.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn encoded_size_is_at_most_half_of_pulsars_long_array_and_roaring_lz4() {
+    println!("| pattern | ledger entries | encoded B | Pulsar long[] B | Pulsar roaring+LZ4 B |");
+    println!("|---|---:|---:|---:|---:|");
+    for entries in [50_000, 200_000] {
+        for (seed, density) in (1..).zip(Density::ALL) {
+            let (set, _) = density_set(density, entries, seed);
+            let (encoded, _) = encoded_bytes(&set);
+            let acked = ledger_bitmap(&set);
+            let long_array = pulsar::long_list_map_bytes([(LEDGER, &acked)]);
+            let roaring_lz4 = pulsar::roaring_bytes([(LEDGER, &acked)], lz4_len);
+            println!(
+                "| {} | {entries} | {encoded} | {long_array} | {roaring_lz4} |",
+                density.name()
+            );
+            // Never larger than either, and at most half of both where holes are the point.
+            assert!(
+                encoded <= long_array && encoded <= roaring_lz4,
+                "{}",
+                density.name()
+            );
+            if matches!(density, Density::Holes(_) | Density::Random(0.99)) {
+                assert!(
+                    2 * encoded <= long_array && 2 * encoded <= roaring_lz4,
+                    "{} over {entries} entries: {encoded} B against {long_array} and {roaring_lz4}",
+                    density.name()
+                );
+            }
         }
     }
 }

@@ -1,6 +1,9 @@
 //! The size of Pulsar's own encoding of an ack range set, the anchor of ackstore's size targets.
 //!
-//! Owns: an exact byte count of the protobuf Pulsar writes; never encodes anything itself.
+//! Owns: exact byte counts of what Pulsar writes for an ack state, in each of its encodings:
+//! the `MessageRange` list, the `LongListMap` word arrays (Pulsar 4.2's default), and per-ledger
+//! roaring bitmaps (the PIP-485 proposal). Never writes anything itself; the one compressor the
+//! roaring figure needs is passed in by the caller, so the library depends on none.
 //!
 //! Pulsar persists individually deleted messages in `managed-ledger/src/main/proto/MLDataFormats.proto`
 //! (proto2) as
@@ -26,9 +29,29 @@
 //! }
 //! ```
 //!
-//! Both field numbers are below 16, so every tag is one byte. A range `[first, last]` is stored as
+//! Since `managedLedgerPersistIndividualAckAsLongArray` became the default (Pulsar 4.1), the
+//! same state goes instead into
+//!
+//! ```text
+//! message PositionInfo {
+//!     ...
+//!     repeated LongListMap individualDeletedMessageRanges = 6;
+//! }
+//! message LongListMap {               // one per ledger holding an acked entry
+//!     required int64 key    = 1;      // the ledger id
+//!     repeated int64 values = 2;      // java.util.BitSet.toLongArray() of its acked entry ids
+//! }
+//! ```
+//!
+//! `values` is not declared packed, so every word is its own tag and varint: a word with bit 63
+//! set is a negative int64 (ten bytes), a zero word two bytes with its tag. The bit set holds
+//! entry `e` at bit `e`, so its words run from entry 0 to the ledger's highest acked entry.
+//!
+//! All field numbers here are below 16, so every tag is one byte. A range `[first, last]` is stored as
 //! Guava's open-closed range `(first - 1, last]`: the lower endpoint's entry id is `first - 1`,
 //! which is `-1` (a ten-byte varint, as protobuf writes every negative int64) when `first` is 0.
+
+use roaring::RoaringBitmap;
 
 use crate::position::Position;
 
@@ -77,6 +100,72 @@ pub fn message_range_bytes(ranges: impl IntoIterator<Item = (Position, Position)
         .sum()
 }
 
+/// Bytes of the `BitSet.toLongArray()` words of a ledger's acked entries (entry ids below
+/// 2^32, as Pulsar's `int` bit indexes): word `w` holds entries `64w .. 64w + 63`, least
+/// significant bit first, up to the word of the highest acked entry.
+fn long_array_words(acked: &RoaringBitmap) -> impl Iterator<Item = u64> + '_ {
+    let words = acked.max().map_or(0, |max| max / 64 + 1);
+    let mut values = acked.iter().peekable();
+    (0..words).map(move |w| {
+        let mut word = 0u64;
+        while let Some(&e) = values.peek() {
+            if e / 64 != w {
+                break;
+            }
+            word |= 1 << (e % 64);
+            values.next();
+        }
+        word
+    })
+}
+
+/// Exact bytes of Pulsar's `PositionInfo.individualDeletedMessageRanges` (field 6, repeated
+/// `LongListMap`) for these ledgers, each given with the set of its acked entry ids: per ledger
+/// that holds any, the field's tag and length, then the key (ledger id) and every word of the
+/// ledger's bit set as an unpacked `int64`.
+#[must_use]
+pub fn long_list_map_bytes<'a>(ledgers: impl IntoIterator<Item = (u64, &'a RoaringBitmap)>) -> u64 {
+    ledgers
+        .into_iter()
+        .filter(|(_, acked)| !acked.is_empty())
+        .map(|(ledger_id, acked)| {
+            let words: u64 = long_array_words(acked)
+                .map(|word| TAG_BYTES + varint_bytes(word))
+                .sum();
+            delimited_bytes(TAG_BYTES + varint_bytes(ledger_id) + words)
+        })
+        .sum()
+}
+
+/// Bytes of the per-ledger roaring encoding of the PIP-485 proposal for these ledgers, each given
+/// with the set of its acked entry ids: the set as a 32-bit `RoaringBitmap`, run-optimized, in
+/// the portable serialization, then compressed, keeping the compressed form only when it is
+/// smaller (the proposal makes LZ4 optional). `compressed_len` returns the length of its input
+/// once compressed (LZ4 in `ackstore perf` and the size test).
+///
+/// The proposal does not fix its protobuf message, so each ledger is counted with the least
+/// framing any message needs: as a repeated field of `{ int64 key = 1; bytes bitmap = 2; }`,
+/// a tag and length around a tag and varint key and a tag and length around the bytes.
+#[must_use]
+pub fn roaring_bytes<'a>(
+    ledgers: impl IntoIterator<Item = (u64, &'a RoaringBitmap)>,
+    mut compressed_len: impl FnMut(&[u8]) -> usize,
+) -> u64 {
+    ledgers
+        .into_iter()
+        .filter(|(_, acked)| !acked.is_empty())
+        .map(|(ledger_id, acked)| {
+            let mut optimized = acked.clone();
+            optimized.optimize();
+            let mut serialized = Vec::with_capacity(optimized.serialized_size());
+            // Writing into a Vec cannot fail.
+            let _ = optimized.serialize_into(&mut serialized);
+            let len = compressed_len(&serialized).min(serialized.len()) as u64;
+            delimited_bytes(TAG_BYTES + varint_bytes(ledger_id) + delimited_bytes(len))
+        })
+        .sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,5 +208,38 @@ mod tests {
         assert_eq!(message_range_bytes([r]), 22);
         assert_eq!(message_range_bytes([r, r, r]), 66);
         assert_eq!(message_range_bytes([]), 0);
+    }
+
+    #[test]
+    fn long_list_map_counts_every_word_up_to_the_highest_acked_entry() {
+        let small = RoaringBitmap::from([0, 1, 2]);
+        // key: 08 05; one word 7: 10 07; LongListMap 4 bytes, as field 6: 32 04 + 4 = 6.
+        assert_eq!(long_list_map_bytes([(5, &small)]), 6);
+        // Entry 63 makes the word negative: a ten-byte varint. 2 + 11 = 13, field 15.
+        assert_eq!(long_list_map_bytes([(5, &RoaringBitmap::from([63]))]), 15);
+        // Entry 64: words [0, 1], two bytes each with their tag. 2 + 2 + 2 = 6, field 8.
+        assert_eq!(long_list_map_bytes([(5, &RoaringBitmap::from([64]))]), 8);
+        // Ledgers with nothing acked are not written; sums add up.
+        let none = RoaringBitmap::new();
+        assert_eq!(
+            long_list_map_bytes([(5, &small), (6, &none), (7, &small)]),
+            12
+        );
+        // 50,000 entries all acked: 781 full words (-1, ten bytes) and one of 16 bits (3 bytes).
+        let full: RoaringBitmap = (0..50_000).collect();
+        let inner = 2 + 781 * 11 + (1 + 3);
+        assert_eq!(long_list_map_bytes([(5, &full)]), 1 + 2 + inner);
+    }
+
+    #[test]
+    fn roaring_counts_the_smaller_of_plain_and_compressed_with_its_framing() {
+        let runs: RoaringBitmap = (0..1000).collect();
+        // One run container: cookie 4, run flags 1, description 4, run count 2, one run 4.
+        let plain = 15;
+        // key field 2 bytes (ledger 5), bitmap field 1 + 1 + len, as a repeated field 1 + 1 + ...
+        let framed = |len: u64| 2 + (2 + 2 + len);
+        assert_eq!(roaring_bytes([(5, &runs)], |b| b.len() + 5), framed(plain));
+        assert_eq!(roaring_bytes([(5, &runs)], |_| 3), framed(3));
+        assert_eq!(roaring_bytes([(5, &RoaringBitmap::new())], |_| 3), 0);
     }
 }

@@ -4,24 +4,35 @@
 //! encoded partition. Must never: perform I/O, panic on any input, or allocate more than the
 //! input it decodes.
 //!
-//! Layout (all integers little-endian; drawn in `docs/format.md`, section "Ack partition"):
+//! Two versions, told apart by the `u16` after the magic (drawn in `docs/format.md`, section
+//! "Ack partition"; all integers little-endian):
 //!
 //! ```text
-//! offset  size  field
-//!  0       4    magic        b"AckP"
-//!  4       2    version      1
-//!  6       2    flags        0 (reserved)
-//!  8       8    ledger_id    data ledger the entries belong to
-//! 16       8    chunk        entry_id >> PARTITION_BITS, at most MAX_CHUNK
-//! 24       4    cardinality  number of acked entries, 0..=2^PARTITION_BITS
-//! 28       4    bitmap_len   n, at most MAX_BITMAP_BYTES
-//! 32       n    bitmap       roaring portable serialization of (entry_id - first_entry)
-//! 32+n     4    crc32        CRC-32 (IEEE) of bytes [0, 32+n): header and bitmap
+//! version 2 (written)                      version 1 (read only)
+//! offset  size  field                      offset  size  field
+//!  0       4    magic     b"AckP"           0       4    magic        b"AckP"
+//!  4       2    version   2                 4       2    version      1
+//!  6       1    encoding  0..=3             6       2    flags        0
+//!  7      1-10  ledger_id varint            8       8    ledger_id
+//!  .      1-7   chunk     varint           16       8    chunk
+//!  .       b    body (per encoding)        24       4    cardinality
+//!  .       4    crc32 of all before        28       4    bitmap_len n
+//!                                          32       n    roaring bitmap
+//!                                          32+n     4    crc32 of all before
 //! ```
 //!
-//! The bitmap is always written in its smallest form (`RoaringBitmap::optimize`), so one set of
-//! entries has exactly one encoding, and the decoder refuses any other: what decodes re-encodes
-//! to the same bytes.
+//! A version 2 body is one of: nothing (the empty set); roaring's portable serialization in its
+//! run-optimized form; the gaps between the members of the rarer class (acked entries, or the
+//! holes between the smallest and largest acked entry) in a Golomb-Rice code, or in a truncated
+//! binary code when every gap lies in a narrow range; or one bit per
+//! entry of the span between the smallest and largest acked entry. The encoder writes the
+//! shortest (code in `code.rs`), so one set of entries has exactly one encoding in each version,
+//! and the decoder refuses any other: what decodes re-encodes to the same bytes
+//! ([`encode_partition`] for version 2, [`encode_partition_v1`] for version 1).
+
+mod code;
+#[cfg(test)]
+mod tests;
 
 use std::io::Write as _;
 
@@ -96,8 +107,61 @@ impl std::fmt::Display for PartitionKey {
 
 /// Magic number at the start of every partition record.
 pub const MAGIC: [u8; 4] = *b"AckP";
-/// The only format version this build writes and reads.
-pub const VERSION: u16 = 1;
+/// The format version this build writes: the smallest of four encodings, varint key.
+pub const VERSION: u16 = 2;
+/// The first format version (roaring only, fixed-width header), still read.
+pub const VERSION_1: u16 = 1;
+
+/// How a partition record stores its set of entries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PartitionEncoding {
+    /// Version 1: a roaring bitmap behind a fixed 32-byte header.
+    RoaringV1,
+    /// Version 2, no entry acked: no body.
+    Empty,
+    /// Version 2: roaring's portable serialization, run-optimized.
+    Roaring,
+    /// Version 2: the gaps between members of the rarer class, Golomb-Rice coded.
+    Gaps,
+    /// Version 2: one bit per entry between the smallest and the largest acked entry.
+    Bitmap,
+}
+
+impl PartitionEncoding {
+    /// The byte a version 2 record stores at offset 6.
+    const fn code(self) -> u8 {
+        match self {
+            Self::RoaringV1 | Self::Empty => 0,
+            Self::Roaring => 1,
+            Self::Gaps => 2,
+            Self::Bitmap => 3,
+        }
+    }
+
+    const fn from_code(code: u8) -> Option<Self> {
+        match code {
+            0 => Some(Self::Empty),
+            1 => Some(Self::Roaring),
+            2 => Some(Self::Gaps),
+            3 => Some(Self::Bitmap),
+            _ => None,
+        }
+    }
+}
+
+/// The encoding a record claims in its header (version and encoding byte), read without
+/// checking anything else: for reports and tests, never a substitute for decoding.
+#[must_use]
+pub fn partition_encoding(record: &[u8]) -> Option<PartitionEncoding> {
+    if record.get(..MAGIC_LEN) != Some(&MAGIC[..]) {
+        return None;
+    }
+    match read_u16_at(record, VERSION_AT)? {
+        VERSION_1 => Some(PartitionEncoding::RoaringV1),
+        VERSION => PartitionEncoding::from_code(*record.get(ENCODING_AT)?),
+        _ => None,
+    }
+}
 
 const MAGIC_LEN: usize = MAGIC.len();
 const VERSION_LEN: usize = 2;
@@ -116,8 +180,17 @@ const CARDINALITY_AT: usize = CHUNK_AT + CHUNK_LEN;
 const BITMAP_LEN_AT: usize = CARDINALITY_AT + CARDINALITY_LEN;
 /// Bytes before the bitmap.
 pub const HEADER_LEN: usize = BITMAP_LEN_AT + BITMAP_LEN_LEN;
-/// Bytes a record adds around its bitmap: header and CRC.
+/// Bytes a version 1 record adds around its bitmap: header and CRC.
 pub const OVERHEAD_LEN: usize = HEADER_LEN + CRC_LEN;
+
+/// Version 2: where the encoding byte sits, right after the version.
+const ENCODING_AT: usize = VERSION_AT + VERSION_LEN;
+/// Version 2: bytes before the key's varints.
+const V2_FIXED_LEN: usize = ENCODING_AT + 1;
+/// Version 2: the shortest record (the empty set of ledger 0, chunk 0).
+pub const V2_MIN_LEN: usize = V2_FIXED_LEN + 1 + 1 + CRC_LEN;
+/// Version 2: the longest header (a ten-byte ledger id and a seven-byte chunk).
+const V2_HEADER_MAX: usize = V2_FIXED_LEN + code::MAX_VARINT_LEN + 7;
 
 // The roaring portable format (https://github.com/RoaringBitmap/RoaringFormatSpec), restricted
 // to what a partition can hold: at most one container, with key 0.
@@ -131,20 +204,80 @@ const ROARING_HEADER_MAX: usize = 4 + 4 + 4 + 4;
 /// Largest roaring serialization of a partition in its smallest form: a full bitmap container
 /// after the longest header (run or array forms are only chosen when smaller).
 pub const MAX_BITMAP_BYTES: usize = ROARING_HEADER_MAX + CONTAINER_BITMAP_BYTES;
-/// Largest encoded partition record.
+/// Largest encoded partition record of either version: a version 1 full bitmap container. A
+/// version 2 record never exceeds it: its bitmap body covers at most 2^16 - 2 entries after a
+/// header of at most 24 bytes, and roaring is chosen only when shorter.
 pub const MAX_RECORD_BYTES: usize = OVERHEAD_LEN + MAX_BITMAP_BYTES;
 
-/// Encodes one partition. `bitmap` holds `entry_id - key.first_entry()` for every acked entry
-/// of the partition, so every value is below `2^PARTITION_BITS` (the ack set guarantees this;
-/// bytes encoded from a bitmap that breaks it are refused by [`decode_partition`]).
+/// Encodes one partition in the current version (2), in the shortest of its encodings (ties go
+/// to gaps, then bitmap, then roaring). `bitmap` holds `entry_id - key.first_entry()` for every
+/// acked entry of the partition, so every value is below `2^PARTITION_BITS` (the ack set
+/// guarantees this; bytes encoded from a bitmap that breaks it are refused by
+/// [`decode_partition`]).
 #[must_use]
 pub fn encode_partition(key: PartitionKey, bitmap: &RoaringBitmap) -> Vec<u8> {
+    if let Some(words) = code::words_of(bitmap) {
+        encode_words(key, &words)
+    } else {
+        // Values outside the partition: written as roaring, which the decoder refuses.
+        let mut smallest = bitmap.clone();
+        smallest.optimize();
+        let mut body = Vec::with_capacity(smallest.serialized_size());
+        // Writing into a Vec cannot fail.
+        let _ = smallest.serialize_into(&mut body);
+        frame_v2(key, PartitionEncoding::Roaring, &body)
+    }
+}
+
+/// Encodes the set `words` holds (the dense form of a partition) in version 2.
+fn encode_words(key: PartitionKey, words: &[u64]) -> Vec<u8> {
+    let (encoding, body) = smallest_body(words);
+    frame_v2(key, encoding, &body)
+}
+
+/// A version 2 record around `body`.
+fn frame_v2(key: PartitionKey, encoding: PartitionEncoding, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(V2_HEADER_MAX + body.len() + CRC_LEN);
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.push(encoding.code());
+    code::put_varint(&mut out, key.ledger_id);
+    code::put_varint(&mut out, key.chunk);
+    out.extend_from_slice(body);
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// The shortest version 2 body of the set `words` holds, and its encoding.
+fn smallest_body(words: &[u64]) -> (PartitionEncoding, Vec<u8>) {
+    let Some((lo, hi)) = code::bounds(words) else {
+        return (PartitionEncoding::Empty, Vec::new());
+    };
+    let span_len = code::span_body_len(lo, hi);
+    let roaring_len = code::roaring_len(words);
+    // The gaps body is only returned when it is no longer than both others.
+    if let Some(gaps) = code::gaps_body(words, lo, hi, span_len.min(roaring_len)) {
+        return (PartitionEncoding::Gaps, gaps);
+    }
+    if span_len <= roaring_len {
+        (PartitionEncoding::Bitmap, code::span_body(words, lo, hi))
+    } else {
+        (PartitionEncoding::Roaring, code::roaring_body(words))
+    }
+}
+
+/// Encodes one partition in version 1 (roaring behind a fixed header): what older builds wrote.
+/// Kept so that version 1 records can be re-encoded (the decoder's canonical check) and written
+/// as samples; new records are version 2 ([`encode_partition`]).
+#[must_use]
+pub fn encode_partition_v1(key: PartitionKey, bitmap: &RoaringBitmap) -> Vec<u8> {
     let mut smallest = bitmap.clone();
     smallest.optimize();
     let bitmap_len = smallest.serialized_size();
     let mut out = Vec::with_capacity(OVERHEAD_LEN + bitmap_len);
     out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.extend_from_slice(&VERSION_1.to_le_bytes());
     out.extend_from_slice(&0u16.to_le_bytes());
     out.extend_from_slice(&key.ledger_id.to_le_bytes());
     out.extend_from_slice(&key.chunk.to_le_bytes());
@@ -165,12 +298,15 @@ pub fn decode_partition(bytes: &[u8]) -> Result<(PartitionKey, RoaringBitmap)> {
     decode_partition_at(bytes, 0, 0)
 }
 
-/// Decodes one partition record that was read from `ledger` at byte `offset`; errors name them.
+/// Decodes one partition record, of either version, that was read from `ledger` at byte
+/// `offset`; errors name them.
 ///
-/// Checks, in order: length, magic, CRC (before any other field is trusted), version, flags,
-/// lengths against what remains and their maxima, the roaring header against the exact bitmap
-/// length (so nothing larger than the input is allocated), the cardinality, and that the bytes
-/// are the one encoding [`encode_partition`] writes.
+/// Checks, in order: length, magic, CRC (before any other field is trusted), version, then the
+/// version's fields: every length and count against what remains and its maximum before
+/// anything is allocated, and finally that the bytes are the one encoding the set has in that
+/// version. Decoding a version 2 record allocates, whatever the record claims, the set's dense
+/// form (a fixed 8 KiB), its re-encoding (no longer than the record) and its smallest roaring
+/// form (at most 8 KiB).
 pub fn decode_partition_at(
     bytes: &[u8],
     ledger: u64,
@@ -179,23 +315,87 @@ pub fn decode_partition_at(
     let bad = |at: usize, kind: CorruptionKind| {
         Error::corrupted(ledger, offset.saturating_add(at as u64), kind)
     };
-    if bytes.len() < OVERHEAD_LEN {
+    if bytes.len() < V2_MIN_LEN {
         return Err(bad(bytes.len(), CorruptionKind::Truncated));
     }
     if bytes.get(..MAGIC_LEN) != Some(&MAGIC[..]) {
         return Err(bad(0, CorruptionKind::BadMagic));
+    }
+    if bytes.len() > MAX_RECORD_BYTES {
+        return Err(bad(0, CorruptionKind::BadLength));
     }
     let crc_at = bytes.len() - CRC_LEN;
     let (covered, stored_crc) = bytes.split_at(crc_at);
     if crc32fast::hash(covered) != LittleEndian::read_u32(stored_crc) {
         return Err(bad(crc_at, CorruptionKind::ChecksumMismatch));
     }
-    let version = read_u16(covered, VERSION_AT);
-    if version != VERSION {
-        return Err(bad(
+    match read_u16(covered, VERSION_AT) {
+        VERSION => decode_v2(bytes, covered, &bad),
+        VERSION_1 => decode_v1(bytes, covered, &bad),
+        version => Err(bad(
             VERSION_AT,
             CorruptionKind::UnsupportedVersion(version.into()),
+        )),
+    }
+}
+
+/// The fields of a version 2 record whose CRC has been checked (`covered` is all but the CRC).
+fn decode_v2(
+    bytes: &[u8],
+    covered: &[u8],
+    bad: &dyn Fn(usize, CorruptionKind) -> Error,
+) -> Result<(PartitionKey, RoaringBitmap)> {
+    let code_byte = covered.get(ENCODING_AT).copied().unwrap_or(u8::MAX);
+    let encoding = PartitionEncoding::from_code(code_byte)
+        .ok_or_else(|| bad(ENCODING_AT, CorruptionKind::InvalidField("encoding")))?;
+    let mut fields = code::Cursor::new(covered.get(V2_FIXED_LEN..).unwrap_or_default());
+    let ledger_id = fields
+        .varint()
+        .ok_or_else(|| bad(V2_FIXED_LEN, CorruptionKind::InvalidField("ledger_id")))?;
+    let chunk_at = V2_FIXED_LEN + fields.at;
+    let chunk = fields
+        .varint()
+        .filter(|&c| c <= MAX_CHUNK)
+        .ok_or_else(|| bad(chunk_at, CorruptionKind::InvalidField("chunk")))?;
+    let key = PartitionKey { ledger_id, chunk };
+    let body_at = V2_FIXED_LEN + fields.at;
+    let body = fields.rest();
+    let body_error = |e: code::BodyError| match e {
+        code::BodyError::Span => bad(body_at, CorruptionKind::InvalidField("span")),
+        code::BodyError::Length => bad(body_at, CorruptionKind::BadLength),
+        code::BodyError::Code => bad(body_at, CorruptionKind::InvalidField("gap code")),
+    };
+    let words = match encoding {
+        PartitionEncoding::Empty if body.is_empty() => Some(code::empty_words()),
+        PartitionEncoding::Empty => return Err(bad(body_at, CorruptionKind::BadLength)),
+        PartitionEncoding::Roaring | PartitionEncoding::RoaringV1 => code::parse_roaring(body),
+        PartitionEncoding::Gaps => {
+            Some(code::decode_gaps(body, PARTITION_SPAN).map_err(body_error)?)
+        }
+        PartitionEncoding::Bitmap => {
+            Some(code::decode_span(body, PARTITION_SPAN).map_err(body_error)?)
+        }
+    }
+    .ok_or_else(|| bad(body_at, CorruptionKind::InvalidField("bitmap")))?;
+    if encode_words(key, &words) != bytes {
+        return Err(bad(
+            ENCODING_AT,
+            CorruptionKind::InvalidField("partition encoding"),
         ));
+    }
+    let bitmap = code::bitmap_of(&words)
+        .ok_or_else(|| bad(body_at, CorruptionKind::InvalidField("bitmap")))?;
+    Ok((key, bitmap))
+}
+
+/// The fields of a version 1 record whose CRC has been checked.
+fn decode_v1(
+    bytes: &[u8],
+    covered: &[u8],
+    bad: &dyn Fn(usize, CorruptionKind) -> Error,
+) -> Result<(PartitionKey, RoaringBitmap)> {
+    if bytes.len() < OVERHEAD_LEN {
+        return Err(bad(bytes.len(), CorruptionKind::Truncated));
     }
     if read_u16(covered, FLAGS_AT) != 0 {
         return Err(bad(FLAGS_AT, CorruptionKind::InvalidField("flags")));
@@ -230,7 +430,7 @@ pub fn decode_partition_at(
             CorruptionKind::InvalidField("cardinality"),
         ));
     }
-    if encode_partition(key, &bitmap) != bytes {
+    if encode_partition_v1(key, &bitmap) != bytes {
         return Err(bad(
             HEADER_LEN,
             CorruptionKind::InvalidField("bitmap encoding"),
@@ -306,151 +506,4 @@ fn read_u64(header: &[u8], at: usize) -> u64 {
 
 fn saturate_u32(v: u64) -> u32 {
     u32::try_from(v).unwrap_or(u32::MAX)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn key(ledger_id: u64, chunk: u64) -> PartitionKey {
-        PartitionKey { ledger_id, chunk }
-    }
-
-    fn roundtrip(bitmap: &RoaringBitmap) -> Vec<u8> {
-        let k = key(7, 3);
-        let bytes = encode_partition(k, bitmap);
-        let (k2, b2) = decode_partition(&bytes).expect("own encoding decodes");
-        assert_eq!((k2, &b2), (k, bitmap));
-        bytes
-    }
-
-    #[test]
-    fn header_offsets_follow_the_documented_layout() {
-        assert_eq!((VERSION_AT, FLAGS_AT, LEDGER_AT, CHUNK_AT), (4, 6, 8, 16));
-        assert_eq!((CARDINALITY_AT, BITMAP_LEN_AT, HEADER_LEN), (24, 28, 32));
-        assert_eq!(OVERHEAD_LEN, 36);
-        assert_eq!(MAX_BITMAP_BYTES, 8208);
-        assert_eq!(MAX_RECORD_BYTES, 8244);
-    }
-
-    #[test]
-    fn encoded_sizes_are_pinned() {
-        // Empty: cookie + container count.
-        assert_eq!(roundtrip(&RoaringBitmap::new()).len(), 36 + 8);
-        // One value, array form: cookie, count, description, offset, one u16.
-        assert_eq!(roundtrip(&RoaringBitmap::from([5])).len(), 36 + 16 + 2);
-        // 100 sparse values: array of 100 u16.
-        let sparse: RoaringBitmap = (0..100).map(|i| i * 100).collect();
-        assert_eq!(roundtrip(&sparse).len(), 36 + 16 + 200);
-        // A full partition collapses to one run: cookie, run flags, description, run count, run.
-        let full: RoaringBitmap = (0..1 << 16).collect();
-        assert_eq!(roundtrip(&full).len(), 36 + 4 + 1 + 4 + 2 + 4);
-        // Every other entry: the 8 KiB bitmap container, the largest form.
-        let alternating: RoaringBitmap = (0..1 << 16).step_by(2).collect();
-        assert_eq!(roundtrip(&alternating).len(), MAX_RECORD_BYTES);
-    }
-
-    #[test]
-    fn encoding_is_canonical_whatever_the_in_memory_form() {
-        let mut a: RoaringBitmap = (10..5000).collect();
-        let b = a.clone();
-        a.optimize();
-        assert_eq!(
-            encode_partition(key(1, 1), &a),
-            encode_partition(key(1, 1), &b)
-        );
-    }
-
-    #[test]
-    fn key_maps_positions_to_chunks_and_back() {
-        let p = Position::new(9, (5 << PARTITION_BITS) + 17);
-        let k = PartitionKey::of(p);
-        assert_eq!(k, key(9, 5));
-        assert_eq!(k.first_entry(), 5 << 16);
-        assert_eq!(k.last_entry(), (6 << 16) - 1);
-        assert_eq!(k.position(PartitionKey::offset_of(p.entry_id)), p);
-        let top = PartitionKey::of(Position::new(1, u64::MAX));
-        assert_eq!(top.chunk, MAX_CHUNK);
-        assert_eq!(top.last_entry(), u64::MAX);
-    }
-
-    fn corruption(bytes: &[u8]) -> CorruptionKind {
-        match decode_partition(bytes) {
-            Err(Error::Corrupted { kind, .. }) => kind,
-            other => panic!("expected corruption, got {other:?}"),
-        }
-    }
-
-    fn with_crc(mut bytes: Vec<u8>) -> Vec<u8> {
-        let at = bytes.len() - CRC_LEN;
-        let crc = crc32fast::hash(&bytes[..at]);
-        bytes[at..].copy_from_slice(&crc.to_le_bytes());
-        bytes
-    }
-
-    #[test]
-    fn decoder_names_what_is_wrong() {
-        let good = encode_partition(key(1, 2), &RoaringBitmap::from([1, 2, 3]));
-        assert_eq!(corruption(&good[..10]), CorruptionKind::Truncated);
-        let mut flipped = good.clone();
-        flipped[0] ^= 1;
-        assert_eq!(corruption(&flipped), CorruptionKind::BadMagic);
-        let mut flipped = good.clone();
-        flipped[HEADER_LEN] ^= 1;
-        assert_eq!(corruption(&flipped), CorruptionKind::ChecksumMismatch);
-        let mut v2 = good.clone();
-        v2[VERSION_AT] = 2;
-        assert_eq!(
-            corruption(&with_crc(v2)),
-            CorruptionKind::UnsupportedVersion(2)
-        );
-        let mut card = good.clone();
-        card[CARDINALITY_AT] = 4;
-        assert_eq!(
-            corruption(&with_crc(card)),
-            CorruptionKind::InvalidField("cardinality")
-        );
-        let mut long = good.clone();
-        long[BITMAP_LEN_AT] += 1;
-        assert_eq!(corruption(&with_crc(long)), CorruptionKind::BadLength);
-    }
-
-    #[test]
-    fn decoder_refuses_values_outside_the_partition() {
-        // A second container (values >= 2^16) is not something a partition can hold.
-        let bytes = encode_partition(key(1, 2), &RoaringBitmap::from([1, 1 << 16]));
-        assert_eq!(corruption(&bytes), CorruptionKind::InvalidField("bitmap"));
-    }
-
-    #[test]
-    fn decoder_refuses_non_canonical_bitmaps() {
-        // The same values in array form although the run form is smaller.
-        let values: RoaringBitmap = (0..100).collect();
-        let mut body = Vec::new();
-        values.serialize_into(&mut body).expect("vec write");
-        let mut bytes = encode_partition(key(1, 2), &RoaringBitmap::new());
-        bytes.truncate(HEADER_LEN);
-        bytes[CARDINALITY_AT..CARDINALITY_AT + 4].copy_from_slice(&100u32.to_le_bytes());
-        let len = u32::try_from(body.len()).expect("small");
-        bytes[BITMAP_LEN_AT..BITMAP_LEN_AT + 4].copy_from_slice(&len.to_le_bytes());
-        bytes.extend_from_slice(&body);
-        bytes.extend_from_slice(&[0; CRC_LEN]);
-        assert_eq!(
-            corruption(&with_crc(bytes)),
-            CorruptionKind::InvalidField("bitmap encoding")
-        );
-    }
-
-    #[test]
-    fn errors_carry_the_callers_location() {
-        let err = decode_partition_at(b"short", 42, 1000).expect_err("too short");
-        assert!(matches!(
-            err,
-            Error::Corrupted {
-                ledger: 42,
-                offset: 1005,
-                kind: CorruptionKind::Truncated
-            }
-        ));
-    }
 }

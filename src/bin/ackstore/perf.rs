@@ -15,6 +15,7 @@ use ackstore::cursor::{CursorConfig, PersistMode};
 use ackstore::{AppendMeta, CursorOptions, LedgerConfig, ManagedLedger, Position};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
+use roaring::RoaringBitmap;
 
 use crate::report;
 
@@ -30,7 +31,8 @@ pub struct PerfArgs {
     /// Payload size of each entry, in bytes.
     #[arg(long, default_value_t = 100)]
     payload_bytes: usize,
-    /// Which entries to ack: `alternating`, `sequential`, `random:FRACTION` or `sparse:FRACTION`.
+    /// Which entries to ack: `alternating`, `sequential`, `random:FRACTION`, `sparse:FRACTION`
+    /// or `holes:K` (every entry but a hole every K on average, gaps uniform in [K/2, 3K/2]).
     #[arg(long, default_value = "alternating")]
     pattern: Pattern,
     /// Extra entries to ack after the restart, flushed on their own (the incremental cost).
@@ -79,6 +81,9 @@ pub enum Pattern {
     Random(f64),
     /// Evenly spaced entries, this fraction of them.
     Sparse(f64),
+    /// Every entry but the holes, one every K entries on average: the gap from one hole to the
+    /// next is uniform in `[K/2, K/2 + K]`. Acked in entry order.
+    Holes(u64),
 }
 
 impl FromStr for Pattern {
@@ -98,8 +103,14 @@ impl FromStr for Pattern {
             None if s == "alternating" => Ok(Self::Alternating),
             Some(("random", f)) => Ok(Self::Random(fraction(f)?)),
             Some(("sparse", f)) => Ok(Self::Sparse(fraction(f)?)),
+            Some(("holes", k)) => match k.parse::<u64>() {
+                Ok(k) if k >= 2 => Ok(Self::Holes(k)),
+                _ => Err(format!(
+                    "holes:K needs a whole number K of at least 2, not `{k}`"
+                )),
+            },
             _ => Err(format!(
-                "unknown pattern `{s}`: use alternating, sequential, random:FRACTION or sparse:FRACTION"
+                "unknown pattern `{s}`: use alternating, sequential, random:FRACTION, sparse:FRACTION or holes:K"
             )),
         }
     }
@@ -112,6 +123,7 @@ impl std::fmt::Display for Pattern {
             Self::Alternating => f.write_str("alternating"),
             Self::Random(x) => write!(f, "random:{x}"),
             Self::Sparse(x) => write!(f, "sparse:{x}"),
+            Self::Holes(k) => write!(f, "holes:{k}"),
         }
     }
 }
@@ -153,6 +165,19 @@ pub fn ack_order(pattern: Pattern, entries: u64, seed: u64) -> Vec<u64> {
                 .step_by(usize::try_from(step).unwrap_or(usize::MAX))
                 .collect()
         }
+        Pattern::Holes(k) => {
+            let mut rng = SplitMix(seed);
+            let mut acked = Vec::with_capacity(usize::try_from(entries).unwrap_or(0));
+            let mut hole = k / 2 + rng.next() % (k + 1);
+            for entry in 0..entries {
+                if entry == hole {
+                    hole += k / 2 + rng.next() % (k + 1);
+                } else {
+                    acked.push(entry);
+                }
+            }
+            acked
+        }
         Pattern::Random(f) => {
             let mut rng = SplitMix(seed);
             let mut chosen: Vec<u64> = (0..entries).filter(|_| rng.unit() < f).collect();
@@ -163,6 +188,72 @@ pub fn ack_order(pattern: Pattern, entries: u64, seed: u64) -> Vec<u64> {
             chosen
         }
     }
+}
+
+/// The size figures of an ack state, in bytes: the information limit and what Pulsar would
+/// persist.
+#[derive(Debug, Default, PartialEq)]
+struct StateSizes {
+    /// Sum over ledgers of span x H(acked fraction) / 8, the span being the ledger's entries
+    /// above the mark-delete position.
+    entropy: f64,
+    /// Pulsar 4.2's default: `LongListMap` words per ledger (`ackset::pulsar`).
+    longarray: u64,
+    /// PIP-485: a run-optimized roaring bitmap per ledger, LZ4-compressed when smaller.
+    roaring_lz4: u64,
+}
+
+/// Zero-order entropy in bytes of `span` flags of which `acked` are set.
+#[expect(clippy::cast_precision_loss, reason = "an information measure")]
+fn entropy_bytes(span: u64, acked: u64) -> f64 {
+    if acked == 0 || acked >= span {
+        return 0.0;
+    }
+    let p = acked as f64 / span as f64;
+    span as f64 * -(p * p.log2() + (1.0 - p) * (1.0 - p).log2()) / 8.0
+}
+
+/// The sizes of the state `truth` describes: the entries of `positions` (in order) that are
+/// acked, of which a cursor keeps those above its mark-delete position (the entry before the
+/// first one not acked).
+fn state_sizes(positions: &[Position], truth: &[bool]) -> StateSizes {
+    let Some(first_unacked) = truth.iter().position(|a| !a) else {
+        return StateSizes::default();
+    };
+    let mut sizes = StateSizes::default();
+    let mut add_ledger = |ledger_id: u64, span: u64, acked: &RoaringBitmap| {
+        sizes.entropy += entropy_bytes(span, acked.len());
+        sizes.longarray += pulsar::long_list_map_bytes([(ledger_id, acked)]);
+        sizes.roaring_lz4 += pulsar::roaring_bytes([(ledger_id, acked)], |bytes| {
+            lz4_flex::block::compress(bytes).len()
+        });
+    };
+    let mut current: Option<(u64, u64, RoaringBitmap)> = None;
+    for (pos, &acked) in positions.iter().zip(truth).skip(first_unacked) {
+        match &mut current {
+            Some((ledger_id, span, bitmap)) if *ledger_id == pos.ledger_id => {
+                *span += 1;
+                if acked {
+                    // Pulsar's per-ledger sets index entries as 32-bit values.
+                    bitmap.insert(u32::try_from(pos.entry_id).unwrap_or(u32::MAX));
+                }
+            }
+            _ => {
+                if let Some((ledger_id, span, bitmap)) = current.take() {
+                    add_ledger(ledger_id, span, &bitmap);
+                }
+                let mut bitmap = RoaringBitmap::new();
+                if acked {
+                    bitmap.insert(u32::try_from(pos.entry_id).unwrap_or(u32::MAX));
+                }
+                current = Some((pos.ledger_id, 1, bitmap));
+            }
+        }
+    }
+    if let Some((ledger_id, span, bitmap)) = current {
+        add_ledger(ledger_id, span, &bitmap);
+    }
+    sizes
 }
 
 /// A checksum of a list of ranges: equal lists give equal fingerprints, and a lost, added or
@@ -310,6 +401,7 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
     let pulsar_range_bytes = pulsar::message_range_bytes(ranges.iter().copied());
     let ranges_fingerprint = fingerprint(&ranges);
     drop(ranges);
+    let sizes = state_sizes(&positions, &truth);
 
     // Phase 3: flush, then restart.
     let started = Instant::now();
@@ -383,6 +475,10 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
         "persisted_bytes": persisted_bytes,
         "bytes_per_range": if range_count == 0 { 0.0 } else { persisted_bytes as f64 / range_count as f64 },
         "pulsar_range_bytes": pulsar_range_bytes,
+        "entropy_bytes": sizes.entropy,
+        "bytes_vs_entropy": if sizes.entropy > 0.0 { persisted_bytes as f64 / sizes.entropy } else { 0.0 },
+        "pulsar_longarray_bytes": sizes.longarray,
+        "pulsar_roaring_lz4_bytes": sizes.roaring_lz4,
         "incremental_flush_bytes": incremental_flush_bytes,
         "topic_open_ms": millis(topic_open),
         "recover_first_read_ms": millis(first_read),
@@ -444,8 +540,24 @@ fn print_summary(r: &serde_json::Value) {
             ),
         ],
         vec![
+            "entropy of the ack flags".into(),
+            format!(
+                "{:.0} B (persisted / entropy {:.3})",
+                num("entropy_bytes"),
+                num("bytes_vs_entropy")
+            ),
+        ],
+        vec![
             "Pulsar MessageRange size".into(),
             report::bytes(int("pulsar_range_bytes")),
+        ],
+        vec![
+            "Pulsar LongListMap size".into(),
+            report::bytes(int("pulsar_longarray_bytes")),
+        ],
+        vec![
+            "Pulsar roaring+LZ4 size".into(),
+            report::bytes(int("pulsar_roaring_lz4_bytes")),
         ],
         vec![
             "incremental flush".into(),
@@ -501,5 +613,45 @@ mod tests {
         r.sort_unstable();
         r.dedup();
         assert!(r.iter().all(|&i| i < 10_000));
+    }
+
+    #[test]
+    fn holes_pattern_leaves_a_hole_every_k_entries_with_gaps_in_range() {
+        assert_eq!("holes:100".parse::<Pattern>(), Ok(Pattern::Holes(100)));
+        assert!("holes:1".parse::<Pattern>().is_err());
+        assert!("holes:x".parse::<Pattern>().is_err());
+        assert_eq!(Pattern::Holes(10).to_string(), "holes:10");
+        let acked = ack_order(Pattern::Holes(10), 100_000, 3);
+        let mut holes = Vec::new();
+        let mut next = 0;
+        for &e in &acked {
+            holes.extend(next..e);
+            next = e + 1;
+        }
+        assert!((9_000..11_000).contains(&holes.len()), "{}", holes.len());
+        assert!((5..=15).contains(&holes[0]));
+        assert!(holes.windows(2).all(|w| (5..=15).contains(&(w[1] - w[0]))));
+    }
+
+    #[test]
+    fn state_sizes_count_each_ledger_above_the_mark_delete_position() {
+        // Ledger 1: entries 0-3, the first two mark-deleted; ledger 2: entries 0-3.
+        let positions: Vec<Position> = (0..4)
+            .map(|e| Position::new(1, e))
+            .chain((0..4).map(|e| Position::new(2, e)))
+            .collect();
+        let truth = [true, true, false, true, false, true, true, true];
+        let sizes = state_sizes(&positions, &truth);
+        // Ledger 1: span 2 (entries 2, 3), one acked: 2 bits. Ledger 2: 3 of 4: 4 H(3/4) bits.
+        let expected = (2.0 + 4.0 * 0.811_278_124_459_132_8) / 8.0;
+        assert!((sizes.entropy - expected).abs() < 1e-9, "{sizes:?}");
+        let one = RoaringBitmap::from([3]);
+        let three = RoaringBitmap::from([1, 2, 3]);
+        assert_eq!(
+            sizes.longarray,
+            pulsar::long_list_map_bytes([(1, &one), (2, &three)])
+        );
+        assert!(sizes.roaring_lz4 > 0);
+        assert_eq!(state_sizes(&positions, &[true; 8]), StateSizes::default());
     }
 }

@@ -1,0 +1,943 @@
+//! The bodies of a version 2 partition record other than roaring: the gaps of the minority class
+//! in a Golomb-Rice or a bounded (truncated binary) code, and a plain bitmap over the span the
+//! set uses.
+//!
+//! Owns: LEB128 varints, the bit stream (least significant bit first), the dense form of a
+//! partition's set ([`Words`]: one bit per offset, 8 KiB) that every body is encoded from and
+//! decoded into, the choice of the coded class, code and parameter, and the canonical roaring
+//! serialization of a set. Must never: panic on any input, or allocate more than that fixed
+//! 8 KiB, the record's own length and the decoded set's smallest roaring form.
+//!
+//! Both bodies start with the set's span: `lo` (its smallest value) and `hi - lo` (`hi` its
+//! largest), as varints. `lo` and `hi` are members by definition, so only the values strictly
+//! between them are coded.
+#![expect(
+    clippy::cast_possible_truncation,
+    reason = "every narrowing cast takes the low byte of a varint or bit accumulator on purpose, \
+              or a partition offset, count or run that was checked to be below 2^16 first"
+)]
+
+use byteorder::{ByteOrder as _, LittleEndian};
+use roaring::RoaringBitmap;
+
+/// Bytes of the largest LEB128 varint of a `u64`.
+pub const MAX_VARINT_LEN: usize = 10;
+/// Largest Rice parameter: a gap is below `2^16`, so a larger `k` never helps.
+pub const MAX_RICE_K: u8 = 16;
+/// Bit 7 of the parameter byte: the coded members are the holes (else the acked entries).
+pub const HOLES_FLAG: u8 = 0x80;
+/// Bit 6 of the parameter byte: the gaps use the bounded code (else Rice with `k` in bits 0-4).
+pub const BOUNDED_FLAG: u8 = 0x40;
+
+/// Appends `v` as a LEB128 varint (the shortest form, the only one the decoder accepts back).
+pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Bytes `v` takes as a varint.
+pub fn varint_len(v: u64) -> usize {
+    (64 - (v | 1).leading_zeros()).div_ceil(7) as usize
+}
+
+/// A reader of varints and fixed fields over a byte slice; every read is checked.
+pub struct Cursor<'a> {
+    bytes: &'a [u8],
+    /// Bytes consumed so far.
+    pub at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    /// A reader at the start of `bytes`.
+    pub fn new(bytes: &'a [u8]) -> Self {
+        Self { bytes, at: 0 }
+    }
+
+    /// The next byte, if any.
+    pub fn byte(&mut self) -> Option<u8> {
+        let b = *self.bytes.get(self.at)?;
+        self.at += 1;
+        Some(b)
+    }
+
+    /// A varint of at most ten bytes whose value fits a `u64`.
+    pub fn varint(&mut self) -> Option<u64> {
+        let mut v = 0u64;
+        for i in 0..MAX_VARINT_LEN {
+            let b = self.byte()?;
+            let part = u64::from(b & 0x7F);
+            // The tenth byte may only carry the top bit of a u64.
+            if i == MAX_VARINT_LEN - 1 && part > 1 {
+                return None;
+            }
+            v |= part << (7 * i);
+            if b & 0x80 == 0 {
+                return Some(v);
+            }
+        }
+        None
+    }
+
+    /// Everything not read yet.
+    pub fn rest(&self) -> &'a [u8] {
+        self.bytes.get(self.at..).unwrap_or_default()
+    }
+}
+
+/// A bit stream writer, least significant bit first; the last byte is padded with zero bits.
+struct BitWriter {
+    out: Vec<u8>,
+    acc: u64,
+    bits: u32,
+}
+
+impl BitWriter {
+    fn new(out: Vec<u8>) -> Self {
+        Self {
+            out,
+            acc: 0,
+            bits: 0,
+        }
+    }
+
+    /// Writes the low `n` (at most 32) bits of `v`.
+    fn bits(&mut self, v: u32, n: u32) {
+        if n == 0 {
+            return;
+        }
+        let mask = if n == 32 { u32::MAX } else { (1 << n) - 1 };
+        self.acc |= u64::from(v & mask) << self.bits;
+        self.bits += n;
+        while self.bits >= 8 {
+            self.out.push(self.acc as u8);
+            self.acc >>= 8;
+            self.bits -= 8;
+        }
+    }
+
+    /// Writes `n` zero bits.
+    fn zeros(&mut self, mut n: u64) {
+        while n >= 32 {
+            self.bits(0, 32);
+            n -= 32;
+        }
+        self.bits(0, n as u32);
+    }
+
+    /// Writes `q` one bits, then a zero bit.
+    fn unary(&mut self, mut q: u32) {
+        while q >= 32 {
+            self.bits(u32::MAX, 32);
+            q -= 32;
+        }
+        self.bits((1 << q) - 1, q + 1);
+    }
+
+    fn finish(mut self) -> Vec<u8> {
+        if self.bits > 0 {
+            self.out.push(self.acc as u8);
+        }
+        self.out
+    }
+}
+
+/// A bit stream reader over a byte slice; reads past the end fail.
+struct BitReader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl BitReader<'_> {
+    fn remaining(&self) -> usize {
+        (self.bytes.len() * 8).saturating_sub(self.pos)
+    }
+
+    /// The next (up to) 57 bits at the read position, zeros past the end.
+    fn peek(&self) -> u64 {
+        let at = self.pos / 8;
+        let mut chunk = [0u8; 8];
+        let available = self.bytes.get(at..).unwrap_or_default();
+        let n = available.len().min(8);
+        chunk[..n].copy_from_slice(&available[..n]);
+        u64::from_le_bytes(chunk) >> (self.pos % 8)
+    }
+
+    /// `n` (at most 32) bits, least significant first.
+    fn bits(&mut self, n: u32) -> Option<u32> {
+        if n as usize > self.remaining() {
+            return None;
+        }
+        let v = if n == 0 {
+            0
+        } else {
+            (self.peek() & (u64::MAX >> (64 - n))) as u32
+        };
+        self.pos += n as usize;
+        Some(v)
+    }
+
+    /// Counts one bits up to the terminating zero; `None` past `limit` ones or the end.
+    fn unary(&mut self, limit: u32) -> Option<u32> {
+        let mut q = 0u32;
+        loop {
+            let ones = (!self.peek()).trailing_zeros().min(56);
+            if ones < 56 {
+                // The terminating zero is within the peeked bits.
+                q += ones;
+                if q > limit || (ones as usize) >= self.remaining() {
+                    return None;
+                }
+                self.pos += ones as usize + 1;
+                return Some(q);
+            }
+            q += 56;
+            if q > limit || 56 > self.remaining() {
+                return None;
+            }
+            self.pos += 56;
+        }
+    }
+}
+
+/// Number of 64-bit words of a partition's dense form.
+pub const WORDS: usize = 1 << 10;
+
+/// The dense form of a partition's set: bit `v % 64` of word `v / 64` is offset `v`.
+pub type Words = Vec<u64>;
+
+/// The dense form of the empty set.
+pub fn empty_words() -> Words {
+    vec![0; WORDS]
+}
+
+fn set_bit(words: &mut Words, v: u32) {
+    if let Some(w) = words.get_mut(v as usize / 64) {
+        *w |= 1 << (v % 64);
+    }
+}
+
+/// Sets (or with `clear` clears) offsets `first ..= last`.
+fn fill(words: &mut Words, first: u32, last: u32, clear: bool) {
+    if first > last {
+        return;
+    }
+    let (a, b) = (first as usize / 64, last as usize / 64);
+    for (i, w) in words.iter_mut().enumerate().take(b + 1).skip(a) {
+        let mut mask = u64::MAX;
+        if i == a {
+            mask &= u64::MAX << (first % 64);
+        }
+        if i == b {
+            mask &= u64::MAX >> (63 - last % 64);
+        }
+        if clear {
+            *w &= !mask;
+        } else {
+            *w |= mask;
+        }
+    }
+}
+
+/// The smallest and largest offset of a non-empty set.
+pub fn bounds(words: &[u64]) -> Option<(u32, u32)> {
+    let first = words.iter().position(|w| *w != 0)?;
+    let last = words.iter().rposition(|w| *w != 0)?;
+    let lo = first as u32 * 64 + words[first].trailing_zeros();
+    let hi = last as u32 * 64 + 63 - words[last].leading_zeros();
+    Some((lo, hi))
+}
+
+/// Parses a roaring portable serialization that holds what a partition can (no container, or
+/// one container with key 0) into the dense form; `None` for anything else or a length that is
+/// not exactly the serialization's. Run and array contents are not checked for order: the
+/// caller compares the re-encoded set with its input.
+pub fn parse_roaring(body: &[u8]) -> Option<Words> {
+    let u16_at = |at: usize| body.get(at..at + 2).map(LittleEndian::read_u16);
+    let cookie = body.get(..4).map(LittleEndian::read_u32)?;
+    let (description_at, run) = if cookie == 12346 {
+        match body.get(4..8).map(LittleEndian::read_u32)? {
+            0 if body.len() == 8 => return Some(empty_words()),
+            1 => (8, false),
+            _ => return None,
+        }
+    } else if cookie == 12347 {
+        // One container, with runs: the run flag byte, no offsets.
+        match body.get(4)? {
+            0 => (5, false),
+            1 => (5, true),
+            _ => return None,
+        }
+    } else {
+        return None;
+    };
+    if u16_at(description_at)? != 0 {
+        return None;
+    }
+    let card = usize::from(u16_at(description_at + 2)?) + 1;
+    let data_at = if cookie == 12346 {
+        description_at + 8
+    } else {
+        description_at + 4
+    };
+    let data = body.get(data_at..)?;
+    let data_len = if run {
+        2 + 4 * usize::from(u16_at(data_at)?)
+    } else if card <= ARRAY_LIMIT {
+        2 * card
+    } else {
+        8 * WORDS
+    };
+    if data.len() != data_len {
+        return None;
+    }
+    let mut words = empty_words();
+    if run {
+        for pair in data.get(2..)?.chunks_exact(4) {
+            let start = u32::from(LittleEndian::read_u16(pair));
+            let last = start + u32::from(LittleEndian::read_u16(&pair[2..]));
+            if last >= 1 << 16 {
+                return None;
+            }
+            fill(&mut words, start, last, false);
+        }
+    } else if card <= ARRAY_LIMIT {
+        for v in data.chunks_exact(2) {
+            set_bit(&mut words, u32::from(LittleEndian::read_u16(v)));
+        }
+    } else {
+        for (w, chunk) in words.iter_mut().zip(data.chunks_exact(8)) {
+            *w = LittleEndian::read_u64(chunk);
+        }
+    }
+    Some(words)
+}
+
+/// The dense form of `bitmap`, through its own serialization; `None` when it holds a value of
+/// 2^16 or more (more than one container, or a key other than 0).
+pub fn words_of(bitmap: &RoaringBitmap) -> Option<Words> {
+    let mut serialized = Vec::with_capacity(bitmap.serialized_size());
+    bitmap.serialize_into(&mut serialized).ok()?;
+    parse_roaring(&serialized)
+}
+
+/// Largest cardinality of a roaring array container.
+const ARRAY_LIMIT: usize = 4096;
+/// Bytes of a roaring bitmap container.
+const BITMAP_BYTES: usize = 8192;
+
+/// The cardinality and the number of maximal runs of a set.
+fn card_and_runs(words: &[u64]) -> (usize, usize) {
+    let (mut card, mut runs, mut carry) = (0, 0, 0u64);
+    for &w in words {
+        card += w.count_ones() as usize;
+        runs += (w & !((w << 1) | carry)).count_ones() as usize;
+        carry = w >> 63;
+    }
+    (card, runs)
+}
+
+/// Which roaring container form a set takes in its run-optimized serialization.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Form {
+    Empty,
+    Run,
+    Array,
+    Bitmap,
+}
+
+/// The form and serialized length: runs when strictly smaller than the plain form, which is an
+/// array up to 4,096 values and a bitmap above.
+fn roaring_form(words: &[u64]) -> (Form, usize) {
+    let (card, runs) = card_and_runs(words);
+    if card == 0 {
+        return (Form::Empty, 8);
+    }
+    let run_bytes = 2 + 4 * runs;
+    let (plain, plain_bytes) = if card <= ARRAY_LIMIT {
+        (Form::Array, 2 * card)
+    } else {
+        (Form::Bitmap, BITMAP_BYTES)
+    };
+    if run_bytes < plain_bytes {
+        // Cookie with runs, the run flag byte, one description.
+        (Form::Run, 4 + 1 + 4 + run_bytes)
+    } else {
+        // Cookie, container count, one description, one offset.
+        (plain, 16 + plain_bytes)
+    }
+}
+
+/// Bytes of [`roaring_body`].
+pub fn roaring_len(words: &[u64]) -> usize {
+    roaring_form(words).1
+}
+
+/// The next offset at or after `from` that is set (or with `holes` clear), below 2^16.
+fn next_bit(words: &[u64], from: u32, holes: bool) -> Option<u32> {
+    let mut i = from as usize / 64;
+    let mut w = *words.get(i)?;
+    if holes {
+        w = !w;
+    }
+    w &= u64::MAX << (from % 64);
+    loop {
+        if w != 0 {
+            return Some(i as u32 * 64 + w.trailing_zeros());
+        }
+        i += 1;
+        w = *words.get(i)?;
+        if holes {
+            w = !w;
+        }
+    }
+}
+
+/// The canonical roaring portable serialization of a set: one container with key 0 (or none)
+/// in the form [`roaring_form`] picks.
+pub fn roaring_body(words: &[u64]) -> Vec<u8> {
+    let (form, len) = roaring_form(words);
+    let (card, runs) = card_and_runs(words);
+    let mut out = Vec::with_capacity(len);
+    if form == Form::Empty {
+        out.extend_from_slice(&12346u32.to_le_bytes());
+        out.extend_from_slice(&0u32.to_le_bytes());
+        return out;
+    }
+    if form == Form::Run {
+        out.extend_from_slice(&12347u32.to_le_bytes());
+        out.push(1);
+    } else {
+        out.extend_from_slice(&12346u32.to_le_bytes());
+        out.extend_from_slice(&1u32.to_le_bytes());
+    }
+    // The description: key 0, cardinality - 1 (card is 1..=65536).
+    out.extend_from_slice(&0u16.to_le_bytes());
+    out.extend_from_slice(&((card - 1) as u16).to_le_bytes());
+    match form {
+        Form::Run => {
+            // Fewer than 2,048 runs here.
+            out.extend_from_slice(&(runs as u16).to_le_bytes());
+            let mut from = 0;
+            while let Some(start) = next_bit(words, from, false) {
+                let end = next_bit(words, start, true).unwrap_or(1 << 16);
+                out.extend_from_slice(&(start as u16).to_le_bytes());
+                out.extend_from_slice(&((end - 1 - start) as u16).to_le_bytes());
+                from = end;
+            }
+        }
+        Form::Array => {
+            out.extend_from_slice(&16u32.to_le_bytes());
+            for (i, &word) in words.iter().enumerate() {
+                let mut w = word;
+                while w != 0 {
+                    let v = i as u32 * 64 + w.trailing_zeros();
+                    out.extend_from_slice(&(v as u16).to_le_bytes());
+                    w &= w - 1;
+                }
+            }
+        }
+        Form::Bitmap | Form::Empty => {
+            out.extend_from_slice(&16u32.to_le_bytes());
+            for w in words {
+                out.extend_from_slice(&w.to_le_bytes());
+            }
+        }
+    }
+    out
+}
+
+/// The roaring bitmap of a set, built through roaring's checked deserialization of
+/// [`roaring_body`]: it holds the smallest container form and nothing larger is allocated.
+pub fn bitmap_of(words: &[u64]) -> Option<RoaringBitmap> {
+    RoaringBitmap::deserialize_from(&roaring_body(words)[..]).ok()
+}
+
+/// Calls `f(gap, zeros)` for the members of a class strictly between `lo` and `hi` (the acked
+/// offsets, or with `holes` the offsets not acked), one call per run of adjacent members: the
+/// run's first member has `gap` offsets between it and the previous member (or `lo`), and the
+/// `zeros` members after it each have a gap of 0. Runs cost one call, not one per member.
+fn for_each_gap(words: &[u64], lo: u32, hi: u32, holes: bool, mut f: impl FnMut(u32, u32)) {
+    if hi <= lo + 1 {
+        return;
+    }
+    let (first, last) = (lo + 1, hi - 1);
+    let (a, b) = (first as usize / 64, last as usize / 64);
+    let mut prev = lo;
+    for (i, &word) in words.iter().enumerate().take(b + 1).skip(a) {
+        let mut w = if holes { !word } else { word };
+        if i == a {
+            w &= u64::MAX << (first % 64);
+        }
+        if i == b {
+            w &= u64::MAX >> (63 - last % 64);
+        }
+        while w != 0 {
+            let start = w.trailing_zeros();
+            let len = (w >> start).trailing_ones();
+            let member = i as u32 * 64 + start;
+            f(member - prev - 1, len - 1);
+            prev = member + len - 1;
+            w = if start + len >= 64 {
+                0
+            } else {
+                w & (u64::MAX << (start + len))
+            };
+        }
+    }
+}
+
+/// How the gaps of one class are coded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Code {
+    /// Golomb-Rice with parameter `k`: the quotient `gap >> k` in unary, then `k` low bits.
+    Rice(u8),
+    /// Every gap in `[min, min + range)`, written as `gap - min` in the truncated binary code of
+    /// `range` values: `floor(log2 range)` or one more bit.
+    Bounded { min: u32, range: u32 },
+}
+
+/// How a set is best written as gaps: which class, which code, how many members and the bits
+/// the codes take (with the bounded code's two varints).
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    holes: bool,
+    code: Code,
+    members: u64,
+    bits: u64,
+}
+
+/// Bits of `x` (below `range`) in the truncated binary code of `range` values, and the split:
+/// with `b = floor(log2 range)` and `u = 2^(b+1) - range`, values below `u` take `b` bits.
+fn truncated_binary(range: u32) -> (u32, u64) {
+    let b = range.max(1).ilog2();
+    let u = (1u64 << (b + 1)) - u64::from(range);
+    (b, u)
+}
+
+/// Bytes a gaps body spends before its codes (and the bounded code's varints).
+fn gaps_fixed_len(lo: u32, hi: u32, members: u64) -> usize {
+    varint_len(lo.into()) + varint_len((hi - lo).into()) + 1 + varint_len(members)
+}
+
+/// What one pass over a class tells: its member count and the sum, smallest and largest of
+/// its gaps.
+#[derive(Clone, Copy, Debug)]
+struct Stats {
+    holes: bool,
+    members: u64,
+    sum: u64,
+    min: u32,
+    max: u32,
+}
+
+fn stats(words: &[u64], lo: u32, hi: u32, holes: bool) -> Stats {
+    let mut st = Stats {
+        holes,
+        members: 0,
+        sum: 0,
+        min: u32::MAX,
+        max: 0,
+    };
+    for_each_gap(words, lo, hi, holes, |gap, zeros| {
+        st.members += 1 + u64::from(zeros);
+        st.sum += u64::from(gap);
+        st.min = st.min.min(if zeros > 0 { 0 } else { gap });
+        st.max = st.max.max(gap);
+    });
+    st
+}
+
+impl Stats {
+    /// The bounded code's range, its truncated binary split, and the bits of its two varints.
+    fn bounded(&self) -> (u32, u32, u64, u64) {
+        let range = self.max - self.min + 1;
+        let (width, short) = truncated_binary(range);
+        let extra = 8 * (varint_len(self.min.into()) + varint_len((range - 1).into())) as u64;
+        (range, width, short, extra)
+    }
+
+    /// Rice's floor: `floor(g / 2^k) >= (g + 1) / 2^k - 1`, so it costs at least
+    /// `(sum + m) / 2^k + m k` bits.
+    fn rice_floor(&self) -> u64 {
+        (0..=MAX_RICE_K)
+            .map(|k| ((self.sum + self.members) >> k) + self.members * u64::from(k))
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+
+    /// A lower bound of the bits of this class's codes, whichever code.
+    fn floor(&self) -> u64 {
+        if self.members == 0 {
+            return 0;
+        }
+        let (_, width, _, extra) = self.bounded();
+        self.rice_floor()
+            .min(self.members * u64::from(width) + extra)
+    }
+}
+
+/// The best plan for one class, or `None` when its bits' lower bound exceeds `budget_bits`
+/// (then it cannot be chosen). When it returns a plan, the plan does not depend on the budget.
+///
+/// Rice's cost `sum(gap >> k) + m (k + 1)` is convex in `k`, so the best `k` is found by
+/// widening a window around `log2` of the mean gap until its minimum is inside it.
+fn plan(words: &[u64], lo: u32, hi: u32, st: &Stats, budget_bits: u64) -> Option<Plan> {
+    let (holes, members) = (st.holes, st.members);
+    if members == 0 {
+        return Some(Plan {
+            holes,
+            code: Code::Rice(0),
+            members,
+            bits: 0,
+        });
+    }
+    if st.floor() > budget_bits {
+        return None;
+    }
+    let (min, (range, width, short, extra)) = (st.min, st.bounded());
+    let rice_floor = st.rice_floor();
+    if u64::from(range) <= short {
+        // A power-of-two range: every code takes `width` bits, no pass needed to count them.
+        let bits = members * u64::from(width) + extra;
+        if bits < rice_floor {
+            return Some(Plan {
+                holes,
+                code: Code::Bounded { min, range },
+                members,
+                bits,
+            });
+        }
+    }
+    let mean = st.sum / members;
+    let center = if mean == 0 { 0 } else { mean.ilog2() as u8 };
+    let mut low = center.saturating_sub(2);
+    let mut high = (center + 2).min(MAX_RICE_K);
+    let mut costs = [u64::MAX; MAX_RICE_K as usize + 1];
+    let mut long_codes = 0u64;
+    // One pass for the window and the bounded code, then one per step the window widens.
+    {
+        let mut quotients = [0u64; 5];
+        // Zero gaps add no quotient, and are never long codes (min is then 0, short >= 1).
+        for_each_gap(words, lo, hi, holes, |gap, _| {
+            for (q, k) in quotients.iter_mut().zip(low..=high) {
+                *q += u64::from(gap >> k);
+            }
+            long_codes += u64::from(u64::from(gap - min) >= short);
+        });
+        for (q, k) in quotients.iter().zip(low..=high) {
+            costs[k as usize] = q + members * (u64::from(k) + 1);
+        }
+    }
+    let rice_cost = |k: u8| {
+        let mut q = 0u64;
+        for_each_gap(words, lo, hi, holes, |gap, _| q += u64::from(gap >> k));
+        q + members * (u64::from(k) + 1)
+    };
+    loop {
+        // The first (smallest k) minimum of the window.
+        let best = (low..=high)
+            .min_by_key(|&k| (costs[k as usize], k))
+            .unwrap_or(low);
+        if best == low && low > 0 {
+            low -= 1;
+            costs[low as usize] = rice_cost(low);
+        } else if best == high && high < MAX_RICE_K {
+            high += 1;
+            costs[high as usize] = rice_cost(high);
+        } else {
+            break;
+        }
+    }
+    let (k, rice_bits) = (low..=high)
+        .map(|k| (k, costs[k as usize]))
+        .min_by_key(|&(k, c)| (c, k))
+        .unwrap_or((0, u64::MAX));
+    let bounded_bits = members * u64::from(width) + long_codes + extra;
+    Some(if bounded_bits < rice_bits {
+        Plan {
+            holes,
+            code: Code::Bounded { min, range },
+            members,
+            bits: bounded_bits,
+        }
+    } else {
+        Plan {
+            holes,
+            code: Code::Rice(k),
+            members,
+            bits: rice_bits,
+        }
+    })
+}
+
+/// The gaps body of a non-empty set with smallest offset `lo` and largest `hi`: `lo`,
+/// `hi - lo`, the parameter byte (holes flag, bounded flag, Rice `k`), the member count, for the
+/// bounded code `min` and `range - 1`, then the codes. The class and the code are those of the
+/// fewest bits (ties: acked entries, Rice, the smallest `k`), so the body is a function of the
+/// set alone. `None` when it would be longer than `budget` bytes.
+pub fn gaps_body(words: &[u64], lo: u32, hi: u32, budget: usize) -> Option<Vec<u8>> {
+    let acked = stats(words, lo, hi, false);
+    let holes = stats(words, lo, hi, true);
+    let budget_bits = |st: &Stats| {
+        budget
+            .checked_sub(gaps_fixed_len(lo, hi, st.members))
+            .map_or(0, |b| 8 * b as u64)
+    };
+    let over = |st: &Stats| budget < gaps_fixed_len(lo, hi, st.members);
+    // Plan the class with the lower floor first; the other only if it can still win (the
+    // holes class must be strictly fewer bits, the acked class wins ties).
+    let (acked_plan, holes_plan) = if holes.floor() < acked.floor() {
+        let h = if over(&holes) {
+            None
+        } else {
+            plan(words, lo, hi, &holes, budget_bits(&holes))
+        };
+        let a_budget = h.map_or(budget_bits(&acked), |h| budget_bits(&acked).min(h.bits));
+        let a = if over(&acked) {
+            None
+        } else {
+            plan(words, lo, hi, &acked, a_budget)
+        };
+        (a, h)
+    } else {
+        let a = if over(&acked) {
+            None
+        } else {
+            plan(words, lo, hi, &acked, budget_bits(&acked))
+        };
+        let h_budget = a.map_or(budget_bits(&holes), |a| {
+            budget_bits(&holes).min(a.bits.saturating_sub(1))
+        });
+        let h = match a {
+            Some(a) if a.bits == 0 => None,
+            _ if over(&holes) => None,
+            _ => plan(words, lo, hi, &holes, h_budget),
+        };
+        (a, h)
+    };
+    let best = match (acked_plan, holes_plan) {
+        (Some(a), Some(h)) if h.bits < a.bits => h,
+        (Some(a), _) => a,
+        (None, Some(h)) => h,
+        (None, None) => return None,
+    };
+    let len = gaps_fixed_len(lo, hi, best.members) + usize::try_from(best.bits.div_ceil(8)).ok()?;
+    if len > budget {
+        return None;
+    }
+    let mut out = Vec::with_capacity(len);
+    put_varint(&mut out, lo.into());
+    put_varint(&mut out, (hi - lo).into());
+    let holes_flag = if best.holes { HOLES_FLAG } else { 0 };
+    match best.code {
+        Code::Rice(k) => {
+            out.push(holes_flag | k);
+            put_varint(&mut out, best.members);
+            let mut writer = BitWriter::new(out);
+            for_each_gap(words, lo, hi, best.holes, |gap, zeros| {
+                writer.unary(gap >> k);
+                writer.bits(gap, k.into());
+                // A zero gap is a 0 bit (empty unary) and k zero bits.
+                writer.zeros(u64::from(zeros) * (u64::from(k) + 1));
+            });
+            Some(writer.finish())
+        }
+        Code::Bounded { min, range } => {
+            out.push(holes_flag | BOUNDED_FLAG);
+            put_varint(&mut out, best.members);
+            put_varint(&mut out, min.into());
+            put_varint(&mut out, (range - 1).into());
+            let (width, short) = truncated_binary(range);
+            let mut writer = BitWriter::new(out);
+            for_each_gap(words, lo, hi, best.holes, |gap, zeros| {
+                let value = u64::from(gap - min);
+                if value < short {
+                    writer.bits(value as u32, width);
+                } else {
+                    let long = value - short;
+                    writer.bits((short + (long >> 1)) as u32, width);
+                    writer.bits((long & 1) as u32, 1);
+                }
+                // With zero gaps min is 0, and 0 < short: `width` zero bits each.
+                writer.zeros(u64::from(zeros) * u64::from(width));
+            });
+            Some(writer.finish())
+        }
+    }
+}
+
+/// The bitmap body of a non-empty set with smallest offset `lo` and largest `hi`: `lo`,
+/// `hi - lo`, then one bit per offset strictly between them (1 = acked), padded with zeros.
+pub fn span_body(words: &[u64], lo: u32, hi: u32) -> Vec<u8> {
+    let inner = (hi - lo).saturating_sub(1);
+    let mut out = Vec::with_capacity(span_body_len(lo, hi));
+    put_varint(&mut out, lo.into());
+    put_varint(&mut out, (hi - lo).into());
+    let bit_at = |v: u32| {
+        words
+            .get(v as usize / 64)
+            .map_or(0, |w| (w >> (v % 64)) & 1)
+    };
+    let mut i = 0;
+    while i < inner {
+        let n = (inner - i).min(8);
+        let mut byte = 0u8;
+        let start = lo + 1 + i;
+        if start % 64 <= 56 && n == 8 {
+            byte = (words
+                .get(start as usize / 64)
+                .map_or(0, |w| w >> (start % 64))) as u8;
+        } else {
+            for j in 0..n {
+                byte |= (bit_at(start + j) as u8) << j;
+            }
+        }
+        out.push(byte);
+        i += n;
+    }
+    out
+}
+
+/// Bytes of [`span_body`] for a set with smallest offset `lo` and largest `hi`.
+pub fn span_body_len(lo: u32, hi: u32) -> usize {
+    varint_len(lo.into())
+        + varint_len((hi - lo).into())
+        + ((hi - lo).saturating_sub(1) as usize).div_ceil(8)
+}
+
+/// Why a body does not decode; the caller turns it into a corruption error naming the field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyError {
+    /// The span (`lo`, `hi - lo`) is malformed or leaves the partition.
+    Span,
+    /// The parameter byte or a count is impossible, or the body is not as long as they say.
+    Length,
+    /// A code runs past the body or puts a member outside the span.
+    Code,
+}
+
+/// Reads the span that starts both bodies; `hi` stays below `span` (2^16).
+fn read_span(c: &mut Cursor<'_>, span: u64) -> Result<(u32, u32), BodyError> {
+    let lo = c.varint().ok_or(BodyError::Span)?;
+    let len = c.varint().ok_or(BodyError::Span)?;
+    let hi = lo.checked_add(len).ok_or(BodyError::Span)?;
+    if hi >= span {
+        return Err(BodyError::Span);
+    }
+    // Both below 2^16.
+    Ok((lo as u32, hi as u32))
+}
+
+/// Decodes a gaps body into the dense form. Every count is checked against the bits present
+/// before the codes are read; nothing but the fixed 8 KiB is allocated.
+pub fn decode_gaps(body: &[u8], span: u64) -> Result<Words, BodyError> {
+    let mut fields = Cursor::new(body);
+    let (lo, hi) = read_span(&mut fields, span)?;
+    let param = fields.byte().ok_or(BodyError::Length)?;
+    let holes = param & HOLES_FLAG != 0;
+    let bounded = param & BOUNDED_FLAG != 0;
+    let k = param & !(HOLES_FLAG | BOUNDED_FLAG);
+    if k > MAX_RICE_K || (bounded && k != 0) {
+        return Err(BodyError::Length);
+    }
+    let members = fields.varint().ok_or(BodyError::Length)?;
+    let inner = u64::from((hi - lo).saturating_sub(1));
+    if members > inner {
+        return Err(BodyError::Length);
+    }
+    let (min, range) = if bounded {
+        let min = fields.varint().ok_or(BodyError::Length)?;
+        let range = fields.varint().ok_or(BodyError::Length)?.saturating_add(1);
+        if min > inner || range > inner + 1 {
+            return Err(BodyError::Length);
+        }
+        // Both at most 2^16.
+        (min as u32, range as u32)
+    } else {
+        (0, 0)
+    };
+    let (width, short) = truncated_binary(range);
+    let mut bits = BitReader {
+        bytes: fields.rest(),
+        pos: 0,
+    };
+    let least_bits = if bounded {
+        width.into()
+    } else {
+        u64::from(k) + 1
+    };
+    if members * least_bits > bits.remaining() as u64 {
+        return Err(BodyError::Length);
+    }
+    let mut words = empty_words();
+    if holes {
+        fill(&mut words, lo, hi, false);
+    } else {
+        set_bit(&mut words, lo);
+        set_bit(&mut words, hi);
+    }
+    let mut prev = lo;
+    for _ in 0..members {
+        let gap = if bounded {
+            let head = u64::from(bits.bits(width).ok_or(BodyError::Code)?);
+            let value = if head < short {
+                head
+            } else {
+                let last = u64::from(bits.bits(1).ok_or(BodyError::Code)?);
+                short + 2 * (head - short) + last
+            };
+            if value >= u64::from(range) {
+                return Err(BodyError::Code);
+            }
+            u64::from(min) + value
+        } else {
+            let quotient = bits.unary(u32::MAX >> MAX_RICE_K).ok_or(BodyError::Code)?;
+            let low = bits.bits(k.into()).ok_or(BodyError::Code)?;
+            (u64::from(quotient) << k) | u64::from(low)
+        };
+        let member = u64::from(prev) + gap + 1;
+        if member >= u64::from(hi) {
+            return Err(BodyError::Code);
+        }
+        let member = member as u32;
+        if holes {
+            fill(&mut words, member, member, true);
+        } else {
+            set_bit(&mut words, member);
+        }
+        prev = member;
+    }
+    Ok(words)
+}
+
+/// Decodes a bitmap body into the dense form.
+pub fn decode_span(body: &[u8], span: u64) -> Result<Words, BodyError> {
+    let mut fields = Cursor::new(body);
+    let (lo, hi) = read_span(&mut fields, span)?;
+    let inner = (hi - lo).saturating_sub(1);
+    let bits = fields.rest();
+    if bits.len() != (inner as usize).div_ceil(8) {
+        return Err(BodyError::Length);
+    }
+    let mut words = empty_words();
+    set_bit(&mut words, lo);
+    set_bit(&mut words, hi);
+    for (i, &byte) in bits.iter().enumerate() {
+        let mut b = byte;
+        while b != 0 {
+            let v = lo + 1 + 8 * i as u32 + b.trailing_zeros();
+            // Padding bits past `hi - 1` are kept: the re-encoding then differs and the
+            // record is refused.
+            if v < 1 << 16 {
+                set_bit(&mut words, v);
+            } else {
+                return Err(BodyError::Code);
+            }
+            b &= b - 1;
+        }
+    }
+    Ok(words)
+}
