@@ -10,7 +10,7 @@
 //! takes `writer` or `cursors` while holding its state.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::config::LedgerConfig;
@@ -61,6 +61,9 @@ pub(crate) struct TopicCore {
     committing: Mutex<TopicRecord>,
     /// Open cursors by name.
     cursors: Mutex<BTreeMap<String, Arc<CursorShared>>>,
+    /// A close failed (a cursor's flush or the seal): what it could not persist is lost, so a
+    /// later close answers [`Error::Closed`], never `Ok`.
+    close_failed: AtomicBool,
 }
 
 impl std::fmt::Debug for TopicCore {
@@ -89,6 +92,7 @@ impl TopicCore {
             committing: Mutex::new(writer.record.clone()),
             writer: Mutex::new(writer),
             cursors: Mutex::new(BTreeMap::new()),
+            close_failed: AtomicBool::new(false),
         }
     }
 
@@ -361,7 +365,13 @@ impl TopicCore {
     /// Closes every open cursor, seals the current ledger and releases the entry log (and with
     /// it the directory lock, once no operation is in flight).
     pub(crate) fn close(&self) -> Result<()> {
-        let Ok(log) = self.log() else { return Ok(()) };
+        let Ok(log) = self.log() else {
+            return if self.close_failed.load(Ordering::SeqCst) {
+                Err(Error::Closed)
+            } else {
+                Ok(())
+            };
+        };
         let open: Vec<_> = self.cursors().values().cloned().collect();
         let mut first_error = None;
         for c in open {
@@ -379,6 +389,9 @@ impl TopicCore {
             if has_entries && let Err(e) = self.seal_current(&log, &mut w) {
                 first_error.get_or_insert(e);
             }
+        }
+        if first_error.is_some() {
+            self.close_failed.store(true, Ordering::SeqCst);
         }
         *self.log.write().unwrap_or_else(PoisonError::into_inner) = None;
         first_error.map_or(Ok(()), Err)
