@@ -5,9 +5,9 @@ mod ledger_support;
 
 use std::sync::Arc;
 
+use ackstore::Error;
 use ackstore::cursor::{CursorConfig, PersistMode};
 use ackstore::ledger::{CursorOptions, LedgerConfig, ManagedLedger};
-use ackstore::Error;
 use ackstore::storage::MemStorage;
 
 fn config(lru: usize) -> LedgerConfig {
@@ -46,7 +46,10 @@ fn a_retried_topic_close_after_a_failed_cursor_flush_never_returns_ok_without_th
         matches!(topic.close(), Err(Error::Closed)),
         "a retried topic close returned Ok although the acks of its failed close are lost"
     );
-    assert!(cursor.close().is_err(), "the cursor's close never says Ok either");
+    assert!(
+        cursor.close().is_err(),
+        "the cursor's close never says Ok either"
+    );
     drop(topic);
     let topic = open_mem(&disk, &cfg).unwrap();
     let c = topic.open_cursor("sub", CursorOptions::default()).unwrap();
