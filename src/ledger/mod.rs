@@ -228,6 +228,10 @@ impl ManagedLedger {
     /// Closes every open cursor (each flushes its ack state), seals the open data ledger and
     /// releases the directory. Later calls fail with [`Error::Closed`]; closing twice is a
     /// no-op.
+    ///
+    /// The directory is released whatever the outcome. After a close that failed (a cursor's
+    /// flush on a full disk, for instance: its acks since its last successful flush are lost),
+    /// a later `close` returns [`Error::Closed`], never `Ok`.
     pub fn close(&self) -> Result<()> {
         self.core.close()
     }

@@ -10,7 +10,7 @@
 //! takes `writer` or `cursors` while holding its state.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::config::LedgerConfig;
@@ -61,6 +61,17 @@ pub(crate) struct TopicCore {
     committing: Mutex<TopicRecord>,
     /// Open cursors by name.
     cursors: Mutex<BTreeMap<String, Arc<CursorShared>>>,
+    /// A close failed (a cursor's flush or the seal): what it could not persist is lost, so a
+    /// later close answers [`Error::Closed`], never `Ok`.
+    close_failed: AtomicBool,
+    /// A topic-record write of this handle whose outcome is unknown (it failed and the store
+    /// could not be read back): the version it would have created, its bytes and the record.
+    /// Guarded by `committing`. Until it is settled, a stored record equal to it is this
+    /// handle's own write, not a newer owner's.
+    uncertain: Mutex<Option<(u64, Vec<u8>, TopicRecord)>>,
+    /// An uncertain write was found to have taken and `committing` holds it; the writer's
+    /// copy is refreshed at its next commit.
+    adopted: AtomicBool,
 }
 
 impl std::fmt::Debug for TopicCore {
@@ -89,6 +100,9 @@ impl TopicCore {
             committing: Mutex::new(writer.record.clone()),
             writer: Mutex::new(writer),
             cursors: Mutex::new(BTreeMap::new()),
+            close_failed: AtomicBool::new(false),
+            uncertain: Mutex::new(None),
+            adopted: AtomicBool::new(false),
         }
     }
 
@@ -107,13 +121,36 @@ impl TopicCore {
     /// Writes `record` over the version `writer` holds.
     pub(crate) fn commit(&self, writer: &mut Writer, mut record: TopicRecord) -> Result<()> {
         let mut committed = lock(&self.committing);
+        if let Some((version, adopted)) = self.settle()? {
+            self.owned_version.store(version, Ordering::SeqCst);
+            *committed = adopted;
+            self.adopted.store(true, Ordering::SeqCst);
+        }
+        if self.adopted.swap(false, Ordering::SeqCst) {
+            // An earlier write of ours took after all: `record` was built on the record before
+            // it, so it is not written; the caller's next attempt builds on the adopted one.
+            writer.record.clone_from(&committed);
+            writer.version = self.owned_version.load(Ordering::SeqCst);
+            return Err(Error::PreviousIo);
+        }
         // A block of ledger ids reserved since `writer` last committed stays reserved.
         record.next_ledger_id = record.next_ledger_id.max(committed.next_ledger_id);
-        let version = self.meta.put(
-            TOPIC_RECORD,
-            Some(self.owned_version.load(Ordering::SeqCst)),
-            &record.encode(),
-        )?;
+        let encoded = record.encode();
+        let version = match self.put_record(&encoded) {
+            Ok(version) => version,
+            Err((e, Some(version))) => {
+                // The new version is the record now (its write failed after it was linked, at
+                // the directory sync, say): this handle knows it, so no later write of its own
+                // is refused as a newer owner's; the caller still learns of the error.
+                self.owned_version.store(version, Ordering::SeqCst);
+                committed.clone_from(&record);
+                drop(committed);
+                writer.version = version;
+                writer.record = record;
+                return Err(e);
+            }
+            Err((e, None)) => return Err(e),
+        };
         self.owned_version.store(version, Ordering::SeqCst);
         committed.clone_from(&record);
         drop(committed);
@@ -122,21 +159,75 @@ impl TopicCore {
         Ok(())
     }
 
+    /// Writes the topic record `encoded` over the version this handle owns. On an error, also
+    /// returns the version the store holds when that is `encoded` itself, one past the owned
+    /// version: the write failed after its new version was linked (its directory sync, or the
+    /// removal of older versions), so the record is this handle's write, durable or not.
+    /// Caller holds `committing`.
+    fn put_record(&self, encoded: &[u8]) -> std::result::Result<u64, (Error, Option<u64>)> {
+        let owned = self.owned_version.load(Ordering::SeqCst);
+        match self.meta.put(TOPIC_RECORD, Some(owned), encoded) {
+            Ok(version) => Ok(version),
+            Err(e @ Error::Fenced(_)) => Err((e, None)),
+            Err(e) => {
+                let linked = match self.meta.get(TOPIC_RECORD) {
+                    Ok(Some((version, bytes))) if version == owned + 1 && bytes == encoded => {
+                        Some(version)
+                    }
+                    Ok(Some((version, _))) if version == owned => None,
+                    _ => {
+                        let record = TopicRecord::decode(encoded).ok();
+                        *lock(&self.uncertain) = record.map(|r| (owned + 1, encoded.to_vec(), r));
+                        None
+                    }
+                };
+                Err((e, linked))
+            }
+        }
+    }
+
+    /// Settles an uncertain write of ours (caller holds `committing`): `Some` with its version
+    /// and record when the store holds it (this handle must adopt it), `None` when it did not
+    /// take. An error when the store cannot be read.
+    fn settle(&self) -> Result<Option<(u64, TopicRecord)>> {
+        let mut uncertain = lock(&self.uncertain);
+        let Some((version, bytes, _)) = uncertain.as_ref() else {
+            return Ok(None);
+        };
+        let stored = self.meta.get(TOPIC_RECORD)?;
+        let took = stored
+            .as_ref()
+            .is_some_and(|(v, b)| v == version && b == bytes);
+        let settled = uncertain.take();
+        Ok(settled.filter(|_| took).map(|(v, _, r)| (v, r)))
+    }
+
     /// Reserves the next block of [`ID_BLOCK`] ledger ids in the topic record (by
     /// compare-and-set, so no other owner ever uses them) and returns it.
     fn reserve_ids(&self) -> Result<(u64, u64)> {
         let mut committed = lock(&self.committing);
+        if let Some((version, adopted)) = self.settle()? {
+            // Our earlier write took; the writer adopts it at its next commit.
+            self.owned_version.store(version, Ordering::SeqCst);
+            *committed = adopted;
+            self.adopted.store(true, Ordering::SeqCst);
+        }
         let mut record = committed.clone();
         let start = record.next_ledger_id;
         let end = start
             .checked_add(ID_BLOCK)
             .ok_or_else(|| Error::LimitExceeded("the topic has run out of ledger ids".into()))?;
         record.next_ledger_id = end;
-        let version = self.meta.put(
-            TOPIC_RECORD,
-            Some(self.owned_version.load(Ordering::SeqCst)),
-            &record.encode(),
-        )?;
+        let version = match self.put_record(&record.encode()) {
+            Ok(version) => version,
+            Err((e, Some(version))) => {
+                // Linked although the write failed: the ids are reserved, but not handed out.
+                self.owned_version.store(version, Ordering::SeqCst);
+                *committed = record;
+                return Err(e);
+            }
+            Err((e, None)) => return Err(e),
+        };
         self.owned_version.store(version, Ordering::SeqCst);
         *committed = record;
         Ok((start, end))
@@ -171,7 +262,14 @@ impl TopicCore {
         if self.stored_version()? == Some(owned) {
             return Ok(());
         }
-        let _committing = lock(&self.committing);
+        let mut committed = lock(&self.committing);
+        if let Some((version, adopted)) = self.settle()? {
+            // Our own write whose outcome was unknown took: not a newer owner. The writer
+            // adopts it at its next commit.
+            self.owned_version.store(version, Ordering::SeqCst);
+            *committed = adopted;
+            self.adopted.store(true, Ordering::SeqCst);
+        }
         let owned = self.owned_version.load(Ordering::SeqCst);
         if self.stored_version()? == Some(owned) {
             Ok(())
@@ -361,7 +459,13 @@ impl TopicCore {
     /// Closes every open cursor, seals the current ledger and releases the entry log (and with
     /// it the directory lock, once no operation is in flight).
     pub(crate) fn close(&self) -> Result<()> {
-        let Ok(log) = self.log() else { return Ok(()) };
+        let Ok(log) = self.log() else {
+            return if self.close_failed.load(Ordering::SeqCst) {
+                Err(Error::Closed)
+            } else {
+                Ok(())
+            };
+        };
         let open: Vec<_> = self.cursors().values().cloned().collect();
         let mut first_error = None;
         for c in open {
@@ -379,6 +483,9 @@ impl TopicCore {
             if has_entries && let Err(e) = self.seal_current(&log, &mut w) {
                 first_error.get_or_insert(e);
             }
+        }
+        if first_error.is_some() {
+            self.close_failed.store(true, Ordering::SeqCst);
         }
         *self.log.write().unwrap_or_else(PoisonError::into_inner) = None;
         first_error.map_or(Ok(()), Err)
