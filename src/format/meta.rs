@@ -403,10 +403,10 @@ pub fn encode_stored(version: u64, payload: &[u8]) -> Vec<u8> {
 /// Decodes an envelope written by [`encode_stored`] into `(version, payload)`.
 ///
 /// # Errors
-/// [`Error::CorruptedMeta`] (naming the record `stored record`) when the bytes are not exactly
-/// one valid envelope.
-pub fn decode_stored(bytes: &[u8]) -> Result<(u64, Vec<u8>)> {
-    decode_frame(Kind::Stored, bytes, |r| {
+/// A [`Corruption`] when the bytes are not exactly one valid envelope; the metadata store names
+/// the record it read them as.
+pub fn decode_stored(bytes: &[u8]) -> Result<(u64, Vec<u8>), Corruption> {
+    read_frame(Kind::Stored, bytes, |r| {
         let version = r.u64()?;
         let payload = r.take(r.remaining())?.to_vec();
         Ok((version, payload))
@@ -454,14 +454,20 @@ fn decode_frame<T>(
     bytes: &[u8],
     read_body: impl FnOnce(&mut Reader<'_>) -> Result<T, Corruption>,
 ) -> Result<T> {
-    check_frame(kind, bytes)
-        .and_then(|body| {
-            let mut r = Reader::at(body, HEADER_LEN);
-            let value = read_body(&mut r)?;
-            r.finish()?;
-            Ok(value)
-        })
-        .map_err(|c| c.in_record(kind.label()))
+    read_frame(kind, bytes, read_body).map_err(|c| c.in_record(kind.label()))
+}
+
+/// [`decode_frame`] without naming the record: the corruption and its offset in the frame.
+fn read_frame<T>(
+    kind: Kind,
+    bytes: &[u8],
+    read_body: impl FnOnce(&mut Reader<'_>) -> Result<T, Corruption>,
+) -> Result<T, Corruption> {
+    let body = check_frame(kind, bytes)?;
+    let mut r = Reader::at(body, HEADER_LEN);
+    let value = read_body(&mut r)?;
+    r.finish()?;
+    Ok(value)
 }
 
 /// Returns the body of a verified frame of `kind`.
@@ -866,7 +872,7 @@ mod tests {
     fn frames_above_the_maximum_are_refused() {
         let big = encode_stored(1, &vec![0; MAX_RECORD_BYTES]);
         assert_eq!(
-            corruption(decode_stored(&big).unwrap_err()),
+            decode_stored(&big).unwrap_err().kind,
             CorruptionKind::BadLength
         );
     }
