@@ -6,8 +6,8 @@
 
 use std::path::PathBuf;
 
-use ackstore::Error;
 use ackstore::error::CorruptionKind;
+use ackstore::format::Corruption;
 use ackstore::format::partition::{
     PartitionEncoding, PartitionKey, decode_partition, encode_partition, encode_partition_v1,
     partition_encoding,
@@ -112,7 +112,7 @@ fn corrupted_version_2_sample_is_refused_as_a_checksum_mismatch() {
     let bytes = read(2, "few-holes-corrupt");
     assert!(matches!(
         decode_partition(&bytes),
-        Err(Error::Corrupted {
+        Err(Corruption {
             kind: CorruptionKind::ChecksumMismatch,
             ..
         })

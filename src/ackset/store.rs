@@ -87,7 +87,14 @@ impl PartitionStore for MemPartitionStore {
         let Some(record) = self.records.get(&key) else {
             return Ok(None);
         };
-        let (found, bitmap) = decode_partition(record)?;
+        let (found, bitmap) = decode_partition(record).map_err(|c| Error::BadPartition {
+            ledger_id: key.ledger_id,
+            chunk: key.chunk,
+            reason: format!(
+                "its stored record is corrupted at byte {}: {}",
+                c.offset, c.kind
+            ),
+        })?;
         if found != key {
             return Err(Error::BadPartition {
                 ledger_id: key.ledger_id,

@@ -322,18 +322,19 @@ pub fn check_cursor_ledger(log: &EntryLog, ledger: u64) -> Result<LedgerCheck> {
     };
     for entry_id in 0..check.entries {
         let at = Position::new(ledger, entry_id);
+        let named = |e| at_entry(ledger, entry_id, e);
         let verdict = log.read(ledger, entry_id).and_then(|entry| {
             let payload = entry.payload;
-            match peek_kind(&payload).map_err(|e| at_entry(ledger, entry_id, e))? {
+            match peek_kind(&payload).map_err(named)? {
                 EntryKind::Partition => {
                     check.partitions += 1;
-                    let partition = decode_partition_entry(&payload)?;
-                    decode_partition(partition.body)?;
+                    let partition = decode_partition_entry(&payload).map_err(named)?;
+                    decode_partition(partition.body).map_err(named)?;
                     Ok(None)
                 }
                 EntryKind::IndexPage => {
                     check.index_pages += 1;
-                    decode_index_page(&payload).map(|_| None)
+                    decode_index_page(&payload).map(|_| None).map_err(named)
                 }
                 EntryKind::Marker => {
                     check.markers += 1;
@@ -341,11 +342,13 @@ pub fn check_cursor_ledger(log: &EntryLog, ledger: u64) -> Result<LedgerCheck> {
                 }
                 EntryKind::Snapshot => {
                     check.snapshots += 1;
-                    decode_snapshot(&payload).map(|_| Some(RecoverySource::Snapshot(at)))
+                    decode_snapshot(&payload)
+                        .map(|_| Some(RecoverySource::Snapshot(at)))
+                        .map_err(named)
                 }
             }
         });
-        match verdict.map_err(|e| at_entry(ledger, entry_id, e)) {
+        match verdict {
             Ok(Some(source)) => check.newest_valid = Some(source),
             Ok(None) => {}
             Err(e) if is_fatal(&e) => return Err(e),

@@ -16,6 +16,7 @@ use roaring::RoaringBitmap;
 
 use crate::ackset::{PartitionKey, PartitionStore};
 use crate::error::{CorruptionKind, Error, Result};
+use crate::format::Corruption;
 use crate::format::cursor::{
     EntryKind, PartitionEntry, decode_partition_entry, encode_partition_entry, payload_crc,
 };
@@ -132,12 +133,9 @@ fn entry_corrupted(ledger: u64, entry_id: u64, kind: CorruptionKind) -> Error {
     }
 }
 
-/// Re-labels a format error with the cursor-ledger entry it came from.
-pub(crate) fn at_entry(ledger: u64, entry_id: u64, err: Error) -> Error {
-    match err {
-        Error::Corrupted { kind, .. } => entry_corrupted(ledger, entry_id, kind),
-        other => other,
-    }
+/// Names the cursor-ledger entry a decoder's corruption was found in.
+pub(crate) fn at_entry(ledger: u64, entry_id: u64, err: Corruption) -> Error {
+    err.in_entry(Position::new(ledger, entry_id))
 }
 
 /// Reads the payload of the entry at `location`, checking its CRC and that it is the partition

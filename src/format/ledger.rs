@@ -580,6 +580,11 @@ pub fn decode_entry_frame<'a>(
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    reason = "tests index into known encodings and fail by panicking"
+)]
 mod tests {
     use super::*;
 

@@ -23,6 +23,7 @@
 
 use std::collections::BTreeMap;
 
+use super::{Corruption, Reader};
 use crate::error::{CorruptionKind, Error, Result};
 use crate::position::Position;
 
@@ -184,7 +185,7 @@ impl LedgerRecord {
         }
     }
 
-    fn read_body(r: &mut Reader<'_>) -> Result<Self, CorruptionKind> {
+    fn read_body(r: &mut Reader<'_>) -> Result<Self, Corruption> {
         Ok(Self {
             id: r.u64()?,
             entries: r.u64()?,
@@ -215,7 +216,7 @@ impl CursorEntry {
         put_str(out, &self.name);
     }
 
-    fn read_body(r: &mut Reader<'_>) -> Result<Self, CorruptionKind> {
+    fn read_body(r: &mut Reader<'_>) -> Result<Self, Corruption> {
         let id = r.u64()?;
         let name = r.string("cursor name")?;
         Ok(Self { name, id })
@@ -251,14 +252,14 @@ impl TopicRecord {
         decode_frame(Kind::Topic, bytes, |r| {
             let next_ledger_id = r.u64()?;
             let next_cursor_id = r.u64()?;
-            let ledger_count = r.count(LEDGER_BODY_LEN)?;
+            let ledger_count = r.count_u32(LEDGER_BODY_LEN)?;
             // Fixed-size items: the count was checked against the bytes left, so this
             // allocation is no larger than the input.
             let mut ledgers = Vec::with_capacity(ledger_count);
             for _ in 0..ledger_count {
                 ledgers.push(LedgerRecord::read_body(r)?);
             }
-            let cursor_count = r.count(CURSOR_ENTRY_MIN_LEN)?;
+            let cursor_count = r.count_u32(CURSOR_ENTRY_MIN_LEN)?;
             // Variable-size items grow the vector as they are read, never ahead of the input.
             let mut cursors = Vec::new();
             for _ in 0..cursor_count {
@@ -268,7 +269,7 @@ impl TopicRecord {
             let topic_id = match r.remaining() {
                 0 => 0,
                 _ => match r.u64()? {
-                    0 => return Err(CorruptionKind::InvalidField("topic id")),
+                    0 => return Err(r.error(CorruptionKind::InvalidField("topic id"))),
                     id => id,
                 },
             };
@@ -320,11 +321,11 @@ impl CursorRecord {
             let cursor_ledger = match (has_ledger, ledger) {
                 (0, 0) => None,
                 (1, id) => Some(id),
-                _ => return Err(CorruptionKind::InvalidField("cursor ledger")),
+                _ => return Err(r.error(CorruptionKind::InvalidField("cursor ledger"))),
             };
             let mark_delete = Position::new(r.u64()?, r.u64()?);
             let epoch = r.u64()?;
-            let count = r.count(PROPERTY_MIN_LEN)?;
+            let count = r.count_u32(PROPERTY_MIN_LEN)?;
             let mut properties = BTreeMap::new();
             for _ in 0..count {
                 let key = r.string("property key")?;
@@ -333,7 +334,7 @@ impl CursorRecord {
                     .last_key_value()
                     .is_some_and(|(last, _)| *last >= key)
                 {
-                    return Err(CorruptionKind::InvalidField("property keys out of order"));
+                    return Err(r.error(CorruptionKind::InvalidField("property keys out of order")));
                 }
                 properties.insert(key, value);
             }
@@ -402,10 +403,10 @@ pub fn encode_stored(version: u64, payload: &[u8]) -> Vec<u8> {
 /// Decodes an envelope written by [`encode_stored`] into `(version, payload)`.
 ///
 /// # Errors
-/// [`Error::CorruptedMeta`] (naming the record `stored record`) when the bytes are not exactly
-/// one valid envelope.
-pub fn decode_stored(bytes: &[u8]) -> Result<(u64, Vec<u8>)> {
-    decode_frame(Kind::Stored, bytes, |r| {
+/// A [`Corruption`] when the bytes are not exactly one valid envelope; the metadata store names
+/// the record it read them as.
+pub fn decode_stored(bytes: &[u8]) -> Result<(u64, Vec<u8>), Corruption> {
+    read_frame(Kind::Stored, bytes, |r| {
         let version = r.u64()?;
         let payload = r.take(r.remaining())?.to_vec();
         Ok((version, payload))
@@ -451,129 +452,67 @@ fn encode_frame(kind: Kind, write_body: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
 fn decode_frame<T>(
     kind: Kind,
     bytes: &[u8],
-    read_body: impl FnOnce(&mut Reader<'_>) -> Result<T, CorruptionKind>,
+    read_body: impl FnOnce(&mut Reader<'_>) -> Result<T, Corruption>,
 ) -> Result<T> {
-    check_frame(kind, bytes)
-        .and_then(|body| {
-            let mut r = Reader { rest: body };
-            let value = read_body(&mut r)?;
-            if r.remaining() == 0 {
-                Ok(value)
-            } else {
-                Err(CorruptionKind::BadLength)
-            }
-        })
-        .map_err(|k| Error::CorruptedMeta {
-            record: kind.label().to_string(),
-            kind: k,
-        })
+    read_frame(kind, bytes, read_body).map_err(|c| c.in_record(kind.label()))
+}
+
+/// [`decode_frame`] without naming the record: the corruption and its offset in the frame.
+fn read_frame<T>(
+    kind: Kind,
+    bytes: &[u8],
+    read_body: impl FnOnce(&mut Reader<'_>) -> Result<T, Corruption>,
+) -> Result<T, Corruption> {
+    let body = check_frame(kind, bytes)?;
+    let mut r = Reader::at(body, HEADER_LEN);
+    let value = read_body(&mut r)?;
+    r.finish()?;
+    Ok(value)
 }
 
 /// Returns the body of a verified frame of `kind`.
-fn check_frame(kind: Kind, bytes: &[u8]) -> Result<&[u8], CorruptionKind> {
+fn check_frame(kind: Kind, bytes: &[u8]) -> Result<&[u8], Corruption> {
+    let at = |kind, offset| Corruption::new(kind, offset);
     if bytes.len() > MAX_RECORD_BYTES {
-        return Err(CorruptionKind::BadLength);
+        return Err(at(CorruptionKind::BadLength, 0));
     }
     let (covered, crc) = bytes
         .split_last_chunk::<CRC_LEN>()
-        .ok_or(CorruptionKind::Truncated)?;
+        .ok_or(at(CorruptionKind::Truncated, bytes.len()))?;
     if covered.len() < HEADER_LEN {
-        return Err(CorruptionKind::Truncated);
+        return Err(at(CorruptionKind::Truncated, bytes.len()));
     }
     if crc32fast::hash(covered) != u32::from_le_bytes(*crc) {
-        return Err(CorruptionKind::ChecksumMismatch);
+        return Err(at(CorruptionKind::ChecksumMismatch, covered.len()));
     }
-    let mut r = Reader { rest: covered };
+    let mut r = Reader::new(covered);
     if r.array::<{ MAGIC.len() }>()? != MAGIC {
-        return Err(CorruptionKind::BadMagic);
+        return Err(at(CorruptionKind::BadMagic, 0));
     }
     let found_kind = r.u16()?;
     let version = r.u16()?;
     if version != FORMAT_VERSION {
-        return Err(CorruptionKind::UnsupportedVersion(u32::from(version)));
+        return Err(at(
+            CorruptionKind::UnsupportedVersion(u32::from(version)),
+            MAGIC.len() + KIND_LEN,
+        ));
     }
     if found_kind != kind as u16 {
-        return Err(CorruptionKind::InvalidField("record kind"));
+        return Err(at(CorruptionKind::InvalidField("record kind"), MAGIC.len()));
     }
-    let body_len = r.len()?;
+    let body_len = r.len_u32()?;
     if body_len != r.remaining() {
-        return Err(CorruptionKind::BadLength);
+        return Err(at(CorruptionKind::BadLength, BODY_LEN_AT));
     }
-    Ok(r.rest)
-}
-
-/// Reads fields off the front of a byte slice; every read checks what remains.
-struct Reader<'a> {
-    rest: &'a [u8],
-}
-
-impl<'a> Reader<'a> {
-    fn remaining(&self) -> usize {
-        self.rest.len()
-    }
-
-    fn take(&mut self, n: usize) -> Result<&'a [u8], CorruptionKind> {
-        let (head, tail) = self
-            .rest
-            .split_at_checked(n)
-            .ok_or(CorruptionKind::Truncated)?;
-        self.rest = tail;
-        Ok(head)
-    }
-
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], CorruptionKind> {
-        let (head, tail) = self
-            .rest
-            .split_first_chunk::<N>()
-            .ok_or(CorruptionKind::Truncated)?;
-        self.rest = tail;
-        Ok(*head)
-    }
-
-    fn u8(&mut self) -> Result<u8, CorruptionKind> {
-        Ok(u8::from_le_bytes(self.array()?))
-    }
-
-    fn u16(&mut self) -> Result<u16, CorruptionKind> {
-        Ok(u16::from_le_bytes(self.array()?))
-    }
-
-    fn u64(&mut self) -> Result<u64, CorruptionKind> {
-        Ok(u64::from_le_bytes(self.array()?))
-    }
-
-    fn i64(&mut self) -> Result<i64, CorruptionKind> {
-        Ok(i64::from_le_bytes(self.array()?))
-    }
-
-    /// A u32 length or count.
-    fn len(&mut self) -> Result<usize, CorruptionKind> {
-        usize::try_from(u32::from_le_bytes(self.array()?)).map_err(|_| CorruptionKind::BadLength)
-    }
-
-    /// A count of items each at least `min_item_len` bytes long, checked against what remains.
-    fn count(&mut self, min_item_len: usize) -> Result<usize, CorruptionKind> {
-        let n = self.len()?;
-        match n.checked_mul(min_item_len) {
-            Some(needed) if needed <= self.remaining() => Ok(n),
-            _ => Err(CorruptionKind::BadLength),
-        }
-    }
-
-    /// A u32 length, then that many bytes of UTF-8.
-    fn string(&mut self, field: &'static str) -> Result<String, CorruptionKind> {
-        let n = self.len()?;
-        if n > self.remaining() {
-            return Err(CorruptionKind::BadLength);
-        }
-        let bytes = self.take(n)?;
-        std::str::from_utf8(bytes)
-            .map(str::to_string)
-            .map_err(|_| CorruptionKind::InvalidField(field))
-    }
+    Ok(r.rest())
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    reason = "tests index into known encodings and fail by panicking"
+)]
 mod tests {
     use super::*;
 
@@ -933,7 +872,7 @@ mod tests {
     fn frames_above_the_maximum_are_refused() {
         let big = encode_stored(1, &vec![0; MAX_RECORD_BYTES]);
         assert_eq!(
-            corruption(decode_stored(&big).unwrap_err()),
+            decode_stored(&big).unwrap_err().kind,
             CorruptionKind::BadLength
         );
     }

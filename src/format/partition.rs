@@ -32,14 +32,19 @@
 
 mod code;
 #[cfg(test)]
+#[allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    reason = "tests index into known encodings and fail by panicking"
+)]
 mod tests;
 
 use std::io::Write as _;
 
-use byteorder::{ByteOrder as _, LittleEndian};
 use roaring::RoaringBitmap;
 
-use crate::error::{CorruptionKind, Error, Result};
+use super::{Corruption, Reader};
+use crate::error::CorruptionKind;
 use crate::position::Position;
 
 /// A partition covers entry ids `[chunk << PARTITION_BITS, (chunk + 1) << PARTITION_BITS)` of one
@@ -290,16 +295,8 @@ pub fn encode_partition_v1(key: PartitionKey, bitmap: &RoaringBitmap) -> Vec<u8>
     out
 }
 
-/// Decodes one partition record, which must span all of `bytes`.
-///
-/// On failure the error is [`Error::Corrupted`] with `ledger` 0 and `offset` relative to the start
-/// of `bytes`; callers that know where the record lives use [`decode_partition_at`].
-pub fn decode_partition(bytes: &[u8]) -> Result<(PartitionKey, RoaringBitmap)> {
-    decode_partition_at(bytes, 0, 0)
-}
-
-/// Decodes one partition record, of either version, that was read from `ledger` at byte
-/// `offset`; errors name them.
+/// Decodes one partition record, of either version, which must span all of `bytes`; the
+/// error's offset counts from the start of `bytes`.
 ///
 /// Checks, in order: length, magic, CRC (before any other field is trusted), version, then the
 /// version's fields: every length and count against what remains and its maximum before
@@ -307,14 +304,8 @@ pub fn decode_partition(bytes: &[u8]) -> Result<(PartitionKey, RoaringBitmap)> {
 /// version. Decoding a version 2 record allocates, whatever the record claims, the set's dense
 /// form (a fixed 8 KiB), its re-encoding (no longer than the record) and its smallest roaring
 /// form (at most 8 KiB).
-pub fn decode_partition_at(
-    bytes: &[u8],
-    ledger: u64,
-    offset: u64,
-) -> Result<(PartitionKey, RoaringBitmap)> {
-    let bad = |at: usize, kind: CorruptionKind| {
-        Error::corrupted(ledger, offset.saturating_add(at as u64), kind)
-    };
+pub fn decode_partition(bytes: &[u8]) -> Result<(PartitionKey, RoaringBitmap), Corruption> {
+    let bad = |at: usize, kind: CorruptionKind| Corruption::new(kind, at);
     if bytes.len() < V2_MIN_LEN {
         return Err(bad(bytes.len(), CorruptionKind::Truncated));
     }
@@ -324,10 +315,11 @@ pub fn decode_partition_at(
     if bytes.len() > MAX_RECORD_BYTES {
         return Err(bad(0, CorruptionKind::BadLength));
     }
-    let crc_at = bytes.len() - CRC_LEN;
-    let (covered, stored_crc) = bytes.split_at(crc_at);
-    if crc32fast::hash(covered) != LittleEndian::read_u32(stored_crc) {
-        return Err(bad(crc_at, CorruptionKind::ChecksumMismatch));
+    let (covered, stored_crc) = bytes
+        .split_last_chunk::<CRC_LEN>()
+        .ok_or(bad(bytes.len(), CorruptionKind::Truncated))?;
+    if crc32fast::hash(covered) != u32::from_le_bytes(*stored_crc) {
+        return Err(bad(covered.len(), CorruptionKind::ChecksumMismatch));
     }
     match read_u16(covered, VERSION_AT) {
         VERSION => decode_v2(bytes, covered, &bad),
@@ -343,22 +335,26 @@ pub fn decode_partition_at(
 fn decode_v2(
     bytes: &[u8],
     covered: &[u8],
-    bad: &dyn Fn(usize, CorruptionKind) -> Error,
-) -> Result<(PartitionKey, RoaringBitmap)> {
+    bad: &dyn Fn(usize, CorruptionKind) -> Corruption,
+) -> Result<(PartitionKey, RoaringBitmap), Corruption> {
     let code_byte = covered.get(ENCODING_AT).copied().unwrap_or(u8::MAX);
     let encoding = PartitionEncoding::from_code(code_byte)
         .ok_or_else(|| bad(ENCODING_AT, CorruptionKind::InvalidField("encoding")))?;
-    let mut fields = code::Cursor::new(covered.get(V2_FIXED_LEN..).unwrap_or_default());
+    let mut fields = Reader::at(
+        covered.get(V2_FIXED_LEN..).unwrap_or_default(),
+        V2_FIXED_LEN,
+    );
     let ledger_id = fields
-        .varint()
-        .ok_or_else(|| bad(V2_FIXED_LEN, CorruptionKind::InvalidField("ledger_id")))?;
-    let chunk_at = V2_FIXED_LEN + fields.at;
+        .varint_loose()
+        .map_err(|_| bad(V2_FIXED_LEN, CorruptionKind::InvalidField("ledger_id")))?;
+    let chunk_at = fields.offset();
     let chunk = fields
-        .varint()
+        .varint_loose()
+        .ok()
         .filter(|&c| c <= MAX_CHUNK)
         .ok_or_else(|| bad(chunk_at, CorruptionKind::InvalidField("chunk")))?;
     let key = PartitionKey { ledger_id, chunk };
-    let body_at = V2_FIXED_LEN + fields.at;
+    let body_at = fields.offset();
     let body = fields.rest();
     let body_error = |e: code::BodyError| match e {
         code::BodyError::Span => bad(body_at, CorruptionKind::InvalidField("span")),
@@ -392,8 +388,8 @@ fn decode_v2(
 fn decode_v1(
     bytes: &[u8],
     covered: &[u8],
-    bad: &dyn Fn(usize, CorruptionKind) -> Error,
-) -> Result<(PartitionKey, RoaringBitmap)> {
+    bad: &dyn Fn(usize, CorruptionKind) -> Corruption,
+) -> Result<(PartitionKey, RoaringBitmap), Corruption> {
     if bytes.len() < OVERHEAD_LEN {
         return Err(bad(bytes.len(), CorruptionKind::Truncated));
     }
@@ -481,11 +477,11 @@ fn roaring_len(body: &[u8]) -> Option<usize> {
 }
 
 fn read_u16_at(bytes: &[u8], at: usize) -> Option<u16> {
-    bytes.get(at..at + 2).map(LittleEndian::read_u16)
+    Reader::new(bytes.get(at..)?).u16().ok()
 }
 
 fn read_u32_at(bytes: &[u8], at: usize) -> Option<u32> {
-    bytes.get(at..at + 4).map(LittleEndian::read_u32)
+    Reader::new(bytes.get(at..)?).u32().ok()
 }
 
 /// Header fields: `at` lies within the header, whose length the caller has checked.
@@ -499,8 +495,8 @@ fn read_u32(header: &[u8], at: usize) -> u32 {
 
 fn read_u64(header: &[u8], at: usize) -> u64 {
     header
-        .get(at..at + 8)
-        .map(LittleEndian::read_u64)
+        .get(at..)
+        .and_then(|b| Reader::new(b).u64().ok())
         .unwrap_or_default()
 }
 

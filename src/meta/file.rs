@@ -206,10 +206,7 @@ impl FileMetaStore {
         }
         let mut bytes = vec![0; size];
         file.read_exact_at(&mut bytes, 0)?;
-        let (version, payload) = decode_stored(&bytes).map_err(|e| match e {
-            Error::CorruptedMeta { kind, .. } => Self::corrupted(name, kind),
-            other => other,
-        })?;
+        let (version, payload) = decode_stored(&bytes).map_err(|c| c.in_record(name))?;
         if found.version.is_some_and(|v| v != version) {
             return Err(Self::corrupted(
                 name,

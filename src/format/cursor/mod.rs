@@ -22,8 +22,8 @@
 
 use std::collections::BTreeMap;
 
-use byteorder::{LittleEndian, ReadBytesExt};
-
+pub use super::MAX_VARINT_LEN;
+use super::{Corruption, Reader, put_varint, varint_len};
 use crate::error::{CorruptionKind, Error, Result};
 use crate::position::Position;
 
@@ -46,8 +46,6 @@ pub const PARTITION_FIXED_LEN: usize = 8 + 8 + 8 + 4;
 pub const MAX_PROPERTIES: usize = 4096;
 /// Longest property name, in bytes.
 pub const MAX_PROPERTY_NAME: usize = 1024;
-/// Most bytes one varint may take (a `u64` in LEB128).
-pub const MAX_VARINT_LEN: usize = 10;
 /// Bytes of a snapshot's per-ledger group header: ledger id, range count.
 pub const SNAPSHOT_GROUP_LEN: usize = 8 + 4;
 
@@ -88,12 +86,12 @@ pub fn payload_crc(payload: &[u8]) -> u32 {
     crc32fast::hash(payload)
 }
 
-fn corrupt(offset: usize, kind: CorruptionKind) -> Error {
-    Error::corrupted(0, offset as u64, kind)
+fn corrupt(offset: usize, kind: CorruptionKind) -> Corruption {
+    Corruption::new(kind, offset)
 }
 
 /// The kind of an entry, read from its frame header only (magic, version, kind; no CRC check).
-pub fn peek_kind(payload: &[u8]) -> Result<EntryKind> {
+pub fn peek_kind(payload: &[u8]) -> Result<EntryKind, Corruption> {
     let header = payload
         .get(..HEADER_LEN)
         .ok_or(corrupt(payload.len(), CorruptionKind::Truncated))?;
@@ -114,19 +112,18 @@ pub fn peek_kind(payload: &[u8]) -> Result<EntryKind> {
     ))
 }
 
-/// Verifies the frame of `payload` (magic, version, kind, CRC, flags) and returns the body.
-fn open_frame(payload: &[u8], want: EntryKind) -> Result<Body<'_>> {
+/// Verifies the frame of `payload` (magic, version, kind, CRC, flags) and returns a reader over
+/// the body whose offsets count from the start of the payload.
+fn open_frame(payload: &[u8], want: EntryKind) -> Result<Reader<'_>, Corruption> {
     if payload.len() < HEADER_LEN + CRC_LEN {
         return Err(corrupt(payload.len(), CorruptionKind::Truncated));
     }
     let kind = peek_kind(payload)?;
-    let crc_at = payload.len() - CRC_LEN;
-    let (covered, mut crc_bytes) = payload.split_at(crc_at);
-    let stored = crc_bytes
-        .read_u32::<LittleEndian>()
-        .map_err(|_| corrupt(crc_at, CorruptionKind::Truncated))?;
-    if crc32fast::hash(covered) != stored {
-        return Err(corrupt(crc_at, CorruptionKind::ChecksumMismatch));
+    let (covered, stored) = payload
+        .split_last_chunk::<CRC_LEN>()
+        .ok_or(corrupt(payload.len(), CorruptionKind::Truncated))?;
+    if crc32fast::hash(covered) != u32::from_le_bytes(*stored) {
+        return Err(corrupt(covered.len(), CorruptionKind::ChecksumMismatch));
     }
     if kind != want {
         return Err(corrupt(
@@ -134,121 +131,15 @@ fn open_frame(payload: &[u8], want: EntryKind) -> Result<Body<'_>> {
             CorruptionKind::InvalidField("entry kind"),
         ));
     }
-    let mut flags = covered.get(MAGIC.len() + 2..HEADER_LEN).unwrap_or_default();
-    if flags.read_u16::<LittleEndian>().ok() != Some(0) {
+    let mut header = Reader::new(covered);
+    header.take(MAGIC.len() + 2)?;
+    if header.u16()? != 0 {
         return Err(corrupt(
             MAGIC.len() + 2,
             CorruptionKind::InvalidField("flags"),
         ));
     }
-    Ok(Body {
-        rest: covered.get(HEADER_LEN..).unwrap_or_default(),
-        offset: HEADER_LEN,
-    })
-}
-
-/// A bounds-checked reader over an entry body that knows its offset within the payload.
-struct Body<'a> {
-    rest: &'a [u8],
-    offset: usize,
-}
-
-impl<'a> Body<'a> {
-    fn truncated(&self) -> Error {
-        corrupt(self.offset, CorruptionKind::Truncated)
-    }
-
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        if n > self.rest.len() {
-            return Err(self.truncated());
-        }
-        let (head, tail) = self.rest.split_at(n);
-        self.rest = tail;
-        self.offset += n;
-        Ok(head)
-    }
-
-    /// One fixed-size integer, read by `read` from the next `size` bytes.
-    fn int<T>(&mut self, size: usize, read: fn(&mut &'a [u8]) -> std::io::Result<T>) -> Result<T> {
-        let v = read(&mut self.rest).map_err(|_| self.truncated())?;
-        self.offset += size;
-        Ok(v)
-    }
-
-    fn u8(&mut self) -> Result<u8> {
-        self.int(1, ReadBytesExt::read_u8)
-    }
-
-    fn u16(&mut self) -> Result<u16> {
-        self.int(2, ReadBytesExt::read_u16::<LittleEndian>)
-    }
-
-    fn u32(&mut self) -> Result<u32> {
-        self.int(4, ReadBytesExt::read_u32::<LittleEndian>)
-    }
-
-    fn u64(&mut self) -> Result<u64> {
-        self.int(8, ReadBytesExt::read_u64::<LittleEndian>)
-    }
-
-    fn i64(&mut self) -> Result<i64> {
-        self.int(8, ReadBytesExt::read_i64::<LittleEndian>)
-    }
-
-    /// A canonical LEB128 `u64`: no redundant trailing zero groups, no overflow.
-    fn varint(&mut self) -> Result<u64> {
-        let start = self.offset;
-        let mut value = 0u64;
-        for (i, shift) in (0..MAX_VARINT_LEN).zip((0u32..).step_by(7)) {
-            let byte = self.u8()?;
-            let bits = u64::from(byte & 0x7f);
-            if i == MAX_VARINT_LEN - 1 && byte > 1 {
-                return Err(corrupt(start, CorruptionKind::InvalidField("varint")));
-            }
-            value |= bits << shift;
-            if byte & 0x80 == 0 {
-                if byte == 0 && i > 0 {
-                    return Err(corrupt(start, CorruptionKind::InvalidField("varint")));
-                }
-                return Ok(value);
-            }
-        }
-        Err(corrupt(start, CorruptionKind::InvalidField("varint")))
-    }
-
-    /// `count` records of `each` bytes, checked against what remains before anything is used.
-    fn records(&mut self, count: usize, each: usize) -> Result<&'a [u8]> {
-        let len = count
-            .checked_mul(each)
-            .filter(|&len| len <= self.rest.len())
-            .ok_or(corrupt(self.offset, CorruptionKind::BadLength))?;
-        self.take(len)
-    }
-
-    fn finish(&self) -> Result<()> {
-        if self.rest.is_empty() {
-            Ok(())
-        } else {
-            Err(corrupt(self.offset, CorruptionKind::BadLength))
-        }
-    }
-}
-
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    loop {
-        let low = (v & 0x7f).to_le_bytes()[0];
-        v >>= 7;
-        if v == 0 {
-            out.push(low);
-            return;
-        }
-        out.push(low | 0x80);
-    }
-}
-
-fn varint_len(v: u64) -> usize {
-    let bits = 64 - v.leading_zeros() as usize;
-    bits.max(1).div_ceil(7)
+    Ok(Reader::at(header.rest(), HEADER_LEN))
 }
 
 fn start_frame(kind: EntryKind, capacity: usize) -> Vec<u8> {
@@ -326,19 +217,19 @@ impl PersistedState {
         }
     }
 
-    fn decode_from(body: &mut Body<'_>) -> Result<Self> {
+    fn decode_from(body: &mut Reader<'_>) -> Result<Self, Corruption> {
         let mark_delete = Position::new(body.u64()?, body.u64()?);
         let epoch = body.u64()?;
-        let count_at = body.offset;
-        let count = body.u32()? as usize;
+        let count_at = body.offset();
+        let count = body.len_u32()?;
         // Each property takes at least its length and value bytes.
-        if count > MAX_PROPERTIES || count.saturating_mul(2 + 8) > body.rest.len() {
+        if count > MAX_PROPERTIES || count.saturating_mul(2 + 8) > body.remaining() {
             return Err(corrupt(count_at, CorruptionKind::BadLength));
         }
         let mut properties = BTreeMap::new();
         let mut previous: Option<&str> = None;
         for _ in 0..count {
-            let at = body.offset;
+            let at = body.offset();
             let len = usize::from(body.u16()?);
             if len > MAX_PROPERTY_NAME {
                 return Err(corrupt(at, CorruptionKind::BadLength));
@@ -393,13 +284,14 @@ impl PartitionRow {
         out.extend_from_slice(&self.cardinality.to_le_bytes());
     }
 
-    fn decode(mut bytes: &[u8]) -> Option<Self> {
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        let mut r = Reader::new(bytes);
         Some(Self {
-            ledger_id: bytes.read_u64::<LittleEndian>().ok()?,
-            chunk: bytes.read_u64::<LittleEndian>().ok()?,
-            entry_id: bytes.read_u64::<LittleEndian>().ok()?,
-            crc: bytes.read_u32::<LittleEndian>().ok()?,
-            cardinality: bytes.read_u64::<LittleEndian>().ok()?,
+            ledger_id: r.u64().ok()?,
+            chunk: r.u64().ok()?,
+            entry_id: r.u64().ok()?,
+            crc: r.u32().ok()?,
+            cardinality: r.u64().ok()?,
         })
     }
 }
@@ -426,15 +318,13 @@ impl PageRef {
         out.extend_from_slice(&self.rows.to_le_bytes());
     }
 
-    fn decode(mut bytes: &[u8]) -> Option<Self> {
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        let mut r = Reader::new(bytes);
         Some(Self {
-            first: (
-                bytes.read_u64::<LittleEndian>().ok()?,
-                bytes.read_u64::<LittleEndian>().ok()?,
-            ),
-            entry_id: bytes.read_u64::<LittleEndian>().ok()?,
-            crc: bytes.read_u32::<LittleEndian>().ok()?,
-            rows: bytes.read_u32::<LittleEndian>().ok()?,
+            first: (r.u64().ok()?, r.u64().ok()?),
+            entry_id: r.u64().ok()?,
+            crc: r.u32().ok()?,
+            rows: r.u32().ok()?,
         })
     }
 }
@@ -475,14 +365,14 @@ pub type PageRefs<'a> = Records<'a, PageRef>;
 /// Decodes `count` records of `each` bytes and checks that `key` ascends strictly and `valid`
 /// holds for each, naming `field` in the error otherwise.
 fn decode_records<'a, T: 'a>(
-    body: &mut Body<'a>,
+    body: &mut Reader<'a>,
     count: usize,
     each: usize,
     decode: fn(&[u8]) -> Option<T>,
     key: fn(&T) -> (u64, u64),
     field: &'static str,
-) -> Result<Records<'a, T>> {
-    let at = body.offset;
+) -> Result<Records<'a, T>, Corruption> {
+    let at = body.offset();
     let bytes = body.records(count, each)?;
     let records = Records {
         bytes,
@@ -500,7 +390,7 @@ fn decode_records<'a, T: 'a>(
     Ok(records)
 }
 
-fn decode_rows<'a>(body: &mut Body<'a>, count: usize) -> Result<Rows<'a>> {
+fn decode_rows<'a>(body: &mut Reader<'a>, count: usize) -> Result<Rows<'a>, Corruption> {
     decode_records(
         body,
         count,
@@ -511,8 +401,8 @@ fn decode_rows<'a>(body: &mut Body<'a>, count: usize) -> Result<Rows<'a>> {
     )
 }
 
-fn decode_page_refs<'a>(body: &mut Body<'a>, count: usize) -> Result<PageRefs<'a>> {
-    let at = body.offset;
+fn decode_page_refs<'a>(body: &mut Reader<'a>, count: usize) -> Result<PageRefs<'a>, Corruption> {
+    let at = body.offset();
     let pages = decode_records(
         body,
         count,
@@ -564,14 +454,14 @@ pub fn encode_partition_entry(entry: &PartitionEntry<'_>) -> Vec<u8> {
 }
 
 /// Decodes and verifies a partition entry.
-pub fn decode_partition_entry(payload: &[u8]) -> Result<PartitionEntry<'_>> {
+pub fn decode_partition_entry(payload: &[u8]) -> Result<PartitionEntry<'_>, Corruption> {
     let mut body = open_frame(payload, EntryKind::Partition)?;
     let ledger_id = body.u64()?;
     let chunk = body.u64()?;
     let cardinality = body.u64()?;
-    let at = body.offset;
-    let len = body.u32()? as usize;
-    if len != body.rest.len() {
+    let at = body.offset();
+    let len = body.len_u32()?;
+    if len != body.remaining() {
         return Err(corrupt(at, CorruptionKind::BadLength));
     }
     let inner = body.take(len)?;
@@ -656,12 +546,12 @@ pub fn encode_marker(state: &PersistedState, table: TableRef<'_>) -> Result<Vec<
 }
 
 /// Decodes and verifies a marker (CRC, field ranges, table order).
-pub fn decode_marker(payload: &[u8]) -> Result<Marker<'_>> {
+pub fn decode_marker(payload: &[u8]) -> Result<Marker<'_>, Corruption> {
     let mut body = open_frame(payload, EntryKind::Marker)?;
     let state = PersistedState::decode_from(&mut body)?;
-    let kind_at = body.offset;
+    let kind_at = body.offset();
     let kind = body.u8()?;
-    let count = body.u32()? as usize;
+    let count = body.len_u32()?;
     let table = match kind {
         TABLE_INLINE => Table::Inline(decode_rows(&mut body, count)?),
         TABLE_PAGED => Table::Paged(decode_page_refs(&mut body, count)?),
@@ -690,9 +580,9 @@ pub fn encode_index_page(rows: &[PartitionRow]) -> Result<Vec<u8>> {
 }
 
 /// Decodes and verifies an index page.
-pub fn decode_index_page(payload: &[u8]) -> Result<Rows<'_>> {
+pub fn decode_index_page(payload: &[u8]) -> Result<Rows<'_>, Corruption> {
     let mut body = open_frame(payload, EntryKind::IndexPage)?;
-    let count = body.u32()? as usize;
+    let count = body.len_u32()?;
     let rows = decode_rows(&mut body, count)?;
     body.finish()?;
     Ok(rows)
@@ -700,6 +590,11 @@ pub fn decode_index_page(payload: &[u8]) -> Result<Rows<'_>> {
 
 mod snapshot;
 #[cfg(test)]
+#[allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    reason = "tests index into known encodings and fail by panicking"
+)]
 mod tests;
 
 pub use snapshot::{Snapshot, SnapshotWriter, decode_snapshot, reencode_snapshot};

@@ -2,8 +2,8 @@
 //! ledger and encoded as varint gaps and spans (see the parent module for the entry frame).
 
 use super::{
-    Body, CRC_LEN, EntryKind, PersistedState, SNAPSHOT_GROUP_LEN, corrupt, end_frame, open_frame,
-    put_varint, start_frame, varint_len,
+    CRC_LEN, Corruption, EntryKind, PersistedState, Reader, SNAPSHOT_GROUP_LEN, corrupt, end_frame,
+    open_frame, put_varint, start_frame, varint_len,
 };
 use crate::error::{CorruptionKind, Error, Result};
 
@@ -152,10 +152,7 @@ pub struct Snapshot<'a> {
 impl Snapshot<'_> {
     /// The ranges as `(ledger, first, last)`, inclusive, ascending, maximal.
     pub fn ranges(&self) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
-        let mut body = Body {
-            rest: self.groups,
-            offset: self.groups_offset,
-        };
+        let mut body = Reader::at(self.groups, self.groups_offset);
         // Verified by `decode_snapshot`, so a walk cannot fail; a failure ends the walk.
         let mut groups_left = self.group_count;
         let mut ledger = 0;
@@ -179,8 +176,8 @@ impl Snapshot<'_> {
     }
 }
 
-fn next_range(body: &mut Body<'_>, prev: Option<u64>) -> Result<(u64, u64)> {
-    let at = body.offset;
+fn next_range(body: &mut Reader<'_>, prev: Option<u64>) -> Result<(u64, u64), Corruption> {
+    let at = body.offset();
     let gap = body.varint()?;
     let span = body.varint()?;
     let first = match prev {
@@ -192,16 +189,16 @@ fn next_range(body: &mut Body<'_>, prev: Option<u64>) -> Result<(u64, u64)> {
 }
 
 /// Decodes and verifies a snapshot (CRC, then a full walk of its ranges without allocating).
-pub fn decode_snapshot(payload: &[u8]) -> Result<Snapshot<'_>> {
+pub fn decode_snapshot(payload: &[u8]) -> Result<Snapshot<'_>, Corruption> {
     let mut body = open_frame(payload, EntryKind::Snapshot)?;
     let state = PersistedState::decode_from(&mut body)?;
     let group_count = body.u32()?;
-    let groups_offset = body.offset;
-    let groups = body.rest;
+    let groups_offset = body.offset();
+    let groups = body.rest();
     let mut range_count = 0u64;
     let mut prev_ledger: Option<u64> = None;
     for _ in 0..group_count {
-        let at = body.offset;
+        let at = body.offset();
         let ledger = body.u64()?;
         let ranges = body.u32()?;
         if ranges == 0 || prev_ledger.is_some_and(|p| p >= ledger) {

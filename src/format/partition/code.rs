@@ -17,75 +17,16 @@
               or a partition offset, count or run that was checked to be below 2^16 first"
 )]
 
-use byteorder::{ByteOrder as _, LittleEndian};
+use crate::format::Reader;
+pub use crate::format::{MAX_VARINT_LEN, put_varint, varint_len};
 use roaring::RoaringBitmap;
 
-/// Bytes of the largest LEB128 varint of a `u64`.
-pub const MAX_VARINT_LEN: usize = 10;
 /// Largest Rice parameter: a gap is below `2^16`, so a larger `k` never helps.
 pub const MAX_RICE_K: u8 = 16;
 /// Bit 7 of the parameter byte: the coded members are the holes (else the acked entries).
 pub const HOLES_FLAG: u8 = 0x80;
 /// Bit 6 of the parameter byte: the gaps use the bounded code (else Rice with `k` in bits 0-4).
 pub const BOUNDED_FLAG: u8 = 0x40;
-
-/// Appends `v` as a LEB128 varint (the shortest form, the only one the decoder accepts back).
-pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-/// Bytes `v` takes as a varint.
-pub fn varint_len(v: u64) -> usize {
-    (64 - (v | 1).leading_zeros()).div_ceil(7) as usize
-}
-
-/// A reader of varints and fixed fields over a byte slice; every read is checked.
-pub struct Cursor<'a> {
-    bytes: &'a [u8],
-    /// Bytes consumed so far.
-    pub at: usize,
-}
-
-impl<'a> Cursor<'a> {
-    /// A reader at the start of `bytes`.
-    pub fn new(bytes: &'a [u8]) -> Self {
-        Self { bytes, at: 0 }
-    }
-
-    /// The next byte, if any.
-    pub fn byte(&mut self) -> Option<u8> {
-        let b = *self.bytes.get(self.at)?;
-        self.at += 1;
-        Some(b)
-    }
-
-    /// A varint of at most ten bytes whose value fits a `u64`.
-    pub fn varint(&mut self) -> Option<u64> {
-        let mut v = 0u64;
-        for i in 0..MAX_VARINT_LEN {
-            let b = self.byte()?;
-            let part = u64::from(b & 0x7F);
-            // The tenth byte may only carry the top bit of a u64.
-            if i == MAX_VARINT_LEN - 1 && part > 1 {
-                return None;
-            }
-            v |= part << (7 * i);
-            if b & 0x80 == 0 {
-                return Some(v);
-            }
-        }
-        None
-    }
-
-    /// Everything not read yet.
-    pub fn rest(&self) -> &'a [u8] {
-        self.bytes.get(self.at..).unwrap_or_default()
-    }
-}
 
 /// A bit stream writer, least significant bit first; the last byte is padded with zero bits.
 struct BitWriter {
@@ -160,8 +101,9 @@ impl BitReader<'_> {
         let at = self.pos / 8;
         let mut chunk = [0u8; 8];
         let available = self.bytes.get(at..).unwrap_or_default();
-        let n = available.len().min(8);
-        chunk[..n].copy_from_slice(&available[..n]);
+        for (slot, byte) in chunk.iter_mut().zip(available) {
+            *slot = *byte;
+        }
         u64::from_le_bytes(chunk) >> (self.pos % 8)
     }
 
@@ -245,8 +187,8 @@ fn fill(words: &mut Words, first: u32, last: u32, clear: bool) {
 pub fn bounds(words: &[u64]) -> Option<(u32, u32)> {
     let first = words.iter().position(|w| *w != 0)?;
     let last = words.iter().rposition(|w| *w != 0)?;
-    let lo = first as u32 * 64 + words[first].trailing_zeros();
-    let hi = last as u32 * 64 + 63 - words[last].leading_zeros();
+    let lo = first as u32 * 64 + words.get(first)?.trailing_zeros();
+    let hi = last as u32 * 64 + 63 - words.get(last)?.leading_zeros();
     Some((lo, hi))
 }
 
@@ -255,10 +197,10 @@ pub fn bounds(words: &[u64]) -> Option<(u32, u32)> {
 /// not exactly the serialization's. Run and array contents are not checked for order: the
 /// caller compares the re-encoded set with its input.
 pub fn parse_roaring(body: &[u8]) -> Option<Words> {
-    let u16_at = |at: usize| body.get(at..at + 2).map(LittleEndian::read_u16);
-    let cookie = body.get(..4).map(LittleEndian::read_u32)?;
+    let u16_at = |at: usize| Reader::new(body.get(at..)?).u16().ok();
+    let cookie = Reader::new(body).u32().ok()?;
     let (description_at, run) = if cookie == 12346 {
-        match body.get(4..8).map(LittleEndian::read_u32)? {
+        match Reader::new(body.get(4..)?).u32().ok()? {
             0 if body.len() == 8 => return Some(empty_words()),
             1 => (8, false),
             _ => return None,
@@ -296,8 +238,9 @@ pub fn parse_roaring(body: &[u8]) -> Option<Words> {
     let mut words = empty_words();
     if run {
         for pair in data.get(2..)?.chunks_exact(4) {
-            let start = u32::from(LittleEndian::read_u16(pair));
-            let last = start + u32::from(LittleEndian::read_u16(&pair[2..]));
+            let mut pair = Reader::new(pair);
+            let start = u32::from(pair.u16().ok()?);
+            let last = start + u32::from(pair.u16().ok()?);
             if last >= 1 << 16 {
                 return None;
             }
@@ -305,11 +248,11 @@ pub fn parse_roaring(body: &[u8]) -> Option<Words> {
         }
     } else if card <= ARRAY_LIMIT {
         for v in data.chunks_exact(2) {
-            set_bit(&mut words, u32::from(LittleEndian::read_u16(v)));
+            set_bit(&mut words, u32::from(Reader::new(v).u16().ok()?));
         }
     } else {
         for (w, chunk) in words.iter_mut().zip(data.chunks_exact(8)) {
-            *w = LittleEndian::read_u64(chunk);
+            *w = Reader::new(chunk).u64().ok()?;
         }
     }
     Some(words)
@@ -628,7 +571,7 @@ fn plan(words: &[u64], lo: u32, hi: u32, st: &Stats, budget_bits: u64) -> Option
             long_codes += u64::from(u64::from(gap - min) >= short);
         });
         for (q, k) in quotients.iter().zip(low..=high) {
-            costs[k as usize] = q + members * (u64::from(k) + 1);
+            set_cost(&mut costs, k, q + members * (u64::from(k) + 1));
         }
     }
     let rice_cost = |k: u8| {
@@ -639,20 +582,20 @@ fn plan(words: &[u64], lo: u32, hi: u32, st: &Stats, budget_bits: u64) -> Option
     loop {
         // The first (smallest k) minimum of the window.
         let best = (low..=high)
-            .min_by_key(|&k| (costs[k as usize], k))
+            .min_by_key(|&k| (cost(&costs, k), k))
             .unwrap_or(low);
         if best == low && low > 0 {
             low -= 1;
-            costs[low as usize] = rice_cost(low);
+            set_cost(&mut costs, low, rice_cost(low));
         } else if best == high && high < MAX_RICE_K {
             high += 1;
-            costs[high as usize] = rice_cost(high);
+            set_cost(&mut costs, high, rice_cost(high));
         } else {
             break;
         }
     }
     let (k, rice_bits) = (low..=high)
-        .map(|k| (k, costs[k as usize]))
+        .map(|k| (k, cost(&costs, k)))
         .min_by_key(|&(k, c)| (c, k))
         .unwrap_or((0, u64::MAX));
     let bounded_bits = members * u64::from(width) + long_codes + extra;
@@ -671,6 +614,18 @@ fn plan(words: &[u64], lo: u32, hi: u32, st: &Stats, budget_bits: u64) -> Option
             bits: rice_bits,
         }
     })
+}
+
+/// The Rice cost of parameter `k` in `costs` (`u64::MAX`, never chosen, when not computed).
+fn cost(costs: &[u64], k: u8) -> u64 {
+    costs.get(usize::from(k)).copied().unwrap_or(u64::MAX)
+}
+
+/// Records the Rice cost of parameter `k`; `k` is at most [`MAX_RICE_K`], within `costs`.
+fn set_cost(costs: &mut [u64], k: u8, value: u64) {
+    if let Some(slot) = costs.get_mut(usize::from(k)) {
+        *slot = value;
+    }
 }
 
 /// The gaps body of a non-empty set with smallest offset `lo` and largest `hi`: `lo`,
@@ -820,9 +775,9 @@ pub enum BodyError {
 }
 
 /// Reads the span that starts both bodies; `hi` stays below `span` (2^16).
-fn read_span(c: &mut Cursor<'_>, span: u64) -> Result<(u32, u32), BodyError> {
-    let lo = c.varint().ok_or(BodyError::Span)?;
-    let len = c.varint().ok_or(BodyError::Span)?;
+fn read_span(c: &mut Reader<'_>, span: u64) -> Result<(u32, u32), BodyError> {
+    let lo = c.varint_loose().map_err(|_| BodyError::Span)?;
+    let len = c.varint_loose().map_err(|_| BodyError::Span)?;
     let hi = lo.checked_add(len).ok_or(BodyError::Span)?;
     if hi >= span {
         return Err(BodyError::Span);
@@ -834,23 +789,26 @@ fn read_span(c: &mut Cursor<'_>, span: u64) -> Result<(u32, u32), BodyError> {
 /// Decodes a gaps body into the dense form. Every count is checked against the bits present
 /// before the codes are read; nothing but the fixed 8 KiB is allocated.
 pub fn decode_gaps(body: &[u8], span: u64) -> Result<Words, BodyError> {
-    let mut fields = Cursor::new(body);
+    let mut fields = Reader::new(body);
     let (lo, hi) = read_span(&mut fields, span)?;
-    let param = fields.byte().ok_or(BodyError::Length)?;
+    let param = fields.u8().map_err(|_| BodyError::Length)?;
     let holes = param & HOLES_FLAG != 0;
     let bounded = param & BOUNDED_FLAG != 0;
     let k = param & !(HOLES_FLAG | BOUNDED_FLAG);
     if k > MAX_RICE_K || (bounded && k != 0) {
         return Err(BodyError::Length);
     }
-    let members = fields.varint().ok_or(BodyError::Length)?;
+    let members = fields.varint_loose().map_err(|_| BodyError::Length)?;
     let inner = u64::from((hi - lo).saturating_sub(1));
     if members > inner {
         return Err(BodyError::Length);
     }
     let (min, range) = if bounded {
-        let min = fields.varint().ok_or(BodyError::Length)?;
-        let range = fields.varint().ok_or(BodyError::Length)?.saturating_add(1);
+        let min = fields.varint_loose().map_err(|_| BodyError::Length)?;
+        let range = fields
+            .varint_loose()
+            .map_err(|_| BodyError::Length)?
+            .saturating_add(1);
         if min > inner || range > inner + 1 {
             return Err(BodyError::Length);
         }
@@ -915,7 +873,7 @@ pub fn decode_gaps(body: &[u8], span: u64) -> Result<Words, BodyError> {
 
 /// Decodes a bitmap body into the dense form.
 pub fn decode_span(body: &[u8], span: u64) -> Result<Words, BodyError> {
-    let mut fields = Cursor::new(body);
+    let mut fields = Reader::new(body);
     let (lo, hi) = read_span(&mut fields, span)?;
     let inner = (hi - lo).saturating_sub(1);
     let bits = fields.rest();

@@ -1,6 +1,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::error::Error;
 
 fn key(ledger_id: u64, chunk: u64) -> PartitionKey {
     PartitionKey { ledger_id, chunk }
@@ -188,7 +189,7 @@ fn key_maps_positions_to_chunks_and_back() {
 
 fn corruption(bytes: &[u8]) -> CorruptionKind {
     match decode_partition(bytes) {
-        Err(Error::Corrupted { kind, .. }) => kind,
+        Err(Corruption { kind, .. }) => kind,
         other => panic!("expected corruption, got {other:?}"),
     }
 }
@@ -374,7 +375,9 @@ fn a_short_record_decodes_without_a_large_container() {
 
 #[test]
 fn errors_carry_the_callers_location() {
-    let err = decode_partition_at(b"short", 42, 1000).expect_err("too short");
+    let err = decode_partition(b"short")
+        .expect_err("too short")
+        .in_ledger(42, 1000);
     assert!(matches!(
         err,
         Error::Corrupted {
