@@ -314,3 +314,33 @@ fn a_flush_that_returns_ok_is_seen_by_an_owner_taking_over_at_any_step() {
         );
     }
 }
+
+/// A stale owner's `sync` returns `Ok` only for entries a newer owner sees: the newer owner
+/// records the open ledger at the count it read after its claim, so entries the stale owner
+/// appends and syncs after that claim are never read by anyone. Such a sync must be
+/// `Fenced`.
+#[test]
+fn a_sync_after_a_takeover_is_fenced_unless_the_new_owner_sees_the_entries() {
+    let disk = ackstore::storage::MemStorage::new();
+    let old = ManagedLedger::open_with_storage(Arc::new(disk.clone()), config(PER_LEDGER)).unwrap();
+    append_n(&old, 5);
+    old.sync().unwrap();
+    disk.break_lock();
+    let new = reopen(&disk, PER_LEDGER);
+    let late = append_n(&old, 3);
+    let synced = old.sync();
+    if synced.is_ok() {
+        let seen = new.last_position();
+        assert!(
+            seen >= late.last().copied(),
+            "the stale owner's sync returned Ok, but the new owner's last entry is {seen:?}, \
+             not {:?}",
+            late.last()
+        );
+    } else {
+        assert!(
+            matches!(synced, Err(ackstore::Error::Fenced(_))),
+            "{synced:?}"
+        );
+    }
+}
