@@ -59,6 +59,9 @@ pub(crate) struct TopicCore {
     /// ahead of `owned_version` can wait for the write in flight and compare again. Innermost
     /// lock: nothing but the metadata store is used while holding it.
     committing: Mutex<TopicRecord>,
+    /// A topic record write of this handle that failed with an I/O error after which it could
+    /// not be told whether the write took effect: its bytes. Only used with `committing` held.
+    in_doubt: Mutex<Option<Vec<u8>>>,
     /// Open cursors by name.
     cursors: Mutex<BTreeMap<String, Arc<CursorShared>>>,
 }
@@ -87,6 +90,7 @@ impl TopicCore {
             layout: RwLock::new(layout),
             owned_version: AtomicU64::new(writer.version),
             committing: Mutex::new(writer.record.clone()),
+            in_doubt: Mutex::new(None),
             writer: Mutex::new(writer),
             cursors: Mutex::new(BTreeMap::new()),
         }
@@ -109,12 +113,15 @@ impl TopicCore {
         let mut committed = lock(&self.committing);
         // A block of ledger ids reserved since `writer` last committed stays reserved.
         record.next_ledger_id = record.next_ledger_id.max(committed.next_ledger_id);
-        let version = self.meta.put(
-            TOPIC_RECORD,
-            Some(self.owned_version.load(Ordering::SeqCst)),
-            &record.encode(),
-        )?;
-        self.owned_version.store(version, Ordering::SeqCst);
+        let version = match self.put_topic(&record.encode()) {
+            Ok(version) => version,
+            Err((e, adopted)) => {
+                if let Some(version) = adopted {
+                    writer.version = version;
+                }
+                return Err(e);
+            }
+        };
         committed.clone_from(&record);
         drop(committed);
         writer.version = version;
@@ -132,14 +139,52 @@ impl TopicCore {
             .checked_add(ID_BLOCK)
             .ok_or_else(|| Error::LimitExceeded("the topic has run out of ledger ids".into()))?;
         record.next_ledger_id = end;
-        let version = self.meta.put(
-            TOPIC_RECORD,
-            Some(self.owned_version.load(Ordering::SeqCst)),
-            &record.encode(),
-        )?;
-        self.owned_version.store(version, Ordering::SeqCst);
+        self.put_topic(&record.encode()).map_err(|(e, _)| e)?;
         *committed = record;
         Ok((start, end))
+    }
+
+    /// Writes the topic record over `owned_version` and makes the new version owned. Called
+    /// with `committing` held. On an error other than [`Error::Fenced`] the write may still
+    /// have taken effect (the new version linked, then a directory sync or the removal of the
+    /// older version failed): if the stored record is this write, its version is owned from
+    /// now on (returned with the error), so this handle never takes its own write for a newer
+    /// owner's. The in-memory record stays the one before the write, as after any failed
+    /// write: the next write replaces the stored one.
+    fn put_topic(&self, bytes: &[u8]) -> std::result::Result<u64, (Error, Option<u64>)> {
+        self.settle_in_doubt().map_err(|e| (e, None))?;
+        let owned = self.owned_version.load(Ordering::SeqCst);
+        match self.meta.put(TOPIC_RECORD, Some(owned), bytes) {
+            Ok(version) => {
+                self.owned_version.store(version, Ordering::SeqCst);
+                Ok(version)
+            }
+            Err(e @ Error::Fenced(_)) => Err((e, None)),
+            Err(e) => {
+                *lock(&self.in_doubt) = Some(bytes.to_vec());
+                let adopted = self.settle_in_doubt().ok().flatten();
+                Err((e, adopted))
+            }
+        }
+    }
+
+    /// Settles a write left in doubt (see `in_doubt`): when the stored record is that write,
+    /// its version becomes owned (and is returned). Called with `committing` held.
+    fn settle_in_doubt(&self) -> Result<Option<u64>> {
+        let mut in_doubt = lock(&self.in_doubt);
+        let Some(bytes) = in_doubt.as_ref() else {
+            return Ok(None);
+        };
+        let owned = self.owned_version.load(Ordering::SeqCst);
+        let adopted = match self.meta.get(TOPIC_RECORD)? {
+            Some((version, stored)) if version > owned && &stored == bytes => {
+                self.owned_version.store(version, Ordering::SeqCst);
+                Some(version)
+            }
+            _ => None,
+        };
+        *in_doubt = None;
+        Ok(adopted)
     }
 
     /// Makes the entry log take its next blocks of ledger ids from [`TopicCore::reserve_ids`].
@@ -172,6 +217,7 @@ impl TopicCore {
             return Ok(());
         }
         let _committing = lock(&self.committing);
+        self.settle_in_doubt()?;
         let owned = self.owned_version.load(Ordering::SeqCst);
         if self.stored_version()? == Some(owned) {
             Ok(())
