@@ -6,7 +6,7 @@ mod ledger_support;
 
 use ackstore::Error;
 use ackstore::ledger::InitialPosition;
-use ledger_support::{at, config, mem_topic};
+use ledger_support::{at, mem_topic};
 
 #[test]
 fn a_single_owner_is_never_fenced_after_a_failed_record_write() {
