@@ -74,16 +74,20 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
         .iter()
         .map(|c| (record_name(c.id), c))
         .collect();
+    let mut misplaced = false;
     for name in meta.list()? {
         if let Some(entry) = table.get(&name) {
             // Claimed (written again, unchanged) before its ledger counts as referenced: a
             // previous owner's flush could otherwise still switch the record to a ledger this
             // open takes for an orphan and deletes. After the claim that switch is refused.
-            // A record of another cursor (moved or copied here) is damage, refused before any
-            // ledger is deleted: the ledger it displaced would look like an orphan.
             if let Some(bytes) = claim_record(meta.as_ref(), &name)? {
                 let cursor = CursorRecord::decode(&bytes)?;
-                cursor.check_identity(entry.id, &entry.name, record.topic_id)?;
+                // A record of another cursor (moved or copied here) is damage: opening that
+                // cursor refuses it. The ledger it displaced would look like an orphan, so no
+                // ledger is deleted by this open.
+                misplaced |= cursor
+                    .check_identity(entry.id, &entry.name, record.topic_id)
+                    .is_err();
                 if let Some(l) = cursor.cursor_ledger {
                     referenced.insert(l);
                 }
@@ -102,9 +106,11 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
             dir: location,
         });
     }
-    // Rule 3, ledger side.
+    // Rule 3, ledger side; not while a cursor record is another cursor's (see above).
     for &id in on_disk.difference(&referenced) {
-        log.delete_ledger(id)?;
+        if !misplaced {
+            log.delete_ledger(id)?;
+        }
     }
     // Rule 5: the block reserved by the claim starts above every recorded id and every file.
 
