@@ -271,7 +271,7 @@ impl FileMetaStore {
         // A delete cut short leaves its tombstone (and maybe older versions): a record no
         // writer names again (cursor ids are not reused), so finish the delete here.
         // One listing: the highest version of every record, then one size check each.
-        let mut highest: std::collections::BTreeMap<String, u64> = Default::default();
+        let mut highest = std::collections::BTreeMap::<String, u64>::new();
         for file in self.storage.list()? {
             if let Some((name, Some(version))) = parse_record_file(&file) {
                 let top = highest.entry(name.to_string()).or_insert(version);
