@@ -314,3 +314,79 @@ fn a_flush_that_returns_ok_is_seen_by_an_owner_taking_over_at_any_step() {
         );
     }
 }
+
+/// A stale owner's `sync` returns `Ok` only for entries a newer owner sees: the newer owner
+/// records the open ledger at the count it read after its claim, so entries the stale owner
+/// appends and syncs after that claim are never read by anyone. Such a sync must be
+/// `Fenced`.
+#[test]
+fn a_sync_after_a_takeover_is_fenced_unless_the_new_owner_sees_the_entries() {
+    let disk = ackstore::storage::MemStorage::new();
+    let old = ManagedLedger::open_with_storage(Arc::new(disk.clone()), config(PER_LEDGER)).unwrap();
+    append_n(&old, 5);
+    old.sync().unwrap();
+    disk.break_lock();
+    let new = reopen(&disk, PER_LEDGER);
+    let late = append_n(&old, 3);
+    let synced = old.sync();
+    if synced.is_ok() {
+        let seen = new.last_position();
+        assert!(
+            seen >= late.last().copied(),
+            "the stale owner's sync returned Ok, but the new owner's last entry is {seen:?}, \
+             not {:?}",
+            late.last()
+        );
+    } else {
+        assert!(
+            matches!(synced, Err(ackstore::Error::Fenced(_))),
+            "{synced:?}"
+        );
+    }
+}
+
+/// A former owner deletes a ledger it had replaced (its fence passed just before the new
+/// owner's claim) while the new owner's open runs: whichever step of the open that lands on,
+/// the open succeeds (a file gone is what the open would have done with it).
+#[test]
+fn an_orphan_deleted_by_a_former_owner_during_the_open_does_not_fail_it() {
+    use ackstore::log::{EntryLog, LogConfig, ledger_file_name};
+    use ackstore::storage::Storage;
+    let run = |at_step: Option<u64>| {
+        let disk = ackstore::storage::MemStorage::new();
+        let old = ManagedLedger::open_with_storage(Arc::new(disk.clone()), config(4)).unwrap();
+        append_n(&old, 6);
+        old.close().unwrap();
+        drop(old);
+        // The replaced ledger: a whole ledger file no record names.
+        let orphan = {
+            let log = EntryLog::open(Arc::new(disk.clone()), LogConfig::default()).unwrap();
+            log.create_ledger().unwrap()
+        };
+        let hooked = takeover::Disk {
+            disk: disk.clone(),
+            hook: Arc::default(),
+        };
+        let remove = {
+            let disk = disk.clone();
+            Box::new(move || {
+                let _ = disk.remove(&ledger_file_name(orphan));
+            })
+        };
+        hooked.hook.arm(at_step.unwrap_or(u64::MAX), remove);
+        let before = hooked.hook.count();
+        let opened = ManagedLedger::open_with_storage(Arc::new(hooked.clone()), config(4));
+        let steps = hooked.hook.count() - before;
+        (steps, opened.map(drop))
+    };
+    let (total, opened) = run(None);
+    opened.unwrap();
+    for n in 1..=total {
+        let (_, opened) = run(Some(n));
+        assert!(
+            opened.is_ok(),
+            "the orphan removed after operation {n} of {total} of the open: {:?}",
+            opened.err()
+        );
+    }
+}

@@ -158,6 +158,10 @@ impl ManagedLedger {
 
     /// Makes every entry appended so far durable (fdatasync of the open ledger; sealed ones
     /// were synced when sealed). Survives power loss once it returns.
+    ///
+    /// # Errors
+    /// [`Error::Fenced`] when a newer owner has opened the directory since this handle: the
+    /// entries are durable, but that owner may not read them.
     pub fn sync(&self) -> Result<()> {
         self.core.sync()
     }

@@ -35,7 +35,7 @@
 //!
 //! Appends after open always go to a new ledger.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::config::LedgerConfig;
@@ -43,7 +43,7 @@ use super::topic::{ID_BLOCK, TOPIC_RECORD, TopicCore, Writer, ledger_record};
 use crate::cursor::record_name;
 use crate::error::{CorruptionKind, Error, Result};
 use crate::finder::{Layout, LedgerSpan};
-use crate::format::meta::{CursorRecord, LedgerRecord, TopicRecord};
+use crate::format::meta::{CursorEntry, CursorRecord, LedgerRecord, TopicRecord};
 use crate::log::{EntryLog, parse_ledger_file_name};
 use crate::meta::{FileMetaStore, MetaStore};
 use crate::storage::Storage;
@@ -69,16 +69,28 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
 
     // Rule 3, cursor side: references held by cursor records, orphan cursor records.
     let mut referenced: BTreeSet<u64> = record.ledgers.iter().map(|l| l.id).collect();
-    let table: BTreeSet<String> = record.cursors.iter().map(|c| record_name(c.id)).collect();
+    let table: BTreeMap<String, &CursorEntry> = record
+        .cursors
+        .iter()
+        .map(|c| (record_name(c.id), c))
+        .collect();
+    let mut misplaced = false;
     for name in meta.list()? {
-        if table.contains(&name) {
+        if let Some(entry) = table.get(&name) {
             // Claimed (written again, unchanged) before its ledger counts as referenced: a
             // previous owner's flush could otherwise still switch the record to a ledger this
             // open takes for an orphan and deletes. After the claim that switch is refused.
-            if let Some(bytes) = claim_record(meta.as_ref(), &name)?
-                && let Some(l) = CursorRecord::decode(&bytes)?.cursor_ledger
-            {
-                referenced.insert(l);
+            if let Some(bytes) = claim_record(meta.as_ref(), &name)? {
+                let cursor = CursorRecord::decode(&bytes)?;
+                // A record of another cursor (moved or copied here) is damage: opening that
+                // cursor refuses it. The ledger it displaced would look like an orphan, so no
+                // ledger is deleted by this open.
+                misplaced |= cursor
+                    .check_identity(entry.id, &entry.name, record.topic_id)
+                    .is_err();
+                if let Some(l) = cursor.cursor_ledger {
+                    referenced.insert(l);
+                }
             }
         } else if is_cursor_record(&name)
             && let Some((v, _)) = meta.get(&name)?
@@ -94,9 +106,11 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
             dir: location,
         });
     }
-    // Rule 3, ledger side.
+    // Rule 3, ledger side; not while a cursor record is another cursor's (see above).
     for &id in on_disk.difference(&referenced) {
-        log.delete_ledger(id)?;
+        if !misplaced {
+            log.delete_ledger(id)?;
+        }
     }
     // Rule 5: the block reserved by the claim starts above every recorded id and every file.
 

@@ -387,9 +387,12 @@ impl TopicCore {
         let log = self.log()?;
         let current = self.writer().current;
         match current {
-            Some(id) => log.sync(id),
-            None => Ok(()),
+            Some(id) => log.sync(id)?,
+            None => return Ok(()),
         }
+        // After the fsync, before `Ok`: a newer owner records this ledger at the count it read
+        // after its claim, so entries synced after that claim are never read by anyone.
+        self.check_version(self.owned_version.load(Ordering::SeqCst))
     }
 
     /// Deletes the sealed data ledgers every cursor has acknowledged entirely; see

@@ -280,7 +280,14 @@ impl EntryLog {
                 continue;
             };
             max_seen = max_seen.max(id);
-            match open_ledger(storage.as_ref(), id, config.recovery, read_only, &stats)? {
+            let opened = match open_ledger(storage.as_ref(), id, config.recovery, read_only, &stats)
+            {
+                // Removed since the listing (by a former owner of the directory that does not
+                // know it lost it, or by an inspected directory's owner): as if not listed.
+                Err(e) if is_not_found(&e) => continue,
+                other => other?,
+            };
+            match opened {
                 Opened::Ledger(ledger, repair) => {
                     ledgers.insert(id, ledger);
                     report.extend(repair);
@@ -538,7 +545,12 @@ impl EntryLog {
         if !interrupted {
             self.ledger(ledger)?;
         }
-        self.storage.remove(&ledger_file_name(ledger))?;
+        match self.storage.remove(&ledger_file_name(ledger)) {
+            // Already removed by another writer of the directory (a former owner deleting a
+            // ledger it replaced): deleted all the same.
+            Err(e) if is_not_found(&e) => {}
+            other => other?,
+        }
         lock(&self.interrupted).remove(&ledger);
         self.ledgers
             .write()
@@ -561,6 +573,10 @@ impl EntryLog {
             entry_reads: get(&s.entry_reads),
         }
     }
+}
+
+fn is_not_found(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
 }
 
 #[cfg(test)]

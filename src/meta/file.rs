@@ -24,7 +24,8 @@
 //!
 //! Leftover temporary files are removed before a store's first write when they can no longer
 //! be linked as the current record: files of earlier releases, and writes of a version the
-//! record has reached. Reads never change the directory (an inspection tool only reads).
+//! record has reached; so are the files of a record whose delete was cut short after its
+//! tombstone was linked. Reads never change the directory (an inspection tool only reads).
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -262,6 +263,27 @@ impl FileMetaStore {
                     Err(e) if is_not_found(&e) => {}
                     Err(e) => return Err(e),
                 }
+            }
+        }
+        // A delete cut short leaves its tombstone (and maybe older versions): a record no
+        // writer names again (cursor ids are not reused), so finish the delete here.
+        // One listing: the highest version of every record, then one size check each.
+        let mut highest = std::collections::BTreeMap::<String, u64>::new();
+        for file in self.storage.list()? {
+            if let Some((name, Some(version))) = parse_record_file(&file) {
+                let top = highest.entry(name.to_string()).or_insert(version);
+                *top = (*top).max(version);
+            }
+        }
+        for (name, version) in highest {
+            let empty = match self.storage.open(&version_file(&name, version)) {
+                Ok(file) => file.size()? == 0,
+                Err(e) if is_not_found(&e) => false,
+                Err(e) => return Err(e),
+            };
+            if empty && let Current::Deleted(tombstone) = self.current(&name)? {
+                self.remove_below(&name, tombstone, false)?;
+                self.remove_below(&name, tombstone, true)?;
             }
         }
         writes.swept = true;
