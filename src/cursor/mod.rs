@@ -35,7 +35,8 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLockReadGuard, Weak};
 use std::time::Duration;
 
 pub use config::CursorConfig;
-pub use persist::{OverflowPolicy, PersistMode, PersistStats};
+pub use config::{OverflowPolicy, PersistMode};
+pub use persist::PersistStats;
 pub use recover::RecoverySource;
 pub use state::{CursorState, NO_MARK_DELETE};
 

@@ -36,35 +36,14 @@ use crate::log::EntryLog;
 use crate::meta::MetaStore;
 
 use super::config::CursorConfig;
+// Re-exported: callers name the modes by their persistence path too.
+pub use super::config::{OverflowPolicy, PersistMode};
 use super::snapshot::build_snapshot;
 use super::store::{
     CursorLedgerStore, Location, Shared, SharedState, append_entry, ensure_ledger,
     read_partition_payload, write_partition,
 };
 use super::table::{CommittedTable, PagePlan, plan_pages};
-
-/// How a cursor's ack state is written to its cursor ledger.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum PersistMode {
-    /// One snapshot entry with every range, capped by `max_ranges_single_entry` and the entry
-    /// size.
-    SingleEntry,
-    /// Dirty partitions as their own entries plus a marker; no cap.
-    #[default]
-    MultiEntry,
-}
-
-/// What a single-entry flush does when the ranges do not fit in one entry.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum OverflowPolicy {
-    /// Fail the flush with [`Error::LimitExceeded`]; nothing is written.
-    #[default]
-    Error,
-    /// Persist the ranges that fit (the lowest ones), print a warning on stderr and count the
-    /// ranges left out in [`PersistStats::ranges_cut`]. Acks left out are redelivered after a
-    /// restart.
-    Warn,
-}
 
 /// Flushes between refreshes of the cursor record's fallback mark-delete.
 pub const DEFAULT_RECORD_REFRESH_FLUSHES: u64 = 64;
