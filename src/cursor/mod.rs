@@ -26,6 +26,7 @@ mod snapshot;
 mod state;
 pub mod store;
 mod table;
+pub mod verify;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -142,6 +142,16 @@ impl std::fmt::Debug for Fence {
     }
 }
 
+/// Where a cursor's persistence reads and writes, and with which settings.
+#[derive(Debug, Clone)]
+pub(crate) struct Handles {
+    pub log: Arc<EntryLog>,
+    pub meta: Arc<dyn MetaStore>,
+    /// The cursor record in `meta` (`cursor-{id}`).
+    pub record_name: String,
+    pub config: CursorConfig,
+}
+
 /// Parts a recovery hands to [`CursorPersister::assemble`].
 pub(crate) struct Assembly {
     pub record: Option<(u64, CursorRecord)>,
@@ -171,11 +181,14 @@ impl CursorPersister {
         config: CursorConfig,
     ) -> Result<(Self, RangeSetWrapper)> {
         let record = read_record(meta.as_ref(), record_name)?;
-        let persister = Self::assemble(
+        let handles = Handles {
             log,
             meta,
-            record_name,
+            record_name: record_name.to_string(),
             config,
+        };
+        let persister = Self::assemble(
+            handles,
             Assembly {
                 record,
                 shared: Shared::default(),
@@ -190,13 +203,13 @@ impl CursorPersister {
         Ok((persister, acks))
     }
 
-    pub(crate) fn assemble(
-        log: Arc<EntryLog>,
-        meta: Arc<dyn MetaStore>,
-        record_name: &str,
-        config: CursorConfig,
-        parts: Assembly,
-    ) -> Self {
+    pub(crate) fn assemble(handles: Handles, parts: Assembly) -> Self {
+        let Handles {
+            log,
+            meta,
+            record_name,
+            config,
+        } = handles;
         let stats = PersistStats {
             cursor_ledger: parts.shared.ledger,
             persisted_bytes: parts.persisted_bytes,
@@ -205,7 +218,7 @@ impl CursorPersister {
         Self {
             log,
             meta,
-            record_name: record_name.to_string(),
+            record_name,
             config,
             shared: SharedState::new(parts.shared),
             record: parts.record,
