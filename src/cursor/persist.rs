@@ -509,14 +509,9 @@ impl CursorPersister {
         let live = acks.partitions();
         let mut rows = Vec::with_capacity(live.len());
         let mut state_bytes = 0;
-        for (key, cardinality) in live {
+        for (key, _) in live {
             let existing = self.shared.lock().locations.get(&key).copied();
-            // The store holds the current contents of a partition that is not resident (it
-            // was stored when evicted, or never changed since it was loaded), and of a resident
-            // one that is clean.
-            let current = existing.filter(|l| {
-                l.cardinality == cardinality && !(dirty.contains(&key) && acks.is_resident(key))
-            });
+            let current = existing.filter(|l| acks.stored_copy_current(key, l.cardinality));
             let location = match current {
                 Some(l) if rollover => self.copy_partition(old, target, key, &l)?,
                 Some(l) => l,
