@@ -21,6 +21,7 @@
 
 mod config;
 pub mod persist;
+mod record;
 pub mod recover;
 mod snapshot;
 mod state;

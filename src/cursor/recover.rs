@@ -31,7 +31,8 @@ use crate::meta::MetaStore;
 use crate::position::Position;
 
 use super::config::CursorConfig;
-use super::persist::{Assembly, CursorPersister, Handles, read_record};
+use super::persist::{Assembly, CursorPersister, Handles};
+use super::record::read_record;
 use super::store::{Location, Shared, at_entry, check_partition_payload};
 use super::table::{CommittedTable, row_key};
 
