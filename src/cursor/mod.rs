@@ -13,13 +13,15 @@
 //! The cursor's ack set keeps its evicted partitions in that ledger. `flush` and `close` write
 //! the whole ack state through it; a seek writes a new marker (or snapshot) with no acks
 //! before it changes anything, so the cursor ledger's last committed state never holds acks a
-//! seek cleared; `rewind` writes the new epoch to the record. A reopened cursor is rebuilt by
-//! [`recover::recover`] and `CursorState::recovered`.
+//! seek cleared; `rewind` writes the new epoch to the record. A cursor is opened by
+//! [`open::CursorOpener`]: a reopened one is recovered ([`recover::recover`]), resolved
+//! against the topic (`CursorState::recovered`) and claimed by a first flush.
 //!
 //! Must never: change the topic's ledgers, write any record but its own, or hold a handle on
 //! the entry log once closed (a closed topic must release its directory).
 
 mod config;
+pub mod open;
 pub mod persist;
 mod record;
 pub mod recover;
