@@ -37,7 +37,7 @@ use crate::log::EntryLog;
 use crate::meta::MetaStore;
 
 use super::config::CursorConfig;
-use super::record::{RecordOwner, read_record};
+use super::record::{RecordOwner, VersionedRecord, read_record};
 // Re-exported: the fence is handed to a persister.
 pub use super::record::Fence;
 // Re-exported: callers name the modes by their persistence path too.
@@ -141,7 +141,7 @@ pub(crate) struct Handles {
 
 /// Parts a recovery hands to [`CursorPersister::assemble`].
 pub(crate) struct Assembly {
-    pub record: Option<(u64, CursorRecord)>,
+    pub record: Option<VersionedRecord>,
     pub shared: Shared,
     pub committed: CommittedTable,
     pub persisted_bytes: u64,

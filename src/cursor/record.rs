@@ -33,10 +33,23 @@ impl std::fmt::Debug for Fence {
     }
 }
 
+/// A cursor record as read from or written to the metadata store, with the version a
+/// compare-and-set of it must name.
+#[derive(Debug, Clone)]
+pub(crate) struct VersionedRecord {
+    pub version: u64,
+    pub record: CursorRecord,
+}
+
 /// Reads and decodes the record `name`, if it exists.
-pub(crate) fn read_record(meta: &dyn MetaStore, name: &str) -> Result<Option<(u64, CursorRecord)>> {
+pub(crate) fn read_record(meta: &dyn MetaStore, name: &str) -> Result<Option<VersionedRecord>> {
     meta.get(name)?
-        .map(|(version, bytes)| Ok((version, CursorRecord::decode(&bytes)?)))
+        .map(|(version, bytes)| {
+            Ok(VersionedRecord {
+                version,
+                record: CursorRecord::decode(&bytes)?,
+            })
+        })
         .transpose()
 }
 
@@ -45,7 +58,7 @@ pub(crate) fn read_record(meta: &dyn MetaStore, name: &str) -> Result<Option<(u6
 pub(crate) struct RecordOwner {
     meta: Arc<dyn MetaStore>,
     name: String,
-    record: Option<(u64, CursorRecord)>,
+    record: Option<VersionedRecord>,
     /// Set when a write may or may not have replaced the record (see the module docs).
     latched: bool,
     /// Run after a record write and at the end of a flush (see [`RecordOwner::check_fence`]).
@@ -60,7 +73,7 @@ impl RecordOwner {
     pub(crate) fn new(
         meta: Arc<dyn MetaStore>,
         name: String,
-        record: Option<(u64, CursorRecord)>,
+        record: Option<VersionedRecord>,
     ) -> Self {
         Self {
             meta,
@@ -79,12 +92,12 @@ impl RecordOwner {
 
     /// The record as last read or written, with its version.
     pub(crate) fn current(&self) -> Option<(u64, &CursorRecord)> {
-        self.record.as_ref().map(|(v, r)| (*v, r))
+        self.record.as_ref().map(|v| (v.version, &v.record))
     }
 
     /// The cursor ledger the record names.
     pub(crate) fn ledger(&self) -> Option<u64> {
-        self.record.as_ref().and_then(|(_, r)| r.cursor_ledger)
+        self.record.as_ref().and_then(|v| v.record.cursor_ledger)
     }
 
     /// Whether a write failed with an unknown outcome: writes are refused until a reopen.
@@ -117,11 +130,11 @@ impl RecordOwner {
     /// [`Error::Fenced`] when the stored record is no longer at the version held here. Costs
     /// one metadata read.
     pub(crate) fn check_owner(&self) -> Result<()> {
-        let Some((version, _)) = &self.record else {
+        let Some(held) = &self.record else {
             return Ok(());
         };
         match self.meta.get(&self.name)? {
-            Some((current, _)) if current == *version => Ok(()),
+            Some((current, _)) if current == held.version => Ok(()),
             _ => Err(Error::Fenced(self.name.clone())),
         }
     }
@@ -142,7 +155,7 @@ impl RecordOwner {
     pub(crate) fn update(&mut self, state: &PersistedState) -> Result<()> {
         self.check_latch()?;
         state.validate()?;
-        if let Some((_, r)) = &self.record {
+        if let Some(VersionedRecord { record: r, .. }) = &self.record {
             // Already there (a rollover's switch writes the same fallback): no write, no fsync.
             if r.mark_delete == state.mark_delete
                 && r.epoch == state.epoch
@@ -157,7 +170,7 @@ impl RecordOwner {
     /// Writes the record naming `ledger` with `state` as its fallback, by compare-and-set.
     pub(crate) fn put(&mut self, ledger: Option<u64>, state: &PersistedState) -> Result<()> {
         let (expected, mut record) = match &self.record {
-            Some((version, record)) => (Some(*version), record.clone()),
+            Some(held) => (Some(held.version), held.record.clone()),
             None => (
                 None,
                 CursorRecord {
@@ -179,7 +192,7 @@ impl RecordOwner {
         record.properties.clone_from(&state.properties);
         match self.meta.put(&self.name, expected, &record.encode()) {
             Ok(version) => {
-                self.record = Some((version, record));
+                self.record = Some(VersionedRecord { version, record });
                 self.check_fence()
             }
             // Refused by compare-and-set: nothing was written.

@@ -32,7 +32,7 @@ use crate::position::Position;
 
 use super::config::CursorConfig;
 use super::persist::{Assembly, CursorPersister, Handles};
-use super::record::read_record;
+use super::record::{VersionedRecord, read_record};
 use super::store::{Location, Shared, at_entry, check_partition_payload};
 use super::table::{CommittedTable, row_key};
 
@@ -91,7 +91,7 @@ pub fn recover(
     record_name: &str,
     config: CursorConfig,
 ) -> Result<RecoveredCursor> {
-    let (version, record) = read_record(meta.as_ref(), record_name)?
+    let VersionedRecord { version, record } = read_record(meta.as_ref(), record_name)?
         .ok_or_else(|| Error::NoSuchCursor(record_name.to_string()))?;
     let fallback = PersistedState {
         mark_delete: record.mark_delete,
@@ -124,7 +124,7 @@ pub fn recover(
         config,
     };
     let parts = Assembly {
-        record: Some((version, record)),
+        record: Some(VersionedRecord { version, record }),
         shared,
         committed: CommittedTable::default(),
         persisted_bytes: 0,
