@@ -7,7 +7,8 @@ mod persist_common;
 use ackstore::Position;
 use ackstore::cursor::CursorConfig;
 use ackstore::cursor::persist::PersistedState;
-use ackstore::cursor::recover::{RecoverySource, check_cursor_ledger};
+use ackstore::cursor::recover::RecoverySource;
+use ackstore::cursor::verify::check_cursor_ledger;
 use ackstore::format::cursor::{
     EntryKind, PageRef, PartitionEntry, PartitionRow, TableRef, encode_index_page, encode_marker,
     encode_partition_entry, payload_crc,

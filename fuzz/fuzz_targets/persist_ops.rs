@@ -9,8 +9,7 @@
 mod persist_common;
 
 use ackstore::Position;
-use ackstore::cursor::persist::{PersistMode};
-use ackstore::cursor::CursorConfig;
+use ackstore::cursor::{CursorConfig, PersistMode};
 use ackstore::storage::MemStorage;
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;

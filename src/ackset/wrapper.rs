@@ -411,6 +411,21 @@ impl RangeSetWrapper {
         self.index.get(&key).is_some_and(|e| e.resident)
     }
 
+    /// Whether a stored copy of `key` holding `stored_cardinality` entries is the partition's
+    /// current contents, so a flush may reference it instead of writing the partition again.
+    ///
+    /// The store holds the current contents of a live partition that is not resident (it was
+    /// stored when evicted, or has not changed since it was loaded) and of a resident one that
+    /// is clean; a resident dirty one has changed since. A copy of another cardinality is stale
+    /// whatever the flags say. An unknown key has no current copy.
+    #[must_use]
+    pub fn stored_copy_current(&self, key: PartitionKey, stored_cardinality: u64) -> bool {
+        self.index.get(&key).is_some_and(|entry| {
+            let (cardinality, dirty) = self.state(key, entry);
+            cardinality == stored_cardinality && !(dirty && entry.resident)
+        })
+    }
+
     /// Sizes and counters.
     #[must_use]
     pub fn stats(&self) -> AckSetStats {
@@ -920,5 +935,26 @@ mod tests {
             }
         ));
         assert!(err.to_string().contains("store has no copy"));
+    }
+
+    #[test]
+    fn stored_copy_is_current_only_for_an_unchanged_partition() {
+        let mut w = RangeSetWrapper::new(Box::new(MemPartitionStore::new()), 1 << 20);
+        w.add(p(1, 1)).unwrap();
+        w.add(p(1, 2)).unwrap();
+        // Resident and changed since any copy was stored.
+        assert!(!w.stored_copy_current(key(1, 0), 2));
+        w.mark_persisted(key(1, 0));
+        assert!(w.stored_copy_current(key(1, 0), 2));
+        // A copy of another size is stale.
+        assert!(!w.stored_copy_current(key(1, 0), 1));
+        assert!(!w.stored_copy_current(key(9, 0), 0));
+
+        // Evicted: the store holds what it was evicted with, dirty or not.
+        let mut w = RangeSetWrapper::new(Box::new(MemPartitionStore::new()), 0);
+        w.add(p(2, 5)).unwrap();
+        w.add(p(3, 5)).unwrap();
+        assert!(!w.is_resident(key(2, 0)));
+        assert!(w.stored_copy_current(key(2, 0), 1));
     }
 }

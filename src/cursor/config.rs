@@ -1,11 +1,9 @@
 //! How cursors keep their acknowledgement state.
 //!
-//! Owns: [`CursorConfig`]. Pure data. Its enums are the persistence layer's
-//! ([`PersistMode`], [`OverflowPolicy`]).
+//! Owns: [`CursorConfig`] and its enums ([`PersistMode`], [`OverflowPolicy`]). Pure data:
+//! this file imports nothing of the cursor layer, which reads it.
 
 use std::time::Duration;
-
-use super::persist::{OverflowPolicy, PersistMode};
 
 /// Settings of every cursor of a managed ledger.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,4 +47,27 @@ impl Default for CursorConfig {
             flush_interval: None,
         }
     }
+}
+
+/// How a cursor's ack state is written to its cursor ledger.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PersistMode {
+    /// One snapshot entry with every range, capped by `max_ranges_single_entry` and the entry
+    /// size.
+    SingleEntry,
+    /// Dirty partitions as their own entries plus a marker; no cap.
+    #[default]
+    MultiEntry,
+}
+
+/// What a single-entry flush does when the ranges do not fit in one entry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OverflowPolicy {
+    /// Fail the flush with [`Error::LimitExceeded`](crate::error::Error::LimitExceeded); nothing is written.
+    #[default]
+    Error,
+    /// Persist the ranges that fit (the lowest ones), print a warning on stderr and count the
+    /// ranges left out in `PersistStats::ranges_cut`. Acks left out are redelivered after a
+    /// restart.
+    Warn,
 }

@@ -13,19 +13,23 @@
 //! The cursor's ack set keeps its evicted partitions in that ledger. `flush` and `close` write
 //! the whole ack state through it; a seek writes a new marker (or snapshot) with no acks
 //! before it changes anything, so the cursor ledger's last committed state never holds acks a
-//! seek cleared; `rewind` writes the new epoch to the record. A reopened cursor is rebuilt by
-//! [`recover::recover`] and `CursorState::recovered`.
+//! seek cleared; `rewind` writes the new epoch to the record. A cursor is opened by
+//! [`open::CursorOpener`]: a reopened one is recovered ([`recover::recover`]), resolved
+//! against the topic (`CursorState::recovered`) and claimed by a first flush.
 //!
 //! Must never: change the topic's ledgers, write any record but its own, or hold a handle on
 //! the entry log once closed (a closed topic must release its directory).
 
 mod config;
+pub mod open;
 pub mod persist;
+mod record;
 pub mod recover;
 mod snapshot;
 mod state;
 pub mod store;
 mod table;
+pub mod verify;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -35,7 +39,8 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLockReadGuard, Weak};
 use std::time::Duration;
 
 pub use config::CursorConfig;
-pub use persist::{OverflowPolicy, PersistMode, PersistStats};
+pub use config::{OverflowPolicy, PersistMode};
+pub use persist::PersistStats;
 pub use recover::RecoverySource;
 pub use state::{CursorState, NO_MARK_DELETE};
 

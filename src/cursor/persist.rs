@@ -1,8 +1,9 @@
 //! Flushing a cursor's ack state to its cursor ledger.
 //!
 //! Owns: the cursor ledger of one cursor (created on the first flush), what a flush writes
-//! there, rollover to a new cursor ledger, and the cursor record's pointer to the ledger
-//! (switched only by compare-and-set through the [`MetaStore`]).
+//! there, and rollover to a new cursor ledger. The cursor record, which points to the ledger,
+//! is written only through the persister's `RecordOwner` (`record.rs`: compare-and-set, owner
+//! check, fence, failure latch).
 //!
 //! - [`PersistMode::MultiEntry`] (default): each dirty partition becomes its own entry, then
 //!   a marker (mark-delete, epoch, properties, and for every live partition the entry that holds
@@ -36,35 +37,17 @@ use crate::log::EntryLog;
 use crate::meta::MetaStore;
 
 use super::config::CursorConfig;
+use super::record::{RecordOwner, VersionedRecord, read_record};
+// Re-exported: the fence is handed to a persister.
+pub use super::record::Fence;
+// Re-exported: callers name the modes by their persistence path too.
+pub use super::config::{OverflowPolicy, PersistMode};
 use super::snapshot::build_snapshot;
 use super::store::{
     CursorLedgerStore, Location, Shared, SharedState, append_entry, ensure_ledger,
     read_partition_payload, write_partition,
 };
 use super::table::{CommittedTable, PagePlan, plan_pages};
-
-/// How a cursor's ack state is written to its cursor ledger.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum PersistMode {
-    /// One snapshot entry with every range, capped by `max_ranges_single_entry` and the entry
-    /// size.
-    SingleEntry,
-    /// Dirty partitions as their own entries plus a marker; no cap.
-    #[default]
-    MultiEntry,
-}
-
-/// What a single-entry flush does when the ranges do not fit in one entry.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum OverflowPolicy {
-    /// Fail the flush with [`Error::LimitExceeded`]; nothing is written.
-    #[default]
-    Error,
-    /// Persist the ranges that fit (the lowest ones), print a warning on stderr and count the
-    /// ranges left out in [`PersistStats::ranges_cut`]. Acks left out are redelivered after a
-    /// restart.
-    Warn,
-}
 
 /// Flushes between refreshes of the cursor record's fallback mark-delete.
 pub const DEFAULT_RECORD_REFRESH_FLUSHES: u64 = 64;
@@ -135,47 +118,33 @@ pub struct PersistStats {
 #[derive(Debug)]
 pub struct CursorPersister {
     log: Arc<EntryLog>,
-    meta: Arc<dyn MetaStore>,
-    record_name: String,
     config: CursorConfig,
     shared: SharedState,
-    record: Option<(u64, CursorRecord)>,
+    /// The cursor record, its compare-and-set version, fence and failure latch.
+    record: RecordOwner,
     committed: CommittedTable,
     stats: PersistStats,
     pending_deletes: Vec<u64>,
     rollover_requested: bool,
     record_refresh_flushes: u64,
-    poisoned: bool,
-    /// Checks that the topic is still owned by this handle; run after a flush's writes are
-    /// durable and before it returns `Ok` (see [`CursorPersister::set_fence`]).
-    fence: Option<Fence>,
-    /// Written into every record this persister writes (see [`CursorPersister::set_identity`]).
-    identity: Option<CursorIdentity>,
 }
 
-/// An ownership check: [`Error::Fenced`] once a newer owner has claimed the topic.
-#[derive(Clone)]
-pub struct Fence(pub Arc<dyn Fn() -> Result<()> + Send + Sync>);
-
-impl std::fmt::Debug for Fence {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Fence")
-    }
+/// Where a cursor's persistence reads and writes, and with which settings.
+#[derive(Debug, Clone)]
+pub(crate) struct Handles {
+    pub log: Arc<EntryLog>,
+    pub meta: Arc<dyn MetaStore>,
+    /// The cursor record in `meta` (`cursor-{id}`).
+    pub record_name: String,
+    pub config: CursorConfig,
 }
 
 /// Parts a recovery hands to [`CursorPersister::assemble`].
 pub(crate) struct Assembly {
-    pub record: Option<(u64, CursorRecord)>,
+    pub record: Option<VersionedRecord>,
     pub shared: Shared,
     pub committed: CommittedTable,
     pub persisted_bytes: u64,
-}
-
-/// Reads and decodes the record `name`, if it exists.
-pub(crate) fn read_record(meta: &dyn MetaStore, name: &str) -> Result<Option<(u64, CursorRecord)>> {
-    meta.get(name)?
-        .map(|(version, bytes)| Ok((version, CursorRecord::decode(&bytes)?)))
-        .transpose()
 }
 
 impl CursorPersister {
@@ -192,11 +161,14 @@ impl CursorPersister {
         config: CursorConfig,
     ) -> Result<(Self, RangeSetWrapper)> {
         let record = read_record(meta.as_ref(), record_name)?;
-        let persister = Self::assemble(
+        let handles = Handles {
             log,
             meta,
-            record_name,
+            record_name: record_name.to_string(),
             config,
+        };
+        let persister = Self::assemble(
+            handles,
             Assembly {
                 record,
                 shared: Shared::default(),
@@ -211,13 +183,13 @@ impl CursorPersister {
         Ok((persister, acks))
     }
 
-    pub(crate) fn assemble(
-        log: Arc<EntryLog>,
-        meta: Arc<dyn MetaStore>,
-        record_name: &str,
-        config: CursorConfig,
-        parts: Assembly,
-    ) -> Self {
+    pub(crate) fn assemble(handles: Handles, parts: Assembly) -> Self {
+        let Handles {
+            log,
+            meta,
+            record_name,
+            config,
+        } = handles;
         let stats = PersistStats {
             cursor_ledger: parts.shared.ledger,
             persisted_bytes: parts.persisted_bytes,
@@ -225,19 +197,14 @@ impl CursorPersister {
         };
         Self {
             log,
-            meta,
-            record_name: record_name.to_string(),
             config,
             shared: SharedState::new(parts.shared),
-            record: parts.record,
+            record: RecordOwner::new(meta, record_name, parts.record),
             committed: parts.committed,
             stats,
             pending_deletes: Vec::new(),
             rollover_requested: false,
             record_refresh_flushes: DEFAULT_RECORD_REFRESH_FLUSHES,
-            poisoned: false,
-            fence: None,
-            identity: None,
         }
     }
 
@@ -275,7 +242,7 @@ impl CursorPersister {
     /// or its next compare-and-set fails with [`Error::Fenced`].
     #[must_use]
     pub fn record(&self) -> Option<(u64, &CursorRecord)> {
-        self.record.as_ref().map(|(v, r)| (*v, r))
+        self.record.current()
     }
 
     /// Every `flushes` flushes, a flush also refreshes the cursor record's fallback mark-delete
@@ -291,17 +258,13 @@ impl CursorPersister {
     /// owner or happened before it read; a flush whose check fails returns [`Error::Fenced`]
     /// (its state may or may not be seen) and keeps every ledger.
     pub fn set_fence(&mut self, fence: Fence) {
-        self.fence = Some(fence);
+        self.record.set_fence(fence);
     }
 
     /// Sets the identity every record this persister writes carries (cursor id and topic id),
     /// so a record found under another cursor's name or in another topic is refused.
     pub fn set_identity(&mut self, identity: CursorIdentity) {
-        self.identity = Some(identity);
-    }
-
-    fn check_fence(&self) -> Result<()> {
-        self.fence.as_ref().map_or(Ok(()), |f| (f.0)())
+        self.record.set_identity(identity);
     }
 
     /// Makes the next flush roll over to a new cursor ledger whatever the old one's size.
@@ -364,9 +327,7 @@ impl CursorPersister {
         state: &PersistedState,
         acks: &mut RangeSetWrapper,
     ) -> Result<FlushStats> {
-        if self.poisoned {
-            return Err(Error::PreviousIo);
-        }
+        self.record.check_latch()?;
         state.validate()?;
         self.check_owner()?;
         let before = self.stats();
@@ -402,7 +363,7 @@ impl CursorPersister {
         self.refresh_record(state)?;
         // After the sync, before `Ok` and before a replaced ledger goes: a newer owner may be
         // reading it.
-        self.check_fence()?;
+        self.record.check_fence()?;
         self.retry_deletes();
         Ok(flush)
     }
@@ -413,13 +374,12 @@ impl CursorPersister {
         let every = self.record_refresh_flushes;
         let behind = self
             .record
-            .as_ref()
+            .current()
             .is_some_and(|(_, r)| r.mark_delete != state.mark_delete);
         if every == 0 || !self.stats.flushes.is_multiple_of(every) || !behind {
             return Ok(());
         }
-        let ledger = self.record.as_ref().and_then(|(_, r)| r.cursor_ledger);
-        self.put_record(ledger, state)
+        self.record.put(self.record.ledger(), state)
     }
 
     /// Fails with [`Error::Fenced`] when the cursor record is no longer at the version this
@@ -429,13 +389,7 @@ impl CursorPersister {
     /// switched the record to a ledger of its own), so even a write racing with the check
     /// stays invisible to it.
     pub fn check_owner(&self) -> Result<()> {
-        let Some((version, _)) = &self.record else {
-            return Ok(());
-        };
-        match self.meta.get(&self.record_name)? {
-            Some((current, _)) if current == *version => Ok(()),
-            _ => Err(Error::Fenced(self.record_name.clone())),
-        }
+        self.record.check_owner()
     }
 
     fn rollover_due(&self) -> Result<bool> {
@@ -475,7 +429,7 @@ impl CursorPersister {
         // write built on it), so after `Fenced` the ledger stays; the next open removes it if
         // no record names it.
         let fenced = matches!(result, Err(Error::Fenced(_)));
-        if result.is_err() && rollover && !self.poisoned && !fenced {
+        if result.is_err() && rollover && !self.record.is_latched() && !fenced {
             // Best effort: the record never pointed to it, so it is only garbage.
             let _ = self.log.delete_ledger(target);
         }
@@ -517,14 +471,9 @@ impl CursorPersister {
         let live = acks.partitions();
         let mut rows = Vec::with_capacity(live.len());
         let mut state_bytes = 0;
-        for (key, cardinality) in live {
+        for (key, _) in live {
             let existing = self.shared.lock().locations.get(&key).copied();
-            // The store holds the current contents of a partition that is not resident (it
-            // was stored when evicted, or never changed since it was loaded), and of a resident
-            // one that is clean.
-            let current = existing.filter(|l| {
-                l.cardinality == cardinality && !(dirty.contains(&key) && acks.is_resident(key))
-            });
+            let current = existing.filter(|l| acks.stored_copy_current(key, l.cardinality));
             let location = match current {
                 Some(l) if rollover => self.copy_partition(old, target, key, &l)?,
                 Some(l) => l,
@@ -666,7 +615,10 @@ impl CursorPersister {
             match self.config.on_single_entry_overflow {
                 OverflowPolicy::Error => return Err(Error::LimitExceeded(message)),
                 OverflowPolicy::Warn => {
-                    eprintln!("ackstore warning: record `{}`: {message}", self.record_name);
+                    eprintln!(
+                        "ackstore warning: record `{}`: {message}",
+                        self.record.name()
+                    );
                     self.stats.overflows += 1;
                     self.stats.ranges_cut += snapshot.cut;
                 }
@@ -712,7 +664,9 @@ impl CursorPersister {
     ) -> Result<()> {
         append_entry(&self.log, &self.shared, target, kind, payload)?;
         self.log.sync(target)?;
-        self.switch_record(target, state)?;
+        if let Some(replaced) = self.record.switch(target, state)? {
+            self.pending_deletes.push(replaced);
+        }
         if let Some(locations) = fresh {
             let mut s = self.shared.lock();
             let old = s.ledger.replace(target);
@@ -728,83 +682,11 @@ impl CursorPersister {
         Ok(())
     }
 
-    /// Points the record at `ledger` (with `state` as its fallback) unless it already does.
-    fn switch_record(&mut self, ledger: u64, state: &PersistedState) -> Result<()> {
-        let current = self.record.as_ref().and_then(|(_, r)| r.cursor_ledger);
-        if current == Some(ledger) {
-            return Ok(());
-        }
-        self.put_record(Some(ledger), state)?;
-        if let Some(old) = current {
-            self.pending_deletes.push(old);
-        }
-        Ok(())
-    }
-
     /// Writes the record's fallback state (mark-delete, epoch, properties) by compare-and-set,
     /// keeping its cursor ledger. The fallback serves when the cursor ledger is lost; call it
     /// on close so that fallback is fresh. Writes nothing when the record already holds `state`.
     pub fn update_record(&mut self, state: &PersistedState) -> Result<()> {
-        if self.poisoned {
-            return Err(Error::PreviousIo);
-        }
-        state.validate()?;
-        if let Some((_, r)) = &self.record {
-            // Already there (a rollover's switch writes the same fallback): no write, no fsync.
-            if r.mark_delete == state.mark_delete
-                && r.epoch == state.epoch
-                && r.properties == state.properties
-            {
-                return Ok(());
-            }
-        }
-        let ledger = self.record.as_ref().and_then(|(_, r)| r.cursor_ledger);
-        self.put_record(ledger, state)
-    }
-
-    fn put_record(&mut self, ledger: Option<u64>, state: &PersistedState) -> Result<()> {
-        let (expected, mut record) = match &self.record {
-            Some((version, record)) => (Some(*version), record.clone()),
-            None => (
-                None,
-                CursorRecord {
-                    name: self.record_name.clone(),
-                    cursor_ledger: None,
-                    mark_delete: state.mark_delete,
-                    epoch: state.epoch,
-                    properties: BTreeMap::new(),
-                    identity: None,
-                },
-            ),
-        };
-        record.cursor_ledger = ledger;
-        if self.identity.is_some() {
-            record.identity = self.identity;
-        }
-        record.mark_delete = state.mark_delete;
-        record.epoch = state.epoch;
-        record.properties.clone_from(&state.properties);
-        match self.meta.put(&self.record_name, expected, &record.encode()) {
-            Ok(version) => {
-                self.record = Some((version, record));
-                self.check_fence()
-            }
-            // Refused by compare-and-set: nothing was written.
-            Err(e @ Error::Fenced(_)) => Err(e),
-            Err(e) => {
-                // When the store still holds the version this persister knows, the write did not
-                // take (a full disk refuses the new copy before it replaces the old one): a
-                // retry may follow. Otherwise the record may or may not have been replaced:
-                // keep every ledger and refuse further writes until a reopen reads what is
-                // durable.
-                let unchanged = matches!(
-                    self.meta.get(&self.record_name),
-                    Ok(found) if found.as_ref().map(|(v, _)| *v) == expected
-                );
-                self.poisoned |= !unchanged;
-                Err(e)
-            }
-        }
+        self.record.update(state)
     }
 
     fn retry_deletes(&mut self) {

@@ -24,17 +24,17 @@ use crate::ackset::{PartitionKey, RangeSetWrapper};
 use crate::error::{CorruptionKind, Error, Result};
 use crate::format::cursor::{
     EntryKind, PageRef, PartitionRow, PersistedState, Table, decode_index_page, decode_marker,
-    decode_partition_entry, decode_snapshot, payload_crc, peek_kind,
+    decode_snapshot, payload_crc, peek_kind,
 };
-use crate::format::partition::decode_partition;
 use crate::log::EntryLog;
 use crate::meta::MetaStore;
 use crate::position::Position;
 
 use super::config::CursorConfig;
-use super::persist::{Assembly, CursorPersister, read_record};
+use super::persist::{Assembly, CursorPersister, Handles};
+use super::record::{VersionedRecord, read_record};
 use super::store::{Location, Shared, at_entry, check_partition_payload};
-use super::table::CommittedTable;
+use super::table::{CommittedTable, row_key};
 
 /// Which persisted state a recovery resumed from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,7 +91,7 @@ pub fn recover(
     record_name: &str,
     config: CursorConfig,
 ) -> Result<RecoveredCursor> {
-    let (version, record) = read_record(meta.as_ref(), record_name)?
+    let VersionedRecord { version, record } = read_record(meta.as_ref(), record_name)?
         .ok_or_else(|| Error::NoSuchCursor(record_name.to_string()))?;
     let fallback = PersistedState {
         mark_delete: record.mark_delete,
@@ -117,58 +117,47 @@ pub fn recover(
         }
     }
     let epoch = record.epoch;
-    let (state, acks, persister, source) = resume(
-        Assembly {
-            record: Some((version, record)),
-            shared,
-            committed: CommittedTable::default(),
-            persisted_bytes: 0,
-        },
-        (log, meta, record_name, config),
-        found,
-        fallback,
-    )?;
-    report.source = source;
-    let state = PersistedState {
-        epoch: state.epoch.max(epoch),
-        ..state
+    let handles = Handles {
+        log,
+        meta,
+        record_name: record_name.to_string(),
+        config,
     };
-    Ok(RecoveredCursor {
-        state,
-        acks,
-        persister,
-        report,
-    })
+    let parts = Assembly {
+        record: Some(VersionedRecord { version, record }),
+        shared,
+        committed: CommittedTable::default(),
+        persisted_bytes: 0,
+    };
+    let mut recovered = resume(parts, handles, found, fallback, report)?;
+    recovered.state.epoch = recovered.state.epoch.max(epoch);
+    Ok(recovered)
 }
 
-/// The handles a persister is assembled from.
-type Handles<'a> = (Arc<EntryLog>, Arc<dyn MetaStore>, &'a str, CursorConfig);
-
-/// Builds the ack set and the persister from what the walk found.
+/// Builds the ack set and the persister from what the walk found, and names the source in
+/// `report`.
 fn resume(
     mut parts: Assembly,
-    (log, meta, record_name, config): Handles<'_>,
+    handles: Handles,
     found: Found,
     fallback: PersistedState,
-) -> Result<(
-    PersistedState,
-    RangeSetWrapper,
-    CursorPersister,
-    RecoverySource,
-)> {
-    let budget = config.lru_capacity_bytes;
+    mut report: RecoveryReport,
+) -> Result<RecoveredCursor> {
+    let budget = handles.config.lru_capacity_bytes;
     match found {
         Found::None => {
-            let persister = CursorPersister::assemble(log, meta, record_name, config, parts);
+            let persister = CursorPersister::assemble(handles, parts);
             let acks = RangeSetWrapper::new(persister.partition_store(), budget);
-            Ok((fallback, acks, persister, RecoverySource::Record))
+            report.source = RecoverySource::Record;
+            Ok(RecoveredCursor {
+                state: fallback,
+                acks,
+                persister,
+                report,
+            })
         }
         Found::Marker(m) => {
-            let index: Vec<_> = m
-                .rows
-                .iter()
-                .map(|r| (partition_key(r), r.cardinality))
-                .collect();
+            let index: Vec<_> = m.rows.iter().map(|r| (row_key(r), r.cardinality)).collect();
             parts.shared.locations = m.locations;
             parts.committed = CommittedTable {
                 rows: m.rows,
@@ -176,38 +165,38 @@ fn resume(
                 state: Some(m.state.clone()),
             };
             parts.persisted_bytes = m.bytes;
-            let persister = CursorPersister::assemble(log, meta, record_name, config, parts);
+            let persister = CursorPersister::assemble(handles, parts);
             let acks = RangeSetWrapper::with_index(persister.partition_store(), budget, index);
-            Ok((m.state, acks, persister, RecoverySource::Marker(m.at)))
+            report.source = RecoverySource::Marker(m.at);
+            Ok(RecoveredCursor {
+                state: m.state,
+                acks,
+                persister,
+                report,
+            })
         }
         Found::Snapshot { at, payload } => {
             parts.persisted_bytes = payload.len() as u64;
-            let persister = CursorPersister::assemble(log, meta, record_name, config, parts);
+            let persister = CursorPersister::assemble(handles, parts);
             let mut acks = RangeSetWrapper::new(persister.partition_store(), budget);
             let snapshot =
                 decode_snapshot(&payload).map_err(|e| at_entry(at.ledger_id, at.entry_id, e))?;
             for (ledger, first, last) in snapshot.ranges() {
                 acks.add_range(ledger, first, last)?;
             }
-            Ok((
-                snapshot.state,
+            report.source = RecoverySource::Snapshot(at);
+            Ok(RecoveredCursor {
+                state: snapshot.state,
                 acks,
                 persister,
-                RecoverySource::Snapshot(at),
-            ))
+                report,
+            })
         }
     }
 }
 
-fn partition_key(row: &PartitionRow) -> PartitionKey {
-    PartitionKey {
-        ledger_id: row.ledger_id,
-        chunk: row.chunk,
-    }
-}
-
 /// A verified marker: its state and the full partition table.
-struct FoundMarker {
+pub(super) struct FoundMarker {
     at: Position,
     state: PersistedState,
     rows: Vec<PartitionRow>,
@@ -223,7 +212,7 @@ enum Found {
 }
 
 /// Errors that mean the disk or handle failed, as opposed to bytes that failed verification.
-fn is_fatal(err: &Error) -> bool {
+pub(super) fn is_fatal(err: &Error) -> bool {
     matches!(err, Error::Io { .. } | Error::PreviousIo | Error::Closed)
 }
 
@@ -289,75 +278,6 @@ fn walk_back(
     Ok(Found::None)
 }
 
-/// What a full, read-only check of a cursor ledger found (for `verify` and `inspect` tools).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LedgerCheck {
-    /// Entries in the ledger.
-    pub entries: u64,
-    /// Partition entries (committed or not).
-    pub partitions: u64,
-    /// Index pages.
-    pub index_pages: u64,
-    /// Markers.
-    pub markers: u64,
-    /// Snapshots.
-    pub snapshots: u64,
-    /// The newest marker or snapshot that verifies: the state a recovery would resume from.
-    pub newest_valid: Option<RecoverySource>,
-    /// Every entry that failed its checks, with the reason.
-    pub problems: Vec<(u64, String)>,
-}
-
-/// Reads every entry of cursor ledger `ledger` and checks it: each partition entry decodes
-/// (CRC, key, bitmap), each index page and snapshot decodes, and each marker verifies with
-/// everything it references. Never writes; works on a read-only [`EntryLog`].
-///
-/// # Errors
-/// [`Error::NoSuchLedger`] and I/O errors; damaged entries are listed in
-/// [`LedgerCheck::problems`], not returned as errors.
-pub fn check_cursor_ledger(log: &EntryLog, ledger: u64) -> Result<LedgerCheck> {
-    let mut check = LedgerCheck {
-        entries: log.entry_count(ledger)?,
-        ..LedgerCheck::default()
-    };
-    for entry_id in 0..check.entries {
-        let at = Position::new(ledger, entry_id);
-        let named = |e| at_entry(ledger, entry_id, e);
-        let verdict = log.read(ledger, entry_id).and_then(|entry| {
-            let payload = entry.payload;
-            match peek_kind(&payload).map_err(named)? {
-                EntryKind::Partition => {
-                    check.partitions += 1;
-                    let partition = decode_partition_entry(&payload).map_err(named)?;
-                    decode_partition(partition.body).map_err(named)?;
-                    Ok(None)
-                }
-                EntryKind::IndexPage => {
-                    check.index_pages += 1;
-                    decode_index_page(&payload).map(|_| None).map_err(named)
-                }
-                EntryKind::Marker => {
-                    check.markers += 1;
-                    verify_marker(log, at, &payload, true).map(|_| Some(RecoverySource::Marker(at)))
-                }
-                EntryKind::Snapshot => {
-                    check.snapshots += 1;
-                    decode_snapshot(&payload)
-                        .map(|_| Some(RecoverySource::Snapshot(at)))
-                        .map_err(named)
-                }
-            }
-        });
-        match verdict {
-            Ok(Some(source)) => check.newest_valid = Some(source),
-            Ok(None) => {}
-            Err(e) if is_fatal(&e) => return Err(e),
-            Err(e) => check.problems.push((entry_id, e.to_string())),
-        }
-    }
-    Ok(check)
-}
-
 fn bad(ledger: u64, entry_id: u64, kind: CorruptionKind) -> Error {
     Error::CorruptedEntry {
         position: Position::new(ledger, entry_id),
@@ -386,7 +306,7 @@ fn read_referenced(log: &EntryLog, at: Position, entry_id: u64, crc: u32) -> Res
 }
 
 /// Decodes the marker at `at` and verifies everything it references.
-fn verify_marker(
+pub(super) fn verify_marker(
     log: &EntryLog,
     at: Position,
     payload: &[u8],
@@ -422,7 +342,7 @@ fn verify_marker(
     }
     let mut locations = BTreeMap::new();
     for row in &rows {
-        let key = partition_key(row);
+        let key = row_key(row);
         let mut location = Location {
             entry_id: row.entry_id,
             crc: row.crc,

@@ -9,10 +9,28 @@
 //!
 //! Pure planning; must never do I/O (the persister writes what the plan says).
 
+use crate::ackset::PartitionKey;
 use crate::format::cursor::{PageRef, PartitionRow, PersistedState};
 
-/// Key of a table row: `(data ledger, chunk)`.
-pub(crate) type RowKey = (u64, u64);
+/// Below or equal to every key: where page 0 starts.
+const LOWEST_KEY: PartitionKey = PartitionKey {
+    ledger_id: 0,
+    chunk: 0,
+};
+
+/// The partition a table row describes; rows and pages sort by it.
+pub(crate) fn row_key(row: &PartitionRow) -> PartitionKey {
+    PartitionKey {
+        ledger_id: row.ledger_id,
+        chunk: row.chunk,
+    }
+}
+
+/// The key of a page's first row (a page holds keys from it up to the next page's first).
+pub(crate) fn page_key(page: &PageRef) -> PartitionKey {
+    let (ledger_id, chunk) = page.first;
+    PartitionKey { ledger_id, chunk }
+}
 
 /// The rows and pages of the last committed marker.
 #[derive(Debug, Clone, Default)]
@@ -52,8 +70,8 @@ pub(crate) fn plan_pages(
     }
     let mut plan = Vec::with_capacity(committed.pages.len());
     for (i, page) in committed.pages.iter().enumerate() {
-        let lo = if i == 0 { (0, 0) } else { page.first };
-        let hi = committed.pages.get(i + 1).map(|p| p.first);
+        let lo = if i == 0 { LOWEST_KEY } else { page_key(page) };
+        let hi = committed.pages.get(i + 1).map(page_key);
         let rows = in_range(new, lo, hi);
         if in_range(&committed.rows, lo, hi) == rows {
             plan.push(PagePlan::Keep(*page));
@@ -74,9 +92,13 @@ pub(crate) fn plan_pages(
 }
 
 /// The rows of `rows` (ascending) with `lo <= key < hi`.
-pub(crate) fn in_range(rows: &[PartitionRow], lo: RowKey, hi: Option<RowKey>) -> &[PartitionRow] {
-    let start = rows.partition_point(|r| r.key() < lo);
-    let end = hi.map_or(rows.len(), |h| rows.partition_point(|r| r.key() < h));
+pub(crate) fn in_range(
+    rows: &[PartitionRow],
+    lo: PartitionKey,
+    hi: Option<PartitionKey>,
+) -> &[PartitionRow] {
+    let start = rows.partition_point(|r| row_key(r) < lo);
+    let end = hi.map_or(rows.len(), |h| rows.partition_point(|r| row_key(r) < h));
     rows.get(start..end.max(start)).unwrap_or_default()
 }
 
@@ -96,16 +118,20 @@ mod tests {
 
     use std::collections::BTreeMap;
 
-    fn table(rows: impl IntoIterator<Item = PartitionRow>) -> BTreeMap<RowKey, PartitionRow> {
-        rows.into_iter().map(|r| (r.key(), r)).collect()
+    fn key(ledger_id: u64, chunk: u64) -> PartitionKey {
+        PartitionKey { ledger_id, chunk }
     }
 
-    fn sorted(rows: &BTreeMap<RowKey, PartitionRow>) -> Vec<PartitionRow> {
+    fn table(rows: impl IntoIterator<Item = PartitionRow>) -> BTreeMap<PartitionKey, PartitionRow> {
+        rows.into_iter().map(|r| (row_key(&r), r)).collect()
+    }
+
+    fn sorted(rows: &BTreeMap<PartitionKey, PartitionRow>) -> Vec<PartitionRow> {
         rows.values().copied().collect()
     }
 
     /// Commits a plan as the persister would, giving page `n` entry id `1000 + n`.
-    fn commit(plan: &[PagePlan], rows: &BTreeMap<RowKey, PartitionRow>) -> CommittedTable {
+    fn commit(plan: &[PagePlan], rows: &BTreeMap<PartitionKey, PartitionRow>) -> CommittedTable {
         let pages = plan
             .iter()
             .enumerate()
@@ -146,7 +172,7 @@ mod tests {
         let plan = plan_pages(&CommittedTable::default(), &sorted(&new), 20);
         let committed = commit(&plan, &new);
         let mut next = new.clone();
-        next.insert((1, 55), row(1, 55, 999));
+        next.insert(key(1, 55), row(1, 55, 999));
         let plan = plan_pages(&committed, &sorted(&next), 20);
         assert_eq!(written(&plan), 1);
         assert_eq!(plan.len(), committed.pages.len());
@@ -163,14 +189,14 @@ mod tests {
         // Grow the second page (keys 20..40) past the maximum.
         let mut grown = new.clone();
         for c in 21..29 {
-            grown.insert((1, c), row(1, c, c));
+            grown.insert(key(1, c), row(1, c, c));
         }
         let plan = plan_pages(&committed, &sorted(&grown), 4);
         assert_eq!(plan.len(), 3 + 5);
         // Empty the first page.
         let mut shrunk = new.clone();
-        shrunk.remove(&(1, 0));
-        shrunk.remove(&(1, 10));
+        shrunk.remove(&key(1, 0));
+        shrunk.remove(&key(1, 10));
         let plan = plan_pages(&committed, &sorted(&shrunk), 4);
         assert_eq!(plan.len(), 3);
         assert_eq!(written(&plan), 0);
@@ -186,9 +212,9 @@ mod tests {
         let mut current = new;
         for step in 0..40u64 {
             let mut next = current.clone();
-            next.remove(&(step % 3, step * 7 % 50));
-            next.insert((step % 5, 100 + step), row(step % 5, 100 + step, step));
-            next.insert((0, step), row(0, step, step + 500));
+            next.remove(&key(step % 3, step * 7 % 50));
+            next.insert(key(step % 5, 100 + step), row(step % 5, 100 + step, step));
+            next.insert(key(0, step), row(0, step, step + 500));
             let plan = plan_pages(&committed, &sorted(&next), 6);
             // Expand the plan into rows: kept pages carry the committed rows of their range.
             let mut rows = Vec::new();
@@ -198,8 +224,8 @@ mod tests {
                     PagePlan::Write(r) => r.clone(),
                     PagePlan::Keep(r) => {
                         let i = committed.pages.iter().position(|x| x == r).unwrap();
-                        let lo = if i == 0 { (0, 0) } else { r.first };
-                        let hi = committed.pages.get(i + 1).map(|p| p.first);
+                        let lo = if i == 0 { LOWEST_KEY } else { page_key(r) };
+                        let hi = committed.pages.get(i + 1).map(page_key);
                         in_range(&committed.rows, lo, hi).to_vec()
                     }
                 };

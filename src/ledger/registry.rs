@@ -5,7 +5,8 @@
 //! the new cursor set (orphans are removed by the next open, see `open.rs`):
 //! - create: write `cursor-{id}` (the new id is `next_cursor_id`), then the topic record that
 //!   lists it (the commit point);
-//! - reopen: `cursor::recover::recover` reads the record and the cursor ledger it names;
+//! - reopen: `cursor::open` claims the cursor: it recovers the record and the cursor ledger
+//!   it names, then flushes the state to a fresh cursor ledger of this owner;
 //! - delete: write the topic record without it (the commit point), then delete `cursor-{id}`,
 //!   then its cursor ledgers (the one the record names, and any an open handle holds).
 //!
@@ -14,15 +15,13 @@
 use std::sync::Arc;
 
 use super::topic::TopicCore;
-use crate::cursor::persist::{CursorPersister, Fence};
+use crate::cursor::open::CursorOpener;
+use crate::cursor::persist::Fence;
 use crate::cursor::{
-    self, Cursor, CursorOptions, CursorShared, CursorState, Persistence, TopicAccess, recover,
+    self, Cursor, CursorOptions, CursorShared, CursorState, Persistence, TopicAccess,
 };
 use crate::error::{Error, Result};
 use crate::format::meta::{CursorEntry, CursorIdentity, CursorRecord};
-
-/// Reads of a cursor before its claim, at most (see `open_cursor`).
-const CLAIM_ATTEMPTS: u32 = 4;
 
 impl TopicCore {
     /// The ownership check a cursor's flushes run after their sync.
@@ -65,62 +64,27 @@ impl TopicCore {
             cursor_id: id,
             topic_id: w.record.topic_id,
         };
-        let persist_config = self.config.cursor.clone();
-        let (state, persistence) = if let (Some(_), Some(_)) = (listed, &found) {
-            // The claim: the recovered state goes to a fresh cursor ledger, and the record is
-            // switched to it by compare-and-set. A previous owner that lost the directory
-            // without knowing it is fenced from here on: its next record write fails, its
-            // flushes check the record's version first, and whatever it still appends goes
-            // to a ledger this owner never reads. A previous owner's record write that slipped
-            // in between the read and the claim (it checked the topic just before this
-            // owner's claim of it) makes the claim fail: read again; there is at most one such
-            // write in flight per previous handle.
-            let mut attempts = 0;
-            let (state, recovered_source, persister) = loop {
-                attempts += 1;
-                let recovered = recover::recover(
-                    log.clone(),
-                    self.meta.clone(),
-                    &record_name,
-                    persist_config.clone(),
-                )?;
-                let (mut state, _) =
-                    CursorState::recovered(&recovered.state, &self.layout(), recovered.acks)?;
-                let mut persister = recovered.persister;
-                persister.set_fence(self.fence());
-                persister.set_identity(identity);
-                persister.request_rollover();
-                match persister.flush(&state.persisted(), &mut state.acks) {
-                    Ok(_) => break (state, recovered.report.source, persister),
-                    Err(Error::Fenced(_)) if attempts < CLAIM_ATTEMPTS => {
-                        self.check_owner(&w)?;
-                    }
-                    Err(e) => return Err(e),
-                }
-            };
-
-            let persistence = Persistence {
-                persister,
-                recovery_source: Some(recovered_source),
-                dirty: false,
-                flush_interval: self.config.cursor.flush_interval,
-            };
-            (state, persistence)
+        let opener = CursorOpener::new(
+            log,
+            self.meta.clone(),
+            &record_name,
+            self.config.cursor.clone(),
+        )
+        .with_fence(self.fence())
+        .with_identity(identity);
+        let (state, persister, recovery_source) = if let (Some(_), Some(_)) = (listed, &found) {
+            // The claim (see `cursor::open`): this owner's first flush of the cursor, to a
+            // fresh cursor ledger; a claim refused by a previous owner's late write is read
+            // again while this handle still owns the topic.
+            let claimed = opener.claim(&self.layout(), || self.check_owner(&w))?;
+            (claimed.state, claimed.persister, Some(claimed.source))
         } else {
             // A new cursor; or one listed without a record (removed by hand), which starts
             // again from `options`. A record found for an unlisted id was left by a creation
-            // cut short and is replaced. The record is written first (with no cursor ledger);
-            // the persister reads it back and is its only writer from then on.
+            // cut short and is replaced.
             let mut state =
                 CursorState::initial(&self.layout(), options, cursor::detached_ack_set());
-            let mut record = state.to_record(name);
-            record.identity = Some(identity);
-            let bytes = record.encode();
-            self.meta.put(&record_name, found.map(|(v, _)| v), &bytes)?;
-            let (mut persister, acks) =
-                CursorPersister::new_cursor(log, self.meta.clone(), &record_name, persist_config)?;
-            persister.set_fence(self.fence());
-            persister.set_identity(identity);
+            let (persister, acks) = opener.create(state.to_record(name), found.map(|(v, _)| v))?;
             state.acks = acks;
             if listed.is_none() {
                 let mut record = w.record.clone();
@@ -131,13 +95,13 @@ impl TopicCore {
                 record.next_cursor_id = id + 1;
                 self.commit(&mut w, record)?;
             }
-            let persistence = Persistence {
-                persister,
-                recovery_source: None,
-                dirty: false,
-                flush_interval: self.config.cursor.flush_interval,
-            };
-            (state, persistence)
+            (state, persister, None)
+        };
+        let persistence = Persistence {
+            persister,
+            recovery_source,
+            dirty: false,
+            flush_interval: self.config.cursor.flush_interval,
         };
         let topic: Arc<dyn TopicAccess> = self.clone();
         let shared = CursorShared::new(id, name.to_owned(), topic, state, persistence);

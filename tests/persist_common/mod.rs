@@ -10,9 +10,10 @@ use std::sync::Arc;
 use ackstore::Position;
 use ackstore::ackset::RangeSetWrapper;
 use ackstore::cursor::CursorConfig;
+use ackstore::cursor::open::CursorOpener;
 use ackstore::cursor::persist::{CursorPersister, PersistedState};
-use ackstore::cursor::recover::{RecoveredCursor, RecoveryReport, recover};
-use ackstore::error::{Error, Result};
+use ackstore::cursor::recover::RecoveryReport;
+use ackstore::error::Result;
 use ackstore::log::{EntryLog, LogConfig};
 use ackstore::meta::{FileMetaStore, MetaStore};
 use ackstore::storage::{MemStorage, Storage};
@@ -97,39 +98,19 @@ fn frequent_record_refresh(mut persister: CursorPersister) -> CursorPersister {
 
 /// Opens the cursor: recovered if its record exists, empty otherwise.
 pub fn open_cursor(env: &Env, config: &CursorConfig) -> Result<Cursor> {
-    match recover(
+    let opened = CursorOpener::new(
         Arc::clone(&env.log),
         Arc::clone(&env.meta),
         RECORD,
         config.clone(),
-    ) {
-        Ok(RecoveredCursor {
-            state,
-            acks,
-            persister,
-            report,
-        }) => Ok(Cursor {
-            persister: frequent_record_refresh(persister),
-            acks,
-            state,
-            report: Some(report),
-        }),
-        Err(Error::NoSuchCursor(_)) => {
-            let (persister, acks) = CursorPersister::new_cursor(
-                Arc::clone(&env.log),
-                Arc::clone(&env.meta),
-                RECORD,
-                config.clone(),
-            )?;
-            Ok(Cursor {
-                persister: frequent_record_refresh(persister),
-                acks,
-                state: PersistedState::default(),
-                report: None,
-            })
-        }
-        Err(e) => Err(e),
-    }
+    )
+    .open()?;
+    Ok(Cursor {
+        persister: frequent_record_refresh(opened.persister),
+        acks: opened.acks,
+        state: opened.state,
+        report: opened.report,
+    })
 }
 
 /// A plain model of a cursor's acked set: everything up to `md`, plus `acks` above it.

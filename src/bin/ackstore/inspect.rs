@@ -10,7 +10,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use ackstore::cursor::CursorConfig;
-use ackstore::cursor::recover::{RecoverySource, check_cursor_ledger, recover};
+use ackstore::cursor::recover::{RecoverySource, recover};
+use ackstore::cursor::verify::check_cursor_ledger;
 use ackstore::cursor::{NO_MARK_DELETE, record_name};
 use ackstore::format::meta::{CursorEntry, CursorRecord, TopicRecord};
 use ackstore::log::{EntryLog, LogConfig, ledger_file_name};

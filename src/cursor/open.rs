@@ -1,0 +1,217 @@
+//! Opening a cursor's persistence: recovering it, or starting it empty, and claiming it.
+//!
+//! Owns: the order of the steps that open a cursor, for the managed ledger and for anything
+//! else that opens a cursor record directly. [`CursorOpener`] names the record and the handles;
+//! every persister it hands out carries its fence and identity before it writes anything.
+//!
+//! - [`CursorOpener::open`]: recover the cursor when its record exists, else start with no
+//!   persisted acks (the first flush creates the record).
+//! - [`CursorOpener::create`]: write a new cursor's record (its initial state, no cursor
+//!   ledger) by compare-and-set, then start with no persisted acks. The record exists before
+//!   the cursor is listed anywhere, and the persister is its only writer from then on.
+//! - [`CursorOpener::claim`]: recover, resolve the state against the topic's layout, and
+//!   flush it to a fresh cursor ledger, switching the record to it by compare-and-set. A
+//!   previous owner that lost the directory without knowing it is fenced from here on: its next
+//!   record write fails, its flushes check the record's version first, and whatever it still
+//!   appends goes to a ledger this owner never reads. A previous owner's record write that
+//!   slipped in between the read and the claim (it checked the topic just before this owner's
+//!   claim of it) makes the claim fail: read again; there is at most one such write in flight
+//!   per previous handle.
+//!
+//! Must never: hand out a persister without the fence and identity it was given, or write the
+//! record except by compare-and-set.
+
+use std::sync::Arc;
+
+use crate::ackset::RangeSetWrapper;
+use crate::error::{Error, Result};
+use crate::finder::Layout;
+use crate::format::cursor::PersistedState;
+use crate::format::meta::{CursorIdentity, CursorRecord};
+use crate::log::EntryLog;
+use crate::meta::MetaStore;
+
+use super::config::CursorConfig;
+use super::persist::CursorPersister;
+use super::record::Fence;
+use super::recover::{RecoveredCursor, RecoveryReport, RecoverySource, recover};
+use super::state::CursorState;
+
+/// Reads of a cursor before its claim, at most (see [`CursorOpener::claim`]).
+const CLAIM_ATTEMPTS: u32 = 4;
+
+/// Where a cursor's persistence lives, and the checks every write of it carries.
+#[derive(Debug, Clone)]
+pub struct CursorOpener {
+    log: Arc<EntryLog>,
+    meta: Arc<dyn MetaStore>,
+    record_name: String,
+    config: CursorConfig,
+    fence: Option<Fence>,
+    identity: Option<CursorIdentity>,
+}
+
+/// A cursor's persistence as [`CursorOpener::open`] found it.
+#[derive(Debug)]
+pub struct OpenedCursor {
+    /// The persisted mark-delete, epoch and properties (the default for a new cursor).
+    pub state: PersistedState,
+    /// The acks above mark-delete; partitions load on first touch.
+    pub acks: RangeSetWrapper,
+    /// Flushes the cursor from here on.
+    pub persister: CursorPersister,
+    /// How recovery went; `None` when there was no record and the cursor starts empty.
+    pub report: Option<RecoveryReport>,
+}
+
+/// A cursor claimed by [`CursorOpener::claim`]: its state resolved against the topic and
+/// already flushed to a cursor ledger of this owner.
+pub(crate) struct ClaimedCursor {
+    pub state: CursorState,
+    pub persister: CursorPersister,
+    pub source: RecoverySource,
+}
+
+impl CursorOpener {
+    /// An opener of record `record_name` (`cursor-{id}`) in `meta`, whose cursor ledgers live
+    /// in `log`; no fence and no identity.
+    #[must_use]
+    pub fn new(
+        log: Arc<EntryLog>,
+        meta: Arc<dyn MetaStore>,
+        record_name: &str,
+        config: CursorConfig,
+    ) -> Self {
+        Self {
+            log,
+            meta,
+            record_name: record_name.to_owned(),
+            config,
+            fence: None,
+            identity: None,
+        }
+    }
+
+    /// Every persister this opener hands out runs `fence` (see [`CursorPersister::set_fence`]).
+    #[must_use]
+    pub fn with_fence(mut self, fence: Fence) -> Self {
+        self.fence = Some(fence);
+        self
+    }
+
+    /// Every record this opener's persisters write carries `identity` (see
+    /// [`CursorPersister::set_identity`]).
+    #[must_use]
+    pub fn with_identity(mut self, identity: CursorIdentity) -> Self {
+        self.identity = Some(identity);
+        self
+    }
+
+    /// Gives `persister` this opener's fence and identity.
+    fn prepare(&self, persister: &mut CursorPersister) {
+        if let Some(fence) = &self.fence {
+            persister.set_fence(fence.clone());
+        }
+        if let Some(identity) = self.identity {
+            persister.set_identity(identity);
+        }
+    }
+
+    /// Recovers the cursor from its record (see [`recover`]).
+    ///
+    /// # Errors
+    /// [`Error::NoSuchCursor`] when there is no record; as [`recover`] otherwise.
+    pub fn recover(&self) -> Result<RecoveredCursor> {
+        let mut recovered = recover(
+            Arc::clone(&self.log),
+            Arc::clone(&self.meta),
+            &self.record_name,
+            self.config.clone(),
+        )?;
+        self.prepare(&mut recovered.persister);
+        Ok(recovered)
+    }
+
+    /// Starts persistence with no persisted acks (see [`CursorPersister::new_cursor`]).
+    pub fn start(&self) -> Result<(CursorPersister, RangeSetWrapper)> {
+        let (mut persister, acks) = CursorPersister::new_cursor(
+            Arc::clone(&self.log),
+            Arc::clone(&self.meta),
+            &self.record_name,
+            self.config.clone(),
+        )?;
+        self.prepare(&mut persister);
+        Ok((persister, acks))
+    }
+
+    /// Recovers the cursor when its record exists; otherwise starts it with no persisted acks.
+    pub fn open(&self) -> Result<OpenedCursor> {
+        match self.recover() {
+            Ok(RecoveredCursor {
+                state,
+                acks,
+                persister,
+                report,
+            }) => Ok(OpenedCursor {
+                state,
+                acks,
+                persister,
+                report: Some(report),
+            }),
+            Err(Error::NoSuchCursor(_)) => {
+                let (persister, acks) = self.start()?;
+                Ok(OpenedCursor {
+                    state: PersistedState::default(),
+                    acks,
+                    persister,
+                    report: None,
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Writes `record` (a new cursor's initial state, no cursor ledger; it gets this opener's
+    /// identity) by compare-and-set on `replacing` (the version of a record it replaces, or
+    /// `None`), then starts persistence with no persisted acks.
+    pub(crate) fn create(
+        &self,
+        mut record: CursorRecord,
+        replacing: Option<u64>,
+    ) -> Result<(CursorPersister, RangeSetWrapper)> {
+        record.identity = self.identity;
+        self.meta
+            .put(&self.record_name, replacing, &record.encode())?;
+        self.start()
+    }
+
+    /// Recovers the cursor, resolves its state against `layout`, and flushes it to a fresh
+    /// cursor ledger (see the module docs). A claim refused because the record changed in
+    /// between is tried again, after `recheck` (the caller's own ownership check) passes, up to
+    /// `CLAIM_ATTEMPTS` reads in all.
+    pub(crate) fn claim(
+        &self,
+        layout: &Layout,
+        mut recheck: impl FnMut() -> Result<()>,
+    ) -> Result<ClaimedCursor> {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let recovered = self.recover()?;
+            let (mut state, _) = CursorState::recovered(&recovered.state, layout, recovered.acks)?;
+            let mut persister = recovered.persister;
+            persister.request_rollover();
+            match persister.flush(&state.persisted(), &mut state.acks) {
+                Ok(_) => {
+                    return Ok(ClaimedCursor {
+                        state,
+                        persister,
+                        source: recovered.report.source,
+                    });
+                }
+                Err(Error::Fenced(_)) if attempts < CLAIM_ATTEMPTS => recheck()?,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}

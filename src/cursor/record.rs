@@ -1,0 +1,214 @@
+//! The cursor record as one cursor handle owns it.
+//!
+//! Owns: reading the record (`cursor-{id}`), writing it by compare-and-set on the version this
+//! handle last read or wrote, switching it to a new cursor ledger, the owner check a flush
+//! starts with, the fence a flush ends with, and the failure latch.
+//!
+//! Invariants:
+//! - every write is a compare-and-set on the version held here, so a write after another owner
+//!   wrote the record fails with [`Error::Fenced`] and changes nothing;
+//! - after a failed write whose outcome is unknown (the store no longer holds the version held
+//!   here, or cannot say), the handle latches: every later write fails with
+//!   [`Error::PreviousIo`] until the cursor is reopened and reads what is durable;
+//! - the identity set here (cursor id, topic id) is written into every record, so a record
+//!   found under another cursor's name or in another topic is refused on open.
+//!
+//! Must never: write the record except by compare-and-set, or write after the latch.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::format::cursor::PersistedState;
+use crate::format::meta::{CursorIdentity, CursorRecord};
+use crate::meta::MetaStore;
+
+/// An ownership check: [`Error::Fenced`] once a newer owner has claimed the topic.
+#[derive(Clone)]
+pub struct Fence(pub Arc<dyn Fn() -> Result<()> + Send + Sync>);
+
+impl std::fmt::Debug for Fence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Fence")
+    }
+}
+
+/// A cursor record as read from or written to the metadata store, with the version a
+/// compare-and-set of it must name.
+#[derive(Debug, Clone)]
+pub(crate) struct VersionedRecord {
+    pub version: u64,
+    pub record: CursorRecord,
+}
+
+/// Reads and decodes the record `name`, if it exists.
+pub(crate) fn read_record(meta: &dyn MetaStore, name: &str) -> Result<Option<VersionedRecord>> {
+    meta.get(name)?
+        .map(|(version, bytes)| {
+            Ok(VersionedRecord {
+                version,
+                record: CursorRecord::decode(&bytes)?,
+            })
+        })
+        .transpose()
+}
+
+/// One cursor's record, with the version this handle last read or wrote.
+#[derive(Debug)]
+pub(crate) struct RecordOwner {
+    meta: Arc<dyn MetaStore>,
+    name: String,
+    record: Option<VersionedRecord>,
+    /// Set when a write may or may not have replaced the record (see the module docs).
+    latched: bool,
+    /// Run after a record write and at the end of a flush (see [`RecordOwner::check_fence`]).
+    fence: Option<Fence>,
+    /// Written into every record this owner writes.
+    identity: Option<CursorIdentity>,
+}
+
+impl RecordOwner {
+    /// Takes over record `name` as read at `record` (`None`: it does not exist yet, and the
+    /// first write creates it).
+    pub(crate) fn new(
+        meta: Arc<dyn MetaStore>,
+        name: String,
+        record: Option<VersionedRecord>,
+    ) -> Self {
+        Self {
+            meta,
+            name,
+            record,
+            latched: false,
+            fence: None,
+            identity: None,
+        }
+    }
+
+    /// The record's name in the metadata store.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The record as last read or written, with its version.
+    pub(crate) fn current(&self) -> Option<(u64, &CursorRecord)> {
+        self.record.as_ref().map(|v| (v.version, &v.record))
+    }
+
+    /// The cursor ledger the record names.
+    pub(crate) fn ledger(&self) -> Option<u64> {
+        self.record.as_ref().and_then(|v| v.record.cursor_ledger)
+    }
+
+    /// Whether a write failed with an unknown outcome: writes are refused until a reopen.
+    pub(crate) fn is_latched(&self) -> bool {
+        self.latched
+    }
+
+    /// [`Error::PreviousIo`] once latched.
+    pub(crate) fn check_latch(&self) -> Result<()> {
+        if self.latched {
+            Err(Error::PreviousIo)
+        } else {
+            Ok(())
+        }
+    }
+
+    pub(crate) fn set_fence(&mut self, fence: Fence) {
+        self.fence = Some(fence);
+    }
+
+    pub(crate) fn set_identity(&mut self, identity: CursorIdentity) {
+        self.identity = Some(identity);
+    }
+
+    /// Runs the fence, if one is set.
+    pub(crate) fn check_fence(&self) -> Result<()> {
+        self.fence.as_ref().map_or(Ok(()), |f| (f.0)())
+    }
+
+    /// [`Error::Fenced`] when the stored record is no longer at the version held here. Costs
+    /// one metadata read.
+    pub(crate) fn check_owner(&self) -> Result<()> {
+        let Some(held) = &self.record else {
+            return Ok(());
+        };
+        match self.meta.get(&self.name)? {
+            Some((current, _)) if current == held.version => Ok(()),
+            _ => Err(Error::Fenced(self.name.clone())),
+        }
+    }
+
+    /// Points the record at `ledger` (with `state` as its fallback) unless it already does.
+    /// Returns the ledger it named before, which the caller deletes once nothing needs it.
+    pub(crate) fn switch(&mut self, ledger: u64, state: &PersistedState) -> Result<Option<u64>> {
+        let current = self.ledger();
+        if current == Some(ledger) {
+            return Ok(None);
+        }
+        self.put(Some(ledger), state)?;
+        Ok(current)
+    }
+
+    /// Writes the fallback state (mark-delete, epoch, properties) keeping the cursor ledger;
+    /// writes nothing when the record already holds it.
+    pub(crate) fn update(&mut self, state: &PersistedState) -> Result<()> {
+        self.check_latch()?;
+        state.validate()?;
+        if let Some(VersionedRecord { record: r, .. }) = &self.record {
+            // Already there (a rollover's switch writes the same fallback): no write, no fsync.
+            if r.mark_delete == state.mark_delete
+                && r.epoch == state.epoch
+                && r.properties == state.properties
+            {
+                return Ok(());
+            }
+        }
+        self.put(self.ledger(), state)
+    }
+
+    /// Writes the record naming `ledger` with `state` as its fallback, by compare-and-set.
+    pub(crate) fn put(&mut self, ledger: Option<u64>, state: &PersistedState) -> Result<()> {
+        let (expected, mut record) = match &self.record {
+            Some(held) => (Some(held.version), held.record.clone()),
+            None => (
+                None,
+                CursorRecord {
+                    name: self.name.clone(),
+                    cursor_ledger: None,
+                    mark_delete: state.mark_delete,
+                    epoch: state.epoch,
+                    properties: BTreeMap::new(),
+                    identity: None,
+                },
+            ),
+        };
+        record.cursor_ledger = ledger;
+        if self.identity.is_some() {
+            record.identity = self.identity;
+        }
+        record.mark_delete = state.mark_delete;
+        record.epoch = state.epoch;
+        record.properties.clone_from(&state.properties);
+        match self.meta.put(&self.name, expected, &record.encode()) {
+            Ok(version) => {
+                self.record = Some(VersionedRecord { version, record });
+                self.check_fence()
+            }
+            // Refused by compare-and-set: nothing was written.
+            Err(e @ Error::Fenced(_)) => Err(e),
+            Err(e) => {
+                // When the store still holds the version known here, the write did not take (a
+                // full disk refuses the new copy before it replaces the old one): a retry may
+                // follow. Otherwise the record may or may not have been replaced: keep every
+                // ledger and refuse further writes until a reopen reads what is durable.
+                let unchanged = matches!(
+                    self.meta.get(&self.name),
+                    Ok(found) if found.as_ref().map(|(v, _)| *v) == expected
+                );
+                self.latched |= !unchanged;
+                Err(e)
+            }
+        }
+    }
+}
