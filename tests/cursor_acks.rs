@@ -1,11 +1,11 @@
 //! Acknowledgement semantics of a cursor: individual and cumulative acks, mark-delete, backlog,
 //! reads that skip acked entries.
 
-mod ledger_support;
+mod support;
 
 use ackstore::ledger::InitialPosition;
 use ackstore::{Error, Position};
-use ledger_support::{append_n, at, mem_topic, read_positions};
+use support::topic::{append_n, at, mem_topic, read_positions};
 
 #[test]
 fn a_single_out_of_order_ack_leaves_mark_delete_and_filling_the_hole_jumps() {

@@ -1,11 +1,11 @@
 //! Where a new cursor starts reading, for every initial position, inclusive or not, on empty
 //! topics, with one entry per ledger, in trimmed ledgers and past the end.
 
-mod ledger_support;
+mod support;
 
 use ackstore::Position;
 use ackstore::ledger::{InitialPosition, ManagedLedger};
-use ledger_support::{append_n, at, mem_topic, read_positions, reopen};
+use support::topic::{append_n, at, mem_topic, read_positions, reopen};
 
 /// Opens a cursor, appends one more entry (`next`), and returns what the cursor reads.
 fn reads_after_open(

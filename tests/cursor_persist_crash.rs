@@ -7,7 +7,7 @@
 //! (invariant 1) and a superset of what it had acked at the last flush, close or seek that
 //! returned `Ok` (invariant 2).
 
-mod ledger_support;
+mod support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use std::sync::Arc;
 use ackstore::ledger::{CursorConfig, InitialPosition, LedgerConfig, ManagedLedger, PersistMode};
 use ackstore::storage::MemStorage;
 use ackstore::{Cursor, Position, Result};
-use ledger_support::{append_n, at};
+use support::topic::{append_n, at};
 
 /// Entries per data ledger: every ledger is its own ack partition.
 const PER_LEDGER: u64 = 8;

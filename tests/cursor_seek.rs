@@ -1,11 +1,11 @@
 //! Seeks: by position, by message index (PIP-101) and by timestamp; the epoch; and the finder's
 //! bound on entry-header reads.
 
-mod ledger_support;
+mod support;
 
 use ackstore::ledger::{AppendMeta, InitialPosition, ManagedLedger};
 use ackstore::{Error, Position};
-use ledger_support::{append_n, at, mem_topic, read_positions};
+use support::topic::{append_n, at, mem_topic, read_positions};
 
 /// Appends entries carrying `batches[i]` messages and timestamp `timestamps[i]`.
 fn append_batches(topic: &ManagedLedger, batches: &[u32], timestamps: &[u64]) -> Vec<Position> {
@@ -264,7 +264,7 @@ fn finding_reads_at_most_ceil_log2_n_plus_2_headers_for_every_n_up_to_2000() {
     // The same ledger, sealed: every index.
     drop(log);
     topic.close().unwrap();
-    let topic = ledger_support::reopen(&disk, 2000);
+    let topic = support::topic::reopen(&disk, 2000);
     let log = topic.entry_log().unwrap();
     let bound = ceil_log2(2000) + 2;
     for index in 0..topic.next_index() {
@@ -290,7 +290,7 @@ fn a_seek_and_its_epoch_survive_a_crash_without_a_flush() {
     c.rewind().unwrap();
     // The power goes off with the topic still open.
     let image = disk.durable_image();
-    let after = ledger_support::reopen(&image, 3);
+    let after = support::topic::reopen(&image, 3);
     let c = after
         .open_cursor("sub", at(InitialPosition::Latest, false))
         .unwrap();
@@ -321,7 +321,7 @@ fn a_seek_whose_record_write_fails_changes_nothing() {
     // A record write whose outcome is unknown latches the cursor's persistence until reopen.
     assert!(matches!(c.seek(p[1]), Err(Error::PreviousIo)));
     assert!(topic.close().is_err());
-    let topic = ledger_support::reopen(&disk, 3);
+    let topic = support::topic::reopen(&disk, 3);
     let c = topic
         .open_cursor("sub", at(InitialPosition::Earliest, false))
         .unwrap();

@@ -2,10 +2,10 @@
 //! opened again, never deletes entries the recovered cursor still has to deliver; and the state a
 //! seek committed is never walked back past.
 
-mod ledger_support;
+mod support;
 
 use ackstore::ledger::InitialPosition;
-use ledger_support::{append_n, at, mem_topic, read_positions, reopen};
+use support::topic::{append_n, at, mem_topic, read_positions, reopen};
 
 #[test]
 fn a_trim_after_a_crash_mid_seek_keeps_every_entry_the_cursor_will_redeliver() {

@@ -7,7 +7,7 @@
 //! an operator); on real files the `flock` makes a second owner impossible within one host,
 //! which `a_second_owner_is_refused_while_the_first_holds_the_directory` checks.
 
-mod ledger_support;
+mod support;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,8 +15,8 @@ use std::sync::Arc;
 use ackstore::filter::{ReceivedFilter, SubscriptionType};
 use ackstore::ledger::{Cursor, InitialPosition, ManagedLedger};
 use ackstore::{Error, Position};
-use ledger_support::{append_n, at, config, mem_topic, reopen};
 use proptest::prelude::*;
+use support::topic::{append_n, at, config, mem_topic, reopen};
 
 const PER_LEDGER: u64 = 4;
 const SUB: &str = "sub";
@@ -562,7 +562,7 @@ fn a_stale_owner_appending_during_a_hand_off_leaves_every_ledger_readable() {
             later.read(p).expect("readable after a reopen");
         }
         drop(later);
-        let crashed = ledger_support::reopen(&disk.durable_image(), 1_000);
+        let crashed = support::topic::reopen(&disk.durable_image(), 1_000);
         assert_eq!(crashed.last_position(), after.last().copied());
     }
 }

@@ -2,7 +2,7 @@
 //! appends across ledgers, acks, flushes, trims, creates and deletes cursors; and the open-time
 //! reconciliation rules on real files (orphan ledgers, missing ledgers).
 
-mod ledger_support;
+mod support;
 
 use std::sync::Arc;
 
@@ -10,7 +10,7 @@ use ackstore::ledger::{InitialPosition, ManagedLedger};
 use ackstore::log::{ledger_file_name, parse_ledger_file_name};
 use ackstore::storage::{MemStorage, Storage};
 use ackstore::{Error, Position, Result};
-use ledger_support::{append_n, at, config};
+use support::topic::{append_n, at, config};
 
 const PER_LEDGER: u64 = 3;
 

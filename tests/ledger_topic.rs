@@ -1,13 +1,13 @@
 //! The managed ledger: appends with message metadata, rollover, reads, the directory layout,
 //! ownership, reopen, and trimming with several cursors.
 
-mod ledger_support;
+mod support;
 
 use std::collections::BTreeSet;
 
 use ackstore::ledger::{AppendMeta, InitialPosition, LedgerConfig, ManagedLedger};
 use ackstore::{Error, Position};
-use ledger_support::{append_n, at, config, mem_topic, read_positions, reopen};
+use support::topic::{append_n, at, config, mem_topic, read_positions, reopen};
 
 #[test]
 fn indexes_count_messages_and_batches_advance_by_their_size() {

@@ -1,11 +1,11 @@
 //! The entry log's API against a plain model: appends, reads, sync, seal, reopen, delete, and
 //! every kind of bad input.
 
-mod common;
+mod support;
 
 use std::sync::Arc;
 
-use common::{meta, payload};
+use support::log_model::{meta, payload};
 
 use ackstore::log::{EntryLog, LogConfig, RecoveryMode, ledger_file_name, verify_log};
 use ackstore::storage::{FileStorage, MemStorage, Storage};

@@ -2,7 +2,7 @@
 //! byte of the unsynced tail, on the in-memory disk and on real files. The reopened log must
 //! hold every synced entry, possibly some later whole entries, never a partial or altered one.
 
-mod common;
+mod support;
 
 use std::sync::Arc;
 
@@ -10,7 +10,7 @@ use ackstore::Error;
 use ackstore::format::ledger::{FRAME_HEADER_LEN, HEADER_LEN};
 use ackstore::log::{EntryLog, LogConfig, ledger_file_name};
 use ackstore::storage::{FileStorage, MemStorage, Storage};
-use common::{Model, meta, payload};
+use support::log_model::{Model, meta, payload};
 
 /// Creates, appends with syncs now and then, seals one ledger, creates and deletes another.
 /// Stops at the first error (the power went off), leaving in `model` what it was told.

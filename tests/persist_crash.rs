@@ -2,12 +2,13 @@
 //! the unsynced tail, the recovered acked set lies between the last flushed state and the truth
 //! (invariants 1 and 2).
 
-mod persist_common;
+mod support;
 
 use ackstore::cursor::CursorConfig;
 use ackstore::cursor::persist::PersistMode;
 use ackstore::storage::MemStorage;
-use persist_common::{Op, Outcome, check_image, mixed_workload, run, tight_config, torn_image};
+use support::crash::torn_image;
+use support::cursor_ledger::{Op, Outcome, check_image, mixed_workload, run, tight_config};
 
 /// The longest unsynced tail of any file on `disk`.
 fn unsynced_tail(disk: &MemStorage) -> usize {
@@ -42,7 +43,7 @@ fn cut_everywhere(config: &CursorConfig, ops: &[Op]) -> Outcome {
         );
         for extra in [1, 7, 40, 200] {
             check_image(
-                &torn_image(&disk, extra),
+                &torn_image(&disk, |_| extra),
                 config,
                 &outcome,
                 &format!("cut after {n}, {extra} torn bytes"),
@@ -114,7 +115,7 @@ fn power_cut_at_every_byte_of_the_last_flush() {
         let tail = unsynced_tail(&cut);
         for extra in 0..=tail {
             check_image(
-                &torn_image(&cut, extra),
+                &torn_image(&cut, |_| extra),
                 &config,
                 &outcome,
                 &format!("cut after {n}, {extra} torn bytes"),

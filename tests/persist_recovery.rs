@@ -2,7 +2,7 @@
 //! flips, truncations, a missing ledger. Recovery falls back to an older state or to the
 //! record, and never reports an ack that was not made.
 
-mod persist_common;
+mod support;
 
 use ackstore::Position;
 use ackstore::cursor::CursorConfig;
@@ -14,7 +14,7 @@ use ackstore::format::cursor::{
 };
 use ackstore::log::{EntryMeta, ledger_file_name};
 use ackstore::storage::{MemStorage, Storage};
-use persist_common::{Cursor, Env, Model, check_bounds, model_of, open_cursor};
+use support::cursor_ledger::{Cursor, Env, Model, check_bounds, model_of, open_cursor};
 
 fn config() -> CursorConfig {
     CursorConfig {

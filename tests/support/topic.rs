@@ -1,8 +1,6 @@
 //! Shared setup for the managed-ledger and cursor tests: topics on an in-memory disk, appends,
 //! cursor options.
 
-#![allow(dead_code)]
-
 use std::sync::Arc;
 
 use ackstore::Position;
