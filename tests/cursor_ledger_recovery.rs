@@ -1,6 +1,6 @@
-//! Recovery from damaged cursor ledgers: torn and corrupt markers, partitions and pages, bit
-//! flips, truncations, a missing ledger. Recovery falls back to an older state or to the
-//! record, and never reports an ack that was not made.
+//! Recovery from damaged cursor ledgers, driven directly (no managed ledger): torn and corrupt
+//! markers, partitions and pages, bit flips, truncations, a missing ledger. Recovery falls back to
+//! an older state or to the record, and never reports an ack that was not made.
 
 mod support;
 

@@ -1,5 +1,5 @@
-//! What flushes write in each mode, the single-entry limits, rollover, the record, and every
-//! migration between modes.
+//! The persistence layer driven directly: what flushes write in each mode, the single-entry limits,
+//! rollover, the record, and every migration between modes.
 
 mod support;
 

@@ -1,6 +1,6 @@
-//! Power cuts during persistence workloads: after every storage operation, and at every byte of
-//! the unsynced tail, the recovered acked set lies between the last flushed state and the truth
-//! (invariants 1 and 2).
+//! Power cuts during cursor-ledger workloads (the persistence layer driven directly): after every
+//! storage operation, and at every byte of the unsynced tail, the recovered acked set lies between
+//! the last flushed state and the truth (invariants 1 and 2).
 
 mod support;
 

@@ -1,5 +1,6 @@
-//! Scale: ten million alternating acks over 200 data ledgers under a 4 MiB budget survive a
-//! flush and a reopen exactly, with resident memory within the budget throughout.
+//! Scale of the persistence layer driven directly: ten million alternating acks over 200 data
+//! ledgers under a 4 MiB budget survive a flush and a reopen exactly, with resident memory within
+//! the budget throughout.
 
 mod support;
 
