@@ -8,6 +8,7 @@ use std::sync::Arc;
 use ackstore::log::{EntryLog, LogConfig};
 use ackstore::storage::MemStorage;
 use proptest::prelude::*;
+use support::crash::torn_image;
 use support::log_model::Model;
 
 #[derive(Debug, Clone)]
@@ -109,13 +110,7 @@ proptest! {
                 }
                 Op::Crash(k) => {
                     drop(log);
-                    disk = disk.crash_image(|_, d, l| {
-                        if l.starts_with(d) {
-                            l[..l.len().min(d.len() + k)].to_vec()
-                        } else {
-                            d.to_vec()
-                        }
-                    });
+                    disk = torn_image(&disk, |_| k);
                     log = open(&disk);
                     adopt(&mut model, &log);
                 }
