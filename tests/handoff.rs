@@ -16,7 +16,7 @@ use ackstore::filter::{ReceivedFilter, SubscriptionType};
 use ackstore::ledger::{Cursor, InitialPosition, ManagedLedger};
 use ackstore::{Error, Position};
 use proptest::prelude::*;
-use support::topic::{append_n, at, config, mem_topic, reopen};
+use support::topic::{append_n, at, config, mem_topic, on_each_backend, reopen};
 
 const PER_LEDGER: u64 = 4;
 const SUB: &str = "sub";
@@ -197,20 +197,21 @@ fn the_epoch_rises_on_every_reset_and_survives_every_ownership_move() {
 
 #[test]
 fn a_redeliver_request_is_a_rewind_and_its_entries_pass_the_filter() {
-    let (_disk, topic) = mem_topic(PER_LEDGER);
-    let cursor = open_sub(&topic);
-    let p = append_n(&topic, 5);
-    let mut consumer = Consumer::new(true);
-    consumer.receive_all(&cursor);
-    cursor.ack_cumulative(p[1]).unwrap();
-    // The consumer's `redeliverUnacknowledgedMessages`: its filter forgets, the broker
-    // rewinds the cursor (which also raises the epoch).
-    consumer.filter.redeliver_unacknowledged();
-    cursor.rewind().unwrap();
-    assert_eq!(cursor.epoch().unwrap(), 1);
-    consumer.receive_all(&cursor);
-    assert_eq!(consumer.processed, [1, 2, 3, 4, 5, 3, 4, 5]);
-    assert_eq!(consumer.filter.dropped(), 0);
+    on_each_backend(PER_LEDGER, |topic| {
+        let cursor = open_sub(&topic);
+        let p = append_n(&topic, 5);
+        let mut consumer = Consumer::new(true);
+        consumer.receive_all(&cursor);
+        cursor.ack_cumulative(p[1]).unwrap();
+        // The consumer's `redeliverUnacknowledgedMessages`: its filter forgets, the broker
+        // rewinds the cursor (which also raises the epoch).
+        consumer.filter.redeliver_unacknowledged();
+        cursor.rewind().unwrap();
+        assert_eq!(cursor.epoch().unwrap(), 1);
+        consumer.receive_all(&cursor);
+        assert_eq!(consumer.processed, [1, 2, 3, 4, 5, 3, 4, 5]);
+        assert_eq!(consumer.filter.dropped(), 0);
+    });
 }
 
 #[test]
