@@ -3,9 +3,10 @@
 //! Guava's `TreeRangeSet` (Pulsar's default ack range set) does.
 //!
 //! Each iteration starts from an empty set and acks `ACKS` entries of one ledger in one of four
-//! patterns (`tests/ack_patterns`). Sizes for the same patterns come from `tests/ackset_size.rs`.
+//! patterns (`tests/support/ack_patterns.rs`). Sizes for the same patterns come from
+//! `tests/ackset_size.rs`.
 
-#[path = "../tests/ack_patterns/mod.rs"]
+#[path = "../tests/support/ack_patterns.rs"]
 mod ack_patterns;
 
 use std::collections::BTreeMap;

@@ -3,13 +3,13 @@
 //! asserted; `cargo test --release --test ackset_size -- --nocapture` prints the table recorded in
 //! `docs/benchmarks.md`.
 
-mod ack_patterns;
+mod support;
 
-use ack_patterns::{LEDGER, Pattern};
 use ackstore::Position;
 use ackstore::ackset::{AckSet, MemPartitionStore, RangeSetWrapper, pulsar};
 use ackstore::format::partition::encode_partition;
 use roaring::RoaringBitmap;
+use support::ack_patterns::{LEDGER, Pattern};
 
 /// Individual acks per pattern.
 const ACKS: u64 = 200_000;

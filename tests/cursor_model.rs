@@ -2,7 +2,7 @@
 //! reopens against a plain model of one cursor: a mark-delete index plus a `BTreeSet` of
 //! individually acknowledged entry numbers.
 
-mod ledger_support;
+mod support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -10,8 +10,8 @@ use std::sync::Arc;
 use ackstore::ledger::{InitialPosition, ManagedLedger};
 use ackstore::storage::MemStorage;
 use ackstore::{Cursor, Position};
-use ledger_support::{append_n, at, config, read_positions};
 use proptest::prelude::*;
+use support::topic::{append_n, at, config, read_positions};
 
 #[derive(Debug, Clone)]
 enum Op {

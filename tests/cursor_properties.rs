@@ -1,7 +1,7 @@
 //! Cursor properties: what `set_property` accepts is what every later flush can save, refused
 //! ones change nothing, and `remove_property` removes durably.
 
-mod ledger_support;
+mod support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use ackstore::cursor::{CursorConfig, PersistMode};
 use ackstore::format::cursor::{MAX_PROPERTIES, MAX_PROPERTY_NAME};
 use ackstore::ledger::{CursorOptions, LedgerConfig, ManagedLedger};
 use ackstore::storage::MemStorage;
-use ledger_support::{append_n, config};
+use support::topic::{append_n, config, on_each_backend};
 
 fn open(disk: &MemStorage, config: LedgerConfig) -> ManagedLedger {
     ManagedLedger::open_with_storage(Arc::new(disk.clone()), config).expect("open topic")
@@ -159,15 +159,16 @@ fn remove_property_removes_it_durably() {
 
 #[test]
 fn removing_a_property_frees_room_for_another_at_the_count_limit() {
-    let (_disk, topic) = ledger_support::mem_topic(100);
-    let c = topic
-        .open_cursor("sub", CursorOptions::default())
-        .expect("cursor");
-    for i in 0..MAX_PROPERTIES {
-        c.set_property(&format!("p{i}"), 0).unwrap();
-    }
-    assert!(c.set_property("new", 0).is_err());
-    c.remove_property("p0").unwrap();
-    c.set_property("new", 0).expect("room again");
-    c.flush().unwrap();
+    on_each_backend(100, |topic| {
+        let c = topic
+            .open_cursor("sub", CursorOptions::default())
+            .expect("cursor");
+        for i in 0..MAX_PROPERTIES {
+            c.set_property(&format!("p{i}"), 0).unwrap();
+        }
+        assert!(c.set_property("new", 0).is_err());
+        c.remove_property("p0").unwrap();
+        c.set_property("new", 0).expect("room again");
+        c.flush().unwrap();
+    });
 }

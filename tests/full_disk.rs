@@ -6,7 +6,7 @@
 //! in-memory disk with a capacity bound, and on the in-memory disk with `ENOSPC` injected from
 //! every write on in turn.
 
-mod ledger_support;
+mod support;
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -60,7 +60,7 @@ fn topic_with_entries(
     n: u64,
 ) -> (ManagedLedger, Cursor, Vec<Position>) {
     let topic = open_mem(disk, cfg).expect("open");
-    let positions = ledger_support::append_n(&topic, n);
+    let positions = support::topic::append_n(&topic, n);
     topic.sync().expect("sync");
     let cursor = topic
         .open_cursor("sub", CursorOptions::default())
@@ -519,7 +519,7 @@ fn full_disk_workload_on_a_real_small_file_system_keeps_every_flushed_ack() {
         let filler = fs4m.path().join("filler");
         let cfg = config(mode, lru);
         let topic = ManagedLedger::open(&dir, cfg.clone()).expect("open");
-        let mut positions = ledger_support::append_n(&topic, 3 * PER_LEDGER + 7);
+        let mut positions = support::topic::append_n(&topic, 3 * PER_LEDGER + 7);
         topic.sync().unwrap();
         let cursor = topic.open_cursor("sub", CursorOptions::default()).unwrap();
         let mut model = Model::default();

@@ -7,7 +7,7 @@
 //! an operator); on real files the `flock` makes a second owner impossible within one host,
 //! which `a_second_owner_is_refused_while_the_first_holds_the_directory` checks.
 
-mod ledger_support;
+mod support;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,8 +15,8 @@ use std::sync::Arc;
 use ackstore::filter::{ReceivedFilter, SubscriptionType};
 use ackstore::ledger::{Cursor, InitialPosition, ManagedLedger};
 use ackstore::{Error, Position};
-use ledger_support::{append_n, at, config, mem_topic, reopen};
 use proptest::prelude::*;
+use support::topic::{append_n, at, config, mem_topic, on_each_backend, reopen};
 
 const PER_LEDGER: u64 = 4;
 const SUB: &str = "sub";
@@ -197,20 +197,21 @@ fn the_epoch_rises_on_every_reset_and_survives_every_ownership_move() {
 
 #[test]
 fn a_redeliver_request_is_a_rewind_and_its_entries_pass_the_filter() {
-    let (_disk, topic) = mem_topic(PER_LEDGER);
-    let cursor = open_sub(&topic);
-    let p = append_n(&topic, 5);
-    let mut consumer = Consumer::new(true);
-    consumer.receive_all(&cursor);
-    cursor.ack_cumulative(p[1]).unwrap();
-    // The consumer's `redeliverUnacknowledgedMessages`: its filter forgets, the broker
-    // rewinds the cursor (which also raises the epoch).
-    consumer.filter.redeliver_unacknowledged();
-    cursor.rewind().unwrap();
-    assert_eq!(cursor.epoch().unwrap(), 1);
-    consumer.receive_all(&cursor);
-    assert_eq!(consumer.processed, [1, 2, 3, 4, 5, 3, 4, 5]);
-    assert_eq!(consumer.filter.dropped(), 0);
+    on_each_backend(PER_LEDGER, |topic| {
+        let cursor = open_sub(&topic);
+        let p = append_n(&topic, 5);
+        let mut consumer = Consumer::new(true);
+        consumer.receive_all(&cursor);
+        cursor.ack_cumulative(p[1]).unwrap();
+        // The consumer's `redeliverUnacknowledgedMessages`: its filter forgets, the broker
+        // rewinds the cursor (which also raises the epoch).
+        consumer.filter.redeliver_unacknowledged();
+        cursor.rewind().unwrap();
+        assert_eq!(cursor.epoch().unwrap(), 1);
+        consumer.receive_all(&cursor);
+        assert_eq!(consumer.processed, [1, 2, 3, 4, 5, 3, 4, 5]);
+        assert_eq!(consumer.filter.dropped(), 0);
+    });
 }
 
 #[test]
@@ -562,7 +563,7 @@ fn a_stale_owner_appending_during_a_hand_off_leaves_every_ledger_readable() {
             later.read(p).expect("readable after a reopen");
         }
         drop(later);
-        let crashed = ledger_support::reopen(&disk.durable_image(), 1_000);
+        let crashed = support::topic::reopen(&disk.durable_image(), 1_000);
         assert_eq!(crashed.last_position(), after.last().copied());
     }
 }

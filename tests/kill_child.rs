@@ -24,7 +24,7 @@
 //! `KILL_ROUNDS` sets the number of kills (50 by default); `ACKSTORE_KILL_SEED` repeats a run's
 //! choices (the seed is printed on failure).
 
-mod workload;
+mod support;
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use ackstore::ledger::{CursorConfig, InitialPosition, LedgerConfig, ManagedLedger};
 use ackstore::{Cursor, CursorOptions, Error, Position};
-use workload::{Acked, Rng, actual, before, seed_from_env};
+use support::workload::{Acked, Rng, actual, before, seed_from_env};
 
 const TEST_NAME: &str = "sigkill_at_random_moments_never_loses_a_flushed_ack_nor_invents_one";
 const CHILD_DIR: &str = "ACKSTORE_KILL_CHILD_DIR";

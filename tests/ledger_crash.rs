@@ -2,7 +2,7 @@
 //! appends across ledgers, acks, flushes, trims, creates and deletes cursors; and the open-time
 //! reconciliation rules on real files (orphan ledgers, missing ledgers).
 
-mod ledger_support;
+mod support;
 
 use std::sync::Arc;
 
@@ -10,7 +10,8 @@ use ackstore::ledger::{InitialPosition, ManagedLedger};
 use ackstore::log::{ledger_file_name, parse_ledger_file_name};
 use ackstore::storage::{MemStorage, Storage};
 use ackstore::{Error, Position, Result};
-use ledger_support::{append_n, at, config};
+use support::crash::cut_everywhere;
+use support::topic::{append_n, at, config};
 
 const PER_LEDGER: u64 = 3;
 
@@ -136,25 +137,26 @@ fn check(image: &MemStorage, truth: &Truth, n: u64) {
 
 #[test]
 fn a_power_cut_after_any_operation_reopens_consistently() {
-    let total = {
-        let disk = MemStorage::new();
-        workload(&disk, &mut Truth::default()).unwrap();
-        disk.mutations()
-    };
+    let clean = cut_everywhere(
+        |disk| {
+            let mut truth = Truth::default();
+            let outcome = workload(disk, &mut truth);
+            (truth, outcome)
+        },
+        |disk, cut, (truth, outcome)| {
+            let n = cut.n;
+            assert_eq!(outcome.is_ok(), !cut.interrupted(), "cut at {n}");
+            check(&disk.durable_image(), &truth, n);
+            // Everything written reached the platters, but only durable names survive.
+            check(&disk.crash_image(|_, _, live| live.to_vec()), &truth, n);
+        },
+    );
+    clean.result.1.unwrap();
+    let total = clean.total;
     assert!(
         total > 40,
         "the workload exercises enough operations ({total})"
     );
-    for n in 0..=total {
-        let disk = MemStorage::new();
-        disk.fail_after(Some(n));
-        let mut truth = Truth::default();
-        let outcome = workload(&disk, &mut truth);
-        assert_eq!(outcome.is_ok(), n == total, "cut at {n}");
-        check(&disk.durable_image(), &truth, n);
-        // Everything written reached the platters, but only durable names survive.
-        check(&disk.crash_image(|_, _, live| live.to_vec()), &truth, n);
-    }
 }
 
 #[test]

@@ -1,36 +1,37 @@
 //! The managed ledger: appends with message metadata, rollover, reads, the directory layout,
 //! ownership, reopen, and trimming with several cursors.
 
-mod ledger_support;
+mod support;
 
 use std::collections::BTreeSet;
 
 use ackstore::ledger::{AppendMeta, InitialPosition, LedgerConfig, ManagedLedger};
 use ackstore::{Error, Position};
-use ledger_support::{append_n, at, config, mem_topic, read_positions, reopen};
+use support::topic::{append_n, at, config, mem_topic, on_each_backend, read_positions, reopen};
 
 #[test]
 fn indexes_count_messages_and_batches_advance_by_their_size() {
-    let (_disk, topic) = mem_topic(100);
-    assert_eq!(topic.next_index(), 0);
-    let single = topic.append(b"a").unwrap();
-    let batch = topic
-        .append_with(
-            b"b",
-            AppendMeta {
-                num_messages: 5,
-                timestamp: 0,
-            },
-        )
-        .unwrap();
-    let after = topic.append(b"c").unwrap();
-    let [a, b, c] = [single, batch, after].map(|p| topic.read(p).unwrap());
-    assert_eq!((a.index, a.num_messages), (0, 1));
-    assert_eq!((b.index, b.num_messages, b.first_index()), (5, 5, 1));
-    assert_eq!(c.index, 6);
-    assert_eq!(topic.next_index(), 7);
-    assert_eq!(b.payload, b"b");
-    assert!(b.timestamp >= a.timestamp && c.timestamp >= b.timestamp);
+    on_each_backend(100, |topic| {
+        assert_eq!(topic.next_index(), 0);
+        let single = topic.append(b"a").unwrap();
+        let batch = topic
+            .append_with(
+                b"b",
+                AppendMeta {
+                    num_messages: 5,
+                    timestamp: 0,
+                },
+            )
+            .unwrap();
+        let after = topic.append(b"c").unwrap();
+        let [a, b, c] = [single, batch, after].map(|p| topic.read(p).unwrap());
+        assert_eq!((a.index, a.num_messages), (0, 1));
+        assert_eq!((b.index, b.num_messages, b.first_index()), (5, 5, 1));
+        assert_eq!(c.index, 6);
+        assert_eq!(topic.next_index(), 7);
+        assert_eq!(b.payload, b"b");
+        assert!(b.timestamp >= a.timestamp && c.timestamp >= b.timestamp);
+    });
 }
 
 #[test]
@@ -68,43 +69,44 @@ fn bad_appends_are_refused_and_write_nothing() {
 
 #[test]
 fn data_ledgers_roll_over_at_the_entry_limit_and_at_the_byte_limit() {
-    let (_disk, topic) = mem_topic(3);
-    let p = append_n(&topic, 7);
-    let ledgers = topic.ledgers();
-    assert_eq!(
-        ledgers.iter().map(|l| l.entries).collect::<Vec<_>>(),
-        vec![3, 3, 1]
-    );
-    assert_eq!(
-        ledgers.iter().map(|l| l.first_index).collect::<Vec<_>>(),
-        vec![0, 3, 6]
-    );
-    assert_eq!(
-        ledgers
-            .iter()
-            .map(|l| (l.first_timestamp, l.last_timestamp))
-            .collect::<Vec<_>>(),
-        vec![(1000, 1002), (1003, 1005), (1006, 1006)]
-    );
-    assert_eq!(p[3], Position::new(ledgers[1].id, 0));
-    let log = topic.entry_log().unwrap();
-    assert!(log.ledger_info(ledgers[0].id).unwrap().sealed);
-    assert!(!log.ledger_info(ledgers[2].id).unwrap().sealed);
+    on_each_backend(3, |topic| {
+        let p = append_n(&topic, 7);
+        let ledgers = topic.ledgers();
+        assert_eq!(
+            ledgers.iter().map(|l| l.entries).collect::<Vec<_>>(),
+            vec![3, 3, 1]
+        );
+        assert_eq!(
+            ledgers.iter().map(|l| l.first_index).collect::<Vec<_>>(),
+            vec![0, 3, 6]
+        );
+        assert_eq!(
+            ledgers
+                .iter()
+                .map(|l| (l.first_timestamp, l.last_timestamp))
+                .collect::<Vec<_>>(),
+            vec![(1000, 1002), (1003, 1005), (1006, 1006)]
+        );
+        assert_eq!(p[3], Position::new(ledgers[1].id, 0));
+        let log = topic.entry_log().unwrap();
+        assert!(log.ledger_info(ledgers[0].id).unwrap().sealed);
+        assert!(!log.ledger_info(ledgers[2].id).unwrap().sealed);
 
-    let cfg = LedgerConfig {
-        max_ledger_bytes: 10,
-        ..LedgerConfig::default()
-    };
-    let topic = ManagedLedger::open_with_storage(
-        std::sync::Arc::new(ackstore::storage::MemStorage::new()),
-        cfg,
-    )
-    .unwrap();
-    for payload in [&[1u8; 4][..], &[2; 4], &[3; 4], &[4; 20], &[5; 1]] {
-        topic.append(payload).unwrap();
-    }
-    let entries: Vec<u64> = topic.ledgers().iter().map(|l| l.entries).collect();
-    assert_eq!(entries, vec![3, 1, 1]);
+        let cfg = LedgerConfig {
+            max_ledger_bytes: 10,
+            ..LedgerConfig::default()
+        };
+        let topic = ManagedLedger::open_with_storage(
+            std::sync::Arc::new(ackstore::storage::MemStorage::new()),
+            cfg,
+        )
+        .unwrap();
+        for payload in [&[1u8; 4][..], &[2; 4], &[3; 4], &[4; 20], &[5; 1]] {
+            topic.append(payload).unwrap();
+        }
+        let entries: Vec<u64> = topic.ledgers().iter().map(|l| l.entries).collect();
+        assert_eq!(entries, vec![3, 1, 1]);
+    });
 }
 
 #[test]

@@ -1,11 +1,12 @@
 //! The entry log's API against a plain model: appends, reads, sync, seal, reopen, delete, and
 //! every kind of bad input.
 
-mod common;
+mod support;
 
 use std::sync::Arc;
 
-use common::{meta, payload};
+use support::crash::torn_image;
+use support::log_model::{meta, payload};
 
 use ackstore::log::{EntryLog, LogConfig, RecoveryMode, ledger_file_name, verify_log};
 use ackstore::storage::{FileStorage, MemStorage, Storage};
@@ -242,7 +243,7 @@ fn strict_mode_refuses_a_torn_tail_that_tolerant_mode_cuts() {
     log.sync(l).unwrap();
     log.append(l, meta(1), &payload(l, 1)).unwrap();
     drop(log);
-    let torn = disk.crash_image(|_, d, live| live[..d.len() + 10].to_vec());
+    let torn = torn_image(&disk, |_| 10);
     let strict = LogConfig {
         recovery: RecoveryMode::Strict,
         ..LogConfig::default()

@@ -3,7 +3,7 @@
 //! entry silently gone, and `verify` always names a problem. Damage inside one synced batch is
 //! corruption, not a torn tail.
 
-mod common;
+mod support;
 
 use std::sync::Arc;
 
@@ -13,7 +13,7 @@ use ackstore::log::{
     EntryLog, EntryMeta, LogConfig, RecoveryMode, ledger_file_name, verify_ledger,
 };
 use ackstore::storage::MemStorage;
-use common::{meta, payload};
+use support::log_model::{meta, payload};
 
 const ENTRIES: u64 = 5;
 

@@ -2,7 +2,7 @@
 //! byte of the unsynced tail, on the in-memory disk and on real files. The reopened log must
 //! hold every synced entry, possibly some later whole entries, never a partial or altered one.
 
-mod common;
+mod support;
 
 use std::sync::Arc;
 
@@ -10,7 +10,8 @@ use ackstore::Error;
 use ackstore::format::ledger::{FRAME_HEADER_LEN, HEADER_LEN};
 use ackstore::log::{EntryLog, LogConfig, ledger_file_name};
 use ackstore::storage::{FileStorage, MemStorage, Storage};
-use common::{Model, meta, payload};
+use support::crash::{Clean, Cut, Points, cut_everywhere_after, torn_image, unsynced_tail};
+use support::log_model::{Model, meta, payload};
 
 /// Creates, appends with syncs now and then, seals one ledger, creates and deletes another.
 /// Stops at the first error (the power went off), leaving in `model` what it was told.
@@ -44,14 +45,26 @@ fn open(disk: &MemStorage) -> EntryLog {
     EntryLog::open(Arc::new(disk.clone()), LogConfig::default()).unwrap()
 }
 
-/// The durable bytes plus the first `k` bytes of the unsynced tail (writes only ever extend
-/// these files, so the live image starts with the durable one).
-fn keep_tail(durable: &[u8], live: &[u8], k: usize) -> Vec<u8> {
-    if live.len() >= durable.len() && live.starts_with(durable) {
-        live[..live.len().min(durable.len() + k)].to_vec()
-    } else {
-        durable.to_vec()
-    }
+/// What a log workload left when the power went off: the log (still open: it goes with the
+/// process, after the check), what the workload was told, and its result.
+type Cutoff = (EntryLog, Model, ackstore::Result<()>);
+
+/// Runs `workload` on a log opened on a fresh in-memory disk, with the power cut after each
+/// storage operation in turn, and hands `check` each cut disk and what the workload left.
+fn cut_log_everywhere(
+    mut workload: impl FnMut(&EntryLog, &mut Model) -> ackstore::Result<()>,
+    check: impl FnMut(&MemStorage, Cut, Cutoff),
+) -> Clean<Cutoff> {
+    cut_everywhere_after(
+        Points::EVERY,
+        open,
+        |_, log| {
+            let mut model = Model::default();
+            let result = workload(&log, &mut model);
+            (log, model, result)
+        },
+        check,
+    )
 }
 
 /// After recovering, the log takes new writes and they, and the repair, survive another cut.
@@ -76,42 +89,20 @@ fn check_writable_after_recovery(image: &MemStorage, model: &Model) {
 
 #[test]
 fn power_cut_after_every_operation_keeps_synced_entries_and_only_whole_ones() {
-    let total = {
-        let disk = MemStorage::new();
-        let log = open(&disk);
-        workload(&log, &mut Model::default()).unwrap();
-        disk.mutations()
-    };
+    let clean = cut_log_everywhere(workload, |disk, cut, (_log, model, result)| {
+        let (n, total) = (cut.n, cut.total);
+        assert_eq!(result.is_ok(), n == total, "cut after {n} of {total}");
+        disk.fail_after(None);
+        for k in 0..=unsynced_tail(disk) {
+            check_writable_after_recovery(&torn_image(disk, |_| k), &model);
+        }
+    });
+    clean.result.2.unwrap();
+    let total = clean.total;
     assert!(
         total > 25,
         "the workload should exercise many operations ({total})"
     );
-    for n in 0..=total {
-        let disk = MemStorage::new();
-        let log = open(&disk);
-        let mut model = Model::default();
-        disk.fail_after(Some(n));
-        let result = workload(&log, &mut model);
-        assert_eq!(result.is_ok(), n == total, "cut after {n} of {total}");
-        disk.fail_after(None);
-        let max_tail = model
-            .ledgers
-            .keys()
-            .filter_map(|id| disk.live_bytes(&ledger_file_name(*id)))
-            .map(|b| b.len())
-            .max()
-            .unwrap_or(0);
-        for k in 0..=max_tail {
-            let image = disk.crash_image(|_, d, l| keep_tail(d, l, k));
-            check_writable_after_recovery(&image, &model);
-            if image.list().unwrap().iter().all(|name| {
-                let live = disk.live_bytes(name).unwrap_or_default();
-                image.live_bytes(name).unwrap().len() >= live.len()
-            }) {
-                break;
-            }
-        }
-    }
 }
 
 #[test]
@@ -127,24 +118,14 @@ fn power_cut_while_the_write_buffer_spills_keeps_synced_entries() {
         }
         Ok(())
     }
-    let total = {
-        let disk = MemStorage::new();
-        let log = open(&disk);
-        spilling(&log, &mut Model::default()).unwrap();
-        disk.mutations()
-    };
-    for n in 0..=total {
-        let disk = MemStorage::new();
-        let log = open(&disk);
-        let mut model = Model::default();
-        disk.fail_after(Some(n));
-        assert_eq!(spilling(&log, &mut model).is_ok(), n == total);
+    let clean = cut_log_everywhere(spilling, |disk, cut, (_log, model, result)| {
+        assert_eq!(result.is_ok(), cut.n == cut.total);
         disk.fail_after(None);
         for k in (0..200_000).step_by(997) {
-            let image = disk.crash_image(|_, d, l| keep_tail(d, l, k));
-            model.check_recovered(&open(&image));
+            model.check_recovered(&open(&torn_image(disk, |_| k)));
         }
-    }
+    });
+    clean.result.2.unwrap();
 }
 
 /// Offsets at which each of `payload_lens`' frames ends.
@@ -315,22 +296,14 @@ fn power_cut_keeping_any_pages_of_the_unsynced_tail_keeps_synced_entries() {
         model.sync(log, b)?;
         Ok(())
     }
-    let total = {
-        let disk = MemStorage::new();
-        paged(&open(&disk), &mut Model::default()).unwrap();
-        disk.mutations()
-    };
     let strict = LogConfig {
         recovery: ackstore::log::RecoveryMode::Strict,
         ..LogConfig::default()
     };
     let mut footer_holes = 0;
-    for n in 0..=total {
-        let disk = MemStorage::new();
-        let log = open(&disk);
-        let mut model = Model::default();
-        disk.fail_after(Some(n));
-        assert_eq!(paged(&log, &mut model).is_ok(), n == total);
+    let clean = cut_log_everywhere(paged, |disk, cut, (_log, model, result)| {
+        let n = cut.n;
+        assert_eq!(result.is_ok(), n == cut.total);
         disk.fail_after(None);
         let durable_disk = disk.durable_image();
         let tail_pages = model
@@ -345,7 +318,7 @@ fn power_cut_keeping_any_pages_of_the_unsynced_tail_keeps_synced_entries() {
             .max()
             .unwrap_or(0);
         let Some((id, l)) = model.ledgers.first_key_value() else {
-            continue;
+            return;
         };
         let name = ledger_file_name(*id);
         let lens: Vec<usize> = l.appended.iter().map(|e| e.1.len()).collect();
@@ -376,7 +349,8 @@ fn power_cut_keeping_any_pages_of_the_unsynced_tail_keeps_synced_entries() {
                 }
             }
         }
-    }
+    });
+    clean.result.2.unwrap();
     assert!(
         footer_holes > 0,
         "no image kept a trailer without its index"
@@ -416,25 +390,15 @@ fn any_pages_of_an_unsynced_batch_reaching_the_disk_make_a_torn_tail_never_damag
         ..LogConfig::default()
     };
     let files = tempfile::tempdir().unwrap();
-    let total = {
-        let disk = MemStorage::new();
-        batches(&open(&disk), &mut Model::default()).unwrap();
-        disk.mutations()
-    };
     let mut lost_page_before_kept_frames = 0;
-    for n in 0..=total {
-        let disk = MemStorage::new();
-        let log = open(&disk);
-        let mut model = Model::default();
-        disk.fail_after(Some(n));
-        let _ = batches(&log, &mut model);
+    let clean = cut_log_everywhere(batches, |disk, Cut { n, .. }, (log, model, _)| {
         disk.fail_after(None);
         // The unsynced tail is the live image past the durable one; drop the log only now so
         // its buffered frames reach the live image too (a process exit before the power cut).
         drop(log);
         let durable_disk = disk.durable_image();
         let Some(id) = model.ledgers.keys().next().copied() else {
-            continue;
+            return;
         };
         let name = ledger_file_name(id);
         let live = disk.live_bytes(&name).unwrap_or_default().len();
@@ -470,7 +434,8 @@ fn any_pages_of_an_unsynced_batch_reaching_the_disk_make_a_torn_tail_never_damag
                 "cut after {n}, real files"
             );
         }
-    }
+    });
+    clean.result.2.unwrap();
     assert!(
         lost_page_before_kept_frames > 0,
         "no image lost an unsynced page and kept a later one"

@@ -6,7 +6,7 @@
 //! checked through the entry log and `cursor::recover::recover`, on the version 1 sample
 //! cursor ledger `tests/data/cursor-v1-multi` (two multi-entry flushes).
 
-mod samples;
+mod support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -37,7 +37,7 @@ fn frame_offsets(bytes: &[u8], entries: u64) -> Vec<usize> {
 #[test]
 fn a_flipped_byte_in_the_last_marker_opens_the_cursor_ledger_damaged_and_recovers_the_flush_before()
 {
-    let dir = samples::sample_dir("cursor-v1-multi");
+    let dir = support::samples::sample_dir("cursor-v1-multi");
     let storage: Arc<dyn Storage> = Arc::new(FileStorage::open(dir.path(), false).unwrap());
     let ledger = 1;
     let name = ledger_file_name(ledger);

@@ -2,7 +2,7 @@
 //! durable at that moment, the ledger never issues more fsyncs than sync calls, and syncs that
 //! wait behind a running fsync share the next one.
 
-mod common;
+mod support;
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Barrier};
@@ -10,7 +10,7 @@ use std::thread;
 
 use ackstore::log::{EntryLog, EntryMeta, LogConfig};
 use ackstore::storage::{FileStorage, MemStorage, Storage};
-use common::Hooked;
+use support::hooked::Hooked;
 
 const THREADS: u64 = 4;
 const PER_THREAD: u64 = 40;

@@ -1,14 +1,15 @@
 //! Random sequences of log operations, clean reopens and power cuts (with any part of the
 //! unsynced tail kept), checked against a plain model of what each call was told.
 
-mod common;
+mod support;
 
 use std::sync::Arc;
 
 use ackstore::log::{EntryLog, LogConfig};
 use ackstore::storage::MemStorage;
-use common::Model;
 use proptest::prelude::*;
+use support::crash::torn_image;
+use support::log_model::Model;
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -80,7 +81,7 @@ proptest! {
                 Op::Append(i) => {
                     if let Some(id) = pick(&model, i) {
                         if model.ledgers[&id].sealed {
-                            prop_assert!(log.append(id, common::meta(0), b"").is_err());
+                            prop_assert!(log.append(id, support::log_model::meta(0), b"").is_err());
                         } else {
                             model.append(&log, id).unwrap();
                         }
@@ -109,13 +110,7 @@ proptest! {
                 }
                 Op::Crash(k) => {
                     drop(log);
-                    disk = disk.crash_image(|_, d, l| {
-                        if l.starts_with(d) {
-                            l[..l.len().min(d.len() + k)].to_vec()
-                        } else {
-                            d.to_vec()
-                        }
-                    });
+                    disk = torn_image(&disk, |_| k);
                     log = open(&disk);
                     adopt(&mut model, &log);
                 }

@@ -2,7 +2,7 @@
 //! error (never a reason to unseal), a footer left in the page cache is made durable, a
 //! footer-shaped payload seals nothing, and a seal whose index page was lost is still repaired.
 
-mod common;
+mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -13,7 +13,8 @@ use ackstore::format::ledger::{
 };
 use ackstore::log::{EntryLog, EntryMeta, LogConfig, RecoveryMode, ledger_file_name};
 use ackstore::storage::{FileStorage, MemStorage};
-use common::{Hooked, meta, payload};
+use support::hooked::Hooked;
+use support::log_model::{meta, payload};
 
 /// A disk with one ledger of `n` synced entries, sealed.
 fn sealed_ledger(disk: &MemStorage, n: u64) -> u64 {

@@ -2,14 +2,14 @@
 //! pre-allocated one) is the end of the log: open and verify keep every frame, report the
 //! extent as a torn tail, and skip it without reading it where the file system reports holes.
 
-mod common;
+mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use ackstore::log::{EntryLog, LogConfig, ledger_file_name, verify_ledger};
 use ackstore::storage::{FileStorage, LockGuard, Mapped, MemStorage, Storage, StorageFile};
-use common::{meta, payload};
+use support::log_model::{meta, payload};
 
 /// A storage that counts the bytes read from its files.
 #[derive(Debug, Clone)]

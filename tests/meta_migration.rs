@@ -2,7 +2,7 @@
 //! records without topic or cursor identity) opens to the state it holds, and its records move
 //! to the versioned layout with identities at their first write.
 
-mod ledger_support;
+mod support;
 
 use std::sync::Arc;
 
@@ -10,7 +10,7 @@ use ackstore::format::meta::{CursorRecord, TopicRecord, encode_stored};
 use ackstore::ledger::InitialPosition;
 use ackstore::meta::{FileMetaStore, MetaStore, record_of_file};
 use ackstore::storage::{MemStorage, Storage};
-use ledger_support::{append_n, at, mem_topic, reopen};
+use support::topic::{append_n, at, mem_topic, reopen};
 
 /// Rewrites every record of `disk` as an earlier release stored it.
 fn to_earlier_layout(disk: &MemStorage) {

@@ -2,7 +2,7 @@
 //! seeking, rewinding, closing and reopening, trims and cursor creation and deletion all at
 //! once. With one owner, no operation may ever be told it is fenced.
 
-mod ledger_support;
+mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use ackstore::Error;
 use ackstore::ledger::{InitialPosition, ManagedLedger};
 use ackstore::storage::{FileStorage, MemStorage, Storage};
-use ledger_support::{at, config};
+use support::topic::{at, config};
 
 const PER_LEDGER: u64 = 100;
 const APPENDS: u64 = 3_000;

@@ -2,14 +2,13 @@
 //! reads or changes anything the previous owner may still be writing, and never writes into
 //! the previous owner's ledgers, so whatever the interleaving every ledger stays readable.
 
-mod common;
-mod ledger_support;
+mod support;
 
 use std::sync::{Arc, Barrier};
 
 use ackstore::ledger::ManagedLedger;
-use common::Hooked;
-use ledger_support::{append_n, config, reopen};
+use support::hooked::Hooked;
+use support::topic::{append_n, config, reopen};
 
 const PER_LEDGER: u64 = 1_000;
 
@@ -218,7 +217,7 @@ fn covers(have: &Acked, want: &[ackstore::Position]) -> bool {
 #[test]
 fn a_flush_that_returns_ok_is_seen_by_an_owner_taking_over_at_any_step() {
     use ackstore::ledger::{InitialPosition, PersistMode};
-    use ledger_support::at;
+    use support::topic::at;
 
     const SUB: &str = "sub";
     for mode in [PersistMode::MultiEntry, PersistMode::SingleEntry] {

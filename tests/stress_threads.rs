@@ -15,7 +15,7 @@
 //! The seed is printed on failure; `ACKSTORE_STRESS_SEED=N` repeats its choices (the thread
 //! interleaving is the machine's).
 
-mod workload;
+mod support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -27,7 +27,7 @@ use std::time::Duration;
 use ackstore::ledger::{CursorConfig, InitialPosition, LedgerConfig, ManagedLedger, PersistMode};
 use ackstore::storage::MemStorage;
 use ackstore::{Cursor, CursorOptions, Error, Position};
-use workload::{Acked, Rng, actual, before, seed_from_env};
+use support::workload::{Acked, Rng, actual, before, seed_from_env};
 
 /// How much work one run does.
 #[derive(Debug, Clone, Copy)]

@@ -5,7 +5,9 @@
 
 #![no_main]
 
-#[path = "../../tests/persist_common/mod.rs"]
+#[path = "../../tests/support/crash.rs"]
+mod crash;
+#[path = "../../tests/support/cursor_ledger.rs"]
 mod persist_common;
 
 use ackstore::Position;
@@ -13,7 +15,8 @@ use ackstore::cursor::{CursorConfig, PersistMode};
 use ackstore::storage::MemStorage;
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use persist_common::{Model, Op, check_image, run_with, tight_config, torn_image};
+use crash::torn_image;
+use persist_common::{Model, Op, check_image, run_with, tight_config};
 
 /// One segment of operations, ended by a power cut after `cut_after` storage operations that
 /// keeps `torn` bytes of each file's unsynced tail.
@@ -70,7 +73,7 @@ fuzz_target!(|data: &[u8]| {
     for (i, segment) in segments.iter().enumerate() {
         disk.fail_after(Some(segment.cut_after));
         let outcome = run_with(&disk, &config, &segment.ops, upper);
-        let image = torn_image(&disk, segment.torn);
+        let image = torn_image(&disk, |_| segment.torn);
         check_image(&image, &config, &outcome, &format!("segment {i}"));
         upper = outcome.upper;
         disk = image;

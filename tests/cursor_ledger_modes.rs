@@ -1,7 +1,7 @@
-//! What flushes write in each mode, the single-entry limits, rollover, the record, and every
-//! migration between modes.
+//! The persistence layer driven directly: what flushes write in each mode, the single-entry limits,
+//! rollover, the record, and every migration between modes.
 
-mod persist_common;
+mod support;
 
 use std::sync::Arc;
 
@@ -12,7 +12,7 @@ use ackstore::error::Error;
 use ackstore::format::meta::CursorRecord;
 use ackstore::log::ledger_file_name;
 use ackstore::storage::{MemStorage, Storage};
-use persist_common::{Cursor, Env, Model, RECORD, fresh, model_of, open_cursor};
+use support::cursor_ledger::{Cursor, Env, Model, RECORD, fresh, model_of, open_cursor};
 
 fn multi() -> CursorConfig {
     CursorConfig::default()

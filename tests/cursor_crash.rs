@@ -7,7 +7,7 @@
 //! (invariant 1) and a superset of what it had acked at the last flush, close or seek that
 //! returned `Ok` (invariant 2).
 
-mod ledger_support;
+mod support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -15,7 +15,8 @@ use std::sync::Arc;
 use ackstore::ledger::{CursorConfig, InitialPosition, LedgerConfig, ManagedLedger, PersistMode};
 use ackstore::storage::MemStorage;
 use ackstore::{Cursor, Position, Result};
-use ledger_support::{append_n, at};
+use support::crash::{Cut, Points, cut_everywhere_after, torn_image};
+use support::topic::{append_n, at};
 
 /// Entries per data ledger: every ledger is its own ack partition.
 const PER_LEDGER: u64 = 8;
@@ -278,55 +279,41 @@ fn check(image: &MemStorage, mode: PersistMode, b: &Bounds, what: &str) {
         .unwrap_or_else(|e| panic!("{what}: close after recovery: {e}"));
 }
 
-/// The image of `disk` where every file keeps its durable bytes plus `keep(unsynced)` bytes of
-/// its unsynced tail.
-fn torn_image(disk: &MemStorage, keep: impl Fn(usize) -> usize) -> MemStorage {
-    disk.crash_image(|_, durable, live| {
-        if live.len() > durable.len() && live.starts_with(durable) {
-            let extra = keep(live.len() - durable.len());
-            live[..durable.len() + extra].to_vec()
-        } else {
-            durable.to_vec()
-        }
-    })
-}
-
 fn power_cut_after_every_operation(mode: PersistMode, seed: u64) {
     let ops = workload(seed, 150);
-    let clean = MemStorage::new();
-    let (_, counted) = run(&clean, mode, &ops, seed);
-    let (rollovers, evictions) = counted.expect("the workload runs without faults");
+    // Debug builds check every 7th cut to stay fast; release builds (CI) check every one.
+    let clean = cut_everywhere_after(
+        Points::every_in_release(7),
+        |_| (),
+        |disk, ()| run(disk, mode, &ops, seed),
+        |disk, Cut { n, .. }, (bounds, _)| {
+            check(
+                &disk.durable_image(),
+                mode,
+                &bounds,
+                &format!("{mode:?} cut at {n}"),
+            );
+            check(
+                &torn_image(disk, |unsynced| unsynced / 2),
+                mode,
+                &bounds,
+                &format!("{mode:?} cut at {n}, half the unsynced tail kept"),
+            );
+            check(
+                &torn_image(disk, |unsynced| unsynced),
+                mode,
+                &bounds,
+                &format!("{mode:?} cut at {n}, the whole unsynced tail kept"),
+            );
+        },
+    );
+    let (rollovers, evictions) = clean.result.1.expect("the workload runs without faults");
     assert!(
         rollovers > 0 && evictions > 0,
         "{rollovers} rollovers, {evictions} evictions"
     );
-    let total = clean.mutations();
+    let total = clean.total;
     assert!(total > 300, "{total} writes");
-    // Debug builds check every 7th cut to stay fast; release builds (CI) check every one.
-    let step = if cfg!(debug_assertions) { 7 } else { 1 };
-    for n in (0..total).step_by(step) {
-        let disk = MemStorage::new();
-        disk.fail_after(Some(n));
-        let (bounds, _) = run(&disk, mode, &ops, seed);
-        check(
-            &disk.durable_image(),
-            mode,
-            &bounds,
-            &format!("{mode:?} cut at {n}"),
-        );
-        check(
-            &torn_image(&disk, |unsynced| unsynced / 2),
-            mode,
-            &bounds,
-            &format!("{mode:?} cut at {n}, half the unsynced tail kept"),
-        );
-        check(
-            &torn_image(&disk, |unsynced| unsynced),
-            mode,
-            &bounds,
-            &format!("{mode:?} cut at {n}, the whole unsynced tail kept"),
-        );
-    }
 }
 
 #[test]
@@ -363,37 +350,38 @@ fn a_crash_right_after_a_seek_never_brings_back_a_cleared_ack() {
             c.flush().unwrap();
             (topic, c, p)
         };
-        let probe = MemStorage::new();
-        let (_topic, c, _) = prepare(&probe);
-        let before = probe.mutations();
-        c.seek(Position::new(0, 0)).unwrap();
-        let seek_writes = probe.mutations() - before;
-        assert!(seek_writes > 0);
-        for n in 0..=seek_writes {
-            let disk = MemStorage::new();
-            let (_topic, c, p) = prepare(&disk);
-            disk.fail_after(Some(n));
-            let sought = c.seek(Position::new(0, 0));
-            for image in [disk.durable_image(), torn_image(&disk, |u| u)] {
-                let topic =
-                    ManagedLedger::open_with_storage(Arc::new(image), ledger_config(mode)).unwrap();
-                let c = topic
-                    .open_cursor("sub", at(InitialPosition::Latest, false))
-                    .unwrap();
-                let acked = acked_set(&c, &p).unwrap();
-                if sought.is_ok() {
-                    assert!(acked.is_empty(), "{mode:?} cut {n}: {acked:?} came back");
-                    assert_eq!(c.epoch().unwrap(), 1);
+        let clean = cut_everywhere_after(
+            Points::EVERY,
+            prepare,
+            |_, (topic, c, p)| {
+                let sought = c.seek(Position::new(0, 0));
+                (topic, c, p, sought)
+            },
+            |disk, Cut { n, .. }, (_topic, _c, p, sought)| {
+                for image in [disk.durable_image(), torn_image(disk, |u| u)] {
+                    let topic =
+                        ManagedLedger::open_with_storage(Arc::new(image), ledger_config(mode))
+                            .unwrap();
+                    let c = topic
+                        .open_cursor("sub", at(InitialPosition::Latest, false))
+                        .unwrap();
+                    let acked = acked_set(&c, &p).unwrap();
+                    if sought.is_ok() {
+                        assert!(acked.is_empty(), "{mode:?} cut {n}: {acked:?} came back");
+                        assert_eq!(c.epoch().unwrap(), 1);
+                    }
+                    // Either the seek committed (nothing acked) or not (all flushed acks kept).
+                    let flushed: BTreeSet<_> = (5..40).step_by(2).map(|i| p[i]).collect();
+                    assert!(
+                        acked.is_empty() || acked == flushed,
+                        "{mode:?} cut {n}: a mix of states: {acked:?}"
+                    );
+                    topic.close().unwrap();
                 }
-                // Either the seek committed (nothing acked) or not (all flushed acks kept).
-                let flushed: BTreeSet<_> = (5..40).step_by(2).map(|i| p[i]).collect();
-                assert!(
-                    acked.is_empty() || acked == flushed,
-                    "{mode:?} cut {n}: a mix of states: {acked:?}"
-                );
-                topic.close().unwrap();
-            }
-        }
+            },
+        );
+        assert!(clean.result.3.is_ok());
+        assert!(clean.total > 0);
     }
 }
 
@@ -428,41 +416,42 @@ fn every_step_of_a_rollover_recovers_the_old_or_the_new_state() {
         }
         (topic, c, p, flushed.pop().unwrap(), acked)
     };
-    let probe = MemStorage::new();
-    let (_topic, c, ..) = prepare(&probe);
-    let before = probe.mutations();
-    let rollovers = c.stats().unwrap().persist.rollovers;
-    c.flush().unwrap();
+    let clean = cut_everywhere_after(
+        Points::EVERY,
+        prepare,
+        |_, (topic, c, p, old, new)| {
+            let rollovers = c.stats().unwrap().persist.rollovers;
+            let rolled = c.flush();
+            (topic, c, p, old, new, rollovers, rolled)
+        },
+        |disk, Cut { n, .. }, (_topic, _c, p, old, new, _, rolled)| {
+            let image = disk.durable_image();
+            let topic =
+                ManagedLedger::open_with_storage(Arc::new(image.clone()), config.clone()).unwrap();
+            let c = topic
+                .open_cursor("sub", at(InitialPosition::Latest, false))
+                .unwrap();
+            let acked = acked_set(&c, &p).unwrap();
+            assert!(acked == old || acked == new, "cut {n}: neither state");
+            if rolled.is_ok() {
+                assert_eq!(acked, new, "cut {n}");
+            }
+            let cursor_ledger = c.stats().unwrap().persist.cursor_ledger.unwrap();
+            let data: BTreeSet<u64> = topic.ledgers().iter().map(|l| l.id).collect();
+            let log = topic.entry_log().unwrap();
+            let others: Vec<u64> = log
+                .ledger_ids()
+                .into_iter()
+                .filter(|id| !data.contains(id))
+                .collect();
+            assert_eq!(others, vec![cursor_ledger], "cut {n}");
+        },
+    );
+    let (_topic, c, .., rollovers, rolled) = clean.result;
+    rolled.unwrap();
     assert_eq!(
         c.stats().unwrap().persist.rollovers,
         rollovers + 1,
         "the flush rolls over"
     );
-    let writes = probe.mutations() - before;
-    for n in 0..=writes {
-        let disk = MemStorage::new();
-        let (_topic, c, p, old, new) = prepare(&disk);
-        disk.fail_after(Some(n));
-        let rolled = c.flush();
-        let image = disk.durable_image();
-        let topic =
-            ManagedLedger::open_with_storage(Arc::new(image.clone()), config.clone()).unwrap();
-        let c = topic
-            .open_cursor("sub", at(InitialPosition::Latest, false))
-            .unwrap();
-        let acked = acked_set(&c, &p).unwrap();
-        assert!(acked == old || acked == new, "cut {n}: neither state");
-        if rolled.is_ok() {
-            assert_eq!(acked, new, "cut {n}");
-        }
-        let cursor_ledger = c.stats().unwrap().persist.cursor_ledger.unwrap();
-        let data: BTreeSet<u64> = topic.ledgers().iter().map(|l| l.id).collect();
-        let log = topic.entry_log().unwrap();
-        let others: Vec<u64> = log
-            .ledger_ids()
-            .into_iter()
-            .filter(|id| !data.contains(id))
-            .collect();
-        assert_eq!(others, vec![cursor_ledger], "cut {n}");
-    }
 }

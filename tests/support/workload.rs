@@ -1,8 +1,6 @@
 //! Shared by the stress and process-kill tests: a seeded random source and the model of one
 //! cursor's acknowledged set (a mark-delete bound plus individual acks).
 
-#![allow(dead_code)]
-
 use std::collections::BTreeSet;
 use std::time::{SystemTime, UNIX_EPOCH};
 

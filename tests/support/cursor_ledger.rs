@@ -1,8 +1,12 @@
-//! Shared harness of the persistence tests: an in-memory directory, a cursor opened the way a
-//! managed ledger opens one (recover, or start empty), a plain model of the acked set, and a
-//! workload runner that stops at the first error, as a process that lost its disk would.
+//! The cursor-ledger tests' harness, which drives the persistence layer without a managed
+//! ledger: an in-memory directory, a cursor opened the way a managed ledger opens one (recover,
+//! or start empty), a plain model of the acked set, and a workload runner that stops at the first
+//! error, as a process that lost its disk would.
+//!
+//! The `persist_ops` fuzz target compiles this file on its own: it imports nothing from the rest
+//! of the test-support tree.
 
-#![allow(dead_code)]
+#![allow(dead_code, reason = "each test file uses a different subset")]
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -296,18 +300,6 @@ fn session(
         out.completed += 1;
     }
     Ok(None)
-}
-
-/// The image of `disk` where every file keeps its durable bytes plus the first `extra` bytes of
-/// its unsynced tail.
-pub fn torn_image(disk: &MemStorage, extra: usize) -> MemStorage {
-    disk.crash_image(|_, durable, live| {
-        if live.len() > durable.len() && live.starts_with(durable) {
-            live[..durable.len() + extra.min(live.len() - durable.len())].to_vec()
-        } else {
-            durable.to_vec()
-        }
-    })
 }
 
 /// Opens `image` after a power cut and checks the recovered cursor against `outcome`.

@@ -1,13 +1,14 @@
-//! Scale: ten million alternating acks over 200 data ledgers under a 4 MiB budget survive a
-//! flush and a reopen exactly, with resident memory within the budget throughout.
+//! Scale of the persistence layer driven directly: ten million alternating acks over 200 data
+//! ledgers under a 4 MiB budget survive a flush and a reopen exactly, with resident memory within
+//! the budget throughout.
 
-mod persist_common;
+mod support;
 
 use ackstore::Position;
 use ackstore::ackset::MAX_PARTITION_BYTES;
 use ackstore::cursor::CursorConfig;
 use ackstore::storage::MemStorage;
-use persist_common::{Env, open_cursor};
+use support::cursor_ledger::{Env, open_cursor};
 
 const LEDGERS: u64 = 200;
 const ACKS_PER_LEDGER: u64 = 50_000;

@@ -2,7 +2,7 @@
 //! in-memory disk and on real files; deleting a cursor deletes its cursor ledgers; the
 //! persistence figures in `Cursor::stats`.
 
-mod ledger_support;
+mod support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use ackstore::cursor::RecoverySource;
 use ackstore::ledger::{CursorConfig, InitialPosition, LedgerConfig, ManagedLedger, PersistMode};
 use ackstore::storage::MemStorage;
 use ackstore::{Cursor, Position};
-use ledger_support::{append_n, at, read_positions};
+use support::topic::{append_n, at, read_positions};
 
 fn ledger_config(mode: PersistMode) -> LedgerConfig {
     LedgerConfig {

@@ -2,7 +2,7 @@
 //! its record, on real files) still open to exactly the state they hold, so a format change that
 //! breaks old files fails here.
 
-mod samples;
+mod support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use ackstore::storage::{FileStorage, Storage};
 /// Copies sample `name` into a temporary directory (opening may repair a torn tail) and
 /// recovers its cursor; also returns how many torn tails the log cut.
 fn open_sample(name: &str) -> (tempfile::TempDir, RecoveredCursor, usize) {
-    let dir = samples::sample_dir(name);
+    let dir = support::samples::sample_dir(name);
     let storage: Arc<dyn Storage> = Arc::new(FileStorage::open(dir.path(), false).unwrap());
     let log = Arc::new(EntryLog::open(Arc::clone(&storage), LogConfig::default()).unwrap());
     let repairs = log.recovery_report().len();

@@ -1,8 +1,8 @@
-//! Recovery from damaged cursor ledgers: torn and corrupt markers, partitions and pages, bit
-//! flips, truncations, a missing ledger. Recovery falls back to an older state or to the
-//! record, and never reports an ack that was not made.
+//! Recovery from damaged cursor ledgers, driven directly (no managed ledger): torn and corrupt
+//! markers, partitions and pages, bit flips, truncations, a missing ledger. Recovery falls back to
+//! an older state or to the record, and never reports an ack that was not made.
 
-mod persist_common;
+mod support;
 
 use ackstore::Position;
 use ackstore::cursor::CursorConfig;
@@ -15,7 +15,7 @@ use ackstore::format::cursor::{
 };
 use ackstore::log::{EntryMeta, ledger_file_name};
 use ackstore::storage::{MemStorage, Storage};
-use persist_common::{Cursor, Env, Model, check_bounds, model_of, open_cursor};
+use support::cursor_ledger::{Cursor, Env, Model, check_bounds, model_of, open_cursor};
 
 fn config() -> CursorConfig {
     CursorConfig {

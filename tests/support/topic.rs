@@ -1,7 +1,5 @@
-//! Shared setup for the managed-ledger and cursor tests: topics on an in-memory disk, appends,
-//! cursor options.
-
-#![allow(dead_code)]
+//! Shared setup for the managed-ledger and cursor tests: topics on an in-memory disk or on each
+//! storage backend in turn, appends, cursor options.
 
 use std::sync::Arc;
 
@@ -63,4 +61,15 @@ pub fn read_positions(cursor: &ackstore::Cursor, max: usize) -> Vec<Position> {
         .into_iter()
         .map(|e| e.position)
         .collect()
+}
+
+/// Runs `test` on a fresh topic whose data ledgers hold `per_ledger` entries, once on each
+/// storage backend: the in-memory disk, then real files in a temporary directory. The backend
+/// is named on stderr before each run, so a failure says which one it was.
+pub fn on_each_backend(per_ledger: u64, mut test: impl FnMut(ManagedLedger)) {
+    eprintln!("backend: in-memory disk");
+    test(mem_topic(per_ledger).1);
+    let dir = tempfile::tempdir().expect("temporary directory");
+    eprintln!("backend: real files in {}", dir.path().display());
+    test(ManagedLedger::open(dir.path(), config(per_ledger)).expect("open topic on files"));
 }

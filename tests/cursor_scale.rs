@@ -6,12 +6,12 @@
 //! scale down to 2,000 entries per ledger (200,000 entries, 100,000 acks) so a plain
 //! `cargo test` stays fast; the code path is the same.
 
-mod ledger_support;
+mod support;
 
 use ackstore::ackset::MAX_PARTITION_BYTES;
 use ackstore::ledger::{CursorConfig, InitialPosition, LedgerConfig, ManagedLedger};
 use ackstore::{AppendMeta, Position};
-use ledger_support::at;
+use support::topic::at;
 
 const LEDGERS: u64 = 200;
 const BUDGET: usize = 4 << 20;

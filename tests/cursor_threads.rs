@@ -1,7 +1,7 @@
 //! Concurrent ackers and a flusher on several threads against a model, and the background
 //! flusher (`CursorConfig::flush_interval`).
 
-mod ledger_support;
+mod support;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -11,7 +11,7 @@ use std::time::Duration;
 use ackstore::ledger::{CursorConfig, InitialPosition, LedgerConfig, ManagedLedger, PersistMode};
 use ackstore::storage::MemStorage;
 use ackstore::{Cursor, Error, Position};
-use ledger_support::{append_n, at};
+use support::topic::{append_n, at};
 
 fn ledger_config(mode: PersistMode, flush_interval: Option<Duration>) -> LedgerConfig {
     LedgerConfig {

@@ -1,0 +1,131 @@
+//! Power cuts for the crash tests. [`cut_everywhere`] runs a workload on the in-memory disk once
+//! per storage operation, with the power lost after that operation, and hands each cut disk to a
+//! check; [`torn_image`] is what such a disk holds when part of an unsynced tail reached the
+//! platters.
+//!
+//! Cut point `n` lets `n` mutating storage operations (write, sync, truncate, create, remove,
+//! rename, link, directory sync) succeed once the workload is armed, then fails every operation,
+//! reads included, as a power loss would. Cut point `total` (every operation of a clean run)
+//! lets the workload finish. Images taken from a cut disk are what a restart finds.
+//!
+//! This file is also compiled on its own into the `persist_ops` fuzz target: it imports nothing
+//! from the rest of the test-support tree.
+
+#![allow(dead_code, reason = "each test file uses a different subset")]
+
+use ackstore::storage::MemStorage;
+
+/// Where a power cut fell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cut {
+    /// Storage operations that succeeded after the workload was armed.
+    pub n: u64,
+    /// Storage operations of the armed workload in a run without a cut.
+    pub total: u64,
+}
+
+impl Cut {
+    /// Whether the workload lost the power before its last storage operation.
+    pub fn interrupted(self) -> bool {
+        self.n < self.total
+    }
+}
+
+/// Which cut points to visit, counted from the moment the workload is armed: `from`, then every
+/// `step`-th point up to and including `total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Points {
+    /// The first cut point.
+    pub from: u64,
+    /// The distance between two visited cut points (at least 1).
+    pub step: usize,
+}
+
+impl Points {
+    /// Every cut point.
+    pub const EVERY: Points = Points { from: 0, step: 1 };
+
+    /// Every cut point in release builds, every `step`-th one in debug builds (which run the
+    /// same workloads many times slower).
+    pub fn every_in_release(step: usize) -> Points {
+        Points {
+            from: 0,
+            step: if cfg!(debug_assertions) { step } else { 1 },
+        }
+    }
+}
+
+/// What a workload returned in a run without a cut, and how many storage operations it made
+/// once armed.
+#[derive(Debug)]
+pub struct Clean<T> {
+    /// Storage operations of the armed workload.
+    pub total: u64,
+    /// What the workload returned.
+    pub result: T,
+}
+
+/// Runs `workload` on a fresh in-memory disk without a cut, to count its storage operations,
+/// then once per cut point on a fresh disk whose power goes off after that many operations, and
+/// hands `check` the cut disk, the cut point and what the workload returned (a workload stops at
+/// its first error, as a process that lost its disk would). Returns the clean run.
+pub fn cut_everywhere<T>(
+    mut workload: impl FnMut(&MemStorage) -> T,
+    check: impl FnMut(&MemStorage, Cut, T),
+) -> Clean<T> {
+    cut_everywhere_after(Points::EVERY, |_| (), |disk, ()| workload(disk), check)
+}
+
+/// [`cut_everywhere`] for a workload that starts from a prepared state: `prepare` runs on the
+/// fresh disk with the power on, then the disk is armed and `workload` continues from what
+/// `prepare` returned. Only the cut points of `points` are visited.
+pub fn cut_everywhere_after<P, T>(
+    points: Points,
+    mut prepare: impl FnMut(&MemStorage) -> P,
+    mut workload: impl FnMut(&MemStorage, P) -> T,
+    mut check: impl FnMut(&MemStorage, Cut, T),
+) -> Clean<T> {
+    let clean = {
+        let disk = MemStorage::new();
+        let prepared = prepare(&disk);
+        let armed = disk.mutations();
+        let result = workload(&disk, prepared);
+        Clean {
+            total: disk.mutations() - armed,
+            result,
+        }
+    };
+    let total = clean.total;
+    for n in (points.from..=total).step_by(points.step.max(1)) {
+        let disk = MemStorage::new();
+        let prepared = prepare(&disk);
+        disk.fail_after(Some(n));
+        let result = workload(&disk, prepared);
+        check(&disk, Cut { n, total }, result);
+    }
+    clean
+}
+
+/// The image of `disk` after a power cut in which every file keeps its durable bytes plus the
+/// first `keep(unsynced)` bytes of its unsynced tail (at most the whole tail). A file rewritten
+/// rather than extended since its last sync keeps its durable bytes.
+pub fn torn_image(disk: &MemStorage, keep: impl Fn(usize) -> usize) -> MemStorage {
+    disk.crash_image(|_, durable, live| {
+        if live.len() > durable.len() && live.starts_with(durable) {
+            let unsynced = live.len() - durable.len();
+            live[..durable.len() + keep(unsynced).min(unsynced)].to_vec()
+        } else {
+            durable.to_vec()
+        }
+    })
+}
+
+/// The longest unsynced tail of any file on `disk`: past it, every [`torn_image`] is the same.
+pub fn unsynced_tail(disk: &MemStorage) -> usize {
+    let mut longest = 0;
+    let _ = disk.crash_image(|_, durable, live| {
+        longest = longest.max(live.len().saturating_sub(durable.len()));
+        durable.to_vec()
+    });
+    longest
+}

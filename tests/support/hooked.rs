@@ -1,0 +1,128 @@
+//! A storage wrapper for the entry-log tests: [`Hooked`] runs an in-memory disk whose files count
+//! their writes and fsyncs, can hold one fsync in progress, and can refuse to map.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+
+use ackstore::storage::{LockGuard, Mapped, MemStorage, Storage, StorageFile};
+
+/// Hooks a [`Hooked`] storage runs on its files' operations.
+#[derive(Default)]
+pub struct Hooks {
+    /// While set, every `map` fails with an I/O error (an exhausted address space or map count).
+    pub fail_map: AtomicBool,
+    /// `write_all_at` calls so far.
+    pub writes: AtomicU64,
+    /// `sync_data` calls so far.
+    pub syncs: AtomicU64,
+    /// When set, the next `sync_data` meets the first barrier before it starts and the second
+    /// before it proceeds, so a test can hold one fsync in progress.
+    pub hold_next_sync: Mutex<Option<Arc<(Barrier, Barrier)>>>,
+}
+
+/// A [`MemStorage`] whose files run [`Hooks`]; clones share the disk and the hooks.
+#[derive(Clone)]
+pub struct Hooked {
+    pub disk: MemStorage,
+    pub hooks: Arc<Hooks>,
+}
+
+impl Hooked {
+    pub fn new(disk: MemStorage) -> Self {
+        Self {
+            disk,
+            hooks: Arc::default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Hooked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Hooked")
+    }
+}
+
+#[derive(Debug)]
+struct HookedFile {
+    inner: Arc<dyn StorageFile>,
+    hooks: Arc<Hooks>,
+}
+
+impl std::fmt::Debug for Hooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Hooks")
+    }
+}
+
+impl Storage for Hooked {
+    fn location(&self) -> String {
+        self.disk.location()
+    }
+    fn list(&self) -> ackstore::Result<Vec<String>> {
+        self.disk.list()
+    }
+    fn exists(&self, name: &str) -> ackstore::Result<bool> {
+        self.disk.exists(name)
+    }
+    fn create(&self, name: &str) -> ackstore::Result<Arc<dyn StorageFile>> {
+        let inner = self.disk.create(name)?;
+        Ok(Arc::new(HookedFile {
+            inner,
+            hooks: Arc::clone(&self.hooks),
+        }))
+    }
+    fn open(&self, name: &str) -> ackstore::Result<Arc<dyn StorageFile>> {
+        let inner = self.disk.open(name)?;
+        Ok(Arc::new(HookedFile {
+            inner,
+            hooks: Arc::clone(&self.hooks),
+        }))
+    }
+    fn remove(&self, name: &str) -> ackstore::Result<()> {
+        self.disk.remove(name)
+    }
+    fn rename(&self, from: &str, to: &str) -> ackstore::Result<()> {
+        self.disk.rename(from, to)
+    }
+    fn link(&self, from: &str, to: &str) -> ackstore::Result<()> {
+        self.disk.link(from, to)
+    }
+    fn sync_dir(&self) -> ackstore::Result<()> {
+        self.disk.sync_dir()
+    }
+    fn lock(&self) -> ackstore::Result<LockGuard> {
+        self.disk.lock()
+    }
+}
+
+impl StorageFile for HookedFile {
+    fn size(&self) -> ackstore::Result<u64> {
+        self.inner.size()
+    }
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> ackstore::Result<()> {
+        self.inner.read_exact_at(buf, offset)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> ackstore::Result<()> {
+        self.hooks.writes.fetch_add(1, Ordering::SeqCst);
+        self.inner.write_all_at(buf, offset)
+    }
+    fn sync_data(&self) -> ackstore::Result<()> {
+        let held = self.hooks.hold_next_sync.lock().unwrap().take();
+        if let Some(barriers) = held {
+            barriers.0.wait();
+            barriers.1.wait();
+        }
+        self.hooks.syncs.fetch_add(1, Ordering::SeqCst);
+        self.inner.sync_data()
+    }
+    fn set_len(&self, len: u64) -> ackstore::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn map(&self) -> ackstore::Result<Mapped> {
+        if self.hooks.fail_map.load(Ordering::SeqCst) {
+            let enomem = std::io::Error::from_raw_os_error(12);
+            return Err(ackstore::Error::io("map", "hooked", enomem));
+        }
+        self.inner.map()
+    }
+}

@@ -1,0 +1,28 @@
+//! What the integration tests share, one submodule per concern. Each test file declares
+//! `mod support;` and uses what it needs; nothing here is a test of its own.
+//!
+//! - [`crash`]: power cuts at every storage operation ([`crash::cut_everywhere`]) and torn
+//!   images of unsynced tails ([`crash::torn_image`]), for every crash test.
+//! - [`log_model`]: deterministic entries and a model of an entry-log workload.
+//! - [`hooked`]: an in-memory disk whose files count writes and fsyncs and can stall or fail.
+//! - [`cursor_ledger`]: a cursor's persistence driven directly (no managed ledger), its
+//!   workload runner and the model its recovery is checked against.
+//! - [`topic`]: managed ledgers on an in-memory disk, appends and cursor options.
+//! - [`workload`]: a seeded random source and the acknowledged-set model of the stress and
+//!   process-kill tests.
+//! - [`ack_patterns`]: how consumers acknowledge, shared with the ack-set benchmark.
+//! - [`samples`]: copies of the committed sample directories under `tests/data/`.
+//!
+//! `crash`, `cursor_ledger` and `ack_patterns` are also compiled alone into a fuzz target or a
+//! benchmark, so they import nothing from their siblings.
+
+#![allow(dead_code, reason = "each test file uses a different subset")]
+
+pub mod ack_patterns;
+pub mod crash;
+pub mod cursor_ledger;
+pub mod hooked;
+pub mod log_model;
+pub mod samples;
+pub mod topic;
+pub mod workload;
