@@ -1,7 +1,7 @@
 //! Retried closes, seeks and evictions on a full disk: a call that returned `Ok` persisted
 //! everything, and one that could not says so.
 
-mod ledger_support;
+mod support;
 
 use std::sync::Arc;
 
@@ -32,7 +32,7 @@ fn a_retried_topic_close_after_a_failed_cursor_flush_never_returns_ok_without_th
     let disk = MemStorage::new();
     let cfg = config(1 << 20);
     let topic = open_mem(&disk, &cfg).unwrap();
-    let positions = ledger_support::append_n(&topic, 60);
+    let positions = support::topic::append_n(&topic, 60);
     topic.sync().unwrap();
     let cursor = topic.open_cursor("sub", CursorOptions::default()).unwrap();
     cursor.ack(positions[3]).unwrap();
@@ -65,7 +65,7 @@ fn acks_evicted_on_a_full_disk_are_kept_by_the_retried_flush(per_ledger: u64, le
     cfg.max_entries_per_ledger = per_ledger;
     cfg.cursor.cursor_ledger_max_entries = 1 << 20;
     let topic = open_mem(&disk, &cfg).unwrap();
-    let positions = ledger_support::append_n(&topic, per_ledger * ledgers);
+    let positions = support::topic::append_n(&topic, per_ledger * ledgers);
     topic.sync().unwrap();
     let cursor = topic.open_cursor("sub", CursorOptions::default()).unwrap();
     cursor.ack(positions[1]).unwrap();
@@ -108,7 +108,7 @@ fn a_seek_and_a_rewind_on_a_full_disk_with_pinned_partitions_change_nothing_and_
     cfg.max_entries_per_ledger = 4_000;
     cfg.cursor.cursor_ledger_max_entries = 1 << 20;
     let topic = open_mem(&disk, &cfg).unwrap();
-    let positions = ledger_support::append_n(&topic, 40_000);
+    let positions = support::topic::append_n(&topic, 40_000);
     topic.sync().unwrap();
     let cursor = topic.open_cursor("sub", CursorOptions::default()).unwrap();
     cursor.ack(positions[1]).unwrap();

@@ -2,7 +2,7 @@
 //! again) is never told it is fenced: whatever the failed call left behind, later calls
 //! succeed or fail with an I/O error, never with `Error::Fenced`.
 
-mod ledger_support;
+mod support;
 
 use std::sync::Arc;
 
@@ -11,7 +11,7 @@ use ackstore::storage::MemStorage;
 use ackstore::{Error, Result};
 
 fn config() -> LedgerConfig {
-    ledger_support::config(2)
+    support::topic::config(2)
 }
 
 /// Runs `op`; if it failed, the storage works again from here on.
@@ -28,7 +28,7 @@ fn a_single_owner_after_a_transient_io_error_at_any_step_is_never_fenced() {
     for k in 0..60 {
         let disk = MemStorage::new();
         let topic = ManagedLedger::open_with_storage(Arc::new(disk.clone()), config()).unwrap();
-        ledger_support::append_n(&topic, 3);
+        support::topic::append_n(&topic, 3);
         let cursor = topic.open_cursor("sub", CursorOptions::default()).unwrap();
         let first = topic.first_position().expect("entries");
         cursor.ack(first).unwrap();

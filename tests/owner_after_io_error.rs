@@ -2,11 +2,11 @@
 //! I/O error may leave the topic record written, and the handle must not then take its own
 //! write for a newer owner's.
 
-mod ledger_support;
+mod support;
 
 use ackstore::Error;
 use ackstore::ledger::InitialPosition;
-use ledger_support::{at, mem_topic};
+use support::topic::{at, mem_topic};
 
 #[test]
 fn a_single_owner_is_never_fenced_after_a_failed_record_write() {

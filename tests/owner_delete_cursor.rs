@@ -1,13 +1,13 @@
 //! A cursor deleted and created again by a new owner while the former owner still holds it
 //! open: nothing the former owner does afterwards reaches the new cursor.
 
-mod ledger_support;
+mod support;
 
 use std::sync::Arc;
 
 use ackstore::ledger::{InitialPosition, ManagedLedger};
 use ackstore::storage::MemStorage;
-use ledger_support::{append_n, at, config, reopen};
+use support::topic::{append_n, at, config, reopen};
 
 #[test]
 fn a_former_owner_cannot_write_into_a_cursor_deleted_and_created_again() {

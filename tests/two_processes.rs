@@ -23,6 +23,9 @@ const LOG: &str = "ACKSTORE_TWO_PROCESSES_LOG";
 const TEST: &str = "two_processes_sharing_a_directory_without_the_lock_lose_no_flushed_ack";
 const SUB: &str = "sub";
 const RUN_FOR: Duration = Duration::from_millis(1_500);
+/// A process that has not flushed once by `RUN_FOR` (a loaded machine) goes on until it has,
+/// or until this much time has passed.
+const RUN_AT_MOST: Duration = Duration::from_secs(60);
 
 /// The shared directory, with `lock` taken in a directory of this process's own, so it never
 /// keeps the other process out.
@@ -77,7 +80,8 @@ fn parse(line: &str) -> Option<Position> {
     Some(Position::new(l.parse().ok()?, e.parse().ok()?))
 }
 
-/// One of the two processes: rounds of open, append, ack, flush, close, until time is up.
+/// One of the two processes: rounds of open, append, ack, flush, close, until time is up and it
+/// has flushed at least once.
 /// Logs `try L:E` before each ack and `flushed L:E` for each ack a flush returned `Ok` after.
 fn child(dir: &Path, log: &Path) {
     let own = tempfile::tempdir().unwrap();
@@ -88,7 +92,8 @@ fn child(dir: &Path, log: &Path) {
     });
     let start = Instant::now();
     let mut round = 0u64;
-    while start.elapsed() < RUN_FOR {
+    let mut flushes = 0u64;
+    while start.elapsed() < RUN_FOR || (flushes == 0 && start.elapsed() < RUN_AT_MOST) {
         round += 1;
         // Any error ends the round: a fenced or out-raced handle starts again from an open.
         let _ = (|| -> ackstore::Result<()> {
@@ -110,6 +115,7 @@ fn child(dir: &Path, log: &Path) {
                     }
                 }
                 cursor.flush()?;
+                flushes += 1;
                 for p in acked {
                     writeln!(out, "flushed {}:{}", p.ledger_id, p.entry_id).unwrap();
                 }

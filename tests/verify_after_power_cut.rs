@@ -2,7 +2,7 @@
 //! a topic, rolls ledgers over, creates, flushes, closes and deletes cursors, trims and closes,
 //! the owner's open accepts what the disk holds and `ackstore verify` exits 0 on it.
 
-mod ledger_support;
+mod support;
 
 use std::path::Path;
 use std::process::Command;
@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use ackstore::ledger::{InitialPosition, ManagedLedger};
 use ackstore::storage::{MemStorage, Storage};
-use ledger_support::{at, config};
+use support::crash::{Cut, cut_everywhere, torn_image};
+use support::topic::{at, config};
 
 const PER_LEDGER: u64 = 4;
 
@@ -53,37 +54,30 @@ fn write_image(image: &MemStorage, dir: &Path) {
     }
 }
 
-/// Durable bytes plus half of what was written but not synced.
-fn torn(_: &str, durable: &[u8], live: &[u8]) -> Vec<u8> {
-    let keep = durable.len() + live.len().saturating_sub(durable.len()) / 2;
-    live.get(..keep).unwrap_or(durable).to_vec()
-}
-
 #[test]
 fn after_a_power_cut_at_any_operation_open_accepts_and_verify_exits_0() {
-    let total = {
-        let disk = MemStorage::new();
-        workload(&disk).unwrap();
-        disk.mutations()
-    };
-    assert!(total > 20);
-    for n in 0..total {
-        let disk = MemStorage::new();
-        disk.fail_after(Some(n));
-        assert!(workload(&disk).is_err());
+    let clean = cut_everywhere(workload, |disk, cut, result| {
+        let Cut { n, total } = cut;
+        if cut.interrupted() {
+            assert!(
+                result.is_err(),
+                "cut after {n} of {total}: the workload went on"
+            );
+        }
         disk.fail_after(None);
         // Alternate the two images a cut may leave, to bound the processes this test starts.
         let (kind, image) = if n % 2 == 0 {
             ("durable", disk.durable_image())
         } else {
-            ("torn", disk.crash_image(torn))
+            // Durable bytes plus half of what was written but not synced.
+            ("torn", torn_image(disk, |unsynced| unsynced / 2))
         };
         {
             let tmp = tempfile::tempdir().unwrap();
             write_image(&image, tmp.path());
             let dir = tmp.path().to_str().unwrap();
             if image.list().unwrap().is_empty() {
-                continue;
+                return;
             }
             let verified = Command::new(env!("CARGO_BIN_EXE_ackstore"))
                 .args(["verify", dir])
@@ -111,7 +105,7 @@ fn after_a_power_cut_at_any_operation_open_accepts_and_verify_exits_0() {
             );
             drop(opened);
             if n % 8 != 0 {
-                continue;
+                return;
             }
             // And after that open, verify still agrees.
             let again = Command::new(env!("CARGO_BIN_EXE_ackstore"))
@@ -126,7 +120,8 @@ fn after_a_power_cut_at_any_operation_open_accepts_and_verify_exits_0() {
                 String::from_utf8_lossy(&again.stdout)
             );
         }
-    }
+    });
+    assert!(clean.total > 20);
 }
 
 /// Crashes leave no garbage that outlives the next owner: after a cut at any operation, one
@@ -135,15 +130,11 @@ fn after_a_power_cut_at_any_operation_open_accepts_and_verify_exits_0() {
 #[test]
 fn after_a_power_cut_at_any_operation_the_next_owner_leaves_no_garbage() {
     use ackstore::meta::{FileMetaStore, MetaStore, record_of_file};
-    let total = {
-        let disk = MemStorage::new();
-        workload(&disk).unwrap();
-        disk.mutations()
-    };
-    for n in 0..total {
-        let disk = MemStorage::new();
-        disk.fail_after(Some(n));
-        assert!(workload(&disk).is_err());
+    cut_everywhere(workload, |disk, cut, result| {
+        let Cut { n, total } = cut;
+        if cut.interrupted() {
+            assert!(result.is_err(), "cut after {n}: the workload went on");
+        }
         disk.fail_after(None);
         let image = disk.durable_image();
         let topic = ManagedLedger::open_with_storage(Arc::new(image.clone()), cfg()).unwrap();
@@ -161,5 +152,5 @@ fn after_a_power_cut_at_any_operation_the_next_owner_leaves_no_garbage() {
             files.iter().all(|f| !f.ends_with(".tmp")),
             "cut after {n}: {files:?}"
         );
-    }
+    });
 }
