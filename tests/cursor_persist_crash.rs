@@ -282,13 +282,25 @@ fn check(image: &MemStorage, mode: PersistMode, b: &Bounds, what: &str) {
 /// its unsynced tail.
 fn torn_image(disk: &MemStorage, keep: impl Fn(usize) -> usize) -> MemStorage {
     disk.crash_image(|_, durable, live| {
-        if live.len() > durable.len() && live.starts_with(durable) {
+        let mut out = durable.to_vec();
+        if extends(durable, live) {
             let extra = keep(live.len() - durable.len());
-            live[..durable.len() + extra].to_vec()
-        } else {
-            durable.to_vec()
+            out.extend_from_slice(&live[durable.len()..durable.len() + extra]);
         }
+        out
     })
+}
+
+/// Whether `live` extends `durable`, the ledger header's synced-length slot aside (the one
+/// in-place write, made after an fsync returned; a torn image keeps its durable value).
+fn extends(durable: &[u8], live: &[u8]) -> bool {
+    let slots = ackstore::format::ledger::SLOTS_AT..ackstore::format::ledger::HEADER_V3_LEN;
+    live.len() > durable.len()
+        && durable
+            .iter()
+            .zip(live)
+            .enumerate()
+            .all(|(i, (d, l))| d == l || slots.contains(&i))
 }
 
 fn power_cut_after_every_operation(mode: PersistMode, seed: u64) {

@@ -109,12 +109,14 @@ proptest! {
                 }
                 Op::Crash(k) => {
                     drop(log);
+                    // The durable bytes and a prefix of the appended tail; the header's
+                    // synced-length slot, overwritten in place, keeps its durable value.
                     disk = disk.crash_image(|_, d, l| {
-                        if l.starts_with(d) {
-                            l[..l.len().min(d.len() + k)].to_vec()
-                        } else {
-                            d.to_vec()
+                        let mut out = d.to_vec();
+                        if l.len() > d.len() {
+                            out.extend_from_slice(&l[d.len()..l.len().min(d.len() + k)]);
                         }
+                        out
                     });
                     log = open(&disk);
                     adopt(&mut model, &log);

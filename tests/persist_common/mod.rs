@@ -321,12 +321,26 @@ fn session(
 /// its unsynced tail.
 pub fn torn_image(disk: &MemStorage, extra: usize) -> MemStorage {
     disk.crash_image(|_, durable, live| {
-        if live.len() > durable.len() && live.starts_with(durable) {
-            live[..durable.len() + extra.min(live.len() - durable.len())].to_vec()
-        } else {
-            durable.to_vec()
+        let mut out = durable.to_vec();
+        if extends(durable, live) {
+            out.extend_from_slice(
+                &live[durable.len()..durable.len() + extra.min(live.len() - durable.len())],
+            );
         }
+        out
     })
+}
+
+/// Whether `live` extends `durable`, the ledger header's synced-length slot aside (the one
+/// in-place write, made after an fsync returned; a torn image keeps its durable value).
+fn extends(durable: &[u8], live: &[u8]) -> bool {
+    let slots = ackstore::format::ledger::SLOTS_AT..ackstore::format::ledger::HEADER_V3_LEN;
+    live.len() > durable.len()
+        && durable
+            .iter()
+            .zip(live)
+            .enumerate()
+            .all(|(i, (d, l))| d == l || slots.contains(&i))
 }
 
 /// Opens `image` after a power cut and checks the recovered cursor against `outcome`.
