@@ -346,3 +346,64 @@ fn every_flipped_byte_of_a_cursor_ledger_s_last_flush_is_corruption_once_the_slo
         assert!(acked_2, "flip at {at}: the first flush's ack is lost");
     }
 }
+
+/// Writes every file of `image` into `dir`.
+fn write_files(image: &MemStorage, dir: &std::path::Path) {
+    for name in image.list().unwrap() {
+        std::fs::write(dir.join(&name), image.live_bytes(&name).unwrap()).unwrap();
+    }
+}
+
+fn verify_exit_code(dir: &std::path::Path) -> Option<i32> {
+    std::process::Command::new(env!("CARGO_BIN_EXE_ackstore"))
+        .args(["verify", dir.to_str().unwrap()])
+        .env("ACKSTORE_NO_PROGRESS", "1")
+        .output()
+        .expect("the binary runs")
+        .status
+        .code()
+}
+
+#[test]
+fn a_rotten_entry_of_the_last_synced_batch_refuses_the_topic_and_fails_verify() {
+    let disk = MemStorage::new();
+    let topic =
+        ManagedLedger::open_with_storage(Arc::new(disk.clone()), LedgerConfig::default()).unwrap();
+    let p: Vec<Position> = (0..10u8).map(|i| topic.append(&[i; 40]).unwrap()).collect();
+    topic.sync().unwrap();
+    let ledger = p[0].ledger_id;
+    let name = ledger_file_name(ledger);
+    let first = disk.live_bytes(&name).unwrap().len();
+    for i in 10..20u8 {
+        topic.append(&[i; 40]).unwrap();
+    }
+    topic.sync().unwrap();
+    // A power cut now, the slot written back; then one byte of the last batch rots.
+    let image = slot_written_back(&disk);
+    drop(topic);
+    let mut bytes = image.live_bytes(&name).unwrap();
+    let at = first + (bytes.len() - first) / 2;
+    bytes[at] ^= 0x04;
+    image.set_bytes(&name, bytes).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_files(&image, dir.path());
+    match ManagedLedger::open_with_storage(Arc::new(image), LedgerConfig::default()) {
+        Err(Error::Corrupted {
+            ledger: l, offset, ..
+        }) => {
+            assert_eq!(l, ledger);
+            assert!((first as u64..=at as u64).contains(&offset), "{offset}");
+        }
+        Ok(t) => panic!(
+            "the topic opened with {:?}: synced entries were cut",
+            t.last_position()
+        ),
+        Err(e) => panic!("{e}"),
+    }
+    assert_eq!(verify_exit_code(dir.path()), Some(1));
+    // The same on real files.
+    match ManagedLedger::open(dir.path(), LedgerConfig::default()) {
+        Err(Error::Corrupted { ledger: l, .. }) => assert_eq!(l, ledger),
+        other => panic!("real files: {:?}", other.map(|t| t.last_position())),
+    }
+}
