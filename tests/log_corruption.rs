@@ -1,14 +1,15 @@
 //! Bit rot: every byte of a small sealed and a small unsealed ledger damaged in turn. Each open
 //! or read either returns the true entry or an error, never a wrong payload and never a synced
-//! entry silently gone, and `verify` always names a problem. Damage inside one synced batch is
-//! corruption, not a torn tail.
+//! entry silently gone, and `verify` names a problem for every byte but the redundant
+//! synced-length slot copies. Damage inside one synced batch is corruption, not a torn tail, once
+//! the synced-length slot recording that sync is on disk.
 
 mod support;
 
 use std::sync::Arc;
 
 use ackstore::Error;
-use ackstore::format::ledger::{FRAME_HEADER_LEN, HEADER_LEN};
+use ackstore::format::ledger::{FRAME_HEADER_LEN, LedgerHeader, SLOTS_AT};
 use ackstore::log::{
     EntryLog, EntryMeta, LogConfig, RecoveryMode, ledger_file_name, verify_ledger,
 };
@@ -108,8 +109,10 @@ fn flip_every_byte(seal: bool) {
             image.set_bytes(&name, bad).unwrap();
             // Verify first: the owner's open below repairs a torn tail in place.
             let problems = verify_ledger(&image, id).unwrap();
+            // A slot copy is redundant: a damaged one fails its checksum and the other counts.
+            let in_slots = (SLOTS_AT..data_start(id)).contains(&at);
             assert!(
-                !problems.is_empty(),
+                !problems.is_empty() || in_slots,
                 "damage at byte {at} ^ {mask:#x} unnoticed"
             );
             check_never_wrong(&image, id);
@@ -127,9 +130,14 @@ fn every_damaged_byte_of_an_unsealed_ledger_reads_true_or_fails() {
     flip_every_byte(false);
 }
 
+/// Byte offset of the first frame of a ledger this build creates.
+fn data_start(id: u64) -> usize {
+    usize::try_from(LedgerHeader::new(id, 0).data_start()).unwrap()
+}
+
 /// Byte offset of entry `i`'s frame in a ledger of `payload(id, _)` entries.
 fn frame_offset(id: u64, i: u64) -> usize {
-    HEADER_LEN
+    data_start(id)
         + (0..i)
             .map(|j| FRAME_HEADER_LEN + payload(id, j).len())
             .sum::<usize>()
@@ -198,17 +206,21 @@ fn damage_to_a_synced_frame_before_the_tail_is_corruption_not_a_torn_tail() {
 }
 
 #[test]
-fn damage_in_a_batch_no_later_mark_covers_is_a_torn_tail_and_under_a_mark_is_corruption() {
-    // One batch synced once: every frame carries the mark of the header alone, so nothing in
-    // the file proves the batch was synced (a power cut may keep any subset of its pages).
-    // Damage anywhere in it is cut as a torn tail, reported, never opened as damage.
+fn damage_in_the_last_synced_batch_is_a_torn_tail_until_its_slot_is_on_disk_then_corruption() {
+    // One batch synced once: every frame carries the mark of the header alone. Until the
+    // synced-length slot written after that sync reaches the disk (by the next fsync or the
+    // kernel's writeback), nothing in the file proves the batch was synced (a power cut may keep
+    // any subset of its pages): damage anywhere in it is cut as a torn tail, reported.
     let (disk, id) = synced_ledger(false, false);
     let name = ledger_file_name(id);
-    let original = disk.live_bytes(&name).unwrap();
+    let durable = disk.durable_image().live_bytes(&name).unwrap();
+    let written_back = disk.live_bytes(&name).unwrap();
+    assert_eq!(durable.len(), written_back.len());
+    assert_ne!(durable, written_back, "the slot write is not yet durable");
     for damaged_entry in 0..ENTRIES {
         let at = frame_offset(id, damaged_entry);
         for byte in [0, FRAME_HEADER_LEN + payload(id, damaged_entry).len() / 2] {
-            let mut bad = original.clone();
+            let mut bad = durable.clone();
             bad[at + byte] ^= 1;
             let image = disk.durable_image();
             image.set_bytes(&name, bad).unwrap();
@@ -223,13 +235,26 @@ fn damage_in_a_batch_no_later_mark_covers_is_a_torn_tail_and_under_a_mark_is_cor
             assert_eq!(report[0].offset, at as u64);
         }
     }
-    // Once a frame appended after that sync carries its mark, the same damage is corruption.
+    // With the slot written back, the same damage is corruption, in open and in verify.
+    for damaged_entry in 0..ENTRIES {
+        let at = frame_offset(id, damaged_entry);
+        let mut bad = written_back.clone();
+        bad[at + FRAME_HEADER_LEN] ^= 1;
+        let image = disk.durable_image();
+        image.set_bytes(&name, bad).unwrap();
+        let problems = verify_ledger(&image, id).unwrap();
+        assert!(!problems.is_empty() && problems.iter().all(|p| !p.torn_tail));
+        assert_eq!(problems[0].offset, at as u64);
+        assert_damaged(&image, id, at as u64, damaged_entry);
+    }
+    // A frame appended after that sync carries its mark, and the next sync makes the slot
+    // durable: the same damage is corruption in the durable image alone.
     let log = EntryLog::open(Arc::new(disk.clone()), LogConfig::default()).unwrap();
     log.append(id, meta(ENTRIES), &payload(id, ENTRIES))
         .unwrap();
     log.sync(id).unwrap();
     drop(log);
-    let original = disk.live_bytes(&name).unwrap();
+    let original = disk.durable_image().live_bytes(&name).unwrap();
     for damaged_entry in 0..ENTRIES {
         let at = frame_offset(id, damaged_entry);
         let mut bad = original.clone();
@@ -265,7 +290,9 @@ fn a_payload_holding_a_whole_frame_does_not_turn_a_torn_tail_into_corruption() {
     log.sync(id).unwrap();
     drop(log);
     let name = ledger_file_name(id);
-    let bytes = disk.live_bytes(&name).unwrap();
+    // The durable bytes: the slot written after the last sync has not reached the disk, so
+    // nothing records that entry 1 was synced and a cut inside it reads as a torn write.
+    let bytes = disk.durable_image().live_bytes(&name).unwrap();
     let image = disk.durable_image();
     image
         .set_bytes(&name, bytes[..bytes.len() - 1].to_vec())

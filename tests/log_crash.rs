@@ -7,7 +7,7 @@ mod support;
 use std::sync::Arc;
 
 use ackstore::Error;
-use ackstore::format::ledger::{FRAME_HEADER_LEN, HEADER_LEN};
+use ackstore::format::ledger::{FRAME_HEADER_LEN, HEADER_V3_LEN};
 use ackstore::log::{EntryLog, LogConfig, ledger_file_name};
 use ackstore::storage::{FileStorage, MemStorage, Storage};
 use support::crash::{Clean, Cut, Points, cut_everywhere_after, torn_image, unsynced_tail};
@@ -130,7 +130,7 @@ fn power_cut_while_the_write_buffer_spills_keeps_synced_entries() {
 
 /// Offsets at which each of `payload_lens`' frames ends.
 fn frame_ends(payload_lens: &[usize]) -> Vec<usize> {
-    let mut end = HEADER_LEN;
+    let mut end = HEADER_V3_LEN;
     payload_lens
         .iter()
         .map(|len| {
@@ -238,13 +238,27 @@ const PAGE: usize = 4096;
 /// The durable bytes plus the 4 KiB pages of the unsynced tail that `keep(page)` chooses
 /// (numbered from the first page the tail touches); a page not kept reads as zeros, and the
 /// file ends with the last kept page. Page writeback does not follow write order, so any subset
-/// may reach the disk.
-fn keep_pages(durable: &[u8], live: &[u8], keep: impl Fn(usize) -> bool) -> Vec<u8> {
-    if live.len() <= durable.len() || !live.starts_with(durable) {
-        return durable.to_vec();
+/// may reach the disk. `written_back` decides, apart from them, whether the durable pages the
+/// writer overwrote in place since its last fsync (the header's synced-length slot) reach the
+/// disk too.
+fn keep_pages(
+    durable: &[u8],
+    live: &[u8],
+    keep: impl Fn(usize) -> bool,
+    written_back: bool,
+) -> Vec<u8> {
+    let mut out = durable.to_vec();
+    if written_back {
+        let common = durable.len().min(live.len());
+        for page in 0..common.div_ceil(PAGE) {
+            let range = page * PAGE..((page + 1) * PAGE).min(common);
+            out[range.clone()].copy_from_slice(&live[range]);
+        }
+    }
+    if live.len() <= durable.len() {
+        return out;
     }
     let first = durable.len() / PAGE;
-    let mut out = durable.to_vec();
     for page in first..live.len().div_ceil(PAGE) {
         if keep(page - first) {
             let (start, end) = (
@@ -260,20 +274,20 @@ fn keep_pages(durable: &[u8], live: &[u8], keep: impl Fn(usize) -> bool) -> Vec<
 
 /// Page choices for a tail of `pages` pages: every subset of a short tail; for a longer one,
 /// each page alone, each page missing, and alternating pages.
-fn page_choices(pages: usize) -> Vec<Box<dyn Fn(usize) -> bool>> {
-    let mut out: Vec<Box<dyn Fn(usize) -> bool>> = Vec::new();
+fn page_choices(pages: usize) -> Vec<Arc<dyn Fn(usize) -> bool>> {
+    let mut out: Vec<Arc<dyn Fn(usize) -> bool>> = Vec::new();
     if pages <= 4 {
         for mask in 0..1usize << pages {
-            out.push(Box::new(move |p| mask >> p & 1 == 1));
+            out.push(Arc::new(move |p| mask >> p & 1 == 1));
         }
         return out;
     }
     for q in 0..pages {
-        out.push(Box::new(move |p| p == q));
-        out.push(Box::new(move |p| p != q));
+        out.push(Arc::new(move |p| p == q));
+        out.push(Arc::new(move |p| p != q));
     }
-    out.push(Box::new(|p| p % 2 == 0));
-    out.push(Box::new(|p| p % 2 == 1));
+    out.push(Arc::new(|p| p % 2 == 0));
+    out.push(Arc::new(|p| p % 2 == 1));
     out
 }
 
@@ -322,14 +336,17 @@ fn power_cut_keeping_any_pages_of_the_unsynced_tail_keeps_synced_entries() {
         };
         let name = ledger_file_name(*id);
         let lens: Vec<usize> = l.appended.iter().map(|e| e.1.len()).collect();
-        let data_end = frame_ends(&lens).last().copied().unwrap_or(HEADER_LEN);
+        let data_end = frame_ends(&lens).last().copied().unwrap_or(HEADER_V3_LEN);
         let durable = durable_disk.live_bytes(&name).unwrap_or_default();
         let live = disk.live_bytes(&name).unwrap_or_default();
         // A seal cut short with only footer bytes unsynced: it holds no entry.
         let footer_only =
             l.seal_started && !l.sealed && durable.len() == data_end && live.len() > data_end;
-        for keep in page_choices(tail_pages) {
-            let image = disk.crash_image(|_, d, l| keep_pages(d, l, &keep));
+        for (keep, back) in page_choices(tail_pages)
+            .into_iter()
+            .flat_map(|keep| [false, true].map(|back| (Arc::clone(&keep), back)))
+        {
+            let image = disk.crash_image(|_, d, l| keep_pages(d, l, &*keep, back));
             let kept = image.live_bytes(&name).unwrap_or_default();
             // Whatever pages survived, a tolerant open succeeds and keeps every synced entry.
             let log = open(&image);
@@ -341,7 +358,7 @@ fn power_cut_keeping_any_pages_of_the_unsynced_tail_keeps_synced_entries() {
                 // are a torn tail to it.
                 let trailer_kept = kept.len() == live.len();
                 footer_holes += usize::from(trailer_kept && kept != live);
-                let fresh = disk.crash_image(|_, d, l| keep_pages(d, l, &keep));
+                let fresh = disk.crash_image(|_, d, l| keep_pages(d, l, &*keep, back));
                 match EntryLog::open(Arc::new(fresh), strict) {
                     Ok(_) => {}
                     Err(Error::TornTail { .. }) if !trailer_kept => {}
@@ -404,8 +421,11 @@ fn any_pages_of_an_unsynced_batch_reaching_the_disk_make_a_torn_tail_never_damag
         let live = disk.live_bytes(&name).unwrap_or_default().len();
         let durable = durable_disk.live_bytes(&name).unwrap_or_default().len();
         let pages = live.div_ceil(PAGE).saturating_sub(durable / PAGE);
-        for keep in page_choices(pages) {
-            let image = disk.crash_image(|_, d, l| keep_pages(d, l, &keep));
+        for (keep, back) in page_choices(pages)
+            .into_iter()
+            .flat_map(|keep| [false, true].map(|back| (Arc::clone(&keep), back)))
+        {
+            let image = disk.crash_image(|_, d, l| keep_pages(d, l, &*keep, back));
             let kept = image.live_bytes(&name).unwrap_or_default();
             lost_page_before_kept_frames += usize::from(kept.len() > durable + PAGE && !keep(0));
             let log = open(&image);
@@ -416,7 +436,7 @@ fn any_pages_of_an_unsynced_batch_reaching_the_disk_make_a_torn_tail_never_damag
                 log.damaged_ledgers()
             );
             drop(log);
-            let fresh = disk.crash_image(|_, d, l| keep_pages(d, l, &keep));
+            let fresh = disk.crash_image(|_, d, l| keep_pages(d, l, &*keep, back));
             match EntryLog::open(Arc::new(fresh.clone()), strict) {
                 Ok(_) | Err(Error::TornTail { .. }) => {}
                 Err(e) => panic!("cut after {n}: strict open: {e}"),

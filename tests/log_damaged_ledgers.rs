@@ -117,7 +117,7 @@ fn a_damaged_data_ledger_refuses_the_topic_naming_the_ledger() {
     let mut bytes = disk.live_bytes(&name).unwrap();
     // One bit of entry 0's payload; entries 1 to 4 follow it whole. With no whole entry
     // before the damage, the ledger would otherwise look empty and be dropped.
-    let at = ackstore::format::ledger::HEADER_LEN;
+    let at = ackstore::format::ledger::HEADER_V3_LEN;
     bytes[at + FRAME_HEADER_LEN] ^= 1;
     disk.set_bytes(&name, bytes).unwrap();
     match ManagedLedger::open_with_storage(Arc::new(disk.clone()), config) {

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 
 use ackstore::Error;
 use ackstore::format::ledger::{
-    FRAME_HEADER_LEN, HEADER_LEN, INDEX_OVERHEAD, LedgerHeader, TRAILER_LEN, encode_footer,
+    FRAME_HEADER_LEN, HEADER_V3_LEN, INDEX_OVERHEAD, LedgerHeader, TRAILER_LEN, encode_footer,
 };
 use ackstore::log::{EntryLog, EntryMeta, LogConfig, RecoveryMode, ledger_file_name};
 use ackstore::storage::{FileStorage, MemStorage};
@@ -91,12 +91,12 @@ fn a_payload_carrying_a_footer_does_not_seal_its_ledger() {
         let id = log.create_ledger().unwrap();
         assert_eq!(id, guess.ledger_id);
         log.append(id, EntryMeta::default(), b"hello").unwrap();
-        let o1 = (HEADER_LEN + FRAME_HEADER_LEN + 5) as u64;
+        let o1 = (HEADER_V3_LEN + FRAME_HEADER_LEN + 5) as u64;
         let len = 100usize;
         let footer_len = INDEX_OVERHEAD + 8 * 2 + TRAILER_LEN;
         let data_end = o1 + FRAME_HEADER_LEN as u64 + len as u64 - footer_len as u64;
         let mut forged = vec![b'x'; len - footer_len];
-        forged.extend(encode_footer(&guess, data_end, &[HEADER_LEN as u64, o1]));
+        forged.extend(encode_footer(&guess, data_end, &[HEADER_V3_LEN as u64, o1]));
         log.append(id, EntryMeta::default(), &forged).unwrap();
         log.sync(id).unwrap();
         drop(log);
@@ -115,7 +115,7 @@ fn an_interrupted_seal_whose_index_page_was_lost_is_repaired_even_in_strict_mode
     let id = sealed_ledger(&disk, 4);
     let name = ledger_file_name(id);
     let bytes = disk.live_bytes(&name).unwrap();
-    let data_end = HEADER_LEN
+    let data_end = HEADER_V3_LEN
         + (0..4)
             .map(|i| FRAME_HEADER_LEN + payload(id, i).len())
             .sum::<usize>();

@@ -1,9 +1,15 @@
 //! Sample ledger files under `tests/data/`, committed as bytes, so a format change fails loudly.
 //!
-//! Version 2 (the nonce-seeded format written today):
-//! - `ledger-v2/`: ledger 1, sealed, entries "sealed entry 0..2"; ledger 2, unsealed, entries
-//!   "open entry 0..1", each synced before the next was appended.
-//! - `ledger-v2-torn/`: ledger 2 followed by 30 bytes of a torn frame.
+//! Version 3 (written today: version 2 plus the synced-length slots):
+//! - `ledger-v3/`: ledger 1, sealed, entries "sealed entry 0..2"; ledger 2, unsealed, entries
+//!   "open entry 0..1", each synced before the next was appended (slot copy 0 records the end
+//!   of entry 0, copy 1 the end of entry 1).
+//! - `ledger-v3-torn/`: ledger 2 followed by 30 bytes of a torn frame.
+//! - `ledger-v3-corrupt/`: ledger 2 with one payload byte of entry 1, the last synced batch,
+//!   flipped: only the slot records that it was synced.
+//!
+//! Version 2 (the nonce, no slots), still read and written on:
+//! - `ledger-v2/`, `ledger-v2-torn/`: the same contents in version 2.
 //! - `ledger-v2-corrupt/`: ledger 2 with one payload byte of entry 0 flipped.
 //!
 //! Version 1 (no nonce, unseeded checksums), still read and written on:
@@ -13,7 +19,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use ackstore::format::ledger::{
-    LedgerHeader, VERSION, VERSION_1, decode_header, encode_footer, encode_frame,
+    LedgerHeader, SLOTS_AT, VERSION, VERSION_1, VERSION_2, decode_header, encode_footer,
+    encode_frame,
 };
 use ackstore::log::{EntryLog, EntryMeta, LogConfig, RecoveryMode, ledger_file_name};
 use ackstore::storage::{MemStorage, Storage};
@@ -66,7 +73,8 @@ fn assert_entries(log: &EntryLog, ledger: u64, prefix: &str, count: u64) {
 
 /// The bytes of the sample ledgers, built from the format's encoders for header `h`: the
 /// sealed one (`prefix` "sealed", 3 entries) or the unsealed one ("open", 2 entries, each
-/// synced before the next: its durable mark is the end of the previous frame).
+/// synced before the next: its durable mark is the end of the previous frame, and in version 3
+/// slot copy `i` records the end of entry `i`, written after the sync that covered it).
 fn expected_bytes(h: &LedgerHeader, sealed: bool) -> Vec<u8> {
     let mut file = h.encode();
     let (prefix, count) = if sealed { ("sealed", 3) } else { ("open", 2) };
@@ -80,6 +88,11 @@ fn expected_bytes(h: &LedgerHeader, sealed: bool) -> Vec<u8> {
         offsets.push(file.len() as u64);
         let payload = format!("{prefix} entry {i}");
         file.extend(encode_frame(h, i, mark, meta(i), payload.as_bytes()).unwrap());
+        if !sealed && h.has_synced_slots() {
+            let at = usize::try_from(LedgerHeader::slot_offset(i as usize)).unwrap();
+            let slot = h.encode_slot(i as usize, file.len() as u64);
+            file[at..at + slot.len()].copy_from_slice(&slot);
+        }
     }
     if sealed {
         let data_end = file.len() as u64;
@@ -94,7 +107,11 @@ fn header_of(disk: &MemStorage, ledger: u64) -> LedgerHeader {
 
 #[test]
 fn samples_of_both_versions_open_and_read() {
-    for (name, version) in [("ledger-v2", VERSION), ("ledger-v1", VERSION_1)] {
+    for (name, version) in [
+        ("ledger-v3", VERSION),
+        ("ledger-v2", VERSION_2),
+        ("ledger-v1", VERSION_1),
+    ] {
         let disk = sample(name);
         let log = open(&disk).unwrap();
         assert!(log.recovery_report().is_empty());
@@ -109,7 +126,7 @@ fn samples_of_both_versions_open_and_read() {
 
 #[test]
 fn sample_bytes_are_what_the_encoders_produce_for_their_nonce() {
-    for name in ["ledger-v2", "ledger-v1"] {
+    for name in ["ledger-v3", "ledger-v2", "ledger-v1"] {
         let disk = sample(name);
         for (id, sealed) in [(1, true), (2, false)] {
             let h = header_of(&disk, id);
@@ -123,7 +140,7 @@ fn sample_bytes_are_what_the_encoders_produce_for_their_nonce() {
 }
 
 #[test]
-fn todays_writer_produces_version_2_bytes_with_a_fresh_nonce_per_ledger() {
+fn todays_writer_produces_version_3_bytes_with_a_fresh_nonce_per_ledger() {
     let disk = MemStorage::new();
     let log = open(&disk).unwrap();
     let sealed = log.create_ledger().unwrap();
@@ -150,25 +167,35 @@ fn todays_writer_produces_version_2_bytes_with_a_fresh_nonce_per_ledger() {
 }
 
 #[test]
-fn a_version_1_ledger_is_appended_to_and_sealed_in_version_1_form() {
-    let disk = sample("ledger-v1");
-    let log = open(&disk).unwrap();
-    log.append(2, meta(2), b"open entry 2").unwrap();
-    log.sync(2).unwrap();
-    log.seal(2).unwrap();
-    drop(log);
-    assert_eq!(header_of(&disk, 2).version, VERSION_1);
-    let log = open(&disk).unwrap();
-    assert!(log.ledger_info(2).unwrap().sealed);
-    assert_entries(&log, 2, "open", 3);
-    // New ledgers in the same directory are version 2.
-    let id = log.create_ledger().unwrap();
-    assert_eq!(header_of(&disk, id).version, VERSION);
+fn version_1_and_2_ledgers_are_appended_to_and_sealed_in_their_own_form() {
+    for (name, version) in [("ledger-v1", VERSION_1), ("ledger-v2", VERSION_2)] {
+        let disk = sample(name);
+        let log = open(&disk).unwrap();
+        let before = disk.live_bytes(&ledger_file_name(2)).unwrap();
+        log.append(2, meta(2), b"open entry 2").unwrap();
+        log.sync(2).unwrap();
+        // No slot is written into an older file: its bytes before the new frame are unchanged.
+        let after = disk.live_bytes(&ledger_file_name(2)).unwrap();
+        assert_eq!(after[..before.len()], before[..], "{name}");
+        log.seal(2).unwrap();
+        drop(log);
+        assert_eq!(header_of(&disk, 2).version, version);
+        let log = open(&disk).unwrap();
+        assert!(log.ledger_info(2).unwrap().sealed);
+        assert_entries(&log, 2, "open", 3);
+        // New ledgers in the same directory are version 3.
+        let id = log.create_ledger().unwrap();
+        assert_eq!(header_of(&disk, id).version, VERSION);
+        assert_eq!(
+            disk.live_bytes(&ledger_file_name(id)).unwrap().len(),
+            SLOTS_AT + 24
+        );
+    }
 }
 
 #[test]
 fn samples_with_a_torn_tail_are_cut_back() {
-    for name in ["ledger-v2-torn", "ledger-v1-torn"] {
+    for name in ["ledger-v3-torn", "ledger-v2-torn", "ledger-v1-torn"] {
         let disk = sample(name);
         let log = open(&disk).unwrap();
         let report = log.recovery_report();
@@ -180,7 +207,12 @@ fn samples_with_a_torn_tail_are_cut_back() {
 
 #[test]
 fn samples_with_a_damaged_synced_entry_open_damaged_or_refuse_in_strict_mode() {
-    for (name, first_frame) in [("ledger-v2-corrupt", 44), ("ledger-v1-corrupt", 36)] {
+    // (sample, offset of the damaged frame, whole entries before it)
+    for (name, first_frame, before) in [
+        ("ledger-v3-corrupt", 124, 1),
+        ("ledger-v2-corrupt", 44, 0),
+        ("ledger-v1-corrupt", 36, 0),
+    ] {
         let disk = sample(name);
         let err = EntryLog::open(Arc::new(disk.clone()), strict()).unwrap_err();
         assert!(
@@ -198,18 +230,21 @@ fn samples_with_a_damaged_synced_entry_open_damaged_or_refuse_in_strict_mode() {
         let info = log.ledger_info(2).unwrap();
         assert_eq!(
             (info.entries, info.damaged),
-            (0, Some((first_frame, CorruptionKind::ChecksumMismatch)))
+            (
+                before,
+                Some((first_frame, CorruptionKind::ChecksumMismatch))
+            )
         );
         assert!(matches!(log.read(2, 1), Err(Error::Corrupted { .. })));
     }
 }
 
 #[test]
-fn a_version_3_file_is_refused_as_an_unsupported_version() {
-    let disk = sample("ledger-v2");
+fn a_version_4_file_is_refused_as_an_unsupported_version() {
+    let disk = sample("ledger-v3");
     let name = ledger_file_name(2);
     let mut bytes = disk.live_bytes(&name).unwrap();
-    bytes[16] = 3;
+    bytes[16] = 4;
     disk.set_bytes(&name, bytes).unwrap();
     let err = EntryLog::open(Arc::new(disk.clone()), strict()).unwrap_err();
     assert!(
@@ -217,7 +252,7 @@ fn a_version_3_file_is_refused_as_an_unsupported_version() {
             err,
             Error::Corrupted {
                 ledger: 2,
-                kind: CorruptionKind::UnsupportedVersion(3),
+                kind: CorruptionKind::UnsupportedVersion(4),
                 ..
             }
         ),

@@ -3,9 +3,10 @@
 //! than a fixed read-ahead window.
 //!
 //! The first byte picks how the rest is used: even, the bytes are the file itself; odd, they
-//! describe a valid ledger (version 2 with a nonce taken from the input, or version 1; entries,
-//! sealed or not) that is then damaged and cut, so the fuzzer reaches the frame and footer
-//! checks without having to forge checksums.
+//! describe a valid ledger (version 3 with a nonce taken from the input, its synced-length slot
+//! claiming the header or every frame, or version 1; entries, sealed or not) that is then damaged
+//! and cut, so the fuzzer reaches the frame, slot and footer checks without having to forge
+//! checksums.
 //!
 //! Besides "no panic", a tolerant owner open must succeed whatever the bytes (a damaged ledger
 //! opens damaged), and every entry it reports is readable or [`ackstore::Error::Corrupted`].
@@ -43,6 +44,14 @@ fn damaged_ledger(data: &[u8]) -> Vec<u8> {
         offsets.push(file.len() as u64);
         let payload = vec![*len; usize::from(*len)];
         file.extend(encode_frame(&h, id, 0, meta, &payload).unwrap_or_default());
+    }
+    if shape & 0x20 != 0 && h.has_synced_slots() {
+        // Every frame synced: damage below this length is corruption, not a torn tail.
+        let slot = h.encode_slot(0, file.len() as u64);
+        let at = usize::try_from(LedgerHeader::slot_offset(0)).unwrap_or(0);
+        if let Some(dst) = file.get_mut(at..at + slot.len()) {
+            dst.copy_from_slice(&slot);
+        }
     }
     if shape & 0x08 != 0 {
         let data_end = file.len() as u64;

@@ -11,6 +11,9 @@
 //! file   := header frame* [footer]
 //! header := magic[16] version:u32 flags:u32 ledger_id:u64 nonce:u64 crc:u32  (44 bytes)
 //!           crc = CRC32(magic .. nonce)
+//!           version 3 only, right after it: slot[2]                        (24 bytes)
+//! slot   := synced_len:u64 crc:u32                                          (12 bytes)
+//!           crc = CRC32(nonce, copy:u8, synced_len)
 //! frame  := crc:u32 payload_len:u32 entry_id:u64 durable_mark:u64
 //!           index:u64 num_messages:u32 timestamp:u64 payload[payload_len]     (44 + len bytes)
 //!           crc = CRC32(nonce, payload_len .. timestamp, payload)
@@ -30,8 +33,17 @@
 //! field (36 bytes), and their checksums are not seeded. They keep the weakness the nonce
 //! removes; a version 1 ledger is written on (appended to, sealed) in version 1 form.
 //!
+//! Version 2 files (written before the synced-length slot existed) are read and written on in
+//! version 2 form: they have no slot, and their first frame starts right after the header.
+//!
 //! A frame's `durable_mark` is the file length the writer knew to be durable (synced) when it
 //! appended the frame. It may never exceed the frame's own offset.
+//!
+//! The two synced-length slots (version 3) each hold a file length that a finished `fdatasync`
+//! covered. They are overwritten in place, alternately, after each fsync returns, so a slot
+//! never claims bytes that are not durable, and a torn slot write damages at most one copy (its
+//! checksum then fails and the other, older copy counts). The synced length is the larger valid
+//! copy.
 
 use super::{Reader, crc32};
 use crate::error::CorruptionKind;
@@ -51,8 +63,10 @@ pub struct EntryMeta {
 
 /// First bytes of every ledger file.
 pub const MAGIC: [u8; 16] = *b"ackstore ledger\n";
-/// Format version written by this build.
-pub const VERSION: u32 = 2;
+/// Format version written by this build: version 2 plus the synced-length slots.
+pub const VERSION: u32 = 3;
+/// The nonce, no synced-length slot. Still read and written on.
+pub const VERSION_2: u32 = 2;
 /// The first format version: no nonce, unseeded checksums. Still read and written on.
 pub const VERSION_1: u32 = 1;
 
@@ -62,8 +76,19 @@ const H_FLAGS: usize = H_VERSION + 4;
 const H_LEDGER: usize = H_FLAGS + 4;
 const H_NONCE: usize = H_LEDGER + 8;
 const H_CRC: usize = H_NONCE + 8;
-/// Length of a version 2 file header; the first frame starts here.
+/// Length of a version 2 file header, and of the checksummed part of a version 3 one; the
+/// first frame of a version 2 file starts here.
 pub const HEADER_LEN: usize = H_CRC + 4;
+const S_LEN_FIELD: usize = 0;
+const S_CRC: usize = S_LEN_FIELD + 8;
+/// Length of one synced-length slot copy.
+pub const SLOT_LEN: usize = S_CRC + 4;
+/// Number of synced-length slot copies.
+pub const SLOT_COPIES: usize = 2;
+/// File offset of the first slot copy (version 3).
+pub const SLOTS_AT: usize = HEADER_LEN;
+/// Length of a version 3 file header with its slots; the first frame starts here.
+pub const HEADER_V3_LEN: usize = SLOTS_AT + SLOT_COPIES * SLOT_LEN;
 /// Length of a version 1 file header (no nonce).
 pub const HEADER_V1_LEN: usize = H_NONCE + 4;
 /// Bytes of the header before its first per-file random field: magic, version, flags, id.
@@ -102,14 +127,70 @@ impl LedgerHeader {
         }
     }
 
-    /// Length of the encoded header: the offset of the first frame.
+    /// The header of a version 2 ledger (for tests and tools that write old files).
+    #[must_use]
+    pub fn v2(ledger_id: u64, nonce: u64) -> Self {
+        Self {
+            ledger_id,
+            version: VERSION_2,
+            nonce,
+        }
+    }
+
+    /// Length of the encoded header (with the slots, in version 3): the offset of the first
+    /// frame.
     #[must_use]
     pub fn data_start(&self) -> u64 {
-        if self.version == VERSION_1 {
-            HEADER_V1_LEN as u64
-        } else {
-            HEADER_LEN as u64
+        match self.version {
+            VERSION_1 => HEADER_V1_LEN as u64,
+            VERSION_2 => HEADER_LEN as u64,
+            _ => HEADER_V3_LEN as u64,
         }
+    }
+
+    /// Whether the file carries synced-length slots (version 3).
+    #[must_use]
+    pub fn has_synced_slots(&self) -> bool {
+        self.version == VERSION
+    }
+
+    /// File offset of slot copy `copy` (0 or 1; taken modulo [`SLOT_COPIES`]).
+    #[must_use]
+    pub fn slot_offset(copy: usize) -> u64 {
+        (SLOTS_AT + (copy % SLOT_COPIES) * SLOT_LEN) as u64
+    }
+
+    /// Slot copy `copy` claiming `synced_len`.
+    #[must_use]
+    pub fn encode_slot(&self, copy: usize, synced_len: u64) -> [u8; SLOT_LEN] {
+        let mut out = [0u8; SLOT_LEN];
+        let len = synced_len.to_le_bytes();
+        let crc = self.crc(&[&[slot_tag(copy)], &len]);
+        if let Some(f) = out.get_mut(S_LEN_FIELD..S_CRC) {
+            f.copy_from_slice(&len);
+        }
+        if let Some(f) = out.get_mut(S_CRC..SLOT_LEN) {
+            f.copy_from_slice(&crc.to_le_bytes());
+        }
+        out
+    }
+
+    /// The synced length the slots (`bytes`: the [`SLOT_COPIES`] copies from [`SLOTS_AT`] on)
+    /// record: the larger valid copy; `None` when no copy is valid or the file has no slots.
+    #[must_use]
+    pub fn decode_slots(&self, bytes: &[u8]) -> Option<u64> {
+        if !self.has_synced_slots() {
+            return None;
+        }
+        (0..SLOT_COPIES)
+            .filter_map(|copy| {
+                let slot = bytes.get(copy * SLOT_LEN..(copy + 1) * SLOT_LEN)?;
+                let mut r = Reader::new(slot);
+                let len = r.u64().ok()?;
+                let crc = r.u32().ok()?;
+                (crc == self.crc(&[&[slot_tag(copy)], &len.to_le_bytes()])).then_some(len)
+            })
+            .max()
     }
 
     /// The checksum of the concatenation of `parts`, seeded with the nonce (version 2) or not
@@ -126,10 +207,10 @@ impl LedgerHeader {
         hasher.finalize()
     }
 
-    /// The encoded header.
+    /// The encoded header; in version 3 followed by both slots claiming the header itself.
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(HEADER_LEN);
+        let mut out = Vec::with_capacity(HEADER_V3_LEN);
         out.extend_from_slice(&MAGIC);
         out.extend_from_slice(&self.version.to_le_bytes());
         out.extend_from_slice(&0u32.to_le_bytes());
@@ -139,14 +220,30 @@ impl LedgerHeader {
         }
         let crc = crc32(&[&out]);
         out.extend_from_slice(&crc.to_le_bytes());
+        if self.has_synced_slots() {
+            for copy in 0..SLOT_COPIES {
+                out.extend_from_slice(&self.encode_slot(copy, self.data_start()));
+            }
+        }
         out
     }
 }
 
-/// The first [`HEADER_FIXED_LEN`] bytes every version 2 header of `ledger_id` starts with.
+/// The copy number as the checksum sees it, so one copy's bytes never pass in the other's place.
+#[expect(clippy::cast_possible_truncation, reason = "copy < SLOT_COPIES = 2")]
+fn slot_tag(copy: usize) -> u8 {
+    (copy % SLOT_COPIES) as u8
+}
+
+/// The first [`HEADER_FIXED_LEN`] bytes every header of `ledger_id` in `version` (2 or 3)
+/// starts with.
 #[must_use]
-pub fn header_fixed_part(ledger_id: u64) -> Vec<u8> {
-    let mut out = LedgerHeader::new(ledger_id, 0).encode();
+pub fn header_fixed_part(ledger_id: u64, version: u32) -> Vec<u8> {
+    let mut out = LedgerHeader {
+        version,
+        ..LedgerHeader::new(ledger_id, 0)
+    }
+    .encode();
     out.truncate(HEADER_FIXED_LEN);
     out
 }
@@ -155,7 +252,8 @@ pub fn header_fixed_part(ledger_id: u64) -> Vec<u8> {
 ///
 /// # Errors
 /// [`CorruptionKind::BadMagic`], [`CorruptionKind::UnsupportedVersion`] for a version other than
-/// 1 or 2, [`CorruptionKind::ChecksumMismatch`], or [`CorruptionKind::Truncated`].
+/// 1, 2 or 3, [`CorruptionKind::ChecksumMismatch`], or [`CorruptionKind::Truncated`]. The
+/// slots of a version 3 header are not read here (see [`LedgerHeader::decode_slots`]).
 pub fn decode_header(bytes: &[u8]) -> Result<LedgerHeader, CorruptionKind> {
     let mut r = Reader::new(bytes);
     let magic: [u8; 16] = r.array()?;
@@ -163,7 +261,7 @@ pub fn decode_header(bytes: &[u8]) -> Result<LedgerHeader, CorruptionKind> {
         return Err(CorruptionKind::BadMagic);
     }
     let version = r.u32()?;
-    if version != VERSION && version != VERSION_1 {
+    if ![VERSION, VERSION_2, VERSION_1].contains(&version) {
         return Err(CorruptionKind::UnsupportedVersion(version));
     }
     let flags = r.u32()?;
@@ -617,8 +715,16 @@ mod tests {
         assert_eq!(HEADER_LEN, 44);
         assert_eq!(HEADER_V1_LEN, 36);
         assert_eq!(HEADER_FIXED_LEN, 32);
-        assert_eq!(H.encode().len(), HEADER_LEN);
-        assert_eq!(H.data_start(), 44);
+        assert_eq!((SLOT_LEN, SLOTS_AT, HEADER_V3_LEN), (12, 44, 68));
+        assert_eq!(H.encode().len(), HEADER_V3_LEN);
+        assert_eq!(H.data_start(), 68);
+        assert_eq!(LedgerHeader::v2(9, 1).encode().len(), HEADER_LEN);
+        assert_eq!(LedgerHeader::v2(9, 1).data_start(), 44);
+        assert_eq!(H.encode_slot(0, 1).len(), SLOT_LEN);
+        assert_eq!(
+            (LedgerHeader::slot_offset(0), LedgerHeader::slot_offset(1)),
+            (44, 56)
+        );
         assert_eq!(LedgerHeader::v1(1).encode().len(), HEADER_V1_LEN);
         assert_eq!(LedgerHeader::v1(1).data_start(), 36);
         assert_eq!(FRAME_HEADER_LEN, 44);
@@ -640,9 +746,11 @@ mod tests {
     fn header_round_trips_in_both_versions_and_rejects_damage() {
         let h = H.encode();
         assert_eq!(decode_header(&h), Ok(H));
-        assert_eq!(h[..HEADER_FIXED_LEN], header_fixed_part(9)[..]);
+        assert_eq!(h[..HEADER_FIXED_LEN], header_fixed_part(9, VERSION)[..]);
         let v1 = LedgerHeader::v1(42);
         assert_eq!(decode_header(&v1.encode()), Ok(v1));
+        let v2 = LedgerHeader::v2(42, 5);
+        assert_eq!(decode_header(&v2.encode()), Ok(v2));
         assert_eq!(decode_header(&h[..10]), Err(CorruptionKind::Truncated));
         let mut bad = h.clone();
         bad[0] ^= 1;
@@ -651,11 +759,35 @@ mod tests {
         bad[H_NONCE] ^= 1;
         assert_eq!(decode_header(&bad), Err(CorruptionKind::ChecksumMismatch));
         let mut bad = h;
-        bad[H_VERSION] = 3;
+        bad[H_VERSION] = 4;
         assert_eq!(
             decode_header(&bad),
-            Err(CorruptionKind::UnsupportedVersion(3))
+            Err(CorruptionKind::UnsupportedVersion(4))
         );
+    }
+
+    #[test]
+    fn slots_record_the_larger_valid_copy_and_a_damaged_copy_falls_back_to_the_other() {
+        let h = H.encode();
+        let slots = &h[SLOTS_AT..HEADER_V3_LEN];
+        assert_eq!(H.decode_slots(slots), Some(H.data_start()));
+        let mut two = H.encode_slot(0, 500).to_vec();
+        two.extend(H.encode_slot(1, 900));
+        assert_eq!(H.decode_slots(&two), Some(900));
+        for i in 0..two.len() * 8 {
+            let mut bad = two.clone();
+            bad[i / 8] ^= 1 << (i % 8);
+            let expected = if i / 8 < SLOT_LEN { 900 } else { 500 };
+            assert_eq!(H.decode_slots(&bad), Some(expected), "flip of bit {i}");
+        }
+        // A copy is valid only in its own place and only under the ledger's nonce.
+        let mut swapped = H.encode_slot(1, 900).to_vec();
+        swapped.extend(H.encode_slot(0, 500));
+        assert_eq!(H.decode_slots(&swapped), None);
+        assert_eq!(LedgerHeader { nonce: 1, ..H }.decode_slots(&two), None);
+        assert_eq!(H.decode_slots(&[0u8; 2 * SLOT_LEN]), None);
+        assert_eq!(LedgerHeader::v2(9, H.nonce).decode_slots(&two), None);
+        assert_eq!(H.decode_slots(&two[..5]), None);
     }
 
     #[test]

@@ -12,11 +12,17 @@
 //! from the buffer. A buffered entry is lost by a process crash, which the contract allows: an
 //! entry is promised only once a `sync` covering it returns.
 //!
+//! After each fsync returns, the one caller that ran it records the length the fsync covered in
+//! the header's synced-length slot (version 3 files; alternate copies, one positioned write, no
+//! fsync of its own): the slot only ever claims bytes already durable, and the next fsync (or the
+//! kernel's writeback) makes it durable, so recovery can tell damage in the last synced batch
+//! from a torn tail.
+//!
 //! Locks: `state` (entries, buffer, written length) and `sync_running` (group-commit flag) are
 //! never held together; `synced` and `failed` are atomics so `append` reads them without
 //! `sync_running`.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use super::{LogStatsCounters, lock};
@@ -85,6 +91,9 @@ pub(crate) struct Ledger {
     /// True while one caller runs the shared fsync.
     sync_running: Mutex<bool>,
     sync_done: Condvar,
+    /// The synced-length slot copy the next record goes to (written only by the caller running
+    /// the fsync, so never by two threads at once).
+    next_slot: AtomicUsize,
 }
 
 impl Ledger {
@@ -140,6 +149,7 @@ impl Ledger {
             failed: AtomicBool::new(false),
             sync_running: Mutex::new(false),
             sync_done: Condvar::new(),
+            next_slot: AtomicUsize::new(0),
         }
     }
 
@@ -257,6 +267,9 @@ impl Ledger {
             let upto = self.state().written;
             let result = self.file.sync_data();
             counters.fsyncs.fetch_add(1, Ordering::Relaxed);
+            if result.is_ok() {
+                self.record_synced(upto);
+            }
             running = lock(&self.sync_running);
             *running = false;
             match &result {
@@ -268,6 +281,30 @@ impl Ledger {
             self.sync_done.notify_all();
             result?;
         }
+    }
+
+    /// Writes `upto`, a length a finished fsync covered, into the next synced-length slot copy
+    /// (version 3 files, unsealed, not latched). Called only by the caller running the fsync.
+    ///
+    /// The fsync's own result stands whatever this write does: the bytes below `upto` are
+    /// durable. A failed write latches the ledger like any failed write; a torn one leaves at
+    /// most this copy unreadable, and recovery then uses the other, older copy.
+    fn record_synced(&self, upto: u64) {
+        if !self.header.has_synced_slots() || self.failed.load(Ordering::SeqCst) {
+            return;
+        }
+        // The state lock keeps a seal from finishing meanwhile: a sealed file never changes.
+        let state = self.state();
+        if state.sealed.is_some() {
+            return;
+        }
+        let copy = self.next_slot.fetch_add(1, Ordering::Relaxed);
+        let slot = self.header.encode_slot(copy, upto);
+        let _ = self.latch(
+            self.file
+                .write_all_at(&slot, LedgerHeader::slot_offset(copy)),
+        );
+        drop(state);
     }
 
     /// Syncs the entries, writes the footer, syncs it, and switches reads to a memory map.

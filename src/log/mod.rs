@@ -5,9 +5,9 @@
 //! the directory (metadata) are ignored. Must never write without holding the directory's lock,
 //! never write to a ledger after one of its writes or fsyncs failed or that opened damaged, and
 //! never cut bytes that had been synced without reporting it (damage below a synced length the
-//! file records, in a frame's `durable_mark` or a seal's trailer, is never cut; damage past it,
-//! such as an unsynced batch of which a power cut kept any subset of pages, is a torn tail, cut
-//! and reported, see `docs/format.md`).
+//! file records, in the header's synced-length slot, a frame's `durable_mark` or a seal's
+//! trailer, is never cut; damage past it, such as an unsynced batch of which a power cut kept any
+//! subset of pages, is a torn tail, cut and reported, see `docs/format.md`).
 //!
 //! Durability, per method: `append` puts the entry in the ledger's write buffer (64 KiB, handed
 //! to the operating system when full, on `sync`, on `seal` and when the log is dropped); it is
@@ -450,7 +450,10 @@ impl EntryLog {
         self.ledger(ledger)?.append(meta, payload, &self.stats)
     }
 
-    /// Makes every entry of `ledger` appended before this call durable (`fdatasync`).
+    /// Makes every entry of `ledger` appended before this call durable (`fdatasync`), then
+    /// records the synced length in the ledger's header slot (one positioned write, no fsync of
+    /// its own; durable with the next sync or the kernel's writeback), so that damage to these
+    /// bytes is later reported as corruption, not cut as a torn tail.
     ///
     /// Concurrent callers share fsyncs (group commit): a caller whose entries a finished fsync
     /// already covered returns without issuing one. A failed fsync is never retried: the ledger

@@ -21,9 +21,12 @@
 //!   power cut may keep any subset of such unsynced pages (write-back does not follow write
 //!   order), so a lost page followed by whole frames is the normal end of an unsynced batch.
 //!
-//! What the file records as synced trails the truth by one sync: the last batch synced before
-//! the crash, with no frame appended after its sync, is covered by no mark. Damage inside it is
-//! cut as a torn tail (reported, never silent); damage below any recorded mark is corruption.
+//! The synced length is the larger of the header's synced-length slot (version 3: written right
+//! after each fsync returns, so it covers the last synced batch too once it reaches the disk)
+//! and the frames' marks. Damage below it, or a file cut short below it, is corruption, checked
+//! first; beyond it the rules above apply. A version 1 or 2 file has no slot: its last synced
+//! batch, with no frame appended after its sync, is covered by no mark, and damage inside it is
+//! cut as a torn tail (reported, never silent).
 //!
 //! Because every checksum is seeded with the ledger's nonce (format version 2), payload bytes
 //! cannot pass for a frame or a trailer here.
@@ -38,9 +41,9 @@ use super::ledger::{Ledger, Sealed};
 use super::{LogStatsCounters, RecoveryMode, TailRepair, ledger_file_name};
 use crate::error::{CorruptionKind, Error, Result};
 use crate::format::ledger::{
-    FRAME_HEADER_LEN, FrameHeader, HEADER_FIXED_LEN, HEADER_LEN, INDEX_MAGIC, LedgerHeader,
-    TRAILER_LEN, Trailer, check_frame, decode_frame_header, decode_header, first_nonzero,
-    header_fixed_part, is_zero, trailer_of,
+    FRAME_HEADER_LEN, FrameHeader, HEADER_FIXED_LEN, HEADER_V3_LEN, INDEX_MAGIC, LedgerHeader,
+    SLOT_COPIES, SLOT_LEN, SLOTS_AT, TRAILER_LEN, Trailer, VERSION, VERSION_2, check_frame,
+    decode_frame_header, decode_header, first_nonzero, header_fixed_part, is_zero, trailer_of,
 };
 use crate::storage::{Storage, StorageFile};
 
@@ -276,13 +279,29 @@ pub(crate) enum AfterDamage {
     TornTail,
 }
 
-/// Classifies the damage a scan found at `x`, where entry `expected` should have started.
+/// The length the header's synced-length slots record (0 without slots or a valid copy).
+pub(crate) fn recorded_synced(win: &mut Window<'_>, h: &LedgerHeader) -> Result<u64> {
+    if !h.has_synced_slots() {
+        return Ok(0);
+    }
+    let slots = win.get(SLOTS_AT as u64, (SLOT_COPIES * SLOT_LEN) as u64)?;
+    Ok(slots.and_then(|b| h.decode_slots(b)).unwrap_or(0))
+}
+
+/// Classifies the damage a scan found at `x`, where entry `expected` should have started;
+/// `synced` is the length the slots record ([`recorded_synced`]).
 pub(crate) fn after_damage(
     win: &mut Window<'_>,
     h: &LedgerHeader,
     x: u64,
     expected: u64,
+    synced: u64,
 ) -> Result<AfterDamage> {
+    if x < synced {
+        // A finished fsync covered the bytes at `x`: nothing there can be a torn write, and a
+        // seal writes its footer only after its frames, so no footer starts below it either.
+        return Ok(AfterDamage::Corruption);
+    }
     if let Some(t) = end_trailer(win, h)? {
         if t.data_end == x && t.entry_count == expected {
             return Ok(AfterDamage::InterruptedSeal);
@@ -324,16 +343,25 @@ pub(crate) enum HeaderCheck {
 /// Checks the file header against the ledger id taken from the file name.
 pub(crate) fn check_header(win: &mut Window<'_>, ledger: u64) -> Result<HeaderCheck> {
     let size = win.size();
-    let bytes = win.get(0, size.min(HEADER_LEN as u64))?.unwrap_or_default();
+    let bytes = win
+        .get(0, size.min(HEADER_V3_LEN as u64))?
+        .unwrap_or_default();
     let decoded = decode_header(bytes);
-    let fixed = header_fixed_part(ledger);
-    let partial = size <= HEADER_LEN as u64
-        && bytes
-            .iter()
-            .take(HEADER_FIXED_LEN)
-            .zip(fixed)
-            .all(|(b, e)| *b == 0 || *b == e);
+    // A create writes the header (and slots) in one write and syncs it before it returns.
+    let partial = size <= HEADER_V3_LEN as u64
+        && [VERSION, VERSION_2].into_iter().any(|version| {
+            bytes
+                .iter()
+                .take(HEADER_FIXED_LEN)
+                .zip(header_fixed_part(ledger, version))
+                .all(|(b, e)| *b == 0 || *b == e)
+        });
     match decoded {
+        // A whole header whose slots were cut short: the create's write never fully landed.
+        // (Its first bytes match, so `partial` holds.)
+        Ok(h) if h.ledger_id == ledger && size < h.data_start() => {
+            Ok(HeaderCheck::InterruptedCreate)
+        }
         Ok(h) if h.ledger_id == ledger => Ok(HeaderCheck::Valid(h)),
         Err(_) if partial => Ok(HeaderCheck::InterruptedCreate),
         Ok(_) => Err(Error::corrupted(
@@ -417,13 +445,22 @@ pub(crate) fn open_ledger(
         sync(file.as_ref())?;
         return Ok(Opened::Ledger(Arc::new(Ledger::sealed(file, sealed)), None));
     }
+    let synced = recorded_synced(&mut win, &h)?;
     let scan = scan_frames(&mut win, &h, h.data_start(), 0)?;
     let end = scan.end;
     let expected = scan.offsets.len() as u64;
     let mut damaged = None;
     let repair = match scan.damage {
+        // The file ends below a length a finished fsync covered: synced bytes are gone.
+        None if end < synced && mode == RecoveryMode::Strict => {
+            return Err(Error::corrupted(ledger, end, CorruptionKind::Truncated));
+        }
+        None if end < synced => {
+            damaged = Some(CorruptionKind::Truncated);
+            None
+        }
         None => None,
-        Some(damage) => match after_damage(&mut win, &h, end, expected)? {
+        Some(damage) => match after_damage(&mut win, &h, end, expected, synced)? {
             AfterDamage::InterruptedSeal => Some(TailRepair {
                 ledger,
                 offset: end,

@@ -6,8 +6,8 @@
 use super::ledger_file_name;
 use super::parse_ledger_file_name;
 use super::recover::{
-    AfterDamage, HeaderCheck, Window, after_damage, check_header, next_whole_frame, scan_frames,
-    try_sealed,
+    AfterDamage, HeaderCheck, Window, after_damage, check_header, next_whole_frame,
+    recorded_synced, scan_frames, try_sealed,
 };
 use crate::error::{CorruptionKind, Error, Result};
 use crate::format::ledger::decode_entry_frame;
@@ -68,14 +68,26 @@ pub fn verify_ledger(storage: &dyn Storage, ledger: u64) -> Result<Vec<FrameProb
         }
         return Ok(problems);
     }
+    let synced = recorded_synced(&mut win, &h)?;
     let mut from = h.data_start();
     let mut first_entry = 0;
     loop {
         let scan = scan_frames(&mut win, &h, from, first_entry)?;
-        let Some(damage) = scan.damage else { break };
         let at = scan.end;
         let expected = first_entry + scan.offsets.len() as u64;
-        match after_damage(&mut win, &h, at, expected)? {
+        let Some(damage) = scan.damage else {
+            if at < synced {
+                // The file ends below a length a finished fsync covered.
+                problems.push(problem(
+                    Some(expected),
+                    at,
+                    CorruptionKind::Truncated,
+                    false,
+                ));
+            }
+            break;
+        };
+        match after_damage(&mut win, &h, at, expected, synced)? {
             AfterDamage::InterruptedSeal => {
                 problems.push(problem(
                     None,

@@ -107,17 +107,32 @@ pub fn cut_everywhere_after<P, T>(
 }
 
 /// The image of `disk` after a power cut in which every file keeps its durable bytes plus the
-/// first `keep(unsynced)` bytes of its unsynced tail (at most the whole tail). A file rewritten
-/// rather than extended since its last sync keeps its durable bytes.
+/// first `keep(unsynced)` bytes of its unsynced tail (at most the whole tail). The one in-place
+/// write of an extended file, a ledger header's synced-length slot (written after an fsync
+/// returned), keeps its durable value; a file otherwise rewritten rather than extended since its
+/// last sync keeps its durable bytes.
 pub fn torn_image(disk: &MemStorage, keep: impl Fn(usize) -> usize) -> MemStorage {
     disk.crash_image(|_, durable, live| {
-        if live.len() > durable.len() && live.starts_with(durable) {
+        let mut out = durable.to_vec();
+        if extends(durable, live) {
             let unsynced = live.len() - durable.len();
-            live[..durable.len() + keep(unsynced).min(unsynced)].to_vec()
-        } else {
-            durable.to_vec()
+            out.extend_from_slice(
+                &live[durable.len()..durable.len() + keep(unsynced).min(unsynced)],
+            );
         }
+        out
     })
+}
+
+/// Whether `live` extends `durable`, the ledger header's synced-length slot aside.
+fn extends(durable: &[u8], live: &[u8]) -> bool {
+    let slots = ackstore::format::ledger::SLOTS_AT..ackstore::format::ledger::HEADER_V3_LEN;
+    live.len() > durable.len()
+        && durable
+            .iter()
+            .zip(live)
+            .enumerate()
+            .all(|(i, (d, l))| d == l || slots.contains(&i))
 }
 
 /// The longest unsynced tail of any file on `disk`: past it, every [`torn_image`] is the same.
