@@ -7,7 +7,7 @@
 //! README.
 //!
 //! Layers, lowest first (a layer never imports one above it):
-//! - [`position`] and [`error`]: shared vocabulary;
+//! - [`position`] and [`error`]: shared vocabulary; [`observe`]: metric names and log events;
 //! - [`format`]: pure encode/decode of every on-disk record;
 //! - [`storage`]: files behind a trait (real files, or an in-memory disk that can lose power);
 //! - [`log`]: the entry log, a directory of append-only, CRC-framed ledger files;
@@ -38,6 +38,7 @@ pub mod format;
 pub mod ledger;
 pub mod log;
 pub mod meta;
+pub mod observe;
 pub mod position;
 pub mod storage;
 

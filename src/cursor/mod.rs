@@ -197,6 +197,18 @@ impl Core {
         Ok(())
     }
 
+    /// Counts a failed background flush and logs it as a warning: its error waits for the next
+    /// `flush` or `close`, and no background flush runs until then.
+    fn observe_background_failure(&self, e: &Error) {
+        if let Some(p) = &self.persister {
+            let l = p.labels();
+            l.count(crate::observe::BACKGROUND_FLUSH_FAILURES, 1);
+            ::log::warn!(target: crate::observe::LOG_TARGET,
+                "{}: cursor `{}`: background flush failed, kept for the next flush or close: {e}",
+                l.topic, l.cursor);
+        }
+    }
+
     /// What a close persists: a flush, then the record's fallback copy of mark-delete, epoch
     /// and properties (it serves when the cursor ledger is lost, and trimming reads the
     /// mark-delete of closed cursors from it).
@@ -385,6 +397,7 @@ impl CursorShared {
             return;
         }
         if let Err(e) = core.flush(self.topic.as_ref()) {
+            core.observe_background_failure(&e);
             core.background_error = Some(e);
         }
     }

@@ -24,6 +24,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use crate::ackset::{PartitionKey, PartitionStore, RangeSetWrapper};
 use crate::error::{Error, Result};
@@ -35,6 +36,7 @@ use crate::format::cursor::{
 use crate::format::meta::{CursorIdentity, CursorRecord};
 use crate::log::EntryLog;
 use crate::meta::MetaStore;
+use crate::observe::{self, CursorLabels};
 
 use super::config::CursorConfig;
 use super::record::{RecordOwner, VersionedRecord, read_record};
@@ -127,6 +129,12 @@ pub struct CursorPersister {
     pending_deletes: Vec<u64>,
     rollover_requested: bool,
     record_refresh_flushes: u64,
+    /// The labels of this cursor's metrics.
+    labels: CursorLabels,
+    /// Set once a fence has been logged (later refusals are only counted).
+    fence_reported: AtomicBool,
+    /// `AckSetStats::store_failures` as last published.
+    published_store_failures: u64,
 }
 
 /// Where a cursor's persistence reads and writes, and with which settings.
@@ -190,6 +198,7 @@ impl CursorPersister {
             record_name,
             config,
         } = handles;
+        let labels = CursorLabels::new(log.storage().location(), &record_name);
         let stats = PersistStats {
             cursor_ledger: parts.shared.ledger,
             persisted_bytes: parts.persisted_bytes,
@@ -205,7 +214,42 @@ impl CursorPersister {
             pending_deletes: Vec::new(),
             rollover_requested: false,
             record_refresh_flushes: DEFAULT_RECORD_REFRESH_FLUSHES,
+            labels,
+            fence_reported: AtomicBool::new(false),
+            published_store_failures: 0,
         }
+    }
+
+    /// The labels of this cursor's metrics.
+    pub(crate) fn labels(&self) -> &CursorLabels {
+        &self.labels
+    }
+
+    /// Counts (and, the first time, logs) `result` when it is [`Error::Fenced`].
+    fn observe_fence<T>(&self, result: Result<T>) -> Result<T> {
+        if let Err(Error::Fenced(what)) = &result {
+            observe::fenced(&self.labels.topic, "cursor", what, &self.fence_reported);
+        }
+        result
+    }
+
+    /// Publishes what a successful flush changed, from the same figures as [`PersistStats`]
+    /// and [`AckSetStats`](crate::ackset::AckSetStats).
+    fn publish_flush(&mut self, flush: &FlushStats, acks: &RangeSetWrapper) {
+        let l = &self.labels;
+        l.count(observe::FLUSHES, 1);
+        l.count(observe::FLUSH_BYTES, flush.bytes);
+        let a = acks.stats();
+        l.set(observe::RESIDENT_BYTES, a.resident_bytes);
+        l.set(observe::BUDGET_BYTES, a.budget_bytes);
+        l.set(observe::PINNED_PARTITIONS, a.pinned_partitions);
+        // The wrapper's counter only grows: publish what it gained since the last flush.
+        l.count(
+            observe::STORE_FAILURES,
+            a.store_failures
+                .saturating_sub(self.published_store_failures),
+        );
+        self.published_store_failures = a.store_failures;
     }
 
     /// A partition store over this cursor's ledger, for a `RangeSetWrapper` of this cursor.
@@ -327,6 +371,15 @@ impl CursorPersister {
         state: &PersistedState,
         acks: &mut RangeSetWrapper,
     ) -> Result<FlushStats> {
+        let flushed = self.flush_inner(state, acks);
+        self.observe_fence(flushed)
+    }
+
+    fn flush_inner(
+        &mut self,
+        state: &PersistedState,
+        acks: &mut RangeSetWrapper,
+    ) -> Result<FlushStats> {
         self.record.check_latch()?;
         state.validate()?;
         self.check_owner()?;
@@ -357,6 +410,7 @@ impl CursorPersister {
         self.stats.partitions_written += flush.partitions;
         self.stats.pages_written += flush.pages;
         self.stats.last_flush_bytes = flush.bytes;
+        self.publish_flush(&flush, acks);
         // Partitions an eviction could not store (pinned past the budget) are written now, or
         // their current copy is: evictions may store again.
         acks.resume_stores();
@@ -389,7 +443,7 @@ impl CursorPersister {
     /// switched the record to a ledger of its own), so even a write racing with the check
     /// stays invisible to it.
     pub fn check_owner(&self) -> Result<()> {
-        self.record.check_owner()
+        self.observe_fence(self.record.check_owner())
     }
 
     fn rollover_due(&self) -> Result<bool> {
@@ -615,12 +669,15 @@ impl CursorPersister {
             match self.config.on_single_entry_overflow {
                 OverflowPolicy::Error => return Err(Error::LimitExceeded(message)),
                 OverflowPolicy::Warn => {
-                    eprintln!(
-                        "ackstore warning: record `{}`: {message}",
+                    ::log::warn!(target: observe::LOG_TARGET,
+                        "{}: record `{}`: {message}",
+                        self.labels.topic,
                         self.record.name()
                     );
                     self.stats.overflows += 1;
                     self.stats.ranges_cut += snapshot.cut;
+                    self.labels
+                        .count(observe::SNAPSHOT_RANGES_CUT, snapshot.cut);
                 }
             }
         }

@@ -129,9 +129,40 @@ pub fn recover(
         committed: CommittedTable::default(),
         persisted_bytes: 0,
     };
+    let had_ledger = parts.shared.ledger.is_some() || report.ledger_missing;
     let mut recovered = resume(parts, handles, found, fallback, report)?;
     recovered.state.epoch = recovered.state.epoch.max(epoch);
+    observe_recovery(&recovered, had_ledger);
     Ok(recovered)
+}
+
+/// Counts the recovery by source and logs it: at `info` when it fell back (to a single-entry
+/// snapshot, or to the record's mark-delete although the record named a cursor ledger) or
+/// passed over rejected state, at `debug` otherwise.
+fn observe_recovery(recovered: &RecoveredCursor, had_ledger: bool) {
+    let report = &recovered.report;
+    let (source, fell_back) = match report.source {
+        RecoverySource::Marker(_) => ("marker", false),
+        RecoverySource::Snapshot(_) => ("snapshot", true),
+        RecoverySource::Record => ("record", had_ledger),
+    };
+    let missing = if report.ledger_missing {
+        "; its cursor ledger is missing"
+    } else {
+        ""
+    };
+    let rejected = report
+        .first_rejection
+        .as_ref()
+        .map_or_else(String::new, |why| {
+            format!(
+                "; passed over {} newer state entries (the newest: {why})",
+                report.rejected
+            )
+        });
+    let detail = format!("{missing}{rejected}");
+    let labels = recovered.persister.labels();
+    labels.recovered(source, &detail, fell_back || report.rejected > 0);
 }
 
 /// Builds the ack set and the persister from what the walk found, and names the source in

@@ -20,6 +20,7 @@ use crate::finder::{Layout, LedgerSpan};
 use crate::format::meta::{CursorRecord, LedgerRecord, TopicRecord};
 use crate::log::{EntryLog, EntryMeta, IdSource, lock};
 use crate::meta::MetaStore;
+use crate::observe;
 use crate::position::Position;
 
 /// Name of the topic's metadata record.
@@ -72,6 +73,8 @@ pub(crate) struct TopicCore {
     /// An uncertain write was found to have taken and `committing` holds it; the writer's
     /// copy is refreshed at its next commit.
     adopted: AtomicBool,
+    /// Set once a fence of this handle has been logged (later refusals are only counted).
+    fence_reported: AtomicBool,
 }
 
 impl std::fmt::Debug for TopicCore {
@@ -103,6 +106,7 @@ impl TopicCore {
             close_failed: AtomicBool::new(false),
             uncertain: Mutex::new(None),
             adopted: AtomicBool::new(false),
+            fence_reported: AtomicBool::new(false),
         }
     }
 
@@ -168,7 +172,7 @@ impl TopicCore {
         let owned = self.owned_version.load(Ordering::SeqCst);
         match self.meta.put(TOPIC_RECORD, Some(owned), encoded) {
             Ok(version) => Ok(version),
-            Err(e @ Error::Fenced(_)) => Err((e, None)),
+            Err(e @ Error::Fenced(_)) => Err((self.fenced(e), None)),
             Err(e) => {
                 let linked = match self.meta.get(TOPIC_RECORD) {
                     Ok(Some((version, bytes))) if version == owned + 1 && bytes == encoded => {
@@ -274,8 +278,16 @@ impl TopicCore {
         if self.stored_version()? == Some(owned) {
             Ok(())
         } else {
-            Err(Error::Fenced(format!("{} (topic record)", self.location)))
+            Err(self.fenced(Error::Fenced(format!("{} (topic record)", self.location))))
         }
+    }
+
+    /// Counts the fence `e` (and logs the first one of this handle); returns it.
+    fn fenced(&self, e: Error) -> Error {
+        if let Error::Fenced(what) = &e {
+            observe::fenced(&self.location, "topic", what, &self.fence_reported);
+        }
+        e
     }
 
     fn stored_version(&self) -> Result<Option<u64>> {

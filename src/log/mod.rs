@@ -29,6 +29,7 @@ pub use verify::{FrameProblem, verify_ledger, verify_log};
 
 use crate::error::{CorruptionKind, Error, Result};
 use crate::format::ledger::LedgerHeader;
+use crate::observe::{self, MeteredCounter};
 use crate::storage::{LockGuard, Storage};
 use ledger::Ledger;
 use recover::{Opened, open_ledger};
@@ -127,14 +128,28 @@ pub struct TailRepair {
     pub reason: String,
 }
 
-#[derive(Default)]
 pub(crate) struct LogStatsCounters {
     appends: AtomicU64,
     bytes_appended: AtomicU64,
     sync_calls: AtomicU64,
-    fsyncs: AtomicU64,
+    /// Also published as [`observe::FSYNCS`].
+    fsyncs: MeteredCounter,
     header_reads: AtomicU64,
     entry_reads: AtomicU64,
+}
+
+impl LogStatsCounters {
+    /// Zeroed counters of the log at `location`.
+    fn new(location: String) -> Self {
+        LogStatsCounters {
+            appends: AtomicU64::default(),
+            bytes_appended: AtomicU64::default(),
+            sync_calls: AtomicU64::default(),
+            fsyncs: MeteredCounter::new(observe::FSYNCS, location),
+            header_reads: AtomicU64::default(),
+            entry_reads: AtomicU64::default(),
+        }
+    }
 }
 
 /// Locks a mutex, keeping its data if a panicking thread poisoned it (the data is plain state
@@ -270,7 +285,7 @@ impl EntryLog {
         guard: Option<LockGuard>,
     ) -> Result<EntryLog> {
         let read_only = guard.is_none();
-        let stats = LogStatsCounters::default();
+        let stats = LogStatsCounters::new(storage.location());
         let mut ledgers = BTreeMap::new();
         let mut report = Vec::new();
         let mut interrupted = std::collections::BTreeSet::new();
@@ -289,10 +304,12 @@ impl EntryLog {
             };
             match opened {
                 Opened::Ledger(ledger, repair) => {
+                    observe_open(&storage, id, ledger.damage(), repair.as_ref(), read_only);
                     ledgers.insert(id, ledger);
                     report.extend(repair);
                 }
                 Opened::Discarded(repair) => {
+                    observe_open(&storage, id, None, Some(&repair), read_only);
                     interrupted.insert(id);
                     report.push(repair);
                 }
@@ -571,10 +588,38 @@ impl EntryLog {
             appends: get(&s.appends),
             bytes_appended: get(&s.bytes_appended),
             sync_calls: get(&s.sync_calls),
-            fsyncs: get(&s.fsyncs),
+            fsyncs: s.fsyncs.load(Ordering::Relaxed),
             header_reads: get(&s.header_reads),
             entry_reads: get(&s.entry_reads),
         }
+    }
+}
+
+/// Logs what opening ledger `id` found: a warning for a damaged ledger (its entries past the
+/// damage unreadable, writes refused) and for bytes cut from a tail (or, read-only, that would
+/// be cut); nothing for a clean ledger.
+fn observe_open(
+    storage: &Arc<dyn Storage>,
+    id: u64,
+    damage: Option<(u64, CorruptionKind)>,
+    repair: Option<&TailRepair>,
+    read_only: bool,
+) {
+    let at = storage.location();
+    if let Some((offset, kind)) = damage {
+        ::log::warn!(target: observe::LOG_TARGET,
+            "{at}: ledger {id} is damaged at byte {offset} ({kind}); its entries before that \
+             stay readable, later ones and writes are refused");
+    }
+    if let Some(r) = repair {
+        let done = if read_only {
+            "would be cut (read-only)"
+        } else {
+            "cut"
+        };
+        ::log::warn!(target: observe::LOG_TARGET,
+            "{at}: ledger {id}: {} bytes at offset {} {done} on open: {}",
+            r.dropped_bytes, r.offset, r.reason);
     }
 }
 

@@ -1,0 +1,265 @@
+//! What a broker's operators see: the metrics published through the `metrics` facade agree with
+//! the stats calls, a fence is counted and logged, and a cut single-entry snapshot logs a warning.
+//!
+//! Metrics go to a recorder installed for the test's thread only; log records go to one logger
+//! for the whole binary and are told apart by the thread that emitted them.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::ThreadId;
+
+use ackstore::cursor::{CursorConfig, OverflowPolicy, PersistMode};
+use ackstore::ledger::{CursorOptions, LedgerConfig, ManagedLedger};
+use ackstore::observe;
+use ackstore::storage::MemStorage;
+use ackstore::{Error, Position};
+use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
+
+/// Keeps every counter and gauge by name and labels.
+#[derive(Default)]
+struct TestRecorder {
+    values: Mutex<HashMap<Key, Arc<AtomicU64>>>,
+}
+
+impl TestRecorder {
+    fn cell(&self, key: &Key) -> Arc<AtomicU64> {
+        Arc::clone(self.values.lock().unwrap().entry(key.clone()).or_default())
+    }
+
+    /// The sum of the counter `name` over every label set.
+    fn counter(&self, name: &str) -> u64 {
+        self.values
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(k, _)| k.name() == name)
+            .map(|(_, v)| v.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// The labels of the series of `name`, as sorted `key=value` strings.
+    fn labels(&self, name: &str) -> Vec<Vec<String>> {
+        self.values
+            .lock()
+            .unwrap()
+            .keys()
+            .filter(|k| k.name() == name)
+            .map(|k| {
+                let mut l: Vec<_> = k
+                    .labels()
+                    .map(|l| format!("{}={}", l.key(), l.value()))
+                    .collect();
+                l.sort();
+                l
+            })
+            .collect()
+    }
+
+    /// The gauge `name` of the one series that has it.
+    fn gauge(&self, name: &str) -> f64 {
+        let values = self.values.lock().unwrap();
+        let mut series = values.iter().filter(|(k, _)| k.name() == name);
+        let (_, v) = series.next().expect("gauge recorded");
+        assert!(series.next().is_none(), "one series of {name}");
+        f64::from_bits(v.load(Ordering::Relaxed))
+    }
+}
+
+impl Recorder for TestRecorder {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        Counter::from_arc(self.cell(key))
+    }
+    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+        Gauge::from_arc(self.cell(key))
+    }
+    fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+        Histogram::noop()
+    }
+}
+
+/// Every record logged in this binary, with the thread that logged it.
+struct TestLogger;
+
+static RECORDS: Mutex<Vec<(ThreadId, log::Level, String, String)>> = Mutex::new(Vec::new());
+
+impl log::Log for TestLogger {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+    fn log(&self, record: &log::Record<'_>) {
+        RECORDS.lock().unwrap().push((
+            std::thread::current().id(),
+            record.level(),
+            record.target().to_string(),
+            record.args().to_string(),
+        ));
+    }
+    fn flush(&self) {}
+}
+
+/// Installs the logger (the first test to get here does; the others find it installed).
+fn install_logger() {
+    static LOGGER: TestLogger = TestLogger;
+    let _ = log::set_logger(&LOGGER);
+    log::set_max_level(log::LevelFilter::Trace);
+}
+
+/// The records this thread logged at `level`.
+fn logged(level: log::Level) -> Vec<String> {
+    let me = std::thread::current().id();
+    RECORDS
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(t, l, target, _)| *t == me && *l == level && target == observe::LOG_TARGET)
+        .map(|(_, _, _, message)| message.clone())
+        .collect()
+}
+
+fn open(disk: &MemStorage, cursor: CursorConfig) -> ManagedLedger {
+    let config = LedgerConfig {
+        cursor,
+        ..LedgerConfig::default()
+    };
+    ManagedLedger::open_with_storage(Arc::new(disk.clone()), config).unwrap()
+}
+
+/// Appends `n` entries and acks every other one (`n / 2` holes).
+fn alternating_acks(topic: &ManagedLedger, cursor: &ackstore::Cursor, n: u64) {
+    let positions: Vec<Position> = (0..n)
+        .map(|i| topic.append(format!("m{i}").as_bytes()).unwrap())
+        .collect();
+    for p in positions.iter().skip(1).step_by(2) {
+        cursor.ack(*p).unwrap();
+    }
+}
+
+#[test]
+fn a_flush_counts_once_with_the_bytes_it_wrote_and_the_fsyncs_match_the_log_stats() {
+    install_logger();
+    let recorder = TestRecorder::default();
+    metrics::with_local_recorder(&recorder, || {
+        let disk = MemStorage::new();
+        let topic = open(&disk, CursorConfig::default());
+        let cursor = topic.open_cursor("sub", CursorOptions::default()).unwrap();
+        alternating_acks(&topic, &cursor, 40);
+        let before = recorder.counter(observe::FLUSHES);
+        cursor.flush().unwrap();
+        let stats = cursor.stats().unwrap();
+        assert_eq!(stats.persist.flushes, 1);
+        assert_eq!(recorder.counter(observe::FLUSHES) - before, 1);
+        assert!(stats.persist.last_flush_bytes > 0);
+        assert_eq!(
+            recorder.counter(observe::FLUSH_BYTES),
+            stats.persist.last_flush_bytes
+        );
+        // A second flush with one more ack adds its own bytes.
+        alternating_acks(&topic, &cursor, 2);
+        cursor.flush().unwrap();
+        let stats = cursor.stats().unwrap();
+        assert_eq!(recorder.counter(observe::FLUSHES), 2);
+        assert_eq!(recorder.counter(observe::FLUSHES), stats.persist.flushes);
+        assert!(recorder.counter(observe::FLUSH_BYTES) > stats.persist.last_flush_bytes);
+        assert_eq!(
+            recorder.gauge(observe::RESIDENT_BYTES),
+            stats.ackset.resident_bytes as f64
+        );
+        assert!(stats.ackset.resident_bytes > 0);
+        assert_eq!(
+            recorder.gauge(observe::BUDGET_BYTES),
+            stats.ackset.budget_bytes as f64
+        );
+        let series = recorder.labels(observe::FLUSHES);
+        assert_eq!(series.len(), 1, "{series:?}");
+        assert!(series[0][0].starts_with("cursor=cursor-"), "{series:?}");
+        assert_eq!(series[0][1], "topic=memory", "{series:?}");
+        let fsyncs = topic.entry_log().unwrap().stats().fsyncs;
+        assert!(fsyncs >= 2);
+        assert_eq!(recorder.counter(observe::FSYNCS), fsyncs);
+        topic.close().unwrap();
+
+        // Reopened: one recovery, from a marker.
+        let topic = open(&disk, CursorConfig::default());
+        let cursor = topic.open_cursor("sub", CursorOptions::default()).unwrap();
+        assert_eq!(cursor.acked_ranges().unwrap().len(), 21);
+        assert_eq!(recorder.counter(observe::RECOVERIES), 1);
+        let series = recorder.labels(observe::RECOVERIES);
+        assert!(
+            series[0].contains(&"source=marker".to_string()),
+            "{series:?}"
+        );
+    });
+    assert!(
+        logged(log::Level::Warn).is_empty(),
+        "{:?}",
+        logged(log::Level::Warn)
+    );
+}
+
+#[test]
+fn a_fence_is_counted_and_logged_once_per_handle() {
+    install_logger();
+    let recorder = TestRecorder::default();
+    metrics::with_local_recorder(&recorder, || {
+        let disk = MemStorage::new();
+        let old = open(&disk, CursorConfig::default());
+        let cursor = old.open_cursor("sub", CursorOptions::default()).unwrap();
+        let first = old.append(b"m0").unwrap();
+        alternating_acks(&old, &cursor, 4);
+        cursor.flush().unwrap();
+        assert_eq!(recorder.counter(observe::FENCES), 0);
+        disk.break_lock();
+        let _new = open(&disk, CursorConfig::default());
+        // A change the old handle may no longer persist.
+        cursor.ack(first).unwrap();
+        let err = cursor.flush().unwrap_err();
+        assert!(matches!(err, Error::Fenced(_)), "{err}");
+        let fences = recorder.counter(observe::FENCES);
+        assert!(fences >= 1);
+        let err = cursor.flush().unwrap_err();
+        assert!(matches!(err, Error::Fenced(_)), "{err}");
+        assert!(recorder.counter(observe::FENCES) > fences);
+    });
+    let warnings: Vec<_> = logged(log::Level::Warn)
+        .into_iter()
+        .filter(|m| m.contains("fenced"))
+        .collect();
+    // One per handle that found it (the topic's and, if it got that far, the cursor's).
+    assert!((1..=2).contains(&warnings.len()), "{warnings:?}");
+    assert!(warnings[0].starts_with("memory: fenced"), "{warnings:?}");
+}
+
+#[test]
+fn a_cut_single_entry_snapshot_logs_a_warning_and_counts_the_ranges() {
+    let config = CursorConfig {
+        persist_mode: PersistMode::SingleEntry,
+        max_ranges_single_entry: 5,
+        on_single_entry_overflow: OverflowPolicy::Warn,
+        ..CursorConfig::default()
+    };
+    install_logger();
+    let recorder = TestRecorder::default();
+    let stats = metrics::with_local_recorder(&recorder, || {
+        let disk = MemStorage::new();
+        let topic = open(&disk, config);
+        let cursor = topic.open_cursor("sub", CursorOptions::default()).unwrap();
+        alternating_acks(&topic, &cursor, 40);
+        cursor.flush().unwrap();
+        cursor.stats().unwrap()
+    });
+    assert_eq!(stats.persist.overflows, 1);
+    assert_eq!(stats.persist.ranges_cut, 15);
+    assert_eq!(recorder.counter(observe::SNAPSHOT_RANGES_CUT), 15);
+    let warnings = logged(log::Level::Warn);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains("20 ack ranges do not fit in one entry")
+            && warnings[0].contains("15 ranges would be left out"),
+        "{}",
+        warnings[0]
+    );
+}
