@@ -8,7 +8,7 @@
 //!
 //! Layers, lowest first (a layer never imports one above it):
 //! - [`position`] and [`error`]: shared vocabulary; [`observe`]: metric names and log events;
-//! - [`format`]: pure encode/decode of every on-disk record;
+//! - [`format`](mod@format): pure encode/decode of every on-disk record;
 //! - [`storage`]: files behind a trait (real files, or an in-memory disk that can lose power);
 //! - [`log`]: the entry log, a directory of append-only, CRC-framed ledger files;
 //! - [`meta`]: small versioned records with compare-and-set (topic and cursor records);

@@ -5,7 +5,7 @@
 //! torn slot copy falls back to the other one; and concurrent syncs leave a slot recording the
 //! whole synced file.
 
-mod common;
+mod support;
 
 use std::sync::Arc;
 
@@ -13,7 +13,7 @@ use ackstore::format::ledger::{HEADER_V3_LEN, LedgerHeader, SLOT_LEN, SLOTS_AT, 
 use ackstore::log::{EntryLog, LogConfig, RecoveryMode, ledger_file_name, verify_ledger};
 use ackstore::storage::{FileStorage, MemStorage, Storage};
 use ackstore::{CursorOptions, Error, LedgerConfig, ManagedLedger, Position};
-use common::{meta, payload};
+use support::log_model::{meta, payload};
 
 /// What a disk holds after a power cut once the kernel wrote back the pages overwritten in place
 /// since the last fsync (the header's slot), and nothing of an unsynced tail.

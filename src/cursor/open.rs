@@ -6,10 +6,10 @@
 //!
 //! - [`CursorOpener::open`]: recover the cursor when its record exists, else start with no
 //!   persisted acks (the first flush creates the record).
-//! - [`CursorOpener::create`]: write a new cursor's record (its initial state, no cursor
+//! - `CursorOpener::create`: write a new cursor's record (its initial state, no cursor
 //!   ledger) by compare-and-set, then start with no persisted acks. The record exists before
 //!   the cursor is listed anywhere, and the persister is its only writer from then on.
-//! - [`CursorOpener::claim`]: recover, resolve the state against the topic's layout, and
+//! - `CursorOpener::claim`: recover, resolve the state against the topic's layout, and
 //!   flush it to a fresh cursor ledger, switching the record to it by compare-and-set. A
 //!   previous owner that lost the directory without knowing it is fenced from here on: its next
 //!   record write fails, its flushes check the record's version first, and whatever it still

@@ -41,7 +41,7 @@ pub struct LedgerCheck {
 /// everything it references. Never writes; works on a read-only [`EntryLog`].
 ///
 /// # Errors
-/// [`Error::NoSuchLedger`] and I/O errors; damaged entries are listed in
+/// [`Error::NoSuchLedger`](crate::Error::NoSuchLedger) and I/O errors; damaged entries are listed in
 /// [`LedgerCheck::problems`], not returned as errors.
 pub fn check_cursor_ledger(log: &EntryLog, ledger: u64) -> Result<LedgerCheck> {
     let mut check = LedgerCheck {
