@@ -93,10 +93,11 @@ fn child(dir: &Path, log: &Path) {
     let start = Instant::now();
     let mut round = 0u64;
     let mut flushes = 0u64;
+    let mut failures = 0u64;
     while start.elapsed() < RUN_FOR || (flushes == 0 && start.elapsed() < RUN_AT_MOST) {
         round += 1;
         // Any error ends the round: a fenced or out-raced handle starts again from an open.
-        let _ = (|| -> ackstore::Result<()> {
+        let outcome = (|| -> ackstore::Result<()> {
             let topic = ManagedLedger::open_with_storage(storage.clone(), config())?;
             let cursor = topic.open_cursor(SUB, CursorOptions::default())?;
             for step in 0..(round % 5 + 1) {
@@ -123,6 +124,17 @@ fn child(dir: &Path, log: &Path) {
             cursor.close()?;
             topic.close()
         })();
+        if outcome.is_err() {
+            // Back off a random while, as a broker would after losing the topic: two processes
+            // that take the topic from each other at the same pace could otherwise keep fencing
+            // each other before either flushes.
+            failures += 1;
+            let spread = 1 + 4 * failures.min(8);
+            let pause = (u64::from(std::process::id()) ^ round.wrapping_mul(0x9e37_79b9)) % spread;
+            std::thread::sleep(Duration::from_millis(pause));
+        } else {
+            failures = 0;
+        }
     }
     out.flush().unwrap();
 }
