@@ -24,7 +24,7 @@
 use std::collections::BTreeMap;
 
 use super::{Corruption, Reader};
-use crate::error::{CorruptionKind, Error, Result};
+use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::position::Position;
 
 /// Magic number opening every metadata frame.
@@ -67,7 +67,7 @@ enum Kind {
 }
 
 impl Kind {
-    /// The record name reported in [`Error::CorruptedMeta`] by the type's own decoder.
+    /// The record name reported in [`Error::Corrupted`] at the record by the type's own decoder.
     fn label(self) -> &'static str {
         match self {
             Self::Topic => "topic record",
@@ -168,7 +168,7 @@ impl LedgerRecord {
     /// Decodes a frame written by [`LedgerRecord::encode`].
     ///
     /// # Errors
-    /// [`Error::CorruptedMeta`] when the bytes are not exactly one valid ledger record frame.
+    /// [`Error::Corrupted`] at the record when the bytes are not exactly one valid ledger record frame.
     pub fn decode(bytes: &[u8]) -> Result<Self> {
         decode_frame(Kind::Ledger, bytes, Self::read_body)
     }
@@ -206,7 +206,7 @@ impl CursorEntry {
     /// Decodes a frame written by [`CursorEntry::encode`].
     ///
     /// # Errors
-    /// [`Error::CorruptedMeta`] when the bytes are not exactly one valid cursor entry frame.
+    /// [`Error::Corrupted`] at the record when the bytes are not exactly one valid cursor entry frame.
     pub fn decode(bytes: &[u8]) -> Result<Self> {
         decode_frame(Kind::CursorEntry, bytes, Self::read_body)
     }
@@ -247,7 +247,7 @@ impl TopicRecord {
     /// Decodes a frame written by [`TopicRecord::encode`].
     ///
     /// # Errors
-    /// [`Error::CorruptedMeta`] when the bytes are not exactly one valid topic record frame.
+    /// [`Error::Corrupted`] at the record when the bytes are not exactly one valid topic record frame.
     pub fn decode(bytes: &[u8]) -> Result<Self> {
         decode_frame(Kind::Topic, bytes, |r| {
             let next_ledger_id = r.u64()?;
@@ -310,7 +310,7 @@ impl CursorRecord {
     /// Decodes a frame written by [`CursorRecord::encode`].
     ///
     /// # Errors
-    /// [`Error::CorruptedMeta`] when the bytes are not exactly one valid cursor record frame.
+    /// [`Error::Corrupted`] at the record when the bytes are not exactly one valid cursor record frame.
     pub fn decode(bytes: &[u8]) -> Result<Self> {
         decode_frame(Kind::Cursor, bytes, |r| {
             let name = r.string("cursor name")?;
@@ -364,13 +364,13 @@ impl CursorRecord {
     /// unknown). A record without identity (an earlier release's) is checked by name only.
     ///
     /// # Errors
-    /// [`Error::CorruptedMeta`] naming `cursor-{cursor_id}` when the name, the cursor id or
+    /// [`Error::Corrupted`] at record `cursor-{cursor_id}` when the name, the cursor id or
     /// the topic differ: the record was moved or copied from elsewhere, and using it would
     /// give the cursor another cursor's state.
     pub fn check_identity(&self, cursor_id: u64, name: &str, topic_id: u64) -> Result<()> {
         let wrong = |what| {
-            Err(Error::CorruptedMeta {
-                record: format!("cursor-{cursor_id}"),
+            Err(Error::Corrupted {
+                place: CorruptionPlace::Record(format!("cursor-{cursor_id}")),
                 kind: CorruptionKind::InvalidField(what),
             })
         };
@@ -518,8 +518,11 @@ mod tests {
 
     fn corruption(err: Error) -> CorruptionKind {
         match err {
-            Error::CorruptedMeta { kind, .. } => kind,
-            other => panic!("expected CorruptedMeta, got {other:?}"),
+            Error::Corrupted {
+                place: CorruptionPlace::Record(_),
+                kind,
+            } => kind,
+            other => panic!("expected a corrupted record, got {other:?}"),
         }
     }
 
@@ -615,7 +618,10 @@ mod tests {
         for (id, name, topic) in [(4, "sub", 0xfeed), (3, "other", 0xfeed), (3, "sub", 0xbeef)] {
             assert!(matches!(
                 cursor.check_identity(id, name, topic),
-                Err(Error::CorruptedMeta { .. })
+                Err(Error::Corrupted {
+                    place: CorruptionPlace::Record(_),
+                    ..
+                })
             ));
         }
         sample_cursor().check_identity(9, "sub", 0xfeed).unwrap();
@@ -737,7 +743,7 @@ mod tests {
         let err = TopicRecord::decode(&sample_cursor().encode()).unwrap_err();
         assert!(matches!(
             &err,
-            Error::CorruptedMeta { record, kind: CorruptionKind::InvalidField("record kind") }
+            Error::Corrupted { place: CorruptionPlace::Record(record), kind: CorruptionKind::InvalidField("record kind") }
                 if record == "topic record"
         ));
         assert!(err.to_string().contains("topic record"));

@@ -24,7 +24,7 @@ pub mod ledger;
 pub mod meta;
 pub mod partition;
 
-use crate::error::{CorruptionKind, Error};
+use crate::error::{CorruptionKind, CorruptionPlace, Error};
 use crate::position::Position;
 
 /// CRC32 (IEEE, as computed by `crc32fast`) of the concatenation of `parts`.
@@ -76,19 +76,13 @@ impl Corruption {
     /// The error for bytes that are the payload of cursor-ledger entry `position`.
     #[must_use]
     pub fn in_entry(self, position: Position) -> Error {
-        Error::CorruptedEntry {
-            position,
-            kind: self.kind,
-        }
+        Error::corrupted_at(CorruptionPlace::Entry(position), self.kind)
     }
 
     /// The error for bytes that are the metadata record named `record`.
     #[must_use]
     pub fn in_record(self, record: impl Into<String>) -> Error {
-        Error::CorruptedMeta {
-            record: record.into(),
-            kind: self.kind,
-        }
+        Error::corrupted_at(CorruptionPlace::Record(record.into()), self.kind)
     }
 }
 

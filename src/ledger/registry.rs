@@ -120,7 +120,9 @@ impl TopicCore {
             .find(|c| c.name == name)
             .map(|c| c.id)
         else {
-            return Err(Error::NoSuchCursor(name.to_owned()));
+            return Err(Error::NoSuchCursor {
+                name: name.to_owned(),
+            });
         };
         let mut record = w.record.clone();
         record.cursors.retain(|c| c.id != id);

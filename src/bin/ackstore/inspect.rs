@@ -116,7 +116,7 @@ pub fn collect(storage: &Arc<dyn Storage>, deep: bool, findings: &mut Vec<Findin
                 findings,
                 dir::TOPIC_FILE.into(),
                 "topic record",
-                e.to_string(),
+                report::describe(&e),
             );
             None
         }
@@ -125,7 +125,12 @@ pub fn collect(storage: &Arc<dyn Storage>, deep: bool, findings: &mut Vec<Findin
         Ok(log) => Some(Arc::new(log)),
         Err(e) => {
             if findings.is_empty() {
-                finding(findings, storage.location(), "entry log", e.to_string());
+                finding(
+                    findings,
+                    storage.location(),
+                    "entry log",
+                    report::describe(&e),
+                );
             }
             None
         }
@@ -204,7 +209,7 @@ fn cursor_view(
             return None;
         }
         Err(e) => {
-            finding(findings, file, "cursor record", e.to_string());
+            finding(findings, file, "cursor record", report::describe(&e));
             return None;
         }
     };
@@ -224,7 +229,7 @@ fn cursor_view(
     let mut rec = match recover(log.clone(), meta.clone(), &name, CursorConfig::default()) {
         Ok(rec) => rec,
         Err(e) => {
-            finding(findings, file, "cursor state", e.to_string());
+            finding(findings, file, "cursor state", report::describe(&e));
             return Some(cv);
         }
     };
@@ -237,7 +242,7 @@ fn cursor_view(
     cv.acked_entries = rec.acks.len();
     match rec.acks.range_count() {
         Ok(n) => cv.acked_ranges = n,
-        Err(e) => finding(findings, file.clone(), "cursor state", e.to_string()),
+        Err(e) => finding(findings, file.clone(), "cursor state", report::describe(&e)),
     }
     cv.rejected_states = rec.report.rejected;
     let cursor_ledger = record.cursor_ledger;
@@ -277,7 +282,7 @@ fn cursor_view(
                 findings,
                 ledger_file_name(l),
                 "cursor ledger",
-                e.to_string(),
+                report::describe(&e),
             ),
         }
     }
