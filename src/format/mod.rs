@@ -37,14 +37,6 @@ pub fn crc32(parts: &[&[u8]]) -> u32 {
     hasher.finalize()
 }
 
-/// Lets decoders that report only a kind (their caller knows the offset) read through
-/// [`Reader`].
-impl From<Corruption> for CorruptionKind {
-    fn from(c: Corruption) -> Self {
-        c.kind
-    }
-}
-
 /// What is wrong with bytes a decoder was given, and where: `offset` counts from the first byte
 /// handed to the decoder. The decoder never knows which file or entry the bytes came from; its
 /// caller names the place with [`Corruption::in_ledger`], [`Corruption::in_entry`] or
@@ -64,6 +56,15 @@ impl Corruption {
         Self {
             kind,
             offset: offset as u64,
+        }
+    }
+
+    /// The same corruption seen from bytes that hold the decoded ones at offset `base`.
+    #[must_use]
+    pub fn after(self, base: usize) -> Self {
+        Self {
+            kind: self.kind,
+            offset: self.offset.saturating_add(base as u64),
         }
     }
 

@@ -215,8 +215,8 @@ fn whole_frame_at(
         return damage(CorruptionKind::Truncated);
     }
     let frame = win.get(off, header.frame_len())?.unwrap_or_default();
-    if let Err(kind) = check_frame(h, &header, frame) {
-        return damage(kind);
+    if let Err(c) = check_frame(h, &header, frame) {
+        return damage(c.kind);
     }
     if header.durable_mark > off {
         return damage(CorruptionKind::InvalidField("durable_mark"));
@@ -369,7 +369,8 @@ pub(crate) fn check_header(win: &mut Window<'_>, ledger: u64) -> Result<HeaderCh
             0,
             CorruptionKind::InvalidField("ledger_id"),
         )),
-        Err(kind) => Err(Error::corrupted(ledger, 0, kind)),
+        // Header damage is named at the file's start, whichever header field failed.
+        Err(c) => Err(Error::corrupted(ledger, 0, c.kind)),
     }
 }
 
