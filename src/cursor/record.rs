@@ -47,7 +47,7 @@ pub(crate) fn read_record(meta: &dyn MetaStore, name: &str) -> Result<Option<Ver
         .map(|(version, bytes)| {
             Ok(VersionedRecord {
                 version,
-                record: CursorRecord::decode(&bytes)?,
+                record: CursorRecord::decode(&bytes).map_err(|c| c.in_record(name))?,
             })
         })
         .transpose()

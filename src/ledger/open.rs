@@ -81,7 +81,8 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
             // previous owner's flush could otherwise still switch the record to a ledger this
             // open takes for an orphan and deletes. After the claim that switch is refused.
             if let Some(bytes) = claim_record(meta.as_ref(), &name)? {
-                let cursor = CursorRecord::decode(&bytes)?;
+                let cursor =
+                    CursorRecord::decode(&bytes).map_err(|c| c.in_record(name.as_str()))?;
                 // A record of another cursor (moved or copied here) is damage: opening that
                 // cursor refuses it. The ledger it displaced would look like an orphan, so no
                 // ledger is deleted by this open.
@@ -190,7 +191,10 @@ fn claim_topic(
         .filter_map(|f| parse_ledger_file_name(f))
         .max();
     let mut record = match meta.get(TOPIC_RECORD)? {
-        Some((version, bytes)) => Some((TopicRecord::decode(&bytes)?, version)),
+        Some((version, bytes)) => Some((
+            TopicRecord::decode(&bytes).map_err(|c| c.in_record(TOPIC_RECORD))?,
+            version,
+        )),
         None if highest_file.is_some() => {
             return Err(Error::NotAckstore {
                 path: location.into(),

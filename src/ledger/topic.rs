@@ -458,7 +458,8 @@ impl TopicCore {
                 Some(c) => c.published_mark(),
                 None => match self.meta.get(&cursor::record_name(entry.id))? {
                     Some((_, bytes)) => {
-                        let cursor = CursorRecord::decode(&bytes)?;
+                        let cursor = CursorRecord::decode(&bytes)
+                            .map_err(|c| c.in_record(cursor::record_name(entry.id)))?;
                         cursor.check_identity(entry.id, &entry.name, record.topic_id)?;
                         let m = cursor.mark_delete;
                         (m != NO_MARK_DELETE).then_some(m)

@@ -13,6 +13,7 @@ use ackstore::cursor::CursorConfig;
 use ackstore::cursor::recover::{RecoverySource, recover};
 use ackstore::cursor::verify::check_cursor_ledger;
 use ackstore::cursor::{NO_MARK_DELETE, record_name};
+use ackstore::format::Corruption;
 use ackstore::format::meta::{CursorEntry, CursorRecord, TopicRecord};
 use ackstore::log::{EntryLog, LogConfig, ledger_file_name};
 use ackstore::meta::{FileMetaStore, MetaStore};
@@ -98,18 +99,28 @@ fn finding(findings: &mut Vec<Finding>, file: String, place: &str, what: String)
 /// With `deep`, every entry of every cursor ledger is read and checked as well (for `verify`).
 /// The topic record, `None` when there is none; an error when it cannot be read or decoded.
 pub fn read_topic(storage: &Arc<dyn Storage>) -> Result<Option<TopicRecord>> {
-    let meta = FileMetaStore::new(storage.clone());
-    meta.get("topic")?
-        .map(|(_, bytes)| TopicRecord::decode(&bytes))
+    read_decoded(
+        &FileMetaStore::new(storage.clone()),
+        "topic",
+        TopicRecord::decode,
+    )
+}
+
+/// Reads record `name` and decodes it with `decode`, naming the record in a decode error;
+/// `None` when there is no such record.
+fn read_decoded<T>(
+    meta: &dyn MetaStore,
+    name: &str,
+    decode: fn(&[u8]) -> std::result::Result<T, Corruption>,
+) -> Result<Option<T>> {
+    meta.get(name)?
+        .map(|(_, bytes)| decode(&bytes).map_err(|c| c.in_record(name)))
         .transpose()
 }
 
 pub fn collect(storage: &Arc<dyn Storage>, deep: bool, findings: &mut Vec<Finding>) -> TopicView {
     let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(storage.clone()));
-    let topic = match meta
-        .get("topic")
-        .and_then(|r| r.map(|(_, b)| TopicRecord::decode(&b)).transpose())
-    {
+    let topic = match read_decoded(meta.as_ref(), "topic", TopicRecord::decode) {
         Ok(topic) => topic,
         Err(e) => {
             finding(
@@ -189,15 +200,13 @@ fn cursor_view(
 ) -> Option<CursorView> {
     let name = record_name(entry.id);
     let file = format!("{name}.meta");
-    let record = match meta
-        .get(&name)
-        .and_then(|r| r.map(|(_, b)| CursorRecord::decode(&b)).transpose())
-        .and_then(|r| match r {
-            Some(r) => r
-                .check_identity(entry.id, &entry.name, topic_id)
-                .map(|()| Some(r)),
-            None => Ok(None),
-        }) {
+    let read = read_decoded(meta.as_ref(), &name, CursorRecord::decode).and_then(|r| match r {
+        Some(r) => r
+            .check_identity(entry.id, &entry.name, topic_id)
+            .map(|()| Some(r)),
+        None => Ok(None),
+    });
+    let record = match read {
         Ok(Some(r)) => r,
         Ok(None) => {
             finding(
