@@ -2,9 +2,14 @@
 //!
 //! Owns: every way an ackstore operation can fail, phrased so a broker engineer can act on it.
 //! `Io` (the operating system refused) is kept apart from `Corrupted` (bytes on disk are not what
-//! ackstore wrote); a torn tail is neither, it is repaired on open.
+//! ackstore wrote); a torn tail is neither, it is repaired on open. Every corruption is one
+//! variant: what is wrong ([`CorruptionKind`]) and where ([`CorruptionPlace`]).
+//!
+//! Invariant: a variant's message never repeats its `#[source]`; whoever prints the chain adds
+//! the causes.
 
 use std::fmt;
+use std::path::PathBuf;
 
 use crate::position::Position;
 
@@ -27,6 +32,15 @@ pub enum CorruptionKind {
     InvalidField(&'static str),
     /// The data ends before a record that must be complete.
     Truncated,
+    /// A store that is listed as holding the bytes has no copy of them.
+    Missing,
+    /// A record holds another number of items than the index that lists it recorded.
+    CountMismatch {
+        /// Items the record holds.
+        found: u64,
+        /// Items the index lists.
+        expected: u64,
+    },
 }
 
 impl fmt::Display for CorruptionKind {
@@ -38,6 +52,59 @@ impl fmt::Display for CorruptionKind {
             Self::BadLength => f.write_str("length field out of range"),
             Self::InvalidField(name) => write!(f, "invalid value in field `{name}`"),
             Self::Truncated => f.write_str("record cut short"),
+            Self::Missing => f.write_str("its store has no copy"),
+            Self::CountMismatch { found, expected } => {
+                write!(
+                    f,
+                    "it holds {found} entries where the index lists {expected}"
+                )
+            }
+        }
+    }
+}
+
+/// Where corrupted bytes were found: the caller that decoded them names the place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CorruptionPlace {
+    /// A byte offset within a ledger file.
+    Ledger {
+        /// The ledger (file) holding the bad bytes.
+        ledger: u64,
+        /// Byte offset of the bad record within that ledger file.
+        offset: u64,
+    },
+    /// The payload of a cursor-ledger entry.
+    Entry(Position),
+    /// A metadata record, by name.
+    Record(String),
+    /// One ack partition of a cursor, keyed by data ledger and chunk.
+    Partition {
+        /// The data ledger of the partition.
+        ledger_id: u64,
+        /// The partition's chunk (`entry_id >> PARTITION_BITS`).
+        chunk: u64,
+    },
+}
+
+impl CorruptionPlace {
+    /// The sentence [`Error::Corrupted`] displays: the place, what is wrong, and what to do.
+    fn sentence(&self, kind: &CorruptionKind) -> String {
+        match self {
+            Self::Ledger { ledger, offset } => format!(
+                "ledger {ledger} is corrupted at byte offset {offset}: {kind}; \
+                 run `ackstore verify` on the directory and restore the file from a replica or backup"
+            ),
+            Self::Entry(position) => format!(
+                "cursor ledger entry {position} is corrupted: {kind}; \
+                 run `ackstore verify` on the directory"
+            ),
+            Self::Record(record) => format!("metadata record `{record}` is corrupted: {kind}"),
+            Self::Partition { ledger_id, chunk } => format!(
+                "ack partition {chunk} of ledger {ledger_id} could not be loaded: {kind}; \
+                 the cursor's persisted ack state is incomplete, reopen the cursor to recover it \
+                 from its last good marker"
+            ),
         }
     }
 }
@@ -47,34 +114,21 @@ impl fmt::Display for CorruptionKind {
 #[non_exhaustive]
 pub enum Error {
     /// The operating system refused an I/O operation.
-    #[error("I/O error while trying to {op} `{path}`: {source}")]
+    #[error("I/O error while trying to {op} `{}`", .path.display())]
     Io {
         /// What ackstore was doing.
         op: &'static str,
         /// The file or directory concerned.
-        path: String,
-        /// The underlying error.
+        path: PathBuf,
+        /// The underlying error (not repeated in this error's message).
         #[source]
         source: std::io::Error,
     },
-    /// Bytes on disk failed verification somewhere other than a repairable torn tail.
-    #[error(
-        "ledger {ledger} is corrupted at byte offset {offset}: {kind}; \
-         run `ackstore verify` on the directory and restore the file from a replica or backup"
-    )]
+    /// Bytes ackstore wrote failed verification somewhere other than a repairable torn tail.
+    #[error("{}", .place.sentence(.kind))]
     Corrupted {
-        /// The ledger (file) holding the bad bytes.
-        ledger: u64,
-        /// Byte offset of the bad record within that ledger file.
-        offset: u64,
-        /// What is wrong.
-        kind: CorruptionKind,
-    },
-    /// A metadata record failed verification.
-    #[error("metadata record `{record}` is corrupted: {kind}")]
-    CorruptedMeta {
-        /// The record's name.
-        record: String,
+        /// Where the bad bytes are.
+        place: CorruptionPlace,
         /// What is wrong.
         kind: CorruptionKind,
     },
@@ -107,8 +161,11 @@ pub enum Error {
     #[error("entry {0} does not exist")]
     NoSuchEntry(Position),
     /// The requested cursor does not exist.
-    #[error("cursor `{0}` does not exist")]
-    NoSuchCursor(String),
+    #[error("cursor `{name}` does not exist")]
+    NoSuchCursor {
+        /// The cursor's name.
+        name: String,
+    },
     /// The ledger is sealed and takes no more writes.
     #[error("ledger {0} is sealed and cannot be appended to")]
     Sealed(u64),
@@ -120,55 +177,61 @@ pub enum Error {
     PreviousIo,
     /// Another handle or process already owns the directory.
     #[error(
-        "directory `{0}` is already opened by another ackstore handle or process; \
-         close it first (only one owner at a time)"
+        "directory `{}` is already opened by another ackstore handle or process; \
+         close it first (only one owner at a time)",
+        .path.display()
     )]
-    Locked(String),
+    Locked {
+        /// The directory.
+        path: PathBuf,
+    },
     /// This handle lost ownership: a newer owner has written since, so this write was refused.
-    #[error("this handle has been fenced by a newer owner of `{0}`; its write was refused")]
-    Fenced(String),
+    #[error("this handle has been fenced by a newer owner of `{what}`; its write was refused")]
+    Fenced {
+        /// What the newer owner owns (a directory, a topic or cursor record).
+        what: String,
+    },
     /// The path is not an ackstore directory (or file) at all.
-    #[error("`{0}` is not an ackstore directory: {1}")]
-    NotAckstore(String, String),
+    #[error("`{}` is not an ackstore directory: {reason}", .path.display())]
+    NotAckstore {
+        /// The path.
+        path: PathBuf,
+        /// Why it is not one.
+        reason: String,
+    },
     /// A position or value given by the caller is out of range or invalid.
-    #[error("invalid argument: {0}")]
-    InvalidArgument(String),
+    #[error("invalid argument: {reason}")]
+    InvalidArgument {
+        /// What is wrong with it, as a sentence.
+        reason: String,
+    },
     /// The handle has been closed.
     #[error("the handle has been closed")]
     Closed,
     /// A configured limit was hit and the configuration asks for an error instead of a cut.
-    #[error("limit exceeded: {0}")]
-    LimitExceeded(String),
-    /// An ack partition that the cursor's index lists could not be loaded intact from its store.
-    #[error(
-        "ack partition {chunk} of ledger {ledger_id} could not be loaded: {reason}; \
-         the cursor's persisted ack state is incomplete, reopen the cursor to recover it \
-         from its last good marker"
-    )]
-    BadPartition {
-        /// The data ledger of the partition.
-        ledger_id: u64,
-        /// The partition's chunk (`entry_id >> PARTITION_BITS`).
-        chunk: u64,
-        /// What went wrong.
+    #[error("limit exceeded: {reason}")]
+    LimitExceeded {
+        /// Which limit and what to change, as a sentence.
         reason: String,
     },
     /// A data ledger the topic record lists has no file.
     #[error(
-        "data ledger {ledger} is listed in the topic record of `{dir}` but its file is missing; \
-         restore it from a backup or replica"
+        "data ledger {ledger} is listed in the topic record of `{}` but its file is missing; \
+         restore it from a backup or replica",
+        .dir.display()
     )]
     MissingLedger {
         /// The missing ledger.
         ledger: u64,
         /// The topic directory.
-        dir: String,
+        dir: PathBuf,
     },
     /// A sealed data ledger holds another number of entries than the topic record says were
     /// sealed into it.
     #[error(
-        "data ledger {ledger} of `{dir}` holds {found} entries but {recorded} were sealed into \
-         it; restore the ledger file from a backup or replica"
+        "data ledger {ledger} of `{}` holds {found} entries but {recorded} were sealed into \
+         it; restore the ledger file from a backup or replica",
+        .dir.display()
     )]
     LedgerMismatch {
         /// The ledger.
@@ -178,27 +241,19 @@ pub enum Error {
         /// Entries the file holds.
         found: u64,
         /// The topic directory.
-        dir: String,
+        dir: PathBuf,
     },
     /// The operation is not supported in this configuration.
-    #[error("unsupported: {0}")]
-    Unsupported(String),
-    /// An entry of a cursor ledger failed verification.
-    #[error(
-        "cursor ledger entry {position} is corrupted: {kind}; \
-         run `ackstore verify` on the directory"
-    )]
-    CorruptedEntry {
-        /// The cursor ledger and entry.
-        position: Position,
-        /// What is wrong.
-        kind: CorruptionKind,
+    #[error("unsupported: {what}")]
+    Unsupported {
+        /// What is not supported, as a sentence.
+        what: String,
     },
 }
 
 impl Error {
     /// Builds an [`Error::Io`].
-    pub fn io(op: &'static str, path: impl Into<String>, source: std::io::Error) -> Self {
+    pub fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Self::Io {
             op,
             path: path.into(),
@@ -206,13 +261,31 @@ impl Error {
         }
     }
 
-    /// Builds an [`Error::Corrupted`].
+    /// Builds an [`Error::Corrupted`] at byte `offset` of ledger file `ledger`.
     #[must_use]
     pub fn corrupted(ledger: u64, offset: u64, kind: CorruptionKind) -> Self {
         Self::Corrupted {
-            ledger,
-            offset,
+            place: CorruptionPlace::Ledger { ledger, offset },
             kind,
         }
+    }
+
+    /// This error's message followed by each of its sources', for a log line where nobody walks
+    /// the chain.
+    pub(crate) fn with_sources(&self) -> String {
+        let mut out = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(cause) = source {
+            out.push_str(": ");
+            out.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        out
+    }
+
+    /// Builds an [`Error::Corrupted`] at `place`.
+    #[must_use]
+    pub fn corrupted_at(place: CorruptionPlace, kind: CorruptionKind) -> Self {
+        Self::Corrupted { place, kind }
     }
 }

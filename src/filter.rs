@@ -82,12 +82,14 @@ impl ReceivedFilter {
     /// still to come.
     pub fn new(subscription: SubscriptionType, enabled: bool) -> Result<Self> {
         if enabled && !subscription.is_ordered() {
-            return Err(Error::Unsupported(format!(
-                "the received-message filter needs ordered dispatch, and a {subscription} \
+            return Err(Error::Unsupported {
+                what: format!(
+                    "the received-message filter needs ordered dispatch, and a {subscription} \
                  subscription dispatches entries out of order (a later entry may arrive before \
                  an earlier one), so filtering by the largest received position would drop \
                  entries never seen; use it with Exclusive or Failover, or leave it disabled"
-            )));
+                ),
+            });
         }
         Ok(Self {
             enabled,
@@ -173,7 +175,7 @@ mod tests {
     fn unordered_subscriptions_are_refused_with_the_reason() {
         for sub in [SubscriptionType::Shared, SubscriptionType::KeyShared] {
             let err = ReceivedFilter::new(sub, true).unwrap_err();
-            assert!(matches!(err, Error::Unsupported(_)), "{err:?}");
+            assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
             assert!(err.to_string().contains("out of order"), "{err}");
             // Disabled, the filter is inert and harmless for any subscription.
             let mut inert = ReceivedFilter::new(sub, false).unwrap();

@@ -42,7 +42,7 @@ pub mod observe;
 pub mod position;
 pub mod storage;
 
-pub use error::{CorruptionKind, Error, Result};
+pub use error::{CorruptionKind, CorruptionPlace, Error, Result};
 pub use ledger::{
     AppendMeta, Cursor, CursorOptions, Entry, InitialPosition, LedgerConfig, ManagedLedger,
 };

@@ -167,7 +167,7 @@ fn cumulative_ack_behind_mark_delete_or_beyond_the_last_entry_fails_and_changes_
 
         assert!(matches!(
             c.ack_cumulative(p[2]),
-            Err(Error::InvalidArgument(_))
+            Err(Error::InvalidArgument { .. })
         ));
         let beyond = Position::new(p[8].ledger_id, p[8].entry_id + 1);
         assert!(matches!(

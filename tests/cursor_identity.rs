@@ -78,7 +78,10 @@ fn a_cursor_record_copied_over_another_is_refused_and_its_ledger_kept() {
     if let Ok(ml) = ManagedLedger::open(dir.path(), LedgerConfig::default()) {
         assert!(matches!(
             ml.open_cursor("ahead", CursorOptions::default()),
-            Err(ackstore::Error::CorruptedMeta { .. })
+            Err(ackstore::Error::Corrupted {
+                place: ackstore::CorruptionPlace::Record(_),
+                ..
+            })
         ));
         ml.close().unwrap();
     }

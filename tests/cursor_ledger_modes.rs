@@ -114,7 +114,7 @@ fn single_entry_over_the_range_limit_is_an_error_and_writes_nothing() {
     let entries = env.log.entry_count(ledger).unwrap();
     alternating(&mut cursor, &mut model, 11);
     let err = cursor.flush().unwrap_err();
-    assert!(matches!(err, Error::LimitExceeded(_)), "{err}");
+    assert!(matches!(err, Error::LimitExceeded { .. }), "{err}");
     assert!(err.to_string().contains("multi-entry"), "{err}");
     assert_eq!(env.log.entry_count(ledger).unwrap(), entries);
     assert_eq!(cursor.persister.stats().overflows, 0);
@@ -252,7 +252,7 @@ fn a_record_changed_behind_the_persisters_back_fences_its_next_switch() {
     cursor.ack(Position::new(1, 9)).unwrap();
     cursor.persister.request_rollover();
     let err = cursor.flush().unwrap_err();
-    assert!(matches!(err, Error::Fenced(_)), "{err}");
+    assert!(matches!(err, Error::Fenced { .. }), "{err}");
     // The abandoned rollover ledger is gone; the old state still recovers.
     let ledger = CursorRecord::decode(&bytes).unwrap().cursor_ledger.unwrap();
     assert_eq!(env.log.ledger_ids(), vec![ledger]);

@@ -56,7 +56,7 @@ fn set_property_refuses_a_name_longer_than_the_limit_and_changes_nothing() {
         let err = c
             .set_property(&"x".repeat(2_000), 7)
             .expect_err("a 2,000-byte name");
-        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+        assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
         assert!(err.to_string().contains("1024"), "{err}");
         assert_eq!(c.properties().unwrap().len(), 1);
         c.close().expect("close");
@@ -79,7 +79,7 @@ fn set_property_refuses_a_property_past_the_count_limit_but_replaces_existing_on
         let err = c
             .set_property("one-too-many", 0)
             .expect_err("the 4,097th property");
-        assert!(matches!(err, Error::LimitExceeded(_)), "{err}");
+        assert!(matches!(err, Error::LimitExceeded { .. }), "{err}");
         c.set_property("p7", -7)
             .expect("replacing a property adds none");
         assert_eq!(c.properties().unwrap().len(), MAX_PROPERTIES);
@@ -120,7 +120,10 @@ fn set_property_refuses_properties_that_would_not_fit_in_one_cursor_ledger_entry
                 }
                 assert!(i < 100, "16 KiB entries cannot hold 100 KiB of names");
             };
-            assert!(matches!(err, Error::LimitExceeded(_)), "{mode:?}: {err}");
+            assert!(
+                matches!(err, Error::LimitExceeded { .. }),
+                "{mode:?}: {err}"
+            );
             accepted = usize::try_from(i).unwrap();
             assert!(accepted >= 8, "{mode:?}: only {accepted} accepted");
             c.close().expect("close");

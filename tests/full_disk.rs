@@ -309,7 +309,7 @@ fn full_disk_steps(
                     c
                 }
                 Err(e) => {
-                    assert!(!matches!(e, Error::Fenced(_)), "step {step}: {e}");
+                    assert!(!matches!(e, Error::Fenced { .. }), "step {step}: {e}");
                     after_step(model, positions);
                     continue;
                 }

@@ -219,7 +219,7 @@ fn the_filter_refuses_shared_and_key_shared_subscriptions() {
     for sub in [SubscriptionType::Shared, SubscriptionType::KeyShared] {
         assert!(matches!(
             ReceivedFilter::new(sub, true),
-            Err(Error::Unsupported(_))
+            Err(Error::Unsupported { .. })
         ));
     }
 }
@@ -230,7 +230,7 @@ fn a_second_owner_is_refused_while_the_first_holds_the_directory() {
     let first = ManagedLedger::open(dir.path(), config(PER_LEDGER)).unwrap();
     assert!(matches!(
         ManagedLedger::open(dir.path(), config(PER_LEDGER)),
-        Err(Error::Locked(_))
+        Err(Error::Locked { .. })
     ));
     first.close().unwrap();
     ManagedLedger::open(dir.path(), config(PER_LEDGER)).unwrap();
@@ -238,14 +238,14 @@ fn a_second_owner_is_refused_while_the_first_holds_the_directory() {
     let (disk, topic) = mem_topic(PER_LEDGER);
     assert!(matches!(
         ManagedLedger::open_with_storage(Arc::new(disk.clone()), config(PER_LEDGER)),
-        Err(Error::Locked(_))
+        Err(Error::Locked { .. })
     ));
     drop(topic);
     reopen(&disk, PER_LEDGER);
 }
 
 fn is_fenced<T: std::fmt::Debug>(result: ackstore::Result<T>) -> bool {
-    matches!(result, Err(Error::Fenced(_)))
+    matches!(result, Err(Error::Fenced { .. }))
 }
 
 /// What the new owner sees of a cursor.
@@ -301,7 +301,7 @@ fn a_fenced_handle_writes_nothing_the_new_owner_sees() {
     // A going away does not release B's lock.
     assert!(matches!(
         ManagedLedger::open_with_storage(Arc::new(disk.clone()), config(PER_LEDGER)),
-        Err(Error::Locked(_))
+        Err(Error::Locked { .. })
     ));
 
     assert_eq!(cursor_view(&cb), before);
@@ -593,7 +593,10 @@ fn swapped_cursor_records_are_refused_as_corruption() {
     let topic = reopen(&disk, PER_LEDGER);
     for name in ["ahead", "behind"] {
         match topic.open_cursor(name, at(InitialPosition::Earliest, false)) {
-            Err(Error::CorruptedMeta { record, .. }) => assert!(record.starts_with("cursor-")),
+            Err(Error::Corrupted {
+                place: ackstore::CorruptionPlace::Record(record),
+                ..
+            }) => assert!(record.starts_with("cursor-")),
             Err(e) => panic!("{name}: {e}"),
             Ok(c) => panic!(
                 "{name} opened with mark-delete {:?}",
@@ -605,6 +608,9 @@ fn swapped_cursor_records_are_refused_as_corruption() {
     // that is not the cursor's.
     assert!(matches!(
         topic.trim_consumed(),
-        Err(Error::CorruptedMeta { .. })
+        Err(Error::Corrupted {
+            place: ackstore::CorruptionPlace::Record(_),
+            ..
+        })
     ));
 }

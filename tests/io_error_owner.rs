@@ -63,7 +63,7 @@ fn a_single_owner_after_a_transient_io_error_at_any_step_is_never_fenced() {
         later.push(("close", topic.close()));
         for (what, result) in later {
             assert!(
-                !matches!(result, Err(Error::Fenced(_))),
+                !matches!(result, Err(Error::Fenced { .. })),
                 "failure after {k} mutations ({log:?}): a single owner's later {what} says {}",
                 result.unwrap_err()
             );

@@ -217,7 +217,7 @@ fn a_directory_with_ledgers_but_no_topic_record_is_refused() {
     }
     assert!(matches!(
         ManagedLedger::open_with_storage(Arc::new(disk), config(2)),
-        Err(Error::NotAckstore(..))
+        Err(Error::NotAckstore { .. })
     ));
 }
 

@@ -47,7 +47,7 @@ fn bad_appends_are_refused_and_write_nothing() {
             timestamp: 1,
         },
     );
-    assert!(matches!(zero, Err(Error::InvalidArgument(_))));
+    assert!(matches!(zero, Err(Error::InvalidArgument { .. })));
     assert!(matches!(
         topic.append(&[0; 17]),
         Err(Error::EntryTooLarge { .. })
@@ -115,7 +115,7 @@ fn a_second_owner_of_a_directory_is_refused() {
     let topic = ManagedLedger::open(dir.path(), LedgerConfig::default()).unwrap();
     assert!(matches!(
         ManagedLedger::open(dir.path(), LedgerConfig::default()),
-        Err(Error::Locked(_))
+        Err(Error::Locked { .. })
     ));
     topic.close().unwrap();
     assert!(matches!(topic.append(b"x"), Err(Error::Closed)));

@@ -155,10 +155,10 @@ fn a_second_owner_is_refused_in_process_and_across_handles() {
     let disk = MemStorage::new();
     let log = open(&disk);
     let err = EntryLog::open(Arc::new(disk.clone()), LogConfig::default()).unwrap_err();
-    assert!(matches!(err, Error::Locked(_)), "{err}");
+    assert!(matches!(err, Error::Locked { .. }), "{err}");
     // A read-only handle needs no lock.
     let ro = EntryLog::open_read_only(Arc::new(disk.clone()), LogConfig::default()).unwrap();
-    assert!(matches!(ro.create_ledger(), Err(Error::Unsupported(_))));
+    assert!(matches!(ro.create_ledger(), Err(Error::Unsupported { .. })));
     drop(log);
     open(&disk);
 
@@ -172,7 +172,7 @@ fn a_second_owner_is_refused_in_process_and_across_handles() {
         Arc::new(FileStorage::open(dir.path(), false).unwrap()),
         LogConfig::default(),
     );
-    assert!(matches!(second, Err(Error::Locked(_))));
+    assert!(matches!(second, Err(Error::Locked { .. })));
     drop(first);
 }
 
@@ -193,8 +193,10 @@ fn a_file_that_is_not_a_ledger_is_corruption_and_other_names_are_ignored() {
         matches!(
             err,
             Error::Corrupted {
-                ledger: 3,
-                offset: 0,
+                place: ackstore::CorruptionPlace::Ledger {
+                    ledger: 3,
+                    offset: 0
+                },
                 kind: CorruptionKind::BadMagic
             }
         ),
@@ -209,7 +211,10 @@ fn a_file_that_is_not_a_ledger_is_corruption_and_other_names_are_ignored() {
     );
     assert!(matches!(
         log.read(3, 0),
-        Err(Error::Corrupted { ledger: 3, .. })
+        Err(Error::Corrupted {
+            place: ackstore::CorruptionPlace::Ledger { ledger: 3, .. },
+            ..
+        })
     ));
     drop(log);
     disk.remove(&ledger_file_name(3)).unwrap();
@@ -227,7 +232,16 @@ fn a_header_naming_another_ledger_is_corruption() {
     let f = disk.create(&ledger_file_name(l + 1)).unwrap();
     f.write_all_at(&bytes, 0).unwrap();
     let err = EntryLog::open(Arc::new(disk.clone()), STRICT).unwrap_err();
-    assert!(matches!(err, Error::Corrupted { offset: 0, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Corrupted {
+                place: ackstore::CorruptionPlace::Ledger { offset: 0, .. },
+                ..
+            }
+        ),
+        "{err}"
+    );
     let log = open(&disk);
     assert_eq!(log.damaged_ledgers().len(), 1);
     assert_eq!(log.damaged_ledgers()[0].id, l + 1);

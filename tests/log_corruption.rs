@@ -152,7 +152,7 @@ fn assert_damaged(image: &MemStorage, id: u64, offset: u64, before: u64) {
     };
     let err = EntryLog::open(Arc::new(image.clone()), strict).unwrap_err();
     assert!(
-        matches!(err, Error::Corrupted { ledger, offset: o, .. } if ledger == id && o == offset),
+        matches!(err, Error::Corrupted { place: ackstore::CorruptionPlace::Ledger { ledger, offset: o }, .. } if ledger == id && o == offset),
         "{err}"
     );
     let log = EntryLog::open(Arc::new(image.clone()), LogConfig::default()).unwrap();
@@ -167,7 +167,7 @@ fn assert_damaged(image: &MemStorage, id: u64, offset: u64, before: u64) {
     for i in before..=ENTRIES {
         let err = log.read(id, i).unwrap_err();
         assert!(
-            matches!(err, Error::Corrupted { offset: o, .. } if o == offset),
+            matches!(err, Error::Corrupted { place: ackstore::CorruptionPlace::Ledger { offset: o, .. }, .. } if o == offset),
             "{err}"
         );
     }

@@ -122,7 +122,8 @@ fn a_damaged_data_ledger_refuses_the_topic_naming_the_ledger() {
     disk.set_bytes(&name, bytes).unwrap();
     match ManagedLedger::open_with_storage(Arc::new(disk.clone()), config) {
         Err(Error::Corrupted {
-            ledger: l, offset, ..
+            place: ackstore::CorruptionPlace::Ledger { ledger: l, offset },
+            ..
         }) => {
             assert_eq!((l, offset), (ledger, at as u64));
         }

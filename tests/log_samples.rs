@@ -219,8 +219,7 @@ fn samples_with_a_damaged_synced_entry_open_damaged_or_refuse_in_strict_mode() {
             matches!(
                 err,
                 Error::Corrupted {
-                    ledger: 2,
-                    offset,
+                    place: ackstore::CorruptionPlace::Ledger { ledger: 2, offset },
                     kind: CorruptionKind::ChecksumMismatch
                 } if offset == first_frame
             ),
@@ -251,9 +250,8 @@ fn a_version_4_file_is_refused_as_an_unsupported_version() {
         matches!(
             err,
             Error::Corrupted {
-                ledger: 2,
+                place: ackstore::CorruptionPlace::Ledger { ledger: 2, .. },
                 kind: CorruptionKind::UnsupportedVersion(4),
-                ..
             }
         ),
         "{err}"

@@ -69,7 +69,8 @@ fn frame_starts(id: u64, n: u64) -> Vec<usize> {
 fn assert_corrupt_at(image: &MemStorage, id: u64, offset: u64, before: u64, what: &str) {
     match EntryLog::open(Arc::new(image.clone()), strict()) {
         Err(Error::Corrupted {
-            ledger, offset: o, ..
+            place: ackstore::CorruptionPlace::Ledger { ledger, offset: o },
+            ..
         }) => assert_eq!((ledger, o), (id, offset), "{what}"),
         other => panic!("{what}: strict open gave {other:?}"),
     }
@@ -213,7 +214,7 @@ fn concurrent_syncs_on_real_files_leave_a_slot_recording_the_whole_synced_file()
         .unwrap();
     let err = EntryLog::open(Arc::new(image), strict()).unwrap_err();
     assert!(
-        matches!(err, Error::Corrupted { ledger, .. } if ledger == id),
+        matches!(err, Error::Corrupted { place: ackstore::CorruptionPlace::Ledger { ledger, .. }, .. } if ledger == id),
         "{err}"
     );
 }
@@ -389,7 +390,8 @@ fn a_rotten_entry_of_the_last_synced_batch_refuses_the_topic_and_fails_verify() 
     write_files(&image, dir.path());
     match ManagedLedger::open_with_storage(Arc::new(image), LedgerConfig::default()) {
         Err(Error::Corrupted {
-            ledger: l, offset, ..
+            place: ackstore::CorruptionPlace::Ledger { ledger: l, offset },
+            ..
         }) => {
             assert_eq!(l, ledger);
             assert!((first as u64..=at as u64).contains(&offset), "{offset}");
@@ -403,7 +405,10 @@ fn a_rotten_entry_of_the_last_synced_batch_refuses_the_topic_and_fails_verify() 
     assert_eq!(verify_exit_code(dir.path()), Some(1));
     // The same on real files.
     match ManagedLedger::open(dir.path(), LedgerConfig::default()) {
-        Err(Error::Corrupted { ledger: l, .. }) => assert_eq!(l, ledger),
+        Err(Error::Corrupted {
+            place: ackstore::CorruptionPlace::Ledger { ledger: l, .. },
+            ..
+        }) => assert_eq!(l, ledger),
         other => panic!("real files: {:?}", other.map(|t| t.last_position())),
     }
 }

@@ -36,7 +36,7 @@ fn every_version_has_exactly_one_winner(make: impl Fn() -> Arc<dyn Storage>) {
                                 "two writers were told they wrote version {version}"
                             );
                         }
-                        Err(Error::Fenced(_)) => {}
+                        Err(Error::Fenced { .. }) => {}
                         Err(e) => panic!("writer {w}: {e}"),
                     }
                 }

@@ -217,11 +217,11 @@ fn a_fence_is_counted_and_logged_once_per_handle() {
         // A change the old handle may no longer persist.
         cursor.ack(first).unwrap();
         let err = cursor.flush().unwrap_err();
-        assert!(matches!(err, Error::Fenced(_)), "{err}");
+        assert!(matches!(err, Error::Fenced { .. }), "{err}");
         let fences = recorder.counter(observe::FENCES);
         assert!(fences >= 1);
         let err = cursor.flush().unwrap_err();
-        assert!(matches!(err, Error::Fenced(_)), "{err}");
+        assert!(matches!(err, Error::Fenced { .. }), "{err}");
         assert!(recorder.counter(observe::FENCES) > fences);
     });
     let warnings: Vec<_> = logged(log::Level::Warn)

@@ -39,7 +39,7 @@ fn a_single_owner_is_never_fenced_after_a_failed_record_write() {
         }
         for (what, r) in results {
             assert!(
-                !matches!(r, Err(Error::Fenced(_))),
+                !matches!(r, Err(Error::Fenced { .. })),
                 "failure after {n} of {count} operations: {what} returned {r:?} with one owner"
             );
         }

@@ -18,8 +18,10 @@ const APPENDS: u64 = 3_000;
 fn assert_not_fenced<T>(what: &str, r: ackstore::Result<T>) -> Option<T> {
     match r {
         Ok(v) => Some(v),
-        Err(e @ Error::Fenced(_)) => panic!("{what}: a single owner was told it is fenced: {e}"),
-        Err(Error::NoSuchEntry(_) | Error::Closed | Error::NoSuchCursor(_)) => None,
+        Err(e @ Error::Fenced { .. }) => {
+            panic!("{what}: a single owner was told it is fenced: {e}")
+        }
+        Err(Error::NoSuchEntry(_) | Error::Closed | Error::NoSuchCursor { .. }) => None,
         Err(e) => panic!("{what}: {e}"),
     }
 }

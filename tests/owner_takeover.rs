@@ -270,7 +270,7 @@ fn a_flush_that_returns_ok_is_seen_by_an_owner_taking_over_at_any_step() {
             hooked.hook.run_if_pending();
             if let Err(e) = &flushed {
                 assert!(
-                    matches!(e, ackstore::Error::Fenced(_)),
+                    matches!(e, ackstore::Error::Fenced { .. }),
                     "step {at_step:?}: {e}"
                 );
             }
@@ -338,7 +338,7 @@ fn a_sync_after_a_takeover_is_fenced_unless_the_new_owner_sees_the_entries() {
         );
     } else {
         assert!(
-            matches!(synced, Err(ackstore::Error::Fenced(_))),
+            matches!(synced, Err(ackstore::Error::Fenced { .. })),
             "{synced:?}"
         );
     }

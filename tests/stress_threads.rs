@@ -297,7 +297,7 @@ impl Run<'_> {
                         m.ever.ack_through(p);
                     }
                     // Behind mark-delete: the other thread acked past it first.
-                    Err(Error::InvalidArgument(_))
+                    Err(Error::InvalidArgument { .. })
                         if cursor
                             .mark_delete_position()
                             .is_ok_and(|m| m.is_some_and(|m| m >= p)) => {}

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use roaring::RoaringBitmap;
 
 use super::PartitionKey;
-use crate::error::{Error, Result};
+use crate::error::{CorruptionKind, Error, Result};
 use crate::format::partition::{decode_partition, encode_partition};
 
 /// Where a [`RangeSetWrapper`](super::RangeSetWrapper) puts partitions it evicts and loads the
@@ -87,20 +87,13 @@ impl PartitionStore for MemPartitionStore {
         let Some(record) = self.records.get(&key) else {
             return Ok(None);
         };
-        let (found, bitmap) = decode_partition(record).map_err(|c| Error::BadPartition {
-            ledger_id: key.ledger_id,
-            chunk: key.chunk,
-            reason: format!(
-                "its stored record is corrupted at byte {}: {}",
-                c.offset, c.kind
-            ),
-        })?;
+        let (found, bitmap) =
+            decode_partition(record).map_err(|c| Error::corrupted_at(key.place(), c.kind))?;
         if found != key {
-            return Err(Error::BadPartition {
-                ledger_id: key.ledger_id,
-                chunk: key.chunk,
-                reason: format!("the store returned the record of partition {found}"),
-            });
+            return Err(Error::corrupted_at(
+                key.place(),
+                CorruptionKind::InvalidField("partition key"),
+            ));
         }
         self.loads += 1;
         Ok(Some(bitmap))

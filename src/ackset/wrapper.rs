@@ -34,7 +34,7 @@ use super::{
     AckRange, Charge, Direction, LAST_OFFSET, PartitionKey, PartitionStore, RangeJoiner, chunks,
     clip, count_clipped, settle,
 };
-use crate::error::{Error, Result};
+use crate::error::{CorruptionKind, Error, Result};
 use crate::position::Position;
 
 /// Bytes the index is charged per live partition, outside the budget: key and entry (32 bytes)
@@ -577,23 +577,21 @@ impl RangeSetWrapper {
 
     /// Loads a partition the index lists with `expected` entries, checking it.
     fn load(&mut self, key: PartitionKey, expected: u64) -> Result<RoaringBitmap> {
-        let bad = |reason: String| Error::BadPartition {
-            ledger_id: key.ledger_id,
-            chunk: key.chunk,
-            reason,
-        };
+        let bad = |kind| Error::corrupted_at(key.place(), kind);
         let mut bitmap = self
             .store
             .load(key)?
-            .ok_or_else(|| bad("its store has no copy".to_owned()))?;
+            .ok_or_else(|| bad(CorruptionKind::Missing))?;
         if bitmap.max().is_some_and(|m| m > LAST_OFFSET) {
-            return Err(bad("it holds offsets beyond the partition".to_owned()));
+            return Err(bad(CorruptionKind::InvalidField(
+                "offsets beyond the partition",
+            )));
         }
         if bitmap.len() != expected {
-            return Err(bad(format!(
-                "it holds {} entries where the index lists {expected}",
-                bitmap.len()
-            )));
+            return Err(bad(CorruptionKind::CountMismatch {
+                found: bitmap.len(),
+                expected,
+            }));
         }
         settle(&mut bitmap);
         Ok(bitmap)
@@ -746,7 +744,9 @@ mod tests {
         }
         fn store(&mut self, key: PartitionKey, bitmap: &RoaringBitmap) -> Result<()> {
             if self.broken {
-                return Err(Error::Unsupported("store is broken".to_owned()));
+                return Err(Error::Unsupported {
+                    what: "store is broken".to_owned(),
+                });
             }
             self.inner.store(key, bitmap)
         }
@@ -834,7 +834,9 @@ mod tests {
         }
         fn store(&mut self, key: PartitionKey, bitmap: &RoaringBitmap) -> Result<()> {
             if self.broken.load(std::sync::atomic::Ordering::SeqCst) {
-                return Err(Error::Unsupported("store is broken".to_owned()));
+                return Err(Error::Unsupported {
+                    what: "store is broken".to_owned(),
+                });
             }
             self.inner.store(key, bitmap)
         }
@@ -928,10 +930,12 @@ mod tests {
         let err = w.contains(p(3, 0)).expect_err("missing");
         assert!(matches!(
             err,
-            Error::BadPartition {
-                ledger_id: 3,
-                chunk: 0,
-                ..
+            Error::Corrupted {
+                place: crate::error::CorruptionPlace::Partition {
+                    ledger_id: 3,
+                    chunk: 0,
+                },
+                kind: CorruptionKind::Missing,
             }
         ));
         assert!(err.to_string().contains("store has no copy"));

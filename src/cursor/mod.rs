@@ -204,8 +204,8 @@ impl Core {
             let l = p.labels();
             l.count(crate::observe::BACKGROUND_FLUSH_FAILURES, 1);
             ::log::warn!(target: crate::observe::LOG_TARGET,
-                "{}: cursor `{}`: background flush failed, kept for the next flush or close: {e}",
-                l.topic, l.cursor);
+                "{}: cursor `{}`: background flush failed, kept for the next flush or close: {}",
+                l.topic, l.cursor, e.with_sources());
         }
     }
 

@@ -158,7 +158,7 @@ impl CursorOpener {
                 persister,
                 report: Some(report),
             }),
-            Err(Error::NoSuchCursor(_)) => {
+            Err(Error::NoSuchCursor { .. }) => {
                 let (persister, acks) = self.start()?;
                 Ok(OpenedCursor {
                     state: PersistedState::default(),
@@ -209,7 +209,7 @@ impl CursorOpener {
                         source: recovered.report.source,
                     });
                 }
-                Err(Error::Fenced(_)) if attempts < CLAIM_ATTEMPTS => recheck()?,
+                Err(Error::Fenced { .. }) if attempts < CLAIM_ATTEMPTS => recheck()?,
                 Err(e) => return Err(e),
             }
         }

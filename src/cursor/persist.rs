@@ -227,7 +227,7 @@ impl CursorPersister {
 
     /// Counts (and, the first time, logs) `result` when it is [`Error::Fenced`].
     fn observe_fence<T>(&self, result: Result<T>) -> Result<T> {
-        if let Err(Error::Fenced(what)) = &result {
+        if let Err(Error::Fenced { what }) = &result {
             observe::fenced(&self.labels.topic, "cursor", what, &self.fence_reported);
         }
         result
@@ -482,7 +482,7 @@ impl CursorPersister {
         // A refused compare-and-set may still have been current for a moment (another owner's
         // write built on it), so after `Fenced` the ledger stays; the next open removes it if
         // no record names it.
-        let fenced = matches!(result, Err(Error::Fenced(_)));
+        let fenced = matches!(result, Err(Error::Fenced { .. }));
         if result.is_err() && rollover && !self.record.is_latched() && !fenced {
             // Best effort: the record never pointed to it, so it is only garbage.
             let _ = self.log.delete_ledger(target);
@@ -667,7 +667,7 @@ impl CursorPersister {
                 snapshot.cut,
             );
             match self.config.on_single_entry_overflow {
-                OverflowPolicy::Error => return Err(Error::LimitExceeded(message)),
+                OverflowPolicy::Error => return Err(Error::LimitExceeded { reason: message }),
                 OverflowPolicy::Warn => {
                     ::log::warn!(target: observe::LOG_TARGET,
                         "{}: record `{}`: {message}",

@@ -47,7 +47,7 @@ pub(crate) fn read_record(meta: &dyn MetaStore, name: &str) -> Result<Option<Ver
         .map(|(version, bytes)| {
             Ok(VersionedRecord {
                 version,
-                record: CursorRecord::decode(&bytes)?,
+                record: CursorRecord::decode(&bytes).map_err(|c| c.in_record(name))?,
             })
         })
         .transpose()
@@ -135,7 +135,9 @@ impl RecordOwner {
         };
         match self.meta.get(&self.name)? {
             Some((current, _)) if current == held.version => Ok(()),
-            _ => Err(Error::Fenced(self.name.clone())),
+            _ => Err(Error::Fenced {
+                what: self.name.clone(),
+            }),
         }
     }
 
@@ -196,7 +198,7 @@ impl RecordOwner {
                 self.check_fence()
             }
             // Refused by compare-and-set: nothing was written.
-            Err(e @ Error::Fenced(_)) => Err(e),
+            Err(e @ Error::Fenced { .. }) => Err(e),
             Err(e) => {
                 // When the store still holds the version known here, the write did not take (a
                 // full disk refuses the new copy before it replaces the old one): a retry may

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::ackset::{PartitionKey, RangeSetWrapper};
-use crate::error::{CorruptionKind, Error, Result};
+use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::format::cursor::{
     EntryKind, PageRef, PartitionRow, PersistedState, Table, decode_index_page, decode_marker,
     decode_snapshot, payload_crc, peek_kind,
@@ -82,7 +82,7 @@ pub struct RecoveredCursor {
 /// each partition entry for its CRC; no bitmap is decoded.
 ///
 /// # Errors
-/// [`Error::NoSuchCursor`] when there is no record; [`Error::CorruptedMeta`] when the record
+/// [`Error::NoSuchCursor`] when there is no record; [`Error::Corrupted`] at the record when the record
 /// does not decode; I/O errors of the entry log. Damaged cursor-ledger entries are not errors:
 /// they are passed over and counted in the report.
 pub fn recover(
@@ -91,8 +91,10 @@ pub fn recover(
     record_name: &str,
     config: CursorConfig,
 ) -> Result<RecoveredCursor> {
-    let VersionedRecord { version, record } = read_record(meta.as_ref(), record_name)?
-        .ok_or_else(|| Error::NoSuchCursor(record_name.to_string()))?;
+    let VersionedRecord { version, record } =
+        read_record(meta.as_ref(), record_name)?.ok_or_else(|| Error::NoSuchCursor {
+            name: record_name.to_string(),
+        })?;
     let fallback = PersistedState {
         mark_delete: record.mark_delete,
         epoch: record.epoch,
@@ -255,7 +257,7 @@ fn reject(report: &mut RecoveryReport, err: Error) -> Result<()> {
     report.rejected += 1;
     report
         .first_rejection
-        .get_or_insert_with(|| err.to_string());
+        .get_or_insert_with(|| err.with_sources());
     Ok(())
 }
 
@@ -310,8 +312,8 @@ fn walk_back(
 }
 
 fn bad(ledger: u64, entry_id: u64, kind: CorruptionKind) -> Error {
-    Error::CorruptedEntry {
-        position: Position::new(ledger, entry_id),
+    Error::Corrupted {
+        place: CorruptionPlace::Entry(Position::new(ledger, entry_id)),
         kind,
     }
 }

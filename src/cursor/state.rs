@@ -173,10 +173,12 @@ impl CursorState {
         match self.mark_delete {
             Some(m) if pos == m => return Ok(false),
             Some(m) if pos < m => {
-                return Err(Error::InvalidArgument(format!(
-                    "cumulative ack of {pos} is behind the mark-delete position {m}; \
+                return Err(Error::InvalidArgument {
+                    reason: format!(
+                        "cumulative ack of {pos} is behind the mark-delete position {m}; \
                      nothing was changed"
-                )));
+                    ),
+                });
             }
             _ => {}
         }
@@ -276,28 +278,34 @@ pub(crate) fn check_property(
     room: usize,
 ) -> Result<()> {
     if key.len() > MAX_PROPERTY_NAME {
-        return Err(Error::InvalidArgument(format!(
-            "a cursor property name may have at most {MAX_PROPERTY_NAME} bytes, not {}; \
+        return Err(Error::InvalidArgument {
+            reason: format!(
+                "a cursor property name may have at most {MAX_PROPERTY_NAME} bytes, not {}; \
              nothing was changed",
-            key.len()
-        )));
+                key.len()
+            ),
+        });
     }
     if properties.contains_key(key) {
         return Ok(());
     }
     if properties.len() >= MAX_PROPERTIES {
-        return Err(Error::LimitExceeded(format!(
-            "a cursor may carry at most {MAX_PROPERTIES} properties; remove one first \
+        return Err(Error::LimitExceeded {
+            reason: format!(
+                "a cursor may carry at most {MAX_PROPERTIES} properties; remove one first \
              (nothing was changed)"
-        )));
+            ),
+        });
     }
     let encoded = |k: &str| 2 + k.len() + 8;
     let total = properties.keys().map(|k| encoded(k)).sum::<usize>() + encoded(key);
     if total > room {
-        return Err(Error::LimitExceeded(format!(
-            "the cursor's properties would take {total} bytes, more than the {room} bytes a \
+        return Err(Error::LimitExceeded {
+            reason: format!(
+                "the cursor's properties would take {total} bytes, more than the {room} bytes a \
              cursor-ledger entry leaves them; nothing was changed"
-        )));
+            ),
+        });
     }
     Ok(())
 }

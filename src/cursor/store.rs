@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use roaring::RoaringBitmap;
 
 use crate::ackset::{PartitionKey, PartitionStore};
-use crate::error::{CorruptionKind, Error, Result};
+use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::format::Corruption;
 use crate::format::cursor::{
     EntryKind, PartitionEntry, decode_partition_entry, encode_partition_entry, payload_crc,
@@ -127,8 +127,8 @@ pub(crate) fn write_partition(
 }
 
 fn entry_corrupted(ledger: u64, entry_id: u64, kind: CorruptionKind) -> Error {
-    Error::CorruptedEntry {
-        position: Position::new(ledger, entry_id),
+    Error::Corrupted {
+        place: CorruptionPlace::Entry(Position::new(ledger, entry_id)),
         kind,
     }
 }

@@ -80,7 +80,7 @@ pub fn check_cursor_ledger(log: &EntryLog, ledger: u64) -> Result<LedgerCheck> {
             Ok(Some(source)) => check.newest_valid = Some(source),
             Ok(None) => {}
             Err(e) if is_fatal(&e) => return Err(e),
-            Err(e) => check.problems.push((entry_id, e.to_string())),
+            Err(e) => check.problems.push((entry_id, e.with_sources())),
         }
     }
     Ok(check)

@@ -45,7 +45,7 @@
 //! checksum then fails and the other, older copy counts). The synced length is the larger valid
 //! copy.
 
-use super::{Reader, crc32};
+use super::{Corruption, Reader, crc32};
 use crate::error::CorruptionKind;
 
 /// Metadata the managed ledger keeps in every frame header.
@@ -252,28 +252,38 @@ pub fn header_fixed_part(ledger_id: u64, version: u32) -> Vec<u8> {
 ///
 /// # Errors
 /// [`CorruptionKind::BadMagic`], [`CorruptionKind::UnsupportedVersion`] for a version other than
-/// 1, 2 or 3, [`CorruptionKind::ChecksumMismatch`], or [`CorruptionKind::Truncated`]. The
-/// slots of a version 3 header are not read here (see [`LedgerHeader::decode_slots`]).
-pub fn decode_header(bytes: &[u8]) -> Result<LedgerHeader, CorruptionKind> {
+/// 1, 2 or 3, [`CorruptionKind::ChecksumMismatch`], or [`CorruptionKind::Truncated`], at the
+/// offset of the field concerned (the checksum's for a mismatch). The slots of a version 3
+/// header are not read here (see [`LedgerHeader::decode_slots`]).
+pub fn decode_header(bytes: &[u8]) -> Result<LedgerHeader, Corruption> {
     let mut r = Reader::new(bytes);
     let magic: [u8; 16] = r.array()?;
     if magic != MAGIC {
-        return Err(CorruptionKind::BadMagic);
+        return Err(Corruption::new(CorruptionKind::BadMagic, H_MAGIC));
     }
     let version = r.u32()?;
     if ![VERSION, VERSION_2, VERSION_1].contains(&version) {
-        return Err(CorruptionKind::UnsupportedVersion(version));
+        return Err(Corruption::new(
+            CorruptionKind::UnsupportedVersion(version),
+            H_VERSION,
+        ));
     }
     let flags = r.u32()?;
     let ledger_id = r.u64()?;
     let nonce = if version == VERSION_1 { 0 } else { r.u64()? };
-    let covered = bytes.get(..r.position()).ok_or(CorruptionKind::Truncated)?;
+    let crc_at = r.offset();
+    let covered = bytes
+        .get(..crc_at)
+        .ok_or_else(|| r.error(CorruptionKind::Truncated))?;
     let crc = r.u32()?;
     if crc != crc32(&[covered]) {
-        return Err(CorruptionKind::ChecksumMismatch);
+        return Err(Corruption::new(CorruptionKind::ChecksumMismatch, crc_at));
     }
     if flags != 0 {
-        return Err(CorruptionKind::InvalidField("flags"));
+        return Err(Corruption::new(
+            CorruptionKind::InvalidField("flags"),
+            H_FLAGS,
+        ));
     }
     Ok(LedgerHeader {
         ledger_id,
@@ -375,7 +385,7 @@ pub fn encode_frame_into(
 ///
 /// # Errors
 /// [`CorruptionKind::Truncated`] when fewer than [`FRAME_HEADER_LEN`] bytes are given.
-pub fn decode_frame_header(bytes: &[u8]) -> Result<FrameHeader, CorruptionKind> {
+pub fn decode_frame_header(bytes: &[u8]) -> Result<FrameHeader, Corruption> {
     let mut r = Reader::new(bytes);
     Ok(FrameHeader {
         crc: r.u32()?,
@@ -392,32 +402,41 @@ pub fn decode_frame_header(bytes: &[u8]) -> Result<FrameHeader, CorruptionKind> 
 
 /// Checks `frame` (header and payload, exactly [`FrameHeader::frame_len`] bytes) against the
 /// header's checksum, seeded by the ledger header `h`.
-pub fn check_frame(
-    h: &LedgerHeader,
-    header: &FrameHeader,
-    frame: &[u8],
-) -> Result<(), CorruptionKind> {
+///
+/// # Errors
+/// [`CorruptionKind::BadLength`] at the length field, or [`CorruptionKind::ChecksumMismatch`]
+/// at the checksum field (the frame's first byte).
+pub fn check_frame(h: &LedgerHeader, header: &FrameHeader, frame: &[u8]) -> Result<(), Corruption> {
     if frame.len() as u64 != header.frame_len() {
-        return Err(CorruptionKind::BadLength);
+        return Err(Corruption::new(CorruptionKind::BadLength, F_LEN));
     }
-    let covered = frame.get(F_LEN..).ok_or(CorruptionKind::Truncated)?;
+    let covered = frame
+        .get(F_LEN..)
+        .ok_or_else(|| Corruption::new(CorruptionKind::Truncated, F_LEN))?;
     if h.crc(&[covered]) == header.crc {
         Ok(())
     } else {
-        Err(CorruptionKind::ChecksumMismatch)
+        Err(Corruption::new(CorruptionKind::ChecksumMismatch, F_CRC))
     }
 }
 
 /// Decodes and checks the whole frame at the start of `bytes`, which may continue past it.
 ///
 /// Returns the header and the payload. Lengths are checked against `bytes` before use.
+///
+/// # Errors
+/// As [`decode_frame_header`] and [`check_frame`]; [`CorruptionKind::Truncated`] at offset 0
+/// when `bytes` end before the frame does.
 pub fn decode_frame<'a>(
     h: &LedgerHeader,
     bytes: &'a [u8],
-) -> Result<(FrameHeader, &'a [u8]), CorruptionKind> {
+) -> Result<(FrameHeader, &'a [u8]), Corruption> {
     let header = decode_frame_header(bytes)?;
-    let len = usize::try_from(header.frame_len()).map_err(|_| CorruptionKind::BadLength)?;
-    let frame = bytes.get(..len).ok_or(CorruptionKind::Truncated)?;
+    let len = usize::try_from(header.frame_len())
+        .map_err(|_| Corruption::new(CorruptionKind::BadLength, F_LEN))?;
+    let frame = bytes
+        .get(..len)
+        .ok_or_else(|| Corruption::new(CorruptionKind::Truncated, 0))?;
     check_frame(h, &header, frame)?;
     let payload = frame.get(FRAME_HEADER_LEN..).unwrap_or_default();
     Ok((header, payload))
@@ -510,7 +529,10 @@ pub struct Trailer {
 
 /// Decodes a trailer (exactly [`TRAILER_LEN`] bytes) of the ledger with header `h`: checks its
 /// magic, its seeded checksum and its ledger id.
-pub fn decode_trailer(h: &LedgerHeader, bytes: &[u8]) -> Result<Trailer, CorruptionKind> {
+///
+/// # Errors
+/// A [`Corruption`] at the offset, within `bytes`, of the field that fails.
+pub fn decode_trailer(h: &LedgerHeader, bytes: &[u8]) -> Result<Trailer, Corruption> {
     let mut r = Reader::new(bytes);
     let data_end = r.u64()?;
     let entry_count = r.u64()?;
@@ -519,13 +541,16 @@ pub fn decode_trailer(h: &LedgerHeader, bytes: &[u8]) -> Result<Trailer, Corrupt
     let crc = r.u32()?;
     r.finish()?;
     if magic != TRAILER_MAGIC {
-        return Err(CorruptionKind::BadMagic);
+        return Err(Corruption::new(CorruptionKind::BadMagic, T_MAGIC));
     }
     if crc != h.crc(&[bytes.get(..T_CRC).unwrap_or_default()]) {
-        return Err(CorruptionKind::ChecksumMismatch);
+        return Err(Corruption::new(CorruptionKind::ChecksumMismatch, T_CRC));
     }
     if ledger_id != h.ledger_id {
-        return Err(CorruptionKind::InvalidField("trailer ledger_id"));
+        return Err(Corruption::new(
+            CorruptionKind::InvalidField("trailer ledger_id"),
+            T_LEDGER,
+        ));
     }
     Ok(Trailer {
         data_end,
@@ -565,42 +590,49 @@ pub struct SealedLayout {
 /// header length, offsets increase by at least [`FRAME_HEADER_LEN`]; and the frame header at the
 /// last offset is entry `entry_count - 1` ending exactly at `data_end`, so the footer lies
 /// outside every frame.
-pub fn validate_sealed(file: &[u8], ledger_id: u64) -> Result<SealedLayout, CorruptionKind> {
+///
+/// # Errors
+/// A [`Corruption`] whose offset counts from the start of `file`.
+pub fn validate_sealed(file: &[u8], ledger_id: u64) -> Result<SealedLayout, Corruption> {
+    let bad = Corruption::new;
     let h = decode_header(file)?;
     if h.ledger_id != ledger_id {
-        return Err(CorruptionKind::InvalidField("ledger_id"));
+        return Err(bad(CorruptionKind::InvalidField("ledger_id"), H_LEDGER));
     }
     let start = h.data_start();
     let trailer_start = file
         .len()
         .checked_sub(TRAILER_LEN)
-        .ok_or(CorruptionKind::Truncated)?;
-    let trailer = decode_trailer(&h, file.get(trailer_start..).unwrap_or_default())?;
+        .ok_or_else(|| bad(CorruptionKind::Truncated, 0))?;
+    let trailer = decode_trailer(&h, file.get(trailer_start..).unwrap_or_default())
+        .map_err(|c| c.after(trailer_start))?;
     let expected_len = footer_len(trailer.entry_count)
         .and_then(|f| f.checked_add(trailer.data_end))
-        .ok_or(CorruptionKind::BadLength)?;
+        .ok_or_else(|| bad(CorruptionKind::BadLength, trailer_start + T_COUNT))?;
     if expected_len != file.len() as u64 || trailer.data_end < start {
-        return Err(CorruptionKind::BadLength);
+        return Err(bad(CorruptionKind::BadLength, trailer_start + T_DATA_END));
     }
-    let index_start = usize::try_from(trailer.data_end).map_err(|_| CorruptionKind::BadLength)?;
+    let index_start = usize::try_from(trailer.data_end)
+        .map_err(|_| bad(CorruptionKind::BadLength, trailer_start + T_DATA_END))?;
     let index = file
         .get(index_start..trailer_start)
-        .ok_or(CorruptionKind::Truncated)?;
+        .ok_or_else(|| bad(CorruptionKind::Truncated, index_start))?;
     let crc_at = index
         .len()
         .checked_sub(4)
-        .ok_or(CorruptionKind::Truncated)?;
+        .ok_or_else(|| bad(CorruptionKind::Truncated, index_start))?;
     let (covered, crc) = index.split_at(crc_at);
-    let mut r = Reader::new(covered);
+    let mut r = Reader::at(covered, index_start);
     if r.array::<8>()? != INDEX_MAGIC {
-        return Err(CorruptionKind::BadMagic);
+        return Err(bad(CorruptionKind::BadMagic, index_start + I_MAGIC));
     }
-    if Reader::new(crc).u32()? != h.crc(&[covered]) {
-        return Err(CorruptionKind::ChecksumMismatch);
+    if Reader::at(crc, index_start + crc_at).u32()? != h.crc(&[covered]) {
+        return Err(bad(CorruptionKind::ChecksumMismatch, index_start + crc_at));
     }
     let mut expected_next = start;
     let mut last = None;
     while r.remaining() > 0 {
+        let off_at = r.offset();
         let off = r.u64()?;
         let ok = if last.is_none() {
             off == start
@@ -608,24 +640,31 @@ pub fn validate_sealed(file: &[u8], ledger_id: u64) -> Result<SealedLayout, Corr
             off >= expected_next
         };
         if !ok {
-            return Err(CorruptionKind::InvalidField("entry offset"));
+            return Err(bad(CorruptionKind::InvalidField("entry offset"), off_at));
         }
         last = Some(off);
         expected_next = off
             .checked_add(FRAME_HEADER_LEN as u64)
-            .ok_or(CorruptionKind::BadLength)?;
+            .ok_or_else(|| bad(CorruptionKind::BadLength, off_at))?;
     }
     match last {
-        None if trailer.data_end != start => return Err(CorruptionKind::InvalidField("data_end")),
+        None if trailer.data_end != start => {
+            return Err(bad(
+                CorruptionKind::InvalidField("data_end"),
+                trailer_start + T_DATA_END,
+            ));
+        }
         None => {}
         Some(off) => {
-            let at = usize::try_from(off).map_err(|_| CorruptionKind::BadLength)?;
-            let frame = decode_frame_header(file.get(at..).unwrap_or_default())?;
+            let at = usize::try_from(off)
+                .map_err(|_| bad(CorruptionKind::BadLength, index_start + I_OFFSETS))?;
+            let frame =
+                decode_frame_header(file.get(at..).unwrap_or_default()).map_err(|c| c.after(at))?;
             let ends_at = off.checked_add(frame.frame_len());
             if frame.entry_id.checked_add(1) != Some(trailer.entry_count)
                 || ends_at != Some(trailer.data_end)
             {
-                return Err(CorruptionKind::InvalidField("last frame"));
+                return Err(bad(CorruptionKind::InvalidField("last frame"), at));
             }
         }
     }
@@ -666,13 +705,16 @@ pub fn decode_entry_frame<'a>(
     h: &LedgerHeader,
     frame: &'a [u8],
     entry_id: u64,
-) -> Result<(FrameHeader, &'a [u8]), CorruptionKind> {
+) -> Result<(FrameHeader, &'a [u8]), Corruption> {
     let (header, payload) = decode_frame(h, frame)?;
     if header.frame_len() != frame.len() as u64 {
-        return Err(CorruptionKind::BadLength);
+        return Err(Corruption::new(CorruptionKind::BadLength, F_LEN));
     }
     if header.entry_id != entry_id {
-        return Err(CorruptionKind::InvalidField("entry_id"));
+        return Err(Corruption::new(
+            CorruptionKind::InvalidField("entry_id"),
+            F_ENTRY,
+        ));
     }
     Ok((header, payload))
 }
@@ -751,18 +793,30 @@ mod tests {
         assert_eq!(decode_header(&v1.encode()), Ok(v1));
         let v2 = LedgerHeader::v2(42, 5);
         assert_eq!(decode_header(&v2.encode()), Ok(v2));
-        assert_eq!(decode_header(&h[..10]), Err(CorruptionKind::Truncated));
+        assert_eq!(
+            decode_header(&h[..10]),
+            Err(Corruption::new(CorruptionKind::Truncated, H_MAGIC))
+        );
         let mut bad = h.clone();
         bad[0] ^= 1;
-        assert_eq!(decode_header(&bad), Err(CorruptionKind::BadMagic));
+        assert_eq!(
+            decode_header(&bad),
+            Err(Corruption::new(CorruptionKind::BadMagic, H_MAGIC))
+        );
         let mut bad = h.clone();
         bad[H_NONCE] ^= 1;
-        assert_eq!(decode_header(&bad), Err(CorruptionKind::ChecksumMismatch));
+        assert_eq!(
+            decode_header(&bad),
+            Err(Corruption::new(CorruptionKind::ChecksumMismatch, H_CRC))
+        );
         let mut bad = h;
         bad[H_VERSION] = 4;
         assert_eq!(
             decode_header(&bad),
-            Err(CorruptionKind::UnsupportedVersion(4))
+            Err(Corruption::new(
+                CorruptionKind::UnsupportedVersion(4),
+                H_VERSION
+            ))
         );
     }
 
@@ -814,14 +868,14 @@ mod tests {
         let frame = encode_frame(&H, 0, 0, META, b"x").unwrap();
         assert_eq!(
             decode_frame(&other, &frame).unwrap_err(),
-            CorruptionKind::ChecksumMismatch
+            Corruption::new(CorruptionKind::ChecksumMismatch, F_CRC)
         );
         let (file, _) = sealed_file(&H, &[b"a"]);
         let tail = &file[file.len() - TRAILER_LEN..];
         assert!(decode_trailer(&H, tail).is_ok());
         assert_eq!(
             decode_trailer(&other, tail),
-            Err(CorruptionKind::ChecksumMismatch)
+            Err(Corruption::new(CorruptionKind::ChecksumMismatch, T_CRC))
         );
         // Version 1 checksums are the plain CRC32 of the covered bytes.
         let v1 = LedgerHeader::v1(9);
@@ -848,7 +902,7 @@ mod tests {
 
         assert_eq!(
             decode_frame(&LedgerHeader::v1(1), &zeros).unwrap_err(),
-            CorruptionKind::ChecksumMismatch
+            Corruption::new(CorruptionKind::ChecksumMismatch, F_CRC)
         );
     }
 
@@ -882,14 +936,20 @@ mod tests {
         short.extend(encode_footer(&H, data_end as u64, &[first]));
         assert_eq!(
             validate_sealed(&short, 9),
-            Err(CorruptionKind::InvalidField("last frame"))
+            Err(Corruption::new(
+                CorruptionKind::InvalidField("last frame"),
+                usize::try_from(first).unwrap()
+            ))
         );
         // A data end inside the last frame.
         let mut inside = file[..data_end - 1].to_vec();
         inside.extend(encode_footer(&H, data_end as u64 - 1, &[first, second]));
         assert_eq!(
             validate_sealed(&inside, 9),
-            Err(CorruptionKind::InvalidField("last frame"))
+            Err(Corruption::new(
+                CorruptionKind::InvalidField("last frame"),
+                usize::try_from(second).unwrap()
+            ))
         );
     }
 

@@ -24,7 +24,7 @@
 use std::collections::BTreeMap;
 
 use super::{Corruption, Reader};
-use crate::error::{CorruptionKind, Error, Result};
+use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::position::Position;
 
 /// Magic number opening every metadata frame.
@@ -64,19 +64,6 @@ enum Kind {
     CursorEntry = 3,
     Cursor = 4,
     Stored = 5,
-}
-
-impl Kind {
-    /// The record name reported in [`Error::CorruptedMeta`] by the type's own decoder.
-    fn label(self) -> &'static str {
-        match self {
-            Self::Topic => "topic record",
-            Self::Ledger => "ledger record",
-            Self::CursorEntry => "cursor entry",
-            Self::Cursor => "cursor record",
-            Self::Stored => "stored record",
-        }
-    }
 }
 
 /// A sealed data ledger as the topic record lists it: enough to pick the ledger for a seek by
@@ -168,9 +155,10 @@ impl LedgerRecord {
     /// Decodes a frame written by [`LedgerRecord::encode`].
     ///
     /// # Errors
-    /// [`Error::CorruptedMeta`] when the bytes are not exactly one valid ledger record frame.
-    pub fn decode(bytes: &[u8]) -> Result<Self> {
-        decode_frame(Kind::Ledger, bytes, Self::read_body)
+    /// A [`Corruption`] (kind and offset in `bytes`) when the bytes are not exactly one valid
+    /// ledger record frame; the caller names the record it read them as.
+    pub fn decode(bytes: &[u8]) -> Result<Self, Corruption> {
+        read_frame(Kind::Ledger, bytes, Self::read_body)
     }
 
     fn write_body(&self, out: &mut Vec<u8>) {
@@ -206,9 +194,10 @@ impl CursorEntry {
     /// Decodes a frame written by [`CursorEntry::encode`].
     ///
     /// # Errors
-    /// [`Error::CorruptedMeta`] when the bytes are not exactly one valid cursor entry frame.
-    pub fn decode(bytes: &[u8]) -> Result<Self> {
-        decode_frame(Kind::CursorEntry, bytes, Self::read_body)
+    /// A [`Corruption`] (kind and offset in `bytes`) when the bytes are not exactly one valid
+    /// cursor entry frame; the caller names the record it read them as.
+    pub fn decode(bytes: &[u8]) -> Result<Self, Corruption> {
+        read_frame(Kind::CursorEntry, bytes, Self::read_body)
     }
 
     fn write_body(&self, out: &mut Vec<u8>) {
@@ -247,9 +236,10 @@ impl TopicRecord {
     /// Decodes a frame written by [`TopicRecord::encode`].
     ///
     /// # Errors
-    /// [`Error::CorruptedMeta`] when the bytes are not exactly one valid topic record frame.
-    pub fn decode(bytes: &[u8]) -> Result<Self> {
-        decode_frame(Kind::Topic, bytes, |r| {
+    /// A [`Corruption`] (kind and offset in `bytes`) when the bytes are not exactly one valid
+    /// topic record frame; the caller names the record it read them as.
+    pub fn decode(bytes: &[u8]) -> Result<Self, Corruption> {
+        read_frame(Kind::Topic, bytes, |r| {
             let next_ledger_id = r.u64()?;
             let next_cursor_id = r.u64()?;
             let ledger_count = r.count_u32(LEDGER_BODY_LEN)?;
@@ -310,9 +300,10 @@ impl CursorRecord {
     /// Decodes a frame written by [`CursorRecord::encode`].
     ///
     /// # Errors
-    /// [`Error::CorruptedMeta`] when the bytes are not exactly one valid cursor record frame.
-    pub fn decode(bytes: &[u8]) -> Result<Self> {
-        decode_frame(Kind::Cursor, bytes, |r| {
+    /// A [`Corruption`] (kind and offset in `bytes`) when the bytes are not exactly one valid
+    /// cursor record frame; the caller names the record it read them as.
+    pub fn decode(bytes: &[u8]) -> Result<Self, Corruption> {
+        read_frame(Kind::Cursor, bytes, |r| {
             let name = r.string("cursor name")?;
             let has_ledger = r.u8()?;
             let ledger = r.u64()?;
@@ -364,13 +355,13 @@ impl CursorRecord {
     /// unknown). A record without identity (an earlier release's) is checked by name only.
     ///
     /// # Errors
-    /// [`Error::CorruptedMeta`] naming `cursor-{cursor_id}` when the name, the cursor id or
+    /// [`Error::Corrupted`] at record `cursor-{cursor_id}` when the name, the cursor id or
     /// the topic differ: the record was moved or copied from elsewhere, and using it would
     /// give the cursor another cursor's state.
     pub fn check_identity(&self, cursor_id: u64, name: &str, topic_id: u64) -> Result<()> {
         let wrong = |what| {
-            Err(Error::CorruptedMeta {
-                record: format!("cursor-{cursor_id}"),
+            Err(Error::Corrupted {
+                place: CorruptionPlace::Record(format!("cursor-{cursor_id}")),
                 kind: CorruptionKind::InvalidField(what),
             })
         };
@@ -448,16 +439,7 @@ fn encode_frame(kind: Kind, write_body: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
 }
 
 /// Verifies the frame (size, CRC, magic, version, kind, body length), then reads the body,
-/// which must be consumed exactly.
-fn decode_frame<T>(
-    kind: Kind,
-    bytes: &[u8],
-    read_body: impl FnOnce(&mut Reader<'_>) -> Result<T, Corruption>,
-) -> Result<T> {
-    read_frame(kind, bytes, read_body).map_err(|c| c.in_record(kind.label()))
-}
-
-/// [`decode_frame`] without naming the record: the corruption and its offset in the frame.
+/// which must be consumed exactly. Errors are the corruption and its offset in the frame.
 fn read_frame<T>(
     kind: Kind,
     bytes: &[u8],
@@ -516,11 +498,8 @@ fn check_frame(kind: Kind, bytes: &[u8]) -> Result<&[u8], Corruption> {
 mod tests {
     use super::*;
 
-    fn corruption(err: Error) -> CorruptionKind {
-        match err {
-            Error::CorruptedMeta { kind, .. } => kind,
-            other => panic!("expected CorruptedMeta, got {other:?}"),
-        }
+    fn corruption(err: Corruption) -> CorruptionKind {
+        err.kind
     }
 
     fn sample_topic() -> TopicRecord {
@@ -615,7 +594,10 @@ mod tests {
         for (id, name, topic) in [(4, "sub", 0xfeed), (3, "other", 0xfeed), (3, "sub", 0xbeef)] {
             assert!(matches!(
                 cursor.check_identity(id, name, topic),
-                Err(Error::CorruptedMeta { .. })
+                Err(Error::Corrupted {
+                    place: CorruptionPlace::Record(_),
+                    ..
+                })
             ));
         }
         sample_cursor().check_identity(9, "sub", 0xfeed).unwrap();
@@ -735,12 +717,18 @@ mod tests {
     #[test]
     fn a_record_of_another_kind_is_refused_by_name() {
         let err = TopicRecord::decode(&sample_cursor().encode()).unwrap_err();
+        assert_eq!(
+            err,
+            Corruption::new(CorruptionKind::InvalidField("record kind"), MAGIC.len())
+        );
+        // The caller names the record it read the bytes as.
+        let err = err.in_record("topic");
         assert!(matches!(
             &err,
-            Error::CorruptedMeta { record, kind: CorruptionKind::InvalidField("record kind") }
-                if record == "topic record"
+            Error::Corrupted { place: CorruptionPlace::Record(record), kind: CorruptionKind::InvalidField("record kind") }
+                if record == "topic"
         ));
-        assert!(err.to_string().contains("topic record"));
+        assert!(err.to_string().contains("metadata record `topic`"));
     }
 
     /// Builds a frame around `body` with a valid CRC, to reach the checks behind it.

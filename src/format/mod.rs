@@ -24,7 +24,7 @@ pub mod ledger;
 pub mod meta;
 pub mod partition;
 
-use crate::error::{CorruptionKind, Error};
+use crate::error::{CorruptionKind, CorruptionPlace, Error};
 use crate::position::Position;
 
 /// CRC32 (IEEE, as computed by `crc32fast`) of the concatenation of `parts`.
@@ -35,14 +35,6 @@ pub fn crc32(parts: &[&[u8]]) -> u32 {
         hasher.update(part);
     }
     hasher.finalize()
-}
-
-/// Lets decoders that report only a kind (their caller knows the offset) read through
-/// [`Reader`].
-impl From<Corruption> for CorruptionKind {
-    fn from(c: Corruption) -> Self {
-        c.kind
-    }
 }
 
 /// What is wrong with bytes a decoder was given, and where: `offset` counts from the first byte
@@ -67,6 +59,15 @@ impl Corruption {
         }
     }
 
+    /// The same corruption seen from bytes that hold the decoded ones at offset `base`.
+    #[must_use]
+    pub fn after(self, base: usize) -> Self {
+        Self {
+            kind: self.kind,
+            offset: self.offset.saturating_add(base as u64),
+        }
+    }
+
     /// The error for bytes that start at byte `base` of ledger file `ledger`.
     #[must_use]
     pub fn in_ledger(self, ledger: u64, base: u64) -> Error {
@@ -76,19 +77,13 @@ impl Corruption {
     /// The error for bytes that are the payload of cursor-ledger entry `position`.
     #[must_use]
     pub fn in_entry(self, position: Position) -> Error {
-        Error::CorruptedEntry {
-            position,
-            kind: self.kind,
-        }
+        Error::corrupted_at(CorruptionPlace::Entry(position), self.kind)
     }
 
     /// The error for bytes that are the metadata record named `record`.
     #[must_use]
     pub fn in_record(self, record: impl Into<String>) -> Error {
-        Error::CorruptedMeta {
-            record: record.into(),
-            kind: self.kind,
-        }
+        Error::corrupted_at(CorruptionPlace::Record(record.into()), self.kind)
     }
 }
 

@@ -44,7 +44,7 @@ use std::io::Write as _;
 use roaring::RoaringBitmap;
 
 use super::{Corruption, Reader};
-use crate::error::CorruptionKind;
+use crate::error::{CorruptionKind, CorruptionPlace};
 use crate::position::Position;
 
 /// A partition covers entry ids `[chunk << PARTITION_BITS, (chunk + 1) << PARTITION_BITS)` of one
@@ -75,6 +75,15 @@ impl PartitionKey {
         Self {
             ledger_id: pos.ledger_id,
             chunk: pos.entry_id >> PARTITION_BITS,
+        }
+    }
+
+    /// The place to name when this partition's stored copy fails verification.
+    #[must_use]
+    pub const fn place(&self) -> CorruptionPlace {
+        CorruptionPlace::Partition {
+            ledger_id: self.ledger_id,
+            chunk: self.chunk,
         }
     }
 

@@ -51,9 +51,9 @@ use crate::storage::Storage;
 /// Opens (or creates) the topic stored in `storage`.
 pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<TopicCore> {
     if config.max_entries_per_ledger == 0 || config.max_ledger_bytes == 0 {
-        return Err(Error::InvalidArgument(
-            "max_entries_per_ledger and max_ledger_bytes must be at least 1".into(),
-        ));
+        return Err(Error::InvalidArgument {
+            reason: "max_entries_per_ledger and max_ledger_bytes must be at least 1".into(),
+        });
     }
     let location = storage.location();
     let guard = storage.lock()?;
@@ -81,7 +81,8 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
             // previous owner's flush could otherwise still switch the record to a ledger this
             // open takes for an orphan and deletes. After the claim that switch is refused.
             if let Some(bytes) = claim_record(meta.as_ref(), &name)? {
-                let cursor = CursorRecord::decode(&bytes)?;
+                let cursor =
+                    CursorRecord::decode(&bytes).map_err(|c| c.in_record(name.as_str()))?;
                 // A record of another cursor (moved or copied here) is damage: opening that
                 // cursor refuses it. The ledger it displaced would look like an orphan, so no
                 // ledger is deleted by this open.
@@ -103,7 +104,7 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
     if let Some(lost) = record.ledgers.iter().find(|l| !on_disk.contains(&l.id)) {
         return Err(Error::MissingLedger {
             ledger: lost.id,
-            dir: location,
+            dir: location.into(),
         });
     }
     // Rule 3, ledger side; not while a cursor record is another cursor's (see above).
@@ -190,12 +191,15 @@ fn claim_topic(
         .filter_map(|f| parse_ledger_file_name(f))
         .max();
     let mut record = match meta.get(TOPIC_RECORD)? {
-        Some((version, bytes)) => Some((TopicRecord::decode(&bytes)?, version)),
+        Some((version, bytes)) => Some((
+            TopicRecord::decode(&bytes).map_err(|c| c.in_record(TOPIC_RECORD))?,
+            version,
+        )),
         None if highest_file.is_some() => {
-            return Err(Error::NotAckstore(
-                location,
-                "it holds ledger files but no topic record".into(),
-            ));
+            return Err(Error::NotAckstore {
+                path: location.into(),
+                reason: "it holds ledger files but no topic record".into(),
+            });
         }
         None => None,
     };
@@ -224,7 +228,9 @@ fn claim_topic(
         .max(1);
     let end = start
         .checked_add(ID_BLOCK)
-        .ok_or_else(|| Error::LimitExceeded("the topic has run out of ledger ids".into()))?;
+        .ok_or_else(|| Error::LimitExceeded {
+            reason: "the topic has run out of ledger ids".into(),
+        })?;
     next.next_ledger_id = end;
     let version = meta.put(TOPIC_RECORD, expected, &next.encode())?;
     Ok((next, version, (start, end)))
@@ -248,7 +254,7 @@ fn finish_ledger(log: &EntryLog, rec: &LedgerRecord) -> Result<Option<LedgerReco
                 ledger: rec.id,
                 recorded: rec.entries,
                 found: info.entries,
-                dir: log.storage().location(),
+                dir: log.storage().location().into(),
             });
         }
         return Ok(Some(*rec));
@@ -287,7 +293,7 @@ fn claim_record(meta: &dyn MetaStore, name: &str) -> Result<Option<Vec<u8>>> {
         };
         match meta.put(name, Some(version), &bytes) {
             Ok(_) => return Ok(Some(bytes)),
-            Err(Error::Fenced(_)) if attempts < CLAIM_ATTEMPTS => {}
+            Err(Error::Fenced { .. }) if attempts < CLAIM_ATTEMPTS => {}
             Err(e) => return Err(e),
         }
     }

@@ -58,7 +58,9 @@ impl TopicCore {
         // A record found under this cursor's name must be this cursor's: one moved or copied
         // here would hand it another cursor's state.
         if let (Some(_), Some((_, bytes))) = (listed, &found) {
-            CursorRecord::decode(bytes)?.check_identity(id, name, w.record.topic_id)?;
+            CursorRecord::decode(bytes)
+                .map_err(|c| c.in_record(record_name.as_str()))?
+                .check_identity(id, name, w.record.topic_id)?;
         }
         let identity = CursorIdentity {
             cursor_id: id,
@@ -120,7 +122,9 @@ impl TopicCore {
             .find(|c| c.name == name)
             .map(|c| c.id)
         else {
-            return Err(Error::NoSuchCursor(name.to_owned()));
+            return Err(Error::NoSuchCursor {
+                name: name.to_owned(),
+            });
         };
         let mut record = w.record.clone();
         record.cursors.retain(|c| c.id != id);
@@ -131,7 +135,10 @@ impl TopicCore {
         let record_name = cursor::record_name(id);
         if let Some((version, bytes)) = self.meta.get(&record_name)? {
             self.meta.delete(&record_name, version)?;
-            if let Some(ledger) = CursorRecord::decode(&bytes)?.cursor_ledger {
+            if let Some(ledger) = CursorRecord::decode(&bytes)
+                .map_err(|c| c.in_record(record_name.as_str()))?
+                .cursor_ledger
+            {
                 match log.delete_ledger(ledger) {
                     Ok(()) | Err(Error::NoSuchLedger(_)) => {}
                     Err(e) => return Err(e),

@@ -172,7 +172,7 @@ impl TopicCore {
         let owned = self.owned_version.load(Ordering::SeqCst);
         match self.meta.put(TOPIC_RECORD, Some(owned), encoded) {
             Ok(version) => Ok(version),
-            Err(e @ Error::Fenced(_)) => Err((self.fenced(e), None)),
+            Err(e @ Error::Fenced { .. }) => Err((self.fenced(e), None)),
             Err(e) => {
                 let linked = match self.meta.get(TOPIC_RECORD) {
                     Ok(Some((version, bytes))) if version == owned + 1 && bytes == encoded => {
@@ -220,7 +220,9 @@ impl TopicCore {
         let start = record.next_ledger_id;
         let end = start
             .checked_add(ID_BLOCK)
-            .ok_or_else(|| Error::LimitExceeded("the topic has run out of ledger ids".into()))?;
+            .ok_or_else(|| Error::LimitExceeded {
+                reason: "the topic has run out of ledger ids".into(),
+            })?;
         record.next_ledger_id = end;
         let version = match self.put_record(&record.encode()) {
             Ok(version) => version,
@@ -278,13 +280,15 @@ impl TopicCore {
         if self.stored_version()? == Some(owned) {
             Ok(())
         } else {
-            Err(self.fenced(Error::Fenced(format!("{} (topic record)", self.location))))
+            Err(self.fenced(Error::Fenced {
+                what: format!("{} (topic record)", self.location),
+            }))
         }
     }
 
     /// Counts the fence `e` (and logs the first one of this handle); returns it.
     fn fenced(&self, e: Error) -> Error {
-        if let Error::Fenced(what) = &e {
+        if let Error::Fenced { what } = &e {
             observe::fenced(&self.location, "topic", what, &self.fence_reported);
         }
         e
@@ -302,9 +306,9 @@ impl TopicCore {
         timestamp: u64,
     ) -> Result<Position> {
         if num_messages == 0 {
-            return Err(Error::InvalidArgument(
-                "an entry carries at least one message (num_messages was 0)".into(),
-            ));
+            return Err(Error::InvalidArgument {
+                reason: "an entry carries at least one message (num_messages was 0)".into(),
+            });
         }
         let log = self.log()?;
         let max = u64::from(log.max_entry_size());
@@ -454,7 +458,8 @@ impl TopicCore {
                 Some(c) => c.published_mark(),
                 None => match self.meta.get(&cursor::record_name(entry.id))? {
                     Some((_, bytes)) => {
-                        let cursor = CursorRecord::decode(&bytes)?;
+                        let cursor = CursorRecord::decode(&bytes)
+                            .map_err(|c| c.in_record(cursor::record_name(entry.id)))?;
                         cursor.check_identity(entry.id, &entry.name, record.topic_id)?;
                         let m = cursor.mark_delete;
                         (m != NO_MARK_DELETE).then_some(m)

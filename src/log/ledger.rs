@@ -27,6 +27,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use super::{LogStatsCounters, lock};
 use crate::error::{CorruptionKind, Error, Result};
+use crate::format::Corruption;
 use crate::format::ledger::{
     EntryMeta, FRAME_HEADER_LEN, LedgerHeader, SealedLayout, decode_entry_frame,
     decode_frame_header, encode_footer, encode_frame_into, validate_sealed,
@@ -48,7 +49,7 @@ impl Sealed {
     pub(crate) fn map(
         file: &dyn StorageFile,
         ledger: u64,
-    ) -> Result<std::result::Result<Self, CorruptionKind>> {
+    ) -> Result<std::result::Result<Self, Corruption>> {
         let map = file.map()?;
         Ok(validate_sealed((*map).as_ref(), ledger).map(|layout| Self { map, layout }))
     }
@@ -327,7 +328,8 @@ impl Ledger {
         self.latch(self.file.sync_data())?;
         let sealed = self
             .latch(Sealed::map(self.file.as_ref(), self.id))?
-            .map_err(|kind| Error::corrupted(self.id, state.written, kind));
+            // Reported where the footer starts, whatever part of the file failed.
+            .map_err(|c| Error::corrupted(self.id, state.written, c.kind));
         let sealed = self.latch(sealed)?;
         state.written = (*sealed.map).as_ref().len() as u64;
         self.synced.fetch_max(state.written, Ordering::SeqCst);
@@ -387,8 +389,10 @@ impl Ledger {
         Ok(Located::Buffered(frame.to_vec(), start))
     }
 
-    fn corrupt(&self, offset: u64) -> impl Fn(CorruptionKind) -> Error + '_ {
-        move |kind| Error::corrupted(self.id, offset, kind)
+    /// Names damage found in the frame that starts at `offset`. The error names the frame's
+    /// start, whatever field within it failed: the offset `verify` reports and tests pin.
+    fn corrupt(&self, offset: u64) -> impl Fn(Corruption) -> Error + '_ {
+        move |c| Error::corrupted(self.id, offset, c.kind)
     }
 
     /// Reads and checks one entry; returns its metadata and payload.
@@ -470,8 +474,11 @@ enum Located {
     Buffered(Vec<u8>, u64),
 }
 
-fn slice(bytes: &[u8], start: u64, end: u64) -> Result<&[u8], CorruptionKind> {
-    let s = usize::try_from(start).map_err(|_| CorruptionKind::BadLength)?;
-    let e = usize::try_from(end).map_err(|_| CorruptionKind::BadLength)?;
-    bytes.get(s..e).ok_or(CorruptionKind::Truncated)
+fn slice(bytes: &[u8], start: u64, end: u64) -> Result<&[u8], Corruption> {
+    let bad = |kind| Corruption::new(kind, 0);
+    let s = usize::try_from(start).map_err(|_| bad(CorruptionKind::BadLength))?;
+    let e = usize::try_from(end).map_err(|_| bad(CorruptionKind::BadLength))?;
+    bytes
+        .get(s..e)
+        .ok_or_else(|| bad(CorruptionKind::Truncated))
 }

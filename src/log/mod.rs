@@ -349,9 +349,9 @@ impl EntryLog {
 
     fn writable(&self) -> Result<()> {
         if self.read_only {
-            Err(Error::Unsupported(
-                "this entry log was opened read-only".into(),
-            ))
+            Err(Error::Unsupported {
+                what: "this entry log was opened read-only".into(),
+            })
         } else {
             Ok(())
         }
@@ -430,8 +430,8 @@ impl EntryLog {
             return Ok(self.next_ledger_id.fetch_add(1, Ordering::SeqCst));
         };
         if r.next >= r.end {
-            let source = r.source.clone().ok_or_else(|| {
-                Error::LimitExceeded("the reserved ledger ids are used up".into())
+            let source = r.source.clone().ok_or_else(|| Error::LimitExceeded {
+                reason: "the reserved ledger ids are used up".into(),
             })?;
             let (start, end) = (source.0)()?;
             r.next = start;

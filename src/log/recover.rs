@@ -39,7 +39,7 @@ use std::sync::Arc;
 
 use super::ledger::{Ledger, Sealed};
 use super::{LogStatsCounters, RecoveryMode, TailRepair, ledger_file_name};
-use crate::error::{CorruptionKind, Error, Result};
+use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::format::ledger::{
     FRAME_HEADER_LEN, FrameHeader, HEADER_FIXED_LEN, HEADER_V3_LEN, INDEX_MAGIC, LedgerHeader,
     SLOT_COPIES, SLOT_LEN, SLOTS_AT, TRAILER_LEN, Trailer, VERSION, VERSION_2, check_frame,
@@ -121,9 +121,9 @@ impl Window<'_> {
 }
 
 fn too_big(size: u64) -> Error {
-    Error::Unsupported(format!(
-        "a ledger file of {size} bytes does not fit in memory"
-    ))
+    Error::Unsupported {
+        what: format!("a ledger file of {size} bytes does not fit in memory"),
+    }
 }
 
 /// Why a scan stopped before the end of the file.
@@ -215,8 +215,8 @@ fn whole_frame_at(
         return damage(CorruptionKind::Truncated);
     }
     let frame = win.get(off, header.frame_len())?.unwrap_or_default();
-    if let Err(kind) = check_frame(h, &header, frame) {
-        return damage(kind);
+    if let Err(c) = check_frame(h, &header, frame) {
+        return damage(c.kind);
     }
     if header.durable_mark > off {
         return damage(CorruptionKind::InvalidField("durable_mark"));
@@ -369,7 +369,8 @@ pub(crate) fn check_header(win: &mut Window<'_>, ledger: u64) -> Result<HeaderCh
             0,
             CorruptionKind::InvalidField("ledger_id"),
         )),
-        Err(kind) => Err(Error::corrupted(ledger, 0, kind)),
+        // Header damage is named at the file's start, whichever header field failed.
+        Err(c) => Err(Error::corrupted(ledger, 0, c.kind)),
     }
 }
 
@@ -409,7 +410,10 @@ pub(crate) fn open_ledger(
     let h = match check_header(&mut win, ledger) {
         Ok(HeaderCheck::Valid(h)) => h,
         // A bad header hides the nonce, so no frame can be checked: damaged at byte 0.
-        Err(Error::Corrupted { offset, kind, .. }) if mode != RecoveryMode::Strict => {
+        Err(Error::Corrupted {
+            place: CorruptionPlace::Ledger { offset, .. },
+            kind,
+        }) if mode != RecoveryMode::Strict => {
             let blind = Ledger::unsealed(LedgerHeader::new(ledger, 0), file, Vec::new(), 0);
             return Ok(Opened::Ledger(
                 Arc::new(blind.with_damage(offset, kind)),

@@ -62,8 +62,9 @@ pub fn verify_ledger(storage: &dyn Storage, ledger: u64) -> Result<Vec<FrameProb
                 .zip(usize::try_from(end).ok())
                 .and_then(|(s, e)| bytes.get(s..e))
                 .unwrap_or_default();
-            if let Err(kind) = decode_entry_frame(&h, frame, id) {
-                problems.push(problem(Some(id), start, kind, false));
+            // Named at the frame's start, whichever field within it failed.
+            if let Err(c) = decode_entry_frame(&h, frame, id) {
+                problems.push(problem(Some(id), start, c.kind, false));
             }
         }
         return Ok(problems);

@@ -32,7 +32,7 @@ use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::{MetaStore, validate_record_name};
-use crate::error::{CorruptionKind, Error, Result};
+use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::format::meta::{MAX_RECORD_BYTES, STORED_OVERHEAD, decode_stored, encode_stored};
 use crate::storage::Storage;
 
@@ -181,8 +181,8 @@ impl FileMetaStore {
     }
 
     fn corrupted(name: &str, kind: CorruptionKind) -> Error {
-        Error::CorruptedMeta {
-            record: name.to_string(),
+        Error::Corrupted {
+            place: CorruptionPlace::Record(name.to_string()),
             kind,
         }
     }
@@ -299,12 +299,14 @@ impl FileMetaStore {
 
     fn fenced(&self, name: &str, expected: Option<u64>, found: Option<u64>) -> Error {
         let describe = |v: Option<u64>| v.map_or_else(|| "none".to_string(), |v| v.to_string());
-        Error::Fenced(format!(
-            "{}/{name}{RECORD_SUFFIX}: expected version {} but found {}",
-            self.storage.location(),
-            describe(expected),
-            describe(found)
-        ))
+        Error::Fenced {
+            what: format!(
+                "{}/{name}{RECORD_SUFFIX}: expected version {} but found {}",
+                self.storage.location(),
+                describe(expected),
+                describe(found)
+            ),
+        }
     }
 
     /// Refuses with [`Error::Fenced`] unless the record is at `expected` (`None`: absent or
@@ -413,8 +415,8 @@ impl MetaStore for FileMetaStore {
         let mut writes = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
         self.sweep(&mut writes)?;
         let highest = self.check(name, expected)?;
-        let version = highest.checked_add(1).ok_or_else(|| {
-            Error::LimitExceeded(format!("metadata record `{name}` has run out of versions"))
+        let version = highest.checked_add(1).ok_or_else(|| Error::LimitExceeded {
+            reason: format!("metadata record `{name}` has run out of versions"),
         })?;
         self.link_version(
             &mut writes,
@@ -434,9 +436,11 @@ impl MetaStore for FileMetaStore {
         let mut writes = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
         self.sweep(&mut writes)?;
         self.check(name, Some(expected))?;
-        let tombstone = expected.checked_add(1).ok_or_else(|| {
-            Error::LimitExceeded(format!("metadata record `{name}` has run out of versions"))
-        })?;
+        let tombstone = expected
+            .checked_add(1)
+            .ok_or_else(|| Error::LimitExceeded {
+                reason: format!("metadata record `{name}` has run out of versions"),
+            })?;
         self.link_version(&mut writes, name, Some(expected), tombstone, &[])?;
         // The older versions first, the tombstone last: until it goes, `get` finds it first.
         self.remove_below(name, tombstone, false)?;
@@ -483,7 +487,7 @@ mod tests {
     }
 
     fn is_fenced<T>(r: &Result<T>) -> bool {
-        matches!(r, Err(Error::Fenced(_)))
+        matches!(r, Err(Error::Fenced { .. }))
     }
 
     #[test]
@@ -558,14 +562,14 @@ mod tests {
     fn names_ackstore_does_not_generate_are_refused() {
         let (_, store) = mem_store();
         for bad in ["../topic", "a/b", "My Cursor", "", "topic.meta"] {
-            assert!(matches!(store.get(bad), Err(Error::InvalidArgument(_))));
+            assert!(matches!(store.get(bad), Err(Error::InvalidArgument { .. })));
             assert!(matches!(
                 store.put(bad, None, b""),
-                Err(Error::InvalidArgument(_))
+                Err(Error::InvalidArgument { .. })
             ));
             assert!(matches!(
                 store.delete(bad, 1),
-                Err(Error::InvalidArgument(_))
+                Err(Error::InvalidArgument { .. })
             ));
         }
     }
@@ -660,21 +664,24 @@ mod tests {
             file.write_all_at(b"X", 20).unwrap();
             let err = store.get("cursor-5").unwrap_err();
             assert!(
-                matches!(&err, Error::CorruptedMeta { record, kind: CorruptionKind::ChecksumMismatch }
+                matches!(&err, Error::Corrupted { place: CorruptionPlace::Record(record), kind: CorruptionKind::ChecksumMismatch }
                     if record == "cursor-5"),
                 "{err:?}"
             );
             // A record that cannot be verified cannot be compared, so it is not overwritten.
             assert!(matches!(
                 store.put("cursor-5", Some(1), b"x"),
-                Err(Error::CorruptedMeta { .. })
+                Err(Error::Corrupted {
+                    place: CorruptionPlace::Record(_),
+                    ..
+                })
             ));
             file.set_len(3).unwrap();
             assert!(matches!(
                 store.get("cursor-5"),
-                Err(Error::CorruptedMeta {
+                Err(Error::Corrupted {
+                    place: CorruptionPlace::Record(_),
                     kind: CorruptionKind::Truncated,
-                    ..
                 })
             ));
         });

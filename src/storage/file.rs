@@ -29,16 +29,14 @@ impl FileStorage {
     pub fn open(dir: impl AsRef<Path>, create: bool) -> Result<Self> {
         let dir = dir.as_ref().to_path_buf();
         if create {
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| Error::io("create directory", dir.display().to_string(), e))?;
+            std::fs::create_dir_all(&dir).map_err(|e| Error::io("create directory", &dir, e))?;
         }
-        let meta = std::fs::metadata(&dir)
-            .map_err(|e| Error::io("open directory", dir.display().to_string(), e))?;
+        let meta = std::fs::metadata(&dir).map_err(|e| Error::io("open directory", &dir, e))?;
         if !meta.is_dir() {
-            return Err(Error::NotAckstore(
-                dir.display().to_string(),
-                "it is not a directory".into(),
-            ));
+            return Err(Error::NotAckstore {
+                path: dir.clone(),
+                reason: "it is not a directory".into(),
+            });
         }
         Ok(Self { dir })
     }
@@ -77,8 +75,7 @@ impl Storage for FileStorage {
 
     fn exists(&self, name: &str) -> Result<bool> {
         let path = self.path_of(name)?;
-        path.try_exists()
-            .map_err(|e| Error::io("stat", path.display().to_string(), e))
+        path.try_exists().map_err(|e| Error::io("stat", &path, e))
     }
 
     fn create(&self, name: &str) -> Result<Arc<dyn StorageFile>> {
@@ -88,7 +85,7 @@ impl Storage for FileStorage {
             .write(true)
             .create_new(true)
             .open(&path)
-            .map_err(|e| Error::io("create", path.display().to_string(), e))?;
+            .map_err(|e| Error::io("create", &path, e))?;
         Ok(Arc::new(RealFile { file, path }))
     }
 
@@ -99,25 +96,25 @@ impl Storage for FileStorage {
             .write(true)
             .open(&path)
             .or_else(|_| OpenOptions::new().read(true).open(&path))
-            .map_err(|e| Error::io("open", path.display().to_string(), e))?;
+            .map_err(|e| Error::io("open", &path, e))?;
         Ok(Arc::new(RealFile { file, path }))
     }
 
     fn remove(&self, name: &str) -> Result<()> {
         let path = self.path_of(name)?;
-        std::fs::remove_file(&path).map_err(|e| Error::io("remove", path.display().to_string(), e))
+        std::fs::remove_file(&path).map_err(|e| Error::io("remove", &path, e))
     }
 
     fn rename(&self, from: &str, to: &str) -> Result<()> {
         let src = self.path_of(from)?;
         let dst = self.path_of(to)?;
-        std::fs::rename(&src, &dst).map_err(|e| Error::io("rename", src.display().to_string(), e))
+        std::fs::rename(&src, &dst).map_err(|e| Error::io("rename", &src, e))
     }
 
     fn link(&self, from: &str, to: &str) -> Result<()> {
         let src = self.path_of(from)?;
         let dst = self.path_of(to)?;
-        std::fs::hard_link(&src, &dst).map_err(|e| Error::io("link", dst.display().to_string(), e))
+        std::fs::hard_link(&src, &dst).map_err(|e| Error::io("link", &dst, e))
     }
 
     fn sync_dir(&self) -> Result<()> {
@@ -134,11 +131,13 @@ impl Storage for FileStorage {
             .create(true)
             .truncate(false)
             .open(&path)
-            .map_err(|e| Error::io("open lock file", path.display().to_string(), e))?;
+            .map_err(|e| Error::io("open lock file", &path, e))?;
         match file.try_lock() {
             Ok(()) => Ok(LockGuard::new(Box::new(file))),
-            Err(TryLockError::WouldBlock) => Err(Error::Locked(self.location())),
-            Err(TryLockError::Error(e)) => Err(Error::io("lock", path.display().to_string(), e)),
+            Err(TryLockError::WouldBlock) => Err(Error::Locked {
+                path: self.dir.clone(),
+            }),
+            Err(TryLockError::Error(e)) => Err(Error::io("lock", &path, e)),
         }
     }
 }
@@ -151,7 +150,7 @@ struct RealFile {
 
 impl RealFile {
     fn err(&self, op: &'static str, e: std::io::Error) -> Error {
-        Error::io(op, self.path.display().to_string(), e)
+        Error::io(op, &self.path, e)
     }
 }
 
@@ -223,7 +222,7 @@ mod tests {
         let a = FileStorage::open(dir.path(), false).unwrap();
         let b = FileStorage::open(dir.path(), false).unwrap();
         let guard = a.lock().unwrap();
-        assert!(matches!(b.lock(), Err(Error::Locked(_))));
+        assert!(matches!(b.lock(), Err(Error::Locked { .. })));
         drop(guard);
         b.lock().unwrap();
     }

@@ -354,7 +354,9 @@ impl Storage for MemStorage {
     fn lock(&self) -> Result<LockGuard> {
         let mut s = self.state();
         if s.locked.is_some() {
-            return Err(Error::Locked(self.location()));
+            return Err(Error::Locked {
+                path: self.location().into(),
+            });
         }
         let token = s.next_lock;
         s.next_lock += 1;
@@ -579,7 +581,7 @@ mod tests {
     fn lock_is_exclusive_until_dropped() {
         let disk = MemStorage::new();
         let g = disk.lock().unwrap();
-        assert!(matches!(disk.clone().lock(), Err(Error::Locked(_))));
+        assert!(matches!(disk.clone().lock(), Err(Error::Locked { .. })));
         drop(g);
         disk.lock().unwrap();
     }
@@ -592,7 +594,7 @@ mod tests {
         let second = disk.lock().unwrap();
         // The first holder's guard going away does not release the second's lock.
         drop(first);
-        assert!(matches!(disk.lock(), Err(Error::Locked(_))));
+        assert!(matches!(disk.lock(), Err(Error::Locked { .. })));
         drop(second);
         disk.lock().unwrap();
     }

@@ -123,10 +123,9 @@ pub fn validate_name(name: &str) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(Error::InvalidArgument(format!(
-            "`{}` is not a valid storage file name",
-            name.escape_debug()
-        )))
+        Err(Error::InvalidArgument {
+            reason: format!("`{}` is not a valid storage file name", name.escape_debug()),
+        })
     }
 }
 

@@ -20,10 +20,10 @@ pub fn open_existing(path: &Path) -> Result<Arc<dyn Storage>> {
         .iter()
         .any(|n| record_of_file(n) == Some("topic") || parse_ledger_file_name(n).is_some());
     if !ours {
-        return Err(Error::NotAckstore(
-            path.display().to_string(),
-            "it holds neither a topic record (topic.meta) nor any ledger file".into(),
-        ));
+        return Err(Error::NotAckstore {
+            path: path.to_path_buf(),
+            reason: "it holds neither a topic record (topic.meta) nor any ledger file".into(),
+        });
     }
     Ok(Arc::new(storage))
 }

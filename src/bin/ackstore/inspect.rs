@@ -13,6 +13,7 @@ use ackstore::cursor::CursorConfig;
 use ackstore::cursor::recover::{RecoverySource, recover};
 use ackstore::cursor::verify::check_cursor_ledger;
 use ackstore::cursor::{NO_MARK_DELETE, record_name};
+use ackstore::format::Corruption;
 use ackstore::format::meta::{CursorEntry, CursorRecord, TopicRecord};
 use ackstore::log::{EntryLog, LogConfig, ledger_file_name};
 use ackstore::meta::{FileMetaStore, MetaStore};
@@ -98,25 +99,35 @@ fn finding(findings: &mut Vec<Finding>, file: String, place: &str, what: String)
 /// With `deep`, every entry of every cursor ledger is read and checked as well (for `verify`).
 /// The topic record, `None` when there is none; an error when it cannot be read or decoded.
 pub fn read_topic(storage: &Arc<dyn Storage>) -> Result<Option<TopicRecord>> {
-    let meta = FileMetaStore::new(storage.clone());
-    meta.get("topic")?
-        .map(|(_, bytes)| TopicRecord::decode(&bytes))
+    read_decoded(
+        &FileMetaStore::new(storage.clone()),
+        "topic",
+        TopicRecord::decode,
+    )
+}
+
+/// Reads record `name` and decodes it with `decode`, naming the record in a decode error;
+/// `None` when there is no such record.
+fn read_decoded<T>(
+    meta: &dyn MetaStore,
+    name: &str,
+    decode: fn(&[u8]) -> std::result::Result<T, Corruption>,
+) -> Result<Option<T>> {
+    meta.get(name)?
+        .map(|(_, bytes)| decode(&bytes).map_err(|c| c.in_record(name)))
         .transpose()
 }
 
 pub fn collect(storage: &Arc<dyn Storage>, deep: bool, findings: &mut Vec<Finding>) -> TopicView {
     let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(storage.clone()));
-    let topic = match meta
-        .get("topic")
-        .and_then(|r| r.map(|(_, b)| TopicRecord::decode(&b)).transpose())
-    {
+    let topic = match read_decoded(meta.as_ref(), "topic", TopicRecord::decode) {
         Ok(topic) => topic,
         Err(e) => {
             finding(
                 findings,
                 dir::TOPIC_FILE.into(),
                 "topic record",
-                e.to_string(),
+                report::describe(&e),
             );
             None
         }
@@ -125,7 +136,12 @@ pub fn collect(storage: &Arc<dyn Storage>, deep: bool, findings: &mut Vec<Findin
         Ok(log) => Some(Arc::new(log)),
         Err(e) => {
             if findings.is_empty() {
-                finding(findings, storage.location(), "entry log", e.to_string());
+                finding(
+                    findings,
+                    storage.location(),
+                    "entry log",
+                    report::describe(&e),
+                );
             }
             None
         }
@@ -184,15 +200,13 @@ fn cursor_view(
 ) -> Option<CursorView> {
     let name = record_name(entry.id);
     let file = format!("{name}.meta");
-    let record = match meta
-        .get(&name)
-        .and_then(|r| r.map(|(_, b)| CursorRecord::decode(&b)).transpose())
-        .and_then(|r| match r {
-            Some(r) => r
-                .check_identity(entry.id, &entry.name, topic_id)
-                .map(|()| Some(r)),
-            None => Ok(None),
-        }) {
+    let read = read_decoded(meta.as_ref(), &name, CursorRecord::decode).and_then(|r| match r {
+        Some(r) => r
+            .check_identity(entry.id, &entry.name, topic_id)
+            .map(|()| Some(r)),
+        None => Ok(None),
+    });
+    let record = match read {
         Ok(Some(r)) => r,
         Ok(None) => {
             finding(
@@ -204,7 +218,7 @@ fn cursor_view(
             return None;
         }
         Err(e) => {
-            finding(findings, file, "cursor record", e.to_string());
+            finding(findings, file, "cursor record", report::describe(&e));
             return None;
         }
     };
@@ -224,7 +238,7 @@ fn cursor_view(
     let mut rec = match recover(log.clone(), meta.clone(), &name, CursorConfig::default()) {
         Ok(rec) => rec,
         Err(e) => {
-            finding(findings, file, "cursor state", e.to_string());
+            finding(findings, file, "cursor state", report::describe(&e));
             return Some(cv);
         }
     };
@@ -237,7 +251,7 @@ fn cursor_view(
     cv.acked_entries = rec.acks.len();
     match rec.acks.range_count() {
         Ok(n) => cv.acked_ranges = n,
-        Err(e) => finding(findings, file.clone(), "cursor state", e.to_string()),
+        Err(e) => finding(findings, file.clone(), "cursor state", report::describe(&e)),
     }
     cv.rejected_states = rec.report.rejected;
     let cursor_ledger = record.cursor_ledger;
@@ -277,7 +291,7 @@ fn cursor_view(
                 findings,
                 ledger_file_name(l),
                 "cursor ledger",
-                e.to_string(),
+                report::describe(&e),
             ),
         }
     }

@@ -301,10 +301,8 @@ fn reserve<T>(v: &mut Vec<T>, n: u64, arg: &str) -> ackstore::Result<()> {
     usize::try_from(n)
         .ok()
         .and_then(|n| v.try_reserve_exact(n).ok())
-        .ok_or_else(|| {
-            ackstore::Error::InvalidArgument(format!(
-                "{arg} {n} needs more memory than this process can have"
-            ))
+        .ok_or_else(|| ackstore::Error::InvalidArgument {
+            reason: format!("{arg} {n} needs more memory than this process can have"),
         })
 }
 
@@ -320,9 +318,9 @@ fn filled<T: Clone>(n: usize, item: T, arg: &str) -> ackstore::Result<Vec<T>> {
 #[expect(clippy::too_many_lines, reason = "one linear workload, phase by phase")]
 pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
     if args.entries == 0 {
-        return Err(ackstore::Error::InvalidArgument(
-            "--entries must be at least 1".into(),
-        ));
+        return Err(ackstore::Error::InvalidArgument {
+            reason: "--entries must be at least 1".into(),
+        });
     }
     // The buffers come first, so a size that cannot be held fails before anything is created.
     let payload = filled(args.payload_bytes, 0xA5_u8, "--payload-bytes")?;

@@ -45,15 +45,13 @@ pub fn finish_output() -> io::Result<()> {
     }
 }
 
-/// The error and its chain of causes as one line of sentences.
+/// The error and its chain of causes as one line of sentences. An error's message never repeats
+/// its source (see `Error::Io`), so each cause is written once.
 pub fn describe(err: &(dyn std::error::Error + 'static)) -> String {
     let mut out = err.to_string();
     let mut source = err.source();
     while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !out.contains(&cause_text) {
-            let _ = write!(out, ": {cause_text}");
-        }
+        let _ = write!(out, ": {cause}");
         source = cause.source();
     }
     out

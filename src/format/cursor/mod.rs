@@ -188,16 +188,20 @@ impl PersistedState {
     /// Checks the limits a decoder enforces, so nothing is written that could not be read back.
     pub fn validate(&self) -> Result<()> {
         if self.properties.len() > MAX_PROPERTIES {
-            return Err(Error::InvalidArgument(format!(
-                "a cursor may carry at most {MAX_PROPERTIES} properties, not {}",
-                self.properties.len()
-            )));
+            return Err(Error::InvalidArgument {
+                reason: format!(
+                    "a cursor may carry at most {MAX_PROPERTIES} properties, not {}",
+                    self.properties.len()
+                ),
+            });
         }
         if let Some(name) = self.properties.keys().find(|k| k.len() > MAX_PROPERTY_NAME) {
-            return Err(Error::InvalidArgument(format!(
-                "cursor property name of {} bytes exceeds the maximum of {MAX_PROPERTY_NAME}",
-                name.len()
-            )));
+            return Err(Error::InvalidArgument {
+                reason: format!(
+                    "cursor property name of {} bytes exceeds the maximum of {MAX_PROPERTY_NAME}",
+                    name.len()
+                ),
+            });
         }
         Ok(())
     }
@@ -529,8 +533,9 @@ pub fn encode_marker(state: &PersistedState, table: TableRef<'_>) -> Result<Vec<
         TableRef::Inline(rows) => (TABLE_INLINE, rows.len()),
         TableRef::Paged(pages) => (TABLE_PAGED, pages.len()),
     };
-    let count = u32::try_from(count)
-        .map_err(|_| Error::LimitExceeded(format!("{count} entries in one marker table")))?;
+    let count = u32::try_from(count).map_err(|_| Error::LimitExceeded {
+        reason: format!("{count} entries in one marker table"),
+    })?;
     let mut out = start_frame(
         EntryKind::Marker,
         marker_len(state, table) - HEADER_LEN - CRC_LEN,
@@ -569,8 +574,9 @@ pub fn index_page_len(rows: usize) -> usize {
 
 /// Encodes an index page. Body: row count u32, rows ascending by key.
 pub fn encode_index_page(rows: &[PartitionRow]) -> Result<Vec<u8>> {
-    let count = u32::try_from(rows.len())
-        .map_err(|_| Error::LimitExceeded(format!("{} rows in one index page", rows.len())))?;
+    let count = u32::try_from(rows.len()).map_err(|_| Error::LimitExceeded {
+        reason: format!("{} rows in one index page", rows.len()),
+    })?;
     let mut out = start_frame(EntryKind::IndexPage, 4 + rows.len() * ROW_LEN);
     out.extend_from_slice(&count.to_le_bytes());
     for r in rows {

@@ -61,23 +61,23 @@ impl SnapshotWriter {
     /// the byte or range limit; the snapshot is then full.
     pub fn push(&mut self, ledger: u64, first: u64, last: u64) -> Result<bool> {
         if first > last {
-            return Err(Error::InvalidArgument(format!(
-                "range {ledger}:{first}..={ledger}:{last} is empty"
-            )));
+            return Err(Error::InvalidArgument {
+                reason: format!("range {ledger}:{first}..={ledger}:{last} is empty"),
+            });
         }
         let gap = match self.last {
             Some((l, prev)) if l == ledger => {
                 let gap = first.checked_sub(prev).and_then(|d| d.checked_sub(2));
-                Some(gap.ok_or_else(|| {
-                    Error::InvalidArgument(format!(
+                Some(gap.ok_or_else(|| Error::InvalidArgument {
+                    reason: format!(
                         "range starting at {ledger}:{first} is not after {ledger}:{prev} with a gap"
-                    ))
+                    ),
                 })?)
             }
             Some((l, _)) if l > ledger => {
-                return Err(Error::InvalidArgument(format!(
-                    "ranges of ledger {ledger} come after ledger {l}"
-                )));
+                return Err(Error::InvalidArgument {
+                    reason: format!("ranges of ledger {ledger} come after ledger {l}"),
+                });
             }
             _ => None,
         };

@@ -1,7 +1,7 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::error::Error;
+use crate::error::{CorruptionPlace, Error};
 
 fn key(ledger_id: u64, chunk: u64) -> PartitionKey {
     PartitionKey { ledger_id, chunk }
@@ -381,8 +381,10 @@ fn errors_carry_the_callers_location() {
     assert!(matches!(
         err,
         Error::Corrupted {
-            ledger: 42,
-            offset: 1005,
+            place: CorruptionPlace::Ledger {
+                ledger: 42,
+                offset: 1005,
+            },
             kind: CorruptionKind::Truncated
         }
     ));
