@@ -208,9 +208,7 @@ const V2_HEADER_MAX: usize = V2_FIXED_LEN + code::MAX_VARINT_LEN + 7;
 
 // The roaring portable format (https://github.com/RoaringBitmap/RoaringFormatSpec), restricted
 // to what a partition can hold: at most one container, with key 0.
-const COOKIE_NO_RUNS: u32 = 12346;
-const COOKIE_RUNS: u16 = 12347;
-const ARRAY_LIMIT: usize = 4096;
+// Its header is read in one place, `code::portable_layout`, for both format versions.
 const CONTAINER_BITMAP_BYTES: usize = (1 << 16) / 8;
 /// Cookie, container count, one description and one offset (the layout without runs).
 const ROARING_HEADER_MAX: usize = 4 + 4 + 4 + 4;
@@ -424,7 +422,7 @@ fn decode_v1(
     if bitmap_len > MAX_BITMAP_BYTES || bitmap_len != body.len() {
         return Err(bad(BITMAP_LEN_AT, CorruptionKind::BadLength));
     }
-    if roaring_len(body) != Some(body.len()) {
+    if code::portable_layout(body).map(|l| l.len()) != Some(body.len()) {
         return Err(bad(HEADER_LEN, CorruptionKind::InvalidField("bitmap")));
     }
     let bitmap = RoaringBitmap::deserialize_from(body)
@@ -442,47 +440,6 @@ fn decode_v1(
         ));
     }
     Ok((key, bitmap))
-}
-
-/// The length the roaring serialization at the start of `body` must have, read from its header,
-/// when it describes what a partition can hold (no container, or one container with key 0);
-/// `None` otherwise.
-fn roaring_len(body: &[u8]) -> Option<usize> {
-    let cookie = read_u32_at(body, 0)?;
-    // (where the container description starts, whether the container is a run container)
-    let (description_at, run) = if cookie == COOKIE_NO_RUNS {
-        match read_u32_at(body, 4)? {
-            0 => return Some(8),
-            1 => (8, false),
-            _ => return None,
-        }
-    } else if cookie & 0xFFFF == u32::from(COOKIE_RUNS) && cookie >> 16 == 0 {
-        // One container; a one-byte run flag set follows the cookie, no offsets (fewer than 4).
-        match body.get(4)? {
-            0 => (5, false),
-            1 => (5, true),
-            _ => return None,
-        }
-    } else {
-        return None;
-    };
-    if read_u16_at(body, description_at)? != 0 {
-        return None;
-    }
-    let cardinality = usize::from(read_u16_at(body, description_at + 2)?) + 1;
-    let data_at = if cookie == COOKIE_NO_RUNS {
-        description_at + 8
-    } else {
-        description_at + 4
-    };
-    let data_len = if run {
-        2 + 4 * usize::from(read_u16_at(body, data_at)?)
-    } else if cardinality <= ARRAY_LIMIT {
-        2 * cardinality
-    } else {
-        CONTAINER_BITMAP_BYTES
-    };
-    Some(data_at + data_len)
 }
 
 fn read_u16_at(bytes: &[u8], at: usize) -> Option<u16> {

@@ -192,21 +192,49 @@ pub fn bounds(words: &[u64]) -> Option<(u32, u32)> {
     Some((lo, hi))
 }
 
-/// Parses a roaring portable serialization that holds what a partition can (no container, or
-/// one container with key 0) into the dense form; `None` for anything else or a length that is
-/// not exactly the serialization's. Run and array contents are not checked for order: the
-/// caller compares the re-encoded set with its input.
-pub fn parse_roaring(body: &[u8]) -> Option<Words> {
+/// Where the one container of a roaring portable serialization starts and how long it is, read
+/// from the serialization's header.
+#[derive(Debug, Clone, Copy)]
+pub struct PortableLayout {
+    /// Offset of the container's data; for a set with no container, the serialization's length.
+    pub data_at: usize,
+    /// Length of the container's data (0 for no container).
+    pub data_len: usize,
+    /// Cardinality of the container (0 for no container).
+    pub card: usize,
+    /// Whether the container is a run container.
+    pub run: bool,
+}
+
+impl PortableLayout {
+    /// The length the whole serialization must have.
+    pub fn len(&self) -> usize {
+        self.data_at + self.data_len
+    }
+}
+
+/// The layout of a roaring portable serialization that holds what a partition can (no
+/// container, or one container with key 0), from its header alone; `None` for anything else.
+/// Both partition format versions accept exactly the serializations this describes.
+pub fn portable_layout(body: &[u8]) -> Option<PortableLayout> {
     let u16_at = |at: usize| Reader::new(body.get(at..)?).u16().ok();
     let cookie = Reader::new(body).u32().ok()?;
-    let (description_at, run) = if cookie == 12346 {
+    // (where the container description starts, whether the container is a run container)
+    let (description_at, run) = if cookie == COOKIE_NO_RUNS {
         match Reader::new(body.get(4..)?).u32().ok()? {
-            0 if body.len() == 8 => return Some(empty_words()),
+            0 => {
+                return Some(PortableLayout {
+                    data_at: 8,
+                    data_len: 0,
+                    card: 0,
+                    run: false,
+                });
+            }
             1 => (8, false),
             _ => return None,
         }
-    } else if cookie == 12347 {
-        // One container, with runs: the run flag byte, no offsets.
+    } else if cookie == COOKIE_RUNS {
+        // One container, with runs: the run flag byte, no offsets (fewer than 4 containers).
         match body.get(4)? {
             0 => (5, false),
             1 => (5, true),
@@ -219,12 +247,11 @@ pub fn parse_roaring(body: &[u8]) -> Option<Words> {
         return None;
     }
     let card = usize::from(u16_at(description_at + 2)?) + 1;
-    let data_at = if cookie == 12346 {
+    let data_at = if cookie == COOKIE_NO_RUNS {
         description_at + 8
     } else {
         description_at + 4
     };
-    let data = body.get(data_at..)?;
     let data_len = if run {
         2 + 4 * usize::from(u16_at(data_at)?)
     } else if card <= ARRAY_LIMIT {
@@ -232,9 +259,28 @@ pub fn parse_roaring(body: &[u8]) -> Option<Words> {
     } else {
         8 * WORDS
     };
-    if data.len() != data_len {
+    Some(PortableLayout {
+        data_at,
+        data_len,
+        card,
+        run,
+    })
+}
+
+/// Parses a roaring portable serialization that holds what a partition can (no container, or
+/// one container with key 0) into the dense form; `None` for anything else or a length that is
+/// not exactly the serialization's. Run and array contents are not checked for order: the
+/// caller compares the re-encoded set with its input.
+pub fn parse_roaring(body: &[u8]) -> Option<Words> {
+    let layout = portable_layout(body)?;
+    if body.len() != layout.len() {
         return None;
     }
+    if layout.card == 0 {
+        return Some(empty_words());
+    }
+    let (run, card) = (layout.run, layout.card);
+    let data = body.get(layout.data_at..)?;
     let mut words = empty_words();
     if run {
         for pair in data.get(2..)?.chunks_exact(4) {
@@ -268,6 +314,10 @@ pub fn words_of(bitmap: &RoaringBitmap) -> Option<Words> {
 
 /// Largest cardinality of a roaring array container.
 const ARRAY_LIMIT: usize = 4096;
+/// Cookie of a roaring portable serialization without run containers.
+const COOKIE_NO_RUNS: u32 = 12346;
+/// Cookie of one with run containers (in its low 16 bits; the high ones count containers - 1).
+const COOKIE_RUNS: u32 = 12347;
 /// Bytes of a roaring bitmap container.
 const BITMAP_BYTES: usize = 8192;
 
@@ -345,15 +395,15 @@ pub fn roaring_body(words: &[u64]) -> Vec<u8> {
     let (card, runs) = card_and_runs(words);
     let mut out = Vec::with_capacity(len);
     if form == Form::Empty {
-        out.extend_from_slice(&12346u32.to_le_bytes());
+        out.extend_from_slice(&COOKIE_NO_RUNS.to_le_bytes());
         out.extend_from_slice(&0u32.to_le_bytes());
         return out;
     }
     if form == Form::Run {
-        out.extend_from_slice(&12347u32.to_le_bytes());
+        out.extend_from_slice(&COOKIE_RUNS.to_le_bytes());
         out.push(1);
     } else {
-        out.extend_from_slice(&12346u32.to_le_bytes());
+        out.extend_from_slice(&COOKIE_NO_RUNS.to_le_bytes());
         out.extend_from_slice(&1u32.to_le_bytes());
     }
     // The description: key 0, cardinality - 1 (card is 1..=65536).
