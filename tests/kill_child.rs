@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ackstore::ledger::{CursorConfig, InitialPosition, LedgerConfig, ManagedLedger};
+use ackstore::ledger::{CursorConfig, LedgerConfig, ManagedLedger};
 use ackstore::{Cursor, CursorOptions, Error, Position};
 use support::workload::{Acked, Rng, actual, before, seed_from_env};
 
@@ -53,13 +53,6 @@ fn config() -> LedgerConfig {
             ..CursorConfig::default()
         },
         ..LedgerConfig::default()
-    }
-}
-
-fn earliest() -> CursorOptions {
-    CursorOptions {
-        initial_position: InitialPosition::Earliest,
-        inclusive: false,
     }
 }
 
@@ -135,7 +128,7 @@ fn child(dir: &Path, log_path: &Path, seed: u64) -> ! {
     let mut cursors: Vec<Cursor> = (0..CURSORS)
         .map(|c| {
             topic
-                .open_cursor(&cursor_name(c), earliest())
+                .open_cursor(&cursor_name(c), CursorOptions::default())
                 .unwrap_or_else(|e| log.fail("open_cursor", &e))
         })
         .collect();
@@ -226,7 +219,7 @@ fn child(dir: &Path, log_path: &Path, seed: u64) -> ! {
                 cursor.close().unwrap_or_else(|e| log.fail("close", &e));
                 log.line(&format!("X {c}"));
                 cursors[c] = topic
-                    .open_cursor(&cursor_name(c), earliest())
+                    .open_cursor(&cursor_name(c), CursorOptions::default())
                     .unwrap_or_else(|e| log.fail("reopen cursor", &e));
             }
             84..87 => cursor.rewind().unwrap_or_else(|e| log.fail("rewind", &e)),
@@ -382,7 +375,7 @@ impl Parent {
             }
             let name = cursor_name(*c);
             let cursor = topic
-                .open_cursor(&name, earliest())
+                .open_cursor(&name, CursorOptions::default())
                 .map_err(|e| format!("round {round}: open {name}: {e}"))?;
             for &p in &existing {
                 let acked = cursor

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::thread;
 use std::time::Duration;
 
-use ackstore::ledger::{CursorConfig, InitialPosition, LedgerConfig, ManagedLedger, PersistMode};
+use ackstore::ledger::{CursorConfig, LedgerConfig, ManagedLedger, PersistMode};
 use ackstore::storage::MemStorage;
 use ackstore::{Cursor, CursorOptions, Error, Position};
 use support::workload::{Acked, Rng, actual, before, seed_from_env};
@@ -50,13 +50,6 @@ fn config(mode: PersistMode) -> LedgerConfig {
             ..CursorConfig::default()
         },
         ..LedgerConfig::default()
-    }
-}
-
-fn earliest() -> CursorOptions {
-    CursorOptions {
-        initial_position: InitialPosition::Earliest,
-        inclusive: false,
     }
 }
 
@@ -170,7 +163,7 @@ impl Run<'_> {
         while !self.stop.load(Ordering::Relaxed) {
             i += 1;
             let name = format!("scratch-{i}");
-            let cursor = match self.topic.open_cursor(&name, earliest()) {
+            let cursor = match self.topic.open_cursor(&name, CursorOptions::default()) {
                 Ok(c) => c,
                 Err(e) => {
                     self.error(format!("open_cursor {name}: {e}"));
@@ -357,7 +350,7 @@ impl Run<'_> {
         if let Err(e) = &closed {
             self.error(format!("{}: close: {e}", d.name));
         }
-        let reopened = match self.topic.open_cursor(&d.name, earliest()) {
+        let reopened = match self.topic.open_cursor(&d.name, CursorOptions::default()) {
             Ok(c) => c,
             Err(e) => {
                 self.error(format!("{}: reopen: {e}", d.name));
@@ -415,7 +408,9 @@ fn run_workload<'a>(topic: &'a ManagedLedger, size: Size, seed: u64) -> Run<'a> 
     let cursors = (0..size.cursors)
         .map(|c| {
             let name = format!("sub-{c}");
-            let cursor = topic.open_cursor(&name, earliest()).expect("open cursor");
+            let cursor = topic
+                .open_cursor(&name, CursorOptions::default())
+                .expect("open cursor");
             Driven {
                 name,
                 handle: RwLock::new(Some(cursor)),
@@ -497,7 +492,7 @@ fn close_reopen_and_check(run: &Run<'_>, reopen: impl FnOnce() -> ManagedLedger)
     let first = topic.first_position();
     for d in &run.cursors {
         let m = lock(&d.model);
-        let cursor = match topic.open_cursor(&d.name, earliest()) {
+        let cursor = match topic.open_cursor(&d.name, CursorOptions::default()) {
             Ok(c) => c,
             Err(e) => {
                 run.error(format!("{}: open after the topic's reopen: {e}", d.name));
@@ -584,7 +579,7 @@ fn stress_in_memory(mode: PersistMode) {
                 .filter(|&p| first.is_some_and(|f| p >= f))
                 .collect();
             for d in &run.cursors {
-                match crashed.open_cursor(&d.name, earliest()) {
+                match crashed.open_cursor(&d.name, CursorOptions::default()) {
                     Ok(c) => check_recovered(&run, &c, &lock(&d.model), &kept),
                     Err(e) => run.error(format!("{}: open after a power cut: {e}", d.name)),
                 }
