@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use ack_patterns::{LEDGER, Pattern};
 use ackstore::Position;
-use ackstore::ackset::{AckSet, MemPartitionStore, RangeSetWrapper};
+use ackstore::internals::ackset::{AckSet, MemPartitionStore, RangeSetWrapper};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 
 /// Individual acks per iteration.

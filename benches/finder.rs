@@ -16,10 +16,10 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Instant;
 
+use ackstore::FileStorage;
 use ackstore::Position;
-use ackstore::ledger::{AppendMeta, CursorOptions, InitialPosition, LedgerConfig, ManagedLedger};
-use ackstore::log::{EntryLog, EntryMeta, LogConfig};
-use ackstore::storage::FileStorage;
+use ackstore::internals::log::{EntryLog, EntryMeta, LogConfig};
+use ackstore::{AppendMeta, CursorOptions, InitialPosition, LedgerConfig, ManagedLedger};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 const PER_LEDGER: u64 = 50_000;
@@ -100,13 +100,13 @@ fn ceil_log2(n: u64) -> u64 {
 
 /// Prints header reads per seek over 10,000 seeks of `seek`.
 fn count_header_reads(t: &Topic, what: &str, mut seek: impl FnMut(&mut Lcg)) {
-    let log = t.topic.entry_log().expect("log");
+    let header_reads = || t.topic.log_stats().expect("stats").header_reads;
     let mut rng = Lcg(7);
     let (mut total, mut max) = (0, 0);
     for _ in 0..10_000 {
-        let before = log.stats().header_reads;
+        let before = header_reads();
         seek(&mut rng);
-        let reads = log.stats().header_reads - before;
+        let reads = header_reads() - before;
         total += reads;
         max = max.max(reads);
     }

@@ -20,8 +20,8 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ackstore::log::{EntryLog, EntryMeta, LogConfig};
-use ackstore::storage::FileStorage;
+use ackstore::FileStorage;
+use ackstore::internals::log::{EntryLog, EntryMeta, LogConfig};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 
 /// Appends between file rotations, so files stay small whatever the iteration count.

@@ -12,15 +12,16 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ackstore::CursorConfig;
+use ackstore::PersistMode;
 use ackstore::Position;
-use ackstore::ackset::RangeSetWrapper;
-use ackstore::ackset::pulsar::message_range_bytes;
-use ackstore::cursor::CursorConfig;
-use ackstore::cursor::persist::{CursorPersister, PersistMode, PersistedState};
-use ackstore::cursor::recover::recover;
-use ackstore::log::{EntryLog, LogConfig};
-use ackstore::meta::{FileMetaStore, MetaStore};
-use ackstore::storage::{FileStorage, Storage};
+use ackstore::internals::ackset::RangeSetWrapper;
+use ackstore::internals::ackset::pulsar::message_range_bytes;
+use ackstore::internals::cursor::persist::{CursorPersister, PersistedState};
+use ackstore::internals::cursor::recover::recover;
+use ackstore::internals::log::{EntryLog, LogConfig};
+use ackstore::internals::meta::{FileMetaStore, MetaStore};
+use ackstore::{FileStorage, Storage};
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 
 const RECORD: &str = "cursor-1";

@@ -6,18 +6,11 @@
 //! there are, in bounded memory. The design, vocabulary and invariants are in `docs/` and the
 //! README.
 //!
-//! Layers, lowest first (a layer never imports one above it):
-//! - [`position`] and [`error`]: shared vocabulary; [`observe`]: metric names and log events;
-//! - [`format`](mod@format): pure encode/decode of every on-disk record;
-//! - [`storage`]: files behind a trait (real files, or an in-memory disk that can lose power);
-//! - [`log`]: the entry log, a directory of append-only, CRC-framed ledger files;
-//! - [`meta`]: small versioned records with compare-and-set (topic and cursor records);
-//! - [`ackset`]: acknowledged entries as roaring partitions, resident under an LRU budget;
-//! - [`finder`]: the retained ledgers' layout, and searches by message index and timestamp;
-//! - [`cursor`]: a subscription's acks, reads and seeks, and its ack state persisted in its own
-//!   cursor ledger (flush, rollover, recovery);
-//! - [`ledger`]: the managed ledger, one topic in one directory, and its cursor registry;
-//! - [`filter`]: the consumer-side filter of already-received entries (PIP-260).
+//! Start at [`ManagedLedger`]: open a topic directory, append entries, open a [`Cursor`] per
+//! subscription, ack, flush, close. Everything a broker embeds is re-exported here: the topic
+//! and cursor handles with their configuration and statistics, the [`Storage`] trait and its two
+//! backends, the consumer-side [`ReceivedFilter`], and the one [`Error`] enum. Metric names and
+//! log events are constants in [`observe`].
 
 #![deny(missing_docs)]
 #![warn(clippy::pedantic)]
@@ -28,25 +21,31 @@
     clippy::module_name_repetitions
 )]
 
-pub mod ackset;
-pub mod cursor;
-pub mod entry;
-pub mod error;
-pub mod filter;
-pub mod finder;
-pub mod format;
-pub mod ledger;
-pub mod log;
-pub mod meta;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod internals;
+#[cfg(not(feature = "internals"))]
+mod internals;
 pub mod observe;
-pub mod position;
-pub mod storage;
 
-pub use error::{CorruptionKind, CorruptionPlace, Error, Result};
-pub use ledger::{
-    AppendMeta, Cursor, CursorOptions, Entry, InitialPosition, LedgerConfig, ManagedLedger,
+// The layers keep their `crate::<layer>` paths inside the crate.
+use internals::{
+    ackset, cursor, entry, error, filter, finder, format, ledger, log, meta, position, storage,
 };
+
+pub use ackset::AckSetStats;
+pub use cursor::{
+    Cursor, CursorConfig, CursorOptions, CursorStats, InitialPosition, OverflowPolicy, PersistMode,
+    PersistStats, RecoverySource,
+};
+pub use entry::Entry;
+pub use error::{CorruptionKind, CorruptionPlace, Error, Result};
+pub use filter::{ReceivedFilter, SubscriptionType};
+pub use finder::LedgerSpan;
+pub use ledger::{AppendMeta, LedgerConfig, ManagedLedger};
+pub use log::{LogConfig, LogStats, RecoveryMode};
 pub use position::Position;
+pub use storage::{FileStorage, LockGuard, Mapped, MemStorage, Storage, StorageFile};
 
 /// The README's examples, compiled and run as doctests so they cannot drift from the API.
 #[cfg(doctest)]

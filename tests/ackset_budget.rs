@@ -2,7 +2,7 @@
 //! within the budget plus one partition at every step, and none is lost through eviction.
 
 use ackstore::Position;
-use ackstore::ackset::{MAX_PARTITION_BYTES, MemPartitionStore, RangeSetWrapper};
+use ackstore::internals::ackset::{MAX_PARTITION_BYTES, MemPartitionStore, RangeSetWrapper};
 
 /// Entries per ledger that are candidates for an ack: one ack per window of `WINDOW` entries.
 const ACKS_PER_LEDGER: u64 = 50_000;

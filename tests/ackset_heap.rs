@@ -9,7 +9,7 @@ use std::cell::Cell;
 
 use ackstore::Position;
 use ackstore::Result;
-use ackstore::ackset::{
+use ackstore::internals::ackset::{
     INDEX_ENTRY_BYTES, MAX_PARTITION_BYTES, MemPartitionStore, PartitionKey, PartitionStore,
     RangeSetWrapper,
 };

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use ackstore::Position;
 use ackstore::Result;
-use ackstore::ackset::{
+use ackstore::internals::ackset::{
     AckSet, MAX_PARTITION_BYTES, MemPartitionStore, PartitionKey, PartitionStore, RangeSetWrapper,
 };
 use proptest::prelude::*;

@@ -6,8 +6,8 @@
 mod support;
 
 use ackstore::Position;
-use ackstore::ackset::{AckSet, MemPartitionStore, RangeSetWrapper, pulsar};
-use ackstore::format::partition::encode_partition;
+use ackstore::internals::ackset::{AckSet, MemPartitionStore, RangeSetWrapper, pulsar};
+use ackstore::internals::format::partition::encode_partition;
 use roaring::RoaringBitmap;
 use support::ack_patterns::{LEDGER, Pattern};
 

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use ackstore::log::{ledger_file_name, parse_ledger_file_name};
+use ackstore::internals::log::{ledger_file_name, parse_ledger_file_name};
 use ackstore::{CursorOptions, LedgerConfig, ManagedLedger, Position};
 
 fn ackstore(args: &[&str]) -> Output {

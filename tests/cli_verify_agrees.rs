@@ -6,8 +6,8 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use ackstore::log::{ledger_file_name, parse_ledger_file_name};
-use ackstore::meta::record_of_file;
+use ackstore::internals::log::{ledger_file_name, parse_ledger_file_name};
+use ackstore::internals::meta::record_of_file;
 use ackstore::{LedgerConfig, ManagedLedger};
 
 fn ackstore(args: &[&str]) -> Output {

@@ -3,7 +3,7 @@
 
 mod support;
 
-use ackstore::ledger::InitialPosition;
+use ackstore::InitialPosition;
 use ackstore::{Error, Position};
 use support::topic::{append_n, at, on_each_backend, read_positions};
 

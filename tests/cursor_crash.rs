@@ -12,9 +12,9 @@ mod support;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use ackstore::ledger::{CursorConfig, InitialPosition, LedgerConfig, ManagedLedger, PersistMode};
-use ackstore::storage::MemStorage;
+use ackstore::MemStorage;
 use ackstore::{Cursor, Position, Result};
+use ackstore::{CursorConfig, InitialPosition, LedgerConfig, ManagedLedger, PersistMode};
 use support::crash::{Cut, Points, cut_everywhere_after, torn_image};
 use support::topic::{append_n, at};
 

@@ -2,7 +2,7 @@
 //! reports more acks than were flushed, and moves its state to a new cursor ledger on the next
 //! flush instead of failing forever.
 
-use ackstore::log::ledger_file_name;
+use ackstore::internals::log::ledger_file_name;
 use ackstore::{CursorOptions, LedgerConfig, ManagedLedger, Position};
 
 #[test]

@@ -4,8 +4,8 @@
 use std::process::Command;
 use std::sync::Arc;
 
-use ackstore::meta::{FileMetaStore, MetaStore};
-use ackstore::storage::FileStorage;
+use ackstore::FileStorage;
+use ackstore::internals::meta::{FileMetaStore, MetaStore};
 use ackstore::{CursorOptions, LedgerConfig, ManagedLedger};
 
 #[test]
@@ -65,7 +65,7 @@ fn a_cursor_record_copied_over_another_is_refused_and_its_ledger_kept() {
         let mut names: Vec<String> = std::fs::read_dir(dir.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .filter(|n| ackstore::log::parse_ledger_file_name(n).is_some())
+            .filter(|n| ackstore::internals::log::parse_ledger_file_name(n).is_some())
             .collect();
         names.sort();
         names

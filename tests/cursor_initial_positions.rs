@@ -4,7 +4,7 @@
 mod support;
 
 use ackstore::Position;
-use ackstore::ledger::{InitialPosition, ManagedLedger};
+use ackstore::{InitialPosition, ManagedLedger};
 use support::topic::{append_n, at, mem_topic, on_each_backend, read_positions, reopen};
 
 /// Opens a cursor, appends one more entry (`next`), and returns what the cursor reads.

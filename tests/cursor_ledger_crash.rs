@@ -4,9 +4,9 @@
 
 mod support;
 
-use ackstore::cursor::CursorConfig;
-use ackstore::cursor::persist::PersistMode;
-use ackstore::storage::MemStorage;
+use ackstore::CursorConfig;
+use ackstore::MemStorage;
+use ackstore::PersistMode;
 use support::crash::{
     Cut, Points, cut_everywhere, cut_everywhere_after, torn_image, unsynced_tail,
 };

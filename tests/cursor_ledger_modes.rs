@@ -5,13 +5,13 @@ mod support;
 
 use std::sync::Arc;
 
+use ackstore::CursorConfig;
+use ackstore::Error;
 use ackstore::Position;
-use ackstore::cursor::CursorConfig;
-use ackstore::cursor::persist::{OverflowPolicy, PersistMode};
-use ackstore::error::Error;
-use ackstore::format::meta::CursorRecord;
-use ackstore::log::ledger_file_name;
-use ackstore::storage::{MemStorage, Storage};
+use ackstore::internals::format::meta::CursorRecord;
+use ackstore::internals::log::ledger_file_name;
+use ackstore::{MemStorage, Storage};
+use ackstore::{OverflowPolicy, PersistMode};
 use support::cursor_ledger::{Cursor, Env, Model, RECORD, fresh, model_of, open_cursor};
 
 fn multi() -> CursorConfig {

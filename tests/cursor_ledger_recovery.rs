@@ -4,17 +4,17 @@
 
 mod support;
 
+use ackstore::CursorConfig;
 use ackstore::Position;
-use ackstore::cursor::CursorConfig;
-use ackstore::cursor::persist::PersistedState;
-use ackstore::cursor::recover::RecoverySource;
-use ackstore::cursor::verify::check_cursor_ledger;
-use ackstore::format::cursor::{
+use ackstore::internals::cursor::persist::PersistedState;
+use ackstore::internals::cursor::recover::RecoverySource;
+use ackstore::internals::cursor::verify::check_cursor_ledger;
+use ackstore::internals::format::cursor::{
     EntryKind, PageRef, PartitionEntry, PartitionRow, TableRef, encode_index_page, encode_marker,
     encode_partition_entry, payload_crc,
 };
-use ackstore::log::{EntryMeta, ledger_file_name};
-use ackstore::storage::{MemStorage, Storage};
+use ackstore::internals::log::{EntryMeta, ledger_file_name};
+use ackstore::{MemStorage, Storage};
 use support::cursor_ledger::{Cursor, Env, Model, check_bounds, model_of, open_cursor};
 
 fn config() -> CursorConfig {
@@ -350,6 +350,6 @@ fn ledger_check_lists_damaged_entries_and_names_the_state_recovery_uses() {
     // The forged partition does not decode as a bitmap; its marker verifies only CRC, key and
     // cardinality, which recovery checks before decoding lazily.
     assert_eq!(damaged.problems.len(), 1, "{damaged:?}");
-    assert_eq!(damaged.problems[0].0, id);
+    assert_eq!(damaged.problems[0].entry, id);
     assert_eq!(damaged.entries, healthy.entries + 2);
 }

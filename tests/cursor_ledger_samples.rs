@@ -7,12 +7,12 @@ mod support;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use ackstore::CursorConfig;
 use ackstore::Position;
-use ackstore::cursor::CursorConfig;
-use ackstore::cursor::recover::{RecoveredCursor, RecoverySource, recover};
-use ackstore::log::{EntryLog, LogConfig};
-use ackstore::meta::{FileMetaStore, MetaStore};
-use ackstore::storage::{FileStorage, Storage};
+use ackstore::internals::cursor::recover::{RecoveredCursor, RecoverySource, recover};
+use ackstore::internals::log::{EntryLog, LogConfig};
+use ackstore::internals::meta::{FileMetaStore, MetaStore};
+use ackstore::{FileStorage, Storage};
 
 /// Copies sample `name` into a temporary directory (opening may repair a torn tail) and
 /// recovers its cursor; also returns how many torn tails the log cut.

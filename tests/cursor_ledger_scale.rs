@@ -4,10 +4,10 @@
 
 mod support;
 
+use ackstore::CursorConfig;
+use ackstore::MemStorage;
 use ackstore::Position;
-use ackstore::ackset::MAX_PARTITION_BYTES;
-use ackstore::cursor::CursorConfig;
-use ackstore::storage::MemStorage;
+use ackstore::internals::ackset::MAX_PARTITION_BYTES;
 use support::cursor_ledger::{Env, open_cursor};
 
 const LEDGERS: u64 = 200;

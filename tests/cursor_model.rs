@@ -7,9 +7,9 @@ mod support;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use ackstore::ledger::{InitialPosition, ManagedLedger};
-use ackstore::storage::MemStorage;
+use ackstore::MemStorage;
 use ackstore::{Cursor, Position};
+use ackstore::{InitialPosition, ManagedLedger};
 use proptest::prelude::*;
 use support::topic::{append_n, at, config, read_positions};
 

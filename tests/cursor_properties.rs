@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use ackstore::Error;
-use ackstore::cursor::{CursorConfig, PersistMode};
-use ackstore::format::cursor::{MAX_PROPERTIES, MAX_PROPERTY_NAME};
-use ackstore::ledger::{CursorOptions, LedgerConfig, ManagedLedger};
-use ackstore::storage::MemStorage;
+use ackstore::MemStorage;
+use ackstore::internals::format::cursor::{MAX_PROPERTIES, MAX_PROPERTY_NAME};
+use ackstore::{CursorConfig, PersistMode};
+use ackstore::{CursorOptions, LedgerConfig, ManagedLedger};
 use support::topic::{append_n, config, on_each_backend};
 
 fn open(disk: &MemStorage, config: LedgerConfig) -> ManagedLedger {

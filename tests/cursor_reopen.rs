@@ -7,10 +7,10 @@ mod support;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use ackstore::cursor::RecoverySource;
-use ackstore::ledger::{CursorConfig, InitialPosition, LedgerConfig, ManagedLedger, PersistMode};
-use ackstore::storage::MemStorage;
+use ackstore::MemStorage;
+use ackstore::RecoverySource;
 use ackstore::{Cursor, Position};
+use ackstore::{CursorConfig, InitialPosition, LedgerConfig, ManagedLedger, PersistMode};
 use support::topic::{append_n, at, read_positions};
 
 fn ledger_config(mode: PersistMode) -> LedgerConfig {
@@ -220,7 +220,8 @@ fn stats_report_what_a_flush_persisted() {
     assert!(s.persist.entries_written >= 5, "4 partitions and a marker");
     assert_eq!(s.flushes, 1);
     assert!(
-        s.ackset.resident_bytes <= s.ackset.budget_bytes + ackstore::ackset::MAX_PARTITION_BYTES
+        s.ackset.resident_bytes
+            <= s.ackset.budget_bytes + ackstore::internals::ackset::MAX_PARTITION_BYTES
     );
     // Nothing changed: nothing is written.
     c.flush().unwrap();

@@ -8,9 +8,9 @@
 
 mod support;
 
-use ackstore::ackset::MAX_PARTITION_BYTES;
-use ackstore::ledger::{CursorConfig, InitialPosition, LedgerConfig, ManagedLedger};
+use ackstore::internals::ackset::MAX_PARTITION_BYTES;
 use ackstore::{AppendMeta, Position};
+use ackstore::{CursorConfig, InitialPosition, LedgerConfig, ManagedLedger};
 use support::topic::at;
 
 const LEDGERS: u64 = 200;

@@ -3,7 +3,7 @@
 
 mod support;
 
-use ackstore::ledger::{AppendMeta, InitialPosition, ManagedLedger};
+use ackstore::{AppendMeta, InitialPosition, ManagedLedger};
 use ackstore::{Error, Position};
 use support::topic::{append_n, at, mem_topic, on_each_backend, read_positions};
 

@@ -4,7 +4,7 @@
 
 mod support;
 
-use ackstore::ledger::InitialPosition;
+use ackstore::InitialPosition;
 use support::crash::{Cut, Points, cut_everywhere_after};
 use support::topic::{append_n, at, read_positions, reopen};
 

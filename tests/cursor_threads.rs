@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use ackstore::ledger::{CursorConfig, InitialPosition, LedgerConfig, ManagedLedger, PersistMode};
-use ackstore::storage::MemStorage;
+use ackstore::MemStorage;
 use ackstore::{Cursor, Error, Position};
+use ackstore::{CursorConfig, InitialPosition, LedgerConfig, ManagedLedger, PersistMode};
 use support::topic::{append_n, at};
 
 fn ledger_config(mode: PersistMode, flush_interval: Option<Duration>) -> LedgerConfig {

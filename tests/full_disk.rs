@@ -15,10 +15,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use ackstore::cursor::{CursorConfig, PersistMode};
-use ackstore::ledger::{CursorOptions, LedgerConfig, ManagedLedger};
-use ackstore::storage::{MemStorage, Storage};
 use ackstore::{Cursor, Error, Position};
+use ackstore::{CursorConfig, PersistMode};
+use ackstore::{CursorOptions, LedgerConfig, ManagedLedger};
+use ackstore::{MemStorage, Storage};
 
 const PER_LEDGER: u64 = 20;
 
@@ -184,7 +184,7 @@ fn acks_on_a_full_disk_survive_the_next_flush(flush_first: bool, per_ledger: u64
     let stats = cursor.stats().unwrap();
     assert_eq!(stats.ackset.pinned_partitions, 0, "{:?}", stats.ackset);
     assert!(
-        stats.ackset.resident_bytes <= ackstore::ackset::MAX_PARTITION_BYTES,
+        stats.ackset.resident_bytes <= ackstore::internals::ackset::MAX_PARTITION_BYTES,
         "back within the budget: {:?}",
         stats.ackset
     );

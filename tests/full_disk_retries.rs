@@ -6,9 +6,9 @@ mod support;
 use std::sync::Arc;
 
 use ackstore::Error;
-use ackstore::cursor::{CursorConfig, PersistMode};
-use ackstore::ledger::{CursorOptions, LedgerConfig, ManagedLedger};
-use ackstore::storage::MemStorage;
+use ackstore::MemStorage;
+use ackstore::{CursorConfig, PersistMode};
+use ackstore::{CursorOptions, LedgerConfig, ManagedLedger};
 
 fn config(lru: usize) -> LedgerConfig {
     LedgerConfig {
@@ -141,7 +141,7 @@ fn a_seek_and_a_rewind_on_a_full_disk_with_pinned_partitions_change_nothing_and_
     let s = cursor.stats().unwrap().ackset;
     assert_eq!(s.pinned_partitions, 0, "{s:?}");
     assert!(
-        s.resident_bytes <= ackstore::ackset::MAX_PARTITION_BYTES,
+        s.resident_bytes <= ackstore::internals::ackset::MAX_PARTITION_BYTES,
         "back within the budget: {s:?}"
     );
     cursor.ack(positions[20_003]).unwrap();

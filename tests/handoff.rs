@@ -12,9 +12,9 @@ mod support;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use ackstore::filter::{ReceivedFilter, SubscriptionType};
-use ackstore::ledger::{Cursor, InitialPosition, ManagedLedger};
+use ackstore::{Cursor, InitialPosition, ManagedLedger};
 use ackstore::{Error, Position};
+use ackstore::{ReceivedFilter, SubscriptionType};
 use proptest::prelude::*;
 use support::topic::{append_n, at, config, mem_topic, on_each_backend, reopen};
 
@@ -572,7 +572,7 @@ fn a_stale_owner_appending_during_a_hand_off_leaves_every_ledger_readable() {
 /// a cursor the other one's state: the record is refused as corruption.
 #[test]
 fn swapped_cursor_records_are_refused_as_corruption() {
-    use ackstore::meta::{FileMetaStore, MetaStore};
+    use ackstore::internals::meta::{FileMetaStore, MetaStore};
     let (disk, topic) = mem_topic(PER_LEDGER);
     let p = append_n(&topic, 12);
     let ahead = topic

@@ -6,8 +6,8 @@ mod support;
 
 use std::sync::Arc;
 
-use ackstore::ledger::{CursorOptions, LedgerConfig, ManagedLedger};
-use ackstore::storage::MemStorage;
+use ackstore::MemStorage;
+use ackstore::{CursorOptions, LedgerConfig, ManagedLedger};
 use ackstore::{Error, Result};
 
 fn config() -> LedgerConfig {

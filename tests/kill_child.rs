@@ -33,8 +33,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ackstore::ledger::{CursorConfig, LedgerConfig, ManagedLedger};
 use ackstore::{Cursor, CursorOptions, Error, Position};
+use ackstore::{CursorConfig, LedgerConfig, ManagedLedger};
 use support::workload::{Acked, Rng, actual, before, seed_from_env};
 
 const TEST_NAME: &str = "sigkill_at_random_moments_never_loses_a_flushed_ack_nor_invents_one";

@@ -6,10 +6,10 @@ mod support;
 
 use std::sync::Arc;
 
-use ackstore::ledger::{InitialPosition, ManagedLedger};
-use ackstore::log::{ledger_file_name, parse_ledger_file_name};
-use ackstore::storage::{MemStorage, Storage};
+use ackstore::internals::log::{ledger_file_name, parse_ledger_file_name};
 use ackstore::{Error, Position, Result};
+use ackstore::{InitialPosition, ManagedLedger};
+use ackstore::{MemStorage, Storage};
 use support::crash::cut_everywhere;
 use support::topic::{append_n, at, config};
 
@@ -174,13 +174,15 @@ fn an_orphan_ledger_file_is_deleted_and_a_missing_recorded_one_is_an_error_on_re
 
     // A ledger file no record references (a creation or a deletion cut short).
     let orphan_id = {
-        let storage = ackstore::storage::FileStorage::open(dir.path(), false).unwrap();
-        let log =
-            ackstore::log::EntryLog::open(Arc::new(storage), ackstore::log::LogConfig::default())
-                .unwrap();
+        let storage = ackstore::FileStorage::open(dir.path(), false).unwrap();
+        let log = ackstore::internals::log::EntryLog::open(
+            Arc::new(storage),
+            ackstore::LogConfig::default(),
+        )
+        .unwrap();
         log.bump_next_ledger_id(ids[2] + 10);
         let id = log.create_ledger().unwrap();
-        log.append(id, ackstore::log::EntryMeta::default(), b"stray")
+        log.append(id, ackstore::internals::log::EntryMeta::default(), b"stray")
             .unwrap();
         log.sync(id).unwrap();
         id
@@ -208,9 +210,9 @@ fn an_orphan_ledger_file_is_deleted_and_a_missing_recorded_one_is_an_error_on_re
 fn a_directory_with_ledgers_but_no_topic_record_is_refused() {
     let disk = MemStorage::new();
     {
-        let log = ackstore::log::EntryLog::open(
+        let log = ackstore::internals::log::EntryLog::open(
             Arc::new(disk.clone()),
-            ackstore::log::LogConfig::default(),
+            ackstore::LogConfig::default(),
         )
         .unwrap();
         log.create_ledger().unwrap();

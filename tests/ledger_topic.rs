@@ -5,7 +5,7 @@ mod support;
 
 use std::collections::BTreeSet;
 
-use ackstore::ledger::{AppendMeta, InitialPosition, LedgerConfig, ManagedLedger};
+use ackstore::{AppendMeta, InitialPosition, LedgerConfig, ManagedLedger};
 use ackstore::{Error, Position};
 use support::topic::{append_n, at, config, mem_topic, on_each_backend, read_positions, reopen};
 
@@ -36,7 +36,7 @@ fn indexes_count_messages_and_batches_advance_by_their_size() {
 
 #[test]
 fn bad_appends_are_refused_and_write_nothing() {
-    let disk = ackstore::storage::MemStorage::new();
+    let disk = ackstore::MemStorage::new();
     let mut cfg = config(10);
     cfg.log.max_entry_size = 16;
     let topic = ManagedLedger::open_with_storage(std::sync::Arc::new(disk), cfg).unwrap();
@@ -96,11 +96,9 @@ fn data_ledgers_roll_over_at_the_entry_limit_and_at_the_byte_limit() {
             max_ledger_bytes: 10,
             ..LedgerConfig::default()
         };
-        let topic = ManagedLedger::open_with_storage(
-            std::sync::Arc::new(ackstore::storage::MemStorage::new()),
-            cfg,
-        )
-        .unwrap();
+        let topic =
+            ManagedLedger::open_with_storage(std::sync::Arc::new(ackstore::MemStorage::new()), cfg)
+                .unwrap();
         for payload in [&[1u8; 4][..], &[2; 4], &[3; 4], &[4; 20], &[5; 1]] {
             topic.append(payload).unwrap();
         }
@@ -221,7 +219,7 @@ fn cursor_names_never_become_file_names() {
         };
         assert!(
             name == "LOCK"
-                || ackstore::meta::record_of_file(&name)
+                || ackstore::internals::meta::record_of_file(&name)
                     .is_some_and(|r| r == "topic" || numeric(r, "cursor-", ""))
                 || numeric(&name, "ledger-", ".log"),
             "unexpected file {name:?}"

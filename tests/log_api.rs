@@ -8,9 +8,9 @@ use std::sync::Arc;
 use support::crash::torn_image;
 use support::log_model::{meta, payload};
 
-use ackstore::log::{EntryLog, LogConfig, RecoveryMode, ledger_file_name, verify_log};
-use ackstore::storage::{FileStorage, MemStorage, Storage};
+use ackstore::internals::log::{EntryLog, LogConfig, RecoveryMode, ledger_file_name, verify_log};
 use ackstore::{CorruptionKind, Error, Position};
+use ackstore::{FileStorage, MemStorage, Storage};
 
 fn open(disk: &MemStorage) -> EntryLog {
     EntryLog::open(Arc::new(disk.clone()), LogConfig::default()).unwrap()
@@ -178,7 +178,7 @@ fn a_second_owner_is_refused_in_process_and_across_handles() {
 
 const STRICT: LogConfig = LogConfig {
     recovery: RecoveryMode::Strict,
-    max_entry_size: ackstore::log::DEFAULT_MAX_ENTRY_SIZE,
+    max_entry_size: ackstore::internals::log::DEFAULT_MAX_ENTRY_SIZE,
 };
 
 #[test]

@@ -9,11 +9,11 @@ mod support;
 use std::sync::Arc;
 
 use ackstore::Error;
-use ackstore::format::ledger::{FRAME_HEADER_LEN, LedgerHeader, SLOTS_AT};
-use ackstore::log::{
+use ackstore::MemStorage;
+use ackstore::internals::format::ledger::{FRAME_HEADER_LEN, LedgerHeader, SLOTS_AT};
+use ackstore::internals::log::{
     EntryLog, EntryMeta, LogConfig, RecoveryMode, ledger_file_name, verify_ledger,
 };
-use ackstore::storage::MemStorage;
 use support::log_model::{meta, payload};
 
 const ENTRIES: u64 = 5;
@@ -277,13 +277,20 @@ fn a_payload_holding_a_whole_frame_does_not_turn_a_torn_tail_into_corruption() {
     log.sync(id).unwrap();
     let mut forged = Vec::new();
     for nonce in [None, Some(0), Some(1)] {
-        let h = nonce.map_or(ackstore::format::ledger::LedgerHeader::v1(id), |n| {
-            ackstore::format::ledger::LedgerHeader::new(id, n)
-        });
+        let h = nonce.map_or(
+            ackstore::internals::format::ledger::LedgerHeader::v1(id),
+            |n| ackstore::internals::format::ledger::LedgerHeader::new(id, n),
+        );
         let mark = frame_offset(id, 1) as u64;
         forged.extend(
-            ackstore::format::ledger::encode_frame(&h, 2, mark, EntryMeta::default(), b"f")
-                .unwrap(),
+            ackstore::internals::format::ledger::encode_frame(
+                &h,
+                2,
+                mark,
+                EntryMeta::default(),
+                b"f",
+            )
+            .unwrap(),
         );
     }
     log.append(id, meta(1), &forged).unwrap();

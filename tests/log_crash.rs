@@ -7,9 +7,9 @@ mod support;
 use std::sync::Arc;
 
 use ackstore::Error;
-use ackstore::format::ledger::{FRAME_HEADER_LEN, HEADER_V3_LEN};
-use ackstore::log::{EntryLog, LogConfig, ledger_file_name};
-use ackstore::storage::{FileStorage, MemStorage, Storage};
+use ackstore::internals::format::ledger::{FRAME_HEADER_LEN, HEADER_V3_LEN};
+use ackstore::internals::log::{EntryLog, LogConfig, ledger_file_name};
+use ackstore::{FileStorage, MemStorage, Storage};
 use support::crash::{Clean, Cut, Points, cut_everywhere_after, torn_image, unsynced_tail};
 use support::log_model::{Model, meta, payload};
 
@@ -311,7 +311,7 @@ fn power_cut_keeping_any_pages_of_the_unsynced_tail_keeps_synced_entries() {
         Ok(())
     }
     let strict = LogConfig {
-        recovery: ackstore::log::RecoveryMode::Strict,
+        recovery: ackstore::RecoveryMode::Strict,
         ..LogConfig::default()
     };
     let mut footer_holes = 0;
@@ -403,7 +403,7 @@ fn any_pages_of_an_unsynced_batch_reaching_the_disk_make_a_torn_tail_never_damag
         Ok(())
     }
     let strict = LogConfig {
-        recovery: ackstore::log::RecoveryMode::Strict,
+        recovery: ackstore::RecoveryMode::Strict,
         ..LogConfig::default()
     };
     let files = tempfile::tempdir().unwrap();
@@ -441,7 +441,7 @@ fn any_pages_of_an_unsynced_batch_reaching_the_disk_make_a_torn_tail_never_damag
                 Ok(_) | Err(Error::TornTail { .. }) => {}
                 Err(e) => panic!("cut after {n}: strict open: {e}"),
             }
-            let problems = ackstore::log::verify_ledger(&fresh, id).unwrap();
+            let problems = ackstore::internals::log::verify_ledger(&fresh, id).unwrap();
             assert!(
                 problems.iter().all(|p| p.torn_tail),
                 "cut after {n}: {problems:?}"

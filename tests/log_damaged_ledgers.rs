@@ -11,15 +11,15 @@ mod support;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use ackstore::cursor::CursorConfig;
-use ackstore::cursor::recover::{RecoverySource, recover};
-use ackstore::format::cursor::{EntryKind, peek_kind};
-use ackstore::format::ledger::{FRAME_HEADER_LEN, HEADER_V1_LEN, decode_frame_header};
-use ackstore::ledger::{LedgerConfig, ManagedLedger};
-use ackstore::log::{EntryLog, LogConfig, ledger_file_name};
-use ackstore::meta::{FileMetaStore, MetaStore};
-use ackstore::storage::{FileStorage, MemStorage, Storage};
+use ackstore::CursorConfig;
+use ackstore::internals::cursor::recover::{RecoverySource, recover};
+use ackstore::internals::format::cursor::{EntryKind, peek_kind};
+use ackstore::internals::format::ledger::{FRAME_HEADER_LEN, HEADER_V1_LEN, decode_frame_header};
+use ackstore::internals::log::{EntryLog, LogConfig, ledger_file_name};
+use ackstore::internals::meta::{FileMetaStore, MetaStore};
 use ackstore::{Error, Position};
+use ackstore::{FileStorage, MemStorage, Storage};
+use ackstore::{LedgerConfig, ManagedLedger};
 
 /// Byte offset of every frame of a version 1 ledger file whose frames are all whole.
 fn frame_offsets(bytes: &[u8], entries: u64) -> Vec<usize> {
@@ -117,7 +117,7 @@ fn a_damaged_data_ledger_refuses_the_topic_naming_the_ledger() {
     let mut bytes = disk.live_bytes(&name).unwrap();
     // One bit of entry 0's payload; entries 1 to 4 follow it whole. With no whole entry
     // before the damage, the ledger would otherwise look empty and be dropped.
-    let at = ackstore::format::ledger::HEADER_V3_LEN;
+    let at = ackstore::internals::format::ledger::HEADER_V3_LEN;
     bytes[at + FRAME_HEADER_LEN] ^= 1;
     disk.set_bytes(&name, bytes).unwrap();
     match ManagedLedger::open_with_storage(Arc::new(disk.clone()), config) {

@@ -8,8 +8,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Barrier};
 use std::thread;
 
-use ackstore::log::{EntryLog, EntryMeta, LogConfig};
-use ackstore::storage::{FileStorage, MemStorage, Storage};
+use ackstore::internals::log::{EntryLog, EntryMeta, LogConfig};
+use ackstore::{FileStorage, MemStorage, Storage};
 use support::hooked::Hooked;
 
 const THREADS: u64 = 4;

@@ -5,8 +5,8 @@ mod support;
 
 use std::sync::Arc;
 
-use ackstore::log::{EntryLog, LogConfig};
-use ackstore::storage::MemStorage;
+use ackstore::MemStorage;
+use ackstore::internals::log::{EntryLog, LogConfig};
 use proptest::prelude::*;
 use support::crash::torn_image;
 use support::log_model::Model;

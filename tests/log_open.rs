@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use ackstore::Error;
-use ackstore::format::ledger::{
+use ackstore::internals::format::ledger::{
     FRAME_HEADER_LEN, HEADER_V3_LEN, INDEX_OVERHEAD, LedgerHeader, TRAILER_LEN, encode_footer,
 };
-use ackstore::log::{EntryLog, EntryMeta, LogConfig, RecoveryMode, ledger_file_name};
-use ackstore::storage::{FileStorage, MemStorage};
+use ackstore::internals::log::{EntryLog, EntryMeta, LogConfig, RecoveryMode, ledger_file_name};
+use ackstore::{FileStorage, MemStorage};
 use support::hooked::Hooked;
 use support::log_model::{meta, payload};
 

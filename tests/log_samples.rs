@@ -18,13 +18,13 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use ackstore::format::ledger::{
+use ackstore::internals::format::ledger::{
     LedgerHeader, SLOTS_AT, VERSION, VERSION_1, VERSION_2, decode_header, encode_footer,
     encode_frame,
 };
-use ackstore::log::{EntryLog, EntryMeta, LogConfig, RecoveryMode, ledger_file_name};
-use ackstore::storage::{MemStorage, Storage};
+use ackstore::internals::log::{EntryLog, EntryMeta, LogConfig, RecoveryMode, ledger_file_name};
 use ackstore::{CorruptionKind, Error};
+use ackstore::{MemStorage, Storage};
 
 fn meta(i: u64) -> EntryMeta {
     EntryMeta {

@@ -9,10 +9,14 @@ mod support;
 
 use std::sync::Arc;
 
-use ackstore::format::ledger::{HEADER_V3_LEN, LedgerHeader, SLOT_LEN, SLOTS_AT, decode_header};
-use ackstore::log::{EntryLog, LogConfig, RecoveryMode, ledger_file_name, verify_ledger};
-use ackstore::storage::{FileStorage, MemStorage, Storage};
+use ackstore::internals::format::ledger::{
+    HEADER_V3_LEN, LedgerHeader, SLOT_LEN, SLOTS_AT, decode_header,
+};
+use ackstore::internals::log::{
+    EntryLog, LogConfig, RecoveryMode, ledger_file_name, verify_ledger,
+};
 use ackstore::{CursorOptions, Error, LedgerConfig, ManagedLedger, Position};
+use ackstore::{FileStorage, MemStorage, Storage};
 use support::log_model::{meta, payload};
 
 /// What a disk holds after a power cut once the kernel wrote back the pages overwritten in place

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Barrier, Mutex};
 
 use ackstore::Error;
-use ackstore::meta::{FileMetaStore, MetaStore};
-use ackstore::storage::{FileStorage, MemStorage, Storage};
+use ackstore::internals::meta::{FileMetaStore, MetaStore};
+use ackstore::{FileStorage, MemStorage, Storage};
 
 const WRITERS: usize = 4;
 const ROUNDS: usize = 150;

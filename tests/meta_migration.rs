@@ -6,10 +6,10 @@ mod support;
 
 use std::sync::Arc;
 
-use ackstore::format::meta::{CursorRecord, TopicRecord, encode_stored};
-use ackstore::ledger::InitialPosition;
-use ackstore::meta::{FileMetaStore, MetaStore, record_of_file};
-use ackstore::storage::{MemStorage, Storage};
+use ackstore::InitialPosition;
+use ackstore::internals::format::meta::{CursorRecord, TopicRecord, encode_stored};
+use ackstore::internals::meta::{FileMetaStore, MetaStore, record_of_file};
+use ackstore::{MemStorage, Storage};
 use support::topic::{append_n, at, mem_topic, reopen};
 
 /// Rewrites every record of `disk` as an earlier release stored it.

@@ -9,10 +9,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 
-use ackstore::cursor::{CursorConfig, OverflowPolicy, PersistMode};
-use ackstore::ledger::{CursorOptions, LedgerConfig, ManagedLedger};
+use ackstore::MemStorage;
 use ackstore::observe;
-use ackstore::storage::MemStorage;
+use ackstore::{CursorConfig, OverflowPolicy, PersistMode};
+use ackstore::{CursorOptions, LedgerConfig, ManagedLedger};
 use ackstore::{Error, Position};
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 
@@ -177,7 +177,7 @@ fn a_flush_counts_once_with_the_bytes_it_wrote_and_the_fsyncs_match_the_log_stat
         assert_eq!(series.len(), 1, "{series:?}");
         assert!(series[0][0].starts_with("cursor=cursor-"), "{series:?}");
         assert_eq!(series[0][1], "topic=memory", "{series:?}");
-        let fsyncs = topic.entry_log().unwrap().stats().fsyncs;
+        let fsyncs = topic.log_stats().unwrap().fsyncs;
         assert!(fsyncs >= 2);
         assert_eq!(recorder.counter(observe::FSYNCS), fsyncs);
         topic.close().unwrap();

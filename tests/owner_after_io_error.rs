@@ -5,7 +5,7 @@
 mod support;
 
 use ackstore::Error;
-use ackstore::ledger::InitialPosition;
+use ackstore::InitialPosition;
 use support::topic::{at, mem_topic};
 
 #[test]

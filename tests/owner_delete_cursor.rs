@@ -5,8 +5,8 @@ mod support;
 
 use std::sync::Arc;
 
-use ackstore::ledger::{InitialPosition, ManagedLedger};
-use ackstore::storage::MemStorage;
+use ackstore::MemStorage;
+use ackstore::{InitialPosition, ManagedLedger};
 use support::topic::{append_n, at, config, reopen};
 
 #[test]

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use ackstore::Error;
-use ackstore::ledger::{InitialPosition, ManagedLedger};
-use ackstore::storage::{FileStorage, MemStorage, Storage};
+use ackstore::{FileStorage, MemStorage, Storage};
+use ackstore::{InitialPosition, ManagedLedger};
 use support::topic::{at, config};
 
 const PER_LEDGER: u64 = 100;

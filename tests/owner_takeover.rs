@@ -6,7 +6,7 @@ mod support;
 
 use std::sync::{Arc, Barrier};
 
-use ackstore::ledger::ManagedLedger;
+use ackstore::ManagedLedger;
 use support::hooked::Hooked;
 use support::topic::{append_n, config, reopen};
 
@@ -16,7 +16,7 @@ const PER_LEDGER: u64 = 1_000;
 /// the ledger files: the new owner must not seal that ledger at the count it scanned.
 #[test]
 fn a_stale_owner_appending_while_the_new_owner_opens_leaves_every_ledger_readable() {
-    let hooked = Hooked::new(ackstore::storage::MemStorage::new());
+    let hooked = Hooked::new(ackstore::MemStorage::new());
     let disk = hooked.disk.clone();
     let old = ManagedLedger::open_with_storage(Arc::new(disk.clone()), config(PER_LEDGER)).unwrap();
     let first = append_n(&old, 10);
@@ -27,7 +27,7 @@ fn a_stale_owner_appending_while_the_new_owner_opens_leaves_every_ledger_readabl
     let barriers = Arc::new((Barrier::new(2), Barrier::new(2)));
     *hooked.hooks.hold_next_sync.lock().unwrap() = Some(barriers.clone());
     let opening = {
-        let storage: Arc<dyn ackstore::storage::Storage> = Arc::new(hooked.clone());
+        let storage: Arc<dyn ackstore::Storage> = Arc::new(hooked.clone());
         std::thread::spawn(move || ManagedLedger::open_with_storage(storage, config(PER_LEDGER)))
     };
     barriers.0.wait();
@@ -54,14 +54,14 @@ fn a_stale_owner_appending_while_the_new_owner_opens_leaves_every_ledger_readabl
     }
 }
 
-/// A [`MemStorage`](ackstore::storage::MemStorage) that runs a takeover right after its N-th
+/// A [`MemStorage`](ackstore::MemStorage) that runs a takeover right after its N-th
 /// operation (reads included: an ownership check is a read), inside whatever call made it.
 mod takeover {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::{Arc, Mutex};
 
     use ackstore::Result;
-    use ackstore::storage::{LockGuard, Mapped, MemStorage, Storage, StorageFile};
+    use ackstore::{LockGuard, Mapped, MemStorage, Storage, StorageFile};
 
     type Action = Box<dyn FnOnce() + Send>;
 
@@ -216,7 +216,7 @@ fn covers(have: &Acked, want: &[ackstore::Position]) -> bool {
 /// first, then reads) and by every later one; otherwise it returns `Fenced`.
 #[test]
 fn a_flush_that_returns_ok_is_seen_by_an_owner_taking_over_at_any_step() {
-    use ackstore::ledger::{InitialPosition, PersistMode};
+    use ackstore::{InitialPosition, PersistMode};
     use support::topic::at;
 
     const SUB: &str = "sub";
@@ -231,7 +231,7 @@ fn a_flush_that_returns_ok_is_seen_by_an_owner_taking_over_at_any_step() {
         // the flush. Returns the flush's writes, whether it returned Ok, and what the new owner
         // and a later one recovered.
         let run = |at_step: Option<u64>| {
-            let disk = ackstore::storage::MemStorage::new();
+            let disk = ackstore::MemStorage::new();
             let hooked = takeover::Disk {
                 disk: disk.clone(),
                 hook: Arc::default(),
@@ -320,7 +320,7 @@ fn a_flush_that_returns_ok_is_seen_by_an_owner_taking_over_at_any_step() {
 /// `Fenced`.
 #[test]
 fn a_sync_after_a_takeover_is_fenced_unless_the_new_owner_sees_the_entries() {
-    let disk = ackstore::storage::MemStorage::new();
+    let disk = ackstore::MemStorage::new();
     let old = ManagedLedger::open_with_storage(Arc::new(disk.clone()), config(PER_LEDGER)).unwrap();
     append_n(&old, 5);
     old.sync().unwrap();
@@ -349,10 +349,10 @@ fn a_sync_after_a_takeover_is_fenced_unless_the_new_owner_sees_the_entries() {
 /// the open succeeds (a file gone is what the open would have done with it).
 #[test]
 fn an_orphan_deleted_by_a_former_owner_during_the_open_does_not_fail_it() {
-    use ackstore::log::{EntryLog, LogConfig, ledger_file_name};
-    use ackstore::storage::Storage;
+    use ackstore::Storage;
+    use ackstore::internals::log::{EntryLog, LogConfig, ledger_file_name};
     let run = |at_step: Option<u64>| {
-        let disk = ackstore::storage::MemStorage::new();
+        let disk = ackstore::MemStorage::new();
         let old = ManagedLedger::open_with_storage(Arc::new(disk.clone()), config(4)).unwrap();
         append_n(&old, 6);
         old.close().unwrap();

@@ -6,9 +6,9 @@
 
 use std::path::PathBuf;
 
-use ackstore::error::CorruptionKind;
-use ackstore::format::Corruption;
-use ackstore::format::partition::{
+use ackstore::CorruptionKind;
+use ackstore::internals::format::Corruption;
+use ackstore::internals::format::partition::{
     PartitionEncoding, PartitionKey, decode_partition, encode_partition, encode_partition_v1,
     partition_encoding,
 };

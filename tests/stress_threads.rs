@@ -24,9 +24,9 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::thread;
 use std::time::Duration;
 
-use ackstore::ledger::{CursorConfig, LedgerConfig, ManagedLedger, PersistMode};
-use ackstore::storage::MemStorage;
+use ackstore::MemStorage;
 use ackstore::{Cursor, CursorOptions, Error, Position};
+use ackstore::{CursorConfig, LedgerConfig, ManagedLedger, PersistMode};
 use support::workload::{Acked, Rng, actual, before, seed_from_env};
 
 /// How much work one run does.

@@ -14,8 +14,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ackstore::storage::{FileStorage, LockGuard, Storage, StorageFile};
 use ackstore::{CursorOptions, LedgerConfig, ManagedLedger, Position};
+use ackstore::{FileStorage, LockGuard, Storage, StorageFile};
 
 const ROLE: &str = "ACKSTORE_TWO_PROCESSES_ROLE";
 const DIR: &str = "ACKSTORE_TWO_PROCESSES_DIR";

@@ -8,8 +8,8 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
-use ackstore::ledger::{InitialPosition, ManagedLedger};
-use ackstore::storage::{MemStorage, Storage};
+use ackstore::{InitialPosition, ManagedLedger};
+use ackstore::{MemStorage, Storage};
 use support::crash::{Cut, cut_everywhere, torn_image};
 use support::topic::{at, config};
 
@@ -129,7 +129,7 @@ fn after_a_power_cut_at_any_operation_open_accepts_and_verify_exits_0() {
 /// tombstone of a deleted record, no temporary file) and only ledgers a record references.
 #[test]
 fn after_a_power_cut_at_any_operation_the_next_owner_leaves_no_garbage() {
-    use ackstore::meta::{FileMetaStore, MetaStore, record_of_file};
+    use ackstore::internals::meta::{FileMetaStore, MetaStore, record_of_file};
     cut_everywhere(workload, |disk, cut, result| {
         let Cut { n, total } = cut;
         if cut.interrupted() {

@@ -5,7 +5,7 @@
 
 #![no_main]
 
-use ackstore::format::cursor::{
+use ackstore::internals::format::cursor::{
     HEADER_LEN, MAGIC, Table, TableRef, VERSION, decode_index_page, decode_marker,
     decode_partition_entry, decode_snapshot, encode_index_page, encode_marker,
     encode_partition_entry, reencode_snapshot,

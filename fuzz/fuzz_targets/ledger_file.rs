@@ -15,9 +15,11 @@
 
 use std::sync::Arc;
 
-use ackstore::format::ledger::{EntryMeta, LedgerHeader, encode_footer, encode_frame};
-use ackstore::log::{EntryLog, LogConfig, RecoveryMode, ledger_file_name, verify_ledger};
-use ackstore::storage::{MemStorage, Storage};
+use ackstore::internals::format::ledger::{EntryMeta, LedgerHeader, encode_footer, encode_frame};
+use ackstore::internals::log::{
+    EntryLog, LogConfig, RecoveryMode, ledger_file_name, verify_ledger,
+};
+use ackstore::{MemStorage, Storage};
 use libfuzzer_sys::fuzz_target;
 
 const LEDGER: u64 = 1;
@@ -98,7 +100,9 @@ fuzz_target!(|data: &[u8]| {
         None => Vec::new(),
     };
     let disk = MemStorage::new();
-    let Ok(f) = disk.create(&ledger_file_name(LEDGER)) else { return };
+    let Ok(f) = disk.create(&ledger_file_name(LEDGER)) else {
+        return;
+    };
     if f.write_all_at(&file, 0).is_err() {
         return;
     }
@@ -114,7 +118,10 @@ fuzz_target!(|data: &[u8]| {
     // reads back or is reported corrupted.
     let storage: Arc<dyn Storage> = Arc::new(disk.clone());
     let log = EntryLog::open(storage, LogConfig::default()).expect("a tolerant open succeeds");
-    assert!(log.recovery_report().is_empty(), "a repaired ledger needs no repair");
+    assert!(
+        log.recovery_report().is_empty(),
+        "a repaired ledger needs no repair"
+    );
     for id in log.ledger_ids() {
         for entry in 0..log.entry_count(id).unwrap_or(0) {
             match log.read(id, entry) {

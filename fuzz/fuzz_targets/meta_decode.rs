@@ -4,7 +4,7 @@
 
 #![no_main]
 
-use ackstore::format::meta::{
+use ackstore::internals::format::meta::{
     CursorEntry, CursorRecord, LedgerRecord, TopicRecord, decode_stored, encode_stored,
 };
 use libfuzzer_sys::fuzz_target;

@@ -11,7 +11,7 @@
 //! versions; its version 2 record re-encodes to the same bytes.
 #![no_main]
 
-use ackstore::format::partition::{
+use ackstore::internals::format::partition::{
     PartitionEncoding, PartitionKey, VERSION, decode_partition, encode_partition,
     encode_partition_v1, partition_encoding,
 };
@@ -39,7 +39,12 @@ fn set_of(data: &[u8]) -> RoaringBitmap {
     let mut set = RoaringBitmap::new();
     let mut at = u32::from(data.first().copied().unwrap_or(0)) * 256;
     for (i, &b) in data.iter().enumerate().skip(1) {
-        let len = u32::from(b & 0x7F) + if b & 0x80 != 0 { 64 * u32::from(b & 0x7F) } else { 0 };
+        let len = u32::from(b & 0x7F)
+            + if b & 0x80 != 0 {
+                64 * u32::from(b & 0x7F)
+            } else {
+                0
+            };
         let end = (at + len).min(1 << 16);
         if i % 2 == 1 {
             set.insert_range(at..end);

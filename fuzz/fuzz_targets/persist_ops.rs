@@ -10,12 +10,12 @@ mod crash;
 #[path = "../../tests/support/cursor_ledger.rs"]
 mod persist_common;
 
+use ackstore::MemStorage;
 use ackstore::Position;
-use ackstore::cursor::{CursorConfig, PersistMode};
-use ackstore::storage::MemStorage;
+use ackstore::{CursorConfig, PersistMode};
+use crash::torn_image;
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use crash::torn_image;
 use persist_common::{Model, Op, check_image, run_with, tight_config};
 
 /// One segment of operations, ended by a power cut after `cut_after` storage operations that
@@ -34,7 +34,10 @@ fn op(u: &mut Unstructured<'_>, md: &mut Position) -> Result<Op> {
         0..=3 => Op::Ack(Position::new(ledger, entry)),
         4 => Op::AckRange(ledger, entry, entry + u64::from(u.int_in_range(0..=40u8)?)),
         5 => {
-            *md = Position::new(md.ledger_id, md.entry_id + u64::from(u.int_in_range(1..=9u8)?));
+            *md = Position::new(
+                md.ledger_id,
+                md.entry_id + u64::from(u.int_in_range(1..=9u8)?),
+            );
             Op::Advance(*md)
         }
         6 | 7 => Op::Flush,
@@ -62,10 +65,18 @@ fn segments(u: &mut Unstructured<'_>) -> Result<Vec<Segment>> {
 
 fuzz_target!(|data: &[u8]| {
     let mut u = Unstructured::new(data);
-    let Ok(single) = u.arbitrary::<bool>() else { return };
-    let Ok(segments) = segments(&mut u) else { return };
+    let Ok(single) = u.arbitrary::<bool>() else {
+        return;
+    };
+    let Ok(segments) = segments(&mut u) else {
+        return;
+    };
     let config = CursorConfig {
-        persist_mode: if single { PersistMode::SingleEntry } else { PersistMode::MultiEntry },
+        persist_mode: if single {
+            PersistMode::SingleEntry
+        } else {
+            PersistMode::MultiEntry
+        },
         ..tight_config()
     };
     let mut disk = MemStorage::new();

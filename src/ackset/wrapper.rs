@@ -49,7 +49,8 @@ pub const INDEX_ENTRY_BYTES: usize = 96;
 /// ever cached at once, and frees it when none is.
 const LRU_SLOT_BYTES: usize = 40;
 
-/// Counters and sizes of a [`RangeSetWrapper`].
+/// Counters and sizes of a cursor's ack set: resident bytes against its budget, partitions
+/// resident, evicted and loaded.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AckSetStats {
     /// Bytes charged for resident partitions (an upper bound of each one's heap) and for the LRU

@@ -41,6 +41,7 @@ use std::time::Duration;
 pub use config::CursorConfig;
 pub use config::{OverflowPolicy, PersistMode};
 pub use persist::PersistStats;
+pub(crate) use record::Fence;
 pub use recover::RecoverySource;
 pub use state::{CursorState, NO_MARK_DELETE};
 
@@ -662,8 +663,7 @@ impl Cursor {
     /// next flush, like an ack).
     ///
     /// Limits, checked here so that every later flush can write what was accepted: a name of
-    /// at most [`MAX_PROPERTY_NAME`](crate::format::cursor::MAX_PROPERTY_NAME) (1,024) bytes; at
-    /// most [`MAX_PROPERTIES`](crate::format::cursor::MAX_PROPERTIES) (4,096) properties; and
+    /// at most 1,024 bytes (`MAX_PROPERTY_NAME`); at most 4,096 properties (`MAX_PROPERTIES`); and
     /// all properties together (2 + name length + 8 bytes each) within one cursor-ledger entry
     /// ([`CursorConfig::max_entry_size`], at most the entry log's), less room for a marker's
     /// largest inline table ([`CursorConfig::index_page_rows`] rows of 36 bytes). Replacing the

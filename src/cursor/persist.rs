@@ -39,11 +39,9 @@ use crate::meta::MetaStore;
 use crate::observe::{self, CursorLabels};
 
 use super::config::CursorConfig;
+use super::config::{OverflowPolicy, PersistMode};
+use super::record::Fence;
 use super::record::{RecordOwner, VersionedRecord, read_record};
-// Re-exported: the fence is handed to a persister.
-pub use super::record::Fence;
-// Re-exported: callers name the modes by their persistence path too.
-pub use super::config::{OverflowPolicy, PersistMode};
 use super::snapshot::build_snapshot;
 use super::store::{
     CursorLedgerStore, Location, Shared, SharedState, append_entry, ensure_ledger,

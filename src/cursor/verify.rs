@@ -32,8 +32,17 @@ pub struct LedgerCheck {
     pub snapshots: u64,
     /// The newest marker or snapshot that verifies: the state a recovery would resume from.
     pub newest_valid: Option<RecoverySource>,
-    /// Every entry that failed its checks, with the reason.
-    pub problems: Vec<(u64, String)>,
+    /// Every entry that failed its checks.
+    pub problems: Vec<EntryProblem>,
+}
+
+/// One entry of a cursor ledger that failed its checks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryProblem {
+    /// The entry's id in the cursor ledger.
+    pub entry: u64,
+    /// Why it failed, with the error's sources.
+    pub reason: String,
 }
 
 /// Reads every entry of cursor ledger `ledger` and checks it: each partition entry decodes
@@ -80,7 +89,10 @@ pub fn check_cursor_ledger(log: &EntryLog, ledger: u64) -> Result<LedgerCheck> {
             Ok(Some(source)) => check.newest_valid = Some(source),
             Ok(None) => {}
             Err(e) if is_fatal(&e) => return Err(e),
-            Err(e) => check.problems.push((entry_id, e.with_sources())),
+            Err(e) => check.problems.push(EntryProblem {
+                entry: entry_id,
+                reason: e.with_sources(),
+            }),
         }
     }
     Ok(check)

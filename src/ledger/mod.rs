@@ -32,7 +32,7 @@ pub use crate::finder::LedgerSpan;
 use crate::cursor::TopicAccess;
 use crate::error::{Error, Result};
 use crate::finder;
-use crate::log::EntryLog;
+use crate::log::{EntryLog, LogStats};
 use crate::position::Position;
 use crate::storage::{FileStorage, Storage};
 use topic::TopicCore;
@@ -223,8 +223,16 @@ impl ManagedLedger {
         self.core.trim_consumed()
     }
 
-    /// The entry log underneath (its stats count header reads, for instance). The directory
-    /// stays owned while the returned handle lives, even after [`Self::close`].
+    /// What the topic's entry log has done since open: appends, syncs, `fdatasync` calls, header
+    /// and entry reads. [`Error::Closed`] once the topic is closed.
+    pub fn log_stats(&self) -> Result<LogStats> {
+        Ok(self.core.log()?.stats())
+    }
+
+    /// The entry log underneath, for the command, benches and tests. The directory stays owned
+    /// while the returned handle lives, even after [`Self::close`].
+    #[cfg(feature = "internals")]
+    #[doc(hidden)]
     pub fn entry_log(&self) -> Result<Arc<EntryLog>> {
         self.core.log()
     }

@@ -15,8 +15,8 @@
 use std::sync::Arc;
 
 use super::topic::TopicCore;
+use crate::cursor::Fence;
 use crate::cursor::open::CursorOpener;
-use crate::cursor::persist::Fence;
 use crate::cursor::{
     self, Cursor, CursorOptions, CursorShared, CursorState, Persistence, TopicAccess,
 };

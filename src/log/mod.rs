@@ -41,9 +41,9 @@ pub const DEFAULT_MAX_ENTRY_SIZE: u32 = 5 * 1024 * 1024;
 /// on open.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RecoveryMode {
-    /// Cut a torn tail back to the last whole entry and report it in
-    /// [`EntryLog::recovery_report`]; open a ledger with damage before its tail as damaged (see
-    /// [`EntryLog::damaged_ledgers`]).
+    /// Cut a torn tail back to the last whole entry and report it (the entry log's recovery
+    /// report, the `ackstore.log.tail_repaired` event); open a ledger with damage before its tail
+    /// as damaged: its whole entries stay readable, later reads are [`Error::Corrupted`].
     #[default]
     TolerateTail,
     /// Refuse to open: [`Error::TornTail`] for a torn tail, [`Error::Corrupted`] for damage
@@ -51,7 +51,7 @@ pub enum RecoveryMode {
     Strict,
 }
 
-/// How an [`EntryLog`] behaves.
+/// How the entry log (the append-only ledger files of a topic) behaves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LogConfig {
     /// Largest payload `append` accepts, in bytes.
@@ -105,13 +105,13 @@ pub struct LogStats {
     pub appends: u64,
     /// Payload bytes appended.
     pub bytes_appended: u64,
-    /// Calls to [`EntryLog::sync`].
+    /// Calls to sync the open ledger (each [`crate::ManagedLedger::sync`], for one).
     pub sync_calls: u64,
     /// `fdatasync` calls on ledger files (syncs, seals, creates and repairs on open).
     pub fsyncs: u64,
-    /// Calls to [`EntryLog::read_meta`].
+    /// Reads of an entry's header alone (the finder's probes by index and timestamp).
     pub header_reads: u64,
-    /// Calls to [`EntryLog::read`].
+    /// Reads of whole entries.
     pub entry_reads: u64,
 }
 

@@ -13,7 +13,7 @@
 
 #![allow(dead_code, reason = "each test file uses a different subset")]
 
-use ackstore::storage::MemStorage;
+use ackstore::MemStorage;
 
 /// Where a power cut fell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,7 +126,8 @@ pub fn torn_image(disk: &MemStorage, keep: impl Fn(usize) -> usize) -> MemStorag
 
 /// Whether `live` extends `durable`, the ledger header's synced-length slot aside.
 fn extends(durable: &[u8], live: &[u8]) -> bool {
-    let slots = ackstore::format::ledger::SLOTS_AT..ackstore::format::ledger::HEADER_V3_LEN;
+    let slots = ackstore::internals::format::ledger::SLOTS_AT
+        ..ackstore::internals::format::ledger::HEADER_V3_LEN;
     live.len() > durable.len()
         && durable
             .iter()

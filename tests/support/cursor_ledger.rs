@@ -11,16 +11,16 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use ackstore::CursorConfig;
 use ackstore::Position;
-use ackstore::ackset::RangeSetWrapper;
-use ackstore::cursor::CursorConfig;
-use ackstore::cursor::open::CursorOpener;
-use ackstore::cursor::persist::{CursorPersister, PersistedState};
-use ackstore::cursor::recover::RecoveryReport;
-use ackstore::error::Result;
-use ackstore::log::{EntryLog, LogConfig};
-use ackstore::meta::{FileMetaStore, MetaStore};
-use ackstore::storage::{MemStorage, Storage};
+use ackstore::Result;
+use ackstore::internals::ackset::RangeSetWrapper;
+use ackstore::internals::cursor::open::CursorOpener;
+use ackstore::internals::cursor::persist::{CursorPersister, PersistedState};
+use ackstore::internals::cursor::recover::RecoveryReport;
+use ackstore::internals::log::{EntryLog, LogConfig};
+use ackstore::internals::meta::{FileMetaStore, MetaStore};
+use ackstore::{MemStorage, Storage};
 
 /// The cursor record every test uses.
 pub const RECORD: &str = "cursor-1";
@@ -53,7 +53,7 @@ pub struct Cursor {
 }
 
 impl Cursor {
-    pub fn flush(&mut self) -> Result<ackstore::cursor::persist::FlushStats> {
+    pub fn flush(&mut self) -> Result<ackstore::internals::cursor::persist::FlushStats> {
         self.persister.flush(&self.state, &mut self.acks)
     }
 

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 
-use ackstore::storage::{LockGuard, Mapped, MemStorage, Storage, StorageFile};
+use ackstore::{LockGuard, Mapped, MemStorage, Storage, StorageFile};
 
 /// Hooks a [`Hooked`] storage runs on its files' operations.
 #[derive(Default)]

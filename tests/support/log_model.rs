@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use ackstore::log::{EntryLog, EntryMeta};
+use ackstore::internals::log::{EntryLog, EntryMeta};
 
 /// The metadata of entry `i` of any ledger.
 pub fn meta(i: u64) -> EntryMeta {

@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
+use ackstore::MemStorage;
 use ackstore::Position;
-use ackstore::ledger::{AppendMeta, CursorOptions, InitialPosition, LedgerConfig, ManagedLedger};
-use ackstore::storage::MemStorage;
+use ackstore::{AppendMeta, CursorOptions, InitialPosition, LedgerConfig, ManagedLedger};
 
 /// A config whose data ledgers hold `per_ledger` entries.
 pub fn config(per_ledger: u64) -> LedgerConfig {

@@ -3,10 +3,10 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use ackstore::log::parse_ledger_file_name;
-use ackstore::meta::record_of_file;
-use ackstore::storage::{FileStorage, Storage};
+use ackstore::internals::log::parse_ledger_file_name;
+use ackstore::internals::meta::record_of_file;
 use ackstore::{Error, Result};
+use ackstore::{FileStorage, Storage};
 
 /// How findings name the topic's metadata record.
 pub const TOPIC_FILE: &str = "topic.meta";

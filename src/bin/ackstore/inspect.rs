@@ -9,15 +9,15 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use ackstore::cursor::CursorConfig;
-use ackstore::cursor::recover::{RecoverySource, recover};
-use ackstore::cursor::verify::check_cursor_ledger;
-use ackstore::cursor::{NO_MARK_DELETE, record_name};
-use ackstore::format::Corruption;
-use ackstore::format::meta::{CursorEntry, CursorRecord, TopicRecord};
-use ackstore::log::{EntryLog, LogConfig, ledger_file_name};
-use ackstore::meta::{FileMetaStore, MetaStore};
-use ackstore::storage::Storage;
+use ackstore::CursorConfig;
+use ackstore::Storage;
+use ackstore::internals::cursor::recover::{RecoverySource, recover};
+use ackstore::internals::cursor::verify::check_cursor_ledger;
+use ackstore::internals::cursor::{NO_MARK_DELETE, record_name};
+use ackstore::internals::format::Corruption;
+use ackstore::internals::format::meta::{CursorEntry, CursorRecord, TopicRecord};
+use ackstore::internals::log::{EntryLog, LogConfig, ledger_file_name};
+use ackstore::internals::meta::{FileMetaStore, MetaStore};
 use ackstore::{Position, Result};
 use clap::Args;
 
@@ -278,12 +278,12 @@ fn cursor_view(
     if let (true, Some(l)) = (deep, cursor_ledger) {
         match check_cursor_ledger(log, l) {
             Ok(check) => {
-                for (e, why) in check.problems {
+                for problem in check.problems {
                     finding(
                         findings,
                         ledger_file_name(l),
-                        &format!("cursor ledger {l} entry {e}"),
-                        why,
+                        &format!("cursor ledger {l} entry {}", problem.entry),
+                        problem.reason,
                     );
                 }
             }

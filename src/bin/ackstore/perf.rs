@@ -10,9 +10,9 @@ use std::process::ExitCode;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use ackstore::ackset::pulsar;
-use ackstore::cursor::{CursorConfig, PersistMode};
+use ackstore::internals::ackset::pulsar;
 use ackstore::{AppendMeta, CursorOptions, LedgerConfig, ManagedLedger, Position};
+use ackstore::{CursorConfig, PersistMode};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use roaring::RoaringBitmap;

@@ -10,8 +10,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use ackstore::Result;
-use ackstore::log::{EntryLog, LogConfig, ledger_file_name, verify_log};
-use ackstore::storage::Storage;
+use ackstore::Storage;
+use ackstore::internals::log::{EntryLog, LogConfig, ledger_file_name, verify_log};
 use clap::Args;
 
 use crate::dir;

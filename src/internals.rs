@@ -1,0 +1,46 @@
+//! The layers under the public face, for the `ackstore` command, the benches, the fuzz targets
+//! and the tests. Public only with the `internals` feature (on by default through `cli`) and
+//! hidden from the documentation: nothing here is a stable interface. A broker uses the names
+//! re-exported at the crate root.
+//!
+//! Layers, lowest first (a layer never imports one above it):
+//! - `position` and `error`: shared vocabulary;
+//! - `format`: pure encode/decode of every on-disk record;
+//! - `storage`: files behind a trait (real files, or an in-memory disk that can lose power);
+//! - `log`: the entry log, a directory of append-only, CRC-framed ledger files;
+//! - `meta`: small versioned records with compare-and-set (topic and cursor records);
+//! - `ackset`: acknowledged entries as roaring partitions, resident under an LRU budget;
+//! - `finder`: the retained ledgers' layout, and searches by message index and timestamp;
+//! - `entry`: what a read returns;
+//! - `cursor`: a subscription's acks, reads and seeks, and its ack state persisted in its own
+//!   cursor ledger (flush, rollover, recovery);
+//! - `ledger`: the managed ledger, one topic in one directory, and its cursor registry;
+//! - `filter`: the consumer-side filter of already-received entries (PIP-260).
+
+// Without the feature, items only the command, benches or tests call are unused.
+#![cfg_attr(not(feature = "internals"), allow(dead_code, unused_imports))]
+
+#[path = "ackset/mod.rs"]
+pub mod ackset;
+#[path = "cursor/mod.rs"]
+pub mod cursor;
+#[path = "entry.rs"]
+pub mod entry;
+#[path = "error.rs"]
+pub mod error;
+#[path = "filter.rs"]
+pub mod filter;
+#[path = "finder.rs"]
+pub mod finder;
+#[path = "format/mod.rs"]
+pub mod format;
+#[path = "ledger/mod.rs"]
+pub mod ledger;
+#[path = "log/mod.rs"]
+pub mod log;
+#[path = "meta/mod.rs"]
+pub mod meta;
+#[path = "position.rs"]
+pub mod position;
+#[path = "storage/mod.rs"]
+pub mod storage;
