@@ -82,7 +82,7 @@ pub enum CorruptionPlace {
     Partition {
         /// The data ledger of the partition.
         ledger_id: u64,
-        /// The partition's chunk (`entry_id >> PARTITION_BITS`).
+        /// The partition's chunk (`entry_id >> 16`: 65,536 entries each).
         chunk: u64,
     },
 }

@@ -10,7 +10,7 @@
 //! subscription, ack, flush, close. Everything a broker embeds is re-exported here: the topic
 //! and cursor handles with their configuration and statistics, the [`Storage`] trait and its two
 //! backends, the consumer-side [`ReceivedFilter`], and the one [`Error`] enum. Metric names and
-//! log events are constants in [`observe`].
+//! the log target are constants in [`observe`].
 
 #![deny(missing_docs)]
 #![warn(clippy::pedantic)]
@@ -42,10 +42,13 @@ pub use entry::Entry;
 pub use error::{CorruptionKind, CorruptionPlace, Error, Result};
 pub use filter::{ReceivedFilter, SubscriptionType};
 pub use finder::LedgerSpan;
+pub use format::cursor::{MAX_PROPERTIES, MAX_PROPERTY_NAME};
 pub use ledger::{AppendMeta, LedgerConfig, ManagedLedger};
-pub use log::{LogConfig, LogStats, RecoveryMode};
+pub use log::{LedgerInfo, LogConfig, LogStats, RecoveryMode, TailRepair};
 pub use position::Position;
-pub use storage::{FileStorage, LockGuard, Mapped, MemStorage, Storage, StorageFile};
+pub use storage::{
+    FileStorage, LockGuard, MAX_NAME_LEN, Mapped, MemStorage, Storage, StorageFile, validate_name,
+};
 
 /// The README's examples, compiled and run as doctests so they cannot drift from the API.
 #[cfg(doctest)]

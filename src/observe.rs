@@ -1,5 +1,5 @@
-//! What a broker's operators see: the names of the metrics the library publishes and the
-//! helpers that record them and log events.
+//! What a broker's operators see: the names of the metrics the library publishes and the log
+//! target of its events (the crate-internal helpers that record them live here too).
 //!
 //! Owns: the metric names (stable: a rename is a breaking change, listed in the README's
 //! "Metrics" section), their labels, and the log target. The library only records, through the
@@ -7,7 +7,7 @@
 //! every call here costs a few loads and does nothing.
 //!
 //! Invariant: a metric is recorded at the same place as the stats field it mirrors (in
-//! [`crate::log::LogStats`], `PersistStats`, `AckSetStats`, `RecoveryReport`), with the same
+//! `LogStats`, `PersistStats`, `AckSetStats`, `CursorStats::recovery_source`), with the same
 //! amount, so the exported figures and the stats calls never disagree. Labels are only the
 //! topic's location and the cursor's record name (and, for recoveries, one of three sources):
 //! one series per topic or per open cursor, never per ledger, entry or position.
@@ -24,8 +24,8 @@ pub const LOG_TARGET: &str = "ackstore";
 /// Counter: successful flushes of a cursor's ack state (mirrors `PersistStats::flushes`).
 /// Labels: `topic`, `cursor`.
 pub const FLUSHES: &str = "ackstore_cursor_flushes_total";
-/// Counter, bytes: payload bytes appended to the cursor ledger by flushes (the sum of
-/// `FlushStats::bytes`). Labels: `topic`, `cursor`.
+/// Counter, bytes: payload bytes appended to the cursor ledger by flushes (the sum over flushes
+/// of `PersistStats::last_flush_bytes`). Labels: `topic`, `cursor`.
 pub const FLUSH_BYTES: &str = "ackstore_cursor_flush_bytes_total";
 /// Counter: ranges a single-entry snapshot left out under `OverflowPolicy::Warn` (mirrors
 /// `PersistStats::ranges_cut`). Labels: `topic`, `cursor`.

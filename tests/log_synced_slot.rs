@@ -256,14 +256,15 @@ fn reopen(image: &MemStorage, p: &[Position], ledger: u64) -> (Vec<(u64, u64)>, 
     let topic =
         ManagedLedger::open_with_storage(Arc::new(image.clone()), LedgerConfig::default()).unwrap();
     // What the entry log found, before the cursor moves its state off a damaged ledger.
-    let log = topic.entry_log().unwrap();
-    let damaged = log
+    let damaged = topic
         .damaged_ledgers()
+        .unwrap()
         .into_iter()
         .filter_map(|info| info.damaged.map(|d| (info.id, d.0)))
         .collect();
-    let torn = log
+    let torn = topic
         .recovery_report()
+        .unwrap()
         .iter()
         .filter(|r| r.ledger == ledger)
         .count();

@@ -66,7 +66,7 @@ pub struct AckSetStats {
     pub resident_partitions: usize,
     /// Live (non-empty) partitions, resident or not.
     pub partitions: usize,
-    /// Partitions changed since their last `mark_clean`.
+    /// Partitions changed since they were last persisted.
     pub dirty_partitions: usize,
     /// Partitions loaded from the store.
     pub loads: u64,

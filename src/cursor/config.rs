@@ -12,7 +12,7 @@ pub struct CursorConfig {
     pub persist_mode: PersistMode,
     /// Largest cursor-ledger entry, in bytes.
     pub max_entry_size: u32,
-    /// Byte budget of the resident ack state (the `RangeSetWrapper` LRU).
+    /// Byte budget of the resident ack state (an LRU of ack partitions).
     pub lru_capacity_bytes: usize,
     /// Entries after which a cursor ledger rolls over to a new one.
     pub cursor_ledger_max_entries: u64,
@@ -66,7 +66,7 @@ pub enum OverflowPolicy {
     /// Fail the flush with [`Error::LimitExceeded`](crate::error::Error::LimitExceeded); nothing is written.
     #[default]
     Error,
-    /// Persist the ranges that fit (the lowest ones), print a warning on stderr and count the
+    /// Persist the ranges that fit (the lowest ones), log a warning and count the
     /// ranges left out in `PersistStats::ranges_cut`. Acks left out are redelivered after a
     /// restart.
     Warn,

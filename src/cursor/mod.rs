@@ -663,7 +663,8 @@ impl Cursor {
     /// next flush, like an ack).
     ///
     /// Limits, checked here so that every later flush can write what was accepted: a name of
-    /// at most 1,024 bytes (`MAX_PROPERTY_NAME`); at most 4,096 properties (`MAX_PROPERTIES`); and
+    /// at most [`MAX_PROPERTY_NAME`](crate::MAX_PROPERTY_NAME) (1,024) bytes; at most
+    /// [`MAX_PROPERTIES`](crate::MAX_PROPERTIES) (4,096) properties; and
     /// all properties together (2 + name length + 8 bytes each) within one cursor-ledger entry
     /// ([`CursorConfig::max_entry_size`], at most the entry log's), less room for a marker's
     /// largest inline table ([`CursorConfig::index_page_rows`] rows of 36 bytes). Replacing the

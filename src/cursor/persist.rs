@@ -12,7 +12,7 @@
 //!   own ledger written before it. Only then are the written partitions marked clean.
 //! - [`PersistMode::SingleEntry`]: one snapshot entry holds every range. Over
 //!   `max_ranges_single_entry` or the entry size the flush is loud: an error with nothing
-//!   written ([`OverflowPolicy::Error`]), or a warning on stderr plus a counter in
+//!   written ([`OverflowPolicy::Error`]), or a logged warning plus a counter in
 //!   [`PersistStats`] ([`OverflowPolicy::Warn`]); never a silent cut.
 //! - Rollover (after `cursor_ledger_max_entries` entries or `cursor_ledger_max_bytes` bytes, or
 //!   when asked): a new ledger receives every live partition (dirty ones from memory, the others

@@ -32,7 +32,7 @@ pub use crate::finder::LedgerSpan;
 use crate::cursor::TopicAccess;
 use crate::error::{Error, Result};
 use crate::finder;
-use crate::log::{EntryLog, LogStats};
+use crate::log::{EntryLog, LedgerInfo, LogStats, TailRepair};
 use crate::position::Position;
 use crate::storage::{FileStorage, Storage};
 use topic::TopicCore;
@@ -227,6 +227,20 @@ impl ManagedLedger {
     /// and entry reads. [`Error::Closed`] once the topic is closed.
     pub fn log_stats(&self) -> Result<LogStats> {
         Ok(self.core.log()?.stats())
+    }
+
+    /// What opening the topic cut from ledger tails (torn frames, zero-filled tails, interrupted
+    /// creates and seals) under [`crate::RecoveryMode::TolerateTail`]; empty after a clean
+    /// shutdown. Each repair is also logged as a warning.
+    pub fn recovery_report(&self) -> Result<Vec<TailRepair>> {
+        Ok(self.core.log()?.recovery_report())
+    }
+
+    /// Ledgers that opened damaged (damage before the tail, see [`LedgerInfo::damaged`]). A
+    /// topic whose data ledger is damaged refuses to open, so these are cursor ledgers, whose
+    /// cursors recovered from the newest state before the damage.
+    pub fn damaged_ledgers(&self) -> Result<Vec<LedgerInfo>> {
+        Ok(self.core.log()?.damaged_ledgers())
     }
 
     /// The entry log underneath, for the command, benches and tests. The directory stays owned

@@ -41,9 +41,10 @@ pub const DEFAULT_MAX_ENTRY_SIZE: u32 = 5 * 1024 * 1024;
 /// on open.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RecoveryMode {
-    /// Cut a torn tail back to the last whole entry and report it (the entry log's recovery
-    /// report, the `ackstore.log.tail_repaired` event); open a ledger with damage before its tail
-    /// as damaged: its whole entries stay readable, later reads are [`Error::Corrupted`].
+    /// Cut a torn tail back to the last whole entry, report it
+    /// ([`crate::ManagedLedger::recovery_report`]) and log a warning; open a ledger with damage
+    /// before its tail as damaged ([`crate::ManagedLedger::damaged_ledgers`]): its whole entries
+    /// stay readable, later reads are [`Error::Corrupted`].
     #[default]
     TolerateTail,
     /// Refuse to open: [`Error::TornTail`] for a torn tail, [`Error::Corrupted`] for damage

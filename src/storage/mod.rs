@@ -91,7 +91,10 @@ pub struct LockGuard {
 }
 
 impl LockGuard {
-    pub(crate) fn new(release: Box<dyn Send + Sync>) -> Self {
+    /// A guard that holds `release` (a file lock, a lease, ...) until it is dropped: how a
+    /// [`Storage`] backend outside this crate hands out its ownership from [`Storage::lock`].
+    #[must_use]
+    pub fn new(release: Box<dyn Send + Sync>) -> Self {
         Self { _release: release }
     }
 }
