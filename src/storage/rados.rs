@@ -482,13 +482,13 @@ impl Shared {
         let mut done = 0;
         while done < buf.len() {
             let want = (buf.len() - done).min(READ_CHUNK);
-            let rest = &mut buf[done..done + want];
-            // SAFETY: live context; `rest` is writable for `want` bytes.
+            let part = &mut buf[done..done + want];
+            // SAFETY: live context; `part` is writable for `want` bytes.
             let ret = unsafe {
                 ffi::rados_read(
                     self.io.raw,
                     oid.as_ptr(),
-                    rest.as_mut_ptr().cast(),
+                    part.as_mut_ptr().cast(),
                     want,
                     offset + done as u64,
                 )
