@@ -7,7 +7,13 @@
 //!
 //! Mapping (docs/deployment.md):
 //! - a file is an object of the same name in the storage's namespace; `write_all_at` is a RADOS
-//!   write at that offset, `set_len` a truncate, `size` a stat, `list` a listing of the namespace;
+//!   write at that offset, `set_len` a truncate, `size` a stat;
+//! - the names live as omap keys of the object `.ackstore-names` (no file name starts with a
+//!   dot), because listing a namespace walks every object of the pool. A name is added before
+//!   its object is created and removed after its object is; `list` reads the keys and stats
+//!   their objects in parallel, keeping those that exist, so a create or remove cut between its
+//!   two steps leaves a key without an object that no listing returns (the next owner's `lock`
+//!   drops it);
 //! - a write is durable once the cluster acknowledges it. Writes are sent asynchronously, in
 //!   order (RADOS applies the operations of one client on one object in the order they were
 //!   sent); `sync_data` waits for every outstanding write of the file and reports the first one
@@ -53,6 +59,11 @@ use crate::error::{Error, Result};
 
 /// Name of the object that carries the ownership lock and the owner epoch.
 pub const LOCK_OBJECT: &str = "LOCK";
+/// Name of the object whose omap keys are the namespace's file names (no file name starts
+/// with `.`, see [`validate_name`]).
+pub const INDEX_OBJECT: &str = ".ackstore-names";
+/// Names read from the index per request.
+const INDEX_PAGE: u64 = 1024;
 /// Name of the RADOS lock on [`LOCK_OBJECT`].
 const LOCK_NAME: &str = "ackstore-owner";
 /// Xattr of [`LOCK_OBJECT`]: the highest owner epoch handed out.
@@ -520,6 +531,7 @@ impl Shared {
     /// Creates `name` exclusively, stamped with this owner's epoch, holding `bytes`.
     fn create_with(&self, name: &str, bytes: &[u8], op_name: &'static str) -> Result<()> {
         let oid = cstring(name)?;
+        self.index_add(name)?;
         let mut op = WriteOp::new();
         op.create_exclusive();
         if !bytes.is_empty() {
@@ -537,38 +549,155 @@ impl Shared {
         Ok(())
     }
 
-    fn list(&self) -> Result<Vec<String>> {
-        let mut ctx: ffi::ListCtxT = ptr::null_mut();
-        // SAFETY: live context, valid out-pointer.
-        let ret = unsafe { ffi::rados_nobjects_list_open(self.io.raw, &raw mut ctx) };
-        if ret < 0 {
-            return Err(Error::io("list", &self.location, os_error(ret)));
+    /// Adds `name` to the namespace's index of names (before the object is created).
+    fn index_add(&self, name: &str) -> Result<()> {
+        let key = cstring(name)?;
+        let keys = [key.as_ptr()];
+        let vals = [c"".as_ptr()];
+        let lens = [0usize];
+        let op = WriteOp::new();
+        // SAFETY: live operation; librados copies keys and values before this returns.
+        unsafe {
+            ffi::rados_write_op_omap_set(op.raw, keys.as_ptr(), vals.as_ptr(), lens.as_ptr(), 1);
         }
-        let mut names = Vec::new();
-        let result = loop {
-            let mut entry: *const c_char = ptr::null();
-            // SAFETY: live listing; key and namespace are not wanted (null).
+        let ret = op.run(&self.io, &cstring(INDEX_OBJECT)?);
+        if ret < 0 {
+            return Err(self.error("record the name of", name, ret));
+        }
+        Ok(())
+    }
+
+    /// Removes `name` from the index of names (after the object is removed).
+    fn index_remove(&self, name: &str) -> Result<()> {
+        let key = cstring(name)?;
+        let keys = [key.as_ptr()];
+        let op = WriteOp::new();
+        // SAFETY: live operation; librados copies the keys before this returns.
+        unsafe { ffi::rados_write_op_omap_rm_keys(op.raw, keys.as_ptr(), 1) };
+        let ret = op.run(&self.io, &cstring(INDEX_OBJECT)?);
+        if ret < 0 && !is_errno(ret, rustix::io::Errno::NOENT) {
+            return Err(self.error("forget the name of", name, ret));
+        }
+        Ok(())
+    }
+
+    /// Every name in the index, sorted (omap keys come in order).
+    fn index_names(&self) -> Result<Vec<String>> {
+        let index = cstring(INDEX_OBJECT)?;
+        let mut names: Vec<String> = Vec::new();
+        loop {
+            let after = cstring(names.last().map_or("", String::as_str))?;
+            // SAFETY: no preconditions.
+            let op = unsafe { ffi::rados_create_read_op() };
+            assert!(
+                !op.is_null(),
+                "librados could not allocate a read operation"
+            );
+            let mut iter: ffi::OmapIterT = ptr::null_mut();
+            let mut more = 0u8;
+            let mut prval = 0;
+            // SAFETY: live operation; the out-pointers outlive the `operate` below.
             let ret = unsafe {
-                ffi::rados_nobjects_list_next(ctx, &raw mut entry, ptr::null_mut(), ptr::null_mut())
+                ffi::rados_read_op_omap_get_keys2(
+                    op,
+                    after.as_ptr(),
+                    INDEX_PAGE,
+                    &raw mut iter,
+                    &raw mut more,
+                    &raw mut prval,
+                );
+                ffi::rados_read_op_operate(op, self.io.raw, index.as_ptr(), ffi::OPERATION_NOFLAG)
             };
+            let mut page = Vec::new();
+            if ret >= 0 && prval >= 0 {
+                loop {
+                    let mut key: *mut c_char = ptr::null_mut();
+                    let mut val: *mut c_char = ptr::null_mut();
+                    let mut len = 0usize;
+                    // SAFETY: `iter` was filled by the operation above and is ended below.
+                    let r = unsafe {
+                        ffi::rados_omap_get_next(iter, &raw mut key, &raw mut val, &raw mut len)
+                    };
+                    if r < 0 || key.is_null() {
+                        break;
+                    }
+                    // SAFETY: a NUL-terminated key valid until `rados_omap_get_end`.
+                    if let Ok(name) = unsafe { CStr::from_ptr(key) }.to_str() {
+                        page.push(name.to_owned());
+                    }
+                }
+                // SAFETY: ended once, after its last use.
+                unsafe { ffi::rados_omap_get_end(iter) };
+            }
+            // SAFETY: created above, released once.
+            unsafe { ffi::rados_release_read_op(op) };
             if is_errno(ret, rustix::io::Errno::NOENT) {
-                break Ok(());
+                // No name was ever created in this namespace.
+                return Ok(names);
             }
+            if ret < 0 || prval < 0 {
+                return Err(Error::io("list", &self.location, os_error(ret.min(prval))));
+            }
+            names.extend(page);
+            if more == 0 {
+                return Ok(names);
+            }
+        }
+    }
+
+    /// The names of the index whose object exists (`true`) or not (`false`), statted in
+    /// parallel.
+    fn scan(&self) -> Result<Vec<(String, bool)>> {
+        let names = self.index_names()?;
+        let mut sizes = vec![0u64; names.len()];
+        let mut mtimes = vec![0i64; names.len()];
+        let oids = names
+            .iter()
+            .map(|n| cstring(n))
+            .collect::<Result<Vec<_>>>()?;
+        let mut pending = Vec::with_capacity(names.len());
+        for (i, oid) in oids.iter().enumerate() {
+            let done = Completion::new();
+            // SAFETY: live context and completion; `sizes` and `mtimes` are neither moved nor
+            // resized until every completion has been waited for below.
+            let ret = unsafe {
+                ffi::rados_aio_stat(
+                    self.io.raw,
+                    oid.as_ptr(),
+                    done.0,
+                    sizes.as_mut_ptr().add(i),
+                    mtimes.as_mut_ptr().add(i),
+                )
+            };
             if ret < 0 {
-                break Err(Error::io("list", &self.location, os_error(ret)));
+                for p in &pending {
+                    let _ = Completion::wait(p);
+                }
+                return Err(self.error("stat", &names[i], ret));
             }
-            // SAFETY: librados returns a NUL-terminated name valid until the next call.
-            let name = unsafe { CStr::from_ptr(entry) };
-            // Names that are not UTF-8 were not written by ackstore; they are ignored.
-            if let Ok(name) = name.to_str() {
-                names.push(name.to_owned());
+            pending.push(done);
+        }
+        let codes: Vec<i32> = pending.iter().map(Completion::wait).collect();
+        drop(pending);
+        let mut found = Vec::with_capacity(names.len());
+        for (name, ret) in names.into_iter().zip(codes) {
+            if ret >= 0 {
+                found.push((name, true));
+            } else if is_errno(ret, rustix::io::Errno::NOENT) {
+                found.push((name, false));
+            } else {
+                return Err(self.error("stat", &name, ret));
             }
-        };
-        // SAFETY: opened above, closed once.
-        unsafe { ffi::rados_nobjects_list_close(ctx) };
-        result?;
-        names.sort();
-        Ok(names)
+        }
+        Ok(found)
+    }
+
+    fn list(&self) -> Result<Vec<String>> {
+        Ok(self
+            .scan()?
+            .into_iter()
+            .filter_map(|(name, present)| present.then_some(name))
+            .collect())
     }
 }
 
@@ -745,12 +874,14 @@ impl RadosStorage {
     }
 
     /// Stamps `epoch` into every object of the namespace, each refused if a newer owner
-    /// stamped it first ([`Error::Fenced`]).
+    /// stamped it first ([`Error::Fenced`]), and drops from the index the names whose object
+    /// is gone (a create or remove cut between its two steps).
     fn stamp_all(&self, epoch: u64) -> Result<()> {
         let shared = &self.shared;
         let text = epoch_text(epoch);
-        for name in shared.list()? {
-            if name == LOCK_OBJECT {
+        for (name, present) in shared.scan()? {
+            if !present {
+                shared.index_remove(&name)?;
                 continue;
             }
             let oid = cstring(&name)?;
@@ -848,7 +979,7 @@ impl Storage for RadosStorage {
         if ret < 0 {
             return Err(self.shared.error("remove", name, ret));
         }
-        Ok(())
+        self.shared.index_remove(name)
     }
 
     fn rename(&self, from: &str, to: &str) -> Result<()> {

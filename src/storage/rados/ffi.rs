@@ -15,8 +15,10 @@ pub type IoctxT = *mut c_void;
 pub type WriteOpT = *mut c_void;
 /// An asynchronous completion (`rados_completion_t`).
 pub type CompletionT = *mut c_void;
-/// An object-listing cursor (`rados_list_ctx_t`).
-pub type ListCtxT = *mut c_void;
+/// A compound read operation (`rados_read_op_t`).
+pub type ReadOpT = *mut c_void;
+/// An iterator over omap entries (`rados_omap_iter_t`).
+pub type OmapIterT = *mut c_void;
 
 /// `struct timeval` on Linux.
 #[repr(C)]
@@ -53,15 +55,6 @@ unsafe extern "C" {
     pub fn rados_ioctx_destroy(io: IoctxT);
     pub fn rados_ioctx_set_namespace(io: IoctxT, nspace: *const c_char);
 
-    pub fn rados_nobjects_list_open(io: IoctxT, ctx: *mut ListCtxT) -> c_int;
-    pub fn rados_nobjects_list_next(
-        ctx: ListCtxT,
-        entry: *mut *const c_char,
-        key: *mut *const c_char,
-        nspace: *mut *const c_char,
-    ) -> c_int;
-    pub fn rados_nobjects_list_close(ctx: ListCtxT);
-
     pub fn rados_read(
         io: IoctxT,
         oid: *const c_char,
@@ -77,6 +70,46 @@ unsafe extern "C" {
         buf: *mut c_char,
         len: usize,
     ) -> c_int;
+
+    pub fn rados_aio_stat(
+        io: IoctxT,
+        oid: *const c_char,
+        completion: CompletionT,
+        size: *mut u64,
+        mtime: *mut i64,
+    ) -> c_int;
+
+    pub fn rados_write_op_omap_set(
+        op: WriteOpT,
+        keys: *const *const c_char,
+        vals: *const *const c_char,
+        lens: *const usize,
+        num: usize,
+    );
+    pub fn rados_write_op_omap_rm_keys(op: WriteOpT, keys: *const *const c_char, num: usize);
+    pub fn rados_create_read_op() -> ReadOpT;
+    pub fn rados_release_read_op(op: ReadOpT);
+    pub fn rados_read_op_omap_get_keys2(
+        op: ReadOpT,
+        start_after: *const c_char,
+        max_return: u64,
+        iter: *mut OmapIterT,
+        more: *mut u8,
+        prval: *mut c_int,
+    );
+    pub fn rados_read_op_operate(
+        op: ReadOpT,
+        io: IoctxT,
+        oid: *const c_char,
+        flags: c_int,
+    ) -> c_int;
+    pub fn rados_omap_get_next(
+        iter: OmapIterT,
+        key: *mut *mut c_char,
+        val: *mut *mut c_char,
+        len: *mut usize,
+    ) -> c_int;
+    pub fn rados_omap_get_end(iter: OmapIterT);
 
     pub fn rados_create_write_op() -> WriteOpT;
     pub fn rados_release_write_op(op: WriteOpT);
