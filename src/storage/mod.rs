@@ -10,7 +10,7 @@
 //!   *durable* image (what survives power loss) per file and for the directory itself, can be told
 //!   to fail every operation after the N-th ("cut the power"), and hands out the image a disk
 //!   would hold after the cut, so tests can reopen it;
-//! - [`RadosStorage`] (cargo feature `rados`): objects in a namespace of a Ceph RADOS pool,
+//! - `RadosStorage` (cargo feature `rados`, module `rados`): objects in a namespace of a Ceph RADOS pool,
 //!   durable once the cluster acknowledges a write, with an ownership lease and an owner epoch
 //!   that makes the cluster refuse a stale owner's writes.
 //!
