@@ -49,6 +49,8 @@ pub use position::Position;
 pub use storage::{
     FileStorage, LockGuard, MAX_NAME_LEN, Mapped, MemStorage, Storage, StorageFile, validate_name,
 };
+#[cfg(feature = "rados")]
+pub use storage::{RadosCluster, RadosStorage};
 
 /// The README's examples, compiled and run as doctests so they cannot drift from the API.
 #[cfg(doctest)]

@@ -78,3 +78,21 @@ fn concurrent_stores_on_the_in_memory_disk_never_both_win_a_version() {
     let disk = MemStorage::new();
     every_version_has_exactly_one_winner(|| Arc::new(disk.clone()));
 }
+
+#[cfg(feature = "rados")]
+mod support;
+
+/// On RADOS the compare-and-set is the exclusive create inside `link`: each store has its own
+/// handle (its own I/O context), as separate brokers would.
+#[cfg(feature = "rados")]
+#[test]
+fn concurrent_stores_on_rados_never_both_win_a_version() {
+    let namespace = support::rados::fresh_namespace("meta-cas");
+    every_version_has_exactly_one_winner(|| {
+        Arc::new(
+            support::rados::cluster()
+                .storage(&support::rados::pool(), &namespace)
+                .unwrap(),
+        )
+    });
+}

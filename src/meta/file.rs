@@ -195,7 +195,14 @@ impl FileMetaStore {
             Err(e) if is_not_found(&e) => return Ok(None),
             Err(e) => return Err(e),
         };
-        let size = usize::try_from(file.size()?)
+        // On storage without open-file handles (RADOS) a file removed after `open` fails its
+        // later calls with `NotFound`: removed meanwhile, as above.
+        let size = match file.size() {
+            Ok(size) => size,
+            Err(e) if is_not_found(&e) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let size = usize::try_from(size)
             .ok()
             .filter(|&size| size <= MAX_RECORD_BYTES)
             .ok_or_else(|| Self::corrupted(name, CorruptionKind::BadLength))?;
@@ -206,7 +213,11 @@ impl FileMetaStore {
             };
         }
         let mut bytes = vec![0; size];
-        file.read_exact_at(&mut bytes, 0)?;
+        match file.read_exact_at(&mut bytes, 0) {
+            Ok(()) => {}
+            Err(e) if is_not_found(&e) => return Ok(None),
+            Err(e) => return Err(e),
+        }
         let (version, payload) = decode_stored(&bytes).map_err(|c| c.in_record(name))?;
         if found.version.is_some_and(|v| v != version) {
             return Err(Self::corrupted(
@@ -277,7 +288,11 @@ impl FileMetaStore {
         }
         for (name, version) in highest {
             let empty = match self.storage.open(&version_file(&name, version)) {
-                Ok(file) => file.size()? == 0,
+                Ok(file) => match file.size() {
+                    Ok(size) => size == 0,
+                    Err(e) if is_not_found(&e) => false,
+                    Err(e) => return Err(e),
+                },
                 Err(e) if is_not_found(&e) => false,
                 Err(e) => return Err(e),
             };

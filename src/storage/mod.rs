@@ -2,14 +2,17 @@
 //!
 //! Owns: the boundary between ackstore and the operating system. A [`Storage`] is one flat
 //! directory of files whose names ackstore chooses (never a client's string, see
-//! [`validate_name`]). Two implementations exist:
+//! [`validate_name`]). Three implementations exist:
 //!
 //! - [`FileStorage`]: real files, real `fdatasync`, `memmap2` views of sealed files, and an
 //!   exclusive lock so a directory has one owner at a time;
 //! - [`MemStorage`]: an in-memory disk that keeps a *live* image (what the page cache holds) and a
 //!   *durable* image (what survives power loss) per file and for the directory itself, can be told
 //!   to fail every operation after the N-th ("cut the power"), and hands out the image a disk
-//!   would hold after the cut, so tests can reopen it.
+//!   would hold after the cut, so tests can reopen it;
+//! - `RadosStorage` (cargo feature `rados`, module `rados`): objects in a namespace of a Ceph RADOS pool,
+//!   durable once the cluster acknowledges a write, with an ownership lease and an owner epoch
+//!   that makes the cluster refuse a stale owner's writes.
 //!
 //! Durability model, shared by both: `write_all_at` reaches the live image only; `sync_data`
 //! makes one file's bytes durable; `create`, `remove` and `rename` change the live directory
@@ -18,12 +21,16 @@
 
 mod file;
 mod mem;
+#[cfg(feature = "rados")]
+pub mod rados;
 
 use std::fmt;
 use std::sync::Arc;
 
 pub use file::FileStorage;
 pub use mem::MemStorage;
+#[cfg(feature = "rados")]
+pub use rados::{RadosCluster, RadosStorage};
 
 use crate::error::{Error, Result};
 

@@ -11,6 +11,7 @@
 //! - [`workload`]: a seeded random source and the acknowledged-set model of the stress and
 //!   process-kill tests.
 //! - [`ack_patterns`]: how consumers acknowledge, shared with the ack-set benchmark.
+//! - `rados` (feature `rados`): storage in the test Ceph cluster, a fresh namespace per call.
 //! - [`samples`]: copies of the committed sample directories under `tests/data/`.
 //!
 //! `crash`, `cursor_ledger` and `ack_patterns` are also compiled alone into a fuzz target or a
@@ -23,6 +24,8 @@ pub mod crash;
 pub mod cursor_ledger;
 pub mod hooked;
 pub mod log_model;
+#[cfg(feature = "rados")]
+pub mod rados;
 pub mod samples;
 pub mod topic;
 pub mod workload;

@@ -72,4 +72,13 @@ pub fn on_each_backend(per_ledger: u64, mut test: impl FnMut(ManagedLedger)) {
     let dir = tempfile::tempdir().expect("temporary directory");
     eprintln!("backend: real files in {}", dir.path().display());
     test(ManagedLedger::open(dir.path(), config(per_ledger)).expect("open topic on files"));
+    #[cfg(feature = "rados")]
+    {
+        let storage = super::rados::fresh_storage("topic");
+        eprintln!("backend: RADOS {}", ackstore::Storage::location(&storage));
+        test(
+            ManagedLedger::open_with_storage(Arc::new(storage), config(per_ledger))
+                .expect("open topic on RADOS"),
+        );
+    }
 }

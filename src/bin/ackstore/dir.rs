@@ -3,18 +3,21 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use ackstore::Storage;
 use ackstore::internals::log::parse_ledger_file_name;
 use ackstore::internals::meta::record_of_file;
 use ackstore::{Error, Result};
-use ackstore::{FileStorage, Storage};
+
+use crate::target::StorageArgs;
 
 /// How findings name the topic's metadata record.
 pub const TOPIC_FILE: &str = "topic.meta";
 
-/// Opens `path` without creating, locking or changing anything, and checks that it holds an
-/// ackstore topic (a topic record or at least one ledger file).
-pub fn open_existing(path: &Path) -> Result<Arc<dyn Storage>> {
-    let storage = FileStorage::open(path, false)?;
+/// Opens `path` (a directory, or a RADOS namespace with `--storage rados`) without creating,
+/// locking or changing anything, and checks that it holds an ackstore topic (a topic record or
+/// at least one ledger file).
+pub fn open_existing(path: &Path, target: &StorageArgs) -> Result<Arc<dyn Storage>> {
+    let storage = target.open(path, false)?;
     let names = storage.list()?;
     let ours = names
         .iter()
@@ -25,5 +28,5 @@ pub fn open_existing(path: &Path) -> Result<Arc<dyn Storage>> {
             reason: "it holds neither a topic record (topic.meta) nor any ledger file".into(),
         });
     }
-    Ok(Arc::new(storage))
+    Ok(storage)
 }

@@ -28,6 +28,9 @@ use crate::{dir, report};
 pub struct InspectArgs {
     /// The topic directory to inspect.
     dir: PathBuf,
+    /// Where the topic lives (a directory by default).
+    #[command(flatten)]
+    storage: crate::target::StorageArgs,
     /// Print one JSON object instead of tables.
     #[arg(long)]
     json: bool,
@@ -304,7 +307,7 @@ fn opt<T: ToString>(v: Option<T>) -> String {
 
 /// Runs `ackstore inspect`.
 pub fn run(args: &InspectArgs) -> Result<ExitCode> {
-    let storage = dir::open_existing(&args.dir)?;
+    let storage = dir::open_existing(&args.dir, &args.storage)?;
     // Without a readable topic record the tables would be empty, not true: exit 2.
     read_topic(&storage)?;
     let mut findings = Vec::new();

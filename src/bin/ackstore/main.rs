@@ -60,6 +60,7 @@ mod dir;
 mod inspect;
 mod perf;
 mod report;
+mod target;
 mod verify;
 
 use std::process::ExitCode;

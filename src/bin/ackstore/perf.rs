@@ -18,6 +18,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use roaring::RoaringBitmap;
 
 use crate::report;
+use crate::target::{Backend, StorageArgs};
 
 /// Name of the cursor the workload drives.
 const CURSOR: &str = "perf";
@@ -59,6 +60,10 @@ pub struct PerfArgs {
     /// Seed of the random pattern.
     #[arg(long, default_value_t = 0x5eed)]
     seed: u64,
+    /// Where the topic lives: with `--storage rados`, `--dir` names the namespace (a fresh one,
+    /// removed afterwards unless `--keep`, when absent).
+    #[command(flatten)]
+    storage: StorageArgs,
 }
 
 /// Persistence mode on the command line.
@@ -330,6 +335,11 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
     let temp;
     let dir = if let Some(dir) = &args.dir {
         dir.clone()
+    } else if args.storage.storage == Backend::Rados {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        PathBuf::from(format!("ackstore-perf-{}-{nanos}", std::process::id()))
     } else {
         temp = tempfile::Builder::new()
             .prefix("ackstore-perf-")
@@ -355,7 +365,9 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
     };
 
     // Phase 1: append.
-    let ml = ManagedLedger::open(&dir, config.clone())?;
+    let storage = args.storage.open(&dir, true)?;
+    let location = storage.location();
+    let ml = ManagedLedger::open_with_storage(storage.clone(), config.clone())?;
     let cursor = ml.open_cursor(CURSOR, CursorOptions::default())?;
     let progress = bar(args.entries, "append", quiet);
     let started = Instant::now();
@@ -413,7 +425,7 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
     // record) and recovering the cursor (its marker, then a first read; the partitions load
     // lazily, and `acked_ranges` below loads them all).
     let started = Instant::now();
-    let ml = ManagedLedger::open(&dir, config)?;
+    let ml = ManagedLedger::open_with_storage(args.storage.open(&dir, false)?, config)?;
     let topic_open = started.elapsed();
     let started = Instant::now();
     let cursor = ml.open_cursor(CURSOR, CursorOptions::default())?;
@@ -486,7 +498,7 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
         "peak_rss_bytes": report::peak_rss_bytes(),
         "mismatches": mismatches,
         "verified": verified,
-        "dir": dir.display().to_string(),
+        "dir": location,
     });
     if args.json {
         println!("{report}");
@@ -494,7 +506,9 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
         print_summary(&report);
     }
     if args.keep || args.dir.is_some() {
-        eprintln!("ackstore: data kept in {}", dir.display());
+        eprintln!("ackstore: data kept in {location}");
+    } else if args.storage.storage == Backend::Rados {
+        StorageArgs::remove_all(storage.as_ref())?;
     } else {
         let _ = std::fs::remove_dir_all(&dir);
     }

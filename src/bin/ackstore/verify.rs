@@ -22,6 +22,9 @@ use crate::inspect::{self, Finding};
 pub struct VerifyArgs {
     /// The topic directory to check.
     dir: PathBuf,
+    /// Where the topic lives (a directory by default).
+    #[command(flatten)]
+    storage: crate::target::StorageArgs,
     /// Print the findings as one JSON object.
     #[arg(long)]
     json: bool,
@@ -29,7 +32,7 @@ pub struct VerifyArgs {
 
 /// Runs `ackstore verify`.
 pub fn run(args: &VerifyArgs) -> Result<ExitCode> {
-    let storage = dir::open_existing(&args.dir)?;
+    let storage = dir::open_existing(&args.dir, &args.storage)?;
     let mut findings: Vec<Finding> = verify_log(storage.as_ref())?
         .into_iter()
         .map(|p| Finding {

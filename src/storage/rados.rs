@@ -1,0 +1,648 @@
+//! Ceph RADOS storage: a topic directory is a namespace of a pool, each file one object.
+//!
+//! Owns: the connection to a Ceph cluster ([`RadosCluster`]), the mapping of the [`Storage`]
+//! trait onto RADOS objects ([`RadosStorage`]), the ownership lease (an exclusive RADOS lock on
+//! the object `LOCK`, renewed by a thread while the guard lives) and the owner epoch that fences
+//! a stale owner inside the cluster. Never: a retry of a write the cluster refused.
+//!
+//! Mapping (docs/deployment.md):
+//! - a file is an object of the same name in the storage's namespace; `write_all_at` is a RADOS
+//!   write at that offset, `set_len` a truncate, `size` a stat;
+//! - the names live as omap keys of the object `.ackstore-names` (no file name starts with a
+//!   dot), because listing a namespace walks every object of the pool. A name is added before
+//!   its object is created and removed after its object is; `list` reads the keys and stats
+//!   their objects in parallel, keeping those that exist, so a create or remove cut between its
+//!   two steps leaves a key without an object that no listing returns (the next owner's `lock`
+//!   drops it);
+//! - a write is durable once the cluster acknowledges it. Writes are sent asynchronously, in
+//!   order (RADOS applies the operations of one client on one object in the order they were
+//!   sent); `sync_data` waits for every outstanding write of the file and reports the first one
+//!   the cluster refused. Every other call on a file (read, size, map, truncate) first waits for
+//!   its outstanding writes, so it sees them. `sync_dir` has nothing to wait for: creates,
+//!   removes and links are synchronous;
+//! - `link(from, to)` copies `from` into a new object `to` in one write operation that starts
+//!   with an exclusive create: of two links to one name, from any client, exactly one succeeds;
+//! - `rename` copies then removes: not atomic (ackstore itself never renames);
+//! - `map` reads the whole object with `rados_read` into owned bytes, through a small read cache
+//!   (sealed ledgers are never written again, so an entry stays true until this storage writes,
+//!   truncates or removes the object, which evicts it).
+//!
+//! Fencing. [`Storage::lock`] takes the exclusive lock `ackstore-owner` on `LOCK` with a lease,
+//! then raises the owner epoch kept in the `LOCK` object's xattr `ackstore.owner-epoch` (a
+//! compare-and-set in one write operation), then stamps that epoch into the xattr
+//! `ackstore.epoch` of every object of the namespace, each with a compare in the same operation
+//! (stamp only if the object's epoch is not higher). From then on every mutating operation of
+//! the owner carries, in the same RADOS write operation, `cmpxattr(ackstore.epoch >= mine)` and
+//! sets its epoch: once a newer owner has stamped an object, the cluster refuses the older
+//! owner's writes to it (`ECANCELED`, reported as [`Error::Fenced`]), whatever the older owner
+//! believes about its lease. A new owner stamps every object before it reads any, so no write of
+//! the older owner lands on an object after the new owner read it. Objects an older owner
+//! creates *after* the stamping carry its older epoch and are referenced by no record the new
+//! owner wrote (the metadata records are replaced by exclusive creates, which an older owner
+//! loses).
+
+mod ffi;
+mod index;
+mod lease;
+mod op;
+
+use std::collections::VecDeque;
+use std::ffi::{CStr, CString};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use self::op::{Completion, WriteOp};
+use super::{LockGuard, Mapped, Storage, StorageFile, validate_name};
+use crate::error::{Error, Result};
+
+/// Name of the object that carries the ownership lock and the owner epoch.
+pub const LOCK_OBJECT: &str = "LOCK";
+/// Name of the object whose omap keys are the namespace's file names (no file name starts
+/// with `.`, see [`validate_name`]).
+pub const INDEX_OBJECT: &str = ".ackstore-names";
+/// Names read from the index per request.
+const INDEX_PAGE: u64 = 1024;
+/// Name of the RADOS lock on [`LOCK_OBJECT`].
+const LOCK_NAME: &str = "ackstore-owner";
+/// Xattr of [`LOCK_OBJECT`]: the highest owner epoch handed out.
+const OWNER_EPOCH_XATTR: &str = "ackstore.owner-epoch";
+/// Xattr of every object: the epoch of the last owner that wrote it.
+const EPOCH_XATTR: &str = "ackstore.epoch";
+/// Epochs are stored as this many decimal digits, so the cluster's string comparison orders
+/// them as numbers.
+const EPOCH_DIGITS: usize = 20;
+/// Largest single `rados_read` (the OSD's read limits are far above it).
+const READ_CHUNK: usize = 16 << 20;
+/// Outstanding asynchronous writes per file before a write waits for the oldest.
+const MAX_IN_FLIGHT: usize = 256;
+/// Default lease of the ownership lock.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
+/// Default byte budget of a storage's read cache.
+pub const DEFAULT_READ_CACHE_BYTES: usize = 64 << 20;
+
+fn epoch_text(epoch: u64) -> String {
+    format!("{epoch:0EPOCH_DIGITS$}")
+}
+
+fn cstring(s: &str) -> Result<CString> {
+    CString::new(s).map_err(|_| Error::InvalidArgument {
+        reason: format!("`{}` contains a NUL byte", s.escape_debug()),
+    })
+}
+
+/// An `std::io::Error` for a negative librados return code.
+fn os_error(ret: i32) -> std::io::Error {
+    std::io::Error::from_raw_os_error(-ret)
+}
+
+fn is_errno(ret: i32, errno: rustix::io::Errno) -> bool {
+    -ret == errno.raw_os_error()
+}
+
+/// A connection to one Ceph cluster, shared by every [`RadosStorage`] made from it.
+#[derive(Clone)]
+pub struct RadosCluster {
+    handle: Arc<ClusterHandle>,
+    conf: PathBuf,
+}
+
+struct ClusterHandle(ffi::RadosT);
+
+// SAFETY: a librados cluster handle may be used from any thread at once (librados locks
+// internally); it is shut down once, by `Drop`, after every I/O context made from it is gone
+// (each holds an `Arc` of this handle).
+unsafe impl Send for ClusterHandle {}
+// SAFETY: as above.
+unsafe impl Sync for ClusterHandle {}
+
+impl Drop for ClusterHandle {
+    fn drop(&mut self) {
+        // SAFETY: the handle was created by `rados_create2` and is shut down only here.
+        unsafe { ffi::rados_shutdown(self.0) }
+    }
+}
+
+impl fmt::Debug for RadosCluster {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RadosCluster")
+            .field("conf", &self.conf)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RadosCluster {
+    /// Connects as `client.admin` to the cluster described by the Ceph configuration file
+    /// `conf` (monitor addresses, authentication).
+    ///
+    /// # Errors
+    /// [`Error::Io`] naming the file when it cannot be read or the cluster cannot be reached
+    /// (librados gives up after its own timeouts, 30 s by default for the monitors).
+    pub fn connect(conf: impl AsRef<Path>) -> Result<Self> {
+        let conf = conf.as_ref().to_path_buf();
+        let conf_c = cstring(&conf.to_string_lossy())?;
+        let fail = |op: &'static str, ret: i32| Error::io(op, &conf, os_error(ret));
+        let mut raw: ffi::RadosT = ptr::null_mut();
+        let (cluster, user) = (cstring("ceph")?, cstring("client.admin")?);
+        // SAFETY: valid out-pointer and NUL-terminated strings.
+        let ret = unsafe { ffi::rados_create2(&raw mut raw, cluster.as_ptr(), user.as_ptr(), 0) };
+        if ret < 0 {
+            return Err(fail("create a RADOS client", ret));
+        }
+        let handle = Arc::new(ClusterHandle(raw));
+        // SAFETY: `raw` is a live handle, the path is NUL-terminated.
+        let ret = unsafe { ffi::rados_conf_read_file(raw, conf_c.as_ptr()) };
+        if ret < 0 {
+            return Err(fail("read the Ceph configuration", ret));
+        }
+        // SAFETY: `raw` is a live, configured, not yet connected handle.
+        let ret = unsafe { ffi::rados_connect(raw) };
+        if ret < 0 {
+            return Err(fail("connect to the Ceph cluster", ret));
+        }
+        Ok(Self { handle, conf })
+    }
+
+    /// The configuration file this connection was made from.
+    #[must_use]
+    pub fn conf(&self) -> &Path {
+        &self.conf
+    }
+
+    /// The storage kept in namespace `namespace` of pool `pool` (one topic directory). The
+    /// namespace follows the rules of a file name ([`validate_name`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad namespace; [`Error::Io`] when the pool does not exist.
+    pub fn storage(&self, pool: &str, namespace: &str) -> Result<RadosStorage> {
+        validate_name(namespace)?;
+        let location = format!("rados:{pool}/{namespace}");
+        let pool_c = cstring(pool)?;
+        let ns_c = cstring(namespace)?;
+        let mut raw: ffi::IoctxT = ptr::null_mut();
+        // SAFETY: the cluster handle is connected; valid out-pointer and string.
+        let ret = unsafe { ffi::rados_ioctx_create(self.handle.0, pool_c.as_ptr(), &raw mut raw) };
+        if ret < 0 {
+            return Err(Error::io("open the pool", &location, os_error(ret)));
+        }
+        let io = Ioctx {
+            raw,
+            _cluster: self.handle.clone(),
+        };
+        // SAFETY: `raw` is a live I/O context not yet shared with any other thread.
+        unsafe { ffi::rados_ioctx_set_namespace(io.raw, ns_c.as_ptr()) };
+        Ok(RadosStorage {
+            shared: Arc::new(Shared {
+                io,
+                location,
+                epoch: AtomicU64::new(0),
+                lease: Mutex::new(DEFAULT_LEASE),
+                cache: Mutex::new(ReadCache::new(DEFAULT_READ_CACHE_BYTES)),
+            }),
+        })
+    }
+}
+
+/// One pool and namespace of a cluster.
+struct Ioctx {
+    raw: ffi::IoctxT,
+    _cluster: Arc<ClusterHandle>,
+}
+
+// SAFETY: a librados I/O context may be used from several threads at once as long as its
+// namespace and snapshot settings are not changed meanwhile; the namespace is set once, before
+// the context is shared.
+unsafe impl Send for Ioctx {}
+// SAFETY: as above.
+unsafe impl Sync for Ioctx {}
+
+impl Drop for Ioctx {
+    fn drop(&mut self) {
+        // SAFETY: created by `rados_ioctx_create`, destroyed only here, before the cluster
+        // handle (held by `_cluster`) is shut down.
+        unsafe { ffi::rados_ioctx_destroy(self.raw) }
+    }
+}
+
+/// Whole objects read by `map`, under a byte budget, least recently used evicted first.
+struct ReadCache {
+    entries: lru::LruCache<String, Mapped>,
+    bytes: usize,
+    budget: usize,
+}
+
+impl ReadCache {
+    fn new(budget: usize) -> Self {
+        Self {
+            entries: lru::LruCache::unbounded(),
+            bytes: 0,
+            budget,
+        }
+    }
+
+    fn get(&mut self, name: &str, size: u64) -> Option<Mapped> {
+        let hit = self.entries.get(name)?;
+        (hit.as_ref().as_ref().len() as u64 == size).then(|| hit.clone())
+    }
+
+    fn insert(&mut self, name: &str, bytes: Mapped) {
+        let len = bytes.as_ref().as_ref().len();
+        self.evict(name);
+        if len > self.budget {
+            return;
+        }
+        while self.bytes + len > self.budget {
+            match self.entries.pop_lru() {
+                Some((_, old)) => self.bytes -= old.as_ref().as_ref().len(),
+                None => break,
+            }
+        }
+        self.bytes += len;
+        self.entries.put(name.to_owned(), bytes);
+    }
+
+    fn evict(&mut self, name: &str) {
+        if let Some(old) = self.entries.pop(name) {
+            self.bytes -= old.as_ref().as_ref().len();
+        }
+    }
+}
+
+struct Shared {
+    io: Ioctx,
+    location: String,
+    /// The owner epoch this handle writes with while it holds the lock; 0 otherwise.
+    epoch: AtomicU64,
+    lease: Mutex<Duration>,
+    cache: Mutex<ReadCache>,
+}
+
+impl Shared {
+    fn path(&self, name: &str) -> PathBuf {
+        PathBuf::from(format!("{}/{name}", self.location))
+    }
+
+    /// The error for a librados return code of an operation on `name`: a refused guard is
+    /// [`Error::Fenced`], anything else [`Error::Io`].
+    fn error(&self, op: &'static str, name: &str, ret: i32) -> Error {
+        if is_errno(ret, rustix::io::Errno::CANCELED) || is_errno(ret, rustix::io::Errno::RANGE) {
+            Error::Fenced {
+                what: self.location.clone(),
+            }
+        } else {
+            Error::io(op, self.path(name), os_error(ret))
+        }
+    }
+
+    fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    fn evict(&self, name: &str) {
+        self.cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .evict(name);
+    }
+
+    fn stat(&self, name: &str, oid: &CStr) -> Result<Option<u64>> {
+        let mut size = 0u64;
+        let mut mtime = 0i64;
+        // SAFETY: live context, valid out-pointers.
+        let ret =
+            unsafe { ffi::rados_stat(self.io.raw, oid.as_ptr(), &raw mut size, &raw mut mtime) };
+        if is_errno(ret, rustix::io::Errno::NOENT) {
+            Ok(None)
+        } else if ret < 0 {
+            Err(self.error("stat", name, ret))
+        } else {
+            Ok(Some(size))
+        }
+    }
+
+    /// Fills `buf` from `offset` of the object; fails if it is shorter.
+    fn read_exact(&self, name: &str, oid: &CStr, buf: &mut [u8], offset: u64) -> Result<()> {
+        let mut done = 0;
+        while done < buf.len() {
+            let want = (buf.len() - done).min(READ_CHUNK);
+            let part = &mut buf[done..done + want];
+            // SAFETY: live context; `part` is writable for `want` bytes.
+            let ret = unsafe {
+                ffi::rados_read(
+                    self.io.raw,
+                    oid.as_ptr(),
+                    part.as_mut_ptr().cast(),
+                    want,
+                    offset + done as u64,
+                )
+            };
+            if ret < 0 {
+                return Err(self.error("read", name, ret));
+            }
+            if ret == 0 {
+                return Err(Error::io(
+                    "read",
+                    self.path(name),
+                    std::io::ErrorKind::UnexpectedEof.into(),
+                ));
+            }
+            done += usize::try_from(ret).expect("a positive byte count");
+        }
+        Ok(())
+    }
+
+    fn read_all(&self, name: &str, oid: &CStr) -> Result<Vec<u8>> {
+        let size = self.stat(name, oid)?.ok_or_else(|| {
+            Error::io("read", self.path(name), std::io::ErrorKind::NotFound.into())
+        })?;
+        let mut bytes = vec![0; usize::try_from(size).expect("an object fits in memory")];
+        self.read_exact(name, oid, &mut bytes, 0)?;
+        Ok(bytes)
+    }
+
+    /// Creates `name` exclusively, stamped with this owner's epoch, holding `bytes`.
+    fn create_with(&self, name: &str, bytes: &[u8], op_name: &'static str) -> Result<()> {
+        let oid = cstring(name)?;
+        self.index_add(name)?;
+        let mut op = WriteOp::new();
+        op.create_exclusive();
+        if !bytes.is_empty() {
+            op.write_full(bytes);
+        }
+        let epoch = self.epoch();
+        if epoch > 0 {
+            op.setxattr(EPOCH_XATTR, &epoch_text(epoch));
+        }
+        let ret = op.run(&self.io, &oid);
+        self.evict(name);
+        if ret < 0 {
+            return Err(self.error(op_name, name, ret));
+        }
+        Ok(())
+    }
+}
+
+/// A topic directory kept in one namespace of a RADOS pool (see the module documentation).
+#[derive(Clone)]
+pub struct RadosStorage {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for RadosStorage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RadosStorage")
+            .field("location", &self.shared.location)
+            .field("epoch", &self.shared.epoch())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RadosStorage {
+    /// Connects to the cluster described by `conf` and opens namespace `namespace` of `pool`
+    /// (a shorthand for [`RadosCluster::connect`] then [`RadosCluster::storage`]; a broker with
+    /// many topics shares one [`RadosCluster`]).
+    pub fn connect(conf: impl AsRef<Path>, pool: &str, namespace: &str) -> Result<Self> {
+        RadosCluster::connect(conf)?.storage(pool, namespace)
+    }
+
+    /// Sets the lease of the ownership lock taken by later [`Storage::lock`] calls (default
+    /// [`DEFAULT_LEASE`]): another process can take the namespace over once the holder has not
+    /// renewed it for this long. The holder renews it every third of the lease.
+    #[must_use]
+    pub fn with_lease(self, lease: Duration) -> Self {
+        *self
+            .shared
+            .lease
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = lease;
+        self
+    }
+
+    /// The owner epoch this handle writes with while it holds the lock; 0 when it holds none.
+    #[must_use]
+    pub fn epoch(&self) -> u64 {
+        self.shared.epoch()
+    }
+}
+
+impl Storage for RadosStorage {
+    fn location(&self) -> String {
+        self.shared.location.clone()
+    }
+
+    fn list(&self) -> Result<Vec<String>> {
+        self.shared.list()
+    }
+
+    fn exists(&self, name: &str) -> Result<bool> {
+        validate_name(name)?;
+        Ok(self.shared.stat(name, &cstring(name)?)?.is_some())
+    }
+
+    fn create(&self, name: &str) -> Result<Arc<dyn StorageFile>> {
+        validate_name(name)?;
+        self.shared.create_with(name, &[], "create")?;
+        Ok(Arc::new(RadosFile::new(self.shared.clone(), name)?))
+    }
+
+    fn open(&self, name: &str) -> Result<Arc<dyn StorageFile>> {
+        validate_name(name)?;
+        let file = RadosFile::new(self.shared.clone(), name)?;
+        if self.shared.stat(name, &file.oid)?.is_none() {
+            return Err(Error::io(
+                "open",
+                self.shared.path(name),
+                std::io::ErrorKind::NotFound.into(),
+            ));
+        }
+        Ok(Arc::new(file))
+    }
+
+    fn remove(&self, name: &str) -> Result<()> {
+        validate_name(name)?;
+        let oid = cstring(name)?;
+        let mut op = WriteOp::new();
+        op.guard(self.shared.epoch()).remove();
+        let ret = op.run(&self.shared.io, &oid);
+        self.shared.evict(name);
+        if ret < 0 {
+            return Err(self.shared.error("remove", name, ret));
+        }
+        self.shared.index_remove(name)
+    }
+
+    fn rename(&self, from: &str, to: &str) -> Result<()> {
+        validate_name(from)?;
+        validate_name(to)?;
+        let bytes = self.shared.read_all(from, &cstring(from)?)?;
+        let to_oid = cstring(to)?;
+        if self.shared.stat(to, &to_oid)?.is_some() {
+            let mut op = WriteOp::new();
+            op.guard(self.shared.epoch()).write_full(&bytes);
+            let ret = op.run(&self.shared.io, &to_oid);
+            self.shared.evict(to);
+            if ret < 0 {
+                return Err(self.shared.error("rename", to, ret));
+            }
+        } else {
+            self.shared.create_with(to, &bytes, "rename")?;
+        }
+        self.remove(from)
+    }
+
+    fn link(&self, from: &str, to: &str) -> Result<()> {
+        validate_name(from)?;
+        validate_name(to)?;
+        let bytes = self.shared.read_all(from, &cstring(from)?)?;
+        self.shared.create_with(to, &bytes, "link")
+    }
+
+    fn sync_dir(&self) -> Result<()> {
+        // Creates, removes and links returned only once the cluster had applied them.
+        Ok(())
+    }
+
+    fn lock(&self) -> Result<LockGuard> {
+        self.acquire()
+    }
+}
+
+/// One object opened through a [`RadosStorage`].
+struct RadosFile {
+    shared: Arc<Shared>,
+    name: String,
+    oid: CString,
+    /// Writes sent and not yet waited for, oldest first; then the first refused write's code,
+    /// which every later call on the file reports again.
+    state: Mutex<FileState>,
+}
+
+#[derive(Default)]
+struct FileState {
+    in_flight: VecDeque<Completion>,
+    failed: Option<i32>,
+}
+
+impl fmt::Debug for RadosFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RadosFile")
+            .field("location", &self.shared.location)
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RadosFile {
+    fn new(shared: Arc<Shared>, name: &str) -> Result<Self> {
+        Ok(Self {
+            shared,
+            name: name.to_owned(),
+            oid: cstring(name)?,
+            state: Mutex::new(FileState::default()),
+        })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, FileState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Waits for every outstanding write; the first refused one's error (latched).
+    fn drain(&self, state: &mut FileState, op: &'static str) -> Result<()> {
+        while let Some(done) = state.in_flight.pop_front() {
+            let ret = done.wait();
+            if ret < 0 && state.failed.is_none() {
+                state.failed = Some(ret);
+            }
+        }
+        match state.failed {
+            Some(ret) => Err(self.shared.error(op, &self.name, ret)),
+            None => Ok(()),
+        }
+    }
+}
+
+impl StorageFile for RadosFile {
+    fn size(&self) -> Result<u64> {
+        self.drain(&mut self.state(), "stat")?;
+        self.shared.stat(&self.name, &self.oid)?.ok_or_else(|| {
+            Error::io(
+                "stat",
+                self.shared.path(&self.name),
+                std::io::ErrorKind::NotFound.into(),
+            )
+        })
+    }
+
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.drain(&mut self.state(), "read")?;
+        self.shared.read_exact(&self.name, &self.oid, buf, offset)
+    }
+
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        let mut state = self.state();
+        if state.in_flight.len() >= MAX_IN_FLIGHT {
+            self.drain(&mut state, "write")?;
+        }
+        if let Some(ret) = state.failed {
+            return Err(self.shared.error("write", &self.name, ret));
+        }
+        self.shared.evict(&self.name);
+        let mut op = WriteOp::new();
+        op.guard(self.shared.epoch()).write(buf, offset);
+        match op.send(&self.shared.io, &self.oid) {
+            Ok(done) => {
+                state.in_flight.push_back(done);
+                Ok(())
+            }
+            Err(ret) => {
+                state.failed = Some(ret);
+                Err(self.shared.error("write", &self.name, ret))
+            }
+        }
+    }
+
+    fn sync_data(&self) -> Result<()> {
+        self.drain(&mut self.state(), "write")
+    }
+
+    fn set_len(&self, len: u64) -> Result<()> {
+        let mut state = self.state();
+        self.drain(&mut state, "truncate")?;
+        self.shared.evict(&self.name);
+        let mut op = WriteOp::new();
+        op.guard(self.shared.epoch()).truncate(len);
+        let ret = op.run(&self.shared.io, &self.oid);
+        if ret < 0 {
+            state.failed = Some(ret);
+            return Err(self.shared.error("truncate", &self.name, ret));
+        }
+        Ok(())
+    }
+
+    fn map(&self) -> Result<Mapped> {
+        self.drain(&mut self.state(), "read")?;
+        let size = self.size()?;
+        let cache = || {
+            self.shared
+                .cache
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+        };
+        if let Some(hit) = cache().get(&self.name, size) {
+            return Ok(hit);
+        }
+        let bytes: Mapped = Arc::new(self.shared.read_all(&self.name, &self.oid)?);
+        cache().insert(&self.name, bytes.clone());
+        Ok(bytes)
+    }
+}
+
+impl Drop for RadosFile {
+    fn drop(&mut self) {
+        // Completions wait for their operation when released.
+        self.state().in_flight.clear();
+    }
+}

@@ -1,0 +1,166 @@
+//! The names of a namespace, kept as omap keys of [`INDEX_OBJECT`] (listing a namespace would
+//! walk every object of the pool).
+//!
+//! Owns: the order of a name's two steps: added before its object is created, removed after its
+//! object is removed, so an object is never without its name, and a listing (the names whose
+//! object exists) is exact.
+
+use std::ffi::{CStr, c_char};
+use std::ptr;
+
+use super::op::{Completion, WriteOp};
+use super::{INDEX_OBJECT, INDEX_PAGE, Shared, cstring, ffi, is_errno, os_error};
+use crate::error::{Error, Result};
+
+impl Shared {
+    /// Adds `name` to the namespace's index of names (before the object is created).
+    pub(super) fn index_add(&self, name: &str) -> Result<()> {
+        let key = cstring(name)?;
+        let keys = [key.as_ptr()];
+        let vals = [c"".as_ptr()];
+        let lens = [0usize];
+        let op = WriteOp::new();
+        // SAFETY: live operation; librados copies keys and values before this returns.
+        unsafe {
+            ffi::rados_write_op_omap_set(op.raw, keys.as_ptr(), vals.as_ptr(), lens.as_ptr(), 1);
+        }
+        let ret = op.run(&self.io, &cstring(INDEX_OBJECT)?);
+        if ret < 0 {
+            return Err(self.error("record the name of", name, ret));
+        }
+        Ok(())
+    }
+
+    /// Removes `name` from the index of names (after the object is removed).
+    pub(super) fn index_remove(&self, name: &str) -> Result<()> {
+        let key = cstring(name)?;
+        let keys = [key.as_ptr()];
+        let op = WriteOp::new();
+        // SAFETY: live operation; librados copies the keys before this returns.
+        unsafe { ffi::rados_write_op_omap_rm_keys(op.raw, keys.as_ptr(), 1) };
+        let ret = op.run(&self.io, &cstring(INDEX_OBJECT)?);
+        if ret < 0 && !is_errno(ret, rustix::io::Errno::NOENT) {
+            return Err(self.error("forget the name of", name, ret));
+        }
+        Ok(())
+    }
+
+    /// Every name in the index, sorted (omap keys come in order).
+    pub(super) fn index_names(&self) -> Result<Vec<String>> {
+        let index = cstring(INDEX_OBJECT)?;
+        let mut names: Vec<String> = Vec::new();
+        loop {
+            let after = cstring(names.last().map_or("", String::as_str))?;
+            // SAFETY: no preconditions.
+            let op = unsafe { ffi::rados_create_read_op() };
+            assert!(
+                !op.is_null(),
+                "librados could not allocate a read operation"
+            );
+            let mut iter: ffi::OmapIterT = ptr::null_mut();
+            let mut more = 0u8;
+            let mut prval = 0;
+            // SAFETY: live operation; the out-pointers outlive the `operate` below.
+            let ret = unsafe {
+                ffi::rados_read_op_omap_get_keys2(
+                    op,
+                    after.as_ptr(),
+                    INDEX_PAGE,
+                    &raw mut iter,
+                    &raw mut more,
+                    &raw mut prval,
+                );
+                ffi::rados_read_op_operate(op, self.io.raw, index.as_ptr(), ffi::OPERATION_NOFLAG)
+            };
+            let mut page = Vec::new();
+            if ret >= 0 && prval >= 0 {
+                loop {
+                    let mut key: *mut c_char = ptr::null_mut();
+                    let mut val: *mut c_char = ptr::null_mut();
+                    let mut len = 0usize;
+                    // SAFETY: `iter` was filled by the operation above and is ended below.
+                    let r = unsafe {
+                        ffi::rados_omap_get_next(iter, &raw mut key, &raw mut val, &raw mut len)
+                    };
+                    if r < 0 || key.is_null() {
+                        break;
+                    }
+                    // SAFETY: a NUL-terminated key valid until `rados_omap_get_end`.
+                    if let Ok(name) = unsafe { CStr::from_ptr(key) }.to_str() {
+                        page.push(name.to_owned());
+                    }
+                }
+                // SAFETY: ended once, after its last use.
+                unsafe { ffi::rados_omap_get_end(iter) };
+            }
+            // SAFETY: created above, released once.
+            unsafe { ffi::rados_release_read_op(op) };
+            if is_errno(ret, rustix::io::Errno::NOENT) {
+                // No name was ever created in this namespace.
+                return Ok(names);
+            }
+            if ret < 0 || prval < 0 {
+                return Err(Error::io("list", &self.location, os_error(ret.min(prval))));
+            }
+            names.extend(page);
+            if more == 0 {
+                return Ok(names);
+            }
+        }
+    }
+
+    /// The names of the index whose object exists (`true`) or not (`false`), statted in
+    /// parallel.
+    pub(super) fn scan(&self) -> Result<Vec<(String, bool)>> {
+        let names = self.index_names()?;
+        let mut sizes = vec![0u64; names.len()];
+        let mut mtimes = vec![0i64; names.len()];
+        let oids = names
+            .iter()
+            .map(|n| cstring(n))
+            .collect::<Result<Vec<_>>>()?;
+        let mut pending = Vec::with_capacity(names.len());
+        for (i, oid) in oids.iter().enumerate() {
+            let done = Completion::new();
+            // SAFETY: live context and completion; `sizes` and `mtimes` are neither moved nor
+            // resized until every completion has been waited for below.
+            let ret = unsafe {
+                ffi::rados_aio_stat(
+                    self.io.raw,
+                    oid.as_ptr(),
+                    done.0,
+                    sizes.as_mut_ptr().add(i),
+                    mtimes.as_mut_ptr().add(i),
+                )
+            };
+            if ret < 0 {
+                for p in &pending {
+                    let _ = Completion::wait(p);
+                }
+                return Err(self.error("stat", &names[i], ret));
+            }
+            pending.push(done);
+        }
+        let codes: Vec<i32> = pending.iter().map(Completion::wait).collect();
+        drop(pending);
+        let mut found = Vec::with_capacity(names.len());
+        for (name, ret) in names.into_iter().zip(codes) {
+            if ret >= 0 {
+                found.push((name, true));
+            } else if is_errno(ret, rustix::io::Errno::NOENT) {
+                found.push((name, false));
+            } else {
+                return Err(self.error("stat", &name, ret));
+            }
+        }
+        Ok(found)
+    }
+
+    pub(super) fn list(&self) -> Result<Vec<String>> {
+        Ok(self
+            .scan()?
+            .into_iter()
+            .filter_map(|(name, present)| present.then_some(name))
+            .collect())
+    }
+}
