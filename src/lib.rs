@@ -43,6 +43,7 @@ pub mod position;
 pub mod storage;
 
 pub use error::{CorruptionKind, CorruptionPlace, Error, Result};
+pub use ledger::NonDurableOptions;
 pub use ledger::{
     AppendMeta, Cursor, CursorOptions, Entry, InitialPosition, LedgerConfig, ManagedLedger,
 };

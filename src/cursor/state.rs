@@ -153,6 +153,31 @@ impl CursorState {
         }
     }
 
+    /// Catches up with a trim that did not wait for this cursor (a non-durable one): acks of
+    /// entries no longer retained are dropped, and a mark-delete before the first retained
+    /// entry becomes "before every entry" (`None`), which reads and backlog treat alike.
+    pub(crate) fn follow_trim(&mut self, layout: &Layout) -> Result<()> {
+        let Some(first) = layout.first_entry() else {
+            return Ok(());
+        };
+        let Some(below) = layout_floor(first) else {
+            return Ok(());
+        };
+        let mut moved = false;
+        if self.mark_delete.is_some_and(|m| m <= below) {
+            self.mark_delete = None;
+            moved = true;
+        }
+        if self.acks.span()?.is_some_and(|(low, _)| low <= below) {
+            self.acks.remove_at_most(below)?;
+            moved = true;
+        }
+        if moved {
+            self.absorb(layout)?;
+        }
+        Ok(())
+    }
+
     /// Acknowledges one entry. Returns whether anything changed.
     pub(crate) fn ack(&mut self, layout: &Layout, pos: Position) -> Result<bool> {
         if self.mark_delete.is_some_and(|m| pos <= m) {
@@ -189,6 +214,126 @@ impl CursorState {
         self.acks.remove_at_most(pos)?;
         self.absorb(layout)?;
         Ok(true)
+    }
+
+    /// Acknowledges every position of `positions` at once: all are checked first, so on an
+    /// error nothing changes. Returns how many entries were newly acknowledged.
+    pub(crate) fn ack_many(&mut self, layout: &Layout, positions: &[Position]) -> Result<u64> {
+        let after_mark = |p: &Position| self.mark_delete.is_none_or(|m| *p > m);
+        if let Some(&bad) = positions
+            .iter()
+            .find(|p| after_mark(p) && !layout.contains(**p))
+        {
+            return Err(Error::NoSuchEntry(bad));
+        }
+        let mut changed = 0;
+        for &pos in positions.iter().filter(|p| after_mark(p)) {
+            changed += u64::from(self.acks.add(pos)?);
+        }
+        if changed > 0 {
+            self.absorb(layout)?;
+        }
+        Ok(changed)
+    }
+
+    /// Acknowledges the next `n` unacknowledged entries after mark-delete, stepping over the
+    /// individually acknowledged ones (they do not count), so mark-delete moves to the last
+    /// entry skipped. Fewer are skipped when fewer remain. Returns the number skipped.
+    /// Visits every entry it steps over: O(n + acknowledged entries in between).
+    pub(crate) fn skip(&mut self, layout: &Layout, n: u64) -> Result<u64> {
+        let mut skipped = 0;
+        let mut last = None;
+        let mut next = layout.after_mark(self.mark_delete);
+        while skipped < n {
+            let Some(pos) = next else { break };
+            if !self.acks.contains(pos)? {
+                skipped += 1;
+            }
+            last = Some(pos);
+            next = layout.after(pos);
+        }
+        if let Some(last) = last {
+            self.mark_delete = Some(last);
+            self.acks.remove_at_most(last)?;
+            self.absorb(layout)?;
+        }
+        Ok(skipped)
+    }
+
+    /// Moves mark-delete to `pos` as [`Self::ack_cumulative`] does and replaces the properties
+    /// with `properties`, both or neither: every check runs before anything changes.
+    /// `room` is what a cursor-ledger entry leaves the properties (see [`check_property`]).
+    /// Returns whether anything changed.
+    pub(crate) fn mark_delete_with_properties(
+        &mut self,
+        layout: &Layout,
+        pos: Position,
+        properties: BTreeMap<String, i64>,
+        room: usize,
+    ) -> Result<bool> {
+        let mut checked = BTreeMap::new();
+        for (key, value) in properties {
+            check_property(&checked, &key, room)?;
+            checked.insert(key, value);
+        }
+        if let Some(m) = self.mark_delete
+            && pos < m
+        {
+            return Err(Error::InvalidArgument {
+                reason: format!(
+                    "mark-delete to {pos} is behind the mark-delete position {m}; nothing was \
+                     changed"
+                ),
+            });
+        }
+        if self.mark_delete != Some(pos) && !layout.contains(pos) {
+            return Err(Error::NoSuchEntry(pos));
+        }
+        let moved = self.ack_cumulative(layout, pos)?;
+        let replaced = self.properties != checked;
+        self.properties = checked;
+        Ok(moved || replaced)
+    }
+
+    /// Moves only the read position (Pulsar's `seek(position)`): the next read starts at the
+    /// first retained entry at or after `pos`, or after mark-delete when `pos` is at or before
+    /// it. Acks, mark-delete and the epoch are kept.
+    pub(crate) fn set_read_position(&mut self, pos: Position) {
+        self.read_position = pos;
+    }
+
+    /// The first entry after mark-delete (never individually acknowledged: mark-delete absorbs
+    /// those), `None` when every retained entry is acknowledged.
+    pub(crate) fn first_unacked(&self, layout: &Layout) -> Option<Position> {
+        layout.after_mark(self.mark_delete)
+    }
+
+    /// Unacknowledged retained entries in `from..=to` (entries at or before mark-delete are
+    /// acknowledged). O(ledgers) plus at most two partition loads.
+    pub(crate) fn unacked_between(
+        &mut self,
+        layout: &Layout,
+        from: Position,
+        to: Position,
+    ) -> Result<u64> {
+        let Some(floor) = layout.after_mark(self.mark_delete) else {
+            return Ok(0);
+        };
+        let from = from.max(floor);
+        if from > to {
+            return Ok(0);
+        }
+        let entries = count_between(layout, from, to);
+        Ok(entries.saturating_sub(self.acks.cardinality_between(from, to)?))
+    }
+
+    /// Whether a read would return an entry now: an unacknowledged entry at or after the read
+    /// position.
+    pub(crate) fn has_more(&mut self, layout: &Layout) -> Result<bool> {
+        match (self.read_start(layout), layout.last_entry()) {
+            (Some(from), Some(last)) => Ok(self.unacked_between(layout, from, last)? > 0),
+            _ => Ok(false),
+        }
     }
 
     /// Moves mark-delete over every acknowledged entry that directly follows it.
@@ -327,6 +472,15 @@ fn initial_target(layout: &Layout, options: CursorOptions) -> Option<Position> {
         (InitialPosition::At(p), false) => layout.after(p),
         (InitialPosition::At(p), true) => layout.at_or_after(p),
     }
+}
+
+/// Retained entries in `from..=to`. O(ledgers).
+fn count_between(layout: &Layout, from: Position, to: Position) -> u64 {
+    if from > to {
+        return 0;
+    }
+    let from_on = layout.count_after(layout.before(from));
+    from_on.saturating_sub(layout.count_after(Some(to)))
 }
 
 /// The highest position below the retained entry `first` (`None` when nothing can be below).
