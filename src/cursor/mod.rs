@@ -20,6 +20,7 @@
 //! Must never: change the topic's ledgers, write any record but its own, or hold a handle on
 //! the entry log once closed (a closed topic must release its directory).
 
+mod batch;
 mod config;
 pub mod open;
 pub mod persist;
@@ -117,6 +118,11 @@ pub struct CursorStats {
     pub recovery_source: Option<RecoverySource>,
     /// The error of a background flush that the next `flush` or `close` will return.
     pub background_error: Option<String>,
+    /// Entries with some, not all, messages acknowledged at batch-index level.
+    pub partial_entries: u64,
+    /// Memory their acknowledged batch indexes take (estimated: serialized bitmaps plus a fixed
+    /// overhead per entry).
+    pub batch_index_bytes: u64,
 }
 
 /// What a cursor needs from its topic; implemented by the managed ledger.
@@ -172,6 +178,29 @@ enum Move {
     Rewind,
     /// A reset whose first read is this entry (`None`: the next entry appended).
     To(Option<Position>),
+    /// A reset to message `skip` of the entry at `entry` (of `batch_size` messages): as
+    /// `To(Some(entry))`, with the messages before `skip` acknowledged (PIP-101 on a batch).
+    ToMessage {
+        entry: Position,
+        batch_size: u32,
+        skip: u32,
+    },
+}
+
+impl Move {
+    /// Whether this is a reset (a rewind is not).
+    fn is_reset(self) -> bool {
+        !matches!(self, Self::Rewind)
+    }
+
+    /// The entry a reset reads first (`None`: the next entry appended, and for a rewind).
+    fn target(self) -> Option<Position> {
+        match self {
+            Self::Rewind => None,
+            Self::To(target) => target,
+            Self::ToMessage { entry, .. } => Some(entry),
+        }
+    }
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -537,7 +566,8 @@ impl Cursor {
             let planned = plan(&layout)?;
             let mut persisted = core.state.persisted();
             persisted.epoch += 1;
-            if let Move::To(target) = planned {
+            if planned.is_reset() {
+                let target = planned.target();
                 let mark = state::mark_before(&layout, target);
                 persisted.mark_delete = mark.unwrap_or(NO_MARK_DELETE);
                 *lock(&shared.published_mark) = core.state.mark_delete.min(mark);
@@ -546,7 +576,7 @@ impl Cursor {
         };
         let written = match planned {
             _ if !core.durable => Ok(()),
-            Move::To(_) => {
+            Move::To(_) | Move::ToMessage { .. } => {
                 // The state after a seek starts a fresh cursor ledger (it holds no acks, so
                 // nothing is copied), and the rollover switches the cursor record to it, with
                 // the new mark-delete, in one compare-and-set. Until that switch a crash leaves
@@ -572,8 +602,16 @@ impl Cursor {
         core.state.epoch += 1;
         let layout = shared.topic.layout();
         let refreshed = match planned {
-            Move::To(target) => {
-                core.state.reset_to(&layout, target);
+            Move::To(_) | Move::ToMessage { .. } => {
+                core.state.reset_to(&layout, planned.target());
+                if let Move::ToMessage {
+                    entry,
+                    batch_size,
+                    skip,
+                } = planned
+                {
+                    core.state.batch.set_prefix(entry, batch_size, skip);
+                }
                 // What was just committed is exactly the new state.
                 core.dirty = false;
                 if core.durable {
@@ -641,6 +679,49 @@ impl Cursor {
             core.dirty |= changed;
             Ok(changed)
         })
+    }
+
+    /// Acknowledges one message of an entry that holds `batch_size` messages (the entry's
+    /// `num_messages`), Pulsar's batch-index ack (PIP-54). The entry stays unacknowledged, and
+    /// is still delivered by reads (with [`Entry::acked_batch_indexes`] telling which of its
+    /// messages to drop), until its last message is acknowledged: then it is acknowledged as
+    /// by [`Self::ack`], and mark-delete moves when it can. [`Self::ack`] and cumulative acks
+    /// acknowledge whole entries, whatever their messages. Returns whether anything changed
+    /// (`false` for a message or an entry already acknowledged).
+    ///
+    /// Durability: the entry ack that completes a batch is persisted like any ack; the
+    /// acknowledged messages of entries still partial live in memory only (figures in
+    /// [`CursorStats::partial_entries`] and [`CursorStats::batch_index_bytes`]): after a
+    /// reopen such an entry is delivered whole again, as before batch-index acks.
+    ///
+    /// # Errors
+    /// [`Error::NoSuchEntry`] for a position after mark-delete that is not a retained entry;
+    /// [`Error::InvalidArgument`] for `index >= batch_size`, or a `batch_size` other than the
+    /// one given for earlier messages of the same entry. Nothing changes on an error.
+    pub fn ack_batch_index(&self, pos: Position, index: u32, batch_size: u32) -> Result<bool> {
+        self.with_state(|core, layout| {
+            let changed = core.state.ack_batch_index(layout, pos, index, batch_size)?;
+            core.counters.acks += u64::from(changed);
+            // Only a completed entry changes what a flush writes.
+            if changed && core.state.is_acked(pos)? {
+                core.dirty = true;
+            }
+            Ok(changed)
+        })
+    }
+
+    /// The partially acknowledged entries grouped by partition of the ack set, each with its
+    /// acknowledged batch indexes: what batch-index entries
+    /// ([`encode_batch_entry`](crate::format::cursor::encode_batch_entry)) encode.
+    pub fn batch_index_partitions(&self) -> Result<Vec<crate::format::cursor::BatchPartition>> {
+        Ok(self.shared.core()?.state.batch.partitions())
+    }
+
+    /// Whether message `index` of the entry at `pos` is acknowledged: the entry is, or that
+    /// message is at batch-index level.
+    pub fn is_batch_index_acked(&self, pos: Position, index: u32) -> Result<bool> {
+        let mut core = self.shared.core()?;
+        Ok(core.state.is_acked(pos)? || core.state.batch.contains(pos, index))
     }
 
     /// Acknowledges every position in `positions` in one call, under one lock (Pulsar's
@@ -790,11 +871,15 @@ impl Cursor {
             planned?
         };
         let log = self.shared.topic.log()?;
+        let batch = &core.state.batch;
         let entries = positions
             .into_iter()
             .map(|p| {
-                log.read(p.ledger_id, p.entry_id)
-                    .map(|e| Entry::from_log(p.ledger_id, e))
+                log.read(p.ledger_id, p.entry_id).map(|e| {
+                    let mut entry = Entry::from_log(p.ledger_id, e);
+                    entry.acked_batch_indexes = batch.acked(p).cloned();
+                    entry
+                })
             })
             .collect::<Result<Vec<_>>>()?;
         core.counters.entries_read += entries.len() as u64;
@@ -820,10 +905,28 @@ impl Cursor {
 
     /// Resets the cursor to the entry holding message `index` (PIP-101). With retained indexes
     /// `[A, B)`: `index` in it reads that entry next; `index < A` reads the earliest entry;
-    /// `index >= B` reads the next entry appended. Otherwise as [`Self::seek`].
+    /// `index >= B` reads the next entry appended. Otherwise as [`Self::seek`]. When `index` is
+    /// inside a batch, the messages of that entry before it are acknowledged at batch-index
+    /// level (the entry is delivered with them in [`Entry::acked_batch_indexes`]), so the next
+    /// message a consumer processes is `index`; one more header read finds the entry's
+    /// first index.
     pub fn seek_by_index(&self, index: u64) -> Result<()> {
         let log = self.shared.topic.log()?;
-        self.reset(|layout| Ok(Move::To(finder::find_by_index(&log, layout, index)?)))
+        self.reset(|layout| {
+            let Some(entry) = finder::find_by_index(&log, layout, index)? else {
+                return Ok(Move::To(None));
+            };
+            let meta = log.read_meta(entry.ledger_id, entry.entry_id)?;
+            let first = (meta.index + 1).saturating_sub(u64::from(meta.num_messages));
+            Ok(match u32::try_from(index.saturating_sub(first)) {
+                Ok(skip) if skip > 0 && index <= meta.index => Move::ToMessage {
+                    entry,
+                    batch_size: meta.num_messages,
+                    skip,
+                },
+                _ => Move::To(Some(entry)),
+            })
+        })
     }
 
     /// Resets the cursor so that the entry after the last one with a timestamp at most
@@ -967,6 +1070,8 @@ impl Cursor {
                     .unwrap_or_default(),
                 recovery_source: core.recovery_source,
                 background_error: core.background_error.as_ref().map(ToString::to_string),
+                partial_entries: state.batch.len(),
+                batch_index_bytes: state.batch.bytes() as u64,
             })
         })
     }

@@ -23,6 +23,7 @@ use crate::format::cursor::{MAX_PROPERTIES, MAX_PROPERTY_NAME, PersistedState};
 use crate::format::meta::CursorRecord;
 use crate::position::Position;
 
+use super::batch::{BatchAck, BatchAcks};
 use super::{CursorOptions, InitialPosition};
 
 /// How "no entry acknowledged" is written in the `mark_delete` field of a cursor record.
@@ -45,6 +46,9 @@ pub struct CursorState {
     pub(crate) properties: BTreeMap<String, i64>,
     /// Increases on every seek, rewind and reset; never on reopen.
     pub(crate) epoch: u64,
+    /// Acknowledged messages of partially acknowledged entries (after mark-delete, not in
+    /// `acks`).
+    pub(crate) batch: BatchAcks,
 }
 
 impl CursorState {
@@ -56,6 +60,7 @@ impl CursorState {
             acks,
             properties: BTreeMap::new(),
             epoch: 0,
+            batch: BatchAcks::default(),
         };
         state.reset_to(layout, initial_target(layout, options));
         state
@@ -83,6 +88,7 @@ impl CursorState {
             acks,
             properties: persisted.properties.clone(),
             epoch: persisted.epoch,
+            batch: BatchAcks::default(),
         };
         let before = (state.mark_delete, state.acks.len());
         state.drop_missing(layout)?;
@@ -172,6 +178,7 @@ impl CursorState {
             self.acks.remove_at_most(below)?;
             moved = true;
         }
+        self.batch.remove_at_most(below);
         if moved {
             self.absorb(layout)?;
         }
@@ -189,8 +196,35 @@ impl CursorState {
         if !self.acks.add(pos)? {
             return Ok(false);
         }
+        self.batch.remove(pos);
         self.absorb(layout)?;
         Ok(true)
+    }
+
+    /// Acknowledges message `index` of the entry at `pos`, which holds `batch_size` messages;
+    /// the entry is acknowledged whole once its last message is. Returns whether anything
+    /// changed (`false` for a message, or an entry, already acknowledged).
+    pub(crate) fn ack_batch_index(
+        &mut self,
+        layout: &Layout,
+        pos: Position,
+        index: u32,
+        batch_size: u32,
+    ) -> Result<bool> {
+        if self.mark_delete.is_some_and(|m| pos <= m) {
+            return Ok(false);
+        }
+        if !layout.contains(pos) {
+            return Err(Error::NoSuchEntry(pos));
+        }
+        if self.acks.contains(pos)? {
+            return Ok(false);
+        }
+        match self.batch.ack(pos, index, batch_size)? {
+            BatchAck::Unchanged => Ok(false),
+            BatchAck::Partial => Ok(true),
+            BatchAck::Complete => self.ack(layout, pos),
+        }
     }
 
     /// Acknowledges every entry up to and including `pos`. Returns whether anything changed.
@@ -229,6 +263,7 @@ impl CursorState {
         let mut changed = 0;
         for &pos in positions.iter().filter(|p| after_mark(p)) {
             changed += u64::from(self.acks.add(pos)?);
+            self.batch.remove(pos);
         }
         if changed > 0 {
             self.absorb(layout)?;
@@ -345,6 +380,9 @@ impl CursorState {
             self.mark_delete = Some(last);
             self.acks.remove_at_most(last)?;
         }
+        if let Some(mark) = self.mark_delete {
+            self.batch.remove_at_most(mark);
+        }
         Ok(())
     }
 
@@ -362,6 +400,7 @@ impl CursorState {
         self.mark_delete = mark_before(layout, target);
         self.read_position = target.unwrap_or_else(|| layout.end());
         self.acks.clear();
+        self.batch.clear();
     }
 
     /// Reads again from the first entry after mark-delete.
