@@ -43,11 +43,13 @@ pub mod position;
 pub mod storage;
 
 pub use error::{CorruptionKind, CorruptionPlace, Error, Result};
+pub use filter::{ReceivedFilter, SubscriptionType};
 pub use ledger::NonDurableOptions;
 pub use ledger::{
     AppendMeta, Cursor, CursorOptions, Entry, InitialPosition, LedgerConfig, ManagedLedger,
 };
 pub use position::Position;
+pub use storage::{MemStorage, Storage};
 
 /// The README's examples, compiled and run as doctests so they cannot drift from the API.
 #[cfg(doctest)]

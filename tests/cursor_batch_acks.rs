@@ -7,8 +7,10 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 
 use ackstore::Position;
-use ackstore::filter::{ReceivedFilter, SubscriptionType};
-use ackstore::{AppendMeta, Cursor, Error, InitialPosition, ManagedLedger, NonDurableOptions};
+use ackstore::{
+    AppendMeta, Cursor, Error, InitialPosition, ManagedLedger, NonDurableOptions, ReceivedFilter,
+    SubscriptionType,
+};
 use support::topic::{at, mem_topic, on_each_backend, reopen};
 use support::workload::{Rng, seed_from_env};
 
@@ -328,4 +330,62 @@ fn the_received_filter_works_at_message_level() {
     assert!(whole.admit(e[0].0, 0));
     assert!(!whole.admit_message(e[0].0, 3, 0));
     assert!(whole.admit_message(e[1].0, 0, 0));
+}
+
+/// A power cut at every storage step of a flush made while entries are partially acknowledged
+/// (and every byte of the unsynced tail kept): the recovered cursor never holds an ack that was
+/// not made (partial entries are not entries acknowledged, and no message is), and once the
+/// flush returned `Ok` it holds every entry completed by batch-index acks before it.
+#[test]
+fn a_power_cut_during_a_flush_with_batch_state_never_invents_an_ack() {
+    let clean = support::crash::cut_everywhere_after(
+        support::crash::Points { from: 1, step: 1 },
+        |disk| {
+            let topic = reopen(disk, 10);
+            let e = append_batches(&topic, &[3, 2, 4, 2, 5]);
+            topic.sync().unwrap();
+            let c = earliest(&topic);
+            c.ack(e[3].0).unwrap();
+            c.flush().unwrap();
+            (topic, c, e)
+        },
+        |_, (topic, c, e)| {
+            // Entry 1 completed by its messages, entries 0 and 4 left partial.
+            c.ack_batch_index(e[1].0, 1, 2).unwrap();
+            c.ack_batch_index(e[1].0, 0, 2).unwrap();
+            c.ack_batch_index(e[0].0, 2, 3).unwrap();
+            c.ack_batch_index(e[4].0, 0, 5).unwrap();
+            let flushed = c.flush();
+            (topic, c, e, flushed)
+        },
+        |disk, support::crash::Cut { n, .. }, (topic, c, e, flushed)| {
+            drop(c);
+            std::mem::forget(topic);
+            let tail = support::crash::unsynced_tail(disk);
+            let torn = (0..=tail).map(|k| (k, support::crash::torn_image(disk, |u| u.min(k))));
+            for (keep, image) in std::iter::once((0, disk.durable_image())).chain(torn) {
+                let what = format!("cut at {n}, {keep} tail bytes kept");
+                let topic = reopen(&image, 10);
+                let c = earliest(&topic);
+                assert_eq!(c.mark_delete_position().unwrap(), None, "{what}");
+                assert!(c.is_acked(e[3].0).unwrap(), "{what}: flushed before");
+                for i in [0, 2, 4] {
+                    assert!(!c.is_acked(e[i].0).unwrap(), "{what}: entry {i} invented");
+                }
+                let acked = c.is_acked(e[1].0).unwrap();
+                if flushed.is_ok() {
+                    assert!(acked, "{what}: flushed, then lost");
+                }
+                assert_eq!(c.stats().unwrap().partial_entries, 0, "{what}");
+                let read = c.read_entries(10).unwrap();
+                assert!(
+                    read.iter().all(|x| x.acked_batch_indexes.is_none()),
+                    "{what}"
+                );
+                topic.close().unwrap();
+            }
+        },
+    );
+    assert!(clean.result.3.is_ok());
+    assert!(clean.total >= 3, "the flush took {} writes", clean.total);
 }

@@ -6,8 +6,9 @@ mod support;
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use ackstore::storage::{MemStorage, Storage};
-use ackstore::{Cursor, Error, InitialPosition, ManagedLedger, NonDurableOptions, Position};
+use ackstore::{
+    Cursor, Error, InitialPosition, ManagedLedger, MemStorage, NonDurableOptions, Position, Storage,
+};
 use support::topic::{append_n, at, config, mem_topic, on_each_backend, read_positions, reopen};
 use support::workload::{Rng, seed_from_env};
 
