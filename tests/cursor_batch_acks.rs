@@ -389,3 +389,55 @@ fn a_power_cut_during_a_flush_with_batch_state_never_invents_an_ack() {
     assert!(clean.result.3.is_ok());
     assert!(clean.total >= 3, "the flush took {} writes", clean.total);
 }
+
+/// Four threads ack the messages of the same batches, each a different share, on a durable
+/// cursor and a reader: every message ack changes the state exactly once across threads, every
+/// entry ends acknowledged, mark-delete reaches the last entry, and no partial state is left.
+#[test]
+fn threads_acking_messages_of_the_same_batches_complete_each_entry_once() {
+    const THREADS: u32 = 4;
+    let (_disk, topic) = mem_topic(16);
+    let sizes: Vec<u32> = (0..64).map(|i| 2 + (i % 9)).collect();
+    let entries = append_batches(&topic, &sizes);
+    let durable = earliest(&topic);
+    let reader = topic
+        .open_non_durable_cursor(InitialPosition::Earliest, NonDurableOptions::default())
+        .unwrap();
+    for c in [&durable, &reader] {
+        let changed: u64 = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..THREADS)
+                .map(|t| {
+                    let entries = &entries;
+                    s.spawn(move || {
+                        let mut changed = 0u64;
+                        // Every thread acks every message once, in its own order; only the
+                        // first ack of each message may report a change.
+                        for k in 0..entries.len() {
+                            let (pos, n) = entries[(k * 7 + t as usize * 13) % entries.len()];
+                            for i in 0..n {
+                                let i = (i + t) % n;
+                                changed += u64::from(c.ack_batch_index(pos, i, n).unwrap());
+                            }
+                        }
+                        changed
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        let messages: u64 = sizes.iter().map(|&n| u64::from(n)).sum();
+        // Each message changes the state once, except those acked after their entry was
+        // completed (they report no change): at least one per entry, at most all messages.
+        assert!(
+            changed >= entries.len() as u64 && changed <= messages,
+            "{changed}"
+        );
+        assert_eq!(
+            c.mark_delete_position().unwrap(),
+            entries.last().map(|e| e.0)
+        );
+        assert_eq!(c.backlog().unwrap(), 0);
+        assert_eq!(c.stats().unwrap().partial_entries, 0);
+        assert_eq!(c.stats().unwrap().batch_index_bytes, 0);
+    }
+}
