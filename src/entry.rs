@@ -3,6 +3,8 @@
 //! Owns: the [`Entry`] value handed out by reads (an entry-log frame plus its position and the
 //! message metadata the managed ledger stores in every frame header). Pure data, no I/O.
 
+use roaring::RoaringBitmap;
+
 use crate::log::LogEntry;
 use crate::position::Position;
 
@@ -23,6 +25,11 @@ pub struct Entry {
     pub timestamp: u64,
     /// The bytes given to the append.
     pub payload: Vec<u8>,
+    /// For an entry read through a cursor: the indexes (`0..num_messages`) of its messages
+    /// that cursor has acknowledged at batch-index level, which a dispatcher filters out;
+    /// `None` when there are none (the entry is not acknowledged in part), which costs
+    /// nothing. Always `None` for [`ManagedLedger::read`](crate::ManagedLedger::read).
+    pub acked_batch_indexes: Option<RoaringBitmap>,
 }
 
 impl Entry {
@@ -39,6 +46,7 @@ impl Entry {
             num_messages: entry.meta.num_messages,
             timestamp: entry.meta.timestamp,
             payload: entry.payload,
+            acked_batch_indexes: None,
         }
     }
 }

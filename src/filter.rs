@@ -65,8 +65,9 @@ impl fmt::Display for SubscriptionType {
 #[derive(Clone, Debug)]
 pub struct ReceivedFilter {
     enabled: bool,
-    /// Largest position admitted since the last reset.
-    largest: Option<Position>,
+    /// Largest message admitted since the last reset: its entry and batch index (`u32::MAX`
+    /// for a whole entry admitted by [`ReceivedFilter::admit`]).
+    largest: Option<(Position, u32)>,
     /// Newest epoch seen.
     epoch: u64,
     /// Entries not admitted.
@@ -117,6 +118,17 @@ impl ReceivedFilter {
     ///
     /// A disabled filter returns `true` and records nothing.
     pub fn admit(&mut self, position: Position, epoch: u64) -> bool {
+        self.admit_message(position, u32::MAX, epoch)
+    }
+
+    /// [`Self::admit`] for one message of a batched entry: message `batch_index` of the entry
+    /// at `position`. Messages are ordered by entry, then batch index, so after a redelivery of
+    /// a batch the consumer received up to message `k` of, messages `0..=k` are dropped and
+    /// the rest admitted. A whole entry admitted by [`Self::admit`] counts as all its messages
+    /// received. Use it when batch-index acks are on, for the messages of an entry the
+    /// dispatcher did not filter out (see `Entry::acked_batch_indexes`).
+    pub fn admit_message(&mut self, position: Position, batch_index: u32, epoch: u64) -> bool {
+        let message = (position, batch_index);
         if !self.enabled {
             return true;
         }
@@ -124,9 +136,9 @@ impl ReceivedFilter {
             self.epoch = epoch;
             self.largest = None;
         }
-        let fresh = epoch == self.epoch && self.largest.is_none_or(|largest| position > largest);
+        let fresh = epoch == self.epoch && self.largest.is_none_or(|largest| message > largest);
         if fresh {
-            self.largest = Some(position);
+            self.largest = Some(message);
         } else {
             self.dropped += 1;
         }
@@ -143,6 +155,13 @@ impl ReceivedFilter {
     /// The largest position admitted since the last reset, if any.
     #[must_use]
     pub fn largest_received(&self) -> Option<Position> {
+        self.largest.map(|(position, _)| position)
+    }
+
+    /// The largest message admitted since the last reset: its entry and batch index
+    /// (`u32::MAX` when the whole entry was admitted by [`Self::admit`]).
+    #[must_use]
+    pub fn largest_received_message(&self) -> Option<(Position, u32)> {
         self.largest
     }
 

@@ -43,7 +43,7 @@ pub use error::{CorruptionKind, CorruptionPlace, Error, Result};
 pub use filter::{ReceivedFilter, SubscriptionType};
 pub use finder::LedgerSpan;
 pub use format::cursor::{MAX_PROPERTIES, MAX_PROPERTY_NAME};
-pub use ledger::{AppendMeta, LedgerConfig, ManagedLedger};
+pub use ledger::{AppendMeta, LedgerConfig, ManagedLedger, NonDurableOptions};
 pub use log::{LedgerInfo, LogConfig, LogStats, RecoveryMode, TailRepair};
 pub use position::Position;
 pub use storage::{

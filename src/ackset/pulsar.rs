@@ -243,3 +243,52 @@ mod tests {
         assert_eq!(roaring_bytes([(5, &RoaringBitmap::new())], |_| 3), 0);
     }
 }
+
+/// Exact bytes of one element of Pulsar's `PositionInfo.batchedEntryDeletionIndexInfo` (field
+/// 5, repeated), which Pulsar writes for every partially acknowledged entry (up to
+/// `maxBatchDeletedIndexToPersist`):
+///
+/// ```text
+/// message BatchedEntryDeletionIndexInfo {
+///     required NestedPositionInfo position = 1;
+///     repeated int64 deleteSet = 2;          // not packed
+/// }
+/// ```
+///
+/// `deleteSet` is `BitSet.toLongArray()` of the entry's ack set, in which a set bit is a
+/// message *not yet* acknowledged (the batch starts all set and acks clear bits); trailing zero
+/// words are dropped. Each word is its own tag and `int64` varint (ten bytes when bit 63 is
+/// set). `acked` holds the acknowledged indexes in `0..batch_size`.
+#[must_use]
+pub fn batch_deletion_index_bytes(pos: Position, batch_size: u32, acked: &RoaringBitmap) -> u64 {
+    let mut unacked = RoaringBitmap::new();
+    unacked.insert_range(0..batch_size);
+    unacked -= acked;
+    let words: u64 = long_array_words(&unacked)
+        .map(|word| TAG_BYTES + varint_bytes(word))
+        .sum();
+    let position = delimited_bytes(nested_position_bytes(
+        pos.ledger_id.cast_signed(),
+        pos.entry_id.cast_signed(),
+    ));
+    delimited_bytes(position + words)
+}
+
+#[cfg(test)]
+mod batch_size_tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_deletion_index_info_counts_position_and_unacked_words() {
+        // Ledger 3, entry 5, batch of 10 with messages 0..4 acked: unacked bits 4..10 make
+        // the word 0b11_1111_0000 = 1008, a 2-byte varint. Position: tag, length, 2 + 2 bytes;
+        // the word: tag + 2; the element: tag, length.
+        let acked: RoaringBitmap = (0..4).collect();
+        let bytes = batch_deletion_index_bytes(Position::new(3, 5), 10, &acked);
+        assert_eq!(bytes, 1 + 1 + (1 + 1 + 4) + (1 + 2));
+        // A batch of 64 with message 0 acked: the one word has bit 63 set, ten bytes.
+        let acked: RoaringBitmap = [0].into_iter().collect();
+        let bytes = batch_deletion_index_bytes(Position::new(3, 5), 64, &acked);
+        assert_eq!(bytes, 1 + 1 + (1 + 1 + 4) + (1 + 10));
+    }
+}

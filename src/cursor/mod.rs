@@ -20,6 +20,7 @@
 //! Must never: change the topic's ledgers, write any record but its own, or hold a handle on
 //! the entry log once closed (a closed topic must release its directory).
 
+mod batch;
 mod config;
 pub mod open;
 pub mod persist;
@@ -36,7 +37,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, MutexGuard, RwLockReadGuard, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub use config::CursorConfig;
 pub use config::{OverflowPolicy, PersistMode};
@@ -75,6 +76,18 @@ pub struct CursorOptions {
     pub inclusive: bool,
 }
 
+/// How a non-durable cursor (a reader) is opened, besides where it starts; see
+/// `ManagedLedger::open_non_durable_cursor`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NonDurableOptions {
+    /// Whether the entry at the start position itself is read first (`Latest`, `At`), as in
+    /// [`CursorOptions::inclusive`].
+    pub inclusive: bool,
+    /// A label for logs and `Debug` output (Pulsar names a reader's subscription
+    /// `reader-<id>`); it names nothing on disk and need not be unique.
+    pub name: String,
+}
+
 /// A snapshot of a cursor's figures.
 #[derive(Debug, Clone, Default)]
 pub struct CursorStats {
@@ -106,6 +119,11 @@ pub struct CursorStats {
     pub recovery_source: Option<RecoverySource>,
     /// The error of a background flush that the next `flush` or `close` will return.
     pub background_error: Option<String>,
+    /// Entries with some, not all, messages acknowledged at batch-index level.
+    pub partial_entries: u64,
+    /// Memory their acknowledged batch indexes take (estimated: serialized bitmaps plus a fixed
+    /// overhead per entry).
+    pub batch_index_bytes: u64,
 }
 
 /// What a cursor needs from its topic; implemented by the managed ledger.
@@ -121,6 +139,11 @@ pub(crate) trait TopicAccess: Send + Sync + fmt::Debug {
     fn check_owner(&self) -> Result<()>;
     /// Called once a cursor is closed, so the topic forgets it.
     fn release(&self, cursor: &CursorShared);
+    /// How many appends (and closes) the topic has seen; read before a read that may wait.
+    fn appends_seen(&self) -> u64;
+    /// Blocks until the count of [`Self::appends_seen`] differs from `seen` or `deadline`
+    /// passes, whichever is first; returns the count. Woken by a condvar, never by polling.
+    fn wait_for_append(&self, seen: u64, deadline: std::time::Instant) -> u64;
 }
 
 /// Name of the metadata record of cursor `id`. Only numeric ids name records: a cursor's own
@@ -156,6 +179,29 @@ enum Move {
     Rewind,
     /// A reset whose first read is this entry (`None`: the next entry appended).
     To(Option<Position>),
+    /// A reset to message `skip` of the entry at `entry` (of `batch_size` messages): as
+    /// `To(Some(entry))`, with the messages before `skip` acknowledged (PIP-101 on a batch).
+    ToMessage {
+        entry: Position,
+        batch_size: u32,
+        skip: u32,
+    },
+}
+
+impl Move {
+    /// Whether this is a reset (a rewind is not).
+    fn is_reset(self) -> bool {
+        !matches!(self, Self::Rewind)
+    }
+
+    /// The entry a reset reads first (`None`: the next entry appended, and for a rewind).
+    fn target(self) -> Option<Position> {
+        match self {
+            Self::Rewind => None,
+            Self::To(target) => target,
+            Self::ToMessage { entry, .. } => Some(entry),
+        }
+    }
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -168,8 +214,12 @@ struct Counters {
 /// The mutable part of a cursor, behind its lock.
 struct Core {
     state: CursorState,
-    /// `None` once the cursor is closed (it holds the entry log).
+    /// `None` once the cursor is closed (it holds the entry log), and always for a
+    /// non-durable cursor.
     persister: Option<CursorPersister>,
+    /// Whether the state is persisted at all: `false` for a non-durable cursor (a reader),
+    /// whose flushes, closes and seeks write nothing.
+    durable: bool,
     /// Whether the state changed since it was last persisted.
     dirty: bool,
     /// The first error of a background flush not yet returned to a caller.
@@ -186,7 +236,7 @@ impl Core {
     /// Writes the whole state (mark-delete, epoch, properties, every ack) through the
     /// persister if it changed since the last write; returns after the fsync.
     fn flush(&mut self, topic: &dyn TopicAccess) -> Result<()> {
-        if !self.dirty {
+        if !self.dirty || !self.durable {
             return Ok(());
         }
         topic.check_owner()?;
@@ -196,6 +246,16 @@ impl Core {
         self.dirty = false;
         self.counters.flushes += 1;
         Ok(())
+    }
+
+    /// What a cursor-ledger entry leaves the properties; unlimited for a non-durable cursor,
+    /// which writes no entry (only the name and count limits apply to it).
+    fn property_room(&self) -> Result<usize> {
+        match &self.persister {
+            Some(p) => Ok(p.property_room()),
+            None if self.durable => Err(Error::Closed),
+            None => Ok(usize::MAX),
+        }
     }
 
     /// Counts a failed background flush and logs it as a warning: its error waits for the next
@@ -214,6 +274,9 @@ impl Core {
     /// and properties (it serves when the cursor ledger is lost, and trimming reads the
     /// mark-delete of closed cursors from it).
     fn persist_for_close(&mut self, topic: &dyn TopicAccess) -> Result<()> {
+        if !self.durable {
+            return Ok(());
+        }
         self.flush(topic)?;
         let state = self.state.persisted();
         let persister = self.persister()?;
@@ -244,6 +307,8 @@ pub(crate) struct CursorShared {
     /// Mark-delete as of the last completed operation, for trimming.
     published_mark: Mutex<Option<Position>>,
     closed: AtomicBool,
+    /// See [`Core::durable`]; fixed at creation.
+    durable: bool,
     /// The topic closed the cursor after a failed flush: acks since the last successful flush
     /// were not persisted.
     lost: AtomicBool,
@@ -278,6 +343,7 @@ impl CursorShared {
             core: Mutex::new(Core {
                 state,
                 persister: Some(persistence.persister),
+                durable: true,
                 dirty: persistence.dirty,
                 background_error: None,
                 recovery_source: persistence.recovery_source,
@@ -285,6 +351,7 @@ impl CursorShared {
             }),
             published_mark: Mutex::new(mark),
             closed: AtomicBool::new(false),
+            durable: true,
             lost: AtomicBool::new(false),
             stop_flusher: Mutex::new(None),
         });
@@ -308,8 +375,43 @@ impl CursorShared {
         shared
     }
 
+    /// A non-durable cursor (a reader) in `state`: nothing of it is ever written, it has no
+    /// record, no cursor ledger and no background flusher, and it is gone once closed.
+    pub(crate) fn new_non_durable(
+        id: u64,
+        name: String,
+        topic: Arc<dyn TopicAccess>,
+        state: CursorState,
+    ) -> Arc<Self> {
+        let mark = state.mark_delete;
+        Arc::new(Self {
+            id,
+            name,
+            topic,
+            core: Mutex::new(Core {
+                state,
+                persister: None,
+                durable: false,
+                dirty: false,
+                background_error: None,
+                recovery_source: None,
+                counters: Counters::default(),
+            }),
+            published_mark: Mutex::new(mark),
+            closed: AtomicBool::new(false),
+            durable: false,
+            lost: AtomicBool::new(false),
+            stop_flusher: Mutex::new(None),
+        })
+    }
+
     pub(crate) fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Whether the cursor's state is persisted (`false` for a non-durable cursor).
+    pub(crate) fn is_durable(&self) -> bool {
+        self.durable
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -433,6 +535,9 @@ impl Cursor {
     fn with_state<R>(&self, f: impl FnOnce(&mut Core, &Layout) -> Result<R>) -> Result<R> {
         let mut core = self.shared.core()?;
         let layout = self.shared.topic.layout();
+        if !core.durable {
+            core.state.follow_trim(&layout)?;
+        }
         let result = f(&mut core, &layout);
         *lock(&self.shared.published_mark) = core.state.mark_delete;
         result
@@ -454,13 +559,16 @@ impl Cursor {
     fn reset(&self, plan: impl FnOnce(&Layout) -> Result<Move>) -> Result<()> {
         let shared = &self.shared;
         let mut core = shared.core()?;
-        shared.topic.check_owner()?;
+        if core.durable {
+            shared.topic.check_owner()?;
+        }
         let (planned, target_state) = {
             let layout = shared.topic.layout();
             let planned = plan(&layout)?;
             let mut persisted = core.state.persisted();
             persisted.epoch += 1;
-            if let Move::To(target) = planned {
+            if planned.is_reset() {
+                let target = planned.target();
                 let mark = state::mark_before(&layout, target);
                 persisted.mark_delete = mark.unwrap_or(NO_MARK_DELETE);
                 *lock(&shared.published_mark) = core.state.mark_delete.min(mark);
@@ -468,7 +576,8 @@ impl Cursor {
             (planned, persisted)
         };
         let written = match planned {
-            Move::To(_) => {
+            _ if !core.durable => Ok(()),
+            Move::To(_) | Move::ToMessage { .. } => {
                 // The state after a seek starts a fresh cursor ledger (it holds no acks, so
                 // nothing is copied), and the rollover switches the cursor record to it, with
                 // the new mark-delete, in one compare-and-set. Until that switch a crash leaves
@@ -490,16 +599,28 @@ impl Cursor {
             *lock(&shared.published_mark) = core.state.mark_delete;
             return Err(e);
         }
-        core.counters.flushes += 1;
+        core.counters.flushes += u64::from(core.durable);
         core.state.epoch += 1;
         let layout = shared.topic.layout();
         let refreshed = match planned {
-            Move::To(target) => {
-                core.state.reset_to(&layout, target);
+            Move::To(_) | Move::ToMessage { .. } => {
+                core.state.reset_to(&layout, planned.target());
+                if let Move::ToMessage {
+                    entry,
+                    batch_size,
+                    skip,
+                } = planned
+                {
+                    core.state.batch.set_prefix(entry, batch_size, skip);
+                }
                 // What was just committed is exactly the new state.
                 core.dirty = false;
-                core.persister()
-                    .and_then(|p| p.update_record(&target_state))
+                if core.durable {
+                    core.persister()
+                        .and_then(|p| p.update_record(&target_state))
+                } else {
+                    Ok(())
+                }
             }
             Move::Rewind => {
                 core.state.rewind(&layout);
@@ -561,6 +682,170 @@ impl Cursor {
         })
     }
 
+    /// Acknowledges one message of an entry that holds `batch_size` messages (the entry's
+    /// `num_messages`), Pulsar's batch-index ack (PIP-54). The entry stays unacknowledged, and
+    /// is still delivered by reads (with [`Entry::acked_batch_indexes`] telling which of its
+    /// messages to drop), until its last message is acknowledged: then it is acknowledged as
+    /// by [`Self::ack`], and mark-delete moves when it can. [`Self::ack`] and cumulative acks
+    /// acknowledge whole entries, whatever their messages. Returns whether anything changed
+    /// (`false` for a message or an entry already acknowledged).
+    ///
+    /// Durability: the entry ack that completes a batch is persisted like any ack; the
+    /// acknowledged messages of entries still partial live in memory only (figures in
+    /// [`CursorStats::partial_entries`] and [`CursorStats::batch_index_bytes`]): after a
+    /// reopen such an entry is delivered whole again, as before batch-index acks.
+    ///
+    /// # Errors
+    /// [`Error::NoSuchEntry`] for a position after mark-delete that is not a retained entry;
+    /// [`Error::InvalidArgument`] for `index >= batch_size`, or a `batch_size` other than the
+    /// one given for earlier messages of the same entry. Nothing changes on an error.
+    pub fn ack_batch_index(&self, pos: Position, index: u32, batch_size: u32) -> Result<bool> {
+        self.with_state(|core, layout| {
+            let changed = core.state.ack_batch_index(layout, pos, index, batch_size)?;
+            core.counters.acks += u64::from(changed);
+            // Only a completed entry changes what a flush writes.
+            if changed && core.state.is_acked(pos)? {
+                core.dirty = true;
+            }
+            Ok(changed)
+        })
+    }
+
+    /// The partially acknowledged entries grouped by partition of the ack set, each with its
+    /// acknowledged batch indexes: what batch-index entries
+    /// ([`encode_batch_entry`](crate::format::cursor::encode_batch_entry)) encode.
+    pub fn batch_index_partitions(&self) -> Result<Vec<crate::format::cursor::BatchPartition>> {
+        Ok(self.shared.core()?.state.batch.partitions())
+    }
+
+    /// Whether message `index` of the entry at `pos` is acknowledged: the entry is, or that
+    /// message is at batch-index level.
+    pub fn is_batch_index_acked(&self, pos: Position, index: u32) -> Result<bool> {
+        let mut core = self.shared.core()?;
+        Ok(core.state.is_acked(pos)? || core.state.batch.contains(pos, index))
+    }
+
+    /// Acknowledges every position in `positions` in one call, under one lock (Pulsar's
+    /// `delete(Iterable<Position>)`): as many [`Self::ack`] calls, but other threads see all or
+    /// none of them. Positions at or before mark-delete or already acknowledged are ignored.
+    /// Returns how many entries were newly acknowledged. Persisted like `ack`, by the next
+    /// flush.
+    ///
+    /// # Errors
+    /// [`Error::NoSuchEntry`] for the first position after mark-delete that is not a retained
+    /// entry; nothing changes (no position of the call is acknowledged).
+    pub fn ack_many(&self, positions: &[Position]) -> Result<u64> {
+        self.with_state(|core, layout| {
+            let changed = core.state.ack_many(layout, positions)?;
+            core.counters.acks += changed;
+            core.dirty |= changed > 0;
+            Ok(changed)
+        })
+    }
+
+    /// Skips the next `n` unacknowledged entries after mark-delete (Pulsar's `skipEntries(n,
+    /// Exclude)`): individually acknowledged entries are stepped over and do not count, and
+    /// mark-delete moves to the last entry skipped, so they count as acknowledged. Fewer are
+    /// skipped when fewer remain. Returns the number skipped. Persisted like an ack, by the
+    /// next flush; the read position follows when it was behind. O(n + acknowledged entries
+    /// stepped over).
+    pub fn skip_entries(&self, n: u64) -> Result<u64> {
+        self.with_state(|core, layout| {
+            let skipped = core.state.skip(layout, n)?;
+            core.dirty |= skipped > 0;
+            Ok(skipped)
+        })
+    }
+
+    /// Moves mark-delete to `pos` (as [`Self::ack_cumulative`]) and replaces every property
+    /// with `properties`, atomically (Pulsar's `markDelete(position, properties)`): other
+    /// threads and every later flush see both changes or neither, because both sit in the one
+    /// state entry (marker or snapshot) a flush commits. `pos` equal to mark-delete replaces
+    /// the properties only. Returns whether anything changed. Persisted by the next flush.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `pos` is behind mark-delete or a property name is too
+    /// long, [`Error::LimitExceeded`] when the properties exceed the limits of
+    /// [`Self::set_property`], [`Error::NoSuchEntry`] when `pos` is not a retained entry;
+    /// nothing changes on an error.
+    pub fn mark_delete_with_properties(
+        &self,
+        pos: Position,
+        properties: BTreeMap<String, i64>,
+    ) -> Result<bool> {
+        self.with_state(|core, layout| {
+            let room = core.property_room()?;
+            let changed = core
+                .state
+                .mark_delete_with_properties(layout, pos, properties, room)?;
+            core.counters.acks += u64::from(changed);
+            core.dirty |= changed;
+            Ok(changed)
+        })
+    }
+
+    /// Moves only the read position, keeping every ack, mark-delete and the epoch (Pulsar's
+    /// `seek(position)`, which a dispatcher uses to redeliver from a point): the next read
+    /// starts at the first retained entry at or after `pos`, skipping acknowledged entries;
+    /// a `pos` at or before mark-delete reads from the first entry after it. Nothing is
+    /// written: the read position is never persisted (a reopened cursor reads from
+    /// mark-delete). [`Self::seek`] is the full reset.
+    pub fn seek_read_position(&self, pos: Position) -> Result<()> {
+        self.with_state(|core, _| {
+            core.state.set_read_position(pos);
+            Ok(())
+        })
+    }
+
+    /// Whether a read would return an entry now: some unacknowledged entry lies at or after
+    /// the read position. O(ledgers) plus at most two partition loads.
+    pub fn has_more_entries(&self) -> Result<bool> {
+        self.with_state(|core, layout| core.state.has_more(layout))
+    }
+
+    /// Unacknowledged retained entries between `from` and `to`, both included (Pulsar's
+    /// `getNumberOfEntries(range)` less the acknowledged ones); entries at or before
+    /// mark-delete count as acknowledged, and 0 when `from > to`. O(ledgers) plus at most two
+    /// partition loads.
+    pub fn entries_in_backlog(&self, from: Position, to: Position) -> Result<u64> {
+        self.with_state(|core, layout| core.state.unacked_between(layout, from, to))
+    }
+
+    /// The first unacknowledged retained entry (the entry after mark-delete), `None` when
+    /// every retained entry is acknowledged.
+    pub fn first_unacked(&self) -> Result<Option<Position>> {
+        self.with_state(|core, layout| Ok(core.state.first_unacked(layout)))
+    }
+
+    /// The last maximal range of individually acknowledged entries (Pulsar's
+    /// `getLastIndividualDeletedRange`), inclusive; `None` when there is none.
+    pub fn last_acked_range(&self) -> Result<Option<(Position, Position)>> {
+        self.shared.core()?.state.acks.last_range()
+    }
+
+    /// Like [`Self::read_entries`], but when nothing is there to read, waits until an entry is
+    /// appended (by any thread) or `timeout` passes, then reads again; returns an empty vector
+    /// only once `timeout` has passed with nothing to read. The wait sleeps on the topic's
+    /// condvar, woken by every append: no polling. Appends of entries this cursor skips
+    /// (already acknowledged) wake it and it waits on for what remains of `timeout`.
+    ///
+    /// # Errors
+    /// As [`Self::read_entries`]; [`Error::Closed`] when the cursor or the topic is closed
+    /// meanwhile (a topic close wakes every waiting read).
+    pub fn read_entries_or_wait(&self, max: usize, timeout: Duration) -> Result<Vec<Entry>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let seen = self.shared.topic.appends_seen();
+            let entries = self.read_entries(max)?;
+            if !entries.is_empty() || max == 0 {
+                return Ok(entries);
+            }
+            if self.shared.topic.wait_for_append(seen, deadline) == seen {
+                return Ok(entries);
+            }
+        }
+    }
+
     /// Whether `pos` is acknowledged (at or before mark-delete, or individually).
     pub fn is_acked(&self, pos: Position) -> Result<bool> {
         self.shared.core()?.state.is_acked(pos)
@@ -579,16 +864,23 @@ impl Cursor {
         let mut core = self.shared.core()?;
         let positions = {
             let layout = self.shared.topic.layout();
+            if !core.durable {
+                core.state.follow_trim(&layout)?;
+            }
             let planned = core.state.plan_read(&layout, max);
             *lock(&self.shared.published_mark) = core.state.mark_delete;
             planned?
         };
         let log = self.shared.topic.log()?;
+        let batch = &core.state.batch;
         let entries = positions
             .into_iter()
             .map(|p| {
-                log.read(p.ledger_id, p.entry_id)
-                    .map(|e| Entry::from_log(p.ledger_id, e))
+                log.read(p.ledger_id, p.entry_id).map(|e| {
+                    let mut entry = Entry::from_log(p.ledger_id, e);
+                    entry.acked_batch_indexes = batch.acked(p).cloned();
+                    entry
+                })
             })
             .collect::<Result<Vec<_>>>()?;
         core.counters.entries_read += entries.len() as u64;
@@ -614,10 +906,28 @@ impl Cursor {
 
     /// Resets the cursor to the entry holding message `index` (PIP-101). With retained indexes
     /// `[A, B)`: `index` in it reads that entry next; `index < A` reads the earliest entry;
-    /// `index >= B` reads the next entry appended. Otherwise as [`Self::seek`].
+    /// `index >= B` reads the next entry appended. Otherwise as [`Self::seek`]. When `index` is
+    /// inside a batch, the messages of that entry before it are acknowledged at batch-index
+    /// level (the entry is delivered with them in [`Entry::acked_batch_indexes`]), so the next
+    /// message a consumer processes is `index`; one more header read finds the entry's
+    /// first index.
     pub fn seek_by_index(&self, index: u64) -> Result<()> {
         let log = self.shared.topic.log()?;
-        self.reset(|layout| Ok(Move::To(finder::find_by_index(&log, layout, index)?)))
+        self.reset(|layout| {
+            let Some(entry) = finder::find_by_index(&log, layout, index)? else {
+                return Ok(Move::To(None));
+            };
+            let meta = log.read_meta(entry.ledger_id, entry.entry_id)?;
+            let first = (meta.index + 1).saturating_sub(u64::from(meta.num_messages));
+            Ok(match u32::try_from(index.saturating_sub(first)) {
+                Ok(skip) if skip > 0 && index <= meta.index => Move::ToMessage {
+                    entry,
+                    batch_size: meta.num_messages,
+                    skip,
+                },
+                _ => Move::To(Some(entry)),
+            })
+        })
     }
 
     /// Resets the cursor so that the entry after the last one with a timestamp at most
@@ -675,7 +985,7 @@ impl Cursor {
     /// property past the count or size limit; nothing changes. [`Error::Closed`] once closed.
     pub fn set_property(&self, key: &str, value: i64) -> Result<()> {
         let mut core = self.shared.core()?;
-        let room = core.persister()?.property_room();
+        let room = core.property_room()?;
         state::check_property(&core.state.properties, key, room)?;
         let old = core.state.properties.insert(key.to_owned(), value);
         core.dirty |= old != Some(value);
@@ -761,6 +1071,8 @@ impl Cursor {
                     .unwrap_or_default(),
                 recovery_source: core.recovery_source,
                 background_error: core.background_error.as_ref().map(ToString::to_string),
+                partial_entries: state.batch.len(),
+                batch_index_bytes: state.batch.bytes() as u64,
             })
         })
     }

@@ -300,7 +300,7 @@ fn walk_back(
                 .map(|_| ())
                 .map_err(|e| at_entry(ledger, entry_id, e))
                 .map(|()| Found::Snapshot { at, payload }),
-            Ok(EntryKind::Partition | EntryKind::IndexPage) => continue,
+            Ok(EntryKind::Partition | EntryKind::IndexPage | EntryKind::BatchIndexes) => continue,
             Err(e) => Err(at_entry(ledger, entry_id, e)),
         };
         match attempt {

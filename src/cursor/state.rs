@@ -23,6 +23,7 @@ use crate::format::cursor::{MAX_PROPERTIES, MAX_PROPERTY_NAME, PersistedState};
 use crate::format::meta::CursorRecord;
 use crate::position::Position;
 
+use super::batch::{BatchAck, BatchAcks};
 use super::{CursorOptions, InitialPosition};
 
 /// How "no entry acknowledged" is written in the `mark_delete` field of a cursor record.
@@ -45,6 +46,9 @@ pub struct CursorState {
     pub(crate) properties: BTreeMap<String, i64>,
     /// Increases on every seek, rewind and reset; never on reopen.
     pub(crate) epoch: u64,
+    /// Acknowledged messages of partially acknowledged entries (after mark-delete, not in
+    /// `acks`).
+    pub(crate) batch: BatchAcks,
 }
 
 impl CursorState {
@@ -56,6 +60,7 @@ impl CursorState {
             acks,
             properties: BTreeMap::new(),
             epoch: 0,
+            batch: BatchAcks::default(),
         };
         state.reset_to(layout, initial_target(layout, options));
         state
@@ -83,6 +88,7 @@ impl CursorState {
             acks,
             properties: persisted.properties.clone(),
             epoch: persisted.epoch,
+            batch: BatchAcks::default(),
         };
         let before = (state.mark_delete, state.acks.len());
         state.drop_missing(layout)?;
@@ -153,6 +159,32 @@ impl CursorState {
         }
     }
 
+    /// Catches up with a trim that did not wait for this cursor (a non-durable one): acks of
+    /// entries no longer retained are dropped, and a mark-delete before the first retained
+    /// entry becomes "before every entry" (`None`), which reads and backlog treat alike.
+    pub(crate) fn follow_trim(&mut self, layout: &Layout) -> Result<()> {
+        let Some(first) = layout.first_entry() else {
+            return Ok(());
+        };
+        let Some(below) = layout_floor(first) else {
+            return Ok(());
+        };
+        let mut moved = false;
+        if self.mark_delete.is_some_and(|m| m <= below) {
+            self.mark_delete = None;
+            moved = true;
+        }
+        if self.acks.span()?.is_some_and(|(low, _)| low <= below) {
+            self.acks.remove_at_most(below)?;
+            moved = true;
+        }
+        self.batch.remove_at_most(below);
+        if moved {
+            self.absorb(layout)?;
+        }
+        Ok(())
+    }
+
     /// Acknowledges one entry. Returns whether anything changed.
     pub(crate) fn ack(&mut self, layout: &Layout, pos: Position) -> Result<bool> {
         if self.mark_delete.is_some_and(|m| pos <= m) {
@@ -164,8 +196,35 @@ impl CursorState {
         if !self.acks.add(pos)? {
             return Ok(false);
         }
+        self.batch.remove(pos);
         self.absorb(layout)?;
         Ok(true)
+    }
+
+    /// Acknowledges message `index` of the entry at `pos`, which holds `batch_size` messages;
+    /// the entry is acknowledged whole once its last message is. Returns whether anything
+    /// changed (`false` for a message, or an entry, already acknowledged).
+    pub(crate) fn ack_batch_index(
+        &mut self,
+        layout: &Layout,
+        pos: Position,
+        index: u32,
+        batch_size: u32,
+    ) -> Result<bool> {
+        if self.mark_delete.is_some_and(|m| pos <= m) {
+            return Ok(false);
+        }
+        if !layout.contains(pos) {
+            return Err(Error::NoSuchEntry(pos));
+        }
+        if self.acks.contains(pos)? {
+            return Ok(false);
+        }
+        match self.batch.ack(pos, index, batch_size)? {
+            BatchAck::Unchanged => Ok(false),
+            BatchAck::Partial => Ok(true),
+            BatchAck::Complete => self.ack(layout, pos),
+        }
     }
 
     /// Acknowledges every entry up to and including `pos`. Returns whether anything changed.
@@ -191,6 +250,127 @@ impl CursorState {
         Ok(true)
     }
 
+    /// Acknowledges every position of `positions` at once: all are checked first, so on an
+    /// error nothing changes. Returns how many entries were newly acknowledged.
+    pub(crate) fn ack_many(&mut self, layout: &Layout, positions: &[Position]) -> Result<u64> {
+        let after_mark = |p: &Position| self.mark_delete.is_none_or(|m| *p > m);
+        if let Some(&bad) = positions
+            .iter()
+            .find(|p| after_mark(p) && !layout.contains(**p))
+        {
+            return Err(Error::NoSuchEntry(bad));
+        }
+        let mut changed = 0;
+        for &pos in positions.iter().filter(|p| after_mark(p)) {
+            changed += u64::from(self.acks.add(pos)?);
+            self.batch.remove(pos);
+        }
+        if changed > 0 {
+            self.absorb(layout)?;
+        }
+        Ok(changed)
+    }
+
+    /// Acknowledges the next `n` unacknowledged entries after mark-delete, stepping over the
+    /// individually acknowledged ones (they do not count), so mark-delete moves to the last
+    /// entry skipped. Fewer are skipped when fewer remain. Returns the number skipped.
+    /// Visits every entry it steps over: O(n + acknowledged entries in between).
+    pub(crate) fn skip(&mut self, layout: &Layout, n: u64) -> Result<u64> {
+        let mut skipped = 0;
+        let mut last = None;
+        let mut next = layout.after_mark(self.mark_delete);
+        while skipped < n {
+            let Some(pos) = next else { break };
+            if !self.acks.contains(pos)? {
+                skipped += 1;
+            }
+            last = Some(pos);
+            next = layout.after(pos);
+        }
+        if let Some(last) = last {
+            self.mark_delete = Some(last);
+            self.acks.remove_at_most(last)?;
+            self.absorb(layout)?;
+        }
+        Ok(skipped)
+    }
+
+    /// Moves mark-delete to `pos` as [`Self::ack_cumulative`] does and replaces the properties
+    /// with `properties`, both or neither: every check runs before anything changes.
+    /// `room` is what a cursor-ledger entry leaves the properties (see [`check_property`]).
+    /// Returns whether anything changed.
+    pub(crate) fn mark_delete_with_properties(
+        &mut self,
+        layout: &Layout,
+        pos: Position,
+        properties: BTreeMap<String, i64>,
+        room: usize,
+    ) -> Result<bool> {
+        let mut checked = BTreeMap::new();
+        for (key, value) in properties {
+            check_property(&checked, &key, room)?;
+            checked.insert(key, value);
+        }
+        if let Some(m) = self.mark_delete
+            && pos < m
+        {
+            return Err(Error::InvalidArgument {
+                reason: format!(
+                    "mark-delete to {pos} is behind the mark-delete position {m}; nothing was \
+                     changed"
+                ),
+            });
+        }
+        if self.mark_delete != Some(pos) && !layout.contains(pos) {
+            return Err(Error::NoSuchEntry(pos));
+        }
+        let moved = self.ack_cumulative(layout, pos)?;
+        let replaced = self.properties != checked;
+        self.properties = checked;
+        Ok(moved || replaced)
+    }
+
+    /// Moves only the read position (Pulsar's `seek(position)`): the next read starts at the
+    /// first retained entry at or after `pos`, or after mark-delete when `pos` is at or before
+    /// it. Acks, mark-delete and the epoch are kept.
+    pub(crate) fn set_read_position(&mut self, pos: Position) {
+        self.read_position = pos;
+    }
+
+    /// The first entry after mark-delete (never individually acknowledged: mark-delete absorbs
+    /// those), `None` when every retained entry is acknowledged.
+    pub(crate) fn first_unacked(&self, layout: &Layout) -> Option<Position> {
+        layout.after_mark(self.mark_delete)
+    }
+
+    /// Unacknowledged retained entries in `from..=to` (entries at or before mark-delete are
+    /// acknowledged). O(ledgers) plus at most two partition loads.
+    pub(crate) fn unacked_between(
+        &mut self,
+        layout: &Layout,
+        from: Position,
+        to: Position,
+    ) -> Result<u64> {
+        let Some(floor) = layout.after_mark(self.mark_delete) else {
+            return Ok(0);
+        };
+        let from = from.max(floor);
+        if from > to {
+            return Ok(0);
+        }
+        let entries = count_between(layout, from, to);
+        Ok(entries.saturating_sub(self.acks.cardinality_between(from, to)?))
+    }
+
+    /// Whether a read would return an entry now: an unacknowledged entry at or after the read
+    /// position.
+    pub(crate) fn has_more(&mut self, layout: &Layout) -> Result<bool> {
+        match (self.read_start(layout), layout.last_entry()) {
+            (Some(from), Some(last)) => Ok(self.unacked_between(layout, from, last)? > 0),
+            _ => Ok(false),
+        }
+    }
+
     /// Moves mark-delete over every acknowledged entry that directly follows it.
     fn absorb(&mut self, layout: &Layout) -> Result<()> {
         while let Some((first, last)) = self.acks.first_range()? {
@@ -199,6 +379,9 @@ impl CursorState {
             }
             self.mark_delete = Some(last);
             self.acks.remove_at_most(last)?;
+        }
+        if let Some(mark) = self.mark_delete {
+            self.batch.remove_at_most(mark);
         }
         Ok(())
     }
@@ -217,6 +400,7 @@ impl CursorState {
         self.mark_delete = mark_before(layout, target);
         self.read_position = target.unwrap_or_else(|| layout.end());
         self.acks.clear();
+        self.batch.clear();
     }
 
     /// Reads again from the first entry after mark-delete.
@@ -327,6 +511,15 @@ fn initial_target(layout: &Layout, options: CursorOptions) -> Option<Position> {
         (InitialPosition::At(p), false) => layout.after(p),
         (InitialPosition::At(p), true) => layout.at_or_after(p),
     }
+}
+
+/// Retained entries in `from..=to`. O(ledgers).
+fn count_between(layout: &Layout, from: Position, to: Position) -> u64 {
+    if from > to {
+        return 0;
+    }
+    let from_on = layout.count_after(layout.before(from));
+    from_on.saturating_sub(layout.count_after(Some(to)))
 }
 
 /// The highest position below the retained entry `first` (`None` when nothing can be below).

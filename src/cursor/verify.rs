@@ -8,7 +8,8 @@
 
 use crate::error::Result;
 use crate::format::cursor::{
-    EntryKind, decode_index_page, decode_partition_entry, decode_snapshot, peek_kind,
+    EntryKind, decode_batch_entry, decode_index_page, decode_partition_entry, decode_snapshot,
+    peek_kind,
 };
 use crate::format::partition::decode_partition;
 use crate::log::EntryLog;
@@ -68,6 +69,9 @@ pub fn check_cursor_ledger(log: &EntryLog, ledger: u64) -> Result<LedgerCheck> {
                     let partition = decode_partition_entry(&payload).map_err(named)?;
                     decode_partition(partition.body).map_err(named)?;
                     Ok(None)
+                }
+                EntryKind::BatchIndexes => {
+                    decode_batch_entry(&payload).map(|_| None).map_err(named)
                 }
                 EntryKind::IndexPage => {
                     check.index_pages += 1;

@@ -23,6 +23,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub use config::LedgerConfig;
 pub use topic::TOPIC_RECORD;
 
+pub use crate::cursor::NonDurableOptions;
 pub use crate::cursor::{
     Cursor, CursorConfig, CursorOptions, CursorStats, InitialPosition, OverflowPolicy, PersistMode,
 };
@@ -180,6 +181,32 @@ impl ManagedLedger {
     /// [`Error::Fenced`] when a newer owner has opened the directory since this handle.
     pub fn open_cursor(&self, name: &str, options: CursorOptions) -> Result<Cursor> {
         self.core.open_cursor(name, options)
+    }
+
+    /// Opens a non-durable cursor, what a Pulsar reader uses: it starts at `start` (with
+    /// `options.inclusive` as for [`CursorOptions`]) and
+    /// behaves like a durable cursor (reads, acks, seeks, properties, waiting reads) while
+    /// open, but nothing of it is ever persisted: no metadata record, no cursor ledger, no
+    /// entry in the topic record, `flush` writes nothing. It does not hold back
+    /// [`Self::trim_consumed`]: entries it has not acknowledged may be trimmed, and it then
+    /// reads on from the first retained entry. It is gone on `close` (of the cursor or the
+    /// topic) and after a restart; it is not listed by [`Self::cursor_names`], and its `name`
+    /// is a label only (two readers may share one, and a durable cursor of that name is a
+    /// different cursor).
+    ///
+    /// # Errors
+    /// [`Error::Closed`] once the topic is closed.
+    pub fn open_non_durable_cursor(
+        &self,
+        start: InitialPosition,
+        options: NonDurableOptions,
+    ) -> Result<Cursor> {
+        let cursor_options = CursorOptions {
+            initial_position: start,
+            inclusive: options.inclusive,
+        };
+        self.core
+            .open_non_durable_cursor(options.name, cursor_options)
     }
 
     /// Deletes cursor `name`, its record and its cursor ledgers; open handles to it fail with

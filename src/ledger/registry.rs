@@ -13,8 +13,10 @@
 //! Names are client data: they live inside records and never become file names.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::topic::TopicCore;
+use crate::ackset::{MemPartitionStore, RangeSetWrapper};
 use crate::cursor::Fence;
 use crate::cursor::open::CursorOpener;
 use crate::cursor::{
@@ -108,6 +110,40 @@ impl TopicCore {
         let topic: Arc<dyn TopicAccess> = self.clone();
         let shared = CursorShared::new(id, name.to_owned(), topic, state, persistence);
         self.cursors().insert(name.to_owned(), shared.clone());
+        Ok(Cursor::from_shared(shared))
+    }
+
+    /// Opens a non-durable cursor (a reader) at `options`; see
+    /// `ManagedLedger::open_non_durable_cursor`. Nothing is written: no record, no cursor
+    /// ledger, no entry in the topic record.
+    pub(crate) fn open_non_durable_cursor(
+        self: &Arc<Self>,
+        name: String,
+        options: CursorOptions,
+    ) -> Result<Cursor> {
+        /// Ids of non-durable cursors, for their `Debug` output only; they name no record.
+        static NEXT_READER: AtomicU64 = AtomicU64::new(1 << 63);
+        self.log()?;
+        // Ack state of a reader lives in memory only; its evicted partitions are kept encoded
+        // in memory, so the resident part still keeps to the budget.
+        let acks = RangeSetWrapper::new(
+            Box::new(MemPartitionStore::new()),
+            self.config.cursor.lru_capacity_bytes,
+        );
+        let state = CursorState::initial(&self.layout(), options, acks);
+        let topic: Arc<dyn TopicAccess> = self.clone();
+        let id = NEXT_READER.fetch_add(1, Ordering::Relaxed);
+        let shared = CursorShared::new_non_durable(id, name, topic, state);
+        let mut readers = self.readers();
+        readers.retain(|r| r.upgrade().is_some_and(|r| !r.is_closed()));
+        readers.push(Arc::downgrade(&shared));
+        drop(readers);
+        // A close that ran meanwhile did not see this reader: refuse it rather than leave it
+        // open on a closed topic.
+        if self.log().is_err() {
+            let _ = shared.close();
+            return Err(Error::Closed);
+        }
         Ok(Cursor::from_shared(shared))
     }
 

@@ -11,7 +11,10 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{
+    Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak,
+};
+use std::time::{Duration, Instant};
 
 use super::config::LedgerConfig;
 use crate::cursor::{self, CursorShared, NO_MARK_DELETE, TopicAccess};
@@ -75,6 +78,13 @@ pub(crate) struct TopicCore {
     adopted: AtomicBool,
     /// Set once a fence of this handle has been logged (later refusals are only counted).
     fence_reported: AtomicBool,
+    /// Open non-durable cursors (readers): closed with the topic, never in the topic record,
+    /// never consulted by trimming.
+    readers: Mutex<Vec<Weak<CursorShared>>>,
+    /// Appends so far (and topic closes), counted under the lock of `appended_cv`: a waiting
+    /// read sleeps on the condvar until the count moves past the value it saw before reading.
+    appended: Mutex<u64>,
+    appended_cv: Condvar,
 }
 
 impl std::fmt::Debug for TopicCore {
@@ -107,6 +117,9 @@ impl TopicCore {
             uncertain: Mutex::new(None),
             adopted: AtomicBool::new(false),
             fence_reported: AtomicBool::new(false),
+            readers: Mutex::new(Vec::new()),
+            appended: Mutex::new(0),
+            appended_cv: Condvar::new(),
         }
     }
 
@@ -116,6 +129,17 @@ impl TopicCore {
 
     pub(crate) fn cursors(&self) -> MutexGuard<'_, BTreeMap<String, Arc<CursorShared>>> {
         lock(&self.cursors)
+    }
+
+    /// The open non-durable cursors (dead handles are pruned on every registration).
+    pub(crate) fn readers(&self) -> MutexGuard<'_, Vec<Weak<CursorShared>>> {
+        lock(&self.readers)
+    }
+
+    /// Wakes every read waiting for an append (after an append, or as the topic closes).
+    fn notify_appended(&self) {
+        *lock(&self.appended) += 1;
+        self.appended_cv.notify_all();
     }
 
     fn layout_mut(&self) -> RwLockWriteGuard<'_, Layout> {
@@ -345,6 +369,8 @@ impl TopicCore {
             span.entries = entry_id + 1;
             span.last_timestamp = timestamp;
         }
+        drop(layout);
+        self.notify_appended();
         Ok(Position::new(ledger, entry_id))
     }
 
@@ -487,6 +513,11 @@ impl TopicCore {
             };
         };
         let open: Vec<_> = self.cursors().values().cloned().collect();
+        let readers: Vec<_> = self.readers().drain(..).collect();
+        for reader in readers.iter().filter_map(Weak::upgrade) {
+            // A non-durable cursor persists nothing: its close cannot fail.
+            let _ = reader.close();
+        }
         let mut first_error = None;
         for c in open {
             if let Err(e) = c.close() {
@@ -508,6 +539,7 @@ impl TopicCore {
             self.close_failed.store(true, Ordering::SeqCst);
         }
         *self.log.write().unwrap_or_else(PoisonError::into_inner) = None;
+        self.notify_appended();
         first_error.map_or(Ok(()), Err)
     }
 }
@@ -564,7 +596,34 @@ impl TopicAccess for TopicCore {
         self.check_version(self.owned_version.load(Ordering::SeqCst))
     }
 
+    fn wait_for_append(&self, seen: u64, deadline: Instant) -> u64 {
+        let mut count = lock(&self.appended);
+        while *count == seen {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left == Duration::ZERO {
+                break;
+            }
+            count = self
+                .appended_cv
+                .wait_timeout(count, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        *count
+    }
+
+    fn appends_seen(&self) -> u64 {
+        *lock(&self.appended)
+    }
+
     fn release(&self, cursor: &CursorShared) {
+        if !cursor.is_durable() {
+            self.readers().retain(|r| {
+                r.upgrade()
+                    .is_some_and(|r| !std::ptr::eq(r.as_ref(), cursor))
+            });
+            return;
+        }
         let mut open = self.cursors();
         if open
             .get(cursor.name())

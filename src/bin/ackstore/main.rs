@@ -59,6 +59,7 @@ macro_rules! eprintln {
 mod dir;
 mod inspect;
 mod perf;
+mod perf_batch;
 mod report;
 mod target;
 mod verify;

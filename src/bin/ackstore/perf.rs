@@ -64,6 +64,14 @@ pub struct PerfArgs {
     /// removed afterwards unless `--keep`, when absent).
     #[command(flatten)]
     storage: StorageArgs,
+    /// Messages per entry (`num_messages`). Above 1, a last phase acknowledges some messages
+    /// of every entry left unacknowledged at batch-index level and reports the partial state's
+    /// size next to Pulsar's.
+    #[arg(long, default_value_t = 1)]
+    batch_size: u32,
+    /// Which messages of a batch that phase acknowledges.
+    #[arg(long, value_enum, default_value = "prefix")]
+    batch_pattern: crate::perf_batch::BatchPattern,
 }
 
 /// Persistence mode on the command line.
@@ -375,7 +383,7 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
         positions.push(ml.append_with(
             &payload,
             AppendMeta {
-                num_messages: 1,
+                num_messages: args.batch_size.max(1),
                 timestamp: i,
             },
         )?);
@@ -467,6 +475,15 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
     cursor.flush()?;
     let incremental_flush_bytes = cursor.stats()?.persist.last_flush_bytes;
     let resident_ack_bytes = cursor.stats()?.ackset.resident_bytes;
+
+    // Phase 6 (`--batch-size` above 1): batch-index acks of the entries left unacknowledged.
+    let batch = crate::perf_batch::run(
+        &cursor,
+        &positions,
+        args.batch_size,
+        args.batch_pattern,
+        args.seed,
+    )?;
     cursor.close()?;
     ml.close()?;
 
@@ -499,6 +516,13 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
         "mismatches": mismatches,
         "verified": verified,
         "dir": location,
+        "batch_size": args.batch_size.max(1),
+        "batch_pattern": format!("{:?}", args.batch_pattern).to_lowercase(),
+        "batch_acks": batch.batch_acks,
+        "partial_entries": batch.partial_entries,
+        "batch_index_bytes": batch.batch_index_bytes,
+        "pulsar_batch_index_bytes": batch.pulsar_batch_index_bytes,
+        "batch_index_vs_pulsar": if batch.pulsar_batch_index_bytes == 0 { 0.0 } else { batch.batch_index_bytes as f64 / batch.pulsar_batch_index_bytes as f64 },
     });
     if args.json {
         println!("{report}");
@@ -596,6 +620,17 @@ fn print_summary(r: &serde_json::Value) {
             ),
         ],
         vec!["peak RSS".into(), report::bytes(int("peak_rss_bytes"))],
+        vec![
+            "batch-index acks".into(),
+            format!(
+                "{} partial entries of {} messages: {} (Pulsar {}, ratio {:.3})",
+                int("partial_entries"),
+                int("batch_size"),
+                report::bytes(int("batch_index_bytes")),
+                report::bytes(int("pulsar_batch_index_bytes")),
+                num("batch_index_vs_pulsar")
+            ),
+        ],
         vec![
             "verified after restart".into(),
             if r["verified"].as_bool() == Some(true) {

@@ -11,7 +11,7 @@
 //! offset  size  field
 //! 0       4     magic  b"AKCL"
 //! 4       1     version (1)
-//! 5       1     kind: 1 partition, 2 marker, 3 snapshot, 4 index page
+//! 5       1     kind: 1 partition, 2 marker, 3 snapshot, 4 index page, 5 batch indexes
 //! 6       2     flags (0)
 //! 8       n     body (per kind, below)
 //! 8+n     4     CRC32 (crc32fast, IEEE) of bytes [0, 8+n), little-endian
@@ -60,6 +60,8 @@ pub enum EntryKind {
     Snapshot = 3,
     /// A page of the partition table, referenced by a marker.
     IndexPage = 4,
+    /// Batch-index acks of one partition (`batch.rs`).
+    BatchIndexes = 5,
 }
 
 impl EntryKind {
@@ -69,6 +71,7 @@ impl EntryKind {
             2 => Some(Self::Marker),
             3 => Some(Self::Snapshot),
             4 => Some(Self::IndexPage),
+            5 => Some(Self::BatchIndexes),
             _ => None,
         }
     }
@@ -594,6 +597,7 @@ pub fn decode_index_page(payload: &[u8]) -> Result<Rows<'_>, Corruption> {
     Ok(rows)
 }
 
+mod batch;
 mod snapshot;
 #[cfg(test)]
 #[allow(
@@ -603,4 +607,8 @@ mod snapshot;
 )]
 mod tests;
 
+pub use batch::{
+    BATCH_FIXED_LEN, BatchPartition, PartialEntry, batch_entry_len, decode_batch_entry,
+    encode_batch_entry,
+};
 pub use snapshot::{Snapshot, SnapshotWriter, decode_snapshot, reencode_snapshot};

@@ -1,0 +1,94 @@
+//! The batch-index phase of `ackstore perf --batch-size N`: acknowledges some messages of every
+//! entry left unacknowledged, then measures the partial state in ackstore's batch-index
+//! encoding and in Pulsar's `BatchedEntryDeletionIndexInfo` encoding of the same state.
+
+use ackstore::internals::ackset::pulsar;
+use ackstore::internals::format::cursor::encode_batch_entry;
+use ackstore::{Cursor, Position};
+
+/// Which messages of a batch a consumer has acknowledged when the cursor is persisted.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum BatchPattern {
+    /// The first k messages, k uniform in [1, N - 1]: a consumer acking in order, caught
+    /// mid-batch (the common case).
+    Prefix,
+    /// Each message with probability 1/2 (at least one acked, one not): the worst case.
+    Random,
+}
+
+/// What the batch phase measured.
+#[derive(Debug, Default)]
+pub struct BatchFigures {
+    /// Entries left partially acknowledged.
+    pub partial_entries: u64,
+    /// Bytes of ackstore's batch-index entries holding them (frames and CRCs included).
+    pub batch_index_bytes: u64,
+    /// Bytes of Pulsar's `batchedEntryDeletionIndexInfo` elements for the same state.
+    pub pulsar_batch_index_bytes: u64,
+    /// Batch-index acks made.
+    pub batch_acks: u64,
+}
+
+/// `SplitMix64`, seeded: the same run picks the same messages.
+fn next(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Acknowledges, in every entry of `positions` that `cursor` has not acknowledged, the
+/// messages `pattern` picks out of `batch_size`, then measures the partial state.
+pub fn run(
+    cursor: &Cursor,
+    positions: &[Position],
+    batch_size: u32,
+    pattern: BatchPattern,
+    seed: u64,
+) -> ackstore::Result<BatchFigures> {
+    let mut figures = BatchFigures::default();
+    if batch_size < 2 {
+        return Ok(figures);
+    }
+    let mut rng = seed ^ 0x0ba7_c4ed;
+    for &pos in positions {
+        if cursor.is_acked(pos)? {
+            continue;
+        }
+        let picked: Vec<u32> = match pattern {
+            BatchPattern::Prefix => {
+                let k = 1 + u32::try_from(next(&mut rng) % u64::from(batch_size - 1)).unwrap_or(0);
+                (0..k).collect()
+            }
+            BatchPattern::Random => {
+                let mut picked: Vec<u32> = (0..batch_size)
+                    .filter(|_| next(&mut rng) & 1 == 1)
+                    .collect();
+                if picked.is_empty() {
+                    picked.push(0);
+                }
+                if picked.len() == batch_size as usize {
+                    picked.pop();
+                }
+                picked
+            }
+        };
+        for index in picked {
+            cursor.ack_batch_index(pos, index, batch_size)?;
+            figures.batch_acks += 1;
+        }
+    }
+    for partition in cursor.batch_index_partitions()? {
+        figures.batch_index_bytes += encode_batch_entry(&partition).map_or(0, |b| b.len() as u64);
+        for entry in &partition.entries {
+            figures.partial_entries += 1;
+            figures.pulsar_batch_index_bytes += pulsar::batch_deletion_index_bytes(
+                Position::new(partition.ledger_id, entry.entry_id),
+                entry.batch_size,
+                &entry.acked,
+            );
+        }
+    }
+    Ok(figures)
+}

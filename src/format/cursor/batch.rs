@@ -1,0 +1,367 @@
+//! Batch-index acks of one partition: the messages already acknowledged inside entries that are
+//! acknowledged only in part (PIP-54).
+//!
+//! Owns: the encoding of a batch-index entry (kind 5 of the cursor-ledger frame). Pure; decode
+//! allocates at most in proportion to its input and never panics. `docs/format.md`, section
+//! "Batch-index entry", draws the bytes.
+//!
+//! ```text
+//! body    size    field
+//! 0       8       data ledger id (u64 LE)
+//! 8       8       chunk: entry_id >> PARTITION_BITS (u64 LE)
+//! 16      4       count of partial entries (u32 LE, >= 1)
+//! 20      ...     count records, entry ids ascending:
+//!                   head   varint: (gap << 2) | (same_size << 1) | runs
+//!                            gap: entry offset in the chunk minus (previous offset + 1);
+//!                            the first record's gap is its offset
+//!                   size   varint batch size (>= 2), absent when same_size (equal to the
+//!                          previous record's; never set on the first record)
+//!                   acked  runs = 0: ceil(size / 8) bytes, bit i (LSB first) = message i acked,
+//!                            bits from size on zero
+//!                          runs = 1: varint k, then k varint run lengths, alternately acked
+//!                            and not acked, starting with acked (see below)
+//! ```
+//!
+//! Runs: the first run is acked messages and may be empty only as the very first length
+//! (`0` when message 0 is not acked); every later length is at least 1 and the lengths add up to
+//! `size`. The encoder writes runs only when strictly shorter than the bitmap, and the decoder
+//! accepts only that choice, with canonical varints, so every state has one encoding
+//! (decode then encode gives back the bytes). A partial entry has at least one message acked
+//! and one not: anything else is refused.
+
+use roaring::RoaringBitmap;
+
+use super::{EntryKind, end_frame, open_frame, start_frame};
+use crate::error::CorruptionKind;
+use crate::format::partition::{PARTITION_BITS, PARTITION_SPAN};
+use crate::format::{Corruption, Reader, put_varint, varint_len};
+
+/// Bytes of a batch-index entry's fixed body: ledger, chunk, count.
+pub const BATCH_FIXED_LEN: usize = 8 + 8 + 4;
+
+/// The messages acknowledged so far inside one partially acknowledged entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartialEntry {
+    /// The entry's id in its data ledger.
+    pub entry_id: u64,
+    /// Messages in the entry (its `num_messages`).
+    pub batch_size: u32,
+    /// Indexes (`0..batch_size`) of the messages acknowledged.
+    pub acked: RoaringBitmap,
+}
+
+impl PartialEntry {
+    /// Whether this is a partial state: some message acknowledged, some not, all within the
+    /// batch.
+    #[must_use]
+    pub fn is_partial(&self) -> bool {
+        let len = self.acked.len();
+        len > 0 && len < u64::from(self.batch_size) && self.acked.max() < Some(self.batch_size)
+    }
+}
+
+/// A decoded batch-index entry: the partial entries of one partition `(ledger, chunk)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchPartition {
+    /// Data ledger.
+    pub ledger_id: u64,
+    /// Chunk of the data ledger (`entry_id >> PARTITION_BITS`).
+    pub chunk: u64,
+    /// The partial entries, entry ids ascending, each within the chunk.
+    pub entries: Vec<PartialEntry>,
+}
+
+/// Run lengths of `acked` over `0..size`: acked first (possibly 0), then alternating.
+fn runs(acked: &RoaringBitmap, size: u32) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut at = 0u32;
+    let mut want_acked = true;
+    while at < size {
+        let mut end = at;
+        while end < size && acked.contains(end) == want_acked {
+            end += 1;
+        }
+        out.push(u64::from(end - at));
+        at = end;
+        want_acked = !want_acked;
+    }
+    out
+}
+
+fn bitmap_len(size: u32) -> usize {
+    (size as usize).div_ceil(8)
+}
+
+fn runs_len(runs: &[u64]) -> usize {
+    varint_len(runs.len() as u64) + runs.iter().map(|&r| varint_len(r)).sum::<usize>()
+}
+
+/// Encoded size of one record after `previous_size` (its batch size, `None` for the first).
+fn record_len(gap: u64, previous_size: Option<u32>, e: &PartialEntry) -> usize {
+    let runs = runs(&e.acked, e.batch_size);
+    let same = previous_size == Some(e.batch_size);
+    let size_len = if same {
+        0
+    } else {
+        varint_len(u64::from(e.batch_size))
+    };
+    let acked = runs_len(&runs).min(bitmap_len(e.batch_size));
+    varint_len(gap << 2) + size_len + acked
+}
+
+/// Encoded size of the entry for `partition`.
+#[must_use]
+pub fn batch_entry_len(partition: &BatchPartition) -> usize {
+    let mut len = super::HEADER_LEN + BATCH_FIXED_LEN + super::CRC_LEN;
+    let mut next = partition.chunk << PARTITION_BITS;
+    let mut previous = None;
+    for e in &partition.entries {
+        len += record_len(e.entry_id.saturating_sub(next), previous, e);
+        next = e.entry_id + 1;
+        previous = Some(e.batch_size);
+    }
+    len
+}
+
+/// Encodes a batch-index entry. The caller keeps the entries ascending, within the chunk,
+/// and each partial ([`PartialEntry::is_partial`]); `None` otherwise (nothing is written).
+#[must_use]
+pub fn encode_batch_entry(partition: &BatchPartition) -> Option<Vec<u8>> {
+    let count = u32::try_from(partition.entries.len()).ok()?;
+    if count == 0 {
+        return None;
+    }
+    let first = partition.chunk.checked_shl(PARTITION_BITS)?;
+    let mut out = start_frame(
+        EntryKind::BatchIndexes,
+        batch_entry_len(partition) - super::HEADER_LEN - super::CRC_LEN,
+    );
+    out.extend_from_slice(&partition.ledger_id.to_le_bytes());
+    out.extend_from_slice(&partition.chunk.to_le_bytes());
+    out.extend_from_slice(&count.to_le_bytes());
+    let mut next = first;
+    let mut previous = None;
+    for e in &partition.entries {
+        let gap = e.entry_id.checked_sub(next)?;
+        if e.entry_id - first >= PARTITION_SPAN || !e.is_partial() {
+            return None;
+        }
+        let runs = runs(&e.acked, e.batch_size);
+        let use_runs = runs_len(&runs) < bitmap_len(e.batch_size);
+        let same = previous == Some(e.batch_size);
+        put_varint(
+            &mut out,
+            (gap << 2) | (u64::from(same) << 1) | u64::from(use_runs),
+        );
+        if !same {
+            put_varint(&mut out, u64::from(e.batch_size));
+        }
+        if use_runs {
+            put_varint(&mut out, runs.len() as u64);
+            for r in runs {
+                put_varint(&mut out, r);
+            }
+        } else {
+            let mut bytes = vec![0u8; bitmap_len(e.batch_size)];
+            for i in &e.acked {
+                if let Some(b) = bytes.get_mut((i / 8) as usize) {
+                    *b |= 1 << (i % 8);
+                }
+            }
+            out.extend_from_slice(&bytes);
+        }
+        next = e.entry_id + 1;
+        previous = Some(e.batch_size);
+    }
+    Some(end_frame(out))
+}
+
+/// Decodes and verifies a batch-index entry.
+pub fn decode_batch_entry(payload: &[u8]) -> Result<BatchPartition, Corruption> {
+    let mut body = open_frame(payload, EntryKind::BatchIndexes)?;
+    let ledger_id = body.u64()?;
+    let chunk_at = body.offset();
+    let chunk = body.u64()?;
+    let first = chunk
+        .checked_shl(PARTITION_BITS)
+        .filter(|f| f >> PARTITION_BITS == chunk)
+        .ok_or(Corruption::new(
+            CorruptionKind::InvalidField("chunk"),
+            chunk_at,
+        ))?;
+    // Each record takes at least its head and one byte of acks.
+    let count = body.count_u32(2)?;
+    if count == 0 {
+        return Err(Corruption::new(CorruptionKind::BadLength, chunk_at + 8));
+    }
+    let mut entries = Vec::with_capacity(count);
+    let mut next = first;
+    let mut previous: Option<u32> = None;
+    for _ in 0..count {
+        entries.push(decode_record(&mut body, first, &mut next, &mut previous)?);
+    }
+    body.finish()?;
+    Ok(BatchPartition {
+        ledger_id,
+        chunk,
+        entries,
+    })
+}
+
+fn decode_record(
+    body: &mut Reader<'_>,
+    first: u64,
+    next: &mut u64,
+    previous: &mut Option<u32>,
+) -> Result<PartialEntry, Corruption> {
+    let at = body.offset();
+    let bad = |field| Corruption::new(CorruptionKind::InvalidField(field), at);
+    let head = body.varint()?;
+    let (gap, same, use_runs) = (head >> 2, head & 2 != 0, head & 1 != 0);
+    let entry_id = next
+        .checked_add(gap)
+        .filter(|e| e - first < PARTITION_SPAN)
+        .ok_or(bad("batch entry id"))?;
+    let batch_size = if same {
+        previous.ok_or(bad("batch size"))?
+    } else {
+        let size = u32::try_from(body.varint()?).map_err(|_| bad("batch size"))?;
+        if *previous == Some(size) {
+            return Err(bad("batch size"));
+        }
+        size
+    };
+    if batch_size < 2 {
+        return Err(bad("batch size"));
+    }
+    let mut acked = RoaringBitmap::new();
+    if use_runs {
+        // Each run takes at least one byte: the count is bounded by the input.
+        let k = usize::try_from(body.varint()?).map_err(|_| bad("batch runs"))?;
+        if k > body.remaining() {
+            return Err(Corruption::new(CorruptionKind::BadLength, at));
+        }
+        let mut at_index = 0u64;
+        let mut runs = Vec::with_capacity(k);
+        for i in 0..k {
+            let run = body.varint()?;
+            if run == 0 && i > 0 {
+                return Err(bad("batch runs"));
+            }
+            let end = at_index
+                .checked_add(run)
+                .filter(|&e| e <= u64::from(batch_size))
+                .ok_or(bad("batch runs"))?;
+            if i % 2 == 0 && run > 0 {
+                // Both ends are within `batch_size`, a u32.
+                acked.insert_range(
+                    u32::try_from(at_index).map_err(|_| bad("batch runs"))?
+                        ..u32::try_from(end).map_err(|_| bad("batch runs"))?,
+                );
+            }
+            runs.push(run);
+            at_index = end;
+        }
+        if at_index != u64::from(batch_size) || runs_len(&runs) >= bitmap_len(batch_size) {
+            return Err(bad("batch runs"));
+        }
+    } else {
+        let bytes = body.take(bitmap_len(batch_size))?;
+        for (i, &b) in bytes.iter().enumerate() {
+            for bit in 0..8u32 {
+                if b & (1 << bit) != 0 {
+                    let index = u32::try_from(i * 8).map_err(|_| bad("batch bitmap"))? + bit;
+                    if index >= batch_size {
+                        return Err(bad("batch bitmap"));
+                    }
+                    acked.insert(index);
+                }
+            }
+        }
+        if runs_len(&runs(&acked, batch_size)) < bitmap_len(batch_size) {
+            return Err(bad("batch bitmap"));
+        }
+    }
+    let entry = PartialEntry {
+        entry_id,
+        batch_size,
+        acked,
+    };
+    if !entry.is_partial() {
+        return Err(bad("batch acks"));
+    }
+    *next = entry_id + 1;
+    *previous = Some(batch_size);
+    Ok(entry)
+}
+
+#[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    reason = "tests index into known encodings and fail by panicking"
+)]
+mod tests {
+    use super::*;
+
+    fn partial(entry_id: u64, batch_size: u32, acked: &[u32]) -> PartialEntry {
+        PartialEntry {
+            entry_id,
+            batch_size,
+            acked: acked.iter().copied().collect(),
+        }
+    }
+
+    #[test]
+    fn batch_entries_round_trip_in_both_forms_and_pin_their_sizes() {
+        let p = BatchPartition {
+            ledger_id: 7,
+            chunk: 3,
+            entries: vec![
+                partial((3 << PARTITION_BITS) + 5, 10, &[0, 1, 2, 3]),
+                partial((3 << PARTITION_BITS) + 6, 10, &[1, 3, 5, 7]),
+                partial((3 << PARTITION_BITS) + 9, 1000, &[0, 1, 2]),
+            ],
+        };
+        let bytes = encode_batch_entry(&p).unwrap();
+        assert_eq!(bytes.len(), batch_entry_len(&p));
+        // Header 8, fixed 20, CRC 4; records: head, size and a 2-byte bitmap (runs [4, 6]
+        // would take 3), head and bitmap (size shared), head, 2-byte size and runs [3, 997]
+        // (count 1, lengths 1 + 2) instead of a 125-byte bitmap.
+        assert_eq!(
+            bytes.len(),
+            32 + (1 + 1 + 2) + (1 + 2) + (1 + 2 + 1 + 1 + 2)
+        );
+        assert_eq!(decode_batch_entry(&bytes).unwrap(), p);
+    }
+
+    #[test]
+    fn batch_entries_refuse_states_that_are_not_partial() {
+        for acked in [&[][..], &[0, 1][..], &[5][..]] {
+            let p = BatchPartition {
+                ledger_id: 1,
+                chunk: 0,
+                entries: vec![partial(0, 2, acked)],
+            };
+            assert!(encode_batch_entry(&p).is_none(), "{acked:?}");
+        }
+    }
+
+    #[test]
+    fn every_flipped_byte_of_a_batch_entry_is_refused_or_decodes_to_itself() {
+        let p = BatchPartition {
+            ledger_id: 9,
+            chunk: 0,
+            entries: vec![partial(1, 16, &[0, 15]), partial(2, 16, &[3])],
+        };
+        let bytes = encode_batch_entry(&p).unwrap();
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x41;
+            assert!(decode_batch_entry(&bad).is_err(), "byte {i}");
+        }
+        for len in 0..bytes.len() {
+            assert!(decode_batch_entry(&bytes[..len]).is_err());
+        }
+    }
+}

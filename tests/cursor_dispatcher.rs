@@ -1,0 +1,414 @@
+//! The cursor operations a dispatcher uses, each against Pulsar's `ManagedCursor` behaviour
+//! and a model: read-position-only seek, skip, many acks under one lock, mark-delete with
+//! properties (atomic, also across power cuts), property removal, backlog between positions,
+//! first unacknowledged entry, last acknowledged range, and the read that waits for appends.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use ackstore::{Cursor, Error, InitialPosition, ManagedLedger, Position};
+use support::crash::{Cut, Points, cut_everywhere_after, torn_image, unsynced_tail};
+use support::topic::{append_n, at, mem_topic, on_each_backend, read_positions, reopen};
+use support::workload::{Rng, seed_from_env};
+
+fn earliest(topic: &ManagedLedger, name: &str) -> Cursor {
+    topic
+        .open_cursor(name, at(InitialPosition::Earliest, false))
+        .unwrap()
+}
+
+#[test]
+fn seek_read_position_keeps_acks_mark_delete_and_epoch() {
+    on_each_backend(4, |topic| {
+        let p = append_n(&topic, 10);
+        let c = earliest(&topic, "sub");
+        assert_eq!(read_positions(&c, 10), p);
+        c.ack_cumulative(p[1]).unwrap();
+        c.ack(p[4]).unwrap();
+        c.ack(p[5]).unwrap();
+        let epoch = c.epoch().unwrap();
+        c.seek_read_position(p[3]).unwrap();
+        assert_eq!(read_positions(&c, 3), vec![p[3], p[6], p[7]]);
+        assert_eq!(c.mark_delete_position().unwrap(), Some(p[1]));
+        assert_eq!(c.acked_ranges().unwrap(), vec![(p[4], p[5])]);
+        assert_eq!(
+            c.epoch().unwrap(),
+            epoch,
+            "a read-position move is no reset"
+        );
+        // Before mark-delete: reads from the first entry after it (Pulsar moves the read
+        // position to mark-delete + 1).
+        c.seek_read_position(p[0]).unwrap();
+        assert_eq!(c.read_position().unwrap(), p[2]);
+        assert_eq!(
+            read_positions(&c, 10),
+            vec![p[2], p[3], p[6], p[7], p[8], p[9]]
+        );
+        // Past the end: the next entry appended.
+        c.seek_read_position(Position::new(u64::MAX, 0)).unwrap();
+        assert!(c.read_entries(5).unwrap().is_empty());
+        // Nothing is persisted by it: a reopen reads from mark-delete.
+        c.close().unwrap();
+        let c = earliest(&topic, "sub");
+        assert_eq!(read_positions(&c, 2), vec![p[2], p[3]]);
+        topic.close().unwrap();
+    });
+}
+
+#[test]
+fn skip_entries_steps_over_acked_entries_and_persists_like_an_ack() {
+    let (disk, topic) = mem_topic(4);
+    let p = append_n(&topic, 10);
+    topic.sync().unwrap();
+    let c = earliest(&topic, "sub");
+    c.ack(p[2]).unwrap();
+    c.ack(p[3]).unwrap();
+    c.ack(p[7]).unwrap();
+    assert_eq!(c.skip_entries(0).unwrap(), 0);
+    assert_eq!(c.mark_delete_position().unwrap(), None);
+    // Skips p0, p1 and p4: the acknowledged p2 and p3 do not count.
+    assert_eq!(c.skip_entries(3).unwrap(), 3);
+    assert_eq!(c.mark_delete_position().unwrap(), Some(p[4]));
+    assert_eq!(c.acked_ranges().unwrap(), vec![(p[7], p[7])]);
+    assert_eq!(read_positions(&c, 1), vec![p[5]]);
+    // p5 and p6 are skipped, then mark-delete absorbs the acknowledged p7.
+    assert_eq!(c.skip_entries(2).unwrap(), 2);
+    assert_eq!(c.mark_delete_position().unwrap(), Some(p[7]));
+    c.flush().unwrap();
+    drop(c);
+    std::mem::forget(topic);
+    let topic = reopen(&disk.durable_image(), 4);
+    let c = earliest(&topic, "sub");
+    assert_eq!(c.mark_delete_position().unwrap(), Some(p[7]));
+    // Fewer remain than asked.
+    assert_eq!(c.skip_entries(100).unwrap(), 2);
+    assert_eq!(c.backlog().unwrap(), 0);
+    assert!(c.read_entries(10).unwrap().is_empty());
+}
+
+#[test]
+fn ack_many_acks_all_or_nothing() {
+    on_each_backend(4, |topic| {
+        let p = append_n(&topic, 10);
+        let c = earliest(&topic, "sub");
+        c.ack_cumulative(p[0]).unwrap();
+        assert_eq!(c.ack_many(&[p[0], p[3], p[5], p[5], p[1]]).unwrap(), 3);
+        assert_eq!(c.mark_delete_position().unwrap(), Some(p[1]));
+        assert_eq!(c.acked_ranges().unwrap(), vec![(p[3], p[3]), (p[5], p[5])]);
+        let missing = Position::new(p[9].ledger_id, p[9].entry_id + 5);
+        assert!(matches!(
+            c.ack_many(&[p[6], missing, p[7]]),
+            Err(Error::NoSuchEntry(m)) if m == missing
+        ));
+        assert!(
+            !c.is_acked(p[6]).unwrap(),
+            "nothing of a refused call is applied"
+        );
+        assert_eq!(c.backlog().unwrap(), 6);
+        topic.close().unwrap();
+    });
+}
+
+/// Threads ack disjoint batches of `K` entries with `ack_many` while another watches the
+/// backlog: it only ever moves by whole batches, so no one sees half a call.
+#[test]
+fn ack_many_is_seen_whole_by_other_threads() {
+    const K: usize = 5;
+    let (_disk, topic) = mem_topic(50);
+    let p = append_n(&topic, 400);
+    let c = earliest(&topic, "sub");
+    let total = p.len() as u64;
+    thread::scope(|s| {
+        for t in 0..2 {
+            let c = c.clone();
+            let mine: Vec<Position> = p.iter().copied().skip(t).step_by(2).collect();
+            s.spawn(move || {
+                for batch in mine.chunks(K) {
+                    assert_eq!(c.ack_many(batch).unwrap(), K as u64);
+                }
+            });
+        }
+        let c = c.clone();
+        s.spawn(move || {
+            loop {
+                let backlog = c.backlog().unwrap();
+                assert_eq!((total - backlog) % K as u64, 0, "a batch seen in part");
+                if backlog == 0 {
+                    break;
+                }
+            }
+        });
+    });
+    assert_eq!(c.mark_delete_position().unwrap(), p.last().copied());
+}
+
+#[test]
+fn mark_delete_with_properties_replaces_both_or_neither() {
+    on_each_backend(4, |topic| {
+        let p = append_n(&topic, 10);
+        let c = earliest(&topic, "sub");
+        c.set_property("old", 1).unwrap();
+        let props = BTreeMap::from([("a".to_owned(), 2), ("b".to_owned(), -3)]);
+        assert!(c.mark_delete_with_properties(p[3], props.clone()).unwrap());
+        assert_eq!(c.mark_delete_position().unwrap(), Some(p[3]));
+        assert_eq!(c.properties().unwrap(), props);
+        assert!(!c.mark_delete_with_properties(p[3], props.clone()).unwrap());
+        // The same position with other properties replaces them only.
+        assert!(
+            c.mark_delete_with_properties(p[3], BTreeMap::new())
+                .unwrap()
+        );
+        assert!(c.properties().unwrap().is_empty());
+        // Refused calls change neither.
+        c.set_property("kept", 9).unwrap();
+        let kept = c.properties().unwrap();
+        let long = BTreeMap::from([("x".repeat(5000), 1)]);
+        assert!(matches!(
+            c.mark_delete_with_properties(p[6], long),
+            Err(Error::InvalidArgument { .. })
+        ));
+        assert!(matches!(
+            c.mark_delete_with_properties(p[1], props.clone()),
+            Err(Error::InvalidArgument { .. })
+        ));
+        let beyond = Position::new(p[9].ledger_id, p[9].entry_id + 1);
+        assert!(matches!(
+            c.mark_delete_with_properties(beyond, props.clone()),
+            Err(Error::NoSuchEntry(_))
+        ));
+        assert_eq!(c.mark_delete_position().unwrap(), Some(p[3]));
+        assert_eq!(c.properties().unwrap(), kept);
+        c.mark_delete_with_properties(p[7], props.clone()).unwrap();
+        c.close().unwrap();
+        let c = earliest(&topic, "sub");
+        assert_eq!(c.mark_delete_position().unwrap(), Some(p[7]));
+        assert_eq!(c.properties().unwrap(), props);
+        topic.close().unwrap();
+    });
+}
+
+/// A power cut at every storage step of the flush after `mark_delete_with_properties`, and
+/// every byte of the unsynced tail kept: the reopened cursor has the old mark-delete with the
+/// old properties or the new with the new, never a mix; after `Ok` the new.
+#[test]
+fn mark_delete_with_properties_survives_a_power_cut_whole_or_not_at_all() {
+    let new_props = BTreeMap::from([("ledger".to_owned(), 42), ("z".to_owned(), 7)]);
+    let old_props = BTreeMap::from([("ledger".to_owned(), 1)]);
+    let clean = cut_everywhere_after(
+        Points { from: 1, step: 1 },
+        |disk| {
+            let topic = reopen(disk, 4);
+            let p = append_n(&topic, 10);
+            topic.sync().unwrap();
+            let c = earliest(&topic, "sub");
+            c.ack(p[5]).unwrap();
+            c.mark_delete_with_properties(p[1], old_props.clone())
+                .unwrap();
+            c.flush().unwrap();
+            (topic, c, p)
+        },
+        |_, (topic, c, p)| {
+            c.mark_delete_with_properties(p[6], new_props.clone())
+                .unwrap();
+            let flushed = c.flush();
+            (topic, c, p, flushed)
+        },
+        |disk, Cut { n, .. }, (topic, c, p, flushed)| {
+            drop(c);
+            std::mem::forget(topic);
+            let tail = unsynced_tail(disk);
+            let images = (0..=tail).map(|keep| (keep, torn_image(disk, |u| u.min(keep))));
+            for (keep, image) in std::iter::once((0, disk.durable_image())).chain(images) {
+                let what = format!("cut at {n}, {keep} bytes of the unsynced tail kept");
+                let topic = reopen(&image, 4);
+                let c = earliest(&topic, "sub");
+                let state = (c.mark_delete_position().unwrap(), c.properties().unwrap());
+                let old = (Some(p[1]), old_props.clone());
+                let new = (Some(p[6]), new_props.clone());
+                assert!(state == old || state == new, "{what}: {state:?}");
+                if flushed.is_ok() {
+                    assert_eq!(state, new, "{what}: flushed, then lost");
+                }
+                topic.close().unwrap();
+            }
+        },
+    );
+    assert!(clean.result.3.is_ok());
+    assert!(clean.total >= 3, "the flush took {} writes", clean.total);
+}
+
+#[test]
+fn remove_property_is_persisted_and_removing_nothing_writes_nothing() {
+    let (_disk, topic) = mem_topic(4);
+    append_n(&topic, 3);
+    let c = earliest(&topic, "sub");
+    c.set_property("a", 1).unwrap();
+    c.set_property("b", 2).unwrap();
+    c.close().unwrap();
+    let c = earliest(&topic, "sub");
+    assert_eq!(c.remove_property("a").unwrap(), Some(1));
+    c.close().unwrap();
+    let c = earliest(&topic, "sub");
+    assert_eq!(
+        c.properties().unwrap(),
+        BTreeMap::from([("b".to_owned(), 2)])
+    );
+    let flushes = c.stats().unwrap().flushes;
+    assert_eq!(c.remove_property("a").unwrap(), None);
+    c.flush().unwrap();
+    assert_eq!(
+        c.stats().unwrap().flushes,
+        flushes,
+        "nothing changed, nothing written"
+    );
+}
+
+/// `has_more_entries`, `entries_in_backlog`, `first_unacked` and `last_acked_range` after random
+/// acks, reads and read-position moves, against a model.
+#[test]
+fn backlog_queries_agree_with_the_model() {
+    let seed = seed_from_env("DISPATCHER_SEED");
+    eprintln!("DISPATCHER_SEED={seed}");
+    on_each_backend(7, |topic| {
+        let mut rng = Rng::new(seed);
+        let mut p = append_n(&topic, 60);
+        let c = earliest(&topic, "sub");
+        let mut acked: BTreeSet<Position> = BTreeSet::new();
+        let mut read_from = 0usize;
+        for step in 0..500 {
+            match rng.below(6) {
+                0 | 1 => {
+                    let q = p[rng.index(p.len())];
+                    c.ack(q).unwrap();
+                    acked.insert(q);
+                }
+                2 => {
+                    let n = rng.below(8) as usize;
+                    let got = read_positions(&c, n);
+                    let want: Vec<_> = p[read_from..]
+                        .iter()
+                        .copied()
+                        .filter(|q| !acked.contains(q))
+                        .take(n)
+                        .collect();
+                    assert_eq!(got, want, "step {step}");
+                    if let Some(last) = got.last() {
+                        read_from = p.iter().position(|q| q == last).unwrap() + 1;
+                    }
+                }
+                3 => {
+                    read_from = rng.index(p.len());
+                    c.seek_read_position(p[read_from]).unwrap();
+                }
+                4 => p.extend(append_n(&topic, 1 + rng.below(3))),
+                _ => {
+                    let (i, j) = (rng.index(p.len()), rng.index(p.len()));
+                    let want = p
+                        .iter()
+                        .filter(|q| **q >= p[i] && **q <= p[j] && !acked.contains(q))
+                        .count() as u64;
+                    assert_eq!(
+                        c.entries_in_backlog(p[i], p[j]).unwrap(),
+                        want,
+                        "step {step}"
+                    );
+                }
+            }
+            let unacked: Vec<_> = p.iter().copied().filter(|q| !acked.contains(q)).collect();
+            assert_eq!(c.first_unacked().unwrap(), unacked.first().copied());
+            let has_more = p[read_from..].iter().any(|q| !acked.contains(q));
+            assert_eq!(c.has_more_entries().unwrap(), has_more, "step {step}");
+            // The last range of acks above the first unacknowledged entry, as the model sees it.
+            let last_range = unacked.first().and_then(|&first| {
+                let above: Vec<_> = acked.iter().copied().filter(|&q| q > first).collect();
+                let &hi = above.last()?;
+                let mut lo = hi;
+                for &q in above.iter().rev().skip(1) {
+                    let next = p[p.iter().position(|x| *x == q).unwrap() + 1];
+                    if next != lo || q.ledger_id != hi.ledger_id {
+                        break;
+                    }
+                    lo = q;
+                }
+                Some((lo, hi))
+            });
+            assert_eq!(c.last_acked_range().unwrap(), last_range, "step {step}");
+            if unacked.is_empty() {
+                read_from = p.len();
+            }
+        }
+        topic.close().unwrap();
+    });
+}
+
+#[test]
+fn a_waiting_read_returns_once_another_thread_appends() {
+    on_each_backend(4, |topic| {
+        let topic = Arc::new(topic);
+        append_n(&topic, 2);
+        let c = earliest(&topic, "sub");
+        assert_eq!(c.read_entries(10).unwrap().len(), 2);
+        let got = thread::scope(|s| {
+            let reader = s.spawn(|| c.read_entries_or_wait(10, Duration::from_secs(600)));
+            // The read may start waiting before or after this append: it returns the entry
+            // either way, and the test would hang, not pass, if the append did not wake it.
+            thread::sleep(Duration::from_millis(20));
+            let appended = topic.append(b"late").unwrap();
+            (reader.join().unwrap().unwrap(), appended)
+        });
+        let (entries, appended) = got;
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].position, appended);
+        assert_eq!(entries[0].payload, b"late");
+        topic.close().unwrap();
+    });
+}
+
+#[test]
+fn a_waiting_read_returns_empty_after_its_timeout() {
+    let (_disk, topic) = mem_topic(4);
+    let p = append_n(&topic, 3);
+    let c = earliest(&topic, "sub");
+    c.ack(p[2]).unwrap();
+    assert_eq!(
+        read_positions(&c, 10),
+        vec![p[0], p[1]],
+        "nothing is left to read"
+    );
+    assert!(
+        c.read_entries_or_wait(10, Duration::from_millis(30))
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        c.read_entries_or_wait(0, Duration::from_secs(600))
+            .unwrap()
+            .is_empty()
+    );
+    // With entries there, it returns them without waiting.
+    c.seek_read_position(p[0]).unwrap();
+    let entries = c
+        .read_entries_or_wait(10, Duration::from_secs(600))
+        .unwrap();
+    assert_eq!(
+        entries.iter().map(|e| e.position).collect::<Vec<_>>(),
+        vec![p[0], p[1]]
+    );
+}
+
+#[test]
+fn closing_the_topic_wakes_a_waiting_read_with_closed() {
+    let (_disk, topic) = mem_topic(4);
+    let c = earliest(&topic, "sub");
+    let result = thread::scope(|s| {
+        let reader = s.spawn(|| c.read_entries_or_wait(10, Duration::from_secs(600)));
+        thread::sleep(Duration::from_millis(20));
+        topic.close().unwrap();
+        reader.join().unwrap()
+    });
+    assert!(matches!(result, Err(Error::Closed)), "{result:?}");
+}
