@@ -17,7 +17,8 @@
 //! - [`cursor`]: a subscription's acks, reads and seeks, and its ack state persisted in its own
 //!   cursor ledger (flush, rollover, recovery);
 //! - [`ledger`]: the managed ledger, one topic in one directory, and its cursor registry;
-//! - [`filter`]: the consumer-side filter of already-received entries (PIP-260).
+//! - [`filter`]: the consumer-side filter of already-received entries (PIP-260);
+//! - [`store`]: every topic of a broker in one directory under one lock, opened lazily.
 
 #![deny(missing_docs)]
 #![warn(clippy::pedantic)]
@@ -41,12 +42,14 @@ pub mod meta;
 pub mod observe;
 pub mod position;
 pub mod storage;
+pub mod store;
 
 pub use error::{CorruptionKind, CorruptionPlace, Error, Result};
 pub use ledger::{
     AppendMeta, Cursor, CursorOptions, Entry, InitialPosition, LedgerConfig, ManagedLedger,
 };
 pub use position::Position;
+pub use store::{Store, StoreConfig};
 
 /// The README's examples, compiled and run as doctests so they cannot drift from the API.
 #[cfg(doctest)]
