@@ -7,6 +7,7 @@
 //! Submodules, one per file kind:
 //! - [`ledger`]: the ledger file (header, entry frames, sealed-ledger footer);
 //! - [`partition`]: one partition of a cursor's ack set;
+//! - [`journal`]: the store's shared cursor journal (segment header, record frames);
 //! - [`meta`]: metadata records (topic and cursor);
 //! - [`store`](mod@store): the store catalog (topics of a store).
 //!
@@ -21,6 +22,7 @@
 #![deny(clippy::indexing_slicing, clippy::unwrap_used)]
 
 pub mod cursor;
+pub mod journal;
 pub mod ledger;
 pub mod meta;
 pub mod partition;

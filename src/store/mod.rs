@@ -13,6 +13,8 @@
 //! topic.
 
 mod catalog;
+pub mod index;
+pub mod journal;
 mod space;
 
 use std::collections::HashMap;
