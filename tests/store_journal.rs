@@ -82,17 +82,27 @@ fn every_byte_of_the_unsynced_tail_recovers_to_the_model() {
             let step = if tail > 200 { 1 } else { (tail / 7).max(1) };
             for keep in (0..=tail).step_by(step) {
                 let image = torn_image(disk, |_| keep);
-                check(&image, config, &outcome, &format!("{cut:?}, {keep} of {tail} tail bytes"));
+                check(
+                    &image,
+                    config,
+                    &outcome,
+                    &format!("{cut:?}, {keep} of {tail} tail bytes"),
+                );
                 tails_checked += 1;
             }
         },
     );
-    assert!(tails_checked > 1000, "only {tails_checked} torn images checked");
+    assert!(
+        tails_checked > 1000,
+        "only {tails_checked} torn images checked"
+    );
 }
 
 #[test]
 fn segment_rollover_cut_at_every_step_keeps_every_cursor() {
-    let config = JournalConfig { segment_bytes: 2048 };
+    let config = JournalConfig {
+        segment_bytes: 2048,
+    };
     // Prepare: enough ticks that the journal holds several segments; then one more workload
     // whose ticks roll over (copy live records, sync, delete the oldest) under the cut.
     let clean = cut_everywhere(
@@ -116,17 +126,25 @@ fn segment_rollover_cut_at_every_step_keeps_every_cursor() {
     .expect("open");
     assert!(clean.result.0.ticks == 16);
     let stats = journal.stats();
-    assert!(stats.segments <= 4, "rollover bounds the segments: {stats:?}");
+    assert!(
+        stats.segments <= 4,
+        "rollover bounds the segments: {stats:?}"
+    );
     assert!(
         stats.segment_bytes <= 2 * stats.live_bytes + 3 * config.segment_bytes,
         "{stats:?}"
     );
-    assert!(!clean.result.1.contains(&1), "the first segment was rolled over and deleted");
+    assert!(
+        !clean.result.1.contains(&1),
+        "the first segment was rolled over and deleted"
+    );
 }
 
 #[test]
 fn a_damaged_record_in_a_sealed_segment_is_corruption_not_a_panic() {
-    let config = JournalConfig { segment_bytes: 2048 };
+    let config = JournalConfig {
+        segment_bytes: 2048,
+    };
     let disk = MemStorage::new();
     run(&disk, config, BUDGET, 5, 200, 20);
     let segs = segments(&disk);
@@ -155,11 +173,16 @@ fn bytes_past_the_seal_are_ignored_and_never_appended_to() {
     let id = support::journal::cursor_ids()[0];
     former.ack(id, ackstore::Position::new(7, 7)).expect("ack");
     former.tick().expect("tick");
-    let sealed_bytes = disk.live_bytes(&segment_name(seal.segment)).expect("segment");
+    let sealed_bytes = disk
+        .live_bytes(&segment_name(seal.segment))
+        .expect("segment");
 
     let journal = Journal::open(Arc::new(disk.clone()), config, seal).expect("new owner");
     let (state, rows) = journal.committed(id).expect("committed");
-    assert!(rows.iter().all(|(k, _)| k.ledger_id != 7), "a record past the seal was read");
+    assert!(
+        rows.iter().all(|(k, _)| k.ledger_id != 7),
+        "a record past the seal was read"
+    );
     let other = support::journal::cursor_ids()[1];
     journal
         .commit(&[CursorFlush {
@@ -174,7 +197,8 @@ fn bytes_past_the_seal_are_ignored_and_never_appended_to() {
         .expect("the new owner commits");
     assert_eq!(journal.tail().segment, seal.segment + 1, "a new segment");
     assert_eq!(
-        disk.live_bytes(&segment_name(seal.segment)).expect("segment"),
+        disk.live_bytes(&segment_name(seal.segment))
+            .expect("segment"),
         sealed_bytes,
         "the sealed segment is never appended to"
     );

@@ -79,7 +79,7 @@ impl JournalLoc {
     /// The `u64` a marker row stores; `None` when either half does not fit in 32 bits.
     #[must_use]
     pub fn pack(self) -> Option<u64> {
-        (self.segment <= MAX_SEGMENT && self.offset <= u64::from(u32::MAX))
+        (self.segment <= MAX_SEGMENT && u32::try_from(self.offset).is_ok())
             .then_some((self.segment << 32) | self.offset)
     }
 
@@ -205,10 +205,11 @@ pub fn decode_record(bytes: &[u8]) -> Result<Option<(Record<'_>, usize)>, Corrup
     if !(BODY_FIXED_LEN..=MAX_BODY_LEN).contains(&len) {
         return Err(Corruption::new(CorruptionKind::BadLength, 0));
     }
+    let len_bytes = bytes.get(..4).unwrap_or_default();
     let crc = r.u32()?;
     let body = r.take(len)?;
     let mut h = crc32fast::Hasher::new();
-    h.update(&(len as u32).to_le_bytes());
+    h.update(len_bytes);
     h.update(body);
     if h.finalize() != crc {
         return Err(Corruption::new(CorruptionKind::ChecksumMismatch, 4));

@@ -125,6 +125,7 @@ impl Catalog {
 }
 
 #[cfg(test)]
+#[allow(clippy::indexing_slicing, clippy::unwrap_used, reason = "tests")]
 mod tests {
     use super::*;
 

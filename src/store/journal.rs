@@ -668,15 +668,15 @@ impl Journal {
         {
             let file = w.segments.get(&seq).map(|s| s.file.clone());
             if let Some(file) = file {
-                self.latch_on(w, file.sync_data())?;
+                Self::latch_on(w, file.sync_data())?;
                 stats.syncs += 1;
                 self.counters.syncs.fetch_add(1, Ordering::Relaxed);
             }
         }
         let created = self.storage.create(&segment_name(next));
-        let file = self.latch_on(w, created)?;
+        let file = Self::latch_on(w, created)?;
         let header = encode_segment_header(next);
-        self.latch_on(w, file.write_all_at(&header, 0))?;
+        Self::latch_on(w, file.write_all_at(&header, 0))?;
         w.segments.insert(
             next,
             Segment {
@@ -710,7 +710,7 @@ impl Journal {
             .get(&seq)
             .map(|s| s.file.clone())
             .ok_or(Error::PreviousIo)?;
-        self.latch_on(w, file.write_all_at(buf, len))?;
+        Self::latch_on(w, file.write_all_at(buf, len))?;
         if let Some(s) = w.segments.get_mut(&seq) {
             s.len += buf.len() as u64;
         }
@@ -724,7 +724,7 @@ impl Journal {
         })
     }
 
-    fn latch_on<T>(&self, w: &mut Writer, r: Result<T>) -> Result<T> {
+    fn latch_on<T>(w: &mut Writer, r: Result<T>) -> Result<T> {
         if r.is_err() {
             w.latched = true;
         }

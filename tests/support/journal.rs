@@ -49,7 +49,11 @@ pub struct Fleet {
 impl Fleet {
     /// Opens the journal on `disk` and every cursor of [`cursor_ids`] from what it committed.
     pub fn open(disk: &MemStorage, config: JournalConfig, budget: usize) -> ackstore::Result<Self> {
-        let journal = Arc::new(Journal::open(Arc::new(disk.clone()), config, Seal::default())?);
+        let journal = Arc::new(Journal::open(
+            Arc::new(disk.clone()),
+            config,
+            Seal::default(),
+        )?);
         let cursors = cursor_ids()
             .into_iter()
             .map(|id| {
@@ -57,7 +61,10 @@ impl Fleet {
                     .committed(id)
                     .map_or((0, Vec::new()), |(s, rows)| (s.epoch, rows));
                 let store = Box::new(JournalPartitions::new(journal.clone(), id));
-                (id, (RangeSetWrapper::with_index(store, budget, index), epoch))
+                (
+                    id,
+                    (RangeSetWrapper::with_index(store, budget, index), epoch),
+                )
             })
             .collect();
         Ok(Self { journal, cursors })
@@ -139,7 +146,14 @@ pub struct Outcome {
 /// Opens a fleet on `disk`, acks `acks` entries chosen by `seed` (cursor `i` picked with a
 /// Zipf-like weight `1/(i+1)`), committing a tick every `every` acks and at the end. Stops at
 /// the first error, as a process that lost its disk would.
-pub fn run(disk: &MemStorage, config: JournalConfig, budget: usize, seed: u64, acks: u64, every: u64) -> Outcome {
+pub fn run(
+    disk: &MemStorage,
+    config: JournalConfig,
+    budget: usize,
+    seed: u64,
+    acks: u64,
+    every: u64,
+) -> Outcome {
     let mut out = Outcome::default();
     let ids = cursor_ids();
     let weights: Vec<u64> = (1..=ids.len() as u64).map(|i| 600 / i).collect();
@@ -174,7 +188,8 @@ pub fn run(disk: &MemStorage, config: JournalConfig, budget: usize, seed: u64, a
 /// Reopens the journal on `image` and checks every cursor: nothing acked that the workload did
 /// not ack, nothing lost that a tick returning `Ok` committed.
 pub fn check(image: &MemStorage, config: JournalConfig, outcome: &Outcome, what: &str) {
-    let mut fleet = Fleet::open(image, config, usize::MAX).unwrap_or_else(|e| panic!("{what}: reopen: {e}"));
+    let mut fleet =
+        Fleet::open(image, config, usize::MAX).unwrap_or_else(|e| panic!("{what}: reopen: {e}"));
     let recovered = fleet.acks().unwrap_or_else(|e| panic!("{what}: load: {e}"));
     for id in cursor_ids() {
         let got = recovered.get(&id).cloned().unwrap_or_default();
