@@ -61,6 +61,7 @@ impl Model {
 
 fn part(offset: u64) -> PartLoc {
     PartLoc {
+        seq: offset,
         loc: JournalLoc { segment: 1, offset },
         frame_len: 10,
         crc: 0,

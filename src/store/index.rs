@@ -5,8 +5,9 @@
 //! written since (by evictions) that no marker references yet. Pure data, no I/O; rebuilt by
 //! [`super::journal`] on open.
 //!
-//! Invariant: [`Index::lookup`] returns the newest copy of a partition in log order: a pending
-//! copy older than the committed one is never returned.
+//! Invariant: [`Index::lookup`] returns the newest copy of a partition by write order
+//! ([`PartLoc::seq`], not its place in the log: a rollover copies an old committed copy to
+//! the end of the log, after newer pending ones): a copy older than another is never returned.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -26,6 +27,9 @@ pub struct CursorId {
 /// One partition record in the journal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PartLoc {
+    /// When its contents were written, counted by the journal since open (copies keep it;
+    /// copies recovered on open have 0, as nothing is pending then).
+    pub seq: u64,
     /// Where its frame starts.
     pub loc: JournalLoc,
     /// Bytes of its frame.
@@ -66,7 +70,7 @@ impl Index {
     /// one. Pending copies it references, or older than the one it references, are dropped.
     pub fn commit(&mut self, cursor: CursorId, committed: Committed) {
         if let Some(p) = self.pending.get_mut(&cursor) {
-            p.retain(|k, v| committed.rows.get(k).is_none_or(|row| v.loc > row.loc));
+            p.retain(|k, v| committed.rows.get(k).is_none_or(|row| v.seq > row.seq));
             if p.is_empty() {
                 self.pending.remove(&cursor);
             }
@@ -97,7 +101,7 @@ impl Index {
             .and_then(|c| c.rows.get(&key))
             .copied();
         match (pending, committed) {
-            (Some(p), Some(c)) => Some(if p.loc > c.loc { p } else { c }),
+            (Some(p), Some(c)) => Some(if p.seq > c.seq { p } else { c }),
             (p, c) => p.or(c),
         }
     }

@@ -163,6 +163,8 @@ pub struct Journal {
 
 #[derive(Debug, Default)]
 struct Counters {
+    /// The write order of partition copies ([`PartLoc::seq`]); taken under the writer's lock.
+    seq: AtomicU64,
     ticks: AtomicU64,
     syncs: AtomicU64,
     bytes: AtomicU64,
@@ -220,6 +222,7 @@ impl Scan {
                         chunk: p.chunk,
                     };
                     let part = PartLoc {
+                        seq: 0,
                         loc,
                         frame_len,
                         crc: payload_crc(rec.payload),
@@ -490,6 +493,7 @@ impl Journal {
             cursor,
             key,
             PartLoc {
+                seq: self.counters.seq.fetch_add(1, Ordering::Relaxed) + 1,
                 loc: base,
                 frame_len: buf.len() as u64,
                 crc: payload_crc(&payload),
@@ -504,101 +508,28 @@ impl Journal {
         lock(&self.index).forget_partition(cursor, key);
     }
 
-    /// Commits every cursor of `flushes` in one tick: their written partitions and markers as
-    /// one append, then one sync. Returns after the sync; on an error nothing new is
-    /// guaranteed and the journal refuses every later write ([`Error::PreviousIo`]).
+    /// Commits every cursor of `flushes` in one tick: [`Journal::begin_tick`], one
+    /// [`Tick::stage`] per cursor, [`Tick::commit`].
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] (nothing written) when a live partition is neither written
-    /// nor in the journal; [`Error::PreviousIo`] after an earlier failure; [`Error::Io`].
+    /// Those of [`Tick::stage`] and [`Tick::commit`].
     pub fn commit(&self, flushes: &[CursorFlush]) -> Result<TickStats> {
-        let _tick = lock(&self.tick);
-        let mut stats = self.commit_locked(flushes)?;
-        stats.segments_deleted = self.roll_over_locked()?;
-        Ok(stats)
+        let mut tick = self.begin_tick();
+        for f in flushes {
+            tick.stage(f.cursor, f.state.clone(), &f.written, &f.live)?;
+        }
+        tick.commit()
     }
 
-    fn commit_locked(&self, flushes: &[CursorFlush]) -> Result<TickStats> {
-        let mut stats = TickStats::default();
-        if flushes.is_empty() {
-            return Ok(stats);
+    /// Starts a tick: ticks and rollovers run one at a time, evictions and loads go on.
+    pub fn begin_tick(&self) -> Tick<'_> {
+        Tick {
+            journal: self,
+            _serial: lock(&self.tick),
+            staged: Vec::new(),
+            stats: TickStats::default(),
+            started: false,
         }
-        let mut w = lock(&self.writer);
-        let new_segment = self.segment_for_tick(&mut w, &mut stats)?;
-        let (seq, base) = Self::newest(&w)?;
-        let mut buf = Vec::new();
-        let mut commits = Vec::with_capacity(flushes.len());
-        {
-            let index = lock(&self.index);
-            for f in flushes {
-                let mut rows: BTreeMap<PartitionKey, PartLoc> = BTreeMap::new();
-                for (key, bitmap) in &f.written {
-                    let payload = partition_payload(*key, bitmap);
-                    let loc = JournalLoc {
-                        segment: seq,
-                        offset: base + buf.len() as u64,
-                    };
-                    let before = buf.len();
-                    encode_record(&mut buf, &partition_record(f.cursor, &payload));
-                    rows.insert(
-                        *key,
-                        PartLoc {
-                            loc,
-                            frame_len: (buf.len() - before) as u64,
-                            crc: payload_crc(&payload),
-                            cardinality: bitmap.len(),
-                        },
-                    );
-                    stats.partitions += 1;
-                }
-                let mut live = BTreeMap::new();
-                for key in &f.live {
-                    let part = rows
-                        .get(key)
-                        .copied()
-                        .or_else(|| index.lookup(f.cursor, *key))
-                        .ok_or_else(|| Error::InvalidArgument {
-                            reason: format!(
-                                "partition {}:{} of cursor {}/{} is live but neither written nor \
-                                 in the journal",
-                                key.ledger_id, key.chunk, f.cursor.topic, f.cursor.cursor
-                            ),
-                        })?;
-                    live.insert(*key, part);
-                }
-                let loc = JournalLoc {
-                    segment: seq,
-                    offset: base + buf.len() as u64,
-                };
-                let before = buf.len();
-                append_marker(&mut buf, f.cursor, &f.state, &live)?;
-                commits.push((
-                    f.cursor,
-                    Committed {
-                        marker: loc,
-                        marker_len: (buf.len() - before) as u64,
-                        state: f.state.clone(),
-                        rows: live,
-                    },
-                ));
-            }
-        }
-        let at = self.append(&mut w, &buf, true)?;
-        debug_assert_eq!(at.offset, base);
-        drop(w);
-        // The sync runs without the writer's lock: evictions keep appending meanwhile.
-        self.sync_newest(seq, &mut stats)?;
-        if new_segment {
-            self.sync_dir(&mut stats)?;
-        }
-        let mut index = lock(&self.index);
-        for (cursor, c) in commits {
-            index.commit(cursor, c);
-        }
-        stats.cursors = flushes.len() as u64;
-        stats.bytes = buf.len() as u64;
-        self.counters.ticks.fetch_add(1, Ordering::Relaxed);
-        Ok(stats)
     }
 
     /// Deletes the cursor's records from the index and appends a forget record, synced.
@@ -905,6 +836,149 @@ impl Journal {
         };
         encode_record(buf, &partition_record(cursor, &payload));
         Ok(PartLoc { loc, ..part })
+    }
+}
+
+/// One group commit in progress: cursors are staged one by one, each under its own lock (its
+/// written partitions are appended at once, so the log orders them with the cursor's
+/// evictions), then [`Tick::commit`] appends every marker and syncs once.
+#[derive(Debug)]
+pub struct Tick<'a> {
+    journal: &'a Journal,
+    _serial: MutexGuard<'a, ()>,
+    staged: Vec<(CursorId, PersistedState, BTreeMap<PartitionKey, PartLoc>)>,
+    stats: TickStats,
+    started: bool,
+}
+
+impl Tick<'_> {
+    /// Stages one cursor as of a snapshot taken under its lock: appends `written` (partitions
+    /// changed since they were last written; not synced) and resolves where every `live`
+    /// partition's current copy is. Call it while holding the cursor's lock, so no eviction of
+    /// the cursor falls between the snapshot and these appends; it waits for no sync.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] (nothing staged) when a live partition is neither written
+    /// nor in the journal; [`Error::PreviousIo`] after an earlier failure; [`Error::Io`].
+    pub fn stage(
+        &mut self,
+        cursor: CursorId,
+        state: PersistedState,
+        written: &[(PartitionKey, RoaringBitmap)],
+        live: &[PartitionKey],
+    ) -> Result<()> {
+        state.validate()?;
+        let j = self.journal;
+        let mut w = lock(&j.writer);
+        if !self.started {
+            j.start_segment_if_needed(&mut w, &mut self.stats)?;
+            self.started = true;
+        }
+        {
+            let index = lock(&j.index);
+            if let Some(key) = live.iter().find(|k| {
+                !written.iter().any(|(w, _)| w == *k) && index.lookup(cursor, **k).is_none()
+            }) {
+                return Err(Error::InvalidArgument {
+                    reason: format!(
+                        "partition {}:{} of cursor {}/{} is live but neither written nor in the \
+                         journal",
+                        key.ledger_id, key.chunk, cursor.topic, cursor.cursor
+                    ),
+                });
+            }
+        }
+        let (seq, base) = Journal::newest(&w)?;
+        let mut buf = Vec::new();
+        let mut parts = Vec::with_capacity(written.len());
+        for (key, bitmap) in written {
+            let payload = partition_payload(*key, bitmap);
+            let before = buf.len();
+            encode_record(&mut buf, &partition_record(cursor, &payload));
+            parts.push((
+                *key,
+                PartLoc {
+                    seq: j.counters.seq.fetch_add(1, Ordering::Relaxed) + 1,
+                    loc: JournalLoc {
+                        segment: seq,
+                        offset: base + before as u64,
+                    },
+                    frame_len: (buf.len() - before) as u64,
+                    crc: payload_crc(&payload),
+                    cardinality: bitmap.len(),
+                },
+            ));
+        }
+        if !buf.is_empty() {
+            j.append(&mut w, &buf, true)?;
+        }
+        let mut index = lock(&j.index);
+        for (key, part) in &parts {
+            index.stage(cursor, *key, *part);
+        }
+        let mut rows = BTreeMap::new();
+        for key in live {
+            if let Some(part) = index.lookup(cursor, *key) {
+                rows.insert(*key, part);
+            }
+        }
+        self.stats.partitions += parts.len() as u64;
+        self.stats.bytes += buf.len() as u64;
+        self.staged.push((cursor, state, rows));
+        Ok(())
+    }
+
+    /// Appends every staged cursor's marker, syncs once (and the directory when a segment was
+    /// created since its last sync), then publishes the markers to the index and rolls over
+    /// what the journal has outgrown. Returns after the sync.
+    ///
+    /// # Errors
+    /// [`Error::PreviousIo`] after an earlier failure; [`Error::Io`]: nothing new is
+    /// guaranteed, and the journal refuses every later write.
+    pub fn commit(mut self) -> Result<TickStats> {
+        let j = self.journal;
+        if self.staged.is_empty() {
+            return Ok(self.stats);
+        }
+        let mut w = lock(&j.writer);
+        let (seq, base) = Journal::newest(&w)?;
+        let mut buf = Vec::new();
+        let mut commits = Vec::with_capacity(self.staged.len());
+        for (cursor, state, rows) in std::mem::take(&mut self.staged) {
+            let before = buf.len();
+            append_marker(&mut buf, cursor, &state, &rows)?;
+            commits.push((
+                cursor,
+                Committed {
+                    marker: JournalLoc {
+                        segment: seq,
+                        offset: base + before as u64,
+                    },
+                    marker_len: (buf.len() - before) as u64,
+                    state,
+                    rows,
+                },
+            ));
+        }
+        j.append(&mut w, &buf, true)?;
+        let dir = w.dir_unsynced;
+        drop(w);
+        // The sync runs without the writer's lock: evictions keep appending meanwhile.
+        j.sync_newest(seq, &mut self.stats)?;
+        if dir {
+            j.sync_dir(&mut self.stats)?;
+        }
+        {
+            let mut index = lock(&j.index);
+            self.stats.cursors = commits.len() as u64;
+            for (cursor, c) in commits {
+                index.commit(cursor, c);
+            }
+        }
+        self.stats.bytes += buf.len() as u64;
+        j.counters.ticks.fetch_add(1, Ordering::Relaxed);
+        self.stats.segments_deleted = j.roll_over_locked()?;
+        Ok(self.stats)
     }
 }
 
