@@ -40,12 +40,14 @@ fn tick(c: &mut Criterion) {
     group.sample_size(10);
 
     let tmp = tempfile::tempdir().unwrap();
-    let journal = Arc::new(
-        Journal::open(storage(&tmp), JournalConfig::default(), Seal::default()).unwrap(),
-    );
+    let journal =
+        Arc::new(Journal::open(storage(&tmp), JournalConfig::default(), Seal::default()).unwrap());
     let mut cursors: Vec<(CursorId, RangeSetWrapper)> = (0..CURSORS)
         .map(|i| {
-            let id = CursorId { topic: i / 10, cursor: i };
+            let id = CursorId {
+                topic: i / 10,
+                cursor: i,
+            };
             let store = Box::new(JournalPartitions::new(journal.clone(), id));
             (id, RangeSetWrapper::new(store, 64 << 20))
         })

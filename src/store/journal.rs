@@ -187,6 +187,130 @@ pub fn parse_segment_name(name: &str) -> Option<u64> {
         .flatten()
 }
 
+/// What a read-only check of a journal found ([`check`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JournalCheck {
+    /// Segment files.
+    pub segments: u64,
+    /// Records that verify.
+    pub records: u64,
+    /// Cursors with a committed marker.
+    pub cursors: u64,
+    /// Where the newest segment's torn tail starts and how many bytes it holds (the next open
+    /// cuts it off): not damage.
+    pub torn_tail: Option<(u64, u64, u64)>,
+}
+
+/// Checks the journal in `storage` without writing anything: every segment header and record,
+/// as [`Journal::open`] does.
+///
+/// # Errors
+/// [`Error::Corrupted`] at the segment and offset of the first damage; [`Error::Io`].
+pub fn check(storage: &dyn Storage, seal: Seal) -> Result<JournalCheck> {
+    let (scan, writer, report) = scan_segments(storage, seal, false)?;
+    Ok(JournalCheck {
+        segments: writer.segments.len() as u64,
+        records: report.records,
+        cursors: scan.index.cursors().len() as u64,
+        torn_tail: report.torn_tail,
+    })
+}
+
+#[derive(Debug, Default)]
+struct ScanReport {
+    records: u64,
+    torn_tail: Option<(u64, u64, u64)>,
+}
+
+/// Reads every segment in order into an index. With `repair`, cuts the newest segment's torn
+/// tail off (and syncs it) and removes a newest segment whose header never became durable;
+/// without, only reports them.
+fn scan_segments(
+    storage: &dyn Storage,
+    seal: Seal,
+    repair: bool,
+) -> Result<(Scan, Writer, ScanReport)> {
+    let seqs: Vec<u64> = storage
+        .list()?
+        .iter()
+        .filter_map(|n| parse_segment_name(n))
+        .collect();
+    let mut scan = Scan::default();
+    let mut writer = Writer::default();
+    let mut report = ScanReport::default();
+    let last = seqs.last().copied();
+    for &seq in &seqs {
+        let newest = Some(seq) == last;
+        let file = storage.open(&segment_name(seq))?;
+        let mut size = file.size()?;
+        if seal.segment == seq {
+            size = size.min(seal.len);
+        }
+        let mut bytes = vec![0u8; usize::try_from(size).unwrap_or(usize::MAX)];
+        file.read_exact_at(&mut bytes, 0)?;
+        let header = bytes.get(..SEGMENT_HEADER_LEN).map(decode_segment_header);
+        match header {
+            Some(Ok(s)) if s == seq => {}
+            Some(Ok(_)) => {
+                return Err(corrupt(seq, 12, CorruptionKind::InvalidField("segment")));
+            }
+            _ if newest && seal.segment != seq => {
+                // Its header and every record after it were written by one tick that never
+                // synced: nothing in it was ever committed.
+                if repair {
+                    storage.remove(&segment_name(seq))?;
+                    storage.sync_dir()?;
+                } else {
+                    report.torn_tail = Some((seq, 0, size));
+                }
+                continue;
+            }
+            Some(Err(c)) => return Err(corrupt(seq, c.offset, c.kind)),
+            None => return Err(corrupt(seq, 0, CorruptionKind::Truncated)),
+        }
+        let mut at = SEGMENT_HEADER_LEN;
+        let end = loop {
+            let rest = bytes.get(at..).unwrap_or_default();
+            match decode_record(rest) {
+                Ok(Some((rec, len))) => {
+                    let loc = JournalLoc {
+                        segment: seq,
+                        offset: at as u64,
+                    };
+                    scan.record(loc, len as u64, &rec);
+                    report.records += 1;
+                    at += len;
+                }
+                Ok(None) if rest.iter().all(|&b| b == 0) => break at,
+                Ok(None) | Err(_) if newest => break at,
+                Ok(None) => {
+                    return Err(corrupt(
+                        seq,
+                        at as u64,
+                        CorruptionKind::InvalidField("zero length"),
+                    ));
+                }
+                Err(c) => return Err(corrupt(seq, at as u64 + c.offset, c.kind)),
+            }
+        };
+        let end = end as u64;
+        let file_size = file.size()?;
+        if newest && seal.segment != seq && end < file_size {
+            if repair {
+                file.set_len(end)?;
+                file.sync_data()?;
+            } else if bytes
+                .get(usize::try_from(end).unwrap_or(usize::MAX)..)
+                .is_some_and(|t| t.iter().any(|&b| b != 0))
+            {
+                report.torn_tail = Some((seq, end, file_size - end));
+            }
+        }
+        writer.segments.insert(seq, Segment { file, len: end });
+    }
+    Ok((scan, writer, report))
+}
+
 fn corrupt(segment: u64, offset: u64, kind: CorruptionKind) -> Error {
     Error::corrupted_at(CorruptionPlace::Journal { segment, offset }, kind)
 }
@@ -295,70 +419,7 @@ impl Journal {
                 reason: "journal segment_bytes must be 1 byte to 4 GiB".into(),
             });
         }
-        let seqs: Vec<u64> = storage
-            .list()?
-            .iter()
-            .filter_map(|n| parse_segment_name(n))
-            .collect();
-        let mut scan = Scan::default();
-        let mut writer = Writer::default();
-        let last = seqs.last().copied();
-        for &seq in &seqs {
-            let newest = Some(seq) == last;
-            let file = storage.open(&segment_name(seq))?;
-            let mut size = file.size()?;
-            if seal.segment == seq {
-                size = size.min(seal.len);
-            }
-            let mut bytes = vec![0u8; usize::try_from(size).unwrap_or(usize::MAX)];
-            file.read_exact_at(&mut bytes, 0)?;
-            let header = bytes.get(..SEGMENT_HEADER_LEN).map(decode_segment_header);
-            match header {
-                Some(Ok(s)) if s == seq => {}
-                Some(Ok(_)) => {
-                    return Err(corrupt(seq, 12, CorruptionKind::InvalidField("segment")));
-                }
-                _ if newest && seal.segment != seq => {
-                    // Its header and every record after it were written by one tick that
-                    // never synced: nothing in it was ever committed.
-                    storage.remove(&segment_name(seq))?;
-                    storage.sync_dir()?;
-                    continue;
-                }
-                Some(Err(c)) => return Err(corrupt(seq, c.offset, c.kind)),
-                None => return Err(corrupt(seq, 0, CorruptionKind::Truncated)),
-            }
-            let mut at = SEGMENT_HEADER_LEN;
-            let end = loop {
-                let rest = bytes.get(at..).unwrap_or_default();
-                match decode_record(rest) {
-                    Ok(Some((rec, len))) => {
-                        let loc = JournalLoc {
-                            segment: seq,
-                            offset: at as u64,
-                        };
-                        scan.record(loc, len as u64, &rec);
-                        at += len;
-                    }
-                    Ok(None) if rest.iter().all(|&b| b == 0) => break at,
-                    Ok(None) | Err(_) if newest => break at,
-                    Ok(None) => {
-                        return Err(corrupt(
-                            seq,
-                            at as u64,
-                            CorruptionKind::InvalidField("zero length"),
-                        ));
-                    }
-                    Err(c) => return Err(corrupt(seq, at as u64 + c.offset, c.kind)),
-                }
-            };
-            let end = end as u64;
-            if newest && seal.segment != seq && end < file.size()? {
-                file.set_len(end)?;
-                file.sync_data()?;
-            }
-            writer.segments.insert(seq, Segment { file, len: end });
-        }
+        let (scan, mut writer, _) = scan_segments(storage.as_ref(), seal, true)?;
         if seal.segment != 0 && writer.segments.contains_key(&seal.segment) {
             writer.sealed = Some(seal.segment);
         }

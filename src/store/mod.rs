@@ -162,6 +162,27 @@ impl Store {
     }
 }
 
+/// The files of topic `id` of the store kept in `storage`, as a topic's own storage (for tools
+/// that read a store's topics without opening the store: `ackstore inspect` and `verify`).
+#[must_use]
+pub fn topic_storage(storage: Arc<dyn Storage>, id: u64) -> Arc<dyn Storage> {
+    Arc::new(TopicSpace::new(storage, id))
+}
+
+/// The catalog of the store kept in `storage`, read without writing; `None` when `storage`
+/// holds no store.
+///
+/// # Errors
+/// [`Error::Corrupted`] for a damaged catalog; [`Error::Io`].
+pub fn read_catalog(storage: Arc<dyn Storage>) -> Result<Option<crate::format::store::Catalog>> {
+    let meta = FileMetaStore::new(storage);
+    meta.get(STORE_RECORD)?
+        .map(|(_, bytes)| {
+            crate::format::store::Catalog::decode(&bytes).map_err(|c| c.in_record(STORE_RECORD))
+        })
+        .transpose()
+}
+
 fn check_topic_name(name: &str) -> Result<()> {
     if name.is_empty() || name.len() > MAX_TOPIC_NAME_LEN {
         return Err(Error::InvalidArgument {
