@@ -117,12 +117,20 @@ fn inspect_lists_the_topics_of_a_store_and_its_journal() {
     let dir = tempfile::tempdir().unwrap();
     sample_store(dir.path());
     let out = ackstore(&["inspect", dir.path().to_str().unwrap(), "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let report = json(&out);
     let topics = report["topics"].as_array().unwrap();
     let names: Vec<&str> = topics.iter().map(|t| t["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["persistent://t/ns/a", "b"]);
-    assert!(topics.iter().all(|t| t["cursors"] == 1 && t["ledgers"].as_u64() >= Some(1)));
+    assert!(
+        topics
+            .iter()
+            .all(|t| t["cursors"] == 1 && t["ledgers"].as_u64() >= Some(1))
+    );
     assert_eq!(report["journal"]["records"], 2);
     assert_eq!(report["journal"]["cursors"], 1);
 }

@@ -82,7 +82,13 @@ fn a_second_store_on_the_same_directory_is_refused_while_the_first_is_open() {
         let first = open().expect("open");
         first.topic("a").expect("topic");
         assert!(matches!(open(), Err(Error::Locked { .. })));
+        let topic = first.topic("a").expect("topic");
         drop(first);
+        assert!(
+            matches!(open(), Err(Error::Locked { .. })),
+            "a topic of the first store still holds the lock"
+        );
+        drop(topic);
         let again = open().expect("open after the first closed");
         assert_eq!(again.topic_names(), ["a"]);
     });

@@ -3,7 +3,7 @@
 //! Owns: the store directory's ownership (its lock and its claim), the catalog of its topics
 //! (the metadata record `store`, see [`crate::format::store`]), and the table of open topics,
 //! each a [`ManagedLedger`] opened lazily on first use. Must never use a topic's name as a
-//! path: a topic's files are named after the id the catalog gives it ([`space`]).
+//! path: a topic's files are named after the id the catalog gives it (`t{id}-` file-name prefixes, in `space.rs`).
 //!
 //! Ownership is the topic rules one level up (`docs/cursors.md`, "Ownership"): the store takes
 //! the directory's lock once, then claims the store by writing its catalog again by
@@ -40,7 +40,9 @@ pub struct StoreConfig {
 
 /// Every topic of a broker in one directory. Cheap to share (`Clone` shares the same store).
 ///
-/// Dropping the last handle closes every open topic (errors are lost; call [`Store::close`]).
+/// Dropping the last handle drops the store's own references to its topics (a topic closes
+/// when its last handle goes; errors are lost: call [`Store::close`]). The directory's lock is
+/// held until the store and every topic it opened are gone.
 #[derive(Debug, Clone)]
 pub struct Store {
     inner: Arc<Inner>,
@@ -52,7 +54,7 @@ struct Inner {
     config: StoreConfig,
     catalog: Mutex<CatalogHandle>,
     topics: Mutex<HashMap<String, Arc<ManagedLedger>>>,
-    _lock: LockGuard,
+    lock: Arc<LockGuard>,
 }
 
 impl Store {
@@ -83,7 +85,7 @@ impl Store {
                 config,
                 catalog: Mutex::new(catalog),
                 topics: Mutex::new(HashMap::new()),
-                _lock: lock,
+                lock: Arc::new(lock),
             }),
         })
     }
@@ -105,7 +107,11 @@ impl Store {
             return Ok(t.clone());
         }
         let id = self.catalog().id_of_or_create(name)?;
-        let space: Arc<dyn Storage> = Arc::new(TopicSpace::new(self.inner.storage.clone(), id));
+        let space: Arc<dyn Storage> = Arc::new(TopicSpace::new(
+            self.inner.storage.clone(),
+            id,
+            Some(self.inner.lock.clone()),
+        ));
         let topic = Arc::new(ManagedLedger::open_with_storage(
             space,
             self.inner.config.ledger.clone(),
@@ -166,7 +172,7 @@ impl Store {
 /// that read a store's topics without opening the store: `ackstore inspect` and `verify`).
 #[must_use]
 pub fn topic_storage(storage: Arc<dyn Storage>, id: u64) -> Arc<dyn Storage> {
-    Arc::new(TopicSpace::new(storage, id))
+    Arc::new(TopicSpace::new(storage, id, None))
 }
 
 /// The catalog of the store kept in `storage`, read without writing; `None` when `storage`

@@ -16,14 +16,22 @@ use crate::storage::{LockGuard, Storage, StorageFile, validate_name};
 pub(crate) struct TopicSpace {
     inner: Arc<dyn Storage>,
     prefix: String,
+    /// The store's lock, held as long as any topic of the store is open (`None` for tools that
+    /// only read).
+    _store_lock: Option<Arc<LockGuard>>,
 }
 
 impl TopicSpace {
-    /// The files of topic `id` in `inner`.
-    pub(crate) fn new(inner: Arc<dyn Storage>, id: u64) -> Self {
+    /// The files of topic `id` in `inner`, keeping `store_lock` held while the topic lives.
+    pub(crate) fn new(
+        inner: Arc<dyn Storage>,
+        id: u64,
+        store_lock: Option<Arc<LockGuard>>,
+    ) -> Self {
         Self {
             inner,
             prefix: prefix_of(id),
+            _store_lock: store_lock,
         }
     }
 
@@ -82,8 +90,9 @@ impl Storage for TopicSpace {
         self.inner.sync_dir()
     }
 
-    /// The store holds the directory's lock for all its topics; a topic is opened at most once
-    /// per store (the store's topic table), so its lock is the store's.
+    /// The store holds the directory's lock for all its topics, and every open topic keeps it
+    /// held (even after the store handle is dropped); a topic is opened at most once per store
+    /// (the store's topic table), so its lock is the store's.
     fn lock(&self) -> Result<LockGuard> {
         Ok(LockGuard::new(Box::new(())))
     }
@@ -97,8 +106,8 @@ mod tests {
     #[test]
     fn a_topic_sees_only_its_own_files() {
         let disk = MemStorage::new();
-        let a = TopicSpace::new(Arc::new(disk.clone()), 1);
-        let b = TopicSpace::new(Arc::new(disk.clone()), 11);
+        let a = TopicSpace::new(Arc::new(disk.clone()), 1, None);
+        let b = TopicSpace::new(Arc::new(disk.clone()), 11, None);
         a.create("topic.meta").expect("create");
         b.create("ledger-1.log").expect("create");
         assert_eq!(a.list().expect("list"), vec!["topic.meta".to_owned()]);
