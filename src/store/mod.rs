@@ -3,7 +3,8 @@
 //! Owns: the store directory's ownership (its lock and its claim), the catalog of its topics
 //! (the metadata record `store`, see [`crate::format::store`]), and the table of open topics,
 //! each a [`ManagedLedger`] opened lazily on first use. Must never use a topic's name as a
-//! path: a topic's files are named after the id the catalog gives it (`t{id}-` file-name prefixes, in `space.rs`).
+//! path: a topic's files are named after the id the catalog gives it (`t{id}-` file-name
+//! prefixes, in `space.rs`).
 //!
 //! Ownership is the topic rules one level up (`docs/cursors.md`, "Ownership"): the store takes
 //! the directory's lock once, then claims the store by writing its catalog again by
