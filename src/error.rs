@@ -78,6 +78,13 @@ pub enum CorruptionPlace {
     Entry(Position),
     /// A metadata record, by name.
     Record(String),
+    /// A byte offset within a segment of a store's cursor journal.
+    Journal {
+        /// The segment (its sequence number, as in `journal-{segment:016}.seg`).
+        segment: u64,
+        /// Byte offset of the bad record within the segment.
+        offset: u64,
+    },
     /// One ack partition of a cursor, keyed by data ledger and chunk.
     Partition {
         /// The data ledger of the partition.
@@ -100,6 +107,10 @@ impl CorruptionPlace {
                  run `ackstore verify` on the directory"
             ),
             Self::Record(record) => format!("metadata record `{record}` is corrupted: {kind}"),
+            Self::Journal { segment, offset } => format!(
+                "cursor journal segment {segment} is corrupted at byte offset {offset}: {kind}; \
+                 run `ackstore verify` on the store directory"
+            ),
             Self::Partition { ledger_id, chunk } => format!(
                 "ack partition {chunk} of ledger {ledger_id} could not be loaded: {kind}; \
                  the cursor's persisted ack state is incomplete, reopen the cursor to recover it \

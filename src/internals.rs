@@ -15,7 +15,9 @@
 //! - `cursor`: a subscription's acks, reads and seeks, and its ack state persisted in its own
 //!   cursor ledger (flush, rollover, recovery);
 //! - `ledger`: the managed ledger, one topic in one directory, and its cursor registry;
-//! - `filter`: the consumer-side filter of already-received entries (PIP-260).
+//! - `filter`: the consumer-side filter of already-received entries (PIP-260);
+//! - `store`: every topic of a broker in one directory under one lock, opened lazily, and the
+//!   shared group-committed cursor journal.
 
 // Without the feature, items only the command, benches or tests call are unused.
 #![cfg_attr(not(feature = "internals"), allow(dead_code, unused_imports))]
@@ -44,3 +46,5 @@ pub mod meta;
 pub mod position;
 #[path = "storage/mod.rs"]
 pub mod storage;
+#[path = "store/mod.rs"]
+pub mod store;

@@ -11,6 +11,7 @@
 //! and cursor handles with their configuration and statistics, the [`Storage`] trait and its two
 //! backends, the consumer-side [`ReceivedFilter`], and the one [`Error`] enum. Metric names and
 //! the log target are constants in [`observe`].
+//! Many topics in one directory: [`Store`].
 
 #![deny(missing_docs)]
 #![warn(clippy::pedantic)]
@@ -31,6 +32,7 @@ pub mod observe;
 // The layers keep their `crate::<layer>` paths inside the crate.
 use internals::{
     ackset, cursor, entry, error, filter, finder, format, ledger, log, meta, position, storage,
+    store,
 };
 
 pub use ackset::AckSetStats;
@@ -51,6 +53,7 @@ pub use storage::{
 };
 #[cfg(feature = "rados")]
 pub use storage::{RadosCluster, RadosStorage};
+pub use store::{Store, StoreConfig};
 
 /// The README's examples, compiled and run as doctests so they cannot drift from the API.
 #[cfg(doctest)]

@@ -712,8 +712,10 @@ impl Cursor {
     }
 
     /// The partially acknowledged entries grouped by partition of the ack set, each with its
-    /// acknowledged batch indexes: what batch-index entries
-    /// ([`encode_batch_entry`](crate::format::cursor::encode_batch_entry)) encode.
+    /// acknowledged batch indexes: what batch-index entries (`encode_batch_entry`) encode. For
+    /// the command and tests.
+    #[cfg(feature = "internals")]
+    #[doc(hidden)]
     pub fn batch_index_partitions(&self) -> Result<Vec<crate::format::cursor::BatchPartition>> {
         Ok(self.shared.core()?.state.batch.partitions())
     }

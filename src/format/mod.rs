@@ -7,7 +7,9 @@
 //! Submodules, one per file kind:
 //! - [`ledger`]: the ledger file (header, entry frames, sealed-ledger footer);
 //! - [`partition`]: one partition of a cursor's ack set;
-//! - [`meta`]: metadata records (topic and cursor).
+//! - [`journal`]: the store's shared cursor journal (segment header, record frames);
+//! - [`meta`]: metadata records (topic and cursor);
+//! - [`store`](mod@store): the store catalog (topics of a store).
 //!
 //! Shared helpers live here: [`Reader`], the one bounds-checked little-endian reader every
 //! decoder reads bytes through; [`Corruption`], what a decoder reports (the kind of damage and
@@ -20,9 +22,11 @@
 #![deny(clippy::indexing_slicing, clippy::unwrap_used)]
 
 pub mod cursor;
+pub mod journal;
 pub mod ledger;
 pub mod meta;
 pub mod partition;
+pub mod store;
 
 use crate::error::{CorruptionKind, CorruptionPlace, Error};
 use crate::position::Position;

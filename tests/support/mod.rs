@@ -5,6 +5,7 @@
 //!   images of unsynced tails ([`crash::torn_image`]), for every crash test.
 //! - [`log_model`]: deterministic entries and a model of an entry-log workload.
 //! - [`hooked`]: an in-memory disk whose files count writes and fsyncs and can stall or fail.
+//! - [`journal`]: cursors backed by a store's cursor journal, committed in ticks, and their model.
 //! - [`cursor_ledger`]: a cursor's persistence driven directly (no managed ledger), its
 //!   workload runner and the model its recovery is checked against.
 //! - [`topic`]: managed ledgers on an in-memory disk, appends and cursor options.
@@ -23,6 +24,7 @@ pub mod ack_patterns;
 pub mod crash;
 pub mod cursor_ledger;
 pub mod hooked;
+pub mod journal;
 pub mod log_model;
 #[cfg(feature = "rados")]
 pub mod rados;

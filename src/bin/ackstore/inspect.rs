@@ -308,6 +308,9 @@ fn opt<T: ToString>(v: Option<T>) -> String {
 /// Runs `ackstore inspect`.
 pub fn run(args: &InspectArgs) -> Result<ExitCode> {
     let storage = dir::open_existing(&args.dir, &args.storage)?;
+    if let Some(catalog) = ackstore::internals::store::read_catalog(storage.clone())? {
+        return run_store(args, &storage, &catalog);
+    }
     // Without a readable topic record the tables would be empty, not true: exit 2.
     read_topic(&storage)?;
     let mut findings = Vec::new();
@@ -316,6 +319,60 @@ pub fn run(args: &InspectArgs) -> Result<ExitCode> {
         print_json(&view, &findings);
     } else {
         print_tables(&view, &findings);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `inspect` of a store directory: every topic of the catalog (its ledgers and cursors) and the
+/// cursor journal's segments, records and committed cursors. Read-only.
+fn run_store(
+    args: &InspectArgs,
+    storage: &Arc<dyn Storage>,
+    catalog: &ackstore::internals::format::store::Catalog,
+) -> Result<ExitCode> {
+    let journal = ackstore::internals::store::journal::check(
+        storage.as_ref(),
+        ackstore::internals::store::journal::Seal::default(),
+    )?;
+    let mut topics = Vec::new();
+    for topic in &catalog.topics {
+        let space = ackstore::internals::store::topic_storage(storage.clone(), topic.id);
+        let mut findings = Vec::new();
+        let view = collect(&space, false, &mut findings);
+        topics.push((topic, view.ledgers.len(), view.cursors.len()));
+    }
+    if args.json {
+        let list: Vec<_> = topics
+            .iter()
+            .map(|(t, l, c)| serde_json::json!({"id": t.id, "name": t.name, "ledgers": l, "cursors": c}))
+            .collect();
+        let report = serde_json::json!({
+            "store": true,
+            "store_id": catalog.store_id,
+            "topics": list,
+            "journal": {
+                "segments": journal.segments, "records": journal.records,
+                "cursors": journal.cursors, "torn_tail": journal.torn_tail.is_some(),
+            },
+        });
+        println!("{report}");
+    } else {
+        println!("store {:016x}: {} topics", catalog.store_id, topics.len());
+        println!("{:>8}  {:>8}  {:>8}  name", "topic", "ledgers", "cursors");
+        for (t, l, c) in &topics {
+            println!("{:>8}  {:>8}  {:>8}  {}", t.id, l, c, t.name.escape_debug());
+        }
+        println!(
+            "cursor journal: {} segments, {} records, {} cursors committed{}",
+            journal.segments,
+            journal.records,
+            journal.cursors,
+            if journal.torn_tail.is_some() {
+                ", a torn tail the next open cuts back"
+            } else {
+                ""
+            }
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -33,6 +33,9 @@ pub struct VerifyArgs {
 /// Runs `ackstore verify`.
 pub fn run(args: &VerifyArgs) -> Result<ExitCode> {
     let storage = dir::open_existing(&args.dir, &args.storage)?;
+    if let Some(catalog) = ackstore::internals::store::read_catalog(storage.clone())? {
+        return run_store(args, &storage, &catalog);
+    }
     let mut findings: Vec<Finding> = verify_log(storage.as_ref())?
         .into_iter()
         .map(|p| Finding {
@@ -82,6 +85,119 @@ pub fn run(args: &VerifyArgs) -> Result<ExitCode> {
             topic.ledgers.len(),
             topic.cursors.len(),
             args.dir.display(),
+            damaged,
+            torn
+        );
+    }
+    Ok(if damaged == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// The findings of one topic kept in `storage`, and its ledger and cursor counts.
+fn check_topic(storage: &Arc<dyn Storage>) -> Result<(Vec<Finding>, usize, usize)> {
+    let mut findings: Vec<Finding> = verify_log(storage.as_ref())?
+        .into_iter()
+        .map(|p| Finding {
+            file: ledger_file_name(p.ledger),
+            place: match p.entry {
+                Some(e) => format!("ledger {} entry {} at byte {}", p.ledger, e, p.offset),
+                None => format!("ledger {} at byte {}", p.ledger, p.offset),
+            },
+            what: p.kind.to_string(),
+            torn_tail: p.torn_tail,
+        })
+        .collect();
+    check_against_record(storage, &mut findings)?;
+    let topic = inspect::collect(storage, true, &mut findings);
+    Ok((findings, topic.ledgers.len(), topic.cursors.len()))
+}
+
+/// `verify` of a store directory: the catalog, the cursor journal (read only), then every topic
+/// of the catalog, its files named with their `t{id}-` prefix.
+fn run_store(
+    args: &VerifyArgs,
+    storage: &Arc<dyn Storage>,
+    catalog: &ackstore::internals::format::store::Catalog,
+) -> Result<ExitCode> {
+    let mut findings = Vec::new();
+    let mut journal_records = 0;
+    match ackstore::internals::store::journal::check(
+        storage.as_ref(),
+        ackstore::internals::store::journal::Seal::default(),
+    ) {
+        Ok(check) => {
+            journal_records = check.records;
+            if let Some((segment, offset, bytes)) = check.torn_tail {
+                findings.push(Finding {
+                    file: ackstore::internals::store::journal::segment_name(segment),
+                    place: format!("journal segment {segment} at byte {offset}"),
+                    what: format!("{bytes} bytes after the last record that verifies"),
+                    torn_tail: true,
+                });
+            }
+        }
+        Err(e) => findings.push(Finding {
+            file: "journal".into(),
+            place: "cursor journal".into(),
+            what: e.to_string(),
+            torn_tail: false,
+        }),
+    }
+    let (mut ledgers, mut cursors) = (0, 0);
+    for topic in &catalog.topics {
+        let space = ackstore::internals::store::topic_storage(storage.clone(), topic.id);
+        let (found, l, c) = check_topic(&space)?;
+        ledgers += l;
+        cursors += c;
+        findings.extend(found.into_iter().map(|f| Finding {
+            file: format!("t{}-{}", topic.id, f.file),
+            ..f
+        }));
+    }
+    let damaged = findings.iter().filter(|f| !f.torn_tail).count();
+    let torn = findings.len() - damaged;
+    if args.json {
+        let list: Vec<_> = findings
+            .iter()
+            .map(|f| {
+                serde_json::json!({
+                    "file": f.file, "place": f.place, "problem": f.what, "torn_tail": f.torn_tail,
+                })
+            })
+            .collect();
+        let report = serde_json::json!({
+            "dir": args.dir.display().to_string(),
+            "store": true,
+            "topics": catalog.topics.len(),
+            "ledgers": ledgers,
+            "cursors": cursors,
+            "journal_records": journal_records,
+            "damaged": damaged,
+            "torn_tails": torn,
+            "findings": list,
+            "ok": damaged == 0,
+        });
+        println!("{report}");
+    } else {
+        for f in &findings {
+            let label = if f.torn_tail {
+                "torn tail (the next open cuts it back)"
+            } else {
+                "DAMAGED"
+            };
+            println!("{}: {}: {}: {}", f.file, f.place, f.what, label);
+        }
+        println!(
+            "checked the store in {}: {} topics, {} ledgers, {} cursors, {} journal records: \
+             {} damaged, {} torn tails",
+            args.dir.display(),
+            catalog.topics.len(),
+            ledgers,
+            cursors,
+            journal_records,
             damaged,
             torn
         );

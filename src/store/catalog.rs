@@ -1,0 +1,115 @@
+//! The store's catalog record: claimed on open, extended by compare-and-set when a topic is
+//! created.
+//!
+//! Owns: the version of the `store` record this handle wrote last. Must never write the record
+//! except by compare-and-set on that version, so a handle that lost the store is refused.
+
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::format::store::{Catalog, CatalogTopic};
+use crate::meta::MetaStore;
+use crate::storage::Storage;
+
+/// Name of the store's metadata record.
+pub const STORE_RECORD: &str = "store";
+
+/// The catalog as this handle last wrote it.
+#[derive(Debug)]
+pub(crate) struct CatalogHandle {
+    meta: Arc<dyn MetaStore>,
+    version: u64,
+    catalog: Catalog,
+}
+
+impl CatalogHandle {
+    /// Claims the store: reads the catalog (creating an empty one in an empty directory) and
+    /// writes it again by compare-and-set, so a former owner's next catalog write is refused.
+    pub(crate) fn claim(storage: &dyn Storage, meta: Arc<dyn MetaStore>) -> Result<Self> {
+        let (expected, catalog) = if let Some((v, bytes)) = meta.get(STORE_RECORD)? {
+            let catalog = Catalog::decode(&bytes).map_err(|c| c.in_record(STORE_RECORD))?;
+            (Some(v), catalog)
+        } else {
+            if let Some(other) = storage.list()?.into_iter().find(|n| !is_store_file(n)) {
+                return Err(Error::NotAckstore {
+                    path: storage.location().into(),
+                    reason: format!(
+                        "it holds `{other}` but no store catalog (a topic directory opens with \
+                         ManagedLedger::open)"
+                    ),
+                });
+            }
+            let empty = Catalog {
+                store_id: random_id(),
+                next_topic_id: 1,
+                topics: Vec::new(),
+            };
+            (None, empty)
+        };
+        let version = meta.put(STORE_RECORD, expected, &catalog.encode())?;
+        Ok(Self {
+            meta,
+            version,
+            catalog,
+        })
+    }
+
+    /// The id of topic `name`, adding it to the catalog (one compare-and-set) if it is new.
+    pub(crate) fn id_of_or_create(&mut self, name: &str) -> Result<u64> {
+        if let Some(t) = self.catalog.topics.iter().find(|t| t.name == name) {
+            return Ok(t.id);
+        }
+        let mut next = self.catalog.clone();
+        let id = next.next_topic_id;
+        next.next_topic_id += 1;
+        next.topics.push(CatalogTopic {
+            id,
+            name: name.to_owned(),
+        });
+        match self
+            .meta
+            .put(STORE_RECORD, Some(self.version), &next.encode())
+        {
+            Ok(v) => {
+                self.version = v;
+                self.catalog = next;
+                Ok(id)
+            }
+            Err(e @ Error::Fenced { .. }) => Err(e),
+            Err(e) => {
+                // The write may or may not have happened: read back what is there, so the next
+                // attempt compares against the record's real version; the id is never reused
+                // either way, because a lost write keeps the old `next_topic_id` only if the
+                // topic was not recorded.
+                if let Some((v, bytes)) = self.meta.get(STORE_RECORD)?
+                    && let Ok(now) = Catalog::decode(&bytes)
+                    && now.store_id == self.catalog.store_id
+                    && (v == self.version || now == next)
+                {
+                    self.version = v;
+                    self.catalog = now;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Topic names in creation order.
+    pub(crate) fn names(&self) -> Vec<String> {
+        self.catalog.topics.iter().map(|t| t.name.clone()).collect()
+    }
+}
+
+/// Whether `name` is a file a store directory may hold besides topic files before its catalog
+/// exists: the lock file and the catalog record's own files.
+fn is_store_file(name: &str) -> bool {
+    name == "LOCK" || name.starts_with("store.")
+}
+
+fn random_id() -> u64 {
+    use std::hash::BuildHasher;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    std::collections::hash_map::RandomState::new().hash_one((now, std::process::id())) | 1
+}

@@ -1,0 +1,1126 @@
+//! The store's shared, group-committed cursor journal.
+//!
+//! Owns: the journal segment files (`journal-{seq:016}.seg`, [`crate::format::journal`]) of one
+//! store, the writer that appends to the newest segment, the index of every cursor's records
+//! ([`super::index`]), recovery on open, and segment rollover. Must never: return `Ok` from
+//! [`Journal::commit`] before every record of the tick is synced; reference a partition from
+//! a marker before the partition's record precedes the marker in the log; delete a segment
+//! before what it holds that is still live was copied and synced elsewhere; write after a
+//! failed write or sync (the journal latches until the store is reopened).
+//!
+//! **Group commit.** A tick appends, for every cursor that changed, the partitions it wrote
+//! and then its marker (the PIP-81 shape: partitions, then the marker that commits them), as
+//! one write, then makes them durable with one `fdatasync` (plus, when the tick starts a new
+//! segment, one of the sealed segment and one of the directory). So a tick over any number of
+//! cursors costs one to three syncs.
+//!
+//! **Recovery** scans the segments in order. A marker counts only if every partition it
+//! references is a record of the same cursor, before it in the log, whose payload CRC is the
+//! one the marker holds; otherwise the cursor keeps its previous marker (the walk back). The
+//! newest segment ends at the first record that does not verify (a torn tail, cut off); any
+//! other segment that does not verify to its end is corruption. Partitions are not decoded
+//! until loaded.
+//!
+//! **Rollover.** When the segments hold more than twice the live bytes plus one segment, the
+//! oldest segment's live records (committed partitions and markers, pending partitions) are
+//! copied to the newest segment, synced, and only then is the oldest segment deleted.
+//!
+//! **Ownership.** The journal is opened by the store that holds the directory. A former owner
+//! that lost the directory without knowing it may still append to the segment that was newest
+//! when the new owner opened: the new owner records that segment's length in the store catalog
+//! (the seal) and never appends to it, and every later open ignores bytes past the seal.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use roaring::RoaringBitmap;
+
+use super::index::{Committed, CursorId, Index, PartLoc};
+use crate::ackset::{PartitionKey, PartitionStore};
+use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
+use crate::format::cursor::{
+    PartitionEntry, PartitionRow, PersistedState, Table, TableRef, decode_marker,
+    decode_partition_entry, encode_marker, encode_partition_entry, payload_crc,
+};
+use crate::format::journal::{
+    JournalLoc, MAX_SEGMENT, Record, RecordKind, SEGMENT_HEADER_LEN, decode_record,
+    decode_segment_header, encode_record, encode_segment_header, record_len,
+};
+use crate::format::partition::{decode_partition, encode_partition};
+use crate::storage::{Storage, StorageFile};
+
+/// Settings of the journal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JournalConfig {
+    /// A tick that finds the newest segment at or past this size starts a new one.
+    pub segment_bytes: u64,
+}
+
+impl Default for JournalConfig {
+    fn default() -> Self {
+        Self {
+            segment_bytes: 64 << 20,
+        }
+    }
+}
+
+/// Bytes of the newest segment that belong to a former owner's journal: every open ignores
+/// what lies past `len` in segment `segment`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Seal {
+    /// The segment sealed (0: none).
+    pub segment: u64,
+    /// Its bytes that count.
+    pub len: u64,
+}
+
+/// One cursor's part of a tick: its state and its ack partitions as of one snapshot.
+#[derive(Debug, Clone)]
+pub struct CursorFlush {
+    /// The cursor.
+    pub cursor: CursorId,
+    /// Mark-delete, epoch and properties.
+    pub state: PersistedState,
+    /// Partitions that changed since they were last written, with their contents.
+    pub written: Vec<(PartitionKey, RoaringBitmap)>,
+    /// Every live partition (changed or not); those not in `written` must have a copy in the
+    /// journal already.
+    pub live: Vec<PartitionKey>,
+}
+
+/// What a tick or a rollover did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TickStats {
+    /// Cursors committed.
+    pub cursors: u64,
+    /// Partition records written.
+    pub partitions: u64,
+    /// Bytes appended.
+    pub bytes: u64,
+    /// `fdatasync` and directory syncs made.
+    pub syncs: u64,
+    /// Segments deleted by rollovers after the tick.
+    pub segments_deleted: u64,
+}
+
+/// Counters since open.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JournalStats {
+    /// Ticks committed.
+    pub ticks: u64,
+    /// File and directory syncs.
+    pub syncs: u64,
+    /// Bytes appended.
+    pub bytes_written: u64,
+    /// Partition loads.
+    pub loads: u64,
+    /// Segments deleted by rollover.
+    pub rollovers: u64,
+    /// Segment files now.
+    pub segments: u64,
+    /// Bytes of every segment file now.
+    pub segment_bytes: u64,
+    /// Bytes of the records still live.
+    pub live_bytes: u64,
+}
+
+/// A segment file and its length.
+#[derive(Debug, Clone)]
+struct Segment {
+    file: Arc<dyn StorageFile>,
+    len: u64,
+}
+
+/// The appending side, behind one lock: appends are short writes to the page cache.
+#[derive(Debug, Default)]
+struct Writer {
+    /// Every segment, by sequence; the last one is appended to unless it is sealed.
+    segments: BTreeMap<u64, Segment>,
+    /// A segment the store does not own the tail of: never appended to.
+    sealed: Option<u64>,
+    /// Bytes appended to the newest segment since its last sync.
+    unsynced: bool,
+    /// A segment was created since the last directory sync (by a tick or an eviction).
+    dir_unsynced: bool,
+    /// A write or sync failed.
+    latched: bool,
+}
+
+/// The store's cursor journal.
+#[derive(Debug)]
+pub struct Journal {
+    storage: Arc<dyn Storage>,
+    config: JournalConfig,
+    /// Serializes ticks and rollovers (appends of evictions do not take it).
+    tick: Mutex<()>,
+    writer: Mutex<Writer>,
+    index: Mutex<Index>,
+    /// Files by segment, for reads without the writer's lock.
+    files: RwLock<BTreeMap<u64, Arc<dyn StorageFile>>>,
+    counters: Counters,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    /// The write order of partition copies ([`PartLoc::seq`]); taken under the writer's lock.
+    seq: AtomicU64,
+    ticks: AtomicU64,
+    syncs: AtomicU64,
+    bytes: AtomicU64,
+    loads: AtomicU64,
+    rollovers: AtomicU64,
+}
+
+/// The file name of segment `seq`.
+#[must_use]
+pub fn segment_name(seq: u64) -> String {
+    format!("journal-{seq:016}.seg")
+}
+
+/// The sequence number of a segment file name.
+#[must_use]
+pub fn parse_segment_name(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix("journal-")?.strip_suffix(".seg")?;
+    (digits.len() == 16 && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
+}
+
+/// What a read-only check of a journal found ([`check`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JournalCheck {
+    /// Segment files.
+    pub segments: u64,
+    /// Records that verify.
+    pub records: u64,
+    /// Cursors with a committed marker.
+    pub cursors: u64,
+    /// Where the newest segment's torn tail starts and how many bytes it holds (the next open
+    /// cuts it off): not damage.
+    pub torn_tail: Option<(u64, u64, u64)>,
+}
+
+/// Checks the journal in `storage` without writing anything: every segment header and record,
+/// as [`Journal::open`] does.
+///
+/// # Errors
+/// [`Error::Corrupted`] at the segment and offset of the first damage; [`Error::Io`].
+pub fn check(storage: &dyn Storage, seal: Seal) -> Result<JournalCheck> {
+    let (scan, writer, report) = scan_segments(storage, seal, false)?;
+    Ok(JournalCheck {
+        segments: writer.segments.len() as u64,
+        records: report.records,
+        cursors: scan.index.cursors().len() as u64,
+        torn_tail: report.torn_tail,
+    })
+}
+
+#[derive(Debug, Default)]
+struct ScanReport {
+    records: u64,
+    torn_tail: Option<(u64, u64, u64)>,
+}
+
+/// Reads every segment in order into an index. With `repair`, cuts the newest segment's torn
+/// tail off (and syncs it) and removes a newest segment whose header never became durable;
+/// without, only reports them.
+fn scan_segments(
+    storage: &dyn Storage,
+    seal: Seal,
+    repair: bool,
+) -> Result<(Scan, Writer, ScanReport)> {
+    let seqs: Vec<u64> = storage
+        .list()?
+        .iter()
+        .filter_map(|n| parse_segment_name(n))
+        .collect();
+    let mut scan = Scan::default();
+    let mut writer = Writer::default();
+    let mut report = ScanReport::default();
+    let last = seqs.last().copied();
+    for &seq in &seqs {
+        let newest = Some(seq) == last;
+        let file = storage.open(&segment_name(seq))?;
+        let mut size = file.size()?;
+        if seal.segment == seq {
+            size = size.min(seal.len);
+        }
+        let mut bytes = vec![0u8; usize::try_from(size).unwrap_or(usize::MAX)];
+        file.read_exact_at(&mut bytes, 0)?;
+        let header = bytes.get(..SEGMENT_HEADER_LEN).map(decode_segment_header);
+        match header {
+            Some(Ok(s)) if s == seq => {}
+            Some(Ok(_)) => {
+                return Err(corrupt(seq, 12, CorruptionKind::InvalidField("segment")));
+            }
+            _ if newest && seal.segment != seq => {
+                // Its header and every record after it were written by one tick that never
+                // synced: nothing in it was ever committed.
+                if repair {
+                    storage.remove(&segment_name(seq))?;
+                    storage.sync_dir()?;
+                } else {
+                    report.torn_tail = Some((seq, 0, size));
+                }
+                continue;
+            }
+            Some(Err(c)) => return Err(corrupt(seq, c.offset, c.kind)),
+            None => return Err(corrupt(seq, 0, CorruptionKind::Truncated)),
+        }
+        let mut at = SEGMENT_HEADER_LEN;
+        let end = loop {
+            let rest = bytes.get(at..).unwrap_or_default();
+            match decode_record(rest) {
+                Ok(Some((rec, len))) => {
+                    let loc = JournalLoc {
+                        segment: seq,
+                        offset: at as u64,
+                    };
+                    scan.record(loc, len as u64, &rec);
+                    report.records += 1;
+                    at += len;
+                }
+                Ok(None) if rest.iter().all(|&b| b == 0) => break at,
+                Ok(None) | Err(_) if newest => break at,
+                Ok(None) => {
+                    return Err(corrupt(
+                        seq,
+                        at as u64,
+                        CorruptionKind::InvalidField("zero length"),
+                    ));
+                }
+                Err(c) => return Err(corrupt(seq, at as u64 + c.offset, c.kind)),
+            }
+        };
+        let end = end as u64;
+        let file_size = file.size()?;
+        if newest && seal.segment != seq && end < file_size {
+            if repair {
+                file.set_len(end)?;
+                file.sync_data()?;
+            } else if bytes
+                .get(usize::try_from(end).unwrap_or(usize::MAX)..)
+                .is_some_and(|t| t.iter().any(|&b| b != 0))
+            {
+                report.torn_tail = Some((seq, end, file_size - end));
+            }
+        }
+        writer.segments.insert(seq, Segment { file, len: end });
+    }
+    Ok((scan, writer, report))
+}
+
+fn corrupt(segment: u64, offset: u64, kind: CorruptionKind) -> Error {
+    Error::corrupted_at(CorruptionPlace::Journal { segment, offset }, kind)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// What a scan of the segments found, before it becomes the index.
+#[derive(Default)]
+struct Scan {
+    index: Index,
+    /// Every partition record seen, by location.
+    partitions: HashMap<JournalLoc, (CursorId, PartitionKey, PartLoc)>,
+    forgotten: std::collections::HashSet<CursorId>,
+}
+
+impl Scan {
+    fn record(&mut self, loc: JournalLoc, frame_len: u64, rec: &Record<'_>) {
+        let cursor = CursorId {
+            topic: rec.topic,
+            cursor: rec.cursor,
+        };
+        if self.forgotten.contains(&cursor) {
+            return;
+        }
+        match rec.kind {
+            RecordKind::Partition => {
+                // A payload that does not decode is never referenced by a marker that counts.
+                if let Ok(p) = decode_partition_entry(rec.payload) {
+                    let key = PartitionKey {
+                        ledger_id: p.ledger_id,
+                        chunk: p.chunk,
+                    };
+                    let part = PartLoc {
+                        seq: 0,
+                        loc,
+                        frame_len,
+                        crc: payload_crc(rec.payload),
+                        cardinality: p.cardinality,
+                    };
+                    self.partitions.insert(loc, (cursor, key, part));
+                }
+            }
+            RecordKind::Marker => {
+                if let Some(c) = self.verified_marker(cursor, loc, frame_len, rec.payload) {
+                    self.index.commit(cursor, c);
+                }
+            }
+            RecordKind::Forget => {
+                self.index.remove(cursor);
+                self.forgotten.insert(cursor);
+            }
+        }
+    }
+
+    /// The marker as committed state, if every row names a partition record of this cursor
+    /// seen before it, with the CRC and cardinality the row holds.
+    fn verified_marker(
+        &self,
+        cursor: CursorId,
+        loc: JournalLoc,
+        frame_len: u64,
+        payload: &[u8],
+    ) -> Option<Committed> {
+        let marker = decode_marker(payload).ok()?;
+        let Table::Inline(rows) = marker.table else {
+            return None;
+        };
+        let mut live = BTreeMap::new();
+        for row in rows.iter() {
+            let at = JournalLoc::unpack(row.entry_id);
+            let (c, key, part) = self.partitions.get(&at)?;
+            let ok = *c == cursor
+                && key.ledger_id == row.ledger_id
+                && key.chunk == row.chunk
+                && part.crc == row.crc
+                && part.cardinality == row.cardinality
+                && at < loc;
+            if !ok {
+                return None;
+            }
+            live.insert(*key, *part);
+        }
+        Some(Committed {
+            marker: loc,
+            marker_len: frame_len,
+            state: marker.state,
+            rows: live,
+        })
+    }
+}
+
+impl Journal {
+    /// Opens the journal kept in `storage` (the store's directory), ignoring bytes past `seal`
+    /// (see [`Seal`]). Reads every segment; decodes markers, not partitions. Writes nothing
+    /// except cutting a torn tail off the newest segment (one truncate and one sync) and
+    /// removing a newest segment whose header never became durable.
+    ///
+    /// # Errors
+    /// [`Error::Corrupted`] at the journal segment and offset when a segment other than the
+    /// newest does not verify to its end, or a header does not verify; [`Error::Io`].
+    pub fn open(storage: Arc<dyn Storage>, config: JournalConfig, seal: Seal) -> Result<Self> {
+        if config.segment_bytes == 0 || config.segment_bytes > u64::from(u32::MAX) {
+            return Err(Error::InvalidArgument {
+                reason: "journal segment_bytes must be 1 byte to 4 GiB".into(),
+            });
+        }
+        let (scan, mut writer, _) = scan_segments(storage.as_ref(), seal, true)?;
+        if seal.segment != 0 && writer.segments.contains_key(&seal.segment) {
+            writer.sealed = Some(seal.segment);
+        }
+        let files = writer
+            .segments
+            .iter()
+            .map(|(s, seg)| (*s, seg.file.clone()))
+            .collect();
+        Ok(Self {
+            storage,
+            config,
+            tick: Mutex::new(()),
+            writer: Mutex::new(writer),
+            index: Mutex::new(scan.index),
+            files: RwLock::new(files),
+            counters: Counters::default(),
+        })
+    }
+
+    /// The newest segment and its length: what a new owner seals (see [`Seal`]).
+    #[must_use]
+    pub fn tail(&self) -> Seal {
+        let w = lock(&self.writer);
+        w.segments
+            .iter()
+            .next_back()
+            .map_or(Seal::default(), |(s, seg)| Seal {
+                segment: *s,
+                len: seg.len,
+            })
+    }
+
+    /// Every cursor with a committed marker.
+    #[must_use]
+    pub fn cursors(&self) -> Vec<CursorId> {
+        lock(&self.index).cursors()
+    }
+
+    /// The cursor's committed state and its live partitions with their cardinalities.
+    #[must_use]
+    pub fn committed(
+        &self,
+        cursor: CursorId,
+    ) -> Option<(PersistedState, Vec<(PartitionKey, u64)>)> {
+        let index = lock(&self.index);
+        let c = index.committed(cursor)?;
+        Some((
+            c.state.clone(),
+            c.rows.iter().map(|(k, r)| (*k, r.cardinality)).collect(),
+        ))
+    }
+
+    /// Counters since open and the journal's size now.
+    #[must_use]
+    pub fn stats(&self) -> JournalStats {
+        let (segments, segment_bytes) = {
+            let w = lock(&self.writer);
+            (
+                w.segments.len() as u64,
+                w.segments.values().map(|s| s.len).sum(),
+            )
+        };
+        JournalStats {
+            ticks: self.counters.ticks.load(Ordering::Relaxed),
+            syncs: self.counters.syncs.load(Ordering::Relaxed),
+            bytes_written: self.counters.bytes.load(Ordering::Relaxed),
+            loads: self.counters.loads.load(Ordering::Relaxed),
+            rollovers: self.counters.rollovers.load(Ordering::Relaxed),
+            segments,
+            segment_bytes,
+            live_bytes: lock(&self.index).live_bytes(),
+        }
+    }
+
+    /// The newest copy of `key` of `cursor`, read and verified (frame CRC, the CRC, key and
+    /// cardinality the index holds, then the partition decoder's checks); `None` when the
+    /// journal holds none.
+    pub fn load(&self, cursor: CursorId, key: PartitionKey) -> Result<Option<RoaringBitmap>> {
+        let Some(part) = lock(&self.index).lookup(cursor, key) else {
+            return Ok(None);
+        };
+        let payload = self.read_payload(part.loc, part.frame_len)?;
+        let bad = |kind| Error::corrupted_at(key.place(), kind);
+        if payload_crc(&payload) != part.crc {
+            return Err(bad(CorruptionKind::ChecksumMismatch));
+        }
+        let entry = decode_partition_entry(&payload).map_err(|c| bad(c.kind))?;
+        let (found, bitmap) = decode_partition(entry.body).map_err(|c| bad(c.kind))?;
+        if found != key || bitmap.len() != part.cardinality {
+            return Err(bad(CorruptionKind::InvalidField("partition key")));
+        }
+        self.counters.loads.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(bitmap))
+    }
+
+    /// The payload of the record at `loc`, after its frame verifies.
+    fn read_payload(&self, loc: JournalLoc, frame_len: u64) -> Result<Vec<u8>> {
+        let file = self
+            .files
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&loc.segment)
+            .cloned()
+            .ok_or_else(|| corrupt(loc.segment, loc.offset, CorruptionKind::Missing))?;
+        let mut frame = vec![0u8; usize::try_from(frame_len).unwrap_or(usize::MAX)];
+        file.read_exact_at(&mut frame, loc.offset)?;
+        match decode_record(&frame) {
+            Ok(Some((rec, len))) if len == frame.len() => {
+                let start = frame.len() - rec.payload.len();
+                frame.drain(..start);
+                Ok(frame)
+            }
+            Ok(_) => Err(corrupt(loc.segment, loc.offset, CorruptionKind::BadLength)),
+            Err(c) => Err(corrupt(loc.segment, loc.offset + c.offset, c.kind)),
+        }
+    }
+
+    /// Appends one partition of `cursor` without a sync (an eviction): it counts once a
+    /// committed marker references it, and loads see it at once.
+    pub fn store_partition(
+        &self,
+        cursor: CursorId,
+        key: PartitionKey,
+        bitmap: &RoaringBitmap,
+    ) -> Result<()> {
+        let payload = partition_payload(key, bitmap);
+        let mut buf = Vec::with_capacity(record_len(payload.len()));
+        encode_record(&mut buf, &partition_record(cursor, &payload));
+        let mut w = lock(&self.writer);
+        let base = self.append(&mut w, &buf, false)?;
+        lock(&self.index).stage(
+            cursor,
+            key,
+            PartLoc {
+                seq: self.counters.seq.fetch_add(1, Ordering::Relaxed) + 1,
+                loc: base,
+                frame_len: buf.len() as u64,
+                crc: payload_crc(&payload),
+                cardinality: bitmap.len(),
+            },
+        );
+        Ok(())
+    }
+
+    /// The cursor no longer holds `key`.
+    pub fn forget_partition(&self, cursor: CursorId, key: PartitionKey) {
+        lock(&self.index).forget_partition(cursor, key);
+    }
+
+    /// Commits every cursor of `flushes` in one tick: [`Journal::begin_tick`], one
+    /// [`Tick::stage`] per cursor, [`Tick::commit`].
+    ///
+    /// # Errors
+    /// Those of [`Tick::stage`] and [`Tick::commit`].
+    pub fn commit(&self, flushes: &[CursorFlush]) -> Result<TickStats> {
+        let mut tick = self.begin_tick();
+        for f in flushes {
+            tick.stage(f.cursor, f.state.clone(), &f.written, &f.live)?;
+        }
+        tick.commit()
+    }
+
+    /// Starts a tick: ticks and rollovers run one at a time, evictions and loads go on.
+    pub fn begin_tick(&self) -> Tick<'_> {
+        Tick {
+            journal: self,
+            _serial: lock(&self.tick),
+            staged: Vec::new(),
+            stats: TickStats::default(),
+            started: false,
+        }
+    }
+
+    /// Deletes the cursor's records from the index and appends a forget record, synced.
+    pub fn forget(&self, cursor: CursorId) -> Result<()> {
+        let _tick = lock(&self.tick);
+        let mut stats = TickStats::default();
+        let mut w = lock(&self.writer);
+        let new_segment = self.segment_for_tick(&mut w, &mut stats)?;
+        let (seq, _) = Self::newest(&w)?;
+        let mut buf = Vec::new();
+        encode_record(
+            &mut buf,
+            &Record {
+                kind: RecordKind::Forget,
+                topic: cursor.topic,
+                cursor: cursor.cursor,
+                payload: &[],
+            },
+        );
+        self.append(&mut w, &buf, true)?;
+        drop(w);
+        self.sync_newest(seq, &mut stats)?;
+        if new_segment {
+            self.sync_dir(&mut stats)?;
+        }
+        lock(&self.index).remove(cursor);
+        Ok(())
+    }
+
+    fn newest(w: &Writer) -> Result<(u64, u64)> {
+        w.segments
+            .iter()
+            .next_back()
+            .map(|(s, seg)| (*s, seg.len))
+            .ok_or(Error::PreviousIo)
+    }
+
+    /// Makes sure the tick appends to a segment this store owns that is below its size limit:
+    /// otherwise syncs the newest (its tail may hold evictions) and starts the next. Returns
+    /// whether a segment was created since the last directory sync (by this tick or an
+    /// eviction): its name needs one before the tick returns.
+    fn segment_for_tick(&self, w: &mut Writer, stats: &mut TickStats) -> Result<bool> {
+        self.start_segment_if_needed(w, stats)?;
+        Ok(w.dir_unsynced)
+    }
+
+    fn start_segment_if_needed(&self, w: &mut Writer, stats: &mut TickStats) -> Result<()> {
+        if w.latched {
+            return Err(Error::PreviousIo);
+        }
+        let newest = w.segments.iter().next_back().map(|(s, seg)| (*s, seg.len));
+        if let Some((seq, len)) = newest
+            && w.sealed != Some(seq)
+            && len < self.config.segment_bytes
+        {
+            return Ok(());
+        }
+        let next = newest.map_or(1, |(s, _)| s + 1);
+        if next > MAX_SEGMENT {
+            return Err(Error::LimitExceeded {
+                reason: "journal segment numbers are exhausted".into(),
+            });
+        }
+        if let Some((seq, _)) = newest
+            && w.unsynced
+            && w.sealed != Some(seq)
+        {
+            let file = w.segments.get(&seq).map(|s| s.file.clone());
+            if let Some(file) = file {
+                Self::latch_on(w, file.sync_data())?;
+                stats.syncs += 1;
+                self.counters.syncs.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let created = self.storage.create(&segment_name(next));
+        let file = Self::latch_on(w, created)?;
+        let header = encode_segment_header(next);
+        Self::latch_on(w, file.write_all_at(&header, 0))?;
+        w.segments.insert(
+            next,
+            Segment {
+                file: file.clone(),
+                len: SEGMENT_HEADER_LEN as u64,
+            },
+        );
+        w.unsynced = true;
+        w.dir_unsynced = true;
+        self.files
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(next, file);
+        Ok(())
+    }
+
+    /// Appends `buf` to the newest segment; returns where it starts. An eviction before the
+    /// first tick starts the first segment.
+    fn append(&self, w: &mut Writer, buf: &[u8], in_tick: bool) -> Result<JournalLoc> {
+        if w.latched {
+            return Err(Error::PreviousIo);
+        }
+        let newest = w.segments.keys().next_back().copied();
+        if !in_tick && (newest.is_none() || newest == w.sealed) {
+            let mut scratch = TickStats::default();
+            self.start_segment_if_needed(w, &mut scratch)?;
+        }
+        let (seq, len) = Self::newest(w)?;
+        let file = w
+            .segments
+            .get(&seq)
+            .map(|s| s.file.clone())
+            .ok_or(Error::PreviousIo)?;
+        Self::latch_on(w, file.write_all_at(buf, len))?;
+        if let Some(s) = w.segments.get_mut(&seq) {
+            s.len += buf.len() as u64;
+        }
+        w.unsynced = true;
+        self.counters
+            .bytes
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        Ok(JournalLoc {
+            segment: seq,
+            offset: len,
+        })
+    }
+
+    fn latch_on<T>(w: &mut Writer, r: Result<T>) -> Result<T> {
+        if r.is_err() {
+            w.latched = true;
+        }
+        r
+    }
+
+    fn sync_newest(&self, seq: u64, stats: &mut TickStats) -> Result<()> {
+        let file = self
+            .files
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&seq)
+            .cloned()
+            .ok_or(Error::PreviousIo)?;
+        let synced = file.sync_data();
+        stats.syncs += 1;
+        self.counters.syncs.fetch_add(1, Ordering::Relaxed);
+        if synced.is_err() {
+            lock(&self.writer).latched = true;
+        }
+        synced
+    }
+
+    fn sync_dir(&self, stats: &mut TickStats) -> Result<()> {
+        let synced = self.storage.sync_dir();
+        stats.syncs += 1;
+        self.counters.syncs.fetch_add(1, Ordering::Relaxed);
+        let mut w = lock(&self.writer);
+        if synced.is_err() {
+            w.latched = true;
+        } else {
+            // Segments created after the sync started set it again; a name created while
+            // the sync ran may be covered or not, so only a creation before it is cleared:
+            // ticks and rollovers hold the tick lock, and evictions create a segment only
+            // when none is open for appends, which a tick in progress has ensured.
+            w.dir_unsynced = false;
+        }
+        synced
+    }
+
+    /// Rolls over while the segments hold more than twice the live bytes plus one segment:
+    /// copies the oldest segment's live records to the newest, syncs, deletes the oldest.
+    /// Returns the segments deleted.
+    fn roll_over_locked(&self) -> Result<u64> {
+        let mut deleted = 0;
+        loop {
+            let (count, total, oldest) = {
+                let w = lock(&self.writer);
+                (
+                    w.segments.len(),
+                    w.segments.values().map(|s| s.len).sum::<u64>(),
+                    w.segments.keys().next().copied(),
+                )
+            };
+            let live = lock(&self.index).live_bytes();
+            let Some(oldest) = oldest else { break };
+            if count < 2 || total <= 2 * live + self.config.segment_bytes {
+                break;
+            }
+            self.roll_over_segment(oldest)?;
+            deleted += 1;
+        }
+        Ok(deleted)
+    }
+
+    /// Copies what is live in segment `oldest` to the newest segment, syncs, then deletes it.
+    pub(crate) fn roll_over_segment(&self, oldest: u64) -> Result<()> {
+        let mut stats = TickStats::default();
+        let mut w = lock(&self.writer);
+        if w.segments.keys().next_back() == Some(&oldest)
+            || w.sealed == Some(oldest) && w.segments.len() < 2
+        {
+            return Ok(());
+        }
+        let new_segment = self.segment_for_tick(&mut w, &mut stats)?;
+        let (seq, base) = Self::newest(&w)?;
+        let mut buf = Vec::new();
+        let mut commits = Vec::new();
+        let mut staged = Vec::new();
+        {
+            let index = lock(&self.index);
+            for cursor in index.cursors_in(oldest) {
+                if let Some(c) = index.committed(cursor) {
+                    let mut rows = c.rows.clone();
+                    for part in rows.values_mut() {
+                        if part.loc.segment == oldest {
+                            *part = self.copy_record(&mut buf, (seq, base), cursor, *part)?;
+                        }
+                    }
+                    let loc = JournalLoc {
+                        segment: seq,
+                        offset: base + buf.len() as u64,
+                    };
+                    let before = buf.len();
+                    append_marker(&mut buf, cursor, &c.state, &rows)?;
+                    commits.push((
+                        cursor,
+                        Committed {
+                            marker: loc,
+                            marker_len: (buf.len() - before) as u64,
+                            state: c.state.clone(),
+                            rows,
+                        },
+                    ));
+                }
+                for (key, part) in index.pending(cursor).into_iter().flatten() {
+                    if part.loc.segment == oldest {
+                        staged.push((
+                            cursor,
+                            *key,
+                            self.copy_record(&mut buf, (seq, base), cursor, *part)?,
+                        ));
+                    }
+                }
+            }
+        }
+        self.append(&mut w, &buf, true)?;
+        drop(w);
+        self.sync_newest(seq, &mut stats)?;
+        if new_segment {
+            self.sync_dir(&mut stats)?;
+        }
+        {
+            let mut index = lock(&self.index);
+            for (cursor, c) in commits {
+                index.commit(cursor, c);
+            }
+            for (cursor, key, part) in staged {
+                // Only if no newer copy was staged meanwhile.
+                if index
+                    .lookup(cursor, key)
+                    .is_none_or(|p| p.loc.segment == oldest)
+                {
+                    index.stage(cursor, key, part);
+                }
+            }
+        }
+        let mut w = lock(&self.writer);
+        w.segments.remove(&oldest);
+        if w.sealed == Some(oldest) {
+            w.sealed = None;
+        }
+        drop(w);
+        let removed = self.storage.remove(&segment_name(oldest));
+        let removed = removed.and_then(|()| self.storage.sync_dir());
+        if removed.is_err() {
+            lock(&self.writer).latched = true;
+        }
+        removed?;
+        self.files
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&oldest);
+        self.counters.rollovers.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Copies `cursor`'s partition record at `part` (verified) into `buf`, which is appended at
+    /// `base` of segment `seq`; returns the copy's location.
+    fn copy_record(
+        &self,
+        buf: &mut Vec<u8>,
+        (seq, base): (u64, u64),
+        cursor: CursorId,
+        part: PartLoc,
+    ) -> Result<PartLoc> {
+        let payload = self.read_payload(part.loc, part.frame_len)?;
+        if payload_crc(&payload) != part.crc {
+            return Err(corrupt(
+                part.loc.segment,
+                part.loc.offset,
+                CorruptionKind::ChecksumMismatch,
+            ));
+        }
+        let loc = JournalLoc {
+            segment: seq,
+            offset: base + buf.len() as u64,
+        };
+        encode_record(buf, &partition_record(cursor, &payload));
+        Ok(PartLoc { loc, ..part })
+    }
+}
+
+/// One group commit in progress: cursors are staged one by one, each under its own lock (its
+/// written partitions are appended at once, so the log orders them with the cursor's
+/// evictions), then [`Tick::commit`] appends every marker and syncs once.
+#[derive(Debug)]
+pub struct Tick<'a> {
+    journal: &'a Journal,
+    _serial: MutexGuard<'a, ()>,
+    staged: Vec<(CursorId, PersistedState, BTreeMap<PartitionKey, PartLoc>)>,
+    stats: TickStats,
+    started: bool,
+}
+
+impl Tick<'_> {
+    /// Stages one cursor as of a snapshot taken under its lock: appends `written` (partitions
+    /// changed since they were last written; not synced) and resolves where every `live`
+    /// partition's current copy is. Call it while holding the cursor's lock, so no eviction of
+    /// the cursor falls between the snapshot and these appends; it waits for no sync.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] (nothing staged) when a live partition is neither written
+    /// nor in the journal; [`Error::PreviousIo`] after an earlier failure; [`Error::Io`].
+    pub fn stage(
+        &mut self,
+        cursor: CursorId,
+        state: PersistedState,
+        written: &[(PartitionKey, RoaringBitmap)],
+        live: &[PartitionKey],
+    ) -> Result<()> {
+        state.validate()?;
+        let j = self.journal;
+        let mut w = lock(&j.writer);
+        if !self.started {
+            j.start_segment_if_needed(&mut w, &mut self.stats)?;
+            self.started = true;
+        }
+        {
+            let index = lock(&j.index);
+            if let Some(key) = live.iter().find(|k| {
+                !written.iter().any(|(w, _)| w == *k) && index.lookup(cursor, **k).is_none()
+            }) {
+                return Err(Error::InvalidArgument {
+                    reason: format!(
+                        "partition {}:{} of cursor {}/{} is live but neither written nor in the \
+                         journal",
+                        key.ledger_id, key.chunk, cursor.topic, cursor.cursor
+                    ),
+                });
+            }
+        }
+        let (seq, base) = Journal::newest(&w)?;
+        let mut buf = Vec::new();
+        let mut parts = Vec::with_capacity(written.len());
+        for (key, bitmap) in written {
+            let payload = partition_payload(*key, bitmap);
+            let before = buf.len();
+            encode_record(&mut buf, &partition_record(cursor, &payload));
+            parts.push((
+                *key,
+                PartLoc {
+                    seq: j.counters.seq.fetch_add(1, Ordering::Relaxed) + 1,
+                    loc: JournalLoc {
+                        segment: seq,
+                        offset: base + before as u64,
+                    },
+                    frame_len: (buf.len() - before) as u64,
+                    crc: payload_crc(&payload),
+                    cardinality: bitmap.len(),
+                },
+            ));
+        }
+        if !buf.is_empty() {
+            j.append(&mut w, &buf, true)?;
+        }
+        let mut index = lock(&j.index);
+        for (key, part) in &parts {
+            index.stage(cursor, *key, *part);
+        }
+        let mut rows = BTreeMap::new();
+        for key in live {
+            if let Some(part) = index.lookup(cursor, *key) {
+                rows.insert(*key, part);
+            }
+        }
+        self.stats.partitions += parts.len() as u64;
+        self.stats.bytes += buf.len() as u64;
+        self.staged.push((cursor, state, rows));
+        Ok(())
+    }
+
+    /// Appends every staged cursor's marker, syncs once (and the directory when a segment was
+    /// created since its last sync), then publishes the markers to the index and rolls over
+    /// what the journal has outgrown. Returns after the sync.
+    ///
+    /// # Errors
+    /// [`Error::PreviousIo`] after an earlier failure; [`Error::Io`]: nothing new is
+    /// guaranteed, and the journal refuses every later write.
+    pub fn commit(mut self) -> Result<TickStats> {
+        let j = self.journal;
+        if self.staged.is_empty() {
+            return Ok(self.stats);
+        }
+        let mut w = lock(&j.writer);
+        let (seq, base) = Journal::newest(&w)?;
+        let mut buf = Vec::new();
+        let mut commits = Vec::with_capacity(self.staged.len());
+        for (cursor, state, rows) in std::mem::take(&mut self.staged) {
+            let before = buf.len();
+            append_marker(&mut buf, cursor, &state, &rows)?;
+            commits.push((
+                cursor,
+                Committed {
+                    marker: JournalLoc {
+                        segment: seq,
+                        offset: base + before as u64,
+                    },
+                    marker_len: (buf.len() - before) as u64,
+                    state,
+                    rows,
+                },
+            ));
+        }
+        j.append(&mut w, &buf, true)?;
+        let dir = w.dir_unsynced;
+        drop(w);
+        // The sync runs without the writer's lock: evictions keep appending meanwhile.
+        j.sync_newest(seq, &mut self.stats)?;
+        if dir {
+            j.sync_dir(&mut self.stats)?;
+        }
+        {
+            let mut index = lock(&j.index);
+            self.stats.cursors = commits.len() as u64;
+            for (cursor, c) in commits {
+                index.commit(cursor, c);
+            }
+        }
+        self.stats.bytes += buf.len() as u64;
+        j.counters.ticks.fetch_add(1, Ordering::Relaxed);
+        self.stats.segments_deleted = j.roll_over_locked()?;
+        Ok(self.stats)
+    }
+}
+
+fn partition_payload(key: PartitionKey, bitmap: &RoaringBitmap) -> Vec<u8> {
+    let body = encode_partition(key, bitmap);
+    encode_partition_entry(&PartitionEntry {
+        ledger_id: key.ledger_id,
+        chunk: key.chunk,
+        cardinality: bitmap.len(),
+        body: &body,
+    })
+}
+
+fn partition_record(cursor: CursorId, payload: &[u8]) -> Record<'_> {
+    Record {
+        kind: RecordKind::Partition,
+        topic: cursor.topic,
+        cursor: cursor.cursor,
+        payload,
+    }
+}
+
+fn append_marker(
+    buf: &mut Vec<u8>,
+    cursor: CursorId,
+    state: &PersistedState,
+    live: &BTreeMap<PartitionKey, PartLoc>,
+) -> Result<()> {
+    let rows = live
+        .iter()
+        .map(|(k, p)| {
+            Ok(PartitionRow {
+                ledger_id: k.ledger_id,
+                chunk: k.chunk,
+                entry_id: p.loc.pack().ok_or_else(|| Error::LimitExceeded {
+                    reason: "journal location beyond 4 GiB in a segment".into(),
+                })?,
+                crc: p.crc,
+                cardinality: p.cardinality,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let payload = encode_marker(state, TableRef::Inline(&rows))?;
+    encode_record(
+        buf,
+        &Record {
+            kind: RecordKind::Marker,
+            topic: cursor.topic,
+            cursor: cursor.cursor,
+            payload: &payload,
+        },
+    );
+    Ok(())
+}
+
+/// The journal as a cursor's partition store: evictions append (unsynced), loads read the
+/// newest copy.
+#[derive(Debug)]
+pub struct JournalPartitions {
+    journal: Arc<Journal>,
+    cursor: CursorId,
+}
+
+impl JournalPartitions {
+    /// The partitions of `cursor` in `journal`.
+    #[must_use]
+    pub fn new(journal: Arc<Journal>, cursor: CursorId) -> Self {
+        Self { journal, cursor }
+    }
+}
+
+impl PartitionStore for JournalPartitions {
+    fn load(&mut self, key: PartitionKey) -> Result<Option<RoaringBitmap>> {
+        self.journal.load(self.cursor, key)
+    }
+
+    fn store(&mut self, key: PartitionKey, bitmap: &RoaringBitmap) -> Result<()> {
+        self.journal.store_partition(self.cursor, key, bitmap)
+    }
+
+    fn forget(&mut self, key: PartitionKey) {
+        self.journal.forget_partition(self.cursor, key);
+    }
+}

@@ -1,0 +1,203 @@
+//! The store: every topic of a broker in one directory, under one lock.
+//!
+//! Owns: the store directory's ownership (its lock and its claim), the catalog of its topics
+//! (the metadata record `store`, see [`crate::format::store`]), and the table of open topics,
+//! each a [`ManagedLedger`] opened lazily on first use. Must never use a topic's name as a
+//! path: a topic's files are named after the id the catalog gives it (`t{id}-` file-name
+//! prefixes, in `space.rs`).
+//!
+//! Ownership is the topic rules one level up (`docs/cursors.md`, "Ownership"): the store takes
+//! the directory's lock once, then claims the store by writing its catalog again by
+//! compare-and-set before it opens any topic, so a former owner still running (a broken lock,
+//! shared storage) is refused its next catalog write ([`Error::Fenced`]); every topic it opens
+//! is claimed again by the topic's own open, which fences the former owner's handle on that
+//! topic.
+
+mod catalog;
+pub mod index;
+pub mod journal;
+mod space;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::error::{Error, Result};
+use crate::format::store::MAX_TOPIC_NAME_LEN;
+use crate::ledger::{LedgerConfig, ManagedLedger};
+use crate::meta::{FileMetaStore, MetaStore};
+use crate::storage::{FileStorage, LockGuard, Storage};
+
+use catalog::CatalogHandle;
+pub use catalog::STORE_RECORD;
+use space::TopicSpace;
+
+/// Settings of a store.
+#[derive(Debug, Clone, Default)]
+pub struct StoreConfig {
+    /// Settings of every topic of the store.
+    pub ledger: LedgerConfig,
+}
+
+/// Every topic of a broker in one directory. Cheap to share (`Clone` shares the same store).
+///
+/// Dropping the last handle drops the store's own references to its topics (a topic closes
+/// when its last handle goes; errors are lost: call [`Store::close`]). The directory's lock is
+/// held until the store and every topic it opened are gone.
+#[derive(Debug, Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    storage: Arc<dyn Storage>,
+    config: StoreConfig,
+    catalog: Mutex<CatalogHandle>,
+    topics: Mutex<HashMap<String, Arc<ManagedLedger>>>,
+    lock: Arc<LockGuard>,
+}
+
+impl Store {
+    /// Opens the store in directory `dir`, creating the directory and the store if needed.
+    ///
+    /// The open takes the directory's lock and claims the store (its catalog is written again
+    /// by compare-and-set) before it opens anything; it opens no topic: [`Store::topic`] does,
+    /// on first use.
+    ///
+    /// # Errors
+    /// [`Error::Locked`] while another store (in this process or another) holds the directory;
+    /// [`Error::NotAckstore`] for a directory that holds files but no store catalog (a topic
+    /// directory of [`ManagedLedger::open`], for instance); [`Error::Corrupted`] for a damaged
+    /// catalog.
+    pub fn open(dir: impl AsRef<Path>, config: StoreConfig) -> Result<Self> {
+        Self::open_with_storage(Arc::new(FileStorage::open(dir, true)?), config)
+    }
+
+    /// Opens the store kept in `storage` (for instance a
+    /// [`MemStorage`](crate::storage::MemStorage)).
+    pub fn open_with_storage(storage: Arc<dyn Storage>, config: StoreConfig) -> Result<Self> {
+        let lock = storage.lock()?;
+        let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(storage.clone()));
+        let catalog = CatalogHandle::claim(storage.as_ref(), meta)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                storage,
+                config,
+                catalog: Mutex::new(catalog),
+                topics: Mutex::new(HashMap::new()),
+                lock: Arc::new(lock),
+            }),
+        })
+    }
+
+    /// The topic named `name`, opened on first use and created if the store does not hold it.
+    /// Every call with the same name returns the same topic while it is open.
+    ///
+    /// A name is any UTF-8 of 1 to 1,024 bytes; it is kept in the catalog and never used as a
+    /// path. Creating a topic writes the catalog (one compare-and-set) before any of the
+    /// topic's files, so a crash leaves either no topic or an empty one.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty or longer name; [`Error::Fenced`] when another
+    /// owner claimed the store since this one opened; the errors of [`ManagedLedger::open`].
+    pub fn topic(&self, name: &str) -> Result<Arc<ManagedLedger>> {
+        check_topic_name(name)?;
+        let mut topics = self.topics();
+        if let Some(t) = topics.get(name) {
+            return Ok(t.clone());
+        }
+        let id = self.catalog().id_of_or_create(name)?;
+        let space: Arc<dyn Storage> = Arc::new(TopicSpace::new(
+            self.inner.storage.clone(),
+            id,
+            Some(self.inner.lock.clone()),
+        ));
+        let topic = Arc::new(ManagedLedger::open_with_storage(
+            space,
+            self.inner.config.ledger.clone(),
+        )?);
+        topics.insert(name.to_owned(), topic.clone());
+        Ok(topic)
+    }
+
+    /// Names of every topic of the store, open or not, in creation order.
+    #[must_use]
+    pub fn topic_names(&self) -> Vec<String> {
+        self.catalog().names()
+    }
+
+    /// Names of the topics open in this handle.
+    #[must_use]
+    pub fn open_topic_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.topics().keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    /// Closes every open topic (each flushes and closes its cursors, see
+    /// [`ManagedLedger::close`]) and returns the first error. Topics can be opened again.
+    pub fn close(&self) -> Result<()> {
+        let topics: Vec<Arc<ManagedLedger>> = self.topics().drain().map(|(_, t)| t).collect();
+        let mut first = None;
+        for t in topics {
+            if let Err(e) = t.close() {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// The store's storage (for tools: `inspect`, `verify`).
+    #[must_use]
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.inner.storage
+    }
+
+    fn topics(&self) -> MutexGuard<'_, HashMap<String, Arc<ManagedLedger>>> {
+        self.inner
+            .topics
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn catalog(&self) -> MutexGuard<'_, CatalogHandle> {
+        self.inner
+            .catalog
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The files of topic `id` of the store kept in `storage`, as a topic's own storage (for tools
+/// that read a store's topics without opening the store: `ackstore inspect` and `verify`).
+#[must_use]
+pub fn topic_storage(storage: Arc<dyn Storage>, id: u64) -> Arc<dyn Storage> {
+    Arc::new(TopicSpace::new(storage, id, None))
+}
+
+/// The catalog of the store kept in `storage`, read without writing; `None` when `storage`
+/// holds no store.
+///
+/// # Errors
+/// [`Error::Corrupted`] for a damaged catalog; [`Error::Io`].
+pub fn read_catalog(storage: Arc<dyn Storage>) -> Result<Option<crate::format::store::Catalog>> {
+    let meta = FileMetaStore::new(storage);
+    meta.get(STORE_RECORD)?
+        .map(|(_, bytes)| {
+            crate::format::store::Catalog::decode(&bytes).map_err(|c| c.in_record(STORE_RECORD))
+        })
+        .transpose()
+}
+
+fn check_topic_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > MAX_TOPIC_NAME_LEN {
+        return Err(Error::InvalidArgument {
+            reason: format!(
+                "a topic name is 1 to {MAX_TOPIC_NAME_LEN} bytes of UTF-8, not {} bytes",
+                name.len()
+            ),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,138 @@
+//! `ackstore verify` on a store directory: the catalog, the cursor journal and every topic,
+//! healthy and damaged.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+use ackstore::FileStorage;
+use ackstore::internals::format::cursor::PersistedState;
+use ackstore::internals::store::index::CursorId;
+use ackstore::internals::store::journal::{
+    CursorFlush, Journal, JournalConfig, Seal, segment_name,
+};
+use ackstore::{CursorOptions, Position, Store, StoreConfig};
+
+fn ackstore(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ackstore"))
+        .args(args)
+        .env("ACKSTORE_NO_PROGRESS", "1")
+        .output()
+        .expect("the binary runs")
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+/// A store with two topics (entries, a flushed cursor each) and a journal of one tick.
+fn sample_store(dir: &Path) {
+    let store = Store::open(dir, StoreConfig::default()).unwrap();
+    for name in ["persistent://t/ns/a", "b"] {
+        let topic = store.topic(name).unwrap();
+        for i in 0..5 {
+            topic.append(format!("{name} {i}").as_bytes()).unwrap();
+        }
+        topic.sync().unwrap();
+        let cursor = topic.open_cursor("sub", CursorOptions::default()).unwrap();
+        cursor.ack(Position::new(1, 2)).unwrap();
+        cursor.flush().unwrap();
+    }
+    store.close().unwrap();
+    drop(store);
+    let journal = Journal::open(
+        Arc::new(FileStorage::open(dir, false).unwrap()),
+        JournalConfig::default(),
+        Seal::default(),
+    )
+    .unwrap();
+    let cursor = CursorId {
+        topic: 1,
+        cursor: 0,
+    };
+    let key = ackstore::internals::ackset::PartitionKey::of(Position::new(1, 2));
+    journal
+        .commit(&[CursorFlush {
+            cursor,
+            state: PersistedState::default(),
+            written: vec![(key, roaring::RoaringBitmap::from([2u32]))],
+            live: vec![key],
+        }])
+        .unwrap();
+}
+
+#[test]
+fn verify_checks_every_topic_and_the_journal_of_a_healthy_store() {
+    let dir = tempfile::tempdir().unwrap();
+    sample_store(dir.path());
+    let out = ackstore(&["verify", dir.path().to_str().unwrap(), "--json"]);
+    let report = json(&out);
+    assert!(out.status.success(), "{report}");
+    assert_eq!(report["store"], true);
+    assert_eq!(report["topics"], 2);
+    assert_eq!(report["cursors"], 2);
+    assert_eq!(report["journal_records"], 2, "a partition and a marker");
+    assert_eq!(report["damaged"], 0);
+}
+
+#[test]
+fn verify_names_the_topic_file_and_the_journal_segment_that_are_damaged() {
+    let dir = tempfile::tempdir().unwrap();
+    sample_store(dir.path());
+    // A byte of the first topic's sealed ledger, and a torn tail of the journal.
+    let ledger = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .find(|n| n.starts_with("t1-ledger-"))
+        .expect("a ledger of topic 1");
+    let path = dir.path().join(&ledger);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x55;
+    std::fs::write(&path, bytes).unwrap();
+    let seg = dir.path().join(segment_name(1));
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes.extend_from_slice(&[7, 0, 0, 0, 1, 2]);
+    std::fs::write(&seg, bytes).unwrap();
+
+    let out = ackstore(&["verify", dir.path().to_str().unwrap(), "--json"]);
+    let report = json(&out);
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    let findings = report["findings"].as_array().unwrap();
+    assert!(
+        findings
+            .iter()
+            .any(|f| f["file"] == ledger.as_str() && f["torn_tail"] == false),
+        "{report}"
+    );
+    assert!(
+        findings
+            .iter()
+            .any(|f| f["file"] == segment_name(1).as_str() && f["torn_tail"] == true),
+        "{report}"
+    );
+}
+
+#[test]
+fn inspect_lists_the_topics_of_a_store_and_its_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    sample_store(dir.path());
+    let out = ackstore(&["inspect", dir.path().to_str().unwrap(), "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = json(&out);
+    let topics = report["topics"].as_array().unwrap();
+    let names: Vec<&str> = topics.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["persistent://t/ns/a", "b"]);
+    assert!(
+        topics
+            .iter()
+            .all(|t| t["cursors"] == 1 && t["ledgers"].as_u64() >= Some(1))
+    );
+    assert_eq!(report["journal"]["records"], 2);
+    assert_eq!(report["journal"]["cursors"], 1);
+}
