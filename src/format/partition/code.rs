@@ -621,7 +621,8 @@ const SHORT_RUN: u32 = 16;
 /// Runs are counted a word at a time, not visited one by one: the run starts of a word are its
 /// set bits with a clear bit before them, and a bitwise AND of them with the word shifted by 1, 2, ...
 /// keeps the starts of runs at least that long, so a word costs one step per length of its
-/// longest run up to [`SHORT_RUN`]; only longer runs are measured by scanning.
+/// longest run up to [`SHORT_RUN`]; longer runs, and the runs of a word where at most two
+/// start, are measured by scanning.
 fn stats(words: &[u64], lo: u32, hi: u32, holes: bool) -> Stats {
     let mut st = Stats::new(holes);
     if hi <= lo + 1 {
@@ -647,31 +648,40 @@ fn stats(words: &[u64], lo: u32, hi: u32, holes: bool) -> Stats {
     // at_least[l]: runs of the other class at least `l` long, for l in 1 ..= SHORT_RUN + 1.
     let mut at_least = [0u64; SHORT_RUN as usize + 2];
     let mut other_count = 0u64;
+    // Runs measured one by one (and counted in `st` directly).
+    let mut measured = 0u64;
     let (mut before, mut word) = (0u64, other(a));
     for i in a..=b {
         let after = other(i + 1);
         other_count += u64::from(word.count_ones());
         let mut runs = word & !((word << 1) | (before >> 63));
-        let mut l = 1;
-        while runs != 0 {
-            if let Some(n) = at_least.get_mut(l as usize) {
-                *n += u64::from(runs.count_ones());
+        // A word with one or two run starts (long runs, sparse classes) measures them
+        // directly: cheaper than a step per length.
+        let few = runs & runs.wrapping_sub(1);
+        if few & few.wrapping_sub(1) != 0 {
+            let mut l = 1;
+            while runs != 0 {
+                if let Some(n) = at_least.get_mut(l as usize) {
+                    *n += u64::from(runs.count_ones());
+                }
+                if l > SHORT_RUN {
+                    break;
+                }
+                // A run of length l + 1 or more starting at bit s has bit s + l set (in this
+                // word or, shifted in, the next).
+                runs &= (word >> l) | (after << (64 - l));
+                l += 1;
             }
-            if l > SHORT_RUN {
-                break;
-            }
-            // A run of length l + 1 or more starting at bit s has bit s + l set (in this word
-            // or, shifted in, the next).
-            runs &= (word >> l) | (after << (64 - l));
-            l += 1;
         }
-        // `runs` holds the starts of the runs longer than SHORT_RUN (or nothing).
+        // `runs` holds the starts to measure one by one: runs longer than SHORT_RUN, or every
+        // run of a word with at most two.
         while runs != 0 {
             let start = i as u32 * 64 + runs.trailing_zeros();
             // A run of holes (the acked class's gaps) ends at the next acked entry, a run of
             // acked entries (the holes class's) at the next hole.
             let end = next_bit(words, start, holes).map_or(last + 1, |e| e.min(last + 1));
             st.add(end - start, 1);
+            measured += 1;
             runs &= runs - 1;
         }
         (before, word) = (word, after);
@@ -680,7 +690,9 @@ fn stats(words: &[u64], lo: u32, hi: u32, holes: bool) -> Stats {
         let count = |l: u32| at_least.get(l as usize).copied().unwrap_or(0);
         st.add(l, count(l) - count(l + 1));
     }
-    let mut gaps = at_least.get(1).copied().unwrap_or(0);
+    let mut gaps = at_least.get(1).copied().unwrap_or(0)
+        - at_least.get(SHORT_RUN as usize + 1).copied().unwrap_or(0)
+        + measured;
     // The run that ends at `hi - 1` is followed by `hi`, which is not coded.
     if (other(b) >> (last % 64)) & 1 == 1 {
         st.remove(run_ending_at(words, first, last, holes));
