@@ -141,7 +141,12 @@ impl RadosStorage {
                 ),
             })?
         };
-        let new = old + 1;
+        // An epoch at its limit cannot be raised: wrapping to 0 would make an owner whose
+        // writes carry no guard at all.
+        let new = old.checked_add(1).ok_or_else(|| Error::NotAckstore {
+            path: shared.path(LOCK_OBJECT),
+            reason: format!("its owner epoch {old} cannot be raised"),
+        })?;
         let mut op = WriteOp::new();
         op.cmpxattr(OWNER_EPOCH_XATTR, ffi::CMPXATTR_OP_EQ, &old_text)
             .setxattr(OWNER_EPOCH_XATTR, &epoch_text(new));
