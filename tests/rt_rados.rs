@@ -1,10 +1,13 @@
-//! Hostile and damaged namespaces on RADOS (`CEPH_CONF`).
+//! Hostile and damaged namespaces on RADOS (`CEPH_CONF`): an owner epoch at its limit, a lost
+//! index of names.
 
 #![cfg(feature = "rados")]
 
 mod support;
 
-use ackstore::{Error, Storage};
+use std::sync::Arc;
+
+use ackstore::{CursorOptions, Error, InitialPosition, LedgerConfig, ManagedLedger, Storage};
 use support::rados::{cluster, fresh_namespace, pool};
 
 /// The `rados` command line on the test cluster, in namespace `namespace`.
@@ -29,6 +32,17 @@ fn rados_cli(namespace: &str, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+fn storage(namespace: &str) -> Arc<dyn Storage> {
+    Arc::new(cluster().storage(&pool(), namespace).unwrap())
+}
+
+fn config() -> LedgerConfig {
+    LedgerConfig {
+        max_entries_per_ledger: 4,
+        ..LedgerConfig::default()
+    }
+}
+
 #[test]
 fn an_owner_epoch_at_its_limit_is_refused_not_wrapped_to_an_unfenced_owner() {
     let namespace = fresh_namespace("epoch-limit");
@@ -51,4 +65,79 @@ fn an_owner_epoch_at_its_limit_is_refused_not_wrapped_to_an_unfenced_owner() {
         }
         Ok(Err(e)) => assert!(!matches!(e, Error::Locked { .. }), "{e}"),
     }
+}
+
+#[test]
+fn a_lost_index_of_names_is_not_an_empty_topic() {
+    let namespace = fresh_namespace("lost-index");
+    let topic = ManagedLedger::open_with_storage(storage(&namespace), config()).unwrap();
+    let cursor = topic
+        .open_cursor(
+            "sub",
+            CursorOptions {
+                initial_position: InitialPosition::Earliest,
+                inclusive: true,
+            },
+        )
+        .unwrap();
+    for i in 0..10u32 {
+        topic.append(&i.to_le_bytes()).unwrap();
+    }
+    topic.sync().unwrap();
+    let first = cursor.read_entries(1).unwrap()[0].position;
+    cursor.ack(first).unwrap();
+    cursor.flush().unwrap();
+    drop(cursor);
+    topic.close().unwrap();
+
+    // The one object that names every other is lost (an unfound object marked lost, an
+    // operator's mistake): the topic's ten entries are still there.
+    rados_cli(&namespace, &["rm", ".ackstore-names"]);
+    let topic = ManagedLedger::open_with_storage(storage(&namespace), config()).unwrap();
+    assert_eq!(topic.cursor_names(), vec!["sub".to_owned()]);
+    let cursor = topic
+        .open_cursor(
+            "sub",
+            CursorOptions {
+                initial_position: InitialPosition::Earliest,
+                inclusive: true,
+            },
+        )
+        .unwrap();
+    let unacked: Vec<u32> = cursor
+        .read_entries(100)
+        .unwrap()
+        .iter()
+        .map(|e| u32::from_le_bytes(e.payload[..].try_into().unwrap()))
+        .collect();
+    assert_eq!(
+        unacked,
+        (1..10).collect::<Vec<_>>(),
+        "entries or the flushed ack lost"
+    );
+}
+
+#[test]
+fn a_namespace_whose_index_was_lost_still_lists_its_files_and_keeps_them_listed() {
+    let namespace = fresh_namespace("lost-index-list");
+    let s = cluster().storage(&pool(), &namespace).unwrap();
+    for name in ["a", "b", "c"] {
+        s.create(name).unwrap();
+    }
+    rados_cli(&namespace, &["rm", ".ackstore-names"]);
+    assert_eq!(s.list().unwrap(), vec!["a", "b", "c"]);
+    // The next name added brings the others back into the index.
+    s.create("d").unwrap();
+    assert_eq!(s.list().unwrap(), vec!["a", "b", "c", "d"]);
+    assert_eq!(
+        rados_cli(&namespace, &["listomapkeys", ".ackstore-names"]),
+        "a\nb\nc\nd\n"
+    );
+    // An owner stamps (and so fences) every object of it.
+    let _owner = s.lock().unwrap();
+    let epoch = format!("{:020}", s.epoch());
+    assert_eq!(
+        rados_cli(&namespace, &["getxattr", "a", "ackstore.epoch"]).trim_end(),
+        epoch
+    );
 }

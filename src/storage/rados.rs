@@ -13,7 +13,8 @@
 //!   its object is created and removed after its object is; `list` reads the keys and stats
 //!   their objects in parallel, keeping those that exist, so a create or remove cut between its
 //!   two steps leaves a key without an object that no listing returns (the next owner's `lock`
-//!   drops it);
+//!   drops it). Without the index object (lost to damage) a listing walks the namespace, and
+//!   the next create writes the walked names back, so a namespace never looks emptier than it is;
 //! - a write is durable once the cluster acknowledges it. Writes are sent asynchronously, in
 //!   order (RADOS applies the operations of one client on one object in the order they were
 //!   sent); `sync_data` waits for every outstanding write of the file and reports the first one
