@@ -214,7 +214,9 @@ impl RadosStorage {
                         }
                         let ret =
                             Self::take_lock(&shared, &cookie, lease, ffi::LOCK_FLAG_MAY_RENEW);
-                        if ret < 0 {
+                        let taken = is_errno(ret, rustix::io::Errno::BUSY)
+                            || is_errno(ret, rustix::io::Errno::EXIST);
+                        if taken {
                             // Taken by another owner after it expired: this handle's writes are
                             // refused from the moment that owner stamped the namespace.
                             log::warn!(
@@ -223,6 +225,16 @@ impl RadosStorage {
                                 os_error(ret)
                             );
                             return;
+                        }
+                        if ret < 0 {
+                            // A renewal that failed otherwise (a timeout while the cluster was
+                            // out of reach) is tried again at the next tick: giving up would
+                            // hand a live owner's namespace to the next process to ask.
+                            log::warn!(
+                                "could not renew the ownership lease of {}: {}",
+                                shared.location,
+                                os_error(ret)
+                            );
                         }
                     }
                 })
