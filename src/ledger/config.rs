@@ -3,6 +3,7 @@
 //! Owns: [`LedgerConfig`]. Pure data.
 
 use crate::cursor::CursorConfig;
+use crate::format::ledger::{FRAME_HEADER_LEN, HEADER_V3_LEN, footer_len};
 use crate::log::LogConfig;
 
 /// Settings of a managed ledger (one topic).
@@ -29,5 +30,24 @@ impl Default for LedgerConfig {
             log: LogConfig::default(),
             cursor: CursorConfig::default(),
         }
+    }
+}
+
+impl LedgerConfig {
+    /// The largest a data ledger file of this configuration can grow: its header, payloads up
+    /// to [`LedgerConfig::max_ledger_bytes`] plus the one largest entry that crosses it (a
+    /// ledger is sealed at the *next* append), a frame header per entry, and the footer that
+    /// indexes [`LedgerConfig::max_entries_per_ledger`] entries. On storage that caps a file
+    /// (RADOS refuses an object above `osd_max_object_size`, 128 MiB by default), keep this
+    /// at or below the cap, or appends fail once a ledger reaches it.
+    #[must_use]
+    pub fn largest_ledger_file(&self) -> u64 {
+        let per_entry = (FRAME_HEADER_LEN as u64).saturating_add(8);
+        let footer = footer_len(0).unwrap_or(u64::MAX);
+        (HEADER_V3_LEN as u64)
+            .saturating_add(self.max_ledger_bytes.saturating_sub(1))
+            .saturating_add(u64::from(self.log.max_entry_size))
+            .saturating_add(self.max_entries_per_ledger.saturating_mul(per_entry))
+            .saturating_add(footer)
     }
 }

@@ -13,7 +13,8 @@
 //!   its object is created and removed after its object is; `list` reads the keys and stats
 //!   their objects in parallel, keeping those that exist, so a create or remove cut between its
 //!   two steps leaves a key without an object that no listing returns (the next owner's `lock`
-//!   drops it);
+//!   drops it). Without the index object (lost to damage) a listing walks the namespace, and
+//!   the next create writes the walked names back, so a namespace never looks emptier than it is;
 //! - a write is durable once the cluster acknowledges it. Writes are sent asynchronously, in
 //!   order (RADOS applies the operations of one client on one object in the order they were
 //!   sent); `sync_data` waits for every outstanding write of the file and reports the first one
@@ -25,7 +26,8 @@
 //! - `rename` copies then removes: not atomic (ackstore itself never renames);
 //! - `map` reads the whole object with `rados_read` into owned bytes, through a small read cache
 //!   (sealed ledgers are never written again, so an entry stays true until this storage writes,
-//!   truncates or removes the object, which evicts it).
+//!   truncates or removes the object, which evicts it; a read that raced with such a write, from
+//!   before the write was sent, is not cached).
 //!
 //! Fencing. [`Storage::lock`] takes the exclusive lock `ackstore-owner` on `LOCK` with a lease,
 //! then raises the owner epoch kept in the `LOCK` object's xattr `ackstore.owner-epoch` (a
@@ -232,6 +234,9 @@ struct ReadCache {
     entries: lru::LruCache<String, Mapped>,
     bytes: usize,
     budget: usize,
+    /// Raised by every eviction: a read that started before one may hold bytes a write has
+    /// replaced since, and is not cached.
+    generation: u64,
 }
 
 impl ReadCache {
@@ -240,6 +245,7 @@ impl ReadCache {
             entries: lru::LruCache::unbounded(),
             bytes: 0,
             budget,
+            generation: 0,
         }
     }
 
@@ -264,7 +270,16 @@ impl ReadCache {
         self.entries.put(name.to_owned(), bytes);
     }
 
+    /// Caches `bytes`, read from a start taken at generation `generation`, unless something
+    /// was evicted since.
+    fn insert_read(&mut self, name: &str, bytes: Mapped, generation: u64) {
+        if self.generation == generation {
+            self.insert(name, bytes);
+        }
+    }
+
     fn evict(&mut self, name: &str) {
+        self.generation += 1;
         if let Some(old) = self.entries.pop(name) {
             self.bytes -= old.as_ref().as_ref().len();
         }
@@ -592,7 +607,11 @@ impl StorageFile for RadosFile {
         self.shared.evict(&self.name);
         let mut op = WriteOp::new();
         op.guard(self.shared.epoch()).write(buf, offset);
-        match op.send(&self.shared.io, &self.oid) {
+        let sent = op.send(&self.shared.io, &self.oid);
+        // Again once sent: a read sent before this write may not see it, and must not be cached
+        // (reads sent after it do see it, RADOS keeps one client's order on an object).
+        self.shared.evict(&self.name);
+        match sent {
             Ok(done) => {
                 state.in_flight.push_back(done);
                 Ok(())
@@ -615,6 +634,7 @@ impl StorageFile for RadosFile {
         let mut op = WriteOp::new();
         op.guard(self.shared.epoch()).truncate(len);
         let ret = op.run(&self.shared.io, &self.oid);
+        self.shared.evict(&self.name);
         if ret < 0 {
             state.failed = Some(ret);
             return Err(self.shared.error("truncate", &self.name, ret));
@@ -631,11 +651,15 @@ impl StorageFile for RadosFile {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
         };
-        if let Some(hit) = cache().get(&self.name, size) {
-            return Ok(hit);
-        }
+        let generation = {
+            let mut cache = cache();
+            if let Some(hit) = cache.get(&self.name, size) {
+                return Ok(hit);
+            }
+            cache.generation
+        };
         let bytes: Mapped = Arc::new(self.shared.read_all(&self.name, &self.oid)?);
-        cache().insert(&self.name, bytes.clone());
+        cache().insert_read(&self.name, bytes.clone(), generation);
         Ok(bytes)
     }
 }

@@ -19,6 +19,8 @@ pub type CompletionT = *mut c_void;
 pub type ReadOpT = *mut c_void;
 /// An iterator over omap entries (`rados_omap_iter_t`).
 pub type OmapIterT = *mut c_void;
+/// `rados_list_ctx_t`.
+pub type ListCtxT = *mut c_void;
 
 /// `struct timeval` on Linux.
 #[repr(C)]
@@ -111,6 +113,15 @@ unsafe extern "C" {
     ) -> c_int;
     pub fn rados_omap_get_end(iter: OmapIterT);
 
+    pub fn rados_nobjects_list_open(io: IoctxT, ctx: *mut ListCtxT) -> c_int;
+    pub fn rados_nobjects_list_next(
+        ctx: ListCtxT,
+        entry: *mut *const c_char,
+        key: *mut *const c_char,
+        nspace: *mut *const c_char,
+    ) -> c_int;
+    pub fn rados_nobjects_list_close(ctx: ListCtxT);
+    pub fn rados_write_op_assert_exists(op: WriteOpT);
     pub fn rados_create_write_op() -> WriteOpT;
     pub fn rados_release_write_op(op: WriteOpT);
     pub fn rados_write_op_create(op: WriteOpT, exclusive: c_int, category: *const c_char);

@@ -3,32 +3,105 @@
 //!
 //! Owns: the order of a name's two steps: added before its object is created, removed after its
 //! object is removed, so an object is never without its name, and a listing (the names whose
-//! object exists) is exact.
+//! object exists) is exact. The index is only a faster listing: when its object is missing (a
+//! namespace that never had a name, or an index lost to damage), the names are those of a walk
+//! of the namespace, and the next name added first writes every walked name back, so a lost
+//! index never makes a namespace look empty.
 
 use std::ffi::{CStr, c_char};
 use std::ptr;
 
 use super::op::{Completion, WriteOp};
-use super::{INDEX_OBJECT, INDEX_PAGE, Shared, cstring, ffi, is_errno, os_error};
+use super::{
+    INDEX_OBJECT, INDEX_PAGE, LOCK_OBJECT, Shared, cstring, ffi, is_errno, os_error, validate_name,
+};
 use crate::error::{Error, Result};
 
 impl Shared {
-    /// Adds `name` to the namespace's index of names (before the object is created).
+    /// Adds `name` to the namespace's index of names (before the object is created). When the
+    /// index object is missing, it is first rebuilt from a walk of the namespace.
     pub(super) fn index_add(&self, name: &str) -> Result<()> {
-        let key = cstring(name)?;
-        let keys = [key.as_ptr()];
-        let vals = [c"".as_ptr()];
-        let lens = [0usize];
-        let op = WriteOp::new();
-        // SAFETY: live operation; librados copies keys and values before this returns.
-        unsafe {
-            ffi::rados_write_op_omap_set(op.raw, keys.as_ptr(), vals.as_ptr(), lens.as_ptr(), 1);
+        let ret = self.index_set(&[name.to_owned()], true)?;
+        if is_errno(ret, rustix::io::Errno::NOENT) {
+            let mut names = self.walk_names()?;
+            names.push(name.to_owned());
+            for page in names.chunks(usize::try_from(INDEX_PAGE).unwrap_or(usize::MAX)) {
+                let ret = self.index_set(page, false)?;
+                if ret < 0 {
+                    return Err(self.error("rebuild the index of names for", name, ret));
+                }
+            }
+            return Ok(());
         }
-        let ret = op.run(&self.io, &cstring(INDEX_OBJECT)?);
         if ret < 0 {
             return Err(self.error("record the name of", name, ret));
         }
         Ok(())
+    }
+
+    /// Sets `names` as keys of the index object (only if it exists, with `existing`); the
+    /// librados return code.
+    fn index_set(&self, names: &[String], existing: bool) -> Result<i32> {
+        let keys = names
+            .iter()
+            .map(|n| cstring(n))
+            .collect::<Result<Vec<_>>>()?;
+        let key_ptrs: Vec<*const c_char> = keys.iter().map(|k| k.as_ptr()).collect();
+        let vals: Vec<*const c_char> = vec![c"".as_ptr(); keys.len()];
+        let lens = vec![0usize; keys.len()];
+        let op = WriteOp::new();
+        // SAFETY: live operation; librados copies keys and values before this returns, and the
+        // three arrays have `keys.len()` elements.
+        unsafe {
+            if existing {
+                ffi::rados_write_op_assert_exists(op.raw);
+            }
+            ffi::rados_write_op_omap_set(
+                op.raw,
+                key_ptrs.as_ptr(),
+                vals.as_ptr(),
+                lens.as_ptr(),
+                keys.len(),
+            );
+        }
+        Ok(op.run(&self.io, &cstring(INDEX_OBJECT)?))
+    }
+
+    /// The names of the objects of the namespace, by a walk of it (every object of the pool),
+    /// sorted: what the index holds when it is missing. Objects that are not files (the lock,
+    /// anything with a name ackstore never makes) are left out.
+    pub(super) fn walk_names(&self) -> Result<Vec<String>> {
+        let mut ctx: ffi::ListCtxT = ptr::null_mut();
+        // SAFETY: live context, valid out-pointer.
+        let ret = unsafe { ffi::rados_nobjects_list_open(self.io.raw, &raw mut ctx) };
+        if ret < 0 {
+            return Err(Error::io("list", &self.location, os_error(ret)));
+        }
+        let mut names = Vec::new();
+        let end = loop {
+            let mut entry: *const c_char = ptr::null();
+            // SAFETY: `ctx` is open; the entry stays valid until the next call on `ctx`.
+            let ret = unsafe {
+                ffi::rados_nobjects_list_next(ctx, &raw mut entry, ptr::null_mut(), ptr::null_mut())
+            };
+            if ret < 0 {
+                break ret;
+            }
+            // SAFETY: a NUL-terminated name, copied before the next call on `ctx`.
+            if let Ok(name) = unsafe { CStr::from_ptr(entry) }.to_str()
+                && name != LOCK_OBJECT
+                && validate_name(name).is_ok()
+            {
+                names.push(name.to_owned());
+            }
+        };
+        // SAFETY: opened above, closed once.
+        unsafe { ffi::rados_nobjects_list_close(ctx) };
+        if !is_errno(end, rustix::io::Errno::NOENT) {
+            return Err(Error::io("list", &self.location, os_error(end)));
+        }
+        names.sort();
+        Ok(names)
     }
 
     /// Removes `name` from the index of names (after the object is removed).
@@ -96,8 +169,8 @@ impl Shared {
             // SAFETY: created above, released once.
             unsafe { ffi::rados_release_read_op(op) };
             if is_errno(ret, rustix::io::Errno::NOENT) {
-                // No name was ever created in this namespace.
-                return Ok(names);
+                // No index: no name was ever created in this namespace, or the index was lost.
+                return self.walk_names();
             }
             if ret < 0 || prval < 0 {
                 return Err(Error::io("list", &self.location, os_error(ret.min(prval))));

@@ -141,7 +141,12 @@ impl RadosStorage {
                 ),
             })?
         };
-        let new = old + 1;
+        // An epoch at its limit cannot be raised: wrapping to 0 would make an owner whose
+        // writes carry no guard at all.
+        let new = old.checked_add(1).ok_or_else(|| Error::NotAckstore {
+            path: shared.path(LOCK_OBJECT),
+            reason: format!("its owner epoch {old} cannot be raised"),
+        })?;
         let mut op = WriteOp::new();
         op.cmpxattr(OWNER_EPOCH_XATTR, ffi::CMPXATTR_OP_EQ, &old_text)
             .setxattr(OWNER_EPOCH_XATTR, &epoch_text(new));
@@ -209,7 +214,9 @@ impl RadosStorage {
                         }
                         let ret =
                             Self::take_lock(&shared, &cookie, lease, ffi::LOCK_FLAG_MAY_RENEW);
-                        if ret < 0 {
+                        let taken = is_errno(ret, rustix::io::Errno::BUSY)
+                            || is_errno(ret, rustix::io::Errno::EXIST);
+                        if taken {
                             // Taken by another owner after it expired: this handle's writes are
                             // refused from the moment that owner stamped the namespace.
                             log::warn!(
@@ -218,6 +225,16 @@ impl RadosStorage {
                                 os_error(ret)
                             );
                             return;
+                        }
+                        if ret < 0 {
+                            // A renewal that failed otherwise (a timeout while the cluster was
+                            // out of reach) is tried again at the next tick: giving up would
+                            // hand a live owner's namespace to the next process to ask.
+                            log::warn!(
+                                "could not renew the ownership lease of {}: {}",
+                                shared.location,
+                                os_error(ret)
+                            );
                         }
                     }
                 })
