@@ -21,8 +21,8 @@ fn earliest() -> CursorOptions {
     }
 }
 
-/// Runs `test` on a fresh store on each backend: the in-memory disk, then real files; `reopen`
-/// opens the same store again.
+/// Runs `test` on a fresh store on each backend: the in-memory disk, real files, and (built with
+/// the `rados` feature) a RADOS namespace; `open` opens the same store again.
 fn on_each_backend(mut test: impl FnMut(&dyn Fn() -> ackstore::Result<Store>)) {
     eprintln!("backend: in-memory disk");
     let disk = MemStorage::new();
@@ -30,6 +30,15 @@ fn on_each_backend(mut test: impl FnMut(&dyn Fn() -> ackstore::Result<Store>)) {
     let dir = tempfile::tempdir().expect("temporary directory");
     eprintln!("backend: real files in {}", dir.path().display());
     test(&|| Store::open(dir.path(), StoreConfig::default()));
+    #[cfg(feature = "rados")]
+    {
+        let namespace = support::rados::fresh_namespace("store");
+        eprintln!("backend: RADOS namespace {namespace}");
+        test(&|| {
+            let storage = support::rados::cluster().storage(&support::rados::pool(), &namespace)?;
+            Store::open_with_storage(Arc::new(storage), StoreConfig::default())
+        });
+    }
 }
 
 #[test]
