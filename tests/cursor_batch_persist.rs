@@ -420,3 +420,33 @@ fn verify_reports_a_damaged_batch_index_entry_and_recovery_walks_back_past_it() 
     check(&c, &e, &first, "walked back to the first flush");
     topic.close().unwrap();
 }
+
+/// The committed samples `tests/data/cursor-v1-batch-{multi,single}` (a topic whose cursor
+/// `sub` flushed partial entries twice, in each persistence mode) open to the state they hold.
+#[test]
+fn samples_with_batch_state_open_to_the_state_they_hold() {
+    for name in ["cursor-v1-batch-multi", "cursor-v1-batch-single"] {
+        let dir = support::samples::sample_dir(name);
+        let topic = ManagedLedger::open(dir.path(), LedgerConfig::default()).unwrap();
+        let c = earliest(&topic);
+        let p = |e| Position::new(1, e);
+        assert_eq!(c.mark_delete_position().unwrap(), Some(p(0)), "{name}");
+        let read: Vec<_> = c
+            .read_entries(10)
+            .unwrap()
+            .iter()
+            .map(|e| {
+                let acked = e.acked_batch_indexes.as_ref();
+                (e.position, acked.map(|b| b.iter().collect::<Vec<u32>>()))
+            })
+            .collect();
+        let want = vec![
+            (p(1), Some(vec![0, 7])),
+            (p(2), None),
+            (p(4), Some(vec![13])),
+            (p(5), None),
+        ];
+        assert_eq!(read, want, "{name}");
+        topic.close().unwrap();
+    }
+}

@@ -207,8 +207,8 @@ impl CursorOpener {
                 CursorState::recovered(&recovered.state, layout, recovered.acks, recovered.batch)?;
             let mut persister = recovered.persister;
             persister.request_rollover();
-            let persisted = state.persisted();
-            match persister.flush_with_batch(&persisted, &mut state.acks, &mut state.batch) {
+            let flushed_state = state.persisted();
+            match persister.flush_with_batch(&flushed_state, &mut state.acks, &mut state.batch) {
                 Ok(_) => {
                     return Ok(ClaimedCursor {
                         state,

@@ -102,8 +102,8 @@ pub(crate) fn build_snapshot(
             reason: "the cursor's batch-index state does not encode".to_string(),
         })?;
     Ok(BuiltSnapshot {
-        ranges,
         payload,
+        ranges,
         cut,
     })
 }

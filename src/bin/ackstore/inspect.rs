@@ -64,7 +64,7 @@ pub struct LedgerView {
 }
 
 /// One cursor of the directory.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct CursorView {
     name: String,
     record: String,
@@ -198,6 +198,15 @@ fn ledger_view(log: &EntryLog, id: u64, is_cursor: bool) -> Option<LedgerView> {
     })
 }
 
+/// Partial entries and the messages acknowledged inside them.
+fn batch_counts(batch: &[ackstore::internals::format::cursor::BatchPartition]) -> (u64, u64) {
+    let entries = batch.iter().flat_map(|p| &p.entries);
+    (
+        entries.clone().count() as u64,
+        entries.map(|e| e.acked.len()).sum(),
+    )
+}
+
 fn cursor_view(
     log: Option<&Arc<EntryLog>>,
     meta: &Arc<dyn MetaStore>,
@@ -236,12 +245,7 @@ fn cursor_view(
         epoch: record.epoch,
         cursor_ledger: record.cursor_ledger,
         state_source: "record".into(),
-        acked_entries: 0,
-        acked_ranges: 0,
-        persisted_bytes: 0,
-        rejected_states: 0,
-        partial_entries: 0,
-        acked_batch_indexes: 0,
+        ..CursorView::default()
     };
     let log = log?;
     let mut rec = match recover(log.clone(), meta.clone(), &name, CursorConfig::default()) {
@@ -263,10 +267,7 @@ fn cursor_view(
         Err(e) => finding(findings, file.clone(), "cursor state", report::describe(&e)),
     }
     cv.rejected_states = rec.report.rejected;
-    for p in &rec.batch {
-        cv.partial_entries += p.entries.len() as u64;
-        cv.acked_batch_indexes += p.entries.iter().map(|e| e.acked.len()).sum::<u64>();
-    }
+    (cv.partial_entries, cv.acked_batch_indexes) = batch_counts(&rec.batch);
     let cursor_ledger = record.cursor_ledger;
     cv.persisted_bytes = cursor_ledger
         .and_then(|l| log.ledger_info(l).ok())

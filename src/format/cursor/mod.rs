@@ -653,7 +653,9 @@ pub fn encode_marker_with_batch(
     }
     if !batch.is_empty() {
         out.extend_from_slice(&batch_count.to_le_bytes());
-        batch.iter().for_each(|r| r.encode_into(&mut out));
+        for r in batch {
+            r.encode_into(&mut out);
+        }
     }
     Ok(end_frame(out))
 }
