@@ -1,27 +1,29 @@
 //! Raw bytes into every cursor-ledger entry decoder (marker, snapshot, index page, partition
-//! entry): no input panics, and whatever decodes re-encodes to exactly the bytes it came from.
-//! Each input is tried as is and framed as every entry kind with a valid CRC, so the body
-//! parsers behind the checksum are reached too.
+//! entry; markers and snapshots with and without their batch-index section): no input panics,
+//! and whatever decodes re-encodes to exactly the bytes it came from. Each input is tried as is
+//! and framed as every entry kind, with flags 0 and with `FLAG_BATCH`, with a valid CRC, so the
+//! body parsers behind the checksum are reached too.
 
 #![no_main]
 
 use ackstore::internals::format::cursor::{
-    HEADER_LEN, MAGIC, Table, TableRef, VERSION, decode_index_page, decode_marker,
-    decode_partition_entry, decode_snapshot, encode_index_page, encode_marker,
+    FLAG_BATCH, HEADER_LEN, MAGIC, Table, TableRef, VERSION, decode_index_page, decode_marker,
+    decode_partition_entry, decode_snapshot, encode_index_page, encode_marker_with_batch,
     encode_partition_entry, reencode_snapshot,
 };
 use libfuzzer_sys::fuzz_target;
 
 fn check_every_decoder(bytes: &[u8]) {
     if let Ok(marker) = decode_marker(bytes) {
+        let batch: Vec<_> = marker.batch.iter().collect();
         let encoded = match marker.table {
             Table::Inline(rows) => {
                 let rows: Vec<_> = rows.iter().collect();
-                encode_marker(&marker.state, TableRef::Inline(&rows))
+                encode_marker_with_batch(&marker.state, TableRef::Inline(&rows), &batch)
             }
             Table::Paged(pages) => {
                 let pages: Vec<_> = pages.iter().collect();
-                encode_marker(&marker.state, TableRef::Paged(&pages))
+                encode_marker_with_batch(&marker.state, TableRef::Paged(&pages), &batch)
             }
         };
         assert_eq!(encoded.unwrap(), bytes);
@@ -42,11 +44,14 @@ fn check_every_decoder(bytes: &[u8]) {
 fuzz_target!(|data: &[u8]| {
     check_every_decoder(data);
     for kind in 1..=4u8 {
-        let mut framed = Vec::with_capacity(HEADER_LEN + data.len() + 4);
-        framed.extend_from_slice(&MAGIC);
-        framed.extend_from_slice(&[VERSION, kind, 0, 0]);
-        framed.extend_from_slice(data);
-        framed.extend_from_slice(&crc32fast::hash(&framed).to_le_bytes());
-        check_every_decoder(&framed);
+        for flags in [0, FLAG_BATCH] {
+            let mut framed = Vec::with_capacity(HEADER_LEN + data.len() + 4);
+            framed.extend_from_slice(&MAGIC);
+            framed.extend_from_slice(&[VERSION, kind]);
+            framed.extend_from_slice(&flags.to_le_bytes());
+            framed.extend_from_slice(data);
+            framed.extend_from_slice(&crc32fast::hash(&framed).to_le_bytes());
+            check_every_decoder(&framed);
+        }
     }
 });

@@ -60,6 +60,10 @@ pub struct AckSetStats {
     pub peak_resident_bytes: usize,
     /// The configured budget for resident partitions.
     pub budget_bytes: usize,
+    /// Bytes charged to the budget by state kept beside the partitions (a cursor's partial
+    /// entries of batch-index acks): partitions are evicted so that resident plus charged bytes
+    /// stay within the budget.
+    pub charged_bytes: usize,
     /// Bytes charged for the index of live partitions, outside the budget.
     pub index_bytes: usize,
     /// Partitions whose bitmap is in memory.
@@ -110,6 +114,8 @@ struct Resident {
 pub struct RangeSetWrapper {
     store: Box<dyn PartitionStore>,
     budget: usize,
+    /// Bytes of state outside the partitions charged to `budget` ([`Self::set_charge`]).
+    charged: usize,
     index: BTreeMap<PartitionKey, IndexEntry>,
     lru: LruCache<PartitionKey, Resident>,
     /// The most recently used partition, resident but not in `lru`.
@@ -147,6 +153,7 @@ impl RangeSetWrapper {
         Self {
             store,
             budget: budget_bytes,
+            charged: 0,
             index: BTreeMap::new(),
             lru: LruCache::unbounded(),
             hot: None,
@@ -427,6 +434,17 @@ impl RangeSetWrapper {
         })
     }
 
+    /// Charges `bytes` of state kept beside the partitions to the budget (replacing the
+    /// previous charge) and evicts partitions until the resident bytes fit in what is left.
+    /// The hot partition is never evicted, so the bound stays the budget plus one partition.
+    pub fn set_charge(&mut self, bytes: usize) {
+        let grew = bytes > self.charged;
+        self.charged = bytes;
+        if grew {
+            self.make_room();
+        }
+    }
+
     /// Sizes and counters.
     #[must_use]
     pub fn stats(&self) -> AckSetStats {
@@ -434,6 +452,7 @@ impl RangeSetWrapper {
             resident_bytes: self.resident_bytes,
             peak_resident_bytes: self.peak_resident_bytes,
             budget_bytes: self.budget,
+            charged_bytes: self.charged,
             index_bytes: self.index.len() * INDEX_ENTRY_BYTES,
             resident_partitions: self.lru.len()
                 + self.pinned.len()
@@ -607,10 +626,11 @@ impl RangeSetWrapper {
     /// the budget or the cache is empty (the hot partition is never evicted; one the store
     /// cannot take is pinned); an empty cache's table is freed if it alone is over the budget.
     fn make_room(&mut self) {
-        while self.resident_bytes > self.budget && !self.lru.is_empty() {
+        let room = self.budget.saturating_sub(self.charged);
+        while self.resident_bytes > room && !self.lru.is_empty() {
             self.evict_lru();
         }
-        if self.resident_bytes > self.budget && self.lru.is_empty() {
+        if self.resident_bytes > room && self.lru.is_empty() {
             self.free_table();
         }
     }

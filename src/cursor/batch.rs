@@ -10,7 +10,7 @@
 //!
 //! Must never: do I/O.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use roaring::RoaringBitmap;
 
@@ -39,6 +39,8 @@ pub(crate) enum BatchAck {
 pub(crate) struct BatchAcks {
     partial: BTreeMap<Position, (u32, RoaringBitmap)>,
     bytes: usize,
+    /// Partitions whose partial entries changed since they were last persisted.
+    dirty: BTreeSet<PartitionKey>,
 }
 
 fn cost(acked: &RoaringBitmap) -> usize {
@@ -74,6 +76,7 @@ impl BatchAcks {
             if !acked.insert(index) {
                 return Ok(BatchAck::Unchanged);
             }
+            self.dirty.insert(PartitionKey::of(pos));
             if acked.len() == u64::from(batch_size) {
                 self.bytes -= before;
                 self.partial.remove(&pos);
@@ -89,6 +92,7 @@ impl BatchAcks {
         acked.insert(index);
         self.bytes += cost(&acked);
         self.partial.insert(pos, (batch_size, acked));
+        self.dirty.insert(PartitionKey::of(pos));
         Ok(BatchAck::Partial)
     }
 
@@ -103,6 +107,7 @@ impl BatchAcks {
         acked.insert_range(0..skip);
         self.bytes += cost(&acked);
         self.partial.insert(pos, (batch_size, acked));
+        self.dirty.insert(PartitionKey::of(pos));
     }
 
     /// The acknowledged messages of the entry at `pos`, `None` when it has none (or is
@@ -123,6 +128,7 @@ impl BatchAcks {
     pub(crate) fn remove(&mut self, pos: Position) {
         if let Some((_, acked)) = self.partial.remove(&pos) {
             self.bytes -= cost(&acked);
+            self.dirty.insert(PartitionKey::of(pos));
         }
     }
 
@@ -141,12 +147,95 @@ impl BatchAcks {
         };
         let below = std::mem::replace(&mut self.partial, above);
         self.bytes -= below.values().map(|(_, a)| cost(a)).sum::<usize>();
+        self.dirty
+            .extend(below.keys().map(|p| PartitionKey::of(*p)));
     }
 
     /// Forgets everything.
     pub(crate) fn clear(&mut self) {
+        self.dirty
+            .extend(self.partial.keys().map(|p| PartitionKey::of(*p)));
         self.partial.clear();
         self.bytes = 0;
+    }
+
+    /// Replaces the state with the persisted `partitions` (all clean). Entries that are not
+    /// partial are refused by the decoder, so every one is kept as it is.
+    pub(crate) fn load(&mut self, partitions: Vec<BatchPartition>) {
+        self.partial.clear();
+        self.bytes = 0;
+        self.dirty.clear();
+        for p in partitions {
+            for e in p.entries {
+                self.bytes += cost(&e.acked);
+                self.partial.insert(
+                    Position::new(p.ledger_id, e.entry_id),
+                    (e.batch_size, e.acked),
+                );
+            }
+        }
+    }
+
+    /// Keeps only the entries `keep` accepts (marking the partitions that lose one dirty);
+    /// returns whether any was dropped.
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(Position) -> bool) -> bool {
+        let before = self.partial.len();
+        let mut dropped = Vec::new();
+        self.partial.retain(|p, (_, acked)| {
+            let k = keep(*p);
+            if !k {
+                dropped.push((*p, cost(acked)));
+            }
+            k
+        });
+        for (p, c) in &dropped {
+            self.bytes -= c;
+            self.dirty.insert(PartitionKey::of(*p));
+        }
+        before != self.partial.len()
+    }
+
+    /// Partitions whose partial entries changed since [`BatchAcks::mark_clean`].
+    pub(crate) fn dirty_keys(&self) -> &BTreeSet<PartitionKey> {
+        &self.dirty
+    }
+
+    /// Records that every partition is persisted as it is now.
+    pub(crate) fn mark_clean(&mut self) {
+        self.dirty.clear();
+    }
+
+    /// The partial entries of partition `key`, as a batch-index entry encodes them; `None`
+    /// when it has none.
+    pub(crate) fn partition(&self, key: PartitionKey) -> Option<BatchPartition> {
+        let first = Position::new(key.ledger_id, key.first_entry());
+        let entries: Vec<_> = self
+            .partial
+            .range(first..)
+            .take_while(|(p, _)| PartitionKey::of(**p) == key)
+            .map(|(p, (size, acked))| PartialEntry {
+                entry_id: p.entry_id,
+                batch_size: *size,
+                acked: acked.clone(),
+            })
+            .collect();
+        (!entries.is_empty()).then_some(BatchPartition {
+            ledger_id: key.ledger_id,
+            chunk: key.chunk,
+            entries,
+        })
+    }
+
+    /// Keys of the partitions holding partial entries, ascending.
+    pub(crate) fn keys(&self) -> Vec<PartitionKey> {
+        let mut out: Vec<PartitionKey> = Vec::new();
+        for p in self.partial.keys() {
+            let key = PartitionKey::of(*p);
+            if out.last() != Some(&key) {
+                out.push(key);
+            }
+        }
+        out
     }
 
     /// Number of partial entries.

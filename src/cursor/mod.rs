@@ -52,6 +52,7 @@ use crate::error::{Error, Result};
 use crate::finder::{self, Layout};
 use crate::log::{EntryLog, lock};
 use crate::position::Position;
+use batch::BatchAcks;
 use persist::CursorPersister;
 
 /// Where a new cursor starts reading.
@@ -242,7 +243,8 @@ impl Core {
         topic.check_owner()?;
         let state = self.state.persisted();
         let persister = self.persister.as_mut().ok_or(Error::Closed)?;
-        persister.flush(&state, &mut self.state.acks)?;
+        persister.flush_with_batch(&state, &mut self.state.acks, &mut self.state.batch)?;
+        self.state.charge_batch();
         self.dirty = false;
         self.counters.flushes += 1;
         Ok(())
@@ -586,9 +588,19 @@ impl Cursor {
                 // cursor still delivers; after it, recovery can never walk back past the seek
                 // to a state whose acks it cleared.
                 let mut no_acks = detached_ack_set();
+                let mut prefix = BatchAcks::default();
+                if let Move::ToMessage {
+                    entry,
+                    batch_size,
+                    skip,
+                } = planned
+                {
+                    prefix.set_prefix(entry, batch_size, skip);
+                }
                 core.persister().and_then(|p| {
                     p.request_rollover();
-                    p.flush(&target_state, &mut no_acks).map(drop)
+                    p.flush_with_batch(&target_state, &mut no_acks, &mut prefix)
+                        .map(drop)
                 })
             }
             Move::Rewind => core
@@ -612,6 +624,9 @@ impl Cursor {
                 } = planned
                 {
                     core.state.batch.set_prefix(entry, batch_size, skip);
+                    // The seek's flush committed exactly this prefix.
+                    core.state.batch.mark_clean();
+                    core.state.charge_batch();
                 }
                 // What was just committed is exactly the new state.
                 core.dirty = false;
@@ -690,10 +705,12 @@ impl Cursor {
     /// acknowledge whole entries, whatever their messages. Returns whether anything changed
     /// (`false` for a message or an entry already acknowledged).
     ///
-    /// Durability: the entry ack that completes a batch is persisted like any ack; the
-    /// acknowledged messages of entries still partial live in memory only (figures in
-    /// [`CursorStats::partial_entries`] and [`CursorStats::batch_index_bytes`]): after a
-    /// reopen such an entry is delivered whole again, as before batch-index acks.
+    /// Durability: as [`Self::ack`]. The acknowledged messages of entries still partial are
+    /// persisted by the next flush (a batch-index entry for each partition whose partial
+    /// entries changed, referenced by the marker; inline in a single-entry snapshot) and
+    /// recovered with it, so after a reopen only the messages not yet acknowledged are
+    /// delivered. Their memory ([`CursorStats::partial_entries`],
+    /// [`CursorStats::batch_index_bytes`]) is charged to the ack set's LRU budget.
     ///
     /// # Errors
     /// [`Error::NoSuchEntry`] for a position after mark-delete that is not a retained entry;
@@ -703,10 +720,7 @@ impl Cursor {
         self.with_state(|core, layout| {
             let changed = core.state.ack_batch_index(layout, pos, index, batch_size)?;
             core.counters.acks += u64::from(changed);
-            // Only a completed entry changes what a flush writes.
-            if changed && core.state.is_acked(pos)? {
-                core.dirty = true;
-            }
+            core.dirty |= changed;
             Ok(changed)
         })
     }

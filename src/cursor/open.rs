@@ -62,6 +62,8 @@ pub struct OpenedCursor {
     pub persister: CursorPersister,
     /// How recovery went; `None` when there was no record and the cursor starts empty.
     pub report: Option<RecoveryReport>,
+    /// The persisted partial entries (batch-index acks), by partition.
+    pub batch: Vec<crate::format::cursor::BatchPartition>,
 }
 
 /// A cursor claimed by [`CursorOpener::claim`]: its state resolved against the topic and
@@ -151,12 +153,14 @@ impl CursorOpener {
                 state,
                 acks,
                 persister,
+                batch,
                 report,
             }) => Ok(OpenedCursor {
                 state,
                 acks,
                 persister,
                 report: Some(report),
+                batch,
             }),
             Err(Error::NoSuchCursor { .. }) => {
                 let (persister, acks) = self.start()?;
@@ -165,6 +169,7 @@ impl CursorOpener {
                     acks,
                     persister,
                     report: None,
+                    batch: Vec::new(),
                 })
             }
             Err(e) => Err(e),
@@ -198,10 +203,12 @@ impl CursorOpener {
         loop {
             attempts += 1;
             let recovered = self.recover()?;
-            let (mut state, _) = CursorState::recovered(&recovered.state, layout, recovered.acks)?;
+            let (mut state, _) =
+                CursorState::recovered(&recovered.state, layout, recovered.acks, recovered.batch)?;
             let mut persister = recovered.persister;
             persister.request_rollover();
-            match persister.flush(&state.persisted(), &mut state.acks) {
+            let flushed_state = state.persisted();
+            match persister.flush_with_batch(&flushed_state, &mut state.acks, &mut state.batch) {
                 Ok(_) => {
                     return Ok(ClaimedCursor {
                         state,

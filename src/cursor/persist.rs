@@ -10,6 +10,9 @@
 //!   it with its CRC; inline, or through index pages when the table is large) is appended, then
 //!   the ledger is synced. The marker is the commit point, and only references entries of its
 //!   own ledger written before it. Only then are the written partitions marked clean.
+//! - Batch-index acks (`persist/batch.rs`): a partition whose partial entries changed gets a
+//!   batch-index entry before the marker, which lists every partition's in its batch table; a
+//!   snapshot carries them inline.
 //! - [`PersistMode::SingleEntry`]: one snapshot entry holds every range. Over
 //!   `max_ranges_single_entry` or the entry size the flush is loud: an error with nothing
 //!   written ([`OverflowPolicy::Error`]), or a logged warning plus a counter in
@@ -27,11 +30,12 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use crate::ackset::{PartitionKey, PartitionStore, RangeSetWrapper};
+use crate::cursor::batch::BatchAcks;
 use crate::error::{Error, Result};
 pub use crate::format::cursor::PersistedState;
 use crate::format::cursor::{
-    EntryKind, PageRef, PartitionRow, ROW_LEN, TableRef, encode_index_page, encode_marker,
-    index_page_len, marker_len, payload_crc,
+    BatchRow, EntryKind, PageRef, PartitionRow, ROW_LEN, TableRef, encode_index_page,
+    encode_marker_with_batch, index_page_len, marker_len, payload_crc,
 };
 use crate::format::meta::{CursorIdentity, CursorRecord};
 use crate::log::EntryLog;
@@ -48,6 +52,9 @@ use super::store::{
     read_partition_payload, write_partition,
 };
 use super::table::{CommittedTable, PagePlan, plan_pages};
+
+mod batch;
+pub(crate) use batch::{BatchLocation, BatchTable};
 
 /// Flushes between refreshes of the cursor record's fallback mark-delete.
 pub const DEFAULT_RECORD_REFRESH_FLUSHES: u64 = 64;
@@ -71,6 +78,8 @@ pub struct FlushStats {
     pub snapshot_ranges: u64,
     /// Ranges a single-entry snapshot left out (only with [`OverflowPolicy::Warn`]).
     pub ranges_cut: u64,
+    /// Batch-index entries appended (partitions whose partial entries changed).
+    pub batch_entries: u64,
 }
 
 /// Counters of one cursor's persistence since its handle opened.
@@ -123,6 +132,8 @@ pub struct CursorPersister {
     /// The cursor record, its compare-and-set version, fence and failure latch.
     record: RecordOwner,
     committed: CommittedTable,
+    /// The batch-index entries the last marker references.
+    batch_table: BatchTable,
     stats: PersistStats,
     pending_deletes: Vec<u64>,
     rollover_requested: bool,
@@ -151,6 +162,8 @@ pub(crate) struct Assembly {
     pub shared: Shared,
     pub committed: CommittedTable,
     pub persisted_bytes: u64,
+    /// The batch-index entries of the recovered marker.
+    pub batch_table: BatchTable,
 }
 
 impl CursorPersister {
@@ -180,6 +193,7 @@ impl CursorPersister {
                 shared: Shared::default(),
                 committed: CommittedTable::default(),
                 persisted_bytes: 0,
+                batch_table: BatchTable::new(),
             },
         );
         let acks = RangeSetWrapper::new(
@@ -208,6 +222,7 @@ impl CursorPersister {
             shared: SharedState::new(parts.shared),
             record: RecordOwner::new(meta, record_name, parts.record),
             committed: parts.committed,
+            batch_table: parts.batch_table,
             stats,
             pending_deletes: Vec::new(),
             rollover_requested: false,
@@ -364,12 +379,30 @@ impl CursorPersister {
     /// record (see [`CursorPersister::check_owner`]); every later flush fails the same way.
     /// [`Error::Fenced`] also when the fence (see [`CursorPersister::set_fence`]) fails after
     /// the writes: then the state is durable but a newer owner may not have seen it.
+    ///
+    /// This persists no batch-index state: a cursor with partial entries flushes with
+    /// `flush_with_batch`.
     pub fn flush(
         &mut self,
         state: &PersistedState,
         acks: &mut RangeSetWrapper,
     ) -> Result<FlushStats> {
-        let flushed = self.flush_inner(state, acks);
+        self.flush_with_batch(state, acks, &mut BatchAcks::default())
+    }
+
+    /// As [`CursorPersister::flush`], persisting `batch` too: the partitions whose partial
+    /// entries changed get a new batch-index entry, the marker (or snapshot) holds them all.
+    /// On success `batch` is marked clean.
+    pub(crate) fn flush_with_batch(
+        &mut self,
+        state: &PersistedState,
+        acks: &mut RangeSetWrapper,
+        batch: &mut BatchAcks,
+    ) -> Result<FlushStats> {
+        let flushed = self.flush_inner(state, acks, batch);
+        if flushed.is_ok() {
+            batch.mark_clean();
+        }
         self.observe_fence(flushed)
     }
 
@@ -377,6 +410,7 @@ impl CursorPersister {
         &mut self,
         state: &PersistedState,
         acks: &mut RangeSetWrapper,
+        batch: &BatchAcks,
     ) -> Result<FlushStats> {
         self.record.check_latch()?;
         state.validate()?;
@@ -384,8 +418,8 @@ impl CursorPersister {
         let before = self.stats();
         let rollover = self.rollover_due()?;
         let written = match self.config.persist_mode {
-            PersistMode::MultiEntry => self.flush_multi(state, acks, rollover),
-            PersistMode::SingleEntry => self.flush_single(state, acks, rollover),
+            PersistMode::MultiEntry => self.flush_multi(state, acks, batch, rollover),
+            PersistMode::SingleEntry => self.flush_single(state, acks, batch, rollover),
         };
         let mut flush = match written {
             Ok(flush) => flush,
@@ -492,18 +526,20 @@ impl CursorPersister {
         &mut self,
         state: &PersistedState,
         acks: &mut RangeSetWrapper,
+        batch: &BatchAcks,
         rollover: bool,
     ) -> Result<FlushStats> {
         let unchanged = !rollover
             && self.committed.state.as_ref() == Some(state)
             && acks.dirty_keys().is_empty()
-            && acks.partitions().len() == self.committed.rows.len();
+            && acks.partitions().len() == self.committed.rows.len()
+            && self.batch_unchanged(batch);
         if unchanged {
             // The last marker already says all of this: nothing to write or sync.
             return Ok(FlushStats::default());
         }
         self.with_target(rollover, |this, target| {
-            this.write_multi(state, acks, target, rollover)
+            this.write_multi(state, acks, batch, target, rollover)
         })
     }
 
@@ -513,6 +549,7 @@ impl CursorPersister {
         &mut self,
         state: &PersistedState,
         acks: &mut RangeSetWrapper,
+        batch: &BatchAcks,
         target: u64,
         rollover: bool,
     ) -> Result<FlushStats> {
@@ -551,12 +588,14 @@ impl CursorPersister {
             state_bytes += location.len;
         }
         let pages = self.write_pages(target, &rows, rollover, &mut flush)?;
+        let batch_table = self.write_batch(batch, target, rollover, &mut flush)?;
+        let batch_rows: Vec<BatchRow> = batch_table.values().map(|l| l.row).collect();
         let table = if pages.is_empty() {
             TableRef::Inline(&rows)
         } else {
             TableRef::Paged(&pages)
         };
-        let marker = encode_marker(state, table)?;
+        let marker = encode_marker_with_batch(state, table, &batch_rows)?;
         let fresh = rollover.then_some(fresh_locations);
         self.commit(target, EntryKind::Marker, &marker, state, fresh)?;
         for key in dirty {
@@ -564,6 +603,7 @@ impl CursorPersister {
         }
         self.stats.markers += 1;
         self.stats.persisted_bytes = state_bytes
+            + batch_table.values().map(|l| l.len).sum::<u64>()
             + pages
                 .iter()
                 .map(|p| index_page_len(p.rows as usize) as u64)
@@ -575,6 +615,7 @@ impl CursorPersister {
             pages,
             state: Some(state.clone()),
         };
+        self.batch_table = batch_table;
         Ok(flush)
     }
 
@@ -646,12 +687,19 @@ impl CursorPersister {
         &mut self,
         state: &PersistedState,
         acks: &mut RangeSetWrapper,
+        batch: &BatchAcks,
         rollover: bool,
     ) -> Result<FlushStats> {
         // Built first: loading cold partitions may evict and store others in the old ledger.
+        let partitions: Vec<_> = batch
+            .keys()
+            .into_iter()
+            .filter_map(|k| batch.partition(k))
+            .collect();
         let snapshot = build_snapshot(
             state,
             acks,
+            &partitions,
             self.max_entry_size(),
             self.config.max_ranges_single_entry,
         )?;
@@ -698,6 +746,7 @@ impl CursorPersister {
             this.stats.snapshots += 1;
             this.stats.persisted_bytes = snapshot.payload.len() as u64;
             this.committed = CommittedTable::default();
+            this.batch_table = BatchTable::new();
             Ok(FlushStats {
                 commit_bytes: snapshot.payload.len() as u64,
                 snapshot_ranges: snapshot.ranges,

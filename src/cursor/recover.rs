@@ -10,6 +10,11 @@
 //!   waits only for the marker and its pages;
 //! - a single-entry snapshot: decoded into the ack set.
 //!
+//! Batch-index state is restored eagerly: every batch-index entry a marker's batch table
+//! references is read, CRC-checked and decoded as part of verifying the marker (a damaged one
+//! makes the walk pass over that marker, like a damaged partition), and a snapshot carries its
+//! own. The record's fallback holds no holes and no partial entries.
+//!
 //! A torn or corrupt marker, page, partition or snapshot does not stop the walk: an older state
 //! serves. A missing ledger, or one without any valid state, falls back to the record's
 //! mark-delete with no holes. Either mode reads what the other wrote.
@@ -23,15 +28,15 @@ use std::sync::Arc;
 use crate::ackset::{PartitionKey, RangeSetWrapper};
 use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::format::cursor::{
-    EntryKind, PageRef, PartitionRow, PersistedState, Table, decode_index_page, decode_marker,
-    decode_snapshot, payload_crc, peek_kind,
+    BatchPartition, EntryKind, PageRef, PartitionRow, PersistedState, Table, decode_batch_entry,
+    decode_index_page, decode_marker, decode_snapshot, payload_crc, peek_kind,
 };
 use crate::log::EntryLog;
 use crate::meta::MetaStore;
 use crate::position::Position;
 
 use super::config::CursorConfig;
-use super::persist::{Assembly, CursorPersister, Handles};
+use super::persist::{Assembly, BatchLocation, BatchTable, CursorPersister, Handles};
 use super::record::{VersionedRecord, read_record};
 use super::store::{Location, Shared, at_entry, check_partition_payload};
 use super::table::{CommittedTable, row_key};
@@ -71,6 +76,8 @@ pub struct RecoveredCursor {
     pub acks: RangeSetWrapper,
     /// Flushes this cursor from here on (same cursor ledger).
     pub persister: CursorPersister,
+    /// The partial entries (batch-index acks) of the recovered state, by partition.
+    pub batch: Vec<BatchPartition>,
     /// Which state was used and what was passed over.
     pub report: RecoveryReport,
 }
@@ -130,6 +137,7 @@ pub fn recover(
         shared,
         committed: CommittedTable::default(),
         persisted_bytes: 0,
+        batch_table: BatchTable::new(),
     };
     let had_ledger = parts.shared.ledger.is_some() || report.ledger_missing;
     let mut recovered = resume(parts, handles, found, fallback, report)?;
@@ -186,6 +194,7 @@ fn resume(
                 state: fallback,
                 acks,
                 persister,
+                batch: Vec::new(),
                 report,
             })
         }
@@ -198,6 +207,7 @@ fn resume(
                 state: Some(m.state.clone()),
             };
             parts.persisted_bytes = m.bytes;
+            parts.batch_table = m.batch_table;
             let persister = CursorPersister::assemble(handles, parts);
             let acks = RangeSetWrapper::with_index(persister.partition_store(), budget, index);
             report.source = RecoverySource::Marker(m.at);
@@ -205,6 +215,7 @@ fn resume(
                 state: m.state,
                 acks,
                 persister,
+                batch: m.batch,
                 report,
             })
         }
@@ -222,6 +233,7 @@ fn resume(
                 state: snapshot.state,
                 acks,
                 persister,
+                batch: snapshot.batch,
                 report,
             })
         }
@@ -236,6 +248,8 @@ pub(super) struct FoundMarker {
     pages: Vec<PageRef>,
     locations: BTreeMap<PartitionKey, Location>,
     bytes: u64,
+    batch: Vec<BatchPartition>,
+    batch_table: BatchTable,
 }
 
 enum Found {
@@ -396,6 +410,34 @@ pub(super) fn verify_marker(
         }
         locations.insert(key, location);
     }
+    let mut batch = Vec::with_capacity(marker.batch.len());
+    let mut batch_table = BatchTable::new();
+    for row in marker.batch.iter() {
+        let payload = read_referenced(log, at, row.entry_id, row.crc)?;
+        let partition =
+            decode_batch_entry(&payload).map_err(|e| at_entry(ledger, row.entry_id, e))?;
+        if (partition.ledger_id, partition.chunk) != row.key()
+            || partition.entries.len() != row.entries as usize
+        {
+            return Err(bad(
+                ledger,
+                row.entry_id,
+                CorruptionKind::InvalidField("batch entry does not match its row"),
+            ));
+        }
+        bytes += payload.len() as u64;
+        batch_table.insert(
+            PartitionKey {
+                ledger_id: row.ledger_id,
+                chunk: row.chunk,
+            },
+            BatchLocation {
+                row,
+                len: payload.len() as u64,
+            },
+        );
+        batch.push(partition);
+    }
     Ok(FoundMarker {
         at,
         state: marker.state,
@@ -403,5 +445,7 @@ pub(super) fn verify_marker(
         pages,
         locations,
         bytes,
+        batch,
+        batch_table,
     })
 }

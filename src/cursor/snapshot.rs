@@ -7,8 +7,9 @@
 use roaring::RoaringBitmap;
 
 use crate::ackset::RangeSetWrapper;
+use crate::error::Error;
 use crate::error::Result;
-use crate::format::cursor::{PersistedState, SnapshotWriter};
+use crate::format::cursor::{BatchPartition, PersistedState, SnapshotWriter};
 
 /// A snapshot payload and what did not fit in it.
 #[derive(Debug)]
@@ -56,10 +57,13 @@ impl Merger {
     }
 }
 
-/// Encodes `acks` as a snapshot of `state`, loading cold partitions as it goes.
+/// Encodes `acks` and the partial entries `batch` as a snapshot of `state`, loading cold
+/// partitions as it goes. The batch section is never cut: a snapshot too large for it fails
+/// to append ([`Error::EntryTooLarge`]).
 pub(crate) fn build_snapshot(
     state: &PersistedState,
     acks: &mut RangeSetWrapper,
+    batch: &[BatchPartition],
     max_bytes: usize,
     max_ranges: u64,
 ) -> Result<BuiltSnapshot> {
@@ -91,9 +95,15 @@ pub(crate) fn build_snapshot(
     if let Some(done) = merger.pending.take() {
         emit(&mut writer, done)?;
     }
+    let ranges = writer.ranges();
+    let payload = writer
+        .finish_with_batch(batch)
+        .ok_or_else(|| Error::InvalidArgument {
+            reason: "the cursor's batch-index state does not encode".to_string(),
+        })?;
     Ok(BuiltSnapshot {
-        ranges: writer.ranges(),
-        payload: writer.finish(),
+        payload,
+        ranges,
         cut,
     })
 }

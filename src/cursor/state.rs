@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use crate::ackset::{PartitionKey, RangeSetWrapper};
 use crate::error::{Error, Result};
 use crate::finder::Layout;
-use crate::format::cursor::{MAX_PROPERTIES, MAX_PROPERTY_NAME, PersistedState};
+use crate::format::cursor::{BatchPartition, MAX_PROPERTIES, MAX_PROPERTY_NAME, PersistedState};
 use crate::format::meta::CursorRecord;
 use crate::position::Position;
 
@@ -75,10 +75,14 @@ impl CursorState {
     /// that follow it, so the read position is the first unacknowledged entry after it. Only
     /// the partitions at the two ends of the retained entries are loaded. Returns the state and
     /// whether it differs from what was persisted.
+    ///
+    /// `batch` is the persisted batch-index state: a partial entry survives only while it is a
+    /// retained entry after mark-delete that is not acknowledged whole.
     pub(crate) fn recovered(
         persisted: &PersistedState,
         layout: &Layout,
         acks: RangeSetWrapper,
+        batch: Vec<BatchPartition>,
     ) -> Result<(Self, bool)> {
         let mark_delete =
             (persisted.mark_delete != NO_MARK_DELETE).then_some(persisted.mark_delete);
@@ -90,14 +94,44 @@ impl CursorState {
             epoch: persisted.epoch,
             batch: BatchAcks::default(),
         };
-        let before = (state.mark_delete, state.acks.len());
+        state.batch.load(batch);
+        let before = (state.mark_delete, state.acks.len(), state.batch.len());
         state.drop_missing(layout)?;
+        state.drop_stale_partials(layout)?;
         state.absorb(layout)?;
         state.read_position = layout
             .after_mark(state.mark_delete)
             .unwrap_or_else(|| layout.end());
-        let changed = before != (state.mark_delete, state.acks.len());
+        state.charge_batch();
+        let changed = before != (state.mark_delete, state.acks.len(), state.batch.len());
         Ok((state, changed))
+    }
+
+    /// Drops partial entries that are not retained entries after mark-delete, or that are
+    /// acknowledged whole.
+    fn drop_stale_partials(&mut self, layout: &Layout) -> Result<()> {
+        let mut acked = std::collections::BTreeSet::new();
+        for key in self.batch.keys() {
+            if let Some(p) = self.batch.partition(key) {
+                for e in p.entries {
+                    let pos = Position::new(p.ledger_id, e.entry_id);
+                    if self.acks.contains(pos)? {
+                        acked.insert(pos);
+                    }
+                }
+            }
+        }
+        let mark = self.mark_delete;
+        self.batch.retain(|pos| {
+            layout.contains(pos) && mark.is_none_or(|m| pos > m) && !acked.contains(&pos)
+        });
+        Ok(())
+    }
+
+    /// Charges the partial entries' memory to the ack set's budget, so both share one LRU
+    /// budget: resident partitions are evicted to make room for batch state.
+    pub(crate) fn charge_batch(&mut self) {
+        self.acks.set_charge(self.batch.bytes());
     }
 
     /// Drops acks of positions that are not retained entries (see [`Self::recovered`]).
@@ -220,11 +254,13 @@ impl CursorState {
         if self.acks.contains(pos)? {
             return Ok(false);
         }
-        match self.batch.ack(pos, index, batch_size)? {
+        let changed = match self.batch.ack(pos, index, batch_size)? {
             BatchAck::Unchanged => Ok(false),
             BatchAck::Partial => Ok(true),
             BatchAck::Complete => self.ack(layout, pos),
-        }
+        };
+        self.charge_batch();
+        changed
     }
 
     /// Acknowledges every entry up to and including `pos`. Returns whether anything changed.

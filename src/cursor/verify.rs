@@ -27,6 +27,8 @@ pub struct LedgerCheck {
     pub partitions: u64,
     /// Index pages.
     pub index_pages: u64,
+    /// Batch-index entries (committed or not).
+    pub batch_entries: u64,
     /// Markers.
     pub markers: u64,
     /// Snapshots.
@@ -47,7 +49,8 @@ pub struct EntryProblem {
 }
 
 /// Reads every entry of cursor ledger `ledger` and checks it: each partition entry decodes
-/// (CRC, key, bitmap), each index page and snapshot decodes, and each marker verifies with
+/// (CRC, key, bitmap), each batch-index entry, index page and snapshot (with its batch
+/// section) decodes, and each marker verifies with
 /// everything it references. Never writes; works on a read-only [`EntryLog`].
 ///
 /// # Errors
@@ -71,6 +74,7 @@ pub fn check_cursor_ledger(log: &EntryLog, ledger: u64) -> Result<LedgerCheck> {
                     Ok(None)
                 }
                 EntryKind::BatchIndexes => {
+                    check.batch_entries += 1;
                     decode_batch_entry(&payload).map(|_| None).map_err(named)
                 }
                 EntryKind::IndexPage => {

@@ -64,7 +64,7 @@ pub struct LedgerView {
 }
 
 /// One cursor of the directory.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct CursorView {
     name: String,
     record: String,
@@ -76,6 +76,10 @@ pub struct CursorView {
     acked_ranges: u64,
     persisted_bytes: u64,
     rejected_states: u64,
+    /// Entries acknowledged in part (batch-index acks) in the recovered state.
+    partial_entries: u64,
+    /// Messages acknowledged inside those entries.
+    acked_batch_indexes: u64,
 }
 
 /// Everything `inspect` shows.
@@ -194,6 +198,15 @@ fn ledger_view(log: &EntryLog, id: u64, is_cursor: bool) -> Option<LedgerView> {
     })
 }
 
+/// Partial entries and the messages acknowledged inside them.
+fn batch_counts(batch: &[ackstore::internals::format::cursor::BatchPartition]) -> (u64, u64) {
+    let entries = batch.iter().flat_map(|p| &p.entries);
+    (
+        entries.clone().count() as u64,
+        entries.map(|e| e.acked.len()).sum(),
+    )
+}
+
 fn cursor_view(
     log: Option<&Arc<EntryLog>>,
     meta: &Arc<dyn MetaStore>,
@@ -232,10 +245,7 @@ fn cursor_view(
         epoch: record.epoch,
         cursor_ledger: record.cursor_ledger,
         state_source: "record".into(),
-        acked_entries: 0,
-        acked_ranges: 0,
-        persisted_bytes: 0,
-        rejected_states: 0,
+        ..CursorView::default()
     };
     let log = log?;
     let mut rec = match recover(log.clone(), meta.clone(), &name, CursorConfig::default()) {
@@ -257,6 +267,7 @@ fn cursor_view(
         Err(e) => finding(findings, file.clone(), "cursor state", report::describe(&e)),
     }
     cv.rejected_states = rec.report.rejected;
+    (cv.partial_entries, cv.acked_batch_indexes) = batch_counts(&rec.batch);
     let cursor_ledger = record.cursor_ledger;
     cv.persisted_bytes = cursor_ledger
         .and_then(|l| log.ledger_info(l).ok())
@@ -399,6 +410,8 @@ fn print_json(view: &TopicView, findings: &[Finding]) {
                 "epoch": c.epoch, "cursor_ledger": c.cursor_ledger, "state": c.state_source,
                 "acked_entries": c.acked_entries, "acked_ranges": c.acked_ranges,
                 "persisted_bytes": c.persisted_bytes, "rejected_states": c.rejected_states,
+                "partial_entries": c.partial_entries,
+                "acked_batch_indexes": c.acked_batch_indexes,
             })
         })
         .collect();
@@ -449,6 +462,7 @@ fn print_tables(view: &TopicView, findings: &[Finding]) {
                 opt(c.mark_delete),
                 c.acked_ranges.to_string(),
                 c.acked_entries.to_string(),
+                format!("{}/{}", c.partial_entries, c.acked_batch_indexes),
                 opt(c.cursor_ledger),
                 c.state_source.clone(),
                 report::bytes(c.persisted_bytes),
@@ -465,6 +479,7 @@ fn print_tables(view: &TopicView, findings: &[Finding]) {
                 "mark-delete",
                 "ranges",
                 "acked",
+                "partial/msgs",
                 "cursor ledger",
                 "state from",
                 "persisted",

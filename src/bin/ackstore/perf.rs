@@ -521,6 +521,7 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
         "batch_acks": batch.batch_acks,
         "partial_entries": batch.partial_entries,
         "batch_index_bytes": batch.batch_index_bytes,
+        "batch_flush_bytes": batch.batch_flush_bytes,
         "pulsar_batch_index_bytes": batch.pulsar_batch_index_bytes,
         "batch_index_vs_pulsar": if batch.pulsar_batch_index_bytes == 0 { 0.0 } else { batch.batch_index_bytes as f64 / batch.pulsar_batch_index_bytes as f64 },
     });

@@ -1,9 +1,9 @@
 //! The batch-index phase of `ackstore perf --batch-size N`: acknowledges some messages of every
-//! entry left unacknowledged, then measures the partial state in ackstore's batch-index
-//! encoding and in Pulsar's `BatchedEntryDeletionIndexInfo` encoding of the same state.
+//! entry left unacknowledged, flushes, then measures the bytes the partial state added to the
+//! cursor's committed state against Pulsar's `BatchedEntryDeletionIndexInfo` encoding of the
+//! same state.
 
 use ackstore::internals::ackset::pulsar;
-use ackstore::internals::format::cursor::encode_batch_entry;
 use ackstore::{Cursor, Position};
 
 /// Which messages of a batch a consumer has acknowledged when the cursor is persisted.
@@ -21,8 +21,11 @@ pub enum BatchPattern {
 pub struct BatchFigures {
     /// Entries left partially acknowledged.
     pub partial_entries: u64,
-    /// Bytes of ackstore's batch-index entries holding them (frames and CRCs included).
+    /// Bytes the partial state added to the committed state of the cursor: its batch-index
+    /// entries (frames and CRCs included) plus the marker's batch table.
     pub batch_index_bytes: u64,
+    /// Bytes the flush of the partial state appended (batch-index entries and the marker).
+    pub batch_flush_bytes: u64,
     /// Bytes of Pulsar's `batchedEntryDeletionIndexInfo` elements for the same state.
     pub pulsar_batch_index_bytes: u64,
     /// Batch-index acks made.
@@ -51,6 +54,8 @@ pub fn run(
     if batch_size < 2 {
         return Ok(figures);
     }
+    cursor.flush()?;
+    let before = cursor.stats()?.persist.persisted_bytes;
     let mut rng = seed ^ 0x0ba7_c4ed;
     for &pos in positions {
         if cursor.is_acked(pos)? {
@@ -79,8 +84,11 @@ pub fn run(
             figures.batch_acks += 1;
         }
     }
+    cursor.flush()?;
+    let persist = cursor.stats()?.persist;
+    figures.batch_index_bytes = persist.persisted_bytes.saturating_sub(before);
+    figures.batch_flush_bytes = persist.last_flush_bytes;
     for partition in cursor.batch_index_partitions()? {
-        figures.batch_index_bytes += encode_batch_entry(&partition).map_or(0, |b| b.len() as u64);
         for entry in &partition.entries {
             figures.partial_entries += 1;
             figures.pulsar_batch_index_bytes += pulsar::batch_deletion_index_bytes(

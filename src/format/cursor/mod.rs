@@ -12,7 +12,8 @@
 //! 0       4     magic  b"AKCL"
 //! 4       1     version (1)
 //! 5       1     kind: 1 partition, 2 marker, 3 snapshot, 4 index page, 5 batch indexes
-//! 6       2     flags (0)
+//! 6       2     flags: 0, or FLAG_BATCH (bit 0) on a marker or snapshot that carries
+//!               batch-index state (a reader without batch support refuses the entry)
 //! 8       n     body (per kind, below)
 //! 8+n     4     CRC32 (crc32fast, IEEE) of bytes [0, 8+n), little-endian
 //! ```
@@ -48,6 +49,11 @@ pub const MAX_PROPERTIES: usize = 4096;
 pub const MAX_PROPERTY_NAME: usize = 1024;
 /// Bytes of a snapshot's per-ledger group header: ledger id, range count.
 pub const SNAPSHOT_GROUP_LEN: usize = 8 + 4;
+/// Frame flag of a marker (or snapshot) followed by a batch table (or batch section). Markers
+/// and snapshots without batch-index state keep flags 0, byte for byte what earlier builds wrote.
+pub const FLAG_BATCH: u16 = 1;
+/// Bytes of one batch-table row: ledger, chunk, entry id, CRC, partial-entry count.
+pub const BATCH_ROW_LEN: usize = 8 + 8 + 8 + 4 + 4;
 
 /// What a cursor-ledger entry holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,6 +124,15 @@ pub fn peek_kind(payload: &[u8]) -> Result<EntryKind, Corruption> {
 /// Verifies the frame of `payload` (magic, version, kind, CRC, flags) and returns a reader over
 /// the body whose offsets count from the start of the payload.
 fn open_frame(payload: &[u8], want: EntryKind) -> Result<Reader<'_>, Corruption> {
+    open_frame_flags(payload, want, 0).map(|(body, _)| body)
+}
+
+/// As [`open_frame`], accepting the flag bits in `allowed`; returns the flags too.
+fn open_frame_flags(
+    payload: &[u8],
+    want: EntryKind,
+    allowed: u16,
+) -> Result<(Reader<'_>, u16), Corruption> {
     if payload.len() < HEADER_LEN + CRC_LEN {
         return Err(corrupt(payload.len(), CorruptionKind::Truncated));
     }
@@ -136,21 +151,26 @@ fn open_frame(payload: &[u8], want: EntryKind) -> Result<Reader<'_>, Corruption>
     }
     let mut header = Reader::new(covered);
     header.take(MAGIC.len() + 2)?;
-    if header.u16()? != 0 {
+    let flags = header.u16()?;
+    if flags & !allowed != 0 {
         return Err(corrupt(
             MAGIC.len() + 2,
             CorruptionKind::InvalidField("flags"),
         ));
     }
-    Ok(Reader::at(header.rest(), HEADER_LEN))
+    Ok((Reader::at(header.rest(), HEADER_LEN), flags))
 }
 
 fn start_frame(kind: EntryKind, capacity: usize) -> Vec<u8> {
+    start_frame_flags(kind, capacity, 0)
+}
+
+fn start_frame_flags(kind: EntryKind, capacity: usize, flags: u16) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_LEN + capacity + CRC_LEN);
     out.extend_from_slice(&MAGIC);
     out.push(VERSION);
     out.push(kind.code());
-    out.extend_from_slice(&0u16.to_le_bytes());
+    out.extend_from_slice(&flags.to_le_bytes());
     out
 }
 
@@ -336,6 +356,49 @@ impl PageRef {
     }
 }
 
+/// A reference from a marker to one batch-index entry (kind 5): the partial entries of one
+/// partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchRow {
+    /// Data ledger of the partition.
+    pub ledger_id: u64,
+    /// Chunk of the partition within the data ledger.
+    pub chunk: u64,
+    /// Cursor-ledger entry holding the batch-index entry.
+    pub entry_id: u64,
+    /// CRC32 of that entry's whole payload.
+    pub crc: u32,
+    /// Number of partial entries it holds.
+    pub entries: u32,
+}
+
+impl BatchRow {
+    /// The partition's key as `(ledger, chunk)`, the table's sort order.
+    #[must_use]
+    pub fn key(&self) -> (u64, u64) {
+        (self.ledger_id, self.chunk)
+    }
+
+    fn encode_into(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.ledger_id.to_le_bytes());
+        out.extend_from_slice(&self.chunk.to_le_bytes());
+        out.extend_from_slice(&self.entry_id.to_le_bytes());
+        out.extend_from_slice(&self.crc.to_le_bytes());
+        out.extend_from_slice(&self.entries.to_le_bytes());
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        let mut r = Reader::new(bytes);
+        Some(Self {
+            ledger_id: r.u64().ok()?,
+            chunk: r.u64().ok()?,
+            entry_id: r.u64().ok()?,
+            crc: r.u32().ok()?,
+            entries: r.u32().ok()?,
+        })
+    }
+}
+
 /// A verified, borrowed list of fixed-size records, decoded on access.
 #[derive(Debug, Clone, Copy)]
 pub struct Records<'a, T> {
@@ -368,6 +431,8 @@ impl<'a, T: 'a> Records<'a, T> {
 pub type Rows<'a> = Records<'a, PartitionRow>;
 /// The index-page references of a marker, ascending by first key.
 pub type PageRefs<'a> = Records<'a, PageRef>;
+/// The batch table of a marker, ascending by key.
+pub type BatchRows<'a> = Records<'a, BatchRow>;
 
 /// Decodes `count` records of `each` bytes and checks that `key` ascends strictly and `valid`
 /// holds for each, naming `field` in the error otherwise.
@@ -512,6 +577,9 @@ pub struct Marker<'a> {
     pub state: PersistedState,
     /// The live partitions (or the pages listing them).
     pub table: Table<'a>,
+    /// The batch-index entries of the partitions with partial entries (empty when the marker
+    /// has no [`FLAG_BATCH`]).
+    pub batch: BatchRows<'a>,
 }
 
 /// Encoded size of a marker with `state` and a table of `rows` inline rows or `pages` pages.
@@ -524,6 +592,22 @@ pub fn marker_len(state: &PersistedState, table: TableRef<'_>) -> usize {
     HEADER_LEN + state.encoded_len() + 1 + 4 + table_len + CRC_LEN
 }
 
+/// Encoded size of a marker as [`marker_len`], followed by a batch table of `batch_rows` rows
+/// (nothing when 0).
+#[must_use]
+pub fn marker_with_batch_len(
+    state: &PersistedState,
+    table: TableRef<'_>,
+    batch_rows: usize,
+) -> usize {
+    let batch = if batch_rows == 0 {
+        0
+    } else {
+        4 + batch_rows * BATCH_ROW_LEN
+    };
+    marker_len(state, table) + batch
+}
+
 /// Encodes a marker.
 ///
 /// Body: cursor state (mark-delete ledger u64, entry u64, epoch u64, property count u32, then
@@ -531,6 +615,18 @@ pub fn marker_len(state: &PersistedState, table: TableRef<'_>) -> usize {
 /// (0 inline, 1 paged), count u32, then `count` rows ([`ROW_LEN`] each) or page references
 /// ([`PAGE_REF_LEN`] each), ascending by key.
 pub fn encode_marker(state: &PersistedState, table: TableRef<'_>) -> Result<Vec<u8>> {
+    encode_marker_with_batch(state, table, &[])
+}
+
+/// Encodes a marker as [`encode_marker`], followed, when `batch` is not empty, by the batch
+/// table: count u32 (>= 1), then `count` rows of [`BATCH_ROW_LEN`] bytes (ledger u64, chunk
+/// u64, entry id u64, CRC u32, partial entries u32), ascending by `(ledger, chunk)`; the frame
+/// then has [`FLAG_BATCH`] set. With `batch` empty the bytes are those of [`encode_marker`].
+pub fn encode_marker_with_batch(
+    state: &PersistedState,
+    table: TableRef<'_>,
+    batch: &[BatchRow],
+) -> Result<Vec<u8>> {
     state.validate()?;
     let (kind, count) = match table {
         TableRef::Inline(rows) => (TABLE_INLINE, rows.len()),
@@ -539,9 +635,14 @@ pub fn encode_marker(state: &PersistedState, table: TableRef<'_>) -> Result<Vec<
     let count = u32::try_from(count).map_err(|_| Error::LimitExceeded {
         reason: format!("{count} entries in one marker table"),
     })?;
-    let mut out = start_frame(
+    let batch_count = u32::try_from(batch.len()).map_err(|_| Error::LimitExceeded {
+        reason: format!("{} rows in one marker's batch table", batch.len()),
+    })?;
+    let flags = if batch.is_empty() { 0 } else { FLAG_BATCH };
+    let mut out = start_frame_flags(
         EntryKind::Marker,
-        marker_len(state, table) - HEADER_LEN - CRC_LEN,
+        marker_with_batch_len(state, table, batch.len()) - HEADER_LEN - CRC_LEN,
+        flags,
     );
     state.encode_into(&mut out);
     out.push(kind);
@@ -550,12 +651,18 @@ pub fn encode_marker(state: &PersistedState, table: TableRef<'_>) -> Result<Vec<
         TableRef::Inline(rows) => rows.iter().for_each(|r| r.encode_into(&mut out)),
         TableRef::Paged(pages) => pages.iter().for_each(|p| p.encode_into(&mut out)),
     }
+    if !batch.is_empty() {
+        out.extend_from_slice(&batch_count.to_le_bytes());
+        for r in batch {
+            r.encode_into(&mut out);
+        }
+    }
     Ok(end_frame(out))
 }
 
 /// Decodes and verifies a marker (CRC, field ranges, table order).
 pub fn decode_marker(payload: &[u8]) -> Result<Marker<'_>, Corruption> {
-    let mut body = open_frame(payload, EntryKind::Marker)?;
+    let (mut body, flags) = open_frame_flags(payload, EntryKind::Marker, FLAG_BATCH)?;
     let state = PersistedState::decode_from(&mut body)?;
     let kind_at = body.offset();
     let kind = body.u8()?;
@@ -565,8 +672,40 @@ pub fn decode_marker(payload: &[u8]) -> Result<Marker<'_>, Corruption> {
         TABLE_PAGED => Table::Paged(decode_page_refs(&mut body, count)?),
         _ => return Err(corrupt(kind_at, CorruptionKind::InvalidField("table kind"))),
     };
+    let batch = if flags & FLAG_BATCH == 0 {
+        Records {
+            bytes: &[],
+            each: BATCH_ROW_LEN,
+            decode: BatchRow::decode,
+        }
+    } else {
+        let at = body.offset();
+        let count = body.len_u32()?;
+        if count == 0 {
+            return Err(corrupt(at, CorruptionKind::InvalidField("batch table")));
+        }
+        let rows = decode_records(
+            &mut body,
+            count,
+            BATCH_ROW_LEN,
+            BatchRow::decode,
+            BatchRow::key,
+            "batch row order",
+        )?;
+        if let Some(i) = rows.iter().position(|r| r.entries == 0) {
+            return Err(corrupt(
+                at + 4 + i * BATCH_ROW_LEN,
+                CorruptionKind::InvalidField("batch row entries"),
+            ));
+        }
+        rows
+    };
     body.finish()?;
-    Ok(Marker { state, table })
+    Ok(Marker {
+        state,
+        table,
+        batch,
+    })
 }
 
 /// Encoded size of an index page of `rows` rows.

@@ -1,9 +1,10 @@
 //! The single-entry snapshot: a cursor's whole ack state in one entry, ranges grouped by data
 //! ledger and encoded as varint gaps and spans (see the parent module for the entry frame).
 
+use super::batch::{BatchPartition, decode_batch_entry, encode_batch_entry};
 use super::{
-    CRC_LEN, Corruption, EntryKind, PersistedState, Reader, SNAPSHOT_GROUP_LEN, corrupt, end_frame,
-    open_frame, put_varint, start_frame, varint_len,
+    CRC_LEN, Corruption, EntryKind, FLAG_BATCH, MAGIC, PersistedState, Reader, SNAPSHOT_GROUP_LEN,
+    corrupt, end_frame, open_frame_flags, put_varint, start_frame, varint_len,
 };
 use crate::error::{CorruptionKind, Error, Result};
 
@@ -13,6 +14,11 @@ use crate::error::{CorruptionKind, Error, Result};
 /// ledger id u64, range count u32 (>= 1), and per range two varints: `gap` and `span`. The first
 /// range of a group starts at `gap`; a later one at `previous_last + 2 + gap` (maximal ranges
 /// have at least one unacked entry between them); it ends at `first + span`.
+///
+/// With batch-index state ([`SnapshotWriter::finish_with_batch`]) the frame has [`FLAG_BATCH`]
+/// and the groups are followed by a batch section: count u32 (>= 1), then per partition
+/// (ascending by `(ledger, chunk)`) a length u32 and a whole batch-index entry (kind 5, its own
+/// frame and CRC) of that length.
 #[derive(Debug)]
 pub struct SnapshotWriter {
     out: Vec<u8>,
@@ -135,6 +141,29 @@ impl SnapshotWriter {
     pub fn finish(self) -> Vec<u8> {
         end_frame(self.out)
     }
+
+    /// The finished payload with `batch` (partitions ascending by `(ledger, chunk)`, each
+    /// partial) in its batch section; the bytes of [`SnapshotWriter::finish`] when `batch` is
+    /// empty. `None` when a partition does not encode (see [`encode_batch_entry`]).
+    #[must_use]
+    pub fn finish_with_batch(mut self, batch: &[BatchPartition]) -> Option<Vec<u8>> {
+        if batch.is_empty() {
+            return Some(self.finish());
+        }
+        let flags_at = MAGIC.len() + 2;
+        self.out
+            .get_mut(flags_at..flags_at + 2)?
+            .copy_from_slice(&FLAG_BATCH.to_le_bytes());
+        self.out
+            .extend_from_slice(&u32::try_from(batch.len()).ok()?.to_le_bytes());
+        for p in batch {
+            let entry = encode_batch_entry(p)?;
+            self.out
+                .extend_from_slice(&u32::try_from(entry.len()).ok()?.to_le_bytes());
+            self.out.extend_from_slice(&entry);
+        }
+        Some(end_frame(self.out))
+    }
 }
 
 /// A decoded, verified snapshot; its ranges decode on the fly.
@@ -144,6 +173,8 @@ pub struct Snapshot<'a> {
     pub state: PersistedState,
     /// Number of ranges.
     pub range_count: u64,
+    /// Batch-index state: the partial entries, by partition (empty without [`FLAG_BATCH`]).
+    pub batch: Vec<BatchPartition>,
     groups: &'a [u8],
     groups_offset: usize,
     group_count: u32,
@@ -190,7 +221,7 @@ fn next_range(body: &mut Reader<'_>, prev: Option<u64>) -> Result<(u64, u64), Co
 
 /// Decodes and verifies a snapshot (CRC, then a full walk of its ranges without allocating).
 pub fn decode_snapshot(payload: &[u8]) -> Result<Snapshot<'_>, Corruption> {
-    let mut body = open_frame(payload, EntryKind::Snapshot)?;
+    let (mut body, flags) = open_frame_flags(payload, EntryKind::Snapshot, FLAG_BATCH)?;
     let state = PersistedState::decode_from(&mut body)?;
     let group_count = body.u32()?;
     let groups_offset = body.offset();
@@ -212,14 +243,50 @@ pub fn decode_snapshot(payload: &[u8]) -> Result<Snapshot<'_>, Corruption> {
         prev_ledger = Some(ledger);
         range_count += u64::from(ranges);
     }
+    let batch = if flags & FLAG_BATCH == 0 {
+        Vec::new()
+    } else {
+        decode_batch_section(&mut body)?
+    };
     body.finish()?;
     Ok(Snapshot {
         state,
         range_count,
+        batch,
         groups,
         groups_offset,
         group_count,
     })
+}
+
+/// Decodes a snapshot's batch section (see [`SnapshotWriter`]), verifying every entry.
+fn decode_batch_section(body: &mut Reader<'_>) -> Result<Vec<BatchPartition>, Corruption> {
+    let at = body.offset();
+    // Each partition takes at least its length and a framed entry.
+    let count = body.count_u32(4 + super::HEADER_LEN + CRC_LEN)?;
+    if count == 0 {
+        return Err(corrupt(at, CorruptionKind::InvalidField("batch section")));
+    }
+    let mut out: Vec<BatchPartition> = Vec::with_capacity(count);
+    for _ in 0..count {
+        let entry_at = body.offset();
+        let len = body.len_u32()?;
+        let entry = decode_batch_entry(body.take(len)?).map_err(|e| Corruption {
+            kind: e.kind,
+            offset: (entry_at + 4) as u64 + e.offset,
+        })?;
+        if out
+            .last()
+            .is_some_and(|p| (p.ledger_id, p.chunk) >= (entry.ledger_id, entry.chunk))
+        {
+            return Err(corrupt(
+                entry_at,
+                CorruptionKind::InvalidField("batch order"),
+            ));
+        }
+        out.push(entry);
+    }
+    Ok(out)
 }
 
 /// Encodes a decoded snapshot again (for round-trip checks).
@@ -228,5 +295,9 @@ pub fn reencode_snapshot(snapshot: &Snapshot<'_>) -> Result<Vec<u8>> {
     for (ledger, first, last) in snapshot.ranges() {
         writer.push(ledger, first, last)?;
     }
-    Ok(writer.finish())
+    writer
+        .finish_with_batch(&snapshot.batch)
+        .ok_or_else(|| Error::InvalidArgument {
+            reason: "a snapshot's batch-index state does not encode".to_string(),
+        })
 }

@@ -220,3 +220,98 @@ fn oversized_properties_are_refused_before_writing() {
     assert!(encode_marker(&s, TableRef::Inline(&[])).is_err());
     assert!(SnapshotWriter::new(&s, usize::MAX, 1).is_err());
 }
+
+fn batch_row(ledger_id: u64, chunk: u64) -> BatchRow {
+    BatchRow {
+        ledger_id,
+        chunk,
+        entry_id: ledger_id + chunk,
+        crc: 0x1234_5678,
+        entries: 2,
+    }
+}
+
+fn batch_partition(ledger_id: u64) -> BatchPartition {
+    BatchPartition {
+        ledger_id,
+        chunk: 0,
+        entries: vec![PartialEntry {
+            entry_id: 3,
+            batch_size: 10,
+            acked: [1, 4].into_iter().collect(),
+        }],
+    }
+}
+
+#[test]
+fn a_marker_without_batch_state_keeps_the_earlier_bytes_and_flags_zero() {
+    let rows = [row(1, 0)];
+    let plain = encode_marker(&state(), TableRef::Inline(&rows)).unwrap();
+    let same = encode_marker_with_batch(&state(), TableRef::Inline(&rows), &[]).unwrap();
+    assert_eq!(plain, same);
+    assert_eq!(&plain[6..8], &[0, 0]);
+    assert_eq!(decode_marker(&plain).unwrap().batch.len(), 0);
+}
+
+#[test]
+fn a_marker_with_a_batch_table_round_trips_and_pins_its_size() {
+    assert_eq!(BATCH_ROW_LEN, 32);
+    let rows = [row(1, 0)];
+    let batch = [batch_row(1, 0), batch_row(2, 5)];
+    let bytes = encode_marker_with_batch(&state(), TableRef::Inline(&rows), &batch).unwrap();
+    assert_eq!(
+        bytes.len(),
+        marker_len(&state(), TableRef::Inline(&rows)) + 4 + 2 * BATCH_ROW_LEN
+    );
+    assert_eq!(
+        bytes.len(),
+        marker_with_batch_len(&state(), TableRef::Inline(&rows), 2)
+    );
+    assert_eq!(u16::from_le_bytes([bytes[6], bytes[7]]), FLAG_BATCH);
+    let marker = decode_marker(&bytes).unwrap();
+    assert_eq!(marker.batch.iter().collect::<Vec<_>>(), batch.to_vec());
+    for i in 0..bytes.len() {
+        let mut bad = bytes.clone();
+        bad[i] ^= 0x10;
+        assert!(decode_marker(&bad).is_err(), "byte {i}");
+    }
+}
+
+#[test]
+fn a_batch_table_out_of_order_or_with_empty_rows_is_refused() {
+    let unordered = [batch_row(2, 0), batch_row(1, 0)];
+    let bytes = encode_marker_with_batch(&state(), TableRef::Inline(&[]), &unordered).unwrap();
+    assert!(decode_marker(&bytes).is_err());
+    let mut empty = batch_row(1, 0);
+    empty.entries = 0;
+    let bytes = encode_marker_with_batch(&state(), TableRef::Inline(&[]), &[empty]).unwrap();
+    assert!(decode_marker(&bytes).is_err());
+}
+
+#[test]
+fn a_snapshot_carries_its_batch_section_and_round_trips() {
+    let mut w = SnapshotWriter::new(&state(), usize::MAX, u64::MAX).unwrap();
+    w.push(1, 5, 9).unwrap();
+    let plain_len = w.len();
+    let batch = [batch_partition(1), batch_partition(2)];
+    let bytes = w.finish_with_batch(&batch).unwrap();
+    let entries: usize = batch
+        .iter()
+        .map(|p| 4 + encode_batch_entry(p).unwrap().len())
+        .sum();
+    assert_eq!(bytes.len(), plain_len + 4 + entries);
+    let snap = decode_snapshot(&bytes).unwrap();
+    assert_eq!(snap.batch, batch.to_vec());
+    assert_eq!(snap.ranges().collect::<Vec<_>>(), vec![(1, 5, 9)]);
+    assert_eq!(reencode_snapshot(&snap).unwrap(), bytes);
+    for i in 0..bytes.len() {
+        let mut bad = bytes.clone();
+        bad[i] ^= 0x10;
+        assert!(decode_snapshot(&bad).is_err(), "byte {i}");
+    }
+    // Without batch state the snapshot is what earlier builds wrote: flags 0.
+    let w = SnapshotWriter::new(&state(), usize::MAX, u64::MAX).unwrap();
+    let plain = w.finish_with_batch(&[]).unwrap();
+    assert_eq!(&plain[6..8], &[0, 0]);
+    assert!(decode_snapshot(&plain).unwrap().batch.is_empty());
+}

@@ -1,0 +1,129 @@
+//! Batch-index state in the cursor ledger: which batch-index entries (kind 5) a flush writes,
+//! keeps or copies, and the batch table its marker commits.
+//!
+//! Owns: the committed batch table of one cursor ([`BatchLocation`] per partition with partial
+//! entries). A flush writes a batch-index entry only for a partition whose partial entries
+//! changed since the last commit (or that has no committed entry, as after a single-entry
+//! flush or a rollover's fresh ledger); the others keep their committed entry, or on a
+//! rollover have it copied, CRC-checked, to the new ledger. The marker references every one.
+//!
+//! Must never: reference an entry of another ledger, or keep a row whose partition changed.
+
+use std::collections::BTreeMap;
+
+use crate::ackset::PartitionKey;
+use crate::cursor::batch::BatchAcks;
+use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
+use crate::format::cursor::{BatchRow, EntryKind, encode_batch_entry, payload_crc};
+use crate::position::Position;
+
+use super::super::store::append_entry;
+use super::{CursorPersister, FlushStats};
+
+/// Where a partition's committed batch-index entry is, and its size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BatchLocation {
+    /// The marker's row for it.
+    pub row: BatchRow,
+    /// Bytes of the entry's payload.
+    pub len: u64,
+}
+
+/// The committed batch table: one location per partition with partial entries.
+pub(crate) type BatchTable = BTreeMap<PartitionKey, BatchLocation>;
+
+impl CursorPersister {
+    /// Writes to `target` the batch-index entries a marker over `batch` needs and returns the
+    /// new table (not yet committed): changed partitions from memory, unchanged ones kept (or
+    /// copied, on a rollover).
+    pub(super) fn write_batch(
+        &self,
+        batch: &BatchAcks,
+        target: u64,
+        rollover: bool,
+        flush: &mut FlushStats,
+    ) -> Result<BatchTable> {
+        let old = self.cursor_ledger();
+        let mut table = BatchTable::new();
+        for key in batch.keys() {
+            let committed = self
+                .batch_table
+                .get(&key)
+                .copied()
+                .filter(|_| !batch.dirty_keys().contains(&key));
+            let location = match committed {
+                Some(l) if rollover => self.copy_batch_entry(old, target, &l)?,
+                Some(l) => l,
+                None => {
+                    let Some(partition) = batch.partition(key) else {
+                        continue;
+                    };
+                    let payload =
+                        encode_batch_entry(&partition).ok_or_else(|| Error::InvalidArgument {
+                            reason: format!(
+                                "batch-index state of partition {}:{} does not encode",
+                                key.ledger_id, key.chunk
+                            ),
+                        })?;
+                    let entry_id = append_entry(
+                        &self.log,
+                        &self.shared,
+                        target,
+                        EntryKind::BatchIndexes,
+                        &payload,
+                    )?;
+                    flush.batch_entries += 1;
+                    BatchLocation {
+                        row: BatchRow {
+                            ledger_id: key.ledger_id,
+                            chunk: key.chunk,
+                            entry_id,
+                            crc: payload_crc(&payload),
+                            entries: u32::try_from(partition.entries.len()).unwrap_or(u32::MAX),
+                        },
+                        len: payload.len() as u64,
+                    }
+                }
+            };
+            table.insert(key, location);
+        }
+        Ok(table)
+    }
+
+    /// Copies the committed batch-index entry at `location` of the old ledger to `target`,
+    /// after checking its CRC.
+    fn copy_batch_entry(
+        &self,
+        old: Option<u64>,
+        target: u64,
+        location: &BatchLocation,
+    ) -> Result<BatchLocation> {
+        let old = old.ok_or(Error::NoSuchLedger(target))?;
+        let payload = self.log.read(old, location.row.entry_id)?.payload;
+        if payload_crc(&payload) != location.row.crc {
+            return Err(Error::Corrupted {
+                place: CorruptionPlace::Entry(Position::new(old, location.row.entry_id)),
+                kind: CorruptionKind::ChecksumMismatch,
+            });
+        }
+        let entry_id = append_entry(
+            &self.log,
+            &self.shared,
+            target,
+            EntryKind::BatchIndexes,
+            &payload,
+        )?;
+        Ok(BatchLocation {
+            row: BatchRow {
+                entry_id,
+                ..location.row
+            },
+            len: location.len,
+        })
+    }
+
+    /// Whether the committed batch table already holds `batch` as it is.
+    pub(super) fn batch_unchanged(&self, batch: &BatchAcks) -> bool {
+        batch.dirty_keys().is_empty() && batch.keys().iter().eq(self.batch_table.keys())
+    }
+}
