@@ -4,7 +4,9 @@
 //!   marker) against single-entry (the whole snapshot again); bytes written are printed;
 //! - full persist of 10M holes: time, and bytes per range against Pulsar's `MessageRange`
 //!   encoding of the same ranges (`ackset::pulsar::message_range_bytes`), both modes;
-//! - recovery of 1M and 10M holes: open to first read (lazy), and to full load.
+//! - recovery of 1M and 10M holes: open to first read (lazy), and to full load;
+//! - encoding one partition record (`encode_partition`, version 2) of a 50,000-entry ledger per
+//!   ack pattern, against version 1's roaring copy (`encode_partition_v1`) of the same set.
 //!
 //! Run: `cargo bench --bench persist -- --warm-up-time 1 --measurement-time 5`.
 
@@ -19,10 +21,12 @@ use ackstore::internals::ackset::RangeSetWrapper;
 use ackstore::internals::ackset::pulsar::message_range_bytes;
 use ackstore::internals::cursor::persist::{CursorPersister, PersistedState};
 use ackstore::internals::cursor::recover::recover;
+use ackstore::internals::format::partition::{PartitionKey, encode_partition, encode_partition_v1};
 use ackstore::internals::log::{EntryLog, LogConfig};
 use ackstore::internals::meta::{FileMetaStore, MetaStore};
 use ackstore::{FileStorage, Storage};
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use roaring::RoaringBitmap;
 
 const RECORD: &str = "cursor-1";
 /// Entries per data ledger: holes are spread over several data ledgers as on a real topic.
@@ -192,6 +196,80 @@ fn recovery(c: &mut Criterion) {
     group.finish();
 }
 
+/// Entries of the ledger one encoded partition covers (as `ackstore perf` writes them).
+const PARTITION_ENTRIES: u32 = 50_000;
+
+/// The acked offsets of one partition under `pattern`, from a fixed seed.
+fn partition_set(pattern: &str) -> RoaringBitmap {
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        // xorshift64*: a fixed, dependency-free sequence.
+        seed ^= seed >> 12;
+        seed ^= seed << 25;
+        seed ^= seed >> 27;
+        seed.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11
+    };
+    #[expect(clippy::cast_precision_loss, reason = "a uniform draw in [0, 1)")]
+    let mut uniform = move || next() as f64 / (1u64 << 53) as f64;
+    match pattern {
+        "alternating" => (0..PARTITION_ENTRIES).step_by(2).collect(),
+        "holes:100" => {
+            // A hole every 100 entries on average, gaps uniform in [50, 150].
+            let mut set: RoaringBitmap = (0..PARTITION_ENTRIES).collect();
+            let mut at = 0u32;
+            loop {
+                #[expect(clippy::cast_possible_truncation, reason = "a gap below 151")]
+                let gap = 50 + (uniform() * 101.0) as u32;
+                at += gap;
+                if at >= PARTITION_ENTRIES {
+                    break set;
+                }
+                set.remove(at);
+            }
+        }
+        _ => {
+            let p: f64 = pattern
+                .strip_prefix("random:")
+                .and_then(|p| p.parse().ok())
+                .expect("pattern");
+            (0..PARTITION_ENTRIES).filter(|_| uniform() < p).collect()
+        }
+    }
+}
+
+fn encode(c: &mut Criterion) {
+    let mut group = c.benchmark_group("persist/encode_partition_50000");
+    let key = PartitionKey {
+        ledger_id: 7,
+        chunk: 0,
+    };
+    for pattern in [
+        "alternating",
+        "random:0.5",
+        "random:0.9",
+        "random:0.99",
+        "random:0.999",
+        "holes:100",
+        "random:0.01",
+    ] {
+        let set = partition_set(pattern);
+        eprintln!(
+            "persist/encode_partition_50000/{pattern}: {} acked, version 2 {} bytes, version 1 {} \
+             bytes",
+            set.len(),
+            encode_partition(key, &set).len(),
+            encode_partition_v1(key, &set).len()
+        );
+        group.bench_function(format!("{pattern}/v2"), |b| {
+            b.iter(|| black_box(encode_partition(key, black_box(&set))));
+        });
+        group.bench_function(format!("{pattern}/v1_baseline"), |b| {
+            b.iter(|| black_box(encode_partition_v1(key, black_box(&set))));
+        });
+    }
+    group.finish();
+}
+
 fn settings() -> Criterion {
     Criterion::default()
         .warm_up_time(Duration::from_secs(1))
@@ -202,6 +280,6 @@ fn settings() -> Criterion {
 criterion_group! {
     name = benches;
     config = settings();
-    targets = flush_after_one_ack, full_persist, recovery
+    targets = flush_after_one_ack, full_persist, recovery, encode
 }
 criterion_main!(benches);

@@ -57,6 +57,9 @@ pub const PARTITION_OVERHEAD_BYTES: usize = 256;
 /// change), charged at twice that many 4-byte runs.
 pub const MAX_PARTITION_BYTES: usize = 2 * (MAX_BITMAP_BYTES + 8) + PARTITION_OVERHEAD_BYTES;
 
+/// Most values a roaring array container holds before it becomes a bitmap container.
+const ARRAY_LIMIT: usize = 4096;
+
 /// Heap bytes of a bitmap container.
 const BITMAP_CONTAINER_BYTES: usize = 8192;
 
@@ -75,6 +78,9 @@ struct Charge {
     run_peak: usize,
     /// The container is a bitmap (8 KiB whatever it holds).
     bitmap_container: bool,
+    /// The capacity, in values, of the array container (0 when it is not one): up to this many
+    /// values it holds without reallocating.
+    array_capacity: usize,
 }
 
 impl Charge {
@@ -105,15 +111,22 @@ impl Charge {
             bytes: array + bitmaps + runs + PARTITION_OVERHEAD_BYTES,
             run_peak,
             bitmap_container: stats.n_bitset_containers > 0,
+            // `n_bytes_array_containers` is 4 bytes per value of capacity.
+            array_capacity: usize::try_from(stats.n_bytes_array_containers / 4)
+                .unwrap_or(usize::MAX),
         }
     }
 
-    /// The charge after a change of `bitmap` that left it with `len` values, `grew` if it gained
-    /// some. A bitmap container that gains values stays one (8 KiB) unless it becomes full (then
-    /// `settle` makes it one run), so that case needs no statistics (which scan a bitmap
-    /// container for its largest value).
-    fn after_change(self, bitmap: &RoaringBitmap, grew: bool) -> Self {
-        if self.bitmap_container && grew && bitmap.len() < PARTITION_SPAN {
+    /// The charge after a change of `bitmap`, `grew` if it gained values (`one_insert` if by one
+    /// `insert`). Two growths need no statistics (which scan a bitmap container for its largest
+    /// value): a bitmap container stays one (8 KiB) unless it becomes full (then `settle` makes
+    /// it one run), and an array container that gained one value by `insert` and holds no more
+    /// than its capacity and the array limit was neither reallocated (a vector grows only past
+    /// its capacity) nor converted, so it is charged as before.
+    fn after_change(self, bitmap: &RoaringBitmap, grew: bool, one_insert: bool) -> Self {
+        let len = bitmap.len();
+        let same_array = one_insert && len <= self.array_capacity.min(ARRAY_LIMIT) as u64;
+        if grew && ((self.bitmap_container && len < PARTITION_SPAN) || same_array) {
             self
         } else {
             Self::of(bitmap, self)
@@ -127,6 +140,15 @@ impl Charge {
 fn settle(bitmap: &mut RoaringBitmap) {
     if bitmap.len() == PARTITION_SPAN || bitmap.serialized_size() > MAX_BITMAP_BYTES {
         bitmap.optimize();
+    }
+}
+
+/// [`settle`] after a change that grew a partition charged `before` by one value: inserting
+/// one value never makes an array or bitmap container a run container, so only a full
+/// partition or a run container needs looking at.
+fn settle_after_insert(bitmap: &mut RoaringBitmap, before: Charge) {
+    if before.run_peak > 0 || bitmap.len() == PARTITION_SPAN {
+        settle(bitmap);
     }
 }
 
@@ -307,6 +329,38 @@ mod tests {
         assert_eq!(b.len(), 5);
         assert_eq!(Charge::of(&b, full), full, "the array keeps its capacity");
         assert!(Charge::of(&b.clone(), Charge::default()).bytes < 64 + PARTITION_OVERHEAD_BYTES);
+    }
+
+    #[test]
+    fn charge_after_single_inserts_equals_the_charge_from_statistics() {
+        // Array growth through every reallocation, the conversion to a bitmap container, a
+        // full partition made one run by settle, and inserts into a run container.
+        let mut b = RoaringBitmap::new();
+        let mut charge = Charge::of(&b, Charge::default());
+        let insert = |b: &mut RoaringBitmap, v: u32, charge: &mut Charge| {
+            let before = *charge;
+            assert!(b.insert(v));
+            settle_after_insert(b, before);
+            *charge = before.after_change(b, true, true);
+            assert_eq!(*charge, Charge::of(b, before), "after inserting {v}");
+        };
+        for v in (0..1 << 16).step_by(3) {
+            insert(&mut b, v, &mut charge);
+        }
+        for v in 0..1 << 16 {
+            if !b.contains(v) {
+                insert(&mut b, v, &mut charge);
+            }
+        }
+        assert_eq!(b.len(), PARTITION_SPAN);
+        assert!(b.serialized_size() < 32, "settled to one run");
+        let mut r = RoaringBitmap::new();
+        r.insert_range(0..=9);
+        r.optimize();
+        let mut charge = Charge::of(&r, Charge::default());
+        for v in (20..400).step_by(2) {
+            insert(&mut r, v, &mut charge);
+        }
     }
 
     #[test]

@@ -32,7 +32,7 @@ use roaring::RoaringBitmap;
 
 use super::{
     AckRange, Charge, Direction, LAST_OFFSET, PartitionKey, PartitionStore, RangeJoiner, chunks,
-    clip, count_clipped, settle,
+    clip, count_clipped, settle, settle_after_insert,
 };
 use crate::error::{CorruptionKind, Error, Result};
 use crate::position::Position;
@@ -480,15 +480,20 @@ impl RangeSetWrapper {
         let out = f(&mut resident.bitmap);
         let after = resident.bitmap.len();
         if before != after {
-            settle(&mut resident.bitmap);
+            if after == before + 1 {
+                settle_after_insert(&mut resident.bitmap, resident.charge);
+            } else {
+                settle(&mut resident.bitmap);
+            }
             resident.unsaved = true;
             if !resident.dirty {
                 resident.dirty = true;
                 self.dirty += 1;
             }
-            let charge = resident
-                .charge
-                .after_change(&resident.bitmap, after > before);
+            let charge =
+                resident
+                    .charge
+                    .after_change(&resident.bitmap, after > before, after == before + 1);
             self.resident_bytes = self.resident_bytes - resident.charge.bytes + charge.bytes;
             self.peak_resident_bytes = self.peak_resident_bytes.max(self.resident_bytes);
             resident.charge = charge;

@@ -515,32 +515,217 @@ fn gaps_fixed_len(lo: u32, hi: u32, members: u64) -> usize {
     varint_len(lo.into()) + varint_len((hi - lo).into()) + 1 + varint_len(members)
 }
 
-/// What one pass over a class tells: its member count and the sum, smallest and largest of
-/// its gaps.
-#[derive(Clone, Copy, Debug)]
+/// What one pass over a class tells: its member count, the sum, smallest and largest of its
+/// gaps, and how many gaps have each value: a count per value below [`SMALL_GAPS`], and the
+/// larger gaps themselves (fewer than [`SMALL_GAPS`] of them: each one spans more than
+/// `SMALL_GAPS` offsets of a partition's 2^16). Every cost the planner weighs is a function of
+/// these counts, so a class is read once, whatever the number of codes and parameters tried.
+#[derive(Clone, Debug)]
 struct Stats {
     holes: bool,
     members: u64,
     sum: u64,
     min: u32,
     max: u32,
+    small: [u32; SMALL_GAPS],
+    large: [u16; SMALL_GAPS],
+    large_len: usize,
 }
 
+/// Gaps below this are counted per value; larger ones are listed.
+const SMALL_GAPS: usize = 256;
+
+impl Stats {
+    const fn new(holes: bool) -> Self {
+        Self {
+            holes,
+            members: 0,
+            sum: 0,
+            min: u32::MAX,
+            max: 0,
+            small: [0; SMALL_GAPS],
+            large: [0; SMALL_GAPS],
+            large_len: 0,
+        }
+    }
+
+    /// Counts `n` gaps of `gap` offsets (`gap` below 2^16).
+    fn add(&mut self, gap: u32, n: u64) {
+        if let Some(count) = self.small.get_mut(gap as usize) {
+            // At most 2^16 gaps of any one value.
+            *count += n as u32;
+        } else {
+            for _ in 0..n {
+                if let Some(slot) = self.large.get_mut(self.large_len) {
+                    // Fewer than SMALL_GAPS gaps are this large, each below 2^16.
+                    *slot = gap as u16;
+                    self.large_len += 1;
+                }
+            }
+        }
+    }
+
+    /// Takes back one gap of `gap` offsets counted by [`Stats::add`].
+    fn remove(&mut self, gap: u32) {
+        if let Some(count) = self.small.get_mut(gap as usize) {
+            *count = count.saturating_sub(1);
+        } else if let Some(i) = self
+            .large
+            .iter()
+            .take(self.large_len)
+            .position(|g| u32::from(*g) == gap)
+        {
+            self.large.copy_within(i + 1..self.large_len, i);
+            self.large_len -= 1;
+        }
+    }
+
+    /// Every gap value with its count (zero counts skipped).
+    fn gaps(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
+        let small = (0u32..)
+            .zip(self.small.iter())
+            .filter(|(_, n)| **n > 0)
+            .map(|(g, n)| (g, u64::from(*n)));
+        let large = self
+            .large
+            .iter()
+            .take(self.large_len)
+            .map(|g| (u32::from(*g), 1));
+        small.chain(large)
+    }
+
+    /// `sum(gap >> k)` over the class's gaps: the unary part of Rice parameter `k`.
+    fn quotients(&self, k: u8) -> u64 {
+        self.gaps().map(|(g, n)| u64::from(g >> k) * n).sum()
+    }
+
+    /// How many gaps take the long (one bit longer) form of the bounded code.
+    fn long_codes(&self, short: u64) -> u64 {
+        self.gaps()
+            .filter(|&(g, _)| u64::from(g.saturating_sub(self.min)) >= short)
+            .map(|(_, n)| n)
+            .sum()
+    }
+}
+
+/// Runs up to this length are counted a word at a time; longer ones are measured one by one
+/// (there are fewer than `2^16 / SHORT_RUN` of them).
+const SHORT_RUN: u32 = 16;
+
+/// The statistics of one class (the acked entries, or with `holes` the holes) strictly between
+/// `lo` and `hi`, read from the runs of the other class: each run of the other class that ends
+/// before `hi - 1` is the gap before the member that follows it, and every other member (the
+/// first one after `lo` when no run precedes it, and each one right after a member) has a gap
+/// of 0.
+///
+/// Runs are counted a word at a time, not visited one by one: the run starts of a word are its
+/// set bits with a clear bit before them, and a bitwise AND of them with the word shifted by 1, 2, ...
+/// keeps the starts of runs at least that long, so a word costs one step per length of its
+/// longest run up to [`SHORT_RUN`]; longer runs, and the runs of a word where at most two
+/// start, are measured by scanning.
 fn stats(words: &[u64], lo: u32, hi: u32, holes: bool) -> Stats {
-    let mut st = Stats {
-        holes,
-        members: 0,
-        sum: 0,
-        min: u32::MAX,
-        max: 0,
+    let mut st = Stats::new(holes);
+    if hi <= lo + 1 {
+        return st;
+    }
+    let (first, last) = (lo + 1, hi - 1);
+    let (a, b) = (first as usize / 64, last as usize / 64);
+    // Word `i` with the other class's offsets in `first ..= last` set, everything else clear.
+    let other = |i: usize| -> u64 {
+        if i < a || i > b {
+            return 0;
+        }
+        let w = words.get(i).copied().unwrap_or(0);
+        let mut w = if holes { w } else { !w };
+        if i == a {
+            w &= u64::MAX << (first % 64);
+        }
+        if i == b {
+            w &= u64::MAX >> (63 - last % 64);
+        }
+        w
     };
-    for_each_gap(words, lo, hi, holes, |gap, zeros| {
-        st.members += 1 + u64::from(zeros);
-        st.sum += u64::from(gap);
-        st.min = st.min.min(if zeros > 0 { 0 } else { gap });
-        st.max = st.max.max(gap);
-    });
+    // at_least[l]: runs of the other class at least `l` long, for l in 1 ..= SHORT_RUN + 1.
+    let mut at_least = [0u64; SHORT_RUN as usize + 2];
+    let mut other_count = 0u64;
+    // Runs measured one by one (and counted in `st` directly).
+    let mut measured = 0u64;
+    let (mut before, mut word) = (0u64, other(a));
+    for i in a..=b {
+        let after = other(i + 1);
+        other_count += u64::from(word.count_ones());
+        let mut runs = word & !((word << 1) | (before >> 63));
+        // A word with one or two run starts (long runs, sparse classes) measures them
+        // directly: cheaper than a step per length.
+        let few = runs & runs.wrapping_sub(1);
+        if few & few.wrapping_sub(1) != 0 {
+            let mut l = 1;
+            while runs != 0 {
+                if let Some(n) = at_least.get_mut(l as usize) {
+                    *n += u64::from(runs.count_ones());
+                }
+                if l > SHORT_RUN {
+                    break;
+                }
+                // A run of length l + 1 or more starting at bit s has bit s + l set (in this
+                // word or, shifted in, the next).
+                runs &= (word >> l) | (after << (64 - l));
+                l += 1;
+            }
+        }
+        // `runs` holds the starts to measure one by one: runs longer than SHORT_RUN, or every
+        // run of a word with at most two.
+        while runs != 0 {
+            let start = i as u32 * 64 + runs.trailing_zeros();
+            // A run of holes (the acked class's gaps) ends at the next acked entry, a run of
+            // acked entries (the holes class's) at the next hole.
+            let end = next_bit(words, start, holes).map_or(last + 1, |e| e.min(last + 1));
+            st.add(end - start, 1);
+            measured += 1;
+            runs &= runs - 1;
+        }
+        (before, word) = (word, after);
+    }
+    for l in 1..=SHORT_RUN {
+        let count = |l: u32| at_least.get(l as usize).copied().unwrap_or(0);
+        st.add(l, count(l) - count(l + 1));
+    }
+    let mut gaps = at_least.get(1).copied().unwrap_or(0)
+        - at_least.get(SHORT_RUN as usize + 1).copied().unwrap_or(0)
+        + measured;
+    // The run that ends at `hi - 1` is followed by `hi`, which is not coded.
+    if (other(b) >> (last % 64)) & 1 == 1 {
+        st.remove(run_ending_at(words, first, last, holes));
+        gaps -= 1;
+    }
+    st.members = u64::from(last - first + 1) - other_count;
+    st.add(0, st.members - gaps);
+    st.sum = st.gaps().map(|(g, n)| u64::from(g) * n).sum();
+    st.max = st.gaps().map(|(g, _)| g).max().unwrap_or(0);
+    if st.members > 0 {
+        st.min = st.gaps().map(|(g, _)| g).min().unwrap_or(0);
+    }
     st
+}
+
+/// Length of the run of the other class than `holes` names (holes for the acked class, acked
+/// entries for the holes class) that ends at `last`, counting no offset below `first`.
+fn run_ending_at(words: &[u64], first: u32, last: u32, holes: bool) -> u32 {
+    let mut at = last;
+    loop {
+        let i = at as usize / 64;
+        let w = words.get(i).copied().unwrap_or(0);
+        // Members of this class (where the run stops) at or below `at` in this word.
+        let class = (if holes { !w } else { w }) & (u64::MAX >> (63 - at % 64));
+        if class != 0 {
+            let stop = i as u32 * 64 + 63 - class.leading_zeros();
+            return last - stop.max(first - 1);
+        }
+        if i as u32 * 64 <= first {
+            return last - first + 1;
+        }
+        at = i as u32 * 64 - 1;
+    }
 }
 
 impl Stats {
@@ -576,8 +761,9 @@ impl Stats {
 /// (then it cannot be chosen). When it returns a plan, the plan does not depend on the budget.
 ///
 /// Rice's cost `sum(gap >> k) + m (k + 1)` is convex in `k`, so the best `k` is found by
-/// widening a window around `log2` of the mean gap until its minimum is inside it.
-fn plan(words: &[u64], lo: u32, hi: u32, st: &Stats, budget_bits: u64) -> Option<Plan> {
+/// widening a window around `log2` of the mean gap until its minimum is inside it. Costs come
+/// from the class's gap counts: no pass over the set.
+fn plan(st: &Stats, budget_bits: u64) -> Option<Plan> {
     let (holes, members) = (st.holes, st.members);
     if members == 0 {
         return Some(Plan {
@@ -609,26 +795,10 @@ fn plan(words: &[u64], lo: u32, hi: u32, st: &Stats, budget_bits: u64) -> Option
     let mut low = center.saturating_sub(2);
     let mut high = (center + 2).min(MAX_RICE_K);
     let mut costs = [u64::MAX; MAX_RICE_K as usize + 1];
-    let mut long_codes = 0u64;
-    // One pass for the window and the bounded code, then one per step the window widens.
-    {
-        let mut quotients = [0u64; 5];
-        // Zero gaps add no quotient, and are never long codes (min is then 0, short >= 1).
-        for_each_gap(words, lo, hi, holes, |gap, _| {
-            for (q, k) in quotients.iter_mut().zip(low..=high) {
-                *q += u64::from(gap >> k);
-            }
-            long_codes += u64::from(u64::from(gap - min) >= short);
-        });
-        for (q, k) in quotients.iter().zip(low..=high) {
-            set_cost(&mut costs, k, q + members * (u64::from(k) + 1));
-        }
+    let rice_cost = |k: u8| st.quotients(k) + members * (u64::from(k) + 1);
+    for k in low..=high {
+        set_cost(&mut costs, k, rice_cost(k));
     }
-    let rice_cost = |k: u8| {
-        let mut q = 0u64;
-        for_each_gap(words, lo, hi, holes, |gap, _| q += u64::from(gap >> k));
-        q + members * (u64::from(k) + 1)
-    };
     loop {
         // The first (smallest k) minimum of the window.
         let best = (low..=high)
@@ -648,7 +818,7 @@ fn plan(words: &[u64], lo: u32, hi: u32, st: &Stats, budget_bits: u64) -> Option
         .map(|k| (k, cost(&costs, k)))
         .min_by_key(|&(k, c)| (c, k))
         .unwrap_or((0, u64::MAX));
-    let bounded_bits = members * u64::from(width) + long_codes + extra;
+    let bounded_bits = members * u64::from(width) + st.long_codes(short) + extra;
     Some(if bounded_bits < rice_bits {
         Plan {
             holes,
@@ -698,20 +868,20 @@ pub fn gaps_body(words: &[u64], lo: u32, hi: u32, budget: usize) -> Option<Vec<u
         let h = if over(&holes) {
             None
         } else {
-            plan(words, lo, hi, &holes, budget_bits(&holes))
+            plan(&holes, budget_bits(&holes))
         };
         let a_budget = h.map_or(budget_bits(&acked), |h| budget_bits(&acked).min(h.bits));
         let a = if over(&acked) {
             None
         } else {
-            plan(words, lo, hi, &acked, a_budget)
+            plan(&acked, a_budget)
         };
         (a, h)
     } else {
         let a = if over(&acked) {
             None
         } else {
-            plan(words, lo, hi, &acked, budget_bits(&acked))
+            plan(&acked, budget_bits(&acked))
         };
         let h_budget = a.map_or(budget_bits(&holes), |a| {
             budget_bits(&holes).min(a.bits.saturating_sub(1))
@@ -719,7 +889,7 @@ pub fn gaps_body(words: &[u64], lo: u32, hi: u32, budget: usize) -> Option<Vec<u
         let h = match a {
             Some(a) if a.bits == 0 => None,
             _ if over(&holes) => None,
-            _ => plan(words, lo, hi, &holes, h_budget),
+            _ => plan(&holes, h_budget),
         };
         (a, h)
     };
@@ -756,6 +926,10 @@ pub fn gaps_body(words: &[u64], lo: u32, hi: u32, budget: usize) -> Option<Vec<u
             put_varint(&mut out, min.into());
             put_varint(&mut out, (range - 1).into());
             let (width, short) = truncated_binary(range);
+            if width == 0 {
+                // One possible value (every gap equal): each code is zero bits long.
+                return Some(out);
+            }
             let mut writer = BitWriter::new(out);
             for_each_gap(words, lo, hi, best.holes, |gap, zeros| {
                 let value = u64::from(gap - min);
@@ -781,27 +955,28 @@ pub fn span_body(words: &[u64], lo: u32, hi: u32) -> Vec<u8> {
     let mut out = Vec::with_capacity(span_body_len(lo, hi));
     put_varint(&mut out, lo.into());
     put_varint(&mut out, (hi - lo).into());
-    let bit_at = |v: u32| {
-        words
-            .get(v as usize / 64)
-            .map_or(0, |w| (w >> (v % 64)) & 1)
-    };
-    let mut i = 0;
-    while i < inner {
-        let n = (inner - i).min(8);
-        let mut byte = 0u8;
-        let start = lo + 1 + i;
-        if start % 64 <= 56 && n == 8 {
-            byte = (words
-                .get(start as usize / 64)
-                .map_or(0, |w| w >> (start % 64))) as u8;
+    let start = lo + 1;
+    let len = (inner as usize).div_ceil(8);
+    let mut done = 0;
+    while done < len {
+        // 64 bits from offset `at`, least significant first (zeros past the partition).
+        let at = start + 8 * done as u32;
+        let word = |i: usize| words.get(i).copied().unwrap_or(0);
+        let (i, shift) = (at as usize / 64, at % 64);
+        let chunk = if shift == 0 {
+            word(i)
         } else {
-            for j in 0..n {
-                byte |= (bit_at(start + j) as u8) << j;
-            }
-        }
-        out.push(byte);
-        i += n;
+            (word(i) >> shift) | (word(i + 1) << (64 - shift))
+        };
+        let take = (len - done).min(8);
+        out.extend_from_slice(chunk.to_le_bytes().get(..take).unwrap_or_default());
+        done += take;
+    }
+    // The padding bits past `hi - 1` (where `hi` itself may sit) are zero.
+    if !inner.is_multiple_of(8)
+        && let Some(last) = out.last_mut()
+    {
+        *last &= (1u8 << (inner % 8)) - 1;
     }
     out
 }
@@ -948,4 +1123,71 @@ pub fn decode_span(body: &[u8], span: u64) -> Result<Words, BodyError> {
         }
     }
     Ok(words)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, reason = "tests fail by panicking")]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// The statistics of a class by visiting every gap, the way the encoder writes them.
+    fn model(words: &[u64], lo: u32, hi: u32, holes: bool) -> (u64, u64, u32, u32, Vec<u32>) {
+        let (mut members, mut sum, mut min, mut max) = (0u64, 0u64, u32::MAX, 0u32);
+        let mut gaps = Vec::new();
+        for_each_gap(words, lo, hi, holes, |gap, zeros| {
+            members += 1 + u64::from(zeros);
+            sum += u64::from(gap);
+            min = min.min(if zeros > 0 { 0 } else { gap });
+            max = max.max(gap);
+            gaps.push(gap);
+            gaps.extend(std::iter::repeat_n(0, zeros as usize));
+        });
+        gaps.sort_unstable();
+        (members, sum, min, max, gaps)
+    }
+
+    fn counted(st: &Stats) -> (u64, u64, u32, u32, Vec<u32>) {
+        let mut gaps = Vec::new();
+        for (g, n) in st.gaps() {
+            gaps.extend(std::iter::repeat_n(g, n as usize));
+        }
+        gaps.sort_unstable();
+        (st.members, st.sum, st.min, st.max, gaps)
+    }
+
+    proptest! {
+        /// Runs of both classes of every length around the word size and the short-run
+        /// limit, anywhere in the partition.
+        #[test]
+        fn counted_gaps_match_visiting_every_gap(
+            start in 0u32..1 << 16,
+            runs in prop::collection::vec((1u32..300, 1u32..300, 0u8..3), 0..200),
+        ) {
+            let mut words = empty_words();
+            let mut at = start;
+            for (acked, holes, scale) in runs {
+                let (acked, holes) = match scale {
+                    0 => (acked % 20 + 1, holes % 20 + 1),
+                    1 => (acked % 70 + 1, holes % 70 + 1),
+                    _ => (acked, holes),
+                };
+                let end = (at + acked).min(1 << 16);
+                fill(&mut words, at, end - 1, false);
+                at = end + holes;
+                if at >= 1 << 16 {
+                    break;
+                }
+            }
+            if let Some((lo, hi)) = bounds(&words) {
+                for holes in [false, true] {
+                    prop_assert_eq!(
+                        counted(&stats(&words, lo, hi, holes)),
+                        model(&words, lo, hi, holes)
+                    );
+                }
+            }
+        }
+    }
 }
