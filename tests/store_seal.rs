@@ -207,3 +207,62 @@ fn a_store_whose_catalog_is_version_1_opens_with_its_topics_and_cursors() {
         "the claim writes the current version"
     );
 }
+
+#[test]
+fn a_former_owners_tick_after_the_claim_fails_as_fenced_and_is_never_read() {
+    use ackstore::Error;
+    use ackstore::internals::ackset::PartitionKey;
+    use ackstore::internals::format::cursor::PersistedState;
+    use ackstore::internals::store::journal::CursorFlush;
+
+    let disk = MemStorage::new();
+    let [x, y] = [cursor_ids()[0], cursor_ids()[1]];
+    let flush = |cursor, ledger_id: u64| CursorFlush {
+        cursor,
+        state: PersistedState::default(),
+        written: vec![(
+            PartitionKey {
+                ledger_id,
+                chunk: 0,
+            },
+            roaring::RoaringBitmap::from_iter([1u32, 5]),
+        )],
+        live: vec![PartitionKey {
+            ledger_id,
+            chunk: 0,
+        }],
+    };
+    let old = mem_store(&disk).expect("open");
+    old.journal()
+        .commit(&[flush(x, 1)])
+        .expect("the owner's tick");
+    disk.break_lock();
+    let new = mem_store(&disk).expect("a second owner after the lock broke");
+    assert!(
+        matches!(
+            old.journal().commit(&[flush(x, 2), flush(y, 2)]),
+            Err(Error::Fenced { .. })
+        ),
+        "the former owner's tick after the claim"
+    );
+    assert!(
+        old.journal().commit(&[flush(y, 3)]).is_err(),
+        "a fenced journal stays refused"
+    );
+    new.journal()
+        .commit(&[flush(y, 4)])
+        .expect("the new owner's tick");
+    let seals = new.journal_seals();
+    drop(new);
+    drop(old);
+    assert_eq!(
+        committed_ledgers(&disk, &seals, x),
+        Some(BTreeSet::from([1]))
+    );
+    assert_eq!(
+        committed_ledgers(&disk, &seals, y),
+        Some(BTreeSet::from([4]))
+    );
+    let reopened = mem_store(&disk).expect("reopen");
+    drop(reopened);
+}

@@ -96,6 +96,17 @@ impl CatalogHandle {
         }
     }
 
+    /// [`Error::Fenced`] when the catalog is no longer at the version this handle wrote last:
+    /// another owner has claimed the store. One metadata read.
+    pub(crate) fn check_owner(&self) -> Result<()> {
+        match self.meta.get(STORE_RECORD)? {
+            Some((v, _)) if v == self.version => Ok(()),
+            _ => Err(Error::Fenced {
+                what: format!("the store catalog `{STORE_RECORD}`"),
+            }),
+        }
+    }
+
     /// The catalog as this handle last wrote it.
     pub(crate) fn catalog(&self) -> &Catalog {
         &self.catalog

@@ -28,7 +28,11 @@
 //! **Ownership.** The journal is opened by the store that holds the directory. A former owner
 //! that lost the directory without knowing it may still append to the segment that was newest
 //! when the new owner opened: the new owner records that segment's length in the store catalog
-//! (the seal) and never appends to it, and every later open ignores bytes past the seal.
+//! (the seal) and never appends to it, and every later open ignores bytes past the seal. The
+//! owner's check ([`Journal::set_owner_check`]) runs after a tick's syncs, before it returns
+//! `Ok` or indexes anything, and before a rollover deletes a segment: a former owner's tick
+//! fails with [`Error::Fenced`] (its records lie past the new owner's seal or were read by its
+//! open), it never deletes a segment, and the journal refuses every later write.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -125,6 +129,16 @@ pub struct JournalStats {
     pub live_bytes: u64,
 }
 
+/// The owner's check: [`Error::Fenced`] once another owner has claimed the store.
+#[derive(Clone)]
+pub struct OwnerCheck(pub Arc<dyn Fn() -> Result<()> + Send + Sync>);
+
+impl std::fmt::Debug for OwnerCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OwnerCheck")
+    }
+}
+
 /// A segment file and its length.
 #[derive(Debug, Clone)]
 struct Segment {
@@ -159,6 +173,8 @@ pub struct Journal {
     /// Files by segment, for reads without the writer's lock.
     files: RwLock<BTreeMap<u64, Arc<dyn StorageFile>>>,
     counters: Counters,
+    /// Run after a tick's syncs and before a rollover deletes a segment.
+    owner: RwLock<Option<OwnerCheck>>,
 }
 
 #[derive(Debug, Default)]
@@ -462,6 +478,7 @@ impl Journal {
             index: Mutex::new(scan.index),
             files: RwLock::new(files),
             counters: Counters::default(),
+            owner: RwLock::new(None),
         })
     }
 
@@ -495,6 +512,30 @@ impl Journal {
             w.sealed = Some(tail.segment);
         }
         tail
+    }
+
+    /// Every later tick and rollover runs `check` (see the module docs, "Ownership"); an
+    /// error from it latches the journal.
+    pub fn set_owner_check(&self, check: OwnerCheck) {
+        *self
+            .owner
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(check);
+    }
+
+    /// Runs the owner's check; an error latches the journal.
+    fn check_owner(&self) -> Result<()> {
+        let check = self
+            .owner
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let Some(check) = check else { return Ok(()) };
+        let checked = (check.0)();
+        if checked.is_err() {
+            lock(&self.writer).latched = true;
+        }
+        checked
     }
 
     /// Every cursor with a committed marker.
@@ -899,6 +940,8 @@ impl Journal {
                 }
             }
         }
+        // A former owner must not delete what the new owner reads.
+        self.check_owner()?;
         let mut w = lock(&self.writer);
         w.segments.remove(&oldest);
         if w.sealed == Some(oldest) {
@@ -1074,6 +1117,7 @@ impl Tick<'_> {
         if dir {
             j.sync_dir(&mut self.stats)?;
         }
+        j.check_owner()?;
         {
             let mut index = lock(&j.index);
             self.stats.cursors = commits.len() as u64;

@@ -34,7 +34,7 @@ use crate::format::store::MAX_TOPIC_NAME_LEN;
 use crate::ledger::{LedgerConfig, ManagedLedger};
 use crate::meta::{FileMetaStore, MetaStore};
 use crate::storage::{FileStorage, LockGuard, Storage};
-use journal::{Journal, JournalConfig, JournalStats, Seal, parse_segment_name};
+use journal::{Journal, JournalConfig, JournalStats, OwnerCheck, Seal, parse_segment_name};
 
 use catalog::CatalogHandle;
 pub use catalog::STORE_RECORD;
@@ -63,7 +63,7 @@ pub struct Store {
 struct Inner {
     storage: Arc<dyn Storage>,
     config: StoreConfig,
-    catalog: Mutex<CatalogHandle>,
+    catalog: Arc<Mutex<CatalogHandle>>,
     topics: Mutex<HashMap<String, Arc<ManagedLedger>>>,
     journal: Arc<Journal>,
     lock: Arc<LockGuard>,
@@ -107,11 +107,20 @@ impl Store {
             },
             &segments,
         )?;
+        let catalog = Arc::new(Mutex::new(catalog));
+        let held = Arc::downgrade(&catalog);
+        journal.set_owner_check(OwnerCheck(Arc::new(move || match held.upgrade() {
+            Some(c) => c
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .check_owner(),
+            None => Err(Error::Closed),
+        })));
         Ok(Self {
             inner: Arc::new(Inner {
                 storage,
                 config,
-                catalog: Mutex::new(catalog),
+                catalog,
                 topics: Mutex::new(HashMap::new()),
                 journal: Arc::new(journal),
                 lock: Arc::new(lock),
@@ -174,6 +183,14 @@ impl Store {
             }
         }
         first.map_or(Ok(()), Err)
+    }
+
+    /// The store's cursor journal, whose ticks and rollovers check this store still owns the
+    /// directory (for the tools and tests that drive it directly).
+    #[doc(hidden)]
+    #[must_use]
+    pub fn journal(&self) -> &Arc<Journal> {
+        &self.inner.journal
     }
 
     /// Counters of the store's cursor journal.
