@@ -53,6 +53,7 @@ pub use storage::{
 };
 #[cfg(feature = "rados")]
 pub use storage::{RadosCluster, RadosStorage};
+pub use store::journal::{JournalConfig, JournalStats};
 pub use store::{Store, StoreConfig};
 
 /// The README's examples, compiled and run as doctests so they cannot drift from the API.

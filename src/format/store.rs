@@ -4,9 +4,14 @@
 //! versioned by [`crate::meta`]). Layout, all integers little-endian:
 //!
 //! ```text
-//! magic "ACKSCATL" (8) | version u16 = 1 | store_id u64 | next_topic_id u64 | count u32
+//! magic "ACKSCATL" (8) | version u16 = 2 | store_id u64 | next_topic_id u64 | count u32
 //! count x ( topic_id u64 | name_len u16 | name (name_len bytes of UTF-8) )
+//! seal_count u32 | seal_count x ( segment u64 | len u64 )          (version 2 only)
 //! ```
+//!
+//! Version 1 (no seals) is still read, as a catalog with no seal; this build writes version 2.
+//! A seal names a cursor-journal segment and the bytes of it that count: what lies past `len`
+//! was written by a former owner after a claim (see `src/store/journal.rs`, "Ownership").
 //!
 //! Topic ids are never reused (`next_topic_id` is above every id listed), names are unique, any
 //! UTF-8 of 1 to [`MAX_TOPIC_NAME_LEN`] bytes: a name is never used as a path, the topic's files
@@ -17,8 +22,12 @@ use crate::error::CorruptionKind;
 
 /// Magic at the start of a catalog.
 pub const CATALOG_MAGIC: [u8; 8] = *b"ACKSCATL";
-/// Catalog version this build writes and reads.
-pub const CATALOG_VERSION: u16 = 1;
+/// Catalog version this build writes; it reads this one and version 1 (no seals).
+pub const CATALOG_VERSION: u16 = 2;
+/// The first catalog version, without seals: still read.
+pub const CATALOG_VERSION_V1: u16 = 1;
+/// Bytes of one seal.
+pub const SEAL_LEN: usize = 8 + 8;
 /// Bytes before the first topic: magic, version, store id, next topic id, count.
 pub const CATALOG_HEADER_LEN: usize = 8 + 2 + 8 + 8 + 4;
 /// Bytes of one topic before its name: id and name length.
@@ -44,6 +53,17 @@ pub struct Catalog {
     pub next_topic_id: u64,
     /// The topics, in creation order.
     pub topics: Vec<CatalogTopic>,
+    /// Cursor-journal segments sealed by a claim, ascending by segment, each once.
+    pub seals: Vec<CatalogSeal>,
+}
+
+/// A cursor-journal segment sealed by a claim: only its first `len` bytes count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CatalogSeal {
+    /// The segment's sequence number (never 0).
+    pub segment: u64,
+    /// Its bytes that count.
+    pub len: u64,
 }
 
 impl Catalog {
@@ -73,18 +93,28 @@ impl Catalog {
             );
             out.extend_from_slice(t.name.as_bytes());
         }
+        out.extend_from_slice(
+            &u32::try_from(self.seals.len())
+                .unwrap_or(u32::MAX)
+                .to_le_bytes(),
+        );
+        for s in &self.seals {
+            out.extend_from_slice(&s.segment.to_le_bytes());
+            out.extend_from_slice(&s.len.to_le_bytes());
+        }
         out
     }
 
-    /// Decodes and checks a catalog: magic, version, every length against what remains, names
-    /// UTF-8 and unique, ids unique and below `next_topic_id`, nothing after the last topic.
+    /// Decodes and checks a catalog (version 1 or 2): magic, version, every length against what
+    /// remains, names UTF-8 and unique, ids unique and below `next_topic_id`, seals nonzero and
+    /// strictly ascending by segment, nothing after the last topic (version 1) or seal.
     pub fn decode(bytes: &[u8]) -> Result<Self, Corruption> {
         let mut r = Reader::new(bytes);
         if r.array::<8>()? != CATALOG_MAGIC {
             return Err(Corruption::new(CorruptionKind::BadMagic, 0));
         }
         let version = r.u16()?;
-        if version != CATALOG_VERSION {
+        if version != CATALOG_VERSION && version != CATALOG_VERSION_V1 {
             return Err(r.error(CorruptionKind::UnsupportedVersion(u32::from(version))));
         }
         let store_id = r.u64()?;
@@ -113,6 +143,26 @@ impl Catalog {
             }
             topics.push(CatalogTopic { id, name });
         }
+        let mut seals = Vec::new();
+        if version == CATALOG_VERSION {
+            let count = r.u32()? as usize;
+            if count > r.remaining() / SEAL_LEN {
+                return Err(r.error(CorruptionKind::BadLength));
+            }
+            seals.reserve(count);
+            for _ in 0..count {
+                let segment = r.u64()?;
+                let len = r.u64()?;
+                if segment == 0
+                    || seals
+                        .last()
+                        .is_some_and(|s: &CatalogSeal| s.segment >= segment)
+                {
+                    return Err(r.error(CorruptionKind::InvalidField("seal segment")));
+                }
+                seals.push(CatalogSeal { segment, len });
+            }
+        }
         if r.remaining() != 0 {
             return Err(r.error(CorruptionKind::BadLength));
         }
@@ -120,6 +170,7 @@ impl Catalog {
             store_id,
             next_topic_id,
             topics,
+            seals,
         })
     }
 }
@@ -143,6 +194,16 @@ mod tests {
                     name: "../b\0é".into(),
                 },
             ],
+            seals: vec![
+                CatalogSeal {
+                    segment: 3,
+                    len: 4096,
+                },
+                CatalogSeal {
+                    segment: 9,
+                    len: 12,
+                },
+            ],
         }
     }
 
@@ -152,7 +213,7 @@ mod tests {
         let bytes = c.encode();
         assert_eq!(
             bytes.len(),
-            CATALOG_HEADER_LEN + 2 * TOPIC_ROW_HEADER_LEN + 19 + "../b\0é".len()
+            CATALOG_HEADER_LEN + 2 * TOPIC_ROW_HEADER_LEN + 19 + "../b\0é".len() + 4 + 2 * SEAL_LEN
         );
         assert_eq!(Catalog::decode(&bytes).expect("decode"), c);
     }
@@ -180,5 +241,29 @@ mod tests {
         let mut c = sample();
         c.next_topic_id = 2;
         assert!(Catalog::decode(&c.encode()).is_err());
+    }
+
+    #[test]
+    fn seals_out_of_order_repeated_or_of_segment_zero_are_refused() {
+        for seals in [[9, 3], [3, 3], [0, 3]] {
+            let mut c = sample();
+            c.seals[0].segment = seals[0];
+            c.seals[1].segment = seals[1];
+            assert!(Catalog::decode(&c.encode()).is_err(), "{seals:?}");
+        }
+    }
+
+    #[test]
+    fn a_version_1_catalog_reads_as_one_with_no_seals() {
+        let mut c = sample();
+        c.seals.clear();
+        let mut v1 = c.encode();
+        // Version 1 is version 2 without the seal count.
+        v1.truncate(v1.len() - 4);
+        v1[8..10].copy_from_slice(&CATALOG_VERSION_V1.to_le_bytes());
+        assert_eq!(Catalog::decode(&v1).expect("version 1"), c);
+        let mut more = v1.clone();
+        more.extend_from_slice(&0u32.to_le_bytes());
+        assert!(Catalog::decode(&more).is_err(), "bytes after a v1 catalog");
     }
 }

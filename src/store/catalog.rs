@@ -1,13 +1,14 @@
 //! The store's catalog record: claimed on open, extended by compare-and-set when a topic is
 //! created.
 //!
-//! Owns: the version of the `store` record this handle wrote last. Must never write the record
-//! except by compare-and-set on that version, so a handle that lost the store is refused.
+//! Owns: the version of the `store` record this handle wrote last, and the journal seals it
+//! holds. Must never write the record except by compare-and-set on that version, so a handle
+//! that lost the store is refused.
 
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::format::store::{Catalog, CatalogTopic};
+use crate::format::store::{Catalog, CatalogSeal, CatalogTopic};
 use crate::meta::MetaStore;
 use crate::storage::Storage;
 
@@ -43,6 +44,7 @@ impl CatalogHandle {
                 store_id: random_id(),
                 next_topic_id: 1,
                 topics: Vec::new(),
+                seals: Vec::new(),
             };
             (None, empty)
         };
@@ -92,6 +94,43 @@ impl CatalogHandle {
                 Err(e)
             }
         }
+    }
+
+    /// [`Error::Fenced`] when the catalog is no longer at the version this handle wrote last:
+    /// another owner has claimed the store. One metadata read.
+    pub(crate) fn check_owner(&self) -> Result<()> {
+        match self.meta.get(STORE_RECORD)? {
+            Some((v, _)) if v == self.version => Ok(()),
+            _ => Err(Error::Fenced {
+                what: format!("the store catalog `{STORE_RECORD}`"),
+            }),
+        }
+    }
+
+    /// The catalog as this handle last wrote it.
+    pub(crate) fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// Records `seal` (segment 0: none) by compare-and-set, replacing any earlier seal of its
+    /// segment and dropping the seals of segments not in `segments` (deleted by a rollover: a
+    /// sequence number is never used again). Writes nothing when that changes nothing.
+    pub(crate) fn record_seal(&mut self, seal: CatalogSeal, segments: &[u64]) -> Result<()> {
+        let mut next = self.catalog.clone();
+        next.seals
+            .retain(|s| s.segment != seal.segment && segments.contains(&s.segment));
+        if seal.segment != 0 {
+            next.seals.push(seal);
+            next.seals.sort_by_key(|s| s.segment);
+        }
+        if next == self.catalog {
+            return Ok(());
+        }
+        self.version = self
+            .meta
+            .put(STORE_RECORD, Some(self.version), &next.encode())?;
+        self.catalog = next;
+        Ok(())
     }
 
     /// Topic names in creation order.

@@ -28,7 +28,11 @@
 //! **Ownership.** The journal is opened by the store that holds the directory. A former owner
 //! that lost the directory without knowing it may still append to the segment that was newest
 //! when the new owner opened: the new owner records that segment's length in the store catalog
-//! (the seal) and never appends to it, and every later open ignores bytes past the seal.
+//! (the seal) and never appends to it, and every later open ignores bytes past the seal. The
+//! owner's check ([`Journal::set_owner_check`]) runs after a tick's syncs, before it returns
+//! `Ok` or indexes anything, and before a rollover deletes a segment: a former owner's tick
+//! fails with [`Error::Fenced`] (its records lie past the new owner's seal or were read by its
+//! open), it never deletes a segment, and the journal refuses every later write.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -125,6 +129,16 @@ pub struct JournalStats {
     pub live_bytes: u64,
 }
 
+/// The owner's check: [`Error::Fenced`] once another owner has claimed the store.
+#[derive(Clone)]
+pub struct OwnerCheck(pub Arc<dyn Fn() -> Result<()> + Send + Sync>);
+
+impl std::fmt::Debug for OwnerCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OwnerCheck")
+    }
+}
+
 /// A segment file and its length.
 #[derive(Debug, Clone)]
 struct Segment {
@@ -159,6 +173,8 @@ pub struct Journal {
     /// Files by segment, for reads without the writer's lock.
     files: RwLock<BTreeMap<u64, Arc<dyn StorageFile>>>,
     counters: Counters,
+    /// Run after a tick's syncs and before a rollover deletes a segment.
+    owner: RwLock<Option<OwnerCheck>>,
 }
 
 #[derive(Debug, Default)]
@@ -207,7 +223,15 @@ pub struct JournalCheck {
 /// # Errors
 /// [`Error::Corrupted`] at the segment and offset of the first damage; [`Error::Io`].
 pub fn check(storage: &dyn Storage, seal: Seal) -> Result<JournalCheck> {
-    let (scan, writer, report) = scan_segments(storage, seal, false)?;
+    check_sealed(storage, &[seal])
+}
+
+/// [`check`] with every seal a store's catalog holds (see [`Journal::open_sealed`]).
+///
+/// # Errors
+/// As [`check`].
+pub fn check_sealed(storage: &dyn Storage, seals: &[Seal]) -> Result<JournalCheck> {
+    let (scan, writer, report) = scan_segments(storage, seals, false)?;
     Ok(JournalCheck {
         segments: writer.segments.len() as u64,
         records: report.records,
@@ -227,9 +251,10 @@ struct ScanReport {
 /// without, only reports them.
 fn scan_segments(
     storage: &dyn Storage,
-    seal: Seal,
+    seals: &[Seal],
     repair: bool,
 ) -> Result<(Scan, Writer, ScanReport)> {
+    let sealed = |seq: u64| seals.iter().find(|s| s.segment == seq && seq != 0);
     let seqs: Vec<u64> = storage
         .list()?
         .iter()
@@ -243,7 +268,7 @@ fn scan_segments(
         let newest = Some(seq) == last;
         let file = storage.open(&segment_name(seq))?;
         let mut size = file.size()?;
-        if seal.segment == seq {
+        if let Some(seal) = sealed(seq) {
             size = size.min(seal.len);
         }
         let mut bytes = vec![0u8; usize::try_from(size).unwrap_or(usize::MAX)];
@@ -254,7 +279,7 @@ fn scan_segments(
             Some(Ok(_)) => {
                 return Err(corrupt(seq, 12, CorruptionKind::InvalidField("segment")));
             }
-            _ if newest && seal.segment != seq => {
+            _ if newest && sealed(seq).is_none() => {
                 // Its header and every record after it were written by one tick that never
                 // synced: nothing in it was ever committed.
                 if repair {
@@ -295,7 +320,7 @@ fn scan_segments(
         };
         let end = end as u64;
         let file_size = file.size()?;
-        if newest && seal.segment != seq && end < file_size {
+        if newest && sealed(seq).is_none() && end < file_size {
             if repair {
                 file.set_len(end)?;
                 file.sync_data()?;
@@ -414,15 +439,32 @@ impl Journal {
     /// [`Error::Corrupted`] at the journal segment and offset when a segment other than the
     /// newest does not verify to its end, or a header does not verify; [`Error::Io`].
     pub fn open(storage: Arc<dyn Storage>, config: JournalConfig, seal: Seal) -> Result<Self> {
+        Self::open_sealed(storage, config, &[seal])
+    }
+
+    /// [`Journal::open`] with several seals: a store's catalog keeps one for every segment a
+    /// claim sealed that still exists, since a segment sealed by one claim is no longer the
+    /// newest at the next. Seals of segment 0 are ignored.
+    ///
+    /// # Errors
+    /// As [`Journal::open`].
+    pub fn open_sealed(
+        storage: Arc<dyn Storage>,
+        config: JournalConfig,
+        seals: &[Seal],
+    ) -> Result<Self> {
         if config.segment_bytes == 0 || config.segment_bytes > u64::from(u32::MAX) {
             return Err(Error::InvalidArgument {
                 reason: "journal segment_bytes must be 1 byte to 4 GiB".into(),
             });
         }
-        let (scan, mut writer, _) = scan_segments(storage.as_ref(), seal, true)?;
-        if seal.segment != 0 && writer.segments.contains_key(&seal.segment) {
-            writer.sealed = Some(seal.segment);
-        }
+        let (scan, mut writer, _) = scan_segments(storage.as_ref(), seals, true)?;
+        writer.sealed = writer
+            .segments
+            .keys()
+            .next_back()
+            .copied()
+            .filter(|newest| seals.iter().any(|s| s.segment == *newest));
         let files = writer
             .segments
             .iter()
@@ -436,6 +478,7 @@ impl Journal {
             index: Mutex::new(scan.index),
             files: RwLock::new(files),
             counters: Counters::default(),
+            owner: RwLock::new(None),
         })
     }
 
@@ -450,6 +493,49 @@ impl Journal {
                 segment: *s,
                 len: seg.len,
             })
+    }
+
+    /// Seals the newest segment at its verified end and returns the seal ([`Seal::default`]
+    /// when there is no segment): this journal never appends to it again, and the owner records
+    /// the seal so every later open ignores what a former owner appends past it.
+    pub fn seal_tail(&self) -> Seal {
+        let mut w = lock(&self.writer);
+        let tail = w
+            .segments
+            .iter()
+            .next_back()
+            .map_or(Seal::default(), |(s, seg)| Seal {
+                segment: *s,
+                len: seg.len,
+            });
+        if tail.segment != 0 {
+            w.sealed = Some(tail.segment);
+        }
+        tail
+    }
+
+    /// Every later tick and rollover runs `check` (see the module docs, "Ownership"); an
+    /// error from it latches the journal.
+    pub fn set_owner_check(&self, check: OwnerCheck) {
+        *self
+            .owner
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(check);
+    }
+
+    /// Runs the owner's check; an error latches the journal.
+    fn check_owner(&self) -> Result<()> {
+        let check = self
+            .owner
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let Some(check) = check else { return Ok(()) };
+        let checked = (check.0)();
+        if checked.is_err() {
+            lock(&self.writer).latched = true;
+        }
+        checked
     }
 
     /// Every cursor with a committed marker.
@@ -854,6 +940,8 @@ impl Journal {
                 }
             }
         }
+        // A former owner must not delete what the new owner reads.
+        self.check_owner()?;
         let mut w = lock(&self.writer);
         w.segments.remove(&oldest);
         if w.sealed == Some(oldest) {
@@ -1029,6 +1117,7 @@ impl Tick<'_> {
         if dir {
             j.sync_dir(&mut self.stats)?;
         }
+        j.check_owner()?;
         {
             let mut index = lock(&j.index);
             self.stats.cursors = commits.len() as u64;

@@ -12,6 +12,12 @@
 //! shared storage) is refused its next catalog write ([`Error::Fenced`]); every topic it opens
 //! is claimed again by the topic's own open, which fences the former owner's handle on that
 //! topic.
+//!
+//! The claim also seals the cursor journal ([`journal`], "Ownership"): after the catalog is
+//! written, the journal is opened with the seals the catalog holds, its newest segment is sealed
+//! at its verified end, and the seal is recorded in the catalog by a second compare-and-set.
+//! Whatever a former owner appends to that segment afterwards is ignored by every later open,
+//! and this owner's ticks start a new segment.
 
 mod catalog;
 pub mod index;
@@ -23,10 +29,12 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
+use crate::format::store::CatalogSeal;
 use crate::format::store::MAX_TOPIC_NAME_LEN;
 use crate::ledger::{LedgerConfig, ManagedLedger};
 use crate::meta::{FileMetaStore, MetaStore};
 use crate::storage::{FileStorage, LockGuard, Storage};
+use journal::{Journal, JournalConfig, JournalStats, OwnerCheck, Seal, parse_segment_name};
 
 use catalog::CatalogHandle;
 pub use catalog::STORE_RECORD;
@@ -37,6 +45,8 @@ use space::TopicSpace;
 pub struct StoreConfig {
     /// Settings of every topic of the store.
     pub ledger: LedgerConfig,
+    /// Settings of the store's cursor journal.
+    pub journal: JournalConfig,
 }
 
 /// Every topic of a broker in one directory. Cheap to share (`Clone` shares the same store).
@@ -53,8 +63,9 @@ pub struct Store {
 struct Inner {
     storage: Arc<dyn Storage>,
     config: StoreConfig,
-    catalog: Mutex<CatalogHandle>,
+    catalog: Arc<Mutex<CatalogHandle>>,
     topics: Mutex<HashMap<String, Arc<ManagedLedger>>>,
+    journal: Arc<Journal>,
     lock: Arc<LockGuard>,
 }
 
@@ -62,14 +73,15 @@ impl Store {
     /// Opens the store in directory `dir`, creating the directory and the store if needed.
     ///
     /// The open takes the directory's lock and claims the store (its catalog is written again
-    /// by compare-and-set) before it opens anything; it opens no topic: [`Store::topic`] does,
-    /// on first use.
+    /// by compare-and-set) before it opens anything, then opens the cursor journal and seals
+    /// its newest segment (a second compare-and-set of the catalog, only when the seal
+    /// changed); it opens no topic: [`Store::topic`] does, on first use.
     ///
     /// # Errors
     /// [`Error::Locked`] while another store (in this process or another) holds the directory;
     /// [`Error::NotAckstore`] for a directory that holds files but no store catalog (a topic
     /// directory of [`ManagedLedger::open`], for instance); [`Error::Corrupted`] for a damaged
-    /// catalog.
+    /// catalog or journal segment.
     pub fn open(dir: impl AsRef<Path>, config: StoreConfig) -> Result<Self> {
         Self::open_with_storage(Arc::new(FileStorage::open(dir, true)?), config)
     }
@@ -79,13 +91,38 @@ impl Store {
     pub fn open_with_storage(storage: Arc<dyn Storage>, config: StoreConfig) -> Result<Self> {
         let lock = storage.lock()?;
         let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(storage.clone()));
-        let catalog = CatalogHandle::claim(storage.as_ref(), meta)?;
+        let mut catalog = CatalogHandle::claim(storage.as_ref(), meta)?;
+        let seals = journal_seals(catalog.catalog());
+        let journal = Journal::open_sealed(storage.clone(), config.journal, &seals)?;
+        let seal = journal.seal_tail();
+        let segments: Vec<u64> = storage
+            .list()?
+            .iter()
+            .filter_map(|n| parse_segment_name(n))
+            .collect();
+        catalog.record_seal(
+            CatalogSeal {
+                segment: seal.segment,
+                len: seal.len,
+            },
+            &segments,
+        )?;
+        let catalog = Arc::new(Mutex::new(catalog));
+        let held = Arc::downgrade(&catalog);
+        journal.set_owner_check(OwnerCheck(Arc::new(move || match held.upgrade() {
+            Some(c) => c
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .check_owner(),
+            None => Err(Error::Closed),
+        })));
         Ok(Self {
             inner: Arc::new(Inner {
                 storage,
                 config,
-                catalog: Mutex::new(catalog),
+                catalog,
                 topics: Mutex::new(HashMap::new()),
+                journal: Arc::new(journal),
                 lock: Arc::new(lock),
             }),
         })
@@ -148,6 +185,27 @@ impl Store {
         first.map_or(Ok(()), Err)
     }
 
+    /// The store's cursor journal, whose ticks and rollovers check this store still owns the
+    /// directory (for the tools and tests that drive it directly).
+    #[doc(hidden)]
+    #[must_use]
+    pub fn journal(&self) -> &Arc<Journal> {
+        &self.inner.journal
+    }
+
+    /// Counters of the store's cursor journal.
+    #[must_use]
+    pub fn journal_stats(&self) -> JournalStats {
+        self.inner.journal.stats()
+    }
+
+    /// The journal seals the store's catalog holds (what `inspect` and `verify` pass
+    /// [`journal::check_sealed`]).
+    #[must_use]
+    pub fn journal_seals(&self) -> Vec<Seal> {
+        journal_seals(self.catalog().catalog())
+    }
+
     /// The store's storage (for tools: `inspect`, `verify`).
     #[must_use]
     pub fn storage(&self) -> &Arc<dyn Storage> {
@@ -188,6 +246,20 @@ pub fn read_catalog(storage: Arc<dyn Storage>) -> Result<Option<crate::format::s
             crate::format::store::Catalog::decode(&bytes).map_err(|c| c.in_record(STORE_RECORD))
         })
         .transpose()
+}
+
+/// The journal seals `catalog` holds, as [`journal::check_sealed`] and
+/// [`Journal::open_sealed`] take them.
+#[must_use]
+pub fn journal_seals(catalog: &crate::format::store::Catalog) -> Vec<Seal> {
+    catalog
+        .seals
+        .iter()
+        .map(|s| Seal {
+            segment: s.segment,
+            len: s.len,
+        })
+        .collect()
 }
 
 fn check_topic_name(name: &str) -> Result<()> {

@@ -51,11 +51,17 @@ pub struct Fleet {
 impl Fleet {
     /// Opens the journal on `disk` and every cursor of [`cursor_ids`] from what it committed.
     pub fn open(disk: &MemStorage, config: JournalConfig, budget: usize) -> ackstore::Result<Self> {
-        let journal = Arc::new(Journal::open(
-            Arc::new(disk.clone()),
-            config,
-            Seal::default(),
-        )?);
+        Self::open_sealed(disk, config, budget, &[])
+    }
+
+    /// [`Fleet::open`] of a journal whose owner holds `seals` (see `Journal::open_sealed`).
+    pub fn open_sealed(
+        disk: &MemStorage,
+        config: JournalConfig,
+        budget: usize,
+        seals: &[Seal],
+    ) -> ackstore::Result<Self> {
+        let journal = Arc::new(Journal::open_sealed(Arc::new(disk.clone()), config, seals)?);
         let cursors = cursor_ids()
             .into_iter()
             .map(|id| {

@@ -341,9 +341,9 @@ fn run_store(
     storage: &Arc<dyn Storage>,
     catalog: &ackstore::internals::format::store::Catalog,
 ) -> Result<ExitCode> {
-    let journal = ackstore::internals::store::journal::check(
+    let journal = ackstore::internals::store::journal::check_sealed(
         storage.as_ref(),
-        ackstore::internals::store::journal::Seal::default(),
+        &ackstore::internals::store::journal_seals(catalog),
     )?;
     let mut topics = Vec::new();
     for topic in &catalog.topics {

@@ -124,9 +124,9 @@ fn run_store(
 ) -> Result<ExitCode> {
     let mut findings = Vec::new();
     let mut journal_records = 0;
-    match ackstore::internals::store::journal::check(
+    match ackstore::internals::store::journal::check_sealed(
         storage.as_ref(),
-        ackstore::internals::store::journal::Seal::default(),
+        &ackstore::internals::store::journal_seals(catalog),
     ) {
         Ok(check) => {
             journal_records = check.records;
