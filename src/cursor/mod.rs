@@ -143,8 +143,9 @@ pub(crate) trait TopicAccess: Send + Sync + fmt::Debug {
     /// How many appends (and closes) the topic has seen; read before a read that may wait.
     fn appends_seen(&self) -> u64;
     /// Blocks until the count of [`Self::appends_seen`] differs from `seen` or `deadline`
-    /// passes, whichever is first; returns the count. Woken by a condvar, never by polling.
-    fn wait_for_append(&self, seen: u64, deadline: std::time::Instant) -> u64;
+    /// passes (never when `None`: a timeout too large for an instant), whichever is first;
+    /// returns the count. Woken by a condvar, never by polling.
+    fn wait_for_append(&self, seen: u64, deadline: Option<std::time::Instant>) -> u64;
 }
 
 /// Name of the metadata record of cursor `id`. Only numeric ids name records: a cursor's own
@@ -849,7 +850,8 @@ impl Cursor {
     /// As [`Self::read_entries`]; [`Error::Closed`] when the cursor or the topic is closed
     /// meanwhile (a topic close wakes every waiting read).
     pub fn read_entries_or_wait(&self, max: usize, timeout: Duration) -> Result<Vec<Entry>> {
-        let deadline = Instant::now() + timeout;
+        // A timeout no instant can hold (`Duration::MAX`) waits for as long as it takes.
+        let deadline = Instant::now().checked_add(timeout);
         loop {
             let seen = self.shared.topic.appends_seen();
             let entries = self.read_entries(max)?;

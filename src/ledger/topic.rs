@@ -596,9 +596,16 @@ impl TopicAccess for TopicCore {
         self.check_version(self.owned_version.load(Ordering::SeqCst))
     }
 
-    fn wait_for_append(&self, seen: u64, deadline: Instant) -> u64 {
+    fn wait_for_append(&self, seen: u64, deadline: Option<Instant>) -> u64 {
         let mut count = lock(&self.appended);
         while *count == seen {
+            let Some(deadline) = deadline else {
+                count = self
+                    .appended_cv
+                    .wait(count)
+                    .unwrap_or_else(PoisonError::into_inner);
+                continue;
+            };
             let left = deadline.saturating_duration_since(Instant::now());
             if left == Duration::ZERO {
                 break;
