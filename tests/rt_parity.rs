@@ -1,5 +1,5 @@
 //! The cursor operations of Pulsar parity under hostile use: waits with extreme timeouts,
-//! out-of-range batch indexes and sizes, acks of many positions
+//! closes racing a waiting read, out-of-range batch indexes and sizes, acks of many positions
 //! with one bad one, skips past the end.
 
 mod support;
@@ -34,6 +34,39 @@ fn a_waiting_read_with_the_largest_timeout_returns_entries() {
     });
     assert_eq!(got.0.len(), 1);
     assert_eq!(got.0[0].position, got.1);
+    topic.close().unwrap();
+}
+
+/// Closing the cursor (not the topic) while another thread waits on it ends the wait with
+/// `Closed`, as the documentation says, instead of leaving the read asleep until its timeout.
+#[test]
+fn closing_the_cursor_wakes_its_waiting_read_with_closed() {
+    let (_disk, topic) = mem_topic(4);
+    let c = earliest(&topic, "sub");
+    let result = thread::scope(|s| {
+        let reader = s.spawn(|| c.read_entries_or_wait(10, Duration::from_secs(30)));
+        thread::sleep(Duration::from_millis(20));
+        c.close().unwrap();
+        reader.join().unwrap()
+    });
+    assert!(matches!(result, Err(Error::Closed)), "{result:?}");
+    topic.close().unwrap();
+}
+
+/// The same for a reader (non-durable cursor) closed while it waits.
+#[test]
+fn closing_a_reader_wakes_its_waiting_read_with_closed() {
+    let (_disk, topic) = mem_topic(4);
+    let r = topic
+        .open_non_durable_cursor(InitialPosition::Latest, Default::default())
+        .unwrap();
+    let result = thread::scope(|s| {
+        let reader = s.spawn(|| r.read_entries_or_wait(10, Duration::from_secs(30)));
+        thread::sleep(Duration::from_millis(20));
+        r.close().unwrap();
+        reader.join().unwrap()
+    });
+    assert!(matches!(result, Err(Error::Closed)), "{result:?}");
     topic.close().unwrap();
 }
 

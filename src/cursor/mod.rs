@@ -140,7 +140,8 @@ pub(crate) trait TopicAccess: Send + Sync + fmt::Debug {
     fn check_owner(&self) -> Result<()>;
     /// Called once a cursor is closed, so the topic forgets it.
     fn release(&self, cursor: &CursorShared);
-    /// How many appends (and closes) the topic has seen; read before a read that may wait.
+    /// How many appends (and topic or cursor closes) the topic has seen; read before a read
+    /// that may wait.
     fn appends_seen(&self) -> u64;
     /// Blocks until the count of [`Self::appends_seen`] differs from `seen` or `deadline`
     /// passes (never when `None`: a timeout too large for an instant), whichever is first;

@@ -81,7 +81,7 @@ pub(crate) struct TopicCore {
     /// Open non-durable cursors (readers): closed with the topic, never in the topic record,
     /// never consulted by trimming.
     readers: Mutex<Vec<Weak<CursorShared>>>,
-    /// Appends so far (and topic closes), counted under the lock of `appended_cv`: a waiting
+    /// Appends so far (and topic and cursor closes), counted under the lock of `appended_cv`: a waiting
     /// read sleeps on the condvar until the count moves past the value it saw before reading.
     appended: Mutex<u64>,
     appended_cv: Condvar,
@@ -624,19 +624,22 @@ impl TopicAccess for TopicCore {
     }
 
     fn release(&self, cursor: &CursorShared) {
-        if !cursor.is_durable() {
+        if cursor.is_durable() {
+            let mut open = self.cursors();
+            if open
+                .get(cursor.name())
+                .is_some_and(|c| std::ptr::eq(c.as_ref(), cursor))
+            {
+                open.remove(cursor.name());
+            }
+        } else {
             self.readers().retain(|r| {
                 r.upgrade()
                     .is_some_and(|r| !std::ptr::eq(r.as_ref(), cursor))
             });
-            return;
         }
-        let mut open = self.cursors();
-        if open
-            .get(cursor.name())
-            .is_some_and(|c| std::ptr::eq(c.as_ref(), cursor))
-        {
-            open.remove(cursor.name());
-        }
+        // A read of this cursor waiting for an append wakes and finds it closed; reads of
+        // other cursors wake and wait on for what is left of their timeout.
+        self.notify_appended();
     }
 }
