@@ -139,3 +139,140 @@ fn ack_many_is_all_or_nothing_and_takes_duplicates_and_any_order() {
     assert_eq!(c.entries_in_backlog(p[0], p[7]).unwrap(), 0);
     topic.close().unwrap();
 }
+
+/// A reader holding partial entries and acks in ledgers the topic then trims (readers do not
+/// hold trimming back): its backlog, reads, and waiting read only see retained entries, and the
+/// trimmed partial entries are not reported.
+#[test]
+fn a_reader_with_partial_entries_in_trimmed_ledgers_reads_only_what_is_retained() {
+    let (_disk, topic) = mem_topic(2);
+    let p = append_n(&topic, 6);
+    let r = topic
+        .open_non_durable_cursor(InitialPosition::Earliest, Default::default())
+        .unwrap();
+    r.ack_batch_index(p[0], 0, 3).unwrap();
+    r.ack_batch_index(p[1], 1, 3).unwrap();
+    r.ack(p[2]).unwrap();
+    let c = earliest(&topic, "sub");
+    c.ack_cumulative(p[3]).unwrap();
+    c.flush().unwrap();
+    topic.trim_consumed().unwrap();
+    let trimmed = r.ack_batch_index(p[1], 2, 3);
+    assert!(
+        matches!(trimmed, Ok(false) | Err(Error::NoSuchEntry(_))),
+        "{trimmed:?}"
+    );
+    let backlog = r.entries_in_backlog(p[0], p[5]).unwrap();
+    assert_eq!(
+        backlog, 2,
+        "p4 and p5 are what is retained and unacknowledged"
+    );
+    assert!(r.has_more_entries().unwrap());
+    let got: Vec<_> = r
+        .read_entries_or_wait(10, Duration::from_secs(30))
+        .unwrap()
+        .iter()
+        .map(|e| e.position)
+        .collect();
+    assert_eq!(got, vec![p[4], p[5]]);
+    assert_eq!(r.first_unacked().unwrap(), Some(p[4]));
+    assert_eq!(r.stats().unwrap().partial_entries, 0, "{:?}", r.stats());
+    topic.close().unwrap();
+}
+
+/// Threads acking messages of the same batches while others ack cumulatively, skip, seek the
+/// read position and flush: at the end every entry is acknowledged, no partial entry is left,
+/// the budget charge is back to zero, and a reopen finds everything acknowledged.
+#[test]
+fn batch_acks_racing_cumulative_acks_skips_and_flushes_leave_no_partial_state() {
+    let (disk, topic) = mem_topic(16);
+    let p = append_n(&topic, 400);
+    let c = earliest(&topic, "sub");
+    thread::scope(|s| {
+        for t in 0..2u32 {
+            let (c, p) = (&c, &p);
+            s.spawn(move || {
+                for (k, &pos) in p.iter().enumerate() {
+                    for i in (0..4).map(|i| (i + t + k as u32) % 4) {
+                        match c.ack_batch_index(pos, i, 4) {
+                            Ok(_) => {}
+                            Err(e) => panic!("{pos} {i}: {e:?}"),
+                        }
+                    }
+                }
+            });
+        }
+        s.spawn(|| {
+            for k in (0..400).step_by(37) {
+                let _ = c.ack_cumulative(p[k]);
+                c.seek_read_position(p[k / 2]).unwrap();
+                c.flush().unwrap();
+            }
+        });
+        s.spawn(|| {
+            for _ in 0..20 {
+                c.skip_entries(3).unwrap();
+                c.flush().unwrap();
+            }
+        });
+    });
+    c.flush().unwrap();
+    let s = c.stats().unwrap();
+    assert_eq!(c.mark_delete_position().unwrap(), Some(p[399]));
+    assert_eq!(s.partial_entries, 0);
+    assert_eq!(s.batch_index_bytes, 0);
+    assert_eq!(s.ackset.charged_bytes, 0);
+    drop(c);
+    drop(topic);
+    let topic = ManagedLedger::open_with_storage(
+        std::sync::Arc::new(disk.durable_image()),
+        support::topic::config(16),
+    )
+    .unwrap();
+    let c = earliest(&topic, "sub");
+    assert_eq!(c.mark_delete_position().unwrap(), Some(p[399]));
+    assert_eq!(c.stats().unwrap().partial_entries, 0);
+    topic.close().unwrap();
+}
+
+/// The budget charge follows the partial entries as whole-entry acks, many acks, cumulative
+/// acks and skips remove them, before any flush (a reader never flushes): `charged_bytes`
+/// equals `batch_index_bytes`, as documented, instead of keeping a charge for entries gone.
+#[test]
+fn the_budget_charge_follows_partial_entries_removed_by_other_acks() {
+    let (_disk, topic) = mem_topic(4);
+    let p = append_n(&topic, 40);
+    let durable = earliest(&topic, "sub");
+    let reader = topic
+        .open_non_durable_cursor(InitialPosition::Earliest, Default::default())
+        .unwrap();
+    for c in [&durable, &reader] {
+        let charge = |what: &str| {
+            let s = c.stats().unwrap();
+            assert_eq!(
+                s.ackset.charged_bytes as u64, s.batch_index_bytes,
+                "after {what}: {} partial entries",
+                s.partial_entries
+            );
+        };
+        for &pos in &p[1..] {
+            c.ack_batch_index(pos, 0, 5).unwrap();
+        }
+        charge("batch acks");
+        c.ack(p[3]).unwrap();
+        charge("a whole-entry ack");
+        c.ack_many(&p[5..10]).unwrap();
+        charge("ack_many");
+        c.ack_cumulative(p[20]).unwrap();
+        charge("a cumulative ack");
+        c.skip_entries(5).unwrap();
+        charge("a skip");
+        c.mark_delete_with_properties(p[30], Default::default())
+            .unwrap();
+        charge("mark_delete_with_properties");
+        c.ack_batch_index(p[35], 1, 5).unwrap();
+        c.seek(p[32]).unwrap();
+        charge("a seek");
+    }
+    topic.close().unwrap();
+}

@@ -543,6 +543,9 @@ impl Cursor {
             core.state.follow_trim(&layout)?;
         }
         let result = f(&mut core, &layout);
+        // Acks, skips and trims drop partial entries too: the budget charge follows them now,
+        // not at the next flush (which a reader never makes).
+        core.state.charge_batch();
         *lock(&self.shared.published_mark) = core.state.mark_delete;
         result
     }
@@ -628,7 +631,6 @@ impl Cursor {
                     core.state.batch.set_prefix(entry, batch_size, skip);
                     // The seek's flush committed exactly this prefix.
                     core.state.batch.mark_clean();
-                    core.state.charge_batch();
                 }
                 // What was just committed is exactly the new state.
                 core.dirty = false;
@@ -644,6 +646,7 @@ impl Cursor {
                 Ok(())
             }
         };
+        core.state.charge_batch();
         *lock(&shared.published_mark) = core.state.mark_delete;
         refreshed
     }
