@@ -276,3 +276,48 @@ fn the_budget_charge_follows_partial_entries_removed_by_other_acks() {
     }
     topic.close().unwrap();
 }
+
+/// `entries_in_backlog` and `has_more_entries` against a model, for bounds that are entries,
+/// holes between ledgers, past the end of a ledger, and the extremes.
+#[test]
+fn entries_in_backlog_agrees_with_a_model_for_any_bounds() {
+    let (_disk, topic) = mem_topic(5);
+    let p = append_n(&topic, 23);
+    let c = earliest(&topic, "sub");
+    let mut rng = support::workload::Rng::new(7);
+    let mut acked = std::collections::BTreeSet::new();
+    for _ in 0..10 {
+        let k = rng.index(p.len());
+        c.ack(p[k]).unwrap();
+        acked.insert(p[k]);
+    }
+    c.ack_cumulative(p[2]).unwrap();
+    acked.extend(p[..=2].iter().copied());
+    let mut bounds: Vec<Position> = p.clone();
+    for q in &p {
+        bounds.push(Position::new(q.ledger_id, q.entry_id + 1));
+        bounds.push(Position::new(q.ledger_id + 1, 0));
+        bounds.push(Position::new(q.ledger_id, u64::MAX));
+    }
+    bounds.push(Position::new(0, 0));
+    bounds.push(Position::new(u64::MAX, u64::MAX));
+    for &from in &bounds {
+        for &to in &bounds {
+            let want = p
+                .iter()
+                .filter(|q| **q >= from && **q <= to && !acked.contains(q))
+                .count() as u64;
+            assert_eq!(
+                c.entries_in_backlog(from, to).unwrap(),
+                want,
+                "{from}..={to}"
+            );
+        }
+    }
+    for &at in &bounds {
+        c.seek_read_position(at).unwrap();
+        let want = p.iter().any(|q| *q >= at && !acked.contains(q));
+        assert_eq!(c.has_more_entries().unwrap(), want, "read position {at}");
+    }
+    topic.close().unwrap();
+}
