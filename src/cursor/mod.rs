@@ -140,11 +140,13 @@ pub(crate) trait TopicAccess: Send + Sync + fmt::Debug {
     fn check_owner(&self) -> Result<()>;
     /// Called once a cursor is closed, so the topic forgets it.
     fn release(&self, cursor: &CursorShared);
-    /// How many appends (and closes) the topic has seen; read before a read that may wait.
+    /// How many appends (and topic or cursor closes) the topic has seen; read before a read
+    /// that may wait.
     fn appends_seen(&self) -> u64;
     /// Blocks until the count of [`Self::appends_seen`] differs from `seen` or `deadline`
-    /// passes, whichever is first; returns the count. Woken by a condvar, never by polling.
-    fn wait_for_append(&self, seen: u64, deadline: std::time::Instant) -> u64;
+    /// passes (never when `None`: a timeout too large for an instant), whichever is first;
+    /// returns the count. Woken by a condvar, never by polling.
+    fn wait_for_append(&self, seen: u64, deadline: Option<std::time::Instant>) -> u64;
 }
 
 /// Name of the metadata record of cursor `id`. Only numeric ids name records: a cursor's own
@@ -541,6 +543,9 @@ impl Cursor {
             core.state.follow_trim(&layout)?;
         }
         let result = f(&mut core, &layout);
+        // Acks, skips and trims drop partial entries too: the budget charge follows them now,
+        // not at the next flush (which a reader never makes).
+        core.state.charge_batch();
         *lock(&self.shared.published_mark) = core.state.mark_delete;
         result
     }
@@ -626,7 +631,6 @@ impl Cursor {
                     core.state.batch.set_prefix(entry, batch_size, skip);
                     // The seek's flush committed exactly this prefix.
                     core.state.batch.mark_clean();
-                    core.state.charge_batch();
                 }
                 // What was just committed is exactly the new state.
                 core.dirty = false;
@@ -642,6 +646,7 @@ impl Cursor {
                 Ok(())
             }
         };
+        core.state.charge_batch();
         *lock(&shared.published_mark) = core.state.mark_delete;
         refreshed
     }
@@ -849,7 +854,8 @@ impl Cursor {
     /// As [`Self::read_entries`]; [`Error::Closed`] when the cursor or the topic is closed
     /// meanwhile (a topic close wakes every waiting read).
     pub fn read_entries_or_wait(&self, max: usize, timeout: Duration) -> Result<Vec<Entry>> {
-        let deadline = Instant::now() + timeout;
+        // A timeout no instant can hold (`Duration::MAX`) waits for as long as it takes.
+        let deadline = Instant::now().checked_add(timeout);
         loop {
             let seen = self.shared.topic.appends_seen();
             let entries = self.read_entries(max)?;

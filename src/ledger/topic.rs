@@ -81,7 +81,7 @@ pub(crate) struct TopicCore {
     /// Open non-durable cursors (readers): closed with the topic, never in the topic record,
     /// never consulted by trimming.
     readers: Mutex<Vec<Weak<CursorShared>>>,
-    /// Appends so far (and topic closes), counted under the lock of `appended_cv`: a waiting
+    /// Appends so far (and topic and cursor closes), counted under the lock of `appended_cv`: a waiting
     /// read sleeps on the condvar until the count moves past the value it saw before reading.
     appended: Mutex<u64>,
     appended_cv: Condvar,
@@ -596,9 +596,16 @@ impl TopicAccess for TopicCore {
         self.check_version(self.owned_version.load(Ordering::SeqCst))
     }
 
-    fn wait_for_append(&self, seen: u64, deadline: Instant) -> u64 {
+    fn wait_for_append(&self, seen: u64, deadline: Option<Instant>) -> u64 {
         let mut count = lock(&self.appended);
         while *count == seen {
+            let Some(deadline) = deadline else {
+                count = self
+                    .appended_cv
+                    .wait(count)
+                    .unwrap_or_else(PoisonError::into_inner);
+                continue;
+            };
             let left = deadline.saturating_duration_since(Instant::now());
             if left == Duration::ZERO {
                 break;
@@ -617,19 +624,22 @@ impl TopicAccess for TopicCore {
     }
 
     fn release(&self, cursor: &CursorShared) {
-        if !cursor.is_durable() {
+        if cursor.is_durable() {
+            let mut open = self.cursors();
+            if open
+                .get(cursor.name())
+                .is_some_and(|c| std::ptr::eq(c.as_ref(), cursor))
+            {
+                open.remove(cursor.name());
+            }
+        } else {
             self.readers().retain(|r| {
                 r.upgrade()
                     .is_some_and(|r| !std::ptr::eq(r.as_ref(), cursor))
             });
-            return;
         }
-        let mut open = self.cursors();
-        if open
-            .get(cursor.name())
-            .is_some_and(|c| std::ptr::eq(c.as_ref(), cursor))
-        {
-            open.remove(cursor.name());
-        }
+        // A read of this cursor waiting for an append wakes and finds it closed; reads of
+        // other cursors wake and wait on for what is left of their timeout.
+        self.notify_appended();
     }
 }
