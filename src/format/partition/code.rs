@@ -849,7 +849,7 @@ fn set_cost(costs: &mut [u64], k: u8, value: u64) {
 /// set alone. `None` when it would be longer than `budget` bytes.
 pub fn gaps_body(words: &[u64], lo: u32, hi: u32, budget: usize) -> Option<Vec<u8>> {
     let (best, len) = gaps_plan(words, lo, hi, budget)?;
-    write_gaps(words, lo, hi, best, len)
+    Some(write_gaps(words, lo, hi, best, len))
 }
 
 /// Bytes of [`gaps_body`] for the same arguments, without writing it: `None` where
@@ -914,7 +914,7 @@ fn gaps_plan(words: &[u64], lo: u32, hi: u32, budget: usize) -> Option<(Plan, us
 }
 
 /// Writes the gaps body of `best`, `len` bytes long.
-fn write_gaps(words: &[u64], lo: u32, hi: u32, best: Plan, len: usize) -> Option<Vec<u8>> {
+fn write_gaps(words: &[u64], lo: u32, hi: u32, best: Plan, len: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(len);
     put_varint(&mut out, lo.into());
     put_varint(&mut out, (hi - lo).into());
@@ -930,7 +930,7 @@ fn write_gaps(words: &[u64], lo: u32, hi: u32, best: Plan, len: usize) -> Option
                 // A zero gap is a 0 bit (empty unary) and k zero bits.
                 writer.zeros(u64::from(zeros) * (u64::from(k) + 1));
             });
-            Some(writer.finish())
+            writer.finish()
         }
         Code::Bounded { min, range } => {
             out.push(holes_flag | BOUNDED_FLAG);
@@ -940,7 +940,7 @@ fn write_gaps(words: &[u64], lo: u32, hi: u32, best: Plan, len: usize) -> Option
             let (width, short) = truncated_binary(range);
             if width == 0 {
                 // One possible value (every gap equal): each code is zero bits long.
-                return Some(out);
+                return out;
             }
             let mut writer = BitWriter::new(out);
             for_each_gap(words, lo, hi, best.holes, |gap, zeros| {
@@ -955,7 +955,7 @@ fn write_gaps(words: &[u64], lo: u32, hi: u32, best: Plan, len: usize) -> Option
                 // With zero gaps min is 0, and 0 < short: `width` zero bits each.
                 writer.zeros(u64::from(zeros) * u64::from(width));
             });
-            Some(writer.finish())
+            writer.finish()
         }
     }
 }
