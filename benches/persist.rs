@@ -6,7 +6,8 @@
 //!   encoding of the same ranges (`ackset::pulsar::message_range_bytes`), both modes;
 //! - recovery of 1M and 10M holes: open to first read (lazy), and to full load;
 //! - encoding one partition record (`encode_partition`, version 2) of a 50,000-entry ledger per
-//!   ack pattern, against version 1's roaring copy (`encode_partition_v1`) of the same set.
+//!   ack pattern, against version 1's roaring copy (`encode_partition_v1`) of the same set;
+//! - decoding that record (`decode_partition`), against decoding the version 1 record.
 //!
 //! Run: `cargo bench --bench persist -- --warm-up-time 1 --measurement-time 5`.
 
@@ -21,7 +22,9 @@ use ackstore::internals::ackset::RangeSetWrapper;
 use ackstore::internals::ackset::pulsar::message_range_bytes;
 use ackstore::internals::cursor::persist::{CursorPersister, PersistedState};
 use ackstore::internals::cursor::recover::recover;
-use ackstore::internals::format::partition::{PartitionKey, encode_partition, encode_partition_v1};
+use ackstore::internals::format::partition::{
+    PartitionKey, decode_partition, encode_partition, encode_partition_v1,
+};
 use ackstore::internals::log::{EntryLog, LogConfig};
 use ackstore::internals::meta::{FileMetaStore, MetaStore};
 use ackstore::{FileStorage, Storage};
@@ -270,6 +273,32 @@ fn encode(c: &mut Criterion) {
     group.finish();
 }
 
+fn decode(c: &mut Criterion) {
+    let mut group = c.benchmark_group("persist/decode_partition_50000");
+    let key = PartitionKey {
+        ledger_id: 7,
+        chunk: 0,
+    };
+    for pattern in [
+        "alternating",
+        "random:0.5",
+        "random:0.99",
+        "holes:100",
+        "random:0.01",
+    ] {
+        let set = partition_set(pattern);
+        let v2 = encode_partition(key, &set);
+        let v1 = encode_partition_v1(key, &set);
+        group.bench_function(format!("{pattern}/v2"), |b| {
+            b.iter(|| black_box(decode_partition(black_box(&v2))));
+        });
+        group.bench_function(format!("{pattern}/v1_baseline"), |b| {
+            b.iter(|| black_box(decode_partition(black_box(&v1))));
+        });
+    }
+    group.finish();
+}
+
 fn settings() -> Criterion {
     Criterion::default()
         .warm_up_time(Duration::from_secs(1))
@@ -280,6 +309,6 @@ fn settings() -> Criterion {
 criterion_group! {
     name = benches;
     config = settings();
-    targets = flush_after_one_ack, full_persist, recovery, encode
+    targets = flush_after_one_ack, full_persist, recovery, encode, decode
 }
 criterion_main!(benches);

@@ -308,9 +308,13 @@ pub fn encode_partition_v1(key: PartitionKey, bitmap: &RoaringBitmap) -> Vec<u8>
 /// Checks, in order: length, magic, CRC (before any other field is trusted), version, then the
 /// version's fields: every length and count against what remains and its maximum before
 /// anything is allocated, and finally that the bytes are the one encoding the set has in that
-/// version. Decoding a version 2 record allocates, whatever the record claims, the set's dense
-/// form (a fixed 8 KiB), its re-encoding (no longer than the record) and its smallest roaring
-/// form (at most 8 KiB).
+/// version. In version 2 that last check does not re-encode the record: the encoding byte must
+/// be the one the encoder's pricing picks for the decoded set (priced, no body written), and
+/// the body must be that encoding's bytes (a bitmap body by its zero padding and length, a
+/// roaring body against the set's canonical roaring form, which the decoder builds anyway, a
+/// gaps body against its re-encoding). Decoding a version 2 record allocates, whatever the
+/// record claims, the set's dense form (a fixed 8 KiB), its smallest roaring form (at most
+/// 8 KiB) and, for a gaps record, its re-encoding (no longer than the record).
 pub fn decode_partition(bytes: &[u8]) -> Result<(PartitionKey, RoaringBitmap), Corruption> {
     let bad = |at: usize, kind: CorruptionKind| Corruption::new(kind, at);
     if bytes.len() < V2_MIN_LEN {
@@ -329,7 +333,7 @@ pub fn decode_partition(bytes: &[u8]) -> Result<(PartitionKey, RoaringBitmap), C
         return Err(bad(covered.len(), CorruptionKind::ChecksumMismatch));
     }
     match read_u16(covered, VERSION_AT) {
-        VERSION => decode_v2(bytes, covered, &bad),
+        VERSION => decode_v2(covered, &bad),
         VERSION_1 => decode_v1(bytes, covered, &bad),
         version => Err(bad(
             VERSION_AT,
@@ -340,7 +344,6 @@ pub fn decode_partition(bytes: &[u8]) -> Result<(PartitionKey, RoaringBitmap), C
 
 /// The fields of a version 2 record whose CRC has been checked (`covered` is all but the CRC).
 fn decode_v2(
-    bytes: &[u8],
     covered: &[u8],
     bad: &dyn Fn(usize, CorruptionKind) -> Corruption,
 ) -> Result<(PartitionKey, RoaringBitmap), Corruption> {
@@ -363,31 +366,67 @@ fn decode_v2(
     let key = PartitionKey { ledger_id, chunk };
     let body_at = fields.offset();
     let body = fields.rest();
+    let not_canonical = || {
+        bad(
+            ENCODING_AT,
+            CorruptionKind::InvalidField("partition encoding"),
+        )
+    };
+    // The key's varints are the shortest ones.
+    if body_at != V2_FIXED_LEN + code::varint_len(ledger_id) + code::varint_len(chunk) {
+        return Err(not_canonical());
+    }
     let body_error = |e: code::BodyError| match e {
         code::BodyError::Span => bad(body_at, CorruptionKind::InvalidField("span")),
         code::BodyError::Length => bad(body_at, CorruptionKind::BadLength),
         code::BodyError::Code => bad(body_at, CorruptionKind::InvalidField("gap code")),
+        code::BodyError::NotCanonical => not_canonical(),
     };
+    let bad_bitmap = || bad(body_at, CorruptionKind::InvalidField("bitmap"));
     let words = match encoding {
-        PartitionEncoding::Empty if body.is_empty() => Some(code::empty_words()),
+        PartitionEncoding::Empty if body.is_empty() => code::empty_words(),
         PartitionEncoding::Empty => return Err(bad(body_at, CorruptionKind::BadLength)),
-        PartitionEncoding::Roaring | PartitionEncoding::RoaringV1 => code::parse_roaring(body),
-        PartitionEncoding::Gaps => {
-            Some(code::decode_gaps(body, PARTITION_SPAN).map_err(body_error)?)
+        PartitionEncoding::Roaring | PartitionEncoding::RoaringV1 => {
+            code::parse_roaring(body).ok_or_else(bad_bitmap)?
         }
-        PartitionEncoding::Bitmap => {
-            Some(code::decode_span(body, PARTITION_SPAN).map_err(body_error)?)
+        PartitionEncoding::Gaps => code::decode_gaps(body, PARTITION_SPAN).map_err(body_error)?,
+        PartitionEncoding::Bitmap => code::decode_span(body, PARTITION_SPAN).map_err(body_error)?,
+    };
+    // Canonical: the encoding is the one the encoder picks for this set, and the body is the
+    // bytes it writes in that encoding. The encoder's choice is priced without writing the
+    // bodies it does not pick; each body is compared by the cheapest sufficient test.
+    let roaring = code::roaring_body(&words);
+    let canonical = match code::bounds(&words) {
+        // Only the empty body decodes to the empty set.
+        None => encoding == PartitionEncoding::Empty,
+        Some((lo, hi)) => {
+            let span_len = code::span_body_len(lo, hi);
+            let budget = span_len.min(roaring.len());
+            match encoding {
+                // The encoder writes gaps exactly when they fit in `budget`.
+                PartitionEncoding::Gaps => {
+                    code::gaps_body(&words, lo, hi, budget).as_deref() == Some(body)
+                }
+                // Zero padding (checked by `decode_span`) and the shortest span varints: the
+                // body has exactly the encoder's length.
+                PartitionEncoding::Bitmap => {
+                    span_len <= roaring.len()
+                        && body.len() == span_len
+                        && code::gaps_len(&words, lo, hi, budget).is_none()
+                }
+                PartitionEncoding::Roaring | PartitionEncoding::RoaringV1 => {
+                    span_len > roaring.len()
+                        && roaring == body
+                        && code::gaps_len(&words, lo, hi, budget).is_none()
+                }
+                PartitionEncoding::Empty => false,
+            }
         }
+    };
+    if !canonical {
+        return Err(not_canonical());
     }
-    .ok_or_else(|| bad(body_at, CorruptionKind::InvalidField("bitmap")))?;
-    if encode_words(key, &words) != bytes {
-        return Err(bad(
-            ENCODING_AT,
-            CorruptionKind::InvalidField("partition encoding"),
-        ));
-    }
-    let bitmap = code::bitmap_of(&words)
-        .ok_or_else(|| bad(body_at, CorruptionKind::InvalidField("bitmap")))?;
+    let bitmap = RoaringBitmap::deserialize_from(&roaring[..]).map_err(|_| bad_bitmap())?;
     Ok((key, bitmap))
 }
 

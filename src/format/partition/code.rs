@@ -442,12 +442,6 @@ pub fn roaring_body(words: &[u64]) -> Vec<u8> {
     out
 }
 
-/// The roaring bitmap of a set, built through roaring's checked deserialization of
-/// [`roaring_body`]: it holds the smallest container form and nothing larger is allocated.
-pub fn bitmap_of(words: &[u64]) -> Option<RoaringBitmap> {
-    RoaringBitmap::deserialize_from(&roaring_body(words)[..]).ok()
-}
-
 /// Calls `f(gap, zeros)` for the members of a class strictly between `lo` and `hi` (the acked
 /// offsets, or with `holes` the offsets not acked), one call per run of adjacent members: the
 /// run's first member has `gap` offsets between it and the previous member (or `lo`), and the
@@ -854,6 +848,19 @@ fn set_cost(costs: &mut [u64], k: u8, value: u64) {
 /// fewest bits (ties: acked entries, Rice, the smallest `k`), so the body is a function of the
 /// set alone. `None` when it would be longer than `budget` bytes.
 pub fn gaps_body(words: &[u64], lo: u32, hi: u32, budget: usize) -> Option<Vec<u8>> {
+    let (best, len) = gaps_plan(words, lo, hi, budget)?;
+    Some(write_gaps(words, lo, hi, best, len))
+}
+
+/// Bytes of [`gaps_body`] for the same arguments, without writing it: `None` where
+/// [`gaps_body`] returns `None`. The same plan decides both, so they never disagree.
+pub fn gaps_len(words: &[u64], lo: u32, hi: u32, budget: usize) -> Option<usize> {
+    gaps_plan(words, lo, hi, budget).map(|(_, len)| len)
+}
+
+/// The plan [`gaps_body`] writes and the body's length in bytes, or `None` when no class fits
+/// in `budget` bytes.
+fn gaps_plan(words: &[u64], lo: u32, hi: u32, budget: usize) -> Option<(Plan, usize)> {
     let acked = stats(words, lo, hi, false);
     let holes = stats(words, lo, hi, true);
     let budget_bits = |st: &Stats| {
@@ -903,6 +910,11 @@ pub fn gaps_body(words: &[u64], lo: u32, hi: u32, budget: usize) -> Option<Vec<u
     if len > budget {
         return None;
     }
+    Some((best, len))
+}
+
+/// Writes the gaps body of `best`, `len` bytes long.
+fn write_gaps(words: &[u64], lo: u32, hi: u32, best: Plan, len: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(len);
     put_varint(&mut out, lo.into());
     put_varint(&mut out, (hi - lo).into());
@@ -918,7 +930,7 @@ pub fn gaps_body(words: &[u64], lo: u32, hi: u32, budget: usize) -> Option<Vec<u
                 // A zero gap is a 0 bit (empty unary) and k zero bits.
                 writer.zeros(u64::from(zeros) * (u64::from(k) + 1));
             });
-            Some(writer.finish())
+            writer.finish()
         }
         Code::Bounded { min, range } => {
             out.push(holes_flag | BOUNDED_FLAG);
@@ -928,7 +940,7 @@ pub fn gaps_body(words: &[u64], lo: u32, hi: u32, budget: usize) -> Option<Vec<u
             let (width, short) = truncated_binary(range);
             if width == 0 {
                 // One possible value (every gap equal): each code is zero bits long.
-                return Some(out);
+                return out;
             }
             let mut writer = BitWriter::new(out);
             for_each_gap(words, lo, hi, best.holes, |gap, zeros| {
@@ -943,7 +955,7 @@ pub fn gaps_body(words: &[u64], lo: u32, hi: u32, budget: usize) -> Option<Vec<u
                 // With zero gaps min is 0, and 0 < short: `width` zero bits each.
                 writer.zeros(u64::from(zeros) * u64::from(width));
             });
-            Some(writer.finish())
+            writer.finish()
         }
     }
 }
@@ -997,6 +1009,8 @@ pub enum BodyError {
     Length,
     /// A code runs past the body or puts a member outside the span.
     Code,
+    /// The body decodes, but it is not the bytes the encoder writes for that set.
+    NotCanonical,
 }
 
 /// Reads the span that starts both bodies; `hi` stays below `span` (2^16).
@@ -1096,7 +1110,9 @@ pub fn decode_gaps(body: &[u8], span: u64) -> Result<Words, BodyError> {
     Ok(words)
 }
 
-/// Decodes a bitmap body into the dense form.
+/// Decodes a bitmap body into the dense form, a byte at a time. The body must be the one
+/// [`span_body`] writes for that set: its padding bits past `hi - 1` are zero
+/// ([`BodyError::NotCanonical`] otherwise).
 pub fn decode_span(body: &[u8], span: u64) -> Result<Words, BodyError> {
     let mut fields = Reader::new(body);
     let (lo, hi) = read_span(&mut fields, span)?;
@@ -1105,21 +1121,31 @@ pub fn decode_span(body: &[u8], span: u64) -> Result<Words, BodyError> {
     if bits.len() != (inner as usize).div_ceil(8) {
         return Err(BodyError::Length);
     }
+    if !inner.is_multiple_of(8)
+        && let Some(last) = bits.last()
+        && last >> (inner % 8) != 0
+    {
+        return Err(BodyError::NotCanonical);
+    }
     let mut words = empty_words();
     set_bit(&mut words, lo);
     set_bit(&mut words, hi);
+    // With zero padding, the last bit set is at most `hi - 1`, below 2^16: every byte lands
+    // in the 1,024 words (a byte straddling two words sets bits in both).
+    let start = lo + 1;
     for (i, &byte) in bits.iter().enumerate() {
-        let mut b = byte;
-        while b != 0 {
-            let v = lo + 1 + 8 * i as u32 + b.trailing_zeros();
-            // Padding bits past `hi - 1` are kept: the re-encoding then differs and the
-            // record is refused.
-            if v < 1 << 16 {
-                set_bit(&mut words, v);
-            } else {
-                return Err(BodyError::Code);
-            }
-            b &= b - 1;
+        if byte == 0 {
+            continue;
+        }
+        let at = start as usize + 8 * i;
+        let (w, shift) = (at / 64, at % 64);
+        if let Some(word) = words.get_mut(w) {
+            *word |= u64::from(byte) << shift;
+        }
+        if shift > 56
+            && let Some(word) = words.get_mut(w + 1)
+        {
+            *word |= u64::from(byte) >> (64 - shift);
         }
     }
     Ok(words)

@@ -363,6 +363,23 @@ fn decoder_refuses_non_canonical_records() {
 }
 
 #[test]
+fn decoder_refuses_a_bitmap_body_where_another_encoding_is_shorter() {
+    // {0, 100, 200}: a valid bitmap body (199 inner bits, bit 99 set), but the gaps are shorter.
+    let mut body = vec![0x00, 0xC8, 0x01];
+    let mut bits = vec![0u8; 199usize.div_ceil(8)];
+    bits[99 / 8] |= 1 << (99 % 8);
+    body.extend_from_slice(&bits);
+    assert_eq!(
+        corruption(&v2_record(3, &body)),
+        CorruptionKind::InvalidField("partition encoding")
+    );
+    // The same set as the encoder writes it decodes.
+    let set = RoaringBitmap::from([0, 100, 200]);
+    assert_ne!(encoding(&set), PartitionEncoding::Bitmap);
+    roundtrip(&set);
+}
+
+#[test]
 fn a_short_record_decodes_without_a_large_container() {
     // One hole in a full partition: a few bytes on disk, two runs in memory.
     let one_hole: RoaringBitmap = (0..1 << 16).filter(|v| *v != 30_000).collect();
