@@ -20,6 +20,11 @@ use crate::position::Position;
 use super::super::store::append_entry;
 use super::{CursorPersister, FlushStats};
 
+/// Most rows a marker holds its batch table inline; a larger table goes to batch pages
+/// (kind 6) and the marker lists those instead, so the table takes at most this many rows'
+/// bytes of a marker until more than this many pages are needed.
+pub(crate) const BATCH_INLINE_ROWS: usize = 16;
+
 /// Where a partition's committed batch-index entry is, and its size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct BatchLocation {
