@@ -361,10 +361,13 @@ impl CursorPersister {
 
     /// Bytes the encoded properties may take so that every later marker or snapshot fits in one
     /// entry: the largest entry less a marker's fixed part and its largest inline table.
+    /// The batch table is counted at its largest inline size, [`BATCH_INLINE_ROWS`] rows,
+    /// which is also the room of that many batch-page references.
     pub(crate) fn property_room(&self) -> usize {
         let fixed = marker_len(&PersistedState::default(), TableRef::Inline(&[]));
+        let batch = 4 + BATCH_INLINE_ROWS * BATCH_ROW_LEN;
         self.max_entry_size()
-            .saturating_sub(fixed + self.rows_per_page() * ROW_LEN)
+            .saturating_sub(fixed + self.rows_per_page() * ROW_LEN + batch)
     }
 
     /// Rows a batch page holds (a page must fit in one entry).
