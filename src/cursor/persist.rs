@@ -11,8 +11,9 @@
 //!   the ledger is synced. The marker is the commit point, and only references entries of its
 //!   own ledger written before it. Only then are the written partitions marked clean.
 //! - Batch-index acks (`persist/batch.rs`): a partition whose partial entries changed gets a
-//!   batch-index entry before the marker, which lists every partition's in its batch table; a
-//!   snapshot carries them inline.
+//!   batch-index entry before the marker, which lists every partition's in its batch table
+//!   (inline, or through batch pages when it has more than 16 rows); a snapshot carries them
+//!   inline.
 //! - [`PersistMode::SingleEntry`]: one snapshot entry holds every range. Over
 //!   `max_ranges_single_entry` or the entry size the flush is loud: an error with nothing
 //!   written ([`OverflowPolicy::Error`]), or a logged warning plus a counter in

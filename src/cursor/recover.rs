@@ -10,8 +10,8 @@
 //!   waits only for the marker and its pages;
 //! - a single-entry snapshot: decoded into the ack set.
 //!
-//! Batch-index state is restored eagerly: every batch-index entry a marker's batch table
-//! references is read, CRC-checked and decoded as part of verifying the marker (a damaged one
+//! Batch-index state is restored eagerly: the marker's batch pages, if any, and every
+//! batch-index entry its batch table references are read, CRC-checked and decoded as part of verifying the marker (a damaged one
 //! makes the walk pass over that marker, like a damaged partition), and a snapshot carries its
 //! own. The record's fallback holds no holes and no partial entries.
 //!
