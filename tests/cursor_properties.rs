@@ -175,3 +175,67 @@ fn removing_a_property_frees_room_for_another_at_the_count_limit() {
         c.flush().unwrap();
     });
 }
+
+/// Properties as large as `set_property` accepts and a partition table as large as a marker
+/// holds inline leave room for the batch table: flushes with 1 to 20 partitions holding
+/// partial entries (inline up to 16 rows, batch pages past that) all succeed, and a reopen
+/// finds every property and partial entry.
+#[test]
+fn properties_filling_their_room_leave_space_for_the_batch_table() {
+    let base = config(4);
+    let rows = 16;
+    let cfg = LedgerConfig {
+        cursor: CursorConfig {
+            max_entry_size: 4096,
+            index_page_rows: rows,
+            ..CursorConfig::default()
+        },
+        log: ackstore::LogConfig {
+            max_entry_size: 4096,
+            ..base.log
+        },
+        ..base
+    };
+    let disk = MemStorage::new();
+    let topic = open(&disk, cfg.clone());
+    let partial_ledgers = 20;
+    let p = append_n(&topic, 4 * (rows + partial_ledgers) as u64);
+    topic.sync().unwrap();
+    let c = topic
+        .open_cursor("sub", CursorOptions::default())
+        .expect("cursor");
+    // One hole in each of `rows` ledgers: the marker's inline table is full.
+    for l in 0..rows {
+        c.ack(p[4 * l + 2]).unwrap();
+    }
+    let mut k = 0;
+    while c
+        .set_property(&format!("property-{k:04}"), i64::MAX)
+        .is_ok()
+    {
+        k += 1;
+    }
+    assert!(k > 10, "{k} properties");
+    c.flush().unwrap();
+    let partial: Vec<_> = (rows..rows + partial_ledgers)
+        .map(|l| p[4 * l + 1])
+        .collect();
+    for &pos in &partial {
+        c.ack_batch_index(pos, 0, 3).unwrap();
+        let flushed = c.flush();
+        assert!(flushed.is_ok(), "{flushed:?}");
+    }
+    let properties = c.properties().unwrap();
+    drop(c);
+    std::mem::forget(topic);
+    let topic = open(&disk.durable_image(), cfg);
+    let c = topic
+        .open_cursor("sub", CursorOptions::default())
+        .expect("cursor");
+    assert_eq!(c.properties().unwrap(), properties);
+    for &pos in &partial {
+        assert!(c.is_batch_index_acked(pos, 0).unwrap(), "{pos}");
+        assert!(!c.is_batch_index_acked(pos, 1).unwrap(), "{pos}");
+    }
+    topic.close().unwrap();
+}

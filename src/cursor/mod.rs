@@ -999,8 +999,9 @@ impl Cursor {
     /// [`MAX_PROPERTIES`](crate::MAX_PROPERTIES) (4,096) properties; and
     /// all properties together (2 + name length + 8 bytes each) within one cursor-ledger entry
     /// ([`CursorConfig::max_entry_size`], at most the entry log's), less room for a marker's
-    /// largest inline table ([`CursorConfig::index_page_rows`] rows of 36 bytes). Replacing the
-    /// value of an existing property is always accepted.
+    /// largest inline table ([`CursorConfig::index_page_rows`] rows of 36 bytes) and for its
+    /// batch table (4 + 16 rows of 32 bytes: as large as it gets inline, and the room of 16
+    /// batch pages). Replacing the value of an existing property is always accepted.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a name over the limit, [`Error::LimitExceeded`] for a

@@ -11,8 +11,9 @@
 //!   the ledger is synced. The marker is the commit point, and only references entries of its
 //!   own ledger written before it. Only then are the written partitions marked clean.
 //! - Batch-index acks (`persist/batch.rs`): a partition whose partial entries changed gets a
-//!   batch-index entry before the marker, which lists every partition's in its batch table; a
-//!   snapshot carries them inline.
+//!   batch-index entry before the marker, which lists every partition's in its batch table
+//!   (inline, or through batch pages when it has more than 16 rows); a snapshot carries them
+//!   inline.
 //! - [`PersistMode::SingleEntry`]: one snapshot entry holds every range. Over
 //!   `max_ranges_single_entry` or the entry size the flush is loud: an error with nothing
 //!   written ([`OverflowPolicy::Error`]), or a logged warning plus a counter in
@@ -34,8 +35,9 @@ use crate::cursor::batch::BatchAcks;
 use crate::error::{Error, Result};
 pub use crate::format::cursor::PersistedState;
 use crate::format::cursor::{
-    BatchRow, EntryKind, PageRef, PartitionRow, ROW_LEN, TableRef, encode_index_page,
-    encode_marker_with_batch, index_page_len, marker_len, payload_crc,
+    BATCH_ROW_LEN, BatchRef, BatchRow, EntryKind, PageRef, PartitionRow, ROW_LEN, TableRef,
+    batch_page_len, encode_batch_page, encode_index_page, encode_marker_with_batch_ref,
+    index_page_len, marker_len, payload_crc,
 };
 use crate::format::meta::{CursorIdentity, CursorRecord};
 use crate::log::EntryLog;
@@ -54,7 +56,7 @@ use super::store::{
 use super::table::{CommittedTable, PagePlan, plan_pages};
 
 mod batch;
-pub(crate) use batch::{BatchLocation, BatchTable};
+pub(crate) use batch::{BATCH_INLINE_ROWS, BatchLocation, BatchTable};
 
 /// Flushes between refreshes of the cursor record's fallback mark-delete.
 pub const DEFAULT_RECORD_REFRESH_FLUSHES: u64 = 64;
@@ -134,6 +136,9 @@ pub struct CursorPersister {
     committed: CommittedTable,
     /// The batch-index entries the last marker references.
     batch_table: BatchTable,
+    /// The batch pages holding that batch table (empty when it was inline, or not known since
+    /// a recovery: the next flush that pages it writes them afresh).
+    batch_pages: Vec<PageRef>,
     stats: PersistStats,
     pending_deletes: Vec<u64>,
     rollover_requested: bool,
@@ -223,6 +228,7 @@ impl CursorPersister {
             record: RecordOwner::new(meta, record_name, parts.record),
             committed: parts.committed,
             batch_table: parts.batch_table,
+            batch_pages: Vec::new(),
             stats,
             pending_deletes: Vec::new(),
             rollover_requested: false,
@@ -356,10 +362,19 @@ impl CursorPersister {
 
     /// Bytes the encoded properties may take so that every later marker or snapshot fits in one
     /// entry: the largest entry less a marker's fixed part and its largest inline table.
+    /// The batch table is counted at its largest inline size, [`BATCH_INLINE_ROWS`] rows,
+    /// which is also the room of that many batch-page references.
     pub(crate) fn property_room(&self) -> usize {
         let fixed = marker_len(&PersistedState::default(), TableRef::Inline(&[]));
+        let batch = 4 + BATCH_INLINE_ROWS * BATCH_ROW_LEN;
         self.max_entry_size()
-            .saturating_sub(fixed + self.rows_per_page() * ROW_LEN)
+            .saturating_sub(fixed + self.rows_per_page() * ROW_LEN + batch)
+    }
+
+    /// Rows a batch page holds (a page must fit in one entry).
+    fn batch_rows_per_page(&self) -> usize {
+        let fit = (self.max_entry_size().saturating_sub(batch_page_len(0))) / BATCH_ROW_LEN;
+        self.config.index_page_rows.min(fit).max(2)
     }
 
     /// Persists `state` and every ack in `acks`, durably: when this returns `Ok`, a power cut
@@ -590,12 +605,19 @@ impl CursorPersister {
         let pages = self.write_pages(target, &rows, rollover, &mut flush)?;
         let batch_table = self.write_batch(batch, target, rollover, &mut flush)?;
         let batch_rows: Vec<BatchRow> = batch_table.values().map(|l| l.row).collect();
+        let batch_pages =
+            self.write_batch_pages(&batch_table, &batch_rows, target, rollover, &mut flush)?;
         let table = if pages.is_empty() {
             TableRef::Inline(&rows)
         } else {
             TableRef::Paged(&pages)
         };
-        let marker = encode_marker_with_batch(state, table, &batch_rows)?;
+        let batch_ref = if batch_pages.is_empty() {
+            BatchRef::Inline(&batch_rows)
+        } else {
+            BatchRef::Paged(&batch_pages)
+        };
+        let marker = encode_marker_with_batch_ref(state, table, batch_ref)?;
         let fresh = rollover.then_some(fresh_locations);
         self.commit(target, EntryKind::Marker, &marker, state, fresh)?;
         for key in dirty {
@@ -604,6 +626,10 @@ impl CursorPersister {
         self.stats.markers += 1;
         self.stats.persisted_bytes = state_bytes
             + batch_table.values().map(|l| l.len).sum::<u64>()
+            + batch_pages
+                .iter()
+                .map(|p| batch_page_len(p.rows as usize) as u64)
+                .sum::<u64>()
             + pages
                 .iter()
                 .map(|p| index_page_len(p.rows as usize) as u64)
@@ -616,6 +642,7 @@ impl CursorPersister {
             state: Some(state.clone()),
         };
         self.batch_table = batch_table;
+        self.batch_pages = batch_pages;
         Ok(flush)
     }
 
@@ -679,6 +706,45 @@ impl CursorPersister {
                     });
                 }
             }
+        }
+        Ok(pages)
+    }
+
+    /// Writes the batch pages a marker over `table` (rows `rows`) needs: none while the batch
+    /// table fits inline ([`BATCH_INLINE_ROWS`] rows), the committed pages again when the
+    /// table is unchanged and the ledger the same, otherwise every page afresh, each as full
+    /// as an entry allows. Returns the marker's page references.
+    fn write_batch_pages(
+        &self,
+        table: &BatchTable,
+        rows: &[BatchRow],
+        target: u64,
+        rollover: bool,
+        flush: &mut FlushStats,
+    ) -> Result<Vec<PageRef>> {
+        if rows.len() <= BATCH_INLINE_ROWS {
+            return Ok(Vec::new());
+        }
+        if !rollover && !self.batch_pages.is_empty() && *table == self.batch_table {
+            return Ok(self.batch_pages.clone());
+        }
+        let mut pages = Vec::new();
+        for page_rows in rows.chunks(self.batch_rows_per_page()) {
+            let payload = encode_batch_page(page_rows)?;
+            let entry_id = append_entry(
+                &self.log,
+                &self.shared,
+                target,
+                EntryKind::BatchPage,
+                &payload,
+            )?;
+            flush.pages += 1;
+            pages.push(PageRef {
+                first: page_rows.first().map_or((0, 0), BatchRow::key),
+                entry_id,
+                crc: payload_crc(&payload),
+                rows: u32::try_from(page_rows.len()).unwrap_or(u32::MAX),
+            });
         }
         Ok(pages)
     }
@@ -747,6 +813,7 @@ impl CursorPersister {
             this.stats.persisted_bytes = snapshot.payload.len() as u64;
             this.committed = CommittedTable::default();
             this.batch_table = BatchTable::new();
+            this.batch_pages = Vec::new();
             Ok(FlushStats {
                 commit_bytes: snapshot.payload.len() as u64,
                 snapshot_ranges: snapshot.ranges,

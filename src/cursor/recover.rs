@@ -10,8 +10,8 @@
 //!   waits only for the marker and its pages;
 //! - a single-entry snapshot: decoded into the ack set.
 //!
-//! Batch-index state is restored eagerly: every batch-index entry a marker's batch table
-//! references is read, CRC-checked and decoded as part of verifying the marker (a damaged one
+//! Batch-index state is restored eagerly: the marker's batch pages, if any, and every
+//! batch-index entry its batch table references are read, CRC-checked and decoded as part of verifying the marker (a damaged one
 //! makes the walk pass over that marker, like a damaged partition), and a snapshot carries its
 //! own. The record's fallback holds no holes and no partial entries.
 //!
@@ -28,8 +28,9 @@ use std::sync::Arc;
 use crate::ackset::{PartitionKey, RangeSetWrapper};
 use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::format::cursor::{
-    BatchPartition, EntryKind, PageRef, PartitionRow, PersistedState, Table, decode_batch_entry,
-    decode_index_page, decode_marker, decode_snapshot, payload_crc, peek_kind,
+    BatchPartition, BatchRow, EntryKind, Marker, PageRef, PartitionRow, PersistedState, Table,
+    decode_batch_entry, decode_batch_page, decode_index_page, decode_marker, decode_snapshot,
+    payload_crc, peek_kind,
 };
 use crate::log::EntryLog;
 use crate::meta::MetaStore;
@@ -288,7 +289,8 @@ fn walk_back(
         match log.read_meta(ledger, entry_id) {
             Ok(meta)
                 if meta.num_messages == u32::from(EntryKind::Partition.code())
-                    || meta.num_messages == u32::from(EntryKind::IndexPage.code()) =>
+                    || meta.num_messages == u32::from(EntryKind::IndexPage.code())
+                    || meta.num_messages == u32::from(EntryKind::BatchPage.code()) =>
             {
                 continue;
             }
@@ -314,7 +316,12 @@ fn walk_back(
                 .map(|_| ())
                 .map_err(|e| at_entry(ledger, entry_id, e))
                 .map(|()| Found::Snapshot { at, payload }),
-            Ok(EntryKind::Partition | EntryKind::IndexPage | EntryKind::BatchIndexes) => continue,
+            Ok(
+                EntryKind::Partition
+                | EntryKind::IndexPage
+                | EntryKind::BatchIndexes
+                | EntryKind::BatchPage,
+            ) => continue,
             Err(e) => Err(at_entry(ledger, entry_id, e)),
         };
         match attempt {
@@ -410,9 +417,50 @@ pub(super) fn verify_marker(
         }
         locations.insert(key, location);
     }
-    let mut batch = Vec::with_capacity(marker.batch.len());
+    let (batch, batch_table) = read_batch_table(log, at, &marker, &mut bytes)?;
+    Ok(FoundMarker {
+        at,
+        state: marker.state,
+        rows,
+        pages,
+        locations,
+        bytes,
+        batch,
+        batch_table,
+    })
+}
+
+/// Reads and checks the batch table of `marker` at `at`: its batch pages, if any, then every
+/// batch-index entry it lists; adds the bytes read to `bytes`.
+fn read_batch_table(
+    log: &EntryLog,
+    at: Position,
+    marker: &Marker<'_>,
+    bytes: &mut u64,
+) -> Result<(Vec<BatchPartition>, BatchTable)> {
+    let ledger = at.ledger_id;
+    let mut batch_rows: Vec<BatchRow> = marker.batch.iter().collect();
+    let batch_pages: Vec<PageRef> = marker.batch_pages.iter().collect();
+    for (i, page) in batch_pages.iter().enumerate() {
+        let page_payload = read_referenced(log, at, page.entry_id, page.crc)?;
+        *bytes += page_payload.len() as u64;
+        let page_rows =
+            decode_batch_page(&page_payload).map_err(|e| at_entry(ledger, page.entry_id, e))?;
+        let next = batch_pages.get(i + 1).map(|p| p.first);
+        let first = page_rows.iter().next().map(|r| r.key());
+        let in_range = page_rows.iter().all(|r| next.is_none_or(|n| r.key() < n));
+        if page_rows.len() != page.rows as usize || first != Some(page.first) || !in_range {
+            return Err(bad(
+                ledger,
+                page.entry_id,
+                CorruptionKind::InvalidField("batch page range"),
+            ));
+        }
+        batch_rows.extend(page_rows.iter());
+    }
+    let mut batch = Vec::with_capacity(batch_rows.len());
     let mut batch_table = BatchTable::new();
-    for row in marker.batch.iter() {
+    for row in batch_rows {
         let payload = read_referenced(log, at, row.entry_id, row.crc)?;
         let partition =
             decode_batch_entry(&payload).map_err(|e| at_entry(ledger, row.entry_id, e))?;
@@ -425,7 +473,7 @@ pub(super) fn verify_marker(
                 CorruptionKind::InvalidField("batch entry does not match its row"),
             ));
         }
-        bytes += payload.len() as u64;
+        *bytes += payload.len() as u64;
         batch_table.insert(
             PartitionKey {
                 ledger_id: row.ledger_id,
@@ -438,14 +486,5 @@ pub(super) fn verify_marker(
         );
         batch.push(partition);
     }
-    Ok(FoundMarker {
-        at,
-        state: marker.state,
-        rows,
-        pages,
-        locations,
-        bytes,
-        batch,
-        batch_table,
-    })
+    Ok((batch, batch_table))
 }

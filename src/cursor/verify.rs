@@ -8,8 +8,8 @@
 
 use crate::error::Result;
 use crate::format::cursor::{
-    EntryKind, decode_batch_entry, decode_index_page, decode_partition_entry, decode_snapshot,
-    peek_kind,
+    EntryKind, decode_batch_entry, decode_batch_page, decode_index_page, decode_partition_entry,
+    decode_snapshot, peek_kind,
 };
 use crate::format::partition::decode_partition;
 use crate::log::EntryLog;
@@ -25,7 +25,7 @@ pub struct LedgerCheck {
     pub entries: u64,
     /// Partition entries (committed or not).
     pub partitions: u64,
-    /// Index pages.
+    /// Index pages, of the partition table and of batch tables.
     pub index_pages: u64,
     /// Batch-index entries (committed or not).
     pub batch_entries: u64,
@@ -80,6 +80,10 @@ pub fn check_cursor_ledger(log: &EntryLog, ledger: u64) -> Result<LedgerCheck> {
                 EntryKind::IndexPage => {
                     check.index_pages += 1;
                     decode_index_page(&payload).map(|_| None).map_err(named)
+                }
+                EntryKind::BatchPage => {
+                    check.index_pages += 1;
+                    decode_batch_page(&payload).map(|_| None).map_err(named)
                 }
                 EntryKind::Marker => {
                     check.markers += 1;

@@ -5,7 +5,9 @@
 //! entries). A flush writes a batch-index entry only for a partition whose partial entries
 //! changed since the last commit (or that has no committed entry, as after a single-entry
 //! flush or a rollover's fresh ledger); the others keep their committed entry, or on a
-//! rollover have it copied, CRC-checked, to the new ledger. The marker references every one.
+//! rollover have it copied, CRC-checked, to the new ledger. The marker references every one,
+//! inline up to [`BATCH_INLINE_ROWS`] rows, otherwise through batch pages (kind 6) written
+//! before it: all of them when the table changed or the ledger is new, none otherwise.
 //!
 //! Must never: reference an entry of another ledger, or keep a row whose partition changed.
 
@@ -19,6 +21,11 @@ use crate::position::Position;
 
 use super::super::store::append_entry;
 use super::{CursorPersister, FlushStats};
+
+/// Most rows a marker holds its batch table inline; a larger table goes to batch pages
+/// (kind 6) and the marker lists those instead, so the table takes at most this many rows'
+/// bytes of a marker until more than this many pages are needed.
+pub(crate) const BATCH_INLINE_ROWS: usize = 16;
 
 /// Where a partition's committed batch-index entry is, and its size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -54,6 +54,12 @@ pub const SNAPSHOT_GROUP_LEN: usize = 8 + 4;
 pub const FLAG_BATCH: u16 = 1;
 /// Bytes of one batch-table row: ledger, chunk, entry id, CRC, partial-entry count.
 pub const BATCH_ROW_LEN: usize = 8 + 8 + 8 + 4 + 4;
+/// Frame flag of a marker whose batch table lives in batch pages (kind 6): the marker then
+/// lists page references ([`PAGE_REF_LEN`] each) where an inline batch table lists rows. Set
+/// only together with [`FLAG_BATCH`].
+pub const FLAG_BATCH_PAGED: u16 = 2;
+// A marker sizes its batch table the same whether it lists rows or pages.
+const _: () = assert!(PAGE_REF_LEN == BATCH_ROW_LEN);
 
 /// What a cursor-ledger entry holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +74,9 @@ pub enum EntryKind {
     IndexPage = 4,
     /// Batch-index acks of one partition (`batch.rs`).
     BatchIndexes = 5,
+    /// A page of a marker's batch table (rows of [`BATCH_ROW_LEN`] bytes), referenced by a
+    /// marker with [`FLAG_BATCH_PAGED`].
+    BatchPage = 6,
 }
 
 impl EntryKind {
@@ -78,6 +87,7 @@ impl EntryKind {
             3 => Some(Self::Snapshot),
             4 => Some(Self::IndexPage),
             5 => Some(Self::BatchIndexes),
+            6 => Some(Self::BatchPage),
             _ => None,
         }
     }
@@ -578,8 +588,19 @@ pub struct Marker<'a> {
     /// The live partitions (or the pages listing them).
     pub table: Table<'a>,
     /// The batch-index entries of the partitions with partial entries (empty when the marker
-    /// has no [`FLAG_BATCH`]).
+    /// has no [`FLAG_BATCH`], or when its batch table is paged).
     pub batch: BatchRows<'a>,
+    /// The batch pages holding the batch table (empty unless [`FLAG_BATCH_PAGED`]).
+    pub batch_pages: PageRefs<'a>,
+}
+
+/// How a marker lists the batch-index entries.
+#[derive(Debug, Clone, Copy)]
+pub enum BatchRef<'a> {
+    /// Every batch row in the marker itself (none: no batch table, flags unchanged).
+    Inline(&'a [BatchRow]),
+    /// The batch rows live in batch pages (kind 6); the marker lists the pages (at least one).
+    Paged(&'a [PageRef]),
 }
 
 /// Encoded size of a marker with `state` and a table of `rows` inline rows or `pages` pages.
@@ -627,6 +648,19 @@ pub fn encode_marker_with_batch(
     table: TableRef<'_>,
     batch: &[BatchRow],
 ) -> Result<Vec<u8>> {
+    encode_marker_with_batch_ref(state, table, BatchRef::Inline(batch))
+}
+
+/// Encodes a marker as [`encode_marker_with_batch`], its batch table either inline or, with
+/// [`BatchRef::Paged`], as count u32 (>= 1) then `count` page references ([`PAGE_REF_LEN`]
+/// bytes each, as the partition table's) to batch pages, with frame flags
+/// [`FLAG_BATCH`] | [`FLAG_BATCH_PAGED`]. A page reference and a batch row take the same
+/// bytes, so [`marker_with_batch_len`] sizes both.
+pub fn encode_marker_with_batch_ref(
+    state: &PersistedState,
+    table: TableRef<'_>,
+    batch: BatchRef<'_>,
+) -> Result<Vec<u8>> {
     state.validate()?;
     let (kind, count) = match table {
         TableRef::Inline(rows) => (TABLE_INLINE, rows.len()),
@@ -635,13 +669,21 @@ pub fn encode_marker_with_batch(
     let count = u32::try_from(count).map_err(|_| Error::LimitExceeded {
         reason: format!("{count} entries in one marker table"),
     })?;
-    let batch_count = u32::try_from(batch.len()).map_err(|_| Error::LimitExceeded {
-        reason: format!("{} rows in one marker's batch table", batch.len()),
+    let (batch_len, flags) = match batch {
+        BatchRef::Inline(rows) => (rows.len(), if rows.is_empty() { 0 } else { FLAG_BATCH }),
+        BatchRef::Paged(pages) => (pages.len(), FLAG_BATCH | FLAG_BATCH_PAGED),
+    };
+    if flags & FLAG_BATCH_PAGED != 0 && batch_len == 0 {
+        return Err(Error::InvalidArgument {
+            reason: "a paged batch table needs at least one page".into(),
+        });
+    }
+    let batch_count = u32::try_from(batch_len).map_err(|_| Error::LimitExceeded {
+        reason: format!("{batch_len} rows in one marker's batch table"),
     })?;
-    let flags = if batch.is_empty() { 0 } else { FLAG_BATCH };
     let mut out = start_frame_flags(
         EntryKind::Marker,
-        marker_with_batch_len(state, table, batch.len()) - HEADER_LEN - CRC_LEN,
+        marker_with_batch_len(state, table, batch_len) - HEADER_LEN - CRC_LEN,
         flags,
     );
     state.encode_into(&mut out);
@@ -651,10 +693,11 @@ pub fn encode_marker_with_batch(
         TableRef::Inline(rows) => rows.iter().for_each(|r| r.encode_into(&mut out)),
         TableRef::Paged(pages) => pages.iter().for_each(|p| p.encode_into(&mut out)),
     }
-    if !batch.is_empty() {
+    if batch_len > 0 {
         out.extend_from_slice(&batch_count.to_le_bytes());
-        for r in batch {
-            r.encode_into(&mut out);
+        match batch {
+            BatchRef::Inline(rows) => rows.iter().for_each(|r| r.encode_into(&mut out)),
+            BatchRef::Paged(pages) => pages.iter().for_each(|p| p.encode_into(&mut out)),
         }
     }
     Ok(end_frame(out))
@@ -662,7 +705,11 @@ pub fn encode_marker_with_batch(
 
 /// Decodes and verifies a marker (CRC, field ranges, table order).
 pub fn decode_marker(payload: &[u8]) -> Result<Marker<'_>, Corruption> {
-    let (mut body, flags) = open_frame_flags(payload, EntryKind::Marker, FLAG_BATCH)?;
+    let (mut body, flags) =
+        open_frame_flags(payload, EntryKind::Marker, FLAG_BATCH | FLAG_BATCH_PAGED)?;
+    if flags == FLAG_BATCH_PAGED {
+        return Err(corrupt(6, CorruptionKind::InvalidField("flags")));
+    }
     let state = PersistedState::decode_from(&mut body)?;
     let kind_at = body.offset();
     let kind = body.u8()?;
@@ -672,12 +719,25 @@ pub fn decode_marker(payload: &[u8]) -> Result<Marker<'_>, Corruption> {
         TABLE_PAGED => Table::Paged(decode_page_refs(&mut body, count)?),
         _ => return Err(corrupt(kind_at, CorruptionKind::InvalidField("table kind"))),
     };
-    let batch = if flags & FLAG_BATCH == 0 {
-        Records {
-            bytes: &[],
-            each: BATCH_ROW_LEN,
-            decode: BatchRow::decode,
+    let empty_pages = Records {
+        bytes: &[],
+        each: PAGE_REF_LEN,
+        decode: PageRef::decode,
+    };
+    let empty_rows = Records {
+        bytes: &[],
+        each: BATCH_ROW_LEN,
+        decode: BatchRow::decode,
+    };
+    let (batch, batch_pages) = if flags & FLAG_BATCH == 0 {
+        (empty_rows, empty_pages)
+    } else if flags & FLAG_BATCH_PAGED != 0 {
+        let at = body.offset();
+        let count = body.len_u32()?;
+        if count == 0 {
+            return Err(corrupt(at, CorruptionKind::InvalidField("batch table")));
         }
+        (empty_rows, decode_page_refs(&mut body, count)?)
     } else {
         let at = body.offset();
         let count = body.len_u32()?;
@@ -698,13 +758,14 @@ pub fn decode_marker(payload: &[u8]) -> Result<Marker<'_>, Corruption> {
                 CorruptionKind::InvalidField("batch row entries"),
             ));
         }
-        rows
+        (rows, empty_pages)
     };
     body.finish()?;
     Ok(Marker {
         state,
         table,
         batch,
+        batch_pages,
     })
 }
 
@@ -732,6 +793,52 @@ pub fn decode_index_page(payload: &[u8]) -> Result<Rows<'_>, Corruption> {
     let mut body = open_frame(payload, EntryKind::IndexPage)?;
     let count = body.len_u32()?;
     let rows = decode_rows(&mut body, count)?;
+    body.finish()?;
+    Ok(rows)
+}
+
+/// Encoded size of a batch page of `rows` rows.
+#[must_use]
+pub fn batch_page_len(rows: usize) -> usize {
+    HEADER_LEN + 4 + rows * BATCH_ROW_LEN + CRC_LEN
+}
+
+/// Encodes a batch page (kind 6). Body: row count u32 (>= 1), rows of [`BATCH_ROW_LEN`] bytes
+/// ascending by `(ledger, chunk)`, as in a marker's inline batch table.
+pub fn encode_batch_page(rows: &[BatchRow]) -> Result<Vec<u8>> {
+    let count = u32::try_from(rows.len()).map_err(|_| Error::LimitExceeded {
+        reason: format!("{} rows in one batch page", rows.len()),
+    })?;
+    let mut out = start_frame(EntryKind::BatchPage, 4 + rows.len() * BATCH_ROW_LEN);
+    out.extend_from_slice(&count.to_le_bytes());
+    for r in rows {
+        r.encode_into(&mut out);
+    }
+    Ok(end_frame(out))
+}
+
+/// Decodes and verifies a batch page: at least one row, ascending, none empty.
+pub fn decode_batch_page(payload: &[u8]) -> Result<BatchRows<'_>, Corruption> {
+    let mut body = open_frame(payload, EntryKind::BatchPage)?;
+    let at = body.offset();
+    let count = body.len_u32()?;
+    if count == 0 {
+        return Err(corrupt(at, CorruptionKind::InvalidField("batch page")));
+    }
+    let rows = decode_records(
+        &mut body,
+        count,
+        BATCH_ROW_LEN,
+        BatchRow::decode,
+        BatchRow::key,
+        "batch row order",
+    )?;
+    if let Some(i) = rows.iter().position(|r| r.entries == 0) {
+        return Err(corrupt(
+            at + 4 + i * BATCH_ROW_LEN,
+            CorruptionKind::InvalidField("batch row entries"),
+        ));
+    }
     body.finish()?;
     Ok(rows)
 }

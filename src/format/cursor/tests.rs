@@ -315,3 +315,58 @@ fn a_snapshot_carries_its_batch_section_and_round_trips() {
     assert_eq!(&plain[6..8], &[0, 0]);
     assert!(decode_snapshot(&plain).unwrap().batch.is_empty());
 }
+
+#[test]
+fn a_marker_with_a_paged_batch_table_and_its_batch_page_round_trip() {
+    let batch = [batch_row(1, 0), batch_row(2, 5), batch_row(9, 1)];
+    let page_bytes = encode_batch_page(&batch).unwrap();
+    assert_eq!(page_bytes.len(), batch_page_len(3));
+    assert_eq!(
+        decode_batch_page(&page_bytes)
+            .unwrap()
+            .iter()
+            .collect::<Vec<_>>(),
+        batch.to_vec()
+    );
+    let pages = [PageRef {
+        first: (1, 0),
+        entry_id: 4,
+        crc: payload_crc(&page_bytes),
+        rows: 3,
+    }];
+    let bytes =
+        encode_marker_with_batch_ref(&state(), TableRef::Inline(&[]), BatchRef::Paged(&pages))
+            .unwrap();
+    assert_eq!(
+        bytes.len(),
+        marker_with_batch_len(&state(), TableRef::Inline(&[]), 1)
+    );
+    assert_eq!(
+        u16::from_le_bytes([bytes[6], bytes[7]]),
+        FLAG_BATCH | FLAG_BATCH_PAGED
+    );
+    let marker = decode_marker(&bytes).unwrap();
+    assert!(marker.batch.is_empty());
+    assert_eq!(
+        marker.batch_pages.iter().collect::<Vec<_>>(),
+        pages.to_vec()
+    );
+    for (payload, is_page) in [(&bytes, false), (&page_bytes, true)] {
+        for i in 0..payload.len() {
+            let mut bad = payload.clone();
+            bad[i] ^= 0x10;
+            let refused = if is_page {
+                decode_batch_page(&bad).is_err()
+            } else {
+                decode_marker(&bad).is_err()
+            };
+            assert!(refused, "byte {i}");
+        }
+    }
+    assert!(
+        encode_marker_with_batch_ref(&state(), TableRef::Inline(&[]), BatchRef::Paged(&[]))
+            .is_err()
+    );
+    let empty = encode_batch_page(&[]).unwrap();
+    assert!(decode_batch_page(&empty).is_err());
+}
