@@ -187,6 +187,7 @@ impl Store {
 
     /// The store's cursor journal, whose ticks and rollovers check this store still owns the
     /// directory (for the tools and tests that drive it directly).
+    #[cfg(feature = "internals")]
     #[doc(hidden)]
     #[must_use]
     pub fn journal(&self) -> &Arc<Journal> {
@@ -200,7 +201,9 @@ impl Store {
     }
 
     /// The journal seals the store's catalog holds (what `inspect` and `verify` pass
-    /// [`journal::check_sealed`]).
+    /// `journal::check_sealed`), for the command and tests.
+    #[cfg(feature = "internals")]
+    #[doc(hidden)]
     #[must_use]
     pub fn journal_seals(&self) -> Vec<Seal> {
         journal_seals(self.catalog().catalog())
