@@ -348,22 +348,39 @@ pub struct PageRef {
 
 impl PageRef {
     fn encode_into(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.first.0.to_le_bytes());
-        out.extend_from_slice(&self.first.1.to_le_bytes());
-        out.extend_from_slice(&self.entry_id.to_le_bytes());
-        out.extend_from_slice(&self.crc.to_le_bytes());
-        out.extend_from_slice(&self.rows.to_le_bytes());
+        encode_ref_row(out, self.first, self.entry_id, self.crc, self.rows);
     }
 
     fn decode(bytes: &[u8]) -> Option<Self> {
-        let mut r = Reader::new(bytes);
+        let (first, entry_id, crc, rows) = decode_ref_row(bytes)?;
         Some(Self {
-            first: (r.u64().ok()?, r.u64().ok()?),
-            entry_id: r.u64().ok()?,
-            crc: r.u32().ok()?,
-            rows: r.u32().ok()?,
+            first,
+            entry_id,
+            crc,
+            rows,
         })
     }
+}
+
+/// The 32-byte layout of a row that refers to another cursor-ledger entry by key, shared by
+/// index-page references and batch rows: key `(u64, u64)`, entry id u64, CRC u32, count u32.
+fn encode_ref_row(out: &mut Vec<u8>, key: (u64, u64), entry_id: u64, crc: u32, count: u32) {
+    out.extend_from_slice(&key.0.to_le_bytes());
+    out.extend_from_slice(&key.1.to_le_bytes());
+    out.extend_from_slice(&entry_id.to_le_bytes());
+    out.extend_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(&count.to_le_bytes());
+}
+
+/// Reads the layout [`encode_ref_row`] writes.
+fn decode_ref_row(bytes: &[u8]) -> Option<((u64, u64), u64, u32, u32)> {
+    let mut r = Reader::new(bytes);
+    Some((
+        (r.u64().ok()?, r.u64().ok()?),
+        r.u64().ok()?,
+        r.u32().ok()?,
+        r.u32().ok()?,
+    ))
 }
 
 /// A reference from a marker to one batch-index entry (kind 5): the partial entries of one
@@ -390,21 +407,17 @@ impl BatchRow {
     }
 
     fn encode_into(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.ledger_id.to_le_bytes());
-        out.extend_from_slice(&self.chunk.to_le_bytes());
-        out.extend_from_slice(&self.entry_id.to_le_bytes());
-        out.extend_from_slice(&self.crc.to_le_bytes());
-        out.extend_from_slice(&self.entries.to_le_bytes());
+        encode_ref_row(out, self.key(), self.entry_id, self.crc, self.entries);
     }
 
     fn decode(bytes: &[u8]) -> Option<Self> {
-        let mut r = Reader::new(bytes);
+        let ((ledger_id, chunk), entry_id, crc, entries) = decode_ref_row(bytes)?;
         Some(Self {
-            ledger_id: r.u64().ok()?,
-            chunk: r.u64().ok()?,
-            entry_id: r.u64().ok()?,
-            crc: r.u32().ok()?,
-            entries: r.u32().ok()?,
+            ledger_id,
+            chunk,
+            entry_id,
+            crc,
+            entries,
         })
     }
 }
