@@ -27,10 +27,11 @@ use std::sync::Arc;
 
 use crate::ackset::{PartitionKey, RangeSetWrapper};
 use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
+use crate::format::Corruption;
 use crate::format::cursor::{
-    BatchPartition, BatchRow, EntryKind, Marker, PageRef, PartitionRow, PersistedState, Table,
-    decode_batch_entry, decode_batch_page, decode_index_page, decode_marker, decode_snapshot,
-    payload_crc, peek_kind,
+    BatchPartition, BatchRow, EntryKind, Marker, PageRef, PartitionRow, PersistedState, Records,
+    Table, decode_batch_entry, decode_batch_page, decode_index_page, decode_marker,
+    decode_snapshot, payload_crc, peek_kind,
 };
 use crate::log::EntryLog;
 use crate::meta::MetaStore;
@@ -359,6 +360,41 @@ fn read_referenced(log: &EntryLog, at: Position, entry_id: u64, crc: u32) -> Res
     Ok(payload)
 }
 
+/// Reads the pages a marker at `at` references (index pages of the partition table, or batch
+/// pages of the batch table), checks each one's CRC, row count, first key and that its keys stay
+/// below the next page's first key, and appends their rows to `out`; adds the bytes read to
+/// `bytes`. A page that fails is [`Error::Corrupted`] naming it, with `what` as the field.
+#[allow(clippy::too_many_arguments)]
+fn read_pages<T>(
+    log: &EntryLog,
+    at: Position,
+    pages: &[PageRef],
+    decode: for<'p> fn(&'p [u8]) -> std::result::Result<Records<'p, T>, Corruption>,
+    key: fn(&T) -> (u64, u64),
+    what: &'static str,
+    bytes: &mut u64,
+    out: &mut Vec<T>,
+) -> Result<()> {
+    let ledger = at.ledger_id;
+    for (i, page) in pages.iter().enumerate() {
+        let payload = read_referenced(log, at, page.entry_id, page.crc)?;
+        *bytes += payload.len() as u64;
+        let rows = decode(&payload).map_err(|e| at_entry(ledger, page.entry_id, e))?;
+        let next = pages.get(i + 1).map(|p| p.first);
+        let first = rows.iter().next().map(|r| key(&r));
+        let in_range = rows.iter().all(|r| next.is_none_or(|n| key(&r) < n));
+        if rows.len() != page.rows as usize || first != Some(page.first) || !in_range {
+            return Err(bad(
+                ledger,
+                page.entry_id,
+                CorruptionKind::InvalidField(what),
+            ));
+        }
+        out.extend(rows.iter());
+    }
+    Ok(())
+}
+
 /// Decodes the marker at `at` and verifies everything it references.
 pub(super) fn verify_marker(
     log: &EntryLog,
@@ -375,23 +411,16 @@ pub(super) fn verify_marker(
         Table::Inline(inline) => rows.extend(inline.iter()),
         Table::Paged(refs) => {
             pages.extend(refs.iter());
-            for (i, page) in pages.iter().enumerate() {
-                let page_payload = read_referenced(log, at, page.entry_id, page.crc)?;
-                bytes += page_payload.len() as u64;
-                let page_rows = decode_index_page(&page_payload)
-                    .map_err(|e| at_entry(ledger, page.entry_id, e))?;
-                let next = pages.get(i + 1).map(|p| p.first);
-                let first = page_rows.iter().next().map(|r| r.key());
-                let in_range = page_rows.iter().all(|r| next.is_none_or(|n| r.key() < n));
-                if page_rows.len() != page.rows as usize || first != Some(page.first) || !in_range {
-                    return Err(bad(
-                        ledger,
-                        page.entry_id,
-                        CorruptionKind::InvalidField("index page range"),
-                    ));
-                }
-                rows.extend(page_rows.iter());
-            }
+            read_pages(
+                log,
+                at,
+                &pages,
+                decode_index_page,
+                PartitionRow::key,
+                "index page range",
+                &mut bytes,
+                &mut rows,
+            )?;
         }
     }
     let mut locations = BTreeMap::new();
@@ -441,23 +470,16 @@ fn read_batch_table(
     let ledger = at.ledger_id;
     let mut batch_rows: Vec<BatchRow> = marker.batch.iter().collect();
     let batch_pages: Vec<PageRef> = marker.batch_pages.iter().collect();
-    for (i, page) in batch_pages.iter().enumerate() {
-        let page_payload = read_referenced(log, at, page.entry_id, page.crc)?;
-        *bytes += page_payload.len() as u64;
-        let page_rows =
-            decode_batch_page(&page_payload).map_err(|e| at_entry(ledger, page.entry_id, e))?;
-        let next = batch_pages.get(i + 1).map(|p| p.first);
-        let first = page_rows.iter().next().map(|r| r.key());
-        let in_range = page_rows.iter().all(|r| next.is_none_or(|n| r.key() < n));
-        if page_rows.len() != page.rows as usize || first != Some(page.first) || !in_range {
-            return Err(bad(
-                ledger,
-                page.entry_id,
-                CorruptionKind::InvalidField("batch page range"),
-            ));
-        }
-        batch_rows.extend(page_rows.iter());
-    }
+    read_pages(
+        log,
+        at,
+        &batch_pages,
+        decode_batch_page,
+        BatchRow::key,
+        "batch page range",
+        bytes,
+        &mut batch_rows,
+    )?;
     let mut batch = Vec::with_capacity(batch_rows.len());
     let mut batch_table = BatchTable::new();
     for row in batch_rows {
