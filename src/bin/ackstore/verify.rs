@@ -53,14 +53,7 @@ pub fn run(args: &VerifyArgs) -> Result<ExitCode> {
     let damaged = findings.iter().filter(|f| !f.torn_tail).count();
     let torn = findings.len() - damaged;
     if args.json {
-        let list: Vec<_> = findings
-            .iter()
-            .map(|f| {
-                serde_json::json!({
-                    "file": f.file, "place": f.place, "problem": f.what, "torn_tail": f.torn_tail,
-                })
-            })
-            .collect();
+        let list = findings_json(&findings);
         let report = serde_json::json!({
             "dir": args.dir.display().to_string(),
             "ledgers": topic.ledgers.len(),
@@ -72,14 +65,7 @@ pub fn run(args: &VerifyArgs) -> Result<ExitCode> {
         });
         println!("{report}");
     } else {
-        for f in &findings {
-            let label = if f.torn_tail {
-                "torn tail (the next open cuts it back)"
-            } else {
-                "DAMAGED"
-            };
-            println!("{}: {}: {}: {}", f.file, f.place, f.what, label);
-        }
+        print_findings(&findings);
         println!(
             "checked {} ledgers and {} cursors in {}: {} damaged, {} torn tails",
             topic.ledgers.len(),
@@ -160,14 +146,7 @@ fn run_store(
     let damaged = findings.iter().filter(|f| !f.torn_tail).count();
     let torn = findings.len() - damaged;
     if args.json {
-        let list: Vec<_> = findings
-            .iter()
-            .map(|f| {
-                serde_json::json!({
-                    "file": f.file, "place": f.place, "problem": f.what, "torn_tail": f.torn_tail,
-                })
-            })
-            .collect();
+        let list = findings_json(&findings);
         let report = serde_json::json!({
             "dir": args.dir.display().to_string(),
             "store": true,
@@ -182,14 +161,7 @@ fn run_store(
         });
         println!("{report}");
     } else {
-        for f in &findings {
-            let label = if f.torn_tail {
-                "torn tail (the next open cuts it back)"
-            } else {
-                "DAMAGED"
-            };
-            println!("{}: {}: {}: {}", f.file, f.place, f.what, label);
-        }
+        print_findings(&findings);
         println!(
             "checked the store in {}: {} topics, {} ledgers, {} cursors, {} journal records: \
              {} damaged, {} torn tails",
@@ -268,4 +240,28 @@ fn check_against_record(storage: &Arc<dyn Storage>, findings: &mut Vec<Finding>)
         }
     }
     Ok(())
+}
+
+/// The findings as the JSON report lists them.
+fn findings_json(findings: &[Finding]) -> Vec<serde_json::Value> {
+    findings
+        .iter()
+        .map(|f| {
+            serde_json::json!({
+                "file": f.file, "place": f.place, "problem": f.what, "torn_tail": f.torn_tail,
+            })
+        })
+        .collect()
+}
+
+/// One line per finding, saying whether the next open cuts it back or it is damage.
+fn print_findings(findings: &[Finding]) {
+    for f in findings {
+        let label = if f.torn_tail {
+            "torn tail (the next open cuts it back)"
+        } else {
+            "DAMAGED"
+        };
+        println!("{}: {}: {}: {}", f.file, f.place, f.what, label);
+    }
 }
