@@ -160,6 +160,58 @@ fn of_threads_linking_one_name_from_separate_handles_exactly_one_wins() {
     }
 }
 
+/// A file moved under a listing (its next name created, then its old one removed, as a
+/// metadata record moves to its next version) is listed under one name or the other, never
+/// missed: the listing reads the name index and stats the objects in separate steps.
+#[test]
+fn a_file_moved_while_the_namespace_is_listed_is_never_missed() {
+    const MOVERS: usize = 4;
+    const MOVES: usize = 150;
+    const FILLERS: usize = 300;
+    let s = fresh_storage("moving");
+    // Other files make each listing's stats take longer: a wider window for a move.
+    for i in 0..FILLERS {
+        s.create(&format!("filler-{i:04}")).unwrap();
+    }
+    for m in 0..MOVERS {
+        s.create(&format!("m{m}-v-00000")).unwrap();
+    }
+    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let movers: Vec<_> = (0..MOVERS)
+        .map(|m| {
+            let (handle, done) = (same_namespace(&s), done.clone());
+            std::thread::spawn(move || {
+                for v in 1..=MOVES {
+                    let (old, new) = (format!("m{m}-v-{:05}", v - 1), format!("m{m}-v-{v:05}"));
+                    handle.link(&old, &new).unwrap();
+                    handle.remove(&old).unwrap();
+                }
+                done.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            })
+        })
+        .collect();
+    let reader = same_namespace(&s);
+    let mut listings = 0;
+    while done.load(std::sync::atomic::Ordering::Acquire) < MOVERS {
+        let names = reader.list().unwrap();
+        for m in 0..MOVERS {
+            assert!(
+                names.iter().any(|n| n.starts_with(&format!("m{m}-v-"))),
+                "listing {listings} saw no version of moving file {m}"
+            );
+        }
+        listings += 1;
+    }
+    for m in movers {
+        m.join().unwrap();
+    }
+    let names = reader.list().unwrap();
+    assert_eq!(names.len(), FILLERS + MOVERS);
+    for m in 0..MOVERS {
+        assert!(names.contains(&format!("m{m}-v-{MOVES:05}")));
+    }
+}
+
 #[test]
 fn a_second_owner_is_refused_while_the_lease_is_renewed() {
     let s = fresh_storage("lease").with_lease(Duration::from_secs(1));

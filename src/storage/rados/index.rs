@@ -17,6 +17,9 @@ use super::{
 };
 use crate::error::{Error, Result};
 
+/// How many times [`Shared::scan`] reads the index again while names keep being replaced.
+const SCAN_ROUNDS: usize = 64;
+
 impl Shared {
     /// Adds `name` to the namespace's index of names (before the object is created). When the
     /// index object is missing, it is first rebuilt from a walk of the namespace.
@@ -184,8 +187,44 @@ impl Shared {
 
     /// The names of the index whose object exists (`true`) or not (`false`), statted in
     /// parallel.
+    ///
+    /// Reading the index and statting its names are separate steps, so a writer that creates
+    /// a new name and removes an old one in between (a metadata record moving to its next
+    /// version) would hide both: the old one is gone when statted, the new one was not yet in
+    /// the index. Writers add a name before creating its object and remove an object before
+    /// its name, so an object found gone means every name its remover added earlier is in the
+    /// index by now: the index is read again after the stats, and the names new to it statted,
+    /// until a read brings no new name. A file moved during the listing is then always seen
+    /// under one of its names, as in a directory listed by one `getdents`.
     pub(super) fn scan(&self) -> Result<Vec<(String, bool)>> {
-        let names = self.index_names()?;
+        let mut found = std::collections::BTreeMap::new();
+        for _ in 0..SCAN_ROUNDS {
+            let fresh: Vec<String> = self
+                .index_names()?
+                .into_iter()
+                .filter(|name| !found.contains_key(name))
+                .collect();
+            if fresh.is_empty() {
+                return Ok(found.into_iter().collect());
+            }
+            let gone = self.stat_all(fresh, &mut found)?;
+            if !gone {
+                return Ok(found.into_iter().collect());
+            }
+        }
+        Err(Error::io(
+            "list",
+            &self.location,
+            std::io::Error::other("names kept being replaced while the namespace was listed"),
+        ))
+    }
+
+    /// Stats `names` in parallel into `found` (present or not); whether any was gone.
+    fn stat_all(
+        &self,
+        names: Vec<String>,
+        found: &mut std::collections::BTreeMap<String, bool>,
+    ) -> Result<bool> {
         let mut sizes = vec![0u64; names.len()];
         let mut mtimes = vec![0i64; names.len()];
         let oids = names
@@ -216,17 +255,18 @@ impl Shared {
         }
         let codes: Vec<i32> = pending.iter().map(Completion::wait).collect();
         drop(pending);
-        let mut found = Vec::with_capacity(names.len());
+        let mut gone = false;
         for (name, ret) in names.into_iter().zip(codes) {
             if ret >= 0 {
-                found.push((name, true));
+                found.insert(name, true);
             } else if is_errno(ret, rustix::io::Errno::NOENT) {
-                found.push((name, false));
+                gone = true;
+                found.insert(name, false);
             } else {
                 return Err(self.error("stat", &name, ret));
             }
         }
-        Ok(found)
+        Ok(gone)
     }
 
     pub(super) fn list(&self) -> Result<Vec<String>> {
