@@ -563,6 +563,8 @@ fn threads_ack_while_a_flusher_meets_a_full_disk_and_every_ok_flush_is_kept() {
         let done: Vec<AtomicUsize> = (0..THREADS).map(|_| AtomicUsize::new(0)).collect();
         let stop = AtomicBool::new(false);
         let (rounds, failed) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        // Flushes that returned Ok after a flush had met the full disk.
+        let kept_after_failure = AtomicUsize::new(0);
         // Each flush that returned Ok: what was acked before it started, and the disk it left.
         let kept: Mutex<Vec<(Vec<usize>, MemStorage)>> = Mutex::new(Vec::new());
         std::thread::scope(|s| {
@@ -580,12 +582,17 @@ fn threads_ack_while_a_flusher_meets_a_full_disk_and_every_ok_flush_is_kept() {
             s.spawn(|| {
                 let mut round = 0u64;
                 while !stop.load(Ordering::SeqCst) {
-                    // The disk fills and empties again every few rounds.
-                    let full = round % 6 < 3;
+                    // The disk stays full until a flush has met it (a flush with nothing
+                    // dirty writes nothing, so whether the first rounds meet it depends on
+                    // the scheduling), then fills and empties again every few rounds.
+                    let full = failed.load(Ordering::SeqCst) == 0 || round % 6 < 3;
                     disk.set_capacity(full.then(|| disk.used_bytes()));
                     let before: Vec<usize> =
                         done.iter().map(|d| d.load(Ordering::SeqCst)).collect();
                     if cursor.flush().is_ok() {
+                        if failed.load(Ordering::SeqCst) > 0 {
+                            kept_after_failure.fetch_add(1, Ordering::SeqCst);
+                        }
                         kept.lock().unwrap().push((before, disk.durable_image()));
                     } else {
                         failed.fetch_add(1, Ordering::SeqCst);
@@ -597,6 +604,7 @@ fn threads_ack_while_a_flusher_meets_a_full_disk_and_every_ok_flush_is_kept() {
             while done.iter().map(|d| d.load(Ordering::SeqCst)).sum::<usize>()
                 < positions.len() - THREADS
                 || rounds.load(Ordering::SeqCst) < 12
+                || kept_after_failure.load(Ordering::SeqCst) == 0
             {
                 std::thread::yield_now();
             }
