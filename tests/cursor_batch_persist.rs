@@ -451,6 +451,52 @@ fn samples_with_batch_state_open_to_the_state_they_hold() {
     }
 }
 
+/// The committed sample `tests/data/cursor-v1-batch-paged`: 20 single-entry ledgers of batches
+/// of 4; the cursor `sub` flushed index 1 of entries 1..20 acked (19 partitions with partial
+/// entries, past the 16 rows a marker holds inline, so its batch table went to batch pages),
+/// then entry 0 and entry 5 acked whole and index 3 of entries 10..20; then the topic closed.
+/// It opens to that state, and its last marker does list batch pages.
+#[test]
+fn the_sample_with_a_paged_batch_table_opens_to_the_state_it_holds() {
+    use ackstore::internals::format::cursor::{EntryKind, decode_marker, peek_kind};
+    use ackstore::internals::log::{EntryLog, LogConfig};
+
+    let dir = support::samples::sample_dir("cursor-v1-batch-paged");
+    let topic = ManagedLedger::open(dir.path(), LedgerConfig::default()).unwrap();
+    let c = earliest(&topic);
+    let p = |i: u64| Position::new(i + 1, 0);
+    assert_eq!(c.mark_delete_position().unwrap(), Some(p(0)));
+    let read: Vec<_> = c
+        .read_entries(30)
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let acked = e.acked_batch_indexes.as_ref();
+            (e.position, acked.map(|b| b.iter().collect::<Vec<u32>>()))
+        })
+        .collect();
+    let want: Vec<_> = (1..20)
+        .filter(|&i| i != 5)
+        .map(|i| (p(i), Some(if i >= 10 { vec![1, 3] } else { vec![1] })))
+        .collect();
+    assert_eq!(read, want);
+    topic.close().unwrap();
+    drop(topic);
+
+    let storage = Arc::new(ackstore::FileStorage::open(dir.path(), false).unwrap());
+    let log = EntryLog::open(storage, LogConfig::default()).unwrap();
+    let cursor_ledger = *log.ledger_ids().last().unwrap();
+    let markers: Vec<_> = (0..log.entry_count(cursor_ledger).unwrap())
+        .map(|e| log.read(cursor_ledger, e).unwrap().payload)
+        .filter(|payload| peek_kind(payload).unwrap() == EntryKind::Marker)
+        .collect();
+    let last = decode_marker(markers.last().expect("a marker")).unwrap();
+    assert!(
+        last.batch.is_empty() && !last.batch_pages.is_empty(),
+        "the sample's batch table is paged"
+    );
+}
+
 /// `seek_by_index` into the middle of a batch commits the messages before it as a partial
 /// entry with the seek itself: after a power cut right after the seek, the reopened cursor
 /// still delivers that entry with exactly those messages acknowledged.
