@@ -234,6 +234,27 @@ fn a_recorded_ledger_that_lost_entries_is_an_error_not_a_silent_cut() {
     let bytes = disk.live_bytes(&name).unwrap();
     disk.set_bytes(&name, bytes[..bytes.len() / 2].to_vec())
         .unwrap();
+    // The seal's proof (its slot claims the whole file synced) makes the cut corruption, named
+    // where the whole frames end, below the half.
+    match ManagedLedger::open_with_storage(Arc::new(disk.clone()), config(3)) {
+        Err(Error::Corrupted {
+            place: ackstore::CorruptionPlace::Ledger { ledger, offset },
+            kind: ackstore::CorruptionKind::Truncated,
+        }) => {
+            assert_eq!(ledger, p[0].ledger_id);
+            assert!(offset <= bytes.len() as u64 / 2);
+        }
+        other => panic!("expected Corrupted, got {other:?}"),
+    }
+    // Without the proof (a ledger sealed before seals recorded it), the entries the record
+    // counts are still missed loudly.
+    let mut unproven = bytes[..bytes.len() / 2].to_vec();
+    let h = ackstore::internals::format::ledger::decode_header(&unproven).unwrap();
+    let fresh = ackstore::internals::format::ledger::LedgerHeader::new(h.ledger_id, h.nonce);
+    let slots = ackstore::internals::format::ledger::SLOTS_AT
+        ..ackstore::internals::format::ledger::HEADER_V3_LEN;
+    unproven[slots.clone()].copy_from_slice(&fresh.encode()[slots]);
+    disk.set_bytes(&name, unproven).unwrap();
     match ManagedLedger::open_with_storage(Arc::new(disk), config(3)) {
         Err(Error::LedgerMismatch {
             ledger,

@@ -7,7 +7,7 @@ mod support;
 use std::sync::Arc;
 
 use ackstore::Error;
-use ackstore::internals::format::ledger::{FRAME_HEADER_LEN, HEADER_V3_LEN};
+use ackstore::internals::format::ledger::{FRAME_HEADER_LEN, HEADER_V3_LEN, SLOTS_AT};
 use ackstore::internals::log::{EntryLog, LogConfig, ledger_file_name};
 use ackstore::{FileStorage, MemStorage, Storage};
 use support::crash::{Clean, Cut, Points, cut_everywhere_after, torn_image, unsynced_tail};
@@ -212,11 +212,15 @@ fn real_file_interrupted_seal_reopens_unsealed_with_every_entry() {
     let src = tempfile::tempdir().unwrap();
     let (log, mut model, id) = real_file_ledger(src.path(), 5, 0);
     let data_end = usize::try_from(log.ledger_info(id).unwrap().bytes).unwrap();
+    log.sync(id).unwrap();
+    let before = std::fs::read(src.path().join(ledger_file_name(id))).unwrap();
     model.seal(&log, id).unwrap();
     drop(log);
-    // The cuts below model a crash during the seal, before it returned.
+    // The cuts below model a crash during the seal, before it returned: before the seal's last
+    // step, the slot claiming the sealed file, so the slots hold what they held before it.
     model.ledgers.get_mut(&id).unwrap().sealed = false;
-    let full = std::fs::read(src.path().join(ledger_file_name(id))).unwrap();
+    let mut full = std::fs::read(src.path().join(ledger_file_name(id))).unwrap();
+    full[SLOTS_AT..HEADER_V3_LEN].copy_from_slice(&before[SLOTS_AT..HEADER_V3_LEN]);
 
     let dst = tempfile::tempdir().unwrap();
     for len in data_end..=full.len() {

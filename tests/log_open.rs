@@ -1,6 +1,7 @@
-//! What an owner's open does with ledgers it finds sealed or half sealed: a failed map is an
-//! error (never a reason to unseal), a footer left in the page cache is made durable, a
-//! footer-shaped payload seals nothing, and a seal whose index page was lost is still repaired.
+//! What an owner's open does with ledgers it finds sealed or half sealed: a failed map (on the
+//! first read) is an error, never a reason to unseal, a footer left in the page cache is made
+//! durable, a footer-shaped payload seals nothing, and a seal whose index page was lost is still
+//! repaired.
 
 mod support;
 
@@ -9,7 +10,8 @@ use std::sync::atomic::Ordering;
 
 use ackstore::Error;
 use ackstore::internals::format::ledger::{
-    FRAME_HEADER_LEN, HEADER_V3_LEN, INDEX_OVERHEAD, LedgerHeader, TRAILER_LEN, encode_footer,
+    FRAME_HEADER_LEN, HEADER_V3_LEN, INDEX_OVERHEAD, LedgerHeader, SLOTS_AT, TRAILER_LEN,
+    decode_header, encode_footer,
 };
 use ackstore::internals::log::{EntryLog, EntryMeta, LogConfig, RecoveryMode, ledger_file_name};
 use ackstore::{FileStorage, MemStorage};
@@ -28,7 +30,7 @@ fn sealed_ledger(disk: &MemStorage, n: u64) -> u64 {
 }
 
 #[test]
-fn a_failed_map_on_open_is_an_error_and_never_unseals_the_ledger() {
+fn a_failed_map_on_first_read_is_an_error_and_never_unseals_the_ledger() {
     let disk = MemStorage::new();
     let id = sealed_ledger(&disk, 3);
     let name = ledger_file_name(id);
@@ -37,12 +39,17 @@ fn a_failed_map_on_open_is_an_error_and_never_unseals_the_ledger() {
     hooked.hooks.fail_map.store(true, Ordering::SeqCst);
     for read_only in [false, true] {
         let storage = Arc::new(hooked.clone());
-        let opened = if read_only {
+        let log = if read_only {
             EntryLog::open_read_only(storage, LogConfig::default())
         } else {
             EntryLog::open(storage, LogConfig::default())
-        };
-        assert!(matches!(opened, Err(Error::Io { .. })), "{opened:?}");
+        }
+        .unwrap();
+        // Open maps nothing; the first read maps, and its failure is the read's error.
+        assert!(log.ledger_info(id).unwrap().sealed);
+        let read = log.read(id, 0);
+        assert!(matches!(read, Err(Error::Io { .. })), "{read:?}");
+        assert!(log.ledger_info(id).unwrap().sealed);
         assert_eq!(
             disk.live_bytes(&name).unwrap(),
             before,
@@ -53,6 +60,7 @@ fn a_failed_map_on_open_is_an_error_and_never_unseals_the_ledger() {
     let log = EntryLog::open(Arc::new(hooked), LogConfig::default()).unwrap();
     assert!(log.ledger_info(id).unwrap().sealed);
     assert!(log.recovery_report().is_empty());
+    assert_eq!(log.read(id, 2).unwrap().payload, payload(id, 2));
 }
 
 #[test]
@@ -119,9 +127,13 @@ fn an_interrupted_seal_whose_index_page_was_lost_is_repaired_even_in_strict_mode
         + (0..4)
             .map(|i| FRAME_HEADER_LEN + payload(id, i).len())
             .sum::<usize>();
-    // The trailer reached the disk, the index before it did not (a hole reads as zeros).
+    // The trailer reached the disk, the index before it did not (a hole reads as zeros), and
+    // the seal never got to its last step, the slot claiming the sealed file.
     let mut holed = bytes.clone();
     holed[data_end..bytes.len() - TRAILER_LEN].fill(0);
+    let nonce = decode_header(&bytes).unwrap().nonce;
+    holed[SLOTS_AT..HEADER_V3_LEN]
+        .copy_from_slice(&LedgerHeader::new(id, nonce).encode()[SLOTS_AT..HEADER_V3_LEN]);
     let image = disk.durable_image();
     image.set_bytes(&name, holed).unwrap();
     let strict = LogConfig {

@@ -179,18 +179,35 @@ impl LedgerHeader {
     /// record: the larger valid copy; `None` when no copy is valid or the file has no slots.
     #[must_use]
     pub fn decode_slots(&self, bytes: &[u8]) -> Option<u64> {
-        if !self.has_synced_slots() {
-            return None;
+        self.slot_copies(bytes).into_iter().flatten().max()
+    }
+
+    /// What each slot copy (`bytes`: the [`SLOT_COPIES`] copies from [`SLOTS_AT`] on) claims;
+    /// `None` for a copy that is not valid, and for both when the file has no slots.
+    #[must_use]
+    pub fn slot_copies(&self, bytes: &[u8]) -> [Option<u64>; SLOT_COPIES] {
+        let copy = |copy: usize| {
+            if !self.has_synced_slots() {
+                return None;
+            }
+            let slot = bytes.get(copy * SLOT_LEN..(copy + 1) * SLOT_LEN)?;
+            let mut r = Reader::new(slot);
+            let len = r.u64().ok()?;
+            let crc = r.u32().ok()?;
+            (crc == self.crc(&[&[slot_tag(copy)], &len.to_le_bytes()])).then_some(len)
+        };
+        [copy(0), copy(1)]
+    }
+
+    /// The slot copy a new claim should overwrite: one that is not valid, else the one claiming
+    /// less, so the best claim on file survives a torn write of the new one.
+    #[must_use]
+    pub fn weaker_slot(&self, bytes: &[u8]) -> usize {
+        match self.slot_copies(bytes) {
+            [Some(a), Some(b)] if a > b => 1,
+            [Some(_), None] => 1,
+            _ => 0,
         }
-        (0..SLOT_COPIES)
-            .filter_map(|copy| {
-                let slot = bytes.get(copy * SLOT_LEN..(copy + 1) * SLOT_LEN)?;
-                let mut r = Reader::new(slot);
-                let len = r.u64().ok()?;
-                let crc = r.u32().ok()?;
-                (crc == self.crc(&[&[slot_tag(copy)], &len.to_le_bytes()])).then_some(len)
-            })
-            .max()
     }
 
     /// The checksum of the concatenation of `parts`, seeded with the nonce (version 2) or not
@@ -583,7 +600,8 @@ pub struct SealedLayout {
 }
 
 /// Verifies a whole sealed ledger file's header, trailer and index, and the header of its last
-/// frame (not the other frames).
+/// frame (not the other frames): [`check_sealed_trailer`], [`check_sealed_index`] and
+/// [`check_last_frame`] over the parts of `file`.
 ///
 /// Checks: the header names `ledger_id`; the trailer's checksum, magic and ledger id; the file
 /// length equals `data_end` plus the footer length; the index checksum; the first offset is the
@@ -599,24 +617,71 @@ pub fn validate_sealed(file: &[u8], ledger_id: u64) -> Result<SealedLayout, Corr
     if h.ledger_id != ledger_id {
         return Err(bad(CorruptionKind::InvalidField("ledger_id"), H_LEDGER));
     }
-    let start = h.data_start();
     let trailer_start = file
         .len()
         .checked_sub(TRAILER_LEN)
         .ok_or_else(|| bad(CorruptionKind::Truncated, 0))?;
-    let trailer = decode_trailer(&h, file.get(trailer_start..).unwrap_or_default())
-        .map_err(|c| c.after(trailer_start))?;
-    let expected_len = footer_len(trailer.entry_count)
-        .and_then(|f| f.checked_add(trailer.data_end))
-        .ok_or_else(|| bad(CorruptionKind::BadLength, trailer_start + T_COUNT))?;
-    if expected_len != file.len() as u64 || trailer.data_end < start {
-        return Err(bad(CorruptionKind::BadLength, trailer_start + T_DATA_END));
-    }
+    let trailer = check_sealed_trailer(
+        &h,
+        file.len() as u64,
+        file.get(trailer_start..).unwrap_or_default(),
+    )?;
     let index_start = usize::try_from(trailer.data_end)
         .map_err(|_| bad(CorruptionKind::BadLength, trailer_start + T_DATA_END))?;
     let index = file
         .get(index_start..trailer_start)
         .ok_or_else(|| bad(CorruptionKind::Truncated, index_start))?;
+    if let Some(last) = check_sealed_index(&h, &trailer, index)? {
+        let at = usize::try_from(last)
+            .map_err(|_| bad(CorruptionKind::BadLength, index_start + I_OFFSETS))?;
+        check_last_frame(&trailer, last, file.get(at..).unwrap_or_default())?;
+    }
+    Ok(SealedLayout::of(h, &trailer))
+}
+
+/// Checks the trailer of a sealed ledger file `file_len` bytes long whose header is `h`;
+/// `tail` is the file's last [`TRAILER_LEN`] bytes. Checks its checksum, magic and ledger id,
+/// and that the footer it describes fills the file exactly. The index block is then the bytes
+/// from `data_end` to the trailer.
+///
+/// # Errors
+/// A [`Corruption`] whose offset counts from the start of the file.
+pub fn check_sealed_trailer(
+    h: &LedgerHeader,
+    file_len: u64,
+    tail: &[u8],
+) -> Result<Trailer, Corruption> {
+    let bad = Corruption::new;
+    let trailer_start = usize::try_from(file_len)
+        .ok()
+        .and_then(|len| len.checked_sub(TRAILER_LEN))
+        .ok_or_else(|| bad(CorruptionKind::Truncated, 0))?;
+    let trailer = decode_trailer(h, tail).map_err(|c| c.after(trailer_start))?;
+    let expected_len = footer_len(trailer.entry_count)
+        .and_then(|f| f.checked_add(trailer.data_end))
+        .ok_or_else(|| bad(CorruptionKind::BadLength, trailer_start + T_COUNT))?;
+    if expected_len != file_len || trailer.data_end < h.data_start() {
+        return Err(bad(CorruptionKind::BadLength, trailer_start + T_DATA_END));
+    }
+    Ok(trailer)
+}
+
+/// Checks the index block of a sealed ledger (`index`: the bytes from the trailer's `data_end`
+/// up to the trailer) against its trailer `t`: magic, checksum, an offset per entry, the first
+/// at the header's end, each at least a frame header after the one before. Returns the last
+/// offset (`None` for a ledger without entries, whose `data_end` must then be the header's end).
+///
+/// # Errors
+/// A [`Corruption`] whose offset counts from the start of the file.
+pub fn check_sealed_index(
+    h: &LedgerHeader,
+    t: &Trailer,
+    index: &[u8],
+) -> Result<Option<u64>, Corruption> {
+    let bad = Corruption::new;
+    let index_start =
+        usize::try_from(t.data_end).map_err(|_| bad(CorruptionKind::BadLength, index.len()))?;
+    let trailer_start = index_start.saturating_add(index.len());
     let crc_at = index
         .len()
         .checked_sub(4)
@@ -629,6 +694,7 @@ pub fn validate_sealed(file: &[u8], ledger_id: u64) -> Result<SealedLayout, Corr
     if Reader::at(crc, index_start + crc_at).u32()? != h.crc(&[covered]) {
         return Err(bad(CorruptionKind::ChecksumMismatch, index_start + crc_at));
     }
+    let start = h.data_start();
     let mut expected_next = start;
     let mut last = None;
     while r.remaining() > 0 {
@@ -647,36 +713,54 @@ pub fn validate_sealed(file: &[u8], ledger_id: u64) -> Result<SealedLayout, Corr
             .checked_add(FRAME_HEADER_LEN as u64)
             .ok_or_else(|| bad(CorruptionKind::BadLength, off_at))?;
     }
-    match last {
-        None if trailer.data_end != start => {
-            return Err(bad(
-                CorruptionKind::InvalidField("data_end"),
-                trailer_start + T_DATA_END,
-            ));
-        }
-        None => {}
-        Some(off) => {
-            let at = usize::try_from(off)
-                .map_err(|_| bad(CorruptionKind::BadLength, index_start + I_OFFSETS))?;
-            let frame =
-                decode_frame_header(file.get(at..).unwrap_or_default()).map_err(|c| c.after(at))?;
-            let ends_at = off.checked_add(frame.frame_len());
-            if frame.entry_id.checked_add(1) != Some(trailer.entry_count)
-                || ends_at != Some(trailer.data_end)
-            {
-                return Err(bad(CorruptionKind::InvalidField("last frame"), at));
-            }
-        }
+    if last.is_none() && t.data_end != start {
+        return Err(bad(
+            CorruptionKind::InvalidField("data_end"),
+            trailer_start + T_DATA_END,
+        ));
     }
-    Ok(SealedLayout {
-        header: h,
-        entry_count: trailer.entry_count,
-        data_end: trailer.data_end,
-        offsets_start: trailer.data_end + I_OFFSETS as u64,
-    })
+    Ok(last)
+}
+
+/// Checks that the frame header at `last`, the index's last offset (`head`: the file's bytes
+/// from there, at least [`FRAME_HEADER_LEN`] of them), is entry `entry_count - 1` of trailer `t`
+/// and ends exactly at its `data_end`, so the footer lies outside every frame.
+///
+/// # Errors
+/// A [`Corruption`] whose offset counts from the start of the file.
+pub fn check_last_frame(t: &Trailer, last: u64, head: &[u8]) -> Result<(), Corruption> {
+    let at = usize::try_from(last).map_err(|_| Corruption::new(CorruptionKind::BadLength, 0))?;
+    let frame = decode_frame_header(head).map_err(|c| c.after(at))?;
+    let ends_at = last.checked_add(frame.frame_len());
+    if frame.entry_id.checked_add(1) != Some(t.entry_count) || ends_at != Some(t.data_end) {
+        return Err(Corruption::new(
+            CorruptionKind::InvalidField("last frame"),
+            at,
+        ));
+    }
+    Ok(())
 }
 
 impl SealedLayout {
+    /// The layout of a sealed ledger with header `h` whose trailer is `t`.
+    #[must_use]
+    pub fn of(h: LedgerHeader, t: &Trailer) -> Self {
+        Self {
+            header: h,
+            entry_count: t.entry_count,
+            data_end: t.data_end,
+            offsets_start: t.data_end + I_OFFSETS as u64,
+        }
+    }
+
+    /// Length of the whole file: frames, index block and trailer.
+    #[must_use]
+    pub fn file_len(&self) -> u64 {
+        footer_len(self.entry_count)
+            .and_then(|f| f.checked_add(self.data_end))
+            .unwrap_or(u64::MAX)
+    }
+
     /// Byte range `[start, end)` of entry `entry_id`'s frame in `file` (the bytes this layout
     /// was validated on); `None` when there is no such entry.
     #[must_use]

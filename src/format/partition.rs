@@ -312,9 +312,11 @@ pub fn encode_partition_v1(key: PartitionKey, bitmap: &RoaringBitmap) -> Vec<u8>
 /// be the one the encoder's pricing picks for the decoded set (priced, no body written), and
 /// the body must be that encoding's bytes (a bitmap body by its zero padding and length, a
 /// roaring body against the set's canonical roaring form, which the decoder builds anyway, a
-/// gaps body against its re-encoding). Decoding a version 2 record allocates, whatever the
-/// record claims, the set's dense form (a fixed 8 KiB), its smallest roaring form (at most
-/// 8 KiB) and, for a gaps record, its re-encoding (no longer than the record).
+/// gaps body by its parameters against the encoder's plan, priced from the gap counts of both
+/// classes gathered while its codes were read, and by its length and zero padding). Decoding a
+/// version 2 record allocates, whatever the record claims, the set's dense form (a fixed
+/// 8 KiB), its smallest roaring form (at most 8 KiB) and, for a gaps record, the two classes'
+/// gap counts (3 KiB).
 pub fn decode_partition(bytes: &[u8]) -> Result<(PartitionKey, RoaringBitmap), Corruption> {
     let bad = |at: usize, kind: CorruptionKind| Corruption::new(kind, at);
     if bytes.len() < V2_MIN_LEN {
@@ -383,13 +385,18 @@ fn decode_v2(
         code::BodyError::NotCanonical => not_canonical(),
     };
     let bad_bitmap = || bad(body_at, CorruptionKind::InvalidField("bitmap"));
+    let mut gaps = None;
     let words = match encoding {
         PartitionEncoding::Empty if body.is_empty() => code::empty_words(),
         PartitionEncoding::Empty => return Err(bad(body_at, CorruptionKind::BadLength)),
         PartitionEncoding::Roaring | PartitionEncoding::RoaringV1 => {
             code::parse_roaring(body).ok_or_else(bad_bitmap)?
         }
-        PartitionEncoding::Gaps => code::decode_gaps(body, PARTITION_SPAN).map_err(body_error)?,
+        PartitionEncoding::Gaps => {
+            let (words, reading) = code::decode_gaps(body, PARTITION_SPAN).map_err(body_error)?;
+            gaps = Some(reading);
+            words
+        }
         PartitionEncoding::Bitmap => code::decode_span(body, PARTITION_SPAN).map_err(body_error)?,
     };
     // Canonical: the encoding is the one the encoder picks for this set, and the body is the
@@ -403,10 +410,9 @@ fn decode_v2(
             let span_len = code::span_body_len(lo, hi);
             let budget = span_len.min(roaring.len());
             match encoding {
-                // The encoder writes gaps exactly when they fit in `budget`.
-                PartitionEncoding::Gaps => {
-                    code::gaps_body(&words, lo, hi, budget).as_deref() == Some(body)
-                }
+                // The encoder writes gaps exactly when they fit in `budget`; its plan is priced
+                // from the gap counts the decoding gathered.
+                PartitionEncoding::Gaps => gaps.is_some_and(|g| g.is_canonical(budget)),
                 // Zero padding (checked by `decode_span`) and the shortest span varints: the
                 // body has exactly the encoder's length.
                 PartitionEncoding::Bitmap => {

@@ -6,6 +6,12 @@
 //! Must never write to a sealed or latched ledger, never retry an fsync, and never map a file
 //! that may still change.
 //!
+//! A sealed ledger is mapped on its first read, not when it is opened or sealed: a topic of
+//! many sealed ledgers holds a map (a virtual memory area, and for RADOS a copy of the object)
+//! only for those it reads. After the fsync that makes its footer durable, and before any map,
+//! the seal records the whole file length in the header's synced-length slot: the proof that
+//! lets a later open skip the ledger's fsync (see `recover`).
+//!
 //! Appends collect in a write buffer of [`WRITE_BUFFER`] bytes, written to the file in one call
 //! when it fills, on `sync`, on `seal` and when the ledger is dropped, so small entries cost a
 //! copy, not a system call, and the file sees large sequential writes. Buffered entries are read
@@ -23,37 +29,17 @@
 //! `sync_running`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
 use super::{LogStatsCounters, lock};
 use crate::error::{CorruptionKind, Error, Result};
 use crate::format::Corruption;
 use crate::format::ledger::{
-    EntryMeta, FRAME_HEADER_LEN, LedgerHeader, SealedLayout, decode_entry_frame,
-    decode_frame_header, encode_footer, encode_frame_into, validate_sealed,
+    EntryMeta, FRAME_HEADER_LEN, LedgerHeader, SealedLayout, Trailer, decode_entry_frame,
+    decode_frame_header, encode_footer, encode_frame_into,
 };
 use crate::position::Position;
 use crate::storage::{Mapped, StorageFile};
-
-/// A sealed ledger's bytes and where its frames are.
-#[derive(Clone)]
-pub(crate) struct Sealed {
-    pub(crate) map: Mapped,
-    pub(crate) layout: SealedLayout,
-}
-
-impl Sealed {
-    /// Maps `file` and verifies its header, trailer, index and last frame header.
-    ///
-    /// `Ok(Err(kind))` when the bytes are not a sealed ledger; `Err` when the map failed.
-    pub(crate) fn map(
-        file: &dyn StorageFile,
-        ledger: u64,
-    ) -> Result<std::result::Result<Self, Corruption>> {
-        let map = file.map()?;
-        Ok(validate_sealed((*map).as_ref(), ledger).map(|layout| Self { map, layout }))
-    }
-}
 
 struct State {
     /// Offset of every entry's frame (unsealed ledgers only).
@@ -62,7 +48,8 @@ struct State {
     written: u64,
     /// Whole frames appended after `written`, not yet handed to the file.
     buffer: Vec<u8>,
-    sealed: Option<Sealed>,
+    /// Where a sealed ledger's frames are (verified by open or by the seal).
+    sealed: Option<SealedLayout>,
 }
 
 impl State {
@@ -95,6 +82,8 @@ pub(crate) struct Ledger {
     /// The synced-length slot copy the next record goes to (written only by the caller running
     /// the fsync, so never by two threads at once).
     next_slot: AtomicUsize,
+    /// A sealed ledger's map, made on its first read.
+    map: OnceLock<Mapped>,
 }
 
 impl Ledger {
@@ -117,11 +106,11 @@ impl Ledger {
         )
     }
 
-    /// A sealed ledger read through `sealed`'s map.
-    pub(crate) fn sealed(file: Arc<dyn StorageFile>, sealed: Sealed) -> Self {
-        let written = (*sealed.map).as_ref().len() as u64;
+    /// A sealed ledger of verified layout `sealed`, mapped on its first read.
+    pub(crate) fn sealed(file: Arc<dyn StorageFile>, sealed: SealedLayout) -> Self {
+        let written = sealed.file_len();
         Self::new(
-            sealed.layout.header,
+            sealed.header,
             file,
             State {
                 offsets: Vec::new(),
@@ -151,6 +140,7 @@ impl Ledger {
             sync_running: Mutex::new(false),
             sync_done: Condvar::new(),
             next_slot: AtomicUsize::new(0),
+            map: OnceLock::new(),
         }
     }
 
@@ -308,7 +298,8 @@ impl Ledger {
         drop(state);
     }
 
-    /// Syncs the entries, writes the footer, syncs it, and switches reads to a memory map.
+    /// Syncs the entries, writes the footer, syncs it, records the whole file as synced in the
+    /// slot (the seal's proof), and switches reads to the map, made on the first read.
     /// Sealing a sealed ledger does nothing.
     pub(crate) fn seal(&self, counters: &LogStatsCounters) -> Result<()> {
         let mut state = self.state();
@@ -326,23 +317,61 @@ impl Ledger {
         self.latch(self.file.write_all_at(&footer, state.written))?;
         counters.fsyncs.fetch_add(1, Ordering::Relaxed);
         self.latch(self.file.sync_data())?;
-        let sealed = self
-            .latch(Sealed::map(self.file.as_ref(), self.id))?
-            // Reported where the footer starts, whatever part of the file failed.
-            .map_err(|c| Error::corrupted(self.id, state.written, c.kind));
-        let sealed = self.latch(sealed)?;
-        state.written = (*sealed.map).as_ref().len() as u64;
+        let len = state.written + footer.len() as u64;
+        // The whole file is durable now: the slot may claim it. Written before the file is read
+        // back or mapped, and never again: a sealed file does not change once mapped.
+        if self.header.has_synced_slots() {
+            let copy = self.next_slot.fetch_add(1, Ordering::Relaxed);
+            let slot = self.header.encode_slot(copy, len);
+            self.latch(
+                self.file
+                    .write_all_at(&slot, LedgerHeader::slot_offset(copy)),
+            )?;
+        }
+        // The layout of the footer just written (its bytes are checked when the file is next
+        // opened, like any sealed ledger's).
+        let sealed = SealedLayout::of(
+            self.header,
+            &Trailer {
+                data_end: state.written,
+                entry_count: state.offsets.len() as u64,
+                ledger_id: self.id,
+            },
+        );
+        debug_assert_eq!(sealed.file_len(), len);
+        state.written = len;
         self.synced.fetch_max(state.written, Ordering::SeqCst);
         state.offsets = Vec::new();
         state.sealed = Some(sealed);
         Ok(())
     }
 
+    /// The map of a sealed ledger of layout `layout`, made on the first call.
+    fn mapped(&self, layout: &SealedLayout, counters: &LogStatsCounters) -> Result<Mapped> {
+        if let Some(map) = self.map.get() {
+            return Ok(map.clone());
+        }
+        let map = self.file.map()?;
+        counters.maps.fetch_add(1, Ordering::Relaxed);
+        let len = (*map).as_ref().len() as u64;
+        if len < layout.file_len() {
+            // The file is shorter than when it was verified: synced bytes are gone. (A read-only
+            // log may map a sealed file followed by a zero-filled tail it does not cut.)
+            return Err(Error::corrupted(
+                self.id,
+                len.min(layout.file_len()),
+                CorruptionKind::Truncated,
+            ));
+        }
+        // Two first readers may both map; one map is kept, the other dropped.
+        Ok(self.map.get_or_init(|| map).clone())
+    }
+
     /// Number of entries.
     pub(crate) fn entry_count(&self) -> u64 {
         let state = self.state();
         match &state.sealed {
-            Some(s) => s.layout.entry_count,
+            Some(s) => s.entry_count,
             None => state.offsets.len() as u64,
         }
     }
@@ -363,19 +392,24 @@ impl Ledger {
         self.state().end()
     }
 
-    /// Where entry `entry_id` lives: a sealed map, or a byte range of the open file.
-    fn locate(&self, entry_id: u64) -> Result<Located> {
+    /// Where entry `entry_id` lives: a sealed map (made now if it is the first read), or a byte
+    /// range of the open file.
+    fn locate(&self, entry_id: u64, counters: &LogStatsCounters) -> Result<Located> {
         let state = self.state();
         let missing = || match &self.damaged {
             Some((offset, kind)) => Error::corrupted(self.id, *offset, kind.clone()),
             None => Error::NoSuchEntry(Position::new(self.id, entry_id)),
         };
-        if let Some(sealed) = &state.sealed {
+        if let Some(sealed) = state.sealed {
+            drop(state);
+            if entry_id >= sealed.entry_count {
+                return Err(missing());
+            }
+            let map = self.mapped(&sealed, counters)?;
             let (start, end) = sealed
-                .layout
-                .frame_range((*sealed.map).as_ref(), entry_id)
+                .frame_range((*map).as_ref(), entry_id)
                 .ok_or_else(missing)?;
-            return Ok(Located::Mapped(sealed.map.clone(), start, end));
+            return Ok(Located::Mapped(map, start, end));
         }
         let i = usize::try_from(entry_id).map_err(|_| missing())?;
         let start = *state.offsets.get(i).ok_or_else(missing)?;
@@ -396,8 +430,12 @@ impl Ledger {
     }
 
     /// Reads and checks one entry; returns its metadata and payload.
-    pub(crate) fn read(&self, entry_id: u64) -> Result<(EntryMeta, Vec<u8>)> {
-        match self.locate(entry_id)? {
+    pub(crate) fn read(
+        &self,
+        entry_id: u64,
+        counters: &LogStatsCounters,
+    ) -> Result<(EntryMeta, Vec<u8>)> {
+        match self.locate(entry_id, counters)? {
             Located::Mapped(map, start, end) => {
                 let frame = slice((*map).as_ref(), start, end).map_err(self.corrupt(start))?;
                 let (header, payload) = decode_entry_frame(&self.header, frame, entry_id)
@@ -430,8 +468,12 @@ impl Ledger {
     /// Reads one entry's metadata. A sealed ledger's frame is checked whole through the map;
     /// an unsealed ledger's frame was checked when it was written or recovered, so only its
     /// header is read.
-    pub(crate) fn read_meta(&self, entry_id: u64) -> Result<EntryMeta> {
-        match self.locate(entry_id)? {
+    pub(crate) fn read_meta(
+        &self,
+        entry_id: u64,
+        counters: &LogStatsCounters,
+    ) -> Result<EntryMeta> {
+        match self.locate(entry_id, counters)? {
             Located::Mapped(map, start, end) => {
                 let frame = slice((*map).as_ref(), start, end).map_err(self.corrupt(start))?;
                 let (header, _) = decode_entry_frame(&self.header, frame, entry_id)

@@ -114,6 +114,8 @@ pub struct LogStats {
     pub header_reads: u64,
     /// Reads of whole entries.
     pub entry_reads: u64,
+    /// Sealed ledgers mapped into memory (each on its first read; open and seal map none).
+    pub maps: u64,
 }
 
 /// Bytes dropped (or, read-only, that would be dropped) from a ledger on open, and why.
@@ -137,6 +139,7 @@ pub(crate) struct LogStatsCounters {
     fsyncs: MeteredCounter,
     header_reads: AtomicU64,
     entry_reads: AtomicU64,
+    pub(crate) maps: AtomicU64,
 }
 
 impl LogStatsCounters {
@@ -149,6 +152,7 @@ impl LogStatsCounters {
             fsyncs: MeteredCounter::new(observe::FSYNCS, location),
             header_reads: AtomicU64::default(),
             entry_reads: AtomicU64::default(),
+            maps: AtomicU64::default(),
         }
     }
 }
@@ -239,9 +243,12 @@ impl EntryLog {
     /// before the damage readable, later ones and every write [`Error::Corrupted`]
     /// ([`RecoveryMode::Strict`]: open fails with [`Error::Corrupted`]).
     ///
-    /// Every ledger file is fsynced once (sealed ones too), so what this open found, a footer
-    /// left by a seal that never returned included, survives a power cut from here on. On a
-    /// clean directory that is one cheap `fdatasync` per ledger file.
+    /// A ledger file is fsynced unless its header's synced-length slot proves the whole file
+    /// durable already (a seal records that proof after its last fsync; see `docs/format.md`),
+    /// so what this open found, a footer left by a seal that never returned included, survives
+    /// a power cut from here on. A sealed ledger without the proof (sealed by an older build, or
+    /// its slot lost in a power cut) is fsynced once and given it; a version 1 or 2 file has no
+    /// slot and is fsynced at every open. Sealed ledgers are not mapped until their first read.
     pub fn open(storage: Arc<dyn Storage>, config: LogConfig) -> Result<EntryLog> {
         let guard = storage.lock()?;
         let log = Self::open_inner(storage, config, Some(guard))?;
@@ -482,8 +489,10 @@ impl EntryLog {
     }
 
     /// Seals `ledger`: syncs its entries, writes the footer (the entry-offset index) and syncs
-    /// it. Durable when it returns; later reads go through a memory map and appends fail with
-    /// [`Error::Sealed`]. Sealing a sealed ledger does nothing.
+    /// it, then records the whole file in the header's synced-length slot (version 3; one
+    /// positioned write, no fsync), the proof that spares a later open its fsync. Durable when
+    /// it returns; later reads go through a memory map, made on the first read, and appends fail
+    /// with [`Error::Sealed`]. Sealing a sealed ledger does nothing.
     ///
     /// A crash before it returns leaves the ledger unsealed, with every entry appended before
     /// the call, on the next open (a partial footer is cut and reported); seal it again.
@@ -496,7 +505,7 @@ impl EntryLog {
     /// [`Error::NoSuchLedger`] / [`Error::NoSuchEntry`] when it does not exist.
     pub fn read(&self, ledger: u64, entry_id: u64) -> Result<LogEntry> {
         self.stats.entry_reads.fetch_add(1, Ordering::Relaxed);
-        let (meta, payload) = self.ledger(ledger)?.read(entry_id)?;
+        let (meta, payload) = self.ledger(ledger)?.read(entry_id, &self.stats)?;
         Ok(LogEntry {
             entry_id,
             meta,
@@ -508,7 +517,7 @@ impl EntryLog {
     /// ledger without reading the payload).
     pub fn read_meta(&self, ledger: u64, entry_id: u64) -> Result<EntryMeta> {
         self.stats.header_reads.fetch_add(1, Ordering::Relaxed);
-        self.ledger(ledger)?.read_meta(entry_id)
+        self.ledger(ledger)?.read_meta(entry_id, &self.stats)
     }
 
     /// Iterates over the entries of `ledger` from `from` on, reading each as it is reached.
@@ -592,6 +601,7 @@ impl EntryLog {
             fsyncs: s.fsyncs.load(Ordering::Relaxed),
             header_reads: get(&s.header_reads),
             entry_reads: get(&s.entry_reads),
+            maps: get(&s.maps),
         }
     }
 }

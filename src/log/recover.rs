@@ -37,13 +37,15 @@
 
 use std::sync::Arc;
 
-use super::ledger::{Ledger, Sealed};
+use super::ledger::Ledger;
 use super::{LogStatsCounters, RecoveryMode, TailRepair, ledger_file_name};
 use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
+use crate::format::Corruption;
 use crate::format::ledger::{
     FRAME_HEADER_LEN, FrameHeader, HEADER_FIXED_LEN, HEADER_V3_LEN, INDEX_MAGIC, LedgerHeader,
-    SLOT_COPIES, SLOT_LEN, SLOTS_AT, TRAILER_LEN, Trailer, VERSION, VERSION_2, check_frame,
-    decode_frame_header, decode_header, first_nonzero, header_fixed_part, is_zero, trailer_of,
+    SLOT_COPIES, SLOT_LEN, SLOTS_AT, SealedLayout, TRAILER_LEN, Trailer, VERSION, VERSION_2,
+    check_frame, check_last_frame, check_sealed_index, check_sealed_trailer, decode_frame_header,
+    decode_header, first_nonzero, footer_len, header_fixed_part, is_zero, trailer_of,
 };
 use crate::storage::{Storage, StorageFile};
 
@@ -346,6 +348,20 @@ pub(crate) fn check_header(win: &mut Window<'_>, ledger: u64) -> Result<HeaderCh
     let bytes = win
         .get(0, size.min(HEADER_V3_LEN as u64))?
         .unwrap_or_default();
+    check_header_bytes(bytes, size, ledger)
+}
+
+/// The first [`HEADER_V3_LEN`] bytes of `file` (`size` bytes long), or all of them when it is
+/// shorter: the header and its slots, read without reading ahead.
+fn read_head(file: &dyn StorageFile, size: u64) -> Result<Vec<u8>> {
+    let mut head = vec![0u8; usize::try_from(size.min(HEADER_V3_LEN as u64)).unwrap_or(0)];
+    file.read_exact_at(&mut head, 0)?;
+    Ok(head)
+}
+
+/// [`check_header`] of `bytes`, the file's first bytes (up to [`HEADER_V3_LEN`]) of a file
+/// `size` bytes long.
+fn check_header_bytes(bytes: &[u8], size: u64, ledger: u64) -> Result<HeaderCheck> {
     let decoded = decode_header(bytes);
     // A create writes the header (and slots) in one write and syncs it before it returns.
     let partial = size <= HEADER_V3_LEN as u64
@@ -374,18 +390,80 @@ pub(crate) fn check_header(win: &mut Window<'_>, ledger: u64) -> Result<HeaderCh
     }
 }
 
-/// The sealed view of the file, when it verifies as a sealed ledger (trailer, index and last
-/// frame header). A failed map is an error, never "not sealed".
+/// The layout of the file, when it verifies as a sealed ledger (trailer, index and last frame
+/// header). A failed read is an error, never "not sealed".
 pub(crate) fn try_sealed(
+    file: &dyn StorageFile,
+    h: &LedgerHeader,
+    size: u64,
+) -> Result<Option<SealedLayout>> {
+    Ok(read_sealed(file, h, size)?.ok())
+}
+
+/// A sealed ledger followed by a zero-filled run (its file grew, the bytes never written):
+/// whole frames up to `x`, `expected` of them, then a footer for exactly those frames, then
+/// zeros to the end of the file. Returns the layout and where the footer ends.
+pub(crate) fn sealed_before_zeros(
     win: &mut Window<'_>,
     file: &dyn StorageFile,
     h: &LedgerHeader,
-) -> Result<Option<Sealed>> {
-    if end_trailer(win, h)?.is_none() {
+    x: u64,
+    expected: u64,
+) -> Result<Option<(SealedLayout, u64)>> {
+    let Some(end) = footer_len(expected).and_then(|f| f.checked_add(x)) else {
+        return Ok(None);
+    };
+    if end >= win.size() || win.get(x, INDEX_MAGIC.len() as u64)? != Some(&INDEX_MAGIC[..]) {
         return Ok(None);
     }
-    // Only now, with a whole trailer promising a sealed (never again written) file, map it.
-    Ok(Sealed::map(file, h.ledger_id)?.ok())
+    if win.first_nonzero_from(end)? != win.size() {
+        return Ok(None);
+    }
+    Ok(read_sealed(file, h, end)?
+        .ok()
+        .filter(|l| l.data_end == x)
+        .map(|l| (l, end)))
+}
+
+/// Reads and checks the footer of `file` (`size` bytes, header `h`): its trailer, its index
+/// block and the header of the frame its last offset names, in three reads, without reading the
+/// other frames or mapping the file. `Ok(Err(_))`: the bytes are not a sealed ledger, and where.
+pub(crate) fn read_sealed(
+    file: &dyn StorageFile,
+    h: &LedgerHeader,
+    size: u64,
+) -> Result<std::result::Result<SealedLayout, Corruption>> {
+    let Some(trailer_at) = size
+        .checked_sub(TRAILER_LEN as u64)
+        .filter(|at| *at >= h.data_start())
+    else {
+        return Ok(Err(Corruption::new(CorruptionKind::Truncated, 0)));
+    };
+    let mut tail = [0u8; TRAILER_LEN];
+    file.read_exact_at(&mut tail, trailer_at)?;
+    let t = match check_sealed_trailer(h, size, &tail) {
+        Ok(t) => t,
+        Err(c) => return Ok(Err(c)),
+    };
+    // The trailer's footer fills the file exactly, so the index is no longer than the file.
+    let index_len = usize::try_from(trailer_at - t.data_end).map_err(|_| too_big(size))?;
+    let mut index = vec![0u8; index_len];
+    file.read_exact_at(&mut index, t.data_end)?;
+    let last = match check_sealed_index(h, &t, &index) {
+        Ok(last) => last,
+        Err(c) => return Ok(Err(c)),
+    };
+    if let Some(last) = last {
+        let mut head = [0u8; FRAME_HEADER_LEN];
+        let n =
+            usize::try_from(size.saturating_sub(last).min(FRAME_HEADER_LEN as u64)).unwrap_or(0);
+        let head = head.get_mut(..n).unwrap_or_default();
+        file.read_exact_at(head, last)?;
+        if let Err(c) = check_last_frame(&t, last, head) {
+            return Ok(Err(c));
+        }
+    }
+    Ok(Ok(SealedLayout::of(*h, &t)))
 }
 
 /// The result of opening one ledger file.
@@ -393,6 +471,64 @@ pub(crate) enum Opened {
     Ledger(Arc<Ledger>, Option<TailRepair>),
     /// An interrupted create (the file holds part of a header at most); not removed here.
     Discarded(TailRepair),
+}
+
+/// An owner's fsync of a ledger file on open: whatever a crashed process left in the page cache
+/// (frames, or a footer whose seal never returned) becomes durable, so what this open saw
+/// survives a power cut, and the marks of frames appended from here on are true.
+fn sync_on_open(file: &dyn StorageFile, read_only: bool, stats: &LogStatsCounters) -> Result<()> {
+    if !read_only {
+        file.sync_data()?;
+        stats
+            .fsyncs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// Writes the claim that the sealed `file` (`len` bytes, header `h`, slots `slots` as read) is
+/// durable whole, once an fsync that covered it returned: into the copy that claims less, so
+/// the better copy survives a torn write. A file without slots (version 1 or 2) gets none.
+fn prove_sealed(file: &dyn StorageFile, h: &LedgerHeader, slots: &[u8], len: u64) -> Result<()> {
+    if h.has_synced_slots() {
+        let copy = h.weaker_slot(slots);
+        file.write_all_at(&h.encode_slot(copy, len), LedgerHeader::slot_offset(copy))?;
+    }
+    Ok(())
+}
+
+/// The header of ledger `ledger`'s `file` (`head`: its first bytes, `size`: its length), or
+/// what opening it comes to without one: damaged at byte 0, or an interrupted create.
+fn header_or_outcome(
+    file: &Arc<dyn StorageFile>,
+    head: &[u8],
+    size: u64,
+    ledger: u64,
+    mode: RecoveryMode,
+) -> Result<std::result::Result<LedgerHeader, Opened>> {
+    match check_header_bytes(head, size, ledger) {
+        Ok(HeaderCheck::Valid(h)) => Ok(Ok(h)),
+        // A bad header hides the nonce, so no frame can be checked: damaged at byte 0.
+        Err(Error::Corrupted {
+            place: CorruptionPlace::Ledger { offset, .. },
+            kind,
+        }) if mode != RecoveryMode::Strict => {
+            let blind = Ledger::unsealed(LedgerHeader::new(ledger, 0), file.clone(), Vec::new(), 0);
+            Ok(Err(Opened::Ledger(
+                Arc::new(blind.with_damage(offset, kind)),
+                None,
+            )))
+        }
+        Err(e) => Err(e),
+        // The caller decides whether the file goes: a file the topic records is damage, never
+        // removed here.
+        Ok(HeaderCheck::InterruptedCreate) => Ok(Err(Opened::Discarded(TailRepair {
+            ledger,
+            offset: 0,
+            dropped_bytes: size,
+            reason: "interrupted create: the file holds only part of its header".into(),
+        }))),
+    }
 }
 
 /// Opens ledger `ledger`, repairing (owner) or only reporting (read-only) a torn tail.
@@ -405,54 +541,54 @@ pub(crate) fn open_ledger(
 ) -> Result<Opened> {
     let name = ledger_file_name(ledger);
     let file = storage.open(&name)?;
-    let mut win = Window::new(file.as_ref())?;
-    let size = win.size();
-    let h = match check_header(&mut win, ledger) {
-        Ok(HeaderCheck::Valid(h)) => h,
-        // A bad header hides the nonce, so no frame can be checked: damaged at byte 0.
-        Err(Error::Corrupted {
-            place: CorruptionPlace::Ledger { offset, .. },
-            kind,
-        }) if mode != RecoveryMode::Strict => {
-            let blind = Ledger::unsealed(LedgerHeader::new(ledger, 0), file, Vec::new(), 0);
-            return Ok(Opened::Ledger(
-                Arc::new(blind.with_damage(offset, kind)),
-                None,
-            ));
-        }
-        Err(e) => return Err(e),
-        Ok(HeaderCheck::InterruptedCreate) => {
-            // The caller decides whether the file goes: a file the topic records is damage,
-            // never removed here.
-            return Ok(Opened::Discarded(TailRepair {
-                ledger,
-                offset: 0,
-                dropped_bytes: size,
-                reason: "interrupted create: the file holds only part of its header".into(),
-            }));
-        }
+    let size = file.size()?;
+    let head = read_head(file.as_ref(), size)?;
+    let h = match header_or_outcome(&file, &head, size, ledger, mode)? {
+        Ok(h) => h,
+        Err(opened) => return Ok(opened),
     };
-    let sync = |file: &dyn StorageFile| -> Result<()> {
-        if !read_only {
-            // Whatever a crashed process left in the page cache (frames, or a footer whose
-            // seal never returned) becomes durable now, so what this open saw survives a
-            // power cut, and the marks of frames appended from here on are true.
-            file.sync_data()?;
-            stats
-                .fsyncs
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    // The length the slots claim a finished fsync covered (0 without slots or a valid copy).
+    let slots = head.get(SLOTS_AT..).unwrap_or_default();
+    let synced = h.decode_slots(slots).unwrap_or(0);
+    // A slot claiming the whole sealed file proves it durable: a seal (or an open) writes that
+    // claim only after the fsync that covered the footer returned. Without it, the file is
+    // synced and the claim written, before any map.
+    let prove = |file: &dyn StorageFile, len: u64| -> Result<()> {
+        if synced < len && !read_only {
+            sync_on_open(file, read_only, stats)?;
+            prove_sealed(file, &h, slots, len)?;
         }
         Ok(())
     };
-    if let Some(sealed) = try_sealed(&mut win, file.as_ref(), &h)? {
-        drop(win);
-        sync(file.as_ref())?;
+    if let Some(sealed) = try_sealed(file.as_ref(), &h, size)? {
+        prove(file.as_ref(), size)?;
         return Ok(Opened::Ledger(Arc::new(Ledger::sealed(file, sealed)), None));
     }
-    let synced = recorded_synced(&mut win, &h)?;
+    let mut win = Window::new(file.as_ref())?;
     let scan = scan_frames(&mut win, &h, h.data_start(), 0)?;
     let end = scan.end;
     let expected = scan.offsets.len() as u64;
+    if scan.damage.is_some()
+        && let Some((sealed, footer_end)) =
+            sealed_before_zeros(&mut win, file.as_ref(), &h, end, expected)?
+    {
+        // Like an interrupted seal, cut in both modes: the zeros hold no entry.
+        drop(win);
+        if !read_only {
+            file.set_len(footer_end)?;
+        }
+        prove(file.as_ref(), footer_end)?;
+        let repair = TailRepair {
+            ledger,
+            offset: footer_end,
+            dropped_bytes: size - footer_end,
+            reason: "zero-filled tail after the footer of a sealed ledger".into(),
+        };
+        return Ok(Opened::Ledger(
+            Arc::new(Ledger::sealed(file, sealed)),
+            Some(repair),
+        ));
+    }
     let mut damaged = None;
     let repair = match scan.damage {
         // The file ends below a length a finished fsync covered: synced bytes are gone.
@@ -499,7 +635,11 @@ pub(crate) fn open_ledger(
     if !read_only && repair.is_some() {
         file.set_len(end)?;
     }
-    sync(file.as_ref())?;
+    // Whole, undamaged and covered by the slots' claim: already durable.
+    let proven = repair.is_none() && damaged.is_none() && synced >= size;
+    if !proven {
+        sync_on_open(file.as_ref(), read_only, stats)?;
+    }
     let opened = Ledger::unsealed(h, file, scan.offsets, end);
     let opened = match damaged {
         Some(kind) => opened.with_damage(end, kind),

@@ -1,16 +1,17 @@
 //! Read-only verification of ledger files, for `ackstore verify`.
 //!
 //! Owns: walking every frame of a ledger and listing every problem instead of stopping at the
-//! first. Must never write, truncate, lock or map a file that is not sealed.
+//! first. Must never write, truncate, lock or map a file: it reads through positioned reads only,
+//! so an owner writing a sealed ledger's synced-length slot meanwhile changes no mapped bytes.
 
 use super::ledger_file_name;
 use super::parse_ledger_file_name;
 use super::recover::{
     AfterDamage, HeaderCheck, Window, after_damage, check_header, next_whole_frame,
-    recorded_synced, scan_frames, try_sealed,
+    recorded_synced, scan_frames, sealed_before_zeros, try_sealed,
 };
 use crate::error::{CorruptionKind, Error, Result};
-use crate::format::ledger::decode_entry_frame;
+use crate::format::ledger::{LedgerHeader, SealedLayout, decode_entry_frame};
 use crate::storage::Storage;
 
 /// One problem found in a ledger file.
@@ -51,22 +52,8 @@ pub fn verify_ledger(storage: &dyn Storage, ledger: u64) -> Result<Vec<FrameProb
         Err(e) => return Err(e),
     };
     let mut problems = Vec::new();
-    if let Some(sealed) = try_sealed(&mut win, file.as_ref(), &h)? {
-        let bytes = (*sealed.map).as_ref();
-        for id in 0..sealed.layout.entry_count {
-            let Some((start, end)) = sealed.layout.frame_range(bytes, id) else {
-                continue;
-            };
-            let frame = usize::try_from(start)
-                .ok()
-                .zip(usize::try_from(end).ok())
-                .and_then(|(s, e)| bytes.get(s..e))
-                .unwrap_or_default();
-            // Named at the frame's start, whichever field within it failed.
-            if let Err(c) = decode_entry_frame(&h, frame, id) {
-                problems.push(problem(Some(id), start, c.kind, false));
-            }
-        }
+    if let Some(sealed) = try_sealed(file.as_ref(), &h, win.size())? {
+        verify_sealed_frames(&mut win, &h, &sealed, &mut problems)?;
         return Ok(problems);
     }
     let synced = recorded_synced(&mut win, &h)?;
@@ -88,6 +75,20 @@ pub fn verify_ledger(storage: &dyn Storage, ledger: u64) -> Result<Vec<FrameProb
             }
             break;
         };
+        if from == h.data_start()
+            && let Some((sealed, footer_end)) =
+                sealed_before_zeros(&mut win, file.as_ref(), &h, at, expected)?
+        {
+            // A sealed ledger followed by zeros: open cuts the zeros and keeps it sealed.
+            problems.push(problem(
+                None,
+                footer_end,
+                CorruptionKind::InvalidField("zero-filled tail"),
+                true,
+            ));
+            verify_sealed_frames(&mut win, &h, &sealed, &mut problems)?;
+            return Ok(problems);
+        }
         match after_damage(&mut win, &h, at, expected, synced)? {
             AfterDamage::InterruptedSeal => {
                 problems.push(problem(
@@ -115,6 +116,48 @@ pub fn verify_ledger(storage: &dyn Storage, ledger: u64) -> Result<Vec<FrameProb
         }
     }
     Ok(problems)
+}
+
+/// Checks every frame of the sealed ledger of layout `sealed` through `win`, pushing each bad
+/// one to `problems` (a sealed ledger's frames were synced before its footer: corruption).
+fn verify_sealed_frames(
+    win: &mut Window<'_>,
+    h: &LedgerHeader,
+    sealed: &SealedLayout,
+    problems: &mut Vec<FrameProblem>,
+) -> Result<()> {
+    // The index, read once (its checksum was verified); frames are read through the window.
+    let index_at = sealed.offsets_start;
+    let index_len = sealed.entry_count.saturating_mul(8);
+    let index = win.get(index_at, index_len)?.unwrap_or_default().to_vec();
+    let offset = |i: u64| -> Option<u64> {
+        let at = usize::try_from(i.checked_mul(8)?).ok()?;
+        Some(u64::from_le_bytes(index.get(at..at + 8)?.try_into().ok()?))
+    };
+    for id in 0..sealed.entry_count {
+        let end = if id + 1 == sealed.entry_count {
+            Some(sealed.data_end)
+        } else {
+            offset(id + 1)
+        };
+        let Some((start, end)) = offset(id).zip(end) else {
+            continue;
+        };
+        let frame = win
+            .get(start, end.saturating_sub(start))?
+            .unwrap_or_default();
+        // Named at the frame's start, whichever field within it failed.
+        if let Err(c) = decode_entry_frame(h, frame, id) {
+            problems.push(FrameProblem {
+                ledger: h.ledger_id,
+                entry: Some(id),
+                offset: start,
+                kind: c.kind,
+                torn_tail: false,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// [`verify_ledger`] for every ledger file in `storage`, in id order.

@@ -186,10 +186,13 @@ impl StorageFile for RealFile {
         if self.size()? == 0 {
             return Ok(Arc::new(Vec::<u8>::new()));
         }
-        // SAFETY: callers map only sealed files: ackstore never writes to or truncates a
-        // sealed file again, and the directory is held under an exclusive lock, so the mapped
-        // bytes cannot change or disappear while the map is alive. (A read-only tool that maps
-        // without the lock maps files no owner is writing, by the same rule.)
+        // SAFETY: callers map only sealed files, under the directory's exclusive lock, and
+        // only once the owner's last write to the file is done (the seal's or the open's
+        // synced-length slot, written before the first map); ackstore never writes to or
+        // truncates a sealed file after that, so the mapped bytes cannot change or disappear
+        // while the map is alive. (A read-only tool maps without the lock: an owner may meanwhile
+        // overwrite that file's 12-byte slot in the header, once, and nothing else; readers of
+        // a map read frames and the index, never the slot.)
         let map = unsafe { memmap2::Mmap::map(&self.file) }.map_err(|e| self.err("mmap", e))?;
         Ok(Arc::new(map))
     }

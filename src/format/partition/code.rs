@@ -121,6 +121,18 @@ impl BitReader<'_> {
         Some(v)
     }
 
+    /// Whether every bit from the read position to the end is zero.
+    fn rest_is_zero(&self) -> bool {
+        let at = self.pos / 8;
+        self.bytes.get(at).map_or(0, |b| b >> (self.pos % 8)) == 0
+            && self
+                .bytes
+                .get(at + 1..)
+                .unwrap_or_default()
+                .iter()
+                .all(|b| *b == 0)
+    }
+
     /// Counts one bits up to the terminating zero; `None` past `limit` ones or the end.
     fn unary(&mut self, limit: u32) -> Option<u32> {
         let mut q = 0u32;
@@ -559,6 +571,17 @@ impl Stats {
         }
     }
 
+    /// Sets the member count (`members`: every gap counted) and the sum, smallest and largest
+    /// gap from the counts.
+    fn finish(&mut self, members: u64) {
+        self.members = members;
+        self.sum = self.gaps().map(|(g, n)| u64::from(g) * n).sum();
+        self.max = self.gaps().map(|(g, _)| g).max().unwrap_or(0);
+        if members > 0 {
+            self.min = self.gaps().map(|(g, _)| g).min().unwrap_or(0);
+        }
+    }
+
     /// Takes back one gap of `gap` offsets counted by [`Stats::add`].
     fn remove(&mut self, gap: u32) {
         if let Some(count) = self.small.get_mut(gap as usize) {
@@ -692,13 +715,9 @@ fn stats(words: &[u64], lo: u32, hi: u32, holes: bool) -> Stats {
         st.remove(run_ending_at(words, first, last, holes));
         gaps -= 1;
     }
-    st.members = u64::from(last - first + 1) - other_count;
-    st.add(0, st.members - gaps);
-    st.sum = st.gaps().map(|(g, n)| u64::from(g) * n).sum();
-    st.max = st.gaps().map(|(g, _)| g).max().unwrap_or(0);
-    if st.members > 0 {
-        st.min = st.gaps().map(|(g, _)| g).min().unwrap_or(0);
-    }
+    let members = u64::from(last - first + 1) - other_count;
+    st.add(0, members - gaps);
+    st.finish(members);
     st
 }
 
@@ -863,6 +882,17 @@ pub fn gaps_len(words: &[u64], lo: u32, hi: u32, budget: usize) -> Option<usize>
 fn gaps_plan(words: &[u64], lo: u32, hi: u32, budget: usize) -> Option<(Plan, usize)> {
     let acked = stats(words, lo, hi, false);
     let holes = stats(words, lo, hi, true);
+    plan_classes(&acked, &holes, lo, hi, budget)
+}
+
+/// [`gaps_plan`] from the statistics of both classes.
+fn plan_classes(
+    acked: &Stats,
+    holes: &Stats,
+    lo: u32,
+    hi: u32,
+    budget: usize,
+) -> Option<(Plan, usize)> {
     let budget_bits = |st: &Stats| {
         budget
             .checked_sub(gaps_fixed_len(lo, hi, st.members))
@@ -872,31 +902,31 @@ fn gaps_plan(words: &[u64], lo: u32, hi: u32, budget: usize) -> Option<(Plan, us
     // Plan the class with the lower floor first; the other only if it can still win (the
     // holes class must be strictly fewer bits, the acked class wins ties).
     let (acked_plan, holes_plan) = if holes.floor() < acked.floor() {
-        let h = if over(&holes) {
+        let h = if over(holes) {
             None
         } else {
-            plan(&holes, budget_bits(&holes))
+            plan(holes, budget_bits(holes))
         };
-        let a_budget = h.map_or(budget_bits(&acked), |h| budget_bits(&acked).min(h.bits));
-        let a = if over(&acked) {
+        let a_budget = h.map_or(budget_bits(acked), |h| budget_bits(acked).min(h.bits));
+        let a = if over(acked) {
             None
         } else {
-            plan(&acked, a_budget)
+            plan(acked, a_budget)
         };
         (a, h)
     } else {
-        let a = if over(&acked) {
+        let a = if over(acked) {
             None
         } else {
-            plan(&acked, budget_bits(&acked))
+            plan(acked, budget_bits(acked))
         };
-        let h_budget = a.map_or(budget_bits(&holes), |a| {
-            budget_bits(&holes).min(a.bits.saturating_sub(1))
+        let h_budget = a.map_or(budget_bits(holes), |a| {
+            budget_bits(holes).min(a.bits.saturating_sub(1))
         });
         let h = match a {
             Some(a) if a.bits == 0 => None,
-            _ if over(&holes) => None,
-            _ => plan(&holes, h_budget),
+            _ if over(holes) => None,
+            _ => plan(holes, h_budget),
         };
         (a, h)
     };
@@ -1025,9 +1055,157 @@ fn read_span(c: &mut Reader<'_>, span: u64) -> Result<(u32, u32), BodyError> {
     Ok((lo as u32, hi as u32))
 }
 
+/// What decoding a gaps body read besides the set: the body's parameters, how its codes end,
+/// and the gap statistics of both classes, gathered while the codes were read (a coded gap is
+/// one gap of its class; the other class's gaps are the runs of coded members). From them
+/// [`GapsReading::is_canonical`] prices the encoder's choice for the decoded set and compares,
+/// without writing a body or reading the set again.
+pub struct GapsReading {
+    lo: u32,
+    hi: u32,
+    holes: bool,
+    code: Code,
+    members: u64,
+    body_len: usize,
+    /// The bits after the last code are zero.
+    zero_padding: bool,
+    acked: Box<Stats>,
+    holes_stats: Box<Stats>,
+}
+
+impl GapsReading {
+    /// Whether the body is the one [`gaps_body`] writes for the decoded set with `budget`
+    /// bytes: the encoder's plan for that set (class, code, parameter, member count) is the
+    /// body's, and the body is exactly the plan's length (so its varints are the shortest and
+    /// no byte follows the codes), its padding bits zero. Each code is the only one for its
+    /// gap, so nothing else can differ.
+    #[must_use]
+    pub fn is_canonical(&self, budget: usize) -> bool {
+        let Some((plan, len)) =
+            plan_classes(&self.acked, &self.holes_stats, self.lo, self.hi, budget)
+        else {
+            return false;
+        };
+        self.zero_padding
+            && len == self.body_len
+            && plan.holes == self.holes
+            && plan.code == self.code
+            && plan.members == self.members
+    }
+}
+
+/// The dense form a gaps body decodes into, and the gap counts of both classes, built one coded
+/// member at a time: a run of `run` coded members before a coded gap of `g > 0` offsets is one
+/// gap of `run` before the first of those `g` members of the other class, and `g - 1` gaps of 0.
+struct Counting {
+    holes: bool,
+    words: Words,
+    coded: Box<Stats>,
+    other: Box<Stats>,
+    run: u32,
+    prev: u32,
+    /// The other class's gaps of 0, counted once at the end.
+    other_zeros: u64,
+}
+
+impl Counting {
+    fn new(holes: bool, lo: u32, hi: u32) -> Self {
+        let mut words = empty_words();
+        if holes {
+            fill(&mut words, lo, hi, false);
+        } else {
+            set_bit(&mut words, lo);
+            set_bit(&mut words, hi);
+        }
+        Self {
+            holes,
+            words,
+            coded: Box::new(Stats::new(holes)),
+            other: Box::new(Stats::new(!holes)),
+            run: 0,
+            prev: lo,
+            other_zeros: 0,
+        }
+    }
+
+    fn mark(&mut self, member: u32) {
+        if self.holes {
+            fill(&mut self.words, member, member, true);
+        } else {
+            set_bit(&mut self.words, member);
+        }
+    }
+
+    /// The next coded member, `gap` offsets after the previous one; it must be below `hi`.
+    fn member(&mut self, gap: u64, hi: u32) -> Result<(), BodyError> {
+        let member = u64::from(self.prev) + gap + 1;
+        if member >= u64::from(hi) {
+            return Err(BodyError::Code);
+        }
+        // Both below `hi`, so below 2^16.
+        let (member, gap) = (member as u32, gap as u32);
+        self.mark(member);
+        self.coded.add(gap, 1);
+        if gap > 0 {
+            self.other.add(self.run, 1);
+            self.other_zeros += u64::from(gap - 1);
+            self.run = 0;
+        }
+        self.run += 1;
+        self.prev = member;
+        Ok(())
+    }
+
+    /// `members` coded members, every gap `min` (the bounded code with one value: no code is
+    /// read): the members are `lo + i (min + 1)`, and the counts follow from their number.
+    fn equal_gaps(&mut self, min: u32, members: u64, hi: u32) -> Result<(), BodyError> {
+        if members == 0 {
+            return Ok(());
+        }
+        let step = u64::from(min) + 1;
+        let lo = u64::from(self.prev);
+        let last = lo + members * step;
+        if last >= u64::from(hi) {
+            return Err(BodyError::Code);
+        }
+        for i in 1..=members {
+            // Below `hi`, so below 2^16.
+            self.mark((lo + i * step) as u32);
+        }
+        self.coded.add(min, members);
+        if min > 0 {
+            self.other.add(0, 1);
+            self.other.add(1, members - 1);
+            self.other_zeros = members * u64::from(min - 1);
+            self.run = 1;
+        } else {
+            // At most 2^16.
+            self.run = members as u32;
+        }
+        self.prev = last as u32;
+        Ok(())
+    }
+
+    /// The dense form and the counts of the coded and the other class, once the other class's
+    /// members after the last coded one, up to `hi - 1`, are counted (none when `hi` is `lo` or
+    /// follows it).
+    fn finish(mut self, hi: u32, members: u64, inner: u64) -> (Words, Box<Stats>, Box<Stats>) {
+        let tail = (hi - self.prev).saturating_sub(1);
+        if tail > 0 {
+            self.other.add(self.run, 1);
+            self.other_zeros += u64::from(tail - 1);
+        }
+        self.other.add(0, self.other_zeros);
+        self.coded.finish(members);
+        self.other.finish(inner - members);
+        (self.words, self.coded, self.other)
+    }
+}
+
 /// Decodes a gaps body into the dense form. Every count is checked against the bits present
-/// before the codes are read; nothing but the fixed 8 KiB is allocated.
-pub fn decode_gaps(body: &[u8], span: u64) -> Result<Words, BodyError> {
+/// before the codes are read; nothing but the fixed 8 KiB and the two classes' statistics is
+/// allocated.
+pub fn decode_gaps(body: &[u8], span: u64) -> Result<(Words, GapsReading), BodyError> {
     let mut fields = Reader::new(body);
     let (lo, hi) = read_span(&mut fields, span)?;
     let param = fields.u8().map_err(|_| BodyError::Length)?;
@@ -1069,45 +1247,55 @@ pub fn decode_gaps(body: &[u8], span: u64) -> Result<Words, BodyError> {
     if members * least_bits > bits.remaining() as u64 {
         return Err(BodyError::Length);
     }
-    let mut words = empty_words();
-    if holes {
-        fill(&mut words, lo, hi, false);
+    let mut count = Counting::new(holes, lo, hi);
+    if bounded && width == 0 {
+        count.equal_gaps(min, members, hi)?;
     } else {
-        set_bit(&mut words, lo);
-        set_bit(&mut words, hi);
-    }
-    let mut prev = lo;
-    for _ in 0..members {
-        let gap = if bounded {
-            let head = u64::from(bits.bits(width).ok_or(BodyError::Code)?);
-            let value = if head < short {
-                head
+        for _ in 0..members {
+            let gap = if bounded {
+                let head = u64::from(bits.bits(width).ok_or(BodyError::Code)?);
+                let value = if head < short {
+                    head
+                } else {
+                    let last = u64::from(bits.bits(1).ok_or(BodyError::Code)?);
+                    short + 2 * (head - short) + last
+                };
+                if value >= u64::from(range) {
+                    return Err(BodyError::Code);
+                }
+                u64::from(min) + value
             } else {
-                let last = u64::from(bits.bits(1).ok_or(BodyError::Code)?);
-                short + 2 * (head - short) + last
+                let quotient = bits.unary(u32::MAX >> MAX_RICE_K).ok_or(BodyError::Code)?;
+                let low = bits.bits(k.into()).ok_or(BodyError::Code)?;
+                (u64::from(quotient) << k) | u64::from(low)
             };
-            if value >= u64::from(range) {
-                return Err(BodyError::Code);
-            }
-            u64::from(min) + value
-        } else {
-            let quotient = bits.unary(u32::MAX >> MAX_RICE_K).ok_or(BodyError::Code)?;
-            let low = bits.bits(k.into()).ok_or(BodyError::Code)?;
-            (u64::from(quotient) << k) | u64::from(low)
-        };
-        let member = u64::from(prev) + gap + 1;
-        if member >= u64::from(hi) {
-            return Err(BodyError::Code);
+            count.member(gap, hi)?;
         }
-        let member = member as u32;
-        if holes {
-            fill(&mut words, member, member, true);
-        } else {
-            set_bit(&mut words, member);
-        }
-        prev = member;
     }
-    Ok(words)
+    let (words, coded, other) = count.finish(hi, members, inner);
+    let zero_padding = bits.rest_is_zero();
+    let code = if bounded {
+        Code::Bounded { min, range }
+    } else {
+        Code::Rice(k)
+    };
+    let (acked, holes_stats) = if holes {
+        (other, coded)
+    } else {
+        (coded, other)
+    };
+    let reading = GapsReading {
+        lo,
+        hi,
+        holes,
+        code,
+        members,
+        body_len: body.len(),
+        zero_padding,
+        acked,
+        holes_stats,
+    };
+    Ok((words, reading))
 }
 
 /// Decodes a bitmap body into the dense form, a byte at a time. The body must be the one
@@ -1183,11 +1371,103 @@ mod tests {
         (st.members, st.sum, st.min, st.max, gaps)
     }
 
+    #[test]
+    fn sets_of_one_two_and_three_members_decode_canonical_with_empty_classes() {
+        for (lo, hi, middle) in [(5, 5, false), (5, 6, false), (5, 7, false), (5, 7, true)] {
+            let mut words = empty_words();
+            set_bit(&mut words, lo);
+            set_bit(&mut words, hi);
+            if middle {
+                set_bit(&mut words, 6);
+            }
+            let body = gaps_body(&words, lo, hi, usize::MAX).unwrap();
+            let (decoded, reading) = decode_gaps(&body, 1 << 16).unwrap();
+            assert_eq!(decoded, words);
+            assert_eq!(
+                reading.acked.members + reading.holes_stats.members,
+                u64::from((hi - lo).saturating_sub(1))
+            );
+            assert!(reading.is_canonical(usize::MAX), "{lo} {hi} {middle}");
+        }
+    }
+
+    #[test]
+    fn a_gaps_body_is_canonical_only_as_the_encoder_writes_it() {
+        // Holes every ~100 entries, and acked entries every ~100: each class coded once.
+        for holes_sparse in [false, true] {
+            let mut words = empty_words();
+            let mut v = 3u32;
+            while v < 50_000 {
+                set_bit(&mut words, v);
+                v += 90 + (v * 7919) % 23;
+            }
+            if holes_sparse {
+                let (lo, hi) = bounds(&words).unwrap();
+                for w in &mut words {
+                    *w = !*w;
+                }
+                fill(&mut words, 0, lo - 1, true);
+                fill(&mut words, hi + 1, (1 << 16) - 1, true);
+            }
+            let (lo, hi) = bounds(&words).unwrap();
+            let (best, len) = gaps_plan(&words, lo, hi, usize::MAX).unwrap();
+            assert_eq!(best.holes, holes_sparse);
+            let body = write_gaps(&words, lo, hi, best, len);
+            let canonical = |body: &[u8]| {
+                let (decoded, reading) = decode_gaps(body, 1 << 16).unwrap();
+                assert_eq!(decoded, words);
+                reading.is_canonical(usize::MAX)
+            };
+            assert!(canonical(&body));
+            // A zero byte after the codes.
+            let mut longer = body.clone();
+            longer.push(0);
+            assert!(!canonical(&longer));
+            // A padding bit set after the last code.
+            let used = best.bits % 8;
+            assert_ne!(used, 0, "no padding to test");
+            let mut dirty = body.clone();
+            *dirty.last_mut().unwrap() |= 0x80;
+            assert!(!canonical(&dirty));
+            // Another code or parameter for the same class, and the other class's best plan:
+            // the same set, not the encoder's bytes.
+            let st = stats(&words, lo, hi, best.holes);
+            let (min, range) = (st.min, st.max - st.min + 1);
+            let others = match best.code {
+                Code::Rice(k) => [
+                    Code::Rice(k + 1),
+                    Code::Rice(k - 1),
+                    Code::Bounded { min, range },
+                ],
+                Code::Bounded { .. } => [
+                    Code::Bounded {
+                        min: min - 1,
+                        range: range + 1,
+                    },
+                    Code::Bounded {
+                        min,
+                        range: range + 1,
+                    },
+                    Code::Rice((st.sum / st.members).ilog2() as u8),
+                ],
+            };
+            for code in others {
+                let other = Plan { code, ..best };
+                assert!(
+                    !canonical(&write_gaps(&words, lo, hi, other, len)),
+                    "{code:?}"
+                );
+            }
+            let other_class = plan(&stats(&words, lo, hi, !best.holes), u64::MAX).unwrap();
+            assert!(!canonical(&write_gaps(&words, lo, hi, other_class, len)));
+        }
+    }
+
     proptest! {
         /// Runs of both classes of every length around the word size and the short-run
         /// limit, anywhere in the partition.
         #[test]
-        fn counted_gaps_match_visiting_every_gap(
+        fn counted_gaps_match_visiting_every_gap_and_decoding_the_body(
             start in 0u32..1 << 16,
             runs in prop::collection::vec((1u32..300, 1u32..300, 0u8..3), 0..200),
         ) {
@@ -1213,6 +1493,16 @@ mod tests {
                         model(&words, lo, hi, holes)
                     );
                 }
+                // Decoding the gaps body gathers the same statistics of both classes, and
+                // finds it canonical for the budget it was written with.
+                let body = gaps_body(&words, lo, hi, usize::MAX).unwrap();
+                let (decoded, reading) = decode_gaps(&body, 1 << 16).unwrap();
+                prop_assert_eq!(&decoded, &words);
+                prop_assert_eq!(counted(&reading.acked), model(&words, lo, hi, false));
+                prop_assert_eq!(counted(&reading.holes_stats), model(&words, lo, hi, true));
+                prop_assert!(reading.is_canonical(usize::MAX));
+                prop_assert!(reading.is_canonical(body.len()));
+                prop_assert!(!reading.is_canonical(body.len() - 1));
             }
         }
     }

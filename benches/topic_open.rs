@@ -1,0 +1,149 @@
+//! Opening a topic of 200 sealed data ledgers (1,000 entries of 450 B each, 93 MiB), on real
+//! files, warm page cache.
+//!
+//! - `topic_open/proven`: `ManagedLedger::open` of the closed topic: every sealed ledger carries
+//!   its seal's proof (the synced-length slot claiming the whole file), so the open fsyncs and
+//!   maps none of them.
+//! - `topic_open/unproven_then_read_each` (the baseline: what the open cost before the proof):
+//!   the proofs are removed before each open (untimed), then the open fsyncs every sealed ledger,
+//!   and one read of every ledger maps each, as the former open mapped them all.
+//!
+//! - `entry_log_open/proven`: the entry log's share of the first figure, `EntryLog::open` of the
+//!   same directory alone (the topic open adds the claim of the topic record: a metadata write
+//!   with its fsyncs).
+//!
+//! Prints the fsyncs and maps of one open of each kind.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use ackstore::internals::format::ledger::{HEADER_V3_LEN, LedgerHeader, SLOTS_AT, decode_header};
+use ackstore::internals::log::{EntryLog, LogConfig, ledger_file_name, parse_ledger_file_name};
+use ackstore::{FileStorage, LedgerConfig, ManagedLedger, Position};
+use criterion::{Criterion, criterion_group, criterion_main};
+
+const LEDGERS: u64 = 200;
+const ENTRIES: u64 = 1_000;
+const PAYLOAD: usize = 450;
+
+fn config() -> LedgerConfig {
+    LedgerConfig {
+        max_entries_per_ledger: ENTRIES,
+        ..LedgerConfig::default()
+    }
+}
+
+/// A closed topic of [`LEDGERS`] sealed ledgers.
+fn build(dir: &Path) {
+    let ml = ManagedLedger::open(dir, config()).expect("open");
+    let payload = vec![7u8; PAYLOAD];
+    for _ in 0..LEDGERS * ENTRIES {
+        ml.append(&payload).expect("append");
+    }
+    ml.close().expect("close");
+}
+
+fn ledger_ids(dir: &Path) -> Vec<u64> {
+    let mut ids: Vec<u64> = std::fs::read_dir(dir)
+        .expect("dir")
+        .filter_map(|e| parse_ledger_file_name(e.ok()?.file_name().to_str()?))
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// Rewrites every ledger's slots as a build without the seal's proof left them.
+fn strip_proofs(dir: &Path) {
+    use std::os::unix::fs::FileExt;
+    for id in ledger_ids(dir) {
+        let path = dir.join(ledger_file_name(id));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .expect("ledger");
+        let mut head = [0u8; HEADER_V3_LEN];
+        file.read_exact_at(&mut head, 0).expect("header");
+        let h = decode_header(&head).expect("header");
+        let fresh = LedgerHeader::new(id, h.nonce).encode();
+        file.write_all_at(&fresh[SLOTS_AT..HEADER_V3_LEN], SLOTS_AT as u64)
+            .expect("slots");
+    }
+}
+
+fn read_each(ml: &ManagedLedger, dir: &Path) {
+    for id in ledger_ids(dir) {
+        let _ = ml.read(Position::new(id, 0));
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    build(dir);
+    // One open of each kind, for the counts.
+    let ml = ManagedLedger::open(dir, config()).expect("open");
+    let s = ml.log_stats().expect("stats");
+    println!("proven open: {} fsyncs, {} maps", s.fsyncs, s.maps);
+    drop(ml);
+    strip_proofs(dir);
+    let ml = ManagedLedger::open(dir, config()).expect("open");
+    read_each(&ml, dir);
+    let s = ml.log_stats().expect("stats");
+    println!(
+        "unproven open and a read of each ledger: {} fsyncs, {} maps",
+        s.fsyncs, s.maps
+    );
+    drop(ml);
+
+    let mut g = c.benchmark_group("topic_open");
+    g.sample_size(10);
+    g.bench_function("proven", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let start = Instant::now();
+                let ml = ManagedLedger::open(dir, config()).expect("open");
+                total += start.elapsed();
+                drop(ml);
+            }
+            total
+        });
+    });
+    g.bench_function("unproven_then_read_each", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                strip_proofs(dir);
+                let start = Instant::now();
+                let ml = ManagedLedger::open(dir, config()).expect("open");
+                read_each(&ml, dir);
+                total += start.elapsed();
+                drop(ml);
+            }
+            total
+        });
+    });
+    g.finish();
+    let mut g = c.benchmark_group("entry_log_open");
+    g.sample_size(10);
+    g.bench_function("proven", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let start = Instant::now();
+                let storage = FileStorage::open(dir, false).expect("storage");
+                let log = EntryLog::open(std::sync::Arc::new(storage), LogConfig::default())
+                    .expect("log");
+                total += start.elapsed();
+                assert_eq!(log.stats().fsyncs, 0);
+                drop(log);
+            }
+            total
+        });
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
