@@ -21,6 +21,7 @@
 //! the entry log once closed (a closed topic must release its directory).
 
 mod batch;
+mod batch_store;
 mod config;
 pub mod open;
 pub mod persist;
@@ -122,9 +123,16 @@ pub struct CursorStats {
     pub background_error: Option<String>,
     /// Entries with some, not all, messages acknowledged at batch-index level.
     pub partial_entries: u64,
-    /// Memory their acknowledged batch indexes take (estimated: serialized bitmaps plus a fixed
-    /// overhead per entry).
+    /// Memory the resident ones take (estimated: serialized bitmaps plus a fixed overhead per
+    /// entry), charged to the ack set's budget (`ackset.charged_bytes`).
     pub batch_index_bytes: u64,
+    /// Partitions whose partial entries are evicted from memory (cold: kept as batch-index
+    /// entries of the cursor ledger, loaded on first use).
+    pub batch_cold_partitions: u64,
+    /// Evictions of partial entries' partitions since open.
+    pub batch_evictions: u64,
+    /// Loads of cold partial entries' partitions since open.
+    pub batch_loads: u64,
 }
 
 /// What a cursor needs from its topic; implemented by the managed ledger.
@@ -298,6 +306,7 @@ impl Core {
     /// Drops the persister and the ack set's handle on the cursor ledger.
     fn detach(&mut self) -> Option<CursorPersister> {
         self.state.acks = detached_ack_set();
+        self.state.batch = BatchAcks::default();
         self.persister.take()
     }
 }
@@ -336,9 +345,10 @@ impl CursorShared {
         id: u64,
         name: String,
         topic: Arc<dyn TopicAccess>,
-        state: CursorState,
+        mut state: CursorState,
         persistence: Persistence,
     ) -> Arc<Self> {
+        state.batch.set_store(persistence.persister.batch_store());
         let mark = state.mark_delete;
         let shared = Arc::new(Self {
             id,
@@ -385,8 +395,13 @@ impl CursorShared {
         id: u64,
         name: String,
         topic: Arc<dyn TopicAccess>,
-        state: CursorState,
+        mut state: CursorState,
     ) -> Arc<Self> {
+        // A reader has no cursor ledger: its evicted partial entries are kept encoded in
+        // memory (see docs/cursors.md, "Memory").
+        state
+            .batch
+            .set_store(Box::new(batch_store::MemBatchStore::default()));
         let mark = state.mark_delete;
         Arc::new(Self {
             id,
@@ -600,7 +615,9 @@ impl Cursor {
                     skip,
                 } = planned
                 {
-                    prefix.set_prefix(entry, batch_size, skip);
+                    // A prefix has no store: it is never cold, so this does no I/O and
+                    // cannot fail.
+                    let _ = prefix.set_prefix(entry, batch_size, skip);
                 }
                 core.persister().and_then(|p| {
                     p.request_rollover();
@@ -628,7 +645,8 @@ impl Cursor {
                     skip,
                 } = planned
                 {
-                    core.state.batch.set_prefix(entry, batch_size, skip);
+                    // After `reset_to` nothing is cold: this does no I/O and cannot fail.
+                    let _ = core.state.batch.set_prefix(entry, batch_size, skip);
                     // The seek's flush committed exactly this prefix.
                     core.state.batch.mark_clean();
                 }
@@ -736,14 +754,17 @@ impl Cursor {
     #[cfg(feature = "internals")]
     #[doc(hidden)]
     pub fn batch_index_partitions(&self) -> Result<Vec<crate::format::cursor::BatchPartition>> {
-        Ok(self.shared.core()?.state.batch.partitions())
+        self.shared.core()?.state.batch.partitions()
     }
 
     /// Whether message `index` of the entry at `pos` is acknowledged: the entry is, or that
     /// message is at batch-index level.
     pub fn is_batch_index_acked(&self, pos: Position, index: u32) -> Result<bool> {
         let mut core = self.shared.core()?;
-        Ok(core.state.is_acked(pos)? || core.state.batch.contains(pos, index))
+        if core.state.is_acked(pos)? {
+            return Ok(true);
+        }
+        core.state.batch_index_acked(pos, index)
     }
 
     /// Acknowledges every position in `positions` in one call, under one lock (Pulsar's
@@ -894,17 +915,12 @@ impl Cursor {
             planned?
         };
         let log = self.shared.topic.log()?;
-        let batch = &core.state.batch;
-        let entries = positions
-            .into_iter()
-            .map(|p| {
-                log.read(p.ledger_id, p.entry_id).map(|e| {
-                    let mut entry = Entry::from_log(p.ledger_id, e);
-                    entry.acked_batch_indexes = batch.acked(p).cloned();
-                    entry
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let mut entries = Vec::with_capacity(positions.len());
+        for p in positions {
+            let mut entry = Entry::from_log(p.ledger_id, log.read(p.ledger_id, p.entry_id)?);
+            entry.acked_batch_indexes = core.state.partial_acked(p)?;
+            entries.push(entry);
+        }
         core.counters.entries_read += entries.len() as u64;
         Ok((core.state.epoch, entries))
     }
@@ -1096,6 +1112,9 @@ impl Cursor {
                 background_error: core.background_error.as_ref().map(ToString::to_string),
                 partial_entries: state.batch.len(),
                 batch_index_bytes: state.batch.bytes() as u64,
+                batch_cold_partitions: state.batch.cold_partitions() as u64,
+                batch_evictions: state.batch.counters().evictions,
+                batch_loads: state.batch.counters().loads,
             })
         })
     }
