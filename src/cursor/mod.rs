@@ -47,7 +47,7 @@ pub(crate) use record::Fence;
 pub use recover::RecoverySource;
 pub use state::{CursorState, NO_MARK_DELETE};
 
-use crate::ackset::{AckSetStats, MemPartitionStore, RangeSetWrapper};
+use crate::ackset::{AckSetStats, MemPartitionStore, RangeSetWrapper, Release};
 use crate::entry::Entry;
 use crate::error::{Error, Result};
 use crate::finder::{self, Layout};
@@ -349,6 +349,7 @@ impl CursorShared {
         persistence: Persistence,
     ) -> Arc<Self> {
         state.batch.set_store(persistence.persister.batch_store());
+        let budget = persistence.persister.config().ack_memory.clone();
         let mark = state.mark_delete;
         let shared = Arc::new(Self {
             id,
@@ -369,6 +370,9 @@ impl CursorShared {
             lost: AtomicBool::new(false),
             stop_flusher: Mutex::new(None),
         });
+        if let Some(budget) = budget {
+            shared.join_budget(&budget);
+        }
         if let Some(interval) = persistence.flush_interval {
             let (stop, stopped) = mpsc::channel::<()>();
             let cursor = Arc::downgrade(&shared);
@@ -449,6 +453,15 @@ impl CursorShared {
         self.closed.store(true, Ordering::SeqCst);
         lock(&self.stop_flusher).take();
         core.detach()
+    }
+
+    /// Makes this cursor's ack set a member of `budget`, shared with other cursors: other
+    /// members may ask it to release memory (see [`Release`]).
+    pub(crate) fn join_budget(self: &Arc<Self>, budget: &crate::ackset::AckBudget) {
+        let link = budget.join();
+        let me: Arc<dyn Release> = self.clone();
+        link.set_release(Arc::downgrade(&me));
+        lock(&self.core).state.acks.join_budget(link);
     }
 
     fn core(&self) -> Result<MutexGuard<'_, Core>> {
@@ -533,6 +546,19 @@ fn background_flusher(cursor: &Weak<CursorShared>, stop: &mpsc::Receiver<()>, in
             return;
         };
         shared.flush_in_background();
+    }
+}
+
+/// Another cursor sharing the ack memory budget needs room: release some, unless this cursor
+/// is busy (its lock is taken), in which case it brings the shared total down itself at the
+/// end of its operation. Never blocks on the lock.
+impl Release for CursorShared {
+    fn try_release(&self, bytes: usize) -> usize {
+        match self.core.try_lock() {
+            Ok(mut core) => core.state.release_memory(bytes),
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().state.release_memory(bytes),
+            Err(std::sync::TryLockError::WouldBlock) => 0,
+        }
     }
 }
 

@@ -160,12 +160,25 @@ impl CursorState {
     /// store pins).
     pub(crate) fn charge_batch(&mut self) {
         self.acks.set_charge(self.batch.bytes());
-        let s = self.acks.stats();
-        let room = s.budget_bytes.saturating_sub(s.resident_bytes);
+        let room = self.acks.room_for_charge();
         if self.batch.bytes() > room {
             self.batch.evict_to(room);
             self.acks.set_charge(self.batch.bytes());
         }
+    }
+
+    /// Releases up to `bytes` of resident ack state (ack partitions first, then partial
+    /// entries) for another cursor sharing the budget; returns the bytes released. Evicts
+    /// without asking anyone else.
+    pub(crate) fn release_memory(&mut self, bytes: usize) -> usize {
+        let mut freed = self.acks.release(bytes);
+        if freed < bytes {
+            let before = self.batch.bytes();
+            self.batch.evict_to(before.saturating_sub(bytes - freed));
+            freed += before - self.batch.bytes();
+            self.acks.lower_charge(self.batch.bytes());
+        }
+        freed
     }
 
     /// The acknowledged messages of the partially acknowledged entry at `pos` (`None` when
