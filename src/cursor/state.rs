@@ -187,8 +187,11 @@ impl CursorState {
         &mut self,
         pos: Position,
     ) -> Result<Option<roaring::RoaringBitmap>> {
+        let cold = self.batch.cold_partitions();
         let acked = self.batch.acked(pos);
-        self.charge_batch();
+        if self.batch.cold_partitions() != cold {
+            self.charge_batch();
+        }
         acked
     }
 
