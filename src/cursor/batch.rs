@@ -10,7 +10,8 @@
 //! bitmap each) or *cold*: evicted to the cursor's [`BatchStore`] (a batch-index entry of the
 //! cursor ledger), with only its location and entry count kept, outside the budget, like the
 //! ack set's index. [`BatchAcks::evict_to`] evicts resident partitions, least recently used
-//! first, until the resident bytes fit what it is given; an unsaved one is stored first (a
+//! first (the most recently used one may be kept past it, see there), until the resident bytes
+//! fit what it is given; an unsaved one is stored first (a
 //! failed store keeps it resident past the budget, *pinned*, until the next successful flush
 //! calls [`BatchAcks::mark_committed`]). Every operation loads the cold partition it touches
 //! first; nothing here evicts on its own, the cursor state calls `evict_to` after each
@@ -485,11 +486,23 @@ impl BatchAcks {
     /// at most `room` or none is left to evict. Without a store nothing is evicted. A
     /// partition whose store fails stays resident (pinned) and later evictions store nothing
     /// until [`Self::mark_committed`].
-    pub(crate) fn evict_to(&mut self, room: usize) {
+    ///
+    /// With `keep_hot`, the most recently used partition stays resident past `room`: so a
+    /// run of acks into one partition larger than the budget does not write and read it back
+    /// at every ack (what `room` bounds is the others; a flush, after which that partition's
+    /// copy is current, evicts it for free).
+    pub(crate) fn evict_to(&mut self, room: usize, keep_hot: bool) {
         if self.bytes <= room || self.store.is_none() {
             return;
         }
-        let order: Vec<PartitionKey> = self.lru.iter().rev().map(|(k, ())| *k).collect();
+        let hot = self.lru.peek_mru().map(|(k, ())| *k).filter(|_| keep_hot);
+        let order: Vec<PartitionKey> = self
+            .lru
+            .iter()
+            .rev()
+            .map(|(k, ())| *k)
+            .filter(|k| Some(*k) != hot)
+            .collect();
         for key in order {
             if self.bytes <= room {
                 break;
@@ -615,18 +628,18 @@ mod tests {
                 assert_eq!(b.ack(p(ledger, entry), 1, 4).unwrap(), BatchAck::Partial);
             }
         }
-        b.evict_to(0);
+        b.evict_to(0, false);
         assert_eq!((b.bytes(), b.cold_partitions(), b.len()), (0, 4, 40));
         assert_eq!(b.counters().stores, 4);
         assert!(b.contains(p(2, 3), 1).unwrap());
         assert!(!b.contains(p(2, 3), 2).unwrap());
         assert_eq!((b.cold_partitions(), b.counters().loads), (3, 1));
         // Loaded and unchanged: evicting it again writes nothing.
-        b.evict_to(0);
+        b.evict_to(0, false);
         assert_eq!(b.counters().stores, 4);
         // A change makes it unsaved again.
         assert_eq!(b.ack(p(3, 0), 2, 4).unwrap(), BatchAck::Partial);
-        b.evict_to(0);
+        b.evict_to(0, false);
         assert_eq!(b.counters().stores, 5);
         assert_eq!(b.partitions().unwrap().len(), 4);
         assert_eq!(b.keys().len(), 4);
@@ -639,7 +652,7 @@ mod tests {
             b.ack(p(ledger, 5), 0, 2).unwrap();
             b.ack(p(ledger, 9), 0, 2).unwrap();
         }
-        b.evict_to(0);
+        b.evict_to(0, false);
         b.remove_at_most(p(2, 5)).unwrap();
         assert_eq!(
             b.counters().loads,
@@ -657,7 +670,7 @@ mod tests {
     fn without_a_store_nothing_is_evicted() {
         let mut b = BatchAcks::default();
         b.ack(p(1, 1), 0, 3).unwrap();
-        b.evict_to(0);
+        b.evict_to(0, false);
         assert!(b.bytes() > 0);
         assert_eq!(b.cold_partitions(), 0);
     }

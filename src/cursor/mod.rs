@@ -254,7 +254,7 @@ impl Core {
         let state = self.state.persisted();
         let persister = self.persister.as_mut().ok_or(Error::Closed)?;
         persister.flush_with_batch(&state, &mut self.state.acks, &mut self.state.batch)?;
-        self.state.charge_batch();
+        self.state.settle_batch();
         self.dirty = false;
         self.counters.flushes += 1;
         Ok(())

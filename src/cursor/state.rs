@@ -158,11 +158,25 @@ impl CursorState {
     /// entries are evicted, least recently used first, until both fit. So the resident ack
     /// state stays within the budget plus the ack set's one hot partition (plus what a failed
     /// store pins).
+    ///
+    /// The partition of partial entries in use (the most recently used) stays resident past
+    /// the budget, as the ack set's hot partition does, until [`Self::settle_batch`].
     pub(crate) fn charge_batch(&mut self) {
+        self.fit_batch(true);
+    }
+
+    /// As [`Self::charge_batch`], without keeping the partition of partial entries in use:
+    /// after a flush, when its copy in the cursor ledger is current and evicting it writes
+    /// nothing.
+    pub(crate) fn settle_batch(&mut self) {
+        self.fit_batch(false);
+    }
+
+    fn fit_batch(&mut self, keep_hot: bool) {
         self.acks.set_charge(self.batch.bytes());
         let room = self.acks.room_for_charge();
         if self.batch.bytes() > room {
-            self.batch.evict_to(room);
+            self.batch.evict_to(room, keep_hot);
             self.acks.set_charge(self.batch.bytes());
         }
     }
@@ -174,7 +188,8 @@ impl CursorState {
         let mut freed = self.acks.release(bytes);
         if freed < bytes {
             let before = self.batch.bytes();
-            self.batch.evict_to(before.saturating_sub(bytes - freed));
+            self.batch
+                .evict_to(before.saturating_sub(bytes - freed), false);
             freed += before - self.batch.bytes();
             self.acks.lower_charge(self.batch.bytes());
         }
