@@ -36,6 +36,7 @@ use internals::{
 };
 
 pub use ackset::AckSetStats;
+pub use ackset::{AckBudget, AckBudgetStats};
 pub use cursor::{
     Cursor, CursorConfig, CursorOptions, CursorStats, InitialPosition, OverflowPolicy, PersistMode,
     PersistStats, RecoverySource,

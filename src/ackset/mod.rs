@@ -6,6 +6,7 @@
 //! - [`AckSet`]: every partition in memory, no bound; the reference the wrapper is tested against.
 //! - [`RangeSetWrapper`]: the same queries with partitions resident under an LRU byte budget,
 //!   evicted to and loaded from a [`PartitionStore`].
+//! - [`AckBudget`]: one budget shared by many cursors' wrappers (a store's `ack_memory_bytes`).
 //! - [`pulsar`]: what Pulsar's own encoding of the same ranges would cost, for comparison.
 //!
 //! Must never: do I/O itself (a [`PartitionStore`] does it), drop an ack without being asked
@@ -25,6 +26,7 @@
 //! values below `2^PARTITION_BITS`; ranges join across chunk boundaries within a ledger, so
 //! every reported range is maximal.
 
+mod budget;
 mod set;
 mod store;
 mod wrapper;
@@ -32,6 +34,8 @@ mod wrapper;
 pub mod pulsar;
 
 pub use crate::format::partition::{PARTITION_BITS, PARTITION_SPAN, PartitionKey};
+pub use budget::{AckBudget, AckBudgetStats};
+pub(crate) use budget::{BudgetLink, Release};
 pub use set::{AckSet, Ranges};
 pub use store::{MemPartitionStore, PartitionStore};
 pub use wrapper::{AckSetStats, INDEX_ENTRY_BYTES, RangeSetWrapper};

@@ -30,6 +30,7 @@ use std::ops::Bound;
 use lru::LruCache;
 use roaring::RoaringBitmap;
 
+use super::BudgetLink;
 use super::{
     AckRange, Charge, Direction, LAST_OFFSET, PartitionKey, PartitionStore, RangeJoiner, chunks,
     clip, count_clipped, settle, settle_after_insert,
@@ -83,6 +84,9 @@ pub struct AckSetStats {
     /// Partitions kept resident past the budget because the store could not take them; their
     /// bytes are in `resident_bytes`.
     pub pinned_partitions: usize,
+    /// The limit of the budget shared with other cursors (a store's `ack_memory_bytes`), 0
+    /// when the set has none; `resident_bytes + charged_bytes` is this set's share of it.
+    pub shared_limit_bytes: usize,
 }
 
 /// A live partition. While it is resident, its [`Resident`] holds the authoritative cardinality
@@ -135,6 +139,8 @@ pub struct RangeSetWrapper {
     loads: u64,
     evictions: u64,
     stores: u64,
+    /// Membership of a budget shared with other cursors' sets.
+    link: Option<BudgetLink>,
 }
 
 impl fmt::Debug for RangeSetWrapper {
@@ -168,6 +174,40 @@ impl RangeSetWrapper {
             loads: 0,
             evictions: 0,
             stores: 0,
+            link: None,
+        }
+    }
+
+    /// Makes this set a member of a budget shared with other sets: from now on its resident
+    /// plus charged bytes count in the shared total, it evicts down to what the others leave
+    /// (after asking them to release, least recently used first), and other members may ask it
+    /// to release ([`Self::release`], called by its cursor's hook).
+    pub(crate) fn join_budget(&mut self, link: BudgetLink) {
+        self.link = Some(link);
+        self.publish();
+        self.make_room();
+    }
+
+    /// Releases resident partitions, least recently used first and the hot one too, until
+    /// `bytes` are freed or nothing is left but what the store could not take; returns the
+    /// bytes freed. For another cursor that needs the shared budget's room.
+    pub(crate) fn release(&mut self, bytes: usize) -> usize {
+        let before = self.resident_bytes;
+        self.retire_hot();
+        while before - self.resident_bytes.min(before) < bytes && !self.lru.is_empty() {
+            self.evict_lru();
+        }
+        if self.lru.is_empty() {
+            self.free_table();
+        }
+        self.publish();
+        before.saturating_sub(self.resident_bytes)
+    }
+
+    /// Publishes the resident plus charged bytes to the shared budget, if any.
+    fn publish(&self) {
+        if let Some(link) = &self.link {
+            link.publish(self.resident_bytes + self.charged);
         }
     }
 
@@ -230,6 +270,7 @@ impl RangeSetWrapper {
         for k in below {
             self.drop_partition(k);
         }
+        self.publish();
         Ok(())
     }
 
@@ -334,6 +375,7 @@ impl RangeSetWrapper {
         self.len = 0;
         self.resident_bytes = 0;
         self.dirty = 0;
+        self.publish();
     }
 
     /// Every live partition with its cardinality, ascending (no I/O).
@@ -440,9 +482,29 @@ impl RangeSetWrapper {
     pub fn set_charge(&mut self, bytes: usize) {
         let grew = bytes > self.charged;
         self.charged = bytes;
-        if grew {
+        if grew || self.link.as_ref().is_some_and(|l| l.excess() > 0) {
             self.make_room();
+        } else {
+            self.publish();
         }
+    }
+
+    /// What the budget leaves for state kept beside the partitions: the budget (or what a
+    /// shared budget's other members leave, if less) less the resident partitions.
+    pub(crate) fn room_for_charge(&self) -> usize {
+        let room = self
+            .link
+            .as_ref()
+            .map_or(self.budget, |l| self.budget.min(l.room()));
+        room.saturating_sub(self.resident_bytes)
+    }
+
+    /// Lowers the charge of state kept beside the partitions to `bytes` (at most the current
+    /// one) without evicting anything or asking other members: for a release on another
+    /// member's request.
+    pub(crate) fn lower_charge(&mut self, bytes: usize) {
+        self.charged = bytes.min(self.charged);
+        self.publish();
     }
 
     /// Sizes and counters.
@@ -464,6 +526,7 @@ impl RangeSetWrapper {
             stores: self.stores,
             store_failures: self.store_failures,
             pinned_partitions: self.pinned.len(),
+            shared_limit_bytes: self.link.as_ref().map_or(0, |l| l.budget().limit()),
         }
     }
 
@@ -520,6 +583,14 @@ impl RangeSetWrapper {
         }
         if after == 0 {
             self.drop_partition(key);
+        }
+        if let Some(link) = &self.link {
+            link.publish(self.resident_bytes + self.charged);
+            if link.excess() > 0 {
+                self.make_room();
+            } else {
+                link.settled();
+            }
         }
         Ok(Some(out))
     }
@@ -626,12 +697,21 @@ impl RangeSetWrapper {
     /// the budget or the cache is empty (the hot partition is never evicted; one the store
     /// cannot take is pinned); an empty cache's table is freed if it alone is over the budget.
     fn make_room(&mut self) {
-        let room = self.budget.saturating_sub(self.charged);
+        let mut room = self.budget.saturating_sub(self.charged);
+        if let Some(link) = &self.link {
+            link.publish(self.resident_bytes + self.charged);
+            link.reclaim_from_others();
+            room = room.min(link.room().saturating_sub(self.charged));
+        }
         while self.resident_bytes > room && !self.lru.is_empty() {
             self.evict_lru();
         }
         if self.resident_bytes > room && self.lru.is_empty() {
             self.free_table();
+        }
+        if let Some(link) = &self.link {
+            link.publish(self.resident_bytes + self.charged);
+            link.settled();
         }
     }
 

@@ -1,17 +1,38 @@
 //! Batch-index acks (PIP-54): which messages of a partially acknowledged entry are acknowledged.
 //!
-//! Owns: [`BatchAcks`], the partial entries of one cursor and the rule that an entry whose last
-//! message is acknowledged becomes an acknowledged entry. Entries with no acknowledged message,
-//! and entries acknowledged whole, are never in it, so a cursor that acks whole entries pays
-//! one empty-map lookup per read entry.
+//! Owns: [`BatchAcks`], the partial entries of one cursor, the rule that an entry whose last
+//! message is acknowledged becomes an acknowledged entry, and which of them stay in memory.
+//! Entries with no acknowledged message, and entries acknowledged whole, are never in it, so a
+//! cursor that acks whole entries pays one empty-map lookup per read entry.
+//!
+//! Memory: partial entries are grouped by ack-set partition ([`PartitionKey`]). A partition's
+//! partial entries are *resident* (in memory, charged [`ENTRY_OVERHEAD`] plus the serialized
+//! bitmap each) or *cold*: evicted to the cursor's [`BatchStore`] (a batch-index entry of the
+//! cursor ledger), with only its location and entry count kept, outside the budget, like the
+//! ack set's index. [`BatchAcks::evict_to`] evicts resident partitions, least recently used
+//! first (the most recently used one may be kept past it, see there), until the resident bytes
+//! fit what it is given; an unsaved one is stored first (a
+//! failed store keeps it resident past the budget, *pinned*, until the next successful flush
+//! calls [`BatchAcks::mark_committed`]). Every operation loads the cold partition it touches
+//! first; nothing here evicts on its own, the cursor state calls `evict_to` after each
+//! operation. Without a store (a state that is never evicted, such as a seek's prefix), every
+//! partition stays resident.
+//!
+//! Two flags per partition, as in the ack set: *dirty* (changed since the last commit, whether
+//! resident or not: the next flush writes or references a new batch-index entry for it) and,
+//! for a resident one, whether the store holds its current contents (loaded and unchanged
+//! since, or written by the last flush): evicting it then writes nothing.
 //!
 //! Invariant kept with `CursorState`: every position here is a retained entry after mark-delete
 //! that is not individually acknowledged, with at least one message acknowledged and one not.
+//! A key is resident or cold, never both.
 //!
-//! Must never: do I/O.
+//! Must never: do I/O other than through its [`BatchStore`].
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 
+use lru::LruCache;
 use roaring::RoaringBitmap;
 
 use crate::ackset::PartitionKey;
@@ -19,8 +40,11 @@ use crate::error::{Error, Result};
 use crate::format::cursor::{BatchPartition, PartialEntry};
 use crate::position::Position;
 
+use super::batch_store::BatchStore;
+use super::persist::{BatchLocation, BatchTable};
+
 /// Bytes a partial entry costs besides its bitmap: the map node, key and size.
-const ENTRY_OVERHEAD: usize = 64;
+pub(crate) const ENTRY_OVERHEAD: usize = 64;
 
 /// What acknowledging one message did to its entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,26 +58,99 @@ pub(crate) enum BatchAck {
     Complete,
 }
 
+/// Eviction counters of the partial entries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct BatchCounters {
+    /// Partitions loaded back from the store.
+    pub loads: u64,
+    /// Partitions evicted from memory.
+    pub evictions: u64,
+    /// Partitions written to the store on eviction.
+    pub stores: u64,
+    /// Evictions whose store failed.
+    pub store_failures: u64,
+}
+
 /// The partial entries of one cursor.
-#[derive(Debug, Default)]
 pub(crate) struct BatchAcks {
+    /// The resident partial entries.
     partial: BTreeMap<Position, (u32, RoaringBitmap)>,
+    /// What the resident ones are charged.
     bytes: usize,
-    /// Partitions whose partial entries changed since they were last persisted.
+    /// Partitions whose partial entries changed since they were last committed.
     dirty: BTreeSet<PartitionKey>,
+    /// Evicted partitions: where the store holds them.
+    cold: BTreeMap<PartitionKey, BatchLocation>,
+    /// Partial entries of the cold partitions.
+    cold_entries: u64,
+    /// Resident partitions whose current contents the store holds, and where.
+    saved: BTreeMap<PartitionKey, BatchLocation>,
+    /// Resident partitions, most recently used first.
+    lru: LruCache<PartitionKey, ()>,
+    store: Option<Box<dyn BatchStore>>,
+    /// A store failed since the last commit: unsaved partitions are not evicted.
+    stores_blocked: bool,
+    counters: BatchCounters,
+}
+
+impl Default for BatchAcks {
+    fn default() -> Self {
+        Self {
+            partial: BTreeMap::new(),
+            bytes: 0,
+            dirty: BTreeSet::new(),
+            cold: BTreeMap::new(),
+            cold_entries: 0,
+            saved: BTreeMap::new(),
+            lru: LruCache::unbounded(),
+            store: None,
+            stores_blocked: false,
+            counters: BatchCounters::default(),
+        }
+    }
+}
+
+impl fmt::Debug for BatchAcks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BatchAcks")
+            .field("resident", &self.partial.len())
+            .field("cold_partitions", &self.cold.len())
+            .field("cold_entries", &self.cold_entries)
+            .field("bytes", &self.bytes)
+            .field("counters", &self.counters)
+            .finish_non_exhaustive()
+    }
 }
 
 fn cost(acked: &RoaringBitmap) -> usize {
     ENTRY_OVERHEAD + acked.serialized_size()
 }
 
+fn first_of(key: PartitionKey) -> Position {
+    Position::new(key.ledger_id, key.first_entry())
+}
+
 impl BatchAcks {
+    /// Empty partial entries evicting to `store`.
+    pub(crate) fn with_store(store: Box<dyn BatchStore>) -> Self {
+        Self {
+            store: Some(store),
+            ..Self::default()
+        }
+    }
+
+    /// From now on evicts to `store` (which must hold whatever the cold partitions' locations
+    /// name: the same cursor ledger, or none cold).
+    pub(crate) fn set_store(&mut self, store: Box<dyn BatchStore>) {
+        self.store = Some(store);
+    }
+
     /// Acknowledges message `index` of the entry at `pos`, which holds `batch_size` messages.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for `batch_size` 0, `index >= batch_size`, or a
-    /// `batch_size` other than the one given for earlier messages of the entry; nothing
-    /// changes.
+    /// `batch_size` other than the one given for earlier messages of the entry; a failed load
+    /// of the entry's cold partition. Nothing changes.
     pub(crate) fn ack(&mut self, pos: Position, index: u32, batch_size: u32) -> Result<BatchAck> {
         if index >= batch_size {
             return Err(Error::InvalidArgument {
@@ -63,6 +160,8 @@ impl BatchAcks {
                 ),
             });
         }
+        let key = PartitionKey::of(pos);
+        self.ensure(key)?;
         if let Some((size, acked)) = self.partial.get_mut(&pos) {
             if *size != batch_size {
                 return Err(Error::InvalidArgument {
@@ -74,15 +173,17 @@ impl BatchAcks {
             }
             let before = cost(acked);
             if !acked.insert(index) {
+                self.touch(key);
                 return Ok(BatchAck::Unchanged);
             }
-            self.dirty.insert(PartitionKey::of(pos));
             if acked.len() == u64::from(batch_size) {
                 self.bytes -= before;
                 self.partial.remove(&pos);
+                self.changed(key);
                 return Ok(BatchAck::Complete);
             }
             self.bytes = self.bytes - before + cost(acked);
+            self.changed(key);
             return Ok(BatchAck::Partial);
         }
         if batch_size == 1 {
@@ -92,80 +193,120 @@ impl BatchAcks {
         acked.insert(index);
         self.bytes += cost(&acked);
         self.partial.insert(pos, (batch_size, acked));
-        self.dirty.insert(PartitionKey::of(pos));
+        self.changed(key);
         Ok(BatchAck::Partial)
     }
 
     /// Makes messages `0..skip` of the entry at `pos` (of `batch_size` messages) its only
     /// acknowledged ones: what a seek to message `skip` of that entry leaves.
-    pub(crate) fn set_prefix(&mut self, pos: Position, batch_size: u32, skip: u32) {
-        self.remove(pos);
+    pub(crate) fn set_prefix(&mut self, pos: Position, batch_size: u32, skip: u32) -> Result<()> {
+        self.remove(pos)?;
         if skip == 0 || skip >= batch_size {
-            return;
+            return Ok(());
         }
         let mut acked = RoaringBitmap::new();
         acked.insert_range(0..skip);
         self.bytes += cost(&acked);
         self.partial.insert(pos, (batch_size, acked));
-        self.dirty.insert(PartitionKey::of(pos));
+        self.changed(PartitionKey::of(pos));
+        Ok(())
     }
 
     /// The acknowledged messages of the entry at `pos`, `None` when it has none (or is
-    /// acknowledged whole).
-    pub(crate) fn acked(&self, pos: Position) -> Option<&RoaringBitmap> {
-        if self.partial.is_empty() {
-            return None;
+    /// acknowledged whole). Loads the entry's partition when it is cold.
+    pub(crate) fn acked(&mut self, pos: Position) -> Result<Option<RoaringBitmap>> {
+        if self.partial.is_empty() && self.cold.is_empty() {
+            return Ok(None);
         }
-        self.partial.get(&pos).map(|(_, acked)| acked)
+        let key = PartitionKey::of(pos);
+        self.ensure(key)?;
+        let found = self.partial.get(&pos).map(|(_, acked)| acked.clone());
+        if found.is_some() {
+            self.touch(key);
+        }
+        Ok(found)
     }
 
     /// Whether message `index` of the entry at `pos` is acknowledged here.
-    pub(crate) fn contains(&self, pos: Position, index: u32) -> bool {
-        self.acked(pos).is_some_and(|a| a.contains(index))
+    #[cfg(test)]
+    fn contains(&mut self, pos: Position, index: u32) -> Result<bool> {
+        Ok(self.acked(pos)?.is_some_and(|a| a.contains(index)))
     }
 
-    /// Forgets the entry at `pos` (acknowledged whole, or gone).
-    pub(crate) fn remove(&mut self, pos: Position) {
+    /// Loads the partition of `pos` if it is cold, so that [`Self::remove`] of it needs no I/O.
+    pub(crate) fn prepare(&mut self, pos: Position) -> Result<()> {
+        self.ensure(PartitionKey::of(pos))
+    }
+
+    /// Forgets the entry at `pos` (acknowledged whole, or gone). Only fails when its partition
+    /// is cold and does not load (never after [`Self::prepare`] of `pos`).
+    pub(crate) fn remove(&mut self, pos: Position) -> Result<()> {
+        let key = PartitionKey::of(pos);
+        self.ensure(key)?;
         if let Some((_, acked)) = self.partial.remove(&pos) {
             self.bytes -= cost(&acked);
-            self.dirty.insert(PartitionKey::of(pos));
+            self.changed(key);
         }
+        Ok(())
     }
 
-    /// Forgets every entry at or before `pos`.
-    pub(crate) fn remove_at_most(&mut self, pos: Position) {
+    /// Forgets every entry at or before `pos`. Cold partitions entirely before it are dropped
+    /// without being loaded; only the one holding `pos` may be.
+    pub(crate) fn remove_at_most(&mut self, pos: Position) -> Result<()> {
+        let key = PartitionKey::of(pos);
+        let below: Vec<PartitionKey> = self.cold.range(..key).map(|(k, _)| *k).collect();
+        for k in below {
+            self.drop_cold(k);
+        }
+        self.ensure(key)?;
         if self
             .partial
             .first_key_value()
             .is_none_or(|(first, _)| *first > pos)
         {
-            return;
+            return Ok(());
         }
-        let above = match pos.entry_id.checked_add(1) {
-            Some(e) => self.partial.split_off(&Position::new(pos.ledger_id, e)),
-            None => BTreeMap::new(),
-        };
+        // The first position after `pos` (none after the last position of the last ledger).
+        let next = pos.entry_id.checked_add(1).map_or_else(
+            || pos.ledger_id.checked_add(1).map(|l| Position::new(l, 0)),
+            |e| Some(Position::new(pos.ledger_id, e)),
+        );
+        let above = next.map_or_else(BTreeMap::new, |n| self.partial.split_off(&n));
         let below = std::mem::replace(&mut self.partial, above);
         self.bytes -= below.values().map(|(_, a)| cost(a)).sum::<usize>();
-        self.dirty
-            .extend(below.keys().map(|p| PartitionKey::of(*p)));
+        let keys: BTreeSet<PartitionKey> = below.keys().map(|p| PartitionKey::of(*p)).collect();
+        for k in keys {
+            self.changed(k);
+        }
+        Ok(())
     }
 
-    /// Forgets everything.
+    /// Forgets everything, resident or cold.
     pub(crate) fn clear(&mut self) {
-        self.dirty
-            .extend(self.partial.keys().map(|p| PartitionKey::of(*p)));
+        for key in std::mem::take(&mut self.cold).into_keys() {
+            self.dirty.insert(key);
+            if let Some(store) = self.store.as_mut() {
+                store.forget(key);
+            }
+        }
+        self.cold_entries = 0;
+        for key in self.resident_keys() {
+            self.dirty.insert(key);
+            self.forget_saved(key);
+        }
         self.partial.clear();
+        self.lru.clear();
         self.bytes = 0;
     }
 
-    /// Replaces the state with the persisted `partitions` (all clean). Entries that are not
-    /// partial are refused by the decoder, so every one is kept as it is.
+    /// Adds the persisted `partitions` (held inline by a snapshot) as resident and clean.
+    /// Entries that are not partial are refused by the decoder, so every one is kept as it is.
     pub(crate) fn load(&mut self, partitions: Vec<BatchPartition>) {
-        self.partial.clear();
-        self.bytes = 0;
-        self.dirty.clear();
         for p in partitions {
+            let key = PartitionKey {
+                ledger_id: p.ledger_id,
+                chunk: p.chunk,
+            };
             for e in p.entries {
                 self.bytes += cost(&e.acked);
                 self.partial.insert(
@@ -173,46 +314,96 @@ impl BatchAcks {
                     (e.batch_size, e.acked),
                 );
             }
+            self.lru.put(key, ());
         }
     }
 
-    /// Keeps only the entries `keep` accepts (marking the partitions that lose one dirty);
+    /// Adds the committed partitions of `table` as cold (a marker's batch table), loaded on
+    /// first use.
+    pub(crate) fn load_cold(&mut self, table: &BatchTable) {
+        for (key, location) in table {
+            self.cold_entries += u64::from(location.row.entries);
+            self.cold.insert(*key, *location);
+        }
+    }
+
+    /// Whether every entry of partition `key` is resident (it is not cold).
+    pub(crate) fn is_cold(&self, key: PartitionKey) -> bool {
+        self.cold.contains_key(&key)
+    }
+
+    /// Keeps only the entries of partition `key` that `keep` accepts, loading it if cold;
     /// returns whether any was dropped.
-    pub(crate) fn retain(&mut self, mut keep: impl FnMut(Position) -> bool) -> bool {
-        let before = self.partial.len();
-        let mut dropped = Vec::new();
-        self.partial.retain(|p, (_, acked)| {
-            let k = keep(*p);
-            if !k {
-                dropped.push((*p, cost(acked)));
+    pub(crate) fn retain_in(
+        &mut self,
+        key: PartitionKey,
+        mut keep: impl FnMut(Position) -> bool,
+    ) -> Result<bool> {
+        self.ensure(key)?;
+        let dropped: Vec<Position> = self
+            .entries_of(key)
+            .map(|(p, _)| p)
+            .filter(|p| !keep(*p))
+            .collect();
+        for p in &dropped {
+            if let Some((_, acked)) = self.partial.remove(p) {
+                self.bytes -= cost(&acked);
             }
-            k
-        });
-        for (p, c) in &dropped {
-            self.bytes -= c;
-            self.dirty.insert(PartitionKey::of(*p));
         }
-        before != self.partial.len()
+        if !dropped.is_empty() {
+            self.changed(key);
+        }
+        Ok(!dropped.is_empty())
     }
 
-    /// Partitions whose partial entries changed since [`BatchAcks::mark_clean`].
+    /// The resident entries of partition `key`, ascending.
+    fn entries_of(
+        &self,
+        key: PartitionKey,
+    ) -> impl Iterator<Item = (Position, &(u32, RoaringBitmap))> + '_ {
+        self.partial
+            .range(first_of(key)..)
+            .take_while(move |(p, _)| PartitionKey::of(**p) == key)
+            .map(|(p, v)| (*p, v))
+    }
+
+    /// Partitions whose partial entries changed since they were last committed.
     pub(crate) fn dirty_keys(&self) -> &BTreeSet<PartitionKey> {
         &self.dirty
     }
 
-    /// Records that every partition is persisted as it is now.
+    /// Records that every partition is persisted as it is now (a snapshot holds them, or a
+    /// seek committed them); where their copies are does not change.
     pub(crate) fn mark_clean(&mut self) {
         self.dirty.clear();
     }
 
-    /// The partial entries of partition `key`, as a batch-index entry encodes them; `None`
-    /// when it has none.
-    pub(crate) fn partition(&self, key: PartitionKey) -> Option<BatchPartition> {
-        let first = Position::new(key.ledger_id, key.first_entry());
+    /// Records a commit of every partition as it is now, at the locations of `table` (a
+    /// marker's batch table, or the batch-index entries a single-entry rollover moved):
+    /// cold partitions are found there from now on, resident ones are saved there. With
+    /// `moved` the cursor ledger changed: copies not in `table` are gone. Evictions store
+    /// again.
+    pub(crate) fn mark_committed(&mut self, table: &BatchTable, moved: bool) {
+        self.dirty.clear();
+        self.stores_blocked = false;
+        if moved {
+            self.saved.clear();
+        }
+        for (key, location) in table {
+            if let Some(cold) = self.cold.get_mut(key) {
+                *cold = *location;
+            } else if self.lru.contains(key) {
+                self.saved.insert(*key, *location);
+            }
+        }
+        debug_assert!(!moved || self.cold.keys().all(|k| table.contains_key(k)));
+    }
+
+    /// The partial entries of resident partition `key`, as a batch-index entry encodes them;
+    /// `None` when it has none here.
+    pub(crate) fn resident_partition(&self, key: PartitionKey) -> Option<BatchPartition> {
         let entries: Vec<_> = self
-            .partial
-            .range(first..)
-            .take_while(|(p, _)| PartitionKey::of(**p) == key)
+            .entries_of(key)
             .map(|(p, (size, acked))| PartialEntry {
                 entry_id: p.entry_id,
                 batch_size: *size,
@@ -226,8 +417,24 @@ impl BatchAcks {
         })
     }
 
-    /// Keys of the partitions holding partial entries, ascending.
+    /// Where the store holds the current contents of partition `key`, if it does: always for
+    /// a cold one, for a resident one loaded or flushed and unchanged since.
+    pub(crate) fn stored_location(&self, key: PartitionKey) -> Option<BatchLocation> {
+        self.cold
+            .get(&key)
+            .or_else(|| self.saved.get(&key))
+            .copied()
+    }
+
+    /// Keys of the partitions holding partial entries, resident or cold, ascending.
     pub(crate) fn keys(&self) -> Vec<PartitionKey> {
+        let mut out: BTreeSet<PartitionKey> = self.cold.keys().copied().collect();
+        out.extend(self.resident_keys());
+        out.into_iter().collect()
+    }
+
+    /// Keys of the resident partitions, ascending.
+    fn resident_keys(&self) -> Vec<PartitionKey> {
         let mut out: Vec<PartitionKey> = Vec::new();
         for p in self.partial.keys() {
             let key = PartitionKey::of(*p);
@@ -238,38 +445,233 @@ impl BatchAcks {
         out
     }
 
-    /// Number of partial entries.
+    /// Number of partial entries, resident or cold.
     pub(crate) fn len(&self) -> u64 {
-        self.partial.len() as u64
+        self.partial.len() as u64 + self.cold_entries
     }
 
-    /// Memory the partial entries take, estimated from their serialized bitmaps plus a fixed
-    /// overhead each.
+    /// Memory the resident partial entries take, estimated from their serialized bitmaps plus
+    /// [`ENTRY_OVERHEAD`] each.
     pub(crate) fn bytes(&self) -> usize {
         self.bytes
     }
 
-    /// The partial entries grouped by partition, as batch-index entries encode them.
-    pub(crate) fn partitions(&self) -> Vec<BatchPartition> {
-        let mut out: Vec<BatchPartition> = Vec::new();
-        for (pos, (size, acked)) in &self.partial {
-            let key = PartitionKey::of(*pos);
-            let entry = PartialEntry {
-                entry_id: pos.entry_id,
-                batch_size: *size,
-                acked: acked.clone(),
-            };
-            match out.last_mut() {
-                Some(p) if (p.ledger_id, p.chunk) == (key.ledger_id, key.chunk) => {
-                    p.entries.push(entry);
-                }
-                _ => out.push(BatchPartition {
-                    ledger_id: key.ledger_id,
-                    chunk: key.chunk,
-                    entries: vec![entry],
-                }),
+    /// Partitions evicted (cold).
+    pub(crate) fn cold_partitions(&self) -> usize {
+        self.cold.len()
+    }
+
+    /// Eviction counters.
+    pub(crate) fn counters(&self) -> BatchCounters {
+        self.counters
+    }
+
+    /// Every partial entry grouped by partition, as batch-index entries encode them; cold
+    /// partitions are read from the store without becoming resident.
+    pub(crate) fn partitions(&mut self) -> Result<Vec<BatchPartition>> {
+        let mut out = Vec::new();
+        for key in self.keys() {
+            if let Some(location) = self.cold.get(&key).copied() {
+                let store = self.store.as_mut().ok_or(Error::Closed)?;
+                out.push(store.load(key, &location)?);
+                self.counters.loads += 1;
+            } else if let Some(p) = self.resident_partition(key) {
+                out.push(p);
             }
         }
-        out
+        Ok(out)
+    }
+
+    /// Evicts resident partitions, least recently used first, until the resident bytes are
+    /// at most `room` or none is left to evict. Without a store nothing is evicted. A
+    /// partition whose store fails stays resident (pinned) and later evictions store nothing
+    /// until [`Self::mark_committed`].
+    ///
+    /// With `keep_hot`, the most recently used partition stays resident past `room`: so a
+    /// run of acks into one partition larger than the budget does not write and read it back
+    /// at every ack (what `room` bounds is the others; a flush, after which that partition's
+    /// copy is current, evicts it for free).
+    pub(crate) fn evict_to(&mut self, room: usize, keep_hot: bool) {
+        if self.bytes <= room || self.store.is_none() {
+            return;
+        }
+        let hot = self.lru.peek_mru().map(|(k, ())| *k).filter(|_| keep_hot);
+        let order: Vec<PartitionKey> = self
+            .lru
+            .iter()
+            .rev()
+            .map(|(k, ())| *k)
+            .filter(|k| Some(*k) != hot)
+            .collect();
+        for key in order {
+            if self.bytes <= room {
+                break;
+            }
+            self.evict(key);
+        }
+    }
+
+    /// Evicts resident partition `key`, storing it first unless the store holds it already;
+    /// returns whether it left memory.
+    fn evict(&mut self, key: PartitionKey) -> bool {
+        let location = if let Some(l) = self.saved.get(&key) {
+            *l
+        } else {
+            let Some(partition) = self.resident_partition(key) else {
+                self.lru.pop(&key);
+                return true;
+            };
+            if self.stores_blocked {
+                return false;
+            }
+            let Some(store) = self.store.as_mut() else {
+                return false;
+            };
+            let Ok(stored) = store.store(&partition) else {
+                // Nothing is lost: the partition stays resident and dirty, and the next flush
+                // meets the same condition and reports it.
+                self.counters.store_failures += 1;
+                self.stores_blocked = true;
+                return false;
+            };
+            self.counters.stores += 1;
+            stored
+        };
+        let positions: Vec<Position> = self.entries_of(key).map(|(p, _)| p).collect();
+        for p in positions {
+            if let Some((_, acked)) = self.partial.remove(&p) {
+                self.bytes -= cost(&acked);
+            }
+        }
+        self.saved.remove(&key);
+        self.lru.pop(&key);
+        self.cold_entries += u64::from(location.row.entries);
+        self.cold.insert(key, location);
+        self.counters.evictions += 1;
+        true
+    }
+
+    /// Makes partition `key` resident if it is cold. On `Err` nothing has changed.
+    fn ensure(&mut self, key: PartitionKey) -> Result<()> {
+        let Some(location) = self.cold.get(&key).copied() else {
+            return Ok(());
+        };
+        let store = self.store.as_mut().ok_or(Error::Closed)?;
+        let partition = store.load(key, &location)?;
+        self.counters.loads += 1;
+        self.cold.remove(&key);
+        self.cold_entries -= u64::from(location.row.entries);
+        for e in partition.entries {
+            self.bytes += cost(&e.acked);
+            self.partial.insert(
+                Position::new(partition.ledger_id, e.entry_id),
+                (e.batch_size, e.acked),
+            );
+        }
+        self.saved.insert(key, location);
+        self.lru.put(key, ());
+        Ok(())
+    }
+
+    /// Drops cold partition `key` entirely (its entries are all gone), without loading it.
+    pub(crate) fn drop_cold(&mut self, key: PartitionKey) {
+        if let Some(location) = self.cold.remove(&key) {
+            self.cold_entries -= u64::from(location.row.entries);
+            self.dirty.insert(key);
+            if let Some(store) = self.store.as_mut() {
+                store.forget(key);
+            }
+        }
+    }
+
+    /// Partition `key` (resident) was used: most recently used now.
+    fn touch(&mut self, key: PartitionKey) {
+        self.lru.get(&key);
+    }
+
+    /// Resident partition `key` changed: dirty, its stored copy stale, and most recently used
+    /// (or forgotten when it has no entry left).
+    fn changed(&mut self, key: PartitionKey) {
+        self.dirty.insert(key);
+        self.forget_saved(key);
+        if self.entries_of(key).next().is_some() {
+            self.lru.put(key, ());
+        } else {
+            self.lru.pop(&key);
+        }
+    }
+
+    /// The store's copy of resident partition `key`, if any, is no longer current.
+    fn forget_saved(&mut self, key: PartitionKey) {
+        if self.saved.remove(&key).is_some()
+            && let Some(store) = self.store.as_mut()
+        {
+            store.forget(key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cursor::batch_store::MemBatchStore;
+
+    fn p(ledger_id: u64, entry_id: u64) -> Position {
+        Position::new(ledger_id, entry_id)
+    }
+
+    #[test]
+    fn evicted_partitions_load_back_on_use_and_count_as_partial() {
+        let mut b = BatchAcks::with_store(Box::new(MemBatchStore::default()));
+        for ledger in 1..=4 {
+            for entry in 0..10 {
+                assert_eq!(b.ack(p(ledger, entry), 1, 4).unwrap(), BatchAck::Partial);
+            }
+        }
+        b.evict_to(0, false);
+        assert_eq!((b.bytes(), b.cold_partitions(), b.len()), (0, 4, 40));
+        assert_eq!(b.counters().stores, 4);
+        assert!(b.contains(p(2, 3), 1).unwrap());
+        assert!(!b.contains(p(2, 3), 2).unwrap());
+        assert_eq!((b.cold_partitions(), b.counters().loads), (3, 1));
+        // Loaded and unchanged: evicting it again writes nothing.
+        b.evict_to(0, false);
+        assert_eq!(b.counters().stores, 4);
+        // A change makes it unsaved again.
+        assert_eq!(b.ack(p(3, 0), 2, 4).unwrap(), BatchAck::Partial);
+        b.evict_to(0, false);
+        assert_eq!(b.counters().stores, 5);
+        assert_eq!(b.partitions().unwrap().len(), 4);
+        assert_eq!(b.keys().len(), 4);
+    }
+
+    #[test]
+    fn trimming_drops_cold_partitions_below_without_loading_them() {
+        let mut b = BatchAcks::with_store(Box::new(MemBatchStore::default()));
+        for ledger in 1..=3 {
+            b.ack(p(ledger, 5), 0, 2).unwrap();
+            b.ack(p(ledger, 9), 0, 2).unwrap();
+        }
+        b.evict_to(0, false);
+        b.remove_at_most(p(2, 5)).unwrap();
+        assert_eq!(
+            b.counters().loads,
+            1,
+            "only the partition holding 2:5 loads"
+        );
+        assert_eq!(b.len(), 3);
+        assert_eq!(b.acked(p(2, 5)).unwrap(), None);
+        assert!(b.acked(p(2, 9)).unwrap().is_some());
+        assert!(b.acked(p(3, 5)).unwrap().is_some());
+        assert!(b.dirty_keys().contains(&PartitionKey::of(p(1, 5))));
+    }
+
+    #[test]
+    fn without_a_store_nothing_is_evicted() {
+        let mut b = BatchAcks::default();
+        b.ack(p(1, 1), 0, 3).unwrap();
+        b.evict_to(0, false);
+        assert!(b.bytes() > 0);
+        assert_eq!(b.cold_partitions(), 0);
     }
 }

@@ -1,9 +1,12 @@
 //! How cursors keep their acknowledgement state.
 //!
 //! Owns: [`CursorConfig`] and its enums ([`PersistMode`], [`OverflowPolicy`]). Pure data:
-//! this file imports nothing of the cursor layer, which reads it.
+//! this file imports nothing of the cursor layer, which reads it (only the ack set's shared
+//! budget handle).
 
 use std::time::Duration;
+
+use crate::ackset::AckBudget;
 
 /// Settings of every cursor of a managed ledger.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +33,12 @@ pub struct CursorConfig {
     /// `close` and seeks write). Its errors are kept and returned by the next `flush` or
     /// `close`.
     pub flush_interval: Option<Duration>,
+    /// A memory budget shared with other cursors (what a store sets from
+    /// `StoreConfig::ack_memory_bytes`): each cursor's resident ack state (partitions and
+    /// partial entries) counts in it, and a cursor that needs room asks the least recently
+    /// used others to release theirs before it evicts its own. `lru_capacity_bytes` still
+    /// bounds each cursor. `None`: only `lru_capacity_bytes`.
+    pub ack_memory: Option<AckBudget>,
 }
 
 impl Default for CursorConfig {
@@ -45,6 +54,7 @@ impl Default for CursorConfig {
             index_page_rows: 1024,
             verify_on_recover: true,
             flush_interval: None,
+            ack_memory: None,
         }
     }
 }

@@ -21,6 +21,7 @@
 //! the entry log once closed (a closed topic must release its directory).
 
 mod batch;
+mod batch_store;
 mod config;
 pub mod open;
 pub mod persist;
@@ -46,7 +47,7 @@ pub(crate) use record::Fence;
 pub use recover::RecoverySource;
 pub use state::{CursorState, NO_MARK_DELETE};
 
-use crate::ackset::{AckSetStats, MemPartitionStore, RangeSetWrapper};
+use crate::ackset::{AckSetStats, MemPartitionStore, RangeSetWrapper, Release};
 use crate::entry::Entry;
 use crate::error::{Error, Result};
 use crate::finder::{self, Layout};
@@ -122,9 +123,16 @@ pub struct CursorStats {
     pub background_error: Option<String>,
     /// Entries with some, not all, messages acknowledged at batch-index level.
     pub partial_entries: u64,
-    /// Memory their acknowledged batch indexes take (estimated: serialized bitmaps plus a fixed
-    /// overhead per entry).
+    /// Memory the resident ones take (estimated: serialized bitmaps plus a fixed overhead per
+    /// entry), charged to the ack set's budget (`ackset.charged_bytes`).
     pub batch_index_bytes: u64,
+    /// Partitions whose partial entries are evicted from memory (cold: kept as batch-index
+    /// entries of the cursor ledger, loaded on first use).
+    pub batch_cold_partitions: u64,
+    /// Evictions of partial entries' partitions since open.
+    pub batch_evictions: u64,
+    /// Loads of cold partial entries' partitions since open.
+    pub batch_loads: u64,
 }
 
 /// What a cursor needs from its topic; implemented by the managed ledger.
@@ -246,7 +254,7 @@ impl Core {
         let state = self.state.persisted();
         let persister = self.persister.as_mut().ok_or(Error::Closed)?;
         persister.flush_with_batch(&state, &mut self.state.acks, &mut self.state.batch)?;
-        self.state.charge_batch();
+        self.state.settle_batch();
         self.dirty = false;
         self.counters.flushes += 1;
         Ok(())
@@ -298,6 +306,7 @@ impl Core {
     /// Drops the persister and the ack set's handle on the cursor ledger.
     fn detach(&mut self) -> Option<CursorPersister> {
         self.state.acks = detached_ack_set();
+        self.state.batch = BatchAcks::default();
         self.persister.take()
     }
 }
@@ -336,9 +345,11 @@ impl CursorShared {
         id: u64,
         name: String,
         topic: Arc<dyn TopicAccess>,
-        state: CursorState,
+        mut state: CursorState,
         persistence: Persistence,
     ) -> Arc<Self> {
+        state.batch.set_store(persistence.persister.batch_store());
+        let budget = persistence.persister.config().ack_memory.clone();
         let mark = state.mark_delete;
         let shared = Arc::new(Self {
             id,
@@ -359,6 +370,9 @@ impl CursorShared {
             lost: AtomicBool::new(false),
             stop_flusher: Mutex::new(None),
         });
+        if let Some(budget) = budget {
+            shared.join_budget(&budget);
+        }
         if let Some(interval) = persistence.flush_interval {
             let (stop, stopped) = mpsc::channel::<()>();
             let cursor = Arc::downgrade(&shared);
@@ -385,8 +399,13 @@ impl CursorShared {
         id: u64,
         name: String,
         topic: Arc<dyn TopicAccess>,
-        state: CursorState,
+        mut state: CursorState,
     ) -> Arc<Self> {
+        // A reader has no cursor ledger: its evicted partial entries are kept encoded in
+        // memory (see docs/cursors.md, "Memory").
+        state
+            .batch
+            .set_store(Box::new(batch_store::MemBatchStore::default()));
         let mark = state.mark_delete;
         Arc::new(Self {
             id,
@@ -434,6 +453,15 @@ impl CursorShared {
         self.closed.store(true, Ordering::SeqCst);
         lock(&self.stop_flusher).take();
         core.detach()
+    }
+
+    /// Makes this cursor's ack set a member of `budget`, shared with other cursors: other
+    /// members may ask it to release memory (see [`Release`]).
+    pub(crate) fn join_budget(self: &Arc<Self>, budget: &crate::ackset::AckBudget) {
+        let link = budget.join();
+        let me: Arc<dyn Release> = self.clone();
+        link.set_release(Arc::downgrade(&me));
+        lock(&self.core).state.acks.join_budget(link);
     }
 
     fn core(&self) -> Result<MutexGuard<'_, Core>> {
@@ -521,6 +549,19 @@ fn background_flusher(cursor: &Weak<CursorShared>, stop: &mpsc::Receiver<()>, in
     }
 }
 
+/// Another cursor sharing the ack memory budget needs room: release some, unless this cursor
+/// is busy (its lock is taken), in which case it brings the shared total down itself at the
+/// end of its operation. Never blocks on the lock.
+impl Release for CursorShared {
+    fn try_release(&self, bytes: usize) -> usize {
+        match self.core.try_lock() {
+            Ok(mut core) => core.state.release_memory(bytes),
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().state.release_memory(bytes),
+            Err(std::sync::TryLockError::WouldBlock) => 0,
+        }
+    }
+}
+
 /// A handle to one cursor (subscription) of a topic.
 ///
 /// Every handle to the same cursor name shares one state; handles are `Send + Sync` and every
@@ -600,7 +641,9 @@ impl Cursor {
                     skip,
                 } = planned
                 {
-                    prefix.set_prefix(entry, batch_size, skip);
+                    // A prefix has no store: it is never cold, so this does no I/O and
+                    // cannot fail.
+                    let _ = prefix.set_prefix(entry, batch_size, skip);
                 }
                 core.persister().and_then(|p| {
                     p.request_rollover();
@@ -628,7 +671,8 @@ impl Cursor {
                     skip,
                 } = planned
                 {
-                    core.state.batch.set_prefix(entry, batch_size, skip);
+                    // After `reset_to` nothing is cold: this does no I/O and cannot fail.
+                    let _ = core.state.batch.set_prefix(entry, batch_size, skip);
                     // The seek's flush committed exactly this prefix.
                     core.state.batch.mark_clean();
                 }
@@ -736,14 +780,17 @@ impl Cursor {
     #[cfg(feature = "internals")]
     #[doc(hidden)]
     pub fn batch_index_partitions(&self) -> Result<Vec<crate::format::cursor::BatchPartition>> {
-        Ok(self.shared.core()?.state.batch.partitions())
+        self.shared.core()?.state.batch.partitions()
     }
 
     /// Whether message `index` of the entry at `pos` is acknowledged: the entry is, or that
     /// message is at batch-index level.
     pub fn is_batch_index_acked(&self, pos: Position, index: u32) -> Result<bool> {
         let mut core = self.shared.core()?;
-        Ok(core.state.is_acked(pos)? || core.state.batch.contains(pos, index))
+        if core.state.is_acked(pos)? {
+            return Ok(true);
+        }
+        core.state.batch_index_acked(pos, index)
     }
 
     /// Acknowledges every position in `positions` in one call, under one lock (Pulsar's
@@ -894,17 +941,12 @@ impl Cursor {
             planned?
         };
         let log = self.shared.topic.log()?;
-        let batch = &core.state.batch;
-        let entries = positions
-            .into_iter()
-            .map(|p| {
-                log.read(p.ledger_id, p.entry_id).map(|e| {
-                    let mut entry = Entry::from_log(p.ledger_id, e);
-                    entry.acked_batch_indexes = batch.acked(p).cloned();
-                    entry
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let mut entries = Vec::with_capacity(positions.len());
+        for p in positions {
+            let mut entry = Entry::from_log(p.ledger_id, log.read(p.ledger_id, p.entry_id)?);
+            entry.acked_batch_indexes = core.state.partial_acked(p)?;
+            entries.push(entry);
+        }
         core.counters.entries_read += entries.len() as u64;
         Ok((core.state.epoch, entries))
     }
@@ -1096,6 +1138,9 @@ impl Cursor {
                 background_error: core.background_error.as_ref().map(ToString::to_string),
                 partial_entries: state.batch.len(),
                 batch_index_bytes: state.batch.bytes() as u64,
+                batch_cold_partitions: state.batch.cold_partitions() as u64,
+                batch_evictions: state.batch.counters().evictions,
+                batch_loads: state.batch.counters().loads,
             })
         })
     }

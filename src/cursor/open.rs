@@ -63,7 +63,7 @@ pub struct OpenedCursor {
     /// How recovery went; `None` when there was no record and the cursor starts empty.
     pub report: Option<RecoveryReport>,
     /// The persisted partial entries (batch-index acks), by partition.
-    pub batch: Vec<crate::format::cursor::BatchPartition>,
+    pub batch: super::recover::RecoveredBatch,
 }
 
 /// A cursor claimed by [`CursorOpener::claim`]: its state resolved against the topic and
@@ -169,7 +169,7 @@ impl CursorOpener {
                     acks,
                     persister,
                     report: None,
-                    batch: Vec::new(),
+                    batch: super::recover::RecoveredBatch::default(),
                 })
             }
             Err(e) => Err(e),

@@ -139,6 +139,9 @@ pub struct CursorPersister {
     /// The batch pages holding that batch table (empty when it was inline, or not known since
     /// a recovery: the next flush that pages it writes them afresh).
     batch_pages: Vec<PageRef>,
+    /// The batch-index entries of cold partitions a single-entry rollover copied to the new
+    /// cursor ledger, for the flush to hand to the cursor's partial entries.
+    moved_batch: BatchTable,
     stats: PersistStats,
     pending_deletes: Vec<u64>,
     rollover_requested: bool,
@@ -229,6 +232,7 @@ impl CursorPersister {
             committed: parts.committed,
             batch_table: parts.batch_table,
             batch_pages: Vec::new(),
+            moved_batch: BatchTable::new(),
             stats,
             pending_deletes: Vec::new(),
             rollover_requested: false,
@@ -278,6 +282,14 @@ impl CursorPersister {
     #[must_use]
     pub fn partition_store(&self) -> Box<dyn PartitionStore> {
         Box::new(CursorLedgerStore::new(
+            Arc::clone(&self.log),
+            self.shared.clone(),
+        ))
+    }
+
+    /// Where the cursor's partial entries are evicted to: this cursor's ledger.
+    pub(crate) fn batch_store(&self) -> Box<dyn super::batch_store::BatchStore> {
+        Box::new(super::batch_store::CursorBatchStore::new(
             Arc::clone(&self.log),
             self.shared.clone(),
         ))
@@ -414,9 +426,15 @@ impl CursorPersister {
         acks: &mut RangeSetWrapper,
         batch: &mut BatchAcks,
     ) -> Result<FlushStats> {
+        let ledger_before = self.cursor_ledger();
         let flushed = self.flush_inner(state, acks, batch);
+        let moved_batch = std::mem::take(&mut self.moved_batch);
         if flushed.is_ok() {
-            batch.mark_clean();
+            let moved = self.cursor_ledger() != ledger_before;
+            match self.config.persist_mode {
+                PersistMode::MultiEntry => batch.mark_committed(&self.batch_table, moved),
+                PersistMode::SingleEntry => batch.mark_committed(&moved_batch, moved),
+            }
         }
         self.observe_fence(flushed)
     }
@@ -425,7 +443,7 @@ impl CursorPersister {
         &mut self,
         state: &PersistedState,
         acks: &mut RangeSetWrapper,
-        batch: &BatchAcks,
+        batch: &mut BatchAcks,
     ) -> Result<FlushStats> {
         self.record.check_latch()?;
         state.validate()?;
@@ -753,15 +771,12 @@ impl CursorPersister {
         &mut self,
         state: &PersistedState,
         acks: &mut RangeSetWrapper,
-        batch: &BatchAcks,
+        batch: &mut BatchAcks,
         rollover: bool,
     ) -> Result<FlushStats> {
         // Built first: loading cold partitions may evict and store others in the old ledger.
-        let partitions: Vec<_> = batch
-            .keys()
-            .into_iter()
-            .filter_map(|k| batch.partition(k))
-            .collect();
+        // Cold partial entries are read for the snapshot without becoming resident.
+        let partitions = batch.partitions()?;
         let snapshot = build_snapshot(
             state,
             acks,
@@ -807,8 +822,16 @@ impl CursorPersister {
                     }
                 }
             }
+            // The cold partial entries' copies move too (their entries are in the snapshot,
+            // but they stay cold in memory).
+            let moved_batch = if rollover {
+                this.copy_cold_batch(batch, target)?
+            } else {
+                BatchTable::new()
+            };
             let fresh = rollover.then_some(fresh_locations);
             this.commit(target, EntryKind::Snapshot, &snapshot.payload, state, fresh)?;
+            this.moved_batch = moved_batch;
             this.stats.snapshots += 1;
             this.stats.persisted_bytes = snapshot.payload.len() as u64;
             this.committed = CommittedTable::default();

@@ -10,9 +10,11 @@
 //!   waits only for the marker and its pages;
 //! - a single-entry snapshot: decoded into the ack set.
 //!
-//! Batch-index state is restored eagerly: the marker's batch pages, if any, and every
-//! batch-index entry its batch table references are read, CRC-checked and decoded as part of verifying the marker (a damaged one
-//! makes the walk pass over that marker, like a damaged partition), and a snapshot carries its
+//! Batch-index state is restored lazily: the marker's batch pages, if any, are read, and
+//! with `verify_on_recover` every batch-index entry its batch table references is read and
+//! checked (CRC, key, count; one at a time, not kept) as part of verifying the marker (a
+//! damaged one makes the walk pass over that marker, like a damaged partition); the partial
+//! entries themselves stay cold ([`RecoveredBatch`]) until first used. A snapshot carries its
 //! own. The record's fallback holds no holes and no partial entries.
 //!
 //! A torn or corrupt marker, page, partition or snapshot does not stop the walk: an older state
@@ -37,6 +39,7 @@ use crate::log::EntryLog;
 use crate::meta::MetaStore;
 use crate::position::Position;
 
+use super::batch::BatchAcks;
 use super::config::CursorConfig;
 use super::persist::{Assembly, BatchLocation, BatchTable, CursorPersister, Handles};
 use super::record::{VersionedRecord, read_record};
@@ -78,10 +81,45 @@ pub struct RecoveredCursor {
     pub acks: RangeSetWrapper,
     /// Flushes this cursor from here on (same cursor ledger).
     pub persister: CursorPersister,
-    /// The partial entries (batch-index acks) of the recovered state, by partition.
-    pub batch: Vec<BatchPartition>,
+    /// The partial entries (batch-index acks) of the recovered state: held by a snapshot, or
+    /// listed by a marker and loaded on first use.
+    pub batch: RecoveredBatch,
     /// Which state was used and what was passed over.
     pub report: RecoveryReport,
+}
+
+/// The partial entries (batch-index acks) of a recovered state. A marker's are *cold*: only
+/// where each partition's batch-index entry is and how many entries it holds are in memory,
+/// and a partition is read (and checked: CRC, key, count) on first use. A snapshot's are
+/// held in memory (the snapshot is read whole anyway); the cursor evicts them to its budget.
+#[derive(Debug, Default)]
+pub struct RecoveredBatch(BatchAcks);
+
+impl RecoveredBatch {
+    pub(crate) fn into_inner(self) -> BatchAcks {
+        self.0
+    }
+
+    /// Number of partial entries (no I/O).
+    #[must_use]
+    pub fn len(&self) -> u64 {
+        self.0.len()
+    }
+
+    /// Whether there is no partial entry.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.0.len() == 0
+    }
+
+    /// Every partial entry, by partition: cold partitions are read from the cursor ledger
+    /// (one read each, checked).
+    ///
+    /// # Errors
+    /// I/O errors, and [`Error::Corrupted`] for a batch-index entry that fails its checks.
+    pub fn partitions(&mut self) -> Result<Vec<BatchPartition>> {
+        self.0.partitions()
+    }
 }
 
 /// Recovers the cursor whose record is `record_name` (`cursor-{id}`) in `meta`.
@@ -191,12 +229,13 @@ fn resume(
         Found::None => {
             let persister = CursorPersister::assemble(handles, parts);
             let acks = RangeSetWrapper::new(persister.partition_store(), budget);
+            let batch = RecoveredBatch(BatchAcks::with_store(persister.batch_store()));
             report.source = RecoverySource::Record;
             Ok(RecoveredCursor {
                 state: fallback,
                 acks,
                 persister,
-                batch: Vec::new(),
+                batch,
                 report,
             })
         }
@@ -209,15 +248,17 @@ fn resume(
                 state: Some(m.state.clone()),
             };
             parts.persisted_bytes = m.bytes;
-            parts.batch_table = m.batch_table;
+            parts.batch_table = m.batch_table.clone();
             let persister = CursorPersister::assemble(handles, parts);
+            let mut batch = BatchAcks::with_store(persister.batch_store());
+            batch.load_cold(&m.batch_table);
             let acks = RangeSetWrapper::with_index(persister.partition_store(), budget, index);
             report.source = RecoverySource::Marker(m.at);
             Ok(RecoveredCursor {
                 state: m.state,
                 acks,
                 persister,
-                batch: m.batch,
+                batch: RecoveredBatch(batch),
                 report,
             })
         }
@@ -230,12 +271,14 @@ fn resume(
             for (ledger, first, last) in snapshot.ranges() {
                 acks.add_range(ledger, first, last)?;
             }
+            let mut batch = BatchAcks::with_store(persister.batch_store());
+            batch.load(snapshot.batch);
             report.source = RecoverySource::Snapshot(at);
             Ok(RecoveredCursor {
                 state: snapshot.state,
                 acks,
                 persister,
-                batch: snapshot.batch,
+                batch: RecoveredBatch(batch),
                 report,
             })
         }
@@ -250,7 +293,6 @@ pub(super) struct FoundMarker {
     pages: Vec<PageRef>,
     locations: BTreeMap<PartitionKey, Location>,
     bytes: u64,
-    batch: Vec<BatchPartition>,
     batch_table: BatchTable,
 }
 
@@ -446,7 +488,7 @@ pub(super) fn verify_marker(
         }
         locations.insert(key, location);
     }
-    let (batch, batch_table) = read_batch_table(log, at, &marker, &mut bytes)?;
+    let batch_table = read_batch_table(log, at, &marker, verify, &mut bytes)?;
     Ok(FoundMarker {
         at,
         state: marker.state,
@@ -454,19 +496,20 @@ pub(super) fn verify_marker(
         pages,
         locations,
         bytes,
-        batch,
         batch_table,
     })
 }
 
-/// Reads and checks the batch table of `marker` at `at`: its batch pages, if any, then every
-/// batch-index entry it lists; adds the bytes read to `bytes`.
+/// Reads and checks the batch table of `marker` at `at`: its batch pages, if any, then, with
+/// `verify`, every batch-index entry it lists (CRC, key and count; decoded one at a time and
+/// not kept: the partial entries load on first use); adds the bytes read to `bytes`.
 fn read_batch_table(
     log: &EntryLog,
     at: Position,
     marker: &Marker<'_>,
+    verify: bool,
     bytes: &mut u64,
-) -> Result<(Vec<BatchPartition>, BatchTable)> {
+) -> Result<BatchTable> {
     let ledger = at.ledger_id;
     let mut batch_rows: Vec<BatchRow> = marker.batch.iter().collect();
     let batch_pages: Vec<PageRef> = marker.batch_pages.iter().collect();
@@ -480,33 +523,38 @@ fn read_batch_table(
         bytes,
         &mut batch_rows,
     )?;
-    let mut batch = Vec::with_capacity(batch_rows.len());
     let mut batch_table = BatchTable::new();
     for row in batch_rows {
-        let payload = read_referenced(log, at, row.entry_id, row.crc)?;
-        let partition =
-            decode_batch_entry(&payload).map_err(|e| at_entry(ledger, row.entry_id, e))?;
-        if (partition.ledger_id, partition.chunk) != row.key()
-            || partition.entries.len() != row.entries as usize
-        {
+        let mut len = 0;
+        if verify {
+            let payload = read_referenced(log, at, row.entry_id, row.crc)?;
+            let partition =
+                decode_batch_entry(&payload).map_err(|e| at_entry(ledger, row.entry_id, e))?;
+            if (partition.ledger_id, partition.chunk) != row.key()
+                || partition.entries.len() != row.entries as usize
+            {
+                return Err(bad(
+                    ledger,
+                    row.entry_id,
+                    CorruptionKind::InvalidField("batch entry does not match its row"),
+                ));
+            }
+            len = payload.len() as u64;
+            *bytes += len;
+        } else if row.entry_id >= at.entry_id {
             return Err(bad(
                 ledger,
                 row.entry_id,
-                CorruptionKind::InvalidField("batch entry does not match its row"),
+                CorruptionKind::InvalidField("reference to a later entry"),
             ));
         }
-        *bytes += payload.len() as u64;
         batch_table.insert(
             PartitionKey {
                 ledger_id: row.ledger_id,
                 chunk: row.chunk,
             },
-            BatchLocation {
-                row,
-                len: payload.len() as u64,
-            },
+            BatchLocation { row, len },
         );
-        batch.push(partition);
     }
-    Ok((batch, batch_table))
+    Ok(batch_table)
 }

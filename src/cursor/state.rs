@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use crate::ackset::{PartitionKey, RangeSetWrapper};
 use crate::error::{Error, Result};
 use crate::finder::Layout;
-use crate::format::cursor::{BatchPartition, MAX_PROPERTIES, MAX_PROPERTY_NAME, PersistedState};
+use crate::format::cursor::{MAX_PROPERTIES, MAX_PROPERTY_NAME, PersistedState};
 use crate::format::meta::CursorRecord;
 use crate::position::Position;
 
@@ -82,7 +82,7 @@ impl CursorState {
         persisted: &PersistedState,
         layout: &Layout,
         acks: RangeSetWrapper,
-        batch: Vec<BatchPartition>,
+        batch: super::recover::RecoveredBatch,
     ) -> Result<(Self, bool)> {
         let mark_delete =
             (persisted.mark_delete != NO_MARK_DELETE).then_some(persisted.mark_delete);
@@ -92,9 +92,8 @@ impl CursorState {
             acks,
             properties: persisted.properties.clone(),
             epoch: persisted.epoch,
-            batch: BatchAcks::default(),
+            batch: batch.into_inner(),
         };
-        state.batch.load(batch);
         let before = (state.mark_delete, state.acks.len(), state.batch.len());
         state.drop_missing(layout)?;
         state.drop_stale_partials(layout)?;
@@ -108,30 +107,114 @@ impl CursorState {
     }
 
     /// Drops partial entries that are not retained entries after mark-delete, or that are
-    /// acknowledged whole.
+    /// acknowledged whole, one partition at a time (evicting as it goes).
+    ///
+    /// A cold partition (listed by a marker) is dropped whole without a load when its data
+    /// ledger is no longer retained, kept without a load when it lies within its ledger's
+    /// entries, and loaded and checked otherwise (it may reach entries a power cut lost). A
+    /// committed state never holds an entry both partial and acknowledged whole (a flush
+    /// writes both from one state), so cold partitions are not checked against the acks.
     fn drop_stale_partials(&mut self, layout: &Layout) -> Result<()> {
-        let mut acked = std::collections::BTreeSet::new();
         for key in self.batch.keys() {
-            if let Some(p) = self.batch.partition(key) {
+            let cold = self.batch.is_cold(key);
+            if cold {
+                match layout.span(key.ledger_id) {
+                    None => {
+                        self.batch.drop_cold(key);
+                        continue;
+                    }
+                    Some(span)
+                        if key
+                            .first_entry()
+                            .checked_add(crate::ackset::PARTITION_SPAN)
+                            .is_some_and(|end| end <= span.entries) =>
+                    {
+                        continue;
+                    }
+                    Some(_) => {}
+                }
+            }
+            let mark = self.mark_delete;
+            let mut in_acks = std::collections::BTreeSet::new();
+            if !cold && let Some(p) = self.batch.resident_partition(key) {
                 for e in p.entries {
                     let pos = Position::new(p.ledger_id, e.entry_id);
                     if self.acks.contains(pos)? {
-                        acked.insert(pos);
+                        in_acks.insert(pos);
                     }
                 }
             }
+            self.batch.retain_in(key, |pos| {
+                layout.contains(pos) && mark.is_none_or(|m| pos > m) && !in_acks.contains(&pos)
+            })?;
+            self.charge_batch();
         }
-        let mark = self.mark_delete;
-        self.batch.retain(|pos| {
-            layout.contains(pos) && mark.is_none_or(|m| pos > m) && !acked.contains(&pos)
-        });
         Ok(())
     }
 
-    /// Charges the partial entries' memory to the ack set's budget, so both share one LRU
-    /// budget: resident partitions are evicted to make room for batch state.
+    /// Charges the resident partial entries' memory to the ack set's budget, so both share
+    /// one budget: resident ack partitions are evicted to make room for them first; when the
+    /// ack set cannot shrink further (only its hot partition, or pinned ones, left), partial
+    /// entries are evicted, least recently used first, until both fit. So the resident ack
+    /// state stays within the budget plus the ack set's one hot partition (plus what a failed
+    /// store pins).
+    ///
+    /// The partition of partial entries in use (the most recently used) stays resident past
+    /// the budget, as the ack set's hot partition does, until [`Self::settle_batch`].
     pub(crate) fn charge_batch(&mut self) {
+        self.fit_batch(true);
+    }
+
+    /// As [`Self::charge_batch`], without keeping the partition of partial entries in use:
+    /// after a flush, when its copy in the cursor ledger is current and evicting it writes
+    /// nothing.
+    pub(crate) fn settle_batch(&mut self) {
+        self.fit_batch(false);
+    }
+
+    fn fit_batch(&mut self, keep_hot: bool) {
         self.acks.set_charge(self.batch.bytes());
+        let room = self.acks.room_for_charge();
+        if self.batch.bytes() > room {
+            self.batch.evict_to(room, keep_hot);
+            self.acks.set_charge(self.batch.bytes());
+        }
+    }
+
+    /// Releases up to `bytes` of resident ack state (ack partitions first, then partial
+    /// entries) for another cursor sharing the budget; returns the bytes released. Evicts
+    /// without asking anyone else.
+    pub(crate) fn release_memory(&mut self, bytes: usize) -> usize {
+        let mut freed = self.acks.release(bytes);
+        if freed < bytes {
+            let before = self.batch.bytes();
+            self.batch
+                .evict_to(before.saturating_sub(bytes - freed), false);
+            freed += before - self.batch.bytes();
+            self.acks.lower_charge(self.batch.bytes());
+        }
+        freed
+    }
+
+    /// The acknowledged messages of the partially acknowledged entry at `pos` (`None` when
+    /// it has none), loading its partition if cold (and evicting to the budget after).
+    pub(crate) fn partial_acked(
+        &mut self,
+        pos: Position,
+    ) -> Result<Option<roaring::RoaringBitmap>> {
+        let cold = self.batch.cold_partitions();
+        let acked = self.batch.acked(pos);
+        if self.batch.cold_partitions() != cold {
+            self.charge_batch();
+        }
+        acked
+    }
+
+    /// Whether message `index` of the entry at `pos` is acknowledged at batch-index level.
+    pub(crate) fn batch_index_acked(&mut self, pos: Position, index: u32) -> Result<bool> {
+        Ok(self
+            .partial_acked(pos)?
+            .is_some_and(|acked| acked.contains(index)))
     }
 
     /// Drops acks of positions that are not retained entries (see [`Self::recovered`]).
@@ -212,7 +295,7 @@ impl CursorState {
             self.acks.remove_at_most(below)?;
             moved = true;
         }
-        self.batch.remove_at_most(below);
+        self.batch.remove_at_most(below)?;
         if moved {
             self.absorb(layout)?;
         }
@@ -227,10 +310,12 @@ impl CursorState {
         if !layout.contains(pos) {
             return Err(Error::NoSuchEntry(pos));
         }
+        // Loaded first, so the partial entry leaves with the ack, not on a later error.
+        self.batch.prepare(pos)?;
         if !self.acks.add(pos)? {
             return Ok(false);
         }
-        self.batch.remove(pos);
+        self.batch.remove(pos)?;
         self.absorb(layout)?;
         Ok(true)
     }
@@ -298,8 +383,9 @@ impl CursorState {
         }
         let mut changed = 0;
         for &pos in positions.iter().filter(|p| after_mark(p)) {
+            self.batch.prepare(pos)?;
             changed += u64::from(self.acks.add(pos)?);
-            self.batch.remove(pos);
+            self.batch.remove(pos)?;
         }
         if changed > 0 {
             self.absorb(layout)?;
@@ -417,7 +503,7 @@ impl CursorState {
             self.acks.remove_at_most(last)?;
         }
         if let Some(mark) = self.mark_delete {
-            self.batch.remove_at_most(mark);
+            self.batch.remove_at_most(mark)?;
         }
         Ok(())
     }

@@ -134,6 +134,9 @@ impl TopicCore {
         let topic: Arc<dyn TopicAccess> = self.clone();
         let id = NEXT_READER.fetch_add(1, Ordering::Relaxed);
         let shared = CursorShared::new_non_durable(id, name, topic, state);
+        if let Some(budget) = &self.config.cursor.ack_memory {
+            shared.join_budget(budget);
+        }
         let mut readers = self.readers();
         readers.retain(|r| r.upgrade().is_some_and(|r| !r.is_closed()));
         readers.push(Arc::downgrade(&shared));

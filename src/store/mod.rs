@@ -28,6 +28,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::ackset::{AckBudget, AckBudgetStats};
 use crate::error::{Error, Result};
 use crate::format::store::CatalogSeal;
 use crate::format::store::MAX_TOPIC_NAME_LEN;
@@ -47,6 +48,11 @@ pub struct StoreConfig {
     pub ledger: LedgerConfig,
     /// Settings of the store's cursor journal.
     pub journal: JournalConfig,
+    /// One memory budget for the resident ack state of every cursor of the store (ack
+    /// partitions and partial entries): a cursor that needs room asks the least recently used
+    /// others to release theirs first. `None`: each cursor has only its own
+    /// `ledger.cursor.lru_capacity_bytes`. See [`Store::ack_memory_stats`].
+    pub ack_memory_bytes: Option<usize>,
 }
 
 /// Every topic of a broker in one directory. Cheap to share (`Clone` shares the same store).
@@ -88,7 +94,10 @@ impl Store {
 
     /// Opens the store kept in `storage` (for instance a
     /// [`MemStorage`](crate::storage::MemStorage)).
-    pub fn open_with_storage(storage: Arc<dyn Storage>, config: StoreConfig) -> Result<Self> {
+    pub fn open_with_storage(storage: Arc<dyn Storage>, mut config: StoreConfig) -> Result<Self> {
+        if let Some(bytes) = config.ack_memory_bytes {
+            config.ledger.cursor.ack_memory = Some(AckBudget::new(bytes));
+        }
         let lock = storage.lock()?;
         let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(storage.clone()));
         let mut catalog = CatalogHandle::claim(storage.as_ref(), meta)?;
@@ -192,6 +201,21 @@ impl Store {
     #[must_use]
     pub fn journal(&self) -> &Arc<Journal> {
         &self.inner.journal
+    }
+
+    /// The store's ack memory budget: its limit, the resident ack state of every open cursor
+    /// together, its peak, and how many cursors share it; `None` without
+    /// [`StoreConfig::ack_memory_bytes`]. Per-cursor figures: `CursorStats::ackset`
+    /// (`resident_bytes + charged_bytes` is a cursor's share).
+    #[must_use]
+    pub fn ack_memory_stats(&self) -> Option<AckBudgetStats> {
+        self.inner
+            .config
+            .ledger
+            .cursor
+            .ack_memory
+            .as_ref()
+            .map(AckBudget::stats)
     }
 
     /// Counters of the store's cursor journal.

@@ -267,7 +267,10 @@ fn cursor_view(
         Err(e) => finding(findings, file.clone(), "cursor state", report::describe(&e)),
     }
     cv.rejected_states = rec.report.rejected;
-    (cv.partial_entries, cv.acked_batch_indexes) = batch_counts(&rec.batch);
+    match rec.batch.partitions() {
+        Ok(batch) => (cv.partial_entries, cv.acked_batch_indexes) = batch_counts(&batch),
+        Err(e) => finding(findings, file.clone(), "cursor state", report::describe(&e)),
+    }
     let cursor_ledger = record.cursor_ledger;
     cv.persisted_bytes = cursor_ledger
         .and_then(|l| log.ledger_info(l).ok())

@@ -524,6 +524,9 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
         "batch_flush_bytes": batch.batch_flush_bytes,
         "pulsar_batch_index_bytes": batch.pulsar_batch_index_bytes,
         "batch_index_vs_pulsar": if batch.pulsar_batch_index_bytes == 0 { 0.0 } else { batch.batch_index_bytes as f64 / batch.pulsar_batch_index_bytes as f64 },
+        "batch_ack_ms": batch.batch_ack_ms,
+        "batch_resident_bytes": batch.batch_resident_bytes,
+        "batch_evictions": batch.batch_evictions,
     });
     if args.json {
         println!("{report}");

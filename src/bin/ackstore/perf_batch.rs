@@ -30,6 +30,12 @@ pub struct BatchFigures {
     pub pulsar_batch_index_bytes: u64,
     /// Batch-index acks made.
     pub batch_acks: u64,
+    /// Milliseconds the batch-index acks took (evictions of partial entries included).
+    pub batch_ack_ms: f64,
+    /// Resident ack state (partitions plus partial entries) after the flush.
+    pub batch_resident_bytes: u64,
+    /// Evictions of partitions of partial entries during the phase.
+    pub batch_evictions: u64,
 }
 
 /// `SplitMix64`, seeded: the same run picks the same messages.
@@ -57,6 +63,7 @@ pub fn run(
     cursor.flush()?;
     let before = cursor.stats()?.persist.persisted_bytes;
     let mut rng = seed ^ 0x0ba7_c4ed;
+    let started = std::time::Instant::now();
     for &pos in positions {
         if cursor.is_acked(pos)? {
             continue;
@@ -84,8 +91,13 @@ pub fn run(
             figures.batch_acks += 1;
         }
     }
+    figures.batch_ack_ms = started.elapsed().as_secs_f64() * 1e3;
     cursor.flush()?;
-    let persist = cursor.stats()?.persist;
+    let stats = cursor.stats()?;
+    figures.batch_resident_bytes =
+        (stats.ackset.resident_bytes + stats.ackset.charged_bytes) as u64;
+    figures.batch_evictions = stats.batch_evictions;
+    let persist = stats.persist;
     figures.batch_index_bytes = persist.persisted_bytes.saturating_sub(before);
     figures.batch_flush_bytes = persist.last_flush_bytes;
     for partition in cursor.batch_index_partitions()? {

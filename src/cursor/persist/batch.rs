@@ -9,6 +9,10 @@
 //! inline up to [`BATCH_INLINE_ROWS`] rows, otherwise through batch pages (kind 6) written
 //! before it: all of them when the table changed or the ledger is new, none otherwise.
 //!
+//! A partition evicted from memory (see `cursor/batch.rs`) has a batch-index entry the
+//! eviction wrote, unsynced and referenced by no marker yet: a flush references it as it is
+//! (or copies it on a rollover) instead of loading the partition.
+//!
 //! Must never: reference an entry of another ledger, or keep a row whose partition changed.
 
 use std::collections::BTreeMap;
@@ -16,9 +20,10 @@ use std::collections::BTreeMap;
 use crate::ackset::PartitionKey;
 use crate::cursor::batch::BatchAcks;
 use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
-use crate::format::cursor::{BatchRow, EntryKind, encode_batch_entry, payload_crc};
+use crate::format::cursor::{BatchRow, EntryKind, payload_crc};
 use crate::position::Position;
 
+use super::super::batch_store::encode;
 use super::super::store::append_entry;
 use super::{CursorPersister, FlushStats};
 
@@ -53,25 +58,23 @@ impl CursorPersister {
         let old = self.cursor_ledger();
         let mut table = BatchTable::new();
         for key in batch.keys() {
-            let committed = self
-                .batch_table
-                .get(&key)
-                .copied()
-                .filter(|_| !batch.dirty_keys().contains(&key));
-            let location = match committed {
+            // A copy the store holds (a cold partition, or a resident one loaded or flushed
+            // and unchanged since) is current and in this ledger; otherwise the committed
+            // entry serves while the partition is clean.
+            let current = batch.stored_location(key).or_else(|| {
+                self.batch_table
+                    .get(&key)
+                    .copied()
+                    .filter(|_| !batch.dirty_keys().contains(&key))
+            });
+            let location = match current {
                 Some(l) if rollover => self.copy_batch_entry(old, target, &l)?,
                 Some(l) => l,
                 None => {
-                    let Some(partition) = batch.partition(key) else {
+                    let Some(partition) = batch.resident_partition(key) else {
                         continue;
                     };
-                    let payload =
-                        encode_batch_entry(&partition).ok_or_else(|| Error::InvalidArgument {
-                            reason: format!(
-                                "batch-index state of partition {}:{} does not encode",
-                                key.ledger_id, key.chunk
-                            ),
-                        })?;
+                    let payload = encode(&partition)?;
                     let entry_id = append_entry(
                         &self.log,
                         &self.shared,
@@ -97,8 +100,24 @@ impl CursorPersister {
         Ok(table)
     }
 
-    /// Copies the committed batch-index entry at `location` of the old ledger to `target`,
-    /// after checking its CRC.
+    /// Copies the batch-index entries of the cold partitions of `batch` from the cursor
+    /// ledger to `target` (a single-entry flush's rollover, whose snapshot carries the
+    /// partial entries inline: the cold copies must move with the cursor).
+    pub(super) fn copy_cold_batch(&self, batch: &BatchAcks, target: u64) -> Result<BatchTable> {
+        let old = self.cursor_ledger();
+        let mut table = BatchTable::new();
+        for key in batch.keys() {
+            if batch.is_cold(key)
+                && let Some(l) = batch.stored_location(key)
+            {
+                table.insert(key, self.copy_batch_entry(old, target, &l)?);
+            }
+        }
+        Ok(table)
+    }
+
+    /// Copies the batch-index entry at `location` of the old ledger to `target`, after
+    /// checking its CRC.
     fn copy_batch_entry(
         &self,
         old: Option<u64>,
