@@ -8,7 +8,9 @@
 //! A cursor reaches its topic through `TopicAccess`, which the managed ledger implements, so
 //! this layer never imports the one above it.
 //!
-//! Persistence: every cursor owns one [`CursorPersister`] (`persist.rs`), which is the only
+//! Persistence: every durable cursor owns one [`Persister`]: a cursor of a store's topic persists
+//! through the store's journal (`journal.rs`, `docs/cursors.md`, "Cursors of a store"); any
+//! other one owns a [`CursorPersister`] (`persist.rs`), which is the only
 //! writer of the cursor record (it holds the compare-and-set version) and of the cursor ledger.
 //! The cursor's ack set keeps its evicted partitions in that ledger. `flush` and `close` write
 //! the whole ack state through it; a seek writes a new marker (or snapshot) with no acks
@@ -22,6 +24,7 @@
 
 mod batch;
 mod config;
+pub(crate) mod journal;
 pub mod open;
 pub mod persist;
 mod record;
@@ -51,8 +54,11 @@ use crate::entry::Entry;
 use crate::error::{Error, Result};
 use crate::finder::{self, Layout};
 use crate::log::{EntryLog, lock};
+use crate::observe::CursorLabels;
 use crate::position::Position;
+use crate::store::journal::{Journal, Tick};
 use batch::BatchAcks;
+use journal::JournalCursor;
 use persist::CursorPersister;
 
 /// Where a new cursor starts reading.
@@ -162,10 +168,81 @@ pub(crate) fn detached_ack_set() -> RangeSetWrapper {
     RangeSetWrapper::new(Box::new(MemPartitionStore::new()), usize::MAX)
 }
 
+/// Where a durable cursor persists: in its own cursor ledger (a topic opened by
+/// `ManagedLedger::open`, or a cursor of a store's topic written before the store's journal
+/// carried cursors), or through its store's shared journal (see `journal.rs`). Chosen when the
+/// cursor opens; both keep the same state (mark-delete, epoch, properties, every ack).
+#[derive(Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one per open cursor, created once and never moved on an ack path"
+)]
+pub(crate) enum Persister {
+    /// The cursor ledger: every flush appends and syncs on its own.
+    Ledger(CursorPersister),
+    /// The store's journal: a flush stages into a tick that syncs many cursors at once.
+    Journal(JournalCursor),
+}
+
+impl Persister {
+    fn labels(&self) -> &CursorLabels {
+        match self {
+            Self::Ledger(p) => p.labels(),
+            Self::Journal(j) => j.labels(),
+        }
+    }
+
+    fn stats(&self) -> PersistStats {
+        match self {
+            Self::Ledger(p) => p.stats(),
+            Self::Journal(j) => j.stats(),
+        }
+    }
+
+    fn property_room(&self) -> usize {
+        match self {
+            Self::Ledger(p) => p.property_room(),
+            Self::Journal(j) => j.property_room(),
+        }
+    }
+
+    /// The journal a journal cursor persists through.
+    fn journal(&self) -> Option<Arc<Journal>> {
+        match self {
+            Self::Ledger(_) => None,
+            Self::Journal(j) => Some(Arc::clone(j.journal())),
+        }
+    }
+
+    /// Removes what persists a deleted cursor: its cursor ledgers (delete the cursor record
+    /// first), or its state in the journal (a synced forget record).
+    pub(crate) fn delete(self) -> Result<()> {
+        match self {
+            Self::Ledger(p) => p.delete_ledgers(),
+            Self::Journal(j) => j.forget(),
+        }
+    }
+}
+
+/// What a journal cursor answers to batch-index acks and seeks inside a batch.
+fn batch_unsupported() -> Error {
+    Error::Unsupported {
+        what: "a cursor of a store's topic does not persist batch-index acks yet (the store's \
+               cursor journal carries whole-entry acks only): acknowledge whole entries, or \
+               open the topic with ManagedLedger::open"
+            .into(),
+    }
+}
+
+/// Commits a journal cursor's tick (`None` for a cursor-ledger cursor, whose flush is done).
+fn commit_tick(tick: Option<Tick<'_>>) -> Result<()> {
+    tick.map_or(Ok(()), |t| t.commit().map(drop))
+}
+
 /// How a cursor persists, handed to [`CursorShared::new`].
 pub(crate) struct Persistence {
     /// Writes the cursor's state; its partition store backs the state's ack set.
-    pub persister: CursorPersister,
+    pub persister: Persister,
     /// What recovery resumed from (`None` for a new cursor).
     pub recovery_source: Option<RecoverySource>,
     /// Whether the state differs from what is persisted (recovery dropped acks of entries
@@ -219,7 +296,7 @@ struct Core {
     state: CursorState,
     /// `None` once the cursor is closed (it holds the entry log), and always for a
     /// non-durable cursor.
-    persister: Option<CursorPersister>,
+    persister: Option<Persister>,
     /// Whether the state is persisted at all: `false` for a non-durable cursor (a reader),
     /// whose flushes, closes and seeks write nothing.
     durable: bool,
@@ -232,21 +309,56 @@ struct Core {
 }
 
 impl Core {
-    fn persister(&mut self) -> Result<&mut CursorPersister> {
+    fn persister(&mut self) -> Result<&mut Persister> {
         self.persister.as_mut().ok_or(Error::Closed)
     }
 
+    /// The cursor-ledger persister (a journal cursor has none).
+    fn ledger_persister(&mut self) -> Result<&mut CursorPersister> {
+        match self.persister()? {
+            Persister::Ledger(p) => Ok(p),
+            Persister::Journal(_) => Err(Error::Closed),
+        }
+    }
+
+    /// Stages `state` with the acks of `acks` into a journal cursor's `tick`.
+    fn stage_journal(
+        &mut self,
+        tick: Option<&mut Tick<'_>>,
+        state: &crate::format::cursor::PersistedState,
+        acks: &mut RangeSetWrapper,
+    ) -> Result<()> {
+        match (self.persister()?, tick) {
+            (Persister::Journal(j), Some(t)) => j.stage(t, state, acks).map(drop),
+            _ => Err(Error::Closed),
+        }
+    }
+
+    /// Whether the cursor persists through its store's journal.
+    fn is_journal(&self) -> bool {
+        matches!(self.persister, Some(Persister::Journal(_)))
+    }
+
     /// Writes the whole state (mark-delete, epoch, properties, every ack) through the
-    /// persister if it changed since the last write; returns after the fsync.
-    fn flush(&mut self, topic: &dyn TopicAccess) -> Result<()> {
+    /// persister if it changed since the last write. A cursor-ledger cursor returns after the
+    /// fsync; a journal cursor stages into `tick` (begun before the cursor's lock was taken),
+    /// durable once the caller commits it.
+    fn flush(&mut self, topic: &dyn TopicAccess, tick: Option<&mut Tick<'_>>) -> Result<()> {
         if !self.dirty || !self.durable {
             return Ok(());
         }
         topic.check_owner()?;
         let state = self.state.persisted();
-        let persister = self.persister.as_mut().ok_or(Error::Closed)?;
-        persister.flush_with_batch(&state, &mut self.state.acks, &mut self.state.batch)?;
-        self.state.charge_batch();
+        match self.persister.as_mut().ok_or(Error::Closed)? {
+            Persister::Ledger(p) => {
+                p.flush_with_batch(&state, &mut self.state.acks, &mut self.state.batch)?;
+                self.state.charge_batch();
+            }
+            Persister::Journal(j) => {
+                let tick = tick.ok_or(Error::Closed)?;
+                j.stage(tick, &state, &mut self.state.acks)?;
+            }
+        }
         self.dirty = false;
         self.counters.flushes += 1;
         Ok(())
@@ -277,13 +389,22 @@ impl Core {
     /// What a close persists: a flush, then the record's fallback copy of mark-delete, epoch
     /// and properties (it serves when the cursor ledger is lost, and trimming reads the
     /// mark-delete of closed cursors from it).
-    fn persist_for_close(&mut self, topic: &dyn TopicAccess) -> Result<()> {
+    ///
+    /// A journal cursor stages into `tick` and keeps no fallback copy: the journal is its only
+    /// state, and trimming reads it there.
+    fn persist_for_close(
+        &mut self,
+        topic: &dyn TopicAccess,
+        tick: Option<&mut Tick<'_>>,
+    ) -> Result<()> {
         if !self.durable {
             return Ok(());
         }
-        self.flush(topic)?;
+        self.flush(topic, tick)?;
         let state = self.state.persisted();
-        let persister = self.persister()?;
+        let Persister::Ledger(persister) = self.persister()? else {
+            return Ok(());
+        };
         let outdated = persister.record().is_none_or(|(_, r)| {
             r.mark_delete != state.mark_delete
                 || r.epoch != state.epoch
@@ -296,7 +417,7 @@ impl Core {
     }
 
     /// Drops the persister and the ack set's handle on the cursor ledger.
-    fn detach(&mut self) -> Option<CursorPersister> {
+    fn detach(&mut self) -> Option<Persister> {
         self.state.acks = detached_ack_set();
         self.persister.take()
     }
@@ -318,6 +439,9 @@ pub(crate) struct CursorShared {
     lost: AtomicBool,
     /// Dropping it stops the background flusher.
     stop_flusher: Mutex<Option<Sender<()>>>,
+    /// The store's journal, for a cursor that persists through it (fixed at creation): its
+    /// ticks are begun before the cursor's lock is taken.
+    journal: Option<Arc<Journal>>,
 }
 
 impl fmt::Debug for CursorShared {
@@ -340,10 +464,12 @@ impl CursorShared {
         persistence: Persistence,
     ) -> Arc<Self> {
         let mark = state.mark_delete;
+        let journal = persistence.persister.journal();
         let shared = Arc::new(Self {
             id,
             name,
             topic,
+            journal,
             core: Mutex::new(Core {
                 state,
                 persister: Some(persistence.persister),
@@ -406,6 +532,7 @@ impl CursorShared {
             durable: false,
             lost: AtomicBool::new(false),
             stop_flusher: Mutex::new(None),
+            journal: None,
         })
     }
 
@@ -429,11 +556,17 @@ impl CursorShared {
 
     /// Refuses every later operation on every handle without flushing (the cursor is being
     /// deleted); returns its persister, which owns the cursor ledgers to delete.
-    pub(crate) fn detach(&self) -> Option<CursorPersister> {
+    pub(crate) fn detach(&self) -> Option<Persister> {
         let mut core = lock(&self.core);
         self.closed.store(true, Ordering::SeqCst);
         lock(&self.stop_flusher).take();
         core.detach()
+    }
+
+    /// For a journal cursor, a tick begun now, before the cursor's lock is taken (the lock
+    /// order is tick, then cursor); `None` for a cursor-ledger cursor.
+    fn begin_tick(&self) -> Option<Tick<'_>> {
+        self.journal.as_deref().map(Journal::begin_tick)
     }
 
     fn core(&self) -> Result<MutexGuard<'_, Core>> {
@@ -452,6 +585,7 @@ impl CursorShared {
     /// Closing a closed cursor returns `Ok` when the close persisted everything, and
     /// [`Error::Closed`] when the topic closed it after a failed flush.
     pub(crate) fn try_close(&self) -> Result<()> {
+        let mut tick = self.begin_tick();
         let mut core = lock(&self.core);
         if self.is_closed() {
             return if self.lost.load(Ordering::SeqCst) {
@@ -463,7 +597,9 @@ impl CursorShared {
         if let Some(e) = core.background_error.take() {
             return Err(e);
         }
-        core.persist_for_close(self.topic.as_ref())?;
+        core.persist_for_close(self.topic.as_ref(), tick.as_mut())?;
+        // Under the cursor's lock: nothing may change between the last flush and the close.
+        commit_tick(tick)?;
         self.finish_close(core);
         Ok(())
     }
@@ -474,12 +610,15 @@ impl CursorShared {
     /// After an error, what the last successful flush wrote is what a reopen finds, and a later
     /// [`Cursor::close`] returns [`Error::Closed`], never `Ok`.
     pub(crate) fn close(&self) -> Result<()> {
+        let mut tick = self.begin_tick();
         let mut core = lock(&self.core);
         if self.is_closed() {
             return Ok(());
         }
         let pending = core.background_error.take();
-        let persisted = core.persist_for_close(self.topic.as_ref());
+        let persisted = core
+            .persist_for_close(self.topic.as_ref(), tick.as_mut())
+            .and_then(|()| commit_tick(tick));
         let result = pending.map_or(persisted, Err);
         self.lost.store(result.is_err(), Ordering::SeqCst);
         self.finish_close(core);
@@ -499,11 +638,16 @@ impl CursorShared {
     /// One tick of the background flusher: flushes if the state changed, keeps the first
     /// error for the next `flush` or `close`.
     fn flush_in_background(&self) {
+        let mut tick = self.begin_tick();
         let mut core = lock(&self.core);
         if self.is_closed() || core.background_error.is_some() {
             return;
         }
-        if let Err(e) = core.flush(self.topic.as_ref()) {
+        let staged = core.flush(self.topic.as_ref(), tick.as_mut());
+        // A journal tick syncs without the cursor's lock: acks go on meanwhile.
+        drop(core);
+        if let Err(e) = staged.and_then(|()| commit_tick(tick)) {
+            let mut core = lock(&self.core);
             core.observe_background_failure(&e);
             core.background_error = Some(e);
         }
@@ -563,8 +707,13 @@ impl Cursor {
     /// The writes happen without holding the topic's layout (appends go on meanwhile); the
     /// published mark-delete is lowered to the smaller of the old and the new one first, so a
     /// concurrent trim cannot delete the target.
+    ///
+    /// A journal cursor commits the same state through a tick of its own (under the cursor's
+    /// lock: the reset is applied only once it is durable): a seek stages a marker with no
+    /// partitions, a rewind the current acks with the new epoch.
     fn reset(&self, plan: impl FnOnce(&Layout) -> Result<Move>) -> Result<()> {
         let shared = &self.shared;
+        let mut tick = shared.begin_tick();
         let mut core = shared.core()?;
         if core.durable {
             shared.topic.check_owner()?;
@@ -582,8 +731,25 @@ impl Cursor {
             }
             (planned, persisted)
         };
+        let journal = core.is_journal();
         let written = match planned {
             _ if !core.durable => Ok(()),
+            Move::ToMessage { .. } if journal => Err(batch_unsupported()),
+            Move::To(_) if journal => core
+                .stage_journal(tick.as_mut(), &target_state, &mut detached_ack_set())
+                .and_then(|()| commit_tick(tick.take())),
+            Move::Rewind if journal => {
+                let Core {
+                    persister, state, ..
+                } = &mut *core;
+                match (persister, tick.as_mut()) {
+                    (Some(Persister::Journal(j)), Some(t)) => {
+                        j.stage(t, &target_state, &mut state.acks).map(drop)
+                    }
+                    _ => Err(Error::Closed),
+                }
+                .and_then(|()| commit_tick(tick.take()))
+            }
             Move::To(_) | Move::ToMessage { .. } => {
                 // The state after a seek starts a fresh cursor ledger (it holds no acks, so
                 // nothing is copied), and the rollover switches the cursor record to it, with
@@ -602,14 +768,14 @@ impl Cursor {
                 {
                     prefix.set_prefix(entry, batch_size, skip);
                 }
-                core.persister().and_then(|p| {
+                core.ledger_persister().and_then(|p| {
                     p.request_rollover();
                     p.flush_with_batch(&target_state, &mut no_acks, &mut prefix)
                         .map(drop)
                 })
             }
             Move::Rewind => core
-                .persister()
+                .ledger_persister()
                 .and_then(|p| p.update_record(&target_state)),
         };
         if let Err(e) = written {
@@ -634,8 +800,8 @@ impl Cursor {
                 }
                 // What was just committed is exactly the new state.
                 core.dirty = false;
-                if core.durable {
-                    core.persister()
+                if core.durable && !journal {
+                    core.ledger_persister()
                         .and_then(|p| p.update_record(&target_state))
                 } else {
                     Ok(())
@@ -643,6 +809,8 @@ impl Cursor {
             }
             Move::Rewind => {
                 core.state.rewind(&layout);
+                // A journal rewind committed every ack with the new epoch.
+                core.dirty &= !(journal && core.durable);
                 Ok(())
             }
         };
@@ -720,9 +888,14 @@ impl Cursor {
     /// # Errors
     /// [`Error::NoSuchEntry`] for a position after mark-delete that is not a retained entry;
     /// [`Error::InvalidArgument`] for `index >= batch_size`, or a `batch_size` other than the
-    /// one given for earlier messages of the same entry. Nothing changes on an error.
+    /// one given for earlier messages of the same entry. [`Error::Unsupported`] for a cursor
+    /// of a store's topic, whose journal does not carry batch-index acks yet. Nothing changes
+    /// on an error.
     pub fn ack_batch_index(&self, pos: Position, index: u32, batch_size: u32) -> Result<bool> {
         self.with_state(|core, layout| {
+            if core.is_journal() {
+                return Err(batch_unsupported());
+            }
             let changed = core.state.ack_batch_index(layout, pos, index, batch_size)?;
             core.counters.acks += u64::from(changed);
             core.dirty |= changed;
@@ -933,6 +1106,10 @@ impl Cursor {
     /// level (the entry is delivered with them in [`Entry::acked_batch_indexes`]), so the next
     /// message a consumer processes is `index`; one more header read finds the entry's
     /// first index.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for a cursor of a store's topic when `index` is inside a batch
+    /// (its journal does not carry batch-index acks yet); nothing changes.
     pub fn seek_by_index(&self, index: u64) -> Result<()> {
         let log = self.shared.topic.log()?;
         self.reset(|layout| {
@@ -1050,11 +1227,16 @@ impl Cursor {
     /// takeover caught halfway may have written state the new owner does or does not see, so
     /// `Ok` alone means every later owner recovers it. Seeks and rewinds fail the same way.
     pub fn flush(&self) -> Result<()> {
-        let mut core = self.shared.core()?;
-        if let Some(e) = core.background_error.take() {
-            return Err(e);
+        let mut tick = self.shared.begin_tick();
+        {
+            let mut core = self.shared.core()?;
+            if let Some(e) = core.background_error.take() {
+                return Err(e);
+            }
+            core.flush(self.shared.topic.as_ref(), tick.as_mut())?;
         }
-        core.flush(self.shared.topic.as_ref())
+        // A journal cursor's tick syncs without the cursor's lock: acks go on meanwhile.
+        commit_tick(tick)
     }
 
     /// Flushes (then refreshes the cursor record's fallback copy of mark-delete, epoch and
@@ -1090,7 +1272,7 @@ impl Cursor {
                 persist: core
                     .persister
                     .as_ref()
-                    .map(CursorPersister::stats)
+                    .map(Persister::stats)
                     .unwrap_or_default(),
                 recovery_source: core.recovery_source,
                 background_error: core.background_error.as_ref().map(ToString::to_string),

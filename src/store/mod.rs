@@ -28,6 +28,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::cursor::journal::TopicJournal;
 use crate::error::{Error, Result};
 use crate::format::store::CatalogSeal;
 use crate::format::store::MAX_TOPIC_NAME_LEN;
@@ -150,9 +151,13 @@ impl Store {
             id,
             Some(self.inner.lock.clone()),
         ));
-        let topic = Arc::new(ManagedLedger::open_with_storage(
+        let topic = Arc::new(ManagedLedger::open_in_store(
             space,
             self.inner.config.ledger.clone(),
+            TopicJournal {
+                journal: self.inner.journal.clone(),
+                topic: id,
+            },
         )?);
         topics.insert(name.to_owned(), topic.clone());
         Ok(topic)
