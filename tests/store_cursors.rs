@@ -1,8 +1,9 @@
 //! Cursors of a store's topics persist through the store's shared journal: through the public
-//! `Store` API, checked per cursor against a model after a power cut at every storage operation
-//! and every byte of the unsynced tail; a reopen restores every cursor exactly and costs the
-//! same whatever the number of cursors; seeks, rewinds, properties and deletes as with cursor
-//! ledgers.
+//! `Store` API (cursor flushes and `flush_all` ticks), checked per cursor against a model after a
+//! power cut at every storage operation and every byte of the unsynced tail; a reopen restores
+//! every cursor exactly and costs the same whatever the number of cursors; seeks, rewinds,
+//! properties and deletes as with cursor ledgers; threads acking, seeking, closing and flushing
+//! while producers roll ledgers.
 
 mod support;
 
@@ -134,12 +135,16 @@ fn run(
             cursor.ack(pos)?;
             outcome.truth.get_mut(&key).expect("cursor").insert(pos);
         }
-        if step % 15 == 14 {
+        if step % 30 == 14 {
             // Every cursor, one flush each: each is a tick of its own.
             for (k, c) in &cursors {
                 c.flush()?;
                 outcome.durable.insert(*k, outcome.truth[k].clone());
             }
+        } else if step % 30 == 29 {
+            // Every cursor in one tick.
+            store.flush_all()?;
+            outcome.durable.clone_from(&outcome.truth);
         } else if rng.chance(15) {
             cursor.flush()?;
             outcome.durable.insert(key, outcome.truth[&key].clone());
@@ -424,4 +429,166 @@ fn batch_index_acks_on_a_store_cursor_are_refused_loudly() {
         Err(Error::Unsupported { .. })
     ));
     assert!(!cursor.is_acked(p).expect("is_acked"));
+}
+
+#[test]
+fn flush_all_commits_every_dirty_cursor_of_every_topic_with_one_sync() {
+    let disk = MemStorage::new();
+    let store = open(&disk).expect("open");
+    let mut cursors = Vec::new();
+    for t in 0..TOPICS {
+        let topic = store.topic(&topic_name(t)).expect("topic");
+        let ps: Vec<Position> = (0..ENTRIES)
+            .map(|i| topic.append(format!("{i}").as_bytes()).expect("append"))
+            .collect();
+        topic.sync().expect("sync");
+        for c in 0..CURSORS {
+            let cursor = topic
+                .open_cursor(&cursor_name(c), CursorOptions::default())
+                .expect("cursor");
+            cursors.push((cursor, ps.clone()));
+        }
+    }
+    for round in 0..3_usize {
+        for (i, (cursor, ps)) in cursors.iter().enumerate() {
+            cursor.ack(ps[round * 20 + i + 1]).expect("ack");
+        }
+        let first = store.flush_all().expect("flush_all");
+        assert_eq!(first.cursors, (TOPICS * CURSORS) as u64, "round {round}");
+        // The first tick starts the journal's first segment: its directory sync too.
+        assert_eq!(first.syncs, if round == 0 { 2 } else { 1 }, "round {round}");
+        let again = store.flush_all().expect("nothing changed");
+        assert_eq!((again.cursors, again.syncs), (0, 0));
+    }
+    let image = disk.durable_image();
+    let reopened = open(&image).expect("reopen");
+    for (i, (_, ps)) in cursors.iter().enumerate() {
+        let topic = reopened.topic(&topic_name(i / CURSORS)).expect("topic");
+        let cursor = topic
+            .open_cursor(&cursor_name(i % CURSORS), CursorOptions::default())
+            .expect("cursor");
+        for round in 0..3 {
+            assert!(cursor.is_acked(ps[round * 20 + i + 1]).expect("is_acked"));
+        }
+        assert_eq!(cursor.acked_range_count().expect("ranges"), 3);
+    }
+}
+
+/// Producers append (rolling a data ledger every 16 entries) while a thread per cursor acks,
+/// seeks now and then, flushes, and closes and reopens its cursor, and another thread runs
+/// `flush_all`; afterwards every cursor, closed with the store and reopened, is exactly what it
+/// was.
+#[test]
+fn threads_acking_seeking_closing_and_flushing_through_one_store_keep_every_cursor_exact() {
+    let dir = tempfile::tempdir().expect("dir");
+    let config = StoreConfig {
+        ledger: LedgerConfig {
+            max_entries_per_ledger: 16,
+            cursor: CursorConfig {
+                lru_capacity_bytes: 4096,
+                ..CursorConfig::default()
+            },
+            ..LedgerConfig::default()
+        },
+        ..StoreConfig::default()
+    };
+    let store = Store::open(dir.path(), config.clone()).expect("open");
+    let topics: Vec<_> = (0..TOPICS)
+        .map(|t| store.topic(&topic_name(t)).expect("topic"))
+        .collect();
+    for topic in &topics {
+        for i in 0..64 {
+            topic.append(format!("{i}").as_bytes()).expect("append");
+        }
+    }
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let finals = std::sync::Mutex::new(BTreeMap::new());
+    std::thread::scope(|s| {
+        for topic in &topics {
+            let done = &done;
+            s.spawn(move || {
+                let mut i = 0;
+                while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                    topic.append(format!("p{i}").as_bytes()).expect("append");
+                    i += 1;
+                    if i % 50 == 0 {
+                        std::thread::yield_now();
+                    }
+                }
+            });
+        }
+        {
+            let store = &store;
+            let done = &done;
+            s.spawn(move || {
+                while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                    store.flush_all().expect("flush_all");
+                }
+            });
+        }
+        let workers: Vec<_> = (0..TOPICS * CURSORS)
+            .map(|k| {
+                let topic = &topics[k / CURSORS];
+                let finals = &finals;
+                s.spawn(move || {
+                    let name = cursor_name(k % CURSORS);
+                    let mut rng = Rng::new(k as u64 + 1);
+                    let mut cursor = topic
+                        .open_cursor(&name, CursorOptions::default())
+                        .expect("cursor");
+                    for step in 0..400 {
+                        let last = topic.last_position().expect("entries");
+                        let first = topic.first_position().expect("entries");
+                        let ledger =
+                            first.ledger_id + rng.below(last.ledger_id - first.ledger_id + 1);
+                        let pos = Position::new(ledger, rng.below(16)).min(last);
+                        match cursor.ack(pos) {
+                            Ok(_) | Err(Error::NoSuchEntry { .. }) => {}
+                            Err(e) => panic!("ack {pos}: {e}"),
+                        }
+                        match step % 100 {
+                            37 => cursor.seek(pos).expect("seek"),
+                            61 => cursor.rewind().expect("rewind"),
+                            73 => {
+                                cursor.close().expect("close");
+                                cursor = topic
+                                    .open_cursor(&name, CursorOptions::default())
+                                    .expect("reopen");
+                            }
+                            _ if rng.chance(10) => cursor.flush().expect("flush"),
+                            _ => {}
+                        }
+                    }
+                    finals.lock().expect("finals").insert(
+                        k,
+                        (
+                            cursor.mark_delete_position().expect("mark"),
+                            cursor.acked_ranges().expect("ranges"),
+                            cursor.epoch().expect("epoch"),
+                        ),
+                    );
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().expect("worker");
+        }
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    store.close().expect("close");
+    drop((topics, store));
+    let store = Store::open(dir.path(), config).expect("reopen");
+    let finals = finals.into_inner().expect("finals");
+    for (k, expected) in finals {
+        let topic = store.topic(&topic_name(k / CURSORS)).expect("topic");
+        let cursor = topic
+            .open_cursor(&cursor_name(k % CURSORS), CursorOptions::default())
+            .expect("cursor");
+        let got = (
+            cursor.mark_delete_position().expect("mark"),
+            cursor.acked_ranges().expect("ranges"),
+            cursor.epoch().expect("epoch"),
+        );
+        assert_eq!(got, expected, "cursor {k}");
+    }
 }

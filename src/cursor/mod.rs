@@ -654,6 +654,31 @@ impl CursorShared {
     }
 }
 
+impl CursorShared {
+    /// Stages the cursor into `tick` (a store's flush tick, begun before this call) if it is a
+    /// journal cursor with changes and no pending background error; returns whether it staged.
+    /// With `keep_error`, a failure is kept for the cursor's next `flush` or `close` (as a
+    /// background flush's) and `Ok(false)` returned; otherwise it is returned.
+    pub(crate) fn stage_into(&self, tick: &mut Tick<'_>, keep_error: bool) -> Result<bool> {
+        if self.journal.is_none() {
+            return Ok(false);
+        }
+        let mut core = lock(&self.core);
+        if self.is_closed() || core.background_error.is_some() || !core.dirty {
+            return Ok(false);
+        }
+        match core.flush(self.topic.as_ref(), Some(tick)) {
+            Ok(()) => Ok(true),
+            Err(e) if keep_error => {
+                core.observe_background_failure(&e);
+                core.background_error = Some(e);
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
 /// Flushes `cursor` every `interval` until told to stop (the sender is dropped on close or
 /// when the cursor is dropped) or the cursor is gone.
 fn background_flusher(cursor: &Weak<CursorShared>, stop: &mpsc::Receiver<()>, interval: Duration) {

@@ -86,6 +86,16 @@ impl ManagedLedger {
         Ok(Self { core })
     }
 
+    /// The open durable cursors of this topic (for a store's flush tick).
+    pub(crate) fn open_cursors(&self) -> Vec<Arc<crate::cursor::CursorShared>> {
+        self.core
+            .cursors()
+            .values()
+            .filter(|c| !c.is_closed())
+            .cloned()
+            .collect()
+    }
+
     /// Opens topic `topic` of a store, kept in `storage` (the topic's view of the store's
     /// directory), whose cursors persist through the store's journal (`docs/cursors.md`,
     /// "Cursors of a store").

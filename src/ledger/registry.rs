@@ -210,7 +210,8 @@ impl TopicCore {
             persister: Persister::Journal(jc),
             recovery_source,
             dirty,
-            flush_interval: self.config.cursor.flush_interval,
+            // The store's flusher pool flushes every cursor of the store on this interval.
+            flush_interval: None,
         };
         let topic: Arc<dyn TopicAccess> = self.clone();
         let shared = CursorShared::new(id, name.to_owned(), topic, state, persistence);
