@@ -592,3 +592,35 @@ fn threads_acking_seeking_closing_and_flushing_through_one_store_keep_every_curs
         assert_eq!(got, expected, "cursor {k}");
     }
 }
+
+#[test]
+fn a_former_owners_cursor_flush_is_fenced_and_never_seen_by_the_new_owner() {
+    let disk = MemStorage::new();
+    let old = open(&disk).expect("open");
+    let topic = old.topic(&topic_name(0)).expect("topic");
+    let ps: Vec<Position> = (0..10)
+        .map(|i| topic.append(format!("{i}").as_bytes()).expect("append"))
+        .collect();
+    topic.sync().expect("sync");
+    let cursor = topic
+        .open_cursor("sub", CursorOptions::default())
+        .expect("cursor");
+    cursor.ack(ps[3]).expect("ack");
+    cursor.flush().expect("flush before the takeover");
+    disk.break_lock();
+    let new = open(&disk).expect("second owner after the lock broke");
+    cursor.ack(ps[5]).expect("acks go on in memory");
+    assert!(matches!(cursor.flush(), Err(Error::Fenced { .. })));
+    assert!(
+        old.flush_all().is_err(),
+        "the former owner's journal refuses every later tick"
+    );
+    let topic = new.topic(&topic_name(0)).expect("topic");
+    let cursor = topic
+        .open_cursor("sub", CursorOptions::default())
+        .expect("cursor");
+    assert!(cursor.is_acked(ps[3]).expect("is_acked"), "flushed before");
+    assert!(!cursor.is_acked(ps[5]).expect("is_acked"), "fenced flush");
+    cursor.ack(ps[7]).expect("ack");
+    cursor.flush().expect("the new owner flushes");
+}
