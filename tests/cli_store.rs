@@ -113,3 +113,42 @@ fn inspect_lists_the_topics_of_a_store_and_its_journal() {
     assert_eq!(report["journal"]["records"], 4);
     assert_eq!(report["journal"]["cursors"], 2);
 }
+
+#[test]
+fn perf_with_topics_runs_the_store_workload_and_its_baseline_and_verifies_every_cursor() {
+    let out = ackstore(&[
+        "perf",
+        "--topics",
+        "3",
+        "--cursors",
+        "4",
+        "--topic-entries",
+        "40",
+        "--ticks",
+        "2",
+        "--baseline",
+        "--json",
+    ]);
+    let report = json(&out);
+    assert!(out.status.success(), "{report}");
+    for run in [&report, &report["baseline"]] {
+        assert_eq!(run["topics"], 3);
+        assert_eq!(run["cursors"], 4);
+        assert_eq!(run["verified"], true);
+        for key in [
+            "fsyncs_per_tick",
+            "restart_ms",
+            "restart_per_cursor_us",
+            "threads",
+            "ack_p99_us_during_flush",
+        ] {
+            assert!(run[key].is_number(), "{key} in {run}");
+        }
+        assert!(run["flush_tick_ms"]["median"].is_number());
+        assert!(run["flush_tick_ms"]["max"].is_number());
+    }
+    // The store's ticks sync once (twice when a tick starts a segment); the baseline once per
+    // cursor at least.
+    assert!(report["fsyncs_per_tick"].as_u64() <= Some(2));
+    assert!(report["baseline"]["fsyncs_per_tick"].as_u64() >= Some(12));
+}

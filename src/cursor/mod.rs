@@ -347,7 +347,11 @@ impl Core {
         if !self.dirty || !self.durable {
             return Ok(());
         }
-        topic.check_owner()?;
+        // A journal cursor's tick runs the store's owner check after its sync instead (one
+        // check per tick, not a metadata read per cursor): the store is the unit of ownership.
+        if !self.is_journal() {
+            topic.check_owner()?;
+        }
         let state = self.state.persisted();
         match self.persister.as_mut().ok_or(Error::Closed)? {
             Persister::Ledger(p) => {

@@ -61,6 +61,27 @@ impl TopicCore {
             .map(|c| c.id);
         let id = listed.unwrap_or(w.record.next_cursor_id);
         let record_name = cursor::record_name(id);
+        if let Some(tj) = self.journal.clone()
+            && listed.is_some()
+            && tj.committed_state(id).is_some()
+        {
+            // A cursor of a store's topic that the journal holds is recovered from the journal
+            // alone: its record is not even read (the journal knows it by its topic's catalog
+            // id and its own id, never by a name).
+            let identity = CursorIdentity {
+                cursor_id: id,
+                topic_id: w.record.topic_id,
+            };
+            return self.open_journal_cursor(
+                &mut w,
+                name,
+                options,
+                (id, true),
+                None,
+                identity,
+                &tj,
+            );
+        }
         let found = self.meta.get(&record_name)?;
         // A record found under this cursor's name must be this cursor's: one moved or copied
         // here would hand it another cursor's state.
@@ -164,26 +185,25 @@ impl TopicCore {
         let config = self.config.cursor.clone();
         let labels = CursorLabels::new(self.location.clone(), &record_name);
         let layout = self.layout().clone();
+        let recovered = listed
+            .then(|| JournalCursor::recover(tj, id, config.clone(), labels.clone()))
+            .flatten();
         let reopened = found.as_ref().filter(|_| listed).map(|(_, bytes)| bytes);
-        let (state, jc, recovery_source, dirty) = if let Some(bytes) = reopened {
+        let (state, jc, recovery_source, dirty) = if let Some((jc, persisted, acks)) = recovered {
+            let (state, changed) = CursorState::recovered(&persisted, &layout, acks, Vec::new())?;
+            (state, jc, Some(RecoverySource::Journal), changed)
+        } else if let Some(bytes) = reopened {
+            // Created, never flushed: the record holds its state.
             let record =
                 CursorRecord::decode(bytes).map_err(|c| c.in_record(record_name.as_str()))?;
-            let recovered = JournalCursor::recover(tj, id, config.clone(), labels.clone());
-            let (jc, mut persisted, acks, source) = if let Some((jc, p, acks)) = recovered {
-                (jc, p, acks, RecoverySource::Journal)
-            } else {
-                // Created, never flushed: the record holds its state.
-                let (jc, acks) = JournalCursor::new(tj, id, config, labels);
-                let persisted = PersistedState {
-                    mark_delete: record.mark_delete,
-                    epoch: record.epoch,
-                    properties: record.properties.clone(),
-                };
-                (jc, persisted, acks, RecoverySource::Record)
+            let (jc, acks) = JournalCursor::new(tj, id, config, labels);
+            let persisted = PersistedState {
+                mark_delete: record.mark_delete,
+                epoch: record.epoch,
+                properties: record.properties.clone(),
             };
-            persisted.epoch = persisted.epoch.max(record.epoch);
             let (state, changed) = CursorState::recovered(&persisted, &layout, acks, Vec::new())?;
-            (state, jc, Some(source), changed)
+            (state, jc, Some(RecoverySource::Record), changed)
         } else {
             // A new cursor; or one listed without a record (removed by hand), which starts
             // again from `options`. A record found for an unlisted id was left by a creation
