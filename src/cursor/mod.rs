@@ -8,7 +8,7 @@
 //! A cursor reaches its topic through `TopicAccess`, which the managed ledger implements, so
 //! this layer never imports the one above it.
 //!
-//! Persistence: every durable cursor owns one [`Persister`]: a cursor of a store's topic persists
+//! Persistence: every durable cursor owns one `Persister`: a cursor of a store's topic persists
 //! through the store's journal (`journal.rs`, `docs/cursors.md`, "Cursors of a store"); any
 //! other one owns a [`CursorPersister`] (`persist.rs`), which is the only
 //! writer of the cursor record (it holds the compare-and-set version) and of the cursor ledger.
