@@ -55,7 +55,7 @@ pub use storage::{
 #[cfg(feature = "rados")]
 pub use storage::{RadosCluster, RadosStorage};
 pub use store::journal::{JournalConfig, JournalStats};
-pub use store::{Store, StoreConfig};
+pub use store::{Store, StoreConfig, StoreFlush};
 
 /// The README's examples, compiled and run as doctests so they cannot drift from the API.
 #[cfg(doctest)]

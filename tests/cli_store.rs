@@ -3,14 +3,8 @@
 
 use std::path::Path;
 use std::process::{Command, Output};
-use std::sync::Arc;
 
-use ackstore::FileStorage;
-use ackstore::internals::format::cursor::PersistedState;
-use ackstore::internals::store::index::CursorId;
-use ackstore::internals::store::journal::{
-    CursorFlush, Journal, JournalConfig, Seal, segment_name,
-};
+use ackstore::internals::store::journal::segment_name;
 use ackstore::{CursorOptions, Position, Store, StoreConfig};
 
 fn ackstore(args: &[&str]) -> Output {
@@ -26,7 +20,7 @@ fn json(out: &Output) -> serde_json::Value {
     serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }
 
-/// A store with two topics (entries, a flushed cursor each) and a journal of one tick.
+/// A store with two topics (entries, a flushed cursor each, persisted in the store's journal).
 fn sample_store(dir: &Path) {
     let store = Store::open(dir, StoreConfig::default()).unwrap();
     for name in ["persistent://t/ns/a", "b"] {
@@ -40,26 +34,6 @@ fn sample_store(dir: &Path) {
         cursor.flush().unwrap();
     }
     store.close().unwrap();
-    drop(store);
-    let journal = Journal::open(
-        Arc::new(FileStorage::open(dir, false).unwrap()),
-        JournalConfig::default(),
-        Seal::default(),
-    )
-    .unwrap();
-    let cursor = CursorId {
-        topic: 1,
-        cursor: 0,
-    };
-    let key = ackstore::internals::ackset::PartitionKey::of(Position::new(1, 2));
-    journal
-        .commit(&[CursorFlush {
-            cursor,
-            state: PersistedState::default(),
-            written: vec![(key, roaring::RoaringBitmap::from([2u32]))],
-            live: vec![key],
-        }])
-        .unwrap();
 }
 
 #[test]
@@ -72,7 +46,10 @@ fn verify_checks_every_topic_and_the_journal_of_a_healthy_store() {
     assert_eq!(report["store"], true);
     assert_eq!(report["topics"], 2);
     assert_eq!(report["cursors"], 2);
-    assert_eq!(report["journal_records"], 2, "a partition and a marker");
+    assert_eq!(
+        report["journal_records"], 4,
+        "a partition and a marker per cursor"
+    );
     assert_eq!(report["damaged"], 0);
 }
 
@@ -133,6 +110,45 @@ fn inspect_lists_the_topics_of_a_store_and_its_journal() {
             .iter()
             .all(|t| t["cursors"] == 1 && t["ledgers"].as_u64() >= Some(1))
     );
-    assert_eq!(report["journal"]["records"], 2);
-    assert_eq!(report["journal"]["cursors"], 1);
+    assert_eq!(report["journal"]["records"], 4);
+    assert_eq!(report["journal"]["cursors"], 2);
+}
+
+#[test]
+fn perf_with_topics_runs_the_store_workload_and_its_baseline_and_verifies_every_cursor() {
+    let out = ackstore(&[
+        "perf",
+        "--topics",
+        "3",
+        "--cursors",
+        "4",
+        "--topic-entries",
+        "40",
+        "--ticks",
+        "2",
+        "--baseline",
+        "--json",
+    ]);
+    let report = json(&out);
+    assert!(out.status.success(), "{report}");
+    for run in [&report, &report["baseline"]] {
+        assert_eq!(run["topics"], 3);
+        assert_eq!(run["cursors"], 4);
+        assert_eq!(run["verified"], true);
+        for key in [
+            "fsyncs_per_tick",
+            "restart_ms",
+            "restart_per_cursor_us",
+            "threads",
+            "ack_p99_us_during_flush",
+        ] {
+            assert!(run[key].is_number(), "{key} in {run}");
+        }
+        assert!(run["flush_tick_ms"]["median"].is_number());
+        assert!(run["flush_tick_ms"]["max"].is_number());
+    }
+    // The store's ticks sync once (twice when a tick starts a segment); the baseline once per
+    // cursor at least.
+    assert!(report["fsyncs_per_tick"].as_u64() <= Some(2));
+    assert!(report["baseline"]["fsyncs_per_tick"].as_u64() >= Some(12));
 }

@@ -8,7 +8,9 @@
 //! A cursor reaches its topic through `TopicAccess`, which the managed ledger implements, so
 //! this layer never imports the one above it.
 //!
-//! Persistence: every cursor owns one [`CursorPersister`] (`persist.rs`), which is the only
+//! Persistence: every durable cursor owns one `Persister`: a cursor of a store's topic persists
+//! through the store's journal (`journal.rs`, `docs/cursors.md`, "Cursors of a store"); any
+//! other one owns a [`CursorPersister`] (`persist.rs`), which is the only
 //! writer of the cursor record (it holds the compare-and-set version) and of the cursor ledger.
 //! The cursor's ack set keeps its evicted partitions in that ledger. `flush` and `close` write
 //! the whole ack state through it; a seek writes a new marker (or snapshot) with no acks
@@ -23,6 +25,7 @@
 mod batch;
 mod batch_store;
 mod config;
+pub(crate) mod journal;
 pub mod open;
 pub mod persist;
 mod record;
@@ -52,8 +55,11 @@ use crate::entry::Entry;
 use crate::error::{Error, Result};
 use crate::finder::{self, Layout};
 use crate::log::{EntryLog, lock};
+use crate::observe::CursorLabels;
 use crate::position::Position;
+use crate::store::journal::{Journal, Tick};
 use batch::BatchAcks;
+use journal::JournalCursor;
 use persist::CursorPersister;
 
 /// Where a new cursor starts reading.
@@ -170,10 +176,98 @@ pub(crate) fn detached_ack_set() -> RangeSetWrapper {
     RangeSetWrapper::new(Box::new(MemPartitionStore::new()), usize::MAX)
 }
 
+/// Where a durable cursor persists: in its own cursor ledger (a topic opened by
+/// `ManagedLedger::open`, or a cursor of a store's topic written before the store's journal
+/// carried cursors), or through its store's shared journal (see `journal.rs`). Chosen when the
+/// cursor opens; both keep the same state (mark-delete, epoch, properties, every ack).
+#[derive(Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one per open cursor, created once and never moved on an ack path"
+)]
+pub(crate) enum Persister {
+    /// The cursor ledger: every flush appends and syncs on its own.
+    Ledger(CursorPersister),
+    /// The store's journal: a flush stages into a tick that syncs many cursors at once.
+    Journal(JournalCursor),
+}
+
+impl Persister {
+    fn labels(&self) -> &CursorLabels {
+        match self {
+            Self::Ledger(p) => p.labels(),
+            Self::Journal(j) => j.labels(),
+        }
+    }
+
+    fn stats(&self) -> PersistStats {
+        match self {
+            Self::Ledger(p) => p.stats(),
+            Self::Journal(j) => j.stats(),
+        }
+    }
+
+    fn property_room(&self) -> usize {
+        match self {
+            Self::Ledger(p) => p.property_room(),
+            Self::Journal(j) => j.property_room(),
+        }
+    }
+
+    /// Where the cursor's partial entries are evicted to: its cursor ledger, or memory for a
+    /// journal cursor (which refuses batch-index acks, so it never holds partial entries).
+    fn batch_store(&self) -> Box<dyn batch_store::BatchStore> {
+        match self {
+            Self::Ledger(p) => p.batch_store(),
+            Self::Journal(_) => Box::<batch_store::MemBatchStore>::default(),
+        }
+    }
+
+    /// The settings the cursor persists with.
+    fn config(&self) -> &CursorConfig {
+        match self {
+            Self::Ledger(p) => p.config(),
+            Self::Journal(j) => j.config(),
+        }
+    }
+
+    /// The journal a journal cursor persists through.
+    fn journal(&self) -> Option<Arc<Journal>> {
+        match self {
+            Self::Ledger(_) => None,
+            Self::Journal(j) => Some(Arc::clone(j.journal())),
+        }
+    }
+
+    /// Removes what persists a deleted cursor: its cursor ledgers (delete the cursor record
+    /// first), or its state in the journal (a synced forget record).
+    pub(crate) fn delete(self) -> Result<()> {
+        match self {
+            Self::Ledger(p) => p.delete_ledgers(),
+            Self::Journal(j) => j.forget(),
+        }
+    }
+}
+
+/// What a journal cursor answers to batch-index acks and seeks inside a batch.
+fn batch_unsupported() -> Error {
+    Error::Unsupported {
+        what: "a cursor of a store's topic does not persist batch-index acks yet (the store's \
+               cursor journal carries whole-entry acks only): acknowledge whole entries, or \
+               open the topic with ManagedLedger::open"
+            .into(),
+    }
+}
+
+/// Commits a journal cursor's tick (`None` for a cursor-ledger cursor, whose flush is done).
+fn commit_tick(tick: Option<Tick<'_>>) -> Result<()> {
+    tick.map_or(Ok(()), |t| t.commit().map(drop))
+}
+
 /// How a cursor persists, handed to [`CursorShared::new`].
 pub(crate) struct Persistence {
     /// Writes the cursor's state; its partition store backs the state's ack set.
-    pub persister: CursorPersister,
+    pub persister: Persister,
     /// What recovery resumed from (`None` for a new cursor).
     pub recovery_source: Option<RecoverySource>,
     /// Whether the state differs from what is persisted (recovery dropped acks of entries
@@ -227,7 +321,7 @@ struct Core {
     state: CursorState,
     /// `None` once the cursor is closed (it holds the entry log), and always for a
     /// non-durable cursor.
-    persister: Option<CursorPersister>,
+    persister: Option<Persister>,
     /// Whether the state is persisted at all: `false` for a non-durable cursor (a reader),
     /// whose flushes, closes and seeks write nothing.
     durable: bool,
@@ -240,21 +334,60 @@ struct Core {
 }
 
 impl Core {
-    fn persister(&mut self) -> Result<&mut CursorPersister> {
+    fn persister(&mut self) -> Result<&mut Persister> {
         self.persister.as_mut().ok_or(Error::Closed)
     }
 
+    /// The cursor-ledger persister (a journal cursor has none).
+    fn ledger_persister(&mut self) -> Result<&mut CursorPersister> {
+        match self.persister()? {
+            Persister::Ledger(p) => Ok(p),
+            Persister::Journal(_) => Err(Error::Closed),
+        }
+    }
+
+    /// Stages `state` with the acks of `acks` into a journal cursor's `tick`.
+    fn stage_journal(
+        &mut self,
+        tick: Option<&mut Tick<'_>>,
+        state: &crate::format::cursor::PersistedState,
+        acks: &mut RangeSetWrapper,
+    ) -> Result<()> {
+        match (self.persister()?, tick) {
+            (Persister::Journal(j), Some(t)) => j.stage(t, state, acks).map(drop),
+            _ => Err(Error::Closed),
+        }
+    }
+
+    /// Whether the cursor persists through its store's journal.
+    fn is_journal(&self) -> bool {
+        matches!(self.persister, Some(Persister::Journal(_)))
+    }
+
     /// Writes the whole state (mark-delete, epoch, properties, every ack) through the
-    /// persister if it changed since the last write; returns after the fsync.
-    fn flush(&mut self, topic: &dyn TopicAccess) -> Result<()> {
+    /// persister if it changed since the last write. A cursor-ledger cursor returns after the
+    /// fsync; a journal cursor stages into `tick` (begun before the cursor's lock was taken),
+    /// durable once the caller commits it.
+    fn flush(&mut self, topic: &dyn TopicAccess, tick: Option<&mut Tick<'_>>) -> Result<()> {
         if !self.dirty || !self.durable {
             return Ok(());
         }
-        topic.check_owner()?;
+        // A journal cursor's tick runs the store's owner check after its sync instead (one
+        // check per tick, not a metadata read per cursor): the store is the unit of ownership.
+        if !self.is_journal() {
+            topic.check_owner()?;
+        }
         let state = self.state.persisted();
-        let persister = self.persister.as_mut().ok_or(Error::Closed)?;
-        persister.flush_with_batch(&state, &mut self.state.acks, &mut self.state.batch)?;
-        self.state.settle_batch();
+        match self.persister.as_mut().ok_or(Error::Closed)? {
+            Persister::Ledger(p) => {
+                p.flush_with_batch(&state, &mut self.state.acks, &mut self.state.batch)?;
+                self.state.settle_batch();
+            }
+            Persister::Journal(j) => {
+                let tick = tick.ok_or(Error::Closed)?;
+                j.stage(tick, &state, &mut self.state.acks)?;
+            }
+        }
         self.dirty = false;
         self.counters.flushes += 1;
         Ok(())
@@ -285,13 +418,22 @@ impl Core {
     /// What a close persists: a flush, then the record's fallback copy of mark-delete, epoch
     /// and properties (it serves when the cursor ledger is lost, and trimming reads the
     /// mark-delete of closed cursors from it).
-    fn persist_for_close(&mut self, topic: &dyn TopicAccess) -> Result<()> {
+    ///
+    /// A journal cursor stages into `tick` and keeps no fallback copy: the journal is its only
+    /// state, and trimming reads it there.
+    fn persist_for_close(
+        &mut self,
+        topic: &dyn TopicAccess,
+        tick: Option<&mut Tick<'_>>,
+    ) -> Result<()> {
         if !self.durable {
             return Ok(());
         }
-        self.flush(topic)?;
+        self.flush(topic, tick)?;
         let state = self.state.persisted();
-        let persister = self.persister()?;
+        let Persister::Ledger(persister) = self.persister()? else {
+            return Ok(());
+        };
         let outdated = persister.record().is_none_or(|(_, r)| {
             r.mark_delete != state.mark_delete
                 || r.epoch != state.epoch
@@ -304,7 +446,7 @@ impl Core {
     }
 
     /// Drops the persister and the ack set's handle on the cursor ledger.
-    fn detach(&mut self) -> Option<CursorPersister> {
+    fn detach(&mut self) -> Option<Persister> {
         self.state.acks = detached_ack_set();
         self.state.batch = BatchAcks::default();
         self.persister.take()
@@ -327,6 +469,9 @@ pub(crate) struct CursorShared {
     lost: AtomicBool,
     /// Dropping it stops the background flusher.
     stop_flusher: Mutex<Option<Sender<()>>>,
+    /// The store's journal, for a cursor that persists through it (fixed at creation): its
+    /// ticks are begun before the cursor's lock is taken.
+    journal: Option<Arc<Journal>>,
 }
 
 impl fmt::Debug for CursorShared {
@@ -351,10 +496,12 @@ impl CursorShared {
         state.batch.set_store(persistence.persister.batch_store());
         let budget = persistence.persister.config().ack_memory.clone();
         let mark = state.mark_delete;
+        let journal = persistence.persister.journal();
         let shared = Arc::new(Self {
             id,
             name,
             topic,
+            journal,
             core: Mutex::new(Core {
                 state,
                 persister: Some(persistence.persister),
@@ -425,6 +572,7 @@ impl CursorShared {
             durable: false,
             lost: AtomicBool::new(false),
             stop_flusher: Mutex::new(None),
+            journal: None,
         })
     }
 
@@ -448,7 +596,7 @@ impl CursorShared {
 
     /// Refuses every later operation on every handle without flushing (the cursor is being
     /// deleted); returns its persister, which owns the cursor ledgers to delete.
-    pub(crate) fn detach(&self) -> Option<CursorPersister> {
+    pub(crate) fn detach(&self) -> Option<Persister> {
         let mut core = lock(&self.core);
         self.closed.store(true, Ordering::SeqCst);
         lock(&self.stop_flusher).take();
@@ -462,6 +610,12 @@ impl CursorShared {
         let me: Arc<dyn Release> = self.clone();
         link.set_release(Arc::downgrade(&me));
         lock(&self.core).state.acks.join_budget(link);
+    }
+
+    /// For a journal cursor, a tick begun now, before the cursor's lock is taken (the lock
+    /// order is tick, then cursor); `None` for a cursor-ledger cursor.
+    fn begin_tick(&self) -> Option<Tick<'_>> {
+        self.journal.as_deref().map(Journal::begin_tick)
     }
 
     fn core(&self) -> Result<MutexGuard<'_, Core>> {
@@ -480,6 +634,7 @@ impl CursorShared {
     /// Closing a closed cursor returns `Ok` when the close persisted everything, and
     /// [`Error::Closed`] when the topic closed it after a failed flush.
     pub(crate) fn try_close(&self) -> Result<()> {
+        let mut tick = self.begin_tick();
         let mut core = lock(&self.core);
         if self.is_closed() {
             return if self.lost.load(Ordering::SeqCst) {
@@ -491,7 +646,9 @@ impl CursorShared {
         if let Some(e) = core.background_error.take() {
             return Err(e);
         }
-        core.persist_for_close(self.topic.as_ref())?;
+        core.persist_for_close(self.topic.as_ref(), tick.as_mut())?;
+        // Under the cursor's lock: nothing may change between the last flush and the close.
+        commit_tick(tick)?;
         self.finish_close(core);
         Ok(())
     }
@@ -502,12 +659,15 @@ impl CursorShared {
     /// After an error, what the last successful flush wrote is what a reopen finds, and a later
     /// [`Cursor::close`] returns [`Error::Closed`], never `Ok`.
     pub(crate) fn close(&self) -> Result<()> {
+        let mut tick = self.begin_tick();
         let mut core = lock(&self.core);
         if self.is_closed() {
             return Ok(());
         }
         let pending = core.background_error.take();
-        let persisted = core.persist_for_close(self.topic.as_ref());
+        let persisted = core
+            .persist_for_close(self.topic.as_ref(), tick.as_mut())
+            .and_then(|()| commit_tick(tick));
         let result = pending.map_or(persisted, Err);
         self.lost.store(result.is_err(), Ordering::SeqCst);
         self.finish_close(core);
@@ -527,13 +687,43 @@ impl CursorShared {
     /// One tick of the background flusher: flushes if the state changed, keeps the first
     /// error for the next `flush` or `close`.
     fn flush_in_background(&self) {
+        let mut tick = self.begin_tick();
         let mut core = lock(&self.core);
         if self.is_closed() || core.background_error.is_some() {
             return;
         }
-        if let Err(e) = core.flush(self.topic.as_ref()) {
+        let staged = core.flush(self.topic.as_ref(), tick.as_mut());
+        // A journal tick syncs without the cursor's lock: acks go on meanwhile.
+        drop(core);
+        if let Err(e) = staged.and_then(|()| commit_tick(tick)) {
+            let mut core = lock(&self.core);
             core.observe_background_failure(&e);
             core.background_error = Some(e);
+        }
+    }
+}
+
+impl CursorShared {
+    /// Stages the cursor into `tick` (a store's flush tick, begun before this call) if it is a
+    /// journal cursor with changes and no pending background error; returns whether it staged.
+    /// With `keep_error`, a failure is kept for the cursor's next `flush` or `close` (as a
+    /// background flush's) and `Ok(false)` returned; otherwise it is returned.
+    pub(crate) fn stage_into(&self, tick: &mut Tick<'_>, keep_error: bool) -> Result<bool> {
+        if self.journal.is_none() {
+            return Ok(false);
+        }
+        let mut core = lock(&self.core);
+        if self.is_closed() || core.background_error.is_some() || !core.dirty {
+            return Ok(false);
+        }
+        match core.flush(self.topic.as_ref(), Some(tick)) {
+            Ok(()) => Ok(true),
+            Err(e) if keep_error => {
+                core.observe_background_failure(&e);
+                core.background_error = Some(e);
+                Ok(false)
+            }
+            Err(e) => Err(e),
         }
     }
 }
@@ -604,8 +794,13 @@ impl Cursor {
     /// The writes happen without holding the topic's layout (appends go on meanwhile); the
     /// published mark-delete is lowered to the smaller of the old and the new one first, so a
     /// concurrent trim cannot delete the target.
+    ///
+    /// A journal cursor commits the same state through a tick of its own (under the cursor's
+    /// lock: the reset is applied only once it is durable): a seek stages a marker with no
+    /// partitions, a rewind the current acks with the new epoch.
     fn reset(&self, plan: impl FnOnce(&Layout) -> Result<Move>) -> Result<()> {
         let shared = &self.shared;
+        let mut tick = shared.begin_tick();
         let mut core = shared.core()?;
         if core.durable {
             shared.topic.check_owner()?;
@@ -623,8 +818,25 @@ impl Cursor {
             }
             (planned, persisted)
         };
+        let journal = core.is_journal();
         let written = match planned {
             _ if !core.durable => Ok(()),
+            Move::ToMessage { .. } if journal => Err(batch_unsupported()),
+            Move::To(_) if journal => core
+                .stage_journal(tick.as_mut(), &target_state, &mut detached_ack_set())
+                .and_then(|()| commit_tick(tick.take())),
+            Move::Rewind if journal => {
+                let Core {
+                    persister, state, ..
+                } = &mut *core;
+                match (persister, tick.as_mut()) {
+                    (Some(Persister::Journal(j)), Some(t)) => {
+                        j.stage(t, &target_state, &mut state.acks).map(drop)
+                    }
+                    _ => Err(Error::Closed),
+                }
+                .and_then(|()| commit_tick(tick.take()))
+            }
             Move::To(_) | Move::ToMessage { .. } => {
                 // The state after a seek starts a fresh cursor ledger (it holds no acks, so
                 // nothing is copied), and the rollover switches the cursor record to it, with
@@ -645,14 +857,14 @@ impl Cursor {
                     // cannot fail.
                     let _ = prefix.set_prefix(entry, batch_size, skip);
                 }
-                core.persister().and_then(|p| {
+                core.ledger_persister().and_then(|p| {
                     p.request_rollover();
                     p.flush_with_batch(&target_state, &mut no_acks, &mut prefix)
                         .map(drop)
                 })
             }
             Move::Rewind => core
-                .persister()
+                .ledger_persister()
                 .and_then(|p| p.update_record(&target_state)),
         };
         if let Err(e) = written {
@@ -678,8 +890,8 @@ impl Cursor {
                 }
                 // What was just committed is exactly the new state.
                 core.dirty = false;
-                if core.durable {
-                    core.persister()
+                if core.durable && !journal {
+                    core.ledger_persister()
                         .and_then(|p| p.update_record(&target_state))
                 } else {
                     Ok(())
@@ -687,6 +899,8 @@ impl Cursor {
             }
             Move::Rewind => {
                 core.state.rewind(&layout);
+                // A journal rewind committed every ack with the new epoch.
+                core.dirty &= !(journal && core.durable);
                 Ok(())
             }
         };
@@ -764,9 +978,14 @@ impl Cursor {
     /// # Errors
     /// [`Error::NoSuchEntry`] for a position after mark-delete that is not a retained entry;
     /// [`Error::InvalidArgument`] for `index >= batch_size`, or a `batch_size` other than the
-    /// one given for earlier messages of the same entry. Nothing changes on an error.
+    /// one given for earlier messages of the same entry. [`Error::Unsupported`] for a cursor
+    /// of a store's topic, whose journal does not carry batch-index acks yet. Nothing changes
+    /// on an error.
     pub fn ack_batch_index(&self, pos: Position, index: u32, batch_size: u32) -> Result<bool> {
         self.with_state(|core, layout| {
+            if core.is_journal() {
+                return Err(batch_unsupported());
+            }
             let changed = core.state.ack_batch_index(layout, pos, index, batch_size)?;
             core.counters.acks += u64::from(changed);
             core.dirty |= changed;
@@ -975,6 +1194,10 @@ impl Cursor {
     /// level (the entry is delivered with them in [`Entry::acked_batch_indexes`]), so the next
     /// message a consumer processes is `index`; one more header read finds the entry's
     /// first index.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for a cursor of a store's topic when `index` is inside a batch
+    /// (its journal does not carry batch-index acks yet); nothing changes.
     pub fn seek_by_index(&self, index: u64) -> Result<()> {
         let log = self.shared.topic.log()?;
         self.reset(|layout| {
@@ -1092,11 +1315,16 @@ impl Cursor {
     /// takeover caught halfway may have written state the new owner does or does not see, so
     /// `Ok` alone means every later owner recovers it. Seeks and rewinds fail the same way.
     pub fn flush(&self) -> Result<()> {
-        let mut core = self.shared.core()?;
-        if let Some(e) = core.background_error.take() {
-            return Err(e);
+        let mut tick = self.shared.begin_tick();
+        {
+            let mut core = self.shared.core()?;
+            if let Some(e) = core.background_error.take() {
+                return Err(e);
+            }
+            core.flush(self.shared.topic.as_ref(), tick.as_mut())?;
         }
-        core.flush(self.shared.topic.as_ref())
+        // A journal cursor's tick syncs without the cursor's lock: acks go on meanwhile.
+        commit_tick(tick)
     }
 
     /// Flushes (then refreshes the cursor record's fallback copy of mark-delete, epoch and
@@ -1132,7 +1360,7 @@ impl Cursor {
                 persist: core
                     .persister
                     .as_ref()
-                    .map(CursorPersister::stats)
+                    .map(Persister::stats)
                     .unwrap_or_default(),
                 recovery_source: core.recovery_source,
                 background_error: core.background_error.as_ref().map(ToString::to_string),

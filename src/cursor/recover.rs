@@ -56,6 +56,9 @@ pub enum RecoverySource {
     /// The cursor record's mark-delete, with no holes: there was no cursor ledger, it was
     /// missing, or it held no valid state.
     Record,
+    /// The newest committed marker of the cursor in its store's journal (a cursor of a
+    /// store's topic).
+    Journal,
 }
 
 /// How a recovery went.
@@ -195,6 +198,7 @@ fn observe_recovery(recovered: &RecoveredCursor, had_ledger: bool) {
         RecoverySource::Marker(_) => ("marker", false),
         RecoverySource::Snapshot(_) => ("snapshot", true),
         RecoverySource::Record => ("record", had_ledger),
+        RecoverySource::Journal => ("journal", false),
     };
     let missing = if report.ledger_missing {
         "; its cursor ledger is missing"

@@ -31,6 +31,7 @@ pub use crate::entry::Entry;
 pub use crate::finder::LedgerSpan;
 
 use crate::cursor::TopicAccess;
+use crate::cursor::journal::TopicJournal;
 use crate::error::{Error, Result};
 use crate::finder;
 use crate::log::{EntryLog, LedgerInfo, LogStats, TailRepair};
@@ -80,7 +81,32 @@ impl ManagedLedger {
     /// Opens the topic kept in `storage` (for instance a
     /// [`MemStorage`](crate::storage::MemStorage)).
     pub fn open_with_storage(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<Self> {
-        let core = Arc::new(open::open(storage, config)?);
+        let core = Arc::new(open::open(storage, config, true)?);
+        core.install_id_source()?;
+        Ok(Self { core })
+    }
+
+    /// The open durable cursors of this topic (for a store's flush tick).
+    pub(crate) fn open_cursors(&self) -> Vec<Arc<crate::cursor::CursorShared>> {
+        self.core
+            .cursors()
+            .values()
+            .filter(|c| !c.is_closed())
+            .cloned()
+            .collect()
+    }
+
+    /// Opens topic `topic` of a store, kept in `storage` (the topic's view of the store's
+    /// directory), whose cursors persist through the store's journal (`docs/cursors.md`,
+    /// "Cursors of a store").
+    pub(crate) fn open_in_store(
+        storage: Arc<dyn Storage>,
+        config: LedgerConfig,
+        journal: TopicJournal,
+    ) -> Result<Self> {
+        let mut core = open::open(storage, config, false)?;
+        core.journal = Some(journal);
+        let core = Arc::new(core);
         core.install_id_source()?;
         Ok(Self { core })
     }

@@ -49,7 +49,16 @@ use crate::meta::{FileMetaStore, MetaStore};
 use crate::storage::Storage;
 
 /// Opens (or creates) the topic stored in `storage`.
-pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<TopicCore> {
+///
+/// `claim_cursors`: whether rule 0 writes every cursor record again. A topic of a store passes
+/// `false`: its cursors persist through the store's journal, which the store's claim fences
+/// (they never switch their record to a cursor ledger), so its records are only read, and a
+/// restart rewrites none of them.
+pub(crate) fn open(
+    storage: Arc<dyn Storage>,
+    config: LedgerConfig,
+    claim_cursors: bool,
+) -> Result<TopicCore> {
     if config.max_entries_per_ledger == 0 || config.max_ledger_bytes == 0 {
         return Err(Error::InvalidArgument {
             reason: "max_entries_per_ledger and max_ledger_bytes must be at least 1".into(),
@@ -80,7 +89,12 @@ pub(crate) fn open(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<To
             // Claimed (written again, unchanged) before its ledger counts as referenced: a
             // previous owner's flush could otherwise still switch the record to a ledger this
             // open takes for an orphan and deletes. After the claim that switch is refused.
-            if let Some(bytes) = claim_record(meta.as_ref(), &name)? {
+            let found = if claim_cursors {
+                claim_record(meta.as_ref(), &name)?
+            } else {
+                meta.get(&name)?.map(|(_, bytes)| bytes)
+            };
+            if let Some(bytes) = found {
                 let cursor =
                     CursorRecord::decode(&bytes).map_err(|c| c.in_record(name.as_str()))?;
                 // A record of another cursor (moved or copied here) is damage: opening that

@@ -16,14 +16,19 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::topic::TopicCore;
+use super::topic::Writer;
 use crate::ackset::{MemPartitionStore, RangeSetWrapper};
 use crate::cursor::Fence;
+use crate::cursor::journal::{JournalCursor, TopicJournal};
 use crate::cursor::open::CursorOpener;
 use crate::cursor::{
-    self, Cursor, CursorOptions, CursorShared, CursorState, Persistence, TopicAccess,
+    self, Cursor, CursorOptions, CursorShared, CursorState, Persistence, Persister, RecoverySource,
+    TopicAccess,
 };
 use crate::error::{Error, Result};
+use crate::format::cursor::PersistedState;
 use crate::format::meta::{CursorEntry, CursorIdentity, CursorRecord};
+use crate::observe::CursorLabels;
 
 impl TopicCore {
     /// The ownership check a cursor's flushes run after their sync.
@@ -56,6 +61,27 @@ impl TopicCore {
             .map(|c| c.id);
         let id = listed.unwrap_or(w.record.next_cursor_id);
         let record_name = cursor::record_name(id);
+        if let Some(tj) = self.journal.clone()
+            && listed.is_some()
+            && tj.committed_state(id).is_some()
+        {
+            // A cursor of a store's topic that the journal holds is recovered from the journal
+            // alone: its record is not even read (the journal knows it by its topic's catalog
+            // id and its own id, never by a name).
+            let identity = CursorIdentity {
+                cursor_id: id,
+                topic_id: w.record.topic_id,
+            };
+            return self.open_journal_cursor(
+                &mut w,
+                name,
+                options,
+                (id, true),
+                None,
+                identity,
+                &tj,
+            );
+        }
         let found = self.meta.get(&record_name)?;
         // A record found under this cursor's name must be this cursor's: one moved or copied
         // here would hand it another cursor's state.
@@ -68,6 +94,29 @@ impl TopicCore {
             cursor_id: id,
             topic_id: w.record.topic_id,
         };
+        let on_ledger = found
+            .as_ref()
+            .map(|(_, bytes)| CursorRecord::decode(bytes))
+            .transpose()
+            .map_err(|c| c.in_record(record_name.as_str()))?
+            .is_some_and(|r| r.cursor_ledger.is_some());
+        if let Some(tj) = self.journal.clone() {
+            // A cursor of a store's topic persists through the store's journal, unless it was
+            // persisted in a cursor ledger before the journal carried cursors (and the journal
+            // holds nothing of it): that one keeps its cursor ledger.
+            let legacy = listed.is_some() && on_ledger && tj.committed_state(id).is_none();
+            if !legacy {
+                return self.open_journal_cursor(
+                    &mut w,
+                    name,
+                    options,
+                    (id, listed.is_some()),
+                    found,
+                    identity,
+                    &tj,
+                );
+            }
+        }
         let opener = CursorOpener::new(
             log,
             self.meta.clone(),
@@ -102,10 +151,97 @@ impl TopicCore {
             (state, persister, None)
         };
         let persistence = Persistence {
-            persister,
+            persister: Persister::Ledger(persister),
             recovery_source,
             dirty: false,
             flush_interval: self.config.cursor.flush_interval,
+        };
+        let topic: Arc<dyn TopicAccess> = self.clone();
+        let shared = CursorShared::new(id, name.to_owned(), topic, state, persistence);
+        self.cursors().insert(name.to_owned(), shared.clone());
+        Ok(Cursor::from_shared(shared))
+    }
+
+    /// Opens cursor `id` of a store's topic, persisted through the store's journal: recovered
+    /// from the journal's index (no read of its partitions, no write), or from its record when
+    /// the journal holds nothing of it (created, never flushed), or created at `options` (its
+    /// record, then the topic record that lists it). Reopening writes nothing: the store's
+    /// claim fenced every former owner.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the parts of open_cursor's decision"
+    )]
+    fn open_journal_cursor(
+        self: &Arc<Self>,
+        w: &mut Writer,
+        name: &str,
+        options: CursorOptions,
+        (id, listed): (u64, bool),
+        found: Option<(u64, Vec<u8>)>,
+        identity: CursorIdentity,
+        tj: &TopicJournal,
+    ) -> Result<Cursor> {
+        let record_name = cursor::record_name(id);
+        let config = self.config.cursor.clone();
+        let labels = CursorLabels::new(self.location.clone(), &record_name);
+        let layout = self.layout().clone();
+        let recovered = listed
+            .then(|| JournalCursor::recover(tj, id, config.clone(), labels.clone()))
+            .flatten();
+        let reopened = found.as_ref().filter(|_| listed).map(|(_, bytes)| bytes);
+        let (state, jc, recovery_source, dirty) = if let Some((jc, persisted, acks)) = recovered {
+            let (state, changed) = CursorState::recovered(
+                &persisted,
+                &layout,
+                acks,
+                crate::cursor::recover::RecoveredBatch::default(),
+            )?;
+            (state, jc, Some(RecoverySource::Journal), changed)
+        } else if let Some(bytes) = reopened {
+            // Created, never flushed: the record holds its state.
+            let record =
+                CursorRecord::decode(bytes).map_err(|c| c.in_record(record_name.as_str()))?;
+            let (jc, acks) = JournalCursor::new(tj, id, config, labels);
+            let persisted = PersistedState {
+                mark_delete: record.mark_delete,
+                epoch: record.epoch,
+                properties: record.properties.clone(),
+            };
+            let (state, changed) = CursorState::recovered(
+                &persisted,
+                &layout,
+                acks,
+                crate::cursor::recover::RecoveredBatch::default(),
+            )?;
+            (state, jc, Some(RecoverySource::Record), changed)
+        } else {
+            // A new cursor; or one listed without a record (removed by hand), which starts
+            // again from `options`. A record found for an unlisted id was left by a creation
+            // cut short and is replaced.
+            let mut state = CursorState::initial(&layout, options, cursor::detached_ack_set());
+            let mut record = state.to_record(name);
+            record.identity = Some(identity);
+            self.meta
+                .put(&record_name, found.map(|(v, _)| v), &record.encode())?;
+            let (jc, acks) = JournalCursor::new(tj, id, config, labels);
+            state.acks = acks;
+            if !listed {
+                let mut next = w.record.clone();
+                next.cursors.push(CursorEntry {
+                    name: name.to_owned(),
+                    id,
+                });
+                next.next_cursor_id = id + 1;
+                self.commit(w, next)?;
+            }
+            (state, jc, None, false)
+        };
+        let persistence = Persistence {
+            persister: Persister::Journal(jc),
+            recovery_source,
+            dirty,
+            // The store's flusher pool flushes every cursor of the store on this interval.
+            flush_interval: None,
         };
         let topic: Arc<dyn TopicAccess> = self.clone();
         let shared = CursorShared::new(id, name.to_owned(), topic, state, persistence);
@@ -185,9 +321,17 @@ impl TopicCore {
             }
         }
         // An open cursor may also hold a ledger its record does not name yet (created by an
-        // eviction or a rollover not yet committed) and old ones whose deletion failed.
-        if let Some(persister) = persister {
-            persister.delete_ledgers()?;
+        // eviction or a rollover not yet committed) and old ones whose deletion failed; or its
+        // state in the store's journal, which a closed cursor keeps too.
+        let open_in_journal = matches!(persister, Some(Persister::Journal(_)));
+        match persister {
+            Some(p @ Persister::Ledger(_)) => p.delete()?,
+            Some(Persister::Journal(_)) | None => {}
+        }
+        if let Some(tj) = &self.journal
+            && (open_in_journal || tj.committed_state(id).is_some())
+        {
+            tj.journal.forget(tj.cursor_id(id))?;
         }
         Ok(())
     }

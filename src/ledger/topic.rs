@@ -17,6 +17,7 @@ use std::sync::{
 use std::time::{Duration, Instant};
 
 use super::config::LedgerConfig;
+use crate::cursor::journal::TopicJournal;
 use crate::cursor::{self, CursorShared, NO_MARK_DELETE, TopicAccess};
 use crate::error::{Error, Result};
 use crate::finder::{Layout, LedgerSpan};
@@ -85,6 +86,8 @@ pub(crate) struct TopicCore {
     /// read sleeps on the condvar until the count moves past the value it saw before reading.
     appended: Mutex<u64>,
     appended_cv: Condvar,
+    /// For a topic of a store: the store's journal, through which its cursors persist.
+    pub(crate) journal: Option<TopicJournal>,
 }
 
 impl std::fmt::Debug for TopicCore {
@@ -120,6 +123,7 @@ impl TopicCore {
             readers: Mutex::new(Vec::new()),
             appended: Mutex::new(0),
             appended_cv: Condvar::new(),
+            journal: None,
         }
     }
 
@@ -480,8 +484,16 @@ impl TopicCore {
         let open = self.cursors();
         let mut bound = Consumed::All;
         for entry in &record.cursors {
+            // A closed cursor of a store's topic: the journal holds its state (its record only
+            // the state it was created with).
+            let journaled = (!open.contains_key(&entry.name))
+                .then(|| self.journal.as_ref()?.committed_state(entry.id))
+                .flatten();
             let mark = match open.get(&entry.name) {
                 Some(c) => c.published_mark(),
+                None if journaled.is_some() => journaled
+                    .map(|s| s.mark_delete)
+                    .filter(|m| *m != NO_MARK_DELETE),
                 None => match self.meta.get(&cursor::record_name(entry.id))? {
                     Some((_, bytes)) => {
                         let cursor = CursorRecord::decode(&bytes)

@@ -601,6 +601,21 @@ impl Journal {
         Ok(Some(bitmap))
     }
 
+    /// The cardinality of the newest copy of `key` of `cursor` in the journal (pending or
+    /// committed), `None` when it holds none: a flush references that copy instead of writing
+    /// the partition again when the cursor's ack set says it is current.
+    #[must_use]
+    pub fn stored_cardinality(&self, cursor: CursorId, key: PartitionKey) -> Option<u64> {
+        lock(&self.index).lookup(cursor, key).map(|p| p.cardinality)
+    }
+
+    /// Whether a write or sync failed (or the owner's check did): every later tick fails with
+    /// [`Error::PreviousIo`] until the store is reopened.
+    #[must_use]
+    pub fn is_latched(&self) -> bool {
+        lock(&self.writer).latched
+    }
+
     /// The payload of the record at `loc`, after its frame verifies.
     fn read_payload(&self, loc: JournalLoc, frame_len: u64) -> Result<Vec<u8>> {
         let file = self
@@ -1087,6 +1102,11 @@ impl Tick<'_> {
     pub fn commit(mut self) -> Result<TickStats> {
         let j = self.journal;
         if self.staged.is_empty() {
+            // Nothing new, but a cursor's earlier flush may have been staged into a tick that
+            // failed: after a failure no flush reports success.
+            if lock(&j.writer).latched {
+                return Err(Error::PreviousIo);
+            }
             return Ok(self.stats);
         }
         let mut w = lock(&j.writer);

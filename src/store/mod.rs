@@ -20,6 +20,7 @@
 //! and this owner's ticks start a new segment.
 
 mod catalog;
+mod flusher;
 pub mod index;
 pub mod journal;
 mod space;
@@ -29,6 +30,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::ackset::{AckBudget, AckBudgetStats};
+use crate::cursor::journal::TopicJournal;
 use crate::error::{Error, Result};
 use crate::format::store::CatalogSeal;
 use crate::format::store::MAX_TOPIC_NAME_LEN;
@@ -42,9 +44,10 @@ pub use catalog::STORE_RECORD;
 use space::TopicSpace;
 
 /// Settings of a store.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct StoreConfig {
-    /// Settings of every topic of the store.
+    /// Settings of every topic of the store. `ledger.cursor.flush_interval` is the interval of
+    /// the store's flush ticks (see `flusher_threads`), not one thread per cursor.
     pub ledger: LedgerConfig,
     /// Settings of the store's cursor journal.
     pub journal: JournalConfig,
@@ -53,6 +56,34 @@ pub struct StoreConfig {
     /// others to release theirs first. `None`: each cursor has only its own
     /// `ledger.cursor.lru_capacity_bytes`. See [`Store::ack_memory_stats`].
     pub ack_memory_bytes: Option<usize>,
+    /// Threads of the store's flusher pool, which runs a flush tick over every cursor of the
+    /// store every `ledger.cursor.flush_interval` (default 2; none without an interval). With 0,
+    /// only [`Store::flush_all`], a cursor's `flush` or `close`, and seeks write cursor state.
+    pub flusher_threads: usize,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            ledger: LedgerConfig::default(),
+            journal: JournalConfig::default(),
+            ack_memory_bytes: None,
+            flusher_threads: 2,
+        }
+    }
+}
+
+/// What one [`Store::flush_all`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreFlush {
+    /// Cursors whose changes the tick committed.
+    pub cursors: u64,
+    /// Partition records the tick wrote.
+    pub partitions: u64,
+    /// Bytes the tick appended to the journal.
+    pub bytes: u64,
+    /// `fdatasync` and directory syncs the tick made.
+    pub syncs: u64,
 }
 
 /// Every topic of a broker in one directory. Cheap to share (`Clone` shares the same store).
@@ -73,6 +104,51 @@ struct Inner {
     topics: Mutex<HashMap<String, Arc<ManagedLedger>>>,
     journal: Arc<Journal>,
     lock: Arc<LockGuard>,
+    /// The flusher pool, once started; dropping it stops its threads.
+    pool: Mutex<Option<flusher::Pool>>,
+}
+
+impl Inner {
+    /// One flush tick over every dirty cursor of every open topic: each is staged under its own
+    /// lock, then the tick commits (one sync for all) without any cursor's lock. With
+    /// `keep_errors` (the flusher pool), a cursor's staging failure is kept for its next
+    /// `flush` or `close` and a failed commit is logged (the journal latches, so every later
+    /// flush reports it); otherwise the first error is returned, after the others committed.
+    fn flush_tick(&self, keep_errors: bool) -> Result<StoreFlush> {
+        let cursors: Vec<_> = lock_topics(&self.topics)
+            .values()
+            .flat_map(|t| t.open_cursors())
+            .collect();
+        let mut tick = self.journal.begin_tick();
+        let mut first_error = None;
+        for cursor in &cursors {
+            if let Err(e) = cursor.stage_into(&mut tick, keep_errors) {
+                first_error.get_or_insert(e);
+            }
+        }
+        let committed = tick.commit();
+        if keep_errors && let Err(e) = &committed {
+            ::log::warn!(target: crate::observe::LOG_TARGET,
+                "{}: a flush tick of the store failed; every later flush fails until the store \
+                 is reopened: {}", self.storage.location(), e.with_sources());
+        }
+        let stats = committed?;
+        first_error.map_or(Ok(()), Err)?;
+        Ok(StoreFlush {
+            cursors: stats.cursors,
+            partitions: stats.partitions,
+            bytes: stats.bytes,
+            syncs: stats.syncs,
+        })
+    }
+}
+
+fn lock_topics(
+    topics: &Mutex<HashMap<String, Arc<ManagedLedger>>>,
+) -> MutexGuard<'_, HashMap<String, Arc<ManagedLedger>>> {
+    topics
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Store {
@@ -125,16 +201,41 @@ impl Store {
                 .check_owner(),
             None => Err(Error::Closed),
         })));
-        Ok(Self {
-            inner: Arc::new(Inner {
-                storage,
-                config,
-                catalog,
-                topics: Mutex::new(HashMap::new()),
-                journal: Arc::new(journal),
-                lock: Arc::new(lock),
-            }),
-        })
+        let interval = config.ledger.cursor.flush_interval;
+        let threads = config.flusher_threads;
+        let inner = Arc::new(Inner {
+            storage,
+            config,
+            catalog,
+            topics: Mutex::new(HashMap::new()),
+            journal: Arc::new(journal),
+            lock: Arc::new(lock),
+            pool: Mutex::new(None),
+        });
+        if let Some(interval) = interval.filter(|_| threads > 0) {
+            let pool = flusher::start(&inner, threads, interval)?;
+            *inner
+                .pool
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(pool);
+        }
+        Ok(Self { inner })
+    }
+
+    /// Makes every acknowledgement of every open cursor of the store durable in one tick: each
+    /// dirty cursor is staged under its own lock (its changed partitions appended, its state
+    /// kept for its marker), then the tick appends every marker and syncs once (plus a
+    /// directory sync when it started a segment), without holding any cursor's lock, so acks
+    /// go on meanwhile. Returns once the tick is durable. For a broker that flushes on its own
+    /// schedule; the flusher pool runs the same tick on `flush_interval`.
+    ///
+    /// # Errors
+    /// The first cursor's error (its topic fenced, a failed partition load), after the other
+    /// cursors were committed; [`Error::Io`] from the tick: then nothing it staged is
+    /// guaranteed, and every later flush of the store fails with [`Error::PreviousIo`] until it
+    /// is reopened; [`Error::Fenced`] once another owner claimed the store.
+    pub fn flush_all(&self) -> Result<StoreFlush> {
+        self.inner.flush_tick(false)
     }
 
     /// The topic named `name`, opened on first use and created if the store does not hold it.
@@ -159,9 +260,13 @@ impl Store {
             id,
             Some(self.inner.lock.clone()),
         ));
-        let topic = Arc::new(ManagedLedger::open_with_storage(
+        let topic = Arc::new(ManagedLedger::open_in_store(
             space,
             self.inner.config.ledger.clone(),
+            TopicJournal {
+                journal: self.inner.journal.clone(),
+                topic: id,
+            },
         )?);
         topics.insert(name.to_owned(), topic.clone());
         Ok(topic)
@@ -183,9 +288,13 @@ impl Store {
 
     /// Closes every open topic (each flushes and closes its cursors, see
     /// [`ManagedLedger::close`]) and returns the first error. Topics can be opened again.
+    ///
+    /// Every dirty cursor is first committed by one tick ([`Store::flush_all`]), so closing
+    /// many cursors costs a handful of syncs, not one per cursor.
     pub fn close(&self) -> Result<()> {
+        let flushed = self.flush_all();
         let topics: Vec<Arc<ManagedLedger>> = self.topics().drain().map(|(_, t)| t).collect();
-        let mut first = None;
+        let mut first = flushed.err();
         for t in topics {
             if let Err(e) = t.close() {
                 first.get_or_insert(e);
@@ -240,10 +349,7 @@ impl Store {
     }
 
     fn topics(&self) -> MutexGuard<'_, HashMap<String, Arc<ManagedLedger>>> {
-        self.inner
-            .topics
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock_topics(&self.inner.topics)
     }
 
     fn catalog(&self) -> MutexGuard<'_, CatalogHandle> {

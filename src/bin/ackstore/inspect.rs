@@ -259,6 +259,7 @@ fn cursor_view(
         RecoverySource::Marker(p) => format!("marker at {p}"),
         RecoverySource::Snapshot(p) => format!("snapshot at {p}"),
         RecoverySource::Record => "record (no holes)".into(),
+        RecoverySource::Journal => "store journal".into(),
     };
     cv.mark_delete = Some(rec.state.mark_delete).filter(|p| *p != NO_MARK_DELETE);
     cv.acked_entries = rec.acks.len();

@@ -60,6 +60,7 @@ mod dir;
 mod inspect;
 mod perf;
 mod perf_batch;
+mod perf_store;
 mod report;
 mod target;
 mod verify;

@@ -72,6 +72,24 @@ pub struct PerfArgs {
     /// Which messages of a batch that phase acknowledges.
     #[arg(long, value_enum, default_value = "prefix")]
     batch_pattern: crate::perf_batch::BatchPattern,
+    /// Run the store workload instead: this many topics in one store, `--cursors` cursors each
+    /// (acks on every cursor, flush ticks, a restart, every cursor verified).
+    #[arg(long)]
+    topics: Option<usize>,
+    /// Cursors per topic of the store workload.
+    #[arg(long, default_value_t = 10)]
+    cursors: usize,
+    /// Entries per topic of the store workload.
+    #[arg(long, default_value_t = 1000)]
+    topic_entries: u64,
+    /// Flush ticks of the store workload.
+    #[arg(long, default_value_t = 5)]
+    ticks: usize,
+    /// With `--topics`: also run the same workload on topic directories of
+    /// `ManagedLedger::open` (every cursor in its own cursor ledger, flushed one by one), in the
+    /// same run.
+    #[arg(long)]
+    baseline: bool,
 }
 
 /// Persistence mode on the command line.
@@ -330,6 +348,9 @@ fn filled<T: Clone>(n: usize, item: T, arg: &str) -> ackstore::Result<Vec<T>> {
 /// Runs `ackstore perf`.
 #[expect(clippy::too_many_lines, reason = "one linear workload, phase by phase")]
 pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
+    if let Some(topics) = args.topics {
+        return run_store(args, topics);
+    }
     if args.entries == 0 {
         return Err(ackstore::Error::InvalidArgument {
             reason: "--entries must be at least 1".into(),
@@ -645,6 +666,84 @@ fn print_summary(r: &serde_json::Value) {
         ],
     ];
     print!("{}", report::table(&["figure", "value"], &rows));
+}
+
+/// `ackstore perf --topics T --cursors C [--baseline]`: see `perf_store.rs`.
+#[allow(
+    clippy::cast_precision_loss,
+    reason = "figures for people, far below 2^52"
+)]
+fn run_store(args: &PerfArgs, topics: usize) -> ackstore::Result<ExitCode> {
+    use crate::perf_store::{Shape, run};
+    if topics == 0 || args.cursors == 0 || args.topic_entries < 2 || args.ticks == 0 {
+        return Err(ackstore::Error::InvalidArgument {
+            reason:
+                "--topics, --cursors and --ticks must be at least 1, --topic-entries at least 2"
+                    .into(),
+        });
+    }
+    let shape = Shape {
+        topics,
+        cursors: args.cursors,
+        entries: args.topic_entries,
+        ticks: args.ticks,
+        seed: args.seed,
+    };
+    let temp = tempfile::Builder::new()
+        .prefix("ackstore-perf-store-")
+        .tempdir()
+        .map_err(|e| ackstore::Error::io("create temporary directory", "$TMPDIR", e))?;
+    let base = args
+        .dir
+        .clone()
+        .unwrap_or_else(|| temp.path().to_path_buf());
+    let store_dir = base.join("store");
+    let store = run(&store_dir, false, &shape)?;
+    let baseline = if args.baseline {
+        Some(run(&base.join("baseline"), true, &shape)?)
+    } else {
+        None
+    };
+    if args.keep {
+        let _ = temp.keep();
+        eprintln!("kept {}", base.display());
+    }
+    let verified = store.verified && baseline.as_ref().is_none_or(|b| b.verified);
+    let mut out = store.json(&shape);
+    if let Some(b) = &baseline {
+        out["baseline"] = b.json(&shape);
+    }
+    if args.json {
+        println!("{out}");
+    } else {
+        let rows = |name: &str, f: &crate::perf_store::Figures| {
+            let (median, max) = f.tick_median_max();
+            println!(
+                "{name:>9}: flush tick median {median:.1} ms, max {max:.1} ms, {} syncs/tick; \
+                 restart {:.0} ms ({:.0} us/cursor); threads {}; ack p99 during flush {:.0} us; \
+                 verified {}",
+                f.tick_syncs.iter().max().unwrap_or(&0),
+                f.restart.as_secs_f64() * 1e3,
+                f.restart.as_secs_f64() * 1e6 / (shape.topics * shape.cursors) as f64,
+                f.threads,
+                f.ack_p99_us,
+                f.verified
+            );
+        };
+        println!(
+            "{} topics x {} cursors, {} entries each, {} ticks",
+            shape.topics, shape.cursors, shape.entries, shape.ticks
+        );
+        rows("store", &store);
+        if let Some(b) = &baseline {
+            rows("baseline", b);
+        }
+    }
+    Ok(if verified {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 #[cfg(test)]

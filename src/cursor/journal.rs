@@ -1,0 +1,222 @@
+//! Persisting a cursor of a store's topic through the store's shared cursor journal.
+//!
+//! Owns: what one cursor stages into a journal tick (its changed partitions and its state), its
+//! recovery from the journal's index, and its removal from the journal. The journal itself
+//! (segments, group commit, index, rollover, ownership) is `crate::store::journal`; it knows
+//! cursors only by id, so this layer uses it as it uses the entry log.
+//!
+//! A flush of a journal cursor is two steps with different locks (see `docs/cursors.md`,
+//! "Cursors of a store"):
+//! 1. *stage*, under the cursor's lock: the partitions whose journal copy is not current are
+//!    appended (not synced) and the state is kept for the tick's marker; the staged partitions
+//!    are marked persisted, so the cursor's acks go on at once;
+//! 2. *commit*, without the cursor's lock: the tick appends every staged marker and syncs once.
+//!    The flush is durable when the commit returns `Ok`. A failed commit latches the journal:
+//!    every later flush of every cursor of the store fails ([`Error::PreviousIo`]) until the
+//!    store is reopened, so marking partitions persisted at stage time never makes a later
+//!    flush report state durable that is not.
+//!
+//! Lock order: a tick (the journal's tick lock) is begun before a cursor's lock is taken,
+//! never while holding it.
+//!
+//! Must never: stage a marker that references a partition whose journal copy is not the
+//! cursor's current contents; sync or commit while the cursor's lock is held for an ack path.
+
+use std::sync::Arc;
+
+use crate::ackset::{PartitionKey, RangeSetWrapper};
+use crate::error::{Error, Result};
+use crate::format::cursor::{PersistedState, ROW_LEN, TableRef, marker_len};
+use crate::observe::CursorLabels;
+use crate::store::index::CursorId;
+use crate::store::journal::{Journal, JournalPartitions, Tick};
+
+use super::config::CursorConfig;
+use super::persist::PersistStats;
+
+/// The store's journal as one topic's cursors see it: the journal and the topic's id in the
+/// store catalog.
+#[derive(Debug, Clone)]
+pub(crate) struct TopicJournal {
+    /// The store's cursor journal.
+    pub journal: Arc<Journal>,
+    /// The topic's id in the store catalog (the `topic` of every [`CursorId`]).
+    pub topic: u64,
+}
+
+impl TopicJournal {
+    /// The journal id of the topic's cursor `cursor`.
+    pub(crate) fn cursor_id(&self, cursor: u64) -> CursorId {
+        CursorId {
+            topic: self.topic,
+            cursor,
+        }
+    }
+
+    /// The mark-delete the journal committed for `cursor`, if it holds a state for it
+    /// (`Some(None)`: a state without a mark-delete).
+    pub(crate) fn committed_state(&self, cursor: u64) -> Option<PersistedState> {
+        self.journal
+            .committed(self.cursor_id(cursor))
+            .map(|(state, _)| state)
+    }
+}
+
+/// One cursor's persistence through the store's journal.
+#[derive(Debug)]
+pub(crate) struct JournalCursor {
+    journal: Arc<Journal>,
+    id: CursorId,
+    config: CursorConfig,
+    /// The state of the last marker staged, and how many live partitions it listed: a flush
+    /// with the same state and no changed partition stages nothing.
+    staged: Option<(PersistedState, usize)>,
+    stats: PersistStats,
+    labels: CursorLabels,
+}
+
+impl JournalCursor {
+    /// The settings this cursor persists with.
+    pub(crate) fn config(&self) -> &CursorConfig {
+        &self.config
+    }
+
+    /// A cursor with nothing in the journal yet, and its empty ack set (evicted partitions go to
+    /// the journal, unsynced).
+    pub(crate) fn new(
+        tj: &TopicJournal,
+        cursor: u64,
+        config: CursorConfig,
+        labels: CursorLabels,
+    ) -> (Self, RangeSetWrapper) {
+        let this = Self {
+            journal: Arc::clone(&tj.journal),
+            id: tj.cursor_id(cursor),
+            config,
+            staged: None,
+            stats: PersistStats::default(),
+            labels,
+        };
+        let acks = RangeSetWrapper::new(this.partition_store(), this.config.lru_capacity_bytes);
+        (this, acks)
+    }
+
+    /// The cursor as the journal committed it: its state and its ack set with every live
+    /// partition listed and none loaded (each loads from the journal on first touch). `None`
+    /// when the journal holds no state for it. Reads and writes nothing.
+    pub(crate) fn recover(
+        tj: &TopicJournal,
+        cursor: u64,
+        config: CursorConfig,
+        labels: CursorLabels,
+    ) -> Option<(Self, PersistedState, RangeSetWrapper)> {
+        let id = tj.cursor_id(cursor);
+        let (state, rows) = tj.journal.committed(id)?;
+        let this = Self {
+            journal: Arc::clone(&tj.journal),
+            id,
+            staged: Some((state.clone(), rows.len())),
+            stats: PersistStats {
+                persisted_bytes: 0,
+                ..PersistStats::default()
+            },
+            config,
+            labels,
+        };
+        let acks = RangeSetWrapper::with_index(
+            this.partition_store(),
+            this.config.lru_capacity_bytes,
+            rows,
+        );
+        Some((this, state, acks))
+    }
+
+    fn partition_store(&self) -> Box<dyn crate::ackset::PartitionStore> {
+        Box::new(JournalPartitions::new(Arc::clone(&self.journal), self.id))
+    }
+
+    /// The journal this cursor persists through.
+    pub(crate) fn journal(&self) -> &Arc<Journal> {
+        &self.journal
+    }
+
+    /// The labels of this cursor's metrics.
+    pub(crate) fn labels(&self) -> &CursorLabels {
+        &self.labels
+    }
+
+    /// Counters since this handle opened (`cursor_ledger` is always `None`).
+    pub(crate) fn stats(&self) -> PersistStats {
+        self.stats
+    }
+
+    /// Bytes the encoded properties may take: as for a cursor-ledger cursor of the same
+    /// settings (so a topic's cursors accept the same properties whichever way they persist).
+    pub(crate) fn property_room(&self) -> usize {
+        let fixed = marker_len(&PersistedState::default(), TableRef::Inline(&[]));
+        let batch = 4 + super::persist::BATCH_INLINE_ROWS * crate::format::cursor::BATCH_ROW_LEN;
+        let entry = usize::try_from(self.config.max_entry_size).unwrap_or(usize::MAX);
+        entry.saturating_sub(fixed + self.config.index_page_rows * ROW_LEN + batch)
+    }
+
+    /// Stages `state` and every ack of `acks` into `tick` (step 1 of a flush, under the
+    /// cursor's lock): appends the live partitions whose journal copy is not current, marks them
+    /// persisted, and keeps `state` for the tick's marker. Returns `false` (nothing staged) when
+    /// the last staged marker already says all of this.
+    ///
+    /// # Errors
+    /// Those of [`Tick::stage`] (nothing is marked persisted then); a failed partition load.
+    pub(crate) fn stage(
+        &mut self,
+        tick: &mut Tick<'_>,
+        state: &PersistedState,
+        acks: &mut RangeSetWrapper,
+    ) -> Result<bool> {
+        let dirty = acks.dirty_keys();
+        let live: Vec<PartitionKey> = acks.partitions().into_iter().map(|(k, _)| k).collect();
+        let unchanged = dirty.is_empty()
+            && self
+                .staged
+                .as_ref()
+                .is_some_and(|(s, n)| s == state && *n == live.len());
+        if unchanged {
+            return Ok(false);
+        }
+        let mut written = Vec::new();
+        for &key in &live {
+            let current = self
+                .journal
+                .stored_cardinality(self.id, key)
+                .is_some_and(|c| acks.stored_copy_current(key, c));
+            if !current {
+                let bitmap = acks.bitmap(key)?.ok_or_else(|| Error::InvalidArgument {
+                    reason: format!("partition {}:{} vanished", key.ledger_id, key.chunk),
+                })?;
+                written.push((key, bitmap));
+            }
+        }
+        tick.stage(self.id, state.clone(), &written, &live)?;
+        for (key, _) in &written {
+            acks.mark_persisted(*key);
+        }
+        for key in dirty {
+            // Not written: its journal copy (stored by an eviction) is current.
+            acks.mark_clean(key);
+        }
+        // Partitions an eviction could not store are in the journal now: evictions may store
+        // again.
+        acks.resume_stores();
+        self.staged = Some((state.clone(), live.len()));
+        self.stats.flushes += 1;
+        self.stats.markers += 1;
+        self.stats.partitions_written += written.len() as u64;
+        self.stats.entries_written += written.len() as u64 + 1;
+        Ok(true)
+    }
+
+    /// Removes the cursor from the journal (a synced forget record): no later open of the
+    /// store recovers it.
+    pub(crate) fn forget(self) -> Result<()> {
+        self.journal.forget(self.id)
+    }
+}
