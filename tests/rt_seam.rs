@@ -640,3 +640,75 @@ fn acks_made_before_an_ok_flush_all_are_durable_while_threads_ack_and_the_pool_t
         );
     }
 }
+
+/// A process dies at any step of a tick (its writes reach the page cache, its sync may not
+/// run); the next owner opens the directory, acks and flushes with `Ok`; then the power goes.
+/// What the next owner flushed is kept, and nothing is acked that no one acked.
+#[test]
+fn a_new_owners_ok_flush_survives_a_power_cut_after_taking_over_an_unsynced_tick() {
+    let mut checked = 0;
+    for n in 0..40 {
+        let disk = MemStorage::new();
+        let ps = prepare(&disk);
+        let old = open(&disk).expect("open");
+        let old_topic = old.topic(TOPIC).expect("topic");
+        let old_cursors: Vec<_> = (0..CURSORS)
+            .map(|c| {
+                old_topic
+                    .open_cursor(&name(c), CursorOptions::default())
+                    .expect("cursor")
+            })
+            .collect();
+        let mut truth: Vec<BTreeSet<Position>> = vec![BTreeSet::new(); CURSORS];
+        for (c, cursor) in old_cursors.iter().enumerate() {
+            for p in ps.iter().take(40).skip(c).step_by(3) {
+                cursor.ack(*p).expect("ack");
+                truth[c].insert(*p);
+            }
+        }
+        disk.fail_after(Some(n));
+        let died_cleanly = old.flush_all().is_ok();
+        // The process dies: nothing of it runs again, its page-cache writes stay.
+        std::mem::forget((old_cursors, old_topic, old));
+        disk.fail_after(None);
+        disk.break_lock();
+        let new = open(&disk).expect("the next owner opens");
+        let topic = new.topic(TOPIC).expect("topic");
+        let mut flushed: Vec<BTreeSet<Position>> = vec![BTreeSet::new(); CURSORS];
+        for c in 0..CURSORS {
+            let cursor = topic
+                .open_cursor(&name(c), CursorOptions::default())
+                .expect("cursor");
+            for p in ps.iter().skip(60 + c).step_by(4) {
+                cursor.ack(*p).expect("ack");
+                truth[c].insert(*p);
+                flushed[c].insert(*p);
+            }
+        }
+        new.flush_all().expect("the next owner flushes");
+        std::mem::forget((topic, new));
+        let image = disk.durable_image();
+        let store =
+            open(&image).unwrap_or_else(|e| panic!("n={n}: reopen after the power cut: {e:?}"));
+        let topic = store.topic(TOPIC).expect("topic");
+        for c in 0..CURSORS {
+            let cursor = topic
+                .open_cursor(&name(c), CursorOptions::default())
+                .expect("cursor");
+            let got: BTreeSet<Position> = ps
+                .iter()
+                .copied()
+                .filter(|p| cursor.is_acked(*p).expect("is_acked"))
+                .collect();
+            assert!(got.is_subset(&truth[c]), "n={n}: cursor {c} invented acks");
+            assert!(
+                flushed[c].is_subset(&got),
+                "n={n} (old tick ok: {died_cleanly}): cursor {c} lost acks the next owner \
+                 flushed: {:?}",
+                flushed[c].difference(&got).collect::<Vec<_>>()
+            );
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 40);
+}
