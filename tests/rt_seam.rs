@@ -712,3 +712,42 @@ fn a_new_owners_ok_flush_survives_a_power_cut_after_taking_over_an_unsynced_tick
     }
     assert_eq!(checked, 40);
 }
+
+/// After the disk filled under a tick of the pool, the process closes the store (with an
+/// error), frees space and opens the same directory again in the same process: the store opens
+/// and every cursor holds at least what was flushed before the disk filled.
+#[test]
+fn a_store_closed_after_a_full_disk_tick_opens_again_in_the_same_process() {
+    let disk = MemStorage::new();
+    let ps = prepare(&disk);
+    let mut config = config();
+    config.flusher_threads = 2;
+    config.ledger.cursor.flush_interval = Some(std::time::Duration::from_millis(1));
+    let store = Store::open_with_storage(Arc::new(disk.clone()), config.clone()).expect("open");
+    let topic = store.topic(TOPIC).expect("topic");
+    let cursor = topic
+        .open_cursor(&name(0), CursorOptions::default())
+        .expect("cursor");
+    cursor.ack(ps[1]).expect("ack");
+    cursor.flush().expect("flush");
+    disk.set_capacity(Some(disk.used_bytes() + 64));
+    let mut i = 2;
+    while cursor.flush().is_ok() {
+        cursor
+            .ack(ps[i % ps.len()])
+            .expect("acks never wait for the disk");
+        i += 1;
+        assert!(i < 10_000, "the disk never filled");
+    }
+    assert!(cursor.flush().is_err(), "a flush after a failed one");
+    assert!(store.close().is_err(), "close after a failed tick");
+    drop((cursor, topic, store));
+    disk.set_capacity(None);
+    let store = Store::open_with_storage(Arc::new(disk.clone()), config).expect("opens again");
+    let topic = store.topic(TOPIC).expect("topic");
+    let cursor = topic
+        .open_cursor(&name(0), CursorOptions::default())
+        .expect("cursor");
+    assert!(cursor.is_acked(ps[1]).expect("is_acked"));
+    store.close().expect("close");
+}
