@@ -459,6 +459,17 @@ impl Journal {
             });
         }
         let (scan, mut writer, _) = scan_segments(storage.as_ref(), seals, true)?;
+        // A former owner that died before its tick's sync left the newest segment's bytes, and
+        // perhaps its name, in the page cache only. This owner recovers cursors from them and
+        // its markers reference their partitions, so they become durable before anything uses
+        // them: otherwise a power cut after this owner's first tick (which syncs the directory)
+        // leaves that segment empty under a durable name, or drops partitions its synced markers
+        // reference. Only the newest segment can be unsynced: a tick syncs the newest before
+        // starting the next.
+        if let Some(newest) = writer.segments.values().next_back() {
+            newest.file.sync_data()?;
+            storage.sync_dir()?;
+        }
         writer.sealed = writer
             .segments
             .keys()
