@@ -21,6 +21,11 @@
 //!   later seek that returned `Ok` cleared it (a seek commits its reset: docs/cursors.md); a
 //!   seek cut by the kill keeps only what both sides of it hold.
 //!
+//! The same harness runs twice: on a topic directory of `ManagedLedger::open` (cursors in their
+//! own cursor ledgers, a flusher thread each), and through a store (`Store::open` and one of its
+//! topics: cursors in the store's journal, the flusher pool on, and `Store::flush_all` ticks,
+//! logged as an `F` line for every cursor once they returned `Ok`).
+//!
 //! `KILL_ROUNDS` sets the number of kills (50 by default); `ACKSTORE_KILL_SEED` repeats a run's
 //! choices (the seed is printed on failure).
 
@@ -34,10 +39,12 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ackstore::{Cursor, CursorOptions, Error, Position};
-use ackstore::{CursorConfig, LedgerConfig, ManagedLedger};
+use std::sync::Arc;
+
+use ackstore::{CursorConfig, LedgerConfig, ManagedLedger, Store, StoreConfig};
 use support::workload::{Acked, Rng, actual, before, seed_from_env};
 
-const TEST_NAME: &str = "sigkill_at_random_moments_never_loses_a_flushed_ack_nor_invents_one";
+const TOPIC: &str = "persistent://tenant/ns/killed";
 const CHILD_DIR: &str = "ACKSTORE_KILL_CHILD_DIR";
 const CHILD_LOG: &str = "ACKSTORE_KILL_CHILD_LOG";
 const CHILD_SEED: &str = "ACKSTORE_KILL_CHILD_SEED";
@@ -56,6 +63,67 @@ fn config() -> LedgerConfig {
     }
 }
 
+/// What the workload runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Through {
+    /// A topic directory of `ManagedLedger::open`.
+    Topic,
+    /// A store directory and one of its topics.
+    Store,
+}
+
+impl Through {
+    /// The test that runs the harness this way (the child is that test, run again).
+    fn test_name(self) -> &'static str {
+        match self {
+            Self::Topic => "sigkill_at_random_moments_never_loses_a_flushed_ack_nor_invents_one",
+            Self::Store => {
+                "sigkill_while_flushing_through_a_store_never_loses_a_flushed_ack_nor_invents_one"
+            }
+        }
+    }
+
+    /// Opens the directory: the store (if any) and the topic.
+    fn open(self, dir: &Path) -> ackstore::Result<Opened> {
+        Ok(match self {
+            Self::Topic => Opened {
+                store: None,
+                topic: Arc::new(ManagedLedger::open(dir, config())?),
+            },
+            Self::Store => {
+                let store = Store::open(
+                    dir,
+                    StoreConfig {
+                        ledger: config(),
+                        flusher_threads: 2,
+                        ..StoreConfig::default()
+                    },
+                )?;
+                let topic = store.topic(TOPIC)?;
+                Opened {
+                    store: Some(store),
+                    topic,
+                }
+            }
+        })
+    }
+}
+
+/// An open directory.
+struct Opened {
+    store: Option<Store>,
+    topic: Arc<ManagedLedger>,
+}
+
+impl Opened {
+    fn close(self) -> ackstore::Result<()> {
+        match self.store {
+            Some(store) => store.close(),
+            None => self.topic.close(),
+        }
+    }
+}
+
 fn cursor_name(c: usize) -> String {
     format!("sub-{c}")
 }
@@ -70,21 +138,33 @@ fn parse_position(s: &str) -> Option<Position> {
 
 #[test]
 fn sigkill_at_random_moments_never_loses_a_flushed_ack_nor_invents_one() {
+    run(Through::Topic);
+}
+
+#[test]
+fn sigkill_while_flushing_through_a_store_never_loses_a_flushed_ack_nor_invents_one() {
+    run(Through::Store);
+}
+
+/// The parent, or (in a child, `ACKSTORE_KILL_CHILD_DIR` set) the workload.
+fn run(through: Through) {
     if let Ok(dir) = std::env::var(CHILD_DIR) {
         let log = std::env::var(CHILD_LOG).expect("the child's log");
         let seed = std::env::var(CHILD_SEED)
             .ok()
             .and_then(|s| s.parse().ok())
             .expect("the child's seed");
-        child(Path::new(&dir), Path::new(&log), seed);
+        child(through, Path::new(&dir), Path::new(&log), seed);
     }
     let rounds: usize = std::env::var("KILL_ROUNDS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(50);
     let seed = seed_from_env("ACKSTORE_KILL_SEED");
-    if let Err(failure) = parent(rounds, seed) {
-        panic!("seed {seed} (ACKSTORE_KILL_SEED={seed} repeats its choices): {failure}");
+    if let Err(failure) = parent(through, rounds, seed) {
+        panic!(
+            "{through:?}: seed {seed} (ACKSTORE_KILL_SEED={seed} repeats its choices): {failure}"
+        );
     }
 }
 
@@ -109,7 +189,7 @@ impl Log {
     }
 }
 
-fn child(dir: &Path, log_path: &Path, seed: u64) -> ! {
+fn child(through: Through, dir: &Path, log_path: &Path, seed: u64) -> ! {
     let mut rng = Rng::new(seed);
     // Every position appended by earlier children, from their log.
     let mut appended: Vec<Position> = std::fs::read_to_string(log_path)
@@ -122,7 +202,8 @@ fn child(dir: &Path, log_path: &Path, seed: u64) -> ! {
         .create(true)
         .open(log_path)
         .expect("open the log"));
-    let topic = ManagedLedger::open(dir, config()).unwrap_or_else(|e| log.fail("open", &e));
+    let opened = through.open(dir).unwrap_or_else(|e| log.fail("open", &e));
+    let topic = &opened.topic;
     // An earlier child's unsynced appends may be gone (the write buffer dies with the process).
     appended.retain(|&p| topic.read(p).is_ok());
     let mut cursors: Vec<Cursor> = (0..CURSORS)
@@ -200,6 +281,17 @@ fn child(dir: &Path, log_path: &Path, seed: u64) -> ! {
                     cursor
                         .ack_cumulative(p)
                         .unwrap_or_else(|e| log.fail(&format!("ack_cumulative {p}"), &e));
+                }
+            }
+            71..77 if through == Through::Store => {
+                opened
+                    .store
+                    .as_ref()
+                    .expect("a store")
+                    .flush_all()
+                    .unwrap_or_else(|e| log.fail("flush_all", &e));
+                for c in 0..CURSORS {
+                    log.line(&format!("F {c}"));
                 }
             }
             63..77 => {
@@ -348,9 +440,11 @@ impl Parent {
 
     /// After a kill: reopens the directory, checks every cursor against the model, and takes
     /// what the reopen recovered as the next child's starting state (the reopen commits it).
-    fn check(&mut self, dir: &Path, round: usize) -> Result<(), String> {
-        let topic = ManagedLedger::open(dir, config())
+    fn check(&mut self, through: Through, dir: &Path, round: usize) -> Result<(), String> {
+        let opened = through
+            .open(dir)
             .map_err(|e| format!("round {round}: reopen after the kill: {e}"))?;
+        let topic = &opened.topic;
         let first = topic.first_position();
         let retained = |p: &Position| first.is_some_and(|f| *p >= f);
         for &p in self.appended[..self.synced].iter().filter(|p| retained(p)) {
@@ -402,9 +496,9 @@ impl Parent {
             m.truth = recovered.clone();
             m.committed = recovered;
         }
-        topic
+        opened
             .close()
-            .map_err(|e| format!("round {round}: close the topic: {e}"))
+            .map_err(|e| format!("round {round}: close after the check: {e}"))
     }
 }
 
@@ -447,7 +541,7 @@ fn wait_for_start(path: &Path, len: u64, child: &mut std::process::Child) -> Res
     }
 }
 
-fn parent(rounds: usize, seed: u64) -> Result<(), String> {
+fn parent(through: Through, rounds: usize, seed: u64) -> Result<(), String> {
     let work = tempfile::tempdir().map_err(|e| e.to_string())?;
     let dir = work.path().join("topic");
     std::fs::create_dir(&dir).map_err(|e| e.to_string())?;
@@ -460,7 +554,12 @@ fn parent(rounds: usize, seed: u64) -> Result<(), String> {
     for round in 0..rounds {
         let len = std::fs::metadata(&log_path).map_or(0, |m| m.len());
         let mut child = Command::new(&exe)
-            .args([TEST_NAME, "--exact", "--nocapture", "--test-threads=1"])
+            .args([
+                through.test_name(),
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(CHILD_DIR, &dir)
             .env(CHILD_LOG, &log_path)
             .env(CHILD_SEED, seed.wrapping_add(round as u64 + 1).to_string())
@@ -486,7 +585,7 @@ fn parent(rounds: usize, seed: u64) -> Result<(), String> {
                  killed\nchild stderr: {child_err}"
             ));
         }
-        state.check(&dir, round)?;
+        state.check(through, &dir, round)?;
         verify(&dir, round)?;
     }
     // The kills must have landed mid-workload, not only during start-up.
