@@ -57,11 +57,13 @@ fn verify_checks_every_topic_and_the_journal_of_a_healthy_store() {
 fn verify_names_the_topic_file_and_the_journal_segment_that_are_damaged() {
     let dir = tempfile::tempdir().unwrap();
     sample_store(dir.path());
-    // A byte of the first topic's sealed ledger, and a torn tail of the journal.
-    let ledger = std::fs::read_dir(dir.path())
+    // A byte of the first topic's sealed ledger (in the topic's own directory), and a torn
+    // tail of the journal.
+    let ledger = std::fs::read_dir(dir.path().join("t1"))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .find(|n| n.starts_with("t1-ledger-"))
+        .find(|n| n.starts_with("ledger-"))
+        .map(|n| format!("t1/{n}"))
         .expect("a ledger of topic 1");
     let path = dir.path().join(&ledger);
     let mut bytes = std::fs::read(&path).unwrap();
@@ -147,8 +149,8 @@ fn perf_with_topics_runs_the_store_workload_and_its_baseline_and_verifies_every_
         assert!(run["flush_tick_ms"]["median"].is_number());
         assert!(run["flush_tick_ms"]["max"].is_number());
     }
-    // The store's ticks sync once (twice when a tick starts a segment); the baseline once per
-    // cursor at least.
-    assert!(report["fsyncs_per_tick"].as_u64() <= Some(2));
+    // The store's ticks sync once (a tick that starts a segment also lists it in the catalog,
+    // two syncs, and syncs the segment before it); the baseline once per cursor at least.
+    assert!(report["fsyncs_per_tick"].as_u64() <= Some(4));
     assert!(report["baseline"]["fsyncs_per_tick"].as_u64() >= Some(12));
 }

@@ -45,6 +45,12 @@ pub(crate) struct TopicJournal {
 }
 
 impl TopicJournal {
+    /// [`Error::Fenced`] once another owner has claimed the store: the ownership proof of a
+    /// store's topic (one per store, not one per topic).
+    pub(crate) fn check_store_owner(&self) -> Result<()> {
+        self.journal.check_store_owner()
+    }
+
     /// The journal id of the topic's cursor `cursor`.
     pub(crate) fn cursor_id(&self, cursor: u64) -> CursorId {
         CursorId {

@@ -4,14 +4,28 @@
 //! versioned by [`crate::meta`]). Layout, all integers little-endian:
 //!
 //! ```text
-//! magic "ACKSCATL" (8) | version u16 = 2 | store_id u64 | next_topic_id u64 | count u32
+//! magic "ACKSCATL" (8) | version u16 = 3 | store_id u64 | next_topic_id u64 | count u32
 //! count x ( topic_id u64 | name_len u16 | name (name_len bytes of UTF-8) )
-//! seal_count u32 | seal_count x ( segment u64 | len u64 )          (version 2 only)
+//! seal_count u32 | seal_count x ( segment u64 | len u64 )          (versions 2 and 3)
+//! spaced_from u64                                                  (version 3 only)
+//! segment_count u32 | segment_count x segment u64                  (version 3 only)
 //! ```
 //!
-//! Version 1 (no seals) is still read, as a catalog with no seal; this build writes version 2.
+//! Versions 1 (no seals) and 2 (no `spaced_from`) are still read; this build writes version 3.
 //! A seal names a cursor-journal segment and the bytes of it that count: what lies past `len`
 //! was written by a former owner after a claim (see `src/store/journal.rs`, "Ownership").
+//! `spaced_from` is the first topic id whose files live in a directory of their own
+//! (`t{id}/`, on storage that has directories); the topics below it keep the flat layout of
+//! versions 1 and 2 (`t{id}-` name prefixes in the store directory). A catalog of version 1
+//! or 2 reads with `spaced_from = next_topic_id`: its topics stay where they are, new ones get
+//! directories, and the next write records that as version 3.
+//!
+//! The segment list names every cursor-journal segment that counts, ascending: a segment is
+//! listed (by compare-and-set of the catalog) as soon as it is created and before anything in
+//! it is relied on, and leaves the list before its file is deleted, so a segment a former owner
+//! creates after the store was claimed is never listed and never read. `segment_count` =
+//! `u32::MAX` (no list follows) means every segment file counts, as in versions 1 and 2, which
+//! read that way.
 //!
 //! Topic ids are never reused (`next_topic_id` is above every id listed), names are unique, any
 //! UTF-8 of 1 to [`MAX_TOPIC_NAME_LEN`] bytes: a name is never used as a path, the topic's files
@@ -22,10 +36,17 @@ use crate::error::CorruptionKind;
 
 /// Magic at the start of a catalog.
 pub const CATALOG_MAGIC: [u8; 8] = *b"ACKSCATL";
-/// Catalog version this build writes; it reads this one and version 1 (no seals).
-pub const CATALOG_VERSION: u16 = 2;
+/// Catalog version this build writes; it reads this one, version 2 (no `spaced_from`) and
+/// version 1 (no seals either).
+pub const CATALOG_VERSION: u16 = 3;
+/// The catalog version with seals but without `spaced_from`: still read.
+pub const CATALOG_VERSION_V2: u16 = 2;
 /// The first catalog version, without seals: still read.
 pub const CATALOG_VERSION_V1: u16 = 1;
+/// Bytes of `spaced_from` (version 3).
+pub const SPACED_FROM_LEN: usize = 8;
+/// `segment_count` of a catalog without a segment list (every segment file counts).
+pub const SEGMENTS_UNLISTED: u32 = u32::MAX;
 /// Bytes of one seal.
 pub const SEAL_LEN: usize = 8 + 8;
 /// Bytes before the first topic: magic, version, store id, next topic id, count.
@@ -55,6 +76,22 @@ pub struct Catalog {
     pub topics: Vec<CatalogTopic>,
     /// Cursor-journal segments sealed by a claim, ascending by segment, each once.
     pub seals: Vec<CatalogSeal>,
+    /// Topics of this id and above keep their files in a directory of their own; those below,
+    /// under a name prefix in the store directory (the layout of catalog versions 1 and 2).
+    /// At most `next_topic_id`.
+    pub spaced_from: u64,
+    /// The cursor-journal segments that count, strictly ascending, none 0; `None`: every
+    /// segment file counts (catalog versions 1 and 2, until a claim lists them).
+    pub segments: Option<Vec<u64>>,
+}
+
+impl Catalog {
+    /// Whether topic `id`'s files live in a directory of their own (on storage that has
+    /// directories), rather than under the `t{id}-` prefix in the store directory.
+    #[must_use]
+    pub fn is_spaced(&self, id: u64) -> bool {
+        id >= self.spaced_from
+    }
 }
 
 /// A cursor-journal segment sealed by a claim: only its first `len` bytes count.
@@ -102,19 +139,35 @@ impl Catalog {
             out.extend_from_slice(&s.segment.to_le_bytes());
             out.extend_from_slice(&s.len.to_le_bytes());
         }
+        out.extend_from_slice(&self.spaced_from.to_le_bytes());
+        match &self.segments {
+            Some(list) => {
+                // Far fewer segments than u32::MAX exist (each holds up to 4 GiB).
+                let count = u32::try_from(list.len())
+                    .unwrap_or(SEGMENTS_UNLISTED - 1)
+                    .min(SEGMENTS_UNLISTED - 1);
+                out.extend_from_slice(&count.to_le_bytes());
+                for s in list {
+                    out.extend_from_slice(&s.to_le_bytes());
+                }
+            }
+            None => out.extend_from_slice(&SEGMENTS_UNLISTED.to_le_bytes()),
+        }
         out
     }
 
-    /// Decodes and checks a catalog (version 1 or 2): magic, version, every length against what
-    /// remains, names UTF-8 and unique, ids unique and below `next_topic_id`, seals nonzero and
-    /// strictly ascending by segment, nothing after the last topic (version 1) or seal.
+    /// Decodes and checks a catalog (version 1, 2 or 3): magic, version, every length against
+    /// what remains, names UTF-8 and unique, ids unique and below `next_topic_id`, seals nonzero
+    /// and strictly ascending by segment, `spaced_from` at most `next_topic_id`, listed segments
+    /// nonzero and strictly ascending, nothing after the last topic (version 1), seal
+    /// (version 2) or segment (version 3).
     pub fn decode(bytes: &[u8]) -> Result<Self, Corruption> {
         let mut r = Reader::new(bytes);
         if r.array::<8>()? != CATALOG_MAGIC {
             return Err(Corruption::new(CorruptionKind::BadMagic, 0));
         }
         let version = r.u16()?;
-        if version != CATALOG_VERSION && version != CATALOG_VERSION_V1 {
+        if ![CATALOG_VERSION, CATALOG_VERSION_V2, CATALOG_VERSION_V1].contains(&version) {
             return Err(r.error(CorruptionKind::UnsupportedVersion(u32::from(version))));
         }
         let store_id = r.u64()?;
@@ -144,7 +197,7 @@ impl Catalog {
             topics.push(CatalogTopic { id, name });
         }
         let mut seals = Vec::new();
-        if version == CATALOG_VERSION {
+        if version != CATALOG_VERSION_V1 {
             let count = r.u32()? as usize;
             if count > r.remaining() / SEAL_LEN {
                 return Err(r.error(CorruptionKind::BadLength));
@@ -163,6 +216,33 @@ impl Catalog {
                 seals.push(CatalogSeal { segment, len });
             }
         }
+        let (spaced_from, segments) = if version == CATALOG_VERSION {
+            let from = r.u64()?;
+            if from > next_topic_id {
+                return Err(r.error(CorruptionKind::InvalidField("spaced_from")));
+            }
+            let count = r.u32()?;
+            let segments = if count == SEGMENTS_UNLISTED {
+                None
+            } else {
+                let count = count as usize;
+                if count > r.remaining() / 8 {
+                    return Err(r.error(CorruptionKind::BadLength));
+                }
+                let mut list: Vec<u64> = Vec::with_capacity(count);
+                for _ in 0..count {
+                    let seq = r.u64()?;
+                    if seq == 0 || list.last().is_some_and(|&last| last >= seq) {
+                        return Err(r.error(CorruptionKind::InvalidField("journal segment")));
+                    }
+                    list.push(seq);
+                }
+                Some(list)
+            };
+            (from, segments)
+        } else {
+            (next_topic_id, None)
+        };
         if r.remaining() != 0 {
             return Err(r.error(CorruptionKind::BadLength));
         }
@@ -171,6 +251,8 @@ impl Catalog {
             next_topic_id,
             topics,
             seals,
+            spaced_from,
+            segments,
         })
     }
 }
@@ -204,6 +286,8 @@ mod tests {
                     len: 12,
                 },
             ],
+            spaced_from: 2,
+            segments: Some(vec![3, 7, 9]),
         }
     }
 
@@ -213,7 +297,15 @@ mod tests {
         let bytes = c.encode();
         assert_eq!(
             bytes.len(),
-            CATALOG_HEADER_LEN + 2 * TOPIC_ROW_HEADER_LEN + 19 + "../b\0é".len() + 4 + 2 * SEAL_LEN
+            CATALOG_HEADER_LEN
+                + 2 * TOPIC_ROW_HEADER_LEN
+                + 19
+                + "../b\0é".len()
+                + 4
+                + 2 * SEAL_LEN
+                + SPACED_FROM_LEN
+                + 4
+                + 3 * 8
         );
         assert_eq!(Catalog::decode(&bytes).expect("decode"), c);
     }
@@ -254,12 +346,56 @@ mod tests {
     }
 
     #[test]
+    fn a_spaced_from_above_the_next_id_is_refused() {
+        let mut c = sample();
+        c.spaced_from = c.next_topic_id + 1;
+        assert!(Catalog::decode(&c.encode()).is_err());
+        c.spaced_from = c.next_topic_id;
+        assert_eq!(Catalog::decode(&c.encode()).expect("decode"), c);
+    }
+
+    #[test]
+    fn segment_lists_out_of_order_or_naming_segment_zero_are_refused() {
+        for list in [vec![3, 3], vec![9, 3], vec![0, 3]] {
+            let mut c = sample();
+            c.segments = Some(list.clone());
+            assert!(Catalog::decode(&c.encode()).is_err(), "{list:?}");
+        }
+        let mut c = sample();
+        c.segments = None;
+        assert_eq!(Catalog::decode(&c.encode()).expect("unlisted"), c);
+        c.segments = Some(Vec::new());
+        assert_eq!(Catalog::decode(&c.encode()).expect("empty list"), c);
+    }
+
+    #[test]
+    fn a_version_2_catalog_reads_with_every_topic_flat() {
+        let mut c = sample();
+        c.segments = None;
+        let mut v2 = c.encode();
+        // Version 2 is version 3 without `spaced_from` and the segment list.
+        v2.truncate(v2.len() - SPACED_FROM_LEN - 4);
+        v2[8..10].copy_from_slice(&CATALOG_VERSION_V2.to_le_bytes());
+        let read = Catalog::decode(&v2).expect("version 2");
+        assert_eq!(read.spaced_from, c.next_topic_id);
+        assert!(!read.is_spaced(1) && !read.is_spaced(2) && read.is_spaced(3));
+        assert_eq!(read.segments, None, "every segment counts");
+        assert_eq!(read.topics, c.topics);
+        assert_eq!(read.seals, c.seals);
+        let mut more = v2.clone();
+        more.extend_from_slice(&0u64.to_le_bytes()[..7]);
+        assert!(Catalog::decode(&more).is_err(), "bytes after a v2 catalog");
+    }
+
+    #[test]
     fn a_version_1_catalog_reads_as_one_with_no_seals() {
         let mut c = sample();
         c.seals.clear();
+        c.spaced_from = c.next_topic_id;
+        c.segments = None;
         let mut v1 = c.encode();
-        // Version 1 is version 2 without the seal count.
-        v1.truncate(v1.len() - 4);
+        // Version 1 is version 3 without the seal count, `spaced_from` and the segment list.
+        v1.truncate(v1.len() - 4 - SPACED_FROM_LEN - 4);
         v1[8..10].copy_from_slice(&CATALOG_VERSION_V1.to_le_bytes());
         assert_eq!(Catalog::decode(&v1).expect("version 1"), c);
         let mut more = v1.clone();

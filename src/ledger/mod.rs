@@ -81,7 +81,7 @@ impl ManagedLedger {
     /// Opens the topic kept in `storage` (for instance a
     /// [`MemStorage`](crate::storage::MemStorage)).
     pub fn open_with_storage(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<Self> {
-        let core = Arc::new(open::open(storage, config, true)?);
+        let core = Arc::new(open::open(storage, config, None)?);
         core.install_id_source()?;
         Ok(Self { core })
     }
@@ -104,9 +104,7 @@ impl ManagedLedger {
         config: LedgerConfig,
         journal: TopicJournal,
     ) -> Result<Self> {
-        let mut core = open::open(storage, config, false)?;
-        core.journal = Some(journal);
-        let core = Arc::new(core);
+        let core = Arc::new(open::open(storage, config, Some(journal))?);
         core.install_id_source()?;
         Ok(Self { core })
     }
@@ -302,6 +300,11 @@ impl ManagedLedger {
     #[doc(hidden)]
     pub fn entry_log(&self) -> Result<Arc<EntryLog>> {
         self.core.log()
+    }
+
+    /// Whether [`Self::close`] has run (a store opens such a topic again on its next use).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.core.log().is_err()
     }
 
     /// Closes every open cursor (each flushes its ack state), seals the open data ledger and

@@ -7,6 +7,12 @@
 //!    ledger file is read, and every cursor record the cursor table lists is written again
 //!    before ledger references are collected. From then on a former owner's record writes are
 //!    refused, so what it wrote before is read below and what it writes after is never used.
+//!    A topic of a store is not claimed: the store's claim (its catalog written by
+//!    compare-and-set when the store opened) fences every former owner of every topic at
+//!    once, and each of the topic's record writes is bracketed by the store's ownership check
+//!    (`meta::CheckedMeta`), so a former owner that lost the store writes no record after its
+//!    check found it out, and never acts on a record write that slipped in as the store was
+//!    claimed. Reopening a cleanly closed topic of a store therefore writes nothing.
 //! 1. A directory without a topic record gets an empty one (with a new topic id), unless it
 //!    already holds ledger files (then it is not a topic directory: [`Error::NotAckstore`]).
 //!    The record is written before any ledger is created, so a crash cannot leave ledgers
@@ -29,9 +35,9 @@
 //!    damage that cut it short); entries beyond the count, and damage past them, were written by
 //!    a fenced owner and are ignored.
 //! 5. Ledger ids come from blocks reserved in the topic record by compare-and-set (the first
-//!    with the claim, above every id the record or the disk knows), so no id (and no position)
-//!    is ever reused, and no two owners ever create or delete a file of the same id; data ledger
-//!    ids start at 1.
+//!    with the claim, above every id the record or the disk knows; for a topic of a store, on
+//!    first need, above the same), so no id (and no position) is ever reused, and no two owners
+//!    ever create or delete a file of the same id; data ledger ids start at 1.
 //!
 //! Appends after open always go to a new ledger.
 
@@ -40,24 +46,26 @@ use std::sync::Arc;
 
 use super::config::LedgerConfig;
 use super::topic::{ID_BLOCK, TOPIC_RECORD, TopicCore, Writer, ledger_record};
+use crate::cursor::journal::TopicJournal;
 use crate::cursor::record_name;
 use crate::error::{CorruptionKind, Error, Result};
 use crate::finder::{Layout, LedgerSpan};
 use crate::format::meta::{CursorEntry, CursorRecord, LedgerRecord, TopicRecord};
 use crate::log::{EntryLog, parse_ledger_file_name};
-use crate::meta::{FileMetaStore, MetaStore};
+use crate::meta::{CheckedMeta, FileMetaStore, MetaStore};
 use crate::storage::Storage;
 
 /// Opens (or creates) the topic stored in `storage`.
 ///
-/// `claim_cursors`: whether rule 0 writes every cursor record again. A topic of a store passes
-/// `false`: its cursors persist through the store's journal, which the store's claim fences
-/// (they never switch their record to a cursor ledger), so its records are only read, and a
-/// restart rewrites none of them.
+/// `journal`: for a topic of a store, the store's journal, through which its cursors persist
+/// and whose ownership check is the store's. Such a topic is not claimed (rule 0): its record
+/// is read, not written, and its cursor records are read only when a ledger file the topic
+/// record does not list needs their references (rule 3). A topic opened on its own (`None`)
+/// claims its record and every cursor record.
 pub(crate) fn open(
     storage: Arc<dyn Storage>,
     config: LedgerConfig,
-    claim_cursors: bool,
+    journal: Option<TopicJournal>,
 ) -> Result<TopicCore> {
     if config.max_entries_per_ledger == 0 || config.max_ledger_bytes == 0 {
         return Err(Error::InvalidArgument {
@@ -67,52 +75,40 @@ pub(crate) fn open(
     let location = storage.location();
     let guard = storage.lock()?;
     let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(storage.clone()));
+    let meta: Arc<dyn MetaStore> = match &journal {
+        Some(tj) => {
+            let tj = tj.clone();
+            Arc::new(CheckedMeta::new(
+                meta,
+                Arc::new(move || tj.check_store_owner()),
+            ))
+        }
+        None => meta,
+    };
+    let claim_cursors = journal.is_none();
 
     // The claim comes first: the topic record is written by compare-and-set before any ledger
     // file is read, so a previous owner that still runs is fenced from here on (its next record
     // write or ownership check fails), and whatever it synced before the claim is read below.
-    let (mut record, mut version, ids) = claim_topic(storage.as_ref(), meta.as_ref())?;
+    // A store's topic was claimed with the store: it reads its record, and reserves ids on
+    // first need.
+    let (mut record, mut version, ids) = if claim_cursors {
+        claim_topic(storage.as_ref(), meta.as_ref())?
+    } else {
+        read_topic(storage.as_ref(), meta.as_ref())?
+    };
     let log = Arc::new(EntryLog::open_locked(storage, config.log, guard)?);
     log.reserve_ids(ids.0, ids.1, None);
     let on_disk: BTreeSet<u64> = log.ledger_ids().into_iter().collect();
+    if !claim_cursors {
+        // Rule 5 without a claim: the first block reserved starts above every file too.
+        let highest = on_disk.iter().next_back().map_or(0, |h| h + 1);
+        record.next_ledger_id = record.next_ledger_id.max(highest).max(1);
+    }
 
     // Rule 3, cursor side: references held by cursor records, orphan cursor records.
-    let mut referenced: BTreeSet<u64> = record.ledgers.iter().map(|l| l.id).collect();
-    let table: BTreeMap<String, &CursorEntry> = record
-        .cursors
-        .iter()
-        .map(|c| (record_name(c.id), c))
-        .collect();
-    let mut misplaced = false;
-    for name in meta.list()? {
-        if let Some(entry) = table.get(&name) {
-            // Claimed (written again, unchanged) before its ledger counts as referenced: a
-            // previous owner's flush could otherwise still switch the record to a ledger this
-            // open takes for an orphan and deletes. After the claim that switch is refused.
-            let found = if claim_cursors {
-                claim_record(meta.as_ref(), &name)?
-            } else {
-                meta.get(&name)?.map(|(_, bytes)| bytes)
-            };
-            if let Some(bytes) = found {
-                let cursor =
-                    CursorRecord::decode(&bytes).map_err(|c| c.in_record(name.as_str()))?;
-                // A record of another cursor (moved or copied here) is damage: opening that
-                // cursor refuses it. The ledger it displaced would look like an orphan, so no
-                // ledger is deleted by this open.
-                misplaced |= cursor
-                    .check_identity(entry.id, &entry.name, record.topic_id)
-                    .is_err();
-                if let Some(l) = cursor.cursor_ledger {
-                    referenced.insert(l);
-                }
-            }
-        } else if is_cursor_record(&name)
-            && let Some((v, _)) = meta.get(&name)?
-        {
-            meta.delete(&name, v)?;
-        }
-    }
+    let (referenced, misplaced) =
+        cursor_references(meta.as_ref(), &log, &record, &on_disk, claim_cursors)?;
     // Rule 2 (and 3 for files holding less than a header).
     settle_interrupted_creates(&log, &record, &referenced)?;
     if let Some(lost) = record.ledgers.iter().find(|l| !on_disk.contains(&l.id)) {
@@ -163,13 +159,9 @@ pub(crate) fn open(
         current_bytes: 0,
         last_timestamp,
     };
-    Ok(TopicCore::new(
-        log,
-        meta,
-        config,
-        Layout::new(spans, next_index),
-        writer,
-    ))
+    let mut core = TopicCore::new(log, meta, config, Layout::new(spans, next_index), writer);
+    core.journal = journal;
+    Ok(core)
 }
 
 /// A file holding less than a header is an interrupted create, deleted when nothing references
@@ -190,6 +182,104 @@ fn settle_interrupted_creates(
         }
     }
     Ok(())
+}
+
+/// Rule 3, cursor side: the ledgers the topic record and the cursor records reference, and
+/// whether a cursor record is another cursor's (then no orphan may be deleted); cursor records
+/// of ids the cursor table does not list are deleted. With `claim`, every listed record is
+/// written again first; without, the records are read only if a ledger file (whole or an
+/// interrupted create) is not in the topic record, the only case in which their references
+/// matter.
+fn cursor_references(
+    meta: &dyn MetaStore,
+    log: &EntryLog,
+    record: &TopicRecord,
+    on_disk: &BTreeSet<u64>,
+    claim: bool,
+) -> Result<(BTreeSet<u64>, bool)> {
+    let mut referenced: BTreeSet<u64> = record.ledgers.iter().map(|l| l.id).collect();
+    let table: BTreeMap<String, &CursorEntry> = record
+        .cursors
+        .iter()
+        .map(|c| (record_name(c.id), c))
+        .collect();
+    let mut misplaced = false;
+    let unlisted = on_disk
+        .iter()
+        .copied()
+        .chain(log.interrupted_creates())
+        .any(|id| !referenced.contains(&id));
+    let names = if claim || unlisted {
+        meta.list()?
+    } else {
+        record_names(log)?
+    };
+    for name in names {
+        if let Some(entry) = table.get(&name) {
+            // Claimed (written again, unchanged) before its ledger counts as referenced: a
+            // previous owner's flush could otherwise still switch the record to a ledger this
+            // open takes for an orphan and deletes. After the claim that switch is refused.
+            let found = if claim {
+                claim_record(meta, &name)?
+            } else if unlisted {
+                meta.get(&name)?.map(|(_, bytes)| bytes)
+            } else {
+                None
+            };
+            if let Some(bytes) = found {
+                let cursor =
+                    CursorRecord::decode(&bytes).map_err(|c| c.in_record(name.as_str()))?;
+                // A record of another cursor (moved or copied here) is damage: opening that
+                // cursor refuses it. The ledger it displaced would look like an orphan, so no
+                // ledger is deleted by this open.
+                misplaced |= cursor
+                    .check_identity(entry.id, &entry.name, record.topic_id)
+                    .is_err();
+                if let Some(l) = cursor.cursor_ledger {
+                    referenced.insert(l);
+                }
+            }
+        } else if is_cursor_record(&name)
+            && let Some((v, _)) = meta.get(&name)?
+        {
+            meta.delete(&name, v)?;
+        }
+    }
+    Ok((referenced, misplaced))
+}
+
+/// The record names the topic's storage holds (from one listing, nothing read): what rule 3
+/// looks through for cursor records of ids the cursor table no longer lists.
+fn record_names(log: &EntryLog) -> Result<Vec<String>> {
+    let mut names: Vec<String> = log
+        .storage()
+        .list()?
+        .iter()
+        .filter_map(|f| crate::meta::record_of_file(f).map(str::to_owned))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    Ok(names)
+}
+
+/// Rule 1 for a topic of a store, which the store's claim fenced: reads the topic record
+/// without writing it (an empty one is created for a new topic); no ledger ids are reserved
+/// (an empty block: the first ledger reserves one). Returns it, its version and the block.
+fn read_topic(
+    storage: &dyn Storage,
+    meta: &dyn MetaStore,
+) -> Result<(TopicRecord, u64, (u64, u64))> {
+    match meta.get(TOPIC_RECORD)? {
+        Some((version, bytes)) => {
+            let record = TopicRecord::decode(&bytes).map_err(|c| c.in_record(TOPIC_RECORD))?;
+            if record.topic_id != 0 {
+                return Ok((record, version, (0, 0)));
+            }
+            // A record of an earlier release, without an identity: the claim gives it one.
+            claim_topic(storage, meta)
+        }
+        None => claim_topic(storage, meta),
+    }
 }
 
 /// Rules 0 and 1: writes the topic record again by compare-and-set (or creates it), with a new

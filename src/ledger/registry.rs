@@ -221,8 +221,19 @@ impl TopicCore {
             let mut state = CursorState::initial(&layout, options, cursor::detached_ack_set());
             let mut record = state.to_record(name);
             record.identity = Some(identity);
-            self.meta
-                .put(&record_name, found.map(|(v, _)| v), &record.encode())?;
+            let bytes = record.encode();
+            match self.meta.put(&record_name, found.map(|(v, _)| v), &bytes) {
+                Err(Error::Fenced { .. }) if tj.check_store_owner().is_ok() => {
+                    // A former owner of the store created a record of this id after it was
+                    // read here (what it created is dropped, as its topic-record write is):
+                    // this owner's record replaces it.
+                    let now = self.meta.get(&record_name)?.map(|(v, _)| v);
+                    self.meta.put(&record_name, now, &bytes)?;
+                }
+                written => {
+                    written?;
+                }
+            }
             let (jc, acks) = JournalCursor::new(tj, id, config, labels);
             state.acks = acks;
             if !listed {

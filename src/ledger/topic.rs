@@ -30,6 +30,10 @@ use crate::position::Position;
 /// Name of the topic's metadata record.
 pub const TOPIC_RECORD: &str = "topic";
 
+/// How many times one topic-record write of a store's topic replaces a former owner's write
+/// before it gives up (each former handle can slip in at most one write per ownership check).
+const REBASE_ATTEMPTS: u32 = 8;
+
 /// Ledger ids an owner reserves at a time in the topic record (at its open, then whenever it
 /// has used them up): every ledger file, data or cursor, gets an id from a block no other owner
 /// ever had, so two owners never create, or delete, a file of the same id.
@@ -167,8 +171,7 @@ impl TopicCore {
         }
         // A block of ledger ids reserved since `writer` last committed stays reserved.
         record.next_ledger_id = record.next_ledger_id.max(committed.next_ledger_id);
-        let encoded = record.encode();
-        let version = match self.put_record(&encoded) {
+        let version = match self.put_record(&mut record) {
             Ok(version) => version,
             Err((e, Some(version))) => {
                 // The new version is the record now (its write failed after it was linked, at
@@ -191,31 +194,79 @@ impl TopicCore {
         Ok(())
     }
 
-    /// Writes the topic record `encoded` over the version this handle owns. On an error, also
-    /// returns the version the store holds when that is `encoded` itself, one past the owned
+    /// Writes the topic record `record` over the version this handle owns. On an error, also
+    /// returns the version the store holds when that is `record` itself, one past the owned
     /// version: the write failed after its new version was linked (its directory sync, or the
     /// removal of older versions), so the record is this handle's write, durable or not.
     /// Caller holds `committing`.
-    fn put_record(&self, encoded: &[u8]) -> std::result::Result<u64, (Error, Option<u64>)> {
-        let owned = self.owned_version.load(Ordering::SeqCst);
-        match self.meta.put(TOPIC_RECORD, Some(owned), encoded) {
-            Ok(version) => Ok(version),
-            Err(e @ Error::Fenced { .. }) => Err((self.fenced(e), None)),
-            Err(e) => {
-                let linked = match self.meta.get(TOPIC_RECORD) {
-                    Ok(Some((version, bytes))) if version == owned + 1 && bytes == encoded => {
-                        Some(version)
+    ///
+    /// A topic of a store whose record was written by someone else while this handle still
+    /// owns the store (a former owner's write that slipped in between its last ownership check
+    /// and the store's claim, after this handle read the record) writes `record` over it, with
+    /// the next ledger and cursor ids raised to that write's: what the former owner recorded is
+    /// dropped (it was never acknowledged: its check after the write failed), and no id it
+    /// used is handed out again.
+    fn put_record(
+        &self,
+        record: &mut TopicRecord,
+    ) -> std::result::Result<u64, (Error, Option<u64>)> {
+        let mut owned = self.owned_version.load(Ordering::SeqCst);
+        let mut rebased = 0;
+        let (e, encoded) = loop {
+            let encoded = record.encode();
+            match self.meta.put(TOPIC_RECORD, Some(owned), &encoded) {
+                Ok(version) => return Ok(version),
+                Err(e @ Error::Fenced { .. }) => {
+                    if rebased < REBASE_ATTEMPTS
+                        && let Some(found) = self.rebase(record).map_err(|e| (e, None))?
+                    {
+                        rebased += 1;
+                        owned = found;
+                        continue;
                     }
-                    Ok(Some((version, _))) if version == owned => None,
-                    _ => {
-                        let record = TopicRecord::decode(encoded).ok();
-                        *lock(&self.uncertain) = record.map(|r| (owned + 1, encoded.to_vec(), r));
-                        None
-                    }
-                };
-                Err((e, linked))
+                    return Err((self.fenced(e), None));
+                }
+                Err(e) => break (e, encoded),
             }
+        };
+        let linked = match self.meta.get(TOPIC_RECORD) {
+            Ok(Some((version, bytes))) if version == owned + 1 && bytes == encoded => Some(version),
+            Ok(Some((version, _))) if version == owned => None,
+            _ => {
+                *lock(&self.uncertain) = Some((owned + 1, encoded, record.clone()));
+                None
+            }
+        };
+        Err((e, linked))
+    }
+
+    /// After a compare-and-set of the topic record found another version: for a topic of a
+    /// store still owned by this handle's store, the version found, with `record`'s next ids
+    /// raised to that version's (see `put_record`); `None` for a topic of its own (the other
+    /// writer is a newer owner) or a record that is not this topic's. [`Error::Fenced`] when
+    /// the store is no longer this handle's.
+    fn rebase(&self, record: &mut TopicRecord) -> Result<Option<u64>> {
+        let Some(tj) = &self.journal else {
+            return Ok(None);
+        };
+        tj.check_store_owner()?;
+        let Some((version, bytes)) = self.meta.get(TOPIC_RECORD)? else {
+            return Ok(None);
+        };
+        let Ok(found) = TopicRecord::decode(&bytes) else {
+            return Ok(None);
+        };
+        if found.topic_id != record.topic_id || version <= self.owned_version.load(Ordering::SeqCst)
+        {
+            return Ok(None);
         }
+        record.next_ledger_id = record.next_ledger_id.max(found.next_ledger_id);
+        record.next_cursor_id = record.next_cursor_id.max(found.next_cursor_id);
+        ::log::warn!(target: observe::LOG_TARGET,
+            "{}: the topic record was written at version {version} by a former owner of the \
+             store after this owner read it; this owner's record replaces it",
+            self.location);
+        Ok(Some(version))
     }
 
     /// Settles an uncertain write of ours (caller holds `committing`): `Some` with its version
@@ -252,7 +303,7 @@ impl TopicCore {
                 reason: "the topic has run out of ledger ids".into(),
             })?;
         record.next_ledger_id = end;
-        let version = match self.put_record(&record.encode()) {
+        let version = match self.put_record(&mut record) {
             Ok(version) => version,
             Err((e, Some(version))) => {
                 // Linked although the write failed: the ids are reserved, but not handed out.
@@ -292,8 +343,14 @@ impl TopicCore {
     /// own record write is in flight (it holds `committing`) or after another owner wrote.
     /// A mismatch is therefore checked again once `committing` is free: only a mismatch that
     /// persists with no write of ours in flight means a newer owner.
+    ///
+    /// A topic of a store has the store's proof instead: the store's claim fences every former
+    /// owner of every topic (`ledger::open`, rule 0), and its check costs two name lookups.
     fn check_version(&self, owned: u64) -> Result<()> {
-        if self.stored_version()? == Some(owned) {
+        if let Some(tj) = &self.journal {
+            return tj.check_store_owner().map_err(|e| self.fenced(e));
+        }
+        if self.meta.is_current(TOPIC_RECORD, owned)? {
             return Ok(());
         }
         let mut committed = lock(&self.committing);
@@ -305,7 +362,7 @@ impl TopicCore {
             self.adopted.store(true, Ordering::SeqCst);
         }
         let owned = self.owned_version.load(Ordering::SeqCst);
-        if self.stored_version()? == Some(owned) {
+        if self.meta.is_current(TOPIC_RECORD, owned)? {
             Ok(())
         } else {
             Err(self.fenced(Error::Fenced {
@@ -320,10 +377,6 @@ impl TopicCore {
             observe::fenced(&self.location, "topic", what, &self.fence_reported);
         }
         e
-    }
-
-    fn stored_version(&self) -> Result<Option<u64>> {
-        Ok(self.meta.get(TOPIC_RECORD)?.map(|(version, _)| version))
     }
 
     /// Appends one entry of `num_messages` messages; see `ManagedLedger::append_with`.

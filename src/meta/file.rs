@@ -162,22 +162,11 @@ impl FileMetaStore {
     }
 
     /// Every file of record `name`, highest version first (the legacy file ranks by the
-    /// version inside it, read later; it sorts last here).
+    /// version inside it, read later; it sorts last here). Lists only the names that start
+    /// with `{name}.` ([`Storage::list_prefix`]).
     fn files_of(&self, name: &str) -> Result<Vec<Found>> {
-        let mut found: Vec<Found> = self
-            .storage
-            .list()?
-            .into_iter()
-            .filter_map(|file| {
-                let (record, version) = parse_record_file(&file)?;
-                (record == name).then(|| Found {
-                    version,
-                    file: file.clone(),
-                })
-            })
-            .collect();
-        found.sort_by_key(|f| std::cmp::Reverse(f.version));
-        Ok(found)
+        let listed = self.storage.list_prefix(&format!("{name}."))?;
+        Ok(files_in(name, &listed))
     }
 
     fn corrupted(name: &str, kind: CorruptionKind) -> Error {
@@ -228,24 +217,31 @@ impl FileMetaStore {
         Ok(Some(Current::Record(version, payload)))
     }
 
-    /// The current state of `name`: its highest version. Only the highest versioned file
-    /// and a legacy `{name}.meta` are read (the legacy file counts by the version inside it).
+    /// The state of `name` that `files` (its files, as [`files_in`] orders them) hold: only
+    /// the highest versioned file and a legacy `{name}.meta` are read (the legacy file counts
+    /// by the version inside it). `None` when a file was removed meanwhile: list again.
+    fn current_in(&self, name: &str, files: &[Found]) -> Result<Option<Current>> {
+        let highest = files.iter().find(|f| f.version.is_some());
+        let legacy = files.iter().find(|f| f.version.is_none());
+        let mut best = Current::Absent;
+        for found in highest.into_iter().chain(legacy) {
+            let Some(current) = self.read_file(name, found)? else {
+                return Ok(None);
+            };
+            if current.version() > best.version() {
+                best = current;
+            }
+        }
+        Ok(Some(best))
+    }
+
+    /// The current state of `name`: its highest version.
     fn current(&self, name: &str) -> Result<Current> {
         validate_record_name(name)?;
-        'listing: for _ in 0..READ_ATTEMPTS {
-            let files = self.files_of(name)?;
-            let highest = files.iter().find(|f| f.version.is_some());
-            let legacy = files.iter().find(|f| f.version.is_none());
-            let mut best = Current::Absent;
-            for found in highest.into_iter().chain(legacy) {
-                let Some(current) = self.read_file(name, found)? else {
-                    continue 'listing;
-                };
-                if current.version() > best.version() {
-                    best = current;
-                }
+        for _ in 0..READ_ATTEMPTS {
+            if let Some(current) = self.current_in(name, &self.files_of(name)?)? {
+                return Ok(current);
             }
-            return Ok(best);
         }
         Err(Error::io(
             "read metadata record",
@@ -463,23 +459,57 @@ impl MetaStore for FileMetaStore {
         self.storage.sync_dir()
     }
 
+    /// One listing of the storage serves every record: each is read from the files it
+    /// showed, and listed again only if one of them was removed meanwhile.
     fn list(&self) -> Result<Vec<String>> {
-        let mut names: Vec<String> = self
-            .storage
-            .list()?
-            .iter()
-            .filter_map(|file| parse_record_file(file).map(|(name, _)| name.to_string()))
-            .collect();
-        names.sort();
+        let listed = self.storage.list()?;
+        let mut names: Vec<&str> = listed.iter().filter_map(|f| record_of_file(f)).collect();
+        names.sort_unstable();
         names.dedup();
         let mut records = Vec::with_capacity(names.len());
         for name in names {
-            if self.get(&name)?.is_some() {
-                records.push(name);
+            let current = match self.current_in(name, &files_in(name, &listed))? {
+                Some(current) => current,
+                None => self.current(name)?,
+            };
+            if matches!(current, Current::Record(..)) {
+                records.push(name.to_string());
             }
         }
         Ok(records)
     }
+
+    /// Two name lookups: the file of `version` still exists and the next version's does not.
+    /// A writer links version `v + 1` only over `v`, and removes `v` only after linking
+    /// `v + 1`, lowest versions first; so while `version`'s file exists, no version above
+    /// `version + 1` exists without `version + 1`'s file (a stray lower version a stale writer
+    /// linked does not matter). The lookups run in that order, so a `true` means no other
+    /// writer had linked the next version when the second lookup ran.
+    fn is_current(&self, name: &str, version: u64) -> Result<bool> {
+        validate_record_name(name)?;
+        let Some(next) = version.checked_add(1) else {
+            return Ok(self.get(name)?.is_some_and(|(v, _)| v == version));
+        };
+        Ok(self.storage.exists(&version_file(name, version))?
+            && !self.storage.exists(&version_file(name, next))?)
+    }
+}
+
+/// The files of record `name` among the storage names `listed`, highest version first (the
+/// legacy `{name}.meta` last).
+fn files_in(name: &str, listed: &[String]) -> Vec<Found> {
+    let mut found: Vec<Found> = listed
+        .iter()
+        .filter_map(|file| {
+            let (record, version) = parse_record_file(file)?;
+            (record == name).then(|| Found {
+                version,
+                file: file.clone(),
+            })
+        })
+        .collect();
+    found.sort_by_key(|f| std::cmp::Reverse(f.version));
+    found
 }
 
 #[cfg(test)]

@@ -56,6 +56,73 @@ pub trait MetaStore: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// [`Error::Io`].
     fn list(&self) -> Result<Vec<String>>;
+
+    /// Whether record `name` is still at `version`: the ownership proof of a handle that
+    /// wrote that version last. `false` once any other writer has put or deleted the record
+    /// since (a handle that wrote `version` itself never sees `false` while no one else
+    /// writes). The default reads the record; stores may answer more cheaply.
+    ///
+    /// # Errors
+    /// The errors of [`MetaStore::get`].
+    fn is_current(&self, name: &str, version: u64) -> Result<bool> {
+        Ok(self.get(name)?.is_some_and(|(v, _)| v == version))
+    }
+}
+
+/// A [`MetaStore`] whose writes are bracketed by an ownership check: `check` runs before
+/// every `put` and `delete` (so a handle that lost its owner starts no write) and after it (so
+/// a write that slipped in just as another owner claimed is reported [`Error::Fenced`], and the
+/// caller never goes on to what the write allowed, such as deleting the files it no longer
+/// lists). Reads are not checked. A store's topics write their records through it, with the
+/// store's claim as the check.
+pub(crate) struct CheckedMeta {
+    inner: std::sync::Arc<dyn MetaStore>,
+    check: std::sync::Arc<dyn Fn() -> Result<()> + Send + Sync>,
+}
+
+impl CheckedMeta {
+    /// `inner`, with every write bracketed by `check`.
+    pub(crate) fn new(
+        inner: std::sync::Arc<dyn MetaStore>,
+        check: std::sync::Arc<dyn Fn() -> Result<()> + Send + Sync>,
+    ) -> Self {
+        Self { inner, check }
+    }
+}
+
+impl std::fmt::Debug for CheckedMeta {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CheckedMeta")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MetaStore for CheckedMeta {
+    fn get(&self, name: &str) -> Result<Option<(u64, Vec<u8>)>> {
+        self.inner.get(name)
+    }
+
+    fn put(&self, name: &str, expected: Option<u64>, bytes: &[u8]) -> Result<u64> {
+        (self.check)()?;
+        let version = self.inner.put(name, expected, bytes)?;
+        (self.check)()?;
+        Ok(version)
+    }
+
+    fn delete(&self, name: &str, expected: u64) -> Result<()> {
+        (self.check)()?;
+        self.inner.delete(name, expected)?;
+        (self.check)()
+    }
+
+    fn list(&self) -> Result<Vec<String>> {
+        self.inner.list()
+    }
+
+    fn is_current(&self, name: &str, version: u64) -> Result<bool> {
+        self.inner.is_current(name, version)
+    }
 }
 
 /// Longest record name.

@@ -64,6 +64,11 @@ impl Storage for FileStorage {
         let mut names = Vec::new();
         for entry in read {
             let entry = entry.map_err(|e| Error::io("list", self.location(), e))?;
+            // Subdirectories are storages of their own (`subdirectory`), not files. The type
+            // comes with the directory entry on Linux file systems: no extra stat.
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
             // Names that are not UTF-8 were not written by ackstore; they are ignored.
             if let Ok(name) = entry.file_name().into_string() {
                 names.push(name);
@@ -71,6 +76,29 @@ impl Storage for FileStorage {
         }
         names.sort();
         Ok(names)
+    }
+
+    /// A subdirectory of this directory, as a [`FileStorage`] of its own. With `create`, a
+    /// missing one is made with `mkdir` (its name durable after this directory's next
+    /// `sync_dir`).
+    fn subdirectory(&self, name: &str, create: bool) -> Result<Option<Arc<dyn Storage>>> {
+        let path = self.path_of(name)?;
+        if create {
+            match std::fs::create_dir(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(Error::io("create directory", &path, e)),
+            }
+        }
+        let meta = std::fs::metadata(&path).map_err(|e| Error::io("open directory", &path, e))?;
+        if !meta.is_dir() {
+            return Err(Error::io(
+                "open directory",
+                &path,
+                std::io::Error::other("it is not a directory"),
+            ));
+        }
+        Ok(Some(Arc::new(Self { dir: path })))
     }
 
     fn exists(&self, name: &str) -> Result<bool> {

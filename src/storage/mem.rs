@@ -262,6 +262,21 @@ impl Storage for MemStorage {
         Ok(s.live_dir.keys().cloned().collect())
     }
 
+    /// The names from `prefix` on, in order, up to the first that does not start with it.
+    fn list_prefix(&self, prefix: &str) -> Result<Vec<String>> {
+        let s = self.state();
+        s.check("list", "memory")?;
+        Ok(s.live_dir
+            .range::<str, _>((
+                std::ops::Bound::Included(prefix),
+                std::ops::Bound::Unbounded,
+            ))
+            .map(|(name, _)| name)
+            .take_while(|name| name.starts_with(prefix))
+            .cloned()
+            .collect())
+    }
+
     fn exists(&self, name: &str) -> Result<bool> {
         validate_name(name)?;
         let s = self.state();

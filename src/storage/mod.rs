@@ -44,8 +44,34 @@ pub type Mapped = Arc<dyn AsRef<[u8]> + Send + Sync>;
 pub trait Storage: Send + Sync + fmt::Debug {
     /// Where this storage lives, for messages (a path, or `memory`).
     fn location(&self) -> String;
-    /// Names of every file in the directory (live image), sorted.
+    /// Names of every file in the directory (live image), sorted. Subdirectories (see
+    /// [`Storage::subdirectory`]) are not files and are not listed.
     fn list(&self) -> Result<Vec<String>>;
+    /// Names of every file whose name starts with `prefix` (live image), sorted: what
+    /// [`Storage::list`] returns, filtered. Backends that keep names in order answer without
+    /// reading the other names; the default filters a whole listing.
+    ///
+    /// # Errors
+    /// As [`Storage::list`].
+    fn list_prefix(&self, prefix: &str) -> Result<Vec<String>> {
+        let mut names = self.list()?;
+        names.retain(|n| n.starts_with(prefix));
+        Ok(names)
+    }
+    /// The storage of the subdirectory `name` (a [`validate_name`] name), for backends that
+    /// have directories; `None` (the default) for those that do not, whose callers keep such
+    /// files in this storage under a name prefix instead (see `store::space`). With `create`,
+    /// a missing subdirectory is created; its name becomes durable with this storage's next
+    /// [`Storage::sync_dir`], which the caller runs before it relies on any file inside. The
+    /// subdirectory shares this storage's lock: it takes none of its own.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a name [`validate_name`] refuses; [`Error::Io`] when the
+    /// subdirectory is missing (without `create`), is not a directory, or cannot be created.
+    fn subdirectory(&self, name: &str, create: bool) -> Result<Option<Arc<dyn Storage>>> {
+        let _ = (name, create);
+        Ok(None)
+    }
     /// Whether `name` exists (live image).
     fn exists(&self, name: &str) -> Result<bool>;
     /// Creates a new, empty file; fails if it already exists.

@@ -449,7 +449,11 @@ impl Storage for RadosStorage {
     }
 
     fn list(&self) -> Result<Vec<String>> {
-        self.shared.list()
+        self.shared.list("")
+    }
+
+    fn list_prefix(&self, prefix: &str) -> Result<Vec<String>> {
+        self.shared.list(prefix)
     }
 
     fn exists(&self, name: &str) -> Result<bool> {

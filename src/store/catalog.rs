@@ -45,9 +45,23 @@ impl CatalogHandle {
                 next_topic_id: 1,
                 topics: Vec::new(),
                 seals: Vec::new(),
+                spaced_from: 1,
+                segments: Some(Vec::new()),
             };
             (None, empty)
         };
+        let mut catalog = catalog;
+        if catalog.segments.is_none() {
+            // A catalog of an earlier version counts every segment file: list them with the
+            // claim (a former owner's segment of before the claim is as good as any).
+            let mut found: Vec<u64> = storage
+                .list_prefix("journal-")?
+                .iter()
+                .filter_map(|n| super::journal::parse_segment_name(n))
+                .collect();
+            found.sort_unstable();
+            catalog.segments = Some(found);
+        }
         let version = meta.put(STORE_RECORD, expected, &catalog.encode())?;
         Ok(Self {
             meta,
@@ -57,12 +71,20 @@ impl CatalogHandle {
     }
 
     /// The id of topic `name`, adding it to the catalog (one compare-and-set) if it is new.
-    pub(crate) fn id_of_or_create(&mut self, name: &str) -> Result<u64> {
+    /// For a new topic, `prepare(id, spaced)` runs first (it makes the topic's directory): the
+    /// catalog's write then makes its name durable too, and a crash before that write leaves
+    /// only an empty directory of the next id, which the next creation reuses.
+    pub(crate) fn id_of_or_create(
+        &mut self,
+        name: &str,
+        prepare: impl FnOnce(u64, bool) -> Result<()>,
+    ) -> Result<u64> {
         if let Some(t) = self.catalog.topics.iter().find(|t| t.name == name) {
             return Ok(t.id);
         }
         let mut next = self.catalog.clone();
         let id = next.next_topic_id;
+        prepare(id, next.is_spaced(id))?;
         next.next_topic_id += 1;
         next.topics.push(CatalogTopic {
             id,
@@ -97,13 +119,15 @@ impl CatalogHandle {
     }
 
     /// [`Error::Fenced`] when the catalog is no longer at the version this handle wrote last:
-    /// another owner has claimed the store. One metadata read.
+    /// another owner has claimed the store. Costs [`MetaStore::is_current`]: two name lookups
+    /// with the default metadata store, whatever the size of the store.
     pub(crate) fn check_owner(&self) -> Result<()> {
-        match self.meta.get(STORE_RECORD)? {
-            Some((v, _)) if v == self.version => Ok(()),
-            _ => Err(Error::Fenced {
+        if self.meta.is_current(STORE_RECORD, self.version)? {
+            Ok(())
+        } else {
+            Err(Error::Fenced {
                 what: format!("the store catalog `{STORE_RECORD}`"),
-            }),
+            })
         }
     }
 
@@ -113,8 +137,9 @@ impl CatalogHandle {
     }
 
     /// Records `seal` (segment 0: none) by compare-and-set, replacing any earlier seal of its
-    /// segment and dropping the seals of segments not in `segments` (deleted by a rollover: a
-    /// sequence number is never used again). Writes nothing when that changes nothing.
+    /// segment, and `segments` as the list of segments that count (the journal's after its
+    /// open), dropping the seals of segments not in it (deleted by a rollover: a sequence
+    /// number is never used again). Writes nothing when that changes nothing.
     pub(crate) fn record_seal(&mut self, seal: CatalogSeal, segments: &[u64]) -> Result<()> {
         let mut next = self.catalog.clone();
         next.seals
@@ -123,6 +148,33 @@ impl CatalogHandle {
             next.seals.push(seal);
             next.seals.sort_by_key(|s| s.segment);
         }
+        next.segments = Some(segments.to_vec());
+        self.write(next)
+    }
+
+    /// Lists journal segment `seq` (created by this owner) by compare-and-set.
+    pub(crate) fn add_segment(&mut self, seq: u64) -> Result<()> {
+        let mut next = self.catalog.clone();
+        let list = next.segments.get_or_insert_with(Vec::new);
+        if let Err(at) = list.binary_search(&seq) {
+            list.insert(at, seq);
+        }
+        self.write(next)
+    }
+
+    /// Drops journal segment `seq` (and its seal) from the list by compare-and-set, before
+    /// its file is deleted.
+    pub(crate) fn remove_segment(&mut self, seq: u64) -> Result<()> {
+        let mut next = self.catalog.clone();
+        if let Some(list) = next.segments.as_mut() {
+            list.retain(|&s| s != seq);
+        }
+        next.seals.retain(|s| s.segment != seq);
+        self.write(next)
+    }
+
+    /// Writes `next` over the version this handle holds, unless it changes nothing.
+    fn write(&mut self, next: Catalog) -> Result<()> {
         if next == self.catalog {
             return Ok(());
         }

@@ -133,6 +133,33 @@ pub struct JournalStats {
 #[derive(Clone)]
 pub struct OwnerCheck(pub Arc<dyn Fn() -> Result<()> + Send + Sync>);
 
+/// Where the store lists the segments that count (its catalog, see
+/// [`crate::format::store::Catalog::segments`]): `created` runs once a new segment's file and
+/// header exist and before anything is written after the header, and makes the segment's name
+/// durable (the catalog's own directory sync) or fails; `deleted` runs before a rolled-over
+/// segment's file is removed. A failure of either latches the journal.
+#[derive(Clone)]
+pub struct SegmentHooks {
+    /// Lists a new segment.
+    pub created: Arc<dyn Fn(u64) -> Result<()> + Send + Sync>,
+    /// Drops a segment from the list.
+    pub deleted: Arc<dyn Fn(u64) -> Result<()> + Send + Sync>,
+}
+
+impl std::fmt::Debug for SegmentHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SegmentHooks")
+    }
+}
+
+/// Syncs one `created` hook makes (the catalog's compare-and-set: its record file and the
+/// directory), counted in the tick that started the segment.
+const CREATED_HOOK_SYNCS: u64 = 2;
+
+/// How many existing names a new segment skips at most (segments a former owner created after
+/// this store's claim, which no list names) before the journal gives up.
+const SEGMENT_NAME_ATTEMPTS: u64 = 64;
+
 impl std::fmt::Debug for OwnerCheck {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("OwnerCheck")
@@ -175,6 +202,8 @@ pub struct Journal {
     counters: Counters,
     /// Run after a tick's syncs and before a rollover deletes a segment.
     owner: RwLock<Option<OwnerCheck>>,
+    /// Where new and deleted segments are listed.
+    hooks: RwLock<Option<SegmentHooks>>,
 }
 
 #[derive(Debug, Default)]
@@ -215,6 +244,9 @@ pub struct JournalCheck {
     /// Where the newest segment's torn tail starts and how many bytes it holds (the next open
     /// cuts it off): not damage.
     pub torn_tail: Option<(u64, u64, u64)>,
+    /// Segment files the store's list does not name (a former owner's after the claim, or a
+    /// creation cut short): never read; the next open removes them. Not damage.
+    pub strays: Vec<u64>,
 }
 
 /// Checks the journal in `storage` without writing anything: every segment header and record,
@@ -231,12 +263,26 @@ pub fn check(storage: &dyn Storage, seal: Seal) -> Result<JournalCheck> {
 /// # Errors
 /// As [`check`].
 pub fn check_sealed(storage: &dyn Storage, seals: &[Seal]) -> Result<JournalCheck> {
-    let (scan, writer, report) = scan_segments(storage, seals, false)?;
+    check_listed(storage, seals, None)
+}
+
+/// [`check_sealed`] of the segments `listed` names only (`None`: every segment file), as
+/// [`Journal::open_listed`] reads them.
+///
+/// # Errors
+/// As [`check`].
+pub fn check_listed(
+    storage: &dyn Storage,
+    seals: &[Seal],
+    listed: Option<&[u64]>,
+) -> Result<JournalCheck> {
+    let (scan, writer, report) = scan_segments(storage, seals, listed, false)?;
     Ok(JournalCheck {
         segments: writer.segments.len() as u64,
         records: report.records,
         cursors: scan.index.cursors().len() as u64,
         torn_tail: report.torn_tail,
+        strays: report.strays,
     })
 }
 
@@ -244,25 +290,39 @@ pub fn check_sealed(storage: &dyn Storage, seals: &[Seal]) -> Result<JournalChec
 struct ScanReport {
     records: u64,
     torn_tail: Option<(u64, u64, u64)>,
+    strays: Vec<u64>,
 }
 
-/// Reads every segment in order into an index. With `repair`, cuts the newest segment's torn
-/// tail off (and syncs it) and removes a newest segment whose header never became durable;
-/// without, only reports them.
+/// Reads every segment `listed` names (every segment file with `None`) in order into an
+/// index. With `repair`, cuts the newest segment's torn tail off (and syncs it), removes a
+/// newest segment whose header never became durable, and removes the segment files the list
+/// does not name; without, only reports them.
 fn scan_segments(
     storage: &dyn Storage,
     seals: &[Seal],
+    listed: Option<&[u64]>,
     repair: bool,
 ) -> Result<(Scan, Writer, ScanReport)> {
     let sealed = |seq: u64| seals.iter().find(|s| s.segment == seq && seq != 0);
-    let seqs: Vec<u64> = storage
-        .list()?
+    let mut report = ScanReport::default();
+    let mut seqs: Vec<u64> = storage
+        .list_prefix("journal-")?
         .iter()
         .filter_map(|n| parse_segment_name(n))
         .collect();
+    if let Some(listed) = listed {
+        let (counted, strays): (Vec<u64>, Vec<u64>) =
+            seqs.into_iter().partition(|s| listed.contains(s));
+        seqs = counted;
+        if repair {
+            for &stray in &strays {
+                storage.remove(&segment_name(stray))?;
+            }
+        }
+        report.strays = strays;
+    }
     let mut scan = Scan::default();
     let mut writer = Writer::default();
-    let mut report = ScanReport::default();
     let last = seqs.last().copied();
     for &seq in &seqs {
         let newest = Some(seq) == last;
@@ -453,12 +513,28 @@ impl Journal {
         config: JournalConfig,
         seals: &[Seal],
     ) -> Result<Self> {
+        Self::open_listed(storage, config, seals, None)
+    }
+
+    /// [`Journal::open_sealed`] reading only the segments `listed` names (`None`: every
+    /// segment file) and removing the segment files it does not name: a store's catalog lists
+    /// the segments that count ([`SegmentHooks`]), so a segment a former owner created after
+    /// the claim is never read.
+    ///
+    /// # Errors
+    /// As [`Journal::open`].
+    pub fn open_listed(
+        storage: Arc<dyn Storage>,
+        config: JournalConfig,
+        seals: &[Seal],
+        listed: Option<&[u64]>,
+    ) -> Result<Self> {
         if config.segment_bytes == 0 || config.segment_bytes > u64::from(u32::MAX) {
             return Err(Error::InvalidArgument {
                 reason: "journal segment_bytes must be 1 byte to 4 GiB".into(),
             });
         }
-        let (scan, mut writer, _) = scan_segments(storage.as_ref(), seals, true)?;
+        let (scan, mut writer, _) = scan_segments(storage.as_ref(), seals, listed, true)?;
         // A former owner that died before its tick's sync left the newest segment's bytes, and
         // perhaps its name, in the page cache only. This owner recovers cursors from them and
         // its markers reference their partitions, so they become durable before anything uses
@@ -490,7 +566,29 @@ impl Journal {
             files: RwLock::new(files),
             counters: Counters::default(),
             owner: RwLock::new(None),
+            hooks: RwLock::new(None),
         })
+    }
+
+    /// The segments that count now, ascending: what the store lists after its claim.
+    #[must_use]
+    pub fn segments(&self) -> Vec<u64> {
+        lock(&self.writer).segments.keys().copied().collect()
+    }
+
+    /// Every later segment creation and rollover deletion runs `hooks` (see [`SegmentHooks`]).
+    pub fn set_segment_hooks(&self, hooks: SegmentHooks) {
+        *self
+            .hooks
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(hooks);
+    }
+
+    fn hooks(&self) -> Option<SegmentHooks> {
+        self.hooks
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// The newest segment and its length: what a new owner seals (see [`Seal`]).
@@ -532,6 +630,18 @@ impl Journal {
             .owner
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(check);
+    }
+
+    /// Runs the owner's check without latching the journal (`Ok` when none is set): the
+    /// store-level ownership proof a store's topics run after their own syncs and around their
+    /// record writes.
+    pub(crate) fn check_store_owner(&self) -> Result<()> {
+        let check = self
+            .owner
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        check.map_or(Ok(()), |check| (check.0)())
     }
 
     /// Runs the owner's check; an error latches the journal.
@@ -777,8 +887,25 @@ impl Journal {
                 self.counters.syncs.fetch_add(1, Ordering::Relaxed);
             }
         }
-        let created = self.storage.create(&segment_name(next));
-        let file = Self::latch_on(w, created)?;
+        let mut next = next;
+        let file = loop {
+            match self.storage.create(&segment_name(next)) {
+                Ok(file) => break file,
+                // A segment no list names: a former owner's, created after this store's claim
+                // (never read; the next claim removes it). Take the next name.
+                Err(Error::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::AlreadyExists
+                        && next < MAX_SEGMENT
+                        && next - newest.map_or(0, |(s, _)| s) < SEGMENT_NAME_ATTEMPTS =>
+                {
+                    next += 1;
+                }
+                Err(e) => {
+                    w.latched = true;
+                    return Err(e);
+                }
+            }
+        };
         let header = encode_segment_header(next);
         Self::latch_on(w, file.write_all_at(&header, 0))?;
         w.segments.insert(
@@ -794,6 +921,16 @@ impl Journal {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(next, file);
+        if let Some(hooks) = self.hooks() {
+            // Listed before any record goes into it; the list's write syncs the directory,
+            // which holds the new name.
+            Self::latch_on(w, (hooks.created)(next))?;
+            w.dir_unsynced = false;
+            stats.syncs += CREATED_HOOK_SYNCS;
+            self.counters
+                .syncs
+                .fetch_add(CREATED_HOOK_SYNCS, Ordering::Relaxed);
+        }
         Ok(())
     }
 
@@ -968,6 +1105,15 @@ impl Journal {
         }
         // A former owner must not delete what the new owner reads.
         self.check_owner()?;
+        if let Some(hooks) = self.hooks() {
+            // Out of the list before its file goes: a crash in between leaves a file no list
+            // names, which the next claim removes.
+            let listed = (hooks.deleted)(oldest);
+            if listed.is_err() {
+                lock(&self.writer).latched = true;
+            }
+            listed?;
+        }
         let mut w = lock(&self.writer);
         w.segments.remove(&oldest);
         if w.sealed == Some(oldest) {

@@ -1,23 +1,27 @@
-//! The store: every topic of a broker in one directory, under one lock.
+//! The store: every topic of a broker under one directory and one lock.
 //!
 //! Owns: the store directory's ownership (its lock and its claim), the catalog of its topics
-//! (the metadata record `store`, see [`crate::format::store`]), and the table of open topics,
-//! each a [`ManagedLedger`] opened lazily on first use. Must never use a topic's name as a
-//! path: a topic's files are named after the id the catalog gives it (`t{id}-` file-name
-//! prefixes, in `space.rs`).
+//! (the metadata record `store`, see [`crate::format::store`]), the list of the cursor journal's
+//! segments that count, and the table of open topics, each a [`ManagedLedger`] opened lazily on
+//! first use in a directory of its own (`space.rs`). Must never use a topic's name as a path:
+//! a topic's directory (or, in stores of the flat layout, its file-name prefix) is named after
+//! the id the catalog gives it.
 //!
-//! Ownership is the topic rules one level up (`docs/cursors.md`, "Ownership"): the store takes
-//! the directory's lock once, then claims the store by writing its catalog again by
+//! Ownership is the topic rules one level up (`docs/cursors.md`, "Topics of a store"): the store
+//! takes the directory's lock once, then claims the store by writing its catalog again by
 //! compare-and-set before it opens any topic, so a former owner still running (a broken lock,
-//! shared storage) is refused its next catalog write ([`Error::Fenced`]); every topic it opens
-//! is claimed again by the topic's own open, which fences the former owner's handle on that
-//! topic.
+//! shared storage) is refused its next catalog write ([`Error::Fenced`]). That claim is the only
+//! one: a topic's open writes nothing unless its state needs it, and every topic's ownership
+//! checks are the store's (the catalog version this handle wrote is still the current one: two
+//! name lookups), after each sync and around each record write, so a former owner is fenced on
+//! every topic at once, including those this owner has not opened.
 //!
 //! The claim also seals the cursor journal ([`journal`], "Ownership"): after the catalog is
-//! written, the journal is opened with the seals the catalog holds, its newest segment is sealed
-//! at its verified end, and the seal is recorded in the catalog by a second compare-and-set.
-//! Whatever a former owner appends to that segment afterwards is ignored by every later open,
-//! and this owner's ticks start a new segment.
+//! written, the journal is opened with the seals and the segment list the catalog holds, its
+//! newest segment is sealed at its verified end, and the seal is recorded in the catalog by a
+//! second compare-and-set. Whatever a former owner appends to that segment afterwards is ignored
+//! by every later open, a segment it creates afterwards is never listed (its catalog write is
+//! refused), and this owner's ticks start a new segment, listed before it is written to.
 
 mod catalog;
 mod flusher;
@@ -37,7 +41,7 @@ use crate::format::store::MAX_TOPIC_NAME_LEN;
 use crate::ledger::{LedgerConfig, ManagedLedger};
 use crate::meta::{FileMetaStore, MetaStore};
 use crate::storage::{FileStorage, LockGuard, Storage};
-use journal::{Journal, JournalConfig, JournalStats, OwnerCheck, Seal, parse_segment_name};
+use journal::{Journal, JournalConfig, JournalStats, OwnerCheck, Seal, SegmentHooks};
 
 use catalog::CatalogHandle;
 pub use catalog::STORE_RECORD;
@@ -101,7 +105,9 @@ struct Inner {
     storage: Arc<dyn Storage>,
     config: StoreConfig,
     catalog: Arc<Mutex<CatalogHandle>>,
-    topics: Mutex<HashMap<String, Arc<ManagedLedger>>>,
+    /// One slot per topic name used: the slot's lock serializes opening that topic (other
+    /// topics open meanwhile); it holds the topic while it is open.
+    topics: Mutex<HashMap<String, Arc<TopicSlot>>>,
     journal: Arc<Journal>,
     lock: Arc<LockGuard>,
     /// The flusher pool, once started; dropping it stops its threads.
@@ -115,8 +121,16 @@ impl Inner {
     /// `flush` or `close` and a failed commit is logged (the journal latches, so every later
     /// flush reports it); otherwise the first error is returned, after the others committed.
     fn flush_tick(&self, keep_errors: bool) -> Result<StoreFlush> {
-        let cursors: Vec<_> = lock_topics(&self.topics)
-            .values()
+        let slots: Vec<Arc<TopicSlot>> = lock_topics(&self.topics).values().cloned().collect();
+        // A topic still opening holds its slot until it is open (it opens no cursor, so it
+        // never waits for a tick).
+        let cursors: Vec<_> = slots
+            .iter()
+            .filter_map(|slot| {
+                slot.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clone()
+            })
             .flat_map(|t| t.open_cursors())
             .collect();
         let mut tick = self.journal.begin_tick();
@@ -143,9 +157,12 @@ impl Inner {
     }
 }
 
+/// A topic of the store: `None` until opened.
+type TopicSlot = Mutex<Option<Arc<ManagedLedger>>>;
+
 fn lock_topics(
-    topics: &Mutex<HashMap<String, Arc<ManagedLedger>>>,
-) -> MutexGuard<'_, HashMap<String, Arc<ManagedLedger>>> {
+    topics: &Mutex<HashMap<String, Arc<TopicSlot>>>,
+) -> MutexGuard<'_, HashMap<String, Arc<TopicSlot>>> {
     topics
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -178,29 +195,39 @@ impl Store {
         let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(storage.clone()));
         let mut catalog = CatalogHandle::claim(storage.as_ref(), meta)?;
         let seals = journal_seals(catalog.catalog());
-        let journal = Journal::open_sealed(storage.clone(), config.journal, &seals)?;
+        let journal = Journal::open_listed(
+            storage.clone(),
+            config.journal,
+            &seals,
+            catalog.catalog().segments.as_deref(),
+        )?;
         let seal = journal.seal_tail();
-        let segments: Vec<u64> = storage
-            .list()?
-            .iter()
-            .filter_map(|n| parse_segment_name(n))
-            .collect();
         catalog.record_seal(
             CatalogSeal {
                 segment: seal.segment,
                 len: seal.len,
             },
-            &segments,
+            &journal.segments(),
         )?;
         let catalog = Arc::new(Mutex::new(catalog));
-        let held = Arc::downgrade(&catalog);
-        journal.set_owner_check(OwnerCheck(Arc::new(move || match held.upgrade() {
-            Some(c) => c
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .check_owner(),
-            None => Err(Error::Closed),
+        let with_catalog = |f: fn(&mut CatalogHandle, u64) -> Result<()>| {
+            let held = Arc::downgrade(&catalog);
+            Arc::new(move |seq: u64| match held.upgrade() {
+                Some(c) => f(
+                    &mut c.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
+                    seq,
+                ),
+                None => Err(Error::Closed),
+            })
+        };
+        journal.set_owner_check(OwnerCheck(Arc::new({
+            let check = with_catalog(|c, _| c.check_owner());
+            move || check(0)
         })));
+        journal.set_segment_hooks(SegmentHooks {
+            created: with_catalog(CatalogHandle::add_segment),
+            deleted: with_catalog(CatalogHandle::remove_segment),
+        });
         let interval = config.ledger.cursor.flush_interval;
         let threads = config.flusher_threads;
         let inner = Arc::new(Inner {
@@ -239,7 +266,9 @@ impl Store {
     }
 
     /// The topic named `name`, opened on first use and created if the store does not hold it.
-    /// Every call with the same name returns the same topic while it is open.
+    /// Every call with the same name returns the same topic while it is open; after the topic
+    /// was closed ([`ManagedLedger::close`], a broker unloading it), the next call opens it
+    /// again.
     ///
     /// A name is any UTF-8 of 1 to 1,024 bytes; it is kept in the catalog and never used as a
     /// path. Creating a topic writes the catalog (one compare-and-set) before any of the
@@ -250,16 +279,33 @@ impl Store {
     /// owner claimed the store since this one opened; the errors of [`ManagedLedger::open`].
     pub fn topic(&self, name: &str) -> Result<Arc<ManagedLedger>> {
         check_topic_name(name)?;
-        let mut topics = self.topics();
-        if let Some(t) = topics.get(name) {
+        let slot = self.topics().entry(name.to_owned()).or_default().clone();
+        // Only this topic's slot is held while it opens: other topics open in parallel.
+        let mut slot = slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(t) = slot.as_ref().filter(|t| !t.is_closed()) {
             return Ok(t.clone());
         }
-        let id = self.catalog().id_of_or_create(name)?;
-        let space: Arc<dyn Storage> = Arc::new(TopicSpace::new(
-            self.inner.storage.clone(),
+        let storage = &self.inner.storage;
+        let mut catalog = self.catalog();
+        let id = catalog.id_of_or_create(name, |id, spaced| {
+            // The topic's directory, before the catalog write that lists the topic (whose
+            // directory sync makes the directory's name durable too).
+            if spaced {
+                storage.subdirectory(&space::dir_of(id), true)?;
+            }
+            Ok(())
+        })?;
+        let spaced = catalog.catalog().is_spaced(id);
+        drop(catalog);
+        let space: Arc<dyn Storage> = Arc::new(TopicSpace::open(
+            storage,
             id,
+            spaced,
+            false,
             Some(self.inner.lock.clone()),
-        ));
+        )?);
         let topic = Arc::new(ManagedLedger::open_in_store(
             space,
             self.inner.config.ledger.clone(),
@@ -268,7 +314,7 @@ impl Store {
                 topic: id,
             },
         )?);
-        topics.insert(name.to_owned(), topic.clone());
+        *slot = Some(topic.clone());
         Ok(topic)
     }
 
@@ -281,7 +327,21 @@ impl Store {
     /// Names of the topics open in this handle.
     #[must_use]
     pub fn open_topic_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.topics().keys().cloned().collect();
+        let slots: Vec<(String, Arc<TopicSlot>)> = self
+            .topics()
+            .iter()
+            .map(|(n, s)| (n.clone(), s.clone()))
+            .collect();
+        let mut names: Vec<String> = slots
+            .into_iter()
+            .filter(|(_, s)| {
+                s.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .as_ref()
+                    .is_some_and(|t| !t.is_closed())
+            })
+            .map(|(n, _)| n)
+            .collect();
         names.sort();
         names
     }
@@ -293,7 +353,15 @@ impl Store {
     /// many cursors costs a handful of syncs, not one per cursor.
     pub fn close(&self) -> Result<()> {
         let flushed = self.flush_all();
-        let topics: Vec<Arc<ManagedLedger>> = self.topics().drain().map(|(_, t)| t).collect();
+        let slots: Vec<Arc<TopicSlot>> = self.topics().drain().map(|(_, s)| s).collect();
+        let topics: Vec<Arc<ManagedLedger>> = slots
+            .iter()
+            .filter_map(|s| {
+                s.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .take()
+            })
+            .collect();
         let mut first = flushed.err();
         for t in topics {
             if let Err(e) = t.close() {
@@ -348,7 +416,7 @@ impl Store {
         &self.inner.storage
     }
 
-    fn topics(&self) -> MutexGuard<'_, HashMap<String, Arc<ManagedLedger>>> {
+    fn topics(&self) -> MutexGuard<'_, HashMap<String, Arc<TopicSlot>>> {
         lock_topics(&self.inner.topics)
     }
 
@@ -360,11 +428,45 @@ impl Store {
     }
 }
 
-/// The files of topic `id` of the store kept in `storage`, as a topic's own storage (for tools
-/// that read a store's topics without opening the store: `ackstore inspect` and `verify`).
+/// The files of topic `id` of the store kept in `storage`, whose catalog is `catalog`, as a
+/// topic's own storage (for tools that read a store's topics without opening the store:
+/// `ackstore inspect` and `verify`). Creates nothing.
+///
+/// # Errors
+/// [`Error::Io`] when the topic's directory is missing.
+pub fn topic_storage(
+    storage: &Arc<dyn Storage>,
+    catalog: &crate::format::store::Catalog,
+    id: u64,
+) -> Result<Arc<dyn Storage>> {
+    Ok(Arc::new(TopicSpace::open(
+        storage,
+        id,
+        catalog.is_spaced(id),
+        false,
+        None,
+    )?))
+}
+
+/// How file `file` of topic `id` is named in the store's storage, for messages: `t{id}/file`
+/// for a topic in a directory of its own, `t{id}-file` otherwise (`file` empty: the topic's
+/// directory or prefix itself).
 #[must_use]
-pub fn topic_storage(storage: Arc<dyn Storage>, id: u64) -> Arc<dyn Storage> {
-    Arc::new(TopicSpace::new(storage, id, None))
+pub fn topic_file(
+    storage: &Arc<dyn Storage>,
+    catalog: &crate::format::store::Catalog,
+    id: u64,
+    file: &str,
+) -> String {
+    // Storage without directories answers `Ok(None)`; a missing directory (`Err`) is still
+    // named as the directory it should be.
+    let own_dir = catalog.is_spaced(id)
+        && !matches!(storage.subdirectory(&space::dir_of(id), false), Ok(None));
+    if own_dir {
+        format!("{}/{file}", space::dir_of(id))
+    } else {
+        format!("{}{file}", space::prefix_of(id))
+    }
 }
 
 /// The catalog of the store kept in `storage`, read without writing; `None` when `storage`

@@ -1,20 +1,33 @@
-//! A topic's files inside the store's one directory.
+//! A topic's files inside the store.
 //!
-//! Owns: the mapping of a topic's file names into the store directory (`t{id}-{name}`), so
-//! every topic of a store lives in one flat directory of one [`Storage`], under the store's one
-//! lock. Must never let a name of one topic reach another topic's files or the store's own: the
-//! inner name is checked by [`validate_name`] and the prefix ends in `-`, which no generated
-//! store file name (`store.meta`, `journal-*`) starts with after a `t` and digits.
+//! Owns: where a topic's files live in the store's storage, so every topic of a store lives
+//! under the store's one lock. Two layouts (the catalog's `spaced_from` says which a topic
+//! has, see [`crate::format::store`]):
+//! - *spaced* (every topic of a store created by this release): the directory `t{id}` of its
+//!   own, on storage that has directories ([`Storage::subdirectory`], real files); storage
+//!   without directories (the in-memory disk, RADOS) keeps the files under the prefix `t{id}-`
+//!   and lists them by prefix ([`Storage::list_prefix`], which those backends answer without
+//!   reading other topics' names);
+//! - *flat* (topics of a store created by catalog version 1 or 2): the files `t{id}-{name}` in
+//!   the store directory itself.
+//!
+//! Either way a topic's listing, and so its open and every metadata read, costs what that topic
+//! holds, not what the store holds. Must never let a name of one topic reach another topic's
+//! files or the store's own: the inner name is checked by [`validate_name`], the prefix ends in
+//! `-`, which no generated store file name (`store.meta`, `journal-*`) starts with after a `t`
+//! and digits, and a topic directory's name has no `-` or `.`, so it is no file name of the
+//! store's.
 
 use std::sync::Arc;
 
 use crate::error::Result;
 use crate::storage::{LockGuard, Storage, StorageFile, validate_name};
 
-/// The part of the store directory holding one topic's files.
+/// The part of the store's storage holding one topic's files.
 #[derive(Debug)]
 pub(crate) struct TopicSpace {
     inner: Arc<dyn Storage>,
+    /// Prepended to every name in `inner` (empty for a directory of the topic's own).
     prefix: String,
     /// The store's lock, held as long as any topic of the store is open (`None` for tools that
     /// only read).
@@ -22,41 +35,79 @@ pub(crate) struct TopicSpace {
 }
 
 impl TopicSpace {
-    /// The files of topic `id` in `inner`, keeping `store_lock` held while the topic lives.
-    pub(crate) fn new(
-        inner: Arc<dyn Storage>,
+    /// The files of topic `id` in `store` (the store's storage): in the directory `t{id}`
+    /// when `spaced` and the storage has directories (made first with `create`), else under
+    /// the prefix `t{id}-`. Keeps `store_lock` held while the topic lives.
+    ///
+    /// # Errors
+    /// [`crate::Error::Io`] when the topic's directory is missing (without `create`) or
+    /// cannot be made.
+    pub(crate) fn open(
+        store: &Arc<dyn Storage>,
         id: u64,
+        spaced: bool,
+        create: bool,
         store_lock: Option<Arc<LockGuard>>,
-    ) -> Self {
-        Self {
-            inner,
-            prefix: prefix_of(id),
-            _store_lock: store_lock,
-        }
+    ) -> Result<Self> {
+        let own = if spaced {
+            store.subdirectory(&dir_of(id), create)?
+        } else {
+            None
+        };
+        Ok(match own {
+            Some(dir) => Self {
+                inner: dir,
+                prefix: String::new(),
+                _store_lock: store_lock,
+            },
+            None => Self {
+                inner: store.clone(),
+                prefix: prefix_of(id),
+                _store_lock: store_lock,
+            },
+        })
     }
 
     fn full(&self, name: &str) -> Result<String> {
         validate_name(name)?;
+        if self.prefix.is_empty() {
+            return Ok(name.to_owned());
+        }
         let full = format!("{}{name}", self.prefix);
         validate_name(&full)?;
         Ok(full)
     }
 }
 
-/// The file-name prefix of topic `id`.
+/// The file-name prefix of topic `id` in the store directory (flat layout, and spaced topics
+/// on storage without directories).
 pub(crate) fn prefix_of(id: u64) -> String {
     format!("t{id}-")
 }
 
+/// The name of topic `id`'s own directory (spaced layout).
+pub(crate) fn dir_of(id: u64) -> String {
+    format!("t{id}")
+}
+
 impl Storage for TopicSpace {
     fn location(&self) -> String {
-        format!("{} (topic files {}*)", self.inner.location(), self.prefix)
+        if self.prefix.is_empty() {
+            self.inner.location()
+        } else {
+            format!("{} (topic files {}*)", self.inner.location(), self.prefix)
+        }
     }
 
     fn list(&self) -> Result<Vec<String>> {
+        self.list_prefix("")
+    }
+
+    fn list_prefix(&self, prefix: &str) -> Result<Vec<String>> {
+        let full = format!("{}{prefix}", self.prefix);
         Ok(self
             .inner
-            .list()?
+            .list_prefix(&full)?
             .into_iter()
             .filter_map(|n| n.strip_prefix(self.prefix.as_str()).map(str::to_owned))
             .collect())
@@ -106,8 +157,9 @@ mod tests {
     #[test]
     fn a_topic_sees_only_its_own_files() {
         let disk = MemStorage::new();
-        let a = TopicSpace::new(Arc::new(disk.clone()), 1, None);
-        let b = TopicSpace::new(Arc::new(disk.clone()), 11, None);
+        let store: Arc<dyn Storage> = Arc::new(disk.clone());
+        let a = TopicSpace::open(&store, 1, true, true, None).expect("space");
+        let b = TopicSpace::open(&store, 11, false, false, None).expect("space");
         a.create("topic.meta").expect("create");
         b.create("ledger-1.log").expect("create");
         assert_eq!(a.list().expect("list"), vec!["topic.meta".to_owned()]);
@@ -118,5 +170,31 @@ mod tests {
             vec!["t1-topic.meta".to_owned(), "t11-ledger-1.log".to_owned()]
         );
         assert!(a.create("../x").is_err());
+    }
+
+    #[test]
+    fn a_spaced_topic_on_real_files_has_a_directory_of_its_own() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store: Arc<dyn Storage> =
+            Arc::new(crate::storage::FileStorage::open(dir.path(), false).expect("open"));
+        assert!(
+            TopicSpace::open(&store, 3, true, false, None).is_err(),
+            "no directory yet"
+        );
+        let a = TopicSpace::open(&store, 3, true, true, None).expect("space");
+        let flat = TopicSpace::open(&store, 4, false, true, None).expect("space");
+        a.create("topic.meta").expect("create");
+        a.create("ledger-1.log").expect("create");
+        flat.create("topic.meta").expect("create");
+        assert_eq!(a.list().expect("list"), ["ledger-1.log", "topic.meta"]);
+        assert_eq!(a.list_prefix("led").expect("list"), ["ledger-1.log"]);
+        assert_eq!(flat.list().expect("list"), ["topic.meta"]);
+        // The store directory lists its own files only: the topic directory is not a file.
+        assert_eq!(store.list().expect("list"), ["t4-topic.meta"]);
+        assert!(dir.path().join("t3").join("topic.meta").is_file());
+        assert!(a.create("../t4-topic.meta").is_err());
+        // Reopened without `create`, the directory is found again.
+        let again = TopicSpace::open(&store, 3, true, false, None).expect("space");
+        assert_eq!(again.list().expect("list"), a.list().expect("list"));
     }
 }

@@ -1,5 +1,6 @@
 //! A storage wrapper for the entry-log tests: [`Hooked`] runs an in-memory disk whose files count
-//! their writes and fsyncs, can hold one fsync in progress, and can refuse to map.
+//! their writes and fsyncs, can hold one fsync in progress, and can refuse to map; it also counts
+//! the names its listings return.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
@@ -15,6 +16,8 @@ pub struct Hooks {
     pub writes: AtomicU64,
     /// `sync_data` calls so far.
     pub syncs: AtomicU64,
+    /// Names the directory's listings returned so far (`list` and `list_prefix`).
+    pub listed: AtomicU64,
     /// When set, the next `sync_data` meets the first barrier before it starts and the second
     /// before it proceeds, so a test can hold one fsync in progress.
     pub hold_next_sync: Mutex<Option<Arc<(Barrier, Barrier)>>>,
@@ -33,6 +36,15 @@ impl Hooked {
             disk,
             hooks: Arc::default(),
         }
+    }
+
+    fn count_listed(&self, names: ackstore::Result<Vec<String>>) -> ackstore::Result<Vec<String>> {
+        if let Ok(names) = &names {
+            self.hooks
+                .listed
+                .fetch_add(names.len() as u64, Ordering::SeqCst);
+        }
+        names
     }
 }
 
@@ -59,7 +71,10 @@ impl Storage for Hooked {
         self.disk.location()
     }
     fn list(&self) -> ackstore::Result<Vec<String>> {
-        self.disk.list()
+        self.count_listed(self.disk.list())
+    }
+    fn list_prefix(&self, prefix: &str) -> ackstore::Result<Vec<String>> {
+        self.count_listed(self.disk.list_prefix(prefix))
     }
     fn exists(&self, name: &str) -> ackstore::Result<bool> {
         self.disk.exists(name)

@@ -5,6 +5,11 @@
 //! journal (so evictions append partitions), and commits them all in one journal tick, the
 //! way the store's flusher does. The model keeps, per cursor, every ack made (the truth) and
 //! the acks of the last tick that returned `Ok` (the durable floor).
+//!
+//! On a disk that holds a store's catalog, a fleet is that store's journal: it reads the
+//! segments the catalog lists and lists the segments it creates there (by compare-and-set on
+//! the catalog version it read, so once another owner claims the store its next new segment is
+//! refused), as the store's own journal does.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -13,9 +18,11 @@ use ackstore::MemStorage;
 use ackstore::Position;
 use ackstore::internals::ackset::{PartitionKey, RangeSetWrapper};
 use ackstore::internals::format::cursor::PersistedState;
+use ackstore::internals::format::store::Catalog;
+use ackstore::internals::meta::{FileMetaStore, MetaStore};
 use ackstore::internals::store::index::CursorId;
 use ackstore::internals::store::journal::{
-    CursorFlush, Journal, JournalConfig, JournalPartitions, Seal,
+    CursorFlush, Journal, JournalConfig, JournalPartitions, Seal, SegmentHooks,
 };
 
 use super::workload::Rng;
@@ -40,6 +47,30 @@ pub fn cursor_ids() -> Vec<CursorId> {
 /// What each cursor acked, as positions.
 pub type Acks = BTreeMap<CursorId, BTreeSet<Position>>;
 
+/// Hooks that list a fleet's segments in the store catalog by compare-and-set from `version`.
+fn catalog_hooks(meta: Arc<dyn MetaStore>, version: u64) -> SegmentHooks {
+    let held = Arc::new(std::sync::Mutex::new(version));
+    let change = move |edit: fn(&mut Vec<u64>, u64)| {
+        let (meta, held) = (meta.clone(), held.clone());
+        Arc::new(move |seq: u64| -> ackstore::Result<()> {
+            let mut version = held.lock().expect("version");
+            let (_, bytes) = meta.get("store")?.expect("the store's catalog");
+            let mut catalog = Catalog::decode(&bytes).map_err(|c| c.in_record("store"))?;
+            edit(catalog.segments.get_or_insert_with(Vec::new), seq);
+            catalog.seals.retain(|s| s.segment != seq);
+            *version = meta.put("store", Some(*version), &catalog.encode())?;
+            Ok(())
+        })
+    };
+    SegmentHooks {
+        created: change(|list, seq| {
+            list.push(seq);
+            list.sort_unstable();
+        }),
+        deleted: change(|list, seq| list.retain(|&s| s != seq)),
+    }
+}
+
 /// Cursors backed by one journal.
 pub struct Fleet {
     /// The journal.
@@ -61,7 +92,23 @@ impl Fleet {
         budget: usize,
         seals: &[Seal],
     ) -> ackstore::Result<Self> {
-        let journal = Arc::new(Journal::open_sealed(Arc::new(disk.clone()), config, seals)?);
+        let storage: Arc<dyn ackstore::Storage> = Arc::new(disk.clone());
+        let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(storage.clone()));
+        let catalog = meta
+            .get("store")?
+            .map(|(v, bytes)| Catalog::decode(&bytes).map(|c| (v, c)))
+            .transpose()
+            .map_err(|c| c.in_record("store"))?;
+        let listed = catalog.as_ref().and_then(|(_, c)| c.segments.clone());
+        let journal = Arc::new(Journal::open_listed(
+            storage,
+            config,
+            seals,
+            listed.as_deref(),
+        )?);
+        if let Some((version, _)) = catalog {
+            journal.set_segment_hooks(catalog_hooks(meta, version));
+        }
         let cursors = cursor_ids()
             .into_iter()
             .map(|id| {

@@ -345,13 +345,14 @@ fn run_store(
     storage: &Arc<dyn Storage>,
     catalog: &ackstore::internals::format::store::Catalog,
 ) -> Result<ExitCode> {
-    let journal = ackstore::internals::store::journal::check_sealed(
+    let journal = ackstore::internals::store::journal::check_listed(
         storage.as_ref(),
         &ackstore::internals::store::journal_seals(catalog),
+        catalog.segments.as_deref(),
     )?;
     let mut topics = Vec::new();
     for topic in &catalog.topics {
-        let space = ackstore::internals::store::topic_storage(storage.clone(), topic.id);
+        let space = ackstore::internals::store::topic_storage(storage, catalog, topic.id)?;
         let mut findings = Vec::new();
         let view = collect(&space, false, &mut findings);
         topics.push((topic, view.ledgers.len(), view.cursors.len()));

@@ -49,6 +49,13 @@ pub struct Figures {
     pub tick_syncs: Vec<u64>,
     /// Restart: open, every topic, every cursor to its first read.
     pub restart: Duration,
+    /// The restart's phases: the store's open (its claim and the journal's scan; the
+    /// baseline has none), every topic's open, every cursor's open and first read.
+    pub restart_phases: [Duration; 3],
+    /// Creating the topics (with their entries) and the cursors, before the first tick.
+    pub setup: Duration,
+    /// The store's one ack memory budget (`None`: the baseline, a budget per cursor).
+    pub ack_memory_budget_bytes: Option<u64>,
     /// Threads of the process while the cursors were open.
     pub threads: usize,
     /// 99th percentile of the acks made while a tick ran, in microseconds.
@@ -57,6 +64,9 @@ pub struct Figures {
     pub acks_during_flush: usize,
     /// Resident ack bytes of every cursor after the last tick.
     pub resident_ack_bytes: u64,
+    /// The store's budget's peak of resident ack bytes after an operation ended (`None`: the
+    /// baseline).
+    pub resident_ack_peak_bytes: Option<u64>,
     /// Whether every cursor matched the truth after the restart.
     pub verified: bool,
     /// Cursors that did not.
@@ -77,16 +87,25 @@ impl Figures {
         let (median, max) = self.tick_median_max();
         let total = (shape.topics * shape.cursors).max(1);
         let restart_ms = self.restart.as_secs_f64() * 1e3;
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
         serde_json::json!({
             "topics": shape.topics,
             "cursors": shape.cursors,
             "total_cursors": shape.topics * shape.cursors,
+            "setup_ms": ms(self.setup),
             "flush_tick_ms": { "median": median, "max": max },
             "fsyncs_per_tick": self.tick_syncs.iter().copied().max().unwrap_or(0),
             "restart_ms": restart_ms,
+            "restart_phases_ms": {
+                "open": ms(self.restart_phases[0]),
+                "topics": ms(self.restart_phases[1]),
+                "cursors": ms(self.restart_phases[2]),
+            },
             "restart_per_cursor_us": restart_ms * 1e3 / total as f64,
+            "ack_memory_budget_bytes": self.ack_memory_budget_bytes,
             "threads": self.threads,
             "resident_ack_bytes": self.resident_ack_bytes,
+            "resident_ack_peak_bytes": self.resident_ack_peak_bytes,
             "ack_p99_us_during_flush": self.ack_p99_us,
             "acks_during_flush": self.acks_during_flush,
             "verified": self.verified,
@@ -151,6 +170,9 @@ fn ledger_config() -> LedgerConfig {
     }
 }
 
+/// The store's one ack memory budget: 64 MiB, the setting.
+const STORE_ACK_BUDGET: usize = 64 << 20;
+
 /// The topics and cursors of one run, however they are kept.
 struct Fleet {
     store: Option<Store>,
@@ -164,36 +186,49 @@ impl Fleet {
         format!("persistent://tenant/ns/topic-{t}")
     }
 
-    fn open(dir: &Path, baseline: bool, shape: &Shape) -> ackstore::Result<Self> {
+    /// Opens every topic and cursor, from `threads` threads (topics and their cursors spread
+    /// over them); `phases` gets the time of the store's open, of the topics' and of the
+    /// cursors'.
+    fn open(
+        dir: &Path,
+        baseline: bool,
+        shape: &Shape,
+        phases: &mut [Duration; 3],
+        threads: usize,
+    ) -> ackstore::Result<Self> {
+        let started = Instant::now();
         let (store, topics) = if baseline {
-            let topics = (0..shape.topics)
-                .map(|t| {
-                    ManagedLedger::open(dir.join(format!("t{t}")), ledger_config()).map(Arc::new)
-                })
-                .collect::<ackstore::Result<Vec<_>>>()?;
+            let topics = in_parallel(shape.topics, threads, |t| {
+                ManagedLedger::open(dir.join(format!("t{t}")), ledger_config()).map(Arc::new)
+            })?;
+            phases[1] = started.elapsed();
             (None, topics)
         } else {
             let store = Store::open(
                 dir,
                 StoreConfig {
                     ledger: ledger_config(),
+                    ack_memory_bytes: Some(STORE_ACK_BUDGET),
                     ..StoreConfig::default()
                 },
             )?;
-            let topics = (0..shape.topics)
-                .map(|t| store.topic(&Self::topic_name(t)))
-                .collect::<ackstore::Result<Vec<_>>>()?;
+            phases[0] = started.elapsed();
+            let topics = in_parallel(shape.topics, threads, |t| store.topic(&Self::topic_name(t)))?;
+            phases[1] = started.elapsed().saturating_sub(phases[0]);
             (Some(store), topics)
         };
-        let mut cursors = Vec::with_capacity(shape.topics * shape.cursors);
-        for (t, topic) in topics.iter().enumerate() {
-            for c in 0..shape.cursors {
-                cursors.push((
-                    t,
-                    topic.open_cursor(&format!("sub-{c}"), CursorOptions::default())?,
-                ));
-            }
-        }
+        let cursors_started = Instant::now();
+        let per_topic = in_parallel(shape.topics, threads, |t| {
+            (0..shape.cursors)
+                .map(|c| topics[t].open_cursor(&format!("sub-{c}"), CursorOptions::default()))
+                .collect::<ackstore::Result<Vec<_>>>()
+        })?;
+        let cursors = per_topic
+            .into_iter()
+            .enumerate()
+            .flat_map(|(t, cs)| cs.into_iter().map(move |c| (t, c)))
+            .collect();
+        phases[2] = cursors_started.elapsed();
         Ok(Self {
             store,
             topics,
@@ -230,21 +265,89 @@ impl Fleet {
     }
 }
 
-/// Runs the workload in `dir` (the store's directory, or the parent of the baseline's topic
-/// directories).
-pub fn run(dir: &Path, baseline: bool, shape: &Shape) -> ackstore::Result<Figures> {
-    let mut figures = Figures::default();
-    // Create: topics with their entries, then the cursors.
-    let fleet = Fleet::open(dir, baseline, shape)?;
+/// Threads that create the topics, their entries and their cursors before the first tick (a
+/// broker loads topics concurrently; the timed restart opens them from one thread).
+const SETUP_THREADS: usize = 8;
+
+/// `f(0..n)`, run from `threads` threads, in order.
+fn in_parallel<T: Send>(
+    n: usize,
+    threads: usize,
+    f: impl Fn(usize) -> ackstore::Result<T> + Sync,
+) -> ackstore::Result<Vec<T>> {
+    if threads <= 1 {
+        return (0..n).map(f).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut done: Vec<(usize, T)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads.min(n.max(1)))
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::SeqCst);
+                        if i >= n {
+                            return Ok(mine);
+                        }
+                        mine.push((i, f(i)?));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join().unwrap_or_else(|_| {
+                    Err(ackstore::Error::InvalidArgument {
+                        reason: "a set-up thread panicked".into(),
+                    })
+                })
+            })
+            .collect::<ackstore::Result<Vec<Vec<(usize, T)>>>>()
+    })?
+    .into_iter()
+    .flatten()
+    .collect();
+    done.sort_by_key(|(i, _)| *i);
+    Ok(done.into_iter().map(|(_, t)| t).collect())
+}
+
+/// Creates the topics, their cursors and their entries (synced); returns them with every
+/// topic's positions.
+fn set_up(
+    dir: &Path,
+    baseline: bool,
+    shape: &Shape,
+) -> ackstore::Result<(Fleet, Vec<Vec<Position>>)> {
+    let fleet = Fleet::open(
+        dir,
+        baseline,
+        shape,
+        &mut [Duration::ZERO; 3],
+        SETUP_THREADS,
+    )?;
     let payload = [0xA5_u8; 100];
-    let mut positions: Vec<Vec<Position>> = Vec::with_capacity(shape.topics);
-    for topic in &fleet.topics {
+    let positions = in_parallel(shape.topics, SETUP_THREADS, |t| {
+        let topic = &fleet.topics[t];
         let ps = (0..shape.entries)
             .map(|_| topic.append(&payload))
             .collect::<ackstore::Result<Vec<_>>>()?;
         topic.sync()?;
-        positions.push(ps);
-    }
+        Ok(ps)
+    })?;
+    Ok((fleet, positions))
+}
+
+/// Runs the workload in `dir` (the store's directory, or the parent of the baseline's topic
+/// directories).
+pub fn run(dir: &Path, baseline: bool, shape: &Shape) -> ackstore::Result<Figures> {
+    let mut figures = Figures {
+        ack_memory_budget_bytes: (!baseline).then_some(STORE_ACK_BUDGET as u64),
+        ..Figures::default()
+    };
+    let setup = Instant::now();
+    let (fleet, positions) = set_up(dir, baseline, shape)?;
+    figures.setup = setup.elapsed();
     figures.threads = threads_now();
     let total = fleet.cursors.len();
     let half = usize::try_from(shape.entries / 2)
@@ -320,6 +423,11 @@ pub fn run(dir: &Path, baseline: bool, shape: &Shape) -> ackstore::Result<Figure
         .get((latencies.len() * 99 / 100).min(latencies.len().saturating_sub(1)))
         .copied()
         .unwrap_or(0.0);
+    figures.resident_ack_peak_bytes = fleet
+        .store
+        .as_ref()
+        .and_then(Store::ack_memory_stats)
+        .map(|s| s.peak_resident_bytes as u64);
     figures.resident_ack_bytes = fleet
         .cursors
         .iter()
@@ -343,10 +451,12 @@ fn restart_and_verify(
 ) -> ackstore::Result<()> {
     // Restart: open, every topic, every cursor to its first read.
     let started = Instant::now();
-    let fleet = Fleet::open(dir, baseline, shape)?;
+    let fleet = Fleet::open(dir, baseline, shape, &mut figures.restart_phases, 1)?;
+    let reads = Instant::now();
     for (_, cursor) in &fleet.cursors {
         cursor.read_entries(1)?;
     }
+    figures.restart_phases[2] += reads.elapsed();
     figures.restart = started.elapsed();
 
     // Verify every entry of every cursor.

@@ -102,7 +102,8 @@ fn check_topic(storage: &Arc<dyn Storage>) -> Result<(Vec<Finding>, usize, usize
 }
 
 /// `verify` of a store directory: the catalog, the cursor journal (read only), then every topic
-/// of the catalog, its files named with their `t{id}-` prefix.
+/// of the catalog, its files named as they are in the store directory (`t{id}/...` or
+/// `t{id}-...`).
 fn run_store(
     args: &VerifyArgs,
     storage: &Arc<dyn Storage>,
@@ -110,12 +111,23 @@ fn run_store(
 ) -> Result<ExitCode> {
     let mut findings = Vec::new();
     let mut journal_records = 0;
-    match ackstore::internals::store::journal::check_sealed(
+    match ackstore::internals::store::journal::check_listed(
         storage.as_ref(),
         &ackstore::internals::store::journal_seals(catalog),
+        catalog.segments.as_deref(),
     ) {
         Ok(check) => {
             journal_records = check.records;
+            for stray in &check.strays {
+                findings.push(Finding {
+                    file: ackstore::internals::store::journal::segment_name(*stray),
+                    place: format!("journal segment {stray}"),
+                    what: "a segment the store's catalog does not list (a former owner's, or a \
+                           creation cut short): never read, removed by the next open"
+                        .into(),
+                    torn_tail: true,
+                });
+            }
             if let Some((segment, offset, bytes)) = check.torn_tail {
                 findings.push(Finding {
                     file: ackstore::internals::store::journal::segment_name(segment),
@@ -134,12 +146,25 @@ fn run_store(
     }
     let (mut ledgers, mut cursors) = (0, 0);
     for topic in &catalog.topics {
-        let space = ackstore::internals::store::topic_storage(storage.clone(), topic.id);
+        let space = match ackstore::internals::store::topic_storage(storage, catalog, topic.id) {
+            Ok(space) => space,
+            Err(e) => {
+                // A topic the catalog lists whose directory is gone: the store refuses to open
+                // the topic, so this is damage.
+                findings.push(Finding {
+                    file: ackstore::internals::store::topic_file(storage, catalog, topic.id, ""),
+                    place: format!("topic {}", topic.id),
+                    what: e.to_string(),
+                    torn_tail: false,
+                });
+                continue;
+            }
+        };
         let (found, l, c) = check_topic(&space)?;
         ledgers += l;
         cursors += c;
         findings.extend(found.into_iter().map(|f| Finding {
-            file: format!("t{}-{}", topic.id, f.file),
+            file: ackstore::internals::store::topic_file(storage, catalog, topic.id, &f.file),
             ..f
         }));
     }

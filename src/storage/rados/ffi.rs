@@ -99,6 +99,15 @@ unsafe extern "C" {
         more: *mut u8,
         prval: *mut c_int,
     );
+    pub fn rados_read_op_omap_get_vals2(
+        op: ReadOpT,
+        start_after: *const c_char,
+        filter_prefix: *const c_char,
+        max_return: u64,
+        iter: *mut OmapIterT,
+        more: *mut u8,
+        prval: *mut c_int,
+    );
     pub fn rados_read_op_operate(
         op: ReadOpT,
         io: IoctxT,

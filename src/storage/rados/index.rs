@@ -121,9 +121,12 @@ impl Shared {
         Ok(())
     }
 
-    /// Every name in the index, sorted (omap keys come in order).
-    pub(super) fn index_names(&self) -> Result<Vec<String>> {
+    /// Every name in the index that starts with `prefix` (all with `""`), sorted (omap keys
+    /// come in order). The OSD seeks to the prefix and returns only matching keys, so a
+    /// prefix's listing costs what it returns, not the whole index.
+    pub(super) fn index_names(&self, prefix: &str) -> Result<Vec<String>> {
         let index = cstring(INDEX_OBJECT)?;
+        let filter = cstring(prefix)?;
         let mut names: Vec<String> = Vec::new();
         loop {
             let after = cstring(names.last().map_or("", String::as_str))?;
@@ -138,9 +141,10 @@ impl Shared {
             let mut prval = 0;
             // SAFETY: live operation; the out-pointers outlive the `operate` below.
             let ret = unsafe {
-                ffi::rados_read_op_omap_get_keys2(
+                ffi::rados_read_op_omap_get_vals2(
                     op,
                     after.as_ptr(),
+                    filter.as_ptr(),
                     INDEX_PAGE,
                     &raw mut iter,
                     &raw mut more,
@@ -173,7 +177,9 @@ impl Shared {
             unsafe { ffi::rados_release_read_op(op) };
             if is_errno(ret, rustix::io::Errno::NOENT) {
                 // No index: no name was ever created in this namespace, or the index was lost.
-                return self.walk_names();
+                let mut walked = self.walk_names()?;
+                walked.retain(|n| n.starts_with(prefix));
+                return Ok(walked);
             }
             if ret < 0 || prval < 0 {
                 return Err(Error::io("list", &self.location, os_error(ret.min(prval))));
@@ -196,11 +202,11 @@ impl Shared {
     /// index by now: the index is read again after the stats, and the names new to it statted,
     /// until a read brings no new name. A file moved during the listing is then always seen
     /// under one of its names, as in a directory listed by one `getdents`.
-    pub(super) fn scan(&self) -> Result<Vec<(String, bool)>> {
+    pub(super) fn scan(&self, prefix: &str) -> Result<Vec<(String, bool)>> {
         let mut found = std::collections::BTreeMap::new();
         for _ in 0..SCAN_ROUNDS {
             let fresh: Vec<String> = self
-                .index_names()?
+                .index_names(prefix)?
                 .into_iter()
                 .filter(|name| !found.contains_key(name))
                 .collect();
@@ -269,9 +275,10 @@ impl Shared {
         Ok(gone)
     }
 
-    pub(super) fn list(&self) -> Result<Vec<String>> {
+    /// The names starting with `prefix` whose object exists (every name with `""`).
+    pub(super) fn list(&self, prefix: &str) -> Result<Vec<String>> {
         Ok(self
-            .scan()?
+            .scan(prefix)?
             .into_iter()
             .filter_map(|(name, present)| present.then_some(name))
             .collect())

@@ -163,7 +163,7 @@ impl RadosStorage {
     fn stamp_all(&self, epoch: u64) -> Result<()> {
         let shared = &self.shared;
         let text = epoch_text(epoch);
-        for (name, present) in shared.scan()? {
+        for (name, present) in shared.scan("")? {
             if !present {
                 shared.index_remove(&name)?;
                 continue;
