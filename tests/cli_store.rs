@@ -1,6 +1,8 @@
 //! `ackstore verify` on a store directory: the catalog, the cursor journal and every topic,
 //! healthy and damaged.
 
+mod support;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -153,4 +155,62 @@ fn perf_with_topics_runs_the_store_workload_and_its_baseline_and_verifies_every_
     // two syncs, and syncs the segment before it); the baseline once per cursor at least.
     assert!(report["fsyncs_per_tick"].as_u64() <= Some(4));
     assert!(report["baseline"]["fsyncs_per_tick"].as_u64() >= Some(12));
+}
+
+/// The committed sample of the flat layout (catalog version 2: every topic's files in the store
+/// directory) verifies clean and is listed by `inspect`, before and after the store opened it
+/// and created a topic in a directory of its own.
+#[test]
+fn verify_and_inspect_read_a_store_of_the_flat_layout_and_one_upgraded_by_an_open() {
+    let dir = support::samples::sample_dir("store-v2-flat");
+    let path = dir.path().to_str().unwrap();
+    let check = |topics: usize| {
+        let out = ackstore(&["verify", path, "--json"]);
+        let report = json(&out);
+        assert!(out.status.success(), "{report}");
+        assert_eq!(report["topics"], topics, "{report}");
+        assert_eq!(report["cursors"], 4, "{report}");
+        let out = ackstore(&["inspect", path, "--json"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(json(&out)["topics"].as_array().unwrap().len(), topics);
+    };
+    check(2);
+    let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+    let topic = store.topic("spaced").unwrap();
+    topic.append(b"m").unwrap();
+    topic.sync().unwrap();
+    drop(topic);
+    store.close().unwrap();
+    drop(store);
+    check(3);
+}
+
+/// A topic the catalog lists whose directory is gone is damage, named after the directory, and
+/// the store's other topics are still checked.
+#[test]
+fn verify_reports_a_listed_topic_whose_directory_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    sample_store(dir.path());
+    std::fs::remove_dir_all(dir.path().join("t2")).unwrap();
+    let out = ackstore(&["verify", dir.path().to_str().unwrap(), "--json"]);
+    let report = json(&out);
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    let findings = report["findings"].as_array().unwrap();
+    assert!(
+        findings
+            .iter()
+            .any(|f| f["file"] == "t2/" && f["torn_tail"] == false),
+        "{report}"
+    );
+    assert_eq!(report["cursors"], 1, "topic 1 is still checked: {report}");
+    assert!(matches!(
+        Store::open(dir.path(), StoreConfig::default())
+            .unwrap()
+            .topic("b"),
+        Err(ackstore::Error::Io { .. })
+    ));
 }

@@ -91,14 +91,6 @@ unsafe extern "C" {
     pub fn rados_write_op_omap_rm_keys(op: WriteOpT, keys: *const *const c_char, num: usize);
     pub fn rados_create_read_op() -> ReadOpT;
     pub fn rados_release_read_op(op: ReadOpT);
-    pub fn rados_read_op_omap_get_keys2(
-        op: ReadOpT,
-        start_after: *const c_char,
-        max_return: u64,
-        iter: *mut OmapIterT,
-        more: *mut u8,
-        prval: *mut c_int,
-    );
     pub fn rados_read_op_omap_get_vals2(
         op: ReadOpT,
         start_after: *const c_char,
