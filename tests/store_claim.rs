@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use ackstore::{
     CursorOptions, Error, LedgerConfig, MemStorage, Position, Storage, Store, StoreConfig,
 };
+use support::crash::{Points, cut_everywhere_after};
 use support::hooked::Hooked;
 use support::takeover;
 
@@ -489,5 +490,95 @@ fn a_store_written_with_the_flat_layout_opens_and_puts_new_topics_in_directories
             .expect("read")
             .payload,
         b"n"
+    );
+}
+
+/// A store whose owner's process died (no close): each topic's record still lists the ledger it
+/// was appending to with no count. Reopening records the count in memory only, so the restart writes
+/// no topic file; the topic's next record write makes the repair durable, and a power cut at any
+/// step of it reopens with every synced entry, before or after.
+#[test]
+fn a_restart_after_a_crash_writes_no_topic_record_and_repairs_it_with_the_next_write() {
+    let crashed = || {
+        let disk = MemStorage::new();
+        let store = Store::open_with_storage(Arc::new(disk.clone()), config(4)).expect("open");
+        let mut synced = Vec::new();
+        for t in 0..3 {
+            let topic = store.topic(&topic_name(t)).expect("topic");
+            let ps: Vec<Position> = (0..6)
+                .map(|_| topic.append(b"e").expect("append"))
+                .collect();
+            topic.sync().expect("sync");
+            let cursor = topic
+                .open_cursor("sub", CursorOptions::default())
+                .expect("cursor");
+            cursor.ack(ps[1]).expect("ack");
+            cursor.flush().expect("flush");
+            synced.push(ps);
+        }
+        // The owner's process dies (the page cache survives it): nothing is closed or sealed.
+        std::mem::forget(store);
+        (disk.crash_image(|_, _, live| live.to_vec()), synced)
+    };
+    let (disk, synced) = crashed();
+    let files = topic_files(&disk);
+    let store = Store::open_with_storage(Arc::new(disk.clone()), config(4)).expect("reopen");
+    for (t, ps) in synced.iter().enumerate() {
+        let topic = store.topic(&topic_name(t)).expect("topic");
+        for p in ps {
+            topic.read(*p).expect("a synced entry");
+        }
+        let cursor = topic
+            .open_cursor("sub", CursorOptions::default())
+            .expect("cursor");
+        assert!(cursor.is_acked(ps[1]).expect("is_acked"));
+        assert_eq!(cursor.read_entries(1).expect("read")[0].position, ps[0]);
+    }
+    assert_eq!(
+        topic_files(&disk),
+        files,
+        "the restart after a crash wrote a topic file"
+    );
+    drop(store);
+
+    // The first write of a topic after the restart, cut at every step.
+    cut_everywhere_after(
+        Points::EVERY,
+        |fresh| {
+            for (name, bytes) in disk.list().expect("list").iter().map(|n| {
+                let b = disk.live_bytes(n).expect("bytes");
+                (n.clone(), b)
+            }) {
+                let file = fresh.create(&name).expect("create");
+                file.write_all_at(&bytes, 0).expect("write");
+                file.sync_data().expect("sync");
+            }
+            fresh.sync_dir().expect("sync dir");
+        },
+        |fresh, ()| -> Option<Position> {
+            let store = Store::open_with_storage(Arc::new(fresh.clone()), config(4)).ok()?;
+            let topic = store.topic(&topic_name(0)).ok()?;
+            let p = topic.append(b"after").ok()?;
+            topic.sync().ok()?;
+            Some(p)
+        },
+        |fresh, cut, appended| {
+            let image = fresh.durable_image();
+            let store = Store::open_with_storage(Arc::new(image.clone()), config(4))
+                .unwrap_or_else(|e| panic!("{cut:?}: {e}"));
+            for (t, ps) in synced.iter().enumerate() {
+                let topic = store.topic(&topic_name(t)).expect("topic");
+                for p in ps {
+                    topic
+                        .read(*p)
+                        .unwrap_or_else(|e| panic!("{cut:?}: {p} lost: {e}"));
+                }
+                if t == 0
+                    && let Some(p) = appended
+                {
+                    assert_eq!(topic.read(p).expect("the new entry").payload, b"after");
+                }
+            }
+        },
     );
 }

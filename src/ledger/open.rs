@@ -134,14 +134,26 @@ pub(crate) fn open(
             None => dropped.push(rec.id),
         }
     }
+    // A topic of its own writes the repaired record now (its claim wrote one anyway). A
+    // store's topic keeps it in memory, to be written with its next record write, and deletes
+    // the dropped ledgers only after that write: a restart after a crash then writes nothing
+    // either. A crash before that write leaves the record as it was, which the next open
+    // repairs again; entries it then finds past this open's count were appended by a former
+    // owner after the store's claim, whose syncs all failed (`docs/cursors.md`, "Topics of a
+    // store").
+    let mut deferred = Vec::new();
     if ledgers != record.ledgers {
         let mut next = record.clone();
         next.ledgers.clone_from(&ledgers);
-        version = meta.put(TOPIC_RECORD, Some(version), &next.encode())?;
+        if claim_cursors {
+            version = meta.put(TOPIC_RECORD, Some(version), &next.encode())?;
+            for id in dropped {
+                log.delete_ledger(id)?;
+            }
+        } else {
+            deferred = dropped;
+        }
         record = next;
-    }
-    for id in dropped {
-        log.delete_ledger(id)?;
     }
 
     let spans: Vec<LedgerSpan> = ledgers.iter().map(span_of).collect();
@@ -161,6 +173,7 @@ pub(crate) fn open(
     };
     let mut core = TopicCore::new(log, meta, config, Layout::new(spans, next_index), writer);
     core.journal = journal;
+    core.defer_deletes(deferred);
     Ok(core)
 }
 

@@ -92,6 +92,10 @@ pub(crate) struct TopicCore {
     appended_cv: Condvar,
     /// For a topic of a store: the store's journal, through which its cursors persist.
     pub(crate) journal: Option<TopicJournal>,
+    /// Ledger files to delete once the topic record no longer lists them durably: empty
+    /// ledgers a store topic's open dropped from its record in memory only (see
+    /// `ledger::open`). Deleted after the next record write that succeeds.
+    deferred_deletes: Mutex<Vec<u64>>,
 }
 
 impl std::fmt::Debug for TopicCore {
@@ -128,6 +132,26 @@ impl TopicCore {
             appended: Mutex::new(0),
             appended_cv: Condvar::new(),
             journal: None,
+            deferred_deletes: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Ledgers to delete after the next record write (see `deferred_deletes`).
+    pub(crate) fn defer_deletes(&self, ledgers: Vec<u64>) {
+        lock(&self.deferred_deletes).extend(ledgers);
+    }
+
+    /// Deletes the deferred ledgers: the record just written no longer lists them. A failure
+    /// leaves the file for the next open (an orphan then), so it is not reported.
+    fn delete_deferred(&self) {
+        let ledgers: Vec<u64> = std::mem::take(&mut *lock(&self.deferred_deletes));
+        if ledgers.is_empty() {
+            return;
+        }
+        if let Ok(log) = self.log() {
+            for id in ledgers {
+                let _ = log.delete_ledger(id);
+            }
         }
     }
 
@@ -191,6 +215,7 @@ impl TopicCore {
         drop(committed);
         writer.version = version;
         writer.record = record;
+        self.delete_deferred();
         Ok(())
     }
 
@@ -315,6 +340,8 @@ impl TopicCore {
         };
         self.owned_version.store(version, Ordering::SeqCst);
         *committed = record;
+        drop(committed);
+        self.delete_deferred();
         Ok((start, end))
     }
 
