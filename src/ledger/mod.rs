@@ -302,9 +302,10 @@ impl ManagedLedger {
         self.core.log()
     }
 
-    /// Whether [`Self::close`] has run (a store opens such a topic again on its next use).
+    /// Whether [`Self::close`] has begun (a store opens such a topic again on its next use,
+    /// once this instance's last operation has ended).
     pub(crate) fn is_closed(&self) -> bool {
-        self.core.log().is_err()
+        self.core.is_closing() || self.core.log().is_err()
     }
 
     /// Closes every open cursor (each flushes its ack state), seals the open data ledger and

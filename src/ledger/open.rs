@@ -95,9 +95,15 @@ pub(crate) fn open(
     let (mut record, mut version, ids) = if claim_cursors {
         claim_topic(storage.as_ref(), meta.as_ref())?
     } else {
-        read_topic(storage.as_ref(), meta.as_ref())?
+        claim_store_topic(storage.as_ref(), meta.as_ref())?
     };
-    let log = Arc::new(EntryLog::open_locked(storage, config.log, guard)?);
+    // A store's topic cuts no torn tail: it never appends to a ledger it did not create, and a
+    // former owner that still runs may be writing the end of one while this open reads it.
+    let log = Arc::new(if claim_cursors {
+        EntryLog::open_locked(storage, config.log, guard)?
+    } else {
+        EntryLog::open_locked_keeping_tails(storage, config.log, guard)?
+    });
     log.reserve_ids(ids.0, ids.1, None);
     let on_disk: BTreeSet<u64> = log.ledger_ids().into_iter().collect();
     if !claim_cursors {
@@ -109,6 +115,12 @@ pub(crate) fn open(
     // Rule 3, cursor side: references held by cursor records, orphan cursor records.
     let (referenced, misplaced) =
         cursor_references(meta.as_ref(), &log, &record, &on_disk, claim_cursors)?;
+    // Nothing is deleted before the store is known to be still this owner's, checked after the
+    // files were listed: a ledger a newer owner created after its claim (which a former owner's
+    // open, still running, takes for an orphan) was created after the check's answer changed.
+    if let Some(tj) = &journal {
+        tj.check_store_owner()?;
+    }
     // Rule 2 (and 3 for files holding less than a header).
     settle_interrupted_creates(&log, &record, &referenced)?;
     if let Some(lost) = record.ledgers.iter().find(|l| !on_disk.contains(&l.id)) {
@@ -275,23 +287,32 @@ fn record_names(log: &EntryLog) -> Result<Vec<String>> {
     Ok(names)
 }
 
-/// Rule 1 for a topic of a store, which the store's claim fenced: reads the topic record
-/// without writing it (an empty one is created for a new topic); no ledger ids are reserved
-/// (an empty block: the first ledger reserves one). Returns it, its version and the block.
-fn read_topic(
+/// Rules 0 and 1 for a topic of a store: claims the topic record without writing a byte
+/// ([`MetaStore::claim`]: its bytes under the next version's name, no sync), so a former owner's
+/// record write still in flight either landed before the claim (and is read here) or fails;
+/// an empty record is created for a new topic. No ledger ids are reserved (an empty block: the
+/// first ledger reserves one). Returns the record, its version and the block.
+fn claim_store_topic(
     storage: &dyn Storage,
     meta: &dyn MetaStore,
 ) -> Result<(TopicRecord, u64, (u64, u64))> {
-    match meta.get(TOPIC_RECORD)? {
-        Some((version, bytes)) => {
-            let record = TopicRecord::decode(&bytes).map_err(|c| c.in_record(TOPIC_RECORD))?;
-            if record.topic_id != 0 {
-                return Ok((record, version, (0, 0)));
-            }
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let Some((version, bytes)) = meta.get(TOPIC_RECORD)? else {
+            return claim_topic(storage, meta);
+        };
+        let record = TopicRecord::decode(&bytes).map_err(|c| c.in_record(TOPIC_RECORD))?;
+        if record.topic_id == 0 {
             // A record of an earlier release, without an identity: the claim gives it one.
-            claim_topic(storage, meta)
+            return claim_topic(storage, meta);
         }
-        None => claim_topic(storage, meta),
+        match meta.claim(TOPIC_RECORD, version) {
+            Ok(claimed) => return Ok((record, claimed, (0, 0))),
+            // A former owner's write landed between the read and the claim: read it again.
+            Err(Error::Fenced { .. }) if attempts < CLAIM_ATTEMPTS => {}
+            Err(e) => return Err(e),
+        }
     }
 }
 

@@ -48,6 +48,9 @@ impl TopicCore {
         options: CursorOptions,
     ) -> Result<Cursor> {
         let mut w = self.writer();
+        if self.is_closing() {
+            return Err(Error::Closed);
+        }
         if let Some(open) = self.cursors().get(name).filter(|c| !c.is_closed()) {
             return Ok(Cursor::from_shared(open.clone()));
         }
@@ -61,6 +64,10 @@ impl TopicCore {
             .map(|c| c.id);
         let id = listed.unwrap_or(w.record.next_cursor_id);
         let record_name = cursor::record_name(id);
+        let identity = CursorIdentity {
+            cursor_id: id,
+            topic_id: w.record.topic_id,
+        };
         if let Some(tj) = self.journal.clone()
             && listed.is_some()
             && tj.committed_state(id).is_some()
@@ -68,10 +75,6 @@ impl TopicCore {
             // A cursor of a store's topic that the journal holds is recovered from the journal
             // alone: its record is not even read (the journal knows it by its topic's catalog
             // id and its own id, never by a name).
-            let identity = CursorIdentity {
-                cursor_id: id,
-                topic_id: w.record.topic_id,
-            };
             return self.open_journal_cursor(
                 &mut w,
                 name,
@@ -90,10 +93,6 @@ impl TopicCore {
                 .map_err(|c| c.in_record(record_name.as_str()))?
                 .check_identity(id, name, w.record.topic_id)?;
         }
-        let identity = CursorIdentity {
-            cursor_id: id,
-            topic_id: w.record.topic_id,
-        };
         let on_ledger = found
             .as_ref()
             .map(|(_, bytes)| CursorRecord::decode(bytes))

@@ -30,10 +30,6 @@ use crate::position::Position;
 /// Name of the topic's metadata record.
 pub const TOPIC_RECORD: &str = "topic";
 
-/// How many times one topic-record write of a store's topic replaces a former owner's write
-/// before it gives up (each former handle can slip in at most one write per ownership check).
-const REBASE_ATTEMPTS: u32 = 8;
-
 /// Ledger ids an owner reserves at a time in the topic record (at its open, then whenever it
 /// has used them up): every ledger file, data or cursor, gets an id from a block no other owner
 /// ever had, so two owners never create, or delete, a file of the same id.
@@ -73,6 +69,10 @@ pub(crate) struct TopicCore {
     /// A close failed (a cursor's flush or the seal): what it could not persist is lost, so a
     /// later close answers [`Error::Closed`], never `Ok`.
     close_failed: AtomicBool,
+    /// A close has begun: set under `writer`, so a cursor open (which holds `writer` until its
+    /// cursor is registered) either finished before the close saw the open cursors, or is
+    /// refused.
+    closing: AtomicBool,
     /// A topic-record write of this handle whose outcome is unknown (it failed and the store
     /// could not be read back): the version it would have created, its bytes and the record.
     /// Guarded by `committing`. Until it is settled, a stored record equal to it is this
@@ -125,6 +125,7 @@ impl TopicCore {
             writer: Mutex::new(writer),
             cursors: Mutex::new(BTreeMap::new()),
             close_failed: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
             uncertain: Mutex::new(None),
             adopted: AtomicBool::new(false),
             fence_reported: AtomicBool::new(false),
@@ -157,6 +158,17 @@ impl TopicCore {
 
     pub(crate) fn writer(&self) -> MutexGuard<'_, Writer> {
         lock(&self.writer)
+    }
+
+    /// Marks the topic closing, under `writer` (see `closing`).
+    fn writer_and_closing(&self) {
+        let _w = self.writer();
+        self.closing.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether a close has begun.
+    pub(crate) fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::SeqCst)
     }
 
     pub(crate) fn cursors(&self) -> MutexGuard<'_, BTreeMap<String, Arc<CursorShared>>> {
@@ -195,7 +207,7 @@ impl TopicCore {
         }
         // A block of ledger ids reserved since `writer` last committed stays reserved.
         record.next_ledger_id = record.next_ledger_id.max(committed.next_ledger_id);
-        let version = match self.put_record(&mut record) {
+        let version = match self.put_record(&record) {
             Ok(version) => version,
             Err((e, Some(version))) => {
                 // The new version is the record now (its write failed after it was linked, at
@@ -224,35 +236,13 @@ impl TopicCore {
     /// version: the write failed after its new version was linked (its directory sync, or the
     /// removal of older versions), so the record is this handle's write, durable or not.
     /// Caller holds `committing`.
-    ///
-    /// A topic of a store whose record was written by someone else while this handle still
-    /// owns the store (a former owner's write that slipped in between its last ownership check
-    /// and the store's claim, after this handle read the record) writes `record` over it, with
-    /// the next ledger and cursor ids raised to that write's: what the former owner recorded is
-    /// dropped (it was never acknowledged: its check after the write failed), and no id it
-    /// used is handed out again.
-    fn put_record(
-        &self,
-        record: &mut TopicRecord,
-    ) -> std::result::Result<u64, (Error, Option<u64>)> {
-        let mut owned = self.owned_version.load(Ordering::SeqCst);
-        let mut rebased = 0;
-        let (e, encoded) = loop {
-            let encoded = record.encode();
-            match self.meta.put(TOPIC_RECORD, Some(owned), &encoded) {
-                Ok(version) => return Ok(version),
-                Err(e @ Error::Fenced { .. }) => {
-                    if rebased < REBASE_ATTEMPTS
-                        && let Some(found) = self.rebase(record).map_err(|e| (e, None))?
-                    {
-                        rebased += 1;
-                        owned = found;
-                        continue;
-                    }
-                    return Err((self.fenced(e), None));
-                }
-                Err(e) => break (e, encoded),
-            }
+    fn put_record(&self, record: &TopicRecord) -> std::result::Result<u64, (Error, Option<u64>)> {
+        let owned = self.owned_version.load(Ordering::SeqCst);
+        let encoded = record.encode();
+        let e = match self.meta.put(TOPIC_RECORD, Some(owned), &encoded) {
+            Ok(version) => return Ok(version),
+            Err(e @ Error::Fenced { .. }) => return Err((self.fenced(e), None)),
+            Err(e) => e,
         };
         let linked = match self.meta.get(TOPIC_RECORD) {
             Ok(Some((version, bytes))) if version == owned + 1 && bytes == encoded => Some(version),
@@ -263,35 +253,6 @@ impl TopicCore {
             }
         };
         Err((e, linked))
-    }
-
-    /// After a compare-and-set of the topic record found another version: for a topic of a
-    /// store still owned by this handle's store, the version found, with `record`'s next ids
-    /// raised to that version's (see `put_record`); `None` for a topic of its own (the other
-    /// writer is a newer owner) or a record that is not this topic's. [`Error::Fenced`] when
-    /// the store is no longer this handle's.
-    fn rebase(&self, record: &mut TopicRecord) -> Result<Option<u64>> {
-        let Some(tj) = &self.journal else {
-            return Ok(None);
-        };
-        tj.check_store_owner()?;
-        let Some((version, bytes)) = self.meta.get(TOPIC_RECORD)? else {
-            return Ok(None);
-        };
-        let Ok(found) = TopicRecord::decode(&bytes) else {
-            return Ok(None);
-        };
-        if found.topic_id != record.topic_id || version <= self.owned_version.load(Ordering::SeqCst)
-        {
-            return Ok(None);
-        }
-        record.next_ledger_id = record.next_ledger_id.max(found.next_ledger_id);
-        record.next_cursor_id = record.next_cursor_id.max(found.next_cursor_id);
-        ::log::warn!(target: observe::LOG_TARGET,
-            "{}: the topic record was written at version {version} by a former owner of the \
-             store after this owner read it; this owner's record replaces it",
-            self.location);
-        Ok(Some(version))
     }
 
     /// Settles an uncertain write of ours (caller holds `committing`): `Some` with its version
@@ -328,7 +289,7 @@ impl TopicCore {
                 reason: "the topic has run out of ledger ids".into(),
             })?;
         record.next_ledger_id = end;
-        let version = match self.put_record(&mut record) {
+        let version = match self.put_record(&record) {
             Ok(version) => version,
             Err((e, Some(version))) => {
                 // Linked although the write failed: the ids are reserved, but not handed out.
@@ -604,6 +565,7 @@ impl TopicCore {
                 Ok(())
             };
         };
+        self.writer_and_closing();
         let open: Vec<_> = self.cursors().values().cloned().collect();
         let readers: Vec<_> = self.readers().drain(..).collect();
         for reader in readers.iter().filter_map(Weak::upgrade) {

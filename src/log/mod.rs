@@ -251,7 +251,7 @@ impl EntryLog {
     /// slot and is fsynced at every open. Sealed ledgers are not mapped until their first read.
     pub fn open(storage: Arc<dyn Storage>, config: LogConfig) -> Result<EntryLog> {
         let guard = storage.lock()?;
-        let log = Self::open_inner(storage, config, Some(guard))?;
+        let log = Self::open_inner(storage, config, Some(guard), true)?;
         for id in log.interrupted_creates() {
             log.delete_ledger(id)?;
         }
@@ -277,20 +277,33 @@ impl EntryLog {
         config: LogConfig,
         guard: LockGuard,
     ) -> Result<EntryLog> {
-        Self::open_inner(storage, config, Some(guard))
+        Self::open_inner(storage, config, Some(guard), true)
+    }
+
+    /// [`EntryLog::open_locked`] that cuts no torn tail: each is reported in
+    /// [`EntryLog::recovery_report`] and left in the file, and reads stop before it. For an
+    /// owner that never appends to a ledger it did not create (a topic of a store) and must not
+    /// shorten a file a former owner may still be writing while this open runs.
+    pub fn open_locked_keeping_tails(
+        storage: Arc<dyn Storage>,
+        config: LogConfig,
+        guard: LockGuard,
+    ) -> Result<EntryLog> {
+        Self::open_inner(storage, config, Some(guard), false)
     }
 
     /// Opens the log for reading only: takes no lock and never writes or truncates. Torn tails
     /// are reported in [`EntryLog::recovery_report`], not cut; reads stop before them. Every
     /// writing method returns [`Error::Unsupported`].
     pub fn open_read_only(storage: Arc<dyn Storage>, config: LogConfig) -> Result<EntryLog> {
-        Self::open_inner(storage, config, None)
+        Self::open_inner(storage, config, None, false)
     }
 
     fn open_inner(
         storage: Arc<dyn Storage>,
         config: LogConfig,
         guard: Option<LockGuard>,
+        cut_tails: bool,
     ) -> Result<EntryLog> {
         let read_only = guard.is_none();
         let stats = LogStatsCounters::new(storage.location());
@@ -303,8 +316,14 @@ impl EntryLog {
                 continue;
             };
             max_seen = max_seen.max(id);
-            let opened = match open_ledger(storage.as_ref(), id, config.recovery, read_only, &stats)
-            {
+            let opened = match open_ledger(
+                storage.as_ref(),
+                id,
+                config.recovery,
+                read_only,
+                cut_tails && !read_only,
+                &stats,
+            ) {
                 // Removed since the listing (by a former owner of the directory that does not
                 // know it lost it, or by an inspected directory's owner): as if not listed.
                 Err(e) if is_not_found(&e) => continue,
@@ -312,12 +331,18 @@ impl EntryLog {
             };
             match opened {
                 Opened::Ledger(ledger, repair) => {
-                    observe_open(&storage, id, ledger.damage(), repair.as_ref(), read_only);
+                    observe_open(
+                        &storage,
+                        id,
+                        ledger.damage(),
+                        repair.as_ref(),
+                        cut_tails && !read_only,
+                    );
                     ledgers.insert(id, ledger);
                     report.extend(repair);
                 }
                 Opened::Discarded(repair) => {
-                    observe_open(&storage, id, None, Some(&repair), read_only);
+                    observe_open(&storage, id, None, Some(&repair), cut_tails && !read_only);
                     interrupted.insert(id);
                     report.push(repair);
                 }
@@ -614,7 +639,7 @@ fn observe_open(
     id: u64,
     damage: Option<(u64, CorruptionKind)>,
     repair: Option<&TailRepair>,
-    read_only: bool,
+    cut: bool,
 ) {
     let at = storage.location();
     if let Some((offset, kind)) = damage {
@@ -623,10 +648,10 @@ fn observe_open(
              stay readable, later ones and writes are refused");
     }
     if let Some(r) = repair {
-        let done = if read_only {
-            "would be cut (read-only)"
-        } else {
+        let done = if cut {
             "cut"
+        } else {
+            "left in place (reads stop before them)"
         };
         ::log::warn!(target: observe::LOG_TARGET,
             "{at}: ledger {id}: {} bytes at offset {} {done} on open: {}",

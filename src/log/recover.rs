@@ -531,12 +531,14 @@ fn header_or_outcome(
     }
 }
 
-/// Opens ledger `ledger`, repairing (owner) or only reporting (read-only) a torn tail.
+/// Opens ledger `ledger`, repairing (`cut`: an owner that cuts tails) or only reporting
+/// (read-only, or an owner that leaves tails where they are) a torn tail.
 pub(crate) fn open_ledger(
     storage: &dyn Storage,
     ledger: u64,
     mode: RecoveryMode,
     read_only: bool,
+    cut: bool,
     stats: &LogStatsCounters,
 ) -> Result<Opened> {
     let name = ledger_file_name(ledger);
@@ -572,9 +574,10 @@ pub(crate) fn open_ledger(
         && let Some((sealed, footer_end)) =
             sealed_before_zeros(&mut win, file.as_ref(), &h, end, expected)?
     {
-        // Like an interrupted seal, cut in both modes: the zeros hold no entry.
+        // Like an interrupted seal, cut by an owner in either recovery mode: the zeros hold no
+        // entry.
         drop(win);
-        if !read_only {
+        if cut {
             file.set_len(footer_end)?;
         }
         prove(file.as_ref(), footer_end)?;
@@ -632,7 +635,7 @@ pub(crate) fn open_ledger(
         },
     };
     drop(win);
-    if !read_only && repair.is_some() {
+    if cut && repair.is_some() {
         file.set_len(end)?;
     }
     // Whole, undamaged and covered by the slots' claim: already durable.

@@ -42,6 +42,8 @@ const RECORD_SUFFIX: &str = ".meta";
 const TEMP_SUFFIX: &str = ".meta.tmp";
 /// Digits of the version in a record's file name.
 const VERSION_DIGITS: usize = 20;
+/// Names of one record past which a claim removes the older ones (after a directory sync).
+const CLAIM_NAMES: usize = 4;
 /// How often `get` lists the directory again when a file it listed was removed meanwhile (by
 /// another writer's cleanup, which only removes a version once a higher one exists).
 const READ_ATTEMPTS: usize = 64;
@@ -208,13 +210,16 @@ impl FileMetaStore {
             Err(e) => return Err(e),
         }
         let (version, payload) = decode_stored(&bytes).map_err(|c| c.in_record(name))?;
-        if found.version.is_some_and(|v| v != version) {
-            return Err(Self::corrupted(
+        // A claim (see `MetaStore::claim`) gives the bytes of a version a second name, one
+        // version up: the name's version counts. A name below the version inside is damage.
+        match found.version {
+            Some(named) if named < version => Err(Self::corrupted(
                 name,
                 CorruptionKind::InvalidField("version differs from the file name"),
-            ));
+            )),
+            Some(named) => Ok(Some(Current::Record(named, payload))),
+            None => Ok(Some(Current::Record(version, payload))),
         }
-        Ok(Some(Current::Record(version, payload)))
     }
 
     /// The state of `name` that `files` (its files, as [`files_in`] orders them) hold: only
@@ -477,6 +482,52 @@ impl MetaStore for FileMetaStore {
             }
         }
         Ok(records)
+    }
+
+    /// A hard link of `version`'s file under the name of `version + 1` (the `link(2)` that makes
+    /// a `put` atomic, without the write before it): no byte is written, so nothing needs a sync
+    /// for the claim to be safe after a power cut (the new name, if it survives, names the
+    /// durable bytes of `version`); it fences writers holding `version` as soon as it returns.
+    /// Older names are removed once a record has more than [`CLAIM_NAMES`] versions, after a
+    /// directory sync, so repeated claims without writes stay bounded.
+    fn claim(&self, name: &str, version: u64) -> Result<u64> {
+        validate_record_name(name)?;
+        let next = version.checked_add(1).ok_or_else(|| Error::LimitExceeded {
+            reason: format!("metadata record `{name}` has run out of versions"),
+        })?;
+        let writes = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
+        match self
+            .storage
+            .link(&version_file(name, version), &version_file(name, next))
+        {
+            Ok(()) => {}
+            // Another writer linked the next version first.
+            Err(e) if is_already_exists(&e) => {
+                return Err(self.fenced(name, Some(version), Some(next)));
+            }
+            // No file of `version`: another writer moved past it (and removed it), or the
+            // record is a legacy `{name}.meta`, which a real write migrates.
+            Err(e) if is_not_found(&e) => {
+                drop(writes);
+                return match self.current(name)? {
+                    Current::Record(v, bytes) if v == version => {
+                        self.put(name, Some(version), &bytes)
+                    }
+                    other => Err(self.fenced(name, Some(version), Some(other.version()))),
+                };
+            }
+            Err(e) => return Err(e),
+        }
+        let files = self.files_of(name)?;
+        if let Some(higher) = files.iter().find_map(|f| f.version.filter(|&v| v > next)) {
+            return Err(self.fenced(name, Some(version), Some(higher)));
+        }
+        if files.len() > CLAIM_NAMES {
+            self.storage.sync_dir()?;
+            self.remove_below(name, next, false)?;
+        }
+        drop(writes);
+        Ok(next)
     }
 
     /// Two name lookups: the file of `version` still exists and the next version's does not.

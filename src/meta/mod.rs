@@ -67,6 +67,26 @@ pub trait MetaStore: Send + Sync + std::fmt::Debug {
     fn is_current(&self, name: &str, version: u64) -> Result<bool> {
         Ok(self.get(name)?.is_some_and(|(v, _)| v == version))
     }
+
+    /// Claims record `name`, which the caller read at `version`: makes `version + 1` current
+    /// with the same bytes, so every writer still holding `version` is refused from now on
+    /// ([`Error::Fenced`] on its next `put`), and returns the new version. Safe after a power cut
+    /// at any point (the record is then at `version` or `version + 1`, the same bytes), but not
+    /// necessarily durable when it returns: a claim fences writers that run now. The default is
+    /// a `put` of the same bytes; stores may claim more cheaply.
+    ///
+    /// # Errors
+    /// [`Error::Fenced`] when the record is no longer at `version`; the errors of `put`.
+    fn claim(&self, name: &str, version: u64) -> Result<u64> {
+        let bytes = self
+            .get(name)?
+            .filter(|(v, _)| *v == version)
+            .map(|(_, b)| b)
+            .ok_or_else(|| Error::Fenced {
+                what: format!("metadata record `{name}` is no longer at version {version}"),
+            })?;
+        self.put(name, Some(version), &bytes)
+    }
 }
 
 /// A [`MetaStore`] whose writes are bracketed by an ownership check: `check` runs before
@@ -122,6 +142,13 @@ impl MetaStore for CheckedMeta {
 
     fn is_current(&self, name: &str, version: u64) -> Result<bool> {
         self.inner.is_current(name, version)
+    }
+
+    fn claim(&self, name: &str, version: u64) -> Result<u64> {
+        (self.check)()?;
+        let version = self.inner.claim(name, version)?;
+        (self.check)()?;
+        Ok(version)
     }
 }
 

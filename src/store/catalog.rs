@@ -90,32 +90,10 @@ impl CatalogHandle {
             id,
             name: name.to_owned(),
         });
-        match self
-            .meta
-            .put(STORE_RECORD, Some(self.version), &next.encode())
-        {
-            Ok(v) => {
-                self.version = v;
-                self.catalog = next;
-                Ok(id)
-            }
-            Err(e @ Error::Fenced { .. }) => Err(e),
-            Err(e) => {
-                // The write may or may not have happened: read back what is there, so the next
-                // attempt compares against the record's real version; the id is never reused
-                // either way, because a lost write keeps the old `next_topic_id` only if the
-                // topic was not recorded.
-                if let Some((v, bytes)) = self.meta.get(STORE_RECORD)?
-                    && let Ok(now) = Catalog::decode(&bytes)
-                    && now.store_id == self.catalog.store_id
-                    && (v == self.version || now == next)
-                {
-                    self.version = v;
-                    self.catalog = now;
-                }
-                Err(e)
-            }
-        }
+        // The id is never reused either way: a write that did not take keeps the old
+        // `next_topic_id` only with the topic unrecorded.
+        self.write(next)?;
+        Ok(id)
     }
 
     /// [`Error::Fenced`] when the catalog is no longer at the version this handle wrote last:
@@ -174,15 +152,35 @@ impl CatalogHandle {
     }
 
     /// Writes `next` over the version this handle holds, unless it changes nothing.
+    ///
+    /// A write that failed other than by being fenced (its directory sync, say) may still have
+    /// taken: the record is read back, and if it holds `next` at the next version this handle
+    /// adopts it (its ownership check then keeps passing) before the error is returned; if it
+    /// still holds this handle's version, nothing changed. Either way the caller learns of the
+    /// error, and no single owner is told it is fenced.
     fn write(&mut self, next: Catalog) -> Result<()> {
         if next == self.catalog {
             return Ok(());
         }
-        self.version = self
-            .meta
-            .put(STORE_RECORD, Some(self.version), &next.encode())?;
-        self.catalog = next;
-        Ok(())
+        let encoded = next.encode();
+        match self.meta.put(STORE_RECORD, Some(self.version), &encoded) {
+            Ok(v) => {
+                self.version = v;
+                self.catalog = next;
+                Ok(())
+            }
+            Err(e @ Error::Fenced { .. }) => Err(e),
+            Err(e) => {
+                if let Ok(Some((v, bytes))) = self.meta.get(STORE_RECORD)
+                    && v == self.version + 1
+                    && bytes == encoded
+                {
+                    self.version = v;
+                    self.catalog = next;
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Topic names in creation order.

@@ -110,6 +110,8 @@ struct Inner {
     topics: Mutex<HashMap<String, Arc<TopicSlot>>>,
     journal: Arc<Journal>,
     lock: Arc<LockGuard>,
+    /// Topics with an instance alive (one at a time per topic).
+    topic_locks: Arc<space::TopicLocks>,
     /// The flusher pool, once started; dropping it stops its threads.
     pool: Mutex<Option<flusher::Pool>>,
 }
@@ -122,15 +124,10 @@ impl Inner {
     /// flush reports it); otherwise the first error is returned, after the others committed.
     fn flush_tick(&self, keep_errors: bool) -> Result<StoreFlush> {
         let slots: Vec<Arc<TopicSlot>> = lock_topics(&self.topics).values().cloned().collect();
-        // A topic still opening holds its slot until it is open (it opens no cursor, so it
-        // never waits for a tick).
+        // A topic still opening is not waited for: it has no cursor yet.
         let cursors: Vec<_> = slots
             .iter()
-            .filter_map(|slot| {
-                slot.lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .clone()
-            })
+            .filter_map(|slot| slot.open())
             .flat_map(|t| t.open_cursors())
             .collect();
         let mut tick = self.journal.begin_tick();
@@ -157,8 +154,34 @@ impl Inner {
     }
 }
 
-/// A topic of the store: `None` until opened.
-type TopicSlot = Mutex<Option<Arc<ManagedLedger>>>;
+/// One topic name of the store: `opening` serializes opening that topic (its open may take a
+/// while, and other topics open meanwhile); `topic` is the instance, once open.
+#[derive(Debug, Default)]
+struct TopicSlot {
+    opening: Mutex<()>,
+    topic: Mutex<Option<Arc<ManagedLedger>>>,
+}
+
+impl TopicSlot {
+    /// The instance, if one is open (never waits for an open in progress).
+    fn open(&self) -> Option<Arc<ManagedLedger>> {
+        self.topic
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+            .filter(|t| !t.is_closed())
+    }
+
+    fn set(&self, topic: Option<Arc<ManagedLedger>>) -> Option<Arc<ManagedLedger>> {
+        std::mem::replace(
+            &mut *self
+                .topic
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            topic,
+        )
+    }
+}
 
 fn lock_topics(
     topics: &Mutex<HashMap<String, Arc<TopicSlot>>>,
@@ -237,6 +260,7 @@ impl Store {
             topics: Mutex::new(HashMap::new()),
             journal: Arc::new(journal),
             lock: Arc::new(lock),
+            topic_locks: Arc::default(),
             pool: Mutex::new(None),
         });
         if let Some(interval) = interval.filter(|_| threads > 0) {
@@ -281,11 +305,12 @@ impl Store {
         check_topic_name(name)?;
         let slot = self.topics().entry(name.to_owned()).or_default().clone();
         // Only this topic's slot is held while it opens: other topics open in parallel.
-        let mut slot = slot
+        let _opening = slot
+            .opening
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(t) = slot.as_ref().filter(|t| !t.is_closed()) {
-            return Ok(t.clone());
+        if let Some(t) = slot.open() {
+            return Ok(t);
         }
         let storage = &self.inner.storage;
         let mut catalog = self.catalog();
@@ -304,7 +329,7 @@ impl Store {
             id,
             spaced,
             false,
-            Some(self.inner.lock.clone()),
+            Some((self.inner.lock.clone(), self.inner.topic_locks.clone())),
         )?);
         let topic = Arc::new(ManagedLedger::open_in_store(
             space,
@@ -314,7 +339,7 @@ impl Store {
                 topic: id,
             },
         )?);
-        *slot = Some(topic.clone());
+        slot.set(Some(topic.clone()));
         Ok(topic)
     }
 
@@ -334,12 +359,7 @@ impl Store {
             .collect();
         let mut names: Vec<String> = slots
             .into_iter()
-            .filter(|(_, s)| {
-                s.lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .as_ref()
-                    .is_some_and(|t| !t.is_closed())
-            })
+            .filter(|(_, s)| s.open().is_some())
             .map(|(n, _)| n)
             .collect();
         names.sort();
@@ -354,12 +374,15 @@ impl Store {
     pub fn close(&self) -> Result<()> {
         let flushed = self.flush_all();
         let slots: Vec<Arc<TopicSlot>> = self.topics().drain().map(|(_, s)| s).collect();
+        // An open in progress finishes first: its topic is closed with the others.
         let topics: Vec<Arc<ManagedLedger>> = slots
             .iter()
             .filter_map(|s| {
-                s.lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .take()
+                let _opening = s
+                    .opening
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                s.set(None)
             })
             .collect();
         let mut first = flushed.err();

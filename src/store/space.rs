@@ -11,17 +11,77 @@
 //! - *flat* (topics of a store created by catalog version 1 or 2): the files `t{id}-{name}` in
 //!   the store directory itself.
 //!
-//! Either way a topic's listing, and so its open and every metadata read, costs what that topic
-//! holds, not what the store holds. Must never let a name of one topic reach another topic's
+//! A spaced topic's listing, and so its open and every metadata read, costs what that topic
+//! holds, not what the store holds; so does a flat topic's on the in-memory disk and RADOS. A
+//! flat topic on real files lists the whole store directory (what the earlier release paid for
+//! every topic): its files are not moved. Must never let a name of one topic reach another topic's
 //! files or the store's own: the inner name is checked by [`validate_name`], the prefix ends in
 //! `-`, which no generated store file name (`store.meta`, `journal-*`) starts with after a `t`
 //! and digits, and a topic directory's name has no `-` or `.`, so it is no file name of the
 //! store's.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::storage::{LockGuard, Storage, StorageFile, validate_name};
+
+/// How long a topic's open waits for the previous instance of the same topic to finish its
+/// last operation (a close returns before operations already running end).
+const REOPEN_WAIT: Duration = Duration::from_secs(30);
+
+/// The topics of one store that have an instance alive: one at a time per topic, so a topic
+/// closed and opened again never has two instances writing its files (the store's lock covers
+/// the directory, not each topic).
+#[derive(Debug, Default)]
+pub(crate) struct TopicLocks {
+    held: Mutex<HashSet<u64>>,
+    freed: Condvar,
+}
+
+impl TopicLocks {
+    /// Takes topic `id`, waiting up to [`REOPEN_WAIT`] for its previous instance to let go.
+    fn take(self: &Arc<Self>, id: u64, location: &str) -> Result<LockGuard> {
+        let deadline = Instant::now() + REOPEN_WAIT;
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        while held.contains(&id) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::Locked {
+                    path: location.into(),
+                });
+            }
+            held = self
+                .freed
+                .wait_timeout(held, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        held.insert(id);
+        Ok(LockGuard::new(Box::new(TopicHeld {
+            locks: self.clone(),
+            id,
+        })))
+    }
+}
+
+/// Topic `id` held; released when the instance's entry log goes.
+struct TopicHeld {
+    locks: Arc<TopicLocks>,
+    id: u64,
+}
+
+impl Drop for TopicHeld {
+    fn drop(&mut self) {
+        self.locks
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.id);
+        self.locks.freed.notify_all();
+    }
+}
 
 /// The part of the store's storage holding one topic's files.
 #[derive(Debug)]
@@ -29,15 +89,17 @@ pub(crate) struct TopicSpace {
     inner: Arc<dyn Storage>,
     /// Prepended to every name in `inner` (empty for a directory of the topic's own).
     prefix: String,
-    /// The store's lock, held as long as any topic of the store is open (`None` for tools that
-    /// only read).
-    _store_lock: Option<Arc<LockGuard>>,
+    /// The store's lock, held as long as any topic of the store is open, and the store's table
+    /// of topics with a live instance (`None` for tools that only read).
+    store_lock: Option<(Arc<LockGuard>, Arc<TopicLocks>)>,
+    id: u64,
 }
 
 impl TopicSpace {
     /// The files of topic `id` in `store` (the store's storage): in the directory `t{id}`
     /// when `spaced` and the storage has directories (made first with `create`), else under
-    /// the prefix `t{id}-`. Keeps `store_lock` held while the topic lives.
+    /// the prefix `t{id}-`. Keeps `store_lock` held while the topic lives; its own lock is
+    /// topic `id` in the store's [`TopicLocks`].
     ///
     /// # Errors
     /// [`crate::Error::Io`] when the topic's directory is missing (without `create`) or
@@ -47,7 +109,7 @@ impl TopicSpace {
         id: u64,
         spaced: bool,
         create: bool,
-        store_lock: Option<Arc<LockGuard>>,
+        store_lock: Option<(Arc<LockGuard>, Arc<TopicLocks>)>,
     ) -> Result<Self> {
         let own = if spaced {
             store.subdirectory(&dir_of(id), create)?
@@ -58,12 +120,14 @@ impl TopicSpace {
             Some(dir) => Self {
                 inner: dir,
                 prefix: String::new(),
-                _store_lock: store_lock,
+                store_lock,
+                id,
             },
             None => Self {
                 inner: store.clone(),
                 prefix: prefix_of(id),
-                _store_lock: store_lock,
+                store_lock,
+                id,
             },
         })
     }
@@ -142,10 +206,15 @@ impl Storage for TopicSpace {
     }
 
     /// The store holds the directory's lock for all its topics, and every open topic keeps it
-    /// held (even after the store handle is dropped); a topic is opened at most once per store
-    /// (the store's topic table), so its lock is the store's.
+    /// held (even after the store handle is dropped). A topic's own lock is its entry in the
+    /// store's [`TopicLocks`]: the instance's entry log holds it until its last operation ends,
+    /// and the next instance of the same topic waits for that (a tool that only reads takes
+    /// none).
     fn lock(&self) -> Result<LockGuard> {
-        Ok(LockGuard::new(Box::new(())))
+        match &self.store_lock {
+            Some((_, topics)) => topics.take(self.id, &self.location()),
+            None => Ok(LockGuard::new(Box::new(()))),
+        }
     }
 }
 

@@ -16,6 +16,8 @@ pub struct Hooks {
     pub writes: AtomicU64,
     /// `sync_data` calls so far.
     pub syncs: AtomicU64,
+    /// `sync_dir` calls so far.
+    pub dir_syncs: AtomicU64,
     /// Names the directory's listings returned so far (`list` and `list_prefix`).
     pub listed: AtomicU64,
     /// When set, the next `sync_data` meets the first barrier before it starts and the second
@@ -103,6 +105,7 @@ impl Storage for Hooked {
         self.disk.link(from, to)
     }
     fn sync_dir(&self) -> ackstore::Result<()> {
+        self.hooks.dir_syncs.fetch_add(1, Ordering::SeqCst);
         self.disk.sync_dir()
     }
     fn lock(&self) -> ackstore::Result<LockGuard> {

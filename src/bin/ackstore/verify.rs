@@ -221,6 +221,16 @@ fn check_against_record(storage: &Arc<dyn Storage>, findings: &mut Vec<Finding>)
     };
     let record = match inspect::read_topic(storage) {
         Ok(Some(record)) => record,
+        // No record and no ledger file: a topic created but never opened (a crash between a
+        // store's catalog write and the topic's first record write), which opens empty.
+        Ok(None)
+            if !storage
+                .list()?
+                .iter()
+                .any(|n| ackstore::internals::log::parse_ledger_file_name(n).is_some()) =>
+        {
+            return Ok(());
+        }
         Ok(None) => {
             damage(
                 dir::TOPIC_FILE.into(),

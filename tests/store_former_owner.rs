@@ -1,0 +1,420 @@
+//! A former owner of a store (its lock broken, it does not know) at work while a new owner claims
+//! the store, with the takeover placed at every storage operation of the former owner's call:
+//! the former owner never deletes, cuts or hides what the new owner wrote, and a record write of
+//! the former owner's that was in flight at the claim never undoes what the new owner then
+//! flushed.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+
+use ackstore::{
+    CursorOptions, Error, LedgerConfig, MemStorage, Position, Storage, Store, StoreConfig,
+};
+use support::takeover;
+
+fn config(per_ledger: u64) -> StoreConfig {
+    StoreConfig {
+        ledger: LedgerConfig {
+            max_entries_per_ledger: per_ledger,
+            ..LedgerConfig::default()
+        },
+        ..StoreConfig::default()
+    }
+}
+
+/// A store holding topic `t` with three synced entries and a cursor `sub` that acked the
+/// first one and flushed, closed cleanly.
+fn prepared(per_ledger: u64) -> MemStorage {
+    let disk = MemStorage::new();
+    let store = Store::open_with_storage(Arc::new(disk.clone()), config(per_ledger)).expect("open");
+    let topic = store.topic("t").expect("topic");
+    let ps: Vec<Position> = (0..3)
+        .map(|_| topic.append(b"p").expect("append"))
+        .collect();
+    topic.sync().expect("sync");
+    let c = topic
+        .open_cursor("sub", CursorOptions::default())
+        .expect("cursor");
+    c.ack(ps[0]).expect("ack");
+    c.flush().expect("flush");
+    drop(c);
+    drop(topic);
+    store.close().expect("close");
+    disk
+}
+
+/// A former owner opens a topic it had not opened yet while the new owner claims the store,
+/// opens the topic, creates a ledger, appends and syncs (`Ok`), at every step of that open: the
+/// former owner's open (which takes every ledger file its record read does not list for an
+/// orphan) never deletes the new owner's ledger, so the synced entry survives a restart.
+#[test]
+fn a_former_owners_topic_open_never_deletes_a_ledger_of_the_new_owner() {
+    // How many storage operations the former owner's open of `t` makes.
+    let steps = {
+        let disk = prepared(1_000);
+        let hooked = takeover::Disk {
+            disk: disk.clone(),
+            hook: Arc::default(),
+        };
+        let old = Store::open_with_storage(Arc::new(hooked.clone()), config(1_000)).expect("open");
+        let before = hooked.hook.count();
+        old.topic("t").expect("topic");
+        hooked.hook.count() - before
+    };
+    let mut failures = Vec::new();
+    for n in 1..=steps {
+        let disk = prepared(1_000);
+        let hooked = takeover::Disk {
+            disk: disk.clone(),
+            hook: Arc::default(),
+        };
+        let old = Store::open_with_storage(Arc::new(hooked.clone()), config(1_000)).expect("open");
+        let new: Arc<Mutex<Option<(Store, Position)>>> = Arc::default();
+        {
+            let (disk, new) = (disk.clone(), new.clone());
+            hooked.hook.arm(
+                n,
+                Box::new(move || {
+                    disk.break_lock();
+                    let store = Store::open_with_storage(Arc::new(disk), config(1_000))
+                        .expect("the new owner claims the store");
+                    let topic = store.topic("t").expect("the new owner opens the topic");
+                    let p = topic.append(b"new owner's entry").expect("append");
+                    topic.sync().expect("the new owner's sync");
+                    drop(topic);
+                    *new.lock().expect("slot") = Some((store, p));
+                }),
+            );
+        }
+        // The former owner's open of the topic; its outcome does not matter.
+        let _ = old.topic("t");
+        let (new, p) = new.lock().expect("slot").take().expect("the takeover ran");
+        let topic = new.topic("t").expect("topic");
+        let read_now = topic.read(p).map(|e| e.payload);
+        let closed = new.close();
+        drop((topic, new));
+        drop(old);
+        let again = Store::open_with_storage(Arc::new(disk.durable_image()), config(1_000));
+        let after = again
+            .and_then(|s| s.topic("t"))
+            .and_then(|t| t.read(p).map(|e| e.payload));
+        if !matches!(&after, Ok(b) if b == b"new owner's entry") {
+            failures.push(format!(
+                "takeover after step {n} of the former owner's open: the new owner's synced \
+                 entry {p}: read by the new owner {read_now:?}, its close {closed:?}, after a \
+                 restart {after:?}"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A former owner deletes a cursor while the new owner claims the store and, only consuming,
+/// acks and flushes that cursor (`Ok`), at every step of the deletion: the deletion's record
+/// write either landed before the new owner's topic claim (then the new owner never had the
+/// cursor) or is refused by it, so a cursor the new owner flushed is never gone after a restart.
+#[test]
+fn a_fenced_cursor_deletion_never_takes_effect_under_the_new_owner() {
+    let steps = {
+        let disk = prepared(1_000);
+        let hooked = takeover::Disk {
+            disk: disk.clone(),
+            hook: Arc::default(),
+        };
+        let old = Store::open_with_storage(Arc::new(hooked.clone()), config(1_000)).expect("open");
+        let topic = old.topic("t").expect("topic");
+        let before = hooked.hook.count();
+        topic.delete_cursor("sub").expect("delete");
+        hooked.hook.count() - before
+    };
+    let mut failures = Vec::new();
+    for n in 1..=steps {
+        let disk = prepared(1_000);
+        let hooked = takeover::Disk {
+            disk: disk.clone(),
+            hook: Arc::default(),
+        };
+        let old = Store::open_with_storage(Arc::new(hooked.clone()), config(1_000)).expect("open");
+        let old_topic = old.topic("t").expect("topic");
+        let new: Arc<Mutex<Option<Store>>> = Arc::default();
+        {
+            let (disk, new) = (disk.clone(), new.clone());
+            hooked.hook.arm(
+                n,
+                Box::new(move || {
+                    disk.break_lock();
+                    let store = Store::open_with_storage(Arc::new(disk), config(1_000))
+                        .expect("the new owner claims the store");
+                    store.topic("t").expect("the new owner opens the topic");
+                    *new.lock().expect("slot") = Some(store);
+                }),
+            );
+        }
+        let deleted = old_topic.delete_cursor("sub");
+        let new = new.lock().expect("slot").take().expect("the takeover ran");
+        // The new owner consumes: acks the second entry and flushes.
+        let topic = new.topic("t").expect("topic");
+        let cursor = topic
+            .open_cursor("sub", CursorOptions::default())
+            .expect("cursor");
+        cursor.ack(Position::new(1, 1)).expect("ack");
+        let flushed = cursor.flush();
+        drop(cursor);
+        drop(topic);
+        new.close().expect("close");
+        drop(new);
+        drop((old_topic, old));
+        let again =
+            Store::open_with_storage(Arc::new(disk.clone()), config(1_000)).expect("reopen");
+        let topic = again.topic("t").expect("topic");
+        let names = topic.cursor_names();
+        let cursor = topic
+            .open_cursor("sub", CursorOptions::default())
+            .expect("cursor");
+        let acked: Vec<bool> = (0..3)
+            .map(|e| cursor.is_acked(Position::new(1, e)).expect("is_acked"))
+            .collect();
+        if flushed.is_ok() && (names != ["sub"] || !acked[1]) {
+            failures.push(format!(
+                "takeover after step {n} of the former owner's delete_cursor (which returned \
+                 {deleted:?}): the new owner's flush returned Ok, yet after a restart the \
+                 cursors are {names:?} and `sub` has acked {acked:?}"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The same race for messages: were the fenced deletion of the only cursor to stand, a later
+/// `trim_consumed` would find no cursor and delete entries no one acknowledged. Every entry
+/// the new owner's cursor has not acknowledged stays readable.
+#[test]
+fn a_fenced_cursor_deletion_never_lets_a_trim_delete_unacknowledged_entries() {
+    // One entry per ledger: 1:0 .. 4:0 (ledger ids from the first block).
+    let prepared = || {
+        let disk = MemStorage::new();
+        let store = Store::open_with_storage(Arc::new(disk.clone()), config(1)).expect("open");
+        let topic = store.topic("t").expect("topic");
+        let ps: Vec<Position> = (0..4)
+            .map(|_| topic.append(b"p").expect("append"))
+            .collect();
+        topic.sync().expect("sync");
+        let c = topic
+            .open_cursor("sub", CursorOptions::default())
+            .expect("cursor");
+        c.ack(ps[0]).expect("ack");
+        c.flush().expect("flush");
+        drop(c);
+        drop(topic);
+        store.close().expect("close");
+        (disk, ps)
+    };
+    let (disk, ps) = prepared();
+    let hooked = takeover::Disk {
+        disk: disk.clone(),
+        hook: Arc::default(),
+    };
+    let old = Store::open_with_storage(Arc::new(hooked.clone()), config(1)).expect("open");
+    let old_topic = old.topic("t").expect("topic");
+    let new: Arc<Mutex<Option<Store>>> = Arc::default();
+    {
+        let (disk, new) = (disk.clone(), new.clone());
+        // Step 2: the former owner's pre-check (two lookups) has just passed.
+        hooked.hook.arm(
+            2,
+            Box::new(move || {
+                disk.break_lock();
+                let store = Store::open_with_storage(Arc::new(disk), config(1)).expect("claim");
+                store.topic("t").expect("the new owner opens the topic");
+                *new.lock().expect("slot") = Some(store);
+            }),
+        );
+    }
+    let deleted = old_topic.delete_cursor("sub");
+    assert!(matches!(deleted, Err(Error::Fenced { .. })), "{deleted:?}");
+    let new = new.lock().expect("slot").take().expect("the takeover ran");
+    {
+        let topic = new.topic("t").expect("topic");
+        let cursor = topic
+            .open_cursor("sub", CursorOptions::default())
+            .expect("the new owner's cursor");
+        cursor.ack(ps[1]).expect("ack");
+        cursor.flush().expect("the new owner's flush");
+    }
+    new.close().expect("close");
+    drop(new);
+    drop((old_topic, old));
+    let again = Store::open_with_storage(Arc::new(disk.clone()), config(1)).expect("reopen");
+    let topic = again.topic("t").expect("topic");
+    let names = topic.cursor_names();
+    let trimmed = topic.trim_consumed().expect("trim");
+    let unacked = topic.read(ps[2]).map(|e| e.payload);
+    assert!(
+        unacked.is_ok(),
+        "after the new owner's restart the cursors are {names:?}, a trim deleted ledgers \
+         {trimmed:?}, and entry {} that no cursor ever acknowledged is gone: {unacked:?}",
+        ps[2]
+    );
+}
+
+/// What [`SplitWrites`] runs between the two halves of a write.
+type Action = Box<dyn FnOnce() + Send>;
+
+/// A storage whose `write_all_at` of more than `min` bytes to a ledger file writes its first
+/// half, runs `action` once, then writes the rest: a write another reader can see half done,
+/// as a concurrent `pread` can on a real file system.
+#[derive(Clone)]
+struct SplitWrites {
+    disk: MemStorage,
+    action: Arc<Mutex<Option<Action>>>,
+    min: usize,
+}
+
+impl std::fmt::Debug for SplitWrites {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SplitWrites")
+    }
+}
+
+#[derive(Debug)]
+struct SplitFile {
+    inner: Arc<dyn ackstore::StorageFile>,
+    split: Option<SplitWrites>,
+}
+
+impl Storage for SplitWrites {
+    fn location(&self) -> String {
+        self.disk.location()
+    }
+    fn list(&self) -> ackstore::Result<Vec<String>> {
+        self.disk.list()
+    }
+    fn list_prefix(&self, prefix: &str) -> ackstore::Result<Vec<String>> {
+        self.disk.list_prefix(prefix)
+    }
+    fn exists(&self, name: &str) -> ackstore::Result<bool> {
+        self.disk.exists(name)
+    }
+    fn create(&self, name: &str) -> ackstore::Result<Arc<dyn ackstore::StorageFile>> {
+        let inner = self.disk.create(name)?;
+        Ok(Arc::new(SplitFile {
+            inner,
+            split: name.contains("ledger-").then(|| self.clone()),
+        }))
+    }
+    fn open(&self, name: &str) -> ackstore::Result<Arc<dyn ackstore::StorageFile>> {
+        let inner = self.disk.open(name)?;
+        Ok(Arc::new(SplitFile {
+            inner,
+            split: name.contains("ledger-").then(|| self.clone()),
+        }))
+    }
+    fn remove(&self, name: &str) -> ackstore::Result<()> {
+        self.disk.remove(name)
+    }
+    fn rename(&self, from: &str, to: &str) -> ackstore::Result<()> {
+        self.disk.rename(from, to)
+    }
+    fn link(&self, from: &str, to: &str) -> ackstore::Result<()> {
+        self.disk.link(from, to)
+    }
+    fn sync_dir(&self) -> ackstore::Result<()> {
+        self.disk.sync_dir()
+    }
+    fn lock(&self) -> ackstore::Result<ackstore::LockGuard> {
+        self.disk.lock()
+    }
+}
+
+impl ackstore::StorageFile for SplitFile {
+    fn size(&self) -> ackstore::Result<u64> {
+        self.inner.size()
+    }
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> ackstore::Result<()> {
+        self.inner.read_exact_at(buf, offset)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> ackstore::Result<()> {
+        if let Some(split) = &self.split
+            && buf.len() > split.min
+        {
+            let action = split.action.lock().expect("action").take();
+            if let Some(action) = action {
+                let half = buf.len() / 2;
+                self.inner.write_all_at(&buf[..half], offset)?;
+                action();
+                return self.inner.write_all_at(&buf[half..], offset + half as u64);
+            }
+        }
+        self.inner.write_all_at(buf, offset)
+    }
+    fn sync_data(&self) -> ackstore::Result<()> {
+        self.inner.sync_data()
+    }
+    fn set_len(&self, len: u64) -> ackstore::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn map(&self) -> ackstore::Result<ackstore::Mapped> {
+        self.inner.map()
+    }
+}
+
+/// A former owner's topic open meets the new owner's write in progress (half of it visible)
+/// at the end of the new owner's ledger: a topic of a store cuts no torn tail, so the new
+/// owner's write completes whole, its `sync` returns `Ok`, and its entries read back after a
+/// power cut.
+#[test]
+fn a_former_owners_topic_open_never_cuts_the_new_owners_write_in_progress() {
+    let disk = prepared(1_000);
+    let old = Store::open_with_storage(Arc::new(disk.clone()), config(1_000)).expect("open");
+    disk.break_lock();
+    let split = SplitWrites {
+        disk: disk.clone(),
+        action: Arc::default(),
+        min: 400,
+    };
+    let new = Store::open_with_storage(Arc::new(split.clone()), config(1_000)).expect("claim");
+    let topic = new.topic("t").expect("topic");
+    let ps: Vec<Position> = (0..3)
+        .map(|i| {
+            topic
+                .append(format!("entry {i} of the new owner {}", "x".repeat(200)).as_bytes())
+                .expect("append")
+        })
+        .collect();
+    let opened_by_old = Arc::new(Mutex::new(None));
+    {
+        let (old_open, opened_by_old) = (Arc::new(old), opened_by_old.clone());
+        *split.action.lock().expect("action") = Some(Box::new(move || {
+            // The former owner, which never opened `t`, opens it now.
+            let r = old_open.topic("t").map(drop);
+
+            *opened_by_old.lock().expect("slot") = Some(r);
+        }));
+    }
+    let synced = topic.sync();
+    let old_result = opened_by_old.lock().expect("slot").take();
+    assert!(
+        old_result.is_some(),
+        "the split write ran the former owner's open"
+    );
+    synced.expect("the new owner's sync");
+    let now: Vec<_> = ps
+        .iter()
+        .map(|p| topic.read(*p).map(|e| e.payload))
+        .collect();
+    drop(topic);
+    let closed = new.close();
+    drop(new);
+    let again = Store::open_with_storage(Arc::new(disk.durable_image()), config(1_000));
+    let after: ackstore::Result<Vec<Vec<u8>>> = again.and_then(|s| {
+        let t = s.topic("t")?;
+        ps.iter().map(|p| t.read(*p).map(|e| e.payload)).collect()
+    });
+    assert!(
+        after.is_ok(),
+        "the new owner's sync returned Ok (reads then: {now:?}, close {closed:?}); the former \
+         owner's open returned {old_result:?}; after a power cut the new owner's entries read \
+         {after:?}"
+    );
+}
