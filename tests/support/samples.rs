@@ -20,35 +20,32 @@ pub fn sample_dir(name: &str) -> tempfile::TempDir {
     dir
 }
 
-/// Ledger 4's partition 0 in the samples: about 40% of its first 6,000 entries acked, chosen by
-/// a fixed generator, so its record (a dense bitmap body, over 700 bytes) is too large to go
-/// inline with the pages of `cursor-v2-paged-torn-marker` and goes inline in `cursor-v2-multi`.
-pub fn scattered() -> Vec<Position> {
-    let mut x = 0x2545_f491_u64;
-    (0..6_000u64)
+/// Entries `first..first + count` of `ledger` that a fixed xorshift generator seeded with
+/// `seed` keeps: each one whose next draw `x` has `keep(x)`.
+fn drawn(ledger: u64, first: u64, count: u64, seed: u64, keep: fn(u64) -> bool) -> Vec<Position> {
+    let mut x = seed;
+    (first..first + count)
         .filter(|_| {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            x % 5 < 2
+            keep(x)
         })
-        .map(|e| Position::new(4, e))
+        .map(|e| Position::new(ledger, e))
         .collect()
+}
+
+/// Ledger 4's partition 0 in the samples: about 40% of its first 6,000 entries acked, chosen by
+/// a fixed generator, so its record (a dense bitmap body, over 700 bytes) is too large to go
+/// inline with the pages of `cursor-v2-paged-torn-marker` and goes inline in `cursor-v2-multi`.
+pub fn scattered() -> Vec<Position> {
+    drawn(4, 0, 6_000, 0x2545_f491, |x| x % 5 < 2)
 }
 
 /// Ledger 4's partition 1 in `cursor-v2-multi`: a random half of 60,000 entries, whose record
 /// (a dense bitmap body of 7.5 KiB) goes into an entry of its own.
 pub fn dense() -> Vec<Position> {
-    let mut x = 0x9e37_79b9_u64;
-    (0..60_000u64)
-        .filter(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x & 1 == 0
-        })
-        .map(|e| Position::new(4, (1 << 16) + e))
-        .collect()
+    drawn(4, 1 << 16, 60_000, 0x9e37_79b9, |x| x & 1 == 0)
 }
 
 /// The acks of the first flush of every v2 sample (mark-delete 3:0, epoch 2, property x = 7):
