@@ -86,6 +86,18 @@ pub struct FlushStats {
     pub batch_entries: u64,
 }
 
+/// How the last committed marker lists the partitions (for `inspect`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TableShape {
+    /// Partitions carried inline by the marker's rows or its index pages.
+    pub inline: u64,
+    /// Partitions in entries of their own.
+    pub separate: u64,
+    /// Index pages the marker lists (0: the table is inline in the marker, or the marker is of
+    /// an earlier kind).
+    pub pages: u64,
+}
+
 /// Counters of one cursor's persistence since its handle opened.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PersistStats {
@@ -347,6 +359,23 @@ impl CursorPersister {
     /// Makes the next flush roll over to a new cursor ledger whatever the old one's size.
     pub fn request_rollover(&mut self) {
         self.rollover_requested = true;
+    }
+
+    /// How the last committed marker lists the partitions (all zero after a snapshot, or
+    /// before any marker).
+    #[must_use]
+    pub fn table_shape(&self) -> TableShape {
+        let inline = self
+            .committed
+            .rows
+            .iter()
+            .filter(|r| r.location.inline_at.is_some())
+            .count() as u64;
+        TableShape {
+            inline,
+            separate: self.committed.rows.len() as u64 - inline,
+            pages: self.committed.pages.len() as u64,
+        }
     }
 
     /// Counters since this handle opened.

@@ -94,18 +94,25 @@ enum Layout {
 }
 
 impl CursorPersister {
-    /// Most rows and bytes of a page; a marker holds its table inline within the same bounds,
-    /// and within the room [`CursorPersister::property_room`] keeps for it.
+    /// Most rows and bytes of a page.
     pub(super) fn table_limits(&self) -> Limits {
-        let rows = self.rows_per_page();
         Limits {
-            rows,
+            rows: self.rows_per_page(),
             bytes: self
                 .config
                 .index_page_bytes
                 .min(self.max_entry_size())
-                .min(rows * ROW_LEN)
                 .max(1),
+        }
+    }
+
+    /// Most rows and bytes of rows a marker holds inline: a page's, within the room
+    /// [`CursorPersister::property_room`] keeps for the table (`rows * ROW_LEN`).
+    fn marker_limits(&self) -> Limits {
+        let page = self.table_limits();
+        Limits {
+            rows: page.rows,
+            bytes: page.bytes.min(page.rows * ROW_LEN),
         }
     }
 
@@ -358,8 +365,8 @@ impl CursorPersister {
         w: &mut Writing,
     ) -> Result<Layout> {
         let limits = self.table_limits();
-        let inline =
-            rows.is_empty() || (limits.fit_inline(rows) && state.encoded_len() <= limits.bytes);
+        let inline = rows.is_empty()
+            || (self.marker_limits().fit_inline(rows) && state.encoded_len() <= limits.bytes);
         if inline {
             return Ok(Layout::Inline(self.ready(w.target, rows, &mut w.cache)?));
         }
