@@ -1,4 +1,5 @@
-//! Byte layouts of the entries a cursor ledger holds: partition, marker, snapshot, index page.
+//! Byte layouts of the entries a cursor ledger holds: partition, marker, snapshot, index page,
+//! batch indexes, batch page, and the compact marker and index page (`compact.rs`).
 //!
 //! Owns: the encoding and verification of cursor-ledger entry payloads. Pure functions over byte
 //! slices; never does I/O, never panics, never allocates more than its input on decode (decoded
@@ -11,9 +12,11 @@
 //! offset  size  field
 //! 0       4     magic  b"AKCL"
 //! 4       1     version (1)
-//! 5       1     kind: 1 partition, 2 marker, 3 snapshot, 4 index page, 5 batch indexes
-//! 6       2     flags: 0, or FLAG_BATCH (bit 0) on a marker or snapshot that carries
-//!               batch-index state (a reader without batch support refuses the entry)
+//! 5       1     kind: 1 partition, 2 marker, 3 snapshot, 4 index page, 5 batch indexes,
+//!               6 batch page, 7 compact marker, 8 compact index page
+//! 6       2     flags: 0, or FLAG_BATCH (bit 0) on a marker (kind 2 or 7) or snapshot that
+//!               carries batch-index state (a reader without batch support refuses the entry),
+//!               and FLAG_BATCH_PAGED (bit 1) with it on a marker whose batch table is paged
 //! 8       n     body (per kind, below)
 //! 8+n     4     CRC32 (crc32fast, IEEE) of bytes [0, 8+n), little-endian
 //! ```
