@@ -70,7 +70,8 @@ pub struct FlushStats {
     pub entries: u64,
     /// Payload bytes appended.
     pub bytes: u64,
-    /// Partition entries appended.
+    /// Partitions whose changed contents were written: inline in an index page or the marker,
+    /// or in a partition entry of their own.
     pub partitions: u64,
     /// Index pages appended.
     pub pages: u64,
@@ -103,8 +104,9 @@ pub struct TableShape {
 pub struct PersistStats {
     /// The cursor ledger, once there is one.
     pub cursor_ledger: Option<u64>,
-    /// Bytes of the committed state: live partitions, index pages and the marker (or the
-    /// snapshot), which is what a recovery reads.
+    /// Bytes of the committed state: the partitions in entries of their own, the index pages
+    /// (which carry the small partitions inline) and the marker (or the snapshot), which is what
+    /// a recovery reads, less the entry log's frame header around each of those entries.
     pub persisted_bytes: u64,
     /// Entries appended to cursor ledgers (flushes and evictions).
     pub entries_written: u64,
@@ -120,7 +122,8 @@ pub struct PersistStats {
     pub snapshots: u64,
     /// Rollovers to a new cursor ledger.
     pub rollovers: u64,
-    /// Partition entries written by flushes (copies made by rollovers included).
+    /// Partitions whose changed contents flushes wrote (inline or in entries of their own; what
+    /// a rollover carries over unchanged is not counted).
     pub partitions_written: u64,
     /// Index pages written.
     pub pages_written: u64,
