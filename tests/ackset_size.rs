@@ -1,7 +1,9 @@
 //! Encoded and resident size of the ack set for the four ack patterns, against Pulsar's
-//! `MessageRange` encoding of the same ranges. Sizes are deterministic, so the targets are
-//! asserted; `cargo test --release --test ackset_size -- --nocapture` prints the table recorded in
-//! `docs/benchmarks.md`.
+//! `MessageRange` encoding of the same ranges; partition records alone against the entropy and
+//! Pulsar's `LongListMap` and roaring+LZ4; and the persisted state with its cursor-ledger framing
+//! (compact marker, pages, partition entries) against the same targets. Sizes are deterministic,
+//! so the targets are asserted; `cargo test --release --test ackset_size -- --nocapture` prints
+//! the tables recorded in `docs/benchmarks.md`.
 
 mod support;
 
@@ -265,6 +267,79 @@ fn encoded_size_is_at_most_half_of_pulsars_long_array_and_roaring_lz4() {
                     density.name()
                 );
             }
+        }
+    }
+}
+
+/// Data ledgers of the persisted-size test, each of [`LEDGER_ENTRIES`] entries (one partition,
+/// partly used, as in `ackstore perf`).
+const LEDGERS: u64 = 10;
+const LEDGER_ENTRIES: u64 = 50_000;
+
+/// `density` over [`LEDGERS`] ledgers, flushed once by a cursor's persistence (default
+/// settings, an in-memory disk): the bytes a recovery reads (`persisted_bytes`: the compact
+/// marker, its pages and the partitions in entries of their own), the entropy, the partition
+/// count, and Pulsar's `LongListMap` and roaring+LZ4 sizes of the same state.
+fn persisted(density: Density, seed: u64) -> (u64, f64, u64, u64, u64) {
+    use support::cursor_ledger::{Env, open_cursor};
+
+    let disk = ackstore::MemStorage::new();
+    let env = Env::open(&disk).expect("open");
+    let config = ackstore::CursorConfig::default();
+    let mut cursor = open_cursor(&env, &config).expect("cursor");
+    let mut entropy = 0.0;
+    let mut bitmaps = Vec::new();
+    for ledger in 1..=LEDGERS {
+        let flags = density.flags(LEDGER_ENTRIES, seed * 1_000 + ledger);
+        let mut acked = RoaringBitmap::new();
+        for (entry, _) in (0u64..).zip(&flags).filter(|(_, a)| **a) {
+            cursor.ack(Position::new(ledger, entry)).expect("ack");
+            acked.insert(u32::try_from(entry).expect("fits"));
+        }
+        entropy += entropy_bytes(LEDGER_ENTRIES, acked.len());
+        bitmaps.push((ledger, acked));
+    }
+    cursor.flush().expect("flush");
+    let persisted = cursor.persister.stats().persisted_bytes;
+    let partitions = cursor.acks.partitions().len() as u64;
+    let long_array = pulsar::long_list_map_bytes(bitmaps.iter().map(|(l, b)| (*l, b)));
+    let roaring_lz4 = pulsar::roaring_bytes(bitmaps.iter().map(|(l, b)| (*l, b)), lz4_len);
+    (persisted, entropy, partitions, long_array, roaring_lz4)
+}
+
+#[test]
+fn persisted_state_with_its_framing_meets_the_entropy_and_pulsar_targets() {
+    println!(
+        "| pattern | entropy B | persisted B | partitions | persisted / entropy | / LongListMap | / roaring+LZ4 |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for (seed, density) in (1..).zip(Density::ALL) {
+        let (persisted, entropy, partitions, long_array, roaring_lz4) = persisted(density, seed);
+        #[expect(clippy::cast_precision_loss, reason = "report figures")]
+        let (p, pp) = (persisted as f64, partitions as f64);
+        println!(
+            "| {} | {entropy:.0} | {persisted} | {partitions} | {:.3} | {:.3} | {:.3} |",
+            density.name(),
+            p / entropy,
+            ratio(persisted, long_array),
+            ratio(persisted, roaring_lz4),
+        );
+        assert!(
+            p <= 1.25 * entropy + 64.0 * pp,
+            "{}: {persisted} B > 1.25 x {entropy:.0} + 64 x {partitions}",
+            density.name()
+        );
+        assert!(
+            persisted <= long_array && persisted <= roaring_lz4,
+            "{}",
+            density.name()
+        );
+        if matches!(density, Density::Holes(_) | Density::Random(0.99)) {
+            assert!(
+                2 * persisted <= long_array && 2 * persisted <= roaring_lz4,
+                "{}: {persisted} B against {long_array} and {roaring_lz4}",
+                density.name()
+            );
         }
     }
 }

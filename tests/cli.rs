@@ -167,14 +167,25 @@ fn inspect_shows_ledgers_and_cursor_state_without_changing_the_directory() {
     // Entries 1, 4, ..., 34: 12 acked entries, none adjacent.
     assert_eq!(cursors[0]["acked_entries"], 12);
     assert_eq!(cursors[0]["acked_ranges"], 12);
+    // Acks in the four data ledgers: four small partitions, inline in the marker.
+    assert_eq!(
+        (
+            &cursors[0]["partitions_inline"],
+            &cursors[0]["partitions_separate"],
+            &cursors[0]["index_pages"]
+        ),
+        (&4.into(), &0.into(), &0.into())
+    );
     let after: Vec<_> = ledger_files(dir.path())
         .into_iter()
         .map(|(_, p)| std::fs::read(p).unwrap())
         .collect();
     assert_eq!(before, after, "inspect changed a ledger file");
-    // The table form names the cursor too.
+    // The table form names the cursor too, and its table's shape.
     let out = ackstore(&["inspect", dir.path().to_str().unwrap()]);
-    assert!(String::from_utf8_lossy(&out.stdout).contains("sub/../x"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("sub/../x"), "{text}");
+    assert!(text.contains("4 inline/0 own/0 pages"), "{text}");
 }
 
 #[test]

@@ -201,7 +201,9 @@ fn every_mode_migration_keeps_every_ack() {
 #[test]
 fn rollover_moves_every_partition_switches_the_record_and_deletes_the_old_ledger() {
     let config = CursorConfig {
-        cursor_ledger_max_entries: 20,
+        // Six small partitions travel inline in each marker: a flush appends one or two
+        // entries, so the ledger is full after a few flushes.
+        cursor_ledger_max_entries: 4,
         // Small enough that most partitions are cold when the rollover copies them.
         lru_capacity_bytes: 2_000,
         ..multi()
@@ -313,14 +315,22 @@ fn tens_of_thousands_of_partitions_page_their_table_and_recover() {
         }
         let full = cursor.flush().unwrap();
         assert_eq!(full.partitions, PARTITIONS);
-        // Half-full pages of the default 1024 rows.
-        assert_eq!(full.pages, PARTITIONS.div_ceil(512));
+        // Each partition (one entry acked) travels inline in a row of 5 to 9 bytes; pages are
+        // cut half full, at most 2 KiB of the default 4 KiB, so 7 to 9 bytes a row.
+        let rows_bytes = (5 * PARTITIONS, 9 * PARTITIONS);
+        assert!(
+            (rows_bytes.0.div_ceil(2048)..=rows_bytes.1.div_ceil(2048 - 16)).contains(&full.pages),
+            "{full:?}"
+        );
+        assert_eq!(full.entries, full.pages + 1, "only pages and the marker");
         assert!(full.commit_bytes < 2_000, "{full:?}");
         cursor
             .ack(Position::new(9, (PARTITIONS / 2) << 16 | 7))
             .unwrap();
         let one = cursor.flush().unwrap();
-        assert_eq!((one.partitions, one.pages, one.entries), (1, 1, 3));
+        // The changed partition is inline in the one page written again.
+        assert_eq!((one.partitions, one.pages, one.entries), (1, 1, 2));
+        assert!(one.bytes < 2_048 + 2_000, "{one:?}");
     }
     let env = Env::open(&disk).unwrap();
     let mut cursor = open_cursor(&env, &config).unwrap();

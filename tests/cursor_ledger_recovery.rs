@@ -11,8 +11,9 @@ use ackstore::internals::cursor::recover::RecoverySource;
 use ackstore::internals::cursor::verify::check_cursor_ledger;
 use ackstore::internals::format::cursor::{
     EntryKind, PageRef, PartitionEntry, PartitionRow, TableRef, encode_index_page, encode_marker,
-    encode_partition_entry, payload_crc,
+    encode_partition_entry, payload_crc, peek_kind,
 };
+use ackstore::internals::format::ledger::FRAME_HEADER_LEN;
 use ackstore::internals::log::{EntryMeta, ledger_file_name};
 use ackstore::{MemStorage, Storage};
 use support::cursor_ledger::{Cursor, Env, Model, check_bounds, model_of, open_cursor};
@@ -42,9 +43,14 @@ fn spread(partitions: u64, salt: u64) -> Vec<Position> {
 
 /// Two flushes: returns the disk, the state of each flush, and the cursor ledger id.
 fn two_flushes(partitions: u64) -> (MemStorage, Model, Model, u64) {
+    two_flushes_with(&config(), partitions)
+}
+
+/// As [`two_flushes`], with `config`.
+fn two_flushes_with(config: &CursorConfig, partitions: u64) -> (MemStorage, Model, Model, u64) {
     let disk = MemStorage::new();
     let env = Env::open(&disk).unwrap();
-    let mut cursor = open_cursor(&env, &config()).unwrap();
+    let mut cursor = open_cursor(&env, config).unwrap();
     let mut model = Model::default();
     ack_all(&mut cursor, &mut model, &spread(partitions, 1));
     cursor.flush().unwrap();
@@ -62,7 +68,12 @@ fn reopen(disk: &MemStorage) -> (Env, Cursor) {
 }
 
 fn recovered(disk: &MemStorage) -> (Model, Cursor) {
-    let (_env, mut cursor) = reopen(disk);
+    recovered_with(disk, &config())
+}
+
+fn recovered_with(disk: &MemStorage, config: &CursorConfig) -> (Model, Cursor) {
+    let env = Env::open(disk).unwrap();
+    let mut cursor = open_cursor(&env, config).unwrap();
     (model_of(&mut cursor).unwrap(), cursor)
 }
 
@@ -255,34 +266,46 @@ fn missing_cursor_ledger_falls_back_to_the_record() {
 
 #[test]
 fn cursor_ledger_without_valid_state_falls_back_to_the_record() {
-    let (disk, _, _, ledger) = two_flushes(3);
-    let name = ledger_file_name(ledger);
-    let env = Env::open(&disk).unwrap();
-    let first_payload = env.log.read(ledger, 0).unwrap().payload;
-    drop(env);
-    // Keep only the header and the first (partition) entry.
-    let bytes = disk.live_bytes(&name).unwrap();
-    let keep = bytes
-        .windows(first_payload.len())
-        .position(|w| w == first_payload.as_slice())
-        .unwrap()
-        + first_payload.len()
-        + 4;
-    disk.set_bytes(&name, bytes[..keep].to_vec()).unwrap();
-    let (got, cursor) = recovered(&disk);
-    assert_eq!(
-        cursor.report.clone().unwrap().source,
-        RecoverySource::Record
-    );
-    assert!(got.acks.is_empty());
-    drop(cursor);
-    // The cursor keeps working: a flush after this recovery is recovered next time.
-    let (env, mut cursor) = reopen(&disk);
-    cursor.ack(Position::new(5, 77)).unwrap();
-    cursor.flush().unwrap();
-    drop((env, cursor));
-    let (got, _) = recovered(&disk);
-    assert!(got.acks.contains(&Position::new(5, 77)));
+    // With pages too small for any partition inline, the ledger starts with partition
+    // entries; with the default, with the first marker (its partitions inline).
+    let separate = CursorConfig {
+        index_page_bytes: 8,
+        ..config()
+    };
+    for config in [separate, config()] {
+        let (disk, _, _, ledger) = two_flushes_with(&config, 3);
+        let name = ledger_file_name(ledger);
+        let env = Env::open(&disk).unwrap();
+        let first_marker = (0..env.log.entry_count(ledger).unwrap())
+            .map(|e| env.log.read(ledger, e).unwrap().payload)
+            .find(|p| peek_kind(p).unwrap() == EntryKind::CompactMarker)
+            .unwrap();
+        drop(env);
+        // Keep everything before the first marker, and four torn bytes of its frame.
+        let bytes = disk.live_bytes(&name).unwrap();
+        let keep = bytes
+            .windows(first_marker.len())
+            .position(|w| w == first_marker.as_slice())
+            .unwrap()
+            - FRAME_HEADER_LEN
+            + 4;
+        disk.set_bytes(&name, bytes[..keep].to_vec()).unwrap();
+        let (got, cursor) = recovered_with(&disk, &config);
+        assert_eq!(
+            cursor.report.clone().unwrap().source,
+            RecoverySource::Record
+        );
+        assert!(got.acks.is_empty());
+        drop(cursor);
+        // The cursor keeps working: a flush after this recovery is recovered next time.
+        let env = Env::open(&disk).unwrap();
+        let mut cursor = open_cursor(&env, &config).unwrap();
+        cursor.ack(Position::new(5, 77)).unwrap();
+        cursor.flush().unwrap();
+        drop((env, cursor));
+        let (got, _) = recovered_with(&disk, &config);
+        assert!(got.acks.contains(&Position::new(5, 77)));
+    }
 }
 
 #[test]

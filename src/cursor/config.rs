@@ -25,8 +25,14 @@ pub struct CursorConfig {
     pub max_ranges_single_entry: u64,
     /// What a single-entry snapshot does past its limits.
     pub on_single_entry_overflow: OverflowPolicy,
-    /// Rows per index page of the persisted ack state, and most rows a marker holds inline.
+    /// Most rows an index page of the persisted ack state holds, and most rows a marker holds
+    /// inline.
     pub index_page_rows: usize,
+    /// Most bytes an index page of the persisted ack state takes, and most bytes of rows a
+    /// marker holds inline. A partition whose encoding takes at most a quarter of this is
+    /// carried inline by its row rather than in an entry of its own, so a flush after one ack
+    /// writes one page of at most this size, at most one partition entry, and the marker.
+    pub index_page_bytes: usize,
     /// On recovery, read and CRC-check every partition a marker references before accepting it.
     pub verify_on_recover: bool,
     /// How often a background thread flushes each cursor that changed (`None`: only `flush`,
@@ -52,6 +58,7 @@ impl Default for CursorConfig {
             max_ranges_single_entry: 10_000,
             on_single_entry_overflow: OverflowPolicy::Error,
             index_page_rows: 1024,
+            index_page_bytes: 4096,
             verify_on_recover: true,
             flush_interval: None,
             ack_memory: None,

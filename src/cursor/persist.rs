@@ -5,11 +5,13 @@
 //! is written only through the persister's `RecordOwner` (`record.rs`: compare-and-set, owner
 //! check, fence, failure latch).
 //!
-//! - [`PersistMode::MultiEntry`] (default): each dirty partition becomes its own entry, then
-//!   a marker (mark-delete, epoch, properties, and for every live partition the entry that holds
-//!   it with its CRC; inline, or through index pages when the table is large) is appended, then
-//!   the ledger is synced. The marker is the commit point, and only references entries of its
-//!   own ledger written before it. Only then are the written partitions marked clean.
+//! - [`PersistMode::MultiEntry`] (default): each dirty partition is written, a small one inline
+//!   in its row of the compact partition table, a larger one as its own entry; the table's
+//!   changed index pages follow, then a compact marker (mark-delete, epoch, properties, and the
+//!   table: its rows, or references to its pages, each with its CRC) is appended, then the
+//!   ledger is synced (`persist/multi.rs`). The marker is the commit point, and only references
+//!   entries of its own ledger written before it. Only then are the written partitions marked
+//!   clean.
 //! - Batch-index acks (`persist/batch.rs`): a partition whose partial entries changed gets a
 //!   batch-index entry before the marker, which lists every partition's in its batch table
 //!   (inline, or through batch pages when it has more than 16 rows); a snapshot carries them
@@ -26,7 +28,7 @@
 //! Must never: reference an entry of another ledger or a later entry from a marker; delete a
 //! ledger the record may still point to; write the record except by compare-and-set.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
@@ -35,9 +37,8 @@ use crate::cursor::batch::BatchAcks;
 use crate::error::{Error, Result};
 pub use crate::format::cursor::PersistedState;
 use crate::format::cursor::{
-    BATCH_ROW_LEN, BatchRef, BatchRow, EntryKind, PageRef, PartitionRow, ROW_LEN, TableRef,
-    batch_page_len, encode_batch_page, encode_index_page, encode_marker_with_batch_ref,
-    index_page_len, marker_len, payload_crc,
+    BATCH_ROW_LEN, BatchRow, EntryKind, PageRef, ROW_LEN, TableRef, batch_page_len,
+    encode_batch_page, index_page_len, marker_len, payload_crc,
 };
 use crate::format::meta::{CursorIdentity, CursorRecord};
 use crate::log::EntryLog;
@@ -50,12 +51,13 @@ use super::record::Fence;
 use super::record::{RecordOwner, VersionedRecord, read_record};
 use super::snapshot::build_snapshot;
 use super::store::{
-    CursorLedgerStore, Location, Shared, SharedState, append_entry, ensure_ledger,
-    read_partition_payload, write_partition,
+    CursorLedgerStore, EntryCache, Location, Shared, SharedState, append_entry, ensure_ledger,
+    read_stored, stored_as_payload, write_partition_payload,
 };
-use super::table::{CommittedTable, PagePlan, plan_pages};
+use super::table::CommittedTable;
 
 mod batch;
+mod multi;
 pub(crate) use batch::{BATCH_INLINE_ROWS, BatchLocation, BatchTable};
 
 /// Flushes between refreshes of the cursor record's fallback mark-delete.
@@ -68,7 +70,8 @@ pub struct FlushStats {
     pub entries: u64,
     /// Payload bytes appended.
     pub bytes: u64,
-    /// Partition entries appended.
+    /// Partitions whose changed contents were written: inline in an index page or the marker,
+    /// or in a partition entry of their own.
     pub partitions: u64,
     /// Index pages appended.
     pub pages: u64,
@@ -84,13 +87,26 @@ pub struct FlushStats {
     pub batch_entries: u64,
 }
 
+/// How the last committed marker lists the partitions (for `inspect`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TableShape {
+    /// Partitions carried inline by the marker's rows or its index pages.
+    pub inline: u64,
+    /// Partitions in entries of their own.
+    pub separate: u64,
+    /// Index pages the marker lists (0: the table is inline in the marker, or the marker is of
+    /// an earlier kind).
+    pub pages: u64,
+}
+
 /// Counters of one cursor's persistence since its handle opened.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PersistStats {
     /// The cursor ledger, once there is one.
     pub cursor_ledger: Option<u64>,
-    /// Bytes of the committed state: live partitions, index pages and the marker (or the
-    /// snapshot), which is what a recovery reads.
+    /// Bytes of the committed state: the partitions in entries of their own, the index pages
+    /// (which carry the small partitions inline) and the marker (or the snapshot), which is what
+    /// a recovery reads, less the entry log's frame header around each of those entries.
     pub persisted_bytes: u64,
     /// Entries appended to cursor ledgers (flushes and evictions).
     pub entries_written: u64,
@@ -106,7 +122,8 @@ pub struct PersistStats {
     pub snapshots: u64,
     /// Rollovers to a new cursor ledger.
     pub rollovers: u64,
-    /// Partition entries written by flushes (copies made by rollovers included).
+    /// Partitions whose changed contents flushes wrote (inline or in entries of their own; what
+    /// a rollover carries over unchanged is not counted).
     pub partitions_written: u64,
     /// Index pages written.
     pub pages_written: u64,
@@ -347,6 +364,23 @@ impl CursorPersister {
         self.rollover_requested = true;
     }
 
+    /// How the last committed marker lists the partitions (all zero after a snapshot, or
+    /// before any marker).
+    #[must_use]
+    pub fn table_shape(&self) -> TableShape {
+        let inline = self
+            .committed
+            .rows
+            .iter()
+            .filter(|r| r.location.inline_at.is_some())
+            .count() as u64;
+        TableShape {
+            inline,
+            separate: self.committed.rows.len() as u64 - inline,
+            pages: self.committed.pages.len() as u64,
+        }
+    }
+
     /// Counters since this handle opened.
     #[must_use]
     pub fn stats(&self) -> PersistStats {
@@ -576,95 +610,9 @@ impl CursorPersister {
         })
     }
 
-    /// Writes the partitions that need it, the changed index pages and the marker to `target`,
-    /// syncs, switches the record if needed, then marks the written partitions clean.
-    fn write_multi(
-        &mut self,
-        state: &PersistedState,
-        acks: &mut RangeSetWrapper,
-        batch: &BatchAcks,
-        target: u64,
-        rollover: bool,
-    ) -> Result<FlushStats> {
-        let mut flush = FlushStats::default();
-        let old = self.cursor_ledger();
-        let dirty: HashSet<_> = acks.dirty_keys().into_iter().collect();
-        let mut fresh_locations = BTreeMap::new();
-        let live = acks.partitions();
-        let mut rows = Vec::with_capacity(live.len());
-        let mut state_bytes = 0;
-        for (key, _) in live {
-            let existing = self.shared.lock().locations.get(&key).copied();
-            let current = existing.filter(|l| acks.stored_copy_current(key, l.cardinality));
-            let location = match current {
-                Some(l) if rollover => self.copy_partition(old, target, key, &l)?,
-                Some(l) => l,
-                None => {
-                    let bitmap = acks.bitmap(key)?.unwrap_or_default();
-                    flush.partitions += 1;
-                    write_partition(&self.log, &self.shared, target, key, &bitmap)?
-                }
-            };
-            if rollover {
-                fresh_locations.insert(key, location);
-            } else {
-                self.shared.lock().locations.insert(key, location);
-            }
-            let row = PartitionRow {
-                ledger_id: key.ledger_id,
-                chunk: key.chunk,
-                entry_id: location.entry_id,
-                crc: location.crc,
-                cardinality: location.cardinality,
-            };
-            rows.push(row);
-            state_bytes += location.len;
-        }
-        let pages = self.write_pages(target, &rows, rollover, &mut flush)?;
-        let batch_table = self.write_batch(batch, target, rollover, &mut flush)?;
-        let batch_rows: Vec<BatchRow> = batch_table.values().map(|l| l.row).collect();
-        let batch_pages =
-            self.write_batch_pages(&batch_table, &batch_rows, target, rollover, &mut flush)?;
-        let table = if pages.is_empty() {
-            TableRef::Inline(&rows)
-        } else {
-            TableRef::Paged(&pages)
-        };
-        let batch_ref = if batch_pages.is_empty() {
-            BatchRef::Inline(&batch_rows)
-        } else {
-            BatchRef::Paged(&batch_pages)
-        };
-        let marker = encode_marker_with_batch_ref(state, table, batch_ref)?;
-        let fresh = rollover.then_some(fresh_locations);
-        self.commit(target, EntryKind::Marker, &marker, state, fresh)?;
-        for key in dirty {
-            acks.mark_persisted(key);
-        }
-        self.stats.markers += 1;
-        self.stats.persisted_bytes = state_bytes
-            + batch_table.values().map(|l| l.len).sum::<u64>()
-            + batch_pages
-                .iter()
-                .map(|p| batch_page_len(p.rows as usize) as u64)
-                .sum::<u64>()
-            + pages
-                .iter()
-                .map(|p| index_page_len(p.rows as usize) as u64)
-                .sum::<u64>()
-            + marker.len() as u64;
-        flush.commit_bytes = marker.len() as u64;
-        self.committed = CommittedTable {
-            rows,
-            pages,
-            state: Some(state.clone()),
-        };
-        self.batch_table = batch_table;
-        self.batch_pages = batch_pages;
-        Ok(flush)
-    }
-
-    /// Copies the partition entry at `location` of the old ledger to `target`, verifying it.
+    /// Copies the partition stored at `location` of the old ledger to `target` as a partition
+    /// entry of its own, checked on the way (an entry byte for byte, an inline partition in the
+    /// entry its record makes).
     fn copy_partition(
         &self,
         old: Option<u64>,
@@ -673,59 +621,15 @@ impl CursorPersister {
         location: &Location,
     ) -> Result<Location> {
         let old = old.ok_or(Error::NoSuchLedger(target))?;
-        let payload = read_partition_payload(&self.log, old, key, location)?;
-        let entry_id = append_entry(
+        let stored = read_stored(&self.log, old, key, location, &mut EntryCache::default())?;
+        let payload = stored_as_payload(key, stored, location.cardinality);
+        write_partition_payload(
             &self.log,
             &self.shared,
             target,
-            EntryKind::Partition,
             &payload,
-        )?;
-        Ok(Location {
-            entry_id,
-            ..*location
-        })
-    }
-
-    /// Writes the index pages the new table needs (none when it fits inline in the marker);
-    /// returns the marker's page references.
-    fn write_pages(
-        &mut self,
-        target: u64,
-        rows: &[PartitionRow],
-        rollover: bool,
-        flush: &mut FlushStats,
-    ) -> Result<Vec<PageRef>> {
-        let per_page = self.rows_per_page();
-        if rows.len() <= per_page {
-            return Ok(Vec::new());
-        }
-        let empty = CommittedTable::default();
-        let base = if rollover { &empty } else { &self.committed };
-        let mut pages = Vec::new();
-        for plan in plan_pages(base, rows, per_page) {
-            match plan {
-                PagePlan::Keep(page) => pages.push(page),
-                PagePlan::Write(page_rows) => {
-                    let payload = encode_index_page(&page_rows)?;
-                    let entry_id = append_entry(
-                        &self.log,
-                        &self.shared,
-                        target,
-                        EntryKind::IndexPage,
-                        &payload,
-                    )?;
-                    flush.pages += 1;
-                    pages.push(PageRef {
-                        first: page_rows.first().map_or((0, 0), PartitionRow::key),
-                        entry_id,
-                        crc: payload_crc(&payload),
-                        rows: u32::try_from(page_rows.len()).unwrap_or(u32::MAX),
-                    });
-                }
-            }
-        }
-        Ok(pages)
+            location.cardinality,
+        )
     }
 
     /// Writes the batch pages a marker over `table` (rows `rows`) needs: none while the batch
@@ -847,7 +751,8 @@ impl CursorPersister {
     }
 
     /// Appends the commit entry (marker or snapshot) to `target`, syncs it, points the record at
-    /// `target`, and, after a rollover, makes `target` with `fresh` locations current.
+    /// `target`, and, after a rollover, makes `target` with `fresh` locations current; returns
+    /// the commit entry's id.
     fn commit(
         &mut self,
         target: u64,
@@ -855,8 +760,8 @@ impl CursorPersister {
         payload: &[u8],
         state: &PersistedState,
         fresh: Option<BTreeMap<PartitionKey, Location>>,
-    ) -> Result<()> {
-        append_entry(&self.log, &self.shared, target, kind, payload)?;
+    ) -> Result<u64> {
+        let entry_id = append_entry(&self.log, &self.shared, target, kind, payload)?;
         self.log.sync(target)?;
         if let Some(replaced) = self.record.switch(target, state)? {
             self.pending_deletes.push(replaced);
@@ -873,7 +778,7 @@ impl CursorPersister {
                 self.pending_deletes.push(old);
             }
         }
-        Ok(())
+        Ok(entry_id)
     }
 
     /// Writes the record's fallback state (mark-delete, epoch, properties) by compare-and-set,

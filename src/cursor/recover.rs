@@ -24,16 +24,16 @@
 //! Must never: return more acks than some flushed (or evicted) state held, use an entry that
 //! failed its CRC, or follow a reference to an entry at or after the marker.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::ackset::{PartitionKey, RangeSetWrapper};
 use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::format::Corruption;
 use crate::format::cursor::{
-    BatchPartition, BatchRow, EntryKind, Marker, PageRef, PartitionRow, PersistedState, Records,
-    Table, decode_batch_entry, decode_batch_page, decode_index_page, decode_marker,
-    decode_snapshot, payload_crc, peek_kind,
+    BatchPartition, BatchRow, BatchRows, CompactRows, CompactTable, EntryKind, PageRef, PageRefs,
+    PartitionRow, PersistedState, Records, RowForm, Table, decode_batch_entry, decode_batch_page,
+    decode_compact_marker, decode_compact_page, decode_index_page, decode_marker, decode_snapshot,
+    payload_crc, peek_kind,
 };
 use crate::log::EntryLog;
 use crate::meta::MetaStore;
@@ -44,7 +44,7 @@ use super::config::CursorConfig;
 use super::persist::{Assembly, BatchLocation, BatchTable, CursorPersister, Handles};
 use super::record::{VersionedRecord, read_record};
 use super::store::{Location, Shared, at_entry, check_partition_payload};
-use super::table::{CommittedTable, row_key};
+use super::table::{CommittedTable, Page, Row};
 
 /// Which persisted state a recovery resumed from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -244,8 +244,12 @@ fn resume(
             })
         }
         Found::Marker(m) => {
-            let index: Vec<_> = m.rows.iter().map(|r| (row_key(r), r.cardinality)).collect();
-            parts.shared.locations = m.locations;
+            let index: Vec<_> = m
+                .rows
+                .iter()
+                .map(|r| (r.key, r.location.cardinality))
+                .collect();
+            parts.shared.locations = m.rows.iter().map(|r| (r.key, r.location)).collect();
             parts.committed = CommittedTable {
                 rows: m.rows,
                 pages: m.pages,
@@ -293,9 +297,12 @@ fn resume(
 pub(super) struct FoundMarker {
     at: Position,
     state: PersistedState,
-    rows: Vec<PartitionRow>,
-    pages: Vec<PageRef>,
-    locations: BTreeMap<PartitionKey, Location>,
+    /// Every live partition and where its record is, ascending.
+    rows: Vec<Row>,
+    /// The compact index pages of the table (none for an inline table or a marker of kind 2,
+    /// whose pages the next flush does not reuse).
+    pages: Vec<Page>,
+    /// Bytes read to verify it: what a recovery reads.
     bytes: u64,
     batch_table: BatchTable,
 }
@@ -335,9 +342,14 @@ fn walk_back(
         // The frame header carries the kind: partitions and pages are skipped unread.
         match log.read_meta(ledger, entry_id) {
             Ok(meta)
-                if meta.num_messages == u32::from(EntryKind::Partition.code())
-                    || meta.num_messages == u32::from(EntryKind::IndexPage.code())
-                    || meta.num_messages == u32::from(EntryKind::BatchPage.code()) =>
+                if [
+                    EntryKind::Partition,
+                    EntryKind::IndexPage,
+                    EntryKind::BatchPage,
+                    EntryKind::CompactPage,
+                ]
+                .iter()
+                .any(|k| meta.num_messages == u32::from(k.code())) =>
             {
                 continue;
             }
@@ -356,7 +368,7 @@ fn walk_back(
         };
         let at = Position::new(ledger, entry_id);
         let attempt = match peek_kind(&payload) {
-            Ok(EntryKind::Marker) => {
+            Ok(EntryKind::Marker | EntryKind::CompactMarker) => {
                 verify_marker(log, at, &payload, config.verify_on_recover).map(Found::Marker)
             }
             Ok(EntryKind::Snapshot) => decode_snapshot(&payload)
@@ -367,7 +379,8 @@ fn walk_back(
                 EntryKind::Partition
                 | EntryKind::IndexPage
                 | EntryKind::BatchIndexes
-                | EntryKind::BatchPage,
+                | EntryKind::BatchPage
+                | EntryKind::CompactPage,
             ) => continue,
             Err(e) => Err(at_entry(ledger, entry_id, e)),
         };
@@ -441,7 +454,11 @@ fn read_pages<T>(
     Ok(())
 }
 
-/// Decodes the marker at `at` and verifies everything it references.
+/// Decodes the marker at `at` (of kind 2 or 7) and verifies everything it references: its
+/// index pages (CRC, row count, first key, key range), and with `verify` every partition in an
+/// entry of its own (CRC, key, cardinality) and the batch table's entries. A partition carried
+/// inline is covered by the CRC of the page or marker that carries it, and is decoded only when
+/// first touched.
 pub(super) fn verify_marker(
     log: &EntryLog,
     at: Position,
@@ -449,14 +466,43 @@ pub(super) fn verify_marker(
     verify: bool,
 ) -> Result<FoundMarker> {
     let ledger = at.ledger_id;
-    let marker = decode_marker(payload).map_err(|e| at_entry(ledger, at.entry_id, e))?;
+    let named = |e| at_entry(ledger, at.entry_id, e);
     let mut bytes = payload.len() as u64;
+    let (state, rows, pages, batch, batch_pages) =
+        if peek_kind(payload).map_err(named)? == EntryKind::CompactMarker {
+            let m = decode_compact_marker(payload).map_err(named)?;
+            let (rows, pages) = compact_table(log, at, payload, m.table, verify, &mut bytes)?;
+            (m.state, rows, pages, m.batch, m.batch_pages)
+        } else {
+            let m = decode_marker(payload).map_err(named)?;
+            let rows = legacy_table(log, at, m.table, verify, &mut bytes)?;
+            (m.state, rows, Vec::new(), m.batch, m.batch_pages)
+        };
+    let batch_table = read_batch_table(log, at, batch, batch_pages, verify, &mut bytes)?;
+    Ok(FoundMarker {
+        at,
+        state,
+        rows,
+        pages,
+        bytes,
+        batch_table,
+    })
+}
+
+/// The rows of a marker of kind 2 (inline, or through index pages of kind 4, read and checked),
+/// each in an entry of its own, verified as [`external_row`] does.
+fn legacy_table(
+    log: &EntryLog,
+    at: Position,
+    table: Table<'_>,
+    verify: bool,
+    bytes: &mut u64,
+) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
-    let mut pages = Vec::new();
-    match marker.table {
+    match table {
         Table::Inline(inline) => rows.extend(inline.iter()),
         Table::Paged(refs) => {
-            pages.extend(refs.iter());
+            let pages: Vec<PageRef> = refs.iter().collect();
             read_pages(
                 log,
                 at,
@@ -464,59 +510,171 @@ pub(super) fn verify_marker(
                 decode_index_page,
                 PartitionRow::key,
                 "index page range",
-                &mut bytes,
+                bytes,
                 &mut rows,
             )?;
         }
     }
-    let mut locations = BTreeMap::new();
-    for row in &rows {
-        let key = row_key(row);
-        let mut location = Location {
-            entry_id: row.entry_id,
-            crc: row.crc,
-            cardinality: row.cardinality,
-            len: 0,
-        };
-        if verify {
-            let partition = read_referenced(log, at, row.entry_id, row.crc)?;
-            check_partition_payload(ledger, key, &location, &partition)?;
-            location.len = partition.len() as u64;
-            bytes += location.len;
-        } else if row.entry_id >= at.entry_id {
-            return Err(bad(
-                ledger,
-                at.entry_id,
-                CorruptionKind::InvalidField("reference to a later entry"),
-            ));
-        }
-        locations.insert(key, location);
-    }
-    let batch_table = read_batch_table(log, at, &marker, verify, &mut bytes)?;
-    Ok(FoundMarker {
-        at,
-        state: marker.state,
-        rows,
-        pages,
-        locations,
-        bytes,
-        batch_table,
-    })
+    rows.iter()
+        .map(|r| {
+            let key = PartitionKey {
+                ledger_id: r.ledger_id,
+                chunk: r.chunk,
+            };
+            external_row(
+                log,
+                at,
+                key,
+                r.entry_id,
+                r.crc,
+                r.cardinality,
+                verify,
+                bytes,
+            )
+        })
+        .collect()
 }
 
-/// Reads and checks the batch table of `marker` at `at`: its batch pages, if any, then, with
-/// `verify`, every batch-index entry it lists (CRC, key and count; decoded one at a time and
-/// not kept: the partial entries load on first use); adds the bytes read to `bytes`.
+/// The rows of a compact marker's table (inline in the marker at `at`, whose payload is
+/// `payload`, or in compact index pages, each read, CRC-checked, and checked against its
+/// reference: row count, first key, and every key below the next page's first), with the pages.
+fn compact_table(
+    log: &EntryLog,
+    at: Position,
+    payload: &[u8],
+    table: CompactTable<'_>,
+    verify: bool,
+    bytes: &mut u64,
+) -> Result<(Vec<Row>, Vec<Page>)> {
+    let ledger = at.ledger_id;
+    let mut rows = Vec::new();
+    let mut pages = Vec::new();
+    match table {
+        CompactTable::Inline(list) => {
+            let carrier = (at.entry_id, payload_crc(payload));
+            compact_rows(log, at, list, carrier, verify, bytes, &mut rows)?;
+        }
+        CompactTable::Paged(refs) => {
+            let refs: Vec<_> = refs.iter().collect();
+            for (i, page) in refs.iter().enumerate() {
+                let page_payload = read_referenced(log, at, page.entry_id, page.crc)?;
+                *bytes += page_payload.len() as u64;
+                let list = decode_compact_page(&page_payload)
+                    .map_err(|e| at_entry(ledger, page.entry_id, e))?;
+                let next = refs.get(i + 1).map(|p| p.first);
+                let first = list.iter().next().map(|r| r.key());
+                let in_range = list.iter().all(|r| next.is_none_or(|n| r.key() < n));
+                if list.len() != page.rows as usize || first != Some(page.first) || !in_range {
+                    return Err(bad(
+                        ledger,
+                        page.entry_id,
+                        CorruptionKind::InvalidField("index page range"),
+                    ));
+                }
+                let carrier = (page.entry_id, page.crc);
+                compact_rows(log, at, list, carrier, verify, bytes, &mut rows)?;
+                pages.push(Page {
+                    first: PartitionKey {
+                        ledger_id: page.first.0,
+                        chunk: page.first.1,
+                    },
+                    entry_id: page.entry_id,
+                    crc: page.crc,
+                    rows: page.rows,
+                    len: page_payload.len() as u64,
+                });
+            }
+        }
+    }
+    Ok((rows, pages))
+}
+
+/// Appends to `out` the rows of `list`, carried by entry `carrier` (id, payload CRC): inline
+/// partitions located in it, others verified as [`external_row`] does.
+fn compact_rows(
+    log: &EntryLog,
+    at: Position,
+    list: CompactRows<'_>,
+    carrier: (u64, u32),
+    verify: bool,
+    bytes: &mut u64,
+    out: &mut Vec<Row>,
+) -> Result<()> {
+    for (row, inline_at) in list.located() {
+        let key = PartitionKey {
+            ledger_id: row.ledger_id,
+            chunk: row.chunk,
+        };
+        out.push(match row.form {
+            RowForm::Inline(inline) => Row {
+                key,
+                location: Location {
+                    entry_id: carrier.0,
+                    crc: carrier.1,
+                    cardinality: row.cardinality,
+                    len: inline.len() as u64,
+                    inline_at: Some(u32::try_from(inline_at).unwrap_or(u32::MAX)),
+                },
+            },
+            RowForm::Entry { entry_id, crc } => {
+                external_row(log, at, key, entry_id, crc, row.cardinality, verify, bytes)?
+            }
+        });
+    }
+    Ok(())
+}
+
+/// The row of a partition in entry `entry_id` of its own, referenced by the marker at `at`:
+/// the entry must come before the marker, and with `verify` it is read and checked (CRC, key,
+/// cardinality) and its bytes counted in `bytes`.
+#[allow(clippy::too_many_arguments)]
+fn external_row(
+    log: &EntryLog,
+    at: Position,
+    key: PartitionKey,
+    entry_id: u64,
+    crc: u32,
+    cardinality: u64,
+    verify: bool,
+    bytes: &mut u64,
+) -> Result<Row> {
+    let mut location = Location {
+        entry_id,
+        crc,
+        cardinality,
+        len: 0,
+        inline_at: None,
+    };
+    if verify {
+        let partition = read_referenced(log, at, entry_id, crc)?;
+        check_partition_payload(at.ledger_id, key, &location, &partition)?;
+        location.len = partition.len() as u64;
+        *bytes += location.len;
+    } else if entry_id >= at.entry_id {
+        return Err(bad(
+            at.ledger_id,
+            at.entry_id,
+            CorruptionKind::InvalidField("reference to a later entry"),
+        ));
+    }
+    Ok(Row { key, location })
+}
+
+/// Reads and checks the batch table of the marker at `at` (its inline `batch` rows, or its
+/// `batch_pages`): its batch pages, if any, then, with `verify`, every batch-index entry it
+/// lists (CRC, key and count; decoded one at a time and not kept: the partial entries load on
+/// first use); adds the bytes read to `bytes`.
 fn read_batch_table(
     log: &EntryLog,
     at: Position,
-    marker: &Marker<'_>,
+    batch: BatchRows<'_>,
+    batch_pages: PageRefs<'_>,
     verify: bool,
     bytes: &mut u64,
 ) -> Result<BatchTable> {
     let ledger = at.ledger_id;
-    let mut batch_rows: Vec<BatchRow> = marker.batch.iter().collect();
-    let batch_pages: Vec<PageRef> = marker.batch_pages.iter().collect();
+    let mut batch_rows: Vec<BatchRow> = batch.iter().collect();
+    let batch_pages: Vec<PageRef> = batch_pages.iter().collect();
     read_pages(
         log,
         at,

@@ -1,13 +1,14 @@
 //! The cursor ledger as the backing store of a cursor's ack partitions.
 //!
-//! Owns: where each partition of one cursor's ack set lives in its cursor ledger (entry id, CRC,
-//! cardinality), writing evicted partitions there and reading them back verified. Shared between
-//! the [`CursorLedgerStore`] inside the cursor's `RangeSetWrapper` and the cursor's persister,
-//! which commits these locations with a marker.
+//! Owns: where each partition of one cursor's ack set lives in its cursor ledger (an entry of
+//! its own, or inline in a row of a compact index page or marker: entry id, CRC, cardinality,
+//! offset), writing evicted partitions there and reading them back verified. Shared between the
+//! [`CursorLedgerStore`] inside the cursor's `RangeSetWrapper` and the cursor's persister, which
+//! commits these locations with a marker.
 //!
-//! Must never: hand out a partition whose entry fails its CRC, key or cardinality check; sync
-//! or commit anything (an entry written here is durable and meaningful only once a marker that
-//! references it is synced).
+//! Must never: hand out a partition whose entry fails its CRC (the CRC of the entry that holds
+//! it, end to end), key or cardinality check; sync or commit anything (an entry written here is
+//! durable and meaningful only once a marker that references it is synced).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -20,21 +21,77 @@ use crate::format::Corruption;
 use crate::format::cursor::{
     EntryKind, PartitionEntry, decode_partition_entry, encode_partition_entry, payload_crc,
 };
-use crate::format::partition::{decode_partition, encode_partition};
+use crate::format::partition::{
+    decode_inline, decode_partition, encode_partition, record_of_inline,
+};
 use crate::log::{EntryLog, EntryMeta};
 use crate::position::Position;
 
 /// Where one partition's current version lives in the cursor ledger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Location {
-    /// Cursor-ledger entry holding the partition.
+    /// Cursor-ledger entry holding the partition: its own partition entry, or the compact
+    /// index page or marker whose row carries it inline.
     pub entry_id: u64,
-    /// CRC32 of the entry's payload.
+    /// CRC32 of that entry's whole payload.
     pub crc: u32,
     /// Acked entries in the partition.
     pub cardinality: u64,
-    /// Payload bytes of the entry.
+    /// Bytes of the partition: its entry's payload, or its inline form.
     pub len: u64,
+    /// Where the inline form starts in that entry's payload; `None` for a partition in an
+    /// entry of its own.
+    pub inline_at: Option<u32>,
+}
+
+/// A partition's stored bytes, as read back and checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Stored {
+    /// The payload of its own partition entry (CRC, key and cardinality checked).
+    Entry(Vec<u8>),
+    /// Its inline form (the CRC of the entry that carries it checked).
+    Inline(Vec<u8>),
+}
+
+/// The last entry read whole to take an inline partition out of it: rows of one page (or
+/// marker) are read one after the other, so one entry read serves them all.
+#[derive(Debug, Default)]
+pub(crate) struct EntryCache {
+    /// Ledger, entry id, the payload's CRC (checked when it was read) and the payload.
+    last: Option<(u64, u64, u32, Arc<Vec<u8>>)>,
+}
+
+/// Entries larger than this are read again for each partition rather than kept.
+const CACHED_ENTRY_MAX: usize = 64 << 10;
+
+impl EntryCache {
+    /// The payload of entry `entry_id` of `ledger`, whose CRC must be `crc`.
+    fn read(
+        &mut self,
+        log: &EntryLog,
+        ledger: u64,
+        entry_id: u64,
+        crc: u32,
+    ) -> Result<Arc<Vec<u8>>> {
+        if let Some((l, e, c, payload)) = &self.last
+            && (*l, *e, *c) == (ledger, entry_id, crc)
+        {
+            return Ok(Arc::clone(payload));
+        }
+        let payload = log.read(ledger, entry_id)?.payload;
+        if payload_crc(&payload) != crc {
+            return Err(entry_corrupted(
+                ledger,
+                entry_id,
+                CorruptionKind::ChecksumMismatch,
+            ));
+        }
+        let payload = Arc::new(payload);
+        if payload.len() <= CACHED_ENTRY_MAX {
+            self.last = Some((ledger, entry_id, crc, Arc::clone(&payload)));
+        }
+        Ok(payload)
+    }
 }
 
 /// State shared by the store and the persister of one cursor.
@@ -117,12 +174,39 @@ pub(crate) fn write_partition(
     bitmap: &RoaringBitmap,
 ) -> Result<Location> {
     let payload = encode_partition_payload(key, bitmap);
-    let entry_id = append_entry(log, shared, ledger, EntryKind::Partition, &payload)?;
+    write_partition_payload(log, shared, ledger, &payload, bitmap.len())
+}
+
+/// Appends `payload`, a partition entry holding `cardinality` acked entries, to `ledger`;
+/// returns its location.
+pub(crate) fn write_partition_payload(
+    log: &EntryLog,
+    shared: &SharedState,
+    ledger: u64,
+    payload: &[u8],
+    cardinality: u64,
+) -> Result<Location> {
+    let entry_id = append_entry(log, shared, ledger, EntryKind::Partition, payload)?;
     Ok(Location {
         entry_id,
-        crc: payload_crc(&payload),
-        cardinality: bitmap.len(),
+        crc: payload_crc(payload),
+        cardinality,
         len: payload.len() as u64,
+        inline_at: None,
+    })
+}
+
+/// The partition entry holding the version 2 `record` of `key`.
+pub(crate) fn partition_payload_of_record(
+    key: PartitionKey,
+    record: &[u8],
+    cardinality: u64,
+) -> Vec<u8> {
+    encode_partition_entry(&PartitionEntry {
+        ledger_id: key.ledger_id,
+        chunk: key.chunk,
+        cardinality,
+        body: record,
     })
 }
 
@@ -138,17 +222,76 @@ pub(crate) fn at_entry(ledger: u64, entry_id: u64, err: Corruption) -> Error {
     err.in_entry(Position::new(ledger, entry_id))
 }
 
-/// Reads the payload of the entry at `location`, checking its CRC and that it is the partition
-/// entry of `key` with the expected cardinality.
-pub(crate) fn read_partition_payload(
+/// Reads the partition of `key` at `location` in `ledger`, checked: a partition entry's CRC,
+/// key and cardinality; an inline form's carrying entry's CRC and its bounds within it (the
+/// form itself is checked when decoded).
+pub(crate) fn read_stored(
     log: &EntryLog,
     ledger: u64,
     key: PartitionKey,
     location: &Location,
-) -> Result<Vec<u8>> {
-    let payload = log.read(ledger, location.entry_id)?.payload;
-    check_partition_payload(ledger, key, location, &payload)?;
-    Ok(payload)
+    cache: &mut EntryCache,
+) -> Result<Stored> {
+    let Some(at) = location.inline_at else {
+        let payload = log.read(ledger, location.entry_id)?.payload;
+        check_partition_payload(ledger, key, location, &payload)?;
+        return Ok(Stored::Entry(payload));
+    };
+    let payload = cache.read(log, ledger, location.entry_id, location.crc)?;
+    let start = at as usize;
+    let end = usize::try_from(location.len)
+        .ok()
+        .and_then(|len| start.checked_add(len));
+    end.and_then(|end| payload.get(start..end))
+        .map(|bytes| Stored::Inline(bytes.to_vec()))
+        .ok_or_else(|| {
+            entry_corrupted(
+                ledger,
+                location.entry_id,
+                CorruptionKind::InvalidField("inline partition bounds"),
+            )
+        })
+}
+
+/// The partition entry payload of what [`read_stored`] returned: the entry itself, or one
+/// built around the record an inline form stands for.
+pub(crate) fn stored_as_payload(key: PartitionKey, stored: Stored, cardinality: u64) -> Vec<u8> {
+    match stored {
+        Stored::Entry(payload) => payload,
+        Stored::Inline(inline) => {
+            partition_payload_of_record(key, &record_of_inline(key, &inline), cardinality)
+        }
+    }
+}
+
+/// Decodes what [`read_stored`] returned into the partition's bitmap, checking key and
+/// cardinality against the record.
+pub(crate) fn decode_stored(
+    ledger: u64,
+    key: PartitionKey,
+    location: &Location,
+    stored: &Stored,
+) -> Result<RoaringBitmap> {
+    match stored {
+        Stored::Entry(payload) => decode_partition_payload(ledger, key, location, payload),
+        Stored::Inline(inline) => {
+            let bitmap = decode_inline(key, inline).map_err(|e| {
+                at_entry(
+                    ledger,
+                    location.entry_id,
+                    e.after(location.inline_at.unwrap_or(0) as usize),
+                )
+            })?;
+            if bitmap.len() != location.cardinality {
+                return Err(entry_corrupted(
+                    ledger,
+                    location.entry_id,
+                    CorruptionKind::InvalidField("partition cardinality"),
+                ));
+            }
+            Ok(bitmap)
+        }
+    }
 }
 
 /// Checks a partition entry payload against the row that references it (CRC first).
@@ -198,17 +341,25 @@ fn decode_partition_payload(
 /// A [`PartitionStore`] over one cursor's cursor ledger.
 ///
 /// `store` appends the partition as its own entry (creating the cursor ledger if the cursor has
-/// none yet) and remembers where it went; `load` reads it back and verifies CRC, key and
-/// cardinality. Nothing here syncs: the persister's next flush commits what was stored.
+/// none yet) and remembers where it went; `load` reads it back, from its own entry or from the
+/// row of the page or marker that carries it inline, and verifies the CRC of the entry read,
+/// the key and the cardinality. Nothing here syncs: the persister's next flush commits what was
+/// stored.
 #[derive(Debug)]
 pub struct CursorLedgerStore {
     log: Arc<EntryLog>,
     shared: SharedState,
+    /// The page (or marker) last read for an inline partition.
+    cache: EntryCache,
 }
 
 impl CursorLedgerStore {
     pub(crate) fn new(log: Arc<EntryLog>, shared: SharedState) -> Self {
-        Self { log, shared }
+        Self {
+            log,
+            shared,
+            cache: EntryCache::default(),
+        }
     }
 }
 
@@ -233,8 +384,8 @@ impl PartitionStore for CursorLedgerStore {
                 _ => return Ok(None),
             }
         };
-        let payload = read_partition_payload(&self.log, ledger, key, &location)?;
-        decode_partition_payload(ledger, key, &location, &payload).map(Some)
+        let stored = read_stored(&self.log, ledger, key, &location, &mut self.cache)?;
+        decode_stored(ledger, key, &location, &stored).map(Some)
     }
 
     fn store(&mut self, key: PartitionKey, bitmap: &RoaringBitmap) -> Result<()> {

@@ -2,16 +2,20 @@
 //!
 //! Owns: [`check_cursor_ledger`] and its report. Every entry is decoded and every marker
 //! verified with everything it references, by the same checks a recovery runs (`recover.rs`),
-//! so the check and an open agree on which state a cursor resumes from.
+//! so the check and an open agree on which state a cursor resumes from. Beyond what a recovery
+//! reads, every partition is decoded: those in entries of their own, and those carried inline
+//! by compact index pages and markers (a recovery decodes these only when first touched).
 //!
 //! Must never: write, or stop at the first damaged entry (each is listed with its reason).
 
-use crate::error::Result;
+use crate::ackset::PartitionKey;
+use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::format::cursor::{
-    EntryKind, decode_batch_entry, decode_batch_page, decode_index_page, decode_partition_entry,
+    CompactRows, CompactTable, EntryKind, RowForm, decode_batch_entry, decode_batch_page,
+    decode_compact_marker, decode_compact_page, decode_index_page, decode_partition_entry,
     decode_snapshot, peek_kind,
 };
-use crate::format::partition::decode_partition;
+use crate::format::partition::{decode_inline, decode_partition};
 use crate::log::EntryLog;
 use crate::position::Position;
 
@@ -25,6 +29,8 @@ pub struct LedgerCheck {
     pub entries: u64,
     /// Partition entries (committed or not).
     pub partitions: u64,
+    /// Partitions carried inline by compact index pages and markers (committed or not).
+    pub inline_partitions: u64,
     /// Index pages, of the partition table and of batch tables.
     pub index_pages: u64,
     /// Batch-index entries (committed or not).
@@ -85,8 +91,22 @@ pub fn check_cursor_ledger(log: &EntryLog, ledger: u64) -> Result<LedgerCheck> {
                     check.index_pages += 1;
                     decode_batch_page(&payload).map(|_| None).map_err(named)
                 }
+                EntryKind::CompactPage => {
+                    check.index_pages += 1;
+                    let rows = decode_compact_page(&payload).map_err(named)?;
+                    check.inline_partitions += check_inline(at, rows)?;
+                    Ok(None)
+                }
                 EntryKind::Marker => {
                     check.markers += 1;
+                    verify_marker(log, at, &payload, true).map(|_| Some(RecoverySource::Marker(at)))
+                }
+                EntryKind::CompactMarker => {
+                    check.markers += 1;
+                    let marker = decode_compact_marker(&payload).map_err(named)?;
+                    if let CompactTable::Inline(rows) = marker.table {
+                        check.inline_partitions += check_inline(at, rows)?;
+                    }
                     verify_marker(log, at, &payload, true).map(|_| Some(RecoverySource::Marker(at)))
                 }
                 EntryKind::Snapshot => {
@@ -108,4 +128,29 @@ pub fn check_cursor_ledger(log: &EntryLog, ledger: u64) -> Result<LedgerCheck> {
         }
     }
     Ok(check)
+}
+
+/// Decodes every partition `rows` carry inline (rows of the entry at `at`) and checks its
+/// cardinality against its row; returns how many there were.
+fn check_inline(at: Position, rows: CompactRows<'_>) -> Result<u64> {
+    let mut inline = 0;
+    for (row, offset) in rows.located() {
+        let RowForm::Inline(bytes) = row.form else {
+            continue;
+        };
+        let key = PartitionKey {
+            ledger_id: row.ledger_id,
+            chunk: row.chunk,
+        };
+        let bitmap = decode_inline(key, bytes)
+            .map_err(|e| at_entry(at.ledger_id, at.entry_id, e.after(offset)))?;
+        if bitmap.len() != row.cardinality {
+            return Err(Error::Corrupted {
+                place: CorruptionPlace::Entry(at),
+                kind: CorruptionKind::InvalidField("partition cardinality"),
+            });
+        }
+        inline += 1;
+    }
+    Ok(inline)
 }

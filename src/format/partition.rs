@@ -31,6 +31,7 @@
 //! ([`encode_partition`] for version 2, [`encode_partition_v1`] for version 1).
 
 mod code;
+mod inline;
 #[cfg(test)]
 #[allow(
     clippy::indexing_slicing,
@@ -42,6 +43,8 @@ mod tests;
 use std::io::Write as _;
 
 use roaring::RoaringBitmap;
+
+pub use inline::{decode_inline, encode_inline, inline_form, inline_overhead, record_of_inline};
 
 use super::{Corruption, Reader};
 use crate::error::{CorruptionKind, CorruptionPlace};
@@ -249,10 +252,16 @@ fn encode_words(key: PartitionKey, words: &[u64]) -> Vec<u8> {
 
 /// A version 2 record around `body`.
 fn frame_v2(key: PartitionKey, encoding: PartitionEncoding, body: &[u8]) -> Vec<u8> {
+    frame_v2_code(key, encoding.code(), body)
+}
+
+/// A version 2 record around `body` whose encoding byte is `code` (any byte: a record built
+/// from an inline form carries the form's byte, valid or not, for the decoder to judge).
+fn frame_v2_code(key: PartitionKey, code: u8, body: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(V2_HEADER_MAX + body.len() + CRC_LEN);
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
-    out.push(encoding.code());
+    out.push(code);
     code::put_varint(&mut out, key.ledger_id);
     code::put_varint(&mut out, key.chunk);
     out.extend_from_slice(body);

@@ -1,7 +1,11 @@
 //! The committed sample directories under `tests/data/`, copied before a test opens them (an
-//! open may repair a torn tail, and a sample must stay as it was committed).
+//! open may repair a torn tail, and a sample must stay as it was committed), and what the
+//! samples of the compact partition table (`tests/data/cursor-v2-*`) hold.
 
+use std::collections::BTreeSet;
 use std::path::Path;
+
+use ackstore::Position;
 
 /// A copy of sample directory `name` in a temporary directory.
 pub fn sample_dir(name: &str) -> tempfile::TempDir {
@@ -14,4 +18,43 @@ pub fn sample_dir(name: &str) -> tempfile::TempDir {
         std::fs::copy(file.path(), dir.path().join(file.file_name())).unwrap();
     }
     dir
+}
+
+/// Entries `first..first + count` of `ledger` that a fixed xorshift generator seeded with
+/// `seed` keeps: each one whose next draw `x` has `keep(x)`.
+fn drawn(ledger: u64, first: u64, count: u64, seed: u64, keep: fn(u64) -> bool) -> Vec<Position> {
+    let mut x = seed;
+    (first..first + count)
+        .filter(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            keep(x)
+        })
+        .map(|e| Position::new(ledger, e))
+        .collect()
+}
+
+/// Ledger 4's partition 0 in the samples: about 40% of its first 6,000 entries acked, chosen by
+/// a fixed generator, so its record (a dense bitmap body, over 700 bytes) is too large to go
+/// inline with the pages of `cursor-v2-paged-torn-marker` and goes inline in `cursor-v2-multi`.
+pub fn scattered() -> Vec<Position> {
+    drawn(4, 0, 6_000, 0x2545_f491, |x| x % 5 < 2)
+}
+
+/// Ledger 4's partition 1 in `cursor-v2-multi`: a random half of 60,000 entries, whose record
+/// (a dense bitmap body of 7.5 KiB) goes into an entry of its own.
+pub fn dense() -> Vec<Position> {
+    drawn(4, 1 << 16, 60_000, 0x9e37_79b9, |x| x & 1 == 0)
+}
+
+/// The acks of the first flush of every v2 sample (mark-delete 3:0, epoch 2, property x = 7):
+/// ledger 3's entries 1, 3, 5 and 70,000 to 70,010, [`scattered`], one entry in each of
+/// `extra` further partitions of ledger 5.
+pub fn first_flush(extra: u64) -> BTreeSet<Position> {
+    let mut acks: BTreeSet<_> = [1, 3, 5].map(|e| Position::new(3, e)).into();
+    acks.extend((70_000..=70_010).map(|e| Position::new(3, e)));
+    acks.extend(scattered());
+    acks.extend((0..extra).map(|c| Position::new(5, c << 16)));
+    acks
 }

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use ackstore::CursorConfig;
 use ackstore::Storage;
+use ackstore::internals::cursor::persist::TableShape;
 use ackstore::internals::cursor::recover::{RecoverySource, recover};
 use ackstore::internals::cursor::verify::check_cursor_ledger;
 use ackstore::internals::cursor::{NO_MARK_DELETE, record_name};
@@ -76,6 +77,9 @@ pub struct CursorView {
     acked_ranges: u64,
     persisted_bytes: u64,
     rejected_states: u64,
+    /// How the recovered marker lists the partitions: inline in its rows or pages, in entries of
+    /// their own, and over how many index pages.
+    table: TableShape,
     /// Entries acknowledged in part (batch-index acks) in the recovered state.
     partial_entries: u64,
     /// Messages acknowledged inside those entries.
@@ -268,6 +272,7 @@ fn cursor_view(
         Err(e) => finding(findings, file.clone(), "cursor state", report::describe(&e)),
     }
     cv.rejected_states = rec.report.rejected;
+    cv.table = rec.persister.table_shape();
     match rec.batch.partitions() {
         Ok(batch) => (cv.partial_entries, cv.acked_batch_indexes) = batch_counts(&batch),
         Err(e) => finding(findings, file.clone(), "cursor state", report::describe(&e)),
@@ -294,26 +299,31 @@ fn cursor_view(
         );
     }
     if let (true, Some(l)) = (deep, cursor_ledger) {
-        match check_cursor_ledger(log, l) {
-            Ok(check) => {
-                for problem in check.problems {
-                    finding(
-                        findings,
-                        ledger_file_name(l),
-                        &format!("cursor ledger {l} entry {}", problem.entry),
-                        problem.reason,
-                    );
-                }
-            }
-            Err(e) => finding(
-                findings,
-                ledger_file_name(l),
-                "cursor ledger",
-                report::describe(&e),
-            ),
-        }
+        check_ledger_deeply(log, l, findings);
     }
     Some(cv)
+}
+
+/// Every entry of cursor ledger `l` checked (`check_cursor_ledger`), each problem a finding.
+fn check_ledger_deeply(log: &Arc<EntryLog>, l: u64, findings: &mut Vec<Finding>) {
+    match check_cursor_ledger(log, l) {
+        Ok(check) => {
+            for problem in check.problems {
+                finding(
+                    findings,
+                    ledger_file_name(l),
+                    &format!("cursor ledger {l} entry {}", problem.entry),
+                    problem.reason,
+                );
+            }
+        }
+        Err(e) => finding(
+            findings,
+            ledger_file_name(l),
+            "cursor ledger",
+            report::describe(&e),
+        ),
+    }
 }
 
 fn opt<T: ToString>(v: Option<T>) -> String {
@@ -415,6 +425,8 @@ fn print_json(view: &TopicView, findings: &[Finding]) {
                 "epoch": c.epoch, "cursor_ledger": c.cursor_ledger, "state": c.state_source,
                 "acked_entries": c.acked_entries, "acked_ranges": c.acked_ranges,
                 "persisted_bytes": c.persisted_bytes, "rejected_states": c.rejected_states,
+                "partitions_inline": c.table.inline, "partitions_separate": c.table.separate,
+                "index_pages": c.table.pages,
                 "partial_entries": c.partial_entries,
                 "acked_batch_indexes": c.acked_batch_indexes,
             })
@@ -471,6 +483,10 @@ fn print_tables(view: &TopicView, findings: &[Finding]) {
                 opt(c.cursor_ledger),
                 c.state_source.clone(),
                 report::bytes(c.persisted_bytes),
+                format!(
+                    "{} inline/{} own/{} pages",
+                    c.table.inline, c.table.separate, c.table.pages
+                ),
                 c.epoch.to_string(),
             ]
         })
@@ -488,6 +504,7 @@ fn print_tables(view: &TopicView, findings: &[Finding]) {
                 "cursor ledger",
                 "state from",
                 "persisted",
+                "partitions",
                 "epoch"
             ],
             &rows

@@ -1,4 +1,5 @@
-//! Byte layouts of the entries a cursor ledger holds: partition, marker, snapshot, index page.
+//! Byte layouts of the entries a cursor ledger holds: partition, marker, snapshot, index page,
+//! batch indexes, batch page, and the compact marker and index page (`compact.rs`).
 //!
 //! Owns: the encoding and verification of cursor-ledger entry payloads. Pure functions over byte
 //! slices; never does I/O, never panics, never allocates more than its input on decode (decoded
@@ -11,9 +12,11 @@
 //! offset  size  field
 //! 0       4     magic  b"AKCL"
 //! 4       1     version (1)
-//! 5       1     kind: 1 partition, 2 marker, 3 snapshot, 4 index page, 5 batch indexes
-//! 6       2     flags: 0, or FLAG_BATCH (bit 0) on a marker or snapshot that carries
-//!               batch-index state (a reader without batch support refuses the entry)
+//! 5       1     kind: 1 partition, 2 marker, 3 snapshot, 4 index page, 5 batch indexes,
+//!               6 batch page, 7 compact marker, 8 compact index page
+//! 6       2     flags: 0, or FLAG_BATCH (bit 0) on a marker (kind 2 or 7) or snapshot that
+//!               carries batch-index state (a reader without batch support refuses the entry),
+//!               and FLAG_BATCH_PAGED (bit 1) with it on a marker whose batch table is paged
 //! 8       n     body (per kind, below)
 //! 8+n     4     CRC32 (crc32fast, IEEE) of bytes [0, 8+n), little-endian
 //! ```
@@ -77,6 +80,11 @@ pub enum EntryKind {
     /// A page of a marker's batch table (rows of [`BATCH_ROW_LEN`] bytes), referenced by a
     /// marker with [`FLAG_BATCH_PAGED`].
     BatchPage = 6,
+    /// The commit point of a multi-entry flush with a compact partition table (`compact.rs`):
+    /// variable-length rows, small partitions inline.
+    CompactMarker = 7,
+    /// A page of a compact marker's partition table (`compact.rs`).
+    CompactPage = 8,
 }
 
 impl EntryKind {
@@ -88,6 +96,8 @@ impl EntryKind {
             4 => Some(Self::IndexPage),
             5 => Some(Self::BatchIndexes),
             6 => Some(Self::BatchPage),
+            7 => Some(Self::CompactMarker),
+            8 => Some(Self::CompactPage),
             _ => None,
         }
     }
@@ -682,18 +692,7 @@ pub fn encode_marker_with_batch_ref(
     let count = u32::try_from(count).map_err(|_| Error::LimitExceeded {
         reason: format!("{count} entries in one marker table"),
     })?;
-    let (batch_len, flags) = match batch {
-        BatchRef::Inline(rows) => (rows.len(), if rows.is_empty() { 0 } else { FLAG_BATCH }),
-        BatchRef::Paged(pages) => (pages.len(), FLAG_BATCH | FLAG_BATCH_PAGED),
-    };
-    if flags & FLAG_BATCH_PAGED != 0 && batch_len == 0 {
-        return Err(Error::InvalidArgument {
-            reason: "a paged batch table needs at least one page".into(),
-        });
-    }
-    let batch_count = u32::try_from(batch_len).map_err(|_| Error::LimitExceeded {
-        reason: format!("{batch_len} rows in one marker's batch table"),
-    })?;
+    let (batch_len, flags) = batch_section_flags(batch)?;
     let mut out = start_frame_flags(
         EntryKind::Marker,
         marker_with_batch_len(state, table, batch_len) - HEADER_LEN - CRC_LEN,
@@ -706,14 +705,93 @@ pub fn encode_marker_with_batch_ref(
         TableRef::Inline(rows) => rows.iter().for_each(|r| r.encode_into(&mut out)),
         TableRef::Paged(pages) => pages.iter().for_each(|p| p.encode_into(&mut out)),
     }
-    if batch_len > 0 {
-        out.extend_from_slice(&batch_count.to_le_bytes());
-        match batch {
-            BatchRef::Inline(rows) => rows.iter().for_each(|r| r.encode_into(&mut out)),
-            BatchRef::Paged(pages) => pages.iter().for_each(|p| p.encode_into(&mut out)),
-        }
-    }
+    encode_batch_section(&mut out, batch)?;
     Ok(end_frame(out))
+}
+
+/// The number of rows (or pages) of a marker's batch table and the frame flags it needs:
+/// none and 0 for an empty inline table, [`FLAG_BATCH`] for rows, [`FLAG_BATCH`] |
+/// [`FLAG_BATCH_PAGED`] for pages (at least one).
+fn batch_section_flags(batch: BatchRef<'_>) -> Result<(usize, u16)> {
+    match batch {
+        BatchRef::Inline(rows) => Ok((rows.len(), if rows.is_empty() { 0 } else { FLAG_BATCH })),
+        BatchRef::Paged([]) => Err(Error::InvalidArgument {
+            reason: "a paged batch table needs at least one page".into(),
+        }),
+        BatchRef::Paged(pages) => Ok((pages.len(), FLAG_BATCH | FLAG_BATCH_PAGED)),
+    }
+}
+
+/// Appends a marker's batch section (the same in markers of kind 2 and 7): nothing for an
+/// empty inline table, else count u32 (>= 1) and the rows or page references
+/// ([`BATCH_ROW_LEN`] = [`PAGE_REF_LEN`] bytes each).
+fn encode_batch_section(out: &mut Vec<u8>, batch: BatchRef<'_>) -> Result<()> {
+    let (batch_len, _) = batch_section_flags(batch)?;
+    if batch_len == 0 {
+        return Ok(());
+    }
+    let batch_count = u32::try_from(batch_len).map_err(|_| Error::LimitExceeded {
+        reason: format!("{batch_len} rows in one marker's batch table"),
+    })?;
+    out.extend_from_slice(&batch_count.to_le_bytes());
+    match batch {
+        BatchRef::Inline(rows) => rows.iter().for_each(|r| r.encode_into(out)),
+        BatchRef::Paged(pages) => pages.iter().for_each(|p| p.encode_into(out)),
+    }
+    Ok(())
+}
+
+/// Reads a marker's batch section as [`encode_batch_section`] writes it for frame `flags`:
+/// the inline batch rows, or the batch pages (the other list empty).
+fn decode_batch_section<'a>(
+    body: &mut Reader<'a>,
+    flags: u16,
+) -> Result<(BatchRows<'a>, PageRefs<'a>), Corruption> {
+    let empty_pages = Records {
+        bytes: &[],
+        each: PAGE_REF_LEN,
+        decode: PageRef::decode,
+    };
+    let empty_rows = Records {
+        bytes: &[],
+        each: BATCH_ROW_LEN,
+        decode: BatchRow::decode,
+    };
+    if flags & FLAG_BATCH == 0 {
+        return Ok((empty_rows, empty_pages));
+    }
+    let at = body.offset();
+    let count = body.len_u32()?;
+    if count == 0 {
+        return Err(corrupt(at, CorruptionKind::InvalidField("batch table")));
+    }
+    if flags & FLAG_BATCH_PAGED != 0 {
+        return Ok((empty_rows, decode_page_refs(body, count)?));
+    }
+    Ok((decode_batch_rows(body, count, at)?, empty_pages))
+}
+
+/// Reads `count` batch rows (after their count, read at offset `at`): ascending, none empty.
+fn decode_batch_rows<'a>(
+    body: &mut Reader<'a>,
+    count: usize,
+    at: usize,
+) -> Result<BatchRows<'a>, Corruption> {
+    let rows = decode_records(
+        body,
+        count,
+        BATCH_ROW_LEN,
+        BatchRow::decode,
+        BatchRow::key,
+        "batch row order",
+    )?;
+    if let Some(i) = rows.iter().position(|r| r.entries == 0) {
+        return Err(corrupt(
+            at + 4 + i * BATCH_ROW_LEN,
+            CorruptionKind::InvalidField("batch row entries"),
+        ));
+    }
+    Ok(rows)
 }
 
 /// Decodes and verifies a marker (CRC, field ranges, table order).
@@ -732,47 +810,7 @@ pub fn decode_marker(payload: &[u8]) -> Result<Marker<'_>, Corruption> {
         TABLE_PAGED => Table::Paged(decode_page_refs(&mut body, count)?),
         _ => return Err(corrupt(kind_at, CorruptionKind::InvalidField("table kind"))),
     };
-    let empty_pages = Records {
-        bytes: &[],
-        each: PAGE_REF_LEN,
-        decode: PageRef::decode,
-    };
-    let empty_rows = Records {
-        bytes: &[],
-        each: BATCH_ROW_LEN,
-        decode: BatchRow::decode,
-    };
-    let (batch, batch_pages) = if flags & FLAG_BATCH == 0 {
-        (empty_rows, empty_pages)
-    } else if flags & FLAG_BATCH_PAGED != 0 {
-        let at = body.offset();
-        let count = body.len_u32()?;
-        if count == 0 {
-            return Err(corrupt(at, CorruptionKind::InvalidField("batch table")));
-        }
-        (empty_rows, decode_page_refs(&mut body, count)?)
-    } else {
-        let at = body.offset();
-        let count = body.len_u32()?;
-        if count == 0 {
-            return Err(corrupt(at, CorruptionKind::InvalidField("batch table")));
-        }
-        let rows = decode_records(
-            &mut body,
-            count,
-            BATCH_ROW_LEN,
-            BatchRow::decode,
-            BatchRow::key,
-            "batch row order",
-        )?;
-        if let Some(i) = rows.iter().position(|r| r.entries == 0) {
-            return Err(corrupt(
-                at + 4 + i * BATCH_ROW_LEN,
-                CorruptionKind::InvalidField("batch row entries"),
-            ));
-        }
-        (rows, empty_pages)
-    };
+    let (batch, batch_pages) = decode_batch_section(&mut body, flags)?;
     body.finish()?;
     Ok(Marker {
         state,
@@ -838,25 +876,13 @@ pub fn decode_batch_page(payload: &[u8]) -> Result<BatchRows<'_>, Corruption> {
     if count == 0 {
         return Err(corrupt(at, CorruptionKind::InvalidField("batch page")));
     }
-    let rows = decode_records(
-        &mut body,
-        count,
-        BATCH_ROW_LEN,
-        BatchRow::decode,
-        BatchRow::key,
-        "batch row order",
-    )?;
-    if let Some(i) = rows.iter().position(|r| r.entries == 0) {
-        return Err(corrupt(
-            at + 4 + i * BATCH_ROW_LEN,
-            CorruptionKind::InvalidField("batch row entries"),
-        ));
-    }
+    let rows = decode_batch_rows(&mut body, count, at)?;
     body.finish()?;
     Ok(rows)
 }
 
 mod batch;
+mod compact;
 mod snapshot;
 #[cfg(test)]
 #[allow(
@@ -869,5 +895,11 @@ mod tests;
 pub use batch::{
     BATCH_FIXED_LEN, BatchPartition, PartialEntry, batch_entry_len, decode_batch_entry,
     encode_batch_entry,
+};
+pub use compact::{
+    CompactMarker, CompactPageRef, CompactPageRefs, CompactRow, CompactRows, CompactTable,
+    CompactTableRef, ENTRY_CRC_LEN, MAX_INLINE_LEN, MIN_PAGE_REF_LEN, MIN_ROW_LEN, RowForm,
+    compact_marker_len, compact_page_len, decode_compact_marker, decode_compact_page,
+    encode_compact_marker, encode_compact_page, key_len, page_ref_len, row_len, rows_len,
 };
 pub use snapshot::{Snapshot, SnapshotWriter, decode_snapshot, reencode_snapshot};

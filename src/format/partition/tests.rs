@@ -619,3 +619,77 @@ fn encoder_output_is_pinned_for_sets_of_every_shape() {
         (1_246_595, 3_269_035_366)
     );
 }
+
+proptest! {
+    #[test]
+    fn every_set_round_trips_through_its_inline_form(set in partition_set(), ledger in any::<u64>(),
+                                                   chunk in 0..=MAX_CHUNK) {
+        let k = key(ledger, chunk);
+        let record = encode_partition(k, &set);
+        let inline = inline_form(&record).expect("a version 2 record has an inline form");
+        prop_assert_eq!(&inline, &encode_inline(k, &set));
+        prop_assert_eq!(inline.len() + inline_overhead(k), record.len());
+        prop_assert_eq!(record_of_inline(k, &inline), record);
+        prop_assert_eq!(decode_inline(k, &inline).expect("decodes"), set);
+    }
+
+    #[test]
+    fn inline_forms_decode_exactly_when_their_records_do(enc in 0u8..5,
+                                                        body in prop::collection::vec(any::<u8>(), 0..64)) {
+        let k = key(3, 1);
+        let mut inline = vec![enc];
+        inline.extend_from_slice(&body);
+        let as_record = decode_partition(&record_of_inline(k, &inline));
+        let as_inline = decode_inline(k, &inline);
+        prop_assert_eq!(as_record.is_ok(), as_inline.is_ok());
+        if let Ok(set) = as_inline {
+            prop_assert_eq!(encode_inline(k, &set), inline);
+        }
+    }
+}
+
+#[test]
+fn inline_form_sizes_are_pinned() {
+    // Magic 4, version 2, one-byte key varints 2, CRC 4.
+    assert_eq!(inline_overhead(key(7, 3)), 12);
+    assert_eq!(inline_overhead(key(u64::MAX, MAX_CHUNK)), 6 + 10 + 7 + 4);
+    // One entry: the bitmap encoding of `lo` and `hi - lo`, after the encoding byte.
+    let one = encode_inline(key(7, 3), &RoaringBitmap::from([5]));
+    assert_eq!(one, vec![3, 5, 0]);
+    assert_eq!(encode_inline(key(7, 3), &RoaringBitmap::new()), vec![0]);
+}
+
+#[test]
+fn only_intact_version_2_records_have_an_inline_form() {
+    let set = RoaringBitmap::from([1, 9, 400]);
+    let k = key(7, 3);
+    assert_eq!(inline_form(&encode_partition_v1(k, &set)), None);
+    let mut damaged = encode_partition(k, &set);
+    damaged[8] ^= 1;
+    assert_eq!(inline_form(&damaged), None);
+    assert_eq!(inline_form(b"AckP"), None);
+    assert_eq!(inline_form(b""), None);
+}
+
+#[test]
+fn a_bad_inline_form_is_refused_with_an_offset_inside_it() {
+    let k = key(7, 3);
+    assert_eq!(
+        decode_inline(k, &[]).unwrap_err().kind,
+        CorruptionKind::Truncated
+    );
+    // An unknown encoding byte: offset 0.
+    let err = decode_inline(k, &[9, 1, 2]).unwrap_err();
+    assert_eq!(
+        (err.kind, err.offset),
+        (CorruptionKind::InvalidField("encoding"), 0)
+    );
+    // An empty set with a body: the body starts at offset 1.
+    let err = decode_inline(k, &[0, 1]).unwrap_err();
+    assert_eq!((err.kind, err.offset), (CorruptionKind::BadLength, 1));
+    // A span past the partition.
+    let mut bytes = vec![3];
+    code::put_varint(&mut bytes, 1 << 16);
+    bytes.push(0);
+    assert!(decode_inline(k, &bytes).is_err());
+}

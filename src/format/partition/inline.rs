@@ -1,0 +1,114 @@
+//! The *inline form* of a version 2 partition record: the record without the bytes a table row
+//! that holds it already carries or protects.
+//!
+//! Owns: converting between a version 2 record and its inline form, and decoding an inline
+//! form. A row of a compact partition table (`format::cursor`, kinds 7 and 8) names the
+//! partition's key and sits inside an entry whose CRC covers it, so the record's magic,
+//! version, key varints and CRC say nothing the row does not; the row keeps only the rest:
+//!
+//! ```text
+//! version 2 record                              inline form
+//! offset  size  field                           offset  size  field
+//!  0       4    magic     b"AckP"               (implied)
+//!  4       2    version   2                     (implied)
+//!  6       1    encoding  0..=3                  0       1    encoding
+//!  7      1-10  ledger_id varint                (the row's key)
+//!  .      1-7   chunk     varint                (the row's key)
+//!  .       b    body                             1       b    body
+//!  .       4    crc32 of all before             (the entry's CRC covers the row)
+//! ```
+//!
+//! Decoding rebuilds the record from the key and the inline form and runs the record decoder
+//! on it, so an inline form is accepted exactly when its record is: the same checks, the same
+//! one encoding per set. Must never: accept a version 1 record as an inline form (its layout
+//! differs; such records stay in their own entries).
+
+use roaring::RoaringBitmap;
+
+use super::{
+    CRC_LEN, MAGIC, PartitionKey, V2_FIXED_LEN, VERSION, VERSION_AT, code, decode_partition,
+    encode_partition, frame_v2_code,
+};
+use crate::error::CorruptionKind;
+use crate::format::{Corruption, Reader};
+
+/// Bytes a version 2 record of `key` has beyond its inline form: magic, version, the key's
+/// varints and the CRC.
+#[must_use]
+pub fn inline_overhead(key: PartitionKey) -> usize {
+    V2_FIXED_LEN - 1 + code::varint_len(key.ledger_id) + code::varint_len(key.chunk) + CRC_LEN
+}
+
+/// The inline form of `record`: its encoding byte and body. `None` unless `record` is a
+/// version 2 record whose CRC holds and whose key varints are the shortest (every record this
+/// build writes); the body itself is not checked here (decoding the inline form checks it).
+#[must_use]
+pub fn inline_form(record: &[u8]) -> Option<Vec<u8>> {
+    if record.get(..MAGIC.len()) != Some(&MAGIC[..]) {
+        return None;
+    }
+    let (covered, crc) = record.split_last_chunk::<CRC_LEN>()?;
+    if crc32fast::hash(covered) != u32::from_le_bytes(*crc) {
+        return None;
+    }
+    let mut header = Reader::new(covered.get(VERSION_AT..)?);
+    if header.u16().ok()? != VERSION {
+        return None;
+    }
+    let encoding = header.u8().ok()?;
+    header.varint().ok()?;
+    header.varint().ok()?;
+    let body = header.rest();
+    let mut out = Vec::with_capacity(1 + body.len());
+    out.push(encoding);
+    out.extend_from_slice(body);
+    Some(out)
+}
+
+/// The inline form of `bitmap` as the partition `key`: [`inline_form`] of
+/// [`encode_partition`].
+#[must_use]
+pub fn encode_inline(key: PartitionKey, bitmap: &RoaringBitmap) -> Vec<u8> {
+    let record = encode_partition(key, bitmap);
+    // A record just encoded always has the inline form; the fallback is never taken.
+    inline_form(&record).unwrap_or_default()
+}
+
+/// The version 2 record of partition `key` whose inline form is `inline` (at least the
+/// encoding byte; an empty `inline` gives a record the decoder refuses).
+#[must_use]
+pub fn record_of_inline(key: PartitionKey, inline: &[u8]) -> Vec<u8> {
+    let (encoding, body) = inline
+        .split_first()
+        .map_or((u8::MAX, &[][..]), |(e, b)| (*e, b));
+    frame_v2_code(key, encoding, body)
+}
+
+/// Decodes the inline form of partition `key` (what [`decode_partition`] accepts of the
+/// rebuilt record, nothing else); the error's offset counts from the start of `inline`.
+pub fn decode_inline(key: PartitionKey, inline: &[u8]) -> Result<RoaringBitmap, Corruption> {
+    if inline.is_empty() {
+        return Err(Corruption::new(CorruptionKind::Truncated, 0));
+    }
+    let record = record_of_inline(key, inline);
+    let (found, bitmap) = decode_partition(&record).map_err(|e| {
+        // Back to inline offsets: the encoding byte and everything before the body map to 0,
+        // the body shifts by the bytes the record adds before it.
+        let body_at = V2_FIXED_LEN + code::varint_len(key.ledger_id) + code::varint_len(key.chunk);
+        let at = usize::try_from(e.offset).unwrap_or(usize::MAX);
+        let inline_at = if at >= body_at {
+            (at - body_at + 1).min(inline.len())
+        } else {
+            0
+        };
+        Corruption::new(e.kind, inline_at)
+    })?;
+    if found != key {
+        // Unreachable: the record was built with `key`. Refused rather than trusted.
+        return Err(Corruption::new(
+            CorruptionKind::InvalidField("partition key"),
+            0,
+        ));
+    }
+    Ok(bitmap)
+}
