@@ -124,17 +124,3 @@ fn verify_agrees_with_open_on_a_stray_topic_directory_and_an_unlisted_segment() 
     let (code, report) = verify(dir.path());
     assert_eq!(code, Some(0), "{report}");
 }
-
-#[allow(dead_code)]
-fn copy_dir(from: &Path, to: &Path) {
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            std::fs::create_dir_all(&target).unwrap();
-            copy_dir(&e.path(), &target);
-        } else if e.file_name() != "LOCK" {
-            std::fs::copy(e.path(), target).unwrap();
-        }
-    }
-}

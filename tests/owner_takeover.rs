@@ -94,11 +94,8 @@ fn a_flush_that_returns_ok_is_seen_by_an_owner_taking_over_at_any_step() {
         // and a later one recovered.
         let run = |at_step: Option<u64>| {
             let disk = ackstore::MemStorage::new();
-            let hooked = takeover::Disk {
-                disk: disk.clone(),
-                hook: Arc::default(),
-            };
-            let old = ManagedLedger::open_with_storage(Arc::new(hooked.clone()), cfg()).unwrap();
+            let hooked = takeover::Disk::new(Arc::new(disk.clone()));
+            let old = ManagedLedger::open_with_storage(hooked.storage.clone(), cfg()).unwrap();
             let positions = append_n(&old, 20);
             old.sync().unwrap();
             let cursor = old
@@ -224,10 +221,7 @@ fn an_orphan_deleted_by_a_former_owner_during_the_open_does_not_fail_it() {
             let log = EntryLog::open(Arc::new(disk.clone()), LogConfig::default()).unwrap();
             log.create_ledger().unwrap()
         };
-        let hooked = takeover::Disk {
-            disk: disk.clone(),
-            hook: Arc::default(),
-        };
+        let hooked = takeover::Disk::new(Arc::new(disk.clone()));
         let remove = {
             let disk = disk.clone();
             Box::new(move || {
@@ -236,7 +230,7 @@ fn an_orphan_deleted_by_a_former_owner_during_the_open_does_not_fail_it() {
         };
         hooked.hook.arm(at_step.unwrap_or(u64::MAX), remove);
         let before = hooked.hook.count();
-        let opened = ManagedLedger::open_with_storage(Arc::new(hooked.clone()), config(4));
+        let opened = ManagedLedger::open_with_storage(hooked.storage.clone(), config(4));
         let steps = hooked.hook.count() - before;
         (steps, opened.map(drop))
     };

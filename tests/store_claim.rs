@@ -8,8 +8,8 @@
 mod support;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
 
 use ackstore::{
     CursorOptions, Error, LedgerConfig, MemStorage, Position, Storage, Store, StoreConfig,
@@ -311,11 +311,8 @@ fn a_takeover_at_any_step_of_a_former_owners_work_never_fences_the_new_owner() {
     };
     let steps = {
         let disk = prepared();
-        let hooked = takeover::Disk {
-            disk: disk.clone(),
-            hook: Arc::default(),
-        };
-        let store = Store::open_with_storage(Arc::new(hooked.clone()), config(3)).expect("open");
+        let hooked = takeover::Disk::new(Arc::new(disk.clone()));
+        let store = Store::open_with_storage(hooked.storage.clone(), config(3)).expect("open");
         let before = hooked.hook.count();
         let run = former_owner_workload(&store);
         assert_eq!(
@@ -327,28 +324,15 @@ fn a_takeover_at_any_step_of_a_former_owners_work_never_fences_the_new_owner() {
     };
     for n in 1..=steps {
         let disk = prepared();
-        let hooked = takeover::Disk {
-            disk: disk.clone(),
-            hook: Arc::default(),
-        };
-        let old = Store::open_with_storage(Arc::new(hooked.clone()), config(3)).expect("open");
+        let hooked = takeover::Disk::new(Arc::new(disk.clone()));
+        let old = Store::open_with_storage(hooked.storage.clone(), config(3)).expect("open");
         // The new owner claims the store and opens the topic in the middle of the former
         // owner's call, so a record write of the former owner may land after the new owner
         // read the record.
-        let new: Arc<Mutex<Option<Store>>> = Arc::default();
-        {
-            let (disk, new) = (disk.clone(), new.clone());
-            hooked.hook.arm(
-                n,
-                Box::new(move || {
-                    disk.break_lock();
-                    let store = Store::open_with_storage(Arc::new(disk), config(3))
-                        .expect("the new owner claims the store");
-                    store.topic("t").expect("the new owner opens the topic");
-                    *new.lock().expect("slot") = Some(store);
-                }),
-            );
-        }
+        let new = {
+            let disk = disk.clone();
+            hooked.arm_takeover(n, move || takeover::new_store_owner(&disk, config(3), "t"))
+        };
         let run = former_owner_workload(&old);
         let new = new.lock().expect("slot").take().expect("the takeover ran");
         // Every entry and ack the former owner was told is durable is the new owner's.

@@ -8,10 +8,10 @@ mod support;
 
 use std::sync::{Arc, Mutex};
 
-use ackstore::{
-    CursorOptions, Error, LedgerConfig, MemStorage, Position, Storage, Store, StoreConfig,
-};
+use ackstore::{CursorOptions, Error, LedgerConfig, MemStorage, Position, Store, StoreConfig};
 use support::takeover;
+use support::tap::{Hook, Tap};
+use support::topic::store_topic_with_a_flushed_cursor;
 
 fn config(per_ledger: u64) -> StoreConfig {
     StoreConfig {
@@ -27,20 +27,7 @@ fn config(per_ledger: u64) -> StoreConfig {
 /// first one and flushed, closed cleanly.
 fn prepared(per_ledger: u64) -> MemStorage {
     let disk = MemStorage::new();
-    let store = Store::open_with_storage(Arc::new(disk.clone()), config(per_ledger)).expect("open");
-    let topic = store.topic("t").expect("topic");
-    let ps: Vec<Position> = (0..3)
-        .map(|_| topic.append(b"p").expect("append"))
-        .collect();
-    topic.sync().expect("sync");
-    let c = topic
-        .open_cursor("sub", CursorOptions::default())
-        .expect("cursor");
-    c.ack(ps[0]).expect("ack");
-    c.flush().expect("flush");
-    drop(c);
-    drop(topic);
-    store.close().expect("close");
+    store_topic_with_a_flushed_cursor(Arc::new(disk.clone()), config(per_ledger), 3);
     disk
 }
 
@@ -53,11 +40,8 @@ fn a_former_owners_topic_open_never_deletes_a_ledger_of_the_new_owner() {
     // How many storage operations the former owner's open of `t` makes.
     let steps = {
         let disk = prepared(1_000);
-        let hooked = takeover::Disk {
-            disk: disk.clone(),
-            hook: Arc::default(),
-        };
-        let old = Store::open_with_storage(Arc::new(hooked.clone()), config(1_000)).expect("open");
+        let hooked = takeover::Disk::new(Arc::new(disk.clone()));
+        let old = Store::open_with_storage(hooked.storage.clone(), config(1_000)).expect("open");
         let before = hooked.hook.count();
         old.topic("t").expect("topic");
         hooked.hook.count() - before
@@ -65,28 +49,19 @@ fn a_former_owners_topic_open_never_deletes_a_ledger_of_the_new_owner() {
     let mut failures = Vec::new();
     for n in 1..=steps {
         let disk = prepared(1_000);
-        let hooked = takeover::Disk {
-            disk: disk.clone(),
-            hook: Arc::default(),
+        let hooked = takeover::Disk::new(Arc::new(disk.clone()));
+        let old = Store::open_with_storage(hooked.storage.clone(), config(1_000)).expect("open");
+        let new = {
+            let disk = disk.clone();
+            hooked.arm_takeover(n, move || {
+                let store = takeover::new_store_owner(&disk, config(1_000), "t");
+                let topic = store.topic("t").expect("topic");
+                let p = topic.append(b"new owner's entry").expect("append");
+                topic.sync().expect("the new owner's sync");
+                drop(topic);
+                (store, p)
+            })
         };
-        let old = Store::open_with_storage(Arc::new(hooked.clone()), config(1_000)).expect("open");
-        let new: Arc<Mutex<Option<(Store, Position)>>> = Arc::default();
-        {
-            let (disk, new) = (disk.clone(), new.clone());
-            hooked.hook.arm(
-                n,
-                Box::new(move || {
-                    disk.break_lock();
-                    let store = Store::open_with_storage(Arc::new(disk), config(1_000))
-                        .expect("the new owner claims the store");
-                    let topic = store.topic("t").expect("the new owner opens the topic");
-                    let p = topic.append(b"new owner's entry").expect("append");
-                    topic.sync().expect("the new owner's sync");
-                    drop(topic);
-                    *new.lock().expect("slot") = Some((store, p));
-                }),
-            );
-        }
         // The former owner's open of the topic; its outcome does not matter.
         let _ = old.topic("t");
         let (new, p) = new.lock().expect("slot").take().expect("the takeover ran");
@@ -118,11 +93,8 @@ fn a_former_owners_topic_open_never_deletes_a_ledger_of_the_new_owner() {
 fn a_fenced_cursor_deletion_never_takes_effect_under_the_new_owner() {
     let steps = {
         let disk = prepared(1_000);
-        let hooked = takeover::Disk {
-            disk: disk.clone(),
-            hook: Arc::default(),
-        };
-        let old = Store::open_with_storage(Arc::new(hooked.clone()), config(1_000)).expect("open");
+        let hooked = takeover::Disk::new(Arc::new(disk.clone()));
+        let old = Store::open_with_storage(hooked.storage.clone(), config(1_000)).expect("open");
         let topic = old.topic("t").expect("topic");
         let before = hooked.hook.count();
         topic.delete_cursor("sub").expect("delete");
@@ -131,26 +103,15 @@ fn a_fenced_cursor_deletion_never_takes_effect_under_the_new_owner() {
     let mut failures = Vec::new();
     for n in 1..=steps {
         let disk = prepared(1_000);
-        let hooked = takeover::Disk {
-            disk: disk.clone(),
-            hook: Arc::default(),
-        };
-        let old = Store::open_with_storage(Arc::new(hooked.clone()), config(1_000)).expect("open");
+        let hooked = takeover::Disk::new(Arc::new(disk.clone()));
+        let old = Store::open_with_storage(hooked.storage.clone(), config(1_000)).expect("open");
         let old_topic = old.topic("t").expect("topic");
-        let new: Arc<Mutex<Option<Store>>> = Arc::default();
-        {
-            let (disk, new) = (disk.clone(), new.clone());
-            hooked.hook.arm(
-                n,
-                Box::new(move || {
-                    disk.break_lock();
-                    let store = Store::open_with_storage(Arc::new(disk), config(1_000))
-                        .expect("the new owner claims the store");
-                    store.topic("t").expect("the new owner opens the topic");
-                    *new.lock().expect("slot") = Some(store);
-                }),
-            );
-        }
+        let new = {
+            let disk = disk.clone();
+            hooked.arm_takeover(n, move || {
+                takeover::new_store_owner(&disk, config(1_000), "t")
+            })
+        };
         let deleted = old_topic.delete_cursor("sub");
         let new = new.lock().expect("slot").take().expect("the takeover ran");
         // The new owner consumes: acks the second entry and flushes.
@@ -192,45 +153,16 @@ fn a_fenced_cursor_deletion_never_takes_effect_under_the_new_owner() {
 #[test]
 fn a_fenced_cursor_deletion_never_lets_a_trim_delete_unacknowledged_entries() {
     // One entry per ledger: 1:0 .. 4:0 (ledger ids from the first block).
-    let prepared = || {
-        let disk = MemStorage::new();
-        let store = Store::open_with_storage(Arc::new(disk.clone()), config(1)).expect("open");
-        let topic = store.topic("t").expect("topic");
-        let ps: Vec<Position> = (0..4)
-            .map(|_| topic.append(b"p").expect("append"))
-            .collect();
-        topic.sync().expect("sync");
-        let c = topic
-            .open_cursor("sub", CursorOptions::default())
-            .expect("cursor");
-        c.ack(ps[0]).expect("ack");
-        c.flush().expect("flush");
-        drop(c);
-        drop(topic);
-        store.close().expect("close");
-        (disk, ps)
-    };
-    let (disk, ps) = prepared();
-    let hooked = takeover::Disk {
-        disk: disk.clone(),
-        hook: Arc::default(),
-    };
-    let old = Store::open_with_storage(Arc::new(hooked.clone()), config(1)).expect("open");
+    let disk = MemStorage::new();
+    let ps = store_topic_with_a_flushed_cursor(Arc::new(disk.clone()), config(1), 4);
+    let hooked = takeover::Disk::new(Arc::new(disk.clone()));
+    let old = Store::open_with_storage(hooked.storage.clone(), config(1)).expect("open");
     let old_topic = old.topic("t").expect("topic");
-    let new: Arc<Mutex<Option<Store>>> = Arc::default();
-    {
-        let (disk, new) = (disk.clone(), new.clone());
-        // Step 2: the former owner's pre-check (two lookups) has just passed.
-        hooked.hook.arm(
-            2,
-            Box::new(move || {
-                disk.break_lock();
-                let store = Store::open_with_storage(Arc::new(disk), config(1)).expect("claim");
-                store.topic("t").expect("the new owner opens the topic");
-                *new.lock().expect("slot") = Some(store);
-            }),
-        );
-    }
+    // Step 2: the former owner's pre-check (two lookups) has just passed.
+    let new = {
+        let disk = disk.clone();
+        hooked.arm_takeover(2, move || takeover::new_store_owner(&disk, config(1), "t"))
+    };
     let deleted = old_topic.delete_cursor("sub");
     assert!(matches!(deleted, Err(Error::Fenced { .. })), "{deleted:?}");
     let new = new.lock().expect("slot").take().expect("the takeover ran");
@@ -258,104 +190,32 @@ fn a_fenced_cursor_deletion_never_lets_a_trim_delete_unacknowledged_entries() {
     );
 }
 
-/// What [`SplitWrites`] runs between the two halves of a write.
-type Action = Box<dyn FnOnce() + Send>;
-
-/// A storage whose `write_all_at` of more than `min` bytes to a ledger file writes its first
-/// half, runs `action` once, then writes the rest: a write another reader can see half done,
-/// as a concurrent `pread` can on a real file system.
-#[derive(Clone)]
+/// A hook whose first write of more than `min` bytes to a ledger file writes its first half,
+/// runs `action`, then writes the rest: a write another reader can see half done, as a
+/// concurrent `pread` can on a real file system.
 struct SplitWrites {
-    disk: MemStorage,
-    action: Arc<Mutex<Option<Action>>>,
+    action: Mutex<Option<Box<dyn FnOnce() + Send>>>,
     min: usize,
 }
 
-impl std::fmt::Debug for SplitWrites {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("SplitWrites")
-    }
-}
-
-#[derive(Debug)]
-struct SplitFile {
-    inner: Arc<dyn ackstore::StorageFile>,
-    split: Option<SplitWrites>,
-}
-
-impl Storage for SplitWrites {
-    fn location(&self) -> String {
-        self.disk.location()
-    }
-    fn list(&self) -> ackstore::Result<Vec<String>> {
-        self.disk.list()
-    }
-    fn list_prefix(&self, prefix: &str) -> ackstore::Result<Vec<String>> {
-        self.disk.list_prefix(prefix)
-    }
-    fn exists(&self, name: &str) -> ackstore::Result<bool> {
-        self.disk.exists(name)
-    }
-    fn create(&self, name: &str) -> ackstore::Result<Arc<dyn ackstore::StorageFile>> {
-        let inner = self.disk.create(name)?;
-        Ok(Arc::new(SplitFile {
-            inner,
-            split: name.contains("ledger-").then(|| self.clone()),
-        }))
-    }
-    fn open(&self, name: &str) -> ackstore::Result<Arc<dyn ackstore::StorageFile>> {
-        let inner = self.disk.open(name)?;
-        Ok(Arc::new(SplitFile {
-            inner,
-            split: name.contains("ledger-").then(|| self.clone()),
-        }))
-    }
-    fn remove(&self, name: &str) -> ackstore::Result<()> {
-        self.disk.remove(name)
-    }
-    fn rename(&self, from: &str, to: &str) -> ackstore::Result<()> {
-        self.disk.rename(from, to)
-    }
-    fn link(&self, from: &str, to: &str) -> ackstore::Result<()> {
-        self.disk.link(from, to)
-    }
-    fn sync_dir(&self) -> ackstore::Result<()> {
-        self.disk.sync_dir()
-    }
-    fn lock(&self) -> ackstore::Result<ackstore::LockGuard> {
-        self.disk.lock()
-    }
-}
-
-impl ackstore::StorageFile for SplitFile {
-    fn size(&self) -> ackstore::Result<u64> {
-        self.inner.size()
-    }
-    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> ackstore::Result<()> {
-        self.inner.read_exact_at(buf, offset)
-    }
-    fn write_all_at(&self, buf: &[u8], offset: u64) -> ackstore::Result<()> {
-        if let Some(split) = &self.split
-            && buf.len() > split.min
-        {
-            let action = split.action.lock().expect("action").take();
+impl Hook for SplitWrites {
+    fn write(
+        &self,
+        name: &str,
+        buf: &[u8],
+        offset: u64,
+        write: &dyn Fn(&[u8], u64) -> ackstore::Result<()>,
+    ) -> ackstore::Result<()> {
+        if name.contains("ledger-") && buf.len() > self.min {
+            let action = self.action.lock().expect("action").take();
             if let Some(action) = action {
                 let half = buf.len() / 2;
-                self.inner.write_all_at(&buf[..half], offset)?;
+                write(&buf[..half], offset)?;
                 action();
-                return self.inner.write_all_at(&buf[half..], offset + half as u64);
+                return write(&buf[half..], offset + half as u64);
             }
         }
-        self.inner.write_all_at(buf, offset)
-    }
-    fn sync_data(&self) -> ackstore::Result<()> {
-        self.inner.sync_data()
-    }
-    fn set_len(&self, len: u64) -> ackstore::Result<()> {
-        self.inner.set_len(len)
-    }
-    fn map(&self) -> ackstore::Result<ackstore::Mapped> {
-        self.inner.map()
+        write(buf, offset)
     }
 }
 
@@ -368,12 +228,15 @@ fn a_former_owners_topic_open_never_cuts_the_new_owners_write_in_progress() {
     let disk = prepared(1_000);
     let old = Store::open_with_storage(Arc::new(disk.clone()), config(1_000)).expect("open");
     disk.break_lock();
-    let split = SplitWrites {
-        disk: disk.clone(),
-        action: Arc::default(),
+    let split = Arc::new(SplitWrites {
+        action: Mutex::default(),
         min: 400,
-    };
-    let new = Store::open_with_storage(Arc::new(split.clone()), config(1_000)).expect("claim");
+    });
+    let new = Store::open_with_storage(
+        Arc::new(Tap::new(Arc::new(disk.clone()), split.clone())),
+        config(1_000),
+    )
+    .expect("claim");
     let topic = new.topic("t").expect("topic");
     let ps: Vec<Position> = (0..3)
         .map(|i| {

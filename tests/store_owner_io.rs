@@ -1,17 +1,17 @@
 //! A single owner after an I/O error of a catalog write is never told it is fenced, and a slow
 //! topic open never stalls the flushes of other topics.
 
+mod support;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use ackstore::{
-    CursorOptions, Error, LockGuard, Mapped, MemStorage, Position, Storage, StorageFile, Store,
-    StoreConfig,
-};
+use ackstore::{CursorOptions, Error, MemStorage, Position, Storage, Store, StoreConfig};
+use support::tap::{Hook, Op, Tap};
 
-/// A [`MemStorage`] that can fail its next directory sync once, and hold the first listing of
-/// a given prefix until released.
+/// A hook on an in-memory disk that can fail its next directory sync once, and hold the first
+/// listing of a given prefix until released.
 #[derive(Clone, Default)]
 struct Faulty {
     disk: MemStorage,
@@ -54,58 +54,31 @@ impl Gate {
     }
 }
 
-impl std::fmt::Debug for Faulty {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Faulty")
+impl Faulty {
+    fn storage(&self) -> Arc<dyn Storage> {
+        Arc::new(Tap::new(
+            Arc::new(self.disk.clone()),
+            Arc::new(self.clone()),
+        ))
     }
 }
 
-impl Storage for Faulty {
-    fn location(&self) -> String {
-        self.disk.location()
-    }
-    fn list(&self) -> ackstore::Result<Vec<String>> {
-        self.disk.list()
-    }
-    fn list_prefix(&self, prefix: &str) -> ackstore::Result<Vec<String>> {
-        self.gate.pass(prefix);
-        self.disk.list_prefix(prefix)
-    }
-    fn exists(&self, name: &str) -> ackstore::Result<bool> {
-        self.disk.exists(name)
-    }
-    fn create(&self, name: &str) -> ackstore::Result<Arc<dyn StorageFile>> {
-        self.disk.create(name)
-    }
-    fn open(&self, name: &str) -> ackstore::Result<Arc<dyn StorageFile>> {
-        self.disk.open(name)
-    }
-    fn remove(&self, name: &str) -> ackstore::Result<()> {
-        self.disk.remove(name)
-    }
-    fn rename(&self, from: &str, to: &str) -> ackstore::Result<()> {
-        self.disk.rename(from, to)
-    }
-    fn link(&self, from: &str, to: &str) -> ackstore::Result<()> {
-        self.disk.link(from, to)
-    }
-    fn sync_dir(&self) -> ackstore::Result<()> {
-        if self.fail_next_sync_dir.swap(false, Ordering::SeqCst) {
-            return Err(Error::io(
-                "sync directory",
-                "faulty",
-                std::io::Error::other("injected: one directory sync fails"),
-            ));
+impl Hook for Faulty {
+    fn before(&self, op: Op<'_>) -> ackstore::Result<()> {
+        match op {
+            Op::List(prefix) => self.gate.pass(prefix),
+            Op::SyncDir if self.fail_next_sync_dir.swap(false, Ordering::SeqCst) => {
+                return Err(Error::io(
+                    "sync directory",
+                    "faulty",
+                    std::io::Error::other("injected: one directory sync fails"),
+                ));
+            }
+            _ => {}
         }
-        self.disk.sync_dir()
-    }
-    fn lock(&self) -> ackstore::Result<LockGuard> {
-        self.disk.lock()
+        Ok(())
     }
 }
-
-#[allow(dead_code)]
-fn unused(_: Mapped) {}
 
 /// A single owner whose catalog write (listing a new journal segment, which every owner's first
 /// tick does) fails at its directory sync, after the new catalog version was linked: the
@@ -115,8 +88,7 @@ fn unused(_: Mapped) {}
 #[test]
 fn a_single_owner_is_never_told_it_is_fenced_after_a_failed_catalog_sync() {
     let faulty = Faulty::default();
-    let store =
-        Store::open_with_storage(Arc::new(faulty.clone()), StoreConfig::default()).expect("open");
+    let store = Store::open_with_storage(faulty.storage(), StoreConfig::default()).expect("open");
     let topic = store.topic("t").expect("topic");
     let p = topic.append(b"x").expect("append");
     topic.sync().expect("sync");
@@ -152,8 +124,8 @@ fn a_single_owner_is_never_told_it_is_fenced_after_a_failed_catalog_sync() {
 fn a_slow_topic_open_never_stalls_the_flushes_of_other_topics() {
     let faulty = Faulty::default();
     {
-        let store = Store::open_with_storage(Arc::new(faulty.clone()), StoreConfig::default())
-            .expect("open");
+        let store =
+            Store::open_with_storage(faulty.storage(), StoreConfig::default()).expect("open");
         store.topic("a").expect("a");
         let b = store.topic("b").expect("b");
         b.append(b"x").expect("append");
@@ -161,9 +133,8 @@ fn a_slow_topic_open_never_stalls_the_flushes_of_other_topics() {
         drop(b);
         store.close().expect("close");
     }
-    let store = Arc::new(
-        Store::open_with_storage(Arc::new(faulty.clone()), StoreConfig::default()).expect("open"),
-    );
+    let store =
+        Arc::new(Store::open_with_storage(faulty.storage(), StoreConfig::default()).expect("open"));
     let a = store.topic("a").expect("a");
     let p: Position = a.append(b"1").expect("append");
     a.sync().expect("sync");

@@ -7,26 +7,28 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ackstore::{
-    CursorOptions, LedgerConfig, LockGuard, Mapped, MemStorage, Position, Storage, StorageFile,
-    Store, StoreConfig,
-};
+use ackstore::{CursorOptions, LedgerConfig, MemStorage, Position, Storage, Store, StoreConfig};
+use support::tap::{Hook, Op, Tap};
+
+mod support;
 
 type Action = Box<dyn FnOnce() + Send>;
 type Pred = Box<dyn Fn(&str, &str) -> bool + Send>;
 
-/// A [`MemStorage`] that runs an action on the first operation matching a predicate of
-/// (operation, name), on the thread that makes it.
+/// An in-memory disk that runs an action on the first operation matching a predicate of
+/// (operation, name), on the thread that makes it: before a create or an existence check,
+/// after a write.
 #[derive(Clone, Default)]
-struct Tap {
+struct Armed {
     disk: MemStorage,
     armed: Arc<Mutex<Vec<(Pred, Action)>>>,
 }
 
-impl Tap {
+impl Armed {
     fn arm(&self, pred: impl Fn(&str, &str) -> bool + Send + 'static, action: Action) {
         self.armed.lock().unwrap().push((Box::new(pred), action));
     }
+
     fn on(&self, op: &str, name: &str) {
         let action = {
             let mut armed = self.armed.lock().unwrap();
@@ -37,89 +39,27 @@ impl Tap {
             action();
         }
     }
-}
 
-impl std::fmt::Debug for Tap {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Tap")
-    }
-}
-
-#[derive(Debug)]
-struct TapFile {
-    inner: Arc<dyn StorageFile>,
-    tap: Tap,
-    name: String,
-}
-
-impl Storage for Tap {
-    fn location(&self) -> String {
-        self.disk.location()
-    }
-    fn list(&self) -> ackstore::Result<Vec<String>> {
-        self.disk.list()
-    }
-    fn list_prefix(&self, prefix: &str) -> ackstore::Result<Vec<String>> {
-        self.disk.list_prefix(prefix)
-    }
-    fn exists(&self, name: &str) -> ackstore::Result<bool> {
-        self.on("exists", name);
-        self.disk.exists(name)
-    }
-    fn create(&self, name: &str) -> ackstore::Result<Arc<dyn StorageFile>> {
-        self.on("create", name);
-        let inner = self.disk.create(name)?;
-        Ok(Arc::new(TapFile {
-            inner,
-            tap: self.clone(),
-            name: name.to_owned(),
-        }))
-    }
-    fn open(&self, name: &str) -> ackstore::Result<Arc<dyn StorageFile>> {
-        let inner = self.disk.open(name)?;
-        Ok(Arc::new(TapFile {
-            inner,
-            tap: self.clone(),
-            name: name.to_owned(),
-        }))
-    }
-    fn remove(&self, name: &str) -> ackstore::Result<()> {
-        self.disk.remove(name)
-    }
-    fn rename(&self, from: &str, to: &str) -> ackstore::Result<()> {
-        self.disk.rename(from, to)
-    }
-    fn link(&self, from: &str, to: &str) -> ackstore::Result<()> {
-        self.disk.link(from, to)
-    }
-    fn sync_dir(&self) -> ackstore::Result<()> {
-        self.disk.sync_dir()
-    }
-    fn lock(&self) -> ackstore::Result<LockGuard> {
-        self.disk.lock()
+    fn storage(&self) -> Arc<dyn Storage> {
+        Arc::new(Tap::new(
+            Arc::new(self.disk.clone()),
+            Arc::new(self.clone()),
+        ))
     }
 }
 
-impl StorageFile for TapFile {
-    fn size(&self) -> ackstore::Result<u64> {
-        self.inner.size()
+impl Hook for Armed {
+    fn before(&self, op: Op<'_>) -> ackstore::Result<()> {
+        if matches!(op, Op::Exists(_) | Op::Create(_)) {
+            self.on(op.kind(), op.name());
+        }
+        Ok(())
     }
-    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> ackstore::Result<()> {
-        self.inner.read_exact_at(buf, offset)
-    }
-    fn write_all_at(&self, buf: &[u8], offset: u64) -> ackstore::Result<()> {
-        let r = self.inner.write_all_at(buf, offset);
-        self.tap.on("write", &self.name);
-        r
-    }
-    fn sync_data(&self) -> ackstore::Result<()> {
-        self.inner.sync_data()
-    }
-    fn set_len(&self, len: u64) -> ackstore::Result<()> {
-        self.inner.set_len(len)
-    }
-    fn map(&self) -> ackstore::Result<Mapped> {
-        self.inner.map()
+
+    fn after(&self, op: Op<'_>) {
+        if matches!(op, Op::Write(_)) {
+            self.on(op.kind(), op.name());
+        }
     }
 }
 
@@ -145,8 +85,8 @@ fn on_thread(name: &'static str) -> bool {
 /// and its own writes never list a deleted ledger again: the topic reopens after a restart.
 #[test]
 fn a_trim_in_flight_across_a_close_and_a_reopen_never_leaves_a_topic_that_cannot_open() {
-    let tap = Tap::default();
-    let store = Arc::new(Store::open_with_storage(Arc::new(tap.clone()), config()).expect("open"));
+    let tap = Armed::default();
+    let store = Arc::new(Store::open_with_storage(tap.storage(), config()).expect("open"));
     let first = store.topic("t").expect("topic");
     // Ledgers of two entries: 1:0 1:1 | 2:0 2:1 | 3:0 (the open ledger at close).
     let ps: Vec<Position> = (0..5)
@@ -243,8 +183,8 @@ fn a_trim_in_flight_across_a_close_and_a_reopen_never_leaves_a_topic_that_cannot
 /// the topic's next instance under the same journal id, and the store, closed, opens again.
 #[test]
 fn a_cursor_opened_while_its_topic_closes_never_outlives_the_close() {
-    let tap = Tap::default();
-    let store = Arc::new(Store::open_with_storage(Arc::new(tap.clone()), config()).expect("open"));
+    let tap = Armed::default();
+    let store = Arc::new(Store::open_with_storage(tap.storage(), config()).expect("open"));
     let first = store.topic("t").expect("topic");
     let ps: Vec<Position> = (0..6)
         .map(|_| first.append(b"e").expect("append"))

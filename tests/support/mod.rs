@@ -9,8 +9,10 @@
 //! - [`cursor_ledger`]: a cursor's persistence driven directly (no managed ledger), its
 //!   workload runner and the model its recovery is checked against.
 //! - [`topic`]: managed ledgers on an in-memory disk, appends and cursor options.
-//! - [`takeover`]: an in-memory disk that runs a takeover (or any action) after its N-th
-//!   operation, inside the call that made it.
+//! - [`takeover`]: a storage that runs a takeover (or any action) after its N-th operation,
+//!   inside the call that made it.
+//! - [`tap`]: a pass-through storage with a hook before and after every operation and around
+//!   every write.
 //! - [`workload`]: a seeded random source and the acknowledged-set model of the stress and
 //!   process-kill tests.
 //! - [`ack_patterns`]: how consumers acknowledge, shared with the ack-set benchmark.
@@ -32,5 +34,6 @@ pub mod log_model;
 pub mod rados;
 pub mod samples;
 pub mod takeover;
+pub mod tap;
 pub mod topic;
 pub mod workload;

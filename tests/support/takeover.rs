@@ -1,15 +1,18 @@
-//! A takeover in the middle of a call: [`Disk`] is a [`MemStorage`] that runs an action (a
-//! new owner's open, a file removed behind the owner's back) right after its N-th operation,
-//! reads included (an ownership check is a read), inside whatever call made it.
+//! A takeover in the middle of a call: [`Disk`] is a storage (the in-memory disk, or any other)
+//! that runs an action (a new owner's open, a file removed behind the owner's back) right after
+//! its N-th operation, reads included (an ownership check is a read), inside whatever call made
+//! it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use ackstore::Result;
-use ackstore::{LockGuard, Mapped, MemStorage, Storage, StorageFile};
+use ackstore::Storage;
+
+use super::tap::{Hook as TapHook, Op, Tap};
 
 type Action = Box<dyn FnOnce() + Send>;
 
+/// Counts operations and runs the armed action after the chosen one.
 #[derive(Default)]
 pub struct Hook {
     count: AtomicU64,
@@ -36,34 +39,15 @@ impl Hook {
             action();
         }
     }
+}
 
-    fn tick<T>(&self, result: Result<T>) -> Result<T> {
-        if result.is_ok() {
-            let count = self.count.fetch_add(1, Ordering::SeqCst) + 1;
-            if count == self.at.load(Ordering::SeqCst) {
-                self.run_if_pending();
-            }
+impl TapHook for Hook {
+    fn after(&self, _: Op<'_>) {
+        let count = self.count.fetch_add(1, Ordering::SeqCst) + 1;
+        if count == self.at.load(Ordering::SeqCst) {
+            self.run_if_pending();
         }
-        result
     }
-}
-
-#[derive(Clone)]
-pub struct Disk {
-    pub disk: MemStorage,
-    pub hook: Arc<Hook>,
-}
-
-impl std::fmt::Debug for Disk {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("takeover::Disk")
-    }
-}
-
-#[derive(Debug)]
-struct File {
-    inner: Arc<dyn StorageFile>,
-    hook: Arc<Hook>,
 }
 
 impl std::fmt::Debug for Hook {
@@ -72,67 +56,54 @@ impl std::fmt::Debug for Hook {
     }
 }
 
+/// A storage whose operations a [`Hook`] counts.
+#[derive(Clone)]
+pub struct Disk {
+    /// The storage to open things on (the wrapped one, counted).
+    pub storage: Arc<dyn Storage>,
+    pub hook: Arc<Hook>,
+}
+
 impl Disk {
-    fn wrap(&self, inner: Arc<dyn StorageFile>) -> Arc<dyn StorageFile> {
-        Arc::new(File {
-            inner,
-            hook: self.hook.clone(),
-        })
+    /// `inner`, counted by a fresh hook.
+    pub fn new(inner: Arc<dyn Storage>) -> Self {
+        let hook = Arc::new(Hook::default());
+        Self {
+            storage: Arc::new(Tap::new(inner, hook.clone())),
+            hook,
+        }
     }
 }
 
-impl Storage for Disk {
-    fn location(&self) -> String {
-        self.disk.location()
-    }
-    fn list(&self) -> Result<Vec<String>> {
-        self.hook.tick(self.disk.list())
-    }
-    fn exists(&self, name: &str) -> Result<bool> {
-        self.hook.tick(self.disk.exists(name))
-    }
-    fn create(&self, name: &str) -> Result<Arc<dyn StorageFile>> {
-        let file = self.hook.tick(self.disk.create(name))?;
-        Ok(self.wrap(file))
-    }
-    fn open(&self, name: &str) -> Result<Arc<dyn StorageFile>> {
-        let file = self.hook.tick(self.disk.open(name))?;
-        Ok(self.wrap(file))
-    }
-    fn remove(&self, name: &str) -> Result<()> {
-        self.hook.tick(self.disk.remove(name))
-    }
-    fn rename(&self, from: &str, to: &str) -> Result<()> {
-        self.hook.tick(self.disk.rename(from, to))
-    }
-    fn link(&self, from: &str, to: &str) -> Result<()> {
-        self.hook.tick(self.disk.link(from, to))
-    }
-    fn sync_dir(&self) -> Result<()> {
-        self.hook.tick(self.disk.sync_dir())
-    }
-    fn lock(&self) -> Result<LockGuard> {
-        self.disk.lock()
+impl Disk {
+    /// Arms a takeover after `n` more operations: `take_over` runs inside the call that makes
+    /// that operation, and what it returns is in the slot afterwards.
+    pub fn arm_takeover<T: Send + 'static>(
+        &self,
+        n: u64,
+        take_over: impl FnOnce() -> T + Send + 'static,
+    ) -> Arc<Mutex<Option<T>>> {
+        let slot: Arc<Mutex<Option<T>>> = Arc::default();
+        let filled = slot.clone();
+        self.hook.arm(
+            n,
+            Box::new(move || *filled.lock().unwrap() = Some(take_over())),
+        );
+        slot
     }
 }
 
-impl StorageFile for File {
-    fn size(&self) -> Result<u64> {
-        self.hook.tick(self.inner.size())
-    }
-    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        self.hook.tick(self.inner.read_exact_at(buf, offset))
-    }
-    fn write_all_at(&self, buf: &[u8], offset: u64) -> Result<()> {
-        self.hook.tick(self.inner.write_all_at(buf, offset))
-    }
-    fn sync_data(&self) -> Result<()> {
-        self.hook.tick(self.inner.sync_data())
-    }
-    fn set_len(&self, len: u64) -> Result<()> {
-        self.hook.tick(self.inner.set_len(len))
-    }
-    fn map(&self) -> Result<Mapped> {
-        self.inner.map()
-    }
+/// A new owner of the store on `disk`, next to a former one that keeps running: the lock broken
+/// (as a broken lock file or shared storage would let it), the store claimed with `config`, and
+/// topic `topic` opened.
+pub fn new_store_owner(
+    disk: &ackstore::MemStorage,
+    config: ackstore::StoreConfig,
+    topic: &str,
+) -> ackstore::Store {
+    disk.break_lock();
+    let store = ackstore::Store::open_with_storage(Arc::new(disk.clone()), config)
+        .expect("the new owner claims the store");
+    store.topic(topic).expect("the new owner opens the topic");
+    store
 }

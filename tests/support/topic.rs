@@ -82,3 +82,27 @@ pub fn on_each_backend(per_ledger: u64, mut test: impl FnMut(ManagedLedger)) {
         );
     }
 }
+
+/// A store in `storage` (opened with `config`) holding topic `t` with `entries` synced entries
+/// and a cursor `sub` that acknowledged the first one and flushed, closed cleanly; returns the
+/// entries' positions.
+pub fn store_topic_with_a_flushed_cursor(
+    storage: Arc<dyn ackstore::Storage>,
+    config: ackstore::StoreConfig,
+    entries: usize,
+) -> Vec<Position> {
+    let store = ackstore::Store::open_with_storage(storage, config).expect("open");
+    let topic = store.topic("t").expect("topic");
+    let ps: Vec<Position> = (0..entries)
+        .map(|_| topic.append(b"p").expect("append"))
+        .collect();
+    topic.sync().expect("sync");
+    let cursor = topic
+        .open_cursor("sub", CursorOptions::default())
+        .expect("cursor");
+    cursor.ack(ps[0]).expect("ack");
+    cursor.flush().expect("flush");
+    drop((cursor, topic));
+    store.close().expect("close");
+    ps
+}
