@@ -522,9 +522,11 @@ fn a_restart_after_a_crash_rewrites_no_topic_file_and_repairs_it_with_the_next_w
             cursor.flush().expect("flush");
             synced.push(ps);
         }
-        // The owner's process dies (the page cache survives it): nothing is closed or sealed.
+        // The owner's process dies (what it wrote survives it; its lock goes with it):
+        // nothing is closed or sealed.
         std::mem::forget(store);
-        (disk.crash_image(|_, _, live| live.to_vec()), synced)
+        disk.break_lock();
+        (disk, synced)
     };
     let (disk, synced) = crashed();
     let files = topic_files(&disk);

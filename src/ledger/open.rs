@@ -7,12 +7,14 @@
 //!    ledger file is read, and every cursor record the cursor table lists is written again
 //!    before ledger references are collected. From then on a former owner's record writes are
 //!    refused, so what it wrote before is read below and what it writes after is never used.
-//!    A topic of a store is not claimed: the store's claim (its catalog written by
-//!    compare-and-set when the store opened) fences every former owner of every topic at
-//!    once, and each of the topic's record writes is bracketed by the store's ownership check
-//!    (`meta::CheckedMeta`), so a former owner that lost the store writes no record after its
-//!    check found it out, and never acts on a record write that slipped in as the store was
-//!    claimed. Reopening a cleanly closed topic of a store therefore writes nothing.
+//!    A topic of a store is claimed with a link ([`MetaStore::claim`]: the record's bytes
+//!    under the next version's name, nothing written or synced): the store's claim (its
+//!    catalog written by compare-and-set when the store opened) fences every former owner of
+//!    every topic at once, each of the topic's record writes is bracketed by the store's
+//!    ownership check (`meta::CheckedMeta`), and the topic's claim settles a former owner's
+//!    record write still in flight. Such an open cuts no torn tail and deletes nothing before
+//!    the store's owner check that follows its listing, and keeps the repairs of rule 4 in
+//!    memory until the topic's next record write: reopening a topic of a store syncs nothing.
 //! 1. A directory without a topic record gets an empty one (with a new topic id), unless it
 //!    already holds ledger files (then it is not a topic directory: [`Error::NotAckstore`]).
 //!    The record is written before any ledger is created, so a crash cannot leave ledgers

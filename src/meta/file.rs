@@ -42,7 +42,7 @@ const RECORD_SUFFIX: &str = ".meta";
 const TEMP_SUFFIX: &str = ".meta.tmp";
 /// Digits of the version in a record's file name.
 const VERSION_DIGITS: usize = 20;
-/// Names of one record past which a claim removes the older ones (after a directory sync).
+/// Names of one record past which a claim removes those below the version it claims.
 const CLAIM_NAMES: usize = 4;
 /// How often `get` lists the directory again when a file it listed was removed meanwhile (by
 /// another writer's cleanup, which only removes a version once a higher one exists).
@@ -488,8 +488,10 @@ impl MetaStore for FileMetaStore {
     /// a `put` atomic, without the write before it): no byte is written, so nothing needs a sync
     /// for the claim to be safe after a power cut (the new name, if it survives, names the
     /// durable bytes of `version`); it fences writers holding `version` as soon as it returns.
-    /// Older names are removed once a record has more than [`CLAIM_NAMES`] versions, after a
-    /// directory sync, so repeated claims without writes stay bounded.
+    /// Once a record has more than [`CLAIM_NAMES`] names, those below `version` are removed
+    /// (not synced): `version` itself stays, so whatever part of the claim a power cut keeps,
+    /// the record is whole, and the names stay bounded in the live directory and, from the
+    /// next directory sync on, in the durable one.
     fn claim(&self, name: &str, version: u64) -> Result<u64> {
         validate_record_name(name)?;
         let next = version.checked_add(1).ok_or_else(|| Error::LimitExceeded {
@@ -523,8 +525,7 @@ impl MetaStore for FileMetaStore {
             return Err(self.fenced(name, Some(version), Some(higher)));
         }
         if files.len() > CLAIM_NAMES {
-            self.storage.sync_dir()?;
-            self.remove_below(name, next, false)?;
+            self.remove_below(name, version, false)?;
         }
         drop(writes);
         Ok(next)
@@ -818,6 +819,142 @@ mod tests {
             assert!(is_fenced(&Err::<(), _>(err)));
             assert_eq!(owner.get("topic").unwrap(), Some((3, b"3".to_vec())));
         });
+    }
+
+    #[test]
+    fn a_claim_fences_the_holder_of_the_version_it_claims_and_keeps_the_bytes() {
+        on_both_backends(|storage| {
+            let owner = FileMetaStore::new(storage.clone());
+            let former = FileMetaStore::new(storage.clone());
+            assert_eq!(former.put("topic", None, b"A").unwrap(), 1);
+            assert_eq!(owner.claim("topic", 1).unwrap(), 2);
+            assert_eq!(owner.get("topic").unwrap(), Some((2, b"A".to_vec())));
+            assert!(owner.is_current("topic", 2).unwrap());
+            assert!(!former.is_current("topic", 1).unwrap());
+            assert!(is_fenced(&former.put("topic", Some(1), b"late")));
+            assert!(
+                is_fenced(&former.claim("topic", 1)),
+                "a second claim of version 1"
+            );
+            assert_eq!(owner.put("topic", Some(2), b"B").unwrap(), 3);
+            assert_eq!(owner.get("topic").unwrap(), Some((3, b"B".to_vec())));
+            // Version 1's file is gone now: its holder is refused all the same.
+            assert!(is_fenced(&former.claim("topic", 1)));
+            assert!(
+                is_fenced(&owner.claim("topic", 7)),
+                "a version never reached"
+            );
+        });
+    }
+
+    #[test]
+    fn a_power_cut_after_any_claim_leaves_the_record_whole_at_one_of_its_versions() {
+        let total = {
+            let (disk, store) = mem_store();
+            store.put("topic", None, b"A").unwrap();
+            let before = disk.mutations();
+            store.claim("topic", 1).unwrap();
+            store.claim("topic", 2).unwrap();
+            disk.mutations() - before
+        };
+        for n in 0..=total {
+            let (disk, store) = mem_store();
+            store.put("topic", None, b"A").unwrap();
+            disk.fail_after(Some(n));
+            let claimed = store
+                .claim("topic", 1)
+                .and_then(|v| store.claim("topic", v));
+            disk.fail_after(None);
+            for image in [
+                disk.durable_image(),
+                disk.crash_image(|_, _, live| live.to_vec()),
+            ] {
+                let reopened = FileMetaStore::new(Arc::new(image));
+                let (version, bytes) = reopened.get("topic").unwrap().expect("the record");
+                assert_eq!(bytes, b"A", "cut after {n} operations ({claimed:?})");
+                assert!(
+                    (1..=3).contains(&version),
+                    "cut after {n}: version {version}"
+                );
+                // Whoever reads it next writes on from the version it finds.
+                assert_eq!(
+                    reopened.put("topic", Some(version), b"B").unwrap(),
+                    version + 1
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn repeated_claims_keep_a_bounded_number_of_names() {
+        on_both_backends(|storage| {
+            let store = FileMetaStore::new(storage.clone());
+            let mut version = store.put("topic", None, b"A").unwrap();
+            for _ in 0..20 {
+                version = store.claim("topic", version).unwrap();
+                let names = storage
+                    .list()
+                    .unwrap()
+                    .into_iter()
+                    .filter(|n| record_of_file(n) == Some("topic"))
+                    .count();
+                assert!(names <= CLAIM_NAMES + 1, "{names} names after a claim");
+            }
+            assert_eq!(store.get("topic").unwrap(), Some((21, b"A".to_vec())));
+        });
+    }
+
+    #[test]
+    fn claims_each_ended_by_a_power_cut_never_pile_up_durable_names() {
+        let (disk, store) = mem_store();
+        store.put("topic", None, b"A").unwrap();
+        let mut disk = disk;
+        for round in 0..40 {
+            let store = FileMetaStore::new(Arc::new(disk.clone()));
+            let (version, _) = store.get("topic").unwrap().expect("the record");
+            store.claim("topic", version).unwrap();
+            // Now and then something else syncs the directory (a journal tick, say).
+            if round % 7 == 0 {
+                disk.sync_dir().unwrap();
+            }
+            disk = disk.durable_image();
+            let names = disk
+                .list()
+                .unwrap()
+                .into_iter()
+                .filter(|n| record_of_file(n) == Some("topic"))
+                .count();
+            assert!(
+                names <= CLAIM_NAMES + 2,
+                "round {round}: {names} durable names"
+            );
+            let reopened = FileMetaStore::new(Arc::new(disk.clone()));
+            assert_eq!(
+                reopened.get("topic").unwrap().map(|(_, b)| b),
+                Some(b"A".to_vec())
+            );
+        }
+    }
+
+    #[test]
+    fn a_file_named_below_the_version_inside_it_is_damage() {
+        let (disk, store) = mem_store();
+        store.put("topic", None, b"A").unwrap();
+        store.put("topic", Some(1), b"B").unwrap();
+        let inside_two = disk.live_bytes(&version_file("topic", 2)).unwrap();
+        let file = disk.create(&version_file("topic", 1)).unwrap();
+        file.write_all_at(&inside_two, 0).unwrap();
+        // Version 2 is still the highest and reads; a lower name holding version 2's
+        // envelope would be damage if it were the one read.
+        assert_eq!(store.get("topic").unwrap(), Some((2, b"B".to_vec())));
+        disk.remove(&version_file("topic", 2)).unwrap();
+        assert!(matches!(
+            store.get("topic"),
+            Err(Error::Corrupted {
+                kind: CorruptionKind::InvalidField(_),
+                ..
+            })
+        ));
     }
 
     #[test]
