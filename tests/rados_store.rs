@@ -7,7 +7,7 @@
 
 mod support;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use ackstore::{CursorOptions, Position, RadosStorage, Storage, Store, StoreConfig};
 use support::rados::{cluster, fresh_namespace, pool};
