@@ -11,25 +11,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use ackstore::{
-    CursorOptions, Error, LedgerConfig, MemStorage, Position, Storage, Store, StoreConfig,
-};
+use ackstore::{CursorOptions, Error, MemStorage, Position, Storage, Store, StoreConfig};
 use support::crash::{Points, cut_everywhere_after};
 use support::hooked::Hooked;
 use support::takeover;
-
-fn config(per_ledger: u64) -> StoreConfig {
-    StoreConfig {
-        ledger: LedgerConfig {
-            max_entries_per_ledger: per_ledger,
-            ..LedgerConfig::default()
-        },
-        ..StoreConfig::default()
-    }
-}
+use support::topic::store_config;
 
 fn open(storage: Arc<dyn Storage>) -> ackstore::Result<Store> {
-    Store::open_with_storage(storage, config(1_000))
+    Store::open_with_storage(storage, store_config(1_000))
 }
 
 fn topic_name(t: usize) -> String {
@@ -176,7 +165,7 @@ fn opening_a_topic_lists_only_its_own_files_whatever_the_size_of_the_store() {
 #[test]
 fn a_former_owner_is_refused_on_every_topic_once_the_store_is_claimed() {
     let disk = MemStorage::new();
-    let old = Store::open_with_storage(Arc::new(disk.clone()), config(4)).expect("open");
+    let old = Store::open_with_storage(Arc::new(disk.clone()), store_config(4)).expect("open");
     let a = old.topic("a").expect("topic");
     let b = old.topic("b").expect("topic");
     let ps: Vec<Position> = (0..6).map(|_| a.append(b"x").expect("append")).collect();
@@ -190,7 +179,7 @@ fn a_former_owner_is_refused_on_every_topic_once_the_store_is_claimed() {
     cursor.flush().expect("flush");
     disk.break_lock();
     // The new owner claims the store and opens no topic.
-    let new = Store::open_with_storage(Arc::new(disk.clone()), config(4)).expect("claim");
+    let new = Store::open_with_storage(Arc::new(disk.clone()), store_config(4)).expect("claim");
     let files = topic_files(&disk);
     let fenced = |what: &str, r: ackstore::Result<()>| {
         assert!(
@@ -247,7 +236,7 @@ fn a_former_owner_is_refused_on_every_topic_once_the_store_is_claimed() {
     a.delete_cursor("sub").expect("delete");
     new.close().expect("close");
     drop((a, b, cursor, other, new));
-    let again = Store::open_with_storage(Arc::new(disk.clone()), config(4)).expect("reopen");
+    let again = Store::open_with_storage(Arc::new(disk.clone()), store_config(4)).expect("reopen");
     let b = again.topic("b").expect("topic");
     assert_eq!(b.last_position(), more.last().copied());
     assert_eq!(
@@ -301,7 +290,8 @@ fn a_takeover_at_any_step_of_a_former_owners_work_never_fences_the_new_owner() {
     // The former owner's store first holds the topic with two entries and a cursor.
     let prepared = || {
         let disk = MemStorage::new();
-        let store = Store::open_with_storage(Arc::new(disk.clone()), config(3)).expect("open");
+        let store =
+            Store::open_with_storage(Arc::new(disk.clone()), store_config(3)).expect("open");
         let topic = store.topic("t").expect("topic");
         topic.append(b"p").expect("append");
         topic.sync().expect("sync");
@@ -312,7 +302,8 @@ fn a_takeover_at_any_step_of_a_former_owners_work_never_fences_the_new_owner() {
     let steps = {
         let disk = prepared();
         let hooked = takeover::Disk::new(Arc::new(disk.clone()));
-        let store = Store::open_with_storage(hooked.storage.clone(), config(3)).expect("open");
+        let store =
+            Store::open_with_storage(hooked.storage.clone(), store_config(3)).expect("open");
         let before = hooked.hook.count();
         let run = former_owner_workload(&store);
         assert_eq!(
@@ -325,13 +316,15 @@ fn a_takeover_at_any_step_of_a_former_owners_work_never_fences_the_new_owner() {
     for n in 1..=steps {
         let disk = prepared();
         let hooked = takeover::Disk::new(Arc::new(disk.clone()));
-        let old = Store::open_with_storage(hooked.storage.clone(), config(3)).expect("open");
+        let old = Store::open_with_storage(hooked.storage.clone(), store_config(3)).expect("open");
         // The new owner claims the store and opens the topic in the middle of the former
         // owner's call, so a record write of the former owner may land after the new owner
         // read the record.
         let new = {
             let disk = disk.clone();
-            hooked.arm_takeover(n, move || takeover::new_store_owner(&disk, config(3), "t"))
+            hooked.arm_takeover(n, move || {
+                takeover::new_store_owner(&disk, store_config(3), "t")
+            })
         };
         let run = former_owner_workload(&old);
         let new = new.lock().expect("slot").take().expect("the takeover ran");
@@ -376,7 +369,8 @@ fn a_takeover_at_any_step_of_a_former_owners_work_never_fences_the_new_owner() {
         new.close()
             .unwrap_or_else(|e| panic!("takeover after step {n}: close: {e}"));
         drop((topic, new, old));
-        let again = Store::open_with_storage(Arc::new(disk.clone()), config(3)).expect("reopen");
+        let again =
+            Store::open_with_storage(Arc::new(disk.clone()), store_config(3)).expect("reopen");
         let topic = again.topic("t").expect("topic");
         // The ledger of the first three was consumed and trimmed.
         for p in &mine[3..] {
@@ -507,7 +501,8 @@ fn a_store_written_with_the_flat_layout_opens_and_puts_new_topics_in_directories
 fn a_restart_after_a_crash_rewrites_no_topic_file_and_repairs_it_with_the_next_write() {
     let crashed = || {
         let disk = MemStorage::new();
-        let store = Store::open_with_storage(Arc::new(disk.clone()), config(4)).expect("open");
+        let store =
+            Store::open_with_storage(Arc::new(disk.clone()), store_config(4)).expect("open");
         let mut synced = Vec::new();
         for t in 0..3 {
             let topic = store.topic(&topic_name(t)).expect("topic");
@@ -530,7 +525,7 @@ fn a_restart_after_a_crash_rewrites_no_topic_file_and_repairs_it_with_the_next_w
     };
     let (disk, synced) = crashed();
     let files = topic_files(&disk);
-    let store = Store::open_with_storage(Arc::new(disk.clone()), config(4)).expect("reopen");
+    let store = Store::open_with_storage(Arc::new(disk.clone()), store_config(4)).expect("reopen");
     for (t, ps) in synced.iter().enumerate() {
         let topic = store.topic(&topic_name(t)).expect("topic");
         for p in ps {
@@ -560,7 +555,7 @@ fn a_restart_after_a_crash_rewrites_no_topic_file_and_repairs_it_with_the_next_w
             fresh.sync_dir().expect("sync dir");
         },
         |fresh, ()| -> Option<Position> {
-            let store = Store::open_with_storage(Arc::new(fresh.clone()), config(4)).ok()?;
+            let store = Store::open_with_storage(Arc::new(fresh.clone()), store_config(4)).ok()?;
             let topic = store.topic(&topic_name(0)).ok()?;
             let p = topic.append(b"after").ok()?;
             topic.sync().ok()?;
@@ -568,7 +563,7 @@ fn a_restart_after_a_crash_rewrites_no_topic_file_and_repairs_it_with_the_next_w
         },
         |fresh, cut, appended| {
             let image = fresh.durable_image();
-            let store = Store::open_with_storage(Arc::new(image.clone()), config(4))
+            let store = Store::open_with_storage(Arc::new(image.clone()), store_config(4))
                 .unwrap_or_else(|e| panic!("{cut:?}: {e}"));
             for (t, ps) in synced.iter().enumerate() {
                 let topic = store.topic(&topic_name(t)).expect("topic");

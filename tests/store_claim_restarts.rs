@@ -5,26 +5,14 @@
 
 mod support;
 
+use support::topic::store_config;
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ackstore::internals::format::meta::encode_stored;
-use ackstore::{
-    CursorOptions, Error, LedgerConfig, MemStorage, NonDurableOptions, Position, Storage, Store,
-    StoreConfig,
-};
-
-fn config() -> StoreConfig {
-    StoreConfig {
-        ledger: LedgerConfig {
-            max_entries_per_ledger: 1_000,
-            ..LedgerConfig::default()
-        },
-        flusher_threads: 0,
-        ..StoreConfig::default()
-    }
-}
+use ackstore::{CursorOptions, Error, MemStorage, NonDurableOptions, Position, Storage, Store};
 
 /// The topic record's versioned file names (`t1-topic.NNN.meta` on the flat in-memory disk).
 fn record_names(disk: &MemStorage) -> Vec<String> {
@@ -40,7 +28,8 @@ fn record_names(disk: &MemStorage) -> Vec<String> {
 /// ledger with no count.
 fn crashed_store() -> (MemStorage, Vec<Position>) {
     let disk = MemStorage::new();
-    let store = Store::open_with_storage(Arc::new(disk.clone()), config()).expect("open");
+    let store =
+        Store::open_with_storage(Arc::new(disk.clone()), store_config(1_000)).expect("open");
     let t = store.topic("t").expect("topic");
     let ps: Vec<Position> = (0..4).map(|_| t.append(b"e").expect("append")).collect();
     t.sync().expect("sync");
@@ -52,11 +41,13 @@ fn crashed_store() -> (MemStorage, Vec<Position>) {
     std::mem::forget(c);
     std::mem::forget(t);
     std::mem::forget(store);
-    (disk.crash_image(|_, _, live| live.to_vec()), ps)
+    // A process crash: everything it wrote survives it, its lock goes with it.
+    disk.break_lock();
+    (disk, ps)
 }
 
-/// Restarts without writes, alternating process crashes (live image) and power cuts (durable
-/// image), with acks flushed in between: every synced entry stays, every flushed ack stays,
+/// Restarts without writes, alternating process crashes (the same disk) and power cuts (the
+/// durable image), with acks flushed in between: every synced entry stays, every flushed ack stays,
 /// nothing is invented, and the record's names stay bounded in the live image (the durable
 /// image: see the next test).
 #[test]
@@ -64,7 +55,7 @@ fn restarts_without_writes_alternating_crashes_and_power_cuts_keep_everything() 
     let (mut disk, ps) = crashed_store();
     let mut flushed: BTreeSet<Position> = [ps[0]].into();
     for generation in 0..14usize {
-        let store = Store::open_with_storage(Arc::new(disk.clone()), config())
+        let store = Store::open_with_storage(Arc::new(disk.clone()), store_config(1_000))
             .unwrap_or_else(|e| panic!("generation {generation}: open: {e}"));
         let t = store
             .topic("t")
@@ -100,7 +91,9 @@ fn restarts_without_writes_alternating_crashes_and_power_cuts_keep_everything() 
         std::mem::forget(t);
         std::mem::forget(store);
         disk = if generation % 2 == 0 {
-            disk.crash_image(|_, _, live| live.to_vec())
+            // A process crash: the same disk, the lock gone with the process.
+            disk.break_lock();
+            disk
         } else {
             disk.durable_image()
         };
@@ -136,7 +129,7 @@ fn a_legacy_topic_record_with_an_identity_opens_and_restarts() {
     disk.sync_dir().expect("sync dir");
     let mut disk = disk;
     for generation in 0..8 {
-        let store = Store::open_with_storage(Arc::new(disk.clone()), config())
+        let store = Store::open_with_storage(Arc::new(disk.clone()), store_config(1_000))
             .unwrap_or_else(|e| panic!("generation {generation}: open: {e}"));
         let t = store
             .topic("t")
@@ -163,7 +156,8 @@ fn a_legacy_topic_record_with_an_identity_opens_and_restarts() {
 #[test]
 fn handles_of_a_closed_instance_do_not_make_the_next_open_wait() {
     let disk = MemStorage::new();
-    let store = Store::open_with_storage(Arc::new(disk.clone()), config()).expect("open");
+    let store =
+        Store::open_with_storage(Arc::new(disk.clone()), store_config(1_000)).expect("open");
     let t = store.topic("t").expect("topic");
     let p = t.append(b"e").expect("append");
     t.sync().expect("sync");
@@ -198,7 +192,8 @@ fn handles_of_a_closed_instance_do_not_make_the_next_open_wait() {
 #[test]
 fn a_blocked_read_of_a_closing_instance_does_not_hold_the_topic() {
     let disk = MemStorage::new();
-    let store = Store::open_with_storage(Arc::new(disk.clone()), config()).expect("open");
+    let store =
+        Store::open_with_storage(Arc::new(disk.clone()), store_config(1_000)).expect("open");
     let t = store.topic("t").expect("topic");
     let c = t
         .open_cursor("sub", CursorOptions::default())
@@ -229,7 +224,7 @@ fn restarts_each_ended_by_a_power_cut_keep_the_record_names_bounded() {
     let (mut disk, _ps) = crashed_store();
     let mut counts = Vec::new();
     for generation in 0..40usize {
-        let store = Store::open_with_storage(Arc::new(disk.clone()), config())
+        let store = Store::open_with_storage(Arc::new(disk.clone()), store_config(1_000))
             .unwrap_or_else(|e| panic!("generation {generation}: open: {e}"));
         let t = store.topic("t").expect("topic");
         if generation < 4 {
@@ -261,7 +256,7 @@ fn store_restarts_each_ended_by_a_power_cut_keep_the_catalog_names_bounded() {
     let (mut disk, _ps) = crashed_store();
     let mut counts = Vec::new();
     for generation in 0..20usize {
-        let store = Store::open_with_storage(Arc::new(disk.clone()), config())
+        let store = Store::open_with_storage(Arc::new(disk.clone()), store_config(1_000))
             .unwrap_or_else(|e| panic!("generation {generation}: open: {e}"));
         std::mem::forget(store);
         disk = disk.durable_image();

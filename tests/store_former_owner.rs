@@ -8,26 +8,17 @@ mod support;
 
 use std::sync::{Arc, Mutex};
 
-use ackstore::{CursorOptions, Error, LedgerConfig, MemStorage, Position, Store, StoreConfig};
+use ackstore::{CursorOptions, Error, MemStorage, Position, Store};
 use support::takeover;
 use support::tap::{Hook, Tap};
+use support::topic::store_config;
 use support::topic::store_topic_with_a_flushed_cursor;
-
-fn config(per_ledger: u64) -> StoreConfig {
-    StoreConfig {
-        ledger: LedgerConfig {
-            max_entries_per_ledger: per_ledger,
-            ..LedgerConfig::default()
-        },
-        ..StoreConfig::default()
-    }
-}
 
 /// A store holding topic `t` with three synced entries and a cursor `sub` that acked the
 /// first one and flushed, closed cleanly.
 fn prepared(per_ledger: u64) -> MemStorage {
     let disk = MemStorage::new();
-    store_topic_with_a_flushed_cursor(Arc::new(disk.clone()), config(per_ledger), 3);
+    store_topic_with_a_flushed_cursor(Arc::new(disk.clone()), store_config(per_ledger), 3);
     disk
 }
 
@@ -41,7 +32,8 @@ fn a_former_owners_topic_open_never_deletes_a_ledger_of_the_new_owner() {
     let steps = {
         let disk = prepared(1_000);
         let hooked = takeover::Disk::new(Arc::new(disk.clone()));
-        let old = Store::open_with_storage(hooked.storage.clone(), config(1_000)).expect("open");
+        let old =
+            Store::open_with_storage(hooked.storage.clone(), store_config(1_000)).expect("open");
         let before = hooked.hook.count();
         old.topic("t").expect("topic");
         hooked.hook.count() - before
@@ -50,11 +42,12 @@ fn a_former_owners_topic_open_never_deletes_a_ledger_of_the_new_owner() {
     for n in 1..=steps {
         let disk = prepared(1_000);
         let hooked = takeover::Disk::new(Arc::new(disk.clone()));
-        let old = Store::open_with_storage(hooked.storage.clone(), config(1_000)).expect("open");
+        let old =
+            Store::open_with_storage(hooked.storage.clone(), store_config(1_000)).expect("open");
         let new = {
             let disk = disk.clone();
             hooked.arm_takeover(n, move || {
-                let store = takeover::new_store_owner(&disk, config(1_000), "t");
+                let store = takeover::new_store_owner(&disk, store_config(1_000), "t");
                 let topic = store.topic("t").expect("topic");
                 let p = topic.append(b"new owner's entry").expect("append");
                 topic.sync().expect("the new owner's sync");
@@ -70,7 +63,7 @@ fn a_former_owners_topic_open_never_deletes_a_ledger_of_the_new_owner() {
         let closed = new.close();
         drop((topic, new));
         drop(old);
-        let again = Store::open_with_storage(Arc::new(disk.durable_image()), config(1_000));
+        let again = Store::open_with_storage(Arc::new(disk.durable_image()), store_config(1_000));
         let after = again
             .and_then(|s| s.topic("t"))
             .and_then(|t| t.read(p).map(|e| e.payload));
@@ -94,7 +87,8 @@ fn a_fenced_cursor_deletion_never_takes_effect_under_the_new_owner() {
     let steps = {
         let disk = prepared(1_000);
         let hooked = takeover::Disk::new(Arc::new(disk.clone()));
-        let old = Store::open_with_storage(hooked.storage.clone(), config(1_000)).expect("open");
+        let old =
+            Store::open_with_storage(hooked.storage.clone(), store_config(1_000)).expect("open");
         let topic = old.topic("t").expect("topic");
         let before = hooked.hook.count();
         topic.delete_cursor("sub").expect("delete");
@@ -104,12 +98,13 @@ fn a_fenced_cursor_deletion_never_takes_effect_under_the_new_owner() {
     for n in 1..=steps {
         let disk = prepared(1_000);
         let hooked = takeover::Disk::new(Arc::new(disk.clone()));
-        let old = Store::open_with_storage(hooked.storage.clone(), config(1_000)).expect("open");
+        let old =
+            Store::open_with_storage(hooked.storage.clone(), store_config(1_000)).expect("open");
         let old_topic = old.topic("t").expect("topic");
         let new = {
             let disk = disk.clone();
             hooked.arm_takeover(n, move || {
-                takeover::new_store_owner(&disk, config(1_000), "t")
+                takeover::new_store_owner(&disk, store_config(1_000), "t")
             })
         };
         let deleted = old_topic.delete_cursor("sub");
@@ -127,7 +122,7 @@ fn a_fenced_cursor_deletion_never_takes_effect_under_the_new_owner() {
         drop(new);
         drop((old_topic, old));
         let again =
-            Store::open_with_storage(Arc::new(disk.clone()), config(1_000)).expect("reopen");
+            Store::open_with_storage(Arc::new(disk.clone()), store_config(1_000)).expect("reopen");
         let topic = again.topic("t").expect("topic");
         let names = topic.cursor_names();
         let cursor = topic
@@ -154,14 +149,16 @@ fn a_fenced_cursor_deletion_never_takes_effect_under_the_new_owner() {
 fn a_fenced_cursor_deletion_never_lets_a_trim_delete_unacknowledged_entries() {
     // One entry per ledger: 1:0 .. 4:0 (ledger ids from the first block).
     let disk = MemStorage::new();
-    let ps = store_topic_with_a_flushed_cursor(Arc::new(disk.clone()), config(1), 4);
+    let ps = store_topic_with_a_flushed_cursor(Arc::new(disk.clone()), store_config(1), 4);
     let hooked = takeover::Disk::new(Arc::new(disk.clone()));
-    let old = Store::open_with_storage(hooked.storage.clone(), config(1)).expect("open");
+    let old = Store::open_with_storage(hooked.storage.clone(), store_config(1)).expect("open");
     let old_topic = old.topic("t").expect("topic");
     // Step 2: the former owner's pre-check (two lookups) has just passed.
     let new = {
         let disk = disk.clone();
-        hooked.arm_takeover(2, move || takeover::new_store_owner(&disk, config(1), "t"))
+        hooked.arm_takeover(2, move || {
+            takeover::new_store_owner(&disk, store_config(1), "t")
+        })
     };
     let deleted = old_topic.delete_cursor("sub");
     assert!(matches!(deleted, Err(Error::Fenced { .. })), "{deleted:?}");
@@ -177,7 +174,7 @@ fn a_fenced_cursor_deletion_never_lets_a_trim_delete_unacknowledged_entries() {
     new.close().expect("close");
     drop(new);
     drop((old_topic, old));
-    let again = Store::open_with_storage(Arc::new(disk.clone()), config(1)).expect("reopen");
+    let again = Store::open_with_storage(Arc::new(disk.clone()), store_config(1)).expect("reopen");
     let topic = again.topic("t").expect("topic");
     let names = topic.cursor_names();
     let trimmed = topic.trim_consumed().expect("trim");
@@ -226,7 +223,7 @@ impl Hook for SplitWrites {
 #[test]
 fn a_former_owners_topic_open_never_cuts_the_new_owners_write_in_progress() {
     let disk = prepared(1_000);
-    let old = Store::open_with_storage(Arc::new(disk.clone()), config(1_000)).expect("open");
+    let old = Store::open_with_storage(Arc::new(disk.clone()), store_config(1_000)).expect("open");
     disk.break_lock();
     let split = Arc::new(SplitWrites {
         action: Mutex::default(),
@@ -234,7 +231,7 @@ fn a_former_owners_topic_open_never_cuts_the_new_owners_write_in_progress() {
     });
     let new = Store::open_with_storage(
         Arc::new(Tap::new(Arc::new(disk.clone()), split.clone())),
-        config(1_000),
+        store_config(1_000),
     )
     .expect("claim");
     let topic = new.topic("t").expect("topic");
@@ -269,7 +266,7 @@ fn a_former_owners_topic_open_never_cuts_the_new_owners_write_in_progress() {
     drop(topic);
     let closed = new.close();
     drop(new);
-    let again = Store::open_with_storage(Arc::new(disk.durable_image()), config(1_000));
+    let again = Store::open_with_storage(Arc::new(disk.durable_image()), store_config(1_000));
     let after: ackstore::Result<Vec<Vec<u8>>> = again.and_then(|s| {
         let t = s.topic("t")?;
         ps.iter().map(|p| t.read(*p).map(|e| e.payload)).collect()

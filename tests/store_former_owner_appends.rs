@@ -5,22 +5,13 @@
 
 mod support;
 
+use support::topic::store_config;
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use ackstore::{CursorOptions, LedgerConfig, MemStorage, Position, Store, StoreConfig};
+use ackstore::{CursorOptions, MemStorage, Position, Store};
 use support::crash::torn_image;
-
-fn config() -> StoreConfig {
-    StoreConfig {
-        ledger: LedgerConfig {
-            max_entries_per_ledger: 1_000,
-            ..LedgerConfig::default()
-        },
-        flusher_threads: 0,
-        ..StoreConfig::default()
-    }
-}
 
 struct Run {
     disk: MemStorage,
@@ -36,7 +27,7 @@ struct Run {
 
 fn run(new_owner_appends: bool) -> Run {
     let disk = MemStorage::new();
-    let old = Store::open_with_storage(Arc::new(disk.clone()), config()).expect("open");
+    let old = Store::open_with_storage(Arc::new(disk.clone()), store_config(1_000)).expect("open");
     let ot = old.topic("t").expect("topic");
     let synced: Vec<Position> = (0..3).map(|_| ot.append(b"o").expect("append")).collect();
     ot.sync().expect("sync");
@@ -49,7 +40,7 @@ fn run(new_owner_appends: bool) -> Run {
     let mut flushed = truth.clone();
 
     disk.break_lock();
-    let new = Store::open_with_storage(Arc::new(disk.clone()), config()).expect("claim");
+    let new = Store::open_with_storage(Arc::new(disk.clone()), store_config(1_000)).expect("claim");
     let nt = new.topic("t").expect("new owner's topic");
     assert_eq!(nt.last_position(), Some(synced[2]));
 
@@ -95,7 +86,7 @@ fn run(new_owner_appends: bool) -> Run {
 }
 
 fn check(image: &MemStorage, r: &Run, what: &str) {
-    let store = Store::open_with_storage(Arc::new(image.clone()), config())
+    let store = Store::open_with_storage(Arc::new(image.clone()), store_config(1_000))
         .unwrap_or_else(|e| panic!("{what}: open: {e}"));
     let t = store
         .topic("t")
@@ -163,7 +154,7 @@ fn check(image: &MemStorage, r: &Run, what: &str) {
         .close()
         .unwrap_or_else(|e| panic!("{what}: close: {e}"));
     drop(store);
-    let again = Store::open_with_storage(Arc::new(image.clone()), config())
+    let again = Store::open_with_storage(Arc::new(image.clone()), store_config(1_000))
         .unwrap_or_else(|e| panic!("{what}: second open: {e}"));
     let t = again
         .topic("t")

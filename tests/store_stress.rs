@@ -21,8 +21,8 @@ fn config() -> StoreConfig {
         journal: JournalConfig {
             segment_bytes: 2048,
         },
-        flusher_threads: std::env::var("RT_POOL").map_or(2, |v| v.parse().unwrap()),
-        ack_memory_bytes: std::env::var("RT_BUDGET").map_or(Some(64 << 10), |_| None),
+        flusher_threads: 2,
+        ack_memory_bytes: Some(64 << 10),
     }
 }
 
@@ -94,7 +94,7 @@ fn everything_at_once_keeps_every_flushed_ack_and_never_hangs() {
                         cursor.flush()?;
                         models[w].lock().unwrap().flushed = before;
                     }
-                    if round.is_multiple_of(17) && std::env::var("RT_NOCLOSE").is_err() {
+                    if round.is_multiple_of(17) {
                         // Unload the topic (every worker on it sees `Closed` and reopens).
                         topic.close()?;
                     }

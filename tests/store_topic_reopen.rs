@@ -7,10 +7,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ackstore::{CursorOptions, LedgerConfig, MemStorage, Position, Storage, Store, StoreConfig};
+use ackstore::{CursorOptions, MemStorage, Position, Storage, Store};
 use support::tap::{Hook, Op, Tap};
 
 mod support;
+
+use support::topic::store_config;
 
 type Action = Box<dyn FnOnce() + Send>;
 type Pred = Box<dyn Fn(&str, &str) -> bool + Send>;
@@ -63,17 +65,6 @@ impl Hook for Armed {
     }
 }
 
-fn config() -> StoreConfig {
-    StoreConfig {
-        ledger: LedgerConfig {
-            max_entries_per_ledger: 2,
-            ..LedgerConfig::default()
-        },
-        flusher_threads: 0,
-        ..StoreConfig::default()
-    }
-}
-
 fn on_thread(name: &'static str) -> bool {
     std::thread::current().name() == Some(name)
 }
@@ -86,7 +77,7 @@ fn on_thread(name: &'static str) -> bool {
 #[test]
 fn a_trim_in_flight_across_a_close_and_a_reopen_never_leaves_a_topic_that_cannot_open() {
     let tap = Armed::default();
-    let store = Arc::new(Store::open_with_storage(tap.storage(), config()).expect("open"));
+    let store = Arc::new(Store::open_with_storage(tap.storage(), store_config(2)).expect("open"));
     let first = store.topic("t").expect("topic");
     // Ledgers of two entries: 1:0 1:1 | 2:0 2:1 | 3:0 (the open ledger at close).
     let ps: Vec<Position> = (0..5)
@@ -169,7 +160,8 @@ fn a_trim_in_flight_across_a_close_and_a_reopen_never_leaves_a_topic_that_cannot
     drop(first);
     let closed = store.close();
     drop(store);
-    let again = Store::open_with_storage(Arc::new(tap.disk.clone()), config()).expect("reopen");
+    let again =
+        Store::open_with_storage(Arc::new(tap.disk.clone()), store_config(2)).expect("reopen");
     let reopened = again.topic("t").map(|t| t.read(more[2]).map(|e| e.payload));
     assert!(
         matches!(reopened, Ok(Ok(_))),
@@ -184,7 +176,7 @@ fn a_trim_in_flight_across_a_close_and_a_reopen_never_leaves_a_topic_that_cannot
 #[test]
 fn a_cursor_opened_while_its_topic_closes_never_outlives_the_close() {
     let tap = Armed::default();
-    let store = Arc::new(Store::open_with_storage(tap.storage(), config()).expect("open"));
+    let store = Arc::new(Store::open_with_storage(tap.storage(), store_config(2)).expect("open"));
     let first = store.topic("t").expect("topic");
     let ps: Vec<Position> = (0..6)
         .map(|_| first.append(b"e").expect("append"))
@@ -238,7 +230,7 @@ fn a_cursor_opened_while_its_topic_closes_never_outlives_the_close() {
     drop(first);
     store.close().expect("close");
     drop(store);
-    let again = Store::open_with_storage(Arc::new(tap.disk.clone()), config())
+    let again = Store::open_with_storage(Arc::new(tap.disk.clone()), store_config(2))
         .expect("the store, closed and dropped, opens again");
     let topic = again.topic("t").expect("topic");
     let cursor = topic

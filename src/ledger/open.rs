@@ -60,10 +60,11 @@ use crate::storage::Storage;
 /// Opens (or creates) the topic stored in `storage`.
 ///
 /// `journal`: for a topic of a store, the store's journal, through which its cursors persist
-/// and whose ownership check is the store's. Such a topic is not claimed (rule 0): its record
-/// is read, not written, and its cursor records are read only when a ledger file the topic
-/// record does not list needs their references (rule 3). A topic opened on its own (`None`)
-/// claims its record and every cursor record.
+/// and whose ownership check is the store's. Such a topic's record is claimed with a link
+/// (rule 0, nothing written), its cursor records are read only when a ledger file the topic
+/// record does not list needs their references (rule 3), and its repairs wait for its next
+/// record write (rule 4). A topic opened on its own (`None`) claims its record and every
+/// cursor record by writing them again.
 pub(crate) fn open(
     storage: Arc<dyn Storage>,
     config: LedgerConfig,
@@ -87,6 +88,7 @@ pub(crate) fn open(
         }
         None => meta,
     };
+    // A topic of its own claims by writing its records again; a store's topic, by a link.
     let claim_cursors = journal.is_none();
 
     // The claim comes first: the topic record is written by compare-and-set before any ledger

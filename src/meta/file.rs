@@ -378,16 +378,21 @@ impl FileMetaStore {
             Err(e) => return Err(e),
         }
         self.storage.sync_dir()?;
-        // A higher version existing now means ours was linked into a slot whose record had
-        // moved on (its older files removed): the record is that higher version, not ours.
+        self.none_above(name, expected, version).map(drop)
+    }
+
+    /// After version `version` of `name` was linked: [`Error::Fenced`] when a higher version
+    /// exists, which means ours went into a slot whose record had moved on (its older files
+    /// removed) and the record is that higher version, not ours; otherwise the record's files.
+    fn none_above(&self, name: &str, expected: Option<u64>, version: u64) -> Result<Vec<Found>> {
         let files = self.files_of(name)?;
-        if let Some(higher) = files
+        match files
             .iter()
             .find_map(|f| f.version.filter(|&v| v > version))
         {
-            return Err(self.fenced(name, expected, Some(higher)));
+            Some(higher) => Err(self.fenced(name, expected, Some(higher))),
+            None => Ok(files),
         }
-        Ok(())
     }
 
     /// Removes every file of `name` below `version` (and, with `inclusive`, at it). Other
@@ -520,10 +525,7 @@ impl MetaStore for FileMetaStore {
             }
             Err(e) => return Err(e),
         }
-        let files = self.files_of(name)?;
-        if let Some(higher) = files.iter().find_map(|f| f.version.filter(|&v| v > next)) {
-            return Err(self.fenced(name, Some(version), Some(higher)));
-        }
+        let files = self.none_above(name, Some(version), next)?;
         if files.len() > CLAIM_NAMES {
             self.remove_below(name, version, false)?;
         }

@@ -108,6 +108,14 @@ impl CheckedMeta {
     ) -> Self {
         Self { inner, check }
     }
+
+    /// `write`, with the check before and after it.
+    fn checked<T>(&self, write: impl FnOnce(&dyn MetaStore) -> Result<T>) -> Result<T> {
+        (self.check)()?;
+        let written = write(self.inner.as_ref())?;
+        (self.check)()?;
+        Ok(written)
+    }
 }
 
 impl std::fmt::Debug for CheckedMeta {
@@ -124,16 +132,11 @@ impl MetaStore for CheckedMeta {
     }
 
     fn put(&self, name: &str, expected: Option<u64>, bytes: &[u8]) -> Result<u64> {
-        (self.check)()?;
-        let version = self.inner.put(name, expected, bytes)?;
-        (self.check)()?;
-        Ok(version)
+        self.checked(|m| m.put(name, expected, bytes))
     }
 
     fn delete(&self, name: &str, expected: u64) -> Result<()> {
-        (self.check)()?;
-        self.inner.delete(name, expected)?;
-        (self.check)()
+        self.checked(|m| m.delete(name, expected))
     }
 
     fn list(&self) -> Result<Vec<String>> {
@@ -145,10 +148,7 @@ impl MetaStore for CheckedMeta {
     }
 
     fn claim(&self, name: &str, version: u64) -> Result<u64> {
-        (self.check)()?;
-        let version = self.inner.claim(name, version)?;
-        (self.check)()?;
-        Ok(version)
+        self.checked(|m| m.claim(name, version))
     }
 }
 

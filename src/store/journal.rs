@@ -646,13 +646,7 @@ impl Journal {
 
     /// Runs the owner's check; an error latches the journal.
     fn check_owner(&self) -> Result<()> {
-        let check = self
-            .owner
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        let Some(check) = check else { return Ok(()) };
-        let checked = (check.0)();
+        let checked = self.check_store_owner();
         if checked.is_err() {
             lock(&self.writer).latched = true;
         }

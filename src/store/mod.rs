@@ -10,11 +10,12 @@
 //! Ownership is the topic rules one level up (`docs/cursors.md`, "Topics of a store"): the store
 //! takes the directory's lock once, then claims the store by writing its catalog again by
 //! compare-and-set before it opens any topic, so a former owner still running (a broken lock,
-//! shared storage) is refused its next catalog write ([`Error::Fenced`]). That claim is the only
-//! one: a topic's open writes nothing unless its state needs it, and every topic's ownership
+//! shared storage) is refused its next catalog write ([`Error::Fenced`]). Every topic's ownership
 //! checks are the store's (the catalog version this handle wrote is still the current one: two
 //! name lookups), after each sync and around each record write, so a former owner is fenced on
-//! every topic at once, including those this owner has not opened.
+//! every topic at once, including those this owner has not opened; a topic's open only claims
+//! its record with a link (no byte written, no sync), which settles a former owner's record
+//! write still in flight, and writes nothing else unless its state needs it.
 //!
 //! The claim also seals the cursor journal ([`journal`], "Ownership"): after the catalog is
 //! written, the journal is opened with the seals and the segment list the catalog holds, its
@@ -183,6 +184,19 @@ impl TopicSlot {
     }
 }
 
+/// Runs `f` on the catalog behind `held` (the journal's hooks hold it weakly, so a dropped
+/// store's journal refuses with [`Error::Closed`]).
+fn on_catalog<T>(
+    held: &std::sync::Weak<Mutex<CatalogHandle>>,
+    f: impl FnOnce(&mut CatalogHandle) -> Result<T>,
+) -> Result<T> {
+    let catalog = held.upgrade().ok_or(Error::Closed)?;
+    let mut catalog = catalog
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    f(&mut catalog)
+}
+
 fn lock_topics(
     topics: &Mutex<HashMap<String, Arc<TopicSlot>>>,
 ) -> MutexGuard<'_, HashMap<String, Arc<TopicSlot>>> {
@@ -233,23 +247,18 @@ impl Store {
             &journal.segments(),
         )?;
         let catalog = Arc::new(Mutex::new(catalog));
-        let with_catalog = |f: fn(&mut CatalogHandle, u64) -> Result<()>| {
-            let held = Arc::downgrade(&catalog);
-            Arc::new(move |seq: u64| match held.upgrade() {
-                Some(c) => f(
-                    &mut c.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
-                    seq,
-                ),
-                None => Err(Error::Closed),
-            })
-        };
+        let held = Arc::downgrade(&catalog);
         journal.set_owner_check(OwnerCheck(Arc::new({
-            let check = with_catalog(|c, _| c.check_owner());
-            move || check(0)
+            let held = held.clone();
+            move || on_catalog(&held, |c| c.check_owner())
         })));
+        let segment_hook = |edit: fn(&mut CatalogHandle, u64) -> Result<()>| {
+            let held = held.clone();
+            Arc::new(move |seq: u64| on_catalog(&held, |c| edit(c, seq)))
+        };
         journal.set_segment_hooks(SegmentHooks {
-            created: with_catalog(CatalogHandle::add_segment),
-            deleted: with_catalog(CatalogHandle::remove_segment),
+            created: segment_hook(CatalogHandle::add_segment),
+            deleted: segment_hook(CatalogHandle::remove_segment),
         });
         let interval = config.ledger.cursor.flush_interval;
         let threads = config.flusher_threads;

@@ -106,3 +106,12 @@ pub fn store_topic_with_a_flushed_cursor(
     store.close().expect("close");
     ps
 }
+
+/// A store config whose topics' data ledgers hold `per_ledger` entries (no flush interval: only
+/// the test's own flushes write cursor state).
+pub fn store_config(per_ledger: u64) -> ackstore::StoreConfig {
+    ackstore::StoreConfig {
+        ledger: config(per_ledger),
+        ..ackstore::StoreConfig::default()
+    }
+}
