@@ -548,6 +548,95 @@ fn full_disk_workload_on_a_real_small_file_system_keeps_every_flushed_ack() {
     }
 }
 
+/// The same workload on a topic of a store on the real small file system: a tick that meets the
+/// full disk latches the store's journal (no later flush of the store reports success until it
+/// is reopened), acks keep working, and once space is free the reopened store holds every ack a
+/// flush returned `Ok` for and none the application did not make.
+#[test]
+fn full_disk_workload_on_a_store_on_a_real_small_file_system_keeps_every_flushed_ack() {
+    let Some(fs4m) = Tmpfs::mount(4 << 20) else {
+        eprintln!("cannot mount a tmpfs here (not root): the in-memory store tests cover this");
+        return;
+    };
+    let store_config = |lru| ackstore::StoreConfig {
+        ledger: config(PersistMode::MultiEntry, lru),
+        flusher_threads: 0,
+        ..ackstore::StoreConfig::default()
+    };
+    for (lru, seed) in [(0, 7), (1 << 20, 13)] {
+        let dir = fs4m.path().join(format!("store-{seed}"));
+        let filler = fs4m.path().join("filler");
+        let store = ackstore::Store::open(&dir, store_config(lru)).expect("open");
+        let topic = store.topic("t").expect("topic");
+        let mut positions = support::topic::append_n(&topic, 3 * PER_LEDGER + 7);
+        topic.sync().unwrap();
+        let cursor = topic.open_cursor("sub", CursorOptions::default()).unwrap();
+        let mut model = Model::default();
+        cursor.ack(positions[1]).unwrap();
+        model.acked.insert(positions[1]);
+        cursor.flush().unwrap();
+        model.flushed();
+        fill(&filler);
+        let mut cursor = Some(cursor);
+        full_disk_steps(
+            &topic,
+            &mut cursor,
+            &mut positions,
+            &mut model,
+            80,
+            seed,
+            |_, _| {},
+        );
+        // Acks and flushes go on until a flush meets the full disk (the journal's last page may
+        // have had room for the workload's ticks): the journal latches, and refuses every flush
+        // until the store is reopened.
+        let c = match cursor.clone() {
+            Some(c) => c,
+            None => topic.open_cursor("sub", CursorOptions::default()).unwrap(),
+        };
+        let met = positions.iter().enumerate().any(|(i, &p)| {
+            c.ack(p).expect("acks work on a full disk");
+            model.acked.insert(p);
+            let flushed = c.flush();
+            if flushed.is_ok() {
+                model.mark = c.mark_delete_position().unwrap();
+                model.flushed();
+            }
+            // Wider partitions for the next flush: every third entry further on.
+            for &q in positions.iter().skip(i).step_by(3) {
+                c.ack(q).expect("acks work on a full disk");
+                model.acked.insert(q);
+            }
+            flushed.is_err()
+        });
+        model.mark = c.mark_delete_position().unwrap();
+        assert!(met, "seed {seed}: no flush met the full disk");
+        assert!(store.flush_all().is_err(), "the journal latched");
+        fs::remove_file(&filler).unwrap();
+        assert!(
+            store.flush_all().is_err(),
+            "a latched journal stays latched"
+        );
+        let _ = store.close();
+        drop((c, cursor, topic, store));
+        let store = ackstore::Store::open(&dir, store_config(lru)).expect("reopen");
+        let topic = store.topic("t").expect("topic");
+        check_reopened(
+            &topic,
+            &model,
+            &positions,
+            "store on tmpfs after the disk was full",
+        );
+        let c = topic.open_cursor("sub", CursorOptions::default()).unwrap();
+        c.ack(positions[2]).unwrap();
+        c.flush().expect("a flush once space is free");
+        drop((c, topic));
+        store.close().unwrap();
+        drop(store);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
 #[test]
 fn threads_ack_while_a_flusher_meets_a_full_disk_and_every_ok_flush_is_kept() {
     use std::sync::Mutex;

@@ -1,8 +1,9 @@
-//! Two processes sharing one topic directory on real files with the directory lock out of the
-//! way (what shared storage, or a lock broken by an operator, looks like): both open, append,
-//! ack, flush, close and reopen, taking the topic from each other at random moments. Whatever
-//! the interleaving, no ack a flush confirmed is lost, nothing is acked that was not, every
-//! recorded ledger stays readable, and once both are gone a fresh open succeeds and works.
+//! Two processes sharing one topic directory (or one store directory, its topics in directories
+//! of their own) on real files with the directory lock out of the way (what shared storage, or a
+//! lock broken by an operator, looks like): both open, append, ack, flush, close and reopen,
+//! taking the topic (or the store) from each other at random moments. Whatever the
+//! interleaving, no ack a flush confirmed is lost, nothing is acked that was not, every recorded
+//! ledger stays readable, and once both are gone a fresh open succeeds and works.
 //!
 //! The test re-runs its own binary as the two processes (an environment variable tells a run
 //! it is one of them).
@@ -14,13 +15,17 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ackstore::{CursorOptions, LedgerConfig, ManagedLedger, Position};
+use ackstore::{CursorOptions, LedgerConfig, ManagedLedger, Position, Store, StoreConfig};
 use ackstore::{FileStorage, LockGuard, Storage, StorageFile};
 
 const ROLE: &str = "ACKSTORE_TWO_PROCESSES_ROLE";
 const DIR: &str = "ACKSTORE_TWO_PROCESSES_DIR";
 const LOG: &str = "ACKSTORE_TWO_PROCESSES_LOG";
-const TEST: &str = "two_processes_sharing_a_directory_without_the_lock_lose_no_flushed_ack";
+/// The test each process re-runs, by what the directory holds.
+const TOPIC_TEST: &str = "two_processes_sharing_a_directory_without_the_lock_lose_no_flushed_ack";
+const STORE_TEST: &str = "two_processes_sharing_a_store_without_the_lock_lose_no_flushed_ack";
+/// The store's topic.
+const TOPIC: &str = "persistent://t/ns/topic";
 const SUB: &str = "sub";
 const RUN_FOR: Duration = Duration::from_millis(1_500);
 /// A process that has not flushed once by `RUN_FOR` (a loaded machine) goes on until it has,
@@ -41,6 +46,12 @@ impl Storage for Unlocked {
     }
     fn list(&self) -> ackstore::Result<Vec<String>> {
         self.shared.list()
+    }
+    fn list_prefix(&self, prefix: &str) -> ackstore::Result<Vec<String>> {
+        self.shared.list_prefix(prefix)
+    }
+    fn subdirectory(&self, name: &str, create: bool) -> ackstore::Result<Option<Arc<dyn Storage>>> {
+        self.shared.subdirectory(name, create)
     }
     fn exists(&self, name: &str) -> ackstore::Result<bool> {
         self.shared.exists(name)
@@ -80,10 +91,31 @@ fn parse(line: &str) -> Option<Position> {
     Some(Position::new(l.parse().ok()?, e.parse().ok()?))
 }
 
+/// The topic of `storage`: a topic directory's own, or (`store`) the topic of the store kept
+/// there, with the store that holds it.
+fn open_topic(
+    storage: &Arc<dyn Storage>,
+    store: bool,
+) -> ackstore::Result<(Option<Store>, Arc<ManagedLedger>)> {
+    if store {
+        let config = StoreConfig {
+            ledger: config(),
+            flusher_threads: 0,
+            ..StoreConfig::default()
+        };
+        let store = Store::open_with_storage(storage.clone(), config)?;
+        let topic = store.topic(TOPIC)?;
+        Ok((Some(store), topic))
+    } else {
+        let topic = ManagedLedger::open_with_storage(storage.clone(), config())?;
+        Ok((None, Arc::new(topic)))
+    }
+}
+
 /// One of the two processes: rounds of open, append, ack, flush, close, until time is up and it
 /// has flushed at least once.
 /// Logs `try L:E` before each ack and `flushed L:E` for each ack a flush returned `Ok` after.
-fn child(dir: &Path, log: &Path) {
+fn child(dir: &Path, log: &Path, store: bool) {
     let own = tempfile::tempdir().unwrap();
     let mut out = std::fs::File::create(log).unwrap();
     let storage: Arc<dyn Storage> = Arc::new(Unlocked {
@@ -98,7 +130,7 @@ fn child(dir: &Path, log: &Path) {
         round += 1;
         // Any error ends the round: a fenced or out-raced handle starts again from an open.
         let outcome = (|| -> ackstore::Result<()> {
-            let topic = ManagedLedger::open_with_storage(storage.clone(), config())?;
+            let (store, topic) = open_topic(&storage, store)?;
             let cursor = topic.open_cursor(SUB, CursorOptions::default())?;
             for step in 0..(round % 5 + 1) {
                 for i in 0..3 {
@@ -122,7 +154,8 @@ fn child(dir: &Path, log: &Path) {
                 }
             }
             cursor.close()?;
-            topic.close()
+            topic.close()?;
+            store.map_or(Ok(()), |s| s.close())
         })();
         if outcome.is_err() {
             // Back off a random while, as a broker would after losing the topic: two processes
@@ -141,18 +174,30 @@ fn child(dir: &Path, log: &Path) {
 
 #[test]
 fn two_processes_sharing_a_directory_without_the_lock_lose_no_flushed_ack() {
+    two_processes(false);
+}
+
+#[test]
+fn two_processes_sharing_a_store_without_the_lock_lose_no_flushed_ack() {
+    two_processes(true);
+}
+
+/// Runs the two processes on a topic directory, or (`store`) on a store directory, and checks
+/// what they left against their logs.
+fn two_processes(store: bool) {
     if std::env::var_os(ROLE).is_some() {
         let dir = PathBuf::from(std::env::var_os(DIR).unwrap());
         let log = PathBuf::from(std::env::var_os(LOG).unwrap());
-        child(&dir, &log);
+        child(&dir, &log, store);
         return;
     }
+    let test = if store { STORE_TEST } else { TOPIC_TEST };
     let dir = tempfile::tempdir().unwrap();
     let logs = tempfile::tempdir().unwrap();
     let children: Vec<_> = (0..2)
         .map(|i| {
             Command::new(std::env::current_exe().unwrap())
-                .args([TEST, "--exact", "--test-threads=1", "--quiet"])
+                .args([test, "--exact", "--test-threads=1", "--quiet"])
                 .env(ROLE, "child")
                 .env(DIR, dir.path())
                 .env(LOG, logs.path().join(format!("{i}.log")))
@@ -177,7 +222,8 @@ fn two_processes_sharing_a_directory_without_the_lock_lose_no_flushed_ack() {
     assert!(!flushed.is_empty(), "the processes made progress");
 
     // Nobody stays fenced: a fresh owner (with the real lock) opens, reads, flushes, closes.
-    let topic = ManagedLedger::open(dir.path(), config()).expect("a fresh open succeeds");
+    let storage: Arc<dyn Storage> = Arc::new(FileStorage::open(dir.path(), false).unwrap());
+    let (owner, topic) = open_topic(&storage, store).expect("a fresh open succeeds");
     let cursor = topic.open_cursor(SUB, CursorOptions::default()).unwrap();
     let mut in_layout = BTreeSet::new();
     for span in topic.ledgers() {
@@ -201,4 +247,11 @@ fn two_processes_sharing_a_directory_without_the_lock_lose_no_flushed_ack() {
     cursor.flush().unwrap();
     cursor.close().unwrap();
     topic.close().unwrap();
+    if let Some(owner) = owner {
+        owner.close().unwrap();
+        assert!(
+            dir.path().join("t1").is_dir(),
+            "the store's topic has its directory"
+        );
+    }
 }
