@@ -182,7 +182,11 @@ fn deleting_a_cursor_deletes_its_cursor_ledger() {
         .open_cursor("keep", at(InitialPosition::Latest, false))
         .unwrap();
     assert_eq!(keep.acked_ranges().unwrap().len(), 60);
-    // The reopen moved the state to a fresh cursor ledger and deleted the one it came from.
+    // The reopen reads the ledger it recovered from; its first write moves the state to a fresh
+    // cursor ledger and deletes that one.
+    assert_eq!(keep.stats().unwrap().persist.cursor_ledger, Some(kept));
+    keep.set_property("claimed", 1).unwrap();
+    keep.flush().unwrap();
     let fresh = keep.stats().unwrap().persist.cursor_ledger.unwrap();
     let log = topic.entry_log().unwrap();
     assert_ne!(fresh, kept);

@@ -209,8 +209,12 @@ fn acks_keep_working_when_an_eviction_write_hits_a_full_disk_and_the_next_flush_
     acks_on_a_full_disk_survive_the_next_flush(true, 4_000, 40);
 }
 
+/// A reopened cursor writes nothing until its first write, which moves its state to a fresh
+/// cursor ledger (the claim): on a full disk the open works and answers, the claim fails with
+/// the I/O error as often as it is tried and leaves no file behind, and once space is free it
+/// succeeds with every ack.
 #[test]
-fn a_failed_open_cursor_on_a_full_disk_leaves_no_ledger_file_behind() {
+fn a_failed_claim_of_a_reopened_cursor_on_a_full_disk_leaves_no_ledger_file_behind() {
     let disk = MemStorage::new();
     let cfg = config(PersistMode::MultiEntry, 1 << 20);
     let (topic, cursor, positions) = topic_with_entries(&disk, &cfg, 30);
@@ -221,16 +225,27 @@ fn a_failed_open_cursor_on_a_full_disk_leaves_no_ledger_file_behind() {
     let topic = open_mem(&disk, &cfg).expect("reopen");
     let files = ledger_files(&disk);
     disk.set_capacity(Some(disk.used_bytes()));
+    let c = topic
+        .open_cursor("sub", CursorOptions::default())
+        .expect("opening writes nothing");
+    assert!(c.is_acked(positions[4]).unwrap());
+    c.ack(positions[7]).unwrap();
     for _ in 0..3 {
-        let err = topic
-            .open_cursor("sub", CursorOptions::default())
-            .expect_err("opening moves the state to a fresh ledger: no space");
+        let err = c
+            .flush()
+            .expect_err("the claim moves the state to a fresh ledger: no space");
         assert!(is_enospc(&err), "{err}");
-        assert_eq!(ledger_files(&disk), files, "a failed open left a file");
+        assert_eq!(ledger_files(&disk), files, "a failed claim left a file");
     }
     disk.set_capacity(None);
+    c.flush().expect("the claim once space is free");
+    c.close().unwrap();
+    topic.close().unwrap();
+    drop(topic);
+    let topic = open_mem(&disk, &cfg).expect("reopen");
     let c = topic.open_cursor("sub", CursorOptions::default()).unwrap();
     assert!(c.is_acked(positions[4]).unwrap());
+    assert!(c.is_acked(positions[7]).unwrap());
 }
 
 // The workload of the standing test.

@@ -438,6 +438,20 @@ impl RangeSetWrapper {
         }
     }
 
+    /// Unsaved partitions kept resident past the budget because the store could not take
+    /// them (or stores are held).
+    #[must_use]
+    pub fn pinned_partitions(&self) -> usize {
+        self.pinned.len()
+    }
+
+    /// Evictions pin unsaved partitions instead of storing them until
+    /// [`Self::resume_stores`], without counting a failure: the persistence layer has no
+    /// ledger of its own to store them in yet (a cursor whose claim is deferred).
+    pub fn hold_stores(&mut self) {
+        self.stores_blocked = true;
+    }
+
     /// The store takes writes again (the persistence layer's last flush succeeded): pinned
     /// partitions rejoin the cache as its least recently used entries and are evicted down to
     /// the budget, each stored first if still unsaved (a failure pins it again).

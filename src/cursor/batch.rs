@@ -378,6 +378,13 @@ impl BatchAcks {
         self.dirty.clear();
     }
 
+    /// Evictions keep unsaved partitions resident until the next commit
+    /// ([`Self::mark_committed`]), without counting a failure (see
+    /// `RangeSetWrapper::hold_stores`).
+    pub(crate) fn hold_stores(&mut self) {
+        self.stores_blocked = true;
+    }
+
     /// Records a commit of every partition as it is now, at the locations of `table` (a
     /// marker's batch table, or the batch-index entries a single-entry rollover moved):
     /// cold partitions are found there from now on, resident ones are saved there. With

@@ -124,7 +124,7 @@ impl BatchStore for CursorBatchStore {
     }
 
     fn store(&mut self, partition: &BatchPartition) -> Result<BatchLocation> {
-        if self.shared.lock().ledger_failed {
+        if self.shared.lock().refuses_stores() {
             return Err(Error::PreviousIo);
         }
         let payload = encode(partition)?;

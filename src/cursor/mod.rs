@@ -329,6 +329,9 @@ struct Core {
     dirty: bool,
     /// The first error of a background flush not yet returned to a caller.
     background_error: Option<Error>,
+    /// A claim made because of the budget failed (see `Core::claim_if_past_budget`): the next
+    /// one waits for a flush.
+    claim_failed: bool,
     recovery_source: Option<RecoverySource>,
     counters: Counters,
 }
@@ -389,6 +392,7 @@ impl Core {
             }
         }
         self.dirty = false;
+        self.claim_failed = false;
         self.counters.flushes += 1;
         Ok(())
     }
@@ -400,6 +404,28 @@ impl Core {
             Some(p) => Ok(p.property_room()),
             None if self.durable => Err(Error::Closed),
             None => Ok(usize::MAX),
+        }
+    }
+
+    /// Makes a deferred claim now (a flush, see `CursorPersister::defer_claim`) once the
+    /// evictions it holds back put unsaved partitions past the budget, so resident ack state
+    /// stays within the budget plus one partition however much is acked before the first
+    /// flush. A failure is logged and counted as a background flush's; the partitions stay
+    /// resident past the budget, as after a failed eviction store, until a flush succeeds.
+    fn claim_if_past_budget(&mut self, topic: &dyn TopicAccess) {
+        let pending = matches!(&self.persister, Some(Persister::Ledger(p)) if p.claim_pending());
+        if !pending || self.claim_failed || !self.state.holds_unsaved_past_budget() {
+            return;
+        }
+        // Unsaved is not always changed: partitions a single-entry snapshot recovered are
+        // resident with no copy an eviction could drop to.
+        self.dirty = true;
+        if let Err(e) = self.flush(topic, None) {
+            // As a failed eviction store: nothing is lost, the partitions stay resident, and
+            // the next flush meets the same condition and reports it. No further attempt until
+            // then.
+            self.claim_failed = true;
+            self.observe_background_failure(&e);
         }
     }
 
@@ -508,6 +534,7 @@ impl CursorShared {
                 durable: true,
                 dirty: persistence.dirty,
                 background_error: None,
+                claim_failed: false,
                 recovery_source: persistence.recovery_source,
                 counters: Counters::default(),
             }),
@@ -564,6 +591,7 @@ impl CursorShared {
                 durable: false,
                 dirty: false,
                 background_error: None,
+                claim_failed: false,
                 recovery_source: None,
                 counters: Counters::default(),
             }),
@@ -601,6 +629,12 @@ impl CursorShared {
         self.closed.store(true, Ordering::SeqCst);
         lock(&self.stop_flusher).take();
         core.detach()
+    }
+
+    /// Makes a deferred claim now if recovery's evictions already put unsaved state past the
+    /// budget (see `Core::claim_if_past_budget`), so the cursor is handed out within it.
+    pub(crate) fn settle_claim(&self) {
+        lock(&self.core).claim_if_past_budget(self.topic.as_ref());
     }
 
     /// Makes this cursor's ack set a member of `budget`, shared with other cursors: other
@@ -778,6 +812,8 @@ impl Cursor {
         // not at the next flush (which a reader never makes).
         core.state.charge_batch();
         *lock(&self.shared.published_mark) = core.state.mark_delete;
+        drop(layout);
+        core.claim_if_past_budget(self.shared.topic.as_ref());
         result
     }
 

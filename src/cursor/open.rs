@@ -9,14 +9,19 @@
 //! - `CursorOpener::create`: write a new cursor's record (its initial state, no cursor
 //!   ledger) by compare-and-set, then start with no persisted acks. The record exists before
 //!   the cursor is listed anywhere, and the persister is its only writer from then on.
-//! - `CursorOpener::claim`: recover, resolve the state against the topic's layout, and
-//!   flush it to a fresh cursor ledger, switching the record to it by compare-and-set. A
-//!   previous owner that lost the directory without knowing it is fenced from here on: its next
-//!   record write fails, its flushes check the record's version first, and whatever it still
-//!   appends goes to a ledger this owner never reads. A previous owner's record write that
-//!   slipped in between the read and the claim (it checked the topic just before this owner's
-//!   claim of it) makes the claim fail: read again; there is at most one such write in flight
-//!   per previous handle.
+//! - `CursorOpener::reopen`: recover and resolve the state against the topic's layout,
+//!   with the claim deferred to the first write (`CursorPersister::defer_claim`), so the
+//!   cursor answers (mark-delete, first unacked entry, is-acked, reads) without a write or a
+//!   sync. The recovered cursor ledger is only read from then on; the first flush (or seek)
+//!   writes the state to a fresh cursor ledger and switches the record to it by
+//!   compare-and-set. A previous owner that lost the directory without knowing it is fenced
+//!   already: the topic's open claimed the topic record and every cursor record, so its next
+//!   record write fails and its flushes end with `Error::Fenced`; whatever it still appends
+//!   to the recovered ledger lies past what this owner read (verified by CRC), and never
+//!   reaches the ledger this owner writes. A previous owner's record write that slipped in
+//!   after this owner read the record (it checked the topic just before this owner's claim
+//!   of it) is settled by the first write: there is at most one such write in flight per
+//!   previous handle.
 //!
 //! Must never: hand out a persister without the fence and identity it was given, or write the
 //! record except by compare-and-set.
@@ -36,9 +41,6 @@ use super::persist::CursorPersister;
 use super::record::Fence;
 use super::recover::{RecoveredCursor, RecoveryReport, RecoverySource, recover};
 use super::state::CursorState;
-
-/// Reads of a cursor before its claim, at most (see [`CursorOpener::claim`]).
-const CLAIM_ATTEMPTS: u32 = 4;
 
 /// Where a cursor's persistence lives, and the checks every write of it carries.
 #[derive(Debug, Clone)]
@@ -66,12 +68,15 @@ pub struct OpenedCursor {
     pub batch: super::recover::RecoveredBatch,
 }
 
-/// A cursor claimed by [`CursorOpener::claim`]: its state resolved against the topic and
-/// already flushed to a cursor ledger of this owner.
-pub(crate) struct ClaimedCursor {
+/// A cursor reopened by `CursorOpener::reopen`: its state resolved against the topic, its
+/// claim deferred to the first write.
+pub(crate) struct ReopenedCursor {
     pub state: CursorState,
     pub persister: CursorPersister,
     pub source: RecoverySource,
+    /// Resolving the state changed it (acks of entries that no longer exist were dropped):
+    /// the next flush has something to write.
+    pub changed: bool,
 }
 
 impl CursorOpener {
@@ -190,35 +195,26 @@ impl CursorOpener {
         self.start()
     }
 
-    /// Recovers the cursor, resolves its state against `layout`, and flushes it to a fresh
-    /// cursor ledger (see the module docs). A claim refused because the record changed in
-    /// between is tried again, after `recheck` (the caller's own ownership check) passes, up to
-    /// `CLAIM_ATTEMPTS` reads in all.
-    pub(crate) fn claim(
-        &self,
-        layout: &Layout,
-        mut recheck: impl FnMut() -> Result<()>,
-    ) -> Result<ClaimedCursor> {
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            let recovered = self.recover()?;
-            let (mut state, _) =
-                CursorState::recovered(&recovered.state, layout, recovered.acks, recovered.batch)?;
-            let mut persister = recovered.persister;
-            persister.request_rollover();
-            let flushed_state = state.persisted();
-            match persister.flush_with_batch(&flushed_state, &mut state.acks, &mut state.batch) {
-                Ok(_) => {
-                    return Ok(ClaimedCursor {
-                        state,
-                        persister,
-                        source: recovered.report.source,
-                    });
-                }
-                Err(Error::Fenced { .. }) if attempts < CLAIM_ATTEMPTS => recheck()?,
-                Err(e) => return Err(e),
-            }
-        }
+    /// Recovers the cursor and resolves its state against `layout`, writing nothing: the
+    /// claim waits for the first write (see the module docs). Evictions keep unsaved partitions
+    /// resident until then.
+    pub(crate) fn reopen(&self, layout: &Layout) -> Result<ReopenedCursor> {
+        let RecoveredCursor {
+            state,
+            mut acks,
+            mut persister,
+            mut batch,
+            report,
+        } = self.recover()?;
+        persister.defer_claim();
+        acks.hold_stores();
+        batch.hold_stores();
+        let (state, changed) = CursorState::recovered(&state, layout, acks, batch)?;
+        Ok(ReopenedCursor {
+            state,
+            persister,
+            source: report.source,
+            changed,
+        })
     }
 }

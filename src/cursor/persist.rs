@@ -63,6 +63,10 @@ pub(crate) use batch::{BATCH_INLINE_ROWS, BatchLocation, BatchTable};
 /// Flushes between refreshes of the cursor record's fallback mark-delete.
 pub const DEFAULT_RECORD_REFRESH_FLUSHES: u64 = 64;
 
+/// Tries of a write while a deferred claim is pending (see `CursorPersister::defer_claim`): a
+/// former owner's record write still in flight refuses at most one per former handle.
+const CLAIM_ATTEMPTS: u32 = 4;
+
 /// What one flush wrote.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FlushStats {
@@ -364,6 +368,47 @@ impl CursorPersister {
         self.rollover_requested = true;
     }
 
+    /// Defers this handle's claim of the cursor to its first write: the recovered cursor
+    /// ledger may still be appended to by a former owner that lost the topic without knowing
+    /// it, so this handle only reads it. Nothing is appended to it (evictions store nothing:
+    /// hold the ack set's stores too), and the next flush (or seek) writes the whole state to
+    /// a fresh cursor ledger and switches the record to it by compare-and-set: the claim. A
+    /// record write of a former owner that lands after this handle read the record (at most
+    /// one in flight per former handle) does not fence this handle while the fence shows the
+    /// topic is still its own: the record's current version is adopted and the write tried
+    /// again (the former owner's write returned [`Error::Fenced`] to it, so nothing it was
+    /// promised is lost).
+    pub(crate) fn defer_claim(&mut self) {
+        self.rollover_requested = true;
+        self.shared.lock().claim_pending = true;
+    }
+
+    /// Whether this handle's claim is still deferred (see [`CursorPersister::defer_claim`]).
+    #[must_use]
+    pub fn claim_pending(&self) -> bool {
+        self.shared.lock().claim_pending
+    }
+
+    /// Runs `write`; while the claim is pending, a refusal by compare-and-set is settled as
+    /// [`CursorPersister::defer_claim`] says, up to [`CLAIM_ATTEMPTS`] tries in all.
+    fn claiming<T>(&mut self, mut write: impl FnMut(&mut Self) -> Result<T>) -> Result<T> {
+        let mut attempts = 1;
+        loop {
+            match write(self) {
+                Err(Error::Fenced { .. })
+                    if attempts < CLAIM_ATTEMPTS
+                        && self.claim_pending()
+                        && !self.record.is_latched() =>
+                {
+                    attempts += 1;
+                    self.record.check_fence()?;
+                    self.record.adopt_current()?;
+                }
+                written => return written,
+            }
+        }
+    }
+
     /// How the last committed marker lists the partitions (all zero after a snapshot, or
     /// before any marker).
     #[must_use]
@@ -461,7 +506,7 @@ impl CursorPersister {
         batch: &mut BatchAcks,
     ) -> Result<FlushStats> {
         let ledger_before = self.cursor_ledger();
-        let flushed = self.flush_inner(state, acks, batch);
+        let flushed = self.claiming(|this| this.flush_inner(state, acks, batch));
         let moved_batch = std::mem::take(&mut self.moved_batch);
         if flushed.is_ok() {
             let moved = self.cursor_ledger() != ledger_before;
@@ -510,6 +555,9 @@ impl CursorPersister {
         self.stats.pages_written += flush.pages;
         self.stats.last_flush_bytes = flush.bytes;
         self.publish_flush(&flush, acks);
+        // The state is in a ledger of this handle's own (a fresh one, or the first it created):
+        // the claim, if deferred, is made.
+        self.shared.lock().claim_pending = false;
         // Partitions an eviction could not store (pinned past the budget) are written now, or
         // their current copy is: evictions may store again.
         acks.resume_stores();
@@ -549,7 +597,7 @@ impl CursorPersister {
         let Some(ledger) = self.cursor_ledger() else {
             return Ok(false);
         };
-        if self.rollover_requested || self.shared.lock().ledger_failed {
+        if self.rollover_requested || self.shared.lock().refuses_stores() {
             return Ok(true);
         }
         let info = self.log.ledger_info(ledger)?;
@@ -785,7 +833,7 @@ impl CursorPersister {
     /// keeping its cursor ledger. The fallback serves when the cursor ledger is lost; call it
     /// on close so that fallback is fresh. Writes nothing when the record already holds `state`.
     pub fn update_record(&mut self, state: &PersistedState) -> Result<()> {
-        self.record.update(state)
+        self.claiming(|this| this.record.update(state))
     }
 
     fn retry_deletes(&mut self) {

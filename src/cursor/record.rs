@@ -141,6 +141,15 @@ impl RecordOwner {
         }
     }
 
+    /// Takes the stored record (and its version) as the one this handle holds, for a claim
+    /// refused because a former owner's record write landed after this handle read it. The
+    /// caller runs the fence first: only an owner of the topic may adopt.
+    pub(crate) fn adopt_current(&mut self) -> Result<()> {
+        self.check_latch()?;
+        self.record = read_record(self.meta.as_ref(), &self.name)?;
+        Ok(())
+    }
+
     /// Points the record at `ledger` (with `state` as its fallback) unless it already does.
     /// Returns the ledger it named before, which the caller deletes once nothing needs it.
     pub(crate) fn switch(&mut self, ledger: u64, state: &PersistedState) -> Result<Option<u64>> {

@@ -103,6 +103,11 @@ impl RecoveredBatch {
         self.0
     }
 
+    /// See `BatchAcks::hold_stores`.
+    pub(crate) fn hold_stores(&mut self) {
+        self.0.hold_stores();
+    }
+
     /// Number of partial entries (no I/O).
     #[must_use]
     pub fn len(&self) -> u64 {

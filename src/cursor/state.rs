@@ -181,6 +181,12 @@ impl CursorState {
         }
     }
 
+    /// Whether evictions kept unsaved state resident past the budget: ack partitions pinned,
+    /// or partial entries beyond the room the ack set leaves them.
+    pub(crate) fn holds_unsaved_past_budget(&self) -> bool {
+        self.acks.pinned_partitions() > 0 || self.batch.bytes() > self.acks.room_for_charge()
+    }
+
     /// Releases up to `bytes` of resident ack state (ack partitions first, then partial
     /// entries) for another cursor sharing the budget; returns the bytes released. Evicts
     /// without asking anyone else.

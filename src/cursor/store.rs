@@ -110,6 +110,18 @@ pub(crate) struct Shared {
     /// A write to `ledger` failed: the entry log refuses further writes to it, so the next
     /// flush moves the state to a fresh cursor ledger, and evictions store nothing until then.
     pub ledger_failed: bool,
+    /// `ledger` is the one this handle recovered from and has not claimed yet
+    /// ([`super::persist::CursorPersister::defer_claim`]): a former owner may still append to
+    /// it, so nothing is appended to it; the next flush moves the state to a fresh cursor
+    /// ledger, and evictions store nothing until then.
+    pub claim_pending: bool,
+}
+
+impl Shared {
+    /// Whether an eviction may append to `ledger` (see `ledger_failed` and `claim_pending`).
+    pub(crate) fn refuses_stores(&self) -> bool {
+        self.ledger_failed || self.claim_pending
+    }
 }
 
 /// Handle on the shared state.
@@ -389,7 +401,7 @@ impl PartitionStore for CursorLedgerStore {
     }
 
     fn store(&mut self, key: PartitionKey, bitmap: &RoaringBitmap) -> Result<()> {
-        if self.shared.lock().ledger_failed {
+        if self.shared.lock().refuses_stores() {
             return Err(Error::PreviousIo);
         }
         let written = ensure_ledger(&self.log, &self.shared)

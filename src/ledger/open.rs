@@ -52,7 +52,7 @@ use crate::cursor::journal::TopicJournal;
 use crate::cursor::record_name;
 use crate::error::{CorruptionKind, Error, Result};
 use crate::finder::{Layout, LedgerSpan};
-use crate::format::meta::{CursorEntry, CursorRecord, LedgerRecord, TopicRecord};
+use crate::format::meta::{CursorEntry, CursorIdentity, CursorRecord, LedgerRecord, TopicRecord};
 use crate::log::{EntryLog, parse_ledger_file_name};
 use crate::meta::{CheckedMeta, FileMetaStore, MetaStore};
 use crate::storage::Storage;
@@ -249,7 +249,11 @@ fn cursor_references(
             // previous owner's flush could otherwise still switch the record to a ledger this
             // open takes for an orphan and deletes. After the claim that switch is refused.
             let found = if claim {
-                claim_record(meta, &name)?
+                let identity = CursorIdentity {
+                    cursor_id: entry.id,
+                    topic_id: record.topic_id,
+                };
+                claim_record(meta, &name, &entry.name, identity)?
             } else if unlisted {
                 meta.get(&name)?.map(|(_, bytes)| bytes)
             } else {
@@ -422,16 +426,35 @@ fn finish_ledger(log: &EntryLog, rec: &LedgerRecord) -> Result<Option<LedgerReco
     })))
 }
 
-/// Writes record `name` again, unchanged, so every earlier holder of its version is refused;
-/// returns its bytes (`None` once it is gone). A previous owner's write racing with the claim
-/// makes it read again: each previous handle has at most one such write in flight, as it checks
-/// the topic record (claimed already) before the next.
-fn claim_record(meta: &dyn MetaStore, name: &str) -> Result<Option<Vec<u8>>> {
+/// Claims cursor record `name` (of the cursor listed as `listed` with `identity`) by writing
+/// it again by compare-and-set, so a previous owner's next write of it fails; returns what was
+/// written (`None` when there is no record). A record of an earlier release, which carries no
+/// identity, gets this cursor's identity with the claim once its name shows it is this
+/// cursor's; any other record is written again unchanged. A previous owner's write racing with
+/// the claim makes it read again: each previous handle has at most one such write in flight, as
+/// it checks the topic record (claimed already) before the next.
+fn claim_record(
+    meta: &dyn MetaStore,
+    name: &str,
+    listed: &str,
+    identity: CursorIdentity,
+) -> Result<Option<Vec<u8>>> {
     let mut attempts = 0;
     loop {
         attempts += 1;
         let Some((version, bytes)) = meta.get(name)? else {
             return Ok(None);
+        };
+        let bytes = match CursorRecord::decode(&bytes) {
+            Ok(mut r)
+                if r.identity.is_none()
+                    && r.check_identity(identity.cursor_id, listed, identity.topic_id)
+                        .is_ok() =>
+            {
+                r.identity = Some(identity);
+                r.encode()
+            }
+            _ => bytes,
         };
         match meta.put(name, Some(version), &bytes) {
             Ok(_) => return Ok(Some(bytes)),

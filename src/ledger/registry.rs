@@ -5,8 +5,9 @@
 //! the new cursor set (orphans are removed by the next open, see `open.rs`):
 //! - create: write `cursor-{id}` (the new id is `next_cursor_id`), then the topic record that
 //!   lists it (the commit point);
-//! - reopen: `cursor::open` claims the cursor: it recovers the record and the cursor ledger
-//!   it names, then flushes the state to a fresh cursor ledger of this owner;
+//! - reopen: `cursor::open` recovers the record and the cursor ledger it names, writing
+//!   nothing; the cursor's first write moves the state to a fresh cursor ledger of this owner
+//!   (the claim);
 //! - delete: write the topic record without it (the commit point), then delete `cursor-{id}`,
 //!   then its cursor ledgers (the one the record names, and any an open handle holds).
 //!
@@ -124,12 +125,11 @@ impl TopicCore {
         )
         .with_fence(self.fence())
         .with_identity(identity);
-        let (state, persister, recovery_source) = if let (Some(_), Some(_)) = (listed, &found) {
-            // The claim (see `cursor::open`): this owner's first flush of the cursor, to a
-            // fresh cursor ledger; a claim refused by a previous owner's late write is read
-            // again while this handle still owns the topic.
-            let claimed = opener.claim(&self.layout(), || self.check_owner(&w))?;
-            (claimed.state, claimed.persister, Some(claimed.source))
+        let reopen = listed.is_some() && found.is_some();
+        let (state, persister, recovery_source, dirty) = if reopen {
+            // Its claim deferred to the first write (see `cursor::open`): no write, no sync.
+            let r = opener.reopen(&self.layout())?;
+            (r.state, r.persister, Some(r.source), r.changed)
         } else {
             // A new cursor; or one listed without a record (removed by hand), which starts
             // again from `options`. A record found for an unlisted id was left by a creation
@@ -147,16 +147,17 @@ impl TopicCore {
                 record.next_cursor_id = id + 1;
                 self.commit(&mut w, record)?;
             }
-            (state, persister, None)
+            (state, persister, None, false)
         };
         let persistence = Persistence {
             persister: Persister::Ledger(persister),
             recovery_source,
-            dirty: false,
+            dirty,
             flush_interval: self.config.cursor.flush_interval,
         };
         let topic: Arc<dyn TopicAccess> = self.clone();
         let shared = CursorShared::new(id, name.to_owned(), topic, state, persistence);
+        shared.settle_claim();
         self.cursors().insert(name.to_owned(), shared.clone());
         Ok(Cursor::from_shared(shared))
     }
