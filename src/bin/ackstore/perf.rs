@@ -8,11 +8,13 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ackstore::internals::ackset::pulsar;
 use ackstore::{AppendMeta, CursorOptions, LedgerConfig, ManagedLedger, Position};
 use ackstore::{CursorConfig, PersistMode};
+use ackstore::{Storage, Store, StoreConfig};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use roaring::RoaringBitmap;
@@ -25,6 +27,10 @@ const CURSOR: &str = "perf";
 
 /// Arguments of `ackstore perf`.
 #[derive(Debug, Args)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "independent command-line switches"
+)]
 pub struct PerfArgs {
     /// Number of entries to append.
     #[arg(long, default_value_t = 1_000_000)]
@@ -85,6 +91,11 @@ pub struct PerfArgs {
     /// Flush ticks of the store workload.
     #[arg(long, default_value_t = 5)]
     ticks: usize,
+    /// Run the single-cursor workload on topic `perf` of a store (`Store::open`: the cursor
+    /// persists through the store's journal, a restart reopens the store) instead of a topic
+    /// directory of its own. Batch-index acks (`--batch-size` above 1) are not available there.
+    #[arg(long)]
+    in_store: bool,
     /// With `--topics`: also run the same workload on topic directories of
     /// `ManagedLedger::open` (every cursor in its own cursor ledger, flushed one by one), in the
     /// same run.
@@ -345,6 +356,48 @@ fn filled<T: Clone>(n: usize, item: T, arg: &str) -> ackstore::Result<Vec<T>> {
     Ok(v)
 }
 
+/// The single-cursor workload's topic: a topic directory of its own, or (`--in-store`) topic
+/// `perf` of a store on the same storage, with the store that holds it.
+struct Topic {
+    store: Option<Store>,
+    ml: Arc<ManagedLedger>,
+}
+
+impl Topic {
+    fn open(
+        storage: Arc<dyn Storage>,
+        config: &LedgerConfig,
+        in_store: bool,
+    ) -> ackstore::Result<Self> {
+        if in_store {
+            let store = Store::open_with_storage(
+                storage,
+                StoreConfig {
+                    ledger: config.clone(),
+                    flusher_threads: 0,
+                    ..StoreConfig::default()
+                },
+            )?;
+            let ml = store.topic(CURSOR)?;
+            Ok(Self {
+                store: Some(store),
+                ml,
+            })
+        } else {
+            let ml = ManagedLedger::open_with_storage(storage, config.clone())?;
+            Ok(Self {
+                store: None,
+                ml: Arc::new(ml),
+            })
+        }
+    }
+
+    fn close(self) -> ackstore::Result<()> {
+        self.ml.close()?;
+        self.store.map_or(Ok(()), |s| s.close())
+    }
+}
+
 /// Runs `ackstore perf`.
 #[expect(clippy::too_many_lines, reason = "one linear workload, phase by phase")]
 pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
@@ -354,6 +407,13 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
     if args.entries == 0 {
         return Err(ackstore::Error::InvalidArgument {
             reason: "--entries must be at least 1".into(),
+        });
+    }
+    if args.in_store && args.batch_size > 1 {
+        return Err(ackstore::Error::InvalidArgument {
+            reason: "--in-store persists cursors through the store's journal, which takes no \
+                     batch-index acks: use --batch-size 1"
+                .into(),
         });
     }
     // The buffers come first, so a size that cannot be held fails before anything is created.
@@ -396,7 +456,8 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
     // Phase 1: append.
     let storage = args.storage.open(&dir, true)?;
     let location = storage.location();
-    let ml = ManagedLedger::open_with_storage(storage.clone(), config.clone())?;
+    let topic = Topic::open(storage.clone(), &config, args.in_store)?;
+    let ml = &topic.ml;
     let cursor = ml.open_cursor(CURSOR, CursorOptions::default())?;
     let progress = bar(args.entries, "append", quiet);
     let started = Instant::now();
@@ -448,13 +509,14 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
     let flush_time = started.elapsed();
     let persisted_bytes = cursor.stats()?.persist.persisted_bytes;
     cursor.close()?;
-    ml.close()?;
+    topic.close()?;
 
     // The restart is timed in two parts: opening the topic (every ledger file, the topic
-    // record) and recovering the cursor (its marker, then a first read; the partitions load
-    // lazily, and `acked_ranges` below loads them all).
+    // record; with `--in-store` the store's open too) and recovering the cursor (its marker,
+    // then a first read; the partitions load lazily, and `acked_ranges` below loads them all).
     let started = Instant::now();
-    let ml = ManagedLedger::open_with_storage(args.storage.open(&dir, false)?, config)?;
+    let topic = Topic::open(args.storage.open(&dir, false)?, &config, args.in_store)?;
+    let ml = &topic.ml;
     let topic_open = started.elapsed();
     let started = Instant::now();
     let cursor = ml.open_cursor(CURSOR, CursorOptions::default())?;
@@ -506,7 +568,7 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
         args.seed,
     )?;
     cursor.close()?;
-    ml.close()?;
+    topic.close()?;
 
     let bytes_appended = args.entries.saturating_mul(args.payload_bytes as u64);
     #[expect(clippy::cast_precision_loss, reason = "ratios for display")]
@@ -515,6 +577,7 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
         "payload_bytes": args.payload_bytes,
         "pattern": args.pattern.to_string(),
         "mode": format!("{:?}", args.mode).to_lowercase(),
+        "in_store": args.in_store,
         "acked": acked,
         "ranges": range_count,
         "append_mb_per_s": per_sec(bytes_appended, append_time) / 1e6,
