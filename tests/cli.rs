@@ -125,6 +125,31 @@ fn perf_runs_every_pattern_and_mode_and_verifies() {
 }
 
 #[test]
+fn perf_in_a_store_verifies_and_counts_what_the_journal_appended() {
+    for pattern in ["alternating", "random:0.3"] {
+        let out = ackstore(&[
+            "perf",
+            "--entries",
+            "3000",
+            "--pattern",
+            pattern,
+            "--in-store",
+            "--json",
+        ]);
+        assert!(out.status.success(), "{pattern}: {}", stderr(&out));
+        let r = json(&out);
+        assert_eq!(r["verified"], true, "{pattern}");
+        assert_eq!(r["in_store"], true, "{pattern}");
+        let persisted = r["persisted_bytes"].as_u64().unwrap();
+        let incremental = r["incremental_flush_bytes"].as_u64().unwrap();
+        assert!(persisted > 0 && incremental > 0, "{pattern}: {r}");
+    }
+    let out = ackstore(&["perf", "--in-store", "--batch-size", "4"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--batch-size 1"), "{}", stderr(&out));
+}
+
+#[test]
 fn perf_refuses_an_unknown_pattern_with_a_sentence() {
     let out = ackstore(&["perf", "--pattern", "zigzag"]);
     assert_eq!(out.status.code(), Some(2));

@@ -392,6 +392,12 @@ impl Topic {
         }
     }
 
+    /// Bytes the store's journal has appended since it opened (`None` for a topic directory:
+    /// its cursor's own statistics count what it writes).
+    fn journal_bytes(&self) -> Option<u64> {
+        self.store.as_ref().map(|s| s.journal_stats().bytes_written)
+    }
+
     fn close(self) -> ackstore::Result<()> {
         self.ml.close()?;
         self.store.map_or(Ok(()), |s| s.close())
@@ -505,10 +511,18 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
 
     // Phase 3: flush, then restart.
     let started = Instant::now();
+    let journal_before = topic.journal_bytes();
     cursor.flush()?;
     let flush_time = started.elapsed();
-    let persisted_bytes = cursor.stats()?.persist.persisted_bytes;
+    // A store's cursor persists through the journal: what its one flush of the whole state
+    // appended there.
+    let persisted_bytes = match (journal_before, topic.journal_bytes()) {
+        (Some(before), Some(after)) => after - before,
+        _ => cursor.stats()?.persist.persisted_bytes,
+    };
     cursor.close()?;
+    // A store's directory stays locked while any handle of it lives, a closed cursor's too.
+    drop(cursor);
     topic.close()?;
 
     // The restart is timed in two parts: opening the topic (every ledger file, the topic
@@ -555,8 +569,12 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
     for &i in &extra {
         cursor.ack(positions[i])?;
     }
+    let journal_before = topic.journal_bytes();
     cursor.flush()?;
-    let incremental_flush_bytes = cursor.stats()?.persist.last_flush_bytes;
+    let incremental_flush_bytes = match (journal_before, topic.journal_bytes()) {
+        (Some(before), Some(after)) => after - before,
+        _ => cursor.stats()?.persist.last_flush_bytes,
+    };
     let resident_ack_bytes = cursor.stats()?.ackset.resident_bytes;
 
     // Phase 6 (`--batch-size` above 1): batch-index acks of the entries left unacknowledged.
