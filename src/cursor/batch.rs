@@ -297,6 +297,8 @@ impl BatchAcks {
         self.partial.clear();
         self.lru.clear();
         self.bytes = 0;
+        // As the ack set's `clear`: evictions try the store again (it refuses while it must).
+        self.stores_blocked = false;
     }
 
     /// Adds the persisted `partitions` (held inline by a snapshot) as resident and clean.
@@ -383,6 +385,12 @@ impl BatchAcks {
     /// `RangeSetWrapper::hold_stores`).
     pub(crate) fn hold_stores(&mut self) {
         self.stores_blocked = true;
+    }
+
+    /// Evictions try the store again (see `RangeSetWrapper::resume_stores`); the next
+    /// charge evicts down to the budget.
+    pub(crate) fn resume_stores(&mut self) {
+        self.stores_blocked = false;
     }
 
     /// Records a commit of every partition as it is now, at the locations of `table` (a

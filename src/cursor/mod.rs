@@ -421,11 +421,21 @@ impl Core {
         // resident with no copy an eviction could drop to.
         self.dirty = true;
         if let Err(e) = self.flush(topic, None) {
+            self.observe_background_failure(&e);
+            if matches!(e, Error::Fenced { .. }) && topic.check_owner().is_err() {
+                // The topic is lost: this handle will never claim, and stores as a handle that
+                // had claimed does (see `CursorPersister::release_claim_after_fence`).
+                if let Some(Persister::Ledger(p)) = &mut self.persister {
+                    p.release_claim_after_fence();
+                }
+                self.state.acks.resume_stores();
+                self.state.batch.resume_stores();
+                return;
+            }
             // As a failed eviction store: nothing is lost, the partitions stay resident, and
             // the next flush meets the same condition and reports it. No further attempt until
             // then.
             self.claim_failed = true;
-            self.observe_background_failure(&e);
         }
     }
 

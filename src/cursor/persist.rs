@@ -166,6 +166,8 @@ pub struct CursorPersister {
     stats: PersistStats,
     pending_deletes: Vec<u64>,
     rollover_requested: bool,
+    /// The last flush committed a marker (the multi-entry form), not a snapshot.
+    wrote_marker: bool,
     record_refresh_flushes: u64,
     /// The labels of this cursor's metrics.
     labels: CursorLabels,
@@ -257,6 +259,7 @@ impl CursorPersister {
             stats,
             pending_deletes: Vec::new(),
             rollover_requested: false,
+            wrote_marker: false,
             record_refresh_flushes: DEFAULT_RECORD_REFRESH_FLUSHES,
             labels,
             fence_reported: AtomicBool::new(false),
@@ -381,6 +384,15 @@ impl CursorPersister {
     pub(crate) fn defer_claim(&mut self) {
         self.rollover_requested = true;
         self.shared.lock().claim_pending = true;
+    }
+
+    /// After the topic was lost with the claim still deferred: evictions may append to the
+    /// recovered ledger again, as a handle that had claimed appends to its own. Safe only once
+    /// the fence failed: every later flush of this handle is refused before it writes (the
+    /// topic's and the record's checks), so no marker of it follows those partitions, and what
+    /// they append lies past everything a newer owner read there.
+    pub(crate) fn release_claim_after_fence(&mut self) {
+        self.shared.lock().claim_pending = false;
     }
 
     /// Whether this handle's claim is still deferred (see [`CursorPersister::defer_claim`]).
@@ -510,9 +522,10 @@ impl CursorPersister {
         let moved_batch = std::mem::take(&mut self.moved_batch);
         if flushed.is_ok() {
             let moved = self.cursor_ledger() != ledger_before;
-            match self.config.persist_mode {
-                PersistMode::MultiEntry => batch.mark_committed(&self.batch_table, moved),
-                PersistMode::SingleEntry => batch.mark_committed(&moved_batch, moved),
+            if self.wrote_marker {
+                batch.mark_committed(&self.batch_table, moved);
+            } else {
+                batch.mark_committed(&moved_batch, moved);
             }
         }
         self.observe_fence(flushed)
@@ -529,9 +542,20 @@ impl CursorPersister {
         self.check_owner()?;
         let before = self.stats();
         let rollover = self.rollover_due()?;
+        self.wrote_marker = self.config.persist_mode == PersistMode::MultiEntry;
         let written = match self.config.persist_mode {
             PersistMode::MultiEntry => self.flush_multi(state, acks, batch, rollover),
-            PersistMode::SingleEntry => self.flush_single(state, acks, batch, rollover),
+            PersistMode::SingleEntry => match self.flush_single(state, acks, batch, rollover) {
+                // A deferred claim whose snapshot no longer fits is made in the multi-entry
+                // form, which keeps every range (either mode opens the other's state): the
+                // cursor then stores its evictions in a ledger of its own, as a cursor this
+                // owner created does, and its next single-entry flush reports the limit.
+                Err(Error::LimitExceeded { .. }) if self.claim_pending() => {
+                    self.wrote_marker = true;
+                    self.flush_multi(state, acks, batch, rollover)
+                }
+                written => written,
+            },
         };
         let mut flush = match written {
             Ok(flush) => flush,
