@@ -132,6 +132,10 @@ pub struct JournalStats {
     pub loads: u64,
     /// Segments deleted by rollover.
     pub rollovers: u64,
+    /// Markers written as deltas (by ticks).
+    pub deltas: u64,
+    /// Full markers rollovers wrote to re-base a cursor's chain.
+    pub rebases: u64,
     /// Segment files now.
     pub segments: u64,
     /// Bytes of every segment file now.
@@ -228,6 +232,8 @@ struct Counters {
     bytes: AtomicU64,
     loads: AtomicU64,
     rollovers: AtomicU64,
+    deltas: AtomicU64,
+    rebases: AtomicU64,
 }
 
 /// The file name of segment `seq`.
@@ -779,6 +785,8 @@ impl Journal {
             bytes_written: self.counters.bytes.load(Ordering::Relaxed),
             loads: self.counters.loads.load(Ordering::Relaxed),
             rollovers: self.counters.rollovers.load(Ordering::Relaxed),
+            deltas: self.counters.deltas.load(Ordering::Relaxed),
+            rebases: self.counters.rebases.load(Ordering::Relaxed),
             segments,
             segment_bytes,
             live_bytes: lock(&self.index).live_bytes(),
@@ -1149,15 +1157,19 @@ impl Journal {
             let index = lock(&self.index);
             for cursor in index.cursors_in(oldest) {
                 if let Some(c) = index.committed(cursor) {
+                    // Every live partition below the newest segment is copied, not only those
+                    // in the oldest: the re-based chain then lies in the newest segment alone,
+                    // so a cursor is re-based once per pass over the segments, and a pass
+                    // writes at most the live bytes.
                     let mut rows = c.rows.clone();
                     for part in rows.values_mut() {
-                        if part.loc.segment == oldest {
+                        if part.loc.segment < seq {
                             *part = self.copy_record(&mut buf, (seq, base), cursor, *part)?;
                         }
                     }
                     // A full marker: the re-based chain needs nothing of the oldest segment.
                     let at = (seq, base + buf.len() as u64);
-                    let rebased = append_marker(&mut buf, cursor, at, None, &c.state, rows)?;
+                    let (rebased, _) = append_marker(&mut buf, cursor, at, None, &c.state, rows)?;
                     commits.push((cursor, rebased));
                 }
                 for (key, part) in index.pending(cursor).into_iter().flatten() {
@@ -1179,6 +1191,9 @@ impl Journal {
         }
         {
             let mut index = lock(&self.index);
+            self.counters
+                .rebases
+                .fetch_add(commits.len() as u64, Ordering::Relaxed);
             for (cursor, c) in commits {
                 index.commit(cursor, c);
             }
@@ -1367,7 +1382,10 @@ impl Tick<'_> {
                 let prior = commits.iter().rev().find(|(c, _)| *c == cursor);
                 let chain = prior.map(|(_, c)| c).or_else(|| index.committed(cursor));
                 let at = (seq, base + buf.len() as u64);
-                let next = append_marker(&mut buf, cursor, at, chain, &state, rows)?;
+                let (next, kind) = append_marker(&mut buf, cursor, at, chain, &state, rows)?;
+                if kind == RecordKind::Delta {
+                    j.counters.deltas.fetch_add(1, Ordering::Relaxed);
+                }
                 commits.push((cursor, next));
             }
         }
@@ -1441,9 +1459,9 @@ fn too_far() -> Error {
 }
 
 /// Appends `cursor`'s next marker record to `buf`, whose first byte lands at `at` (segment,
-/// offset), and returns the committed chain it makes: a delta on `chain` (the cursor's
-/// committed marker or delta) when one is smaller than a full marker, else a full marker of
-/// every `live` row.
+/// offset), and returns the committed chain it makes and the record's kind: a delta on `chain`
+/// (the cursor's committed marker or delta) when one is smaller than a full marker, else a
+/// full marker of every `live` row.
 fn append_marker(
     buf: &mut Vec<u8>,
     cursor: CursorId,
@@ -1451,7 +1469,7 @@ fn append_marker(
     chain: Option<&Committed>,
     state: &PersistedState,
     live: BTreeMap<PartitionKey, PartLoc>,
-) -> Result<Committed> {
+) -> Result<(Committed, RecordKind)> {
     let loc = JournalLoc { segment, offset };
     let full_len = full_marker_frame_len(state, live.len());
     let delta = chain.and_then(|base| {
@@ -1503,14 +1521,15 @@ fn append_marker(
             payload: &payload,
         },
     );
-    Ok(Committed {
+    let committed = Committed {
         marker: loc,
         marker_len: full_len,
         crc: payload_crc(&payload),
         floor,
         state: state.clone(),
         rows: live,
-    })
+    };
+    Ok((committed, kind))
 }
 
 /// The journal as a cursor's partition store: evictions append (unsynced), loads read the
