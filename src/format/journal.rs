@@ -454,6 +454,10 @@ mod tests {
         assert_eq!(DELTA_KEY_LEN, 16);
         assert_eq!(out.len(), delta_len(2, marker_len));
         assert_eq!(out.len(), 16 + 2 * 16 + marker_len);
+        // One row, no properties: the record `docs/format.md` sizes at 122 bytes without the
+        // removed keys.
+        assert_eq!(marker_len, 45 + 36);
+        assert_eq!(record_len(delta_len(0, marker_len)), 122);
         let d = decode_delta(&out).unwrap();
         assert_eq!(
             d.base,

@@ -352,19 +352,9 @@ fn scan_segments(
         }
         let mut bytes = vec![0u8; usize::try_from(size).unwrap_or(usize::MAX)];
         file.read_exact_at(&mut bytes, 0)?;
-        let header = bytes
-            .get(..SEGMENT_HEADER_LEN)
-            .map(decode_segment_header_version);
-        let version = match header {
-            Some(Ok((s, version))) if s == seq => version,
-            Some(Ok(_)) => {
-                return Err(corrupt(seq, 12, CorruptionKind::InvalidField("segment")));
-            }
-            // A header that verifies is no torn one, whatever its version.
-            Some(Err(c)) if matches!(c.kind, CorruptionKind::UnsupportedVersion(_)) => {
-                return Err(corrupt(seq, c.offset, c.kind));
-            }
-            _ if newest && sealed(seq).is_none() => {
+        let version = match segment_version(&bytes, seq) {
+            Ok(Ok(version)) => version,
+            Ok(Err(_)) if newest && sealed(seq).is_none() => {
                 // Its header and every record after it were written by one tick that never
                 // synced: nothing in it was ever committed.
                 if repair {
@@ -375,8 +365,7 @@ fn scan_segments(
                 }
                 continue;
             }
-            Some(Err(c)) => return Err(corrupt(seq, c.offset, c.kind)),
-            None => return Err(corrupt(seq, 0, CorruptionKind::Truncated)),
+            Ok(Err(e)) | Err(e) => return Err(e),
         };
         let mut at = SEGMENT_HEADER_LEN;
         let end = loop {
@@ -426,6 +415,24 @@ fn scan_segments(
         );
     }
     Ok((scan, writer, report))
+}
+
+/// The version of segment `seq` from its header: `Ok(Err(_))` for a header that does not
+/// verify (a torn one, in the newest segment), `Err(_)` for one that verifies but names
+/// another segment or a version this build does not read (never a torn header).
+fn segment_version(bytes: &[u8], seq: u64) -> Result<Result<u16>> {
+    match bytes
+        .get(..SEGMENT_HEADER_LEN)
+        .map(decode_segment_header_version)
+    {
+        Some(Ok((s, version))) if s == seq => Ok(Ok(version)),
+        Some(Ok(_)) => Err(corrupt(seq, 12, CorruptionKind::InvalidField("segment"))),
+        Some(Err(c)) if matches!(c.kind, CorruptionKind::UnsupportedVersion(_)) => {
+            Err(corrupt(seq, c.offset, c.kind))
+        }
+        Some(Err(c)) => Ok(Err(corrupt(seq, c.offset, c.kind))),
+        None => Ok(Err(corrupt(seq, 0, CorruptionKind::Truncated))),
+    }
 }
 
 fn corrupt(segment: u64, offset: u64, kind: CorruptionKind) -> Error {
@@ -1490,27 +1497,21 @@ fn append_marker(
         (record_len(len) < usize::try_from(full_len).unwrap_or(usize::MAX))
             .then_some((base, added, removed))
     });
-    let (kind, payload, floor) = match delta {
-        Some((base, added, removed)) => {
-            let floor = added
-                .iter()
-                .map(|(_, p)| p.loc.segment)
-                .fold(base.floor.min(segment), u64::min);
-            let marker = encode_marker(state, TableRef::Inline(&marker_rows(added.into_iter())?))?;
-            let mut payload = Vec::new();
-            let base_loc = base.marker.pack().ok_or_else(too_far)?;
-            encode_delta(&mut payload, base_loc, base.crc, &removed, &marker);
-            (RecordKind::Delta, payload, floor)
-        }
-        None => {
-            let rows = marker_rows(live.iter())?;
-            let payload = encode_marker(state, TableRef::Inline(&rows))?;
-            (
-                RecordKind::Marker,
-                payload,
-                Committed::full_floor(loc, &live),
-            )
-        }
+    let (kind, payload, floor) = if let Some((base, added, removed)) = delta {
+        let floor = added
+            .iter()
+            .map(|(_, p)| p.loc.segment)
+            .fold(base.floor.min(segment), u64::min);
+        let marker = encode_marker(state, TableRef::Inline(&marker_rows(added.into_iter())?))?;
+        let mut payload = Vec::new();
+        let base_loc = base.marker.pack().ok_or_else(too_far)?;
+        encode_delta(&mut payload, base_loc, base.crc, &removed, &marker);
+        (RecordKind::Delta, payload, floor)
+    } else {
+        let rows = marker_rows(live.iter())?;
+        let payload = encode_marker(state, TableRef::Inline(&rows))?;
+        let floor = Committed::full_floor(loc, &live);
+        (RecordKind::Marker, payload, floor)
     };
     encode_record(
         buf,
