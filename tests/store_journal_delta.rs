@@ -18,7 +18,7 @@ use ackstore::internals::store::journal::{
     CursorFlush, Journal, JournalConfig, JournalPartitions, JournalStats, Seal, TickStats,
     parse_segment_name, segment_name,
 };
-use ackstore::{MemStorage, Position, Storage};
+use ackstore::{FileStorage, MemStorage, Position, Storage};
 use support::crash::{cut_everywhere, torn_image, unsynced_tail};
 use support::journal::{Fleet, Outcome, check, cursor_ids};
 use support::workload::Rng;
@@ -45,6 +45,11 @@ fn cursor(journal: &Arc<Journal>) -> RangeSetWrapper {
 /// Flushes `set` as a store cursor stages it: the live partitions whose journal copy is not
 /// current, every live key, one tick.
 fn flush(journal: &Journal, set: &mut RangeSetWrapper) -> TickStats {
+    flush_state(journal, set, PersistedState::default())
+}
+
+/// [`flush`] with `state`.
+fn flush_state(journal: &Journal, set: &mut RangeSetWrapper, state: PersistedState) -> TickStats {
     let live: Vec<_> = set.partitions().into_iter().map(|(k, _)| k).collect();
     let mut written = Vec::new();
     for &key in &live {
@@ -58,7 +63,7 @@ fn flush(journal: &Journal, set: &mut RangeSetWrapper) -> TickStats {
     let stats = journal
         .commit(&[CursorFlush {
             cursor: ID,
-            state: PersistedState::default(),
+            state,
             written,
             live,
         }])
@@ -364,4 +369,74 @@ fn rollover_re_bases_chains_so_deleting_their_oldest_segment_keeps_the_exact_sta
         "the segment of the first full marker was deleted: {segments:?}"
     );
     assert_eq!(recovered(&image, config), model);
+}
+
+/// The journal of `tests/data/journal-v2-delta`: a full marker of four partitions, a delta
+/// that rewrites one, a delta that adds one, and a delta that removes one as the mark-delete
+/// moves past it. Returns the state and the acks it ends with.
+fn sample_journal(disk: &MemStorage) -> (PersistedState, BTreeSet<Position>) {
+    let journal = open(disk, JournalConfig::default());
+    let mut set = cursor(&journal);
+    let mut model = BTreeSet::new();
+    let first = [
+        Position::new(1, 0),
+        Position::new(1, PARTITION_SPAN),
+        Position::new(1, 2 * PARTITION_SPAN),
+        Position::new(2, 5),
+    ];
+    for pos in first {
+        set.add(pos).expect("ack");
+        model.insert(pos);
+    }
+    flush(&journal, &mut set);
+    for pos in [
+        Position::new(1, PARTITION_SPAN + 1),
+        Position::new(1, 3 * PARTITION_SPAN),
+    ] {
+        set.add(pos).expect("ack");
+        model.insert(pos);
+        flush(&journal, &mut set);
+    }
+    let mark_delete = Position::new(1, PARTITION_SPAN - 1);
+    set.remove_at_most(mark_delete).expect("mark-delete");
+    model.retain(|p| *p > mark_delete);
+    let state = PersistedState {
+        mark_delete,
+        epoch: 3,
+        properties: [("offset".to_string(), 42)].into(),
+    };
+    flush_state(&journal, &mut set, state.clone());
+    assert_eq!(journal.stats().deltas, 3);
+    (state, model)
+}
+
+#[test]
+fn the_version_2_sample_with_deltas_reads_to_its_exact_state_and_this_build_writes_it_again() {
+    let disk = MemStorage::new();
+    let (state, model) = sample_journal(&disk);
+    let name = segment_name(1);
+    let written = disk.live_bytes(&name).expect("segment");
+    let dir = support::samples::sample_dir("journal-v2-delta");
+    let sample = std::fs::read(dir.path().join(&name)).expect("sample");
+    assert_eq!(
+        written, sample,
+        "this build writes the sample byte for byte"
+    );
+    let storage = FileStorage::open(dir.path(), true).expect("storage");
+    let journal = Arc::new(
+        Journal::open(Arc::new(storage), JournalConfig::default(), Seal::default()).expect("open"),
+    );
+    let (recovered_state, _) = journal.committed(ID).expect("committed");
+    assert_eq!(recovered_state, state);
+    let mut set = cursor(&journal);
+    let mut acks = BTreeSet::new();
+    for (key, _) in set.partitions() {
+        let bitmap = set.bitmap(key).expect("load").expect("live");
+        acks.extend(
+            bitmap
+                .iter()
+                .map(|o| Position::new(key.ledger_id, key.first_entry() + u64::from(o))),
+        );
+    }
+    assert_eq!(acks, model);
 }
