@@ -2,13 +2,14 @@
 //!
 //! Owns: the bytes of a journal segment file (`journal-{seq:016}.seg`). A segment is a header,
 //! then records appended back to back, then zeros (or nothing). Every record carries one
-//! cursor's partition, marker or deletion; the payloads of partitions and markers are the
-//! cursor-ledger payloads of [`crate::format::cursor`], unchanged. All integers little-endian.
+//! cursor's partition, marker, delta or deletion; the payloads of partitions and markers are
+//! the cursor-ledger payloads of [`crate::format::cursor`], unchanged, and a delta wraps such a
+//! marker. All integers little-endian.
 //!
 //! ```text
 //! segment header (SEGMENT_HEADER_LEN = 24 bytes)
 //! 0   8  magic "ACKSJRNL"
-//! 8   2  version (1)
+//! 8   2  version (2; version 1, without deltas, is still read)
 //! 10  2  flags (0)
 //! 12  8  segment sequence number (the number in the file name)
 //! 20  4  CRC32 of bytes [0, 20)
