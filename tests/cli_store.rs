@@ -68,6 +68,8 @@ fn verify_and_inspect_read_a_journal_whose_cursors_flushed_deltas() {
         cursor.flush().unwrap();
     }
     store.close().unwrap();
+    // The directory stays locked while a handle lives.
+    drop(store);
     let out = ackstore(&["verify", dir.path().to_str().unwrap(), "--json"]);
     let report = json(&out);
     assert!(out.status.success(), "{report}");
