@@ -76,8 +76,12 @@ fn flush_state(journal: &Journal, set: &mut RangeSetWrapper, state: PersistedSta
 
 /// Every ack the journal on `disk` recovers for the cursor.
 fn recovered(disk: &MemStorage, config: JournalConfig) -> BTreeSet<Position> {
-    let journal = open(disk, config);
-    let mut set = cursor(&journal);
+    acks_of(&open(disk, config))
+}
+
+/// Every ack `journal` committed for the cursor, its partitions loaded.
+fn acks_of(journal: &Arc<Journal>) -> BTreeSet<Position> {
+    let mut set = cursor(journal);
     let mut acks = BTreeSet::new();
     for (key, _) in set.partitions() {
         let bitmap = set.bitmap(key).expect("load").expect("live");
@@ -428,15 +432,5 @@ fn the_version_2_sample_with_deltas_reads_to_its_exact_state_and_this_build_writ
     );
     let (recovered_state, _) = journal.committed(ID).expect("committed");
     assert_eq!(recovered_state, state);
-    let mut set = cursor(&journal);
-    let mut acks = BTreeSet::new();
-    for (key, _) in set.partitions() {
-        let bitmap = set.bitmap(key).expect("load").expect("live");
-        acks.extend(
-            bitmap
-                .iter()
-                .map(|o| Position::new(key.ledger_id, key.first_entry() + u64::from(o))),
-        );
-    }
-    assert_eq!(acks, model);
+    assert_eq!(acks_of(&journal), model);
 }
