@@ -434,3 +434,54 @@ fn the_version_2_sample_with_deltas_reads_to_its_exact_state_and_this_build_writ
     assert_eq!(recovered_state, state);
     assert_eq!(acks_of(&journal), model);
 }
+
+#[test]
+fn a_version_1_segment_reads_and_its_cursors_go_on_in_a_new_version_2_segment() {
+    let dir = support::samples::sample_dir("store-v2-flat");
+    let name = segment_name(1);
+    let v1 = std::fs::read(dir.path().join(&name)).expect("sample segment");
+    assert_eq!(
+        &v1[8..10],
+        &1u16.to_le_bytes(),
+        "the sample is a version 1 segment"
+    );
+    let storage: Arc<dyn Storage> =
+        Arc::new(FileStorage::open(dir.path(), false).expect("storage"));
+    let config = JournalConfig::default();
+    let journal = Arc::new(Journal::open(storage.clone(), config, Seal::default()).expect("open"));
+    let ids = journal.cursors();
+    assert!(!ids.is_empty(), "the sample's cursors are committed");
+    let id = ids[0];
+    let (state, rows) = journal.committed(id).expect("committed");
+    let mut live: Vec<_> = rows.iter().map(|(k, _)| *k).collect();
+    let pos = Position::new(9, 1);
+    let mut added = RangeSetWrapper::new(
+        Box::new(JournalPartitions::new(journal.clone(), id)),
+        usize::MAX,
+    );
+    added.add(pos).expect("ack");
+    let key = added.partitions()[0].0;
+    live.push(key);
+    live.sort_unstable();
+    journal
+        .commit(&[CursorFlush {
+            cursor: id,
+            state: state.clone(),
+            written: vec![(key, added.bitmap(key).expect("load").expect("live"))],
+            live,
+        }])
+        .expect("tick");
+    assert_eq!(journal.stats().deltas, 1, "a delta on the version 1 marker");
+    assert_eq!(journal.tail().segment, 2, "written to a new segment");
+    drop((added, journal));
+    assert_eq!(
+        std::fs::read(dir.path().join(&name)).expect("segment"),
+        v1,
+        "a version 1 segment is never appended to"
+    );
+    let reopened = Journal::open(storage, config, Seal::default()).expect("reopen");
+    let (again, rows_again) = reopened.committed(id).expect("committed");
+    assert_eq!(again, state);
+    assert_eq!(rows_again.len(), rows.len() + 1);
+    assert!(rows_again.iter().any(|(k, c)| *k == key && *c == 1));
+}
