@@ -56,6 +56,48 @@ fn verify_checks_every_topic_and_the_journal_of_a_healthy_store() {
 }
 
 #[test]
+fn verify_and_inspect_read_a_journal_whose_cursors_flushed_deltas() {
+    let dir = tempfile::tempdir().unwrap();
+    sample_store(dir.path());
+    // A second flush of each cursor rewrites its one partition: a delta on its first marker.
+    let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+    for name in ["persistent://t/ns/a", "b"] {
+        let topic = store.topic(name).unwrap();
+        let cursor = topic.open_cursor("sub", CursorOptions::default()).unwrap();
+        cursor.ack(Position::new(1, 4)).unwrap();
+        cursor.flush().unwrap();
+    }
+    store.close().unwrap();
+    // The directory stays locked while a handle lives.
+    drop(store);
+    let out = ackstore(&["verify", dir.path().to_str().unwrap(), "--json"]);
+    let report = json(&out);
+    assert!(out.status.success(), "{report}");
+    assert_eq!(report["cursors"], 2);
+    assert_eq!(
+        report["journal_records"], 8,
+        "a partition and a marker, then a partition and a delta, per cursor"
+    );
+    assert_eq!(report["damaged"], 0);
+    let out = ackstore(&["inspect", dir.path().to_str().unwrap(), "--json"]);
+    let report = json(&out);
+    assert!(out.status.success(), "{report}");
+    assert_eq!(report["journal"]["cursors"], 2);
+    let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+    for name in ["persistent://t/ns/a", "b"] {
+        let cursor = store
+            .topic(name)
+            .unwrap()
+            .open_cursor("sub", CursorOptions::default())
+            .unwrap();
+        for entry in 0..5 {
+            let acked = cursor.is_acked(Position::new(1, entry)).unwrap();
+            assert_eq!(acked, entry == 2 || entry == 4, "{name} entry {entry}");
+        }
+    }
+}
+
+#[test]
 fn verify_names_the_topic_file_and_the_journal_segment_that_are_damaged() {
     let dir = tempfile::tempdir().unwrap();
     sample_store(dir.path());

@@ -102,6 +102,8 @@ proptest! {
                     index.commit(cursor(c), Committed {
                         marker: JournalLoc { segment: 1, offset: clock },
                         marker_len: 10,
+                        crc: 0,
+                        floor: 1,
                         state: PersistedState::default(),
                         rows,
                     });

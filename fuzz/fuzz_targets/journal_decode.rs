@@ -1,14 +1,18 @@
 //! Arbitrary journal segments: the record decoder and the journal's recovery.
 //!
-//! Bytes into the record decoder: it never panics, and a record it accepts encodes back to
-//! exactly its bytes. Bytes as a segment file (as they are, and behind a valid segment header)
+//! Bytes into the record decoder and the delta decoder (raw, and as the payload of every delta
+//! record found): they never panic, and a record or delta they accept encodes back to exactly
+//! its bytes. Bytes as a segment file (as they are, and behind a valid segment header)
 //! into `Journal::open` on the in-memory disk: it never panics, and every partition of every
 //! cursor it recovers loads or fails with an error.
 #![no_main]
 
 use std::sync::Arc;
 
-use ackstore::internals::format::journal::{decode_record, encode_record, encode_segment_header};
+use ackstore::internals::format::journal::{
+    JournalLoc, RecordKind, decode_delta, decode_record, encode_delta, encode_record,
+    encode_segment_header,
+};
 use ackstore::internals::store::journal::{Journal, JournalConfig, Seal, segment_name};
 use ackstore::{MemStorage, Storage};
 use libfuzzer_sys::fuzz_target;
@@ -36,12 +40,35 @@ fn open_segment(bytes: &[u8]) {
     }
 }
 
+/// A delta the decoder accepts encodes back to exactly its bytes.
+fn delta_round_trip(payload: &[u8]) {
+    let Ok(delta) = decode_delta(payload) else {
+        return;
+    };
+    let removed: Vec<(u64, u64)> = delta.removed().collect();
+    assert_eq!(removed.len(), delta.removed_len());
+    let base = JournalLoc::pack(delta.base).expect("an unpacked location packs again");
+    let mut again = Vec::new();
+    encode_delta(
+        &mut again,
+        base,
+        delta.base_crc,
+        &removed,
+        delta.marker_bytes,
+    );
+    assert_eq!(again, payload);
+}
+
 fuzz_target!(|data: &[u8]| {
+    delta_round_trip(data);
     let mut at = 0;
     while let Ok(Some((record, len))) = decode_record(data.get(at..).unwrap_or_default()) {
         let mut again = Vec::new();
         encode_record(&mut again, &record);
         assert_eq!(again, data[at..at + len]);
+        if record.kind == RecordKind::Delta {
+            delta_round_trip(record.payload);
+        }
         at += len;
     }
     open_segment(data);

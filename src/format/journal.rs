@@ -2,13 +2,14 @@
 //!
 //! Owns: the bytes of a journal segment file (`journal-{seq:016}.seg`). A segment is a header,
 //! then records appended back to back, then zeros (or nothing). Every record carries one
-//! cursor's partition, marker or deletion; the payloads of partitions and markers are the
-//! cursor-ledger payloads of [`crate::format::cursor`], unchanged. All integers little-endian.
+//! cursor's partition, marker, delta or deletion; the payloads of partitions and markers are
+//! the cursor-ledger payloads of [`crate::format::cursor`], unchanged, and a delta wraps such a
+//! marker. All integers little-endian.
 //!
 //! ```text
 //! segment header (SEGMENT_HEADER_LEN = 24 bytes)
 //! 0   8  magic "ACKSJRNL"
-//! 8   2  version (1)
+//! 8   2  version (2; version 1, without deltas, is still read)
 //! 10  2  flags (0)
 //! 12  8  segment sequence number (the number in the file name)
 //! 20  4  CRC32 of bytes [0, 20)
@@ -22,15 +23,29 @@
 //! Kinds: 1 partition (payload: a cursor-ledger partition entry), 2 marker (payload: a
 //! cursor-ledger marker with an inline table, whose row `entry_id` is a journal location, see
 //! [`JournalLoc`], and whose row `crc` is the CRC32 of the partition record's payload),
-//! 3 forget (the cursor was deleted; empty payload).
+//! 3 forget (the cursor was deleted; empty payload), 4 delta (an incremental marker, below;
+//! only in segments of version 2).
+//!
+//! ```text
+//! delta payload (DELTA_FIXED_LEN = 16 bytes, then the removed keys, then a marker)
+//! 0        8   base: the JournalLoc (packed) of the marker or delta this one builds on
+//! 8        4   base CRC: CRC32 of the base record's payload
+//! 12       4   removed count r
+//! 16       16r removed partition keys: ledger u64, chunk u64, strictly ascending
+//! 16+16r   m   a cursor-ledger marker (inline table, no batch table): the cursor's whole
+//!              state and a row for every partition added or rewritten since the base
+//! ```
 
+use super::cursor::{Marker, Table, decode_marker};
 use super::{Corruption, Reader};
 use crate::error::CorruptionKind;
 
 /// Magic at the start of every segment.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"ACKSJRNL";
-/// Segment format version this build writes and reads.
-pub const SEGMENT_VERSION: u16 = 1;
+/// Segment format version this build writes: segments that may hold deltas.
+pub const SEGMENT_VERSION: u16 = 2;
+/// The first segment format version, without deltas: still read, never appended to.
+pub const SEGMENT_VERSION_V1: u16 = 1;
 /// Bytes of the segment header: magic, version, flags, sequence, CRC.
 pub const SEGMENT_HEADER_LEN: usize = 8 + 2 + 2 + 8 + 4;
 /// Bytes of a record frame before its body: length, CRC.
@@ -41,6 +56,10 @@ pub const BODY_FIXED_LEN: usize = 1 + 8 + 8;
 pub const MAX_BODY_LEN: usize = 64 << 20;
 /// Largest segment sequence number: it must fit the high half of a [`JournalLoc`].
 pub const MAX_SEGMENT: u64 = u32::MAX as u64;
+/// Bytes of a delta payload before its removed keys: base location, base CRC, removed count.
+pub const DELTA_FIXED_LEN: usize = 8 + 4 + 4;
+/// Bytes of one removed key of a delta: ledger, chunk.
+pub const DELTA_KEY_LEN: usize = 8 + 8;
 
 /// What a journal record holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -51,6 +70,9 @@ pub enum RecordKind {
     Marker = 2,
     /// The cursor was deleted: none of its earlier records count.
     Forget = 3,
+    /// An incremental marker: the cursor's state and the partitions changed since the marker
+    /// or delta it names as its base.
+    Delta = 4,
 }
 
 impl RecordKind {
@@ -59,6 +81,7 @@ impl RecordKind {
             1 => Some(Self::Partition),
             2 => Some(Self::Marker),
             3 => Some(Self::Forget),
+            4 => Some(Self::Delta),
             _ => None,
         }
     }
@@ -123,6 +146,13 @@ pub fn encode_segment_header(seq: u64) -> [u8; SEGMENT_HEADER_LEN] {
 
 /// Checks a segment header; returns its sequence number.
 pub fn decode_segment_header(bytes: &[u8]) -> Result<u64, Corruption> {
+    decode_segment_header_version(bytes).map(|(seq, _)| seq)
+}
+
+/// Checks a segment header of either version; returns its sequence number and version. A
+/// header whose CRC verifies but whose version is unknown is `UnsupportedVersion`, never a
+/// torn header.
+pub fn decode_segment_header_version(bytes: &[u8]) -> Result<(u64, u16), Corruption> {
     let mut r = Reader::new(bytes);
     if r.array::<8>()? != SEGMENT_MAGIC {
         return Err(Corruption::new(CorruptionKind::BadMagic, 0));
@@ -136,7 +166,7 @@ pub fn decode_segment_header(bytes: &[u8]) -> Result<u64, Corruption> {
     if crc32fast::hash(covered) != r.u32()? {
         return Err(Corruption::new(CorruptionKind::ChecksumMismatch, 0));
     }
-    if version != SEGMENT_VERSION {
+    if version != SEGMENT_VERSION && version != SEGMENT_VERSION_V1 {
         return Err(Corruption::new(
             CorruptionKind::UnsupportedVersion(u32::from(version)),
             8,
@@ -148,7 +178,7 @@ pub fn decode_segment_header(bytes: &[u8]) -> Result<u64, Corruption> {
     if seq > MAX_SEGMENT {
         return Err(Corruption::new(CorruptionKind::InvalidField("segment"), 12));
     }
-    Ok(seq)
+    Ok((seq, version))
 }
 
 /// Appends the frame of one record to `out`.
@@ -236,6 +266,114 @@ pub fn decode_record(bytes: &[u8]) -> Result<Option<(Record<'_>, usize)>, Corrup
     )))
 }
 
+/// A decoded, verified delta payload (see the module docs): borrowed, nothing allocated.
+#[derive(Debug, Clone)]
+pub struct Delta<'a> {
+    /// Where the marker or delta it builds on starts.
+    pub base: JournalLoc,
+    /// CRC32 of the base record's payload.
+    pub base_crc: u32,
+    /// The removed keys, `DELTA_KEY_LEN` bytes each, strictly ascending.
+    removed: &'a [u8],
+    /// The cursor's state and the added or rewritten rows (inline, no batch table).
+    pub marker: Marker<'a>,
+    /// The bytes `marker` was decoded from.
+    pub marker_bytes: &'a [u8],
+}
+
+impl<'a> Delta<'a> {
+    /// The partitions the base has and this delta removes, as `(ledger, chunk)`, ascending.
+    pub fn removed(&self) -> impl Iterator<Item = (u64, u64)> + 'a {
+        self.removed.chunks_exact(DELTA_KEY_LEN).filter_map(|k| {
+            let (ledger, chunk) = k.split_first_chunk::<8>()?;
+            Some((
+                u64::from_le_bytes(*ledger),
+                u64::from_le_bytes(*chunk.first_chunk::<8>()?),
+            ))
+        })
+    }
+
+    /// How many keys it removes.
+    #[must_use]
+    pub fn removed_len(&self) -> usize {
+        self.removed.len() / DELTA_KEY_LEN
+    }
+}
+
+/// Bytes of a delta payload removing `removed` keys around a marker of `marker_len` bytes.
+#[must_use]
+pub const fn delta_len(removed: usize, marker_len: usize) -> usize {
+    DELTA_FIXED_LEN + removed * DELTA_KEY_LEN + marker_len
+}
+
+/// Appends a delta payload to `out`: `base` (packed) and `base_crc`, the `removed` keys
+/// (ascending, as the caller's sorted map yields them), then `marker` (a cursor-ledger marker
+/// with an inline table and no batch table, already encoded).
+pub fn encode_delta(
+    out: &mut Vec<u8>,
+    base: u64,
+    base_crc: u32,
+    removed: &[(u64, u64)],
+    marker: &[u8],
+) {
+    out.reserve(delta_len(removed.len(), marker.len()));
+    out.extend_from_slice(&base.to_le_bytes());
+    out.extend_from_slice(&base_crc.to_le_bytes());
+    // A cursor has far fewer than 2^32 live partitions (a marker of them would exceed
+    // MAX_BODY_LEN long before).
+    let count = u32::try_from(removed.len()).unwrap_or(u32::MAX);
+    out.extend_from_slice(&count.to_le_bytes());
+    for (ledger, chunk) in removed {
+        out.extend_from_slice(&ledger.to_le_bytes());
+        out.extend_from_slice(&chunk.to_le_bytes());
+    }
+    out.extend_from_slice(marker);
+}
+
+/// Decodes and verifies a delta payload: the removed count against the bytes left, the keys
+/// strictly ascending, then the marker (its own CRC and checks), whose table must be inline and
+/// without a batch table.
+///
+/// # Errors
+/// `Truncated`, `BadLength`, `InvalidField("removed key order")`, `InvalidField("delta
+/// table")`, and the marker decoder's errors (offsets within the payload).
+pub fn decode_delta(payload: &[u8]) -> Result<Delta<'_>, Corruption> {
+    let mut r = Reader::new(payload);
+    let base = JournalLoc::unpack(r.u64()?);
+    let base_crc = r.u32()?;
+    let count = r.count_u32(DELTA_KEY_LEN)?;
+    let at = r.offset();
+    let removed = r.records(count, DELTA_KEY_LEN)?;
+    let marker_at = r.offset();
+    let delta = Delta {
+        base,
+        base_crc,
+        removed,
+        marker: decode_marker(r.rest()).map_err(|c| c.after(marker_at))?,
+        marker_bytes: r.rest(),
+    };
+    let mut previous = None;
+    for (i, key) in delta.removed().enumerate() {
+        if previous.is_some_and(|p| p >= key) {
+            return Err(Corruption::new(
+                CorruptionKind::InvalidField("removed key order"),
+                at + i * DELTA_KEY_LEN,
+            ));
+        }
+        previous = Some(key);
+    }
+    if !matches!(delta.marker.table, Table::Inline(_))
+        || !delta.marker.batch.is_empty()
+        || !delta.marker.batch_pages.is_empty()
+    {
+        return Err(Corruption::new(
+            CorruptionKind::InvalidField("delta table"),
+            marker_at,
+        ));
+    }
+    Ok(delta)
+}
+
 #[cfg(test)]
 #[allow(clippy::indexing_slicing, clippy::unwrap_used, reason = "tests")]
 mod tests {
@@ -287,6 +425,112 @@ mod tests {
             b[i / 8] ^= 1 << (i % 8);
             assert!(decode_segment_header(&b).is_err(), "header bit {i}");
         }
+    }
+
+    fn delta_bytes() -> (Vec<u8>, usize) {
+        use crate::format::cursor::{PartitionRow, PersistedState, TableRef, encode_marker};
+        let rows = [PartitionRow {
+            ledger_id: 4,
+            chunk: 2,
+            entry_id: 0x0000_0003_0000_0040,
+            crc: 0xdead_beef,
+            cardinality: 17,
+        }];
+        let marker = encode_marker(&PersistedState::default(), TableRef::Inline(&rows)).unwrap();
+        let mut out = Vec::new();
+        encode_delta(
+            &mut out,
+            0x0000_0002_0000_0018,
+            77,
+            &[(1, 0), (4, 1)],
+            &marker,
+        );
+        (out, marker.len())
+    }
+
+    #[test]
+    fn a_delta_round_trips_at_its_documented_size() {
+        let (out, marker_len) = delta_bytes();
+        assert_eq!(DELTA_FIXED_LEN, 16);
+        assert_eq!(DELTA_KEY_LEN, 16);
+        assert_eq!(out.len(), delta_len(2, marker_len));
+        assert_eq!(out.len(), 16 + 2 * 16 + marker_len);
+        // One row, no properties: the record `docs/format.md` sizes at 122 bytes without the
+        // removed keys.
+        assert_eq!(marker_len, 45 + 36);
+        assert_eq!(record_len(delta_len(0, marker_len)), 122);
+        let d = decode_delta(&out).unwrap();
+        assert_eq!(
+            d.base,
+            JournalLoc {
+                segment: 2,
+                offset: 0x18
+            }
+        );
+        assert_eq!(d.base_crc, 77);
+        assert_eq!(d.removed().collect::<Vec<_>>(), [(1, 0), (4, 1)]);
+        assert_eq!(d.removed_len(), 2);
+        let Table::Inline(rows) = d.marker.table else {
+            panic!("inline table")
+        };
+        assert_eq!(rows.iter().map(|r| r.cardinality).collect::<Vec<_>>(), [17]);
+        let mut framed = Vec::new();
+        let rec = Record {
+            kind: RecordKind::Delta,
+            topic: 1,
+            cursor: 2,
+            payload: &out,
+        };
+        encode_record(&mut framed, &rec);
+        assert_eq!(framed.len(), record_len(out.len()));
+        assert_eq!(decode_record(&framed).unwrap(), Some((rec, framed.len())));
+    }
+
+    #[test]
+    fn every_truncation_and_flipped_bit_of_a_delta_is_refused_or_decodes_to_other_values() {
+        let (out, _) = delta_bytes();
+        for n in 0..out.len() {
+            assert!(decode_delta(&out[..n]).is_err(), "prefix {n}");
+        }
+        // The fields before the marker have no checksum of their own (the record frame's CRC
+        // covers them): a flip there decodes to another base or other keys, never to the same
+        // delta; a flip in the marker fails its CRC.
+        for i in 0..out.len() * 8 {
+            let mut b = out.clone();
+            b[i / 8] ^= 1 << (i % 8);
+            if let Ok(d) = decode_delta(&b) {
+                let keys: Vec<_> = d.removed().collect();
+                assert!(i / 8 < 48, "bit {i} in the marker");
+                assert!(
+                    d.base.segment != 2
+                        || d.base.offset != 0x18
+                        || d.base_crc != 77
+                        || keys != [(1, 0), (4, 1)],
+                    "bit {i}"
+                );
+            }
+        }
+        let mut unordered = out.clone();
+        unordered[16..32].copy_from_slice(&out[32..48]);
+        unordered[32..48].copy_from_slice(&out[16..32]);
+        assert!(decode_delta(&unordered).is_err());
+    }
+
+    #[test]
+    fn version_1_headers_still_read_and_unknown_versions_are_refused() {
+        let mut h = encode_segment_header(3);
+        assert_eq!(decode_segment_header_version(&h).unwrap(), (3, 2));
+        h[8..10].copy_from_slice(&1u16.to_le_bytes());
+        let crc = crc32fast::hash(&h[..20]);
+        h[20..].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(decode_segment_header_version(&h).unwrap(), (3, 1));
+        h[8..10].copy_from_slice(&3u16.to_le_bytes());
+        let crc = crc32fast::hash(&h[..20]);
+        h[20..].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(
+            decode_segment_header_version(&h).unwrap_err().kind,
+            CorruptionKind::UnsupportedVersion(3)
+        );
     }
 
     #[test]

@@ -5,6 +5,11 @@
 //! written since (by evictions) that no marker references yet. Pure data, no I/O; rebuilt by
 //! [`super::journal`] on open.
 //!
+//! A cursor's committed state is a *chain*: a full marker and the deltas built on it since,
+//! each naming the one before. [`Committed`] holds the chain's result (every live row), where
+//! its newest record is (the base of the next delta) and the oldest segment the chain still
+//! needs ([`Committed::floor`]): a rollover of that segment re-bases the chain first.
+//!
 //! Invariant: [`Index::lookup`] returns the newest copy of a partition by write order
 //! ([`PartLoc::seq`], not its place in the log: a rollover copies an old committed copy to
 //! the end of the log, after newer pending ones): a copy older than another is never returned.
@@ -40,17 +45,53 @@ pub struct PartLoc {
     pub cardinality: u64,
 }
 
-/// A cursor's newest committed marker.
+/// A cursor's committed state: its newest marker or delta and what the chain adds up to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Committed {
-    /// Where the marker's frame starts.
+    /// Where the frame of the chain's newest record (a marker or a delta) starts: the base
+    /// the next delta names.
     pub marker: JournalLoc,
-    /// Bytes of the marker's frame.
+    /// Bytes of a full marker of this state: the frame of the marker itself, or, after a delta,
+    /// the full marker a re-base writes. The live bytes count this, not the chain's deltas,
+    /// which a re-base replaces.
     pub marker_len: u64,
+    /// CRC32 of the payload of the record at `marker`, which the next delta names.
+    pub crc: u32,
+    /// The lowest segment holding a record of the chain (its full marker, a delta, or a
+    /// partition one of them references): recovery reads them all, so that segment is not
+    /// deleted before the chain is re-based by a full marker elsewhere.
+    pub floor: u64,
     /// Mark-delete, epoch and properties.
     pub state: PersistedState,
     /// Every live partition and where it is.
     pub rows: BTreeMap<PartitionKey, PartLoc>,
+}
+
+impl Committed {
+    /// The floor of a chain that starts with a full marker at `marker` over `rows`.
+    #[must_use]
+    pub fn full_floor(marker: JournalLoc, rows: &BTreeMap<PartitionKey, PartLoc>) -> u64 {
+        rows.values()
+            .map(|r| r.loc.segment)
+            .fold(marker.segment, u64::min)
+    }
+}
+
+/// A delta the recovery scan verified, to apply with [`Index::apply_delta`].
+#[derive(Debug, Clone)]
+pub struct AppliedDelta {
+    /// Where the delta's frame starts.
+    pub marker: JournalLoc,
+    /// Bytes of a full marker of the resulting state (see [`Committed::marker_len`]).
+    pub marker_len: u64,
+    /// CRC32 of the delta's payload.
+    pub crc: u32,
+    /// The cursor's state the delta holds.
+    pub state: PersistedState,
+    /// Keys removed from the base.
+    pub removed: Vec<PartitionKey>,
+    /// Rows added or rewritten, each verified.
+    pub added: Vec<(PartitionKey, PartLoc)>,
 }
 
 /// The index of the whole journal.
@@ -76,6 +117,41 @@ impl Index {
             }
         }
         self.committed.insert(cursor, committed);
+    }
+
+    /// Applies a verified delta at `marker` to `cursor`'s committed chain, in place: `removed`
+    /// keys go, `added` rows replace or join, the state and the chain's newest record become
+    /// the delta's. Pending copies it references, or older ones, are dropped as by
+    /// [`Index::commit`]. Does nothing for a cursor without a committed marker.
+    pub fn apply_delta(&mut self, cursor: CursorId, delta: AppliedDelta) {
+        let Some(c) = self.committed.get_mut(&cursor) else {
+            return;
+        };
+        for key in &delta.removed {
+            c.rows.remove(key);
+        }
+        let mut floor = c.floor.min(delta.marker.segment);
+        for (key, part) in &delta.added {
+            floor = floor.min(part.loc.segment);
+            c.rows.insert(*key, *part);
+        }
+        c.floor = floor;
+        c.marker = delta.marker;
+        c.marker_len = delta.marker_len;
+        c.crc = delta.crc;
+        c.state = delta.state;
+        if let Some(p) = self.pending.get_mut(&cursor) {
+            p.retain(|k, v| {
+                delta
+                    .added
+                    .iter()
+                    .find(|(a, _)| a == k)
+                    .is_none_or(|(_, row)| v.seq > row.seq)
+            });
+            if p.is_empty() {
+                self.pending.remove(&cursor);
+            }
+        }
     }
 
     /// The cursor no longer has `key` (its acks were all removed): drops its pending copy.
@@ -126,14 +202,17 @@ impl Index {
         ids
     }
 
-    /// Cursors with a committed or pending record in `segment`, sorted.
+    /// Cursors whose committed chain reaches down to `segment` (see [`Committed::floor`]) or
+    /// with a pending record in it, sorted.
     #[must_use]
     pub fn cursors_in(&self, segment: u64) -> Vec<CursorId> {
         let mut ids: Vec<CursorId> = self
             .committed
             .iter()
             .filter(|(_, c)| {
-                c.marker.segment == segment || c.rows.values().any(|r| r.loc.segment == segment)
+                c.floor <= segment
+                    || c.marker.segment == segment
+                    || c.rows.values().any(|r| r.loc.segment == segment)
             })
             .map(|(id, _)| *id)
             .chain(

@@ -14,16 +14,26 @@
 //! segment, one of the sealed segment and one of the directory). So a tick over any number of
 //! cursors costs one to three syncs.
 //!
+//! **Deltas.** A cursor's marker is a *delta* (record kind 4) whenever it is smaller than a
+//! full marker: the cursor's state, the rows added or rewritten and the keys removed since its
+//! committed marker or delta, which it names (location and payload CRC) as its base. So the
+//! bytes of a tick grow with what changed, not with the cursor's live partitions. A cursor's
+//! first marker, and one that changes most of its rows (a seek), is full.
+//!
 //! **Recovery** scans the segments in order. A marker counts only if every partition it
 //! references is a record of the same cursor, before it in the log, whose payload CRC is the
-//! one the marker holds; otherwise the cursor keeps its previous marker (the walk back). The
-//! newest segment ends at the first record that does not verify (a torn tail, cut off); any
-//! other segment that does not verify to its end is corruption. Partitions are not decoded
-//! until loaded.
+//! one the marker holds; otherwise the cursor keeps its previous marker (the walk back). A
+//! delta counts only if, besides, its base is the cursor's committed marker or delta at that
+//! point of the scan: a delta on a rejected one is rejected too. The newest segment ends at the
+//! first record that does not verify (a torn tail, cut off); any other segment that does not
+//! verify to its end is corruption. Partitions are not decoded until loaded.
 //!
 //! **Rollover.** When the segments hold more than twice the live bytes plus one segment, the
-//! oldest segment's live records (committed partitions and markers, pending partitions) are
-//! copied to the newest segment, synced, and only then is the oldest segment deleted.
+//! oldest segment's live records (committed partitions, pending partitions) are copied to the
+//! newest segment, every cursor whose chain (full marker, deltas, the partitions they
+//! reference) reaches into the oldest segment is re-based with a full marker there, all is
+//! synced, and only then is the oldest segment deleted. The live bytes count a full marker per
+//! cursor, not its deltas: deltas are garbage a re-base reclaims.
 //!
 //! **Ownership.** The journal is opened by the store that holds the directory. A former owner
 //! that lost the directory without knowing it may still append to the segment that was newest
@@ -40,16 +50,17 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use roaring::RoaringBitmap;
 
-use super::index::{Committed, CursorId, Index, PartLoc};
+use super::index::{AppliedDelta, Committed, CursorId, Index, PartLoc};
 use crate::ackset::{PartitionKey, PartitionStore};
 use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::format::cursor::{
-    PartitionEntry, PartitionRow, PersistedState, Table, TableRef, decode_marker,
-    decode_partition_entry, encode_marker, encode_partition_entry, payload_crc,
+    PartitionEntry, PartitionRow, PersistedState, ROW_LEN, Table, TableRef, decode_marker,
+    decode_partition_entry, encode_marker, encode_partition_entry, marker_len, payload_crc,
 };
 use crate::format::journal::{
-    JournalLoc, MAX_SEGMENT, Record, RecordKind, SEGMENT_HEADER_LEN, decode_record,
-    decode_segment_header, encode_record, encode_segment_header, record_len,
+    JournalLoc, MAX_SEGMENT, Record, RecordKind, SEGMENT_HEADER_LEN, SEGMENT_VERSION, decode_delta,
+    decode_record, decode_segment_header_version, delta_len, encode_delta, encode_record,
+    encode_segment_header, record_len,
 };
 use crate::format::partition::{decode_partition, encode_partition};
 use crate::storage::{Storage, StorageFile};
@@ -121,6 +132,10 @@ pub struct JournalStats {
     pub loads: u64,
     /// Segments deleted by rollover.
     pub rollovers: u64,
+    /// Markers written as deltas (by ticks).
+    pub deltas: u64,
+    /// Full markers rollovers wrote to re-base a cursor's chain.
+    pub rebases: u64,
     /// Segment files now.
     pub segments: u64,
     /// Bytes of every segment file now.
@@ -166,11 +181,13 @@ impl std::fmt::Debug for OwnerCheck {
     }
 }
 
-/// A segment file and its length.
+/// A segment file, its length and its format version.
 #[derive(Debug, Clone)]
 struct Segment {
     file: Arc<dyn StorageFile>,
     len: u64,
+    /// A segment of an earlier version is never appended to: it may hold no delta.
+    version: u16,
 }
 
 /// The appending side, behind one lock: appends are short writes to the page cache.
@@ -215,6 +232,8 @@ struct Counters {
     bytes: AtomicU64,
     loads: AtomicU64,
     rollovers: AtomicU64,
+    deltas: AtomicU64,
+    rebases: AtomicU64,
 }
 
 /// The file name of segment `seq`.
@@ -333,13 +352,9 @@ fn scan_segments(
         }
         let mut bytes = vec![0u8; usize::try_from(size).unwrap_or(usize::MAX)];
         file.read_exact_at(&mut bytes, 0)?;
-        let header = bytes.get(..SEGMENT_HEADER_LEN).map(decode_segment_header);
-        match header {
-            Some(Ok(s)) if s == seq => {}
-            Some(Ok(_)) => {
-                return Err(corrupt(seq, 12, CorruptionKind::InvalidField("segment")));
-            }
-            _ if newest && sealed(seq).is_none() => {
+        let version = match segment_version(&bytes, seq) {
+            Ok(Ok(version)) => version,
+            Ok(Err(_)) if newest && sealed(seq).is_none() => {
                 // Its header and every record after it were written by one tick that never
                 // synced: nothing in it was ever committed.
                 if repair {
@@ -350,9 +365,8 @@ fn scan_segments(
                 }
                 continue;
             }
-            Some(Err(c)) => return Err(corrupt(seq, c.offset, c.kind)),
-            None => return Err(corrupt(seq, 0, CorruptionKind::Truncated)),
-        }
+            Ok(Err(e)) | Err(e) => return Err(e),
+        };
         let mut at = SEGMENT_HEADER_LEN;
         let end = loop {
             let rest = bytes.get(at..).unwrap_or_default();
@@ -362,7 +376,7 @@ fn scan_segments(
                         segment: seq,
                         offset: at as u64,
                     };
-                    scan.record(loc, len as u64, &rec);
+                    scan.record(loc, len as u64, &rec, version);
                     report.records += 1;
                     at += len;
                 }
@@ -391,9 +405,34 @@ fn scan_segments(
                 report.torn_tail = Some((seq, end, file_size - end));
             }
         }
-        writer.segments.insert(seq, Segment { file, len: end });
+        writer.segments.insert(
+            seq,
+            Segment {
+                file,
+                len: end,
+                version,
+            },
+        );
     }
     Ok((scan, writer, report))
+}
+
+/// The version of segment `seq` from its header: `Ok(Err(_))` for a header that does not
+/// verify (a torn one, in the newest segment), `Err(_)` for one that verifies but names
+/// another segment or a version this build does not read (never a torn header).
+fn segment_version(bytes: &[u8], seq: u64) -> Result<Result<u16>> {
+    match bytes
+        .get(..SEGMENT_HEADER_LEN)
+        .map(decode_segment_header_version)
+    {
+        Some(Ok((s, version))) if s == seq => Ok(Ok(version)),
+        Some(Ok(_)) => Err(corrupt(seq, 12, CorruptionKind::InvalidField("segment"))),
+        Some(Err(c)) if matches!(c.kind, CorruptionKind::UnsupportedVersion(_)) => {
+            Err(corrupt(seq, c.offset, c.kind))
+        }
+        Some(Err(c)) => Ok(Err(corrupt(seq, c.offset, c.kind))),
+        None => Ok(Err(corrupt(seq, 0, CorruptionKind::Truncated))),
+    }
 }
 
 fn corrupt(segment: u64, offset: u64, kind: CorruptionKind) -> Error {
@@ -414,7 +453,7 @@ struct Scan {
 }
 
 impl Scan {
-    fn record(&mut self, loc: JournalLoc, frame_len: u64, rec: &Record<'_>) {
+    fn record(&mut self, loc: JournalLoc, frame_len: u64, rec: &Record<'_>, version: u16) {
         let cursor = CursorId {
             topic: rec.topic,
             cursor: rec.cursor,
@@ -445,11 +484,83 @@ impl Scan {
                     self.index.commit(cursor, c);
                 }
             }
+            RecordKind::Delta => {
+                // A segment of version 1 holds no delta: one there was never written by a
+                // build that writes them.
+                if version == SEGMENT_VERSION
+                    && let Some(d) = self.verified_delta(cursor, loc, rec.payload)
+                {
+                    self.index.apply_delta(cursor, d);
+                }
+            }
             RecordKind::Forget => {
                 self.index.remove(cursor);
                 self.forgotten.insert(cursor);
             }
         }
+    }
+
+    /// The row a marker or delta holds, if it names a partition record of `cursor` seen
+    /// before `loc` with the key, CRC and cardinality the row holds.
+    fn verified_row(
+        &self,
+        cursor: CursorId,
+        loc: JournalLoc,
+        row: &PartitionRow,
+    ) -> Option<(PartitionKey, PartLoc)> {
+        let at = JournalLoc::unpack(row.entry_id);
+        let (c, key, part) = self.partitions.get(&at)?;
+        let ok = *c == cursor
+            && key.ledger_id == row.ledger_id
+            && key.chunk == row.chunk
+            && part.crc == row.crc
+            && part.cardinality == row.cardinality
+            && at < loc;
+        ok.then_some((*key, *part))
+    }
+
+    /// The delta as a change of the cursor's committed chain, if its base is the cursor's
+    /// committed marker or delta (location and payload CRC), every key it removes is live
+    /// there, and every row it adds verifies as a marker's row does.
+    fn verified_delta(
+        &self,
+        cursor: CursorId,
+        loc: JournalLoc,
+        payload: &[u8],
+    ) -> Option<AppliedDelta> {
+        let base = self.index.committed(cursor)?;
+        let delta = decode_delta(payload).ok()?;
+        if delta.base != base.marker || delta.base_crc != base.crc {
+            return None;
+        }
+        let Table::Inline(rows) = delta.marker.table else {
+            return None;
+        };
+        let mut removed = Vec::with_capacity(delta.removed_len());
+        for (ledger_id, chunk) in delta.removed() {
+            let key = PartitionKey { ledger_id, chunk };
+            base.rows.contains_key(&key).then_some(())?;
+            removed.push(key);
+        }
+        let mut added = Vec::with_capacity(rows.len());
+        for row in rows.iter() {
+            let (key, part) = self.verified_row(cursor, loc, &row)?;
+            removed.binary_search(&key).is_err().then_some(())?;
+            added.push((key, part));
+        }
+        let live = base.rows.len() - removed.len()
+            + added
+                .iter()
+                .filter(|(k, _)| !base.rows.contains_key(k))
+                .count();
+        Some(AppliedDelta {
+            marker: loc,
+            marker_len: full_marker_frame_len(&delta.marker.state, live),
+            crc: payload_crc(payload),
+            state: delta.marker.state,
+            removed,
+            added,
+        })
     }
 
     /// The marker as committed state, if every row names a partition record of this cursor
@@ -467,22 +578,14 @@ impl Scan {
         };
         let mut live = BTreeMap::new();
         for row in rows.iter() {
-            let at = JournalLoc::unpack(row.entry_id);
-            let (c, key, part) = self.partitions.get(&at)?;
-            let ok = *c == cursor
-                && key.ledger_id == row.ledger_id
-                && key.chunk == row.chunk
-                && part.crc == row.crc
-                && part.cardinality == row.cardinality
-                && at < loc;
-            if !ok {
-                return None;
-            }
-            live.insert(*key, *part);
+            let (key, part) = self.verified_row(cursor, loc, &row)?;
+            live.insert(key, part);
         }
         Some(Committed {
             marker: loc,
             marker_len: frame_len,
+            crc: payload_crc(payload),
+            floor: Committed::full_floor(loc, &live),
             state: marker.state,
             rows: live,
         })
@@ -689,6 +792,8 @@ impl Journal {
             bytes_written: self.counters.bytes.load(Ordering::Relaxed),
             loads: self.counters.loads.load(Ordering::Relaxed),
             rollovers: self.counters.rollovers.load(Ordering::Relaxed),
+            deltas: self.counters.deltas.load(Ordering::Relaxed),
+            rebases: self.counters.rebases.load(Ordering::Relaxed),
             segments,
             segment_bytes,
             live_bytes: lock(&self.index).live_bytes(),
@@ -857,13 +962,10 @@ impl Journal {
         if w.latched {
             return Err(Error::PreviousIo);
         }
-        let newest = w.segments.iter().next_back().map(|(s, seg)| (*s, seg.len));
-        if let Some((seq, len)) = newest
-            && w.sealed != Some(seq)
-            && len < self.config.segment_bytes
-        {
+        if self.appendable(w) {
             return Ok(());
         }
+        let newest = w.segments.iter().next_back().map(|(s, seg)| (*s, seg.len));
         let next = newest.map_or(1, |(s, _)| s + 1);
         if next > MAX_SEGMENT {
             return Err(Error::LimitExceeded {
@@ -907,6 +1009,7 @@ impl Journal {
             Segment {
                 file: file.clone(),
                 len: SEGMENT_HEADER_LEN as u64,
+                version: SEGMENT_VERSION,
             },
         );
         w.unsynced = true;
@@ -928,14 +1031,32 @@ impl Journal {
         Ok(())
     }
 
+    /// Whether a tick may append to the newest segment: this store owns its tail, it is of
+    /// this build's version (an earlier one holds no delta) and below its size limit.
+    fn appendable(&self, w: &Writer) -> bool {
+        w.segments.iter().next_back().is_some_and(|(seq, seg)| {
+            w.sealed != Some(*seq)
+                && seg.version == SEGMENT_VERSION
+                && seg.len < self.config.segment_bytes
+        })
+    }
+
     /// Appends `buf` to the newest segment; returns where it starts. An eviction before the
-    /// first tick starts the first segment.
+    /// first tick, or after an open that found a sealed or earlier-version newest segment,
+    /// starts a segment.
     fn append(&self, w: &mut Writer, buf: &[u8], in_tick: bool) -> Result<JournalLoc> {
         if w.latched {
             return Err(Error::PreviousIo);
         }
-        let newest = w.segments.keys().next_back().copied();
-        if !in_tick && (newest.is_none() || newest == w.sealed) {
+        let newest = w
+            .segments
+            .iter()
+            .next_back()
+            .map(|(s, seg)| (*s, seg.version));
+        if !in_tick
+            && (newest.is_none_or(|(_, v)| v != SEGMENT_VERSION)
+                || newest.map(|(s, _)| s) == w.sealed)
+        {
             let mut scratch = TickStats::default();
             self.start_segment_if_needed(w, &mut scratch)?;
         }
@@ -1043,27 +1164,20 @@ impl Journal {
             let index = lock(&self.index);
             for cursor in index.cursors_in(oldest) {
                 if let Some(c) = index.committed(cursor) {
+                    // Every live partition below the newest segment is copied, not only those
+                    // in the oldest: the re-based chain then lies in the newest segment alone,
+                    // so a cursor is re-based once per pass over the segments, and a pass
+                    // writes at most the live bytes.
                     let mut rows = c.rows.clone();
                     for part in rows.values_mut() {
-                        if part.loc.segment == oldest {
+                        if part.loc.segment < seq {
                             *part = self.copy_record(&mut buf, (seq, base), cursor, *part)?;
                         }
                     }
-                    let loc = JournalLoc {
-                        segment: seq,
-                        offset: base + buf.len() as u64,
-                    };
-                    let before = buf.len();
-                    append_marker(&mut buf, cursor, &c.state, &rows)?;
-                    commits.push((
-                        cursor,
-                        Committed {
-                            marker: loc,
-                            marker_len: (buf.len() - before) as u64,
-                            state: c.state.clone(),
-                            rows,
-                        },
-                    ));
+                    // A full marker: the re-based chain needs nothing of the oldest segment.
+                    let at = (seq, base + buf.len() as u64);
+                    let (rebased, _) = append_marker(&mut buf, cursor, at, None, &c.state, rows)?;
+                    commits.push((cursor, rebased));
                 }
                 for (key, part) in index.pending(cursor).into_iter().flatten() {
                     if part.loc.segment == oldest {
@@ -1084,6 +1198,9 @@ impl Journal {
         }
         {
             let mut index = lock(&self.index);
+            self.counters
+                .rebases
+                .fetch_add(commits.len() as u64, Ordering::Relaxed);
             for (cursor, c) in commits {
                 index.commit(cursor, c);
             }
@@ -1263,22 +1380,21 @@ impl Tick<'_> {
         let mut w = lock(&j.writer);
         let (seq, base) = Journal::newest(&w)?;
         let mut buf = Vec::new();
-        let mut commits = Vec::with_capacity(self.staged.len());
-        for (cursor, state, rows) in std::mem::take(&mut self.staged) {
-            let before = buf.len();
-            append_marker(&mut buf, cursor, &state, &rows)?;
-            commits.push((
-                cursor,
-                Committed {
-                    marker: JournalLoc {
-                        segment: seq,
-                        offset: base + before as u64,
-                    },
-                    marker_len: (buf.len() - before) as u64,
-                    state,
-                    rows,
-                },
-            ));
+        let mut commits: Vec<(CursorId, Committed)> = Vec::with_capacity(self.staged.len());
+        {
+            // Ticks and rollovers run one at a time: no committed chain changes meanwhile.
+            let index = lock(&j.index);
+            for (cursor, state, rows) in std::mem::take(&mut self.staged) {
+                // A cursor staged twice in one tick builds on its own earlier marker.
+                let prior = commits.iter().rev().find(|(c, _)| *c == cursor);
+                let chain = prior.map(|(_, c)| c).or_else(|| index.committed(cursor));
+                let at = (seq, base + buf.len() as u64);
+                let (next, kind) = append_marker(&mut buf, cursor, at, chain, &state, rows)?;
+                if kind == RecordKind::Delta {
+                    j.counters.deltas.fetch_add(1, Ordering::Relaxed);
+                }
+                commits.push((cursor, next));
+            }
         }
         j.append(&mut w, &buf, true)?;
         let dir = w.dir_unsynced;
@@ -1322,37 +1438,99 @@ fn partition_record(cursor: CursorId, payload: &[u8]) -> Record<'_> {
     }
 }
 
+/// Bytes of the frame of a full marker of `state` with `rows` live partitions.
+fn full_marker_frame_len(state: &PersistedState, rows: usize) -> u64 {
+    let payload = marker_len(state, TableRef::Inline(&[])) + rows * ROW_LEN;
+    record_len(payload) as u64
+}
+
+fn marker_rows<'a>(
+    live: impl Iterator<Item = (&'a PartitionKey, &'a PartLoc)>,
+) -> Result<Vec<PartitionRow>> {
+    live.map(|(k, p)| {
+        Ok(PartitionRow {
+            ledger_id: k.ledger_id,
+            chunk: k.chunk,
+            entry_id: p.loc.pack().ok_or_else(too_far)?,
+            crc: p.crc,
+            cardinality: p.cardinality,
+        })
+    })
+    .collect()
+}
+
+fn too_far() -> Error {
+    Error::LimitExceeded {
+        reason: "journal location beyond 4 GiB in a segment".into(),
+    }
+}
+
+/// Appends `cursor`'s next marker record to `buf`, whose first byte lands at `at` (segment,
+/// offset), and returns the committed chain it makes and the record's kind: a delta on `chain`
+/// (the cursor's committed marker or delta) when one is smaller than a full marker, else a
+/// full marker of every `live` row.
 fn append_marker(
     buf: &mut Vec<u8>,
     cursor: CursorId,
+    (segment, offset): (u64, u64),
+    chain: Option<&Committed>,
     state: &PersistedState,
-    live: &BTreeMap<PartitionKey, PartLoc>,
-) -> Result<()> {
-    let rows = live
-        .iter()
-        .map(|(k, p)| {
-            Ok(PartitionRow {
-                ledger_id: k.ledger_id,
-                chunk: k.chunk,
-                entry_id: p.loc.pack().ok_or_else(|| Error::LimitExceeded {
-                    reason: "journal location beyond 4 GiB in a segment".into(),
-                })?,
-                crc: p.crc,
-                cardinality: p.cardinality,
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let payload = encode_marker(state, TableRef::Inline(&rows))?;
+    live: BTreeMap<PartitionKey, PartLoc>,
+) -> Result<(Committed, RecordKind)> {
+    let loc = JournalLoc { segment, offset };
+    let full_len = full_marker_frame_len(state, live.len());
+    let delta = chain.and_then(|base| {
+        let added: Vec<_> = live
+            .iter()
+            .filter(|(k, p)| base.rows.get(k).is_none_or(|b| b.loc != p.loc))
+            .collect();
+        let removed: Vec<(u64, u64)> = base
+            .rows
+            .keys()
+            .filter(|k| !live.contains_key(k))
+            .map(|k| (k.ledger_id, k.chunk))
+            .collect();
+        let len = delta_len(
+            removed.len(),
+            marker_len(state, TableRef::Inline(&[])) + added.len() * ROW_LEN,
+        );
+        (record_len(len) < usize::try_from(full_len).unwrap_or(usize::MAX))
+            .then_some((base, added, removed))
+    });
+    let (kind, payload, floor) = if let Some((base, added, removed)) = delta {
+        let floor = added
+            .iter()
+            .map(|(_, p)| p.loc.segment)
+            .fold(base.floor.min(segment), u64::min);
+        let marker = encode_marker(state, TableRef::Inline(&marker_rows(added.into_iter())?))?;
+        let mut payload = Vec::new();
+        let base_loc = base.marker.pack().ok_or_else(too_far)?;
+        encode_delta(&mut payload, base_loc, base.crc, &removed, &marker);
+        (RecordKind::Delta, payload, floor)
+    } else {
+        let rows = marker_rows(live.iter())?;
+        let payload = encode_marker(state, TableRef::Inline(&rows))?;
+        let floor = Committed::full_floor(loc, &live);
+        (RecordKind::Marker, payload, floor)
+    };
     encode_record(
         buf,
         &Record {
-            kind: RecordKind::Marker,
+            kind,
             topic: cursor.topic,
             cursor: cursor.cursor,
             payload: &payload,
         },
     );
-    Ok(())
+    let committed = Committed {
+        marker: loc,
+        marker_len: full_len,
+        crc: payload_crc(&payload),
+        floor,
+        state: state.clone(),
+        rows: live,
+    };
+    Ok((committed, kind))
 }
 
 /// The journal as a cursor's partition store: evictions append (unsynced), loads read the
