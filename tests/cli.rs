@@ -75,6 +75,7 @@ fn perf_json_report_has_every_key_with_sane_values() {
         "persisted_bytes",
         "bytes_per_range",
         "pulsar_range_bytes",
+        "first_flush_after_restart_bytes",
         "incremental_flush_bytes",
         "recover_first_read_ms",
         "recover_full_ms",
@@ -97,6 +98,9 @@ fn perf_json_report_has_every_key_with_sane_values() {
         "persisted {persisted} vs pulsar {pulsar}"
     );
     assert!(r["incremental_flush_bytes"].as_u64().unwrap() > 0);
+    // The first write after the restart moves the whole state to a fresh cursor ledger (the
+    // claim): at least what the full flush persisted.
+    assert!(r["first_flush_after_restart_bytes"].as_u64().unwrap() >= persisted);
     assert!(r["peak_rss_bytes"].as_u64().unwrap() > 0);
     assert!(r["acks_per_s"].as_f64().unwrap() > 0.0);
 }

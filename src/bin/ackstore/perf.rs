@@ -42,7 +42,8 @@ pub struct PerfArgs {
     /// or `holes:K` (every entry but a hole every K on average, gaps uniform in [K/2, 3K/2]).
     #[arg(long, default_value = "alternating")]
     pattern: Pattern,
-    /// Extra entries to ack after the restart, flushed on their own (the incremental cost).
+    /// Extra entries to ack after the restart and its first flush, flushed on their own (the
+    /// incremental cost).
     #[arg(long, default_value_t = 1)]
     extra_acks: u64,
     /// How the cursor persists its ack state.
@@ -398,6 +399,17 @@ impl Topic {
         self.store.as_ref().map(|s| s.journal_stats().bytes_written)
     }
 
+    /// Flushes `cursor`; returns the bytes the flush wrote (for a store's cursor, what the
+    /// journal appended).
+    fn flushed_bytes(&self, cursor: &ackstore::Cursor) -> ackstore::Result<u64> {
+        let journal_before = self.journal_bytes();
+        cursor.flush()?;
+        Ok(match (journal_before, self.journal_bytes()) {
+            (Some(before), Some(after)) => after - before,
+            _ => cursor.stats()?.persist.last_flush_bytes,
+        })
+    }
+
     fn close(self) -> ackstore::Result<()> {
         self.ml.close()?;
         self.store.map_or(Ok(()), |s| s.close())
@@ -511,14 +523,14 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
 
     // Phase 3: flush, then restart.
     let started = Instant::now();
-    let journal_before = topic.journal_bytes();
-    cursor.flush()?;
+    let flushed = topic.flushed_bytes(&cursor)?;
     let flush_time = started.elapsed();
     // A store's cursor persists through the journal: what its one flush of the whole state
     // appended there.
-    let persisted_bytes = match (journal_before, topic.journal_bytes()) {
-        (Some(before), Some(after)) => after - before,
-        _ => cursor.stats()?.persist.persisted_bytes,
+    let persisted_bytes = if args.in_store {
+        flushed
+    } else {
+        cursor.stats()?.persist.persisted_bytes
     };
     cursor.close()?;
     // A store's directory stays locked while any handle of it lives, a closed cursor's too.
@@ -559,22 +571,23 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
     };
     let verified = mismatches == 0 && first_ok && recovered_fingerprint == ranges_fingerprint;
 
-    // Phase 5: a few more acks, flushed on their own.
+    // Phase 5: one more ack and the first flush after the restart (for a topic directory, the
+    // cursor's claim: its state moves to a fresh cursor ledger), then a few more acks, flushed
+    // on their own (the incremental cost).
     let mid = truth.len() / 2;
-    let extra: Vec<usize> = (mid..truth.len())
-        .chain(0..mid)
-        .filter(|&i| !truth[i])
+    let mut unacked = (mid..truth.len()).chain(0..mid).filter(|&i| !truth[i]);
+    let first_write = unacked.next();
+    let extra: Vec<usize> = unacked
         .take(usize::try_from(args.extra_acks).unwrap_or(usize::MAX))
         .collect();
+    if let Some(i) = first_write {
+        cursor.ack(positions[i])?;
+    }
+    let first_flush_bytes = topic.flushed_bytes(&cursor)?;
     for &i in &extra {
         cursor.ack(positions[i])?;
     }
-    let journal_before = topic.journal_bytes();
-    cursor.flush()?;
-    let incremental_flush_bytes = match (journal_before, topic.journal_bytes()) {
-        (Some(before), Some(after)) => after - before,
-        _ => cursor.stats()?.persist.last_flush_bytes,
-    };
+    let incremental_flush_bytes = topic.flushed_bytes(&cursor)?;
     let resident_ack_bytes = cursor.stats()?.ackset.resident_bytes;
 
     // Phase 6 (`--batch-size` above 1): batch-index acks of the entries left unacknowledged.
@@ -608,6 +621,7 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
         "bytes_vs_entropy": if sizes.entropy > 0.0 { persisted_bytes as f64 / sizes.entropy } else { 0.0 },
         "pulsar_longarray_bytes": sizes.longarray,
         "pulsar_roaring_lz4_bytes": sizes.roaring_lz4,
+        "first_flush_after_restart_bytes": first_flush_bytes,
         "incremental_flush_bytes": incremental_flush_bytes,
         "topic_open_ms": millis(topic_open),
         "recover_first_read_ms": millis(first_read),
@@ -700,6 +714,10 @@ fn print_summary(r: &serde_json::Value) {
         vec![
             "Pulsar roaring+LZ4 size".into(),
             report::bytes(int("pulsar_roaring_lz4_bytes")),
+        ],
+        vec![
+            "first flush after restart".into(),
+            report::bytes(int("first_flush_after_restart_bytes")),
         ],
         vec![
             "incremental flush".into(),
