@@ -68,7 +68,9 @@ use crate::storage::{Storage, StorageFile};
 /// Settings of the journal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JournalConfig {
-    /// A tick that finds the newest segment at or past this size starts a new one.
+    /// A tick that finds the newest segment at or past this size starts a new one (a segment
+    /// holding no record yet takes one whatever this size, so even a limit below the header's
+    /// size lets a rollover end).
     pub segment_bytes: u64,
 }
 
@@ -1034,10 +1036,13 @@ impl Journal {
     /// Whether a tick may append to the newest segment: this store owns its tail, it is of
     /// this build's version (an earlier one holds no delta) and below its size limit.
     fn appendable(&self, w: &Writer) -> bool {
+        // A segment holding no record yet takes one whatever the size limit: with a limit at
+        // or below the header's size, every rollover would otherwise start a segment to copy
+        // nothing into, and the rollover loop would never shrink the total.
         w.segments.iter().next_back().is_some_and(|(seq, seg)| {
             w.sealed != Some(*seq)
                 && seg.version == SEGMENT_VERSION
-                && seg.len < self.config.segment_bytes
+                && (seg.len < self.config.segment_bytes || seg.len <= SEGMENT_HEADER_LEN as u64)
         })
     }
 
