@@ -92,7 +92,19 @@ fn a_second_process_is_refused_a_store_directory_the_first_holds() {
     }
     let dir = tempfile::tempdir().expect("dir");
     churned_store(dir.path());
-    let store = Store::open(dir.path(), StoreConfig::default()).expect("open");
+    // The lock is a `flock` on an open file: a child another test of this binary is spawning
+    // holds a copy of every descriptor between its fork and its exec, so the closed store's
+    // lock can outlive it for that moment. Try again briefly before calling it held.
+    let mut tries = 0;
+    let store = loop {
+        match Store::open(dir.path(), StoreConfig::default()) {
+            Err(ackstore::Error::Locked { .. }) if tries < 50 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            opened => break opened.expect("open"),
+        }
+    };
     let topic = store.topic("persistent://t/ns/churn").expect("topic");
     let cursor = topic
         .open_cursor("sub-0", CursorOptions::default())
