@@ -1,4 +1,4 @@
-//! Red team: `ackstore verify` agrees with the owner's open (topic and cursor) on directories
+//! `ackstore verify` agrees with the owner's open (topic and cursor) on directories
 //! where a reopened cursor crashed mid-claim, or was never written while a former owner kept
 //! appending to the cursor ledger it recovered from.
 

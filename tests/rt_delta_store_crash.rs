@@ -95,7 +95,7 @@ fn prepare(disk: &MemStorage, segment_bytes: u64) -> Model {
 fn workload(disk: &MemStorage, mut m: Model, segment_bytes: u64, seed: u64) -> Model {
     let mut rng = Rng::new(seed);
     let r = (|| -> ackstore::Result<()> {
-        for _session in 0..2 {
+        for _reopen in 0..2 {
             let store = Store::open_with_storage(Arc::new(disk.clone()), config(segment_bytes))?;
             let mut topics = BTreeMap::new();
             let mut cursors = BTreeMap::new();
