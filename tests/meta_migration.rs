@@ -7,38 +7,10 @@ mod support;
 use std::sync::Arc;
 
 use ackstore::InitialPosition;
-use ackstore::internals::format::meta::{CursorRecord, TopicRecord, encode_stored};
-use ackstore::internals::meta::{FileMetaStore, MetaStore, record_of_file};
-use ackstore::{MemStorage, Storage};
+use ackstore::Storage;
+use ackstore::internals::format::meta::{CursorRecord, TopicRecord};
+use ackstore::internals::meta::{FileMetaStore, MetaStore};
 use support::topic::{append_n, at, mem_topic, reopen};
-
-/// Rewrites every record of `disk` as an earlier release stored it.
-fn to_earlier_layout(disk: &MemStorage) {
-    let meta = FileMetaStore::new(Arc::new(disk.clone()));
-    for name in meta.list().unwrap() {
-        let (version, bytes) = meta.get(&name).unwrap().unwrap();
-        let bytes = if name == "topic" {
-            let mut r = TopicRecord::decode(&bytes).unwrap();
-            r.topic_id = 0;
-            r.encode()
-        } else {
-            let mut r = CursorRecord::decode(&bytes).unwrap();
-            r.identity = None;
-            r.encode()
-        };
-        for file in disk.list().unwrap() {
-            if record_of_file(&file) == Some(name.as_str()) {
-                disk.remove(&file).unwrap();
-            }
-        }
-        let legacy = disk.create(&format!("{name}.meta")).unwrap();
-        legacy
-            .write_all_at(&encode_stored(version, &bytes), 0)
-            .unwrap();
-        legacy.sync_data().unwrap();
-    }
-    disk.sync_dir().unwrap();
-}
 
 #[test]
 fn a_directory_of_an_earlier_release_opens_and_moves_to_versioned_records() {
@@ -51,7 +23,7 @@ fn a_directory_of_an_earlier_release_opens_and_moves_to_versioned_records() {
     cursor.ack(p[6]).unwrap();
     topic.close().unwrap();
     drop((cursor, topic));
-    to_earlier_layout(&disk);
+    support::samples::to_earlier_layout(&disk);
     assert!(disk.list().unwrap().contains(&"topic.meta".to_string()));
 
     let topic = reopen(&disk, 4);

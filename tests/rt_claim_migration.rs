@@ -6,38 +6,9 @@ mod support;
 
 use std::sync::Arc;
 
-use ackstore::internals::format::meta::{CursorRecord, TopicRecord, encode_stored};
-use ackstore::internals::meta::{FileMetaStore, MetaStore, record_of_file};
-use ackstore::{CursorOptions, LedgerConfig, ManagedLedger, MemStorage, Storage};
+use ackstore::{CursorOptions, LedgerConfig, ManagedLedger};
 use support::crash::{Points, cut_everywhere_after};
 use support::topic::append_n;
-
-fn to_earlier_layout(disk: &MemStorage) {
-    let meta = FileMetaStore::new(Arc::new(disk.clone()));
-    for name in meta.list().unwrap() {
-        let (version, bytes) = meta.get(&name).unwrap().unwrap();
-        let bytes = if name == "topic" {
-            let mut r = TopicRecord::decode(&bytes).unwrap();
-            r.topic_id = 0;
-            r.encode()
-        } else {
-            let mut r = CursorRecord::decode(&bytes).unwrap();
-            r.identity = None;
-            r.encode()
-        };
-        for file in disk.list().unwrap() {
-            if record_of_file(&file) == Some(name.as_str()) {
-                disk.remove(&file).unwrap();
-            }
-        }
-        let legacy = disk.create(&format!("{name}.meta")).unwrap();
-        legacy
-            .write_all_at(&encode_stored(version, &bytes), 0)
-            .unwrap();
-        legacy.sync_data().unwrap();
-    }
-    disk.sync_dir().unwrap();
-}
 
 fn cfg() -> LedgerConfig {
     LedgerConfig {
@@ -63,7 +34,7 @@ fn a_power_cut_at_every_step_of_the_stamping_open() {
                 cur.close().unwrap();
             }
             t.close().unwrap();
-            to_earlier_layout(disk);
+            support::samples::to_earlier_layout(disk);
             ps
         },
         |disk, ps| {

@@ -1,11 +1,14 @@
 //! The committed sample directories under `tests/data/`, copied before a test opens them (an
 //! open may repair a torn tail, and a sample must stay as it was committed), and what the
-//! samples of the compact partition table (`tests/data/cursor-v2-*`) hold.
+//! samples of the compact partition table (`tests/data/cursor-v2-*`) hold; and a directory's
+//! records rewritten as an earlier release stored them.
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use ackstore::Position;
+use ackstore::internals::format::meta::{CursorRecord, TopicRecord, encode_stored};
+use ackstore::internals::meta::{FileMetaStore, MetaStore, record_of_file};
+use ackstore::{Position, Storage};
 
 /// A copy of sample directory `name` in a temporary directory.
 pub fn sample_dir(name: &str) -> tempfile::TempDir {
@@ -57,4 +60,32 @@ pub fn first_flush(extra: u64) -> BTreeSet<Position> {
     acks.extend(scattered());
     acks.extend((0..extra).map(|c| Position::new(5, c << 16)));
     acks
+}
+
+/// Rewrites every record of `disk` as an earlier release stored it.
+pub fn to_earlier_layout(disk: &ackstore::MemStorage) {
+    let meta = FileMetaStore::new(std::sync::Arc::new(disk.clone()));
+    for name in meta.list().unwrap() {
+        let (version, bytes) = meta.get(&name).unwrap().unwrap();
+        let bytes = if name == "topic" {
+            let mut r = TopicRecord::decode(&bytes).unwrap();
+            r.topic_id = 0;
+            r.encode()
+        } else {
+            let mut r = CursorRecord::decode(&bytes).unwrap();
+            r.identity = None;
+            r.encode()
+        };
+        for file in disk.list().unwrap() {
+            if record_of_file(&file) == Some(name.as_str()) {
+                disk.remove(&file).unwrap();
+            }
+        }
+        let legacy = disk.create(&format!("{name}.meta")).unwrap();
+        legacy
+            .write_all_at(&encode_stored(version, &bytes), 0)
+            .unwrap();
+        legacy.sync_data().unwrap();
+    }
+    disk.sync_dir().unwrap();
 }
