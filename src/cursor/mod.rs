@@ -413,8 +413,11 @@ impl Core {
     /// flush. A failure is logged and counted as a background flush's; the partitions stay
     /// resident past the budget, as after a failed eviction store, until a flush succeeds.
     fn claim_if_past_budget(&mut self, topic: &dyn TopicAccess) {
-        let pending = matches!(&self.persister, Some(Persister::Ledger(p)) if p.claim_pending());
-        if !pending || self.claim_failed || !self.state.holds_unsaved_past_budget() {
+        // Runs after every operation: the two plain reads first, the persister's lock last.
+        if self.claim_failed || !self.state.holds_unsaved_past_budget() {
+            return;
+        }
+        if !matches!(&self.persister, Some(Persister::Ledger(p)) if p.claim_pending()) {
             return;
         }
         // Unsaved is not always changed: partitions a single-entry snapshot recovered are
