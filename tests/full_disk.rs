@@ -534,25 +534,7 @@ fn full_disk_workload_on_a_real_small_file_system_keeps_every_flushed_ack() {
         let filler = fs4m.path().join("filler");
         let cfg = config(mode, lru);
         let topic = ManagedLedger::open(&dir, cfg.clone()).expect("open");
-        let mut positions = support::topic::append_n(&topic, 3 * PER_LEDGER + 7);
-        topic.sync().unwrap();
-        let cursor = topic.open_cursor("sub", CursorOptions::default()).unwrap();
-        let mut model = Model::default();
-        cursor.ack(positions[1]).unwrap();
-        model.acked.insert(positions[1]);
-        cursor.flush().unwrap();
-        model.flushed();
-        fill(&filler);
-        let mut cursor = Some(cursor);
-        full_disk_steps(
-            &topic,
-            &mut cursor,
-            &mut positions,
-            &mut model,
-            80,
-            seed,
-            |_, _| {},
-        );
+        let (positions, cursor, mut model) = fill_then_run(&topic, &filler, seed);
         fs::remove_file(&filler).unwrap();
         retry_with_space(topic, cursor, &mut model);
         let topic = ManagedLedger::open(&dir, cfg).expect("reopen");
@@ -561,6 +543,35 @@ fn full_disk_workload_on_a_real_small_file_system_keeps_every_flushed_ack() {
         drop(topic);
         fs::remove_dir_all(&dir).unwrap();
     }
+}
+
+/// The tmpfs workload's start: entries appended and synced, one ack flushed, then the disk
+/// filled up by `filler` and 80 workload steps run against the full disk.
+fn fill_then_run(
+    topic: &ManagedLedger,
+    filler: &Path,
+    seed: u64,
+) -> (Vec<Position>, Option<Cursor>, Model) {
+    let mut positions = support::topic::append_n(topic, 3 * PER_LEDGER + 7);
+    topic.sync().unwrap();
+    let cursor = topic.open_cursor("sub", CursorOptions::default()).unwrap();
+    let mut model = Model::default();
+    cursor.ack(positions[1]).unwrap();
+    model.acked.insert(positions[1]);
+    cursor.flush().unwrap();
+    model.flushed();
+    fill(filler);
+    let mut cursor = Some(cursor);
+    full_disk_steps(
+        topic,
+        &mut cursor,
+        &mut positions,
+        &mut model,
+        80,
+        seed,
+        |_, _| {},
+    );
+    (positions, cursor, model)
 }
 
 /// The same workload on a topic of a store on the real small file system: a tick that meets the
@@ -583,25 +594,7 @@ fn full_disk_workload_on_a_store_on_a_real_small_file_system_keeps_every_flushed
         let filler = fs4m.path().join("filler");
         let store = ackstore::Store::open(&dir, store_config(lru)).expect("open");
         let topic = store.topic("t").expect("topic");
-        let mut positions = support::topic::append_n(&topic, 3 * PER_LEDGER + 7);
-        topic.sync().unwrap();
-        let cursor = topic.open_cursor("sub", CursorOptions::default()).unwrap();
-        let mut model = Model::default();
-        cursor.ack(positions[1]).unwrap();
-        model.acked.insert(positions[1]);
-        cursor.flush().unwrap();
-        model.flushed();
-        fill(&filler);
-        let mut cursor = Some(cursor);
-        full_disk_steps(
-            &topic,
-            &mut cursor,
-            &mut positions,
-            &mut model,
-            80,
-            seed,
-            |_, _| {},
-        );
+        let (positions, cursor, mut model) = fill_then_run(&topic, &filler, seed);
         // Acks and flushes go on until a flush meets the full disk (the journal's last page may
         // have had room for the workload's ticks): the journal latches, and refuses every flush
         // until the store is reopened.
