@@ -1,27 +1,39 @@
 //! [`AckBudget`]: one memory budget shared by the ack sets of many cursors (a store's
 //! `ack_memory_bytes`).
 //!
-//! Owns: the shared total of the members' resident bytes, their order of last use, and the
-//! rule that brings the total back within the limit. Each member ([`BudgetLink`], held by one
-//! [`RangeSetWrapper`](super::RangeSetWrapper)) publishes its resident bytes (partitions,
-//! cache table and charged state such as partial entries) after every operation; when the total
-//! is over the limit, the member that just changed asks the others to release memory, least
-//! recently used first, through their [`Release`] hook, before it evicts its own.
+//! Owns: the shared total of the members' resident bytes, the order in which members are
+//! asked to release memory, and the rule that brings the total back within the limit. Each
+//! member ([`BudgetLink`], held by one [`RangeSetWrapper`](super::RangeSetWrapper)) publishes
+//! its resident bytes (partitions, cache table and charged state such as partial entries)
+//! after every operation; when the total is over the limit, the member that just changed asks
+//! the others to release memory, least recently used first, through their [`Release`] hook,
+//! before it evicts its own.
+//!
+//! The order is a *revolution*: the members that hold memory, sorted by last use when the
+//! revolution starts, asked one after another from the least recently used; when every one was
+//! asked, the next revolution is sorted from the members that hold memory then. A member used
+//! after its revolution was sorted keeps its place in it until the next one (an approximation
+//! of least recently used that costs no lock on the ack path). Only members that held memory
+//! since the last sort are ever looked at: a member enters the next revolution's candidates
+//! when its resident bytes go from zero to nonzero (a flag, so once) or when it was asked and
+//! still holds memory. So a reclaim costs amortised O(log members) per member asked, whatever
+//! the number of members, and joining or leaving the budget costs O(1).
 //!
 //! Lock order: a member asks others while its own cursor's lock is held, so a hook must never
 //! block on its cursor's lock: it tries it and releases nothing when the cursor is busy (that
 //! cursor is being changed, and brings the total down itself at the end of its operation).
-//! The member list's lock is never held while a hook runs.
+//! The revolution's lock is never held while a hook runs.
 //!
 //! The bound this keeps: once every operation has ended, the total is within the limit plus
 //! the hot partition of the member that changed last; while operations run, plus one
 //! partition (and what it just loaded) per member being changed.
 //!
-//! Must never: block on a member's lock, or run a hook under the member list's lock.
+//! Must never: block on a member's lock, or run a hook under the revolution's lock.
 
+use std::collections::VecDeque;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 /// What a member of an [`AckBudget`] does when another member needs memory: release up to
 /// `bytes` of its resident ack state without blocking (a busy member releases nothing), and
@@ -49,11 +61,25 @@ pub struct AckBudgetStats {
     pub busy: u64,
 }
 
+/// What the budget knows of one member; the member's [`BudgetLink`] holds the only strong
+/// reference, so a member that left is a dead `Weak` the next sort drops.
 struct Member {
-    id: u64,
-    resident: Arc<AtomicUsize>,
-    last_used: Arc<AtomicU64>,
-    hook: Option<Weak<dyn Release>>,
+    resident: AtomicUsize,
+    last_used: AtomicU64,
+    /// Whether the member is in the current revolution or among the next one's candidates.
+    /// Set by the member when its bytes become nonzero, cleared by a sort or an ask that
+    /// finds it holding nothing.
+    listed: AtomicBool,
+    hook: OnceLock<Weak<dyn Release>>,
+}
+
+/// The order members are asked in (see the module docs).
+#[derive(Default)]
+struct Revolution {
+    /// Members still to be asked in this revolution, least recently used first.
+    queue: VecDeque<Arc<Member>>,
+    /// Members that held memory since the queue was sorted and are not in it.
+    candidates: Vec<Weak<Member>>,
 }
 
 struct Shared {
@@ -61,10 +87,10 @@ struct Shared {
     total: AtomicUsize,
     peak: AtomicUsize,
     clock: AtomicU64,
-    next_id: AtomicU64,
+    members: AtomicUsize,
     released: AtomicU64,
     busy: AtomicU64,
-    members: Mutex<Vec<Member>>,
+    revolution: Mutex<Revolution>,
 }
 
 /// One ack memory budget shared by many cursors. Cheap to clone (clones share the budget);
@@ -97,10 +123,10 @@ impl AckBudget {
             total: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
             clock: AtomicU64::new(0),
-            next_id: AtomicU64::new(0),
+            members: AtomicUsize::new(0),
             released: AtomicU64::new(0),
             busy: AtomicU64::new(0),
-            members: Mutex::new(Vec::new()),
+            revolution: Mutex::new(Revolution::default()),
         }))
     }
 
@@ -117,7 +143,7 @@ impl AckBudget {
             limit_bytes: self.0.limit,
             resident_bytes: self.0.total.load(Ordering::SeqCst),
             peak_resident_bytes: self.0.peak.load(Ordering::SeqCst),
-            members: self.members().len(),
+            members: self.0.members.load(Ordering::SeqCst),
             released_bytes: self.0.released.load(Ordering::SeqCst),
             busy: self.0.busy.load(Ordering::SeqCst),
         }
@@ -127,27 +153,22 @@ impl AckBudget {
     /// [`BudgetLink::set_release`]).
     #[must_use]
     pub(crate) fn join(&self) -> BudgetLink {
-        let id = self.0.next_id.fetch_add(1, Ordering::SeqCst);
-        let resident = Arc::new(AtomicUsize::new(0));
-        let last_used = Arc::new(AtomicU64::new(self.0.clock.fetch_add(1, Ordering::SeqCst)));
-        self.members().push(Member {
-            id,
-            resident: Arc::clone(&resident),
-            last_used: Arc::clone(&last_used),
-            hook: None,
-        });
+        self.0.members.fetch_add(1, Ordering::SeqCst);
         BudgetLink {
             budget: self.clone(),
-            id,
-            resident,
-            last_used,
+            member: Arc::new(Member {
+                resident: AtomicUsize::new(0),
+                last_used: AtomicU64::new(self.0.clock.fetch_add(1, Ordering::SeqCst)),
+                listed: AtomicBool::new(false),
+                hook: OnceLock::new(),
+            }),
         }
     }
 
-    fn members(&self) -> std::sync::MutexGuard<'_, Vec<Member>> {
+    fn revolution(&self) -> std::sync::MutexGuard<'_, Revolution> {
         // Plain data; keep it after a panic elsewhere.
         self.0
-            .members
+            .revolution
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -157,16 +178,13 @@ impl AckBudget {
 /// total.
 pub(crate) struct BudgetLink {
     budget: AckBudget,
-    id: u64,
-    resident: Arc<AtomicUsize>,
-    last_used: Arc<AtomicU64>,
+    member: Arc<Member>,
 }
 
 impl fmt::Debug for BudgetLink {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BudgetLink")
-            .field("id", &self.id)
-            .field("resident", &self.resident.load(Ordering::SeqCst))
+            .field("resident", &self.member.resident.load(Ordering::SeqCst))
             .finish_non_exhaustive()
     }
 }
@@ -178,25 +196,38 @@ impl BudgetLink {
         &self.budget
     }
 
-    /// Sets the hook other members call to ask this one to release memory.
+    /// Sets the hook other members call to ask this one to release memory (once; a second
+    /// hook is ignored).
     pub(crate) fn set_release(&self, hook: Weak<dyn Release>) {
-        if let Some(m) = self.budget.members().iter_mut().find(|m| m.id == self.id) {
-            m.hook = Some(hook);
-        }
+        let _ = self.member.hook.set(hook);
     }
 
     /// Publishes this member's resident bytes and marks it most recently used.
     pub(crate) fn publish(&self, bytes: usize) {
         let shared = &self.budget.0;
-        self.last_used.store(
+        let member = &self.member;
+        member.last_used.store(
             shared.clock.fetch_add(1, Ordering::SeqCst),
             Ordering::SeqCst,
         );
-        let old = self.resident.swap(bytes, Ordering::SeqCst);
+        let old = member.resident.swap(bytes, Ordering::SeqCst);
         if bytes >= old {
             shared.total.fetch_add(bytes - old, Ordering::SeqCst);
         } else {
             shared.total.fetch_sub(old - bytes, Ordering::SeqCst);
+        }
+        if bytes > 0 && !member.listed.load(Ordering::SeqCst) {
+            self.list();
+        }
+    }
+
+    /// Makes this member a candidate of the next revolution, unless it is listed already.
+    fn list(&self) {
+        if !self.member.listed.swap(true, Ordering::SeqCst) {
+            self.budget
+                .revolution()
+                .candidates
+                .push(Arc::downgrade(&self.member));
         }
     }
 
@@ -225,51 +256,92 @@ impl BudgetLink {
         let others = shared
             .total
             .load(Ordering::SeqCst)
-            .saturating_sub(self.resident.load(Ordering::SeqCst));
+            .saturating_sub(self.member.resident.load(Ordering::SeqCst));
         shared.limit.saturating_sub(others)
     }
 
-    /// Asks the other members, least recently used first, to release memory until the total
-    /// is within the limit or every one was asked. Never blocks on a member (see the module
-    /// docs); the member list's lock is not held while they release.
+    /// Asks the other members, in the revolution's order (least recently used first), to
+    /// release memory until the total is within the limit, or until every member that held
+    /// memory when this call began was asked. Never blocks on a member (see the module docs);
+    /// the revolution's lock is not held while they release.
     pub(crate) fn reclaim_from_others(&self) {
-        if self.excess() == 0 {
-            return;
-        }
-        let mut others: Vec<(u64, Arc<dyn Release>)> = {
-            let mut members = self.budget.members();
-            members.retain(|m| m.hook.as_ref().is_none_or(|h| h.strong_count() > 0));
-            members
-                .iter()
-                .filter(|m| m.id != self.id && m.resident.load(Ordering::SeqCst) > 0)
-                .filter_map(|m| {
-                    let hook = m.hook.as_ref()?.upgrade()?;
-                    Some((m.last_used.load(Ordering::SeqCst), hook))
-                })
-                .collect()
-        };
-        others.sort_by_key(|(used, _)| *used);
         let shared = &self.budget.0;
-        for (_, hook) in others {
-            let want = self.excess();
-            if want == 0 {
+        // At most one sort per call: a call that finds the revolution ended sorts the next
+        // one, and a call never asks a member twice.
+        let mut sorted = false;
+        let mut asked_self = false;
+        while self.excess() > 0 {
+            let Some(next) = self.next_to_ask(&mut sorted) else {
                 break;
+            };
+            if Arc::ptr_eq(&next, &self.member) {
+                // A member never asks itself; it stays listed for the next revolution.
+                if asked_self {
+                    break;
+                }
+                asked_self = true;
+                self.budget
+                    .revolution()
+                    .candidates
+                    .push(Arc::downgrade(&next));
+                continue;
             }
-            let released = hook.try_release(want);
+            let hook = next.hook.get().and_then(Weak::upgrade);
+            let released = hook.map_or(0, |h| h.try_release(self.excess()));
             if released == 0 {
                 shared.busy.fetch_add(1, Ordering::SeqCst);
             }
             shared.released.fetch_add(released as u64, Ordering::SeqCst);
+            // Asked: a member that still holds memory is a candidate of the next revolution.
+            // The flag is cleared before the check, so a member whose bytes become nonzero
+            // meanwhile lists itself (at most once, by the flag's swap).
+            next.listed.store(false, Ordering::SeqCst);
+            if next.resident.load(Ordering::SeqCst) > 0 && !next.listed.swap(true, Ordering::SeqCst)
+            {
+                self.budget
+                    .revolution()
+                    .candidates
+                    .push(Arc::downgrade(&next));
+            }
         }
+    }
+
+    /// The next member of the revolution, sorting the next revolution from the candidates
+    /// when this one ended (once per call: `sorted`).
+    fn next_to_ask(&self, sorted: &mut bool) -> Option<Arc<Member>> {
+        let mut revolution = self.budget.revolution();
+        if revolution.queue.is_empty() {
+            if *sorted {
+                return None;
+            }
+            *sorted = true;
+            let candidates = std::mem::take(&mut revolution.candidates);
+            let mut next: Vec<(u64, Arc<Member>)> = Vec::with_capacity(candidates.len());
+            for weak in candidates {
+                let Some(member) = weak.upgrade() else {
+                    continue;
+                };
+                // Cleared before the check, as in `reclaim_from_others`.
+                member.listed.store(false, Ordering::SeqCst);
+                if member.resident.load(Ordering::SeqCst) > 0
+                    && !member.listed.swap(true, Ordering::SeqCst)
+                {
+                    next.push((member.last_used.load(Ordering::SeqCst), member));
+                }
+            }
+            next.sort_unstable_by_key(|(used, _)| *used);
+            revolution.queue = next.into_iter().map(|(_, m)| m).collect();
+        }
+        revolution.queue.pop_front()
     }
 }
 
 impl Drop for BudgetLink {
     fn drop(&mut self) {
-        let old = self.resident.swap(0, Ordering::SeqCst);
-        self.budget.0.total.fetch_sub(old, Ordering::SeqCst);
-        let id = self.id;
-        self.budget.members().retain(|m| m.id != id);
+        let shared = &self.budget.0;
+        let old = self.member.resident.swap(0, Ordering::SeqCst);
+        shared.total.fetch_sub(old, Ordering::SeqCst);
+        shared.members.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -349,6 +421,47 @@ mod tests {
         fill(&a, 12..13);
         let s = budget.stats();
         assert!(s.resident_bytes <= 2048 + MAX_PARTITION_BYTES, "{s:?}");
+    }
+
+    #[test]
+    fn the_least_recently_used_member_is_asked_first() {
+        // What a member holding four partitions holds, measured on a budget of its own.
+        let probe = member(&AckBudget::new(1 << 20));
+        fill(&probe, 0..4);
+        let each = resident(&probe);
+        // Four such members fill the budget exactly, used in the order 0, 1, 2, 3.
+        let budget = AckBudget::new(4 * each);
+        let members: Vec<_> = (0..4).map(|_| member(&budget)).collect();
+        for (i, m) in members.iter().enumerate() {
+            let base = 100 * i as u64;
+            fill(m, base..base + 4);
+        }
+        assert_eq!(budget.stats().resident_bytes, 4 * each);
+        // A fifth member grows by one partition, less than the first member holds: only the
+        // first is asked.
+        let grower = member(&budget);
+        fill(&grower, 1000..1001);
+        let after: Vec<usize> = members.iter().map(|m| resident(m)).collect();
+        assert!(after[0] < each, "{each} -> {after:?}");
+        assert_eq!(&after[1..], &[each; 3], "{each} -> {after:?}");
+    }
+
+    #[test]
+    fn members_that_left_or_hold_nothing_are_never_asked() {
+        let budget = AckBudget::new(4096);
+        let gone = member(&budget);
+        fill(&gone, 1..12);
+        drop(gone);
+        let idle: Vec<_> = (0..100).map(|_| member(&budget)).collect();
+        let a = member(&budget);
+        fill(&a, 1..12);
+        let b = member(&budget);
+        fill(&b, 100..112);
+        let s = budget.stats();
+        assert_eq!(s.members, idle.len() + 2, "{s:?}");
+        assert_eq!(s.busy, 0, "a member with nothing was asked: {s:?}");
+        assert!(s.released_bytes > 0, "{s:?}");
+        assert!(s.resident_bytes <= 4096 + MAX_PARTITION_BYTES, "{s:?}");
     }
 
     #[test]
