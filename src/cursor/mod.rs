@@ -580,6 +580,11 @@ impl CursorShared {
         shared
     }
 
+    /// The cursor's id: its id in the topic's cursor table, or a reader's own id.
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
     /// A non-durable cursor (a reader) in `state`: nothing of it is ever written, it has no
     /// record, no cursor ledger and no background flusher, and it is gone once closed.
     pub(crate) fn new_non_durable(

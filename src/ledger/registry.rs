@@ -285,8 +285,15 @@ impl TopicCore {
             shared.join_budget(budget);
         }
         let mut readers = self.readers();
-        readers.retain(|r| r.upgrade().is_some_and(|r| !r.is_closed()));
-        readers.push(Arc::downgrade(&shared));
+        // A reader dropped without a close leaves a dead entry: they are swept when the map
+        // is full, and it then grows to twice the live readers, so the sweep costs amortised
+        // O(1) per open and dead entries stay fewer than the live ones.
+        if readers.len() >= readers.capacity() {
+            readers.retain(|_, r| r.upgrade().is_some_and(|r| !r.is_closed()));
+            let live = readers.len();
+            readers.reserve(live.max(16));
+        }
+        readers.insert(id, Arc::downgrade(&shared));
         drop(readers);
         // A close that ran meanwhile did not see this reader: refuse it rather than leave it
         // open on a closed topic.

@@ -9,7 +9,7 @@
 //! mark-delete. A cursor operation takes its own state lock, then `layout` for reading; it never
 //! takes `writer` or `cursors` while holding its state.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{
     Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak,
@@ -83,9 +83,10 @@ pub(crate) struct TopicCore {
     adopted: AtomicBool,
     /// Set once a fence of this handle has been logged (later refusals are only counted).
     fence_reported: AtomicBool,
-    /// Open non-durable cursors (readers): closed with the topic, never in the topic record,
-    /// never consulted by trimming.
-    readers: Mutex<Vec<Weak<CursorShared>>>,
+    /// Open non-durable cursors (readers) by id: closed with the topic, never in the topic
+    /// record, never consulted by trimming. Keyed so opening and closing one costs O(1)
+    /// whatever the number of readers.
+    readers: Mutex<HashMap<u64, Weak<CursorShared>>>,
     /// Appends so far (and topic and cursor closes), counted under the lock of `appended_cv`: a waiting
     /// read sleeps on the condvar until the count moves past the value it saw before reading.
     appended: Mutex<u64>,
@@ -129,7 +130,7 @@ impl TopicCore {
             uncertain: Mutex::new(None),
             adopted: AtomicBool::new(false),
             fence_reported: AtomicBool::new(false),
-            readers: Mutex::new(Vec::new()),
+            readers: Mutex::new(HashMap::new()),
             appended: Mutex::new(0),
             appended_cv: Condvar::new(),
             journal: None,
@@ -176,7 +177,7 @@ impl TopicCore {
     }
 
     /// The open non-durable cursors (dead handles are pruned on every registration).
-    pub(crate) fn readers(&self) -> MutexGuard<'_, Vec<Weak<CursorShared>>> {
+    pub(crate) fn readers(&self) -> MutexGuard<'_, HashMap<u64, Weak<CursorShared>>> {
         lock(&self.readers)
     }
 
@@ -567,7 +568,7 @@ impl TopicCore {
         };
         self.writer_and_closing();
         let open: Vec<_> = self.cursors().values().cloned().collect();
-        let readers: Vec<_> = self.readers().drain(..).collect();
+        let readers: Vec<_> = self.readers().drain().map(|(_, r)| r).collect();
         for reader in readers.iter().filter_map(Weak::upgrade) {
             // A non-durable cursor persists nothing: its close cannot fail.
             let _ = reader.close();
@@ -687,10 +688,13 @@ impl TopicAccess for TopicCore {
                 open.remove(cursor.name());
             }
         } else {
-            self.readers().retain(|r| {
-                r.upgrade()
-                    .is_some_and(|r| !std::ptr::eq(r.as_ref(), cursor))
-            });
+            let mut readers = self.readers();
+            if readers
+                .get(&cursor.id())
+                .is_some_and(|r| std::ptr::eq(r.as_ptr(), cursor))
+            {
+                readers.remove(&cursor.id());
+            }
         }
         // A read of this cursor waiting for an append wakes and finds it closed; reads of
         // other cursors wake and wait on for what is left of their timeout.
