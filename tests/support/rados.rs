@@ -20,7 +20,7 @@ pub fn pool() -> String {
 pub fn conf() -> String {
     std::env::var("CEPH_CONF").expect(
         "CEPH_CONF must name a running cluster's ceph.conf for the rados tests \
-         (../shared/ceph/start-cluster.sh DIR prints it)",
+         (scripts/ceph/start-cluster.sh DIR prints it)",
     )
 }
 
