@@ -352,37 +352,7 @@ fn scan_segments(
 ) -> Result<(Scan, Writer, ScanReport)> {
     let sealed = |seq: u64| seals.iter().find(|s| s.segment == seq && seq != 0);
     let mut report = ScanReport::default();
-    let mut found: Vec<u64> = storage
-        .list_prefix("journal-")?
-        .iter()
-        .filter_map(|n| parse_segment_name(n))
-        .collect();
-    found.sort_unstable();
-    let seqs = if let Some(listed) = listed {
-        // A segment is listed only after its header is durable, and unlisted before its file
-        // is removed: a listed segment that is gone was removed by something else, and the
-        // state it held cannot be told from an older one.
-        if let Some(&gone) = listed.iter().find(|s| found.binary_search(s).is_err()) {
-            return Err(corrupt(gone, 0, CorruptionKind::Missing));
-        }
-        let strays: Vec<u64> = found
-            .iter()
-            .copied()
-            .filter(|s| !listed.contains(s))
-            .collect();
-        if repair {
-            for &stray in &strays {
-                storage.remove(&segment_name(stray))?;
-            }
-        }
-        report.strays = strays;
-        let mut seqs = listed.to_vec();
-        seqs.sort_unstable();
-        seqs.dedup();
-        seqs
-    } else {
-        found
-    };
+    let seqs = segments_to_scan(storage, listed, repair, &mut report)?;
     let mut scan = Scan {
         first: seqs.first().copied().unwrap_or(0),
         ..Scan::default()
@@ -441,43 +411,13 @@ fn scan_segments(
         // synced length must commit (a seal may lie past a walk-back its claim accepted).
         let frames_known = synced.max(seal.unwrap_or(0)).min(limit);
         let markers_known = synced.min(limit);
-        let mut at = start;
-        let stop = loop {
-            if at >= limit {
-                break None;
-            }
-            let Some(head) = window_get(&mut win, at, 4, limit)? else {
-                break Some((at, CorruptionKind::Truncated));
-            };
-            let n = peek_body_len(head).unwrap_or(0);
-            if n == 0 {
-                break Some((at, CorruptionKind::InvalidField("zero length")));
-            }
-            if !(BODY_FIXED_LEN..=MAX_BODY_LEN).contains(&n) {
-                break Some((at, CorruptionKind::BadLength));
-            }
-            let Some(frame) = window_get(&mut win, at, (RECORD_HEADER_LEN + n) as u64, limit)?
-            else {
-                break Some((at, CorruptionKind::Truncated));
-            };
-            match decode_record(frame) {
-                Ok(Some((rec, len))) => {
-                    let loc = JournalLoc {
-                        segment: seq,
-                        offset: at,
-                    };
-                    let walked_back =
-                        scan.record(loc, len as u64, &rec, version, at < markers_known)?;
-                    if walked_back && newest && report.walked_back.is_none() {
-                        report.walked_back = Some(at);
-                    }
-                    report.records += 1;
-                    at += len as u64;
-                }
-                Ok(None) => break Some((at, CorruptionKind::InvalidField("zero length"))),
-                Err(c) => break Some((at + c.offset as u64, c.kind)),
-            }
-        };
+        let (at, stop) = scan_records(
+            &mut win,
+            &mut scan,
+            &mut report,
+            (seq, version, newest),
+            (start, markers_known, limit),
+        )?;
         if let Some((offset, kind)) = stop {
             let zero_end = kind == CorruptionKind::InvalidField("zero length");
             let tail_nonzero = win.first_nonzero_from(at)? < limit;
@@ -506,6 +446,98 @@ fn scan_segments(
         );
     }
     Ok((scan, writer, report))
+}
+
+/// The segments a scan reads, ascending: those `listed` names, every one of which must exist
+/// (`None`: every segment file). Files the list does not name are reported as strays and, with
+/// `repair`, removed.
+fn segments_to_scan(
+    storage: &dyn Storage,
+    listed: Option<&[u64]>,
+    repair: bool,
+    report: &mut ScanReport,
+) -> Result<Vec<u64>> {
+    let mut found: Vec<u64> = storage
+        .list_prefix("journal-")?
+        .iter()
+        .filter_map(|n| parse_segment_name(n))
+        .collect();
+    found.sort_unstable();
+    Ok(if let Some(listed) = listed {
+        // A segment is listed only after its header is durable, and unlisted before its file
+        // is removed: a listed segment that is gone was removed by something else, and the
+        // state it held cannot be told from an older one.
+        if let Some(&gone) = listed.iter().find(|s| found.binary_search(s).is_err()) {
+            return Err(corrupt(gone, 0, CorruptionKind::Missing));
+        }
+        let strays: Vec<u64> = found
+            .iter()
+            .copied()
+            .filter(|s| !listed.contains(s))
+            .collect();
+        if repair {
+            for &stray in &strays {
+                storage.remove(&segment_name(stray))?;
+            }
+        }
+        report.strays = strays;
+        let mut seqs = listed.to_vec();
+        seqs.sort_unstable();
+        seqs.dedup();
+        seqs
+    } else {
+        found
+    })
+}
+
+/// Reads the records of segment `seq` from `start` up to `limit` into `scan`; returns where
+/// they end and, if before `limit`, why (the offset and kind of the first bytes that are not a
+/// record that verifies). A marker or delta below `markers_known` that does not commit is
+/// corruption.
+fn scan_records(
+    win: &mut Window<'_>,
+    scan: &mut Scan,
+    report: &mut ScanReport,
+    (seq, version, newest): (u64, u16, bool),
+    (start, markers_known, limit): (u64, u64, u64),
+) -> Result<(u64, Option<(u64, CorruptionKind)>)> {
+    let mut at = start;
+    let stop = loop {
+        if at >= limit {
+            break None;
+        }
+        let Some(head) = window_get(win, at, 4, limit)? else {
+            break Some((at, CorruptionKind::Truncated));
+        };
+        let n = peek_body_len(head).unwrap_or(0);
+        if n == 0 {
+            break Some((at, CorruptionKind::InvalidField("zero length")));
+        }
+        if !(BODY_FIXED_LEN..=MAX_BODY_LEN).contains(&n) {
+            break Some((at, CorruptionKind::BadLength));
+        }
+        let Some(frame) = window_get(win, at, (RECORD_HEADER_LEN + n) as u64, limit)? else {
+            break Some((at, CorruptionKind::Truncated));
+        };
+        match decode_record(frame) {
+            Ok(Some((rec, len))) => {
+                let loc = JournalLoc {
+                    segment: seq,
+                    offset: at,
+                };
+                let walked_back =
+                    scan.record(loc, len as u64, &rec, version, at < markers_known)?;
+                if walked_back && newest && report.walked_back.is_none() {
+                    report.walked_back = Some(at);
+                }
+                report.records += 1;
+                at += len as u64;
+            }
+            Ok(None) => break Some((at, CorruptionKind::InvalidField("zero length"))),
+            Err(c) => break Some((at + c.offset, c.kind)),
+        }
+    };
+    Ok((at, stop))
 }
 
 /// Writes `claim` (a length an `fdatasync` of segment `seq` covered) into its slot copy that
