@@ -45,7 +45,7 @@ pub use entry::Entry;
 pub use error::{CorruptionKind, CorruptionPlace, Error, Result};
 pub use filter::{ReceivedFilter, SubscriptionType};
 pub use finder::LedgerSpan;
-pub use format::cursor::{MAX_PROPERTIES, MAX_PROPERTY_NAME};
+pub use format::cursor::{MAX_BATCH_SIZE, MAX_PROPERTIES, MAX_PROPERTY_NAME};
 pub use ledger::{AppendMeta, LedgerConfig, ManagedLedger, NonDurableOptions};
 pub use log::{LedgerInfo, LogConfig, LogStats, RecoveryMode, TailRepair};
 pub use position::Position;

@@ -216,25 +216,164 @@ fn inspect_prints_a_cursor_name_longer_than_any_format_width() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
 
+/// Every numeric argument and pattern of `perf` outside its documented bounds (or not a number)
+/// is refused with exit code 2 and a sentence naming the argument, before the workload starts:
+/// no panic, no directory filled.
 #[test]
-fn perf_refuses_sizes_it_cannot_hold_in_memory_with_a_sentence() {
-    for args in [
-        vec!["perf", "--entries", "18446744073709551615"],
-        vec![
-            "perf",
+fn perf_refuses_every_hostile_argument_with_exit_code_2() {
+    const MAX: &str = "18446744073709551615";
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    let work = work.to_str().unwrap();
+    let table: &[(&[&str], &str)] = &[
+        (&["--entries", "0"], "--entries"),
+        (&["--entries", "1000000001"], "--entries"),
+        (&["--entries", MAX], "--entries"),
+        (&["--entries", "-1"], "--entries"),
+        (&["--entries", "x"], "--entries"),
+        (&["--payload-bytes", "5242881"], "--payload-bytes"),
+        (&["--payload-bytes", MAX], "--payload-bytes"),
+        (
+            &["--entries", "1000000000", "--payload-bytes", "5242880"],
             "--entries",
-            "3",
-            "--payload-bytes",
-            "18446744073709551615",
-        ],
-    ] {
-        let out = command(&args).output().unwrap();
-        assert_no_panic(&out, &args.join(" "));
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        ),
+        (&["--extra-acks", MAX], "--extra-acks"),
+        (&["--lru-bytes", MAX], "--lru-bytes"),
+        (&["--entries-per-ledger", "0"], "--entries-per-ledger"),
+        (&["--entries-per-ledger", MAX], "--entries-per-ledger"),
+        (&["--seed", "-1"], "--seed"),
+        (&["--batch-size", "0"], "--batch-size"),
+        (&["--batch-size", "1048577"], "--batch-size"),
+        (&["--batch-size", "4294967295"], "--batch-size"),
+        (&["--batch-size", MAX], "--batch-size"),
+        (&["--pattern", &format!("holes:{MAX}")], "holes:K"),
+        (&["--pattern", "holes:1000000001"], "holes:K"),
+        (&["--pattern", "holes:0"], "holes:K"),
+        (&["--pattern", "holes:1"], "holes:K"),
+        (&["--pattern", "holes:-3"], "holes:K"),
+        (&["--pattern", "random:0"], "fraction"),
+        (&["--pattern", "random:NaN"], "fraction"),
+        (&["--pattern", "random:inf"], "fraction"),
+        (&["--pattern", "random:1.5"], "fraction"),
+        (&["--pattern", "sparse:-0"], "fraction"),
+        (&["--pattern", "sparse:"], "number"),
+        (&["--pattern", "bogus:1"], "pattern"),
+        (&["--topics", "0"], "--topics"),
+        (&["--topics", "100001"], "--topics"),
+        (&["--topics", MAX], "--topics"),
+        (&["--topics", "1", "--cursors", "0"], "--cursors"),
+        (&["--topics", "1", "--cursors", MAX], "--cursors"),
+        (&["--topics", "1000", "--cursors", "1000"], "--topics"),
+        (
+            &[
+                "--topics",
+                "100000",
+                "--cursors",
+                "1",
+                "--topic-entries",
+                "1001",
+            ],
+            "--topic-entries",
+        ),
+        (
+            &["--topics", "1", "--topic-entries", "1"],
+            "--topic-entries",
+        ),
+        (
+            &["--topics", "1", "--topic-entries", MAX],
+            "--topic-entries",
+        ),
+        (&["--topics", "1", "--ticks", "0"], "--ticks"),
+        (&["--topics", "1", "--ticks", MAX], "--ticks"),
+        (&["--storage", "tape"], "--storage"),
+        (&["--mode", "both"], "--mode"),
+        (&["--batch-pattern", "odd"], "--batch-pattern"),
+    ];
+    for (args, names) in table {
+        let mut all = vec!["perf", "--dir", work];
+        all.extend_from_slice(args);
+        let out = command(&all).output().unwrap();
+        assert_no_panic(&out, &all.join(" "));
+        assert_eq!(out.status.code(), Some(2), "{all:?}: {}", stderr(&out));
         assert!(
-            stderr(&out).contains("memory"),
-            "{args:?}: {}",
+            stderr(&out).contains(names),
+            "{all:?} does not name {names}: {}",
             stderr(&out)
         );
+        assert!(
+            !Path::new(work).exists(),
+            "{all:?} created {work} before refusing"
+        );
+    }
+}
+
+/// Values at the edges of the bounds run (small workloads), without a panic.
+#[test]
+fn perf_runs_at_the_edges_of_its_bounds() {
+    for args in [
+        &["--entries", "1", "--pattern", "holes:1000000000"][..],
+        &["--entries", "3", "--pattern", "sparse:1e-300"],
+        &["--entries", "3", "--pattern", "random:5e-324"],
+        &[
+            "--entries",
+            "3",
+            "--pattern",
+            "holes:2",
+            "--extra-acks",
+            "1000000000",
+        ],
+        &["--entries", "2", "--payload-bytes", "0", "--lru-bytes", "0"],
+        &[
+            "--entries",
+            "3",
+            "--entries-per-ledger",
+            "1",
+            "--seed",
+            "18446744073709551615",
+        ],
+        &["--entries", "2", "--batch-size", "1048576"],
+        &[
+            "--topics",
+            "1",
+            "--cursors",
+            "1",
+            "--topic-entries",
+            "2",
+            "--ticks",
+            "1",
+        ],
+    ] {
+        let mut all = vec!["perf", "--json"];
+        all.extend_from_slice(args);
+        let out = command(&all).output().unwrap();
+        assert_no_panic(&out, &all.join(" "));
+        assert_eq!(out.status.code(), Some(0), "{all:?}: {}", stderr(&out));
+    }
+}
+
+/// The bounds of `perf`'s numeric arguments are in its `--help`.
+#[test]
+fn perf_help_states_the_bounds_of_every_numeric_argument() {
+    let out = command(&["perf", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    for (arg, bound) in [
+        ("--entries", "1,000,000,000"),
+        ("--payload-bytes", "5,242,880"),
+        ("--extra-acks", "1,000,000,000"),
+        ("--lru-bytes", "1 TiB"),
+        ("--entries-per-ledger", "1,000,000,000"),
+        ("--batch-size", "1,048,576"),
+        ("--topics", "100,000"),
+        ("--cursors", "100,000"),
+        ("--topic-entries", "1,000,000"),
+        ("--ticks", "1,000"),
+        ("--pattern", "2 to 1,000,000,000"),
+    ] {
+        let text = help
+            .split(&format!("      {arg} "))
+            .nth(1)
+            .unwrap_or_else(|| panic!("{arg} is not in the help: {help}"));
+        let text = text.split("\n      --").next().unwrap_or(text);
+        assert!(text.contains(bound), "{arg} does not state {bound}: {text}");
     }
 }

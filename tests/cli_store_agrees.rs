@@ -293,3 +293,245 @@ fn verify_agrees_with_open_on_missing_damaged_and_cut_journal_segments() {
     assert_eq!(code, Some(0), "zero tail: {report}");
     opens(dir.path()).expect("zero tail opens");
 }
+
+/// A copy of directory `from` (and its subdirectories) in a new temporary directory.
+fn copy_of(from: &Path) -> tempfile::TempDir {
+    fn copy(from: &Path, to: &Path) {
+        for e in std::fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            let target = to.join(e.file_name());
+            if e.file_type().unwrap().is_dir() {
+                std::fs::create_dir(&target).unwrap();
+                copy(&e.path(), &target);
+            } else {
+                std::fs::copy(e.path(), target).unwrap();
+            }
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    copy(from, dir.path());
+    dir
+}
+
+/// The files of record `name` in `dir` (`{name}.{version}.meta`), newest last.
+fn record_files(dir: &Path, name: &str) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let f = p.file_name().unwrap().to_str().unwrap();
+            f.starts_with(&format!("{name}.")) && f.ends_with(".meta")
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+fn flip_middle(path: &Path) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x10;
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// Opens the store, every topic and every cursor to its first read; the ack of `held` must be
+/// there.
+fn opens_with(dir: &Path, held: Position) -> ackstore::Result<()> {
+    let store = Store::open(dir, StoreConfig::default())?;
+    for name in store.topic_names() {
+        let t = store.topic(&name)?;
+        for c in t.cursor_names() {
+            let cursor = t.open_cursor(&c, CursorOptions::default())?;
+            cursor.read_entries(1)?;
+            if c == "held" {
+                assert!(cursor.is_acked(held)?, "the held cursor's ack is lost");
+            }
+        }
+    }
+    store.close()
+}
+
+/// The directory of topic `a`, the store's first topic.
+fn t1(d: &Path) -> std::path::PathBuf {
+    d.join("t1")
+}
+
+fn ledger(d: &Path) -> std::path::PathBuf {
+    std::fs::read_dir(t1(d))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "log"))
+        .expect("a ledger file in t1")
+}
+
+fn newest(d: &Path, name: &str) -> std::path::PathBuf {
+    record_files(d, name).pop().expect(name)
+}
+
+fn remove_record(d: &Path, name: &str) {
+    for f in record_files(d, name) {
+        std::fs::remove_file(f).unwrap();
+    }
+}
+
+/// An unlisted creation cut short: the topic's open then reads every record.
+fn cut_create(d: &Path) {
+    let name = ackstore::internals::log::ledger_file_name(900);
+    std::fs::write(t1(d).join(name), b"ack").unwrap();
+}
+
+/// A copy of cursor 1's record under id 7, which the topic record does not list.
+fn orphan(d: &Path) {
+    let from = newest(&t1(d), "cursor-1");
+    let name = from
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .replace("cursor-1.", "cursor-7.");
+    std::fs::copy(&from, t1(d).join(name)).unwrap();
+}
+
+/// Every kind of file of a store damaged (or added, or removed) one at a time: `verify` exits
+/// 1 exactly when the store, a topic or a cursor refuses to open, and reports a damaged file
+/// that open does not read as a warning (in its JSON too), not as damage.
+#[test]
+fn verify_agrees_with_open_on_every_kind_of_store_file() {
+    // Topic `a` (t1): cursor `held` (id 0) acked and flushed, so the journal holds it; cursor
+    // `fresh` (id 1) created and never flushed, so its record holds its state.
+    let base = tempfile::tempdir().unwrap();
+    let acked = {
+        let store = Store::open(base.path(), StoreConfig::default()).unwrap();
+        let t = store.topic("a").unwrap();
+        let p = t.append(b"x").unwrap();
+        t.append(b"y").unwrap();
+        t.sync().unwrap();
+        let held = t.open_cursor("held", CursorOptions::default()).unwrap();
+        held.ack(p).unwrap();
+        held.flush().unwrap();
+        let fresh = t.open_cursor("fresh", CursorOptions::default()).unwrap();
+        drop((held, fresh, t));
+        store.close().unwrap();
+        p
+    };
+    type Mutation = Box<dyn Fn(&Path)>;
+    // (what, the mutation, whether open works, whether verify warns)
+    let cases: Vec<(&str, Mutation, bool, bool)> = vec![
+        ("nothing", Box::new(|_| {}), true, false),
+        (
+            "catalog flipped",
+            Box::new(|d| flip_middle(&newest(d, "store"))),
+            false,
+            false,
+        ),
+        (
+            "topic record flipped",
+            Box::new(|d| flip_middle(&newest(&t1(d), "topic"))),
+            false,
+            false,
+        ),
+        (
+            "data ledger flipped",
+            Box::new(|d| flip_middle(&ledger(d))),
+            false,
+            false,
+        ),
+        (
+            "held cursor's record flipped",
+            Box::new(|d| flip_middle(&newest(&t1(d), "cursor-0"))),
+            true,
+            true,
+        ),
+        (
+            "held cursor's record removed",
+            Box::new(|d| remove_record(&t1(d), "cursor-0")),
+            true,
+            true,
+        ),
+        (
+            "fresh cursor's record flipped",
+            Box::new(|d| flip_middle(&newest(&t1(d), "cursor-1"))),
+            false,
+            false,
+        ),
+        (
+            "fresh cursor's record removed",
+            Box::new(|d| remove_record(&t1(d), "cursor-1")),
+            true,
+            true,
+        ),
+        ("an unlisted cursor record", Box::new(orphan), true, true),
+        (
+            "an unlisted cursor record flipped",
+            Box::new(|d| {
+                orphan(d);
+                flip_middle(&newest(&t1(d), "cursor-7"));
+            }),
+            false,
+            false,
+        ),
+        (
+            "an unlisted creation cut short",
+            Box::new(cut_create),
+            true,
+            false,
+        ),
+        (
+            "an unlisted creation cut short and the held cursor's record flipped",
+            Box::new(|d| {
+                cut_create(d);
+                flip_middle(&newest(&t1(d), "cursor-0"));
+            }),
+            false,
+            true,
+        ),
+        (
+            "a stray record flipped",
+            Box::new(|d| {
+                std::fs::write(
+                    t1(d).join("stray.00000000000000000001.meta"),
+                    b"not a record",
+                )
+                .unwrap();
+            }),
+            true,
+            true,
+        ),
+        (
+            "garbage in the store's LOCK",
+            Box::new(|d| std::fs::write(d.join("LOCK"), b"garbage").unwrap()),
+            true,
+            false,
+        ),
+        (
+            "a stray file in the store",
+            Box::new(|d| std::fs::write(d.join("notes.txt"), b"x").unwrap()),
+            true,
+            false,
+        ),
+        (
+            "a stray file in a topic",
+            Box::new(|d| std::fs::write(t1(d).join("notes.txt"), b"x").unwrap()),
+            true,
+            false,
+        ),
+    ];
+    for (what, mutate, open_works, warns) in cases {
+        let dir = copy_of(base.path());
+        mutate(dir.path());
+        let (code, report) = verify(dir.path());
+        let opened = opens_with(dir.path(), acked);
+        assert_eq!(
+            opened.is_ok(),
+            open_works,
+            "{what}: open {opened:?}; verify {report}"
+        );
+        assert_eq!(
+            code,
+            Some(if open_works { 0 } else { 1 }),
+            "{what}: verify disagrees with open ({opened:?}): {report}"
+        );
+        let warned = report["unused"].as_array().is_some_and(|u| !u.is_empty());
+        assert_eq!(warned, warns, "{what}: {report}");
+    }
+}

@@ -461,3 +461,68 @@ fn threads_acking_messages_of_the_same_batches_complete_each_entry_once() {
         assert_eq!(c.stats().unwrap().batch_index_bytes, 0);
     }
 }
+
+/// A batch-index ack declaring more than `MAX_BATCH_SIZE` messages is refused, whatever the
+/// entry's state, and changes nothing; one at the maximum is persisted in bytes that follow the
+/// messages acknowledged (runs of them), not the declared size, and recovered.
+#[test]
+fn a_batch_size_above_the_maximum_is_refused_and_one_at_it_costs_what_was_acked() {
+    use ackstore::MAX_BATCH_SIZE;
+    use ackstore::internals::format::cursor::encode_batch_entry;
+    let (disk, topic) = mem_topic(10);
+    let e = append_batches(&topic, &[MAX_BATCH_SIZE, MAX_BATCH_SIZE + 1, u32::MAX, 2]);
+    topic.sync().unwrap();
+    let c = earliest(&topic);
+    c.ack(e[3].0).unwrap();
+    for (pos, size) in [
+        (e[1].0, MAX_BATCH_SIZE + 1),
+        (e[2].0, u32::MAX),
+        (e[0].0, u32::MAX),
+        // An entry acknowledged whole: refused all the same, not `Ok(false)`.
+        (e[3].0, u32::MAX),
+    ] {
+        for index in [0, MAX_BATCH_SIZE, size - 1] {
+            assert!(
+                matches!(
+                    c.ack_batch_index(pos, index, size),
+                    Err(Error::InvalidArgument { .. })
+                ),
+                "{pos} index {index} of {size}"
+            );
+        }
+    }
+    let stats = c.stats().unwrap();
+    assert_eq!((stats.partial_entries, stats.batch_index_bytes), (0, 0));
+    assert!(c.batch_index_partitions().unwrap().is_empty());
+    assert!(!c.is_batch_index_acked(e[1].0, 0).unwrap());
+
+    // At the maximum: three messages, far apart.
+    let acked = [0, 7, MAX_BATCH_SIZE - 1];
+    for index in acked {
+        assert!(c.ack_batch_index(e[0].0, index, MAX_BATCH_SIZE).unwrap());
+    }
+    let partitions = c.batch_index_partitions().unwrap();
+    assert_eq!(partitions.len(), 1);
+    let bytes = encode_batch_entry(&partitions[0]).unwrap();
+    // Frame 8 + fixed 20 + CRC 4; the record: head 1, size 3 (a varint of 2^20), runs
+    // [1, 6, 1, 2^20 - 9, 1]: count 1, lengths 1 + 1 + 1 + 3 + 1 (a 131,072-byte bitmap
+    // otherwise).
+    assert_eq!(bytes.len(), 32 + 1 + 3 + 1 + 7);
+    // Memory: a small bitmap, not the declared size.
+    assert!(c.stats().unwrap().batch_index_bytes < 1024);
+    c.flush().unwrap();
+    assert!(c.stats().unwrap().persist.last_flush_bytes < 4096);
+    drop(c);
+    std::mem::forget(topic);
+    let topic = reopen(&disk.durable_image(), 10);
+    let c = earliest(&topic);
+    let read = c.read_entries(1).unwrap();
+    assert_eq!(read[0].position, e[0].0);
+    let got: Vec<u32> = read[0]
+        .acked_batch_indexes
+        .as_ref()
+        .unwrap()
+        .iter()
+        .collect();
+    assert_eq!(got, acked);
+}

@@ -1,11 +1,12 @@
 //! The batch-index entry (cursor-ledger kind 5): raw bytes, as is and framed with a valid CRC,
 //! never panic the decoder, and whatever decodes re-encodes to exactly its bytes; partitions
-//! built from the input encode and decode back to themselves (decode(encode(x)) == x).
+//! built from the input (some declaring 2^20, 2^31 or 2^32 - 1 messages) encode and decode back
+//! to themselves (decode(encode(x)) == x).
 
 #![no_main]
 
 use ackstore::internals::format::cursor::{
-    BatchPartition, HEADER_LEN, MAGIC, PartialEntry, VERSION, decode_batch_entry,
+    BatchPartition, HEADER_LEN, MAGIC, MAX_BATCH_SIZE, PartialEntry, VERSION, decode_batch_entry,
     encode_batch_entry,
 };
 use ackstore::internals::format::partition::PARTITION_SPAN;
@@ -28,11 +29,22 @@ fn build(data: &[u8]) -> Option<BatchPartition> {
         if entry_id >= PARTITION_SPAN {
             break;
         }
-        let batch_size = 2 + u32::from(chunk[1]) * 3;
+        // The top byte values declare huge batches (an entry's `num_messages` may be any u32):
+        // encoding and decoding them must cost what their runs do, not the declared size.
+        let batch_size = match chunk[1] {
+            255 => u32::MAX,
+            254 => 1 << 31,
+            253 => MAX_BATCH_SIZE,
+            b => 2 + u32::from(b) * 3,
+        };
         let pattern = chunk[2];
-        let mut acked: RoaringBitmap = (0..batch_size)
+        let mut acked: RoaringBitmap = (0..batch_size.min(64))
             .filter(|i| (pattern >> (i % 8)) & 1 == 1)
             .collect();
+        if batch_size > 256 && pattern & 0x80 != 0 {
+            // A run reaching the end of the batch.
+            acked.insert_range(batch_size - u32::from(pattern)..batch_size);
+        }
         if acked.is_empty() {
             acked.insert(0);
         }

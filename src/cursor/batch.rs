@@ -37,7 +37,7 @@ use roaring::RoaringBitmap;
 
 use crate::ackset::PartitionKey;
 use crate::error::{Error, Result};
-use crate::format::cursor::{BatchPartition, PartialEntry};
+use crate::format::cursor::{BatchPartition, MAX_BATCH_SIZE, PartialEntry};
 use crate::position::Position;
 
 use super::batch_store::BatchStore;
@@ -122,6 +122,28 @@ impl fmt::Debug for BatchAcks {
     }
 }
 
+/// Refuses a batch-index ack that declares more than [`MAX_BATCH_SIZE`] messages, or an index
+/// not below its batch size (`batch_size` 0 included), with [`Error::InvalidArgument`].
+pub(crate) fn check_batch_ack(pos: Position, index: u32, batch_size: u32) -> Result<()> {
+    if batch_size > MAX_BATCH_SIZE {
+        return Err(Error::InvalidArgument {
+            reason: format!(
+                "batch size {batch_size} of {pos} is above the maximum of {MAX_BATCH_SIZE} \
+                 messages; nothing was changed"
+            ),
+        });
+    }
+    if index >= batch_size {
+        return Err(Error::InvalidArgument {
+            reason: format!(
+                "batch index {index} of {pos} is not below its batch size {batch_size}; \
+                 nothing was changed"
+            ),
+        });
+    }
+    Ok(())
+}
+
 fn cost(acked: &RoaringBitmap) -> usize {
     ENTRY_OVERHEAD + acked.serialized_size()
 }
@@ -148,18 +170,11 @@ impl BatchAcks {
     /// Acknowledges message `index` of the entry at `pos`, which holds `batch_size` messages.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for `batch_size` 0, `index >= batch_size`, or a
+    /// [`Error::InvalidArgument`] as [`check_batch_ack`], or a
     /// `batch_size` other than the one given for earlier messages of the entry; a failed load
     /// of the entry's cold partition. Nothing changes.
     pub(crate) fn ack(&mut self, pos: Position, index: u32, batch_size: u32) -> Result<BatchAck> {
-        if index >= batch_size {
-            return Err(Error::InvalidArgument {
-                reason: format!(
-                    "batch index {index} of {pos} is not below its batch size {batch_size}; \
-                     nothing was changed"
-                ),
-            });
-        }
+        check_batch_ack(pos, index, batch_size)?;
         let key = PartitionKey::of(pos);
         self.ensure(key)?;
         if let Some((size, acked)) = self.partial.get_mut(&pos) {

@@ -1031,10 +1031,11 @@ impl Cursor {
     ///
     /// # Errors
     /// [`Error::NoSuchEntry`] for a position after mark-delete that is not a retained entry;
-    /// [`Error::InvalidArgument`] for `index >= batch_size`, or a `batch_size` other than the
-    /// one given for earlier messages of the same entry. [`Error::Unsupported`] for a cursor
-    /// of a store's topic, whose journal does not carry batch-index acks yet. Nothing changes
-    /// on an error.
+    /// [`Error::InvalidArgument`] for `index >= batch_size`, a `batch_size` above
+    /// [`MAX_BATCH_SIZE`](crate::MAX_BATCH_SIZE) (whatever the entry's state), or a `batch_size`
+    /// other than the one given for earlier messages of the same entry. [`Error::Unsupported`]
+    /// for a cursor of a store's topic, whose journal does not carry batch-index acks yet.
+    /// Nothing changes on an error.
     pub fn ack_batch_index(&self, pos: Position, index: u32, batch_size: u32) -> Result<bool> {
         self.with_state(|core, layout| {
             if core.is_journal() {

@@ -336,6 +336,8 @@ impl CursorState {
         index: u32,
         batch_size: u32,
     ) -> Result<bool> {
+        // Refused whatever the entry's state, before anything is looked at or changed.
+        super::batch::check_batch_ack(pos, index, batch_size)?;
         if self.mark_delete.is_some_and(|m| pos <= m) {
             return Ok(false);
         }

@@ -278,6 +278,9 @@ pub struct JournalCheck {
     pub records: u64,
     /// Cursors with a committed marker.
     pub cursors: u64,
+    /// Those cursors, sorted: a store's open recovers each from the journal alone (its cursor
+    /// record is not read).
+    pub committed: Vec<super::index::CursorId>,
     /// Where the newest segment's torn tail starts and how many bytes it holds (the next open
     /// cuts it off): not damage.
     pub torn_tail: Option<(u64, u64, u64)>,
@@ -318,6 +321,7 @@ pub fn check_listed(
         segments: writer.segments.len() as u64,
         records: report.records,
         cursors: scan.index.cursors().len() as u64,
+        committed: scan.index.cursors(),
         torn_tail: report.torn_tail,
         strays: report.strays,
     })

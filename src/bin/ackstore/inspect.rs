@@ -5,6 +5,7 @@
 //! coordinate with a live owner either: run it on a directory whose owner is stopped for an
 //! exact picture.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -130,6 +131,33 @@ fn read_decoded<T>(
 }
 
 pub fn collect(storage: &Arc<dyn Storage>, deep: bool, findings: &mut Vec<Finding>) -> TopicView {
+    collect_in(storage, deep, findings, None)
+}
+
+/// What a store's open reads of one topic's cursor records (`ledger::open` and
+/// `ledger::registry`), so that a check reports as damage only what that open refuses.
+#[derive(Debug, Clone, Default)]
+pub struct StoreUse {
+    /// Cursors the store's journal holds a committed state of: their open recovers them from
+    /// the journal alone, and reads neither their record nor a cursor ledger it names.
+    pub committed: BTreeSet<u64>,
+    /// The topic's open reads (and decodes) every record of the topic: a ledger file, or a
+    /// creation cut short, that the topic record does not list needs the cursor records'
+    /// references.
+    pub reads_every_record: bool,
+}
+
+/// [`collect`] of a topic of a store (`store`), or of a topic directory (`None`). For a store's
+/// topic, what its open does not read goes to `unused` instead of `findings`: the record and
+/// cursor ledger of a cursor the journal holds (its record's bytes stay damage while the
+/// topic's open reads every record), and a missing record of a cursor the journal does not
+/// hold, which the store's open starts again at its initial position.
+pub fn collect_in(
+    storage: &Arc<dyn Storage>,
+    deep: bool,
+    findings: &mut Vec<Finding>,
+    mut store: Option<(&StoreUse, &mut Vec<Finding>)>,
+) -> TopicView {
     let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(storage.clone()));
     let topic = match read_decoded(meta.as_ref(), "topic", TopicRecord::decode) {
         Ok(topic) => topic,
@@ -160,7 +188,19 @@ pub fn collect(storage: &Arc<dyn Storage>, deep: bool, findings: &mut Vec<Findin
     let mut view = TopicView::default();
     for entry in topic.iter().flat_map(|t| &t.cursors) {
         let topic_id = topic.as_ref().map_or(0, |t| t.topic_id);
-        if let Some(cv) = cursor_view(log.as_ref(), &meta, (entry, topic_id), deep, findings) {
+        let cv = match store.as_mut() {
+            Some((usage, unused)) => store_cursor_view(
+                log.as_ref(),
+                &meta,
+                (entry, topic_id),
+                deep,
+                usage,
+                findings,
+                unused,
+            ),
+            None => cursor_view(log.as_ref(), &meta, (entry, topic_id), deep, findings),
+        };
+        if let Some(cv) = cv {
             view.cursors.push(cv);
         }
     }
@@ -209,6 +249,71 @@ fn batch_counts(batch: &[ackstore::internals::format::cursor::BatchPartition]) -
         entries.clone().count() as u64,
         entries.map(|e| e.acked.len()).sum(),
     )
+}
+
+/// [`cursor_view`] of a cursor of a store's topic: its findings are damage or unused as the
+/// store's open reads its files (see [`collect_in`]).
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the cursor, where it lives, and the two lists"
+)]
+fn store_cursor_view(
+    log: Option<&Arc<EntryLog>>,
+    meta: &Arc<dyn MetaStore>,
+    (entry, topic_id): (&CursorEntry, u64),
+    deep: bool,
+    usage: &StoreUse,
+    findings: &mut Vec<Finding>,
+    unused: &mut Vec<Finding>,
+) -> Option<CursorView> {
+    let name = record_name(entry.id);
+    let file = format!("{name}.meta");
+    if !usage.committed.contains(&entry.id) {
+        // Read by the cursor's open: a damaged record is refused; a missing one starts the
+        // cursor again at its initial position (nothing of it was flushed to the journal).
+        if matches!(meta.get(&name), Ok(None)) {
+            finding(
+                unused,
+                file,
+                "cursor record",
+                "missing, although the topic record lists it: the journal holds nothing of \
+                 this cursor, so the store's open starts it again at its initial position"
+                    .into(),
+            );
+            return None;
+        }
+        return cursor_view(log, meta, (entry, topic_id), deep, findings);
+    }
+    // Recovered from the journal alone. Its record's bytes are read only while the topic's
+    // open reads every record (and a record of another cursor is not refused there).
+    if usage.reads_every_record
+        && let Err(e) = read_decoded(meta.as_ref(), &name, CursorRecord::decode)
+    {
+        finding(
+            findings,
+            file,
+            "cursor record",
+            format!(
+                "{}; the topic's open reads it because a ledger file is not in the topic record",
+                report::describe(&e)
+            ),
+        );
+    }
+    let mut found = Vec::new();
+    let cv = cursor_view(log, meta, (entry, topic_id), deep, &mut found);
+    unused.extend(found.into_iter().map(|f| Finding {
+        what: format!(
+            "{}; not read: the store's journal holds this cursor's state",
+            f.what
+        ),
+        ..f
+    }));
+    Some(cv.unwrap_or_else(|| CursorView {
+        name: entry.name.clone(),
+        record: name,
+        state_source: "store journal".into(),
+        ..CursorView::default()
+    }))
 }
 
 fn cursor_view(

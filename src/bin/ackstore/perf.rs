@@ -16,6 +16,7 @@ use ackstore::{AppendMeta, CursorOptions, LedgerConfig, ManagedLedger, Position}
 use ackstore::{CursorConfig, PersistMode};
 use ackstore::{Storage, Store, StoreConfig};
 use clap::Args;
+use clap::builder::RangedU64ValueParser;
 use indicatif::{ProgressBar, ProgressStyle};
 use roaring::RoaringBitmap;
 
@@ -25,35 +26,67 @@ use crate::target::{Backend, StorageArgs};
 /// Name of the cursor the workload drives.
 const CURSOR: &str = "perf";
 
-/// Arguments of `ackstore perf`.
+/// Largest `--entries` (and `--extra-acks`, and K of `holes:K`).
+const MAX_ENTRIES: u64 = 1_000_000_000;
+/// Largest `--payload-bytes`: the largest entry a topic takes by default.
+const MAX_PAYLOAD_BYTES: usize = ackstore::internals::log::DEFAULT_MAX_ENTRY_SIZE as usize;
+/// Largest `--entries` x (`--payload-bytes` + the entry's frame): what the run may write, 1 TiB.
+const MAX_DATA_BYTES: u64 = 1 << 40;
+/// Bytes of an entry's frame besides its payload (`docs/format.md`, "Data ledger").
+const ENTRY_FRAME_BYTES: u64 = 44;
+/// Largest `--lru-bytes`: 1 TiB.
+const MAX_LRU_BYTES: usize = 1 << 40;
+/// Largest `--entries-per-ledger`.
+const MAX_ENTRIES_PER_LEDGER: u64 = MAX_ENTRIES;
+/// Largest `--batch-size`: the cursor's maximum batch size.
+const MAX_BATCH_SIZE: u32 = ackstore::MAX_BATCH_SIZE;
+/// Largest `--topics` x `--cursors` (each bounded by it too): the store's design target.
+const MAX_STORE_CURSORS: usize = 100_000;
+/// Largest `--topic-entries`.
+const MAX_TOPIC_ENTRIES: u64 = 1_000_000;
+/// Largest `--topics` x `--topic-entries` (about 14 GB of entries of 100 bytes), and largest
+/// `--topics` x `--cursors` x `--topic-entries` (the acked flags the workload keeps in memory).
+const MAX_STORE_ENTRIES: u64 = 100_000_000;
+/// Largest `--ticks`.
+const MAX_TICKS: usize = 1_000;
+
+/// Arguments of `ackstore perf`. Every number is bounded (the bounds are in `--help`): a value
+/// outside them is refused with exit code 2 before anything is created.
 #[derive(Debug, Args)]
 #[expect(
     clippy::struct_excessive_bools,
     reason = "independent command-line switches"
 )]
 pub struct PerfArgs {
-    /// Number of entries to append.
-    #[arg(long, default_value_t = 1_000_000)]
+    /// Number of entries to append: 1 to 1,000,000,000, and entries x (payload bytes + 44) at
+    /// most 1 TiB.
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1_000_000,
+          value_parser = clap::value_parser!(u64).range(1..=MAX_ENTRIES))]
     entries: u64,
-    /// Payload size of each entry, in bytes.
-    #[arg(long, default_value_t = 100)]
+    /// Payload size of each entry, in bytes: 0 to 5,242,880 (5 MiB, the largest entry).
+    #[arg(long, allow_negative_numbers = true, default_value_t = 100,
+          value_parser = RangedU64ValueParser::<usize>::new().range(0..=MAX_PAYLOAD_BYTES as u64))]
     payload_bytes: usize,
     /// Which entries to ack: `alternating`, `sequential`, `random:FRACTION`, `sparse:FRACTION`
-    /// or `holes:K` (every entry but a hole every K on average, gaps uniform in [K/2, 3K/2]).
-    #[arg(long, default_value = "alternating")]
+    /// (FRACTION in (0, 1]) or `holes:K` (every entry but a hole every K on average, gaps
+    /// uniform in [K/2, 3K/2]; K from 2 to 1,000,000,000).
+    #[arg(long, allow_hyphen_values = true, default_value = "alternating")]
     pattern: Pattern,
     /// Extra entries to ack after the restart and its first flush, flushed on their own (the
-    /// incremental cost).
-    #[arg(long, default_value_t = 1)]
+    /// incremental cost): 0 to 1,000,000,000.
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1,
+          value_parser = clap::value_parser!(u64).range(0..=MAX_ENTRIES))]
     extra_acks: u64,
     /// How the cursor persists its ack state.
     #[arg(long, value_enum, default_value = "multi")]
     mode: Mode,
-    /// Memory budget for resident ack state, in bytes.
-    #[arg(long, default_value_t = 8 * 1024 * 1024)]
+    /// Memory budget for resident ack state, in bytes: 0 to 1,099,511,627,776 (1 TiB).
+    #[arg(long, allow_negative_numbers = true, default_value_t = 8 * 1024 * 1024,
+          value_parser = RangedU64ValueParser::<usize>::new().range(0..=MAX_LRU_BYTES as u64))]
     lru_bytes: usize,
-    /// Entries per data ledger before it rolls over.
-    #[arg(long, default_value_t = 50_000)]
+    /// Entries per data ledger before it rolls over: 1 to 1,000,000,000.
+    #[arg(long, allow_negative_numbers = true, default_value_t = 50_000,
+          value_parser = clap::value_parser!(u64).range(1..=MAX_ENTRIES_PER_LEDGER))]
     entries_per_ledger: u64,
     /// Directory to use; a temporary one (removed afterwards) when absent.
     #[arg(long)]
@@ -64,33 +97,39 @@ pub struct PerfArgs {
     /// Print one JSON object on stdout instead of the table.
     #[arg(long)]
     json: bool,
-    /// Seed of the random pattern.
-    #[arg(long, default_value_t = 0x5eed)]
+    /// Seed of the random pattern (any 64-bit number).
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0x5eed)]
     seed: u64,
     /// Where the topic lives: with `--storage rados`, `--dir` names the namespace (a fresh one,
     /// removed afterwards unless `--keep`, when absent).
     #[command(flatten)]
     storage: StorageArgs,
-    /// Messages per entry (`num_messages`). Above 1, a last phase acknowledges some messages
-    /// of every entry left unacknowledged at batch-index level and reports the partial state's
-    /// size next to Pulsar's.
-    #[arg(long, default_value_t = 1)]
+    /// Messages per entry (`num_messages`): 1 to 1,048,576 (the cursor's maximum batch size).
+    /// Above 1, a last phase acknowledges some messages of every entry left unacknowledged at
+    /// batch-index level and reports the partial state's size next to Pulsar's.
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_BATCH_SIZE)))]
     batch_size: u32,
     /// Which messages of a batch that phase acknowledges.
     #[arg(long, value_enum, default_value = "prefix")]
     batch_pattern: crate::perf_batch::BatchPattern,
     /// Run the store workload instead: this many topics in one store, `--cursors` cursors each
-    /// (acks on every cursor, flush ticks, a restart, every cursor verified).
-    #[arg(long)]
+    /// (acks on every cursor, flush ticks, a restart, every cursor verified). 1 to 100,000,
+    /// with topics x cursors at most 100,000, topics x topic entries at most 100,000,000, and
+    /// topics x cursors x topic entries at most 100,000,000.
+    #[arg(long, allow_negative_numbers = true, value_parser = RangedU64ValueParser::<usize>::new().range(1..=MAX_STORE_CURSORS as u64))]
     topics: Option<usize>,
-    /// Cursors per topic of the store workload.
-    #[arg(long, default_value_t = 10)]
+    /// Cursors per topic of the store workload: 1 to 100,000 (see `--topics`).
+    #[arg(long, allow_negative_numbers = true, default_value_t = 10,
+          value_parser = RangedU64ValueParser::<usize>::new().range(1..=MAX_STORE_CURSORS as u64))]
     cursors: usize,
-    /// Entries per topic of the store workload.
-    #[arg(long, default_value_t = 1000)]
+    /// Entries per topic of the store workload: 2 to 1,000,000 (see `--topics`).
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(2..=MAX_TOPIC_ENTRIES))]
     topic_entries: u64,
-    /// Flush ticks of the store workload.
-    #[arg(long, default_value_t = 5)]
+    /// Flush ticks of the store workload: 1 to 1,000.
+    #[arg(long, allow_negative_numbers = true, default_value_t = 5,
+          value_parser = RangedU64ValueParser::<usize>::new().range(1..=MAX_TICKS as u64))]
     ticks: usize,
     /// Run the single-cursor workload on topic `perf` of a store (`Store::open`: the cursor
     /// persists through the store's journal, a restart reopens the store) instead of a topic
@@ -102,6 +141,44 @@ pub struct PerfArgs {
     /// same run.
     #[arg(long)]
     baseline: bool,
+}
+
+impl PerfArgs {
+    /// The bounds that tie arguments together (each one alone is bounded by its parser).
+    fn check(&self) -> ackstore::Result<()> {
+        let refuse = |reason: String| Err(ackstore::Error::InvalidArgument { reason });
+        if let Some(topics) = self.topics {
+            let cursors = topics.saturating_mul(self.cursors);
+            if cursors > MAX_STORE_CURSORS {
+                return refuse(format!(
+                    "--topics {topics} x --cursors {} is {cursors} cursors, more than the \
+                     {MAX_STORE_CURSORS} the store workload runs",
+                    self.cursors
+                ));
+            }
+            let entries = (topics as u64).saturating_mul(self.topic_entries);
+            let flags = (cursors as u64).saturating_mul(self.topic_entries);
+            if entries > MAX_STORE_ENTRIES || flags > MAX_STORE_ENTRIES {
+                return refuse(format!(
+                    "--topics {topics} x --topic-entries {} (x --cursors {}) is more than the \
+                     {MAX_STORE_ENTRIES} entries (acked flags) the store workload runs",
+                    self.topic_entries, self.cursors
+                ));
+            }
+        } else {
+            let data = self
+                .entries
+                .saturating_mul((self.payload_bytes as u64).saturating_add(ENTRY_FRAME_BYTES));
+            if data > MAX_DATA_BYTES {
+                return refuse(format!(
+                    "--entries {} x (--payload-bytes {} + {ENTRY_FRAME_BYTES}) is {data} bytes, \
+                     more than the {MAX_DATA_BYTES} (1 TiB) the workload may write",
+                    self.entries, self.payload_bytes
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Persistence mode on the command line.
@@ -147,9 +224,9 @@ impl FromStr for Pattern {
             Some(("random", f)) => Ok(Self::Random(fraction(f)?)),
             Some(("sparse", f)) => Ok(Self::Sparse(fraction(f)?)),
             Some(("holes", k)) => match k.parse::<u64>() {
-                Ok(k) if k >= 2 => Ok(Self::Holes(k)),
+                Ok(k) if (2..=MAX_ENTRIES).contains(&k) => Ok(Self::Holes(k)),
                 _ => Err(format!(
-                    "holes:K needs a whole number K of at least 2, not `{k}`"
+                    "holes:K needs a whole number K from 2 to {MAX_ENTRIES}, not `{k}`"
                 )),
             },
             _ => Err(format!(
@@ -211,6 +288,7 @@ pub fn ack_order(pattern: Pattern, entries: u64, seed: u64) -> Vec<u64> {
         Pattern::Holes(k) => {
             let mut rng = SplitMix(seed);
             let mut acked = Vec::with_capacity(usize::try_from(entries).unwrap_or(0));
+            // K is at most MAX_ENTRIES (the parser refuses more): no sum here overflows.
             let mut hole = k / 2 + rng.next() % (k + 1);
             for entry in 0..entries {
                 if entry == hole {
@@ -419,13 +497,9 @@ impl Topic {
 /// Runs `ackstore perf`.
 #[expect(clippy::too_many_lines, reason = "one linear workload, phase by phase")]
 pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
+    args.check()?;
     if let Some(topics) = args.topics {
         return run_store(args, topics);
-    }
-    if args.entries == 0 {
-        return Err(ackstore::Error::InvalidArgument {
-            reason: "--entries must be at least 1".into(),
-        });
     }
     if args.in_store && args.batch_size > 1 {
         return Err(ackstore::Error::InvalidArgument {
@@ -774,13 +848,6 @@ fn print_summary(r: &serde_json::Value) {
 )]
 fn run_store(args: &PerfArgs, topics: usize) -> ackstore::Result<ExitCode> {
     use crate::perf_store::{Shape, run};
-    if topics == 0 || args.cursors == 0 || args.topic_entries < 2 || args.ticks == 0 {
-        return Err(ackstore::Error::InvalidArgument {
-            reason:
-                "--topics, --cursors and --ticks must be at least 1, --topic-entries at least 2"
-                    .into(),
-        });
-    }
     let shape = Shape {
         topics,
         cursors: args.cursors,

@@ -4,6 +4,7 @@
 //! Exit code: 0 when the directory is sound (torn tails, which the next open repairs, are
 //! reported but are not damage), 1 when anything is damaged, 2 when the check could not run.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -14,8 +15,13 @@ use ackstore::Storage;
 use ackstore::internals::log::{EntryLog, LogConfig, ledger_file_name, verify_log};
 use clap::Args;
 
+use ackstore::internals::cursor::record_name;
+use ackstore::internals::format::meta::TopicRecord;
+use ackstore::internals::meta::{FileMetaStore, MetaStore, record_of_file};
+use ackstore::internals::store::index::CursorId;
+
 use crate::dir;
-use crate::inspect::{self, Finding};
+use crate::inspect::{self, Finding, StoreUse};
 
 /// Arguments of `ackstore verify`.
 #[derive(Debug, Args)]
@@ -33,8 +39,12 @@ pub struct VerifyArgs {
 /// Runs `ackstore verify`.
 pub fn run(args: &VerifyArgs) -> Result<ExitCode> {
     let storage = dir::open_existing(&args.dir, &args.storage)?;
-    if let Some(catalog) = ackstore::internals::store::read_catalog(storage.clone())? {
-        return run_store(args, &storage, &catalog);
+    match ackstore::internals::store::read_catalog(storage.clone()) {
+        Ok(Some(catalog)) => return run_store(args, &storage, &catalog),
+        Ok(None) => {}
+        // A store whose catalog does not decode: its open refuses it.
+        Err(e @ ackstore::Error::Corrupted { .. }) => return Ok(damaged_catalog(args, &e)),
+        Err(e) => return Err(e),
     }
     let mut findings: Vec<Finding> = verify_log(storage.as_ref())?
         .into_iter()
@@ -82,8 +92,46 @@ pub fn run(args: &VerifyArgs) -> Result<ExitCode> {
     })
 }
 
-/// The findings of one topic kept in `storage`, and its ledger and cursor counts.
-fn check_topic(storage: &Arc<dyn Storage>) -> Result<(Vec<Finding>, usize, usize)> {
+/// `verify` of a store whose catalog cannot be read: damage, and nothing else can be checked
+/// (the catalog names the topics and the journal's segments).
+fn damaged_catalog(args: &VerifyArgs, e: &ackstore::Error) -> ExitCode {
+    let findings = [Finding {
+        file: format!("{}.meta", ackstore::internals::store::STORE_RECORD),
+        place: "store catalog".into(),
+        what: crate::report::describe(e),
+        torn_tail: false,
+    }];
+    if args.json {
+        let report = serde_json::json!({
+            "dir": args.dir.display().to_string(),
+            "store": true,
+            "damaged": 1,
+            "torn_tails": 0,
+            "warnings": 0,
+            "findings": findings_json(&findings),
+            "unused": [],
+            "ok": false,
+        });
+        println!("{report}");
+    } else {
+        print_findings(&findings);
+        println!(
+            "checked the store in {}: its catalog cannot be read: 1 damaged",
+            args.dir.display()
+        );
+    }
+    ExitCode::from(1)
+}
+
+/// The findings of topic `topic_id` of a store, kept in `storage`: damage (what the store's
+/// open of the topic and its cursors refuses) and unused (damaged or unexpected files that
+/// open does not read, or removes: warnings), and its ledger and cursor counts. `committed`:
+/// the cursors of the store the journal holds.
+fn check_store_topic(
+    storage: &Arc<dyn Storage>,
+    topic_id: u64,
+    committed: &[CursorId],
+) -> Result<(Vec<Finding>, Vec<Finding>, usize, usize)> {
     let mut findings: Vec<Finding> = verify_log(storage.as_ref())?
         .into_iter()
         .map(|p| Finding {
@@ -97,8 +145,130 @@ fn check_topic(storage: &Arc<dyn Storage>) -> Result<(Vec<Finding>, usize, usize
         })
         .collect();
     check_against_record(storage, &mut findings)?;
-    let topic = inspect::collect(storage, true, &mut findings);
-    Ok((findings, topic.ledgers.len(), topic.cursors.len()))
+    let record = inspect::read_topic(storage).ok().flatten();
+    let usage = StoreUse {
+        committed: committed
+            .iter()
+            .filter(|c| c.topic == topic_id)
+            .map(|c| c.cursor)
+            .collect(),
+        reads_every_record: record
+            .as_ref()
+            .map_or(Ok(false), |r| reads_every_record(storage, r))?,
+    };
+    let mut unused = Vec::new();
+    let topic = inspect::collect_in(storage, true, &mut findings, Some((&usage, &mut unused)));
+    if let Some(record) = &record {
+        check_other_records(storage, record, &usage, &mut findings, &mut unused)?;
+    }
+    Ok((findings, unused, topic.ledgers.len(), topic.cursors.len()))
+}
+
+/// Whether a store's open of this topic reads every record (rule 3 of `ledger::open`,
+/// `cursor_references`): a ledger file, or a creation cut short, that the topic record does
+/// not list.
+fn reads_every_record(storage: &Arc<dyn Storage>, record: &TopicRecord) -> Result<bool> {
+    let log = EntryLog::open_read_only(storage.clone(), LogConfig::default())?;
+    let listed: BTreeSet<u64> = record.ledgers.iter().map(|l| l.id).collect();
+    Ok(log
+        .ledger_ids()
+        .into_iter()
+        .chain(log.interrupted_creates())
+        .any(|id| !listed.contains(&id)))
+}
+
+/// The records of a store's topic besides its topic record and its listed cursors' records, as
+/// its open treats them: a cursor record of an id the topic record does not list is read and
+/// removed (damage when it cannot be read; a warning otherwise); any other record is read only
+/// while the open reads every record.
+fn check_other_records(
+    storage: &Arc<dyn Storage>,
+    record: &TopicRecord,
+    usage: &StoreUse,
+    findings: &mut Vec<Finding>,
+    unused: &mut Vec<Finding>,
+) -> Result<()> {
+    let meta = FileMetaStore::new(storage.clone());
+    let listed: BTreeSet<String> = record.cursors.iter().map(|c| record_name(c.id)).collect();
+    let mut names: Vec<String> = storage
+        .list()?
+        .iter()
+        .filter_map(|f| record_of_file(f).map(str::to_owned))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    for name in names {
+        if name == "topic" || listed.contains(&name) {
+            continue;
+        }
+        let orphan = name
+            .strip_prefix("cursor-")
+            .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()));
+        let file = format!("{name}.meta");
+        let problem = match meta.get(&name) {
+            Ok(_) if orphan => Some((
+                false,
+                "a cursor record the topic record does not list (a creation cut short, or a \
+                 deleted cursor): the next open of the topic removes it"
+                    .to_string(),
+            )),
+            Ok(_) => None,
+            Err(e) => Some((
+                orphan || usage.reads_every_record,
+                crate::report::describe(&e),
+            )),
+        };
+        if let Some((damage, what)) = problem {
+            let place = if orphan { "cursor record" } else { "record" };
+            let list = if damage { &mut *findings } else { &mut *unused };
+            list.push(Finding {
+                file,
+                place: place.into(),
+                what,
+                torn_tail: false,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Every topic of the store's catalog checked ([`check_store_topic`]), its findings named as
+/// its files are in the store directory (`t{id}/...` or `t{id}-...`); returns the ledger and
+/// cursor counts.
+fn check_store_topics(
+    storage: &Arc<dyn Storage>,
+    catalog: &ackstore::internals::format::store::Catalog,
+    committed: &[CursorId],
+    findings: &mut Vec<Finding>,
+    unused: &mut Vec<Finding>,
+) -> Result<(usize, usize)> {
+    let (mut ledgers, mut cursors) = (0, 0);
+    for topic in &catalog.topics {
+        let space = match ackstore::internals::store::topic_storage(storage, catalog, topic.id) {
+            Ok(space) => space,
+            Err(e) => {
+                // A topic the catalog lists whose directory is gone: the store refuses to open
+                // the topic, so this is damage.
+                findings.push(Finding {
+                    file: ackstore::internals::store::topic_file(storage, catalog, topic.id, ""),
+                    place: format!("topic {}", topic.id),
+                    what: e.to_string(),
+                    torn_tail: false,
+                });
+                continue;
+            }
+        };
+        let (found, not_read, l, c) = check_store_topic(&space, topic.id, committed)?;
+        ledgers += l;
+        cursors += c;
+        let in_store = |f: Finding| Finding {
+            file: ackstore::internals::store::topic_file(storage, catalog, topic.id, &f.file),
+            ..f
+        };
+        findings.extend(found.into_iter().map(in_store));
+        unused.extend(not_read.into_iter().map(in_store));
+    }
+    Ok((ledgers, cursors))
 }
 
 /// `verify` of a store directory: the catalog, the cursor journal (read only), then every topic
@@ -110,7 +280,9 @@ fn run_store(
     catalog: &ackstore::internals::format::store::Catalog,
 ) -> Result<ExitCode> {
     let mut findings = Vec::new();
+    let mut unused = Vec::new();
     let mut journal_records = 0;
+    let mut committed = Vec::new();
     match ackstore::internals::store::journal::check_listed(
         storage.as_ref(),
         &ackstore::internals::store::journal_seals(catalog),
@@ -118,6 +290,7 @@ fn run_store(
     ) {
         Ok(check) => {
             journal_records = check.records;
+            committed.clone_from(&check.committed);
             for stray in &check.strays {
                 findings.push(Finding {
                     file: ackstore::internals::store::journal::segment_name(*stray),
@@ -144,30 +317,8 @@ fn run_store(
             torn_tail: false,
         }),
     }
-    let (mut ledgers, mut cursors) = (0, 0);
-    for topic in &catalog.topics {
-        let space = match ackstore::internals::store::topic_storage(storage, catalog, topic.id) {
-            Ok(space) => space,
-            Err(e) => {
-                // A topic the catalog lists whose directory is gone: the store refuses to open
-                // the topic, so this is damage.
-                findings.push(Finding {
-                    file: ackstore::internals::store::topic_file(storage, catalog, topic.id, ""),
-                    place: format!("topic {}", topic.id),
-                    what: e.to_string(),
-                    torn_tail: false,
-                });
-                continue;
-            }
-        };
-        let (found, l, c) = check_topic(&space)?;
-        ledgers += l;
-        cursors += c;
-        findings.extend(found.into_iter().map(|f| Finding {
-            file: ackstore::internals::store::topic_file(storage, catalog, topic.id, &f.file),
-            ..f
-        }));
-    }
+    let (ledgers, cursors) =
+        check_store_topics(storage, catalog, &committed, &mut findings, &mut unused)?;
     let damaged = findings.iter().filter(|f| !f.torn_tail).count();
     let torn = findings.len() - damaged;
     if args.json {
@@ -181,22 +332,26 @@ fn run_store(
             "journal_records": journal_records,
             "damaged": damaged,
             "torn_tails": torn,
+            "warnings": unused.len(),
             "findings": list,
+            "unused": findings_json(&unused),
             "ok": damaged == 0,
         });
         println!("{report}");
     } else {
         print_findings(&findings);
+        print_unused(&unused);
         println!(
             "checked the store in {}: {} topics, {} ledgers, {} cursors, {} journal records: \
-             {} damaged, {} torn tails",
+             {} damaged, {} torn tails, {} warnings",
             args.dir.display(),
             catalog.topics.len(),
             ledgers,
             cursors,
             journal_records,
             damaged,
-            torn
+            torn,
+            unused.len()
         );
     }
     Ok(if damaged == 0 {
@@ -287,6 +442,16 @@ fn findings_json(findings: &[Finding]) -> Vec<serde_json::Value> {
             })
         })
         .collect()
+}
+
+/// One line per file that open does not read (or removes): a warning, not damage.
+fn print_unused(unused: &[Finding]) {
+    for f in unused {
+        println!(
+            "{}: {}: {}: WARNING (the store's open does not use it; not damage)",
+            f.file, f.place, f.what
+        );
+    }
 }
 
 /// One line per finding, saying whether the next open cuts it back or it is damage.

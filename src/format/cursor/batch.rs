@@ -71,19 +71,51 @@ pub struct BatchPartition {
     pub entries: Vec<PartialEntry>,
 }
 
-/// Run lengths of `acked` over `0..size`: acked first (possibly 0), then alternating.
+/// The largest batch size (`num_messages` of an entry) a batch-index ack may declare:
+/// 1,048,576 (2^20). Pulsar bounds a batch by its producer's `batchingMaxMessages` (1,000 by
+/// default) and, whatever the producer asks, by the broker's `maxMessageSize` (5 MB by default):
+/// every message of a batch carries at least 6 bytes of framing (its metadata's 4-byte length and
+/// the required `payload_size` field), so no batch the broker accepts holds more than about
+/// 874,000 messages. At this size an entry's acknowledged messages take at most 128 KiB, in
+/// memory and in a record (the bitmap form).
+pub const MAX_BATCH_SIZE: u32 = 1 << 20;
+
+/// Run lengths of `acked` over `0..size`: acked first (possibly 0), then alternating. Built
+/// from the bitmap's ranges, so the work and the output follow the runs of acknowledged
+/// messages, never `size`: a batch declared with 2^32 - 1 messages of which 3 are acked costs
+/// what a batch of 10 does.
 fn runs(acked: &RoaringBitmap, size: u32) -> Vec<u64> {
-    let mut out = Vec::new();
-    let mut at = 0u32;
-    let mut want_acked = true;
-    while at < size {
-        let mut end = at;
-        while end < size && acked.contains(end) == want_acked {
-            end += 1;
+    let size = u64::from(size);
+    let mut out: Vec<u64> = Vec::new();
+    // The first index no run covers yet.
+    let mut at = 0u64;
+    let mut ranges = acked.iter();
+    while let Some(range) = ranges.next_range() {
+        let start = u64::from(*range.start());
+        if start >= size {
+            break;
         }
-        out.push(u64::from(end - at));
+        let end = (u64::from(*range.end()) + 1).min(size);
+        if out.is_empty() {
+            if start > 0 {
+                out.extend([0, start]);
+            }
+            out.push(end - start);
+        } else if start == at {
+            // A range that continues the previous one (ranges are maximal; kept for safety).
+            if let Some(last) = out.last_mut() {
+                *last += end - start;
+            }
+        } else {
+            out.extend([start - at, end - start]);
+        }
         at = end;
-        want_acked = !want_acked;
+    }
+    if at < size {
+        if out.is_empty() {
+            out.push(0);
+        }
+        out.push(size - at);
     }
     out
 }
@@ -332,6 +364,94 @@ mod tests {
             bytes.len(),
             32 + (1 + 1 + 2) + (1 + 2) + (1 + 2 + 1 + 1 + 2)
         );
+        assert_eq!(decode_batch_entry(&bytes).unwrap(), p);
+    }
+
+    /// The run lengths, index by index: the model.
+    fn runs_one_by_one(acked: &RoaringBitmap, size: u32) -> Vec<u64> {
+        let mut out = Vec::new();
+        let mut want_acked = true;
+        let mut length = 0u64;
+        for i in 0..size {
+            if acked.contains(i) != want_acked {
+                out.push(length);
+                length = 0;
+                want_acked = !want_acked;
+            }
+            length += 1;
+        }
+        if size > 0 {
+            out.push(length);
+        }
+        out
+    }
+
+    #[test]
+    fn runs_agree_with_the_model_and_follow_the_acked_ranges_not_the_declared_size() {
+        let mut state = 0x5eed_u64;
+        for size in [0, 1, 2, 3, 7, 8, 9, 64, 65, 100, 70_000] {
+            for density in [0, 1, 2, 5, 8] {
+                let mut acked = RoaringBitmap::new();
+                for i in 0..size {
+                    state = state
+                        .wrapping_mul(6_364_136_223_846_793_005)
+                        .wrapping_add(1_442_695_040_888_963_407);
+                    if (state >> 61) < density {
+                        acked.insert(i);
+                    }
+                }
+                assert_eq!(
+                    runs(&acked, size),
+                    runs_one_by_one(&acked, size),
+                    "{size} {density}"
+                );
+            }
+        }
+        // Indexes at or past the size are not counted.
+        let acked: RoaringBitmap = [1, 2, 9, 20].into_iter().collect();
+        assert_eq!(runs(&acked, 10), runs_one_by_one(&acked, 10));
+        // A range crossing the roaring containers' 65,536 boundary is one run.
+        let mut acked = RoaringBitmap::new();
+        acked.insert_range(60_000..140_000);
+        assert_eq!(runs(&acked, 200_000), vec![0, 60_000, 80_000, 60_000]);
+        // Declared 2^32 - 1 messages: as many runs as the acked ranges make.
+        let acked: RoaringBitmap = [0, 1, 2, 70_000, 4_000_000_000].into_iter().collect();
+        assert_eq!(
+            runs(&acked, u32::MAX),
+            vec![
+                3,
+                69_997,
+                1,
+                4_000_000_000 - 70_001,
+                1,
+                u64::from(u32::MAX) - 4_000_000_001
+            ]
+        );
+    }
+
+    #[test]
+    fn an_entry_of_a_huge_declared_size_encodes_its_runs_and_round_trips() {
+        // What a seek to message 2^31 of an entry of 2^32 - 1 messages leaves, and three acks
+        // in an entry of that size: a few bytes each, whatever the size.
+        let mut prefix = RoaringBitmap::new();
+        prefix.insert_range(0..1 << 31);
+        let p = BatchPartition {
+            ledger_id: 4,
+            chunk: 0,
+            entries: vec![
+                PartialEntry {
+                    entry_id: 0,
+                    batch_size: u32::MAX,
+                    acked: prefix,
+                },
+                partial(1, u32::MAX, &[0, 7, u32::MAX - 1]),
+            ],
+        };
+        let bytes = encode_batch_entry(&p).unwrap();
+        assert_eq!(bytes.len(), batch_entry_len(&p));
+        // Records: head, size (5 bytes), runs [2^31, 2^31 - 1] (count, 5 + 5); head (size
+        // shared), runs [1, 6, 1, 2^32 - 10, 1] (count, 1 + 1 + 1 + 5 + 1).
+        assert_eq!(bytes.len(), 32 + (1 + 5 + 1 + 10) + (1 + 1 + 9));
         assert_eq!(decode_batch_entry(&bytes).unwrap(), p);
     }
 

@@ -893,8 +893,8 @@ mod snapshot;
 mod tests;
 
 pub use batch::{
-    BATCH_FIXED_LEN, BatchPartition, PartialEntry, batch_entry_len, decode_batch_entry,
-    encode_batch_entry,
+    BATCH_FIXED_LEN, BatchPartition, MAX_BATCH_SIZE, PartialEntry, batch_entry_len,
+    decode_batch_entry, encode_batch_entry,
 };
 pub use compact::{
     CompactMarker, CompactPageRef, CompactPageRefs, CompactRow, CompactRows, CompactTable,
