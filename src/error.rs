@@ -254,6 +254,20 @@ pub enum Error {
         /// The topic directory.
         dir: PathBuf,
     },
+    /// The directory is a topic of a store (or a store's own directory): only the store opens
+    /// it, whether it runs now or not.
+    #[error(
+        "`{}` belongs to the store in `{}`; open it with Store::open and Store::topic, \
+         not as a topic of its own",
+        .path.display(),
+        .store.display()
+    )]
+    OwnedByStore {
+        /// The directory asked for.
+        path: PathBuf,
+        /// The store's directory.
+        store: PathBuf,
+    },
     /// The operation is not supported in this configuration.
     #[error("unsupported: {what}")]
     Unsupported {

@@ -575,9 +575,9 @@ fn fill_then_run(
 }
 
 /// The same workload on a topic of a store on the real small file system: a tick that meets the
-/// full disk latches the store's journal (no later flush of the store reports success until it
-/// is reopened), acks keep working, and once space is free the reopened store holds every ack a
-/// flush returned `Ok` for and none the application did not make.
+/// full disk fails, acks keep working, and once space is free the next `flush_all` writes what
+/// failed again and succeeds; the reopened store holds every ack a flush returned `Ok` for and
+/// none the application did not make.
 #[test]
 fn full_disk_workload_on_a_store_on_a_real_small_file_system_keeps_every_flushed_ack() {
     let Some(fs4m) = Tmpfs::mount(4 << 20) else {
@@ -596,8 +596,7 @@ fn full_disk_workload_on_a_store_on_a_real_small_file_system_keeps_every_flushed
         let topic = store.topic("t").expect("topic");
         let (positions, cursor, mut model) = fill_then_run(&topic, &filler, seed);
         // Acks and flushes go on until a flush meets the full disk (the journal's last page may
-        // have had room for the workload's ticks): the journal latches, and refuses every flush
-        // until the store is reopened.
+        // have had room for the workload's ticks).
         let c = match cursor.clone() {
             Some(c) => c,
             None => topic.open_cursor("sub", CursorOptions::default()).unwrap(),
@@ -619,13 +618,13 @@ fn full_disk_workload_on_a_store_on_a_real_small_file_system_keeps_every_flushed
         });
         model.mark = c.mark_delete_position().unwrap();
         assert!(met, "seed {seed}: no flush met the full disk");
-        assert!(store.flush_all().is_err(), "the journal latched");
+        assert!(store.flush_all().is_err(), "still no space");
         fs::remove_file(&filler).unwrap();
-        assert!(
-            store.flush_all().is_err(),
-            "a latched journal stays latched"
-        );
-        let _ = store.close();
+        store
+            .flush_all()
+            .expect("the write that met the full disk is retried once space is free");
+        model.flushed();
+        store.close().expect("close once space is free");
         drop((c, cursor, topic, store));
         let store = ackstore::Store::open(&dir, store_config(lru)).expect("reopen");
         let topic = store.topic("t").expect("topic");
@@ -777,5 +776,75 @@ fn the_background_flusher_on_a_full_disk_keeps_its_error_and_a_later_close_persi
     for (i, &p) in positions.iter().enumerate() {
         let expected = i % 3 == 1 || i == 99;
         assert_eq!(c.is_acked(p).unwrap(), expected, "entry {i}");
+    }
+}
+
+/// A store whose cursors share a small ack budget, so acks spread over many data ledgers
+/// evict partitions to the journal: one `ENOSPC` meets an eviction (the partition stays
+/// resident, pinned) and the flush that follows; once space returns, the next `flush_all`
+/// succeeds, releases the pinned memory, and a power cut right after it keeps every ack.
+#[test]
+fn a_store_retries_a_write_that_met_a_full_disk_once_space_returns_and_keeps_every_ack() {
+    const PER: u64 = 200;
+    const LEDGERS: u64 = 30;
+    let disk = MemStorage::new();
+    let mut ledger = config(PersistMode::MultiEntry, 1 << 20);
+    ledger.max_entries_per_ledger = PER;
+    let store_config = ackstore::StoreConfig {
+        ledger,
+        ack_memory_bytes: Some(3 << 10),
+        flusher_threads: 0,
+        ..ackstore::StoreConfig::default()
+    };
+    let store =
+        ackstore::Store::open_with_storage(Arc::new(disk.clone()), store_config.clone()).unwrap();
+    let topic = store.topic("t").unwrap();
+    let positions = support::topic::append_n(&topic, PER * LEDGERS);
+    topic.sync().unwrap();
+    let cursor = topic.open_cursor("sub", CursorOptions::default()).unwrap();
+    cursor.ack(positions[1]).unwrap();
+    store.flush_all().expect("a flush with space");
+    let mut acked = vec![1];
+    // The next write that grows a file fails: an eviction's.
+    disk.enospc_after(Some(0));
+    for i in (3..positions.len()).step_by(2) {
+        cursor
+            .ack(positions[i])
+            .expect("acks go on while the disk is full");
+        acked.push(i);
+    }
+    let s = cursor.stats().unwrap().ackset;
+    assert!(s.store_failures > 0, "an eviction met the full disk: {s:?}");
+    assert!(s.pinned_partitions > 0, "{s:?}");
+    let failed = store.flush_all().expect_err("no space to flush");
+    assert!(is_enospc(&failed), "{failed}");
+    disk.enospc_after(None);
+    store
+        .flush_all()
+        .expect("the flush after space returned is retried and succeeds");
+    let image = disk.durable_image();
+    let s = cursor.stats().unwrap().ackset;
+    assert_eq!(
+        s.pinned_partitions, 0,
+        "the pinned memory is released: {s:?}"
+    );
+    let budget = store.ack_memory_stats().unwrap();
+    assert!(
+        budget.resident_bytes
+            <= budget.limit_bytes + ackstore::internals::ackset::MAX_PARTITION_BYTES,
+        "back within the budget: {budget:?}"
+    );
+    cursor.ack(positions[0]).unwrap();
+    cursor.flush().expect("a cursor's own flush works again");
+    drop((cursor, topic, store));
+    let store = ackstore::Store::open_with_storage(Arc::new(image), store_config).unwrap();
+    let topic = store.topic("t").unwrap();
+    let c = topic.open_cursor("sub", CursorOptions::default()).unwrap();
+    for (i, &p) in positions.iter().enumerate() {
+        assert_eq!(
+            c.is_acked(p).unwrap(),
+            acked.contains(&i),
+            "entry {i} after a power cut right after the Ok"
+        );
     }
 }

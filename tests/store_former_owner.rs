@@ -64,9 +64,12 @@ fn a_former_owners_topic_open_never_deletes_a_ledger_of_the_new_owner() {
         drop((topic, new));
         drop(old);
         let again = Store::open_with_storage(Arc::new(disk.durable_image()), store_config(1_000));
-        let after = again
-            .and_then(|s| s.topic("t"))
-            .and_then(|t| t.read(p).map(|e| e.payload));
+        // The store stays open while its topic is read.
+        let after = again.as_ref().map_err(ToString::to_string).and_then(|s| {
+            s.topic("t")
+                .and_then(|t| t.read(p).map(|e| e.payload))
+                .map_err(|e| e.to_string())
+        });
         if !matches!(&after, Ok(b) if b == b"new owner's entry") {
             failures.push(format!(
                 "takeover after step {n} of the former owner's open: the new owner's synced \

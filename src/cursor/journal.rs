@@ -11,9 +11,10 @@
 //!    appended (not synced) and the state is kept for the tick's marker; the staged partitions
 //!    are marked persisted, so the cursor's acks go on at once;
 //! 2. *commit*, without the cursor's lock: the tick appends every staged marker and syncs once.
-//!    The flush is durable when the commit returns `Ok`. A failed commit latches the journal:
-//!    every later flush of every cursor of the store fails ([`Error::PreviousIo`]) until the
-//!    store is reopened, so marking partitions persisted at stage time never makes a later
+//!    The flush is durable when the commit returns `Ok`. A tick that ends without committing
+//!    the cursor's marker leaves the cursor *unsettled* in the journal, and an unsettled
+//!    cursor's next flush stages a marker whatever its dirty state says (a failed sync also
+//!    latches the journal), so marking partitions persisted at stage time never makes a later
 //!    flush report state durable that is not.
 //!
 //! Lock order: a tick (the journal's tick lock) is begun before a cursor's lock is taken,
@@ -181,6 +182,7 @@ impl JournalCursor {
         let dirty = acks.dirty_keys();
         let live: Vec<PartitionKey> = acks.partitions().into_iter().map(|(k, _)| k).collect();
         let unchanged = dirty.is_empty()
+            && !self.unsettled()
             && self
                 .staged
                 .as_ref()
@@ -218,6 +220,12 @@ impl JournalCursor {
         self.stats.partitions_written += written.len() as u64;
         self.stats.entries_written += written.len() as u64 + 1;
         Ok(true)
+    }
+
+    /// Whether a tick that staged this cursor ended without committing its marker: the next
+    /// flush stages one even if nothing changed since.
+    pub(crate) fn unsettled(&self) -> bool {
+        self.journal.is_unsettled(self.id)
     }
 
     /// Removes the cursor from the journal (a synced forget record): no later open of the

@@ -362,6 +362,12 @@ impl Core {
         }
     }
 
+    /// Whether the state changed since the last flush, or, for a journal cursor, the tick of
+    /// its last flush ended without committing its marker.
+    fn needs_flush(&self) -> bool {
+        self.dirty || matches!(&self.persister, Some(Persister::Journal(j)) if j.unsettled())
+    }
+
     /// Whether the cursor persists through its store's journal.
     fn is_journal(&self) -> bool {
         matches!(self.persister, Some(Persister::Journal(_)))
@@ -372,7 +378,7 @@ impl Core {
     /// fsync; a journal cursor stages into `tick` (begun before the cursor's lock was taken),
     /// durable once the caller commits it.
     fn flush(&mut self, topic: &dyn TopicAccess, tick: Option<&mut Tick<'_>>) -> Result<()> {
-        if !self.dirty || !self.durable {
+        if !self.needs_flush() || !self.durable {
             return Ok(());
         }
         // A journal cursor's tick runs the store's owner check after its sync instead (one
@@ -765,7 +771,16 @@ impl CursorShared {
             return Ok(false);
         }
         let mut core = lock(&self.core);
-        if self.is_closed() || core.background_error.is_some() || !core.dirty {
+        if self.is_closed() && !keep_error && self.lost.load(Ordering::SeqCst) {
+            // Its topic closed it after a failed flush: acks of before the call are lost.
+            return Err(Error::Closed);
+        }
+        // A kept background error waits for the cursor's own flush or close; a store's
+        // `flush_all` still makes the cursor's state durable.
+        if self.is_closed()
+            || (keep_error && core.background_error.is_some())
+            || !core.needs_flush()
+        {
             return Ok(false);
         }
         match core.flush(self.topic.as_ref(), Some(tick)) {

@@ -36,6 +36,9 @@ use crate::error::CorruptionKind;
 
 /// Magic at the start of a catalog.
 pub const CATALOG_MAGIC: [u8; 8] = *b"ACKSCATL";
+/// The name of the metadata record that holds a store's catalog: a directory holding it is a
+/// store's.
+pub const STORE_RECORD: &str = "store";
 /// Catalog version this build writes; it reads this one, version 2 (no `spaced_from`) and
 /// version 1 (no seals either).
 pub const CATALOG_VERSION: u16 = 3;

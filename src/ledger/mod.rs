@@ -75,6 +75,7 @@ impl ManagedLedger {
     /// a recorded data ledger's file is gone; [`Error::NotAckstore`] for a directory with ledger
     /// files but no topic record.
     pub fn open(dir: impl AsRef<Path>, config: LedgerConfig) -> Result<Self> {
+        open::refuse_store_topic_dir(dir.as_ref())?;
         Self::open_with_storage(Arc::new(FileStorage::open(dir, true)?), config)
     }
 

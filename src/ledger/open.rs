@@ -53,9 +53,66 @@ use crate::cursor::record_name;
 use crate::error::{CorruptionKind, Error, Result};
 use crate::finder::{Layout, LedgerSpan};
 use crate::format::meta::{CursorEntry, CursorIdentity, CursorRecord, LedgerRecord, TopicRecord};
+use crate::format::store::STORE_RECORD;
 use crate::log::{EntryLog, parse_ledger_file_name};
 use crate::meta::{CheckedMeta, FileMetaStore, MetaStore};
 use crate::storage::Storage;
+
+/// Refuses `dir` when it is (or would become) a topic directory of a store: its name is a
+/// store topic's directory name (`t` and digits) and its parent holds a store catalog. Such a
+/// directory is written by the store alone, under the store's lock, with its cursors in the
+/// store's journal: opened on its own it would be a second writer beside a running store, or
+/// open with stale cursors after the store closed. (A store's own directory, which holds its
+/// flat-layout topics' files, is refused by [`open`] itself: it holds the catalog.)
+///
+/// # Errors
+/// [`Error::OwnedByStore`]; the errors of reading the parent's catalog record.
+pub(crate) fn refuse_store_topic_dir(dir: &std::path::Path) -> Result<()> {
+    let Some(name) = dir.file_name().and_then(|n| n.to_str()) else {
+        return Ok(());
+    };
+    let topic_like = name
+        .strip_prefix('t')
+        .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()));
+    if !topic_like {
+        return Ok(());
+    }
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    // A parent that does not exist holds no store.
+    let Ok(store) = crate::storage::FileStorage::open(&parent, false) else {
+        return Ok(());
+    };
+    if FileMetaStore::new(Arc::new(store))
+        .get(STORE_RECORD)?
+        .is_some()
+    {
+        return Err(Error::OwnedByStore {
+            path: dir.to_path_buf(),
+            store: parent,
+        });
+    }
+    Ok(())
+}
+
+/// Refuses `storage` when it holds a store catalog: a store's directory (its catalog, its
+/// journal, the files of its flat-layout topics, and on storage without directories every
+/// topic's files) is never a topic of its own, whether the store holds its lock now or not.
+fn refuse_store_directory(storage: &Arc<dyn Storage>) -> Result<()> {
+    if FileMetaStore::new(storage.clone())
+        .get(STORE_RECORD)?
+        .is_some()
+    {
+        let location = storage.location();
+        return Err(Error::OwnedByStore {
+            path: location.clone().into(),
+            store: location.into(),
+        });
+    }
+    Ok(())
+}
 
 /// Opens (or creates) the topic stored in `storage`.
 ///
@@ -76,6 +133,9 @@ pub(crate) fn open(
         });
     }
     let location = storage.location();
+    if journal.is_none() {
+        refuse_store_directory(&storage)?;
+    }
     let guard = storage.lock()?;
     let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(storage.clone()));
     let meta: Arc<dyn MetaStore> = match &journal {

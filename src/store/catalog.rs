@@ -12,8 +12,7 @@ use crate::format::store::{Catalog, CatalogSeal, CatalogTopic};
 use crate::meta::MetaStore;
 use crate::storage::Storage;
 
-/// Name of the store's metadata record.
-pub const STORE_RECORD: &str = "store";
+pub use crate::format::store::STORE_RECORD;
 
 /// The catalog as this handle last wrote it.
 #[derive(Debug)]

@@ -6,22 +6,44 @@
 //! ([`super::Store::flush_all`] without returning errors: a cursor's failure is kept for its
 //! next `flush` or `close`, as a background flush's). Ticks run one at a time (the journal
 //! serializes them); a second thread starts the next tick as soon as one ends when a tick
-//! overruns the interval. Must never: keep the store alive (threads hold a weak reference) or
-//! take a cursor's lock while holding anything but the tick.
+//! overruns the interval. [`Pool::stop`] ends every thread and waits for it, so once it
+//! returns no thread holds the store. Must never: keep the store alive (threads hold a weak
+//! reference, upgraded for one tick at a time) or take a cursor's lock while holding anything
+//! but the tick.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, Weak};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::Inner;
 use crate::error::{Error, Result};
 use crate::log::lock;
 
-/// The running pool; dropping it stops every thread at its next wake-up.
+/// The running pool; dropping it stops every thread at its next wake-up, [`Pool::stop`]
+/// also waits for them.
 #[derive(Debug)]
 pub(super) struct Pool {
-    /// Dropped with the pool: every thread's `recv_timeout` then returns `Disconnected`.
-    _stop: Sender<()>,
+    /// Dropped to stop: every thread's `recv_timeout` then returns `Disconnected`.
+    stop: Option<Sender<()>>,
+    /// Set to stop: a thread whose tick is due checks it before it takes the store.
+    stopping: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Pool {
+    /// Stops every thread and waits until each has ended (a tick in progress ends first), so
+    /// no thread holds the store once this returns. Must not run on a thread of the pool
+    /// (they hold no store handle, so no store's last handle is dropped on one).
+    pub(super) fn stop(mut self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.stop.take();
+        for t in self.threads.drain(..) {
+            // A thread that panicked has ended all the same.
+            let _ = t.join();
+        }
+    }
 }
 
 /// The schedule the threads share: the instant the next tick is due.
@@ -57,20 +79,40 @@ pub(super) fn start(inner: &Arc<Inner>, threads: usize, interval: Duration) -> R
         next: Mutex::new(Instant::now() + interval),
         interval,
     });
+    let mut pool = Pool {
+        stop: Some(stop),
+        stopping: Arc::default(),
+        threads: Vec::with_capacity(threads),
+    };
     for i in 0..threads {
         let store = Arc::downgrade(inner);
         let stopped = Arc::clone(&stopped);
+        let stopping = Arc::clone(&pool.stopping);
         let schedule = Arc::clone(&schedule);
-        std::thread::Builder::new()
+        let spawned = std::thread::Builder::new()
             .name(format!("ackstore-flusher-{i}"))
-            .spawn(move || run(&store, &stopped, &schedule))
-            .map_err(|e| Error::io("start a flusher thread of", "the store", e))?;
+            .spawn(move || run(&store, &stopped, &stopping, &schedule));
+        match spawned {
+            Ok(t) => pool.threads.push(t),
+            Err(e) => {
+                pool.stop();
+                return Err(Error::io("start a flusher thread of", "the store", e));
+            }
+        }
     }
-    Ok(Pool { _stop: stop })
+    Ok(pool)
 }
 
-fn run(store: &Weak<Inner>, stopped: &Mutex<Receiver<()>>, schedule: &Schedule) {
+fn run(
+    store: &Weak<Inner>,
+    stopped: &Mutex<Receiver<()>>,
+    stopping: &AtomicBool,
+    schedule: &Schedule,
+) {
     loop {
+        if stopping.load(Ordering::SeqCst) {
+            return;
+        }
         if let Some(wait) = schedule.take_or_wait() {
             // One thread waits on the channel at a time; the others wait for that lock, and all
             // see the disconnection once the pool is dropped.

@@ -6,7 +6,8 @@
 //! [`Journal::commit`] before every record of the tick is synced; reference a partition from
 //! a marker before the partition's record precedes the marker in the log; delete a segment
 //! before what it holds that is still live was copied and synced elsewhere; write after a
-//! failed write or sync (the journal latches until the store is reopened).
+//! failed sync or a fence (the journal latches until the store is reopened; a failed write is
+//! cut back and the next write starts where it did, see [`Journal::is_unsettled`]).
 //!
 //! **Group commit.** A tick appends, for every cursor that changed, the partitions it wrote
 //! and then its marker (the PIP-81 shape: partitions, then the marker that commits them), as
@@ -53,7 +54,7 @@
 //! fails with [`Error::Fenced`] (its records lie past the new owner's seal or were read by its
 //! open), it never deletes a segment, and the journal refuses every later write.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
@@ -219,8 +220,45 @@ struct Writer {
     unsynced: bool,
     /// A segment was created since the last directory sync (by a tick or an eviction).
     dir_unsynced: bool,
-    /// A write or sync failed.
-    latched: bool,
+    /// Why the journal refuses every later write: a sync failed, or the owner's check said
+    /// another owner claimed the store. Never cleared until the store is reopened.
+    latched: Option<Latch>,
+}
+
+/// Why a journal refuses every later write (see [`Writer::latched`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Latch {
+    /// A sync (or a write the journal cannot undo) failed: [`Error::PreviousIo`].
+    Io,
+    /// Another owner claimed the store: [`Error::Fenced`] on every later call, so a former
+    /// owner is told it lost the store every time, not once.
+    Fenced(String),
+}
+
+impl Writer {
+    /// The error every write answers once the journal latched; `None` while it has not.
+    fn refusal(&self) -> Option<Error> {
+        self.latched.as_ref().map(|l| match l {
+            Latch::Io => Error::PreviousIo,
+            Latch::Fenced(what) => Error::Fenced { what: what.clone() },
+        })
+    }
+
+    /// `Err` with the latch's error once the journal latched.
+    fn check_latch(&self) -> Result<()> {
+        self.refusal().map_or(Ok(()), Err)
+    }
+
+    /// Latches after `e`: a fence is remembered as a fence, anything else as a failed I/O.
+    /// A fence is never downgraded to an I/O failure by a later error.
+    fn latch(&mut self, e: &Error) {
+        match e {
+            Error::Fenced { what } => self.latched = Some(Latch::Fenced(what.clone())),
+            _ => {
+                self.latched.get_or_insert(Latch::Io);
+            }
+        }
+    }
 }
 
 /// The store's cursor journal.
@@ -239,6 +277,11 @@ pub struct Journal {
     owner: RwLock<Option<OwnerCheck>>,
     /// Where new and deleted segments are listed.
     hooks: RwLock<Option<SegmentHooks>>,
+    /// Cursors staged into a tick that failed (or was dropped) before it committed their
+    /// marker: their next flush writes a marker whatever their dirty state says, so a state a
+    /// cursor took for written at stage time is never left without its marker. Changed under
+    /// the tick lock only.
+    unsettled: Mutex<HashSet<CursorId>>,
 }
 
 #[derive(Debug, Default)]
@@ -926,6 +969,7 @@ impl Journal {
             counters: Counters::default(),
             owner: RwLock::new(None),
             hooks: RwLock::new(None),
+            unsettled: Mutex::default(),
         })
     }
 
@@ -1003,11 +1047,28 @@ impl Journal {
         check.map_or(Ok(()), |check| (check.0)())
     }
 
+    /// What a failed write, sync or rollover tells its caller: an I/O error while another
+    /// owner has claimed the store is the fence (on shared storage a former owner's write may
+    /// fail with "not found" because the new owner removed the object), latched as one; any
+    /// other error unchanged.
+    fn failure(&self, e: Error) -> Error {
+        if !matches!(e, Error::Io { .. }) {
+            return e;
+        }
+        match self.check_store_owner() {
+            Err(fenced @ Error::Fenced { .. }) => {
+                lock(&self.writer).latch(&fenced);
+                fenced
+            }
+            _ => e,
+        }
+    }
+
     /// Runs the owner's check; an error latches the journal.
     fn check_owner(&self) -> Result<()> {
         let checked = self.check_store_owner();
-        if checked.is_err() {
-            lock(&self.writer).latched = true;
+        if let Err(e) = &checked {
+            lock(&self.writer).latch(e);
         }
         checked
     }
@@ -1085,11 +1146,18 @@ impl Journal {
         lock(&self.index).lookup(cursor, key).map(|p| p.cardinality)
     }
 
-    /// Whether a write or sync failed (or the owner's check did): every later tick fails with
-    /// [`Error::PreviousIo`] until the store is reopened.
+    /// Whether `cursor` was staged into a tick that did not commit its marker: its next flush
+    /// must stage a marker even when nothing changed since.
+    #[must_use]
+    pub fn is_unsettled(&self, cursor: CursorId) -> bool {
+        lock(&self.unsettled).contains(&cursor)
+    }
+
+    /// Whether a sync failed (or the owner's check did): every later tick fails with
+    /// [`Error::PreviousIo`] (or [`Error::Fenced`]) until the store is reopened.
     #[must_use]
     pub fn is_latched(&self) -> bool {
-        lock(&self.writer).latched
+        lock(&self.writer).latched.is_some()
     }
 
     /// The payload of the record at `loc`, after its frame verifies.
@@ -1117,6 +1185,16 @@ impl Journal {
     /// Appends one partition of `cursor` without a sync (an eviction): it counts once a
     /// committed marker references it, and loads see it at once.
     pub fn store_partition(
+        &self,
+        cursor: CursorId,
+        key: PartitionKey,
+        bitmap: &RoaringBitmap,
+    ) -> Result<()> {
+        self.store_partition_unexplained(cursor, key, bitmap)
+            .map_err(|e| self.failure(e))
+    }
+
+    fn store_partition_unexplained(
         &self,
         cursor: CursorId,
         key: PartitionKey,
@@ -1165,6 +1243,7 @@ impl Journal {
             journal: self,
             _serial: lock(&self.tick),
             staged: Vec::new(),
+            uncommitted: Vec::new(),
             stats: TickStats::default(),
             started: false,
         }
@@ -1172,6 +1251,10 @@ impl Journal {
 
     /// Deletes the cursor's records from the index and appends a forget record, synced.
     pub fn forget(&self, cursor: CursorId) -> Result<()> {
+        self.forget_unexplained(cursor).map_err(|e| self.failure(e))
+    }
+
+    fn forget_unexplained(&self, cursor: CursorId) -> Result<()> {
         let _tick = lock(&self.tick);
         let mut stats = TickStats::default();
         let mut w = lock(&self.writer);
@@ -1194,6 +1277,7 @@ impl Journal {
             self.sync_dir(&mut stats)?;
         }
         lock(&self.index).remove(cursor);
+        lock(&self.unsettled).remove(&cursor);
         Ok(())
     }
 
@@ -1215,9 +1299,7 @@ impl Journal {
     }
 
     fn start_segment_if_needed(&self, w: &mut Writer, stats: &mut TickStats) -> Result<()> {
-        if w.latched {
-            return Err(Error::PreviousIo);
-        }
+        w.check_latch()?;
         if self.appendable(w) {
             return Ok(());
         }
@@ -1267,17 +1349,31 @@ impl Journal {
                 {
                     next += 1;
                 }
+                // Nothing was created (a full disk, for instance): the next tick tries again.
                 Err(e) => {
-                    w.latched = true;
+                    if matches!(e, Error::Fenced { .. }) {
+                        w.latch(&e);
+                    }
                     return Err(e);
                 }
             }
         };
         let header = encode_segment_header(next);
-        Self::latch_on(w, file.write_all_at(&header, 0))?;
         // The header and its slots are durable before the segment is listed: a listed segment
         // whose header does not verify is damage, never a creation cut short.
-        Self::latch_on(w, file.sync_data())?;
+        if let Err(e) = file
+            .write_all_at(&header, 0)
+            .and_then(|()| file.sync_data())
+        {
+            // Not listed, never referenced: removed again, and the next tick tries anew with a
+            // new file (a failed sync of a file that is dropped is never retried).
+            if matches!(e, Error::Fenced { .. }) {
+                w.latch(&e);
+            } else if let Err(removed) = self.storage.remove(&segment_name(next)) {
+                w.latch(&removed);
+            }
+            return Err(e);
+        }
         stats.syncs += 1;
         self.counters.syncs.fetch_add(1, Ordering::Relaxed);
         w.segments.insert(
@@ -1326,9 +1422,7 @@ impl Journal {
     /// first tick, or after an open that found a sealed or earlier-version newest segment,
     /// starts a segment.
     fn append(&self, w: &mut Writer, buf: &[u8], in_tick: bool) -> Result<JournalLoc> {
-        if w.latched {
-            return Err(Error::PreviousIo);
-        }
+        w.check_latch()?;
         let newest = w
             .segments
             .iter()
@@ -1347,7 +1441,10 @@ impl Journal {
             .get(&seq)
             .map(|s| s.file.clone())
             .ok_or(Error::PreviousIo)?;
-        Self::latch_on(w, file.write_all_at(buf, len))?;
+        if let Err(e) = file.write_all_at(buf, len) {
+            Self::undo_write(w, file.as_ref(), len, &e);
+            return Err(e);
+        }
         if let Some(s) = w.segments.get_mut(&seq) {
             s.len += buf.len() as u64;
         }
@@ -1361,9 +1458,22 @@ impl Journal {
         })
     }
 
+    /// After a write at `len` failed (a full disk, for instance): cuts the file back to `len`,
+    /// so whatever part of the write reached the file is gone and the next append writes at
+    /// `len` again. Nothing of the failed write was indexed or reported, so the journal goes on
+    /// as if it had never been tried. A fence, or a cut that fails too, latches: a journal
+    /// never writes past bytes it does not know.
+    fn undo_write(w: &mut Writer, file: &dyn StorageFile, len: u64, e: &Error) {
+        if matches!(e, Error::Fenced { .. }) {
+            w.latch(e);
+        } else if let Err(cut) = file.set_len(len) {
+            w.latch(&cut);
+        }
+    }
+
     fn latch_on<T>(w: &mut Writer, r: Result<T>) -> Result<T> {
-        if r.is_err() {
-            w.latched = true;
+        if let Err(e) = &r {
+            w.latch(e);
         }
         r
     }
@@ -1383,10 +1493,11 @@ impl Journal {
         stats.syncs += 1;
         self.counters.syncs.fetch_add(1, Ordering::Relaxed);
         let mut w = lock(&self.writer);
-        if synced.is_err() {
-            w.latched = true;
+        if let Err(e) = &synced {
+            w.latch(e);
         } else if w.sealed != Some(seq) {
-            // An error latched the journal; the records this sync covered are durable.
+            // A failed slot write latches the journal; the records this sync covered are
+            // durable all the same.
             write_claim(&mut w, seq, covered).ok();
         }
         synced
@@ -1397,8 +1508,8 @@ impl Journal {
         stats.syncs += 1;
         self.counters.syncs.fetch_add(1, Ordering::Relaxed);
         let mut w = lock(&self.writer);
-        if synced.is_err() {
-            w.latched = true;
+        if let Err(e) = &synced {
+            w.latch(e);
         } else {
             // Segments created after the sync started set it again; a name created while
             // the sync ran may be covered or not, so only a creation before it is cleared:
@@ -1508,8 +1619,8 @@ impl Journal {
             // Out of the list before its file goes: a crash in between leaves a file no list
             // names, which the next claim removes.
             let listed = (hooks.deleted)(oldest);
-            if listed.is_err() {
-                lock(&self.writer).latched = true;
+            if let Err(e) = &listed {
+                lock(&self.writer).latch(e);
             }
             listed?;
         }
@@ -1521,8 +1632,8 @@ impl Journal {
         drop(w);
         let removed = self.storage.remove(&segment_name(oldest));
         let removed = removed.and_then(|()| self.storage.sync_dir());
-        if removed.is_err() {
-            lock(&self.writer).latched = true;
+        if let Err(e) = &removed {
+            lock(&self.writer).latch(e);
         }
         removed?;
         self.files
@@ -1567,8 +1678,25 @@ pub struct Tick<'a> {
     journal: &'a Journal,
     _serial: MutexGuard<'a, ()>,
     staged: Vec<(CursorId, PersistedState, BTreeMap<PartitionKey, PartLoc>)>,
+    /// Cursors whose markers the commit in progress has taken from `staged`, until they are
+    /// in the index.
+    uncommitted: Vec<CursorId>,
     stats: TickStats,
     started: bool,
+}
+
+impl Drop for Tick<'_> {
+    /// A tick that ends without committing what it staged (a failed commit, or a flush that
+    /// failed after staging) leaves those cursors unsettled (see `Journal::unsettled`), while
+    /// the tick lock is still held, so no later tick skips them.
+    fn drop(&mut self) {
+        if self.staged.is_empty() && self.uncommitted.is_empty() {
+            return;
+        }
+        let mut unsettled = lock(&self.journal.unsettled);
+        unsettled.extend(self.staged.iter().map(|(c, _, _)| *c));
+        unsettled.extend(self.uncommitted.iter().copied());
+    }
 }
 
 impl Tick<'_> {
@@ -1581,6 +1709,18 @@ impl Tick<'_> {
     /// [`Error::InvalidArgument`] (nothing staged) when a live partition is neither written
     /// nor in the journal; [`Error::PreviousIo`] after an earlier failure; [`Error::Io`].
     pub fn stage(
+        &mut self,
+        cursor: CursorId,
+        state: PersistedState,
+        written: &[(PartitionKey, RoaringBitmap)],
+        live: &[PartitionKey],
+    ) -> Result<()> {
+        let j = self.journal;
+        self.stage_unexplained(cursor, state, written, live)
+            .map_err(|e| j.failure(e))
+    }
+
+    fn stage_unexplained(
         &mut self,
         cursor: CursorId,
         state: PersistedState,
@@ -1655,20 +1795,25 @@ impl Tick<'_> {
     /// # Errors
     /// [`Error::PreviousIo`] after an earlier failure; [`Error::Io`]: nothing new is
     /// guaranteed, and the journal refuses every later write.
-    pub fn commit(mut self) -> Result<TickStats> {
+    pub fn commit(self) -> Result<TickStats> {
+        let j = self.journal;
+        self.commit_unexplained().map_err(|e| j.failure(e))
+    }
+
+    fn commit_unexplained(mut self) -> Result<TickStats> {
         let j = self.journal;
         if self.staged.is_empty() {
             // Nothing new, but a cursor's earlier flush may have been staged into a tick that
             // failed: after a failure no flush reports success.
-            if lock(&j.writer).latched {
-                return Err(Error::PreviousIo);
-            }
+            lock(&j.writer).check_latch()?;
             return Ok(self.stats);
         }
         let mut w = lock(&j.writer);
         let (seq, base) = Journal::newest(&w)?;
         let mut buf = Vec::new();
         let mut commits: Vec<(CursorId, Committed)> = Vec::with_capacity(self.staged.len());
+        // Until their markers are in the index, a failure leaves these cursors unsettled.
+        self.uncommitted = self.staged.iter().map(|(c, _, _)| *c).collect();
         {
             // Ticks and rollovers run one at a time: no committed chain changes meanwhile.
             let index = lock(&j.index);
@@ -1699,10 +1844,13 @@ impl Tick<'_> {
         j.check_owner()?;
         {
             let mut index = lock(&j.index);
+            let mut unsettled = lock(&j.unsettled);
             self.stats.cursors = commits.len() as u64;
             for (cursor, c) in commits {
                 index.commit(cursor, c);
+                unsettled.remove(&cursor);
             }
+            self.uncommitted.clear();
         }
         self.stats.bytes += buf.len() as u64;
         j.counters.ticks.fetch_add(1, Ordering::Relaxed);

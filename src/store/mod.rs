@@ -93,12 +93,34 @@ pub struct StoreFlush {
 
 /// Every topic of a broker in one directory. Cheap to share (`Clone` shares the same store).
 ///
-/// Dropping the last handle drops the store's own references to its topics (a topic closes
-/// when its last handle goes; errors are lost: call [`Store::close`]). The directory's lock is
-/// held until the store and every topic it opened are gone.
+/// Dropping the last handle shuts the store down before the drop returns: the flusher pool
+/// stops (a tick in progress ends first), every open topic is closed as by [`Store::close`]
+/// (errors are logged, not returned: call [`Store::close`] first to see them), and the
+/// directory's lock is released, so [`Store::open`] of the same directory succeeds at once.
+/// A topic or cursor handle kept after that refuses every call with [`Error::Closed`]: a write
+/// a store that is gone could never make durable is never answered `Ok`.
 #[derive(Debug, Clone)]
 pub struct Store {
-    inner: Arc<Inner>,
+    inner: Arc<Handle>,
+}
+
+/// What every handle of one store shares; dropping it (the last handle's drop) shuts the
+/// store down. The flusher pool's threads hold the store only weakly and never hold this.
+#[derive(Debug)]
+struct Handle(Arc<Inner>);
+
+impl std::ops::Deref for Handle {
+    type Target = Inner;
+
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.0.shut_down();
+    }
 }
 
 #[derive(Debug)]
@@ -110,7 +132,8 @@ struct Inner {
     /// topics open meanwhile); it holds the topic while it is open.
     topics: Mutex<HashMap<String, Arc<TopicSlot>>>,
     journal: Arc<Journal>,
-    lock: Arc<LockGuard>,
+    /// The directory's lock; taken out (released) when the last handle shuts the store down.
+    lock: Mutex<Option<LockGuard>>,
     /// Topics with an instance alive (one at a time per topic).
     topic_locks: Arc<space::TopicLocks>,
     /// The flusher pool, once started; dropping it stops its threads.
@@ -118,20 +141,83 @@ struct Inner {
 }
 
 impl Inner {
+    /// Stops the flusher pool and waits for its threads, closes every open topic, waits for
+    /// the last operation of every topic instance to end, then releases the directory's lock:
+    /// once this returns, a new store may open the directory, and no handle of this one
+    /// writes to it again (a topic handle kept refuses every call).
+    fn shut_down(&self) {
+        let pool = self
+            .pool
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(pool) = pool {
+            pool.stop();
+        }
+        if let Err(e) = self.close_topics() {
+            ::log::warn!(target: crate::observe::LOG_TARGET,
+                "{}: closing the store as its last handle was dropped failed; acks since the \
+                 last successful flush may be lost: {}", self.storage.location(), e.with_sources());
+        }
+        if !self.topic_locks.wait_idle() {
+            ::log::warn!(target: crate::observe::LOG_TARGET,
+                "{}: a closed topic's operation still runs after the store's last handle was \
+                 dropped; the directory's lock is released all the same",
+                self.storage.location());
+        }
+        self.lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+    }
+
+    /// [`Store::close`].
+    fn close_topics(&self) -> Result<()> {
+        let flushed = self.flush_tick(false);
+        let slots: Vec<Arc<TopicSlot>> =
+            lock_topics(&self.topics).drain().map(|(_, s)| s).collect();
+        // An open in progress finishes first: its topic is closed with the others.
+        let topics: Vec<Arc<ManagedLedger>> = slots
+            .iter()
+            .filter_map(|s| {
+                let _opening = s
+                    .opening
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                s.set(None)
+            })
+            .collect();
+        let mut first = flushed.err();
+        for t in topics {
+            if let Err(e) = t.close() {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
     /// One flush tick over every dirty cursor of every open topic: each is staged under its own
     /// lock, then the tick commits (one sync for all) without any cursor's lock. With
     /// `keep_errors` (the flusher pool), a cursor's staging failure is kept for its next
-    /// `flush` or `close` and a failed commit is logged (the journal latches, so every later
-    /// flush reports it); otherwise the first error is returned, after the others committed.
+    /// `flush` or `close` and a failed commit is logged (its cursors are unsettled, so their
+    /// next flush stages them again; a failed sync latches the journal, so every later flush
+    /// reports it); otherwise the first error is returned, after the others committed.
+    ///
+    /// Covers every cursor open when it is called: the tick is begun (the journal's tick lock
+    /// taken) before the cursors are listed, and a cursor's close commits its last state in a
+    /// tick of its own, so each cursor either closed before the listing (its close's tick is
+    /// done: durable, or it failed and the cursor counts as lost) or is listed, even when its
+    /// topic's close has begun, and staged here.
     fn flush_tick(&self, keep_errors: bool) -> Result<StoreFlush> {
+        let mut tick = self.journal.begin_tick();
         let slots: Vec<Arc<TopicSlot>> = lock_topics(&self.topics).values().cloned().collect();
-        // A topic still opening is not waited for: it has no cursor yet.
+        // A topic still opening is not waited for: it has no cursor yet. A topic closing is
+        // listed: its cursors not closed yet wait for this tick to close.
         let cursors: Vec<_> = slots
             .iter()
-            .filter_map(|slot| slot.open())
+            .filter_map(|slot| slot.instance())
             .flat_map(|t| t.open_cursors())
             .collect();
-        let mut tick = self.journal.begin_tick();
         let mut first_error = None;
         for cursor in &cursors {
             if let Err(e) = cursor.stage_into(&mut tick, keep_errors) {
@@ -141,8 +227,8 @@ impl Inner {
         let committed = tick.commit();
         if keep_errors && let Err(e) = &committed {
             ::log::warn!(target: crate::observe::LOG_TARGET,
-                "{}: a flush tick of the store failed; every later flush fails until the store \
-                 is reopened: {}", self.storage.location(), e.with_sources());
+                "{}: a flush tick of the store failed; the next tick writes its cursors again: \
+                 {}", self.storage.location(), e.with_sources());
         }
         let stats = committed?;
         first_error.map_or(Ok(()), Err)?;
@@ -171,6 +257,14 @@ impl TopicSlot {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
             .filter(|t| !t.is_closed())
+    }
+
+    /// The instance, open or closing (never waits for an open in progress).
+    fn instance(&self) -> Option<Arc<ManagedLedger>> {
+        self.topic
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     fn set(&self, topic: Option<Arc<ManagedLedger>>) -> Option<Arc<ManagedLedger>> {
@@ -268,7 +362,7 @@ impl Store {
             catalog,
             topics: Mutex::new(HashMap::new()),
             journal: Arc::new(journal),
-            lock: Arc::new(lock),
+            lock: Mutex::new(Some(lock)),
             topic_locks: Arc::default(),
             pool: Mutex::new(None),
         });
@@ -279,7 +373,9 @@ impl Store {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(pool);
         }
-        Ok(Self { inner })
+        Ok(Self {
+            inner: Arc::new(Handle(inner)),
+        })
     }
 
     /// Makes every acknowledgement of every open cursor of the store durable in one tick: each
@@ -289,11 +385,16 @@ impl Store {
     /// go on meanwhile. Returns once the tick is durable. For a broker that flushes on its own
     /// schedule; the flusher pool runs the same tick on `flush_interval`.
     ///
+    /// `Ok` means every cursor open when the call began is durable, including the cursors of
+    /// a topic whose close is under way.
+    ///
     /// # Errors
-    /// The first cursor's error (its topic fenced, a failed partition load), after the other
-    /// cursors were committed; [`Error::Io`] from the tick: then nothing it staged is
-    /// guaranteed, and every later flush of the store fails with [`Error::PreviousIo`] until it
-    /// is reopened; [`Error::Fenced`] once another owner claimed the store.
+    /// The first cursor's error (its topic fenced, a failed partition load; [`Error::Closed`]
+    /// for a cursor whose topic's close failed to flush it meanwhile), after the other cursors
+    /// were committed; [`Error::Io`] from the tick: then nothing it staged is guaranteed; a
+    /// failed write (a full disk) is tried again by the next flush, a failed sync makes every
+    /// later flush of the store fail with [`Error::PreviousIo`] until it is reopened;
+    /// [`Error::Fenced`] on every call once another owner claimed the store.
     pub fn flush_all(&self) -> Result<StoreFlush> {
         self.inner.flush_tick(false)
     }
@@ -338,7 +439,7 @@ impl Store {
             id,
             spaced,
             false,
-            Some((self.inner.lock.clone(), self.inner.topic_locks.clone())),
+            Some(self.inner.topic_locks.clone()),
         )?);
         let topic = Arc::new(ManagedLedger::open_in_store(
             space,
@@ -381,26 +482,7 @@ impl Store {
     /// Every dirty cursor is first committed by one tick ([`Store::flush_all`]), so closing
     /// many cursors costs a handful of syncs, not one per cursor.
     pub fn close(&self) -> Result<()> {
-        let flushed = self.flush_all();
-        let slots: Vec<Arc<TopicSlot>> = self.topics().drain().map(|(_, s)| s).collect();
-        // An open in progress finishes first: its topic is closed with the others.
-        let topics: Vec<Arc<ManagedLedger>> = slots
-            .iter()
-            .filter_map(|s| {
-                let _opening = s
-                    .opening
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                s.set(None)
-            })
-            .collect();
-        let mut first = flushed.err();
-        for t in topics {
-            if let Err(e) = t.close() {
-                first.get_or_insert(e);
-            }
-        }
-        first.map_or(Ok(()), Err)
+        self.inner.close_topics()
     }
 
     /// The store's cursor journal, whose ticks and rollovers check this store still owns the

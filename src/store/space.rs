@@ -64,6 +64,25 @@ impl TopicLocks {
             id,
         })))
     }
+
+    /// Waits up to [`REOPEN_WAIT`] until no topic has an instance alive (every closed
+    /// instance's last operation has ended); returns whether none has.
+    pub(crate) fn wait_idle(&self) -> bool {
+        let deadline = Instant::now() + REOPEN_WAIT;
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        while !held.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            held = self
+                .freed
+                .wait_timeout(held, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        true
+    }
 }
 
 /// Topic `id` held; released when the instance's entry log goes.
@@ -89,17 +108,17 @@ pub(crate) struct TopicSpace {
     inner: Arc<dyn Storage>,
     /// Prepended to every name in `inner` (empty for a directory of the topic's own).
     prefix: String,
-    /// The store's lock, held as long as any topic of the store is open, and the store's table
-    /// of topics with a live instance (`None` for tools that only read).
-    store_lock: Option<(Arc<LockGuard>, Arc<TopicLocks>)>,
+    /// The store's table of topics with a live instance (`None` for tools that only read).
+    /// The store's own lock is the store's: it releases it once no instance is live.
+    topic_locks: Option<Arc<TopicLocks>>,
     id: u64,
 }
 
 impl TopicSpace {
     /// The files of topic `id` in `store` (the store's storage): in the directory `t{id}`
     /// when `spaced` and the storage has directories (made first with `create`), else under
-    /// the prefix `t{id}-`. Keeps `store_lock` held while the topic lives; its own lock is
-    /// topic `id` in the store's [`TopicLocks`].
+    /// the prefix `t{id}-`. Its own lock is topic `id` in the store's [`TopicLocks`]
+    /// (`topic_locks`).
     ///
     /// # Errors
     /// [`crate::Error::Io`] when the topic's directory is missing (without `create`) or
@@ -109,7 +128,7 @@ impl TopicSpace {
         id: u64,
         spaced: bool,
         create: bool,
-        store_lock: Option<(Arc<LockGuard>, Arc<TopicLocks>)>,
+        topic_locks: Option<Arc<TopicLocks>>,
     ) -> Result<Self> {
         let own = if spaced {
             store.subdirectory(&dir_of(id), create)?
@@ -120,13 +139,13 @@ impl TopicSpace {
             Some(dir) => Self {
                 inner: dir,
                 prefix: String::new(),
-                store_lock,
+                topic_locks,
                 id,
             },
             None => Self {
                 inner: store.clone(),
                 prefix: prefix_of(id),
-                store_lock,
+                topic_locks,
                 id,
             },
         })
@@ -205,14 +224,14 @@ impl Storage for TopicSpace {
         self.inner.sync_dir()
     }
 
-    /// The store holds the directory's lock for all its topics, and every open topic keeps it
-    /// held (even after the store handle is dropped). A topic's own lock is its entry in the
-    /// store's [`TopicLocks`]: the instance's entry log holds it until its last operation ends,
+    /// The store holds the directory's lock for all its topics, until its last handle is
+    /// dropped and every topic instance has let go ([`TopicLocks::wait_idle`]). A topic's own
+    /// lock is its entry in the store's [`TopicLocks`]: the instance's entry log holds it until its last operation ends,
     /// and the next instance of the same topic waits for that (a tool that only reads takes
     /// none).
     fn lock(&self) -> Result<LockGuard> {
-        match &self.store_lock {
-            Some((_, topics)) => topics.take(self.id, &self.location()),
+        match &self.topic_locks {
+            Some(topics) => topics.take(self.id, &self.location()),
             None => Ok(LockGuard::new(Box::new(()))),
         }
     }
