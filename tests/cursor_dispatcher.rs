@@ -412,3 +412,94 @@ fn closing_the_topic_wakes_a_waiting_read_with_closed() {
     });
     assert!(matches!(result, Err(Error::Closed)), "{result:?}");
 }
+
+/// Returns once `n` reads of `topic` are parked in `read_entries_or_wait`.
+fn until_parked(topic: &ManagedLedger, n: usize) {
+    while topic.parked_reads() < n {
+        thread::yield_now();
+    }
+}
+
+/// A read that waits with this timeout must be woken: the test would wait it out, then fail.
+const NEVER: Duration = Duration::from_secs(60);
+
+#[test]
+fn every_move_of_the_read_position_wakes_a_parked_read() {
+    type Move = fn(&Cursor, &[Position]) -> ackstore::Result<()>;
+    let moves: [(&str, Move); 6] = [
+        ("rewind", |c, _| c.rewind()),
+        ("seek", |c, p| c.seek(p[1])),
+        ("seek_by_index", |c, _| c.seek_by_index(1)),
+        ("seek_by_timestamp", |c, _| c.seek_by_timestamp(1000)),
+        ("seek_read_position", |c, p| c.seek_read_position(p[1])),
+        ("seek to before the first entry", |c, _| {
+            c.seek(Position::new(0, 0))
+        }),
+    ];
+    for (what, reposition) in moves {
+        let (_disk, topic) = mem_topic(2);
+        let p = append_n(&topic, 3);
+        topic.sync().unwrap();
+        let c = earliest(&topic, "sub");
+        assert_eq!(read_positions(&c, 10), p, "{what}");
+        let expected = if what == "rewind" || what.contains("before") {
+            p.clone()
+        } else {
+            p[1..].to_vec()
+        };
+        let got = thread::scope(|s| {
+            let reader = s.spawn(|| c.read_entries_or_wait(10, NEVER));
+            until_parked(&topic, 1);
+            reposition(&c, &p).unwrap();
+            reader.join().unwrap()
+        });
+        let got: Vec<Position> = got.unwrap().into_iter().map(|e| e.position).collect();
+        assert_eq!(got, expected, "{what} must wake the parked read");
+    }
+}
+
+#[test]
+fn a_parked_read_of_a_deleted_or_closed_cursor_ends_with_closed() {
+    for delete in [true, false] {
+        let (_disk, topic) = mem_topic(4);
+        append_n(&topic, 2);
+        topic.sync().unwrap();
+        let c = earliest(&topic, "sub");
+        assert_eq!(c.read_entries(10).unwrap().len(), 2);
+        let result = thread::scope(|s| {
+            let reader = s.spawn(|| c.read_entries_or_wait(10, NEVER));
+            until_parked(&topic, 1);
+            if delete {
+                topic.delete_cursor("sub").unwrap();
+            } else {
+                c.close().unwrap();
+            }
+            reader.join().unwrap()
+        });
+        assert!(
+            matches!(result, Err(Error::Closed)),
+            "delete: {delete}: {result:?}"
+        );
+    }
+}
+
+#[test]
+fn a_move_of_another_cursor_wakes_nothing_it_can_read() {
+    let (_disk, topic) = mem_topic(4);
+    let p = append_n(&topic, 2);
+    topic.sync().unwrap();
+    let waiting = earliest(&topic, "waiting");
+    let other = earliest(&topic, "other");
+    assert_eq!(read_positions(&waiting, 10), p);
+    let got = thread::scope(|s| {
+        let reader = s.spawn(|| waiting.read_entries_or_wait(10, NEVER));
+        until_parked(&topic, 1);
+        // Wakes the read, which finds nothing and parks again.
+        other.rewind().unwrap();
+        until_parked(&topic, 1);
+        waiting.seek_read_position(p[1]).unwrap();
+        reader.join().unwrap()
+    });
+    let got: Vec<Position> = got.unwrap().into_iter().map(|e| e.position).collect();
+    assert_eq!(got, vec![p[1]]);
+}

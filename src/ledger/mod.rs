@@ -302,6 +302,15 @@ impl ManagedLedger {
         self.core.log()
     }
 
+    /// Reads of this topic's cursors now parked in `Cursor::read_entries_or_wait`, so a test
+    /// can act while a read waits.
+    #[cfg(feature = "internals")]
+    #[doc(hidden)]
+    #[must_use]
+    pub fn parked_reads(&self) -> usize {
+        self.core.parked_reads()
+    }
+
     /// Whether [`Self::close`] has begun (a store opens such a topic again on its next use,
     /// once this instance's last operation has ended).
     pub(crate) fn is_closed(&self) -> bool {

@@ -86,10 +86,10 @@ pub(crate) struct TopicCore {
     /// Open non-durable cursors (readers): closed with the topic, never in the topic record,
     /// never consulted by trimming.
     readers: Mutex<Vec<Weak<CursorShared>>>,
-    /// Appends so far (and topic and cursor closes), counted under the lock of `appended_cv`: a waiting
-    /// read sleeps on the condvar until the count moves past the value it saw before reading.
-    appended: Mutex<u64>,
-    appended_cv: Condvar,
+    /// What may let a waiting read return: see [`Wakes`]. A waiting read sleeps on `wakes_cv`
+    /// until the count moves past the value it saw before reading.
+    wakes: Mutex<Wakes>,
+    wakes_cv: Condvar,
     /// For a topic of a store: the store's journal, through which its cursors persist.
     pub(crate) journal: Option<TopicJournal>,
     /// Ledger files to delete once the topic record no longer lists them durably: empty
@@ -130,8 +130,8 @@ impl TopicCore {
             adopted: AtomicBool::new(false),
             fence_reported: AtomicBool::new(false),
             readers: Mutex::new(Vec::new()),
-            appended: Mutex::new(0),
-            appended_cv: Condvar::new(),
+            wakes: Mutex::new(Wakes::default()),
+            wakes_cv: Condvar::new(),
             journal: None,
             deferred_deletes: Mutex::new(Vec::new()),
         }
@@ -180,10 +180,17 @@ impl TopicCore {
         lock(&self.readers)
     }
 
-    /// Wakes every read waiting for an append (after an append, or as the topic closes).
-    fn notify_appended(&self) {
-        *lock(&self.appended) += 1;
-        self.appended_cv.notify_all();
+    /// Wakes every waiting read: entries became readable, a read position moved, or a cursor
+    /// or the topic closed. Each read looks again and waits on if it still finds nothing.
+    fn wake_all(&self) {
+        lock(&self.wakes).count += 1;
+        self.wakes_cv.notify_all();
+    }
+
+    /// Reads currently waiting in `Cursor::read_entries_or_wait` (for tests that must act
+    /// while a read is parked).
+    pub(crate) fn parked_reads(&self) -> usize {
+        lock(&self.wakes).parked
     }
 
     fn layout_mut(&self) -> RwLockWriteGuard<'_, Layout> {
@@ -415,7 +422,7 @@ impl TopicCore {
             span.last_timestamp = timestamp;
         }
         drop(layout);
-        self.notify_appended();
+        self.wake_all();
         Ok(Position::new(ledger, entry_id))
     }
 
@@ -593,9 +600,19 @@ impl TopicCore {
             self.close_failed.store(true, Ordering::SeqCst);
         }
         *self.log.write().unwrap_or_else(PoisonError::into_inner) = None;
-        self.notify_appended();
+        self.wake_all();
         first_error.map_or(Ok(()), Err)
     }
+}
+
+/// The waiting reads' wake-up count and how many reads wait.
+#[derive(Debug, Default)]
+struct Wakes {
+    /// Changes that may let a waiting read return: entries made readable, moves of a read
+    /// position, closes and deletions of cursors, the topic's close.
+    count: u64,
+    /// Reads sleeping on the condvar now.
+    parked: usize,
 }
 
 /// The entries every cursor has acknowledged.
@@ -650,13 +667,14 @@ impl TopicAccess for TopicCore {
         self.check_version(self.owned_version.load(Ordering::SeqCst))
     }
 
-    fn wait_for_append(&self, seen: u64, deadline: Option<Instant>) -> u64 {
-        let mut count = lock(&self.appended);
-        while *count == seen {
+    fn wait_for_change(&self, seen: u64, deadline: Option<Instant>) -> u64 {
+        let mut wakes = lock(&self.wakes);
+        wakes.parked += 1;
+        while wakes.count == seen {
             let Some(deadline) = deadline else {
-                count = self
-                    .appended_cv
-                    .wait(count)
+                wakes = self
+                    .wakes_cv
+                    .wait(wakes)
                     .unwrap_or_else(PoisonError::into_inner);
                 continue;
             };
@@ -664,17 +682,22 @@ impl TopicAccess for TopicCore {
             if left == Duration::ZERO {
                 break;
             }
-            count = self
-                .appended_cv
-                .wait_timeout(count, left)
+            wakes = self
+                .wakes_cv
+                .wait_timeout(wakes, left)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
-        *count
+        wakes.parked -= 1;
+        wakes.count
     }
 
-    fn appends_seen(&self) -> u64 {
-        *lock(&self.appended)
+    fn changes_seen(&self) -> u64 {
+        lock(&self.wakes).count
+    }
+
+    fn wake_readers(&self) {
+        self.wake_all();
     }
 
     fn release(&self, cursor: &CursorShared) {
@@ -694,6 +717,6 @@ impl TopicAccess for TopicCore {
         }
         // A read of this cursor waiting for an append wakes and finds it closed; reads of
         // other cursors wake and wait on for what is left of their timeout.
-        self.notify_appended();
+        self.wake_all();
     }
 }
