@@ -40,7 +40,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex, MutexGuard, RwLockReadGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 pub use config::CursorConfig;
@@ -53,7 +53,7 @@ pub use state::{CursorState, NO_MARK_DELETE};
 use crate::ackset::{AckSetStats, MemPartitionStore, RangeSetWrapper, Release};
 use crate::entry::Entry;
 use crate::error::{Error, Result};
-use crate::finder::{self, Layout};
+use crate::finder::{self, Layout, ReadableLayout};
 use crate::log::{EntryLog, lock};
 use crate::observe::CursorLabels;
 use crate::position::Position;
@@ -147,7 +147,7 @@ pub(crate) trait TopicAccess: Send + Sync + fmt::Debug {
     fn log(&self) -> Result<Arc<EntryLog>>;
     /// The retained data ledgers. A cursor holds it while it computes a move and publishes
     /// the resulting mark-delete, so a trim never deletes what a cursor is about to read.
-    fn layout(&self) -> RwLockReadGuard<'_, Layout>;
+    fn layout(&self) -> ReadableLayout<'_>;
     /// [`Error::Fenced`] once a newer owner has opened the topic's directory (one metadata
     /// read). Checked before every write of cursor state, so a handle that lost ownership
     /// writes nothing more, even to a cursor the new owner has not opened yet.

@@ -5,6 +5,10 @@
 //! trimming. [`crate::ledger::ManagedLedger`] and every [`crate::cursor::Cursor`] share one
 //! `TopicCore`.
 //!
+//! What readers see: an appended entry becomes readable once a finished fsync covers it (see
+//! `finder::Layouts` and `docs/cursors.md`, "Read visibility"): the sync and the seal that
+//! cover entries move the readable end and wake the waiting reads.
+//!
 //! Lock order (outer first): `writer` -> `layout` -> `cursors` -> a cursor's published
 //! mark-delete. A cursor operation takes its own state lock, then `layout` for reading; it never
 //! takes `writer` or `cursors` while holding its state.
@@ -20,7 +24,7 @@ use super::config::LedgerConfig;
 use crate::cursor::journal::TopicJournal;
 use crate::cursor::{self, CursorShared, NO_MARK_DELETE, TopicAccess};
 use crate::error::{Error, Result};
-use crate::finder::{Layout, LedgerSpan};
+use crate::finder::{Layout, Layouts, LedgerSpan, ReadableLayout};
 use crate::format::meta::{CursorRecord, LedgerRecord, TopicRecord};
 use crate::log::{EntryLog, EntryMeta, IdSource, lock};
 use crate::meta::MetaStore;
@@ -54,7 +58,8 @@ pub(crate) struct TopicCore {
     log: RwLock<Option<Arc<EntryLog>>>,
     pub(crate) meta: Arc<dyn MetaStore>,
     pub(crate) config: LedgerConfig,
-    layout: RwLock<Layout>,
+    /// Every appended entry and the readable prefix of them.
+    layout: RwLock<Layouts>,
     writer: Mutex<Writer>,
     /// The topic record's version as this handle last wrote it (a copy of `Writer::version`
     /// that cursors read without taking `writer`).
@@ -114,12 +119,13 @@ impl TopicCore {
         layout: Layout,
         writer: Writer,
     ) -> Self {
+        let read_unsynced = config.read_unsynced;
         Self {
             location: log.storage().location(),
             log: RwLock::new(Some(log)),
             meta,
             config,
-            layout: RwLock::new(layout),
+            layout: RwLock::new(Layouts::new(layout, read_unsynced)),
             owned_version: AtomicU64::new(writer.version),
             committing: Mutex::new(writer.record.clone()),
             writer: Mutex::new(writer),
@@ -193,7 +199,12 @@ impl TopicCore {
         lock(&self.wakes).parked
     }
 
-    fn layout_mut(&self) -> RwLockWriteGuard<'_, Layout> {
+    /// Both views of the ledgers: every appended entry, and the readable prefix.
+    pub(crate) fn layouts(&self) -> RwLockReadGuard<'_, Layouts> {
+        self.layout.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn layout_mut(&self) -> RwLockWriteGuard<'_, Layouts> {
         self.layout.write().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -403,7 +414,7 @@ impl TopicCore {
             None => self.start_ledger(&log, &mut w)?,
         };
         let timestamp = timestamp.max(w.last_timestamp);
-        let index = self.layout().next_index() + u64::from(num_messages) - 1;
+        let index = self.layouts().appended().next_index() + u64::from(num_messages) - 1;
         let meta = EntryMeta {
             index,
             num_messages,
@@ -412,7 +423,8 @@ impl TopicCore {
         let entry_id = log.append(ledger, meta, payload)?;
         w.last_timestamp = timestamp;
         w.current_bytes += payload.len() as u64;
-        let mut layout = self.layout_mut();
+        let mut layouts = self.layout_mut();
+        let layout = layouts.appended_mut();
         layout.set_next_index(index + 1);
         if let Some(span) = layout.spans_mut().last_mut() {
             if span.entries == 0 {
@@ -421,13 +433,22 @@ impl TopicCore {
             span.entries = entry_id + 1;
             span.last_timestamp = timestamp;
         }
-        drop(layout);
-        self.wake_all();
-        Ok(Position::new(ledger, entry_id))
+        let position = Position::new(ledger, entry_id);
+        let readable = layouts.appended_entry(position, index, timestamp);
+        drop(layouts);
+        if readable {
+            self.wake_all();
+        }
+        Ok(position)
     }
 
     fn current_is_full(&self, w: &Writer) -> bool {
-        let entries = self.layout().spans().last().map_or(0, |s| s.entries);
+        let entries = self
+            .layouts()
+            .appended()
+            .spans()
+            .last()
+            .map_or(0, |s| s.entries);
         entries >= self.config.max_entries_per_ledger
             || w.current_bytes >= self.config.max_ledger_bytes
     }
@@ -437,7 +458,7 @@ impl TopicCore {
     fn start_ledger(&self, log: &EntryLog, w: &mut Writer) -> Result<u64> {
         self.check_owner(w)?;
         let id = log.create_ledger()?;
-        let first_index = self.layout().next_index();
+        let first_index = self.layouts().appended().next_index();
         let mut record = w.record.clone();
         record.ledgers.push(LedgerRecord {
             id,
@@ -448,13 +469,16 @@ impl TopicCore {
         });
         record.next_ledger_id = record.next_ledger_id.max(id + 1);
         self.commit(w, record)?;
-        self.layout_mut().spans_mut().push(LedgerSpan {
-            id,
-            entries: 0,
-            first_index,
-            first_timestamp: w.last_timestamp,
-            last_timestamp: w.last_timestamp,
-        });
+        self.layout_mut()
+            .appended_mut()
+            .spans_mut()
+            .push(LedgerSpan {
+                id,
+                entries: 0,
+                first_index,
+                first_timestamp: w.last_timestamp,
+                last_timestamp: w.last_timestamp,
+            });
         w.current = Some(id);
         w.current_bytes = 0;
         Ok(id)
@@ -465,7 +489,8 @@ impl TopicCore {
         let Some(id) = w.current else { return Ok(()) };
         self.check_owner(w)?;
         log.seal(id)?;
-        let span = self.layout().span(id).copied();
+        self.reveal_synced(log, id)?;
+        let span = self.layouts().appended().span(id).copied();
         let mut record = w.record.clone();
         if let (Some(span), Some(rec)) = (span, record.ledgers.iter_mut().find(|l| l.id == id)) {
             *rec = ledger_record(&span);
@@ -479,14 +504,24 @@ impl TopicCore {
     /// Makes every entry appended so far durable.
     pub(crate) fn sync(&self) -> Result<()> {
         let log = self.log()?;
-        let current = self.writer().current;
-        match current {
-            Some(id) => log.sync(id)?,
-            None => return Ok(()),
-        }
+        let Some(id) = self.writer().current else {
+            return Ok(());
+        };
+        log.sync(id)?;
         // After the fsync, before `Ok`: a newer owner records this ledger at the count it read
         // after its claim, so entries synced after that claim are never read by anyone.
-        self.check_version(self.owned_version.load(Ordering::SeqCst))
+        self.check_version(self.owned_version.load(Ordering::SeqCst))?;
+        self.reveal_synced(&log, id)
+    }
+
+    /// Makes readable the entries of `ledger` (and of the sealed ledgers before it) that a
+    /// finished fsync covered, and wakes the waiting reads if any became readable.
+    fn reveal_synced(&self, log: &EntryLog, ledger: u64) -> Result<()> {
+        let synced = log.synced_entries(ledger)?;
+        if self.layout_mut().reveal(ledger, synced) {
+            self.wake_all();
+        }
+        Ok(())
     }
 
     /// Deletes the sealed data ledgers every cursor has acknowledged entirely; see
@@ -494,7 +529,8 @@ impl TopicCore {
     pub(crate) fn trim_consumed(&self) -> Result<Vec<u64>> {
         let log = self.log()?;
         let mut w = self.writer();
-        let mut layout = self.layout_mut();
+        let mut layouts = self.layout_mut();
+        let layout = layouts.appended();
         let bound = self.consumed_bound(&w.record)?;
         // The last non-empty ledger stays: it carries the topic's last position, index and
         // timestamp.
@@ -516,8 +552,8 @@ impl TopicCore {
         let mut record = w.record.clone();
         record.ledgers.retain(|l| !consumed.contains(&l.id));
         self.commit(&mut w, record)?;
-        layout.spans_mut().drain(..consumed.len());
-        drop(layout);
+        layouts.trim(&consumed);
+        drop(layouts);
         drop(w);
         // The record no longer lists them; a file left behind by a crash here is deleted by
         // the next open.
@@ -588,7 +624,8 @@ impl TopicCore {
         {
             let mut w = self.writer();
             let has_entries = self
-                .layout()
+                .layouts()
+                .appended()
                 .spans()
                 .last()
                 .is_some_and(|s| Some(s.id) == w.current && s.entries > 0);
@@ -659,8 +696,8 @@ impl TopicAccess for TopicCore {
             .ok_or(Error::Closed)
     }
 
-    fn layout(&self) -> RwLockReadGuard<'_, Layout> {
-        self.layout.read().unwrap_or_else(PoisonError::into_inner)
+    fn layout(&self) -> ReadableLayout<'_> {
+        ReadableLayout::new(self.layouts())
     }
 
     fn check_owner(&self) -> Result<()> {
