@@ -232,8 +232,8 @@ impl Layout {
 /// Invariant: the readable layout is a prefix of the appended one: its ledgers are the
 /// appended ledgers up to some ledger `L` (all but `L` whole), and it ends at the readable end.
 /// By default that end only moves to an entry a finished fsync covered (a sync, or the seal of
-/// its ledger), so no reader ever receives an entry a crash can take away (as BookKeeper's
-/// last-add-confirmed); a topic that reads unsynced entries keeps a single layout.
+/// its ledger), so no reader ever receives an entry a crash can take away (as
+/// `BookKeeper`'s last-add-confirmed); a topic that reads unsynced entries keeps a single layout.
 #[derive(Debug)]
 pub(crate) struct Layouts {
     appended: Layout,

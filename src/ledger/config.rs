@@ -22,7 +22,7 @@ pub struct LedgerConfig {
     pub cursor: CursorConfig,
     /// Whether readers see entries before a sync makes them durable. `false` (the default):
     /// every reader (cursors durable or not, waiting reads, backlogs, `ManagedLedger::read`,
-    /// `last_position`, the searches) stops at the last synced entry, as BookKeeper's
+    /// `last_position`, the searches) stops at the last synced entry, as `BookKeeper`'s
     /// last-add-confirmed, and a waiting read is woken by the sync that makes entries durable.
     /// `true`: an entry is readable as soon as `append` returns. The consequence: after a
     /// crash (a power cut, or a process crash before the data reached the kernel), consumers

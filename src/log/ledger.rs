@@ -381,13 +381,11 @@ impl Ledger {
     /// of `written`, which ends a whole frame, so an entry starting below it ends at or below it.
     pub(crate) fn synced_entries(&self) -> u64 {
         let state = self.state();
-        match &state.sealed {
-            Some(s) => s.entry_count,
-            None => {
-                let synced = self.synced.load(Ordering::SeqCst);
-                state.offsets.partition_point(|&o| o < synced) as u64
-            }
+        if let Some(s) = &state.sealed {
+            return s.entry_count;
         }
+        let synced = self.synced.load(Ordering::SeqCst);
+        state.offsets.partition_point(|&o| o < synced) as u64
     }
 
     /// Where open found damage before the tail, if it did.
