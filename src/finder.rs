@@ -4,7 +4,8 @@
 //! Owns: [`Layout`], the in-memory summary of every retained data ledger (entry count, first
 //! message index, first and last timestamp), with the position arithmetic every cursor operation
 //! uses (the entry after or before a position, how many entries follow one), and the two
-//! searches [`find_by_index`] and [`find_by_timestamp`].
+//! searches [`find_by_index`] and [`find_by_timestamp`]; and a topic's two views of its ledgers
+//! (`Layouts`): every entry appended, and the readable prefix that cursors and searches see.
 //!
 //! A search picks the ledger from the summaries without any I/O, then bisects that ledger's
 //! entries through [`EntryLog::read_meta`], which reads one frame header. A ledger of `n`
@@ -12,6 +13,9 @@
 //! `ceil(log2 n) + 2`); each read is counted in [`crate::log::LogStats::header_reads`].
 //!
 //! Must never: write anything, or read a payload.
+
+use std::collections::VecDeque;
+use std::sync::RwLockReadGuard;
 
 use crate::error::Result;
 use crate::log::EntryLog;
@@ -218,6 +222,142 @@ impl Layout {
             .rev()
             .find(|s| s.entries > 0)
             .copied()
+    }
+}
+
+/// A topic's two views of its retained data ledgers, under one lock: every entry appended
+/// (what appends, rollovers, seals and trimming work on), and the readable prefix of it (what
+/// every cursor, `ManagedLedger::read`, `last_position` and the searches see).
+///
+/// Invariant: the readable layout is a prefix of the appended one: its ledgers are the
+/// appended ledgers up to some ledger `L` (all but `L` whole), and it ends at the readable end.
+/// By default that end only moves to an entry a finished fsync covered (a sync, or the seal of
+/// its ledger), so no reader ever receives an entry a crash can take away (as
+/// `BookKeeper`'s last-add-confirmed); a topic that reads unsynced entries keeps a single layout.
+#[derive(Debug)]
+pub(crate) struct Layouts {
+    appended: Layout,
+    /// `None` when unsynced entries are readable: readers see `appended`.
+    readable: Option<Layout>,
+    /// Entries appended but not readable yet, oldest first (empty when `readable` is `None`).
+    pending: VecDeque<Pending>,
+}
+
+/// An appended entry that is not readable yet: what the readable layout needs to end at it.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    position: Position,
+    index: u64,
+    timestamp: u64,
+}
+
+impl Layouts {
+    /// Views of `layout`, every entry of which is durable (what open found); with
+    /// `read_unsynced`, every entry appended later is readable at once.
+    pub(crate) fn new(layout: Layout, read_unsynced: bool) -> Self {
+        Self {
+            readable: (!read_unsynced).then(|| layout.clone()),
+            appended: layout,
+            pending: VecDeque::new(),
+        }
+    }
+
+    /// Every entry appended.
+    pub(crate) fn appended(&self) -> &Layout {
+        &self.appended
+    }
+
+    /// Every entry appended, for an append or a new ledger (then [`Self::appended_entry`]).
+    pub(crate) fn appended_mut(&mut self) -> &mut Layout {
+        &mut self.appended
+    }
+
+    /// What readers see.
+    pub(crate) fn readable(&self) -> &Layout {
+        self.readable.as_ref().unwrap_or(&self.appended)
+    }
+
+    /// Records the entry just appended at `position` (message `index`, `timestamp`); returns
+    /// whether it is readable at once (the topic reads unsynced entries).
+    pub(crate) fn appended_entry(
+        &mut self,
+        position: Position,
+        index: u64,
+        timestamp: u64,
+    ) -> bool {
+        if self.readable.is_none() {
+            return true;
+        }
+        self.pending.push_back(Pending {
+            position,
+            index,
+            timestamp,
+        });
+        false
+    }
+
+    /// Makes readable every appended entry of the ledgers before `ledger` (sealed, so durable)
+    /// and its first `synced` entries; returns whether the readable end moved.
+    pub(crate) fn reveal(&mut self, ledger: u64, synced: u64) -> bool {
+        let Some(readable) = self.readable.as_mut() else {
+            return false;
+        };
+        let mut last = None;
+        while let Some(p) = self.pending.front().copied() {
+            let durable = p.position.ledger_id < ledger
+                || (p.position.ledger_id == ledger && p.position.entry_id < synced);
+            if !durable {
+                break;
+            }
+            last = self.pending.pop_front();
+        }
+        let Some(last) = last else {
+            return false;
+        };
+        let spans = self.appended.spans();
+        let Ok(upto) = spans.binary_search_by_key(&last.position.ledger_id, |s| s.id) else {
+            // Trimming never passes the readable end, so the ledger is retained.
+            return false;
+        };
+        // The readable ledgers are a prefix of the appended ones; the last may be partial.
+        let whole = readable.spans.len().saturating_sub(1).min(upto);
+        readable.spans.truncate(whole);
+        readable
+            .spans
+            .extend(spans.get(whole..=upto).unwrap_or_default().iter().copied());
+        if let Some(span) = readable.spans.last_mut() {
+            span.entries = last.position.entry_id + 1;
+            span.last_timestamp = last.timestamp;
+        }
+        readable.next_index = last.index + 1;
+        true
+    }
+
+    /// Drops the trimmed ledgers `trimmed` (the oldest appended ones) from both views.
+    pub(crate) fn trim(&mut self, trimmed: &[u64]) {
+        self.appended.spans.retain(|s| !trimmed.contains(&s.id));
+        if let Some(readable) = self.readable.as_mut() {
+            readable.spans.retain(|s| !trimmed.contains(&s.id));
+        }
+    }
+}
+
+/// A read lock on a topic's [`Layouts`] that shows its readable layout: what a cursor holds
+/// while it reads, acks or moves (a trim waits for it).
+pub(crate) struct ReadableLayout<'a>(RwLockReadGuard<'a, Layouts>);
+
+impl<'a> ReadableLayout<'a> {
+    /// The readable layout of the locked `layouts`.
+    pub(crate) fn new(layouts: RwLockReadGuard<'a, Layouts>) -> Self {
+        Self(layouts)
+    }
+}
+
+impl std::ops::Deref for ReadableLayout<'_> {
+    type Target = Layout;
+
+    fn deref(&self) -> &Layout {
+        self.0.readable()
     }
 }
 

@@ -14,9 +14,10 @@ use ackstore::{
 use support::topic::{at, mem_topic, on_each_backend, reopen};
 use support::workload::{Rng, seed_from_env};
 
-/// Appends one entry per batch size; returns the positions and sizes.
+/// Appends one entry per batch size and syncs them (readers see synced entries only); returns
+/// the positions and sizes.
 fn append_batches(topic: &ManagedLedger, sizes: &[u32]) -> Vec<(Position, u32)> {
-    sizes
+    let entries = sizes
         .iter()
         .enumerate()
         .map(|(i, &n)| {
@@ -26,7 +27,9 @@ fn append_batches(topic: &ManagedLedger, sizes: &[u32]) -> Vec<(Position, u32)> 
             };
             (topic.append_with(b"batch", meta).unwrap(), n)
         })
-        .collect()
+        .collect();
+    topic.sync().unwrap();
+    entries
 }
 
 fn earliest(topic: &ManagedLedger) -> Cursor {

@@ -37,6 +37,7 @@ fn partial_entries_stay_within_the_lru_budget() {
                 .unwrap()
         })
         .collect();
+    topic.sync().unwrap();
     let c = topic
         .open_cursor("sub", at(InitialPosition::Earliest, false))
         .unwrap();
@@ -70,9 +71,10 @@ use support::workload::{Rng, seed_from_env};
 /// entries make dozens of partitions of partial entries.
 const PER_LEDGER: u64 = 6;
 
-/// Appends one entry per batch size; returns the positions and sizes.
+/// Appends one entry per batch size and syncs them (readers see synced entries only); returns
+/// the positions and sizes.
 fn append_batches(topic: &ManagedLedger, sizes: &[u32]) -> Vec<(Position, u32)> {
-    sizes
+    let entries = sizes
         .iter()
         .enumerate()
         .map(|(i, &n)| {
@@ -82,7 +84,9 @@ fn append_batches(topic: &ManagedLedger, sizes: &[u32]) -> Vec<(Position, u32)> 
             };
             (topic.append_with(b"batch", meta).unwrap(), n)
         })
-        .collect()
+        .collect();
+    topic.sync().unwrap();
+    entries
 }
 
 fn tiny(budget: usize, mode: PersistMode) -> LedgerConfig {

@@ -21,9 +21,10 @@ use support::workload::{Rng, seed_from_env};
 
 const PER_LEDGER: u64 = 8;
 
-/// Appends one entry per batch size; returns the positions and sizes.
+/// Appends one entry per batch size and syncs them (readers see synced entries only); returns
+/// the positions and sizes.
 fn append_batches(topic: &ManagedLedger, sizes: &[u32]) -> Vec<(Position, u32)> {
-    sizes
+    let entries = sizes
         .iter()
         .enumerate()
         .map(|(i, &n)| {
@@ -33,7 +34,9 @@ fn append_batches(topic: &ManagedLedger, sizes: &[u32]) -> Vec<(Position, u32)> 
             };
             (topic.append_with(b"batch", meta).unwrap(), n)
         })
-        .collect()
+        .collect();
+    topic.sync().unwrap();
+    entries
 }
 
 fn earliest(topic: &ManagedLedger) -> Cursor {

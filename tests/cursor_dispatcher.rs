@@ -1,7 +1,7 @@
 //! The cursor operations a dispatcher uses, each against Pulsar's `ManagedCursor` behaviour
 //! and a model: read-position-only seek, skip, many acks under one lock, mark-delete with
 //! properties (atomic, also across power cuts), property removal, backlog between positions,
-//! first unacknowledged entry, last acknowledged range, and the read that waits for appends.
+//! first unacknowledged entry, last acknowledged range, the read that waits for entries, and what readers see (synced entries only).
 
 mod support;
 
@@ -346,18 +346,23 @@ fn backlog_queries_agree_with_the_model() {
 }
 
 #[test]
-fn a_waiting_read_returns_once_another_thread_appends() {
+fn a_waiting_read_is_woken_by_the_sync_that_makes_entries_readable() {
     on_each_backend(4, |topic| {
         let topic = Arc::new(topic);
         append_n(&topic, 2);
         let c = earliest(&topic, "sub");
+        let other = earliest(&topic, "other");
         assert_eq!(c.read_entries(10).unwrap().len(), 2);
+        assert_eq!(other.read_entries(10).unwrap().len(), 2);
         let got = thread::scope(|s| {
-            let reader = s.spawn(|| c.read_entries_or_wait(10, Duration::from_secs(600)));
-            // The read may start waiting before or after this append: it returns the entry
-            // either way, and the test would hang, not pass, if the append did not wake it.
-            thread::sleep(Duration::from_millis(20));
+            let reader = s.spawn(|| c.read_entries_or_wait(10, NEVER));
+            until_parked(&topic, 1);
             let appended = topic.append(b"late").unwrap();
+            assert!(
+                !other.has_more_entries().unwrap() && other.read_entries(10).unwrap().is_empty(),
+                "an unsynced entry is not readable"
+            );
+            topic.sync().unwrap();
             (reader.join().unwrap().unwrap(), appended)
         });
         let (entries, appended) = got;
@@ -366,6 +371,85 @@ fn a_waiting_read_returns_once_another_thread_appends() {
         assert_eq!(entries[0].payload, b"late");
         topic.close().unwrap();
     });
+}
+
+#[test]
+fn readers_stop_at_the_last_synced_entry() {
+    let (disk, topic) = mem_topic(3);
+    let synced = append_n(&topic, 4);
+    let c = earliest(&topic, "sub");
+    let unsynced = support::topic::append_unsynced(&topic, 4);
+    // The first unsynced entries sit in a ledger a rollover sealed: the seal made them durable.
+    let sealed: Vec<Position> = unsynced
+        .iter()
+        .copied()
+        .filter(|p| p.ledger_id == synced[3].ledger_id)
+        .collect();
+    let mut readable = synced.clone();
+    readable.extend(&sealed);
+    assert_eq!(topic.last_position(), readable.last().copied());
+    assert_eq!(topic.next_index(), readable.len() as u64);
+    assert_eq!(topic.find_by_index(readable.len() as u64).unwrap(), None);
+    assert_eq!(c.backlog().unwrap(), readable.len() as u64);
+    assert_eq!(read_positions(&c, 100), readable);
+    assert!(!c.has_more_entries().unwrap());
+    let pending = unsynced[sealed.len()];
+    assert!(matches!(topic.read(pending), Err(Error::NoSuchEntry(_))));
+    assert!(matches!(c.ack(pending), Err(Error::NoSuchEntry(_))));
+    let latest = topic
+        .open_cursor("latest", at(InitialPosition::Latest, true))
+        .unwrap();
+    assert_eq!(
+        read_positions(&latest, 100),
+        vec![*readable.last().unwrap()]
+    );
+    let reader = topic
+        .open_non_durable_cursor(
+            InitialPosition::Earliest,
+            ackstore::NonDurableOptions::default(),
+        )
+        .unwrap();
+    assert_eq!(read_positions(&reader, 100), readable);
+    // A power cut now takes only entries no reader received.
+    let image = disk.durable_image();
+    let after =
+        ackstore::ManagedLedger::open_with_storage(Arc::new(image), support::topic::config(3))
+            .unwrap();
+    assert_eq!(after.last_position(), readable.last().copied());
+    after.close().unwrap();
+    // The sync makes the rest readable to every reader.
+    topic.sync().unwrap();
+    assert_eq!(read_positions(&c, 100), unsynced[sealed.len()..].to_vec());
+    assert_eq!(
+        read_positions(&latest, 100),
+        unsynced[sealed.len()..].to_vec()
+    );
+    assert_eq!(
+        read_positions(&reader, 100),
+        unsynced[sealed.len()..].to_vec()
+    );
+    assert_eq!(topic.last_position(), unsynced.last().copied());
+    assert_eq!(topic.next_index(), 8);
+}
+
+#[test]
+fn read_unsynced_makes_appends_readable_at_once() {
+    let cfg = ackstore::LedgerConfig {
+        read_unsynced: true,
+        ..support::topic::config(3)
+    };
+    let topic =
+        ManagedLedger::open_with_storage(Arc::new(ackstore::MemStorage::new()), cfg).unwrap();
+    let c = earliest(&topic, "sub");
+    let got = thread::scope(|s| {
+        let reader = s.spawn(|| c.read_entries_or_wait(10, NEVER));
+        until_parked(&topic, 1);
+        let p = topic.append(b"at once").unwrap();
+        (reader.join().unwrap().unwrap(), p)
+    });
+    assert_eq!(got.0.len(), 1);
+    assert_eq!(got.0[0].position, got.1);
+    assert_eq!(topic.last_position(), Some(got.1));
 }
 
 #[test]
@@ -411,4 +495,95 @@ fn closing_the_topic_wakes_a_waiting_read_with_closed() {
         reader.join().unwrap()
     });
     assert!(matches!(result, Err(Error::Closed)), "{result:?}");
+}
+
+/// Returns once `n` reads of `topic` are parked in `read_entries_or_wait`.
+fn until_parked(topic: &ManagedLedger, n: usize) {
+    while topic.parked_reads() < n {
+        thread::yield_now();
+    }
+}
+
+/// A read that waits with this timeout must be woken: the test would wait it out, then fail.
+const NEVER: Duration = Duration::from_secs(60);
+
+#[test]
+fn every_move_of_the_read_position_wakes_a_parked_read() {
+    type Move = fn(&Cursor, &[Position]) -> ackstore::Result<()>;
+    let moves: [(&str, Move); 6] = [
+        ("rewind", |c, _| c.rewind()),
+        ("seek", |c, p| c.seek(p[1])),
+        ("seek_by_index", |c, _| c.seek_by_index(1)),
+        ("seek_by_timestamp", |c, _| c.seek_by_timestamp(1000)),
+        ("seek_read_position", |c, p| c.seek_read_position(p[1])),
+        ("seek to before the first entry", |c, _| {
+            c.seek(Position::new(0, 0))
+        }),
+    ];
+    for (what, reposition) in moves {
+        let (_disk, topic) = mem_topic(2);
+        let p = append_n(&topic, 3);
+        topic.sync().unwrap();
+        let c = earliest(&topic, "sub");
+        assert_eq!(read_positions(&c, 10), p, "{what}");
+        let expected = if what == "rewind" || what.contains("before") {
+            p.clone()
+        } else {
+            p[1..].to_vec()
+        };
+        let got = thread::scope(|s| {
+            let reader = s.spawn(|| c.read_entries_or_wait(10, NEVER));
+            until_parked(&topic, 1);
+            reposition(&c, &p).unwrap();
+            reader.join().unwrap()
+        });
+        let got: Vec<Position> = got.unwrap().into_iter().map(|e| e.position).collect();
+        assert_eq!(got, expected, "{what} must wake the parked read");
+    }
+}
+
+#[test]
+fn a_parked_read_of_a_deleted_or_closed_cursor_ends_with_closed() {
+    for delete in [true, false] {
+        let (_disk, topic) = mem_topic(4);
+        append_n(&topic, 2);
+        topic.sync().unwrap();
+        let c = earliest(&topic, "sub");
+        assert_eq!(c.read_entries(10).unwrap().len(), 2);
+        let result = thread::scope(|s| {
+            let reader = s.spawn(|| c.read_entries_or_wait(10, NEVER));
+            until_parked(&topic, 1);
+            if delete {
+                topic.delete_cursor("sub").unwrap();
+            } else {
+                c.close().unwrap();
+            }
+            reader.join().unwrap()
+        });
+        assert!(
+            matches!(result, Err(Error::Closed)),
+            "delete: {delete}: {result:?}"
+        );
+    }
+}
+
+#[test]
+fn a_move_of_another_cursor_wakes_nothing_it_can_read() {
+    let (_disk, topic) = mem_topic(4);
+    let p = append_n(&topic, 2);
+    topic.sync().unwrap();
+    let waiting = earliest(&topic, "waiting");
+    let other = earliest(&topic, "other");
+    assert_eq!(read_positions(&waiting, 10), p);
+    let got = thread::scope(|s| {
+        let reader = s.spawn(|| waiting.read_entries_or_wait(10, NEVER));
+        until_parked(&topic, 1);
+        // Wakes the read, which finds nothing and parks again.
+        other.rewind().unwrap();
+        until_parked(&topic, 1);
+        waiting.seek_read_position(p[1]).unwrap();
+        reader.join().unwrap()
+    });
+    let got: Vec<Position> = got.unwrap().into_iter().map(|e| e.position).collect();
+    assert_eq!(got, vec![p[1]]);
 }

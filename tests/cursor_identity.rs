@@ -14,6 +14,7 @@ fn verify_reports_swapped_cursor_records_as_damage() {
     {
         let ml = ManagedLedger::open(dir.path(), LedgerConfig::default()).unwrap();
         let p: Vec<_> = (0..10).map(|i| ml.append(&[i]).unwrap()).collect();
+        ml.sync().unwrap();
         for (name, upto) in [("ahead", 8), ("behind", 1)] {
             let c = ml.open_cursor(name, CursorOptions::default()).unwrap();
             c.ack_cumulative(p[upto]).unwrap();
@@ -53,6 +54,7 @@ fn a_cursor_record_copied_over_another_is_refused_and_its_ledger_kept() {
     {
         let ml = ManagedLedger::open(dir.path(), LedgerConfig::default()).unwrap();
         let p: Vec<_> = (0..10).map(|i| ml.append(&[i]).unwrap()).collect();
+        ml.sync().unwrap();
         for (name, upto) in [("ahead", 8), ("behind", 1)] {
             let c = ml.open_cursor(name, CursorOptions::default()).unwrap();
             c.ack_cumulative(p[upto]).unwrap();

@@ -51,6 +51,7 @@ fn alternating_acks_over_200_ledgers_survive_close_and_reopen_within_budget() {
             ledgers.push(p.ledger_id);
         }
     }
+    topic.sync().unwrap();
     assert_eq!(ledgers.len() as u64, LEDGERS);
     let cursor = topic
         .open_cursor("sub", at(InitialPosition::Earliest, false))

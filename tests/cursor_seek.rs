@@ -7,9 +7,10 @@ use ackstore::{AppendMeta, InitialPosition, ManagedLedger};
 use ackstore::{Error, Position};
 use support::topic::{append_n, at, mem_topic, on_each_backend, read_positions};
 
-/// Appends entries carrying `batches[i]` messages and timestamp `timestamps[i]`.
+/// Appends entries carrying `batches[i]` messages and timestamp `timestamps[i]`, and syncs them
+/// (readers see synced entries only).
 fn append_batches(topic: &ManagedLedger, batches: &[u32], timestamps: &[u64]) -> Vec<Position> {
-    batches
+    let positions = batches
         .iter()
         .zip(timestamps)
         .map(|(&num_messages, &timestamp)| {
@@ -23,7 +24,9 @@ fn append_batches(topic: &ManagedLedger, batches: &[u32], timestamps: &[u64]) ->
                 )
                 .unwrap()
         })
-        .collect()
+        .collect();
+    topic.sync().unwrap();
+    positions
 }
 
 #[test]
@@ -245,6 +248,7 @@ fn finding_reads_at_most_ceil_log2_n_plus_2_headers_for_every_n_up_to_2000() {
                 },
             )
             .unwrap();
+        topic.sync().unwrap();
         batches.push(num);
         let bound = ceil_log2(n) + 2;
         let b = topic.next_index();
@@ -349,6 +353,7 @@ fn finds_across_many_ledgers_match_a_linear_scan_within_the_header_read_bound() 
                 timestamp: i / 5,
             };
             let pos = topic.append_with(b"x", meta).unwrap();
+            topic.sync().unwrap();
             appended.push((pos, topic.read(pos).unwrap()));
         }
         let log = topic.entry_log().unwrap();

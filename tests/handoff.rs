@@ -339,6 +339,7 @@ fn a_fenced_owners_appends_are_never_read_by_the_new_owner_nor_after_a_reopen() 
     let stale = a.append(b"stale").unwrap();
     assert_eq!(stale, Position::new(p[4].ledger_id, 5));
     let mine = b.append(b"m5").unwrap();
+    b.sync().unwrap();
     assert!(mine.ledger_id > p[4].ledger_id, "{mine} after {}", p[4]);
     let cb = open_sub(&b);
     let read: Vec<u64> = cb
@@ -538,7 +539,7 @@ fn a_stale_owner_appending_during_a_hand_off_leaves_every_ledger_readable() {
         let seen = new.last_position();
         // The stale owner goes on: more entries in the same ledger, synced, then a close
         // (which would seal it).
-        let _ = append_n(&old, 7);
+        let _ = support::topic::append_unsynced(&old, 7);
         let _ = old.sync();
         let _ = old.close();
         drop(old);

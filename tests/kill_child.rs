@@ -10,9 +10,12 @@
 //! was written): `K c L:E` and `C c L:E` *before* an ack or cumulative ack of cursor `c`,
 //! `S c L:E` before a seek and `s c` after it returned `Ok`, `F c` *after* a flush that returned
 //! `Ok`, `X c` after a close that returned `Ok`, `A L:E` after an append returned, `Y` after a
-//! sync returned `Ok`. An append not yet synced may die with the process (its write buffer), and
-//! acks of an entry that is gone are dropped (docs/cursors.md). Checked after every kill:
+//! sync returned `Ok`, `D L:E` for every entry a read delivered. An append not yet synced may
+//! die with the process (its write buffer), and acks of an entry that is gone are dropped
+//! (docs/cursors.md). The child acks, cumulatively acks and seeks to synced entries only (the
+//! only ones a consumer can have received). Checked after every kill:
 //! - every entry appended before the last `Y` is still there (unless trimmed);
+//! - every entry a read delivered is still there (unless trimmed): reads stop at what is durable;
 //!
 //! and over every logged entry still there:
 //! - invariant 1: nothing is acked that the log does not show acked (by an ack, a cumulative
@@ -31,7 +34,7 @@
 
 mod support;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -206,6 +209,8 @@ fn child(through: Through, dir: &Path, log_path: &Path, seed: u64) -> ! {
     let topic = &opened.topic;
     // An earlier child's unsynced appends may be gone (the write buffer dies with the process).
     appended.retain(|&p| topic.read(p).is_ok());
+    // Entries up to here are readable: what open finds is durable, then each sync's appends.
+    let mut synced = appended.len();
     let mut cursors: Vec<Cursor> = (0..CURSORS)
         .map(|c| {
             topic
@@ -220,10 +225,11 @@ fn child(through: Through, dir: &Path, log_path: &Path, seed: u64) -> ! {
         let c = rng.index(CURSORS);
         let cursor = &cursors[c];
         let first = topic.first_position();
-        // A retained entry, mostly a recent one.
+        // A retained synced entry, mostly a recent one.
         let pick = |rng: &mut Rng| -> Option<Position> {
+            let readable = &appended[..synced];
             let retained: &[Position] = match first {
-                Some(f) => &appended[appended.partition_point(|&p| p < f)..],
+                Some(f) => &readable[readable.partition_point(|&p| p < f)..],
                 None => &[],
             };
             if retained.is_empty() {
@@ -247,6 +253,7 @@ fn child(through: Through, dir: &Path, log_path: &Path, seed: u64) -> ! {
                 }
                 if rng.chance(20) {
                     topic.sync().unwrap_or_else(|e| log.fail("sync", &e));
+                    synced = appended.len();
                     log.line("Y");
                 }
             }
@@ -262,6 +269,9 @@ fn child(through: Through, dir: &Path, log_path: &Path, seed: u64) -> ! {
                 let entries = cursor
                     .read_entries(5)
                     .unwrap_or_else(|e| log.fail("read_entries", &e));
+                for e in &entries {
+                    log.line(&format!("D {}", e.position));
+                }
                 for e in entries.iter().filter(|_| rng.chance(70)) {
                     let p = e.position;
                     log.line(&format!("K {c} {p}"));
@@ -321,9 +331,12 @@ fn child(through: Through, dir: &Path, log_path: &Path, seed: u64) -> ! {
                     .unwrap_or_else(|e| log.fail("trim_consumed", &e));
             }
             _ => {
-                let _ = cursor
+                let entries = cursor
                     .read_entries(3)
                     .unwrap_or_else(|e| log.fail("read_entries", &e));
+                for e in &entries {
+                    log.line(&format!("D {}", e.position));
+                }
             }
         }
     }
@@ -351,6 +364,8 @@ struct Parent {
     appended: Vec<Position>,
     /// How many of `appended` the last `Ok` sync covered.
     synced: usize,
+    /// Every entry a read delivered to a consumer.
+    delivered: BTreeSet<Position>,
     cursors: BTreeMap<usize, Model>,
     /// How much of the log has been applied.
     offset: u64,
@@ -392,6 +407,12 @@ impl Parent {
         }
         if tag == "Y" {
             self.synced = self.appended.len();
+            return Ok(());
+        }
+        if tag == "D" {
+            let p = words.next().and_then(parse_position);
+            self.delivered
+                .insert(p.ok_or_else(|| format!("bad log line {line:?}"))?);
             return Ok(());
         }
         if tag == "A" {
@@ -451,6 +472,14 @@ impl Parent {
             if let Err(e) = topic.read(p) {
                 return Err(format!(
                     "round {round}: entry {p} was synced before the kill and is gone: {e}"
+                ));
+            }
+        }
+        for &p in self.delivered.iter().filter(|p| retained(p)) {
+            if let Err(e) = topic.read(p) {
+                return Err(format!(
+                    "round {round}: entry {p} was delivered to a consumer before the kill and \
+                     is gone: {e}"
                 ));
             }
         }

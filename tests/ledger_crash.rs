@@ -131,6 +131,7 @@ fn check(image: &MemStorage, truth: &Truth, n: u64) {
         assert_eq!(truth.flushed, None, "cut at {n}: a flushed cursor vanished");
     }
     let next = topic.append(b"after").unwrap();
+    topic.sync().unwrap();
     assert_eq!(topic.read(next).unwrap().index, expected_index);
     topic.close().unwrap();
 }

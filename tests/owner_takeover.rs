@@ -185,7 +185,7 @@ fn a_sync_after_a_takeover_is_fenced_unless_the_new_owner_sees_the_entries() {
     old.sync().unwrap();
     disk.break_lock();
     let new = reopen(&disk, PER_LEDGER);
-    let late = append_n(&old, 3);
+    let late = support::topic::append_unsynced(&old, 3);
     let synced = old.sync();
     if synced.is_ok() {
         let seen = new.last_position();

@@ -25,11 +25,12 @@ fn a_waiting_read_with_the_largest_timeout_returns_entries() {
     let c = earliest(&topic, "sub");
     let entries = c.read_entries_or_wait(10, Duration::MAX).unwrap();
     assert_eq!(entries.iter().map(|e| e.position).collect::<Vec<_>>(), p);
-    // And with nothing there, an append wakes it.
+    // And with nothing there, the sync that makes an append readable wakes it.
     let got = thread::scope(|s| {
         let reader = s.spawn(|| c.read_entries_or_wait(10, Duration::MAX));
         thread::sleep(Duration::from_millis(20));
         let appended = topic.append(b"late").unwrap();
+        topic.sync().unwrap();
         (reader.join().unwrap().unwrap(), appended)
     });
     assert_eq!(got.0.len(), 1);

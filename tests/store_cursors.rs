@@ -400,6 +400,7 @@ fn trimming_a_store_topic_reads_closed_cursors_from_the_journal() {
     let ps: Vec<Position> = (0..ENTRIES)
         .map(|i| topic.append(format!("{i}").as_bytes()).expect("append"))
         .collect();
+    topic.sync().expect("sync");
     let slow = topic
         .open_cursor("slow", CursorOptions::default())
         .expect("cursor");

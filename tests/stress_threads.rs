@@ -118,7 +118,8 @@ impl Run<'_> {
     /// A random appended position: mostly a recent one, sometimes any.
     fn pick(&self, rng: &mut Rng) -> Option<Position> {
         let a = lock(&self.appended);
-        let n = a.positions.len();
+        // Only synced entries are readable, so only they can have been delivered and acked.
+        let n = a.synced.min(a.positions.len());
         if n == 0 {
             return None;
         }

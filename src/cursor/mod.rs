@@ -40,7 +40,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex, MutexGuard, RwLockReadGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 pub use config::CursorConfig;
@@ -53,7 +53,7 @@ pub use state::{CursorState, NO_MARK_DELETE};
 use crate::ackset::{AckSetStats, MemPartitionStore, RangeSetWrapper, Release};
 use crate::entry::Entry;
 use crate::error::{Error, Result};
-use crate::finder::{self, Layout};
+use crate::finder::{self, Layout, ReadableLayout};
 use crate::log::{EntryLog, lock};
 use crate::observe::CursorLabels;
 use crate::position::Position;
@@ -147,20 +147,23 @@ pub(crate) trait TopicAccess: Send + Sync + fmt::Debug {
     fn log(&self) -> Result<Arc<EntryLog>>;
     /// The retained data ledgers. A cursor holds it while it computes a move and publishes
     /// the resulting mark-delete, so a trim never deletes what a cursor is about to read.
-    fn layout(&self) -> RwLockReadGuard<'_, Layout>;
+    fn layout(&self) -> ReadableLayout<'_>;
     /// [`Error::Fenced`] once a newer owner has opened the topic's directory (one metadata
     /// read). Checked before every write of cursor state, so a handle that lost ownership
     /// writes nothing more, even to a cursor the new owner has not opened yet.
     fn check_owner(&self) -> Result<()>;
     /// Called once a cursor is closed, so the topic forgets it.
     fn release(&self, cursor: &CursorShared);
-    /// How many appends (and topic or cursor closes) the topic has seen; read before a read
-    /// that may wait.
-    fn appends_seen(&self) -> u64;
-    /// Blocks until the count of [`Self::appends_seen`] differs from `seen` or `deadline`
+    /// How many changes that may let a waiting read return the topic has seen (entries made
+    /// readable, read positions moved, cursors closed or deleted, the topic closed); read
+    /// before a read that may wait.
+    fn changes_seen(&self) -> u64;
+    /// Blocks until the count of [`Self::changes_seen`] differs from `seen` or `deadline`
     /// passes (never when `None`: a timeout too large for an instant), whichever is first;
     /// returns the count. Woken by a condvar, never by polling.
-    fn wait_for_append(&self, seen: u64, deadline: Option<std::time::Instant>) -> u64;
+    fn wait_for_change(&self, seen: u64, deadline: Option<std::time::Instant>) -> u64;
+    /// Counts a change and wakes every waiting read (see [`Self::changes_seen`]).
+    fn wake_readers(&self);
 }
 
 /// Name of the metadata record of cursor `id`. Only numeric ids name records: a cursor's own
@@ -652,7 +655,11 @@ impl CursorShared {
         let mut core = lock(&self.core);
         self.closed.store(true, Ordering::SeqCst);
         lock(&self.stop_flusher).take();
-        core.detach()
+        let persister = core.detach();
+        drop(core);
+        // A read of this cursor waiting for entries wakes and finds it closed.
+        self.topic.wake_readers();
+        persister
     }
 
     /// Makes a deferred claim now if recovery's evictions already put unsaved state past the
@@ -833,20 +840,28 @@ impl Cursor {
         Self { shared }
     }
 
-    /// Runs `f` on the state with the topic's layout held, then publishes mark-delete.
+    /// Runs `f` on the state with the topic's layout held, then publishes mark-delete. A move
+    /// of the read position wakes the reads waiting on the topic (see
+    /// [`Self::read_entries_or_wait`]).
     fn with_state<R>(&self, f: impl FnOnce(&mut Core, &Layout) -> Result<R>) -> Result<R> {
         let mut core = self.shared.core()?;
         let layout = self.shared.topic.layout();
+        let read_from = core.state.read_position;
         if !core.durable {
             core.state.follow_trim(&layout)?;
         }
         let result = f(&mut core, &layout);
+        let moved = core.state.read_position != read_from;
         // Acks, skips and trims drop partial entries too: the budget charge follows them now,
         // not at the next flush (which a reader never makes).
         core.state.charge_batch();
         *lock(&self.shared.published_mark) = core.state.mark_delete;
         drop(layout);
         core.claim_if_past_budget(self.shared.topic.as_ref());
+        drop(core);
+        if moved {
+            self.shared.topic.wake_readers();
+        }
         result
     }
 
@@ -975,6 +990,9 @@ impl Cursor {
         };
         core.state.charge_batch();
         *lock(&shared.published_mark) = core.state.mark_delete;
+        drop((layout, core));
+        // Every reset moves the read position: a read waiting for entries looks again.
+        shared.topic.wake_readers();
         refreshed
     }
 
@@ -1180,26 +1198,30 @@ impl Cursor {
         self.shared.core()?.state.acks.last_range()
     }
 
-    /// Like [`Self::read_entries`], but when nothing is there to read, waits until an entry is
-    /// appended (by any thread) or `timeout` passes, then reads again; returns an empty vector
-    /// only once `timeout` has passed with nothing to read. The wait sleeps on the topic's
-    /// condvar, woken by every append: no polling. Appends of entries this cursor skips
-    /// (already acknowledged) wake it and it waits on for what remains of `timeout`.
+    /// Like [`Self::read_entries`], but when nothing is there to read, waits until there may
+    /// be (entries become readable, or the read position moves) or `timeout` passes, then reads
+    /// again; returns an empty vector only when a read at the deadline finds nothing. The wait
+    /// sleeps on the topic's condvar, never polls; it is woken by every change that can give
+    /// it entries: entries made readable (see `docs/cursors.md`, "Read visibility"), and any
+    /// move of this cursor's read position (`rewind`, every seek, `seek_read_position`, acks
+    /// and skips that move it). A wake that finds nothing (entries this cursor skips, another
+    /// cursor's move) waits on for what remains of `timeout`.
     ///
     /// # Errors
-    /// As [`Self::read_entries`]; [`Error::Closed`] when the cursor or the topic is closed
-    /// meanwhile (a topic close wakes every waiting read).
+    /// As [`Self::read_entries`]; [`Error::Closed`] when the cursor is closed or deleted, or
+    /// the topic closed, meanwhile: each wakes the waiting read at once.
     pub fn read_entries_or_wait(&self, max: usize, timeout: Duration) -> Result<Vec<Entry>> {
         // A timeout no instant can hold (`Duration::MAX`) waits for as long as it takes.
         let deadline = Instant::now().checked_add(timeout);
         loop {
-            let seen = self.shared.topic.appends_seen();
+            let seen = self.shared.topic.changes_seen();
             let entries = self.read_entries(max)?;
             if !entries.is_empty() || max == 0 {
                 return Ok(entries);
             }
-            if self.shared.topic.wait_for_append(seen, deadline) == seen {
-                return Ok(entries);
+            if self.shared.topic.wait_for_change(seen, deadline) == seen {
+                // The deadline: whatever became readable without a wake is still returned.
+                return self.read_entries(max);
             }
         }
     }

@@ -20,6 +20,16 @@ pub struct LedgerConfig {
     pub log: LogConfig,
     /// Settings of every cursor.
     pub cursor: CursorConfig,
+    /// Whether readers see entries before a sync makes them durable. `false` (the default):
+    /// every reader (cursors durable or not, waiting reads, backlogs, `ManagedLedger::read`,
+    /// `last_position`, the searches) stops at the last synced entry, as `BookKeeper`'s
+    /// last-add-confirmed, and a waiting read is woken by the sync that makes entries durable.
+    /// `true`: an entry is readable as soon as `append` returns. The consequence: after a
+    /// crash (a power cut, or a process crash before the data reached the kernel), consumers
+    /// may have received, processed and acknowledged entries that no longer exist, and that
+    /// a producer was never told were stored; a later entry then takes their positions. See
+    /// `docs/cursors.md`, "Read visibility".
+    pub read_unsynced: bool,
 }
 
 impl Default for LedgerConfig {
@@ -29,6 +39,7 @@ impl Default for LedgerConfig {
             max_ledger_bytes: 1 << 30,
             log: LogConfig::default(),
             cursor: CursorConfig::default(),
+            read_unsynced: false,
         }
     }
 }

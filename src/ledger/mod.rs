@@ -141,10 +141,12 @@ impl ManagedLedger {
         self.core.append(payload, meta.num_messages, meta.timestamp)
     }
 
-    /// Reads the entry at `pos`.
+    /// Reads the entry at `pos`, a readable entry: by default one a sync has made durable
+    /// (see [`LedgerConfig::read_unsynced`]).
     ///
     /// # Errors
-    /// [`Error::NoSuchEntry`] when `pos` is not a retained entry.
+    /// [`Error::NoSuchEntry`] when `pos` is not a retained readable entry (appended but not
+    /// synced yet, for one).
     pub fn read(&self, pos: Position) -> Result<Entry> {
         let log = self.core.log()?;
         if !self.core.layout().contains(pos) {
@@ -158,32 +160,39 @@ impl ManagedLedger {
         }
     }
 
-    /// The first retained entry; `None` on a topic without entries.
+    /// The first retained readable entry; `None` when there is none.
     #[must_use]
     pub fn first_position(&self) -> Option<Position> {
         self.core.layout().first_entry()
     }
 
-    /// The last entry; `None` on a topic without entries.
+    /// The last readable entry (by default the last one a sync made durable, Pulsar's
+    /// last-confirmed entry; see [`LedgerConfig::read_unsynced`]); `None` when there is none.
+    /// A cursor opened at `Latest` reads the entry after it first; with `inclusive`, this one.
     #[must_use]
     pub fn last_position(&self) -> Option<Position> {
         self.core.layout().last_entry()
     }
 
-    /// One past the index of the last message appended (0 on a new topic).
+    /// One past the index of the last readable message (0 on a new topic): `B` of the indexes
+    /// `[A, B)` that `find_by_index` and `Cursor::seek_by_index` search.
     #[must_use]
     pub fn next_index(&self) -> u64 {
         self.core.layout().next_index()
     }
 
-    /// Summaries of the retained data ledgers, oldest first (the last one may still be open).
+    /// Summaries of the retained data ledgers, oldest first (the last one may still be open),
+    /// with every entry appended, synced or not: what the topic stores, not what readers see
+    /// (see [`Self::last_position`]).
     #[must_use]
     pub fn ledgers(&self) -> Vec<LedgerSpan> {
-        self.core.layout().spans().to_vec()
+        self.core.layouts().appended().spans().to_vec()
     }
 
     /// Makes every entry appended so far durable (fdatasync of the open ledger; sealed ones
-    /// were synced when sealed). Survives power loss once it returns.
+    /// were synced when sealed). Survives power loss once it returns. The entries it covers
+    /// become readable (a sync is what makes entries readable by default, as a seal does) and
+    /// every waiting read wakes.
     ///
     /// # Errors
     /// [`Error::Fenced`] when a newer owner has opened the directory since this handle: the
@@ -250,15 +259,16 @@ impl ManagedLedger {
     }
 
     /// The first entry whose message index is at least `index` (the entry holding message
-    /// `index`), the first retained entry when `index` is older, `None` when `index` has not
-    /// been appended yet. At most `ceil(log2 n) + 2` entry-header reads.
+    /// `index`), the first retained entry when `index` is older, `None` when no readable entry
+    /// holds `index` yet (see [`Self::next_index`]). At most `ceil(log2 n) + 2` entry-header
+    /// reads.
     pub fn find_by_index(&self, index: u64) -> Result<Option<Position>> {
         let log = self.core.log()?;
         finder::find_by_index(&log, &self.core.layout(), index)
     }
 
-    /// The last entry whose timestamp is at most `timestamp`; `None` when every entry is
-    /// younger. At most `ceil(log2 n) + 2` entry-header reads.
+    /// The last readable entry whose timestamp is at most `timestamp`; `None` when every
+    /// readable entry is younger. At most `ceil(log2 n) + 2` entry-header reads.
     pub fn find_by_timestamp(&self, timestamp: u64) -> Result<Option<Position>> {
         let log = self.core.log()?;
         finder::find_by_timestamp(&log, &self.core.layout(), timestamp)
@@ -301,6 +311,15 @@ impl ManagedLedger {
     #[doc(hidden)]
     pub fn entry_log(&self) -> Result<Arc<EntryLog>> {
         self.core.log()
+    }
+
+    /// Reads of this topic's cursors now parked in `Cursor::read_entries_or_wait`, so a test
+    /// can act while a read waits.
+    #[cfg(feature = "internals")]
+    #[doc(hidden)]
+    #[must_use]
+    pub fn parked_reads(&self) -> usize {
+        self.core.parked_reads()
     }
 
     /// Whether [`Self::close`] has begun (a store opens such a topic again on its next use,

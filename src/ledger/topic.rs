@@ -5,6 +5,10 @@
 //! trimming. [`crate::ledger::ManagedLedger`] and every [`crate::cursor::Cursor`] share one
 //! `TopicCore`.
 //!
+//! What readers see: an appended entry becomes readable once a finished fsync covers it (see
+//! `finder::Layouts` and `docs/cursors.md`, "Read visibility"): the sync and the seal that
+//! cover entries move the readable end and wake the waiting reads.
+//!
 //! Lock order (outer first): `writer` -> `layout` -> `cursors` -> a cursor's published
 //! mark-delete. A cursor operation takes its own state lock, then `layout` for reading; it never
 //! takes `writer` or `cursors` while holding its state.
@@ -20,7 +24,7 @@ use super::config::LedgerConfig;
 use crate::cursor::journal::TopicJournal;
 use crate::cursor::{self, CursorShared, NO_MARK_DELETE, TopicAccess};
 use crate::error::{Error, Result};
-use crate::finder::{Layout, LedgerSpan};
+use crate::finder::{Layout, Layouts, LedgerSpan, ReadableLayout};
 use crate::format::meta::{CursorRecord, LedgerRecord, TopicRecord};
 use crate::log::{EntryLog, EntryMeta, IdSource, lock};
 use crate::meta::MetaStore;
@@ -54,7 +58,8 @@ pub(crate) struct TopicCore {
     log: RwLock<Option<Arc<EntryLog>>>,
     pub(crate) meta: Arc<dyn MetaStore>,
     pub(crate) config: LedgerConfig,
-    layout: RwLock<Layout>,
+    /// Every appended entry and the readable prefix of them.
+    layout: RwLock<Layouts>,
     writer: Mutex<Writer>,
     /// The topic record's version as this handle last wrote it (a copy of `Writer::version`
     /// that cursors read without taking `writer`).
@@ -87,10 +92,10 @@ pub(crate) struct TopicCore {
     /// record, never consulted by trimming. Keyed so opening and closing one costs O(1)
     /// whatever the number of readers.
     readers: Mutex<HashMap<u64, Weak<CursorShared>>>,
-    /// Appends so far (and topic and cursor closes), counted under the lock of `appended_cv`: a waiting
-    /// read sleeps on the condvar until the count moves past the value it saw before reading.
-    appended: Mutex<u64>,
-    appended_cv: Condvar,
+    /// What may let a waiting read return: see [`Wakes`]. A waiting read sleeps on `wakes_cv`
+    /// until the count moves past the value it saw before reading.
+    wakes: Mutex<Wakes>,
+    wakes_cv: Condvar,
     /// For a topic of a store: the store's journal, through which its cursors persist.
     pub(crate) journal: Option<TopicJournal>,
     /// Ledger files to delete once the topic record no longer lists them durably: empty
@@ -115,12 +120,13 @@ impl TopicCore {
         layout: Layout,
         writer: Writer,
     ) -> Self {
+        let read_unsynced = config.read_unsynced;
         Self {
             location: log.storage().location(),
             log: RwLock::new(Some(log)),
             meta,
             config,
-            layout: RwLock::new(layout),
+            layout: RwLock::new(Layouts::new(layout, read_unsynced)),
             owned_version: AtomicU64::new(writer.version),
             committing: Mutex::new(writer.record.clone()),
             writer: Mutex::new(writer),
@@ -131,8 +137,8 @@ impl TopicCore {
             adopted: AtomicBool::new(false),
             fence_reported: AtomicBool::new(false),
             readers: Mutex::new(HashMap::new()),
-            appended: Mutex::new(0),
-            appended_cv: Condvar::new(),
+            wakes: Mutex::new(Wakes::default()),
+            wakes_cv: Condvar::new(),
             journal: None,
             deferred_deletes: Mutex::new(Vec::new()),
         }
@@ -181,13 +187,25 @@ impl TopicCore {
         lock(&self.readers)
     }
 
-    /// Wakes every read waiting for an append (after an append, or as the topic closes).
-    fn notify_appended(&self) {
-        *lock(&self.appended) += 1;
-        self.appended_cv.notify_all();
+    /// Wakes every waiting read: entries became readable, a read position moved, or a cursor
+    /// or the topic closed. Each read looks again and waits on if it still finds nothing.
+    fn wake_all(&self) {
+        lock(&self.wakes).count += 1;
+        self.wakes_cv.notify_all();
     }
 
-    fn layout_mut(&self) -> RwLockWriteGuard<'_, Layout> {
+    /// Reads currently waiting in `Cursor::read_entries_or_wait` (for tests that must act
+    /// while a read is parked).
+    pub(crate) fn parked_reads(&self) -> usize {
+        lock(&self.wakes).parked
+    }
+
+    /// Both views of the ledgers: every appended entry, and the readable prefix.
+    pub(crate) fn layouts(&self) -> RwLockReadGuard<'_, Layouts> {
+        self.layout.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn layout_mut(&self) -> RwLockWriteGuard<'_, Layouts> {
         self.layout.write().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -397,7 +415,7 @@ impl TopicCore {
             None => self.start_ledger(&log, &mut w)?,
         };
         let timestamp = timestamp.max(w.last_timestamp);
-        let index = self.layout().next_index() + u64::from(num_messages) - 1;
+        let index = self.layouts().appended().next_index() + u64::from(num_messages) - 1;
         let meta = EntryMeta {
             index,
             num_messages,
@@ -406,7 +424,8 @@ impl TopicCore {
         let entry_id = log.append(ledger, meta, payload)?;
         w.last_timestamp = timestamp;
         w.current_bytes += payload.len() as u64;
-        let mut layout = self.layout_mut();
+        let mut layouts = self.layout_mut();
+        let layout = layouts.appended_mut();
         layout.set_next_index(index + 1);
         if let Some(span) = layout.spans_mut().last_mut() {
             if span.entries == 0 {
@@ -415,13 +434,22 @@ impl TopicCore {
             span.entries = entry_id + 1;
             span.last_timestamp = timestamp;
         }
-        drop(layout);
-        self.notify_appended();
-        Ok(Position::new(ledger, entry_id))
+        let position = Position::new(ledger, entry_id);
+        let readable = layouts.appended_entry(position, index, timestamp);
+        drop(layouts);
+        if readable {
+            self.wake_all();
+        }
+        Ok(position)
     }
 
     fn current_is_full(&self, w: &Writer) -> bool {
-        let entries = self.layout().spans().last().map_or(0, |s| s.entries);
+        let entries = self
+            .layouts()
+            .appended()
+            .spans()
+            .last()
+            .map_or(0, |s| s.entries);
         entries >= self.config.max_entries_per_ledger
             || w.current_bytes >= self.config.max_ledger_bytes
     }
@@ -431,7 +459,7 @@ impl TopicCore {
     fn start_ledger(&self, log: &EntryLog, w: &mut Writer) -> Result<u64> {
         self.check_owner(w)?;
         let id = log.create_ledger()?;
-        let first_index = self.layout().next_index();
+        let first_index = self.layouts().appended().next_index();
         let mut record = w.record.clone();
         record.ledgers.push(LedgerRecord {
             id,
@@ -442,13 +470,16 @@ impl TopicCore {
         });
         record.next_ledger_id = record.next_ledger_id.max(id + 1);
         self.commit(w, record)?;
-        self.layout_mut().spans_mut().push(LedgerSpan {
-            id,
-            entries: 0,
-            first_index,
-            first_timestamp: w.last_timestamp,
-            last_timestamp: w.last_timestamp,
-        });
+        self.layout_mut()
+            .appended_mut()
+            .spans_mut()
+            .push(LedgerSpan {
+                id,
+                entries: 0,
+                first_index,
+                first_timestamp: w.last_timestamp,
+                last_timestamp: w.last_timestamp,
+            });
         w.current = Some(id);
         w.current_bytes = 0;
         Ok(id)
@@ -459,7 +490,8 @@ impl TopicCore {
         let Some(id) = w.current else { return Ok(()) };
         self.check_owner(w)?;
         log.seal(id)?;
-        let span = self.layout().span(id).copied();
+        self.reveal_synced(log, id)?;
+        let span = self.layouts().appended().span(id).copied();
         let mut record = w.record.clone();
         if let (Some(span), Some(rec)) = (span, record.ledgers.iter_mut().find(|l| l.id == id)) {
             *rec = ledger_record(&span);
@@ -473,14 +505,24 @@ impl TopicCore {
     /// Makes every entry appended so far durable.
     pub(crate) fn sync(&self) -> Result<()> {
         let log = self.log()?;
-        let current = self.writer().current;
-        match current {
-            Some(id) => log.sync(id)?,
-            None => return Ok(()),
-        }
+        let Some(id) = self.writer().current else {
+            return Ok(());
+        };
+        log.sync(id)?;
         // After the fsync, before `Ok`: a newer owner records this ledger at the count it read
         // after its claim, so entries synced after that claim are never read by anyone.
-        self.check_version(self.owned_version.load(Ordering::SeqCst))
+        self.check_version(self.owned_version.load(Ordering::SeqCst))?;
+        self.reveal_synced(&log, id)
+    }
+
+    /// Makes readable the entries of `ledger` (and of the sealed ledgers before it) that a
+    /// finished fsync covered, and wakes the waiting reads if any became readable.
+    fn reveal_synced(&self, log: &EntryLog, ledger: u64) -> Result<()> {
+        let synced = log.synced_entries(ledger)?;
+        if self.layout_mut().reveal(ledger, synced) {
+            self.wake_all();
+        }
+        Ok(())
     }
 
     /// Deletes the sealed data ledgers every cursor has acknowledged entirely; see
@@ -488,7 +530,8 @@ impl TopicCore {
     pub(crate) fn trim_consumed(&self) -> Result<Vec<u64>> {
         let log = self.log()?;
         let mut w = self.writer();
-        let mut layout = self.layout_mut();
+        let mut layouts = self.layout_mut();
+        let layout = layouts.appended();
         let bound = self.consumed_bound(&w.record)?;
         // The last non-empty ledger stays: it carries the topic's last position, index and
         // timestamp.
@@ -510,8 +553,8 @@ impl TopicCore {
         let mut record = w.record.clone();
         record.ledgers.retain(|l| !consumed.contains(&l.id));
         self.commit(&mut w, record)?;
-        layout.spans_mut().drain(..consumed.len());
-        drop(layout);
+        layouts.trim(&consumed);
+        drop(layouts);
         drop(w);
         // The record no longer lists them; a file left behind by a crash here is deleted by
         // the next open.
@@ -582,7 +625,8 @@ impl TopicCore {
         {
             let mut w = self.writer();
             let has_entries = self
-                .layout()
+                .layouts()
+                .appended()
                 .spans()
                 .last()
                 .is_some_and(|s| Some(s.id) == w.current && s.entries > 0);
@@ -594,9 +638,19 @@ impl TopicCore {
             self.close_failed.store(true, Ordering::SeqCst);
         }
         *self.log.write().unwrap_or_else(PoisonError::into_inner) = None;
-        self.notify_appended();
+        self.wake_all();
         first_error.map_or(Ok(()), Err)
     }
+}
+
+/// The waiting reads' wake-up count and how many reads wait.
+#[derive(Debug, Default)]
+struct Wakes {
+    /// Changes that may let a waiting read return: entries made readable, moves of a read
+    /// position, closes and deletions of cursors, the topic's close.
+    count: u64,
+    /// Reads sleeping on the condvar now.
+    parked: usize,
 }
 
 /// The entries every cursor has acknowledged.
@@ -643,21 +697,22 @@ impl TopicAccess for TopicCore {
             .ok_or(Error::Closed)
     }
 
-    fn layout(&self) -> RwLockReadGuard<'_, Layout> {
-        self.layout.read().unwrap_or_else(PoisonError::into_inner)
+    fn layout(&self) -> ReadableLayout<'_> {
+        ReadableLayout::new(self.layouts())
     }
 
     fn check_owner(&self) -> Result<()> {
         self.check_version(self.owned_version.load(Ordering::SeqCst))
     }
 
-    fn wait_for_append(&self, seen: u64, deadline: Option<Instant>) -> u64 {
-        let mut count = lock(&self.appended);
-        while *count == seen {
+    fn wait_for_change(&self, seen: u64, deadline: Option<Instant>) -> u64 {
+        let mut wakes = lock(&self.wakes);
+        wakes.parked += 1;
+        while wakes.count == seen {
             let Some(deadline) = deadline else {
-                count = self
-                    .appended_cv
-                    .wait(count)
+                wakes = self
+                    .wakes_cv
+                    .wait(wakes)
                     .unwrap_or_else(PoisonError::into_inner);
                 continue;
             };
@@ -665,17 +720,22 @@ impl TopicAccess for TopicCore {
             if left == Duration::ZERO {
                 break;
             }
-            count = self
-                .appended_cv
-                .wait_timeout(count, left)
+            wakes = self
+                .wakes_cv
+                .wait_timeout(wakes, left)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
-        *count
+        wakes.parked -= 1;
+        wakes.count
     }
 
-    fn appends_seen(&self) -> u64 {
-        *lock(&self.appended)
+    fn changes_seen(&self) -> u64 {
+        lock(&self.wakes).count
+    }
+
+    fn wake_readers(&self) {
+        self.wake_all();
     }
 
     fn release(&self, cursor: &CursorShared) {
@@ -698,6 +758,6 @@ impl TopicAccess for TopicCore {
         }
         // A read of this cursor waiting for an append wakes and finds it closed; reads of
         // other cursors wake and wait on for what is left of their timeout.
-        self.notify_appended();
+        self.wake_all();
     }
 }

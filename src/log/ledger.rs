@@ -376,6 +376,18 @@ impl Ledger {
         }
     }
 
+    /// Number of entries every byte of which a finished fsync covered (all of them once
+    /// sealed): the durable prefix readers may see. The synced length only ever takes a value
+    /// of `written`, which ends a whole frame, so an entry starting below it ends at or below it.
+    pub(crate) fn synced_entries(&self) -> u64 {
+        let state = self.state();
+        if let Some(s) = &state.sealed {
+            return s.entry_count;
+        }
+        let synced = self.synced.load(Ordering::SeqCst);
+        state.offsets.partition_point(|&o| o < synced) as u64
+    }
+
     /// Where open found damage before the tail, if it did.
     pub(crate) fn damage(&self) -> Option<(u64, CorruptionKind)> {
         self.damaged.clone()

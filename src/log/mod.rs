@@ -562,6 +562,14 @@ impl EntryLog {
         Ok(self.ledger(ledger)?.entry_count())
     }
 
+    /// Number of entries of `ledger` that are durable: the prefix a finished fsync (of a
+    /// [`EntryLog::sync`] or a seal) covered, every entry of a sealed ledger, and every entry
+    /// open found. An entry appended after it is readable through this log but may be lost in a
+    /// crash.
+    pub fn synced_entries(&self, ledger: u64) -> Result<u64> {
+        Ok(self.ledger(ledger)?.synced_entries())
+    }
+
     /// Ids of every ledger, ascending.
     #[must_use]
     pub fn ledger_ids(&self) -> Vec<u64> {

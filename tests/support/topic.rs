@@ -28,8 +28,17 @@ pub fn reopen(disk: &MemStorage, per_ledger: u64) -> ManagedLedger {
     ManagedLedger::open_with_storage(Arc::new(disk.clone()), config(per_ledger)).expect("reopen")
 }
 
-/// Appends `n` single-message entries with timestamps 1000, 1001, ...; returns their positions.
+/// Appends `n` single-message entries with timestamps 1000, 1001, ..., then syncs them (what a
+/// broker does before it dispatches: readers see synced entries only); returns their positions.
 pub fn append_n(topic: &ManagedLedger, n: u64) -> Vec<Position> {
+    let positions = append_unsynced(topic, n);
+    topic.sync().expect("sync");
+    positions
+}
+
+/// Appends `n` single-message entries as [`append_n`], without syncing them (readers do not see
+/// them until a sync).
+pub fn append_unsynced(topic: &ManagedLedger, n: u64) -> Vec<Position> {
     (0..n)
         .map(|i| {
             topic
