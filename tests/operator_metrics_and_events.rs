@@ -133,6 +133,7 @@ fn alternating_acks(topic: &ManagedLedger, cursor: &ackstore::Cursor, n: u64) {
     let positions: Vec<Position> = (0..n)
         .map(|i| topic.append(format!("m{i}").as_bytes()).unwrap())
         .collect();
+    topic.sync().unwrap();
     for p in positions.iter().skip(1).step_by(2) {
         cursor.ack(*p).unwrap();
     }

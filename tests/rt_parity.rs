@@ -7,7 +7,7 @@ mod support;
 use std::thread;
 use std::time::Duration;
 
-use ackstore::{Cursor, Error, InitialPosition, ManagedLedger, Position};
+use ackstore::{Cursor, Error, InitialPosition, MAX_BATCH_SIZE, ManagedLedger, Position};
 use support::topic::{append_n, at, mem_topic, read_positions};
 
 fn earliest(topic: &ManagedLedger, name: &str) -> Cursor {
@@ -101,14 +101,23 @@ fn hostile_batch_index_arguments_change_nothing() {
         c.ack_batch_index(Position::new(u64::MAX, u64::MAX), 0, 2),
         Err(Error::NoSuchEntry(_))
     ));
-    assert!(c.ack_batch_index(p[2], u32::MAX - 1, u32::MAX).unwrap());
-    assert!(c.is_batch_index_acked(p[2], u32::MAX - 1).unwrap());
+    // Above the maximum batch size: refused, nothing changes.
+    assert!(matches!(
+        c.ack_batch_index(p[2], u32::MAX - 1, u32::MAX),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(!c.is_batch_index_acked(p[2], u32::MAX - 1).unwrap());
+    assert!(
+        c.ack_batch_index(p[2], MAX_BATCH_SIZE - 1, MAX_BATCH_SIZE)
+            .unwrap()
+    );
+    assert!(c.is_batch_index_acked(p[2], MAX_BATCH_SIZE - 1).unwrap());
     assert!(!c.is_batch_index_acked(p[2], 0).unwrap());
     assert_eq!(c.stats().unwrap().partial_entries, 2);
     c.flush().unwrap();
     c.close().unwrap();
     let c = earliest(&topic, "sub");
-    assert!(c.is_batch_index_acked(p[2], u32::MAX - 1).unwrap());
+    assert!(c.is_batch_index_acked(p[2], MAX_BATCH_SIZE - 1).unwrap());
     assert!(c.is_batch_index_acked(p[1], 1).unwrap());
     assert!(matches!(
         c.ack_batch_index(p[1], 2, 6),

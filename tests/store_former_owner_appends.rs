@@ -49,9 +49,12 @@ fn run(new_owner_appends: bool) -> Run {
         .map(|_| ot.append(b"late").expect("append"))
         .collect();
     let late_synced = ot.sync().is_ok();
-    let _ = oc.ack(late[0]);
-    truth.insert(late[0]);
-    if oc.flush().is_ok() {
+    // Its ack of a late entry takes only if the entry became readable (its sync returned Ok).
+    let acked = oc.ack(late[0]).is_ok_and(|changed| changed);
+    if acked {
+        truth.insert(late[0]);
+    }
+    if oc.flush().is_ok() && acked {
         flushed.insert(late[0]);
     }
 

@@ -54,10 +54,10 @@ fn topics_are_created_lazily_and_reopen_with_their_entries_and_cursors() {
                     .append(format!("{name}/{j}").as_bytes())
                     .expect("append");
             }
+            topic.sync().expect("sync");
             let cursor = topic.open_cursor("sub", earliest()).expect("cursor");
             cursor.ack(Position::new(1, 0)).expect("ack");
             cursor.flush().expect("flush");
-            topic.sync().expect("sync");
         }
         assert!(Arc::ptr_eq(
             &store.topic(names[0]).expect("again"),
