@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use ackstore::{CursorOptions, Error, LedgerConfig, ManagedLedger, MemStorage, Store};
@@ -199,4 +199,83 @@ fn every_call_of_a_fenced_store_answers_fenced() {
     }
     assert!(wrong.is_empty(), "a former owner heard: {wrong:#?}");
     drop(new);
+}
+
+/// A store with tiny journal segments (a rollover and a new segment every few ticks) whose
+/// three cursors share a small ack budget (evictions between ticks).
+fn rolling_store_config() -> ackstore::StoreConfig {
+    let mut config = store_config(50);
+    config.ledger.cursor.persist_mode = ackstore::PersistMode::MultiEntry;
+    config.ack_memory_bytes = Some(2 << 10);
+    config.flusher_threads = 0;
+    config.journal.segment_bytes = 4096;
+    config
+}
+
+/// The disk fills at every write in turn of a workload of ticks, evictions, rollovers and new
+/// segments (the catalog's write that lists a new segment included); once space returns, the
+/// next `flush_all` succeeds, and a power cut right after it keeps exactly the acks made.
+#[test]
+fn a_full_disk_at_any_journal_write_is_retried_once_space_returns() {
+    const ENTRIES: usize = 1_000;
+    const CURSORS: usize = 3;
+    let mut wrong = Vec::new();
+    for k in 0..250u64 {
+        let disk = MemStorage::new();
+        let config = rolling_store_config();
+        let store = Store::open_with_storage(Arc::new(disk.clone()), config.clone()).expect("open");
+        let topic = store.topic("t").expect("topic");
+        let ps = support::topic::append_n(&topic, ENTRIES as u64);
+        topic.sync().expect("sync");
+        let cursors: Vec<_> = (0..CURSORS)
+            .map(|i| {
+                topic
+                    .open_cursor(&format!("c{i}"), CursorOptions::default())
+                    .expect("cursor")
+            })
+            .collect();
+        let mut model = vec![BTreeSet::new(); CURSORS];
+        store.flush_all().expect("a flush with space");
+        disk.enospc_after(Some(k));
+        for round in 0..6 {
+            for (ci, c) in cursors.iter().enumerate() {
+                for i in ((round * 7 + ci)..ENTRIES).step_by(11 + ci) {
+                    if c.ack(ps[i]).is_ok() {
+                        model[ci].insert(i);
+                    }
+                }
+            }
+            // Fails or not, depending on where the disk filled.
+            let _ = store.flush_all();
+        }
+        disk.enospc_after(None);
+        if let Err(e) = store.flush_all() {
+            wrong.push(format!(
+                "full from write {k}: flush_all once space returned: {e}"
+            ));
+            continue;
+        }
+        let image = disk.durable_image();
+        drop((cursors, topic, store));
+        let store = Store::open_with_storage(Arc::new(image), config).expect("reopen");
+        let topic = store.topic("t").expect("topic");
+        for (ci, acked) in model.iter().enumerate() {
+            let c = topic
+                .open_cursor(&format!("c{ci}"), CursorOptions::default())
+                .expect("cursor");
+            let kept: BTreeSet<usize> = (0..ENTRIES)
+                .filter(|&i| c.is_acked(ps[i]).expect("is_acked"))
+                .collect();
+            if &kept != acked {
+                wrong.push(format!(
+                    "full from write {k}: cursor c{ci} kept {} acks, acked {} (lost {:?}, invented {:?})",
+                    kept.len(),
+                    acked.len(),
+                    acked.difference(&kept).next(),
+                    kept.difference(acked).next()
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
 }
