@@ -279,3 +279,30 @@ fn a_full_disk_at_any_journal_write_is_retried_once_space_returns() {
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
+
+/// A store's topic directory handed to `ManagedLedger::open_with_storage` as a storage of its
+/// own is refused as when it is named by its path, running or not.
+#[test]
+fn a_stores_topic_directory_as_a_storage_of_its_own_is_refused() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let store = Store::open(dir.path(), store_config(1_000)).expect("open");
+    let topic = store.topic("t").expect("topic");
+    let p = topic.append(b"store's entry").expect("append");
+    topic.sync().expect("sync");
+    let storage =
+        || Arc::new(ackstore::FileStorage::open(dir.path().join("t1"), false).expect("storage"));
+    assert_owned_by_store(
+        ManagedLedger::open_with_storage(storage(), LedgerConfig::default()),
+        "the running store's topic as a storage",
+    );
+    drop(topic);
+    store.close().expect("close");
+    drop(store);
+    assert_owned_by_store(
+        ManagedLedger::open_with_storage(storage(), LedgerConfig::default()),
+        "the closed store's topic as a storage",
+    );
+    let store = Store::open(dir.path(), store_config(1_000)).expect("reopen");
+    let topic = store.topic("t").expect("topic");
+    assert_eq!(topic.last_position(), Some(p), "only the store's entry");
+}

@@ -164,6 +164,9 @@ pub(crate) fn open(
     let location = storage.location();
     if journal.is_none() {
         refuse_store_directory(&storage)?;
+        if let Some(dir) = storage.local_dir() {
+            refuse_store_topic_dir(dir)?;
+        }
     }
     let guard = storage.lock()?;
     let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(storage.clone()));
