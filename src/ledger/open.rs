@@ -65,9 +65,38 @@ use crate::storage::Storage;
 /// open with stale cursors after the store closed. (A store's own directory, which holds its
 /// flat-layout topics' files, is refused by [`open`] itself: it holds the catalog.)
 ///
+/// The check holds for every name of the directory: `dir` as given and its resolved form (every
+/// symlink, `.` and `..` resolved; for a directory not created yet, its resolved parent) are
+/// both checked, so a symlink to a store's topic or a path through `..` is refused the same.
+///
 /// # Errors
-/// [`Error::OwnedByStore`]; the errors of reading the parent's catalog record.
+/// [`Error::OwnedByStore`] (naming `dir` as given); the errors of reading the parent's catalog
+/// record.
 pub(crate) fn refuse_store_topic_dir(dir: &std::path::Path) -> Result<()> {
+    refuse_store_topic_name(dir, dir)?;
+    if let Some(resolved) = resolve_dir(dir) {
+        refuse_store_topic_name(&resolved, dir)?;
+    }
+    Ok(())
+}
+
+/// `dir` with every symlink, `.` and `..` resolved; for a directory that does not exist yet,
+/// its resolved parent joined with its name. `None` when neither resolves.
+fn resolve_dir(dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    if let Ok(resolved) = std::fs::canonicalize(dir) {
+        return Some(resolved);
+    }
+    let name = dir.file_name()?;
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    std::fs::canonicalize(parent).ok().map(|p| p.join(name))
+}
+
+/// Refuses `dir` (one name of the directory `asked` for) when its last component is a store
+/// topic's directory name and its parent holds a store catalog.
+fn refuse_store_topic_name(dir: &std::path::Path, asked: &std::path::Path) -> Result<()> {
     let Some(name) = dir.file_name().and_then(|n| n.to_str()) else {
         return Ok(());
     };
@@ -90,7 +119,7 @@ pub(crate) fn refuse_store_topic_dir(dir: &std::path::Path) -> Result<()> {
         .is_some()
     {
         return Err(Error::OwnedByStore {
-            path: dir.to_path_buf(),
+            path: asked.to_path_buf(),
             store: parent,
         });
     }
@@ -135,6 +164,9 @@ pub(crate) fn open(
     let location = storage.location();
     if journal.is_none() {
         refuse_store_directory(&storage)?;
+        if let Some(dir) = storage.local_dir() {
+            refuse_store_topic_dir(dir)?;
+        }
     }
     let guard = storage.lock()?;
     let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(storage.clone()));

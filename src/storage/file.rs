@@ -58,6 +58,10 @@ impl Storage for FileStorage {
         self.dir.display().to_string()
     }
 
+    fn local_dir(&self) -> Option<&Path> {
+        Some(&self.dir)
+    }
+
     fn list(&self) -> Result<Vec<String>> {
         let read =
             std::fs::read_dir(&self.dir).map_err(|e| Error::io("list", self.location(), e))?;

@@ -72,6 +72,12 @@ pub trait Storage: Send + Sync + fmt::Debug {
         let _ = (name, create);
         Ok(None)
     }
+    /// The local directory this storage keeps its files in, for backends that keep them in
+    /// one (`None`, the default, for the others). A topic opened on its own checks it: a
+    /// directory of a store's topic opens only through the store.
+    fn local_dir(&self) -> Option<&std::path::Path> {
+        None
+    }
     /// Whether `name` exists (live image).
     fn exists(&self, name: &str) -> Result<bool>;
     /// Creates a new, empty file; fails if it already exists.

@@ -139,6 +139,18 @@ impl CatalogHandle {
         self.write(next)
     }
 
+    /// Whether the catalog record is known not to list segment `seq`: the record still holds
+    /// the version this handle wrote last, and that version does not name it (after a failed
+    /// [`Self::add_segment`] whose write never took).
+    pub(crate) fn known_unlisted(&self, seq: u64) -> Result<bool> {
+        let listed = self
+            .catalog
+            .segments
+            .as_ref()
+            .is_some_and(|list| list.binary_search(&seq).is_ok());
+        Ok(!listed && matches!(self.meta.get(STORE_RECORD)?, Some((v, _)) if v == self.version))
+    }
+
     /// Drops journal segment `seq` (and its seal) from the list by compare-and-set, before
     /// its file is deleted.
     pub(crate) fn remove_segment(&mut self, seq: u64) -> Result<()> {

@@ -167,11 +167,17 @@ pub struct OwnerCheck(pub Arc<dyn Fn() -> Result<()> + Send + Sync>);
 /// [`crate::format::store::Catalog::segments`]): `created` runs once a new segment's file and
 /// header exist and before anything is written after the header, and makes the segment's name
 /// durable (the catalog's own directory sync) or fails; `deleted` runs before a rolled-over
-/// segment's file is removed. A failure of either latches the journal.
+/// segment's file is removed. A failure of either latches the journal, except a failed `created`
+/// that `unlisted` confirms never reached the list (a full disk refused the catalog's new
+/// version): that segment is removed again, as one whose header failed, and the next tick
+/// starts a segment anew.
 #[derive(Clone)]
 pub struct SegmentHooks {
     /// Lists a new segment.
     pub created: Arc<dyn Fn(u64) -> Result<()> + Send + Sync>,
+    /// After a failed `created`: whether the list is known not to name the segment (the
+    /// catalog still holds the version this owner wrote last). `false` when unsure.
+    pub unlisted: Arc<dyn Fn(u64) -> Result<bool> + Send + Sync>,
     /// Drops a segment from the list.
     pub deleted: Arc<dyn Fn(u64) -> Result<()> + Send + Sync>,
 }
@@ -1395,7 +1401,10 @@ impl Journal {
         if let Some(hooks) = self.hooks() {
             // Listed before any record goes into it; the list's write syncs the directory,
             // which holds the new name.
-            Self::latch_on(w, (hooks.created)(next))?;
+            if let Err(e) = (hooks.created)(next) {
+                self.unlist_failed_segment(w, &hooks, next, &e);
+                return Err(e);
+            }
             w.dir_unsynced = false;
             stats.syncs += CREATED_HOOK_SYNCS;
             self.counters
@@ -1403,6 +1412,27 @@ impl Journal {
                 .fetch_add(CREATED_HOOK_SYNCS, Ordering::Relaxed);
         }
         Ok(())
+    }
+
+    /// After segment `next`'s listing failed with `e`: a segment the list is known not to name
+    /// holds nothing but its header, so it is dropped and its file removed (the next tick
+    /// starts a segment anew); a fence, a listing that may have taken (its directory sync
+    /// failed, say), or a failed removal latches.
+    fn unlist_failed_segment(&self, w: &mut Writer, hooks: &SegmentHooks, next: u64, e: &Error) {
+        let unlisted =
+            !matches!(e, Error::Fenced { .. }) && matches!((hooks.unlisted)(next), Ok(true));
+        if !unlisted {
+            w.latch(e);
+            return;
+        }
+        w.segments.remove(&next);
+        self.files
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&next);
+        if let Err(removed) = self.storage.remove(&segment_name(next)) {
+            w.latch(&removed);
+        }
     }
 
     /// Whether a tick may append to the newest segment: this store owns its tail, it is of

@@ -68,6 +68,7 @@ fn catalog_hooks(meta: Arc<dyn MetaStore>, version: u64) -> SegmentHooks {
             list.sort_unstable();
         }),
         deleted: change(|list, seq| list.retain(|&s| s != seq)),
+        unlisted: Arc::new(|_| Ok(false)),
     }
 }
 

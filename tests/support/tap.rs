@@ -155,6 +155,9 @@ impl Storage for Tap {
     fn location(&self) -> String {
         self.inner.location()
     }
+    fn local_dir(&self) -> Option<&std::path::Path> {
+        self.inner.local_dir()
+    }
     fn list(&self) -> ackstore::Result<Vec<String>> {
         self.run(Op::List(""), || self.inner.list())
     }
