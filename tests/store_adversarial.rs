@@ -306,3 +306,31 @@ fn a_stores_topic_directory_as_a_storage_of_its_own_is_refused() {
     let topic = store.topic("t").expect("topic");
     assert_eq!(topic.last_position(), Some(p), "only the store's entry");
 }
+
+#[test]
+fn a_listed_topic_whose_record_is_gone_beside_its_ledgers_is_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(dir.path(), store_config(1 << 20)).unwrap();
+        let t = store.topic("orders").unwrap();
+        t.append(b"x").unwrap();
+        t.sync().unwrap();
+        t.close().unwrap();
+        store.close().unwrap();
+    }
+    let topic_dir = dir.path().join("t1");
+    let mut removed = 0;
+    for e in std::fs::read_dir(&topic_dir).unwrap() {
+        let e = e.unwrap();
+        if e.file_name().to_string_lossy().starts_with("topic.") {
+            std::fs::remove_file(e.path()).unwrap();
+            removed += 1;
+        }
+    }
+    assert!(removed > 0, "no topic record in {}", topic_dir.display());
+    let store = Store::open(dir.path(), store_config(1 << 20)).unwrap();
+    match store.topic("orders") {
+        Err(Error::Corrupted { .. }) => {}
+        other => panic!("a listed topic with ledgers and no record: {other:?}"),
+    }
+}

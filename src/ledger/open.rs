@@ -50,7 +50,7 @@ use super::config::LedgerConfig;
 use super::topic::{ID_BLOCK, TOPIC_RECORD, TopicCore, Writer, ledger_record};
 use crate::cursor::journal::TopicJournal;
 use crate::cursor::record_name;
-use crate::error::{CorruptionKind, Error, Result};
+use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::finder::{Layout, LedgerSpan};
 use crate::format::meta::{CursorEntry, CursorIdentity, CursorRecord, LedgerRecord, TopicRecord};
 use crate::format::store::STORE_RECORD;
@@ -400,7 +400,15 @@ fn claim_store_topic(
     loop {
         attempts += 1;
         let Some((version, bytes)) = meta.get(TOPIC_RECORD)? else {
-            return claim_topic(storage, meta);
+            // A topic the store's catalog lists: ledger files without a record are damage
+            // (its record was written before any ledger file), not a foreign directory.
+            return claim_topic(storage, meta).map_err(|e| match e {
+                Error::NotAckstore { .. } => Error::Corrupted {
+                    place: CorruptionPlace::Record(TOPIC_RECORD.into()),
+                    kind: CorruptionKind::Missing,
+                },
+                e => e,
+            });
         };
         let record = TopicRecord::decode(&bytes).map_err(|c| c.in_record(TOPIC_RECORD))?;
         if record.topic_id == 0 {
