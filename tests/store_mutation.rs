@@ -22,7 +22,8 @@
 //! Failures are collected over every mutation and reported by class, each with its mutation,
 //! what verify said and what open did. `ACKSTORE_MUTATION_SEED=N` repeats a run's choices (the
 //! seed is printed on failure), `ACKSTORE_MUTATIONS=N` sets the number of mutations (240 by
-//! default) and `ACKSTORE_MUTATION_ONLY=I` runs mutation `I` of the seed alone.
+//! default), `ACKSTORE_MUTATION_ONLY=I` runs mutation `I` of the seed alone, and
+//! `ACKSTORE_MUTATION_KEEP=DIR` (with it) leaves the mutated directory in `DIR`.
 
 mod support;
 
@@ -362,6 +363,10 @@ fn run_one(
     mutation.apply(&mut tree)?;
     let dir = tempfile::tempdir().expect("tempdir");
     tree.write(dir.path());
+    if let Some(keep) = std::env::var_os("ACKSTORE_MUTATION_KEEP") {
+        // A reproduction to look at: the mutated directory before verify and open touch it.
+        tree.write(Path::new(&keep));
+    }
     let verdict: Verdict = verify(binary, dir.path());
     let opened = catch_unwind(AssertUnwindSafe(|| open_all(dir.path(), model)));
     let mut found: Vec<Finding> = Vec::new();
@@ -385,9 +390,10 @@ fn run_one(
             "verify exits 0, open refuses as damaged".into(),
             format!("{what} refused: {e}"),
         ),
-        (Some(1), Ok(Opened::Refused(what, e))) if is_damage(&e) => {
-            let _ = (what, e);
-        }
+        (Some(1), Ok(Opened::Refused(_, e))) if is_damage(&e) => {}
+        // Both say the directory is not a store (its catalog is gone).
+        (Some(2), Ok(Opened::Refused(what, Error::NotAckstore { .. })))
+            if what == "Store::open" => {}
         (_, Ok(Opened::Refused(what, e))) => finding(
             format!("open fails with a non-damage error ({})", error_kind(&e)),
             format!("{what} failed: {e}"),
@@ -451,6 +457,8 @@ fn every_mutation_of_a_store_directory_is_refused_by_verify_and_open_alike_or_op
     let mut rng = Rng::new(seed ^ 0x6d75_7461_7465);
     let mut by_class: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let (mut ran, mut failed) = (0u64, 0u64);
+    // Mutations run and failed, by the mutation's class.
+    let mut tallies: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     for i in 0..count {
         let mutation = loop {
             if let Some(m) = Mutation::pick(&mut rng, &base, &older) {
@@ -464,8 +472,11 @@ fn every_mutation_of_a_store_directory_is_refused_by_verify_and_open_alike_or_op
             continue;
         };
         ran += 1;
+        let tally = tallies.entry(mutation.class()).or_default();
+        tally.0 += 1;
         if !found.is_empty() {
             failed += 1;
+            tally.1 += 1;
         }
         for f in found {
             by_class
@@ -475,7 +486,11 @@ fn every_mutation_of_a_store_directory_is_refused_by_verify_and_open_alike_or_op
         }
     }
     if !by_class.is_empty() {
-        let mut report = String::new();
+        let mut report = String::from("\nfailed of run, by mutation:");
+        for (class, (r, f)) in &tallies {
+            let _ = write!(report, " {class} {f}/{r};");
+        }
+        report.push('\n');
         for (class, cases) in &by_class {
             let _ = writeln!(report, "\n{class}: {} mutation(s), e.g.", cases.len());
             for case in cases.iter().take(3) {
