@@ -124,3 +124,152 @@ fn verify_agrees_with_open_on_a_stray_topic_directory_and_an_unlisted_segment() 
     let (code, report) = verify(dir.path());
     assert_eq!(code, Some(0), "{report}");
 }
+
+/// A store whose journal spans at least three segments, the newest holding records, closed
+/// cleanly; its segment files, oldest first.
+fn store_of_several_segments(dir: &Path) -> Vec<std::path::PathBuf> {
+    let config = StoreConfig {
+        ledger: ackstore::LedgerConfig {
+            max_entries_per_ledger: 8,
+            ..ackstore::LedgerConfig::default()
+        },
+        journal: ackstore::internals::store::journal::JournalConfig {
+            segment_bytes: 1200,
+        },
+        flusher_threads: 0,
+        ..StoreConfig::default()
+    };
+    let store = Store::open(dir, config).unwrap();
+    let t = store.topic("t").unwrap();
+    let ps: Vec<Position> = (0..48).map(|i| t.append(&[i]).unwrap()).collect();
+    t.sync().unwrap();
+    let cs: Vec<_> = ["x", "y", "z"]
+        .iter()
+        .map(|n| t.open_cursor(n, CursorOptions::default()).unwrap())
+        .collect();
+    for round in 0..12usize {
+        for (i, c) in cs.iter().enumerate() {
+            c.ack(ps[(round * 5 + i * 11 + 1) % ps.len()]).unwrap();
+        }
+        store.flush_all().unwrap();
+    }
+    drop((cs, t));
+    store.close().unwrap();
+    let mut segs: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with("journal-"))
+        .collect();
+    segs.sort();
+    assert!(segs.len() >= 3, "{segs:?}");
+    segs
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dest = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&dest).unwrap();
+            copy_tree(&e.path(), &dest);
+        } else {
+            std::fs::copy(e.path(), dest).unwrap();
+        }
+    }
+}
+
+#[test]
+fn verify_agrees_with_open_on_missing_damaged_and_cut_journal_segments() {
+    let base = tempfile::tempdir().unwrap();
+    let segs = store_of_several_segments(base.path());
+    let (code, report) = verify(base.path());
+    assert_eq!(code, Some(0), "{report}");
+    let newest = segs.last().unwrap().clone();
+    let newest_bytes = std::fs::read(&newest).unwrap();
+    // The last record of the newest segment: it starts where the one before it ends.
+    let start = if newest_bytes[8] >= 3 { 48 } else { 24 };
+    let mut at = start;
+    let mut last = (start, 0);
+    while let Ok(Some((_, len))) =
+        ackstore::internals::format::journal::decode_record(&newest_bytes[at..])
+    {
+        last = (at, len);
+        at += len;
+    }
+    assert!(last.1 > 0, "the newest segment holds records");
+    let oldest = segs[0].clone();
+    let middle = segs[segs.len() / 2].clone();
+    type Damage = Box<dyn Fn(&Path)>;
+    let file = |p: &std::path::PathBuf| p.file_name().unwrap().to_owned();
+    let cases: Vec<(&str, std::ffi::OsString, Damage)> = vec![
+        ("oldest missing", file(&oldest), Box::new(|p| std::fs::remove_file(p).unwrap())),
+        ("middle missing", file(&middle), Box::new(|p| std::fs::remove_file(p).unwrap())),
+        ("newest missing", file(&newest), Box::new(|p| std::fs::remove_file(p).unwrap())),
+        (
+            "newest header bit",
+            file(&newest),
+            Box::new(|p| {
+                let mut b = std::fs::read(p).unwrap();
+                b[13] ^= 0x02;
+                std::fs::write(p, b).unwrap();
+            }),
+        ),
+        (
+            "newest last record bit",
+            file(&newest),
+            Box::new(move |p| {
+                let mut b = std::fs::read(p).unwrap();
+                b[last.0 + last.1 / 2] ^= 0x02;
+                std::fs::write(p, b).unwrap();
+            }),
+        ),
+        (
+            "newest cut at its last record",
+            file(&newest),
+            Box::new(move |p| {
+                let b = std::fs::read(p).unwrap();
+                std::fs::write(p, &b[..last.0]).unwrap();
+            }),
+        ),
+        (
+            "oldest cut by one byte",
+            file(&oldest),
+            Box::new(|p| {
+                let b = std::fs::read(p).unwrap();
+                std::fs::write(p, &b[..b.len() - 1]).unwrap();
+            }),
+        ),
+    ];
+    for (what, name, damage) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        copy_tree(base.path(), dir.path());
+        damage(&dir.path().join(&name));
+        let (code, report) = verify(dir.path());
+        let opened = opens(dir.path());
+        let seq: u64 = name.to_str().unwrap()["journal-".len()..][..16].parse().unwrap();
+        assert_eq!(code, Some(1), "{what}: verify {report}");
+        assert!(
+            report.to_string().contains(&format!("segment {seq}")),
+            "{what}: verify names segment {seq}: {report}"
+        );
+        match opened {
+            Err(ackstore::Error::Corrupted {
+                place: ackstore::CorruptionPlace::Journal { segment, .. },
+                ..
+            }) if segment == seq => {}
+            other => panic!("{what}: open {other:?}"),
+        }
+    }
+    // A zero-filled tail (a sparse extent) of the newest segment is no damage for either.
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(base.path(), dir.path());
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.path().join(file(&newest)))
+        .unwrap();
+    f.set_len(newest_bytes.len() as u64 + (64 << 20)).unwrap();
+    drop(f);
+    let (code, report) = verify(dir.path());
+    assert_eq!(code, Some(0), "zero tail: {report}");
+    opens(dir.path()).expect("zero tail opens");
+}

@@ -1,8 +1,9 @@
 //! Delta markers of the store's cursor journal: what a flush after one ack appends does not
 //! grow with the cursor's live partitions; a power cut at every storage operation and every
 //! torn tail byte while cursors flush deltas, roll segments over and reopen keeps every
-//! committed ack and invents none; a delta whose partition is damaged or missing is rejected
-//! with every delta built on it; a rollover re-bases the chains that reach into the segment it
+//! committed ack and invents none; a delta whose partition is damaged or missing is
+//! corruption below the segment's synced length and, past it, rejected with every delta built
+//! on it; a rollover re-bases the chains that reach into the segment it
 //! deletes. Every check compares against a model (`BTreeSet<Position>` per cursor).
 
 mod support;
@@ -12,7 +13,10 @@ use std::sync::Arc;
 
 use ackstore::internals::ackset::{PARTITION_SPAN, RangeSetWrapper};
 use ackstore::internals::format::cursor::PersistedState;
-use ackstore::internals::format::journal::{Record, decode_record, encode_record};
+use ackstore::internals::format::journal::{
+    Record, SEGMENT_HEADER_V3_LEN, SLOT_COPIES, SLOT_LEN, SLOTS_AT, decode_record, encode_record,
+    encode_slot,
+};
 use ackstore::internals::store::index::CursorId;
 use ackstore::internals::store::journal::{
     CursorFlush, Journal, JournalConfig, JournalPartitions, JournalStats, Seal, TickStats,
@@ -294,6 +298,29 @@ fn rewrite_record(disk: &MemStorage, at: usize, edit: impl FnOnce(&mut Vec<u8>, 
     disk.set_bytes(&name, bytes).expect("rewrite");
 }
 
+/// The damage at `at` lies below segment 1's synced length: the delta that references it is
+/// corruption, never a walk back; then, with the slots as a power cut that lost every slot
+/// write leaves them (claiming the header only), the same bytes are never promised and the
+/// delta is walked back.
+fn assert_refused_below_the_synced_length(disk: &MemStorage, at: usize) {
+    match Journal::open(Arc::new(disk.clone()), JournalConfig::default(), Seal::default()) {
+        Err(ackstore::Error::Corrupted {
+            place: ackstore::CorruptionPlace::Journal { segment, offset },
+            ..
+        }) => assert!(segment == 1 && offset > at as u64, "{segment} {offset}"),
+        Err(e) => panic!("refused, but not at the delta: {e}"),
+        Ok(_) => panic!("a delta below the synced length was walked back"),
+    }
+    let name = segment_name(1);
+    let mut bytes = disk.live_bytes(&name).expect("segment");
+    for copy in 0..SLOT_COPIES {
+        let slot = encode_slot(1, copy, SEGMENT_HEADER_V3_LEN as u64);
+        let from = SLOTS_AT + copy * SLOT_LEN;
+        bytes[from..from + SLOT_LEN].copy_from_slice(&slot);
+    }
+    disk.set_bytes(&name, bytes).expect("rewrite");
+}
+
 /// The journal recovers the full marker's state, then builds a new delta on it that a reopen
 /// keeps.
 fn assert_recovers_the_base_and_goes_on(disk: &MemStorage, base: &BTreeSet<Position>) {
@@ -321,6 +348,7 @@ fn a_delta_whose_partition_is_damaged_is_rejected_with_every_delta_built_on_it()
         let last = payload.len() - 1;
         payload[last] ^= 0x10;
     });
+    assert_refused_below_the_synced_length(&disk, at);
     assert_recovers_the_base_and_goes_on(&disk, &base);
 }
 
@@ -329,6 +357,7 @@ fn a_delta_whose_partition_is_missing_is_rejected_with_every_delta_built_on_it()
     let (disk, base, _, at) = chain_of_two_deltas();
     // The record at the delta's location now belongs to another cursor.
     rewrite_record(&disk, at, |_, cursor| *cursor = 99);
+    assert_refused_below_the_synced_length(&disk, at);
     assert_recovers_the_base_and_goes_on(&disk, &base);
 }
 
@@ -375,7 +404,7 @@ fn rollover_re_bases_chains_so_deleting_their_oldest_segment_keeps_the_exact_sta
     assert_eq!(recovered(&image, config), model);
 }
 
-/// The journal of `tests/data/journal-v2-delta`: a full marker of four partitions, a delta
+/// The journal of `tests/data/journal-v2-delta` and `journal-v3-delta`: a full marker of four partitions, a delta
 /// that rewrites one, a delta that adds one, and a delta that removes one as the mark-delete
 /// moves past it. Returns the state and the acks it ends with.
 fn sample_journal(disk: &MemStorage) -> (PersistedState, BTreeSet<Position>) {
@@ -415,13 +444,28 @@ fn sample_journal(disk: &MemStorage) -> (PersistedState, BTreeSet<Position>) {
 }
 
 #[test]
-fn the_version_2_sample_with_deltas_reads_to_its_exact_state_and_this_build_writes_it_again() {
+fn the_version_2_sample_with_deltas_reads_to_its_exact_state() {
+    let disk = MemStorage::new();
+    let (state, model) = sample_journal(&disk);
+    let dir = support::samples::sample_dir("journal-v2-delta");
+    let storage = FileStorage::open(dir.path(), true).expect("storage");
+    let journal = Arc::new(
+        Journal::open(Arc::new(storage), JournalConfig::default(), Seal::default()).expect("open"),
+    );
+    let (recovered_state, _) = journal.committed(ID).expect("committed");
+    assert_eq!(recovered_state, state);
+    assert_eq!(acks_of(&journal), model);
+}
+
+#[test]
+fn the_version_3_sample_reads_to_its_exact_state_and_this_build_writes_it_again() {
     let disk = MemStorage::new();
     let (state, model) = sample_journal(&disk);
     let name = segment_name(1);
     let written = disk.live_bytes(&name).expect("segment");
-    let dir = support::samples::sample_dir("journal-v2-delta");
+    let dir = support::samples::sample_dir("journal-v3-delta");
     let sample = std::fs::read(dir.path().join(&name)).expect("sample");
+    assert_eq!(&sample[8..10], &3u16.to_le_bytes(), "a version 3 segment");
     assert_eq!(
         written, sample,
         "this build writes the sample byte for byte"

@@ -7,12 +7,18 @@
 //! marker. All integers little-endian.
 //!
 //! ```text
-//! segment header (SEGMENT_HEADER_LEN = 24 bytes)
+//! segment header (SEGMENT_HEADER_LEN = 24 bytes; version 3: then SLOT_COPIES slots)
 //! 0   8  magic "ACKSJRNL"
-//! 8   2  version (2; version 1, without deltas, is still read)
+//! 8   2  version (3; versions 2 and 1, without slots, are still read; 1 holds no delta)
 //! 10  2  flags (0)
 //! 12  8  segment sequence number (the number in the file name)
 //! 20  4  CRC32 of bytes [0, 20)
+//!
+//! synced-length slot i (SLOT_LEN = 12 bytes at SLOTS_AT + i * SLOT_LEN, i = 0, 1; version 3)
+//! 0   8  synced length: a segment length a finished fdatasync covered
+//! 8   4  CRC32 of the sequence number (8 bytes), the byte i and the synced length
+//!
+//! records start at records_start(version): 24 (versions 1, 2), 48 (version 3)
 //!
 //! record frame (RECORD_HEADER_LEN = 8 bytes, then the body)
 //! 0   4  body length n (0: no record here, the end of the segment)
@@ -42,12 +48,25 @@ use crate::error::CorruptionKind;
 
 /// Magic at the start of every segment.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"ACKSJRNL";
-/// Segment format version this build writes: segments that may hold deltas.
-pub const SEGMENT_VERSION: u16 = 2;
+/// Segment format version this build writes: segments that may hold deltas and carry
+/// synced-length slots after the header.
+pub const SEGMENT_VERSION: u16 = 3;
+/// Segments that may hold deltas, without slots: still read, never appended to.
+pub const SEGMENT_VERSION_V2: u16 = 2;
 /// The first segment format version, without deltas: still read, never appended to.
 pub const SEGMENT_VERSION_V1: u16 = 1;
 /// Bytes of the segment header: magic, version, flags, sequence, CRC.
 pub const SEGMENT_HEADER_LEN: usize = 8 + 2 + 2 + 8 + 4;
+/// Bytes of one synced-length slot: the length, its CRC.
+pub const SLOT_LEN: usize = 8 + 4;
+/// Copies of the synced-length slot (version 3), written alternately.
+pub const SLOT_COPIES: usize = 2;
+/// Where the first slot starts: right after the header.
+pub const SLOTS_AT: usize = SEGMENT_HEADER_LEN;
+/// Bytes of both slot copies.
+pub const SLOTS_LEN: usize = SLOT_COPIES * SLOT_LEN;
+/// Bytes of a version 3 header with its slots: where its first record starts.
+pub const SEGMENT_HEADER_V3_LEN: usize = SLOTS_AT + SLOTS_LEN;
 /// Bytes of a record frame before its body: length, CRC.
 pub const RECORD_HEADER_LEN: usize = 4 + 4;
 /// Bytes of a record body before its payload: kind, topic, cursor.
@@ -129,19 +148,85 @@ pub struct Record<'a> {
     pub payload: &'a [u8],
 }
 
-/// The header of segment `seq`.
+/// The header of a new segment `seq` (version 3), with both slots claiming the header alone.
 #[must_use]
-pub fn encode_segment_header(seq: u64) -> [u8; SEGMENT_HEADER_LEN] {
-    let mut out = [0u8; SEGMENT_HEADER_LEN];
-    let mut body = Vec::with_capacity(SEGMENT_HEADER_LEN);
+pub fn encode_segment_header(seq: u64) -> [u8; SEGMENT_HEADER_V3_LEN] {
+    let mut out = [0u8; SEGMENT_HEADER_V3_LEN];
+    let mut body = Vec::with_capacity(SEGMENT_HEADER_V3_LEN);
     body.extend_from_slice(&SEGMENT_MAGIC);
     body.extend_from_slice(&SEGMENT_VERSION.to_le_bytes());
     body.extend_from_slice(&0u16.to_le_bytes());
     body.extend_from_slice(&seq.to_le_bytes());
     let crc = crc32fast::hash(&body);
     body.extend_from_slice(&crc.to_le_bytes());
+    for copy in 0..SLOT_COPIES {
+        body.extend_from_slice(&encode_slot(seq, copy, SEGMENT_HEADER_V3_LEN as u64));
+    }
     out.copy_from_slice(&body);
     out
+}
+
+/// Where the records of a segment of `version` start.
+#[must_use]
+pub const fn records_start(version: u16) -> usize {
+    if version >= SEGMENT_VERSION {
+        SEGMENT_HEADER_V3_LEN
+    } else {
+        SEGMENT_HEADER_LEN
+    }
+}
+
+/// Slot copy `copy` of segment `seq` claiming `synced_len`: written at
+/// `SLOTS_AT + copy * SLOT_LEN`. The CRC covers the sequence number and the copy's number, so
+/// a slot copied from another segment or to the other place fails it.
+#[must_use]
+pub fn encode_slot(seq: u64, copy: usize, synced_len: u64) -> [u8; SLOT_LEN] {
+    let mut out = [0u8; SLOT_LEN];
+    let len = synced_len.to_le_bytes();
+    let crc = slot_crc(seq, copy, &len).to_le_bytes();
+    let (at_len, at_crc) = out.split_at_mut(len.len());
+    at_len.copy_from_slice(&len);
+    at_crc.copy_from_slice(&crc);
+    out
+}
+
+fn slot_crc(seq: u64, copy: usize, len: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&seq.to_le_bytes());
+    h.update(&[u8::try_from(copy).unwrap_or(u8::MAX)]);
+    h.update(len);
+    h.finalize()
+}
+
+/// The claim of slot copy `copy` of segment `seq` (`slot` is its [`SLOT_LEN`] bytes), 0 when
+/// it does not verify.
+#[must_use]
+pub fn decode_slot(seq: u64, copy: usize, slot: &[u8]) -> u64 {
+    let Some((len, rest)) = slot.split_first_chunk::<8>() else {
+        return 0;
+    };
+    let Some(crc) = rest.first_chunk::<4>() else {
+        return 0;
+    };
+    if slot_crc(seq, copy, len) == u32::from_le_bytes(*crc) {
+        u64::from_le_bytes(*len)
+    } else {
+        0
+    }
+}
+
+/// The synced length the slots of segment `seq` record: the larger claim of the copies that
+/// verify, 0 when none does (or `slots` is shorter than both copies). `slots` starts at
+/// [`SLOTS_AT`].
+#[must_use]
+pub fn decode_slots(seq: u64, slots: &[u8]) -> u64 {
+    slots
+        .chunks_exact(SLOT_LEN)
+        .take(SLOT_COPIES)
+        .enumerate()
+        .map(|(copy, slot)| decode_slot(seq, copy, slot))
+        .max()
+        .unwrap_or(0)
 }
 
 /// Checks a segment header; returns its sequence number.
@@ -166,7 +251,7 @@ pub fn decode_segment_header_version(bytes: &[u8]) -> Result<(u64, u16), Corrupt
     if crc32fast::hash(covered) != r.u32()? {
         return Err(Corruption::new(CorruptionKind::ChecksumMismatch, 0));
     }
-    if version != SEGMENT_VERSION && version != SEGMENT_VERSION_V1 {
+    if !(SEGMENT_VERSION_V1..=SEGMENT_VERSION).contains(&version) {
         return Err(Corruption::new(
             CorruptionKind::UnsupportedVersion(u32::from(version)),
             8,
@@ -382,8 +467,14 @@ mod tests {
     #[test]
     fn headers_and_records_round_trip_at_their_documented_sizes() {
         let h = encode_segment_header(7);
-        assert_eq!(h.len(), 24);
+        assert_eq!(SEGMENT_HEADER_LEN, 24);
+        assert_eq!(SLOT_LEN, 12);
+        assert_eq!(h.len(), 48);
+        assert_eq!(records_start(SEGMENT_VERSION), 48);
+        assert_eq!(records_start(SEGMENT_VERSION_V2), 24);
+        assert_eq!(records_start(SEGMENT_VERSION_V1), 24);
         assert_eq!(decode_segment_header(&h).unwrap(), 7);
+        assert_eq!(decode_slots(7, &h[SLOTS_AT..]), 48);
         let mut out = Vec::new();
         let rec = Record {
             kind: RecordKind::Marker,
@@ -420,11 +511,32 @@ mod tests {
             assert!(!matches!(decode_record(&b), Ok(Some(_))), "bit {i}");
         }
         let h = encode_segment_header(1);
-        for i in 0..h.len() * 8 {
+        for i in 0..SEGMENT_HEADER_LEN * 8 {
             let mut b = h;
             b[i / 8] ^= 1 << (i % 8);
             assert!(decode_segment_header(&b).is_err(), "header bit {i}");
         }
+    }
+
+    #[test]
+    fn the_slots_record_the_larger_valid_claim_and_refuse_flips_and_moves() {
+        let mut slots = [0u8; SLOT_COPIES * SLOT_LEN];
+        assert_eq!(decode_slots(4, &slots), 0);
+        slots[..SLOT_LEN].copy_from_slice(&encode_slot(4, 0, 1000));
+        slots[SLOT_LEN..].copy_from_slice(&encode_slot(4, 1, 900));
+        assert_eq!(decode_slots(4, &slots), 1000);
+        // Another segment's slots, or a copy moved to the other place, never count.
+        assert_eq!(decode_slots(5, &slots), 0);
+        let mut swapped = slots;
+        swapped.rotate_left(SLOT_LEN);
+        assert_eq!(decode_slots(4, &swapped), 0);
+        // A flipped bit spoils the copy it hits; the other still counts.
+        for i in 0..SLOT_LEN * 8 {
+            let mut b = slots;
+            b[i / 8] ^= 1 << (i % 8);
+            assert_eq!(decode_slots(4, &b), 900, "bit {i}");
+        }
+        assert_eq!(decode_slots(4, &slots[..SLOT_LEN + 3]), 1000);
     }
 
     fn delta_bytes() -> (Vec<u8>, usize) {
@@ -518,19 +630,23 @@ mod tests {
 
     #[test]
     fn version_1_headers_still_read_and_unknown_versions_are_refused() {
-        let mut h = encode_segment_header(3);
-        assert_eq!(decode_segment_header_version(&h).unwrap(), (3, 2));
-        h[8..10].copy_from_slice(&1u16.to_le_bytes());
-        let crc = crc32fast::hash(&h[..20]);
-        h[20..].copy_from_slice(&crc.to_le_bytes());
-        assert_eq!(decode_segment_header_version(&h).unwrap(), (3, 1));
-        h[8..10].copy_from_slice(&3u16.to_le_bytes());
-        let crc = crc32fast::hash(&h[..20]);
-        h[20..].copy_from_slice(&crc.to_le_bytes());
-        assert_eq!(
-            decode_segment_header_version(&h).unwrap_err().kind,
-            CorruptionKind::UnsupportedVersion(3)
-        );
+        let full = encode_segment_header(3);
+        let mut h = [0u8; SEGMENT_HEADER_LEN];
+        h.copy_from_slice(&full[..SEGMENT_HEADER_LEN]);
+        assert_eq!(decode_segment_header_version(&h).unwrap(), (3, 3));
+        for (version, known) in [(2u16, true), (1, true), (4, false), (0, false)] {
+            h[8..10].copy_from_slice(&version.to_le_bytes());
+            let crc = crc32fast::hash(&h[..20]);
+            h[20..].copy_from_slice(&crc.to_le_bytes());
+            if known {
+                assert_eq!(decode_segment_header_version(&h).unwrap(), (3, version));
+            } else {
+                assert_eq!(
+                    decode_segment_header_version(&h).unwrap_err().kind,
+                    CorruptionKind::UnsupportedVersion(u32::from(version))
+                );
+            }
+        }
     }
 
     #[test]

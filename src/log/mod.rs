@@ -25,6 +25,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 pub use crate::format::ledger::EntryMeta;
+/// The read-ahead window of ledger scans, shared with the store journal's scan.
+pub(crate) use recover::Window;
 pub use verify::{FrameProblem, verify_ledger, verify_log};
 
 use crate::error::{CorruptionKind, Error, Result};

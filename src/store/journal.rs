@@ -20,13 +20,22 @@
 //! bytes of a tick grow with what changed, not with the cursor's live partitions. A cursor's
 //! first marker, and one that changes most of its rows (a seek), is full.
 //!
-//! **Recovery** scans the segments in order. A marker counts only if every partition it
-//! references is a record of the same cursor, before it in the log, whose payload CRC is the
-//! one the marker holds; otherwise the cursor keeps its previous marker (the walk back). A
-//! delta counts only if, besides, its base is the cursor's committed marker or delta at that
-//! point of the scan: a delta on a rejected one is rejected too. The newest segment ends at the
-//! first record that does not verify (a torn tail, cut off); any other segment that does not
-//! verify to its end is corruption. Partitions are not decoded until loaded.
+//! **Synced length.** A segment (version 3) carries two slots after its header recording a
+//! length a finished `fdatasync` covered, written after each sync with no sync of its own (the
+//! ledger's slot). The header and slots are synced before the segment is listed, and a segment
+//! that stops being the newest is synced with a slot claiming all of it.
+//!
+//! **Recovery** scans the segments in order, in bounded memory. A marker counts only if every
+//! partition it references is a record of the same cursor, before it in the log, whose payload
+//! CRC is the one the marker holds; a delta only if, besides, its base is the cursor's
+//! committed marker or delta at that point of the scan. Below a segment's synced length, one
+//! that does not count is corruption; past it (only in the newest segment) the cursor keeps its
+//! previous state (the walk back), and a delta on a rejected one is rejected too. A record that
+//! references a segment a rollover removed was superseded and is skipped. The newest segment
+//! ends at the first record that does not verify past its synced length (a torn tail, cut
+//! off); a listed segment that is missing, has a bad header, is shorter than its synced length
+//! or seal, or does not verify below them (anywhere, in any other segment) is corruption, and
+//! is never removed or cut. Partitions are not decoded until loaded.
 //!
 //! **Rollover.** When the segments hold more than twice the live bytes plus one segment, the
 //! oldest segment's live records (committed partitions, pending partitions) are copied to the
@@ -58,11 +67,14 @@ use crate::format::cursor::{
     decode_partition_entry, encode_marker, encode_partition_entry, marker_len, payload_crc,
 };
 use crate::format::journal::{
-    JournalLoc, MAX_SEGMENT, Record, RecordKind, SEGMENT_HEADER_LEN, SEGMENT_VERSION, decode_delta,
-    decode_record, decode_segment_header_version, delta_len, encode_delta, encode_record,
-    encode_segment_header, record_len,
+    BODY_FIXED_LEN, JournalLoc, MAX_BODY_LEN, MAX_SEGMENT, RECORD_HEADER_LEN, Record, RecordKind,
+    SEGMENT_HEADER_LEN, SEGMENT_HEADER_V3_LEN, SEGMENT_VERSION, SEGMENT_VERSION_V2, SLOT_COPIES,
+    SLOT_LEN, SLOTS_AT, SLOTS_LEN, decode_delta, decode_record, decode_segment_header_version,
+    decode_slot, delta_len, encode_delta, encode_record, encode_segment_header, encode_slot,
+    peek_body_len, record_len, records_start,
 };
 use crate::format::partition::{decode_partition, encode_partition};
+use crate::log::Window;
 use crate::storage::{Storage, StorageFile};
 
 /// Settings of the journal.
@@ -188,8 +200,12 @@ impl std::fmt::Debug for OwnerCheck {
 struct Segment {
     file: Arc<dyn StorageFile>,
     len: u64,
-    /// A segment of an earlier version is never appended to: it may hold no delta.
+    /// A segment of an earlier version is never appended to: it has no slots.
     version: u16,
+    /// What each slot copy claims now (version 3): lengths a finished `fdatasync` covered.
+    claims: [u64; SLOT_COPIES],
+    /// No slot was written since the segment's last `fdatasync`.
+    claims_durable: bool,
 }
 
 /// The appending side, behind one lock: appends are short writes to the page cache.
@@ -312,12 +328,22 @@ struct ScanReport {
     records: u64,
     torn_tail: Option<(u64, u64, u64)>,
     strays: Vec<u64>,
+    /// The first marker or delta of the newest segment that did not commit (past its synced
+    /// length): an open's claim stops before it, so the next open walks back the same way.
+    walked_back: Option<u64>,
 }
 
 /// Reads every segment `listed` names (every segment file with `None`) in order into an
-/// index. With `repair`, cuts the newest segment's torn tail off (and syncs it), removes a
-/// newest segment whose header never became durable, and removes the segment files the list
-/// does not name; without, only reports them.
+/// index, in bounded memory: one read-ahead window (a record is at most [`MAX_BODY_LEN`]
+/// bytes), and a zero-filled run is skipped as the ledger scan skips one (holes unread, other
+/// zeros tested a window at a time). With `repair`, cuts the newest segment's torn tail off
+/// (and syncs it) and removes the segment files the list does not name; without, only reports
+/// them.
+///
+/// What counts as damage, never cut: a listed segment that is missing; a header that does not
+/// verify in a listed segment; a segment shorter than its slots' synced length or its seal; a
+/// record that does not verify below the synced length or the seal, or anywhere in a segment
+/// other than the newest; a marker or delta that does not verify below the synced length.
 fn scan_segments(
     storage: &dyn Storage,
     seals: &[Seal],
@@ -326,97 +352,208 @@ fn scan_segments(
 ) -> Result<(Scan, Writer, ScanReport)> {
     let sealed = |seq: u64| seals.iter().find(|s| s.segment == seq && seq != 0);
     let mut report = ScanReport::default();
-    let mut seqs: Vec<u64> = storage
+    let mut found: Vec<u64> = storage
         .list_prefix("journal-")?
         .iter()
         .filter_map(|n| parse_segment_name(n))
         .collect();
-    if let Some(listed) = listed {
-        let (counted, strays): (Vec<u64>, Vec<u64>) =
-            seqs.into_iter().partition(|s| listed.contains(s));
-        seqs = counted;
+    found.sort_unstable();
+    let seqs = if let Some(listed) = listed {
+        // A segment is listed only after its header is durable, and unlisted before its file
+        // is removed: a listed segment that is gone was removed by something else, and the
+        // state it held cannot be told from an older one.
+        if let Some(&gone) = listed.iter().find(|s| found.binary_search(s).is_err()) {
+            return Err(corrupt(gone, 0, CorruptionKind::Missing));
+        }
+        let strays: Vec<u64> = found
+            .iter()
+            .copied()
+            .filter(|s| !listed.contains(s))
+            .collect();
         if repair {
             for &stray in &strays {
                 storage.remove(&segment_name(stray))?;
             }
         }
         report.strays = strays;
-    }
-    let mut scan = Scan::default();
+        let mut seqs = listed.to_vec();
+        seqs.sort_unstable();
+        seqs.dedup();
+        seqs
+    } else {
+        found
+    };
+    let mut scan = Scan {
+        first: seqs.first().copied().unwrap_or(0),
+        ..Scan::default()
+    };
     let mut writer = Writer::default();
     let last = seqs.last().copied();
     for &seq in &seqs {
         let newest = Some(seq) == last;
+        let seal = sealed(seq).map(|s| s.len);
         let file = storage.open(&segment_name(seq))?;
-        let mut size = file.size()?;
-        if let Some(seal) = sealed(seq) {
-            size = size.min(seal.len);
+        let file_size = file.size()?;
+        if let Some(len) = seal
+            && file_size < len
+        {
+            // The claim that sealed it had verified and synced every byte below the seal.
+            return Err(corrupt(seq, file_size, CorruptionKind::Truncated));
         }
-        let mut bytes = vec![0u8; usize::try_from(size).unwrap_or(usize::MAX)];
-        file.read_exact_at(&mut bytes, 0)?;
-        let version = match segment_version(&bytes, seq) {
+        let limit = seal.map_or(file_size, |len| len.min(file_size));
+        let mut win = Window::new(file.as_ref())?;
+        let head_len = (SEGMENT_HEADER_LEN as u64).min(limit);
+        let head = window_get(&mut win, 0, head_len, limit)?.unwrap_or_default();
+        let version = match segment_version(head, seq) {
             Ok(Ok(version)) => version,
-            Ok(Err(_)) if newest && sealed(seq).is_none() => {
-                // Its header and every record after it were written by one tick that never
-                // synced: nothing in it was ever committed.
+            Ok(Err(_))
+                if newest
+                    && seal.is_none()
+                    && listed.is_none()
+                    && win.first_nonzero_from(SEGMENT_HEADER_V3_LEN as u64)? >= file_size =>
+            {
+                // Without a list: a segment whose header never became durable, and that holds
+                // nothing after it (a tick syncs the header before it appends anything).
                 if repair {
                     storage.remove(&segment_name(seq))?;
                     storage.sync_dir()?;
                 } else {
-                    report.torn_tail = Some((seq, 0, size));
+                    report.torn_tail = Some((seq, 0, file_size));
                 }
                 continue;
             }
             Ok(Err(e)) | Err(e) => return Err(e),
         };
-        let mut at = SEGMENT_HEADER_LEN;
-        let end = loop {
-            let rest = bytes.get(at..).unwrap_or_default();
-            match decode_record(rest) {
+        let start = records_start(version) as u64;
+        let claims = if version >= SEGMENT_VERSION {
+            // A version 3 header and its slots are synced before the segment is listed.
+            let slots = window_get(&mut win, SLOTS_AT as u64, SLOTS_LEN as u64, file_size)?
+                .ok_or_else(|| corrupt(seq, file_size, CorruptionKind::Truncated))?;
+            slot_claims(seq, slots)
+        } else {
+            [0; SLOT_COPIES]
+        };
+        let synced = claims.iter().copied().max().unwrap_or(0);
+        if file_size < synced {
+            return Err(corrupt(seq, file_size, CorruptionKind::Truncated));
+        }
+        // Frames below the synced length or the seal must verify; markers and deltas below the
+        // synced length must commit (a seal may lie past a walk-back its claim accepted).
+        let frames_known = synced.max(seal.unwrap_or(0)).min(limit);
+        let markers_known = synced.min(limit);
+        let mut at = start;
+        let stop = loop {
+            if at >= limit {
+                break None;
+            }
+            let Some(head) = window_get(&mut win, at, 4, limit)? else {
+                break Some((at, CorruptionKind::Truncated));
+            };
+            let n = peek_body_len(head).unwrap_or(0);
+            if n == 0 {
+                break Some((at, CorruptionKind::InvalidField("zero length")));
+            }
+            if !(BODY_FIXED_LEN..=MAX_BODY_LEN).contains(&n) {
+                break Some((at, CorruptionKind::BadLength));
+            }
+            let Some(frame) = window_get(&mut win, at, (RECORD_HEADER_LEN + n) as u64, limit)?
+            else {
+                break Some((at, CorruptionKind::Truncated));
+            };
+            match decode_record(frame) {
                 Ok(Some((rec, len))) => {
                     let loc = JournalLoc {
                         segment: seq,
-                        offset: at as u64,
+                        offset: at,
                     };
-                    scan.record(loc, len as u64, &rec, version);
+                    let walked_back =
+                        scan.record(loc, len as u64, &rec, version, at < markers_known)?;
+                    if walked_back && newest && report.walked_back.is_none() {
+                        report.walked_back = Some(at);
+                    }
                     report.records += 1;
-                    at += len;
+                    at += len as u64;
                 }
-                Ok(None) if rest.iter().all(|&b| b == 0) => break at,
-                Ok(None) | Err(_) if newest => break at,
-                Ok(None) => {
-                    return Err(corrupt(
-                        seq,
-                        at as u64,
-                        CorruptionKind::InvalidField("zero length"),
-                    ));
-                }
-                Err(c) => return Err(corrupt(seq, at as u64 + c.offset, c.kind)),
+                Ok(None) => break Some((at, CorruptionKind::InvalidField("zero length"))),
+                Err(c) => break Some((at + c.offset as u64, c.kind)),
             }
         };
-        let end = end as u64;
-        let file_size = file.size()?;
-        if newest && sealed(seq).is_none() && end < file_size {
-            if repair {
-                file.set_len(end)?;
-                file.sync_data()?;
-            } else if bytes
-                .get(usize::try_from(end).unwrap_or(usize::MAX)..)
-                .is_some_and(|t| t.iter().any(|&b| b != 0))
-            {
-                report.torn_tail = Some((seq, end, file_size - end));
+        if let Some((offset, kind)) = stop {
+            let zero_end = kind == CorruptionKind::InvalidField("zero length");
+            let tail_nonzero = win.first_nonzero_from(at)? < limit;
+            if at < frames_known || (!newest || seal.is_some()) && (!zero_end || tail_nonzero) {
+                // Synced bytes that do not verify: damage, whatever they look like.
+                return Err(corrupt(seq, offset, kind));
+            }
+            if newest && seal.is_none() && at < file_size {
+                if repair {
+                    file.set_len(at)?;
+                    file.sync_data()?;
+                } else if tail_nonzero {
+                    report.torn_tail = Some((seq, at, file_size - at));
+                }
             }
         }
         writer.segments.insert(
             seq,
             Segment {
                 file,
-                len: end,
+                len: at,
                 version,
+                claims,
+                claims_durable: true,
             },
         );
     }
     Ok((scan, writer, report))
+}
+
+/// Writes `claim` (a length an `fdatasync` of segment `seq` covered) into its slot copy that
+/// claims less, with no sync of its own, unless a copy claims as much already or the segment
+/// has no slots. Returns whether it wrote. A failed write latches the journal.
+fn write_claim(w: &mut Writer, seq: u64, claim: u64) -> Result<bool> {
+    let Some(seg) = w.segments.get(&seq) else {
+        return Ok(false);
+    };
+    if seg.version < SEGMENT_VERSION || seg.claims.iter().any(|c| *c >= claim) {
+        return Ok(false);
+    }
+    let copy = usize::from(seg.claims[1] < seg.claims[0]);
+    let at = (SLOTS_AT + copy * SLOT_LEN) as u64;
+    let written = seg.file.write_all_at(&encode_slot(seq, copy, claim), at);
+    if let Some(seg) = w.segments.get_mut(&seq) {
+        if written.is_ok() {
+            seg.claims[copy] = claim;
+        }
+        seg.claims_durable = false;
+    }
+    Journal::latch_on(w, written)?;
+    Ok(true)
+}
+
+/// Bytes `[off, off + len)` of the window, `None` when they reach past `limit`.
+fn window_get<'w>(
+    win: &'w mut Window<'_>,
+    off: u64,
+    len: u64,
+    limit: u64,
+) -> Result<Option<&'w [u8]>> {
+    if off.checked_add(len).is_none_or(|end| end > limit) {
+        return Ok(None);
+    }
+    win.get(off, len)
+}
+
+/// Each slot copy's claim (0 for one that does not verify).
+fn slot_claims(seq: u64, slots: &[u8]) -> [u64; SLOT_COPIES] {
+    let mut claims = [0; SLOT_COPIES];
+    for (copy, claim) in claims.iter_mut().enumerate() {
+        let at = copy * SLOT_LEN;
+        *claim = slots
+            .get(at..at + SLOT_LEN)
+            .map_or(0, |slot| decode_slot(seq, copy, slot));
+    }
+    claims
 }
 
 /// The version of segment `seq` from its header: `Ok(Err(_))` for a header that does not
@@ -452,17 +589,40 @@ struct Scan {
     /// Every partition record seen, by location.
     partitions: HashMap<JournalLoc, (CursorId, PartitionKey, PartLoc)>,
     forgotten: std::collections::HashSet<CursorId>,
+    /// The oldest segment scanned: a record that references an older one was superseded
+    /// before a rollover removed what it references.
+    first: u64,
+    /// Markers and deltas superseded that way, and deltas built on them.
+    stale: std::collections::HashSet<JournalLoc>,
 }
 
 impl Scan {
-    fn record(&mut self, loc: JournalLoc, frame_len: u64, rec: &Record<'_>, version: u16) {
+    /// Applies one verified record. Returns whether a marker or delta did not commit (the
+    /// cursor keeps its previous state: the walk back). With `promised` (the record lies below
+    /// a synced length), a marker or delta that does not commit is corruption, unless it
+    /// references a segment a rollover removed (it was superseded before that).
+    fn record(
+        &mut self,
+        loc: JournalLoc,
+        frame_len: u64,
+        rec: &Record<'_>,
+        version: u16,
+        promised: bool,
+    ) -> Result<bool> {
         let cursor = CursorId {
             topic: rec.topic,
             cursor: rec.cursor,
         };
         if self.forgotten.contains(&cursor) {
-            return;
+            return Ok(false);
         }
+        let refused = |what: &'static str| {
+            Err(corrupt(
+                loc.segment,
+                loc.offset,
+                CorruptionKind::InvalidField(what),
+            ))
+        };
         match rec.kind {
             RecordKind::Partition => {
                 // A payload that does not decode is never referenced by a marker that counts.
@@ -484,15 +644,28 @@ impl Scan {
             RecordKind::Marker => {
                 if let Some(c) = self.verified_marker(cursor, loc, frame_len, rec.payload) {
                     self.index.commit(cursor, c);
+                } else if self.marker_is_stale(rec.payload) {
+                    self.stale.insert(loc);
+                } else if promised {
+                    return refused("marker");
+                } else {
+                    return Ok(true);
                 }
             }
             RecordKind::Delta => {
                 // A segment of version 1 holds no delta: one there was never written by a
                 // build that writes them.
-                if version == SEGMENT_VERSION
-                    && let Some(d) = self.verified_delta(cursor, loc, rec.payload)
-                {
+                if version < SEGMENT_VERSION_V2 {
+                    return Ok(false);
+                }
+                if let Some(d) = self.verified_delta(cursor, loc, rec.payload) {
                     self.index.apply_delta(cursor, d);
+                } else if self.delta_is_stale(rec.payload) {
+                    self.stale.insert(loc);
+                } else if promised {
+                    return refused("delta");
+                } else {
+                    return Ok(true);
                 }
             }
             RecordKind::Forget => {
@@ -500,6 +673,36 @@ impl Scan {
                 self.forgotten.insert(cursor);
             }
         }
+        Ok(false)
+    }
+
+    /// Whether a marker that does not commit references a segment older than the scan's
+    /// first: a rollover re-based its cursor before removing that segment.
+    fn marker_is_stale(&self, payload: &[u8]) -> bool {
+        let Ok(marker) = decode_marker(payload) else {
+            return false;
+        };
+        let Table::Inline(rows) = marker.table else {
+            return false;
+        };
+        rows.iter()
+            .any(|row| JournalLoc::unpack(row.entry_id).segment < self.first)
+    }
+
+    /// Whether a delta that does not commit builds on a record superseded that way (or on
+    /// one in a removed segment), or references a removed segment.
+    fn delta_is_stale(&self, payload: &[u8]) -> bool {
+        let Ok(delta) = decode_delta(payload) else {
+            return false;
+        };
+        if delta.base.segment < self.first || self.stale.contains(&delta.base) {
+            return true;
+        }
+        let Table::Inline(rows) = delta.marker.table else {
+            return false;
+        };
+        rows.iter()
+            .any(|row| JournalLoc::unpack(row.entry_id).segment < self.first)
     }
 
     /// The row a marker or delta holds, if it names a partition record of `cursor` seen
@@ -597,12 +800,15 @@ impl Scan {
 impl Journal {
     /// Opens the journal kept in `storage` (the store's directory), ignoring bytes past `seal`
     /// (see [`Seal`]). Reads every segment; decodes markers, not partitions. Writes nothing
-    /// except cutting a torn tail off the newest segment (one truncate and one sync) and
-    /// removing a newest segment whose header never became durable.
+    /// except cutting a torn tail off the newest segment past its synced length (one truncate
+    /// and one sync), a slot of the newest segment claiming what it verified, and, without a
+    /// list, removing a newest segment whose header never became durable and that holds nothing.
     ///
     /// # Errors
-    /// [`Error::Corrupted`] at the journal segment and offset when a segment other than the
-    /// newest does not verify to its end, or a header does not verify; [`Error::Io`].
+    /// [`Error::Corrupted`] at the journal segment and offset when a listed segment is missing,
+    /// a header does not verify, a segment is shorter than its synced length or seal, a record
+    /// below them (or in a segment other than the newest) does not verify, or a marker or delta
+    /// below the synced length does not commit; [`Error::Io`].
     pub fn open(storage: Arc<dyn Storage>, config: JournalConfig, seal: Seal) -> Result<Self> {
         Self::open_sealed(storage, config, &[seal])
     }
@@ -639,7 +845,7 @@ impl Journal {
                 reason: "journal segment_bytes must be 1 byte to 4 GiB".into(),
             });
         }
-        let (scan, mut writer, _) = scan_segments(storage.as_ref(), seals, listed, true)?;
+        let (scan, mut writer, report) = scan_segments(storage.as_ref(), seals, listed, true)?;
         // A former owner that died before its tick's sync left the newest segment's bytes, and
         // perhaps its name, in the page cache only. This owner recovers cursors from them and
         // its markers reference their partitions, so they become durable before anything uses
@@ -647,16 +853,28 @@ impl Journal {
         // leaves that segment empty under a durable name, or drops partitions its synced markers
         // reference. Only the newest segment can be unsynced: a tick syncs the newest before
         // starting the next.
-        if let Some(newest) = writer.segments.values().next_back() {
-            newest.file.sync_data()?;
+        let newest = writer.segments.keys().next_back().copied();
+        if let Some(seq) = newest {
+            if let Some(seg) = writer.segments.get(&seq) {
+                seg.file.sync_data()?;
+            }
             storage.sync_dir()?;
         }
-        writer.sealed = writer
-            .segments
-            .keys()
-            .next_back()
-            .copied()
-            .filter(|newest| seals.iter().any(|s| s.segment == *newest));
+        let sealed_newest = newest.filter(|newest| seals.iter().any(|s| s.segment == *newest));
+        if let Some(seq) = newest.filter(|_| sealed_newest.is_none()) {
+            // Everything it holds is durable now: its slots claim it, except from a marker or
+            // delta that did not commit on (the next open walks back the same way, and nothing
+            // is appended after it).
+            let end = writer.segments.get(&seq).map_or(0, |s| s.len);
+            let claim = report.walked_back.map_or(end, |at| at.min(end));
+            write_claim(&mut writer, seq, claim)?;
+            if report.walked_back.is_some() {
+                writer.sealed = Some(seq);
+            }
+        }
+        if sealed_newest.is_some() {
+            writer.sealed = sealed_newest;
+        }
         let files = writer
             .segments
             .iter()
@@ -974,15 +1192,30 @@ impl Journal {
                 reason: "journal segment numbers are exhausted".into(),
             });
         }
-        if let Some((seq, _)) = newest
-            && w.unsynced
+        if let Some((seq, len)) = newest
             && w.sealed != Some(seq)
         {
-            let file = w.segments.get(&seq).map(|s| s.file.clone());
-            if let Some(file) = file {
-                Self::latch_on(w, file.sync_data())?;
-                stats.syncs += 1;
-                self.counters.syncs.fetch_add(1, Ordering::Relaxed);
+            // The segment stops being the newest and is never synced again: its tail (which may
+            // hold evictions) and a slot claiming all of it become durable now, so every byte of
+            // an older segment is below its synced length.
+            let seg = w
+                .segments
+                .get(&seq)
+                .map(|s| (s.file.clone(), s.claims_durable));
+            if let Some((file, claims_durable)) = seg {
+                if w.unsynced || !claims_durable {
+                    Self::latch_on(w, file.sync_data())?;
+                    stats.syncs += 1;
+                    self.counters.syncs.fetch_add(1, Ordering::Relaxed);
+                }
+                if write_claim(w, seq, len)? {
+                    Self::latch_on(w, file.sync_data())?;
+                    stats.syncs += 1;
+                    self.counters.syncs.fetch_add(1, Ordering::Relaxed);
+                }
+                if let Some(s) = w.segments.get_mut(&seq) {
+                    s.claims_durable = true;
+                }
             }
         }
         let mut next = next;
@@ -1006,12 +1239,19 @@ impl Journal {
         };
         let header = encode_segment_header(next);
         Self::latch_on(w, file.write_all_at(&header, 0))?;
+        // The header and its slots are durable before the segment is listed: a listed segment
+        // whose header does not verify is damage, never a creation cut short.
+        Self::latch_on(w, file.sync_data())?;
+        stats.syncs += 1;
+        self.counters.syncs.fetch_add(1, Ordering::Relaxed);
         w.segments.insert(
             next,
             Segment {
                 file: file.clone(),
-                len: SEGMENT_HEADER_LEN as u64,
+                len: SEGMENT_HEADER_V3_LEN as u64,
                 version: SEGMENT_VERSION,
+                claims: [SEGMENT_HEADER_V3_LEN as u64; SLOT_COPIES],
+                claims_durable: true,
             },
         );
         w.unsynced = true;
@@ -1042,7 +1282,7 @@ impl Journal {
         w.segments.iter().next_back().is_some_and(|(seq, seg)| {
             w.sealed != Some(*seq)
                 && seg.version == SEGMENT_VERSION
-                && (seg.len < self.config.segment_bytes || seg.len <= SEGMENT_HEADER_LEN as u64)
+                && (seg.len < self.config.segment_bytes || seg.len <= SEGMENT_HEADER_V3_LEN as u64)
         })
     }
 
@@ -1092,19 +1332,26 @@ impl Journal {
         r
     }
 
+    /// Syncs the newest segment, then writes a slot claiming what the sync covered (a plain
+    /// write, durable with the next sync). A failed slot write latches the journal; the sync
+    /// still succeeded.
     fn sync_newest(&self, seq: u64, stats: &mut TickStats) -> Result<()> {
-        let file = self
-            .files
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        // Every append that finished before the sync starts is covered by it: appends write
+        // under the writer's lock before they grow `len`.
+        let (file, covered) = lock(&self.writer)
+            .segments
             .get(&seq)
-            .cloned()
+            .map(|s| (s.file.clone(), s.len))
             .ok_or(Error::PreviousIo)?;
         let synced = file.sync_data();
         stats.syncs += 1;
         self.counters.syncs.fetch_add(1, Ordering::Relaxed);
+        let mut w = lock(&self.writer);
         if synced.is_err() {
-            lock(&self.writer).latched = true;
+            w.latched = true;
+        } else if w.sealed != Some(seq) {
+            // An error latched the journal; the records this sync covered are durable.
+            write_claim(&mut w, seq, covered).ok();
         }
         synced
     }
