@@ -158,7 +158,13 @@ fn store_of_several_segments(dir: &Path) -> Vec<std::path::PathBuf> {
     let mut segs: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with("journal-"))
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .starts_with("journal-")
+        })
         .collect();
     segs.sort();
     assert!(segs.len() >= 3, "{segs:?}");
@@ -202,9 +208,21 @@ fn verify_agrees_with_open_on_missing_damaged_and_cut_journal_segments() {
     type Damage = Box<dyn Fn(&Path)>;
     let file = |p: &std::path::PathBuf| p.file_name().unwrap().to_owned();
     let cases: Vec<(&str, std::ffi::OsString, Damage)> = vec![
-        ("oldest missing", file(&oldest), Box::new(|p| std::fs::remove_file(p).unwrap())),
-        ("middle missing", file(&middle), Box::new(|p| std::fs::remove_file(p).unwrap())),
-        ("newest missing", file(&newest), Box::new(|p| std::fs::remove_file(p).unwrap())),
+        (
+            "oldest missing",
+            file(&oldest),
+            Box::new(|p| std::fs::remove_file(p).unwrap()),
+        ),
+        (
+            "middle missing",
+            file(&middle),
+            Box::new(|p| std::fs::remove_file(p).unwrap()),
+        ),
+        (
+            "newest missing",
+            file(&newest),
+            Box::new(|p| std::fs::remove_file(p).unwrap()),
+        ),
         (
             "newest header bit",
             file(&newest),
@@ -246,7 +264,9 @@ fn verify_agrees_with_open_on_missing_damaged_and_cut_journal_segments() {
         damage(&dir.path().join(&name));
         let (code, report) = verify(dir.path());
         let opened = opens(dir.path());
-        let seq: u64 = name.to_str().unwrap()["journal-".len()..][..16].parse().unwrap();
+        let seq: u64 = name.to_str().unwrap()["journal-".len()..][..16]
+            .parse()
+            .unwrap();
         assert_eq!(code, Some(1), "{what}: verify {report}");
         assert!(
             report.to_string().contains(&format!("segment {seq}")),

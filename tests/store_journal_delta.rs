@@ -303,7 +303,11 @@ fn rewrite_record(disk: &MemStorage, at: usize, edit: impl FnOnce(&mut Vec<u8>, 
 /// write leaves them (claiming the header only), the same bytes are never promised and the
 /// delta is walked back.
 fn assert_refused_below_the_synced_length(disk: &MemStorage, at: usize) {
-    match Journal::open(Arc::new(disk.clone()), JournalConfig::default(), Seal::default()) {
+    match Journal::open(
+        Arc::new(disk.clone()),
+        JournalConfig::default(),
+        Seal::default(),
+    ) {
         Err(ackstore::Error::Corrupted {
             place: ackstore::CorruptionPlace::Journal { segment, offset },
             ..

@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use ackstore::internals::format::journal::{
-    Record, RecordKind, SEGMENT_HEADER_LEN, decode_record, encode_record,
+    Record, RecordKind, SEGMENT_HEADER_LEN, decode_record, decode_segment_header_version,
+    encode_record, records_start,
 };
 use ackstore::internals::format::meta::{CursorRecord, TopicRecord, decode_stored, encode_stored};
 use ackstore::internals::format::store::Catalog;
@@ -137,7 +138,8 @@ pub struct RecordAt {
 /// does not.
 pub fn records_of(segment: &[u8]) -> Vec<RecordAt> {
     let mut out = Vec::new();
-    let mut at = SEGMENT_HEADER_LEN;
+    let mut at = decode_segment_header_version(segment)
+        .map_or(SEGMENT_HEADER_LEN, |(_, version)| records_start(version));
     while let Some(rest) = segment.get(at..) {
         let Ok(Some((r, len))) = decode_record(rest) else {
             break;
@@ -159,6 +161,11 @@ pub fn data_end(segment: &[u8]) -> usize {
     records_of(segment)
         .last()
         .map_or(SEGMENT_HEADER_LEN.min(segment.len()), |r| r.offset + r.len)
+        .max(
+            decode_segment_header_version(segment)
+                .map_or(0, |(_, version)| records_start(version))
+                .min(segment.len()),
+        )
 }
 
 /// An edit of a journal record whose frame checksum is then recomputed.
@@ -248,6 +255,8 @@ pub enum Mutation {
     Older {
         /// The segment.
         file: PathBuf,
+        /// Whether it is the newest segment.
+        newest: bool,
         /// Its length now.
         now: usize,
         /// The copy's length.
@@ -288,10 +297,15 @@ impl fmt::Display for Mutation {
             Self::Delete { file } => write!(f, "delete {}", file.display()),
             Self::Swap { a, b } => write!(f, "swap {} with {}", a.display(), b.display()),
             Self::Older {
-                file, now, then, ..
+                file,
+                newest,
+                now,
+                then,
+                ..
             } => write!(
                 f,
-                "replace {} ({now} bytes) by an older copy ({then} bytes)",
+                "replace {}{} ({now} bytes) by an older copy ({then} bytes)",
+                if *newest { "the newest segment " } else { "" },
                 file.display()
             ),
             Self::Record { file, offset, edit } => write!(
@@ -325,7 +339,8 @@ impl Mutation {
             Self::Zero { file, .. } => format!("zeroed range in a {}", target(file)),
             Self::Delete { file } => format!("deleted {}", target(file)),
             Self::Swap { .. } => "swapped segments".into(),
-            Self::Older { .. } => "older copy of a segment".into(),
+            Self::Older { newest: true, .. } => "older copy of the newest segment".into(),
+            Self::Older { .. } => "older copy of an older segment".into(),
             Self::Record { edit, .. } => format!("journal record edit {edit:?}")
                 .split('(')
                 .next()
@@ -402,6 +417,7 @@ impl Mutation {
                 let copies = older.get(&file)?;
                 let copy = copies[rng.index(copies.len())].clone();
                 Self::Older {
+                    newest: segments.last() == Some(&file),
                     now: tree.files[&file].len(),
                     then: copy.len(),
                     bytes: copy,
