@@ -17,7 +17,8 @@
 //!    mismatched data ledger), and 0 otherwise; no open panics or fails another way;
 //! 4. when everything opened, every cursor of the model is there with exactly the state the
 //!    clean close kept: in particular no acked entry the model does not hold (an invented ack,
-//!    or one a seek cleared), no epoch below its last committed seek, no deleted cursor back.
+//!    or one a seek cleared), no epoch below its last committed seek, no deleted cursor back;
+//! 5. after an open that worked, verify exits 0 and a second open gives the same state.
 //!
 //! Failures are collected over every mutation and reported by class, each with its mutation,
 //! what verify said and what open did. `ACKSTORE_MUTATION_SEED=N` repeats a run's choices (the
@@ -394,6 +395,10 @@ fn run_one(
         // Both say the directory is not a store (its catalog is gone).
         (Some(2), Ok(Opened::Refused(what, Error::NotAckstore { .. })))
             if what == "Store::open" => {}
+        (code, Ok(Opened::Refused(what, e))) if is_damage(&e) => finding(
+            format!("verify exits {code:?}, open refuses as damaged"),
+            format!("{what} refused: {e}"),
+        ),
         (_, Ok(Opened::Refused(what, e))) => finding(
             format!("open fails with a non-damage error ({})", error_kind(&e)),
             format!("{what} failed: {e}"),
@@ -407,6 +412,27 @@ fn run_one(
             }
             for (class, text) in check_state(model, &state) {
                 finding(class.into(), format!("open works but {text}"));
+            }
+            // What the open repaired (a torn tail cut) leaves a store that verifies clean and
+            // opens again to the same state.
+            let again = verify(binary, dir.path());
+            if code == Some(0) && again.code != Some(0) {
+                finding(
+                    format!("verify exits {:?} after an open that worked", again.code),
+                    format!("then verify said {}", again.said),
+                );
+            }
+            match catch_unwind(AssertUnwindSafe(|| open_all(dir.path(), model))) {
+                Ok(Opened::State(second)) if second == state => {}
+                Ok(Opened::State(_)) => finding(
+                    "a second open gives another state".into(),
+                    "the second open differs from the first".into(),
+                ),
+                Ok(Opened::Refused(what, e)) => finding(
+                    "a second open refuses what the first opened".into(),
+                    format!("then {what} refused: {e}"),
+                ),
+                Err(_) => finding("the second open panicked".into(), "it panicked".into()),
             }
         }
     }
