@@ -1,7 +1,9 @@
 //! Hostile bytes in a journal of full markers and deltas: records re-framed with a valid frame
 //! CRC after random changes of their payload (bytes flipped, a delta's base pointed at another
 //! record of the same or another cursor with that record's CRC, removed keys forged), one
-//! record at a time. The journal opens without a panic, every partition the recovered state
+//! record at a time, with the segment's slots as written (the forgery below the synced length:
+//! mostly refused as corruption) and as a power cut that lost every slot write leaves them
+//! (past it: walked back). The journal opens or refuses without a panic, every partition the recovered state
 //! lists loads (or fails with an error, never a panic), a recovered cursor holds no ack the
 //! workload never made, and the journal goes on: a tick of new deltas on the recovered chains
 //! reopens to exactly the state the journal held in memory.
@@ -12,7 +14,8 @@ use std::sync::Arc;
 use ackstore::internals::ackset::{PARTITION_SPAN, RangeSetWrapper};
 use ackstore::internals::format::cursor::PersistedState;
 use ackstore::internals::format::journal::{
-    JournalLoc, Record, RecordKind, decode_record, encode_record,
+    JournalLoc, Record, RecordKind, SEGMENT_HEADER_V3_LEN, SLOT_COPIES, SLOT_LEN, SLOTS_AT,
+    decode_record, encode_record, encode_slot,
 };
 use ackstore::internals::store::index::CursorId;
 use ackstore::internals::store::journal::{
@@ -137,7 +140,7 @@ fn forged_records_never_panic_invent_acks_or_break_the_next_delta() {
     let name = segment_name(1);
     let bytes = disk.live_bytes(&name).unwrap();
     let mut records = Vec::new();
-    let mut at = 24;
+    let mut at = SEGMENT_HEADER_V3_LEN;
     while let Ok(Some((rec, len))) = decode_record(&bytes[at..]) {
         records.push((
             at,
@@ -197,43 +200,55 @@ fn forged_records_never_panic_invent_acks_or_break_the_next_delta() {
                 },
             );
             assert_eq!(framed.len(), len);
-            let image = disk.durable_image();
-            let mut damaged = bytes.clone();
-            damaged[at..at + len].copy_from_slice(&framed);
-            image.set_bytes(&name, damaged).unwrap();
-            let what = format!("{kind:?} at {at}, trial {trial}");
-            cases += 1;
-            let Ok(journal) = open(&image) else { continue };
-            let mut sets = BTreeMap::new();
-            let mut expected = BTreeMap::new();
-            for i in 0..3 {
-                let c = id(i);
-                let mut set = set_of(&journal, c);
-                let Ok(got) = acks(&mut set) else { continue };
-                let extra: Vec<_> = got.difference(&truth[&c]).collect();
-                assert!(
-                    extra.is_empty(),
-                    "{what}: {c:?} recovered acks never made: {extra:?}"
-                );
-                let pos = Position::new(2, 11 * PARTITION_SPAN + 77);
-                set.add(pos).unwrap();
-                let mut want = got.clone();
-                want.insert(pos);
-                expected.insert(c, want);
-                sets.insert(c, set);
-            }
-            flush(&journal, &mut sets, 100);
-            drop(sets);
-            drop(journal);
-            let again =
-                open(&image.durable_image()).unwrap_or_else(|e| panic!("{what}: reopen: {e}"));
-            for (c, want) in expected {
-                let mut set = set_of(&again, c);
-                let got = acks(&mut set).unwrap_or_else(|e| panic!("{what}: {c:?}: {e}"));
-                assert_eq!(
-                    got, want,
-                    "{what}: {c:?} after a tick on the recovered chain"
-                );
+            for never_promised in [false, true] {
+                let image = disk.durable_image();
+                let mut damaged = bytes.clone();
+                damaged[at..at + len].copy_from_slice(&framed);
+                if never_promised {
+                    // The slots as a power cut that lost every slot write leaves them: the forged
+                    // record lies past the synced length, where a walk back is allowed.
+                    for copy in 0..SLOT_COPIES {
+                        let from = SLOTS_AT + copy * SLOT_LEN;
+                        let slot = encode_slot(1, copy, SEGMENT_HEADER_V3_LEN as u64);
+                        damaged[from..from + SLOT_LEN].copy_from_slice(&slot);
+                    }
+                }
+                image.set_bytes(&name, damaged).unwrap();
+                let what =
+                    format!("{kind:?} at {at}, trial {trial}, never promised {never_promised}");
+                cases += 1;
+                let Ok(journal) = open(&image) else { continue };
+                let mut sets = BTreeMap::new();
+                let mut expected = BTreeMap::new();
+                for i in 0..3 {
+                    let c = id(i);
+                    let mut set = set_of(&journal, c);
+                    let Ok(got) = acks(&mut set) else { continue };
+                    let extra: Vec<_> = got.difference(&truth[&c]).collect();
+                    assert!(
+                        extra.is_empty(),
+                        "{what}: {c:?} recovered acks never made: {extra:?}"
+                    );
+                    let pos = Position::new(2, 11 * PARTITION_SPAN + 77);
+                    set.add(pos).unwrap();
+                    let mut want = got.clone();
+                    want.insert(pos);
+                    expected.insert(c, want);
+                    sets.insert(c, set);
+                }
+                flush(&journal, &mut sets, 100);
+                drop(sets);
+                drop(journal);
+                let again =
+                    open(&image.durable_image()).unwrap_or_else(|e| panic!("{what}: reopen: {e}"));
+                for (c, want) in expected {
+                    let mut set = set_of(&again, c);
+                    let got = acks(&mut set).unwrap_or_else(|e| panic!("{what}: {c:?}: {e}"));
+                    assert_eq!(
+                        got, want,
+                        "{what}: {c:?} after a tick on the recovered chain"
+                    );
+                }
             }
         }
     }

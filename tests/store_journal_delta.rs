@@ -484,7 +484,7 @@ fn the_version_3_sample_reads_to_its_exact_state_and_this_build_writes_it_again(
 }
 
 #[test]
-fn a_version_1_segment_reads_and_its_cursors_go_on_in_a_new_version_2_segment() {
+fn a_version_1_segment_reads_and_its_cursors_go_on_in_a_new_version_3_segment() {
     let dir = support::samples::sample_dir("store-v2-flat");
     let name = segment_name(1);
     let v1 = std::fs::read(dir.path().join(&name)).expect("sample segment");
