@@ -63,13 +63,15 @@ use super::index::{AppliedDelta, Committed, CursorId, Index, PartLoc};
 use crate::ackset::{PartitionKey, PartitionStore};
 use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::format::cursor::{
-    PartitionEntry, PartitionRow, PersistedState, ROW_LEN, Table, TableRef, decode_marker,
-    decode_partition_entry, encode_marker, encode_partition_entry, marker_len, payload_crc,
+    PartitionEntry, PartitionRow, PersistedState, ROW_LEN, Table, TableRef, bind_entry,
+    decode_marker_bound, decode_partition_entry, encode_marker, encode_partition_entry, marker_len,
+    payload_crc,
 };
 use crate::format::journal::{
-    BODY_FIXED_LEN, JournalLoc, MAX_BODY_LEN, MAX_SEGMENT, RECORD_HEADER_LEN, Record, RecordKind,
-    SEGMENT_HEADER_LEN, SEGMENT_HEADER_V3_LEN, SEGMENT_VERSION, SEGMENT_VERSION_V2, SLOT_COPIES,
-    SLOT_LEN, SLOTS_AT, SLOTS_LEN, decode_delta, decode_record, decode_segment_header_version,
+    BODY_FIXED_LEN, JournalLoc, MAX_BODY_LEN, MAX_SEGMENT, PREDECESSOR_AT, Predecessor,
+    RECORD_HEADER_LEN, Record, RecordKind, SEGMENT_HEADER_LEN, SEGMENT_HEADER_V3_LEN,
+    SEGMENT_VERSION, SEGMENT_VERSION_V2, SLOT_COPIES, SLOT_LEN, SLOTS_AT, SLOTS_LEN,
+    cursor_binding, decode_delta, decode_predecessor, decode_record, decode_segment_header_version,
     decode_slot, delta_len, encode_delta, encode_record, encode_segment_header, encode_slot,
     peek_body_len, record_len, records_start,
 };
@@ -352,13 +354,15 @@ fn scan_segments(
 ) -> Result<(Scan, Writer, ScanReport)> {
     let sealed = |seq: u64| seals.iter().find(|s| s.segment == seq && seq != 0);
     let mut report = ScanReport::default();
-    let seqs = segments_to_scan(storage, listed, repair, &mut report)?;
+    let seqs = segments_to_scan(storage, listed, &mut report)?;
     let mut scan = Scan {
         first: seqs.first().copied().unwrap_or(0),
         ..Scan::default()
     };
     let mut writer = Writer::default();
     let last = seqs.last().copied();
+    // The segment scanned before this one and the length its records end at.
+    let mut before: Option<Predecessor> = None;
     for &seq in &seqs {
         let newest = Some(seq) == last;
         let seal = sealed(seq).map(|s| s.len);
@@ -372,10 +376,10 @@ fn scan_segments(
         }
         let limit = seal.map_or(file_size, |len| len.min(file_size));
         let mut win = Window::new(file.as_ref())?;
-        let head_len = (SEGMENT_HEADER_LEN as u64).min(limit);
+        let head_len = (SLOTS_AT as u64).min(limit);
         let head = window_get(&mut win, 0, head_len, limit)?.unwrap_or_default();
-        let version = match segment_version(head, seq) {
-            Ok(Ok(version)) => version,
+        let (version, previous) = match segment_version(head, seq) {
+            Ok(Ok(named)) => named,
             Ok(Err(_))
                 if newest
                     && seal.is_none()
@@ -394,12 +398,24 @@ fn scan_segments(
             }
             Ok(Err(e)) | Err(e) => return Err(e),
         };
+        if version >= SEGMENT_VERSION {
+            check_predecessor(seq, previous, before)?;
+        }
         let start = records_start(version) as u64;
         let claims = if version >= SEGMENT_VERSION {
-            // A version 3 header and its slots are synced before the segment is listed.
+            // A version 3 header and its slots are synced before the segment is listed (and
+            // before a later segment starts): both copies failing is never a power cut.
             let slots = window_get(&mut win, SLOTS_AT as u64, SLOTS_LEN as u64, file_size)?
                 .ok_or_else(|| corrupt(seq, file_size, CorruptionKind::Truncated))?;
-            slot_claims(seq, slots)
+            let claims = slot_claims(seq, slots);
+            if claims.iter().all(|c| *c == 0) && (listed.is_some() || !newest) {
+                return Err(corrupt(
+                    seq,
+                    SLOTS_AT as u64,
+                    CorruptionKind::ChecksumMismatch,
+                ));
+            }
+            claims
         } else {
             [0; SLOT_COPIES]
         };
@@ -444,17 +460,63 @@ fn scan_segments(
                 claims_durable: true,
             },
         );
+        before = Some(Predecessor {
+            segment: seq,
+            len: at,
+        });
+    }
+    scan.check_rebased()?;
+    if repair {
+        // Only once every listed segment verified: a segment that should have been listed is
+        // evidence, never removed.
+        for &stray in &report.strays {
+            storage.remove(&segment_name(stray))?;
+        }
     }
     Ok((scan, writer, report))
 }
 
+/// Checks that version 3 segment `seq`, which names `previous` as the segment it follows,
+/// follows the segment scanned before it (`before`, with the length its records end at): the
+/// predecessor's length is final when a segment starts, so a predecessor of another length is
+/// an older or altered copy, and a predecessor other than the segment before it is a segment
+/// missing from the list (legitimate gaps in the numbers are skipped names, which no header
+/// names). The oldest segment scanned names one a rollover removed, or none.
+fn check_predecessor(
+    seq: u64,
+    previous: Option<Predecessor>,
+    before: Option<Predecessor>,
+) -> Result<()> {
+    let Some(before) = before else {
+        return Ok(());
+    };
+    match previous {
+        Some(p) if p.segment == before.segment => {
+            if before.len < p.len {
+                Err(corrupt(p.segment, before.len, CorruptionKind::Truncated))
+            } else if before.len > p.len {
+                Err(corrupt(
+                    p.segment,
+                    p.len,
+                    CorruptionKind::InvalidField("segment length"),
+                ))
+            } else {
+                Ok(())
+            }
+        }
+        _ => Err(corrupt(
+            seq,
+            PREDECESSOR_AT as u64,
+            CorruptionKind::InvalidField("predecessor"),
+        )),
+    }
+}
+
 /// The segments a scan reads, ascending: those `listed` names, every one of which must exist
-/// (`None`: every segment file). Files the list does not name are reported as strays and, with
-/// `repair`, removed.
+/// (`None`: every segment file). Files the list does not name are reported as strays.
 fn segments_to_scan(
     storage: &dyn Storage,
     listed: Option<&[u64]>,
-    repair: bool,
     report: &mut ScanReport,
 ) -> Result<Vec<u64>> {
     let mut found: Vec<u64> = storage
@@ -475,11 +537,6 @@ fn segments_to_scan(
             .copied()
             .filter(|s| !listed.contains(s))
             .collect();
-        if repair {
-            for &stray in &strays {
-                storage.remove(&segment_name(stray))?;
-            }
-        }
         report.strays = strays;
         let mut seqs = listed.to_vec();
         seqs.sort_unstable();
@@ -588,15 +645,22 @@ fn slot_claims(seq: u64, slots: &[u8]) -> [u64; SLOT_COPIES] {
     claims
 }
 
-/// The version of segment `seq` from its header: `Ok(Err(_))` for a header that does not
-/// verify (a torn one, in the newest segment), `Err(_)` for one that verifies but names
-/// another segment or a version this build does not read (never a torn header).
-fn segment_version(bytes: &[u8], seq: u64) -> Result<Result<u16>> {
+/// The version of segment `seq` from its header (`bytes`: up to [`SLOTS_AT`] bytes) and, for
+/// version 3, the segment it follows: `Ok(Err(_))` for a header that does not verify (a torn
+/// one, in the newest segment), `Err(_)` for one that verifies but names another segment or a
+/// version this build does not read (never a torn header).
+fn segment_version(bytes: &[u8], seq: u64) -> Result<Result<(u16, Option<Predecessor>)>> {
     match bytes
         .get(..SEGMENT_HEADER_LEN)
         .map(decode_segment_header_version)
     {
-        Some(Ok((s, version))) if s == seq => Ok(Ok(version)),
+        Some(Ok((s, version))) if s == seq && version < SEGMENT_VERSION => Ok(Ok((version, None))),
+        Some(Ok((s, version))) if s == seq => {
+            let named = bytes.get(PREDECESSOR_AT..SLOTS_AT).unwrap_or_default();
+            Ok(decode_predecessor(seq, named)
+                .map(|p| (version, p))
+                .map_err(|c| corrupt(seq, c.offset as u64, c.kind)))
+        }
         Some(Ok(_)) => Err(corrupt(seq, 12, CorruptionKind::InvalidField("segment"))),
         Some(Err(c)) if matches!(c.kind, CorruptionKind::UnsupportedVersion(_)) => {
             Err(corrupt(seq, c.offset, c.kind))
@@ -626,6 +690,10 @@ struct Scan {
     first: u64,
     /// Markers and deltas superseded that way, and deltas built on them.
     stale: std::collections::HashSet<JournalLoc>,
+    /// Cursors whose newest marker or delta so far was superseded that way, with its location:
+    /// a rollover re-bases a cursor with a full marker before it removes the segment its chain
+    /// reaches into, so such a record must be followed by one that commits.
+    unrebased: HashMap<CursorId, JournalLoc>,
 }
 
 impl Scan {
@@ -648,6 +716,13 @@ impl Scan {
         if self.forgotten.contains(&cursor) {
             return Ok(false);
         }
+        // In a version 3 segment a marker's own CRC covers the cursor it belongs to.
+        let ids = cursor_binding(cursor.topic, cursor.cursor);
+        let binding: &[u8] = if version >= SEGMENT_VERSION {
+            &ids
+        } else {
+            &[]
+        };
         let refused = |what: &'static str| {
             Err(corrupt(
                 loc.segment,
@@ -674,10 +749,13 @@ impl Scan {
                 }
             }
             RecordKind::Marker => {
-                if let Some(c) = self.verified_marker(cursor, loc, frame_len, rec.payload) {
+                if let Some(c) = self.verified_marker(cursor, loc, frame_len, rec.payload, binding)
+                {
                     self.index.commit(cursor, c);
-                } else if self.marker_is_stale(rec.payload) {
+                    self.unrebased.remove(&cursor);
+                } else if self.marker_is_stale(rec.payload, binding) {
                     self.stale.insert(loc);
+                    self.unrebased.insert(cursor, loc);
                 } else if promised {
                     return refused("marker");
                 } else {
@@ -690,10 +768,12 @@ impl Scan {
                 if version < SEGMENT_VERSION_V2 {
                     return Ok(false);
                 }
-                if let Some(d) = self.verified_delta(cursor, loc, rec.payload) {
+                if let Some(d) = self.verified_delta(cursor, loc, rec.payload, binding) {
                     self.index.apply_delta(cursor, d);
-                } else if self.delta_is_stale(rec.payload) {
+                    self.unrebased.remove(&cursor);
+                } else if self.delta_is_stale(rec.payload, binding) {
                     self.stale.insert(loc);
+                    self.unrebased.insert(cursor, loc);
                 } else if promised {
                     return refused("delta");
                 } else {
@@ -703,15 +783,31 @@ impl Scan {
             RecordKind::Forget => {
                 self.index.remove(cursor);
                 self.forgotten.insert(cursor);
+                self.unrebased.remove(&cursor);
             }
         }
         Ok(false)
     }
 
+    /// After the last segment: a cursor whose newest marker or delta references a segment
+    /// older than the scan's first was never re-based, so that segment was removed (or
+    /// dropped from the list) by something other than a rollover, and the cursor's state is
+    /// lost, not older.
+    fn check_rebased(&self) -> Result<()> {
+        match self.unrebased.values().min() {
+            Some(loc) => Err(corrupt(
+                loc.segment,
+                loc.offset,
+                CorruptionKind::InvalidField("marker on a removed segment"),
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// Whether a marker that does not commit references a segment older than the scan's
     /// first: a rollover re-based its cursor before removing that segment.
-    fn marker_is_stale(&self, payload: &[u8]) -> bool {
-        let Ok(marker) = decode_marker(payload) else {
+    fn marker_is_stale(&self, payload: &[u8], binding: &[u8]) -> bool {
+        let Ok(marker) = decode_marker_bound(payload, binding) else {
             return false;
         };
         let Table::Inline(rows) = marker.table else {
@@ -723,8 +819,8 @@ impl Scan {
 
     /// Whether a delta that does not commit builds on a record superseded that way (or on
     /// one in a removed segment), or references a removed segment.
-    fn delta_is_stale(&self, payload: &[u8]) -> bool {
-        let Ok(delta) = decode_delta(payload) else {
+    fn delta_is_stale(&self, payload: &[u8], binding: &[u8]) -> bool {
+        let Ok(delta) = decode_delta(payload, binding) else {
             return false;
         };
         if delta.base.segment < self.first || self.stale.contains(&delta.base) {
@@ -764,9 +860,10 @@ impl Scan {
         cursor: CursorId,
         loc: JournalLoc,
         payload: &[u8],
+        binding: &[u8],
     ) -> Option<AppliedDelta> {
         let base = self.index.committed(cursor)?;
-        let delta = decode_delta(payload).ok()?;
+        let delta = decode_delta(payload, binding).ok()?;
         if delta.base != base.marker || delta.base_crc != base.crc {
             return None;
         }
@@ -808,8 +905,9 @@ impl Scan {
         loc: JournalLoc,
         frame_len: u64,
         payload: &[u8],
+        binding: &[u8],
     ) -> Option<Committed> {
-        let marker = decode_marker(payload).ok()?;
+        let marker = decode_marker_bound(payload, binding).ok()?;
         let Table::Inline(rows) = marker.table else {
             return None;
         };
@@ -1269,7 +1367,12 @@ impl Journal {
                 }
             }
         };
-        let header = encode_segment_header(next);
+        // The segment this one follows, at the length it ends with: it was synced above (or
+        // sealed, never appended to again), so its records end there on every later scan.
+        let header = encode_segment_header(
+            next,
+            newest.map(|(segment, len)| Predecessor { segment, len }),
+        );
         Self::latch_on(w, file.write_all_at(&header, 0))?;
         // The header and its slots are durable before the segment is listed: a listed segment
         // whose header does not verify is damage, never a creation cut short.
@@ -1762,6 +1865,8 @@ fn append_marker(
     live: BTreeMap<PartitionKey, PartLoc>,
 ) -> Result<(Committed, RecordKind)> {
     let loc = JournalLoc { segment, offset };
+    // Every marker goes to a segment of this build's version: its CRC covers the cursor.
+    let binding = cursor_binding(cursor.topic, cursor.cursor);
     let full_len = full_marker_frame_len(state, live.len());
     let delta = chain.and_then(|base| {
         let added: Vec<_> = live
@@ -1786,14 +1891,16 @@ fn append_marker(
             .iter()
             .map(|(_, p)| p.loc.segment)
             .fold(base.floor.min(segment), u64::min);
-        let marker = encode_marker(state, TableRef::Inline(&marker_rows(added.into_iter())?))?;
+        let mut marker = encode_marker(state, TableRef::Inline(&marker_rows(added.into_iter())?))?;
+        bind_entry(&mut marker, &binding);
         let mut payload = Vec::new();
         let base_loc = base.marker.pack().ok_or_else(too_far)?;
         encode_delta(&mut payload, base_loc, base.crc, &removed, &marker);
         (RecordKind::Delta, payload, floor)
     } else {
         let rows = marker_rows(live.iter())?;
-        let payload = encode_marker(state, TableRef::Inline(&rows))?;
+        let mut payload = encode_marker(state, TableRef::Inline(&rows))?;
+        bind_entry(&mut payload, &binding);
         let floor = Committed::full_floor(loc, &live);
         (RecordKind::Marker, payload, floor)
     };
