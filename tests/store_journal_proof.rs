@@ -390,6 +390,16 @@ fn a_middle_segment_dropped_from_the_catalog_list_is_corruption_not_a_stray() {
 }
 
 #[test]
+fn the_newest_segment_dropped_from_the_catalog_list_while_it_holds_ticks_is_corruption() {
+    let base = tempfile::tempdir().unwrap();
+    build(base.path());
+    let segs = segments(base.path());
+    // Records are written into a segment only after it is listed: an unlisted one that holds
+    // any was dropped from the list, never a creation cut short or a former owner's.
+    unlisted_is_refused(base.path(), segs.len() - 1);
+}
+
+#[test]
 fn an_oldest_segment_a_committed_chain_reaches_into_dropped_from_the_list_is_corruption() {
     // One cursor: a full marker of many partitions in the first segment, then deltas on it that
     // fill later segments. Its live bytes stay above what a rollover would reclaim, so its
@@ -483,6 +493,76 @@ fn a_marker_moved_to_another_cursor_with_its_frame_crc_recomputed_is_corruption(
             panic!(
                 "opened; cursor a's mark-delete is {:?}",
                 a.mark_delete_position()
+            );
+        }
+    }
+}
+
+#[test]
+fn a_forget_moved_to_another_cursor_with_its_frame_crc_recomputed_is_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = StoreConfig {
+        flusher_threads: 0,
+        ..StoreConfig::default()
+    };
+    let ps: Vec<Position>;
+    {
+        let store = Store::open(dir.path(), config.clone()).unwrap();
+        let t = store.topic("t").unwrap();
+        ps = (0..20).map(|i| t.append(&[i]).unwrap()).collect();
+        t.sync().unwrap();
+        let a = t.open_cursor("a", opts()).unwrap();
+        let b = t.open_cursor("b", opts()).unwrap();
+        for p in ps.iter().step_by(3) {
+            b.ack(*p).unwrap();
+        }
+        a.ack(ps[1]).unwrap();
+        store.flush_all().unwrap();
+        drop(a);
+        t.delete_cursor("a").unwrap();
+        drop(b);
+        drop(t);
+        store.close().unwrap();
+    }
+    let seg = segments(dir.path()).pop().unwrap();
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let recs = records(&bytes);
+    let (at, len, _) = *recs
+        .iter()
+        .find(|(_, _, k)| *k == RecordKind::Forget)
+        .expect("a forget record");
+    let (forget, _) = decode_record(&bytes[at..]).unwrap().unwrap();
+    let other = recs
+        .iter()
+        .map(|&(o, _, _)| decode_record(&bytes[o..]).unwrap().unwrap().0.cursor)
+        .find(|c| *c != forget.cursor)
+        .expect("records of cursor b");
+    let payload = forget.payload.to_vec();
+    let mut framed = Vec::new();
+    encode_record(
+        &mut framed,
+        &Record {
+            cursor: other,
+            payload: &payload,
+            ..forget
+        },
+    );
+    assert_eq!(framed.len(), len);
+    bytes[at..at + len].copy_from_slice(&framed);
+    std::fs::write(&seg, &bytes).unwrap();
+    match Store::open(dir.path(), config) {
+        Err(Error::Corrupted {
+            place: CorruptionPlace::Journal { segment, offset },
+            ..
+        }) => assert_eq!((segment, offset), (seq_of(&seg), at as u64)),
+        Err(e) => panic!("refused, but not as the moved forget's damage: {e}"),
+        Ok(store) => {
+            let t = store.topic("t").unwrap();
+            let b = t.open_cursor("b", opts()).unwrap();
+            panic!(
+                "opened; cursor b holds entry {} acked: {}",
+                ps[0],
+                b.is_acked(ps[0]).unwrap()
             );
         }
     }

@@ -35,7 +35,8 @@
 //! Kinds: 1 partition (payload: a cursor-ledger partition entry), 2 marker (payload: a
 //! cursor-ledger marker with an inline table, whose row `entry_id` is a journal location, see
 //! [`JournalLoc`], and whose row `crc` is the CRC32 of the partition record's payload),
-//! 3 forget (the cursor was deleted; empty payload), 4 delta (an incremental marker, below;
+//! 3 forget (the cursor was deleted; payload empty before version 3, in version 3 the record's
+//! topic and cursor ids again, so a forget moved to another cursor does not match), 4 delta (an incremental marker, below;
 //! only in segments of version 2 and later). In a segment of version 3 the CRC a marker (of a
 //! marker record, or inside a delta) ends with covers the record's topic id and cursor id
 //! ([`cursor_binding`], 16 bytes) before the marker's bytes, so a marker moved to another
@@ -88,6 +89,9 @@ pub const BODY_FIXED_LEN: usize = 1 + 8 + 8;
 pub const MAX_BODY_LEN: usize = 64 << 20;
 /// Largest segment sequence number: it must fit the high half of a [`JournalLoc`].
 pub const MAX_SEGMENT: u64 = u32::MAX as u64;
+/// Bytes of a forget record's payload in a version 3 segment: the record's topic id and cursor
+/// id again ([`cursor_binding`]); empty in earlier versions.
+pub const FORGET_V3_LEN: usize = 16;
 /// Bytes of a delta payload before its removed keys: base location, base CRC, removed count.
 pub const DELTA_FIXED_LEN: usize = 8 + 4 + 4;
 /// Bytes of one removed key of a delta: ledger, chunk.
@@ -389,7 +393,7 @@ pub fn peek_body_len(bytes: &[u8]) -> Option<usize> {
 /// # Errors
 /// `Truncated` when the frame runs past `bytes`, `BadLength` for a length below the fixed body
 /// or above [`MAX_BODY_LEN`], `ChecksumMismatch`, `InvalidField("record kind")`, and
-/// `BadLength` for a forget with a payload.
+/// `BadLength` for a forget whose payload is neither empty nor [`FORGET_V3_LEN`] bytes.
 pub fn decode_record(bytes: &[u8]) -> Result<Option<(Record<'_>, usize)>, Corruption> {
     if bytes.is_empty() {
         return Ok(None);
@@ -419,7 +423,7 @@ pub fn decode_record(bytes: &[u8]) -> Result<Option<(Record<'_>, usize)>, Corrup
     let topic = b.u64()?;
     let cursor = b.u64()?;
     let payload = b.rest();
-    if kind == RecordKind::Forget && !payload.is_empty() {
+    if kind == RecordKind::Forget && !(payload.is_empty() || payload.len() == FORGET_V3_LEN) {
         return Err(Corruption::new(CorruptionKind::BadLength, 0));
     }
     Ok(Some((

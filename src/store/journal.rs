@@ -23,7 +23,10 @@
 //! **Synced length.** A segment (version 3) carries two slots after its header recording a
 //! length a finished `fdatasync` covered, written after each sync with no sync of its own (the
 //! ledger's slot). The header and slots are synced before the segment is listed, and a segment
-//! that stops being the newest is synced with a slot claiming all of it.
+//! that stops being the newest is synced with a slot claiming all of it; the next segment's
+//! header then names it and that final length (its predecessor), so each listed segment but
+//! the oldest must follow the one listed before it at exactly the length found there. A
+//! marker's own CRC covers its cursor's ids (version 3), so it counts for no other cursor.
 //!
 //! **Recovery** scans the segments in order, in bounded memory. A marker counts only if every
 //! partition it references is a record of the same cursor, before it in the log, whose payload
@@ -31,11 +34,13 @@
 //! committed marker or delta at that point of the scan. Below a segment's synced length, one
 //! that does not count is corruption; past it (only in the newest segment) the cursor keeps its
 //! previous state (the walk back), and a delta on a rejected one is rejected too. A record that
-//! references a segment a rollover removed was superseded and is skipped. The newest segment
+//! references a segment a rollover removed was superseded and is skipped, provided a record of
+//! the same cursor that commits follows it (the rollover's re-base); otherwise it is corruption. The newest segment
 //! ends at the first record that does not verify past its synced length (a torn tail, cut
-//! off); a listed segment that is missing, has a bad header, is shorter than its synced length
-//! or seal, or does not verify below them (anywhere, in any other segment) is corruption, and
-//! is never removed or cut. Partitions are not decoded until loaded.
+//! off); a listed segment that is missing, has a bad header or predecessor, has both slot copies
+//! failing, is shorter than its synced length or seal, ends elsewhere than its successor's
+//! header says, or does not verify below them (anywhere, in any other segment) is corruption,
+//! and is never removed or cut. Partitions are not decoded until loaded.
 //!
 //! **Rollover.** When the segments hold more than twice the live bytes plus one segment, the
 //! oldest segment's live records (committed partitions, pending partitions) are copied to the
@@ -342,10 +347,14 @@ struct ScanReport {
 /// (and syncs it) and removes the segment files the list does not name; without, only reports
 /// them.
 ///
-/// What counts as damage, never cut: a listed segment that is missing; a header that does not
-/// verify in a listed segment; a segment shorter than its slots' synced length or its seal; a
-/// record that does not verify below the synced length or the seal, or anywhere in a segment
-/// other than the newest; a marker or delta that does not verify below the synced length.
+/// What counts as damage, never cut: a listed segment that is missing; a header (or
+/// predecessor) that does not verify in a listed segment, or both its slot copies; a segment
+/// shorter than its slots' synced length or its seal; a predecessor other than the segment
+/// scanned before, or at another length than its records end at; a record that does not verify
+/// below the synced length or the seal, or anywhere in a segment other than the newest; a
+/// marker or delta that does not verify below the synced length; a cursor whose last marker or
+/// delta builds on a segment older than the first scanned. Strays are removed only after all
+/// of that passed.
 fn scan_segments(
     storage: &dyn Storage,
     seals: &[Seal],
@@ -466,6 +475,7 @@ fn scan_segments(
         });
     }
     scan.check_rebased()?;
+    check_strays(storage, &report.strays, seqs.first().copied())?;
     if repair {
         // Only once every listed segment verified: a segment that should have been listed is
         // evidence, never removed.
@@ -474,6 +484,36 @@ fn scan_segments(
         }
     }
     Ok((scan, writer, report))
+}
+
+/// Checks that no segment file the list does not name was ever listed: a segment is listed
+/// before anything is written after its header, and a rollover unlists only the oldest. So an
+/// unlisted segment above the oldest listed one (`oldest`) is a former owner's whose listing
+/// was refused, or a creation cut short before its listing, and holds nothing past its header;
+/// one that holds something there was dropped from the list, with ticks it promised.
+fn check_strays(storage: &dyn Storage, strays: &[u64], oldest: Option<u64>) -> Result<()> {
+    let Some(oldest) = oldest else {
+        return Ok(());
+    };
+    for &stray in strays.iter().filter(|s| **s > oldest) {
+        let file = storage.open(&segment_name(stray))?;
+        let mut win = Window::new(file.as_ref())?;
+        let head_len = (SEGMENT_HEADER_LEN as u64).min(file.size()?);
+        let head = win.get(0, head_len)?.unwrap_or_default();
+        let start = head
+            .get(..SEGMENT_HEADER_LEN)
+            .and_then(|h| decode_segment_header_version(h).ok())
+            .map_or(SEGMENT_HEADER_V3_LEN, |(_, version)| records_start(version));
+        let holds = win.first_nonzero_from(start as u64)?;
+        if holds < file.size()? {
+            return Err(corrupt(
+                stray,
+                holds,
+                CorruptionKind::InvalidField("records in a segment the list does not name"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Checks that version 3 segment `seq`, which names `previous` as the segment it follows,
@@ -781,6 +821,14 @@ impl Scan {
                 }
             }
             RecordKind::Forget => {
+                // A forget names its cursor in its payload too (version 3).
+                if rec.payload != binding {
+                    return if promised {
+                        refused("forget")
+                    } else {
+                        Ok(true)
+                    };
+                }
                 self.index.remove(cursor);
                 self.forgotten.insert(cursor);
                 self.unrebased.remove(&cursor);
@@ -1278,7 +1326,8 @@ impl Journal {
                 kind: RecordKind::Forget,
                 topic: cursor.topic,
                 cursor: cursor.cursor,
-                payload: &[],
+                // Every forget goes to a segment of this build's version: it names its cursor.
+                payload: &cursor_binding(cursor.topic, cursor.cursor),
             },
         );
         self.append(&mut w, &buf, true)?;
