@@ -567,3 +567,79 @@ fn a_forget_moved_to_another_cursor_with_its_frame_crc_recomputed_is_corruption(
         }
     }
 }
+
+#[test]
+fn a_marker_moved_to_a_deleted_cursor_is_corruption_not_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = StoreConfig {
+        flusher_threads: 0,
+        ..StoreConfig::default()
+    };
+    let ps: Vec<Position>;
+    {
+        let store = Store::open(dir.path(), config.clone()).unwrap();
+        let t = store.topic("t").unwrap();
+        ps = (0..20).map(|i| t.append(&[i]).unwrap()).collect();
+        t.sync().unwrap();
+        let a = t.open_cursor("a", opts()).unwrap();
+        let b = t.open_cursor("b", opts()).unwrap();
+        a.ack(ps[1]).unwrap();
+        b.ack(ps[2]).unwrap();
+        store.flush_all().unwrap();
+        drop(a);
+        t.delete_cursor("a").unwrap();
+        // b's newest marker comes after a's forget.
+        b.ack(ps[7]).unwrap();
+        b.flush().unwrap();
+        drop(b);
+        drop(t);
+        store.close().unwrap();
+    }
+    let seg = segments(dir.path()).pop().unwrap();
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let recs = records(&bytes);
+    let decoded: Vec<_> = recs
+        .iter()
+        .map(|&(at, len, _)| (at, len, decode_record(&bytes[at..]).unwrap().unwrap().0))
+        .collect();
+    let deleted = decoded
+        .iter()
+        .find(|(_, _, r)| r.kind == RecordKind::Forget)
+        .map(|(_, _, r)| r.cursor)
+        .expect("a forget record");
+    let &(at, len, last) = decoded
+        .iter()
+        .rev()
+        .find(|(_, _, r)| matches!(r.kind, RecordKind::Marker | RecordKind::Delta))
+        .unwrap();
+    assert_ne!(last.cursor, deleted, "the last marker is b's");
+    let payload = last.payload.to_vec();
+    let mut framed = Vec::new();
+    encode_record(
+        &mut framed,
+        &Record {
+            cursor: deleted,
+            payload: &payload,
+            ..last
+        },
+    );
+    assert_eq!(framed.len(), len);
+    bytes[at..at + len].copy_from_slice(&framed);
+    std::fs::write(&seg, &bytes).unwrap();
+    match Store::open(dir.path(), config) {
+        Err(Error::Corrupted {
+            place: CorruptionPlace::Journal { segment, offset },
+            ..
+        }) => assert_eq!((segment, offset), (seq_of(&seg), at as u64)),
+        Err(e) => panic!("refused, but not as the moved marker's damage: {e}"),
+        Ok(store) => {
+            let t = store.topic("t").unwrap();
+            let b = t.open_cursor("b", opts()).unwrap();
+            panic!(
+                "opened; cursor b holds entry {} acked: {}",
+                ps[7],
+                b.is_acked(ps[7]).unwrap()
+            );
+        }
+    }
+}

@@ -753,9 +753,6 @@ impl Scan {
             topic: rec.topic,
             cursor: rec.cursor,
         };
-        if self.forgotten.contains(&cursor) {
-            return Ok(false);
-        }
         // In a version 3 segment a marker's own CRC covers the cursor it belongs to.
         let ids = cursor_binding(cursor.topic, cursor.cursor);
         let binding: &[u8] = if version >= SEGMENT_VERSION {
@@ -770,6 +767,22 @@ impl Scan {
                 CorruptionKind::InvalidField(what),
             ))
         };
+        if self.forgotten.contains(&cursor) {
+            // Nothing of a deleted cursor counts; but a marker, delta or forget that is not
+            // its cursor's own (moved from another cursor, whose state it then lacks) is
+            // damage as anywhere else.
+            let own = match rec.kind {
+                RecordKind::Partition => true,
+                RecordKind::Marker => decode_marker_bound(rec.payload, binding).is_ok(),
+                RecordKind::Delta => decode_delta(rec.payload, binding).is_ok(),
+                RecordKind::Forget => rec.payload == binding,
+            };
+            return if own || !promised {
+                Ok(false)
+            } else {
+                refused("record of another cursor")
+            };
+        }
         match rec.kind {
             RecordKind::Partition => {
                 // A payload that does not decode is never referenced by a marker that counts.
