@@ -412,19 +412,7 @@ fn scan_segments(
         }
         let start = records_start(version) as u64;
         let claims = if version >= SEGMENT_VERSION {
-            // A version 3 header and its slots are synced before the segment is listed (and
-            // before a later segment starts): both copies failing is never a power cut.
-            let slots = window_get(&mut win, SLOTS_AT as u64, SLOTS_LEN as u64, file_size)?
-                .ok_or_else(|| corrupt(seq, file_size, CorruptionKind::Truncated))?;
-            let claims = slot_claims(seq, slots);
-            if claims.iter().all(|c| *c == 0) && (listed.is_some() || !newest) {
-                return Err(corrupt(
-                    seq,
-                    SLOTS_AT as u64,
-                    CorruptionKind::ChecksumMismatch,
-                ));
-            }
-            claims
+            segment_claims(&mut win, seq, file_size, listed.is_some() || !newest)?
         } else {
             [0; SLOT_COPIES]
         };
@@ -475,15 +463,31 @@ fn scan_segments(
         });
     }
     scan.check_rebased()?;
-    check_strays(storage, &report.strays, seqs.first().copied())?;
-    if repair {
-        // Only once every listed segment verified: a segment that should have been listed is
-        // evidence, never removed.
-        for &stray in &report.strays {
-            storage.remove(&segment_name(stray))?;
-        }
-    }
+    check_strays(storage, &report.strays, seqs.first().copied(), repair)?;
     Ok((scan, writer, report))
+}
+
+/// What each slot copy of version 3 segment `seq` claims. With `synced_header` (the segment is
+/// listed, or not the newest), both copies failing is corruption: a header and its slots are
+/// synced before the segment is listed (and before a later segment starts), and a slot write
+/// replaces one copy at a time, so a power cut never spoils both.
+fn segment_claims(
+    win: &mut Window<'_>,
+    seq: u64,
+    file_size: u64,
+    synced_header: bool,
+) -> Result<[u64; SLOT_COPIES]> {
+    let slots = window_get(win, SLOTS_AT as u64, SLOTS_LEN as u64, file_size)?
+        .ok_or_else(|| corrupt(seq, file_size, CorruptionKind::Truncated))?;
+    let claims = slot_claims(seq, slots);
+    if synced_header && claims.iter().all(|c| *c == 0) {
+        return Err(corrupt(
+            seq,
+            SLOTS_AT as u64,
+            CorruptionKind::ChecksumMismatch,
+        ));
+    }
+    Ok(claims)
 }
 
 /// Checks that no segment file the list does not name was ever listed: a segment is listed
@@ -491,11 +495,16 @@ fn scan_segments(
 /// unlisted segment above the oldest listed one (`oldest`) is a former owner's whose listing
 /// was refused, or a creation cut short before its listing, and holds nothing past its header;
 /// one that holds something there was dropped from the list, with ticks it promised.
-fn check_strays(storage: &dyn Storage, strays: &[u64], oldest: Option<u64>) -> Result<()> {
-    let Some(oldest) = oldest else {
-        return Ok(());
-    };
-    for &stray in strays.iter().filter(|s| **s > oldest) {
+/// With `repair`, then removes them: only once every listed segment verified, so a segment
+/// that should have been listed is evidence, never removed.
+fn check_strays(
+    storage: &dyn Storage,
+    strays: &[u64],
+    oldest: Option<u64>,
+    repair: bool,
+) -> Result<()> {
+    let above = |s: &&u64| oldest.is_some_and(|oldest| **s > oldest);
+    for &stray in strays.iter().filter(above) {
         let file = storage.open(&segment_name(stray))?;
         let mut win = Window::new(file.as_ref())?;
         let head_len = (SEGMENT_HEADER_LEN as u64).min(file.size()?);
@@ -511,6 +520,11 @@ fn check_strays(storage: &dyn Storage, strays: &[u64], oldest: Option<u64>) -> R
                 holds,
                 CorruptionKind::InvalidField("records in a segment the list does not name"),
             ));
+        }
+    }
+    if repair {
+        for &stray in strays {
+            storage.remove(&segment_name(stray))?;
         }
     }
     Ok(())
@@ -531,19 +545,17 @@ fn check_predecessor(
         return Ok(());
     };
     match previous {
-        Some(p) if p.segment == before.segment => {
-            if before.len < p.len {
+        Some(p) if p.segment == before.segment => match before.len.cmp(&p.len) {
+            std::cmp::Ordering::Less => {
                 Err(corrupt(p.segment, before.len, CorruptionKind::Truncated))
-            } else if before.len > p.len {
-                Err(corrupt(
-                    p.segment,
-                    p.len,
-                    CorruptionKind::InvalidField("segment length"),
-                ))
-            } else {
-                Ok(())
             }
-        }
+            std::cmp::Ordering::Greater => Err(corrupt(
+                p.segment,
+                p.len,
+                CorruptionKind::InvalidField("segment length"),
+            )),
+            std::cmp::Ordering::Equal => Ok(()),
+        },
         _ => Err(corrupt(
             seq,
             PREDECESSOR_AT as u64,
@@ -699,7 +711,7 @@ fn segment_version(bytes: &[u8], seq: u64) -> Result<Result<(u16, Option<Predece
             let named = bytes.get(PREDECESSOR_AT..SLOTS_AT).unwrap_or_default();
             Ok(decode_predecessor(seq, named)
                 .map(|p| (version, p))
-                .map_err(|c| corrupt(seq, c.offset as u64, c.kind)))
+                .map_err(|c| corrupt(seq, c.offset, c.kind)))
         }
         Some(Ok(_)) => Err(corrupt(seq, 12, CorruptionKind::InvalidField("segment"))),
         Some(Err(c)) if matches!(c.kind, CorruptionKind::UnsupportedVersion(_)) => {
