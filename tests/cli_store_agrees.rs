@@ -99,7 +99,8 @@ fn verify_agrees_with_open_on_a_stray_topic_directory_and_an_unlisted_segment() 
         store.close().unwrap();
     }
     // A crash after `mkdir t2`, before the catalog write that lists topic 2; and a segment
-    // file whose listing never happened.
+    // file whose listing never happened: its header, naming the newest segment, and nothing
+    // else (a segment is listed before anything is written after its header).
     std::fs::create_dir(dir.path().join("t2")).unwrap();
     let segs: Vec<String> = std::fs::read_dir(dir.path())
         .unwrap()
@@ -109,7 +110,15 @@ fn verify_agrees_with_open_on_a_stray_topic_directory_and_an_unlisted_segment() 
     let last = segs.iter().max().unwrap().clone();
     let n: u64 = last["journal-".len()..last.len() - 4].parse().unwrap();
     let stray = dir.path().join(format!("journal-{:016}.seg", n + 1));
-    std::fs::copy(dir.path().join(&last), &stray).unwrap();
+    let previous = ackstore::internals::format::journal::Predecessor {
+        segment: n,
+        len: std::fs::metadata(dir.path().join(&last)).unwrap().len(),
+    };
+    std::fs::write(
+        &stray,
+        ackstore::internals::format::journal::encode_segment_header(n + 1, Some(previous)),
+    )
+    .unwrap();
     let (code, report) = verify(dir.path());
     assert_eq!(code, Some(0), "{report}");
     let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
@@ -193,7 +202,9 @@ fn verify_agrees_with_open_on_missing_damaged_and_cut_journal_segments() {
     let newest = segs.last().unwrap().clone();
     let newest_bytes = std::fs::read(&newest).unwrap();
     // The last record of the newest segment: it starts where the one before it ends.
-    let start = if newest_bytes[8] >= 3 { 48 } else { 24 };
+    let (_, version) =
+        ackstore::internals::format::journal::decode_segment_header_version(&newest_bytes).unwrap();
+    let start = ackstore::internals::format::journal::records_start(version);
     let mut at = start;
     let mut last = (start, 0);
     while let Ok(Some((_, len))) =

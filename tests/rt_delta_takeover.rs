@@ -22,7 +22,7 @@ fn config() -> StoreConfig {
             max_entries_per_ledger: 4,
             ..LedgerConfig::default()
         },
-        journal: JournalConfig { segment_bytes: 724 },
+        journal: JournalConfig { segment_bytes: 900 },
         flusher_threads: 0,
         ..StoreConfig::default()
     }

@@ -10,7 +10,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use ackstore::internals::format::journal::{Record, RecordKind, decode_record, encode_record};
+use ackstore::internals::format::journal::{
+    Record, RecordKind, decode_record, decode_segment_header_version, encode_record,
+};
 use ackstore::internals::store::journal::JournalConfig;
 use ackstore::{CursorOptions, InitialPosition, LedgerConfig, Position, Store, StoreConfig};
 
@@ -203,12 +205,9 @@ fn verify_agrees_with_open_after_each_damage_to_each_journal_record() {
     for seg in segments(base.path()) {
         let name = seg.file_name().unwrap().to_owned();
         let bytes = std::fs::read(&seg).unwrap();
-        // Versions 1 and 2: records after the 24-byte header; version 3: after its slots too.
-        let mut at = if u16::from_le_bytes([bytes[8], bytes[9]]) >= 3 {
-            48
-        } else {
-            24
-        };
+        // Where the segment's version puts its first record.
+        let (_, version) = decode_segment_header_version(&bytes).unwrap();
+        let mut at = ackstore::internals::format::journal::records_start(version);
         let mut records = Vec::new();
         while let Ok(Some((rec, len))) = decode_record(&bytes[at..]) {
             records.push((at, len, rec.kind));

@@ -42,7 +42,7 @@ fn open_segment(bytes: &[u8]) {
 
 /// A delta the decoder accepts encodes back to exactly its bytes.
 fn delta_round_trip(payload: &[u8]) {
-    let Ok(delta) = decode_delta(payload) else {
+    let Ok(delta) = decode_delta(payload, &[]) else {
         return;
     };
     let removed: Vec<(u64, u64)> = delta.removed().collect();
@@ -72,7 +72,7 @@ fuzz_target!(|data: &[u8]| {
         at += len;
     }
     open_segment(data);
-    let mut framed = encode_segment_header(1).to_vec();
+    let mut framed = encode_segment_header(1, None).to_vec();
     framed.extend_from_slice(data);
     open_segment(&framed);
 });

@@ -7,18 +7,24 @@
 //! marker. All integers little-endian.
 //!
 //! ```text
-//! segment header (SEGMENT_HEADER_LEN = 24 bytes; version 3: then SLOT_COPIES slots)
+//! segment header (SEGMENT_HEADER_LEN = 24 bytes; version 3: then the predecessor and
+//! SLOT_COPIES slots)
 //! 0   8  magic "ACKSJRNL"
 //! 8   2  version (3; versions 2 and 1, without slots, are still read; 1 holds no delta)
 //! 10  2  flags (0)
 //! 12  8  segment sequence number (the number in the file name)
 //! 20  4  CRC32 of bytes [0, 20)
 //!
+//! predecessor (PREDECESSOR_LEN = 20 bytes at PREDECESSOR_AT = 24; version 3)
+//! 0   8  sequence number of the segment this one follows (0: none, the journal's first)
+//! 8   8  that segment's final length (0 with none)
+//! 16  4  CRC32 of this segment's sequence number (8 bytes) and bytes [0, 16)
+//!
 //! synced-length slot i (SLOT_LEN = 12 bytes at SLOTS_AT + i * SLOT_LEN, i = 0, 1; version 3)
 //! 0   8  synced length: a segment length a finished fdatasync covered
 //! 8   4  CRC32 of the sequence number (8 bytes), the byte i and the synced length
 //!
-//! records start at records_start(version): 24 (versions 1, 2), 48 (version 3)
+//! records start at records_start(version): 24 (versions 1, 2), 68 (version 3)
 //!
 //! record frame (RECORD_HEADER_LEN = 8 bytes, then the body)
 //! 0   4  body length n (0: no record here, the end of the segment)
@@ -29,8 +35,12 @@
 //! Kinds: 1 partition (payload: a cursor-ledger partition entry), 2 marker (payload: a
 //! cursor-ledger marker with an inline table, whose row `entry_id` is a journal location, see
 //! [`JournalLoc`], and whose row `crc` is the CRC32 of the partition record's payload),
-//! 3 forget (the cursor was deleted; empty payload), 4 delta (an incremental marker, below;
-//! only in segments of version 2).
+//! 3 forget (the cursor was deleted; payload empty before version 3, in version 3 the record's
+//! topic and cursor ids again, so a forget moved to another cursor does not match), 4 delta (an incremental marker, below;
+//! only in segments of version 2 and later). In a segment of version 3 the CRC a marker (of a
+//! marker record, or inside a delta) ends with covers the record's topic id and cursor id
+//! ([`cursor_binding`], 16 bytes) before the marker's bytes, so a marker moved to another
+//! cursor fails its own CRC even with the frame's CRC recomputed.
 //!
 //! ```text
 //! delta payload (DELTA_FIXED_LEN = 16 bytes, then the removed keys, then a marker)
@@ -42,7 +52,7 @@
 //!              state and a row for every partition added or rewritten since the base
 //! ```
 
-use super::cursor::{Marker, Table, decode_marker};
+use super::cursor::{Marker, Table, decode_marker_bound};
 use super::{Corruption, Reader};
 use crate::error::CorruptionKind;
 
@@ -61,8 +71,12 @@ pub const SEGMENT_HEADER_LEN: usize = 8 + 2 + 2 + 8 + 4;
 pub const SLOT_LEN: usize = 8 + 4;
 /// Copies of the synced-length slot (version 3), written alternately.
 pub const SLOT_COPIES: usize = 2;
-/// Where the first slot starts: right after the header.
-pub const SLOTS_AT: usize = SEGMENT_HEADER_LEN;
+/// Where a version 3 segment names the segment it follows: right after the header.
+pub const PREDECESSOR_AT: usize = SEGMENT_HEADER_LEN;
+/// Bytes of the predecessor: its sequence number, its final length, a CRC.
+pub const PREDECESSOR_LEN: usize = 8 + 8 + 4;
+/// Where the first slot starts: right after the predecessor.
+pub const SLOTS_AT: usize = PREDECESSOR_AT + PREDECESSOR_LEN;
 /// Bytes of both slot copies.
 pub const SLOTS_LEN: usize = SLOT_COPIES * SLOT_LEN;
 /// Bytes of a version 3 header with its slots: where its first record starts.
@@ -75,6 +89,9 @@ pub const BODY_FIXED_LEN: usize = 1 + 8 + 8;
 pub const MAX_BODY_LEN: usize = 64 << 20;
 /// Largest segment sequence number: it must fit the high half of a [`JournalLoc`].
 pub const MAX_SEGMENT: u64 = u32::MAX as u64;
+/// Bytes of a forget record's payload in a version 3 segment: the record's topic id and cursor
+/// id again ([`cursor_binding`]); empty in earlier versions.
+pub const FORGET_V3_LEN: usize = 16;
 /// Bytes of a delta payload before its removed keys: base location, base CRC, removed count.
 pub const DELTA_FIXED_LEN: usize = 8 + 4 + 4;
 /// Bytes of one removed key of a delta: ledger, chunk.
@@ -148,9 +165,24 @@ pub struct Record<'a> {
     pub payload: &'a [u8],
 }
 
-/// The header of a new segment `seq` (version 3), with both slots claiming the header alone.
+/// The segment a version 3 segment follows, as its header names it: the journal's newest
+/// segment when this one started, and the length it ended with (it is never appended to
+/// again).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Predecessor {
+    /// Its sequence number.
+    pub segment: u64,
+    /// Its final length in bytes.
+    pub len: u64,
+}
+
+/// The header of a new segment `seq` (version 3) following `previous` (`None`: the journal's
+/// first segment), with both slots claiming the header alone.
 #[must_use]
-pub fn encode_segment_header(seq: u64) -> [u8; SEGMENT_HEADER_V3_LEN] {
+pub fn encode_segment_header(
+    seq: u64,
+    previous: Option<Predecessor>,
+) -> [u8; SEGMENT_HEADER_V3_LEN] {
     let mut out = [0u8; SEGMENT_HEADER_V3_LEN];
     let mut body = Vec::with_capacity(SEGMENT_HEADER_V3_LEN);
     body.extend_from_slice(&SEGMENT_MAGIC);
@@ -159,10 +191,64 @@ pub fn encode_segment_header(seq: u64) -> [u8; SEGMENT_HEADER_V3_LEN] {
     body.extend_from_slice(&seq.to_le_bytes());
     let crc = crc32fast::hash(&body);
     body.extend_from_slice(&crc.to_le_bytes());
+    let previous = previous.unwrap_or(Predecessor { segment: 0, len: 0 });
+    let mut named = [0u8; 16];
+    let (at_seq, at_len) = named.split_at_mut(8);
+    at_seq.copy_from_slice(&previous.segment.to_le_bytes());
+    at_len.copy_from_slice(&previous.len.to_le_bytes());
+    body.extend_from_slice(&named);
+    body.extend_from_slice(&predecessor_crc(seq, &named).to_le_bytes());
     for copy in 0..SLOT_COPIES {
         body.extend_from_slice(&encode_slot(seq, copy, SEGMENT_HEADER_V3_LEN as u64));
     }
     out.copy_from_slice(&body);
+    out
+}
+
+fn predecessor_crc(seq: u64, named: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&seq.to_le_bytes());
+    h.update(named);
+    h.finalize()
+}
+
+/// The segment that version 3 segment `seq` follows, from its [`PREDECESSOR_LEN`] bytes at
+/// [`PREDECESSOR_AT`]: `Ok(None)` for the journal's first segment.
+///
+/// # Errors
+/// `Truncated` when `bytes` is short, `ChecksumMismatch` (also for another segment's
+/// predecessor), `InvalidField("predecessor")` for a length without a segment or a segment
+/// not below `seq` (offsets within the segment).
+pub fn decode_predecessor(seq: u64, bytes: &[u8]) -> Result<Option<Predecessor>, Corruption> {
+    let mut r = Reader::at(bytes, PREDECESSOR_AT);
+    let segment = r.u64()?;
+    let len = r.u64()?;
+    let crc = r.u32()?;
+    let named = bytes.get(..16).unwrap_or_default();
+    if predecessor_crc(seq, named) != crc {
+        return Err(Corruption::new(
+            CorruptionKind::ChecksumMismatch,
+            PREDECESSOR_AT,
+        ));
+    }
+    match (segment, len) {
+        (0, 0) => Ok(None),
+        (s, _) if s == 0 || s >= seq => Err(Corruption::new(
+            CorruptionKind::InvalidField("predecessor"),
+            PREDECESSOR_AT,
+        )),
+        (segment, len) => Ok(Some(Predecessor { segment, len })),
+    }
+}
+
+/// The bytes a version 3 segment binds into the CRC of a marker of cursor `cursor` of topic
+/// `topic` (the marker of a marker record or of a delta): topic id, cursor id, little-endian.
+#[must_use]
+pub fn cursor_binding(topic: u64, cursor: u64) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    let (t, c) = out.split_at_mut(8);
+    t.copy_from_slice(&topic.to_le_bytes());
+    c.copy_from_slice(&cursor.to_le_bytes());
     out
 }
 
@@ -307,7 +393,7 @@ pub fn peek_body_len(bytes: &[u8]) -> Option<usize> {
 /// # Errors
 /// `Truncated` when the frame runs past `bytes`, `BadLength` for a length below the fixed body
 /// or above [`MAX_BODY_LEN`], `ChecksumMismatch`, `InvalidField("record kind")`, and
-/// `BadLength` for a forget with a payload.
+/// `BadLength` for a forget whose payload is neither empty nor [`FORGET_V3_LEN`] bytes.
 pub fn decode_record(bytes: &[u8]) -> Result<Option<(Record<'_>, usize)>, Corruption> {
     if bytes.is_empty() {
         return Ok(None);
@@ -337,7 +423,7 @@ pub fn decode_record(bytes: &[u8]) -> Result<Option<(Record<'_>, usize)>, Corrup
     let topic = b.u64()?;
     let cursor = b.u64()?;
     let payload = b.rest();
-    if kind == RecordKind::Forget && !payload.is_empty() {
+    if kind == RecordKind::Forget && !(payload.is_empty() || payload.len() == FORGET_V3_LEN) {
         return Err(Corruption::new(CorruptionKind::BadLength, 0));
     }
     Ok(Some((
@@ -416,13 +502,14 @@ pub fn encode_delta(
 }
 
 /// Decodes and verifies a delta payload: the removed count against the bytes left, the keys
-/// strictly ascending, then the marker (its own CRC and checks), whose table must be inline and
+/// strictly ascending, then the marker (its own CRC, bound to `binding` as
+/// [`decode_marker_bound`] checks it, and its other checks), whose table must be inline and
 /// without a batch table.
 ///
 /// # Errors
 /// `Truncated`, `BadLength`, `InvalidField("removed key order")`, `InvalidField("delta
 /// table")`, and the marker decoder's errors (offsets within the payload).
-pub fn decode_delta(payload: &[u8]) -> Result<Delta<'_>, Corruption> {
+pub fn decode_delta<'a>(payload: &'a [u8], binding: &[u8]) -> Result<Delta<'a>, Corruption> {
     let mut r = Reader::new(payload);
     let base = JournalLoc::unpack(r.u64()?);
     let base_crc = r.u32()?;
@@ -434,7 +521,7 @@ pub fn decode_delta(payload: &[u8]) -> Result<Delta<'_>, Corruption> {
         base,
         base_crc,
         removed,
-        marker: decode_marker(r.rest()).map_err(|c| c.after(marker_at))?,
+        marker: decode_marker_bound(r.rest(), binding).map_err(|c| c.after(marker_at))?,
         marker_bytes: r.rest(),
     };
     let mut previous = None;
@@ -466,15 +553,30 @@ mod tests {
 
     #[test]
     fn headers_and_records_round_trip_at_their_documented_sizes() {
-        let h = encode_segment_header(7);
+        let previous = Predecessor {
+            segment: 5,
+            len: 1234,
+        };
+        let h = encode_segment_header(7, Some(previous));
         assert_eq!(SEGMENT_HEADER_LEN, 24);
+        assert_eq!((PREDECESSOR_AT, PREDECESSOR_LEN), (24, 20));
         assert_eq!(SLOT_LEN, 12);
-        assert_eq!(h.len(), 48);
-        assert_eq!(records_start(SEGMENT_VERSION), 48);
+        assert_eq!(SLOTS_AT, 44);
+        assert_eq!(h.len(), 68);
+        assert_eq!(records_start(SEGMENT_VERSION), 68);
+        assert_eq!(
+            decode_predecessor(7, &h[PREDECESSOR_AT..SLOTS_AT]).unwrap(),
+            Some(previous)
+        );
+        let first = encode_segment_header(1, None);
+        assert_eq!(
+            decode_predecessor(1, &first[PREDECESSOR_AT..SLOTS_AT]).unwrap(),
+            None
+        );
         assert_eq!(records_start(SEGMENT_VERSION_V2), 24);
         assert_eq!(records_start(SEGMENT_VERSION_V1), 24);
         assert_eq!(decode_segment_header(&h).unwrap(), 7);
-        assert_eq!(decode_slots(7, &h[SLOTS_AT..]), 48);
+        assert_eq!(decode_slots(7, &h[SLOTS_AT..]), 68);
         let mut out = Vec::new();
         let rec = Record {
             kind: RecordKind::Marker,
@@ -510,12 +612,38 @@ mod tests {
             b[i / 8] ^= 1 << (i % 8);
             assert!(!matches!(decode_record(&b), Ok(Some(_))), "bit {i}");
         }
-        let h = encode_segment_header(1);
+        let h = encode_segment_header(1, None);
         for i in 0..SEGMENT_HEADER_LEN * 8 {
             let mut b = h;
             b[i / 8] ^= 1 << (i % 8);
             assert!(decode_segment_header(&b).is_err(), "header bit {i}");
         }
+        let h = encode_segment_header(
+            9,
+            Some(Predecessor {
+                segment: 8,
+                len: 4000,
+            }),
+        );
+        for i in 0..PREDECESSOR_LEN * 8 {
+            let mut b = h;
+            b[PREDECESSOR_AT + i / 8] ^= 1 << (i % 8);
+            assert!(
+                decode_predecessor(9, &b[PREDECESSOR_AT..SLOTS_AT]).is_err(),
+                "predecessor bit {i}"
+            );
+        }
+        // Another segment's predecessor, or one not below the segment, never counts.
+        assert!(decode_predecessor(10, &h[PREDECESSOR_AT..SLOTS_AT]).is_err());
+        let ahead = encode_segment_header(
+            3,
+            Some(Predecessor {
+                segment: 3,
+                len: 68,
+            }),
+        );
+        assert!(decode_predecessor(3, &ahead[PREDECESSOR_AT..SLOTS_AT]).is_err());
+        assert!(decode_predecessor(9, &h[PREDECESSOR_AT..SLOTS_AT - 1]).is_err());
     }
 
     #[test]
@@ -571,7 +699,7 @@ mod tests {
         // removed keys.
         assert_eq!(marker_len, 45 + 36);
         assert_eq!(record_len(delta_len(0, marker_len)), 122);
-        let d = decode_delta(&out).unwrap();
+        let d = decode_delta(&out, &[]).unwrap();
         assert_eq!(
             d.base,
             JournalLoc {
@@ -602,7 +730,7 @@ mod tests {
     fn every_truncation_and_flipped_bit_of_a_delta_is_refused_or_decodes_to_other_values() {
         let (out, _) = delta_bytes();
         for n in 0..out.len() {
-            assert!(decode_delta(&out[..n]).is_err(), "prefix {n}");
+            assert!(decode_delta(&out[..n], &[]).is_err(), "prefix {n}");
         }
         // The fields before the marker have no checksum of their own (the record frame's CRC
         // covers them): a flip there decodes to another base or other keys, never to the same
@@ -610,7 +738,7 @@ mod tests {
         for i in 0..out.len() * 8 {
             let mut b = out.clone();
             b[i / 8] ^= 1 << (i % 8);
-            if let Ok(d) = decode_delta(&b) {
+            if let Ok(d) = decode_delta(&b, &[]) {
                 let keys: Vec<_> = d.removed().collect();
                 assert!(i / 8 < 48, "bit {i} in the marker");
                 assert!(
@@ -625,12 +753,12 @@ mod tests {
         let mut unordered = out.clone();
         unordered[16..32].copy_from_slice(&out[32..48]);
         unordered[32..48].copy_from_slice(&out[16..32]);
-        assert!(decode_delta(&unordered).is_err());
+        assert!(decode_delta(&unordered, &[]).is_err());
     }
 
     #[test]
     fn version_1_headers_still_read_and_unknown_versions_are_refused() {
-        let full = encode_segment_header(3);
+        let full = encode_segment_header(3, None);
         let mut h = [0u8; SEGMENT_HEADER_LEN];
         h.copy_from_slice(&full[..SEGMENT_HEADER_LEN]);
         assert_eq!(decode_segment_header_version(&h).unwrap(), (3, 3));
@@ -647,6 +775,24 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_marker_bound_to_one_cursor_fails_its_crc_for_any_other() {
+        use crate::format::cursor::{PersistedState, TableRef, bind_entry, encode_marker};
+        let mut marker = encode_marker(&PersistedState::default(), TableRef::Inline(&[])).unwrap();
+        let len = marker.len();
+        bind_entry(&mut marker, &cursor_binding(1, 2));
+        assert_eq!(marker.len(), len, "binding changes no size");
+        assert!(decode_marker_bound(&marker, &cursor_binding(1, 2)).is_ok());
+        for (topic, cursor) in [(1, 3), (2, 2), (2, 1)] {
+            assert!(decode_marker_bound(&marker, &cursor_binding(topic, cursor)).is_err());
+        }
+        assert!(decode_marker_bound(&marker, &[]).is_err());
+        let mut delta = Vec::new();
+        encode_delta(&mut delta, 0x0000_0001_0000_0044, 7, &[], &marker);
+        assert!(decode_delta(&delta, &cursor_binding(1, 2)).is_ok());
+        assert!(decode_delta(&delta, &cursor_binding(1, 3)).is_err());
     }
 
     #[test]

@@ -24,7 +24,10 @@
 //! **Synced length.** A segment (version 3) carries two slots after its header recording a
 //! length a finished `fdatasync` covered, written after each sync with no sync of its own (the
 //! ledger's slot). The header and slots are synced before the segment is listed, and a segment
-//! that stops being the newest is synced with a slot claiming all of it.
+//! that stops being the newest is synced with a slot claiming all of it; the next segment's
+//! header then names it and that final length (its predecessor), so each listed segment but
+//! the oldest must follow the one listed before it at exactly the length found there. A
+//! marker's own CRC covers its cursor's ids (version 3), so it counts for no other cursor.
 //!
 //! **Recovery** scans the segments in order, in bounded memory. A marker counts only if every
 //! partition it references is a record of the same cursor, before it in the log, whose payload
@@ -32,11 +35,13 @@
 //! committed marker or delta at that point of the scan. Below a segment's synced length, one
 //! that does not count is corruption; past it (only in the newest segment) the cursor keeps its
 //! previous state (the walk back), and a delta on a rejected one is rejected too. A record that
-//! references a segment a rollover removed was superseded and is skipped. The newest segment
+//! references a segment a rollover removed was superseded and is skipped, provided a record of
+//! the same cursor that commits follows it (the rollover's re-base); otherwise it is corruption. The newest segment
 //! ends at the first record that does not verify past its synced length (a torn tail, cut
-//! off); a listed segment that is missing, has a bad header, is shorter than its synced length
-//! or seal, or does not verify below them (anywhere, in any other segment) is corruption, and
-//! is never removed or cut. Partitions are not decoded until loaded.
+//! off); a listed segment that is missing, has a bad header or predecessor, has both slot copies
+//! failing, is shorter than its synced length or seal, ends elsewhere than its successor's
+//! header says, or does not verify below them (anywhere, in any other segment) is corruption,
+//! and is never removed or cut. Partitions are not decoded until loaded.
 //!
 //! **Rollover.** When the segments hold more than twice the live bytes plus one segment, the
 //! oldest segment's live records (committed partitions, pending partitions) are copied to the
@@ -64,13 +69,15 @@ use super::index::{AppliedDelta, Committed, CursorId, Index, PartLoc};
 use crate::ackset::{PartitionKey, PartitionStore};
 use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::format::cursor::{
-    PartitionEntry, PartitionRow, PersistedState, ROW_LEN, Table, TableRef, decode_marker,
-    decode_partition_entry, encode_marker, encode_partition_entry, marker_len, payload_crc,
+    PartitionEntry, PartitionRow, PersistedState, ROW_LEN, Table, TableRef, bind_entry,
+    decode_marker_bound, decode_partition_entry, encode_marker, encode_partition_entry, marker_len,
+    payload_crc,
 };
 use crate::format::journal::{
-    BODY_FIXED_LEN, JournalLoc, MAX_BODY_LEN, MAX_SEGMENT, RECORD_HEADER_LEN, Record, RecordKind,
-    SEGMENT_HEADER_LEN, SEGMENT_HEADER_V3_LEN, SEGMENT_VERSION, SEGMENT_VERSION_V2, SLOT_COPIES,
-    SLOT_LEN, SLOTS_AT, SLOTS_LEN, decode_delta, decode_record, decode_segment_header_version,
+    BODY_FIXED_LEN, JournalLoc, MAX_BODY_LEN, MAX_SEGMENT, PREDECESSOR_AT, Predecessor,
+    RECORD_HEADER_LEN, Record, RecordKind, SEGMENT_HEADER_LEN, SEGMENT_HEADER_V3_LEN,
+    SEGMENT_VERSION, SEGMENT_VERSION_V2, SLOT_COPIES, SLOT_LEN, SLOTS_AT, SLOTS_LEN,
+    cursor_binding, decode_delta, decode_predecessor, decode_record, decode_segment_header_version,
     decode_slot, delta_len, encode_delta, encode_record, encode_segment_header, encode_slot,
     peek_body_len, record_len, records_start,
 };
@@ -393,10 +400,14 @@ struct ScanReport {
 /// (and syncs it) and removes the segment files the list does not name; without, only reports
 /// them.
 ///
-/// What counts as damage, never cut: a listed segment that is missing; a header that does not
-/// verify in a listed segment; a segment shorter than its slots' synced length or its seal; a
-/// record that does not verify below the synced length or the seal, or anywhere in a segment
-/// other than the newest; a marker or delta that does not verify below the synced length.
+/// What counts as damage, never cut: a listed segment that is missing; a header (or
+/// predecessor) that does not verify in a listed segment, or both its slot copies; a segment
+/// shorter than its slots' synced length or its seal; a predecessor other than the segment
+/// scanned before, or at another length than its records end at; a record that does not verify
+/// below the synced length or the seal, or anywhere in a segment other than the newest; a
+/// marker or delta that does not verify below the synced length; a cursor whose last marker or
+/// delta builds on a segment older than the first scanned. Strays are removed only after all
+/// of that passed.
 fn scan_segments(
     storage: &dyn Storage,
     seals: &[Seal],
@@ -405,13 +416,15 @@ fn scan_segments(
 ) -> Result<(Scan, Writer, ScanReport)> {
     let sealed = |seq: u64| seals.iter().find(|s| s.segment == seq && seq != 0);
     let mut report = ScanReport::default();
-    let seqs = segments_to_scan(storage, listed, repair, &mut report)?;
+    let seqs = segments_to_scan(storage, listed, &mut report)?;
     let mut scan = Scan {
         first: seqs.first().copied().unwrap_or(0),
         ..Scan::default()
     };
     let mut writer = Writer::default();
     let last = seqs.last().copied();
+    // The segment scanned before this one and the length its records end at.
+    let mut before: Option<Predecessor> = None;
     for &seq in &seqs {
         let newest = Some(seq) == last;
         let seal = sealed(seq).map(|s| s.len);
@@ -425,10 +438,10 @@ fn scan_segments(
         }
         let limit = seal.map_or(file_size, |len| len.min(file_size));
         let mut win = Window::new(file.as_ref())?;
-        let head_len = (SEGMENT_HEADER_LEN as u64).min(limit);
+        let head_len = (SLOTS_AT as u64).min(limit);
         let head = window_get(&mut win, 0, head_len, limit)?.unwrap_or_default();
-        let version = match segment_version(head, seq) {
-            Ok(Ok(version)) => version,
+        let (version, previous) = match segment_version(head, seq) {
+            Ok(Ok(named)) => named,
             Ok(Err(_))
                 if newest
                     && seal.is_none()
@@ -447,12 +460,12 @@ fn scan_segments(
             }
             Ok(Err(e)) | Err(e) => return Err(e),
         };
+        if version >= SEGMENT_VERSION {
+            check_predecessor(seq, previous, before)?;
+        }
         let start = records_start(version) as u64;
         let claims = if version >= SEGMENT_VERSION {
-            // A version 3 header and its slots are synced before the segment is listed.
-            let slots = window_get(&mut win, SLOTS_AT as u64, SLOTS_LEN as u64, file_size)?
-                .ok_or_else(|| corrupt(seq, file_size, CorruptionKind::Truncated))?;
-            slot_claims(seq, slots)
+            segment_claims(&mut win, seq, file_size, listed.is_some() || !newest)?
         } else {
             [0; SLOT_COPIES]
         };
@@ -497,17 +510,118 @@ fn scan_segments(
                 claims_durable: true,
             },
         );
+        before = Some(Predecessor {
+            segment: seq,
+            len: at,
+        });
     }
+    scan.check_rebased()?;
+    check_strays(storage, &report.strays, seqs.first().copied(), repair)?;
     Ok((scan, writer, report))
 }
 
+/// What each slot copy of version 3 segment `seq` claims. With `synced_header` (the segment is
+/// listed, or not the newest), both copies failing is corruption: a header and its slots are
+/// synced before the segment is listed (and before a later segment starts), and a slot write
+/// replaces one copy at a time, so a power cut never spoils both.
+fn segment_claims(
+    win: &mut Window<'_>,
+    seq: u64,
+    file_size: u64,
+    synced_header: bool,
+) -> Result<[u64; SLOT_COPIES]> {
+    let slots = window_get(win, SLOTS_AT as u64, SLOTS_LEN as u64, file_size)?
+        .ok_or_else(|| corrupt(seq, file_size, CorruptionKind::Truncated))?;
+    let claims = slot_claims(seq, slots);
+    if synced_header && claims.iter().all(|c| *c == 0) {
+        return Err(corrupt(
+            seq,
+            SLOTS_AT as u64,
+            CorruptionKind::ChecksumMismatch,
+        ));
+    }
+    Ok(claims)
+}
+
+/// Checks that no segment file the list does not name was ever listed: a segment is listed
+/// before anything is written after its header, and a rollover unlists only the oldest. So an
+/// unlisted segment above the oldest listed one (`oldest`) is a former owner's whose listing
+/// was refused, or a creation cut short before its listing, and holds nothing past its header;
+/// one that holds something there was dropped from the list, with ticks it promised.
+/// With `repair`, then removes them: only once every listed segment verified, so a segment
+/// that should have been listed is evidence, never removed.
+fn check_strays(
+    storage: &dyn Storage,
+    strays: &[u64],
+    oldest: Option<u64>,
+    repair: bool,
+) -> Result<()> {
+    let above = |s: &&u64| oldest.is_some_and(|oldest| **s > oldest);
+    for &stray in strays.iter().filter(above) {
+        let file = storage.open(&segment_name(stray))?;
+        let mut win = Window::new(file.as_ref())?;
+        let head_len = (SEGMENT_HEADER_LEN as u64).min(file.size()?);
+        let head = win.get(0, head_len)?.unwrap_or_default();
+        let start = head
+            .get(..SEGMENT_HEADER_LEN)
+            .and_then(|h| decode_segment_header_version(h).ok())
+            .map_or(SEGMENT_HEADER_V3_LEN, |(_, version)| records_start(version));
+        let holds = win.first_nonzero_from(start as u64)?;
+        if holds < file.size()? {
+            return Err(corrupt(
+                stray,
+                holds,
+                CorruptionKind::InvalidField("records in a segment the list does not name"),
+            ));
+        }
+    }
+    if repair {
+        for &stray in strays {
+            storage.remove(&segment_name(stray))?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks that version 3 segment `seq`, which names `previous` as the segment it follows,
+/// follows the segment scanned before it (`before`, with the length its records end at): the
+/// predecessor's length is final when a segment starts, so a predecessor of another length is
+/// an older or altered copy, and a predecessor other than the segment before it is a segment
+/// missing from the list (legitimate gaps in the numbers are skipped names, which no header
+/// names). The oldest segment scanned names one a rollover removed, or none.
+fn check_predecessor(
+    seq: u64,
+    previous: Option<Predecessor>,
+    before: Option<Predecessor>,
+) -> Result<()> {
+    let Some(before) = before else {
+        return Ok(());
+    };
+    match previous {
+        Some(p) if p.segment == before.segment => match before.len.cmp(&p.len) {
+            std::cmp::Ordering::Less => {
+                Err(corrupt(p.segment, before.len, CorruptionKind::Truncated))
+            }
+            std::cmp::Ordering::Greater => Err(corrupt(
+                p.segment,
+                p.len,
+                CorruptionKind::InvalidField("segment length"),
+            )),
+            std::cmp::Ordering::Equal => Ok(()),
+        },
+        _ => Err(corrupt(
+            seq,
+            PREDECESSOR_AT as u64,
+            CorruptionKind::InvalidField("predecessor"),
+        )),
+    }
+}
+
 /// The segments a scan reads, ascending: those `listed` names, every one of which must exist
-/// (`None`: every segment file). Files the list does not name are reported as strays and, with
-/// `repair`, removed.
+/// (`None`: every segment file). Files the list does not name are reported as strays.
 fn segments_to_scan(
     storage: &dyn Storage,
     listed: Option<&[u64]>,
-    repair: bool,
     report: &mut ScanReport,
 ) -> Result<Vec<u64>> {
     let mut found: Vec<u64> = storage
@@ -528,11 +642,6 @@ fn segments_to_scan(
             .copied()
             .filter(|s| !listed.contains(s))
             .collect();
-        if repair {
-            for &stray in &strays {
-                storage.remove(&segment_name(stray))?;
-            }
-        }
         report.strays = strays;
         let mut seqs = listed.to_vec();
         seqs.sort_unstable();
@@ -641,15 +750,22 @@ fn slot_claims(seq: u64, slots: &[u8]) -> [u64; SLOT_COPIES] {
     claims
 }
 
-/// The version of segment `seq` from its header: `Ok(Err(_))` for a header that does not
-/// verify (a torn one, in the newest segment), `Err(_)` for one that verifies but names
-/// another segment or a version this build does not read (never a torn header).
-fn segment_version(bytes: &[u8], seq: u64) -> Result<Result<u16>> {
+/// The version of segment `seq` from its header (`bytes`: up to [`SLOTS_AT`] bytes) and, for
+/// version 3, the segment it follows: `Ok(Err(_))` for a header that does not verify (a torn
+/// one, in the newest segment), `Err(_)` for one that verifies but names another segment or a
+/// version this build does not read (never a torn header).
+fn segment_version(bytes: &[u8], seq: u64) -> Result<Result<(u16, Option<Predecessor>)>> {
     match bytes
         .get(..SEGMENT_HEADER_LEN)
         .map(decode_segment_header_version)
     {
-        Some(Ok((s, version))) if s == seq => Ok(Ok(version)),
+        Some(Ok((s, version))) if s == seq && version < SEGMENT_VERSION => Ok(Ok((version, None))),
+        Some(Ok((s, version))) if s == seq => {
+            let named = bytes.get(PREDECESSOR_AT..SLOTS_AT).unwrap_or_default();
+            Ok(decode_predecessor(seq, named)
+                .map(|p| (version, p))
+                .map_err(|c| corrupt(seq, c.offset, c.kind)))
+        }
         Some(Ok(_)) => Err(corrupt(seq, 12, CorruptionKind::InvalidField("segment"))),
         Some(Err(c)) if matches!(c.kind, CorruptionKind::UnsupportedVersion(_)) => {
             Err(corrupt(seq, c.offset, c.kind))
@@ -679,6 +795,10 @@ struct Scan {
     first: u64,
     /// Markers and deltas superseded that way, and deltas built on them.
     stale: std::collections::HashSet<JournalLoc>,
+    /// Cursors whose newest marker or delta so far was superseded that way, with its location:
+    /// a rollover re-bases a cursor with a full marker before it removes the segment its chain
+    /// reaches into, so such a record must be followed by one that commits.
+    unrebased: HashMap<CursorId, JournalLoc>,
 }
 
 impl Scan {
@@ -698,9 +818,13 @@ impl Scan {
             topic: rec.topic,
             cursor: rec.cursor,
         };
-        if self.forgotten.contains(&cursor) {
-            return Ok(false);
-        }
+        // In a version 3 segment a marker's own CRC covers the cursor it belongs to.
+        let ids = cursor_binding(cursor.topic, cursor.cursor);
+        let binding: &[u8] = if version >= SEGMENT_VERSION {
+            &ids
+        } else {
+            &[]
+        };
         let refused = |what: &'static str| {
             Err(corrupt(
                 loc.segment,
@@ -708,6 +832,22 @@ impl Scan {
                 CorruptionKind::InvalidField(what),
             ))
         };
+        if self.forgotten.contains(&cursor) {
+            // Nothing of a deleted cursor counts; but a marker, delta or forget that is not
+            // its cursor's own (moved from another cursor, whose state it then lacks) is
+            // damage as anywhere else.
+            let own = match rec.kind {
+                RecordKind::Partition => true,
+                RecordKind::Marker => decode_marker_bound(rec.payload, binding).is_ok(),
+                RecordKind::Delta => decode_delta(rec.payload, binding).is_ok(),
+                RecordKind::Forget => rec.payload == binding,
+            };
+            return if own || !promised {
+                Ok(false)
+            } else {
+                refused("record of another cursor")
+            };
+        }
         match rec.kind {
             RecordKind::Partition => {
                 // A payload that does not decode is never referenced by a marker that counts.
@@ -727,10 +867,13 @@ impl Scan {
                 }
             }
             RecordKind::Marker => {
-                if let Some(c) = self.verified_marker(cursor, loc, frame_len, rec.payload) {
+                if let Some(c) = self.verified_marker(cursor, loc, frame_len, rec.payload, binding)
+                {
                     self.index.commit(cursor, c);
-                } else if self.marker_is_stale(rec.payload) {
+                    self.unrebased.remove(&cursor);
+                } else if self.marker_is_stale(rec.payload, binding) {
                     self.stale.insert(loc);
+                    self.unrebased.insert(cursor, loc);
                 } else if promised {
                     return refused("marker");
                 } else {
@@ -743,10 +886,12 @@ impl Scan {
                 if version < SEGMENT_VERSION_V2 {
                     return Ok(false);
                 }
-                if let Some(d) = self.verified_delta(cursor, loc, rec.payload) {
+                if let Some(d) = self.verified_delta(cursor, loc, rec.payload, binding) {
                     self.index.apply_delta(cursor, d);
-                } else if self.delta_is_stale(rec.payload) {
+                    self.unrebased.remove(&cursor);
+                } else if self.delta_is_stale(rec.payload, binding) {
                     self.stale.insert(loc);
+                    self.unrebased.insert(cursor, loc);
                 } else if promised {
                     return refused("delta");
                 } else {
@@ -754,17 +899,41 @@ impl Scan {
                 }
             }
             RecordKind::Forget => {
+                // A forget names its cursor in its payload too (version 3).
+                if rec.payload != binding {
+                    return if promised {
+                        refused("forget")
+                    } else {
+                        Ok(true)
+                    };
+                }
                 self.index.remove(cursor);
                 self.forgotten.insert(cursor);
+                self.unrebased.remove(&cursor);
             }
         }
         Ok(false)
     }
 
+    /// After the last segment: a cursor whose newest marker or delta references a segment
+    /// older than the scan's first was never re-based, so that segment was removed (or
+    /// dropped from the list) by something other than a rollover, and the cursor's state is
+    /// lost, not older.
+    fn check_rebased(&self) -> Result<()> {
+        match self.unrebased.values().min() {
+            Some(loc) => Err(corrupt(
+                loc.segment,
+                loc.offset,
+                CorruptionKind::InvalidField("marker on a removed segment"),
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// Whether a marker that does not commit references a segment older than the scan's
     /// first: a rollover re-based its cursor before removing that segment.
-    fn marker_is_stale(&self, payload: &[u8]) -> bool {
-        let Ok(marker) = decode_marker(payload) else {
+    fn marker_is_stale(&self, payload: &[u8], binding: &[u8]) -> bool {
+        let Ok(marker) = decode_marker_bound(payload, binding) else {
             return false;
         };
         let Table::Inline(rows) = marker.table else {
@@ -776,8 +945,8 @@ impl Scan {
 
     /// Whether a delta that does not commit builds on a record superseded that way (or on
     /// one in a removed segment), or references a removed segment.
-    fn delta_is_stale(&self, payload: &[u8]) -> bool {
-        let Ok(delta) = decode_delta(payload) else {
+    fn delta_is_stale(&self, payload: &[u8], binding: &[u8]) -> bool {
+        let Ok(delta) = decode_delta(payload, binding) else {
             return false;
         };
         if delta.base.segment < self.first || self.stale.contains(&delta.base) {
@@ -817,9 +986,10 @@ impl Scan {
         cursor: CursorId,
         loc: JournalLoc,
         payload: &[u8],
+        binding: &[u8],
     ) -> Option<AppliedDelta> {
         let base = self.index.committed(cursor)?;
-        let delta = decode_delta(payload).ok()?;
+        let delta = decode_delta(payload, binding).ok()?;
         if delta.base != base.marker || delta.base_crc != base.crc {
             return None;
         }
@@ -861,8 +1031,9 @@ impl Scan {
         loc: JournalLoc,
         frame_len: u64,
         payload: &[u8],
+        binding: &[u8],
     ) -> Option<Committed> {
-        let marker = decode_marker(payload).ok()?;
+        let marker = decode_marker_bound(payload, binding).ok()?;
         let Table::Inline(rows) = marker.table else {
             return None;
         };
@@ -1273,7 +1444,8 @@ impl Journal {
                 kind: RecordKind::Forget,
                 topic: cursor.topic,
                 cursor: cursor.cursor,
-                payload: &[],
+                // Every forget goes to a segment of this build's version: it names its cursor.
+                payload: &cursor_binding(cursor.topic, cursor.cursor),
             },
         );
         self.append(&mut w, &buf, true)?;
@@ -1364,7 +1536,12 @@ impl Journal {
                 }
             }
         };
-        let header = encode_segment_header(next);
+        // The segment this one follows, at the length it ends with: it was synced above (or
+        // sealed, never appended to again), so its records end there on every later scan.
+        let header = encode_segment_header(
+            next,
+            newest.map(|(segment, len)| Predecessor { segment, len }),
+        );
         // The header and its slots are durable before the segment is listed: a listed segment
         // whose header does not verify is damage, never a creation cut short.
         if let Err(e) = file
@@ -1948,6 +2125,8 @@ fn append_marker(
     live: BTreeMap<PartitionKey, PartLoc>,
 ) -> Result<(Committed, RecordKind)> {
     let loc = JournalLoc { segment, offset };
+    // Every marker goes to a segment of this build's version: its CRC covers the cursor.
+    let binding = cursor_binding(cursor.topic, cursor.cursor);
     let full_len = full_marker_frame_len(state, live.len());
     let delta = chain.and_then(|base| {
         let added: Vec<_> = live
@@ -1972,14 +2151,16 @@ fn append_marker(
             .iter()
             .map(|(_, p)| p.loc.segment)
             .fold(base.floor.min(segment), u64::min);
-        let marker = encode_marker(state, TableRef::Inline(&marker_rows(added.into_iter())?))?;
+        let mut marker = encode_marker(state, TableRef::Inline(&marker_rows(added.into_iter())?))?;
+        bind_entry(&mut marker, &binding);
         let mut payload = Vec::new();
         let base_loc = base.marker.pack().ok_or_else(too_far)?;
         encode_delta(&mut payload, base_loc, base.crc, &removed, &marker);
         (RecordKind::Delta, payload, floor)
     } else {
         let rows = marker_rows(live.iter())?;
-        let payload = encode_marker(state, TableRef::Inline(&rows))?;
+        let mut payload = encode_marker(state, TableRef::Inline(&rows))?;
+        bind_entry(&mut payload, &binding);
         let floor = Committed::full_floor(loc, &live);
         (RecordKind::Marker, payload, floor)
     };

@@ -18,6 +18,8 @@
 //! - [`ack_patterns`]: how consumers acknowledge, shared with the ack-set benchmark.
 //! - `rados` (feature `rados`): storage in the test Ceph cluster, a fresh namespace per call.
 //! - [`samples`]: copies of the committed sample directories under `tests/data/`.
+//! - [`mutate`]: a store directory read into memory, damage and checksum-recomputed edits
+//!   applied to a copy of it, and `ackstore verify` run on the result.
 //!
 //! `crash`, `cursor_ledger` and `ack_patterns` are also compiled alone into a fuzz target or a
 //! benchmark, so they import nothing from their siblings.
@@ -30,6 +32,7 @@ pub mod cursor_ledger;
 pub mod hooked;
 pub mod journal;
 pub mod log_model;
+pub mod mutate;
 #[cfg(feature = "rados")]
 pub mod rados;
 pub mod samples;

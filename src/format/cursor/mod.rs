@@ -153,6 +153,16 @@ fn open_frame_flags(
     want: EntryKind,
     allowed: u16,
 ) -> Result<(Reader<'_>, u16), Corruption> {
+    open_frame_bound(payload, want, allowed, &[])
+}
+
+/// As [`open_frame_flags`], for a frame whose CRC covers `binding` before the frame's bytes.
+fn open_frame_bound<'a>(
+    payload: &'a [u8],
+    want: EntryKind,
+    allowed: u16,
+    binding: &[u8],
+) -> Result<(Reader<'a>, u16), Corruption> {
     if payload.len() < HEADER_LEN + CRC_LEN {
         return Err(corrupt(payload.len(), CorruptionKind::Truncated));
     }
@@ -160,7 +170,7 @@ fn open_frame_flags(
     let (covered, stored) = payload
         .split_last_chunk::<CRC_LEN>()
         .ok_or(corrupt(payload.len(), CorruptionKind::Truncated))?;
-    if crc32fast::hash(covered) != u32::from_le_bytes(*stored) {
+    if bound_crc(binding, covered) != u32::from_le_bytes(*stored) {
         return Err(corrupt(covered.len(), CorruptionKind::ChecksumMismatch));
     }
     if kind != want {
@@ -192,6 +202,24 @@ fn start_frame_flags(kind: EntryKind, capacity: usize, flags: u16) -> Vec<u8> {
     out.push(kind.code());
     out.extend_from_slice(&flags.to_le_bytes());
     out
+}
+
+/// CRC32 of `binding` followed by `covered`: a frame's CRC, bound to what `binding` names
+/// (nothing when it is empty, the plain CRC of the frame).
+fn bound_crc(binding: &[u8], covered: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(binding);
+    h.update(covered);
+    h.finalize()
+}
+
+/// Rewrites the trailing CRC of the encoded entry `entry` so that it covers `binding` before
+/// the entry's bytes: the entry then decodes only with the same binding
+/// ([`decode_marker_bound`]). Nothing changes size.
+pub fn bind_entry(entry: &mut [u8], binding: &[u8]) {
+    if let Some((covered, stored)) = entry.split_last_chunk_mut::<CRC_LEN>() {
+        *stored = bound_crc(binding, covered).to_le_bytes();
+    }
 }
 
 fn end_frame(mut out: Vec<u8>) -> Vec<u8> {
@@ -796,8 +824,22 @@ fn decode_batch_rows<'a>(
 
 /// Decodes and verifies a marker (CRC, field ranges, table order).
 pub fn decode_marker(payload: &[u8]) -> Result<Marker<'_>, Corruption> {
-    let (mut body, flags) =
-        open_frame_flags(payload, EntryKind::Marker, FLAG_BATCH | FLAG_BATCH_PAGED)?;
+    decode_marker_bound(payload, &[])
+}
+
+/// Decodes and verifies a marker whose CRC covers `binding` before its bytes (see
+/// [`bind_entry`]); with `binding` empty, [`decode_marker`]. A marker bound to anything else
+/// fails its CRC.
+pub fn decode_marker_bound<'a>(
+    payload: &'a [u8],
+    binding: &[u8],
+) -> Result<Marker<'a>, Corruption> {
+    let (mut body, flags) = open_frame_bound(
+        payload,
+        EntryKind::Marker,
+        FLAG_BATCH | FLAG_BATCH_PAGED,
+        binding,
+    )?;
     if flags == FLAG_BATCH_PAGED {
         return Err(corrupt(6, CorruptionKind::InvalidField("flags")));
     }
