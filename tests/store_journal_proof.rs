@@ -400,6 +400,25 @@ fn the_newest_segment_dropped_from_the_catalog_list_while_it_holds_ticks_is_corr
 }
 
 #[test]
+fn the_only_listed_segment_dropped_from_the_catalog_list_is_corruption() {
+    let base = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(base.path(), config()).unwrap();
+        let t = store.topic("t").unwrap();
+        let p = t.append(b"x").unwrap();
+        t.sync().unwrap();
+        let c = t.open_cursor("c", opts()).unwrap();
+        c.ack(p).unwrap();
+        store.flush_all().unwrap();
+        drop(c);
+        drop(t);
+        store.close().unwrap();
+    }
+    assert_eq!(segments(base.path()).len(), 1);
+    unlisted_is_refused(base.path(), 0);
+}
+
+#[test]
 fn an_oldest_segment_a_committed_chain_reaches_into_dropped_from_the_list_is_corruption() {
     // One cursor: a full marker of many partitions in the first segment, then deltas on it that
     // fill later segments. Its live bytes stay above what a rollover would reclaim, so its

@@ -545,8 +545,9 @@ fn segment_claims(
 
 /// Checks that no segment file the list does not name was ever listed: a segment is listed
 /// before anything is written after its header, and a rollover unlists only the oldest. So an
-/// unlisted segment above the oldest listed one (`oldest`) is a former owner's whose listing
-/// was refused, or a creation cut short before its listing, and holds nothing past its header;
+/// unlisted segment above the oldest listed one (`oldest`, or any when none is listed) is a
+/// former owner's whose listing was refused, or a creation cut short before its listing, and
+/// holds nothing past its header;
 /// one that holds something there was dropped from the list, with ticks it promised.
 /// With `repair`, then removes them: only once every listed segment verified, so a segment
 /// that should have been listed is evidence, never removed.
@@ -556,7 +557,9 @@ fn check_strays(
     oldest: Option<u64>,
     repair: bool,
 ) -> Result<()> {
-    let above = |s: &&u64| oldest.is_some_and(|oldest| **s > oldest);
+    // With no segment listed, every segment file is checked: a rollover never unlists the
+    // last listed segment, so none with records was ever legitimately dropped.
+    let above = |s: &&u64| oldest.is_none_or(|oldest| **s > oldest);
     for &stray in strays.iter().filter(above) {
         let file = storage.open(&segment_name(stray))?;
         let mut win = Window::new(file.as_ref())?;
