@@ -449,6 +449,27 @@ fn an_oldest_segment_a_committed_chain_reaches_into_dropped_from_the_list_is_cor
     unlisted_is_refused(base.path(), 0);
 }
 
+/// Rewrites the journal record at `at` (`len` bytes) of segment file `seg` as a record of cursor
+/// `to`, its frame CRC recomputed: what a defect writing a valid frame for the wrong cursor
+/// leaves.
+fn move_record_to_cursor(seg: &Path, at: usize, len: usize, to: u64) {
+    let mut bytes = std::fs::read(seg).unwrap();
+    let (record, _) = decode_record(&bytes[at..]).unwrap().unwrap();
+    let payload = record.payload.to_vec();
+    let mut framed = Vec::new();
+    encode_record(
+        &mut framed,
+        &Record {
+            cursor: to,
+            payload: &payload,
+            ..record
+        },
+    );
+    assert_eq!(framed.len(), len);
+    bytes[at..at + len].copy_from_slice(&framed);
+    std::fs::write(seg, &bytes).unwrap();
+}
+
 #[test]
 fn a_marker_moved_to_another_cursor_with_its_frame_crc_recomputed_is_corruption() {
     let dir = tempfile::tempdir().unwrap();
@@ -474,7 +495,7 @@ fn a_marker_moved_to_another_cursor_with_its_frame_crc_recomputed_is_corruption(
         store.close().unwrap();
     }
     let seg = segments(dir.path()).pop().unwrap();
-    let mut bytes = std::fs::read(&seg).unwrap();
+    let bytes = std::fs::read(&seg).unwrap();
     let recs = records(&bytes);
     let markers: Vec<_> = recs
         .iter()
@@ -487,19 +508,7 @@ fn a_marker_moved_to_another_cursor_with_its_frame_crc_recomputed_is_corruption(
         .map(|(_, _, r)| r.cursor)
         .find(|c| *c != last.cursor)
         .expect("markers of two cursors");
-    let payload = last.payload.to_vec();
-    let mut framed = Vec::new();
-    encode_record(
-        &mut framed,
-        &Record {
-            cursor: other,
-            payload: &payload,
-            ..last
-        },
-    );
-    assert_eq!(framed.len(), len);
-    bytes[at..at + len].copy_from_slice(&framed);
-    std::fs::write(&seg, &bytes).unwrap();
+    move_record_to_cursor(&seg, at, len, other);
     match Store::open(dir.path(), config) {
         Err(Error::Corrupted {
             place: CorruptionPlace::Journal { segment, offset },
@@ -544,7 +553,7 @@ fn a_forget_moved_to_another_cursor_with_its_frame_crc_recomputed_is_corruption(
         store.close().unwrap();
     }
     let seg = segments(dir.path()).pop().unwrap();
-    let mut bytes = std::fs::read(&seg).unwrap();
+    let bytes = std::fs::read(&seg).unwrap();
     let recs = records(&bytes);
     let (at, len, _) = *recs
         .iter()
@@ -556,19 +565,7 @@ fn a_forget_moved_to_another_cursor_with_its_frame_crc_recomputed_is_corruption(
         .map(|&(o, _, _)| decode_record(&bytes[o..]).unwrap().unwrap().0.cursor)
         .find(|c| *c != forget.cursor)
         .expect("records of cursor b");
-    let payload = forget.payload.to_vec();
-    let mut framed = Vec::new();
-    encode_record(
-        &mut framed,
-        &Record {
-            cursor: other,
-            payload: &payload,
-            ..forget
-        },
-    );
-    assert_eq!(framed.len(), len);
-    bytes[at..at + len].copy_from_slice(&framed);
-    std::fs::write(&seg, &bytes).unwrap();
+    move_record_to_cursor(&seg, at, len, other);
     match Store::open(dir.path(), config) {
         Err(Error::Corrupted {
             place: CorruptionPlace::Journal { segment, offset },
@@ -615,7 +612,7 @@ fn a_marker_moved_to_a_deleted_cursor_is_corruption_not_ignored() {
         store.close().unwrap();
     }
     let seg = segments(dir.path()).pop().unwrap();
-    let mut bytes = std::fs::read(&seg).unwrap();
+    let bytes = std::fs::read(&seg).unwrap();
     let recs = records(&bytes);
     let decoded: Vec<_> = recs
         .iter()
@@ -632,19 +629,7 @@ fn a_marker_moved_to_a_deleted_cursor_is_corruption_not_ignored() {
         .find(|(_, _, r)| matches!(r.kind, RecordKind::Marker | RecordKind::Delta))
         .unwrap();
     assert_ne!(last.cursor, deleted, "the last marker is b's");
-    let payload = last.payload.to_vec();
-    let mut framed = Vec::new();
-    encode_record(
-        &mut framed,
-        &Record {
-            cursor: deleted,
-            payload: &payload,
-            ..last
-        },
-    );
-    assert_eq!(framed.len(), len);
-    bytes[at..at + len].copy_from_slice(&framed);
-    std::fs::write(&seg, &bytes).unwrap();
+    move_record_to_cursor(&seg, at, len, deleted);
     match Store::open(dir.path(), config) {
         Err(Error::Corrupted {
             place: CorruptionPlace::Journal { segment, offset },
