@@ -69,6 +69,7 @@ fn tick(c: &mut Criterion) {
                     .map(|k| (k, set.bitmap(k).unwrap().unwrap()))
                     .collect();
                 flushes.push(CursorFlush {
+                    name: 0,
                     cursor: *id,
                     state: state(next),
                     written,

@@ -44,6 +44,7 @@ fn flush(journal: &Journal, id: CursorId, set: &mut RangeSetWrapper) -> (u64, Du
     let started = Instant::now();
     let stats = journal
         .commit(&[CursorFlush {
+            name: 0,
             cursor: id,
             state,
             written: written.clone(),

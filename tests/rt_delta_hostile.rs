@@ -73,6 +73,7 @@ fn flush(journal: &Journal, sets: &mut BTreeMap<CursorId, RangeSetWrapper>, epoc
             }
         }
         out.push(CursorFlush {
+            name: 0,
             cursor: *c,
             state: PersistedState {
                 epoch,

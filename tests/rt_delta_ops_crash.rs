@@ -98,7 +98,7 @@ fn stage(
         epoch,
         ..PersistedState::default()
     };
-    tick.stage(c, state, &written, &live)?;
+    tick.stage((c, 0), state, &written, &live)?;
     for (key, _) in &written {
         set.mark_persisted(*key);
     }

@@ -51,6 +51,7 @@ fn flushes(
             }
         }
         out.push(CursorFlush {
+            name: 0,
             cursor: *c,
             state: PersistedState {
                 epoch,

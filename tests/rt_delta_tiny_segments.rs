@@ -55,6 +55,7 @@ fn flush(
         }
     }
     journal.commit(&[CursorFlush {
+        name: 0,
         cursor: c,
         state: PersistedState {
             epoch,

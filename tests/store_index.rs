@@ -103,6 +103,7 @@ proptest! {
                         marker: JournalLoc { segment: 1, offset: clock },
                         marker_len: 10,
                         crc: 0,
+                        name: 0,
                         floor: 1,
                         state: PersistedState::default(),
                         rows,

@@ -186,6 +186,7 @@ fn bytes_past_the_seal_are_ignored_and_never_appended_to() {
     let other = support::journal::cursor_ids()[1];
     journal
         .commit(&[CursorFlush {
+            name: 0,
             cursor: other,
             state: state.clone(),
             written: Vec::new(),

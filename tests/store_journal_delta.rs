@@ -15,7 +15,7 @@ use ackstore::internals::ackset::{PARTITION_SPAN, RangeSetWrapper};
 use ackstore::internals::format::cursor::PersistedState;
 use ackstore::internals::format::journal::{
     Record, SEGMENT_HEADER_V3_LEN, SLOT_COPIES, SLOT_LEN, SLOTS_AT, decode_record, encode_record,
-    encode_slot,
+    encode_slot, name_tag,
 };
 use ackstore::internals::store::index::CursorId;
 use ackstore::internals::store::journal::{
@@ -26,6 +26,9 @@ use ackstore::{FileStorage, MemStorage, Position, Storage};
 use support::crash::{cut_everywhere, torn_image, unsynced_tail};
 use support::journal::{Fleet, Outcome, check, cursor_ids};
 use support::workload::Rng;
+
+/// The name of the cursor whose state the journal binds.
+const NAME: &str = "sub";
 
 const ID: CursorId = CursorId {
     topic: 1,
@@ -66,6 +69,7 @@ fn flush_state(journal: &Journal, set: &mut RangeSetWrapper, state: PersistedSta
     }
     let stats = journal
         .commit(&[CursorFlush {
+            name: name_tag(NAME),
             cursor: ID,
             state,
             written,
@@ -408,7 +412,8 @@ fn rollover_re_bases_chains_so_deleting_their_oldest_segment_keeps_the_exact_sta
     assert_eq!(recovered(&image, config), model);
 }
 
-/// The journal of `tests/data/journal-v2-delta` and `journal-v3-delta`: a full marker of four partitions, a delta
+/// The journal of `tests/data/journal-v2-delta`, `journal-v3-delta` and `journal-v4-delta`
+/// (of the cursor named [`NAME`] from version 4): a full marker of four partitions, a delta
 /// that rewrites one, a delta that adds one, and a delta that removes one as the mark-delete
 /// moves past it. Returns the state and the acks it ends with.
 fn sample_journal(disk: &MemStorage) -> (PersistedState, BTreeSet<Position>) {
@@ -447,11 +452,19 @@ fn sample_journal(disk: &MemStorage) -> (PersistedState, BTreeSet<Position>) {
     (state, model)
 }
 
-#[test]
-fn the_version_2_sample_with_deltas_reads_to_its_exact_state() {
+/// Opens sample `name` (a journal of [`sample_journal`] written by the build of segment version
+/// `version`) and checks it holds the sample's state and acks, bound to `bound` (the name tag
+/// of [`NAME`] from version 4, none before); returns its segment's bytes.
+fn check_sample(name: &str, version: u16, bound: u32) -> Vec<u8> {
     let disk = MemStorage::new();
     let (state, model) = sample_journal(&disk);
-    let dir = support::samples::sample_dir("journal-v2-delta");
+    let dir = support::samples::sample_dir(name);
+    let sample = std::fs::read(dir.path().join(segment_name(1))).expect("sample");
+    assert_eq!(
+        &sample[8..10],
+        &version.to_le_bytes(),
+        "a version {version} segment"
+    );
     let storage = FileStorage::open(dir.path(), true).expect("storage");
     let journal = Arc::new(
         Journal::open(Arc::new(storage), JournalConfig::default(), Seal::default()).expect("open"),
@@ -459,28 +472,30 @@ fn the_version_2_sample_with_deltas_reads_to_its_exact_state() {
     let (recovered_state, _) = journal.committed(ID).expect("committed");
     assert_eq!(recovered_state, state);
     assert_eq!(acks_of(&journal), model);
+    assert_eq!(journal.committed_name(ID).map(|(n, _)| n), Some(bound));
+    sample
 }
 
 #[test]
-fn the_version_3_sample_reads_to_its_exact_state_and_this_build_writes_it_again() {
+fn the_version_2_sample_with_deltas_reads_to_its_exact_state() {
+    check_sample("journal-v2-delta", 2, 0);
+}
+
+#[test]
+fn the_version_3_sample_reads_to_its_exact_state_binding_no_name() {
+    check_sample("journal-v3-delta", 3, 0);
+}
+
+#[test]
+fn the_version_4_sample_reads_to_its_exact_state_and_name_and_this_build_writes_it_again() {
+    let sample = check_sample("journal-v4-delta", 4, name_tag(NAME));
     let disk = MemStorage::new();
-    let (state, model) = sample_journal(&disk);
-    let name = segment_name(1);
-    let written = disk.live_bytes(&name).expect("segment");
-    let dir = support::samples::sample_dir("journal-v3-delta");
-    let sample = std::fs::read(dir.path().join(&name)).expect("sample");
-    assert_eq!(&sample[8..10], &3u16.to_le_bytes(), "a version 3 segment");
+    sample_journal(&disk);
+    let written = disk.live_bytes(&segment_name(1)).expect("segment");
     assert_eq!(
         written, sample,
         "this build writes the sample byte for byte"
     );
-    let storage = FileStorage::open(dir.path(), true).expect("storage");
-    let journal = Arc::new(
-        Journal::open(Arc::new(storage), JournalConfig::default(), Seal::default()).expect("open"),
-    );
-    let (recovered_state, _) = journal.committed(ID).expect("committed");
-    assert_eq!(recovered_state, state);
-    assert_eq!(acks_of(&journal), model);
 }
 
 #[test]
@@ -513,6 +528,7 @@ fn a_version_1_segment_reads_and_its_cursors_go_on_in_a_new_version_3_segment() 
     live.sort_unstable();
     journal
         .commit(&[CursorFlush {
+            name: 0,
             cursor: id,
             state: state.clone(),
             written: vec![(key, added.bitmap(key).expect("load").expect("live"))],

@@ -44,7 +44,7 @@ fn tick(journal: &Journal, cursors: &[(CursorId, Shared)]) -> ackstore::Result<(
             }
         }
         let live: Vec<_> = set.partitions().into_iter().map(|(k, _)| k).collect();
-        tick.stage(*id, PersistedState::default(), &written, &live)?;
+        tick.stage((*id, 0), PersistedState::default(), &written, &live)?;
         written_by_cursor.push(written);
     }
     tick.commit()?;
@@ -158,6 +158,7 @@ fn evictions_and_loads_go_on_while_a_ticks_fsync_is_in_progress() {
     std::thread::scope(|s| {
         let ticking = s.spawn(|| {
             journal.commit(&[CursorFlush {
+                name: 0,
                 cursor: a,
                 state: PersistedState::default(),
                 written: Vec::new(),

@@ -17,6 +17,16 @@ fn mem_store(disk: &MemStorage) -> ackstore::Result<Store> {
     Store::open_with_storage(Arc::new(disk.clone()), StoreConfig::default())
 }
 
+/// A new store whose catalog lists the topics of the journal's test cursors
+/// (`support::journal::cursor_ids`: topic ids 1 to 3), whose state a fleet writes beside it.
+fn create_store(disk: &MemStorage) -> Store {
+    let store = mem_store(disk).expect("create the store");
+    for name in ["a", "b", "c"] {
+        store.topic(name).expect("topic");
+    }
+    store
+}
+
 /// The data ledgers of the partitions `cursor` committed in the journal opened with `seals`.
 fn committed_ledgers(
     disk: &MemStorage,
@@ -38,7 +48,7 @@ fn a_former_owners_ticks_after_the_claim_are_ignored_by_every_later_open() {
     let [x, y] = [cursor_ids()[0], cursor_ids()[1]];
 
     // The former owner commits a tick, then loses the store without knowing it.
-    drop(mem_store(&disk).expect("create the store"));
+    drop(create_store(&disk));
     let mut former = Fleet::open(&disk, config, usize::MAX).expect("former owner");
     former.ack(x, Position::new(1, 1)).expect("ack");
     former.tick().expect("tick before the claim");
@@ -111,7 +121,7 @@ fn a_power_cut_at_every_step_of_the_claim_and_every_tail_byte_keeps_every_commit
         |disk| {
             // A store exists, its journal holds ticks, and the journal's owner died with
             // evicted partitions past its last sync (an unsynced tail).
-            drop(mem_store(disk).expect("create the store"));
+            drop(create_store(disk));
             let outcome = run(disk, config, 1500, 5, 160, 40);
             let mut fleet = Fleet::open(disk, config, 1500).expect("reopen");
             for (i, id) in cursor_ids().into_iter().enumerate() {
@@ -220,6 +230,7 @@ fn a_former_owners_tick_after_the_claim_fails_as_fenced_and_is_never_read() {
     let disk = MemStorage::new();
     let [x, y] = [cursor_ids()[0], cursor_ids()[1]];
     let flush = |cursor, ledger_id: u64| CursorFlush {
+        name: 0,
         cursor,
         state: PersistedState::default(),
         written: vec![(
@@ -234,7 +245,7 @@ fn a_former_owners_tick_after_the_claim_fails_as_fenced_and_is_never_read() {
             chunk: 0,
         }],
     };
-    let old = mem_store(&disk).expect("open");
+    let old = create_store(&disk);
     old.journal()
         .commit(&[flush(x, 1)])
         .expect("the owner's tick");

@@ -26,8 +26,9 @@
 use std::sync::Arc;
 
 use crate::ackset::{PartitionKey, RangeSetWrapper};
-use crate::error::{Error, Result};
+use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::format::cursor::{PersistedState, ROW_LEN, TableRef, marker_len};
+use crate::format::journal::{OTHER_CURSORS_STATE, name_tag};
 use crate::observe::CursorLabels;
 use crate::store::index::CursorId;
 use crate::store::journal::{Journal, JournalPartitions, Tick};
@@ -74,6 +75,8 @@ impl TopicJournal {
 pub(crate) struct JournalCursor {
     journal: Arc<Journal>,
     id: CursorId,
+    /// The name tag of the cursor's name, which its markers bind.
+    name: u32,
     config: CursorConfig,
     /// The state of the last marker staged, and how many live partitions it listed: a flush
     /// with the same state and no changed partition stages nothing.
@@ -92,13 +95,14 @@ impl JournalCursor {
     /// the journal, unsynced).
     pub(crate) fn new(
         tj: &TopicJournal,
-        cursor: u64,
+        (cursor, name): (u64, &str),
         config: CursorConfig,
         labels: CursorLabels,
     ) -> (Self, RangeSetWrapper) {
         let this = Self {
             journal: Arc::clone(&tj.journal),
             id: tj.cursor_id(cursor),
+            name: name_tag(name),
             config,
             staged: None,
             stats: PersistStats::default(),
@@ -111,17 +115,38 @@ impl JournalCursor {
     /// The cursor as the journal committed it: its state and its ack set with every live
     /// partition listed and none loaded (each loads from the journal on first touch). `None`
     /// when the journal holds no state for it. Reads and writes nothing.
+    ///
+    /// # Errors
+    /// [`Error::Corrupted`] at the chain's newest record when the journal's state of this id
+    /// binds another name: the topic record lists this cursor under another cursor's id, and
+    /// that state is not this cursor's.
     pub(crate) fn recover(
         tj: &TopicJournal,
-        cursor: u64,
+        (cursor, name): (u64, &str),
         config: CursorConfig,
         labels: CursorLabels,
-    ) -> Option<(Self, PersistedState, RangeSetWrapper)> {
+    ) -> Result<Option<(Self, PersistedState, RangeSetWrapper)>> {
         let id = tj.cursor_id(cursor);
-        let (state, rows) = tj.journal.committed(id)?;
+        let name = name_tag(name);
+        if let Some((bound, at)) = tj.journal.committed_name(id)
+            && bound != 0
+            && bound != name
+        {
+            return Err(Error::corrupted_at(
+                CorruptionPlace::Journal {
+                    segment: at.segment,
+                    offset: at.offset,
+                },
+                CorruptionKind::InvalidField(OTHER_CURSORS_STATE),
+            ));
+        }
+        let Some((state, rows)) = tj.journal.committed(id) else {
+            return Ok(None);
+        };
         let this = Self {
             journal: Arc::clone(&tj.journal),
             id,
+            name,
             staged: Some((state.clone(), rows.len())),
             stats: PersistStats {
                 persisted_bytes: 0,
@@ -135,7 +160,7 @@ impl JournalCursor {
             this.config.lru_capacity_bytes,
             rows,
         );
-        Some((this, state, acks))
+        Ok(Some((this, state, acks)))
     }
 
     fn partition_store(&self) -> Box<dyn crate::ackset::PartitionStore> {
@@ -203,7 +228,7 @@ impl JournalCursor {
                 written.push((key, bitmap));
             }
         }
-        tick.stage(self.id, state.clone(), &written, &live)?;
+        tick.stage((self.id, self.name), state.clone(), &written, &live)?;
         for (key, _) in &written {
             acks.mark_persisted(*key);
         }

@@ -7,10 +7,11 @@
 //! marker. All integers little-endian.
 //!
 //! ```text
-//! segment header (SEGMENT_HEADER_LEN = 24 bytes; version 3: then the predecessor and
+//! segment header (SEGMENT_HEADER_LEN = 24 bytes; versions 3 and 4: then the predecessor and
 //! SLOT_COPIES slots)
 //! 0   8  magic "ACKSJRNL"
-//! 8   2  version (3; versions 2 and 1, without slots, are still read; 1 holds no delta)
+//! 8   2  version (4; version 3, whose markers bind no name, and versions 2 and 1, without
+//!          slots, are still read; 1 holds no delta)
 //! 10  2  flags (0)
 //! 12  8  segment sequence number (the number in the file name)
 //! 20  4  CRC32 of bytes [0, 20)
@@ -24,7 +25,7 @@
 //! 0   8  synced length: a segment length a finished fdatasync covered
 //! 8   4  CRC32 of the sequence number (8 bytes), the byte i and the synced length
 //!
-//! records start at records_start(version): 24 (versions 1, 2), 68 (version 3)
+//! records start at records_start(version): 24 (versions 1, 2), 68 (versions 3, 4)
 //!
 //! record frame (RECORD_HEADER_LEN = 8 bytes, then the body)
 //! 0   4  body length n (0: no record here, the end of the segment)
@@ -37,10 +38,18 @@
 //! [`JournalLoc`], and whose row `crc` is the CRC32 of the partition record's payload),
 //! 3 forget (the cursor was deleted; payload empty before version 3, in version 3 the record's
 //! topic and cursor ids again, so a forget moved to another cursor does not match), 4 delta (an incremental marker, below;
-//! only in segments of version 2 and later). In a segment of version 3 the CRC a marker (of a
+//! only in segments of version 2 and later). In a segment of version 3 or 4 the CRC a marker (of a
 //! marker record, or inside a delta) ends with covers the record's topic id and cursor id
 //! ([`cursor_binding`], 16 bytes) before the marker's bytes, so a marker moved to another
 //! cursor fails its own CRC even with the frame's CRC recomputed.
+//!
+//! In a segment of version 4 the payload of a marker or delta record starts with the cursor's
+//! *name tag* (`NAME_TAG_LEN` = 4 bytes, [`name_tag`]: the CRC32 of the cursor's name, never 0;
+//! 0 for a state re-based by a rollover before its cursor's first flush since a version 3
+//! segment, which knew no name), and the marker's CRC covers the name tag after the topic and
+//! cursor ids ([`record_binding`], 20 bytes). A cursor's state is handed only to the cursor of
+//! that name: a topic record whose cursor ids were swapped or moved does not hand one cursor's
+//! acks to another.
 //!
 //! ```text
 //! delta payload (DELTA_FIXED_LEN = 16 bytes, then the removed keys, then a marker)
@@ -58,9 +67,11 @@ use crate::error::CorruptionKind;
 
 /// Magic at the start of every segment.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"ACKSJRNL";
-/// Segment format version this build writes: segments that may hold deltas and carry
-/// synced-length slots after the header.
-pub const SEGMENT_VERSION: u16 = 3;
+/// Segment format version this build writes: segments that may hold deltas, carry
+/// synced-length slots after the header, and whose markers bind their cursor's name.
+pub const SEGMENT_VERSION: u16 = 4;
+/// Segments with slots whose markers bind no name: still read, never appended to.
+pub const SEGMENT_VERSION_V3: u16 = 3;
 /// Segments that may hold deltas, without slots: still read, never appended to.
 pub const SEGMENT_VERSION_V2: u16 = 2;
 /// The first segment format version, without deltas: still read, never appended to.
@@ -89,9 +100,22 @@ pub const BODY_FIXED_LEN: usize = 1 + 8 + 8;
 pub const MAX_BODY_LEN: usize = 64 << 20;
 /// Largest segment sequence number: it must fit the high half of a [`JournalLoc`].
 pub const MAX_SEGMENT: u64 = u32::MAX as u64;
-/// Bytes of a forget record's payload in a version 3 segment: the record's topic id and cursor
-/// id again ([`cursor_binding`]); empty in earlier versions.
+/// Bytes of a forget record's payload in a segment of version 3 or 4: the record's topic id
+/// and cursor id again ([`cursor_binding`]); empty in earlier versions.
 pub const FORGET_V3_LEN: usize = 16;
+/// What a journal state bound to another cursor's name is reported as (by the store's open
+/// and by `ackstore verify`): the topic record lists a cursor under the id of another one.
+pub const OTHER_CURSORS_STATE: &str =
+    "the journal's state under this cursor's id belongs to another cursor (name differs)";
+/// What a store's topic record is reported as when its cursor table lacks a cursor whose
+/// record and journal state are both kept (by the topic's open and by `ackstore verify`): a
+/// deletion removes the cursor's record before the table drops it.
+pub const UNLISTED_CURSOR: &str =
+    "cursor table (a cursor whose record and journal state are kept is not listed)";
+/// Bytes of the name tag a marker or delta record's payload starts with (version 4).
+pub const NAME_TAG_LEN: usize = 4;
+/// Bytes of a version 4 marker's binding: topic id, cursor id, name tag.
+pub const BINDING_LEN: usize = 8 + 8 + NAME_TAG_LEN;
 /// Bytes of a delta payload before its removed keys: base location, base CRC, removed count.
 pub const DELTA_FIXED_LEN: usize = 8 + 4 + 4;
 /// Bytes of one removed key of a delta: ledger, chunk.
@@ -252,10 +276,65 @@ pub fn cursor_binding(topic: u64, cursor: u64) -> [u8; 16] {
     out
 }
 
+/// The name tag of cursor `name`: the CRC32 of its bytes, 1 where that is 0 (0 is the tag of a
+/// state whose name is not known).
+#[must_use]
+pub fn name_tag(name: &str) -> u32 {
+    crc32fast::hash(name.as_bytes()).max(1)
+}
+
+/// What the CRC of a marker of cursor `cursor` of topic `topic` covers before the marker's
+/// bytes in a segment of `version`: nothing before version 3, the topic and cursor ids in
+/// version 3, and the name tag `name` after them in version 4.
+#[must_use]
+pub fn record_binding(version: u16, topic: u64, cursor: u64, name: u32) -> Binding {
+    let mut bytes = [0u8; BINDING_LEN];
+    let (ids, tag) = bytes.split_at_mut(16);
+    ids.copy_from_slice(&cursor_binding(topic, cursor));
+    tag.copy_from_slice(&name.to_le_bytes());
+    let len = match version {
+        v if v >= SEGMENT_VERSION => BINDING_LEN,
+        SEGMENT_VERSION_V3 => 16,
+        _ => 0,
+    };
+    Binding { bytes, len }
+}
+
+/// The bytes a marker's CRC covers before the marker ([`record_binding`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Binding {
+    bytes: [u8; BINDING_LEN],
+    len: usize,
+}
+
+impl Binding {
+    /// The bound bytes.
+    #[must_use]
+    pub fn as_slice(&self) -> &[u8] {
+        self.bytes.get(..self.len).unwrap_or_default()
+    }
+}
+
+/// Splits the payload of a marker or delta record of a segment of `version` into the name tag
+/// it starts with (version 4; 0 before, where no name is bound) and the marker or delta
+/// payload after it.
+///
+/// # Errors
+/// `Truncated` when a version 4 payload is shorter than the tag.
+pub fn split_name_tag(version: u16, payload: &[u8]) -> Result<(u32, &[u8]), Corruption> {
+    if version < SEGMENT_VERSION {
+        return Ok((0, payload));
+    }
+    payload
+        .split_first_chunk::<NAME_TAG_LEN>()
+        .map(|(tag, rest)| (u32::from_le_bytes(*tag), rest))
+        .ok_or(Corruption::new(CorruptionKind::Truncated, 0))
+}
+
 /// Where the records of a segment of `version` start.
 #[must_use]
 pub const fn records_start(version: u16) -> usize {
-    if version >= SEGMENT_VERSION {
+    if version >= SEGMENT_VERSION_V3 {
         SEGMENT_HEADER_V3_LEN
     } else {
         SEGMENT_HEADER_LEN
@@ -757,12 +836,12 @@ mod tests {
     }
 
     #[test]
-    fn version_1_headers_still_read_and_unknown_versions_are_refused() {
+    fn earlier_version_headers_still_read_and_unknown_versions_are_refused() {
         let full = encode_segment_header(3, None);
         let mut h = [0u8; SEGMENT_HEADER_LEN];
         h.copy_from_slice(&full[..SEGMENT_HEADER_LEN]);
-        assert_eq!(decode_segment_header_version(&h).unwrap(), (3, 3));
-        for (version, known) in [(2u16, true), (1, true), (4, false), (0, false)] {
+        assert_eq!(decode_segment_header_version(&h).unwrap(), (3, 4));
+        for (version, known) in [(3u16, true), (2, true), (1, true), (5, false), (0, false)] {
             h[8..10].copy_from_slice(&version.to_le_bytes());
             let crc = crc32fast::hash(&h[..20]);
             h[20..].copy_from_slice(&crc.to_le_bytes());

@@ -82,7 +82,7 @@ impl ManagedLedger {
     /// Opens the topic kept in `storage` (for instance a
     /// [`MemStorage`](crate::storage::MemStorage)).
     pub fn open_with_storage(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<Self> {
-        let core = Arc::new(open::open(storage, config, None)?);
+        let core = Arc::new(open::open(storage, config, None, &[])?);
         core.install_id_source()?;
         Ok(Self { core })
     }
@@ -104,8 +104,9 @@ impl ManagedLedger {
         storage: Arc<dyn Storage>,
         config: LedgerConfig,
         journal: TopicJournal,
+        recovered: &[u64],
     ) -> Result<Self> {
-        let core = Arc::new(open::open(storage, config, Some(journal))?);
+        let core = Arc::new(open::open(storage, config, Some(journal), recovered)?);
         core.install_id_source()?;
         Ok(Self { core })
     }

@@ -52,6 +52,7 @@ use crate::cursor::journal::TopicJournal;
 use crate::cursor::record_name;
 use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::finder::{Layout, LedgerSpan};
+use crate::format::journal::UNLISTED_CURSOR;
 use crate::format::meta::{CursorEntry, CursorIdentity, CursorRecord, LedgerRecord, TopicRecord};
 use crate::format::store::STORE_RECORD;
 use crate::log::{EntryLog, parse_ledger_file_name};
@@ -150,11 +151,14 @@ fn refuse_store_directory(storage: &Arc<dyn Storage>) -> Result<()> {
 /// (rule 0, nothing written), its cursor records are read only when a ledger file the topic
 /// record does not list needs their references (rule 3), and its repairs wait for its next
 /// record write (rule 4). A topic opened on its own (`None`) claims its record and every
-/// cursor record by writing them again.
+/// cursor record by writing them again. With the journal come the ids of the topic's cursors
+/// whose state the journal recovered when the store opened (see
+/// [`unlisted_journal_cursors`]).
 pub(crate) fn open(
     storage: Arc<dyn Storage>,
     config: LedgerConfig,
     journal: Option<TopicJournal>,
+    recovered: &[u64],
 ) -> Result<TopicCore> {
     if config.max_entries_per_ledger == 0 || config.max_ledger_bytes == 0 {
         return Err(Error::InvalidArgument {
@@ -208,15 +212,12 @@ pub(crate) fn open(
         record.next_ledger_id = record.next_ledger_id.max(highest).max(1);
     }
 
-    // Rule 3, cursor side: references held by cursor records, orphan cursor records.
-    let (referenced, misplaced) =
-        cursor_references(meta.as_ref(), &log, &record, &on_disk, claim_cursors)?;
-    // Nothing is deleted before the store is known to be still this owner's, checked after the
-    // files were listed: a ledger a newer owner created after its claim (which a former owner's
-    // open, still running, takes for an orphan) was created after the check's answer changed.
-    if let Some(tj) = &journal {
-        tj.check_store_owner()?;
-    }
+    let (referenced, misplaced) = settle_cursors(
+        meta.as_ref(),
+        &log,
+        (&record, &on_disk),
+        journal.as_ref().map(|tj| (tj, recovered)),
+    )?;
     // Rule 2 (and 3 for files holding less than a header).
     settle_interrupted_creates(&log, &record, &referenced)?;
     if let Some(lost) = record.ledgers.iter().find(|l| !on_disk.contains(&l.id)) {
@@ -283,6 +284,66 @@ pub(crate) fn open(
     core.journal = journal;
     core.defer_deletes(deferred);
     Ok(core)
+}
+
+/// Rule 3, cursor side ([`cursor_references`]), with, for a topic of a store (`journal`, with
+/// the cursors recovered when the store opened), the journal's cursors the cursor table does
+/// not list checked first ([`unlisted_journal_cursors`]) and the state of a deletion cut short
+/// forgotten last. Nothing is deleted or forgotten before the store is known to be still this
+/// owner's, checked after the files were listed: a ledger a newer owner created after its
+/// claim (which a former owner's open, still running, takes for an orphan) was created after
+/// the check's answer changed.
+fn settle_cursors(
+    meta: &dyn MetaStore,
+    log: &EntryLog,
+    (record, on_disk): (&TopicRecord, &BTreeSet<u64>),
+    journal: Option<(&TopicJournal, &[u64])>,
+) -> Result<(BTreeSet<u64>, bool)> {
+    // Before rule 3 removes a cursor record the cursor table does not list.
+    let cut_short = match journal {
+        Some((tj, recovered)) => unlisted_journal_cursors(meta, tj, record, recovered)?,
+        None => Vec::new(),
+    };
+    let found = cursor_references(meta, log, record, on_disk, journal.is_none())?;
+    if let Some((tj, _)) = journal {
+        tj.check_store_owner()?;
+        for id in cut_short {
+            tj.journal.forget(tj.cursor_id(id))?;
+        }
+    }
+    Ok(found)
+}
+
+/// The cursors of a store's topic (`recovered`: those the journal held a state of when the
+/// store opened) that still have a state in the journal but are not in the cursor table:
+/// each is a deletion cut short, whose state the caller forgets. A deletion removes the
+/// cursor's record, then drops it from the table, then forgets its journal state; so an
+/// unlisted cursor whose record is still there was dropped from the table by something
+/// else, and its state is not let go.
+///
+/// # Errors
+/// [`Error::Corrupted`] naming the topic record when such a cursor's record is there.
+fn unlisted_journal_cursors(
+    meta: &dyn MetaStore,
+    tj: &TopicJournal,
+    record: &TopicRecord,
+    recovered: &[u64],
+) -> Result<Vec<u64>> {
+    let listed: BTreeSet<u64> = record.cursors.iter().map(|c| c.id).collect();
+    let mut cut_short = Vec::new();
+    for &id in recovered {
+        if listed.contains(&id) || tj.committed_state(id).is_none() {
+            continue;
+        }
+        if meta.get(&record_name(id))?.is_some() {
+            return Err(Error::corrupted_at(
+                CorruptionPlace::Record(TOPIC_RECORD.into()),
+                CorruptionKind::InvalidField(UNLISTED_CURSOR),
+            ));
+        }
+        cut_short.push(id);
+    }
+    Ok(cut_short)
 }
 
 /// A file holding less than a header is an interrupted create, deleted when nothing references

@@ -186,7 +186,8 @@ impl TopicCore {
         let labels = CursorLabels::new(self.location.clone(), &record_name);
         let layout = self.layout().clone();
         let recovered = listed
-            .then(|| JournalCursor::recover(tj, id, config.clone(), labels.clone()))
+            .then(|| JournalCursor::recover(tj, (id, name), config.clone(), labels.clone()))
+            .transpose()?
             .flatten();
         let reopened = found.as_ref().filter(|_| listed).map(|(_, bytes)| bytes);
         let (state, jc, recovery_source, dirty) = if let Some((jc, persisted, acks)) = recovered {
@@ -201,7 +202,7 @@ impl TopicCore {
             // Created, never flushed: the record holds its state.
             let record =
                 CursorRecord::decode(bytes).map_err(|c| c.in_record(record_name.as_str()))?;
-            let (jc, acks) = JournalCursor::new(tj, id, config, labels);
+            let (jc, acks) = JournalCursor::new(tj, (id, name), config, labels);
             let persisted = PersistedState {
                 mark_delete: record.mark_delete,
                 epoch: record.epoch,
@@ -234,7 +235,7 @@ impl TopicCore {
                     written?;
                 }
             }
-            let (jc, acks) = JournalCursor::new(tj, id, config, labels);
+            let (jc, acks) = JournalCursor::new(tj, (id, name), config, labels);
             state.acks = acks;
             if !listed {
                 let mut next = w.record.clone();
@@ -319,23 +320,39 @@ impl TopicCore {
                 name: name.to_owned(),
             });
         };
+        let record_name = cursor::record_name(id);
+        let found = self.meta.get(&record_name)?;
         let mut record = w.record.clone();
         record.cursors.retain(|c| c.id != id);
-        self.commit(&mut w, record)?;
+        if self.journal.is_some() {
+            // On a store, the cursor's record goes first (each write checks the store's
+            // ownership), then its entry in the cursor table, then its state in the journal:
+            // a cursor the table does not list whose record is still there was dropped from
+            // the table by something other than a deletion, and the topic's open refuses it
+            // rather than let that cursor's state go (`ledger::open`).
+            if let Some((version, _)) = &found {
+                self.meta.delete(&record_name, *version)?;
+            }
+            self.commit(&mut w, record)?;
+        } else {
+            // On a topic of its own, the topic record's compare-and-set is the ownership
+            // check: it comes before the cursor's record is touched.
+            self.commit(&mut w, record)?;
+            if let Some((version, _)) = &found {
+                self.meta.delete(&record_name, *version)?;
+            }
+        }
         // Not under the `cursors` lock: detaching takes the cursor's own lock.
         let open = self.cursors().remove(name);
         let persister = open.and_then(|open| open.detach());
-        let record_name = cursor::record_name(id);
-        if let Some((version, bytes)) = self.meta.get(&record_name)? {
-            self.meta.delete(&record_name, version)?;
-            if let Some(ledger) = CursorRecord::decode(&bytes)
+        if let Some((_, bytes)) = found
+            && let Some(ledger) = CursorRecord::decode(&bytes)
                 .map_err(|c| c.in_record(record_name.as_str()))?
                 .cursor_ledger
-            {
-                match log.delete_ledger(ledger) {
-                    Ok(()) | Err(Error::NoSuchLedger(_)) => {}
-                    Err(e) => return Err(e),
-                }
+        {
+            match log.delete_ledger(ledger) {
+                Ok(()) | Err(Error::NoSuchLedger(_)) => {}
+                Err(e) => return Err(e),
             }
         }
         // An open cursor may also hold a ledger its record does not name yet (created by an

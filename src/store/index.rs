@@ -57,6 +57,9 @@ pub struct Committed {
     pub marker_len: u64,
     /// CRC32 of the payload of the record at `marker`, which the next delta names.
     pub crc: u32,
+    /// The name tag of the cursor the chain belongs to (`crate::format::journal::name_tag`);
+    /// 0 when unknown (a chain of a version 3 segment, until its cursor's next flush).
+    pub name: u32,
     /// The lowest segment holding a record of the chain (its full marker, a delta, or a
     /// partition one of them references): recovery reads them all, so that segment is not
     /// deleted before the chain is re-based by a full marker elsewhere.
@@ -86,6 +89,8 @@ pub struct AppliedDelta {
     pub marker_len: u64,
     /// CRC32 of the delta's payload.
     pub crc: u32,
+    /// The name tag the delta binds (see [`Committed::name`]).
+    pub name: u32,
     /// The cursor's state the delta holds.
     pub state: PersistedState,
     /// Keys removed from the base.
@@ -139,6 +144,7 @@ impl Index {
         c.marker = delta.marker;
         c.marker_len = delta.marker_len;
         c.crc = delta.crc;
+        c.name = delta.name;
         c.state = delta.state;
         if let Some(p) = self.pending.get_mut(&cursor) {
             p.retain(|k, v| {

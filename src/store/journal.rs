@@ -74,12 +74,13 @@ use crate::format::cursor::{
     payload_crc,
 };
 use crate::format::journal::{
-    BODY_FIXED_LEN, JournalLoc, MAX_BODY_LEN, MAX_SEGMENT, PREDECESSOR_AT, Predecessor,
-    RECORD_HEADER_LEN, Record, RecordKind, SEGMENT_HEADER_LEN, SEGMENT_HEADER_V3_LEN,
-    SEGMENT_VERSION, SEGMENT_VERSION_V2, SLOT_COPIES, SLOT_LEN, SLOTS_AT, SLOTS_LEN,
-    cursor_binding, decode_delta, decode_predecessor, decode_record, decode_segment_header_version,
-    decode_slot, delta_len, encode_delta, encode_record, encode_segment_header, encode_slot,
-    peek_body_len, record_len, records_start,
+    BODY_FIXED_LEN, JournalLoc, MAX_BODY_LEN, MAX_SEGMENT, NAME_TAG_LEN, PREDECESSOR_AT,
+    Predecessor, RECORD_HEADER_LEN, Record, RecordKind, SEGMENT_HEADER_LEN, SEGMENT_HEADER_V3_LEN,
+    SEGMENT_VERSION, SEGMENT_VERSION_V2, SEGMENT_VERSION_V3, SLOT_COPIES, SLOT_LEN, SLOTS_AT,
+    SLOTS_LEN, cursor_binding, decode_delta, decode_predecessor, decode_record,
+    decode_segment_header_version, decode_slot, delta_len, encode_delta, encode_record,
+    encode_segment_header, encode_slot, peek_body_len, record_binding, record_len, records_start,
+    split_name_tag,
 };
 use crate::format::partition::{decode_partition, encode_partition};
 use crate::log::Window;
@@ -117,6 +118,8 @@ pub struct Seal {
 pub struct CursorFlush {
     /// The cursor.
     pub cursor: CursorId,
+    /// Its name tag (`crate::format::journal::name_tag` of its name; 0 binds no name).
+    pub name: u32,
     /// Mark-delete, epoch and properties.
     pub state: PersistedState,
     /// Partitions that changed since they were last written, with their contents.
@@ -337,6 +340,9 @@ pub struct JournalCheck {
     /// Those cursors, sorted: a store's open recovers each from the journal alone (its cursor
     /// record is not read).
     pub committed: Vec<super::index::CursorId>,
+    /// The name tag each of those cursors' chain binds (0: none) and where its newest record
+    /// starts: the store's open hands a chain only to the cursor of that name.
+    pub names: BTreeMap<super::index::CursorId, (u32, JournalLoc)>,
     /// Where the newest segment's torn tail starts and how many bytes it holds (the next open
     /// cuts it off): not damage.
     pub torn_tail: Option<(u64, u64, u64)>,
@@ -378,6 +384,15 @@ pub fn check_listed(
         records: report.records,
         cursors: scan.index.cursors().len() as u64,
         committed: scan.index.cursors(),
+        names: scan
+            .index
+            .cursors()
+            .into_iter()
+            .filter_map(|c| {
+                let committed = scan.index.committed(c)?;
+                Some((c, (committed.name, committed.marker)))
+            })
+            .collect(),
         torn_tail: report.torn_tail,
         strays: report.strays,
     })
@@ -460,11 +475,11 @@ fn scan_segments(
             }
             Ok(Err(e)) | Err(e) => return Err(e),
         };
-        if version >= SEGMENT_VERSION {
+        if version >= SEGMENT_VERSION_V3 {
             check_predecessor(seq, previous, before)?;
         }
         let start = records_start(version) as u64;
-        let claims = if version >= SEGMENT_VERSION {
+        let claims = if version >= SEGMENT_VERSION_V3 {
             segment_claims(&mut win, seq, file_size, listed.is_some() || !newest)?
         } else {
             [0; SLOT_COPIES]
@@ -712,7 +727,7 @@ fn write_claim(w: &mut Writer, seq: u64, claim: u64) -> Result<bool> {
     let Some(seg) = w.segments.get(&seq) else {
         return Ok(false);
     };
-    if seg.version < SEGMENT_VERSION || seg.claims.iter().any(|c| *c >= claim) {
+    if seg.version < SEGMENT_VERSION_V3 || seg.claims.iter().any(|c| *c >= claim) {
         return Ok(false);
     }
     let copy = usize::from(seg.claims[1] < seg.claims[0]);
@@ -762,7 +777,9 @@ fn segment_version(bytes: &[u8], seq: u64) -> Result<Result<(u16, Option<Predece
         .get(..SEGMENT_HEADER_LEN)
         .map(decode_segment_header_version)
     {
-        Some(Ok((s, version))) if s == seq && version < SEGMENT_VERSION => Ok(Ok((version, None))),
+        Some(Ok((s, version))) if s == seq && version < SEGMENT_VERSION_V3 => {
+            Ok(Ok((version, None)))
+        }
         Some(Ok((s, version))) if s == seq => {
             let named = bytes.get(PREDECESSOR_AT..SLOTS_AT).unwrap_or_default();
             Ok(decode_predecessor(seq, named)
@@ -821,13 +838,17 @@ impl Scan {
             topic: rec.topic,
             cursor: rec.cursor,
         };
-        // In a version 3 segment a marker's own CRC covers the cursor it belongs to.
+        // From version 3 a forget names its cursor and a marker's own CRC covers the cursor it
+        // belongs to; from version 4 also the name tag the marker or delta starts with.
         let ids = cursor_binding(cursor.topic, cursor.cursor);
-        let binding: &[u8] = if version >= SEGMENT_VERSION {
+        let forget_binding: &[u8] = if version >= SEGMENT_VERSION_V3 {
             &ids
         } else {
             &[]
         };
+        let (name, payload) = named_payload(rec, version);
+        let bound = record_binding(version, cursor.topic, cursor.cursor, name);
+        let binding = bound.as_slice();
         let refused = |what: &'static str| {
             Err(corrupt(
                 loc.segment,
@@ -841,9 +862,9 @@ impl Scan {
             // damage as anywhere else.
             let own = match rec.kind {
                 RecordKind::Partition => true,
-                RecordKind::Marker => decode_marker_bound(rec.payload, binding).is_ok(),
-                RecordKind::Delta => decode_delta(rec.payload, binding).is_ok(),
-                RecordKind::Forget => rec.payload == binding,
+                RecordKind::Marker => decode_marker_bound(payload, binding).is_ok(),
+                RecordKind::Delta => decode_delta(payload, binding).is_ok(),
+                RecordKind::Forget => rec.payload == forget_binding,
             };
             return if own || !promised {
                 Ok(false)
@@ -870,11 +891,12 @@ impl Scan {
                 }
             }
             RecordKind::Marker => {
-                if let Some(c) = self.verified_marker(cursor, loc, frame_len, rec.payload, binding)
+                if let Some(c) =
+                    self.verified_marker(cursor, loc, frame_len, (rec.payload, payload), binding)
                 {
-                    self.index.commit(cursor, c);
+                    self.index.commit(cursor, Committed { name, ..c });
                     self.unrebased.remove(&cursor);
-                } else if self.marker_is_stale(rec.payload, binding) {
+                } else if self.marker_is_stale(payload, binding) {
                     self.stale.insert(loc);
                     self.unrebased.insert(cursor, loc);
                 } else if promised {
@@ -889,10 +911,12 @@ impl Scan {
                 if version < SEGMENT_VERSION_V2 {
                     return Ok(false);
                 }
-                if let Some(d) = self.verified_delta(cursor, loc, rec.payload, binding) {
+                if let Some(d) =
+                    self.verified_delta(cursor, loc, (rec.payload, payload), (binding, name))
+                {
                     self.index.apply_delta(cursor, d);
                     self.unrebased.remove(&cursor);
-                } else if self.delta_is_stale(rec.payload, binding) {
+                } else if self.delta_is_stale(payload, binding) {
                     self.stale.insert(loc);
                     self.unrebased.insert(cursor, loc);
                 } else if promised {
@@ -902,8 +926,8 @@ impl Scan {
                 }
             }
             RecordKind::Forget => {
-                // A forget names its cursor in its payload too (version 3).
-                if rec.payload != binding {
+                // A forget names its cursor in its payload too (versions 3 and 4).
+                if rec.payload != forget_binding {
                     return if promised {
                         refused("forget")
                     } else {
@@ -988,12 +1012,17 @@ impl Scan {
         &self,
         cursor: CursorId,
         loc: JournalLoc,
-        payload: &[u8],
-        binding: &[u8],
+        (record_payload, payload): (&[u8], &[u8]),
+        (binding, name): (&[u8], u32),
     ) -> Option<AppliedDelta> {
         let base = self.index.committed(cursor)?;
         let delta = decode_delta(payload, binding).ok()?;
-        if delta.base != base.marker || delta.base_crc != base.crc {
+        // A chain belongs to one name: a delta never renames its base's cursor (a base of a
+        // version 3 segment knows no name).
+        if delta.base != base.marker
+            || delta.base_crc != base.crc
+            || (base.name != 0 && base.name != name)
+        {
             return None;
         }
         let Table::Inline(rows) = delta.marker.table else {
@@ -1019,7 +1048,8 @@ impl Scan {
         Some(AppliedDelta {
             marker: loc,
             marker_len: full_marker_frame_len(&delta.marker.state, live),
-            crc: payload_crc(payload),
+            crc: payload_crc(record_payload),
+            name,
             state: delta.marker.state,
             removed,
             added,
@@ -1033,7 +1063,7 @@ impl Scan {
         cursor: CursorId,
         loc: JournalLoc,
         frame_len: u64,
-        payload: &[u8],
+        (record_payload, payload): (&[u8], &[u8]),
         binding: &[u8],
     ) -> Option<Committed> {
         let marker = decode_marker_bound(payload, binding).ok()?;
@@ -1048,7 +1078,8 @@ impl Scan {
         Some(Committed {
             marker: loc,
             marker_len: frame_len,
-            crc: payload_crc(payload),
+            crc: payload_crc(record_payload),
+            name: 0,
             floor: Committed::full_floor(loc, &live),
             state: marker.state,
             rows: live,
@@ -1273,6 +1304,14 @@ impl Journal {
         ))
     }
 
+    /// The name tag the cursor's committed chain binds (0: none, see
+    /// [`crate::store::index::Committed::name`]) and where the chain's newest record starts.
+    #[must_use]
+    pub fn committed_name(&self, cursor: CursorId) -> Option<(u32, JournalLoc)> {
+        let index = lock(&self.index);
+        index.committed(cursor).map(|c| (c.name, c.marker))
+    }
+
     /// Counters since open and the journal's size now.
     #[must_use]
     pub fn stats(&self) -> JournalStats {
@@ -1412,7 +1451,7 @@ impl Journal {
     pub fn commit(&self, flushes: &[CursorFlush]) -> Result<TickStats> {
         let mut tick = self.begin_tick();
         for f in flushes {
-            tick.stage(f.cursor, f.state.clone(), &f.written, &f.live)?;
+            tick.stage((f.cursor, f.name), f.state.clone(), &f.written, &f.live)?;
         }
         tick.commit()
     }
@@ -1785,7 +1824,8 @@ impl Journal {
                     }
                     // A full marker: the re-based chain needs nothing of the oldest segment.
                     let at = (seq, base + buf.len() as u64);
-                    let (rebased, _) = append_marker(&mut buf, cursor, at, None, &c.state, rows)?;
+                    let (rebased, _) =
+                        append_marker(&mut buf, (cursor, c.name), at, None, &c.state, rows)?;
                     commits.push((cursor, rebased));
                 }
                 for (key, part) in index.pending(cursor).into_iter().flatten() {
@@ -1887,7 +1927,12 @@ impl Journal {
 pub struct Tick<'a> {
     journal: &'a Journal,
     _serial: MutexGuard<'a, ()>,
-    staged: Vec<(CursorId, PersistedState, BTreeMap<PartitionKey, PartLoc>)>,
+    staged: Vec<(
+        CursorId,
+        u32,
+        PersistedState,
+        BTreeMap<PartitionKey, PartLoc>,
+    )>,
     /// Cursors whose markers the commit in progress has taken from `staged`, until they are
     /// in the index.
     uncommitted: Vec<CursorId>,
@@ -1904,7 +1949,7 @@ impl Drop for Tick<'_> {
             return;
         }
         let mut unsettled = lock(&self.journal.unsettled);
-        unsettled.extend(self.staged.iter().map(|(c, _, _)| *c));
+        unsettled.extend(self.staged.iter().map(|(c, _, _, _)| *c));
         unsettled.extend(self.uncommitted.iter().copied());
     }
 }
@@ -1913,26 +1958,27 @@ impl Tick<'_> {
     /// Stages one cursor as of a snapshot taken under its lock: appends `written` (partitions
     /// changed since they were last written; not synced) and resolves where every `live`
     /// partition's current copy is. Call it while holding the cursor's lock, so no eviction of
-    /// the cursor falls between the snapshot and these appends; it waits for no sync.
+    /// the cursor falls between the snapshot and these appends; it waits for no sync. `name`
+    /// is the cursor's name tag, which its marker binds (0 binds none).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] (nothing staged) when a live partition is neither written
     /// nor in the journal; [`Error::PreviousIo`] after an earlier failure; [`Error::Io`].
     pub fn stage(
         &mut self,
-        cursor: CursorId,
+        (cursor, name): (CursorId, u32),
         state: PersistedState,
         written: &[(PartitionKey, RoaringBitmap)],
         live: &[PartitionKey],
     ) -> Result<()> {
         let j = self.journal;
-        self.stage_unexplained(cursor, state, written, live)
+        self.stage_unexplained((cursor, name), state, written, live)
             .map_err(|e| j.failure(e))
     }
 
     fn stage_unexplained(
         &mut self,
-        cursor: CursorId,
+        (cursor, name): (CursorId, u32),
         state: PersistedState,
         written: &[(PartitionKey, RoaringBitmap)],
         live: &[PartitionKey],
@@ -1994,7 +2040,7 @@ impl Tick<'_> {
         }
         self.stats.partitions += parts.len() as u64;
         self.stats.bytes += buf.len() as u64;
-        self.staged.push((cursor, state, rows));
+        self.staged.push((cursor, name, state, rows));
         Ok(())
     }
 
@@ -2023,19 +2069,20 @@ impl Tick<'_> {
         let mut buf = Vec::new();
         let mut commits: Vec<(CursorId, Committed)> = Vec::with_capacity(self.staged.len());
         // Until their markers are in the index, a failure leaves these cursors unsettled.
-        self.uncommitted = self.staged.iter().map(|(c, _, _)| *c).collect();
+        self.uncommitted = self.staged.iter().map(|(c, _, _, _)| *c).collect();
         {
             // Ticks and rollovers run one at a time: no committed chain changes meanwhile.
             let index = lock(&j.index);
             // Where each cursor's newest marker of this tick is in `commits`: one lookup per
             // staged cursor, so a tick costs the same per cursor whatever their number.
             let mut newest: HashMap<CursorId, usize> = HashMap::with_capacity(self.staged.len());
-            for (cursor, state, rows) in std::mem::take(&mut self.staged) {
+            for (cursor, name, state, rows) in std::mem::take(&mut self.staged) {
                 // A cursor staged twice in one tick builds on its own earlier marker.
                 let prior = newest.get(&cursor).map(|&i| &commits[i].1);
                 let chain = prior.or_else(|| index.committed(cursor));
                 let at = (seq, base + buf.len() as u64);
-                let (next, kind) = append_marker(&mut buf, cursor, at, chain, &state, rows)?;
+                let (next, kind) =
+                    append_marker(&mut buf, (cursor, name), at, chain, &state, rows)?;
                 if kind == RecordKind::Delta {
                     j.counters.deltas.fetch_add(1, Ordering::Relaxed);
                 }
@@ -2088,9 +2135,21 @@ fn partition_record(cursor: CursorId, payload: &[u8]) -> Record<'_> {
     }
 }
 
+/// The name tag a marker or delta record binds and the payload after it (0 and the whole
+/// payload for other kinds, and before version 4). A payload too short for its tag is an empty
+/// one: a marker that does not verify.
+fn named_payload<'a>(rec: &Record<'a>, version: u16) -> (u32, &'a [u8]) {
+    match rec.kind {
+        RecordKind::Marker | RecordKind::Delta => {
+            split_name_tag(version, rec.payload).unwrap_or((0, &[]))
+        }
+        RecordKind::Partition | RecordKind::Forget => (0, rec.payload),
+    }
+}
+
 /// Bytes of the frame of a full marker of `state` with `rows` live partitions.
 fn full_marker_frame_len(state: &PersistedState, rows: usize) -> u64 {
-    let payload = marker_len(state, TableRef::Inline(&[])) + rows * ROW_LEN;
+    let payload = NAME_TAG_LEN + marker_len(state, TableRef::Inline(&[])) + rows * ROW_LEN;
     record_len(payload) as u64
 }
 
@@ -2121,16 +2180,20 @@ fn too_far() -> Error {
 /// full marker of every `live` row.
 fn append_marker(
     buf: &mut Vec<u8>,
-    cursor: CursorId,
+    (cursor, name): (CursorId, u32),
     (segment, offset): (u64, u64),
     chain: Option<&Committed>,
     state: &PersistedState,
     live: BTreeMap<PartitionKey, PartLoc>,
 ) -> Result<(Committed, RecordKind)> {
     let loc = JournalLoc { segment, offset };
-    // Every marker goes to a segment of this build's version: its CRC covers the cursor.
-    let binding = cursor_binding(cursor.topic, cursor.cursor);
+    // Every marker goes to a segment of this build's version: its CRC covers the cursor and
+    // its name tag, which the payload starts with.
+    let bound = record_binding(SEGMENT_VERSION, cursor.topic, cursor.cursor, name);
+    let binding = bound.as_slice();
     let full_len = full_marker_frame_len(state, live.len());
+    // A chain never changes its name: a delta builds only on a chain of this name or of none.
+    let chain = chain.filter(|base| base.name == 0 || base.name == name);
     let delta = chain.and_then(|base| {
         let added: Vec<_> = live
             .iter()
@@ -2142,10 +2205,11 @@ fn append_marker(
             .filter(|k| !live.contains_key(k))
             .map(|k| (k.ledger_id, k.chunk))
             .collect();
-        let len = delta_len(
-            removed.len(),
-            marker_len(state, TableRef::Inline(&[])) + added.len() * ROW_LEN,
-        );
+        let len = NAME_TAG_LEN
+            + delta_len(
+                removed.len(),
+                marker_len(state, TableRef::Inline(&[])) + added.len() * ROW_LEN,
+            );
         (record_len(len) < usize::try_from(full_len).unwrap_or(usize::MAX))
             .then_some((base, added, removed))
     });
@@ -2155,15 +2219,18 @@ fn append_marker(
             .map(|(_, p)| p.loc.segment)
             .fold(base.floor.min(segment), u64::min);
         let mut marker = encode_marker(state, TableRef::Inline(&marker_rows(added.into_iter())?))?;
-        bind_entry(&mut marker, &binding);
-        let mut payload = Vec::new();
+        bind_entry(&mut marker, binding);
+        let mut payload = name.to_le_bytes().to_vec();
         let base_loc = base.marker.pack().ok_or_else(too_far)?;
         encode_delta(&mut payload, base_loc, base.crc, &removed, &marker);
         (RecordKind::Delta, payload, floor)
     } else {
         let rows = marker_rows(live.iter())?;
-        let mut payload = encode_marker(state, TableRef::Inline(&rows))?;
-        bind_entry(&mut payload, &binding);
+        let mut marker = encode_marker(state, TableRef::Inline(&rows))?;
+        bind_entry(&mut marker, binding);
+        let mut payload = Vec::with_capacity(NAME_TAG_LEN + marker.len());
+        payload.extend_from_slice(&name.to_le_bytes());
+        payload.extend_from_slice(&marker);
         let floor = Committed::full_floor(loc, &live);
         (RecordKind::Marker, payload, floor)
     };
@@ -2180,6 +2247,7 @@ fn append_marker(
         marker: loc,
         marker_len: full_len,
         crc: payload_crc(&payload),
+        name,
         floor,
         state: state.clone(),
         rows: live,

@@ -138,9 +138,18 @@ struct Inner {
     topic_locks: Arc<space::TopicLocks>,
     /// The flusher pool, once started; dropping it stops its threads.
     pool: Mutex<Option<flusher::Pool>>,
+    /// By topic id, the cursors whose state the journal recovered when the store opened, until
+    /// their topic first opens (which checks them against its cursor table).
+    recovered: Mutex<HashMap<u64, Vec<u64>>>,
 }
 
 impl Inner {
+    fn recovered(&self) -> MutexGuard<'_, HashMap<u64, Vec<u64>>> {
+        self.recovered
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Stops the flusher pool and waits for its threads, closes every open topic, waits for
     /// the last operation of every topic instance to end, then releases the directory's lock:
     /// once this returns, a new store may open the directory, and no handle of this one
@@ -332,6 +341,15 @@ impl Store {
             &seals,
             catalog.catalog().segments.as_deref(),
         )?;
+        let mut recovered: HashMap<u64, Vec<u64>> = HashMap::new();
+        for c in journal.cursors() {
+            recovered.entry(c.topic).or_default().push(c.cursor);
+        }
+        check_unlisted_topics(
+            storage.as_ref(),
+            catalog.catalog(),
+            recovered.keys().copied(),
+        )?;
         let seal = journal.seal_tail();
         catalog.record_seal(
             CatalogSeal {
@@ -366,6 +384,7 @@ impl Store {
             lock: Mutex::new(Some(lock)),
             topic_locks: Arc::default(),
             pool: Mutex::new(None),
+            recovered: Mutex::new(recovered),
         });
         if let Some(interval) = interval.filter(|_| threads > 0) {
             let pool = flusher::start(&inner, threads, interval)?;
@@ -442,6 +461,7 @@ impl Store {
             false,
             Some(self.inner.topic_locks.clone()),
         )?);
+        let recovered = self.inner.recovered().get(&id).cloned().unwrap_or_default();
         let topic = Arc::new(ManagedLedger::open_in_store(
             space,
             self.inner.config.ledger.clone(),
@@ -449,7 +469,10 @@ impl Store {
                 journal: self.inner.journal.clone(),
                 topic: id,
             },
+            &recovered,
         )?);
+        // Checked once: a cursor recovered later is one this store wrote, under a listing.
+        self.inner.recovered().remove(&id);
         slot.set(Some(topic.clone()));
         Ok(topic)
     }
@@ -596,6 +619,61 @@ pub fn read_catalog(storage: Arc<dyn Storage>) -> Result<Option<crate::format::s
             crate::format::store::Catalog::decode(&bytes).map_err(|c| c.in_record(STORE_RECORD))
         })
         .transpose()
+}
+
+/// Checks that the store kept in `storage` holds nothing of a topic its `catalog` does not
+/// list (topics are never removed from a catalog): no cursor state in the journal
+/// (`journal_topics`: the topic ids of every cursor the journal holds a committed state of),
+/// and, on storage with directories, no topic directory (`t{id}/`) or flat topic file
+/// (`t{id}-...`) holding a file. A creation cut short leaves at most an empty directory of the
+/// next id (made before the catalog write that lists the topic), which is not damage. What
+/// [`Store::open`] refuses and `ackstore verify` reports.
+///
+/// # Errors
+/// [`Error::Corrupted`] naming the store catalog and the topic id found; [`Error::Io`].
+pub fn check_unlisted_topics(
+    storage: &dyn Storage,
+    catalog: &crate::format::store::Catalog,
+    journal_topics: impl IntoIterator<Item = u64>,
+) -> Result<()> {
+    let listed: std::collections::HashSet<u64> = catalog.topics.iter().map(|t| t.id).collect();
+    let unlisted = |what: &'static str| {
+        Err(Error::corrupted_at(
+            crate::error::CorruptionPlace::Record(STORE_RECORD.into()),
+            crate::error::CorruptionKind::InvalidField(what),
+        ))
+    };
+    if journal_topics.into_iter().any(|t| !listed.contains(&t)) {
+        return unlisted(
+            "topics (the cursor journal holds the state of a topic the catalog does not list)",
+        );
+    }
+    let Some(dir) = storage.local_dir() else {
+        return Ok(());
+    };
+    let io = |e: std::io::Error| Error::io("list", storage.location(), e);
+    for entry in std::fs::read_dir(dir).map_err(io)? {
+        let entry = entry.map_err(io)?;
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        let is_dir = entry.file_type().map_err(io)?.is_dir();
+        let Some(id) = space::parse_topic_name(&name, is_dir) else {
+            continue;
+        };
+        if listed.contains(&id) {
+            continue;
+        }
+        let holds_files = !is_dir
+            || std::fs::read_dir(entry.path())
+                .map_err(io)?
+                .next()
+                .is_some();
+        if holds_files {
+            return unlisted("topics (the store holds files of a topic the catalog does not list)");
+        }
+    }
+    Ok(())
 }
 
 /// The journal seals `catalog` holds, as [`journal::check_sealed`] and

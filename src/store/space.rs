@@ -168,6 +168,21 @@ pub(crate) fn prefix_of(id: u64) -> String {
     format!("t{id}-")
 }
 
+/// The topic id a directory (`is_dir`: `t{id}`) or file (`t{id}-...`) of a store directory
+/// belongs to; `None` for every other name.
+pub(crate) fn parse_topic_name(name: &str, is_dir: bool) -> Option<u64> {
+    let rest = name.strip_prefix('t')?;
+    let digits = if is_dir {
+        rest
+    } else {
+        rest.split_once('-')?.0
+    };
+    let canonical = !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits == "0" || !digits.starts_with('0'));
+    canonical.then(|| digits.parse().ok()).flatten()
+}
+
 /// The name of topic `id`'s own directory (spaced layout).
 pub(crate) fn dir_of(id: u64) -> String {
     format!("t{id}")

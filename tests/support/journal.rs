@@ -148,6 +148,7 @@ impl Fleet {
                 }
             }
             flushes.push(CursorFlush {
+                name: 0,
                 cursor: *id,
                 state: PersistedState {
                     mark_delete: Position::new(0, 0),

@@ -4,7 +4,7 @@
 //! Exit code: 0 when the directory is sound (torn tails, which the next open repairs, are
 //! reported but are not damage), 1 when anything is damaged, 2 when the check could not run.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -16,6 +16,7 @@ use ackstore::internals::log::{EntryLog, LogConfig, ledger_file_name, verify_log
 use clap::Args;
 
 use ackstore::internals::cursor::record_name;
+use ackstore::internals::format::journal::JournalLoc;
 use ackstore::internals::format::meta::TopicRecord;
 use ackstore::internals::meta::{FileMetaStore, MetaStore, record_of_file};
 use ackstore::internals::store::index::CursorId;
@@ -205,7 +206,27 @@ fn check_other_records(
             .strip_prefix("cursor-")
             .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()));
         let file = format!("{name}.meta");
+        let holds_state = orphan
+            && name["cursor-".len()..]
+                .parse::<u64>()
+                .is_ok_and(|id| usage.committed.contains(&id));
         let problem = match meta.get(&name) {
+            Ok(Some(_)) if holds_state => {
+                // What the topic's open refuses (`ledger::open`): a deletion removes the
+                // record before the cursor table drops the cursor.
+                findings.push(Finding {
+                    file: dir::TOPIC_FILE.into(),
+                    place: "topic record".into(),
+                    what: crate::report::describe(&ackstore::Error::corrupted_at(
+                        ackstore::CorruptionPlace::Record("topic".into()),
+                        ackstore::CorruptionKind::InvalidField(
+                            ackstore::internals::format::journal::UNLISTED_CURSOR,
+                        ),
+                    )),
+                    torn_tail: false,
+                });
+                continue;
+            }
             Ok(_) if orphan => Some((
                 false,
                 "a cursor record the topic record does not list (a creation cut short, or a \
@@ -271,6 +292,47 @@ fn check_store_topics(
     Ok((ledgers, cursors))
 }
 
+/// What the store's open of each listed cursor the journal holds checks: the name the
+/// journal's state binds is the cursor's (a topic record whose cursor ids were swapped or
+/// moved would hand one cursor's acks to another).
+fn check_journal_names(
+    storage: &Arc<dyn Storage>,
+    catalog: &ackstore::internals::format::store::Catalog,
+    names: &BTreeMap<CursorId, (u32, JournalLoc)>,
+    findings: &mut Vec<Finding>,
+) {
+    use ackstore::internals::format::journal::{OTHER_CURSORS_STATE, name_tag};
+    for topic in &catalog.topics {
+        let Ok(space) = ackstore::internals::store::topic_storage(storage, catalog, topic.id)
+        else {
+            continue;
+        };
+        let Ok(Some(record)) = inspect::read_topic(&space) else {
+            continue;
+        };
+        for entry in &record.cursors {
+            let id = CursorId {
+                topic: topic.id,
+                cursor: entry.id,
+            };
+            if let Some((bound, at)) = names.get(&id)
+                && *bound != 0
+                && *bound != name_tag(&entry.name)
+            {
+                findings.push(Finding {
+                    file: ackstore::internals::store::journal::segment_name(at.segment),
+                    place: format!(
+                        "journal segment {} at byte {} (cursor {:?} of topic {:?})",
+                        at.segment, at.offset, entry.name, topic.name
+                    ),
+                    what: OTHER_CURSORS_STATE.into(),
+                    torn_tail: false,
+                });
+            }
+        }
+    }
+}
+
 /// `verify` of a store directory: the catalog, the cursor journal (read only), then every topic
 /// of the catalog, its files named as they are in the store directory (`t{id}/...` or
 /// `t{id}-...`).
@@ -283,6 +345,7 @@ fn run_store(
     let mut unused = Vec::new();
     let mut journal_records = 0;
     let mut committed = Vec::new();
+    let mut names = BTreeMap::new();
     match ackstore::internals::store::journal::check_listed(
         storage.as_ref(),
         &ackstore::internals::store::journal_seals(catalog),
@@ -291,6 +354,7 @@ fn run_store(
         Ok(check) => {
             journal_records = check.records;
             committed.clone_from(&check.committed);
+            names.clone_from(&check.names);
             for stray in &check.strays {
                 findings.push(Finding {
                     file: ackstore::internals::store::journal::segment_name(*stray),
@@ -319,6 +383,19 @@ fn run_store(
     }
     let (ledgers, cursors) =
         check_store_topics(storage, catalog, &committed, &mut findings, &mut unused)?;
+    check_journal_names(storage, catalog, &names, &mut findings);
+    if let Err(e) = ackstore::internals::store::check_unlisted_topics(
+        storage.as_ref(),
+        catalog,
+        committed.iter().map(|c| c.topic),
+    ) {
+        findings.push(Finding {
+            file: format!("{}.meta", ackstore::internals::store::STORE_RECORD),
+            place: "store catalog".into(),
+            what: crate::report::describe(&e),
+            torn_tail: false,
+        });
+    }
     let damaged = findings.iter().filter(|f| !f.torn_tail).count();
     let torn = findings.len() - damaged;
     if args.json {
