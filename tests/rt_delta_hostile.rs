@@ -14,8 +14,8 @@ use std::sync::Arc;
 use ackstore::internals::ackset::{PARTITION_SPAN, RangeSetWrapper};
 use ackstore::internals::format::cursor::PersistedState;
 use ackstore::internals::format::journal::{
-    JournalLoc, Record, RecordKind, SEGMENT_HEADER_V3_LEN, SLOT_COPIES, SLOT_LEN, SLOTS_AT,
-    decode_record, encode_record, encode_slot,
+    JournalLoc, NAME_TAG_LEN, Record, RecordKind, SEGMENT_HEADER_V3_LEN, SLOT_COPIES, SLOT_LEN,
+    SLOTS_AT, decode_record, encode_record, encode_slot,
 };
 use ackstore::internals::store::index::CursorId;
 use ackstore::internals::store::journal::{
@@ -171,18 +171,21 @@ fn forged_records_never_panic_invent_acks_or_break_the_next_delta() {
                     }
                     .pack()
                     .unwrap();
-                    payload[0..8].copy_from_slice(&loc.to_le_bytes());
-                    payload[8..12].copy_from_slice(&ocrc.to_le_bytes());
+                    // A delta's payload starts after the name tag it binds.
+                    let d = &mut payload[NAME_TAG_LEN..];
+                    d[0..8].copy_from_slice(&loc.to_le_bytes());
+                    d[8..12].copy_from_slice(&ocrc.to_le_bytes());
                 }
                 (RecordKind::Delta, 1) => {
-                    let n = u32::from_le_bytes(payload[12..16].try_into().unwrap()) as usize;
+                    let d = &mut payload[NAME_TAG_LEN..];
+                    let n = u32::from_le_bytes(d[12..16].try_into().unwrap()) as usize;
                     if n > 0 {
                         let k = 16 + 16 * rng.below(n as u64) as usize;
                         let v = rng.next();
-                        payload[k..k + 8].copy_from_slice(&(v % 3).to_le_bytes());
-                        payload[k + 8..k + 16].copy_from_slice(&(v % 13).to_le_bytes());
+                        d[k..k + 8].copy_from_slice(&(v % 3).to_le_bytes());
+                        d[k + 8..k + 16].copy_from_slice(&(v % 13).to_le_bytes());
                     } else {
-                        payload[12..16].copy_from_slice(&(rng.next() as u32).to_le_bytes());
+                        d[12..16].copy_from_slice(&(rng.next() as u32).to_le_bytes());
                     }
                 }
                 _ => {

@@ -22,7 +22,9 @@ fn config() -> StoreConfig {
             max_entries_per_ledger: 4,
             ..LedgerConfig::default()
         },
-        journal: JournalConfig { segment_bytes: 900 },
+        journal: JournalConfig {
+            segment_bytes: 1000,
+        },
         flusher_threads: 0,
         ..StoreConfig::default()
     }

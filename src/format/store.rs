@@ -4,14 +4,16 @@
 //! versioned by [`crate::meta`]). Layout, all integers little-endian:
 //!
 //! ```text
-//! magic "ACKSCATL" (8) | version u16 = 3 | store_id u64 | next_topic_id u64 | count u32
+//! magic "ACKSCATL" (8) | version u16 = 4 | store_id u64 | next_topic_id u64 | count u32
 //! count x ( topic_id u64 | name_len u16 | name (name_len bytes of UTF-8) )
 //! seal_count u32 | seal_count x ( segment u64 | len u64 )          (versions 2 and 3)
 //! spaced_from u64                                                  (version 3 only)
-//! segment_count u32 | segment_count x segment u64                  (version 3 only)
+//! segment_count u32 | segment_count x segment u64                  (versions 3 and 4)
+//! retired_through u64                                              (version 4 only)
 //! ```
 //!
-//! Versions 1 (no seals) and 2 (no `spaced_from`) are still read; this build writes version 3.
+//! Versions 1 (no seals), 2 (no `spaced_from`) and 3 (no `retired_through`) are still read;
+//! this build writes version 4.
 //! A seal names a cursor-journal segment and the bytes of it that count: what lies past `len`
 //! was written by a former owner after a claim (see `src/store/journal.rs`, "Ownership").
 //! `spaced_from` is the first topic id whose files live in a directory of their own
@@ -27,6 +29,14 @@
 //! `u32::MAX` (no list follows) means every segment file counts, as in versions 1 and 2, which
 //! read that way.
 //!
+//! `retired_through` is the highest segment a rollover dropped from the list (0: none). A
+//! rollover drops only the oldest listed segment, after copying what is live in it forward, and
+//! records it here in the same write; so a segment file the list does not name, at or below
+//! `retired_through`, is what a rollover left before deleting the file, and one above it that
+//! holds records was dropped from the list by something else (its state would be lost). Every
+//! listed segment is above it. A catalog of version 3 reads with `retired_through` just below
+//! its oldest listed segment (0 with none listed), what its rollovers allowed.
+//!
 //! Topic ids are never reused (`next_topic_id` is above every id listed), names are unique, any
 //! UTF-8 of 1 to [`MAX_TOPIC_NAME_LEN`] bytes: a name is never used as a path, the topic's files
 //! are named after its id.
@@ -39,9 +49,11 @@ pub const CATALOG_MAGIC: [u8; 8] = *b"ACKSCATL";
 /// The name of the metadata record that holds a store's catalog: a directory holding it is a
 /// store's.
 pub const STORE_RECORD: &str = "store";
-/// Catalog version this build writes; it reads this one, version 2 (no `spaced_from`) and
-/// version 1 (no seals either).
-pub const CATALOG_VERSION: u16 = 3;
+/// Catalog version this build writes; it reads this one, version 3 (no `retired_through`),
+/// version 2 (no `spaced_from` either) and version 1 (no seals either).
+pub const CATALOG_VERSION: u16 = 4;
+/// The catalog version with a segment list but without `retired_through`: still read.
+pub const CATALOG_VERSION_V3: u16 = 3;
 /// The catalog version with seals but without `spaced_from`: still read.
 pub const CATALOG_VERSION_V2: u16 = 2;
 /// The first catalog version, without seals: still read.
@@ -86,6 +98,9 @@ pub struct Catalog {
     /// The cursor-journal segments that count, strictly ascending, none 0; `None`: every
     /// segment file counts (catalog versions 1 and 2, until a claim lists them).
     pub segments: Option<Vec<u64>>,
+    /// The highest cursor-journal segment a rollover dropped from `segments` (0: none); every
+    /// listed segment is above it.
+    pub retired_through: u64,
 }
 
 impl Catalog {
@@ -156,21 +171,29 @@ impl Catalog {
             }
             None => out.extend_from_slice(&SEGMENTS_UNLISTED.to_le_bytes()),
         }
+        out.extend_from_slice(&self.retired_through.to_le_bytes());
         out
     }
 
-    /// Decodes and checks a catalog (version 1, 2 or 3): magic, version, every length against
+    /// Decodes and checks a catalog (version 1 to 4): magic, version, every length against
     /// what remains, names UTF-8 and unique, ids unique and below `next_topic_id`, seals nonzero
     /// and strictly ascending by segment, `spaced_from` at most `next_topic_id`, listed segments
-    /// nonzero and strictly ascending, nothing after the last topic (version 1), seal
-    /// (version 2) or segment (version 3).
+    /// nonzero, strictly ascending and above `retired_through`, nothing after the last topic
+    /// (version 1), seal (version 2), segment (version 3) or `retired_through` (version 4).
     pub fn decode(bytes: &[u8]) -> Result<Self, Corruption> {
         let mut r = Reader::new(bytes);
         if r.array::<8>()? != CATALOG_MAGIC {
             return Err(Corruption::new(CorruptionKind::BadMagic, 0));
         }
         let version = r.u16()?;
-        if ![CATALOG_VERSION, CATALOG_VERSION_V2, CATALOG_VERSION_V1].contains(&version) {
+        if ![
+            CATALOG_VERSION,
+            CATALOG_VERSION_V3,
+            CATALOG_VERSION_V2,
+            CATALOG_VERSION_V1,
+        ]
+        .contains(&version)
+        {
             return Err(r.error(CorruptionKind::UnsupportedVersion(u32::from(version))));
         }
         let store_id = r.u64()?;
@@ -219,32 +242,24 @@ impl Catalog {
                 seals.push(CatalogSeal { segment, len });
             }
         }
-        let (spaced_from, segments) = if version == CATALOG_VERSION {
+        let (spaced_from, segments) = if version >= CATALOG_VERSION_V3 {
             let from = r.u64()?;
             if from > next_topic_id {
                 return Err(r.error(CorruptionKind::InvalidField("spaced_from")));
             }
-            let count = r.u32()?;
-            let segments = if count == SEGMENTS_UNLISTED {
-                None
-            } else {
-                let count = count as usize;
-                if count > r.remaining() / 8 {
-                    return Err(r.error(CorruptionKind::BadLength));
-                }
-                let mut list: Vec<u64> = Vec::with_capacity(count);
-                for _ in 0..count {
-                    let seq = r.u64()?;
-                    if seq == 0 || list.last().is_some_and(|&last| last >= seq) {
-                        return Err(r.error(CorruptionKind::InvalidField("journal segment")));
-                    }
-                    list.push(seq);
-                }
-                Some(list)
-            };
-            (from, segments)
+            (from, decode_segments(&mut r)?)
         } else {
             (next_topic_id, None)
+        };
+        let oldest = segments.as_ref().and_then(|list| list.first().copied());
+        let retired_through = if version == CATALOG_VERSION {
+            let retired = r.u64()?;
+            if oldest.is_some_and(|oldest| oldest <= retired) {
+                return Err(r.error(CorruptionKind::InvalidField("retired_through")));
+            }
+            retired
+        } else {
+            oldest.map_or(0, |oldest| oldest - 1)
         };
         if r.remaining() != 0 {
             return Err(r.error(CorruptionKind::BadLength));
@@ -256,8 +271,31 @@ impl Catalog {
             seals,
             spaced_from,
             segments,
+            retired_through,
         })
     }
+}
+
+/// The segment list (versions 3 and 4): its count, then each segment, nonzero and strictly
+/// ascending; `None` for [`SEGMENTS_UNLISTED`].
+fn decode_segments(r: &mut Reader<'_>) -> Result<Option<Vec<u64>>, Corruption> {
+    let count = r.u32()?;
+    if count == SEGMENTS_UNLISTED {
+        return Ok(None);
+    }
+    let count = count as usize;
+    if count > r.remaining() / 8 {
+        return Err(r.error(CorruptionKind::BadLength));
+    }
+    let mut list: Vec<u64> = Vec::with_capacity(count);
+    for _ in 0..count {
+        let seq = r.u64()?;
+        if seq == 0 || list.last().is_some_and(|&last| last >= seq) {
+            return Err(r.error(CorruptionKind::InvalidField("journal segment")));
+        }
+        list.push(seq);
+    }
+    Ok(Some(list))
 }
 
 #[cfg(test)]
@@ -291,6 +329,7 @@ mod tests {
             ],
             spaced_from: 2,
             segments: Some(vec![3, 7, 9]),
+            retired_through: 2,
         }
     }
 
@@ -309,8 +348,38 @@ mod tests {
                 + SPACED_FROM_LEN
                 + 4
                 + 3 * 8
+                + 8
         );
         assert_eq!(Catalog::decode(&bytes).expect("decode"), c);
+    }
+
+    #[test]
+    fn a_version_3_catalog_reads_as_retired_below_its_oldest_listed_segment() {
+        let mut v3 = sample().encode();
+        v3.truncate(v3.len() - 8);
+        v3[8..10].copy_from_slice(&CATALOG_VERSION_V3.to_le_bytes());
+        let c = Catalog::decode(&v3).expect("decode");
+        assert_eq!(c.retired_through, 2, "just below segment 3");
+        assert_eq!(c.segments, sample().segments);
+        let mut none_listed = sample();
+        none_listed.segments = Some(Vec::new());
+        let mut v3 = none_listed.encode();
+        v3.truncate(v3.len() - 8);
+        v3[8..10].copy_from_slice(&CATALOG_VERSION_V3.to_le_bytes());
+        assert_eq!(Catalog::decode(&v3).expect("decode").retired_through, 0);
+    }
+
+    #[test]
+    fn a_listed_segment_at_or_below_the_retired_one_is_refused() {
+        for retired in [3, 4, 9] {
+            let mut c = sample();
+            c.retired_through = retired;
+            assert_eq!(
+                Catalog::decode(&c.encode()).unwrap_err().kind,
+                CorruptionKind::InvalidField("retired_through"),
+                "retired through {retired}"
+            );
+        }
     }
 
     #[test]
@@ -376,8 +445,8 @@ mod tests {
         let mut c = sample();
         c.segments = None;
         let mut v2 = c.encode();
-        // Version 2 is version 3 without `spaced_from` and the segment list.
-        v2.truncate(v2.len() - SPACED_FROM_LEN - 4);
+        // Version 2 is version 4 without `spaced_from`, the segment list and `retired_through`.
+        v2.truncate(v2.len() - SPACED_FROM_LEN - 4 - 8);
         v2[8..10].copy_from_slice(&CATALOG_VERSION_V2.to_le_bytes());
         let read = Catalog::decode(&v2).expect("version 2");
         assert_eq!(read.spaced_from, c.next_topic_id);
@@ -396,9 +465,11 @@ mod tests {
         c.seals.clear();
         c.spaced_from = c.next_topic_id;
         c.segments = None;
+        c.retired_through = 0;
         let mut v1 = c.encode();
-        // Version 1 is version 3 without the seal count, `spaced_from` and the segment list.
-        v1.truncate(v1.len() - 4 - SPACED_FROM_LEN - 4);
+        // Version 1 is version 4 without the seal count, `spaced_from`, the segment list and
+        // `retired_through`.
+        v1.truncate(v1.len() - 4 - SPACED_FROM_LEN - 4 - 8);
         v1[8..10].copy_from_slice(&CATALOG_VERSION_V1.to_le_bytes());
         assert_eq!(Catalog::decode(&v1).expect("version 1"), c);
         let mut more = v1.clone();

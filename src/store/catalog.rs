@@ -46,6 +46,7 @@ impl CatalogHandle {
                 seals: Vec::new(),
                 spaced_from: 1,
                 segments: Some(Vec::new()),
+                retired_through: 0,
             };
             (None, empty)
         };
@@ -151,13 +152,15 @@ impl CatalogHandle {
         Ok(!listed && matches!(self.meta.get(STORE_RECORD)?, Some((v, _)) if v == self.version))
     }
 
-    /// Drops journal segment `seq` (and its seal) from the list by compare-and-set, before
-    /// its file is deleted.
+    /// Drops journal segment `seq` (the oldest listed, whose live state a rollover copied
+    /// forward) and its seal from the list by compare-and-set, before its file is deleted, and
+    /// records it as retired in the same write.
     pub(crate) fn remove_segment(&mut self, seq: u64) -> Result<()> {
         let mut next = self.catalog.clone();
         if let Some(list) = next.segments.as_mut() {
             list.retain(|&s| s != seq);
         }
+        next.retired_through = next.retired_through.max(seq);
         next.seals.retain(|s| s.segment != seq);
         self.write(next)
     }

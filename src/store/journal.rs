@@ -86,6 +86,16 @@ use crate::format::partition::{decode_partition, encode_partition};
 use crate::log::Window;
 use crate::storage::{Storage, StorageFile};
 
+/// The segments a store's catalog lists (see `crate::format::store`): they alone count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listed<'a> {
+    /// The listed segments, ascending.
+    pub segments: &'a [u64],
+    /// The highest segment a rollover dropped from the list (0: none): an unlisted segment file
+    /// above it that holds records was dropped by something else, which is damage.
+    pub retired_through: u64,
+}
+
 /// Settings of the journal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JournalConfig {
@@ -376,7 +386,7 @@ pub fn check_sealed(storage: &dyn Storage, seals: &[Seal]) -> Result<JournalChec
 pub fn check_listed(
     storage: &dyn Storage,
     seals: &[Seal],
-    listed: Option<&[u64]>,
+    listed: Option<Listed<'_>>,
 ) -> Result<JournalCheck> {
     let (scan, writer, report) = scan_segments(storage, seals, listed, false)?;
     Ok(JournalCheck {
@@ -426,7 +436,7 @@ struct ScanReport {
 fn scan_segments(
     storage: &dyn Storage,
     seals: &[Seal],
-    listed: Option<&[u64]>,
+    listed: Option<Listed<'_>>,
     repair: bool,
 ) -> Result<(Scan, Writer, ScanReport)> {
     let sealed = |seq: u64| seals.iter().find(|s| s.segment == seq && seq != 0);
@@ -531,7 +541,8 @@ fn scan_segments(
         });
     }
     scan.check_rebased()?;
-    check_strays(storage, &report.strays, seqs.first().copied(), repair)?;
+    let retired = listed.map_or(0, |l| l.retired_through);
+    check_strays(storage, &report.strays, retired, repair)?;
     Ok((scan, writer, report))
 }
 
@@ -558,24 +569,17 @@ fn segment_claims(
     Ok(claims)
 }
 
-/// Checks that no segment file the list does not name was ever listed: a segment is listed
-/// before anything is written after its header, and a rollover unlists only the oldest. So an
-/// unlisted segment above the oldest listed one (`oldest`, or any when none is listed) is a
-/// former owner's whose listing was refused, or a creation cut short before its listing, and
-/// holds nothing past its header;
-/// one that holds something there was dropped from the list, with ticks it promised.
+/// Checks that no segment file the list does not name was ever listed, unless a rollover
+/// retired it: a segment is listed before anything is written after its header, and a rollover
+/// unlists only the oldest, recording it as `retired` (the highest segment retired) in the
+/// same catalog write. So an unlisted segment above `retired` is a former owner's whose
+/// listing was refused, or a creation cut short before its listing, and holds nothing past its
+/// header; one that holds something there was dropped from the list, with ticks it promised
+/// (and state no listed segment may hold).
 /// With `repair`, then removes them: only once every listed segment verified, so a segment
 /// that should have been listed is evidence, never removed.
-fn check_strays(
-    storage: &dyn Storage,
-    strays: &[u64],
-    oldest: Option<u64>,
-    repair: bool,
-) -> Result<()> {
-    // With no segment listed, every segment file is checked: a rollover never unlists the
-    // last listed segment, so none with records was ever legitimately dropped.
-    let above = |s: &&u64| oldest.is_none_or(|oldest| **s > oldest);
-    for &stray in strays.iter().filter(above) {
+fn check_strays(storage: &dyn Storage, strays: &[u64], retired: u64, repair: bool) -> Result<()> {
+    for &stray in strays.iter().filter(|s| **s > retired) {
         let file = storage.open(&segment_name(stray))?;
         let mut win = Window::new(file.as_ref())?;
         let head_len = (SEGMENT_HEADER_LEN as u64).min(file.size()?);
@@ -639,7 +643,7 @@ fn check_predecessor(
 /// (`None`: every segment file). Files the list does not name are reported as strays.
 fn segments_to_scan(
     storage: &dyn Storage,
-    listed: Option<&[u64]>,
+    listed: Option<Listed<'_>>,
     report: &mut ScanReport,
 ) -> Result<Vec<u64>> {
     let mut found: Vec<u64> = storage
@@ -648,26 +652,31 @@ fn segments_to_scan(
         .filter_map(|n| parse_segment_name(n))
         .collect();
     found.sort_unstable();
-    Ok(if let Some(listed) = listed {
-        // A segment is listed only after its header is durable, and unlisted before its file
-        // is removed: a listed segment that is gone was removed by something else, and the
-        // state it held cannot be told from an older one.
-        if let Some(&gone) = listed.iter().find(|s| found.binary_search(s).is_err()) {
-            return Err(corrupt(gone, 0, CorruptionKind::Missing));
-        }
-        let strays: Vec<u64> = found
-            .iter()
-            .copied()
-            .filter(|s| !listed.contains(s))
-            .collect();
-        report.strays = strays;
-        let mut seqs = listed.to_vec();
-        seqs.sort_unstable();
-        seqs.dedup();
-        seqs
-    } else {
-        found
-    })
+    Ok(
+        if let Some(Listed {
+            segments: listed, ..
+        }) = listed
+        {
+            // A segment is listed only after its header is durable, and unlisted before its file
+            // is removed: a listed segment that is gone was removed by something else, and the
+            // state it held cannot be told from an older one.
+            if let Some(&gone) = listed.iter().find(|s| found.binary_search(s).is_err()) {
+                return Err(corrupt(gone, 0, CorruptionKind::Missing));
+            }
+            let strays: Vec<u64> = found
+                .iter()
+                .copied()
+                .filter(|s| !listed.contains(s))
+                .collect();
+            report.strays = strays;
+            let mut seqs = listed.to_vec();
+            seqs.sort_unstable();
+            seqs.dedup();
+            seqs
+        } else {
+            found
+        },
+    )
 }
 
 /// Reads the records of segment `seq` from `start` up to `limit` into `scan`; returns where
@@ -1128,7 +1137,7 @@ impl Journal {
         storage: Arc<dyn Storage>,
         config: JournalConfig,
         seals: &[Seal],
-        listed: Option<&[u64]>,
+        listed: Option<Listed<'_>>,
     ) -> Result<Self> {
         if config.segment_bytes == 0 || config.segment_bytes > u64::from(u32::MAX) {
             return Err(Error::InvalidArgument {

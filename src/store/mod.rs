@@ -339,7 +339,7 @@ impl Store {
             storage.clone(),
             config.journal,
             &seals,
-            catalog.catalog().segments.as_deref(),
+            journal_listing(catalog.catalog()),
         )?;
         let mut recovered: HashMap<u64, Vec<u64>> = HashMap::new();
         for c in journal.cursors() {
@@ -674,6 +674,17 @@ pub fn check_unlisted_topics(
         }
     }
     Ok(())
+}
+
+/// The journal segments `catalog` lists, as [`Journal::open_listed`] and
+/// [`journal::check_listed`] take them (`None`: a catalog of version 1 or 2, for which every
+/// segment file counts).
+#[must_use]
+pub fn journal_listing(catalog: &crate::format::store::Catalog) -> Option<journal::Listed<'_>> {
+    catalog.segments.as_deref().map(|segments| journal::Listed {
+        segments,
+        retired_through: catalog.retired_through,
+    })
 }
 
 /// The journal seals `catalog` holds, as [`journal::check_sealed`] and

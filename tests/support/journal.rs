@@ -50,24 +50,32 @@ pub type Acks = BTreeMap<CursorId, BTreeSet<Position>>;
 /// Hooks that list a fleet's segments in the store catalog by compare-and-set from `version`.
 fn catalog_hooks(meta: Arc<dyn MetaStore>, version: u64) -> SegmentHooks {
     let held = Arc::new(std::sync::Mutex::new(version));
-    let change = move |edit: fn(&mut Vec<u64>, u64)| {
+    let change = move |edit: fn(&mut Catalog, u64)| {
         let (meta, held) = (meta.clone(), held.clone());
         Arc::new(move |seq: u64| -> ackstore::Result<()> {
             let mut version = held.lock().expect("version");
             let (_, bytes) = meta.get("store")?.expect("the store's catalog");
             let mut catalog = Catalog::decode(&bytes).map_err(|c| c.in_record("store"))?;
-            edit(catalog.segments.get_or_insert_with(Vec::new), seq);
+            edit(&mut catalog, seq);
             catalog.seals.retain(|s| s.segment != seq);
             *version = meta.put("store", Some(*version), &catalog.encode())?;
             Ok(())
         })
     };
     SegmentHooks {
-        created: change(|list, seq| {
+        created: change(|catalog, seq| {
+            let list = catalog.segments.get_or_insert_with(Vec::new);
             list.push(seq);
             list.sort_unstable();
         }),
-        deleted: change(|list, seq| list.retain(|&s| s != seq)),
+        // As a rollover does: the oldest leaves the list and is recorded as retired.
+        deleted: change(|catalog, seq| {
+            catalog
+                .segments
+                .get_or_insert_with(Vec::new)
+                .retain(|&s| s != seq);
+            catalog.retired_through = catalog.retired_through.max(seq);
+        }),
         unlisted: Arc::new(|_| Ok(false)),
     }
 }
@@ -100,12 +108,13 @@ impl Fleet {
             .map(|(v, bytes)| Catalog::decode(&bytes).map(|c| (v, c)))
             .transpose()
             .map_err(|c| c.in_record("store"))?;
-        let listed = catalog.as_ref().and_then(|(_, c)| c.segments.clone());
         let journal = Arc::new(Journal::open_listed(
             storage,
             config,
             seals,
-            listed.as_deref(),
+            catalog
+                .as_ref()
+                .and_then(|(_, c)| ackstore::internals::store::journal_listing(c)),
         )?);
         if let Some((version, _)) = catalog {
             journal.set_segment_hooks(catalog_hooks(meta, version));

@@ -463,7 +463,7 @@ fn run_store(
     let journal = ackstore::internals::store::journal::check_listed(
         storage.as_ref(),
         &ackstore::internals::store::journal_seals(catalog),
-        catalog.segments.as_deref(),
+        ackstore::internals::store::journal_listing(catalog),
     )?;
     let mut topics = Vec::new();
     for topic in &catalog.topics {

@@ -349,7 +349,7 @@ fn run_store(
     match ackstore::internals::store::journal::check_listed(
         storage.as_ref(),
         &ackstore::internals::store::journal_seals(catalog),
-        catalog.segments.as_deref(),
+        ackstore::internals::store::journal_listing(catalog),
     ) {
         Ok(check) => {
             journal_records = check.records;
