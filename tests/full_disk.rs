@@ -618,7 +618,13 @@ fn full_disk_workload_on_a_store_on_a_real_small_file_system_keeps_every_flushed
         });
         model.mark = c.mark_delete_position().unwrap();
         assert!(met, "seed {seed}: no flush met the full disk");
-        assert!(store.flush_all().is_err(), "still no space");
+        // A tick on the still full disk fails, or finds room for what it writes (a segment the
+        // failed tick could not start is not needed when the last page has room): then it is
+        // durable like any other.
+        if store.flush_all().is_ok() {
+            model.mark = c.mark_delete_position().unwrap();
+            model.flushed();
+        }
         fs::remove_file(&filler).unwrap();
         store
             .flush_all()

@@ -1,7 +1,8 @@
 //! Edits of a store's metadata with their checksums recomputed, each of which would hand a
 //! cursor's state to another cursor or let state go unreported: two cursor ids swapped in a
 //! topic record, a cursor dropped from its topic's table, a topic dropped from the catalog, the
-//! oldest journal segment dropped from the catalog's list. `Store::open` (or the open of the
+//! oldest journal segment dropped from the catalog's list, an older copy of the newest segment
+//! of a cleanly closed store. `Store::open` (or the open of the
 //! topic or cursor concerned) refuses each as damage and `ackstore verify` exits 1; the states
 //! a crash leaves between the steps that legitimately make the same change (a deletion of a
 //! cursor, a rollover) open, and verify exits 0.
@@ -263,5 +264,99 @@ fn the_oldest_segment_dropped_from_the_list_is_damage_unless_a_rollover_retired_
     assert!(
         !retired.path().join(&oldest).exists(),
         "the open removed it"
+    );
+}
+
+#[test]
+fn an_older_copy_of_the_newest_segment_of_a_cleanly_closed_store_is_damage() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    store(dir.path());
+    // One session: a tick, a copy of the newest segment, a second tick into the same segment,
+    // a clean close.
+    let (newest, older) = {
+        let store = Store::open(dir.path(), config()).expect("open");
+        let a = store.topic("a").expect("a");
+        let x = a.open_cursor("x", CursorOptions::default()).expect("x");
+        let mut copy_of_newest = None;
+        for round in 0..2 {
+            let p = a.append(b"more").expect("append");
+            a.sync().expect("sync");
+            x.ack(p).expect("ack");
+            store.flush_all().expect("flush");
+            let newest = Tree::read(dir.path()).segments().pop().expect("a segment");
+            if round == 0 {
+                let bytes = std::fs::read(dir.path().join(&newest)).expect("read");
+                copy_of_newest = Some((newest, bytes));
+            } else {
+                assert_eq!(Some(&newest), copy_of_newest.as_ref().map(|(n, _)| n));
+            }
+        }
+        drop((x, a));
+        store.close().expect("close");
+        copy_of_newest.expect("copied")
+    };
+    let base = Tree::read(dir.path());
+    assert!(base.files[&newest].len() > older.len(), "the segment grew");
+    let mut tree = base.clone();
+    tree.files.insert(newest.clone(), older);
+    let restored = copy(&tree);
+    let (code, said) = verify_code(restored.path());
+    assert_eq!(code, Some(1), "{said}");
+    match Store::open(restored.path(), config()) {
+        Err(Error::Corrupted {
+            place: CorruptionPlace::Journal { .. },
+            ..
+        }) => {}
+        other => panic!("an older copy of the newest segment: {other:?}"),
+    }
+
+    // After a crash (no clean close since the last one), the recorded length still holds: the
+    // segment is only appended to, or left for a new one.
+    let store = Store::open(dir.path(), config()).expect("open");
+    let a = store.topic("a").expect("a");
+    let x = a.open_cursor("x", CursorOptions::default()).expect("x");
+    let p = a.append(b"after").expect("append");
+    a.sync().expect("sync");
+    x.ack(p).expect("ack");
+    store.flush_all().expect("flush");
+    let crashed = copy(&Tree::read(dir.path()));
+    let (code, said) = verify_code(crashed.path());
+    assert_eq!(code, Some(0), "{said}");
+    let again = Store::open(crashed.path(), config()).expect("opens after the crash");
+    let x = again
+        .topic("a")
+        .expect("a")
+        .open_cursor("x", CursorOptions::default())
+        .expect("x");
+    assert!(x.is_acked(p).expect("read"));
+}
+
+#[test]
+fn a_cursor_with_nothing_flushed_dropped_from_its_topic_record_is_damage_too() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let store = Store::open(dir.path(), config()).expect("open");
+        let a = store.topic("a").expect("a");
+        a.append(b"m").expect("append");
+        a.sync().expect("sync");
+        // Created (listed, its record written), nothing acked or flushed: the journal holds
+        // nothing of it.
+        drop(a.open_cursor("w", CursorOptions::default()).expect("w"));
+        drop(a);
+        store.close().expect("close");
+    }
+    let dropped = edited(
+        &Tree::read(dir.path()),
+        &Mutation::Topic {
+            dir: "t1".into(),
+            edit: TopicEdit::DropCursor(0),
+        },
+    );
+    let (code, said) = verify_code(dropped.path());
+    assert_eq!(code, Some(1), "{said}");
+    let store = Store::open(dropped.path(), config()).expect("the store opens");
+    assert!(
+        matches!(store.topic("a"), Err(Error::Corrupted { .. })),
+        "a subscription the table lost is not dropped silently"
     );
 }

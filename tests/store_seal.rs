@@ -200,7 +200,7 @@ fn a_store_whose_catalog_is_version_1_opens_with_its_topics_and_cursors() {
     assert!(catalog.seals.is_empty(), "no journal segment, no seal");
     catalog.segments = None;
     let mut v1 = catalog.encode();
-    v1.truncate(v1.len() - 4 - SPACED_FROM_LEN - 4 - 8);
+    v1.truncate(v1.len() - 4 - SPACED_FROM_LEN - 4 - 8 - 16);
     v1[8..10].copy_from_slice(&CATALOG_VERSION_V1.to_le_bytes());
     meta.put("store", Some(version), &v1).expect("write v1");
 

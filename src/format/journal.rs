@@ -107,11 +107,11 @@ pub const FORGET_V3_LEN: usize = 16;
 /// and by `ackstore verify`): the topic record lists a cursor under the id of another one.
 pub const OTHER_CURSORS_STATE: &str =
     "the journal's state under this cursor's id belongs to another cursor (name differs)";
-/// What a store's topic record is reported as when its cursor table lacks a cursor whose
-/// record and journal state are both kept (by the topic's open and by `ackstore verify`): a
-/// deletion removes the cursor's record before the table drops it.
-pub const UNLISTED_CURSOR: &str =
-    "cursor table (a cursor whose record and journal state are kept is not listed)";
+/// What a store's topic record is reported as when its cursor table lacks a cursor whose record
+/// is kept, of an id below the table's next one (by the topic's open and by `ackstore verify`):
+/// on a store a creation lists a cursor before writing its record, and a deletion removes the
+/// record before the table drops the cursor, so only an edit of the table leaves such a record.
+pub const UNLISTED_CURSOR: &str = "cursor table (a cursor whose record is kept is not listed)";
 /// Bytes of the name tag a marker or delta record's payload starts with (version 4).
 pub const NAME_TAG_LEN: usize = 4;
 /// Bytes of a version 4 marker's binding: topic id, cursor id, name tag.

@@ -10,6 +10,7 @@
 //! spaced_from u64                                                  (version 3 only)
 //! segment_count u32 | segment_count x segment u64                  (versions 3 and 4)
 //! retired_through u64                                              (version 4 only)
+//! closed_segment u64 | closed_len u64                              (version 4 only)
 //! ```
 //!
 //! Versions 1 (no seals), 2 (no `spaced_from`) and 3 (no `retired_through`) are still read;
@@ -36,6 +37,12 @@
 //! holds records was dropped from the list by something else (its state would be lost). Every
 //! listed segment is above it. A catalog of version 3 reads with `retired_through` just below
 //! its oldest listed segment (0 with none listed), what its rollovers allowed.
+//!
+//! `closed_segment` and `closed_len` (0 and 0: none) are what the last clean close of the store
+//! (`Store::close`) left: its newest segment and the length of it a sync covered. A segment
+//! only grows while it is listed, so while `closed_segment` is listed its records must reach
+//! `closed_len`: an older copy of it (restored from a backup, say) ends before, and is damage
+//! rather than an older state. Version 3 reads with none.
 //!
 //! Topic ids are never reused (`next_topic_id` is above every id listed), names are unique, any
 //! UTF-8 of 1 to [`MAX_TOPIC_NAME_LEN`] bytes: a name is never used as a path, the topic's files
@@ -101,6 +108,9 @@ pub struct Catalog {
     /// The highest cursor-journal segment a rollover dropped from `segments` (0: none); every
     /// listed segment is above it.
     pub retired_through: u64,
+    /// The newest segment at the store's last clean close and the length of it a sync
+    /// covered: its records reach at least that far while it is listed.
+    pub closed: Option<CatalogSeal>,
 }
 
 impl Catalog {
@@ -172,6 +182,9 @@ impl Catalog {
             None => out.extend_from_slice(&SEGMENTS_UNLISTED.to_le_bytes()),
         }
         out.extend_from_slice(&self.retired_through.to_le_bytes());
+        let closed = self.closed.unwrap_or(CatalogSeal { segment: 0, len: 0 });
+        out.extend_from_slice(&closed.segment.to_le_bytes());
+        out.extend_from_slice(&closed.len.to_le_bytes());
         out
     }
 
@@ -252,14 +265,21 @@ impl Catalog {
             (next_topic_id, None)
         };
         let oldest = segments.as_ref().and_then(|list| list.first().copied());
-        let retired_through = if version == CATALOG_VERSION {
+        let (retired_through, closed) = if version == CATALOG_VERSION {
             let retired = r.u64()?;
             if oldest.is_some_and(|oldest| oldest <= retired) {
                 return Err(r.error(CorruptionKind::InvalidField("retired_through")));
             }
-            retired
+            let segment = r.u64()?;
+            let len = r.u64()?;
+            let closed = match (segment, len) {
+                (0, 0) => None,
+                (0, _) => return Err(r.error(CorruptionKind::InvalidField("closed_segment"))),
+                (segment, len) => Some(CatalogSeal { segment, len }),
+            };
+            (retired, closed)
         } else {
-            oldest.map_or(0, |oldest| oldest - 1)
+            (oldest.map_or(0, |oldest| oldest - 1), None)
         };
         if r.remaining() != 0 {
             return Err(r.error(CorruptionKind::BadLength));
@@ -272,6 +292,7 @@ impl Catalog {
             spaced_from,
             segments,
             retired_through,
+            closed,
         })
     }
 }
@@ -330,6 +351,10 @@ mod tests {
             spaced_from: 2,
             segments: Some(vec![3, 7, 9]),
             retired_through: 2,
+            closed: Some(CatalogSeal {
+                segment: 9,
+                len: 4000,
+            }),
         }
     }
 
@@ -349,6 +374,7 @@ mod tests {
                 + 4
                 + 3 * 8
                 + 8
+                + 16
         );
         assert_eq!(Catalog::decode(&bytes).expect("decode"), c);
     }
@@ -356,15 +382,16 @@ mod tests {
     #[test]
     fn a_version_3_catalog_reads_as_retired_below_its_oldest_listed_segment() {
         let mut v3 = sample().encode();
-        v3.truncate(v3.len() - 8);
+        v3.truncate(v3.len() - 8 - 16);
         v3[8..10].copy_from_slice(&CATALOG_VERSION_V3.to_le_bytes());
         let c = Catalog::decode(&v3).expect("decode");
         assert_eq!(c.retired_through, 2, "just below segment 3");
+        assert_eq!(c.closed, None);
         assert_eq!(c.segments, sample().segments);
         let mut none_listed = sample();
         none_listed.segments = Some(Vec::new());
         let mut v3 = none_listed.encode();
-        v3.truncate(v3.len() - 8);
+        v3.truncate(v3.len() - 8 - 16);
         v3[8..10].copy_from_slice(&CATALOG_VERSION_V3.to_le_bytes());
         assert_eq!(Catalog::decode(&v3).expect("decode").retired_through, 0);
     }
@@ -445,8 +472,9 @@ mod tests {
         let mut c = sample();
         c.segments = None;
         let mut v2 = c.encode();
-        // Version 2 is version 4 without `spaced_from`, the segment list and `retired_through`.
-        v2.truncate(v2.len() - SPACED_FROM_LEN - 4 - 8);
+        // Version 2 is version 4 without `spaced_from`, the segment list, `retired_through`
+        // and the close.
+        v2.truncate(v2.len() - SPACED_FROM_LEN - 4 - 8 - 16);
         v2[8..10].copy_from_slice(&CATALOG_VERSION_V2.to_le_bytes());
         let read = Catalog::decode(&v2).expect("version 2");
         assert_eq!(read.spaced_from, c.next_topic_id);
@@ -466,10 +494,11 @@ mod tests {
         c.spaced_from = c.next_topic_id;
         c.segments = None;
         c.retired_through = 0;
+        c.closed = None;
         let mut v1 = c.encode();
-        // Version 1 is version 4 without the seal count, `spaced_from`, the segment list and
-        // `retired_through`.
-        v1.truncate(v1.len() - 4 - SPACED_FROM_LEN - 4 - 8);
+        // Version 1 is version 4 without the seal count, `spaced_from`, the segment list,
+        // `retired_through` and the close.
+        v1.truncate(v1.len() - 4 - SPACED_FROM_LEN - 4 - 8 - 16);
         v1[8..10].copy_from_slice(&CATALOG_VERSION_V1.to_le_bytes());
         assert_eq!(Catalog::decode(&v1).expect("version 1"), c);
         let mut more = v1.clone();

@@ -28,7 +28,11 @@
 //!    its first entry, so it holds none), a trimmed ledger whose deletion was cut short, or a
 //!    cursor ledger that a crash kept from being recorded or from being deleted after a switch.
 //!    Cursor records of ids missing from the topic record's cursor table (a cursor creation or
-//!    deletion cut short) are deleted the same way.
+//!    deletion cut short) are deleted the same way. On a store, where a creation lists the
+//!    cursor before writing its record and a deletion removes the record first, such a record
+//!    of an id below the table's next one is a cursor the table lost: [`Error::Corrupted`]
+//!    naming the topic record; and a cursor whose state the journal holds but the table does
+//!    not list, its record gone, is a deletion cut short whose state is forgotten.
 //! 4. A listed ledger recorded with no entries (the one the previous owner was appending to,
 //!    or one sealed just before a crash) is recorded with the entries the scan found, its
 //!    summary taken from its first and last frame headers, or, if empty, dropped from the
@@ -299,9 +303,8 @@ fn settle_cursors(
     (record, on_disk): (&TopicRecord, &BTreeSet<u64>),
     journal: Option<(&TopicJournal, &[u64])>,
 ) -> Result<(BTreeSet<u64>, bool)> {
-    // Before rule 3 removes a cursor record the cursor table does not list.
     let cut_short = match journal {
-        Some((tj, recovered)) => unlisted_journal_cursors(meta, tj, record, recovered)?,
+        Some((tj, recovered)) => unlisted_journal_cursors(tj, record, recovered),
         None => Vec::new(),
     };
     let found = cursor_references(meta, log, record, on_disk, journal.is_none())?;
@@ -315,35 +318,21 @@ fn settle_cursors(
 }
 
 /// The cursors of a store's topic (`recovered`: those the journal held a state of when the
-/// store opened) that still have a state in the journal but are not in the cursor table:
-/// each is a deletion cut short, whose state the caller forgets. A deletion removes the
-/// cursor's record, then drops it from the table, then forgets its journal state; so an
-/// unlisted cursor whose record is still there was dropped from the table by something
-/// else, and its state is not let go.
-///
-/// # Errors
-/// [`Error::Corrupted`] naming the topic record when such a cursor's record is there.
+/// store opened) that still have a state in the journal but are not in the cursor table. A
+/// deletion removes the cursor's record, then drops it from the table, then forgets its
+/// journal state: each is a deletion cut short, whose state the caller forgets, unless its
+/// record is still there (then [`cursor_references`] refuses the table that lost it first).
 fn unlisted_journal_cursors(
-    meta: &dyn MetaStore,
     tj: &TopicJournal,
     record: &TopicRecord,
     recovered: &[u64],
-) -> Result<Vec<u64>> {
+) -> Vec<u64> {
     let listed: BTreeSet<u64> = record.cursors.iter().map(|c| c.id).collect();
-    let mut cut_short = Vec::new();
-    for &id in recovered {
-        if listed.contains(&id) || tj.committed_state(id).is_none() {
-            continue;
-        }
-        if meta.get(&record_name(id))?.is_some() {
-            return Err(Error::corrupted_at(
-                CorruptionPlace::Record(TOPIC_RECORD.into()),
-                CorruptionKind::InvalidField(UNLISTED_CURSOR),
-            ));
-        }
-        cut_short.push(id);
-    }
-    Ok(cut_short)
+    recovered
+        .iter()
+        .copied()
+        .filter(|id| !listed.contains(id) && tj.committed_state(*id).is_some())
+        .collect()
 }
 
 /// A file holding less than a header is an interrupted create, deleted when nothing references
@@ -425,10 +414,19 @@ fn cursor_references(
                     referenced.insert(l);
                 }
             }
-        } else if is_cursor_record(&name)
-            && let Some((v, _)) = meta.get(&name)?
-        {
-            meta.delete(&name, v)?;
+        } else if is_cursor_record(&name) {
+            // On a store a creation lists the cursor before writing its record and a deletion
+            // removes the record first: a record of an id the table gave out but does not list
+            // is a cursor the table lost, not a creation or deletion cut short.
+            if !claim && cursor_record_id(&name).is_some_and(|id| id < record.next_cursor_id) {
+                return Err(Error::corrupted_at(
+                    CorruptionPlace::Record(TOPIC_RECORD.into()),
+                    CorruptionKind::InvalidField(UNLISTED_CURSOR),
+                ));
+            }
+            if let Some((v, _)) = meta.get(&name)? {
+                meta.delete(&name, v)?;
+            }
         }
     }
     Ok((referenced, misplaced))
@@ -641,6 +639,11 @@ fn new_topic_id() -> u64 {
 fn is_cursor_record(name: &str) -> bool {
     name.strip_prefix("cursor-")
         .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The cursor id record `name` (`cursor-{id}`) is named after.
+fn cursor_record_id(name: &str) -> Option<u64> {
+    name.strip_prefix("cursor-")?.parse().ok()
 }
 
 fn span_of(rec: &LedgerRecord) -> LedgerSpan {

@@ -223,6 +223,19 @@ impl TopicCore {
             let mut record = state.to_record(name);
             record.identity = Some(identity);
             let bytes = record.encode();
+            // The table lists the cursor before its record is written: a record the table does
+            // not list, of an id below the table's next one, is then never a creation cut
+            // short, and the topic's open refuses it as a table that lost a cursor. A crash in
+            // between leaves a listed cursor without a record, which starts again here.
+            if !listed {
+                let mut next = w.record.clone();
+                next.cursors.push(CursorEntry {
+                    name: name.to_owned(),
+                    id,
+                });
+                next.next_cursor_id = id + 1;
+                self.commit(w, next)?;
+            }
             match self.meta.put(&record_name, found.map(|(v, _)| v), &bytes) {
                 Err(Error::Fenced { .. }) if tj.check_store_owner().is_ok() => {
                     // A former owner of the store created a record of this id after it was
@@ -237,15 +250,6 @@ impl TopicCore {
             }
             let (jc, acks) = JournalCursor::new(tj, (id, name), config, labels);
             state.acks = acks;
-            if !listed {
-                let mut next = w.record.clone();
-                next.cursors.push(CursorEntry {
-                    name: name.to_owned(),
-                    id,
-                });
-                next.next_cursor_id = id + 1;
-                self.commit(w, next)?;
-            }
             (state, jc, None, false)
         };
         let persistence = Persistence {

@@ -47,6 +47,7 @@ impl CatalogHandle {
                 spaced_from: 1,
                 segments: Some(Vec::new()),
                 retired_through: 0,
+                closed: None,
             };
             (None, empty)
         };
@@ -130,6 +131,14 @@ impl CatalogHandle {
         self.write(next)
     }
 
+    /// Records `closed` (the newest journal segment and its synced length at a clean close) by
+    /// compare-and-set; nothing when the catalog holds it already.
+    pub(crate) fn record_close(&mut self, closed: CatalogSeal) -> Result<()> {
+        let mut next = self.catalog.clone();
+        next.closed = Some(closed);
+        self.write(next)
+    }
+
     /// Lists journal segment `seq` (created by this owner) by compare-and-set.
     pub(crate) fn add_segment(&mut self, seq: u64) -> Result<()> {
         let mut next = self.catalog.clone();
@@ -161,6 +170,9 @@ impl CatalogHandle {
             list.retain(|&s| s != seq);
         }
         next.retired_through = next.retired_through.max(seq);
+        if next.closed.is_some_and(|c| c.segment == seq) {
+            next.closed = None;
+        }
         next.seals.retain(|s| s.segment != seq);
         self.write(next)
     }

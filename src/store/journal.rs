@@ -94,6 +94,9 @@ pub struct Listed<'a> {
     /// The highest segment a rollover dropped from the list (0: none): an unlisted segment file
     /// above it that holds records was dropped by something else, which is damage.
     pub retired_through: u64,
+    /// The segment and length the store's last clean close recorded: while that segment is
+    /// listed, its records reach at least that far (a shorter one is an older copy).
+    pub closed: Option<Seal>,
 }
 
 /// Settings of the journal.
@@ -489,12 +492,7 @@ fn scan_segments(
             check_predecessor(seq, previous, before)?;
         }
         let start = records_start(version) as u64;
-        let claims = if version >= SEGMENT_VERSION_V3 {
-            segment_claims(&mut win, seq, file_size, listed.is_some() || !newest)?
-        } else {
-            [0; SLOT_COPIES]
-        };
-        let synced = claims.iter().copied().max().unwrap_or(0);
+        let (claims, synced) = synced_len(&mut win, (seq, version, file_size), listed, newest)?;
         if file_size < synced {
             return Err(corrupt(seq, file_size, CorruptionKind::Truncated));
         }
@@ -544,6 +542,33 @@ fn scan_segments(
     let retired = listed.map_or(0, |l| l.retired_through);
     check_strays(storage, &report.strays, retired, repair)?;
     Ok((scan, writer, report))
+}
+
+/// What the slot copies of segment `seq` (of `version`, `file_size` bytes) claim, and the
+/// synced length that makes: the larger claim, or the length the store's last clean close
+/// recorded of it if larger (that close's own slot write was not synced, a power cut after it
+/// may leave it unwritten). Versions without slots claim nothing.
+fn synced_len(
+    win: &mut Window<'_>,
+    (seq, version, file_size): (u64, u16, u64),
+    listed: Option<Listed<'_>>,
+    newest: bool,
+) -> Result<([u64; SLOT_COPIES], u64)> {
+    let claims = if version >= SEGMENT_VERSION_V3 {
+        segment_claims(win, seq, file_size, listed.is_some() || !newest)?
+    } else {
+        [0; SLOT_COPIES]
+    };
+    let synced = claims.iter().copied().max().unwrap_or(0);
+    Ok((claims, synced.max(closed_len(listed, seq))))
+}
+
+/// The length of segment `seq` the store's last clean close recorded (0: none).
+fn closed_len(listed: Option<Listed<'_>>, seq: u64) -> u64 {
+    listed
+        .and_then(|l| l.closed)
+        .filter(|c| c.segment == seq)
+        .map_or(0, |c| c.len)
 }
 
 /// What each slot copy of version 3 segment `seq` claims. With `synced_header` (the segment is
@@ -1225,6 +1250,19 @@ impl Journal {
                 segment: *s,
                 len: seg.len,
             })
+    }
+
+    /// The newest segment and the length of it an `fdatasync` covered, as its slots claim
+    /// (`None` without a segment, or for a newest segment of a version without slots): what a
+    /// clean close records in the catalog.
+    #[must_use]
+    pub fn synced_tail(&self) -> Option<Seal> {
+        let w = lock(&self.writer);
+        let (segment, seg) = w.segments.iter().next_back()?;
+        (seg.version >= SEGMENT_VERSION_V3).then(|| Seal {
+            segment: *segment,
+            len: seg.claims.iter().copied().max().unwrap_or(0),
+        })
     }
 
     /// Seals the newest segment at its verified end and returns the seal ([`Seal::default`]

@@ -202,6 +202,22 @@ impl Inner {
                 first.get_or_insert(e);
             }
         }
+        if first.is_none()
+            && let Some(tail) = self.journal.synced_tail()
+        {
+            // What a later open checks the newest segment against (an older copy of it ends
+            // before); a lower bound, so appends after this close keep it true.
+            let closed = CatalogSeal {
+                segment: tail.segment,
+                len: tail.len,
+            };
+            first = self
+                .catalog
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .record_close(closed)
+                .err();
+        }
         first.map_or(Ok(()), Err)
     }
 
@@ -684,6 +700,10 @@ pub fn journal_listing(catalog: &crate::format::store::Catalog) -> Option<journa
     catalog.segments.as_deref().map(|segments| journal::Listed {
         segments,
         retired_through: catalog.retired_through,
+        closed: catalog.closed.map(|c| Seal {
+            segment: c.segment,
+            len: c.len,
+        }),
     })
 }
 

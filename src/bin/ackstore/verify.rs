@@ -206,14 +206,14 @@ fn check_other_records(
             .strip_prefix("cursor-")
             .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()));
         let file = format!("{name}.meta");
-        let holds_state = orphan
+        // What the topic's open refuses (`ledger::open`): on a store a creation lists a cursor
+        // before writing its record, a deletion removes the record first.
+        let table_lost_it = orphan
             && name["cursor-".len()..]
                 .parse::<u64>()
-                .is_ok_and(|id| usage.committed.contains(&id));
+                .is_ok_and(|id| id < record.next_cursor_id);
         let problem = match meta.get(&name) {
-            Ok(Some(_)) if holds_state => {
-                // What the topic's open refuses (`ledger::open`): a deletion removes the
-                // record before the cursor table drops the cursor.
+            Ok(Some(_)) if table_lost_it => {
                 findings.push(Finding {
                     file: dir::TOPIC_FILE.into(),
                     place: "topic record".into(),
