@@ -1,0 +1,126 @@
+//! Attacks on a store's integrity checks: the name a journal state binds, the topics a catalog
+//! lists, the cursors a topic's table lists. Each test is an edit or a history the checks
+//! should catch (or should forgive) and asserts what a broker must see.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Arc;
+
+use ackstore::internals::format::meta::TopicRecord;
+use ackstore::internals::meta::{FileMetaStore, MetaStore};
+use ackstore::{CursorOptions, Error, FileStorage, InitialPosition, Position, Storage, Store};
+
+fn opts() -> CursorOptions {
+    CursorOptions {
+        initial_position: InitialPosition::Earliest,
+        inclusive: false,
+    }
+}
+
+/// Every ack of `cursor` at or below `last` of the ledgers `ledgers`, as positions (the
+/// mark-delete position and what is individually acked above it).
+fn acked(cursor: &ackstore::Cursor, ends: &[Position]) -> BTreeSet<Position> {
+    let mut out = BTreeSet::new();
+    for end in ends {
+        for e in 0..=end.entry_id {
+            let p = Position::new(end.ledger_id, e);
+            if cursor.is_acked(p).expect("is_acked") {
+                out.insert(p);
+            }
+        }
+    }
+    out
+}
+
+/// Rewrites the topic record of store topic `topic` (by its catalog id) in `dir` with `edit`,
+/// as an operator's tool would (a valid record, checksum and all).
+fn edit_topic_record(dir: &Path, topic: u64, edit: impl FnOnce(&mut TopicRecord)) {
+    let storage: Arc<dyn Storage> = Arc::new(FileStorage::open(dir, false).expect("storage"));
+    let catalog = ackstore::internals::store::read_catalog(storage.clone())
+        .expect("catalog")
+        .expect("a store");
+    let space =
+        ackstore::internals::store::topic_storage(&storage, &catalog, topic).expect("topic");
+    let meta = FileMetaStore::new(space);
+    let (version, bytes) = meta.get("topic").expect("read").expect("topic record");
+    let mut record = TopicRecord::decode(&bytes).expect("decode");
+    edit(&mut record);
+    meta.put("topic", Some(version), &record.encode())
+        .expect("write");
+}
+
+fn verify_code(dir: &Path) -> (Option<i32>, String) {
+    let v = support::mutate::verify(env!("CARGO_BIN_EXE_ackstore"), dir);
+    (v.code, v.said)
+}
+
+/// A store upgraded from a journal of an earlier segment version (`tests/data/store-v2-flat`,
+/// whose markers bind no name) and then used by this build: opened, every cursor opened,
+/// `flush_all`, closed, twice. Two cursors of one topic then swap ids in the topic record.
+/// Their journal states must not be handed to each other: the build had every chance to bind
+/// each state to its cursor's name (each cursor was opened by name and flushed).
+#[test]
+fn an_upgraded_cursor_opened_and_flushed_by_this_build_is_bound_to_its_name() {
+    let dir = support::samples::sample_dir("store-v2-flat");
+    let config = ackstore::StoreConfig {
+        flusher_threads: 0,
+        ..ackstore::StoreConfig::default()
+    };
+    // What each cursor of the first topic holds, by name.
+    let mut before = Vec::new();
+    for round in 0..2 {
+        let store = Store::open(dir.path(), config.clone()).expect("open");
+        let name = store.topic_names()[0].clone();
+        let topic = store.topic(&name).expect("topic");
+        let ends = vec![topic.last_position().expect("entries")];
+        let mut cursors = Vec::new();
+        for c in topic.cursor_names() {
+            let cursor = topic.open_cursor(&c, opts()).expect("cursor");
+            let state = (
+                cursor.mark_delete_position().expect("md"),
+                acked(&cursor, &ends),
+            );
+            if round == 0 {
+                before.push((c.clone(), state));
+            } else {
+                assert!(before.contains(&(c.clone(), state)), "{c} unchanged");
+            }
+            cursors.push(cursor);
+        }
+        store.flush_all().expect("flush_all");
+        drop((cursors, topic));
+        store.close().expect("close");
+    }
+    assert_eq!(before.len(), 2, "two cursors: {before:?}");
+    assert_ne!(before[0].1, before[1].1, "the sample's cursors differ");
+
+    edit_topic_record(dir.path(), 1, |r| {
+        let (a, b) = (r.cursors[0].id, r.cursors[1].id);
+        r.cursors[0].id = b;
+        r.cursors[1].id = a;
+    });
+    let (code, said) = verify_code(dir.path());
+    let store = Store::open(dir.path(), config).expect("open");
+    let name = store.topic_names()[0].clone();
+    let topic = store.topic(&name).expect("topic");
+    let ends = vec![topic.last_position().expect("entries")];
+    for (c, state) in &before {
+        match topic.open_cursor(c, opts()) {
+            Err(Error::Corrupted { .. }) => {}
+            Err(e) => panic!("{c}: {e}"),
+            Ok(cursor) => {
+                let now = (
+                    cursor.mark_delete_position().expect("md"),
+                    acked(&cursor, &ends),
+                );
+                assert_eq!(
+                    &now, state,
+                    "{c} opened with the other cursor's state (verify said {code:?}: {said})"
+                );
+            }
+        }
+    }
+    assert_eq!(code, Some(1), "verify: {said}");
+}
