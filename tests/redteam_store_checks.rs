@@ -124,3 +124,109 @@ fn an_upgraded_cursor_opened_and_flushed_by_this_build_is_bound_to_its_name() {
     }
     assert_eq!(code, Some(1), "verify: {said}");
 }
+
+/// Rewrites the catalog of the store in `dir` with `edit`, as an operator's tool would.
+fn edit_catalog(dir: &Path, edit: impl FnOnce(&mut ackstore::internals::format::store::Catalog)) {
+    let storage: Arc<dyn Storage> = Arc::new(FileStorage::open(dir, false).expect("storage"));
+    let meta = FileMetaStore::new(storage);
+    let (version, bytes) = meta.get("store").expect("read").expect("catalog");
+    let mut catalog = ackstore::internals::format::store::Catalog::decode(&bytes).expect("decode");
+    edit(&mut catalog);
+    meta.put("store", Some(version), &catalog.encode())
+        .expect("write");
+}
+
+/// Two topics with a subscription of the same name (as brokers name subscriptions per
+/// application, not per topic), each acked differently; the catalog's two names then swapped.
+/// The journal binds each state to its topic's id and its cursor's name, and neither changed:
+/// topic `a` must not open as topic `b`'s entries with `b`'s subscription state.
+#[test]
+fn topic_names_swapped_in_the_catalog_never_hand_one_topics_cursors_to_the_other() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = ackstore::StoreConfig {
+        flusher_threads: 0,
+        ..ackstore::StoreConfig::default()
+    };
+    let mut first = Vec::new();
+    {
+        let store = Store::open(dir.path(), config.clone()).expect("open");
+        for (name, acks) in [("a", 1u64), ("b", 5)] {
+            let topic = store.topic(name).expect("topic");
+            let ps: Vec<Position> = (0..10u8)
+                .map(|i| topic.append(&[name.as_bytes()[0], i]).expect("append"))
+                .collect();
+            topic.sync().expect("sync");
+            let sub = topic.open_cursor("sub", opts()).expect("sub");
+            sub.ack_cumulative(ps[acks as usize]).expect("ack");
+            first.push((name, topic.read(ps[0]).expect("read").payload));
+        }
+        store.flush_all().expect("flush");
+        store.close().expect("close");
+    }
+    edit_catalog(dir.path(), |c| {
+        let (a, b) = (c.topics[0].name.clone(), c.topics[1].name.clone());
+        c.topics[0].name = b;
+        c.topics[1].name = a;
+    });
+    let (code, said) = verify_code(dir.path());
+    let store = Store::open(dir.path(), config);
+    let opened = store.as_ref().map(|store| {
+        let a = store.topic("a").expect("a");
+        let sub = a.open_cursor("sub", opts()).expect("sub");
+        (
+            a.read(a.first_position().expect("entries"))
+                .expect("read")
+                .payload,
+            sub.mark_delete_position().expect("md"),
+        )
+    });
+    match opened {
+        Err(Error::Corrupted { .. }) => assert_eq!(code, Some(1), "verify: {said}"),
+        Err(e) => panic!("{e}"),
+        Ok((payload, md)) => panic!(
+            "topic `a` opened holding `b`'s entries ({payload:?}, was {:?}) and `b`'s \
+             subscription state (mark-delete {md:?}); verify said {code:?}: {said}",
+            first[0].1
+        ),
+    }
+}
+
+/// Names in a store's root that look like a topic's but are not the store's (`t01`, `t1x`,
+/// `t`, `t-1` directories holding files; a file `t5` with no dash): the store never creates
+/// them, open and verify both ignore them. A file named like an unlisted topic's (`t7-foo`)
+/// is refused by both, in the same words.
+#[test]
+fn hostile_topic_like_names_in_the_root_open_and_verify_agree() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = ackstore::StoreConfig {
+        flusher_threads: 0,
+        ..ackstore::StoreConfig::default()
+    };
+    {
+        let store = Store::open(dir.path(), config.clone()).expect("open");
+        let t = store.topic("a").expect("a");
+        t.append(b"x").expect("append");
+        t.sync().expect("sync");
+        drop(t);
+        store.close().expect("close");
+    }
+    for d in ["t01", "t1x", "t", "t-1", "t+2", "t２"] {
+        std::fs::create_dir(dir.path().join(d)).expect("mkdir");
+        std::fs::write(
+            dir.path().join(d).join("topic.00000000000000000001.meta"),
+            b"junk",
+        )
+        .expect("write");
+    }
+    std::fs::write(dir.path().join("t5"), b"junk").expect("write");
+    let (code, said) = verify_code(dir.path());
+    let opened = Store::open(dir.path(), config.clone()).map(|s| s.close());
+    assert!(matches!(opened, Ok(Ok(()))), "{opened:?}");
+    assert_eq!(code, Some(0), "verify: {said}");
+
+    std::fs::write(dir.path().join("t7-foo"), b"junk").expect("write");
+    let (code, said) = verify_code(dir.path());
+    let opened = Store::open(dir.path(), config).map(|s| s.close());
+    assert!(matches!(opened, Err(Error::Corrupted { .. })), "{opened:?}");
+    assert_eq!(code, Some(1), "verify: {said}");
+}
