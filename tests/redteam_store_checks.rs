@@ -230,3 +230,60 @@ fn hostile_topic_like_names_in_the_root_open_and_verify_agree() {
     assert!(matches!(opened, Err(Error::Corrupted { .. })), "{opened:?}");
     assert_eq!(code, Some(1), "verify: {said}");
 }
+
+/// Two cursors whose names have the same CRC32 (`plumless` and `buckeroo`, a well-known pair:
+/// any two names can be made to collide by appending four chosen bytes) swap ids in their
+/// topic record. The 32-bit name tag cannot tell them apart; each cursor's own record still
+/// names it exactly. Neither may open with the other's state.
+#[test]
+fn cursors_with_colliding_name_tags_swapped_in_a_topic_record_keep_their_own_state() {
+    use ackstore::internals::format::journal::name_tag;
+    assert_eq!(
+        name_tag("plumless"),
+        name_tag("buckeroo"),
+        "the pair collides"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = ackstore::StoreConfig {
+        flusher_threads: 0,
+        ..ackstore::StoreConfig::default()
+    };
+    let mut before = Vec::new();
+    let ends;
+    {
+        let store = Store::open(dir.path(), config.clone()).expect("open");
+        let topic = store.topic("a").expect("topic");
+        let ps: Vec<Position> = (0..10u8)
+            .map(|i| topic.append(&[i]).expect("append"))
+            .collect();
+        topic.sync().expect("sync");
+        ends = vec![ps[9]];
+        for (name, upto) in [("plumless", 1usize), ("buckeroo", 6)] {
+            let c = topic.open_cursor(name, opts()).expect("cursor");
+            c.ack_cumulative(ps[upto]).expect("ack");
+            c.ack(ps[8]).expect("ack");
+            before.push((name, acked(&c, &ends)));
+        }
+        store.flush_all().expect("flush");
+        store.close().expect("close");
+    }
+    edit_topic_record(dir.path(), 1, |r| {
+        let (a, b) = (r.cursors[0].id, r.cursors[1].id);
+        r.cursors[0].id = b;
+        r.cursors[1].id = a;
+    });
+    let (code, said) = verify_code(dir.path());
+    let store = Store::open(dir.path(), config).expect("open");
+    let topic = store.topic("a").expect("topic");
+    for (name, acks) in &before {
+        match topic.open_cursor(name, opts()) {
+            Err(Error::Corrupted { .. }) => assert_eq!(code, Some(1), "verify: {said}"),
+            Err(e) => panic!("{name}: {e}"),
+            Ok(c) => assert_eq!(
+                &acked(&c, &ends),
+                acks,
+                "{name} opened with the other cursor's acks; verify said {code:?}: {said}"
+            ),
+        }
+    }
+}
