@@ -287,3 +287,125 @@ fn cursors_with_colliding_name_tags_swapped_in_a_topic_record_keep_their_own_sta
         }
     }
 }
+
+/// A cursor created, acked and deleted again and again under one name while `flush_all` runs
+/// in a loop on another thread and the flusher pool ticks (small segments: rollovers run
+/// meanwhile). After a clean close, the reopened store holds exactly the last incarnation's
+/// acks under that name (nothing of a deleted one comes back), the journal holds no state of a
+/// deleted incarnation once the topic opened, and verify exits 0.
+#[test]
+fn a_cursor_deleted_and_recreated_while_ticks_run_comes_back_as_its_last_incarnation() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut ledger = support::topic::config(1_000);
+    ledger.cursor.flush_interval = Some(std::time::Duration::from_millis(1));
+    let config = ackstore::StoreConfig {
+        ledger,
+        journal: ackstore::JournalConfig { segment_bytes: 512 },
+        flusher_threads: 2,
+        ..ackstore::StoreConfig::default()
+    };
+    let ends;
+    let last: BTreeSet<Position>;
+    {
+        let store = Arc::new(Store::open(dir.path(), config.clone()).expect("open"));
+        let topic = store.topic("a").expect("topic");
+        let ps: Vec<Position> = (0..64u8)
+            .map(|i| topic.append(&[i]).expect("append"))
+            .collect();
+        topic.sync().expect("sync");
+        ends = vec![ps[63]];
+        let stop = Arc::new(AtomicBool::new(false));
+        let flusher = {
+            let (store, stop) = (store.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut ticks = 0u64;
+                while !stop.load(Ordering::SeqCst) {
+                    store.flush_all().expect("flush_all");
+                    ticks += 1;
+                }
+                ticks
+            })
+        };
+        let mut acks = BTreeSet::new();
+        for round in 0..100usize {
+            let c = topic.open_cursor("c", opts()).expect("cursor");
+            acks.clear();
+            for k in 0..(1 + round % 5) {
+                let p = ps[(round * 7 + k * 13) % 64];
+                c.ack(p).expect("ack");
+                acks.insert(p);
+            }
+            if round % 3 == 0 {
+                c.flush().expect("flush");
+            }
+            if round < 99 {
+                topic.delete_cursor("c").expect("delete");
+            }
+        }
+        stop.store(true, Ordering::SeqCst);
+        assert!(flusher.join().expect("flusher") > 0);
+        last = acks;
+        drop(topic);
+        store.close().expect("close");
+    }
+    let (code, said) = verify_code(dir.path());
+    assert_eq!(code, Some(0), "verify: {said}");
+    let store = Store::open(dir.path(), config).expect("open");
+    let topic = store.topic("a").expect("topic");
+    assert_eq!(topic.cursor_names(), ["c"]);
+    assert_eq!(
+        store.journal().cursors().len(),
+        1,
+        "only the last incarnation's state is held"
+    );
+    let c = topic.open_cursor("c", opts()).expect("c");
+    assert_eq!(acked(&c, &ends), last);
+}
+
+/// What a deletion of a store cursor leaves when cut short after its table entry went (its
+/// record first, then the entry; its journal state still held), plus a record file the store
+/// never writes whose name spells the same id with a leading zero (`cursor-00`). Open finishes
+/// the deletion (it reads `cursor-0` only); verify must say what open does.
+#[test]
+fn a_zero_padded_cursor_record_beside_a_deletion_cut_short_open_and_verify_agree() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = ackstore::StoreConfig {
+        flusher_threads: 0,
+        ..ackstore::StoreConfig::default()
+    };
+    {
+        let store = Store::open(dir.path(), config.clone()).expect("open");
+        let topic = store.topic("a").expect("topic");
+        let p = topic.append(b"m").expect("append");
+        topic.sync().expect("sync");
+        for name in ["x", "y"] {
+            let c = topic.open_cursor(name, opts()).expect("cursor");
+            c.ack(p).expect("ack");
+        }
+        store.flush_all().expect("flush");
+        store.close().expect("close");
+    }
+    let t1 = dir.path().join("t1");
+    let records: Vec<_> = std::fs::read_dir(&t1)
+        .expect("list")
+        .map(|e| e.expect("entry").file_name().into_string().expect("utf-8"))
+        .filter(|f| f.starts_with("cursor-0."))
+        .collect();
+    assert!(!records.is_empty(), "x is cursor 0");
+    for r in &records {
+        let padded = r.replacen("cursor-0.", "cursor-00.", 1);
+        std::fs::rename(t1.join(r), t1.join(padded)).expect("rename");
+    }
+    edit_topic_record(dir.path(), 1, |r| r.cursors.retain(|c| c.name != "x"));
+    let (code, said) = verify_code(dir.path());
+    let opened =
+        Store::open(dir.path(), config).and_then(|s| s.topic("a").map(|t| t.cursor_names()));
+    match opened {
+        Ok(names) => {
+            assert_eq!(names, ["y"]);
+            assert_eq!(code, Some(0), "open finished the deletion; verify: {said}");
+        }
+        Err(e) => assert_eq!(code, Some(1), "open refused ({e}); verify: {said}"),
+    }
+}
