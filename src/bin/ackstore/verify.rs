@@ -206,10 +206,12 @@ fn check_other_records(
             .strip_prefix("cursor-")
             .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()));
         let file = format!("{name}.meta");
+        // Only the record the topic's open reads for an id (`cursor-{id}`, no leading zero)
+        // can make it refuse the topic.
         let holds_state = orphan
             && name["cursor-".len()..]
                 .parse::<u64>()
-                .is_ok_and(|id| usage.committed.contains(&id));
+                .is_ok_and(|id| record_name(id) == name && usage.committed.contains(&id));
         let problem = match meta.get(&name) {
             Ok(Some(_)) if holds_state => {
                 // What the topic's open refuses (`ledger::open`): a deletion removes the
