@@ -409,3 +409,78 @@ fn a_zero_padded_cursor_record_beside_a_deletion_cut_short_open_and_verify_agree
         Err(e) => assert_eq!(code, Some(1), "open refused ({e}); verify: {said}"),
     }
 }
+
+/// `tests/data/store-v2-flat` (a version 1 journal: no name bound) copied onto an in-memory disk.
+fn upgraded_sample(disk: &ackstore::MemStorage) {
+    let dir = support::samples::sample_dir("store-v2-flat");
+    for entry in std::fs::read_dir(dir.path()).expect("list") {
+        let entry = entry.expect("entry");
+        let name = entry.file_name().into_string().expect("utf-8");
+        let bytes = std::fs::read(entry.path()).expect("read");
+        let file = disk.create(&name).expect("create");
+        file.write_all_at(&bytes, 0).expect("write");
+        file.sync_data().expect("sync");
+    }
+    disk.sync_dir().expect("sync dir");
+}
+
+type States = Vec<(String, (Option<Position>, BTreeSet<Position>))>;
+
+/// Every cursor of every topic of the store on `disk`, opened by name: its mark-delete and acks.
+fn states(disk: &ackstore::MemStorage) -> ackstore::Result<States> {
+    let config = ackstore::StoreConfig {
+        flusher_threads: 0,
+        ..ackstore::StoreConfig::default()
+    };
+    let store = Store::open_with_storage(Arc::new(disk.clone()), config)?;
+    let mut out = Vec::new();
+    for t in store.topic_names() {
+        let topic = store.topic(&t)?;
+        let ends: Vec<Position> = topic.last_position().into_iter().collect();
+        for c in topic.cursor_names() {
+            let cursor = topic.open_cursor(&c, opts())?;
+            let state = (cursor.mark_delete_position()?, acked(&cursor, &ends));
+            out.push((format!("{t}/{c}"), state));
+        }
+    }
+    store.close()?;
+    Ok(out)
+}
+
+/// A power cut at every storage operation of the first use of an upgraded store by this build
+/// (every cursor opened, `flush_all`, which binds each state to its cursor's name, close): the
+/// next open works and every cursor holds exactly the state it held before.
+#[test]
+fn a_power_cut_while_an_upgraded_store_binds_its_cursors_names_loses_and_invents_nothing() {
+    let original = {
+        let disk = ackstore::MemStorage::new();
+        upgraded_sample(&disk);
+        states(&disk.durable_image()).expect("the sample opens")
+    };
+    assert_eq!(original.len(), 4, "{original:?}");
+    let clean = support::crash::cut_everywhere_after(
+        support::crash::Points::EVERY,
+        upgraded_sample,
+        |disk, ()| states(disk),
+        |disk, cut, _| {
+            let after = states(&disk.durable_image())
+                .unwrap_or_else(|e| panic!("cut {}/{}: open: {e}", cut.n, cut.total));
+            assert_eq!(after, original, "cut {}/{}", cut.n, cut.total);
+        },
+    );
+    assert!(clean.total > 0);
+    // Without a cut, every state binds its cursor's name afterwards.
+    let disk = ackstore::MemStorage::new();
+    upgraded_sample(&disk);
+    states(&disk).expect("first use");
+    let config = ackstore::StoreConfig {
+        flusher_threads: 0,
+        ..ackstore::StoreConfig::default()
+    };
+    let store = Store::open_with_storage(Arc::new(disk.durable_image()), config).expect("open");
+    let journal = store.journal();
+    for id in journal.cursors() {
+        let bound = journal.committed_name(id).map(|(tag, _)| tag);
+        assert!(bound.is_some_and(|tag| tag != 0), "{id:?} binds {bound:?}");
+    }
+}
