@@ -128,7 +128,8 @@ impl JournalCursor {
     ) -> Result<Option<(Self, PersistedState, RangeSetWrapper)>> {
         let id = tj.cursor_id(cursor);
         let name = name_tag(name);
-        if let Some((bound, at)) = tj.journal.committed_name(id)
+        let bound = tj.journal.committed_name(id);
+        if let Some((bound, at)) = bound
             && bound != 0
             && bound != name
         {
@@ -147,7 +148,12 @@ impl JournalCursor {
             journal: Arc::clone(&tj.journal),
             id,
             name,
-            staged: Some((state.clone(), rows.len())),
+            // A chain that binds no name (written before markers bound one) is not what this
+            // cursor stages: its next flush writes a marker binding its name, however little
+            // changed, so the name check covers it from then on.
+            staged: bound
+                .is_some_and(|(bound, _)| bound != 0)
+                .then(|| (state.clone(), rows.len())),
             stats: PersistStats {
                 persisted_bytes: 0,
                 ..PersistStats::default()
@@ -161,6 +167,12 @@ impl JournalCursor {
             rows,
         );
         Ok(Some((this, state, acks)))
+    }
+
+    /// Whether the journal's state of this cursor binds no name yet (its next flush binds it,
+    /// so the cursor counts as changed until then).
+    pub(crate) fn binds_no_name(&self) -> bool {
+        self.staged.is_none()
     }
 
     fn partition_store(&self) -> Box<dyn crate::ackset::PartitionStore> {

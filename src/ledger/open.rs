@@ -641,9 +641,11 @@ fn is_cursor_record(name: &str) -> bool {
         .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
 }
 
-/// The cursor id record `name` (`cursor-{id}`) is named after.
+/// The cursor id record `name` is named after, if it is that id's record name (`cursor-{id}`,
+/// no leading zero).
 fn cursor_record_id(name: &str) -> Option<u64> {
-    name.strip_prefix("cursor-")?.parse().ok()
+    let id = name.strip_prefix("cursor-")?.parse().ok()?;
+    (record_name(id) == name).then_some(id)
 }
 
 fn span_of(rec: &LedgerRecord) -> LedgerSpan {

@@ -197,7 +197,8 @@ impl TopicCore {
                 acks,
                 crate::cursor::recover::RecoveredBatch::default(),
             )?;
-            (state, jc, Some(RecoverySource::Journal), changed)
+            let dirty = changed || jc.binds_no_name();
+            (state, jc, Some(RecoverySource::Journal), dirty)
         } else if let Some(bytes) = reopened {
             // Created, never flushed: the record holds its state.
             let record =
