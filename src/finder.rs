@@ -314,6 +314,11 @@ impl Layouts {
         let Some(last) = last else {
             return false;
         };
+        if self.pending.is_empty() {
+            // Nothing pending holds no memory: a store keeps many topics open, most of them
+            // idle between syncs (the deque grows again with the next appends, amortised O(1)).
+            self.pending = VecDeque::new();
+        }
         let spans = self.appended.spans();
         let Ok(upto) = spans.binary_search_by_key(&last.position.ledger_id, |s| s.id) else {
             // Trimming never passes the readable end, so the ledger is retained.
@@ -437,6 +442,26 @@ mod tests {
             vec![span(2, 3, 0), span(4, 0, 3), span(7, 2, 3), span(9, 0, 5)],
             5,
         )
+    }
+
+    #[test]
+    fn revealing_every_pending_entry_releases_their_memory() {
+        let mut layouts = Layouts::new(Layout::new(vec![span(2, 0, 0)], 0), false);
+        for entry in 0..1_000 {
+            layouts.appended_mut().set_next_index(entry + 1);
+            if let Some(span) = layouts.appended_mut().spans_mut().last_mut() {
+                span.entries = entry + 1;
+            }
+            assert!(!layouts.appended_entry(Position::new(2, entry), entry, entry));
+        }
+        assert!(layouts.reveal(2, 600));
+        assert!(
+            layouts.pending.capacity() >= 400,
+            "400 entries still pending"
+        );
+        assert!(layouts.reveal(2, 1_000));
+        assert_eq!(layouts.readable().end(), Position::new(2, 1_000));
+        assert_eq!(layouts.pending.capacity(), 0);
     }
 
     #[test]

@@ -285,6 +285,25 @@ fn perf_refuses_every_hostile_argument_with_exit_code_2() {
         ),
         (&["--topics", "1", "--ticks", "0"], "--ticks"),
         (&["--topics", "1", "--ticks", MAX], "--ticks"),
+        (&["--sweep", "10"], "--sweep"),
+        (&["--sweep", "0,10"], "--sweep"),
+        (&["--sweep", "10,100001"], "--sweep"),
+        (&["--sweep", "10,18446744073709551615"], "--sweep"),
+        (&["--sweep", "30,10"], "--sweep"),
+        (&["--sweep", "1,2,3,4,5,6,7,8,9"], "--sweep"),
+        (&["--sweep", "10,15", "--cursors", "10"], "--sweep"),
+        (
+            &[
+                "--sweep",
+                "10,100000",
+                "--cursors",
+                "10",
+                "--topic-entries",
+                "1001",
+            ],
+            "--sweep",
+        ),
+        (&["--sweep", "10,20", "--topics", "1"], "--sweep"),
         (&["--storage", "tape"], "--storage"),
         (&["--mode", "both"], "--mode"),
         (&["--batch-pattern", "odd"], "--batch-pattern"),
@@ -367,6 +386,7 @@ fn perf_help_states_the_bounds_of_every_numeric_argument() {
         ("--cursors", "100,000"),
         ("--topic-entries", "1,000,000"),
         ("--ticks", "1,000"),
+        ("--sweep", "100,000"),
         ("--pattern", "2 to 1,000,000,000"),
     ] {
         let text = help

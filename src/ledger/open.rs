@@ -177,7 +177,7 @@ pub(crate) fn open(
         }
     }
     let guard = storage.lock()?;
-    let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(storage.clone()));
+    let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::owned(storage.clone(), &guard));
     let meta: Arc<dyn MetaStore> = match &journal {
         Some(tj) => {
             let tj = tj.clone();

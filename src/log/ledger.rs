@@ -235,6 +235,9 @@ impl Ledger {
             }
             self.check_writable(&state)?;
             self.flush(&mut state)?;
+            // A synced ledger holds no write buffer: a store keeps many topics open, most of
+            // them idle between syncs (a full buffer is kept for the next append instead).
+            state.buffer = Vec::new();
             state.written
         };
         let mut running = lock(&self.sync_running);
@@ -535,4 +538,33 @@ fn slice(bytes: &[u8], start: u64, end: u64) -> Result<&[u8], Corruption> {
     bytes
         .get(s..e)
         .ok_or_else(|| bad(CorruptionKind::Truncated))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::{MemStorage, Storage};
+
+    #[test]
+    fn a_synced_ledger_holds_no_write_buffer() {
+        let disk = MemStorage::new();
+        let file = disk.create("ledger").unwrap();
+        let header = LedgerHeader::new(1, 7);
+        file.write_all_at(&header.encode(), 0).unwrap();
+        let ledger = Ledger::unsealed(header, file, Vec::new(), header.data_start());
+        let counters = LogStatsCounters::new("memory".into());
+        let meta = EntryMeta {
+            index: 0,
+            num_messages: 1,
+            timestamp: 0,
+        };
+        for _ in 0..500 {
+            ledger.append(meta, &[7; 100], &counters).unwrap();
+        }
+        assert!(ledger.state().buffer.capacity() > 0, "appends are buffered");
+        ledger.sync(&counters).unwrap();
+        assert_eq!(ledger.state().buffer.capacity(), 0);
+        assert_eq!(ledger.synced_entries(), 500);
+        assert_eq!(ledger.read_meta(499, &counters).unwrap().num_messages, 1);
+    }
 }

@@ -26,15 +26,36 @@
 //! be linked as the current record: files of earlier releases, and writes of a version the
 //! record has reached; so are the files of a record whose delete was cut short after its
 //! tombstone was linked. Reads never change the directory (an inspection tool only reads).
+//!
+//! A store made with [`FileMetaStore::owned`] belongs to the holder of the directory's
+//! ownership lock, and its `get` and `put` cost a bounded number of storage operations however
+//! many names the directory holds: it lists the directory once, remembers the version of every
+//! record it reads or writes (`heads`), and finds a record's current version `v` by looking up
+//! two names (`{name}.{v}.meta` exists and `{name}.{v+1}.meta` does not, the argument of
+//! [`MetaStore::is_current`]; for a record it has not seen, that `{name}.1.meta` does not
+//! exist), listing again only when a lookup disagrees. After its link a `put` looks up the next
+//! version's name instead of listing (another writer built on ours: `Fenced`), and removes the
+//! version it replaced. The same files are written in the same order, so every power-cut
+//! state above is unchanged; what the listing adds, and these lookups do not, is catching a
+//! writer that links a version into a slot freed by several later writes. Under the lock the
+//! only other writers are former owners whose lock was broken, and each of their writes is
+//! bracketed by an ownership check (the store's claim, or the topic record's) that the new owner
+//! took before this store listed the directory: such a writer has at most one write of a record
+//! in flight, so it can take the next version (refused here by the link or the lookup after it),
+//! or put a stray below the current version, which no read takes and its own check reports
+//! `Fenced`. The first write of an owned store also removes every version below a record's
+//! highest (strays, and versions a power cut brought back), after a directory sync. A `delete`
+//! and a `claim` list the record's files as in the shared store.
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use super::heads::{Heads, Known};
 use super::{MetaStore, validate_record_name};
 use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::format::meta::{MAX_RECORD_BYTES, STORED_OVERHEAD, decode_stored, encode_stored};
-use crate::storage::Storage;
+use crate::storage::{LockGuard, Storage};
 
 /// Suffix of a committed record's file.
 const RECORD_SUFFIX: &str = ".meta";
@@ -57,6 +78,9 @@ pub struct FileMetaStore {
     writes: Mutex<Writes>,
     /// Randomly keyed, so the nonces of two stores (in one process or two) do not collide.
     nonces: RandomState,
+    /// The versions of the records this store has seen, when it belongs to the owner of the
+    /// directory ([`FileMetaStore::owned`]); `None`: every read lists the record's files.
+    heads: Option<Mutex<Heads>>,
 }
 
 /// What `put` and `delete` keep between calls.
@@ -154,6 +178,21 @@ impl FileMetaStore {
             storage,
             writes: Mutex::new(Writes::default()),
             nonces: RandomState::new(),
+            heads: None,
+        }
+    }
+
+    /// A store over `storage` for the holder of its ownership lock (`lock`, from
+    /// [`Storage::lock`], held for as long as this store writes): reads and writes look up
+    /// a bounded number of names instead of listing the directory (see the module
+    /// documentation). Every writer of the records other than this store must be fenced by an
+    /// ownership check that the owner took before this store's first call.
+    #[must_use]
+    pub fn owned(storage: Arc<dyn Storage>, lock: &LockGuard) -> Self {
+        let _ = lock;
+        Self {
+            heads: Some(Mutex::new(Heads::default())),
+            ..Self::new(storage)
         }
     }
 
@@ -242,7 +281,95 @@ impl FileMetaStore {
 
     /// The current state of `name`: its highest version.
     fn current(&self, name: &str) -> Result<Current> {
+        self.current_found(name).map(|(current, _)| current)
+    }
+
+    /// The current state of `name`, and whether it was found by looking up its names (then a
+    /// version it names is the file `{name}.{version}.meta`) rather than by a listing.
+    fn current_found(&self, name: &str) -> Result<(Current, bool)> {
         validate_record_name(name)?;
+        if let Some(current) = self.current_known(name)? {
+            return Ok((current, true));
+        }
+        let current = self.current_listed(name)?;
+        if let Current::Record(v, _) | Current::Deleted(v) = current {
+            self.learn(name, Known::At(v));
+        }
+        Ok((current, false))
+    }
+
+    /// The state of `name` from what this owned store knows of it, confirmed by two name
+    /// lookups; `None` when the store is not owned or a lookup disagrees (list instead).
+    fn current_known(&self, name: &str) -> Result<Option<Current>> {
+        let Some(heads) = &self.heads else {
+            return Ok(None);
+        };
+        let known = {
+            let mut heads = heads.lock().unwrap_or_else(PoisonError::into_inner);
+            if !heads.is_listed() {
+                self.fill(&mut heads)?;
+            }
+            heads.get(name)
+        };
+        match known {
+            Known::Unknown => Ok(None),
+            // Versions are linked one above the other from 1, and removed lowest first only
+            // once a higher one exists: with no version 1, the record has no version at all
+            // unless it was written since the listing, which this store would know.
+            Known::Absent => {
+                Ok((!self.storage.exists(&version_file(name, 1))?).then_some(Current::Absent))
+            }
+            Known::At(version) => {
+                let Some(next) = version.checked_add(1) else {
+                    return Ok(None);
+                };
+                let found = Found {
+                    version: Some(version),
+                    file: version_file(name, version),
+                };
+                // `version`'s file first, then the next name (as `is_current`): while the
+                // first exists, no version above the next exists without the next's file.
+                let Some(current) = self.read_file(name, &found)? else {
+                    return Ok(None);
+                };
+                if self.storage.exists(&version_file(name, next))? {
+                    return Ok(None);
+                }
+                Ok(Some(current))
+            }
+        }
+    }
+
+    /// Fills `heads` from one listing of the directory.
+    fn fill(&self, heads: &mut Heads) -> Result<()> {
+        let mut highest = std::collections::HashMap::<String, u64>::new();
+        let mut legacy = Vec::new();
+        for file in self.storage.list()? {
+            match parse_record_file(&file) {
+                Some((name, Some(version))) => {
+                    let top = highest.entry(name.to_string()).or_insert(version);
+                    *top = (*top).max(version);
+                }
+                Some((name, None)) => legacy.push(name.to_string()),
+                None => {}
+            }
+        }
+        heads.fill(highest, legacy);
+        Ok(())
+    }
+
+    /// Records what this owned store now knows of `name` (nothing for a store not owned).
+    fn learn(&self, name: &str, known: Known) {
+        if let Some(heads) = &self.heads {
+            heads
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .set(name, known);
+        }
+    }
+
+    /// The current state of `name` from a listing of its files.
+    fn current_listed(&self, name: &str) -> Result<Current> {
         for _ in 0..READ_ATTEMPTS {
             if let Some(current) = self.current_in(name, &self.files_of(name)?)? {
                 return Ok(current);
@@ -261,16 +388,19 @@ impl FileMetaStore {
         if writes.swept {
             return Ok(());
         }
-        for file in self.storage.list()? {
+        // One listing serves the whole sweep: it removes temporary files, and record files
+        // only below a version the same listing shows.
+        let listed = self.storage.list()?;
+        for file in &listed {
             if !file.ends_with(TEMP_SUFFIX) {
                 continue;
             }
-            let stale = match parse_temp_file(&file) {
+            let stale = match parse_temp_file(file) {
                 None => true,
                 Some((name, version)) => version <= self.current(name)?.version(),
             };
             if stale {
-                match self.storage.remove(&file) {
+                match self.storage.remove(file) {
                     Ok(()) => {}
                     Err(e) if is_not_found(&e) => {}
                     Err(e) => return Err(e),
@@ -281,10 +411,33 @@ impl FileMetaStore {
         // writer names again (cursor ids are not reused), so finish the delete here.
         // One listing: the highest version of every record, then one size check each.
         let mut highest = std::collections::BTreeMap::<String, u64>::new();
-        for file in self.storage.list()? {
-            if let Some((name, Some(version))) = parse_record_file(&file) {
+        for file in &listed {
+            if let Some((name, Some(version))) = parse_record_file(file) {
                 let top = highest.entry(name.to_string()).or_insert(version);
                 *top = (*top).max(version);
+            }
+        }
+        if self.heads.is_some() {
+            // An owned store's writes remove only the version they replace: versions below the
+            // highest left by a power cut, a claim or a former owner go here, lowest first,
+            // once the directory's names (the highest versions among them) are durable.
+            let below: Vec<&String> = listed
+                .iter()
+                .filter(|file| {
+                    parse_record_file(file).is_some_and(|(name, version)| {
+                        version.is_some_and(|v| highest.get(name).is_some_and(|&top| v < top))
+                    })
+                })
+                .collect();
+            if !below.is_empty() {
+                self.storage.sync_dir()?;
+            }
+            for file in below {
+                match self.storage.remove(file) {
+                    Ok(()) => {}
+                    Err(e) if is_not_found(&e) => {}
+                    Err(e) => return Err(e),
+                }
             }
         }
         for (name, version) in highest {
@@ -300,6 +453,7 @@ impl FileMetaStore {
             if empty && let Current::Deleted(tombstone) = self.current(&name)? {
                 self.remove_below(&name, tombstone, false)?;
                 self.remove_below(&name, tombstone, true)?;
+                self.learn(&name, Known::Absent);
             }
         }
         writes.swept = true;
@@ -326,16 +480,17 @@ impl FileMetaStore {
     }
 
     /// Refuses with [`Error::Fenced`] unless the record is at `expected` (`None`: absent or
-    /// deleted); returns the highest version present (a tombstone's included), 0 if none.
-    fn check(&self, name: &str, expected: Option<u64>) -> Result<u64> {
-        let current = self.current(name)?;
+    /// deleted); returns the highest version present (a tombstone's included), 0 if none, and
+    /// whether it was found by name lookups (see [`FileMetaStore::current_found`]).
+    fn check(&self, name: &str, expected: Option<u64>) -> Result<(u64, bool)> {
+        let (current, looked_up) = self.current_found(name)?;
         let highest = current.version();
         let found = match current {
             Current::Record(v, _) => Some(v),
             Current::Deleted(_) | Current::Absent => None,
         };
         if found == expected {
-            Ok(highest)
+            Ok((highest, looked_up))
         } else {
             Err(self.fenced(name, expected, found))
         }
@@ -378,6 +533,16 @@ impl FileMetaStore {
             Err(e) => return Err(e),
         }
         self.storage.sync_dir()?;
+        if self.heads.is_some() {
+            // Owned: only the next version's name can show another writer (module docs).
+            let next = version.checked_add(1).map(|next| version_file(name, next));
+            if let Some(next) = next
+                && self.storage.exists(&next)?
+            {
+                return Err(self.fenced(name, expected, version.checked_add(1)));
+            }
+            return Ok(());
+        }
         self.none_above(name, expected, version).map(drop)
     }
 
@@ -435,10 +600,12 @@ impl MetaStore for FileMetaStore {
         }
         let mut writes = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
         self.sweep(&mut writes)?;
-        let highest = self.check(name, expected)?;
+        let (highest, looked_up) = self.check(name, expected)?;
         let version = highest.checked_add(1).ok_or_else(|| Error::LimitExceeded {
             reason: format!("metadata record `{name}` has run out of versions"),
         })?;
+        // Until this write is settled, only a listing tells where the record is.
+        self.learn(name, Known::Unknown);
         self.link_version(
             &mut writes,
             name,
@@ -447,8 +614,20 @@ impl MetaStore for FileMetaStore {
             &encode_stored(version, bytes),
         )?;
         // Removing older versions needs no directory sync: after a power cut that brings one
-        // back, the higher version still wins.
-        self.remove_below(name, version, false)?;
+        // back, the higher version still wins. An owned store that found the record by name
+        // removes the one version it replaced (its sweep removes any other).
+        if looked_up {
+            if highest > 0 {
+                match self.storage.remove(&version_file(name, highest)) {
+                    Ok(()) => {}
+                    Err(e) if is_not_found(&e) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        } else {
+            self.remove_below(name, version, false)?;
+        }
+        self.learn(name, Known::At(version));
         Ok(version)
     }
 
@@ -462,11 +641,16 @@ impl MetaStore for FileMetaStore {
             .ok_or_else(|| Error::LimitExceeded {
                 reason: format!("metadata record `{name}` has run out of versions"),
             })?;
+        self.learn(name, Known::Unknown);
         self.link_version(&mut writes, name, Some(expected), tombstone, &[])?;
         // The older versions first, the tombstone last: until it goes, `get` finds it first.
+        // Every file of the record goes, so this lists them (a lower version left behind
+        // would bring the record back).
         self.remove_below(name, tombstone, false)?;
         self.remove_below(name, tombstone, true)?;
-        self.storage.sync_dir()
+        self.storage.sync_dir()?;
+        self.learn(name, Known::Absent);
+        Ok(())
     }
 
     /// One listing of the storage serves every record: each is read from the files it
@@ -503,6 +687,7 @@ impl MetaStore for FileMetaStore {
             reason: format!("metadata record `{name}` has run out of versions"),
         })?;
         let writes = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
+        self.learn(name, Known::Unknown);
         match self
             .storage
             .link(&version_file(name, version), &version_file(name, next))
@@ -529,6 +714,7 @@ impl MetaStore for FileMetaStore {
         if files.len() > CLAIM_NAMES {
             self.remove_below(name, version, false)?;
         }
+        self.learn(name, Known::At(next));
         drop(writes);
         Ok(next)
     }
@@ -1042,10 +1228,33 @@ mod tests {
         live.get(..keep).unwrap_or(durable).to_vec()
     }
 
+    /// A store over `disk`, owned (holding `lock`) or not.
+    fn store_on(disk: &MemStorage, lock: Option<&LockGuard>) -> FileMetaStore {
+        match lock {
+            Some(lock) => FileMetaStore::owned(Arc::new(disk.clone()), lock),
+            None => FileMetaStore::new(Arc::new(disk.clone())),
+        }
+    }
+
     #[test]
     fn a_power_cut_at_any_operation_leaves_the_old_or_the_new_record_whole() {
+        power_cuts_leave_the_old_or_the_new_record_whole(false);
+    }
+
+    #[test]
+    fn a_power_cut_at_any_operation_of_an_owned_store_leaves_the_old_or_the_new_record_whole() {
+        power_cuts_leave_the_old_or_the_new_record_whole(true);
+    }
+
+    fn power_cuts_leave_the_old_or_the_new_record_whole(owned: bool) {
+        let mem_store = || {
+            let disk = MemStorage::new();
+            let lock = owned.then(|| disk.lock().unwrap());
+            let store = store_on(&disk, lock.as_ref());
+            (disk, store, lock)
+        };
         let total = {
-            let (disk, store) = mem_store();
+            let (disk, store, _lock) = mem_store();
             let mut model = Model::new();
             for step in WORKLOAD {
                 apply(&store, &model, *step).unwrap();
@@ -1055,7 +1264,7 @@ mod tests {
             disk.mutations()
         };
         for n in 0..=total {
-            let (disk, store) = mem_store();
+            let (disk, store, lock) = mem_store();
             disk.fail_after(Some(n));
             let mut model = Model::new();
             // The states a power cut may leave: before and after the step in flight.
@@ -1071,12 +1280,14 @@ mod tests {
             }
             let (before, after) = (expected_from(&before), expected_from(&after));
             disk.fail_after(None);
+            drop(lock);
             for image in [
                 disk.durable_image(),
                 disk.crash_image(torn),
                 disk.crash_image(|_, _, live| live.to_vec()),
             ] {
-                let store = FileMetaStore::new(Arc::new(image.clone()));
+                let lock = owned.then(|| image.lock().unwrap());
+                let store = store_on(&image, lock.as_ref());
                 let seen = observed(&store);
                 assert!(
                     seen == before || seen == after,

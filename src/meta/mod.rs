@@ -12,6 +12,7 @@
 //! are never reused, which rules that out.
 
 mod file;
+mod heads;
 
 pub use file::{FileMetaStore, record_of_file};
 

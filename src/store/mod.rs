@@ -348,7 +348,7 @@ impl Store {
             config.ledger.cursor.ack_memory = Some(AckBudget::new(bytes));
         }
         let lock = storage.lock()?;
-        let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(storage.clone()));
+        let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::owned(storage.clone(), &lock));
         let mut catalog = CatalogHandle::claim(storage.as_ref(), meta)?;
         let seals = journal_seals(catalog.catalog());
         let journal = Journal::open_listed(

@@ -136,6 +136,13 @@ pub struct PerfArgs {
     /// directory of its own. Batch-index acks (`--batch-size` above 1) are not available there.
     #[arg(long)]
     in_store: bool,
+    /// Run the store workload at each of these total cursor counts (comma-separated, 2 to 8
+    /// values, increasing, each 1 to 100,000 and a multiple of `--cursors`; topics = total /
+    /// `--cursors`), one after the other, and print how each figure grows with the cursors: its
+    /// exponent k in figure ~ cursors^k between consecutive points and from the first to the
+    /// last (1 is a flat cost per cursor, 2 is quadratic). Instead of `--topics`.
+    #[arg(long, value_parser = parse_sweep, conflicts_with = "topics")]
+    sweep: Option<Sweep>,
     /// With `--topics`: also run the same workload on topic directories of
     /// `ManagedLedger::open` (every cursor in its own cursor ledger, flushed one by one), in the
     /// same run.
@@ -143,10 +150,60 @@ pub struct PerfArgs {
     baseline: bool,
 }
 
+/// Most points of a `--sweep`.
+const MAX_SWEEP_POINTS: usize = 8;
+
+/// The total cursor counts of a `--sweep`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sweep(Vec<usize>);
+
+/// Parses a `--sweep` list (see its help).
+fn parse_sweep(text: &str) -> Result<Sweep, String> {
+    let points = text
+        .split(',')
+        .map(|n| {
+            n.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=MAX_STORE_CURSORS).contains(n))
+                .ok_or_else(|| format!("`{n}` is not a cursor count from 1 to 100,000"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if !(2..=MAX_SWEEP_POINTS).contains(&points.len()) {
+        return Err(format!(
+            "a sweep has 2 to {MAX_SWEEP_POINTS} points, not {}",
+            points.len()
+        ));
+    }
+    if points.windows(2).any(|w| w[0] >= w[1]) {
+        return Err("the points of a sweep increase".into());
+    }
+    Ok(Sweep(points))
+}
+
 impl PerfArgs {
     /// The bounds that tie arguments together (each one alone is bounded by its parser).
     fn check(&self) -> ackstore::Result<()> {
         let refuse = |reason: String| Err(ackstore::Error::InvalidArgument { reason });
+        if let Some(Sweep(points)) = &self.sweep {
+            for &total in points {
+                if total % self.cursors != 0 {
+                    return refuse(format!(
+                        "--sweep point {total} is not a multiple of --cursors {}",
+                        self.cursors
+                    ));
+                }
+                let flags = (total as u64).saturating_mul(self.topic_entries);
+                let entries = ((total / self.cursors) as u64).saturating_mul(self.topic_entries);
+                if entries > MAX_STORE_ENTRIES || flags > MAX_STORE_ENTRIES {
+                    return refuse(format!(
+                        "--sweep point {total} x --topic-entries {} is more than the \
+                         {MAX_STORE_ENTRIES} entries (acked flags) the store workload runs",
+                        self.topic_entries
+                    ));
+                }
+            }
+        }
         if let Some(topics) = self.topics {
             let cursors = topics.saturating_mul(self.cursors);
             if cursors > MAX_STORE_CURSORS {
@@ -498,6 +555,9 @@ impl Topic {
 #[expect(clippy::too_many_lines, reason = "one linear workload, phase by phase")]
 pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
     args.check()?;
+    if let Some(sweep) = &args.sweep {
+        return run_sweep(args, sweep);
+    }
     if let Some(topics) = args.topics {
         return run_store(args, topics);
     }
@@ -912,9 +972,144 @@ fn run_store(args: &PerfArgs, topics: usize) -> ackstore::Result<ExitCode> {
     })
 }
 
+/// The figures a sweep follows, as paths into a run's JSON.
+const SWEEP_FIGURES: &[(&str, &[&str])] = &[
+    ("setup_ms", &["setup_ms"]),
+    ("flush_tick_ms", &["flush_tick_ms", "median"]),
+    ("tick_cpu_ms", &["tick_cpu_ms", "median"]),
+    ("restart_ms", &["restart_ms"]),
+    ("restart_open_ms", &["restart_phases_ms", "open"]),
+    ("restart_topics_ms", &["restart_phases_ms", "topics"]),
+    ("restart_cursors_ms", &["restart_phases_ms", "cursors"]),
+    ("peak_rss_bytes", &["peak_rss_bytes"]),
+    ("setup_rss_bytes", &["setup_rss_bytes"]),
+    ("ack_p99_us_during_flush", &["ack_p99_us_during_flush"]),
+];
+
+/// The exponent k of `y ~ x^k` through two points; `None` where a value is not positive.
+fn exponent(x: (f64, f64), y: (f64, f64)) -> Option<f64> {
+    (x.0 > 0.0 && x.1 > x.0 && y.0 > 0.0 && y.1 > 0.0).then(|| (y.1 / y.0).ln() / (x.1 / x.0).ln())
+}
+
+/// `ackstore perf --sweep`: the store workload at every point, then each figure's growth.
+fn run_sweep(args: &PerfArgs, Sweep(points): &Sweep) -> ackstore::Result<ExitCode> {
+    use crate::perf_store::{Shape, run};
+    let mut runs = Vec::new();
+    let mut verified = true;
+    for &total in points {
+        let shape = Shape {
+            topics: total / args.cursors,
+            cursors: args.cursors,
+            entries: args.topic_entries,
+            ticks: args.ticks,
+            seed: args.seed,
+        };
+        let temp = tempfile::Builder::new()
+            .prefix("ackstore-perf-sweep-")
+            .tempdir()
+            .map_err(|e| ackstore::Error::io("create temporary directory", "$TMPDIR", e))?;
+        let base = args.dir.as_ref().map_or_else(
+            || temp.path().to_path_buf(),
+            |d| d.join(format!("sweep-{total}")),
+        );
+        let figures = run(&base.join("store"), false, &shape)?;
+        verified &= figures.verified;
+        let json = figures.json(&shape);
+        if !args.json {
+            let (median, _) = figures.tick_median_max();
+            println!(
+                "{total:>7} cursors ({} x {}): set-up {:.0} ms, tick {median:.0} ms, restart {:.0} \
+                 ms, peak RSS {} MB, verified {}",
+                shape.topics,
+                shape.cursors,
+                figures.setup.as_secs_f64() * 1e3,
+                figures.restart.as_secs_f64() * 1e3,
+                figures.peak_rss >> 20,
+                figures.verified
+            );
+        }
+        runs.push((total, json));
+    }
+    let value = |json: &serde_json::Value, path: &[&str]| {
+        path.iter()
+            .fold(json, |v, key| &v[*key])
+            .as_f64()
+            .unwrap_or(0.0)
+    };
+    // Points are at most 100,000: exact in an f64.
+    let count = |n: usize| f64::from(u32::try_from(n).unwrap_or(u32::MAX));
+    let mut exponents = serde_json::Map::new();
+    for (name, path) in SWEEP_FIGURES {
+        let k = |a: &(usize, serde_json::Value), b: &(usize, serde_json::Value)| {
+            exponent(
+                (count(a.0), count(b.0)),
+                (value(&a.1, path), value(&b.1, path)),
+            )
+        };
+        let steps: Vec<Option<f64>> = runs.windows(2).map(|w| k(&w[0], &w[1])).collect();
+        let overall = match (runs.first(), runs.last()) {
+            (Some(a), Some(b)) => k(a, b),
+            _ => None,
+        };
+        if !args.json {
+            let show = |k: Option<f64>| k.map_or_else(|| "-".to_string(), |k| format!("{k:.2}"));
+            println!(
+                "{name:>24}: exponent {} (steps {})",
+                show(overall),
+                steps
+                    .iter()
+                    .map(|k| show(*k))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        exponents.insert(
+            (*name).to_string(),
+            serde_json::json!({ "overall": overall, "steps": steps }),
+        );
+    }
+    if args.json {
+        let out = serde_json::json!({
+            "sweep": runs.into_iter().map(|(_, json)| json).collect::<Vec<_>>(),
+            "exponents": exponents,
+        });
+        println!("{out}");
+    }
+    Ok(if verified {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sweep_is_two_to_eight_increasing_cursor_counts() {
+        assert_eq!(parse_sweep("10,30,100"), Ok(Sweep(vec![10, 30, 100])));
+        for bad in [
+            "10",
+            "0,10",
+            "10,100001",
+            "30,10",
+            "10,10",
+            "x,10",
+            "1,2,3,4,5,6,7,8,9",
+        ] {
+            assert!(parse_sweep(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn a_growth_exponent_is_that_of_a_power_law() {
+        let k = exponent((1_000.0, 10_000.0), (5.0, 500.0)).unwrap();
+        assert!((k - 2.0).abs() < 1e-9, "{k}");
+        let k = exponent((1_000.0, 10_000.0), (5.0, 50.0)).unwrap();
+        assert!((k - 1.0).abs() < 1e-9, "{k}");
+        assert_eq!(exponent((1_000.0, 10_000.0), (0.0, 50.0)), None);
+    }
 
     #[test]
     fn patterns_parse_and_pick_the_documented_entries() {

@@ -67,6 +67,15 @@ pub struct Figures {
     /// The store's budget's peak of resident ack bytes after an operation ended (`None`: the
     /// baseline).
     pub resident_ack_peak_bytes: Option<u64>,
+    /// CPU time of every thread of the process but the concurrent acker during each tick.
+    pub tick_cpu_ms: Vec<f64>,
+    /// Resident set before the set-up and after it (topics, entries and cursors created).
+    pub rss_before_setup: u64,
+    /// See `rss_before_setup`.
+    pub rss_after_setup: u64,
+    /// The process's peak resident set during the run (reset at its start where the kernel
+    /// allows).
+    pub peak_rss: u64,
     /// Whether every cursor matched the truth after the restart.
     pub verified: bool,
     /// Cursors that did not.
@@ -76,10 +85,7 @@ pub struct Figures {
 impl Figures {
     /// Median and maximum tick, in milliseconds.
     pub fn tick_median_max(&self) -> (f64, f64) {
-        let mut t = self.tick_ms.clone();
-        t.sort_by(f64::total_cmp);
-        let median = t.get(t.len() / 2).copied().unwrap_or(0.0);
-        (median, t.last().copied().unwrap_or(0.0))
+        median_max(&self.tick_ms)
     }
 
     /// The JSON object of these figures.
@@ -88,12 +94,19 @@ impl Figures {
         let total = (shape.topics * shape.cursors).max(1);
         let restart_ms = self.restart.as_secs_f64() * 1e3;
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let (cpu_median, cpu_max) = median_max(&self.tick_cpu_ms);
+        let grown = self.rss_after_setup.saturating_sub(self.rss_before_setup);
         serde_json::json!({
             "topics": shape.topics,
             "cursors": shape.cursors,
             "total_cursors": shape.topics * shape.cursors,
             "setup_ms": ms(self.setup),
             "flush_tick_ms": { "median": median, "max": max },
+            "tick_cpu_ms": { "median": cpu_median, "max": cpu_max },
+            "tick_cpu_per_dirty_cursor_us": cpu_median * 1e3 / total as f64,
+            "peak_rss_bytes": self.peak_rss,
+            "setup_rss_bytes": grown,
+            "setup_rss_per_cursor_bytes": grown as f64 / total as f64,
             "fsyncs_per_tick": self.tick_syncs.iter().copied().max().unwrap_or(0),
             "restart_ms": restart_ms,
             "restart_phases_ms": {
@@ -113,8 +126,118 @@ impl Figures {
     }
 }
 
-/// The truth of one cursor: which entries of its topic are acknowledged.
-type Truth = Vec<bool>;
+/// The median and the maximum of `values` (0 for none).
+fn median_max(values: &[f64]) -> (f64, f64) {
+    let mut t = values.to_vec();
+    t.sort_by(f64::total_cmp);
+    let median = t.get(t.len() / 2).copied().unwrap_or(0.0);
+    (median, t.last().copied().unwrap_or(0.0))
+}
+
+/// The truth of one cursor: which entries of its topic are acknowledged, a bit each.
+#[derive(Clone)]
+struct Truth(Vec<u64>);
+
+impl Truth {
+    fn new(entries: usize) -> Self {
+        Self(vec![0; entries.div_ceil(64)])
+    }
+
+    fn set(&mut self, i: usize) {
+        if let Some(word) = self.0.get_mut(i / 64) {
+            *word |= 1 << (i % 64);
+        }
+    }
+
+    fn get(&self, i: usize) -> bool {
+        self.0
+            .get(i / 64)
+            .is_some_and(|word| word & (1 << (i % 64)) != 0)
+    }
+}
+
+/// A topic's positions, kept as runs of consecutive entries of one ledger: `(index of the
+/// run's first entry, its first position)`, so the workload's own memory stays small next to
+/// what it measures.
+struct Positions {
+    runs: Vec<(usize, Position)>,
+    len: usize,
+}
+
+impl Positions {
+    fn new(all: &[Position]) -> Self {
+        let mut runs: Vec<(usize, Position)> = Vec::new();
+        for (i, p) in all.iter().enumerate() {
+            let continues = i > 0
+                && all[i - 1].ledger_id == p.ledger_id
+                && all[i - 1].entry_id + 1 == p.entry_id;
+            if !continues {
+                runs.push((i, *p));
+            }
+        }
+        Self {
+            runs,
+            len: all.len(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The position of the topic's entry `i` (`i < len`).
+    fn at(&self, i: usize) -> Position {
+        let run = self.runs.partition_point(|(first, _)| *first <= i) - 1;
+        let (first, p) = self.runs[run];
+        Position::new(p.ledger_id, p.entry_id + (i - first) as u64)
+    }
+}
+
+/// Nanoseconds on a CPU of the thread whose `schedstat` file is `path`.
+fn cpu_ns(path: &Path) -> u64 {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Nanoseconds on a CPU of every thread of the process but thread `except` (threads that
+/// ended are not counted: a tick's threads are the store's, which live as long as it).
+fn process_cpu_ns(except: Option<&std::ffi::OsStr>) -> u64 {
+    std::fs::read_dir("/proc/self/task").map_or(0, |tasks| {
+        tasks
+            .filter_map(std::result::Result::ok)
+            .filter(|t| Some(t.file_name().as_os_str()) != except)
+            .map(|t| cpu_ns(&t.path().join("schedstat")))
+            .sum()
+    })
+}
+
+/// The calling thread's id, as its directory under `/proc/self/task` is named.
+fn thread_id() -> Option<std::ffi::OsString> {
+    std::fs::read_link("/proc/thread-self")
+        .ok()?
+        .file_name()
+        .map(std::ffi::OsStr::to_os_string)
+}
+
+/// A field of `/proc/self/status` in bytes (`VmRSS`, `VmHWM`); 0 where there is none.
+pub fn status_bytes(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+                .and_then(|v| v.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Resets the process's peak resident set to its current one (Linux `clear_refs` 5; ignored
+/// where unavailable, then the peak is the process's so far).
+pub fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
 
 /// splitmix64.
 struct Rng(u64);
@@ -314,11 +437,7 @@ fn in_parallel<T: Send>(
 
 /// Creates the topics, their cursors and their entries (synced); returns them with every
 /// topic's positions.
-fn set_up(
-    dir: &Path,
-    baseline: bool,
-    shape: &Shape,
-) -> ackstore::Result<(Fleet, Vec<Vec<Position>>)> {
+fn set_up(dir: &Path, baseline: bool, shape: &Shape) -> ackstore::Result<(Fleet, Vec<Positions>)> {
     let fleet = Fleet::open(
         dir,
         baseline,
@@ -333,7 +452,7 @@ fn set_up(
             .map(|_| topic.append(&payload))
             .collect::<ackstore::Result<Vec<_>>>()?;
         topic.sync()?;
-        Ok(ps)
+        Ok(Positions::new(&ps))
     })?;
     Ok((fleet, positions))
 }
@@ -345,15 +464,19 @@ pub fn run(dir: &Path, baseline: bool, shape: &Shape) -> ackstore::Result<Figure
         ack_memory_budget_bytes: (!baseline).then_some(STORE_ACK_BUDGET as u64),
         ..Figures::default()
     };
+    reset_peak_rss();
+    figures.rss_before_setup = status_bytes("VmRSS");
     let setup = Instant::now();
     let (fleet, positions) = set_up(dir, baseline, shape)?;
     figures.setup = setup.elapsed();
+    figures.rss_after_setup = status_bytes("VmRSS");
     figures.threads = threads_now();
     let total = fleet.cursors.len();
     let half = usize::try_from(shape.entries / 2)
         .unwrap_or(usize::MAX)
         .max(1);
-    let mut truth: Vec<Truth> = vec![vec![false; positions.first().map_or(0, Vec::len)]; total];
+    let mut truth: Vec<Truth> =
+        vec![Truth::new(positions.first().map_or(0, Positions::len)); total];
     let mut next = vec![0usize; total];
     let weights = zipf(total);
     let mut rng = Rng(shape.seed);
@@ -364,11 +487,10 @@ pub fn run(dir: &Path, baseline: bool, shape: &Shape) -> ackstore::Result<Figure
         let (t, cursor) = &fleet.cursors[k];
         let i = (next[k] * 2 + k % 2) % half;
         next[k] += 1;
-        cursor.ack(positions[*t][i])?;
-        truth[k][i] = true;
+        cursor.ack(positions[*t].at(i))?;
+        truth[k].set(i);
         Ok(())
     };
-    let mut acker_truth: Vec<(usize, usize)> = Vec::new();
     for tick in 0..shape.ticks {
         for k in 0..total {
             ack(k, &mut truth, &fleet)?;
@@ -377,10 +499,12 @@ pub fn run(dir: &Path, baseline: bool, shape: &Shape) -> ackstore::Result<Figure
             ack(zipf_pick(&weights, &mut rng), &mut truth, &fleet)?;
         }
         let flushing = AtomicBool::new(true);
-        let (syncs, elapsed, acker) = std::thread::scope(|s| {
+        let truth_now = &mut truth;
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let (syncs, elapsed, cpu, acker) = std::thread::scope(|s| {
             let acker = s.spawn(|| {
+                let _ = started_tx.send(thread_id());
                 let mut rng = Rng(shape.seed ^ (tick as u64 + 1));
-                let mut made = Vec::new();
                 let mut times = Vec::new();
                 let upper = usize::try_from(shape.entries).unwrap_or(usize::MAX) - half;
                 while flushing.load(Ordering::SeqCst) && upper > 0 {
@@ -388,7 +512,7 @@ pub fn run(dir: &Path, baseline: bool, shape: &Shape) -> ackstore::Result<Figure
                     let i = half + rng.below(upper);
                     let (t, cursor) = &fleet.cursors[k];
                     let started = Instant::now();
-                    let result = cursor.ack(positions[*t][i]);
+                    let result = cursor.ack(positions[*t].at(i));
                     let took = started.elapsed();
                     if result.is_err() {
                         break;
@@ -396,26 +520,27 @@ pub fn run(dir: &Path, baseline: bool, shape: &Shape) -> ackstore::Result<Figure
                     if flushing.load(Ordering::SeqCst) {
                         times.push(took.as_secs_f64() * 1e6);
                     }
-                    made.push((k, i));
+                    truth_now[k].set(i);
                 }
-                (made, times)
+                times
             });
+            // Every thread but the acker, from when it runs to the tick's end.
+            let acker_id = started_rx.recv().ok().flatten();
+            let cpu_started = process_cpu_ns(acker_id.as_deref());
             let started = Instant::now();
             let syncs = fleet.tick();
             let elapsed = started.elapsed();
+            let cpu = process_cpu_ns(acker_id.as_deref()).saturating_sub(cpu_started);
             flushing.store(false, Ordering::SeqCst);
-            (syncs, elapsed, acker.join())
+            (syncs, elapsed, cpu, acker.join())
         });
         figures.tick_syncs.push(syncs?);
         figures.tick_ms.push(elapsed.as_secs_f64() * 1e3);
-        let (made, times) = acker.map_err(|_| ackstore::Error::InvalidArgument {
+        figures.tick_cpu_ms.push(cpu as f64 / 1e6);
+        let times = acker.map_err(|_| ackstore::Error::InvalidArgument {
             reason: "the acking thread panicked".into(),
         })?;
-        acker_truth.extend(made);
         latencies.extend(times);
-    }
-    for (k, i) in acker_truth {
-        truth[k][i] = true;
     }
     latencies.sort_by(f64::total_cmp);
     figures.acks_during_flush = latencies.len();
@@ -436,6 +561,7 @@ pub fn run(dir: &Path, baseline: bool, shape: &Shape) -> ackstore::Result<Figure
     fleet.close()?;
 
     restart_and_verify(dir, baseline, shape, &positions, &truth, &mut figures)?;
+    figures.peak_rss = status_bytes("VmHWM");
     Ok(figures)
 }
 
@@ -445,7 +571,7 @@ fn restart_and_verify(
     dir: &Path,
     baseline: bool,
     shape: &Shape,
-    positions: &[Vec<Position>],
+    positions: &[Positions],
     truth: &[Truth],
     figures: &mut Figures,
 ) -> ackstore::Result<()> {
@@ -462,8 +588,8 @@ fn restart_and_verify(
     // Verify every entry of every cursor.
     for (k, (t, cursor)) in fleet.cursors.iter().enumerate() {
         let mut same = true;
-        for (i, p) in positions[*t].iter().enumerate() {
-            same &= cursor.is_acked(*p)? == truth[k][i];
+        for i in 0..positions[*t].len() {
+            same &= cursor.is_acked(positions[*t].at(i))? == truth[k].get(i);
         }
         figures.mismatches += u64::from(!same);
     }

@@ -1,0 +1,198 @@
+//! Acks through the call a broker makes, `Cursor::ack` (and `Cursor::ack_many` in groups of
+//! 64), against two in-memory baselines measured in the same run on the same positions:
+//!
+//! - roaring blocks in a map: one `RoaringBitmap` per (ledger, 65,536-entry block) in a
+//!   `HashMap` (what a cursor store kept in redb, fjall or RocksDB holds in memory), each ack a
+//!   map lookup and an insert, the block marked dirty;
+//! - a dense bitset: one bit per entry of the topic (Pulsar's long array), each ack a bit set.
+//!
+//! Patterns over the first `ENTRIES` entries of a topic of one ledger: random 50%, random 1%,
+//! random 99%, and every entry but a hole every 1,000; each acked in entry order and in a random
+//! order. The cursor is a fresh one of a store's topic on the in-memory disk, in the store's
+//! shared ack budget of 64 MiB (its creation and deletion are not timed); nothing is flushed: this is the per-ack work in memory (the budget's
+//! accounting, the LRU, batch bookkeeping, the cursor's lock and checks). Each figure is
+//! elements (acks) per second; the ratios to the baselines are what to read.
+//!
+//! Run: `cargo bench --bench cursor_ack -- --warm-up-time 1 --measurement-time 3`
+//! (`ACKSTORE_BENCH_ENTRIES=10000000` for 10M entries).
+
+use std::collections::HashMap;
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ackstore::{CursorOptions, LedgerConfig, MemStorage, Position, Store, StoreConfig};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use roaring::RoaringBitmap;
+
+/// Entries of the topic (`ACKSTORE_BENCH_ENTRIES` overrides).
+const ENTRIES: u64 = 1_000_000;
+/// Entries per baseline block: one roaring container.
+const BLOCK_BITS: u32 = 16;
+/// Positions per `ack_many` call.
+const GROUP: usize = 64;
+
+fn entries() -> u64 {
+    std::env::var("ACKSTORE_BENCH_ENTRIES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(ENTRIES)
+}
+
+/// xorshift64*, seeded: deterministic draws without a dependency.
+struct Draw(u64);
+
+impl Draw {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11
+    }
+}
+
+/// The entry ids `pattern` acks among `0..n`, in entry order.
+fn pattern(name: &str, n: u64) -> Vec<u64> {
+    let mut draw = Draw(0x9e37_79b9_7f4a_7c15);
+    (0..n)
+        .filter(|&e| match name {
+            "random_50" => draw.next() % 100 < 50,
+            "random_1" => draw.next() % 100 < 1,
+            "random_99" => draw.next() % 100 < 99,
+            "holes_1000" => e % 1_000 != 999,
+            _ => unreachable!("pattern"),
+        })
+        .collect()
+}
+
+/// `ids` in a random order (Fisher-Yates).
+fn shuffled(ids: &[u64]) -> Vec<u64> {
+    let mut out = ids.to_vec();
+    let mut draw = Draw(0x2545_f491_4f6c_dd1d);
+    for i in (1..out.len()).rev() {
+        let j = usize::try_from(draw.next() % (i as u64 + 1)).unwrap();
+        out.swap(i, j);
+    }
+    out
+}
+
+/// Roaring blocks in a map, as a cursor store over a key-value store keeps them in memory.
+#[derive(Default)]
+struct Blocks(HashMap<(u64, u64), (RoaringBitmap, bool)>);
+
+impl Blocks {
+    fn ack(&mut self, pos: Position) -> bool {
+        let block = self
+            .0
+            .entry((pos.ledger_id, pos.entry_id >> BLOCK_BITS))
+            .or_default();
+        block.1 = true;
+        block
+            .0
+            .insert(u32::try_from(pos.entry_id & ((1 << BLOCK_BITS) - 1)).unwrap())
+    }
+}
+
+/// One bit per entry.
+struct Dense(Vec<u64>);
+
+impl Dense {
+    fn ack(&mut self, entry: u64) -> bool {
+        let word = &mut self.0[usize::try_from(entry / 64).unwrap()];
+        let bit = 1 << (entry % 64);
+        let new = *word & bit == 0;
+        *word |= bit;
+        new
+    }
+}
+
+fn cursor_acks(c: &mut Criterion) {
+    let n = entries();
+    let store = Store::open_with_storage(
+        Arc::new(MemStorage::new()),
+        StoreConfig {
+            ledger: LedgerConfig {
+                max_entries_per_ledger: n,
+                ..LedgerConfig::default()
+            },
+            ack_memory_bytes: Some(64 << 20),
+            ..StoreConfig::default()
+        },
+    )
+    .unwrap();
+    let topic = store.topic("bench").unwrap();
+    let mut first = None;
+    for _ in 0..n {
+        let p = topic.append(b"").unwrap();
+        first.get_or_insert(p);
+    }
+    topic.sync().unwrap();
+    let first = first.unwrap();
+    let at = |e: u64| Position::new(first.ledger_id, first.entry_id + e);
+    let mut fresh = 0u64;
+    for name in ["random_50", "random_1", "random_99", "holes_1000"] {
+        let in_order = pattern(name, n);
+        for (order, ids) in [
+            ("entry_order", in_order.clone()),
+            ("random_order", shuffled(&in_order)),
+        ] {
+            let positions: Vec<Position> = ids.iter().map(|&e| at(e)).collect();
+            let mut group =
+                c.benchmark_group(format!("cursor_ack/{}M/{name}/{order}", n / 1_000_000));
+            group.sample_size(10);
+            group.throughput(Throughput::Elements(positions.len() as u64));
+            group.bench_function("roaring_blocks_in_a_map", |b| {
+                b.iter(|| {
+                    let mut blocks = Blocks::default();
+                    for p in &positions {
+                        black_box(blocks.ack(*p));
+                    }
+                    blocks
+                });
+            });
+            group.bench_function("dense_bitset", |b| {
+                b.iter(|| {
+                    let mut dense = Dense(vec![0; usize::try_from(n.div_ceil(64)).unwrap()]);
+                    for e in &ids {
+                        black_box(dense.ack(*e));
+                    }
+                    dense
+                });
+            });
+            let mut timed = |b: &mut criterion::Bencher, many: bool| {
+                b.iter_custom(|iters| {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        fresh += 1;
+                        let name = format!("bench-{fresh}");
+                        let cursor = topic.open_cursor(&name, CursorOptions::default()).unwrap();
+                        let started = Instant::now();
+                        if many {
+                            for chunk in positions.chunks(GROUP) {
+                                black_box(cursor.ack_many(chunk).unwrap());
+                            }
+                        } else {
+                            for p in &positions {
+                                black_box(cursor.ack(*p).unwrap());
+                            }
+                        }
+                        total += started.elapsed();
+                        drop(cursor);
+                        topic.delete_cursor(&name).unwrap();
+                    }
+                    total
+                });
+            };
+            group.bench_function("cursor_ack", |b| timed(b, false));
+            group.bench_function("cursor_ack_many_64", |b| timed(b, true));
+            group.finish();
+        }
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().warm_up_time(Duration::from_secs(1));
+    targets = cursor_acks
+}
+criterion_main!(benches);
