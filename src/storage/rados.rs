@@ -53,12 +53,12 @@ use std::ffi::{CStr, CString};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::ptr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use self::op::{Completion, WriteOp};
-use super::{LockGuard, Mapped, Storage, StorageFile, validate_name};
+use super::{LeaseState, LockGuard, Mapped, Storage, StorageFile, validate_name};
 use crate::error::{Error, Result};
 
 /// Name of the object that carries the ownership lock and the owner epoch.
@@ -202,6 +202,9 @@ impl RadosCluster {
                 location,
                 epoch: AtomicU64::new(0),
                 lease: Mutex::new(DEFAULT_LEASE),
+                lease_state: Mutex::new(LeaseState::NotHeld),
+                lost: AtomicBool::new(false),
+                lost_hooks: Mutex::new(Vec::new()),
                 cache: Mutex::new(ReadCache::new(DEFAULT_READ_CACHE_BYTES)),
             }),
         })
@@ -292,6 +295,11 @@ struct Shared {
     /// The owner epoch this handle writes with while it holds the lock; 0 otherwise.
     epoch: AtomicU64,
     lease: Mutex<Duration>,
+    /// What this handle knows of its lease (see [`Storage::lease_state`]).
+    lease_state: Mutex<LeaseState>,
+    /// Set with [`LeaseState::Lost`]: every mutating operation is refused from then on.
+    lost: AtomicBool,
+    lost_hooks: Mutex<Vec<lease::LostHook>>,
     cache: Mutex<ReadCache>,
 }
 
@@ -381,13 +389,13 @@ impl Shared {
     /// Creates `name` exclusively, stamped with this owner's epoch, holding `bytes`.
     fn create_with(&self, name: &str, bytes: &[u8], op_name: &'static str) -> Result<()> {
         let oid = cstring(name)?;
+        let epoch = self.write_epoch()?;
         self.index_add(name)?;
         let mut op = WriteOp::new();
         op.create_exclusive();
         if !bytes.is_empty() {
             op.write_full(bytes);
         }
-        let epoch = self.epoch();
         if epoch > 0 {
             op.setxattr(EPOCH_XATTR, &epoch_text(epoch));
         }
@@ -484,7 +492,7 @@ impl Storage for RadosStorage {
         validate_name(name)?;
         let oid = cstring(name)?;
         let mut op = WriteOp::new();
-        op.guard(self.shared.epoch()).remove();
+        op.guard(self.shared.write_epoch()?).remove();
         let ret = op.run(&self.shared.io, &oid);
         self.shared.evict(name);
         if ret < 0 {
@@ -500,7 +508,7 @@ impl Storage for RadosStorage {
         let to_oid = cstring(to)?;
         if self.shared.stat(to, &to_oid)?.is_some() {
             let mut op = WriteOp::new();
-            op.guard(self.shared.epoch()).write_full(&bytes);
+            op.guard(self.shared.write_epoch()?).write_full(&bytes);
             let ret = op.run(&self.shared.io, &to_oid);
             self.shared.evict(to);
             if ret < 0 {
@@ -526,6 +534,10 @@ impl Storage for RadosStorage {
 
     fn lock(&self) -> Result<LockGuard> {
         self.acquire()
+    }
+
+    fn lease_state(&self) -> LeaseState {
+        self.shared.lease_state()
     }
 }
 
@@ -608,9 +620,10 @@ impl StorageFile for RadosFile {
         if let Some(ret) = state.failed {
             return Err(self.shared.error("write", &self.name, ret));
         }
+        let epoch = self.shared.write_epoch()?;
         self.shared.evict(&self.name);
         let mut op = WriteOp::new();
-        op.guard(self.shared.epoch()).write(buf, offset);
+        op.guard(epoch).write(buf, offset);
         let sent = op.send(&self.shared.io, &self.oid);
         // Again once sent: a read sent before this write may not see it, and must not be cached
         // (reads sent after it do see it, RADOS keeps one client's order on an object).
@@ -634,9 +647,10 @@ impl StorageFile for RadosFile {
     fn set_len(&self, len: u64) -> Result<()> {
         let mut state = self.state();
         self.drain(&mut state, "truncate")?;
+        let epoch = self.shared.write_epoch()?;
         self.shared.evict(&self.name);
         let mut op = WriteOp::new();
-        op.guard(self.shared.epoch()).truncate(len);
+        op.guard(epoch).truncate(len);
         let ret = op.run(&self.shared.io, &self.oid);
         self.shared.evict(&self.name);
         if ret < 0 {

@@ -36,7 +36,8 @@ pub const CREATE_EXCLUSIVE: c_int = 1;
 pub const CMPXATTR_OP_GTE: u8 = 4;
 /// `rados_write_op_cmpxattr`: the given value equals the stored one.
 pub const CMPXATTR_OP_EQ: u8 = 1;
-/// `rados_lock_exclusive`: renew the lock this cookie already holds.
+/// `rados_lock_exclusive` and the `lock` class's `lock` method: renew the lock this cookie
+/// already holds, or take it when nobody holds it.
 pub const LOCK_FLAG_MAY_RENEW: u8 = 1;
 /// `rados_write_op_operate` flags: none.
 pub const OPERATION_NOFLAG: c_int = 0;
@@ -142,6 +143,14 @@ unsafe extern "C" {
         name: *const c_char,
         value: *const c_char,
         value_len: usize,
+    );
+    pub fn rados_write_op_exec(
+        op: WriteOpT,
+        cls: *const c_char,
+        method: *const c_char,
+        in_buf: *const c_char,
+        in_len: usize,
+        prval: *mut c_int,
     );
     pub fn rados_write_op_operate(
         op: WriteOpT,

@@ -82,6 +82,26 @@ impl WriteOp {
         self
     }
 
+    /// Calls the method `method` of the OSD object class `class` with `input`, as one step of
+    /// the operation (its result code is the operation's when it fails).
+    pub(super) fn exec(&mut self, class: &str, method: &str, input: &[u8]) -> &mut Self {
+        let class = self.name(class);
+        let method = self.name(method);
+        // SAFETY: live operation; librados copies the input, `class` and `method` live in
+        // `keep`; a null `prval` asks for no separate result.
+        unsafe {
+            ffi::rados_write_op_exec(
+                self.raw,
+                class,
+                method,
+                input.as_ptr().cast(),
+                input.len(),
+                ptr::null_mut(),
+            );
+        }
+        self
+    }
+
     /// The owner's guard: refused by the cluster when a newer owner stamped the object, and
     /// stamps the object with `epoch`. Nothing when this handle owns nothing (epoch 0).
     pub(super) fn guard(&mut self, epoch: u64) -> &mut Self {
