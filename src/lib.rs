@@ -54,7 +54,7 @@ pub use storage::{
     validate_name,
 };
 #[cfg(feature = "rados")]
-pub use storage::{RadosCluster, RadosStorage};
+pub use storage::{RadosCluster, RadosOptions, RadosStorage, RadosTimeouts};
 pub use store::journal::{JournalConfig, JournalStats};
 pub use store::{Store, StoreConfig, StoreFlush};
 

@@ -30,7 +30,7 @@ use std::sync::Arc;
 pub use file::FileStorage;
 pub use mem::MemStorage;
 #[cfg(feature = "rados")]
-pub use rados::{RadosCluster, RadosStorage};
+pub use rados::{RadosCluster, RadosOptions, RadosStorage, RadosTimeouts};
 
 use crate::error::{Error, Result};
 

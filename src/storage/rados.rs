@@ -47,6 +47,7 @@ mod ffi;
 mod index;
 mod lease;
 mod op;
+mod timeouts;
 
 use std::collections::VecDeque;
 use std::ffi::{CStr, CString};
@@ -58,6 +59,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use self::op::{Completion, WriteOp};
+pub use self::timeouts::{RadosOptions, RadosTimeouts};
 use super::{LeaseState, LockGuard, Mapped, Storage, StorageFile, validate_name};
 use crate::error::{Error, Result};
 
@@ -110,6 +112,7 @@ fn is_errno(ret: i32, errno: rustix::io::Errno) -> bool {
 pub struct RadosCluster {
     handle: Arc<ClusterHandle>,
     conf: PathBuf,
+    timeouts: RadosTimeouts,
 }
 
 struct ClusterHandle(ffi::RadosT);
@@ -132,18 +135,30 @@ impl fmt::Debug for RadosCluster {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RadosCluster")
             .field("conf", &self.conf)
+            .field("timeouts", &self.timeouts)
             .finish_non_exhaustive()
     }
 }
 
 impl RadosCluster {
     /// Connects as `client.admin` to the cluster described by the Ceph configuration file
-    /// `conf` (monitor addresses, authentication).
+    /// `conf` (monitor addresses, authentication), with the default [`RadosOptions`]: finite
+    /// operation timeouts (the file's, or [`RadosOptions::DEFAULT_OP_TIMEOUT`] where it sets none).
     ///
     /// # Errors
     /// [`Error::Io`] naming the file when it cannot be read or the cluster cannot be reached
     /// (librados gives up after its own timeouts, 30 s by default for the monitors).
     pub fn connect(conf: impl AsRef<Path>) -> Result<Self> {
+        Self::connect_with(conf, &RadosOptions::default())
+    }
+
+    /// Connects as [`RadosCluster::connect`] does, with the client settings `options` applied
+    /// after the configuration file is read (they take precedence over it).
+    ///
+    /// # Errors
+    /// As [`RadosCluster::connect`]; [`Error::InvalidArgument`] when the file sets a timeout
+    /// that is not a number of seconds.
+    pub fn connect_with(conf: impl AsRef<Path>, options: &RadosOptions) -> Result<Self> {
         let conf = conf.as_ref().to_path_buf();
         let conf_c = cstring(&conf.to_string_lossy())?;
         let fail = |op: &'static str, ret: i32| Error::io(op, &conf, os_error(ret));
@@ -160,12 +175,23 @@ impl RadosCluster {
         if ret < 0 {
             return Err(fail("read the Ceph configuration", ret));
         }
+        let timeouts = timeouts::apply(raw, options, &conf)?;
         // SAFETY: `raw` is a live, configured, not yet connected handle.
         let ret = unsafe { ffi::rados_connect(raw) };
         if ret < 0 {
             return Err(fail("connect to the Ceph cluster", ret));
         }
-        Ok(Self { handle, conf })
+        Ok(Self {
+            handle,
+            conf,
+            timeouts,
+        })
+    }
+
+    /// The operation timeouts this connection applies (see [`RadosOptions`]).
+    #[must_use]
+    pub fn op_timeouts(&self) -> RadosTimeouts {
+        self.timeouts
     }
 
     /// The configuration file this connection was made from.
@@ -315,6 +341,16 @@ impl Shared {
             Error::Fenced {
                 what: self.location.clone(),
             }
+        } else if is_errno(ret, rustix::io::Errno::TIMEDOUT) {
+            Error::io(
+                op,
+                self.path(name),
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the Ceph cluster did not answer within the client's operation timeout \
+                     (rados_osd_op_timeout, RadosOptions)",
+                ),
+            )
         } else {
             Error::io(op, self.path(name), os_error(ret))
         }

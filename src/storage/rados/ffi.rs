@@ -51,6 +51,13 @@ unsafe extern "C" {
         flags: u64,
     ) -> c_int;
     pub fn rados_conf_read_file(cluster: RadosT, path: *const c_char) -> c_int;
+    pub fn rados_conf_set(cluster: RadosT, option: *const c_char, value: *const c_char) -> c_int;
+    pub fn rados_conf_get(
+        cluster: RadosT,
+        option: *const c_char,
+        buf: *mut c_char,
+        len: usize,
+    ) -> c_int;
     pub fn rados_connect(cluster: RadosT) -> c_int;
     pub fn rados_shutdown(cluster: RadosT);
 
