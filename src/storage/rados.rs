@@ -48,6 +48,7 @@ mod index;
 mod lease;
 mod op;
 mod timeouts;
+mod wait;
 
 use std::collections::VecDeque;
 use std::ffi::{CStr, CString};
@@ -218,7 +219,7 @@ impl RadosCluster {
         }
         let io = Ioctx {
             raw,
-            _cluster: self.handle.clone(),
+            cluster: self.handle.clone(),
         };
         // SAFETY: `raw` is a live I/O context not yet shared with any other thread.
         unsafe { ffi::rados_ioctx_set_namespace(io.raw, ns_c.as_ptr()) };
@@ -228,6 +229,7 @@ impl RadosCluster {
                 location,
                 epoch: AtomicU64::new(0),
                 lease: Mutex::new(DEFAULT_LEASE),
+                lock_wait: Mutex::new(Duration::ZERO),
                 lease_state: Mutex::new(LeaseState::NotHeld),
                 lost: AtomicBool::new(false),
                 lost_hooks: Mutex::new(Vec::new()),
@@ -240,7 +242,7 @@ impl RadosCluster {
 /// One pool and namespace of a cluster.
 struct Ioctx {
     raw: ffi::IoctxT,
-    _cluster: Arc<ClusterHandle>,
+    cluster: Arc<ClusterHandle>,
 }
 
 // SAFETY: a librados I/O context may be used from several threads at once as long as its
@@ -253,7 +255,7 @@ unsafe impl Sync for Ioctx {}
 impl Drop for Ioctx {
     fn drop(&mut self) {
         // SAFETY: created by `rados_ioctx_create`, destroyed only here, before the cluster
-        // handle (held by `_cluster`) is shut down.
+        // handle (held by `cluster`) is shut down.
         unsafe { ffi::rados_ioctx_destroy(self.raw) }
     }
 }
@@ -321,6 +323,8 @@ struct Shared {
     /// The owner epoch this handle writes with while it holds the lock; 0 otherwise.
     epoch: AtomicU64,
     lease: Mutex<Duration>,
+    /// How long [`Storage::lock`] waits for a lock another owner holds.
+    lock_wait: Mutex<Duration>,
     /// What this handle knows of its lease (see [`Storage::lease_state`]).
     lease_state: Mutex<LeaseState>,
     /// Set with [`LeaseState::Lost`]: every mutating operation is refused from then on.
@@ -477,6 +481,22 @@ impl RadosStorage {
             .lease
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = lease;
+        self
+    }
+
+    /// Sets how long later [`Storage::lock`] calls (an open of the topic or store kept here)
+    /// wait while another owner holds the lock, before they fail with [`Error::Locked`]
+    /// (default zero: they fail at once). A waiting open watches the lock object and tries
+    /// again as soon as the holder releases the lock (its close notifies the watchers) or its
+    /// lease runs out (the holder records when, with each renewal): within about 100 ms of
+    /// either, without polling the cluster meanwhile.
+    #[must_use]
+    pub fn with_lock_wait(self, bound: Duration) -> Self {
+        *self
+            .shared
+            .lock_wait
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = bound;
         self
     }
 

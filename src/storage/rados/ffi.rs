@@ -22,6 +22,18 @@ pub type OmapIterT = *mut c_void;
 /// `rados_list_ctx_t`.
 pub type ListCtxT = *mut c_void;
 
+/// `rados_watchcb2_t`: called on a librados thread for each notify of a watched object.
+pub type WatchCb = unsafe extern "C" fn(
+    arg: *mut c_void,
+    notify_id: u64,
+    handle: u64,
+    notifier_id: u64,
+    data: *mut c_void,
+    data_len: usize,
+);
+/// `rados_watcherrcb_t`: called when a watch fails (notifies may have been missed).
+pub type WatchErrCb = unsafe extern "C" fn(arg: *mut c_void, cookie: u64, err: c_int);
+
 /// `struct timeval` on Linux.
 #[repr(C)]
 pub struct Timeval {
@@ -214,6 +226,33 @@ unsafe extern "C" {
         addrs: *mut c_char,
         addrs_len: *mut usize,
     ) -> isize;
+    pub fn rados_watch2(
+        io: IoctxT,
+        oid: *const c_char,
+        cookie: *mut u64,
+        watchcb: WatchCb,
+        watcherrcb: WatchErrCb,
+        arg: *mut c_void,
+    ) -> c_int;
+    pub fn rados_unwatch2(io: IoctxT, cookie: u64) -> c_int;
+    pub fn rados_watch_flush(cluster: RadosT) -> c_int;
+    pub fn rados_notify2(
+        io: IoctxT,
+        oid: *const c_char,
+        buf: *const c_char,
+        buf_len: c_int,
+        timeout_ms: u64,
+        reply_buffer: *mut *mut c_char,
+        reply_buffer_len: *mut usize,
+    ) -> c_int;
+    pub fn rados_notify_ack(
+        io: IoctxT,
+        oid: *const c_char,
+        notify_id: u64,
+        cookie: u64,
+        buf: *const c_char,
+        buf_len: c_int,
+    ) -> c_int;
     pub fn rados_break_lock(
         io: IoctxT,
         oid: *const c_char,

@@ -21,9 +21,10 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, PoisonError};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use super::op::WriteOp;
+use super::wait::{LEASE_EXPIRES_XATTR, Waiting, expires_text};
 use super::{
     EPOCH_XATTR, LOCK_NAME, LOCK_OBJECT, OWNER_EPOCH_XATTR, RadosStorage, Shared, cstring,
     epoch_text, ffi, is_errno, os_error,
@@ -151,18 +152,20 @@ impl RadosStorage {
     /// compare makes the whole operation fail (`ECANCELED`) once a newer owner raised the epoch,
     /// so a lapsed lease is never taken back from an owner that came and went meanwhile.
     fn renew(shared: &Shared, cookie: &CStr, lease: Duration, epoch: u64) -> i32 {
+        let expires = expires_text(SystemTime::now(), lease);
         let mut op = WriteOp::new();
         op.cmpxattr(OWNER_EPOCH_XATTR, ffi::CMPXATTR_OP_EQ, &epoch_text(epoch))
             .exec(
                 LOCK_CLASS,
                 LOCK_METHOD,
                 &lock_op_input(cookie.to_bytes(), lease, ffi::LOCK_FLAG_MAY_RENEW),
-            );
+            )
+            .setxattr(LEASE_EXPIRES_XATTR, &expires);
         op.run(&shared.io, &cstring(LOCK_OBJECT).expect("constant"))
     }
 
     /// Raises the owner epoch on the lock object by compare-and-set; the new epoch.
-    fn raise_epoch(&self) -> Result<u64> {
+    fn raise_epoch(&self, expires: &str) -> Result<u64> {
         let shared = &self.shared;
         let oid = cstring(LOCK_OBJECT)?;
         let attr = cstring(OWNER_EPOCH_XATTR)?;
@@ -203,7 +206,8 @@ impl RadosStorage {
         })?;
         let mut op = WriteOp::new();
         op.cmpxattr(OWNER_EPOCH_XATTR, ffi::CMPXATTR_OP_EQ, &old_text)
-            .setxattr(OWNER_EPOCH_XATTR, &epoch_text(new));
+            .setxattr(OWNER_EPOCH_XATTR, &epoch_text(new))
+            .setxattr(LEASE_EXPIRES_XATTR, expires);
         let ret = op.run(&shared.io, &oid);
         if ret < 0 {
             return Err(shared.error("raise the owner epoch", LOCK_OBJECT, ret));
@@ -244,15 +248,29 @@ impl RadosStorage {
             "{:016x}",
             std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), 0u8)
         ))?;
-        let ret = Self::take_lock(shared, &cookie, lease);
-        if is_errno(ret, rustix::io::Errno::BUSY) || is_errno(ret, rustix::io::Errno::EXIST) {
-            return Err(Error::Locked {
-                path: PathBuf::from(&shared.location),
-            });
-        }
-        if ret < 0 {
-            return Err(shared.error("lock", LOCK_OBJECT, ret));
-        }
+        let bound = *shared
+            .lock_wait
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut waiting = Waiting::new(bound);
+        let taken_at = loop {
+            waiting.before_attempt();
+            let at = SystemTime::now();
+            let ret = Self::take_lock(shared, &cookie, lease);
+            if is_errno(ret, rustix::io::Errno::BUSY) || is_errno(ret, rustix::io::Errno::EXIST) {
+                if waiting.wait(shared)? {
+                    continue;
+                }
+                return Err(Error::Locked {
+                    path: PathBuf::from(&shared.location),
+                });
+            }
+            if ret < 0 {
+                return Err(shared.error("lock", LOCK_OBJECT, ret));
+            }
+            break at;
+        };
+        drop(waiting);
         let mut lease_guard = Lease {
             stop: None,
             renewer: None,
@@ -260,7 +278,7 @@ impl RadosStorage {
             cookie,
             epoch: 0,
         };
-        let epoch = self.raise_epoch()?;
+        let epoch = self.raise_epoch(&expires_text(taken_at, lease))?;
         lease_guard.epoch = epoch;
         shared.epoch.store(epoch, Ordering::Release);
         shared.set_lease(LeaseState::Held { epoch });
@@ -442,13 +460,16 @@ impl Drop for Lease {
         );
         // SAFETY: live context and NUL-terminated strings. A lock already lost (expired and
         // taken) answers an error, which changes nothing.
-        unsafe {
+        let ret = unsafe {
             ffi::rados_unlock(
                 self.shared.io.raw,
                 oid.as_ptr(),
                 name.as_ptr(),
                 self.cookie.as_ptr(),
-            );
+            )
+        };
+        if ret >= 0 {
+            self.shared.notify_released();
         }
     }
 }
