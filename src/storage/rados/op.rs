@@ -42,6 +42,14 @@ impl WriteOp {
         self
     }
 
+    /// Fails the operation with `ENOENT` unless the object exists (no step after it creates
+    /// it).
+    pub(super) fn assert_exists(&mut self) -> &mut Self {
+        // SAFETY: live operation.
+        unsafe { ffi::rados_write_op_assert_exists(self.raw) };
+        self
+    }
+
     pub(super) fn write(&mut self, buf: &[u8], offset: u64) -> &mut Self {
         // SAFETY: live operation; librados copies the buffer.
         unsafe { ffi::rados_write_op_write(self.raw, buf.as_ptr().cast(), buf.len(), offset) };
