@@ -30,21 +30,12 @@ fn storage(namespace: &str) -> RadosStorage {
         .with_lease(LEASE)
 }
 
-fn open(namespace: &str) -> ackstore::Result<ManagedLedger> {
-    ManagedLedger::open_with_storage(Arc::new(storage(namespace)), LedgerConfig::default())
-}
-
-/// Opens the topic, polling while another owner holds its lock, until `deadline`.
+/// Opens the topic, waiting (a watch on its lock) while another owner holds it, until `deadline`.
 fn open_by(namespace: &str, deadline: Instant, what: &str) -> ManagedLedger {
-    loop {
-        match open(namespace) {
-            Ok(topic) => return topic,
-            Err(Error::Locked { .. }) if Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(e) => panic!("{what} could not open the topic by its deadline: {e}"),
-        }
-    }
+    let waiting =
+        storage(namespace).with_lock_wait(deadline.saturating_duration_since(Instant::now()));
+    ManagedLedger::open_with_storage(Arc::new(waiting), LedgerConfig::default())
+        .unwrap_or_else(|e| panic!("{what} could not open the topic by its deadline: {e}"))
 }
 
 /// Waits until nobody holds the topic's lock (a dead owner's lease ran out), until `deadline`.
