@@ -50,10 +50,11 @@ pub use ledger::{AppendMeta, LedgerConfig, ManagedLedger, NonDurableOptions};
 pub use log::{LedgerInfo, LogConfig, LogStats, RecoveryMode, TailRepair};
 pub use position::Position;
 pub use storage::{
-    FileStorage, LockGuard, MAX_NAME_LEN, Mapped, MemStorage, Storage, StorageFile, validate_name,
+    FileStorage, LeaseState, LockGuard, MAX_NAME_LEN, Mapped, MemStorage, Storage, StorageFile,
+    validate_name,
 };
 #[cfg(feature = "rados")]
-pub use storage::{RadosCluster, RadosStorage};
+pub use storage::{RadosCluster, RadosOptions, RadosStorage, RadosTimeouts};
 pub use store::journal::{JournalConfig, JournalStats};
 pub use store::{Store, StoreConfig, StoreFlush};
 

@@ -51,6 +51,15 @@ pub const BACKGROUND_FLUSH_FAILURES: &str = "ackstore_cursor_background_flush_fa
 /// Counter: operations refused with `Error::Fenced` because a newer owner holds the topic.
 /// Labels: `topic`, `scope` (`topic` or `cursor`).
 pub const FENCES: &str = "ackstore_fences_total";
+/// Counter: renewals of an ownership lease on RADOS that the cluster confirmed. Labels: `topic`
+/// (the storage location, `rados:{pool}/{namespace}`).
+pub const LEASE_RENEWALS: &str = "ackstore_lease_renewals_total";
+/// Counter: renewals of an ownership lease on RADOS that failed without losing it (the cluster
+/// out of reach; tried again a third of the lease later). Labels: `topic`.
+pub const LEASE_RENEWAL_FAILURES: &str = "ackstore_lease_renewal_failures_total";
+/// Counter: ownership leases on RADOS lost to another owner (`LeaseState::Lost`). Labels:
+/// `topic`.
+pub const LEASES_LOST: &str = "ackstore_leases_lost_total";
 /// Counter: `fdatasync` calls on ledger files (mirrors `LogStats::fsyncs`). Labels: `topic`.
 pub const FSYNCS: &str = "ackstore_log_fsyncs_total";
 

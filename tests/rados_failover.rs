@@ -47,22 +47,16 @@ fn config() -> LedgerConfig {
     }
 }
 
-/// Opens the topic in `namespace`, waiting while the previous owner's lease lasts.
+/// Opens the topic in `namespace`, waiting (a watch on its lock) while the previous owner's
+/// lease lasts.
 fn take_over(namespace: &str) -> ManagedLedger {
-    let started = Instant::now();
-    loop {
-        let storage = cluster()
-            .storage(&pool(), namespace)
-            .expect("open the namespace")
-            .with_lease(LEASE);
-        match ManagedLedger::open_with_storage(Arc::new(storage), config()) {
-            Ok(topic) => return topic,
-            Err(Error::Locked { .. }) if started.elapsed() < TAKEOVER_AT_MOST => {
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            Err(e) => panic!("take over {namespace}: {e}"),
-        }
-    }
+    let storage = cluster()
+        .storage(&pool(), namespace)
+        .expect("open the namespace")
+        .with_lease(LEASE)
+        .with_lock_wait(TAKEOVER_AT_MOST);
+    ManagedLedger::open_with_storage(Arc::new(storage), config())
+        .unwrap_or_else(|e| panic!("take over {namespace}: {e}"))
 }
 
 fn earliest() -> CursorOptions {

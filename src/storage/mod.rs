@@ -30,7 +30,7 @@ use std::sync::Arc;
 pub use file::FileStorage;
 pub use mem::MemStorage;
 #[cfg(feature = "rados")]
-pub use rados::{RadosCluster, RadosStorage};
+pub use rados::{RadosCluster, RadosOptions, RadosStorage, RadosTimeouts};
 
 use crate::error::{Error, Result};
 
@@ -100,6 +100,40 @@ pub trait Storage: Send + Sync + fmt::Debug {
     ///
     /// A second attempt, from this process or another, fails with [`Error::Locked`].
     fn lock(&self) -> Result<LockGuard>;
+    /// What this handle knows of the ownership its [`Storage::lock`] took, for backends whose
+    /// ownership is a lease that can be lost while the guard lives ([`LeaseState::Unleased`],
+    /// the default, for the others: a local lock is held until it is released). A broker polls
+    /// it (through [`Store::storage`](crate::Store::storage) or the storage handle it opened)
+    /// to learn that it must unload what it opened here.
+    fn lease_state(&self) -> LeaseState {
+        LeaseState::Unleased
+    }
+}
+
+/// The ownership lease of a storage handle, as [`Storage::lease_state`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LeaseState {
+    /// The backend's lock has no lease: once taken it is held until its guard drops (local
+    /// files, memory).
+    Unleased,
+    /// This handle holds no lock (none taken yet, or its guard dropped).
+    NotHeld,
+    /// This handle holds the lock as owner `epoch` and renews its lease.
+    Held {
+        /// The owner epoch this handle writes with.
+        epoch: u64,
+    },
+    /// This handle held the lock as owner `epoch` and lost it: another owner took it, or the
+    /// owner epoch moved on. Nothing renews it again, and every write through this handle is
+    /// refused with [`Error::Fenced`]: close what was opened here; another broker owns it (or
+    /// may take it) now. Only a new [`Storage::lock`] (a new open) leaves this state.
+    Lost {
+        /// The owner epoch this handle wrote with.
+        epoch: u64,
+        /// What the renewal found, as a sentence.
+        reason: String,
+    },
 }
 
 /// One open file of a [`Storage`].

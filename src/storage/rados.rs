@@ -47,18 +47,21 @@ mod ffi;
 mod index;
 mod lease;
 mod op;
+mod timeouts;
+mod wait;
 
 use std::collections::VecDeque;
 use std::ffi::{CStr, CString};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::ptr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use self::op::{Completion, WriteOp};
-use super::{LockGuard, Mapped, Storage, StorageFile, validate_name};
+pub use self::timeouts::{RadosOptions, RadosTimeouts};
+use super::{LeaseState, LockGuard, Mapped, Storage, StorageFile, validate_name};
 use crate::error::{Error, Result};
 
 /// Name of the object that carries the ownership lock and the owner epoch.
@@ -110,6 +113,7 @@ fn is_errno(ret: i32, errno: rustix::io::Errno) -> bool {
 pub struct RadosCluster {
     handle: Arc<ClusterHandle>,
     conf: PathBuf,
+    timeouts: RadosTimeouts,
 }
 
 struct ClusterHandle(ffi::RadosT);
@@ -132,18 +136,30 @@ impl fmt::Debug for RadosCluster {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RadosCluster")
             .field("conf", &self.conf)
+            .field("timeouts", &self.timeouts)
             .finish_non_exhaustive()
     }
 }
 
 impl RadosCluster {
     /// Connects as `client.admin` to the cluster described by the Ceph configuration file
-    /// `conf` (monitor addresses, authentication).
+    /// `conf` (monitor addresses, authentication), with the default [`RadosOptions`]: finite
+    /// operation timeouts (the file's, or [`RadosOptions::DEFAULT_OP_TIMEOUT`] where it sets none).
     ///
     /// # Errors
     /// [`Error::Io`] naming the file when it cannot be read or the cluster cannot be reached
     /// (librados gives up after its own timeouts, 30 s by default for the monitors).
     pub fn connect(conf: impl AsRef<Path>) -> Result<Self> {
+        Self::connect_with(conf, &RadosOptions::default())
+    }
+
+    /// Connects as [`RadosCluster::connect`] does, with the client settings `options` applied
+    /// after the configuration file is read (they take precedence over it).
+    ///
+    /// # Errors
+    /// As [`RadosCluster::connect`]; [`Error::InvalidArgument`] when the file sets a timeout
+    /// that is not a number of seconds.
+    pub fn connect_with(conf: impl AsRef<Path>, options: &RadosOptions) -> Result<Self> {
         let conf = conf.as_ref().to_path_buf();
         let conf_c = cstring(&conf.to_string_lossy())?;
         let fail = |op: &'static str, ret: i32| Error::io(op, &conf, os_error(ret));
@@ -160,12 +176,23 @@ impl RadosCluster {
         if ret < 0 {
             return Err(fail("read the Ceph configuration", ret));
         }
+        let timeouts = timeouts::apply(raw, options, &conf)?;
         // SAFETY: `raw` is a live, configured, not yet connected handle.
         let ret = unsafe { ffi::rados_connect(raw) };
         if ret < 0 {
             return Err(fail("connect to the Ceph cluster", ret));
         }
-        Ok(Self { handle, conf })
+        Ok(Self {
+            handle,
+            conf,
+            timeouts,
+        })
+    }
+
+    /// The operation timeouts this connection applies (see [`RadosOptions`]).
+    #[must_use]
+    pub fn op_timeouts(&self) -> RadosTimeouts {
+        self.timeouts
     }
 
     /// The configuration file this connection was made from.
@@ -192,7 +219,7 @@ impl RadosCluster {
         }
         let io = Ioctx {
             raw,
-            _cluster: self.handle.clone(),
+            cluster: self.handle.clone(),
         };
         // SAFETY: `raw` is a live I/O context not yet shared with any other thread.
         unsafe { ffi::rados_ioctx_set_namespace(io.raw, ns_c.as_ptr()) };
@@ -202,6 +229,10 @@ impl RadosCluster {
                 location,
                 epoch: AtomicU64::new(0),
                 lease: Mutex::new(DEFAULT_LEASE),
+                lock_wait: Mutex::new(Duration::ZERO),
+                lease_state: Mutex::new(LeaseState::NotHeld),
+                lost: AtomicBool::new(false),
+                lost_hooks: Mutex::new(Vec::new()),
                 cache: Mutex::new(ReadCache::new(DEFAULT_READ_CACHE_BYTES)),
             }),
         })
@@ -211,7 +242,7 @@ impl RadosCluster {
 /// One pool and namespace of a cluster.
 struct Ioctx {
     raw: ffi::IoctxT,
-    _cluster: Arc<ClusterHandle>,
+    cluster: Arc<ClusterHandle>,
 }
 
 // SAFETY: a librados I/O context may be used from several threads at once as long as its
@@ -224,7 +255,7 @@ unsafe impl Sync for Ioctx {}
 impl Drop for Ioctx {
     fn drop(&mut self) {
         // SAFETY: created by `rados_ioctx_create`, destroyed only here, before the cluster
-        // handle (held by `_cluster`) is shut down.
+        // handle (held by `cluster`) is shut down.
         unsafe { ffi::rados_ioctx_destroy(self.raw) }
     }
 }
@@ -292,6 +323,13 @@ struct Shared {
     /// The owner epoch this handle writes with while it holds the lock; 0 otherwise.
     epoch: AtomicU64,
     lease: Mutex<Duration>,
+    /// How long [`Storage::lock`] waits for a lock another owner holds.
+    lock_wait: Mutex<Duration>,
+    /// What this handle knows of its lease (see [`Storage::lease_state`]).
+    lease_state: Mutex<LeaseState>,
+    /// Set with [`LeaseState::Lost`]: every mutating operation is refused from then on.
+    lost: AtomicBool,
+    lost_hooks: Mutex<Vec<lease::LostHook>>,
     cache: Mutex<ReadCache>,
 }
 
@@ -307,6 +345,16 @@ impl Shared {
             Error::Fenced {
                 what: self.location.clone(),
             }
+        } else if is_errno(ret, rustix::io::Errno::TIMEDOUT) {
+            Error::io(
+                op,
+                self.path(name),
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the Ceph cluster did not answer within the client's operation timeout \
+                     (rados_osd_op_timeout, RadosOptions)",
+                ),
+            )
         } else {
             Error::io(op, self.path(name), os_error(ret))
         }
@@ -381,13 +429,13 @@ impl Shared {
     /// Creates `name` exclusively, stamped with this owner's epoch, holding `bytes`.
     fn create_with(&self, name: &str, bytes: &[u8], op_name: &'static str) -> Result<()> {
         let oid = cstring(name)?;
+        let epoch = self.write_epoch()?;
         self.index_add(name)?;
         let mut op = WriteOp::new();
         op.create_exclusive();
         if !bytes.is_empty() {
             op.write_full(bytes);
         }
-        let epoch = self.epoch();
         if epoch > 0 {
             op.setxattr(EPOCH_XATTR, &epoch_text(epoch));
         }
@@ -433,6 +481,22 @@ impl RadosStorage {
             .lease
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = lease;
+        self
+    }
+
+    /// Sets how long later [`Storage::lock`] calls (an open of the topic or store kept here)
+    /// wait while another owner holds the lock, before they fail with [`Error::Locked`]
+    /// (default zero: they fail at once). A waiting open watches the lock object and tries
+    /// again as soon as the holder releases the lock (its close notifies the watchers) or its
+    /// lease runs out (the holder records when, with each renewal): within about 100 ms of
+    /// either, without polling the cluster meanwhile.
+    #[must_use]
+    pub fn with_lock_wait(self, bound: Duration) -> Self {
+        *self
+            .shared
+            .lock_wait
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = bound;
         self
     }
 
@@ -484,7 +548,7 @@ impl Storage for RadosStorage {
         validate_name(name)?;
         let oid = cstring(name)?;
         let mut op = WriteOp::new();
-        op.guard(self.shared.epoch()).remove();
+        op.guard(self.shared.write_epoch()?).remove();
         let ret = op.run(&self.shared.io, &oid);
         self.shared.evict(name);
         if ret < 0 {
@@ -500,7 +564,7 @@ impl Storage for RadosStorage {
         let to_oid = cstring(to)?;
         if self.shared.stat(to, &to_oid)?.is_some() {
             let mut op = WriteOp::new();
-            op.guard(self.shared.epoch()).write_full(&bytes);
+            op.guard(self.shared.write_epoch()?).write_full(&bytes);
             let ret = op.run(&self.shared.io, &to_oid);
             self.shared.evict(to);
             if ret < 0 {
@@ -526,6 +590,10 @@ impl Storage for RadosStorage {
 
     fn lock(&self) -> Result<LockGuard> {
         self.acquire()
+    }
+
+    fn lease_state(&self) -> LeaseState {
+        self.shared.lease_state()
     }
 }
 
@@ -608,9 +676,10 @@ impl StorageFile for RadosFile {
         if let Some(ret) = state.failed {
             return Err(self.shared.error("write", &self.name, ret));
         }
+        let epoch = self.shared.write_epoch()?;
         self.shared.evict(&self.name);
         let mut op = WriteOp::new();
-        op.guard(self.shared.epoch()).write(buf, offset);
+        op.guard(epoch).write(buf, offset);
         let sent = op.send(&self.shared.io, &self.oid);
         // Again once sent: a read sent before this write may not see it, and must not be cached
         // (reads sent after it do see it, RADOS keeps one client's order on an object).
@@ -634,9 +703,10 @@ impl StorageFile for RadosFile {
     fn set_len(&self, len: u64) -> Result<()> {
         let mut state = self.state();
         self.drain(&mut state, "truncate")?;
+        let epoch = self.shared.write_epoch()?;
         self.shared.evict(&self.name);
         let mut op = WriteOp::new();
-        op.guard(self.shared.epoch()).truncate(len);
+        op.guard(epoch).truncate(len);
         let ret = op.run(&self.shared.io, &self.oid);
         self.shared.evict(&self.name);
         if ret < 0 {

@@ -22,6 +22,18 @@ pub type OmapIterT = *mut c_void;
 /// `rados_list_ctx_t`.
 pub type ListCtxT = *mut c_void;
 
+/// `rados_watchcb2_t`: called on a librados thread for each notify of a watched object.
+pub type WatchCb = unsafe extern "C" fn(
+    arg: *mut c_void,
+    notify_id: u64,
+    handle: u64,
+    notifier_id: u64,
+    data: *mut c_void,
+    data_len: usize,
+);
+/// `rados_watcherrcb_t`: called when a watch fails (notifies may have been missed).
+pub type WatchErrCb = unsafe extern "C" fn(arg: *mut c_void, cookie: u64, err: c_int);
+
 /// `struct timeval` on Linux.
 #[repr(C)]
 pub struct Timeval {
@@ -36,7 +48,8 @@ pub const CREATE_EXCLUSIVE: c_int = 1;
 pub const CMPXATTR_OP_GTE: u8 = 4;
 /// `rados_write_op_cmpxattr`: the given value equals the stored one.
 pub const CMPXATTR_OP_EQ: u8 = 1;
-/// `rados_lock_exclusive`: renew the lock this cookie already holds.
+/// `rados_lock_exclusive` and the `lock` class's `lock` method: renew the lock this cookie
+/// already holds, or take it when nobody holds it.
 pub const LOCK_FLAG_MAY_RENEW: u8 = 1;
 /// `rados_write_op_operate` flags: none.
 pub const OPERATION_NOFLAG: c_int = 0;
@@ -50,6 +63,13 @@ unsafe extern "C" {
         flags: u64,
     ) -> c_int;
     pub fn rados_conf_read_file(cluster: RadosT, path: *const c_char) -> c_int;
+    pub fn rados_conf_set(cluster: RadosT, option: *const c_char, value: *const c_char) -> c_int;
+    pub fn rados_conf_get(
+        cluster: RadosT,
+        option: *const c_char,
+        buf: *mut c_char,
+        len: usize,
+    ) -> c_int;
     pub fn rados_connect(cluster: RadosT) -> c_int;
     pub fn rados_shutdown(cluster: RadosT);
 
@@ -143,6 +163,14 @@ unsafe extern "C" {
         value: *const c_char,
         value_len: usize,
     );
+    pub fn rados_write_op_exec(
+        op: WriteOpT,
+        cls: *const c_char,
+        method: *const c_char,
+        in_buf: *const c_char,
+        in_len: usize,
+        prval: *mut c_int,
+    );
     pub fn rados_write_op_operate(
         op: WriteOpT,
         io: IoctxT,
@@ -198,6 +226,33 @@ unsafe extern "C" {
         addrs: *mut c_char,
         addrs_len: *mut usize,
     ) -> isize;
+    pub fn rados_watch2(
+        io: IoctxT,
+        oid: *const c_char,
+        cookie: *mut u64,
+        watchcb: WatchCb,
+        watcherrcb: WatchErrCb,
+        arg: *mut c_void,
+    ) -> c_int;
+    pub fn rados_unwatch2(io: IoctxT, cookie: u64) -> c_int;
+    pub fn rados_watch_flush(cluster: RadosT) -> c_int;
+    pub fn rados_notify2(
+        io: IoctxT,
+        oid: *const c_char,
+        buf: *const c_char,
+        buf_len: c_int,
+        timeout_ms: u64,
+        reply_buffer: *mut *mut c_char,
+        reply_buffer_len: *mut usize,
+    ) -> c_int;
+    pub fn rados_notify_ack(
+        io: IoctxT,
+        oid: *const c_char,
+        notify_id: u64,
+        cookie: u64,
+        buf: *const c_char,
+        buf_len: c_int,
+    ) -> c_int;
     pub fn rados_break_lock(
         io: IoctxT,
         oid: *const c_char,

@@ -2,30 +2,82 @@
 //! by a thread while the guard lives, the owner epoch raised by compare-and-set on each new
 //! owner, and the stamping of that epoch into every object (see [`super`]).
 //!
-//! Owns: [`Lease`], what the lock guard releases. Never: correctness from lease timing; a
-//! former owner is fenced by the epoch compare in its writes, not by its lease.
+//! Owns: [`Lease`], what the lock guard releases, and the handle's [`LeaseState`]. Never:
+//! correctness from lease timing; a former owner is fenced by the epoch compare in its writes,
+//! not by its lease.
+//!
+//! Invariant: a renewal renews only what this owner still holds. Each renewal is one RADOS
+//! write operation on [`LOCK_OBJECT`] that compares the owner epoch with this owner's before its
+//! lock step, so a lease that lapsed (the owner paused past it) is taken back only while no
+//! newer owner has raised the epoch; once one has (whether it still holds the lock, released
+//! it, or died and let it expire), or while another owner holds the lock, the renewal fails,
+//! the state becomes [`LeaseState::Lost`], the lost-lease hooks run, renewals stop for good and
+//! the handle refuses every write locally (the cluster refuses those that reach an object a
+//! newer owner stamped anyway).
 
+use std::collections::VecDeque;
 use std::ffi::{CStr, CString};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, PoisonError};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use super::op::WriteOp;
+use super::op::{Completion, WriteOp};
+use super::wait::{LEASE_EXPIRES_XATTR, Waiting, expires_text};
 use super::{
     EPOCH_XATTR, LOCK_NAME, LOCK_OBJECT, OWNER_EPOCH_XATTR, RadosStorage, Shared, cstring,
     epoch_text, ffi, is_errno, os_error,
 };
 use crate::error::{Error, Result};
-use crate::storage::LockGuard;
+use crate::observe;
+use crate::storage::{LeaseState, LockGuard};
+
+/// Stamps of a takeover outstanding at once.
+const STAMP_WINDOW: usize = 256;
+/// The OSD object class that implements RADOS locks, and its method that takes or renews one.
+const LOCK_CLASS: &str = "lock";
+const LOCK_METHOD: &str = "lock";
+/// The lock type `exclusive` of the `lock` class.
+const LOCK_TYPE_EXCLUSIVE: u8 = 1;
+/// The description the lock carries (shown by `rados lock info`).
+const LOCK_DESCRIPTION: &str = "ackstore owner";
 
 impl RadosStorage {
     /// Breaks the ownership lock whoever holds it (an operator who knows the holder is gone and
     /// does not want to wait for its lease). The holder's writes are refused from the moment the
     /// next owner has taken the lock and stamped the namespace; breaking alone fences nothing.
     pub fn break_lock(&self) -> Result<()> {
+        let io = &self.shared.io;
+        let (oid, name) = (cstring(LOCK_OBJECT)?, cstring(LOCK_NAME)?);
+        for (client, cookie) in self.lockers()? {
+            // SAFETY: live context and NUL-terminated strings.
+            let ret = unsafe {
+                ffi::rados_break_lock(
+                    io.raw,
+                    oid.as_ptr(),
+                    name.as_ptr(),
+                    client.as_ptr(),
+                    cookie.as_ptr(),
+                )
+            };
+            if ret < 0 && !is_errno(ret, rustix::io::Errno::NOENT) {
+                return Err(self.shared.error("break the lock", LOCK_OBJECT, ret));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether an owner (this handle or any other) holds the ownership lock now: a lease that
+    /// ran out without renewal is not held. For a broker waiting for a namespace, and for
+    /// monitoring; an open can still find the lock taken a moment later.
+    pub fn lock_held(&self) -> Result<bool> {
+        Ok(!self.lockers()?.is_empty())
+    }
+
+    /// The client and cookie of every holder of the ownership lock whose lease runs.
+    fn lockers(&self) -> Result<Vec<(CString, CString)>> {
         let io = &self.shared.io;
         let (oid, name) = (cstring(LOCK_OBJECT)?, cstring(LOCK_NAME)?);
         let mut exclusive = 0;
@@ -51,6 +103,10 @@ impl RadosStorage {
             )
         };
         let count = i32::try_from(count).unwrap_or(i32::MIN);
+        // No lock object yet: nobody ever held the lock.
+        if is_errno(count, rustix::io::Errno::NOENT) {
+            return Ok(Vec::new());
+        }
         if count < 0 {
             return Err(self.shared.error("list lockers", LOCK_OBJECT, count));
         }
@@ -64,30 +120,15 @@ impl RadosStorage {
         };
         let clients = split(&bufs[1], lens[1]);
         let cookies = split(&bufs[2], lens[2]);
-        for (client, cookie) in clients.iter().zip(&cookies) {
-            // SAFETY: live context and NUL-terminated strings.
-            let ret = unsafe {
-                ffi::rados_break_lock(
-                    io.raw,
-                    oid.as_ptr(),
-                    name.as_ptr(),
-                    client.as_ptr(),
-                    cookie.as_ptr(),
-                )
-            };
-            if ret < 0 && !is_errno(ret, rustix::io::Errno::NOENT) {
-                return Err(self.shared.error("break the lock", LOCK_OBJECT, ret));
-            }
-        }
-        Ok(())
+        Ok(clients.into_iter().zip(cookies).collect())
     }
 
-    /// Takes the exclusive lock with cookie `cookie` (or renews it).
-    fn take_lock(shared: &Shared, cookie: &CStr, lease: Duration, flags: u8) -> i32 {
+    /// Takes the exclusive lock with cookie `cookie` if nobody holds it.
+    fn take_lock(shared: &Shared, cookie: &CStr, lease: Duration) -> i32 {
         let (oid, name, desc) = (
             cstring(LOCK_OBJECT).expect("constant"),
             cstring(LOCK_NAME).expect("constant"),
-            cstring("ackstore owner").expect("constant"),
+            cstring(LOCK_DESCRIPTION).expect("constant"),
         );
         let mut duration = ffi::Timeval {
             tv_sec: i64::try_from(lease.as_secs()).unwrap_or(i64::MAX),
@@ -102,13 +143,32 @@ impl RadosStorage {
                 cookie.as_ptr(),
                 desc.as_ptr(),
                 &raw mut duration,
-                flags,
+                0,
             )
         }
     }
 
+    /// Renews the lease of the lock held with `cookie` as owner `epoch`, in one RADOS write
+    /// operation on [`LOCK_OBJECT`]: a compare of the owner epoch (equal to `epoch`), then the
+    /// `lock` class's lock step with `LOCK_FLAG_MAY_RENEW`. The lock step renews the lock this
+    /// cookie holds, or takes it again after its lease lapsed while nobody else took it; the
+    /// compare makes the whole operation fail (`ECANCELED`) once a newer owner raised the epoch,
+    /// so a lapsed lease is never taken back from an owner that came and went meanwhile.
+    fn renew(shared: &Shared, cookie: &CStr, lease: Duration, epoch: u64) -> i32 {
+        let expires = expires_text(SystemTime::now(), lease);
+        let mut op = WriteOp::new();
+        op.cmpxattr(OWNER_EPOCH_XATTR, ffi::CMPXATTR_OP_EQ, &epoch_text(epoch))
+            .exec(
+                LOCK_CLASS,
+                LOCK_METHOD,
+                &lock_op_input(cookie.to_bytes(), lease, ffi::LOCK_FLAG_MAY_RENEW),
+            )
+            .setxattr(LEASE_EXPIRES_XATTR, &expires);
+        op.run(&shared.io, &cstring(LOCK_OBJECT).expect("constant"))
+    }
+
     /// Raises the owner epoch on the lock object by compare-and-set; the new epoch.
-    fn raise_epoch(&self) -> Result<u64> {
+    fn raise_epoch(&self, expires: &str) -> Result<u64> {
         let shared = &self.shared;
         let oid = cstring(LOCK_OBJECT)?;
         let attr = cstring(OWNER_EPOCH_XATTR)?;
@@ -149,7 +209,8 @@ impl RadosStorage {
         })?;
         let mut op = WriteOp::new();
         op.cmpxattr(OWNER_EPOCH_XATTR, ffi::CMPXATTR_OP_EQ, &old_text)
-            .setxattr(OWNER_EPOCH_XATTR, &epoch_text(new));
+            .setxattr(OWNER_EPOCH_XATTR, &epoch_text(new))
+            .setxattr(LEASE_EXPIRES_XATTR, expires);
         let ret = op.run(&shared.io, &oid);
         if ret < 0 {
             return Err(shared.error("raise the owner epoch", LOCK_OBJECT, ret));
@@ -159,30 +220,52 @@ impl RadosStorage {
 
     /// Stamps `epoch` into every object of the namespace, each refused if a newer owner
     /// stamped it first ([`Error::Fenced`]), and drops from the index the names whose object
-    /// is gone (a create or remove cut between its two steps).
+    /// is gone (a create or remove cut between its two steps: the stamp, which asserts that
+    /// its object exists, answers `ENOENT`). The stamps are sent asynchronously,
+    /// [`STAMP_WINDOW`] at a time, straight from the index of names (no separate listing of
+    /// which objects exist), so a takeover costs a few round trips per window rather than two
+    /// per object.
     fn stamp_all(&self, epoch: u64) -> Result<()> {
         let shared = &self.shared;
         let text = epoch_text(epoch);
-        for (name, present) in shared.scan("")? {
-            if !present {
-                shared.index_remove(&name)?;
-                continue;
+        let mut in_flight: VecDeque<(String, Completion)> = VecDeque::new();
+        let settle = |name: &str, done: &Completion| -> Result<()> {
+            let ret = done.wait();
+            // No object under the name: a create or remove cut between its two steps (or an
+            // object removed since the index was read); the name leaves the index.
+            if is_errno(ret, rustix::io::Errno::NOENT) {
+                return shared.index_remove(name);
+            }
+            if ret < 0 {
+                return Err(shared.error("stamp the owner epoch", name, ret));
+            }
+            Ok(())
+        };
+        for name in shared.index_names("")? {
+            if in_flight.len() >= STAMP_WINDOW
+                && let Some((oldest, done)) = in_flight.pop_front()
+            {
+                settle(&oldest, &done)?;
             }
             let oid = cstring(&name)?;
             let mut op = WriteOp::new();
-            op.cmpxattr(EPOCH_XATTR, ffi::CMPXATTR_OP_GTE, &text)
+            op.assert_exists()
+                .cmpxattr(EPOCH_XATTR, ffi::CMPXATTR_OP_GTE, &text)
                 .setxattr(EPOCH_XATTR, &text);
-            let ret = op.run(&shared.io, &oid);
-            // An object removed since the listing needs no stamp.
-            if ret < 0 && !is_errno(ret, rustix::io::Errno::NOENT) {
-                return Err(shared.error("stamp the owner epoch", &name, ret));
-            }
+            let done = op
+                .send(&shared.io, &oid)
+                .map_err(|ret| shared.error("stamp the owner epoch", &name, ret))?;
+            in_flight.push_back((name, done));
+        }
+        // Every stamp is settled before the new owner reads anything.
+        while let Some((name, done)) = in_flight.pop_front() {
+            settle(&name, &done)?;
         }
         Ok(())
     }
 
     /// Takes the ownership lock (see the module documentation of [`super`]): the lock with
-    /// its lease and renewal thread, a raised owner epoch, every object stamped with it.
+    /// its lease, a raised owner epoch, the renewal thread, every object stamped with the epoch.
     pub(super) fn acquire(&self) -> Result<LockGuard> {
         let shared = &self.shared;
         let lease = *shared.lease.lock().unwrap_or_else(PoisonError::into_inner);
@@ -190,69 +273,184 @@ impl RadosStorage {
             "{:016x}",
             std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), 0u8)
         ))?;
-        let ret = Self::take_lock(shared, &cookie, lease, 0);
-        if is_errno(ret, rustix::io::Errno::BUSY) || is_errno(ret, rustix::io::Errno::EXIST) {
-            return Err(Error::Locked {
-                path: PathBuf::from(&shared.location),
-            });
-        }
-        if ret < 0 {
-            return Err(shared.error("lock", LOCK_OBJECT, ret));
-        }
-        let (stop, stopped) = mpsc::channel::<()>();
-        let location = shared.location.clone();
-        let renewer = {
-            let shared = shared.clone();
-            let cookie = cookie.clone();
-            thread::Builder::new()
-                .name("ackstore-rados-lease".into())
-                .spawn(move || {
-                    loop {
-                        match stopped.recv_timeout(lease / 3) {
-                            Err(RecvTimeoutError::Timeout) => {}
-                            _ => return,
-                        }
-                        let ret =
-                            Self::take_lock(&shared, &cookie, lease, ffi::LOCK_FLAG_MAY_RENEW);
-                        let taken = is_errno(ret, rustix::io::Errno::BUSY)
-                            || is_errno(ret, rustix::io::Errno::EXIST);
-                        if taken {
-                            // Taken by another owner after it expired: this handle's writes are
-                            // refused from the moment that owner stamped the namespace.
-                            log::warn!(
-                                "lost the ownership lease of {}: {}",
-                                shared.location,
-                                os_error(ret)
-                            );
-                            return;
-                        }
-                        if ret < 0 {
-                            // A renewal that failed otherwise (a timeout while the cluster was
-                            // out of reach) is tried again at the next tick: giving up would
-                            // hand a live owner's namespace to the next process to ask.
-                            log::warn!(
-                                "could not renew the ownership lease of {}: {}",
-                                shared.location,
-                                os_error(ret)
-                            );
-                        }
-                    }
-                })
-                .map_err(|e| Error::io("start the lease renewal thread", location, e))?
+        let bound = *shared
+            .lock_wait
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut waiting = Waiting::new(bound);
+        let taken_at = loop {
+            waiting.before_attempt();
+            let at = SystemTime::now();
+            let ret = Self::take_lock(shared, &cookie, lease);
+            if is_errno(ret, rustix::io::Errno::BUSY) || is_errno(ret, rustix::io::Errno::EXIST) {
+                if waiting.wait(shared)? {
+                    continue;
+                }
+                return Err(Error::Locked {
+                    path: PathBuf::from(&shared.location),
+                });
+            }
+            if ret < 0 {
+                return Err(shared.error("lock", LOCK_OBJECT, ret));
+            }
+            break at;
         };
+        drop(waiting);
         let mut lease_guard = Lease {
-            stop: Some(stop),
-            renewer: Some(renewer),
+            stop: None,
+            renewer: None,
             shared: shared.clone(),
             cookie,
             epoch: 0,
         };
-        let epoch = self.raise_epoch()?;
+        let epoch = self.raise_epoch(&expires_text(taken_at, lease))?;
         lease_guard.epoch = epoch;
         shared.epoch.store(epoch, Ordering::Release);
+        shared.set_lease(LeaseState::Held { epoch });
+        let (stop, stopped) = mpsc::channel::<()>();
+        let location = shared.location.clone();
+        let renewer = {
+            let shared = shared.clone();
+            let cookie = lease_guard.cookie.clone();
+            thread::Builder::new()
+                .name("ackstore-rados-lease".into())
+                .spawn(move || renew_until_stopped(&shared, &cookie, lease, epoch, &stopped))
+                .map_err(|e| Error::io("start the lease renewal thread", location, e))?
+        };
+        lease_guard.stop = Some(stop);
+        lease_guard.renewer = Some(renewer);
         self.stamp_all(epoch)?;
         Ok(LockGuard::new(Box::new(lease_guard)))
     }
+
+    /// Calls `hook` once this handle loses the lease of a lock it holds (at once if it already
+    /// has), on the lease's renewal thread, with the [`LeaseState::Lost`] that
+    /// [`Storage::lease_state`](crate::Storage::lease_state) reports from then on. Keep it short
+    /// (hand the news to the broker's own thread): the renewal thread is not free until it
+    /// returns. Hooks stay registered for later leases of this handle.
+    pub fn on_lease_lost(&self, hook: impl Fn(&LeaseState) + Send + Sync + 'static) {
+        let hook: LostHook = Arc::new(hook);
+        let state = self.shared.lease_state();
+        self.shared
+            .lost_hooks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(hook.clone());
+        if matches!(state, LeaseState::Lost { .. }) {
+            hook(&state);
+        }
+    }
+}
+
+/// A callback of [`RadosStorage::on_lease_lost`].
+pub(super) type LostHook = Arc<dyn Fn(&LeaseState) + Send + Sync>;
+
+/// What one renewal found.
+#[derive(Debug, PartialEq, Eq)]
+enum Renewal {
+    /// The lease runs for another lease from now.
+    Renewed,
+    /// Another owner holds the lock, or the owner epoch is no longer this handle's: the lease
+    /// is gone for good (the sentence says which).
+    Lost(&'static str),
+    /// The renewal failed otherwise (a timeout while the cluster was out of reach): tried again
+    /// at the next tick, since giving up would hand a live owner's namespace to the next process
+    /// to ask.
+    Failed,
+}
+
+impl Renewal {
+    /// The meaning of a renewal's librados return code.
+    fn of(ret: i32) -> Self {
+        use rustix::io::Errno;
+        if ret >= 0 {
+            Self::Renewed
+        } else if is_errno(ret, Errno::CANCELED) {
+            Self::Lost("a newer owner raised the owner epoch")
+        } else if is_errno(ret, Errno::BUSY) || is_errno(ret, Errno::EXIST) {
+            Self::Lost("another owner holds the lock")
+        } else if is_errno(ret, Errno::NOENT) || is_errno(ret, Errno::NODATA) {
+            Self::Lost("the lock object or its owner epoch is gone")
+        } else {
+            Self::Failed
+        }
+    }
+}
+
+/// The renewal thread: renews every third of `lease` until `stopped` fires or the lease is lost.
+fn renew_until_stopped(
+    shared: &Shared,
+    cookie: &CStr,
+    lease: Duration,
+    epoch: u64,
+    stopped: &mpsc::Receiver<()>,
+) {
+    let location = shared.location.clone();
+    loop {
+        match stopped.recv_timeout(lease / 3) {
+            Err(RecvTimeoutError::Timeout) => {}
+            _ => return,
+        }
+        let ret = RadosStorage::renew(shared, cookie, lease, epoch);
+        match Renewal::of(ret) {
+            Renewal::Renewed => {
+                metrics::counter!(observe::LEASE_RENEWALS, "topic" => location.clone())
+                    .increment(1);
+            }
+            Renewal::Lost(why) => {
+                shared.lose(
+                    epoch,
+                    &format!("the ownership lease of {location} is lost: {why}"),
+                );
+                return;
+            }
+            Renewal::Failed => {
+                metrics::counter!(observe::LEASE_RENEWAL_FAILURES, "topic" => location.clone())
+                    .increment(1);
+                log::warn!(
+                    target: observe::LOG_TARGET,
+                    "could not renew the ownership lease of {location}: {}",
+                    os_error(ret)
+                );
+            }
+        }
+    }
+}
+
+/// The input of the `lock` object class's `lock` method (Ceph's `cls_lock_lock_op`, encoding
+/// version 1, compatible with 1) for an exclusive lock `LOCK_NAME` held with `cookie` for
+/// `lease`, described as `LOCK_DESCRIPTION`, with an empty tag: the call `rados_lock_exclusive`
+/// makes, as one step of a compound operation (the C API has no such step of its own). All
+/// integers little-endian:
+///
+/// ```text
+/// u8 version = 1 | u8 compat = 1 | u32 body length
+/// body: str name | u8 type = 1 (exclusive) | str cookie | str tag | str description
+///       | u32 lease seconds | u32 lease nanoseconds | u8 flags
+/// str: u32 length | bytes
+/// ```
+fn lock_op_input(cookie: &[u8], lease: Duration, flags: u8) -> Vec<u8> {
+    fn put_str(out: &mut Vec<u8>, s: &[u8]) {
+        out.extend_from_slice(&u32::try_from(s.len()).unwrap_or(u32::MAX).to_le_bytes());
+        out.extend_from_slice(s);
+    }
+    let mut body = Vec::new();
+    put_str(&mut body, LOCK_NAME.as_bytes());
+    body.push(LOCK_TYPE_EXCLUSIVE);
+    put_str(&mut body, cookie);
+    put_str(&mut body, b"");
+    put_str(&mut body, LOCK_DESCRIPTION.as_bytes());
+    body.extend_from_slice(
+        &u32::try_from(lease.as_secs())
+            .unwrap_or(u32::MAX)
+            .to_le_bytes(),
+    );
+    body.extend_from_slice(&lease.subsec_nanos().to_le_bytes());
+    body.push(flags);
+    let mut out = vec![1, 1];
+    out.extend_from_slice(&u32::try_from(body.len()).unwrap_or(u32::MAX).to_le_bytes());
+    out.extend_from_slice(&body);
+    out
 }
 
 /// What the lock guard releases: the renewal thread, then the lock.
@@ -268,7 +466,11 @@ impl Drop for Lease {
     fn drop(&mut self) {
         drop(self.stop.take());
         if let Some(renewer) = self.renewer.take() {
-            let _ = renewer.join();
+            // A lost-lease hook that closes the store drops this guard on the renewal thread
+            // itself, which returns right after the hook: it is not waited for.
+            if renewer.thread().id() != thread::current().id() {
+                let _ = renewer.join();
+            }
         }
         // Writes after the guard is gone carry no epoch only if no newer lock was taken by
         // this handle meanwhile.
@@ -276,19 +478,135 @@ impl Drop for Lease {
             self.shared
                 .epoch
                 .compare_exchange(self.epoch, 0, Ordering::AcqRel, Ordering::Acquire);
+        self.shared.release_lease(self.epoch);
         let (oid, name) = (
             cstring(LOCK_OBJECT).expect("constant"),
             cstring(LOCK_NAME).expect("constant"),
         );
         // SAFETY: live context and NUL-terminated strings. A lock already lost (expired and
         // taken) answers an error, which changes nothing.
-        unsafe {
+        let ret = unsafe {
             ffi::rados_unlock(
                 self.shared.io.raw,
                 oid.as_ptr(),
                 name.as_ptr(),
                 self.cookie.as_ptr(),
+            )
+        };
+        if ret >= 0 {
+            self.shared.notify_released();
+        }
+    }
+}
+
+impl Shared {
+    /// The lease state of this handle.
+    pub(super) fn lease_state(&self) -> LeaseState {
+        self.lease_state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set_lease(&self, state: LeaseState) {
+        self.lost
+            .store(matches!(state, LeaseState::Lost { .. }), Ordering::Release);
+        *self
+            .lease_state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = state;
+    }
+
+    /// Records that the lease of owner `epoch` is lost, then calls the hooks.
+    fn lose(&self, epoch: u64, reason: &str) {
+        {
+            let mut state = self
+                .lease_state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if *state != (LeaseState::Held { epoch }) {
+                return;
+            }
+            self.lost.store(true, Ordering::Release);
+            *state = LeaseState::Lost {
+                epoch,
+                reason: reason.to_owned(),
+            };
+        }
+        metrics::counter!(observe::LEASES_LOST, "topic" => self.location.clone()).increment(1);
+        log::warn!(target: observe::LOG_TARGET, "{reason}; its writes are refused from now on");
+        let state = self.lease_state();
+        let hooks = self
+            .lost_hooks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        for hook in hooks {
+            hook(&state);
+        }
+    }
+
+    /// The guard of owner `epoch` is gone: a held lease is no longer held (a lost one stays
+    /// reported lost until the next lock).
+    fn release_lease(&self, epoch: u64) {
+        let mut state = self
+            .lease_state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if *state == (LeaseState::Held { epoch }) {
+            *state = LeaseState::NotHeld;
+        }
+    }
+
+    /// The epoch a mutating operation writes with: [`Error::Fenced`] once the lease is lost.
+    pub(super) fn write_epoch(&self) -> Result<u64> {
+        if self.lost.load(Ordering::Acquire) {
+            return Err(Error::Fenced {
+                what: self.location.clone(),
+            });
+        }
+        Ok(self.epoch())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lock_step_input_is_cls_lock_version_one() {
+        let input = lock_op_input(b"c0ffee", Duration::from_millis(2_500), 1);
+        let mut body = Vec::new();
+        body.extend_from_slice(&14u32.to_le_bytes());
+        body.extend_from_slice(b"ackstore-owner");
+        body.push(1);
+        body.extend_from_slice(&6u32.to_le_bytes());
+        body.extend_from_slice(b"c0ffee");
+        body.extend_from_slice(&0u32.to_le_bytes());
+        body.extend_from_slice(&14u32.to_le_bytes());
+        body.extend_from_slice(b"ackstore owner");
+        body.extend_from_slice(&2u32.to_le_bytes());
+        body.extend_from_slice(&500_000_000u32.to_le_bytes());
+        body.push(1);
+        let mut want = vec![1, 1];
+        want.extend_from_slice(&u32::try_from(body.len()).unwrap().to_le_bytes());
+        want.extend_from_slice(&body);
+        assert_eq!(input, want);
+    }
+
+    #[test]
+    fn only_another_owner_or_a_moved_epoch_loses_the_lease() {
+        use rustix::io::Errno;
+        let code = |e: Errno| -e.raw_os_error();
+        assert_eq!(Renewal::of(0), Renewal::Renewed);
+        for lost in [Errno::CANCELED, Errno::BUSY, Errno::EXIST, Errno::NOENT] {
+            assert!(
+                matches!(Renewal::of(code(lost)), Renewal::Lost(_)),
+                "{lost}"
             );
+        }
+        for transient in [Errno::TIMEDOUT, Errno::IO, Errno::AGAIN, Errno::CONNREFUSED] {
+            assert_eq!(Renewal::of(code(transient)), Renewal::Failed, "{transient}");
         }
     }
 }

@@ -42,6 +42,14 @@ impl WriteOp {
         self
     }
 
+    /// Fails the operation with `ENOENT` unless the object exists (no step after it creates
+    /// it).
+    pub(super) fn assert_exists(&mut self) -> &mut Self {
+        // SAFETY: live operation.
+        unsafe { ffi::rados_write_op_assert_exists(self.raw) };
+        self
+    }
+
     pub(super) fn write(&mut self, buf: &[u8], offset: u64) -> &mut Self {
         // SAFETY: live operation; librados copies the buffer.
         unsafe { ffi::rados_write_op_write(self.raw, buf.as_ptr().cast(), buf.len(), offset) };
@@ -79,6 +87,26 @@ impl WriteOp {
         let name = self.name(name);
         // SAFETY: live operation; librados copies the value, `name` lives in `keep`.
         unsafe { ffi::rados_write_op_setxattr(self.raw, name, value.as_ptr().cast(), value.len()) };
+        self
+    }
+
+    /// Calls the method `method` of the OSD object class `class` with `input`, as one step of
+    /// the operation (its result code is the operation's when it fails).
+    pub(super) fn exec(&mut self, class: &str, method: &str, input: &[u8]) -> &mut Self {
+        let class = self.name(class);
+        let method = self.name(method);
+        // SAFETY: live operation; librados copies the input, `class` and `method` live in
+        // `keep`; a null `prval` asks for no separate result.
+        unsafe {
+            ffi::rados_write_op_exec(
+                self.raw,
+                class,
+                method,
+                input.as_ptr().cast(),
+                input.len(),
+                ptr::null_mut(),
+            );
+        }
         self
     }
 
