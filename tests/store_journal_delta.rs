@@ -27,7 +27,8 @@ use support::crash::{cut_everywhere, torn_image, unsynced_tail};
 use support::journal::{Fleet, Outcome, check, cursor_ids};
 use support::workload::Rng;
 
-/// The name of the cursor whose state the journal binds.
+/// The topic and the name of the cursor whose state the journal binds.
+const TOPIC: &str = "t";
 const NAME: &str = "sub";
 
 const ID: CursorId = CursorId {
@@ -69,7 +70,7 @@ fn flush_state(journal: &Journal, set: &mut RangeSetWrapper, state: PersistedSta
     }
     let stats = journal
         .commit(&[CursorFlush {
-            name: name_tag(NAME),
+            name: name_tag(TOPIC, NAME),
             cursor: ID,
             state,
             written,
@@ -488,7 +489,7 @@ fn the_version_3_sample_reads_to_its_exact_state_binding_no_name() {
 
 #[test]
 fn the_version_4_sample_reads_to_its_exact_state_and_name_and_this_build_writes_it_again() {
-    let sample = check_sample("journal-v4-delta", 4, name_tag(NAME));
+    let sample = check_sample("journal-v4-delta", 4, name_tag(TOPIC, NAME));
     let disk = MemStorage::new();
     sample_journal(&disk);
     let written = disk.live_bytes(&segment_name(1)).expect("segment");

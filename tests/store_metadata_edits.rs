@@ -360,3 +360,35 @@ fn a_cursor_with_nothing_flushed_dropped_from_its_topic_record_is_damage_too() {
         "a subscription the table lost is not dropped silently"
     );
 }
+
+#[test]
+fn topic_names_swapped_in_the_catalog_never_hand_one_topics_cursors_to_the_other() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    store(dir.path());
+    let mut tree = Tree::read(dir.path());
+    edit_catalog(&mut tree, |c| {
+        let (a, b) = (c.topics[0].name.clone(), c.topics[1].name.clone());
+        c.topics[0].name = b;
+        c.topics[1].name = a;
+    });
+    let swapped = copy(&tree);
+    let (code, said) = verify_code(swapped.path());
+    assert_eq!(code, Some(1), "{said}");
+    let store = Store::open(swapped.path(), config()).expect("the store opens");
+    for (topic, cursors) in [("a", vec!["z"]), ("b", vec!["x", "y"])] {
+        let t = store.topic(topic).expect("the topic opens");
+        assert_eq!(t.cursor_names(), cursors, "{topic} holds the other's table");
+        for name in cursors {
+            assert!(
+                matches!(
+                    t.open_cursor(name, CursorOptions::default()),
+                    Err(Error::Corrupted {
+                        place: CorruptionPlace::Journal { .. },
+                        ..
+                    })
+                ),
+                "{topic}/{name} opened with another topic's cursor state"
+            );
+        }
+    }
+}

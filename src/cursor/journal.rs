@@ -44,6 +44,8 @@ pub(crate) struct TopicJournal {
     pub journal: Arc<Journal>,
     /// The topic's id in the store catalog (the `topic` of every [`CursorId`]).
     pub topic: u64,
+    /// The topic's name in the store catalog, which each cursor's name tag binds.
+    pub name: Arc<str>,
 }
 
 impl TopicJournal {
@@ -102,7 +104,7 @@ impl JournalCursor {
         let this = Self {
             journal: Arc::clone(&tj.journal),
             id: tj.cursor_id(cursor),
-            name: name_tag(name),
+            name: name_tag(&tj.name, name),
             config,
             staged: None,
             stats: PersistStats::default(),
@@ -127,7 +129,7 @@ impl JournalCursor {
         labels: CursorLabels,
     ) -> Result<Option<(Self, PersistedState, RangeSetWrapper)>> {
         let id = tj.cursor_id(cursor);
-        let name = name_tag(name);
+        let name = name_tag(&tj.name, name);
         let bound = tj.journal.committed_name(id);
         if let Some((bound, at)) = bound
             && bound != 0

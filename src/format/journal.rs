@@ -44,7 +44,8 @@
 //! cursor fails its own CRC even with the frame's CRC recomputed.
 //!
 //! In a segment of version 4 the payload of a marker or delta record starts with the cursor's
-//! *name tag* (`NAME_TAG_LEN` = 4 bytes, [`name_tag`]: the CRC32 of the cursor's name, never 0;
+//! *name tag* (`NAME_TAG_LEN` = 4 bytes, [`name_tag`]: the CRC32 of its topic's and its own
+//! name, never 0;
 //! 0 for a state re-based by a rollover before its cursor's first flush since a version 3
 //! segment, which knew no name), and the marker's CRC covers the name tag after the topic and
 //! cursor ids ([`record_binding`], 20 bytes). A cursor's state is handed only to the cursor of
@@ -276,11 +277,17 @@ pub fn cursor_binding(topic: u64, cursor: u64) -> [u8; 16] {
     out
 }
 
-/// The name tag of cursor `name`: the CRC32 of its bytes, 1 where that is 0 (0 is the tag of a
-/// state whose name is not known).
+/// The name tag of cursor `cursor` of topic `topic` (names as the broker gives them): the
+/// CRC32 of the topic name's length (u64, little-endian), the topic name and the cursor name,
+/// 1 where that is 0 (0 is the tag of a state whose name is not known). Binding the topic's name
+/// too, a catalog whose topic names were swapped hands no cursor another topic's state.
 #[must_use]
-pub fn name_tag(name: &str) -> u32 {
-    crc32fast::hash(name.as_bytes()).max(1)
+pub fn name_tag(topic: &str, cursor: &str) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&(topic.len() as u64).to_le_bytes());
+    h.update(topic.as_bytes());
+    h.update(cursor.as_bytes());
+    h.finalize().max(1)
 }
 
 /// What the CRC of a marker of cursor `cursor` of topic `topic` covers before the marker's

@@ -484,6 +484,7 @@ impl Store {
             TopicJournal {
                 journal: self.inner.journal.clone(),
                 topic: id,
+                name: name.into(),
             },
             &recovered,
         )?);

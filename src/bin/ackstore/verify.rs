@@ -318,7 +318,7 @@ fn check_journal_names(
             };
             if let Some((bound, at)) = names.get(&id)
                 && *bound != 0
-                && *bound != name_tag(&entry.name)
+                && *bound != name_tag(&topic.name, &entry.name)
             {
                 findings.push(Finding {
                     file: ackstore::internals::store::journal::segment_name(at.segment),
