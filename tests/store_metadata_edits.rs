@@ -11,8 +11,6 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
-use ackstore::internals::format::meta::{decode_stored, encode_stored};
-use ackstore::internals::format::store::Catalog;
 use ackstore::internals::store::journal::JournalConfig;
 use ackstore::{CorruptionPlace, CursorOptions, Error, Position, Store, StoreConfig};
 use support::mutate::{CatalogEdit, Mutation, TopicEdit, Tree, verify};
@@ -87,16 +85,6 @@ fn verify_code(dir: &Path) -> (Option<i32>, String) {
 
 fn is_corrupted(e: &Error) -> bool {
     matches!(e, Error::Corrupted { .. })
-}
-
-/// The catalog of `tree` rewritten by `edit` (its record's checksum recomputed).
-fn edit_catalog(tree: &mut Tree, edit: impl FnOnce(&mut Catalog)) {
-    let path = tree.record("", "store").expect("catalog");
-    let (version, payload) = decode_stored(&tree.files[&path]).expect("stored");
-    let mut catalog = Catalog::decode(&payload).expect("catalog");
-    edit(&mut catalog);
-    tree.files
-        .insert(path, encode_stored(version, &catalog.encode()));
 }
 
 #[test]
@@ -252,10 +240,12 @@ fn the_oldest_segment_dropped_from_the_list_is_damage_unless_a_rollover_retired_
     // A rollover drops the oldest segment and records it as retired in one catalog write,
     // then deletes its file: a crash in between leaves the file, which the next open removes.
     let mut tree = base.clone();
-    edit_catalog(&mut tree, |c| {
-        let list = c.segments.as_mut().expect("listed");
+    tree.edit_catalog(|c| {
+        let list = c.segments.as_mut()?;
         c.retired_through = list.remove(0);
-    });
+        Some(())
+    })
+    .expect("a listed catalog");
     let retired = copy(&tree);
     let (code, said) = verify_code(retired.path());
     assert_eq!(code, Some(0), "{said}");
@@ -366,11 +356,13 @@ fn topic_names_swapped_in_the_catalog_never_hand_one_topics_cursors_to_the_other
     let dir = tempfile::tempdir().expect("tempdir");
     store(dir.path());
     let mut tree = Tree::read(dir.path());
-    edit_catalog(&mut tree, |c| {
+    tree.edit_catalog(|c| {
         let (a, b) = (c.topics[0].name.clone(), c.topics[1].name.clone());
         c.topics[0].name = b;
         c.topics[1].name = a;
-    });
+        Some(())
+    })
+    .expect("a catalog");
     let swapped = copy(&tree);
     let (code, said) = verify_code(swapped.path());
     assert_eq!(code, Some(1), "{said}");

@@ -72,6 +72,18 @@ impl Tree {
             .collect()
     }
 
+    /// Rewrites the store catalog's record with `edit`, its checksum recomputed; `None` (and
+    /// nothing written) when there is no catalog that decodes or `edit` does not apply.
+    pub fn edit_catalog(&mut self, edit: impl FnOnce(&mut Catalog) -> Option<()>) -> Option<()> {
+        let path = self.record("", "store")?;
+        let (version, payload) = decode_stored(&self.files[&path]).ok()?;
+        let mut catalog = Catalog::decode(&payload).ok()?;
+        edit(&mut catalog)?;
+        self.files
+            .insert(path, encode_stored(version, &catalog.encode()));
+        Some(())
+    }
+
     /// The current version of metadata record `name` under `dir` (`""` for the store's own).
     pub fn record(&self, dir: &str, name: &str) -> Option<PathBuf> {
         let prefix = format!("{name}.");
@@ -540,10 +552,7 @@ impl Mutation {
                 }
                 seg.get_mut(*offset..offset + len)?.copy_from_slice(&out);
             }
-            Self::Catalog(edit) => {
-                let path = tree.record("", "store")?;
-                let (version, payload) = decode_stored(&tree.files[&path]).ok()?;
-                let mut catalog = Catalog::decode(&payload).ok()?;
+            Self::Catalog(edit) => tree.edit_catalog(|catalog| {
                 match *edit {
                     CatalogEdit::Unlist(i) => {
                         let list = catalog.segments.as_mut()?;
@@ -572,9 +581,8 @@ impl Mutation {
                         catalog.topics.remove(i);
                     }
                 }
-                let bytes = encode_stored(version, &catalog.encode());
-                tree.files.insert(path, bytes);
-            }
+                Some(())
+            })?,
             Self::Topic { dir, edit } => {
                 let path = tree.record(dir, "topic")?;
                 let (version, payload) = decode_stored(&tree.files[&path]).ok()?;
