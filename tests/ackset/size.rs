@@ -5,7 +5,7 @@
 //! so the targets are asserted; `cargo test --release --test ackset_size -- --nocapture` prints
 //! the tables recorded in `docs/benchmarks.md`.
 
-mod support;
+use crate::support;
 
 use ackstore::Position;
 use ackstore::internals::ackset::{AckSet, MemPartitionStore, RangeSetWrapper, pulsar};

@@ -1,7 +1,7 @@
 //! `ackstore verify` on a store directory: the catalog, the cursor journal and every topic,
 //! healthy and damaged.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -2,7 +2,7 @@
 //! lists, the cursors a topic's table lists. Each test is an edit or a history the checks
 //! should catch (or should forgive) and asserts what a broker must see.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -5,6 +5,8 @@ use std::process::{Command, Output};
 
 use ackstore::{CursorOptions, JournalConfig, Store, StoreConfig};
 
+use crate::support;
+
 fn ackstore(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ackstore"))
         .args(args)
@@ -112,7 +114,11 @@ fn a_second_process_is_refused_a_store_directory_the_first_holds() {
     let status = Command::new(std::env::current_exe().expect("exe"))
         .args([
             "--exact",
-            "a_second_process_is_refused_a_store_directory_the_first_holds",
+            support::harness::test_path(
+                module_path!(),
+                "a_second_process_is_refused_a_store_directory_the_first_holds",
+            )
+            .as_str(),
             "--nocapture",
         ])
         .env("RT_SEAM_CHILD_DIR", dir.path())

@@ -7,7 +7,7 @@
 //! a crash leaves between the steps that legitimately make the same change (a deletion of a
 //! cursor, a rollover) open, and verify exits 0.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 

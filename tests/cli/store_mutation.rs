@@ -27,7 +27,7 @@
 //! default), `ACKSTORE_MUTATION_ONLY=I` runs mutation `I` of the seed alone, and
 //! `ACKSTORE_MUTATION_KEEP=DIR` (with it) leaves the mutated directory in `DIR`.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;

@@ -2,7 +2,7 @@
 //! states a crash leaves between the new steps (a topic directory made, its catalog write not;
 //! a listed topic whose first open never wrote its record; an unlisted journal segment).
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::{Command, Output};

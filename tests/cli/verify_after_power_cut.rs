@@ -2,7 +2,7 @@
 //! a topic, rolls ledgers over, creates, flushes, closes and deletes cursors, trims and closes,
 //! the owner's open accepts what the disk holds and `ackstore verify` exits 0 on it.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Command;

@@ -2,7 +2,7 @@
 //! where a reopened cursor crashed mid-claim, or was never written while a former owner kept
 //! appending to the cursor ledger it recovered from.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -1,7 +1,7 @@
 //! Acknowledgement semantics of a cursor: individual and cumulative acks, mark-delete, backlog,
 //! reads that skip acked entries.
 
-mod support;
+use crate::support;
 
 use ackstore::InitialPosition;
 use ackstore::{Error, Position};

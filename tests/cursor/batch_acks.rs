@@ -2,7 +2,7 @@
 //! a model; the entry is acknowledged whole with its last message; reads report the
 //! acknowledged messages; seek by index into a batch; the consumer filter at message level.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -3,7 +3,7 @@
 //! acks mixed with batch-index acks under a tiny budget, with a flush and a reopen every round,
 //! in both persist modes, against a model of acknowledged messages.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

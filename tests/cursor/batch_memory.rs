@@ -4,7 +4,7 @@
 //! whatever the backlog; after a reopen, and with a power cut at every step, the partial
 //! entries are what a model says.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

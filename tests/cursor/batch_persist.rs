@@ -3,7 +3,7 @@
 //! exactly as the last flush left them, copied by rollovers, charged to the LRU budget, and
 //! checked by `verify`.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

@@ -3,7 +3,7 @@
 //! succeeds (no cap on partial entries) and a reopen finds every partial entry. Here a 4 KiB
 //! entry holds at most 127 rows; 399 partitions hold a partial entry each.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

@@ -3,7 +3,7 @@
 //! rewinding and moving the read position, a flusher that also trims, all checked against
 //! what each thread acknowledged, during the run (the budget) and after a reopen (every message).
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

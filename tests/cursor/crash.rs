@@ -7,7 +7,7 @@
 //! (invariant 1) and a superset of what it had acked at the last flush, close or seek that
 //! returned `Ok` (invariant 2).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

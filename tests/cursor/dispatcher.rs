@@ -3,7 +3,7 @@
 //! properties (atomic, also across power cuts), property removal, backlog between positions,
 //! first unacknowledged entry, last acknowledged range, the read that waits for entries, and what readers see (synced entries only).
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! Invariants 1 and 2 across a power cut at every storage operation (and torn
 //! tails) of a reopened cursor's first write, for first writes other than a plain flush.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

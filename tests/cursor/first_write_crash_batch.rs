@@ -1,7 +1,7 @@
 //! Partial entries (batch-index acks) of a reopened cursor under a tiny budget, the
 //! claim made by the budget or by a seek inside a batch, with a power cut at every step.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! memory pinned but nothing lost, and once space is back a flush makes the claim and brings
 //! memory back within the budget; a reopen finds every ack the Ok flush kept.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

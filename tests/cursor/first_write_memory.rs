@@ -1,7 +1,5 @@
 //! Invariant 3 (bounded memory) around the deferred claim of a reopened cursor.
 
-mod support;
-
 use std::sync::Arc;
 
 use ackstore::internals::ackset::MAX_PARTITION_BYTES;

@@ -1,7 +1,7 @@
 //! Invariant 3 while a reopened cursor's claim is pending, under every kind of
 //! operation (acks, batch-index acks, reads, is-acked, ranges), checked after each one.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

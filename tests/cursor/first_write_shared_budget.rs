@@ -3,7 +3,7 @@
 //! partitions; the shared total stays within the limit plus a partition per cursor, and every
 //! ack survives a clean close.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! Several threads on one reopened cursor (claim pending) under a tiny budget, while
 //! a producer appends and rolls ledgers; the state after a clean close matches a model.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};

@@ -2,7 +2,7 @@
 //! closes racing a waiting read, out-of-range batch indexes and sizes, acks of many positions
 //! with one bad one, skips past the end.
 
-mod support;
+use crate::support;
 
 use std::thread;
 use std::time::Duration;

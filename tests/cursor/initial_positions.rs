@@ -1,7 +1,7 @@
 //! Where a new cursor starts reading, for every initial position, inclusive or not, on empty
 //! topics, with one entry per ledger, in trimmed ledgers and past the end.
 
-mod support;
+use crate::support;
 
 use ackstore::Position;
 use ackstore::{InitialPosition, ManagedLedger};

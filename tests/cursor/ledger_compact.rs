@@ -4,7 +4,7 @@
 //! CRCs are passed over or refused when touched, never trusted and never a panic; and the
 //! ledger check `ackstore verify` runs names the same state a recovery resumes from.
 
-mod support;
+use crate::support;
 
 use ackstore::internals::cursor::persist::PersistedState;
 use ackstore::internals::cursor::recover::RecoverySource;

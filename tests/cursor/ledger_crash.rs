@@ -5,7 +5,7 @@
 //! in entries of their own (too large to go inline, or stored by evictions), pages split by rows
 //! and by bytes, and rollovers that carry inline partitions over.
 
-mod support;
+use crate::support;
 
 use ackstore::CursorConfig;
 use ackstore::MemStorage;

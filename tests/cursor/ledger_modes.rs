@@ -1,7 +1,7 @@
 //! The persistence layer driven directly: what flushes write in each mode, the single-entry limits,
 //! rollover, the record, and every migration between modes.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

@@ -2,7 +2,7 @@
 //! markers, partitions and pages, bit flips, truncations, a missing ledger. Recovery falls back to
 //! an older state or to the record, and never reports an ack that was not made.
 
-mod support;
+use crate::support;
 
 use ackstore::CursorConfig;
 use ackstore::Position;

@@ -5,7 +5,7 @@
 //! and 8, small partitions inline). A version 1 ledger flushed and rolled over by this build
 //! keeps every ack.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! ledgers under a 4 MiB budget survive a flush and a reopen exactly, with resident memory within
 //! the budget throughout.
 
-mod support;
+use crate::support;
 
 use ackstore::CursorConfig;
 use ackstore::MemStorage;

@@ -3,7 +3,7 @@
 //! recovered state is the last `Ok` flush's or the one in flight, never a message more, never
 //! one lost once flushed.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! reopens against a plain model of one cursor: a mark-delete index plus a `BTreeSet` of
 //! individually acknowledged entry numbers.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -257,7 +257,7 @@ fn run(per_ledger: u64, budget: usize, ops: &[Op]) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(300))]
+    #![proptest_config(support::harness::proptest_config(300))]
 
     #[test]
     fn cursor_matches_the_model(

@@ -1,7 +1,7 @@
 //! Non-durable cursors (Pulsar readers): nothing of them is written, they do not hold back
 //! trimming, they vanish on close and restart, and while open they behave as a durable cursor.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::path::Path;

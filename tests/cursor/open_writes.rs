@@ -3,7 +3,7 @@
 //! once; and what a rewind before the claim writes: the record only, naming the recovered
 //! ledger.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

@@ -1,7 +1,7 @@
 //! Cursor properties: what `set_property` accepts is what every later flush can save, refused
 //! ones change nothing, and `remove_property` removes durably.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! in-memory disk and on real files; deleting a cursor deletes its cursor ledgers; the
 //! persistence figures in `Cursor::stats`.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! cursor ledger, which a former owner may still append to; the first flush, a seek, or acks
 //! that would push unsaved partitions past the budget make the claim.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

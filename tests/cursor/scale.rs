@@ -6,7 +6,7 @@
 //! scale down to 2,000 entries per ledger (200,000 entries, 100,000 acks) so a plain
 //! `cargo test` stays fast; the code path is the same.
 
-mod support;
+use crate::support;
 
 use ackstore::internals::ackset::MAX_PARTITION_BYTES;
 use ackstore::{AppendMeta, Position};

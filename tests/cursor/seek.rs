@@ -1,7 +1,7 @@
 //! Seeks: by position, by message index (PIP-101) and by timestamp; the epoch; and the finder's
 //! bound on entry-header reads.
 
-mod support;
+use crate::support;
 
 use ackstore::{AppendMeta, InitialPosition, ManagedLedger};
 use ackstore::{Error, Position};

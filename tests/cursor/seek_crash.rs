@@ -2,7 +2,7 @@
 //! opened again, never deletes entries the recovered cursor still has to deliver; and the state a
 //! seek committed is never walked back past.
 
-mod support;
+use crate::support;
 
 use ackstore::InitialPosition;
 use support::crash::{Cut, Points, cut_everywhere_after};

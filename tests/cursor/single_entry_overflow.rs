@@ -3,7 +3,7 @@
 //! so evictions stay held. A cursor that was not reopened evicts to its cursor ledger and stays
 //! within the budget in the same situation (invariant 3).
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

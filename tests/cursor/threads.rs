@@ -1,7 +1,7 @@
 //! Concurrent ackers and a flusher on several threads against a model, and the background
 //! flusher (`CursorConfig::flush_interval`).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};

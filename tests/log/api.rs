@@ -1,7 +1,7 @@
 //! The entry log's API against a plain model: appends, reads, sync, seal, reopen, delete, and
 //! every kind of bad input.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

@@ -4,7 +4,7 @@
 //! synced-length slot copies. Damage inside one synced batch is corruption, not a torn tail, once
 //! the synced-length slot recording that sync is on disk.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

@@ -2,7 +2,7 @@
 //! byte of the unsynced tail, on the in-memory disk and on real files. The reopened log must
 //! hold every synced entry, possibly some later whole entries, never a partial or altered one.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

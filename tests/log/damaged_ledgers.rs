@@ -6,7 +6,7 @@
 //! checked through the entry log and `cursor::recover::recover`, on the version 1 sample
 //! cursor ledger `tests/data/cursor-v1-multi` (two multi-entry flushes).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

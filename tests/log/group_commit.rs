@@ -2,7 +2,7 @@
 //! durable at that moment, the ledger never issues more fsyncs than sync calls, and syncs that
 //! wait behind a running fsync share the next one.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Barrier};

@@ -1,7 +1,7 @@
 //! Random sequences of log operations, clean reopens and power cuts (with any part of the
 //! unsynced tail kept), checked against a plain model of what each call was told.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 
@@ -66,7 +66,7 @@ fn pick(model: &Model, i: usize) -> Option<u64> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(200))]
+    #![proptest_config(support::harness::proptest_config(200))]
 
     #[test]
     fn random_operations_and_power_cuts_match_the_model(ops in prop::collection::vec(op(), 1..60)) {

@@ -3,7 +3,7 @@
 //! durable, a footer-shaped payload seals nothing, and a seal whose index page was lost is still
 //! repaired.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

@@ -6,7 +6,7 @@
 //! every byte of the unsynced tail, loses no sealed ledger, and whatever an open saw survives a
 //! power cut right after it; `verify` agrees with the open on every image.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

@@ -5,7 +5,7 @@
 //! torn slot copy falls back to the other one; and concurrent syncs leave a slot recording the
 //! whole synced file.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

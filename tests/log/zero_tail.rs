@@ -2,7 +2,7 @@
 //! pre-allocated one) is the end of the log: open and verify keep every frame, report the
 //! extent as a torn tail, and skip it without reading it where the file system reports holes.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -2,7 +2,7 @@
 //! I/O error may leave the topic record written, and the handle must not then take its own
 //! write for a newer owner's.
 
-mod support;
+use crate::support;
 
 use ackstore::Error;
 use ackstore::InitialPosition;

@@ -1,7 +1,7 @@
 //! A cursor deleted and created again by a new owner while the former owner still holds it
 //! open: nothing the former owner does afterwards reaches the new cursor.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

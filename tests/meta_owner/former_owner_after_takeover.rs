@@ -5,7 +5,7 @@
 //! owner's Ok flush kept; the new owner never sees an ack made by the former owner after the
 //! takeover; the new owner is never fenced.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

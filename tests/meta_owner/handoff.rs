@@ -7,7 +7,7 @@
 //! an operator); on real files the `flock` makes a second owner impossible within one host,
 //! which `a_second_owner_is_refused_while_the_first_holds_the_directory` checks.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -405,7 +405,7 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(support::harness::proptest_config(256))]
 
     #[test]
     fn a_message_is_admitted_twice_only_after_a_redeliver_or_a_covering_seek(

@@ -2,7 +2,7 @@
 //! again) is never told it is fenced: whatever the failed call left behind, later calls
 //! succeed or fail with an I/O error, never with `Error::Fenced`.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

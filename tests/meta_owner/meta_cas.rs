@@ -80,7 +80,7 @@ fn concurrent_stores_on_the_in_memory_disk_never_both_win_a_version() {
 }
 
 #[cfg(feature = "rados")]
-mod support;
+use crate::support;
 
 /// On RADOS the compare-and-set is the exclusive create inside `link`: each store has its own
 /// handle (its own I/O context), as separate brokers would.

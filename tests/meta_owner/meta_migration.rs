@@ -2,7 +2,7 @@
 //! records without topic or cursor identity) opens to the state it holds, and its records move
 //! to the versioned layout with identities at their first write.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

@@ -3,7 +3,7 @@
 //! 1,000 of them; and it holds what a plain model holds across reopens and power cuts at any
 //! storage operation.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! seeking, rewinding, closing and reopening, trims and cursor creation and deletion all at
 //! once. With one owner, no operation may ever be told it is fenced.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -2,7 +2,7 @@
 //! reads or changes anything the previous owner may still be writing, and never writes into
 //! the previous owner's ledgers, so whatever the interleaving every ledger stays readable.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Barrier};
 

@@ -32,7 +32,7 @@
 //! `KILL_ROUNDS` sets the number of kills (50 by default); `ACKSTORE_KILL_SEED` repeats a run's
 //! choices (the seed is printed on failure).
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
@@ -77,13 +77,14 @@ enum Through {
 
 impl Through {
     /// The test that runs the harness this way (the child is that test, run again).
-    fn test_name(self) -> &'static str {
-        match self {
+    fn test_name(self) -> String {
+        let name = match self {
             Self::Topic => "sigkill_at_random_moments_never_loses_a_flushed_ack_nor_invents_one",
             Self::Store => {
                 "sigkill_while_flushing_through_a_store_never_loses_a_flushed_ack_nor_invents_one"
             }
-        }
+        };
+        support::harness::test_path(module_path!(), name)
     }
 
     /// Opens the directory: the store (if any) and the topic.
@@ -584,7 +585,7 @@ fn parent(through: Through, rounds: usize, seed: u64) -> Result<(), String> {
         let len = std::fs::metadata(&log_path).map_or(0, |m| m.len());
         let mut child = Command::new(&exe)
             .args([
-                through.test_name(),
+                through.test_name().as_str(),
                 "--exact",
                 "--nocapture",
                 "--test-threads=1",

@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 use ackstore::{CursorOptions, LedgerConfig, ManagedLedger, Position, Store, StoreConfig};
 use ackstore::{FileStorage, LockGuard, Storage, StorageFile};
 
+use crate::support;
+
 const ROLE: &str = "ACKSTORE_TWO_PROCESSES_ROLE";
 const DIR: &str = "ACKSTORE_TWO_PROCESSES_DIR";
 const LOG: &str = "ACKSTORE_TWO_PROCESSES_LOG";
@@ -191,13 +193,14 @@ fn two_processes(store: bool) {
         child(&dir, &log, store);
         return;
     }
-    let test = if store { STORE_TEST } else { TOPIC_TEST };
+    let test =
+        support::harness::test_path(module_path!(), if store { STORE_TEST } else { TOPIC_TEST });
     let dir = tempfile::tempdir().unwrap();
     let logs = tempfile::tempdir().unwrap();
     let children: Vec<_> = (0..2)
         .map(|i| {
             Command::new(std::env::current_exe().unwrap())
-                .args([test, "--exact", "--test-threads=1", "--quiet"])
+                .args([test.as_str(), "--exact", "--test-threads=1", "--quiet"])
                 .env(ROLE, "child")
                 .env(DIR, dir.path())
                 .env(LOG, logs.path().join(format!("{i}.log")))

@@ -4,7 +4,7 @@
 
 #![cfg(feature = "rados")]
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 

@@ -16,7 +16,7 @@
 
 #![cfg(feature = "rados")]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -96,8 +96,9 @@ fn parse_pos(words: &[&str]) -> Position {
 }
 
 fn child(test: &str, role: &str, namespace: &str, journal: &Path, seed: u64) -> Child {
+    let test = support::harness::test_path(module_path!(), test);
     Command::new(std::env::current_exe().unwrap())
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .args([test.as_str(), "--exact", "--nocapture", "--test-threads=1"])
         .env(ROLE, role)
         .env(NAMESPACE, namespace)
         .env(JOURNAL, journal)

@@ -3,7 +3,7 @@
 
 #![cfg(feature = "rados")]
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

@@ -9,7 +9,7 @@
 
 #![cfg(feature = "rados")]
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::mpsc;
@@ -153,7 +153,11 @@ fn dispatch(test: &str) -> bool {
 
 /// Starts the first owner in a child and pauses it once it owns the topic.
 fn paused_owner(test: &str, namespace: &str) -> Broker {
-    let mut paused = Broker::spawn(test, "paused", &[(NAMESPACE, namespace)]);
+    let mut paused = Broker::spawn(
+        &support::harness::test_path(module_path!(), test),
+        "paused",
+        &[(NAMESPACE, namespace)],
+    );
     paused.expect("ready", GUARD);
     paused.signal("STOP");
     paused
@@ -200,7 +204,11 @@ fn a_paused_owner_resumed_after_the_new_owner_died_never_takes_the_lock_back() {
     }
     let namespace = fresh_namespace("lease-died");
     let mut paused = paused_owner(TEST, &namespace);
-    let mut holder = Broker::spawn(TEST, "holder", &[(NAMESPACE, &namespace)]);
+    let mut holder = Broker::spawn(
+        &support::harness::test_path(module_path!(), TEST),
+        "holder",
+        &[(NAMESPACE, &namespace)],
+    );
     holder.expect("ready", GUARD);
     holder.kill();
     let died = Instant::now();

@@ -4,7 +4,7 @@
 
 #![cfg(feature = "rados")]
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 use std::sync::Arc;
@@ -93,7 +93,11 @@ fn a_waiting_open_returns_soon_after_a_dead_holders_lease_runs_out() {
     }
     let lease = Duration::from_secs(2);
     let namespace = fresh_namespace("wait-expiry");
-    let mut holder = Broker::spawn(TEST, "holder", &[(NAMESPACE, &namespace)]);
+    let mut holder = Broker::spawn(
+        &support::harness::test_path(module_path!(), TEST),
+        "holder",
+        &[(NAMESPACE, &namespace)],
+    );
     holder.expect("ready", GUARD);
     let result = waiting_open(&namespace, GUARD);
     wait_for_a_watcher(&namespace);

@@ -5,7 +5,7 @@
 
 #![cfg(feature = "rados")]
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

@@ -3,7 +3,7 @@
 //! every step, a cursor gone idle gives its memory up to another's growth, and every cursor's
 //! acks survive eviction, release and a reopen of the store, as a model says.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

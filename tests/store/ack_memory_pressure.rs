@@ -2,7 +2,7 @@
 //! sampled while threads acknowledge on many journal cursors, and cursors closed or deleted
 //! while others ask them to release memory.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

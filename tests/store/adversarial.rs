@@ -2,7 +2,7 @@
 //! topic directory named through a symlink or a path with `..`, a topic handle used after its
 //! store is gone, every call of a former owner after a fence.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

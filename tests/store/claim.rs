@@ -5,7 +5,7 @@
 //! fenced, wherever in a former owner's operation the takeover lands. Stores written with the
 //! earlier flat layout (catalog version 2) open as they were.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

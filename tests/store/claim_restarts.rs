@@ -3,7 +3,7 @@
 //! synced entry and flushed ack stays, the record's names stay bounded in the live and durable
 //! images, and handles of a closed instance never make its next open wait.
 
-mod support;
+use crate::support;
 
 use support::topic::store_config;
 

@@ -3,7 +3,7 @@
 //! topics, deletes a cursor, closes and reopens a topic and trims: every `Ok` flush and sync is
 //! kept, nothing is invented, and the recovered store works on.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

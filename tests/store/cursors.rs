@@ -5,7 +5,7 @@
 //! properties and deletes as with cursor ledgers; threads acking, seeking, closing and flushing
 //! while producers roll ledgers.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! the former owner's that was in flight at the claim never undoes what the new owner then
 //! flushed.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 

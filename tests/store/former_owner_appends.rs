@@ -3,7 +3,7 @@
 //! store and read that ledger, while the new owner consumes without a record write and then
 //! crashes: synced entries stay, flushed acks stay, nothing is invented, indexes only grow.
 
-mod support;
+use crate::support;
 
 use support::topic::store_config;
 

@@ -9,6 +9,8 @@ use ackstore::internals::format::journal::JournalLoc;
 use ackstore::internals::store::index::{Committed, CursorId, Index, PartLoc};
 use proptest::prelude::*;
 
+use crate::support;
+
 #[derive(Debug, Clone)]
 enum Op {
     Stage(u8, u8),
@@ -70,6 +72,8 @@ fn part(offset: u64) -> PartLoc {
 }
 
 proptest! {
+    #![proptest_config(support::harness::proptest_default_config())]
+
     #[test]
     fn lookups_return_the_newest_copy_in_log_order(ops in prop::collection::vec(op(), 1..60)) {
         let mut index = Index::default();

@@ -2,7 +2,7 @@
 //! checked per cursor against the model after a power cut at every storage operation and at
 //! every byte of the unsynced tail; segment rollover cut at every step; damage and sealing.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

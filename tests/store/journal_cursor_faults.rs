@@ -2,7 +2,7 @@
 //! power cuts at every step of a workload that deletes and recreates cursors while segments roll
 //! over, a full disk under a flush tick, and deletes racing the store's ticks from threads.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

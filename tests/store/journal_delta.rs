@@ -6,7 +6,7 @@
 //! on it; a rollover re-bases the chains that reach into the segment it
 //! deletes. Every check compares against a model (`BTreeSet<Position>` per cursor).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

@@ -12,7 +12,7 @@
 //! states, never an ack of none), and a cursor deleted by a forget that returned `Ok` must not
 //! come back.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -7,7 +7,7 @@
 //! application did not ack, every ack of a flush that returned `Ok` (either owner's), and the
 //! recovered store flushes again and keeps what it flushed.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -11,7 +11,7 @@
 //! stays deleted unless its re-creation started. Torn unsynced tails (every file keeping part of
 //! what it had not synced) are checked the same way.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

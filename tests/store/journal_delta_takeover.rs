@@ -5,7 +5,7 @@
 //! durable image, no cursor holds an ack nobody made, the new owner's flushed acks are all
 //! there, and so are the former owner's if its tick returned `Ok`.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-mod support;
+use crate::support;
 
 use ackstore::internals::store::journal::JournalConfig;
 use ackstore::{

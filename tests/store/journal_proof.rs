@@ -6,7 +6,7 @@
 //! segment's header says ended longer, a segment dropped from the list, and a marker moved to
 //! another cursor. Real files, each damage on a copy of one cleanly closed store.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 

@@ -2,7 +2,7 @@
 //! cursors from several threads while a flusher commits ticks; a tick's fsync held in progress
 //! while evictions append and loads read.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};

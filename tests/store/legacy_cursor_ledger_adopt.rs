@@ -3,7 +3,7 @@
 //! cursor records again, so a former owner's record write can land after the new owner read
 //! the record: the claim's adopt path.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

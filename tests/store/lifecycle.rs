@@ -3,7 +3,7 @@
 //! opens only through the store, a former owner hears `Fenced` on every call, and `flush_all`
 //! covers a topic whose close is under way.
 
-mod support;
+use crate::support;
 
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};

@@ -1,7 +1,7 @@
 //! A single owner after an I/O error of a catalog write is never told it is fenced, and a slow
 //! topic open never stalls the flushes of other topics.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};

@@ -3,7 +3,7 @@
 //! segments later; a power cut at every step of the claim, and at every byte of a journal's
 //! unsynced tail before it, leaves a store that opens with every committed tick.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

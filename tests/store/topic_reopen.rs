@@ -10,7 +10,7 @@ use std::time::Duration;
 use ackstore::{CursorOptions, MemStorage, Position, Storage, Store};
 use support::tap::{Hook, Op, Tap};
 
-mod support;
+use crate::support;
 
 use support::topic::store_config;
 

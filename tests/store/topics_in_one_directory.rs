@@ -1,7 +1,7 @@
 //! The store: many topics in one directory under one lock, opened lazily; ownership at the store
 //! level; names that are not paths; power cuts while topics are created and used.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

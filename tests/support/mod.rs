@@ -4,6 +4,7 @@
 //! - [`crash`]: power cuts at every storage operation ([`crash::cut_everywhere`]) and torn
 //!   images of unsynced tails ([`crash::torn_image`]), for every crash test.
 //! - [`log_model`]: deterministic entries and a model of an entry-log workload.
+//! - [`harness`]: the name the test harness gives a test, for a test that re-runs its binary.
 //! - [`hooked`]: an in-memory disk whose files count writes and fsyncs and can stall or fail.
 //! - [`journal`]: cursors backed by a store's cursor journal, committed in ticks, and their model.
 //! - [`cursor_ledger`]: a cursor's persistence driven directly (no managed ledger), its
@@ -29,6 +30,7 @@
 pub mod ack_patterns;
 pub mod crash;
 pub mod cursor_ledger;
+pub mod harness;
 pub mod hooked;
 pub mod journal;
 pub mod log_model;

@@ -2,7 +2,7 @@
 //! appends across ledgers, acks, flushes, trims, creates and deletes cursors; and the open-time
 //! reconciliation rules on real files (orphan ledgers, missing ledgers).
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

@@ -6,7 +6,7 @@
 //! in-memory disk with a capacity bound, and on the in-memory disk with `ENOSPC` injected from
 //! every write on in turn.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::fs;

@@ -1,7 +1,7 @@
 //! Retried closes, seeks and evictions on a full disk: a call that returned `Ok` persisted
 //! everything, and one that could not says so.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

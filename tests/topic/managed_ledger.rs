@@ -1,7 +1,7 @@
 //! The managed ledger: appends with message metadata, rollover, reads, the directory layout,
 //! ownership, reopen, and trimming with several cursors.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 

@@ -2,7 +2,7 @@
 //! identity (`claim_record` in src/ledger/open.rs), with a power cut at every storage operation
 //! of that open: a restart opens the topic and the cursor to the state it held.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

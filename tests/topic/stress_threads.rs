@@ -15,7 +15,7 @@
 //! The seed is printed on failure; `ACKSTORE_STRESS_SEED=N` repeats its choices (the thread
 //! interleaving is the machine's).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
