@@ -11,25 +11,14 @@ use crate::support;
 
 use std::path::{Path, PathBuf};
 
-use ackstore::internals::store::journal::JournalConfig;
-use ackstore::{CorruptionPlace, CursorOptions, Error, Position, Store, StoreConfig};
+use ackstore::{CorruptionPlace, CursorOptions, Error, Position, Store};
 use support::mutate::{CatalogEdit, Mutation, TopicEdit, Tree, verify};
-
-fn config() -> StoreConfig {
-    StoreConfig {
-        journal: JournalConfig {
-            segment_bytes: 1024,
-        },
-        flusher_threads: 0,
-        ..StoreConfig::default()
-    }
-}
 
 /// A store of two topics: `a` (directory `t1`) with cursors `x` and `y`, which acked different
 /// entries, and `b` (`t2`) with cursor `z`, every ack flushed through a
 /// journal of more than one segment; then closed. Returns what `x` and `y` acked.
 fn store(dir: &Path) -> (Vec<Position>, Vec<Position>) {
-    let store = Store::open(dir, config()).expect("open");
+    let store = Store::open(dir, support::config::store_journal(1024)).expect("open");
     let a = store.topic("a").expect("a");
     let b = store.topic("b").expect("b");
     let ps: Vec<Position> = (0..400u32)
@@ -102,7 +91,8 @@ fn cursor_ids_swapped_in_a_topic_record_never_hand_one_cursors_acks_to_the_other
     let (code, said) = verify_code(swapped.path());
     assert_eq!(code, Some(1), "{said}");
     assert!(said.contains("belongs to another cursor"), "{said}");
-    let store = Store::open(swapped.path(), config()).expect("the store opens");
+    let store =
+        Store::open(swapped.path(), support::config::store_journal(1024)).expect("the store opens");
     let a = store.topic("a").expect("the topic opens");
     for name in ["x", "y"] {
         match a.open_cursor(name, CursorOptions::default()) {
@@ -140,7 +130,8 @@ fn a_cursor_dropped_from_its_topic_record_is_damage_and_a_deletion_cut_short_is_
     let dropped = edited(&base, &drop_x);
     let (code, said) = verify_code(dropped.path());
     assert_eq!(code, Some(1), "{said}");
-    let store = Store::open(dropped.path(), config()).expect("the store opens");
+    let store =
+        Store::open(dropped.path(), support::config::store_journal(1024)).expect("the store opens");
     match store.topic("a") {
         Err(Error::Corrupted {
             place: CorruptionPlace::Record(r),
@@ -172,7 +163,7 @@ fn a_cursor_dropped_from_its_topic_record_is_damage_and_a_deletion_cut_short_is_
     let cut = copy(&tree);
     let (code, said) = verify_code(cut.path());
     assert_eq!(code, Some(0), "{said}");
-    let store = Store::open(cut.path(), config()).expect("open");
+    let store = Store::open(cut.path(), support::config::store_journal(1024)).expect("open");
     let held = store.journal().cursors().len();
     let a = store.topic("a").expect("the deletion is finished");
     assert_eq!(a.cursor_names(), ["y"]);
@@ -197,7 +188,7 @@ fn a_topic_dropped_from_the_catalog_is_damage_with_or_without_cursor_state() {
     store(dir.path());
     // Topic `c` holds entries but no cursor: only its directory tells it existed.
     {
-        let store = Store::open(dir.path(), config()).expect("open");
+        let store = Store::open(dir.path(), support::config::store_journal(1024)).expect("open");
         let c = store.topic("c").expect("c");
         c.append(b"m").expect("append");
         c.sync().expect("sync");
@@ -209,7 +200,7 @@ fn a_topic_dropped_from_the_catalog_is_damage_with_or_without_cursor_state() {
         let dropped = edited(&base, &Mutation::Catalog(CatalogEdit::DropTopic(i)));
         let (code, said) = verify_code(dropped.path());
         assert_eq!(code, Some(1), "{topic}: {said}");
-        match Store::open(dropped.path(), config()) {
+        match Store::open(dropped.path(), support::config::store_journal(1024)) {
             Err(Error::Corrupted {
                 place: CorruptionPlace::Record(r),
                 ..
@@ -228,7 +219,7 @@ fn the_oldest_segment_dropped_from_the_list_is_damage_unless_a_rollover_retired_
     let dropped = edited(&base, &Mutation::Catalog(CatalogEdit::Unlist(0)));
     let (code, said) = verify_code(dropped.path());
     assert_eq!(code, Some(1), "{said}");
-    match Store::open(dropped.path(), config()) {
+    match Store::open(dropped.path(), support::config::store_journal(1024)) {
         Err(e) if is_corrupted(&e) => assert!(
             matches!(e, Error::Corrupted { place: CorruptionPlace::Journal { segment, .. }, .. }
                 if oldest.to_string_lossy().contains(&format!("{segment:016}"))),
@@ -249,7 +240,8 @@ fn the_oldest_segment_dropped_from_the_list_is_damage_unless_a_rollover_retired_
     let retired = copy(&tree);
     let (code, said) = verify_code(retired.path());
     assert_eq!(code, Some(0), "{said}");
-    let store = Store::open(retired.path(), config()).expect("a retired segment is no damage");
+    let store = Store::open(retired.path(), support::config::store_journal(1024))
+        .expect("a retired segment is no damage");
     store.close().expect("close");
     assert!(
         !retired.path().join(&oldest).exists(),
@@ -264,7 +256,7 @@ fn an_older_copy_of_the_newest_segment_of_a_cleanly_closed_store_is_damage() {
     // One session: a tick, a copy of the newest segment, a second tick into the same segment,
     // a clean close.
     let (newest, older) = {
-        let store = Store::open(dir.path(), config()).expect("open");
+        let store = Store::open(dir.path(), support::config::store_journal(1024)).expect("open");
         let a = store.topic("a").expect("a");
         let x = a.open_cursor("x", CursorOptions::default()).expect("x");
         let mut copy_of_newest = None;
@@ -292,7 +284,7 @@ fn an_older_copy_of_the_newest_segment_of_a_cleanly_closed_store_is_damage() {
     let restored = copy(&tree);
     let (code, said) = verify_code(restored.path());
     assert_eq!(code, Some(1), "{said}");
-    match Store::open(restored.path(), config()) {
+    match Store::open(restored.path(), support::config::store_journal(1024)) {
         Err(Error::Corrupted {
             place: CorruptionPlace::Journal { .. },
             ..
@@ -302,7 +294,7 @@ fn an_older_copy_of_the_newest_segment_of_a_cleanly_closed_store_is_damage() {
 
     // After a crash (no clean close since the last one), the recorded length still holds: the
     // segment is only appended to, or left for a new one.
-    let store = Store::open(dir.path(), config()).expect("open");
+    let store = Store::open(dir.path(), support::config::store_journal(1024)).expect("open");
     let a = store.topic("a").expect("a");
     let x = a.open_cursor("x", CursorOptions::default()).expect("x");
     let p = a.append(b"after").expect("append");
@@ -312,7 +304,8 @@ fn an_older_copy_of_the_newest_segment_of_a_cleanly_closed_store_is_damage() {
     let crashed = copy(&Tree::read(dir.path()));
     let (code, said) = verify_code(crashed.path());
     assert_eq!(code, Some(0), "{said}");
-    let again = Store::open(crashed.path(), config()).expect("opens after the crash");
+    let again = Store::open(crashed.path(), support::config::store_journal(1024))
+        .expect("opens after the crash");
     let x = again
         .topic("a")
         .expect("a")
@@ -325,7 +318,7 @@ fn an_older_copy_of_the_newest_segment_of_a_cleanly_closed_store_is_damage() {
 fn a_cursor_with_nothing_flushed_dropped_from_its_topic_record_is_damage_too() {
     let dir = tempfile::tempdir().expect("tempdir");
     {
-        let store = Store::open(dir.path(), config()).expect("open");
+        let store = Store::open(dir.path(), support::config::store_journal(1024)).expect("open");
         let a = store.topic("a").expect("a");
         a.append(b"m").expect("append");
         a.sync().expect("sync");
@@ -344,7 +337,8 @@ fn a_cursor_with_nothing_flushed_dropped_from_its_topic_record_is_damage_too() {
     );
     let (code, said) = verify_code(dropped.path());
     assert_eq!(code, Some(1), "{said}");
-    let store = Store::open(dropped.path(), config()).expect("the store opens");
+    let store =
+        Store::open(dropped.path(), support::config::store_journal(1024)).expect("the store opens");
     assert!(
         matches!(store.topic("a"), Err(Error::Corrupted { .. })),
         "a subscription the table lost is not dropped silently"
@@ -366,7 +360,8 @@ fn topic_names_swapped_in_the_catalog_never_hand_one_topics_cursors_to_the_other
     let swapped = copy(&tree);
     let (code, said) = verify_code(swapped.path());
     assert_eq!(code, Some(1), "{said}");
-    let store = Store::open(swapped.path(), config()).expect("the store opens");
+    let store =
+        Store::open(swapped.path(), support::config::store_journal(1024)).expect("the store opens");
     for (topic, cursors) in [("a", vec!["z"]), ("b", vec!["x", "y"])] {
         let t = store.topic(topic).expect("the topic opens");
         assert_eq!(t.cursor_names(), cursors, "{topic} holds the other's table");

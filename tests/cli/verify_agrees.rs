@@ -6,9 +6,11 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+use ackstore::ManagedLedger;
 use ackstore::internals::log::{ledger_file_name, parse_ledger_file_name};
 use ackstore::internals::meta::record_of_file;
-use ackstore::{LedgerConfig, ManagedLedger};
+
+use crate::support;
 
 fn ackstore(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ackstore"))
@@ -18,16 +20,9 @@ fn ackstore(args: &[&str]) -> Output {
         .expect("the binary runs")
 }
 
-fn config() -> LedgerConfig {
-    LedgerConfig {
-        max_entries_per_ledger: 20,
-        ..LedgerConfig::default()
-    }
-}
-
 /// A closed topic of 50 entries in sealed ledgers of 20; returns the recorded ledger ids.
 fn topic(dir: &Path) -> Vec<u64> {
-    let ml = ManagedLedger::open(dir, config()).unwrap();
+    let ml = ManagedLedger::open(dir, support::topic::config(20)).unwrap();
     for i in 0..50 {
         ml.append(format!("entry {i}").as_bytes()).unwrap();
     }
@@ -101,7 +96,7 @@ fn verify_calls_damage_exactly_what_open_refuses() {
             .collect();
         let verified = ackstore(&["verify", dir.to_str().unwrap()]);
         let code = verified.status.code();
-        let opened = ManagedLedger::open(dir, config());
+        let opened = ManagedLedger::open(dir, support::topic::config(20));
         let expected = if opened.is_ok() { Some(0) } else { Some(1) };
         assert_eq!(
             code,
@@ -132,20 +127,20 @@ fn inspect_exits_2_when_the_topic_record_is_unreadable() {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
-    assert!(ManagedLedger::open(tmp.path(), config()).is_err());
+    assert!(ManagedLedger::open(tmp.path(), support::topic::config(20)).is_err());
 }
 
 /// Owner A keeps appending `stale` entries (synced every 7) to the ledger owner B sealed when
 /// it took the directory over (the lock file removed, as on shared storage) while B appends to
 /// a ledger of its own, then both stop.
 fn fenced_owner_appends_past_the_seal(dir: &Path, stale: u64) {
-    let a = ManagedLedger::open(dir, config()).unwrap();
+    let a = ManagedLedger::open(dir, support::topic::config(20)).unwrap();
     for i in 0..50 {
         a.append(format!("entry {i}").as_bytes()).unwrap();
     }
     a.sync().unwrap();
     std::fs::remove_file(dir.join("LOCK")).unwrap();
-    let b = ManagedLedger::open(dir, config()).unwrap();
+    let b = ManagedLedger::open(dir, support::topic::config(20)).unwrap();
     for i in 0..5 {
         b.append(format!("new {i}").as_bytes()).unwrap();
     }
@@ -171,7 +166,7 @@ fn a_fenced_owners_frames_past_a_sealed_count_are_not_damage() {
         let dir = tmp.path();
         fenced_owner_appends_past_the_seal(dir, stale);
         let verified = ackstore(&["verify", dir.to_str().unwrap()]);
-        let opened = ManagedLedger::open(dir, config());
+        let opened = ManagedLedger::open(dir, support::topic::config(20));
         assert!(
             opened.is_ok(),
             "{stale} stale entries: open said {:?}",

@@ -8,9 +8,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::Arc;
 
-use ackstore::{
-    CursorConfig, CursorOptions, LedgerConfig, ManagedLedger, MemStorage, PersistMode, Storage,
-};
+use ackstore::{CursorOptions, LedgerConfig, ManagedLedger, MemStorage, PersistMode, Storage};
 use support::crash::{Points, cut_everywhere_after, torn_image, unsynced_tail};
 use support::topic::append_n;
 
@@ -20,18 +18,6 @@ fn ackstore(args: &[&str]) -> Output {
         .env("ACKSTORE_NO_PROGRESS", "1")
         .output()
         .expect("the binary runs")
-}
-
-fn config(mode: PersistMode, lru: usize) -> LedgerConfig {
-    LedgerConfig {
-        max_entries_per_ledger: 40,
-        cursor: CursorConfig {
-            persist_mode: mode,
-            lru_capacity_bytes: lru,
-            ..CursorConfig::default()
-        },
-        ..LedgerConfig::default()
-    }
 }
 
 fn dump(disk: &MemStorage, dir: &Path) {
@@ -63,7 +49,7 @@ fn agree(image: &MemStorage, c: &LedgerConfig, what: &str) {
 #[test]
 fn verify_agrees_with_open_at_every_cut_of_a_deferred_claim() {
     for mode in [PersistMode::MultiEntry, PersistMode::SingleEntry] {
-        let c = config(mode, 0);
+        let c = support::config::topic(40, mode, 0);
         cut_everywhere_after(
             Points { from: 0, step: 2 },
             |disk| {
@@ -106,7 +92,7 @@ fn verify_agrees_with_open_at_every_cut_of_a_deferred_claim() {
 #[test]
 fn verify_agrees_with_open_after_a_former_owner_appended_to_the_recovered_ledger() {
     for mode in [PersistMode::MultiEntry, PersistMode::SingleEntry] {
-        let c = config(mode, 0);
+        let c = support::config::topic(40, mode, 0);
         let disk = MemStorage::new();
         let topic = ManagedLedger::open_with_storage(Arc::new(disk.clone()), c.clone()).unwrap();
         let ps = append_n(&topic, 200);

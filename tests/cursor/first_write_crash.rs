@@ -6,26 +6,12 @@ use crate::support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use ackstore::{
-    CursorConfig, CursorOptions, LedgerConfig, ManagedLedger, MemStorage, PersistMode, Position,
-};
+use ackstore::{CursorOptions, LedgerConfig, ManagedLedger, MemStorage, PersistMode, Position};
 use support::crash::{Points, cut_everywhere_after, torn_image, unsynced_tail};
 use support::topic::append_n;
 
 const PER_LEDGER: u64 = 50;
 const ENTRIES: u64 = 3 * PER_LEDGER + 7;
-
-fn config(mode: PersistMode, lru: usize) -> LedgerConfig {
-    LedgerConfig {
-        max_entries_per_ledger: PER_LEDGER,
-        cursor: CursorConfig {
-            persist_mode: mode,
-            lru_capacity_bytes: lru,
-            ..CursorConfig::default()
-        },
-        ..LedgerConfig::default()
-    }
-}
 
 fn open(disk: &MemStorage, c: &LedgerConfig) -> ackstore::Result<ManagedLedger> {
     ManagedLedger::open_with_storage(Arc::new(disk.clone()), c.clone())
@@ -81,7 +67,7 @@ fn run<R: Clone + std::fmt::Debug>(
     op: impl Fn(&ManagedLedger, &ackstore::Cursor, &[Position]) -> R,
     allowed: impl Fn(&R, &[Position], &BTreeSet<Position>, &Seen) -> Result<(), String>,
 ) {
-    let c = config(mode, lru);
+    let c = support::config::topic(PER_LEDGER, mode, lru);
     let clean = cut_everywhere_after(
         Points::every_in_release(3),
         |disk| prepared(disk, &c),
@@ -353,7 +339,7 @@ fn delete_cursor_while_the_claim_is_pending() {
 #[test]
 fn a_reopened_cursor_that_never_had_a_ledger_claims_under_the_budget() {
     for mode in [PersistMode::MultiEntry, PersistMode::SingleEntry] {
-        let c = config(mode, 0);
+        let c = support::config::topic(PER_LEDGER, mode, 0);
         cut_everywhere_after(
             Points::every_in_release(3),
             |disk| {

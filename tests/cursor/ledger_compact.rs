@@ -27,14 +27,6 @@ fn meta(kind: EntryKind) -> EntryMeta {
     }
 }
 
-/// Pages of 512 bytes: partitions of up to 128 bytes of inline form go inline.
-fn config() -> CursorConfig {
-    CursorConfig {
-        index_page_bytes: 512,
-        ..CursorConfig::default()
-    }
-}
-
 fn reopen(disk: &MemStorage, config: &CursorConfig) -> (Env, Cursor) {
     let env = Env::open(disk).unwrap();
     let cursor = open_cursor(&env, config).unwrap();
@@ -115,7 +107,7 @@ fn every_set_round_trips_through_flushes_reopens_and_rollovers_at_every_page_siz
 fn flushed() -> (MemStorage, Model, u64) {
     let config = CursorConfig {
         index_page_rows: 4,
-        ..config()
+        ..support::config::cursor_pages_of_bytes(512)
     };
     let disk = MemStorage::new();
     let (_env, mut cursor) = reopen(&disk, &config);
@@ -134,7 +126,7 @@ fn flushed() -> (MemStorage, Model, u64) {
 }
 
 fn recovered(disk: &MemStorage) -> (Model, Cursor) {
-    let (_env, mut cursor) = reopen(disk, &config());
+    let (_env, mut cursor) = reopen(disk, &support::config::cursor_pages_of_bytes(512));
     (model_of(&mut cursor).unwrap(), cursor)
 }
 
@@ -249,7 +241,7 @@ fn an_inline_partition_that_does_not_decode_is_an_error_when_touched_and_verify_
         let (page_id, marker_id) = append_paged(&disk, ledger, &rows, |_| {});
         // Recovery checks the page's CRC and the table, not the partitions it carries: the
         // forged marker is the state, and its lazy set counts what the rows claim.
-        let (env, mut cursor) = reopen(&disk, &config());
+        let (env, mut cursor) = reopen(&disk, &support::config::cursor_pages_of_bytes(512));
         let source = cursor.report.as_ref().unwrap().source;
         assert_eq!(
             source,

@@ -18,13 +18,6 @@ use ackstore::internals::log::{EntryMeta, ledger_file_name};
 use ackstore::{MemStorage, Storage};
 use support::cursor_ledger::{Cursor, Env, Model, check_bounds, model_of, open_cursor};
 
-fn config() -> CursorConfig {
-    CursorConfig {
-        index_page_rows: 4,
-        ..CursorConfig::default()
-    }
-}
-
 /// Acks `positions` on `cursor` and in `model`.
 fn ack_all(cursor: &mut Cursor, model: &mut Model, positions: &[Position]) {
     for &p in positions {
@@ -43,7 +36,7 @@ fn spread(partitions: u64, salt: u64) -> Vec<Position> {
 
 /// Two flushes: returns the disk, the state of each flush, and the cursor ledger id.
 fn two_flushes(partitions: u64) -> (MemStorage, Model, Model, u64) {
-    two_flushes_with(&config(), partitions)
+    two_flushes_with(&support::config::cursor_pages_of_rows(4), partitions)
 }
 
 /// As [`two_flushes`], with `config`.
@@ -63,12 +56,12 @@ fn two_flushes_with(config: &CursorConfig, partitions: u64) -> (MemStorage, Mode
 
 fn reopen(disk: &MemStorage) -> (Env, Cursor) {
     let env = Env::open(disk).unwrap();
-    let cursor = open_cursor(&env, &config()).unwrap();
+    let cursor = open_cursor(&env, &support::config::cursor_pages_of_rows(4)).unwrap();
     (env, cursor)
 }
 
 fn recovered(disk: &MemStorage) -> (Model, Cursor) {
-    recovered_with(disk, &config())
+    recovered_with(disk, &support::config::cursor_pages_of_rows(4))
 }
 
 fn recovered_with(disk: &MemStorage, config: &CursorConfig) -> (Model, Cursor) {
@@ -270,9 +263,9 @@ fn cursor_ledger_without_valid_state_falls_back_to_the_record() {
     // entries; with the default, with the first marker (its partitions inline).
     let separate = CursorConfig {
         index_page_bytes: 8,
-        ..config()
+        ..support::config::cursor_pages_of_rows(4)
     };
-    for config in [separate, config()] {
+    for config in [separate, support::config::cursor_pages_of_rows(4)] {
         let (disk, _, _, ledger) = two_flushes_with(&config, 3);
         let name = ledger_file_name(ledger);
         let env = Env::open(&disk).unwrap();
@@ -327,7 +320,8 @@ fn bit_flips_and_truncations_never_invent_acks() {
             image.set_bytes(&name, damaged).unwrap();
             // A log that refuses to open (damage before its tail) loses nothing silently.
             let Ok(env) = Env::open(&image) else { continue };
-            let Ok(mut cursor) = open_cursor(&env, &config()) else {
+            let Ok(mut cursor) = open_cursor(&env, &support::config::cursor_pages_of_rows(4))
+            else {
                 continue;
             };
             let Ok(got) = model_of(&mut cursor) else {

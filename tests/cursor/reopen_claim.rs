@@ -11,25 +11,12 @@ use std::sync::Arc;
 
 use ackstore::internals::ackset::MAX_PARTITION_BYTES;
 use ackstore::{
-    CursorConfig, CursorOptions, Error, LedgerConfig, ManagedLedger, MemStorage, PersistMode,
-    Position, Storage,
+    CursorOptions, Error, LedgerConfig, ManagedLedger, MemStorage, PersistMode, Position, Storage,
 };
 use support::crash::{Points, cut_everywhere_after, torn_image, unsynced_tail};
 use support::topic::append_n;
 
 const PER_LEDGER: u64 = 200;
-
-fn config(mode: PersistMode, lru: usize) -> LedgerConfig {
-    LedgerConfig {
-        max_entries_per_ledger: PER_LEDGER,
-        cursor: CursorConfig {
-            persist_mode: mode,
-            lru_capacity_bytes: lru,
-            ..CursorConfig::default()
-        },
-        ..LedgerConfig::default()
-    }
-}
 
 fn open(disk: &MemStorage, config: &LedgerConfig) -> ackstore::Result<ManagedLedger> {
     ManagedLedger::open_with_storage(Arc::new(disk.clone()), config.clone())
@@ -86,7 +73,7 @@ fn files(disk: &MemStorage) -> BTreeSet<String> {
 #[test]
 fn a_reopened_cursor_answers_without_writing_or_syncing_anything() {
     for mode in [PersistMode::MultiEntry, PersistMode::SingleEntry] {
-        let cfg = config(mode, 1 << 20);
+        let cfg = support::config::topic(PER_LEDGER, mode, 1 << 20);
         let disk = MemStorage::new();
         let (positions, acked) = prepared(&disk, &cfg, 3 * PER_LEDGER + 17);
         let topic = open(&disk, &cfg).expect("reopen");
@@ -158,7 +145,7 @@ fn a_reopened_cursor_answers_without_writing_or_syncing_anything() {
 fn a_former_owners_evictions_into_the_recovered_ledger_never_reach_the_new_owner() {
     // The former owner keeps a tiny budget, so its acks evict partitions straight into the
     // cursor ledger the new owner recovered from and reads cold partitions of.
-    let tiny = config(PersistMode::MultiEntry, 0);
+    let tiny = support::config::topic(PER_LEDGER, PersistMode::MultiEntry, 0);
     let disk = MemStorage::new();
     let (positions, mut acked) = prepared(&disk, &tiny, 4 * PER_LEDGER);
     let old_topic = open(&disk, &tiny).expect("open");
@@ -214,7 +201,7 @@ fn a_former_owners_evictions_into_the_recovered_ledger_never_reach_the_new_owner
 fn acks_before_the_first_flush_stay_within_the_budget_by_making_the_claim() {
     for mode in [PersistMode::MultiEntry, PersistMode::SingleEntry] {
         let budget = 0;
-        let cfg = config(mode, budget);
+        let cfg = support::config::topic(PER_LEDGER, mode, budget);
         let disk = MemStorage::new();
         let (positions, mut acked) = prepared(&disk, &cfg, 6 * PER_LEDGER);
         let topic = open(&disk, &cfg).expect("reopen");
@@ -276,7 +263,7 @@ fn acks_before_the_first_flush_stay_within_the_budget_by_making_the_claim() {
 #[test]
 fn a_power_cut_at_every_step_of_the_deferred_claim_keeps_a_state_between_before_and_after() {
     for mode in [PersistMode::MultiEntry, PersistMode::SingleEntry] {
-        let cfg = config(mode, 1 << 20);
+        let cfg = support::config::topic(PER_LEDGER, mode, 1 << 20);
         let entries = 3 * PER_LEDGER + 17;
         let extra: Vec<u64> = (0..entries).step_by(7).collect();
         let check = |image: &MemStorage,
@@ -377,7 +364,7 @@ fn consumed_or_acked(cursor: &ackstore::Cursor, positions: &[Position]) -> BTree
 fn a_takeover_at_every_step_of_a_former_owners_claim_never_fences_the_new_owners_claim() {
     use support::takeover;
     for mode in [PersistMode::MultiEntry, PersistMode::SingleEntry] {
-        let cfg = config(mode, 1 << 20);
+        let cfg = support::config::topic(PER_LEDGER, mode, 1 << 20);
         let run = |at_step: Option<u64>| {
             let disk = MemStorage::new();
             let (positions, acked) = prepared(&disk, &cfg, 2 * PER_LEDGER);

@@ -10,7 +10,7 @@ use crate::support;
 
 use ackstore::internals::ackset::MAX_PARTITION_BYTES;
 use ackstore::{AppendMeta, Position};
-use ackstore::{CursorConfig, InitialPosition, LedgerConfig, ManagedLedger};
+use ackstore::{InitialPosition, ManagedLedger};
 use support::topic::at;
 
 const LEDGERS: u64 = 200;
@@ -24,22 +24,19 @@ fn entries_per_ledger() -> u64 {
     }
 }
 
-fn config() -> LedgerConfig {
-    LedgerConfig {
-        max_entries_per_ledger: entries_per_ledger(),
-        cursor: CursorConfig {
-            lru_capacity_bytes: BUDGET,
-            ..CursorConfig::default()
-        },
-        ..LedgerConfig::default()
-    }
-}
-
 #[test]
 fn alternating_acks_over_200_ledgers_survive_close_and_reopen_within_budget() {
     let per_ledger = entries_per_ledger();
     let dir = tempfile::tempdir().unwrap();
-    let topic = ManagedLedger::open(dir.path(), config()).unwrap();
+    let topic = ManagedLedger::open(
+        dir.path(),
+        support::config::topic(
+            entries_per_ledger(),
+            ackstore::PersistMode::MultiEntry,
+            BUDGET,
+        ),
+    )
+    .unwrap();
     let meta = AppendMeta {
         num_messages: 1,
         timestamp: 0,
@@ -73,7 +70,15 @@ fn alternating_acks_over_200_ledgers_survive_close_and_reopen_within_budget() {
     cursor.close().unwrap();
     topic.close().unwrap();
 
-    let topic = ManagedLedger::open(dir.path(), config()).unwrap();
+    let topic = ManagedLedger::open(
+        dir.path(),
+        support::config::topic(
+            entries_per_ledger(),
+            ackstore::PersistMode::MultiEntry,
+            BUDGET,
+        ),
+    )
+    .unwrap();
     let cursor = topic
         .open_cursor("sub", at(InitialPosition::Latest, false))
         .unwrap();

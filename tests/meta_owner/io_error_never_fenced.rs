@@ -7,12 +7,8 @@ use crate::support;
 use std::sync::Arc;
 
 use ackstore::MemStorage;
-use ackstore::{CursorOptions, LedgerConfig, ManagedLedger};
+use ackstore::{CursorOptions, ManagedLedger};
 use ackstore::{Error, Result};
-
-fn config() -> LedgerConfig {
-    support::topic::config(2)
-}
 
 /// Runs `op`; if it failed, the storage works again from here on.
 fn step<T>(disk: &MemStorage, what: &str, log: &mut Vec<String>, op: impl FnOnce() -> Result<T>) {
@@ -27,7 +23,9 @@ fn step<T>(disk: &MemStorage, what: &str, log: &mut Vec<String>, op: impl FnOnce
 fn a_single_owner_after_a_transient_io_error_at_any_step_is_never_fenced() {
     for k in 0..60 {
         let disk = MemStorage::new();
-        let topic = ManagedLedger::open_with_storage(Arc::new(disk.clone()), config()).unwrap();
+        let topic =
+            ManagedLedger::open_with_storage(Arc::new(disk.clone()), support::topic::config(2))
+                .unwrap();
         support::topic::append_n(&topic, 3);
         let cursor = topic.open_cursor("sub", CursorOptions::default()).unwrap();
         let first = topic.first_position().expect("entries");

@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 use ackstore::{Cursor, CursorOptions, Error, Position};
 use std::sync::Arc;
 
-use ackstore::{CursorConfig, LedgerConfig, ManagedLedger, Store, StoreConfig};
+use ackstore::{ManagedLedger, Store, StoreConfig};
 use support::workload::{Acked, Rng, actual, before, seed_from_env};
 
 const TOPIC: &str = "persistent://tenant/ns/killed";
@@ -52,19 +52,6 @@ const CHILD_DIR: &str = "ACKSTORE_KILL_CHILD_DIR";
 const CHILD_LOG: &str = "ACKSTORE_KILL_CHILD_LOG";
 const CHILD_SEED: &str = "ACKSTORE_KILL_CHILD_SEED";
 const CURSORS: usize = 3;
-
-fn config() -> LedgerConfig {
-    LedgerConfig {
-        max_entries_per_ledger: 4,
-        cursor: CursorConfig {
-            lru_capacity_bytes: 4096,
-            cursor_ledger_max_entries: 16,
-            flush_interval: Some(Duration::from_millis(5)),
-            ..CursorConfig::default()
-        },
-        ..LedgerConfig::default()
-    }
-}
 
 /// What the workload runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,13 +79,28 @@ impl Through {
         Ok(match self {
             Self::Topic => Opened {
                 store: None,
-                topic: Arc::new(ManagedLedger::open(dir, config())?),
+                topic: Arc::new(ManagedLedger::open(
+                    dir,
+                    support::config::topic_flushed(
+                        4,
+                        ackstore::PersistMode::MultiEntry,
+                        4096,
+                        16,
+                        Duration::from_millis(5),
+                    ),
+                )?),
             },
             Self::Store => {
                 let store = Store::open(
                     dir,
                     StoreConfig {
-                        ledger: config(),
+                        ledger: support::config::topic_flushed(
+                            4,
+                            ackstore::PersistMode::MultiEntry,
+                            4096,
+                            16,
+                            Duration::from_millis(5),
+                        ),
                         flusher_threads: 2,
                         ..StoreConfig::default()
                     },

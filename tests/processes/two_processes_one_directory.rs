@@ -15,7 +15,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ackstore::{CursorOptions, LedgerConfig, ManagedLedger, Position, Store, StoreConfig};
+use ackstore::{CursorOptions, ManagedLedger, Position, Store, StoreConfig};
 use ackstore::{FileStorage, LockGuard, Storage, StorageFile};
 
 use crate::support;
@@ -81,13 +81,6 @@ impl Storage for Unlocked {
     }
 }
 
-fn config() -> LedgerConfig {
-    LedgerConfig {
-        max_entries_per_ledger: 7,
-        ..LedgerConfig::default()
-    }
-}
-
 fn parse(line: &str) -> Option<Position> {
     let (l, e) = line.split_once(':')?;
     Some(Position::new(l.parse().ok()?, e.parse().ok()?))
@@ -101,7 +94,7 @@ fn open_topic(
 ) -> ackstore::Result<(Option<Store>, Arc<ManagedLedger>)> {
     if store {
         let config = StoreConfig {
-            ledger: config(),
+            ledger: support::topic::config(7),
             flusher_threads: 0,
             ..StoreConfig::default()
         };
@@ -109,7 +102,7 @@ fn open_topic(
         let topic = store.topic(TOPIC)?;
         Ok((Some(store), topic))
     } else {
-        let topic = ManagedLedger::open_with_storage(storage.clone(), config())?;
+        let topic = ManagedLedger::open_with_storage(storage.clone(), support::topic::config(7))?;
         Ok((None, Arc::new(topic)))
     }
 }

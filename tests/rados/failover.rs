@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ackstore::Storage;
-use ackstore::{CursorOptions, Error, InitialPosition, LedgerConfig, ManagedLedger, Position};
+use ackstore::{CursorOptions, Error, InitialPosition, ManagedLedger, Position};
 use support::rados::{cluster, fresh_namespace, pool};
 use support::workload::{Rng, seed_from_env};
 
@@ -40,13 +40,6 @@ const LEASE: Duration = Duration::from_secs(1);
 const TAKEOVER_AT_MOST: Duration = Duration::from_secs(60);
 const CURSOR: &str = "sub";
 
-fn config() -> LedgerConfig {
-    LedgerConfig {
-        max_entries_per_ledger: 40,
-        ..LedgerConfig::default()
-    }
-}
-
 /// Opens the topic in `namespace`, waiting (a watch on its lock) while the previous owner's
 /// lease lasts.
 fn take_over(namespace: &str) -> ManagedLedger {
@@ -55,7 +48,7 @@ fn take_over(namespace: &str) -> ManagedLedger {
         .expect("open the namespace")
         .with_lease(LEASE)
         .with_lock_wait(TAKEOVER_AT_MOST);
-    ManagedLedger::open_with_storage(Arc::new(storage), config())
+    ManagedLedger::open_with_storage(Arc::new(storage), support::topic::config(40))
         .unwrap_or_else(|e| panic!("take over {namespace}: {e}"))
 }
 

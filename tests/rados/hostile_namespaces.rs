@@ -7,7 +7,7 @@ use crate::support;
 
 use std::sync::Arc;
 
-use ackstore::{CursorOptions, Error, InitialPosition, LedgerConfig, ManagedLedger, Storage};
+use ackstore::{CursorOptions, Error, InitialPosition, ManagedLedger, Storage};
 use support::rados::{cluster, fresh_namespace, pool};
 
 /// The `rados` command line on the test cluster, in namespace `namespace`.
@@ -34,13 +34,6 @@ fn rados_cli(namespace: &str, args: &[&str]) -> String {
 
 fn storage(namespace: &str) -> Arc<dyn Storage> {
     Arc::new(cluster().storage(&pool(), namespace).unwrap())
-}
-
-fn config() -> LedgerConfig {
-    LedgerConfig {
-        max_entries_per_ledger: 4,
-        ..LedgerConfig::default()
-    }
 }
 
 #[test]
@@ -70,7 +63,8 @@ fn an_owner_epoch_at_its_limit_is_refused_not_wrapped_to_an_unfenced_owner() {
 #[test]
 fn a_lost_index_of_names_is_not_an_empty_topic() {
     let namespace = fresh_namespace("lost-index");
-    let topic = ManagedLedger::open_with_storage(storage(&namespace), config()).unwrap();
+    let topic =
+        ManagedLedger::open_with_storage(storage(&namespace), support::topic::config(4)).unwrap();
     let cursor = topic
         .open_cursor(
             "sub",
@@ -93,7 +87,8 @@ fn a_lost_index_of_names_is_not_an_empty_topic() {
     // The one object that names every other is lost (an unfound object marked lost, an
     // operator's mistake): the topic's ten entries are still there.
     rados_cli(&namespace, &["rm", ".ackstore-names"]);
-    let topic = ManagedLedger::open_with_storage(storage(&namespace), config()).unwrap();
+    let topic =
+        ManagedLedger::open_with_storage(storage(&namespace), support::topic::config(4)).unwrap();
     assert_eq!(topic.cursor_names(), vec!["sub".to_owned()]);
     let cursor = topic
         .open_cursor(

@@ -9,17 +9,10 @@ use crate::support;
 
 use std::sync::Arc;
 
-use ackstore::{CursorOptions, Position, RadosStorage, Storage, Store, StoreConfig};
+use ackstore::{CursorOptions, Position, RadosStorage, Storage, Store};
 use support::rados::{cluster, fresh_namespace, pool};
 use support::takeover;
 use support::topic::store_topic_with_a_flushed_cursor;
-
-fn config() -> StoreConfig {
-    StoreConfig {
-        flusher_threads: 0,
-        ..StoreConfig::default()
-    }
-}
 
 fn storage(ns: &str) -> RadosStorage {
     cluster().storage(&pool(), ns).expect("namespace")
@@ -30,16 +23,26 @@ fn on_rados_a_fenced_cursor_deletion_never_takes_effect_under_the_new_owner() {
     let mut failures = Vec::new();
     for n in 1..=14u64 {
         let ns = fresh_namespace("store-fenced-delete");
-        store_topic_with_a_flushed_cursor(Arc::new(storage(&ns)), config(), 3);
+        store_topic_with_a_flushed_cursor(
+            Arc::new(storage(&ns)),
+            support::config::store_without_flusher(),
+            3,
+        );
         let hooked = takeover::Disk::new(Arc::new(storage(&ns)));
-        let old = Store::open_with_storage(hooked.storage.clone(), config()).expect("open");
+        let old = Store::open_with_storage(
+            hooked.storage.clone(),
+            support::config::store_without_flusher(),
+        )
+        .expect("open");
         let old_topic = old.topic("t").expect("topic");
         let new = {
             let ns = ns.clone();
             hooked.arm_takeover(n, move || {
                 let s = storage(&ns);
                 s.break_lock().expect("break");
-                let store = Store::open_with_storage(Arc::new(s), config()).expect("the new owner");
+                let store =
+                    Store::open_with_storage(Arc::new(s), support::config::store_without_flusher())
+                        .expect("the new owner");
                 store.topic("t").expect("topic");
                 store
             })
@@ -58,7 +61,11 @@ fn on_rados_a_fenced_cursor_deletion_never_takes_effect_under_the_new_owner() {
         new.close().expect("close");
         drop(new);
         drop((old_topic, old));
-        let again = Store::open_with_storage(Arc::new(storage(&ns)), config()).expect("reopen");
+        let again = Store::open_with_storage(
+            Arc::new(storage(&ns)),
+            support::config::store_without_flusher(),
+        )
+        .expect("reopen");
         let topic = again.topic("t").expect("topic");
         let names = topic.cursor_names();
         let cursor = topic

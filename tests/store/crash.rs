@@ -8,21 +8,8 @@ use crate::support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use ackstore::internals::store::journal::JournalConfig;
-use ackstore::{CursorOptions, LedgerConfig, MemStorage, Position, Storage, Store, StoreConfig};
+use ackstore::{CursorOptions, MemStorage, Position, Storage, Store};
 use support::crash::{Points, cut_everywhere_after, torn_image};
-
-fn config() -> StoreConfig {
-    StoreConfig {
-        ledger: LedgerConfig {
-            max_entries_per_ledger: 8,
-            ..LedgerConfig::default()
-        },
-        journal: JournalConfig { segment_bytes: 300 },
-        flusher_threads: 0,
-        ..StoreConfig::default()
-    }
-}
 
 #[derive(Debug, Default, Clone)]
 struct Model {
@@ -43,7 +30,8 @@ struct Model {
 fn workload(disk: &MemStorage) -> Model {
     let mut m = Model::default();
     let _ = (|| -> ackstore::Result<()> {
-        let store = Store::open_with_storage(Arc::new(disk.clone()), config())?;
+        let store =
+            Store::open_with_storage(Arc::new(disk.clone()), support::config::store(8, 300))?;
         let mut topics = BTreeMap::new();
         for name in ["a", "b"] {
             let t = store.topic(name)?;
@@ -119,7 +107,7 @@ fn workload(disk: &MemStorage) -> Model {
 }
 
 fn check(image: &MemStorage, m: &Model, what: &str) {
-    let store = Store::open_with_storage(Arc::new(image.clone()), config())
+    let store = Store::open_with_storage(Arc::new(image.clone()), support::config::store(8, 300))
         .unwrap_or_else(|e| panic!("{what}: open: {e}"));
     for (t, ps) in &m.synced {
         let topic = store
@@ -199,7 +187,7 @@ fn check(image: &MemStorage, m: &Model, what: &str) {
         .close()
         .unwrap_or_else(|e| panic!("{what}: the recovered owner's close: {e}"));
     drop(store);
-    Store::open_with_storage(Arc::new(image.clone()), config())
+    Store::open_with_storage(Arc::new(image.clone()), support::config::store(8, 300))
         .unwrap_or_else(|e| panic!("{what}: second reopen: {e}"));
 }
 

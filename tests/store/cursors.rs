@@ -21,22 +21,6 @@ const TOPICS: usize = 3;
 const CURSORS: usize = 3;
 const ENTRIES: u64 = 120;
 
-/// Data ledgers of 40 entries and a small ack budget, so cursors hold several partitions and
-/// evict some to the journal between flushes.
-fn config() -> StoreConfig {
-    StoreConfig {
-        ledger: LedgerConfig {
-            max_entries_per_ledger: 40,
-            cursor: CursorConfig {
-                lru_capacity_bytes: 1200,
-                ..CursorConfig::default()
-            },
-            ..LedgerConfig::default()
-        },
-        ..StoreConfig::default()
-    }
-}
-
 fn topic_name(t: usize) -> String {
     format!("persistent://tenant/ns/topic-{t}")
 }
@@ -46,7 +30,13 @@ fn cursor_name(c: usize) -> String {
 }
 
 fn open(disk: &MemStorage) -> ackstore::Result<Store> {
-    Store::open_with_storage(Arc::new(disk.clone()), config())
+    Store::open_with_storage(
+        Arc::new(disk.clone()),
+        StoreConfig {
+            ledger: support::config::topic(40, ackstore::PersistMode::MultiEntry, 1200),
+            ..StoreConfig::default()
+        },
+    )
 }
 
 /// One cursor's acked set: everything at or before mark-delete, plus individual acks.

@@ -7,10 +7,7 @@ use crate::support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use ackstore::{
-    CursorConfig, CursorOptions, JournalConfig, LedgerConfig, MemStorage, Position, Store,
-    StoreConfig,
-};
+use ackstore::{CursorOptions, MemStorage, Position, Store};
 use support::crash::{Points, cut_everywhere_after, torn_image, unsynced_tail};
 use support::workload::Rng;
 
@@ -18,26 +15,11 @@ const CURSORS: usize = 3;
 const ENTRIES: u64 = 90;
 const TOPIC: &str = "persistent://t/ns/rt";
 
-/// Small data ledgers, a small ack budget (evictions into the journal) and tiny journal
-/// segments, so ticks roll segments over all the time.
-fn config() -> StoreConfig {
-    StoreConfig {
-        ledger: LedgerConfig {
-            max_entries_per_ledger: 30,
-            cursor: CursorConfig {
-                lru_capacity_bytes: 900,
-                ..CursorConfig::default()
-            },
-            ..LedgerConfig::default()
-        },
-        journal: JournalConfig { segment_bytes: 600 },
-        flusher_threads: 0,
-        ..StoreConfig::default()
-    }
-}
-
 fn open(disk: &MemStorage) -> ackstore::Result<Store> {
-    Store::open_with_storage(Arc::new(disk.clone()), config())
+    Store::open_with_storage(
+        Arc::new(disk.clone()),
+        support::config::store_budgeted(30, 900, 600),
+    )
 }
 
 fn name(c: usize) -> String {
@@ -256,7 +238,7 @@ fn after_a_tick_fails_on_a_full_disk_no_later_flush_or_close_reports_success() {
 #[test]
 fn deletes_and_recreations_racing_flush_all_and_the_pool_reopen_to_each_cursors_last_state() {
     let dir = tempfile::tempdir().expect("dir");
-    let mut config = config();
+    let mut config = support::config::store_budgeted(30, 900, 600);
     config.flusher_threads = 2;
     config.journal.segment_bytes = 4096;
     config.ledger.cursor.flush_interval = Some(std::time::Duration::from_millis(1));
@@ -570,7 +552,7 @@ fn hostile_cursor_names_on_a_store_topic_reopen_or_are_refused() {
 fn acks_made_before_an_ok_flush_all_are_durable_while_threads_ack_and_the_pool_ticks() {
     let disk = MemStorage::new();
     let ps = prepare(&disk);
-    let mut config = config();
+    let mut config = support::config::store_budgeted(30, 900, 600);
     config.flusher_threads = 2;
     config.ledger.cursor.flush_interval = Some(std::time::Duration::from_millis(1));
     let store = Store::open_with_storage(Arc::new(disk.clone()), config).expect("open");
@@ -720,7 +702,7 @@ fn a_new_owners_ok_flush_survives_a_power_cut_after_taking_over_an_unsynced_tick
 fn a_store_closed_after_a_full_disk_tick_opens_again_in_the_same_process() {
     let disk = MemStorage::new();
     let ps = prepare(&disk);
-    let mut config = config();
+    let mut config = support::config::store_budgeted(30, 900, 600);
     config.flusher_threads = 2;
     config.ledger.cursor.flush_interval = Some(std::time::Duration::from_millis(1));
     let store = Store::open_with_storage(Arc::new(disk.clone()), config.clone()).expect("open");

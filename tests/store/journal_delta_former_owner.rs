@@ -12,24 +12,9 @@ use crate::support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use ackstore::internals::store::journal::JournalConfig;
-use ackstore::{
-    CursorOptions, InitialPosition, LedgerConfig, MemStorage, Position, Store, StoreConfig,
-};
+use ackstore::{CursorOptions, InitialPosition, MemStorage, Position, Store};
 use support::crash::{torn_image, unsynced_tail};
 use support::workload::Rng;
-
-fn config(segment_bytes: u64) -> StoreConfig {
-    StoreConfig {
-        ledger: LedgerConfig {
-            max_entries_per_ledger: 4,
-            ..LedgerConfig::default()
-        },
-        journal: JournalConfig { segment_bytes },
-        flusher_threads: 0,
-        ..StoreConfig::default()
-    }
-}
 
 fn opts() -> CursorOptions {
     CursorOptions {
@@ -51,7 +36,11 @@ struct Outcome {
 fn scenario(segment_bytes: u64, seed: u64, former_rounds: u64) -> Outcome {
     let mut rng = Rng::new(seed);
     let disk = MemStorage::new();
-    let old = Store::open_with_storage(Arc::new(disk.clone()), config(segment_bytes)).unwrap();
+    let old = Store::open_with_storage(
+        Arc::new(disk.clone()),
+        support::config::store(4, segment_bytes),
+    )
+    .unwrap();
     let ot = old.topic("t").unwrap();
     let entries: Vec<Position> = (0..64)
         .map(|i| ot.append(format!("{i}").as_bytes()).unwrap())
@@ -75,7 +64,8 @@ fn scenario(segment_bytes: u64, seed: u64, former_rounds: u64) -> Outcome {
         old.flush_all().unwrap();
         flushed = truth.clone();
     }
-    let new = support::takeover::new_store_owner(&disk, config(segment_bytes), "t");
+    let new =
+        support::takeover::new_store_owner(&disk, support::config::store(4, segment_bytes), "t");
     let nt = new.topic("t").unwrap();
     let new_cursors: Vec<_> = NAMES
         .iter()
@@ -131,8 +121,11 @@ fn scenario(segment_bytes: u64, seed: u64, former_rounds: u64) -> Outcome {
 }
 
 fn check(image: &MemStorage, o: &Outcome, segment_bytes: u64, what: &str) {
-    let store = Store::open_with_storage(Arc::new(image.clone()), config(segment_bytes))
-        .unwrap_or_else(|e| panic!("{what}: open: {e}"));
+    let store = Store::open_with_storage(
+        Arc::new(image.clone()),
+        support::config::store(4, segment_bytes),
+    )
+    .unwrap_or_else(|e| panic!("{what}: open: {e}"));
     let t = store
         .topic("t")
         .unwrap_or_else(|e| panic!("{what}: topic: {e}"));
@@ -174,8 +167,11 @@ fn check(image: &MemStorage, o: &Outcome, segment_bytes: u64, what: &str) {
     drop(cursors);
     drop(t);
     store.close().unwrap();
-    let again = Store::open_with_storage(Arc::new(image.durable_image()), config(segment_bytes))
-        .unwrap_or_else(|e| panic!("{what}: reopen: {e}"));
+    let again = Store::open_with_storage(
+        Arc::new(image.durable_image()),
+        support::config::store(4, segment_bytes),
+    )
+    .unwrap_or_else(|e| panic!("{what}: reopen: {e}"));
     let t = again.topic("t").unwrap();
     for (n, want) in NAMES.iter().zip(expected) {
         let c = t.open_cursor(n, opts()).unwrap();

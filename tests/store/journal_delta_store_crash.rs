@@ -16,24 +16,9 @@ use crate::support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use ackstore::internals::store::journal::JournalConfig;
-use ackstore::{
-    CursorOptions, InitialPosition, LedgerConfig, MemStorage, Position, Store, StoreConfig,
-};
+use ackstore::{CursorOptions, InitialPosition, MemStorage, Position, Store};
 use support::crash::{Points, cut_everywhere_after, torn_image, unsynced_tail};
 use support::workload::Rng;
-
-fn config(segment_bytes: u64) -> StoreConfig {
-    StoreConfig {
-        ledger: LedgerConfig {
-            max_entries_per_ledger: 4,
-            ..LedgerConfig::default()
-        },
-        journal: JournalConfig { segment_bytes },
-        flusher_threads: 0,
-        ..StoreConfig::default()
-    }
-}
 
 const TOPICS: [&str; 2] = ["a", "b"];
 const NAMES: [&str; 2] = ["x", "y"];
@@ -73,7 +58,11 @@ fn opts() -> CursorOptions {
 /// Prepared with the power on: topics with their entries, cursors created and flushed once.
 fn prepare(disk: &MemStorage, segment_bytes: u64) -> Model {
     let mut m = Model::default();
-    let store = Store::open_with_storage(Arc::new(disk.clone()), config(segment_bytes)).unwrap();
+    let store = Store::open_with_storage(
+        Arc::new(disk.clone()),
+        support::config::store(4, segment_bytes),
+    )
+    .unwrap();
     for t in TOPICS {
         let topic = store.topic(t).unwrap();
         let ps: Vec<Position> = (0..ENTRIES)
@@ -96,7 +85,10 @@ fn workload(disk: &MemStorage, mut m: Model, segment_bytes: u64, seed: u64) -> M
     let mut rng = Rng::new(seed);
     let r = (|| -> ackstore::Result<()> {
         for _reopen in 0..2 {
-            let store = Store::open_with_storage(Arc::new(disk.clone()), config(segment_bytes))?;
+            let store = Store::open_with_storage(
+                Arc::new(disk.clone()),
+                support::config::store(4, segment_bytes),
+            )?;
             let mut topics = BTreeMap::new();
             let mut cursors = BTreeMap::new();
             for t in TOPICS {
@@ -206,8 +198,11 @@ fn workload(disk: &MemStorage, mut m: Model, segment_bytes: u64, seed: u64) -> M
 }
 
 fn check(image: &MemStorage, m: &Model, segment_bytes: u64, what: &str) {
-    let store = Store::open_with_storage(Arc::new(image.clone()), config(segment_bytes))
-        .unwrap_or_else(|e| panic!("{what}: open: {e}"));
+    let store = Store::open_with_storage(
+        Arc::new(image.clone()),
+        support::config::store(4, segment_bytes),
+    )
+    .unwrap_or_else(|e| panic!("{what}: open: {e}"));
     for t in TOPICS {
         let topic = store
             .topic(t)

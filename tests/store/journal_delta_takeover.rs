@@ -10,25 +10,8 @@ use crate::support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use ackstore::internals::store::journal::JournalConfig;
-use ackstore::{
-    CursorOptions, InitialPosition, LedgerConfig, MemStorage, Position, Store, StoreConfig,
-};
+use ackstore::{CursorOptions, InitialPosition, MemStorage, Position, Store};
 use support::takeover;
-
-fn config() -> StoreConfig {
-    StoreConfig {
-        ledger: LedgerConfig {
-            max_entries_per_ledger: 4,
-            ..LedgerConfig::default()
-        },
-        journal: JournalConfig {
-            segment_bytes: 1000,
-        },
-        flusher_threads: 0,
-        ..StoreConfig::default()
-    }
-}
 
 fn opts() -> CursorOptions {
     CursorOptions {
@@ -46,7 +29,8 @@ fn pos(i: u64) -> Position {
 
 /// The former owner's chains: twelve ticks of deltas. Returns the acks made.
 fn prepare(disk: &MemStorage) -> BTreeMap<String, BTreeSet<Position>> {
-    let store = Store::open_with_storage(Arc::new(disk.clone()), config()).unwrap();
+    let store =
+        Store::open_with_storage(Arc::new(disk.clone()), support::config::store(4, 1000)).unwrap();
     let t = store.topic("t").unwrap();
     let ps: Vec<Position> = (0..64)
         .map(|i| t.append(format!("{i}").as_bytes()).unwrap())
@@ -79,7 +63,8 @@ fn scenario(n: u64) -> (u64, Option<String>) {
     let mut truth = prepare(&disk);
     let mut flushed = truth.clone();
     let hooked = takeover::Disk::new(Arc::new(disk.clone()));
-    let old = Store::open_with_storage(hooked.storage.clone(), config()).unwrap();
+    let old =
+        Store::open_with_storage(hooked.storage.clone(), support::config::store(4, 1000)).unwrap();
     let ot = old.topic("t").unwrap();
     let ocs: Vec<_> = NAMES
         .iter()
@@ -94,7 +79,9 @@ fn scenario(n: u64) -> (u64, Option<String>) {
     }
     let slot = {
         let disk = disk.clone();
-        hooked.arm_takeover(n, move || takeover::new_store_owner(&disk, config(), "t"))
+        hooked.arm_takeover(n, move || {
+            takeover::new_store_owner(&disk, support::config::store(4, 1000), "t")
+        })
     };
     let before = hooked.hook.count();
     let former = old.flush_all();
@@ -111,7 +98,7 @@ fn scenario(n: u64) -> (u64, Option<String>) {
     }
     let new = match slot.lock().unwrap().take() {
         Some(new) => new,
-        None => takeover::new_store_owner(&disk, config(), "t"),
+        None => takeover::new_store_owner(&disk, support::config::store(4, 1000), "t"),
     };
     let nt = new.topic("t").unwrap();
     let ncs: Vec<_> = NAMES
@@ -149,7 +136,10 @@ fn scenario(n: u64) -> (u64, Option<String>) {
         }
     }
     std::mem::forget((ncs, nt, new, ocs, ot, old));
-    let store = match Store::open_with_storage(Arc::new(disk.durable_image()), config()) {
+    let store = match Store::open_with_storage(
+        Arc::new(disk.durable_image()),
+        support::config::store(4, 1000),
+    ) {
         Ok(s) => s,
         Err(e) => return (steps, Some(format!("claim after {n}: restart: {e}"))),
     };

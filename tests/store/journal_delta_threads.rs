@@ -15,33 +15,10 @@ use std::time::Duration;
 
 use crate::support;
 
-use ackstore::internals::store::journal::JournalConfig;
-use ackstore::{
-    CursorConfig, CursorOptions, InitialPosition, LedgerConfig, MemStorage, Position, Store,
-    StoreConfig,
-};
+use ackstore::{CursorOptions, InitialPosition, MemStorage, Position, Store};
 use support::workload::Rng;
 
 const ENTRIES: usize = 64;
-
-fn config() -> StoreConfig {
-    StoreConfig {
-        ledger: LedgerConfig {
-            max_entries_per_ledger: 4,
-            cursor: CursorConfig {
-                flush_interval: Some(Duration::from_millis(1)),
-                lru_capacity_bytes: 600,
-                ..CursorConfig::default()
-            },
-            ..LedgerConfig::default()
-        },
-        journal: JournalConfig {
-            segment_bytes: 1024,
-        },
-        flusher_threads: 2,
-        ..StoreConfig::default()
-    }
-}
 
 fn opts() -> CursorOptions {
     CursorOptions {
@@ -109,7 +86,11 @@ fn acked(store: &Store, topic: &str, name: &str, ps: &[Position]) -> BTreeSet<Po
 #[test]
 fn cursors_acking_seeking_closing_and_deleted_while_ticks_and_rollovers_run_recover_exactly() {
     let disk = MemStorage::new();
-    let store = Store::open_with_storage(Arc::new(disk.clone()), config()).expect("open");
+    let store = Store::open_with_storage(
+        Arc::new(disk.clone()),
+        support::config::store_flushed(4, 600, 1024, Duration::from_millis(1), 2),
+    )
+    .expect("open");
     let mut entries = Vec::new();
     for t in ["a", "b"] {
         let topic = store.topic(t).expect("topic");
@@ -172,7 +153,11 @@ fn cursors_acking_seeking_closing_and_deleted_while_ticks_and_rollovers_run_reco
         "{flushes} flush_all, {stats:?}"
     );
     for image in [disk.clone(), disk.durable_image()] {
-        let store = Store::open_with_storage(Arc::new(image), config()).expect("reopen");
+        let store = Store::open_with_storage(
+            Arc::new(image),
+            support::config::store_flushed(4, 600, 1024, Duration::from_millis(1), 2),
+        )
+        .expect("reopen");
         for (t, n, truth) in &results {
             let ps = &entries.iter().find(|(x, _)| x == t).expect("topic").1;
             let got = acked(&store, t, n, ps);

@@ -14,25 +14,9 @@ use ackstore::internals::format::journal::{
     Record, RecordKind, SLOT_COPIES, SLOT_LEN, SLOTS_AT, decode_record,
     decode_segment_header_version, encode_record, encode_slot,
 };
-use ackstore::internals::store::journal::JournalConfig;
 use ackstore::{
-    CorruptionPlace, CursorOptions, Error, InitialPosition, LedgerConfig, Position, Store,
-    StoreConfig,
+    CorruptionPlace, CursorOptions, Error, InitialPosition, Position, Store, StoreConfig,
 };
-
-fn config() -> StoreConfig {
-    StoreConfig {
-        ledger: LedgerConfig {
-            max_entries_per_ledger: 8,
-            ..LedgerConfig::default()
-        },
-        journal: JournalConfig {
-            segment_bytes: 1200,
-        },
-        flusher_threads: 0,
-        ..StoreConfig::default()
-    }
-}
 
 fn opts() -> CursorOptions {
     CursorOptions {
@@ -44,7 +28,7 @@ fn opts() -> CursorOptions {
 /// A store whose journal spans at least three segments, the newest holding records, closed
 /// cleanly. Returns the positions appended.
 fn build(dir: &Path) -> Vec<Position> {
-    let store = Store::open(dir, config()).unwrap();
+    let store = Store::open(dir, support::config::store(8, 1200)).unwrap();
     let t = store.topic("t").unwrap();
     let ps: Vec<Position> = (0..48)
         .map(|i| t.append(format!("{i}").as_bytes()).unwrap())
@@ -144,8 +128,15 @@ fn a_missing_listed_segment_oldest_middle_or_newest_is_refused_naming_it() {
         let dir = tempfile::tempdir().unwrap();
         copy_dir(base.path(), dir.path());
         std::fs::remove_file(dir.path().join(seg.file_name().unwrap())).unwrap();
-        refused_naming(Store::open(dir.path(), config()), seq_of(seg), what);
-        let err = Store::open(dir.path(), config()).err().unwrap().to_string();
+        refused_naming(
+            Store::open(dir.path(), support::config::store(8, 1200)),
+            seq_of(seg),
+            what,
+        );
+        let err = Store::open(dir.path(), support::config::store(8, 1200))
+            .err()
+            .unwrap()
+            .to_string();
         assert!(err.contains(&format!("segment {}", seq_of(seg))), "{err}");
     }
 }
@@ -166,7 +157,7 @@ fn a_flipped_bit_in_a_synced_record_of_the_newest_segment_is_corruption_and_open
         damaged[at + len / 2] ^= 0x10;
         std::fs::write(&path, &damaged).unwrap();
         refused_naming(
-            Store::open(dir.path(), config()),
+            Store::open(dir.path(), support::config::store(8, 1200)),
             seq_of(&newest),
             &format!("{kind:?} at {at}"),
         );
@@ -192,7 +183,7 @@ fn a_damaged_header_of_a_listed_segment_is_corruption_and_the_segment_stays() {
             damaged[byte] ^= 0x04;
             std::fs::write(&path, &damaged).unwrap();
             refused_naming(
-                Store::open(dir.path(), config()),
+                Store::open(dir.path(), support::config::store(8, 1200)),
                 seq_of(&seg),
                 &format!("header byte {byte} of {seg:?}"),
             );
@@ -221,7 +212,7 @@ fn a_listed_segment_cut_below_what_it_holds_is_corruption() {
             let path = dir.path().join(seg.file_name().unwrap());
             std::fs::write(&path, &bytes[..cut]).unwrap();
             refused_naming(
-                Store::open(dir.path(), config()),
+                Store::open(dir.path(), support::config::store(8, 1200)),
                 seq_of(seg),
                 &format!("{seg:?} cut at {cut}"),
             );
@@ -312,7 +303,7 @@ fn both_slot_copies_of_a_listed_segment_failing_is_corruption_never_a_torn_tail(
         damaged[SLOTS_AT..SLOTS_AT + SLOT_COPIES * SLOT_LEN].fill(0);
         std::fs::write(&path, &damaged).unwrap();
         refused_naming(
-            Store::open(dir.path(), config()),
+            Store::open(dir.path(), support::config::store(8, 1200)),
             seq_of(seg),
             &format!("both slots of {seg:?} zeroed"),
         );
@@ -346,7 +337,7 @@ fn an_older_copy_of_an_older_segment_consistent_in_itself_is_corruption() {
         let path = dir.path().join(seg.file_name().unwrap());
         std::fs::write(&path, &older).unwrap();
         refused_naming(
-            Store::open(dir.path(), config()),
+            Store::open(dir.path(), support::config::store(8, 1200)),
             seq_of(seg),
             &format!("{seg:?} replaced by its first {cut} bytes"),
         );
@@ -365,7 +356,7 @@ fn unlisted_is_refused(base: &Path, i: usize) {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     tree.write(dir.path());
-    match Store::open(dir.path(), config()) {
+    match Store::open(dir.path(), support::config::store(8, 1200)) {
         Err(Error::Corrupted {
             place: CorruptionPlace::Journal { .. },
             ..
@@ -403,7 +394,7 @@ fn the_newest_segment_dropped_from_the_catalog_list_while_it_holds_ticks_is_corr
 fn the_only_listed_segment_dropped_from_the_catalog_list_is_corruption() {
     let base = tempfile::tempdir().unwrap();
     {
-        let store = Store::open(base.path(), config()).unwrap();
+        let store = Store::open(base.path(), support::config::store(8, 1200)).unwrap();
         let t = store.topic("t").unwrap();
         let p = t.append(b"x").unwrap();
         t.sync().unwrap();
@@ -425,7 +416,7 @@ fn an_oldest_segment_a_committed_chain_reaches_into_dropped_from_the_list_is_cor
     // chain keeps reaching into the first segment.
     let base = tempfile::tempdir().unwrap();
     {
-        let store = Store::open(base.path(), config()).unwrap();
+        let store = Store::open(base.path(), support::config::store(8, 1200)).unwrap();
         let t = store.topic("t").unwrap();
         let ps: Vec<Position> = (0..64)
             .map(|i| t.append(format!("{i}").as_bytes()).unwrap())

@@ -7,24 +7,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ackstore::internals::store::journal::JournalConfig;
-use ackstore::{CursorOptions, Error, LedgerConfig, MemStorage, Position, Store, StoreConfig};
+use ackstore::{CursorOptions, Error, MemStorage, Position, Store, StoreConfig};
 
-fn config() -> StoreConfig {
-    let mut ledger = LedgerConfig {
-        max_entries_per_ledger: 16,
-        ..LedgerConfig::default()
-    };
-    ledger.cursor.flush_interval = Some(Duration::from_millis(3));
-    StoreConfig {
-        ledger,
-        journal: JournalConfig {
-            segment_bytes: 2048,
-        },
-        flusher_threads: 2,
-        ack_memory_bytes: Some(64 << 10),
-    }
-}
+use crate::support;
 
 const TOPICS: usize = 3;
 const WORKERS: usize = 6;
@@ -43,7 +28,20 @@ fn benign(e: &Error) -> bool {
 fn everything_at_once_keeps_every_flushed_ack_and_never_hangs() {
     let disk = MemStorage::new();
     let entries: Vec<Vec<Position>> = {
-        let store = Store::open_with_storage(Arc::new(disk.clone()), config()).expect("open");
+        let store = Store::open_with_storage(
+            Arc::new(disk.clone()),
+            StoreConfig {
+                ack_memory_bytes: Some(64 << 10),
+                ..support::config::store_flushed(
+                    16,
+                    ackstore::CursorConfig::default().lru_capacity_bytes,
+                    2048,
+                    Duration::from_millis(3),
+                    2,
+                )
+            },
+        )
+        .expect("open");
         let all = (0..TOPICS)
             .map(|t| {
                 let topic = store.topic(&format!("t{t}")).expect("topic");
@@ -57,7 +55,22 @@ fn everything_at_once_keeps_every_flushed_ack_and_never_hangs() {
         store.close().expect("close");
         all
     };
-    let store = Arc::new(Store::open_with_storage(Arc::new(disk.clone()), config()).expect("open"));
+    let store = Arc::new(
+        Store::open_with_storage(
+            Arc::new(disk.clone()),
+            StoreConfig {
+                ack_memory_bytes: Some(64 << 10),
+                ..support::config::store_flushed(
+                    16,
+                    ackstore::CursorConfig::default().lru_capacity_bytes,
+                    2048,
+                    Duration::from_millis(3),
+                    2,
+                )
+            },
+        )
+        .expect("open"),
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let models: Arc<Vec<Mutex<Model>>> = Arc::new((0..WORKERS).map(|_| Mutex::default()).collect());
     let errors: Arc<Mutex<Vec<String>>> = Arc::default();
@@ -143,7 +156,19 @@ fn everything_at_once_keeps_every_flushed_ack_and_never_hangs() {
     drop(store);
     let errs = errors.lock().unwrap().clone();
     let mut problems: Vec<String> = Vec::new();
-    let again = match Store::open_with_storage(Arc::new(disk.clone()), config()) {
+    let again = match Store::open_with_storage(
+        Arc::new(disk.clone()),
+        StoreConfig {
+            ack_memory_bytes: Some(64 << 10),
+            ..support::config::store_flushed(
+                16,
+                ackstore::CursorConfig::default().lru_capacity_bytes,
+                2048,
+                Duration::from_millis(3),
+                2,
+            )
+        },
+    ) {
         Ok(s) => s,
         Err(e) => {
             problems.push(format!(
@@ -151,7 +176,20 @@ fn everything_at_once_keeps_every_flushed_ack_and_never_hangs() {
                  cannot be opened again: {e:?} (something still holds its lock)"
             ));
             disk.break_lock();
-            Store::open_with_storage(Arc::new(disk.clone()), config()).expect("reopen")
+            Store::open_with_storage(
+                Arc::new(disk.clone()),
+                StoreConfig {
+                    ack_memory_bytes: Some(64 << 10),
+                    ..support::config::store_flushed(
+                        16,
+                        ackstore::CursorConfig::default().lru_capacity_bytes,
+                        2048,
+                        Duration::from_millis(3),
+                        2,
+                    )
+                },
+            )
+            .expect("reopen")
         }
     };
     problems.extend(errs.iter().take(10).cloned());

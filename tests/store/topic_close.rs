@@ -3,19 +3,17 @@
 
 use std::sync::Arc;
 
-use ackstore::{CursorOptions, MemStorage, Store, StoreConfig};
+use ackstore::{CursorOptions, MemStorage, Store};
 
-fn config() -> StoreConfig {
-    StoreConfig {
-        flusher_threads: 0,
-        ..StoreConfig::default()
-    }
-}
+use crate::support;
 
 fn run(variant: u32) -> ackstore::Result<()> {
     let disk = MemStorage::new();
     {
-        let store = Store::open_with_storage(Arc::new(disk.clone()), config())?;
+        let store = Store::open_with_storage(
+            Arc::new(disk.clone()),
+            support::config::store_without_flusher(),
+        )?;
         let topic = store.topic("t")?;
         let p = topic.append(b"x")?;
         topic.sync()?;
@@ -42,7 +40,11 @@ fn run(variant: u32) -> ackstore::Result<()> {
         }
         store.close()?;
     }
-    Store::open_with_storage(Arc::new(disk.clone()), config()).map(drop)
+    Store::open_with_storage(
+        Arc::new(disk.clone()),
+        support::config::store_without_flusher(),
+    )
+    .map(drop)
 }
 
 /// A store closed and dropped releases its lock, whatever its topics went through.

@@ -1,6 +1,7 @@
 //! What the integration tests share, one submodule per concern. Each test file declares
 //! `mod support;` and uses what it needs; nothing here is a test of its own.
 //!
+//! - [`config`]: topic, cursor and store configurations, one function per shape.
 //! - [`crash`]: power cuts at every storage operation ([`crash::cut_everywhere`]) and torn
 //!   images of unsynced tails ([`crash::torn_image`]), for every crash test.
 //! - [`log_model`]: deterministic entries and a model of an entry-log workload.
@@ -28,6 +29,7 @@
 #![allow(dead_code, reason = "each test file uses a different subset")]
 
 pub mod ack_patterns;
+pub mod config;
 pub mod crash;
 pub mod cursor_ledger;
 pub mod harness;

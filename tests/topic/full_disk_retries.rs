@@ -7,21 +7,7 @@ use std::sync::Arc;
 
 use ackstore::Error;
 use ackstore::MemStorage;
-use ackstore::{CursorConfig, PersistMode};
 use ackstore::{CursorOptions, LedgerConfig, ManagedLedger};
-
-fn config(lru: usize) -> LedgerConfig {
-    LedgerConfig {
-        max_entries_per_ledger: 20,
-        cursor: CursorConfig {
-            persist_mode: PersistMode::MultiEntry,
-            lru_capacity_bytes: lru,
-            cursor_ledger_max_entries: 64,
-            ..CursorConfig::default()
-        },
-        ..LedgerConfig::default()
-    }
-}
 
 fn open_mem(disk: &MemStorage, cfg: &LedgerConfig) -> ackstore::Result<ManagedLedger> {
     ManagedLedger::open_with_storage(Arc::new(disk.clone()), cfg.clone())
@@ -30,7 +16,7 @@ fn open_mem(disk: &MemStorage, cfg: &LedgerConfig) -> ackstore::Result<ManagedLe
 #[test]
 fn a_retried_topic_close_after_a_failed_cursor_flush_never_returns_ok_without_the_acks() {
     let disk = MemStorage::new();
-    let cfg = config(1 << 20);
+    let cfg = support::config::topic_rolling(20, ackstore::PersistMode::MultiEntry, 1 << 20, 64);
     let topic = open_mem(&disk, &cfg).unwrap();
     let positions = support::topic::append_n(&topic, 60);
     topic.sync().unwrap();
@@ -61,7 +47,7 @@ fn a_retried_topic_close_after_a_failed_cursor_flush_never_returns_ok_without_th
 /// space is freed; a flush, a power cut, and every ack is there.
 fn acks_evicted_on_a_full_disk_are_kept_by_the_retried_flush(per_ledger: u64, ledgers: u64) {
     let disk = MemStorage::new();
-    let mut cfg = config(0);
+    let mut cfg = support::config::topic_rolling(20, ackstore::PersistMode::MultiEntry, 0, 64);
     cfg.max_entries_per_ledger = per_ledger;
     cfg.cursor.cursor_ledger_max_entries = 1 << 20;
     let topic = open_mem(&disk, &cfg).unwrap();
@@ -104,7 +90,7 @@ fn acks_whose_evictions_reached_the_full_disk_are_kept_by_the_retried_flush() {
 fn a_seek_and_a_rewind_on_a_full_disk_with_pinned_partitions_change_nothing_and_work_once_space_is_free()
  {
     let disk = MemStorage::new();
-    let mut cfg = config(0);
+    let mut cfg = support::config::topic_rolling(20, ackstore::PersistMode::MultiEntry, 0, 64);
     cfg.max_entries_per_ledger = 4_000;
     cfg.cursor.cursor_ledger_max_entries = 1 << 20;
     let topic = open_mem(&disk, &cfg).unwrap();

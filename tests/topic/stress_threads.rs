@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use ackstore::MemStorage;
 use ackstore::{Cursor, CursorOptions, Error, Position};
-use ackstore::{CursorConfig, LedgerConfig, ManagedLedger, PersistMode};
+use ackstore::{ManagedLedger, PersistMode};
 use support::workload::{Acked, Rng, actual, before, seed_from_env};
 
 /// How much work one run does.
@@ -37,20 +37,6 @@ struct Size {
     cursors: usize,
     threads_per_cursor: usize,
     ops_per_thread: usize,
-}
-
-fn config(mode: PersistMode) -> LedgerConfig {
-    LedgerConfig {
-        max_entries_per_ledger: 5,
-        cursor: CursorConfig {
-            persist_mode: mode,
-            lru_capacity_bytes: 4096,
-            cursor_ledger_max_entries: 24,
-            flush_interval: Some(Duration::from_millis(3)),
-            ..CursorConfig::default()
-        },
-        ..LedgerConfig::default()
-    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -563,13 +549,19 @@ const SIZE: Size = Size {
 fn stress_in_memory(mode: PersistMode) {
     let seed = seed_from_env("ACKSTORE_STRESS_SEED");
     let disk = MemStorage::new();
-    let topic =
-        ManagedLedger::open_with_storage(Arc::new(disk.clone()), config(mode)).expect("open");
+    let topic = ManagedLedger::open_with_storage(
+        Arc::new(disk.clone()),
+        support::config::topic_flushed(5, mode, 4096, 24, Duration::from_millis(3)),
+    )
+    .expect("open");
     let run = run_workload(&topic, SIZE, seed);
 
     // A power cut now: only what was synced survives.
     let image = disk.durable_image();
-    match ManagedLedger::open_with_storage(Arc::new(image), config(mode)) {
+    match ManagedLedger::open_with_storage(
+        Arc::new(image),
+        support::config::topic_flushed(5, mode, 4096, 24, Duration::from_millis(3)),
+    ) {
         Ok(crashed) => {
             let a = lock(&run.appended);
             let synced = a.positions[..a.synced].to_vec();
@@ -591,7 +583,11 @@ fn stress_in_memory(mode: PersistMode) {
     }
 
     close_reopen_and_check(&run, || {
-        ManagedLedger::open_with_storage(Arc::new(disk.clone()), config(mode)).expect("reopen")
+        ManagedLedger::open_with_storage(
+            Arc::new(disk.clone()),
+            support::config::topic_flushed(5, mode, 4096, 24, Duration::from_millis(3)),
+        )
+        .expect("reopen")
     });
     report(&run, &format!("in-memory disk, {mode:?}"));
 }
@@ -642,7 +638,17 @@ fn one_owner_on_real_files_under_concurrent_load_is_never_fenced_and_reopens_exa
     let seed = seed_from_env("ACKSTORE_STRESS_SEED");
     let dir = tempfile::tempdir().expect("tempdir");
     let path: &Path = dir.path();
-    let topic = ManagedLedger::open(path, config(PersistMode::MultiEntry)).expect("open");
+    let topic = ManagedLedger::open(
+        path,
+        support::config::topic_flushed(
+            5,
+            PersistMode::MultiEntry,
+            4096,
+            24,
+            Duration::from_millis(3),
+        ),
+    )
+    .expect("open");
     let size = Size {
         appends_per_producer: 600,
         ops_per_thread: 250,
@@ -650,7 +656,17 @@ fn one_owner_on_real_files_under_concurrent_load_is_never_fenced_and_reopens_exa
     };
     let run = run_workload(&topic, size, seed);
     close_reopen_and_check(&run, || {
-        ManagedLedger::open(path, config(PersistMode::MultiEntry)).expect("reopen")
+        ManagedLedger::open(
+            path,
+            support::config::topic_flushed(
+                5,
+                PersistMode::MultiEntry,
+                4096,
+                24,
+                Duration::from_millis(3),
+            ),
+        )
+        .expect("reopen")
     });
     report(&run, "real files");
 }
