@@ -149,7 +149,7 @@ fn check_models(open: &Open, models: &[Model], what: &str) {
 /// One random step on cursor `k`: an individual ack, or a read. A store's cursors persist
 /// through its journal, which does not carry batch-index acks yet (they are refused with
 /// `Error::Unsupported`, checked below), so the steps ack whole entries; the budget's bound for
-/// partial entries is tested on topics of their own (`tests/cursor_batch_memory.rs`).
+/// partial entries is tested on topics of their own (`tests/cursor/batch_memory.rs`).
 fn step(rng: &mut Rng, open: &Open, models: &mut [Model], k: usize) {
     let c = &open.cursors[k];
     let p = open.positions[k][rng.index(ENTRIES as usize)];
