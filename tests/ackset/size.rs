@@ -2,8 +2,8 @@
 //! `MessageRange` encoding of the same ranges; partition records alone against the entropy and
 //! Pulsar's `LongListMap` and roaring+LZ4; and the persisted state with its cursor-ledger framing
 //! (compact marker, pages, partition entries) against the same targets. Sizes are deterministic,
-//! so the targets are asserted; `cargo test --release --test ackset_size -- --nocapture` prints
-//! the tables recorded in `docs/benchmarks.md`.
+//! so the targets are asserted; `cargo test --release --test ackset -- size:: --nocapture`
+//! prints the tables recorded in `docs/benchmarks.md`.
 
 use crate::support;
 

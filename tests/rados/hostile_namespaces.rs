@@ -10,28 +10,6 @@ use std::sync::Arc;
 use ackstore::{CursorOptions, Error, InitialPosition, ManagedLedger, Storage};
 use support::rados::{cluster, fresh_namespace, pool};
 
-/// The `rados` command line on the test cluster, in namespace `namespace`.
-fn rados_cli(namespace: &str, args: &[&str]) -> String {
-    let out = std::process::Command::new("rados")
-        .args([
-            "-c",
-            &support::rados::conf(),
-            "-p",
-            &pool(),
-            "-N",
-            namespace,
-        ])
-        .args(args)
-        .output()
-        .expect("run the rados command");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 fn storage(namespace: &str) -> Arc<dyn Storage> {
     Arc::new(cluster().storage(&pool(), namespace).unwrap())
 }
@@ -41,7 +19,7 @@ fn an_owner_epoch_at_its_limit_is_refused_not_wrapped_to_an_unfenced_owner() {
     let namespace = fresh_namespace("epoch-limit");
     let s = cluster().storage(&pool(), &namespace).unwrap();
     drop(s.lock().unwrap());
-    rados_cli(
+    support::rados::rados_cli(
         &namespace,
         &[
             "setxattr",
@@ -86,7 +64,7 @@ fn a_lost_index_of_names_is_not_an_empty_topic() {
 
     // The one object that names every other is lost (an unfound object marked lost, an
     // operator's mistake): the topic's ten entries are still there.
-    rados_cli(&namespace, &["rm", ".ackstore-names"]);
+    support::rados::rados_cli(&namespace, &["rm", ".ackstore-names"]);
     let topic =
         ManagedLedger::open_with_storage(storage(&namespace), support::topic::config(4)).unwrap();
     assert_eq!(topic.cursor_names(), vec!["sub".to_owned()]);
@@ -119,20 +97,20 @@ fn a_namespace_whose_index_was_lost_still_lists_its_files_and_keeps_them_listed(
     for name in ["a", "b", "c"] {
         s.create(name).unwrap();
     }
-    rados_cli(&namespace, &["rm", ".ackstore-names"]);
+    support::rados::rados_cli(&namespace, &["rm", ".ackstore-names"]);
     assert_eq!(s.list().unwrap(), vec!["a", "b", "c"]);
     // The next name added brings the others back into the index.
     s.create("d").unwrap();
     assert_eq!(s.list().unwrap(), vec!["a", "b", "c", "d"]);
     assert_eq!(
-        rados_cli(&namespace, &["listomapkeys", ".ackstore-names"]),
+        support::rados::rados_cli(&namespace, &["listomapkeys", ".ackstore-names"]),
         "a\nb\nc\nd\n"
     );
     // An owner stamps (and so fences) every object of it.
     let _owner = s.lock().unwrap();
     let epoch = format!("{:020}", s.epoch());
     assert_eq!(
-        rados_cli(&namespace, &["getxattr", "a", "ackstore.epoch"]).trim_end(),
+        support::rados::rados_cli(&namespace, &["getxattr", "a", "ackstore.epoch"]).trim_end(),
         epoch
     );
 }

@@ -276,28 +276,6 @@ fn each_new_owner_writes_with_a_higher_epoch() {
     assert_eq!(s.epoch(), 2, "each owner gets a higher epoch");
 }
 
-/// The `rados` command line on the test cluster, in namespace `namespace`.
-fn rados_cli(namespace: &str, args: &[&str]) -> String {
-    let out = std::process::Command::new("rados")
-        .args([
-            "-c",
-            &support::rados::conf(),
-            "-p",
-            &pool(),
-            "-N",
-            namespace,
-        ])
-        .args(args)
-        .output()
-        .expect("run the rados command");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 #[test]
 fn a_name_whose_object_is_gone_is_not_listed_and_the_next_owner_drops_it() {
     let s = fresh_storage("index");
@@ -305,16 +283,16 @@ fn a_name_whose_object_is_gone_is_not_listed_and_the_next_owner_drops_it() {
     s.create("a").unwrap();
     s.create("b").unwrap();
     // What a remove cut between its two steps leaves: the object gone, its name indexed.
-    rados_cli(&namespace, &["rm", "a"]);
+    support::rados::rados_cli(&namespace, &["rm", "a"]);
     assert_eq!(s.list().unwrap(), vec!["b"]);
     assert!(!s.exists("a").unwrap());
     assert_eq!(
-        rados_cli(&namespace, &["listomapkeys", ".ackstore-names"]),
+        support::rados::rados_cli(&namespace, &["listomapkeys", ".ackstore-names"]),
         "a\nb\n"
     );
     let _owner = s.lock().unwrap();
     assert_eq!(
-        rados_cli(&namespace, &["listomapkeys", ".ackstore-names"]),
+        support::rados::rados_cli(&namespace, &["listomapkeys", ".ackstore-names"]),
         "b\n"
     );
     s.create("a").unwrap();
