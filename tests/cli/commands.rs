@@ -2,23 +2,12 @@
 //! healthy, damaged, torn, missing and foreign.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use ackstore::internals::log::{ledger_file_name, parse_ledger_file_name};
 use ackstore::{CursorOptions, LedgerConfig, ManagedLedger, Position};
 
-fn ackstore(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ackstore"))
-        .args(args)
-        .env("ACKSTORE_NO_PROGRESS", "1")
-        .output()
-        .expect("the binary runs")
-}
-
-fn json(out: &Output) -> serde_json::Value {
-    let text = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
-}
+use crate::support;
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
@@ -62,9 +51,9 @@ fn ledger_files(dir: &Path) -> Vec<(u64, std::path::PathBuf)> {
 
 #[test]
 fn perf_json_report_has_every_key_with_sane_values() {
-    let out = ackstore(&["perf", "--entries", "20000", "--json"]);
+    let out = support::cli::run(&["perf", "--entries", "20000", "--json"]);
     assert!(out.status.success(), "perf failed: {}", stderr(&out));
-    let r = json(&out);
+    let r = support::cli::json(&out);
     for key in [
         "entries",
         "acked",
@@ -113,7 +102,7 @@ fn perf_runs_every_pattern_and_mode_and_verifies() {
         ("sparse:0.01", "single"),
         ("alternating", "single"),
     ] {
-        let out = ackstore(&[
+        let out = support::cli::run(&[
             "perf",
             "--entries",
             "3000",
@@ -124,14 +113,18 @@ fn perf_runs_every_pattern_and_mode_and_verifies() {
             "--json",
         ]);
         assert!(out.status.success(), "{pattern}/{mode}: {}", stderr(&out));
-        assert_eq!(json(&out)["verified"], true, "{pattern}/{mode}");
+        assert_eq!(
+            support::cli::json(&out)["verified"],
+            true,
+            "{pattern}/{mode}"
+        );
     }
 }
 
 #[test]
 fn perf_in_a_store_verifies_and_counts_what_the_journal_appended() {
     for pattern in ["alternating", "random:0.3"] {
-        let out = ackstore(&[
+        let out = support::cli::run(&[
             "perf",
             "--entries",
             "3000",
@@ -141,21 +134,21 @@ fn perf_in_a_store_verifies_and_counts_what_the_journal_appended() {
             "--json",
         ]);
         assert!(out.status.success(), "{pattern}: {}", stderr(&out));
-        let r = json(&out);
+        let r = support::cli::json(&out);
         assert_eq!(r["verified"], true, "{pattern}");
         assert_eq!(r["in_store"], true, "{pattern}");
         let persisted = r["persisted_bytes"].as_u64().unwrap();
         let incremental = r["incremental_flush_bytes"].as_u64().unwrap();
         assert!(persisted > 0 && incremental > 0, "{pattern}: {r}");
     }
-    let out = ackstore(&["perf", "--in-store", "--batch-size", "4"]);
+    let out = support::cli::run(&["perf", "--in-store", "--batch-size", "4"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("--batch-size 1"), "{}", stderr(&out));
 }
 
 #[test]
 fn perf_refuses_an_unknown_pattern_with_a_sentence() {
-    let out = ackstore(&["perf", "--pattern", "zigzag"]);
+    let out = support::cli::run(&["perf", "--pattern", "zigzag"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr(&out).contains("unknown pattern `zigzag`"),
@@ -172,9 +165,9 @@ fn inspect_shows_ledgers_and_cursor_state_without_changing_the_directory() {
         .into_iter()
         .map(|(_, p)| std::fs::read(p).unwrap())
         .collect();
-    let out = ackstore(&["inspect", dir.path().to_str().unwrap(), "--json"]);
+    let out = support::cli::run(&["inspect", dir.path().to_str().unwrap(), "--json"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let r = json(&out);
+    let r = support::cli::json(&out);
     let data: Vec<_> = r["ledgers"]
         .as_array()
         .unwrap()
@@ -211,7 +204,7 @@ fn inspect_shows_ledgers_and_cursor_state_without_changing_the_directory() {
         .collect();
     assert_eq!(before, after, "inspect changed a ledger file");
     // The table form names the cursor too, and its table's shape.
-    let out = ackstore(&["inspect", dir.path().to_str().unwrap()]);
+    let out = support::cli::run(&["inspect", dir.path().to_str().unwrap()]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("sub/../x"), "{text}");
     assert!(text.contains("4 inline/0 own/0 pages"), "{text}");
@@ -221,7 +214,7 @@ fn inspect_shows_ledgers_and_cursor_state_without_changing_the_directory() {
 fn verify_passes_a_healthy_directory() {
     let dir = tempfile::tempdir().unwrap();
     sample_topic(dir.path());
-    let out = ackstore(&["verify", dir.path().to_str().unwrap()]);
+    let out = support::cli::run(&["verify", dir.path().to_str().unwrap()]);
     assert!(
         out.status.success(),
         "{}{}",
@@ -240,9 +233,9 @@ fn verify_names_the_ledger_and_offset_of_a_flipped_byte_in_a_sealed_ledger() {
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0x40;
     std::fs::write(&path, bytes).unwrap();
-    let out = ackstore(&["verify", dir.path().to_str().unwrap(), "--json"]);
+    let out = support::cli::run(&["verify", dir.path().to_str().unwrap(), "--json"]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    let r = json(&out);
+    let r = support::cli::json(&out);
     assert_eq!(r["ok"], false);
     let findings = r["findings"].as_array().unwrap();
     assert!(
@@ -264,8 +257,8 @@ fn verify_reports_a_torn_tail_as_such_and_not_as_damage() {
     sample_topic(dir.path());
     let data_ledgers: Vec<_> = ledger_files(dir.path());
     // Closing a topic seals its data ledgers; the cursor ledger stays open. Tear its tail.
-    let out = ackstore(&["inspect", dir.path().to_str().unwrap(), "--json"]);
-    let r = json(&out);
+    let out = support::cli::run(&["inspect", dir.path().to_str().unwrap(), "--json"]);
+    let r = support::cli::json(&out);
     let open_id = r["ledgers"]
         .as_array()
         .unwrap()
@@ -282,9 +275,9 @@ fn verify_reports_a_torn_tail_as_such_and_not_as_damage() {
     let mut bytes = std::fs::read(path).unwrap();
     bytes.extend_from_slice(&[0x2a; 21]);
     std::fs::write(path, bytes).unwrap();
-    let out = ackstore(&["verify", dir.path().to_str().unwrap(), "--json"]);
+    let out = support::cli::run(&["verify", dir.path().to_str().unwrap(), "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let r = json(&out);
+    let r = support::cli::json(&out);
     assert_eq!(r["damaged"], 0, "{r}");
     assert_eq!(r["torn_tails"], 1, "{r}");
 }
@@ -294,7 +287,7 @@ fn a_missing_directory_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("nope");
     for cmd in ["inspect", "verify"] {
-        let out = ackstore(&[cmd, missing.to_str().unwrap()]);
+        let out = support::cli::run(&[cmd, missing.to_str().unwrap()]);
         assert_eq!(out.status.code(), Some(2));
         let err = stderr(&out);
         assert!(err.contains("nope") && !err.contains("panicked"), "{err}");
@@ -306,7 +299,7 @@ fn a_directory_that_is_not_ackstore_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("notes.txt"), "hello").unwrap();
     for cmd in ["inspect", "verify"] {
-        let out = ackstore(&[cmd, dir.path().to_str().unwrap()]);
+        let out = support::cli::run(&[cmd, dir.path().to_str().unwrap()]);
         assert_eq!(out.status.code(), Some(2));
         assert!(
             stderr(&out).contains("is not an ackstore directory"),

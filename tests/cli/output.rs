@@ -4,22 +4,18 @@
 
 use std::fs::File;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 
 use ackstore::{CursorOptions, LedgerConfig, ManagedLedger};
 
-fn command(args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ackstore"));
-    cmd.args(args).env("ACKSTORE_NO_PROGRESS", "1");
-    cmd
-}
+use crate::support;
 
 /// Runs the command with its stdout the write end of a pipe whose read end is already closed,
 /// as `ackstore verify DIR | head -1` is once `head` has its line.
 fn into_closed_pipe(args: &[&str]) -> Output {
     let (reader, writer) = std::io::pipe().expect("a pipe");
     drop(reader);
-    command(args)
+    support::cli::command(args)
         .stdout(writer)
         .stderr(Stdio::piped())
         .output()
@@ -34,7 +30,7 @@ fn into_full_device(args: &[&str], stream: &str) -> Output {
             .open("/dev/full")
             .expect("/dev/full")
     };
-    let mut cmd = command(args);
+    let mut cmd = support::cli::command(args);
     match stream {
         "stdout" => cmd.stdout(full()).stderr(Stdio::piped()),
         _ => cmd.stdout(Stdio::piped()).stderr(full()),
@@ -176,7 +172,7 @@ fn help_and_usage_errors_into_a_full_device_keep_claps_exit_codes() {
 
 #[test]
 fn help_lists_the_exit_codes() {
-    let out = command(&["--help"]).output().unwrap();
+    let out = support::cli::command(&["--help"]).output().unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(help.contains("Exit codes"), "{help}");
     for code in ["0", "1", "2"] {
@@ -192,7 +188,7 @@ fn inspect_prints_a_cursor_name_longer_than_any_format_width() {
     let dir = tempfile::tempdir().unwrap();
     let name = "n".repeat(70_000);
     topic_with_cursor(dir.path(), &name);
-    let out = command(&["inspect", dir.path().to_str().unwrap()])
+    let out = support::cli::command(&["inspect", dir.path().to_str().unwrap()])
         .output()
         .unwrap();
     assert_no_panic(&out, "inspect");
@@ -209,7 +205,7 @@ fn inspect_prints_a_cursor_name_longer_than_any_format_width() {
         "the row ends with the epoch: {}",
         &row[row.len() - 80..]
     );
-    let out = command(&["verify", dir.path().to_str().unwrap()])
+    let out = support::cli::command(&["verify", dir.path().to_str().unwrap()])
         .output()
         .unwrap();
     assert_no_panic(&out, "verify");
@@ -311,7 +307,7 @@ fn perf_refuses_every_hostile_argument_with_exit_code_2() {
     for (args, names) in table {
         let mut all = vec!["perf", "--dir", work];
         all.extend_from_slice(args);
-        let out = command(&all).output().unwrap();
+        let out = support::cli::command(&all).output().unwrap();
         assert_no_panic(&out, &all.join(" "));
         assert_eq!(out.status.code(), Some(2), "{all:?}: {}", stderr(&out));
         assert!(
@@ -364,7 +360,7 @@ fn perf_runs_at_the_edges_of_its_bounds() {
     ] {
         let mut all = vec!["perf", "--json"];
         all.extend_from_slice(args);
-        let out = command(&all).output().unwrap();
+        let out = support::cli::command(&all).output().unwrap();
         assert_no_panic(&out, &all.join(" "));
         assert_eq!(out.status.code(), Some(0), "{all:?}: {}", stderr(&out));
     }
@@ -373,7 +369,7 @@ fn perf_runs_at_the_edges_of_its_bounds() {
 /// The bounds of `perf`'s numeric arguments are in its `--help`.
 #[test]
 fn perf_help_states_the_bounds_of_every_numeric_argument() {
-    let out = command(&["perf", "--help"]).output().unwrap();
+    let out = support::cli::command(&["perf", "--help"]).output().unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
     for (arg, bound) in [
         ("--entries", "1,000,000,000"),

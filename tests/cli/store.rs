@@ -4,23 +4,9 @@
 use crate::support;
 
 use std::path::Path;
-use std::process::{Command, Output};
 
 use ackstore::internals::store::journal::segment_name;
 use ackstore::{CursorOptions, Position, Store, StoreConfig};
-
-fn ackstore(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ackstore"))
-        .args(args)
-        .env("ACKSTORE_NO_PROGRESS", "1")
-        .output()
-        .expect("the binary runs")
-}
-
-fn json(out: &Output) -> serde_json::Value {
-    let text = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
-}
 
 /// A store with two topics (entries, a flushed cursor each, persisted in the store's journal).
 fn sample_store(dir: &Path) {
@@ -42,8 +28,8 @@ fn sample_store(dir: &Path) {
 fn verify_checks_every_topic_and_the_journal_of_a_healthy_store() {
     let dir = tempfile::tempdir().unwrap();
     sample_store(dir.path());
-    let out = ackstore(&["verify", dir.path().to_str().unwrap(), "--json"]);
-    let report = json(&out);
+    let out = support::cli::run(&["verify", dir.path().to_str().unwrap(), "--json"]);
+    let report = support::cli::json(&out);
     assert!(out.status.success(), "{report}");
     assert_eq!(report["store"], true);
     assert_eq!(report["topics"], 2);
@@ -70,8 +56,8 @@ fn verify_and_inspect_read_a_journal_whose_cursors_flushed_deltas() {
     store.close().unwrap();
     // The directory stays locked while a handle lives.
     drop(store);
-    let out = ackstore(&["verify", dir.path().to_str().unwrap(), "--json"]);
-    let report = json(&out);
+    let out = support::cli::run(&["verify", dir.path().to_str().unwrap(), "--json"]);
+    let report = support::cli::json(&out);
     assert!(out.status.success(), "{report}");
     assert_eq!(report["cursors"], 2);
     assert_eq!(
@@ -79,8 +65,8 @@ fn verify_and_inspect_read_a_journal_whose_cursors_flushed_deltas() {
         "a partition and a marker, then a partition and a delta, per cursor"
     );
     assert_eq!(report["damaged"], 0);
-    let out = ackstore(&["inspect", dir.path().to_str().unwrap(), "--json"]);
-    let report = json(&out);
+    let out = support::cli::run(&["inspect", dir.path().to_str().unwrap(), "--json"]);
+    let report = support::cli::json(&out);
     assert!(out.status.success(), "{report}");
     assert_eq!(report["journal"]["cursors"], 2);
     let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
@@ -119,8 +105,8 @@ fn verify_names_the_topic_file_and_the_journal_segment_that_are_damaged() {
     bytes.extend_from_slice(&[7, 0, 0, 0, 1, 2]);
     std::fs::write(&seg, bytes).unwrap();
 
-    let out = ackstore(&["verify", dir.path().to_str().unwrap(), "--json"]);
-    let report = json(&out);
+    let out = support::cli::run(&["verify", dir.path().to_str().unwrap(), "--json"]);
+    let report = support::cli::json(&out);
     assert_eq!(out.status.code(), Some(1), "{report}");
     let findings = report["findings"].as_array().unwrap();
     assert!(
@@ -141,13 +127,13 @@ fn verify_names_the_topic_file_and_the_journal_segment_that_are_damaged() {
 fn inspect_lists_the_topics_of_a_store_and_its_journal() {
     let dir = tempfile::tempdir().unwrap();
     sample_store(dir.path());
-    let out = ackstore(&["inspect", dir.path().to_str().unwrap(), "--json"]);
+    let out = support::cli::run(&["inspect", dir.path().to_str().unwrap(), "--json"]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let report = json(&out);
+    let report = support::cli::json(&out);
     let topics = report["topics"].as_array().unwrap();
     let names: Vec<&str> = topics.iter().map(|t| t["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["persistent://t/ns/a", "b"]);
@@ -162,7 +148,7 @@ fn inspect_lists_the_topics_of_a_store_and_its_journal() {
 
 #[test]
 fn perf_with_topics_runs_the_store_workload_and_its_baseline_and_verifies_every_cursor() {
-    let out = ackstore(&[
+    let out = support::cli::run(&[
         "perf",
         "--topics",
         "3",
@@ -175,7 +161,7 @@ fn perf_with_topics_runs_the_store_workload_and_its_baseline_and_verifies_every_
         "--baseline",
         "--json",
     ]);
-    let report = json(&out);
+    let report = support::cli::json(&out);
     assert!(out.status.success(), "{report}");
     for run in [&report, &report["baseline"]] {
         assert_eq!(run["topics"], 3);
@@ -207,18 +193,21 @@ fn verify_and_inspect_read_a_store_of_the_flat_layout_and_one_upgraded_by_an_ope
     let dir = support::samples::sample_dir("store-v2-flat");
     let path = dir.path().to_str().unwrap();
     let check = |topics: usize| {
-        let out = ackstore(&["verify", path, "--json"]);
-        let report = json(&out);
+        let out = support::cli::run(&["verify", path, "--json"]);
+        let report = support::cli::json(&out);
         assert!(out.status.success(), "{report}");
         assert_eq!(report["topics"], topics, "{report}");
         assert_eq!(report["cursors"], 4, "{report}");
-        let out = ackstore(&["inspect", path, "--json"]);
+        let out = support::cli::run(&["inspect", path, "--json"]);
         assert!(
             out.status.success(),
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        assert_eq!(json(&out)["topics"].as_array().unwrap().len(), topics);
+        assert_eq!(
+            support::cli::json(&out)["topics"].as_array().unwrap().len(),
+            topics
+        );
     };
     check(2);
     let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
@@ -238,8 +227,8 @@ fn verify_reports_a_listed_topic_whose_directory_is_missing() {
     let dir = tempfile::tempdir().unwrap();
     sample_store(dir.path());
     std::fs::remove_dir_all(dir.path().join("t2")).unwrap();
-    let out = ackstore(&["verify", dir.path().to_str().unwrap(), "--json"]);
-    let report = json(&out);
+    let out = support::cli::run(&["verify", dir.path().to_str().unwrap(), "--json"]);
+    let report = support::cli::json(&out);
     assert_eq!(out.status.code(), Some(1), "{report}");
     let findings = report["findings"].as_array().unwrap();
     assert!(

@@ -1,19 +1,11 @@
 //! `ackstore verify` and `inspect` on a store whose cursor journal rolled over many segments and
 //! holds forget records of deleted cursors and cursors recreated under the same name.
 
-use std::process::{Command, Output};
+use std::process::Command;
 
 use ackstore::{CursorOptions, JournalConfig, Store, StoreConfig};
 
 use crate::support;
-
-fn ackstore(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ackstore"))
-        .args(args)
-        .env("ACKSTORE_NO_PROGRESS", "1")
-        .output()
-        .expect("the binary runs")
-}
 
 fn churned_store(dir: &std::path::Path) {
     let config = StoreConfig {
@@ -48,7 +40,7 @@ fn churned_store(dir: &std::path::Path) {
 fn verify_finds_a_store_with_rolled_segments_and_deleted_cursors_healthy() {
     let dir = tempfile::tempdir().expect("dir");
     churned_store(dir.path());
-    let out = ackstore(&["verify", dir.path().to_str().expect("utf-8"), "--json"]);
+    let out = support::cli::run(&["verify", dir.path().to_str().expect("utf-8"), "--json"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -58,7 +50,7 @@ fn verify_finds_a_store_with_rolled_segments_and_deleted_cursors_healthy() {
     let report: serde_json::Value = serde_json::from_str(text.trim()).expect("json");
     assert_eq!(report["damaged"], 0, "{report}");
     assert_eq!(report["cursors"], 3, "{report}");
-    let out = ackstore(&["inspect", dir.path().to_str().expect("utf-8"), "--json"]);
+    let out = support::cli::run(&["inspect", dir.path().to_str().expect("utf-8"), "--json"]);
     assert!(
         out.status.success(),
         "{}",

@@ -4,21 +4,12 @@
 //! unreadable.
 
 use std::path::Path;
-use std::process::{Command, Output};
 
 use ackstore::ManagedLedger;
 use ackstore::internals::log::{ledger_file_name, parse_ledger_file_name};
 use ackstore::internals::meta::record_of_file;
 
 use crate::support;
-
-fn ackstore(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ackstore"))
-        .args(args)
-        .env("ACKSTORE_NO_PROGRESS", "1")
-        .output()
-        .expect("the binary runs")
-}
 
 /// A closed topic of 50 entries in sealed ledgers of 20; returns the recorded ledger ids.
 fn topic(dir: &Path) -> Vec<u64> {
@@ -94,7 +85,7 @@ fn verify_calls_damage_exactly_what_open_refuses() {
             .map(|e| e.unwrap().file_name())
             .filter(|n| n.to_str().and_then(parse_ledger_file_name).is_some())
             .collect();
-        let verified = ackstore(&["verify", dir.to_str().unwrap()]);
+        let verified = support::cli::run(&["verify", dir.to_str().unwrap()]);
         let code = verified.status.code();
         let opened = ManagedLedger::open(dir, support::topic::config(20));
         let expected = if opened.is_ok() { Some(0) } else { Some(1) };
@@ -120,7 +111,7 @@ fn inspect_exits_2_when_the_topic_record_is_unreadable() {
     topic(tmp.path());
     let current = topic_record_files(tmp.path()).pop().unwrap();
     std::fs::write(current, b"not a record").unwrap();
-    let out = ackstore(&["inspect", tmp.path().to_str().unwrap()]);
+    let out = support::cli::run(&["inspect", tmp.path().to_str().unwrap()]);
     assert_eq!(
         out.status.code(),
         Some(2),
@@ -165,7 +156,7 @@ fn a_fenced_owners_frames_past_a_sealed_count_are_not_damage() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
         fenced_owner_appends_past_the_seal(dir, stale);
-        let verified = ackstore(&["verify", dir.to_str().unwrap()]);
+        let verified = support::cli::run(&["verify", dir.to_str().unwrap()]);
         let opened = ManagedLedger::open(dir, support::topic::config(20));
         assert!(
             opened.is_ok(),

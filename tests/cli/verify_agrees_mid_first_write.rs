@@ -5,20 +5,11 @@
 use crate::support;
 
 use std::path::Path;
-use std::process::{Command, Output};
 use std::sync::Arc;
 
 use ackstore::{CursorOptions, LedgerConfig, ManagedLedger, MemStorage, PersistMode, Storage};
 use support::crash::{Points, cut_everywhere_after, torn_image, unsynced_tail};
 use support::topic::append_n;
-
-fn ackstore(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ackstore"))
-        .args(args)
-        .env("ACKSTORE_NO_PROGRESS", "1")
-        .output()
-        .expect("the binary runs")
-}
 
 fn dump(disk: &MemStorage, dir: &Path) {
     for name in disk.list().unwrap() {
@@ -32,7 +23,7 @@ fn dump(disk: &MemStorage, dir: &Path) {
 fn agree(image: &MemStorage, c: &LedgerConfig, what: &str) {
     let tmp = tempfile::tempdir().unwrap();
     dump(image, tmp.path());
-    let out = ackstore(&["verify", tmp.path().to_str().unwrap()]);
+    let out = support::cli::run(&["verify", tmp.path().to_str().unwrap()]);
     let opened = ManagedLedger::open(tmp.path(), c.clone())
         .and_then(|t| t.open_cursor("sub", CursorOptions::default()).map(|_| ()));
     let expected = if opened.is_ok() { Some(0) } else { Some(1) };

@@ -1,6 +1,7 @@
 //! What the integration tests share, one submodule per concern. Each test file declares
 //! `mod support;` and uses what it needs; nothing here is a test of its own.
 //!
+//! - `cli` (feature `cli`): the `ackstore` command run with its progress display off, its JSON.
 //! - [`config`]: topic, cursor and store configurations, one function per shape.
 //! - [`crash`]: power cuts at every storage operation ([`crash::cut_everywhere`]) and torn
 //!   images of unsynced tails ([`crash::torn_image`]), for every crash test.
@@ -29,6 +30,8 @@
 #![allow(dead_code, reason = "each test file uses a different subset")]
 
 pub mod ack_patterns;
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod config;
 pub mod crash;
 pub mod cursor_ledger;
