@@ -10,14 +10,7 @@ use std::sync::Arc;
 
 use ackstore::internals::format::meta::TopicRecord;
 use ackstore::internals::meta::{FileMetaStore, MetaStore};
-use ackstore::{CursorOptions, Error, FileStorage, InitialPosition, Position, Storage, Store};
-
-fn opts() -> CursorOptions {
-    CursorOptions {
-        initial_position: InitialPosition::Earliest,
-        inclusive: false,
-    }
-}
+use ackstore::{Error, FileStorage, Position, Storage, Store};
 
 /// Every ack of `cursor` at or below `last` of the ledgers `ledgers`, as positions (the
 /// mark-delete position and what is individually acked above it).
@@ -77,7 +70,9 @@ fn an_upgraded_cursor_opened_and_flushed_by_this_build_is_bound_to_its_name() {
         let ends = vec![topic.last_position().expect("entries")];
         let mut cursors = Vec::new();
         for c in topic.cursor_names() {
-            let cursor = topic.open_cursor(&c, opts()).expect("cursor");
+            let cursor = topic
+                .open_cursor(&c, support::topic::earliest())
+                .expect("cursor");
             let state = (
                 cursor.mark_delete_position().expect("md"),
                 acked(&cursor, &ends),
@@ -107,7 +102,7 @@ fn an_upgraded_cursor_opened_and_flushed_by_this_build_is_bound_to_its_name() {
     let topic = store.topic(&name).expect("topic");
     let ends = vec![topic.last_position().expect("entries")];
     for (c, state) in &before {
-        match topic.open_cursor(c, opts()) {
+        match topic.open_cursor(c, support::topic::earliest()) {
             Err(Error::Corrupted { .. }) => {}
             Err(e) => panic!("{c}: {e}"),
             Ok(cursor) => {
@@ -206,7 +201,9 @@ fn a_cursor_deleted_and_recreated_while_ticks_run_comes_back_as_its_last_incarna
         };
         let mut acks = BTreeSet::new();
         for round in 0..100usize {
-            let c = topic.open_cursor("c", opts()).expect("cursor");
+            let c = topic
+                .open_cursor("c", support::topic::earliest())
+                .expect("cursor");
             acks.clear();
             for k in 0..(1 + round % 5) {
                 let p = ps[(round * 7 + k * 13) % 64];
@@ -236,7 +233,9 @@ fn a_cursor_deleted_and_recreated_while_ticks_run_comes_back_as_its_last_incarna
         1,
         "only the last incarnation's state is held"
     );
-    let c = topic.open_cursor("c", opts()).expect("c");
+    let c = topic
+        .open_cursor("c", support::topic::earliest())
+        .expect("c");
     assert_eq!(acked(&c, &ends), last);
 }
 
@@ -257,7 +256,9 @@ fn a_zero_padded_cursor_record_beside_a_deletion_cut_short_open_and_verify_agree
         let p = topic.append(b"m").expect("append");
         topic.sync().expect("sync");
         for name in ["x", "y"] {
-            let c = topic.open_cursor(name, opts()).expect("cursor");
+            let c = topic
+                .open_cursor(name, support::topic::earliest())
+                .expect("cursor");
             c.ack(p).expect("ack");
         }
         store.flush_all().expect("flush");
@@ -315,7 +316,7 @@ fn states(disk: &ackstore::MemStorage) -> ackstore::Result<States> {
         let topic = store.topic(&t)?;
         let ends: Vec<Position> = topic.last_position().into_iter().collect();
         for c in topic.cursor_names() {
-            let cursor = topic.open_cursor(&c, opts())?;
+            let cursor = topic.open_cursor(&c, support::topic::earliest())?;
             let state = (cursor.mark_delete_position()?, acked(&cursor, &ends));
             out.push((format!("{t}/{c}"), state));
         }

@@ -11,19 +11,16 @@ use std::sync::Arc;
 use ackstore::{InitialPosition, ManagedLedger};
 use ackstore::{MemStorage, Storage};
 use support::crash::{Cut, cut_everywhere, torn_image};
-use support::topic::{at, config};
+use support::topic::at;
 
 const PER_LEDGER: u64 = 4;
 
-fn cfg() -> ackstore::LedgerConfig {
-    let mut c = config(PER_LEDGER);
-    c.cursor.flush_interval = None;
-    c
-}
-
 /// The workload; stops at the first error (the power is off from then on).
 fn workload(disk: &MemStorage) -> ackstore::Result<()> {
-    let topic = ManagedLedger::open_with_storage(Arc::new(disk.clone()), cfg())?;
+    let topic = ManagedLedger::open_with_storage(
+        Arc::new(disk.clone()),
+        support::topic::config(PER_LEDGER),
+    )?;
     let positions = (0..10u8)
         .map(|i| topic.append(&[i]))
         .collect::<ackstore::Result<Vec<_>>>()?;
@@ -43,7 +40,10 @@ fn workload(disk: &MemStorage) -> ackstore::Result<()> {
     keep.flush()?;
     topic.close()?;
     // A second owner of the closed directory.
-    let again = ManagedLedger::open_with_storage(Arc::new(disk.clone()), cfg())?;
+    let again = ManagedLedger::open_with_storage(
+        Arc::new(disk.clone()),
+        support::topic::config(PER_LEDGER),
+    )?;
     again.open_cursor("late", at(InitialPosition::Latest, false))?;
     again.close()
 }
@@ -85,7 +85,7 @@ fn after_a_power_cut_at_any_operation_open_accepts_and_verify_exits_0() {
                 .output()
                 .unwrap();
             let code = verified.status.code();
-            let opened = ManagedLedger::open(tmp.path(), cfg());
+            let opened = ManagedLedger::open(tmp.path(), support::topic::config(PER_LEDGER));
             assert!(
                 opened.is_ok(),
                 "cut after {n} of {total} operations ({kind}): open said {:?}",
@@ -137,7 +137,11 @@ fn after_a_power_cut_at_any_operation_the_next_owner_leaves_no_garbage() {
         }
         disk.fail_after(None);
         let image = disk.durable_image();
-        let topic = ManagedLedger::open_with_storage(Arc::new(image.clone()), cfg()).unwrap();
+        let topic = ManagedLedger::open_with_storage(
+            Arc::new(image.clone()),
+            support::topic::config(PER_LEDGER),
+        )
+        .unwrap();
         topic.close().unwrap();
         drop(topic);
         let files = image.list().unwrap();

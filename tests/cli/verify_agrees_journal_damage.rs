@@ -14,7 +14,9 @@ use ackstore::internals::format::journal::{
     Record, RecordKind, decode_record, decode_segment_header_version, encode_record,
 };
 use ackstore::internals::store::journal::JournalConfig;
-use ackstore::{CursorOptions, InitialPosition, LedgerConfig, Position, Store, StoreConfig};
+use ackstore::{LedgerConfig, Position, Store, StoreConfig};
+
+use crate::support;
 
 fn verify(dir: &Path) -> (Option<i32>, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_ackstore"))
@@ -28,20 +30,13 @@ fn verify(dir: &Path) -> (Option<i32>, String) {
     (out.status.code(), text)
 }
 
-fn opts() -> CursorOptions {
-    CursorOptions {
-        initial_position: InitialPosition::Earliest,
-        inclusive: false,
-    }
-}
-
 fn opens(dir: &Path) -> ackstore::Result<()> {
     let store = Store::open(dir, StoreConfig::default())?;
     for name in store.topic_names() {
         let t = store.topic(&name)?;
         let first = t.first_position();
         for c in t.cursor_names() {
-            let cur = t.open_cursor(&c, opts())?;
+            let cur = t.open_cursor(&c, support::topic::earliest())?;
             if let Some(first) = first {
                 let mut p = Some(first);
                 while let Some(pos) = p {
@@ -88,7 +83,7 @@ fn build(dir: &Path) {
     t.sync().unwrap();
     let cs: Vec<_> = ["x", "y"]
         .iter()
-        .map(|n| t.open_cursor(n, opts()).unwrap())
+        .map(|n| t.open_cursor(n, support::topic::earliest()).unwrap())
         .collect();
     for round in 0..8usize {
         for (i, c) in cs.iter().enumerate() {

@@ -14,27 +14,12 @@ use std::sync::Arc;
 
 use ackstore::MemStorage;
 use ackstore::{Cursor, Position, Result};
-use ackstore::{CursorConfig, InitialPosition, LedgerConfig, ManagedLedger, PersistMode};
+use ackstore::{InitialPosition, ManagedLedger, PersistMode};
 use support::crash::{Cut, Points, cut_everywhere_after, torn_image};
 use support::topic::{append_n, at};
 
 /// Entries per data ledger: every ledger is its own ack partition.
 const PER_LEDGER: u64 = 8;
-
-fn ledger_config(mode: PersistMode) -> LedgerConfig {
-    LedgerConfig {
-        max_entries_per_ledger: PER_LEDGER,
-        cursor: CursorConfig {
-            persist_mode: mode,
-            // Nothing stays resident: every touch evicts, dirty partitions go to the ledger.
-            lru_capacity_bytes: 0,
-            // A rollover every few flushes.
-            cursor_ledger_max_entries: 6,
-            ..CursorConfig::default()
-        },
-        ..LedgerConfig::default()
-    }
-}
 
 /// A small deterministic generator (xorshift64*).
 struct Rng(u64);
@@ -125,7 +110,10 @@ struct Session {
 
 impl Session {
     fn open(disk: &MemStorage, mode: PersistMode) -> Result<(ManagedLedger, Cursor)> {
-        let topic = ManagedLedger::open_with_storage(Arc::new(disk.clone()), ledger_config(mode))?;
+        let topic = ManagedLedger::open_with_storage(
+            Arc::new(disk.clone()),
+            support::config::topic_rolling(PER_LEDGER, mode, 0, 6),
+        )?;
         let cursor = topic.open_cursor("sub", at(InitialPosition::Earliest, false))?;
         Ok((topic, cursor))
     }
@@ -247,8 +235,11 @@ fn run(
 }
 
 fn check(image: &MemStorage, mode: PersistMode, b: &Bounds, what: &str) {
-    let topic = ManagedLedger::open_with_storage(Arc::new(image.clone()), ledger_config(mode))
-        .unwrap_or_else(|e| panic!("{what}: topic does not open: {e}"));
+    let topic = ManagedLedger::open_with_storage(
+        Arc::new(image.clone()),
+        support::config::topic_rolling(PER_LEDGER, mode, 0, 6),
+    )
+    .unwrap_or_else(|e| panic!("{what}: topic does not open: {e}"));
     let recovered = if topic.cursor_names().is_empty() {
         BTreeSet::new()
     } else {
@@ -336,9 +327,11 @@ fn single_entry_acks_survive_a_power_cut_after_any_operation_within_the_bounds()
 fn a_crash_right_after_a_seek_never_brings_back_a_cleared_ack() {
     for mode in [PersistMode::MultiEntry, PersistMode::SingleEntry] {
         let prepare = |disk: &MemStorage| -> (ManagedLedger, Cursor, Vec<Position>) {
-            let topic =
-                ManagedLedger::open_with_storage(Arc::new(disk.clone()), ledger_config(mode))
-                    .unwrap();
+            let topic = ManagedLedger::open_with_storage(
+                Arc::new(disk.clone()),
+                support::config::topic_rolling(PER_LEDGER, mode, 0, 6),
+            )
+            .unwrap();
             let p = append_n(&topic, 40);
             topic.sync().unwrap();
             let c = topic
@@ -359,9 +352,11 @@ fn a_crash_right_after_a_seek_never_brings_back_a_cleared_ack() {
             },
             |disk, Cut { n, .. }, (_topic, _c, p, sought)| {
                 for image in [disk.durable_image(), torn_image(disk, |u| u)] {
-                    let topic =
-                        ManagedLedger::open_with_storage(Arc::new(image), ledger_config(mode))
-                            .unwrap();
+                    let topic = ManagedLedger::open_with_storage(
+                        Arc::new(image),
+                        support::config::topic_rolling(PER_LEDGER, mode, 0, 6),
+                    )
+                    .unwrap();
                     let c = topic
                         .open_cursor("sub", at(InitialPosition::Latest, false))
                         .unwrap();
@@ -390,7 +385,7 @@ fn a_crash_right_after_a_seek_never_brings_back_a_cleared_ack() {
 /// keeps exactly one cursor ledger, the one the record names (open deletes the other).
 #[test]
 fn every_step_of_a_rollover_recovers_the_old_or_the_new_state() {
-    let config = ledger_config(PersistMode::MultiEntry);
+    let config = support::config::topic_rolling(PER_LEDGER, PersistMode::MultiEntry, 0, 6);
     // Two flushes, then a third that rolls over; returns the acked sets of the last two.
     let prepare = |disk: &MemStorage| {
         let topic =

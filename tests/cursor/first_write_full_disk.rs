@@ -9,9 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use ackstore::internals::ackset::MAX_PARTITION_BYTES;
-use ackstore::{
-    CursorConfig, CursorOptions, LedgerConfig, ManagedLedger, MemStorage, PersistMode, Position,
-};
+use ackstore::{CursorOptions, ManagedLedger, MemStorage, PersistMode, Position};
 use support::tap::{Hook, Op, Tap};
 use support::topic::append_n;
 
@@ -26,21 +24,9 @@ impl Hook for Creates {
     }
 }
 
-fn cfg(mode: PersistMode, lru: usize) -> LedgerConfig {
-    LedgerConfig {
-        max_entries_per_ledger: 20,
-        cursor: CursorConfig {
-            persist_mode: mode,
-            lru_capacity_bytes: lru,
-            ..CursorConfig::default()
-        },
-        ..LedgerConfig::default()
-    }
-}
-
 fn scenario(mode: PersistMode) {
     let budget = 0;
-    let c = cfg(mode, budget);
+    let c = support::config::topic(20, mode, budget);
     let disk = MemStorage::new();
     let topic = ManagedLedger::open_with_storage(Arc::new(disk.clone()), c.clone()).unwrap();
     let ps = append_n(&topic, 600);
@@ -107,7 +93,7 @@ fn a_claim_refused_by_a_full_disk_single() {
 /// and a close with space keeps everything.
 #[test]
 fn a_claim_at_open_refused_by_a_full_disk_single() {
-    let c = cfg(PersistMode::SingleEntry, 0);
+    let c = support::config::topic(20, PersistMode::SingleEntry, 0);
     let disk = MemStorage::new();
     let topic = ManagedLedger::open_with_storage(Arc::new(disk.clone()), c.clone()).unwrap();
     let ps = append_n(&topic, 300);

@@ -4,23 +4,13 @@ use std::sync::Arc;
 
 use ackstore::internals::ackset::MAX_PARTITION_BYTES;
 use ackstore::{
-    AppendMeta, Cursor, CursorConfig, CursorOptions, LedgerConfig, ManagedLedger, MemStorage,
-    PersistMode, Position,
+    AppendMeta, Cursor, CursorOptions, LedgerConfig, ManagedLedger, MemStorage, PersistMode,
+    Position,
 };
 
-const PER_LEDGER: u64 = 6;
+use crate::support;
 
-fn cfg(budget: usize, mode: PersistMode) -> LedgerConfig {
-    LedgerConfig {
-        max_entries_per_ledger: PER_LEDGER,
-        cursor: CursorConfig {
-            lru_capacity_bytes: budget,
-            persist_mode: mode,
-            ..CursorConfig::default()
-        },
-        ..LedgerConfig::default()
-    }
-}
+const PER_LEDGER: u64 = 6;
 
 fn open(disk: &MemStorage, c: &LedgerConfig) -> ManagedLedger {
     ManagedLedger::open_with_storage(Arc::new(disk.clone()), c.clone()).unwrap()
@@ -82,7 +72,7 @@ enum First {
 
 fn batch_acks_after(first: First, mode: PersistMode) {
     let budget = 1024;
-    let c = cfg(budget, mode);
+    let c = support::config::topic(PER_LEDGER, mode, budget);
     let disk = MemStorage::new();
     let ps = prepared(&disk, &c, 1200);
     let topic = open(&disk, &c);
@@ -147,7 +137,7 @@ fn batch_acks_after_a_rewind_stay_within_budget() {
 fn batch_acks_with_no_first_write_stay_within_budget() {
     for mode in [PersistMode::MultiEntry, PersistMode::SingleEntry] {
         let budget = 1024;
-        let c = cfg(budget, mode);
+        let c = support::config::topic(PER_LEDGER, mode, budget);
         let disk = MemStorage::new();
         let ps = prepared(&disk, &c, 1200);
         let topic = open(&disk, &c);
@@ -172,7 +162,7 @@ fn batch_acks_with_no_first_write_stay_within_budget() {
 #[test]
 fn whole_entry_acks_after_a_first_write_that_is_a_seek_stay_within_budget() {
     let budget = 1024;
-    let c = cfg(budget, PersistMode::MultiEntry);
+    let c = support::config::topic(PER_LEDGER, PersistMode::MultiEntry, budget);
     let disk = MemStorage::new();
     let ps = prepared(&disk, &c, 1200);
     let topic = open(&disk, &c);
@@ -193,7 +183,7 @@ fn whole_entry_acks_after_a_first_write_that_is_a_seek_stay_within_budget() {
 #[test]
 fn partial_entries_held_after_a_seek_are_kept_by_the_next_flush() {
     let budget = 1024;
-    let c = cfg(budget, PersistMode::MultiEntry);
+    let c = support::config::topic(PER_LEDGER, PersistMode::MultiEntry, budget);
     let disk = MemStorage::new();
     let ps = prepared(&disk, &c, 600);
     let topic = open(&disk, &c);
@@ -221,7 +211,7 @@ fn partial_entries_held_after_a_seek_are_kept_by_the_next_flush() {
 #[test]
 fn batch_acks_after_a_seek_single_entry_small_history() {
     let budget = 1024;
-    let c = cfg(budget, PersistMode::SingleEntry);
+    let c = support::config::topic(PER_LEDGER, PersistMode::SingleEntry, budget);
     let disk = MemStorage::new();
     let ps = prepared_every(&disk, &c, 1200, 1000);
     let topic = open(&disk, &c);

@@ -6,27 +6,12 @@ use crate::support;
 use std::sync::Arc;
 
 use ackstore::internals::ackset::MAX_PARTITION_BYTES;
-use ackstore::{
-    AppendMeta, CursorConfig, CursorOptions, LedgerConfig, ManagedLedger, MemStorage, PersistMode,
-    Position,
-};
+use ackstore::{AppendMeta, CursorOptions, ManagedLedger, MemStorage, PersistMode, Position};
 use support::workload::Rng;
-
-fn cfg(budget: usize, mode: PersistMode) -> LedgerConfig {
-    LedgerConfig {
-        max_entries_per_ledger: 8,
-        cursor: CursorConfig {
-            lru_capacity_bytes: budget,
-            persist_mode: mode,
-            ..CursorConfig::default()
-        },
-        ..LedgerConfig::default()
-    }
-}
 
 fn run(seed: u64, mode: PersistMode, budget: usize) {
     let mut rng = Rng::new(seed);
-    let c = cfg(budget, mode);
+    let c = support::config::topic(8, mode, budget);
     let disk = MemStorage::new();
     let topic = ManagedLedger::open_with_storage(Arc::new(disk.clone()), c.clone()).unwrap();
     let ps: Vec<Position> = (0..800)

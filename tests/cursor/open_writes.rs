@@ -7,25 +7,13 @@ use crate::support;
 
 use std::sync::Arc;
 
-use ackstore::{CursorConfig, CursorOptions, LedgerConfig, ManagedLedger, MemStorage, PersistMode};
+use ackstore::{CursorOptions, ManagedLedger, MemStorage, PersistMode};
 use support::topic::append_n;
-
-fn cfg(mode: PersistMode, lru: usize) -> LedgerConfig {
-    LedgerConfig {
-        max_entries_per_ledger: 50,
-        cursor: CursorConfig {
-            persist_mode: mode,
-            lru_capacity_bytes: lru,
-            ..CursorConfig::default()
-        },
-        ..LedgerConfig::default()
-    }
-}
 
 /// Storage writes of `open_cursor` of a reopened cursor, and whether it moved the cursor to a
 /// fresh ledger (the claim).
 fn opening_writes(mode: PersistMode, lru: usize) -> (u64, bool) {
-    let c = cfg(mode, lru);
+    let c = support::config::topic(50, mode, lru);
     let disk = MemStorage::new();
     let topic = ManagedLedger::open_with_storage(Arc::new(disk.clone()), c.clone()).unwrap();
     let ps = append_n(&topic, 500);
@@ -67,7 +55,7 @@ fn reopening_a_single_entry_cursor_past_its_budget_claims_at_once() {
 /// and keeps the recovered ledger: no claim.
 #[test]
 fn a_rewind_before_the_first_write_writes_the_record_and_keeps_the_recovered_ledger() {
-    let c = cfg(PersistMode::MultiEntry, 1 << 20);
+    let c = support::config::topic(50, PersistMode::MultiEntry, 1 << 20);
     let disk = MemStorage::new();
     let topic = ManagedLedger::open_with_storage(Arc::new(disk.clone()), c.clone()).unwrap();
     let ps = append_n(&topic, 100);

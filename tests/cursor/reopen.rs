@@ -10,21 +10,8 @@ use std::sync::Arc;
 use ackstore::MemStorage;
 use ackstore::RecoverySource;
 use ackstore::{Cursor, Position};
-use ackstore::{CursorConfig, InitialPosition, LedgerConfig, ManagedLedger, PersistMode};
+use ackstore::{InitialPosition, LedgerConfig, ManagedLedger, PersistMode};
 use support::topic::{append_n, at, read_positions};
-
-fn ledger_config(mode: PersistMode) -> LedgerConfig {
-    LedgerConfig {
-        max_entries_per_ledger: 50,
-        cursor: CursorConfig {
-            persist_mode: mode,
-            // A few partitions resident at most: the rest live in the cursor ledger.
-            lru_capacity_bytes: 512,
-            ..CursorConfig::default()
-        },
-        ..LedgerConfig::default()
-    }
-}
 
 /// Where a topic lives: an in-memory disk or a real directory.
 enum Place {
@@ -35,10 +22,13 @@ enum Place {
 impl Place {
     fn open(&self, mode: PersistMode) -> ManagedLedger {
         match self {
-            Self::Mem(disk) => {
-                ManagedLedger::open_with_storage(Arc::new(disk.clone()), ledger_config(mode))
+            Self::Mem(disk) => ManagedLedger::open_with_storage(
+                Arc::new(disk.clone()),
+                support::config::topic(50, mode, 512),
+            ),
+            Self::Dir(dir) => {
+                ManagedLedger::open(dir.path(), support::config::topic(50, mode, 512))
             }
-            Self::Dir(dir) => ManagedLedger::open(dir.path(), ledger_config(mode)),
         }
         .expect("open topic")
     }

@@ -11,24 +11,10 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use ackstore::{
-    CursorConfig, CursorOptions, Error, LedgerConfig, ManagedLedger, MemStorage, PersistMode,
-    Position,
+    CursorOptions, Error, LedgerConfig, ManagedLedger, MemStorage, PersistMode, Position,
 };
 use support::topic::append_n;
 use support::workload::Rng;
-
-fn cfg(mode: PersistMode, lru: usize) -> LedgerConfig {
-    LedgerConfig {
-        max_entries_per_ledger: 30,
-        cursor: CursorConfig {
-            persist_mode: mode,
-            lru_capacity_bytes: lru,
-            cursor_ledger_max_entries: 40,
-            ..CursorConfig::default()
-        },
-        ..LedgerConfig::default()
-    }
-}
 
 fn open(disk: &MemStorage, c: &LedgerConfig) -> ManagedLedger {
     ManagedLedger::open_with_storage(Arc::new(disk.clone()), c.clone()).unwrap()
@@ -47,8 +33,8 @@ fn round(seed: u64, mode: PersistMode) {
     let old_lru = if rng.chance(50) { 0 } else { 1 << 20 };
     let new_lru = if rng.chance(50) { 0 } else { 1 << 20 };
     let disk = MemStorage::new();
-    let c_old = cfg(mode, old_lru);
-    let c_new = cfg(mode, new_lru);
+    let c_old = support::config::topic_rolling(30, mode, old_lru, 40);
+    let c_new = support::config::topic_rolling(30, mode, new_lru, 40);
     let n = 150;
     // History: a first owner acks and closes.
     let t0 = open(&disk, &c_old);

@@ -9,10 +9,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use ackstore::internals::ackset::MAX_PARTITION_BYTES;
-use ackstore::{
-    AppendMeta, Cursor, CursorConfig, InitialPosition, LedgerConfig, ManagedLedger, MemStorage,
-    Position, Store, StoreConfig,
-};
+use ackstore::{AppendMeta, Cursor, InitialPosition, ManagedLedger, MemStorage, Position, Store};
 use support::topic::at;
 use support::workload::{Rng, seed_from_env};
 
@@ -22,22 +19,6 @@ const ENTRIES: u64 = 96;
 /// Entries per data ledger: each ledger is its own ack partition.
 const PER_LEDGER: u64 = 4;
 const BATCH: u32 = 5;
-
-fn store_config(limit: usize) -> StoreConfig {
-    StoreConfig {
-        ledger: LedgerConfig {
-            max_entries_per_ledger: PER_LEDGER,
-            cursor: CursorConfig {
-                // Each cursor alone could hold far more than the store allows all of them.
-                lru_capacity_bytes: 1 << 20,
-                ..CursorConfig::default()
-            },
-            ..LedgerConfig::default()
-        },
-        ack_memory_bytes: Some(limit),
-        ..StoreConfig::default()
-    }
-}
 
 fn topic_name(t: usize) -> String {
     format!("persistent://tenant/ns/topic-{t}")
@@ -168,7 +149,11 @@ fn step(rng: &mut Rng, open: &Open, models: &mut [Model], k: usize) {
 #[test]
 fn a_store_cursor_refuses_batch_index_acks_and_keeps_its_acks() {
     let disk = MemStorage::new();
-    let store = Store::open_with_storage(Arc::new(disk), store_config(6 << 10)).unwrap();
+    let store = Store::open_with_storage(
+        Arc::new(disk),
+        support::config::store_shared_budget(PER_LEDGER, 6 << 10),
+    )
+    .unwrap();
     let open = open_all(&store, true);
     let (c, p) = (&open.cursors[0], open.positions[0][3]);
     c.ack(open.positions[0][1]).unwrap();
@@ -188,7 +173,11 @@ fn many_cursors_on_several_topics_share_one_ack_budget_and_keep_their_acks() {
     let disk = MemStorage::new();
     let mut models = vec![Model::default(); TOPICS * CURSORS];
     {
-        let store = Store::open_with_storage(Arc::new(disk.clone()), store_config(limit)).unwrap();
+        let store = Store::open_with_storage(
+            Arc::new(disk.clone()),
+            support::config::store_shared_budget(PER_LEDGER, limit),
+        )
+        .unwrap();
         let open = open_all(&store, true);
         let mut rng = Rng::new(seed);
         for n in 0..1500 {
@@ -221,7 +210,11 @@ fn many_cursors_on_several_topics_share_one_ack_budget_and_keep_their_acks() {
         );
         store.close().unwrap();
     }
-    let store = Store::open_with_storage(Arc::new(disk), store_config(limit)).unwrap();
+    let store = Store::open_with_storage(
+        Arc::new(disk),
+        support::config::store_shared_budget(PER_LEDGER, limit),
+    )
+    .unwrap();
     let open = open_all(&store, false);
     check_models(&open, &models, "after reopen");
     check_budget(&store, &open.cursors, MAX_PARTITION_BYTES, "after reopen");
@@ -237,7 +230,11 @@ fn threads_acking_on_many_cursors_share_one_budget_without_deadlock() {
     let limit = 4 << 10;
     let seed = seed_from_env("ACKSTORE_SEED") ^ 3;
     let disk = MemStorage::new();
-    let store = Store::open_with_storage(Arc::new(disk.clone()), store_config(limit)).unwrap();
+    let store = Store::open_with_storage(
+        Arc::new(disk.clone()),
+        support::config::store_shared_budget(PER_LEDGER, limit),
+    )
+    .unwrap();
     let open = open_all(&store, true);
     let threads = 4;
     let models: Vec<Vec<Model>> = std::thread::scope(|s| {
@@ -283,7 +280,11 @@ fn threads_acking_on_many_cursors_share_one_budget_without_deadlock() {
     store.close().unwrap();
     drop(open);
     drop(store);
-    let store = Store::open_with_storage(Arc::new(disk), store_config(limit)).unwrap();
+    let store = Store::open_with_storage(
+        Arc::new(disk),
+        support::config::store_shared_budget(PER_LEDGER, limit),
+    )
+    .unwrap();
     let open = open_all(&store, false);
     check_models(&open, &merged, "after reopen");
     store.close().unwrap();

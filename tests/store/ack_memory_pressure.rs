@@ -8,30 +8,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use ackstore::internals::ackset::MAX_PARTITION_BYTES;
-use ackstore::{
-    AppendMeta, Cursor, CursorConfig, InitialPosition, LedgerConfig, ManagedLedger, MemStorage,
-    Position, Store, StoreConfig,
-};
+use ackstore::{AppendMeta, Cursor, InitialPosition, ManagedLedger, MemStorage, Position, Store};
 use support::topic::at;
 use support::workload::Rng;
 
 const ENTRIES: u64 = 96;
 const PER_LEDGER: u64 = 4;
-
-fn store_config(limit: usize) -> StoreConfig {
-    StoreConfig {
-        ledger: LedgerConfig {
-            max_entries_per_ledger: PER_LEDGER,
-            cursor: CursorConfig {
-                lru_capacity_bytes: 1 << 20,
-                ..CursorConfig::default()
-            },
-            ..LedgerConfig::default()
-        },
-        ack_memory_bytes: Some(limit),
-        ..StoreConfig::default()
-    }
-}
 
 fn positions(topic: &ManagedLedger) -> Vec<Position> {
     let first = topic.first_position().unwrap();
@@ -70,7 +52,11 @@ fn topic(store: &Store, t: usize, append: bool) -> Arc<ManagedLedger> {
 fn store_budget_holds_while_threads_ack_on_journal_cursors() {
     let limit = 4 << 10;
     let threads = 4;
-    let store = Store::open_with_storage(Arc::new(MemStorage::new()), store_config(limit)).unwrap();
+    let store = Store::open_with_storage(
+        Arc::new(MemStorage::new()),
+        support::config::store_shared_budget(PER_LEDGER, limit),
+    )
+    .unwrap();
     let topics: Vec<_> = (0..3).map(|t| topic(&store, t, true)).collect();
     let mut cursors: Vec<(Cursor, Vec<Position>)> = Vec::new();
     for t in &topics {
@@ -138,7 +124,11 @@ fn closed_and_deleted_cursors_leave_the_store_budget() {
     let limit = 2 << 10;
     let disk = MemStorage::new();
     {
-        let store = Store::open_with_storage(Arc::new(disk.clone()), store_config(limit)).unwrap();
+        let store = Store::open_with_storage(
+            Arc::new(disk.clone()),
+            support::config::store_shared_budget(PER_LEDGER, limit),
+        )
+        .unwrap();
         let t = topic(&store, 0, true);
         let ps = positions(&t);
         let open = |name: &str| {
@@ -167,7 +157,11 @@ fn closed_and_deleted_cursors_leave_the_store_budget() {
         drop((closed, deleted));
         store.close().unwrap();
     }
-    let store = Store::open_with_storage(Arc::new(disk), store_config(limit)).unwrap();
+    let store = Store::open_with_storage(
+        Arc::new(disk),
+        support::config::store_shared_budget(PER_LEDGER, limit),
+    )
+    .unwrap();
     let t = topic(&store, 0, false);
     let again = t
         .open_cursor("deleted", at(InitialPosition::Earliest, false))

@@ -12,16 +12,9 @@ use crate::support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use ackstore::{CursorOptions, InitialPosition, MemStorage, Position, Store};
+use ackstore::{MemStorage, Position, Store};
 use support::crash::{torn_image, unsynced_tail};
 use support::workload::Rng;
-
-fn opts() -> CursorOptions {
-    CursorOptions {
-        initial_position: InitialPosition::Earliest,
-        inclusive: false,
-    }
-}
 
 const NAMES: [&str; 3] = ["x", "y", "z"];
 
@@ -50,7 +43,7 @@ fn scenario(segment_bytes: u64, seed: u64, former_rounds: u64) -> Outcome {
     let mut flushed: BTreeMap<String, BTreeSet<Position>> = BTreeMap::new();
     let old_cursors: Vec<_> = NAMES
         .iter()
-        .map(|n| ot.open_cursor(n, opts()).unwrap())
+        .map(|n| ot.open_cursor(n, support::topic::earliest()).unwrap())
         .collect();
     // The former owner builds chains: a full marker, then deltas.
     for _ in 0..6 {
@@ -69,7 +62,7 @@ fn scenario(segment_bytes: u64, seed: u64, former_rounds: u64) -> Outcome {
     let nt = new.topic("t").unwrap();
     let new_cursors: Vec<_> = NAMES
         .iter()
-        .map(|n| nt.open_cursor(n, opts()).unwrap())
+        .map(|n| nt.open_cursor(n, support::topic::earliest()).unwrap())
         .collect();
     let mut former_ok = 0;
     for round in 0..6 {
@@ -132,7 +125,7 @@ fn check(image: &MemStorage, o: &Outcome, segment_bytes: u64, what: &str) {
     let mut cursors = Vec::new();
     for n in NAMES {
         let c = t
-            .open_cursor(n, opts())
+            .open_cursor(n, support::topic::earliest())
             .unwrap_or_else(|e| panic!("{what}: {n}: {e}"));
         let got: BTreeSet<Position> = o
             .entries
@@ -174,7 +167,7 @@ fn check(image: &MemStorage, o: &Outcome, segment_bytes: u64, what: &str) {
     .unwrap_or_else(|e| panic!("{what}: reopen: {e}"));
     let t = again.topic("t").unwrap();
     for (n, want) in NAMES.iter().zip(expected) {
-        let c = t.open_cursor(n, opts()).unwrap();
+        let c = t.open_cursor(n, support::topic::earliest()).unwrap();
         let got: BTreeSet<Position> = o
             .entries
             .iter()

@@ -16,7 +16,7 @@ use crate::support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use ackstore::{CursorOptions, InitialPosition, MemStorage, Position, Store};
+use ackstore::{MemStorage, Position, Store};
 use support::crash::{Points, cut_everywhere_after, torn_image, unsynced_tail};
 use support::workload::Rng;
 
@@ -48,13 +48,6 @@ impl Model {
     }
 }
 
-fn opts() -> CursorOptions {
-    CursorOptions {
-        initial_position: InitialPosition::Earliest,
-        inclusive: false,
-    }
-}
-
 /// Prepared with the power on: topics with their entries, cursors created and flushed once.
 fn prepare(disk: &MemStorage, segment_bytes: u64) -> Model {
     let mut m = Model::default();
@@ -71,7 +64,7 @@ fn prepare(disk: &MemStorage, segment_bytes: u64) -> Model {
         topic.sync().unwrap();
         m.entries.insert(t.into(), ps);
         for n in NAMES {
-            topic.open_cursor(n, opts()).unwrap();
+            topic.open_cursor(n, support::topic::earliest()).unwrap();
             let k = (t.to_string(), n.to_string());
             m.done(&k, Some(BTreeSet::new()));
             m.truth.insert(k, BTreeSet::new());
@@ -96,7 +89,7 @@ fn workload(disk: &MemStorage, mut m: Model, segment_bytes: u64, seed: u64) -> M
                 for n in NAMES {
                     cursors.insert(
                         (t.to_string(), n.to_string()),
-                        topic.open_cursor(n, opts())?,
+                        topic.open_cursor(n, support::topic::earliest())?,
                     );
                 }
                 topics.insert(t.to_string(), topic);
@@ -148,7 +141,7 @@ fn workload(disk: &MemStorage, mut m: Model, segment_bytes: u64, seed: u64) -> M
                         topics[&k.0].delete_cursor(&k.1)?;
                         m.done(k, None);
                         m.start(k, Some(BTreeSet::new()));
-                        let cur = topics[&k.0].open_cursor(&k.1, opts())?;
+                        let cur = topics[&k.0].open_cursor(&k.1, support::topic::earliest())?;
                         m.done(k, Some(BTreeSet::new()));
                         m.truth.insert(k.clone(), BTreeSet::new());
                         cursors.insert(k.clone(), cur);
@@ -168,7 +161,10 @@ fn workload(disk: &MemStorage, mut m: Model, segment_bytes: u64, seed: u64) -> M
                         topics[&t].close()?;
                         let topic = store.topic(&t)?;
                         for c in ks {
-                            cursors.insert(c.clone(), topic.open_cursor(&c.1, opts())?);
+                            cursors.insert(
+                                c.clone(),
+                                topic.open_cursor(&c.1, support::topic::earliest())?,
+                            );
                         }
                         topics.insert(t, topic);
                     }
@@ -216,7 +212,7 @@ fn check(image: &MemStorage, m: &Model, segment_bytes: u64, what: &str) {
                 continue;
             }
             let cur = topic
-                .open_cursor(n, opts())
+                .open_cursor(n, support::topic::earliest())
                 .unwrap_or_else(|e| panic!("{what}: {k:?}: {e}"));
             let mut got = BTreeSet::new();
             for p in &m.entries[t] {

@@ -10,15 +10,8 @@ use crate::support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use ackstore::{CursorOptions, InitialPosition, MemStorage, Position, Store};
+use ackstore::{MemStorage, Position, Store};
 use support::takeover;
-
-fn opts() -> CursorOptions {
-    CursorOptions {
-        initial_position: InitialPosition::Earliest,
-        inclusive: false,
-    }
-}
 
 const NAMES: [&str; 3] = ["x", "y", "z"];
 
@@ -40,7 +33,7 @@ fn prepare(disk: &MemStorage) -> BTreeMap<String, BTreeSet<Position>> {
     let mut truth: BTreeMap<String, BTreeSet<Position>> = BTreeMap::new();
     let cs: Vec<_> = NAMES
         .iter()
-        .map(|n| t.open_cursor(n, opts()).unwrap())
+        .map(|n| t.open_cursor(n, support::topic::earliest()).unwrap())
         .collect();
     for round in 0..12u64 {
         for (i, (n, c)) in NAMES.iter().zip(&cs).enumerate() {
@@ -68,7 +61,7 @@ fn scenario(n: u64) -> (u64, Option<String>) {
     let ot = old.topic("t").unwrap();
     let ocs: Vec<_> = NAMES
         .iter()
-        .map(|n| ot.open_cursor(n, opts()).unwrap())
+        .map(|n| ot.open_cursor(n, support::topic::earliest()).unwrap())
         .collect();
     for (i, (name, c)) in NAMES.iter().zip(&ocs).enumerate() {
         for k in 0..3u64 {
@@ -103,7 +96,7 @@ fn scenario(n: u64) -> (u64, Option<String>) {
     let nt = new.topic("t").unwrap();
     let ncs: Vec<_> = NAMES
         .iter()
-        .map(|n| nt.open_cursor(n, opts()).unwrap())
+        .map(|n| nt.open_cursor(n, support::topic::earliest()).unwrap())
         .collect();
     let mut new_flushed = BTreeMap::new();
     for (i, (name, c)) in NAMES.iter().zip(&ncs).enumerate() {
@@ -145,7 +138,7 @@ fn scenario(n: u64) -> (u64, Option<String>) {
     };
     let t = store.topic("t").unwrap();
     for name in NAMES {
-        let c = t.open_cursor(name, opts()).unwrap();
+        let c = t.open_cursor(name, support::topic::earliest()).unwrap();
         let got: BTreeSet<Position> = (0..64)
             .map(pos)
             .filter(|p| c.is_acked(*p).unwrap())

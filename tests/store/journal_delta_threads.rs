@@ -15,17 +15,10 @@ use std::time::Duration;
 
 use crate::support;
 
-use ackstore::{CursorOptions, InitialPosition, MemStorage, Position, Store};
+use ackstore::{MemStorage, Position, Store};
 use support::workload::Rng;
 
 const ENTRIES: usize = 64;
-
-fn opts() -> CursorOptions {
-    CursorOptions {
-        initial_position: InitialPosition::Earliest,
-        inclusive: false,
-    }
-}
 
 /// One cursor's thread: returns its name and the acks it holds at its last close.
 fn drive(
@@ -37,7 +30,9 @@ fn drive(
 ) -> (String, String, BTreeSet<Position>) {
     let mut rng = Rng::new(seed);
     let mut t = store.topic(&topic).expect("topic");
-    let mut cur = t.open_cursor(&name, opts()).expect("cursor");
+    let mut cur = t
+        .open_cursor(&name, support::topic::earliest())
+        .expect("cursor");
     let mut truth = BTreeSet::new();
     for step in 0..300 {
         let p = ps[rng.index(ps.len())];
@@ -55,11 +50,15 @@ fn drive(
             3 => {
                 cur.close().expect("close");
                 t = store.topic(&topic).expect("topic");
-                cur = t.open_cursor(&name, opts()).expect("reopen");
+                cur = t
+                    .open_cursor(&name, support::topic::earliest())
+                    .expect("reopen");
             }
             4 if step % 3 == 0 => {
                 t.delete_cursor(&name).expect("delete");
-                cur = t.open_cursor(&name, opts()).expect("re-create");
+                cur = t
+                    .open_cursor(&name, support::topic::earliest())
+                    .expect("re-create");
                 truth.clear();
             }
             _ => {
@@ -76,7 +75,9 @@ fn drive(
 
 fn acked(store: &Store, topic: &str, name: &str, ps: &[Position]) -> BTreeSet<Position> {
     let t = store.topic(topic).expect("topic");
-    let c = t.open_cursor(name, opts()).expect("cursor");
+    let c = t
+        .open_cursor(name, support::topic::earliest())
+        .expect("cursor");
     ps.iter()
         .copied()
         .filter(|p| c.is_acked(*p).expect("is_acked"))

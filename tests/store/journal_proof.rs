@@ -14,16 +14,7 @@ use ackstore::internals::format::journal::{
     Record, RecordKind, SLOT_COPIES, SLOT_LEN, SLOTS_AT, decode_record,
     decode_segment_header_version, encode_record, encode_slot,
 };
-use ackstore::{
-    CorruptionPlace, CursorOptions, Error, InitialPosition, Position, Store, StoreConfig,
-};
-
-fn opts() -> CursorOptions {
-    CursorOptions {
-        initial_position: InitialPosition::Earliest,
-        inclusive: false,
-    }
-}
+use ackstore::{CorruptionPlace, Error, Position, Store, StoreConfig};
 
 /// A store whose journal spans at least three segments, the newest holding records, closed
 /// cleanly. Returns the positions appended.
@@ -36,7 +27,7 @@ fn build(dir: &Path) -> Vec<Position> {
     t.sync().unwrap();
     let cs: Vec<_> = ["x", "y", "z"]
         .iter()
-        .map(|n| t.open_cursor(n, opts()).unwrap())
+        .map(|n| t.open_cursor(n, support::topic::earliest()).unwrap())
         .collect();
     for round in 0..12usize {
         for (i, c) in cs.iter().enumerate() {
@@ -234,7 +225,7 @@ fn a_seek_whose_marker_is_unreadable_is_corruption_never_the_acks_it_cleared() {
         let t = store.topic("t").unwrap();
         ps = (0..20).map(|i| t.append(&[i]).unwrap()).collect();
         t.sync().unwrap();
-        let c = t.open_cursor("c", opts()).unwrap();
+        let c = t.open_cursor("c", support::topic::earliest()).unwrap();
         for p in ps.iter().skip(5).step_by(2) {
             c.ack(*p).unwrap();
         }
@@ -280,7 +271,7 @@ fn a_seek_whose_marker_is_unreadable_is_corruption_never_the_acks_it_cleared() {
         Err(e) => panic!("refused, but not as the seek's damage: {e}"),
         Ok(store) => {
             let t = store.topic("t").unwrap();
-            let c = t.open_cursor("c", opts()).unwrap();
+            let c = t.open_cursor("c", support::topic::earliest()).unwrap();
             panic!(
                 "opened; entry {} acked again: {}",
                 ps[5],
@@ -398,7 +389,7 @@ fn the_only_listed_segment_dropped_from_the_catalog_list_is_corruption() {
         let t = store.topic("t").unwrap();
         let p = t.append(b"x").unwrap();
         t.sync().unwrap();
-        let c = t.open_cursor("c", opts()).unwrap();
+        let c = t.open_cursor("c", support::topic::earliest()).unwrap();
         c.ack(p).unwrap();
         store.flush_all().unwrap();
         drop(c);
@@ -422,7 +413,7 @@ fn an_oldest_segment_a_committed_chain_reaches_into_dropped_from_the_list_is_cor
             .map(|i| t.append(format!("{i}").as_bytes()).unwrap())
             .collect();
         t.sync().unwrap();
-        let c = t.open_cursor("c", opts()).unwrap();
+        let c = t.open_cursor("c", support::topic::earliest()).unwrap();
         for p in ps.iter().skip(1).step_by(2) {
             c.ack(*p).unwrap();
         }
@@ -475,8 +466,8 @@ fn a_marker_moved_to_another_cursor_with_its_frame_crc_recomputed_is_corruption(
         t.sync().unwrap();
         // Cumulative acks only: every marker holds no partition row, so nothing but the
         // marker's own checksum can say whose it is.
-        let a = t.open_cursor("a", opts()).unwrap();
-        let b = t.open_cursor("b", opts()).unwrap();
+        let a = t.open_cursor("a", support::topic::earliest()).unwrap();
+        let b = t.open_cursor("b", support::topic::earliest()).unwrap();
         a.ack_cumulative(ps[2]).unwrap();
         a.flush().unwrap();
         b.ack_cumulative(ps[15]).unwrap();
@@ -508,7 +499,7 @@ fn a_marker_moved_to_another_cursor_with_its_frame_crc_recomputed_is_corruption(
         Err(e) => panic!("refused, but not as the moved marker's damage: {e}"),
         Ok(store) => {
             let t = store.topic("t").unwrap();
-            let a = t.open_cursor("a", opts()).unwrap();
+            let a = t.open_cursor("a", support::topic::earliest()).unwrap();
             panic!(
                 "opened; cursor a's mark-delete is {:?}",
                 a.mark_delete_position()
@@ -530,8 +521,8 @@ fn a_forget_moved_to_another_cursor_with_its_frame_crc_recomputed_is_corruption(
         let t = store.topic("t").unwrap();
         ps = (0..20).map(|i| t.append(&[i]).unwrap()).collect();
         t.sync().unwrap();
-        let a = t.open_cursor("a", opts()).unwrap();
-        let b = t.open_cursor("b", opts()).unwrap();
+        let a = t.open_cursor("a", support::topic::earliest()).unwrap();
+        let b = t.open_cursor("b", support::topic::earliest()).unwrap();
         for p in ps.iter().step_by(3) {
             b.ack(*p).unwrap();
         }
@@ -565,7 +556,7 @@ fn a_forget_moved_to_another_cursor_with_its_frame_crc_recomputed_is_corruption(
         Err(e) => panic!("refused, but not as the moved forget's damage: {e}"),
         Ok(store) => {
             let t = store.topic("t").unwrap();
-            let b = t.open_cursor("b", opts()).unwrap();
+            let b = t.open_cursor("b", support::topic::earliest()).unwrap();
             panic!(
                 "opened; cursor b holds entry {} acked: {}",
                 ps[0],
@@ -588,8 +579,8 @@ fn a_marker_moved_to_a_deleted_cursor_is_corruption_not_ignored() {
         let t = store.topic("t").unwrap();
         ps = (0..20).map(|i| t.append(&[i]).unwrap()).collect();
         t.sync().unwrap();
-        let a = t.open_cursor("a", opts()).unwrap();
-        let b = t.open_cursor("b", opts()).unwrap();
+        let a = t.open_cursor("a", support::topic::earliest()).unwrap();
+        let b = t.open_cursor("b", support::topic::earliest()).unwrap();
         a.ack(ps[1]).unwrap();
         b.ack(ps[2]).unwrap();
         store.flush_all().unwrap();
@@ -629,7 +620,7 @@ fn a_marker_moved_to_a_deleted_cursor_is_corruption_not_ignored() {
         Err(e) => panic!("refused, but not as the moved marker's damage: {e}"),
         Ok(store) => {
             let t = store.topic("t").unwrap();
-            let b = t.open_cursor("b", opts()).unwrap();
+            let b = t.open_cursor("b", support::topic::earliest()).unwrap();
             panic!(
                 "opened; cursor b holds entry {} acked: {}",
                 ps[7],

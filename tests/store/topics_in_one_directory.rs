@@ -6,19 +6,11 @@ use crate::support;
 use std::sync::Arc;
 
 use ackstore::MemStorage;
-use ackstore::{CursorOptions, InitialPosition};
 use ackstore::{Error, ManagedLedger, Position, Store, StoreConfig};
 use support::crash::cut_everywhere;
 
 fn mem_store(disk: &MemStorage) -> ackstore::Result<Store> {
     Store::open_with_storage(Arc::new(disk.clone()), StoreConfig::default())
-}
-
-fn earliest() -> CursorOptions {
-    CursorOptions {
-        initial_position: InitialPosition::Earliest,
-        inclusive: false,
-    }
 }
 
 /// Runs `test` on a fresh store on each backend: the in-memory disk, real files, and (built with
@@ -55,7 +47,9 @@ fn topics_are_created_lazily_and_reopen_with_their_entries_and_cursors() {
                     .expect("append");
             }
             topic.sync().expect("sync");
-            let cursor = topic.open_cursor("sub", earliest()).expect("cursor");
+            let cursor = topic
+                .open_cursor("sub", support::topic::earliest())
+                .expect("cursor");
             cursor.ack(Position::new(1, 0)).expect("ack");
             cursor.flush().expect("flush");
         }
@@ -71,7 +65,9 @@ fn topics_are_created_lazily_and_reopen_with_their_entries_and_cursors() {
         assert!(store.open_topic_names().is_empty(), "reopen opens no topic");
         for (i, name) in names.iter().enumerate() {
             let topic = store.topic(name).expect("topic");
-            let cursor = topic.open_cursor("sub", earliest()).expect("cursor");
+            let cursor = topic
+                .open_cursor("sub", support::topic::earliest())
+                .expect("cursor");
             assert_eq!(
                 cursor.mark_delete_position().expect("md"),
                 Some(Position::new(1, 0))
@@ -189,7 +185,7 @@ fn a_power_cut_while_topics_are_created_keeps_every_topic_and_ack_that_was_durab
                 let flushed = (|| {
                     topic.append(b"m")?;
                     topic.sync()?;
-                    let cursor = topic.open_cursor("sub", earliest())?;
+                    let cursor = topic.open_cursor("sub", support::topic::earliest())?;
                     cursor.ack(Position::new(1, 0))?;
                     cursor.flush()
                 })();
@@ -207,7 +203,9 @@ fn a_power_cut_while_topics_are_created_keeps_every_topic_and_ack_that_was_durab
                 assert!(names.contains(name), "{cut:?}: topic {name} lost");
                 let topic = store.topic(name).unwrap_or_else(|e| panic!("{cut:?}: {e}"));
                 if *flushed {
-                    let cursor = topic.open_cursor("sub", earliest()).expect("cursor");
+                    let cursor = topic
+                        .open_cursor("sub", support::topic::earliest())
+                        .expect("cursor");
                     assert_eq!(
                         cursor.mark_delete_position().expect("md"),
                         Some(Position::new(1, 0)),

@@ -107,3 +107,13 @@ pub fn store_flushed(
     config.flusher_threads = flusher_threads;
     config
 }
+
+/// A store whose cursors share one ack budget of `limit` bytes, each cursor alone allowed far
+/// more (1 MiB), with topics rolling data ledgers every `per_ledger` entries.
+pub fn store_shared_budget(per_ledger: u64, limit: usize) -> StoreConfig {
+    StoreConfig {
+        ledger: topic(per_ledger, PersistMode::default(), 1 << 20),
+        ack_memory_bytes: Some(limit),
+        ..StoreConfig::default()
+    }
+}

@@ -6,20 +6,13 @@ use crate::support;
 
 use std::sync::Arc;
 
-use ackstore::{CursorOptions, LedgerConfig, ManagedLedger};
+use ackstore::{CursorOptions, ManagedLedger};
 use support::crash::{Points, cut_everywhere_after};
 use support::topic::append_n;
 
-fn cfg() -> LedgerConfig {
-    LedgerConfig {
-        max_entries_per_ledger: 10,
-        ..LedgerConfig::default()
-    }
-}
-
 #[test]
 fn a_power_cut_at_every_step_of_the_stamping_open() {
-    let c = cfg();
+    let c = support::topic::config(10);
     let clean = cut_everywhere_after(
         Points::EVERY,
         |disk| {
