@@ -1,5 +1,6 @@
-//! What the integration tests share, one submodule per concern. Each test file declares
-//! `mod support;` and uses what it needs; nothing here is a test of its own.
+//! What the integration tests share, one submodule per concern. Each test crate
+//! (`tests/<crate>/main.rs`, or a test binary of its own such as `tests/ackset_heap.rs`) declares
+//! `mod support;` once and its modules use what they need; nothing here is a test of its own.
 //!
 //! - `cli` (feature `cli`): the `ackstore` command run with its progress display off, its JSON.
 //! - [`config`]: topic, cursor and store configurations, one function per shape.
