@@ -62,6 +62,11 @@ pub fn at(initial_position: InitialPosition, inclusive: bool) -> CursorOptions {
     }
 }
 
+/// Options for a cursor at the earliest entry, exclusive: it reads from the first entry.
+pub fn earliest() -> CursorOptions {
+    at(InitialPosition::Earliest, false)
+}
+
 /// Positions of what `read_entries(max)` returns.
 pub fn read_positions(cursor: &ackstore::Cursor, max: usize) -> Vec<Position> {
     cursor
