@@ -217,12 +217,12 @@ impl Persister {
         }
     }
 
-    /// Where the cursor's partial entries are evicted to: its cursor ledger, or memory for a
-    /// journal cursor (which refuses batch-index acks, so it never holds partial entries).
+    /// Where the cursor's partial entries are evicted to: its cursor ledger, or batch records
+    /// in the store's journal.
     fn batch_store(&self) -> Box<dyn batch_store::BatchStore> {
         match self {
             Self::Ledger(p) => p.batch_store(),
-            Self::Journal(_) => Box::<batch_store::MemBatchStore>::default(),
+            Self::Journal(j) => j.batch_store(),
         }
     }
 
@@ -249,16 +249,6 @@ impl Persister {
             Self::Ledger(p) => p.delete_ledgers(),
             Self::Journal(j) => j.forget(),
         }
-    }
-}
-
-/// What a journal cursor answers to batch-index acks and seeks inside a batch.
-fn batch_unsupported() -> Error {
-    Error::Unsupported {
-        what: "a cursor of a store's topic does not persist batch-index acks yet (the store's \
-               cursor journal carries whole-entry acks only): acknowledge whole entries, or \
-               open the topic with ManagedLedger::open"
-            .into(),
     }
 }
 
@@ -352,15 +342,16 @@ impl Core {
         }
     }
 
-    /// Stages `state` with the acks of `acks` into a journal cursor's `tick`.
+    /// Stages `state` with the acks of `acks` and the partial entries of `batch` into a
+    /// journal cursor's `tick`.
     fn stage_journal(
         &mut self,
         tick: Option<&mut Tick<'_>>,
         state: &crate::format::cursor::PersistedState,
-        acks: &mut RangeSetWrapper,
+        (acks, batch): (&mut RangeSetWrapper, &mut BatchAcks),
     ) -> Result<()> {
         match (self.persister()?, tick) {
-            (Persister::Journal(j), Some(t)) => j.stage(t, state, acks).map(drop),
+            (Persister::Journal(j), Some(t)) => j.stage(t, state, acks, batch).map(drop),
             _ => Err(Error::Closed),
         }
     }
@@ -397,7 +388,8 @@ impl Core {
             }
             Persister::Journal(j) => {
                 let tick = tick.ok_or(Error::Closed)?;
-                j.stage(tick, &state, &mut self.state.acks)?;
+                j.stage(tick, &state, &mut self.state.acks, &mut self.state.batch)?;
+                self.state.settle_batch();
             }
         }
         self.dirty = false;
@@ -905,18 +897,35 @@ impl Cursor {
         let journal = core.is_journal();
         let written = match planned {
             _ if !core.durable => Ok(()),
-            Move::ToMessage { .. } if journal => Err(batch_unsupported()),
-            Move::To(_) if journal => core
-                .stage_journal(tick.as_mut(), &target_state, &mut detached_ack_set())
-                .and_then(|()| commit_tick(tick.take())),
+            Move::To(_) | Move::ToMessage { .. } if journal => {
+                // A marker with no acks and, for a seek into a batch, the prefix of that entry
+                // as its only partial entry.
+                let mut prefix = BatchAcks::default();
+                if let Move::ToMessage {
+                    entry,
+                    batch_size,
+                    skip,
+                } = planned
+                {
+                    // A prefix has no store: it is never cold, so this does no I/O and
+                    // cannot fail.
+                    let _ = prefix.set_prefix(entry, batch_size, skip);
+                }
+                core.stage_journal(
+                    tick.as_mut(),
+                    &target_state,
+                    (&mut detached_ack_set(), &mut prefix),
+                )
+                .and_then(|()| commit_tick(tick.take()))
+            }
             Move::Rewind if journal => {
                 let Core {
                     persister, state, ..
                 } = &mut *core;
                 match (persister, tick.as_mut()) {
-                    (Some(Persister::Journal(j)), Some(t)) => {
-                        j.stage(t, &target_state, &mut state.acks).map(drop)
-                    }
+                    (Some(Persister::Journal(j)), Some(t)) => j
+                        .stage(t, &target_state, &mut state.acks, &mut state.batch)
+                        .map(drop),
                     _ => Err(Error::Closed),
                 }
                 .and_then(|()| commit_tick(tick.take()))
@@ -1057,23 +1066,20 @@ impl Cursor {
     ///
     /// Durability: as [`Self::ack`]. The acknowledged messages of entries still partial are
     /// persisted by the next flush (a batch-index entry for each partition whose partial
-    /// entries changed, referenced by the marker; inline in a single-entry snapshot) and
-    /// recovered with it, so after a reopen only the messages not yet acknowledged are
-    /// delivered. Their memory ([`CursorStats::partial_entries`],
+    /// entries changed, referenced by the marker; inline in a single-entry snapshot; for a
+    /// cursor of a store's topic, a batch record in the store's journal referenced by the
+    /// cursor's marker or delta) and recovered with it, so after a reopen only the messages
+    /// not yet acknowledged are delivered. Their memory ([`CursorStats::partial_entries`],
     /// [`CursorStats::batch_index_bytes`]) is charged to the ack set's LRU budget.
     ///
     /// # Errors
     /// [`Error::NoSuchEntry`] for a position after mark-delete that is not a retained entry;
     /// [`Error::InvalidArgument`] for `index >= batch_size`, a `batch_size` above
     /// [`MAX_BATCH_SIZE`](crate::MAX_BATCH_SIZE) (whatever the entry's state), or a `batch_size`
-    /// other than the one given for earlier messages of the same entry. [`Error::Unsupported`]
-    /// for a cursor of a store's topic, whose journal does not carry batch-index acks yet.
-    /// Nothing changes on an error.
+    /// other than the one given for earlier messages of the same entry. Nothing changes on an
+    /// error.
     pub fn ack_batch_index(&self, pos: Position, index: u32, batch_size: u32) -> Result<bool> {
         self.with_state(|core, layout| {
-            if core.is_journal() {
-                return Err(batch_unsupported());
-            }
             let changed = core.state.ack_batch_index(layout, pos, index, batch_size)?;
             core.counters.acks += u64::from(changed);
             core.dirty |= changed;
@@ -1286,10 +1292,6 @@ impl Cursor {
     /// level (the entry is delivered with them in [`Entry::acked_batch_indexes`]), so the next
     /// message a consumer processes is `index`; one more header read finds the entry's
     /// first index.
-    ///
-    /// # Errors
-    /// [`Error::Unsupported`] for a cursor of a store's topic when `index` is inside a batch
-    /// (its journal does not carry batch-index acks yet); nothing changes.
     pub fn seek_by_index(&self, index: u64) -> Result<()> {
         let log = self.shared.topic.log()?;
         self.reset(|layout| {

@@ -124,3 +124,80 @@ pub fn store_config(per_ledger: u64) -> ackstore::StoreConfig {
         ..ackstore::StoreConfig::default()
     }
 }
+
+/// Who hosts a topic: the topic alone in its directory (`ManagedLedger::open`), or a store
+/// (`Store::topic`), whose cursors persist through the store's shared journal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Host {
+    /// A topic opened alone.
+    Alone,
+    /// Topic `t` of a store.
+    Store,
+}
+
+/// A topic and, on a store, the store that hosts it (kept open as long as the topic is used).
+pub struct Hosted {
+    /// The store, for [`Host::Store`].
+    pub store: Option<ackstore::Store>,
+    /// The topic.
+    pub topic: Arc<ManagedLedger>,
+}
+
+impl std::ops::Deref for Hosted {
+    type Target = ManagedLedger;
+    fn deref(&self) -> &ManagedLedger {
+        &self.topic
+    }
+}
+
+impl Hosted {
+    /// Closes the topic (and the store hosting it), which persists every open cursor's state.
+    pub fn close(self) -> ackstore::Result<()> {
+        match self.store {
+            Some(store) => {
+                drop(self.topic);
+                store.close()
+            }
+            None => self.topic.close(),
+        }
+    }
+}
+
+/// Opens the topic that `host` keeps on `storage`, its data ledgers (and cursors) set by
+/// `config`; a store's flush ticks run only on request.
+pub fn open_hosted(
+    host: Host,
+    storage: Arc<dyn ackstore::Storage>,
+    config: &LedgerConfig,
+) -> ackstore::Result<Hosted> {
+    match host {
+        Host::Alone => Ok(Hosted {
+            store: None,
+            topic: Arc::new(ManagedLedger::open_with_storage(storage, config.clone())?),
+        }),
+        Host::Store => {
+            let store = ackstore::Store::open_with_storage(
+                storage,
+                ackstore::StoreConfig {
+                    ledger: config.clone(),
+                    flusher_threads: 0,
+                    ..ackstore::StoreConfig::default()
+                },
+            )?;
+            let topic = store.topic("t")?;
+            Ok(Hosted {
+                store: Some(store),
+                topic,
+            })
+        }
+    }
+}
+
+/// Runs `test` once with each host of a topic (alone, then in a store), naming the host on
+/// stderr first, so a failure says which one it was.
+pub fn on_each_host(mut test: impl FnMut(Host)) {
+    for host in [Host::Alone, Host::Store] {
+        eprintln!("host: {host:?}");
+        test(host);
+    }
+}
