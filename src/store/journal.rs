@@ -356,6 +356,11 @@ pub struct JournalCheck {
     /// The name tag each of those cursors' chain binds (0: none) and where its newest record
     /// starts: the store's open hands a chain only to the cursor of that name.
     pub names: BTreeMap<super::index::CursorId, (u32, JournalLoc)>,
+    /// Batch records (the partial entries of one partition) the committed cursors' states
+    /// reference.
+    pub batch_partitions: u64,
+    /// Partial entries (entries with some, not all, messages acknowledged) in those records.
+    pub partial_entries: u64,
     /// Where the newest segment's torn tail starts and how many bytes it holds (the next open
     /// cuts it off): not damage.
     pub torn_tail: Option<(u64, u64, u64)>,
@@ -406,9 +411,20 @@ pub fn check_listed(
                 Some((c, (committed.name, committed.marker)))
             })
             .collect(),
+        batch_partitions: committed_batch(&scan.index).map(|_| 1).sum(),
+        partial_entries: committed_batch(&scan.index).map(|p| p.cardinality).sum(),
         torn_tail: report.torn_tail,
         strays: report.strays,
     })
+}
+
+/// Every batch record the committed cursors of `index` reference.
+fn committed_batch(index: &Index) -> impl Iterator<Item = &PartLoc> {
+    index
+        .cursors()
+        .into_iter()
+        .filter_map(|c| index.committed(c))
+        .flat_map(|c| c.batch.values())
 }
 
 #[derive(Debug, Default)]

@@ -561,13 +561,6 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
     if let Some(topics) = args.topics {
         return run_store(args, topics);
     }
-    if args.in_store && args.batch_size > 1 {
-        return Err(ackstore::Error::InvalidArgument {
-            reason: "--in-store persists cursors through the store's journal, which takes no \
-                     batch-index acks: use --batch-size 1"
-                .into(),
-        });
-    }
     // The buffers come first, so a size that cannot be held fails before anything is created.
     let payload = filled(args.payload_bytes, 0xA5_u8, "--payload-bytes")?;
     let mut positions: Vec<Position> = Vec::new();
