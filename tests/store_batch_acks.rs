@@ -361,7 +361,7 @@ fn batch_index_acks_from_several_threads_while_ticks_run_are_all_kept() {
                 s.spawn(move || {
                     let mut mine = Messages::new();
                     for (k, &(pos, n)) in entries.iter().enumerate().filter(|(k, _)| k % 4 == w) {
-                        for i in (0..n).filter(|i| (*i as usize + k) % 3 != 0) {
+                        for i in (0..n).filter(|i| !(*i as usize + k).is_multiple_of(3)) {
                             c.ack_batch_index(pos, i, n).expect("batch ack");
                             mine.insert((pos, i));
                         }

@@ -252,6 +252,22 @@ impl Persister {
     }
 }
 
+/// The partial entries a seek commits: none, or for a seek into a batch the messages of that
+/// entry before the target.
+fn seek_prefix(planned: Move) -> BatchAcks {
+    let mut prefix = BatchAcks::default();
+    if let Move::ToMessage {
+        entry,
+        batch_size,
+        skip,
+    } = planned
+    {
+        // A prefix has no store: it is never cold, so this does no I/O and cannot fail.
+        let _ = prefix.set_prefix(entry, batch_size, skip);
+    }
+    prefix
+}
+
 /// Commits a journal cursor's tick (`None` for a cursor-ledger cursor, whose flush is done).
 fn commit_tick(tick: Option<Tick<'_>>) -> Result<()> {
     tick.map_or(Ok(()), |t| t.commit().map(drop))
@@ -897,27 +913,13 @@ impl Cursor {
         let journal = core.is_journal();
         let written = match planned {
             _ if !core.durable => Ok(()),
-            Move::To(_) | Move::ToMessage { .. } if journal => {
-                // A marker with no acks and, for a seek into a batch, the prefix of that entry
-                // as its only partial entry.
-                let mut prefix = BatchAcks::default();
-                if let Move::ToMessage {
-                    entry,
-                    batch_size,
-                    skip,
-                } = planned
-                {
-                    // A prefix has no store: it is never cold, so this does no I/O and
-                    // cannot fail.
-                    let _ = prefix.set_prefix(entry, batch_size, skip);
-                }
-                core.stage_journal(
+            Move::To(_) | Move::ToMessage { .. } if journal => core
+                .stage_journal(
                     tick.as_mut(),
                     &target_state,
-                    (&mut detached_ack_set(), &mut prefix),
+                    (&mut detached_ack_set(), &mut seek_prefix(planned)),
                 )
-                .and_then(|()| commit_tick(tick.take()))
-            }
+                .and_then(|()| commit_tick(tick.take())),
             Move::Rewind if journal => {
                 let Core {
                     persister, state, ..
@@ -939,17 +941,7 @@ impl Cursor {
                 // cursor still delivers; after it, recovery can never walk back past the seek
                 // to a state whose acks it cleared.
                 let mut no_acks = detached_ack_set();
-                let mut prefix = BatchAcks::default();
-                if let Move::ToMessage {
-                    entry,
-                    batch_size,
-                    skip,
-                } = planned
-                {
-                    // A prefix has no store: it is never cold, so this does no I/O and
-                    // cannot fail.
-                    let _ = prefix.set_prefix(entry, batch_size, skip);
-                }
+                let mut prefix = seek_prefix(planned);
                 core.ledger_persister().and_then(|p| {
                     p.request_rollover();
                     p.flush_with_batch(&target_state, &mut no_acks, &mut prefix)

@@ -925,40 +925,8 @@ impl Scan {
             };
         }
         match rec.kind {
-            RecordKind::Partition => {
-                // A payload that does not decode is never referenced by a marker that counts.
-                if let Ok(p) = decode_partition_entry(rec.payload) {
-                    let key = PartitionKey {
-                        ledger_id: p.ledger_id,
-                        chunk: p.chunk,
-                    };
-                    let part = PartLoc {
-                        seq: 0,
-                        loc,
-                        frame_len,
-                        crc: payload_crc(rec.payload),
-                        cardinality: p.cardinality,
-                    };
-                    self.partitions.insert(loc, (cursor, key, part));
-                }
-            }
-            RecordKind::Batch => {
-                // Only a segment of version 5 holds batch records (no earlier build wrote one,
-                // and no earlier marker references one); a payload that does not verify is
-                // never referenced by a marker that counts.
-                if version >= SEGMENT_VERSION
-                    && let Ok((ledger_id, chunk, entries)) = peek_batch_entry(rec.payload)
-                {
-                    let key = PartitionKey { ledger_id, chunk };
-                    let part = PartLoc {
-                        seq: 0,
-                        loc,
-                        frame_len,
-                        crc: payload_crc(rec.payload),
-                        cardinality: u64::from(entries),
-                    };
-                    self.batches.insert(loc, (cursor, key, part));
-                }
+            RecordKind::Partition | RecordKind::Batch => {
+                self.partition_record(cursor, (loc, frame_len, version), rec);
             }
             RecordKind::Marker => {
                 if let Some(c) = self.verified_marker(
@@ -1016,6 +984,40 @@ impl Scan {
             }
         }
         Ok(false)
+    }
+
+    /// Notes a partition or batch record, to verify the rows of later markers against. A
+    /// payload that does not decode is never referenced by a marker that counts; only a segment
+    /// of version 5 holds batch records (no earlier build wrote one, and no earlier marker
+    /// references one).
+    fn partition_record(
+        &mut self,
+        cursor: CursorId,
+        (loc, frame_len, version): (JournalLoc, u64, u16),
+        rec: &Record<'_>,
+    ) {
+        let crc = payload_crc(rec.payload);
+        let at = |ledger_id, chunk, cardinality| {
+            let part = PartLoc {
+                seq: 0,
+                loc,
+                frame_len,
+                crc,
+                cardinality,
+            };
+            (cursor, PartitionKey { ledger_id, chunk }, part)
+        };
+        if rec.kind == RecordKind::Batch {
+            if version >= SEGMENT_VERSION
+                && let Ok((ledger_id, chunk, entries)) = peek_batch_entry(rec.payload)
+            {
+                self.batches
+                    .insert(loc, at(ledger_id, chunk, u64::from(entries)));
+            }
+        } else if let Ok(p) = decode_partition_entry(rec.payload) {
+            self.partitions
+                .insert(loc, at(p.ledger_id, p.chunk, p.cardinality));
+        }
     }
 
     /// After the last segment: a cursor whose newest marker or delta references a segment
@@ -2048,43 +2050,7 @@ impl Journal {
             let index = lock(&self.index);
             for cursor in index.cursors_in(oldest) {
                 if let Some(c) = index.committed(cursor) {
-                    // Every live partition below the newest segment is copied, not only those
-                    // in the oldest: the re-based chain then lies in the newest segment alone,
-                    // so a cursor is re-based once per pass over the segments, and a pass
-                    // writes at most the live bytes.
-                    let mut rows = c.rows.clone();
-                    for part in rows.values_mut() {
-                        if part.loc.segment < seq {
-                            *part = self.copy_record(
-                                &mut buf,
-                                (seq, base),
-                                (RecordKind::Partition, cursor),
-                                *part,
-                            )?;
-                        }
-                    }
-                    let mut batch = c.batch.clone();
-                    for part in batch.values_mut() {
-                        if part.loc.segment < seq {
-                            *part = self.copy_record(
-                                &mut buf,
-                                (seq, base),
-                                (RecordKind::Batch, cursor),
-                                *part,
-                            )?;
-                        }
-                    }
-                    // A full marker: the re-based chain needs nothing of the oldest segment.
-                    let at = (seq, base + buf.len() as u64);
-                    let (rebased, _) = append_marker(
-                        &mut buf,
-                        (cursor, c.name),
-                        at,
-                        None,
-                        &c.state,
-                        (rows, batch),
-                    )?;
-                    commits.push((cursor, rebased));
+                    commits.push((cursor, self.rebase(&mut buf, (seq, base), cursor, c)?));
                 }
                 for (kind, pending) in [
                     (RecordKind::Partition, index.pending(cursor)),
@@ -2160,6 +2126,36 @@ impl Journal {
             .remove(&oldest);
         self.counters.rollovers.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Re-bases `cursor`'s committed chain `c` into `buf`, which is appended at `base` of
+    /// segment `seq`: copies of its records below that segment, then a full marker. Every live
+    /// partition and batch record below the newest segment is copied, not only those in the
+    /// oldest: the re-based chain then lies in the newest segment alone, so a cursor is
+    /// re-based once per pass over the segments, and a pass writes at most the live bytes.
+    fn rebase(
+        &self,
+        buf: &mut Vec<u8>,
+        (seq, base): (u64, u64),
+        cursor: CursorId,
+        c: &Committed,
+    ) -> Result<Committed> {
+        let mut copied = [
+            (RecordKind::Partition, c.rows.clone()),
+            (RecordKind::Batch, c.batch.clone()),
+        ];
+        for (kind, records) in &mut copied {
+            for part in records.values_mut() {
+                if part.loc.segment < seq {
+                    *part = self.copy_record(buf, (seq, base), (*kind, cursor), *part)?;
+                }
+            }
+        }
+        let [(_, rows), (_, batch)] = copied;
+        // A full marker: the re-based chain needs nothing of the oldest segment.
+        let at = (seq, base + buf.len() as u64);
+        let (rebased, _) = append_marker(buf, (cursor, c.name), at, None, &c.state, (rows, batch))?;
+        Ok(rebased)
     }
 
     /// Copies `cursor`'s partition or batch record (`kind`) at `part` (verified) into `buf`,
@@ -2525,12 +2521,15 @@ fn batch_rows<'a>(
     .collect()
 }
 
+/// The rows a delta adds or rewrites, and the keys it removes.
+type Changes<'a> = (Vec<(&'a PartitionKey, &'a PartLoc)>, Vec<(u64, u64)>);
+
 /// What a delta changes of `base` to make `live`: the rows added or rewritten, and the keys
 /// removed.
 fn changes<'a>(
     base: &BTreeMap<PartitionKey, PartLoc>,
     live: &'a BTreeMap<PartitionKey, PartLoc>,
-) -> (Vec<(&'a PartitionKey, &'a PartLoc)>, Vec<(u64, u64)>) {
+) -> Changes<'a> {
     let added = live
         .iter()
         .filter(|(k, p)| base.get(k).is_none_or(|b| b.loc != p.loc))
