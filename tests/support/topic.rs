@@ -201,3 +201,30 @@ pub fn on_each_host(mut test: impl FnMut(Host)) {
         test(host);
     }
 }
+
+/// A fresh in-memory disk and the topic `host` keeps on it, whose data ledgers hold
+/// `per_ledger` entries.
+pub fn mem_hosted(host: Host, per_ledger: u64) -> (MemStorage, Hosted) {
+    let disk = MemStorage::new();
+    let topic = reopen_hosted(host, &disk, per_ledger);
+    (disk, topic)
+}
+
+/// Opens the topic `host` keeps on `disk` (after the previous owner closed or lost it).
+pub fn reopen_hosted(host: Host, disk: &MemStorage, per_ledger: u64) -> Hosted {
+    open_hosted(host, Arc::new(disk.clone()), &config(per_ledger)).expect("open topic")
+}
+
+/// [`on_each_backend`], then the same on a store's topic: on the in-memory disk and on real
+/// files. The test gets the topic by reference (a store's topic is shared with its store).
+pub fn on_each_backend_and_host(per_ledger: u64, mut test: impl FnMut(&ManagedLedger)) {
+    on_each_backend(per_ledger, |topic| test(&topic));
+    eprintln!("backend: a store on the in-memory disk");
+    test(&mem_hosted(Host::Store, per_ledger).1);
+    let dir = tempfile::tempdir().expect("temporary directory");
+    eprintln!("backend: a store on real files in {}", dir.path().display());
+    let files = ackstore::FileStorage::open(dir.path(), true).expect("storage");
+    test(
+        &open_hosted(Host::Store, Arc::new(files), &config(per_ledger)).expect("open store topic"),
+    );
+}
