@@ -2,16 +2,17 @@
 //!
 //! Owns: the bytes of a journal segment file (`journal-{seq:016}.seg`). A segment is a header,
 //! then records appended back to back, then zeros (or nothing). Every record carries one
-//! cursor's partition, marker, delta or deletion; the payloads of partitions and markers are
-//! the cursor-ledger payloads of [`crate::format::cursor`], unchanged, and a delta wraps such a
+//! cursor's partition, batch-index entry (its partial entries of one partition), marker, delta
+//! or deletion; the payloads of partitions, batch-index entries and markers are the
+//! cursor-ledger payloads of [`crate::format::cursor`], unchanged, and a delta wraps such a
 //! marker. All integers little-endian.
 //!
 //! ```text
-//! segment header (SEGMENT_HEADER_LEN = 24 bytes; versions 3 and 4: then the predecessor and
+//! segment header (SEGMENT_HEADER_LEN = 24 bytes; versions 3 to 5: then the predecessor and
 //! SLOT_COPIES slots)
 //! 0   8  magic "ACKSJRNL"
-//! 8   2  version (4; version 3, whose markers bind no name, and versions 2 and 1, without
-//!          slots, are still read; 1 holds no delta)
+//! 8   2  version (5; version 4, without batch records, version 3, whose markers bind no
+//!          name, and versions 2 and 1, without slots, are still read; 1 holds no delta)
 //! 10  2  flags (0)
 //! 12  8  segment sequence number (the number in the file name)
 //! 20  4  CRC32 of bytes [0, 20)
@@ -25,7 +26,7 @@
 //! 0   8  synced length: a segment length a finished fdatasync covered
 //! 8   4  CRC32 of the sequence number (8 bytes), the byte i and the synced length
 //!
-//! records start at records_start(version): 24 (versions 1, 2), 68 (versions 3, 4)
+//! records start at records_start(version): 24 (versions 1, 2), 68 (versions 3 to 5)
 //!
 //! record frame (RECORD_HEADER_LEN = 8 bytes, then the body)
 //! 0   4  body length n (0: no record here, the end of the segment)
@@ -38,7 +39,9 @@
 //! [`JournalLoc`], and whose row `crc` is the CRC32 of the partition record's payload),
 //! 3 forget (the cursor was deleted; payload empty before version 3, in version 3 the record's
 //! topic and cursor ids again, so a forget moved to another cursor does not match), 4 delta (an incremental marker, below;
-//! only in segments of version 2 and later). In a segment of version 3 or 4 the CRC a marker (of a
+//! only in segments of version 2 and later), 5 batch (version 5: a cursor-ledger batch-index
+//! entry, the partial entries of one partition; it counts once a marker's inline batch table
+//! names it, row `entry_id` its journal location and row `crc` the CRC32 of its payload). In a segment of version 3 or 4 the CRC a marker (of a
 //! marker record, or inside a delta) ends with covers the record's topic id and cursor id
 //! ([`cursor_binding`], 16 bytes) before the marker's bytes, so a marker moved to another
 //! cursor fails its own CRC even with the frame's CRC recomputed.
@@ -56,10 +59,15 @@
 //! delta payload (DELTA_FIXED_LEN = 16 bytes, then the removed keys, then a marker)
 //! 0        8   base: the JournalLoc (packed) of the marker or delta this one builds on
 //! 8        4   base CRC: CRC32 of the base record's payload
-//! 12       4   removed count r
+//! 12       4   removed count r; in version 5 bit 31 (REMOVED_BATCH_FLAG) set says removed
+//!              batch keys follow the removed keys
 //! 16       16r removed partition keys: ledger u64, chunk u64, strictly ascending
-//! 16+16r   m   a cursor-ledger marker (inline table, no batch table): the cursor's whole
-//!              state and a row for every partition added or rewritten since the base
+//! (flag)   4   removed batch count b (>= 1), then 16b removed batch keys, strictly ascending:
+//!              partitions whose partial entries are gone since the base
+//! ...      m   a cursor-ledger marker (inline table; before version 5 no batch table, from
+//!              version 5 an inline one of the batch records added or rewritten since the
+//!              base): the cursor's whole state and a row for every partition added or
+//!              rewritten since the base
 //! ```
 
 use super::cursor::{Marker, Table, decode_marker_bound};
