@@ -432,7 +432,7 @@ fn power_cut_during_a_flush_never_invents_an_ack(host: support::topic::Host) {
 #[test]
 fn threads_acking_messages_of_the_same_batches_complete_each_entry_once() {
     const THREADS: u32 = 4;
-    on_each_host(|host| threads_complete_each_entry_once::<THREADS>(host));
+    on_each_host(threads_complete_each_entry_once::<THREADS>);
 }
 
 fn threads_complete_each_entry_once<const THREADS: u32>(host: support::topic::Host) {

@@ -216,15 +216,16 @@ pub fn reopen_hosted(host: Host, disk: &MemStorage, per_ledger: u64) -> Hosted {
 }
 
 /// [`on_each_backend`], then the same on a store's topic: on the in-memory disk and on real
-/// files. The test gets the topic by reference (a store's topic is shared with its store).
-pub fn on_each_backend_and_host(per_ledger: u64, mut test: impl FnMut(&ManagedLedger)) {
-    on_each_backend(per_ledger, |topic| test(&topic));
+/// files (the store stays open while the test runs).
+pub fn on_each_backend_and_host(per_ledger: u64, mut test: impl FnMut(Arc<ManagedLedger>)) {
+    on_each_backend(per_ledger, |topic| test(Arc::new(topic)));
     eprintln!("backend: a store on the in-memory disk");
-    test(&mem_hosted(Host::Store, per_ledger).1);
+    let (_disk, hosted) = mem_hosted(Host::Store, per_ledger);
+    test(hosted.topic.clone());
     let dir = tempfile::tempdir().expect("temporary directory");
     eprintln!("backend: a store on real files in {}", dir.path().display());
     let files = ackstore::FileStorage::open(dir.path(), true).expect("storage");
-    test(
-        &open_hosted(Host::Store, Arc::new(files), &config(per_ledger)).expect("open store topic"),
-    );
+    let hosted = open_hosted(Host::Store, Arc::new(files), &config(per_ledger));
+    let hosted = hosted.expect("open store topic");
+    test(hosted.topic.clone());
 }
