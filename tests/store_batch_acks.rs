@@ -740,3 +740,42 @@ fn verify_and_open_agree_on_damaged_batch_records_and_inspect_counts_them() {
         acked
     );
 }
+
+/// The journal bytes a flush appends after one more batch-index ack, for a cursor whose
+/// partial entries span `partitions` partitions (one data ledger each).
+fn flush_bytes_after_one_batch_ack(partitions: usize) -> (u64, u64) {
+    let disk = MemStorage::new();
+    let store = Store::open_with_storage(
+        Arc::new(disk),
+        store_config(1, 64 << 20, CursorConfig::default()),
+    )
+    .expect("open");
+    let topic = store.topic("t").expect("topic");
+    let entries = append_batches(&topic, &vec![4; partitions + 1]).expect("append");
+    let c = earliest(&topic, "sub").expect("cursor");
+    for &(pos, n) in &entries[1..] {
+        c.ack_batch_index(pos, 0, n).expect("batch ack");
+    }
+    c.flush().expect("flush");
+    let mut deltas = Vec::new();
+    for k in 1..=2 {
+        let before = store.journal_stats().bytes_written;
+        let (pos, n) = entries[k * partitions / 3];
+        c.ack_batch_index(pos, 1, n).expect("batch ack");
+        c.flush().expect("flush");
+        deltas.push(store.journal_stats().bytes_written - before);
+    }
+    assert!(store.journal_stats().deltas >= 2);
+    (deltas[0], deltas[1])
+}
+
+/// A delta carries only the batch partitions that changed: the bytes of a flush after one
+/// batch-index ack are the same with 20 partitions holding partial entries as with 200.
+#[test]
+fn a_flush_after_one_batch_index_ack_appends_as_much_whatever_the_partitions_holding_partial_entries()
+ {
+    let few = flush_bytes_after_one_batch_ack(20);
+    let many = flush_bytes_after_one_batch_ack(200);
+    assert_eq!(few, many, "bytes of a flush after one batch-index ack");
+    assert!(many.0 < 300, "one batch record and a delta: {many:?}");
+}
