@@ -86,6 +86,9 @@ impl TopicJournal {
     }
 }
 
+/// A recovered cursor's acks: its ack set and its partial entries.
+pub(crate) type AckState = (RangeSetWrapper, RecoveredBatch);
+
 /// One cursor's persistence through the store's journal.
 #[derive(Debug)]
 pub(crate) struct JournalCursor {
@@ -143,7 +146,7 @@ impl JournalCursor {
         (cursor, name): (u64, &str),
         config: CursorConfig,
         labels: CursorLabels,
-    ) -> Result<Option<(Self, PersistedState, RangeSetWrapper, RecoveredBatch)>> {
+    ) -> Result<Option<(Self, PersistedState, AckState)>> {
         let id = tj.cursor_id(cursor);
         let name = name_tag(&tj.name, name);
         let bound = tj.journal.committed_name(id);
@@ -192,7 +195,11 @@ impl JournalCursor {
         );
         let mut batch = BatchAcks::with_store(this.batch_store());
         batch.load_cold(&batch_table);
-        Ok(Some((this, state, acks, RecoveredBatch::from_acks(batch))))
+        Ok(Some((
+            this,
+            state,
+            (acks, RecoveredBatch::from_acks(batch)),
+        )))
     }
 
     /// Where this cursor's partial entries are evicted to: batch records in the journal.

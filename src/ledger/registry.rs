@@ -190,65 +190,66 @@ impl TopicCore {
             .transpose()?
             .flatten();
         let reopened = found.as_ref().filter(|_| listed).map(|(_, bytes)| bytes);
-        let (state, jc, recovery_source, dirty) =
-            if let Some((jc, persisted, acks, batch)) = recovered {
-                let (state, changed) = CursorState::recovered(&persisted, &layout, acks, batch)?;
-                let dirty = changed || jc.binds_no_name();
-                (state, jc, Some(RecoverySource::Journal), dirty)
-            } else if let Some(bytes) = reopened {
-                // Created, never flushed: the record holds its state.
-                let record =
-                    CursorRecord::decode(bytes).map_err(|c| c.in_record(record_name.as_str()))?;
-                let (jc, acks) = JournalCursor::new(tj, (id, name), config, labels);
-                let persisted = PersistedState {
-                    mark_delete: record.mark_delete,
-                    epoch: record.epoch,
-                    properties: record.properties.clone(),
-                };
-                let (state, changed) = CursorState::recovered(
-                    &persisted,
-                    &layout,
-                    acks,
-                    crate::cursor::recover::RecoveredBatch::default(),
-                )?;
-                (state, jc, Some(RecoverySource::Record), changed)
-            } else {
-                // A new cursor; or one listed without a record (removed by hand), which starts
-                // again from `options`. A record found for an unlisted id was left by a creation
-                // cut short and is replaced.
-                let mut state = CursorState::initial(&layout, options, cursor::detached_ack_set());
-                let mut record = state.to_record(name);
-                record.identity = Some(identity);
-                let bytes = record.encode();
-                // The table lists the cursor before its record is written: a record the table does
-                // not list, of an id below the table's next one, is then never a creation cut
-                // short, and the topic's open refuses it as a table that lost a cursor. A crash in
-                // between leaves a listed cursor without a record, which starts again here.
-                if !listed {
-                    let mut next = w.record.clone();
-                    next.cursors.push(CursorEntry {
-                        name: name.to_owned(),
-                        id,
-                    });
-                    next.next_cursor_id = id + 1;
-                    self.commit(w, next)?;
-                }
-                match self.meta.put(&record_name, found.map(|(v, _)| v), &bytes) {
-                    Err(Error::Fenced { .. }) if tj.check_store_owner().is_ok() => {
-                        // A former owner of the store created a record of this id after it was
-                        // read here (what it created is dropped, as its topic-record write is):
-                        // this owner's record replaces it.
-                        let now = self.meta.get(&record_name)?.map(|(v, _)| v);
-                        self.meta.put(&record_name, now, &bytes)?;
-                    }
-                    written => {
-                        written?;
-                    }
-                }
-                let (jc, acks) = JournalCursor::new(tj, (id, name), config, labels);
-                state.acks = acks;
-                (state, jc, None, false)
+        let (state, jc, recovery_source, dirty) = if let Some((jc, persisted, sets)) = recovered {
+            // The ack set and the partial entries, both as the journal committed them.
+            let (acks, batch) = sets;
+            let (state, changed) = CursorState::recovered(&persisted, &layout, acks, batch)?;
+            let dirty = changed || jc.binds_no_name();
+            (state, jc, Some(RecoverySource::Journal), dirty)
+        } else if let Some(bytes) = reopened {
+            // Created, never flushed: the record holds its state.
+            let record =
+                CursorRecord::decode(bytes).map_err(|c| c.in_record(record_name.as_str()))?;
+            let (jc, acks) = JournalCursor::new(tj, (id, name), config, labels);
+            let persisted = PersistedState {
+                mark_delete: record.mark_delete,
+                epoch: record.epoch,
+                properties: record.properties.clone(),
             };
+            let (state, changed) = CursorState::recovered(
+                &persisted,
+                &layout,
+                acks,
+                crate::cursor::recover::RecoveredBatch::default(),
+            )?;
+            (state, jc, Some(RecoverySource::Record), changed)
+        } else {
+            // A new cursor; or one listed without a record (removed by hand), which starts
+            // again from `options`. A record found for an unlisted id was left by a creation
+            // cut short and is replaced.
+            let mut state = CursorState::initial(&layout, options, cursor::detached_ack_set());
+            let mut record = state.to_record(name);
+            record.identity = Some(identity);
+            let bytes = record.encode();
+            // The table lists the cursor before its record is written: a record the table does
+            // not list, of an id below the table's next one, is then never a creation cut
+            // short, and the topic's open refuses it as a table that lost a cursor. A crash in
+            // between leaves a listed cursor without a record, which starts again here.
+            if !listed {
+                let mut next = w.record.clone();
+                next.cursors.push(CursorEntry {
+                    name: name.to_owned(),
+                    id,
+                });
+                next.next_cursor_id = id + 1;
+                self.commit(w, next)?;
+            }
+            match self.meta.put(&record_name, found.map(|(v, _)| v), &bytes) {
+                Err(Error::Fenced { .. }) if tj.check_store_owner().is_ok() => {
+                    // A former owner of the store created a record of this id after it was
+                    // read here (what it created is dropped, as its topic-record write is):
+                    // this owner's record replaces it.
+                    let now = self.meta.get(&record_name)?.map(|(v, _)| v);
+                    self.meta.put(&record_name, now, &bytes)?;
+                }
+                written => {
+                    written?;
+                }
+            }
+            let (jc, acks) = JournalCursor::new(tj, (id, name), config, labels);
+            state.acks = acks;
+            (state, jc, None, false)
+        };
         let persistence = Persistence {
             persister: Persister::Journal(jc),
             recovery_source,
