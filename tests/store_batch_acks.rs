@@ -779,3 +779,51 @@ fn a_flush_after_one_batch_index_ack_appends_as_much_whatever_the_partitions_hol
     assert_eq!(few, many, "bytes of a flush after one batch-index ack");
     assert!(many.0 < 300, "one batch record and a delta: {many:?}");
 }
+
+/// A version 4 journal (the committed sample) takes partial entries: the next tick starts a
+/// version 5 segment, its delta builds on the version 4 chain and adds a batch record, the
+/// version 4 segment is never appended to, and a reopen finds the old acks and the partial
+/// entries.
+#[test]
+fn a_version_4_journal_goes_on_with_batch_records_in_a_version_5_segment() {
+    let dir = support::samples::sample_dir("journal-v4-delta");
+    let v4 = std::fs::read(dir.path().join(segment_name(1))).expect("sample");
+    let storage: Arc<dyn ackstore::Storage> =
+        Arc::new(ackstore::FileStorage::open(dir.path(), false).expect("storage"));
+    let open = || {
+        Arc::new(
+            Journal::open(storage.clone(), JournalConfig::default(), Seal::default())
+                .expect("open"),
+        )
+    };
+    let journal = open();
+    let (state, acks, batch) = recovered(&journal);
+    assert!(batch.is_empty() && !acks.is_empty());
+    let (_, rows) = journal.committed(ID).expect("committed");
+    let live: Vec<PartitionKey> = rows.iter().map(|(k, _)| *k).collect();
+    let partial = partition(7, &[(2, 5, &[0, 3])]);
+    let mut tick = journal.begin_tick();
+    let stage = BatchStage {
+        written: vec![written(&partial)],
+        kept: Vec::new(),
+    };
+    tick.stage_with_batch(
+        (ID, name_tag(TOPIC, NAME)),
+        state.clone(),
+        (&[], &live),
+        &stage,
+    )
+    .expect("stage");
+    tick.commit().expect("tick");
+    assert_eq!(journal.stats().deltas, 1, "a delta on the version 4 chain");
+    assert_eq!(journal.tail().segment, 2);
+    drop(journal);
+    let segment2 = std::fs::read(dir.path().join(segment_name(2))).expect("segment 2");
+    assert_eq!(&segment2[8..10], &5u16.to_le_bytes(), "a version 5 segment");
+    assert_eq!(
+        std::fs::read(dir.path().join(segment_name(1))).expect("segment 1"),
+        v4,
+        "a version 4 segment is never appended to"
+    );
+    assert_eq!(recovered(&open()), (state, acks, vec![partial]));
+}
