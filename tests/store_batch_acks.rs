@@ -827,3 +827,53 @@ fn a_version_4_journal_goes_on_with_batch_records_in_a_version_5_segment() {
     );
     assert_eq!(recovered(&open()), (state, acks, vec![partial]));
 }
+
+/// A full disk while partial entries are evicted: the evictions' appends fail and the
+/// partitions stay resident (pinned) past the budget, the batch-index acks go on, a flush fails
+/// and changes nothing; once space returns the next flush makes every message durable and the
+/// resident state goes back within the budget.
+#[test]
+fn a_full_disk_pins_partial_entries_and_the_flush_after_it_keeps_every_message() {
+    let budget = 2048;
+    let config = store_config(
+        4,
+        64 << 20,
+        CursorConfig {
+            lru_capacity_bytes: budget,
+            ..CursorConfig::default()
+        },
+    );
+    let disk = MemStorage::new();
+    let store = Store::open_with_storage(Arc::new(disk.clone()), config.clone()).expect("open");
+    let topic = store.topic("t").expect("topic");
+    let entries = append_batches(&topic, &[3; 400]).expect("append");
+    let c = earliest(&topic, "sub").expect("cursor");
+    let mut acked = Messages::new();
+    for &(pos, n) in &entries[1..100] {
+        c.ack_batch_index(pos, 1, n).expect("batch ack");
+        acked.insert((pos, 1));
+    }
+    c.flush().expect("flush");
+    disk.set_capacity(Some(disk.used_bytes()));
+    for &(pos, n) in &entries[100..] {
+        c.ack_batch_index(pos, 2, n)
+            .expect("a batch-index ack on a full disk");
+        acked.insert((pos, 2));
+    }
+    assert!(c.flush().is_err(), "a flush on a full disk");
+    assert_eq!(observed(&c, &entries), acked, "nothing lost in memory");
+    disk.set_capacity(None);
+    c.flush().expect("the flush once space returned");
+    let s = c.stats().expect("stats").ackset;
+    let one_partition = s.peak_resident_bytes.saturating_sub(budget);
+    assert!(
+        s.resident_bytes + s.charged_bytes <= budget + one_partition.max(1024),
+        "back within the budget: {s:?}"
+    );
+    drop((c, topic));
+    std::mem::forget(store);
+    let store = Store::open_with_storage(Arc::new(disk.durable_image()), config).expect("reopen");
+    let topic = store.topic("t").expect("topic");
+    let c = earliest(&topic, "sub").expect("cursor");
+    assert_eq!(observed(&c, &entries), acked);
+}
