@@ -3,9 +3,10 @@
 //! a committed seek, nor less than a clean close kept.
 //!
 //! A seeded workload on real files (two topics, cursors created and deleted, appends and syncs,
-//! acks, cursor flushes and `flush_all`, seeks back that clear acks, the store closed and opened
+//! acks of whole entries and of single messages of batches (batch records in the journal),
+//! cursor flushes and `flush_all`, seeks back that clear acks, the store closed and opened
 //! again, journal segments of 1 KiB so the journal rolls over several of them) gives a store
-//! directory and a model: per cursor, the exact acked set and epoch its last close kept, and
+//! directory and a model: per cursor, the exact acked messages and epoch its last close kept, and
 //! the epoch of its last seek. Then each mutation (`support::mutate`: bit flips, truncations,
 //! zeroed ranges, deleted, swapped and older copies of segments, edits of the catalog, of topic
 //! and cursor records and of journal records with their checksums recomputed) is applied to a
@@ -36,8 +37,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ackstore::{
-    CursorOptions, Error, InitialPosition, JournalConfig, ManagedLedger, Position, Store,
-    StoreConfig,
+    AppendMeta, CursorOptions, Error, InitialPosition, JournalConfig, ManagedLedger, Position,
+    Store, StoreConfig,
 };
 use support::mutate::{Mutation, TopicEdit, Tree, Verdict, is_segment, verify};
 use support::workload::{Rng, seed_from_env};
@@ -54,6 +55,15 @@ const MAX_CURSORS: usize = 4;
 const SESSIONS: usize = 3;
 /// Operations per session.
 const OPS: usize = 70;
+/// Messages in every entry: acks of single messages leave entries partly acknowledged.
+const BATCH: u32 = 3;
+
+/// Acknowledged messages: (entry, index); a whole entry is all its [`BATCH`] messages.
+type Acked = BTreeSet<(Position, u32)>;
+
+fn whole(p: Position) -> impl Iterator<Item = (Position, u32)> {
+    (0..BATCH).map(move |i| (p, i))
+}
 
 fn store_config() -> StoreConfig {
     StoreConfig {
@@ -68,8 +78,8 @@ fn store_config() -> StoreConfig {
 /// One cursor of the model.
 #[derive(Debug, Clone, Default)]
 struct Model {
-    /// What the cursor holds acked.
-    acked: BTreeSet<Position>,
+    /// The messages the cursor holds acked.
+    acked: Acked,
     /// Its epoch.
     epoch: u64,
     /// Its epoch when its last seek returned (0: never sought).
@@ -127,17 +137,30 @@ fn workload(dir: &Path, seed: u64) -> (StoreModel, BTreeMap<PathBuf, Vec<Vec<u8>
                 0..=14 => {
                     let n = 1 + rng.below(6);
                     for _ in 0..n {
-                        let p = t.append(topic.as_bytes()).expect("append");
+                        let meta = AppendMeta {
+                            num_messages: BATCH,
+                            timestamp: 0,
+                        };
+                        let p = t.append_with(topic.as_bytes(), meta).expect("append");
                         model.entries.get_mut(&topic).expect("topic").push(p);
                     }
                     t.sync().expect("sync");
                 }
-                15..=59 if !live.is_empty() && !entries.is_empty() => {
+                15..=36 if !live.is_empty() && !entries.is_empty() => {
                     let name = &live[rng.index(live.len())];
                     let p = entries[rng.index(entries.len())];
                     handles[&(topic.clone(), name.clone())].ack(p).expect("ack");
                     let m = model.cursors.get_mut(&topic).expect("t").get_mut(name);
-                    m.expect("cursor").acked.insert(p);
+                    m.expect("cursor").acked.extend(whole(p));
+                }
+                37..=59 if !live.is_empty() && !entries.is_empty() => {
+                    let name = &live[rng.index(live.len())];
+                    let p = entries[rng.index(entries.len())];
+                    let i = rng.below(u64::from(BATCH)) as u32;
+                    let c = &handles[&(topic.clone(), name.clone())];
+                    c.ack_batch_index(p, i, BATCH).expect("batch ack");
+                    let m = model.cursors.get_mut(&topic).expect("t").get_mut(name);
+                    m.expect("cursor").acked.insert((p, i));
                 }
                 60..=69 if !live.is_empty() => {
                     let name = &live[rng.index(live.len())];
@@ -162,7 +185,12 @@ fn workload(dir: &Path, seed: u64) -> (StoreModel, BTreeMap<PathBuf, Vec<Vec<u8>
                         .expect("t")
                         .get_mut(name)
                         .expect("cursor");
-                    m.acked = entries.iter().copied().filter(|&e| e < to).collect();
+                    m.acked = entries
+                        .iter()
+                        .copied()
+                        .filter(|&e| e < to)
+                        .flat_map(whole)
+                        .collect();
                     m.epoch = c.epoch().expect("epoch");
                     m.seek_epoch = m.epoch;
                     snapshot(&mut copies);
@@ -221,11 +249,13 @@ fn workload(dir: &Path, seed: u64) -> (StoreModel, BTreeMap<PathBuf, Vec<Vec<u8>
     (model, copies)
 }
 
-fn acked_of(c: &ackstore::Cursor, entries: &[Position]) -> ackstore::Result<BTreeSet<Position>> {
+fn acked_of(c: &ackstore::Cursor, entries: &[Position]) -> ackstore::Result<Acked> {
     let mut out = BTreeSet::new();
     for &p in entries {
-        if c.is_acked(p)? {
-            out.insert(p);
+        for i in 0..BATCH {
+            if c.is_batch_index_acked(p, i)? {
+                out.insert((p, i));
+            }
         }
     }
     Ok(out)
@@ -243,7 +273,7 @@ fn is_damage(e: &Error) -> bool {
 /// cursor's state.
 enum Opened {
     Refused(String, Error),
-    State(BTreeMap<String, BTreeMap<String, (BTreeSet<Position>, u64)>>),
+    State(BTreeMap<String, BTreeMap<String, (Acked, u64)>>),
 }
 
 /// Opens the store, every topic of its catalog and every cursor of every topic.
@@ -293,7 +323,7 @@ fn open_all(dir: &Path, model: &StoreModel) -> Opened {
 /// The findings of one state that opened: what it holds that the model forbids.
 fn check_state(
     model: &StoreModel,
-    state: &BTreeMap<String, BTreeMap<String, (BTreeSet<Position>, u64)>>,
+    state: &BTreeMap<String, BTreeMap<String, (Acked, u64)>>,
 ) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
     for (topic, cursors) in &model.cursors {
@@ -311,7 +341,7 @@ fn check_state(
                 out.push((
                     "an ack the model does not hold (invented, or cleared by a seek)",
                     format!(
-                        "{topic}/{name}: {n} such acks, first {p}; epoch {epoch}, model {}",
+                        "{topic}/{name}: {n} such acks, first {p:?}; epoch {epoch}, model {}",
                         m.epoch
                     ),
                 ));
@@ -329,7 +359,7 @@ fn check_state(
                 let n = m.acked.difference(acked).count();
                 out.push((
                     "acks a clean close kept are lost",
-                    format!("{topic}/{name}: {n} lost, first {p}"),
+                    format!("{topic}/{name}: {n} lost, first {p:?}"),
                 ));
             } else if *epoch != m.epoch && *epoch >= m.seek_epoch {
                 out.push((

@@ -11,7 +11,9 @@ use ackstore::{
     AppendMeta, Cursor, Error, InitialPosition, ManagedLedger, NonDurableOptions, ReceivedFilter,
     SubscriptionType,
 };
-use support::topic::{at, mem_topic, on_each_backend, reopen};
+use support::topic::{
+    at, mem_hosted, mem_topic, on_each_backend_and_host, on_each_host, reopen, reopen_hosted,
+};
 use support::workload::{Rng, seed_from_env};
 
 /// Appends one entry per batch size and syncs them (readers see synced entries only); returns
@@ -111,7 +113,7 @@ fn check_against_model(c: &Cursor, entries: &[(Position, u32)], model: &Model, w
 fn batch_acks_in_random_order_over_mixed_batch_sizes_agree_with_the_model() {
     let seed = seed_from_env("BATCH_ACK_SEED");
     eprintln!("BATCH_ACK_SEED={seed}");
-    on_each_backend(6, |topic| {
+    on_each_backend_and_host(6, |topic| {
         let mut rng = Rng::new(seed);
         let sizes: Vec<u32> = (0..30).map(|_| 1 + rng.below(12) as u32).collect();
         let entries = append_batches(&topic, &sizes);
@@ -227,7 +229,7 @@ fn batch_acks_refuse_bad_arguments_and_change_nothing() {
 /// sought.
 #[test]
 fn seek_by_index_into_every_message_of_a_batch_acks_the_messages_before_it() {
-    on_each_backend(2, |topic| {
+    on_each_backend_and_host(2, |topic| {
         let sizes = [3, 1, 5, 4];
         let entries = append_batches(&topic, &sizes);
         let c = earliest(&topic);
@@ -261,7 +263,11 @@ fn seek_by_index_into_every_message_of_a_batch_acks_the_messages_before_it() {
 /// its other messages are dispatched again.
 #[test]
 fn completed_batches_survive_a_reopen_and_partial_ones_survive_too() {
-    let (disk, topic) = mem_topic(10);
+    on_each_host(completed_and_partial_batches_survive_a_reopen);
+}
+
+fn completed_and_partial_batches_survive_a_reopen(host: support::topic::Host) {
+    let (disk, topic) = mem_hosted(host, 10);
     let e = append_batches(&topic, &[2, 3, 2]);
     topic.sync().unwrap();
     let c = earliest(&topic);
@@ -272,7 +278,7 @@ fn completed_batches_survive_a_reopen_and_partial_ones_survive_too() {
     c.flush().unwrap();
     drop(c);
     std::mem::forget(topic);
-    let topic = reopen(&disk.durable_image(), 10);
+    let topic = reopen_hosted(host, &disk.durable_image(), 10);
     let c = earliest(&topic);
     assert!(c.is_acked(e[1].0).unwrap());
     let read = c.read_entries(10).unwrap();
@@ -347,10 +353,14 @@ fn the_received_filter_works_at_message_level() {
 /// it, and every partial entry.
 #[test]
 fn a_power_cut_during_a_flush_with_batch_state_never_invents_an_ack() {
+    on_each_host(power_cut_during_a_flush_never_invents_an_ack);
+}
+
+fn power_cut_during_a_flush_never_invents_an_ack(host: support::topic::Host) {
     let clean = support::crash::cut_everywhere_after(
         support::crash::Points { from: 1, step: 1 },
         |disk| {
-            let topic = reopen(disk, 10);
+            let topic = reopen_hosted(host, disk, 10);
             let e = append_batches(&topic, &[3, 2, 4, 2, 5]);
             topic.sync().unwrap();
             let c = earliest(&topic);
@@ -374,7 +384,7 @@ fn a_power_cut_during_a_flush_with_batch_state_never_invents_an_ack() {
             let torn = (0..=tail).map(|k| (k, support::crash::torn_image(disk, |u| u.min(k))));
             for (keep, image) in std::iter::once((0, disk.durable_image())).chain(torn) {
                 let what = format!("cut at {n}, {keep} tail bytes kept");
-                let topic = reopen(&image, 10);
+                let topic = reopen_hosted(host, &image, 10);
                 let c = earliest(&topic);
                 assert_eq!(c.mark_delete_position().unwrap(), None, "{what}");
                 assert!(c.is_acked(e[3].0).unwrap(), "{what}: flushed before");
@@ -422,7 +432,11 @@ fn a_power_cut_during_a_flush_with_batch_state_never_invents_an_ack() {
 #[test]
 fn threads_acking_messages_of_the_same_batches_complete_each_entry_once() {
     const THREADS: u32 = 4;
-    let (_disk, topic) = mem_topic(16);
+    on_each_host(threads_complete_each_entry_once::<THREADS>);
+}
+
+fn threads_complete_each_entry_once<const THREADS: u32>(host: support::topic::Host) {
+    let (_disk, topic) = mem_hosted(host, 16);
     let sizes: Vec<u32> = (0..64).map(|i| 2 + (i % 9)).collect();
     let entries = append_batches(&topic, &sizes);
     let durable = earliest(&topic);

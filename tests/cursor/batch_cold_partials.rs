@@ -1,7 +1,8 @@
 //! Cold partial entries (evicted to the cursor ledger) through the cursor's resets and its
 //! cursor ledger's rollovers: full seeks, seeks by index into a batch, rewinds and cumulative
 //! acks mixed with batch-index acks under a tiny budget, with a flush and a reopen every round,
-//! in both persist modes, against a model of acknowledged messages.
+//! in both persist modes, against a model of acknowledged messages; on a topic opened alone and
+//! on a store's topic (cold partial entries are batch records in the store's journal).
 
 use crate::support;
 
@@ -9,10 +10,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use ackstore::{
-    AppendMeta, Cursor, CursorConfig, InitialPosition, LedgerConfig, ManagedLedger, MemStorage,
-    PersistMode, Position,
+    AppendMeta, Cursor, CursorConfig, InitialPosition, LedgerConfig, MemStorage, PersistMode,
+    Position,
 };
-use support::topic::{at, config};
+use support::topic::{Host, at, config, on_each_host, open_hosted};
 use support::workload::Rng;
 
 const PER_LEDGER: u64 = 6;
@@ -54,9 +55,9 @@ fn check(c: &Cursor, topic: &Topic, model: &Model, what: &str) {
     }
 }
 
-fn run(mode: PersistMode, seed: u64) {
+fn run(host: Host, mode: PersistMode, seed: u64) {
     let disk = MemStorage::new();
-    let open = || ManagedLedger::open_with_storage(Arc::new(disk.clone()), tiny(mode)).unwrap();
+    let open = || open_hosted(host, Arc::new(disk.clone()), &tiny(mode)).unwrap();
     let mut rng = Rng::new(seed);
     let topic = {
         let ml = open();
@@ -144,14 +145,14 @@ fn run(mode: PersistMode, seed: u64) {
 #[test]
 fn cold_partial_entries_survive_seeks_rollovers_and_reopens_in_multi_entry_mode() {
     for seed in 0..4 {
-        run(PersistMode::MultiEntry, seed);
+        on_each_host(|host| run(host, PersistMode::MultiEntry, seed));
     }
 }
 
 #[test]
 fn cold_partial_entries_survive_seeks_rollovers_and_reopens_in_single_entry_mode() {
     for seed in 0..4 {
-        run(PersistMode::SingleEntry, seed);
+        on_each_host(|host| run(host, PersistMode::SingleEntry, seed));
     }
 }
 
@@ -162,6 +163,10 @@ fn cold_partial_entries_survive_seeks_rollovers_and_reopens_in_single_entry_mode
 /// cleared; and the final one once the flush returned `Ok`.
 #[test]
 fn a_power_cut_around_a_seek_over_cold_partial_entries_recovers_a_whole_state() {
+    on_each_host(power_cut_around_a_seek);
+}
+
+fn power_cut_around_a_seek(host: Host) {
     use support::crash::{Cut, Points, cut_everywhere_after, torn_image, unsynced_tail};
     let cfg = tiny(PersistMode::MultiEntry);
     let mut rng = Rng::new(5);
@@ -190,7 +195,7 @@ fn a_power_cut_around_a_seek_over_cold_partial_entries_recovers_a_whole_state() 
     let clean = cut_everywhere_after(
         Points::every_in_release(2),
         |disk| {
-            let ml = ManagedLedger::open_with_storage(Arc::new(disk.clone()), cfg.clone()).unwrap();
+            let ml = open_hosted(host, Arc::new(disk.clone()), &cfg.clone()).unwrap();
             let e: Vec<(Position, u32)> = sizes
                 .iter()
                 .enumerate()
@@ -239,7 +244,7 @@ fn a_power_cut_around_a_seek_over_cold_partial_entries_recovers_a_whole_state() 
                 .map(|k| (k, torn_image(disk, |u| u.min(k))));
             for (keep, image) in std::iter::once((0, disk.durable_image())).chain(torn) {
                 let what = format!("cut at {n}, {keep} tail bytes kept");
-                let ml = ManagedLedger::open_with_storage(Arc::new(image), cfg.clone()).unwrap();
+                let ml = open_hosted(host, Arc::new(image), &cfg.clone()).unwrap();
                 let c = ml
                     .open_cursor("sub", at(InitialPosition::Earliest, false))
                     .unwrap();
@@ -271,12 +276,16 @@ fn a_power_cut_around_a_seek_over_cold_partial_entries_recovers_a_whole_state() 
 /// an error or a state within the truth, never a panic and never an invented ack.
 #[test]
 fn flipped_bytes_under_cold_partial_entries_are_errors_or_a_subset_never_a_panic() {
+    on_each_host(flipped_bytes_under_cold_partial_entries);
+}
+
+fn flipped_bytes_under_cold_partial_entries(host: Host) {
     let cfg = tiny(PersistMode::MultiEntry);
     let disk = MemStorage::new();
     let mut rng = Rng::new(9);
     let mut truth: BTreeMap<Position, BTreeSet<u32>> = BTreeMap::new();
     let entries: Vec<(Position, u32)> = {
-        let ml = ManagedLedger::open_with_storage(Arc::new(disk.clone()), cfg.clone()).unwrap();
+        let ml = open_hosted(host, Arc::new(disk.clone()), &cfg.clone()).unwrap();
         let e: Vec<(Position, u32)> = (0..40)
             .map(|i| {
                 let n = 4 + rng.below(20) as u32;
@@ -314,7 +323,7 @@ fn flipped_bytes_under_cold_partial_entries_are_errors_or_a_subset_never_a_panic
             let mut bad = bytes.clone();
             bad[off] ^= 0x10;
             image.set_bytes(name, bad).unwrap();
-            let Ok(ml) = ManagedLedger::open_with_storage(Arc::new(image), cfg.clone()) else {
+            let Ok(ml) = open_hosted(host, Arc::new(image), &cfg.clone()) else {
                 continue;
             };
             let Ok(c) = ml.open_cursor("sub", at(InitialPosition::Earliest, false)) else {

@@ -2,7 +2,8 @@
 //! set's LRU budget and evicted to the cursor ledger past it, so a consumer that acks one
 //! message of every batch keeps the cursor within `lru_capacity_bytes` plus one partition,
 //! whatever the backlog; after a reopen, and with a power cut at every step, the partial
-//! entries are what a model says.
+//! entries are what a model says. On a topic opened alone and on a store's topic (evicted
+//! partial entries go to the store's journal).
 
 use crate::support;
 
@@ -11,10 +12,14 @@ use std::sync::Arc;
 use ackstore::{
     AppendMeta, CursorConfig, InitialPosition, LedgerConfig, ManagedLedger, MemStorage,
 };
-use support::topic::{at, config};
+use support::topic::{Host, Hosted, at, config, on_each_host, open_hosted};
 
 #[test]
 fn partial_entries_stay_within_the_lru_budget() {
+    on_each_host(partial_entries_within_the_budget);
+}
+
+fn partial_entries_within_the_budget(host: Host) {
     let budget = 4096;
     let cfg = LedgerConfig {
         cursor: CursorConfig {
@@ -23,7 +28,7 @@ fn partial_entries_stay_within_the_lru_budget() {
         },
         ..config(1000)
     };
-    let topic = ManagedLedger::open_with_storage(Arc::new(MemStorage::new()), cfg).unwrap();
+    let topic = open_hosted(host, Arc::new(MemStorage::new()), &cfg).unwrap();
     let positions: Vec<_> = (0..20_000)
         .map(|_| {
             topic
@@ -193,11 +198,15 @@ fn earliest(topic: &ManagedLedger) -> Cursor {
 /// the budget holds after every step, every message matches the model after every round's
 /// flush and reopen, and partial entries really were evicted and loaded back.
 fn random_acks_under_a_tiny_budget(mode: PersistMode, seed: u64) {
+    on_each_host(|host| random_acks_on(host, mode, seed));
+}
+
+fn random_acks_on(host: Host, mode: PersistMode, seed: u64) {
     let budget = 2048;
     let cfg = tiny(budget, mode);
     let mut rng = Rng::new(seed);
     let sizes = sizes(&mut rng, 240);
-    let run = |topic_open: &dyn Fn() -> ManagedLedger, stop: &dyn Fn(ManagedLedger)| {
+    let run = |topic_open: &dyn Fn() -> Hosted, stop: &dyn Fn(Hosted)| {
         let mut rng = Rng::new(seed ^ 0x5eed);
         let topic = topic_open();
         let entries = append_batches(&topic, &sizes);
@@ -275,14 +284,17 @@ fn random_acks_under_a_tiny_budget(mode: PersistMode, seed: u64) {
         &|| {
             let image = current.borrow().durable_image();
             *current.borrow_mut() = image.clone();
-            ManagedLedger::open_with_storage(Arc::new(image), cfg.clone()).unwrap()
+            open_hosted(host, Arc::new(image), &cfg.clone()).unwrap()
         },
         &std::mem::forget,
     );
     let dir = tempfile::tempdir().unwrap();
     eprintln!("backend: real files in {}", dir.path().display());
     run(
-        &|| ManagedLedger::open(dir.path(), cfg.clone()).unwrap(),
+        &|| {
+            let files = ackstore::FileStorage::open(dir.path(), true).unwrap();
+            open_hosted(host, Arc::new(files), &cfg).unwrap()
+        },
         &|t| t.close().unwrap(),
     );
 }
@@ -303,10 +315,14 @@ fn random_batch_acks_under_a_tiny_budget_match_the_model_in_single_entry_mode() 
 /// lost), here the second one.
 #[test]
 fn a_reopened_cursor_loads_partial_entries_only_when_touched() {
+    on_each_host(loads_only_when_touched);
+}
+
+fn loads_only_when_touched(host: Host) {
     const SPAN: usize = 1 << 16;
     let cfg = config(2 * SPAN as u64);
     let disk = MemStorage::new();
-    let topic = ManagedLedger::open_with_storage(Arc::new(disk.clone()), cfg.clone()).unwrap();
+    let topic = open_hosted(host, Arc::new(disk.clone()), &cfg.clone()).unwrap();
     let entries = append_batches(&topic, &vec![4; SPAN + 10]);
     topic.sync().unwrap();
     let c = earliest(&topic);
@@ -315,7 +331,7 @@ fn a_reopened_cursor_loads_partial_entries_only_when_touched() {
     }
     c.close().unwrap();
     topic.close().unwrap();
-    let topic = ManagedLedger::open_with_storage(Arc::new(disk), cfg).unwrap();
+    let topic = open_hosted(host, Arc::new(disk), &cfg).unwrap();
     let c = earliest(&topic);
     let s = c.stats().unwrap();
     assert_eq!(s.partial_entries, 299 + 9);
@@ -376,6 +392,10 @@ fn a_reader_evicts_partial_entries_within_its_budget_and_keeps_them() {
 /// a flushed one lost. Evicted entries written before the cut are never taken for committed.
 #[test]
 fn a_power_cut_while_partial_entries_are_evicted_recovers_a_flushed_state() {
+    on_each_host(power_cut_while_evicted);
+}
+
+fn power_cut_while_evicted(host: Host) {
     let budget = 512;
     let cfg = tiny(budget, PersistMode::MultiEntry);
     let mut rng = Rng::new(11);
@@ -389,8 +409,7 @@ fn a_power_cut_while_partial_entries_are_evicted_recovers_a_flushed_state() {
     let clean = cut_everywhere_after(
         Points::every_in_release(3),
         |disk| {
-            let topic =
-                ManagedLedger::open_with_storage(Arc::new(disk.clone()), cfg.clone()).unwrap();
+            let topic = open_hosted(host, Arc::new(disk.clone()), &cfg.clone()).unwrap();
             let e = append_batches(&topic, &sizes);
             topic.sync().unwrap();
             let c = earliest(&topic);
@@ -436,7 +455,7 @@ fn a_power_cut_while_partial_entries_are_evicted_recovers_a_flushed_state() {
                 .map(|k| (k, torn_image(disk, |u| u.min(k))));
             for (keep, image) in std::iter::once((0, disk.durable_image())).chain(torn) {
                 let what = format!("cut at {n}, {keep} tail bytes kept");
-                let topic = ManagedLedger::open_with_storage(Arc::new(image), cfg.clone()).unwrap();
+                let topic = open_hosted(host, Arc::new(image), &cfg.clone()).unwrap();
                 let c = earliest(&topic);
                 let mut got = Model::default();
                 for &(pos, size) in &e {
@@ -466,12 +485,16 @@ fn a_power_cut_while_partial_entries_are_evicted_recovers_a_flushed_state() {
 /// between flushes.
 #[test]
 fn threads_acking_batch_indexes_while_a_flusher_runs_keep_every_message() {
+    on_each_host(threads_while_a_flusher_runs);
+}
+
+fn threads_while_a_flusher_runs(host: Host) {
     const THREADS: u32 = 4;
     const SIZE: u32 = 8;
     let budget = 1024;
     let cfg = tiny(budget, PersistMode::MultiEntry);
     let disk = MemStorage::new();
-    let topic = ManagedLedger::open_with_storage(Arc::new(disk.clone()), cfg.clone()).unwrap();
+    let topic = open_hosted(host, Arc::new(disk.clone()), &cfg.clone()).unwrap();
     let entries = append_batches(&topic, &vec![SIZE; 150]);
     topic.sync().unwrap();
     let c = earliest(&topic);
@@ -520,7 +543,7 @@ fn threads_acking_batch_indexes_while_a_flusher_runs_keep_every_message() {
     assert!(c.stats().unwrap().batch_evictions > 0);
     c.close().unwrap();
     topic.close().unwrap();
-    let topic = ManagedLedger::open_with_storage(Arc::new(disk), cfg).unwrap();
+    let topic = open_hosted(host, Arc::new(disk), &cfg).unwrap();
     let c = earliest(&topic);
     check(&c, &entries, &model, budget, "after reopen");
     topic.close().unwrap();

@@ -1,7 +1,8 @@
 //! Persisted batch-index acks (PIP-54): partial entries written by flushes (batch-index entries
 //! referenced by the marker, or inline in a snapshot), recovered after a reopen or a power cut
 //! exactly as the last flush left them, copied by rollovers, charged to the LRU budget, and
-//! checked by `verify`.
+//! checked by `verify`; on a topic opened alone and on a store's topic (batch records in the
+//! store's journal).
 
 use crate::support;
 
@@ -16,7 +17,7 @@ use ackstore::{
     PersistMode,
 };
 use support::crash::{Cut, Points, cut_everywhere_after, torn_image, unsynced_tail};
-use support::topic::{at, config};
+use support::topic::{Host, Hosted, at, config, on_each_host, open_hosted};
 use support::workload::{Rng, seed_from_env};
 
 const PER_LEDGER: u64 = 8;
@@ -106,28 +107,35 @@ fn check(c: &Cursor, entries: &[(Position, u32)], model: &Model, what: &str) {
 
 /// How a test opens its topic again and stops the previous owner.
 struct Backend<'a> {
-    open: &'a dyn Fn() -> ManagedLedger,
-    stop: &'a dyn Fn(ManagedLedger),
+    open: &'a dyn Fn() -> Hosted,
+    stop: &'a dyn Fn(Hosted),
 }
 
-/// Runs `test` on the in-memory disk, where a stopped owner loses the power (the reopen sees
-/// the durable image), and on real files, where it closes (a second owner of a directory is
-/// refused while the first holds it).
+/// Runs `test` with each host (a topic alone, a store's topic) on the in-memory disk, where a
+/// stopped owner loses the power (the reopen sees the durable image), and on real files, where
+/// it closes (a second owner of a directory is refused while the first holds it).
 fn on_each_reopenable_backend(config: &LedgerConfig, mut test: impl FnMut(&Backend<'_>)) {
+    on_each_host(|host| on_each_backend_of(host, config, &mut test));
+}
+
+fn on_each_backend_of(host: Host, config: &LedgerConfig, test: &mut impl FnMut(&Backend<'_>)) {
     eprintln!("backend: in-memory disk");
     let current = std::cell::RefCell::new(MemStorage::new());
     test(&Backend {
         open: &|| {
             let image = current.borrow().durable_image();
             *current.borrow_mut() = image.clone();
-            ManagedLedger::open_with_storage(Arc::new(image), config.clone()).unwrap()
+            open_hosted(host, Arc::new(image), config).unwrap()
         },
         stop: &std::mem::forget,
     });
     let dir = tempfile::tempdir().unwrap();
     eprintln!("backend: real files in {}", dir.path().display());
     test(&Backend {
-        open: &|| ManagedLedger::open(dir.path(), config.clone()).unwrap(),
+        open: &|| {
+            let files = ackstore::FileStorage::open(dir.path(), true).unwrap();
+            open_hosted(host, Arc::new(files), config).unwrap()
+        },
         stop: &|t| t.close().unwrap(),
     });
 }
@@ -214,7 +222,9 @@ fn batch_state_survives_rollovers_to_new_cursor_ledgers() {
         cursor_ledger_max_entries: 4,
         ..CursorConfig::default()
     };
-    on_each_reopenable_backend(&ledger_config(cursor), |b| {
+    // Cursor-ledger rollovers; a store's journal rollovers carrying batch records are tested
+    // in `tests/store/batch_acks.rs`.
+    on_each_backend_of(Host::Alone, &ledger_config(cursor), &mut |b| {
         let open = b.open;
         let mut rng = Rng::new(seed);
         let topic = open();
@@ -301,13 +311,16 @@ fn batch_state_is_charged_to_the_lru_budget_and_survives_eviction_and_reopen() {
 /// never less once the flush returned `Ok`, this flush's: never a message more, never one lost.
 #[test]
 fn a_power_cut_during_a_flush_recovers_exactly_the_last_flushed_batch_state() {
+    on_each_host(power_cut_during_a_flush);
+}
+
+fn power_cut_during_a_flush(host: Host) {
     let ledgers = config(10);
     let sizes = [3, 2, 4, 2, 5, 6];
     let clean = cut_everywhere_after(
         Points::EVERY,
         |disk| {
-            let topic =
-                ManagedLedger::open_with_storage(Arc::new(disk.clone()), ledgers.clone()).unwrap();
+            let topic = open_hosted(host, Arc::new(disk.clone()), &ledgers).unwrap();
             let e = append_batches(&topic, &sizes);
             topic.sync().unwrap();
             let c = earliest(&topic);
@@ -336,8 +349,7 @@ fn a_power_cut_during_a_flush_recovers_exactly_the_last_flushed_batch_state() {
             let torn = (0..=tail).map(|k| (k, torn_image(disk, |u| u.min(k))));
             for (keep, image) in std::iter::once((0, disk.durable_image())).chain(torn) {
                 let what = format!("cut at {n}, {keep} tail bytes kept");
-                let topic =
-                    ManagedLedger::open_with_storage(Arc::new(image), ledgers.clone()).unwrap();
+                let topic = open_hosted(host, Arc::new(image), &ledgers).unwrap();
                 let c = earliest(&topic);
                 let got = observed(&c, &e);
                 if flushed.is_ok() {

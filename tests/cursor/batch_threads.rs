@@ -1,7 +1,8 @@
 //! Partial entries under a tiny budget with everything at once: threads acknowledging batch
 //! indexes on a durable cursor (with cursor-ledger rollovers) and on a reader, another reading,
 //! rewinding and moving the read position, a flusher that also trims, all checked against
-//! what each thread acknowledged, during the run (the budget) and after a reopen (every message).
+//! what each thread acknowledged, during the run (the budget) and after a reopen (every message);
+//! on a topic opened alone and on a store's topic.
 
 use crate::support;
 
@@ -10,10 +11,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use ackstore::internals::ackset::MAX_PARTITION_BYTES;
 use ackstore::{
-    AppendMeta, Cursor, CursorConfig, InitialPosition, LedgerConfig, ManagedLedger, MemStorage,
-    NonDurableOptions, PersistMode, Position,
+    AppendMeta, Cursor, CursorConfig, InitialPosition, LedgerConfig, MemStorage, NonDurableOptions,
+    PersistMode, Position,
 };
-use support::topic::{at, config};
+use support::topic::{Host, at, config, on_each_host, open_hosted};
 use support::workload::Rng;
 
 const SIZE: u32 = 9;
@@ -82,8 +83,12 @@ fn check(c: &Cursor, entries: &[Position], from: Position, what: &str) {
 
 #[test]
 fn acks_reads_flushes_trims_and_a_reader_at_once_keep_every_message_within_the_budget() {
+    on_each_host(everything_at_once);
+}
+
+fn everything_at_once(host: Host) {
     let disk = MemStorage::new();
-    let topic = ManagedLedger::open_with_storage(Arc::new(disk.clone()), cfg()).unwrap();
+    let topic = open_hosted(host, Arc::new(disk.clone()), &cfg()).unwrap();
     let entries: Vec<Position> = (0..200)
         .map(|i| {
             let meta = AppendMeta {
@@ -164,7 +169,7 @@ fn acks_reads_flushes_trims_and_a_reader_at_once_keep_every_message_within_the_b
     assert!(c.stats().unwrap().batch_evictions > 0);
     c.close().unwrap();
     topic.close().unwrap();
-    let topic = ManagedLedger::open_with_storage(Arc::new(disk), cfg()).unwrap();
+    let topic = open_hosted(host, Arc::new(disk), &cfg()).unwrap();
     let c = topic
         .open_cursor("sub", at(InitialPosition::Earliest, false))
         .unwrap();

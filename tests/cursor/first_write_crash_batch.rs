@@ -1,5 +1,6 @@
 //! Partial entries (batch-index acks) of a reopened cursor under a tiny budget, the
-//! claim made by the budget or by a seek inside a batch, with a power cut at every step.
+//! claim made by the budget or by a seek inside a batch, with a power cut at every step; on a
+//! topic opened alone and on a store's topic (whose evictions and seek go to the journal).
 
 use crate::support;
 
@@ -7,10 +8,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use ackstore::{
-    AppendMeta, CursorConfig, CursorOptions, LedgerConfig, ManagedLedger, MemStorage, PersistMode,
-    Position,
+    AppendMeta, CursorConfig, CursorOptions, LedgerConfig, MemStorage, PersistMode, Position,
 };
 use support::crash::{Points, cut_everywhere_after, torn_image, unsynced_tail};
+use support::topic::{Host, Hosted, on_each_host, open_hosted};
 
 const SIZE: u32 = 4;
 
@@ -26,14 +27,14 @@ fn cfg(mode: PersistMode, lru: usize) -> LedgerConfig {
     }
 }
 
-fn open(disk: &MemStorage, c: &LedgerConfig) -> ackstore::Result<ManagedLedger> {
-    ManagedLedger::open_with_storage(Arc::new(disk.clone()), c.clone())
+fn open(host: Host, disk: &MemStorage, c: &LedgerConfig) -> ackstore::Result<Hosted> {
+    open_hosted(host, Arc::new(disk.clone()), c)
 }
 
 type Acked = BTreeMap<Position, BTreeSet<u32>>;
 
-fn prepared(disk: &MemStorage, c: &LedgerConfig) -> (Vec<Position>, Acked) {
-    let topic = open(disk, c).unwrap();
+fn prepared(host: Host, disk: &MemStorage, c: &LedgerConfig) -> (Vec<Position>, Acked) {
+    let topic = open(host, disk, c).unwrap();
     let ps: Vec<Position> = (0..120)
         .map(|i| {
             topic
@@ -61,8 +62,8 @@ fn prepared(disk: &MemStorage, c: &LedgerConfig) -> (Vec<Position>, Acked) {
     (ps, acked)
 }
 
-fn seen(image: &MemStorage, c: &LedgerConfig, ps: &[Position]) -> Acked {
-    let topic = open(image, c).expect("opens");
+fn seen(host: Host, image: &MemStorage, c: &LedgerConfig, ps: &[Position]) -> Acked {
+    let topic = open(host, image, c).expect("opens");
     let cur = topic.open_cursor("sub", CursorOptions::default()).unwrap();
     let mut out = Acked::new();
     for &p in ps {
@@ -82,15 +83,19 @@ fn le(a: &Acked, b: &Acked) -> bool {
 
 #[test]
 fn partial_acks_claimed_by_the_budget_then_a_power_cut() {
+    on_each_host(partial_acks_past_the_budget_then_a_power_cut);
+}
+
+fn partial_acks_past_the_budget_then_a_power_cut(host: Host) {
     for mode in [PersistMode::MultiEntry, PersistMode::SingleEntry] {
         let c = cfg(mode, 0);
         let clean = cut_everywhere_after(
             Points::every_in_release(3),
-            |disk| prepared(disk, &c),
+            |disk| prepared(host, disk, &c),
             |disk, (ps, acked)| {
                 let mut after = acked.clone();
                 let mut closed = false;
-                if let Ok(topic) = open(disk, &c)
+                if let Ok(topic) = open(host, disk, &c)
                     && let Ok(cur) = topic.open_cursor("sub", CursorOptions::default())
                 {
                     let mut ok = true;
@@ -114,7 +119,7 @@ fn partial_acks_claimed_by_the_budget_then_a_power_cut() {
                     images.push(torn_image(disk, |_| keep));
                 }
                 for (k, image) in images.iter().enumerate() {
-                    let got = seen(image, &c, &ps);
+                    let got = seen(host, image, &c, &ps);
                     let what = format!("{mode:?} cut {}/{} image {k}", cut.n, cut.total);
                     assert!(le(&got, &after), "{what}: invented");
                     assert!(le(&before, &got), "{what}: lost a flushed partial ack");
@@ -131,14 +136,18 @@ fn partial_acks_claimed_by_the_budget_then_a_power_cut() {
 
 #[test]
 fn seek_by_index_inside_a_batch_as_the_first_write_then_a_power_cut() {
+    on_each_host(seek_inside_a_batch_then_a_power_cut);
+}
+
+fn seek_inside_a_batch_then_a_power_cut(host: Host) {
     for mode in [PersistMode::MultiEntry, PersistMode::SingleEntry] {
         let c = cfg(mode, 0);
         // Entry 30 holds messages 120..=123; seek to message 122.
         cut_everywhere_after(
             Points::every_in_release(3),
-            |disk| prepared(disk, &c),
+            |disk| prepared(host, disk, &c),
             |disk, (ps, acked)| {
-                let r = open(disk, &c).ok().and_then(|topic| {
+                let r = open(host, disk, &c).ok().and_then(|topic| {
                     let cur = topic.open_cursor("sub", CursorOptions::default()).ok()?;
                     Some(cur.seek_by_index(122).is_ok())
                 });
@@ -150,7 +159,7 @@ fn seek_by_index_inside_a_batch_as_the_first_write_then_a_power_cut() {
                     after.insert(p, (0..SIZE).collect());
                 }
                 after.insert(ps[30], [0, 1].into_iter().collect());
-                let got = seen(&disk.durable_image(), &c, &ps);
+                let got = seen(host, &disk.durable_image(), &c, &ps);
                 let what = format!("{mode:?} cut {}/{} ({r:?})", cut.n, cut.total);
                 if r == Some(true) {
                     assert_eq!(got, after, "{what}: seek Ok, not kept");

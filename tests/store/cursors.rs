@@ -407,19 +407,33 @@ fn trimming_a_store_topic_reads_closed_cursors_from_the_journal() {
 }
 
 #[test]
-fn batch_index_acks_on_a_store_cursor_are_refused_loudly() {
+fn batch_index_acks_on_a_store_cursor_persist_through_the_journal() {
     let disk = MemStorage::new();
     let store = open(&disk).expect("open");
     let topic = store.topic(&topic_name(0)).expect("topic");
     let p = topic.append(b"batch").expect("append");
+    topic.sync().expect("sync");
     let cursor = topic
         .open_cursor("c", CursorOptions::default())
         .expect("cursor");
-    assert!(matches!(
-        cursor.ack_batch_index(p, 1, 4),
-        Err(Error::Unsupported { .. })
-    ));
+    assert!(cursor.ack_batch_index(p, 1, 4).expect("batch-index ack"));
     assert!(!cursor.is_acked(p).expect("is_acked"));
+    cursor.flush().expect("flush");
+    drop((cursor, topic));
+    std::mem::forget(store);
+    let store = open(&disk.durable_image()).expect("reopen");
+    let topic = store.topic(&topic_name(0)).expect("topic");
+    let cursor = topic
+        .open_cursor("c", CursorOptions::default())
+        .expect("cursor");
+    let acked: Vec<bool> = (0..4)
+        .map(|i| cursor.is_batch_index_acked(p, i).expect("acked"))
+        .collect();
+    assert_eq!(acked, [false, true, false, false]);
+    for i in [0, 2, 3] {
+        cursor.ack_batch_index(p, i, 4).expect("batch-index ack");
+    }
+    assert_eq!(cursor.mark_delete_position().expect("mark"), Some(p));
 }
 
 #[test]

@@ -111,6 +111,7 @@ proptest! {
                         floor: 1,
                         state: PersistedState::default(),
                         rows,
+                        batch: Default::default(),
                     });
                     // A marker commits the copies it references: an older or the same staged
                     // copy of a live key is no longer pending.

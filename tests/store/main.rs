@@ -10,6 +10,7 @@ mod support;
 mod ack_memory;
 mod ack_memory_pressure;
 mod adversarial;
+mod batch_acks;
 mod claim;
 mod claim_restarts;
 mod crash;
