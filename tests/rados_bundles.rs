@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use ackstore::{
     CursorConfig, CursorOptions, Error, GroupConfig, LeaseState, LedgerConfig, RadosStorage,
-    Storage, StorageFile, Store, StoreConfig, StoreGroup,
+    Storage, Store, StoreConfig, StoreGroup,
 };
 use support::rados::{cluster, fresh_namespace, pool};
 

@@ -83,12 +83,12 @@ impl Renewer {
     pub(super) fn join(self: &Arc<Self>, held: Held, taken_at: Instant) -> Result<u64> {
         let location = held.shared.location.clone();
         let mut state = self.lock();
-        let stale = if state.running {
+        let previous = if state.running {
             None
         } else {
             // The previous thread ended (or is ending: it touches nothing after it cleared
             // `running`); it is joined below, outside the lock.
-            let stale = state.thread.take();
+            let ended = state.thread.take();
             let me = Arc::clone(self);
             let spawned = thread::Builder::new()
                 .name("ackstore-rados-lease".into())
@@ -97,7 +97,7 @@ impl Renewer {
             state.thread_id = Some(spawned.thread().id());
             state.thread = Some(spawned);
             state.running = true;
-            stale
+            ended
         };
         let id = state.next_id;
         state.next_id += 1;
@@ -105,7 +105,7 @@ impl Renewer {
         state.leases.insert(id, held);
         self.wake.notify_all();
         drop(state);
-        if let Some(t) = stale {
+        if let Some(t) = previous {
             let _ = t.join();
         }
         Ok(id)
