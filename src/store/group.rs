@@ -107,7 +107,7 @@ impl StoreGroup {
     }
 
     /// Opens the store kept in `storage` as a member of this group (for instance one
-    /// namespace of a [`RadosCluster`](crate::RadosCluster) connection shared by the group).
+    /// namespace of a `RadosCluster` connection shared by the group, feature `rados`).
     ///
     /// # Errors
     /// Those of [`Store::open_with_storage`]; [`crate::Error::Closed`] after
