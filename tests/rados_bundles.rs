@@ -23,6 +23,8 @@ use support::rados::{cluster, fresh_namespace, pool};
 
 const STORES: usize = 64;
 const POOL: usize = 2;
+/// Threads that open the stores.
+const OPENERS: usize = 8;
 const LEASE: Duration = Duration::from_secs(3);
 /// How long the test waits for an event before it gives up (a guard against a hang).
 const GUARD: Duration = Duration::from_secs(60);
@@ -86,12 +88,7 @@ fn many_stores_through_one_connection_share_one_renewal_thread_and_lose_their_le
         ack_memory_bytes: Some(8 << 20),
     });
     let (lost, told) = mpsc::channel();
-    let mut storages = Vec::new();
-    let mut namespaces = Vec::new();
-    let mut stores = Vec::new();
-    let mut topics = Vec::new();
-    let mut base = 0;
-    for i in 0..STORES {
+    let open = |i: usize| -> (RadosStorage, String, Store) {
         let namespace = fresh_namespace("bundle");
         let storage = cluster
             .storage(&pool(), &namespace)
@@ -101,25 +98,51 @@ fn many_stores_through_one_connection_share_one_renewal_thread_and_lose_their_le
         storage.on_lease_lost(move |state| {
             let _ = lost.send((i, state.clone()));
         });
-        let store: Store = group
+        let store = group
             .open_with_storage(Arc::new(storage.clone()), config())
             .expect("open a store");
-        let topic = store.topic("t").expect("topic");
-        let p = topic.append(b"entry").expect("append");
-        topic.sync().expect("sync");
-        let cursor = topic
-            .open_cursor("sub", CursorOptions::default())
-            .expect("cursor");
-        cursor.ack(p).expect("ack");
-        if i == 0 {
-            // The connection's threads, the group's pool and the renewal thread, all running.
-            base = threads_now();
-        }
-        storages.push(storage);
-        namespaces.push(namespace);
-        stores.push(store);
-        topics.push((topic, cursor));
-    }
+        (storage, namespace, store)
+    };
+    let mut opened = vec![open(0)];
+    // One topic, written through store 0's lease; the other stores are only held.
+    let topic = opened[0].2.topic("t").expect("topic");
+    let p = topic.append(b"entry").expect("append");
+    topic.sync().expect("sync");
+    let cursor = topic
+        .open_cursor("sub", CursorOptions::default())
+        .expect("cursor");
+    cursor.ack(p).expect("ack");
+    // The connection's threads, the group's pool and the renewal thread, all running.
+    let base = threads_now();
+    // The other stores, opened by a few threads at once (gone before threads are counted).
+    std::thread::scope(|s| {
+        let openers: Vec<_> = (0..OPENERS)
+            .map(|k| {
+                let open = &open;
+                s.spawn(move || {
+                    (1..STORES)
+                        .filter(|i| i % OPENERS == k)
+                        .map(|i| (i, open(i)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let mut rest: Vec<_> = openers
+            .into_iter()
+            .flat_map(|o| o.join().expect("an opener"))
+            .collect();
+        rest.sort_by_key(|(i, _)| *i);
+        opened.extend(rest.into_iter().map(|(_, o)| o));
+    });
+    let (storages, namespaces, stores): (Vec<_>, Vec<_>, Vec<_>) = opened.into_iter().fold(
+        (Vec::new(), Vec::new(), Vec::new()),
+        |(mut a, mut b, mut c), (x, y, z)| {
+            a.push(x);
+            b.push(y);
+            c.push(z);
+            (a, b, c)
+        },
+    );
     let threads = threads_now();
     eprintln!(
         "{STORES} stores: {threads} threads ({base} with one store, {connection} for the \
@@ -161,10 +184,7 @@ fn many_stores_through_one_connection_share_one_renewal_thread_and_lose_their_le
     assert_eq!(who, 0);
     assert!(matches!(state, LeaseState::Lost { .. }), "{state:?}");
     assert!(matches!(storages[0].lease_state(), LeaseState::Lost { .. }));
-    let write = topics[0]
-        .0
-        .append(b"after")
-        .and_then(|_| topics[0].0.sync());
+    let write = topic.append(b"after").and_then(|_| topic.sync());
     assert!(matches!(write, Err(Error::Fenced { .. })), "{write:?}");
     let counts: Vec<u64> = storages.iter().map(RadosStorage::lease_renewals).collect();
     wait_renewed(&storages, &all[1..], &counts, 2);
@@ -173,6 +193,6 @@ fn many_stores_through_one_connection_share_one_renewal_thread_and_lose_their_le
         "another store was told its lease is lost"
     );
     drop(taken);
-    drop(topics);
+    drop((cursor, topic));
     drop(stores);
 }
