@@ -4,11 +4,12 @@
 //!
 //! Owns: the renewal schedule (a deadline queue with one entry per held lease) and its thread,
 //! which runs while at least one lease is registered and ends when the last one leaves (the
-//! next registration starts it again). Each round sends every renewal that is due as one
-//! asynchronous RADOS operation (the compare of the owner epoch and the lock step, see
-//! [`super::RadosStorage`]'s lease), then waits for their answers: renewals of many leases
-//! cost one round trip, not one each. A renewal that finds the lease lost calls the storage's
-//! lost-lease hooks on this thread and drops the lease from the schedule.
+//! next registration starts it again). Every renewal that is due is sent as one asynchronous
+//! RADOS operation (the compare of the owner epoch and the lock step, see
+//! [`super::RadosStorage`]'s lease) and settled once answered, so renewals of many leases cost
+//! one round trip, not one each, and a renewal the cluster is slow to answer holds up no other
+//! lease's. A renewal that finds the lease lost calls the storage's lost-lease hooks on this
+//! thread and drops the lease from the schedule.
 //!
 //! Must never: renew a lease after [`Renewer::leave`] of it returned (leaving waits for a
 //! renewal of it in progress, except on the renewal thread itself, inside a lost-lease hook,
@@ -129,36 +130,21 @@ impl Renewer {
         }
     }
 
-    /// The thread: waits for the earliest deadline, renews every lease then due in one
-    /// round, and ends once no lease is registered.
+    /// The thread: sends the renewal of every lease due (as asynchronous operations), settles
+    /// those answered, and waits for the next deadline (polling every [`POLL`] while
+    /// renewals are in flight); ends once no lease is registered or in flight. A renewal the
+    /// cluster is slow to answer (an unavailable placement group, up to the operation timeout)
+    /// holds up no other lease's renewal; that lease is renewed again once it is answered.
     fn run(&self) {
-        let mut state = self.lock();
+        let mut in_flight: Vec<InFlight> = Vec::new();
         loop {
-            if state.leases.is_empty() {
+            let mut state = self.lock();
+            if state.leases.is_empty() && in_flight.is_empty() {
                 state.running = false;
                 state.queue.clear();
                 return;
             }
-            let Some(&Reverse((due, id))) = state.queue.peek() else {
-                state = self
-                    .wake
-                    .wait(state)
-                    .unwrap_or_else(PoisonError::into_inner);
-                continue;
-            };
-            if !state.leases.contains_key(&id) {
-                state.queue.pop();
-                continue;
-            }
             let now = Instant::now();
-            if due > now {
-                state = self
-                    .wake
-                    .wait_timeout(state, due - now)
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .0;
-                continue;
-            }
             let mut round = Vec::new();
             while let Some(&Reverse((due, id))) = state.queue.peek() {
                 if due > now {
@@ -171,37 +157,76 @@ impl Renewer {
                 }
             }
             drop(state);
-            let outcomes = renew_round(&round);
-            state = self.lock();
-            for ((id, held), keep) in round.iter().zip(outcomes) {
-                state.renewing.remove(id);
+            for (id, held) in round {
+                let sent = super::RadosStorage::send_renewal(&held);
+                in_flight.push(InFlight {
+                    id,
+                    held,
+                    sent,
+                    at: now,
+                });
+            }
+            let (answered, waiting): (Vec<InFlight>, Vec<InFlight>) =
+                in_flight.into_iter().partition(|f| match &f.sent {
+                    Ok(done) => done.is_complete(),
+                    Err(_) => true,
+                });
+            in_flight = waiting;
+            // Settled without the lock: a lost-lease hook may drop a lease's guard.
+            let settled: Vec<(u64, Duration, Instant, bool)> = answered
+                .into_iter()
+                .map(|f| {
+                    let ret = match &f.sent {
+                        Ok(done) => done.wait(),
+                        Err(ret) => *ret,
+                    };
+                    let keep = super::RadosStorage::settle_renewal(&f.held, ret);
+                    (f.id, f.held.lease, f.at, keep)
+                })
+                .collect();
+            let mut state = self.lock();
+            for (id, lease, at, keep) in settled {
+                state.renewing.remove(&id);
                 if !keep {
-                    state.leases.remove(id);
-                } else if state.leases.contains_key(id) {
-                    state.queue.push(Reverse((now + held.lease / 3, *id)));
+                    state.leases.remove(&id);
+                } else if state.leases.contains_key(&id) {
+                    state.queue.push(Reverse((at + lease / 3, id)));
                 }
             }
             self.ended.notify_all();
+            let now = Instant::now();
+            let mut wake = state.queue.peek().map(|&Reverse((due, _))| due);
+            if !in_flight.is_empty() {
+                wake = Some(wake.map_or(now + POLL, |w| w.min(now + POLL)));
+            }
+            match wake {
+                Some(at) if at > now => drop(
+                    self.wake
+                        .wait_timeout(state, at - now)
+                        .unwrap_or_else(PoisonError::into_inner),
+                ),
+                None if !state.leases.is_empty() => {
+                    drop(
+                        self.wake
+                            .wait(state)
+                            .unwrap_or_else(PoisonError::into_inner),
+                    );
+                }
+                // Due now, or nothing left: look again at once.
+                _ => drop(state),
+            }
         }
     }
 }
 
-/// Sends the renewal of every lease of `round` at once, then settles each (counting it,
-/// or telling the storage its lease is lost); whether each lease is still to be renewed.
-fn renew_round(round: &[(u64, Held)]) -> Vec<bool> {
-    let sent: Vec<_> = round
-        .iter()
-        .map(|(_, held)| super::RadosStorage::send_renewal(held))
-        .collect();
-    round
-        .iter()
-        .zip(sent)
-        .map(|((_, held), sent)| {
-            let ret = match sent {
-                Ok(done) => done.wait(),
-                Err(ret) => ret,
-            };
-            super::RadosStorage::settle_renewal(held, ret)
-        })
-        .collect()
+/// How often the thread looks for the answers of renewals in flight.
+const POLL: Duration = Duration::from_millis(5);
+
+/// A renewal sent and not settled yet.
+struct InFlight {
+    id: u64,
+    held: Held,
+    sent: std::result::Result<super::op::Completion, i32>,
+    /// When it was due and sent: the next is due a third of the lease later.
+    at: Instant,
 }
