@@ -56,7 +56,7 @@ pub use storage::{
 #[cfg(feature = "rados")]
 pub use storage::{RadosCluster, RadosOptions, RadosStorage, RadosTimeouts};
 pub use store::journal::{JournalConfig, JournalStats};
-pub use store::{Store, StoreConfig, StoreFlush};
+pub use store::{GroupConfig, Store, StoreConfig, StoreFlush, StoreGroup};
 
 /// The README's examples, compiled and run as doctests so they cannot drift from the API.
 #[cfg(doctest)]

@@ -2,8 +2,9 @@
 //!
 //! Owns: the connection to a Ceph cluster ([`RadosCluster`]), the mapping of the [`Storage`]
 //! trait onto RADOS objects ([`RadosStorage`]), the ownership lease (an exclusive RADOS lock on
-//! the object `LOCK`, renewed by a thread while the guard lives) and the owner epoch that fences
-//! a stale owner inside the cluster. Never: a retry of a write the cluster refused.
+//! the object `LOCK`, renewed while the guard lives by the one renewal thread of the connection)
+//! and the owner epoch that fences a stale owner inside the cluster. Never: a retry of a write
+//! the cluster refused.
 //!
 //! Mapping (docs/deployment.md):
 //! - a file is an object of the same name in the storage's namespace; `write_all_at` is a RADOS
@@ -47,6 +48,7 @@ mod ffi;
 mod index;
 mod lease;
 mod op;
+mod renewer;
 mod timeouts;
 mod wait;
 
@@ -112,6 +114,8 @@ fn is_errno(ret: i32, errno: rustix::io::Errno) -> bool {
 #[derive(Clone)]
 pub struct RadosCluster {
     handle: Arc<ClusterHandle>,
+    /// The renewals of every lease held through this connection (one thread for all).
+    renewer: Arc<renewer::Renewer>,
     conf: PathBuf,
     timeouts: RadosTimeouts,
 }
@@ -184,6 +188,7 @@ impl RadosCluster {
         }
         Ok(Self {
             handle,
+            renewer: Arc::default(),
             conf,
             timeouts,
         })
@@ -233,6 +238,8 @@ impl RadosCluster {
                 lease_state: Mutex::new(LeaseState::NotHeld),
                 lost: AtomicBool::new(false),
                 lost_hooks: Mutex::new(Vec::new()),
+                renewer: self.renewer.clone(),
+                renewals: AtomicU64::new(0),
                 cache: Mutex::new(ReadCache::new(DEFAULT_READ_CACHE_BYTES)),
             }),
         })
@@ -330,6 +337,10 @@ struct Shared {
     /// Set with [`LeaseState::Lost`]: every mutating operation is refused from then on.
     lost: AtomicBool,
     lost_hooks: Mutex<Vec<lease::LostHook>>,
+    /// The renewals of the connection this storage was made from.
+    renewer: Arc<renewer::Renewer>,
+    /// Lease renewals of this handle that succeeded, over all its leases.
+    renewals: AtomicU64,
     cache: Mutex<ReadCache>,
 }
 
@@ -482,6 +493,15 @@ impl RadosStorage {
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = lease;
         self
+    }
+
+    /// Lease renewals of this handle that succeeded so far, over every lease it held (one per
+    /// third of the lease while it holds the lock; `ackstore_lease_renewals_total` counts the
+    /// same per namespace). Every lease held through one [`RadosCluster`] is renewed by one
+    /// thread of that connection.
+    #[must_use]
+    pub fn lease_renewals(&self) -> u64 {
+        self.shared.renewals.load(Ordering::Relaxed)
     }
 
     /// Sets how long later [`Storage::lock`] calls (an open of the topic or store kept here)

@@ -26,6 +26,7 @@
 
 mod catalog;
 mod flusher;
+mod group;
 pub mod index;
 pub mod journal;
 mod space;
@@ -46,6 +47,8 @@ use journal::{Journal, JournalConfig, JournalStats, OwnerCheck, Seal, SegmentHoo
 
 use catalog::CatalogHandle;
 pub use catalog::STORE_RECORD;
+pub use group::{GroupConfig, StoreGroup};
+use group::{GroupShared, Membership};
 use space::TopicSpace;
 
 /// Settings of a store.
@@ -64,6 +67,7 @@ pub struct StoreConfig {
     /// Threads of the store's flusher pool, which runs a flush tick over every cursor of the
     /// store every `ledger.cursor.flush_interval` (default 2; none without an interval). With 0,
     /// only [`Store::flush_all`], a cursor's `flush` or `close`, and seeks write cursor state.
+    /// Not used by a store of a [`StoreGroup`], which has the group's pool.
     pub flusher_threads: usize,
 }
 
@@ -105,21 +109,27 @@ pub struct Store {
 }
 
 /// What every handle of one store shares; dropping it (the last handle's drop) shuts the
-/// store down. The flusher pool's threads hold the store only weakly and never hold this.
+/// store down: it leaves its group's flusher schedule (a tick in progress ends first), then
+/// closes. The flusher pool's threads hold the store only weakly and never hold this, so the
+/// group (held here) is never dropped on one of its own threads.
 #[derive(Debug)]
-struct Handle(Arc<Inner>);
+struct Handle {
+    inner: Arc<Inner>,
+    membership: Membership,
+}
 
 impl std::ops::Deref for Handle {
     type Target = Inner;
 
     fn deref(&self) -> &Inner {
-        &self.0
+        &self.inner
     }
 }
 
 impl Drop for Handle {
     fn drop(&mut self) {
-        self.0.shut_down();
+        self.membership.leave();
+        self.inner.shut_down();
     }
 }
 
@@ -136,8 +146,6 @@ struct Inner {
     lock: Mutex<Option<LockGuard>>,
     /// Topics with an instance alive (one at a time per topic).
     topic_locks: Arc<space::TopicLocks>,
-    /// The flusher pool, once started; dropping it stops its threads.
-    pool: Mutex<Option<flusher::Pool>>,
     /// By topic id, the cursors whose state the journal recovered when the store opened, until
     /// their topic first opens (which checks them against its cursor table).
     recovered: Mutex<HashMap<u64, Vec<u64>>>,
@@ -150,19 +158,11 @@ impl Inner {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Stops the flusher pool and waits for its threads, closes every open topic, waits for
-    /// the last operation of every topic instance to end, then releases the directory's lock:
-    /// once this returns, a new store may open the directory, and no handle of this one
-    /// writes to it again (a topic handle kept refuses every call).
+    /// Closes every open topic, waits for the last operation of every topic instance to end,
+    /// then releases the directory's lock: once this returns, a new store may open the
+    /// directory, and no handle of this one writes to it again (a topic handle kept refuses
+    /// every call). Runs after the store left its flusher schedule.
     fn shut_down(&self) {
-        let pool = self
-            .pool
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        if let Some(pool) = pool {
-            pool.stop();
-        }
         if let Err(e) = self.close_topics() {
             ::log::warn!(target: crate::observe::LOG_TARGET,
                 "{}: closing the store as its last handle was dropped failed; acks since the \
@@ -342,11 +342,19 @@ impl Store {
     }
 
     /// Opens the store kept in `storage` (for instance a
-    /// [`MemStorage`](crate::storage::MemStorage)).
-    pub fn open_with_storage(storage: Arc<dyn Storage>, mut config: StoreConfig) -> Result<Self> {
-        if let Some(bytes) = config.ack_memory_bytes {
-            config.ledger.cursor.ack_memory = Some(AckBudget::new(bytes));
-        }
+    /// [`MemStorage`](crate::storage::MemStorage)), alone in a [`StoreGroup`] of its own
+    /// ([`StoreConfig::flusher_threads`] threads, [`StoreConfig::ack_memory_bytes`]).
+    pub fn open_with_storage(storage: Arc<dyn Storage>, config: StoreConfig) -> Result<Self> {
+        StoreGroup::of_one(&config).open_with_storage(storage, config)
+    }
+
+    /// Opens the store kept in `storage` as a member of `group`, whose budget `config`
+    /// already carries.
+    fn open_member(
+        storage: Arc<dyn Storage>,
+        config: StoreConfig,
+        group: &Arc<GroupShared>,
+    ) -> Result<Self> {
         let lock = storage.lock()?;
         let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::owned(storage.clone(), &lock));
         let mut catalog = CatalogHandle::claim(storage.as_ref(), meta)?;
@@ -390,7 +398,6 @@ impl Store {
             unlisted: Arc::new(move |seq: u64| on_catalog(&held, |c| c.known_unlisted(seq))),
         });
         let interval = config.ledger.cursor.flush_interval;
-        let threads = config.flusher_threads;
         let inner = Arc::new(Inner {
             storage,
             config,
@@ -399,18 +406,17 @@ impl Store {
             journal: Arc::new(journal),
             lock: Mutex::new(Some(lock)),
             topic_locks: Arc::default(),
-            pool: Mutex::new(None),
             recovered: Mutex::new(recovered),
         });
-        if let Some(interval) = interval.filter(|_| threads > 0) {
-            let pool = flusher::start(&inner, threads, interval)?;
-            *inner
-                .pool
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(pool);
-        }
+        let id = group.pool.join(&inner, interval)?;
         Ok(Self {
-            inner: Arc::new(Handle(inner)),
+            inner: Arc::new(Handle {
+                inner,
+                membership: Membership {
+                    group: group.clone(),
+                    id,
+                },
+            }),
         })
     }
 

@@ -17,6 +17,7 @@ mod crash;
 mod cursors;
 mod former_owner;
 mod former_owner_appends;
+mod group;
 mod index;
 mod journal;
 mod journal_cursor_faults;

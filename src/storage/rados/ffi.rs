@@ -194,6 +194,7 @@ unsafe extern "C" {
         completion: *mut CompletionT,
     ) -> c_int;
     pub fn rados_aio_wait_for_complete(completion: CompletionT) -> c_int;
+    pub fn rados_aio_is_complete(completion: CompletionT) -> c_int;
     pub fn rados_aio_get_return_value(completion: CompletionT) -> c_int;
     pub fn rados_aio_release(completion: CompletionT);
 

@@ -1,5 +1,5 @@
 //! Ownership of a namespace: the exclusive RADOS lock on [`LOCK_OBJECT`] with a lease renewed
-//! by a thread while the guard lives, the owner epoch raised by compare-and-set on each new
+//! while the guard lives (by the connection's one renewal thread, [`super::renewer`]), the owner epoch raised by compare-and-set on each new
 //! owner, and the stamping of that epoch into every object (see [`super`]).
 //!
 //! Owns: [`Lease`], what the lock guard releases, and the handle's [`LeaseState`]. Never:
@@ -19,12 +19,11 @@ use std::collections::VecDeque;
 use std::ffi::{CStr, CString};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, PoisonError};
-use std::thread;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::op::{Completion, WriteOp};
+use super::renewer::Held;
 use super::wait::{LEASE_EXPIRES_XATTR, Waiting, expires_text};
 use super::{
     EPOCH_XATTR, LOCK_NAME, LOCK_OBJECT, OWNER_EPOCH_XATTR, RadosStorage, Shared, cstring,
@@ -148,23 +147,60 @@ impl RadosStorage {
         }
     }
 
-    /// Renews the lease of the lock held with `cookie` as owner `epoch`, in one RADOS write
-    /// operation on [`LOCK_OBJECT`]: a compare of the owner epoch (equal to `epoch`), then the
-    /// `lock` class's lock step with `LOCK_FLAG_MAY_RENEW`. The lock step renews the lock this
-    /// cookie holds, or takes it again after its lease lapsed while nobody else took it; the
-    /// compare makes the whole operation fail (`ECANCELED`) once a newer owner raised the epoch,
-    /// so a lapsed lease is never taken back from an owner that came and went meanwhile.
-    fn renew(shared: &Shared, cookie: &CStr, lease: Duration, epoch: u64) -> i32 {
-        let expires = expires_text(SystemTime::now(), lease);
+    /// Sends the renewal of the lease `held`, one RADOS write operation on [`LOCK_OBJECT`]: a
+    /// compare of the owner epoch (equal to the lease's), then the `lock` class's lock step with
+    /// `LOCK_FLAG_MAY_RENEW`. The lock step renews the lock this cookie holds, or takes it again
+    /// after its lease lapsed while nobody else took it; the compare makes the whole operation
+    /// fail (`ECANCELED`) once a newer owner raised the epoch, so a lapsed lease is never taken
+    /// back from an owner that came and went meanwhile.
+    pub(super) fn send_renewal(held: &Held) -> std::result::Result<Completion, i32> {
+        let expires = expires_text(SystemTime::now(), held.lease);
         let mut op = WriteOp::new();
-        op.cmpxattr(OWNER_EPOCH_XATTR, ffi::CMPXATTR_OP_EQ, &epoch_text(epoch))
-            .exec(
-                LOCK_CLASS,
-                LOCK_METHOD,
-                &lock_op_input(cookie.to_bytes(), lease, ffi::LOCK_FLAG_MAY_RENEW),
-            )
-            .setxattr(LEASE_EXPIRES_XATTR, &expires);
-        op.run(&shared.io, &cstring(LOCK_OBJECT).expect("constant"))
+        op.cmpxattr(
+            OWNER_EPOCH_XATTR,
+            ffi::CMPXATTR_OP_EQ,
+            &epoch_text(held.epoch),
+        )
+        .exec(
+            LOCK_CLASS,
+            LOCK_METHOD,
+            &lock_op_input(held.cookie.to_bytes(), held.lease, ffi::LOCK_FLAG_MAY_RENEW),
+        )
+        .setxattr(LEASE_EXPIRES_XATTR, &expires);
+        op.send(&held.shared.io, &cstring(LOCK_OBJECT).expect("constant"))
+    }
+
+    /// Settles a renewal of the lease `held` that answered `ret`: counts it, or tells the
+    /// storage its lease is lost (calling its hooks), or logs a failure to be tried again at
+    /// the next third of the lease. Whether the lease is still to be renewed.
+    pub(super) fn settle_renewal(held: &Held, ret: i32) -> bool {
+        let shared = &held.shared;
+        let location = &shared.location;
+        match Renewal::of(ret) {
+            Renewal::Renewed => {
+                shared.renewals.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!(observe::LEASE_RENEWALS, "topic" => location.clone())
+                    .increment(1);
+                true
+            }
+            Renewal::Lost(why) => {
+                shared.lose(
+                    held.epoch,
+                    &format!("the ownership lease of {location} is lost: {why}"),
+                );
+                false
+            }
+            Renewal::Failed => {
+                metrics::counter!(observe::LEASE_RENEWAL_FAILURES, "topic" => location.clone())
+                    .increment(1);
+                log::warn!(
+                    target: observe::LOG_TARGET,
+                    "could not renew the ownership lease of {location}: {}",
+                    os_error(ret)
+                );
+                true
+            }
+        }
     }
 
     /// Raises the owner epoch on the lock object by compare-and-set; the new epoch.
@@ -265,7 +301,8 @@ impl RadosStorage {
     }
 
     /// Takes the ownership lock (see the module documentation of [`super`]): the lock with
-    /// its lease, a raised owner epoch, the renewal thread, every object stamped with the epoch.
+    /// its lease, a raised owner epoch, the lease registered with the connection's renewals,
+    /// every object stamped with the epoch.
     pub(super) fn acquire(&self) -> Result<LockGuard> {
         let shared = &self.shared;
         let lease = *shared.lease.lock().unwrap_or_else(PoisonError::into_inner);
@@ -278,9 +315,9 @@ impl RadosStorage {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let mut waiting = Waiting::new(bound);
-        let taken_at = loop {
+        let (taken_at, taken_instant) = loop {
             waiting.before_attempt();
-            let at = SystemTime::now();
+            let at = (SystemTime::now(), Instant::now());
             let ret = Self::take_lock(shared, &cookie, lease);
             if is_errno(ret, rustix::io::Errno::BUSY) || is_errno(ret, rustix::io::Errno::EXIST) {
                 if waiting.wait(shared)? {
@@ -297,8 +334,7 @@ impl RadosStorage {
         };
         drop(waiting);
         let mut lease_guard = Lease {
-            stop: None,
-            renewer: None,
+            renewal: None,
             shared: shared.clone(),
             cookie,
             epoch: 0,
@@ -307,27 +343,24 @@ impl RadosStorage {
         lease_guard.epoch = epoch;
         shared.epoch.store(epoch, Ordering::Release);
         shared.set_lease(LeaseState::Held { epoch });
-        let (stop, stopped) = mpsc::channel::<()>();
-        let location = shared.location.clone();
-        let renewer = {
-            let shared = shared.clone();
-            let cookie = lease_guard.cookie.clone();
-            thread::Builder::new()
-                .name("ackstore-rados-lease".into())
-                .spawn(move || renew_until_stopped(&shared, &cookie, lease, epoch, &stopped))
-                .map_err(|e| Error::io("start the lease renewal thread", location, e))?
+        let held = Held {
+            shared: shared.clone(),
+            cookie: lease_guard.cookie.clone(),
+            lease,
+            epoch,
         };
-        lease_guard.stop = Some(stop);
-        lease_guard.renewer = Some(renewer);
+        lease_guard.renewal = Some(shared.renewer.join(held, taken_instant)?);
         self.stamp_all(epoch)?;
         Ok(LockGuard::new(Box::new(lease_guard)))
     }
 
     /// Calls `hook` once this handle loses the lease of a lock it holds (at once if it already
-    /// has), on the lease's renewal thread, with the [`LeaseState::Lost`] that
+    /// has), on the renewal thread of the [`RadosCluster`](super::RadosCluster) connection it
+    /// was made from, with the [`LeaseState::Lost`] that
     /// [`Storage::lease_state`](crate::Storage::lease_state) reports from then on. Keep it short
-    /// (hand the news to the broker's own thread): the renewal thread is not free until it
-    /// returns. Hooks stay registered for later leases of this handle.
+    /// (hand the news to the broker's own thread): that one thread renews every lease held
+    /// through the connection, and none is renewed until the hook returns. Hooks stay
+    /// registered for later leases of this handle.
     pub fn on_lease_lost(&self, hook: impl Fn(&LeaseState) + Send + Sync + 'static) {
         let hook: LostHook = Arc::new(hook);
         let state = self.shared.lease_state();
@@ -377,46 +410,6 @@ impl Renewal {
     }
 }
 
-/// The renewal thread: renews every third of `lease` until `stopped` fires or the lease is lost.
-fn renew_until_stopped(
-    shared: &Shared,
-    cookie: &CStr,
-    lease: Duration,
-    epoch: u64,
-    stopped: &mpsc::Receiver<()>,
-) {
-    let location = shared.location.clone();
-    loop {
-        match stopped.recv_timeout(lease / 3) {
-            Err(RecvTimeoutError::Timeout) => {}
-            _ => return,
-        }
-        let ret = RadosStorage::renew(shared, cookie, lease, epoch);
-        match Renewal::of(ret) {
-            Renewal::Renewed => {
-                metrics::counter!(observe::LEASE_RENEWALS, "topic" => location.clone())
-                    .increment(1);
-            }
-            Renewal::Lost(why) => {
-                shared.lose(
-                    epoch,
-                    &format!("the ownership lease of {location} is lost: {why}"),
-                );
-                return;
-            }
-            Renewal::Failed => {
-                metrics::counter!(observe::LEASE_RENEWAL_FAILURES, "topic" => location.clone())
-                    .increment(1);
-                log::warn!(
-                    target: observe::LOG_TARGET,
-                    "could not renew the ownership lease of {location}: {}",
-                    os_error(ret)
-                );
-            }
-        }
-    }
-}
-
 /// The input of the `lock` object class's `lock` method (Ceph's `cls_lock_lock_op`, encoding
 /// version 1, compatible with 1) for an exclusive lock `LOCK_NAME` held with `cookie` for
 /// `lease`, described as `LOCK_DESCRIPTION`, with an empty tag: the call `rados_lock_exclusive`
@@ -453,10 +446,11 @@ fn lock_op_input(cookie: &[u8], lease: Duration, flags: u8) -> Vec<u8> {
     out
 }
 
-/// What the lock guard releases: the renewal thread, then the lock.
+/// What the lock guard releases: the lease's place in the connection's renewals, then the
+/// lock.
 struct Lease {
-    stop: Option<mpsc::Sender<()>>,
-    renewer: Option<thread::JoinHandle<()>>,
+    /// The lease's id in the connection's [`super::renewer::Renewer`], once registered.
+    renewal: Option<u64>,
     shared: Arc<Shared>,
     cookie: CString,
     epoch: u64,
@@ -464,13 +458,10 @@ struct Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(renewer) = self.renewer.take() {
-            // A lost-lease hook that closes the store drops this guard on the renewal thread
-            // itself, which returns right after the hook: it is not waited for.
-            if renewer.thread().id() != thread::current().id() {
-                let _ = renewer.join();
-            }
+        if let Some(id) = self.renewal.take() {
+            // Never renewed again once this returns (a lost-lease hook that closes the store
+            // drops this guard on the renewal thread, whose renewal of it is over).
+            self.shared.renewer.leave(id);
         }
         // Writes after the guard is gone carry no epoch only if no newer lock was taken by
         // this handle meanwhile.

@@ -183,6 +183,12 @@ impl Completion {
         Self(raw)
     }
 
+    /// Whether the operation has completed (then [`Completion::wait`] returns at once).
+    pub(super) fn is_complete(&self) -> bool {
+        // SAFETY: live completion of a sent operation.
+        unsafe { ffi::rados_aio_is_complete(self.0) != 0 }
+    }
+
     /// Waits for the operation; its return code.
     pub(super) fn wait(&self) -> i32 {
         // SAFETY: live completion of a sent operation.
