@@ -36,6 +36,15 @@ struct Consumer {
     sub: Arc<Subscription>,
 }
 
+impl Consumer {
+    /// Leaves the subscription; a reader's subscription ends with its consumer.
+    fn detach(&self) {
+        if !self.sub.detach(self.key) && self.sub.reader {
+            self.sub.close();
+        }
+    }
+}
+
 /// Why a connection ends.
 type Fatal = String;
 
@@ -136,15 +145,14 @@ impl Connection {
     /// Detaches every consumer and stops every producer of the connection.
     fn release(&mut self) {
         for (_, c) in self.consumers.drain() {
-            if !c.sub.detach(c.key) && c.sub.reader {
-                c.sub.close();
-            }
+            c.detach();
         }
         self.producers.clear();
     }
 
     fn handle(&mut self, m: Message) -> Result<(), Fatal> {
         let Message { command, payload } = m;
+        log::debug!("command {:?}", command);
         let kind = Type::try_from(command.r#type)
             .map_err(|_| format!("unknown command type {}", command.r#type))?;
         if !self.connected && kind != Type::Connect {
@@ -366,9 +374,7 @@ impl Connection {
             Type::CloseConsumer => {
                 let c = body(command.close_consumer, "CLOSE_CONSUMER")?;
                 if let Some(consumer) = self.consumers.remove(&c.consumer_id) {
-                    if !consumer.sub.detach(consumer.key) && consumer.sub.reader {
-                        consumer.sub.close();
-                    }
+                    consumer.detach();
                 }
                 self.send(success(c.request_id));
             }
@@ -418,9 +424,7 @@ impl Connection {
     fn subscribe(&mut self, c: proto::CommandSubscribe) {
         // A consumer id subscribing again (after the broker closed it) replaces its old self.
         if let Some(old) = self.consumers.remove(&c.consumer_id) {
-            if !old.sub.detach(old.key) && old.sub.reader {
-                old.sub.close();
-            }
+            old.detach();
         }
         let Some(kind) = Kind::from_proto(c.sub_type()) else {
             self.send(error(
@@ -458,13 +462,12 @@ impl Connection {
                     position: InitialPosition::Latest,
                     inclusive: false,
                 },
-                // As a Pulsar broker: reading starts after the entry the id names, or at it
-                // when the id is one message of a batch (the batch may not have been read
-                // whole); the client discards what comes before its start (and, for a reader
-                // that is not `startMessageIdInclusive`, the start message itself).
-                Some(Target::At(pos, index)) => Start {
+                // As a Pulsar broker: reading starts at the entry the id names; the client
+                // discards what comes before its start id, and the start message itself
+                // unless the reader is `startMessageIdInclusive`.
+                Some(Target::At(pos, _)) => Start {
                     position: InitialPosition::At(pos),
-                    inclusive: index.is_some(),
+                    inclusive: true,
                 },
             };
             self.broker.reader(&c.topic, &c.subscription, start)

@@ -53,6 +53,24 @@ struct Args {
     cursors_in_memory: bool,
 }
 
+/// Log records to standard error, at the level `ACKSTORE_BROKER_LOG` names (`warn` unless
+/// set).
+struct StderrLog;
+
+impl log::Log for StderrLog {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        metadata.level() <= log::max_level()
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if self.enabled(record.metadata()) {
+            eprintln!("{} {}: {}", record.level(), record.target(), record.args());
+        }
+    }
+
+    fn flush(&self) {}
+}
+
 fn say(line: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}");
@@ -61,6 +79,13 @@ fn say(line: &str) {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
+    let level = std::env::var("ACKSTORE_BROKER_LOG")
+        .ok()
+        .and_then(|l| l.parse().ok())
+        .unwrap_or(log::LevelFilter::Warn);
+    if log::set_logger(&StderrLog).is_ok() {
+        log::set_max_level(level);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

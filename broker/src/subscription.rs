@@ -2,17 +2,20 @@
 //! that reads the cursor and hands entries to consumers as their flow permits allow.
 //!
 //! Owns the subscription's delivery state: consumers and their permits, the entries each
-//! consumer holds unacknowledged (`pending`), the entries to deliver again (`redeliver`), and a
-//! generation that every seek and rewind moves. Invariants:
+//! consumer holds unacknowledged (`pending`) and the entries to deliver again (`redeliver`).
+//! Invariants:
 //! - what is acknowledged is only ever what a client acknowledged: acks go to the cursor as
 //!   given (individual, cumulative, batch index), never inferred from delivery;
-//! - an entry read from the cursor is either sent to a consumer (and recorded in `pending`),
-//!   queued in `redeliver`, or dropped because a seek or rewind since the read moved the cursor
-//!   (its generation changed), in which case the cursor will read it again;
+//! - an entry read from the cursor is either sent to a consumer (and recorded in `pending`) or
+//!   queued in `redeliver`: a read and what is done with its entries hold `reading`, which
+//!   every seek and rewind takes first, so no read straddles a move of the cursor (lock order:
+//!   `reading`, then `state`); the one read that waits for entries runs without `reading`, and
+//!   its entries go to `redeliver` when the cursor's epoch moved meanwhile;
 //! - an entry dispatched carries the ack set of its acknowledged batch indexes, so a client
 //!   never receives a message the cursor holds acknowledged.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -81,8 +84,6 @@ struct State {
     pending: HashMap<Position, (u64, u32)>,
     /// Entries to deliver again before reading on.
     redeliver: BTreeSet<Position>,
-    /// Moves at every seek and rewind.
-    generation: u64,
     /// Round-robin start among Shared consumers.
     next: usize,
     /// Messages per entry of the last entry dispatched (sizes the next read).
@@ -94,7 +95,7 @@ struct State {
 const MAX_READ: usize = 32;
 
 /// How long a dispatcher's read waits for entries before it looks at its state again.
-const READ_WAIT: Duration = Duration::from_millis(200);
+const READ_WAIT: Duration = Duration::from_millis(100);
 
 /// One subscription of a topic.
 pub struct Subscription {
@@ -106,6 +107,11 @@ pub struct Subscription {
     pub reader: bool,
     topic: Arc<ManagedLedger>,
     cursor: Cursor,
+    /// Held across a dispatch round's read and its hand-out, and across seeks and rewinds.
+    reading: Mutex<()>,
+    /// Callers waiting for `reading` other than the dispatcher, which lets them in first
+    /// (a mutex is not fair: a dispatcher re-locking at once could starve them).
+    movers: AtomicUsize,
     state: Mutex<State>,
     wake: Condvar,
 }
@@ -125,6 +131,8 @@ impl Subscription {
             reader,
             topic,
             cursor,
+            reading: Mutex::new(()),
+            movers: AtomicUsize::new(0),
             state: Mutex::new(State {
                 last_batch: 1,
                 ..State::default()
@@ -136,6 +144,27 @@ impl Subscription {
             .name(format!("dispatch-{}", sub.name))
             .spawn(move || dispatcher.dispatch_loop())?;
         Ok(sub)
+    }
+
+    /// Takes `reading` for a seek, rewind or change of consumers.
+    fn reading(&self) -> MutexGuard<'_, ()> {
+        self.movers.fetch_add(1, Ordering::SeqCst);
+        let guard = self
+            .reading
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.movers.fetch_sub(1, Ordering::SeqCst);
+        guard
+    }
+
+    /// Takes `reading` for a dispatch round, after any other caller waiting for it.
+    fn reading_for_dispatch(&self) -> MutexGuard<'_, ()> {
+        while self.movers.load(Ordering::SeqCst) > 0 {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        self.reading
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -184,6 +213,7 @@ impl Subscription {
     /// the next active one receives everything unacknowledged. Returns whether consumers
     /// remain.
     pub fn detach(&self, key: u64) -> bool {
+        let _reading = self.reading();
         let mut st = self.state();
         let Some(at) = st.consumers.iter().position(|c| c.key == key) else {
             return !st.consumers.is_empty();
@@ -220,8 +250,8 @@ impl Subscription {
         !st.consumers.is_empty()
     }
 
+    /// Rewinds the cursor; the caller holds `reading` and `state`.
     fn rewind_locked(&self, st: &mut State) {
-        st.generation += 1;
         st.pending.clear();
         st.redeliver.clear();
         if let Err(e) = self.cursor.rewind() {
@@ -308,11 +338,12 @@ impl Subscription {
     /// none is named) are delivered again; on Exclusive and Failover, naming none rewinds the
     /// cursor.
     pub fn redeliver(&self, key: u64, ids: &[MessageIdData], epoch: Option<u64>) {
+        let _reading = self.reading();
         let mut st = self.state();
-        if let Some(c) = st.consumers.iter_mut().find(|c| c.key == key) {
-            if epoch.is_some() {
-                c.epoch = epoch;
-            }
+        if let Some(c) = st.consumers.iter_mut().find(|c| c.key == key)
+            && epoch.is_some()
+        {
+            c.epoch = epoch;
         }
         if ids.is_empty() {
             if self.kind == Kind::Shared {
@@ -331,25 +362,26 @@ impl Subscription {
             }
         } else {
             for id in ids {
-                if let Target::At(pos, _) = target(id) {
-                    if st.pending.get(&pos).is_some_and(|(k, _)| *k == key) {
-                        st.pending.remove(&pos);
-                        st.redeliver.insert(pos);
-                    }
+                if let Target::At(pos, _) = target(id)
+                    && st.pending.get(&pos).is_some_and(|(k, _)| *k == key)
+                {
+                    st.pending.remove(&pos);
+                    st.redeliver.insert(pos);
                 }
             }
         }
         self.wake.notify_all();
     }
 
-    /// Moves the cursor (the reset survives a crash: the cursor writes its record), calls
-    /// `answered` (which queues the `SEEK`'s answer), then closes every consumer on the client
-    /// side (`CLOSE_CONSUMER`), so each comes back with fresh permits and an empty receive
-    /// queue, as a Pulsar broker does after a seek. A reader's subscription ends there: the
-    /// reader subscribes again from the id it sought.
+    /// Moves the cursor (the reset survives a crash: the cursor writes its record), closes
+    /// every consumer on the client side (`CLOSE_CONSUMER`), so each comes back with fresh
+    /// permits and an empty receive queue, then calls `answered` (which queues the `SEEK`'s
+    /// answer): as a Pulsar broker, whose clients complete a seek once the consumer they
+    /// find disconnected at the answer has subscribed again. A reader's subscription ends
+    /// there: the reader subscribes again from the id it sought.
     pub fn seek_then(&self, to: SeekTo, answered: impl FnOnce()) -> Result<(), Error> {
+        let _reading = self.reading();
         let mut st = self.state();
-        st.generation += 1;
         st.pending.clear();
         st.redeliver.clear();
         match to {
@@ -368,7 +400,6 @@ impl Subscription {
             }
             SeekTo::Id(Target::At(pos, _)) => self.cursor.seek(pos)?,
         }
-        answered();
         for c in st.consumers.drain(..) {
             let _ = c.out.send(command(BaseCommand {
                 r#type: Type::CloseConsumer as i32,
@@ -379,6 +410,7 @@ impl Subscription {
                 ..Default::default()
             }));
         }
+        answered();
         if self.reader {
             st.closed = true;
             let _ = self.cursor.close();
@@ -444,7 +476,7 @@ impl Subscription {
 
     fn dispatch_loop(self: Arc<Self>) {
         loop {
-            let (generation, max, again) = {
+            let max = {
                 let mut st = self.state();
                 loop {
                     if st.closed {
@@ -453,14 +485,9 @@ impl Subscription {
                     let permits = self.permits(&st);
                     if permits > 0 {
                         let per_entry = i64::from(st.last_batch.max(1));
-                        let max = usize::try_from(permits.div_euclid(per_entry))
+                        break usize::try_from(permits.div_euclid(per_entry))
                             .unwrap_or(0)
                             .clamp(1, MAX_READ);
-                        let again: Vec<Position> = st.redeliver.iter().take(max).copied().collect();
-                        for p in &again {
-                            st.redeliver.remove(p);
-                        }
-                        break (st.generation, max, again);
                     }
                     st = self
                         .wake
@@ -468,31 +495,88 @@ impl Subscription {
                         .unwrap_or_else(std::sync::PoisonError::into_inner);
                 }
             };
-            let entries = if again.is_empty() {
-                match self.cursor.read_entries_or_wait(max, READ_WAIT) {
+            let epoch = {
+                let _reading = self.reading_for_dispatch();
+                let again: Vec<Position> = {
+                    let mut st = self.state();
+                    let again: Vec<Position> = st.redeliver.iter().take(max).copied().collect();
+                    for p in &again {
+                        st.redeliver.remove(p);
+                    }
+                    again
+                };
+                let entries = if again.is_empty() {
+                    match self.cursor.read_entries(max) {
+                        Ok(e) => e,
+                        Err(e) => {
+                            if !self.read_failed(&e) {
+                                return;
+                            }
+                            continue;
+                        }
+                    }
+                } else {
+                    again.into_iter().filter_map(|p| self.reread(p)).collect()
+                };
+                if !entries.is_empty() {
+                    let mut st = self.state();
+                    for entry in entries {
+                        self.dispatch(&mut st, entry);
+                    }
+                    continue;
+                }
+                match self.cursor.epoch() {
                     Ok(e) => e,
-                    Err(Error::Closed) => return,
                     Err(e) => {
-                        log::warn!("subscription {}: read failed: {e}", self.name);
-                        let st = self.state();
-                        let _ = self.wake.wait_timeout(st, Duration::from_secs(1));
+                        if !self.read_failed(&e) {
+                            return;
+                        }
                         continue;
                     }
                 }
-            } else {
-                again.into_iter().filter_map(|p| self.reread(p)).collect()
+            };
+            // Nothing to read: wait for entries without `reading`, so seeks and consumer
+            // changes are not held up by the wait.
+            let entries = match self.cursor.read_entries_or_wait(max, READ_WAIT) {
+                Ok(e) => e,
+                Err(e) => {
+                    if !self.read_failed(&e) {
+                        return;
+                    }
+                    continue;
+                }
             };
             if entries.is_empty() {
                 continue;
             }
+            let _reading = self.reading_for_dispatch();
             let mut st = self.state();
-            if st.generation != generation {
-                continue;
-            }
-            for entry in entries {
-                self.dispatch(&mut st, entry);
+            if self.cursor.epoch().ok() == Some(epoch) {
+                for entry in entries {
+                    self.dispatch(&mut st, entry);
+                }
+            } else {
+                // A seek or rewind came while the read waited: whether the read saw the
+                // cursor before or after it moved is unknown, so its entries are delivered
+                // from the redelivery set (at least once) unless acknowledged.
+                for entry in entries {
+                    if !self.cursor.is_acked(entry.position).unwrap_or(true) {
+                        st.redeliver.insert(entry.position);
+                    }
+                }
             }
         }
+    }
+
+    /// Logs a failed read and waits a little; `false` when the cursor is closed for good.
+    fn read_failed(&self, e: &Error) -> bool {
+        if matches!(e, Error::Closed) {
+            return false;
+        }
+        log::warn!("subscription {}: read failed: {e}", self.name);
+        let st = self.state();
+        let _ = self.wake.wait_timeout(st, Duration::from_secs(1));
+        true
     }
 
     /// Messages the consumers that may receive now can take.
