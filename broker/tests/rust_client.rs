@@ -159,7 +159,7 @@ async fn individual_acks_survive_sigkill_and_only_unacked_messages_return() {
     let broker = Broker::start(dir.path());
     let pulsar = client(&broker).await;
     let mut c = consumer(&pulsar, "acks", "sub", SubType::Shared).await;
-    let want: BTreeSet<u32> = (0..200).filter(|i| i.is_multiple_of(3)).collect();
+    let want: BTreeSet<u32> = (0..200u32).filter(|i| i.is_multiple_of(3)).collect();
     let got: Vec<u32> = receive(&mut c, want.len())
         .await
         .iter()
