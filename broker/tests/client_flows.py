@@ -436,4 +436,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    code = main(sys.argv)
+    sys.stdout.flush()
+    # The client library's threads can hang the interpreter's teardown: leave without it.
+    os._exit(code)
