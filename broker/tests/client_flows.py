@@ -113,12 +113,14 @@ def receive_until(consumers, want, timeout_ms=10000):
     while not want(got):
         progressed = False
         for c in consumers:
-            try:
-                m = c.receive(timeout_millis=50)
-            except pulsar.Timeout:
-                continue
-            got.append((c, m))
-            progressed = True
+            # Drain this consumer while it has messages, then look at the next one.
+            while not want(got):
+                try:
+                    m = c.receive(timeout_millis=50)
+                except pulsar.Timeout:
+                    break
+                got.append((c, m))
+                progressed = True
             if want(got):
                 break
         if progressed:
@@ -352,15 +354,20 @@ def flow_many_topics_and_subscriptions(tmp):
     c = client(b)
     for t in topics:
         produce(c, t, 5, start=30)
+    reopened = []
     for t in topics:
         for s in range(3):
             cons = c.subscribe(t, "sub-%d" % s, consumer_type=pulsar.ConsumerType.Shared,
                                initial_position=pulsar.InitialPosition.Earliest)
-            want = 5 if s < 2 else 35
-            got = receive_until([cons], lambda g: len(g) >= want)
-            first = 30 if s < 2 else 0
-            assert sorted(number(m) for _, m in got) == list(range(first, 35)), (t, s)
-            cons.close()
+            reopened.append(cons)
+    for k, cons in enumerate(reopened):
+        t, s = topics[k // 3], k % 3
+        want = 5 if s < 2 else 35
+        got = receive_until([cons], lambda g: len(g) >= want)
+        first = 30 if s < 2 else 0
+        assert sorted(number(m) for _, m in got) == list(range(first, 35)), (t, s)
+    for cons in reopened:
+        cons.close()
     c.close()
     b.stop()
 
