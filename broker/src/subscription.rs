@@ -15,7 +15,7 @@
 //!   never receives a message the cursor holds acknowledged.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -112,6 +112,8 @@ pub struct Subscription {
     /// Callers waiting for `reading` other than the dispatcher, which lets them in first
     /// (a mutex is not fair: a dispatcher re-locking at once could starve them).
     movers: AtomicUsize,
+    /// An ack the cursor refused as unsupported has been logged (once per subscription).
+    refused_logged: AtomicBool,
     state: Mutex<State>,
     wake: Condvar,
 }
@@ -133,6 +135,7 @@ impl Subscription {
             cursor,
             reading: Mutex::new(()),
             movers: AtomicUsize::new(0),
+            refused_logged: AtomicBool::new(false),
             state: Mutex::new(State {
                 last_batch: 1,
                 ..State::default()
@@ -290,8 +293,14 @@ impl Subscription {
             } else {
                 self.ack_batch(id, pos, cumulative)
             };
-            if let Err(e) = outcome {
-                log::debug!("subscription {}: ack of {pos:?} ignored: {e}", self.name);
+            match outcome {
+                Err(e @ Error::Unsupported { .. }) => {
+                    if !self.refused_logged.swap(true, Ordering::Relaxed) {
+                        log::warn!("subscription {}: ack of {pos:?} refused: {e}", self.name);
+                    }
+                }
+                Err(e) => log::debug!("subscription {}: ack of {pos:?} ignored: {e}", self.name),
+                Ok(()) => {}
             }
             let mut st = self.state();
             if cumulative && id.ack_set.is_empty() {
