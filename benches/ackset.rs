@@ -4,7 +4,7 @@
 //!
 //! Each iteration starts from an empty set and acks `ACKS` entries of one ledger in one of four
 //! patterns (`tests/support/ack_patterns.rs`). Sizes for the same patterns come from
-//! `tests/ackset_size.rs`.
+//! `tests/ackset/size.rs`.
 
 #[path = "../tests/support/ack_patterns.rs"]
 mod ack_patterns;

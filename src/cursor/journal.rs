@@ -1,7 +1,9 @@
 //! Persisting a cursor of a store's topic through the store's shared cursor journal.
 //!
-//! Owns: what one cursor stages into a journal tick (its changed partitions and its state), its
-//! recovery from the journal's index, and its removal from the journal. The journal itself
+//! Owns: what one cursor stages into a journal tick (its changed partitions, its changed
+//! partial entries and its state), its recovery from the journal's index, its removal from the
+//! journal, and [`JournalBatches`], the [`BatchStore`] that evicts a cursor's partial entries
+//! to the journal as batch records and loads them back verified. The journal itself
 //! (segments, group commit, index, rollover, ownership) is `crate::store::journal`; it knows
 //! cursors only by id, so this layer uses it as it uses the entry log.
 //!
@@ -20,21 +22,33 @@
 //! Lock order: a tick (the journal's tick lock) is begun before a cursor's lock is taken,
 //! never while holding it.
 //!
-//! Must never: stage a marker that references a partition whose journal copy is not the
-//! cursor's current contents; sync or commit while the cursor's lock is held for an ack path.
+//! Partial entries (batch-index acks) follow the same two steps: a flush stages a batch record
+//! for every partition whose partial entries changed and have no current copy in the journal
+//! (an eviction may have written one), and the marker's batch table lists every partition
+//! with partial entries; the staged locations become the partial entries' committed ones at
+//! stage time, as the staged partitions are marked persisted.
+//!
+//! Must never: stage a marker that references a partition or batch record whose journal copy
+//! is not the cursor's current contents; sync or commit while the cursor's lock is held for an
+//! ack path.
 
 use std::sync::Arc;
 
 use crate::ackset::{PartitionKey, RangeSetWrapper};
 use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
-use crate::format::cursor::{PersistedState, ROW_LEN, TableRef, marker_len};
+use crate::format::cursor::{
+    BatchPartition, BatchRow, PersistedState, ROW_LEN, TableRef, decode_batch_entry, marker_len,
+};
 use crate::format::journal::{OTHER_CURSORS_STATE, name_tag};
 use crate::observe::CursorLabels;
-use crate::store::index::CursorId;
-use crate::store::journal::{Journal, JournalPartitions, Tick};
+use crate::store::index::{CursorId, PartLoc};
+use crate::store::journal::{BatchStage, Journal, JournalPartitions, Tick};
 
+use super::batch::BatchAcks;
+use super::batch_store::{BatchStore, encode};
 use super::config::CursorConfig;
-use super::persist::PersistStats;
+use super::persist::{BatchLocation, BatchTable, PersistStats};
+use super::recover::RecoveredBatch;
 
 /// The store's journal as one topic's cursors see it: the journal and the topic's id in the
 /// store catalog.
@@ -72,6 +86,9 @@ impl TopicJournal {
     }
 }
 
+/// A recovered cursor's acks: its ack set and its partial entries.
+pub(crate) type AckState = (RangeSetWrapper, RecoveredBatch);
+
 /// One cursor's persistence through the store's journal.
 #[derive(Debug)]
 pub(crate) struct JournalCursor {
@@ -80,9 +97,10 @@ pub(crate) struct JournalCursor {
     /// The name tag of the cursor's name, which its markers bind.
     name: u32,
     config: CursorConfig,
-    /// The state of the last marker staged, and how many live partitions it listed: a flush
-    /// with the same state and no changed partition stages nothing.
-    staged: Option<(PersistedState, usize)>,
+    /// The state of the last marker staged, and how many live partitions and partitions with
+    /// partial entries it listed: a flush with the same state and no changed partition stages
+    /// nothing.
+    staged: Option<(PersistedState, usize, usize)>,
     stats: PersistStats,
     labels: CursorLabels,
 }
@@ -114,9 +132,10 @@ impl JournalCursor {
         (this, acks)
     }
 
-    /// The cursor as the journal committed it: its state and its ack set with every live
-    /// partition listed and none loaded (each loads from the journal on first touch). `None`
-    /// when the journal holds no state for it. Reads and writes nothing.
+    /// The cursor as the journal committed it: its state, its ack set with every live
+    /// partition listed and none loaded (each loads from the journal on first touch), and its
+    /// partial entries, every partition cold (loaded from its batch record on first use).
+    /// `None` when the journal holds no state for it. Reads and writes nothing.
     ///
     /// # Errors
     /// [`Error::Corrupted`] at the chain's newest record when the journal's state of this id
@@ -127,7 +146,7 @@ impl JournalCursor {
         (cursor, name): (u64, &str),
         config: CursorConfig,
         labels: CursorLabels,
-    ) -> Result<Option<(Self, PersistedState, RangeSetWrapper)>> {
+    ) -> Result<Option<(Self, PersistedState, AckState)>> {
         let id = tj.cursor_id(cursor);
         let name = name_tag(&tj.name, name);
         let bound = tj.journal.committed_name(id);
@@ -146,6 +165,12 @@ impl JournalCursor {
         let Some((state, rows)) = tj.journal.committed(id) else {
             return Ok(None);
         };
+        let batch_table: BatchTable = tj
+            .journal
+            .committed_batch(id)
+            .into_iter()
+            .map(|(key, part)| Ok((key, location(key, &part)?)))
+            .collect::<Result<_>>()?;
         let this = Self {
             journal: Arc::clone(&tj.journal),
             id,
@@ -155,7 +180,7 @@ impl JournalCursor {
             // changed, so the name check covers it from then on.
             staged: bound
                 .is_some_and(|(bound, _)| bound != 0)
-                .then(|| (state.clone(), rows.len())),
+                .then(|| (state.clone(), rows.len(), batch_table.len())),
             stats: PersistStats {
                 persisted_bytes: 0,
                 ..PersistStats::default()
@@ -168,7 +193,21 @@ impl JournalCursor {
             this.config.lru_capacity_bytes,
             rows,
         );
-        Ok(Some((this, state, acks)))
+        let mut batch = BatchAcks::with_store(this.batch_store());
+        batch.load_cold(&batch_table);
+        Ok(Some((
+            this,
+            state,
+            (acks, RecoveredBatch::from_acks(batch)),
+        )))
+    }
+
+    /// Where this cursor's partial entries are evicted to: batch records in the journal.
+    pub(crate) fn batch_store(&self) -> Box<dyn BatchStore> {
+        Box::new(JournalBatches {
+            journal: Arc::clone(&self.journal),
+            cursor: self.id,
+        })
     }
 
     /// Whether the journal's state of this cursor binds no name yet (its next flush binds it,
@@ -205,27 +244,33 @@ impl JournalCursor {
         entry.saturating_sub(fixed + self.config.index_page_rows * ROW_LEN + batch)
     }
 
-    /// Stages `state` and every ack of `acks` into `tick` (step 1 of a flush, under the
-    /// cursor's lock): appends the live partitions whose journal copy is not current, marks them
-    /// persisted, and keeps `state` for the tick's marker. Returns `false` (nothing staged) when
-    /// the last staged marker already says all of this.
+    /// Stages `state`, every ack of `acks` and every partial entry of `batch` into `tick`
+    /// (step 1 of a flush, under the cursor's lock): appends the live partitions whose journal
+    /// copy is not current and the batch records of the partitions whose partial entries have
+    /// no current copy, marks them persisted (and the partial entries committed at the staged
+    /// locations), and keeps `state` for the tick's marker. Returns `false` (nothing staged)
+    /// when the last staged marker already says all of this.
     ///
     /// # Errors
-    /// Those of [`Tick::stage`] (nothing is marked persisted then); a failed partition load.
+    /// Those of [`Tick::stage_with_batch`] (nothing is marked persisted then); a failed
+    /// partition load; a partition's partial entries that do not encode.
     pub(crate) fn stage(
         &mut self,
         tick: &mut Tick<'_>,
         state: &PersistedState,
         acks: &mut RangeSetWrapper,
+        batch: &mut BatchAcks,
     ) -> Result<bool> {
         let dirty = acks.dirty_keys();
         let live: Vec<PartitionKey> = acks.partitions().into_iter().map(|(k, _)| k).collect();
+        let batch_keys = batch.keys();
         let unchanged = dirty.is_empty()
+            && batch.dirty_keys().is_empty()
             && !self.unsettled()
             && self
                 .staged
                 .as_ref()
-                .is_some_and(|(s, n)| s == state && *n == live.len());
+                .is_some_and(|(s, n, b)| s == state && *n == live.len() && *b == batch_keys.len());
         if unchanged {
             return Ok(false);
         }
@@ -242,7 +287,18 @@ impl JournalCursor {
                 written.push((key, bitmap));
             }
         }
-        tick.stage((self.id, self.name), state.clone(), &written, &live)?;
+        let staged_batch = self.batch_stage(batch, &batch_keys)?;
+        let locations = tick.stage_with_batch(
+            (self.id, self.name),
+            state.clone(),
+            (&written, &live),
+            &staged_batch,
+        )?;
+        let table: BatchTable = locations
+            .iter()
+            .map(|(key, part)| Ok((*key, location(*key, part)?)))
+            .collect::<Result<_>>()?;
+        batch.mark_committed(&table, false);
         for (key, _) in &written {
             acks.mark_persisted(*key);
         }
@@ -253,12 +309,42 @@ impl JournalCursor {
         // Partitions an eviction could not store are in the journal now: evictions may store
         // again.
         acks.resume_stores();
-        self.staged = Some((state.clone(), live.len()));
+        self.staged = Some((state.clone(), live.len(), batch_keys.len()));
         self.stats.flushes += 1;
         self.stats.markers += 1;
         self.stats.partitions_written += written.len() as u64;
-        self.stats.entries_written += written.len() as u64 + 1;
+        self.stats.entries_written += (written.len() + staged_batch.written.len()) as u64 + 1;
         Ok(true)
+    }
+
+    /// Which of the partitions `keys` of `batch` a flush writes a batch record for (those
+    /// whose current partial entries the journal holds no copy of) and which it keeps.
+    fn batch_stage(&self, batch: &BatchAcks, keys: &[PartitionKey]) -> Result<BatchStage> {
+        let mut out = BatchStage::default();
+        for &key in keys {
+            let stored = batch.stored_location(key).filter(|l| {
+                self.journal
+                    .stored_batch(self.id, key)
+                    .is_some_and(|p| p.crc == l.row.crc)
+            });
+            match (stored, batch.resident_partition(key)) {
+                (Some(l), _) => out.kept.push((key, l.row.crc)),
+                (None, Some(p)) => {
+                    let payload = encode(&p)?;
+                    let entries = u32::try_from(p.entries.len()).unwrap_or(u32::MAX);
+                    out.written.push((key, payload, entries));
+                }
+                // Cold, and the journal's copy is not the one it names: the state cannot be
+                // written as it is.
+                (None, None) => {
+                    return Err(Error::corrupted_at(
+                        key.place(),
+                        CorruptionKind::InvalidField("batch record"),
+                    ));
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Whether a tick that staged this cursor ended without committing its marker: the next
@@ -271,5 +357,73 @@ impl JournalCursor {
     /// store recovers it.
     pub(crate) fn forget(self) -> Result<()> {
         self.journal.forget(self.id)
+    }
+}
+
+/// The [`BatchLocation`] of the batch record of `key` at `part` (its journal location packed
+/// into the row's entry id).
+fn location(key: PartitionKey, part: &PartLoc) -> Result<BatchLocation> {
+    Ok(BatchLocation {
+        row: BatchRow {
+            ledger_id: key.ledger_id,
+            chunk: key.chunk,
+            entry_id: part.loc.pack().ok_or_else(|| Error::LimitExceeded {
+                reason: "journal location beyond 4 GiB in a segment".into(),
+            })?,
+            crc: part.crc,
+            entries: u32::try_from(part.cardinality).unwrap_or(u32::MAX),
+        },
+        len: part.frame_len,
+    })
+}
+
+/// A [`BatchStore`] over the journal: `store` appends a batch record (unsynced; it counts once
+/// a committed marker's batch table references it), `load` reads the journal's newest batch
+/// record of the partition and checks it is the one the location names (CRC and partial-entry
+/// count: a rollover moves records, so the location's place is not used) before decoding it.
+#[derive(Debug)]
+pub(crate) struct JournalBatches {
+    journal: Arc<Journal>,
+    cursor: CursorId,
+}
+
+impl BatchStore for JournalBatches {
+    fn load(&mut self, key: PartitionKey, location: &BatchLocation) -> Result<BatchPartition> {
+        let bad = |kind| Error::corrupted_at(key.place(), kind);
+        let (part, payload) = self
+            .journal
+            .load_batch(self.cursor, key)?
+            .ok_or_else(|| bad(CorruptionKind::Missing))?;
+        if part.crc != location.row.crc || part.cardinality != u64::from(location.row.entries) {
+            return Err(bad(CorruptionKind::InvalidField(
+                "batch record does not match its row",
+            )));
+        }
+        let partition = decode_batch_entry(&payload).map_err(|c| bad(c.kind))?;
+        if (partition.ledger_id, partition.chunk) != (key.ledger_id, key.chunk)
+            || partition.entries.len() != location.row.entries as usize
+        {
+            return Err(bad(CorruptionKind::InvalidField(
+                "batch record does not match its row",
+            )));
+        }
+        Ok(partition)
+    }
+
+    fn store(&mut self, partition: &BatchPartition) -> Result<BatchLocation> {
+        let payload = encode(partition)?;
+        let key = PartitionKey {
+            ledger_id: partition.ledger_id,
+            chunk: partition.chunk,
+        };
+        let entries = u32::try_from(partition.entries.len()).unwrap_or(u32::MAX);
+        let part = self
+            .journal
+            .store_batch(self.cursor, key, (&payload, entries))?;
+        location(key, &part)
+    }
+
+    fn forget(&mut self, key: PartitionKey) {
+        self.journal.forget_batch(self.cursor, key);
     }
 }

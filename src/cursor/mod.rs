@@ -217,12 +217,12 @@ impl Persister {
         }
     }
 
-    /// Where the cursor's partial entries are evicted to: its cursor ledger, or memory for a
-    /// journal cursor (which refuses batch-index acks, so it never holds partial entries).
+    /// Where the cursor's partial entries are evicted to: its cursor ledger, or batch records
+    /// in the store's journal.
     fn batch_store(&self) -> Box<dyn batch_store::BatchStore> {
         match self {
             Self::Ledger(p) => p.batch_store(),
-            Self::Journal(_) => Box::<batch_store::MemBatchStore>::default(),
+            Self::Journal(j) => j.batch_store(),
         }
     }
 
@@ -252,14 +252,20 @@ impl Persister {
     }
 }
 
-/// What a journal cursor answers to batch-index acks and seeks inside a batch.
-fn batch_unsupported() -> Error {
-    Error::Unsupported {
-        what: "a cursor of a store's topic does not persist batch-index acks yet (the store's \
-               cursor journal carries whole-entry acks only): acknowledge whole entries, or \
-               open the topic with ManagedLedger::open"
-            .into(),
+/// The partial entries a seek commits: none, or for a seek into a batch the messages of that
+/// entry before the target.
+fn seek_prefix(planned: Move) -> BatchAcks {
+    let mut prefix = BatchAcks::default();
+    if let Move::ToMessage {
+        entry,
+        batch_size,
+        skip,
+    } = planned
+    {
+        // A prefix has no store: it is never cold, so this does no I/O and cannot fail.
+        let _ = prefix.set_prefix(entry, batch_size, skip);
     }
+    prefix
 }
 
 /// Commits a journal cursor's tick (`None` for a cursor-ledger cursor, whose flush is done).
@@ -352,15 +358,16 @@ impl Core {
         }
     }
 
-    /// Stages `state` with the acks of `acks` into a journal cursor's `tick`.
+    /// Stages `state` with the acks of `acks` and the partial entries of `batch` into a
+    /// journal cursor's `tick`.
     fn stage_journal(
         &mut self,
         tick: Option<&mut Tick<'_>>,
         state: &crate::format::cursor::PersistedState,
-        acks: &mut RangeSetWrapper,
+        (acks, batch): (&mut RangeSetWrapper, &mut BatchAcks),
     ) -> Result<()> {
         match (self.persister()?, tick) {
-            (Persister::Journal(j), Some(t)) => j.stage(t, state, acks).map(drop),
+            (Persister::Journal(j), Some(t)) => j.stage(t, state, acks, batch).map(drop),
             _ => Err(Error::Closed),
         }
     }
@@ -397,7 +404,8 @@ impl Core {
             }
             Persister::Journal(j) => {
                 let tick = tick.ok_or(Error::Closed)?;
-                j.stage(tick, &state, &mut self.state.acks)?;
+                j.stage(tick, &state, &mut self.state.acks, &mut self.state.batch)?;
+                self.state.settle_batch();
             }
         }
         self.dirty = false;
@@ -905,18 +913,21 @@ impl Cursor {
         let journal = core.is_journal();
         let written = match planned {
             _ if !core.durable => Ok(()),
-            Move::ToMessage { .. } if journal => Err(batch_unsupported()),
-            Move::To(_) if journal => core
-                .stage_journal(tick.as_mut(), &target_state, &mut detached_ack_set())
+            Move::To(_) | Move::ToMessage { .. } if journal => core
+                .stage_journal(
+                    tick.as_mut(),
+                    &target_state,
+                    (&mut detached_ack_set(), &mut seek_prefix(planned)),
+                )
                 .and_then(|()| commit_tick(tick.take())),
             Move::Rewind if journal => {
                 let Core {
                     persister, state, ..
                 } = &mut *core;
                 match (persister, tick.as_mut()) {
-                    (Some(Persister::Journal(j)), Some(t)) => {
-                        j.stage(t, &target_state, &mut state.acks).map(drop)
-                    }
+                    (Some(Persister::Journal(j)), Some(t)) => j
+                        .stage(t, &target_state, &mut state.acks, &mut state.batch)
+                        .map(drop),
                     _ => Err(Error::Closed),
                 }
                 .and_then(|()| commit_tick(tick.take()))
@@ -930,17 +941,7 @@ impl Cursor {
                 // cursor still delivers; after it, recovery can never walk back past the seek
                 // to a state whose acks it cleared.
                 let mut no_acks = detached_ack_set();
-                let mut prefix = BatchAcks::default();
-                if let Move::ToMessage {
-                    entry,
-                    batch_size,
-                    skip,
-                } = planned
-                {
-                    // A prefix has no store: it is never cold, so this does no I/O and
-                    // cannot fail.
-                    let _ = prefix.set_prefix(entry, batch_size, skip);
-                }
+                let mut prefix = seek_prefix(planned);
                 core.ledger_persister().and_then(|p| {
                     p.request_rollover();
                     p.flush_with_batch(&target_state, &mut no_acks, &mut prefix)
@@ -1057,23 +1058,20 @@ impl Cursor {
     ///
     /// Durability: as [`Self::ack`]. The acknowledged messages of entries still partial are
     /// persisted by the next flush (a batch-index entry for each partition whose partial
-    /// entries changed, referenced by the marker; inline in a single-entry snapshot) and
-    /// recovered with it, so after a reopen only the messages not yet acknowledged are
-    /// delivered. Their memory ([`CursorStats::partial_entries`],
+    /// entries changed, referenced by the marker; inline in a single-entry snapshot; for a
+    /// cursor of a store's topic, a batch record in the store's journal referenced by the
+    /// cursor's marker or delta) and recovered with it, so after a reopen only the messages
+    /// not yet acknowledged are delivered. Their memory ([`CursorStats::partial_entries`],
     /// [`CursorStats::batch_index_bytes`]) is charged to the ack set's LRU budget.
     ///
     /// # Errors
     /// [`Error::NoSuchEntry`] for a position after mark-delete that is not a retained entry;
     /// [`Error::InvalidArgument`] for `index >= batch_size`, a `batch_size` above
     /// [`MAX_BATCH_SIZE`](crate::MAX_BATCH_SIZE) (whatever the entry's state), or a `batch_size`
-    /// other than the one given for earlier messages of the same entry. [`Error::Unsupported`]
-    /// for a cursor of a store's topic, whose journal does not carry batch-index acks yet.
-    /// Nothing changes on an error.
+    /// other than the one given for earlier messages of the same entry. Nothing changes on an
+    /// error.
     pub fn ack_batch_index(&self, pos: Position, index: u32, batch_size: u32) -> Result<bool> {
         self.with_state(|core, layout| {
-            if core.is_journal() {
-                return Err(batch_unsupported());
-            }
             let changed = core.state.ack_batch_index(layout, pos, index, batch_size)?;
             core.counters.acks += u64::from(changed);
             core.dirty |= changed;
@@ -1286,10 +1284,6 @@ impl Cursor {
     /// level (the entry is delivered with them in [`Entry::acked_batch_indexes`]), so the next
     /// message a consumer processes is `index`; one more header read finds the entry's
     /// first index.
-    ///
-    /// # Errors
-    /// [`Error::Unsupported`] for a cursor of a store's topic when `index` is inside a batch
-    /// (its journal does not carry batch-index acks yet); nothing changes.
     pub fn seek_by_index(&self, index: u64) -> Result<()> {
         let log = self.shared.topic.log()?;
         self.reset(|layout| {

@@ -103,6 +103,11 @@ impl RecoveredBatch {
         self.0
     }
 
+    /// Partial entries recovered by another path (the journal's batch table).
+    pub(crate) fn from_acks(batch: BatchAcks) -> Self {
+        Self(batch)
+    }
+
     /// See `BatchAcks::hold_stores`.
     pub(crate) fn hold_stores(&mut self) {
         self.0.hold_stores();

@@ -2,16 +2,17 @@
 //!
 //! Owns: the bytes of a journal segment file (`journal-{seq:016}.seg`). A segment is a header,
 //! then records appended back to back, then zeros (or nothing). Every record carries one
-//! cursor's partition, marker, delta or deletion; the payloads of partitions and markers are
-//! the cursor-ledger payloads of [`crate::format::cursor`], unchanged, and a delta wraps such a
+//! cursor's partition, batch-index entry (its partial entries of one partition), marker, delta
+//! or deletion; the payloads of partitions, batch-index entries and markers are the
+//! cursor-ledger payloads of [`crate::format::cursor`], unchanged, and a delta wraps such a
 //! marker. All integers little-endian.
 //!
 //! ```text
-//! segment header (SEGMENT_HEADER_LEN = 24 bytes; versions 3 and 4: then the predecessor and
+//! segment header (SEGMENT_HEADER_LEN = 24 bytes; versions 3 to 5: then the predecessor and
 //! SLOT_COPIES slots)
 //! 0   8  magic "ACKSJRNL"
-//! 8   2  version (4; version 3, whose markers bind no name, and versions 2 and 1, without
-//!          slots, are still read; 1 holds no delta)
+//! 8   2  version (5; version 4, without batch records, version 3, whose markers bind no
+//!          name, and versions 2 and 1, without slots, are still read; 1 holds no delta)
 //! 10  2  flags (0)
 //! 12  8  segment sequence number (the number in the file name)
 //! 20  4  CRC32 of bytes [0, 20)
@@ -25,7 +26,7 @@
 //! 0   8  synced length: a segment length a finished fdatasync covered
 //! 8   4  CRC32 of the sequence number (8 bytes), the byte i and the synced length
 //!
-//! records start at records_start(version): 24 (versions 1, 2), 68 (versions 3, 4)
+//! records start at records_start(version): 24 (versions 1, 2), 68 (versions 3 to 5)
 //!
 //! record frame (RECORD_HEADER_LEN = 8 bytes, then the body)
 //! 0   4  body length n (0: no record here, the end of the segment)
@@ -38,7 +39,9 @@
 //! [`JournalLoc`], and whose row `crc` is the CRC32 of the partition record's payload),
 //! 3 forget (the cursor was deleted; payload empty before version 3, in version 3 the record's
 //! topic and cursor ids again, so a forget moved to another cursor does not match), 4 delta (an incremental marker, below;
-//! only in segments of version 2 and later). In a segment of version 3 or 4 the CRC a marker (of a
+//! only in segments of version 2 and later), 5 batch (version 5: a cursor-ledger batch-index
+//! entry, the partial entries of one partition; it counts once a marker's inline batch table
+//! names it, row `entry_id` its journal location and row `crc` the CRC32 of its payload). In a segment of version 3 or 4 the CRC a marker (of a
 //! marker record, or inside a delta) ends with covers the record's topic id and cursor id
 //! ([`cursor_binding`], 16 bytes) before the marker's bytes, so a marker moved to another
 //! cursor fails its own CRC even with the frame's CRC recomputed.
@@ -56,10 +59,15 @@
 //! delta payload (DELTA_FIXED_LEN = 16 bytes, then the removed keys, then a marker)
 //! 0        8   base: the JournalLoc (packed) of the marker or delta this one builds on
 //! 8        4   base CRC: CRC32 of the base record's payload
-//! 12       4   removed count r
+//! 12       4   removed count r; in version 5 bit 31 (REMOVED_BATCH_FLAG) set says removed
+//!              batch keys follow the removed keys
 //! 16       16r removed partition keys: ledger u64, chunk u64, strictly ascending
-//! 16+16r   m   a cursor-ledger marker (inline table, no batch table): the cursor's whole
-//!              state and a row for every partition added or rewritten since the base
+//! (flag)   4   removed batch count b (>= 1), then 16b removed batch keys, strictly ascending:
+//!              partitions whose partial entries are gone since the base
+//! ...      m   a cursor-ledger marker (inline table; before version 5 no batch table, from
+//!              version 5 an inline one of the batch records added or rewritten since the
+//!              base): the cursor's whole state and a row for every partition added or
+//!              rewritten since the base
 //! ```
 
 use super::cursor::{Marker, Table, decode_marker_bound};
@@ -68,9 +76,12 @@ use crate::error::CorruptionKind;
 
 /// Magic at the start of every segment.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"ACKSJRNL";
-/// Segment format version this build writes: segments that may hold deltas, carry
-/// synced-length slots after the header, and whose markers bind their cursor's name.
-pub const SEGMENT_VERSION: u16 = 4;
+/// Segment format version this build writes: segments that may hold deltas and batch records,
+/// carry synced-length slots after the header, and whose markers bind their cursor's name.
+pub const SEGMENT_VERSION: u16 = 5;
+/// Segments whose markers bind their cursor's name, without batch records: still read, never
+/// appended to.
+pub const SEGMENT_VERSION_V4: u16 = 4;
 /// Segments with slots whose markers bind no name: still read, never appended to.
 pub const SEGMENT_VERSION_V3: u16 = 3;
 /// Segments that may hold deltas, without slots: still read, never appended to.
@@ -134,6 +145,9 @@ pub enum RecordKind {
     /// An incremental marker: the cursor's state and the partitions changed since the marker
     /// or delta it names as its base.
     Delta = 4,
+    /// The partial entries (batch-index acks) of one partition of a cursor, not committed
+    /// until a marker's batch table references it (version 5).
+    Batch = 5,
 }
 
 impl RecordKind {
@@ -143,6 +157,7 @@ impl RecordKind {
             2 => Some(Self::Marker),
             3 => Some(Self::Forget),
             4 => Some(Self::Delta),
+            5 => Some(Self::Batch),
             _ => None,
         }
     }
@@ -300,7 +315,7 @@ pub fn record_binding(version: u16, topic: u64, cursor: u64, name: u32) -> Bindi
     ids.copy_from_slice(&cursor_binding(topic, cursor));
     tag.copy_from_slice(&name.to_le_bytes());
     let len = match version {
-        v if v >= SEGMENT_VERSION => BINDING_LEN,
+        v if v >= SEGMENT_VERSION_V4 => BINDING_LEN,
         SEGMENT_VERSION_V3 => 16,
         _ => 0,
     };
@@ -329,7 +344,7 @@ impl Binding {
 /// # Errors
 /// `Truncated` when a version 4 payload is shorter than the tag.
 pub fn split_name_tag(version: u16, payload: &[u8]) -> Result<(u32, &[u8]), Corruption> {
-    if version < SEGMENT_VERSION {
+    if version < SEGMENT_VERSION_V4 {
         return Ok((0, payload));
     }
     payload
@@ -532,6 +547,8 @@ pub struct Delta<'a> {
     pub base_crc: u32,
     /// The removed keys, `DELTA_KEY_LEN` bytes each, strictly ascending.
     removed: &'a [u8],
+    /// The keys whose batch rows are removed (version 5), as `removed`.
+    removed_batch: &'a [u8],
     /// The cursor's state and the added or rewritten rows (inline, no batch table).
     pub marker: Marker<'a>,
     /// The bytes `marker` was decoded from.
@@ -541,13 +558,7 @@ pub struct Delta<'a> {
 impl<'a> Delta<'a> {
     /// The partitions the base has and this delta removes, as `(ledger, chunk)`, ascending.
     pub fn removed(&self) -> impl Iterator<Item = (u64, u64)> + 'a {
-        self.removed.chunks_exact(DELTA_KEY_LEN).filter_map(|k| {
-            let (ledger, chunk) = k.split_first_chunk::<8>()?;
-            Some((
-                u64::from_le_bytes(*ledger),
-                u64::from_le_bytes(*chunk.first_chunk::<8>()?),
-            ))
-        })
+        keys(self.removed)
     }
 
     /// How many keys it removes.
@@ -555,63 +566,93 @@ impl<'a> Delta<'a> {
     pub fn removed_len(&self) -> usize {
         self.removed.len() / DELTA_KEY_LEN
     }
+
+    /// The partitions whose partial entries the base has and this delta removes (version 5),
+    /// as `(ledger, chunk)`, ascending.
+    pub fn removed_batch(&self) -> impl Iterator<Item = (u64, u64)> + 'a {
+        keys(self.removed_batch)
+    }
+
+    /// How many batch keys it removes.
+    #[must_use]
+    pub fn removed_batch_len(&self) -> usize {
+        self.removed_batch.len() / DELTA_KEY_LEN
+    }
 }
 
-/// Bytes of a delta payload removing `removed` keys around a marker of `marker_len` bytes.
+fn keys(bytes: &[u8]) -> impl Iterator<Item = (u64, u64)> + '_ {
+    bytes.chunks_exact(DELTA_KEY_LEN).filter_map(|k| {
+        let (ledger, chunk) = k.split_first_chunk::<8>()?;
+        Some((
+            u64::from_le_bytes(*ledger),
+            u64::from_le_bytes(*chunk.first_chunk::<8>()?),
+        ))
+    })
+}
+
+/// Bytes of a version 5 delta payload removing `removed` keys and `removed_batch` batch keys
+/// around a marker of `marker_len` bytes (the batch keys' count only when there are some).
 #[must_use]
-pub const fn delta_len(removed: usize, marker_len: usize) -> usize {
-    DELTA_FIXED_LEN + removed * DELTA_KEY_LEN + marker_len
+pub const fn delta_len(removed: usize, removed_batch: usize, marker_len: usize) -> usize {
+    let batch = if removed_batch == 0 {
+        0
+    } else {
+        4 + removed_batch * DELTA_KEY_LEN
+    };
+    DELTA_FIXED_LEN + removed * DELTA_KEY_LEN + batch + marker_len
 }
 
-/// Appends a delta payload to `out`: `base` (packed) and `base_crc`, the `removed` keys
-/// (ascending, as the caller's sorted map yields them), then `marker` (a cursor-ledger marker
-/// with an inline table and no batch table, already encoded).
-pub fn encode_delta(
-    out: &mut Vec<u8>,
-    base: u64,
-    base_crc: u32,
-    removed: &[(u64, u64)],
-    marker: &[u8],
-) {
-    out.reserve(delta_len(removed.len(), marker.len()));
-    out.extend_from_slice(&base.to_le_bytes());
-    out.extend_from_slice(&base_crc.to_le_bytes());
-    // A cursor has far fewer than 2^32 live partitions (a marker of them would exceed
+/// The bit of a delta's removed count that says removed batch keys follow the removed keys
+/// (version 5). A count never reaches it: a record holds far fewer keys.
+pub const REMOVED_BATCH_FLAG: u32 = 1 << 31;
+
+fn put_keys(out: &mut Vec<u8>, keys: &[(u64, u64)], flag: u32) {
+    // A cursor has far fewer than 2^31 live partitions (a marker of them would exceed
     // MAX_BODY_LEN long before).
-    let count = u32::try_from(removed.len()).unwrap_or(u32::MAX);
-    out.extend_from_slice(&count.to_le_bytes());
-    for (ledger, chunk) in removed {
+    let count = u32::try_from(keys.len()).unwrap_or(u32::MAX) & !REMOVED_BATCH_FLAG;
+    out.extend_from_slice(&(count | flag).to_le_bytes());
+    for (ledger, chunk) in keys {
         out.extend_from_slice(&ledger.to_le_bytes());
         out.extend_from_slice(&chunk.to_le_bytes());
+    }
+}
+
+/// Appends a version 5 delta payload to `out`: `base` (packed) and `base_crc`, the `removed`
+/// keys, the `removed_batch` keys (both ascending, as the caller's sorted maps yield them),
+/// then `marker` (a cursor-ledger marker with an inline table and, when batch partitions were
+/// added or rewritten, an inline batch table, already encoded).
+pub fn encode_delta(
+    out: &mut Vec<u8>,
+    (base, base_crc): (u64, u32),
+    removed: &[(u64, u64)],
+    removed_batch: &[(u64, u64)],
+    marker: &[u8],
+) {
+    out.reserve(delta_len(removed.len(), removed_batch.len(), marker.len()));
+    out.extend_from_slice(&base.to_le_bytes());
+    out.extend_from_slice(&base_crc.to_le_bytes());
+    if removed_batch.is_empty() {
+        put_keys(out, removed, 0);
+    } else {
+        put_keys(out, removed, REMOVED_BATCH_FLAG);
+        put_keys(out, removed_batch, 0);
     }
     out.extend_from_slice(marker);
 }
 
-/// Decodes and verifies a delta payload: the removed count against the bytes left, the keys
-/// strictly ascending, then the marker (its own CRC, bound to `binding` as
-/// [`decode_marker_bound`] checks it, and its other checks), whose table must be inline and
-/// without a batch table.
-///
-/// # Errors
-/// `Truncated`, `BadLength`, `InvalidField("removed key order")`, `InvalidField("delta
-/// table")`, and the marker decoder's errors (offsets within the payload).
-pub fn decode_delta<'a>(payload: &'a [u8], binding: &[u8]) -> Result<Delta<'a>, Corruption> {
-    let mut r = Reader::new(payload);
-    let base = JournalLoc::unpack(r.u64()?);
-    let base_crc = r.u32()?;
-    let count = r.count_u32(DELTA_KEY_LEN)?;
+/// Reads a count and that many keys, strictly ascending; with `flagged` (version 5), also
+/// whether the count carries [`REMOVED_BATCH_FLAG`].
+fn read_keys<'a>(r: &mut Reader<'a>, flagged: bool) -> Result<(&'a [u8], bool), Corruption> {
+    let raw = r.u32()?;
+    let flag = flagged && raw & REMOVED_BATCH_FLAG != 0;
+    let count = if flag { raw & !REMOVED_BATCH_FLAG } else { raw } as usize;
+    if count > r.remaining() / DELTA_KEY_LEN {
+        return Err(Corruption::new(CorruptionKind::BadLength, r.offset() - 4));
+    }
     let at = r.offset();
-    let removed = r.records(count, DELTA_KEY_LEN)?;
-    let marker_at = r.offset();
-    let delta = Delta {
-        base,
-        base_crc,
-        removed,
-        marker: decode_marker_bound(r.rest(), binding).map_err(|c| c.after(marker_at))?,
-        marker_bytes: r.rest(),
-    };
+    let bytes = r.records(count, DELTA_KEY_LEN)?;
     let mut previous = None;
-    for (i, key) in delta.removed().enumerate() {
+    for (i, key) in keys(bytes).enumerate() {
         if previous.is_some_and(|p| p >= key) {
             return Err(Corruption::new(
                 CorruptionKind::InvalidField("removed key order"),
@@ -620,9 +661,48 @@ pub fn decode_delta<'a>(payload: &'a [u8], binding: &[u8]) -> Result<Delta<'a>, 
         }
         previous = Some(key);
     }
+    Ok((bytes, flag))
+}
+
+/// Decodes and verifies a delta payload of a segment of `version`: the removed counts against
+/// the bytes left, the keys strictly ascending, then the marker (its own CRC, bound to
+/// `binding` as [`decode_marker_bound`] checks it, and its other checks), whose table must be
+/// inline. Before version 5 a delta has no removed batch keys and its marker no batch table;
+/// from version 5 its batch table, if any, is inline.
+///
+/// # Errors
+/// `Truncated`, `BadLength`, `InvalidField("removed key order")`, `InvalidField("delta
+/// table")`, and the marker decoder's errors (offsets within the payload).
+pub fn decode_delta<'a>(
+    payload: &'a [u8],
+    binding: &[u8],
+    version: u16,
+) -> Result<Delta<'a>, Corruption> {
+    let mut r = Reader::new(payload);
+    let base = JournalLoc::unpack(r.u64()?);
+    let base_crc = r.u32()?;
+    let (removed, more) = read_keys(&mut r, version >= SEGMENT_VERSION)?;
+    let removed_batch = if more {
+        let (keys, _) = read_keys(&mut r, false)?;
+        if keys.is_empty() {
+            return Err(Corruption::new(CorruptionKind::BadLength, r.offset() - 4));
+        }
+        keys
+    } else {
+        &[]
+    };
+    let marker_at = r.offset();
+    let delta = Delta {
+        base,
+        base_crc,
+        removed,
+        removed_batch,
+        marker: decode_marker_bound(r.rest(), binding).map_err(|c| c.after(marker_at))?,
+        marker_bytes: r.rest(),
+    };
     if !matches!(delta.marker.table, Table::Inline(_))
-        || !delta.marker.batch.is_empty()
         || !delta.marker.batch_pages.is_empty()
+        || (version < SEGMENT_VERSION && !delta.marker.batch.is_empty())
     {
         return Err(Corruption::new(
             CorruptionKind::InvalidField("delta table"),
@@ -766,9 +846,9 @@ mod tests {
         let mut out = Vec::new();
         encode_delta(
             &mut out,
-            0x0000_0002_0000_0018,
-            77,
+            (0x0000_0002_0000_0018, 77),
             &[(1, 0), (4, 1)],
+            &[],
             &marker,
         );
         (out, marker.len())
@@ -779,13 +859,22 @@ mod tests {
         let (out, marker_len) = delta_bytes();
         assert_eq!(DELTA_FIXED_LEN, 16);
         assert_eq!(DELTA_KEY_LEN, 16);
-        assert_eq!(out.len(), delta_len(2, marker_len));
+        assert_eq!(out.len(), delta_len(2, 0, marker_len));
         assert_eq!(out.len(), 16 + 2 * 16 + marker_len);
         // One row, no properties: the record `docs/format.md` sizes at 122 bytes without the
         // removed keys.
         assert_eq!(marker_len, 45 + 36);
-        assert_eq!(record_len(delta_len(0, marker_len)), 122);
-        let d = decode_delta(&out, &[]).unwrap();
+        assert_eq!(record_len(delta_len(0, 0, marker_len)), 122);
+        let d = decode_delta(&out, &[], SEGMENT_VERSION).unwrap();
+        assert_eq!(d.removed_batch_len(), 0);
+        // A version 4 delta has the same bytes.
+        assert_eq!(
+            decode_delta(&out, &[], SEGMENT_VERSION_V4)
+                .unwrap()
+                .removed()
+                .collect::<Vec<_>>(),
+            [(1, 0), (4, 1)]
+        );
         assert_eq!(
             d.base,
             JournalLoc {
@@ -816,7 +905,10 @@ mod tests {
     fn every_truncation_and_flipped_bit_of_a_delta_is_refused_or_decodes_to_other_values() {
         let (out, _) = delta_bytes();
         for n in 0..out.len() {
-            assert!(decode_delta(&out[..n], &[]).is_err(), "prefix {n}");
+            assert!(
+                decode_delta(&out[..n], &[], SEGMENT_VERSION).is_err(),
+                "prefix {n}"
+            );
         }
         // The fields before the marker have no checksum of their own (the record frame's CRC
         // covers them): a flip there decodes to another base or other keys, never to the same
@@ -824,7 +916,7 @@ mod tests {
         for i in 0..out.len() * 8 {
             let mut b = out.clone();
             b[i / 8] ^= 1 << (i % 8);
-            if let Ok(d) = decode_delta(&b, &[]) {
+            if let Ok(d) = decode_delta(&b, &[], SEGMENT_VERSION) {
                 let keys: Vec<_> = d.removed().collect();
                 assert!(i / 8 < 48, "bit {i} in the marker");
                 assert!(
@@ -839,7 +931,52 @@ mod tests {
         let mut unordered = out.clone();
         unordered[16..32].copy_from_slice(&out[32..48]);
         unordered[32..48].copy_from_slice(&out[16..32]);
-        assert!(decode_delta(&unordered, &[]).is_err());
+        assert!(decode_delta(&unordered, &[], SEGMENT_VERSION).is_err());
+    }
+
+    fn batch_delta_bytes() -> Vec<u8> {
+        use crate::format::cursor::{BatchRow, PersistedState, TableRef, encode_marker_with_batch};
+        let batch = [BatchRow {
+            ledger_id: 4,
+            chunk: 0,
+            entry_id: 0x0000_0003_0000_0080,
+            crc: 0x1234_5678,
+            entries: 2,
+        }];
+        let marker =
+            encode_marker_with_batch(&PersistedState::default(), TableRef::Inline(&[]), &batch)
+                .unwrap();
+        let mut out = Vec::new();
+        encode_delta(
+            &mut out,
+            (0x0000_0002_0000_0018, 77),
+            &[(1, 0)],
+            &[(3, 1)],
+            &marker,
+        );
+        assert_eq!(out.len(), delta_len(1, 1, marker.len()));
+        out
+    }
+
+    #[test]
+    fn a_version_5_delta_carries_removed_batch_keys_and_batch_rows() {
+        let out = batch_delta_bytes();
+        let d = decode_delta(&out, &[], SEGMENT_VERSION).unwrap();
+        assert_eq!(d.removed().collect::<Vec<_>>(), [(1, 0)]);
+        assert_eq!(d.removed_batch().collect::<Vec<_>>(), [(3, 1)]);
+        assert_eq!(d.marker.batch.len(), 1);
+        // No earlier version reads a removed-batch count or a batch table in a delta.
+        assert!(decode_delta(&out, &[], SEGMENT_VERSION_V4).is_err());
+        for n in 0..out.len() {
+            assert!(
+                decode_delta(&out[..n], &[], SEGMENT_VERSION).is_err(),
+                "prefix {n}"
+            );
+        }
+        // An empty removed-batch list is never flagged.
+        let mut flagged = out.clone();
+        flagged[32..36].copy_from_slice(&0u32.to_le_bytes());
+        assert!(decode_delta(&flagged, &[], SEGMENT_VERSION).is_err());
     }
 
     #[test]
@@ -847,8 +984,15 @@ mod tests {
         let full = encode_segment_header(3, None);
         let mut h = [0u8; SEGMENT_HEADER_LEN];
         h.copy_from_slice(&full[..SEGMENT_HEADER_LEN]);
-        assert_eq!(decode_segment_header_version(&h).unwrap(), (3, 4));
-        for (version, known) in [(3u16, true), (2, true), (1, true), (5, false), (0, false)] {
+        assert_eq!(decode_segment_header_version(&h).unwrap(), (3, 5));
+        for (version, known) in [
+            (4u16, true),
+            (3, true),
+            (2, true),
+            (1, true),
+            (6, false),
+            (0, false),
+        ] {
             h[8..10].copy_from_slice(&version.to_le_bytes());
             let crc = crc32fast::hash(&h[..20]);
             h[20..].copy_from_slice(&crc.to_le_bytes());
@@ -876,9 +1020,9 @@ mod tests {
         }
         assert!(decode_marker_bound(&marker, &[]).is_err());
         let mut delta = Vec::new();
-        encode_delta(&mut delta, 0x0000_0001_0000_0044, 7, &[], &marker);
-        assert!(decode_delta(&delta, &cursor_binding(1, 2)).is_ok());
-        assert!(decode_delta(&delta, &cursor_binding(1, 3)).is_err());
+        encode_delta(&mut delta, (0x0000_0001_0000_0044, 7), &[], &[], &marker);
+        assert!(decode_delta(&delta, &cursor_binding(1, 2), SEGMENT_VERSION).is_ok());
+        assert!(decode_delta(&delta, &cursor_binding(1, 3), SEGMENT_VERSION).is_err());
     }
 
     #[test]

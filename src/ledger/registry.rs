@@ -190,13 +190,10 @@ impl TopicCore {
             .transpose()?
             .flatten();
         let reopened = found.as_ref().filter(|_| listed).map(|(_, bytes)| bytes);
-        let (state, jc, recovery_source, dirty) = if let Some((jc, persisted, acks)) = recovered {
-            let (state, changed) = CursorState::recovered(
-                &persisted,
-                &layout,
-                acks,
-                crate::cursor::recover::RecoveredBatch::default(),
-            )?;
+        let (state, jc, recovery_source, dirty) = if let Some((jc, persisted, sets)) = recovered {
+            // The ack set and the partial entries, both as the journal committed them.
+            let (acks, batch) = sets;
+            let (state, changed) = CursorState::recovered(&persisted, &layout, acks, batch)?;
             let dirty = changed || jc.binds_no_name();
             (state, jc, Some(RecoverySource::Journal), dirty)
         } else if let Some(bytes) = reopened {

@@ -1,9 +1,11 @@
 //! Where every cursor's committed and pending partitions live in the journal.
 //!
 //! Owns: the in-memory index of the store's cursor journal: for every cursor, its newest
-//! committed marker (state and the location of every live partition) and the partitions
-//! written since (by evictions) that no marker references yet. Pure data, no I/O; rebuilt by
-//! [`super::journal`] on open.
+//! committed marker (state, the location of every live partition and of every batch record:
+//! the partial entries of one partition) and the partitions and batch records written since
+//! (by evictions) that no marker references yet. Pure data, no I/O; rebuilt by
+//! [`super::journal`] on open. Batch records are indexed as partitions are, in maps of their
+//! own (a partition may have both an ack record and a batch record).
 //!
 //! A cursor's committed state is a *chain*: a full marker and the deltas built on it since,
 //! each naming the one before. [`Committed`] holds the chain's result (every live row), where
@@ -41,7 +43,7 @@ pub struct PartLoc {
     pub frame_len: u64,
     /// CRC32 of its payload (the cursor-ledger partition entry).
     pub crc: u32,
-    /// Acked entries in the partition.
+    /// Acked entries in the partition (for a batch record: its partial entries).
     pub cardinality: u64,
 }
 
@@ -68,15 +70,28 @@ pub struct Committed {
     pub state: PersistedState,
     /// Every live partition and where it is.
     pub rows: BTreeMap<PartitionKey, PartLoc>,
+    /// Every partition with partial entries and where its batch record is.
+    pub batch: BTreeMap<PartitionKey, PartLoc>,
 }
 
 impl Committed {
-    /// The floor of a chain that starts with a full marker at `marker` over `rows`.
+    /// The floor of a chain that starts with a full marker at `marker` over `rows` and
+    /// `batch`.
     #[must_use]
-    pub fn full_floor(marker: JournalLoc, rows: &BTreeMap<PartitionKey, PartLoc>) -> u64 {
+    pub fn full_floor(
+        marker: JournalLoc,
+        rows: &BTreeMap<PartitionKey, PartLoc>,
+        batch: &BTreeMap<PartitionKey, PartLoc>,
+    ) -> u64 {
         rows.values()
+            .chain(batch.values())
             .map(|r| r.loc.segment)
             .fold(marker.segment, u64::min)
+    }
+
+    /// Every record the chain references: its partitions and its batch records.
+    pub fn records(&self) -> impl Iterator<Item = &PartLoc> {
+        self.rows.values().chain(self.batch.values())
     }
 }
 
@@ -97,6 +112,10 @@ pub struct AppliedDelta {
     pub removed: Vec<PartitionKey>,
     /// Rows added or rewritten, each verified.
     pub added: Vec<(PartitionKey, PartLoc)>,
+    /// Batch keys removed from the base.
+    pub removed_batch: Vec<PartitionKey>,
+    /// Batch rows added or rewritten, each verified.
+    pub added_batch: Vec<(PartitionKey, PartLoc)>,
 }
 
 /// The index of the whole journal.
@@ -104,6 +123,31 @@ pub struct AppliedDelta {
 pub struct Index {
     committed: HashMap<CursorId, Committed>,
     pending: HashMap<CursorId, BTreeMap<PartitionKey, PartLoc>>,
+    pending_batch: HashMap<CursorId, BTreeMap<PartitionKey, PartLoc>>,
+}
+
+/// Drops from `pending` the copies of `cursor` that `referenced` (the rows a commit made)
+/// holds, or newer ones: a pending copy survives a commit only if written after the row it
+/// would replace.
+fn settle_pending<'a>(
+    pending: &mut HashMap<CursorId, BTreeMap<PartitionKey, PartLoc>>,
+    cursor: CursorId,
+    referenced: impl Fn(&PartitionKey) -> Option<&'a PartLoc>,
+) {
+    if let Some(p) = pending.get_mut(&cursor) {
+        p.retain(|k, v| referenced(k).is_none_or(|row| v.seq > row.seq));
+        if p.is_empty() {
+            pending.remove(&cursor);
+        }
+    }
+}
+
+/// The newer (by write order) of a pending and a committed copy.
+fn newest(pending: Option<PartLoc>, committed: Option<PartLoc>) -> Option<PartLoc> {
+    match (pending, committed) {
+        (Some(p), Some(c)) => Some(if p.seq > c.seq { p } else { c }),
+        (p, c) => p.or(c),
+    }
 }
 
 impl Index {
@@ -112,15 +156,19 @@ impl Index {
         self.pending.entry(cursor).or_default().insert(key, part);
     }
 
+    /// A batch record of `cursor` was written at `part` and is not committed yet.
+    pub fn stage_batch(&mut self, cursor: CursorId, key: PartitionKey, part: PartLoc) {
+        self.pending_batch
+            .entry(cursor)
+            .or_default()
+            .insert(key, part);
+    }
+
     /// `cursor`'s marker at `committed.marker` was synced: it replaces the cursor's earlier
     /// one. Pending copies it references, or older than the one it references, are dropped.
     pub fn commit(&mut self, cursor: CursorId, committed: Committed) {
-        if let Some(p) = self.pending.get_mut(&cursor) {
-            p.retain(|k, v| committed.rows.get(k).is_none_or(|row| v.seq > row.seq));
-            if p.is_empty() {
-                self.pending.remove(&cursor);
-            }
-        }
+        settle_pending(&mut self.pending, cursor, |k| committed.rows.get(k));
+        settle_pending(&mut self.pending_batch, cursor, |k| committed.batch.get(k));
         self.committed.insert(cursor, committed);
     }
 
@@ -140,22 +188,31 @@ impl Index {
             floor = floor.min(part.loc.segment);
             c.rows.insert(*key, *part);
         }
+        for key in &delta.removed_batch {
+            c.batch.remove(key);
+        }
+        for (key, part) in &delta.added_batch {
+            floor = floor.min(part.loc.segment);
+            c.batch.insert(*key, *part);
+        }
         c.floor = floor;
         c.marker = delta.marker;
         c.marker_len = delta.marker_len;
         c.crc = delta.crc;
         c.name = delta.name;
         c.state = delta.state;
-        if let Some(p) = self.pending.get_mut(&cursor) {
-            p.retain(|k, v| {
-                delta
-                    .added
-                    .iter()
-                    .find(|(a, _)| a == k)
-                    .is_none_or(|(_, row)| v.seq > row.seq)
-            });
-            if p.is_empty() {
-                self.pending.remove(&cursor);
+        let found = |added: &'_ [(PartitionKey, PartLoc)], k: &PartitionKey| {
+            added.iter().find(|(a, _)| a == k).map(|(_, row)| *row)
+        };
+        for (pending, added) in [
+            (&mut self.pending, &delta.added),
+            (&mut self.pending_batch, &delta.added_batch),
+        ] {
+            if let Some(p) = pending.get_mut(&cursor) {
+                p.retain(|k, v| found(added, k).is_none_or(|row| v.seq > row.seq));
+                if p.is_empty() {
+                    pending.remove(&cursor);
+                }
             }
         }
     }
@@ -167,10 +224,41 @@ impl Index {
         }
     }
 
+    /// The cursor no longer uses its pending batch record of `key` (the partition changed or
+    /// is gone).
+    pub fn forget_batch(&mut self, cursor: CursorId, key: PartitionKey) {
+        if let Some(p) = self.pending_batch.get_mut(&cursor) {
+            p.remove(&key);
+        }
+    }
+
     /// The cursor was deleted.
     pub fn remove(&mut self, cursor: CursorId) {
         self.committed.remove(&cursor);
         self.pending.remove(&cursor);
+        self.pending_batch.remove(&cursor);
+    }
+
+    /// The newest batch record of `key` of `cursor`, pending or committed.
+    #[must_use]
+    pub fn lookup_batch(&self, cursor: CursorId, key: PartitionKey) -> Option<PartLoc> {
+        let pending = self
+            .pending_batch
+            .get(&cursor)
+            .and_then(|p| p.get(&key))
+            .copied();
+        let committed = self
+            .committed
+            .get(&cursor)
+            .and_then(|c| c.batch.get(&key))
+            .copied();
+        newest(pending, committed)
+    }
+
+    /// The cursor's pending batch records.
+    #[must_use]
+    pub fn pending_batch(&self, cursor: CursorId) -> Option<&BTreeMap<PartitionKey, PartLoc>> {
+        self.pending_batch.get(&cursor)
     }
 
     /// The newest copy of `key` of `cursor`, pending or committed.
@@ -182,10 +270,7 @@ impl Index {
             .get(&cursor)
             .and_then(|c| c.rows.get(&key))
             .copied();
-        match (pending, committed) {
-            (Some(p), Some(c)) => Some(if p.seq > c.seq { p } else { c }),
-            (p, c) => p.or(c),
-        }
+        newest(pending, committed)
     }
 
     /// The cursor's committed marker.
@@ -218,12 +303,13 @@ impl Index {
             .filter(|(_, c)| {
                 c.floor <= segment
                     || c.marker.segment == segment
-                    || c.rows.values().any(|r| r.loc.segment == segment)
+                    || c.records().any(|r| r.loc.segment == segment)
             })
             .map(|(id, _)| *id)
             .chain(
                 self.pending
                     .iter()
+                    .chain(&self.pending_batch)
                     .filter(|(_, p)| p.values().any(|r| r.loc.segment == segment))
                     .map(|(id, _)| *id),
             )
@@ -234,17 +320,18 @@ impl Index {
     }
 
     /// Bytes of every record a recovery or a load may still need: committed markers, their
-    /// partitions, pending partitions.
+    /// partitions and batch records, pending ones.
     #[must_use]
     pub fn live_bytes(&self) -> u64 {
         let committed: u64 = self
             .committed
             .values()
-            .map(|c| c.marker_len + c.rows.values().map(|r| r.frame_len).sum::<u64>())
+            .map(|c| c.marker_len + c.records().map(|r| r.frame_len).sum::<u64>())
             .sum();
         let pending: u64 = self
             .pending
             .values()
+            .chain(self.pending_batch.values())
             .flat_map(BTreeMap::values)
             .map(|r| r.frame_len)
             .sum();

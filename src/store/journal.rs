@@ -69,9 +69,9 @@ use super::index::{AppliedDelta, Committed, CursorId, Index, PartLoc};
 use crate::ackset::{PartitionKey, PartitionStore};
 use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::format::cursor::{
-    PartitionEntry, PartitionRow, PersistedState, ROW_LEN, Table, TableRef, bind_entry,
-    decode_marker_bound, decode_partition_entry, encode_marker, encode_partition_entry, marker_len,
-    payload_crc,
+    BatchRow, Marker, PartitionEntry, PartitionRow, PersistedState, ROW_LEN, Table, TableRef,
+    bind_entry, decode_marker_bound, decode_partition_entry, encode_marker_with_batch,
+    encode_partition_entry, marker_with_batch_len, payload_crc, peek_batch_entry,
 };
 use crate::format::journal::{
     BODY_FIXED_LEN, JournalLoc, MAX_BODY_LEN, MAX_SEGMENT, NAME_TAG_LEN, PREDECESSOR_AT,
@@ -356,6 +356,11 @@ pub struct JournalCheck {
     /// The name tag each of those cursors' chain binds (0: none) and where its newest record
     /// starts: the store's open hands a chain only to the cursor of that name.
     pub names: BTreeMap<super::index::CursorId, (u32, JournalLoc)>,
+    /// Batch records (the partial entries of one partition) the committed cursors' states
+    /// reference.
+    pub batch_partitions: u64,
+    /// Partial entries (entries with some, not all, messages acknowledged) in those records.
+    pub partial_entries: u64,
     /// Where the newest segment's torn tail starts and how many bytes it holds (the next open
     /// cuts it off): not damage.
     pub torn_tail: Option<(u64, u64, u64)>,
@@ -406,9 +411,20 @@ pub fn check_listed(
                 Some((c, (committed.name, committed.marker)))
             })
             .collect(),
+        batch_partitions: committed_batch(&scan.index).map(|_| 1).sum(),
+        partial_entries: committed_batch(&scan.index).map(|p| p.cardinality).sum(),
         torn_tail: report.torn_tail,
         strays: report.strays,
     })
+}
+
+/// Every batch record the committed cursors of `index` reference.
+fn committed_batch(index: &Index) -> impl Iterator<Item = &PartLoc> {
+    index
+        .cursors()
+        .into_iter()
+        .filter_map(|c| index.committed(c))
+        .flat_map(|c| c.batch.values())
 }
 
 #[derive(Debug, Default)]
@@ -843,6 +859,8 @@ struct Scan {
     index: Index,
     /// Every partition record seen, by location.
     partitions: HashMap<JournalLoc, (CursorId, PartitionKey, PartLoc)>,
+    /// Every batch record seen (version 5), by location.
+    batches: HashMap<JournalLoc, (CursorId, PartitionKey, PartLoc)>,
     forgotten: std::collections::HashSet<CursorId>,
     /// The oldest segment scanned: a record that references an older one was superseded
     /// before a rollover removed what it references.
@@ -895,9 +913,9 @@ impl Scan {
             // its cursor's own (moved from another cursor, whose state it then lacks) is
             // damage as anywhere else.
             let own = match rec.kind {
-                RecordKind::Partition => true,
+                RecordKind::Partition | RecordKind::Batch => true,
                 RecordKind::Marker => decode_marker_bound(payload, binding).is_ok(),
-                RecordKind::Delta => decode_delta(payload, binding).is_ok(),
+                RecordKind::Delta => decode_delta(payload, binding, version).is_ok(),
                 RecordKind::Forget => rec.payload == forget_binding,
             };
             return if own || !promised {
@@ -907,30 +925,19 @@ impl Scan {
             };
         }
         match rec.kind {
-            RecordKind::Partition => {
-                // A payload that does not decode is never referenced by a marker that counts.
-                if let Ok(p) = decode_partition_entry(rec.payload) {
-                    let key = PartitionKey {
-                        ledger_id: p.ledger_id,
-                        chunk: p.chunk,
-                    };
-                    let part = PartLoc {
-                        seq: 0,
-                        loc,
-                        frame_len,
-                        crc: payload_crc(rec.payload),
-                        cardinality: p.cardinality,
-                    };
-                    self.partitions.insert(loc, (cursor, key, part));
-                }
+            RecordKind::Partition | RecordKind::Batch => {
+                self.partition_record(cursor, (loc, frame_len, version), rec);
             }
             RecordKind::Marker => {
-                if let Some(c) =
-                    self.verified_marker(cursor, loc, frame_len, (rec.payload, payload), binding)
-                {
+                if let Some(c) = self.verified_marker(
+                    cursor,
+                    (loc, frame_len, version),
+                    (rec.payload, payload),
+                    binding,
+                ) {
                     self.index.commit(cursor, Committed { name, ..c });
                     self.unrebased.remove(&cursor);
-                } else if self.marker_is_stale(payload, binding) {
+                } else if self.marker_is_stale(payload, binding, version) {
                     self.stale.insert(loc);
                     self.unrebased.insert(cursor, loc);
                 } else if promised {
@@ -945,12 +952,15 @@ impl Scan {
                 if version < SEGMENT_VERSION_V2 {
                     return Ok(false);
                 }
-                if let Some(d) =
-                    self.verified_delta(cursor, loc, (rec.payload, payload), (binding, name))
-                {
+                if let Some(d) = self.verified_delta(
+                    cursor,
+                    (loc, version),
+                    (rec.payload, payload),
+                    (binding, name),
+                ) {
                     self.index.apply_delta(cursor, d);
                     self.unrebased.remove(&cursor);
-                } else if self.delta_is_stale(payload, binding) {
+                } else if self.delta_is_stale(payload, binding, version) {
                     self.stale.insert(loc);
                     self.unrebased.insert(cursor, loc);
                 } else if promised {
@@ -976,6 +986,40 @@ impl Scan {
         Ok(false)
     }
 
+    /// Notes a partition or batch record, to verify the rows of later markers against. A
+    /// payload that does not decode is never referenced by a marker that counts; only a segment
+    /// of version 5 holds batch records (no earlier build wrote one, and no earlier marker
+    /// references one).
+    fn partition_record(
+        &mut self,
+        cursor: CursorId,
+        (loc, frame_len, version): (JournalLoc, u64, u16),
+        rec: &Record<'_>,
+    ) {
+        let crc = payload_crc(rec.payload);
+        let at = |ledger_id, chunk, cardinality| {
+            let part = PartLoc {
+                seq: 0,
+                loc,
+                frame_len,
+                crc,
+                cardinality,
+            };
+            (cursor, PartitionKey { ledger_id, chunk }, part)
+        };
+        if rec.kind == RecordKind::Batch {
+            if version >= SEGMENT_VERSION
+                && let Ok((ledger_id, chunk, entries)) = peek_batch_entry(rec.payload)
+            {
+                self.batches
+                    .insert(loc, at(ledger_id, chunk, u64::from(entries)));
+            }
+        } else if let Ok(p) = decode_partition_entry(rec.payload) {
+            self.partitions
+                .insert(loc, at(p.ledger_id, p.chunk, p.cardinality));
+        }
+    }
+
     /// After the last segment: a cursor whose newest marker or delta references a segment
     /// older than the scan's first was never re-based, so that segment was removed (or
     /// dropped from the list) by something other than a rollover, and the cursor's state is
@@ -993,31 +1037,40 @@ impl Scan {
 
     /// Whether a marker that does not commit references a segment older than the scan's
     /// first: a rollover re-based its cursor before removing that segment.
-    fn marker_is_stale(&self, payload: &[u8], binding: &[u8]) -> bool {
+    fn marker_is_stale(&self, payload: &[u8], binding: &[u8], version: u16) -> bool {
         let Ok(marker) = decode_marker_bound(payload, binding) else {
             return false;
         };
+        self.references_removed(&marker, version)
+    }
+
+    /// Whether a marker's rows (or, from version 5, its batch rows) name a segment older than
+    /// the scan's first.
+    fn references_removed(&self, marker: &Marker<'_>, version: u16) -> bool {
         let Table::Inline(rows) = marker.table else {
             return false;
         };
+        let batch = marker
+            .batch
+            .iter()
+            .map(|b| b.entry_id)
+            .filter(|_| version >= SEGMENT_VERSION);
         rows.iter()
-            .any(|row| JournalLoc::unpack(row.entry_id).segment < self.first)
+            .map(|row| row.entry_id)
+            .chain(batch)
+            .any(|at| JournalLoc::unpack(at).segment < self.first)
     }
 
     /// Whether a delta that does not commit builds on a record superseded that way (or on
     /// one in a removed segment), or references a removed segment.
-    fn delta_is_stale(&self, payload: &[u8], binding: &[u8]) -> bool {
-        let Ok(delta) = decode_delta(payload, binding) else {
+    fn delta_is_stale(&self, payload: &[u8], binding: &[u8], version: u16) -> bool {
+        let Ok(delta) = decode_delta(payload, binding, version) else {
             return false;
         };
         if delta.base.segment < self.first || self.stale.contains(&delta.base) {
             return true;
         }
-        let Table::Inline(rows) = delta.marker.table else {
-            return false;
-        };
-        rows.iter()
-            .any(|row| JournalLoc::unpack(row.entry_id).segment < self.first)
+        self.references_removed(&delta.marker, version)
     }
 
     /// The row a marker or delta holds, if it names a partition record of `cursor` seen
@@ -1039,18 +1092,57 @@ impl Scan {
         ok.then_some((*key, *part))
     }
 
-    /// The delta as a change of the cursor's committed chain, if its base is the cursor's
-    /// committed marker or delta (location and payload CRC), every key it removes is live
-    /// there, and every row it adds verifies as a marker's row does.
-    fn verified_delta(
+    /// The batch row a marker or delta holds, if it names a batch record of `cursor` seen
+    /// before `loc` with the key, CRC and partial-entry count the row holds.
+    fn verified_batch_row(
         &self,
         cursor: CursorId,
         loc: JournalLoc,
+        row: &BatchRow,
+    ) -> Option<(PartitionKey, PartLoc)> {
+        let at = JournalLoc::unpack(row.entry_id);
+        let (c, key, part) = self.batches.get(&at)?;
+        let ok = *c == cursor
+            && key.ledger_id == row.ledger_id
+            && key.chunk == row.chunk
+            && part.crc == row.crc
+            && part.cardinality == u64::from(row.entries)
+            && at < loc;
+        ok.then_some((*key, *part))
+    }
+
+    /// The batch rows of `marker` as verified locations: none before version 5 (a marker
+    /// there with a batch table does not verify), a batch table in pages never.
+    fn verified_batch(
+        &self,
+        cursor: CursorId,
+        (loc, version): (JournalLoc, u16),
+        marker: &Marker<'_>,
+    ) -> Option<Vec<(PartitionKey, PartLoc)>> {
+        if !marker.batch_pages.is_empty() || (version < SEGMENT_VERSION && !marker.batch.is_empty())
+        {
+            return None;
+        }
+        marker
+            .batch
+            .iter()
+            .map(|row| self.verified_batch_row(cursor, loc, &row))
+            .collect()
+    }
+
+    /// The delta as a change of the cursor's committed chain, if its base is the cursor's
+    /// committed marker or delta (location and payload CRC), every key it removes is live
+    /// there, and every row it adds verifies as a marker's row does (batch keys and rows
+    /// alike).
+    fn verified_delta(
+        &self,
+        cursor: CursorId,
+        (loc, version): (JournalLoc, u16),
         (record_payload, payload): (&[u8], &[u8]),
         (binding, name): (&[u8], u32),
     ) -> Option<AppliedDelta> {
         let base = self.index.committed(cursor)?;
-        let delta = decode_delta(payload, binding).ok()?;
+        let delta = decode_delta(payload, binding, version).ok()?;
         // A chain belongs to one name: a delta never renames its base's cursor (a base of a
         // version 3 segment knows no name).
         if delta.base != base.marker
@@ -1062,41 +1154,40 @@ impl Scan {
         let Table::Inline(rows) = delta.marker.table else {
             return None;
         };
-        let mut removed = Vec::with_capacity(delta.removed_len());
-        for (ledger_id, chunk) in delta.removed() {
-            let key = PartitionKey { ledger_id, chunk };
-            base.rows.contains_key(&key).then_some(())?;
-            removed.push(key);
-        }
+        let removed = removed_keys(delta.removed(), &base.rows)?;
         let mut added = Vec::with_capacity(rows.len());
         for row in rows.iter() {
             let (key, part) = self.verified_row(cursor, loc, &row)?;
             removed.binary_search(&key).is_err().then_some(())?;
             added.push((key, part));
         }
-        let live = base.rows.len() - removed.len()
-            + added
-                .iter()
-                .filter(|(k, _)| !base.rows.contains_key(k))
-                .count();
+        let removed_batch = removed_keys(delta.removed_batch(), &base.batch)?;
+        let added_batch = self.verified_batch(cursor, (loc, version), &delta.marker)?;
+        for (key, _) in &added_batch {
+            removed_batch.binary_search(key).is_err().then_some(())?;
+        }
+        let live = live_after(&base.rows, &removed, &added);
+        let live_batch = live_after(&base.batch, &removed_batch, &added_batch);
         Some(AppliedDelta {
             marker: loc,
-            marker_len: full_marker_frame_len(&delta.marker.state, live),
+            marker_len: full_marker_frame_len(&delta.marker.state, live, live_batch),
             crc: payload_crc(record_payload),
             name,
             state: delta.marker.state,
             removed,
             added,
+            removed_batch,
+            added_batch,
         })
     }
 
     /// The marker as committed state, if every row names a partition record of this cursor
-    /// seen before it, with the CRC and cardinality the row holds.
+    /// seen before it, with the CRC and cardinality the row holds, and every batch row a batch
+    /// record so.
     fn verified_marker(
         &self,
         cursor: CursorId,
-        loc: JournalLoc,
-        frame_len: u64,
+        (loc, frame_len, version): (JournalLoc, u64, u16),
         (record_payload, payload): (&[u8], &[u8]),
         binding: &[u8],
     ) -> Option<Committed> {
@@ -1109,16 +1200,42 @@ impl Scan {
             let (key, part) = self.verified_row(cursor, loc, &row)?;
             live.insert(key, part);
         }
+        let batch: BTreeMap<_, _> = self
+            .verified_batch(cursor, (loc, version), &marker)?
+            .into_iter()
+            .collect();
         Some(Committed {
             marker: loc,
             marker_len: frame_len,
             crc: payload_crc(record_payload),
             name: 0,
-            floor: Committed::full_floor(loc, &live),
+            floor: Committed::full_floor(loc, &live, &batch),
             state: marker.state,
             rows: live,
+            batch,
         })
     }
+}
+
+/// The keys a delta removes, if every one is live in `base`.
+fn removed_keys(
+    keys: impl Iterator<Item = (u64, u64)>,
+    base: &BTreeMap<PartitionKey, PartLoc>,
+) -> Option<Vec<PartitionKey>> {
+    keys.map(|(ledger_id, chunk)| {
+        let key = PartitionKey { ledger_id, chunk };
+        base.contains_key(&key).then_some(key)
+    })
+    .collect()
+}
+
+/// How many keys `base` holds after a delta removes `removed` and adds `added`.
+fn live_after(
+    base: &BTreeMap<PartitionKey, PartLoc>,
+    removed: &[PartitionKey],
+    added: &[(PartitionKey, PartLoc)],
+) -> usize {
+    base.len() - removed.len() + added.iter().filter(|(k, _)| !base.contains_key(k)).count()
 }
 
 impl Journal {
@@ -1351,6 +1468,16 @@ impl Journal {
         ))
     }
 
+    /// Where the batch record of every partition with partial entries of the cursor's committed
+    /// state is: the batch table a cursor recovers its partial entries from, cold.
+    #[must_use]
+    pub fn committed_batch(&self, cursor: CursorId) -> Vec<(PartitionKey, PartLoc)> {
+        lock(&self.index)
+            .committed(cursor)
+            .map(|c| c.batch.iter().map(|(k, p)| (*k, *p)).collect())
+            .unwrap_or_default()
+    }
+
     /// The name tag the cursor's committed chain binds (0: none, see
     /// [`crate::store::index::Committed::name`]) and where the chain's newest record starts.
     #[must_use]
@@ -1402,6 +1529,70 @@ impl Journal {
         }
         self.counters.loads.fetch_add(1, Ordering::Relaxed);
         Ok(Some(bitmap))
+    }
+
+    /// The newest batch record of `key` of `cursor` (pending or committed), read and its frame
+    /// and the CRC, key and partial-entry count the index holds verified; `None` when the
+    /// journal holds none. Returns the record's payload (a batch-index entry, which the caller
+    /// decodes) and where it is.
+    pub fn load_batch(
+        &self,
+        cursor: CursorId,
+        key: PartitionKey,
+    ) -> Result<Option<(PartLoc, Vec<u8>)>> {
+        let Some(part) = lock(&self.index).lookup_batch(cursor, key) else {
+            return Ok(None);
+        };
+        let payload = self.read_payload(part.loc, part.frame_len)?;
+        let bad = |kind| Error::corrupted_at(key.place(), kind);
+        if payload_crc(&payload) != part.crc {
+            return Err(bad(CorruptionKind::ChecksumMismatch));
+        }
+        let (ledger_id, chunk, entries) = peek_batch_entry(&payload).map_err(|c| bad(c.kind))?;
+        if (PartitionKey { ledger_id, chunk }) != key || u64::from(entries) != part.cardinality {
+            return Err(bad(CorruptionKind::InvalidField("batch record key")));
+        }
+        self.counters.loads.fetch_add(1, Ordering::Relaxed);
+        Ok(Some((part, payload)))
+    }
+
+    /// The newest batch record of `key` of `cursor` in the journal (pending or committed).
+    #[must_use]
+    pub fn stored_batch(&self, cursor: CursorId, key: PartitionKey) -> Option<PartLoc> {
+        lock(&self.index).lookup_batch(cursor, key)
+    }
+
+    /// Appends the batch record `payload` (a batch-index entry of `entries` partial entries of
+    /// partition `key`) of `cursor` without a sync (an eviction): it counts once a committed
+    /// marker references it, and loads see it at once. Returns where it is.
+    pub fn store_batch(
+        &self,
+        cursor: CursorId,
+        key: PartitionKey,
+        (payload, entries): (&[u8], u32),
+    ) -> Result<PartLoc> {
+        let mut buf = Vec::with_capacity(record_len(payload.len()));
+        encode_record(&mut buf, &cursor_record(RecordKind::Batch, cursor, payload));
+        let stored = {
+            let mut w = lock(&self.writer);
+            self.append(&mut w, &buf, false).map(|at| {
+                let part = PartLoc {
+                    seq: self.counters.seq.fetch_add(1, Ordering::Relaxed) + 1,
+                    loc: at,
+                    frame_len: buf.len() as u64,
+                    crc: payload_crc(payload),
+                    cardinality: u64::from(entries),
+                };
+                lock(&self.index).stage_batch(cursor, key, part);
+                part
+            })
+        };
+        stored.map_err(|e| self.failure(e))
+    }
+
+    /// The cursor no longer uses its pending batch record of `key`.
+    pub fn forget_batch(&self, cursor: CursorId, key: PartitionKey) {
+        lock(&self.index).forget_batch(cursor, key);
     }
 
     /// The cardinality of the newest copy of `key` of `cursor` in the journal (pending or
@@ -1859,29 +2050,18 @@ impl Journal {
             let index = lock(&self.index);
             for cursor in index.cursors_in(oldest) {
                 if let Some(c) = index.committed(cursor) {
-                    // Every live partition below the newest segment is copied, not only those
-                    // in the oldest: the re-based chain then lies in the newest segment alone,
-                    // so a cursor is re-based once per pass over the segments, and a pass
-                    // writes at most the live bytes.
-                    let mut rows = c.rows.clone();
-                    for part in rows.values_mut() {
-                        if part.loc.segment < seq {
-                            *part = self.copy_record(&mut buf, (seq, base), cursor, *part)?;
-                        }
-                    }
-                    // A full marker: the re-based chain needs nothing of the oldest segment.
-                    let at = (seq, base + buf.len() as u64);
-                    let (rebased, _) =
-                        append_marker(&mut buf, (cursor, c.name), at, None, &c.state, rows)?;
-                    commits.push((cursor, rebased));
+                    commits.push((cursor, self.rebase(&mut buf, (seq, base), cursor, c)?));
                 }
-                for (key, part) in index.pending(cursor).into_iter().flatten() {
-                    if part.loc.segment == oldest {
-                        staged.push((
-                            cursor,
-                            *key,
-                            self.copy_record(&mut buf, (seq, base), cursor, *part)?,
-                        ));
+                for (kind, pending) in [
+                    (RecordKind::Partition, index.pending(cursor)),
+                    (RecordKind::Batch, index.pending_batch(cursor)),
+                ] {
+                    for (key, part) in pending.into_iter().flatten() {
+                        if part.loc.segment == oldest {
+                            let copy =
+                                self.copy_record(&mut buf, (seq, base), (kind, cursor), *part)?;
+                            staged.push((kind, cursor, *key, copy));
+                        }
                     }
                 }
             }
@@ -1900,9 +2080,16 @@ impl Journal {
             for (cursor, c) in commits {
                 index.commit(cursor, c);
             }
-            for (cursor, key, part) in staged {
+            for (kind, cursor, key, part) in staged {
                 // Only if no newer copy was staged meanwhile.
-                if index
+                if kind == RecordKind::Batch {
+                    if index
+                        .lookup_batch(cursor, key)
+                        .is_none_or(|p| p.loc.segment == oldest)
+                    {
+                        index.stage_batch(cursor, key, part);
+                    }
+                } else if index
                     .lookup(cursor, key)
                     .is_none_or(|p| p.loc.segment == oldest)
                 {
@@ -1941,13 +2128,43 @@ impl Journal {
         Ok(())
     }
 
-    /// Copies `cursor`'s partition record at `part` (verified) into `buf`, which is appended at
-    /// `base` of segment `seq`; returns the copy's location.
-    fn copy_record(
+    /// Re-bases `cursor`'s committed chain `c` into `buf`, which is appended at `base` of
+    /// segment `seq`: copies of its records below that segment, then a full marker. Every live
+    /// partition and batch record below the newest segment is copied, not only those in the
+    /// oldest: the re-based chain then lies in the newest segment alone, so a cursor is
+    /// re-based once per pass over the segments, and a pass writes at most the live bytes.
+    fn rebase(
         &self,
         buf: &mut Vec<u8>,
         (seq, base): (u64, u64),
         cursor: CursorId,
+        c: &Committed,
+    ) -> Result<Committed> {
+        let mut copied = [
+            (RecordKind::Partition, c.rows.clone()),
+            (RecordKind::Batch, c.batch.clone()),
+        ];
+        for (kind, records) in &mut copied {
+            for part in records.values_mut() {
+                if part.loc.segment < seq {
+                    *part = self.copy_record(buf, (seq, base), (*kind, cursor), *part)?;
+                }
+            }
+        }
+        let [(_, rows), (_, batch)] = copied;
+        // A full marker: the re-based chain needs nothing of the oldest segment.
+        let at = (seq, base + buf.len() as u64);
+        let (rebased, _) = append_marker(buf, (cursor, c.name), at, None, &c.state, (rows, batch))?;
+        Ok(rebased)
+    }
+
+    /// Copies `cursor`'s partition or batch record (`kind`) at `part` (verified) into `buf`,
+    /// which is appended at `base` of segment `seq`; returns the copy's location.
+    fn copy_record(
+        &self,
+        buf: &mut Vec<u8>,
+        (seq, base): (u64, u64),
+        (kind, cursor): (RecordKind, CursorId),
         part: PartLoc,
     ) -> Result<PartLoc> {
         let payload = self.read_payload(part.loc, part.frame_len)?;
@@ -1962,7 +2179,7 @@ impl Journal {
             segment: seq,
             offset: base + buf.len() as u64,
         };
-        encode_record(buf, &partition_record(cursor, &payload));
+        encode_record(buf, &cursor_record(kind, cursor, &payload));
         Ok(PartLoc { loc, ..part })
     }
 }
@@ -1974,12 +2191,7 @@ impl Journal {
 pub struct Tick<'a> {
     journal: &'a Journal,
     _serial: MutexGuard<'a, ()>,
-    staged: Vec<(
-        CursorId,
-        u32,
-        PersistedState,
-        BTreeMap<PartitionKey, PartLoc>,
-    )>,
+    staged: Vec<Staged>,
     /// Cursors whose markers the commit in progress has taken from `staged`, until they are
     /// in the index.
     uncommitted: Vec<CursorId>,
@@ -1996,9 +2208,31 @@ impl Drop for Tick<'_> {
             return;
         }
         let mut unsettled = lock(&self.journal.unsettled);
-        unsettled.extend(self.staged.iter().map(|(c, _, _, _)| *c));
+        unsettled.extend(self.staged.iter().map(|s| s.cursor));
         unsettled.extend(self.uncommitted.iter().copied());
     }
+}
+
+/// One cursor staged into a tick: what its marker will commit.
+#[derive(Debug)]
+struct Staged {
+    cursor: CursorId,
+    name: u32,
+    state: PersistedState,
+    rows: BTreeMap<PartitionKey, PartLoc>,
+    batch: BTreeMap<PartitionKey, PartLoc>,
+}
+
+/// A cursor's partial entries (batch-index acks) as a tick stages them: the batch records to
+/// write, and the partitions whose current batch record the journal holds already.
+#[derive(Debug, Clone, Default)]
+pub struct BatchStage {
+    /// Partitions whose partial entries changed since their batch record was written: key,
+    /// the batch-index entry encoding them, and how many partial entries it holds.
+    pub written: Vec<(PartitionKey, Vec<u8>, u32)>,
+    /// Partitions whose newest batch record in the journal is current, with the payload CRC
+    /// the cursor expects of it.
+    pub kept: Vec<(PartitionKey, u32)>,
 }
 
 impl Tick<'_> {
@@ -2013,13 +2247,31 @@ impl Tick<'_> {
     /// nor in the journal; [`Error::PreviousIo`] after an earlier failure; [`Error::Io`].
     pub fn stage(
         &mut self,
-        (cursor, name): (CursorId, u32),
+        cursor: (CursorId, u32),
         state: PersistedState,
         written: &[(PartitionKey, RoaringBitmap)],
         live: &[PartitionKey],
     ) -> Result<()> {
+        self.stage_with_batch(cursor, state, (written, live), &BatchStage::default())
+            .map(drop)
+    }
+
+    /// [`Tick::stage`] with the cursor's partial entries: appends the batch records of
+    /// `batch.written` with the partitions, and resolves each of `batch.kept` to the journal's
+    /// newest batch record of it. Returns where the marker's batch table will say each one is.
+    ///
+    /// # Errors
+    /// As [`Tick::stage`]; [`Error::InvalidArgument`] (nothing staged) too when a kept batch
+    /// partition has no batch record in the journal, or one with another CRC.
+    pub fn stage_with_batch(
+        &mut self,
+        (cursor, name): (CursorId, u32),
+        state: PersistedState,
+        acks: (&[(PartitionKey, RoaringBitmap)], &[PartitionKey]),
+        batch: &BatchStage,
+    ) -> Result<BTreeMap<PartitionKey, PartLoc>> {
         let j = self.journal;
-        self.stage_unexplained((cursor, name), state, written, live)
+        self.stage_unexplained((cursor, name), state, acks, batch)
             .map_err(|e| j.failure(e))
     }
 
@@ -2027,9 +2279,9 @@ impl Tick<'_> {
         &mut self,
         (cursor, name): (CursorId, u32),
         state: PersistedState,
-        written: &[(PartitionKey, RoaringBitmap)],
-        live: &[PartitionKey],
-    ) -> Result<()> {
+        (written, live): (&[(PartitionKey, RoaringBitmap)], &[PartitionKey]),
+        batch: &BatchStage,
+    ) -> Result<BTreeMap<PartitionKey, PartLoc>> {
         state.validate()?;
         let j = self.journal;
         let mut w = lock(&j.writer);
@@ -2050,27 +2302,46 @@ impl Tick<'_> {
                     ),
                 });
             }
+            if let Some((key, _)) = batch
+                .kept
+                .iter()
+                .find(|(k, crc)| index.lookup_batch(cursor, *k).is_none_or(|p| p.crc != *crc))
+            {
+                return Err(Error::InvalidArgument {
+                    reason: format!(
+                        "partial entries of partition {}:{} of cursor {}/{} are kept but the \
+                         journal holds no batch record of them",
+                        key.ledger_id, key.chunk, cursor.topic, cursor.cursor
+                    ),
+                });
+            }
         }
         let (seq, base) = Journal::newest(&w)?;
         let mut buf = Vec::new();
         let mut parts = Vec::with_capacity(written.len());
+        let copy = |buf: &mut Vec<u8>, kind, payload: &[u8], cardinality| {
+            let before = buf.len();
+            encode_record(buf, &cursor_record(kind, cursor, payload));
+            PartLoc {
+                seq: j.counters.seq.fetch_add(1, Ordering::Relaxed) + 1,
+                loc: JournalLoc {
+                    segment: seq,
+                    offset: base + before as u64,
+                },
+                frame_len: (buf.len() - before) as u64,
+                crc: payload_crc(payload),
+                cardinality,
+            }
+        };
         for (key, bitmap) in written {
             let payload = partition_payload(*key, bitmap);
-            let before = buf.len();
-            encode_record(&mut buf, &partition_record(cursor, &payload));
-            parts.push((
-                *key,
-                PartLoc {
-                    seq: j.counters.seq.fetch_add(1, Ordering::Relaxed) + 1,
-                    loc: JournalLoc {
-                        segment: seq,
-                        offset: base + before as u64,
-                    },
-                    frame_len: (buf.len() - before) as u64,
-                    crc: payload_crc(&payload),
-                    cardinality: bitmap.len(),
-                },
-            ));
+            let part = copy(&mut buf, RecordKind::Partition, &payload, bitmap.len());
+            parts.push((*key, part));
+        }
+        let mut batch_parts = Vec::with_capacity(batch.written.len());
+        for (key, payload, entries) in &batch.written {
+            let part = copy(&mut buf, RecordKind::Batch, payload, u64::from(*entries));
+            batch_parts.push((*key, part));
         }
         if !buf.is_empty() {
             j.append(&mut w, &buf, true)?;
@@ -2079,16 +2350,36 @@ impl Tick<'_> {
         for (key, part) in &parts {
             index.stage(cursor, *key, *part);
         }
+        for (key, part) in &batch_parts {
+            index.stage_batch(cursor, *key, *part);
+        }
         let mut rows = BTreeMap::new();
         for key in live {
             if let Some(part) = index.lookup(cursor, *key) {
                 rows.insert(*key, part);
             }
         }
-        self.stats.partitions += parts.len() as u64;
+        let mut batch_rows = BTreeMap::new();
+        for key in batch
+            .kept
+            .iter()
+            .map(|(k, _)| k)
+            .chain(batch.written.iter().map(|(k, _, _)| k))
+        {
+            if let Some(part) = index.lookup_batch(cursor, *key) {
+                batch_rows.insert(*key, part);
+            }
+        }
+        self.stats.partitions += (parts.len() + batch_parts.len()) as u64;
         self.stats.bytes += buf.len() as u64;
-        self.staged.push((cursor, name, state, rows));
-        Ok(())
+        self.staged.push(Staged {
+            cursor,
+            name,
+            state,
+            rows,
+            batch: batch_rows.clone(),
+        });
+        Ok(batch_rows)
     }
 
     /// Appends every staged cursor's marker, syncs once (and the directory when a segment was
@@ -2116,20 +2407,27 @@ impl Tick<'_> {
         let mut buf = Vec::new();
         let mut commits: Vec<(CursorId, Committed)> = Vec::with_capacity(self.staged.len());
         // Until their markers are in the index, a failure leaves these cursors unsettled.
-        self.uncommitted = self.staged.iter().map(|(c, _, _, _)| *c).collect();
+        self.uncommitted = self.staged.iter().map(|s| s.cursor).collect();
         {
             // Ticks and rollovers run one at a time: no committed chain changes meanwhile.
             let index = lock(&j.index);
             // Where each cursor's newest marker of this tick is in `commits`: one lookup per
             // staged cursor, so a tick costs the same per cursor whatever their number.
             let mut newest: HashMap<CursorId, usize> = HashMap::with_capacity(self.staged.len());
-            for (cursor, name, state, rows) in std::mem::take(&mut self.staged) {
+            for staged in std::mem::take(&mut self.staged) {
+                let cursor = staged.cursor;
                 // A cursor staged twice in one tick builds on its own earlier marker.
                 let prior = newest.get(&cursor).map(|&i| &commits[i].1);
                 let chain = prior.or_else(|| index.committed(cursor));
                 let at = (seq, base + buf.len() as u64);
-                let (next, kind) =
-                    append_marker(&mut buf, (cursor, name), at, chain, &state, rows)?;
+                let (next, kind) = append_marker(
+                    &mut buf,
+                    (cursor, staged.name),
+                    at,
+                    chain,
+                    &staged.state,
+                    (staged.rows, staged.batch),
+                )?;
                 if kind == RecordKind::Delta {
                     j.counters.deltas.fetch_add(1, Ordering::Relaxed);
                 }
@@ -2174,8 +2472,12 @@ fn partition_payload(key: PartitionKey, bitmap: &RoaringBitmap) -> Vec<u8> {
 }
 
 fn partition_record(cursor: CursorId, payload: &[u8]) -> Record<'_> {
+    cursor_record(RecordKind::Partition, cursor, payload)
+}
+
+fn cursor_record(kind: RecordKind, cursor: CursorId, payload: &[u8]) -> Record<'_> {
     Record {
-        kind: RecordKind::Partition,
+        kind,
         topic: cursor.topic,
         cursor: cursor.cursor,
         payload,
@@ -2190,14 +2492,54 @@ fn named_payload<'a>(rec: &Record<'a>, version: u16) -> (u32, &'a [u8]) {
         RecordKind::Marker | RecordKind::Delta => {
             split_name_tag(version, rec.payload).unwrap_or((0, &[]))
         }
-        RecordKind::Partition | RecordKind::Forget => (0, rec.payload),
+        RecordKind::Partition | RecordKind::Forget | RecordKind::Batch => (0, rec.payload),
     }
 }
 
-/// Bytes of the frame of a full marker of `state` with `rows` live partitions.
-fn full_marker_frame_len(state: &PersistedState, rows: usize) -> u64 {
-    let payload = NAME_TAG_LEN + marker_len(state, TableRef::Inline(&[])) + rows * ROW_LEN;
+/// Bytes of the frame of a full marker of `state` with `rows` live partitions and `batch`
+/// batch rows.
+fn full_marker_frame_len(state: &PersistedState, rows: usize, batch: usize) -> u64 {
+    let payload =
+        NAME_TAG_LEN + marker_with_batch_len(state, TableRef::Inline(&[]), batch) + rows * ROW_LEN;
     record_len(payload) as u64
+}
+
+fn batch_rows<'a>(
+    live: impl Iterator<Item = (&'a PartitionKey, &'a PartLoc)>,
+) -> Result<Vec<BatchRow>> {
+    live.map(|(k, p)| {
+        Ok(BatchRow {
+            ledger_id: k.ledger_id,
+            chunk: k.chunk,
+            entry_id: p.loc.pack().ok_or_else(too_far)?,
+            crc: p.crc,
+            // A batch record holds at most a partition's entries (2^16), so this never
+            // saturates.
+            entries: u32::try_from(p.cardinality).unwrap_or(u32::MAX),
+        })
+    })
+    .collect()
+}
+
+/// The rows a delta adds or rewrites, and the keys it removes.
+type Changes<'a> = (Vec<(&'a PartitionKey, &'a PartLoc)>, Vec<(u64, u64)>);
+
+/// What a delta changes of `base` to make `live`: the rows added or rewritten, and the keys
+/// removed.
+fn changes<'a>(
+    base: &BTreeMap<PartitionKey, PartLoc>,
+    live: &'a BTreeMap<PartitionKey, PartLoc>,
+) -> Changes<'a> {
+    let added = live
+        .iter()
+        .filter(|(k, p)| base.get(k).is_none_or(|b| b.loc != p.loc))
+        .collect();
+    let removed = base
+        .keys()
+        .filter(|k| !live.contains_key(k))
+        .map(|k| (k.ledger_id, k.chunk))
+        .collect();
+    (added, removed)
 }
 
 fn marker_rows<'a>(
@@ -2224,63 +2566,79 @@ fn too_far() -> Error {
 /// Appends `cursor`'s next marker record to `buf`, whose first byte lands at `at` (segment,
 /// offset), and returns the committed chain it makes and the record's kind: a delta on `chain`
 /// (the cursor's committed marker or delta) when one is smaller than a full marker, else a
-/// full marker of every `live` row.
+/// full marker of every `live` row and batch row.
 fn append_marker(
     buf: &mut Vec<u8>,
     (cursor, name): (CursorId, u32),
     (segment, offset): (u64, u64),
     chain: Option<&Committed>,
     state: &PersistedState,
-    live: BTreeMap<PartitionKey, PartLoc>,
+    (live, live_batch): (
+        BTreeMap<PartitionKey, PartLoc>,
+        BTreeMap<PartitionKey, PartLoc>,
+    ),
 ) -> Result<(Committed, RecordKind)> {
     let loc = JournalLoc { segment, offset };
     // Every marker goes to a segment of this build's version: its CRC covers the cursor and
     // its name tag, which the payload starts with.
     let bound = record_binding(SEGMENT_VERSION, cursor.topic, cursor.cursor, name);
     let binding = bound.as_slice();
-    let full_len = full_marker_frame_len(state, live.len());
+    let full_len = full_marker_frame_len(state, live.len(), live_batch.len());
     // A chain never changes its name: a delta builds only on a chain of this name or of none.
     let chain = chain.filter(|base| base.name == 0 || base.name == name);
     let delta = chain.and_then(|base| {
-        let added: Vec<_> = live
-            .iter()
-            .filter(|(k, p)| base.rows.get(k).is_none_or(|b| b.loc != p.loc))
-            .collect();
-        let removed: Vec<(u64, u64)> = base
-            .rows
-            .keys()
-            .filter(|k| !live.contains_key(k))
-            .map(|k| (k.ledger_id, k.chunk))
-            .collect();
+        let (added, removed) = changes(&base.rows, &live);
+        let (added_batch, removed_batch) = changes(&base.batch, &live_batch);
         let len = NAME_TAG_LEN
             + delta_len(
                 removed.len(),
-                marker_len(state, TableRef::Inline(&[])) + added.len() * ROW_LEN,
+                removed_batch.len(),
+                marker_with_batch_len(state, TableRef::Inline(&[]), added_batch.len())
+                    + added.len() * ROW_LEN,
             );
-        (record_len(len) < usize::try_from(full_len).unwrap_or(usize::MAX))
-            .then_some((base, added, removed))
+        (record_len(len) < usize::try_from(full_len).unwrap_or(usize::MAX)).then_some((
+            base,
+            (added, removed),
+            (added_batch, removed_batch),
+        ))
     });
-    let (kind, payload, floor) = if let Some((base, added, removed)) = delta {
-        let floor = added
-            .iter()
-            .map(|(_, p)| p.loc.segment)
-            .fold(base.floor.min(segment), u64::min);
-        let mut marker = encode_marker(state, TableRef::Inline(&marker_rows(added.into_iter())?))?;
-        bind_entry(&mut marker, binding);
-        let mut payload = name.to_le_bytes().to_vec();
-        let base_loc = base.marker.pack().ok_or_else(too_far)?;
-        encode_delta(&mut payload, base_loc, base.crc, &removed, &marker);
-        (RecordKind::Delta, payload, floor)
-    } else {
-        let rows = marker_rows(live.iter())?;
-        let mut marker = encode_marker(state, TableRef::Inline(&rows))?;
-        bind_entry(&mut marker, binding);
-        let mut payload = Vec::with_capacity(NAME_TAG_LEN + marker.len());
-        payload.extend_from_slice(&name.to_le_bytes());
-        payload.extend_from_slice(&marker);
-        let floor = Committed::full_floor(loc, &live);
-        (RecordKind::Marker, payload, floor)
-    };
+    let (kind, payload, floor) =
+        if let Some((base, (added, removed), (added_batch, removed_batch))) = delta {
+            let floor = added
+                .iter()
+                .chain(&added_batch)
+                .map(|(_, p)| p.loc.segment)
+                .fold(base.floor.min(segment), u64::min);
+            let mut marker = encode_marker_with_batch(
+                state,
+                TableRef::Inline(&marker_rows(added.into_iter())?),
+                &batch_rows(added_batch.into_iter())?,
+            )?;
+            bind_entry(&mut marker, binding);
+            let mut payload = name.to_le_bytes().to_vec();
+            let base_loc = base.marker.pack().ok_or_else(too_far)?;
+            encode_delta(
+                &mut payload,
+                (base_loc, base.crc),
+                &removed,
+                &removed_batch,
+                &marker,
+            );
+            (RecordKind::Delta, payload, floor)
+        } else {
+            let rows = marker_rows(live.iter())?;
+            let mut marker = encode_marker_with_batch(
+                state,
+                TableRef::Inline(&rows),
+                &batch_rows(live_batch.iter())?,
+            )?;
+            bind_entry(&mut marker, binding);
+            let mut payload = Vec::with_capacity(NAME_TAG_LEN + marker.len());
+            payload.extend_from_slice(&name.to_le_bytes());
+            payload.extend_from_slice(&marker);
+            let floor = Committed::full_floor(loc, &live, &live_batch);
+            (RecordKind::Marker, payload, floor)
+        };
     encode_record(
         buf,
         &Record {
@@ -2298,6 +2656,7 @@ fn append_marker(
         floor,
         state: state.clone(),
         rows: live,
+        batch: live_batch,
     };
     Ok((committed, kind))
 }

@@ -1,4 +1,4 @@
-//! Ack patterns shared by the size test (`tests/ackset_size.rs`) and the benchmark
+//! Ack patterns shared by the size test (`tests/ackset/size.rs`) and the benchmark
 //! (`benches/ackset.rs`): which entries of one ledger a consumer acknowledges individually.
 
 /// The data ledger the patterns ack in: a six-digit id, as brokers that have run for a while have.

@@ -1,9 +1,13 @@
-//! What the integration tests share, one submodule per concern. Each test file declares
-//! `mod support;` and uses what it needs; nothing here is a test of its own.
+//! What the integration tests share, one submodule per concern. Each test crate
+//! (`tests/<crate>/main.rs`, or a test binary of its own such as `tests/ackset_heap.rs`) declares
+//! `mod support;` once and its modules use what they need; nothing here is a test of its own.
 //!
+//! - `cli` (feature `cli`): the `ackstore` command run with its progress display off, its JSON.
+//! - [`config`]: topic, cursor and store configurations, one function per shape.
 //! - [`crash`]: power cuts at every storage operation ([`crash::cut_everywhere`]) and torn
 //!   images of unsynced tails ([`crash::torn_image`]), for every crash test.
 //! - [`log_model`]: deterministic entries and a model of an entry-log workload.
+//! - [`harness`]: the name the test harness gives a test, for a test that re-runs its binary.
 //! - [`hooked`]: an in-memory disk whose files count writes and fsyncs and can stall or fail.
 //! - [`journal`]: cursors backed by a store's cursor journal, committed in ticks, and their model.
 //! - [`cursor_ledger`]: a cursor's persistence driven directly (no managed ledger), its
@@ -27,8 +31,12 @@
 #![allow(dead_code, reason = "each test file uses a different subset")]
 
 pub mod ack_patterns;
+#[cfg(feature = "cli")]
+pub mod cli;
+pub mod config;
 pub mod crash;
 pub mod cursor_ledger;
+pub mod harness;
 pub mod hooked;
 pub mod journal;
 pub mod log_model;

@@ -453,7 +453,8 @@ impl Mutation {
                         RecordEdit::Topic(o.topic)
                     }
                     2 => RecordEdit::Kind(match r.kind {
-                        RecordKind::Partition => RecordKind::Marker,
+                        RecordKind::Partition => RecordKind::Batch,
+                        RecordKind::Batch => RecordKind::Partition,
                         RecordKind::Marker => RecordKind::Delta,
                         RecordKind::Delta => RecordKind::Marker,
                         RecordKind::Forget => return None,

@@ -24,6 +24,21 @@ pub fn conf() -> String {
     )
 }
 
+/// The `rados` command line on the test cluster, in namespace `namespace`.
+pub fn rados_cli(namespace: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new("rados")
+        .args(["-c", &conf(), "-p", &pool(), "-N", namespace])
+        .args(args)
+        .output()
+        .expect("run the rados command");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// One connection per test process.
 pub fn cluster() -> &'static RadosCluster {
     static CLUSTER: OnceLock<RadosCluster> = OnceLock::new();

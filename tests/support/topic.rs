@@ -62,6 +62,11 @@ pub fn at(initial_position: InitialPosition, inclusive: bool) -> CursorOptions {
     }
 }
 
+/// Options for a cursor at the earliest entry, exclusive: it reads from the first entry.
+pub fn earliest() -> CursorOptions {
+    at(InitialPosition::Earliest, false)
+}
+
 /// Positions of what `read_entries(max)` returns.
 pub fn read_positions(cursor: &ackstore::Cursor, max: usize) -> Vec<Position> {
     cursor
@@ -123,4 +128,109 @@ pub fn store_config(per_ledger: u64) -> ackstore::StoreConfig {
         ledger: config(per_ledger),
         ..ackstore::StoreConfig::default()
     }
+}
+
+/// Who hosts a topic: the topic alone in its directory (`ManagedLedger::open`), or a store
+/// (`Store::topic`), whose cursors persist through the store's shared journal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Host {
+    /// A topic opened alone.
+    Alone,
+    /// Topic `t` of a store.
+    Store,
+}
+
+/// A topic and, on a store, the store that hosts it (kept open as long as the topic is used).
+pub struct Hosted {
+    /// The store, for [`Host::Store`].
+    pub store: Option<ackstore::Store>,
+    /// The topic.
+    pub topic: Arc<ManagedLedger>,
+}
+
+impl std::ops::Deref for Hosted {
+    type Target = ManagedLedger;
+    fn deref(&self) -> &ManagedLedger {
+        &self.topic
+    }
+}
+
+impl Hosted {
+    /// Closes the topic (and the store hosting it), which persists every open cursor's state.
+    pub fn close(self) -> ackstore::Result<()> {
+        match self.store {
+            Some(store) => {
+                drop(self.topic);
+                store.close()
+            }
+            None => self.topic.close(),
+        }
+    }
+}
+
+/// Opens the topic that `host` keeps on `storage`, its data ledgers (and cursors) set by
+/// `config`; a store's flush ticks run only on request.
+pub fn open_hosted(
+    host: Host,
+    storage: Arc<dyn ackstore::Storage>,
+    config: &LedgerConfig,
+) -> ackstore::Result<Hosted> {
+    match host {
+        Host::Alone => Ok(Hosted {
+            store: None,
+            topic: Arc::new(ManagedLedger::open_with_storage(storage, config.clone())?),
+        }),
+        Host::Store => {
+            let store = ackstore::Store::open_with_storage(
+                storage,
+                ackstore::StoreConfig {
+                    ledger: config.clone(),
+                    flusher_threads: 0,
+                    ..ackstore::StoreConfig::default()
+                },
+            )?;
+            let topic = store.topic("t")?;
+            Ok(Hosted {
+                store: Some(store),
+                topic,
+            })
+        }
+    }
+}
+
+/// Runs `test` once with each host of a topic (alone, then in a store), naming the host on
+/// stderr first, so a failure says which one it was.
+pub fn on_each_host(mut test: impl FnMut(Host)) {
+    for host in [Host::Alone, Host::Store] {
+        eprintln!("host: {host:?}");
+        test(host);
+    }
+}
+
+/// A fresh in-memory disk and the topic `host` keeps on it, whose data ledgers hold
+/// `per_ledger` entries.
+pub fn mem_hosted(host: Host, per_ledger: u64) -> (MemStorage, Hosted) {
+    let disk = MemStorage::new();
+    let topic = reopen_hosted(host, &disk, per_ledger);
+    (disk, topic)
+}
+
+/// Opens the topic `host` keeps on `disk` (after the previous owner closed or lost it).
+pub fn reopen_hosted(host: Host, disk: &MemStorage, per_ledger: u64) -> Hosted {
+    open_hosted(host, Arc::new(disk.clone()), &config(per_ledger)).expect("open topic")
+}
+
+/// [`on_each_backend`], then the same on a store's topic: on the in-memory disk and on real
+/// files (the store stays open while the test runs).
+pub fn on_each_backend_and_host(per_ledger: u64, mut test: impl FnMut(Arc<ManagedLedger>)) {
+    on_each_backend(per_ledger, |topic| test(Arc::new(topic)));
+    eprintln!("backend: a store on the in-memory disk");
+    let (_disk, hosted) = mem_hosted(Host::Store, per_ledger);
+    test(hosted.topic.clone());
+    let dir = tempfile::tempdir().expect("temporary directory");
+    eprintln!("backend: a store on real files in {}", dir.path().display());
+    let files = ackstore::FileStorage::open(dir.path(), true).expect("storage");
+    let hosted = open_hosted(Host::Store, Arc::new(files), &config(per_ledger));
+    let hosted = hosted.expect("open store topic");
+    test(hosted.topic.clone());
 }

@@ -484,6 +484,8 @@ fn run_store(
             "journal": {
                 "segments": journal.segments, "records": journal.records,
                 "cursors": journal.cursors, "torn_tail": journal.torn_tail.is_some(),
+                "batch_partitions": journal.batch_partitions,
+                "partial_entries": journal.partial_entries,
             },
         });
         println!("{report}");
@@ -494,10 +496,13 @@ fn run_store(
             println!("{:>8}  {:>8}  {:>8}  {}", t.id, l, c, t.name.escape_debug());
         }
         println!(
-            "cursor journal: {} segments, {} records, {} cursors committed{}",
+            "cursor journal: {} segments, {} records, {} cursors committed \
+             ({} partial entries in {} batch records){}",
             journal.segments,
             journal.records,
             journal.cursors,
+            journal.partial_entries,
+            journal.batch_partitions,
             if journal.torn_tail.is_some() {
                 ", a torn tail the next open cuts back"
             } else {

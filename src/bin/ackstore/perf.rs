@@ -534,6 +534,13 @@ impl Topic {
         self.store.as_ref().map(|s| s.journal_stats().bytes_written)
     }
 
+    /// Bytes of the store's journal records still live (0 for a topic directory).
+    fn journal_live_bytes(&self) -> u64 {
+        self.store
+            .as_ref()
+            .map_or(0, |s| s.journal_stats().live_bytes)
+    }
+
     /// Flushes `cursor`; returns the bytes the flush wrote (for a store's cursor, what the
     /// journal appended).
     fn flushed_bytes(&self, cursor: &ackstore::Cursor) -> ackstore::Result<u64> {
@@ -560,13 +567,6 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
     }
     if let Some(topics) = args.topics {
         return run_store(args, topics);
-    }
-    if args.in_store && args.batch_size > 1 {
-        return Err(ackstore::Error::InvalidArgument {
-            reason: "--in-store persists cursors through the store's journal, which takes no \
-                     batch-index acks: use --batch-size 1"
-                .into(),
-        });
     }
     // The buffers come first, so a size that cannot be held fails before anything is created.
     let payload = filled(args.payload_bytes, 0xA5_u8, "--payload-bytes")?;
@@ -725,12 +725,16 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
     let resident_ack_bytes = cursor.stats()?.ackset.resident_bytes;
 
     // Phase 6 (`--batch-size` above 1): batch-index acks of the entries left unacknowledged.
+    let flushed = |c: &ackstore::Cursor| topic.flushed_bytes(c);
+    let live = || topic.journal_live_bytes();
     let batch = crate::perf_batch::run(
         &cursor,
         &positions,
-        args.batch_size,
-        args.batch_pattern,
-        args.seed,
+        (args.batch_size, args.batch_pattern, args.seed),
+        args.in_store.then_some((
+            &flushed as &dyn Fn(&ackstore::Cursor) -> ackstore::Result<u64>,
+            &live as &dyn Fn() -> u64,
+        )),
     )?;
     cursor.close()?;
     topic.close()?;

@@ -38,6 +38,13 @@ pub struct BatchFigures {
     pub batch_evictions: u64,
 }
 
+/// How a run measures a cursor of a store's topic: a flush returning the bytes it appended to
+/// the store's journal, and the journal's live bytes.
+pub type StoreJournal<'a> = (
+    &'a dyn Fn(&Cursor) -> ackstore::Result<u64>,
+    &'a dyn Fn() -> u64,
+);
+
 /// `SplitMix64`, seeded: the same run picks the same messages.
 fn next(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -48,20 +55,22 @@ fn next(state: &mut u64) -> u64 {
 }
 
 /// Acknowledges, in every entry of `positions` that `cursor` has not acknowledged, the
-/// messages `pattern` picks out of `batch_size`, then measures the partial state.
+/// messages `pattern` picks out of `batch_size`, then measures the partial state. For a
+/// cursor of a store's topic, `journal` flushes it and returns the bytes the flush appended to
+/// the store's journal, and `live` the journal's live bytes (`None` for a topic opened alone,
+/// whose cursor stats count its cursor ledger).
 pub fn run(
     cursor: &Cursor,
     positions: &[Position],
-    batch_size: u32,
-    pattern: BatchPattern,
-    seed: u64,
+    (batch_size, pattern, seed): (u32, BatchPattern, u64),
+    journal: Option<StoreJournal<'_>>,
 ) -> ackstore::Result<BatchFigures> {
     let mut figures = BatchFigures::default();
     if batch_size < 2 {
         return Ok(figures);
     }
     cursor.flush()?;
-    let before = cursor.stats()?.persist.persisted_bytes;
+    let before = journal.map_or(cursor.stats()?.persist.persisted_bytes, |(_, live)| live());
     let mut rng = seed ^ 0x0ba7_c4ed;
     let started = std::time::Instant::now();
     for &pos in positions {
@@ -92,14 +101,25 @@ pub fn run(
         }
     }
     figures.batch_ack_ms = started.elapsed().as_secs_f64() * 1e3;
-    cursor.flush()?;
+    let appended = if let Some((flush, live)) = journal {
+        Some((flush(cursor)?, live()))
+    } else {
+        cursor.flush()?;
+        None
+    };
     let stats = cursor.stats()?;
     figures.batch_resident_bytes =
         (stats.ackset.resident_bytes + stats.ackset.charged_bytes) as u64;
     figures.batch_evictions = stats.batch_evictions;
     let persist = stats.persist;
-    figures.batch_index_bytes = persist.persisted_bytes.saturating_sub(before);
-    figures.batch_flush_bytes = persist.last_flush_bytes;
+    // In a store's journal: what the partial state added to the live records (its batch
+    // records and the marker's batch table), and what the flush after the acks appended (the
+    // batch records evictions did not write before it, and the marker or delta).
+    figures.batch_index_bytes = appended.map_or_else(
+        || persist.persisted_bytes.saturating_sub(before),
+        |(_, live)| live.saturating_sub(before),
+    );
+    figures.batch_flush_bytes = appended.map_or(persist.last_flush_bytes, |(flushed, _)| flushed);
     for partition in cursor.batch_index_partitions()? {
         for entry in &partition.entries {
             figures.partial_entries += 1;

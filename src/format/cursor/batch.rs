@@ -240,6 +240,30 @@ pub fn decode_batch_entry(payload: &[u8]) -> Result<BatchPartition, Corruption> 
     })
 }
 
+/// The key and the partial-entry count of a batch-index entry, after its frame verifies (CRC,
+/// magic, kind) and its fixed body reads (chunk in range, count at least 1): what a scan needs
+/// of an entry it does not load. Its records are decoded only by [`decode_batch_entry`].
+pub fn peek_batch_entry(payload: &[u8]) -> Result<(u64, u64, u32), Corruption> {
+    let mut body = open_frame(payload, EntryKind::BatchIndexes)?;
+    let ledger_id = body.u64()?;
+    let chunk_at = body.offset();
+    let chunk = body.u64()?;
+    if chunk
+        .checked_shl(PARTITION_BITS)
+        .is_none_or(|f| f >> PARTITION_BITS != chunk)
+    {
+        return Err(Corruption::new(
+            CorruptionKind::InvalidField("chunk"),
+            chunk_at,
+        ));
+    }
+    let count = body.u32()?;
+    if count == 0 {
+        return Err(Corruption::new(CorruptionKind::BadLength, chunk_at + 8));
+    }
+    Ok((ledger_id, chunk, count))
+}
+
 fn decode_record(
     body: &mut Reader<'_>,
     first: u64,

@@ -936,7 +936,7 @@ mod tests;
 
 pub use batch::{
     BATCH_FIXED_LEN, BatchPartition, MAX_BATCH_SIZE, PartialEntry, batch_entry_len,
-    decode_batch_entry, encode_batch_entry,
+    decode_batch_entry, encode_batch_entry, peek_batch_entry,
 };
 pub use compact::{
     CompactMarker, CompactPageRef, CompactPageRefs, CompactRow, CompactRows, CompactTable,

@@ -1,0 +1,13 @@
+//! The ack set: ranges and partitions against a model, its memory budget, encoded sizes, and
+//! partition records of every format version.
+//!
+//! One test binary for the layer: each module is the file of one behaviour, and the shared
+//! setup in `tests/support` is compiled once for all of them.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod budget;
+mod model;
+mod partition_samples;
+mod size;

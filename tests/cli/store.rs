@@ -1,0 +1,247 @@
+//! `ackstore verify` on a store directory: the catalog, the cursor journal and every topic,
+//! healthy and damaged.
+
+use crate::support;
+
+use std::path::Path;
+
+use ackstore::internals::store::journal::segment_name;
+use ackstore::{CursorOptions, Position, Store, StoreConfig};
+
+/// A store with two topics (entries, a flushed cursor each, persisted in the store's journal).
+fn sample_store(dir: &Path) {
+    let store = Store::open(dir, StoreConfig::default()).unwrap();
+    for name in ["persistent://t/ns/a", "b"] {
+        let topic = store.topic(name).unwrap();
+        for i in 0..5 {
+            topic.append(format!("{name} {i}").as_bytes()).unwrap();
+        }
+        topic.sync().unwrap();
+        let cursor = topic.open_cursor("sub", CursorOptions::default()).unwrap();
+        cursor.ack(Position::new(1, 2)).unwrap();
+        cursor.flush().unwrap();
+    }
+    store.close().unwrap();
+}
+
+#[test]
+fn verify_checks_every_topic_and_the_journal_of_a_healthy_store() {
+    let dir = tempfile::tempdir().unwrap();
+    sample_store(dir.path());
+    let out = support::cli::run(&["verify", dir.path().to_str().unwrap(), "--json"]);
+    let report = support::cli::json(&out);
+    assert!(out.status.success(), "{report}");
+    assert_eq!(report["store"], true);
+    assert_eq!(report["topics"], 2);
+    assert_eq!(report["cursors"], 2);
+    assert_eq!(
+        report["journal_records"], 4,
+        "a partition and a marker per cursor"
+    );
+    assert_eq!(report["damaged"], 0);
+}
+
+#[test]
+fn verify_and_inspect_read_a_journal_whose_cursors_flushed_deltas() {
+    let dir = tempfile::tempdir().unwrap();
+    sample_store(dir.path());
+    // A second flush of each cursor rewrites its one partition: a delta on its first marker.
+    let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+    for name in ["persistent://t/ns/a", "b"] {
+        let topic = store.topic(name).unwrap();
+        let cursor = topic.open_cursor("sub", CursorOptions::default()).unwrap();
+        cursor.ack(Position::new(1, 4)).unwrap();
+        cursor.flush().unwrap();
+    }
+    store.close().unwrap();
+    // The directory stays locked while a handle lives.
+    drop(store);
+    let out = support::cli::run(&["verify", dir.path().to_str().unwrap(), "--json"]);
+    let report = support::cli::json(&out);
+    assert!(out.status.success(), "{report}");
+    assert_eq!(report["cursors"], 2);
+    assert_eq!(
+        report["journal_records"], 8,
+        "a partition and a marker, then a partition and a delta, per cursor"
+    );
+    assert_eq!(report["damaged"], 0);
+    let out = support::cli::run(&["inspect", dir.path().to_str().unwrap(), "--json"]);
+    let report = support::cli::json(&out);
+    assert!(out.status.success(), "{report}");
+    assert_eq!(report["journal"]["cursors"], 2);
+    let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+    for name in ["persistent://t/ns/a", "b"] {
+        let cursor = store
+            .topic(name)
+            .unwrap()
+            .open_cursor("sub", CursorOptions::default())
+            .unwrap();
+        for entry in 0..5 {
+            let acked = cursor.is_acked(Position::new(1, entry)).unwrap();
+            assert_eq!(acked, entry == 2 || entry == 4, "{name} entry {entry}");
+        }
+    }
+}
+
+#[test]
+fn verify_names_the_topic_file_and_the_journal_segment_that_are_damaged() {
+    let dir = tempfile::tempdir().unwrap();
+    sample_store(dir.path());
+    // A byte of the first topic's sealed ledger (in the topic's own directory), and a torn
+    // tail of the journal.
+    let ledger = std::fs::read_dir(dir.path().join("t1"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .find(|n| n.starts_with("ledger-"))
+        .map(|n| format!("t1/{n}"))
+        .expect("a ledger of topic 1");
+    let path = dir.path().join(&ledger);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x55;
+    std::fs::write(&path, bytes).unwrap();
+    let seg = dir.path().join(segment_name(1));
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes.extend_from_slice(&[7, 0, 0, 0, 1, 2]);
+    std::fs::write(&seg, bytes).unwrap();
+
+    let out = support::cli::run(&["verify", dir.path().to_str().unwrap(), "--json"]);
+    let report = support::cli::json(&out);
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    let findings = report["findings"].as_array().unwrap();
+    assert!(
+        findings
+            .iter()
+            .any(|f| f["file"] == ledger.as_str() && f["torn_tail"] == false),
+        "{report}"
+    );
+    assert!(
+        findings
+            .iter()
+            .any(|f| f["file"] == segment_name(1).as_str() && f["torn_tail"] == true),
+        "{report}"
+    );
+}
+
+#[test]
+fn inspect_lists_the_topics_of_a_store_and_its_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    sample_store(dir.path());
+    let out = support::cli::run(&["inspect", dir.path().to_str().unwrap(), "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = support::cli::json(&out);
+    let topics = report["topics"].as_array().unwrap();
+    let names: Vec<&str> = topics.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["persistent://t/ns/a", "b"]);
+    assert!(
+        topics
+            .iter()
+            .all(|t| t["cursors"] == 1 && t["ledgers"].as_u64() >= Some(1))
+    );
+    assert_eq!(report["journal"]["records"], 4);
+    assert_eq!(report["journal"]["cursors"], 2);
+}
+
+#[test]
+fn perf_with_topics_runs_the_store_workload_and_its_baseline_and_verifies_every_cursor() {
+    let out = support::cli::run(&[
+        "perf",
+        "--topics",
+        "3",
+        "--cursors",
+        "4",
+        "--topic-entries",
+        "40",
+        "--ticks",
+        "2",
+        "--baseline",
+        "--json",
+    ]);
+    let report = support::cli::json(&out);
+    assert!(out.status.success(), "{report}");
+    for run in [&report, &report["baseline"]] {
+        assert_eq!(run["topics"], 3);
+        assert_eq!(run["cursors"], 4);
+        assert_eq!(run["verified"], true);
+        for key in [
+            "fsyncs_per_tick",
+            "restart_ms",
+            "restart_per_cursor_us",
+            "threads",
+            "ack_p99_us_during_flush",
+        ] {
+            assert!(run[key].is_number(), "{key} in {run}");
+        }
+        assert!(run["flush_tick_ms"]["median"].is_number());
+        assert!(run["flush_tick_ms"]["max"].is_number());
+    }
+    // The store's ticks sync once (a tick that starts a segment also lists it in the catalog,
+    // two syncs, and syncs the segment before it); the baseline once per cursor at least.
+    assert!(report["fsyncs_per_tick"].as_u64() <= Some(4));
+    assert!(report["baseline"]["fsyncs_per_tick"].as_u64() >= Some(12));
+}
+
+/// The committed sample of the flat layout (catalog version 2: every topic's files in the store
+/// directory) verifies clean and is listed by `inspect`, before and after the store opened it
+/// and created a topic in a directory of its own.
+#[test]
+fn verify_and_inspect_read_a_store_of_the_flat_layout_and_one_upgraded_by_an_open() {
+    let dir = support::samples::sample_dir("store-v2-flat");
+    let path = dir.path().to_str().unwrap();
+    let check = |topics: usize| {
+        let out = support::cli::run(&["verify", path, "--json"]);
+        let report = support::cli::json(&out);
+        assert!(out.status.success(), "{report}");
+        assert_eq!(report["topics"], topics, "{report}");
+        assert_eq!(report["cursors"], 4, "{report}");
+        let out = support::cli::run(&["inspect", path, "--json"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            support::cli::json(&out)["topics"].as_array().unwrap().len(),
+            topics
+        );
+    };
+    check(2);
+    let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+    let topic = store.topic("spaced").unwrap();
+    topic.append(b"m").unwrap();
+    topic.sync().unwrap();
+    drop(topic);
+    store.close().unwrap();
+    drop(store);
+    check(3);
+}
+
+/// A topic the catalog lists whose directory is gone is damage, named after the directory, and
+/// the store's other topics are still checked.
+#[test]
+fn verify_reports_a_listed_topic_whose_directory_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    sample_store(dir.path());
+    std::fs::remove_dir_all(dir.path().join("t2")).unwrap();
+    let out = support::cli::run(&["verify", dir.path().to_str().unwrap(), "--json"]);
+    let report = support::cli::json(&out);
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    let findings = report["findings"].as_array().unwrap();
+    assert!(
+        findings
+            .iter()
+            .any(|f| f["file"] == "t2/" && f["torn_tail"] == false),
+        "{report}"
+    );
+    assert_eq!(report["cursors"], 1, "topic 1 is still checked: {report}");
+    assert!(matches!(
+        Store::open(dir.path(), StoreConfig::default())
+            .unwrap()
+            .topic("b"),
+        Err(ackstore::Error::Io { .. })
+    ));
+}

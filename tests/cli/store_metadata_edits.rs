@@ -1,0 +1,381 @@
+//! Edits of a store's metadata with their checksums recomputed, each of which would hand a
+//! cursor's state to another cursor or let state go unreported: two cursor ids swapped in a
+//! topic record, a cursor dropped from its topic's table, a topic dropped from the catalog, the
+//! oldest journal segment dropped from the catalog's list, an older copy of the newest segment
+//! of a cleanly closed store. `Store::open` (or the open of the
+//! topic or cursor concerned) refuses each as damage and `ackstore verify` exits 1; the states
+//! a crash leaves between the steps that legitimately make the same change (a deletion of a
+//! cursor, a rollover) open, and verify exits 0.
+
+use crate::support;
+
+use std::path::{Path, PathBuf};
+
+use ackstore::{CorruptionPlace, CursorOptions, Error, Position, Store};
+use support::mutate::{CatalogEdit, Mutation, TopicEdit, Tree, verify};
+
+/// A store of two topics: `a` (directory `t1`) with cursors `x` and `y`, which acked different
+/// entries, and `b` (`t2`) with cursor `z`, every ack flushed through a
+/// journal of more than one segment; then closed. Returns what `x` and `y` acked.
+fn store(dir: &Path) -> (Vec<Position>, Vec<Position>) {
+    let store = Store::open(dir, support::config::store_journal(1024)).expect("open");
+    let a = store.topic("a").expect("a");
+    let b = store.topic("b").expect("b");
+    let ps: Vec<Position> = (0..400u32)
+        .map(|i| a.append(&i.to_le_bytes()).expect("append"))
+        .collect();
+    a.sync().expect("sync");
+    let q = b.append(b"q").expect("append");
+    b.sync().expect("sync");
+    let x = a.open_cursor("x", CursorOptions::default()).expect("x");
+    let y = a.open_cursor("y", CursorOptions::default()).expect("y");
+    let z = b.open_cursor("z", CursorOptions::default()).expect("z");
+    let (mut xs, mut ys) = (Vec::new(), Vec::new());
+    for (i, p) in ps.iter().enumerate() {
+        let (cursor, acked) = if i % 3 == 0 {
+            (&x, &mut xs)
+        } else {
+            (&y, &mut ys)
+        };
+        cursor.ack(*p).expect("ack");
+        acked.push(*p);
+        z.ack(q).expect("ack");
+        if i % 10 == 9 {
+            store.flush_all().expect("flush");
+        }
+    }
+    assert!(
+        store.journal_stats().segments >= 2,
+        "segments: {:?}",
+        store.journal_stats()
+    );
+    drop((x, y, z, a, b));
+    store.close().expect("close");
+    (xs, ys)
+}
+
+/// `tree` written to a new directory.
+fn copy(tree: &Tree) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    tree.write(dir.path());
+    dir
+}
+
+fn edited(base: &Tree, mutation: &Mutation) -> tempfile::TempDir {
+    let mut tree = base.clone();
+    mutation.apply(&mut tree).expect("the edit applies");
+    copy(&tree)
+}
+
+fn verify_code(dir: &Path) -> (Option<i32>, String) {
+    let v = verify(env!("CARGO_BIN_EXE_ackstore"), dir);
+    (v.code, v.said)
+}
+
+fn is_corrupted(e: &Error) -> bool {
+    matches!(e, Error::Corrupted { .. })
+}
+
+#[test]
+fn cursor_ids_swapped_in_a_topic_record_never_hand_one_cursors_acks_to_the_other() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    store(dir.path());
+    let base = Tree::read(dir.path());
+    let swapped = edited(
+        &base,
+        &Mutation::Topic {
+            dir: "t1".into(),
+            edit: TopicEdit::SwapCursorIds(0, 1),
+        },
+    );
+    let (code, said) = verify_code(swapped.path());
+    assert_eq!(code, Some(1), "{said}");
+    assert!(said.contains("belongs to another cursor"), "{said}");
+    let store =
+        Store::open(swapped.path(), support::config::store_journal(1024)).expect("the store opens");
+    let a = store.topic("a").expect("the topic opens");
+    for name in ["x", "y"] {
+        match a.open_cursor(name, CursorOptions::default()) {
+            Err(e @ Error::Corrupted { .. }) => assert!(
+                matches!(
+                    e,
+                    Error::Corrupted {
+                        place: CorruptionPlace::Journal { .. },
+                        ..
+                    }
+                ),
+                "{name}: {e}"
+            ),
+            Err(e) => panic!("{name}: not damage: {e}"),
+            Ok(c) => panic!(
+                "{name} opened with another cursor's state (mark-delete {:?})",
+                c.mark_delete_position()
+            ),
+        }
+    }
+    // The untouched topic and cursor still open.
+    let b = store.topic("b").expect("b");
+    b.open_cursor("z", CursorOptions::default()).expect("z");
+}
+
+#[test]
+fn a_cursor_dropped_from_its_topic_record_is_damage_and_a_deletion_cut_short_is_finished() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_, ys) = store(dir.path());
+    let base = Tree::read(dir.path());
+    let drop_x = Mutation::Topic {
+        dir: "t1".into(),
+        edit: TopicEdit::DropCursor(0),
+    };
+    let dropped = edited(&base, &drop_x);
+    let (code, said) = verify_code(dropped.path());
+    assert_eq!(code, Some(1), "{said}");
+    let store =
+        Store::open(dropped.path(), support::config::store_journal(1024)).expect("the store opens");
+    match store.topic("a") {
+        Err(Error::Corrupted {
+            place: CorruptionPlace::Record(r),
+            ..
+        }) if r == "topic" => {}
+        other => panic!("the topic whose table lost x: {other:?}"),
+    }
+    drop(store);
+
+    // What a deletion leaves when it is cut short after the table dropped the cursor: its
+    // record went first. The topic opens, the cursor is gone, and its journal state with it.
+    let mut tree = base.clone();
+    drop_x.apply(&mut tree).expect("edit");
+    let records: Vec<PathBuf> = tree
+        .files
+        .keys()
+        .filter(|p| {
+            p.parent() == Some(Path::new("t1"))
+                && p.file_name()
+                    .and_then(|f| f.to_str())
+                    .is_some_and(|f| f.starts_with("cursor-0."))
+        })
+        .cloned()
+        .collect();
+    assert!(!records.is_empty(), "x is cursor 0");
+    for r in records {
+        tree.files.remove(&r);
+    }
+    let cut = copy(&tree);
+    let (code, said) = verify_code(cut.path());
+    assert_eq!(code, Some(0), "{said}");
+    let store = Store::open(cut.path(), support::config::store_journal(1024)).expect("open");
+    let held = store.journal().cursors().len();
+    let a = store.topic("a").expect("the deletion is finished");
+    assert_eq!(a.cursor_names(), ["y"]);
+    assert_eq!(
+        store.journal().cursors().len(),
+        held - 1,
+        "x's state forgotten"
+    );
+    let y = a.open_cursor("y", CursorOptions::default()).expect("y");
+    for p in &ys {
+        assert!(y.is_acked(*p).expect("read"), "{p}");
+    }
+    let x = a
+        .open_cursor("x", CursorOptions::default())
+        .expect("x anew");
+    assert_eq!(x.mark_delete_position().expect("md"), None, "a new cursor");
+}
+
+#[test]
+fn a_topic_dropped_from_the_catalog_is_damage_with_or_without_cursor_state() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    store(dir.path());
+    // Topic `c` holds entries but no cursor: only its directory tells it existed.
+    {
+        let store = Store::open(dir.path(), support::config::store_journal(1024)).expect("open");
+        let c = store.topic("c").expect("c");
+        c.append(b"m").expect("append");
+        c.sync().expect("sync");
+        drop(c);
+        store.close().expect("close");
+    }
+    let base = Tree::read(dir.path());
+    for (i, topic) in [(1, "b"), (2, "c")] {
+        let dropped = edited(&base, &Mutation::Catalog(CatalogEdit::DropTopic(i)));
+        let (code, said) = verify_code(dropped.path());
+        assert_eq!(code, Some(1), "{topic}: {said}");
+        match Store::open(dropped.path(), support::config::store_journal(1024)) {
+            Err(Error::Corrupted {
+                place: CorruptionPlace::Record(r),
+                ..
+            }) if r == "store" => {}
+            other => panic!("{topic} dropped: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn the_oldest_segment_dropped_from_the_list_is_damage_unless_a_rollover_retired_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    store(dir.path());
+    let base = Tree::read(dir.path());
+    let oldest = base.segments()[0].clone();
+    let dropped = edited(&base, &Mutation::Catalog(CatalogEdit::Unlist(0)));
+    let (code, said) = verify_code(dropped.path());
+    assert_eq!(code, Some(1), "{said}");
+    match Store::open(dropped.path(), support::config::store_journal(1024)) {
+        Err(e) if is_corrupted(&e) => assert!(
+            matches!(e, Error::Corrupted { place: CorruptionPlace::Journal { segment, .. }, .. }
+                if oldest.to_string_lossy().contains(&format!("{segment:016}"))),
+            "names the dropped segment: {e}"
+        ),
+        other => panic!("the oldest segment dropped from the list: {other:?}"),
+    }
+
+    // A rollover drops the oldest segment and records it as retired in one catalog write,
+    // then deletes its file: a crash in between leaves the file, which the next open removes.
+    let mut tree = base.clone();
+    tree.edit_catalog(|c| {
+        let list = c.segments.as_mut()?;
+        c.retired_through = list.remove(0);
+        Some(())
+    })
+    .expect("a listed catalog");
+    let retired = copy(&tree);
+    let (code, said) = verify_code(retired.path());
+    assert_eq!(code, Some(0), "{said}");
+    let store = Store::open(retired.path(), support::config::store_journal(1024))
+        .expect("a retired segment is no damage");
+    store.close().expect("close");
+    assert!(
+        !retired.path().join(&oldest).exists(),
+        "the open removed it"
+    );
+}
+
+#[test]
+fn an_older_copy_of_the_newest_segment_of_a_cleanly_closed_store_is_damage() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    store(dir.path());
+    // One session: a tick, a copy of the newest segment, a second tick into the same segment,
+    // a clean close.
+    let (newest, older) = {
+        let store = Store::open(dir.path(), support::config::store_journal(1024)).expect("open");
+        let a = store.topic("a").expect("a");
+        let x = a.open_cursor("x", CursorOptions::default()).expect("x");
+        let mut copy_of_newest = None;
+        for round in 0..2 {
+            let p = a.append(b"more").expect("append");
+            a.sync().expect("sync");
+            x.ack(p).expect("ack");
+            store.flush_all().expect("flush");
+            let newest = Tree::read(dir.path()).segments().pop().expect("a segment");
+            if round == 0 {
+                let bytes = std::fs::read(dir.path().join(&newest)).expect("read");
+                copy_of_newest = Some((newest, bytes));
+            } else {
+                assert_eq!(Some(&newest), copy_of_newest.as_ref().map(|(n, _)| n));
+            }
+        }
+        drop((x, a));
+        store.close().expect("close");
+        copy_of_newest.expect("copied")
+    };
+    let base = Tree::read(dir.path());
+    assert!(base.files[&newest].len() > older.len(), "the segment grew");
+    let mut tree = base.clone();
+    tree.files.insert(newest.clone(), older);
+    let restored = copy(&tree);
+    let (code, said) = verify_code(restored.path());
+    assert_eq!(code, Some(1), "{said}");
+    match Store::open(restored.path(), support::config::store_journal(1024)) {
+        Err(Error::Corrupted {
+            place: CorruptionPlace::Journal { .. },
+            ..
+        }) => {}
+        other => panic!("an older copy of the newest segment: {other:?}"),
+    }
+
+    // After a crash (no clean close since the last one), the recorded length still holds: the
+    // segment is only appended to, or left for a new one.
+    let store = Store::open(dir.path(), support::config::store_journal(1024)).expect("open");
+    let a = store.topic("a").expect("a");
+    let x = a.open_cursor("x", CursorOptions::default()).expect("x");
+    let p = a.append(b"after").expect("append");
+    a.sync().expect("sync");
+    x.ack(p).expect("ack");
+    store.flush_all().expect("flush");
+    let crashed = copy(&Tree::read(dir.path()));
+    let (code, said) = verify_code(crashed.path());
+    assert_eq!(code, Some(0), "{said}");
+    let again = Store::open(crashed.path(), support::config::store_journal(1024))
+        .expect("opens after the crash");
+    let x = again
+        .topic("a")
+        .expect("a")
+        .open_cursor("x", CursorOptions::default())
+        .expect("x");
+    assert!(x.is_acked(p).expect("read"));
+}
+
+#[test]
+fn a_cursor_with_nothing_flushed_dropped_from_its_topic_record_is_damage_too() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let store = Store::open(dir.path(), support::config::store_journal(1024)).expect("open");
+        let a = store.topic("a").expect("a");
+        a.append(b"m").expect("append");
+        a.sync().expect("sync");
+        // Created (listed, its record written), nothing acked or flushed: the journal holds
+        // nothing of it.
+        drop(a.open_cursor("w", CursorOptions::default()).expect("w"));
+        drop(a);
+        store.close().expect("close");
+    }
+    let dropped = edited(
+        &Tree::read(dir.path()),
+        &Mutation::Topic {
+            dir: "t1".into(),
+            edit: TopicEdit::DropCursor(0),
+        },
+    );
+    let (code, said) = verify_code(dropped.path());
+    assert_eq!(code, Some(1), "{said}");
+    let store =
+        Store::open(dropped.path(), support::config::store_journal(1024)).expect("the store opens");
+    assert!(
+        matches!(store.topic("a"), Err(Error::Corrupted { .. })),
+        "a subscription the table lost is not dropped silently"
+    );
+}
+
+#[test]
+fn topic_names_swapped_in_the_catalog_never_hand_one_topics_cursors_to_the_other() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    store(dir.path());
+    let mut tree = Tree::read(dir.path());
+    tree.edit_catalog(|c| {
+        let (a, b) = (c.topics[0].name.clone(), c.topics[1].name.clone());
+        c.topics[0].name = b;
+        c.topics[1].name = a;
+        Some(())
+    })
+    .expect("a catalog");
+    let swapped = copy(&tree);
+    let (code, said) = verify_code(swapped.path());
+    assert_eq!(code, Some(1), "{said}");
+    let store =
+        Store::open(swapped.path(), support::config::store_journal(1024)).expect("the store opens");
+    for (topic, cursors) in [("a", vec!["z"]), ("b", vec!["x", "y"])] {
+        let t = store.topic(topic).expect("the topic opens");
+        assert_eq!(t.cursor_names(), cursors, "{topic} holds the other's table");
+        for name in cursors {
+            assert!(
+                matches!(
+                    t.open_cursor(name, CursorOptions::default()),
+                    Err(Error::Corrupted {
+                        place: CorruptionPlace::Journal { .. },
+                        ..
+                    })
+                ),
+                "{topic}/{name} opened with another topic's cursor state"
+            );
+        }
+    }
+}

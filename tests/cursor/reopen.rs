@@ -1,0 +1,297 @@
+//! Reopening a cursor keeps every individual ack, in both persist modes, across modes, on an
+//! in-memory disk and on real files; deleting a cursor deletes its cursor ledgers; the
+//! persistence figures in `Cursor::stats`.
+
+use crate::support;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use ackstore::MemStorage;
+use ackstore::RecoverySource;
+use ackstore::{Cursor, Position};
+use ackstore::{InitialPosition, LedgerConfig, ManagedLedger, PersistMode};
+use support::topic::{append_n, at, read_positions};
+
+/// Where a topic lives: an in-memory disk or a real directory.
+enum Place {
+    Mem(MemStorage),
+    Dir(tempfile::TempDir),
+}
+
+impl Place {
+    fn open(&self, mode: PersistMode) -> ManagedLedger {
+        match self {
+            Self::Mem(disk) => ManagedLedger::open_with_storage(
+                Arc::new(disk.clone()),
+                support::config::topic(50, mode, 512),
+            ),
+            Self::Dir(dir) => {
+                ManagedLedger::open(dir.path(), support::config::topic(50, mode, 512))
+            }
+        }
+        .expect("open topic")
+    }
+}
+
+fn acked_ranges_of(set: &BTreeSet<Position>) -> Vec<(Position, Position)> {
+    let mut out: Vec<(Position, Position)> = Vec::new();
+    for &p in set {
+        match out.last_mut() {
+            Some((_, last)) if last.ledger_id == p.ledger_id && last.entry_id + 1 == p.entry_id => {
+                *last = p;
+            }
+            _ => out.push((p, p)),
+        }
+    }
+    out
+}
+
+fn check(cursor: &Cursor, mark: Option<Position>, acked: &BTreeSet<Position>, what: &str) {
+    assert_eq!(cursor.mark_delete_position().unwrap(), mark, "{what}");
+    assert_eq!(
+        cursor.acked_ranges().unwrap(),
+        acked_ranges_of(acked),
+        "{what}"
+    );
+}
+
+/// Writes acks in `first` mode, reopens in `second`, acks more, reopens in `first` again.
+fn reopen_keeps_every_ack(place: &Place, first: PersistMode, second: PersistMode) {
+    let what = format!("{first:?} then {second:?}");
+    let topic = place.open(first);
+    let p = append_n(&topic, 600);
+    let c = topic
+        .open_cursor("sub", at(InitialPosition::Earliest, false))
+        .unwrap();
+    c.ack_cumulative(p[9]).unwrap();
+    let mut acked = BTreeSet::new();
+    // Every third entry, in descending order, and a run.
+    for i in (12..600).step_by(3).rev() {
+        c.ack(p[i]).unwrap();
+        acked.insert(p[i]);
+    }
+    for &q in &p[300..340] {
+        c.ack(q).unwrap();
+        acked.insert(q);
+    }
+    c.set_property("offset", 42).unwrap();
+    assert!(
+        c.stats().unwrap().ackset.evictions > 0,
+        "{what}: no eviction"
+    );
+    check(&c, Some(p[9]), &acked, &format!("{what}, before close"));
+    topic.close().unwrap();
+
+    let topic = place.open(second);
+    let c = topic
+        .open_cursor("sub", at(InitialPosition::Latest, false))
+        .unwrap();
+    check(&c, Some(p[9]), &acked, &format!("{what}, first reopen"));
+    assert_eq!(c.properties().unwrap().get("offset"), Some(&42));
+    // The read position is the first unacknowledged entry after mark-delete.
+    assert_eq!(read_positions(&c, 2), vec![p[10], p[11]]);
+    // Filling the first holes moves mark-delete over the acked run after them.
+    c.ack(p[10]).unwrap();
+    c.ack(p[11]).unwrap();
+    acked.remove(&p[12]);
+    c.ack(p[13]).unwrap();
+    c.ack(p[14]).unwrap();
+    for q in &p[12..=15] {
+        acked.remove(q);
+    }
+    c.ack(p[599 - 1]).unwrap();
+    acked.insert(p[598]);
+    let mark = Some(p[15]);
+    check(&c, mark, &acked, &format!("{what}, after more acks"));
+    c.close().unwrap();
+    topic.close().unwrap();
+
+    let topic = place.open(first);
+    let c = topic
+        .open_cursor("sub", at(InitialPosition::Latest, false))
+        .unwrap();
+    check(&c, mark, &acked, &format!("{what}, second reopen"));
+    assert!(matches!(
+        c.stats().unwrap().recovery_source,
+        Some(RecoverySource::Marker(_) | RecoverySource::Snapshot(_))
+    ));
+    topic.close().unwrap();
+}
+
+const MODES: [(PersistMode, PersistMode); 4] = [
+    (PersistMode::MultiEntry, PersistMode::MultiEntry),
+    (PersistMode::SingleEntry, PersistMode::SingleEntry),
+    (PersistMode::MultiEntry, PersistMode::SingleEntry),
+    (PersistMode::SingleEntry, PersistMode::MultiEntry),
+];
+
+#[test]
+fn reopen_keeps_every_individual_ack_in_every_mode_and_across_modes() {
+    for (first, second) in MODES {
+        reopen_keeps_every_ack(&Place::Mem(MemStorage::new()), first, second);
+    }
+}
+
+#[test]
+fn reopen_keeps_every_individual_ack_on_real_files() {
+    for (first, second) in MODES {
+        reopen_keeps_every_ack(&Place::Dir(tempfile::tempdir().unwrap()), first, second);
+    }
+}
+
+#[test]
+fn deleting_a_cursor_deletes_its_cursor_ledger() {
+    let disk = MemStorage::new();
+    let topic = Place::Mem(disk.clone()).open(PersistMode::MultiEntry);
+    let p = append_n(&topic, 120);
+    let keep = topic
+        .open_cursor("keep", at(InitialPosition::Earliest, false))
+        .unwrap();
+    let gone = topic
+        .open_cursor("gone", at(InitialPosition::Earliest, false))
+        .unwrap();
+    for i in (1..120).step_by(2) {
+        keep.ack(p[i]).unwrap();
+        gone.ack(p[i]).unwrap();
+    }
+    keep.flush().unwrap();
+    gone.flush().unwrap();
+    let kept = keep.stats().unwrap().persist.cursor_ledger.unwrap();
+    let deleted = gone.stats().unwrap().persist.cursor_ledger.unwrap();
+    let log = topic.entry_log().unwrap();
+    assert!(log.ledger_ids().contains(&deleted));
+    topic.delete_cursor("gone").unwrap();
+    assert!(!log.ledger_ids().contains(&deleted));
+    assert!(log.ledger_ids().contains(&kept));
+    drop(log);
+    topic.close().unwrap();
+    let topic = Place::Mem(disk).open(PersistMode::MultiEntry);
+    assert_eq!(topic.cursor_names(), vec!["keep".to_owned()]);
+    let keep = topic
+        .open_cursor("keep", at(InitialPosition::Latest, false))
+        .unwrap();
+    assert_eq!(keep.acked_ranges().unwrap().len(), 60);
+    // The reopen reads the ledger it recovered from; its first write moves the state to a fresh
+    // cursor ledger and deletes that one.
+    assert_eq!(keep.stats().unwrap().persist.cursor_ledger, Some(kept));
+    keep.set_property("claimed", 1).unwrap();
+    keep.flush().unwrap();
+    let fresh = keep.stats().unwrap().persist.cursor_ledger.unwrap();
+    let log = topic.entry_log().unwrap();
+    assert_ne!(fresh, kept);
+    assert!(log.ledger_ids().contains(&fresh));
+    assert!(!log.ledger_ids().contains(&kept));
+}
+
+#[test]
+fn stats_report_what_a_flush_persisted() {
+    // The default budget: nothing is evicted, so every byte written is a flush's.
+    let config = LedgerConfig {
+        max_entries_per_ledger: 50,
+        ..LedgerConfig::default()
+    };
+    let topic = ManagedLedger::open_with_storage(Arc::new(MemStorage::new()), config).unwrap();
+    let p = append_n(&topic, 200);
+    let c = topic
+        .open_cursor("sub", at(InitialPosition::Earliest, false))
+        .unwrap();
+    let fresh = c.stats().unwrap();
+    assert_eq!(
+        fresh.persist.cursor_ledger, None,
+        "created on the first flush"
+    );
+    assert_eq!(fresh.recovery_source, None);
+    for i in (1..200).step_by(2) {
+        c.ack(p[i]).unwrap();
+    }
+    c.flush().unwrap();
+    let s = c.stats().unwrap();
+    assert!(s.persist.cursor_ledger.is_some());
+    assert_eq!((s.persist.flushes, s.persist.markers), (1, 1));
+    assert!(s.persist.persisted_bytes > 0);
+    assert_eq!(s.persist.last_flush_bytes, s.persist.bytes_written);
+    // Four small partitions travel inline in the marker: one entry, all of it persisted.
+    assert_eq!(s.persist.entries_written, 1, "the marker alone");
+    assert_eq!(s.persist.persisted_bytes, s.persist.bytes_written);
+    assert_eq!(s.flushes, 1);
+    assert!(
+        s.ackset.resident_bytes
+            <= s.ackset.budget_bytes + ackstore::internals::ackset::MAX_PARTITION_BYTES
+    );
+    // Nothing changed: nothing is written.
+    c.flush().unwrap();
+    assert_eq!(c.stats().unwrap().persist.flushes, 1);
+    // One more ack costs a marker, the changed partition inline in it.
+    c.ack(p[0]).unwrap();
+    c.flush().unwrap();
+    let s = c.stats().unwrap();
+    assert_eq!(s.persist.flushes, 2);
+    assert_eq!(s.persist.entries_written, 1 + 1);
+}
+
+#[test]
+fn trimming_never_deletes_a_cursor_ledger() {
+    let disk = MemStorage::new();
+    let config = LedgerConfig {
+        max_entries_per_ledger: 10,
+        ..LedgerConfig::default()
+    };
+    let topic = ManagedLedger::open_with_storage(Arc::new(disk.clone()), config.clone()).unwrap();
+    let p = append_n(&topic, 30);
+    let c = topic
+        .open_cursor("sub", at(InitialPosition::Earliest, false))
+        .unwrap();
+    c.ack(p[25]).unwrap();
+    c.flush().unwrap();
+    // The cursor ledger's id lies between data ledgers.
+    let cursor_ledger = c.stats().unwrap().persist.cursor_ledger.unwrap();
+    let more = append_n(&topic, 30);
+    assert!(more[0].ledger_id > cursor_ledger);
+    c.ack_cumulative(more[25]).unwrap();
+    c.ack(more[28]).unwrap();
+    let trimmed = topic.trim_consumed().unwrap();
+    assert!(trimmed.len() >= 5, "{trimmed:?}");
+    assert!(!trimmed.contains(&cursor_ledger));
+    let log = topic.entry_log().unwrap();
+    assert!(log.ledger_ids().contains(&cursor_ledger));
+    drop(log);
+    topic.close().unwrap();
+    let topic = ManagedLedger::open_with_storage(Arc::new(disk), config).unwrap();
+    let c = topic
+        .open_cursor("sub", at(InitialPosition::Latest, false))
+        .unwrap();
+    assert_eq!(c.mark_delete_position().unwrap(), Some(more[25]));
+    assert_eq!(c.acked_ranges().unwrap(), vec![(more[28], more[28])]);
+}
+
+/// Entries appended but not synced are lost with the power; acks of them, flushed or not, must
+/// not survive as acks of entries that do not exist (the backlog stays exact).
+#[test]
+fn acks_of_entries_lost_in_a_power_cut_are_dropped_on_reopen() {
+    let disk = MemStorage::new();
+    // Only a topic that reads unsynced entries lets a consumer ack entries a crash can take.
+    let config = LedgerConfig {
+        read_unsynced: true,
+        ..LedgerConfig::default()
+    };
+    let topic = ManagedLedger::open_with_storage(Arc::new(disk.clone()), config.clone()).unwrap();
+    let kept = append_n(&topic, 10);
+    let lost = support::topic::append_unsynced(&topic, 5);
+    let c = topic
+        .open_cursor("sub", at(InitialPosition::Earliest, false))
+        .unwrap();
+    c.ack(kept[4]).unwrap();
+    c.ack(lost[1]).unwrap();
+    c.ack(lost[3]).unwrap();
+    c.flush().unwrap();
+    let topic = ManagedLedger::open_with_storage(Arc::new(disk.durable_image()), config).unwrap();
+    assert_eq!(topic.last_position(), Some(kept[9]));
+    let c = topic
+        .open_cursor("sub", at(InitialPosition::Latest, false))
+        .unwrap();
+    assert_eq!(c.acked_ranges().unwrap(), vec![(kept[4], kept[4])]);
+    assert_eq!(c.backlog().unwrap(), 9);
+    let next = topic.append(b"after").unwrap();
+    assert!(!c.is_acked(next).unwrap());
+}

@@ -1,0 +1,20 @@
+//! The entry log: its API, group commit, opens and their proofs, crashes and torn or zero tails,
+//! damage, and sample files of every version.
+//!
+//! One test binary for the layer: each module is the file of one behaviour, and the shared
+//! setup in `tests/support` is compiled once for all of them.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod api;
+mod corruption;
+mod crash;
+mod damaged_ledgers;
+mod group_commit;
+mod model;
+mod open;
+mod open_proof;
+mod samples;
+mod synced_slot;
+mod zero_tail;

@@ -1,0 +1,19 @@
+//! Topic metadata and ownership: compare-and-set records, migration, takeovers, races, former
+//! owners, I/O errors that never fence, and the hand-off between brokers.
+//!
+//! One test binary for the layer: each module is the file of one behaviour, and the shared
+//! setup in `tests/support` is compiled once for all of them.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod after_io_error;
+mod delete_cursor;
+mod former_owner_after_takeover;
+mod handoff;
+mod io_error_never_fenced;
+mod meta_cas;
+mod meta_migration;
+mod meta_owned;
+mod race;
+mod takeover;

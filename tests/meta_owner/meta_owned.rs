@@ -1,0 +1,263 @@
+//! The metadata store of a directory's owner: its reads and writes look names up instead of
+//! listing the directory, so creating a topic's cursors costs the same per cursor with 10 or
+//! 1,000 of them; and it holds what a plain model holds across reopens and power cuts at any
+//! storage operation.
+
+use crate::support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use ackstore::internals::meta::{FileMetaStore, MetaStore};
+use ackstore::{CursorOptions, Error, ManagedLedger, MemStorage, Storage, Store};
+use support::crash::torn_image;
+use support::tap::{Hook, Op, Tap};
+use support::topic::{config, store_config};
+use support::workload::Rng;
+
+/// Counts the directory listings made through a [`Tap`].
+#[derive(Default)]
+struct Listings(AtomicU64);
+
+impl Hook for Listings {
+    fn before(&self, op: Op<'_>) -> ackstore::Result<()> {
+        if matches!(op, Op::List(_)) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+}
+
+impl Listings {
+    fn count(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// Listings made while `cursors` cursors are created on a topic opened alone.
+fn listings_creating_cursors_of_a_topic(cursors: usize) -> u64 {
+    let listings = Arc::new(Listings::default());
+    let storage = Tap::new(Arc::new(MemStorage::new()), listings.clone());
+    let topic = ManagedLedger::open_with_storage(Arc::new(storage), config(1_000)).unwrap();
+    let before = listings.count();
+    for c in 0..cursors {
+        topic
+            .open_cursor(&format!("sub-{c}"), CursorOptions::default())
+            .unwrap();
+    }
+    let made = listings.count() - before;
+    assert_eq!(topic.cursor_names().len(), cursors);
+    topic.close().unwrap();
+    made
+}
+
+/// Listings made while `cursors` cursors are created on a topic of a store.
+fn listings_creating_cursors_of_a_store_topic(cursors: usize) -> u64 {
+    let listings = Arc::new(Listings::default());
+    let storage = Tap::new(Arc::new(MemStorage::new()), listings.clone());
+    let store = Store::open_with_storage(Arc::new(storage), store_config(1_000)).unwrap();
+    let topic = store.topic("t").unwrap();
+    let before = listings.count();
+    for c in 0..cursors {
+        topic
+            .open_cursor(&format!("sub-{c}"), CursorOptions::default())
+            .unwrap();
+    }
+    let made = listings.count() - before;
+    assert_eq!(topic.cursor_names().len(), cursors);
+    store.close().unwrap();
+    made
+}
+
+#[test]
+fn creating_a_topics_cursors_lists_its_directory_a_bounded_number_of_times() {
+    for (what, listings) in [
+        (
+            "a topic opened alone",
+            listings_creating_cursors_of_a_topic as fn(usize) -> u64,
+        ),
+        (
+            "a topic of a store",
+            listings_creating_cursors_of_a_store_topic,
+        ),
+    ] {
+        let few = listings(10);
+        let many = listings(300);
+        assert!(
+            many <= few + 2,
+            "{what}: {few} listings for 10 cursors, {many} for 300: a listing per cursor makes \
+             a topic's set-up quadratic"
+        );
+    }
+}
+
+#[test]
+fn an_owned_store_lists_its_directory_once_however_many_records_it_writes() {
+    let listings = Arc::new(Listings::default());
+    let disk = MemStorage::new();
+    let storage: Arc<dyn Storage> = Arc::new(Tap::new(Arc::new(disk.clone()), listings.clone()));
+    let lock = storage.lock().unwrap();
+    let store = FileMetaStore::owned(storage.clone(), &lock);
+    for id in 0..500 {
+        let name = format!("cursor-{id}");
+        assert_eq!(store.get(&name).unwrap(), None);
+        let v1 = store.put(&name, None, b"created").unwrap();
+        let v2 = store.put(&name, Some(v1), b"moved").unwrap();
+        assert_eq!(store.get(&name).unwrap(), Some((v2, b"moved".to_vec())));
+        assert!(store.is_current(&name, v2).unwrap());
+    }
+    // The listing that learns the directory and the one that sweeps it before the first write.
+    assert!(listings.count() <= 2, "{} listings", listings.count());
+    // Each record keeps one name.
+    let names = disk.list().unwrap();
+    assert_eq!(names.len(), 500, "{names:?}");
+    // What another store reads by listing agrees.
+    let plain = FileMetaStore::new(Arc::new(disk.clone()));
+    assert_eq!(plain.list().unwrap().len(), 500);
+    assert_eq!(
+        plain.get("cursor-499").unwrap(),
+        Some((2, b"moved".to_vec()))
+    );
+}
+
+/// One record's state in the model: `(version, bytes)`.
+type Model = BTreeMap<String, (u64, Vec<u8>)>;
+
+/// Names of the model workload's records.
+const NAMES: [&str; 5] = ["topic", "cursor-1", "cursor-2", "cursor-7", "cursor-30"];
+
+/// What an operation that failed midway may have left: the record before it or after it.
+struct InFlight {
+    name: String,
+    before: Option<(u64, Vec<u8>)>,
+    after: Option<(u64, Vec<u8>)>,
+}
+
+/// Runs random puts, deletes and reads of [`NAMES`] on an owned store over `disk` until the
+/// power goes (or `ops` operations), checking every read against `model`; returns the
+/// operation in flight when the power went.
+fn run_until_cut(
+    disk: &MemStorage,
+    model: &mut Model,
+    rng: &mut Rng,
+    ops: usize,
+    round: usize,
+) -> Option<InFlight> {
+    let storage: Arc<dyn Storage> = Arc::new(disk.clone());
+    let lock = storage.lock().unwrap();
+    let store = FileMetaStore::owned(storage, &lock);
+    for op in 0..ops {
+        let name = NAMES[rng.index(NAMES.len())].to_string();
+        let before = model.get(&name).cloned();
+        match rng.below(4) {
+            0 => match store.get(&name) {
+                Ok(found) => assert_eq!(found, before, "round {round}: get {name}"),
+                Err(Error::Io { .. }) => return None,
+                Err(e) => panic!("round {round}: get {name}: {e}"),
+            },
+            1 if before.is_some() => {
+                let version = before.as_ref().map_or(0, |(v, _)| *v);
+                match store.delete(&name, version) {
+                    Ok(()) => {
+                        model.remove(&name);
+                    }
+                    Err(Error::Io { .. }) => {
+                        return Some(InFlight {
+                            name,
+                            before,
+                            after: None,
+                        });
+                    }
+                    Err(e) => panic!("round {round}: delete {name}: {e}"),
+                }
+            }
+            _ => {
+                let bytes = format!("round {round} op {op}").into_bytes();
+                let expected = before.as_ref().map(|(v, _)| *v);
+                let after = (expected.map_or(1, |v| v + 1), bytes.clone());
+                match store.put(&name, expected, &bytes) {
+                    Ok(version) => {
+                        assert_eq!(version, after.0, "round {round}: put {name}");
+                        model.insert(name, after);
+                    }
+                    Err(Error::Io { .. }) => {
+                        return Some(InFlight {
+                            name,
+                            before,
+                            after: Some(after),
+                        });
+                    }
+                    Err(e) => panic!("round {round}: put {name}: {e}"),
+                }
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn an_owned_store_agrees_with_a_model_across_reopens_and_power_cuts() {
+    let mut rng = Rng::new(0x6d65_7461);
+    let mut disk = MemStorage::new();
+    let mut model = Model::new();
+    let mut cut_midway = 0;
+    for round in 0..300 {
+        disk.fail_after(Some(rng.below(60)));
+        let in_flight = run_until_cut(&disk, &mut model, &mut rng, 40, round);
+        disk.fail_after(None);
+        disk = match round % 3 {
+            0 => disk.durable_image(),
+            1 => torn_image(&disk, |unsynced| unsynced / 2),
+            _ => disk.crash_image(|_, _, live| live.to_vec()),
+        };
+        // The record in flight reads as before or after the operation; the others as the
+        // model says, to an owned store and to one that lists.
+        let lock = disk.lock().unwrap();
+        let owned = FileMetaStore::owned(Arc::new(disk.clone()), &lock);
+        let plain = FileMetaStore::new(Arc::new(disk.clone()));
+        if let Some(InFlight {
+            name,
+            before,
+            after,
+        }) = in_flight
+        {
+            cut_midway += 1;
+            let found = owned.get(&name).unwrap();
+            assert!(
+                found == before || found == after,
+                "round {round}: {name} is {found:?}, neither {before:?} nor {after:?}"
+            );
+            match found {
+                Some(state) => model.insert(name, state),
+                None => model.remove(&name),
+            };
+        }
+        for name in NAMES {
+            let expected = model.get(name).cloned();
+            assert_eq!(owned.get(name).unwrap(), expected, "round {round}: {name}");
+            assert_eq!(plain.get(name).unwrap(), expected, "round {round}: {name}");
+        }
+        let listed: Vec<String> = model.keys().cloned().collect();
+        assert_eq!(plain.list().unwrap(), listed, "round {round}");
+        drop(lock);
+        // Names stay bounded: after the next owner's first write, one name per record.
+        if round % 10 == 9 {
+            let lock = disk.lock().unwrap();
+            let owned = FileMetaStore::owned(Arc::new(disk.clone()), &lock);
+            let current = owned.get("topic").unwrap().map(|(v, _)| v);
+            let version = owned.put("topic", current, b"settled").unwrap();
+            model.insert("topic".into(), (version, b"settled".to_vec()));
+            assert_eq!(
+                disk.list().unwrap().len(),
+                model.len(),
+                "round {round}: {:?}",
+                disk.list().unwrap()
+            );
+        }
+    }
+    assert!(
+        cut_midway > 100,
+        "only {cut_midway} cuts fell inside a write"
+    );
+}

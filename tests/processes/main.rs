@@ -1,0 +1,12 @@
+//! Several processes on one directory: a child killed with SIGKILL at random moments, and two
+//! processes sharing a directory without the lock. Each test re-runs this binary as its child
+//! processes.
+//!
+//! One test binary for the layer: each module is the file of one behaviour, and the shared
+//! setup in `tests/support` is compiled once for all of them.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod sigkill_child;
+mod two_processes_one_directory;

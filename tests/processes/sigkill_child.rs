@@ -1,0 +1,638 @@
+//! Process kill on real files: a child process (this test binary, run again with the test's
+//! exact name and `ACKSTORE_KILL_CHILD_DIR` set) runs a random workload on a topic directory
+//! (appends rolling a ledger every few entries, acks, cumulative acks, flushes, seeks, rewinds,
+//! trims, cursor close and reopen, the background flusher on) and logs what it does to a file.
+//! The parent kills it with SIGKILL at a random moment, reopens the directory, checks every
+//! cursor against the log, runs `ackstore verify` on the directory (a kill is never damage:
+//! exit 0), and lets the next child continue on the same directory.
+//!
+//! The log is plain appends of whole lines, which a SIGKILL cannot undo (the kernel keeps what
+//! was written): `K c L:E` and `C c L:E` *before* an ack or cumulative ack of cursor `c`,
+//! `S c L:E` before a seek and `s c` after it returned `Ok`, `F c` *after* a flush that returned
+//! `Ok`, `X c` after a close that returned `Ok`, `A L:E` after an append returned, `Y` after a
+//! sync returned `Ok`, `D L:E` for every entry a read delivered. An append not yet synced may
+//! die with the process (its write buffer), and acks of an entry that is gone are dropped
+//! (docs/cursors.md). The child acks, cumulatively acks and seeks to synced entries only (the
+//! only ones a consumer can have received). Checked after every kill:
+//! - every entry appended before the last `Y` is still there (unless trimmed);
+//! - every entry a read delivered is still there (unless trimmed): reads stop at what is durable;
+//!
+//! and over every logged entry still there:
+//! - invariant 1: nothing is acked that the log does not show acked (by an ack, a cumulative
+//!   ack, or a seek, which acknowledges everything before its target);
+//! - invariant 2: every ack logged before the cursor's last `F` or `X` is present, unless a
+//!   later seek that returned `Ok` cleared it (a seek commits its reset: docs/cursors.md); a
+//!   seek cut by the kill keeps only what both sides of it hold.
+//!
+//! The same harness runs twice: on a topic directory of `ManagedLedger::open` (cursors in their
+//! own cursor ledgers, a flusher thread each), and through a store (`Store::open` and one of its
+//! topics: cursors in the store's journal, the flusher pool on, and `Store::flush_all` ticks,
+//! logged as an `F` line for every cursor once they returned `Ok`).
+//!
+//! `KILL_ROUNDS` sets the number of kills (50 by default); `ACKSTORE_KILL_SEED` repeats a run's
+//! choices (the seed is printed on failure).
+
+use crate::support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ackstore::{Cursor, CursorOptions, Error, Position};
+use std::sync::Arc;
+
+use ackstore::{ManagedLedger, Store, StoreConfig};
+use support::workload::{Acked, Rng, actual, before, seed_from_env};
+
+const TOPIC: &str = "persistent://tenant/ns/killed";
+const CHILD_DIR: &str = "ACKSTORE_KILL_CHILD_DIR";
+const CHILD_LOG: &str = "ACKSTORE_KILL_CHILD_LOG";
+const CHILD_SEED: &str = "ACKSTORE_KILL_CHILD_SEED";
+const CURSORS: usize = 3;
+
+/// What the workload runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Through {
+    /// A topic directory of `ManagedLedger::open`.
+    Topic,
+    /// A store directory and one of its topics.
+    Store,
+}
+
+impl Through {
+    /// The test that runs the harness this way (the child is that test, run again).
+    fn test_name(self) -> String {
+        let name = match self {
+            Self::Topic => "sigkill_at_random_moments_never_loses_a_flushed_ack_nor_invents_one",
+            Self::Store => {
+                "sigkill_while_flushing_through_a_store_never_loses_a_flushed_ack_nor_invents_one"
+            }
+        };
+        support::harness::test_path(module_path!(), name)
+    }
+
+    /// Opens the directory: the store (if any) and the topic.
+    fn open(self, dir: &Path) -> ackstore::Result<Opened> {
+        Ok(match self {
+            Self::Topic => Opened {
+                store: None,
+                topic: Arc::new(ManagedLedger::open(
+                    dir,
+                    support::config::topic_flushed(
+                        4,
+                        ackstore::PersistMode::MultiEntry,
+                        4096,
+                        16,
+                        Duration::from_millis(5),
+                    ),
+                )?),
+            },
+            Self::Store => {
+                let store = Store::open(
+                    dir,
+                    StoreConfig {
+                        ledger: support::config::topic_flushed(
+                            4,
+                            ackstore::PersistMode::MultiEntry,
+                            4096,
+                            16,
+                            Duration::from_millis(5),
+                        ),
+                        flusher_threads: 2,
+                        ..StoreConfig::default()
+                    },
+                )?;
+                let topic = store.topic(TOPIC)?;
+                Opened {
+                    store: Some(store),
+                    topic,
+                }
+            }
+        })
+    }
+}
+
+/// An open directory.
+struct Opened {
+    store: Option<Store>,
+    topic: Arc<ManagedLedger>,
+}
+
+impl Opened {
+    fn close(self) -> ackstore::Result<()> {
+        match self.store {
+            Some(store) => store.close(),
+            None => self.topic.close(),
+        }
+    }
+}
+
+fn cursor_name(c: usize) -> String {
+    format!("sub-{c}")
+}
+
+fn parse_position(s: &str) -> Option<Position> {
+    let (l, e) = s.split_once(':')?;
+    Some(Position {
+        ledger_id: l.parse().ok()?,
+        entry_id: e.parse().ok()?,
+    })
+}
+
+#[test]
+fn sigkill_at_random_moments_never_loses_a_flushed_ack_nor_invents_one() {
+    run(Through::Topic);
+}
+
+#[test]
+fn sigkill_while_flushing_through_a_store_never_loses_a_flushed_ack_nor_invents_one() {
+    run(Through::Store);
+}
+
+/// The parent, or (in a child, `ACKSTORE_KILL_CHILD_DIR` set) the workload.
+fn run(through: Through) {
+    if let Ok(dir) = std::env::var(CHILD_DIR) {
+        let log = std::env::var(CHILD_LOG).expect("the child's log");
+        let seed = std::env::var(CHILD_SEED)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .expect("the child's seed");
+        child(through, Path::new(&dir), Path::new(&log), seed);
+    }
+    let rounds: usize = std::env::var("KILL_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(50);
+    let seed = seed_from_env("ACKSTORE_KILL_SEED");
+    if let Err(failure) = parent(through, rounds, seed) {
+        panic!(
+            "{through:?}: seed {seed} (ACKSTORE_KILL_SEED={seed} repeats its choices): {failure}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The child: a random workload, logged, until it is killed.
+
+/// Appends whole lines to the log; each line is one `write`, which a SIGKILL cannot tear.
+struct Log(File);
+
+impl Log {
+    fn line(&mut self, text: &str) {
+        self.0
+            .write_all(format!("{text}\n").as_bytes())
+            .expect("write the log");
+    }
+
+    /// Logs an unexpected error and ends the child with exit code 3 (the parent expects death
+    /// by SIGKILL, so it reports this line).
+    fn fail(&mut self, what: &str, err: &Error) -> ! {
+        self.line(&format!("E {what}: {err}"));
+        std::process::exit(3);
+    }
+}
+
+fn child(through: Through, dir: &Path, log_path: &Path, seed: u64) -> ! {
+    let mut rng = Rng::new(seed);
+    // Every position appended by earlier children, from their log.
+    let mut appended: Vec<Position> = std::fs::read_to_string(log_path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.strip_prefix("A ").and_then(parse_position))
+        .collect();
+    let mut log = Log(OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(log_path)
+        .expect("open the log"));
+    let opened = through.open(dir).unwrap_or_else(|e| log.fail("open", &e));
+    let topic = &opened.topic;
+    // An earlier child's unsynced appends may be gone (the write buffer dies with the process).
+    appended.retain(|&p| topic.read(p).is_ok());
+    // Entries up to here are readable: what open finds is durable, then each sync's appends.
+    let mut synced = appended.len();
+    let mut cursors: Vec<Cursor> = (0..CURSORS)
+        .map(|c| {
+            topic
+                .open_cursor(&cursor_name(c), CursorOptions::default())
+                .unwrap_or_else(|e| log.fail("open_cursor", &e))
+        })
+        .collect();
+    log.line("O");
+    let mut n = 0u64;
+    loop {
+        n += 1;
+        let c = rng.index(CURSORS);
+        let cursor = &cursors[c];
+        let first = topic.first_position();
+        // A retained synced entry, mostly a recent one.
+        let pick = |rng: &mut Rng| -> Option<Position> {
+            let readable = &appended[..synced];
+            let retained: &[Position] = match first {
+                Some(f) => &readable[readable.partition_point(|&p| p < f)..],
+                None => &[],
+            };
+            if retained.is_empty() {
+                return None;
+            }
+            let window = if rng.chance(75) {
+                retained.len().min(40)
+            } else {
+                retained.len()
+            };
+            Some(retained[retained.len() - 1 - rng.index(window)])
+        };
+        match rng.below(100) {
+            0..30 => {
+                for _ in 0..=rng.below(4) {
+                    let p = topic
+                        .append(format!("entry {n}").as_bytes())
+                        .unwrap_or_else(|e| log.fail("append", &e));
+                    appended.push(p);
+                    log.line(&format!("A {p}"));
+                }
+                if rng.chance(20) {
+                    topic.sync().unwrap_or_else(|e| log.fail("sync", &e));
+                    synced = appended.len();
+                    log.line("Y");
+                }
+            }
+            30..52 => {
+                if let Some(p) = pick(&mut rng) {
+                    log.line(&format!("K {c} {p}"));
+                    cursor
+                        .ack(p)
+                        .unwrap_or_else(|e| log.fail(&format!("ack {p}"), &e));
+                }
+            }
+            52..60 => {
+                let entries = cursor
+                    .read_entries(5)
+                    .unwrap_or_else(|e| log.fail("read_entries", &e));
+                for e in &entries {
+                    log.line(&format!("D {}", e.position));
+                }
+                for e in entries.iter().filter(|_| rng.chance(70)) {
+                    let p = e.position;
+                    log.line(&format!("K {c} {p}"));
+                    cursor
+                        .ack(p)
+                        .unwrap_or_else(|e| log.fail(&format!("ack {p}"), &e));
+                }
+            }
+            60..63 => {
+                let mark = cursor
+                    .mark_delete_position()
+                    .unwrap_or_else(|e| log.fail("mark_delete_position", &e));
+                if let Some(p) = pick(&mut rng)
+                    && mark.is_none_or(|m| p > m)
+                {
+                    log.line(&format!("C {c} {p}"));
+                    cursor
+                        .ack_cumulative(p)
+                        .unwrap_or_else(|e| log.fail(&format!("ack_cumulative {p}"), &e));
+                }
+            }
+            71..77 if through == Through::Store => {
+                opened
+                    .store
+                    .as_ref()
+                    .expect("a store")
+                    .flush_all()
+                    .unwrap_or_else(|e| log.fail("flush_all", &e));
+                for c in 0..CURSORS {
+                    log.line(&format!("F {c}"));
+                }
+            }
+            63..77 => {
+                cursor.flush().unwrap_or_else(|e| log.fail("flush", &e));
+                log.line(&format!("F {c}"));
+            }
+            77..81 => {
+                if let Some(p) = pick(&mut rng) {
+                    log.line(&format!("S {c} {p}"));
+                    cursor
+                        .seek(p)
+                        .unwrap_or_else(|e| log.fail(&format!("seek {p}"), &e));
+                    log.line(&format!("s {c}"));
+                }
+            }
+            81..84 => {
+                cursor.close().unwrap_or_else(|e| log.fail("close", &e));
+                log.line(&format!("X {c}"));
+                cursors[c] = topic
+                    .open_cursor(&cursor_name(c), CursorOptions::default())
+                    .unwrap_or_else(|e| log.fail("reopen cursor", &e));
+            }
+            84..87 => cursor.rewind().unwrap_or_else(|e| log.fail("rewind", &e)),
+            87..89 => {
+                topic
+                    .trim_consumed()
+                    .unwrap_or_else(|e| log.fail("trim_consumed", &e));
+            }
+            _ => {
+                let entries = cursor
+                    .read_entries(3)
+                    .unwrap_or_else(|e| log.fail("read_entries", &e));
+                for e in &entries {
+                    log.line(&format!("D {}", e.position));
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The parent: kill, reopen, check, verify, repeat.
+
+/// What the log says about one cursor.
+#[derive(Debug, Default)]
+struct Model {
+    /// What the child's cursor held, as far as the log shows (an ack logged just before the
+    /// kill may not have happened).
+    truth: Acked,
+    /// What the last `Ok` flush, close or seek committed: present after the kill.
+    committed: Acked,
+    /// Everything ever acknowledged: nothing outside it may be recovered.
+    ever: Acked,
+    /// A seek logged and not yet seen returning: its target.
+    seeking: Option<Position>,
+}
+
+#[derive(Debug, Default)]
+struct Parent {
+    appended: Vec<Position>,
+    /// How many of `appended` the last `Ok` sync covered.
+    synced: usize,
+    /// Every entry a read delivered to a consumer.
+    delivered: BTreeSet<Position>,
+    cursors: BTreeMap<usize, Model>,
+    /// How much of the log has been applied.
+    offset: u64,
+    acks: u64,
+    flushes: u64,
+    seeks: u64,
+}
+
+impl Parent {
+    /// Applies the log's new complete lines; cuts an incomplete last line off the file.
+    fn apply_log(&mut self, path: &Path) -> Result<(), String> {
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| format!("open the log: {e}"))?;
+        file.seek(SeekFrom::Start(self.offset))
+            .map_err(|e| e.to_string())?;
+        let mut text = String::new();
+        file.read_to_string(&mut text).map_err(|e| e.to_string())?;
+        let complete = text.rfind('\n').map_or(0, |i| i + 1);
+        file.set_len(self.offset + complete as u64)
+            .map_err(|e| e.to_string())?;
+        self.offset += complete as u64;
+        for line in text[..complete].lines() {
+            self.apply(line)?;
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, line: &str) -> Result<(), String> {
+        let mut words = line.split(' ');
+        let tag = words.next().unwrap_or("");
+        if tag == "E" {
+            return Err(format!("the child failed: {line}"));
+        }
+        if tag == "O" {
+            return Ok(());
+        }
+        if tag == "Y" {
+            self.synced = self.appended.len();
+            return Ok(());
+        }
+        if tag == "D" {
+            let p = words.next().and_then(parse_position);
+            self.delivered
+                .insert(p.ok_or_else(|| format!("bad log line {line:?}"))?);
+            return Ok(());
+        }
+        if tag == "A" {
+            let p = words.next().and_then(parse_position);
+            self.appended
+                .push(p.ok_or_else(|| format!("bad log line {line:?}"))?);
+            return Ok(());
+        }
+        let c: usize = words
+            .next()
+            .and_then(|w| w.parse().ok())
+            .ok_or_else(|| format!("bad log line {line:?}"))?;
+        let p = words.next().and_then(parse_position);
+        let m = self.cursors.entry(c).or_default();
+        match (tag, p) {
+            ("K", Some(p)) => {
+                self.acks += 1;
+                m.truth.ack(p);
+                m.ever.ack(p);
+            }
+            ("C", Some(p)) => {
+                self.acks += 1;
+                m.truth.ack_through(p);
+                m.ever.ack_through(p);
+            }
+            ("S", Some(p)) => {
+                if let Some(b) = before(p) {
+                    m.ever.ack_through(b);
+                }
+                m.seeking = Some(p);
+            }
+            ("s", None) => {
+                let p = m.seeking.take().ok_or("`s` without `S`")?;
+                self.seeks += 1;
+                m.truth = Acked::reset(before(p));
+                m.committed = m.truth.clone();
+            }
+            ("F" | "X", None) => {
+                self.flushes += 1;
+                m.committed = m.truth.clone();
+            }
+            _ => return Err(format!("bad log line {line:?}")),
+        }
+        Ok(())
+    }
+
+    /// After a kill: reopens the directory, checks every cursor against the model, and takes
+    /// what the reopen recovered as the next child's starting state (the reopen commits it).
+    fn check(&mut self, through: Through, dir: &Path, round: usize) -> Result<(), String> {
+        let opened = through
+            .open(dir)
+            .map_err(|e| format!("round {round}: reopen after the kill: {e}"))?;
+        let topic = &opened.topic;
+        let first = topic.first_position();
+        let retained = |p: &Position| first.is_some_and(|f| *p >= f);
+        for &p in self.appended[..self.synced].iter().filter(|p| retained(p)) {
+            if let Err(e) = topic.read(p) {
+                return Err(format!(
+                    "round {round}: entry {p} was synced before the kill and is gone: {e}"
+                ));
+            }
+        }
+        for &p in self.delivered.iter().filter(|p| retained(p)) {
+            if let Err(e) = topic.read(p) {
+                return Err(format!(
+                    "round {round}: entry {p} was delivered to a consumer before the kill and \
+                     is gone: {e}"
+                ));
+            }
+        }
+        // Unsynced appends the kill took are no entries any more.
+        let synced = self.synced;
+        let mut index = 0;
+        self.appended.retain(|p| {
+            index += 1;
+            index <= synced || !retained(p) || topic.read(*p).is_ok()
+        });
+        let existing: Vec<Position> = self.appended.iter().copied().filter(retained).collect();
+        for (c, m) in &mut self.cursors {
+            // A seek the kill cut: either side of it may be what was committed.
+            if let Some(p) = m.seeking.take() {
+                m.committed = m.committed.meet_reset(before(p));
+            }
+            let name = cursor_name(*c);
+            let cursor = topic
+                .open_cursor(&name, CursorOptions::default())
+                .map_err(|e| format!("round {round}: open {name}: {e}"))?;
+            for &p in &existing {
+                let acked = cursor
+                    .is_acked(p)
+                    .map_err(|e| format!("round {round}: {name}: is_acked {p}: {e}"))?;
+                if acked && !m.ever.contains(p) {
+                    return Err(format!(
+                        "round {round}: {name}: {p} is acked but the log never acked it \
+                         (invariant 1)"
+                    ));
+                }
+                if !acked && m.committed.contains(p) {
+                    return Err(format!(
+                        "round {round}: {name}: {p} was acked before an Ok flush, close or \
+                         seek and is lost (invariant 2)"
+                    ));
+                }
+            }
+            let recovered =
+                actual(&cursor).map_err(|e| format!("round {round}: {name}: read back: {e}"))?;
+            cursor
+                .close()
+                .map_err(|e| format!("round {round}: close {name}: {e}"))?;
+            m.truth = recovered.clone();
+            m.committed = recovered;
+        }
+        opened
+            .close()
+            .map_err(|e| format!("round {round}: close after the check: {e}"))
+    }
+}
+
+/// Runs `ackstore verify` on the directory: a kill is never damage.
+fn verify(dir: &Path, round: usize) -> Result<(), String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_ackstore"))
+        .arg("verify")
+        .arg(dir)
+        .output()
+        .map_err(|e| format!("run ackstore verify: {e}"))?;
+    if out.status.code() == Some(0) {
+        Ok(())
+    } else {
+        Err(format!(
+            "round {round}: ackstore verify exited {:?} after a kill:\n{}{}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// Waits until the log grows past `len` (the child opened the topic), the child exits, or
+/// ten seconds pass.
+fn wait_for_start(path: &Path, len: u64, child: &mut std::process::Child) -> Result<(), String> {
+    let start = Instant::now();
+    loop {
+        if std::fs::metadata(path).map_or(0, |m| m.len()) > len {
+            return Ok(());
+        }
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            return Err(format!(
+                "the child exited before opening the topic: {status}"
+            ));
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            return Err("the child did not open the topic within 10 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn parent(through: Through, rounds: usize, seed: u64) -> Result<(), String> {
+    let work = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let dir = work.path().join("topic");
+    std::fs::create_dir(&dir).map_err(|e| e.to_string())?;
+    let log_path: PathBuf = work.path().join("workload.log");
+    File::create(&log_path).map_err(|e| e.to_string())?;
+    let stderr_path = work.path().join("child.stderr");
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut rng = Rng::new(seed);
+    let mut state = Parent::default();
+    for round in 0..rounds {
+        let len = std::fs::metadata(&log_path).map_or(0, |m| m.len());
+        let mut child = Command::new(&exe)
+            .args([
+                through.test_name().as_str(),
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_DIR, &dir)
+            .env(CHILD_LOG, &log_path)
+            .env(CHILD_SEED, seed.wrapping_add(round as u64 + 1).to_string())
+            .stdout(Stdio::null())
+            .stderr(File::create(&stderr_path).map_err(|e| e.to_string())?)
+            .spawn()
+            .map_err(|e| format!("spawn the child: {e}"))?;
+        let started = wait_for_start(&log_path, len, &mut child);
+        if started.is_ok() {
+            std::thread::sleep(Duration::from_micros(rng.below(120_000)));
+        }
+        // SIGKILL: no destructor, no flush, no close runs in the child.
+        let _ = child.kill();
+        let status = child.wait().map_err(|e| e.to_string())?;
+        let child_err = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+        state
+            .apply_log(&log_path)
+            .map_err(|e| format!("round {round}: {e}\nchild stderr: {child_err}"))?;
+        started.map_err(|e| format!("round {round}: {e}\nchild stderr: {child_err}"))?;
+        if status.code().is_some() {
+            return Err(format!(
+                "round {round}: the child exited by itself ({status}) instead of being \
+                 killed\nchild stderr: {child_err}"
+            ));
+        }
+        state.check(through, &dir, round)?;
+        verify(&dir, round)?;
+    }
+    // The kills must have landed mid-workload, not only during start-up.
+    if rounds >= 10 && (state.acks == 0 || state.flushes == 0 || state.seeks == 0) {
+        return Err(format!(
+            "the children did too little before being killed: {} acks, {} flushes, {} seeks",
+            state.acks, state.flushes, state.seeks
+        ));
+    }
+    eprintln!(
+        "{rounds} kills: {} acks, {} flushes or closes, {} seeks logged; {} entries",
+        state.acks,
+        state.flushes,
+        state.seeks,
+        state.appended.len()
+    );
+    Ok(())
+}

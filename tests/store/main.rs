@@ -1,0 +1,41 @@
+//! The store: many topics under one claim, the shared cursor journal (markers, deltas, rollover,
+//! space bound), its crashes, former owners, threads and the ack memory budget.
+//!
+//! One test binary for the layer: each module is the file of one behaviour, and the shared
+//! setup in `tests/support` is compiled once for all of them.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod ack_memory;
+mod ack_memory_pressure;
+mod adversarial;
+mod batch_acks;
+mod claim;
+mod claim_restarts;
+mod crash;
+mod cursors;
+mod former_owner;
+mod former_owner_appends;
+mod index;
+mod journal;
+mod journal_cursor_faults;
+mod journal_delta;
+mod journal_delta_crash_every_change;
+mod journal_delta_former_owner;
+mod journal_delta_hostile_bytes;
+mod journal_delta_space_bound;
+mod journal_delta_store_crash;
+mod journal_delta_takeover;
+mod journal_delta_threads;
+mod journal_proof;
+mod journal_threads;
+mod journal_tiny_segments;
+mod legacy_cursor_ledger_adopt;
+mod lifecycle;
+mod owner_io;
+mod seal;
+mod stress;
+mod topic_close;
+mod topic_reopen;
+mod topics_in_one_directory;

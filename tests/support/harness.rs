@@ -1,0 +1,31 @@
+//! The test harness's names for this binary's tests, for a test that re-runs its own binary as
+//! a child process running one test (`--exact NAME`).
+
+/// The name the harness gives the test function `name` of the module at `module_path` (the
+/// caller's `module_path!()`): the module path without the crate's name, then the function.
+pub fn test_path(module_path: &str, name: &str) -> String {
+    match module_path.split_once("::") {
+        Some((_, module)) => format!("{module}::{name}"),
+        None => name.to_owned(),
+    }
+}
+
+/// A property test's configuration with `cases` cases, whose failing seeds are kept beside its
+/// source file (`model.rs` keeps `model.proptest-regressions`) and run again first on every run.
+/// proptest's default keeps them under the nearest directory holding a `main.rs`, which in a
+/// test crate of several modules would be one folder shared by all of them.
+pub fn proptest_config(cases: u32) -> proptest::test_runner::Config {
+    use proptest::test_runner::{Config, FileFailurePersistence};
+    Config {
+        cases,
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
+            "proptest-regressions",
+        ))),
+        ..Config::default()
+    }
+}
+
+/// [`proptest_config`] with proptest's default number of cases.
+pub fn proptest_default_config() -> proptest::test_runner::Config {
+    proptest_config(proptest::test_runner::Config::default().cases)
+}

@@ -1,0 +1,17 @@
+//! The managed ledger (a topic opened alone): appends, rollover, trimming, crashes, a full disk,
+//! concurrency stress, what operators see, and the open that stamps cursor records of an earlier
+//! release.
+//!
+//! One test binary for the layer: each module is the file of one behaviour, and the shared
+//! setup in `tests/support` is compiled once for all of them.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod crash;
+mod full_disk;
+mod full_disk_retries;
+mod managed_ledger;
+mod open_stamps_earlier_cursor_records;
+mod operator_metrics_and_events;
+mod stress_threads;
