@@ -1,0 +1,709 @@
+//! A subscription: one ackstore cursor, the consumers attached to it, and the dispatcher thread
+//! that reads the cursor and hands entries to consumers as their flow permits allow.
+//!
+//! Owns the subscription's delivery state: consumers and their permits, the entries each
+//! consumer holds unacknowledged (`pending`) and the entries to deliver again (`redeliver`).
+//! Invariants:
+//! - what is acknowledged is only ever what a client acknowledged: acks go to the cursor as
+//!   given (individual, cumulative, batch index), never inferred from delivery;
+//! - an entry read from the cursor is either sent to a consumer (and recorded in `pending`) or
+//!   queued in `redeliver`: a read and what is done with its entries hold `reading`, which
+//!   every seek and rewind takes first, so no read straddles a move of the cursor (lock order:
+//!   `reading`, then `state`); the one read that waits for entries runs without `reading`, and
+//!   its entries go to `redeliver` when the cursor's epoch moved meanwhile;
+//! - an entry dispatched carries the ack set of its acknowledged batch indexes, so a client
+//!   never receives a message the cursor holds acknowledged.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use ackstore::{Cursor, Entry, Error, ManagedLedger, Position};
+use prost::Message as _;
+use pulsar::message::{Message, Payload};
+use pulsar::proto::{self, BaseCommand, MessageIdData, base_command::Type};
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::ids::{
+    Target, acked_indexes, decode_entry, dispatch_ack_set, message_id, no_message_id, target,
+};
+
+/// How consumers share a subscription.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// One consumer; a second is refused.
+    Exclusive,
+    /// Every consumer gets a share of the entries.
+    Shared,
+    /// One active consumer (the first attached); the others take over in turn.
+    Failover,
+}
+
+impl Kind {
+    /// The kind a `SUBSCRIBE` asks for; `None` for one this broker does not serve (Key_Shared).
+    pub fn from_proto(t: proto::command_subscribe::SubType) -> Option<Self> {
+        use proto::command_subscribe::SubType;
+        match t {
+            SubType::Exclusive => Some(Self::Exclusive),
+            SubType::Shared => Some(Self::Shared),
+            SubType::Failover => Some(Self::Failover),
+            SubType::KeyShared => None,
+        }
+    }
+}
+
+/// Where a seek moves the subscription.
+#[derive(Debug, Clone, Copy)]
+pub enum SeekTo {
+    /// A message id (the next message delivered is that message).
+    Id(Target),
+    /// A publish time in ms: the next message delivered is the first published at or after it.
+    Time(u64),
+}
+
+/// A consumer attached to the subscription.
+struct Slot {
+    /// Broker-wide unique key of this attachment.
+    key: u64,
+    /// The client's id of the consumer on its connection.
+    consumer_id: u64,
+    /// The connection's outbound queue.
+    out: UnboundedSender<Message>,
+    /// Messages the consumer may still receive (may go below zero by one batch).
+    permits: i64,
+    /// The consumer epoch of its last redelivery request, stamped on what it receives.
+    epoch: Option<u64>,
+}
+
+#[derive(Default)]
+struct State {
+    consumers: Vec<Slot>,
+    /// Entries a consumer holds unacknowledged, by the key of that consumer, with the
+    /// entry's message count.
+    pending: HashMap<Position, (u64, u32)>,
+    /// Entries to deliver again before reading on.
+    redeliver: BTreeSet<Position>,
+    /// Round-robin start among Shared consumers.
+    next: usize,
+    /// Messages per entry of the last entry dispatched (sizes the next read).
+    last_batch: u32,
+    closed: bool,
+}
+
+/// Entries read from the cursor at most per dispatch round.
+const MAX_READ: usize = 32;
+
+/// How long a dispatcher's read waits for entries before it looks at its state again.
+const READ_WAIT: Duration = Duration::from_millis(100);
+
+/// One subscription of a topic.
+pub struct Subscription {
+    /// The subscription's name.
+    pub name: String,
+    /// How consumers share it.
+    pub kind: Kind,
+    /// A reader's subscription (a non-durable cursor, gone with its last consumer).
+    pub reader: bool,
+    topic: Arc<ManagedLedger>,
+    cursor: Cursor,
+    /// Held across a dispatch round's read and its hand-out, and across seeks and rewinds.
+    reading: Mutex<()>,
+    /// Callers waiting for `reading` other than the dispatcher, which lets them in first
+    /// (a mutex is not fair: a dispatcher re-locking at once could starve them).
+    movers: AtomicUsize,
+    /// An ack the cursor refused as unsupported has been logged (once per subscription).
+    refused_logged: AtomicBool,
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+impl Subscription {
+    /// A subscription over `cursor`, with its dispatcher thread started.
+    pub fn start(
+        name: String,
+        kind: Kind,
+        reader: bool,
+        topic: Arc<ManagedLedger>,
+        cursor: Cursor,
+    ) -> std::io::Result<Arc<Self>> {
+        let sub = Arc::new(Self {
+            name,
+            kind,
+            reader,
+            topic,
+            cursor,
+            reading: Mutex::new(()),
+            movers: AtomicUsize::new(0),
+            refused_logged: AtomicBool::new(false),
+            state: Mutex::new(State {
+                last_batch: 1,
+                ..State::default()
+            }),
+            wake: Condvar::new(),
+        });
+        let dispatcher = sub.clone();
+        std::thread::Builder::new()
+            .name(format!("dispatch-{}", sub.name))
+            .spawn(move || dispatcher.dispatch_loop())?;
+        Ok(sub)
+    }
+
+    /// Takes `reading` for a seek, rewind or change of consumers.
+    fn reading(&self) -> MutexGuard<'_, ()> {
+        self.movers.fetch_add(1, Ordering::SeqCst);
+        let guard = self
+            .reading
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.movers.fetch_sub(1, Ordering::SeqCst);
+        guard
+    }
+
+    /// Takes `reading` for a dispatch round, after any other caller waiting for it.
+    fn reading_for_dispatch(&self) -> MutexGuard<'_, ()> {
+        while self.movers.load(Ordering::SeqCst) > 0 {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        self.reading
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Attaches a consumer. `success` (the `SUBSCRIBE`'s answer) is queued first, then the
+    /// consumer's Failover status; refused (nothing queued) when an Exclusive subscription
+    /// already has its consumer, or the subscription is closed.
+    pub fn attach(
+        &self,
+        key: u64,
+        consumer_id: u64,
+        out: &UnboundedSender<Message>,
+        success: Message,
+    ) -> Result<(), String> {
+        let mut st = self.state();
+        if st.closed {
+            return Err(format!("subscription {} is closed", self.name));
+        }
+        if self.kind == Kind::Exclusive && !st.consumers.is_empty() {
+            return Err(format!(
+                "exclusive subscription {} already has a consumer",
+                self.name
+            ));
+        }
+        let _ = out.send(success);
+        st.consumers.push(Slot {
+            key,
+            consumer_id,
+            out: out.clone(),
+            permits: 0,
+            epoch: None,
+        });
+        if self.kind == Kind::Failover {
+            let active = st.consumers.first().map(|c| c.key);
+            let _ = out.send(active_change(consumer_id, active == Some(key)));
+        }
+        Ok(())
+    }
+
+    /// Detaches a consumer: a Shared consumer's unacknowledged entries go to the others; the
+    /// active consumer of an Exclusive or Failover subscription leaving rewinds the cursor, so
+    /// the next active one receives everything unacknowledged. Returns whether consumers
+    /// remain.
+    pub fn detach(&self, key: u64) -> bool {
+        let _reading = self.reading();
+        let mut st = self.state();
+        let Some(at) = st.consumers.iter().position(|c| c.key == key) else {
+            return !st.consumers.is_empty();
+        };
+        st.consumers.remove(at);
+        match self.kind {
+            Kind::Shared => {
+                let mine: Vec<Position> = st
+                    .pending
+                    .iter()
+                    .filter(|(_, (k, _))| *k == key)
+                    .map(|(p, _)| *p)
+                    .collect();
+                for p in mine {
+                    st.pending.remove(&p);
+                    st.redeliver.insert(p);
+                }
+            }
+            Kind::Exclusive | Kind::Failover => {
+                if at == 0 {
+                    self.rewind_locked(&mut st);
+                    if self.kind == Kind::Failover {
+                        let active = st.consumers.first().map(|c| c.key);
+                        for c in &st.consumers {
+                            let _ = c
+                                .out
+                                .send(active_change(c.consumer_id, Some(c.key) == active));
+                        }
+                    }
+                }
+            }
+        }
+        self.wake.notify_all();
+        !st.consumers.is_empty()
+    }
+
+    /// Rewinds the cursor; the caller holds `reading` and `state`.
+    fn rewind_locked(&self, st: &mut State) {
+        st.pending.clear();
+        st.redeliver.clear();
+        if let Err(e) = self.cursor.rewind() {
+            log::warn!("subscription {}: rewind failed: {e}", self.name);
+        }
+    }
+
+    /// Whether a consumer is attached.
+    pub fn has_consumers(&self) -> bool {
+        !self.state().consumers.is_empty()
+    }
+
+    /// Adds flow permits to a consumer.
+    pub fn flow(&self, key: u64, permits: u32) {
+        let mut st = self.state();
+        if let Some(c) = st.consumers.iter_mut().find(|c| c.key == key) {
+            c.permits += i64::from(permits);
+        }
+        self.wake.notify_all();
+    }
+
+    /// Applies a consumer's `ACK`. Acks of what does not exist or is already acknowledged
+    /// change nothing (the client is not told, as Pulsar does not).
+    pub fn ack(&self, key: u64, cmd: &proto::CommandAck) {
+        let cumulative = cmd.ack_type() == proto::command_ack::AckType::Cumulative;
+        for id in &cmd.message_id {
+            let Target::At(pos, _) = target(id) else {
+                continue;
+            };
+            let outcome = if id.ack_set.is_empty() {
+                if cumulative {
+                    self.cursor.ack_cumulative(pos).map(|_| ())
+                } else {
+                    self.cursor.ack(pos).map(|_| ())
+                }
+            } else {
+                self.ack_batch(id, pos, cumulative)
+            };
+            match outcome {
+                Err(e @ Error::Unsupported { .. }) => {
+                    if !self.refused_logged.swap(true, Ordering::Relaxed) {
+                        log::warn!("subscription {}: ack of {pos:?} refused: {e}", self.name);
+                    }
+                }
+                Err(e) => log::debug!("subscription {}: ack of {pos:?} ignored: {e}", self.name),
+                Ok(()) => {}
+            }
+            let mut st = self.state();
+            if cumulative && id.ack_set.is_empty() {
+                st.pending.retain(|p, (k, _)| *p > pos || *k != key);
+            } else if self.cursor.is_acked(pos).unwrap_or(false) {
+                st.pending.remove(&pos);
+            }
+        }
+    }
+
+    /// An ack carrying an ack set: the messages of entry `pos` whose bit is clear.
+    fn ack_batch(&self, id: &MessageIdData, pos: Position, cumulative: bool) -> Result<(), Error> {
+        if cumulative && pos.entry_id > 0 {
+            // Everything before this entry, then the messages of it the set names.
+            let before = Position::new(pos.ledger_id, pos.entry_id - 1);
+            if let Err(e) = self.cursor.ack_cumulative(before) {
+                log::debug!(
+                    "subscription {}: cumulative ack of {before:?}: {e}",
+                    self.name
+                );
+            }
+        }
+        let size = match id
+            .batch_size
+            .and_then(|s| u32::try_from(s).ok())
+            .filter(|s| *s > 0)
+        {
+            Some(s) => s,
+            None => {
+                let known = self.state().pending.get(&pos).map(|(_, n)| *n);
+                match known {
+                    Some(n) => n,
+                    None => self.topic.read(pos)?.num_messages,
+                }
+            }
+        };
+        for i in acked_indexes(&id.ack_set, size) {
+            self.cursor.ack_batch_index(pos, i, size)?;
+        }
+        Ok(())
+    }
+
+    /// A `REDELIVER_UNACKNOWLEDGED_MESSAGES`: the entries named (all the consumer holds when
+    /// none is named) are delivered again; on Exclusive and Failover, naming none rewinds the
+    /// cursor.
+    pub fn redeliver(&self, key: u64, ids: &[MessageIdData], epoch: Option<u64>) {
+        let _reading = self.reading();
+        let mut st = self.state();
+        if let Some(c) = st.consumers.iter_mut().find(|c| c.key == key)
+            && epoch.is_some()
+        {
+            c.epoch = epoch;
+        }
+        if ids.is_empty() {
+            if self.kind == Kind::Shared {
+                let mine: Vec<Position> = st
+                    .pending
+                    .iter()
+                    .filter(|(_, (k, _))| *k == key)
+                    .map(|(p, _)| *p)
+                    .collect();
+                for p in mine {
+                    st.pending.remove(&p);
+                    st.redeliver.insert(p);
+                }
+            } else {
+                self.rewind_locked(&mut st);
+            }
+        } else {
+            for id in ids {
+                if let Target::At(pos, _) = target(id)
+                    && st.pending.get(&pos).is_some_and(|(k, _)| *k == key)
+                {
+                    st.pending.remove(&pos);
+                    st.redeliver.insert(pos);
+                }
+            }
+        }
+        self.wake.notify_all();
+    }
+
+    /// Moves the cursor (the reset survives a crash: the cursor writes its record), closes
+    /// every consumer on the client side (`CLOSE_CONSUMER`), so each comes back with fresh
+    /// permits and an empty receive queue, then calls `answered` (which queues the `SEEK`'s
+    /// answer): as a Pulsar broker, whose clients complete a seek once the consumer they
+    /// find disconnected at the answer has subscribed again. A reader's subscription ends
+    /// there: the reader subscribes again from the id it sought.
+    pub fn seek_then(&self, to: SeekTo, answered: impl FnOnce()) -> Result<(), Error> {
+        let _reading = self.reading();
+        let mut st = self.state();
+        st.pending.clear();
+        st.redeliver.clear();
+        match to {
+            SeekTo::Time(ts) => self.cursor.seek_by_timestamp(ts.saturating_sub(1))?,
+            SeekTo::Id(Target::Earliest) => self.cursor.seek(Position::new(0, 0))?,
+            SeekTo::Id(Target::Latest) => self
+                .cursor
+                .seek(Position::new(i64::MAX as u64, i64::MAX as u64))?,
+            SeekTo::Id(Target::At(pos, Some(index))) if index > 0 => {
+                let first = self.topic.read(pos)?.first_index();
+                match self.cursor.seek_by_index(first + u64::from(index)) {
+                    // A cursor that cannot hold batch-index acks starts at the whole entry.
+                    Err(Error::Unsupported { .. }) => self.cursor.seek(pos)?,
+                    other => other?,
+                }
+            }
+            SeekTo::Id(Target::At(pos, _)) => self.cursor.seek(pos)?,
+        }
+        for c in st.consumers.drain(..) {
+            let _ = c.out.send(command(BaseCommand {
+                r#type: Type::CloseConsumer as i32,
+                close_consumer: Some(proto::CommandCloseConsumer {
+                    consumer_id: c.consumer_id,
+                    request_id: 0,
+                }),
+                ..Default::default()
+            }));
+        }
+        answered();
+        if self.reader {
+            st.closed = true;
+            let _ = self.cursor.close();
+        }
+        self.wake.notify_all();
+        Ok(())
+    }
+
+    /// The last message id of the topic (what `hasMessageAvailable` compares with) and this
+    /// subscription's mark-delete position.
+    pub fn last_message_id(&self) -> Result<(MessageIdData, Option<MessageIdData>), Error> {
+        let last = match self.topic.last_position() {
+            None => no_message_id(),
+            Some(pos) => {
+                let entry = self.topic.read(pos)?;
+                let batched = decode_entry(&entry.payload)
+                    .and_then(|e| proto::MessageMetadata::decode(e.metadata).ok())
+                    .is_some_and(|m| m.num_messages_in_batch.is_some());
+                message_id(pos, batched.then(|| entry.num_messages.saturating_sub(1)))
+            }
+        };
+        let mark = self
+            .cursor
+            .mark_delete_position()?
+            .map(|p| message_id(p, None));
+        Ok((last, mark))
+    }
+
+    /// Deletes the subscription's cursor (`UNSUBSCRIBE`), refused while another consumer than
+    /// `key` is attached.
+    pub fn unsubscribe(&self, key: u64) -> Result<(), String> {
+        let mut st = self.state();
+        if st.consumers.iter().any(|c| c.key != key) {
+            return Err(format!("subscription {} has other consumers", self.name));
+        }
+        st.consumers.clear();
+        st.closed = true;
+        self.wake.notify_all();
+        drop(st);
+        if self.reader {
+            let _ = self.cursor.close();
+            Ok(())
+        } else {
+            self.topic
+                .delete_cursor(&self.name)
+                .or_else(|e| match e {
+                    // A subscription kept only in memory has no stored cursor.
+                    Error::NoSuchCursor { .. } => self.cursor.close(),
+                    e => Err(e),
+                })
+                .map_err(|e| e.to_string())
+        }
+    }
+
+    /// Stops the dispatcher; a reader's cursor is closed.
+    pub fn close(&self) {
+        self.state().closed = true;
+        self.wake.notify_all();
+        if self.reader {
+            let _ = self.cursor.close();
+        }
+    }
+
+    fn dispatch_loop(self: Arc<Self>) {
+        loop {
+            let max = {
+                let mut st = self.state();
+                loop {
+                    if st.closed {
+                        return;
+                    }
+                    let permits = self.permits(&st);
+                    if permits > 0 {
+                        let per_entry = i64::from(st.last_batch.max(1));
+                        break usize::try_from(permits.div_euclid(per_entry))
+                            .unwrap_or(0)
+                            .clamp(1, MAX_READ);
+                    }
+                    st = self
+                        .wake
+                        .wait(st)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                }
+            };
+            let epoch = {
+                let _reading = self.reading_for_dispatch();
+                let again: Vec<Position> = {
+                    let mut st = self.state();
+                    let again: Vec<Position> = st.redeliver.iter().take(max).copied().collect();
+                    for p in &again {
+                        st.redeliver.remove(p);
+                    }
+                    again
+                };
+                let entries = if again.is_empty() {
+                    match self.cursor.read_entries(max) {
+                        Ok(e) => e,
+                        Err(e) => {
+                            if !self.read_failed(&e) {
+                                return;
+                            }
+                            continue;
+                        }
+                    }
+                } else {
+                    again.into_iter().filter_map(|p| self.reread(p)).collect()
+                };
+                if !entries.is_empty() {
+                    let mut st = self.state();
+                    for entry in entries {
+                        self.dispatch(&mut st, entry);
+                    }
+                    continue;
+                }
+                match self.cursor.epoch() {
+                    Ok(e) => e,
+                    Err(e) => {
+                        if !self.read_failed(&e) {
+                            return;
+                        }
+                        continue;
+                    }
+                }
+            };
+            // Nothing to read: wait for entries without `reading`, so seeks and consumer
+            // changes are not held up by the wait.
+            let entries = match self.cursor.read_entries_or_wait(max, READ_WAIT) {
+                Ok(e) => e,
+                Err(e) => {
+                    if !self.read_failed(&e) {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            if entries.is_empty() {
+                continue;
+            }
+            let _reading = self.reading_for_dispatch();
+            let mut st = self.state();
+            if self.cursor.epoch().ok() == Some(epoch) {
+                for entry in entries {
+                    self.dispatch(&mut st, entry);
+                }
+            } else {
+                // A seek or rewind came while the read waited: whether the read saw the
+                // cursor before or after it moved is unknown, so its entries are delivered
+                // from the redelivery set (at least once) unless acknowledged.
+                for entry in entries {
+                    if !self.cursor.is_acked(entry.position).unwrap_or(true) {
+                        st.redeliver.insert(entry.position);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Logs a failed read and waits a little; `false` when the cursor is closed for good.
+    fn read_failed(&self, e: &Error) -> bool {
+        if matches!(e, Error::Closed) {
+            return false;
+        }
+        log::warn!("subscription {}: read failed: {e}", self.name);
+        let st = self.state();
+        let _ = self.wake.wait_timeout(st, Duration::from_secs(1));
+        true
+    }
+
+    /// Messages the consumers that may receive now can take.
+    fn permits(&self, st: &State) -> i64 {
+        match self.kind {
+            Kind::Shared => st.consumers.iter().map(|c| c.permits.max(0)).sum(),
+            Kind::Exclusive | Kind::Failover => st.consumers.first().map_or(0, |c| c.permits),
+        }
+    }
+
+    /// An entry to deliver again, with the batch indexes the cursor holds acknowledged; `None`
+    /// when it is acknowledged whole or gone.
+    fn reread(&self, pos: Position) -> Option<Entry> {
+        if self.cursor.is_acked(pos).unwrap_or(true) {
+            return None;
+        }
+        let mut entry = self.topic.read(pos).ok()?;
+        if entry.num_messages > 1 {
+            let mut acked = roaring::RoaringBitmap::new();
+            for i in 0..entry.num_messages {
+                if self.cursor.is_batch_index_acked(pos, i).unwrap_or(false) {
+                    acked.insert(i);
+                }
+            }
+            if !acked.is_empty() {
+                entry.acked_batch_indexes = Some(acked);
+            }
+        }
+        Some(entry)
+    }
+
+    fn dispatch(&self, st: &mut State, entry: Entry) {
+        let pos = entry.position;
+        let Some(stored) = decode_entry(&entry.payload) else {
+            log::warn!(
+                "subscription {}: entry {pos:?} is not a message; skipped",
+                self.name
+            );
+            return;
+        };
+        let Ok(metadata) = proto::MessageMetadata::decode(stored.metadata) else {
+            log::warn!(
+                "subscription {}: entry {pos:?} has bad metadata; skipped",
+                self.name
+            );
+            return;
+        };
+        let size = entry.num_messages;
+        let acked = |i: u32| {
+            entry
+                .acked_batch_indexes
+                .as_ref()
+                .is_some_and(|a| a.contains(i))
+        };
+        let unacked = (0..size).filter(|i| !acked(*i)).count() as i64;
+        let ack_set = if entry.acked_batch_indexes.is_some() {
+            dispatch_ack_set(size, acked)
+        } else {
+            Vec::new()
+        };
+        let chosen = match self.kind {
+            Kind::Exclusive | Kind::Failover => st.consumers.first().map(|_| 0),
+            Kind::Shared => {
+                let n = st.consumers.len();
+                (0..n)
+                    .map(|k| (st.next + k) % n)
+                    .find(|&i| st.consumers[i].permits > 0)
+            }
+        };
+        let Some(i) = chosen else {
+            st.redeliver.insert(pos);
+            return;
+        };
+        st.next = i + 1;
+        st.last_batch = size;
+        let c = &mut st.consumers[i];
+        c.permits -= unacked;
+        let message = Message {
+            command: BaseCommand {
+                r#type: Type::Message as i32,
+                message: Some(proto::CommandMessage {
+                    consumer_id: c.consumer_id,
+                    message_id: message_id(pos, None),
+                    redelivery_count: None,
+                    ack_set,
+                    consumer_epoch: c.epoch,
+                }),
+                ..Default::default()
+            },
+            payload: Some(Payload {
+                metadata,
+                data: stored.payload.to_vec(),
+            }),
+        };
+        let key = c.key;
+        if c.out.send(message).is_ok() {
+            st.pending.insert(pos, (key, size));
+        } else {
+            st.redeliver.insert(pos);
+        }
+    }
+}
+
+/// A command without payload.
+pub fn command(command: BaseCommand) -> Message {
+    Message {
+        command,
+        payload: None,
+    }
+}
+
+fn active_change(consumer_id: u64, is_active: bool) -> Message {
+    command(BaseCommand {
+        r#type: Type::ActiveConsumerChange as i32,
+        active_consumer_change: Some(proto::CommandActiveConsumerChange {
+            consumer_id,
+            is_active: Some(is_active),
+        }),
+        ..Default::default()
+    })
+}

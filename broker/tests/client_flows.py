@@ -1,0 +1,449 @@
+"""The reference broker driven by the official Pulsar Python client (its wheels carry the C++
+client): each flow produces, consumes, acknowledges and restarts the broker binary, and checks
+what is delivered against what the flow acknowledged.
+
+Usage: python client_flows.py BROKER_BINARY [FLOW ...]
+Prints one line per flow (PASS or FAIL with the reason) and ends with "N passed, N failed";
+the exit code is 1 when a flow failed.
+
+Synchronisation is on events only: the broker prints `listening on ADDR` once it serves and
+`flushed N cursors` once a SIGUSR1-requested flush tick is durable; a consumer's close returns
+once the broker answered it, which it does only after applying every ack sent before it.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+import pulsar
+
+BINARY = None
+RUNNING = []
+
+
+class Broker:
+    """The broker binary on one data directory; restartable after a SIGKILL."""
+
+    def __init__(self, data_dir, extra=()):
+        self.data_dir = data_dir
+        self.extra = list(extra)
+        self.proc = None
+        self.url = None
+        self.start()
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            [BINARY, "--data-dir", self.data_dir, "--listen", "127.0.0.1:0",
+             "--flush-interval-ms", "100"] + self.extra,
+            stdout=subprocess.PIPE, text=True)
+        RUNNING.append(self.proc)
+        line = self.proc.stdout.readline()
+        assert line.startswith("listening on "), "broker did not start: %r" % line
+        self.url = "pulsar://" + line.split()[-1]
+
+    def flush(self):
+        """Asks for a flush tick and waits until the broker says it is durable."""
+        self.proc.send_signal(signal.SIGUSR1)
+        line = self.proc.stdout.readline()
+        assert line.startswith("flushed "), "unexpected broker output %r" % line
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def restart_after_kill(self):
+        self.kill()
+        self.start()
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        out, _ = self.proc.communicate(timeout=60)
+        assert self.proc.returncode == 0, "broker exit code %s" % self.proc.returncode
+        assert "closed" in out, "broker did not close cleanly: %r" % out
+
+
+def client(broker):
+    return pulsar.Client(broker.url, operation_timeout_seconds=30,
+                         logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+
+
+def produce(c, topic, n, batch=None, start=0):
+    """Sends n messages whose payloads are their numbers (start..start+n) and waits for every
+    receipt; returns the message ids by number."""
+    if batch:
+        p = c.create_producer(topic, batching_enabled=True, batching_max_messages=batch,
+                              batching_max_publish_delay_ms=60000,
+                              block_if_queue_full=True, max_pending_messages=20000)
+    else:
+        p = c.create_producer(topic, batching_enabled=False)
+    ids = {}
+    errors = []
+    done = threading.Semaphore(0)
+
+    def sent(res, msg_id, i):
+        if res != pulsar.Result.Ok:
+            errors.append((i, res))
+        ids[i] = msg_id
+        done.release()
+
+    for i in range(start, start + n):
+        p.send_async(str(i).encode(), lambda res, mid, i=i: sent(res, mid, i))
+    p.flush()
+    for _ in range(n):
+        assert done.acquire(timeout=60), "a receipt never came"
+    assert not errors, "send errors: %r" % errors[:5]
+    p.close()
+    return ids
+
+
+def number(msg):
+    return int(msg.data())
+
+
+def receive_until(consumers, want, timeout_ms=10000):
+    """Receives round-robin from consumers until `want(msgs)` holds; returns (consumer, msg)
+    pairs. Fails when no consumer receives anything for timeout_ms."""
+    got = []
+    idle_since = time.monotonic()
+    while not want(got):
+        progressed = False
+        for c in consumers:
+            # Drain this consumer while it has messages, then look at the next one.
+            while not want(got):
+                try:
+                    m = c.receive(timeout_millis=50)
+                except pulsar.Timeout:
+                    break
+                got.append((c, m))
+                progressed = True
+            if want(got):
+                break
+        if progressed:
+            idle_since = time.monotonic()
+        elif (time.monotonic() - idle_since) * 1000 > timeout_ms:
+            raise AssertionError("no message for %d ms after %d received" % (timeout_ms, len(got)))
+    return got
+
+
+def assert_nothing_more(consumers, wait_ms=500):
+    for c in consumers:
+        try:
+            m = c.receive(timeout_millis=wait_ms)
+        except pulsar.Timeout:
+            continue
+        raise AssertionError("unexpected extra message %r" % m.data())
+
+
+def flow_shared_batch_index_acks_survive_sigkill(tmp):
+    """10,000 messages in batches of 100, two Shared consumers with batch-index acks: even
+    messages acked, every tenth nacked (then redelivered and left unacked). After the acks are
+    flushed and the broker is SIGKILLed and restarted, exactly the odd messages come back."""
+    b = Broker(tmp)
+    c = client(b)
+    topic = "shared-batches"
+    n = 10000
+    produce(c, topic, n, batch=100)
+    consumers = [c.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Shared,
+                             initial_position=pulsar.InitialPosition.Earliest,
+                             batch_index_ack_enabled=True,
+                             negative_ack_redelivery_delay_ms=100,
+                             consumer_name="c%d" % k) for k in range(2)]
+    seen = set()
+    nacked = set()
+    redelivered = set()
+    per_consumer = [0, 0]
+
+    def handle(pairs):
+        for cons, m in pairs[handle.done:]:
+            i = number(m)
+            per_consumer[consumers.index(cons)] += 1
+            if i in seen:
+                # A nack redelivers its whole batch but the acknowledged messages, so
+                # messages of that batch not yet acknowledged (or whose ack was still
+                # grouped in the client) may come again: acknowledged again if even.
+                if i in nacked:
+                    redelivered.add(i)
+                elif i % 2 == 0:
+                    cons.acknowledge(m)
+                continue
+            seen.add(i)
+            if i % 2 == 0:
+                cons.acknowledge(m)
+            elif i % 10 == 1:
+                cons.negative_acknowledge(m)
+                nacked.add(i)
+        handle.done = len(pairs)
+        return len(seen) == n and redelivered >= nacked
+    handle.done = 0
+    receive_until(consumers, handle)
+    assert all(per_consumer), "one consumer received nothing: %r" % per_consumer
+    for cons in consumers:
+        cons.close()
+    b.flush()
+    c.close()
+    b.restart_after_kill()
+    c = client(b)
+    consumers = [c.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Shared,
+                             batch_index_ack_enabled=True, consumer_name="d%d" % k)
+                 for k in range(2)]
+    want = set(i for i in range(n) if i % 2 == 1)
+    got = receive_until(consumers, lambda g: len(g) >= len(want))
+    numbers = [number(m) for _, m in got]
+    acked = [i for i in numbers if i % 2 == 0]
+    assert not acked, "%d acked messages redelivered, e.g. %r" % (len(acked), acked[:5])
+    assert len(set(numbers)) == len(numbers), "duplicates after restart"
+    assert set(numbers) == want, "missing %r" % sorted(want - set(numbers))[:5]
+    assert_nothing_more(consumers)
+    c.close()
+    b.stop()
+
+
+def cumulative(tmp, kind):
+    b = Broker(tmp)
+    c = client(b)
+    topic = "cumulative-%s" % kind
+    produce(c, topic, 100, batch=10)
+    sub_type = pulsar.ConsumerType.Exclusive if kind == "exclusive" else pulsar.ConsumerType.Failover
+    count = 1 if kind == "exclusive" else 2
+    consumers = [c.subscribe(topic, "sub", consumer_type=sub_type, consumer_name="c%d" % k,
+                             initial_position=pulsar.InitialPosition.Earliest)
+                 for k in range(count)]
+    if kind == "exclusive":
+        try:
+            c.subscribe(topic, "sub", consumer_type=sub_type)
+            raise AssertionError("a second consumer joined an exclusive subscription")
+        except pulsar.ConsumerBusy:
+            pass
+    got = receive_until(consumers, lambda g: len(g) >= 60)
+    active = {id(cons) for cons, _ in got}
+    assert len(active) == 1, "messages reached %d consumers" % len(active)
+    active = got[0][0]
+    assert [number(m) for _, m in got] == list(range(60)), "out of order"
+    active.acknowledge_cumulative(got[59][1])
+    active.close()
+    if kind == "failover":
+        # The other consumer takes over and receives from the first unacknowledged message.
+        other = [x for x in consumers if x is not active]
+        got = receive_until(other, lambda g: len(g) >= 40)
+        assert [number(m) for _, m in got] == list(range(60, 100)), \
+            "takeover delivered %r" % [number(m) for _, m in got][:5]
+        other[0].close()
+    b.flush()
+    c.close()
+    b.restart_after_kill()
+    c = client(b)
+    cons = c.subscribe(topic, "sub", consumer_type=sub_type)
+    got = receive_until([cons], lambda g: len(g) >= 40)
+    assert [number(m) for _, m in got] == list(range(60, 100)), \
+        "after restart %r" % [number(m) for _, m in got][:5]
+    assert_nothing_more([cons])
+    c.close()
+    b.stop()
+
+
+def flow_cumulative_ack_exclusive(tmp):
+    """Exclusive: a cumulative ack of message 59 of 100 (batches of 10) survives a SIGKILL;
+    a second consumer is refused."""
+    cumulative(tmp, "exclusive")
+
+
+def flow_cumulative_ack_failover(tmp):
+    """Failover: one active consumer, a cumulative ack, the other consumer takes over from
+    the first unacknowledged message; the ack survives a SIGKILL."""
+    cumulative(tmp, "failover")
+
+
+def flow_seek_by_id_and_time(tmp):
+    """Seek by message id (the broker resets the cursor to that entry; the C++ client then
+    delivers from it, or from the one after when it treats the sought id as its exclusive
+    start, which depends on whether its consumer's reconnection raced the answer) and by
+    publish time (the next message is the first published at or after it), on a durable
+    subscription, also across a SIGKILL."""
+    b = Broker(tmp)
+    c = client(b)
+    topic = "seek"
+    # Sent one at a time (each waits for its receipt, an fsync), so publish times advance.
+    p = c.create_producer(topic, batching_enabled=False)
+    ids = [p.send(str(i).encode()) for i in range(100)]
+    p.close()
+    cons = c.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest)
+    got = receive_until([cons], lambda g: len(g) >= 100)
+    times = [m.publish_timestamp() for _, m in got]
+    for _, m in got:
+        cons.acknowledge(m)
+    cons.seek(ids[20])
+    got = receive_until([cons], lambda g: len(g) >= 3)
+    first = number(got[0][1])
+    assert first in (20, 21), "seek by id delivered %d" % first
+    assert [number(m) for _, m in got] == list(range(first, first + 3)), "after seek by id"
+    k = next(k for k in range(50, 100) if times[k] > times[k - 1])
+    cons.seek(times[k])
+    got = receive_until([cons], lambda g: len(g) >= 1)
+    assert number(got[0][1]) == k, "seek by time %d delivered %d, want %d" % (
+        times[k], number(got[0][1]), k)
+    cons.close()
+    c.close()
+    b.restart_after_kill()
+    c = client(b)
+    cons = c.subscribe(topic, "sub")
+    got = receive_until([cons], lambda g: len(g) >= 100 - k)
+    assert [number(m) for _, m in got] == list(range(k, 100)), "after restart"
+    c.close()
+    b.stop()
+
+
+def flow_readers_inclusive_and_exclusive(tmp):
+    """Readers start after their start id, or at it with start_message_id_inclusive, on plain
+    and batched messages; has_message_available turns false at the end."""
+    b = Broker(tmp)
+    c = client(b)
+    plain = produce(c, "readers-plain", 10)
+    batched = produce(c, "readers-batched", 10, batch=5)
+    for topic, ids in (("readers-plain", plain), ("readers-batched", batched)):
+        for inclusive in (False, True):
+            r = c.create_reader(topic, ids[3], start_message_id_inclusive=inclusive)
+            first = 3 if inclusive else 4
+            seen = []
+            while r.has_message_available():
+                seen.append(number(r.read_next(timeout_millis=10000)))
+            assert seen == list(range(first, 10)), "%s inclusive=%s read %r" % (
+                topic, inclusive, seen)
+            r.close()
+        r = c.create_reader(topic, pulsar.MessageId.earliest)
+        assert number(r.read_next(timeout_millis=10000)) == 0
+        r.close()
+    empty = c.create_reader("readers-empty", pulsar.MessageId.earliest)
+    assert not empty.has_message_available(), "an empty topic has a message available"
+    empty.close()
+    c.close()
+    b.stop()
+
+
+def flow_many_topics_and_subscriptions(tmp):
+    """20 topics with 3 subscriptions each, all consumed and acked at once; after a SIGKILL
+    nothing acked comes back and an unsubscribed subscription starts again from its initial
+    position."""
+    b = Broker(tmp)
+    c = client(b)
+    topics = ["many-%d" % t for t in range(20)]
+    consumers = {}
+    for t in topics:
+        for s in range(3):
+            consumers[(t, s)] = c.subscribe(t, "sub-%d" % s, consumer_type=pulsar.ConsumerType.Shared,
+                                            initial_position=pulsar.InitialPosition.Earliest)
+    for t in topics:
+        produce(c, t, 30, batch=10)
+    for key, cons in consumers.items():
+        got = receive_until([cons], lambda g: len(g) >= 30)
+        assert sorted(number(m) for _, m in got) == list(range(30)), "%r" % (key,)
+        for _, m in got:
+            cons.acknowledge(m)
+    for key, cons in consumers.items():
+        if key[1] == 2:
+            cons.unsubscribe()
+        else:
+            cons.close()
+    b.flush()
+    c.close()
+    b.restart_after_kill()
+    c = client(b)
+    for t in topics:
+        produce(c, t, 5, start=30)
+    reopened = []
+    for t in topics:
+        for s in range(3):
+            cons = c.subscribe(t, "sub-%d" % s, consumer_type=pulsar.ConsumerType.Shared,
+                               initial_position=pulsar.InitialPosition.Earliest)
+            reopened.append(cons)
+    for k, cons in enumerate(reopened):
+        t, s = topics[k // 3], k % 3
+        want = 5 if s < 2 else 35
+        got = receive_until([cons], lambda g: len(g) >= want)
+        first = 30 if s < 2 else 0
+        assert sorted(number(m) for _, m in got) == list(range(first, 35)), (t, s)
+    for cons in reopened:
+        cons.close()
+    c.close()
+    b.stop()
+
+
+def flow_receipts_survive_sigkill(tmp):
+    """A producer sending while the broker is SIGKILLed: every message whose receipt arrived
+    is there after the restart."""
+    b = Broker(tmp)
+    c = pulsar.Client(b.url, operation_timeout_seconds=5,
+                      logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    topic = "receipts"
+    p = c.create_producer(topic, batching_enabled=True, batching_max_messages=50,
+                          batching_max_publish_delay_ms=1, send_timeout_millis=3000,
+                          max_pending_messages=20000, block_if_queue_full=True)
+    lock = threading.Lock()
+    receipts = set()
+    enough = threading.Event()
+
+    def sent(res, _mid, i):
+        if res == pulsar.Result.Ok:
+            with lock:
+                receipts.add(i)
+                if len(receipts) >= 3000:
+                    enough.set()
+
+    for i in range(20000):
+        p.send_async(str(i).encode(), lambda res, mid, i=i: sent(res, mid, i))
+        if enough.is_set():
+            break
+    assert enough.wait(timeout=60), "receipts stopped at %d" % len(receipts)
+    b.kill()
+    with lock:
+        confirmed = set(receipts)
+    c.close()
+    b.start()
+    c = client(b)
+    r = c.create_reader(topic, pulsar.MessageId.earliest)
+    stored = set()
+    while r.has_message_available():
+        stored.add(number(r.read_next(timeout_millis=10000)))
+    lost = confirmed - stored
+    assert not lost, "%d confirmed messages lost, e.g. %r" % (len(lost), sorted(lost)[:5])
+    c.close()
+    b.stop()
+
+
+FLOWS = [f for name, f in sorted(globals().items()) if name.startswith("flow_")]
+
+
+def main(argv):
+    global BINARY
+    BINARY = argv[1]
+    chosen = [f for f in FLOWS if len(argv) < 3 or f.__name__[5:] in argv[2:]]
+    passed = failed = 0
+    for f in chosen:
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="ackstore-broker-") as tmp:
+            try:
+                f(os.path.join(tmp, "store"))
+                passed += 1
+                print("PASS %s (%.1f s)" % (f.__name__[5:], time.monotonic() - started), flush=True)
+            except Exception:
+                failed += 1
+                print("FAIL %s: %s" % (f.__name__[5:], traceback.format_exc()), flush=True)
+            finally:
+                for proc in RUNNING:
+                    if proc.poll() is None:
+                        proc.kill()
+                        proc.wait()
+                RUNNING.clear()
+    print("%d passed, %d failed" % (passed, failed), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    code = main(sys.argv)
+    sys.stdout.flush()
+    # The client library's threads can hang the interpreter's teardown: leave without it.
+    os._exit(code)
