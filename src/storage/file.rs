@@ -1,12 +1,23 @@
 //! Real-file storage: one directory on a local file system.
 //!
 //! Owns: the only `unsafe` block of the crate (the memory map of a sealed file) and the
-//! directory's ownership lock (`LOCK`, held with an exclusive `flock` for the handle's life).
+//! directory's ownership lock (`LOCK`, held for the handle's life).
+//!
+//! The lock is a POSIX record lock (`fcntl(F_SETLK)`) on the whole file, which belongs to the
+//! process: a child process never inherits it, so a process the application spawns (whose
+//! copies of every descriptor live until it calls `exec`) never holds a directory's lock
+//! after its owner released it, as an inherited `flock` would. Within the process, the lock
+//! files held are kept in [`HELD`] (by device and inode), which refuses a second handle of the
+//! same directory. A POSIX lock is released when the process closes *any* descriptor of its
+//! file, so the lock file is opened only by [`FileStorage::lock`], and only when this process
+//! does not hold it (checked by path before the open, under [`HELD`]'s lock).
 
-use std::fs::{File, OpenOptions, TryLockError};
-use std::os::unix::fs::FileExt;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use rustix::fs::FlockOperation;
 
 use super::{LockGuard, Mapped, Storage, StorageFile, validate_name};
 use crate::error::{Error, Result};
@@ -157,6 +168,17 @@ impl Storage for FileStorage {
 
     fn lock(&self) -> Result<LockGuard> {
         let path = self.dir.join(LOCK_FILE);
+        let locked = || Error::Locked {
+            path: self.dir.clone(),
+        };
+        // Held until the lock is taken or refused: no other handle of this process opens or
+        // closes a lock file meanwhile.
+        let mut held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Ok(m) = std::fs::metadata(&path)
+            && held.contains(&(m.dev(), m.ino()))
+        {
+            return Err(locked());
+        }
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -164,13 +186,48 @@ impl Storage for FileStorage {
             .truncate(false)
             .open(&path)
             .map_err(|e| Error::io("open lock file", &path, e))?;
-        match file.try_lock() {
-            Ok(()) => Ok(LockGuard::new(Box::new(file))),
-            Err(TryLockError::WouldBlock) => Err(Error::Locked {
-                path: self.dir.clone(),
-            }),
-            Err(TryLockError::Error(e)) => Err(Error::io("lock", &path, e)),
+        let m = file
+            .metadata()
+            .map_err(|e| Error::io("stat lock file", &path, e))?;
+        let id = (m.dev(), m.ino());
+        if held.contains(&id) {
+            // The file appeared between the check and the open, already held by this process:
+            // closing this descriptor would release that lock, so it is kept open.
+            std::mem::forget(file);
+            return Err(locked());
         }
+        match rustix::fs::fcntl_lock(&file, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {
+                held.push(id);
+                Ok(LockGuard::new(Box::new(HeldLock {
+                    file: Some(file),
+                    id,
+                })))
+            }
+            Err(e) if e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::ACCESS => {
+                Err(locked())
+            }
+            Err(e) => Err(Error::io("lock", &path, std::io::Error::from(e))),
+        }
+    }
+}
+
+/// The lock files this process holds, by device and inode.
+static HELD: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
+
+/// A held directory lock: closing the file releases the POSIX lock, then the file leaves
+/// [`HELD`] (both under its lock, so no other handle of the process opens the file between).
+#[derive(Debug)]
+struct HeldLock {
+    file: Option<File>,
+    id: (u64, u64),
+}
+
+impl Drop for HeldLock {
+    fn drop(&mut self) {
+        let mut held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
+        drop(self.file.take());
+        held.retain(|h| *h != self.id);
     }
 }
 

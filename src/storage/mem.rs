@@ -169,7 +169,7 @@ impl MemStorage {
     /// breaks a stale lock, or shared storage on which the lock did not hold, would: the next
     /// [`Storage::lock`] succeeds although the previous owner's guard lives. Tests use it to
     /// open a second owner next to a first one that does not know it lost the directory. On
-    /// real files this cannot happen within one host: the `flock` is held until the holder
+    /// real files this cannot happen within one host: the lock (a POSIX record lock) is held until the holder
     /// closes it.
     pub fn break_lock(&self) {
         self.state().locked = None;

@@ -8,5 +8,6 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod lock_not_inherited;
 mod sigkill_child;
 mod two_processes_one_directory;
