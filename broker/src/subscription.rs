@@ -311,8 +311,25 @@ impl Subscription {
         }
     }
 
-    /// An ack carrying an ack set: the messages of entry `pos` whose bit is clear.
+    /// An ack carrying an ack set: the messages of entry `pos` whose bit is clear. The set is
+    /// read over the entry's own message count; an ack whose `batch_size` names another count
+    /// is about some other entry and is refused before anything changes.
     fn ack_batch(&self, id: &MessageIdData, pos: Position, cumulative: bool) -> Result<(), Error> {
+        let known = self.state().pending.get(&pos).map(|(_, n)| *n);
+        let size = match known {
+            Some(n) => n,
+            None => self.topic.read(pos)?.num_messages,
+        };
+        if let Some(claimed) = id.batch_size
+            && u32::try_from(claimed).ok() != Some(size)
+        {
+            return Err(Error::InvalidArgument {
+                reason: format!(
+                    "ack set over a batch of {claimed} messages; {pos} holds {size}; \
+                     nothing was changed"
+                ),
+            });
+        }
         if cumulative && pos.entry_id > 0 {
             // Everything before this entry, then the messages of it the set names.
             let before = Position::new(pos.ledger_id, pos.entry_id - 1);
@@ -323,20 +340,6 @@ impl Subscription {
                 );
             }
         }
-        let size = match id
-            .batch_size
-            .and_then(|s| u32::try_from(s).ok())
-            .filter(|s| *s > 0)
-        {
-            Some(s) => s,
-            None => {
-                let known = self.state().pending.get(&pos).map(|(_, n)| *n);
-                match known {
-                    Some(n) => n,
-                    None => self.topic.read(pos)?.num_messages,
-                }
-            }
-        };
         for i in acked_indexes(&id.ack_set, size) {
             self.cursor.ack_batch_index(pos, i, size)?;
         }
