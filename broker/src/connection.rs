@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use ackstore::{AppendMeta, InitialPosition};
+use ackstore::{AppendMeta, InitialPosition, MAX_BATCH_SIZE};
 use futures::{SinkExt, StreamExt};
 use prost::Message as _;
 use pulsar::message::Message;
@@ -241,6 +241,13 @@ impl Connection {
                     .and_then(|n| u32::try_from(n).ok())
                     .unwrap_or(1)
                     .max(1);
+                // A batch no cursor could acknowledge message by message is not stored: every
+                // count a subscription derives from an entry stays within this bound.
+                if num_messages > MAX_BATCH_SIZE {
+                    return Err(format!(
+                        "SEND of a batch of {num_messages} messages (at most {MAX_BATCH_SIZE})"
+                    ));
+                }
                 let meta = AppendMeta {
                     num_messages,
                     timestamp: payload.metadata.publish_time,

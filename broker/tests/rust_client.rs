@@ -491,3 +491,27 @@ async fn a_batch_ack_claiming_another_batch_size_acknowledges_nothing() {
     assert_eq!(entry_of(&again), (id.ledger_id, id.entry_id));
     assert_eq!(again.command.message.expect("body").ack_set, vec![0x3fe]);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_send_of_more_messages_than_a_batch_may_hold_closes_its_connection_unstored() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    let mut raw = Raw::connect(&broker.addr).await;
+    raw.producer("huge-batch").await;
+    raw.send_entry(0, 1).await;
+    let receipt = raw.expect(Type::SendReceipt).await;
+    let id = receipt.command.send_receipt.and_then(|r| r.message_id);
+    let id = id.expect("a receipt names its entry");
+    let too_many = i32::try_from(ackstore::MAX_BATCH_SIZE).expect("fits") + 1;
+    raw.send_entry(1, too_many).await;
+    if let Some(m) = raw.next().await {
+        panic!("the connection stays open: {:?}", m.command);
+    }
+
+    let mut other = Raw::connect(&broker.addr).await;
+    other.subscribe("huge-batch", "sub", 100).await;
+    let m = other.expect(Type::Message).await;
+    assert_eq!(entry_of(&m), (id.ledger_id, id.entry_id));
+    let (last, _) = other.last_message_id().await;
+    assert_eq!((last.ledger_id, last.entry_id), (id.ledger_id, id.entry_id));
+}
