@@ -116,6 +116,8 @@ pub struct Subscription {
     refused_logged: AtomicBool,
     state: Mutex<State>,
     wake: Condvar,
+    /// The dispatcher thread, until [`Self::close_and_wait`] joins it.
+    dispatcher: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl Subscription {
@@ -141,11 +143,15 @@ impl Subscription {
                 ..State::default()
             }),
             wake: Condvar::new(),
+            dispatcher: Mutex::new(None),
         });
         let dispatcher = sub.clone();
-        std::thread::Builder::new()
+        let handle = std::thread::Builder::new()
             .name(format!("dispatch-{}", sub.name))
             .spawn(move || dispatcher.dispatch_loop())?;
+        *sub.dispatcher
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(handle);
         Ok(sub)
     }
 
@@ -484,6 +490,30 @@ impl Subscription {
         if self.reader {
             let _ = self.cursor.close();
         }
+    }
+
+    /// Stops the dispatcher as [`Self::close`] and waits until its thread has ended: no read
+    /// of this subscription moves the cursor afterwards.
+    pub fn close_and_wait(&self) {
+        self.close();
+        let handle = self
+            .dispatcher
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(handle) = handle {
+            let _ = handle.join();
+        }
+    }
+
+    /// Moves the cursor back to its first unacknowledged entry (a subscription taking over a
+    /// cursor another subscription read from).
+    pub fn rewind(&self) -> Result<(), Error> {
+        let _reading = self.reading();
+        let mut st = self.state();
+        st.pending.clear();
+        st.redeliver.clear();
+        self.cursor.rewind()
     }
 
     fn dispatch_loop(self: Arc<Self>) {

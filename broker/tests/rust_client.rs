@@ -515,3 +515,21 @@ async fn a_send_of_more_messages_than_a_batch_may_hold_closes_its_connection_uns
     let (last, _) = other.last_message_id().await;
     assert_eq!((last.ledger_id, last.entry_id), (id.ledger_id, id.entry_id));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subscription_changing_kind_delivers_what_its_last_consumer_left_unacked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    let pulsar = client(&broker).await;
+    produce(&pulsar, "kinds", 0..10).await;
+    let mut c = consumer(&pulsar, "kinds", "sub", SubType::Shared).await;
+    let got = receive(&mut c, 10).await;
+    for msg in &got[..4] {
+        c.ack(msg).await.expect("ack");
+    }
+    c.close().await.expect("close");
+
+    let mut c = consumer(&pulsar, "kinds", "sub", SubType::Exclusive).await;
+    let got: Vec<u32> = receive(&mut c, 6).await.iter().map(number).collect();
+    assert_eq!(got, (4..10).collect::<Vec<_>>());
+}
