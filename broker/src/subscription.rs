@@ -409,8 +409,14 @@ impl Subscription {
                 .cursor
                 .seek(Position::new(i64::MAX as u64, i64::MAX as u64))?,
             SeekTo::Id(Target::At(pos, Some(index))) if index > 0 => {
-                let first = self.topic.read(pos)?.first_index();
-                match self.cursor.seek_by_index(first + u64::from(index)) {
+                let entry = self.topic.read(pos)?;
+                // The id names a message of this entry: an index past its last message means
+                // the entry's end (the next entry, whole), never a message of a later one.
+                let index = index.min(entry.num_messages);
+                match self
+                    .cursor
+                    .seek_by_index(entry.first_index() + u64::from(index))
+                {
                     // A cursor that cannot hold batch-index acks starts at the whole entry.
                     Err(Error::Unsupported { .. }) => self.cursor.seek(pos)?,
                     other => other?,

@@ -533,3 +533,42 @@ async fn a_subscription_changing_kind_delivers_what_its_last_consumer_left_unack
     let got: Vec<u32> = receive(&mut c, 6).await.iter().map(number).collect();
     assert_eq!(got, (4..10).collect::<Vec<_>>());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_seek_to_a_batch_index_beyond_its_batch_skips_no_later_entry() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    let mut raw = Raw::connect(&broker.addr).await;
+    raw.producer("seek-index").await;
+    let mut ids = Vec::new();
+    for sequence_id in 0..3 {
+        raw.send_entry(sequence_id, 10).await;
+        let receipt = raw.expect(Type::SendReceipt).await;
+        let id = receipt.command.send_receipt.and_then(|r| r.message_id);
+        ids.push(id.expect("a receipt names its entry"));
+    }
+    raw.subscribe("seek-index", "sub", 100).await;
+    raw.expect(Type::Message).await;
+
+    // Message 15 of the first entry, which holds 10: the seek goes no further than the
+    // entry after it, which is delivered whole.
+    raw.send(BaseCommand {
+        r#type: Type::Seek as i32,
+        seek: Some(proto::CommandSeek {
+            consumer_id: 1,
+            request_id: 5,
+            message_id: Some(MessageIdData {
+                batch_index: Some(15),
+                ..ids[0].clone()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await;
+    raw.expect(Type::Success).await;
+    raw.subscribe("seek-index", "sub", 100).await;
+    let m = raw.expect(Type::Message).await;
+    assert_eq!(entry_of(&m), (ids[1].ledger_id, ids[1].entry_id));
+    assert_eq!(m.command.message.expect("body").ack_set, Vec::<i64>::new());
+}
