@@ -322,9 +322,13 @@ impl Subscription {
     /// is about some other entry and is refused before anything changes.
     fn ack_batch(&self, id: &MessageIdData, pos: Position, cumulative: bool) -> Result<(), Error> {
         let known = self.state().pending.get(&pos).map(|(_, n)| *n);
-        let size = match known {
-            Some(n) => n,
-            None => self.topic.read(pos)?.num_messages,
+        // The message count, and for a cumulative ack the entry's first message index.
+        let (size, first) = match (known, cumulative) {
+            (Some(n), false) => (n, None),
+            _ => {
+                let entry = self.topic.read(pos)?;
+                (entry.num_messages, Some(entry.first_index()))
+            }
         };
         if let Some(claimed) = id.batch_size
             && u32::try_from(claimed).ok() != Some(size)
@@ -336,14 +340,21 @@ impl Subscription {
                 ),
             });
         }
-        if cumulative && pos.entry_id > 0 {
-            // Everything before this entry, then the messages of it the set names.
-            let before = Position::new(pos.ledger_id, pos.entry_id - 1);
-            if let Err(e) = self.cursor.ack_cumulative(before) {
-                log::debug!(
-                    "subscription {}: cumulative ack of {before:?}: {e}",
-                    self.name
-                );
+        if let Some(first) = first.filter(|f| *f > 0) {
+            // Everything up to the entry before this one (found by message index, so the last
+            // entry of an earlier ledger when this one opens its ledger), then the messages of
+            // this one the set names.
+            match self.topic.find_by_index(first - 1) {
+                Ok(Some(before)) => {
+                    if let Err(e) = self.cursor.ack_cumulative(before) {
+                        log::debug!(
+                            "subscription {}: cumulative ack of {before:?}: {e}",
+                            self.name
+                        );
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => log::debug!("subscription {}: no entry before {pos:?}: {e}", self.name),
             }
         }
         for i in acked_indexes(&id.ack_set, size) {

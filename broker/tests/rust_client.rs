@@ -572,3 +572,57 @@ async fn a_seek_to_a_batch_index_beyond_its_batch_skips_no_later_entry() {
     assert_eq!(entry_of(&m), (ids[1].ledger_id, ids[1].entry_id));
     assert_eq!(m.command.message.expect("body").ack_set, Vec::<i64>::new());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cumulative_batch_ack_on_the_first_entry_of_a_ledger_covers_the_ledger_before() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    let mut raw = Raw::connect(&broker.addr).await;
+    raw.producer("cumulative-ledgers").await;
+    let mut ids = Vec::new();
+    for sequence_id in 0..3 {
+        raw.send_entry(sequence_id, 1).await;
+        let receipt = raw.expect(Type::SendReceipt).await;
+        ids.push(receipt.command.send_receipt.and_then(|r| r.message_id));
+    }
+    drop(raw);
+    broker.sigkill();
+
+    // The restarted broker appends to a new ledger.
+    let broker = Broker::start(dir.path());
+    let mut raw = Raw::connect(&broker.addr).await;
+    raw.producer("cumulative-ledgers").await;
+    raw.send_entry(3, 10).await;
+    let receipt = raw.expect(Type::SendReceipt).await;
+    let batch = receipt.command.send_receipt.and_then(|r| r.message_id);
+    let batch = batch.expect("a receipt names its entry");
+    let last_before = ids[2].clone().expect("a receipt names its entry");
+    assert_ne!(batch.ledger_id, last_before.ledger_id);
+    assert_eq!(batch.entry_id, 0);
+    raw.subscribe("cumulative-ledgers", "sub", 100).await;
+    for _ in 0..4 {
+        raw.expect(Type::Message).await;
+    }
+
+    // Everything before the batch, and its first 5 messages.
+    raw.send(BaseCommand {
+        r#type: Type::Ack as i32,
+        ack: Some(proto::CommandAck {
+            consumer_id: 1,
+            ack_type: proto::command_ack::AckType::Cumulative as i32,
+            message_id: vec![MessageIdData {
+                ack_set: vec![0x3e0],
+                batch_size: Some(10),
+                ..batch.clone()
+            }],
+            request_id: Some(3),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await;
+    raw.expect(Type::AckResponse).await;
+    let (_, mark) = raw.last_message_id().await;
+    let mark = mark.map(|m| (m.ledger_id, m.entry_id));
+    assert_eq!(mark, Some((last_before.ledger_id, last_before.entry_id)));
+}
