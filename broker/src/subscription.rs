@@ -13,10 +13,13 @@
 //!   its entries go to `redeliver` when the cursor's epoch moved meanwhile;
 //! - an entry dispatched carries the ack set of its acknowledged batch indexes, so a client
 //!   never receives a message the cursor holds acknowledged.
+//! - nothing is dispatched to a consumer whose connection holds [`CONNECTION_BACKLOG`] bytes
+//!   or more of messages unwritten (its [`Backlog`]), whatever its permits, beyond the dispatch
+//!   round that crossed the bound.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use ackstore::{Cursor, Entry, Error, ManagedLedger, Position};
@@ -62,6 +65,65 @@ pub enum SeekTo {
     Time(u64),
 }
 
+/// Bytes of messages a connection may hold queued and unwritten before the dispatchers hand its
+/// consumers nothing more (whatever their permits): a client that does not read holds at most
+/// this much of the broker's memory, plus one dispatch round.
+pub const CONNECTION_BACKLOG: usize = 1 << 20;
+
+/// The message bytes a connection has queued and not yet written. Dispatchers hold back from
+/// its consumers while it is at or above [`CONNECTION_BACKLOG`]; the connection's writer wakes
+/// them when it drains below.
+#[derive(Default)]
+pub struct Backlog {
+    bytes: AtomicUsize,
+    waiters: Mutex<Vec<Weak<Subscription>>>,
+}
+
+impl Backlog {
+    fn full(&self) -> bool {
+        self.bytes.load(Ordering::SeqCst) >= CONNECTION_BACKLOG
+    }
+
+    /// Wakes `sub`'s dispatcher whenever this connection drains below the bound.
+    pub fn watch(&self, sub: &Arc<Subscription>) {
+        let mut w = self
+            .waiters
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        w.retain(|s| s.strong_count() > 0);
+        w.push(Arc::downgrade(sub));
+    }
+
+    /// `n` bytes of messages (as [`backlog_size`] counts them) were written to the socket.
+    pub fn written(&self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        let before = self.bytes.fetch_sub(n, Ordering::SeqCst);
+        if before >= CONNECTION_BACKLOG && before - n < CONNECTION_BACKLOG {
+            let subs: Vec<Arc<Subscription>> = self
+                .waiters
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .iter()
+                .filter_map(Weak::upgrade)
+                .collect();
+            for sub in subs {
+                sub.wake();
+            }
+        }
+    }
+}
+
+/// The bytes a message counts for in a [`Backlog`]: a `MESSAGE`'s payload.
+pub fn backlog_size(m: &Message) -> usize {
+    if m.command.r#type == Type::Message as i32 {
+        m.payload.as_ref().map_or(0, |p| p.data.len())
+    } else {
+        0
+    }
+}
+
 /// A consumer attached to the subscription.
 struct Slot {
     /// Broker-wide unique key of this attachment.
@@ -70,6 +132,8 @@ struct Slot {
     consumer_id: u64,
     /// The connection's outbound queue.
     out: UnboundedSender<Message>,
+    /// What that queue holds unwritten.
+    backlog: Arc<Backlog>,
     /// Messages the consumer may still receive (may go below zero by one batch).
     permits: i64,
     /// The consumer epoch of its last redelivery request, stamped on what it receives.
@@ -190,6 +254,7 @@ impl Subscription {
         key: u64,
         consumer_id: u64,
         out: &UnboundedSender<Message>,
+        backlog: &Arc<Backlog>,
         success: Message,
     ) -> Result<(), String> {
         let mut st = self.state();
@@ -207,6 +272,7 @@ impl Subscription {
             key,
             consumer_id,
             out: out.clone(),
+            backlog: backlog.clone(),
             permits: 0,
             epoch: None,
         });
@@ -638,12 +704,20 @@ impl Subscription {
         true
     }
 
-    /// Messages the consumers that may receive now can take.
+    /// Messages the consumers that may receive now can take (none for a consumer whose
+    /// connection's backlog is full).
     fn permits(&self, st: &State) -> i64 {
+        let open = |c: &Slot| if c.backlog.full() { 0 } else { c.permits };
         match self.kind {
-            Kind::Shared => st.consumers.iter().map(|c| c.permits.max(0)).sum(),
-            Kind::Exclusive | Kind::Failover => st.consumers.first().map_or(0, |c| c.permits),
+            Kind::Shared => st.consumers.iter().map(|c| open(c).max(0)).sum(),
+            Kind::Exclusive | Kind::Failover => st.consumers.first().map_or(0, open),
         }
+    }
+
+    /// Wakes the dispatcher to look at its consumers again.
+    fn wake(&self) {
+        let _st = self.state();
+        self.wake.notify_all();
     }
 
     /// An entry to deliver again, with the batch indexes the cursor holds acknowledged; `None`
@@ -702,7 +776,7 @@ impl Subscription {
                 let n = st.consumers.len();
                 (0..n)
                     .map(|k| (st.next + k) % n)
-                    .find(|&i| st.consumers[i].permits > 0)
+                    .find(|&i| st.consumers[i].permits > 0 && !st.consumers[i].backlog.full())
             }
         };
         let Some(i) = chosen else {
@@ -731,6 +805,8 @@ impl Subscription {
             }),
         };
         let key = c.key;
+        let queued = backlog_size(&message);
+        c.backlog.bytes.fetch_add(queued, Ordering::SeqCst);
         if c.out.send(message).is_ok() {
             st.pending.insert(pos, (key, size));
         } else {

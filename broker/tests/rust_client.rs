@@ -626,3 +626,50 @@ async fn a_cumulative_batch_ack_on_the_first_entry_of_a_ledger_covers_the_ledger
     let mark = mark.map(|m| (m.ledger_id, m.entry_id));
     assert_eq!(mark, Some((last_before.ledger_id, last_before.entry_id)));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_consumer_that_never_reads_is_not_handed_the_backlog() {
+    const ENTRIES: u64 = 600;
+    const WANT: usize = 400;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    let mut raw = Raw::connect(&broker.addr).await;
+    raw.producer("never-reads").await;
+    for sequence_id in 0..ENTRIES {
+        let command = BaseCommand {
+            r#type: Type::Send as i32,
+            send: Some(proto::CommandSend {
+                producer_id: 1,
+                sequence_id,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let payload = Payload {
+            metadata: proto::MessageMetadata {
+                producer_name: "raw".into(),
+                sequence_id,
+                ..Default::default()
+            },
+            data: vec![7; 64 * 1024],
+        };
+        raw.send_with(command, Some(payload)).await;
+    }
+    for _ in 0..ENTRIES {
+        raw.expect(Type::SendReceipt).await;
+    }
+
+    // A Shared consumer first in turn, with every permit, that reads nothing: what it cannot
+    // take goes to the consumer that reads, beyond what socket buffers and the broker's
+    // per-connection bound hold for the first.
+    let mut stalled = Raw::connect(&broker.addr).await;
+    stalled.subscribe("never-reads", "sub", u32::MAX).await;
+    let mut reading = Raw::connect(&broker.addr).await;
+    reading.subscribe("never-reads", "sub", u32::MAX).await;
+    let mut got = BTreeSet::new();
+    while got.len() < WANT {
+        let m = reading.expect(Type::Message).await;
+        got.insert(entry_of(&m));
+    }
+    drop(stalled);
+}
