@@ -661,7 +661,10 @@ async fn a_consumer_that_never_reads_is_not_handed_the_backlog() {
 
     // A Shared consumer first in turn, with every permit, that reads nothing: what it cannot
     // take goes to the consumer that reads, beyond what socket buffers and the broker's
-    // per-connection bound hold for the first.
+    // per-connection bound (1 MiB) hold for the first. The entries are 37.5 MiB; the reader
+    // needs two thirds of them, so the socket buffers of a connection that never reads (a
+    // send buffer of at most `net.ipv4.tcp_wmem`, 4 MiB by default, and an initial receive
+    // window) may hold up to 11 MiB. Without the bound the first consumer takes half.
     let mut stalled = Raw::connect(&broker.addr).await;
     stalled.subscribe("never-reads", "sub", u32::MAX).await;
     let mut reading = Raw::connect(&broker.addr).await;
