@@ -65,7 +65,10 @@ impl Broker {
     }
 
     /// The durable subscription `name` of `topic`, opened (or created at `start`) on first use.
-    /// Refused when it exists with consumers of another kind.
+    /// Refused when it exists with consumers of another kind; without consumers it is replaced
+    /// by one of the new kind, once the old one's dispatcher has ended, starting at the cursor's
+    /// first unacknowledged entry (what the old one read but never had acknowledged is
+    /// delivered again).
     pub fn durable(
         &self,
         topic: &str,
@@ -75,6 +78,7 @@ impl Broker {
     ) -> Result<Arc<Subscription>, String> {
         let mut subs = self.subscriptions();
         let key = (topic.to_owned(), name.to_owned());
+        let mut replaced = false;
         if let Some(sub) = subs.get(&key) {
             if sub.kind == kind {
                 return Ok(sub.clone());
@@ -85,8 +89,9 @@ impl Broker {
                     sub.kind
                 ));
             }
-            sub.close();
+            sub.close_and_wait();
             subs.remove(&key);
+            replaced = true;
         }
         let ledger = self.topic(topic)?;
         let cursor = if self.cursors_in_memory {
@@ -109,6 +114,10 @@ impl Broker {
         .map_err(|e| e.to_string())?;
         let sub = Subscription::start(name.to_owned(), kind, false, ledger, cursor)
             .map_err(|e| e.to_string())?;
+        if replaced && let Err(e) = sub.rewind() {
+            sub.close();
+            return Err(e.to_string());
+        }
         subs.insert(key, sub.clone());
         Ok(sub)
     }

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use ackstore::{AppendMeta, InitialPosition};
+use ackstore::{AppendMeta, InitialPosition, MAX_BATCH_SIZE};
 use futures::{SinkExt, StreamExt};
 use prost::Message as _;
 use pulsar::message::Message;
@@ -24,7 +24,7 @@ use crate::broker::{Broker, Start};
 use crate::frame::{BrokerCodec, MAX_MESSAGE_SIZE};
 use crate::ids::{Target, target};
 use crate::producer::{Producer, Send};
-use crate::subscription::{Kind, SeekTo, Subscription};
+use crate::subscription::{Backlog, Kind, SeekTo, Subscription, backlog_size};
 
 /// The newest protocol version this broker speaks (that of the `pulsar` crate's protocol file).
 const PROTOCOL_VERSION: i32 = 19;
@@ -51,6 +51,8 @@ type Fatal = String;
 struct Connection {
     broker: Arc<Broker>,
     out: UnboundedSender<Message>,
+    /// What `out` holds unwritten of the messages dispatched to this connection's consumers.
+    backlog: Arc<Backlog>,
     connected: bool,
     producers: HashMap<u64, Producer>,
     consumers: HashMap<u64, Consumer>,
@@ -65,26 +67,32 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream) {
     let (rd, wr) = stream.into_split();
     let mut input = FramedRead::new(rd, BrokerCodec::new());
     let (out, mut outbound) = unbounded_channel::<Message>();
+    let backlog = Arc::new(Backlog::default());
+    let drained = backlog.clone();
     let writer = tokio::spawn(async move {
         let mut sink = FramedWrite::new(wr, BrokerCodec::new());
         while let Some(m) = outbound.recv().await {
-            if sink.feed(m).await.is_err() {
-                return;
-            }
-            // Send what is queued in one write, then flush.
-            while let Ok(m) = outbound.try_recv() {
+            // Send what is queued in one write, then flush; what was written leaves the
+            // backlog.
+            let mut written = 0;
+            let mut next = Some(m);
+            while let Some(m) = next {
+                written += backlog_size(&m);
                 if sink.feed(m).await.is_err() {
                     return;
                 }
+                next = outbound.try_recv().ok();
             }
             if sink.flush().await.is_err() {
                 return;
             }
+            drained.written(written);
         }
     });
     let mut conn = Connection {
         broker,
         out,
+        backlog,
         connected: false,
         producers: HashMap::new(),
         consumers: HashMap::new(),
@@ -241,6 +249,13 @@ impl Connection {
                     .and_then(|n| u32::try_from(n).ok())
                     .unwrap_or(1)
                     .max(1);
+                // A batch no cursor could acknowledge message by message is not stored: every
+                // count a subscription derives from an entry stays within this bound.
+                if num_messages > MAX_BATCH_SIZE {
+                    return Err(format!(
+                        "SEND of a batch of {num_messages} messages (at most {MAX_BATCH_SIZE})"
+                    ));
+                }
                 let meta = AppendMeta {
                     num_messages,
                     timestamp: payload.metadata.publish_time,
@@ -480,8 +495,15 @@ impl Connection {
             }
         };
         let key = self.broker.next_key();
-        match sub.attach(key, c.consumer_id, &self.out, success(c.request_id)) {
+        match sub.attach(
+            key,
+            c.consumer_id,
+            &self.out,
+            &self.backlog,
+            success(c.request_id),
+        ) {
             Ok(()) => {
+                self.backlog.watch(&sub);
                 self.consumers.insert(
                     c.consumer_id,
                     Consumer {

@@ -3,8 +3,8 @@
 //! sets over a batch, a set bit meaning "not acknowledged") map to the indexes a cursor holds.
 //!
 //! Owns no state. Must never turn an id the client made up into an ack of more than it names:
-//! an ack set is read only over `0..batch_size`, and the special ids `earliest` and `latest`
-//! are recognised here and nowhere else.
+//! an ack set is read only over `0..n` for the `n` messages of the entry it names, and the
+//! special ids `earliest` and `latest` are recognised here and nowhere else.
 
 use ackstore::Position;
 use pulsar::proto::MessageIdData;

@@ -13,10 +13,13 @@
 //!   its entries go to `redeliver` when the cursor's epoch moved meanwhile;
 //! - an entry dispatched carries the ack set of its acknowledged batch indexes, so a client
 //!   never receives a message the cursor holds acknowledged.
+//! - nothing is dispatched to a consumer whose connection holds [`CONNECTION_BACKLOG`] bytes
+//!   or more of messages unwritten (its [`Backlog`]), whatever its permits, beyond the dispatch
+//!   round that crossed the bound.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use ackstore::{Cursor, Entry, Error, ManagedLedger, Position};
@@ -62,6 +65,65 @@ pub enum SeekTo {
     Time(u64),
 }
 
+/// Bytes of messages a connection may hold queued and unwritten before the dispatchers hand its
+/// consumers nothing more (whatever their permits): a client that does not read holds at most
+/// this much of the broker's memory, plus one dispatch round.
+pub const CONNECTION_BACKLOG: usize = 1 << 20;
+
+/// The message bytes a connection has queued and not yet written. Dispatchers hold back from
+/// its consumers while it is at or above [`CONNECTION_BACKLOG`]; the connection's writer wakes
+/// them when it drains below.
+#[derive(Default)]
+pub struct Backlog {
+    bytes: AtomicUsize,
+    waiters: Mutex<Vec<Weak<Subscription>>>,
+}
+
+impl Backlog {
+    fn full(&self) -> bool {
+        self.bytes.load(Ordering::SeqCst) >= CONNECTION_BACKLOG
+    }
+
+    /// Wakes `sub`'s dispatcher whenever this connection drains below the bound.
+    pub fn watch(&self, sub: &Arc<Subscription>) {
+        let mut w = self
+            .waiters
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        w.retain(|s| s.strong_count() > 0);
+        w.push(Arc::downgrade(sub));
+    }
+
+    /// `n` bytes of messages (as [`backlog_size`] counts them) were written to the socket.
+    pub fn written(&self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        let before = self.bytes.fetch_sub(n, Ordering::SeqCst);
+        if before >= CONNECTION_BACKLOG && before - n < CONNECTION_BACKLOG {
+            let subs: Vec<Arc<Subscription>> = self
+                .waiters
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .iter()
+                .filter_map(Weak::upgrade)
+                .collect();
+            for sub in subs {
+                sub.wake();
+            }
+        }
+    }
+}
+
+/// The bytes a message counts for in a [`Backlog`]: a `MESSAGE`'s payload.
+pub fn backlog_size(m: &Message) -> usize {
+    if m.command.r#type == Type::Message as i32 {
+        m.payload.as_ref().map_or(0, |p| p.data.len())
+    } else {
+        0
+    }
+}
+
 /// A consumer attached to the subscription.
 struct Slot {
     /// Broker-wide unique key of this attachment.
@@ -70,6 +132,8 @@ struct Slot {
     consumer_id: u64,
     /// The connection's outbound queue.
     out: UnboundedSender<Message>,
+    /// What that queue holds unwritten.
+    backlog: Arc<Backlog>,
     /// Messages the consumer may still receive (may go below zero by one batch).
     permits: i64,
     /// The consumer epoch of its last redelivery request, stamped on what it receives.
@@ -116,6 +180,8 @@ pub struct Subscription {
     refused_logged: AtomicBool,
     state: Mutex<State>,
     wake: Condvar,
+    /// The dispatcher thread, until [`Self::close_and_wait`] joins it.
+    dispatcher: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl Subscription {
@@ -141,11 +207,15 @@ impl Subscription {
                 ..State::default()
             }),
             wake: Condvar::new(),
+            dispatcher: Mutex::new(None),
         });
         let dispatcher = sub.clone();
-        std::thread::Builder::new()
+        let handle = std::thread::Builder::new()
             .name(format!("dispatch-{}", sub.name))
             .spawn(move || dispatcher.dispatch_loop())?;
+        *sub.dispatcher
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(handle);
         Ok(sub)
     }
 
@@ -184,6 +254,7 @@ impl Subscription {
         key: u64,
         consumer_id: u64,
         out: &UnboundedSender<Message>,
+        backlog: &Arc<Backlog>,
         success: Message,
     ) -> Result<(), String> {
         let mut st = self.state();
@@ -201,6 +272,7 @@ impl Subscription {
             key,
             consumer_id,
             out: out.clone(),
+            backlog: backlog.clone(),
             permits: 0,
             epoch: None,
         });
@@ -311,32 +383,46 @@ impl Subscription {
         }
     }
 
-    /// An ack carrying an ack set: the messages of entry `pos` whose bit is clear.
+    /// An ack carrying an ack set: the messages of entry `pos` whose bit is clear. The set is
+    /// read over the entry's own message count; an ack whose `batch_size` names another count
+    /// is about some other entry and is refused before anything changes.
     fn ack_batch(&self, id: &MessageIdData, pos: Position, cumulative: bool) -> Result<(), Error> {
-        if cumulative && pos.entry_id > 0 {
-            // Everything before this entry, then the messages of it the set names.
-            let before = Position::new(pos.ledger_id, pos.entry_id - 1);
-            if let Err(e) = self.cursor.ack_cumulative(before) {
-                log::debug!(
-                    "subscription {}: cumulative ack of {before:?}: {e}",
-                    self.name
-                );
-            }
-        }
-        let size = match id
-            .batch_size
-            .and_then(|s| u32::try_from(s).ok())
-            .filter(|s| *s > 0)
-        {
-            Some(s) => s,
-            None => {
-                let known = self.state().pending.get(&pos).map(|(_, n)| *n);
-                match known {
-                    Some(n) => n,
-                    None => self.topic.read(pos)?.num_messages,
-                }
+        let known = self.state().pending.get(&pos).map(|(_, n)| *n);
+        // The message count, and for a cumulative ack the entry's first message index.
+        let (size, first) = match (known, cumulative) {
+            (Some(n), false) => (n, None),
+            _ => {
+                let entry = self.topic.read(pos)?;
+                (entry.num_messages, Some(entry.first_index()))
             }
         };
+        if let Some(claimed) = id.batch_size
+            && u32::try_from(claimed).ok() != Some(size)
+        {
+            return Err(Error::InvalidArgument {
+                reason: format!(
+                    "ack set over a batch of {claimed} messages; {pos} holds {size}; \
+                     nothing was changed"
+                ),
+            });
+        }
+        if let Some(first) = first.filter(|f| *f > 0) {
+            // Everything up to the entry before this one (found by message index, so the last
+            // entry of an earlier ledger when this one opens its ledger), then the messages of
+            // this one the set names.
+            match self.topic.find_by_index(first - 1) {
+                Ok(Some(before)) => {
+                    if let Err(e) = self.cursor.ack_cumulative(before) {
+                        log::debug!(
+                            "subscription {}: cumulative ack of {before:?}: {e}",
+                            self.name
+                        );
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => log::debug!("subscription {}: no entry before {pos:?}: {e}", self.name),
+            }
+        }
         for i in acked_indexes(&id.ack_set, size) {
             self.cursor.ack_batch_index(pos, i, size)?;
         }
@@ -400,8 +486,14 @@ impl Subscription {
                 .cursor
                 .seek(Position::new(i64::MAX as u64, i64::MAX as u64))?,
             SeekTo::Id(Target::At(pos, Some(index))) if index > 0 => {
-                let first = self.topic.read(pos)?.first_index();
-                match self.cursor.seek_by_index(first + u64::from(index)) {
+                let entry = self.topic.read(pos)?;
+                // The id names a message of this entry: an index past its last message means
+                // the entry's end (the next entry, whole), never a message of a later one.
+                let index = index.min(entry.num_messages);
+                match self
+                    .cursor
+                    .seek_by_index(entry.first_index() + u64::from(index))
+                {
                     // A cursor that cannot hold batch-index acks starts at the whole entry.
                     Err(Error::Unsupported { .. }) => self.cursor.seek(pos)?,
                     other => other?,
@@ -481,6 +573,30 @@ impl Subscription {
         if self.reader {
             let _ = self.cursor.close();
         }
+    }
+
+    /// Stops the dispatcher as [`Self::close`] and waits until its thread has ended: no read
+    /// of this subscription moves the cursor afterwards.
+    pub fn close_and_wait(&self) {
+        self.close();
+        let handle = self
+            .dispatcher
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(handle) = handle {
+            let _ = handle.join();
+        }
+    }
+
+    /// Moves the cursor back to its first unacknowledged entry (a subscription taking over a
+    /// cursor another subscription read from).
+    pub fn rewind(&self) -> Result<(), Error> {
+        let _reading = self.reading();
+        let mut st = self.state();
+        st.pending.clear();
+        st.redeliver.clear();
+        self.cursor.rewind()
     }
 
     fn dispatch_loop(self: Arc<Self>) {
@@ -588,12 +704,20 @@ impl Subscription {
         true
     }
 
-    /// Messages the consumers that may receive now can take.
+    /// Messages the consumers that may receive now can take (none for a consumer whose
+    /// connection's backlog is full).
     fn permits(&self, st: &State) -> i64 {
+        let open = |c: &Slot| if c.backlog.full() { 0 } else { c.permits };
         match self.kind {
-            Kind::Shared => st.consumers.iter().map(|c| c.permits.max(0)).sum(),
-            Kind::Exclusive | Kind::Failover => st.consumers.first().map_or(0, |c| c.permits),
+            Kind::Shared => st.consumers.iter().map(|c| open(c).max(0)).sum(),
+            Kind::Exclusive | Kind::Failover => st.consumers.first().map_or(0, open),
         }
+    }
+
+    /// Wakes the dispatcher to look at its consumers again.
+    fn wake(&self) {
+        let _st = self.state();
+        self.wake.notify_all();
     }
 
     /// An entry to deliver again, with the batch indexes the cursor holds acknowledged; `None`
@@ -652,7 +776,7 @@ impl Subscription {
                 let n = st.consumers.len();
                 (0..n)
                     .map(|k| (st.next + k) % n)
-                    .find(|&i| st.consumers[i].permits > 0)
+                    .find(|&i| st.consumers[i].permits > 0 && !st.consumers[i].backlog.full())
             }
         };
         let Some(i) = chosen else {
@@ -681,6 +805,8 @@ impl Subscription {
             }),
         };
         let key = c.key;
+        let queued = backlog_size(&message);
+        c.backlog.bytes.fetch_add(queued, Ordering::SeqCst);
         if c.out.send(message).is_ok() {
             st.pending.insert(pos, (key, size));
         } else {

@@ -14,6 +14,8 @@ use std::time::Duration;
 
 use futures::TryStreamExt;
 use pulsar::consumer::InitialPosition;
+use pulsar::message::Payload;
+use pulsar::proto::{self, BaseCommand, MessageIdData, base_command::Type};
 use pulsar::{Consumer, ConsumerOptions, Pulsar, SubType, TokioExecutor};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -264,4 +266,413 @@ async fn a_bad_frame_closes_its_connection_only_and_changes_nothing_stored() {
     produce(&pulsar, "bad", 10..11).await;
     let next: Vec<u32> = receive(&mut c, 1).await.iter().map(number).collect();
     assert_eq!(next, vec![10]);
+}
+
+/// A client that writes protocol commands itself: what the client libraries never send.
+struct Raw(tokio_util::codec::Framed<tokio::net::TcpStream, pulsar::message::Codec>);
+
+impl Raw {
+    async fn connect(addr: &str) -> Self {
+        let s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let mut raw = Self(tokio_util::codec::Framed::new(s, pulsar::message::Codec));
+        raw.send(BaseCommand {
+            r#type: Type::Connect as i32,
+            connect: Some(proto::CommandConnect {
+                client_version: "raw".into(),
+                protocol_version: Some(19),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await;
+        raw.expect(Type::Connected).await;
+        raw
+    }
+
+    async fn send(&mut self, command: BaseCommand) {
+        self.send_with(command, None).await;
+    }
+
+    async fn send_with(&mut self, command: BaseCommand, payload: Option<Payload>) {
+        use futures::SinkExt;
+        self.0
+            .send(pulsar::message::Message { command, payload })
+            .await
+            .expect("write");
+    }
+
+    /// The next frame from the broker, `None` once it closed the connection (failing after
+    /// 20 s without either).
+    async fn next(&mut self) -> Option<pulsar::message::Message> {
+        use futures::StreamExt;
+        tokio::time::timeout(Duration::from_secs(20), self.0.next())
+            .await
+            .expect("the broker answers in time")
+            .and_then(Result::ok)
+    }
+
+    /// The next frame of type `t`, skipping the others (an error answer fails).
+    async fn expect(&mut self, t: Type) -> pulsar::message::Message {
+        loop {
+            let m = self.next().await.expect("the connection stays open");
+            assert_ne!(m.command.r#type, Type::Error as i32, "{:?}", m.command);
+            if m.command.r#type == t as i32 {
+                return m;
+            }
+        }
+    }
+
+    /// Opens producer 1 on `topic`.
+    async fn producer(&mut self, topic: &str) {
+        self.send(BaseCommand {
+            r#type: Type::Producer as i32,
+            producer: Some(proto::CommandProducer {
+                topic: topic.into(),
+                producer_id: 1,
+                request_id: 1,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await;
+        self.expect(Type::ProducerSuccess).await;
+    }
+
+    /// Sends one entry of `batch` messages from producer 1, without waiting for its answer.
+    async fn send_entry(&mut self, sequence_id: u64, batch: i32) {
+        let metadata = proto::MessageMetadata {
+            producer_name: "raw".into(),
+            sequence_id,
+            publish_time: 1 + sequence_id,
+            num_messages_in_batch: Some(batch),
+            ..Default::default()
+        };
+        let command = BaseCommand {
+            r#type: Type::Send as i32,
+            send: Some(proto::CommandSend {
+                producer_id: 1,
+                sequence_id,
+                num_messages: Some(batch),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let payload = Payload {
+            metadata,
+            data: b"opaque".to_vec(),
+        };
+        self.send_with(command, Some(payload)).await;
+    }
+
+    /// Subscribes consumer 1 to `sub` (Shared, from the earliest entry) with `permits`.
+    async fn subscribe(&mut self, topic: &str, sub: &str, permits: u32) {
+        self.send(BaseCommand {
+            r#type: Type::Subscribe as i32,
+            subscribe: Some(proto::CommandSubscribe {
+                topic: topic.into(),
+                subscription: sub.into(),
+                sub_type: proto::command_subscribe::SubType::Shared as i32,
+                consumer_id: 1,
+                request_id: 2,
+                initial_position: Some(proto::command_subscribe::InitialPosition::Earliest as i32),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await;
+        self.expect(Type::Success).await;
+        self.send(BaseCommand {
+            r#type: Type::Flow as i32,
+            flow: Some(proto::CommandFlow {
+                consumer_id: 1,
+                message_permits: permits,
+            }),
+            ..Default::default()
+        })
+        .await;
+    }
+
+    /// Acknowledges `id` individually for consumer 1 and waits for the answer.
+    async fn ack(&mut self, id: MessageIdData) {
+        self.send(BaseCommand {
+            r#type: Type::Ack as i32,
+            ack: Some(proto::CommandAck {
+                consumer_id: 1,
+                ack_type: proto::command_ack::AckType::Individual as i32,
+                message_id: vec![id],
+                request_id: Some(3),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await;
+        self.expect(Type::AckResponse).await;
+    }
+
+    /// Consumer 1's unacknowledged entries are delivered again.
+    async fn redeliver(&mut self) {
+        self.send(BaseCommand {
+            r#type: Type::RedeliverUnacknowledgedMessages as i32,
+            redeliver_unacknowledged_messages: Some(
+                proto::CommandRedeliverUnacknowledgedMessages {
+                    consumer_id: 1,
+                    ..Default::default()
+                },
+            ),
+            ..Default::default()
+        })
+        .await;
+    }
+
+    /// The topic's last message id and consumer 1's mark-delete position.
+    async fn last_message_id(&mut self) -> (MessageIdData, Option<MessageIdData>) {
+        self.send(BaseCommand {
+            r#type: Type::GetLastMessageId as i32,
+            get_last_message_id: Some(proto::CommandGetLastMessageId {
+                consumer_id: 1,
+                request_id: 4,
+            }),
+            ..Default::default()
+        })
+        .await;
+        let r = self.expect(Type::GetLastMessageIdResponse).await;
+        let r = r.command.get_last_message_id_response.expect("body");
+        (r.last_message_id, r.consumer_mark_delete_position)
+    }
+}
+
+fn entry_of(m: &pulsar::message::Message) -> (u64, u64) {
+    let id = &m.command.message.as_ref().expect("a MESSAGE").message_id;
+    (id.ledger_id, id.entry_id)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_ack_claiming_another_batch_size_acknowledges_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    let mut raw = Raw::connect(&broker.addr).await;
+    raw.producer("batch-size").await;
+    raw.send_entry(0, 10).await;
+    let receipt = raw.expect(Type::SendReceipt).await;
+    let id = receipt.command.send_receipt.and_then(|r| r.message_id);
+    let id = id.expect("a receipt names its entry");
+    raw.subscribe("batch-size", "sub", 100).await;
+    let m = raw.expect(Type::Message).await;
+    assert_eq!(entry_of(&m), (id.ledger_id, id.entry_id));
+
+    // Message 0 of a batch the client says holds 1 message: the entry holds 10, so the ack
+    // names no message of it.
+    let message = |ack_set: Vec<i64>, batch_size: i32| MessageIdData {
+        ledger_id: id.ledger_id,
+        entry_id: id.entry_id,
+        ack_set,
+        batch_size: Some(batch_size),
+        ..Default::default()
+    };
+    raw.ack(message(vec![!1], 1)).await;
+    let (_, mark) = raw.last_message_id().await;
+    assert!(
+        mark.as_ref()
+            .is_none_or(|m| (m.ledger_id, m.entry_id) < (id.ledger_id, id.entry_id)),
+        "the entry of 10 messages is acknowledged: mark-delete {mark:?}"
+    );
+    raw.redeliver().await;
+    let again = raw.expect(Type::Message).await;
+    assert_eq!(entry_of(&again), (id.ledger_id, id.entry_id));
+    assert_eq!(
+        again.command.message.expect("body").ack_set,
+        Vec::<i64>::new()
+    );
+
+    // The same ack with the entry's own size acknowledges message 0 only.
+    raw.ack(message(vec![!1], 10)).await;
+    raw.redeliver().await;
+    let again = raw.expect(Type::Message).await;
+    assert_eq!(entry_of(&again), (id.ledger_id, id.entry_id));
+    assert_eq!(again.command.message.expect("body").ack_set, vec![0x3fe]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_send_of_more_messages_than_a_batch_may_hold_closes_its_connection_unstored() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    let mut raw = Raw::connect(&broker.addr).await;
+    raw.producer("huge-batch").await;
+    raw.send_entry(0, 1).await;
+    let receipt = raw.expect(Type::SendReceipt).await;
+    let id = receipt.command.send_receipt.and_then(|r| r.message_id);
+    let id = id.expect("a receipt names its entry");
+    let too_many = i32::try_from(ackstore::MAX_BATCH_SIZE).expect("fits") + 1;
+    raw.send_entry(1, too_many).await;
+    if let Some(m) = raw.next().await {
+        panic!("the connection stays open: {:?}", m.command);
+    }
+
+    let mut other = Raw::connect(&broker.addr).await;
+    other.subscribe("huge-batch", "sub", 100).await;
+    let m = other.expect(Type::Message).await;
+    assert_eq!(entry_of(&m), (id.ledger_id, id.entry_id));
+    let (last, _) = other.last_message_id().await;
+    assert_eq!((last.ledger_id, last.entry_id), (id.ledger_id, id.entry_id));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subscription_changing_kind_delivers_what_its_last_consumer_left_unacked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    let pulsar = client(&broker).await;
+    produce(&pulsar, "kinds", 0..10).await;
+    let mut c = consumer(&pulsar, "kinds", "sub", SubType::Shared).await;
+    let got = receive(&mut c, 10).await;
+    for msg in &got[..4] {
+        c.ack(msg).await.expect("ack");
+    }
+    c.close().await.expect("close");
+
+    let mut c = consumer(&pulsar, "kinds", "sub", SubType::Exclusive).await;
+    let got: Vec<u32> = receive(&mut c, 6).await.iter().map(number).collect();
+    assert_eq!(got, (4..10).collect::<Vec<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_seek_to_a_batch_index_beyond_its_batch_skips_no_later_entry() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    let mut raw = Raw::connect(&broker.addr).await;
+    raw.producer("seek-index").await;
+    let mut ids = Vec::new();
+    for sequence_id in 0..3 {
+        raw.send_entry(sequence_id, 10).await;
+        let receipt = raw.expect(Type::SendReceipt).await;
+        let id = receipt.command.send_receipt.and_then(|r| r.message_id);
+        ids.push(id.expect("a receipt names its entry"));
+    }
+    raw.subscribe("seek-index", "sub", 100).await;
+    raw.expect(Type::Message).await;
+
+    // Message 15 of the first entry, which holds 10: the seek goes no further than the
+    // entry after it, which is delivered whole.
+    raw.send(BaseCommand {
+        r#type: Type::Seek as i32,
+        seek: Some(proto::CommandSeek {
+            consumer_id: 1,
+            request_id: 5,
+            message_id: Some(MessageIdData {
+                batch_index: Some(15),
+                ..ids[0].clone()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await;
+    raw.expect(Type::Success).await;
+    raw.subscribe("seek-index", "sub", 100).await;
+    let m = raw.expect(Type::Message).await;
+    assert_eq!(entry_of(&m), (ids[1].ledger_id, ids[1].entry_id));
+    assert_eq!(m.command.message.expect("body").ack_set, Vec::<i64>::new());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cumulative_batch_ack_on_the_first_entry_of_a_ledger_covers_the_ledger_before() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    let mut raw = Raw::connect(&broker.addr).await;
+    raw.producer("cumulative-ledgers").await;
+    let mut ids = Vec::new();
+    for sequence_id in 0..3 {
+        raw.send_entry(sequence_id, 1).await;
+        let receipt = raw.expect(Type::SendReceipt).await;
+        ids.push(receipt.command.send_receipt.and_then(|r| r.message_id));
+    }
+    drop(raw);
+    broker.sigkill();
+
+    // The restarted broker appends to a new ledger.
+    let broker = Broker::start(dir.path());
+    let mut raw = Raw::connect(&broker.addr).await;
+    raw.producer("cumulative-ledgers").await;
+    raw.send_entry(3, 10).await;
+    let receipt = raw.expect(Type::SendReceipt).await;
+    let batch = receipt.command.send_receipt.and_then(|r| r.message_id);
+    let batch = batch.expect("a receipt names its entry");
+    let last_before = ids[2].clone().expect("a receipt names its entry");
+    assert_ne!(batch.ledger_id, last_before.ledger_id);
+    assert_eq!(batch.entry_id, 0);
+    raw.subscribe("cumulative-ledgers", "sub", 100).await;
+    for _ in 0..4 {
+        raw.expect(Type::Message).await;
+    }
+
+    // Everything before the batch, and its first 5 messages.
+    raw.send(BaseCommand {
+        r#type: Type::Ack as i32,
+        ack: Some(proto::CommandAck {
+            consumer_id: 1,
+            ack_type: proto::command_ack::AckType::Cumulative as i32,
+            message_id: vec![MessageIdData {
+                ack_set: vec![0x3e0],
+                batch_size: Some(10),
+                ..batch.clone()
+            }],
+            request_id: Some(3),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await;
+    raw.expect(Type::AckResponse).await;
+    let (_, mark) = raw.last_message_id().await;
+    let mark = mark.map(|m| (m.ledger_id, m.entry_id));
+    assert_eq!(mark, Some((last_before.ledger_id, last_before.entry_id)));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_consumer_that_never_reads_is_not_handed_the_backlog() {
+    const ENTRIES: u64 = 600;
+    const WANT: usize = 400;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    let mut raw = Raw::connect(&broker.addr).await;
+    raw.producer("never-reads").await;
+    for sequence_id in 0..ENTRIES {
+        let command = BaseCommand {
+            r#type: Type::Send as i32,
+            send: Some(proto::CommandSend {
+                producer_id: 1,
+                sequence_id,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let payload = Payload {
+            metadata: proto::MessageMetadata {
+                producer_name: "raw".into(),
+                sequence_id,
+                ..Default::default()
+            },
+            data: vec![7; 64 * 1024],
+        };
+        raw.send_with(command, Some(payload)).await;
+    }
+    for _ in 0..ENTRIES {
+        raw.expect(Type::SendReceipt).await;
+    }
+
+    // A Shared consumer first in turn, with every permit, that reads nothing: what it cannot
+    // take goes to the consumer that reads, beyond what socket buffers and the broker's
+    // per-connection bound (1 MiB) hold for the first. The entries are 37.5 MiB; the reader
+    // needs two thirds of them, so the socket buffers of a connection that never reads (a
+    // send buffer of at most `net.ipv4.tcp_wmem`, 4 MiB by default, and an initial receive
+    // window) may hold up to 11 MiB. Without the bound the first consumer takes half.
+    let mut stalled = Raw::connect(&broker.addr).await;
+    stalled.subscribe("never-reads", "sub", u32::MAX).await;
+    let mut reading = Raw::connect(&broker.addr).await;
+    reading.subscribe("never-reads", "sub", u32::MAX).await;
+    let mut got = BTreeSet::new();
+    while got.len() < WANT {
+        let m = reading.expect(Type::Message).await;
+        got.insert(entry_of(&m));
+    }
+    drop(stalled);
 }
