@@ -11,6 +11,7 @@ Synchronisation is on events only: the broker prints `listening on ADDR` once it
 once the broker answered it, which it does only after applying every ack sent before it.
 """
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -24,6 +25,12 @@ import pulsar
 
 BINARY = None
 RUNNING = []
+
+
+def die_with_parent():
+    """In the broker's child process before exec: SIGKILL it when the flow's process dies, so a
+    flow whose client library crashed leaves no broker behind."""
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 class Broker:
@@ -40,7 +47,7 @@ class Broker:
         self.proc = subprocess.Popen(
             [BINARY, "--data-dir", self.data_dir, "--listen", "127.0.0.1:0",
              "--flush-interval-ms", "100"] + self.extra,
-            stdout=subprocess.PIPE, text=True)
+            stdout=subprocess.PIPE, text=True, preexec_fn=die_with_parent)
         RUNNING.append(self.proc)
         line = self.proc.stdout.readline()
         assert line.startswith("listening on "), "broker did not start: %r" % line
@@ -417,27 +424,53 @@ def flow_receipts_survive_sigkill(tmp):
 FLOWS = [f for name, f in sorted(globals().items()) if name.startswith("flow_")]
 
 
+def run_one(f):
+    """Runs flow `f` in this process; returns 0 when it passed."""
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="ackstore-broker-") as tmp:
+        try:
+            f(os.path.join(tmp, "store"))
+            print("PASS %s (%.1f s)" % (f.__name__[5:], time.monotonic() - started), flush=True)
+            return 0
+        except Exception:
+            print("FAIL %s: %s" % (f.__name__[5:], traceback.format_exc()), flush=True)
+            return 1
+        finally:
+            for proc in RUNNING:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+            RUNNING.clear()
+
+
 def main(argv):
+    """`client_flows.py BINARY [FLOW...]` runs each flow (all by default) in a process of its
+    own, so no client library state outlives a flow; `--one` runs one flow in this process.
+
+    A flow's process that dies by a signal crashed inside the client library (the broker runs
+    in processes of its own, and a wrong answer fails an assertion instead): it is reported and
+    the flow runs once more, and a second crash fails it."""
     global BINARY
     BINARY = argv[1]
+    if len(argv) == 4 and argv[2] == "--one":
+        return run_one(next(f for f in FLOWS if f.__name__[5:] == argv[3]))
     chosen = [f for f in FLOWS if len(argv) < 3 or f.__name__[5:] in argv[2:]]
     passed = failed = 0
     for f in chosen:
-        started = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix="ackstore-broker-") as tmp:
-            try:
-                f(os.path.join(tmp, "store"))
-                passed += 1
-                print("PASS %s (%.1f s)" % (f.__name__[5:], time.monotonic() - started), flush=True)
-            except Exception:
-                failed += 1
-                print("FAIL %s: %s" % (f.__name__[5:], traceback.format_exc()), flush=True)
-            finally:
-                for proc in RUNNING:
-                    if proc.poll() is None:
-                        proc.kill()
-                        proc.wait()
-                RUNNING.clear()
+        name = f.__name__[5:]
+        for attempt in (1, 2):
+            code = subprocess.call([sys.executable, os.path.abspath(__file__), BINARY, "--one", name])
+            if code >= 0 or attempt == 2:
+                break
+            print("CRASH %s: the client's process died by signal %d; the flow runs once more"
+                  % (name, -code), flush=True)
+        if code == 0:
+            passed += 1
+        else:
+            failed += 1
+            if code < 0:
+                print("FAIL %s: the client's process died by signal %d twice" % (name, -code),
+                      flush=True)
     print("%d passed, %d failed" % (passed, failed), flush=True)
     return 1 if failed else 0
 
