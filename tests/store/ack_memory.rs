@@ -127,43 +127,31 @@ fn check_models(open: &Open, models: &[Model], what: &str) {
     }
 }
 
-/// One random step on cursor `k`: an individual ack, or a read. A store's cursors persist
-/// through its journal, which does not carry batch-index acks yet (they are refused with
-/// `Error::Unsupported`, checked below), so the steps ack whole entries; the budget's bound for
-/// partial entries is tested on topics of their own (`tests/cursor/batch_memory.rs`).
+/// One random step on cursor `k`: an individual ack, a batch-index ack of one message, or a
+/// read. Acking the last unacknowledged message of an entry acknowledges the entry whole.
 fn step(rng: &mut Rng, open: &Open, models: &mut [Model], k: usize) {
     let c = &open.cursors[k];
     let p = open.positions[k][rng.index(ENTRIES as usize)];
     match rng.below(10) {
-        0..=8 => {
+        0..=5 => {
             c.ack(p).unwrap();
             models[k].entries.insert(p);
+        }
+        6..=8 => {
+            let i = rng.below(u64::from(BATCH)) as u32;
+            c.ack_batch_index(p, i, BATCH).unwrap();
+            let m = &mut models[k];
+            if !m.entries.contains(&p) {
+                m.messages.insert((p, i));
+                if (0..BATCH).all(|j| m.messages.contains(&(p, j))) {
+                    m.entries.insert(p);
+                }
+            }
         }
         _ => {
             c.read_entries(3).unwrap();
         }
     }
-}
-
-/// A store's cursor refuses a batch-index ack with a clear error and keeps its state.
-#[test]
-fn a_store_cursor_refuses_batch_index_acks_and_keeps_its_acks() {
-    let disk = MemStorage::new();
-    let store = Store::open_with_storage(
-        Arc::new(disk),
-        support::config::store_shared_budget(PER_LEDGER, 6 << 10),
-    )
-    .unwrap();
-    let open = open_all(&store, true);
-    let (c, p) = (&open.cursors[0], open.positions[0][3]);
-    c.ack(open.positions[0][1]).unwrap();
-    let refused = c.ack_batch_index(p, 1, BATCH);
-    assert!(
-        matches!(refused, Err(ackstore::Error::Unsupported { .. })),
-        "{refused:?}"
-    );
-    assert!(!c.is_batch_index_acked(p, 1).unwrap());
-    assert!(c.is_acked(open.positions[0][1]).unwrap());
 }
 
 #[test]
