@@ -1430,32 +1430,45 @@ impl Cursor {
     }
 
     /// Current figures.
+    ///
+    /// A read: none of an operation's epilogue runs (no charge of partial entries, no release
+    /// asked of other cursors sharing the ack memory budget, no eviction, no deferred claim),
+    /// so the shares of a store's cursors read one after another add up to the store's total.
+    /// The one exception: a non-durable cursor first catches up with a trim, as its every
+    /// operation does (dropping the acks and partial entries the trim left behind).
     pub fn stats(&self) -> Result<CursorStats> {
-        self.with_state(|core, layout| {
-            let state = &core.state;
-            Ok(CursorStats {
-                mark_delete: state.mark_delete,
-                read_position: state.read_position(layout),
-                backlog: state.backlog(layout),
-                acked_entries: state.acks.len(),
-                epoch: state.epoch,
-                entries_read: core.counters.entries_read,
-                acks: core.counters.acks,
-                flushes: core.counters.flushes,
-                ackset: state.acks.stats(),
-                persist: core
-                    .persister
-                    .as_ref()
-                    .map(Persister::stats)
-                    .unwrap_or_default(),
-                recovery_source: core.recovery_source,
-                background_error: core.background_error.as_ref().map(ToString::to_string),
-                partial_entries: state.batch.len(),
-                batch_index_bytes: state.batch.bytes() as u64,
-                batch_cold_partitions: state.batch.cold_partitions() as u64,
-                batch_evictions: state.batch.counters().evictions,
-                batch_loads: state.batch.counters().loads,
-            })
+        let mut core = self.shared.core()?;
+        let layout = self.shared.topic.layout();
+        if !core.durable {
+            core.state.follow_trim(&layout)?;
+            // The trim dropped partial entries, if any: their charge goes with them.
+            let bytes = core.state.batch.bytes();
+            core.state.acks.lower_charge(bytes);
+        }
+        let layout = &*layout;
+        let state = &core.state;
+        Ok(CursorStats {
+            mark_delete: state.mark_delete,
+            read_position: state.read_position(layout),
+            backlog: state.backlog(layout),
+            acked_entries: state.acks.len(),
+            epoch: state.epoch,
+            entries_read: core.counters.entries_read,
+            acks: core.counters.acks,
+            flushes: core.counters.flushes,
+            ackset: state.acks.stats(),
+            persist: core
+                .persister
+                .as_ref()
+                .map(Persister::stats)
+                .unwrap_or_default(),
+            recovery_source: core.recovery_source,
+            background_error: core.background_error.as_ref().map(ToString::to_string),
+            partial_entries: state.batch.len(),
+            batch_index_bytes: state.batch.bytes() as u64,
+            batch_cold_partitions: state.batch.cold_partitions() as u64,
+            batch_evictions: state.batch.counters().evictions,
+            batch_loads: state.batch.counters().loads,
         })
     }
 }

@@ -208,9 +208,11 @@ impl CursorState {
         &mut self,
         pos: Position,
     ) -> Result<Option<roaring::RoaringBitmap>> {
-        let cold = self.batch.cold_partitions();
+        // A load may evict other partitions in the same call, so the count of cold partitions
+        // alone does not tell whether the resident bytes changed.
+        let before = (self.batch.cold_partitions(), self.batch.bytes());
         let acked = self.batch.acked(pos);
-        if self.batch.cold_partitions() != cold {
+        if (self.batch.cold_partitions(), self.batch.bytes()) != before {
             self.charge_batch();
         }
         acked

@@ -127,15 +127,26 @@ fn check_models(open: &Open, models: &[Model], what: &str) {
     }
 }
 
-/// One random step on cursor `k`: an individual ack, or a read. The budget's bound for partial
-/// entries is tested in `tests/cursor/batch_memory.rs`, on both hosts.
+/// One random step on cursor `k`: an individual ack, a batch-index ack of one message, or a
+/// read. Acking the last unacknowledged message of an entry acknowledges the entry whole.
 fn step(rng: &mut Rng, open: &Open, models: &mut [Model], k: usize) {
     let c = &open.cursors[k];
     let p = open.positions[k][rng.index(ENTRIES as usize)];
     match rng.below(10) {
-        0..=8 => {
+        0..=5 => {
             c.ack(p).unwrap();
             models[k].entries.insert(p);
+        }
+        6..=8 => {
+            let i = rng.below(u64::from(BATCH)) as u32;
+            c.ack_batch_index(p, i, BATCH).unwrap();
+            let m = &mut models[k];
+            if !m.entries.contains(&p) {
+                m.messages.insert((p, i));
+                if (0..BATCH).all(|j| m.messages.contains(&(p, j))) {
+                    m.entries.insert(p);
+                }
+            }
         }
         _ => {
             c.read_entries(3).unwrap();
@@ -242,9 +253,8 @@ fn threads_acking_on_many_cursors_share_one_budget_without_deadlock() {
             merged[k] = m[k].clone();
         }
     }
-    // One more step brings the total back (the last thread may have finished while another
-    // was busy and could not release).
-    open.cursors[0].stats().unwrap();
+    // The reads of the check below bring the total back (the last thread may have finished
+    // while another was busy and could not release); reading the figures changes nothing.
     let s = store.ack_memory_stats().unwrap();
     assert!(s.released_bytes > 0, "{s:?}");
     check_models(&open, &merged, "after the threads");
@@ -265,4 +275,47 @@ fn threads_acking_on_many_cursors_share_one_budget_without_deadlock() {
     let open = open_all(&store, false);
     check_models(&open, &merged, "after reopen");
     store.close().unwrap();
+}
+
+/// Reading a cursor's figures changes no memory: with the store's total over its limit (the
+/// hot partition of the cursor changed last is kept past it), reading every cursor's stats
+/// leaves every share and the total as they were, so the shares read one after another add
+/// up to the total.
+#[test]
+fn reading_cursor_stats_releases_nothing_and_the_shares_add_up() {
+    let limit = 64;
+    let store = Store::open_with_storage(
+        Arc::new(MemStorage::new()),
+        support::config::store_shared_budget(PER_LEDGER, limit),
+    )
+    .unwrap();
+    let open = open_all(&store, true);
+    // Every cursor acks in a ledger of its own, then the last one acks once more: its hot
+    // partition alone puts the total over the tiny limit.
+    for (k, c) in open.cursors.iter().enumerate() {
+        c.ack(open.positions[k][(k * PER_LEDGER as usize) % ENTRIES as usize])
+            .unwrap();
+    }
+    let last = open.cursors.len() - 1;
+    open.cursors[last]
+        .ack_batch_index(open.positions[last][1], 0, BATCH)
+        .unwrap();
+    let before = store.ack_memory_stats().unwrap();
+    assert!(before.resident_bytes > limit, "{before:?}");
+    let shares: Vec<usize> = open
+        .cursors
+        .iter()
+        .map(|c| {
+            let a = c.stats().unwrap().ackset;
+            a.resident_bytes + a.charged_bytes
+        })
+        .collect();
+    let after = store.ack_memory_stats().unwrap();
+    assert_eq!(after.resident_bytes, before.resident_bytes, "{after:?}");
+    assert_eq!(after.released_bytes, before.released_bytes, "{after:?}");
+    assert_eq!(
+        shares.iter().sum::<usize>(),
+        after.resident_bytes,
+        "{shares:?}"
+    );
 }
