@@ -361,20 +361,17 @@ def flow_many_topics_and_subscriptions(tmp):
     c = client(b)
     for t in topics:
         produce(c, t, 5, start=30)
-    reopened = []
+    # One subscription at a time: the C++ client (3.7) has crashed in `subscribe` while other
+    # consumers of its connection were being dispatched to.
     for t in topics:
         for s in range(3):
             cons = c.subscribe(t, "sub-%d" % s, consumer_type=pulsar.ConsumerType.Shared,
                                initial_position=pulsar.InitialPosition.Earliest)
-            reopened.append(cons)
-    for k, cons in enumerate(reopened):
-        t, s = topics[k // 3], k % 3
-        want = 5 if s < 2 else 35
-        got = receive_until([cons], lambda g: len(g) >= want)
-        first = 30 if s < 2 else 0
-        assert sorted(number(m) for _, m in got) == list(range(first, 35)), (t, s)
-    for cons in reopened:
-        cons.close()
+            want = 5 if s < 2 else 35
+            got = receive_until([cons], lambda g: len(g) >= want)
+            first = 30 if s < 2 else 0
+            assert sorted(number(m) for _, m in got) == list(range(first, 35)), (t, s)
+            cons.close()
     c.close()
     b.stop()
 
