@@ -11,6 +11,7 @@ mod ack_memory;
 mod ack_memory_pressure;
 mod adversarial;
 mod batch_acks;
+mod batch_attacks;
 mod claim;
 mod claim_restarts;
 mod crash;
