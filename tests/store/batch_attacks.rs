@@ -285,3 +285,75 @@ fn random_batch_ack_sequences_with_seeks_deletions_and_power_cuts_match_the_mode
         sequence(seed);
     }
 }
+
+/// Four threads acknowledge messages of the same entries of one cursor (thread `w` takes the
+/// indexes `i` with `i % 4 == w`, so the entries become whole through whichever thread acks last)
+/// under a budget that evicts partial entries to the journal, while the store's flusher pool
+/// and a thread calling `flush_all` run ticks over segments small enough to roll over: after a
+/// last flush and a power cut the cursor holds exactly every message acknowledged.
+#[test]
+fn acks_of_the_same_entries_from_several_threads_with_evictions_rollovers_and_flushers_are_kept() {
+    let mut config = config();
+    config.flusher_threads = 2;
+    config.ledger.cursor.flush_interval = Some(std::time::Duration::from_millis(1));
+    config.journal.segment_bytes = 2048;
+    let disk = MemStorage::new();
+    let store = Store::open_with_storage(Arc::new(disk.clone()), config.clone()).expect("open");
+    let topic = store.topic("t").expect("topic");
+    let entries: Vec<(Position, u32)> = (0..1500u64)
+        .map(|i| {
+            let n = 4 + (i % 3) as u32;
+            let meta = AppendMeta {
+                num_messages: n,
+                timestamp: 1 + i,
+            };
+            (topic.append_with(b"m", meta).expect("append"), n)
+        })
+        .collect();
+    topic.sync().expect("sync");
+    let c = earliest(&topic, "sub");
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let want: Messages = std::thread::scope(|s| {
+        let ticker = s.spawn(|| {
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                store.flush_all().expect("tick");
+            }
+        });
+        let workers: Vec<_> = (0..4u32)
+            .map(|w| {
+                let c = c.clone();
+                let entries = &entries;
+                s.spawn(move || {
+                    let mut mine = Messages::new();
+                    for (k, &(pos, n)) in entries.iter().enumerate() {
+                        // Every third entry keeps one message unacknowledged.
+                        for i in (0..n).filter(|i| i % 4 == w && !(k % 3 == 0 && *i == 0)) {
+                            c.ack_batch_index(pos, i, n).expect("batch ack");
+                            mine.insert((pos, i));
+                        }
+                    }
+                    mine
+                })
+            })
+            .collect();
+        let want = workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("worker"))
+            .collect();
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        ticker.join().expect("ticker");
+        want
+    });
+    assert_eq!(observed(&c, &entries), want, "before the power cut");
+    let stats = c.stats().expect("stats");
+    assert!(stats.batch_evictions > 0, "{stats:?}");
+    c.flush().expect("flush");
+    assert!(store.journal_stats().rollovers > 0);
+    drop(c);
+    drop(topic);
+    std::mem::forget(store);
+    let store = Store::open_with_storage(Arc::new(disk.durable_image()), config).expect("reopen");
+    let topic = store.topic("t").expect("topic");
+    let c = earliest(&topic, "sub");
+    assert_eq!(observed(&c, &entries), want, "after the power cut");
+}
