@@ -357,3 +357,85 @@ fn acks_of_the_same_entries_from_several_threads_with_evictions_rollovers_and_fl
     let c = earliest(&topic, "sub");
     assert_eq!(observed(&c, &entries), want, "after the power cut");
 }
+
+/// A disk that fills after each of the first growing writes of a workload of batch-index acks
+/// (evictions under a tiny budget, ticks over tiny segments that roll over): acks that return
+/// `Ok` are kept in memory, and once space returns a flush that returns `Ok` keeps every one of
+/// them across a power cut (keeping any part of the unsynced tail), while a power cut never
+/// brings back a message no ack returned `Ok` for.
+#[test]
+fn a_disk_full_at_any_write_of_evictions_and_rollovers_loses_no_flushed_message_and_invents_none() {
+    for full_after in 0..200u64 {
+        let disk = MemStorage::new();
+        let store = Store::open_with_storage(Arc::new(disk.clone()), config()).expect("open");
+        let topic = store.topic("t").expect("topic");
+        let entries: Vec<(Position, u32)> = (0..60u64)
+            .map(|i| {
+                let meta = AppendMeta {
+                    num_messages: 3 + (i % 2) as u32,
+                    timestamp: 1 + i,
+                };
+                (
+                    topic.append_with(b"m", meta).expect("append"),
+                    meta.num_messages,
+                )
+            })
+            .collect();
+        topic.sync().expect("sync");
+        let cursors: Vec<Cursor> = NAMES.iter().map(|n| earliest(&topic, n)).collect();
+        let mut truth = vec![Messages::new(); NAMES.len()];
+        let mut floor = vec![Messages::new(); NAMES.len()];
+        let mut round = |truth: &mut Vec<Messages>, floor: &mut Vec<Messages>, r: usize| {
+            for (k, c) in cursors.iter().enumerate() {
+                for (e, &(pos, n)) in entries.iter().enumerate() {
+                    if (e + k + r) % 3 == 0 {
+                        let i = ((e + r) % n as usize) as u32;
+                        if c.ack_batch_index(pos, i, n).is_ok() {
+                            truth[k].insert((pos, i));
+                        }
+                    }
+                }
+            }
+            if store.flush_all().is_ok() {
+                floor.clone_from(truth);
+            }
+        };
+        for r in 0..8 {
+            if r == 3 {
+                disk.enospc_after(Some(full_after));
+            }
+            round(&mut truth, &mut floor, r);
+        }
+        for (k, c) in cursors.iter().enumerate() {
+            assert_eq!(
+                observed(c, &entries),
+                truth[k],
+                "full after {full_after}: in memory"
+            );
+        }
+        disk.enospc_after(None);
+        let after_space = store.flush_all();
+        if after_space.is_ok() {
+            floor.clone_from(&truth);
+        }
+        drop(cursors);
+        drop(topic);
+        std::mem::forget(store);
+        for keep in [0, usize::MAX] {
+            let image = torn_image(&disk, |u| u.min(keep));
+            let store = Store::open_with_storage(Arc::new(image), config())
+                .unwrap_or_else(|e| panic!("full after {full_after}, keep {keep}: open: {e}"));
+            let topic = store.topic("t").expect("topic");
+            for (k, name) in NAMES.iter().enumerate() {
+                let got = observed(&earliest(&topic, name), &entries);
+                let invented: Vec<_> = got.difference(&truth[k]).collect();
+                let lost: Vec<_> = floor[k].difference(&got).collect();
+                assert!(
+                    invented.is_empty() && lost.is_empty(),
+                    "full after {full_after}, keep {keep}, {name} (flush after space: \
+                     {after_space:?}): invented {invented:?}, lost {lost:?}"
+                );
+            }
+        }
+    }
+}
