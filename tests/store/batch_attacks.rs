@@ -385,7 +385,7 @@ fn a_disk_full_at_any_write_of_evictions_and_rollovers_loses_no_flushed_message_
         let cursors: Vec<Cursor> = NAMES.iter().map(|n| earliest(&topic, n)).collect();
         let mut truth = vec![Messages::new(); NAMES.len()];
         let mut floor = vec![Messages::new(); NAMES.len()];
-        let mut round = |truth: &mut Vec<Messages>, floor: &mut Vec<Messages>, r: usize| {
+        let round = |truth: &mut Vec<Messages>, floor: &mut Vec<Messages>, r: usize| {
             for (k, c) in cursors.iter().enumerate() {
                 for (e, &(pos, n)) in entries.iter().enumerate() {
                     if (e + k + r) % 3 == 0 {
@@ -438,4 +438,50 @@ fn a_disk_full_at_any_write_of_evictions_and_rollovers_loses_no_flushed_message_
             }
         }
     }
+}
+
+/// A batch size other than the one an entry's partial acks were given is refused, whether the
+/// entry's partial state is in memory, evicted to the journal, or cold after a reopen, and the
+/// refusal changes nothing.
+#[test]
+fn a_different_batch_size_for_a_cold_partial_entry_is_refused_and_changes_nothing() {
+    let disk = MemStorage::new();
+    let store = Store::open_with_storage(Arc::new(disk.clone()), config()).expect("open");
+    let topic = store.topic("t").expect("topic");
+    let entries: Vec<(Position, u32)> = (0..90u64)
+        .map(|i| {
+            let meta = AppendMeta {
+                num_messages: 4,
+                timestamp: 1 + i,
+            };
+            (topic.append_with(b"m", meta).expect("append"), 4)
+        })
+        .collect();
+    topic.sync().expect("sync");
+    let c = earliest(&topic, "sub");
+    let mut want = Messages::new();
+    for &(pos, n) in &entries {
+        c.ack_batch_index(pos, 1, n).expect("batch ack");
+        want.insert((pos, 1));
+    }
+    assert!(c.stats().expect("stats").batch_cold_partitions > 0);
+    let refuse = |c: &Cursor, what: &str| {
+        for &(pos, n) in &entries {
+            let r = c.ack_batch_index(pos, 2, n + 1);
+            assert!(
+                matches!(r, Err(ackstore::Error::InvalidArgument { .. })),
+                "{what}: {pos}: {r:?}"
+            );
+        }
+        assert_eq!(observed(c, &entries), want, "{what}");
+    };
+    refuse(&c, "evicted");
+    c.flush().expect("flush");
+    drop(c);
+    drop(topic);
+    std::mem::forget(store);
+    let store = Store::open_with_storage(Arc::new(disk.durable_image()), config()).expect("reopen");
+    let topic = store.topic("t").expect("topic");
+    let c = earliest(&topic, "sub");
+    refuse(&c, "cold after a reopen");
 }
