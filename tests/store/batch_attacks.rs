@@ -388,7 +388,7 @@ fn a_disk_full_at_any_write_of_evictions_and_rollovers_loses_no_flushed_message_
         let round = |truth: &mut Vec<Messages>, floor: &mut Vec<Messages>, r: usize| {
             for (k, c) in cursors.iter().enumerate() {
                 for (e, &(pos, n)) in entries.iter().enumerate() {
-                    if (e + k + r) % 3 == 0 {
+                    if (e + k + r).is_multiple_of(3) {
                         let i = ((e + r) % n as usize) as u32;
                         if c.ack_batch_index(pos, i, n).is_ok() {
                             truth[k].insert((pos, i));
