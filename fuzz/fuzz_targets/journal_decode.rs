@@ -10,8 +10,8 @@
 use std::sync::Arc;
 
 use ackstore::internals::format::journal::{
-    JournalLoc, RecordKind, decode_delta, decode_record, encode_delta, encode_record,
-    encode_segment_header,
+    JournalLoc, RecordKind, SEGMENT_VERSION, decode_delta, decode_record, encode_delta,
+    encode_record, encode_segment_header,
 };
 use ackstore::internals::store::journal::{Journal, JournalConfig, Seal, segment_name};
 use ackstore::{MemStorage, Storage};
@@ -42,18 +42,20 @@ fn open_segment(bytes: &[u8]) {
 
 /// A delta the decoder accepts encodes back to exactly its bytes.
 fn delta_round_trip(payload: &[u8]) {
-    let Ok(delta) = decode_delta(payload, &[]) else {
+    let Ok(delta) = decode_delta(payload, &[], SEGMENT_VERSION) else {
         return;
     };
     let removed: Vec<(u64, u64)> = delta.removed().collect();
     assert_eq!(removed.len(), delta.removed_len());
+    let removed_batch: Vec<(u64, u64)> = delta.removed_batch().collect();
+    assert_eq!(removed_batch.len(), delta.removed_batch_len());
     let base = JournalLoc::pack(delta.base).expect("an unpacked location packs again");
     let mut again = Vec::new();
     encode_delta(
         &mut again,
-        base,
-        delta.base_crc,
+        (base, delta.base_crc),
         &removed,
+        &removed_batch,
         delta.marker_bytes,
     );
     assert_eq!(again, payload);
