@@ -1,11 +1,15 @@
-//! Seeks: by position, by message index (PIP-101) and by timestamp; the epoch; and the finder's
-//! bound on entry-header reads.
+//! Seeks: by position, by message index (PIP-101, into a batch too) and by timestamp; the epoch;
+//! and the finder's bound on entry-header reads. The cursor tests run on a topic opened alone
+//! and on a store's topic.
 
 use crate::support;
 
 use ackstore::{AppendMeta, InitialPosition, ManagedLedger};
 use ackstore::{Error, Position};
-use support::topic::{append_n, at, mem_topic, on_each_backend, read_positions};
+use support::topic::{
+    Host, append_n, at, mem_hosted, mem_topic, on_each_backend, on_each_backend_and_host,
+    on_each_host, read_positions, reopen_hosted,
+};
 
 /// Appends entries carrying `batches[i]` messages and timestamp `timestamps[i]`, and syncs them
 /// (readers see synced entries only).
@@ -31,7 +35,7 @@ fn append_batches(topic: &ManagedLedger, batches: &[u32], timestamps: &[u64]) ->
 
 #[test]
 fn seek_resets_acks_and_moves_to_the_next_valid_position_or_latest() {
-    on_each_backend(3, |topic| {
+    on_each_backend_and_host(3, |topic| {
         let p = append_n(&topic, 9);
         let c = topic
             .open_cursor("sub", at(InitialPosition::Earliest, false))
@@ -73,7 +77,7 @@ fn seek_resets_acks_and_moves_to_the_next_valid_position_or_latest() {
 
 #[test]
 fn the_epoch_increases_on_every_seek_and_rewind_but_not_on_acks_reads_or_reopen() {
-    on_each_backend(4, |topic| {
+    on_each_backend_and_host(4, |topic| {
         let p = append_n(&topic, 8);
         let c = topic
             .open_cursor("sub", at(InitialPosition::Earliest, false))
@@ -101,7 +105,7 @@ fn the_epoch_increases_on_every_seek_and_rewind_but_not_on_acks_reads_or_reopen(
 #[test]
 fn seek_by_index_resolves_indexes_inside_batches_and_at_both_boundaries() {
     // Entries carry 3, 1, 4, 2 messages: indexes 0..=2 | 3 | 4..=7 | 8..=9, so B = 10.
-    on_each_backend(2, |topic| {
+    on_each_backend_and_host(2, |topic| {
         let p = append_batches(&topic, &[3, 1, 4, 2], &[10, 20, 30, 40]);
         let indexes: Vec<u64> = p.iter().map(|&q| topic.read(q).unwrap().index).collect();
         assert_eq!(indexes, vec![2, 3, 7, 9]);
@@ -175,7 +179,7 @@ fn seek_by_index_resolves_indexes_inside_batches_and_at_both_boundaries() {
 #[test]
 fn seek_by_timestamp_reads_after_the_last_entry_at_or_before_it_with_equal_timestamps() {
     // Timestamps 5 5 5 | 7 7 7 | 9 9, three entries per ledger.
-    on_each_backend(3, |topic| {
+    on_each_backend_and_host(3, |topic| {
         let ts = [5, 5, 5, 7, 7, 7, 9, 9];
         let p = append_batches(&topic, &[1; 8], &ts);
         // find_by_timestamp: the last entry with a timestamp <= t.
@@ -287,7 +291,11 @@ fn finding_reads_at_most_ceil_log2_n_plus_2_headers_for_every_n_up_to_2000() {
 
 #[test]
 fn a_seek_and_its_epoch_survive_a_crash_without_a_flush() {
-    let (disk, topic) = mem_topic(3);
+    on_each_host(a_seek_and_its_epoch_survive_a_crash);
+}
+
+fn a_seek_and_its_epoch_survive_a_crash(host: Host) {
+    let (disk, topic) = mem_hosted(host, 3);
     let p = append_n(&topic, 6);
     topic.sync().unwrap();
     let c = topic
@@ -299,7 +307,7 @@ fn a_seek_and_its_epoch_survive_a_crash_without_a_flush() {
     c.rewind().unwrap();
     // The power goes off with the topic still open.
     let image = disk.durable_image();
-    let after = support::topic::reopen(&image, 3);
+    let after = reopen_hosted(host, &image, 3);
     let c = after
         .open_cursor("sub", at(InitialPosition::Latest, false))
         .unwrap();
@@ -310,7 +318,11 @@ fn a_seek_and_its_epoch_survive_a_crash_without_a_flush() {
 
 #[test]
 fn a_seek_whose_record_write_fails_changes_nothing() {
-    let (disk, topic) = mem_topic(3);
+    on_each_host(a_seek_whose_write_fails);
+}
+
+fn a_seek_whose_write_fails(host: Host) {
+    let (disk, topic) = mem_hosted(host, 3);
     let p = append_n(&topic, 6);
     let c = topic
         .open_cursor("sub", at(InitialPosition::Earliest, false))
@@ -318,7 +330,7 @@ fn a_seek_whose_record_write_fails_changes_nothing() {
     c.ack_cumulative(p[3]).unwrap();
     c.ack(p[5]).unwrap();
     // The power goes off after one more write: the ownership checks (reads) pass, the seek
-    // fails writing its cursor ledger, the rewind writing the record.
+    // fails writing its cursor ledger (or the store's journal), the rewind writing the record.
     disk.fail_after(Some(1));
     assert!(c.seek(p[1]).is_err());
     disk.fail_after(Some(1));
@@ -330,7 +342,7 @@ fn a_seek_whose_record_write_fails_changes_nothing() {
     // A record write whose outcome is unknown latches the cursor's persistence until reopen.
     assert!(matches!(c.seek(p[1]), Err(Error::PreviousIo)));
     assert!(topic.close().is_err());
-    let topic = support::topic::reopen(&disk, 3);
+    let topic = reopen_hosted(host, &disk, 3);
     let c = topic
         .open_cursor("sub", at(InitialPosition::Earliest, false))
         .unwrap();
@@ -379,5 +391,48 @@ fn finds_across_many_ledgers_match_a_linear_scan_within_the_header_read_bound() 
                 .map(|(p, _)| *p);
             assert_eq!(found, want, "timestamp {t}");
         }
+    });
+}
+
+/// `seek_by_index` into a batch leaves the messages before the index acknowledged at batch-index
+/// level: delivered with the entry, kept by a power cut right after the seek (which commits
+/// them), and completed into a whole-entry ack by acknowledging the rest.
+#[test]
+fn seek_by_index_into_a_batch_commits_its_partial_entry() {
+    on_each_host(|host| {
+        let (disk, topic) = mem_hosted(host, 2);
+        // Indexes 0..=2 | 3..=6 | 7.
+        let p = append_batches(&topic, &[3, 4, 1], &[10, 20, 30]);
+        let c = topic
+            .open_cursor("sub", at(InitialPosition::Earliest, false))
+            .unwrap();
+        c.ack(p[2]).unwrap();
+        c.seek_by_index(5).unwrap();
+        let acked = |c: &ackstore::Cursor| -> Vec<u32> {
+            (0..4)
+                .filter(|&i| c.is_batch_index_acked(p[1], i).unwrap())
+                .collect()
+        };
+        assert_eq!(c.mark_delete_position().unwrap(), Some(p[0]));
+        assert_eq!(acked(&c), [0, 1]);
+        assert!(!c.is_acked(p[2]).unwrap(), "a seek clears later acks");
+        let entries = c.read_entries(10).unwrap();
+        assert_eq!(entries.len(), 2);
+        let skipped: Vec<u32> = entries[0].acked_batch_indexes.iter().flatten().collect();
+        assert_eq!((entries[0].position, skipped), (p[1], vec![0, 1]));
+
+        // The power goes off with the topic still open: the seek is durable.
+        let image = disk.durable_image();
+        let after = reopen_hosted(host, &image, 2);
+        let c = after
+            .open_cursor("sub", at(InitialPosition::Latest, false))
+            .unwrap();
+        assert_eq!(c.mark_delete_position().unwrap(), Some(p[0]));
+        assert_eq!(acked(&c), [0, 1]);
+        assert_eq!(c.backlog().unwrap(), 2);
+        c.ack_batch_index(p[1], 2, 4).unwrap();
+        c.ack_batch_index(p[1], 3, 4).unwrap();
+        assert_eq!(c.mark_delete_position().unwrap(), Some(p[1]));
+        assert_eq!(read_positions(&c, 10), vec![p[2]]);
     });
 }
