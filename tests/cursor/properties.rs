@@ -1,5 +1,6 @@
 //! Cursor properties: what `set_property` accepts is what every later flush can save, refused
-//! ones change nothing, and `remove_property` removes durably.
+//! ones change nothing, and `remove_property` removes durably; on a topic opened alone and on a
+//! store's topic.
 
 use crate::support;
 
@@ -10,17 +11,22 @@ use ackstore::Error;
 use ackstore::MemStorage;
 use ackstore::internals::format::cursor::{MAX_PROPERTIES, MAX_PROPERTY_NAME};
 use ackstore::{CursorConfig, PersistMode};
-use ackstore::{CursorOptions, LedgerConfig, ManagedLedger};
-use support::topic::{append_n, config, on_each_backend};
+use ackstore::{CursorOptions, LedgerConfig};
+use support::topic::{Host, Hosted, append_n, config, on_each_backend_and_host, on_each_host};
 
-fn open(disk: &MemStorage, config: LedgerConfig) -> ManagedLedger {
-    ManagedLedger::open_with_storage(Arc::new(disk.clone()), config).expect("open topic")
+fn open(host: Host, disk: &MemStorage, config: LedgerConfig) -> Hosted {
+    support::topic::open_hosted(host, Arc::new(disk.clone()), &config).expect("open topic")
 }
 
 /// After a refused `set_property`, the cursor still flushes, seeks, rewinds and closes, and a
 /// reopen finds every ack and property it had.
-fn check_cursor_still_persists(disk: &MemStorage, config: &LedgerConfig, expected: usize) {
-    let topic = open(disk, config.clone());
+fn check_cursor_still_persists(
+    host: Host,
+    disk: &MemStorage,
+    config: &LedgerConfig,
+    expected: usize,
+) {
+    let topic = open(host, disk, config.clone());
     let positions = append_n(&topic, 10);
     let c = topic
         .open_cursor("sub", CursorOptions::default())
@@ -32,8 +38,8 @@ fn check_cursor_still_persists(disk: &MemStorage, config: &LedgerConfig, expecte
     let props = c.properties().expect("properties");
     assert_eq!(props.len(), expected);
     c.close().expect("close after a refused property");
-    drop(topic);
-    let topic = open(disk, config.clone());
+    topic.close().expect("close the topic");
+    let topic = open(host, disk, config.clone());
     let c = topic
         .open_cursor("sub", CursorOptions::default())
         .expect("reopen");
@@ -44,52 +50,62 @@ fn check_cursor_still_persists(disk: &MemStorage, config: &LedgerConfig, expecte
 
 #[test]
 fn set_property_refuses_a_name_longer_than_the_limit_and_changes_nothing() {
-    let disk = MemStorage::new();
-    let cfg = config(100);
-    {
-        let topic = open(&disk, cfg.clone());
-        let c = topic
-            .open_cursor("sub", CursorOptions::default())
-            .expect("cursor");
-        c.set_property(&"n".repeat(MAX_PROPERTY_NAME), 1)
-            .expect("a name at the limit is accepted");
-        let err = c
-            .set_property(&"x".repeat(2_000), 7)
-            .expect_err("a 2,000-byte name");
-        assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
-        assert!(err.to_string().contains("1024"), "{err}");
-        assert_eq!(c.properties().unwrap().len(), 1);
-        c.close().expect("close");
-    }
-    check_cursor_still_persists(&disk, &cfg, 1);
+    on_each_host(|host| {
+        let disk = MemStorage::new();
+        let cfg = config(100);
+        {
+            let topic = open(host, &disk, cfg.clone());
+            let c = topic
+                .open_cursor("sub", CursorOptions::default())
+                .expect("cursor");
+            c.set_property(&"n".repeat(MAX_PROPERTY_NAME), 1)
+                .expect("a name at the limit is accepted");
+            let err = c
+                .set_property(&"x".repeat(2_000), 7)
+                .expect_err("a 2,000-byte name");
+            assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+            assert!(err.to_string().contains("1024"), "{err}");
+            assert_eq!(c.properties().unwrap().len(), 1);
+            c.close().expect("close");
+            topic.close().expect("close the topic");
+        }
+        check_cursor_still_persists(host, &disk, &cfg, 1);
+    });
 }
 
 #[test]
 fn set_property_refuses_a_property_past_the_count_limit_but_replaces_existing_ones() {
-    let disk = MemStorage::new();
-    let cfg = config(100);
-    {
-        let topic = open(&disk, cfg.clone());
-        let c = topic
-            .open_cursor("sub", CursorOptions::default())
-            .expect("cursor");
-        for i in 0..MAX_PROPERTIES {
-            c.set_property(&format!("p{i}"), i as i64).expect("set");
+    on_each_host(|host| {
+        let disk = MemStorage::new();
+        let cfg = config(100);
+        {
+            let topic = open(host, &disk, cfg.clone());
+            let c = topic
+                .open_cursor("sub", CursorOptions::default())
+                .expect("cursor");
+            for i in 0..MAX_PROPERTIES {
+                c.set_property(&format!("p{i}"), i as i64).expect("set");
+            }
+            let err = c
+                .set_property("one-too-many", 0)
+                .expect_err("the 4,097th property");
+            assert!(matches!(err, Error::LimitExceeded { .. }), "{err}");
+            c.set_property("p7", -7)
+                .expect("replacing a property adds none");
+            assert_eq!(c.properties().unwrap().len(), MAX_PROPERTIES);
+            c.close().expect("close");
+            topic.close().expect("close the topic");
         }
-        let err = c
-            .set_property("one-too-many", 0)
-            .expect_err("the 4,097th property");
-        assert!(matches!(err, Error::LimitExceeded { .. }), "{err}");
-        c.set_property("p7", -7)
-            .expect("replacing a property adds none");
-        assert_eq!(c.properties().unwrap().len(), MAX_PROPERTIES);
-        c.close().expect("close");
-    }
-    check_cursor_still_persists(&disk, &cfg, MAX_PROPERTIES);
+        check_cursor_still_persists(host, &disk, &cfg, MAX_PROPERTIES);
+    });
 }
 
 #[test]
 fn set_property_refuses_properties_that_would_not_fit_in_one_cursor_ledger_entry() {
+    on_each_host(properties_that_would_not_fit_are_refused);
+}
+
+fn properties_that_would_not_fit_are_refused(host: Host) {
     for mode in [PersistMode::MultiEntry, PersistMode::SingleEntry] {
         let disk = MemStorage::new();
         let cfg = LedgerConfig {
@@ -103,7 +119,7 @@ fn set_property_refuses_properties_that_would_not_fit_in_one_cursor_ledger_entry
         };
         let accepted;
         {
-            let topic = open(&disk, cfg.clone());
+            let topic = open(host, &disk, cfg.clone());
             append_n(&topic, 1);
             let c = topic
                 .open_cursor("sub", CursorOptions::default())
@@ -127,42 +143,46 @@ fn set_property_refuses_properties_that_would_not_fit_in_one_cursor_ledger_entry
             accepted = usize::try_from(i).unwrap();
             assert!(accepted >= 8, "{mode:?}: only {accepted} accepted");
             c.close().expect("close");
+            topic.close().expect("close the topic");
         }
-        check_cursor_still_persists(&disk, &cfg, accepted);
+        check_cursor_still_persists(host, &disk, &cfg, accepted);
     }
 }
 
 #[test]
 fn remove_property_removes_it_durably() {
-    let disk = MemStorage::new();
-    let cfg = config(100);
-    {
-        let topic = open(&disk, cfg.clone());
+    on_each_host(|host| {
+        let disk = MemStorage::new();
+        let cfg = config(100);
+        {
+            let topic = open(host, &disk, cfg.clone());
+            let c = topic
+                .open_cursor("sub", CursorOptions::default())
+                .expect("cursor");
+            c.set_property("a", 1).unwrap();
+            c.set_property("b", 2).unwrap();
+            c.flush().unwrap();
+            assert_eq!(c.remove_property("a").unwrap(), Some(1));
+            assert_eq!(c.remove_property("a").unwrap(), None);
+            assert_eq!(c.remove_property(&"z".repeat(5_000)).unwrap(), None);
+            c.flush().unwrap();
+            c.close().unwrap();
+            topic.close().unwrap();
+        }
+        let topic = open(host, &disk, cfg);
         let c = topic
             .open_cursor("sub", CursorOptions::default())
-            .expect("cursor");
-        c.set_property("a", 1).unwrap();
-        c.set_property("b", 2).unwrap();
-        c.flush().unwrap();
-        assert_eq!(c.remove_property("a").unwrap(), Some(1));
-        assert_eq!(c.remove_property("a").unwrap(), None);
-        assert_eq!(c.remove_property(&"z".repeat(5_000)).unwrap(), None);
-        c.flush().unwrap();
-        c.close().unwrap();
-    }
-    let topic = open(&disk, cfg);
-    let c = topic
-        .open_cursor("sub", CursorOptions::default())
-        .expect("reopen");
-    assert_eq!(
-        c.properties().unwrap(),
-        BTreeMap::from([("b".to_owned(), 2)])
-    );
+            .expect("reopen");
+        assert_eq!(
+            c.properties().unwrap(),
+            BTreeMap::from([("b".to_owned(), 2)])
+        );
+    });
 }
 
 #[test]
 fn removing_a_property_frees_room_for_another_at_the_count_limit() {
-    on_each_backend(100, |topic| {
+    on_each_backend_and_host(100, |topic| {
         let c = topic
             .open_cursor("sub", CursorOptions::default())
             .expect("cursor");
@@ -182,6 +202,10 @@ fn removing_a_property_frees_room_for_another_at_the_count_limit() {
 /// finds every property and partial entry.
 #[test]
 fn properties_filling_their_room_leave_space_for_the_batch_table() {
+    on_each_host(properties_filling_their_room);
+}
+
+fn properties_filling_their_room(host: Host) {
     let base = config(4);
     let rows = 16;
     let cfg = LedgerConfig {
@@ -197,7 +221,7 @@ fn properties_filling_their_room_leave_space_for_the_batch_table() {
         ..base
     };
     let disk = MemStorage::new();
-    let topic = open(&disk, cfg.clone());
+    let topic = open(host, &disk, cfg.clone());
     let partial_ledgers = 20;
     let p = append_n(&topic, 4 * (rows + partial_ledgers) as u64);
     topic.sync().unwrap();
@@ -228,7 +252,7 @@ fn properties_filling_their_room_leave_space_for_the_batch_table() {
     let properties = c.properties().unwrap();
     drop(c);
     std::mem::forget(topic);
-    let topic = open(&disk.durable_image(), cfg);
+    let topic = open(host, &disk.durable_image(), cfg);
     let c = topic
         .open_cursor("sub", CursorOptions::default())
         .expect("cursor");
