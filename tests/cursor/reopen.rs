@@ -1,6 +1,7 @@
-//! Reopening a cursor keeps every individual ack, in both persist modes, across modes, on an
-//! in-memory disk and on real files; deleting a cursor deletes its cursor ledgers; the
-//! persistence figures in `Cursor::stats`.
+//! Reopening a cursor keeps every individual ack and every message acknowledged in a batch, in
+//! both persist modes, across modes, on an in-memory disk and on real files, on a topic opened
+//! alone and on a store's topic; deleting a cursor deletes its cursor ledgers; the persistence
+//! figures in `Cursor::stats`.
 
 use crate::support;
 
@@ -9,25 +10,30 @@ use std::sync::Arc;
 
 use ackstore::MemStorage;
 use ackstore::RecoverySource;
+use ackstore::{AppendMeta, InitialPosition, LedgerConfig, ManagedLedger, PersistMode};
 use ackstore::{Cursor, Position};
-use ackstore::{InitialPosition, LedgerConfig, ManagedLedger, PersistMode};
-use support::topic::{append_n, at, read_positions};
+use support::topic::{Host, Hosted, append_n, at, on_each_host, open_hosted, read_positions};
 
-/// Where a topic lives: an in-memory disk or a real directory.
+/// Where a topic lives: an in-memory disk or a real directory, and who hosts it there.
 enum Place {
-    Mem(MemStorage),
-    Dir(tempfile::TempDir),
+    Mem(MemStorage, Host),
+    Dir(tempfile::TempDir, Host),
 }
 
 impl Place {
-    fn open(&self, mode: PersistMode) -> ManagedLedger {
+    fn open(&self, mode: PersistMode) -> Hosted {
+        let config = support::config::topic(50, mode, 512);
         match self {
-            Self::Mem(disk) => ManagedLedger::open_with_storage(
-                Arc::new(disk.clone()),
-                support::config::topic(50, mode, 512),
-            ),
-            Self::Dir(dir) => {
-                ManagedLedger::open(dir.path(), support::config::topic(50, mode, 512))
+            Self::Mem(disk, host) => open_hosted(*host, Arc::new(disk.clone()), &config),
+            Self::Dir(dir, Host::Alone) => {
+                ManagedLedger::open(dir.path(), config).map(|topic| Hosted {
+                    store: None,
+                    topic: Arc::new(topic),
+                })
+            }
+            Self::Dir(dir, Host::Store) => {
+                let files = ackstore::FileStorage::open(dir.path(), true).expect("storage");
+                open_hosted(Host::Store, Arc::new(files), &config)
             }
         }
         .expect("open topic")
@@ -56,14 +62,49 @@ fn check(cursor: &Cursor, mark: Option<Position>, acked: &BTreeSet<Position>, wh
     );
 }
 
+/// Which messages of the batches `batches` appended `c` acknowledges, for each entry.
+fn batch_view(c: &Cursor, batches: &[Position]) -> Vec<Vec<u32>> {
+    batches
+        .iter()
+        .map(|&b| {
+            (0..BATCH)
+                .filter(|&i| c.is_batch_index_acked(b, i).unwrap())
+                .collect()
+        })
+        .collect()
+}
+
+/// Messages in each of the batches `reopen_keeps_every_ack` appends.
+const BATCH: u32 = 5;
+
 /// Writes acks in `first` mode, reopens in `second`, acks more, reopens in `first` again.
+/// Entries 600 and on are batches of [`BATCH`] messages, some acknowledged in part.
 fn reopen_keeps_every_ack(place: &Place, first: PersistMode, second: PersistMode) {
     let what = format!("{first:?} then {second:?}");
     let topic = place.open(first);
     let p = append_n(&topic, 600);
+    let batches: Vec<Position> = (0..8)
+        .map(|i| {
+            let meta = AppendMeta {
+                num_messages: BATCH,
+                timestamp: 2000 + i,
+            };
+            topic.append_with(b"batch", meta).unwrap()
+        })
+        .collect();
+    topic.sync().unwrap();
     let c = topic
         .open_cursor("sub", at(InitialPosition::Earliest, false))
         .unwrap();
+    // Batch k: its messages below k acknowledged (none of the first, all of the last five).
+    for (k, &b) in batches.iter().enumerate() {
+        for i in 0..(k as u32).min(BATCH) {
+            c.ack_batch_index(b, i, BATCH).unwrap();
+        }
+    }
+    let batches_acked = batch_view(&c, &batches);
+    assert_eq!(batches_acked[2], [0, 1], "{what}");
+    assert_eq!(batches_acked[7], [0, 1, 2, 3, 4], "{what}");
     c.ack_cumulative(p[9]).unwrap();
     let mut acked = BTreeSet::new();
     // Every third entry, in descending order, and a run.
@@ -80,6 +121,7 @@ fn reopen_keeps_every_ack(place: &Place, first: PersistMode, second: PersistMode
         c.stats().unwrap().ackset.evictions > 0,
         "{what}: no eviction"
     );
+    acked.extend(&batches[5..]);
     check(&c, Some(p[9]), &acked, &format!("{what}, before close"));
     topic.close().unwrap();
 
@@ -88,6 +130,11 @@ fn reopen_keeps_every_ack(place: &Place, first: PersistMode, second: PersistMode
         .open_cursor("sub", at(InitialPosition::Latest, false))
         .unwrap();
     check(&c, Some(p[9]), &acked, &format!("{what}, first reopen"));
+    assert_eq!(
+        batch_view(&c, &batches),
+        batches_acked,
+        "{what}, first reopen"
+    );
     assert_eq!(c.properties().unwrap().get("offset"), Some(&42));
     // The read position is the first unacknowledged entry after mark-delete.
     assert_eq!(read_positions(&c, 2), vec![p[10], p[11]]);
@@ -102,6 +149,13 @@ fn reopen_keeps_every_ack(place: &Place, first: PersistMode, second: PersistMode
     }
     c.ack(p[599 - 1]).unwrap();
     acked.insert(p[598]);
+    // One more message of batch 1; batch 4 completed.
+    c.ack_batch_index(batches[1], 3, BATCH).unwrap();
+    c.ack_batch_index(batches[4], 4, BATCH).unwrap();
+    acked.insert(batches[4]);
+    let mut batches_acked = batches_acked;
+    batches_acked[1] = vec![0, 3];
+    batches_acked[4] = vec![0, 1, 2, 3, 4];
     let mark = Some(p[15]);
     check(&c, mark, &acked, &format!("{what}, after more acks"));
     c.close().unwrap();
@@ -112,10 +166,20 @@ fn reopen_keeps_every_ack(place: &Place, first: PersistMode, second: PersistMode
         .open_cursor("sub", at(InitialPosition::Latest, false))
         .unwrap();
     check(&c, mark, &acked, &format!("{what}, second reopen"));
-    assert!(matches!(
-        c.stats().unwrap().recovery_source,
-        Some(RecoverySource::Marker(_) | RecoverySource::Snapshot(_))
-    ));
+    assert_eq!(
+        batch_view(&c, &batches),
+        batches_acked,
+        "{what}, second reopen"
+    );
+    let source = c.stats().unwrap().recovery_source;
+    if topic.store.is_some() {
+        assert_eq!(source, Some(RecoverySource::Journal), "{what}");
+    } else {
+        assert!(matches!(
+            source,
+            Some(RecoverySource::Marker(_) | RecoverySource::Snapshot(_))
+        ));
+    }
     topic.close().unwrap();
 }
 
@@ -128,22 +192,27 @@ const MODES: [(PersistMode, PersistMode); 4] = [
 
 #[test]
 fn reopen_keeps_every_individual_ack_in_every_mode_and_across_modes() {
-    for (first, second) in MODES {
-        reopen_keeps_every_ack(&Place::Mem(MemStorage::new()), first, second);
-    }
+    on_each_host(|host| {
+        for (first, second) in MODES {
+            reopen_keeps_every_ack(&Place::Mem(MemStorage::new(), host), first, second);
+        }
+    });
 }
 
 #[test]
 fn reopen_keeps_every_individual_ack_on_real_files() {
-    for (first, second) in MODES {
-        reopen_keeps_every_ack(&Place::Dir(tempfile::tempdir().unwrap()), first, second);
-    }
+    on_each_host(|host| {
+        for (first, second) in MODES {
+            let dir = tempfile::tempdir().unwrap();
+            reopen_keeps_every_ack(&Place::Dir(dir, host), first, second);
+        }
+    });
 }
 
 #[test]
 fn deleting_a_cursor_deletes_its_cursor_ledger() {
     let disk = MemStorage::new();
-    let topic = Place::Mem(disk.clone()).open(PersistMode::MultiEntry);
+    let topic = Place::Mem(disk.clone(), Host::Alone).open(PersistMode::MultiEntry);
     let p = append_n(&topic, 120);
     let keep = topic
         .open_cursor("keep", at(InitialPosition::Earliest, false))
@@ -166,7 +235,7 @@ fn deleting_a_cursor_deletes_its_cursor_ledger() {
     assert!(log.ledger_ids().contains(&kept));
     drop(log);
     topic.close().unwrap();
-    let topic = Place::Mem(disk).open(PersistMode::MultiEntry);
+    let topic = Place::Mem(disk, Host::Alone).open(PersistMode::MultiEntry);
     assert_eq!(topic.cursor_names(), vec!["keep".to_owned()]);
     let keep = topic
         .open_cursor("keep", at(InitialPosition::Latest, false))
@@ -269,13 +338,17 @@ fn trimming_never_deletes_a_cursor_ledger() {
 /// not survive as acks of entries that do not exist (the backlog stays exact).
 #[test]
 fn acks_of_entries_lost_in_a_power_cut_are_dropped_on_reopen() {
+    on_each_host(acks_of_lost_entries_are_dropped);
+}
+
+fn acks_of_lost_entries_are_dropped(host: Host) {
     let disk = MemStorage::new();
     // Only a topic that reads unsynced entries lets a consumer ack entries a crash can take.
     let config = LedgerConfig {
         read_unsynced: true,
         ..LedgerConfig::default()
     };
-    let topic = ManagedLedger::open_with_storage(Arc::new(disk.clone()), config.clone()).unwrap();
+    let topic = open_hosted(host, Arc::new(disk.clone()), &config).unwrap();
     let kept = append_n(&topic, 10);
     let lost = support::topic::append_unsynced(&topic, 5);
     let c = topic
@@ -285,7 +358,7 @@ fn acks_of_entries_lost_in_a_power_cut_are_dropped_on_reopen() {
     c.ack(lost[1]).unwrap();
     c.ack(lost[3]).unwrap();
     c.flush().unwrap();
-    let topic = ManagedLedger::open_with_storage(Arc::new(disk.durable_image()), config).unwrap();
+    let topic = open_hosted(host, Arc::new(disk.durable_image()), &config).unwrap();
     assert_eq!(topic.last_position(), Some(kept[9]));
     let c = topic
         .open_cursor("sub", at(InitialPosition::Latest, false))
