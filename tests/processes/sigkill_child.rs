@@ -1,15 +1,18 @@
 //! Process kill on real files: a child process (this test binary, run again with the test's
 //! exact name and `ACKSTORE_KILL_CHILD_DIR` set) runs a random workload on a topic directory
-//! (appends rolling a ledger every few entries, acks, cumulative acks, flushes, seeks, rewinds,
-//! trims, cursor close and reopen, the background flusher on) and logs what it does to a file.
+//! (appends of single messages and of batches rolling a ledger every few entries, acks of whole
+//! entries and of single messages of a batch, cumulative acks, flushes, seeks, rewinds, trims,
+//! cursor close and reopen, the background flusher on) and logs what it does to a file.
 //! The parent kills it with SIGKILL at a random moment, reopens the directory, checks every
 //! cursor against the log, runs `ackstore verify` on the directory (a kill is never damage:
 //! exit 0), and lets the next child continue on the same directory.
 //!
 //! The log is plain appends of whole lines, which a SIGKILL cannot undo (the kernel keeps what
 //! was written): `K c L:E` and `C c L:E` *before* an ack or cumulative ack of cursor `c`,
+//! `B c L:E i` *before* the ack of message `i` of the entry at `L:E` (a batch-index ack),
 //! `S c L:E` before a seek and `s c` after it returned `Ok`, `F c` *after* a flush that returned
-//! `Ok`, `X c` after a close that returned `Ok`, `A L:E` after an append returned, `Y` after a
+//! `Ok`, `X c` after a close that returned `Ok`, `A L:E n` after the append of an entry of `n`
+//! messages returned, `Y` after a
 //! sync returned `Ok`, `D L:E` for every entry a read delivered. An append not yet synced may
 //! die with the process (its write buffer), and acks of an entry that is gone are dropped
 //! (docs/cursors.md). The child acks, cumulatively acks and seeks to synced entries only (the
@@ -17,9 +20,10 @@
 //! - every entry appended before the last `Y` is still there (unless trimmed);
 //! - every entry a read delivered is still there (unless trimmed): reads stop at what is durable;
 //!
-//! and over every logged entry still there:
-//! - invariant 1: nothing is acked that the log does not show acked (by an ack, a cumulative
-//!   ack, or a seek, which acknowledges everything before its target);
+//! and over every message of every logged entry still there (an entry is acked when all its
+//! messages are):
+//! - invariant 1: nothing is acked that the log does not show acked (by an ack, a batch-index
+//!   ack, a cumulative ack, or a seek, which acknowledges everything before its target);
 //! - invariant 2: every ack logged before the cursor's last `F` or `X` is present, unless a
 //!   later seek that returned `Ok` cleared it (a seek commits its reset: docs/cursors.md); a
 //!   seek cut by the kill keeps only what both sides of it hold.
@@ -41,11 +45,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ackstore::{Cursor, CursorOptions, Error, Position};
+use ackstore::{AppendMeta, Cursor, CursorOptions, Error, Position};
 use std::sync::Arc;
 
 use ackstore::{ManagedLedger, Store, StoreConfig};
-use support::workload::{Acked, Rng, actual, before, seed_from_env};
+use support::workload::{Acked, Messages, Rng, actual, actual_messages, before, seed_from_env};
 
 const TOPIC: &str = "persistent://tenant/ns/killed";
 const CHILD_DIR: &str = "ACKSTORE_KILL_CHILD_DIR";
@@ -142,6 +146,12 @@ fn parse_position(s: &str) -> Option<Position> {
     })
 }
 
+/// `L:E n` of an `A` line: the entry and its number of messages.
+fn parse_append(s: &str) -> Option<(Position, u32)> {
+    let (p, n) = s.split_once(' ')?;
+    Some((parse_position(p)?, n.parse().ok()?))
+}
+
 #[test]
 fn sigkill_at_random_moments_never_loses_a_flushed_ack_nor_invents_one() {
     run(Through::Topic);
@@ -197,11 +207,16 @@ impl Log {
 
 fn child(through: Through, dir: &Path, log_path: &Path, seed: u64) -> ! {
     let mut rng = Rng::new(seed);
-    // Every position appended by earlier children, from their log.
+    // Every entry appended by earlier children and its number of messages, from their log.
+    let mut sizes: BTreeMap<Position, u32> = BTreeMap::new();
     let mut appended: Vec<Position> = std::fs::read_to_string(log_path)
         .unwrap_or_default()
         .lines()
-        .filter_map(|l| l.strip_prefix("A ").and_then(parse_position))
+        .filter_map(|l| l.strip_prefix("A ").and_then(parse_append))
+        .map(|(p, n)| {
+            sizes.insert(p, n);
+            p
+        })
         .collect();
     let mut log = Log(OpenOptions::new()
         .append(true)
@@ -248,11 +263,22 @@ fn child(through: Through, dir: &Path, log_path: &Path, seed: u64) -> ! {
         match rng.below(100) {
             0..30 => {
                 for _ in 0..=rng.below(4) {
+                    // Half the entries are batches of 2 to 5 messages.
+                    let num_messages = if rng.chance(50) {
+                        1
+                    } else {
+                        2 + u32::try_from(rng.below(4)).expect("small")
+                    };
+                    let meta = AppendMeta {
+                        num_messages,
+                        timestamp: n,
+                    };
                     let p = topic
-                        .append(format!("entry {n}").as_bytes())
+                        .append_with(format!("entry {n}").as_bytes(), meta)
                         .unwrap_or_else(|e| log.fail("append", &e));
                     appended.push(p);
-                    log.line(&format!("A {p}"));
+                    sizes.insert(p, num_messages);
+                    log.line(&format!("A {p} {num_messages}"));
                 }
                 if rng.chance(20) {
                     topic.sync().unwrap_or_else(|e| log.fail("sync", &e));
@@ -260,7 +286,17 @@ fn child(through: Through, dir: &Path, log_path: &Path, seed: u64) -> ! {
                     log.line("Y");
                 }
             }
-            30..52 => {
+            30..40 => {
+                if let Some(p) = pick(&mut rng) {
+                    let size = sizes.get(&p).copied().unwrap_or(1);
+                    let i = u32::try_from(rng.below(u64::from(size))).expect("small");
+                    log.line(&format!("B {c} {p} {i}"));
+                    cursor
+                        .ack_batch_index(p, i, size)
+                        .unwrap_or_else(|e| log.fail(&format!("ack_batch_index {p} {i}"), &e));
+                }
+            }
+            40..52 => {
                 if let Some(p) = pick(&mut rng) {
                     log.line(&format!("K {c} {p}"));
                     cursor
@@ -275,12 +311,31 @@ fn child(through: Through, dir: &Path, log_path: &Path, seed: u64) -> ! {
                 for e in &entries {
                     log.line(&format!("D {}", e.position));
                 }
-                for e in entries.iter().filter(|_| rng.chance(70)) {
+                for e in &entries {
+                    if !rng.chance(70) {
+                        continue;
+                    }
                     let p = e.position;
-                    log.line(&format!("K {c} {p}"));
-                    cursor
-                        .ack(p)
-                        .unwrap_or_else(|e| log.fail(&format!("ack {p}"), &e));
+                    // A consumer acks one message of a batch it has not acked yet, or all.
+                    let unacked: Vec<u32> = (0..e.num_messages)
+                        .filter(|i| {
+                            e.acked_batch_indexes
+                                .as_ref()
+                                .is_none_or(|acked| !acked.contains(*i))
+                        })
+                        .collect();
+                    if unacked.len() > 1 && rng.chance(60) {
+                        let i = unacked[rng.index(unacked.len())];
+                        log.line(&format!("B {c} {p} {i}"));
+                        cursor
+                            .ack_batch_index(p, i, e.num_messages)
+                            .unwrap_or_else(|e| log.fail(&format!("ack_batch_index {p} {i}"), &e));
+                    } else {
+                        log.line(&format!("K {c} {p}"));
+                        cursor
+                            .ack(p)
+                            .unwrap_or_else(|e| log.fail(&format!("ack {p}"), &e));
+                    }
                 }
             }
             60..63 => {
@@ -358,6 +413,10 @@ struct Model {
     committed: Acked,
     /// Everything ever acknowledged: nothing outside it may be recovered.
     ever: Acked,
+    /// The messages `truth`, `committed` and `ever` hold beyond their whole entries.
+    truth_messages: Messages,
+    committed_messages: Messages,
+    ever_messages: Messages,
     /// A seek logged and not yet seen returning: its target.
     seeking: Option<Position>,
 }
@@ -365,6 +424,8 @@ struct Model {
 #[derive(Debug, Default)]
 struct Parent {
     appended: Vec<Position>,
+    /// Messages of each appended entry.
+    sizes: BTreeMap<Position, u32>,
     /// How many of `appended` the last `Ok` sync covered.
     synced: usize,
     /// Every entry a read delivered to a consumer.
@@ -373,6 +434,7 @@ struct Parent {
     /// How much of the log has been applied.
     offset: u64,
     acks: u64,
+    batch_index_acks: u64,
     flushes: u64,
     seeks: u64,
 }
@@ -419,9 +481,12 @@ impl Parent {
             return Ok(());
         }
         if tag == "A" {
-            let p = words.next().and_then(parse_position);
-            self.appended
-                .push(p.ok_or_else(|| format!("bad log line {line:?}"))?);
+            let (p, n) = line
+                .strip_prefix("A ")
+                .and_then(parse_append)
+                .ok_or_else(|| format!("bad log line {line:?}"))?;
+            self.appended.push(p);
+            self.sizes.insert(p, n);
             return Ok(());
         }
         let c: usize = words
@@ -429,8 +494,16 @@ impl Parent {
             .and_then(|w| w.parse().ok())
             .ok_or_else(|| format!("bad log line {line:?}"))?;
         let p = words.next().and_then(parse_position);
+        let index: Option<u32> = words.next().and_then(|w| w.parse().ok());
         let m = self.cursors.entry(c).or_default();
         match (tag, p) {
+            ("B", Some(p)) => {
+                let i = index.ok_or_else(|| format!("bad log line {line:?}"))?;
+                self.acks += 1;
+                self.batch_index_acks += 1;
+                m.truth_messages.ack(p, i);
+                m.ever_messages.ack(p, i);
+            }
             ("K", Some(p)) => {
                 self.acks += 1;
                 m.truth.ack(p);
@@ -452,10 +525,13 @@ impl Parent {
                 self.seeks += 1;
                 m.truth = Acked::reset(before(p));
                 m.committed = m.truth.clone();
+                m.truth_messages = Messages::default();
+                m.committed_messages = Messages::default();
             }
             ("F" | "X", None) => {
                 self.flushes += 1;
                 m.committed = m.truth.clone();
+                m.committed_messages = m.truth_messages.clone();
             }
             _ => return Err(format!("bad log line {line:?}")),
         }
@@ -498,35 +574,45 @@ impl Parent {
             // A seek the kill cut: either side of it may be what was committed.
             if let Some(p) = m.seeking.take() {
                 m.committed = m.committed.meet_reset(before(p));
+                m.committed_messages = m.committed_messages.meet_reset(p);
             }
             let name = cursor_name(*c);
             let cursor = topic
                 .open_cursor(&name, CursorOptions::default())
                 .map_err(|e| format!("round {round}: open {name}: {e}"))?;
             for &p in &existing {
-                let acked = cursor
-                    .is_acked(p)
-                    .map_err(|e| format!("round {round}: {name}: is_acked {p}: {e}"))?;
-                if acked && !m.ever.contains(p) {
-                    return Err(format!(
-                        "round {round}: {name}: {p} is acked but the log never acked it \
-                         (invariant 1)"
-                    ));
-                }
-                if !acked && m.committed.contains(p) {
-                    return Err(format!(
-                        "round {round}: {name}: {p} was acked before an Ok flush, close or \
-                         seek and is lost (invariant 2)"
-                    ));
+                for i in 0..self.sizes.get(&p).copied().unwrap_or(1) {
+                    let acked = cursor.is_batch_index_acked(p, i).map_err(|e| {
+                        format!("round {round}: {name}: is_batch_index_acked {p} {i}: {e}")
+                    })?;
+                    if acked && !m.ever_messages.holds(&m.ever, p, i) {
+                        return Err(format!(
+                            "round {round}: {name}: message {i} of {p} is acked but the log \
+                             never acked it (invariant 1)"
+                        ));
+                    }
+                    if !acked && m.committed_messages.holds(&m.committed, p, i) {
+                        return Err(format!(
+                            "round {round}: {name}: message {i} of {p} was acked before an Ok \
+                             flush, close or seek and is lost (invariant 2)"
+                        ));
+                    }
                 }
             }
             let recovered =
                 actual(&cursor).map_err(|e| format!("round {round}: {name}: read back: {e}"))?;
+            let sizes = existing
+                .iter()
+                .map(|p| (*p, self.sizes.get(p).copied().unwrap_or(1)));
+            let recovered_messages = actual_messages(&cursor, sizes)
+                .map_err(|e| format!("round {round}: {name}: read back: {e}"))?;
             cursor
                 .close()
                 .map_err(|e| format!("round {round}: close {name}: {e}"))?;
             m.truth = recovered.clone();
             m.committed = recovered;
+            m.truth_messages = recovered_messages.clone();
+            m.committed_messages = recovered_messages;
         }
         opened
             .close()
@@ -621,15 +707,23 @@ fn parent(through: Through, rounds: usize, seed: u64) -> Result<(), String> {
         verify(&dir, round)?;
     }
     // The kills must have landed mid-workload, not only during start-up.
-    if rounds >= 10 && (state.acks == 0 || state.flushes == 0 || state.seeks == 0) {
+    if rounds >= 10
+        && (state.acks == 0
+            || state.batch_index_acks == 0
+            || state.flushes == 0
+            || state.seeks == 0)
+    {
         return Err(format!(
-            "the children did too little before being killed: {} acks, {} flushes, {} seeks",
-            state.acks, state.flushes, state.seeks
+            "the children did too little before being killed: {} acks ({} of single messages \
+             of a batch), {} flushes, {} seeks",
+            state.acks, state.batch_index_acks, state.flushes, state.seeks
         ));
     }
     eprintln!(
-        "{rounds} kills: {} acks, {} flushes or closes, {} seeks logged; {} entries",
+        "{rounds} kills: {} acks ({} of single messages of a batch), {} flushes or closes, {} \
+         seeks logged; {} entries",
         state.acks,
+        state.batch_index_acks,
         state.flushes,
         state.seeks,
         state.appended.len()

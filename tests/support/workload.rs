@@ -1,7 +1,8 @@
 //! Shared by the stress and process-kill tests: a seeded random source and the model of one
-//! cursor's acknowledged set (a mark-delete bound plus individual acks).
+//! cursor's acknowledged set (a mark-delete bound plus individual acks, and the messages of batches
+//! acknowledged one by one).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use ackstore::Position;
@@ -138,4 +139,66 @@ impl Acked {
             set: BTreeSet::new(),
         }
     }
+}
+
+/// Messages acknowledged one by one (batch-index acks), by entry: what a cursor holds beyond the
+/// whole entries of an [`Acked`] beside it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Messages(pub BTreeMap<Position, BTreeSet<u32>>);
+
+impl Messages {
+    /// Adds message `i` of the entry at `p`.
+    pub fn ack(&mut self, p: Position, i: u32) {
+        self.0.entry(p).or_default().insert(i);
+    }
+
+    /// Adds everything `other` holds.
+    pub fn extend(&mut self, other: &Messages) {
+        for (&p, indexes) in &other.0 {
+            self.0.entry(p).or_default().extend(indexes);
+        }
+    }
+
+    /// Whether message `i` of the entry at `p` is acknowledged, here or as a whole entry of
+    /// `whole`.
+    pub fn holds(&self, whole: &Acked, p: Position, i: u32) -> bool {
+        whole.contains(p) || self.0.get(&p).is_some_and(|s| s.contains(&i))
+    }
+
+    /// Whether the entry at `p`, of `size` messages, is acknowledged: whole in `whole`, or
+    /// every one of its messages here.
+    pub fn holds_entry(&self, whole: &Acked, p: Position, size: u32) -> bool {
+        whole.contains(p) || self.0.get(&p).is_some_and(|s| s.len() == size as usize)
+    }
+
+    /// What a reset to `target` keeps on both sides of it: the messages of entries before it.
+    pub fn meet_reset(&self, target: Position) -> Self {
+        Self(
+            self.0
+                .iter()
+                .filter(|(p, _)| **p < target)
+                .map(|(p, s)| (*p, s.clone()))
+                .collect(),
+        )
+    }
+}
+
+/// The messages `cursor` acknowledges one by one among `entries` (each with its number of
+/// messages), entries it acknowledges whole left out.
+pub fn actual_messages(
+    cursor: &ackstore::Cursor,
+    entries: impl IntoIterator<Item = (Position, u32)>,
+) -> ackstore::Result<Messages> {
+    let mut out = Messages::default();
+    for (p, size) in entries {
+        if cursor.is_acked(p)? {
+            continue;
+        }
+        for i in 0..size {
+            if cursor.is_batch_index_acked(p, i)? {
+                out.ack(p, i);
+            }
+        }
+    }
+    Ok(out)
 }
