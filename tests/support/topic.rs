@@ -198,6 +198,33 @@ pub fn open_hosted(
     }
 }
 
+/// [`open_hosted`] with the cursors' state flushed in the background every
+/// `config.cursor.flush_interval`: by each cursor's own thread on a topic alone, by a pool of
+/// `flusher_threads` threads on a store.
+pub fn open_hosted_flushed(
+    host: Host,
+    storage: Arc<dyn ackstore::Storage>,
+    config: &LedgerConfig,
+    flusher_threads: usize,
+) -> ackstore::Result<Hosted> {
+    if host == Host::Alone {
+        return open_hosted(host, storage, config);
+    }
+    let store = ackstore::Store::open_with_storage(
+        storage,
+        ackstore::StoreConfig {
+            ledger: config.clone(),
+            flusher_threads,
+            ..ackstore::StoreConfig::default()
+        },
+    )?;
+    let topic = store.topic("t")?;
+    Ok(Hosted {
+        store: Some(store),
+        topic,
+    })
+}
+
 /// Runs `test` once with each host of a topic (alone, then in a store), naming the host on
 /// stderr first, so a failure says which one it was.
 pub fn on_each_host(mut test: impl FnMut(Host)) {

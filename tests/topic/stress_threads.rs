@@ -1,11 +1,12 @@
 //! Concurrency stress: one topic with a data ledger rolled over every few entries, producer
-//! threads appending and syncing, several cursors each driven by two threads (ack, read and
-//! ack, cumulative ack, flush, rewind, property, seek, close and reopen) with the background
-//! flusher on, a trimmer, and a thread creating and deleting scratch cursors, all at once.
-//! Bounded by operation counts, not time.
+//! threads appending single messages and batches and syncing, several cursors each driven by two
+//! threads (ack, ack of one message of a batch, read and ack, cumulative ack, flush, rewind,
+//! property, seek, close and reopen) with the background flusher on, a trimmer, and a thread
+//! creating and deleting scratch cursors, all at once. Bounded by operation counts, not time.
+//! The topic is opened alone, or hosted by a store (its flusher pool on).
 //!
-//! Checked against a model of each cursor (what was acknowledged, what the last `Ok` flush,
-//! close or seek committed, and everything ever acknowledged):
+//! Checked against a model of each cursor, message by message (what was acknowledged, what the
+//! last `Ok` flush, close or seek committed, and everything ever acknowledged):
 //! - with one owner, no call fails (in particular, never `Error::Fenced`);
 //! - at every close and reopen, and at the end, the cursor holds exactly the model's acks;
 //! - after a power cut at the end (in-memory disk), invariant 1 (nothing acked that was never
@@ -18,16 +19,15 @@
 use crate::support;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::thread;
 use std::time::Duration;
 
-use ackstore::MemStorage;
-use ackstore::{Cursor, CursorOptions, Error, Position};
-use ackstore::{ManagedLedger, PersistMode};
-use support::workload::{Acked, Rng, actual, before, seed_from_env};
+use ackstore::{AppendMeta, Cursor, CursorOptions, Error, Position};
+use ackstore::{FileStorage, ManagedLedger, MemStorage, PersistMode, Storage, Store};
+use support::topic::{Host, Hosted, on_each_host};
+use support::workload::{Acked, Messages, Rng, actual, actual_messages, before, seed_from_env};
 
 /// How much work one run does.
 #[derive(Debug, Clone, Copy)]
@@ -43,11 +43,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Every appended position, in the order the appends returned, and how many of them the last
-/// `Ok` sync covered.
+/// Every appended position, in the order the appends returned, its number of messages, and how
+/// many of them the last `Ok` sync covered.
 #[derive(Debug, Default)]
 struct Appended {
     positions: Vec<Position>,
+    sizes: BTreeMap<Position, u32>,
     synced: usize,
 }
 
@@ -61,6 +62,20 @@ struct Model {
     /// Everything ever acknowledged, by an ack, a cumulative ack or a reset: nothing outside it
     /// may ever be recovered.
     ever: Acked,
+    /// The messages `truth`, `committed` and `ever` hold beyond their whole entries.
+    truth_messages: Messages,
+    committed_messages: Messages,
+    ever_messages: Messages,
+}
+
+impl Model {
+    /// Takes what `cursor` holds among `entries` as the truth, nothing of it committed.
+    fn read_back(&mut self, cursor: &Cursor, entries: Vec<(Position, u32)>) {
+        self.truth = actual(cursor).unwrap_or_default();
+        self.truth_messages = actual_messages(cursor, entries).unwrap_or_default();
+        self.committed = Acked::default();
+        self.committed_messages = Messages::default();
+    }
 }
 
 struct Driven {
@@ -97,8 +112,16 @@ impl Run<'_> {
         matches!(err, Error::NoSuchEntry(_)) && self.topic.first_position().is_some_and(|f| p < f)
     }
 
-    fn snapshot(&self) -> Vec<Position> {
-        lock(&self.appended).positions.clone()
+    /// Every appended entry with its number of messages.
+    fn entries(&self) -> Vec<(Position, u32)> {
+        let a = lock(&self.appended);
+        a.positions.iter().map(|p| (*p, a.sizes[p])).collect()
+    }
+
+    /// A random synced entry ([`Self::pick`]) and its number of messages.
+    fn pick_entry(&self, rng: &mut Rng) -> Option<(Position, u32)> {
+        let p = self.pick(rng)?;
+        Some((p, lock(&self.appended).sizes[&p]))
     }
 
     /// A random appended position: mostly a recent one, sometimes any.
@@ -115,8 +138,26 @@ impl Run<'_> {
 
     fn produce(&self, producer: usize, count: usize) {
         for i in 0..count {
-            match self.topic.append(format!("p{producer}-{i}").as_bytes()) {
-                Ok(p) => lock(&self.appended).positions.push(p),
+            // Every other entry a batch of 2 to 4 messages.
+            let num_messages = if i % 2 == 0 {
+                1
+            } else {
+                2 + u32::try_from(i / 2 % 3).expect("small")
+            };
+            let meta = AppendMeta {
+                num_messages,
+                timestamp: i as u64,
+            };
+            match self
+                .topic
+                .append_with(format!("p{producer}-{i}").as_bytes(), meta)
+            {
+                Ok(p) => {
+                    // The size first: a position is picked only once listed.
+                    let mut a = lock(&self.appended);
+                    a.sizes.insert(p, num_messages);
+                    a.positions.push(p);
+                }
                 Err(e) => self.error(format!("producer {producer}: append: {e}")),
             }
             if i % 16 == 15 {
@@ -189,27 +230,14 @@ impl Run<'_> {
         }
     }
 
-    /// Compares the cursor with the model over every retained appended position.
-    fn check_exact(&self, cursor: &Cursor, truth: &Acked, when: &str) {
+    /// Compares the cursor with the model over every message of every retained appended entry.
+    fn check_exact(&self, cursor: &Cursor, truth: &Acked, messages: &Messages, when: &str) {
         let first = self.topic.first_position();
-        for p in self.snapshot() {
-            if first.is_none_or(|f| p < f) {
-                continue;
-            }
-            match cursor.is_acked(p) {
-                Ok(actual) if actual == truth.contains(p) => {}
-                Ok(actual) => {
-                    self.mismatch(format!(
-                        "{} {when}: {p} acked {actual}, model says {}",
-                        cursor.name(),
-                        truth.contains(p)
-                    ));
-                    return;
-                }
-                Err(e) => {
-                    self.error(format!("{} {when}: is_acked {p}: {e}", cursor.name()));
-                    return;
-                }
+        if let Err(e) = exactly(cursor, truth, messages, &self.entries(), first) {
+            if e.starts_with("is_") {
+                self.error(format!("{} {when}: {e}", cursor.name()));
+            } else {
+                self.mismatch(format!("{} {when}: {e}", cursor.name()));
             }
         }
     }
@@ -241,7 +269,7 @@ impl Run<'_> {
     fn shared_op(&self, d: &Driven, cursor: &Cursor, roll: u64, rng: &mut Rng) {
         let name = &d.name;
         match roll {
-            0..40 => {
+            0..28 => {
                 let Some(p) = self.pick(rng) else { return };
                 match cursor.ack(p) {
                     Ok(_) => {
@@ -253,9 +281,25 @@ impl Run<'_> {
                     Err(e) => self.error(format!("{name}: ack {p}: {e}")),
                 }
             }
+            28..40 => {
+                let Some((p, size)) = self.pick_entry(rng) else {
+                    return;
+                };
+                let i = u32::try_from(rng.below(u64::from(size))).expect("small");
+                self.ack_message(d, cursor, p, i, size);
+            }
             40..55 => match cursor.read_entries(6) {
                 Ok(entries) => {
-                    for e in entries.iter().filter(|_| rng.chance(60)) {
+                    for e in &entries {
+                        if !rng.chance(60) {
+                            continue;
+                        }
+                        if e.num_messages > 1 && rng.chance(50) {
+                            let i =
+                                u32::try_from(rng.below(u64::from(e.num_messages))).expect("small");
+                            self.ack_message(d, cursor, e.position, i, e.num_messages);
+                            continue;
+                        }
                         match cursor.ack(e.position) {
                             Ok(_) => {
                                 let mut m = lock(&d.model);
@@ -286,9 +330,16 @@ impl Run<'_> {
                 }
             }
             60..75 => {
-                let before = lock(&d.model).truth.clone();
+                let (before, before_messages) = {
+                    let m = lock(&d.model);
+                    (m.truth.clone(), m.truth_messages.clone())
+                };
                 match cursor.flush() {
-                    Ok(()) => lock(&d.model).committed.extend(&before),
+                    Ok(()) => {
+                        let mut m = lock(&d.model);
+                        m.committed.extend(&before);
+                        m.committed_messages.extend(&before_messages);
+                    }
                     Err(e) => self.error(format!("{name}: flush: {e}")),
                 }
             }
@@ -305,6 +356,19 @@ impl Run<'_> {
         }
     }
 
+    /// Acknowledges message `i` of the entry at `p`, of `size` messages.
+    fn ack_message(&self, d: &Driven, cursor: &Cursor, p: Position, i: u32, size: u32) {
+        match cursor.ack_batch_index(p, i, size) {
+            Ok(_) => {
+                let mut m = lock(&d.model);
+                m.truth_messages.ack(p, i);
+                m.ever_messages.ack(p, i);
+            }
+            Err(e) if self.trimmed(p, &e) => {}
+            Err(e) => self.error(format!("{}: ack_batch_index {p} {i}: {e}", d.name)),
+        }
+    }
+
     fn seek(&self, d: &Driven, cursor: &Cursor, rng: &mut Rng) {
         let Some(p) = self.pick(rng) else { return };
         match cursor.seek(p) {
@@ -312,6 +376,8 @@ impl Run<'_> {
                 let mut m = lock(&d.model);
                 m.truth = Acked::reset(before(p));
                 m.committed = m.truth.clone();
+                m.truth_messages = Messages::default();
+                m.committed_messages = Messages::default();
                 if let Some(b) = before(p) {
                     m.ever.ack_through(b);
                 }
@@ -320,19 +386,21 @@ impl Run<'_> {
                 // The reset may or may not have been committed: only the bounds stay known.
                 self.error(format!("{}: seek {p}: {e}", d.name));
                 let mut m = lock(&d.model);
-                m.committed = Acked::default();
                 if let Some(b) = before(p) {
                     m.ever.ack_through(b);
                 }
-                m.truth = actual(cursor).unwrap_or_default();
+                m.read_back(cursor, self.entries());
             }
         }
     }
 
     fn close_and_reopen(&self, d: &Driven, slot: &mut Option<Cursor>) {
         let cursor = slot.take().expect("open");
-        let truth = lock(&d.model).truth.clone();
-        self.check_exact(&cursor, &truth, "before close");
+        let (truth, messages) = {
+            let m = lock(&d.model);
+            (m.truth.clone(), m.truth_messages.clone())
+        };
+        self.check_exact(&cursor, &truth, &messages, "before close");
         let closed = cursor.close();
         if let Err(e) = &closed {
             self.error(format!("{}: close: {e}", d.name));
@@ -347,47 +415,93 @@ impl Run<'_> {
         let mut m = lock(&d.model);
         if closed.is_ok() {
             m.committed = truth.clone();
-            self.check_exact(&reopened, &truth, "after close and reopen");
+            m.committed_messages = messages.clone();
+            self.check_exact(&reopened, &truth, &messages, "after close and reopen");
         } else {
-            self.check_bounds(&reopened, &m, &self.snapshot(), "after a failed close");
-            m.truth = actual(&reopened).unwrap_or_default();
-            m.committed = Acked::default();
+            self.check_bounds(&reopened, &m, "after a failed close");
+            m.read_back(&reopened, self.entries());
         }
         drop(m);
         *slot = Some(reopened);
     }
 
-    /// Invariants 1 and 2 over `positions`: nothing acked outside `ever`, everything in
-    /// `committed` acked.
-    fn check_bounds(&self, cursor: &Cursor, m: &Model, positions: &[Position], when: &str) {
+    /// Invariants 1 and 2 over every message of every retained appended entry: nothing acked
+    /// outside `ever`, everything in `committed` acked.
+    fn check_bounds(&self, cursor: &Cursor, m: &Model, when: &str) {
         let first = self.topic.first_position();
-        for &p in positions {
-            if first.is_none_or(|f| p < f) {
-                continue;
-            }
-            let actual = match cursor.is_acked(p) {
-                Ok(a) => a,
-                Err(e) => {
-                    self.error(format!("{} {when}: is_acked {p}: {e}", cursor.name()));
-                    return;
-                }
-            };
-            if actual && !m.ever.contains(p) {
-                self.mismatch(format!(
-                    "{} {when}: {p} is acked but never was (invariant 1)",
-                    cursor.name()
-                ));
-                return;
-            }
-            if !actual && m.committed.contains(p) {
-                self.mismatch(format!(
-                    "{} {when}: {p} was committed but is not acked (invariant 2)",
-                    cursor.name()
-                ));
-                return;
+        if let Err(e) = within(cursor, m, &self.entries(), first) {
+            if e.starts_with("is_") {
+                self.error(format!("{} {when}: {e}", cursor.name()));
+            } else {
+                self.mismatch(format!("{} {when}: {e}", cursor.name()));
             }
         }
     }
+}
+
+/// Whether `cursor` holds exactly `truth` and `messages` over every message of `entries` at or
+/// after `first`; the first difference otherwise (an error of the cursor starts with the call's
+/// name).
+fn exactly(
+    cursor: &Cursor,
+    truth: &Acked,
+    messages: &Messages,
+    entries: &[(Position, u32)],
+    first: Option<Position>,
+) -> Result<(), String> {
+    for &(p, size) in entries {
+        if first.is_none_or(|f| p < f) {
+            continue;
+        }
+        let entry = cursor
+            .is_acked(p)
+            .map_err(|e| format!("is_acked {p}: {e}"))?;
+        let want = messages.holds_entry(truth, p, size);
+        if entry != want {
+            return Err(format!("{p} acked {entry}, model says {want}"));
+        }
+        for i in 0..size {
+            let got = cursor
+                .is_batch_index_acked(p, i)
+                .map_err(|e| format!("is_batch_index_acked {p} {i}: {e}"))?;
+            let want = messages.holds(truth, p, i);
+            if got != want {
+                return Err(format!("message {i} of {p} acked {got}, model says {want}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Invariants 1 and 2 of `cursor` against `m` over every message of `entries` at or after
+/// `first`: nothing acked that was never acked, everything committed acked.
+fn within(
+    cursor: &Cursor,
+    m: &Model,
+    entries: &[(Position, u32)],
+    first: Option<Position>,
+) -> Result<(), String> {
+    for &(p, size) in entries {
+        if first.is_none_or(|f| p < f) {
+            continue;
+        }
+        for i in 0..size {
+            let got = cursor
+                .is_batch_index_acked(p, i)
+                .map_err(|e| format!("is_batch_index_acked {p} {i}: {e}"))?;
+            if got && !m.ever_messages.holds(&m.ever, p, i) {
+                return Err(format!(
+                    "message {i} of {p} is acked but never was (invariant 1)"
+                ));
+            }
+            if !got && m.committed_messages.holds(&m.committed, p, i) {
+                return Err(format!(
+                    "message {i} of {p} was committed but is not acked (invariant 2)"
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Runs every thread to completion on `topic`; returns the run for the checks after it.
@@ -442,16 +556,16 @@ fn run_workload<'a>(topic: &'a ManagedLedger, size: Size, seed: u64) -> Run<'a> 
     for d in &run.cursors {
         let guard = d.handle.read().unwrap_or_else(PoisonError::into_inner);
         if let Some(cursor) = guard.as_ref() {
-            let truth = lock(&d.model).truth.clone();
-            run.check_exact(cursor, &truth, "at the end");
+            let m = lock(&d.model);
+            run.check_exact(cursor, &m.truth, &m.truth_messages, "at the end");
         }
     }
     run
 }
 
-/// Closes every cursor and the topic, reopens the topic with `reopen`, and checks that every
-/// cursor holds exactly the model.
-fn close_reopen_and_check(run: &Run<'_>, reopen: impl FnOnce() -> ManagedLedger) {
+/// Closes every cursor and the topic of the run (and `store`, the store hosting it, if any),
+/// reopens the topic with `reopen`, and checks that every cursor holds exactly the model.
+fn close_reopen_and_check(run: &Run<'_>, store: Option<Store>, reopen: impl FnOnce() -> Hosted) {
     for d in &run.cursors {
         let mut guard = d.handle.write().unwrap_or_else(PoisonError::into_inner);
         if let Some(cursor) = guard.take() {
@@ -464,7 +578,11 @@ fn close_reopen_and_check(run: &Run<'_>, reopen: impl FnOnce() -> ManagedLedger)
             }
         }
     }
-    if let Err(e) = run.topic.close() {
+    let closed = match store {
+        Some(store) => store.close(),
+        None => run.topic.close(),
+    };
+    if let Err(e) = closed {
         run.error(format!("topic close: {e}"));
     }
     let topic = reopen();
@@ -475,7 +593,7 @@ fn close_reopen_and_check(run: &Run<'_>, reopen: impl FnOnce() -> ManagedLedger)
             topic.cursor_names()
         ));
     }
-    let positions = run.snapshot();
+    let entries = run.entries();
     let first = topic.first_position();
     for d in &run.cursors {
         let m = lock(&d.model);
@@ -486,19 +604,11 @@ fn close_reopen_and_check(run: &Run<'_>, reopen: impl FnOnce() -> ManagedLedger)
                 continue;
             }
         };
-        for &p in &positions {
-            if first.is_none_or(|f| p < f) {
-                continue;
-            }
-            let actual = cursor.is_acked(p).expect("is_acked after reopen");
-            if actual != m.truth.contains(p) {
-                run.mismatch(format!(
-                    "{} after the topic's close and reopen: {p} acked {actual}, model says {}",
-                    d.name,
-                    m.truth.contains(p)
-                ));
-                break;
-            }
+        if let Err(e) = exactly(&cursor, &m.truth, &m.truth_messages, &entries, first) {
+            run.mismatch(format!(
+                "{} after the topic's close and reopen: {e}",
+                d.name
+            ));
         }
     }
     topic.close().expect("close the reopened topic");
@@ -544,129 +654,77 @@ const SIZE: Size = Size {
     ops_per_thread: 400,
 };
 
+/// Opens the topic `host` keeps on `storage`, rolling a data ledger every 5 entries, its
+/// cursors flushed every 3 ms in the background (by the cursor's thread on a topic alone, by the
+/// store's flusher pool on a store).
+fn open(host: Host, storage: Arc<dyn Storage>, mode: PersistMode) -> Hosted {
+    let config = support::config::topic_flushed(5, mode, 4096, 24, Duration::from_millis(3));
+    support::topic::open_hosted_flushed(host, storage, &config, 2).expect("open")
+}
+
 /// On the in-memory disk: the workload, then a power cut (the durable image reopened: invariants
 /// 1 and 2 against the model), then a clean close and reopen (exact state).
-fn stress_in_memory(mode: PersistMode) {
+fn stress_in_memory(host: Host, mode: PersistMode) {
     let seed = seed_from_env("ACKSTORE_STRESS_SEED");
     let disk = MemStorage::new();
-    let topic = ManagedLedger::open_with_storage(
-        Arc::new(disk.clone()),
-        support::config::topic_flushed(5, mode, 4096, 24, Duration::from_millis(3)),
-    )
-    .expect("open");
+    let Hosted { store, topic } = open(host, Arc::new(disk.clone()), mode);
     let run = run_workload(&topic, SIZE, seed);
 
     // A power cut now: only what was synced survives.
-    let image = disk.durable_image();
-    match ManagedLedger::open_with_storage(
-        Arc::new(image),
-        support::config::topic_flushed(5, mode, 4096, 24, Duration::from_millis(3)),
-    ) {
-        Ok(crashed) => {
-            let a = lock(&run.appended);
-            let synced = a.positions[..a.synced].to_vec();
-            drop(a);
-            let first = crashed.first_position();
-            let kept: Vec<Position> = synced
-                .into_iter()
-                .filter(|&p| first.is_some_and(|f| p >= f))
-                .collect();
-            for d in &run.cursors {
-                match crashed.open_cursor(&d.name, CursorOptions::default()) {
-                    Ok(c) => check_recovered(&run, &c, &lock(&d.model), &kept),
-                    Err(e) => run.error(format!("{}: open after a power cut: {e}", d.name)),
+    let crashed = open(host, Arc::new(disk.durable_image()), mode);
+    let first = crashed.first_position();
+    let kept: Vec<(Position, u32)> = {
+        let a = lock(&run.appended);
+        a.positions[..a.synced]
+            .iter()
+            .filter(|&&p| first.is_some_and(|f| p >= f))
+            .map(|p| (*p, a.sizes[p]))
+            .collect()
+    };
+    for d in &run.cursors {
+        match crashed.open_cursor(&d.name, CursorOptions::default()) {
+            Ok(c) => {
+                if let Err(e) = within(&c, &lock(&d.model), &kept, first) {
+                    run.mismatch(format!("{} after a power cut: {e}", d.name));
                 }
             }
-            let _ = crashed.close();
+            Err(e) => run.error(format!("{}: open after a power cut: {e}", d.name)),
         }
-        Err(e) => run.error(format!("topic open after a power cut: {e}")),
     }
+    let _ = crashed.close();
 
-    close_reopen_and_check(&run, || {
-        ManagedLedger::open_with_storage(
-            Arc::new(disk.clone()),
-            support::config::topic_flushed(5, mode, 4096, 24, Duration::from_millis(3)),
-        )
-        .expect("reopen")
-    });
-    report(&run, &format!("in-memory disk, {mode:?}"));
+    close_reopen_and_check(&run, store, || open(host, Arc::new(disk.clone()), mode));
+    report(&run, &format!("{host:?} on the in-memory disk, {mode:?}"));
 }
 
 #[test]
 fn one_owner_under_concurrent_load_is_never_fenced_and_keeps_every_committed_ack_multi_entry() {
-    stress_in_memory(PersistMode::MultiEntry);
+    on_each_host(|host| stress_in_memory(host, PersistMode::MultiEntry));
 }
 
 #[test]
 fn one_owner_under_concurrent_load_is_never_fenced_and_keeps_every_committed_ack_single_entry() {
-    stress_in_memory(PersistMode::SingleEntry);
-}
-
-/// Invariants 1 and 2 of a cursor recovered after a power cut, over the synced positions.
-fn check_recovered(run: &Run<'_>, cursor: &Cursor, m: &Model, kept: &[Position]) {
-    for &p in kept {
-        let actual = match cursor.is_acked(p) {
-            Ok(a) => a,
-            Err(e) => {
-                run.error(format!(
-                    "{} after a power cut: is_acked {p}: {e}",
-                    cursor.name()
-                ));
-                return;
-            }
-        };
-        if actual && !m.ever.contains(p) {
-            run.mismatch(format!(
-                "{} after a power cut: {p} is acked but never was (invariant 1)",
-                cursor.name()
-            ));
-            return;
-        }
-        if !actual && m.committed.contains(p) {
-            run.mismatch(format!(
-                "{} after a power cut: {p} was committed but is lost (invariant 2)",
-                cursor.name()
-            ));
-            return;
-        }
-    }
+    stress_in_memory(Host::Alone, PersistMode::SingleEntry);
 }
 
 /// On real files: the workload, then close and reopen from the directory (exact state).
 #[test]
 fn one_owner_on_real_files_under_concurrent_load_is_never_fenced_and_reopens_exactly() {
-    let seed = seed_from_env("ACKSTORE_STRESS_SEED");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path: &Path = dir.path();
-    let topic = ManagedLedger::open(
-        path,
-        support::config::topic_flushed(
-            5,
-            PersistMode::MultiEntry,
-            4096,
-            24,
-            Duration::from_millis(3),
-        ),
-    )
-    .expect("open");
-    let size = Size {
-        appends_per_producer: 600,
-        ops_per_thread: 250,
-        ..SIZE
-    };
-    let run = run_workload(&topic, size, seed);
-    close_reopen_and_check(&run, || {
-        ManagedLedger::open(
-            path,
-            support::config::topic_flushed(
-                5,
-                PersistMode::MultiEntry,
-                4096,
-                24,
-                Duration::from_millis(3),
-            ),
-        )
-        .expect("reopen")
+    on_each_host(|host| {
+        let seed = seed_from_env("ACKSTORE_STRESS_SEED");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let files = || -> Arc<dyn Storage> {
+            Arc::new(FileStorage::open(dir.path(), true).expect("storage"))
+        };
+        let Hosted { store, topic } = open(host, files(), PersistMode::MultiEntry);
+        // Two thirds of a single run's work on each host: real files cost an fsync a flush.
+        let size = Size {
+            appends_per_producer: 400,
+            ops_per_thread: 170,
+            ..SIZE
+        };
+        let run = run_workload(&topic, size, seed);
+        close_reopen_and_check(&run, store, || open(host, files(), PersistMode::MultiEntry));
+        report(&run, &format!("{host:?} on real files"));
     });
-    report(&run, "real files");
 }
