@@ -6,6 +6,9 @@
 //! `MemStorage::break_lock` (shared storage on which the lock did not hold, or a lock broken by
 //! an operator); on real files the `flock` makes a second owner impossible within one host,
 //! which `a_second_owner_is_refused_while_the_first_holds_the_directory` checks.
+//!
+//! The hand-off, epoch and redelivery tests run on a topic opened alone and on a topic of a
+//! store (whose cursors persist through the store's journal).
 
 use crate::support;
 
@@ -16,7 +19,10 @@ use ackstore::{Cursor, InitialPosition, ManagedLedger};
 use ackstore::{Error, Position};
 use ackstore::{ReceivedFilter, SubscriptionType};
 use proptest::prelude::*;
-use support::topic::{append_n, at, config, mem_topic, on_each_backend, reopen};
+use support::topic::{
+    Host, append_n, at, config, mem_hosted, mem_topic, on_each_backend_and_host, on_each_host,
+    reopen, reopen_hosted,
+};
 
 const PER_LEDGER: u64 = 4;
 const SUB: &str = "sub";
@@ -84,8 +90,8 @@ enum Departure {
 /// Owner A appends and delivers 1..=5, leaves without acknowledgements, owner B opens the
 /// directory and delivers again; the consumer then acknowledges cumulatively what it
 /// processed. Returns what the application processed.
-fn hand_off(filter_enabled: bool, departure: Departure) -> Vec<u64> {
-    let (disk, a) = mem_topic(PER_LEDGER);
+fn hand_off(host: Host, filter_enabled: bool, departure: Departure) -> Vec<u64> {
+    let (disk, a) = mem_hosted(host, PER_LEDGER);
     let ca = open_sub(&a);
     append_n(&a, 5);
     a.sync().unwrap();
@@ -105,7 +111,7 @@ fn hand_off(filter_enabled: bool, departure: Departure) -> Vec<u64> {
             (disk, Some(a))
         }
     };
-    let b = reopen(&b_disk, PER_LEDGER);
+    let b = reopen_hosted(host, &b_disk, PER_LEDGER);
     let cb = open_sub(&b);
     // A reopen after an ownership move is not a reset: the epoch stays.
     assert_eq!(cb.epoch().unwrap(), epoch);
@@ -117,7 +123,7 @@ fn hand_off(filter_enabled: bool, departure: Departure) -> Vec<u64> {
     drop(stale);
     b.close().unwrap();
 
-    let again = reopen(&b_disk, PER_LEDGER);
+    let again = reopen_hosted(host, &b_disk, PER_LEDGER);
     let c = open_sub(&again);
     assert_eq!(c.mark_delete_position().unwrap(), Some(last));
     assert_eq!(c.backlog().unwrap(), 0);
@@ -126,23 +132,29 @@ fn hand_off(filter_enabled: bool, departure: Departure) -> Vec<u64> {
 
 #[test]
 fn a_hand_off_replays_one_to_five_which_only_the_filter_drops() {
-    for departure in [Departure::Close, Departure::Crash, Departure::LostLock] {
-        assert_eq!(
-            hand_off(true, departure),
-            [1, 2, 3, 4, 5],
-            "filter enabled, {departure:?}"
-        );
-        assert_eq!(
-            hand_off(false, departure),
-            [1, 2, 3, 4, 5, 1, 2, 3, 4, 5],
-            "filter disabled, {departure:?}"
-        );
-    }
+    on_each_host(|host| {
+        for departure in [Departure::Close, Departure::Crash, Departure::LostLock] {
+            assert_eq!(
+                hand_off(host, true, departure),
+                [1, 2, 3, 4, 5],
+                "filter enabled, {departure:?}"
+            );
+            assert_eq!(
+                hand_off(host, false, departure),
+                [1, 2, 3, 4, 5, 1, 2, 3, 4, 5],
+                "filter disabled, {departure:?}"
+            );
+        }
+    });
 }
 
 #[test]
 fn a_server_seek_back_to_two_after_five_is_delivered_again_through_the_epoch() {
-    let (disk, topic) = mem_topic(PER_LEDGER);
+    on_each_host(a_seek_back_is_delivered_again);
+}
+
+fn a_seek_back_is_delivered_again(host: Host) {
+    let (disk, topic) = mem_hosted(host, PER_LEDGER);
     let cursor = open_sub(&topic);
     let p = append_n(&topic, 5);
     let mut consumer = Consumer::new(true);
@@ -154,7 +166,7 @@ fn a_server_seek_back_to_two_after_five_is_delivered_again_through_the_epoch() {
 
     // The seek's epoch is durable; a later ownership move replays 2..=5 under it, dropped.
     topic.close().unwrap();
-    let moved = reopen(&disk, PER_LEDGER);
+    let moved = reopen_hosted(host, &disk, PER_LEDGER);
     let cursor = open_sub(&moved);
     assert_eq!(cursor.epoch().unwrap(), 1);
     consumer.receive_all(&cursor);
@@ -164,7 +176,11 @@ fn a_server_seek_back_to_two_after_five_is_delivered_again_through_the_epoch() {
 
 #[test]
 fn the_epoch_rises_on_every_reset_and_survives_every_ownership_move() {
-    let (disk, a) = mem_topic(PER_LEDGER);
+    on_each_host(the_epoch_survives_every_ownership_move);
+}
+
+fn the_epoch_survives_every_ownership_move(host: Host) {
+    let (disk, a) = mem_hosted(host, PER_LEDGER);
     let p = append_n(&a, 8);
     a.sync().unwrap();
     let ca = open_sub(&a);
@@ -181,7 +197,7 @@ fn the_epoch_rises_on_every_reset_and_survives_every_ownership_move() {
             Departure::Crash => disk = disk.durable_image(),
             Departure::LostLock => disk.break_lock(),
         }
-        topic = reopen(&disk, PER_LEDGER);
+        topic = reopen_hosted(host, &disk, PER_LEDGER);
         let cursor = open_sub(&topic);
         assert_eq!(cursor.epoch().unwrap(), 4, "after {departure:?}");
         let (epoch, entries) = cursor.read_entries_at_epoch(8).unwrap();
@@ -197,7 +213,7 @@ fn the_epoch_rises_on_every_reset_and_survives_every_ownership_move() {
 
 #[test]
 fn a_redeliver_request_is_a_rewind_and_its_entries_pass_the_filter() {
-    on_each_backend(PER_LEDGER, |topic| {
+    on_each_backend_and_host(PER_LEDGER, |topic| {
         let cursor = open_sub(&topic);
         let p = append_n(&topic, 5);
         let mut consumer = Consumer::new(true);
@@ -409,9 +425,10 @@ proptest! {
 
     #[test]
     fn a_message_is_admitted_twice_only_after_a_redeliver_or_a_covering_seek(
+        host in prop_oneof![Just(Host::Alone), Just(Host::Store)],
         ops in proptest::collection::vec(op(), 1..60),
     ) {
-        let (mut disk, mut topic) = mem_topic(PER_LEDGER);
+        let (mut disk, mut topic) = mem_hosted(host, PER_LEDGER);
         let mut cursor = open_sub(&topic);
         let mut positions = append_n(&topic, 8);
         topic.sync().unwrap();
@@ -508,7 +525,7 @@ proptest! {
                             Some(cursor.clone())
                         }
                     };
-                    let moved = reopen(&disk, PER_LEDGER);
+                    let moved = reopen_hosted(host, &disk, PER_LEDGER);
                     let moved_cursor = open_sub(&moved);
                     prop_assert_eq!(moved_cursor.epoch().unwrap(), epoch);
                     if let Some(stale) = stale {
