@@ -77,7 +77,7 @@ fn message_number(payload: &[u8]) -> u64 {
 }
 
 /// How owner A leaves the topic.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Departure {
     /// A closes the topic (its cursor flushes, nothing was acknowledged).
     Close,
@@ -146,6 +146,85 @@ fn a_hand_off_replays_one_to_five_which_only_the_filter_drops() {
             );
         }
     });
+}
+
+/// Owner A acknowledges single messages of batches, flushes, acknowledges more, and leaves; owner
+/// B delivers each batch with the messages A's flush covered marked acknowledged (and, after a
+/// clean close, the later ones too), never one A did not acknowledge; a fenced A's flush changes
+/// nothing B sees.
+#[test]
+fn a_hand_off_keeps_the_messages_a_flushed_batch_index_ack_covered() {
+    on_each_host(|host| {
+        for departure in [Departure::Close, Departure::Crash, Departure::LostLock] {
+            batch_acks_across_a_hand_off(host, departure);
+        }
+    });
+}
+
+fn batch_acks_across_a_hand_off(host: Host, departure: Departure) {
+    let (disk, a) = mem_hosted(host, PER_LEDGER);
+    let batches: Vec<Position> = (0..6)
+        .map(|i| {
+            let meta = ackstore::AppendMeta {
+                num_messages: 4,
+                timestamp: i,
+            };
+            a.append_with(b"batch", meta).unwrap()
+        })
+        .collect();
+    a.sync().unwrap();
+    let ca = open_sub(&a);
+    // Flushed: messages 0 and 2 of batch 1, all of batch 0 (acknowledged whole by the last).
+    for (entry, index) in [(1, 0), (1, 2), (0, 0), (0, 1), (0, 2), (0, 3)] {
+        ca.ack_batch_index(batches[entry], index, 4).unwrap();
+    }
+    ca.flush().unwrap();
+    // Not flushed: message 3 of batch 4.
+    ca.ack_batch_index(batches[4], 3, 4).unwrap();
+    let flushed: Vec<Vec<u32>> = vec![vec![], vec![0, 2], vec![], vec![], vec![], vec![]];
+    let mut all = flushed.clone();
+    all[4] = vec![3];
+
+    let (b_disk, stale) = match departure {
+        Departure::Close => {
+            a.close().unwrap();
+            (disk, None)
+        }
+        Departure::Crash => (disk.durable_image(), Some(a)),
+        Departure::LostLock => {
+            disk.break_lock();
+            (disk, Some(a))
+        }
+    };
+    let b = reopen_hosted(host, &b_disk, PER_LEDGER);
+    if departure == Departure::LostLock {
+        // The former owner acknowledges more and flushes: fenced, nothing of it is seen.
+        ca.ack_batch_index(batches[2], 1, 4).unwrap();
+        assert!(is_fenced(ca.flush()), "{host:?}");
+    }
+    let cb = open_sub(&b);
+    assert_eq!(cb.mark_delete_position().unwrap(), Some(batches[0]));
+    let delivered: Vec<(Position, Vec<u32>)> = cb
+        .read_entries(10)
+        .unwrap()
+        .into_iter()
+        .map(|e| {
+            let acked = e.acked_batch_indexes.iter().flatten().collect();
+            (e.position, acked)
+        })
+        .collect();
+    let expected = if departure == Departure::Close {
+        &all
+    } else {
+        &flushed
+    };
+    let want: Vec<(Position, Vec<u32>)> = batches[1..]
+        .iter()
+        .copied()
+        .zip(expected[1..].iter().cloned())
+        .collect();
+    assert_eq!(delivered, want, "{host:?}, {departure:?}");
+    drop(stale);
 }
 
 #[test]
