@@ -6,7 +6,7 @@
 //! opened alone or a topic of a store, drawn with the rest of its input.
 //!
 //! After a power cut (the durable image of the in-memory disk, taken after the power failed at
-//! any step of a flush), the reopened cursor holds every message the last `Ok` flush, close or
+//! one of the first steps of a flush or a close of the cursor), the reopened cursor holds every message the last `Ok` flush, close or
 //! seek committed and no message the model does not hold; the model then continues from what
 //! the cursor recovered.
 
@@ -34,8 +34,9 @@ enum Op {
     Flush,
     ReopenCursor,
     ReopenTopic,
-    /// The power fails after `.0` more storage operations, during a flush.
-    PowerCut(u64),
+    /// The power fails after `.0` more storage operations, during a flush (`.1` false) or a
+    /// close of the cursor (`.1` true).
+    PowerCut(u64, bool),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -52,7 +53,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Flush),
         1 => Just(Op::ReopenCursor),
         1 => Just(Op::ReopenTopic),
-        1 => (0..8u64).prop_map(Op::PowerCut),
+        1 => (0..8u64, any::<bool>()).prop_map(|(k, close)| Op::PowerCut(k, close)),
     ]
 }
 
@@ -461,9 +462,14 @@ fn run(host: Host, per_ledger: u64, max_batch: u32, budget: usize, ops: &[Op]) {
                 cursor = reopen_cursor(&topic);
                 model.read = model.floor();
             }
-            Op::PowerCut(k) => {
+            Op::PowerCut(k, close) => {
                 disk.fail_after(Some(k));
-                if cursor.flush().is_ok() {
+                let persisted = if close {
+                    cursor.close()
+                } else {
+                    cursor.flush()
+                };
+                if persisted.is_ok() {
                     model.committed = model.acks.clone();
                 }
                 let image = disk.durable_image();
@@ -534,7 +540,7 @@ fn model_run_with_batches_partial_acks_and_power_cuts() {
         Op::AckBatchIndex(3, 1),
         Op::Flush,
         Op::AckBatchIndex(1, 0),
-        Op::PowerCut(1),
+        Op::PowerCut(1, false),
         Op::AckBatchIndex(0, 1),
         Op::SeekByIndex(4),
         Op::Read(3),
@@ -542,7 +548,9 @@ fn model_run_with_batches_partial_acks_and_power_cuts() {
         Op::ReopenTopic,
         Op::Read(3),
         Op::AckBatchIndex(2, 0),
-        Op::PowerCut(100),
+        Op::PowerCut(2, true),
+        Op::AckBatchIndex(3, 0),
+        Op::PowerCut(100, true),
         Op::Trim,
     ];
     for host in [Host::Alone, Host::Store] {
