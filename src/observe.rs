@@ -8,7 +8,8 @@
 //!
 //! Invariant: a metric is recorded at the same place as the stats field it mirrors (in
 //! `LogStats`, `PersistStats`, `AckSetStats`, `CursorStats::recovery_source`), with the same
-//! amount, so the exported figures and the stats calls never disagree. Labels are only the
+//! amount, so the exported figures and the stats calls never disagree; a latency histogram
+//! ([`FLUSH_SECONDS`]) is a distribution and mirrors no field. Labels are only the
 //! topic's location and the cursor's record name (and, for recoveries, one of three sources):
 //! one series per topic or per open cursor, never per ledger, entry or position.
 //!
@@ -24,6 +25,11 @@ pub const LOG_TARGET: &str = "ackstore";
 /// Counter: successful flushes of a cursor's ack state (mirrors `PersistStats::flushes`).
 /// Labels: `topic`, `cursor`.
 pub const FLUSHES: &str = "ackstore_cursor_flushes_total";
+/// Histogram, seconds: how long each `Cursor::flush` that returned `Ok` took, from the call to
+/// its return (a store's cursor waits for the journal tick that syncs it; on RADOS, for the
+/// cluster's acknowledgements). A distribution, so no stats field mirrors it. Labels: `topic`,
+/// `cursor`.
+pub const FLUSH_SECONDS: &str = "ackstore_cursor_flush_seconds";
 /// Counter, bytes: payload bytes appended to the cursor ledger by flushes (the sum over flushes
 /// of `PersistStats::last_flush_bytes`). Labels: `topic`, `cursor`.
 pub const FLUSH_BYTES: &str = "ackstore_cursor_flush_bytes_total";
@@ -94,6 +100,12 @@ impl CursorLabels {
     pub(crate) fn set(&self, name: &'static str, value: usize) {
         metrics::gauge!(name, "topic" => self.topic.clone(), "cursor" => self.cursor.clone())
             .set(value as f64);
+    }
+
+    /// Records `took` into the histogram `name` of this cursor, in seconds.
+    pub(crate) fn time(&self, name: &'static str, took: std::time::Duration) {
+        metrics::histogram!(name, "topic" => self.topic.clone(), "cursor" => self.cursor.clone())
+            .record(took.as_secs_f64());
     }
 
     /// Counts a recovery from `source` and logs it: `info` when it fell back (to a snapshot,

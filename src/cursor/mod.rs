@@ -1387,6 +1387,10 @@ impl Cursor {
     /// the partitions that changed since the last flush plus a marker; single-entry mode one
     /// snapshot. A flush with nothing changed since the last one writes nothing.
     ///
+    /// Each call that returns `Ok` records how long it took, from the call to its return, into
+    /// the histogram [`observe::FLUSH_SECONDS`](crate::observe::FLUSH_SECONDS) (a store's
+    /// cursor waits for the journal tick that syncs it).
+    ///
     /// # Errors
     /// An error of a background flush (see [`CursorConfig::flush_interval`]) not yet
     /// reported is returned first, without flushing; call `flush` again. I/O errors (`ENOSPC`
@@ -1401,16 +1405,22 @@ impl Cursor {
     /// takeover caught halfway may have written state the new owner does or does not see, so
     /// `Ok` alone means every later owner recovers it. Seeks and rewinds fail the same way.
     pub fn flush(&self) -> Result<()> {
+        let started = Instant::now();
         let mut tick = self.shared.begin_tick();
-        {
+        let labels = {
             let mut core = self.shared.core()?;
             if let Some(e) = core.background_error.take() {
                 return Err(e);
             }
             core.flush(self.shared.topic.as_ref(), tick.as_mut())?;
-        }
+            core.persister.as_ref().map(|p| p.labels().clone())
+        };
         // A journal cursor's tick syncs without the cursor's lock: acks go on meanwhile.
-        commit_tick(tick)
+        commit_tick(tick)?;
+        if let Some(labels) = labels {
+            labels.time(crate::observe::FLUSH_SECONDS, started.elapsed());
+        }
+        Ok(())
     }
 
     /// Flushes (then refreshes the cursor record's fallback copy of mark-delete, epoch and

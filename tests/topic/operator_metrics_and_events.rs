@@ -8,18 +8,33 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
+use std::time::Instant;
 
-use ackstore::MemStorage;
+use crate::support::config::store_without_flusher;
 use ackstore::observe;
 use ackstore::{CursorConfig, OverflowPolicy, PersistMode};
 use ackstore::{CursorOptions, LedgerConfig, ManagedLedger};
 use ackstore::{Error, Position};
-use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
+use ackstore::{MemStorage, Store};
+use metrics::{
+    Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+};
 
-/// Keeps every counter and gauge by name and labels.
+/// The values one histogram series recorded.
+#[derive(Default)]
+struct Samples(Mutex<Vec<f64>>);
+
+impl HistogramFn for Samples {
+    fn record(&self, value: f64) {
+        self.0.lock().unwrap().push(value);
+    }
+}
+
+/// Keeps every counter, gauge and histogram by name and labels.
 #[derive(Default)]
 struct TestRecorder {
     values: Mutex<HashMap<Key, Arc<AtomicU64>>>,
+    histograms: Mutex<HashMap<Key, Arc<Samples>>>,
 }
 
 impl TestRecorder {
@@ -56,6 +71,24 @@ impl TestRecorder {
             .collect()
     }
 
+    /// The values recorded into the histogram `name`, by series (sorted `key=value` labels).
+    fn histogram(&self, name: &str) -> Vec<(Vec<String>, Vec<f64>)> {
+        self.histograms
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(k, _)| k.name() == name)
+            .map(|(k, v)| {
+                let mut l: Vec<_> = k
+                    .labels()
+                    .map(|l| format!("{}={}", l.key(), l.value()))
+                    .collect();
+                l.sort();
+                (l, v.0.lock().unwrap().clone())
+            })
+            .collect()
+    }
+
     /// The gauge `name` of the one series that has it.
     fn gauge(&self, name: &str) -> f64 {
         let values = self.values.lock().unwrap();
@@ -76,8 +109,15 @@ impl Recorder for TestRecorder {
     fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
         Gauge::from_arc(self.cell(key))
     }
-    fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
-        Histogram::noop()
+    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+        let samples = Arc::clone(
+            self.histograms
+                .lock()
+                .unwrap()
+                .entry(key.clone())
+                .or_default(),
+        );
+        Histogram::from_arc(samples)
     }
 }
 
@@ -199,6 +239,51 @@ fn a_flush_counts_once_with_the_bytes_it_wrote_and_the_fsyncs_match_the_log_stat
         "{:?}",
         logged(log::Level::Warn)
     );
+}
+
+#[test]
+fn every_flush_that_returns_ok_records_how_long_it_took_on_a_topic_and_on_a_store() {
+    let recorder = TestRecorder::default();
+    metrics::with_local_recorder(&recorder, || {
+        let disk = MemStorage::new();
+        let topic = open(&disk, CursorConfig::default());
+        let cursor = topic.open_cursor("sub", CursorOptions::default()).unwrap();
+        let first = topic.append(b"m0").unwrap();
+        alternating_acks(&topic, &cursor, 10);
+        let started = Instant::now();
+        cursor.flush().unwrap();
+        // A flush with nothing new to write is still a call the broker waited for.
+        cursor.flush().unwrap();
+        let bound = started.elapsed().as_secs_f64();
+        let series = recorder.histogram(observe::FLUSH_SECONDS);
+        assert_eq!(series.len(), 1, "one series per cursor");
+        let (labels, seconds) = &series[0];
+        assert!(labels[0].starts_with("cursor=cursor-"), "{labels:?}");
+        assert_eq!(labels[1], "topic=memory", "{labels:?}");
+        assert_eq!(seconds.len(), 2, "{seconds:?}");
+        assert!(
+            seconds.iter().all(|&s| (0.0..=bound).contains(&s)),
+            "{seconds:?}"
+        );
+
+        // A flush refused (a newer owner holds the topic) records nothing.
+        disk.break_lock();
+        let _new = open(&disk, CursorConfig::default());
+        cursor.ack(first).unwrap();
+        cursor.flush().unwrap_err();
+        assert_eq!(recorder.histogram(observe::FLUSH_SECONDS)[0].1.len(), 2);
+
+        // A store's cursor: the flush waits for the journal tick, and is recorded the same way.
+        let store =
+            Store::open_with_storage(Arc::new(MemStorage::new()), store_without_flusher()).unwrap();
+        let topic = store.topic("orders").unwrap();
+        let cursor = topic.open_cursor("sub", CursorOptions::default()).unwrap();
+        alternating_acks(&topic, &cursor, 4);
+        cursor.flush().unwrap();
+        let series = recorder.histogram(observe::FLUSH_SECONDS);
+        assert_eq!(series.len(), 2, "{series:?}");
+        assert_eq!(series.iter().map(|(_, s)| s.len()).sum::<usize>(), 3);
+    });
 }
 
 #[test]
