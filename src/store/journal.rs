@@ -1427,7 +1427,12 @@ impl Journal {
     /// fail with "not found" because the new owner removed the object), latched as one; any
     /// other error unchanged.
     fn failure(&self, e: Error) -> Error {
-        if !matches!(e, Error::Io { .. }) {
+        // A storage that did not answer in time (a RADOS operation timeout) would keep the
+        // check waiting as long again: the failure is reported as it is, so a flush fails
+        // within one operation timeout.
+        let unanswered = matches!(&e, Error::Io { source, .. }
+            if source.kind() == std::io::ErrorKind::TimedOut);
+        if !matches!(e, Error::Io { .. }) || unanswered {
             return e;
         }
         match self.check_store_owner() {

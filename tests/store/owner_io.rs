@@ -166,3 +166,76 @@ fn a_slow_topic_open_never_stalls_the_flushes_of_other_topics() {
         "flush_all of topic a's cursor did not return within 3 s while topic b was opening"
     );
 }
+
+/// A storage that stops answering once armed: every operation fails as a RADOS operation
+/// timeout does, and is recorded.
+#[derive(Clone, Default)]
+struct Unanswered {
+    disk: MemStorage,
+    armed: Arc<AtomicBool>,
+    seen: Arc<Mutex<Vec<String>>>,
+}
+
+impl Hook for Unanswered {
+    fn before(&self, op: Op<'_>) -> ackstore::Result<()> {
+        if !self.armed.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.seen
+            .lock()
+            .unwrap()
+            .push(format!("{} {}", op.kind(), op.name()));
+        Err(Error::io(
+            "storage call",
+            "unanswered",
+            std::io::Error::new(std::io::ErrorKind::TimedOut, "injected: no answer in time"),
+        ))
+    }
+}
+
+/// A flush that meets a storage which does not answer in time fails with that timeout, having
+/// tried only its journal write: the store does not go on to ask the same storage whether
+/// a newer owner took it (which would wait as long again, so a flush against a stalled cluster
+/// would take twice its operation timeout).
+#[test]
+fn a_flush_against_a_storage_that_times_out_fails_without_asking_it_who_owns_the_store() {
+    let unanswered = Unanswered::default();
+    let storage: Arc<dyn Storage> = Arc::new(Tap::new(
+        Arc::new(unanswered.disk.clone()),
+        Arc::new(unanswered.clone()),
+    ));
+    // No flusher thread: only this test's flushes touch the storage.
+    let config = StoreConfig {
+        flusher_threads: 0,
+        ..StoreConfig::default()
+    };
+    let store = Store::open_with_storage(storage, config).expect("open");
+    let topic = store.topic("t").expect("topic");
+    let p = topic.append(b"x").expect("append");
+    topic.sync().expect("sync");
+    let cursor = topic
+        .open_cursor("sub", CursorOptions::default())
+        .expect("cursor");
+    cursor.ack(p).expect("ack");
+    cursor.flush().expect("first flush, the storage answering");
+    let q = topic.append(b"y").expect("append");
+    topic.sync().expect("sync");
+    cursor.ack(q).expect("ack");
+    unanswered.armed.store(true, Ordering::SeqCst);
+    let flushed = cursor.flush();
+    let seen = unanswered.seen.lock().unwrap().clone();
+    match &flushed {
+        Err(Error::Io { source, .. }) => assert_eq!(
+            source.kind(),
+            std::io::ErrorKind::TimedOut,
+            "the flush reports the timeout: {flushed:?}"
+        ),
+        other => panic!("the flush against an unanswering storage returned {other:?}"),
+    }
+    // The failed write and its undo touch the journal segment; nothing reads the store's
+    // record.
+    assert!(
+        !seen.is_empty() && seen.iter().all(|op| op.contains(" journal-")),
+        "operations tried after the storage stopped answering: {seen:?}"
+    );
+}
