@@ -74,6 +74,9 @@ fn in_parallel(n: usize, f: impl Fn(usize) + Sync) {
     });
 }
 
+/// A topic's cursor `sub` in the broker, and the ledger its entries are in.
+type Held = (Arc<ackstore::Cursor>, u64);
+
 /// The broker role: builds the stores (every topic `ENTRIES` synced entries and the cursor
 /// `sub`), says `E store topic ledger` for each topic and `ready`, then acks at random and
 /// flushes store after store until it is killed (`A store topic ledger entry` before an ack,
@@ -85,7 +88,7 @@ fn run_broker() {
     let opened: Vec<Store> = (0..stores)
         .map(|s| open_store(cluster(), &namespace(&prefix, s)))
         .collect();
-    let slots: Vec<std::sync::Mutex<Option<(Arc<ackstore::Cursor>, u64)>>> = (0..stores * topics)
+    let slots: Vec<std::sync::Mutex<Option<Held>>> = (0..stores * topics)
         .map(|_| std::sync::Mutex::new(None))
         .collect();
     in_parallel(stores * topics, |i| {
@@ -99,7 +102,7 @@ fn run_broker() {
         let cursor = topic.open_cursor(CURSOR, earliest()).unwrap();
         *slots[i].lock().unwrap() = Some((Arc::new(cursor), first.ledger_id));
     });
-    let cursors: Vec<(Arc<ackstore::Cursor>, u64)> = slots
+    let cursors: Vec<Held> = slots
         .into_iter()
         .map(|slot| slot.into_inner().unwrap().unwrap())
         .collect();
