@@ -4,11 +4,11 @@
 //! For each size (arguments, default 10 100 300 1000 topics) it builds a store in a fresh
 //! namespace, each topic holding one synced entry and a cursor with a flushed ack, closes it,
 //! then takes it over three times as a new owner would: `Store::open_with_storage` (the lock,
-//! the owner epoch, the stamping of every object, the claim of the catalog, the journal's seal),
-//! then the first answer (one topic opened, its cursor read); and, apart, the storage's lock
-//! alone (lock, epoch, stamping). It prints one row per size: the objects in the namespace and
-//! the median of three runs of each. The time a dead owner's lease
-//! takes to run out comes on top (see docs/deployment.md).
+//! the owner epoch, the claim of the catalog, the journal's seal, each object the open touches
+//! stamped first), then the first answer (one topic opened, its cursor read); and, apart, the
+//! storage's lock alone (lock, epoch). It prints one row per size: the objects in the namespace
+//! and the median of three runs of each. The time a dead owner's lease takes to run out comes
+//! on top (see docs/deployment.md).
 //!
 //! Run: `CEPH_CONF=... cargo run --release --features rados --example rados_takeover`.
 

@@ -46,6 +46,12 @@
 //! `Fenced`. The first write of an owned store also removes every version below a record's
 //! highest (strays, and versions a power cut brought back), after a directory sync. A `delete`
 //! and a `claim` list the record's files as in the shared store.
+//!
+//! An owned store made with [`FileMetaStore::owned_records`] keeps only the records it names
+//! (a store's catalog): its listing and its sweep cover the files of those records alone, and
+//! any other record is found by a listing of its own files, so neither grows with the rest of
+//! the directory (the records and ledgers of a store's topics, which each topic's metadata
+//! store lists and sweeps under its own prefix when the topic opens).
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -81,6 +87,9 @@ pub struct FileMetaStore {
     /// The versions of the records this store has seen, when it belongs to the owner of the
     /// directory ([`FileMetaStore::owned`]); `None`: every read lists the record's files.
     heads: Option<Mutex<Heads>>,
+    /// The records whose files this owned store lists to fill `heads` and to sweep
+    /// ([`FileMetaStore::owned_records`]); `None`: every file of the directory.
+    scope: Option<Vec<String>>,
 }
 
 /// What `put` and `delete` keep between calls.
@@ -179,6 +188,7 @@ impl FileMetaStore {
             writes: Mutex::new(Writes::default()),
             nonces: RandomState::new(),
             heads: None,
+            scope: None,
         }
     }
 
@@ -194,6 +204,42 @@ impl FileMetaStore {
             heads: Some(Mutex::new(Heads::default())),
             ..Self::new(storage)
         }
+    }
+
+    /// A store as [`FileMetaStore::owned`] whose listings (the one that fills what it knows
+    /// of its records, and the sweep before its first write) cover only the files of the
+    /// records `records` (the names starting with `{record}.`), so what they cost does not
+    /// grow with the rest of the directory: a store's catalog next to the records of its
+    /// topics, which each topic's own metadata store keeps and sweeps when the topic opens.
+    /// A record outside `records` is found by a listing of its own files on every call.
+    #[must_use]
+    pub fn owned_records(storage: Arc<dyn Storage>, lock: &LockGuard, records: &[&str]) -> Self {
+        Self {
+            scope: Some(records.iter().map(|r| (*r).to_owned()).collect()),
+            ..Self::owned(storage, lock)
+        }
+    }
+
+    /// The files this store's listings cover: those of its records with
+    /// [`FileMetaStore::owned_records`], every file of the directory otherwise.
+    fn listing(&self) -> Result<Vec<String>> {
+        match &self.scope {
+            None => self.storage.list(),
+            Some(records) => {
+                let mut files = Vec::new();
+                for record in records {
+                    files.extend(self.storage.list_prefix(&format!("{record}."))?);
+                }
+                Ok(files)
+            }
+        }
+    }
+
+    /// Whether `name` is a record this store's listings cover.
+    fn in_scope(&self, name: &str) -> bool {
+        self.scope
+            .as_ref()
+            .is_none_or(|records| records.iter().any(|r| r == name))
     }
 
     /// The storage the records live in.
@@ -304,6 +350,9 @@ impl FileMetaStore {
         let Some(heads) = &self.heads else {
             return Ok(None);
         };
+        if !self.in_scope(name) {
+            return Ok(None);
+        }
         let known = {
             let mut heads = heads.lock().unwrap_or_else(PoisonError::into_inner);
             if !heads.is_listed() {
@@ -344,7 +393,7 @@ impl FileMetaStore {
     fn fill(&self, heads: &mut Heads) -> Result<()> {
         let mut highest = std::collections::HashMap::<String, u64>::new();
         let mut legacy = Vec::new();
-        for file in self.storage.list()? {
+        for file in self.listing()? {
             match parse_record_file(&file) {
                 Some((name, Some(version))) => {
                     let top = highest.entry(name.to_string()).or_insert(version);
@@ -390,7 +439,7 @@ impl FileMetaStore {
         }
         // One listing serves the whole sweep: it removes temporary files, and record files
         // only below a version the same listing shows.
-        let listed = self.storage.list()?;
+        let listed = self.listing()?;
         for file in &listed {
             if !file.ends_with(TEMP_SUFFIX) {
                 continue;

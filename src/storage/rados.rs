@@ -13,9 +13,10 @@
 //!   dot), because listing a namespace walks every object of the pool. A name is added before
 //!   its object is created and removed after its object is; `list` reads the keys and stats
 //!   their objects in parallel, keeping those that exist, so a create or remove cut between its
-//!   two steps leaves a key without an object that no listing returns (the next owner's `lock`
-//!   drops it). Without the index object (lost to damage) a listing walks the namespace, and
-//!   the next create writes the walked names back, so a namespace never looks emptier than it is;
+//!   two steps leaves a key without an object that no listing returns (it stays until the name
+//!   is created or removed again, costing a stat in each listing of its prefix). Without the
+//!   index object (lost to damage) a listing walks the namespace, and the next create writes
+//!   the walked names back, so a namespace never looks emptier than it is;
 //! - a write is durable once the cluster acknowledges it. Writes are sent asynchronously, in
 //!   order (RADOS applies the operations of one client on one object in the order they were
 //!   sent); `sync_data` waits for every outstanding write of the file and reports the first one
@@ -32,17 +33,52 @@
 //!
 //! Fencing. [`Storage::lock`] takes the exclusive lock `ackstore-owner` on `LOCK` with a lease,
 //! then raises the owner epoch kept in the `LOCK` object's xattr `ackstore.owner-epoch` (a
-//! compare-and-set in one write operation), then stamps that epoch into the xattr
-//! `ackstore.epoch` of every object of the namespace, each with a compare in the same operation
-//! (stamp only if the object's epoch is not higher). From then on every mutating operation of
-//! the owner carries, in the same RADOS write operation, `cmpxattr(ackstore.epoch >= mine)` and
-//! sets its epoch: once a newer owner has stamped an object, the cluster refuses the older
-//! owner's writes to it (`ECANCELED`, reported as [`Error::Fenced`]), whatever the older owner
-//! believes about its lease. A new owner stamps every object before it reads any, so no write of
-//! the older owner lands on an object after the new owner read it. Objects an older owner
-//! creates *after* the stamping carry its older epoch and are referenced by no record the new
-//! owner wrote (the metadata records are replaced by exclusive creates, which an older owner
-//! loses).
+//! compare-and-set in one write operation), and touches no other object: a takeover costs the
+//! same at any size of the namespace. Every object carries in its xattr `ackstore.epoch` the
+//! epoch of the last owner that stamped or wrote it. Before an owner's first operation on an
+//! object (a read, a stat, a lookup of its name) it *stamps* it: one write operation that
+//! asserts the object exists, compares `ackstore.epoch <= mine` and sets it to mine; the handle
+//! remembers the objects it stamped (or created) for the rest of its epoch, so each costs one
+//! round trip, and only once the owner opens what it lives in. Every mutating operation carries
+//! the same compare and set in its own RADOS write operation. Once an owner has stamped an
+//! object, the cluster refuses every write of an older owner to it (`ECANCELED`, reported as
+//! [`Error::Fenced`]), whatever the older owner believes about its lease. So no write of an
+//! older owner lands on an object after the new owner read it: each object's first read sees
+//! every write of an older owner that will ever land on it.
+//!
+//! Why stamping each object on first touch fences as well as stamping all at lock time:
+//! - Stamps never formed one atomic cut across objects (they are per object, in flight
+//!   together): per object, the new owner's view is final from its first touch either way.
+//!   What changes is that an older owner's write may land on an object the new owner has not
+//!   touched yet *after* the new owner wrote elsewhere. The older owner does not see the new
+//!   owner's writes, so it writes what it would have written before them, and the new owner
+//!   reads it (with everything else that landed) at its first touch, as after a late stamp.
+//! - What the new owner follows from one object to another comes from an object it read, so
+//!   stamped: a store's catalog names its topics and the cursor journal's segments, a topic's
+//!   records name its ledgers and their synced lengths. Records are replaced by exclusive
+//!   creates of the next version's name, which exactly one writer wins; a store's claim (and a
+//!   topic's open) writes its record's next version before it reads anything it names, and an
+//!   older owner checks that record's version after each sync and around each record write,
+//!   so none of its syncs, flushes or record writes after the claim returns `Ok`
+//!   (docs/cursors.md, "Topics of a store"): what it appends meanwhile to an object the new
+//!   owner has not touched is unconfirmed data past every synced length, which the new owner
+//!   treats as a torn tail when it opens that object.
+//! - Journal segments: the store's open reads (so stamps) every segment its catalog lists and
+//!   seals the newest; a segment an older owner creates after the claim is never listed (its
+//!   catalog write is refused), and the next open that removes it as a stray stamps it first.
+//! - Objects an older owner creates after the new owner listed the namespace: a create is an
+//!   exclusive create (an object that does not exist has no epoch to compare), unknown to the
+//!   new owner until a later listing, and stamped at its first touch, before it is read.
+//! - `LOCK` and `.ackstore-names` are never stamped: `LOCK` is fenced by its owner-epoch
+//!   compare, and the index of names is only a faster listing (every name is checked against
+//!   its object). A listing stats objects without stamping them: it says which names exist,
+//!   not what they hold, and may be stale as a directory listing may be (an object an older
+//!   owner removed since answers `NotFound` at its first touch).
+//!
+//! Ceph's client blocklist (what RBD uses to fence a lock holder) costs one monitor command
+//! whatever the size of the image, but it fences a client, that is a whole connection: every
+//! store of a process shares one [`RadosCluster`], so taking one store over would fence every
+//! other store of that process, which keeps its leases (a store moves alone, by its own lease).
 
 mod ffi;
 mod index;
@@ -52,7 +88,7 @@ mod renewer;
 mod timeouts;
 mod wait;
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::ffi::{CStr, CString};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -241,6 +277,7 @@ impl RadosCluster {
                 renewer: self.renewer.clone(),
                 renewals: AtomicU64::new(0),
                 cache: Mutex::new(ReadCache::new(DEFAULT_READ_CACHE_BYTES)),
+                stamped: Mutex::new(Stamped::default()),
             }),
         })
     }
@@ -342,6 +379,27 @@ struct Shared {
     /// Lease renewals of this handle that succeeded, over all its leases.
     renewals: AtomicU64,
     cache: Mutex<ReadCache>,
+    /// The objects stamped with this handle's owner epoch (see [`Shared::touch`]).
+    stamped: Mutex<Stamped>,
+}
+
+/// The names of the objects an owner stamped with its epoch, by itself or by creating them:
+/// from then on no older owner's write lands on them. Emptied when the epoch changes.
+#[derive(Default)]
+struct Stamped {
+    epoch: u64,
+    names: HashSet<String>,
+}
+
+/// What [`Shared::touch`] found.
+#[derive(Debug, PartialEq, Eq)]
+enum Touched {
+    /// The object exists and carries this owner's epoch (or a higher one would have refused).
+    Stamped,
+    /// No object has the name.
+    Missing,
+    /// This handle is no owner (no lock held, or its lease is lost): nothing was stamped.
+    Unowned,
 }
 
 impl Shared {
@@ -382,7 +440,71 @@ impl Shared {
             .evict(name);
     }
 
+    /// Stamps object `name` with this owner's epoch before this owner's first operation on
+    /// it (module documentation, "Fencing"): one write operation that asserts the object
+    /// exists, compares its epoch (refused, [`Error::Fenced`], if a newer owner stamped it) and
+    /// sets this owner's. Remembered per name until the epoch changes, so each object costs one
+    /// round trip per owner, and only if the owner touches it. Every read of an object (its
+    /// size included) and every write goes through here or carries the same compare and set.
+    fn touch(&self, name: &str, oid: &CStr) -> Result<Touched> {
+        let epoch = self.epoch();
+        if epoch == 0 || self.lost.load(Ordering::Acquire) {
+            return Ok(Touched::Unowned);
+        }
+        if self.is_stamped(name, epoch) {
+            return Ok(Touched::Stamped);
+        }
+        let text = epoch_text(epoch);
+        let mut op = WriteOp::new();
+        op.assert_exists()
+            .cmpxattr(EPOCH_XATTR, ffi::CMPXATTR_OP_GTE, &text)
+            .setxattr(EPOCH_XATTR, &text);
+        let ret = op.run(&self.io, oid);
+        if is_errno(ret, rustix::io::Errno::NOENT) {
+            return Ok(Touched::Missing);
+        }
+        if ret < 0 {
+            return Err(self.error("stamp the owner epoch", name, ret));
+        }
+        self.mark_stamped(name, epoch);
+        Ok(Touched::Stamped)
+    }
+
+    fn stamped(&self, epoch: u64) -> std::sync::MutexGuard<'_, Stamped> {
+        let mut stamped = self.stamped.lock().unwrap_or_else(PoisonError::into_inner);
+        if stamped.epoch != epoch {
+            stamped.epoch = epoch;
+            stamped.names.clear();
+        }
+        stamped
+    }
+
+    fn is_stamped(&self, name: &str, epoch: u64) -> bool {
+        self.stamped(epoch).names.contains(name)
+    }
+
+    /// Records that object `name` carries owner epoch `epoch` (stamped, or created with it).
+    fn mark_stamped(&self, name: &str, epoch: u64) {
+        if epoch > 0 {
+            self.stamped(epoch).names.insert(name.to_owned());
+        }
+    }
+
+    /// Forgets object `name` (removed): an object created later under its name is stamped
+    /// again before it is touched.
+    fn forget_stamp(&self, name: &str) {
+        self.stamped
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .names
+            .remove(name);
+    }
+
+    /// The size of object `name` (`None` when there is none), stamped first.
     fn stat(&self, name: &str, oid: &CStr) -> Result<Option<u64>> {
+        if self.touch(name, oid)? == Touched::Missing {
+            return Ok(None);
+        }
         let mut size = 0u64;
         let mut mtime = 0i64;
         // SAFETY: live context, valid out-pointers.
@@ -397,8 +519,15 @@ impl Shared {
         }
     }
 
-    /// Fills `buf` from `offset` of the object; fails if it is shorter.
+    /// Fills `buf` from `offset` of the object (stamped first); fails if it is shorter.
     fn read_exact(&self, name: &str, oid: &CStr, buf: &mut [u8], offset: u64) -> Result<()> {
+        if self.touch(name, oid)? == Touched::Missing {
+            return Err(Error::io(
+                "read",
+                self.path(name),
+                std::io::ErrorKind::NotFound.into(),
+            ));
+        }
         let mut done = 0;
         while done < buf.len() {
             let want = (buf.len() - done).min(READ_CHUNK);
@@ -455,6 +584,7 @@ impl Shared {
         if ret < 0 {
             return Err(self.error(op_name, name, ret));
         }
+        self.mark_stamped(name, epoch);
         Ok(())
     }
 }
@@ -571,6 +701,7 @@ impl Storage for RadosStorage {
         op.guard(self.shared.write_epoch()?).remove();
         let ret = op.run(&self.shared.io, &oid);
         self.shared.evict(name);
+        self.shared.forget_stamp(name);
         if ret < 0 {
             return Err(self.shared.error("remove", name, ret));
         }

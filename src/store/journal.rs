@@ -621,7 +621,13 @@ fn segment_claims(
 /// that should have been listed is evidence, never removed.
 fn check_strays(storage: &dyn Storage, strays: &[u64], retired: u64, repair: bool) -> Result<()> {
     for &stray in strays.iter().filter(|s| **s > retired) {
-        let file = storage.open(&segment_name(stray))?;
+        // A stray listed a moment ago may be gone: a former owner's rollover removes the
+        // segment it unlisted before this owner's claim. Gone is what a repair makes of it.
+        let file = match storage.open(&segment_name(stray)) {
+            Ok(file) => file,
+            Err(e) if is_not_found(&e) => continue,
+            Err(e) => return Err(e),
+        };
         let mut win = Window::new(file.as_ref())?;
         let head_len = (SEGMENT_HEADER_LEN as u64).min(file.size()?);
         let head = win.get(0, head_len)?.unwrap_or_default();
@@ -640,7 +646,10 @@ fn check_strays(storage: &dyn Storage, strays: &[u64], retired: u64, repair: boo
     }
     if repair {
         for &stray in strays {
-            storage.remove(&segment_name(stray))?;
+            match storage.remove(&segment_name(stray)) {
+                Err(e) if !is_not_found(&e) => return Err(e),
+                _ => {}
+            }
         }
     }
     Ok(())
@@ -843,6 +852,10 @@ fn segment_version(bytes: &[u8], seq: u64) -> Result<Result<(u16, Option<Predece
         Some(Err(c)) => Ok(Err(corrupt(seq, c.offset, c.kind))),
         None => Ok(Err(corrupt(seq, 0, CorruptionKind::Truncated))),
     }
+}
+
+fn is_not_found(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
 }
 
 fn corrupt(segment: u64, offset: u64, kind: CorruptionKind) -> Error {

@@ -356,7 +356,13 @@ impl Store {
         group: &Arc<GroupShared>,
     ) -> Result<Self> {
         let lock = storage.lock()?;
-        let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::owned(storage.clone(), &lock));
+        // The store's own record only: each topic's records are its own metadata store's, so
+        // the claim reads and sweeps a handful of names whatever the number of topics.
+        let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::owned_records(
+            storage.clone(),
+            &lock,
+            &[STORE_RECORD],
+        ));
         let mut catalog = CatalogHandle::claim(storage.as_ref(), meta)?;
         let seals = journal_seals(catalog.catalog());
         let journal = Journal::open_listed(

@@ -1,6 +1,7 @@
 //! The metadata store of a directory's owner: its reads and writes look names up instead of
 //! listing the directory, so creating a topic's cursors costs the same per cursor with 10 or
-//! 1,000 of them; and it holds what a plain model holds across reopens and power cuts at any
+//! 1,000 of them, and a store's open (its catalog's claim) costs the same with 1 or 60 topics;
+//! and it holds what a plain model holds across reopens and power cuts at any
 //! storage operation.
 
 use crate::support;
@@ -68,6 +69,50 @@ fn listings_creating_cursors_of_a_store_topic(cursors: usize) -> u64 {
     assert_eq!(topic.cursor_names().len(), cursors);
     store.close().unwrap();
     made
+}
+
+/// Counts every storage operation made through a [`Tap`], by kind.
+#[derive(Default)]
+struct Operations(std::sync::Mutex<BTreeMap<&'static str, u64>>);
+
+impl Hook for Operations {
+    fn before(&self, op: Op<'_>) -> ackstore::Result<()> {
+        *self.0.lock().unwrap().entry(op.kind()).or_default() += 1;
+        Ok(())
+    }
+}
+
+/// The storage operations of a store's open (lock, claim, journal seal) over a store of
+/// `topics` topics, each holding a cursor, on storage without directories (every topic's
+/// records in the store's own namespace, as on RADOS).
+fn operations_opening_a_store_of(topics: usize) -> BTreeMap<&'static str, u64> {
+    let disk = MemStorage::new();
+    {
+        let store = Store::open_with_storage(Arc::new(disk.clone()), store_config(1_000)).unwrap();
+        for t in 0..topics {
+            let topic = store.topic(&format!("t{t}")).unwrap();
+            topic.open_cursor("sub", CursorOptions::default()).unwrap();
+        }
+        store.close().unwrap();
+    }
+    let ops = Arc::new(Operations::default());
+    let store = Store::open_with_storage(
+        Arc::new(Tap::new(Arc::new(disk), ops.clone())),
+        store_config(1_000),
+    )
+    .unwrap();
+    let made = ops.0.lock().unwrap().clone();
+    store.close().unwrap();
+    made
+}
+
+#[test]
+fn a_stores_open_costs_the_same_storage_operations_with_one_topic_or_sixty() {
+    assert_eq!(
+        operations_opening_a_store_of(60),
+        operations_opening_a_store_of(1),
+        "a store's open grows with the topics it does not open"
+    );
 }
 
 #[test]

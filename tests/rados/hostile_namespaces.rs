@@ -106,8 +106,9 @@ fn a_namespace_whose_index_was_lost_still_lists_its_files_and_keeps_them_listed(
         support::rados::rados_cli(&namespace, &["listomapkeys", ".ackstore-names"]),
         "a\nb\nc\nd\n"
     );
-    // An owner stamps (and so fences) every object of it.
+    // An owner stamps (and so fences) every object of it that it touches, listed or not.
     let _owner = s.lock().unwrap();
+    assert!(s.exists("a").unwrap());
     let epoch = format!("{:020}", s.epoch());
     assert_eq!(
         support::rados::rados_cli(&namespace, &["getxattr", "a", "ackstore.epoch"]).trim_end(),

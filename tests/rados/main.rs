@@ -19,6 +19,7 @@ mod lock_wait;
 mod object_size;
 mod storage;
 mod store;
+mod takeover;
 
 // Backend-generic tests of the other layers: on RADOS and on local files.
 #[path = "../cursor/ack_semantics.rs"]

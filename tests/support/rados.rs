@@ -178,6 +178,14 @@ impl Broker {
         assert!(ok, "kill -{signal} failed");
     }
 
+    /// Every line the broker said, in order: those [`Broker::expect`] went through, then the
+    /// rest until its output ends (once it is killed or has exited).
+    pub fn heard_all(&mut self) -> Vec<String> {
+        self.stdin.take();
+        self.heard.extend(self.lines.iter());
+        self.heard.clone()
+    }
+
     /// Kills the broker (SIGKILL) and waits for it to be gone.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

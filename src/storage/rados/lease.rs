@@ -1,6 +1,6 @@
 //! Ownership of a namespace: the exclusive RADOS lock on [`LOCK_OBJECT`] with a lease renewed
 //! while the guard lives (by the connection's one renewal thread, [`super::renewer`]), the owner epoch raised by compare-and-set on each new
-//! owner, and the stamping of that epoch into every object (see [`super`]).
+//! owner (each object is stamped with it on the owner's first touch, see [`super`]).
 //!
 //! Owns: [`Lease`], what the lock guard releases, and the handle's [`LeaseState`]. Never:
 //! correctness from lease timing; a former owner is fenced by the epoch compare in its writes,
@@ -15,7 +15,6 @@
 //! the handle refuses every write locally (the cluster refuses those that reach an object a
 //! newer owner stamped anyway).
 
-use std::collections::VecDeque;
 use std::ffi::{CStr, CString};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -26,15 +25,13 @@ use super::op::{Completion, WriteOp};
 use super::renewer::Held;
 use super::wait::{LEASE_EXPIRES_XATTR, Waiting, expires_text};
 use super::{
-    EPOCH_XATTR, LOCK_NAME, LOCK_OBJECT, OWNER_EPOCH_XATTR, RadosStorage, Shared, cstring,
-    epoch_text, ffi, is_errno, os_error,
+    LOCK_NAME, LOCK_OBJECT, OWNER_EPOCH_XATTR, RadosStorage, Shared, cstring, epoch_text, ffi,
+    is_errno, os_error,
 };
 use crate::error::{Error, Result};
 use crate::observe;
 use crate::storage::{LeaseState, LockGuard};
 
-/// Stamps of a takeover outstanding at once.
-const STAMP_WINDOW: usize = 256;
 /// The OSD object class that implements RADOS locks, and its method that takes or renews one.
 const LOCK_CLASS: &str = "lock";
 const LOCK_METHOD: &str = "lock";
@@ -254,55 +251,10 @@ impl RadosStorage {
         Ok(new)
     }
 
-    /// Stamps `epoch` into every object of the namespace, each refused if a newer owner
-    /// stamped it first ([`Error::Fenced`]), and drops from the index the names whose object
-    /// is gone (a create or remove cut between its two steps: the stamp, which asserts that
-    /// its object exists, answers `ENOENT`). The stamps are sent asynchronously,
-    /// [`STAMP_WINDOW`] at a time, straight from the index of names (no separate listing of
-    /// which objects exist), so a takeover costs a few round trips per window rather than two
-    /// per object.
-    fn stamp_all(&self, epoch: u64) -> Result<()> {
-        let shared = &self.shared;
-        let text = epoch_text(epoch);
-        let mut in_flight: VecDeque<(String, Completion)> = VecDeque::new();
-        let settle = |name: &str, done: &Completion| -> Result<()> {
-            let ret = done.wait();
-            // No object under the name: a create or remove cut between its two steps (or an
-            // object removed since the index was read); the name leaves the index.
-            if is_errno(ret, rustix::io::Errno::NOENT) {
-                return shared.index_remove(name);
-            }
-            if ret < 0 {
-                return Err(shared.error("stamp the owner epoch", name, ret));
-            }
-            Ok(())
-        };
-        for name in shared.index_names("")? {
-            if in_flight.len() >= STAMP_WINDOW
-                && let Some((oldest, done)) = in_flight.pop_front()
-            {
-                settle(&oldest, &done)?;
-            }
-            let oid = cstring(&name)?;
-            let mut op = WriteOp::new();
-            op.assert_exists()
-                .cmpxattr(EPOCH_XATTR, ffi::CMPXATTR_OP_GTE, &text)
-                .setxattr(EPOCH_XATTR, &text);
-            let done = op
-                .send(&shared.io, &oid)
-                .map_err(|ret| shared.error("stamp the owner epoch", &name, ret))?;
-            in_flight.push_back((name, done));
-        }
-        // Every stamp is settled before the new owner reads anything.
-        while let Some((name, done)) = in_flight.pop_front() {
-            settle(&name, &done)?;
-        }
-        Ok(())
-    }
-
     /// Takes the ownership lock (see the module documentation of [`super`]): the lock with
-    /// its lease, a raised owner epoch, the lease registered with the connection's renewals,
-    /// every object stamped with the epoch.
+    /// its lease, a raised owner epoch, the lease registered with the connection's renewals.
+    /// Nothing else: each object is stamped with the epoch before this owner first touches it
+    /// ([`Shared::touch`]), so the cost of a takeover does not grow with the namespace.
     pub(super) fn acquire(&self) -> Result<LockGuard> {
         let shared = &self.shared;
         let lease = *shared.lease.lock().unwrap_or_else(PoisonError::into_inner);
@@ -350,7 +302,6 @@ impl RadosStorage {
             epoch,
         };
         lease_guard.renewal = Some(shared.renewer.join(held, taken_instant)?);
-        self.stamp_all(epoch)?;
         Ok(LockGuard::new(Box::new(lease_guard)))
     }
 
