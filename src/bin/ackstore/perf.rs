@@ -143,6 +143,13 @@ pub struct PerfArgs {
     /// last (1 is a flat cost per cursor, 2 is quadratic). Instead of `--topics`.
     #[arg(long, value_parser = parse_sweep, conflicts_with = "topics")]
     sweep: Option<Sweep>,
+    /// The store workload's one ack memory budget for every cursor, in bytes: 1,024 to
+    /// 1,099,511,627,776 (default 64 MiB). One below the ack state the workload makes (about
+    /// 300 bytes per cursor with the default topic entries) keeps the budget full while acks
+    /// and ticks run.
+    #[arg(long, allow_negative_numbers = true, default_value_t = crate::perf_store::STORE_ACK_BUDGET,
+          value_parser = RangedU64ValueParser::<usize>::new().range(1024..=1u64 << 40))]
+    ack_budget_bytes: usize,
     /// With `--topics`: also run the same workload on topic directories of
     /// `ManagedLedger::open` (every cursor in its own cursor ledger, flushed one by one), in the
     /// same run.
@@ -918,6 +925,7 @@ fn run_store(args: &PerfArgs, topics: usize) -> ackstore::Result<ExitCode> {
         entries: args.topic_entries,
         ticks: args.ticks,
         seed: args.seed,
+        ack_budget: args.ack_budget_bytes,
     };
     let temp = tempfile::Builder::new()
         .prefix("ackstore-perf-store-")
@@ -986,6 +994,8 @@ const SWEEP_FIGURES: &[(&str, &[&str])] = &[
     ("restart_topics_ms", &["restart_phases_ms", "topics"]),
     ("restart_cursors_ms", &["restart_phases_ms", "cursors"]),
     ("peak_rss_bytes", &["peak_rss_bytes"]),
+    ("peak_rss_anon_bytes", &["peak_rss_anon_bytes"]),
+    ("peak_rss_file_bytes", &["peak_rss_file_bytes"]),
     ("setup_rss_bytes", &["setup_rss_bytes"]),
     ("ack_p99_us_during_flush", &["ack_p99_us_during_flush"]),
 ];
@@ -1007,6 +1017,7 @@ fn run_sweep(args: &PerfArgs, Sweep(points): &Sweep) -> ackstore::Result<ExitCod
             entries: args.topic_entries,
             ticks: args.ticks,
             seed: args.seed,
+            ack_budget: args.ack_budget_bytes,
         };
         let temp = tempfile::Builder::new()
             .prefix("ackstore-perf-sweep-")
