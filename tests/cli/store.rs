@@ -222,6 +222,12 @@ fn perf_with_topics_and_a_full_budget_releases_memory_and_verifies_every_cursor(
     }
     assert!(report["peak_rss_anon_bytes"].as_u64() > Some(0), "{report}");
     assert!(report["tick_bytes_median"].as_f64() > Some(0.0), "{report}");
+    for part in ["on_cpu", "waiting_for_cpu", "blocked"] {
+        assert!(
+            report["tick_thread_ms"][part].is_number(),
+            "{part} in {report}"
+        );
+    }
 }
 
 /// The committed sample of the flat layout (catalog version 2: every topic's files in the store

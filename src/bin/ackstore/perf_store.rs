@@ -76,6 +76,9 @@ pub struct Figures {
     pub ack_released_bytes: Option<u64>,
     /// CPU time of every thread of the process but the concurrent acker during each tick.
     pub tick_cpu_ms: Vec<f64>,
+    /// Where the thread that ran each tick spent its wall time: on a CPU, runnable but waiting
+    /// for one (the machine's other work), and neither (blocked: syncs, locks), in milliseconds.
+    pub tick_thread_ms: Vec<[f64; 3]>,
     /// Resident set before the set-up and after it (topics, entries and cursors created).
     pub rss_before_setup: u64,
     /// See `rss_before_setup`.
@@ -108,6 +111,8 @@ impl Figures {
         let restart_ms = self.restart.as_secs_f64() * 1e3;
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         let (cpu_median, cpu_max) = median_max(&self.tick_cpu_ms);
+        let thread_median =
+            |i: usize| median_max(&self.tick_thread_ms.iter().map(|t| t[i]).collect::<Vec<_>>()).0;
         let grown = self.rss_after_setup.saturating_sub(self.rss_before_setup);
         let (bytes_median, _) = median_max(
             &self
@@ -123,6 +128,11 @@ impl Figures {
             "setup_ms": ms(self.setup),
             "flush_tick_ms": { "median": median, "max": max },
             "tick_cpu_ms": { "median": cpu_median, "max": cpu_max },
+            "tick_thread_ms": {
+                "on_cpu": thread_median(0),
+                "waiting_for_cpu": thread_median(1),
+                "blocked": thread_median(2),
+            },
             "tick_cpu_per_dirty_cursor_us": cpu_median * 1e3 / total as f64,
             "peak_rss_bytes": self.peak_rss,
             "peak_rss_anon_bytes": self.peak_rss_anon,
@@ -220,10 +230,15 @@ impl Positions {
 
 /// Nanoseconds on a CPU of the thread whose `schedstat` file is `path`.
 fn cpu_ns(path: &Path) -> u64 {
-    std::fs::read_to_string(path)
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
+    schedstat(path)[0]
+}
+
+/// The first two fields of a thread's `schedstat` file: nanoseconds on a CPU, and nanoseconds
+/// runnable on a run queue, waiting for one (zeros where unreadable).
+fn schedstat(path: &Path) -> [u64; 2] {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut fields = text.split_whitespace().map(|f| f.parse().unwrap_or(0));
+    [fields.next().unwrap_or(0), fields.next().unwrap_or(0)]
 }
 
 /// Nanoseconds on a CPU of every thread of the process but thread `except` (threads that
@@ -561,6 +576,7 @@ pub fn run(dir: &Path, baseline: bool, shape: &Shape) -> ackstore::Result<Figure
             ack(zipf_pick(&weights, &mut rng), &mut truth, &fleet)?;
         }
         let flushing = AtomicBool::new(true);
+        let figures_thread = &mut figures.tick_thread_ms;
         let truth_now = &mut truth;
         let (started_tx, started_rx) = std::sync::mpsc::channel();
         let (syncs, elapsed, cpu, acker) = std::thread::scope(|s| {
@@ -589,10 +605,16 @@ pub fn run(dir: &Path, baseline: bool, shape: &Shape) -> ackstore::Result<Figure
             // Every thread but the acker, from when it runs to the tick's end.
             let acker_id = started_rx.recv().ok().flatten();
             let cpu_started = process_cpu_ns(acker_id.as_deref());
+            let own = Path::new("/proc/thread-self/schedstat");
+            let own_started = schedstat(own);
             let started = Instant::now();
             let syncs = fleet.tick();
             let elapsed = started.elapsed();
+            let own_ended = schedstat(own);
             let cpu = process_cpu_ns(acker_id.as_deref()).saturating_sub(cpu_started);
+            let ms = |i: usize| own_ended[i].saturating_sub(own_started[i]) as f64 / 1e6;
+            let wall = elapsed.as_secs_f64() * 1e3;
+            figures_thread.push([ms(0), ms(1), (wall - ms(0) - ms(1)).max(0.0)]);
             flushing.store(false, Ordering::SeqCst);
             (syncs, elapsed, cpu, acker.join())
         });
