@@ -504,6 +504,9 @@ fn filled<T: Clone>(n: usize, item: T, arg: &str) -> ackstore::Result<Vec<T>> {
 struct Topic {
     store: Option<Store>,
     ml: Arc<ManagedLedger>,
+    /// With `--in-store`: how long `Store::open` took (its claim, the journal's scan and seal),
+    /// before the topic's own open.
+    store_open: Option<Duration>,
 }
 
 impl Topic {
@@ -513,6 +516,7 @@ impl Topic {
         in_store: bool,
     ) -> ackstore::Result<Self> {
         if in_store {
+            let started = Instant::now();
             let store = Store::open_with_storage(
                 storage,
                 StoreConfig {
@@ -521,16 +525,19 @@ impl Topic {
                     ..StoreConfig::default()
                 },
             )?;
+            let store_open = started.elapsed();
             let ml = store.topic(CURSOR)?;
             Ok(Self {
                 store: Some(store),
                 ml,
+                store_open: Some(store_open),
             })
         } else {
             let ml = ManagedLedger::open_with_storage(storage, config.clone())?;
             Ok(Self {
                 store: None,
                 ml: Arc::new(ml),
+                store_open: None,
             })
         }
     }
@@ -689,6 +696,7 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
     let cursor = ml.open_cursor(CURSOR, CursorOptions::default())?;
     let first = cursor.read_entries(1)?;
     let first_read = started.elapsed();
+    let store_open = topic.store_open;
     let recovered_fingerprint = fingerprint(&cursor.acked_ranges()?);
     let full_load = started.elapsed();
 
@@ -770,6 +778,8 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
         "incremental_flush_bytes": incremental_flush_bytes,
         "topic_open_ms": millis(topic_open),
         "recover_first_read_ms": millis(first_read),
+        "store_open_ms": store_open.map(millis),
+        "open_to_first_answer_ms": millis(topic_open + first_read),
         "recover_full_ms": millis(full_load),
         "resident_ack_bytes": resident_ack_bytes,
         "lru_budget_bytes": args.lru_bytes,
