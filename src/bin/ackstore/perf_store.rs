@@ -630,6 +630,22 @@ pub fn run(dir: &Path, baseline: bool, shape: &Shape) -> ackstore::Result<Figure
         })?;
         latencies.extend(times);
     }
+    record_acks(latencies, &fleet, &mut figures)?;
+    fleet.close()?;
+
+    restart_and_verify(dir, baseline, shape, &positions, &truth, &mut figures)?;
+    figures.peak_rss = status_bytes("VmHWM");
+    (figures.peak_rss_anon, figures.peak_rss_file) = rss_peaks.finish();
+    Ok(figures)
+}
+
+/// The acks measured during the ticks (`latencies`, in microseconds), the store's budget
+/// figures and every cursor's resident ack bytes, after the last tick.
+fn record_acks(
+    mut latencies: Vec<f64>,
+    fleet: &Fleet,
+    figures: &mut Figures,
+) -> ackstore::Result<()> {
     latencies.sort_by(f64::total_cmp);
     figures.acks_during_flush = latencies.len();
     figures.ack_p99_us = latencies
@@ -644,12 +660,7 @@ pub fn run(dir: &Path, baseline: bool, shape: &Shape) -> ackstore::Result<Figure
         .iter()
         .map(|(_, c)| c.stats().map(|s| s.ackset.resident_bytes as u64))
         .sum::<ackstore::Result<u64>>()?;
-    fleet.close()?;
-
-    restart_and_verify(dir, baseline, shape, &positions, &truth, &mut figures)?;
-    figures.peak_rss = status_bytes("VmHWM");
-    (figures.peak_rss_anon, figures.peak_rss_file) = rss_peaks.finish();
-    Ok(figures)
+    Ok(())
 }
 
 /// The timed restart (open, every topic, every cursor to its first read), then every entry of

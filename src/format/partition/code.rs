@@ -1409,7 +1409,7 @@ mod tests {
             let words = words_of(&bitmap).unwrap();
             prop_assert_eq!(Some(words.clone()), words_through_serialization(&bitmap));
             let set: Vec<u32> = (0..1u32 << 16)
-                .filter(|&v| words[v as usize / 64] >> (v % 64) & 1 == 1)
+                .filter(|&v| words.get(v as usize / 64).is_some_and(|w| w >> (v % 64) & 1 == 1))
                 .collect();
             prop_assert_eq!(set, bitmap.iter().collect::<Vec<_>>());
         }
