@@ -140,6 +140,10 @@ fn perf_in_a_store_verifies_and_counts_what_the_journal_appended() {
         let persisted = r["persisted_bytes"].as_u64().unwrap();
         let incremental = r["incremental_flush_bytes"].as_u64().unwrap();
         assert!(persisted > 0 && incremental > 0, "{pattern}: {r}");
+        // The restart's store open is part of the time to the first answer.
+        let store_open = r["store_open_ms"].as_f64().unwrap();
+        let to_first = r["open_to_first_answer_ms"].as_f64().unwrap();
+        assert!(store_open > 0.0 && to_first >= store_open, "{pattern}: {r}");
     }
     // Batches: the acks are batch-index acks, persisted as batch records in the journal.
     let out = support::cli::run(&[

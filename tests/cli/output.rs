@@ -300,6 +300,11 @@ fn perf_refuses_every_hostile_argument_with_exit_code_2() {
             "--sweep",
         ),
         (&["--sweep", "10,20", "--topics", "1"], "--sweep"),
+        (&["--ack-budget-bytes", "1023"], "--ack-budget-bytes"),
+        (
+            &["--ack-budget-bytes", "1099511627777"],
+            "--ack-budget-bytes",
+        ),
         (&["--storage", "tape"], "--storage"),
         (&["--mode", "both"], "--mode"),
         (&["--batch-pattern", "odd"], "--batch-pattern"),
@@ -383,6 +388,7 @@ fn perf_help_states_the_bounds_of_every_numeric_argument() {
         ("--topic-entries", "1,000,000"),
         ("--ticks", "1,000"),
         ("--sweep", "100,000"),
+        ("--ack-budget-bytes", "1,099,511,627,776"),
         ("--pattern", "2 to 1,000,000,000"),
     ] {
         let text = help

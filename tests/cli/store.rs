@@ -185,6 +185,51 @@ fn perf_with_topics_runs_the_store_workload_and_its_baseline_and_verifies_every_
     assert!(report["baseline"]["fsyncs_per_tick"].as_u64() >= Some(12));
 }
 
+/// With a budget smaller than the ack state of its cursors, the store workload runs with the
+/// budget full (cursors release memory to others during the ticks) and still verifies every
+/// cursor; the report splits the peak resident set into its anonymous and file-mapped parts.
+#[test]
+fn perf_with_topics_and_a_full_budget_releases_memory_and_verifies_every_cursor() {
+    let out = support::cli::run(&[
+        "perf",
+        "--topics",
+        "4",
+        "--cursors",
+        "25",
+        "--topic-entries",
+        "200",
+        "--ticks",
+        "2",
+        "--ack-budget-bytes",
+        "4096",
+        "--json",
+    ]);
+    let report = support::cli::json(&out);
+    assert!(out.status.success(), "{report}");
+    assert_eq!(report["verified"], true, "{report}");
+    assert_eq!(report["ack_memory_budget_bytes"], 4096);
+    assert!(
+        report["ack_released_bytes"].as_u64() > Some(0),
+        "the budget was never full: {report}"
+    );
+    for key in [
+        "peak_rss_anon_bytes",
+        "peak_rss_file_bytes",
+        "peak_rss_anon_per_cursor_bytes",
+        "tick_bytes_median",
+    ] {
+        assert!(report[key].is_number(), "{key} in {report}");
+    }
+    assert!(report["peak_rss_anon_bytes"].as_u64() > Some(0), "{report}");
+    assert!(report["tick_bytes_median"].as_f64() > Some(0.0), "{report}");
+    for part in ["on_cpu", "waiting_for_cpu", "blocked"] {
+        assert!(
+            report["tick_thread_ms"][part].is_number(),
+            "{part} in {report}"
+        );
+    }
+}
+
 /// The committed sample of the flat layout (catalog version 2: every topic's files in the store
 /// directory) verifies clean and is listed by `inspect`, before and after the store opened it
 /// and created a topic in a directory of its own.

@@ -143,6 +143,13 @@ pub struct PerfArgs {
     /// last (1 is a flat cost per cursor, 2 is quadratic). Instead of `--topics`.
     #[arg(long, value_parser = parse_sweep, conflicts_with = "topics")]
     sweep: Option<Sweep>,
+    /// The store workload's one ack memory budget for every cursor, in bytes: 1,024 to
+    /// 1,099,511,627,776 (default 64 MiB). One below the ack state the workload makes (about
+    /// 300 bytes per cursor with the default topic entries) keeps the budget full while acks
+    /// and ticks run.
+    #[arg(long, allow_negative_numbers = true, default_value_t = crate::perf_store::STORE_ACK_BUDGET,
+          value_parser = RangedU64ValueParser::<usize>::new().range(1024..=1u64 << 40))]
+    ack_budget_bytes: usize,
     /// With `--topics`: also run the same workload on topic directories of
     /// `ManagedLedger::open` (every cursor in its own cursor ledger, flushed one by one), in the
     /// same run.
@@ -497,6 +504,9 @@ fn filled<T: Clone>(n: usize, item: T, arg: &str) -> ackstore::Result<Vec<T>> {
 struct Topic {
     store: Option<Store>,
     ml: Arc<ManagedLedger>,
+    /// With `--in-store`: how long `Store::open` took (its claim, the journal's scan and seal),
+    /// before the topic's own open.
+    store_open: Option<Duration>,
 }
 
 impl Topic {
@@ -506,6 +516,7 @@ impl Topic {
         in_store: bool,
     ) -> ackstore::Result<Self> {
         if in_store {
+            let started = Instant::now();
             let store = Store::open_with_storage(
                 storage,
                 StoreConfig {
@@ -514,16 +525,19 @@ impl Topic {
                     ..StoreConfig::default()
                 },
             )?;
+            let store_open = started.elapsed();
             let ml = store.topic(CURSOR)?;
             Ok(Self {
                 store: Some(store),
                 ml,
+                store_open: Some(store_open),
             })
         } else {
             let ml = ManagedLedger::open_with_storage(storage, config.clone())?;
             Ok(Self {
                 store: None,
                 ml: Arc::new(ml),
+                store_open: None,
             })
         }
     }
@@ -682,6 +696,7 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
     let cursor = ml.open_cursor(CURSOR, CursorOptions::default())?;
     let first = cursor.read_entries(1)?;
     let first_read = started.elapsed();
+    let store_open = topic.store_open;
     let recovered_fingerprint = fingerprint(&cursor.acked_ranges()?);
     let full_load = started.elapsed();
 
@@ -763,6 +778,8 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
         "incremental_flush_bytes": incremental_flush_bytes,
         "topic_open_ms": millis(topic_open),
         "recover_first_read_ms": millis(first_read),
+        "store_open_ms": store_open.map(millis),
+        "open_to_first_answer_ms": millis(topic_open + first_read),
         "recover_full_ms": millis(full_load),
         "resident_ack_bytes": resident_ack_bytes,
         "lru_budget_bytes": args.lru_bytes,
@@ -918,6 +935,7 @@ fn run_store(args: &PerfArgs, topics: usize) -> ackstore::Result<ExitCode> {
         entries: args.topic_entries,
         ticks: args.ticks,
         seed: args.seed,
+        ack_budget: args.ack_budget_bytes,
     };
     let temp = tempfile::Builder::new()
         .prefix("ackstore-perf-store-")
@@ -986,6 +1004,8 @@ const SWEEP_FIGURES: &[(&str, &[&str])] = &[
     ("restart_topics_ms", &["restart_phases_ms", "topics"]),
     ("restart_cursors_ms", &["restart_phases_ms", "cursors"]),
     ("peak_rss_bytes", &["peak_rss_bytes"]),
+    ("peak_rss_anon_bytes", &["peak_rss_anon_bytes"]),
+    ("peak_rss_file_bytes", &["peak_rss_file_bytes"]),
     ("setup_rss_bytes", &["setup_rss_bytes"]),
     ("ack_p99_us_during_flush", &["ack_p99_us_during_flush"]),
 ];
@@ -1007,6 +1027,7 @@ fn run_sweep(args: &PerfArgs, Sweep(points): &Sweep) -> ackstore::Result<ExitCod
             entries: args.topic_entries,
             ticks: args.ticks,
             seed: args.seed,
+            ack_budget: args.ack_budget_bytes,
         };
         let temp = tempfile::Builder::new()
             .prefix("ackstore-perf-sweep-")

@@ -37,6 +37,8 @@ pub struct Shape {
     pub ticks: usize,
     /// Seed of the ack choices.
     pub seed: u64,
+    /// The store's one ack memory budget, in bytes (the baseline's cursors have a budget each).
+    pub ack_budget: usize,
 }
 
 /// What one run measured.
@@ -47,6 +49,8 @@ pub struct Figures {
     /// File and directory syncs of every tick (for the baseline: the entry logs' fsyncs, the
     /// cursor records' atomic writes not counted).
     pub tick_syncs: Vec<u64>,
+    /// Bytes every tick appended to the store's journal (empty for the baseline).
+    pub tick_bytes: Vec<u64>,
     /// Restart: open, every topic, every cursor to its first read.
     pub restart: Duration,
     /// The restart's phases: the store's open (its claim and the journal's scan; the
@@ -67,8 +71,14 @@ pub struct Figures {
     /// The store's budget's peak of resident ack bytes after an operation ended (`None`: the
     /// baseline).
     pub resident_ack_peak_bytes: Option<u64>,
+    /// Bytes the store's cursors released because another cursor needed room in the full
+    /// budget, up to the end of the last tick (`None`: the baseline).
+    pub ack_released_bytes: Option<u64>,
     /// CPU time of every thread of the process but the concurrent acker during each tick.
     pub tick_cpu_ms: Vec<f64>,
+    /// Where the thread that ran each tick spent its wall time: on a CPU, runnable but waiting
+    /// for one (the machine's other work), and neither (blocked: syncs, locks), in milliseconds.
+    pub tick_thread_ms: Vec<[f64; 3]>,
     /// Resident set before the set-up and after it (topics, entries and cursors created).
     pub rss_before_setup: u64,
     /// See `rss_before_setup`.
@@ -76,6 +86,12 @@ pub struct Figures {
     /// The process's peak resident set during the run (reset at its start where the kernel
     /// allows).
     pub peak_rss: u64,
+    /// The peaks of the resident set's two parts, sampled every few milliseconds during the
+    /// run: anonymous memory (the heap: what the process keeps) and mapped file pages
+    /// (sealed ledgers read through their map: page cache the kernel may reclaim).
+    pub peak_rss_anon: u64,
+    /// See `peak_rss_anon`.
+    pub peak_rss_file: u64,
     /// Whether every cursor matched the truth after the restart.
     pub verified: bool,
     /// Cursors that did not.
@@ -95,7 +111,16 @@ impl Figures {
         let restart_ms = self.restart.as_secs_f64() * 1e3;
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         let (cpu_median, cpu_max) = median_max(&self.tick_cpu_ms);
+        let thread_median =
+            |i: usize| median_max(&self.tick_thread_ms.iter().map(|t| t[i]).collect::<Vec<_>>()).0;
         let grown = self.rss_after_setup.saturating_sub(self.rss_before_setup);
+        let (bytes_median, _) = median_max(
+            &self
+                .tick_bytes
+                .iter()
+                .map(|&b| b as f64)
+                .collect::<Vec<_>>(),
+        );
         serde_json::json!({
             "topics": shape.topics,
             "cursors": shape.cursors,
@@ -103,11 +128,20 @@ impl Figures {
             "setup_ms": ms(self.setup),
             "flush_tick_ms": { "median": median, "max": max },
             "tick_cpu_ms": { "median": cpu_median, "max": cpu_max },
+            "tick_thread_ms": {
+                "on_cpu": thread_median(0),
+                "waiting_for_cpu": thread_median(1),
+                "blocked": thread_median(2),
+            },
             "tick_cpu_per_dirty_cursor_us": cpu_median * 1e3 / total as f64,
             "peak_rss_bytes": self.peak_rss,
+            "peak_rss_anon_bytes": self.peak_rss_anon,
+            "peak_rss_file_bytes": self.peak_rss_file,
+            "peak_rss_anon_per_cursor_bytes": self.peak_rss_anon as f64 / total as f64,
             "setup_rss_bytes": grown,
             "setup_rss_per_cursor_bytes": grown as f64 / total as f64,
             "fsyncs_per_tick": self.tick_syncs.iter().copied().max().unwrap_or(0),
+            "tick_bytes_median": bytes_median,
             "restart_ms": restart_ms,
             "restart_phases_ms": {
                 "open": ms(self.restart_phases[0]),
@@ -119,6 +153,7 @@ impl Figures {
             "threads": self.threads,
             "resident_ack_bytes": self.resident_ack_bytes,
             "resident_ack_peak_bytes": self.resident_ack_peak_bytes,
+            "ack_released_bytes": self.ack_released_bytes,
             "ack_p99_us_during_flush": self.ack_p99_us,
             "acks_during_flush": self.acks_during_flush,
             "verified": self.verified,
@@ -195,10 +230,15 @@ impl Positions {
 
 /// Nanoseconds on a CPU of the thread whose `schedstat` file is `path`.
 fn cpu_ns(path: &Path) -> u64 {
-    std::fs::read_to_string(path)
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
+    schedstat(path)[0]
+}
+
+/// The first two fields of a thread's `schedstat` file: nanoseconds on a CPU, and nanoseconds
+/// runnable on a run queue, waiting for one (zeros where unreadable).
+fn schedstat(path: &Path) -> [u64; 2] {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut fields = text.split_whitespace().map(|f| f.parse().unwrap_or(0));
+    [fields.next().unwrap_or(0), fields.next().unwrap_or(0)]
 }
 
 /// Nanoseconds on a CPU of every thread of the process but thread `except` (threads that
@@ -231,6 +271,40 @@ pub fn status_bytes(field: &str) -> u64 {
                 .and_then(|v| v.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
         })
         .map_or(0, |kb| kb * 1024)
+}
+
+/// The peaks of `RssAnon` and `RssFile` (`/proc/self/status`), sampled every 5 ms from a
+/// thread of its own until [`RssPeaks::finish`].
+struct RssPeaks {
+    stop: std::sync::mpsc::Sender<()>,
+    sampler: std::thread::JoinHandle<(u64, u64)>,
+}
+
+impl RssPeaks {
+    fn start() -> Self {
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let sampler = std::thread::spawn(move || {
+            let mut peaks = (0, 0);
+            loop {
+                peaks.0 = peaks.0.max(status_bytes("RssAnon"));
+                peaks.1 = peaks.1.max(status_bytes("RssFile"));
+                match stopped.recv_timeout(Duration::from_millis(5)) {
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                    _ => return peaks,
+                }
+            }
+        });
+        Self { stop, sampler }
+    }
+
+    /// The peaks (anonymous, file), with a last sample.
+    fn finish(self) -> (u64, u64) {
+        let _ = self.stop.send(());
+        let last = (status_bytes("RssAnon"), status_bytes("RssFile"));
+        self.sampler
+            .join()
+            .map_or(last, |p| (p.0.max(last.0), p.1.max(last.1)))
+    }
 }
 
 /// Resets the process's peak resident set to its current one (Linux `clear_refs` 5; ignored
@@ -293,8 +367,8 @@ fn ledger_config() -> LedgerConfig {
     }
 }
 
-/// The store's one ack memory budget: 64 MiB, the setting.
-const STORE_ACK_BUDGET: usize = 64 << 20;
+/// The store's default ack memory budget (`--ack-budget-bytes`): 64 MiB.
+pub const STORE_ACK_BUDGET: usize = 64 << 20;
 
 /// The topics and cursors of one run, however they are kept.
 struct Fleet {
@@ -331,7 +405,7 @@ impl Fleet {
                 dir,
                 StoreConfig {
                     ledger: ledger_config(),
-                    ack_memory_bytes: Some(STORE_ACK_BUDGET),
+                    ack_memory_bytes: Some(shape.ack_budget),
                     ..StoreConfig::default()
                 },
             )?;
@@ -359,10 +433,12 @@ impl Fleet {
         })
     }
 
-    /// One flush tick: `flush_all`, or every cursor's own flush. Returns the syncs it made.
-    fn tick(&self) -> ackstore::Result<u64> {
+    /// One flush tick: `flush_all`, or every cursor's own flush. Returns the syncs it made and
+    /// the bytes it appended to the store's journal (0 for the baseline).
+    fn tick(&self) -> ackstore::Result<(u64, u64)> {
         if let Some(store) = &self.store {
-            return Ok(store.flush_all()?.syncs);
+            let done = store.flush_all()?;
+            return Ok((done.syncs, done.bytes));
         }
         let fsyncs = |topics: &[Arc<ManagedLedger>]| -> ackstore::Result<u64> {
             topics
@@ -374,7 +450,7 @@ impl Fleet {
         for (_, cursor) in &self.cursors {
             cursor.flush()?;
         }
-        Ok(fsyncs(&self.topics)? - before)
+        Ok((fsyncs(&self.topics)? - before, 0))
     }
 
     fn close(self) -> ackstore::Result<()> {
@@ -461,10 +537,11 @@ fn set_up(dir: &Path, baseline: bool, shape: &Shape) -> ackstore::Result<(Fleet,
 /// directories).
 pub fn run(dir: &Path, baseline: bool, shape: &Shape) -> ackstore::Result<Figures> {
     let mut figures = Figures {
-        ack_memory_budget_bytes: (!baseline).then_some(STORE_ACK_BUDGET as u64),
+        ack_memory_budget_bytes: (!baseline).then_some(shape.ack_budget as u64),
         ..Figures::default()
     };
     reset_peak_rss();
+    let rss_peaks = RssPeaks::start();
     figures.rss_before_setup = status_bytes("VmRSS");
     let setup = Instant::now();
     let (fleet, positions) = set_up(dir, baseline, shape)?;
@@ -499,6 +576,7 @@ pub fn run(dir: &Path, baseline: bool, shape: &Shape) -> ackstore::Result<Figure
             ack(zipf_pick(&weights, &mut rng), &mut truth, &fleet)?;
         }
         let flushing = AtomicBool::new(true);
+        let figures_thread = &mut figures.tick_thread_ms;
         let truth_now = &mut truth;
         let (started_tx, started_rx) = std::sync::mpsc::channel();
         let (syncs, elapsed, cpu, acker) = std::thread::scope(|s| {
@@ -527,14 +605,24 @@ pub fn run(dir: &Path, baseline: bool, shape: &Shape) -> ackstore::Result<Figure
             // Every thread but the acker, from when it runs to the tick's end.
             let acker_id = started_rx.recv().ok().flatten();
             let cpu_started = process_cpu_ns(acker_id.as_deref());
+            let own = Path::new("/proc/thread-self/schedstat");
+            let own_started = schedstat(own);
             let started = Instant::now();
             let syncs = fleet.tick();
             let elapsed = started.elapsed();
+            let own_ended = schedstat(own);
             let cpu = process_cpu_ns(acker_id.as_deref()).saturating_sub(cpu_started);
+            let ms = |i: usize| own_ended[i].saturating_sub(own_started[i]) as f64 / 1e6;
+            let wall = elapsed.as_secs_f64() * 1e3;
+            figures_thread.push([ms(0), ms(1), (wall - ms(0) - ms(1)).max(0.0)]);
             flushing.store(false, Ordering::SeqCst);
             (syncs, elapsed, cpu, acker.join())
         });
-        figures.tick_syncs.push(syncs?);
+        let (syncs, bytes) = syncs?;
+        figures.tick_syncs.push(syncs);
+        if !baseline {
+            figures.tick_bytes.push(bytes);
+        }
         figures.tick_ms.push(elapsed.as_secs_f64() * 1e3);
         figures.tick_cpu_ms.push(cpu as f64 / 1e6);
         let times = acker.map_err(|_| ackstore::Error::InvalidArgument {
@@ -542,27 +630,37 @@ pub fn run(dir: &Path, baseline: bool, shape: &Shape) -> ackstore::Result<Figure
         })?;
         latencies.extend(times);
     }
+    record_acks(latencies, &fleet, &mut figures)?;
+    fleet.close()?;
+
+    restart_and_verify(dir, baseline, shape, &positions, &truth, &mut figures)?;
+    figures.peak_rss = status_bytes("VmHWM");
+    (figures.peak_rss_anon, figures.peak_rss_file) = rss_peaks.finish();
+    Ok(figures)
+}
+
+/// The acks measured during the ticks (`latencies`, in microseconds), the store's budget
+/// figures and every cursor's resident ack bytes, after the last tick.
+fn record_acks(
+    mut latencies: Vec<f64>,
+    fleet: &Fleet,
+    figures: &mut Figures,
+) -> ackstore::Result<()> {
     latencies.sort_by(f64::total_cmp);
     figures.acks_during_flush = latencies.len();
     figures.ack_p99_us = latencies
         .get((latencies.len() * 99 / 100).min(latencies.len().saturating_sub(1)))
         .copied()
         .unwrap_or(0.0);
-    figures.resident_ack_peak_bytes = fleet
-        .store
-        .as_ref()
-        .and_then(Store::ack_memory_stats)
-        .map(|s| s.peak_resident_bytes as u64);
+    let budget = fleet.store.as_ref().and_then(Store::ack_memory_stats);
+    figures.resident_ack_peak_bytes = budget.map(|s| s.peak_resident_bytes as u64);
+    figures.ack_released_bytes = budget.map(|s| s.released_bytes);
     figures.resident_ack_bytes = fleet
         .cursors
         .iter()
         .map(|(_, c)| c.stats().map(|s| s.ackset.resident_bytes as u64))
         .sum::<ackstore::Result<u64>>()?;
-    fleet.close()?;
-
-    restart_and_verify(dir, baseline, shape, &positions, &truth, &mut figures)?;
-    figures.peak_rss = status_bytes("VmHWM");
-    Ok(figures)
+    Ok(())
 }
 
 /// The timed restart (open, every topic, every cursor to its first read), then every entry of

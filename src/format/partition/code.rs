@@ -316,9 +316,22 @@ pub fn parse_roaring(body: &[u8]) -> Option<Words> {
     Some(words)
 }
 
-/// The dense form of `bitmap`, through its own serialization; `None` when it holds a value of
-/// 2^16 or more (more than one container, or a key other than 0).
+/// The dense form of `bitmap`; `None` when it holds a value of 2^16 or more (more than one
+/// container, or a key other than 0). A set of at most [`ARRAY_LIMIT`] values (an array
+/// container: a store cursor's usual partition) sets its bits one by one; a larger one goes
+/// through its own serialization, whose bitmap or run container copies a word or a run at a
+/// time.
 pub fn words_of(bitmap: &RoaringBitmap) -> Option<Words> {
+    if bitmap.max().is_some_and(|v| v >= 1 << 16) {
+        return None;
+    }
+    if bitmap.len() <= ARRAY_LIMIT as u64 {
+        let mut words = empty_words();
+        for v in bitmap {
+            set_bit(&mut words, v);
+        }
+        return Some(words);
+    }
     let mut serialized = Vec::with_capacity(bitmap.serialized_size());
     bitmap.serialize_into(&mut serialized).ok()?;
     parse_roaring(&serialized)
@@ -1369,6 +1382,37 @@ mod tests {
         }
         gaps.sort_unstable();
         (st.members, st.sum, st.min, st.max, gaps)
+    }
+
+    /// The dense form through the set's serialization: what `words_of` must equal.
+    fn words_through_serialization(bitmap: &RoaringBitmap) -> Option<Words> {
+        let mut serialized = Vec::new();
+        bitmap.serialize_into(&mut serialized).unwrap();
+        parse_roaring(&serialized)
+    }
+
+    proptest! {
+        #[test]
+        fn words_of_equals_the_dense_form_of_the_serialization(
+            values in proptest::collection::vec(0u32..70_000, 0..6_000),
+            run in proptest::option::of((0u32..65_536, 0u32..20_000)),
+        ) {
+            let mut bitmap: RoaringBitmap = values.iter().copied().collect();
+            if let Some((start, len)) = run {
+                bitmap.insert_range(start..start.saturating_add(len));
+            }
+            bitmap.optimize();
+            let expected = words_through_serialization(&bitmap);
+            prop_assert_eq!(words_of(&bitmap), expected);
+            // Without the values a partition cannot hold: the same set, bit for bit.
+            bitmap.remove_range(1 << 16..);
+            let words = words_of(&bitmap).unwrap();
+            prop_assert_eq!(Some(words.clone()), words_through_serialization(&bitmap));
+            let set: Vec<u32> = (0..1u32 << 16)
+                .filter(|&v| words.get(v as usize / 64).is_some_and(|w| w >> (v % 64) & 1 == 1))
+                .collect();
+            prop_assert_eq!(set, bitmap.iter().collect::<Vec<_>>());
+        }
     }
 
     #[test]
