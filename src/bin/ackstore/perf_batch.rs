@@ -3,7 +3,7 @@
 //! cursor's committed state against Pulsar's `BatchedEntryDeletionIndexInfo` encoding of the
 //! same state.
 
-use ackstore::internals::ackset::pulsar;
+use ackstore::pulsar;
 use ackstore::{Cursor, Position};
 
 /// Which messages of a batch a consumer has acknowledged when the cursor is persisted.

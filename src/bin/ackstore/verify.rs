@@ -1,28 +1,18 @@
 //! `ackstore verify DIR`: check every frame of every ledger, every metadata record, and every
-//! marker and partition of every cursor; report each problem with its place. Read-only.
+//! marker and partition of every cursor; report each problem with its place. Read-only. The
+//! check is [`ackstore::check::verify`]; this module prints its report.
 //!
 //! Exit code: 0 when the directory is sound (torn tails, which the next open repairs, are
 //! reported but are not damage), 1 when anything is damaged, 2 when the check could not run.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use std::sync::Arc;
-
 use ackstore::Result;
-use ackstore::Storage;
-use ackstore::internals::log::{EntryLog, LogConfig, ledger_file_name, verify_log};
+use ackstore::check::{Finding, JournalCursor, Subject, Verification};
 use clap::Args;
 
-use ackstore::internals::cursor::record_name;
-use ackstore::internals::format::journal::JournalLoc;
-use ackstore::internals::format::meta::TopicRecord;
-use ackstore::internals::meta::{FileMetaStore, MetaStore, record_of_file};
-use ackstore::internals::store::index::CursorId;
-
 use crate::dir;
-use crate::inspect::{self, Finding, StoreUse};
 
 /// Arguments of `ackstore verify`.
 #[derive(Debug, Args)]
@@ -40,474 +30,64 @@ pub struct VerifyArgs {
 /// Runs `ackstore verify`.
 pub fn run(args: &VerifyArgs) -> Result<ExitCode> {
     let storage = dir::open_existing(&args.dir, &args.storage)?;
-    match ackstore::internals::store::read_catalog(storage.clone()) {
-        Ok(Some(catalog)) => return run_store(args, &storage, &catalog),
-        Ok(None) => {}
-        // A store whose catalog does not decode: its open refuses it.
-        Err(e @ ackstore::Error::Corrupted { .. }) => return Ok(damaged_catalog(args, &e)),
-        Err(e) => return Err(e),
-    }
-    let mut findings: Vec<Finding> = verify_log(storage.as_ref())?
-        .into_iter()
-        .map(|p| Finding {
-            file: ledger_file_name(p.ledger),
-            place: match p.entry {
-                Some(e) => format!("ledger {} entry {} at byte {}", p.ledger, e, p.offset),
-                None => format!("ledger {} at byte {}", p.ledger, p.offset),
-            },
-            what: p.kind.to_string(),
-            torn_tail: p.torn_tail,
-        })
-        .collect();
-    check_against_record(&storage, &mut findings)?;
-    let topic = inspect::collect(&storage, true, &mut findings);
-    let damaged = findings.iter().filter(|f| !f.torn_tail).count();
-    let torn = findings.len() - damaged;
+    let mut report = ackstore::check::verify(&storage)?;
+    report.location = args.dir.display().to_string();
     if args.json {
-        let list = findings_json(&findings);
-        let report = serde_json::json!({
-            "dir": args.dir.display().to_string(),
-            "ledgers": topic.ledgers.len(),
-            "cursors": topic.cursors.len(),
-            "damaged": damaged,
-            "torn_tails": torn,
-            "findings": list,
-            "ok": damaged == 0,
-        });
-        println!("{report}");
+        println!("{}", json(&report));
     } else {
-        print_findings(&findings);
-        println!(
-            "checked {} ledgers and {} cursors in {}: {} damaged, {} torn tails",
-            topic.ledgers.len(),
-            topic.cursors.len(),
-            args.dir.display(),
-            damaged,
-            torn
-        );
+        print!("{report}");
     }
-    Ok(if damaged == 0 {
+    Ok(if report.is_sound() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
 }
 
-/// `verify` of a store whose catalog cannot be read: damage, and nothing else can be checked
-/// (the catalog names the topics and the journal's segments).
-fn damaged_catalog(args: &VerifyArgs, e: &ackstore::Error) -> ExitCode {
-    let findings = [Finding {
-        file: format!("{}.meta", ackstore::internals::store::STORE_RECORD),
-        place: "store catalog".into(),
-        what: crate::report::describe(e),
-        torn_tail: false,
-    }];
-    if args.json {
-        let report = serde_json::json!({
-            "dir": args.dir.display().to_string(),
+/// The report as one JSON object.
+fn json(report: &Verification) -> serde_json::Value {
+    let dir = report.location.clone();
+    let (damaged, torn) = (report.damaged(), report.torn_tails());
+    match report.subject {
+        Subject::Topic => serde_json::json!({
+            "dir": dir,
+            "ledgers": report.ledgers,
+            "cursors": report.cursors,
+            "damaged": damaged,
+            "torn_tails": torn,
+            "findings": findings_json(&report.findings),
+            "ok": damaged == 0,
+        }),
+        Subject::Store {
+            topics,
+            journal_records,
+        } => serde_json::json!({
+            "dir": dir,
             "store": true,
-            "damaged": 1,
-            "torn_tails": 0,
-            "warnings": 0,
-            "findings": findings_json(&findings),
-            "unused": [],
-            "ok": false,
-        });
-        println!("{report}");
-    } else {
-        print_findings(&findings);
-        println!(
-            "checked the store in {}: its catalog cannot be read: 1 damaged",
-            args.dir.display()
-        );
-    }
-    ExitCode::from(1)
-}
-
-/// The findings of topic `topic_id` of a store, kept in `storage`: damage (what the store's
-/// open of the topic and its cursors refuses) and unused (damaged or unexpected files that
-/// open does not read, or removes: warnings), and its ledger and cursor counts. `committed`:
-/// the cursors of the store the journal holds.
-fn check_store_topic(
-    storage: &Arc<dyn Storage>,
-    topic_id: u64,
-    committed: &[CursorId],
-) -> Result<(Vec<Finding>, Vec<Finding>, usize, usize)> {
-    let mut findings: Vec<Finding> = verify_log(storage.as_ref())?
-        .into_iter()
-        .map(|p| Finding {
-            file: ledger_file_name(p.ledger),
-            place: match p.entry {
-                Some(e) => format!("ledger {} entry {} at byte {}", p.ledger, e, p.offset),
-                None => format!("ledger {} at byte {}", p.ledger, p.offset),
-            },
-            what: p.kind.to_string(),
-            torn_tail: p.torn_tail,
-        })
-        .collect();
-    check_against_record(storage, &mut findings)?;
-    let record = inspect::read_topic(storage).ok().flatten();
-    let usage = StoreUse {
-        committed: committed
-            .iter()
-            .filter(|c| c.topic == topic_id)
-            .map(|c| c.cursor)
-            .collect(),
-        reads_every_record: record
-            .as_ref()
-            .map_or(Ok(false), |r| reads_every_record(storage, r))?,
-    };
-    let mut unused = Vec::new();
-    let topic = inspect::collect_in(storage, true, &mut findings, Some((&usage, &mut unused)));
-    if let Some(record) = &record {
-        check_other_records(storage, record, &usage, &mut findings, &mut unused)?;
-    }
-    Ok((findings, unused, topic.ledgers.len(), topic.cursors.len()))
-}
-
-/// Whether a store's open of this topic reads every record (rule 3 of `ledger::open`,
-/// `cursor_references`): a ledger file, or a creation cut short, that the topic record does
-/// not list.
-fn reads_every_record(storage: &Arc<dyn Storage>, record: &TopicRecord) -> Result<bool> {
-    let log = EntryLog::open_read_only(storage.clone(), LogConfig::default())?;
-    let listed: BTreeSet<u64> = record.ledgers.iter().map(|l| l.id).collect();
-    Ok(log
-        .ledger_ids()
-        .into_iter()
-        .chain(log.interrupted_creates())
-        .any(|id| !listed.contains(&id)))
-}
-
-/// The records of a store's topic besides its topic record and its listed cursors' records, as
-/// its open treats them: a cursor record of an id the topic record does not list is read and
-/// removed (damage when it cannot be read; a warning otherwise); any other record is read only
-/// while the open reads every record.
-fn check_other_records(
-    storage: &Arc<dyn Storage>,
-    record: &TopicRecord,
-    usage: &StoreUse,
-    findings: &mut Vec<Finding>,
-    unused: &mut Vec<Finding>,
-) -> Result<()> {
-    let meta = FileMetaStore::new(storage.clone());
-    let listed: BTreeSet<String> = record.cursors.iter().map(|c| record_name(c.id)).collect();
-    let mut names: Vec<String> = storage
-        .list()?
-        .iter()
-        .filter_map(|f| record_of_file(f).map(str::to_owned))
-        .collect();
-    names.sort_unstable();
-    names.dedup();
-    for name in names {
-        if name == "topic" || listed.contains(&name) {
-            continue;
-        }
-        let orphan = name
-            .strip_prefix("cursor-")
-            .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()));
-        let file = format!("{name}.meta");
-        // What the topic's open refuses (`ledger::open`): on a store a creation lists a cursor
-        // before writing its record, a deletion removes the record first. Only the name the
-        // open reads for an id (`cursor-{id}`, no leading zero) counts.
-        let table_lost_it = orphan
-            && name["cursor-".len()..]
-                .parse::<u64>()
-                .is_ok_and(|id| record_name(id) == name && id < record.next_cursor_id);
-        let problem = match meta.get(&name) {
-            Ok(Some(_)) if table_lost_it => {
-                findings.push(Finding {
-                    file: dir::TOPIC_FILE.into(),
-                    place: "topic record".into(),
-                    what: crate::report::describe(&ackstore::Error::corrupted_at(
-                        ackstore::CorruptionPlace::Record("topic".into()),
-                        ackstore::CorruptionKind::InvalidField(
-                            ackstore::internals::format::journal::UNLISTED_CURSOR,
-                        ),
-                    )),
-                    torn_tail: false,
-                });
-                continue;
-            }
-            Ok(_) if orphan => Some((
-                false,
-                "a cursor record the topic record does not list (a creation cut short, or a \
-                 deleted cursor): the next open of the topic removes it"
-                    .to_string(),
-            )),
-            Ok(_) => None,
-            Err(e) => Some((
-                orphan || usage.reads_every_record,
-                crate::report::describe(&e),
-            )),
-        };
-        if let Some((damage, what)) = problem {
-            let place = if orphan { "cursor record" } else { "record" };
-            let list = if damage { &mut *findings } else { &mut *unused };
-            list.push(Finding {
-                file,
-                place: place.into(),
-                what,
-                torn_tail: false,
-            });
-        }
-    }
-    Ok(())
-}
-
-/// Every topic of the store's catalog checked ([`check_store_topic`]), its findings named as
-/// its files are in the store directory (`t{id}/...` or `t{id}-...`); returns the ledger and
-/// cursor counts.
-fn check_store_topics(
-    storage: &Arc<dyn Storage>,
-    catalog: &ackstore::internals::format::store::Catalog,
-    committed: &[CursorId],
-    findings: &mut Vec<Finding>,
-    unused: &mut Vec<Finding>,
-) -> Result<(usize, usize)> {
-    let (mut ledgers, mut cursors) = (0, 0);
-    for topic in &catalog.topics {
-        let space = match ackstore::internals::store::topic_storage(storage, catalog, topic.id) {
-            Ok(space) => space,
-            Err(e) => {
-                // A topic the catalog lists whose directory is gone: the store refuses to open
-                // the topic, so this is damage.
-                findings.push(Finding {
-                    file: ackstore::internals::store::topic_file(storage, catalog, topic.id, ""),
-                    place: format!("topic {}", topic.id),
-                    what: e.to_string(),
-                    torn_tail: false,
-                });
-                continue;
-            }
-        };
-        let (found, not_read, l, c) = check_store_topic(&space, topic.id, committed)?;
-        ledgers += l;
-        cursors += c;
-        let in_store = |f: Finding| Finding {
-            file: ackstore::internals::store::topic_file(storage, catalog, topic.id, &f.file),
-            ..f
-        };
-        findings.extend(found.into_iter().map(in_store));
-        unused.extend(not_read.into_iter().map(in_store));
-    }
-    Ok((ledgers, cursors))
-}
-
-/// What the store's open of each listed cursor the journal holds checks: the name the
-/// journal's state binds is the cursor's (a topic record whose cursor ids were swapped or
-/// moved would hand one cursor's acks to another).
-fn check_journal_names(
-    storage: &Arc<dyn Storage>,
-    catalog: &ackstore::internals::format::store::Catalog,
-    names: &BTreeMap<CursorId, (u32, JournalLoc)>,
-    findings: &mut Vec<Finding>,
-) {
-    use ackstore::internals::format::journal::{OTHER_CURSORS_STATE, name_tag};
-    for topic in &catalog.topics {
-        let Ok(space) = ackstore::internals::store::topic_storage(storage, catalog, topic.id)
-        else {
-            continue;
-        };
-        let Ok(Some(record)) = inspect::read_topic(&space) else {
-            continue;
-        };
-        for entry in &record.cursors {
-            let id = CursorId {
-                topic: topic.id,
-                cursor: entry.id,
-            };
-            if let Some((bound, at)) = names.get(&id)
-                && *bound != 0
-                && *bound != name_tag(&topic.name, &entry.name)
-            {
-                findings.push(Finding {
-                    file: ackstore::internals::store::journal::segment_name(at.segment),
-                    place: format!(
-                        "journal segment {} at byte {} (cursor {:?} of topic {:?})",
-                        at.segment, at.offset, entry.name, topic.name
-                    ),
-                    what: OTHER_CURSORS_STATE.into(),
-                    torn_tail: false,
-                });
-            }
-        }
-    }
-}
-
-/// `verify` of a store directory: the catalog, the cursor journal (read only), then every topic
-/// of the catalog, its files named as they are in the store directory (`t{id}/...` or
-/// `t{id}-...`).
-fn run_store(
-    args: &VerifyArgs,
-    storage: &Arc<dyn Storage>,
-    catalog: &ackstore::internals::format::store::Catalog,
-) -> Result<ExitCode> {
-    let mut findings = Vec::new();
-    let mut unused = Vec::new();
-    let mut journal_records = 0;
-    let mut committed = Vec::new();
-    let mut names = BTreeMap::new();
-    match ackstore::internals::store::journal::check_listed(
-        storage.as_ref(),
-        &ackstore::internals::store::journal_seals(catalog),
-        ackstore::internals::store::journal_listing(catalog),
-    ) {
-        Ok(check) => {
-            journal_records = check.records;
-            committed.clone_from(&check.committed);
-            names.clone_from(&check.names);
-            for stray in &check.strays {
-                findings.push(Finding {
-                    file: ackstore::internals::store::journal::segment_name(*stray),
-                    place: format!("journal segment {stray}"),
-                    what: "a segment the store's catalog does not list (a former owner's, or a \
-                           creation cut short): never read, removed by the next open"
-                        .into(),
-                    torn_tail: true,
-                });
-            }
-            if let Some((segment, offset, bytes)) = check.torn_tail {
-                findings.push(Finding {
-                    file: ackstore::internals::store::journal::segment_name(segment),
-                    place: format!("journal segment {segment} at byte {offset}"),
-                    what: format!("{bytes} bytes after the last record that verifies"),
-                    torn_tail: true,
-                });
-            }
-        }
-        Err(e) => findings.push(Finding {
-            file: "journal".into(),
-            place: "cursor journal".into(),
-            what: e.to_string(),
-            torn_tail: false,
+            "topics": topics,
+            "ledgers": report.ledgers,
+            "cursors": report.cursors,
+            "journal_records": journal_records,
+            "journal_cursors": journal_cursors_json(&report.journal),
+            "damaged": damaged,
+            "torn_tails": torn,
+            "warnings": report.unused.len(),
+            "findings": findings_json(&report.findings),
+            "unused": findings_json(&report.unused),
+            "ok": damaged == 0,
+        }),
+        // A store whose catalog cannot be read: nothing else could be checked.
+        _ => serde_json::json!({
+            "dir": dir,
+            "store": true,
+            "damaged": damaged,
+            "torn_tails": torn,
+            "warnings": report.unused.len(),
+            "findings": findings_json(&report.findings),
+            "unused": findings_json(&report.unused),
+            "ok": damaged == 0,
         }),
     }
-    let (ledgers, cursors) =
-        check_store_topics(storage, catalog, &committed, &mut findings, &mut unused)?;
-    check_journal_names(storage, catalog, &names, &mut findings);
-    if let Err(e) = ackstore::internals::store::check_unlisted_topics(
-        storage.as_ref(),
-        catalog,
-        committed.iter().map(|c| c.topic),
-    ) {
-        findings.push(Finding {
-            file: format!("{}.meta", ackstore::internals::store::STORE_RECORD),
-            place: "store catalog".into(),
-            what: crate::report::describe(&e),
-            torn_tail: false,
-        });
-    }
-    let damaged = findings.iter().filter(|f| !f.torn_tail).count();
-    let torn = findings.len() - damaged;
-    if args.json {
-        let list = findings_json(&findings);
-        let report = serde_json::json!({
-            "dir": args.dir.display().to_string(),
-            "store": true,
-            "topics": catalog.topics.len(),
-            "ledgers": ledgers,
-            "cursors": cursors,
-            "journal_records": journal_records,
-            "damaged": damaged,
-            "torn_tails": torn,
-            "warnings": unused.len(),
-            "findings": list,
-            "unused": findings_json(&unused),
-            "ok": damaged == 0,
-        });
-        println!("{report}");
-    } else {
-        print_findings(&findings);
-        print_unused(&unused);
-        println!(
-            "checked the store in {}: {} topics, {} ledgers, {} cursors, {} journal records: \
-             {} damaged, {} torn tails, {} warnings",
-            args.dir.display(),
-            catalog.topics.len(),
-            ledgers,
-            cursors,
-            journal_records,
-            damaged,
-            torn,
-            unused.len()
-        );
-    }
-    Ok(if damaged == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
-}
-
-/// What the owner's open checks between the topic record and the ledger files, as damage:
-/// a missing record beside ledger files, a recorded ledger whose file is missing or holds less
-/// than a header, or fewer entries than the record counts. Entries beyond a recorded count (a
-/// fenced owner's appends) are what open ignores, and are not damage.
-fn check_against_record(storage: &Arc<dyn Storage>, findings: &mut Vec<Finding>) -> Result<()> {
-    let mut damage = |file: String, place: String, what: String| {
-        findings.push(Finding {
-            file,
-            place,
-            what,
-            torn_tail: false,
-        });
-    };
-    let record = match inspect::read_topic(storage) {
-        Ok(Some(record)) => record,
-        // No record and no ledger file: a topic created but never opened (a crash between a
-        // store's catalog write and the topic's first record write), which opens empty.
-        Ok(None)
-            if !storage
-                .list()?
-                .iter()
-                .any(|n| ackstore::internals::log::parse_ledger_file_name(n).is_some()) =>
-        {
-            return Ok(());
-        }
-        Ok(None) => {
-            damage(
-                dir::TOPIC_FILE.into(),
-                "topic record".into(),
-                "missing: the directory holds ledger files but no topic record, and open \
-                 refuses it"
-                    .into(),
-            );
-            return Ok(());
-        }
-        // Reported by the deep collection that follows.
-        Err(_) => return Ok(()),
-    };
-    let log = EntryLog::open_read_only(storage.clone(), LogConfig::default())?;
-    let interrupted = log.interrupted_creates();
-    for rec in &record.ledgers {
-        let file = ledger_file_name(rec.id);
-        let place = format!("ledger {}", rec.id);
-        if interrupted.contains(&rec.id) {
-            damage(
-                file,
-                place,
-                "the topic record lists this ledger but its file holds no whole header".into(),
-            );
-        } else if let Ok(info) = log.ledger_info(rec.id) {
-            if info.damaged.is_none() && rec.entries != 0 && info.entries < rec.entries {
-                damage(
-                    file,
-                    place,
-                    format!(
-                        "holds {} entries but {} were sealed (the topic record)",
-                        info.entries, rec.entries
-                    ),
-                );
-            }
-        } else {
-            damage(
-                file,
-                place,
-                "the topic record lists this ledger but its file is missing".into(),
-            );
-        }
-    }
-    Ok(())
 }
 
 /// The findings as the JSON report lists them.
@@ -516,30 +96,26 @@ fn findings_json(findings: &[Finding]) -> Vec<serde_json::Value> {
         .iter()
         .map(|f| {
             serde_json::json!({
-                "file": f.file, "place": f.place, "problem": f.what, "torn_tail": f.torn_tail,
+                "file": f.file, "place": f.place, "problem": f.problem, "torn_tail": f.torn_tail,
             })
         })
         .collect()
 }
 
-/// One line per file that open does not read (or removes): a warning, not damage.
-fn print_unused(unused: &[Finding]) {
-    for f in unused {
-        println!(
-            "{}: {}: {}: WARNING (the store's open does not use it; not damage)",
-            f.file, f.place, f.what
-        );
-    }
-}
-
-/// One line per finding, saying whether the next open cuts it back or it is damage.
-fn print_findings(findings: &[Finding]) {
-    for f in findings {
-        let label = if f.torn_tail {
-            "torn tail (the next open cuts it back)"
-        } else {
-            "DAMAGED"
-        };
-        println!("{}: {}: {}: {}", f.file, f.place, f.what, label);
-    }
+/// Each store cursor's committed journal state, as `verify --json` and `inspect --json` list
+/// them.
+pub fn journal_cursors_json(cursors: &[JournalCursor]) -> Vec<serde_json::Value> {
+    cursors
+        .iter()
+        .map(|c| {
+            serde_json::json!({
+                "topic_id": c.topic_id, "topic": c.topic,
+                "cursor_id": c.cursor_id, "cursor": c.cursor,
+                "mark_delete": c.mark_delete.map(|p| p.to_string()), "epoch": c.epoch,
+                "marker_segment": c.marker_segment, "marker_offset": c.marker_offset,
+                "partitions": c.partitions, "acked_entries": c.acked_entries,
+                "batch_records": c.batch_records, "partial_entries": c.partial_entries,
+            })
+        })
+        .collect()
 }
