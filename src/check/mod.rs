@@ -19,6 +19,7 @@
 //! let disk: Arc<dyn Storage> = Arc::new(MemStorage::new());
 //! let topic = ManagedLedger::open_with_storage(disk.clone(), LedgerConfig::default())?;
 //! let first = topic.append(b"hello")?;
+//! topic.sync()?;
 //! let cursor = topic.open_cursor("sub", CursorOptions::default())?;
 //! cursor.ack(first)?;
 //! cursor.close()?;
