@@ -1,12 +1,13 @@
-//! The layers under the public face, for the `ackstore` command, the benches, the fuzz targets
-//! and the tests. Public only with the `internals` feature (on by default through `cli`) and
-//! hidden from the documentation: nothing here is a stable interface. A broker uses the names
-//! re-exported at the crate root.
+//! The layers under the public face, for the benches, the fuzz targets and the tests (the
+//! `ackstore` command uses the public API only: `ackstore::check`, `ackstore::pulsar`). Public
+//! only with the `internals` feature and hidden from the documentation: nothing here is a stable
+//! interface. A broker uses the names re-exported at the crate root.
 //!
 //! Layers, lowest first (a layer never imports one above it):
 //! - `position` and `error`: shared vocabulary;
 //! - `format`: pure encode/decode of every on-disk record;
-//! - `storage`: files behind a trait (real files, or an in-memory disk that can lose power);
+//! - `storage`: files behind a trait (real files, or an in-memory disk that can lose power),
+//!   public as `ackstore::storage` and re-exported here under its old path;
 //! - `log`: the entry log, a directory of append-only, CRC-framed ledger files;
 //! - `meta`: small versioned records with compare-and-set (topic and cursor records);
 //! - `ackset`: acknowledged entries as roaring partitions, resident under an LRU budget;
@@ -44,7 +45,6 @@ pub mod log;
 pub mod meta;
 #[path = "position.rs"]
 pub mod position;
-#[path = "storage/mod.rs"]
-pub mod storage;
+pub use crate::storage;
 #[path = "store/mod.rs"]
 pub mod store;

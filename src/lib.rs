@@ -12,6 +12,12 @@
 //! backends, the consumer-side [`ReceivedFilter`], and the one [`Error`] enum. Metric names and
 //! the log target are constants in [`observe`].
 //! Many topics in one directory: [`Store`].
+//!
+//! Beside the root: [`storage`] holds the plumbing a [`Storage`] implementation needs (its file
+//! handle, lock guard, mapped view and the file-name rule); [`check`] reads a topic directory or
+//! a store without writing and reports what is damaged and what it holds (what the `ackstore`
+//! command's `verify` and `inspect` print); [`pulsar`] sizes Pulsar's own encodings of an ack
+//! state, the baseline of ackstore's size figures.
 
 #![deny(missing_docs)]
 #![warn(clippy::pedantic)]
@@ -22,20 +28,22 @@
     clippy::module_name_repetitions
 )]
 
+pub mod check;
 #[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod internals;
 #[cfg(not(feature = "internals"))]
 mod internals;
 pub mod observe;
+pub mod storage;
 
 // The layers keep their `crate::<layer>` paths inside the crate.
 use internals::{
-    ackset, cursor, entry, error, filter, finder, format, ledger, log, meta, position, storage,
-    store,
+    ackset, cursor, entry, error, filter, finder, format, ledger, log, meta, position, store,
 };
 
 pub use ackset::AckSetStats;
+pub use ackset::pulsar;
 pub use ackset::{AckBudget, AckBudgetStats};
 pub use cursor::{
     Cursor, CursorConfig, CursorOptions, CursorStats, InitialPosition, OverflowPolicy, PersistMode,
@@ -47,12 +55,9 @@ pub use filter::{ReceivedFilter, SubscriptionType};
 pub use finder::LedgerSpan;
 pub use format::cursor::{MAX_BATCH_SIZE, MAX_PROPERTIES, MAX_PROPERTY_NAME};
 pub use ledger::{AppendMeta, LedgerConfig, ManagedLedger, NonDurableOptions};
-pub use log::{LedgerInfo, LogConfig, LogStats, RecoveryMode, TailRepair};
+pub use log::{DEFAULT_MAX_ENTRY_SIZE, LedgerInfo, LogConfig, LogStats, RecoveryMode, TailRepair};
 pub use position::Position;
-pub use storage::{
-    FileStorage, LeaseState, LockGuard, MAX_NAME_LEN, Mapped, MemStorage, Storage, StorageFile,
-    validate_name,
-};
+pub use storage::{FileStorage, LeaseState, MemStorage, Storage};
 #[cfg(feature = "rados")]
 pub use storage::{RadosCluster, RadosOptions, RadosStorage, RadosTimeouts};
 pub use store::journal::{JournalConfig, JournalStats};

@@ -36,7 +36,7 @@ use crate::storage::{LockGuard, Storage};
 use ledger::Ledger;
 use recover::{Opened, open_ledger};
 
-/// Default largest payload accepted by [`EntryLog::append`]: 5 MiB.
+/// Default largest payload of one entry (`LogConfig::max_entry_size`): 5 MiB.
 pub const DEFAULT_MAX_ENTRY_SIZE: u32 = 5 * 1024 * 1024;
 
 /// What to do with a torn tail (a partial last frame left by a crash) or a damaged ledger found

@@ -356,6 +356,9 @@ pub struct JournalCheck {
     /// The name tag each of those cursors' chain binds (0: none) and where its newest record
     /// starts: the store's open hands a chain only to the cursor of that name.
     pub names: BTreeMap<super::index::CursorId, (u32, JournalLoc)>,
+    /// Each of those cursors' committed state: mark-delete, the newest record of its chain,
+    /// and where each of its partitions and batch records is.
+    pub states: BTreeMap<super::index::CursorId, super::index::Committed>,
     /// Batch records (the partial entries of one partition) the committed cursors' states
     /// reference.
     pub batch_partitions: u64,
@@ -410,6 +413,12 @@ pub fn check_listed(
                 let committed = scan.index.committed(c)?;
                 Some((c, (committed.name, committed.marker)))
             })
+            .collect(),
+        states: scan
+            .index
+            .cursors()
+            .into_iter()
+            .filter_map(|c| Some((c, scan.index.committed(c)?.clone())))
             .collect(),
         batch_partitions: committed_batch(&scan.index).map(|_| 1).sum(),
         partial_entries: committed_batch(&scan.index).map(|p| p.cardinality).sum(),

@@ -8,7 +8,6 @@ use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 
 use ackstore::Position;
@@ -414,17 +413,11 @@ fn verify_reports_a_damaged_batch_index_entry_and_recovery_walks_back_past_it() 
         }
     }
     assert!(damaged, "no batch-index entry was written");
-    let out = Command::new(env!("CARGO_BIN_EXE_ackstore"))
-        .args(["verify", dir.path().to_str().unwrap()])
-        .env("ACKSTORE_NO_PROGRESS", "1")
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(out.status.code(), Some(1), "{text}");
+    let storage: Arc<dyn ackstore::Storage> =
+        Arc::new(ackstore::FileStorage::open(dir.path(), false).unwrap());
+    let report = ackstore::check::verify(&storage).unwrap();
+    let text = report.to_string();
+    assert!(!report.is_sound(), "{text}");
     // Cursor-ledger entries: batch-index 0, marker 1, batch-index 2 (damaged), marker 3.
     assert!(
         text.contains("entry 2") && text.contains("checksum mismatch"),

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use ackstore::internals::log::{EntryLog, LogConfig, ledger_file_name, verify_ledger};
-use ackstore::{FileStorage, LockGuard, Mapped, MemStorage, Storage, StorageFile};
+use ackstore::storage::{LockGuard, Mapped, StorageFile};
+use ackstore::{FileStorage, MemStorage, Storage};
 use support::log_model::{meta, payload};
 
 /// A storage that counts the bytes read from its files.

@@ -620,21 +620,20 @@ impl Parent {
     }
 }
 
-/// Runs `ackstore verify` on the directory: a kill is never damage.
+/// Runs the check `ackstore verify` prints (`ackstore::check::verify`) on the directory: a kill
+/// is never damage.
 fn verify(dir: &Path, round: usize) -> Result<(), String> {
-    let out = Command::new(env!("CARGO_BIN_EXE_ackstore"))
-        .arg("verify")
-        .arg(dir)
-        .output()
-        .map_err(|e| format!("run ackstore verify: {e}"))?;
-    if out.status.code() == Some(0) {
+    let storage: Arc<dyn ackstore::Storage> = Arc::new(
+        ackstore::FileStorage::open(dir, false)
+            .map_err(|e| format!("round {round}: open the directory for verify: {e}"))?,
+    );
+    let report = ackstore::check::verify(&storage)
+        .map_err(|e| format!("round {round}: verify could not run: {e}"))?;
+    if report.is_sound() {
         Ok(())
     } else {
         Err(format!(
-            "round {round}: ackstore verify exited {:?} after a kill:\n{}{}",
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+            "round {round}: verify found damage after a kill:\n{report}"
         ))
     }
 }

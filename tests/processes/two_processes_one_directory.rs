@@ -15,8 +15,9 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ackstore::storage::{LockGuard, StorageFile};
 use ackstore::{CursorOptions, ManagedLedger, Position, Store, StoreConfig};
-use ackstore::{FileStorage, LockGuard, Storage, StorageFile};
+use ackstore::{FileStorage, Storage};
 
 use crate::support;
 

@@ -11,7 +11,6 @@
 #[path = "../support/mod.rs"]
 mod support;
 
-mod cli;
 mod failover;
 mod hostile_namespaces;
 mod lease_lost;

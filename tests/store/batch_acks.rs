@@ -698,21 +698,16 @@ fn batch_records(bytes: &[u8]) -> Vec<(usize, usize)> {
 fn verify_and_open_agree_on_damaged_batch_records_and_inspect_counts_them() {
     let dir = tempfile::tempdir().expect("dir");
     let (entries, acked) = store_with_batch_records(dir.path());
-    let binary = env!("CARGO_BIN_EXE_ackstore");
-    assert_eq!(support::mutate::verify(binary, dir.path()).code, Some(0));
-    let out = std::process::Command::new(binary)
-        .args(["inspect", dir.path().to_str().expect("utf-8"), "--json"])
-        .env("ACKSTORE_NO_PROGRESS", "1")
-        .output()
-        .expect("inspect runs");
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("inspect's JSON");
-    assert!(
-        report["journal"]["batch_partitions"].as_u64() >= Some(3),
-        "{report}"
-    );
+    assert_eq!(support::mutate::verify_checked(dir.path()).code, Some(0));
+    let storage: Arc<dyn ackstore::Storage> =
+        Arc::new(ackstore::FileStorage::open(dir.path(), false).expect("the directory opens"));
+    let Ok(ackstore::check::Inspection::Store(report)) = ackstore::check::inspect(&storage) else {
+        panic!("a store inspects as a store");
+    };
+    assert!(report.journal.batch_partitions >= 3, "{report}");
     assert_eq!(
-        report["journal"]["partial_entries"].as_u64(),
-        Some(acked.len() as u64),
+        report.journal.partial_entries,
+        acked.len() as u64,
         "{report}"
     );
     assert_eq!(opened_state(dir.path(), &entries).expect("opens"), acked);
@@ -725,7 +720,7 @@ fn verify_and_open_agree_on_damaged_batch_records_and_inspect_counts_them() {
             let mut damaged = bytes.clone();
             damaged[offset] ^= 0x04;
             std::fs::write(&segment, &damaged).expect("damage");
-            let verdict = support::mutate::verify(binary, dir.path());
+            let verdict = support::mutate::verify_checked(dir.path());
             let opened = opened_state(dir.path(), &entries);
             assert!(
                 matches!(opened, Err(ackstore::Error::Corrupted { .. })),

@@ -12,6 +12,7 @@ mod ack_memory_pressure;
 mod adversarial;
 mod batch_acks;
 mod batch_attacks;
+mod check_api;
 mod claim;
 mod claim_restarts;
 mod crash;

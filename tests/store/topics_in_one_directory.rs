@@ -149,8 +149,7 @@ fn topic_names_are_never_paths() {
             Err(Error::InvalidArgument { .. })
         ));
         for file in store.storage().list().expect("list") {
-            ackstore::internals::storage::validate_name(&file)
-                .expect("every file name is generated");
+            ackstore::storage::validate_name(&file).expect("every file name is generated");
         }
         drop(store);
         assert_eq!(open().expect("reopen").topic_names(), nasty);

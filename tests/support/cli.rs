@@ -1,10 +1,17 @@
-//! The `ackstore` command, run by the tests of its behaviour (feature `cli`, which builds it).
+//! The `ackstore` command, run by the tests of its behaviour (the tests of package
+//! `ackstore-cli`, which builds it; elsewhere these panic, and the check API is called instead).
 
 use std::process::{Command, Output};
 
 /// The command with `args`, its progress display off.
+#[allow(
+    clippy::option_env_unwrap,
+    reason = "only the tests of package ackstore-cli run the command, and cargo builds it for them"
+)]
 pub fn command(args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_ackstore"));
+    let binary = option_env!("CARGO_BIN_EXE_ackstore")
+        .expect("the command is built for the tests of package ackstore-cli only");
+    let mut command = Command::new(binary);
     command.args(args).env("ACKSTORE_NO_PROGRESS", "1");
     command
 }

@@ -5,7 +5,8 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 
-use ackstore::{LockGuard, Mapped, MemStorage, Storage, StorageFile};
+use ackstore::storage::{LockGuard, Mapped, StorageFile};
+use ackstore::{MemStorage, Storage};
 
 /// Hooks a [`Hooked`] storage runs on its files' operations.
 #[derive(Default)]

@@ -2,7 +2,8 @@
 //! (`tests/<crate>/main.rs`, or a test binary of its own such as `tests/ackset_heap.rs`) declares
 //! `mod support;` once and its modules use what they need; nothing here is a test of its own.
 //!
-//! - `cli` (feature `cli`): the `ackstore` command run with its progress display off, its JSON.
+//! - `cli`: the `ackstore` command (in the tests of package `ackstore-cli`, which builds it) run
+//!   with its progress display off, its JSON.
 //! - [`config`]: topic, cursor and store configurations, one function per shape.
 //! - [`crash`]: power cuts at every storage operation ([`crash::cut_everywhere`]) and torn
 //!   images of unsynced tails ([`crash::torn_image`]), for every crash test.
@@ -31,7 +32,6 @@
 #![allow(dead_code, reason = "each test file uses a different subset")]
 
 pub mod ack_patterns;
-#[cfg(feature = "cli")]
 pub mod cli;
 pub mod config;
 pub mod crash;

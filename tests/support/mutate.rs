@@ -647,6 +647,23 @@ pub fn verify(binary: &str, dir: &Path) -> Verdict {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    verdict(out.status.code(), &text)
+}
+
+/// [`verify`] through the check API the command prints (`ackstore::check::verify`), for test
+/// crates that do not build the command: the exit code it would give and what it would say.
+pub fn verify_checked(dir: &Path) -> Verdict {
+    let storage: std::sync::Arc<dyn ackstore::Storage> =
+        std::sync::Arc::new(ackstore::FileStorage::open(dir, false).expect("the directory opens"));
+    let (code, text) = match ackstore::check::verify(&storage) {
+        Ok(report) => (i32::from(!report.is_sound()), report.to_string()),
+        Err(e) => (2, format!("ackstore: {e}")),
+    };
+    verdict(Some(code), &text)
+}
+
+/// The verdict of a run that exited `code` having printed `text`.
+fn verdict(code: Option<i32>, text: &str) -> Verdict {
     let said: Vec<&str> = text
         .lines()
         .map(|l| {
@@ -665,7 +682,7 @@ pub fn verify(binary: &str, dir: &Path) -> Verdict {
         .take(3)
         .collect();
     Verdict {
-        code: out.status.code(),
+        code,
         said: said.join(" | "),
     }
 }

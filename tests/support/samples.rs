@@ -12,9 +12,15 @@ use ackstore::{Position, Storage};
 
 /// A copy of sample directory `name` in a temporary directory.
 pub fn sample_dir(name: &str) -> tempfile::TempDir {
-    let from = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data")
-        .join(name);
+    // The samples are the library's (`tests/data`); the command's tests (package
+    // `ackstore-cli`, in `cli/`) reach them from its directory.
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let data = if manifest.join("tests/data").is_dir() {
+        manifest.join("tests/data")
+    } else {
+        manifest.join("../tests/data")
+    };
+    let from = data.join(name);
     let dir = tempfile::tempdir().unwrap();
     for file in std::fs::read_dir(&from).unwrap() {
         let file = file.unwrap();

@@ -6,7 +6,8 @@
 
 use std::sync::Arc;
 
-use ackstore::{LockGuard, Mapped, Storage, StorageFile};
+use ackstore::Storage;
+use ackstore::storage::{LockGuard, Mapped, StorageFile};
 
 /// One storage operation, with the file name it is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

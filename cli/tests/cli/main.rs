@@ -4,12 +4,13 @@
 //! One test binary for the layer: each module is the file of one behaviour, and the shared
 //! setup in `tests/support` is compiled once for all of them.
 
-#[path = "../support/mod.rs"]
+#[path = "../../../tests/support/mod.rs"]
 mod support;
 
 mod commands;
 mod cursor_identity;
 mod output;
+mod rados;
 mod store;
 mod store_integrity_attacks;
 mod store_journal_rollover;

@@ -3,8 +3,9 @@
 //! cursor's committed state against Pulsar's `BatchedEntryDeletionIndexInfo` encoding of the
 //! same state.
 
-use ackstore::internals::ackset::pulsar;
+use ackstore::pulsar;
 use ackstore::{Cursor, Position};
+use roaring::RoaringBitmap;
 
 /// Which messages of a batch a consumer has acknowledged when the cursor is persisted.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -73,6 +74,9 @@ pub fn run(
     let before = journal.map_or(cursor.stats()?.persist.persisted_bytes, |(_, live)| live());
     let mut rng = seed ^ 0x0ba7_c4ed;
     let started = std::time::Instant::now();
+    // The partial entries acknowledged, each with its acknowledged messages (never all of
+    // them): the state Pulsar's encoding is sized for.
+    let mut partial: Vec<(Position, RoaringBitmap)> = Vec::new();
     for &pos in positions {
         if cursor.is_acked(pos)? {
             continue;
@@ -95,10 +99,11 @@ pub fn run(
                 picked
             }
         };
-        for index in picked {
+        for &index in &picked {
             cursor.ack_batch_index(pos, index, batch_size)?;
             figures.batch_acks += 1;
         }
+        partial.push((pos, picked.into_iter().collect()));
     }
     figures.batch_ack_ms = started.elapsed().as_secs_f64() * 1e3;
     let appended = if let Some((flush, live)) = journal {
@@ -120,15 +125,10 @@ pub fn run(
         |(_, live)| live.saturating_sub(before),
     );
     figures.batch_flush_bytes = appended.map_or(persist.last_flush_bytes, |(flushed, _)| flushed);
-    for partition in cursor.batch_index_partitions()? {
-        for entry in &partition.entries {
-            figures.partial_entries += 1;
-            figures.pulsar_batch_index_bytes += pulsar::batch_deletion_index_bytes(
-                Position::new(partition.ledger_id, entry.entry_id),
-                entry.batch_size,
-                &entry.acked,
-            );
-        }
+    for (pos, acked) in &partial {
+        figures.partial_entries += 1;
+        figures.pulsar_batch_index_bytes +=
+            pulsar::batch_deletion_index_bytes(*pos, batch_size, acked);
     }
     Ok(figures)
 }

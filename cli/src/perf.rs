@@ -11,7 +11,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ackstore::internals::ackset::pulsar;
+use ackstore::pulsar;
 use ackstore::{AppendMeta, CursorOptions, LedgerConfig, ManagedLedger, Position};
 use ackstore::{CursorConfig, PersistMode};
 use ackstore::{Storage, Store, StoreConfig};
@@ -29,7 +29,7 @@ const CURSOR: &str = "perf";
 /// Largest `--entries` (and `--extra-acks`, and K of `holes:K`).
 const MAX_ENTRIES: u64 = 1_000_000_000;
 /// Largest `--payload-bytes`: the largest entry a topic takes by default.
-const MAX_PAYLOAD_BYTES: usize = ackstore::internals::log::DEFAULT_MAX_ENTRY_SIZE as usize;
+const MAX_PAYLOAD_BYTES: usize = ackstore::DEFAULT_MAX_ENTRY_SIZE as usize;
 /// Largest `--entries` x (`--payload-bytes` + the entry's frame): what the run may write, 1 TiB.
 const MAX_DATA_BYTES: u64 = 1 << 40;
 /// Bytes of an entry's frame besides its payload (`docs/format.md`, "Data ledger").

@@ -1,0 +1,410 @@
+//! `verify`: every file of a topic or a store checked as its owner's open reads it, so that
+//! what open refuses is reported as damage, and what a kill or power cut leaves (a torn tail, a
+//! stray segment, a creation cut short) is not.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use crate::cursor::record_name;
+use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
+use crate::format::journal::JournalLoc;
+use crate::format::meta::TopicRecord;
+use crate::format::store::Catalog;
+use crate::log::{EntryLog, LogConfig, ledger_file_name, verify_log};
+use crate::meta::{FileMetaStore, MetaStore, record_of_file};
+use crate::storage::Storage;
+use crate::store::index::CursorId;
+
+use super::topic::{StoreUse, collect_in, read_topic};
+use super::{Finding, Subject, TOPIC_FILE, Verification, describe};
+
+/// The findings of topic `topic_id` of a store, kept in `storage`: damage (what the store's
+/// open of the topic and its cursors refuses) and unused (damaged or unexpected files that
+/// open does not read, or removes: warnings), and its ledger and cursor counts. `committed`:
+/// the cursors of the store the journal holds.
+fn check_store_topic(
+    storage: &Arc<dyn Storage>,
+    topic_id: u64,
+    committed: &[CursorId],
+) -> Result<(Vec<Finding>, Vec<Finding>, usize, usize)> {
+    let mut findings = ledger_findings(storage)?;
+    check_against_record(storage, &mut findings)?;
+    let record = read_topic(storage).ok().flatten();
+    let usage = StoreUse {
+        committed: committed
+            .iter()
+            .filter(|c| c.topic == topic_id)
+            .map(|c| c.cursor)
+            .collect(),
+        reads_every_record: record
+            .as_ref()
+            .map_or(Ok(false), |r| reads_every_record(storage, r))?,
+    };
+    let mut unused = Vec::new();
+    let topic = collect_in(storage, true, &mut findings, Some((&usage, &mut unused)));
+    if let Some(record) = &record {
+        check_other_records(storage, record, &usage, &mut findings, &mut unused)?;
+    }
+    Ok((findings, unused, topic.ledgers.len(), topic.cursors.len()))
+}
+
+/// Whether a store's open of this topic reads every record (rule 3 of `ledger::open`,
+/// `cursor_references`): a ledger file, or a creation cut short, that the topic record does
+/// not list.
+fn reads_every_record(storage: &Arc<dyn Storage>, record: &TopicRecord) -> Result<bool> {
+    let log = EntryLog::open_read_only(storage.clone(), LogConfig::default())?;
+    let listed: BTreeSet<u64> = record.ledgers.iter().map(|l| l.id).collect();
+    Ok(log
+        .ledger_ids()
+        .into_iter()
+        .chain(log.interrupted_creates())
+        .any(|id| !listed.contains(&id)))
+}
+
+/// The records of a store's topic besides its topic record and its listed cursors' records, as
+/// its open treats them: a cursor record of an id the topic record does not list is read and
+/// removed (damage when it cannot be read; a warning otherwise); any other record is read only
+/// while the open reads every record.
+fn check_other_records(
+    storage: &Arc<dyn Storage>,
+    record: &TopicRecord,
+    usage: &StoreUse,
+    findings: &mut Vec<Finding>,
+    unused: &mut Vec<Finding>,
+) -> Result<()> {
+    let meta = FileMetaStore::new(storage.clone());
+    let listed: BTreeSet<String> = record.cursors.iter().map(|c| record_name(c.id)).collect();
+    let mut names: Vec<String> = storage
+        .list()?
+        .iter()
+        .filter_map(|f| record_of_file(f).map(str::to_owned))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    for name in names {
+        if name == "topic" || listed.contains(&name) {
+            continue;
+        }
+        let orphan = name
+            .strip_prefix("cursor-")
+            .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()));
+        let file = format!("{name}.meta");
+        // What the topic's open refuses (`ledger::open`): on a store a creation lists a cursor
+        // before writing its record, a deletion removes the record first. Only the name the
+        // open reads for an id (`cursor-{id}`, no leading zero) counts.
+        let table_lost_it = orphan
+            && name["cursor-".len()..]
+                .parse::<u64>()
+                .is_ok_and(|id| record_name(id) == name && id < record.next_cursor_id);
+        let problem = match meta.get(&name) {
+            Ok(Some(_)) if table_lost_it => {
+                findings.push(Finding {
+                    file: TOPIC_FILE.into(),
+                    place: "topic record".into(),
+                    problem: describe(&Error::corrupted_at(
+                        CorruptionPlace::Record("topic".into()),
+                        CorruptionKind::InvalidField(crate::format::journal::UNLISTED_CURSOR),
+                    )),
+                    torn_tail: false,
+                });
+                continue;
+            }
+            Ok(_) if orphan => Some((
+                false,
+                "a cursor record the topic record does not list (a creation cut short, or a \
+                 deleted cursor): the next open of the topic removes it"
+                    .to_string(),
+            )),
+            Ok(_) => None,
+            Err(e) => Some((orphan || usage.reads_every_record, describe(&e))),
+        };
+        if let Some((damage, what)) = problem {
+            let place = if orphan { "cursor record" } else { "record" };
+            let list = if damage { &mut *findings } else { &mut *unused };
+            list.push(Finding {
+                file,
+                place: place.into(),
+                problem: what,
+                torn_tail: false,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Every topic of the store's catalog checked ([`check_store_topic`]), its findings named as
+/// its files are in the store directory (`t{id}/...` or `t{id}-...`); returns the ledger and
+/// cursor counts.
+fn check_store_topics(
+    storage: &Arc<dyn Storage>,
+    catalog: &Catalog,
+    committed: &[CursorId],
+    findings: &mut Vec<Finding>,
+    unused: &mut Vec<Finding>,
+) -> Result<(usize, usize)> {
+    let (mut ledgers, mut cursors) = (0, 0);
+    for topic in &catalog.topics {
+        let space = match crate::store::topic_storage(storage, catalog, topic.id) {
+            Ok(space) => space,
+            Err(e) => {
+                // A topic the catalog lists whose directory is gone: the store refuses to open
+                // the topic, so this is damage.
+                findings.push(Finding {
+                    file: crate::store::topic_file(storage, catalog, topic.id, ""),
+                    place: format!("topic {}", topic.id),
+                    problem: e.to_string(),
+                    torn_tail: false,
+                });
+                continue;
+            }
+        };
+        let (found, not_read, l, c) = check_store_topic(&space, topic.id, committed)?;
+        ledgers += l;
+        cursors += c;
+        let in_store = |f: Finding| Finding {
+            file: crate::store::topic_file(storage, catalog, topic.id, &f.file),
+            ..f
+        };
+        findings.extend(found.into_iter().map(in_store));
+        unused.extend(not_read.into_iter().map(in_store));
+    }
+    Ok((ledgers, cursors))
+}
+
+/// What the store's open of each listed cursor the journal holds checks: the name the
+/// journal's state binds is the cursor's (a topic record whose cursor ids were swapped or
+/// moved would hand one cursor's acks to another).
+fn check_journal_names(
+    storage: &Arc<dyn Storage>,
+    catalog: &Catalog,
+    names: &BTreeMap<CursorId, (u32, JournalLoc)>,
+    findings: &mut Vec<Finding>,
+) {
+    use crate::format::journal::{OTHER_CURSORS_STATE, name_tag};
+    for topic in &catalog.topics {
+        let Ok(space) = crate::store::topic_storage(storage, catalog, topic.id) else {
+            continue;
+        };
+        let Ok(Some(record)) = read_topic(&space) else {
+            continue;
+        };
+        for entry in &record.cursors {
+            let id = CursorId {
+                topic: topic.id,
+                cursor: entry.id,
+            };
+            if let Some((bound, at)) = names.get(&id)
+                && *bound != 0
+                && *bound != name_tag(&topic.name, &entry.name)
+            {
+                findings.push(Finding {
+                    file: crate::store::journal::segment_name(at.segment),
+                    place: format!(
+                        "journal segment {} at byte {} (cursor {:?} of topic {:?})",
+                        at.segment, at.offset, entry.name, topic.name
+                    ),
+                    problem: OTHER_CURSORS_STATE.into(),
+                    torn_tail: false,
+                });
+            }
+        }
+    }
+}
+
+/// What the owner's open checks between the topic record and the ledger files, as damage:
+/// a missing record beside ledger files, a recorded ledger whose file is missing or holds less
+/// than a header, or fewer entries than the record counts. Entries beyond a recorded count (a
+/// fenced owner's appends) are what open ignores, and are not damage.
+fn check_against_record(storage: &Arc<dyn Storage>, findings: &mut Vec<Finding>) -> Result<()> {
+    let mut damage = |file: String, place: String, problem: String| {
+        findings.push(Finding {
+            file,
+            place,
+            problem,
+            torn_tail: false,
+        });
+    };
+    let record = match read_topic(storage) {
+        Ok(Some(record)) => record,
+        // No record and no ledger file: a topic created but never opened (a crash between a
+        // store's catalog write and the topic's first record write), which opens empty.
+        Ok(None)
+            if !storage
+                .list()?
+                .iter()
+                .any(|n| crate::log::parse_ledger_file_name(n).is_some()) =>
+        {
+            return Ok(());
+        }
+        Ok(None) => {
+            damage(
+                TOPIC_FILE.into(),
+                "topic record".into(),
+                "missing: the directory holds ledger files but no topic record, and open \
+                 refuses it"
+                    .into(),
+            );
+            return Ok(());
+        }
+        // Reported by the deep collection that follows.
+        Err(_) => return Ok(()),
+    };
+    let log = EntryLog::open_read_only(storage.clone(), LogConfig::default())?;
+    let interrupted = log.interrupted_creates();
+    for rec in &record.ledgers {
+        let file = ledger_file_name(rec.id);
+        let place = format!("ledger {}", rec.id);
+        if interrupted.contains(&rec.id) {
+            damage(
+                file,
+                place,
+                "the topic record lists this ledger but its file holds no whole header".into(),
+            );
+        } else if let Ok(info) = log.ledger_info(rec.id) {
+            if info.damaged.is_none() && rec.entries != 0 && info.entries < rec.entries {
+                damage(
+                    file,
+                    place,
+                    format!(
+                        "holds {} entries but {} were sealed (the topic record)",
+                        info.entries, rec.entries
+                    ),
+                );
+            }
+        } else {
+            damage(
+                file,
+                place,
+                "the topic record lists this ledger but its file is missing".into(),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The topic in `storage` checked: every frame of every ledger, the topic record against the
+/// ledger files, and every cursor's record, state and cursor ledger.
+pub(super) fn verify_topic(storage: &Arc<dyn Storage>) -> Result<Verification> {
+    let mut findings = ledger_findings(storage)?;
+    check_against_record(storage, &mut findings)?;
+    let topic = super::topic::collect(storage, true, &mut findings);
+    Ok(Verification {
+        location: storage.location(),
+        subject: Subject::Topic,
+        ledgers: topic.ledgers.len(),
+        cursors: topic.cursors.len(),
+        journal: Vec::new(),
+        findings,
+        unused: Vec::new(),
+    })
+}
+
+/// A store whose catalog does not decode: damage, and nothing else can be checked (the
+/// catalog names the topics and the journal's segments).
+pub(super) fn unreadable_catalog(storage: &Arc<dyn Storage>, e: &Error) -> Verification {
+    Verification {
+        location: storage.location(),
+        subject: Subject::UnreadableCatalog,
+        ledgers: 0,
+        cursors: 0,
+        journal: Vec::new(),
+        findings: vec![Finding {
+            file: format!("{}.meta", crate::store::STORE_RECORD),
+            place: "store catalog".into(),
+            problem: describe(e),
+            torn_tail: false,
+        }],
+        unused: Vec::new(),
+    }
+}
+
+/// Every frame problem of the ledger files in `storage`, as findings.
+fn ledger_findings(storage: &Arc<dyn Storage>) -> Result<Vec<Finding>> {
+    Ok(verify_log(storage.as_ref())?
+        .into_iter()
+        .map(|p| Finding {
+            file: ledger_file_name(p.ledger),
+            place: match p.entry {
+                Some(e) => format!("ledger {} entry {} at byte {}", p.ledger, e, p.offset),
+                None => format!("ledger {} at byte {}", p.ledger, p.offset),
+            },
+            problem: p.kind.to_string(),
+            torn_tail: p.torn_tail,
+        })
+        .collect())
+}
+
+/// The store in `storage`, whose catalog is `catalog`: the cursor journal (read only), then
+/// every topic of the catalog, its files named as they are in the store directory (`t{id}/...`
+/// or `t{id}-...`), then what the store holds of topics the catalog does not list.
+pub(super) fn verify_store(storage: &Arc<dyn Storage>, catalog: &Catalog) -> Result<Verification> {
+    let mut findings = Vec::new();
+    let mut unused = Vec::new();
+    let mut journal_records = 0;
+    let mut committed = Vec::new();
+    let mut names = BTreeMap::new();
+    let mut journal = Vec::new();
+    match crate::store::journal::check_listed(
+        storage.as_ref(),
+        &crate::store::journal_seals(catalog),
+        crate::store::journal_listing(catalog),
+    ) {
+        Ok(check) => {
+            journal_records = check.records;
+            committed.clone_from(&check.committed);
+            names.clone_from(&check.names);
+            journal = super::store::journal_cursors(storage, catalog, &check);
+            for stray in &check.strays {
+                findings.push(Finding {
+                    file: crate::store::journal::segment_name(*stray),
+                    place: format!("journal segment {stray}"),
+                    problem: "a segment the store's catalog does not list (a former owner's, or \
+                              a creation cut short): never read, removed by the next open"
+                        .into(),
+                    torn_tail: true,
+                });
+            }
+            if let Some((segment, offset, bytes)) = check.torn_tail {
+                findings.push(Finding {
+                    file: crate::store::journal::segment_name(segment),
+                    place: format!("journal segment {segment} at byte {offset}"),
+                    problem: format!("{bytes} bytes after the last record that verifies"),
+                    torn_tail: true,
+                });
+            }
+        }
+        Err(e) => findings.push(Finding {
+            file: "journal".into(),
+            place: "cursor journal".into(),
+            problem: e.to_string(),
+            torn_tail: false,
+        }),
+    }
+    let (ledgers, cursors) =
+        check_store_topics(storage, catalog, &committed, &mut findings, &mut unused)?;
+    check_journal_names(storage, catalog, &names, &mut findings);
+    if let Err(e) = crate::store::check_unlisted_topics(
+        storage.as_ref(),
+        catalog,
+        committed.iter().map(|c| c.topic),
+    ) {
+        findings.push(Finding {
+            file: format!("{}.meta", crate::store::STORE_RECORD),
+            place: "store catalog".into(),
+            problem: describe(&e),
+            torn_tail: false,
+        });
+    }
+    Ok(Verification {
+        location: storage.location(),
+        subject: Subject::Store {
+            topics: catalog.topics.len(),
+            journal_records,
+        },
+        ledgers,
+        cursors,
+        journal,
+        findings,
+        unused,
+    })
+}
