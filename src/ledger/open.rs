@@ -203,23 +203,9 @@ pub(crate) fn open(
     };
     // A store's topic cuts no torn tail: it never appends to a ledger it did not create, and a
     // former owner that still runs may be writing the end of one while this open reads it.
-    // The ledgers the record lists with their entries (sealed in the record) are not opened
-    // here: each opens on its first use, which refuses a file not holding the recorded count
-    // (rules 2 and 4); the others (the ledger a previous owner was appending to, orphans,
-    // cursor ledgers) are opened now.
-    let sealed: BTreeMap<u64, u64> = record
-        .ledgers
-        .iter()
-        .filter(|l| l.entries != 0)
-        .map(|l| (l.id, l.entries))
-        .collect();
-    let log = Arc::new(EntryLog::open_locked_deferring(
-        storage,
-        config.log,
-        guard,
-        claim_cursors,
-        sealed,
-    )?);
+    let sealed = sealed_in_record(&record);
+    let log = EntryLog::open_locked_deferring(storage, config.log, guard, claim_cursors, &sealed);
+    let log = Arc::new(log?);
     log.reserve_ids(ids.0, ids.1, None);
     let on_disk: BTreeSet<u64> = log.ledger_ids().into_iter().collect();
     if !claim_cursors {
@@ -551,6 +537,19 @@ fn claim_topic(
     next.next_ledger_id = end;
     let version = meta.put(TOPIC_RECORD, expected, &next.encode())?;
     Ok((next, version, (start, end)))
+}
+
+/// The ledgers `record` lists with their entries (sealed in the record), with their counts:
+/// the open does not read them; each opens on its first use, which refuses a file not holding
+/// the recorded count (rules 2 and 4). The others (the ledger a previous owner was appending
+/// to, orphans, cursor ledgers) are opened with the log.
+fn sealed_in_record(record: &TopicRecord) -> BTreeMap<u64, u64> {
+    record
+        .ledgers
+        .iter()
+        .filter(|l| l.entries != 0)
+        .map(|l| (l.id, l.entries))
+        .collect()
 }
 
 /// The recorded form of one listed ledger; `None` when it is empty and must go. Writes nothing

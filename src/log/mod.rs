@@ -263,7 +263,7 @@ impl EntryLog {
     /// slot and is fsynced at every open. Sealed ledgers are not mapped until their first read.
     pub fn open(storage: Arc<dyn Storage>, config: LogConfig) -> Result<EntryLog> {
         let guard = storage.lock()?;
-        let log = Self::open_inner(storage, config, Some(guard), true, BTreeMap::new())?;
+        let log = Self::open_inner(storage, config, Some(guard), true, &BTreeMap::new())?;
         for id in log.interrupted_creates() {
             log.delete_ledger(id)?;
         }
@@ -289,7 +289,7 @@ impl EntryLog {
         config: LogConfig,
         guard: LockGuard,
     ) -> Result<EntryLog> {
-        Self::open_inner(storage, config, Some(guard), true, BTreeMap::new())
+        Self::open_inner(storage, config, Some(guard), true, &BTreeMap::new())
     }
 
     /// [`EntryLog::open_locked`] (`cut_tails`) or [`EntryLog::open_locked_keeping_tails`]
@@ -306,7 +306,7 @@ impl EntryLog {
         config: LogConfig,
         guard: LockGuard,
         cut_tails: bool,
-        sealed: BTreeMap<u64, u64>,
+        sealed: &BTreeMap<u64, u64>,
     ) -> Result<EntryLog> {
         Self::open_inner(storage, config, Some(guard), cut_tails, sealed)
     }
@@ -320,14 +320,14 @@ impl EntryLog {
         config: LogConfig,
         guard: LockGuard,
     ) -> Result<EntryLog> {
-        Self::open_inner(storage, config, Some(guard), false, BTreeMap::new())
+        Self::open_inner(storage, config, Some(guard), false, &BTreeMap::new())
     }
 
     /// Opens the log for reading only: takes no lock and never writes or truncates. Torn tails
     /// are reported in [`EntryLog::recovery_report`], not cut; reads stop before them. Every
     /// writing method returns [`Error::Unsupported`].
     pub fn open_read_only(storage: Arc<dyn Storage>, config: LogConfig) -> Result<EntryLog> {
-        Self::open_inner(storage, config, None, false, BTreeMap::new())
+        Self::open_inner(storage, config, None, false, &BTreeMap::new())
     }
 
     fn open_inner(
@@ -335,7 +335,7 @@ impl EntryLog {
         config: LogConfig,
         guard: Option<LockGuard>,
         cut_tails: bool,
-        sealed: BTreeMap<u64, u64>,
+        sealed: &BTreeMap<u64, u64>,
     ) -> Result<EntryLog> {
         let read_only = guard.is_none();
         let mut deferred = BTreeMap::new();
