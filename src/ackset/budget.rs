@@ -203,18 +203,28 @@ impl BudgetLink {
     }
 
     /// Publishes this member's resident bytes and marks it most recently used.
+    ///
+    /// Called after every operation of the member, so it writes the budget's shared counters
+    /// only when something changed: a new tick of the clock unless this member took the last
+    /// one (then no member was used since, and the order by last use is already right), and the
+    /// total only when the member's bytes changed.
     pub(crate) fn publish(&self, bytes: usize) {
         let shared = &self.budget.0;
         let member = &self.member;
-        member.last_used.store(
-            shared.clock.fetch_add(1, Ordering::SeqCst),
-            Ordering::SeqCst,
-        );
-        let old = member.resident.swap(bytes, Ordering::SeqCst);
-        if bytes >= old {
-            shared.total.fetch_add(bytes - old, Ordering::SeqCst);
-        } else {
-            shared.total.fetch_sub(old - bytes, Ordering::SeqCst);
+        let last = member.last_used.load(Ordering::SeqCst);
+        if shared.clock.load(Ordering::SeqCst) != last.wrapping_add(1) {
+            member.last_used.store(
+                shared.clock.fetch_add(1, Ordering::SeqCst),
+                Ordering::SeqCst,
+            );
+        }
+        if member.resident.load(Ordering::SeqCst) != bytes {
+            let old = member.resident.swap(bytes, Ordering::SeqCst);
+            if bytes >= old {
+                shared.total.fetch_add(bytes - old, Ordering::SeqCst);
+            } else {
+                shared.total.fetch_sub(old - bytes, Ordering::SeqCst);
+            }
         }
         if bytes > 0 && !member.listed.load(Ordering::SeqCst) {
             self.list();
@@ -234,9 +244,11 @@ impl BudgetLink {
     /// Records the total after an operation ended, for the peak.
     pub(crate) fn settled(&self) {
         let shared = &self.budget.0;
-        shared
-            .peak
-            .fetch_max(shared.total.load(Ordering::SeqCst), Ordering::SeqCst);
+        let total = shared.total.load(Ordering::SeqCst);
+        // A read first: the shared line is written only when the peak rises.
+        if total > shared.peak.load(Ordering::SeqCst) {
+            shared.peak.fetch_max(total, Ordering::SeqCst);
+        }
     }
 
     /// Bytes the whole budget is over its limit (0 when within).

@@ -503,6 +503,11 @@ impl RangeSetWrapper {
         }
     }
 
+    /// Bytes of state outside the partitions charged now (the last [`Self::set_charge`]).
+    pub(crate) fn charge(&self) -> usize {
+        self.charged
+    }
+
     /// What the budget leaves for state kept beside the partitions: the budget (or what a
     /// shared budget's other members leave, if less) less the resident partitions.
     pub(crate) fn room_for_charge(&self) -> usize {

@@ -173,6 +173,11 @@ impl CursorState {
     }
 
     fn fit_batch(&mut self, keep_hot: bool) {
+        // No partial entries, none charged: nothing to charge or evict (runs after every
+        // operation; the ack set published its own bytes already).
+        if self.batch.bytes() == 0 && self.acks.charge() == 0 {
+            return;
+        }
         self.acks.set_charge(self.batch.bytes());
         let room = self.acks.room_for_charge();
         if self.batch.bytes() > room {

@@ -203,11 +203,9 @@ pub(crate) fn open(
     };
     // A store's topic cuts no torn tail: it never appends to a ledger it did not create, and a
     // former owner that still runs may be writing the end of one while this open reads it.
-    let log = Arc::new(if claim_cursors {
-        EntryLog::open_locked(storage, config.log, guard)?
-    } else {
-        EntryLog::open_locked_keeping_tails(storage, config.log, guard)?
-    });
+    let sealed = sealed_in_record(&record);
+    let log = EntryLog::open_locked_deferring(storage, config.log, guard, claim_cursors, &sealed);
+    let log = Arc::new(log?);
     log.reserve_ids(ids.0, ids.1, None);
     let on_disk: BTreeSet<u64> = log.ledger_ids().into_iter().collect();
     if !claim_cursors {
@@ -541,9 +539,26 @@ fn claim_topic(
     Ok((next, version, (start, end)))
 }
 
+/// The ledgers `record` lists with their entries (sealed in the record), with their counts:
+/// the open does not read them; each opens on its first use, which refuses a file not holding
+/// the recorded count (rules 2 and 4). The others (the ledger a previous owner was appending
+/// to, orphans, cursor ledgers) are opened with the log.
+fn sealed_in_record(record: &TopicRecord) -> BTreeMap<u64, u64> {
+    record
+        .ledgers
+        .iter()
+        .filter(|l| l.entries != 0)
+        .map(|l| (l.id, l.entries))
+        .collect()
+}
+
 /// The recorded form of one listed ledger; `None` when it is empty and must go. Writes nothing
 /// to the ledger: it may be the one a previous owner was appending to, and still is.
 fn finish_ledger(log: &EntryLog, rec: &LedgerRecord) -> Result<Option<LedgerRecord>> {
+    // Not opened yet: its first use checks the recorded count, as below.
+    if rec.entries != 0 && log.is_deferred(rec.id) {
+        return Ok(Some(*rec));
+    }
     let info = log.ledger_info(rec.id)?;
     // A ledger is recorded with its count only once that many entries were synced, so the file
     // must still hold that many. More can only be entries a fenced owner appended after a newer

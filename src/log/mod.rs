@@ -118,6 +118,9 @@ pub struct LogStats {
     pub entry_reads: u64,
     /// Sealed ledgers mapped into memory (each on its first read; open and seal map none).
     pub maps: u64,
+    /// Ledger files opened: every one a plain open lists, and a deferred sealed ledger (see
+    /// [`EntryLog::open_locked_deferring`]) once, on its first use.
+    pub ledger_opens: u64,
 }
 
 /// Bytes dropped (or, read-only, that would be dropped) from a ledger on open, and why.
@@ -142,6 +145,7 @@ pub(crate) struct LogStatsCounters {
     header_reads: AtomicU64,
     entry_reads: AtomicU64,
     pub(crate) maps: AtomicU64,
+    ledger_opens: AtomicU64,
 }
 
 impl LogStatsCounters {
@@ -155,6 +159,7 @@ impl LogStatsCounters {
             header_reads: AtomicU64::default(),
             entry_reads: AtomicU64::default(),
             maps: AtomicU64::default(),
+            ledger_opens: AtomicU64::default(),
         }
     }
 }
@@ -218,7 +223,12 @@ pub struct EntryLog {
     /// The block of ids this handle may use, when its owner reserves ids (see
     /// [`EntryLog::reserve_ids`]); `None`: ids come from `next_ledger_id`.
     reserved: Mutex<Option<Reserved>>,
-    report: Vec<TailRepair>,
+    /// Sealed ledgers whose files are listed but not opened yet, with the entry count their
+    /// owner recorded (see [`EntryLog::open_locked_deferring`]). Disjoint from `ledgers`; a
+    /// deferred ledger moves into `ledgers` (under this lock, taken before `ledgers`) once it
+    /// opened with at least its recorded count.
+    deferred: Mutex<BTreeMap<u64, u64>>,
+    report: Mutex<Vec<TailRepair>>,
     stats: LogStatsCounters,
     _lock: Option<LockGuard>,
 }
@@ -253,7 +263,7 @@ impl EntryLog {
     /// slot and is fsynced at every open. Sealed ledgers are not mapped until their first read.
     pub fn open(storage: Arc<dyn Storage>, config: LogConfig) -> Result<EntryLog> {
         let guard = storage.lock()?;
-        let log = Self::open_inner(storage, config, Some(guard), true)?;
+        let log = Self::open_inner(storage, config, Some(guard), true, &BTreeMap::new())?;
         for id in log.interrupted_creates() {
             log.delete_ledger(id)?;
         }
@@ -279,7 +289,26 @@ impl EntryLog {
         config: LogConfig,
         guard: LockGuard,
     ) -> Result<EntryLog> {
-        Self::open_inner(storage, config, Some(guard), true)
+        Self::open_inner(storage, config, Some(guard), true, &BTreeMap::new())
+    }
+
+    /// [`EntryLog::open_locked`] (`cut_tails`) or [`EntryLog::open_locked_keeping_tails`]
+    /// (not), except that the files of `sealed` ledgers (id to the entry count their owner
+    /// recorded them with) are listed but not opened: each opens on its first use (a read, its
+    /// count, its summary), without cutting anything, and that use fails if the file does not
+    /// hold the recorded count: [`Error::Corrupted`] naming the ledger for damage (or a file
+    /// shorter than a header) before it, [`Error::LedgerMismatch`] for a file cut short
+    /// cleanly, [`Error::MissingLedger`] for a file removed since; the next use tries again.
+    /// Deleting a deferred ledger opens nothing. Open costs one listing whatever the number of
+    /// sealed ledgers.
+    pub fn open_locked_deferring(
+        storage: Arc<dyn Storage>,
+        config: LogConfig,
+        guard: LockGuard,
+        cut_tails: bool,
+        sealed: &BTreeMap<u64, u64>,
+    ) -> Result<EntryLog> {
+        Self::open_inner(storage, config, Some(guard), cut_tails, sealed)
     }
 
     /// [`EntryLog::open_locked`] that cuts no torn tail: each is reported in
@@ -291,14 +320,14 @@ impl EntryLog {
         config: LogConfig,
         guard: LockGuard,
     ) -> Result<EntryLog> {
-        Self::open_inner(storage, config, Some(guard), false)
+        Self::open_inner(storage, config, Some(guard), false, &BTreeMap::new())
     }
 
     /// Opens the log for reading only: takes no lock and never writes or truncates. Torn tails
     /// are reported in [`EntryLog::recovery_report`], not cut; reads stop before them. Every
     /// writing method returns [`Error::Unsupported`].
     pub fn open_read_only(storage: Arc<dyn Storage>, config: LogConfig) -> Result<EntryLog> {
-        Self::open_inner(storage, config, None, false)
+        Self::open_inner(storage, config, None, false, &BTreeMap::new())
     }
 
     fn open_inner(
@@ -306,8 +335,10 @@ impl EntryLog {
         config: LogConfig,
         guard: Option<LockGuard>,
         cut_tails: bool,
+        sealed: &BTreeMap<u64, u64>,
     ) -> Result<EntryLog> {
         let read_only = guard.is_none();
+        let mut deferred = BTreeMap::new();
         let stats = LogStatsCounters::new(storage.location());
         let mut ledgers = BTreeMap::new();
         let mut report = Vec::new();
@@ -318,6 +349,11 @@ impl EntryLog {
                 continue;
             };
             max_seen = max_seen.max(id);
+            if let Some(&recorded) = sealed.get(&id) {
+                deferred.insert(id, recorded);
+                continue;
+            }
+            stats.ledger_opens.fetch_add(1, Ordering::Relaxed);
             let opened = match open_ledger(
                 storage.as_ref(),
                 id,
@@ -358,7 +394,8 @@ impl EntryLog {
             interrupted: Mutex::new(interrupted),
             next_ledger_id: AtomicU64::new(max_seen.saturating_add(1)),
             reserved: Mutex::new(None),
-            report,
+            deferred: Mutex::new(deferred),
+            report: Mutex::new(report),
             stats,
             _lock: guard,
         })
@@ -367,7 +404,7 @@ impl EntryLog {
     /// What open cut (or, read-only, found) at the tail of each ledger.
     #[must_use]
     pub fn recovery_report(&self) -> Vec<TailRepair> {
-        self.report.clone()
+        lock(&self.report).clone()
     }
 
     /// The storage directory.
@@ -393,12 +430,84 @@ impl EntryLog {
     }
 
     fn ledger(&self, id: u64) -> Result<Arc<Ledger>> {
-        self.ledgers
+        let opened = self
+            .ledgers
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(&id)
-            .cloned()
-            .ok_or(Error::NoSuchLedger(id))
+            .cloned();
+        match opened {
+            Some(ledger) => Ok(ledger),
+            None => self.open_deferred(id),
+        }
+    }
+
+    /// Whether `id` is a sealed ledger whose file has not been opened yet (see
+    /// [`EntryLog::open_locked_deferring`]).
+    #[must_use]
+    pub fn is_deferred(&self, id: u64) -> bool {
+        lock(&self.deferred).contains_key(&id)
+    }
+
+    /// Opens deferred ledger `id` on its first use, checking it holds its recorded count.
+    fn open_deferred(&self, id: u64) -> Result<Arc<Ledger>> {
+        let mut deferred = lock(&self.deferred);
+        let Some(&recorded) = deferred.get(&id) else {
+            // Opened by another thread meanwhile (it held this lock), or not a ledger.
+            return self
+                .ledgers
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(&id)
+                .cloned()
+                .ok_or(Error::NoSuchLedger(id));
+        };
+        self.stats.ledger_opens.fetch_add(1, Ordering::Relaxed);
+        let opened = open_ledger(
+            self.storage.as_ref(),
+            id,
+            self.config.recovery,
+            self.read_only,
+            false,
+            &self.stats,
+        );
+        let ledger = match opened {
+            Err(e) if is_not_found(&e) => {
+                return Err(Error::MissingLedger {
+                    ledger: id,
+                    dir: self.storage.location().into(),
+                });
+            }
+            Err(e) => return Err(e),
+            // Less than a header: the recorded entries are gone.
+            Ok(Opened::Discarded(_)) => {
+                return Err(Error::corrupted(id, 0, CorruptionKind::Truncated));
+            }
+            Ok(Opened::Ledger(ledger, repair)) => {
+                observe_open(&self.storage, id, ledger.damage(), repair.as_ref(), false);
+                lock(&self.report).extend(repair);
+                ledger
+            }
+        };
+        // As an eager open of the topic: the file must hold the recorded count; entries past
+        // it (and damage past them) were written by a fenced owner and are never read.
+        if ledger.entry_count() < recorded {
+            return Err(match ledger.damage() {
+                Some((offset, kind)) => Error::corrupted(id, offset, kind),
+                None => Error::LedgerMismatch {
+                    ledger: id,
+                    recorded,
+                    found: ledger.entry_count(),
+                    dir: self.storage.location().into(),
+                },
+            });
+        }
+        deferred.remove(&id);
+        self.ledgers
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(id, ledger.clone());
+        Ok(ledger)
     }
 
     /// Creates a new, empty ledger and returns its id: greater than every ledger id this handle
@@ -570,15 +679,20 @@ impl EntryLog {
         Ok(self.ledger(ledger)?.synced_entries())
     }
 
-    /// Ids of every ledger, ascending.
+    /// Ids of every ledger (deferred ones included), ascending.
     #[must_use]
     pub fn ledger_ids(&self) -> Vec<u64> {
-        self.ledgers
+        let deferred = lock(&self.deferred);
+        let mut ids: Vec<u64> = self
+            .ledgers
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .keys()
+            .chain(deferred.keys())
             .copied()
-            .collect()
+            .collect();
+        ids.sort_unstable();
+        ids
     }
 
     /// A summary of `ledger`.
@@ -593,10 +707,18 @@ impl EntryLog {
         })
     }
 
-    /// Every ledger opened damaged (see [`EntryLog::open`]), ascending by id.
+    /// Every ledger opened damaged (see [`EntryLog::open`]), ascending by id. A deferred
+    /// ledger (not opened yet) is not listed: its damage is the error of its first use.
     #[must_use]
     pub fn damaged_ledgers(&self) -> Vec<LedgerInfo> {
-        self.ledger_ids()
+        let opened: Vec<u64> = self
+            .ledgers
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .keys()
+            .copied()
+            .collect();
+        opened
             .into_iter()
             .filter_map(|id| self.ledger_info(id).ok())
             .filter(|info| info.damaged.is_some())
@@ -607,7 +729,9 @@ impl EntryLog {
     pub fn delete_ledger(&self, ledger: u64) -> Result<()> {
         self.writable()?;
         let interrupted = lock(&self.interrupted).contains(&ledger);
-        if !interrupted {
+        // A deferred ledger is deleted without being opened.
+        let deferred = self.is_deferred(ledger);
+        if !interrupted && !deferred {
             self.ledger(ledger)?;
         }
         match self.storage.remove(&ledger_file_name(ledger)) {
@@ -617,6 +741,7 @@ impl EntryLog {
             other => other?,
         }
         lock(&self.interrupted).remove(&ledger);
+        lock(&self.deferred).remove(&ledger);
         self.ledgers
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -637,6 +762,7 @@ impl EntryLog {
             header_reads: get(&s.header_reads),
             entry_reads: get(&s.entry_reads),
             maps: get(&s.maps),
+            ledger_opens: get(&s.ledger_opens),
         }
     }
 }

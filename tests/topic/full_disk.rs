@@ -154,6 +154,10 @@ fn acks_on_a_full_disk_survive_the_next_flush(flush_first: bool, per_ledger: u64
             .ack(positions[i])
             .expect("an ack works in memory on a full disk");
         acked.insert(i);
+        // The precondition, made here: a look at the first ledger's partition makes the one
+        // just changed leave memory (the budget is nothing), so every ack is an eviction
+        // write, and they overflow the entry log's write buffer onto the full disk.
+        cursor.is_acked(positions[1]).unwrap();
     }
     let stats = cursor.stats().unwrap();
     assert!(stats.ackset.store_failures > 0, "{:?}", stats.ackset);

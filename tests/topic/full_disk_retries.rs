@@ -44,8 +44,13 @@ fn a_retried_topic_close_after_a_failed_cursor_flush_never_returns_ok_without_th
 
 /// Acks every other entry of `ledgers` data ledgers of `per_ledger` entries on a full disk
 /// with a budget of nothing, after a first flush created the cursor ledger; the flush fails;
-/// space is freed; a flush, a power cut, and every ack is there.
-fn acks_evicted_on_a_full_disk_are_kept_by_the_retried_flush(per_ledger: u64, ledgers: u64) {
+/// space is freed; a flush, a power cut, and every ack is there. With `reach_disk`, the
+/// evictions are checked to have met the full disk (not only the write buffer).
+fn acks_evicted_on_a_full_disk_are_kept_by_the_retried_flush(
+    per_ledger: u64,
+    ledgers: u64,
+    reach_disk: bool,
+) {
     let disk = MemStorage::new();
     let mut cfg = support::config::topic_rolling(20, ackstore::PersistMode::MultiEntry, 0, 64);
     cfg.max_entries_per_ledger = per_ledger;
@@ -60,6 +65,13 @@ fn acks_evicted_on_a_full_disk_are_kept_by_the_retried_flush(per_ledger: u64, le
     let mut acked: Vec<usize> = (3..positions.len()).step_by(2).collect();
     for &i in &acked {
         cursor.ack(positions[i]).unwrap();
+        // A look at the first ledger's partition makes the one just changed leave memory (the
+        // budget is nothing): every ack is an eviction write.
+        cursor.is_acked(positions[1]).unwrap();
+    }
+    if reach_disk {
+        let s = cursor.stats().unwrap().ackset;
+        assert!(s.store_failures > 0, "an eviction met the full disk: {s:?}");
     }
     assert!(cursor.flush().is_err(), "no space to flush");
     disk.set_capacity(None);
@@ -78,12 +90,12 @@ fn acks_evicted_on_a_full_disk_are_kept_by_the_retried_flush(per_ledger: u64, le
 
 #[test]
 fn acks_whose_evictions_were_only_buffered_when_the_disk_filled_are_kept_by_the_retried_flush() {
-    acks_evicted_on_a_full_disk_are_kept_by_the_retried_flush(10, 30);
+    acks_evicted_on_a_full_disk_are_kept_by_the_retried_flush(10, 30, false);
 }
 
 #[test]
 fn acks_whose_evictions_reached_the_full_disk_are_kept_by_the_retried_flush() {
-    acks_evicted_on_a_full_disk_are_kept_by_the_retried_flush(4_000, 12);
+    acks_evicted_on_a_full_disk_are_kept_by_the_retried_flush(4_000, 12, true);
 }
 
 #[test]
@@ -103,6 +115,10 @@ fn a_seek_and_a_rewind_on_a_full_disk_with_pinned_partitions_change_nothing_and_
     let acked: Vec<usize> = (3..40_000).step_by(2).collect();
     for &i in &acked {
         cursor.ack(positions[i]).unwrap();
+        // The precondition, made here: a look at the first ledger's partition makes the one
+        // just changed leave memory (the budget is nothing), so every ack is an eviction
+        // write; they overflow the entry log's write buffer onto the full disk and pin.
+        cursor.is_acked(positions[1]).unwrap();
     }
     assert!(cursor.stats().unwrap().ackset.pinned_partitions > 0);
     let epoch = cursor.epoch().unwrap();

@@ -14,4 +14,5 @@ mod full_disk_retries;
 mod managed_ledger;
 mod open_stamps_earlier_cursor_records;
 mod operator_metrics_and_events;
+mod sealed_ledgers_open_on_first_use;
 mod stress_threads;

@@ -1,5 +1,6 @@
-//! `ackstore verify` agrees with the owner's open: whatever `ManagedLedger::open` refuses,
-//! verify reports as damage (exit 1); what open accepts, verify does not (exit 0). Open never
+//! `ackstore verify` agrees with the owner's open: whatever `ManagedLedger::open`, or the first
+//! read of a sealed ledger (which the open does not read), refuses, verify reports as damage
+//! (exit 1); what they accept, verify does not (exit 0). Open never
 //! deletes the file of a recorded ledger. `inspect` exits 2 when the topic record is
 //! unreadable.
 
@@ -87,7 +88,13 @@ fn verify_calls_damage_exactly_what_open_refuses() {
             .collect();
         let verified = support::cli::run(&["verify", dir.to_str().unwrap()]);
         let code = verified.status.code();
-        let opened = ManagedLedger::open(dir, support::topic::config(20));
+        let opened = ManagedLedger::open(dir, support::topic::config(20)).and_then(|ml| {
+            // A sealed ledger's damage is the error of its first read.
+            for span in ml.ledgers().iter().filter(|s| s.entries > 0) {
+                ml.read(ackstore::Position::new(span.id, 0))?;
+            }
+            Ok(ml)
+        });
         let expected = if opened.is_ok() { Some(0) } else { Some(1) };
         assert_eq!(
             code,
