@@ -119,7 +119,7 @@ pub struct LogStats {
     /// Sealed ledgers mapped into memory (each on its first read; open and seal map none).
     pub maps: u64,
     /// Ledger files opened: every one a plain open lists, and a deferred sealed ledger (see
-    /// [`EntryLog::open_locked_deferring`]) once, on its first use.
+    /// `EntryLog::open_locked_deferring`) once, on its first use.
     pub ledger_opens: u64,
 }
 
