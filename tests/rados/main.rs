@@ -13,6 +13,7 @@ mod support;
 
 mod cli;
 mod failover;
+mod fencing_attacks;
 mod hostile_namespaces;
 mod lease_lost;
 mod lock_wait;
