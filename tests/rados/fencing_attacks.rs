@@ -399,3 +399,109 @@ fn two_new_owners_in_sequence_fence_the_former_and_the_paused_one_alike() {
         failures.join("\n")
     );
 }
+
+/// A broker reopens a store through the handle it had, after another broker took the store
+/// over and handed it back, while a thread of its earlier instance still holds a topic and a
+/// cursor: that instance is refused everything, and the reopened one keeps what the other
+/// broker flushed and what it flushes itself.
+#[test]
+fn a_store_reopened_through_the_same_handle_fences_its_earlier_instance() {
+    let ns = prepared("fa-same-handle");
+    let handle = storage_of(&ns);
+    let earlier = Store::open_with_storage(Arc::new(handle.clone()), store_config()).expect("open");
+    let old_topic = earlier.topic("t").expect("topic");
+    let ps: Vec<Position> = (0..5)
+        .map(|_| old_topic.append(b"e").expect("append"))
+        .collect();
+    old_topic.sync().expect("sync");
+    let old_cursor = old_topic
+        .open_cursor("sub", CursorOptions::default())
+        .expect("cursor");
+    old_cursor.ack(ps[0]).expect("ack");
+    old_cursor.flush().expect("flush");
+
+    // Another broker takes the store over, acks and flushes, and hands it back.
+    {
+        let other = new_owner(&ns);
+        let c = other
+            .topic("t")
+            .expect("topic")
+            .open_cursor("sub", CursorOptions::default())
+            .expect("cursor");
+        c.ack(ps[1]).expect("ack");
+        c.flush().expect("flush");
+        drop(c);
+        other.close().expect("close");
+    }
+    // The first broker reopens the store through the same handle; its earlier instance lives on.
+    let again = Store::open_with_storage(Arc::new(handle.clone()), store_config()).expect("reopen");
+    let topic = again.topic("t").expect("topic");
+    let cursor = topic
+        .open_cursor("sub", CursorOptions::default())
+        .expect("cursor");
+    assert!(
+        cursor.is_acked(ps[1]).expect("is_acked"),
+        "the other broker's flush"
+    );
+
+    // The earlier instance's thread resumes: nothing of it returns Ok.
+    let mut oks = Vec::new();
+    if old_cursor
+        .ack(ps[3])
+        .and_then(|_| old_cursor.flush().map(drop))
+        .is_ok()
+    {
+        oks.push("flush");
+    }
+    if old_topic
+        .append(b"late")
+        .and_then(|_| old_topic.sync())
+        .is_ok()
+    {
+        oks.push("sync");
+    }
+    if (0..4)
+        .try_for_each(|_| old_topic.append(b"roll").map(drop))
+        .and_then(|()| old_topic.sync())
+        .is_ok()
+    {
+        oks.push("rollover");
+    }
+    if old_topic.delete_cursor("sub").is_ok() {
+        oks.push("cursor deletion");
+    }
+    if old_topic.trim_consumed().is_ok_and(|t| !t.is_empty()) {
+        oks.push("trim");
+    }
+    if earlier.topic("u").is_ok() {
+        oks.push("topic creation");
+    }
+    assert!(oks.is_empty(), "the earlier instance got Ok for {oks:?}");
+
+    // The reopened store works and keeps everything; nothing the earlier instance did shows.
+    cursor.ack(ps[2]).expect("ack");
+    cursor.flush().expect("flush");
+    let mine = topic.append(b"mine").expect("append");
+    topic.sync().expect("sync");
+    drop((cursor, topic));
+    again.close().expect("close");
+    drop(again);
+    drop((old_cursor, old_topic, earlier));
+    let last = Store::open_with_storage(Arc::new(storage_of(&ns)), store_config()).expect("open");
+    let topic = last.topic("t").expect("topic");
+    assert_eq!(topic.cursor_names(), ["sub"]);
+    assert_eq!(last.topic_names(), ["t"]);
+    let c = topic
+        .open_cursor("sub", CursorOptions::default())
+        .expect("cursor");
+    for p in &ps[..3] {
+        assert!(c.is_acked(*p).expect("is_acked"), "{p} flushed");
+    }
+    assert!(
+        !c.is_acked(ps[3]).expect("is_acked"),
+        "a fenced flush's ack"
+    );
+    for p in ps.iter().chain([&mine]) {
+        topic.read(*p).expect("a synced entry");
+    }
+}
