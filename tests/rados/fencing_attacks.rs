@@ -505,3 +505,79 @@ fn a_store_reopened_through_the_same_handle_fences_its_earlier_instance() {
         topic.read(*p).expect("a synced entry");
     }
 }
+
+/// The `ackstore` command on the test pool, in namespace `ns`.
+fn command(what: &str, ns: &str) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_ackstore"))
+        .args([what, ns, "--storage", "rados", "--ceph-conf"])
+        .arg(support::rados::conf())
+        .args(["--pool", &pool()])
+        .env("ACKSTORE_NO_PROGRESS", "1")
+        .output()
+        .expect("run ackstore")
+}
+
+/// Every object of `ns` with its owner epoch xattr (`LOCK`: the owner epoch handed out).
+fn epochs(ns: &str) -> Vec<(String, String)> {
+    let cli = |args: &[&str]| support::rados::rados_cli(ns, args);
+    let mut names: Vec<String> = cli(&["ls"]).lines().map(str::to_owned).collect();
+    names.sort();
+    names
+        .into_iter()
+        .filter(|n| !n.starts_with('.'))
+        .map(|n| {
+            let xattr = if n == "LOCK" {
+                "ackstore.owner-epoch"
+            } else {
+                "ackstore.epoch"
+            };
+            let out = std::process::Command::new("rados")
+                .args(["-c", &support::rados::conf(), "-p", &pool(), "-N", ns])
+                .args(["getxattr", &n, xattr])
+                .output()
+                .expect("run rados");
+            (n, String::from_utf8_lossy(&out.stdout).into_owned())
+        })
+        .collect()
+}
+
+/// `verify` and `inspect` beside a running owner lock nothing and stamp nothing: the owner's
+/// epochs are as they were, and its next flush and sync return `Ok`.
+#[test]
+fn verify_and_inspect_beside_a_running_owner_neither_stamp_nor_fence_it() {
+    let ns = prepared("fa-readers");
+    let store = Store::open_with_storage(Arc::new(storage_of(&ns)), store_config()).expect("open");
+    let topic = store.topic("t").expect("topic");
+    let ps: Vec<Position> = (0..4)
+        .map(|_| topic.append(b"e").expect("append"))
+        .collect();
+    topic.sync().expect("sync");
+    let cursor = topic
+        .open_cursor("sub", CursorOptions::default())
+        .expect("cursor");
+    cursor.ack(ps[0]).expect("ack");
+    cursor.flush().expect("flush");
+    let before = epochs(&ns);
+    assert!(
+        before.iter().filter(|(_, e)| !e.is_empty()).count() > 2,
+        "the owner's epochs are read: {before:?}"
+    );
+    for what in ["verify", "inspect"] {
+        let out = command(what, &ns);
+        assert!(
+            out.status.success(),
+            "{what}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(
+        epochs(&ns),
+        before,
+        "the read-only commands changed an epoch"
+    );
+    cursor.ack(ps[1]).expect("ack");
+    cursor.flush().expect("the owner's flush after verify");
+    topic.append(b"more").expect("append");
+    topic.sync().expect("the owner's sync after verify");
+}
