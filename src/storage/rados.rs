@@ -69,6 +69,14 @@
 //! - Objects an older owner creates after the new owner listed the namespace: a create is an
 //!   exclusive create (an object that does not exist has no epoch to compare), unknown to the
 //!   new owner until a later listing, and stamped at its first touch, before it is read.
+//! - An owner outlives its lease in the handle: a thread of it still writing after the lock was
+//!   released, or after the same handle locked again (a broker that reopens a store through
+//!   the handle it had). A handle that has locked never writes unguarded: once its lock is
+//!   released its writes carry the released lease's epoch, and a file keeps the epoch of the
+//!   lease it was opened under, its writes refused ([`Error::Fenced`]) once the handle holds a
+//!   later lease. Operations on names (create, remove, link) carry the handle's current epoch:
+//!   a store's earlier instance must be gone before the handle locks again, or the new
+//!   instance must use a handle of its own.
 //! - `LOCK` and `.ackstore-names` are never stamped: `LOCK` is fenced by its owner-epoch
 //!   compare, and the index of names is only a faster listing (every name is checked against
 //!   its object). A listing stats objects without stamping them: it says which names exist,
@@ -269,6 +277,7 @@ impl RadosCluster {
                 io,
                 location,
                 epoch: AtomicU64::new(0),
+                last_epoch: AtomicU64::new(0),
                 lease: Mutex::new(DEFAULT_LEASE),
                 lock_wait: Mutex::new(Duration::ZERO),
                 lease_state: Mutex::new(LeaseState::NotHeld),
@@ -364,8 +373,12 @@ impl ReadCache {
 struct Shared {
     io: Ioctx,
     location: String,
-    /// The owner epoch this handle writes with while it holds the lock; 0 otherwise.
+    /// The owner epoch of the lock this handle holds; 0 while it holds none.
     epoch: AtomicU64,
+    /// The owner epoch of the last lock this handle took (0: never locked). Its writes carry
+    /// it after the lock is released: a handle that owned the namespace stays fenced as the
+    /// owner it was, never writes unguarded.
+    last_epoch: AtomicU64,
     lease: Mutex<Duration>,
     /// How long [`Storage::lock`] waits for a lock another owner holds.
     lock_wait: Mutex<Duration>,
@@ -753,6 +766,9 @@ struct RadosFile {
     shared: Arc<Shared>,
     name: String,
     oid: CString,
+    /// The owner epoch of the lease under which the file was opened (0: the handle had never
+    /// locked): its writes carry it, and are refused once the handle holds a later lease.
+    epoch: u64,
     /// Writes sent and not yet waited for, oldest first; then the first refused write's code,
     /// which every later call on the file reports again.
     state: Mutex<FileState>,
@@ -776,6 +792,7 @@ impl fmt::Debug for RadosFile {
 impl RadosFile {
     fn new(shared: Arc<Shared>, name: &str) -> Result<Self> {
         Ok(Self {
+            epoch: shared.guard_epoch(),
             shared,
             name: name.to_owned(),
             oid: cstring(name)?,
@@ -827,7 +844,13 @@ impl StorageFile for RadosFile {
         if let Some(ret) = state.failed {
             return Err(self.shared.error("write", &self.name, ret));
         }
-        let epoch = self.shared.write_epoch()?;
+        let epoch = match self.shared.file_write_epoch(self.epoch) {
+            Ok(epoch) => epoch,
+            Err(e) => {
+                state.failed = Some(-rustix::io::Errno::CANCELED.raw_os_error());
+                return Err(e);
+            }
+        };
         self.shared.evict(&self.name);
         let mut op = WriteOp::new();
         op.guard(epoch).write(buf, offset);
@@ -854,7 +877,13 @@ impl StorageFile for RadosFile {
     fn set_len(&self, len: u64) -> Result<()> {
         let mut state = self.state();
         self.drain(&mut state, "truncate")?;
-        let epoch = self.shared.write_epoch()?;
+        let epoch = match self.shared.file_write_epoch(self.epoch) {
+            Ok(epoch) => epoch,
+            Err(e) => {
+                state.failed = Some(-rustix::io::Errno::CANCELED.raw_os_error());
+                return Err(e);
+            }
+        };
         self.shared.evict(&self.name);
         let mut op = WriteOp::new();
         op.guard(epoch).truncate(len);

@@ -12,6 +12,7 @@
 mod support;
 
 mod failover;
+mod fencing_attacks;
 mod hostile_namespaces;
 mod lease_lost;
 mod lock_wait;

@@ -293,6 +293,7 @@ impl RadosStorage {
         };
         let epoch = self.raise_epoch(&expires_text(taken_at, lease))?;
         lease_guard.epoch = epoch;
+        shared.last_epoch.store(epoch, Ordering::Release);
         shared.epoch.store(epoch, Ordering::Release);
         shared.set_lease(LeaseState::Held { epoch });
         let held = Held {
@@ -414,8 +415,9 @@ impl Drop for Lease {
             // drops this guard on the renewal thread, whose renewal of it is over).
             self.shared.renewer.leave(id);
         }
-        // Writes after the guard is gone carry no epoch only if no newer lock was taken by
-        // this handle meanwhile.
+        // The handle holds no lock from here (unless it took a newer one meanwhile); its
+        // writes still carry this epoch (`last_epoch`), so the cluster refuses them on every
+        // object a newer owner stamped.
         let _ =
             self.shared
                 .epoch
@@ -501,13 +503,37 @@ impl Shared {
     }
 
     /// The epoch a mutating operation writes with: [`Error::Fenced`] once the lease is lost.
+    /// After the lock is released, the released lease's epoch: the cluster refuses the write
+    /// on every object a newer owner stamped (never an unguarded write of a former owner).
     pub(super) fn write_epoch(&self) -> Result<u64> {
         if self.lost.load(Ordering::Acquire) {
             return Err(Error::Fenced {
                 what: self.location.clone(),
             });
         }
-        Ok(self.epoch())
+        Ok(self.guard_epoch())
+    }
+
+    /// The epoch of the lock held, else of the last one released (0: never locked).
+    pub(super) fn guard_epoch(&self) -> u64 {
+        match self.epoch() {
+            0 => self.last_epoch.load(Ordering::Acquire),
+            held => held,
+        }
+    }
+
+    /// The epoch a write of a file opened under lease `opened` (its [`Self::guard_epoch`] then)
+    /// carries: [`Error::Fenced`] once this handle holds a later lease, whose owner may have
+    /// read the object since (a thread of an earlier session of the same handle is an older
+    /// owner like any other).
+    pub(super) fn file_write_epoch(&self, opened: u64) -> Result<u64> {
+        let epoch = self.write_epoch()?;
+        if opened > 0 && opened != epoch {
+            return Err(Error::Fenced {
+                what: self.location.clone(),
+            });
+        }
+        Ok(epoch)
     }
 }
 
