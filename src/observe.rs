@@ -9,7 +9,7 @@
 //! Invariant: a metric is recorded at the same place as the stats field it mirrors (in
 //! `LogStats`, `PersistStats`, `AckSetStats`, `CursorStats::recovery_source`), with the same
 //! amount, so the exported figures and the stats calls never disagree; a latency histogram
-//! ([`FLUSH_SECONDS`]) is a distribution and mirrors no field. Labels are only the
+//! ([`FLUSH_SECONDS`], [`STORE_OPEN_SECONDS`]) is a distribution and mirrors no field. Labels are only the
 //! topic's location and the cursor's record name (and, for recoveries, one of three sources):
 //! one series per topic or per open cursor, never per ledger, entry or position.
 //!
@@ -68,6 +68,12 @@ pub const LEASE_RENEWAL_FAILURES: &str = "ackstore_lease_renewal_failures_total"
 pub const LEASES_LOST: &str = "ackstore_leases_lost_total";
 /// Counter: `fdatasync` calls on ledger files (mirrors `LogStats::fsyncs`). Labels: `topic`.
 pub const FSYNCS: &str = "ackstore_log_fsyncs_total";
+/// Histogram, seconds: how long each store open that succeeded took, from the call to its
+/// return: the lock (with its wait, when the storage has one: `RadosStorage::with_lock_wait`),
+/// the catalog's claim, the journal's scan and seal. On a fleet this is the part of a takeover
+/// the library sees (the rest is the dead owner's lease running out). A distribution, so no
+/// stats field mirrors it. Labels: `topic` (the store's storage location).
+pub const STORE_OPEN_SECONDS: &str = "ackstore_store_open_seconds";
 
 /// The labels of a cursor's series: its topic's location and its record name
 /// (`cursor-{id}`, bounded and path-safe, unlike the client-chosen cursor name).

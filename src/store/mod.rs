@@ -349,8 +349,24 @@ impl Store {
     }
 
     /// Opens the store kept in `storage` as a member of `group`, whose budget `config`
-    /// already carries.
+    /// already carries, and records how long an open that succeeded took
+    /// ([`observe::STORE_OPEN_SECONDS`](crate::observe::STORE_OPEN_SECONDS)).
     fn open_member(
+        storage: Arc<dyn Storage>,
+        config: StoreConfig,
+        group: &Arc<GroupShared>,
+    ) -> Result<Self> {
+        let started = std::time::Instant::now();
+        let location = storage.location();
+        let store = Self::claim_member(storage, config, group)?;
+        metrics::histogram!(crate::observe::STORE_OPEN_SECONDS, "topic" => location)
+            .record(started.elapsed().as_secs_f64());
+        Ok(store)
+    }
+
+    /// [`Store::open_member`]'s work: the lock, the catalog's claim, the journal's scan and
+    /// seal.
+    fn claim_member(
         storage: Arc<dyn Storage>,
         config: StoreConfig,
         group: &Arc<GroupShared>,

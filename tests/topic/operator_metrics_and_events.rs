@@ -287,6 +287,42 @@ fn every_flush_that_returns_ok_records_how_long_it_took_on_a_topic_and_on_a_stor
 }
 
 #[test]
+fn every_store_open_that_succeeds_records_how_long_it_took() {
+    let recorder = TestRecorder::default();
+    metrics::with_local_recorder(&recorder, || {
+        let disk = MemStorage::new();
+        let started = Instant::now();
+        let store =
+            Store::open_with_storage(Arc::new(disk.clone()), store_without_flusher()).unwrap();
+        let bound = started.elapsed().as_secs_f64();
+        let series = recorder.histogram(observe::STORE_OPEN_SECONDS);
+        assert_eq!(series.len(), 1, "one series per store: {series:?}");
+        let (labels, seconds) = &series[0];
+        assert_eq!(labels, &["topic=memory"], "{labels:?}");
+        assert_eq!(seconds.len(), 1, "{seconds:?}");
+        assert!((0.0..=bound).contains(&seconds[0]), "{seconds:?}");
+
+        // An open refused (the store is held) records nothing; the next owner's open does.
+        let refused = Store::open_with_storage(Arc::new(disk.clone()), store_without_flusher());
+        assert!(
+            matches!(refused, Err(ackstore::Error::Locked { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(
+            recorder.histogram(observe::STORE_OPEN_SECONDS)[0].1.len(),
+            1
+        );
+        store.close().unwrap();
+        drop(store);
+        Store::open_with_storage(Arc::new(disk), store_without_flusher()).unwrap();
+        assert_eq!(
+            recorder.histogram(observe::STORE_OPEN_SECONDS)[0].1.len(),
+            2
+        );
+    });
+}
+
+#[test]
 fn a_fence_is_counted_and_logged_once_per_handle() {
     install_logger();
     let recorder = TestRecorder::default();
