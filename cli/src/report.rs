@@ -9,6 +9,8 @@ use std::fmt::Write as _;
 use std::io::{self, Write as _};
 use std::sync::OnceLock;
 
+pub use ackstore::check::text::{bytes, table};
+
 /// The first failed write to stdout; set once, never cleared.
 static STDOUT_FAILURE: OnceLock<io::Error> = OnceLock::new();
 
@@ -55,59 +57,6 @@ pub fn describe(err: &(dyn std::error::Error + 'static)) -> String {
         source = cause.source();
     }
     out
-}
-
-/// A plain text table: a header row, then rows, columns padded to their widest cell. Padding is
-/// written out rather than through a format width, so a cell of any length (a cursor name may be
-/// longer than the 65,535 a width allows) is printed whole.
-pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for row in rows {
-        for (i, cell) in row.iter().enumerate() {
-            if let Some(w) = widths.get_mut(i) {
-                *w = (*w).max(cell.chars().count());
-            }
-        }
-    }
-    let mut out = String::new();
-    let line = |out: &mut String, cells: &mut dyn Iterator<Item = &str>| {
-        let mut first = true;
-        for (cell, w) in cells.zip(&widths) {
-            if !first {
-                out.push_str("  ");
-            }
-            first = false;
-            out.push_str(cell);
-            out.extend(std::iter::repeat_n(
-                ' ',
-                w.saturating_sub(cell.chars().count()),
-            ));
-        }
-        let trimmed = out.trim_end().len();
-        out.truncate(trimmed);
-        out.push('\n');
-    };
-    line(&mut out, &mut header.iter().copied());
-    for row in rows {
-        line(&mut out, &mut row.iter().map(String::as_str));
-    }
-    out
-}
-
-/// A byte count for people: `512 B`, `1.5 KiB`, `3.2 MiB`.
-#[expect(clippy::cast_precision_loss, reason = "display only")]
-pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if n < 1024 {
-        return format!("{n} B");
-    }
-    let mut value = n as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.1} {}", UNITS[unit])
 }
 
 /// Peak resident set size of this process (Linux `VmHWM`), if the system reports it.

@@ -32,7 +32,7 @@
 //! ```
 
 mod store;
-mod text;
+pub mod text;
 mod topic;
 mod verify;
 

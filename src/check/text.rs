@@ -1,5 +1,6 @@
 //! The text `ackstore inspect` prints for an [`Inspection`]: plain tables, one row per ledger,
-//! cursor, topic or journal cursor.
+//! cursor, topic or journal cursor; and the two text helpers those tables use ([`table`],
+//! [`bytes`]), which the command prints its own reports with too.
 
 use std::fmt;
 
@@ -168,7 +169,8 @@ impl fmt::Display for StoreInspection {
 /// A plain text table: a header row, then rows, columns padded to their widest cell. Padding is
 /// written out rather than through a format width, so a cell of any length (a cursor name may be
 /// longer than the 65,535 a width allows) is printed whole.
-pub(super) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+#[must_use]
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in rows {
         for (i, cell) in row.iter().enumerate() {
@@ -204,7 +206,8 @@ pub(super) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 
 /// A byte count for people: `512 B`, `1.5 KiB`, `3.2 MiB`.
 #[expect(clippy::cast_precision_loss, reason = "display only")]
-fn bytes(n: u64) -> String {
+#[must_use]
+pub fn bytes(n: u64) -> String {
     const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
     if n < 1024 {
         return format!("{n} B");
