@@ -370,12 +370,14 @@ fn steps(total: u64, stride: u64) -> Vec<u64> {
         .collect()
 }
 
-#[test]
-fn a_store_taken_over_at_any_step_of_a_paused_owners_work_keeps_every_ok_and_fences_it() {
+/// Takes the store over (by `new_owners` owners in sequence) at every `default_stride`-th step
+/// of the paused owner's run (every step with `ACKSTORE_FENCING_EVERY_STEP`), and fails with
+/// every step's findings.
+fn takeover_at_steps(default_stride: u64, new_owners: usize) {
     let total = steps_of_a_run();
     let mut failures = Vec::new();
-    for n in steps(total, every_step_or(11)) {
-        failures.extend(takeover_at(n, 1));
+    for n in steps(total, every_step_or(default_stride)) {
+        failures.extend(takeover_at(n, new_owners));
     }
     assert!(
         failures.is_empty(),
@@ -386,18 +388,13 @@ fn a_store_taken_over_at_any_step_of_a_paused_owners_work_keeps_every_ok_and_fen
 }
 
 #[test]
+fn a_store_taken_over_at_any_step_of_a_paused_owners_work_keeps_every_ok_and_fences_it() {
+    takeover_at_steps(11, 1);
+}
+
+#[test]
 fn two_new_owners_in_sequence_fence_the_former_and_the_paused_one_alike() {
-    let total = steps_of_a_run();
-    let mut failures = Vec::new();
-    for n in steps(total, every_step_or(43)) {
-        failures.extend(takeover_at(n, 2));
-    }
-    assert!(
-        failures.is_empty(),
-        "{} steps:\n{}",
-        total,
-        failures.join("\n")
-    );
+    takeover_at_steps(43, 2);
 }
 
 /// A broker reopens a store through the handle it had, after another broker took the store
