@@ -96,3 +96,33 @@ fn a_sealed_ledger_cut_to_less_than_a_header_fails_its_first_read_naming_it() {
     }
     topic.read(positions[0]).expect("another ledger reads");
 }
+
+/// Threads reading every entry at once, each in its own order, race to open each sealed
+/// ledger first: every read returns its entry, and each ledger file is opened exactly once.
+#[test]
+fn threads_reading_at_once_open_each_sealed_ledger_exactly_once() {
+    const THREADS: usize = 4;
+    let (disk, positions) = closed_topic();
+    let topic = reopen(&disk).expect("reopen");
+    let before = topic.log_stats().unwrap().ledger_opens;
+    let start = std::sync::Barrier::new(THREADS);
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let (topic, positions, start) = (&topic, &positions, &start);
+            s.spawn(move || {
+                // Thread t starts at a different ledger and walks them all, wrapping around.
+                let offset = t * positions.len() / THREADS;
+                start.wait();
+                for k in 0..positions.len() {
+                    let p = positions[(offset + k) % positions.len()];
+                    assert_eq!(topic.read(p).expect("read").position, p);
+                }
+            });
+        }
+    });
+    let opens = topic.log_stats().unwrap().ledger_opens;
+    assert_eq!(
+        opens, LEDGERS,
+        "ledger files opened by the open ({before}) and the racing reads together"
+    );
+}
