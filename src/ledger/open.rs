@@ -32,7 +32,11 @@
 //!    cursor before writing its record and a deletion removes the record first, such a record
 //!    of an id below the table's next one is a cursor the table lost: [`Error::Corrupted`]
 //!    naming the topic record; and a cursor whose state the journal holds but the table does
-//!    not list, its record gone, is a deletion cut short whose state is forgotten.
+//!    not list, its record gone, is a deletion cut short whose state is forgotten. Nothing is
+//!    deleted before the owner is checked again after the last listing (the store's check, or
+//!    for a topic of its own its record still at the claim's version): a former owner's open
+//!    that runs on past a newer owner's claim would otherwise delete the ledger or cursor
+//!    record that newer owner has just created and recorded.
 //! 4. A listed ledger recorded with no entries (the one the previous owner was appending to,
 //!    or one sealed just before a crash) is recorded with the entries the scan found, its
 //!    summary taken from its first and last frame headers, or, if empty, dropped from the
@@ -218,7 +222,7 @@ pub(crate) fn open(
         meta.as_ref(),
         &log,
         (&record, &on_disk),
-        journal.as_ref().map(|tj| (tj, recovered)),
+        journal.as_ref().map(|tj| (tj, recovered)).ok_or(version),
     )?;
     // Rule 2 (and 3 for files holding less than a header).
     settle_interrupted_creates(&log, &record, &referenced)?;
@@ -291,22 +295,26 @@ pub(crate) fn open(
 /// Rule 3, cursor side ([`cursor_references`]), with, for a topic of a store (`journal`, with
 /// the cursors recovered when the store opened), the journal's cursors the cursor table does
 /// not list checked first ([`unlisted_journal_cursors`]) and the state of a deletion cut short
-/// forgotten last. Nothing is deleted or forgotten before the store is known to be still this
-/// owner's, checked after the files were listed: a ledger a newer owner created after its
-/// claim (which a former owner's open, still running, takes for an orphan) was created after
-/// the check's answer changed.
+/// forgotten last; for a topic of its own, the version of the topic record its claim wrote.
+///
+/// Nothing is deleted or forgotten before the topic is known to be still this owner's (the
+/// store's ownership, or the topic record still at the claim's version), checked after the
+/// files and records were listed: a ledger or cursor record a newer owner created after its
+/// claim, which a former owner's open still running would take for an orphan, was created
+/// after the check's answer changed, so a listing taken before a passing check never holds
+/// one.
 fn settle_cursors(
     meta: &dyn MetaStore,
     log: &EntryLog,
     (record, on_disk): (&TopicRecord, &BTreeSet<u64>),
-    journal: Option<(&TopicJournal, &[u64])>,
+    journal: std::result::Result<(&TopicJournal, &[u64]), u64>,
 ) -> Result<(BTreeSet<u64>, bool)> {
     let cut_short = match journal {
-        Some((tj, recovered)) => unlisted_journal_cursors(tj, record, recovered),
-        None => Vec::new(),
+        Ok((tj, recovered)) => unlisted_journal_cursors(tj, record, recovered),
+        Err(_) => Vec::new(),
     };
-    let found = cursor_references(meta, log, record, on_disk, journal.is_none())?;
-    if let Some((tj, _)) = journal {
+    let found = cursor_references(meta, log, record, on_disk, journal.err())?;
+    if let Ok((tj, _)) = journal {
         tj.check_store_owner()?;
         for id in cut_short {
             tj.journal.forget(tj.cursor_id(id))?;
@@ -355,8 +363,10 @@ fn settle_interrupted_creates(
 
 /// Rule 3, cursor side: the ledgers the topic record and the cursor records reference, and
 /// whether a cursor record is another cursor's (then no orphan may be deleted); cursor records
-/// of ids the cursor table does not list are deleted. With `claim`, every listed record is
-/// written again first; without, the records are read only if a ledger file (whole or an
+/// of ids the cursor table does not list are deleted. With `claimed` (a topic of its own: the
+/// version its claim wrote of the topic record), the records are listed, the topic record is
+/// checked to be still at that version ([`Error::Fenced`] if not), and every listed record is
+/// written again; without, the records are read only if a ledger file (whole or an
 /// interrupted create) is not in the topic record, the only case in which their references
 /// matter.
 fn cursor_references(
@@ -364,8 +374,9 @@ fn cursor_references(
     log: &EntryLog,
     record: &TopicRecord,
     on_disk: &BTreeSet<u64>,
-    claim: bool,
+    claimed: Option<u64>,
 ) -> Result<(BTreeSet<u64>, bool)> {
+    let claim = claimed.is_some();
     let mut referenced: BTreeSet<u64> = record.ledgers.iter().map(|l| l.id).collect();
     let table: BTreeMap<String, &CursorEntry> = record
         .cursors
@@ -383,6 +394,19 @@ fn cursor_references(
     } else {
         record_names(log)?
     };
+    // Every listing this open deletes by (the ledger files, the records) is taken by now: a
+    // newer owner's claim after this check comes before anything it creates, so nothing a
+    // newer owner created is in them.
+    if let Some(version) = claimed
+        && !meta.is_current(TOPIC_RECORD, version)?
+    {
+        return Err(Error::Fenced {
+            what: format!(
+                "topic record of `{}`: a newer owner claimed it while this open ran",
+                log.storage().location()
+            ),
+        });
+    }
     for name in names {
         if let Some(entry) = table.get(&name) {
             // Claimed (written again, unchanged) before its ledger counts as referenced: a

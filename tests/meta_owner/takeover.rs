@@ -245,3 +245,63 @@ fn an_orphan_deleted_by_a_former_owner_during_the_open_does_not_fail_it() {
         );
     }
 }
+
+/// A former owner's open is still running when a newer owner claims the topic, appends and
+/// syncs: the former owner's listing of the ledger files may then hold the newer owner's
+/// ledger, which the record the former owner read does not name. Whatever step of the former
+/// owner's open the newer owner lands on, that ledger is not taken for an orphan: every entry the
+/// newer owner synced stays readable, through it and after a fresh open of the live and the
+/// durable disk.
+#[test]
+fn a_ledger_a_newer_owner_records_during_a_former_owners_open_is_never_deleted() {
+    let run = |at_step: Option<u64>| -> u64 {
+        let disk = ackstore::MemStorage::new();
+        let first = ManagedLedger::open_with_storage(Arc::new(disk.clone()), config(4)).unwrap();
+        append_n(&first, 6);
+        first.close().unwrap();
+        drop(first);
+        let hooked = takeover::Disk::new(Arc::new(disk.clone()));
+        let newer = hooked.arm_takeover(at_step.unwrap_or(u64::MAX), {
+            let disk = disk.clone();
+            move || {
+                disk.break_lock();
+                let topic = ManagedLedger::open_with_storage(Arc::new(disk.clone()), config(4))
+                    .expect("the newer owner opens");
+                let synced = append_n(&topic, 3);
+                (topic, synced)
+            }
+        });
+        let before = hooked.hook.count();
+        // Fenced or not, depending on the step: either is right for the former owner.
+        let former = ManagedLedger::open_with_storage(hooked.storage.clone(), config(4));
+        let steps = hooked.hook.count() - before;
+        drop(former);
+        let taken = newer.lock().unwrap().take();
+        if let Some((topic, synced)) = taken {
+            for p in &synced {
+                topic
+                    .read(*p)
+                    .unwrap_or_else(|e| panic!("after step {at_step:?}: {p} unreadable: {e}"));
+            }
+            // Fenced when the former owner's claim came after it: then that owner read its
+            // synced entries.
+            let _ = topic.close();
+            drop(topic);
+            for image in [disk.clone(), disk.durable_image()] {
+                image.break_lock();
+                let later = ManagedLedger::open_with_storage(Arc::new(image), config(4))
+                    .unwrap_or_else(|e| panic!("after step {at_step:?}: reopen: {e}"));
+                for p in &synced {
+                    later.read(*p).unwrap_or_else(|e| {
+                        panic!("after step {at_step:?}: {p} unreadable after reopen: {e}")
+                    });
+                }
+            }
+        }
+        steps
+    };
+    let total = run(None);
+    for n in 1..=total {
+        run(Some(n));
+    }
+}
