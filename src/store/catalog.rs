@@ -149,16 +149,18 @@ impl CatalogHandle {
         self.write(next)
     }
 
-    /// Whether the catalog record is known not to list segment `seq`: the record still holds
-    /// the version this handle wrote last, and that version does not name it (after a failed
-    /// [`Self::add_segment`] whose write never took).
-    pub(crate) fn known_unlisted(&self, seq: u64) -> Result<bool> {
+    /// Whether the catalog record lists segment `seq`, when that is known: the record still
+    /// holds the version this handle wrote last (a failed [`Self::add_segment`] or
+    /// [`Self::remove_segment`] never took), so the answer is that version's list. `None`
+    /// when the record moved on (the failed write may have taken).
+    pub(crate) fn known_listed(&self, seq: u64) -> Result<Option<bool>> {
         let listed = self
             .catalog
             .segments
             .as_ref()
             .is_some_and(|list| list.binary_search(&seq).is_ok());
-        Ok(!listed && matches!(self.meta.get(STORE_RECORD)?, Some((v, _)) if v == self.version))
+        let unchanged = matches!(self.meta.get(STORE_RECORD)?, Some((v, _)) if v == self.version);
+        Ok(unchanged.then_some(listed))
     }
 
     /// Drops journal segment `seq` (the oldest listed, whose live state a rollover copied

@@ -58,6 +58,24 @@
 //! `Ok` or indexes anything, and before a rollover deletes a segment: a former owner's tick
 //! fails with [`Error::Fenced`] (its records lie past the new owner's seal or were read by its
 //! open), it never deletes a segment, and the journal refuses every later write.
+//!
+//! **Failures.** Each write step of a tick, an eviction, a forget or a rollover, by whether
+//! its failure can have changed durable state. A step that provably did not fails that call
+//! with [`Error::Io`], and the next one starts again from scratch; any other latches
+//! ([`Error::PreviousIo`] until reopened: an fsync is never retried).
+//!
+//! | step | on failure |
+//! |---|---|
+//! | append to the newest segment (partitions, markers, a rollover's copies) | cut back to the length before it; latches only if the cut fails |
+//! | create a new segment's file, write and sync its header | file removed (never listed or referenced); latches only if the removal fails |
+//! | catalog write listing a new segment: temporary file's create, write, sync; its link | catalog unchanged (read back at this owner's version): segment removed; otherwise latches |
+//! | catalog write dropping a rolled-over segment: the same steps | catalog unchanged: segment stays listed and in place, the next rollover drops it; otherwise latches |
+//! | the catalog's directory sync after its link, a fence | latches |
+//! | sync of the newest segment, the previous one's final syncs and slot, the directory | latches |
+//! | removal of a rolled-over segment's file after it was unlisted | latches |
+//!
+//! A slot write after a sync that succeeded latches too when it fails (the sync's records are
+//! durable all the same).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -190,17 +208,19 @@ pub struct OwnerCheck(pub Arc<dyn Fn() -> Result<()> + Send + Sync>);
 /// [`crate::format::store::Catalog::segments`]): `created` runs once a new segment's file and
 /// header exist and before anything is written after the header, and makes the segment's name
 /// durable (the catalog's own directory sync) or fails; `deleted` runs before a rolled-over
-/// segment's file is removed. A failure of either latches the journal, except a failed `created`
-/// that `unlisted` confirms never reached the list (a full disk refused the catalog's new
-/// version): that segment is removed again, as one whose header failed, and the next tick
-/// starts a segment anew.
+/// segment's file is removed. A failure of either latches the journal unless `listed` confirms
+/// the catalog still holds the version this owner wrote last (a full disk refused the new
+/// version's file before it was linked: nothing durable changed). Then a segment `created`
+/// failed to list is removed again, as one whose header failed, and the next tick starts a
+/// segment anew; a segment `deleted` failed to drop stays listed and in the journal, and the
+/// next tick's rollover tries again.
 #[derive(Clone)]
 pub struct SegmentHooks {
     /// Lists a new segment.
     pub created: Arc<dyn Fn(u64) -> Result<()> + Send + Sync>,
-    /// After a failed `created`: whether the list is known not to name the segment (the
-    /// catalog still holds the version this owner wrote last). `false` when unsure.
-    pub unlisted: Arc<dyn Fn(u64) -> Result<bool> + Send + Sync>,
+    /// After a failed `created` or `deleted`: whether the list names the segment, when known
+    /// (the catalog still holds the version this owner wrote last); `None` when unsure.
+    pub listed: Arc<dyn Fn(u64) -> Result<Option<bool>> + Send + Sync>,
     /// Drops a segment from the list.
     pub deleted: Arc<dyn Fn(u64) -> Result<()> + Send + Sync>,
 }
@@ -1903,9 +1923,7 @@ impl Journal {
     /// starts a segment anew); a fence, a listing that may have taken (its directory sync
     /// failed, say), or a failed removal latches.
     fn unlist_failed_segment(&self, w: &mut Writer, hooks: &SegmentHooks, next: u64, e: &Error) {
-        let unlisted =
-            !matches!(e, Error::Fenced { .. }) && matches!((hooks.unlisted)(next), Ok(true));
-        if !unlisted {
+        if !Self::catalog_unchanged(hooks, next, e, false) {
             w.latch(e);
             return;
         }
@@ -1917,6 +1935,14 @@ impl Journal {
         if let Err(removed) = self.storage.remove(&segment_name(next)) {
             w.latch(&removed);
         }
+    }
+
+    /// Whether the catalog write of `seq` that failed with `e` is known not to have taken: not
+    /// a fence, and the catalog still holds the version this owner wrote last, which lists the
+    /// segment exactly when `listed`.
+    fn catalog_unchanged(hooks: &SegmentHooks, seq: u64, e: &Error, listed: bool) -> bool {
+        !matches!(e, Error::Fenced { .. })
+            && matches!((hooks.listed)(seq), Ok(Some(l)) if l == listed)
     }
 
     /// Whether a tick may append to the newest segment: this store owns its tail, it is of
@@ -2128,9 +2154,13 @@ impl Journal {
         self.check_owner()?;
         if let Some(hooks) = self.hooks() {
             // Out of the list before its file goes: a crash in between leaves a file no list
-            // names, which the next claim removes.
+            // names, which the next claim removes. A catalog write known not to have taken
+            // leaves the segment listed, its file and its copies in place: the next tick's
+            // rollover drops it again.
             let listed = (hooks.deleted)(oldest);
-            if let Err(e) = &listed {
+            if let Err(e) = &listed
+                && !Self::catalog_unchanged(&hooks, oldest, e, true)
+            {
                 lock(&self.writer).latch(e);
             }
             listed?;

@@ -417,7 +417,7 @@ impl Store {
         journal.set_segment_hooks(SegmentHooks {
             created: segment_hook(CatalogHandle::add_segment),
             deleted: segment_hook(CatalogHandle::remove_segment),
-            unlisted: Arc::new(move |seq: u64| on_catalog(&held, |c| c.known_unlisted(seq))),
+            listed: Arc::new(move |seq: u64| on_catalog(&held, |c| c.known_listed(seq))),
         });
         let interval = config.ledger.cursor.flush_interval;
         let inner = Arc::new(Inner {

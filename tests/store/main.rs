@@ -22,6 +22,7 @@ mod former_owner_appends;
 mod group;
 mod index;
 mod journal;
+mod journal_catalog_faults;
 mod journal_cursor_faults;
 mod journal_delta;
 mod journal_delta_crash_every_change;

@@ -76,7 +76,7 @@ fn catalog_hooks(meta: Arc<dyn MetaStore>, version: u64) -> SegmentHooks {
                 .retain(|&s| s != seq);
             catalog.retired_through = catalog.retired_through.max(seq);
         }),
-        unlisted: Arc::new(|_| Ok(false)),
+        listed: Arc::new(|_| Ok(None)),
     }
 }
 
