@@ -50,7 +50,7 @@ pub(crate) use record::Fence;
 pub use recover::RecoverySource;
 pub use state::{CursorState, NO_MARK_DELETE};
 
-use crate::ackset::{AckSetStats, MemPartitionStore, RangeSetWrapper, Release};
+use crate::ackset::{AckSetStats, MemPartitionStore, RangeSetWrapper, Releasable, Release};
 use crate::entry::Entry;
 use crate::error::{Error, Result};
 use crate::finder::{self, Layout, ReadableLayout};
@@ -825,10 +825,12 @@ fn background_flusher(cursor: &Weak<CursorShared>, stop: &mpsc::Receiver<()>, in
 /// is busy (its lock is taken), in which case it brings the shared total down itself at the
 /// end of its operation. Never blocks on the lock.
 impl Release for CursorShared {
-    fn try_release(&self, bytes: usize) -> usize {
+    fn try_release(&self, bytes: usize, what: Releasable) -> usize {
         match self.core.try_lock() {
-            Ok(mut core) => core.state.release_memory(bytes),
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().state.release_memory(bytes),
+            Ok(mut core) => core.state.release_memory(bytes, what),
+            Err(std::sync::TryLockError::Poisoned(p)) => {
+                p.into_inner().state.release_memory(bytes, what)
+            }
             Err(std::sync::TryLockError::WouldBlock) => 0,
         }
     }
