@@ -4,20 +4,28 @@
 //! Owns: the shared total of the members' resident bytes, the order in which members are
 //! asked to release memory, and the rule that brings the total back within the limit. Each
 //! member ([`BudgetLink`], held by one [`RangeSetWrapper`](super::RangeSetWrapper)) publishes
-//! its resident bytes (partitions, cache table and charged state such as partial entries)
-//! after every operation; when the total is over the limit, the member that just changed asks
-//! the others to release memory, least recently used first, through their [`Release`] hook,
-//! before it evicts its own.
+//! its resident bytes (partitions, cache table and charged state such as partial entries),
+//! and how many of them are *saved* (partitions whose persisted copy is current, so dropping
+//! them writes nothing), after every operation; when the total is over the limit, the member
+//! that just changed asks the others to release memory through their [`Release`] hook before
+//! it evicts its own.
 //!
-//! The order is a *revolution*: the members that hold memory, sorted by last use when the
-//! revolution starts, asked one after another from the least recently used; when every one was
-//! asked, the next revolution is sorted from the members that hold memory then. A member used
-//! after its revolution was sorted keeps its place in it until the next one (an approximation
-//! of least recently used that costs no lock on the ack path). Only members that held memory
-//! since the last sort are ever looked at: a member enters the next revolution's candidates
-//! when its resident bytes go from zero to nonzero (a flag, so once) or when it was asked and
-//! still holds memory. So a reclaim costs amortised O(log members) per member asked, whatever
-//! the number of members, and joining or leaving the budget costs O(1).
+//! Saved memory goes first ([`Releasable::Saved`]): the member asks the others for their saved
+//! partitions, evicts its own, and only then asks for anything ([`Releasable::Any`]), which
+//! makes a member write a changed partition out before dropping it, on the asking thread. So an
+//! ack that needs room costs a write only when no saved partition is left in the budget (or
+//! the members holding them are busy).
+//!
+//! Each of the two asks follows a *revolution*: the members that hold memory of that kind,
+//! sorted by last use when the revolution starts, asked one after another from the least
+//! recently used; when every one was asked, the next revolution is sorted from the members that
+//! hold memory of that kind then. A member used after its revolution was sorted keeps its place
+//! in it until the next one (an approximation of least recently used that costs no lock on the
+//! ack path). Only members that held memory of the kind since the last sort are ever looked at:
+//! a member enters the next revolution's candidates when its bytes of that kind go from zero to
+//! nonzero (a flag, so once) or when it was asked and still holds some. So a reclaim costs
+//! amortised O(log members) per member asked, whatever the number of members, and joining or
+//! leaving the budget costs O(1).
 //!
 //! Lock order: a member asks others while its own cursor's lock is held, so a hook must never
 //! block on its cursor's lock: it tries it and releases nothing when the cursor is busy (that
@@ -36,11 +44,32 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 /// What a member of an [`AckBudget`] does when another member needs memory: release up to
-/// `bytes` of its resident ack state without blocking (a busy member releases nothing), and
-/// return how many bytes it released.
+/// `bytes` of its resident ack state of the kind asked for without blocking (a busy member
+/// releases nothing), and return how many bytes it released.
 pub(crate) trait Release: Send + Sync {
-    /// Releases up to `bytes` bytes (at least that many if it can), never blocking on a lock.
-    fn try_release(&self, bytes: usize) -> usize;
+    /// Releases up to `bytes` bytes of `what` (at least that many if it can), never blocking
+    /// on a lock.
+    fn try_release(&self, bytes: usize, what: Releasable) -> usize;
+}
+
+/// Which of its resident memory a member is asked to release.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Releasable {
+    /// Partitions whose persisted copy is current: dropping them writes nothing.
+    Saved,
+    /// Anything, saved partitions first; a partition the store does not hold is written out
+    /// before it is dropped.
+    Any,
+}
+
+impl Releasable {
+    /// The slot of this kind in a member's flags and the budget's revolutions.
+    fn slot(self) -> usize {
+        match self {
+            Self::Saved => 0,
+            Self::Any => 1,
+        }
+    }
 }
 
 /// Figures of an [`AckBudget`].
@@ -65,15 +94,37 @@ pub struct AckBudgetStats {
 /// reference, so a member that left is a dead `Weak` the next sort drops.
 struct Member {
     resident: AtomicUsize,
+    /// The part of `resident` that is saved (see [`Releasable::Saved`]).
+    saved: AtomicUsize,
     last_used: AtomicU64,
-    /// Whether the member is in the current revolution or among the next one's candidates.
-    /// Set by the member when its bytes become nonzero, cleared by a sort or an ask that
-    /// finds it holding nothing.
-    listed: AtomicBool,
+    /// Per [`Releasable::slot`]: whether the member is in the current revolution of that kind
+    /// or among the next one's candidates. Set by the member when its bytes of the kind become
+    /// nonzero, cleared by a sort or an ask that finds it holding none.
+    listed: [AtomicBool; 2],
     hook: OnceLock<Weak<dyn Release>>,
 }
 
-/// The order members are asked in (see the module docs).
+impl Member {
+    /// Bytes of `what` the member holds.
+    fn holds(&self, what: Releasable) -> usize {
+        match what {
+            Releasable::Saved => self.saved.load(Ordering::SeqCst),
+            Releasable::Any => self.resident.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Takes the member off the revolution of `what`, then lists it again unless it holds none
+    /// of `what`; returns whether it was listed again. The flag is cleared before the check, so
+    /// a member whose bytes become nonzero meanwhile lists itself (at most once, by the flag's
+    /// swap).
+    fn relist(&self, what: Releasable) -> bool {
+        let listed = &self.listed[what.slot()];
+        listed.store(false, Ordering::SeqCst);
+        self.holds(what) > 0 && !listed.swap(true, Ordering::SeqCst)
+    }
+}
+
+/// The order members are asked in for one [`Releasable`] (see the module docs).
 #[derive(Default)]
 struct Revolution {
     /// Members still to be asked in this revolution, least recently used first.
@@ -90,7 +141,8 @@ struct Shared {
     members: AtomicUsize,
     released: AtomicU64,
     busy: AtomicU64,
-    revolution: Mutex<Revolution>,
+    /// One revolution per [`Releasable::slot`].
+    revolution: Mutex<[Revolution; 2]>,
 }
 
 /// One ack memory budget shared by many cursors. Cheap to clone (clones share the budget);
@@ -126,7 +178,7 @@ impl AckBudget {
             members: AtomicUsize::new(0),
             released: AtomicU64::new(0),
             busy: AtomicU64::new(0),
-            revolution: Mutex::new(Revolution::default()),
+            revolution: Mutex::new(Default::default()),
         }))
     }
 
@@ -158,14 +210,15 @@ impl AckBudget {
             budget: self.clone(),
             member: Arc::new(Member {
                 resident: AtomicUsize::new(0),
+                saved: AtomicUsize::new(0),
                 last_used: AtomicU64::new(self.0.clock.fetch_add(1, Ordering::SeqCst)),
-                listed: AtomicBool::new(false),
+                listed: [AtomicBool::new(false), AtomicBool::new(false)],
                 hook: OnceLock::new(),
             }),
         }
     }
 
-    fn revolution(&self) -> std::sync::MutexGuard<'_, Revolution> {
+    fn revolutions(&self) -> std::sync::MutexGuard<'_, [Revolution; 2]> {
         // Plain data; keep it after a panic elsewhere.
         self.0
             .revolution
@@ -202,13 +255,14 @@ impl BudgetLink {
         let _ = self.member.hook.set(hook);
     }
 
-    /// Publishes this member's resident bytes and marks it most recently used.
+    /// Publishes this member's resident bytes, `saved` of them saved (at most `bytes`), and
+    /// marks it most recently used.
     ///
     /// Called after every operation of the member, so it writes the budget's shared counters
     /// only when something changed: a new tick of the clock unless this member took the last
     /// one (then no member was used since, and the order by last use is already right), and the
     /// total only when the member's bytes changed.
-    pub(crate) fn publish(&self, bytes: usize) {
+    pub(crate) fn publish(&self, bytes: usize, saved: usize) {
         let shared = &self.budget.0;
         let member = &self.member;
         let last = member.last_used.load(Ordering::SeqCst);
@@ -226,16 +280,21 @@ impl BudgetLink {
                 shared.total.fetch_sub(old - bytes, Ordering::SeqCst);
             }
         }
-        if bytes > 0 && !member.listed.load(Ordering::SeqCst) {
-            self.list();
+        if member.saved.load(Ordering::SeqCst) != saved {
+            member.saved.store(saved, Ordering::SeqCst);
+        }
+        for (held, what) in [(bytes, Releasable::Any), (saved, Releasable::Saved)] {
+            if held > 0 && !member.listed[what.slot()].load(Ordering::SeqCst) {
+                self.list(what);
+            }
         }
     }
 
-    /// Makes this member a candidate of the next revolution, unless it is listed already.
-    fn list(&self) {
-        if !self.member.listed.swap(true, Ordering::SeqCst) {
-            self.budget
-                .revolution()
+    /// Makes this member a candidate of the next revolution of `what`, unless it is listed
+    /// already.
+    fn list(&self, what: Releasable) {
+        if !self.member.listed[what.slot()].swap(true, Ordering::SeqCst) {
+            self.budget.revolutions()[what.slot()]
                 .candidates
                 .push(Arc::downgrade(&self.member));
         }
@@ -272,18 +331,18 @@ impl BudgetLink {
         shared.limit.saturating_sub(others)
     }
 
-    /// Asks the other members, in the revolution's order (least recently used first), to
-    /// release memory until the total is within the limit, or until every member that held
-    /// memory when this call began was asked. Never blocks on a member (see the module docs);
-    /// the revolution's lock is not held while they release.
-    pub(crate) fn reclaim_from_others(&self) {
+    /// Asks the other members, in the order of the revolution of `what` (least recently used
+    /// first), to release memory of that kind until the total is within the limit, or until
+    /// every member that held such memory when this call began was asked. Never blocks on a
+    /// member (see the module docs); the revolution's lock is not held while they release.
+    pub(crate) fn reclaim_from_others(&self, what: Releasable) {
         let shared = &self.budget.0;
         // At most one sort per call: a call that finds the revolution ended sorts the next
         // one, and a call never asks a member twice.
         let mut sorted = false;
         let mut asked_self = false;
         while self.excess() > 0 {
-            let Some(next) = self.next_to_ask(&mut sorted) else {
+            let Some(next) = self.next_to_ask(what, &mut sorted) else {
                 break;
             };
             if Arc::ptr_eq(&next, &self.member) {
@@ -292,36 +351,38 @@ impl BudgetLink {
                     break;
                 }
                 asked_self = true;
-                self.budget
-                    .revolution()
-                    .candidates
-                    .push(Arc::downgrade(&next));
+                self.push_candidate(what, &next);
                 continue;
             }
-            let hook = next.hook.get().and_then(Weak::upgrade);
-            let released = hook.map_or(0, |h| h.try_release(self.excess()));
-            if released == 0 {
-                shared.busy.fetch_add(1, Ordering::SeqCst);
+            // A member that holds none of `what` any more is not asked (nor counted busy).
+            if next.holds(what) > 0 {
+                let hook = next.hook.get().and_then(Weak::upgrade);
+                let released = hook.map_or(0, |h| h.try_release(self.excess(), what));
+                if released == 0 {
+                    shared.busy.fetch_add(1, Ordering::SeqCst);
+                }
+                shared.released.fetch_add(released as u64, Ordering::SeqCst);
             }
-            shared.released.fetch_add(released as u64, Ordering::SeqCst);
-            // Asked: a member that still holds memory is a candidate of the next revolution.
-            // The flag is cleared before the check, so a member whose bytes become nonzero
-            // meanwhile lists itself (at most once, by the flag's swap).
-            next.listed.store(false, Ordering::SeqCst);
-            if next.resident.load(Ordering::SeqCst) > 0 && !next.listed.swap(true, Ordering::SeqCst)
-            {
-                self.budget
-                    .revolution()
-                    .candidates
-                    .push(Arc::downgrade(&next));
+            // Asked: a member that still holds memory of the kind is a candidate of the next
+            // revolution.
+            if next.relist(what) {
+                self.push_candidate(what, &next);
             }
         }
     }
 
-    /// The next member of the revolution, sorting the next revolution from the candidates
-    /// when this one ended (once per call: `sorted`).
-    fn next_to_ask(&self, sorted: &mut bool) -> Option<Arc<Member>> {
-        let mut revolution = self.budget.revolution();
+    /// Makes `member` a candidate of the next revolution of `what` (its flag is set already).
+    fn push_candidate(&self, what: Releasable, member: &Arc<Member>) {
+        self.budget.revolutions()[what.slot()]
+            .candidates
+            .push(Arc::downgrade(member));
+    }
+
+    /// The next member of the revolution of `what`, sorting the next revolution from the
+    /// candidates when this one ended (once per call: `sorted`).
+    fn next_to_ask(&self, what: Releasable, sorted: &mut bool) -> Option<Arc<Member>> {
+        let mut revolutions = self.budget.revolutions();
+        let revolution = &mut revolutions[what.slot()];
         if revolution.queue.is_empty() {
             if *sorted {
                 return None;
@@ -333,11 +394,7 @@ impl BudgetLink {
                 let Some(member) = weak.upgrade() else {
                     continue;
                 };
-                // Cleared before the check, as in `reclaim_from_others`.
-                member.listed.store(false, Ordering::SeqCst);
-                if member.resident.load(Ordering::SeqCst) > 0
-                    && !member.listed.swap(true, Ordering::SeqCst)
-                {
+                if member.relist(what) {
                     next.push((member.last_used.load(Ordering::SeqCst), member));
                 }
             }
@@ -351,6 +408,7 @@ impl BudgetLink {
 impl Drop for BudgetLink {
     fn drop(&mut self) {
         let shared = &self.budget.0;
+        self.member.saved.store(0, Ordering::SeqCst);
         let old = self.member.resident.swap(0, Ordering::SeqCst);
         shared.total.fetch_sub(old, Ordering::SeqCst);
         shared.members.fetch_sub(1, Ordering::SeqCst);
@@ -367,8 +425,8 @@ mod tests {
     struct Member(Mutex<RangeSetWrapper>);
 
     impl Release for Member {
-        fn try_release(&self, bytes: usize) -> usize {
-            self.0.try_lock().map_or(0, |mut w| w.release(bytes))
+        fn try_release(&self, bytes: usize, what: Releasable) -> usize {
+            self.0.try_lock().map_or(0, |mut w| w.release(bytes, what))
         }
     }
 

@@ -35,7 +35,7 @@ pub mod pulsar;
 
 pub use crate::format::partition::{PARTITION_BITS, PARTITION_SPAN, PartitionKey};
 pub use budget::{AckBudget, AckBudgetStats};
-pub(crate) use budget::{BudgetLink, Release};
+pub(crate) use budget::{BudgetLink, Releasable, Release};
 pub use set::{AckSet, Ranges};
 pub use store::{MemPartitionStore, PartitionStore};
 pub use wrapper::{AckSetStats, INDEX_ENTRY_BYTES, RangeSetWrapper};

@@ -4,10 +4,18 @@
 //! memory outside the budget (at most [`INDEX_ENTRY_BYTES`] a partition); bitmaps are resident or
 //! in the [`PartitionStore`]. A resident partition is charged an upper bound of its heap (see the
 //! module `ackset`), not its serialized size. The partition in
-//! use ("hot", the most recently used) is held apart from the `lru` cache of the others, so runs of
+//! use ("hot", the most recently used) is held apart from the caches of the others, so runs of
 //! acks in one partition cost no lookup. Before another partition becomes hot, the previous one
-//! joins the cache as its most recent entry and least recently used partitions are evicted until
-//! the resident bytes are within the budget: they never exceed the budget plus the hot partition.
+//! joins a cache as its most recent entry and partitions are evicted until the resident bytes
+//! are within the budget: they never exceed the budget plus the hot partition.
+//!
+//! The others are in two LRU caches: *saved* partitions (the store holds their contents) and
+//! *unsaved* ones. Evictions take the least recently used saved partition while there is one,
+//! since dropping it writes nothing, and store an unsaved one only when no saved one is left;
+//! a shared budget asks other sets for their saved partitions first too
+//! ([`Releasable`](super::Releasable)). A partition moves to the saved cache, as its most
+//! recent entry, when the persistence layer says the store holds it
+//! ([`RangeSetWrapper::mark_persisted`]).
 //!
 //! When the store fails (a full disk), the partition it could not take stays resident, *pinned*
 //! outside the cache and past the budget, and later evictions pin unsaved partitions without
@@ -30,11 +38,11 @@ use std::ops::Bound;
 use lru::LruCache;
 use roaring::RoaringBitmap;
 
-use super::BudgetLink;
 use super::{
     AckRange, Charge, Direction, LAST_OFFSET, PartitionKey, PartitionStore, RangeJoiner, chunks,
     clip, count_clipped, settle, settle_after_insert,
 };
+use super::{BudgetLink, Releasable};
 use crate::error::{CorruptionKind, Error, Result};
 use crate::position::Position;
 
@@ -44,18 +52,53 @@ use crate::position::Position;
 /// costs at most one leaf more.
 pub const INDEX_ENTRY_BYTES: usize = 96;
 
-/// Bytes the LRU cache's hash table is charged per slot: 16 bytes of pointers and one control
+/// Bytes an LRU cache's hash table is charged per slot: 16 bytes of pointers and one control
 /// byte a bucket, at most 16/7 buckets an entry right after the table grew. The table never
-/// shrinks while partitions remain cached, so the wrapper charges it for the most partitions
-/// ever cached at once, and frees it when none is.
+/// shrinks while partitions remain cached, so each cache is charged for the most partitions
+/// it ever held at once, and its table freed when it holds none.
 const LRU_SLOT_BYTES: usize = 40;
+
+/// Resident partitions in least recently used order, and the size of the hash table behind
+/// them.
+struct Cache {
+    map: LruCache<PartitionKey, Resident>,
+    /// The most partitions `map` has held since it was last emptied and freed: its table's size.
+    slots: usize,
+}
+
+impl Cache {
+    fn new() -> Self {
+        Self {
+            map: LruCache::unbounded(),
+            slots: 0,
+        }
+    }
+
+    /// Puts a partition in as the most recently used entry; returns the bytes the table grew by.
+    fn put(&mut self, key: PartitionKey, resident: Resident) -> usize {
+        self.map.put(key, resident);
+        let grown = self.map.len().saturating_sub(self.slots);
+        self.slots += grown;
+        grown * LRU_SLOT_BYTES
+    }
+
+    /// Frees the table if no partition is left in it; returns the bytes freed.
+    fn free_if_empty(&mut self) -> usize {
+        if !self.map.is_empty() || self.slots == 0 {
+            return 0;
+        }
+        let freed = self.slots * LRU_SLOT_BYTES;
+        *self = Self::new();
+        freed
+    }
+}
 
 /// Counters and sizes of a cursor's ack set: resident bytes against its budget, partitions
 /// resident, evicted and loaded.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AckSetStats {
     /// Bytes charged for resident partitions (an upper bound of each one's heap) and for the LRU
-    /// cache's hash table.
+    /// caches' hash tables.
     pub resident_bytes: usize,
     /// The highest `resident_bytes` ever reached.
     pub peak_resident_bytes: usize,
@@ -121,17 +164,20 @@ pub struct RangeSetWrapper {
     /// Bytes of state outside the partitions charged to `budget` ([`Self::set_charge`]).
     charged: usize,
     index: BTreeMap<PartitionKey, IndexEntry>,
-    lru: LruCache<PartitionKey, Resident>,
-    /// The most recently used partition, resident but not in `lru`.
+    /// Resident partitions other than the hot one whose contents the store holds.
+    saved: Cache,
+    /// Bytes charged for the partitions in `saved`.
+    saved_bytes: usize,
+    /// Resident partitions other than the hot and pinned ones that the store does not hold.
+    unsaved: Cache,
+    /// The most recently used partition, resident but in no cache.
     hot: Option<(PartitionKey, Resident)>,
-    /// Unsaved partitions the store could not take: resident, in neither `lru` nor `hot`.
+    /// Unsaved partitions the store could not take: resident, in no cache and not `hot`.
     pinned: BTreeMap<PartitionKey, Resident>,
     /// A store failed since the last [`RangeSetWrapper::resume_stores`]: evictions pin unsaved
     /// partitions instead of storing them.
     stores_blocked: bool,
     store_failures: u64,
-    /// The most partitions `lru` has held since it was last emptied and freed: its table's size.
-    lru_slots: usize,
     len: u64,
     resident_bytes: usize,
     peak_resident_bytes: usize,
@@ -161,12 +207,13 @@ impl RangeSetWrapper {
             budget: budget_bytes,
             charged: 0,
             index: BTreeMap::new(),
-            lru: LruCache::unbounded(),
+            saved: Cache::new(),
+            saved_bytes: 0,
+            unsaved: Cache::new(),
             hot: None,
             pinned: BTreeMap::new(),
             stores_blocked: false,
             store_failures: 0,
-            lru_slots: 0,
             len: 0,
             resident_bytes: 0,
             peak_resident_bytes: 0,
@@ -188,26 +235,33 @@ impl RangeSetWrapper {
         self.make_room();
     }
 
-    /// Releases resident partitions, least recently used first and the hot one too, until
-    /// `bytes` are freed or nothing is left but what the store could not take; returns the
-    /// bytes freed. For another cursor that needs the shared budget's room.
-    pub(crate) fn release(&mut self, bytes: usize) -> usize {
+    /// Releases resident partitions of `what`, the hot one too, saved ones first and each
+    /// kind least recently used first, until `bytes` are freed or nothing of `what` is left
+    /// but what the store could not take; returns the bytes freed. For another cursor that
+    /// needs the shared budget's room.
+    pub(crate) fn release(&mut self, bytes: usize, what: Releasable) -> usize {
         let before = self.resident_bytes;
         self.retire_hot();
-        while before - self.resident_bytes.min(before) < bytes && !self.lru.is_empty() {
-            self.evict_lru();
-        }
-        if self.lru.is_empty() {
-            self.free_table();
-        }
+        while before.saturating_sub(self.resident_bytes) < bytes
+            && self.evict_one(what == Releasable::Any)
+        {}
+        self.free_tables();
         self.publish();
         before.saturating_sub(self.resident_bytes)
     }
 
-    /// Publishes the resident plus charged bytes to the shared budget, if any.
+    /// Publishes the resident plus charged bytes, and the saved ones among them, to the
+    /// shared budget, if any.
     fn publish(&self) {
         if let Some(link) = &self.link {
-            link.publish(self.resident_bytes + self.charged);
+            let hot_saved = match &self.hot {
+                Some((_, resident)) if !resident.unsaved => resident.charge.bytes,
+                _ => 0,
+            };
+            link.publish(
+                self.resident_bytes + self.charged,
+                self.saved_bytes + hot_saved,
+            );
         }
     }
 
@@ -367,8 +421,9 @@ impl RangeSetWrapper {
             self.store.forget(*key);
         }
         self.index.clear();
-        self.lru = LruCache::unbounded();
-        self.lru_slots = 0;
+        self.saved = Cache::new();
+        self.saved_bytes = 0;
+        self.unsaved = Cache::new();
         self.hot = None;
         self.pinned.clear();
         self.stores_blocked = false;
@@ -409,13 +464,19 @@ impl RangeSetWrapper {
         let Some(entry) = self.index.get_mut(&key) else {
             return;
         };
-        let dirty = match (&mut self.hot, self.lru.peek_mut(&key)) {
-            (Some((hot, resident)), _) if *hot == key => &mut resident.dirty,
-            (_, Some(resident)) if entry.resident => &mut resident.dirty,
-            _ => match self.pinned.get_mut(&key) {
-                Some(resident) => &mut resident.dirty,
-                None => &mut entry.dirty,
-            },
+        let resident = match &mut self.hot {
+            Some((hot, resident)) if *hot == key => Some(resident),
+            _ if entry.resident => self
+                .saved
+                .map
+                .peek_mut(&key)
+                .or_else(|| self.unsaved.map.peek_mut(&key))
+                .or_else(|| self.pinned.get_mut(&key)),
+            _ => None,
+        };
+        let dirty = match resident {
+            Some(resident) => &mut resident.dirty,
+            None => &mut entry.dirty,
         };
         if *dirty {
             *dirty = false;
@@ -425,15 +486,18 @@ impl RangeSetWrapper {
 
     /// The partition's current contents are persisted and the store holds them (the
     /// persistence layer wrote it where the store loads it from): it is clean, and evicting it
-    /// needs no store. An unknown key is ignored.
+    /// needs no store (a cached one moves to the saved cache, a pinned one stays pinned until
+    /// [`Self::resume_stores`]). An unknown key is ignored.
     pub fn mark_persisted(&mut self, key: PartitionKey) {
         self.mark_clean(key);
-        let resident = match (&mut self.hot, self.lru.peek_mut(&key)) {
-            (Some((hot, resident)), _) if *hot == key => Some(resident),
-            (_, Some(resident)) => Some(resident),
-            _ => self.pinned.get_mut(&key),
-        };
-        if let Some(resident) = resident {
+        if let Some((hot, resident)) = &mut self.hot
+            && *hot == key
+        {
+            resident.unsaved = false;
+        } else if let Some(mut resident) = self.unsaved.map.pop(&key) {
+            resident.unsaved = false;
+            self.cache(key, resident);
+        } else if let Some(resident) = self.pinned.get_mut(&key) {
             resident.unsaved = false;
         }
     }
@@ -458,8 +522,14 @@ impl RangeSetWrapper {
     pub fn resume_stores(&mut self) {
         self.stores_blocked = false;
         for (key, resident) in std::mem::take(&mut self.pinned) {
+            let unsaved = resident.unsaved;
             self.cache(key, resident);
-            self.lru.demote(&key);
+            let cache = if unsaved {
+                &mut self.unsaved
+            } else {
+                &mut self.saved
+            };
+            cache.map.demote(&key);
         }
         self.make_room();
     }
@@ -535,7 +605,8 @@ impl RangeSetWrapper {
             budget_bytes: self.budget,
             charged_bytes: self.charged,
             index_bytes: self.index.len() * INDEX_ENTRY_BYTES,
-            resident_partitions: self.lru.len()
+            resident_partitions: self.saved.map.len()
+                + self.unsaved.map.len()
                 + self.pinned.len()
                 + usize::from(self.hot.is_some()),
             partitions: self.index.len(),
@@ -553,7 +624,12 @@ impl RangeSetWrapper {
     fn state(&self, key: PartitionKey, entry: &IndexEntry) -> (u64, bool) {
         let resident = match &self.hot {
             Some((hot, resident)) if *hot == key => Some(resident),
-            _ if entry.resident => self.lru.peek(&key).or_else(|| self.pinned.get(&key)),
+            _ if entry.resident => self
+                .saved
+                .map
+                .peek(&key)
+                .or_else(|| self.unsaved.map.peek(&key))
+                .or_else(|| self.pinned.get(&key)),
             _ => None,
         };
         resident.map_or((entry.cardinality, entry.dirty), |r| {
@@ -604,7 +680,7 @@ impl RangeSetWrapper {
             self.drop_partition(key);
         }
         if let Some(link) = &self.link {
-            link.publish(self.resident_bytes + self.charged);
+            self.publish();
             if link.excess() > 0 {
                 self.make_room();
             } else {
@@ -619,9 +695,9 @@ impl RangeSetWrapper {
     /// created empty. `false` if it does not exist and is not to be created. On `Err` nothing
     /// observable has changed.
     fn make_hot(&mut self, key: PartitionKey, create: bool) -> Result<bool> {
-        // A resident partition other than the hot one is in the cache (or pinned): no index
+        // A resident partition other than the hot one is in a cache (or pinned): no index
         // lookup needed.
-        if let Some(resident) = self.lru.pop(&key).or_else(|| self.pinned.remove(&key)) {
+        if let Some(resident) = self.uncache(key).or_else(|| self.pinned.remove(&key)) {
             self.retire_hot();
             self.make_room();
             self.hot = Some((key, resident));
@@ -650,22 +726,35 @@ impl RangeSetWrapper {
         Ok(true)
     }
 
-    /// Moves the hot partition, if any, into the cache as its most recently used entry.
+    /// Moves the hot partition, if any, into its cache as the most recently used entry.
     fn retire_hot(&mut self) {
         if let Some((previous, resident)) = self.hot.take() {
             self.cache(previous, resident);
         }
     }
 
-    /// Puts a resident partition in the cache as its most recently used entry, charging the hash
-    /// table's growth.
+    /// Puts a resident partition in its cache (saved or unsaved) as the most recently used
+    /// entry, charging the hash table's growth.
     fn cache(&mut self, key: PartitionKey, resident: Resident) {
-        self.lru.put(key, resident);
-        if self.lru.len() > self.lru_slots {
-            self.resident_bytes += (self.lru.len() - self.lru_slots) * LRU_SLOT_BYTES;
-            self.lru_slots = self.lru.len();
+        let grown = if resident.unsaved {
+            self.unsaved.put(key, resident)
+        } else {
+            self.saved_bytes += resident.charge.bytes;
+            self.saved.put(key, resident)
+        };
+        if grown > 0 {
+            self.resident_bytes += grown;
             self.peak_resident_bytes = self.peak_resident_bytes.max(self.resident_bytes);
         }
+    }
+
+    /// Takes `key` out of the cache that holds it, if one does.
+    fn uncache(&mut self, key: PartitionKey) -> Option<Resident> {
+        if let Some(resident) = self.saved.map.pop(&key) {
+            self.saved_bytes -= resident.charge.bytes;
+            return Some(resident);
+        }
+        self.unsaved.map.pop(&key)
     }
 
     /// Charges a bitmap that becomes resident and marks it resident in the index.
@@ -712,46 +801,63 @@ impl RangeSetWrapper {
         Ok(bitmap)
     }
 
-    /// Evicts least recently used partitions of the cache until the resident bytes are within
-    /// the budget or the cache is empty (the hot partition is never evicted; one the store
-    /// cannot take is pinned); an empty cache's table is freed if it alone is over the budget.
+    /// Evicts cached partitions until the resident bytes are within the budget (the hot
+    /// partition is never evicted; one the store cannot take is pinned): saved partitions
+    /// first, this set's and then, in a shared budget, other sets' (asked through the budget),
+    /// and only then unsaved ones, which are stored first (a write on this thread). An empty
+    /// cache's table is freed if the resident bytes are still over the budget.
     fn make_room(&mut self) {
-        let mut room = self.budget.saturating_sub(self.charged);
-        if let Some(link) = &self.link {
-            link.publish(self.resident_bytes + self.charged);
-            link.reclaim_from_others();
-            room = room.min(link.room().saturating_sub(self.charged));
-        }
-        while self.resident_bytes > room && !self.lru.is_empty() {
-            self.evict_lru();
-        }
-        if self.resident_bytes > room && self.lru.is_empty() {
-            self.free_table();
+        let room = self.reclaim_shared(Releasable::Saved);
+        self.evict_to(room, false);
+        if self.resident_bytes > room {
+            let room = self.reclaim_shared(Releasable::Any);
+            self.evict_to(room, true);
+            if self.resident_bytes > room {
+                self.free_tables();
+            }
         }
         if let Some(link) = &self.link {
-            link.publish(self.resident_bytes + self.charged);
+            self.publish();
             link.settled();
         }
     }
 
-    /// Frees the hash table of the (empty) cache.
-    fn free_table(&mut self) {
-        debug_assert!(self.lru.is_empty());
-        if self.lru_slots > 0 {
-            self.lru = LruCache::unbounded();
-            self.resident_bytes -= self.lru_slots * LRU_SLOT_BYTES;
-            self.lru_slots = 0;
-        }
+    /// What this set may hold now: its budget less the charge and, in a shared budget, what
+    /// the other members hold after they were asked to release memory of `what` (if the
+    /// shared total is over the limit).
+    fn reclaim_shared(&self, what: Releasable) -> usize {
+        let room = self.budget.saturating_sub(self.charged);
+        let Some(link) = &self.link else {
+            return room;
+        };
+        self.publish();
+        link.reclaim_from_others(what);
+        room.min(link.room().saturating_sub(self.charged))
     }
 
-    /// Evicts the least recently used partition, storing it first if unsaved. If the store
-    /// fails, or failed since the last [`Self::resume_stores`], an unsaved partition is pinned
-    /// instead: it stays resident, past the budget.
-    fn evict_lru(&mut self) {
-        let Some((key, resident)) = self.lru.pop_lru() else {
-            return;
-        };
-        if resident.unsaved {
+    /// Evicts cached partitions, saved ones first, until the resident bytes are at most `room`
+    /// or none of what `unsaved_too` allows is left.
+    fn evict_to(&mut self, room: usize, unsaved_too: bool) {
+        while self.resident_bytes > room && self.evict_one(unsaved_too) {}
+    }
+
+    /// Frees the hash table of each empty cache.
+    fn free_tables(&mut self) {
+        self.resident_bytes -= self.saved.free_if_empty() + self.unsaved.free_if_empty();
+    }
+
+    /// Evicts the least recently used saved partition (dropped: the store holds it) or, when
+    /// none is cached and `unsaved_too`, the least recently used unsaved one, storing it first.
+    /// If the store fails, or failed since the last [`Self::resume_stores`], the unsaved
+    /// partition is pinned instead: it stays resident, past the budget. Returns `false` when
+    /// there was nothing to evict.
+    fn evict_one(&mut self, unsaved_too: bool) -> bool {
+        let (key, resident) = if let Some((key, resident)) = self.saved.map.pop_lru() {
+            self.saved_bytes -= resident.charge.bytes;
+            (key, resident)
+        } else if let Some((key, resident)) =
+            unsaved_too.then(|| self.unsaved.map.pop_lru()).flatten()
+        {
             if !self.stores_blocked && self.store.store(key, &resident.bitmap).is_err() {
                 // The error itself is not the caller's: nothing is lost, and the persistence
                 // layer's next flush meets the same condition and reports it.
@@ -760,10 +866,13 @@ impl RangeSetWrapper {
             }
             if self.stores_blocked {
                 self.pinned.insert(key, resident);
-                return;
+                return true;
             }
             self.stores += 1;
-        }
+            (key, resident)
+        } else {
+            return false;
+        };
         self.resident_bytes -= resident.charge.bytes;
         if let Some(entry) = self.index.get_mut(&key) {
             entry.resident = false;
@@ -771,6 +880,7 @@ impl RangeSetWrapper {
             entry.dirty = resident.dirty;
         }
         self.evictions += 1;
+        true
     }
 
     /// Removes a partition entirely: index, memory, and the store's copy.
@@ -788,15 +898,13 @@ impl RangeSetWrapper {
             Some((hot, resident)) if hot == key => Some(resident),
             other => {
                 self.hot = other;
-                self.lru.pop(&key).or_else(|| self.pinned.remove(&key))
+                self.uncache(key).or_else(|| self.pinned.remove(&key))
             }
         };
         if let Some(resident) = resident {
             self.resident_bytes -= resident.charge.bytes;
         }
-        if self.lru.is_empty() {
-            self.free_table();
-        }
+        self.free_tables();
         self.store.forget(key);
     }
 
@@ -900,6 +1008,30 @@ mod tests {
         assert_eq!(w.dirty_keys(), vec![key(1, 0), key(2, 0)]);
         w.mark_clean(key(1, 0));
         assert_eq!(w.dirty_keys(), vec![key(2, 0)]);
+    }
+
+    #[test]
+    fn a_saved_partition_is_evicted_before_an_older_unsaved_one() {
+        let budget = small_partition_budget(3);
+        let mut w = RangeSetWrapper::new(Box::new(MemPartitionStore::new()), budget);
+        for ledger in 1..=3 {
+            w.add(p(ledger, 1)).expect("add");
+        }
+        // The store holds (2, 0) now; (1, 0), used longer ago, it does not.
+        w.store_mut()
+            .store(key(2, 0), &RoaringBitmap::from([1]))
+            .expect("store");
+        w.mark_persisted(key(2, 0));
+        w.add(p(4, 1)).expect("add");
+        let s = w.stats();
+        assert_eq!((s.evictions, s.stores), (1, 0), "{s:?}");
+        assert!(w.is_resident(key(1, 0)) && !w.is_resident(key(2, 0)));
+        // With no saved partition left, the least recently used unsaved one is stored.
+        w.add(p(5, 1)).expect("add");
+        let s = w.stats();
+        assert_eq!((s.evictions, s.stores), (2, 1), "{s:?}");
+        assert!(!w.is_resident(key(1, 0)));
+        assert_eq!(w.range_count().expect("count"), 5);
     }
 
     #[test]

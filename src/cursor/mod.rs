@@ -50,7 +50,7 @@ pub(crate) use record::Fence;
 pub use recover::RecoverySource;
 pub use state::{CursorState, NO_MARK_DELETE};
 
-use crate::ackset::{AckSetStats, MemPartitionStore, RangeSetWrapper, Release};
+use crate::ackset::{AckSetStats, MemPartitionStore, RangeSetWrapper, Releasable, Release};
 use crate::entry::Entry;
 use crate::error::{Error, Result};
 use crate::finder::{self, Layout, ReadableLayout};
@@ -343,6 +343,10 @@ struct Core {
     claim_failed: bool,
     recovery_source: Option<RecoverySource>,
     counters: Counters,
+    /// What `CursorShared::published_mark` holds: it is written only under this lock
+    /// ([`CursorShared::publish_mark`]), so this copy tells without its own lock whether a
+    /// write would change it.
+    published_mark: Option<Position>,
 }
 
 impl Core {
@@ -567,6 +571,7 @@ impl CursorShared {
                 claim_failed: false,
                 recovery_source: persistence.recovery_source,
                 counters: Counters::default(),
+                published_mark: mark,
             }),
             published_mark: Mutex::new(mark),
             closed: AtomicBool::new(false),
@@ -629,6 +634,7 @@ impl CursorShared {
                 claim_failed: false,
                 recovery_source: None,
                 counters: Counters::default(),
+                published_mark: mark,
             }),
             published_mark: Mutex::new(mark),
             closed: AtomicBool::new(false),
@@ -655,6 +661,15 @@ impl CursorShared {
     /// Mark-delete as of the last completed operation.
     pub(crate) fn published_mark(&self) -> Option<Position> {
         *lock(&self.published_mark)
+    }
+
+    /// Publishes `mark` as the cursor's mark-delete for trims (`core` is this cursor's, locked).
+    /// Runs after every operation, so the shared copy is written only when it changes.
+    fn publish_mark(&self, core: &mut Core, mark: Option<Position>) {
+        if core.published_mark != mark {
+            core.published_mark = mark;
+            *lock(&self.published_mark) = mark;
+        }
     }
 
     /// Refuses every later operation on every handle without flushing (the cursor is being
@@ -825,10 +840,12 @@ fn background_flusher(cursor: &Weak<CursorShared>, stop: &mpsc::Receiver<()>, in
 /// is busy (its lock is taken), in which case it brings the shared total down itself at the
 /// end of its operation. Never blocks on the lock.
 impl Release for CursorShared {
-    fn try_release(&self, bytes: usize) -> usize {
+    fn try_release(&self, bytes: usize, what: Releasable) -> usize {
         match self.core.try_lock() {
-            Ok(mut core) => core.state.release_memory(bytes),
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().state.release_memory(bytes),
+            Ok(mut core) => core.state.release_memory(bytes, what),
+            Err(std::sync::TryLockError::Poisoned(p)) => {
+                p.into_inner().state.release_memory(bytes, what)
+            }
             Err(std::sync::TryLockError::WouldBlock) => 0,
         }
     }
@@ -863,7 +880,8 @@ impl Cursor {
         // Acks, skips and trims drop partial entries too: the budget charge follows them now,
         // not at the next flush (which a reader never makes).
         core.state.charge_batch();
-        *lock(&self.shared.published_mark) = core.state.mark_delete;
+        let mark = core.state.mark_delete;
+        self.shared.publish_mark(&mut core, mark);
         drop(layout);
         core.claim_if_past_budget(self.shared.topic.as_ref());
         drop(core);
@@ -906,7 +924,8 @@ impl Cursor {
                 let target = planned.target();
                 let mark = state::mark_before(&layout, target);
                 persisted.mark_delete = mark.unwrap_or(NO_MARK_DELETE);
-                *lock(&shared.published_mark) = core.state.mark_delete.min(mark);
+                let mark = core.state.mark_delete.min(mark);
+                shared.publish_mark(&mut core, mark);
             }
             (planned, persisted)
         };
@@ -953,7 +972,8 @@ impl Cursor {
                 .and_then(|p| p.update_record(&target_state)),
         };
         if let Err(e) = written {
-            *lock(&shared.published_mark) = core.state.mark_delete;
+            let mark = core.state.mark_delete;
+            shared.publish_mark(&mut core, mark);
             return Err(e);
         }
         core.counters.flushes += u64::from(core.durable);
@@ -990,7 +1010,8 @@ impl Cursor {
             }
         };
         core.state.charge_batch();
-        *lock(&shared.published_mark) = core.state.mark_delete;
+        let mark = core.state.mark_delete;
+        shared.publish_mark(&mut core, mark);
         drop((layout, core));
         // Every reset moves the read position: a read waiting for entries looks again.
         shared.topic.wake_readers();
@@ -1246,7 +1267,8 @@ impl Cursor {
                 core.state.follow_trim(&layout)?;
             }
             let planned = core.state.plan_read(&layout, max);
-            *lock(&self.shared.published_mark) = core.state.mark_delete;
+            let mark = core.state.mark_delete;
+            self.shared.publish_mark(&mut core, mark);
             planned?
         };
         let log = self.shared.topic.log()?;

@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::ackset::{PartitionKey, RangeSetWrapper};
+use crate::ackset::{PartitionKey, RangeSetWrapper, Releasable};
 use crate::error::{Error, Result};
 use crate::finder::Layout;
 use crate::format::cursor::{MAX_PROPERTIES, MAX_PROPERTY_NAME, PersistedState};
@@ -192,12 +192,12 @@ impl CursorState {
         self.acks.pinned_partitions() > 0 || self.batch.bytes() > self.acks.room_for_charge()
     }
 
-    /// Releases up to `bytes` of resident ack state (ack partitions first, then partial
-    /// entries) for another cursor sharing the budget; returns the bytes released. Evicts
-    /// without asking anyone else.
-    pub(crate) fn release_memory(&mut self, bytes: usize) -> usize {
-        let mut freed = self.acks.release(bytes);
-        if freed < bytes {
+    /// Releases up to `bytes` of resident ack state of `what` (ack partitions first, then,
+    /// for [`Releasable::Any`], partial entries) for another cursor sharing the budget; returns
+    /// the bytes released. Evicts without asking anyone else.
+    pub(crate) fn release_memory(&mut self, bytes: usize, what: Releasable) -> usize {
+        let mut freed = self.acks.release(bytes, what);
+        if freed < bytes && what == Releasable::Any {
             let before = self.batch.bytes();
             self.batch
                 .evict_to(before.saturating_sub(bytes - freed), false);

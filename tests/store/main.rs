@@ -9,6 +9,7 @@ mod support;
 
 mod ack_memory;
 mod ack_memory_pressure;
+mod ack_memory_saved_first;
 mod adversarial;
 mod batch_acks;
 mod batch_attacks;
