@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use ackstore::internals::ackset::RangeSetWrapper;
 use ackstore::internals::cursor::persist::PersistedState;
-use ackstore::internals::store::index::CursorId;
+use ackstore::internals::journal::index::CursorId;
 use ackstore::internals::store::journal::{
     CursorFlush, Journal, JournalConfig, JournalPartitions, Seal,
 };

@@ -37,6 +37,8 @@ pub mod filter;
 pub mod finder;
 #[path = "format/mod.rs"]
 pub mod format;
+#[path = "journal/mod.rs"]
+pub mod journal;
 #[path = "ledger/mod.rs"]
 pub mod ledger;
 #[path = "log/mod.rs"]

@@ -10,10 +10,10 @@ use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::format::journal::JournalLoc;
 use crate::format::meta::TopicRecord;
 use crate::format::store::Catalog;
+use crate::journal::index::CursorId;
 use crate::log::{EntryLog, LogConfig, ledger_file_name, verify_log};
 use crate::meta::{FileMetaStore, MetaStore, record_of_file};
 use crate::storage::Storage;
-use crate::store::index::CursorId;
 
 use super::topic::{StoreUse, collect_in, read_topic};
 use super::{Finding, Subject, TOPIC_FILE, Verification, describe};

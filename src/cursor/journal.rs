@@ -40,8 +40,8 @@ use crate::format::cursor::{
     BatchPartition, BatchRow, PersistedState, ROW_LEN, TableRef, decode_batch_entry, marker_len,
 };
 use crate::format::journal::{OTHER_CURSORS_STATE, name_tag};
+use crate::journal::index::{CursorId, PartLoc};
 use crate::observe::CursorLabels;
-use crate::store::index::{CursorId, PartLoc};
 use crate::store::journal::{BatchStage, Journal, JournalPartitions, Tick};
 
 use super::batch::BatchAcks;

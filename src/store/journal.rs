@@ -2,7 +2,7 @@
 //!
 //! Owns: the journal segment files (`journal-{seq:016}.seg`, [`crate::format::journal`]) of one
 //! store, the writer that appends to the newest segment, the index of every cursor's records
-//! ([`super::index`]), recovery on open, and segment rollover. Must never: return `Ok` from
+//! ([`crate::journal::index`]), recovery on open, and segment rollover. Must never: return `Ok` from
 //! [`Journal::commit`] before every record of the tick is synced; reference a partition from
 //! a marker before the partition's record precedes the marker in the log; delete a segment
 //! before what it holds that is still live was copied and synced elsewhere; write after a
@@ -65,7 +65,6 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use roaring::RoaringBitmap;
 
-use super::index::{AppliedDelta, Committed, CursorId, Index, PartLoc};
 use crate::ackset::{PartitionKey, PartitionStore};
 use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::format::cursor::{
@@ -83,6 +82,7 @@ use crate::format::journal::{
     split_name_tag,
 };
 use crate::format::partition::{decode_partition, encode_partition};
+use crate::journal::index::{AppliedDelta, Committed, CursorId, Index, PartLoc};
 use crate::log::Window;
 use crate::storage::{Storage, StorageFile};
 
@@ -352,13 +352,13 @@ pub struct JournalCheck {
     pub cursors: u64,
     /// Those cursors, sorted: a store's open recovers each from the journal alone (its cursor
     /// record is not read).
-    pub committed: Vec<super::index::CursorId>,
+    pub committed: Vec<crate::journal::index::CursorId>,
     /// The name tag each of those cursors' chain binds (0: none) and where its newest record
     /// starts: the store's open hands a chain only to the cursor of that name.
-    pub names: BTreeMap<super::index::CursorId, (u32, JournalLoc)>,
+    pub names: BTreeMap<crate::journal::index::CursorId, (u32, JournalLoc)>,
     /// Each of those cursors' committed state: mark-delete, the newest record of its chain,
     /// and where each of its partitions and batch records is.
-    pub states: BTreeMap<super::index::CursorId, super::index::Committed>,
+    pub states: BTreeMap<crate::journal::index::CursorId, crate::journal::index::Committed>,
     /// Batch records (the partial entries of one partition) the committed cursors' states
     /// reference.
     pub batch_partitions: u64,
@@ -1506,7 +1506,7 @@ impl Journal {
     }
 
     /// The name tag the cursor's committed chain binds (0: none, see
-    /// [`crate::store::index::Committed::name`]) and where the chain's newest record starts.
+    /// [`crate::journal::index::Committed::name`]) and where the chain's newest record starts.
     #[must_use]
     pub fn committed_name(&self, cursor: CursorId) -> Option<(u32, JournalLoc)> {
         let index = lock(&self.index);

@@ -27,7 +27,6 @@
 mod catalog;
 mod flusher;
 mod group;
-pub mod index;
 pub mod journal;
 mod space;
 

@@ -12,7 +12,7 @@ use ackstore::MemStorage;
 use ackstore::Position;
 use ackstore::internals::ackset::RangeSetWrapper;
 use ackstore::internals::format::cursor::PersistedState;
-use ackstore::internals::store::index::CursorId;
+use ackstore::internals::journal::index::CursorId;
 use ackstore::internals::store::journal::{
     CursorFlush, Journal, JournalConfig, JournalPartitions, Seal,
 };

@@ -31,7 +31,7 @@ fn create_store(disk: &MemStorage) -> Store {
 fn committed_ledgers(
     disk: &MemStorage,
     seals: &[Seal],
-    cursor: ackstore::internals::store::index::CursorId,
+    cursor: ackstore::internals::journal::index::CursorId,
 ) -> Option<BTreeSet<u64>> {
     let fleet = Fleet::open_sealed(disk, JournalConfig::default(), usize::MAX, seals)
         .expect("journal opens with the store's seals");

@@ -19,8 +19,8 @@ use ackstore::Position;
 use ackstore::internals::ackset::{PartitionKey, RangeSetWrapper};
 use ackstore::internals::format::cursor::PersistedState;
 use ackstore::internals::format::store::Catalog;
+use ackstore::internals::journal::index::CursorId;
 use ackstore::internals::meta::{FileMetaStore, MetaStore};
-use ackstore::internals::store::index::CursorId;
 use ackstore::internals::store::journal::{
     CursorFlush, Journal, JournalConfig, JournalPartitions, Seal, SegmentHooks,
 };
