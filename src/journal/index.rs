@@ -4,7 +4,7 @@
 //! committed marker (state, the location of every live partition and of every batch record:
 //! the partial entries of one partition) and the partitions and batch records written since
 //! (by evictions) that no marker references yet. Pure data, no I/O; rebuilt by
-//! [`crate::store::journal`] on open. Batch records are indexed as partitions are, in maps of their
+//! [`super`] on open. Batch records are indexed as partitions are, in maps of their
 //! own (a partition may have both an ack record and a batch record).
 //!
 //! A cursor's committed state is a *chain*: a full marker and the deltas built on it since,

@@ -19,7 +19,7 @@ use ackstore::internals::format::cursor::{
 };
 use ackstore::internals::format::journal::name_tag;
 use ackstore::internals::journal::index::CursorId;
-use ackstore::internals::store::journal::{
+use ackstore::internals::journal::{
     BatchStage, Journal, JournalConfig, JournalPartitions, Seal, segment_name,
 };
 use ackstore::{

@@ -18,7 +18,7 @@ use ackstore::internals::format::journal::{
     encode_slot, name_tag,
 };
 use ackstore::internals::journal::index::CursorId;
-use ackstore::internals::store::journal::{
+use ackstore::internals::journal::{
     CursorFlush, Journal, JournalConfig, JournalPartitions, JournalStats, Seal, TickStats,
     parse_segment_name, segment_name,
 };

@@ -18,7 +18,7 @@ use ackstore::internals::format::journal::{
     SLOTS_AT, decode_record, encode_record, encode_slot,
 };
 use ackstore::internals::journal::index::CursorId;
-use ackstore::internals::store::journal::{
+use ackstore::internals::journal::{
     CursorFlush, Journal, JournalConfig, JournalPartitions, Seal, segment_name,
 };
 use ackstore::{MemStorage, Position};

@@ -13,9 +13,7 @@ use ackstore::Position;
 use ackstore::internals::ackset::RangeSetWrapper;
 use ackstore::internals::format::cursor::PersistedState;
 use ackstore::internals::journal::index::CursorId;
-use ackstore::internals::store::journal::{
-    CursorFlush, Journal, JournalConfig, JournalPartitions, Seal,
-};
+use ackstore::internals::journal::{CursorFlush, Journal, JournalConfig, JournalPartitions, Seal};
 use support::hooked::Hooked;
 use support::workload::Rng;
 
