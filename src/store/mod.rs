@@ -720,7 +720,7 @@ pub fn check_unlisted_topics(
 }
 
 /// The journal segments `catalog` lists, as [`Journal::open_listed`] and
-/// [`journal::check_listed`] take them (`None`: a catalog of version 1 or 2, for which every
+/// [`journal::check_listed`](crate::journal::check_listed) take them (`None`: a catalog of version 1 or 2, for which every
 /// segment file counts).
 #[must_use]
 pub fn journal_listing(
@@ -739,7 +739,7 @@ pub fn journal_listing(
         })
 }
 
-/// The journal seals `catalog` holds, as [`journal::check_sealed`] and
+/// The journal seals `catalog` holds, as [`journal::check_sealed`](crate::journal::check_sealed) and
 /// [`Journal::open_sealed`] take them.
 #[must_use]
 pub fn journal_seals(catalog: &crate::format::store::Catalog) -> Vec<Seal> {
