@@ -14,12 +14,10 @@ use ackstore::CursorConfig;
 use ackstore::Position;
 use ackstore::internals::ackset::RangeSetWrapper;
 use ackstore::internals::cursor::persist::{CursorPersister, PersistedState};
+use ackstore::internals::journal::index::CursorId;
+use ackstore::internals::journal::{CursorFlush, Journal, JournalConfig, JournalPartitions, Seal};
 use ackstore::internals::log::{EntryLog, LogConfig};
 use ackstore::internals::meta::{FileMetaStore, MetaStore};
-use ackstore::internals::store::index::CursorId;
-use ackstore::internals::store::journal::{
-    CursorFlush, Journal, JournalConfig, JournalPartitions, Seal,
-};
 use ackstore::{FileStorage, Storage};
 use criterion::{Criterion, criterion_group, criterion_main};
 

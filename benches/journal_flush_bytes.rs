@@ -16,10 +16,8 @@ use std::time::{Duration, Instant};
 
 use ackstore::internals::ackset::RangeSetWrapper;
 use ackstore::internals::cursor::persist::PersistedState;
-use ackstore::internals::store::index::CursorId;
-use ackstore::internals::store::journal::{
-    CursorFlush, Journal, JournalConfig, JournalPartitions, Seal,
-};
+use ackstore::internals::journal::index::CursorId;
+use ackstore::internals::journal::{CursorFlush, Journal, JournalConfig, JournalPartitions, Seal};
 use ackstore::{FileStorage, Position, Storage};
 
 /// Flushes measured per state size, each after one more ack.

@@ -13,12 +13,14 @@
 //! - `ackset`: acknowledged entries as roaring partitions, resident under an LRU budget;
 //! - `finder`: the retained ledgers' layout, and searches by message index and timestamp;
 //! - `entry`: what a read returns;
+//! - `journal`: the group-committed cursor journal, one log of every cursor's ack state, and
+//!   its index (the host lists its segments, records its seals and checks its ownership);
 //! - `cursor`: a subscription's acks, reads and seeks, and its ack state persisted in its own
 //!   cursor ledger (flush, rollover, recovery);
 //! - `ledger`: the managed ledger, one topic in one directory, and its cursor registry;
 //! - `filter`: the consumer-side filter of already-received entries (PIP-260);
-//! - `store`: every topic of a broker in one directory under one lock, opened lazily, and the
-//!   shared group-committed cursor journal.
+//! - `store`: every topic of a broker in one directory under one lock, opened lazily, hosting
+//!   the cursor journal.
 
 // Without the feature, items only the command, benches or tests call are unused.
 #![cfg_attr(not(feature = "internals"), allow(dead_code, unused_imports))]
@@ -37,6 +39,8 @@ pub mod filter;
 pub mod finder;
 #[path = "format/mod.rs"]
 pub mod format;
+#[path = "journal/mod.rs"]
+pub mod journal;
 #[path = "ledger/mod.rs"]
 pub mod ledger;
 #[path = "log/mod.rs"]

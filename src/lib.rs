@@ -39,7 +39,8 @@ pub mod storage;
 
 // The layers keep their `crate::<layer>` paths inside the crate.
 use internals::{
-    ackset, cursor, entry, error, filter, finder, format, ledger, log, meta, position, store,
+    ackset, cursor, entry, error, filter, finder, format, journal, ledger, log, meta, position,
+    store,
 };
 
 pub use ackset::AckSetStats;
@@ -54,13 +55,13 @@ pub use error::{CorruptionKind, CorruptionPlace, Error, Result};
 pub use filter::{ReceivedFilter, SubscriptionType};
 pub use finder::LedgerSpan;
 pub use format::cursor::{MAX_BATCH_SIZE, MAX_PROPERTIES, MAX_PROPERTY_NAME};
+pub use journal::{JournalConfig, JournalStats};
 pub use ledger::{AppendMeta, LedgerConfig, ManagedLedger, NonDurableOptions};
 pub use log::{DEFAULT_MAX_ENTRY_SIZE, LedgerInfo, LogConfig, LogStats, RecoveryMode, TailRepair};
 pub use position::Position;
 pub use storage::{FileStorage, LeaseState, MemStorage, Storage};
 #[cfg(feature = "rados")]
 pub use storage::{RadosCluster, RadosOptions, RadosStorage, RadosTimeouts};
-pub use store::journal::{JournalConfig, JournalStats};
 pub use store::{GroupConfig, Store, StoreConfig, StoreFlush, StoreGroup};
 
 /// The README's examples, compiled and run as doctests so they cannot drift from the API.

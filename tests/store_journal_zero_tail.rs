@@ -6,7 +6,8 @@
 
 use std::sync::Arc;
 
-use ackstore::internals::store::{journal, journal_seals, read_catalog};
+use ackstore::internals::journal;
+use ackstore::internals::store::{journal_seals, read_catalog};
 use ackstore::{
     CursorOptions, FileStorage, InitialPosition, Position, Storage, Store, StoreConfig,
 };

@@ -13,7 +13,7 @@ use ackstore::internals::format::journal::{
     JournalLoc, RecordKind, SEGMENT_VERSION, decode_delta, decode_record, encode_delta,
     encode_record, encode_segment_header,
 };
-use ackstore::internals::store::journal::{Journal, JournalConfig, Seal, segment_name};
+use ackstore::internals::journal::{Journal, JournalConfig, Seal, segment_name};
 use ackstore::{MemStorage, Storage};
 use libfuzzer_sys::fuzz_target;
 

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use crate::cursor::NO_MARK_DELETE;
 use crate::error::Result;
 use crate::format::store::Catalog;
+use crate::journal::JournalCheck;
 use crate::storage::Storage;
-use crate::store::journal::JournalCheck;
 
 use super::topic::{collect, read_topic};
 use super::{JournalCursor, JournalSummary, StoreInspection, StoreTopic};
@@ -63,7 +63,7 @@ pub(super) fn inspect_store(
     storage: &Arc<dyn Storage>,
     catalog: &Catalog,
 ) -> Result<StoreInspection> {
-    let check = crate::store::journal::check_listed(
+    let check = crate::journal::check_listed(
         storage.as_ref(),
         &crate::store::journal_seals(catalog),
         crate::store::journal_listing(catalog),

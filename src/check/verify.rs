@@ -10,10 +10,10 @@ use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::format::journal::JournalLoc;
 use crate::format::meta::TopicRecord;
 use crate::format::store::Catalog;
+use crate::journal::index::CursorId;
 use crate::log::{EntryLog, LogConfig, ledger_file_name, verify_log};
 use crate::meta::{FileMetaStore, MetaStore, record_of_file};
 use crate::storage::Storage;
-use crate::store::index::CursorId;
 
 use super::topic::{StoreUse, collect_in, read_topic};
 use super::{Finding, Subject, TOPIC_FILE, Verification, describe};
@@ -198,7 +198,7 @@ fn check_journal_names(
                 && *bound != name_tag(&topic.name, &entry.name)
             {
                 findings.push(Finding {
-                    file: crate::store::journal::segment_name(at.segment),
+                    file: crate::journal::segment_name(at.segment),
                     place: format!(
                         "journal segment {} at byte {} (cursor {:?} of topic {:?})",
                         at.segment, at.offset, entry.name, topic.name
@@ -344,7 +344,7 @@ pub(super) fn verify_store(storage: &Arc<dyn Storage>, catalog: &Catalog) -> Res
     let mut committed = Vec::new();
     let mut names = BTreeMap::new();
     let mut journal = Vec::new();
-    match crate::store::journal::check_listed(
+    match crate::journal::check_listed(
         storage.as_ref(),
         &crate::store::journal_seals(catalog),
         crate::store::journal_listing(catalog),
@@ -356,7 +356,7 @@ pub(super) fn verify_store(storage: &Arc<dyn Storage>, catalog: &Catalog) -> Res
             journal = super::store::journal_cursors(storage, catalog, &check);
             for stray in &check.strays {
                 findings.push(Finding {
-                    file: crate::store::journal::segment_name(*stray),
+                    file: crate::journal::segment_name(*stray),
                     place: format!("journal segment {stray}"),
                     problem: "a segment the store's catalog does not list (a former owner's, or \
                               a creation cut short): never read, removed by the next open"
@@ -366,7 +366,7 @@ pub(super) fn verify_store(storage: &Arc<dyn Storage>, catalog: &Catalog) -> Res
             }
             if let Some((segment, offset, bytes)) = check.torn_tail {
                 findings.push(Finding {
-                    file: crate::store::journal::segment_name(segment),
+                    file: crate::journal::segment_name(segment),
                     place: format!("journal segment {segment} at byte {offset}"),
                     problem: format!("{bytes} bytes after the last record that verifies"),
                     torn_tail: true,

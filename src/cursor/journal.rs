@@ -4,7 +4,7 @@
 //! partial entries and its state), its recovery from the journal's index, its removal from the
 //! journal, and [`JournalBatches`], the [`BatchStore`] that evicts a cursor's partial entries
 //! to the journal as batch records and loads them back verified. The journal itself
-//! (segments, group commit, index, rollover, ownership) is `crate::store::journal`; it knows
+//! (segments, group commit, index, rollover, ownership) is `crate::journal`; it knows
 //! cursors only by id, so this layer uses it as it uses the entry log.
 //!
 //! A flush of a journal cursor is two steps with different locks (see `docs/cursors.md`,
@@ -40,9 +40,9 @@ use crate::format::cursor::{
     BatchPartition, BatchRow, PersistedState, ROW_LEN, TableRef, decode_batch_entry, marker_len,
 };
 use crate::format::journal::{OTHER_CURSORS_STATE, name_tag};
+use crate::journal::index::{CursorId, PartLoc};
+use crate::journal::{BatchStage, Journal, JournalPartitions, Tick};
 use crate::observe::CursorLabels;
-use crate::store::index::{CursorId, PartLoc};
-use crate::store::journal::{BatchStage, Journal, JournalPartitions, Tick};
 
 use super::batch::BatchAcks;
 use super::batch_store::{BatchStore, encode};

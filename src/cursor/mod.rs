@@ -54,10 +54,10 @@ use crate::ackset::{AckSetStats, MemPartitionStore, RangeSetWrapper, Releasable,
 use crate::entry::Entry;
 use crate::error::{Error, Result};
 use crate::finder::{self, Layout, ReadableLayout};
+use crate::journal::{Journal, Tick};
 use crate::log::{EntryLog, lock};
 use crate::observe::CursorLabels;
 use crate::position::Position;
-use crate::store::journal::{Journal, Tick};
 use batch::BatchAcks;
 use journal::JournalCursor;
 use persist::CursorPersister;

@@ -16,7 +16,7 @@
 //! Versions 1 (no seals), 2 (no `spaced_from`) and 3 (no `retired_through`) are still read;
 //! this build writes version 4.
 //! A seal names a cursor-journal segment and the bytes of it that count: what lies past `len`
-//! was written by a former owner after a claim (see `src/store/journal.rs`, "Ownership").
+//! was written by a former owner after a claim (see `src/journal/mod.rs`, "Ownership").
 //! `spaced_from` is the first topic id whose files live in a directory of their own
 //! (`t{id}/`, on storage that has directories); the topics below it keep the flat layout of
 //! versions 1 and 2 (`t{id}-` name prefixes in the store directory). A catalog of version 1

@@ -58,7 +58,7 @@ impl CatalogHandle {
             let mut found: Vec<u64> = storage
                 .list_prefix("journal-")?
                 .iter()
-                .filter_map(|n| super::journal::parse_segment_name(n))
+                .filter_map(|n| crate::journal::parse_segment_name(n))
                 .collect();
             found.sort_unstable();
             catalog.segments = Some(found);

@@ -17,7 +17,7 @@
 //! its record with a link (no byte written, no sync), which settles a former owner's record
 //! write still in flight, and writes nothing else unless its state needs it.
 //!
-//! The claim also seals the cursor journal ([`journal`], "Ownership"): after the catalog is
+//! The claim also seals the cursor journal ([`crate::journal`], "Ownership"): after the catalog is
 //! written, the journal is opened with the seals and the segment list the catalog holds, its
 //! newest segment is sealed at its verified end, and the seal is recorded in the catalog by a
 //! second compare-and-set. Whatever a former owner appends to that segment afterwards is ignored
@@ -27,8 +27,6 @@
 mod catalog;
 mod flusher;
 mod group;
-pub mod index;
-pub mod journal;
 mod space;
 
 use std::collections::HashMap;
@@ -40,10 +38,10 @@ use crate::cursor::journal::TopicJournal;
 use crate::error::{Error, Result};
 use crate::format::store::CatalogSeal;
 use crate::format::store::MAX_TOPIC_NAME_LEN;
+use crate::journal::{Journal, JournalConfig, JournalStats, OwnerCheck, Seal, SegmentHooks};
 use crate::ledger::{LedgerConfig, ManagedLedger};
 use crate::meta::{FileMetaStore, MetaStore};
 use crate::storage::{FileStorage, LockGuard, Storage};
-use journal::{Journal, JournalConfig, JournalStats, OwnerCheck, Seal, SegmentHooks};
 
 use catalog::CatalogHandle;
 pub use catalog::STORE_RECORD;
@@ -722,21 +720,26 @@ pub fn check_unlisted_topics(
 }
 
 /// The journal segments `catalog` lists, as [`Journal::open_listed`] and
-/// [`journal::check_listed`] take them (`None`: a catalog of version 1 or 2, for which every
+/// [`journal::check_listed`](crate::journal::check_listed) take them (`None`: a catalog of version 1 or 2, for which every
 /// segment file counts).
 #[must_use]
-pub fn journal_listing(catalog: &crate::format::store::Catalog) -> Option<journal::Listed<'_>> {
-    catalog.segments.as_deref().map(|segments| journal::Listed {
-        segments,
-        retired_through: catalog.retired_through,
-        closed: catalog.closed.map(|c| Seal {
-            segment: c.segment,
-            len: c.len,
-        }),
-    })
+pub fn journal_listing(
+    catalog: &crate::format::store::Catalog,
+) -> Option<crate::journal::Listed<'_>> {
+    catalog
+        .segments
+        .as_deref()
+        .map(|segments| crate::journal::Listed {
+            segments,
+            retired_through: catalog.retired_through,
+            closed: catalog.closed.map(|c| Seal {
+                segment: c.segment,
+                len: c.len,
+            }),
+        })
 }
 
-/// The journal seals `catalog` holds, as [`journal::check_sealed`] and
+/// The journal seals `catalog` holds, as [`journal::check_sealed`](crate::journal::check_sealed) and
 /// [`Journal::open_sealed`] take them.
 #[must_use]
 pub fn journal_seals(catalog: &crate::format::store::Catalog) -> Vec<Seal> {

@@ -18,8 +18,8 @@ use ackstore::internals::format::cursor::{
     payload_crc,
 };
 use ackstore::internals::format::journal::name_tag;
-use ackstore::internals::store::index::CursorId;
-use ackstore::internals::store::journal::{
+use ackstore::internals::journal::index::CursorId;
+use ackstore::internals::journal::{
     BatchStage, Journal, JournalConfig, JournalPartitions, Seal, segment_name,
 };
 use ackstore::{

@@ -31,7 +31,7 @@ fn config() -> StoreConfig {
             },
             ..LedgerConfig::default()
         },
-        journal: ackstore::internals::store::journal::JournalConfig { segment_bytes: 700 },
+        journal: ackstore::internals::journal::JournalConfig { segment_bytes: 700 },
         flusher_threads: 0,
         ..StoreConfig::default()
     }

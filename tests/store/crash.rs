@@ -224,7 +224,7 @@ fn the_workload_rolls_journal_segments_over_and_the_catalog_lists_what_is_left()
         .list()
         .expect("list")
         .iter()
-        .filter_map(|n| ackstore::internals::store::journal::parse_segment_name(n))
+        .filter_map(|n| ackstore::internals::journal::parse_segment_name(n))
         .collect();
     assert!(
         segments.first().is_some_and(|&first| first > 1),

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use ackstore::internals::ackset::PartitionKey;
 use ackstore::internals::format::cursor::PersistedState;
 use ackstore::internals::format::journal::JournalLoc;
-use ackstore::internals::store::index::{Committed, CursorId, Index, PartLoc};
+use ackstore::internals::journal::index::{Committed, CursorId, Index, PartLoc};
 use proptest::prelude::*;
 
 use crate::support;

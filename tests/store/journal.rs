@@ -7,7 +7,7 @@ use crate::support;
 use std::sync::Arc;
 
 use ackstore::Error;
-use ackstore::internals::store::journal::{
+use ackstore::internals::journal::{
     CursorFlush, Journal, JournalConfig, Seal, parse_segment_name, segment_name,
 };
 use ackstore::{MemStorage, Storage};

@@ -17,8 +17,8 @@ use ackstore::internals::format::journal::{
     Record, SEGMENT_HEADER_V3_LEN, SLOT_COPIES, SLOT_LEN, SLOTS_AT, decode_record, encode_record,
     encode_slot, name_tag,
 };
-use ackstore::internals::store::index::CursorId;
-use ackstore::internals::store::journal::{
+use ackstore::internals::journal::index::CursorId;
+use ackstore::internals::journal::{
     CursorFlush, Journal, JournalConfig, JournalPartitions, JournalStats, Seal, TickStats,
     parse_segment_name, segment_name,
 };

@@ -19,8 +19,8 @@ use std::sync::Arc;
 
 use ackstore::internals::ackset::{PARTITION_SPAN, RangeSetWrapper};
 use ackstore::internals::format::cursor::PersistedState;
-use ackstore::internals::store::index::CursorId;
-use ackstore::internals::store::journal::{Journal, JournalConfig, JournalPartitions, Seal, Tick};
+use ackstore::internals::journal::index::CursorId;
+use ackstore::internals::journal::{Journal, JournalConfig, JournalPartitions, Seal, Tick};
 use ackstore::{MemStorage, Position};
 use support::crash::{cut_everywhere, torn_image, unsynced_tail};
 use support::workload::Rng;

@@ -17,8 +17,8 @@ use ackstore::internals::format::journal::{
     JournalLoc, NAME_TAG_LEN, Record, RecordKind, SEGMENT_HEADER_V3_LEN, SLOT_COPIES, SLOT_LEN,
     SLOTS_AT, decode_record, encode_record, encode_slot,
 };
-use ackstore::internals::store::index::CursorId;
-use ackstore::internals::store::journal::{
+use ackstore::internals::journal::index::CursorId;
+use ackstore::internals::journal::{
     CursorFlush, Journal, JournalConfig, JournalPartitions, Seal, segment_name,
 };
 use ackstore::{MemStorage, Position};

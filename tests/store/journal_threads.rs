@@ -12,10 +12,8 @@ use ackstore::MemStorage;
 use ackstore::Position;
 use ackstore::internals::ackset::RangeSetWrapper;
 use ackstore::internals::format::cursor::PersistedState;
-use ackstore::internals::store::index::CursorId;
-use ackstore::internals::store::journal::{
-    CursorFlush, Journal, JournalConfig, JournalPartitions, Seal,
-};
+use ackstore::internals::journal::index::CursorId;
+use ackstore::internals::journal::{CursorFlush, Journal, JournalConfig, JournalPartitions, Seal};
 use support::hooked::Hooked;
 use support::workload::Rng;
 

@@ -12,10 +12,8 @@ use std::sync::Arc;
 
 use ackstore::internals::ackset::{PARTITION_SPAN, RangeSetWrapper};
 use ackstore::internals::format::cursor::PersistedState;
-use ackstore::internals::store::index::CursorId;
-use ackstore::internals::store::journal::{
-    CursorFlush, Journal, JournalConfig, JournalPartitions, Seal,
-};
+use ackstore::internals::journal::index::CursorId;
+use ackstore::internals::journal::{CursorFlush, Journal, JournalConfig, JournalPartitions, Seal};
 use ackstore::{MemStorage, Position};
 
 fn id(i: u64) -> CursorId {

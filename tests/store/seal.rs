@@ -8,7 +8,7 @@ use crate::support;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use ackstore::internals::store::journal::{JournalConfig, Seal, segment_name};
+use ackstore::internals::journal::{JournalConfig, Seal, segment_name};
 use ackstore::{MemStorage, Position, Store, StoreConfig};
 use support::crash::{Points, cut_everywhere_after, torn_image, unsynced_tail};
 use support::journal::{Fleet, check, cursor_ids, run};
@@ -31,7 +31,7 @@ fn create_store(disk: &MemStorage) -> Store {
 fn committed_ledgers(
     disk: &MemStorage,
     seals: &[Seal],
-    cursor: ackstore::internals::store::index::CursorId,
+    cursor: ackstore::internals::journal::index::CursorId,
 ) -> Option<BTreeSet<u64>> {
     let fleet = Fleet::open_sealed(disk, JournalConfig::default(), usize::MAX, seals)
         .expect("journal opens with the store's seals");
@@ -225,7 +225,7 @@ fn a_former_owners_tick_after_the_claim_fails_as_fenced_and_is_never_read() {
     use ackstore::Error;
     use ackstore::internals::ackset::PartitionKey;
     use ackstore::internals::format::cursor::PersistedState;
-    use ackstore::internals::store::journal::CursorFlush;
+    use ackstore::internals::journal::CursorFlush;
 
     let disk = MemStorage::new();
     let [x, y] = [cursor_ids()[0], cursor_ids()[1]];

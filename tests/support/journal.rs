@@ -19,11 +19,11 @@ use ackstore::Position;
 use ackstore::internals::ackset::{PartitionKey, RangeSetWrapper};
 use ackstore::internals::format::cursor::PersistedState;
 use ackstore::internals::format::store::Catalog;
-use ackstore::internals::meta::{FileMetaStore, MetaStore};
-use ackstore::internals::store::index::CursorId;
-use ackstore::internals::store::journal::{
+use ackstore::internals::journal::index::CursorId;
+use ackstore::internals::journal::{
     CursorFlush, Journal, JournalConfig, JournalPartitions, Seal, SegmentHooks,
 };
+use ackstore::internals::meta::{FileMetaStore, MetaStore};
 
 use super::workload::Rng;
 

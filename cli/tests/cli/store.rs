@@ -5,7 +5,7 @@ use crate::support;
 
 use std::path::Path;
 
-use ackstore::internals::store::journal::segment_name;
+use ackstore::internals::journal::segment_name;
 use ackstore::{CursorOptions, Position, Store, StoreConfig};
 
 /// A store with two topics (entries, a flushed cursor each, persisted in the store's journal).

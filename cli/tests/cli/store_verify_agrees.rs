@@ -147,7 +147,7 @@ fn store_of_several_segments(dir: &Path) -> Vec<std::path::PathBuf> {
             max_entries_per_ledger: 8,
             ..ackstore::LedgerConfig::default()
         },
-        journal: ackstore::internals::store::journal::JournalConfig {
+        journal: ackstore::internals::journal::JournalConfig {
             segment_bytes: 1200,
         },
         flusher_threads: 0,

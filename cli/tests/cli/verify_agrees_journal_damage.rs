@@ -13,7 +13,7 @@ use std::process::Command;
 use ackstore::internals::format::journal::{
     Record, RecordKind, decode_record, decode_segment_header_version, encode_record,
 };
-use ackstore::internals::store::journal::JournalConfig;
+use ackstore::internals::journal::JournalConfig;
 use ackstore::{LedgerConfig, Position, Store, StoreConfig};
 
 use crate::support;

@@ -4,7 +4,7 @@
 //! committed marker (state, the location of every live partition and of every batch record:
 //! the partial entries of one partition) and the partitions and batch records written since
 //! (by evictions) that no marker references yet. Pure data, no I/O; rebuilt by
-//! [`super::journal`] on open. Batch records are indexed as partitions are, in maps of their
+//! the journal's open (`recover.rs`). Batch records are indexed as partitions are, in maps of their
 //! own (a partition may have both an ack record and a batch record).
 //!
 //! A cursor's committed state is a *chain*: a full marker and the deltas built on it since,
@@ -143,7 +143,7 @@ fn settle_pending<'a>(
 }
 
 /// The newer (by write order) of a pending and a committed copy.
-fn newest(pending: Option<PartLoc>, committed: Option<PartLoc>) -> Option<PartLoc> {
+pub(super) fn newest(pending: Option<PartLoc>, committed: Option<PartLoc>) -> Option<PartLoc> {
     match (pending, committed) {
         (Some(p), Some(c)) => Some(if p.seq > c.seq { p } else { c }),
         (p, c) => p.or(c),

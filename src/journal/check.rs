@@ -1,0 +1,105 @@
+//! The offline check: a read-only scan of a journal, as an open reads it, into a report.
+
+use std::collections::BTreeMap;
+
+use super::host::{Listed, Seal};
+use super::index::{Committed, CursorId, Index, PartLoc};
+use super::recover::scan_segments;
+use crate::error::Result;
+use crate::format::journal::JournalLoc;
+use crate::storage::Storage;
+
+/// What a read-only check of a journal found ([`check`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JournalCheck {
+    /// Segment files.
+    pub segments: u64,
+    /// Records that verify.
+    pub records: u64,
+    /// Cursors with a committed marker.
+    pub cursors: u64,
+    /// Those cursors, sorted: a store's open recovers each from the journal alone (its cursor
+    /// record is not read).
+    pub committed: Vec<CursorId>,
+    /// The name tag each of those cursors' chain binds (0: none) and where its newest record
+    /// starts: the store's open hands a chain only to the cursor of that name.
+    pub names: BTreeMap<CursorId, (u32, JournalLoc)>,
+    /// Each of those cursors' committed state: mark-delete, the newest record of its chain,
+    /// and where each of its partitions and batch records is.
+    pub states: BTreeMap<CursorId, Committed>,
+    /// Batch records (the partial entries of one partition) the committed cursors' states
+    /// reference.
+    pub batch_partitions: u64,
+    /// Partial entries (entries with some, not all, messages acknowledged) in those records.
+    pub partial_entries: u64,
+    /// Where the newest segment's torn tail starts and how many bytes it holds (the next open
+    /// cuts it off): not damage.
+    pub torn_tail: Option<(u64, u64, u64)>,
+    /// Segment files the store's list does not name (a former owner's after the claim, or a
+    /// creation cut short): never read; the next open removes them. Not damage.
+    pub strays: Vec<u64>,
+}
+
+/// Checks the journal in `storage` without writing anything: every segment header and record,
+/// as [`Journal::open`](super::Journal::open) does.
+///
+/// # Errors
+/// [`Error::Corrupted`](crate::error::Error::Corrupted) at the segment and offset of the first damage; [`Error::Io`](crate::error::Error::Io).
+pub fn check(storage: &dyn Storage, seal: Seal) -> Result<JournalCheck> {
+    check_sealed(storage, &[seal])
+}
+
+/// [`check`] with every seal a store's catalog holds (see [`Journal::open_sealed`](super::Journal::open_sealed)).
+///
+/// # Errors
+/// As [`check`].
+pub fn check_sealed(storage: &dyn Storage, seals: &[Seal]) -> Result<JournalCheck> {
+    check_listed(storage, seals, None)
+}
+
+/// [`check_sealed`] of the segments `listed` names only (`None`: every segment file), as
+/// [`Journal::open_listed`](super::Journal::open_listed) reads them.
+///
+/// # Errors
+/// As [`check`].
+pub fn check_listed(
+    storage: &dyn Storage,
+    seals: &[Seal],
+    listed: Option<Listed<'_>>,
+) -> Result<JournalCheck> {
+    let (scan, writer, report) = scan_segments(storage, seals, listed, false)?;
+    Ok(JournalCheck {
+        segments: writer.segments.len() as u64,
+        records: report.records,
+        cursors: scan.index.cursors().len() as u64,
+        committed: scan.index.cursors(),
+        names: scan
+            .index
+            .cursors()
+            .into_iter()
+            .filter_map(|c| {
+                let committed = scan.index.committed(c)?;
+                Some((c, (committed.name, committed.marker)))
+            })
+            .collect(),
+        states: scan
+            .index
+            .cursors()
+            .into_iter()
+            .filter_map(|c| Some((c, scan.index.committed(c)?.clone())))
+            .collect(),
+        batch_partitions: committed_batch(&scan.index).map(|_| 1).sum(),
+        partial_entries: committed_batch(&scan.index).map(|p| p.cardinality).sum(),
+        torn_tail: report.torn_tail,
+        strays: report.strays,
+    })
+}
+
+/// Every batch record the committed cursors of `index` reference.
+fn committed_batch(index: &Index) -> impl Iterator<Item = &PartLoc> {
+    index
+        .cursors()
+        .into_iter()
+        .filter_map(|c| index.committed(c))
+        .flat_map(|c| c.batch.values())
+}

@@ -1,0 +1,241 @@
+//! The cursor journal: one shared, group-committed log of every cursor's ack state.
+//!
+//! Owns: the journal segment files (`journal-{seq:016}.seg`, [`crate::format::journal`]) of one
+//! store, the writer that appends to the newest segment, the index of every cursor's records
+//! ([`index`]), recovery on open, and segment rollover. Must never: return `Ok` from
+//! [`Journal::commit`] before every record of the tick is synced; reference a partition from
+//! a marker before the partition's record precedes the marker in the log; delete a segment
+//! before what it holds that is still live was copied and synced elsewhere; write after a
+//! failed sync or a fence (the journal latches until the store is reopened; a failed write is
+//! cut back and the next write starts where it did, see [`Journal::is_unsettled`]).
+//!
+//! The room, by concern: [`Journal`], its settings and counters here; segment files (names,
+//! header, slots, predecessor) in `segment.rs`; the appending side and its latch in
+//! `writer.rs`; ticks in `tick.rs` and the records they write (partitions, batch records,
+//! markers, deltas) in `marker.rs`; a cursor's partitions in the journal in `partitions.rs`;
+//! the open's recovery scan in `recover.rs` and what each record does to it in `scan.rs`;
+//! rollover in `rollover.rs`; the offline check in `check.rs`; what the host provides and is
+//! told (the segment list, seals, hooks, the owner's check) in `host.rs`; the index of every
+//! cursor's records in [`index`]. The room imports only the layers below it (`format`, `log`,
+//! `storage`, `ackset`, `error`); its host, the store, imports it.
+//!
+//! **Ownership.** The journal is opened by the store that holds the directory. A former owner
+//! that lost the directory without knowing it may still append to the segment that was newest
+//! when the new owner opened: the new owner records that segment's length in the store catalog
+//! (the seal) and never appends to it, and every later open ignores bytes past the seal. The
+//! owner's check ([`Journal::set_owner_check`]) runs after a tick's syncs, before it returns
+//! `Ok` or indexes anything, and before a rollover deletes a segment: a former owner's tick
+//! fails with [`Error::Fenced`] (its records lie past the new owner's seal or were read by its
+//! open), it never deletes a segment, and the journal refuses every later write.
+
+mod check;
+mod host;
+pub mod index;
+mod marker;
+mod partitions;
+mod recover;
+mod rollover;
+mod scan;
+mod segment;
+mod tick;
+mod writer;
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use crate::ackset::PartitionKey;
+use crate::error::{CorruptionKind, CorruptionPlace, Error};
+use crate::format::cursor::PersistedState;
+use crate::format::journal::JournalLoc;
+use crate::storage::{Storage, StorageFile};
+use index::{CursorId, Index, PartLoc};
+use writer::Writer;
+
+pub use check::{JournalCheck, check, check_listed, check_sealed};
+pub use host::{Listed, OwnerCheck, Seal, SegmentHooks};
+pub use partitions::JournalPartitions;
+pub use segment::{parse_segment_name, segment_name};
+pub use tick::{BatchStage, CursorFlush, Tick};
+
+/// Settings of the journal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JournalConfig {
+    /// A tick that finds the newest segment at or past this size starts a new one (a segment
+    /// holding no record yet takes one whatever this size, so even a limit below the header's
+    /// size lets a rollover end).
+    pub segment_bytes: u64,
+}
+
+impl Default for JournalConfig {
+    fn default() -> Self {
+        Self {
+            segment_bytes: 64 << 20,
+        }
+    }
+}
+
+/// What a tick or a rollover did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TickStats {
+    /// Cursors committed.
+    pub cursors: u64,
+    /// Partition records written.
+    pub partitions: u64,
+    /// Bytes appended.
+    pub bytes: u64,
+    /// `fdatasync` and directory syncs made.
+    pub syncs: u64,
+    /// Segments deleted by rollovers after the tick.
+    pub segments_deleted: u64,
+}
+
+/// Counters since open.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JournalStats {
+    /// Ticks committed.
+    pub ticks: u64,
+    /// File and directory syncs.
+    pub syncs: u64,
+    /// Bytes appended.
+    pub bytes_written: u64,
+    /// Partition loads.
+    pub loads: u64,
+    /// Segments deleted by rollover.
+    pub rollovers: u64,
+    /// Markers written as deltas (by ticks).
+    pub deltas: u64,
+    /// Full markers rollovers wrote to re-base a cursor's chain.
+    pub rebases: u64,
+    /// Segment files now.
+    pub segments: u64,
+    /// Bytes of every segment file now.
+    pub segment_bytes: u64,
+    /// Bytes of the records still live.
+    pub live_bytes: u64,
+}
+
+/// The store's cursor journal.
+#[derive(Debug)]
+pub struct Journal {
+    storage: Arc<dyn Storage>,
+    config: JournalConfig,
+    /// Serializes ticks and rollovers (appends of evictions do not take it).
+    tick: Mutex<()>,
+    writer: Mutex<Writer>,
+    index: Mutex<Index>,
+    /// Files by segment, for reads without the writer's lock.
+    files: RwLock<BTreeMap<u64, Arc<dyn StorageFile>>>,
+    counters: Counters,
+    /// Run after a tick's syncs and before a rollover deletes a segment.
+    owner: RwLock<Option<OwnerCheck>>,
+    /// Where new and deleted segments are listed.
+    hooks: RwLock<Option<SegmentHooks>>,
+    /// Cursors staged into a tick that failed (or was dropped) before it committed their
+    /// marker: their next flush writes a marker whatever their dirty state says, so a state a
+    /// cursor took for written at stage time is never left without its marker. Changed under
+    /// the tick lock only.
+    unsettled: Mutex<HashSet<CursorId>>,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    /// The write order of partition copies ([`PartLoc::seq`]); taken under the writer's lock.
+    seq: AtomicU64,
+    ticks: AtomicU64,
+    syncs: AtomicU64,
+    bytes: AtomicU64,
+    loads: AtomicU64,
+    rollovers: AtomicU64,
+    deltas: AtomicU64,
+    rebases: AtomicU64,
+}
+
+fn is_not_found(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+}
+
+fn corrupt(segment: u64, offset: u64, kind: CorruptionKind) -> Error {
+    Error::corrupted_at(CorruptionPlace::Journal { segment, offset }, kind)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Journal {
+    /// The segments that count now, ascending: what the store lists after its claim.
+    #[must_use]
+    pub fn segments(&self) -> Vec<u64> {
+        lock(&self.writer).segments.keys().copied().collect()
+    }
+
+    /// Every cursor with a committed marker.
+    #[must_use]
+    pub fn cursors(&self) -> Vec<CursorId> {
+        lock(&self.index).cursors()
+    }
+
+    /// The cursor's committed state and its live partitions with their cardinalities.
+    #[must_use]
+    pub fn committed(
+        &self,
+        cursor: CursorId,
+    ) -> Option<(PersistedState, Vec<(PartitionKey, u64)>)> {
+        let index = lock(&self.index);
+        let c = index.committed(cursor)?;
+        Some((
+            c.state.clone(),
+            c.rows.iter().map(|(k, r)| (*k, r.cardinality)).collect(),
+        ))
+    }
+
+    /// Where the batch record of every partition with partial entries of the cursor's committed
+    /// state is: the batch table a cursor recovers its partial entries from, cold.
+    #[must_use]
+    pub fn committed_batch(&self, cursor: CursorId) -> Vec<(PartitionKey, PartLoc)> {
+        lock(&self.index)
+            .committed(cursor)
+            .map(|c| c.batch.iter().map(|(k, p)| (*k, *p)).collect())
+            .unwrap_or_default()
+    }
+
+    /// The name tag the cursor's committed chain binds (0: none, see
+    /// [`index::Committed::name`]) and where the chain's newest record starts.
+    #[must_use]
+    pub fn committed_name(&self, cursor: CursorId) -> Option<(u32, JournalLoc)> {
+        let index = lock(&self.index);
+        index.committed(cursor).map(|c| (c.name, c.marker))
+    }
+
+    /// Counters since open and the journal's size now.
+    #[must_use]
+    pub fn stats(&self) -> JournalStats {
+        let (segments, segment_bytes) = {
+            let w = lock(&self.writer);
+            (
+                w.segments.len() as u64,
+                w.segments.values().map(|s| s.len).sum(),
+            )
+        };
+        JournalStats {
+            ticks: self.counters.ticks.load(Ordering::Relaxed),
+            syncs: self.counters.syncs.load(Ordering::Relaxed),
+            bytes_written: self.counters.bytes.load(Ordering::Relaxed),
+            loads: self.counters.loads.load(Ordering::Relaxed),
+            rollovers: self.counters.rollovers.load(Ordering::Relaxed),
+            deltas: self.counters.deltas.load(Ordering::Relaxed),
+            rebases: self.counters.rebases.load(Ordering::Relaxed),
+            segments,
+            segment_bytes,
+            live_bytes: lock(&self.index).live_bytes(),
+        }
+    }
+
+    /// Whether `cursor` was staged into a tick that did not commit its marker: its next flush
+    /// must stage a marker even when nothing changed since.
+    #[must_use]
+    pub fn is_unsettled(&self, cursor: CursorId) -> bool {
+        lock(&self.unsettled).contains(&cursor)
+    }
+}

@@ -1,0 +1,206 @@
+//! A cursor's partitions and batch records in the journal: evictions append them unsynced,
+//! loads read the newest copy and verify it ([`JournalPartitions`], a cursor's partition
+//! store).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use roaring::RoaringBitmap;
+
+use super::index::{CursorId, PartLoc};
+use super::marker::{cursor_record, partition_payload, partition_record};
+use super::{Journal, corrupt, lock};
+use crate::ackset::{PartitionKey, PartitionStore};
+use crate::error::{CorruptionKind, Error, Result};
+use crate::format::cursor::{decode_partition_entry, payload_crc, peek_batch_entry};
+use crate::format::journal::{JournalLoc, RecordKind, decode_record, encode_record, record_len};
+use crate::format::partition::decode_partition;
+
+impl Journal {
+    /// The newest copy of `key` of `cursor`, read and verified (frame CRC, the CRC, key and
+    /// cardinality the index holds, then the partition decoder's checks); `None` when the
+    /// journal holds none.
+    pub fn load(&self, cursor: CursorId, key: PartitionKey) -> Result<Option<RoaringBitmap>> {
+        let Some(part) = lock(&self.index).lookup(cursor, key) else {
+            return Ok(None);
+        };
+        let payload = self.read_payload(part.loc, part.frame_len)?;
+        let bad = |kind| Error::corrupted_at(key.place(), kind);
+        if payload_crc(&payload) != part.crc {
+            return Err(bad(CorruptionKind::ChecksumMismatch));
+        }
+        let entry = decode_partition_entry(&payload).map_err(|c| bad(c.kind))?;
+        let (found, bitmap) = decode_partition(entry.body).map_err(|c| bad(c.kind))?;
+        if found != key || bitmap.len() != part.cardinality {
+            return Err(bad(CorruptionKind::InvalidField("partition key")));
+        }
+        self.counters.loads.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(bitmap))
+    }
+
+    /// The newest batch record of `key` of `cursor` (pending or committed), read and its frame
+    /// and the CRC, key and partial-entry count the index holds verified; `None` when the
+    /// journal holds none. Returns the record's payload (a batch-index entry, which the caller
+    /// decodes) and where it is.
+    pub fn load_batch(
+        &self,
+        cursor: CursorId,
+        key: PartitionKey,
+    ) -> Result<Option<(PartLoc, Vec<u8>)>> {
+        let Some(part) = lock(&self.index).lookup_batch(cursor, key) else {
+            return Ok(None);
+        };
+        let payload = self.read_payload(part.loc, part.frame_len)?;
+        let bad = |kind| Error::corrupted_at(key.place(), kind);
+        if payload_crc(&payload) != part.crc {
+            return Err(bad(CorruptionKind::ChecksumMismatch));
+        }
+        let (ledger_id, chunk, entries) = peek_batch_entry(&payload).map_err(|c| bad(c.kind))?;
+        if (PartitionKey { ledger_id, chunk }) != key || u64::from(entries) != part.cardinality {
+            return Err(bad(CorruptionKind::InvalidField("batch record key")));
+        }
+        self.counters.loads.fetch_add(1, Ordering::Relaxed);
+        Ok(Some((part, payload)))
+    }
+
+    /// The newest batch record of `key` of `cursor` in the journal (pending or committed).
+    #[must_use]
+    pub fn stored_batch(&self, cursor: CursorId, key: PartitionKey) -> Option<PartLoc> {
+        lock(&self.index).lookup_batch(cursor, key)
+    }
+
+    /// Appends the batch record `payload` (a batch-index entry of `entries` partial entries of
+    /// partition `key`) of `cursor` without a sync (an eviction): it counts once a committed
+    /// marker references it, and loads see it at once. Returns where it is.
+    pub fn store_batch(
+        &self,
+        cursor: CursorId,
+        key: PartitionKey,
+        (payload, entries): (&[u8], u32),
+    ) -> Result<PartLoc> {
+        let mut buf = Vec::with_capacity(record_len(payload.len()));
+        encode_record(&mut buf, &cursor_record(RecordKind::Batch, cursor, payload));
+        let stored = {
+            let mut w = lock(&self.writer);
+            self.append(&mut w, &buf, false).map(|at| {
+                let part = PartLoc {
+                    seq: self.counters.seq.fetch_add(1, Ordering::Relaxed) + 1,
+                    loc: at,
+                    frame_len: buf.len() as u64,
+                    crc: payload_crc(payload),
+                    cardinality: u64::from(entries),
+                };
+                lock(&self.index).stage_batch(cursor, key, part);
+                part
+            })
+        };
+        stored.map_err(|e| self.failure(e))
+    }
+
+    /// The cursor no longer uses its pending batch record of `key`.
+    pub fn forget_batch(&self, cursor: CursorId, key: PartitionKey) {
+        lock(&self.index).forget_batch(cursor, key);
+    }
+
+    /// The cardinality of the newest copy of `key` of `cursor` in the journal (pending or
+    /// committed), `None` when it holds none: a flush references that copy instead of writing
+    /// the partition again when the cursor's ack set says it is current.
+    #[must_use]
+    pub fn stored_cardinality(&self, cursor: CursorId, key: PartitionKey) -> Option<u64> {
+        lock(&self.index).lookup(cursor, key).map(|p| p.cardinality)
+    }
+
+    /// The payload of the record at `loc`, after its frame verifies.
+    pub(super) fn read_payload(&self, loc: JournalLoc, frame_len: u64) -> Result<Vec<u8>> {
+        let file = self
+            .files
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&loc.segment)
+            .cloned()
+            .ok_or_else(|| corrupt(loc.segment, loc.offset, CorruptionKind::Missing))?;
+        let mut frame = vec![0u8; usize::try_from(frame_len).unwrap_or(usize::MAX)];
+        file.read_exact_at(&mut frame, loc.offset)?;
+        match decode_record(&frame) {
+            Ok(Some((rec, len))) if len == frame.len() => {
+                let start = frame.len() - rec.payload.len();
+                frame.drain(..start);
+                Ok(frame)
+            }
+            Ok(_) => Err(corrupt(loc.segment, loc.offset, CorruptionKind::BadLength)),
+            Err(c) => Err(corrupt(loc.segment, loc.offset + c.offset, c.kind)),
+        }
+    }
+
+    /// Appends one partition of `cursor` without a sync (an eviction): it counts once a
+    /// committed marker references it, and loads see it at once.
+    pub fn store_partition(
+        &self,
+        cursor: CursorId,
+        key: PartitionKey,
+        bitmap: &RoaringBitmap,
+    ) -> Result<()> {
+        self.store_partition_unexplained(cursor, key, bitmap)
+            .map_err(|e| self.failure(e))
+    }
+
+    fn store_partition_unexplained(
+        &self,
+        cursor: CursorId,
+        key: PartitionKey,
+        bitmap: &RoaringBitmap,
+    ) -> Result<()> {
+        let payload = partition_payload(key, bitmap);
+        let mut buf = Vec::with_capacity(record_len(payload.len()));
+        encode_record(&mut buf, &partition_record(cursor, &payload));
+        let mut w = lock(&self.writer);
+        let base = self.append(&mut w, &buf, false)?;
+        lock(&self.index).stage(
+            cursor,
+            key,
+            PartLoc {
+                seq: self.counters.seq.fetch_add(1, Ordering::Relaxed) + 1,
+                loc: base,
+                frame_len: buf.len() as u64,
+                crc: payload_crc(&payload),
+                cardinality: bitmap.len(),
+            },
+        );
+        Ok(())
+    }
+
+    /// The cursor no longer holds `key`.
+    pub fn forget_partition(&self, cursor: CursorId, key: PartitionKey) {
+        lock(&self.index).forget_partition(cursor, key);
+    }
+}
+
+/// The journal as a cursor's partition store: evictions append (unsynced), loads read the
+/// newest copy.
+#[derive(Debug)]
+pub struct JournalPartitions {
+    journal: Arc<Journal>,
+    cursor: CursorId,
+}
+
+impl JournalPartitions {
+    /// The partitions of `cursor` in `journal`.
+    #[must_use]
+    pub fn new(journal: Arc<Journal>, cursor: CursorId) -> Self {
+        Self { journal, cursor }
+    }
+}
+
+impl PartitionStore for JournalPartitions {
+    fn load(&mut self, key: PartitionKey) -> Result<Option<RoaringBitmap>> {
+        self.journal.load(self.cursor, key)
+    }
+
+    fn store(&mut self, key: PartitionKey, bitmap: &RoaringBitmap) -> Result<()> {
+        self.journal.store_partition(self.cursor, key, bitmap)
+    }
+
+    fn forget(&mut self, key: PartitionKey) {
+        self.journal.forget_partition(self.cursor, key);
+    }
+}

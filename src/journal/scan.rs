@@ -1,0 +1,412 @@
+//! What each record a recovery scan reads does to the index it builds ([`Scan`]): which markers
+//! and deltas commit, which were superseded by a rollover, and what is damage (see
+//! `recover.rs`, "Recovery").
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::corrupt;
+use super::index::{AppliedDelta, Committed, CursorId, Index, PartLoc};
+use super::marker::{full_marker_frame_len, named_payload};
+use crate::ackset::PartitionKey;
+use crate::error::{CorruptionKind, Result};
+use crate::format::cursor::{
+    BatchRow, Marker, PartitionRow, Table, decode_marker_bound, decode_partition_entry,
+    payload_crc, peek_batch_entry,
+};
+use crate::format::journal::{
+    JournalLoc, Record, RecordKind, SEGMENT_VERSION, SEGMENT_VERSION_V2, SEGMENT_VERSION_V3,
+    cursor_binding, decode_delta, record_binding,
+};
+
+/// What a scan of the segments found, before it becomes the index.
+#[derive(Default)]
+pub(super) struct Scan {
+    pub(super) index: Index,
+    /// Every partition record seen, by location.
+    partitions: HashMap<JournalLoc, (CursorId, PartitionKey, PartLoc)>,
+    /// Every batch record seen (version 5), by location.
+    batches: HashMap<JournalLoc, (CursorId, PartitionKey, PartLoc)>,
+    forgotten: std::collections::HashSet<CursorId>,
+    /// The oldest segment scanned: a record that references an older one was superseded
+    /// before a rollover removed what it references.
+    first: u64,
+    /// Markers and deltas superseded that way, and deltas built on them.
+    stale: std::collections::HashSet<JournalLoc>,
+    /// Cursors whose newest marker or delta so far was superseded that way, with its location:
+    /// a rollover re-bases a cursor with a full marker before it removes the segment its chain
+    /// reaches into, so such a record must be followed by one that commits.
+    unrebased: HashMap<CursorId, JournalLoc>,
+}
+
+impl Scan {
+    /// An empty scan whose oldest segment is `first`.
+    pub(super) fn new(first: u64) -> Self {
+        Self {
+            first,
+            ..Self::default()
+        }
+    }
+
+    /// Applies one verified record. Returns whether a marker or delta did not commit (the
+    /// cursor keeps its previous state: the walk back). With `promised` (the record lies below
+    /// a synced length), a marker or delta that does not commit is corruption, unless it
+    /// references a segment a rollover removed (it was superseded before that).
+    pub(super) fn record(
+        &mut self,
+        loc: JournalLoc,
+        frame_len: u64,
+        rec: &Record<'_>,
+        version: u16,
+        promised: bool,
+    ) -> Result<bool> {
+        let cursor = CursorId {
+            topic: rec.topic,
+            cursor: rec.cursor,
+        };
+        // From version 3 a forget names its cursor and a marker's own CRC covers the cursor it
+        // belongs to; from version 4 also the name tag the marker or delta starts with.
+        let ids = cursor_binding(cursor.topic, cursor.cursor);
+        let forget_binding: &[u8] = if version >= SEGMENT_VERSION_V3 {
+            &ids
+        } else {
+            &[]
+        };
+        let (name, payload) = named_payload(rec, version);
+        let bound = record_binding(version, cursor.topic, cursor.cursor, name);
+        let binding = bound.as_slice();
+        let refused = |what: &'static str| {
+            Err(corrupt(
+                loc.segment,
+                loc.offset,
+                CorruptionKind::InvalidField(what),
+            ))
+        };
+        if self.forgotten.contains(&cursor) {
+            // Nothing of a deleted cursor counts; but a marker, delta or forget that is not
+            // its cursor's own (moved from another cursor, whose state it then lacks) is
+            // damage as anywhere else.
+            let own = match rec.kind {
+                RecordKind::Partition | RecordKind::Batch => true,
+                RecordKind::Marker => decode_marker_bound(payload, binding).is_ok(),
+                RecordKind::Delta => decode_delta(payload, binding, version).is_ok(),
+                RecordKind::Forget => rec.payload == forget_binding,
+            };
+            return if own || !promised {
+                Ok(false)
+            } else {
+                refused("record of another cursor")
+            };
+        }
+        match rec.kind {
+            RecordKind::Partition | RecordKind::Batch => {
+                self.partition_record(cursor, (loc, frame_len, version), rec);
+            }
+            RecordKind::Marker => {
+                if let Some(c) = self.verified_marker(
+                    cursor,
+                    (loc, frame_len, version),
+                    (rec.payload, payload),
+                    binding,
+                ) {
+                    self.index.commit(cursor, Committed { name, ..c });
+                    self.unrebased.remove(&cursor);
+                } else if self.marker_is_stale(payload, binding, version) {
+                    self.stale.insert(loc);
+                    self.unrebased.insert(cursor, loc);
+                } else if promised {
+                    return refused("marker");
+                } else {
+                    return Ok(true);
+                }
+            }
+            RecordKind::Delta => {
+                // A segment of version 1 holds no delta: one there was never written by a
+                // build that writes them.
+                if version < SEGMENT_VERSION_V2 {
+                    return Ok(false);
+                }
+                if let Some(d) = self.verified_delta(
+                    cursor,
+                    (loc, version),
+                    (rec.payload, payload),
+                    (binding, name),
+                ) {
+                    self.index.apply_delta(cursor, d);
+                    self.unrebased.remove(&cursor);
+                } else if self.delta_is_stale(payload, binding, version) {
+                    self.stale.insert(loc);
+                    self.unrebased.insert(cursor, loc);
+                } else if promised {
+                    return refused("delta");
+                } else {
+                    return Ok(true);
+                }
+            }
+            RecordKind::Forget => {
+                // A forget names its cursor in its payload too (versions 3 and 4).
+                if rec.payload != forget_binding {
+                    return if promised {
+                        refused("forget")
+                    } else {
+                        Ok(true)
+                    };
+                }
+                self.index.remove(cursor);
+                self.forgotten.insert(cursor);
+                self.unrebased.remove(&cursor);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Notes a partition or batch record, to verify the rows of later markers against. A
+    /// payload that does not decode is never referenced by a marker that counts; only a segment
+    /// of version 5 holds batch records (no earlier build wrote one, and no earlier marker
+    /// references one).
+    fn partition_record(
+        &mut self,
+        cursor: CursorId,
+        (loc, frame_len, version): (JournalLoc, u64, u16),
+        rec: &Record<'_>,
+    ) {
+        let crc = payload_crc(rec.payload);
+        let at = |ledger_id, chunk, cardinality| {
+            let part = PartLoc {
+                seq: 0,
+                loc,
+                frame_len,
+                crc,
+                cardinality,
+            };
+            (cursor, PartitionKey { ledger_id, chunk }, part)
+        };
+        if rec.kind == RecordKind::Batch {
+            if version >= SEGMENT_VERSION
+                && let Ok((ledger_id, chunk, entries)) = peek_batch_entry(rec.payload)
+            {
+                self.batches
+                    .insert(loc, at(ledger_id, chunk, u64::from(entries)));
+            }
+        } else if let Ok(p) = decode_partition_entry(rec.payload) {
+            self.partitions
+                .insert(loc, at(p.ledger_id, p.chunk, p.cardinality));
+        }
+    }
+
+    /// After the last segment: a cursor whose newest marker or delta references a segment
+    /// older than the scan's first was never re-based, so that segment was removed (or
+    /// dropped from the list) by something other than a rollover, and the cursor's state is
+    /// lost, not older.
+    pub(super) fn check_rebased(&self) -> Result<()> {
+        match self.unrebased.values().min() {
+            Some(loc) => Err(corrupt(
+                loc.segment,
+                loc.offset,
+                CorruptionKind::InvalidField("marker on a removed segment"),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether a marker that does not commit references a segment older than the scan's
+    /// first: a rollover re-based its cursor before removing that segment.
+    fn marker_is_stale(&self, payload: &[u8], binding: &[u8], version: u16) -> bool {
+        let Ok(marker) = decode_marker_bound(payload, binding) else {
+            return false;
+        };
+        self.references_removed(&marker, version)
+    }
+
+    /// Whether a marker's rows (or, from version 5, its batch rows) name a segment older than
+    /// the scan's first.
+    fn references_removed(&self, marker: &Marker<'_>, version: u16) -> bool {
+        let Table::Inline(rows) = marker.table else {
+            return false;
+        };
+        let batch = marker
+            .batch
+            .iter()
+            .map(|b| b.entry_id)
+            .filter(|_| version >= SEGMENT_VERSION);
+        rows.iter()
+            .map(|row| row.entry_id)
+            .chain(batch)
+            .any(|at| JournalLoc::unpack(at).segment < self.first)
+    }
+
+    /// Whether a delta that does not commit builds on a record superseded that way (or on
+    /// one in a removed segment), or references a removed segment.
+    fn delta_is_stale(&self, payload: &[u8], binding: &[u8], version: u16) -> bool {
+        let Ok(delta) = decode_delta(payload, binding, version) else {
+            return false;
+        };
+        if delta.base.segment < self.first || self.stale.contains(&delta.base) {
+            return true;
+        }
+        self.references_removed(&delta.marker, version)
+    }
+
+    /// The row a marker or delta holds, if it names a partition record of `cursor` seen
+    /// before `loc` with the key, CRC and cardinality the row holds.
+    fn verified_row(
+        &self,
+        cursor: CursorId,
+        loc: JournalLoc,
+        row: &PartitionRow,
+    ) -> Option<(PartitionKey, PartLoc)> {
+        let at = JournalLoc::unpack(row.entry_id);
+        let (c, key, part) = self.partitions.get(&at)?;
+        let ok = *c == cursor
+            && key.ledger_id == row.ledger_id
+            && key.chunk == row.chunk
+            && part.crc == row.crc
+            && part.cardinality == row.cardinality
+            && at < loc;
+        ok.then_some((*key, *part))
+    }
+
+    /// The batch row a marker or delta holds, if it names a batch record of `cursor` seen
+    /// before `loc` with the key, CRC and partial-entry count the row holds.
+    fn verified_batch_row(
+        &self,
+        cursor: CursorId,
+        loc: JournalLoc,
+        row: &BatchRow,
+    ) -> Option<(PartitionKey, PartLoc)> {
+        let at = JournalLoc::unpack(row.entry_id);
+        let (c, key, part) = self.batches.get(&at)?;
+        let ok = *c == cursor
+            && key.ledger_id == row.ledger_id
+            && key.chunk == row.chunk
+            && part.crc == row.crc
+            && part.cardinality == u64::from(row.entries)
+            && at < loc;
+        ok.then_some((*key, *part))
+    }
+
+    /// The batch rows of `marker` as verified locations: none before version 5 (a marker
+    /// there with a batch table does not verify), a batch table in pages never.
+    fn verified_batch(
+        &self,
+        cursor: CursorId,
+        (loc, version): (JournalLoc, u16),
+        marker: &Marker<'_>,
+    ) -> Option<Vec<(PartitionKey, PartLoc)>> {
+        if !marker.batch_pages.is_empty() || (version < SEGMENT_VERSION && !marker.batch.is_empty())
+        {
+            return None;
+        }
+        marker
+            .batch
+            .iter()
+            .map(|row| self.verified_batch_row(cursor, loc, &row))
+            .collect()
+    }
+
+    /// The delta as a change of the cursor's committed chain, if its base is the cursor's
+    /// committed marker or delta (location and payload CRC), every key it removes is live
+    /// there, and every row it adds verifies as a marker's row does (batch keys and rows
+    /// alike).
+    fn verified_delta(
+        &self,
+        cursor: CursorId,
+        (loc, version): (JournalLoc, u16),
+        (record_payload, payload): (&[u8], &[u8]),
+        (binding, name): (&[u8], u32),
+    ) -> Option<AppliedDelta> {
+        let base = self.index.committed(cursor)?;
+        let delta = decode_delta(payload, binding, version).ok()?;
+        // A chain belongs to one name: a delta never renames its base's cursor (a base of a
+        // version 3 segment knows no name).
+        if delta.base != base.marker
+            || delta.base_crc != base.crc
+            || (base.name != 0 && base.name != name)
+        {
+            return None;
+        }
+        let Table::Inline(rows) = delta.marker.table else {
+            return None;
+        };
+        let removed = removed_keys(delta.removed(), &base.rows)?;
+        let mut added = Vec::with_capacity(rows.len());
+        for row in rows.iter() {
+            let (key, part) = self.verified_row(cursor, loc, &row)?;
+            removed.binary_search(&key).is_err().then_some(())?;
+            added.push((key, part));
+        }
+        let removed_batch = removed_keys(delta.removed_batch(), &base.batch)?;
+        let added_batch = self.verified_batch(cursor, (loc, version), &delta.marker)?;
+        for (key, _) in &added_batch {
+            removed_batch.binary_search(key).is_err().then_some(())?;
+        }
+        let live = live_after(&base.rows, &removed, &added);
+        let live_batch = live_after(&base.batch, &removed_batch, &added_batch);
+        Some(AppliedDelta {
+            marker: loc,
+            marker_len: full_marker_frame_len(&delta.marker.state, live, live_batch),
+            crc: payload_crc(record_payload),
+            name,
+            state: delta.marker.state,
+            removed,
+            added,
+            removed_batch,
+            added_batch,
+        })
+    }
+
+    /// The marker as committed state, if every row names a partition record of this cursor
+    /// seen before it, with the CRC and cardinality the row holds, and every batch row a batch
+    /// record so.
+    fn verified_marker(
+        &self,
+        cursor: CursorId,
+        (loc, frame_len, version): (JournalLoc, u64, u16),
+        (record_payload, payload): (&[u8], &[u8]),
+        binding: &[u8],
+    ) -> Option<Committed> {
+        let marker = decode_marker_bound(payload, binding).ok()?;
+        let Table::Inline(rows) = marker.table else {
+            return None;
+        };
+        let mut live = BTreeMap::new();
+        for row in rows.iter() {
+            let (key, part) = self.verified_row(cursor, loc, &row)?;
+            live.insert(key, part);
+        }
+        let batch: BTreeMap<_, _> = self
+            .verified_batch(cursor, (loc, version), &marker)?
+            .into_iter()
+            .collect();
+        Some(Committed {
+            marker: loc,
+            marker_len: frame_len,
+            crc: payload_crc(record_payload),
+            name: 0,
+            floor: Committed::full_floor(loc, &live, &batch),
+            state: marker.state,
+            rows: live,
+            batch,
+        })
+    }
+}
+
+/// The keys a delta removes, if every one is live in `base`.
+fn removed_keys(
+    keys: impl Iterator<Item = (u64, u64)>,
+    base: &BTreeMap<PartitionKey, PartLoc>,
+) -> Option<Vec<PartitionKey>> {
+    keys.map(|(ledger_id, chunk)| {
+        let key = PartitionKey { ledger_id, chunk };
+        base.contains_key(&key).then_some(key)
+    })
+    .collect()
+}
+
+/// How many keys `base` holds after a delta removes `removed` and adds `added`.
+fn live_after(
+    base: &BTreeMap<PartitionKey, PartLoc>,
+    removed: &[PartitionKey],
+    added: &[(PartitionKey, PartLoc)],
+) -> usize {
+    base.len() - removed.len() + added.iter().filter(|(k, _)| !base.contains_key(k)).count()
+}

@@ -1,0 +1,374 @@
+//! Ticks: cursors staged one by one, then committed together ([`Tick`]).
+//!
+//! **Group commit.** A tick appends, for every cursor that changed, the partitions it wrote
+//! and then its marker (the PIP-81 shape: partitions, then the marker that commits them), as
+//! one write, then makes them durable with one `fdatasync` (plus, when the tick starts a new
+//! segment, one of the sealed segment and one of the directory). So a tick over any number of
+//! cursors costs one to three syncs.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::MutexGuard;
+use std::sync::atomic::Ordering;
+
+use roaring::RoaringBitmap;
+
+use super::index::{Committed, CursorId, PartLoc};
+use super::marker::{append_marker, cursor_record, partition_payload};
+use super::{Journal, TickStats, lock};
+use crate::ackset::PartitionKey;
+use crate::error::{Error, Result};
+use crate::format::cursor::{PersistedState, payload_crc};
+use crate::format::journal::{JournalLoc, Record, RecordKind, cursor_binding, encode_record};
+
+/// One cursor's part of a tick: its state and its ack partitions as of one snapshot.
+#[derive(Debug, Clone)]
+pub struct CursorFlush {
+    /// The cursor.
+    pub cursor: CursorId,
+    /// Its name tag (`crate::format::journal::name_tag` of its name; 0 binds no name).
+    pub name: u32,
+    /// Mark-delete, epoch and properties.
+    pub state: PersistedState,
+    /// Partitions that changed since they were last written, with their contents.
+    pub written: Vec<(PartitionKey, RoaringBitmap)>,
+    /// Every live partition (changed or not); those not in `written` must have a copy in the
+    /// journal already.
+    pub live: Vec<PartitionKey>,
+}
+
+impl Journal {
+    /// Commits every cursor of `flushes` in one tick: [`Journal::begin_tick`], one
+    /// [`Tick::stage`] per cursor, [`Tick::commit`].
+    ///
+    /// # Errors
+    /// Those of [`Tick::stage`] and [`Tick::commit`].
+    pub fn commit(&self, flushes: &[CursorFlush]) -> Result<TickStats> {
+        let mut tick = self.begin_tick();
+        for f in flushes {
+            tick.stage((f.cursor, f.name), f.state.clone(), &f.written, &f.live)?;
+        }
+        tick.commit()
+    }
+
+    /// Starts a tick: ticks and rollovers run one at a time, evictions and loads go on.
+    pub fn begin_tick(&self) -> Tick<'_> {
+        Tick {
+            journal: self,
+            _serial: lock(&self.tick),
+            staged: Vec::new(),
+            uncommitted: Vec::new(),
+            stats: TickStats::default(),
+            started: false,
+        }
+    }
+
+    /// Deletes the cursor's records from the index and appends a forget record, synced.
+    pub fn forget(&self, cursor: CursorId) -> Result<()> {
+        self.forget_unexplained(cursor).map_err(|e| self.failure(e))
+    }
+
+    fn forget_unexplained(&self, cursor: CursorId) -> Result<()> {
+        let _tick = lock(&self.tick);
+        let mut stats = TickStats::default();
+        let mut w = lock(&self.writer);
+        let new_segment = self.segment_for_tick(&mut w, &mut stats)?;
+        let (seq, _) = Self::newest(&w)?;
+        let mut buf = Vec::new();
+        encode_record(
+            &mut buf,
+            &Record {
+                kind: RecordKind::Forget,
+                topic: cursor.topic,
+                cursor: cursor.cursor,
+                // Every forget goes to a segment of this build's version: it names its cursor.
+                payload: &cursor_binding(cursor.topic, cursor.cursor),
+            },
+        );
+        self.append(&mut w, &buf, true)?;
+        drop(w);
+        self.sync_newest(seq, &mut stats)?;
+        if new_segment {
+            self.sync_dir(&mut stats)?;
+        }
+        lock(&self.index).remove(cursor);
+        lock(&self.unsettled).remove(&cursor);
+        Ok(())
+    }
+}
+
+/// One group commit in progress: cursors are staged one by one, each under its own lock (its
+/// written partitions are appended at once, so the log orders them with the cursor's
+/// evictions), then [`Tick::commit`] appends every marker and syncs once.
+#[derive(Debug)]
+pub struct Tick<'a> {
+    journal: &'a Journal,
+    _serial: MutexGuard<'a, ()>,
+    staged: Vec<Staged>,
+    /// Cursors whose markers the commit in progress has taken from `staged`, until they are
+    /// in the index.
+    uncommitted: Vec<CursorId>,
+    stats: TickStats,
+    started: bool,
+}
+
+impl Drop for Tick<'_> {
+    /// A tick that ends without committing what it staged (a failed commit, or a flush that
+    /// failed after staging) leaves those cursors unsettled (see `Journal::unsettled`), while
+    /// the tick lock is still held, so no later tick skips them.
+    fn drop(&mut self) {
+        if self.staged.is_empty() && self.uncommitted.is_empty() {
+            return;
+        }
+        let mut unsettled = lock(&self.journal.unsettled);
+        unsettled.extend(self.staged.iter().map(|s| s.cursor));
+        unsettled.extend(self.uncommitted.iter().copied());
+    }
+}
+
+/// One cursor staged into a tick: what its marker will commit.
+#[derive(Debug)]
+struct Staged {
+    cursor: CursorId,
+    name: u32,
+    state: PersistedState,
+    rows: BTreeMap<PartitionKey, PartLoc>,
+    batch: BTreeMap<PartitionKey, PartLoc>,
+}
+
+/// A cursor's partial entries (batch-index acks) as a tick stages them: the batch records to
+/// write, and the partitions whose current batch record the journal holds already.
+#[derive(Debug, Clone, Default)]
+pub struct BatchStage {
+    /// Partitions whose partial entries changed since their batch record was written: key,
+    /// the batch-index entry encoding them, and how many partial entries it holds.
+    pub written: Vec<(PartitionKey, Vec<u8>, u32)>,
+    /// Partitions whose newest batch record in the journal is current, with the payload CRC
+    /// the cursor expects of it.
+    pub kept: Vec<(PartitionKey, u32)>,
+}
+
+impl Tick<'_> {
+    /// Stages one cursor as of a snapshot taken under its lock: appends `written` (partitions
+    /// changed since they were last written; not synced) and resolves where every `live`
+    /// partition's current copy is. Call it while holding the cursor's lock, so no eviction of
+    /// the cursor falls between the snapshot and these appends; it waits for no sync. `name`
+    /// is the cursor's name tag, which its marker binds (0 binds none).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] (nothing staged) when a live partition is neither written
+    /// nor in the journal; [`Error::PreviousIo`] after an earlier failure; [`Error::Io`].
+    pub fn stage(
+        &mut self,
+        cursor: (CursorId, u32),
+        state: PersistedState,
+        written: &[(PartitionKey, RoaringBitmap)],
+        live: &[PartitionKey],
+    ) -> Result<()> {
+        self.stage_with_batch(cursor, state, (written, live), &BatchStage::default())
+            .map(drop)
+    }
+
+    /// [`Tick::stage`] with the cursor's partial entries: appends the batch records of
+    /// `batch.written` with the partitions, and resolves each of `batch.kept` to the journal's
+    /// newest batch record of it. Returns where the marker's batch table will say each one is.
+    ///
+    /// # Errors
+    /// As [`Tick::stage`]; [`Error::InvalidArgument`] (nothing staged) too when a kept batch
+    /// partition has no batch record in the journal, or one with another CRC.
+    pub fn stage_with_batch(
+        &mut self,
+        (cursor, name): (CursorId, u32),
+        state: PersistedState,
+        acks: (&[(PartitionKey, RoaringBitmap)], &[PartitionKey]),
+        batch: &BatchStage,
+    ) -> Result<BTreeMap<PartitionKey, PartLoc>> {
+        let j = self.journal;
+        self.stage_unexplained((cursor, name), state, acks, batch)
+            .map_err(|e| j.failure(e))
+    }
+
+    fn stage_unexplained(
+        &mut self,
+        (cursor, name): (CursorId, u32),
+        state: PersistedState,
+        (written, live): (&[(PartitionKey, RoaringBitmap)], &[PartitionKey]),
+        batch: &BatchStage,
+    ) -> Result<BTreeMap<PartitionKey, PartLoc>> {
+        state.validate()?;
+        let j = self.journal;
+        let mut w = lock(&j.writer);
+        if !self.started {
+            j.start_segment_if_needed(&mut w, &mut self.stats)?;
+            self.started = true;
+        }
+        {
+            let index = lock(&j.index);
+            if let Some(key) = live.iter().find(|k| {
+                !written.iter().any(|(w, _)| w == *k) && index.lookup(cursor, **k).is_none()
+            }) {
+                return Err(Error::InvalidArgument {
+                    reason: format!(
+                        "partition {}:{} of cursor {}/{} is live but neither written nor in the \
+                         journal",
+                        key.ledger_id, key.chunk, cursor.topic, cursor.cursor
+                    ),
+                });
+            }
+            if let Some((key, _)) = batch
+                .kept
+                .iter()
+                .find(|(k, crc)| index.lookup_batch(cursor, *k).is_none_or(|p| p.crc != *crc))
+            {
+                return Err(Error::InvalidArgument {
+                    reason: format!(
+                        "partial entries of partition {}:{} of cursor {}/{} are kept but the \
+                         journal holds no batch record of them",
+                        key.ledger_id, key.chunk, cursor.topic, cursor.cursor
+                    ),
+                });
+            }
+        }
+        let (seq, base) = Journal::newest(&w)?;
+        let mut buf = Vec::new();
+        let mut parts = Vec::with_capacity(written.len());
+        let copy = |buf: &mut Vec<u8>, kind, payload: &[u8], cardinality| {
+            let before = buf.len();
+            encode_record(buf, &cursor_record(kind, cursor, payload));
+            PartLoc {
+                seq: j.counters.seq.fetch_add(1, Ordering::Relaxed) + 1,
+                loc: JournalLoc {
+                    segment: seq,
+                    offset: base + before as u64,
+                },
+                frame_len: (buf.len() - before) as u64,
+                crc: payload_crc(payload),
+                cardinality,
+            }
+        };
+        for (key, bitmap) in written {
+            let payload = partition_payload(*key, bitmap);
+            let part = copy(&mut buf, RecordKind::Partition, &payload, bitmap.len());
+            parts.push((*key, part));
+        }
+        let mut batch_parts = Vec::with_capacity(batch.written.len());
+        for (key, payload, entries) in &batch.written {
+            let part = copy(&mut buf, RecordKind::Batch, payload, u64::from(*entries));
+            batch_parts.push((*key, part));
+        }
+        if !buf.is_empty() {
+            j.append(&mut w, &buf, true)?;
+        }
+        let mut index = lock(&j.index);
+        for (key, part) in &parts {
+            index.stage(cursor, *key, *part);
+        }
+        for (key, part) in &batch_parts {
+            index.stage_batch(cursor, *key, *part);
+        }
+        let mut rows = BTreeMap::new();
+        for key in live {
+            if let Some(part) = index.lookup(cursor, *key) {
+                rows.insert(*key, part);
+            }
+        }
+        let mut batch_rows = BTreeMap::new();
+        for key in batch
+            .kept
+            .iter()
+            .map(|(k, _)| k)
+            .chain(batch.written.iter().map(|(k, _, _)| k))
+        {
+            if let Some(part) = index.lookup_batch(cursor, *key) {
+                batch_rows.insert(*key, part);
+            }
+        }
+        self.stats.partitions += (parts.len() + batch_parts.len()) as u64;
+        self.stats.bytes += buf.len() as u64;
+        self.staged.push(Staged {
+            cursor,
+            name,
+            state,
+            rows,
+            batch: batch_rows.clone(),
+        });
+        Ok(batch_rows)
+    }
+
+    /// Appends every staged cursor's marker, syncs once (and the directory when a segment was
+    /// created since its last sync), then publishes the markers to the index and rolls over
+    /// what the journal has outgrown. Returns after the sync.
+    ///
+    /// # Errors
+    /// [`Error::PreviousIo`] after an earlier failure; [`Error::Io`]: nothing new is
+    /// guaranteed, and the journal refuses every later write.
+    pub fn commit(self) -> Result<TickStats> {
+        let j = self.journal;
+        self.commit_unexplained().map_err(|e| j.failure(e))
+    }
+
+    fn commit_unexplained(mut self) -> Result<TickStats> {
+        let j = self.journal;
+        if self.staged.is_empty() {
+            // Nothing new, but a cursor's earlier flush may have been staged into a tick that
+            // failed: after a failure no flush reports success.
+            lock(&j.writer).check_latch()?;
+            return Ok(self.stats);
+        }
+        let mut w = lock(&j.writer);
+        let (seq, base) = Journal::newest(&w)?;
+        let mut buf = Vec::new();
+        let mut commits: Vec<(CursorId, Committed)> = Vec::with_capacity(self.staged.len());
+        // Until their markers are in the index, a failure leaves these cursors unsettled.
+        self.uncommitted = self.staged.iter().map(|s| s.cursor).collect();
+        {
+            // Ticks and rollovers run one at a time: no committed chain changes meanwhile.
+            let index = lock(&j.index);
+            // Where each cursor's newest marker of this tick is in `commits`: one lookup per
+            // staged cursor, so a tick costs the same per cursor whatever their number.
+            let mut newest: HashMap<CursorId, usize> = HashMap::with_capacity(self.staged.len());
+            for staged in std::mem::take(&mut self.staged) {
+                let cursor = staged.cursor;
+                // A cursor staged twice in one tick builds on its own earlier marker.
+                let prior = newest.get(&cursor).map(|&i| &commits[i].1);
+                let chain = prior.or_else(|| index.committed(cursor));
+                let at = (seq, base + buf.len() as u64);
+                let (next, kind) = append_marker(
+                    &mut buf,
+                    (cursor, staged.name),
+                    at,
+                    chain,
+                    &staged.state,
+                    (staged.rows, staged.batch),
+                )?;
+                if kind == RecordKind::Delta {
+                    j.counters.deltas.fetch_add(1, Ordering::Relaxed);
+                }
+                newest.insert(cursor, commits.len());
+                commits.push((cursor, next));
+            }
+        }
+        j.append(&mut w, &buf, true)?;
+        let dir = w.dir_unsynced;
+        drop(w);
+        // The sync runs without the writer's lock: evictions keep appending meanwhile.
+        j.sync_newest(seq, &mut self.stats)?;
+        if dir {
+            j.sync_dir(&mut self.stats)?;
+        }
+        j.check_owner()?;
+        {
+            let mut index = lock(&j.index);
+            let mut unsettled = lock(&j.unsettled);
+            self.stats.cursors = commits.len() as u64;
+            for (cursor, c) in commits {
+                index.commit(cursor, c);
+                unsettled.remove(&cursor);
+            }
+            self.uncommitted.clear();
+        }
+        self.stats.bytes += buf.len() as u64;
+        j.counters.ticks.fetch_add(1, Ordering::Relaxed);
+        self.stats.segments_deleted = j.roll_over_locked()?;
+        Ok(self.stats)
+    }
+}
