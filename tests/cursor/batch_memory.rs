@@ -502,22 +502,30 @@ fn threads_while_a_flusher_runs(host: Host) {
     // every third entry: those stay partial, the others complete.
     let skipped = |k: usize, i: u32| k.is_multiple_of(3) && i == SIZE - 1;
     let done = std::sync::atomic::AtomicBool::new(false);
+    // Flushes completed so far: each worker, halfway through, waits for one more, so flushes
+    // run between acks on every machine, however the threads are scheduled.
+    let flushed = (std::sync::Mutex::new(0u64), std::sync::Condvar::new());
     std::thread::scope(|s| {
         let flusher = s.spawn(|| {
-            let mut flushes = 0;
             while !done.load(std::sync::atomic::Ordering::SeqCst) {
                 c.flush().unwrap();
                 assert_within_budget(&c, budget, "flusher");
-                flushes += 1;
+                *flushed.0.lock().unwrap() += 1;
+                flushed.1.notify_all();
             }
-            flushes
         });
         let workers: Vec<_> = (0..THREADS)
             .map(|t| {
                 let c = c.clone();
                 let entries = &entries;
+                let flushed = &flushed;
                 s.spawn(move || {
                     for (k, &(pos, size)) in entries.iter().enumerate() {
+                        if k == entries.len() / 2 {
+                            let seen = flushed.0.lock().unwrap();
+                            let before = *seen;
+                            drop(flushed.1.wait_while(seen, |n| *n == before).unwrap());
+                        }
                         for i in [t, t + THREADS] {
                             if !skipped(k, i) {
                                 c.ack_batch_index(pos, i, size).unwrap();
@@ -531,7 +539,7 @@ fn threads_while_a_flusher_runs(host: Host) {
             w.join().unwrap();
         }
         done.store(true, std::sync::atomic::Ordering::SeqCst);
-        assert!(flusher.join().unwrap() > 0);
+        flusher.join().unwrap();
     });
     let mut model = Model::default();
     for (k, &(pos, size)) in entries.iter().enumerate() {
