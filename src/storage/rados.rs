@@ -269,6 +269,7 @@ impl RadosCluster {
         let io = Ioctx {
             raw,
             cluster: self.handle.clone(),
+            round_trips: AtomicU64::new(0),
         };
         // SAFETY: `raw` is a live I/O context not yet shared with any other thread.
         unsafe { ffi::rados_ioctx_set_namespace(io.raw, ns_c.as_ptr()) };
@@ -296,6 +297,24 @@ impl RadosCluster {
 struct Ioctx {
     raw: ffi::IoctxT,
     cluster: Arc<ClusterHandle>,
+    /// Synchronous round trips to the cluster made through this context.
+    round_trips: AtomicU64,
+}
+
+impl Ioctx {
+    /// Runs `call`, which waits for one answer of the cluster (`what`, about object `name`),
+    /// and counts it ([`RadosStorage::round_trips`]).
+    fn round_trip<T>(&self, what: &str, name: &str, call: impl FnOnce() -> T) -> T {
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        let started = std::time::Instant::now();
+        let answer = call();
+        log::trace!(
+            target: crate::observe::LOG_TARGET,
+            "RADOS {what} `{name}`: answered in {} µs",
+            started.elapsed().as_micros()
+        );
+        answer
+    }
 }
 
 // SAFETY: a librados I/O context may be used from several threads at once as long as its
@@ -521,8 +540,9 @@ impl Shared {
         let mut size = 0u64;
         let mut mtime = 0i64;
         // SAFETY: live context, valid out-pointers.
-        let ret =
-            unsafe { ffi::rados_stat(self.io.raw, oid.as_ptr(), &raw mut size, &raw mut mtime) };
+        let ret = self.io.round_trip("stat", name, || unsafe {
+            ffi::rados_stat(self.io.raw, oid.as_ptr(), &raw mut size, &raw mut mtime)
+        });
         if is_errno(ret, rustix::io::Errno::NOENT) {
             Ok(None)
         } else if ret < 0 {
@@ -546,7 +566,7 @@ impl Shared {
             let want = (buf.len() - done).min(READ_CHUNK);
             let part = &mut buf[done..done + want];
             // SAFETY: live context; `part` is writable for `want` bytes.
-            let ret = unsafe {
+            let ret = self.io.round_trip("read", name, || unsafe {
                 ffi::rados_read(
                     self.io.raw,
                     oid.as_ptr(),
@@ -554,7 +574,7 @@ impl Shared {
                     want,
                     offset + done as u64,
                 )
-            };
+            });
             if ret < 0 {
                 return Err(self.error("read", name, ret));
             }
@@ -661,6 +681,16 @@ impl RadosStorage {
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = bound;
         self
+    }
+
+    /// Round trips to the cluster that callers of this handle have waited for so far: each
+    /// synchronous operation (a read, a stat, a stamp, a create, a lock step), each wait for
+    /// outstanding writes that were not yet answered, and each batch of operations sent
+    /// together and waited for at once. What a takeover costs is mostly these, one after the
+    /// other, each a network round trip and, for a write, a replicated commit.
+    #[must_use]
+    pub fn round_trips(&self) -> u64 {
+        self.shared.io.round_trips.load(Ordering::Relaxed)
     }
 
     /// The owner epoch this handle writes with while it holds the lock; 0 when it holds none.
@@ -807,7 +837,13 @@ impl RadosFile {
     /// Waits for every outstanding write; the first refused one's error (latched).
     fn drain(&self, state: &mut FileState, op: &'static str) -> Result<()> {
         while let Some(done) = state.in_flight.pop_front() {
-            let ret = done.wait();
+            let ret = if done.is_complete() {
+                done.wait()
+            } else {
+                self.shared
+                    .io
+                    .round_trip("wait for writes", &self.name, || done.wait())
+            };
             if ret < 0 && state.failed.is_none() {
                 state.failed = Some(ret);
             }

@@ -75,6 +75,10 @@ impl Shared {
     /// anything with a name ackstore never makes) are left out.
     pub(super) fn walk_names(&self) -> Result<Vec<String>> {
         let mut ctx: ffi::ListCtxT = ptr::null_mut();
+        // A walk waits for the cluster page by page: counted as one round trip.
+        self.io
+            .round_trips
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // SAFETY: live context, valid out-pointer.
         let ret = unsafe { ffi::rados_nobjects_list_open(self.io.raw, &raw mut ctx) };
         if ret < 0 {
@@ -150,7 +154,14 @@ impl Shared {
                     &raw mut more,
                     &raw mut prval,
                 );
-                ffi::rados_read_op_operate(op, self.io.raw, index.as_ptr(), ffi::OPERATION_NOFLAG)
+                self.io.round_trip("omap read", INDEX_OBJECT, || {
+                    ffi::rados_read_op_operate(
+                        op,
+                        self.io.raw,
+                        index.as_ptr(),
+                        ffi::OPERATION_NOFLAG,
+                    )
+                })
             };
             let mut page = Vec::new();
             if ret >= 0 && prval >= 0 {
@@ -259,7 +270,11 @@ impl Shared {
             }
             pending.push(done);
         }
-        let codes: Vec<i32> = pending.iter().map(Completion::wait).collect();
+        let codes: Vec<i32> = self
+            .io
+            .round_trip("stat all", &names.len().to_string(), || {
+                pending.iter().map(Completion::wait).collect()
+            });
         drop(pending);
         let mut gone = false;
         for (name, ret) in names.into_iter().zip(codes) {

@@ -131,7 +131,7 @@ impl RadosStorage {
             tv_usec: i64::from(lease.subsec_micros()),
         };
         // SAFETY: live context, NUL-terminated strings, valid duration.
-        unsafe {
+        shared.io.round_trip("lock", LOCK_OBJECT, || unsafe {
             ffi::rados_lock_exclusive(
                 shared.io.raw,
                 oid.as_ptr(),
@@ -141,7 +141,7 @@ impl RadosStorage {
                 &raw mut duration,
                 0,
             )
-        }
+        })
     }
 
     /// Sends the renewal of the lease `held`, one RADOS write operation on [`LOCK_OBJECT`]: a
@@ -207,7 +207,7 @@ impl RadosStorage {
         let attr = cstring(OWNER_EPOCH_XATTR)?;
         let mut buf = [0u8; 64];
         // SAFETY: live context; `buf` is writable for its length.
-        let ret = unsafe {
+        let ret = shared.io.round_trip("getxattr", LOCK_OBJECT, || unsafe {
             ffi::rados_getxattr(
                 shared.io.raw,
                 oid.as_ptr(),
@@ -215,7 +215,7 @@ impl RadosStorage {
                 buf.as_mut_ptr().cast(),
                 buf.len(),
             )
-        };
+        });
         let old_text = if is_errno(ret, rustix::io::Errno::NODATA) {
             String::new()
         } else if ret < 0 {
@@ -429,14 +429,14 @@ impl Drop for Lease {
         );
         // SAFETY: live context and NUL-terminated strings. A lock already lost (expired and
         // taken) answers an error, which changes nothing.
-        let ret = unsafe {
+        let ret = self.shared.io.round_trip("unlock", LOCK_OBJECT, || unsafe {
             ffi::rados_unlock(
                 self.shared.io.raw,
                 oid.as_ptr(),
                 name.as_ptr(),
                 self.cookie.as_ptr(),
             )
-        };
+        });
         if ret >= 0 {
             self.shared.notify_released();
         }

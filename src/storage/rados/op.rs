@@ -124,7 +124,7 @@ impl WriteOp {
     /// Runs the operation and waits for the cluster's answer (a librados return code).
     pub(super) fn run(&self, io: &Ioctx, oid: &CStr) -> i32 {
         // SAFETY: live operation and context; a null mtime means "now".
-        unsafe {
+        io.round_trip("write op", &oid.to_string_lossy(), || unsafe {
             ffi::rados_write_op_operate(
                 self.raw,
                 io.raw,
@@ -132,7 +132,7 @@ impl WriteOp {
                 ptr::null_mut(),
                 ffi::OPERATION_NOFLAG,
             )
-        }
+        })
     }
 
     /// Sends the operation; the completion reports the cluster's answer.

@@ -104,7 +104,7 @@ impl LockWatch {
         let mut handle = 0u64;
         // SAFETY: live context; `ctx` stays valid until `Drop` has removed the watch and
         // flushed the callbacks.
-        let ret = unsafe {
+        let ret = shared.io.round_trip("watch", LOCK_OBJECT, || unsafe {
             ffi::rados_watch2(
                 shared.io.raw,
                 oid.as_ptr(),
@@ -113,7 +113,7 @@ impl LockWatch {
                 on_error,
                 ctx.cast(),
             )
-        };
+        });
         if ret < 0 {
             // SAFETY: the watch was not registered: nothing refers to `ctx`.
             drop(unsafe { Box::from_raw(ctx) });
@@ -157,10 +157,13 @@ impl LockWatch {
 impl Drop for LockWatch {
     fn drop(&mut self) {
         let shared = self.ctx().shared.clone();
-        // SAFETY: live context and cluster; after the flush no callback runs or will run, so
-        // `ctx` can be freed.
-        unsafe {
+        // SAFETY: live context; the watch was registered by `new` and is removed only here.
+        shared.io.round_trip("unwatch", LOCK_OBJECT, || unsafe {
             ffi::rados_unwatch2(shared.io.raw, self.handle);
+        });
+        // SAFETY: live cluster; after the flush no callback runs or will run, so `ctx` can be
+        // freed.
+        unsafe {
             ffi::rados_watch_flush(shared.io.cluster.0);
             drop(Box::from_raw(self.ctx));
         }
@@ -172,7 +175,7 @@ impl Shared {
     pub(super) fn notify_released(&self) {
         let oid = cstring(LOCK_OBJECT).expect("constant");
         // SAFETY: live context; an empty payload; no reply buffer asked for.
-        unsafe {
+        self.io.round_trip("notify", LOCK_OBJECT, || unsafe {
             ffi::rados_notify2(
                 self.io.raw,
                 oid.as_ptr(),
@@ -182,7 +185,7 @@ impl Shared {
                 ptr::null_mut(),
                 ptr::null_mut(),
             );
-        }
+        });
     }
 
     /// When the holder's lease runs out unless renewed, by its clock read on this one (`None`
@@ -192,15 +195,17 @@ impl Shared {
         let attr = cstring(LEASE_EXPIRES_XATTR)?;
         let mut buf = [0u8; 64];
         // SAFETY: live context; `buf` is writable for its length.
-        let ret = unsafe {
-            ffi::rados_getxattr(
-                self.io.raw,
-                oid.as_ptr(),
-                attr.as_ptr(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-            )
-        };
+        let ret = self
+            .io
+            .round_trip("getxattr expiry", LOCK_OBJECT, || unsafe {
+                ffi::rados_getxattr(
+                    self.io.raw,
+                    oid.as_ptr(),
+                    attr.as_ptr(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                )
+            });
         if is_errno(ret, rustix::io::Errno::NODATA) || is_errno(ret, rustix::io::Errno::NOENT) {
             return Ok(None);
         }
