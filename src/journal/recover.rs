@@ -84,7 +84,7 @@ pub(super) fn scan_segments(
             return Err(corrupt(seq, file_size, CorruptionKind::Truncated));
         }
         let limit = seal.map_or(file_size, |len| len.min(file_size));
-        let mut win = Window::new(file.as_ref())?;
+        let mut win = Window::with_size(file.as_ref(), file_size);
         let head_len = (SLOTS_AT as u64).min(limit);
         let head = window_get(&mut win, 0, head_len, limit)?.unwrap_or_default();
         let (version, previous) = match segment_version(head, seq) {

@@ -62,12 +62,18 @@ pub(crate) struct Window<'a> {
 
 impl<'a> Window<'a> {
     pub(crate) fn new(file: &'a dyn StorageFile) -> Result<Self> {
-        Ok(Self {
-            size: file.size()?,
+        Ok(Self::with_size(file, file.size()?))
+    }
+
+    /// A window over `file` whose size the caller has just read (one stat less on storage
+    /// where a stat is a round trip).
+    pub(crate) fn with_size(file: &'a dyn StorageFile, size: u64) -> Self {
+        Self {
+            size,
             file,
             start: 0,
             buf: Vec::new(),
-        })
+        }
     }
 
     pub(crate) fn size(&self) -> u64 {
@@ -566,7 +572,7 @@ pub(crate) fn open_ledger(
         prove(file.as_ref(), size)?;
         return Ok(Opened::Ledger(Arc::new(Ledger::sealed(file, sealed)), None));
     }
-    let mut win = Window::new(file.as_ref())?;
+    let mut win = Window::with_size(file.as_ref(), size);
     let scan = scan_frames(&mut win, &h, h.data_start(), 0)?;
     let end = scan.end;
     let expected = scan.offsets.len() as u64;
