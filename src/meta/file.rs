@@ -15,7 +15,10 @@
 //! `put`, never before the newer one is linked, so from the moment a version is removed some
 //! higher version exists. A record file is linked only once whole and synced, so after a power
 //! cut at any step the directory holds whole versions only: the highest durable one is the
-//! record (docs/format.md, "Metadata records").
+//! record (docs/format.md, "Metadata records"). On storage that creates a file whole in one
+//! atomic, durable step ([`Storage::creates_whole`]: RADOS, an exclusive create that carries
+//! the bytes), a version is created so under its own name instead: the same compare-and-set
+//! (exactly one writer creates a version) without the temporary file, its sync and its link.
 //!
 //! A deleted record is marked by an empty file at the next version (a tombstone, linked like any
 //! version, so a delete races with puts by the same rule); then every file of the record is
@@ -557,21 +560,14 @@ impl FileMetaStore {
         bytes: &[u8],
     ) -> Result<()> {
         // Power-cut analysis of each step: docs/format.md, "Metadata records".
-        let temp = self.temp_file(writes, name, version);
-        let linked = (|| {
-            let file = self.storage.create(&temp)?;
-            if !bytes.is_empty() {
-                file.write_all_at(bytes, 0)?;
-            }
-            file.sync_data()?;
-            drop(file);
-            self.storage.link(&temp, &version_file(name, version))
-        })();
-        // Best effort: a temporary file left behind is never read, and a later sweep removes
-        // it. The write's own outcome is the one to report.
-        if self.storage.exists(&temp).unwrap_or(false) {
-            let _ = self.storage.remove(&temp);
-        }
+        let linked = if self.storage.creates_whole() {
+            // The version appears whole and durable in one step, or not at all, and exactly
+            // one of two writers creates it: what the temporary file and its link give.
+            self.storage
+                .create_whole(&version_file(name, version), bytes)
+        } else {
+            self.link_through_temp(writes, name, version, bytes)
+        };
         match linked {
             Ok(()) => {}
             // Another writer linked this version first, or swept our temporary file because
@@ -593,6 +589,33 @@ impl FileMetaStore {
             return Ok(());
         }
         self.none_above(name, expected, version).map(drop)
+    }
+
+    /// Writes `bytes` as version `version` of `name` through a temporary file, synced, then
+    /// linked to the version's name (the link fails when the name exists).
+    fn link_through_temp(
+        &self,
+        writes: &mut Writes,
+        name: &str,
+        version: u64,
+        bytes: &[u8],
+    ) -> Result<()> {
+        let temp = self.temp_file(writes, name, version);
+        let linked = (|| {
+            let file = self.storage.create(&temp)?;
+            if !bytes.is_empty() {
+                file.write_all_at(bytes, 0)?;
+            }
+            file.sync_data()?;
+            drop(file);
+            self.storage.link(&temp, &version_file(name, version))
+        })();
+        // Best effort: a temporary file left behind is never read, and a later sweep removes
+        // it. The write's own outcome is the one to report.
+        if self.storage.exists(&temp).unwrap_or(false) {
+            let _ = self.storage.remove(&temp);
+        }
+        linked
     }
 
     /// After version `version` of `name` was linked: [`Error::Fenced`] when a higher version

@@ -94,6 +94,30 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// the metadata store's compare-and-set rests on that. Durable after
     /// [`Storage::sync_dir`], like every name.
     fn link(&self, from: &str, to: &str) -> Result<()>;
+    /// Whether [`Storage::create_whole`] creates a file in one step here (`false`, the
+    /// default: the metadata store writes a temporary file and links it instead).
+    fn creates_whole(&self) -> bool {
+        false
+    }
+    /// Creates the file `name` holding `bytes` in one atomic and durable step, where
+    /// [`Storage::creates_whole`]: no reader ever sees the name without all of `bytes`, the file
+    /// and its name are durable when this returns `Ok` (no [`Storage::sync_dir`] needed), and of
+    /// two creates of one name, from this process or another, exactly one succeeds (the other
+    /// fails with an [`Error::Io`] of kind [`std::io::ErrorKind::AlreadyExists`]), as with
+    /// [`Storage::link`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] on a backend without the step (the default); otherwise as
+    /// [`Storage::create`].
+    fn create_whole(&self, name: &str, bytes: &[u8]) -> Result<()> {
+        let _ = bytes;
+        Err(Error::InvalidArgument {
+            reason: format!(
+                "{}: this storage cannot create `{name}` whole in one step",
+                self.location()
+            ),
+        })
+    }
     /// Makes the directory's current set of names durable.
     fn sync_dir(&self) -> Result<()>;
     /// Takes the directory's exclusive ownership lock; held until the guard drops.

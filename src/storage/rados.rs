@@ -777,6 +777,17 @@ impl Storage for RadosStorage {
         self.shared.create_with(to, &bytes, "link")
     }
 
+    fn creates_whole(&self) -> bool {
+        true
+    }
+
+    /// One write operation: an exclusive create with the bytes and this owner's epoch (the
+    /// name recorded in the index of names first, as for every create).
+    fn create_whole(&self, name: &str, bytes: &[u8]) -> Result<()> {
+        validate_name(name)?;
+        self.shared.create_with(name, bytes, "create")
+    }
+
     fn sync_dir(&self) -> Result<()> {
         // Creates, removes and links returned only once the cluster had applied them.
         Ok(())

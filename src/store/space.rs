@@ -235,6 +235,14 @@ impl Storage for TopicSpace {
         self.inner.link(&self.full(from)?, &self.full(to)?)
     }
 
+    fn creates_whole(&self) -> bool {
+        self.inner.creates_whole()
+    }
+
+    fn create_whole(&self, name: &str, bytes: &[u8]) -> Result<()> {
+        self.inner.create_whole(&self.full(name)?, bytes)
+    }
+
     fn sync_dir(&self) -> Result<()> {
         self.inner.sync_dir()
     }

@@ -20,6 +20,8 @@ pub enum Op<'a> {
     Remove(&'a str),
     Rename(&'a str, &'a str),
     Link(&'a str, &'a str),
+    /// A file created whole in one step ([`Storage::create_whole`]).
+    CreateWhole(&'a str),
     SyncDir,
     Size(&'a str),
     Read(&'a str),
@@ -39,6 +41,7 @@ impl Op<'_> {
             Op::Remove(_) => "remove",
             Op::Rename(..) => "rename",
             Op::Link(..) => "link",
+            Op::CreateWhole(_) => "create_whole",
             Op::SyncDir => "sync_dir",
             Op::Size(_) => "size",
             Op::Read(_) => "read",
@@ -59,6 +62,7 @@ impl Op<'_> {
             | Op::Remove(n)
             | Op::Rename(_, n)
             | Op::Link(_, n)
+            | Op::CreateWhole(n)
             | Op::Size(n)
             | Op::Read(n)
             | Op::Write(n)
@@ -184,6 +188,14 @@ impl Storage for Tap {
     }
     fn link(&self, from: &str, to: &str) -> ackstore::Result<()> {
         self.run(Op::Link(from, to), || self.inner.link(from, to))
+    }
+    fn creates_whole(&self) -> bool {
+        self.inner.creates_whole()
+    }
+    fn create_whole(&self, name: &str, bytes: &[u8]) -> ackstore::Result<()> {
+        self.run(Op::CreateWhole(name), || {
+            self.inner.create_whole(name, bytes)
+        })
     }
     fn sync_dir(&self) -> ackstore::Result<()> {
         self.run(Op::SyncDir, || self.inner.sync_dir())
