@@ -15,10 +15,7 @@
 //! `put`, never before the newer one is linked, so from the moment a version is removed some
 //! higher version exists. A record file is linked only once whole and synced, so after a power
 //! cut at any step the directory holds whole versions only: the highest durable one is the
-//! record (docs/format.md, "Metadata records"). On storage that creates a file whole in one
-//! atomic, durable step ([`Storage::creates_whole`]: RADOS, an exclusive create that carries
-//! the bytes), a version is created so under its own name instead: the same compare-and-set
-//! (exactly one writer creates a version) without the temporary file, its sync and its link.
+//! record (docs/format.md, "Metadata records").
 //!
 //! A deleted record is marked by an empty file at the next version (a tombstone, linked like any
 //! version, so a delete races with puts by the same rule); then every file of the record is
@@ -93,6 +90,9 @@ pub struct FileMetaStore {
     /// The records whose files this owned store lists to fill `heads` and to sweep
     /// ([`FileMetaStore::owned_records`]); `None`: every file of the directory.
     scope: Option<Vec<String>>,
+    /// The listing that filled `heads`, kept for the sweep before the first write, which
+    /// would list the same files again: no write of this store comes between the two.
+    filled_from: Mutex<Option<Vec<String>>>,
 }
 
 /// What `put` and `delete` keep between calls.
@@ -192,6 +192,7 @@ impl FileMetaStore {
             nonces: RandomState::new(),
             heads: None,
             scope: None,
+            filled_from: Mutex::new(None),
         }
     }
 
@@ -269,6 +270,13 @@ impl FileMetaStore {
     /// Reads one record file: `None` when it was removed meanwhile; an empty file is a
     /// tombstone.
     fn read_file(&self, name: &str, found: &Found) -> Result<Option<Current>> {
+        self.read_file_with(name, found, true)
+    }
+
+    /// [`Self::read_file`]; without `bytes`, a record of a versioned file is not read: its
+    /// state is returned with no bytes (its size, one lookup, tells a record from a
+    /// tombstone).
+    fn read_file_with(&self, name: &str, found: &Found, want: bool) -> Result<Option<Current>> {
         let file = match self.storage.open(&found.file) {
             Ok(file) => file,
             Err(e) if is_not_found(&e) => return Ok(None),
@@ -276,26 +284,33 @@ impl FileMetaStore {
         };
         // On storage without open-file handles (RADOS) a file removed after `open` fails its
         // later calls with `NotFound`: removed meanwhile, as above.
-        let size = match file.size() {
-            Ok(size) => size,
+        if let Some(named) = found.version.filter(|_| !want) {
+            // Its size tells a record from a tombstone; a record's bytes are not needed.
+            let size = match file.size() {
+                Ok(size) => size,
+                Err(e) if is_not_found(&e) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            if size > MAX_RECORD_BYTES as u64 {
+                return Err(Self::corrupted(name, CorruptionKind::BadLength));
+            }
+            return Ok(Some(if size == 0 {
+                Current::Deleted(named)
+            } else {
+                Current::Record(named, Vec::new())
+            }));
+        }
+        let bytes = match file.read_all(MAX_RECORD_BYTES as u64) {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => return Err(Self::corrupted(name, CorruptionKind::BadLength)),
             Err(e) if is_not_found(&e) => return Ok(None),
             Err(e) => return Err(e),
         };
-        let size = usize::try_from(size)
-            .ok()
-            .filter(|&size| size <= MAX_RECORD_BYTES)
-            .ok_or_else(|| Self::corrupted(name, CorruptionKind::BadLength))?;
-        if size == 0 {
+        if bytes.is_empty() {
             return match found.version {
                 Some(v) => Ok(Some(Current::Deleted(v))),
                 None => Err(Self::corrupted(name, CorruptionKind::Truncated)),
             };
-        }
-        let mut bytes = vec![0; size];
-        match file.read_exact_at(&mut bytes, 0) {
-            Ok(()) => {}
-            Err(e) if is_not_found(&e) => return Ok(None),
-            Err(e) => return Err(e),
         }
         let (version, payload) = decode_stored(&bytes).map_err(|c| c.in_record(name))?;
         // A claim (see `MetaStore::claim`) gives the bytes of a version a second name, one
@@ -336,8 +351,14 @@ impl FileMetaStore {
     /// The current state of `name`, and whether it was found by looking up its names (then a
     /// version it names is the file `{name}.{version}.meta`) rather than by a listing.
     fn current_found(&self, name: &str) -> Result<(Current, bool)> {
+        self.current_found_with(name, true)
+    }
+
+    /// [`Self::current_found`]; without `bytes`, a record found by name lookups comes without
+    /// its bytes (one read less, for a caller that needs only its version).
+    fn current_found_with(&self, name: &str, bytes: bool) -> Result<(Current, bool)> {
         validate_record_name(name)?;
-        if let Some(current) = self.current_known(name)? {
+        if let Some(current) = self.current_known(name, bytes)? {
             return Ok((current, true));
         }
         let current = self.current_listed(name)?;
@@ -349,7 +370,7 @@ impl FileMetaStore {
 
     /// The state of `name` from what this owned store knows of it, confirmed by two name
     /// lookups; `None` when the store is not owned or a lookup disagrees (list instead).
-    fn current_known(&self, name: &str) -> Result<Option<Current>> {
+    fn current_known(&self, name: &str, bytes: bool) -> Result<Option<Current>> {
         let Some(heads) = &self.heads else {
             return Ok(None);
         };
@@ -381,7 +402,7 @@ impl FileMetaStore {
                 };
                 // `version`'s file first, then the next name (as `is_current`): while the
                 // first exists, no version above the next exists without the next's file.
-                let Some(current) = self.read_file(name, &found)? else {
+                let Some(current) = self.read_file_with(name, &found, bytes)? else {
                     return Ok(None);
                 };
                 if self.storage.exists(&version_file(name, next))? {
@@ -396,8 +417,9 @@ impl FileMetaStore {
     fn fill(&self, heads: &mut Heads) -> Result<()> {
         let mut highest = std::collections::HashMap::<String, u64>::new();
         let mut legacy = Vec::new();
-        for file in self.listing()? {
-            match parse_record_file(&file) {
+        let listed = self.listing()?;
+        for file in &listed {
+            match parse_record_file(file) {
                 Some((name, Some(version))) => {
                     let top = highest.entry(name.to_string()).or_insert(version);
                     *top = (*top).max(version);
@@ -407,6 +429,10 @@ impl FileMetaStore {
             }
         }
         heads.fill(highest, legacy);
+        *self
+            .filled_from
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(listed);
         Ok(())
     }
 
@@ -441,8 +467,19 @@ impl FileMetaStore {
             return Ok(());
         }
         // One listing serves the whole sweep: it removes temporary files, and record files
-        // only below a version the same listing shows.
-        let listed = self.listing()?;
+        // only below a version the same listing shows. The listing that filled what this
+        // store knows serves, when it is the first one since this store was made: nothing
+        // this store wrote can be missing from it, and what a former owner writes after it
+        // could as well come after a listing of its own.
+        let filled_from = self
+            .filled_from
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let listed = match filled_from {
+            Some(listed) => listed,
+            None => self.listing()?,
+        };
         for file in &listed {
             if !file.ends_with(TEMP_SUFFIX) {
                 continue;
@@ -509,6 +546,11 @@ impl FileMetaStore {
             }
         }
         writes.swept = true;
+        // A listing that filled what this store knows during the sweep is of no more use.
+        self.filled_from
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
         Ok(())
     }
 
@@ -535,7 +577,7 @@ impl FileMetaStore {
     /// deleted); returns the highest version present (a tombstone's included), 0 if none, and
     /// whether it was found by name lookups (see [`FileMetaStore::current_found`]).
     fn check(&self, name: &str, expected: Option<u64>) -> Result<(u64, bool)> {
-        let (current, looked_up) = self.current_found(name)?;
+        let (current, looked_up) = self.current_found_with(name, false)?;
         let highest = current.version();
         let found = match current {
             Current::Record(v, _) => Some(v),

@@ -166,6 +166,24 @@ pub trait StorageFile: Send + Sync + fmt::Debug {
     fn size(&self) -> Result<u64>;
     /// Fills `buf` from `offset`; fails if the file is shorter.
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()>;
+    /// The whole file when it holds at most `max` bytes, `None` when it holds more: what
+    /// [`StorageFile::size`] then [`StorageFile::read_exact_at`] give (the default), in one
+    /// request on storage where each is a round trip.
+    ///
+    /// # Errors
+    /// As [`StorageFile::size`] and [`StorageFile::read_exact_at`].
+    fn read_all(&self, max: u64) -> Result<Option<Vec<u8>>> {
+        let size = self.size()?;
+        if size > max {
+            return Ok(None);
+        }
+        let len = usize::try_from(size).map_err(|_| Error::InvalidArgument {
+            reason: format!("a file of {size} bytes does not fit in memory"),
+        })?;
+        let mut bytes = vec![0; len];
+        self.read_exact_at(&mut bytes, 0)?;
+        Ok(Some(bytes))
+    }
     /// Writes all of `buf` at `offset` (live image only until [`StorageFile::sync_data`]).
     fn write_all_at(&self, buf: &[u8], offset: u64) -> Result<()>;
     /// Makes the file's bytes durable (`fdatasync`).

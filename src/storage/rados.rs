@@ -128,6 +128,9 @@ const EPOCH_XATTR: &str = "ackstore.epoch";
 const EPOCH_DIGITS: usize = 20;
 /// Largest single `rados_read` (the OSD's read limits are far above it).
 const READ_CHUNK: usize = 16 << 20;
+/// Bytes a whole-object read asks for together with the object's size (records and small
+/// objects come whole in one round trip; the rest of a larger one is read after).
+const FIRST_READ: usize = 64 << 10;
 /// Outstanding asynchronous writes per file before a write waits for the oldest.
 const MAX_IN_FLIGHT: usize = 256;
 /// Default lease of the ownership lock.
@@ -591,12 +594,64 @@ impl Shared {
     }
 
     fn read_all(&self, name: &str, oid: &CStr) -> Result<Vec<u8>> {
-        let size = self.stat(name, oid)?.ok_or_else(|| {
-            Error::io("read", self.path(name), std::io::ErrorKind::NotFound.into())
-        })?;
-        let mut bytes = vec![0; usize::try_from(size).expect("an object fits in memory")];
-        self.read_exact(name, oid, &mut bytes, 0)?;
-        Ok(bytes)
+        Ok(self
+            .read_whole(name, oid, u64::MAX)?
+            .expect("no object is larger than u64::MAX bytes"))
+    }
+
+    /// The whole object (stamped first) when it holds at most `max` bytes, `None` when it
+    /// holds more: one read operation that stats it and reads its first [`FIRST_READ`] bytes
+    /// (one view of the object), then the rest, if any, by [`Shared::read_exact`].
+    fn read_whole(&self, name: &str, oid: &CStr, max: u64) -> Result<Option<Vec<u8>>> {
+        let not_found = || Error::io("read", self.path(name), std::io::ErrorKind::NotFound.into());
+        if self.touch(name, oid)? == Touched::Missing {
+            return Err(not_found());
+        }
+        let mut bytes = vec![0u8; FIRST_READ];
+        let (mut size, mut mtime, mut stat_ret) = (0u64, 0i64, 0i32);
+        let (mut read_len, mut read_ret) = (0usize, 0i32);
+        // SAFETY: no preconditions.
+        let op = unsafe { ffi::rados_create_read_op() };
+        assert!(
+            !op.is_null(),
+            "librados could not allocate a read operation"
+        );
+        // SAFETY: live operation and context; every out-pointer and `bytes` (writable for
+        // `FIRST_READ` bytes) outlive the `operate`, and the operation is released once.
+        let ret = unsafe {
+            ffi::rados_read_op_stat(op, &raw mut size, &raw mut mtime, &raw mut stat_ret);
+            ffi::rados_read_op_read(
+                op,
+                0,
+                FIRST_READ,
+                bytes.as_mut_ptr().cast(),
+                &raw mut read_len,
+                &raw mut read_ret,
+            );
+            let ret = self.io.round_trip("stat and read", name, || {
+                ffi::rados_read_op_operate(op, self.io.raw, oid.as_ptr(), ffi::OPERATION_NOFLAG)
+            });
+            ffi::rados_release_read_op(op);
+            ret
+        };
+        if is_errno(ret, rustix::io::Errno::NOENT) {
+            return Err(not_found());
+        }
+        for ret in [ret, stat_ret, read_ret] {
+            if ret < 0 {
+                return Err(self.error("read", name, ret));
+            }
+        }
+        if size > max {
+            return Ok(None);
+        }
+        let len = usize::try_from(size).expect("an object fits in memory");
+        let first = read_len.min(len);
+        bytes.resize(len, 0);
+        if first < len {
+            self.read_exact(name, oid, &mut bytes[first..], first as u64)?;
+        }
+        Ok(Some(bytes))
     }
 
     /// Creates `name` exclusively, stamped with this owner's epoch, holding `bytes`.
@@ -941,6 +996,11 @@ impl StorageFile for RadosFile {
             return Err(self.shared.error("truncate", &self.name, ret));
         }
         Ok(())
+    }
+
+    fn read_all(&self, max: u64) -> Result<Option<Vec<u8>>> {
+        self.drain(&mut self.state(), "read")?;
+        self.shared.read_whole(&self.name, &self.oid, max)
     }
 
     fn map(&self) -> Result<Mapped> {

@@ -111,6 +111,15 @@ unsafe extern "C" {
     pub fn rados_write_op_omap_rm_keys(op: WriteOpT, keys: *const *const c_char, num: usize);
     pub fn rados_create_read_op() -> ReadOpT;
     pub fn rados_release_read_op(op: ReadOpT);
+    pub fn rados_read_op_stat(op: ReadOpT, psize: *mut u64, pmtime: *mut i64, prval: *mut c_int);
+    pub fn rados_read_op_read(
+        op: ReadOpT,
+        offset: u64,
+        len: usize,
+        buffer: *mut c_char,
+        bytes_read: *mut usize,
+        prval: *mut c_int,
+    );
     pub fn rados_read_op_omap_get_vals2(
         op: ReadOpT,
         start_after: *const c_char,
