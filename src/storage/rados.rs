@@ -31,10 +31,11 @@
 //!   truncates or removes the object, which evicts it; a read that raced with such a write, from
 //!   before the write was sent, is not cached).
 //!
-//! Fencing. [`Storage::lock`] takes the exclusive lock `ackstore-owner` on `LOCK` with a lease,
-//! then raises the owner epoch kept in the `LOCK` object's xattr `ackstore.owner-epoch` (a
-//! compare-and-set in one write operation), and touches no other object: a takeover costs the
-//! same at any size of the namespace. Every object carries in its xattr `ackstore.epoch` the
+//! Fencing. [`Storage::lock`] takes the exclusive lock `ackstore-owner` on `LOCK` with a lease
+//! and raises the owner epoch kept in the `LOCK` object's xattr `ackstore.owner-epoch`, in one
+//! write operation (the lock step, a compare of the epoch it read, the next epoch: both or
+//! neither), and touches no other object: a takeover costs the same at any size of the
+//! namespace. Every object carries in its xattr `ackstore.epoch` the
 //! epoch of the last owner that stamped or wrote it. Before an owner's first operation on an
 //! object (a read, a stat, a lookup of its name) it *stamps* it: one write operation that
 //! asserts the object exists, compares `ackstore.epoch <= mine` and sets it to mine; the handle

@@ -34,13 +34,6 @@ pub type WatchCb = unsafe extern "C" fn(
 /// `rados_watcherrcb_t`: called when a watch fails (notifies may have been missed).
 pub type WatchErrCb = unsafe extern "C" fn(arg: *mut c_void, cookie: u64, err: c_int);
 
-/// `struct timeval` on Linux.
-#[repr(C)]
-pub struct Timeval {
-    pub tv_sec: i64,
-    pub tv_usec: i64,
-}
-
 /// `rados_write_op_create`: fail with `EEXIST` when the object exists.
 pub const CREATE_EXCLUSIVE: c_int = 1;
 /// `rados_write_op_cmpxattr`: the given value is greater than or equal to the stored one (string
@@ -207,15 +200,6 @@ unsafe extern "C" {
     pub fn rados_aio_get_return_value(completion: CompletionT) -> c_int;
     pub fn rados_aio_release(completion: CompletionT);
 
-    pub fn rados_lock_exclusive(
-        io: IoctxT,
-        oid: *const c_char,
-        name: *const c_char,
-        cookie: *const c_char,
-        desc: *const c_char,
-        duration: *mut Timeval,
-        flags: u8,
-    ) -> c_int;
     pub fn rados_unlock(
         io: IoctxT,
         oid: *const c_char,

@@ -37,6 +37,9 @@ const LOCK_CLASS: &str = "lock";
 const LOCK_METHOD: &str = "lock";
 /// The lock type `exclusive` of the `lock` class.
 const LOCK_TYPE_EXCLUSIVE: u8 = 1;
+/// How many times an open reads the owner epoch again after finding it moved, before it
+/// reports the lock as held.
+const EPOCH_REREADS: u32 = 16;
 /// The description the lock carries (shown by `rados lock info`).
 const LOCK_DESCRIPTION: &str = "ackstore owner";
 
@@ -119,29 +122,32 @@ impl RadosStorage {
         Ok(clients.into_iter().zip(cookies).collect())
     }
 
-    /// Takes the exclusive lock with cookie `cookie` if nobody holds it.
-    fn take_lock(shared: &Shared, cookie: &CStr, lease: Duration) -> i32 {
-        let (oid, name, desc) = (
-            cstring(LOCK_OBJECT).expect("constant"),
-            cstring(LOCK_NAME).expect("constant"),
-            cstring(LOCK_DESCRIPTION).expect("constant"),
+    /// Takes the exclusive lock with cookie `cookie` if nobody holds it, and raises the owner
+    /// epoch from `old` to the next, in one RADOS write operation on [`LOCK_OBJECT`]: the
+    /// `lock` class's lock step (no flag: it takes a free lock, never renews one), a compare
+    /// of the owner epoch with `old`, the new epoch and the lease's expiry. The operation is
+    /// atomic: a lock held by another owner fails it (`EBUSY`), and so does an epoch that moved
+    /// since it was read (`ECANCELED`): the lock is taken exactly when the epoch is raised.
+    fn take_lock(shared: &Shared, cookie: &CStr, lease: Duration, old: &OwnerEpoch) -> i32 {
+        let expires = expires_text(SystemTime::now(), lease);
+        let mut op = WriteOp::new();
+        if old.missing {
+            // The first owner of the namespace makes the lock object: an exclusive create
+            // instead of the compare (which reads the object as it was before the operation),
+            // refused with `EEXIST` when another owner made it first.
+            op.create_exclusive();
+        }
+        op.exec(
+            LOCK_CLASS,
+            LOCK_METHOD,
+            &lock_op_input(cookie.to_bytes(), lease, 0),
         );
-        let mut duration = ffi::Timeval {
-            tv_sec: i64::try_from(lease.as_secs()).unwrap_or(i64::MAX),
-            tv_usec: i64::from(lease.subsec_micros()),
-        };
-        // SAFETY: live context, NUL-terminated strings, valid duration.
-        shared.io.round_trip("lock", LOCK_OBJECT, || unsafe {
-            ffi::rados_lock_exclusive(
-                shared.io.raw,
-                oid.as_ptr(),
-                name.as_ptr(),
-                cookie.as_ptr(),
-                desc.as_ptr(),
-                &raw mut duration,
-                0,
-            )
-        })
+        if !old.missing {
+            op.cmpxattr(OWNER_EPOCH_XATTR, ffi::CMPXATTR_OP_EQ, &old.text);
+        }
+        op.setxattr(OWNER_EPOCH_XATTR, &epoch_text(old.next))
+            .setxattr(LEASE_EXPIRES_XATTR, &expires);
+        op.run(&shared.io, &cstring(LOCK_OBJECT).expect("constant"))
     }
 
     /// Sends the renewal of the lease `held`, one RADOS write operation on [`LOCK_OBJECT`]: a
@@ -200,8 +206,9 @@ impl RadosStorage {
         }
     }
 
-    /// Raises the owner epoch on the lock object by compare-and-set; the new epoch.
-    fn raise_epoch(&self, expires: &str) -> Result<u64> {
+    /// The owner epoch kept on the lock object (empty text and 0 before the first owner), and
+    /// the next one.
+    fn owner_epoch(&self) -> Result<OwnerEpoch> {
         let shared = &self.shared;
         let oid = cstring(LOCK_OBJECT)?;
         let attr = cstring(OWNER_EPOCH_XATTR)?;
@@ -216,39 +223,33 @@ impl RadosStorage {
                 buf.len(),
             )
         });
-        let old_text = if is_errno(ret, rustix::io::Errno::NODATA) {
+        let missing = is_errno(ret, rustix::io::Errno::NOENT);
+        let text = if missing || is_errno(ret, rustix::io::Errno::NODATA) {
             String::new()
         } else if ret < 0 {
             return Err(shared.error("read the owner epoch", LOCK_OBJECT, ret));
         } else {
             String::from_utf8_lossy(&buf[..usize::try_from(ret).unwrap_or(0)]).into_owned()
         };
-        let old: u64 = if old_text.is_empty() {
+        let old: u64 = if text.is_empty() {
             0
         } else {
-            old_text.parse().map_err(|_| Error::NotAckstore {
+            text.parse().map_err(|_| Error::NotAckstore {
                 path: shared.path(LOCK_OBJECT),
-                reason: format!(
-                    "its owner epoch `{}` is not a number",
-                    old_text.escape_debug()
-                ),
+                reason: format!("its owner epoch `{}` is not a number", text.escape_debug()),
             })?
         };
         // An epoch at its limit cannot be raised: wrapping to 0 would make an owner whose
         // writes carry no guard at all.
-        let new = old.checked_add(1).ok_or_else(|| Error::NotAckstore {
+        let next = old.checked_add(1).ok_or_else(|| Error::NotAckstore {
             path: shared.path(LOCK_OBJECT),
             reason: format!("its owner epoch {old} cannot be raised"),
         })?;
-        let mut op = WriteOp::new();
-        op.cmpxattr(OWNER_EPOCH_XATTR, ffi::CMPXATTR_OP_EQ, &old_text)
-            .setxattr(OWNER_EPOCH_XATTR, &epoch_text(new))
-            .setxattr(LEASE_EXPIRES_XATTR, expires);
-        let ret = op.run(&shared.io, &oid);
-        if ret < 0 {
-            return Err(shared.error("raise the owner epoch", LOCK_OBJECT, ret));
-        }
-        Ok(new)
+        Ok(OwnerEpoch {
+            text,
+            next,
+            missing,
+        })
     }
 
     /// Takes the ownership lock (see the module documentation of [`super`]): the lock with
@@ -267,10 +268,30 @@ impl RadosStorage {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let mut waiting = Waiting::new(bound);
-        let (taken_at, taken_instant) = loop {
+        // Read once: only an owner that takes the lock raises it, and then this open's next
+        // attempt finds the lock held (or, once that owner is gone, fails on the epoch and
+        // reads it again).
+        let mut old = self.owner_epoch()?;
+        let mut moved = 0;
+        let taken_instant = loop {
             waiting.before_attempt();
-            let at = (SystemTime::now(), Instant::now());
-            let ret = Self::take_lock(shared, &cookie, lease);
+            let at = Instant::now();
+            let ret = Self::take_lock(shared, &cookie, lease, &old);
+            if is_errno(ret, rustix::io::Errno::CANCELED)
+                || (old.missing && is_errno(ret, rustix::io::Errno::EXIST))
+            {
+                // Another owner took the lock and raised the epoch since it was read (or made
+                // the lock object); it may be gone already (its lease ran out). Owners that
+                // keep coming and going are holders like any other.
+                moved += 1;
+                if moved > EPOCH_REREADS {
+                    return Err(Error::Locked {
+                        path: PathBuf::from(&shared.location),
+                    });
+                }
+                old = self.owner_epoch()?;
+                continue;
+            }
             if is_errno(ret, rustix::io::Errno::BUSY) || is_errno(ret, rustix::io::Errno::EXIST) {
                 if waiting.wait(shared)? {
                     continue;
@@ -285,14 +306,13 @@ impl RadosStorage {
             break at;
         };
         drop(waiting);
+        let epoch = old.next;
         let mut lease_guard = Lease {
             renewal: None,
             shared: shared.clone(),
             cookie,
-            epoch: 0,
+            epoch,
         };
-        let epoch = self.raise_epoch(&expires_text(taken_at, lease))?;
-        lease_guard.epoch = epoch;
         shared.last_epoch.store(epoch, Ordering::Release);
         shared.epoch.store(epoch, Ordering::Release);
         shared.set_lease(LeaseState::Held { epoch });
@@ -325,6 +345,15 @@ impl RadosStorage {
             hook(&state);
         }
     }
+}
+
+/// The owner epoch on the lock object as read: its text (compared as it is) and the epoch
+/// that follows it.
+struct OwnerEpoch {
+    text: String,
+    next: u64,
+    /// The lock object did not exist.
+    missing: bool,
 }
 
 /// A callback of [`RadosStorage::on_lease_lost`].
