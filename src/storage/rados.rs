@@ -292,6 +292,7 @@ impl RadosCluster {
                 renewals: AtomicU64::new(0),
                 cache: Mutex::new(ReadCache::new(DEFAULT_READ_CACHE_BYTES)),
                 stamped: Mutex::new(Stamped::default()),
+                detached: Mutex::new(Vec::new()),
             }),
         })
     }
@@ -394,6 +395,9 @@ impl ReadCache {
 }
 
 struct Shared {
+    /// Operations sent without waiting for their answer (see [`Shared::detach`]); dropped
+    /// (waited for) before the I/O context they were sent through.
+    detached: Mutex<Vec<Completion>>,
     io: Ioctx,
     location: String,
     /// The owner epoch of the lock this handle holds; 0 while it holds none.
@@ -467,6 +471,14 @@ impl Shared {
 
     fn epoch(&self) -> u64 {
         self.epoch.load(Ordering::Acquire)
+    }
+
+    /// Keeps `done`, an operation whose answer nobody waits for, until it is answered (the
+    /// answered ones are released with each new one; the rest when the storage is dropped).
+    fn detach(&self, done: Completion) {
+        let mut detached = self.detached.lock().unwrap_or_else(PoisonError::into_inner);
+        detached.retain(|d| !d.is_complete());
+        detached.push(done);
     }
 
     fn evict(&self, name: &str) {
@@ -553,6 +565,17 @@ impl Shared {
             Err(self.error("stat", name, ret))
         } else {
             Ok(Some(size))
+        }
+    }
+
+    /// Whether object `name` exists, stamped first: a stamp asserts the object exists, and no
+    /// older owner can remove an object once this owner stamped it, so an object stamped (now
+    /// or earlier in this epoch, and not removed by this handle since) costs no stat.
+    fn present(&self, name: &str, oid: &CStr) -> Result<bool> {
+        match self.touch(name, oid)? {
+            Touched::Stamped => Ok(true),
+            Touched::Missing => Ok(false),
+            Touched::Unowned => Ok(self.stat(name, oid)?.is_some()),
         }
     }
 
@@ -771,7 +794,7 @@ impl Storage for RadosStorage {
 
     fn exists(&self, name: &str) -> Result<bool> {
         validate_name(name)?;
-        Ok(self.shared.stat(name, &cstring(name)?)?.is_some())
+        self.shared.present(name, &cstring(name)?)
     }
 
     fn create(&self, name: &str) -> Result<Arc<dyn StorageFile>> {
@@ -783,7 +806,7 @@ impl Storage for RadosStorage {
     fn open(&self, name: &str) -> Result<Arc<dyn StorageFile>> {
         validate_name(name)?;
         let file = RadosFile::new(self.shared.clone(), name)?;
-        if self.shared.stat(name, &file.oid)?.is_none() {
+        if !self.shared.present(name, &file.oid)? {
             return Err(Error::io(
                 "open",
                 self.shared.path(name),
@@ -1020,7 +1043,12 @@ impl StorageFile for RadosFile {
             }
             cache.generation
         };
-        let bytes: Mapped = Arc::new(self.shared.read_all(&self.name, &self.oid)?);
+        // The size just read serves the read: the bytes are one view of the object, as a
+        // second stat would give (a mapped object is sealed, never written again).
+        let mut bytes = vec![0; usize::try_from(size).expect("an object fits in memory")];
+        self.shared
+            .read_exact(&self.name, &self.oid, &mut bytes, 0)?;
+        let bytes: Mapped = Arc::new(bytes);
         cache().insert_read(&self.name, bytes.clone(), generation);
         Ok(bytes)
     }

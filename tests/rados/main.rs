@@ -17,6 +17,7 @@ mod hostile_namespaces;
 mod lease_lost;
 mod lock_wait;
 mod object_size;
+mod open_cost;
 mod storage;
 mod store;
 mod takeover;

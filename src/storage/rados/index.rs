@@ -111,18 +111,25 @@ impl Shared {
         Ok(names)
     }
 
-    /// Removes `name` from the index of names (after the object is removed).
+    /// Removes `name` from the index of names (after the object is removed), without waiting
+    /// for the cluster's answer: a name whose object is gone is left out of every listing
+    /// anyway, and a later operation of this client on the index is applied after this one
+    /// (RADOS keeps one client's order on an object). The answer is collected later
+    /// ([`Shared::detach`]); a removal that failed leaves the name in the index, as a removal
+    /// cut short by a crash does.
     pub(super) fn index_remove(&self, name: &str) -> Result<()> {
         let key = cstring(name)?;
         let keys = [key.as_ptr()];
         let op = WriteOp::new();
         // SAFETY: live operation; librados copies the keys before this returns.
         unsafe { ffi::rados_write_op_omap_rm_keys(op.raw, keys.as_ptr(), 1) };
-        let ret = op.run(&self.io, &cstring(INDEX_OBJECT)?);
-        if ret < 0 && !is_errno(ret, rustix::io::Errno::NOENT) {
-            return Err(self.error("forget the name of", name, ret));
+        match op.send(&self.io, &cstring(INDEX_OBJECT)?) {
+            Ok(done) => {
+                self.detach(done);
+                Ok(())
+            }
+            Err(ret) => Err(self.error("forget the name of", name, ret)),
         }
-        Ok(())
     }
 
     /// Every name in the index that starts with `prefix` (all with `""`), sorted (omap keys
