@@ -15,7 +15,9 @@
 //!    store opened in parallel with a bounded wait on its lock (`with_lock_wait`); each store's
 //!    time is from the kill to its first answer (the store open, then `t0`'s cursor read).
 //!
-//! Run: `CEPH_CONF=... cargo run --release --features rados --example rados_bundles [-- 64 100 10]`.
+//! Run: `CEPH_CONF=... cargo run --release --features rados --example rados_bundles [-- 64 100 10]`;
+//! `ACKSTORE_BUNDLES_EACH=1` also prints each store's time, and the time its store open
+//! returned, from the kill.
 //! The namespaces are kept; `ACKSTORE_BUNDLES_PREFIX` set to the prefix a run printed reuses its
 //! stores (the holder then opens every topic and builds only what is missing).
 
@@ -90,6 +92,16 @@ fn rss_mib() -> f64 {
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// The 1, 5 and 15 minute load averages (`/proc/loadavg`).
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn unix_nanos() -> u128 {
@@ -176,30 +188,32 @@ fn take(a: &Args, prefix: &str, from: usize, to: usize, killed_at: u128) -> acks
     let cluster = RadosCluster::connect(&a.conf)?;
     let group = group();
     let connected = unix_nanos();
-    let times: Vec<(usize, f64)> = std::thread::scope(|s| {
+    let times: Vec<(usize, f64, f64)> = std::thread::scope(|s| {
         let tasks: Vec<_> = (from..to)
             .map(|i| {
                 let (cluster, group) = (&cluster, &group);
-                s.spawn(move || -> ackstore::Result<(usize, f64, Store)> {
+                s.spawn(move || -> ackstore::Result<(usize, f64, f64, Store)> {
                     let storage = cluster
                         .storage(&a.pool, &format!("{prefix}-{i}"))?
                         .with_lease(a.lease)
                         .with_lock_wait(a.lease * 3);
                     let store = group.open_with_storage(Arc::new(storage), config())?;
+                    let opened = unix_nanos();
                     let topic = store.topic("t0")?;
                     let cursor = topic.open_cursor("sub", earliest())?;
                     let read = cursor.read_entries(1)?;
                     assert_eq!(read.len(), 1, "store {i}: the unacked entry");
                     let ms = (unix_nanos() - killed_at) as f64 / 1e6;
-                    Ok((i, ms, store))
+                    let open_ms = (opened - killed_at) as f64 / 1e6;
+                    Ok((i, ms, open_ms, store))
                 })
             })
             .collect();
         let mut times = Vec::new();
         let mut stores = Vec::new();
         for t in tasks {
-            let (i, ms, store) = t.join().expect("a taker thread")?;
-            times.push((i, ms));
+            let (i, ms, open_ms, store) = t.join().expect("a taker thread")?;
+            times.push((i, ms, open_ms));
             stores.push(store);
         }
         Ok::<_, ackstore::Error>(times)
@@ -208,8 +222,8 @@ fn take(a: &Args, prefix: &str, from: usize, to: usize, killed_at: u128) -> acks
         "connected {:.0}",
         (connected.saturating_sub(killed_at)) as f64 / 1e6
     ));
-    for (i, ms) in times {
-        say(&format!("store {i} {ms:.0}"));
+    for (i, ms, open_ms) in times {
+        say(&format!("store {i} {ms:.0} opened {open_ms:.0}"));
     }
     say(&format!(
         "taker threads {} rss_mib {:.0}",
@@ -273,6 +287,7 @@ fn main() -> ackstore::Result<()> {
     }
     let killed_at = unix_nanos();
     holder.kill().expect("SIGKILL the holder");
+    println!("load average at the kill: {}", load_average());
     holder.wait().expect("reap the holder");
     let half = a.stores / 2;
     let takers: Vec<Child> = [(0, half), (half, a.stores)]
@@ -302,6 +317,9 @@ fn main() -> ackstore::Result<()> {
                     .and_then(|m| m.parse().ok())
                     .expect("a time");
                 times.push(ms);
+                if std::env::var_os("ACKSTORE_BUNDLES_EACH").is_some() {
+                    println!("taker {k}: {line}");
+                }
             } else {
                 println!("taker {k}: {line}");
             }
