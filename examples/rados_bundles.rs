@@ -13,7 +13,9 @@
 //! 2. the parent kills the holder with SIGKILL;
 //! 3. two takers start at once, each taking half the stores in a group of its own, every
 //!    store opened in parallel with a bounded wait on its lock (`with_lock_wait`); each store's
-//!    time is from the kill to its first answer (the store open, then `t0`'s cursor read).
+//!    time is from the kill to its first answer (the store open, then `t0`'s cursor read), and
+//!    past its lease: from when the lease of the holder's last renewal of it (seen every 2 ms
+//!    while holding) ran out.
 //!
 //! Run: `CEPH_CONF=... cargo run --release --features rados --example rados_bundles [-- 64 100 10]`;
 //! `ACKSTORE_BUNDLES_EACH=1` also prints each store's time, and the time its store open
@@ -169,11 +171,36 @@ fn hold(a: &Args, prefix: &str) -> ackstore::Result<()> {
     let renewals =
         |o: &[(RadosStorage, Store)]| -> u64 { o.iter().map(|(s, _)| s.lease_renewals()).sum() };
     let (before, from) = (renewals(&opened), Instant::now());
-    std::thread::sleep(a.lease * 2);
+    // When each store's lease was last renewed (its renewal count seen to move, every 2 ms):
+    // the lease runs out a lease after, which is when a taker can have the store.
+    let mut seen: Vec<u64> = opened.iter().map(|(s, _)| s.lease_renewals()).collect();
+    let mut renewed_at = vec![0u128; opened.len()];
+    let mut sample = || {
+        for (k, (s, _)) in opened.iter().enumerate() {
+            let n = s.lease_renewals();
+            if n != seen[k] {
+                seen[k] = n;
+                renewed_at[k] = unix_nanos();
+            }
+        }
+    };
+    while from.elapsed() < a.lease * 2 {
+        sample();
+        std::thread::sleep(Duration::from_millis(2));
+    }
     let per_s = (renewals(&opened) - before) as f64 / from.elapsed().as_secs_f64();
+    let threads = threads_now();
+    sample();
     say(&format!(
-        "holding threads {} renewals_per_s {per_s:.1} rss_mib {:.0}",
-        threads_now(),
+        "renewed {}",
+        renewed_at
+            .iter()
+            .map(u128::to_string)
+            .collect::<Vec<_>>()
+            .join(" ")
+    ));
+    say(&format!(
+        "holding threads {threads} renewals_per_s {per_s:.1} rss_mib {:.0}",
         rss_mib()
     ));
     // Killed here.
@@ -244,6 +271,9 @@ fn child(role: &str, extra: &[(&str, String)]) -> Child {
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
     let k = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[k.min(sorted.len() - 1)]
 }
@@ -278,8 +308,16 @@ fn main() -> ackstore::Result<()> {
     );
     let mut holder = child("hold", &[("ACKSTORE_BUNDLES_PREFIX", prefix.clone())]);
     let mut lines = BufReader::new(holder.stdout.take().expect("stdout")).lines();
+    let mut renewed_at: Vec<u128> = Vec::new();
     for line in lines.by_ref() {
         let line = line.expect("the holder's output");
+        if let Some(rest) = line.strip_prefix("renewed ") {
+            renewed_at = rest
+                .split_whitespace()
+                .map(|t| t.parse().expect("a time"))
+                .collect();
+            continue;
+        }
         println!("holder: {line}");
         if line.starts_with("holding") {
             break;
@@ -304,19 +342,24 @@ fn main() -> ackstore::Result<()> {
             )
         })
         .collect();
-    let mut all = Vec::new();
+    // A store's time past its lease: from when its last renewal's lease ran out.
+    let lease_ms = a.lease.as_secs_f64() * 1e3;
+    let past_lease = |store: usize, ms: f64| -> Option<f64> {
+        let renewed = *renewed_at.get(store).filter(|t| **t > 0)?;
+        Some(ms - (renewed as f64 - killed_at as f64) / 1e6 - lease_ms)
+    };
+    let (mut all, mut all_past) = (Vec::new(), Vec::new());
     for (k, mut t) in takers.into_iter().enumerate() {
         let out = BufReader::new(t.stdout.take().expect("stdout"));
-        let mut times = Vec::new();
+        let (mut times, mut past) = (Vec::new(), Vec::new());
         for line in out.lines() {
             let line = line.expect("a taker's output");
             if let Some(rest) = line.strip_prefix("store ") {
-                let ms: f64 = rest
-                    .split_whitespace()
-                    .nth(1)
-                    .and_then(|m| m.parse().ok())
-                    .expect("a time");
+                let mut words = rest.split_whitespace();
+                let store: usize = words.next().and_then(|w| w.parse().ok()).expect("a store");
+                let ms: f64 = words.next().and_then(|m| m.parse().ok()).expect("a time");
                 times.push(ms);
+                past.extend(past_lease(store, ms));
                 if std::env::var_os("ACKSTORE_BUNDLES_EACH").is_some() {
                     println!("taker {k}: {line}");
                 }
@@ -336,15 +379,30 @@ fn main() -> ackstore::Result<()> {
             percentile(&times, 0.9),
             times[times.len() - 1]
         );
+        past.sort_by(f64::total_cmp);
+        if !past.is_empty() {
+            println!(
+                "taker {k}: past each store's lease (from its last renewal's lease to the first \
+                 answer): median {:.0} ms, p90 {:.0} ms, max {:.0} ms",
+                percentile(&past, 0.5),
+                percentile(&past, 0.9),
+                past[past.len() - 1]
+            );
+        }
         all.extend(times);
+        all_past.extend(past);
     }
     all.sort_by(f64::total_cmp);
+    all_past.sort_by(f64::total_cmp);
     println!(
-        "all {} stores: median {:.0} ms, max {:.0} ms (lease + 1 s = {} ms)",
+        "all {} stores: median {:.0} ms, max {:.0} ms (lease + 1 s = {} ms); past the lease: \
+         median {:.0} ms, max {:.0} ms",
         all.len(),
         percentile(&all, 0.5),
         all[all.len() - 1],
-        (a.lease + Duration::from_secs(1)).as_millis()
+        (a.lease + Duration::from_secs(1)).as_millis(),
+        percentile(&all_past, 0.5),
+        all_past.last().copied().unwrap_or(f64::NAN)
     );
     Ok(())
 }
