@@ -553,6 +553,12 @@ impl Shared {
         if self.touch(name, oid)? == Touched::Missing {
             return Ok(None);
         }
+        self.stat_unstamped(name, oid)
+    }
+
+    /// The size of object `name` (`None` when there is none), without stamping it: only for a
+    /// caller that stamps an object it finds before it relies on what it holds.
+    fn stat_unstamped(&self, name: &str, oid: &CStr) -> Result<Option<u64>> {
         let mut size = 0u64;
         let mut mtime = 0i64;
         // SAFETY: live context, valid out-pointers.
@@ -792,9 +798,23 @@ impl Storage for RadosStorage {
         self.shared.list(prefix)
     }
 
+    /// A name looked up is most often one expected absent (the next version of a record, which
+    /// an owner looks up after each record write): a stat answers that without a write
+    /// operation, which on a replicated pool waits for the placement group's write path. An
+    /// object found is stamped as any first touch (an object created by an older owner after
+    /// the stat is what a stamp a moment earlier would also have missed).
     fn exists(&self, name: &str) -> Result<bool> {
         validate_name(name)?;
-        self.shared.present(name, &cstring(name)?)
+        let oid = cstring(name)?;
+        let shared = &self.shared;
+        let epoch = shared.epoch();
+        if epoch > 0
+            && !shared.is_stamped(name, epoch)
+            && shared.stat_unstamped(name, &oid)?.is_none()
+        {
+            return Ok(false);
+        }
+        shared.present(name, &oid)
     }
 
     fn create(&self, name: &str) -> Result<Arc<dyn StorageFile>> {
