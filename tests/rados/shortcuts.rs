@@ -1,0 +1,162 @@
+//! Attacks on the RADOS round-trip savings of a takeover: the first owner of a fresh namespace
+//! made by an exclusive create of `LOCK`, the lock and the epoch raise in one write operation,
+//! a record version written as one exclusive create and read whole in one request, and the
+//! removal from the index of names that is not waited for. Each asserts what the longer path
+//! gave: one owner per epoch, damage reported rather than written over, and a name listed
+//! exactly while its object exists.
+
+#![cfg(feature = "rados")]
+
+use crate::support;
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use ackstore::Error;
+use ackstore::internals::meta::{FileMetaStore, MetaStore};
+use ackstore::{MemStorage, RadosStorage, Storage};
+use support::rados::{cluster, fresh_storage, pool};
+
+/// A lease no renewal of which falls within a test.
+const LONG_LEASE: Duration = Duration::from_secs(600);
+
+fn same_namespace(s: &RadosStorage) -> RadosStorage {
+    let namespace = s.location().rsplit('/').next().unwrap().to_owned();
+    cluster()
+        .storage(&pool(), &namespace)
+        .unwrap()
+        .with_lease(LONG_LEASE)
+}
+
+/// Handles racing to lock a fresh namespace, and then to lock it again and again as each owner
+/// releases it: every lock taken has an epoch of its own, the epochs are 1, 2, 3, ... with no
+/// gap, and a lock refused is refused as held (never an error of the create or the compare).
+#[test]
+fn handles_racing_for_a_fresh_namespace_and_its_epoch_never_share_an_epoch() {
+    const HANDLES: usize = 4;
+    const ATTEMPTS: usize = 25;
+    for round in 0..4 {
+        let first = fresh_storage(&format!("first-owner-{round}")).with_lease(LONG_LEASE);
+        let barrier = Arc::new(Barrier::new(HANDLES));
+        let racers: Vec<_> = (0..HANDLES)
+            .map(|_| {
+                let handle = same_namespace(&first);
+                let barrier = barrier.clone();
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    let mut epochs = Vec::new();
+                    for _ in 0..ATTEMPTS {
+                        match handle.lock() {
+                            Ok(guard) => {
+                                epochs.push(handle.epoch());
+                                drop(guard);
+                            }
+                            Err(Error::Locked { .. }) => {}
+                            Err(e) => panic!("a lock refused other than as held: {e:?}"),
+                        }
+                    }
+                    epochs
+                })
+            })
+            .collect();
+        let mut taken: Vec<u64> = racers.into_iter().flat_map(|r| r.join().unwrap()).collect();
+        taken.sort_unstable();
+        let distinct: BTreeSet<u64> = taken.iter().copied().collect();
+        assert_eq!(distinct.len(), taken.len(), "round {round}: {taken:?}");
+        assert!(!taken.is_empty(), "round {round}: nobody took the lock");
+        assert_eq!(
+            taken,
+            (1..=taken.len() as u64).collect::<Vec<_>>(),
+            "round {round}: each lock taken raises the epoch by one"
+        );
+        // The next owner continues from the last epoch taken.
+        let _next = first.lock().unwrap();
+        assert_eq!(first.epoch(), taken.len() as u64 + 1, "round {round}");
+    }
+}
+
+/// The version file holding record `name` (the highest one listed).
+fn version_file(s: &dyn Storage, name: &str) -> String {
+    s.list()
+        .unwrap()
+        .into_iter()
+        .filter(|f| f.starts_with(&format!("{name}.")) && f.ends_with(".meta"))
+        .max()
+        .expect("a version file")
+}
+
+/// Record `topic` written by one owner, its version's last byte then changed in place (the
+/// size unchanged), read and written by the next owner: both report the damage.
+fn damage_in_place_is_reported(storage: &Arc<dyn Storage>) {
+    let guard = storage.lock().unwrap();
+    let meta = FileMetaStore::owned(storage.clone(), &guard);
+    let version = meta.put("topic", None, b"the topic's record").unwrap();
+    let object = storage.open(&version_file(&**storage, "topic")).unwrap();
+    let mut bytes = vec![0; usize::try_from(object.size().unwrap()).unwrap()];
+    object.read_exact_at(&mut bytes, 0).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x55;
+    object.write_all_at(&bytes, 0).unwrap();
+    object.sync_data().unwrap();
+    drop((object, meta, guard));
+
+    let guard = storage.lock().unwrap();
+    let meta = FileMetaStore::owned(storage.clone(), &guard);
+    let read = meta.get("topic");
+    assert!(matches!(read, Err(Error::Corrupted { .. })), "{read:?}");
+    let written = meta.put("topic", Some(version), b"written over damage");
+    assert!(
+        matches!(written, Err(Error::Corrupted { .. })),
+        "a write on a damaged version: {written:?}"
+    );
+}
+
+/// A record version whose object holds other bytes of the same size (damage a size check
+/// cannot see) is reported as damage by a read, and a compare-and-set on it is refused rather
+/// than written over it as if it were the record: on RADOS, where a version is read whole in
+/// one request, and on the in-memory disk, where it is read by its size then its bytes.
+#[test]
+fn a_record_version_of_the_right_size_but_other_bytes_is_damage_to_a_read_and_a_write() {
+    let memory: Arc<dyn Storage> = Arc::new(MemStorage::new());
+    damage_in_place_is_reported(&memory);
+    let rados: Arc<dyn Storage> = Arc::new(fresh_storage("record-bytes").with_lease(LONG_LEASE));
+    damage_in_place_is_reported(&rados);
+}
+
+/// A name removed and created again at once, many times, by an owner whose removals from the
+/// index are not waited for: after each step the owner and a second handle list the name
+/// exactly while its object exists, and the name survives the last re-creation.
+#[test]
+fn a_name_removed_and_created_again_at_once_is_listed_exactly_while_it_exists() {
+    let s = fresh_storage("recreate").with_lease(LONG_LEASE);
+    let other = same_namespace(&s);
+    let _guard = s.lock().unwrap();
+    s.create("keep").unwrap();
+    for round in 0..100 {
+        let name = format!("topic-{}.meta", round % 3);
+        if s.exists(&name).unwrap() {
+            s.remove(&name).unwrap();
+            assert!(!other.list().unwrap().contains(&name), "round {round}");
+        }
+        s.create(&name).unwrap().write_all_at(b"x", 0).unwrap();
+        s.remove(&name).unwrap();
+        s.create(&name).unwrap();
+        for (who, handle) in [("owner", &s), ("other", &other)] {
+            let listed = handle.list().unwrap();
+            assert!(
+                listed.contains(&name) && listed.contains(&"keep".to_owned()),
+                "round {round}, {who}: {listed:?}"
+            );
+        }
+        assert!(other.exists(&name).unwrap(), "round {round}");
+    }
+    // The index itself, read after every detached removal was answered, holds each name
+    // whose object exists.
+    drop(s.clone());
+    let namespace = s.location().rsplit('/').next().unwrap().to_owned();
+    let keys = support::rados::rados_cli(&namespace, &["listomapkeys", ".ackstore-names"]);
+    for name in s.list().unwrap() {
+        assert!(keys.lines().any(|k| k == name), "{name} not in {keys:?}");
+    }
+}
