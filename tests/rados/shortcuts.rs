@@ -160,3 +160,69 @@ fn a_name_removed_and_created_again_at_once_is_listed_exactly_while_it_exists() 
         assert!(keys.lines().any(|k| k == name), "{name} not in {keys:?}");
     }
 }
+
+/// The first of the two operations with which an owner of the release before opens a
+/// namespace, through the `rados` command: the lock step (which makes `LOCK` if missing).
+fn lock_step_of_the_release_before(namespace: &str, cookie: &str) {
+    support::rados::rados_cli(
+        namespace,
+        &[
+            "lock",
+            "get",
+            "LOCK",
+            "ackstore-owner",
+            "--lock-cookie",
+            cookie,
+            "--lock-type",
+            "exclusive",
+            "--lock-duration",
+            "600",
+        ],
+    );
+}
+
+/// The second: the owner epoch raised to `epoch`.
+fn epoch_raise_of_the_release_before(namespace: &str, epoch: u64) {
+    let text = format!("{epoch:020}");
+    support::rados::rados_cli(
+        namespace,
+        &["setxattr", "LOCK", "ackstore.owner-epoch", &text],
+    );
+}
+
+/// A fleet upgraded one broker at a time: owners of the release before (lock step, then the
+/// epoch raise) and of this one (both in one operation) take one namespace in turn. This
+/// release's open is refused while the older owner holds the lock, whether or not it raised
+/// the epoch yet; once it is gone, this release continues from the epoch it left (or from none,
+/// when it died between its two steps), and an older owner after it continues from this one's.
+#[test]
+fn owners_of_the_release_before_and_of_this_one_take_a_namespace_in_turn() {
+    for died_between_its_steps in [false, true] {
+        let new = fresh_storage("upgrade").with_lease(LONG_LEASE);
+        let namespace = new.location().rsplit('/').next().unwrap().to_owned();
+        lock_step_of_the_release_before(&namespace, "old-1");
+        assert!(matches!(new.lock(), Err(Error::Locked { .. })));
+        let mut last = 0;
+        if !died_between_its_steps {
+            epoch_raise_of_the_release_before(&namespace, 1);
+            last = 1;
+            assert!(matches!(new.lock(), Err(Error::Locked { .. })));
+        }
+        new.break_lock().unwrap();
+        let guard = new.lock().unwrap();
+        assert_eq!(
+            new.epoch(),
+            last + 1,
+            "died between: {died_between_its_steps}"
+        );
+        // The older release takes it next (after this owner's close), from this one's epoch.
+        drop(guard);
+        lock_step_of_the_release_before(&namespace, "old-2");
+        let other = same_namespace(&new);
+        assert!(matches!(other.lock(), Err(Error::Locked { .. })));
+        epoch_raise_of_the_release_before(&namespace, last + 2);
+        other.break_lock().unwrap();
+        let _guard = other.lock().unwrap();
+        assert_eq!(other.epoch(), last + 3);
+    }
+}
