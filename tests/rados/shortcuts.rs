@@ -226,3 +226,63 @@ fn owners_of_the_release_before_and_of_this_one_take_a_namespace_in_turn() {
         assert_eq!(other.epoch(), last + 3);
     }
 }
+
+/// A former owner writing a record version after version (each one exclusive create carrying
+/// its bytes, which no epoch on an existing object guards) while a new owner breaks its lock,
+/// reads the record and claims it: once the claim returns, the former owner is told `Ok` for
+/// no version at or above the claimed one, every later write of it is refused, and the new
+/// owner reads the bytes it claimed.
+#[test]
+fn a_former_owners_record_versions_never_land_above_a_new_owners_claim() {
+    for round in 0..5 {
+        let former = fresh_storage(&format!("claim-{round}")).with_lease(LONG_LEASE);
+        let former_guard = former.lock().unwrap();
+        let former_meta = FileMetaStore::owned(Arc::new(former.clone()), &former_guard);
+        let first = former_meta.put("topic", None, b"former 0").unwrap();
+        let started = Arc::new(Barrier::new(2));
+        let writer = {
+            let started = started.clone();
+            std::thread::spawn(move || {
+                let (mut at, mut told_ok) = (first, Vec::new());
+                started.wait();
+                for n in 1.. {
+                    match former_meta.put("topic", Some(at), format!("former {n}").as_bytes()) {
+                        Ok(version) => {
+                            told_ok.push(version);
+                            at = version;
+                        }
+                        Err(Error::Fenced { .. }) => break,
+                        Err(e) => panic!("the former owner's write: {e:?}"),
+                    }
+                }
+                let again = former_meta.put("topic", Some(at), b"after the fence");
+                assert!(matches!(again, Err(Error::Fenced { .. })), "{again:?}");
+                drop(former_guard);
+                told_ok
+            })
+        };
+        let new = same_namespace(&former);
+        started.wait();
+        new.break_lock().unwrap();
+        let guard = new.lock().unwrap();
+        let meta = FileMetaStore::owned(Arc::new(new.clone()), &guard);
+        let (claimed, bytes) = loop {
+            let (version, bytes) = meta.get("topic").unwrap().unwrap();
+            match meta.claim("topic", version) {
+                Ok(claimed) => break (claimed, bytes),
+                Err(Error::Fenced { .. }) => {}
+                Err(e) => panic!("the claim: {e:?}"),
+            }
+        };
+        let told_ok = writer.join().unwrap();
+        assert!(
+            told_ok.iter().all(|&v| v < claimed),
+            "round {round}: claimed {claimed}, the former owner told Ok for {told_ok:?}"
+        );
+        assert_eq!(
+            meta.get("topic").unwrap(),
+            Some((claimed, bytes)),
+            "round {round}"
+        );
+    }
+}
