@@ -270,36 +270,16 @@ impl FileMetaStore {
     /// Reads one record file: `None` when it was removed meanwhile; an empty file is a
     /// tombstone.
     fn read_file(&self, name: &str, found: &Found) -> Result<Option<Current>> {
-        self.read_file_with(name, found, true)
-    }
-
-    /// [`Self::read_file`]; without `bytes`, a record of a versioned file is not read: its
-    /// state is returned with no bytes (its size, one lookup, tells a record from a
-    /// tombstone).
-    fn read_file_with(&self, name: &str, found: &Found, want: bool) -> Result<Option<Current>> {
         let file = match self.storage.open(&found.file) {
             Ok(file) => file,
             Err(e) if is_not_found(&e) => return Ok(None),
             Err(e) => return Err(e),
         };
         // On storage without open-file handles (RADOS) a file removed after `open` fails its
-        // later calls with `NotFound`: removed meanwhile, as above.
-        if let Some(named) = found.version.filter(|_| !want) {
-            // Its size tells a record from a tombstone; a record's bytes are not needed.
-            let size = match file.size() {
-                Ok(size) => size,
-                Err(e) if is_not_found(&e) => return Ok(None),
-                Err(e) => return Err(e),
-            };
-            if size > MAX_RECORD_BYTES as u64 {
-                return Err(Self::corrupted(name, CorruptionKind::BadLength));
-            }
-            return Ok(Some(if size == 0 {
-                Current::Deleted(named)
-            } else {
-                Current::Record(named, Vec::new())
-            }));
-        }
+        // later calls with `NotFound`: removed meanwhile, as above. The record is read whole
+        // and verified even where only its version is wanted (the check before a write): a
+        // version damaged in place is reported, never written over as if it were the record,
+        // and on RADOS the read is one request, as a size would be.
         let bytes = match file.read_all(MAX_RECORD_BYTES as u64) {
             Ok(Some(bytes)) => bytes,
             Ok(None) => return Err(Self::corrupted(name, CorruptionKind::BadLength)),
@@ -351,14 +331,8 @@ impl FileMetaStore {
     /// The current state of `name`, and whether it was found by looking up its names (then a
     /// version it names is the file `{name}.{version}.meta`) rather than by a listing.
     fn current_found(&self, name: &str) -> Result<(Current, bool)> {
-        self.current_found_with(name, true)
-    }
-
-    /// [`Self::current_found`]; without `bytes`, a record found by name lookups comes without
-    /// its bytes (one read less, for a caller that needs only its version).
-    fn current_found_with(&self, name: &str, bytes: bool) -> Result<(Current, bool)> {
         validate_record_name(name)?;
-        if let Some(current) = self.current_known(name, bytes)? {
+        if let Some(current) = self.current_known(name)? {
             return Ok((current, true));
         }
         let current = self.current_listed(name)?;
@@ -370,7 +344,7 @@ impl FileMetaStore {
 
     /// The state of `name` from what this owned store knows of it, confirmed by two name
     /// lookups; `None` when the store is not owned or a lookup disagrees (list instead).
-    fn current_known(&self, name: &str, bytes: bool) -> Result<Option<Current>> {
+    fn current_known(&self, name: &str) -> Result<Option<Current>> {
         let Some(heads) = &self.heads else {
             return Ok(None);
         };
@@ -402,7 +376,7 @@ impl FileMetaStore {
                 };
                 // `version`'s file first, then the next name (as `is_current`): while the
                 // first exists, no version above the next exists without the next's file.
-                let Some(current) = self.read_file_with(name, &found, bytes)? else {
+                let Some(current) = self.read_file(name, &found)? else {
                     return Ok(None);
                 };
                 if self.storage.exists(&version_file(name, next))? {
@@ -577,7 +551,7 @@ impl FileMetaStore {
     /// deleted); returns the highest version present (a tombstone's included), 0 if none, and
     /// whether it was found by name lookups (see [`FileMetaStore::current_found`]).
     fn check(&self, name: &str, expected: Option<u64>) -> Result<(u64, bool)> {
-        let (current, looked_up) = self.current_found_with(name, false)?;
+        let (current, looked_up) = self.current_found(name)?;
         let highest = current.version();
         let found = match current {
             Current::Record(v, _) => Some(v),

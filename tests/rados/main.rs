@@ -18,6 +18,7 @@ mod lease_lost;
 mod lock_wait;
 mod object_size;
 mod open_cost;
+mod shortcuts;
 mod storage;
 mod store;
 mod takeover;
