@@ -19,11 +19,10 @@ use crate::ackset::{PartitionKey, PartitionStore};
 use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::format::Corruption;
 use crate::format::cursor::{
-    EntryKind, PartitionEntry, decode_partition_entry, encode_partition_entry, payload_crc,
+    EntryKind, PartitionEntry, decode_partition_entry, encode_partition_entry,
+    encode_partition_payload, payload_crc,
 };
-use crate::format::partition::{
-    decode_inline, decode_partition, encode_partition, record_of_inline,
-};
+use crate::format::partition::{decode_inline, decode_partition, record_of_inline};
 use crate::log::{EntryLog, EntryMeta};
 use crate::position::Position;
 
@@ -164,17 +163,6 @@ pub(crate) fn append_entry(
     s.entries_written += 1;
     s.bytes_written += payload.len() as u64;
     Ok(id)
-}
-
-/// Encodes `bitmap` as the partition entry of `key`.
-pub(crate) fn encode_partition_payload(key: PartitionKey, bitmap: &RoaringBitmap) -> Vec<u8> {
-    let body = encode_partition(key, bitmap);
-    encode_partition_entry(&PartitionEntry {
-        ledger_id: key.ledger_id,
-        chunk: key.chunk,
-        cardinality: bitmap.len(),
-        body: &body,
-    })
 }
 
 /// Writes `bitmap` as the partition entry of `key` to `ledger`; returns its location.

@@ -8,30 +8,17 @@
 
 use std::collections::BTreeMap;
 
-use roaring::RoaringBitmap;
-
 use super::index::{Committed, CursorId, PartLoc};
 use crate::ackset::PartitionKey;
 use crate::error::{Error, Result};
 use crate::format::cursor::{
-    BatchRow, PartitionEntry, PartitionRow, PersistedState, ROW_LEN, TableRef, bind_entry,
-    encode_marker_with_batch, encode_partition_entry, marker_with_batch_len, payload_crc,
+    BatchRow, PartitionRow, PersistedState, ROW_LEN, TableRef, bind_entry,
+    encode_marker_with_batch, marker_with_batch_len, payload_crc,
 };
 use crate::format::journal::{
     JournalLoc, NAME_TAG_LEN, Record, RecordKind, SEGMENT_VERSION, delta_len, encode_delta,
     encode_record, record_binding, record_len, split_name_tag,
 };
-use crate::format::partition::encode_partition;
-
-pub(super) fn partition_payload(key: PartitionKey, bitmap: &RoaringBitmap) -> Vec<u8> {
-    let body = encode_partition(key, bitmap);
-    encode_partition_entry(&PartitionEntry {
-        ledger_id: key.ledger_id,
-        chunk: key.chunk,
-        cardinality: bitmap.len(),
-        body: &body,
-    })
-}
 
 pub(super) fn partition_record(cursor: CursorId, payload: &[u8]) -> Record<'_> {
     cursor_record(RecordKind::Partition, cursor, payload)

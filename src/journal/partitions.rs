@@ -8,10 +8,11 @@ use std::sync::atomic::Ordering;
 use roaring::RoaringBitmap;
 
 use super::index::{CursorId, PartLoc};
-use super::marker::{cursor_record, partition_payload, partition_record};
+use super::marker::{cursor_record, partition_record};
 use super::{Journal, corrupt, lock};
 use crate::ackset::{PartitionKey, PartitionStore};
 use crate::error::{CorruptionKind, Error, Result};
+use crate::format::cursor::encode_partition_payload;
 use crate::format::cursor::{decode_partition_entry, payload_crc, peek_batch_entry};
 use crate::format::journal::{JournalLoc, RecordKind, decode_record, encode_record, record_len};
 use crate::format::partition::decode_partition;
@@ -150,7 +151,7 @@ impl Journal {
         key: PartitionKey,
         bitmap: &RoaringBitmap,
     ) -> Result<()> {
-        let payload = partition_payload(key, bitmap);
+        let payload = encode_partition_payload(key, bitmap);
         let mut buf = Vec::with_capacity(record_len(payload.len()));
         encode_record(&mut buf, &partition_record(cursor, &payload));
         let mut w = lock(&self.writer);

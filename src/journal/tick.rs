@@ -13,10 +13,11 @@ use std::sync::atomic::Ordering;
 use roaring::RoaringBitmap;
 
 use super::index::{Committed, CursorId, PartLoc};
-use super::marker::{append_marker, cursor_record, partition_payload};
+use super::marker::{append_marker, cursor_record};
 use super::{Journal, TickStats, lock};
 use crate::ackset::PartitionKey;
 use crate::error::{Error, Result};
+use crate::format::cursor::encode_partition_payload;
 use crate::format::cursor::{PersistedState, payload_crc};
 use crate::format::journal::{JournalLoc, Record, RecordKind, cursor_binding, encode_record};
 
@@ -246,7 +247,7 @@ impl Tick<'_> {
             }
         };
         for (key, bitmap) in written {
-            let payload = partition_payload(*key, bitmap);
+            let payload = encode_partition_payload(*key, bitmap);
             let part = copy(&mut buf, RecordKind::Partition, &payload, bitmap.len());
             parts.push((*key, part));
         }

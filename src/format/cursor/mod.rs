@@ -586,6 +586,22 @@ pub fn encode_partition_entry(entry: &PartitionEntry<'_>) -> Vec<u8> {
     end_frame(out)
 }
 
+/// Encodes `bitmap` as the partition entry of `key`: its partition encoding
+/// ([`encode_partition`](crate::format::partition::encode_partition)) inside a partition entry.
+#[must_use]
+pub fn encode_partition_payload(
+    key: crate::format::partition::PartitionKey,
+    bitmap: &roaring::RoaringBitmap,
+) -> Vec<u8> {
+    let body = crate::format::partition::encode_partition(key, bitmap);
+    encode_partition_entry(&PartitionEntry {
+        ledger_id: key.ledger_id,
+        chunk: key.chunk,
+        cardinality: bitmap.len(),
+        body: &body,
+    })
+}
+
 /// Decodes and verifies a partition entry.
 pub fn decode_partition_entry(payload: &[u8]) -> Result<PartitionEntry<'_>, Corruption> {
     let mut body = open_frame(payload, EntryKind::Partition)?;
