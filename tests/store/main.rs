@@ -10,6 +10,7 @@ mod support;
 mod ack_memory;
 mod ack_memory_pressure;
 mod ack_memory_saved_first;
+mod ack_saved_first_races;
 mod adversarial;
 mod batch_acks;
 mod batch_attacks;
