@@ -117,3 +117,58 @@ fn acks_racing_a_flusher_in_a_small_shared_budget_are_all_kept() {
         run(seed);
     }
 }
+
+/// Threads ack every entry of their cursor in a random order (mark-delete jumps as holes fill)
+/// while another thread trims consumed ledgers over and over: an entry is readable for as long
+/// as some cursor has not acked it.
+#[test]
+fn trims_racing_acks_never_remove_an_unacked_entry() {
+    let store = Store::open_with_storage(
+        Arc::new(MemStorage::new()),
+        support::config::store_shared_budget(PER_LEDGER, 2 << 10),
+    )
+    .unwrap();
+    let topic = store.topic("persistent://t/ns/trim-races").unwrap();
+    let positions = append_n(&topic, ENTRIES);
+    let cursors: Vec<_> = (0..THREADS)
+        .map(|c| topic.open_cursor(&format!("c{c}"), earliest()).unwrap())
+        .collect();
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let trimmer = s.spawn(|| {
+            let mut trimmed = 0;
+            while !done.load(Ordering::SeqCst) {
+                trimmed += topic.trim_consumed().unwrap().len();
+            }
+            trimmed
+        });
+        let workers: Vec<_> = cursors
+            .iter()
+            .enumerate()
+            .map(|(t, cursor)| {
+                let (topic, positions) = (&topic, &positions);
+                s.spawn(move || {
+                    let mut rng = Rng::new(11 + t as u64);
+                    let mut order = positions.clone();
+                    for i in (1..order.len()).rev() {
+                        order.swap(i, rng.index(i + 1));
+                    }
+                    for p in order {
+                        topic
+                            .read(p)
+                            .unwrap_or_else(|e| panic!("c{t}: {p} unacked but gone: {e}"));
+                        cursor.ack(p).unwrap();
+                    }
+                })
+            })
+            .collect();
+        let joined: Vec<_> = workers.into_iter().map(|w| w.join()).collect();
+        done.store(true, Ordering::SeqCst);
+        let trimmed = trimmer.join().unwrap();
+        for j in joined {
+            j.unwrap();
+        }
+        assert!(trimmed > 0 || !topic.trim_consumed().unwrap().is_empty());
+    });
+    store.close().unwrap();
+}
