@@ -172,3 +172,58 @@ fn trims_racing_acks_never_remove_an_unacked_entry() {
     });
     store.close().unwrap();
 }
+
+/// A cursor's partitions are saved by a flush, then each changes again; another cursor's acks
+/// then push them out of a small budget. The changes are written, not dropped with the saved
+/// copy: they are there in memory and after a reopen.
+#[test]
+fn a_saved_partition_changed_after_the_flush_is_written_when_evicted() {
+    let disk = MemStorage::new();
+    let limit = 1 << 10;
+    let open_store = || {
+        Store::open_with_storage(
+            Arc::new(disk.clone()),
+            support::config::store_shared_budget(PER_LEDGER, limit),
+        )
+        .unwrap()
+    };
+    let store = open_store();
+    let topic = store.topic(TOPIC).unwrap();
+    let positions = append_n(&topic, ENTRIES);
+    let a = topic.open_cursor("a", earliest()).unwrap();
+    let b = topic.open_cursor("b", earliest()).unwrap();
+    let firsts: Vec<_> = positions
+        .iter()
+        .skip(1)
+        .step_by(PER_LEDGER as usize)
+        .collect();
+    let seconds: Vec<_> = positions
+        .iter()
+        .skip(2)
+        .step_by(PER_LEDGER as usize)
+        .collect();
+    for &&p in &firsts[..8] {
+        a.ack(p).unwrap();
+    }
+    store.flush_all().unwrap();
+    for &&p in &seconds[..8] {
+        a.ack(p).unwrap();
+    }
+    for &&p in &firsts {
+        b.ack(p).unwrap();
+    }
+    assert!(store.ack_memory_stats().unwrap().released_bytes > 0);
+    for &&p in firsts[..8].iter().chain(&seconds[..8]) {
+        assert!(a.is_acked(p).unwrap(), "{p} lost in memory");
+    }
+    drop((a, b, topic));
+    store.close().unwrap();
+    drop(store);
+    let store = open_store();
+    let topic = store.topic(TOPIC).unwrap();
+    let a = topic.open_cursor("a", earliest()).unwrap();
+    for &&p in firsts[..8].iter().chain(&seconds[..8]) {
+        assert!(a.is_acked(p).unwrap(), "{p} lost after reopen");
+    }
+    store.close().unwrap();
+}
