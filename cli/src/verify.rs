@@ -114,7 +114,7 @@ pub fn journal_cursors_json(cursors: &[JournalCursor]) -> Vec<serde_json::Value>
                 "mark_delete": c.mark_delete.map(|p| p.to_string()), "epoch": c.epoch,
                 "marker_segment": c.marker_segment, "marker_offset": c.marker_offset,
                 "partitions": c.partitions, "acked_entries": c.acked_entries,
-                "batch_records": c.batch_records, "partial_entries": c.partial_entries,
+                "acked_ranges": c.acked_ranges, "batch_records": c.batch_records, "partial_entries": c.partial_entries,
             })
         })
         .collect()

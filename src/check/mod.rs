@@ -114,6 +114,9 @@ pub struct JournalCursor {
     pub partitions: u64,
     /// Entries acknowledged above mark-delete, over those partitions.
     pub acked_entries: u64,
+    /// Maximal ranges those entries form (`None`: a partition record could not be read back,
+    /// see [`committed_ranges`](crate::journal::committed_ranges)).
+    pub acked_ranges: Option<u64>,
     /// Batch records (partial entries of one partition each) its state lists.
     pub batch_records: u64,
     /// Entries acknowledged in part (batch-index acks) in those records.
@@ -128,15 +131,17 @@ impl fmt::Display for JournalCursor {
         };
         write!(
             f,
-            "cursor {} of topic {}: mark-delete {}, epoch {}, {} acked entries in {} \
-             partitions, {} partial entries in {} batch records, marker in journal segment {} \
-             at byte {}",
+            "cursor {} of topic {}: mark-delete {}, epoch {}, {} acked entries in {} ranges \
+             over {} partitions, {} partial entries in {} batch records, marker in journal \
+             segment {} at byte {}",
             name(&self.cursor, self.cursor_id),
             name(&self.topic, self.topic_id),
             self.mark_delete
                 .map_or_else(|| "-".to_owned(), |p| p.to_string()),
             self.epoch,
             self.acked_entries,
+            self.acked_ranges
+                .map_or_else(|| "?".to_owned(), |n| n.to_string()),
             self.partitions,
             self.partial_entries,
             self.batch_records,

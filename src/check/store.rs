@@ -51,6 +51,7 @@ pub(super) fn journal_cursors(
             marker_offset: state.marker.offset,
             partitions: state.rows.len() as u64,
             acked_entries: state.rows.values().map(|p| p.cardinality).sum(),
+            acked_ranges: crate::journal::committed_ranges(Arc::clone(storage), state).ok(),
             batch_records: state.batch.len() as u64,
             partial_entries: state.batch.values().map(|p| p.cardinality).sum(),
         })

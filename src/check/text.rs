@@ -141,6 +141,8 @@ impl fmt::Display for StoreInspection {
                     name(&c.topic, c.topic_id),
                     name(&c.cursor, c.cursor_id),
                     opt(c.mark_delete),
+                    c.acked_ranges
+                        .map_or_else(|| "?".to_owned(), |n| n.to_string()),
                     c.acked_entries.to_string(),
                     c.partitions.to_string(),
                     format!("{}/{}", c.partial_entries, c.batch_records),
@@ -155,6 +157,7 @@ impl fmt::Display for StoreInspection {
                 "topic",
                 "cursor",
                 "mark-delete",
+                "ranges",
                 "acked",
                 "partitions",
                 "partial/batch records",

@@ -1,13 +1,22 @@
 //! The offline check: a read-only scan of a journal, as an open reads it, into a report.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use roaring::RoaringBitmap;
 
 use super::host::{Listed, Seal};
 use super::index::{Committed, CursorId, Index, PartLoc};
+use super::partitions::{read_payload_at, verified_partition};
 use super::recover::scan_segments;
-use crate::error::Result;
+use super::segment::segment_name;
+use crate::ackset::{PartitionKey, PartitionStore, RangeSetWrapper};
+use crate::error::{Error, Result};
 use crate::format::journal::JournalLoc;
-use crate::storage::Storage;
+use crate::storage::{Storage, StorageFile};
+
+/// Bytes of partitions [`committed_ranges`] keeps resident while it walks a state.
+const RANGE_WALK_BYTES: usize = 8 << 20;
 
 /// What a read-only check of a journal found ([`check`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -102,4 +111,61 @@ fn committed_batch(index: &Index) -> impl Iterator<Item = &PartLoc> {
         .into_iter()
         .filter_map(|c| index.committed(c))
         .flat_map(|c| c.batch.values())
+}
+
+/// The maximal acknowledged ranges of `state` (a committed state [`check`] found in the
+/// journal of `storage`): every partition record it lists is read and verified as a load does
+/// (frame, CRC, key and cardinality, then the partition decoder's checks), a few at a time.
+///
+/// # Errors
+/// [`Error::Corrupted`](crate::error::Error::Corrupted) naming the first partition whose
+/// record does not verify (a store's open does not read partitions: the cursor's first load
+/// of it fails the same way); [`Error::Io`](crate::error::Error::Io).
+pub fn committed_ranges(storage: Arc<dyn Storage>, state: &Committed) -> Result<u64> {
+    let index: Vec<(PartitionKey, u64)> = state
+        .rows
+        .iter()
+        .map(|(key, part)| (*key, part.cardinality))
+        .collect();
+    let records = CommittedPartitions {
+        storage,
+        rows: state.rows.clone(),
+        files: HashMap::new(),
+    };
+    RangeSetWrapper::with_index(Box::new(records), RANGE_WALK_BYTES, index).range_count()
+}
+
+/// The partition records of one committed state, read from their segment files without the
+/// journal open: the offline check's partition store. Read only.
+struct CommittedPartitions {
+    storage: Arc<dyn Storage>,
+    rows: BTreeMap<PartitionKey, PartLoc>,
+    /// Segment files opened so far.
+    files: HashMap<u64, Arc<dyn StorageFile>>,
+}
+
+impl PartitionStore for CommittedPartitions {
+    fn load(&mut self, key: PartitionKey) -> Result<Option<RoaringBitmap>> {
+        let Some(part) = self.rows.get(&key).copied() else {
+            return Ok(None);
+        };
+        let file = if let Some(file) = self.files.get(&part.loc.segment) {
+            Arc::clone(file)
+        } else {
+            let file = self.storage.open(&segment_name(part.loc.segment))?;
+            self.files.insert(part.loc.segment, Arc::clone(&file));
+            file
+        };
+        let payload = read_payload_at(file.as_ref(), part.loc, part.frame_len)?;
+        verified_partition(&payload, key, &part).map(Some)
+    }
+
+    fn store(&mut self, key: PartitionKey, _bitmap: &RoaringBitmap) -> Result<()> {
+        Err(Error::InvalidArgument {
+            reason: format!(
+                "the offline check writes nothing (partition {}:{})",
+                key.ledger_id, key.chunk
+            ),
+        })
+    }
 }

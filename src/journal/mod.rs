@@ -52,7 +52,7 @@ use crate::storage::{Storage, StorageFile};
 use index::{CursorId, Index, PartLoc};
 use writer::Writer;
 
-pub use check::{JournalCheck, check, check_listed, check_sealed};
+pub use check::{JournalCheck, check, check_listed, check_sealed, committed_ranges};
 pub use host::{Listed, OwnerCheck, Seal, SegmentHooks};
 pub use partitions::JournalPartitions;
 pub use segment::{parse_segment_name, segment_name};

@@ -16,6 +16,7 @@ use crate::format::cursor::encode_partition_payload;
 use crate::format::cursor::{decode_partition_entry, payload_crc, peek_batch_entry};
 use crate::format::journal::{JournalLoc, RecordKind, decode_record, encode_record, record_len};
 use crate::format::partition::decode_partition;
+use crate::storage::StorageFile;
 
 impl Journal {
     /// The newest copy of `key` of `cursor`, read and verified (frame CRC, the CRC, key and
@@ -26,15 +27,7 @@ impl Journal {
             return Ok(None);
         };
         let payload = self.read_payload(part.loc, part.frame_len)?;
-        let bad = |kind| Error::corrupted_at(key.place(), kind);
-        if payload_crc(&payload) != part.crc {
-            return Err(bad(CorruptionKind::ChecksumMismatch));
-        }
-        let entry = decode_partition_entry(&payload).map_err(|c| bad(c.kind))?;
-        let (found, bitmap) = decode_partition(entry.body).map_err(|c| bad(c.kind))?;
-        if found != key || bitmap.len() != part.cardinality {
-            return Err(bad(CorruptionKind::InvalidField("partition key")));
-        }
+        let bitmap = verified_partition(&payload, key, &part)?;
         self.counters.loads.fetch_add(1, Ordering::Relaxed);
         Ok(Some(bitmap))
     }
@@ -120,17 +113,7 @@ impl Journal {
             .get(&loc.segment)
             .cloned()
             .ok_or_else(|| corrupt(loc.segment, loc.offset, CorruptionKind::Missing))?;
-        let mut frame = vec![0u8; usize::try_from(frame_len).unwrap_or(usize::MAX)];
-        file.read_exact_at(&mut frame, loc.offset)?;
-        match decode_record(&frame) {
-            Ok(Some((rec, len))) if len == frame.len() => {
-                let start = frame.len() - rec.payload.len();
-                frame.drain(..start);
-                Ok(frame)
-            }
-            Ok(_) => Err(corrupt(loc.segment, loc.offset, CorruptionKind::BadLength)),
-            Err(c) => Err(corrupt(loc.segment, loc.offset + c.offset, c.kind)),
-        }
+        read_payload_at(file.as_ref(), loc, frame_len)
     }
 
     /// Appends one partition of `cursor` without a sync (an eviction): it counts once a
@@ -174,6 +157,45 @@ impl Journal {
     pub fn forget_partition(&self, cursor: CursorId, key: PartitionKey) {
         lock(&self.index).forget_partition(cursor, key);
     }
+}
+
+/// The payload of the record whose frame of `frame_len` bytes starts at `loc` in `file` (its
+/// segment), after the frame verifies.
+pub(super) fn read_payload_at(
+    file: &dyn StorageFile,
+    loc: JournalLoc,
+    frame_len: u64,
+) -> Result<Vec<u8>> {
+    let mut frame = vec![0u8; usize::try_from(frame_len).unwrap_or(usize::MAX)];
+    file.read_exact_at(&mut frame, loc.offset)?;
+    match decode_record(&frame) {
+        Ok(Some((rec, len))) if len == frame.len() => {
+            let start = frame.len() - rec.payload.len();
+            frame.drain(..start);
+            Ok(frame)
+        }
+        Ok(_) => Err(corrupt(loc.segment, loc.offset, CorruptionKind::BadLength)),
+        Err(c) => Err(corrupt(loc.segment, loc.offset + c.offset, c.kind)),
+    }
+}
+
+/// The bitmap of partition `key` in `payload` (a partition record's), after the CRC, key and
+/// cardinality `part` holds and the partition decoder's checks verify it.
+pub(super) fn verified_partition(
+    payload: &[u8],
+    key: PartitionKey,
+    part: &PartLoc,
+) -> Result<RoaringBitmap> {
+    let bad = |kind| Error::corrupted_at(key.place(), kind);
+    if payload_crc(payload) != part.crc {
+        return Err(bad(CorruptionKind::ChecksumMismatch));
+    }
+    let entry = decode_partition_entry(payload).map_err(|c| bad(c.kind))?;
+    let (found, bitmap) = decode_partition(entry.body).map_err(|c| bad(c.kind))?;
+    if found != key || bitmap.len() != part.cardinality {
+        return Err(bad(CorruptionKind::InvalidField("partition key")));
+    }
+    Ok(bitmap)
 }
 
 /// The journal as a cursor's partition store: evictions append (unsynced), loads read the

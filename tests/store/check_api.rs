@@ -105,6 +105,8 @@ fn an_intact_store_yields_no_finding_and_each_cursors_journal_state() {
     assert_eq!(orders.cursor.as_deref(), Some("sub"));
     assert_eq!(orders.mark_delete, Some(entries[2]));
     assert_eq!(orders.acked_entries, acked_above_mark_delete(20));
+    // Every other entry: each acked entry is a range of its own.
+    assert_eq!(orders.acked_ranges, Some(acked_above_mark_delete(20)));
     assert_eq!(orders.partial_entries, 1);
     assert!(orders.batch_records >= 1);
     assert!(
@@ -123,6 +125,74 @@ fn an_intact_store_yields_no_finding_and_each_cursors_journal_state() {
     assert_eq!(inspection.cursors, report.journal);
     let text = inspection.to_string();
     assert!(text.contains("journal cursors"), "{text}");
+}
+
+/// Maximal ranges of `acked`, ascending positions: runs of consecutive entry ids of one ledger.
+fn model_ranges(acked: &[Position]) -> u64 {
+    let mut ranges = 0;
+    let mut previous: Option<Position> = None;
+    for pos in acked {
+        let joins = previous
+            .is_some_and(|p| p.ledger_id == pos.ledger_id && p.entry_id + 1 == pos.entry_id);
+        ranges += u64::from(!joins);
+        previous = Some(*pos);
+    }
+    ranges
+}
+
+#[test]
+fn a_store_cursors_journal_state_counts_its_ranges_as_the_cursor_holds_them() {
+    // 70,010 entries: a first ledger of 70,000 (two partitions of 65,536 entry ids) and a
+    // second of 10. Acked: runs inside a partition, a run across the partition boundary (one
+    // range), singles, a pseudo-random stretch, and the last entry of the first ledger with the
+    // first entries of the second (two ranges: a range never spans ledgers).
+    let dir = tempfile::tempdir().expect("dir");
+    let store = Store::open(dir.path(), support::config::store(70_000, 1 << 20)).expect("store");
+    let topic = store.topic("t").expect("topic");
+    let entries: Vec<Position> = (0..70_010)
+        .map(|_| topic.append(b"x").expect("append"))
+        .collect();
+    topic.sync().expect("sync");
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    let acked: Vec<Position> = entries
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            matches!(i, 10..=20 | 65_530..=65_545 | 30 | 32 | 34 | 69_999..=70_002)
+                || ((40_000..50_000).contains(i) && !state.is_multiple_of(3))
+        })
+        .map(|(_, p)| *p)
+        .collect();
+    let cursor = topic
+        .open_cursor("sub", CursorOptions::default())
+        .expect("cursor");
+    for pos in &acked {
+        cursor.ack(*pos).expect("ack");
+    }
+    cursor.flush().expect("flush");
+    cursor.close().expect("close");
+    store.close().expect("close");
+
+    let expected = model_ranges(&acked);
+    assert!(
+        expected > 1_000,
+        "the pattern makes many ranges: {expected}"
+    );
+    let report = ackstore::check::verify(&storage(dir.path())).expect("verify runs");
+    assert!(report.is_sound(), "{report}");
+    let journal = &report.journal[0];
+    assert_eq!(journal.acked_entries, acked.len() as u64);
+    assert_eq!(journal.acked_ranges, Some(expected), "{report}");
+    assert!(
+        report.to_string().contains(&format!(
+            "{} acked entries in {expected} ranges",
+            acked.len()
+        )),
+        "{report}"
+    );
 }
 
 #[test]
