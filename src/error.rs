@@ -219,7 +219,8 @@ pub enum Error {
     /// The handle has been closed.
     #[error("the handle has been closed")]
     Closed,
-    /// A configured limit was hit and the configuration asks for an error instead of a cut.
+    /// A limit was hit: a configured one whose configuration asks for an error instead of a
+    /// cut, or one of the format's (the largest journal record a reader accepts).
     #[error("limit exceeded: {reason}")]
     LimitExceeded {
         /// Which limit and what to change, as a sentence.

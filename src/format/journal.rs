@@ -72,7 +72,7 @@
 
 use super::cursor::{Marker, Table, decode_marker_bound};
 use super::{Corruption, Reader};
-use crate::error::CorruptionKind;
+use crate::error::{CorruptionKind, Error};
 
 /// Magic at the start of every segment.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"ACKSJRNL";
@@ -454,9 +454,21 @@ pub fn decode_segment_header_version(bytes: &[u8]) -> Result<(u64, u16), Corrupt
 }
 
 /// Appends the frame of one record to `out`.
-pub fn encode_record(out: &mut Vec<u8>, record: &Record<'_>) {
+///
+/// # Errors
+/// [`Error::LimitExceeded`] (nothing appended) for a body above [`MAX_BODY_LEN`], which
+/// every reader refuses: no record is written that a recovery would not read.
+pub fn encode_record(out: &mut Vec<u8>, record: &Record<'_>) -> Result<(), Error> {
     let body_len = BODY_FIXED_LEN + record.payload.len();
-    // Callers keep payloads under MAX_BODY_LEN (markers and partitions are bounded far below).
+    if body_len > MAX_BODY_LEN {
+        return Err(Error::LimitExceeded {
+            reason: format!(
+                "a journal record of {body_len} bytes (kind {:?}) is over the {MAX_BODY_LEN} \
+                 bytes a reader accepts",
+                record.kind
+            ),
+        });
+    }
     let len = u32::try_from(body_len).unwrap_or(u32::MAX).to_le_bytes();
     let start = out.len();
     out.extend_from_slice(&len);
@@ -471,6 +483,7 @@ pub fn encode_record(out: &mut Vec<u8>, record: &Record<'_>) {
     if let Some(slot) = out.get_mut(start + 4..start + RECORD_HEADER_LEN) {
         slot.copy_from_slice(&h.finalize().to_le_bytes());
     }
+    Ok(())
 }
 
 /// Bytes of the frame of a record whose payload is `payload_len` bytes.
@@ -750,12 +763,44 @@ mod tests {
             cursor: 9,
             payload: b"payload",
         };
-        encode_record(&mut out, &rec);
+        encode_record(&mut out, &rec).unwrap();
         assert_eq!(out.len(), record_len(7));
         assert_eq!(out.len(), 8 + 17 + 7);
         assert_eq!(decode_record(&out).unwrap(), Some((rec, out.len())));
         assert_eq!(decode_record(&[0; 8]).unwrap(), None);
         assert_eq!(decode_record(&[]).unwrap(), None);
+    }
+
+    #[test]
+    fn a_record_of_the_largest_body_a_reader_accepts_encodes_and_one_byte_more_is_refused() {
+        let payload = vec![7u8; MAX_BODY_LEN - BODY_FIXED_LEN];
+        let rec = Record {
+            kind: RecordKind::Marker,
+            topic: 1,
+            cursor: 2,
+            payload: &payload,
+        };
+        let mut out = vec![1, 2, 3];
+        encode_record(&mut out, &rec).unwrap();
+        assert_eq!(
+            decode_record(&out[3..]).unwrap(),
+            Some((rec, out.len() - 3))
+        );
+
+        let payload = vec![7u8; MAX_BODY_LEN - BODY_FIXED_LEN + 1];
+        let mut out = vec![1, 2, 3];
+        let refused = encode_record(
+            &mut out,
+            &Record {
+                payload: &payload,
+                ..rec
+            },
+        );
+        assert!(
+            matches!(refused, Err(Error::LimitExceeded { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(out, [1, 2, 3], "nothing is appended");
     }
 
     #[test]
@@ -769,7 +814,8 @@ mod tests {
                 cursor: 2,
                 payload: &[5; 20],
             },
-        );
+        )
+        .unwrap();
         for n in 1..out.len() {
             assert!(decode_record(&out[..n]).is_err(), "prefix {n}");
         }
@@ -896,7 +942,7 @@ mod tests {
             cursor: 2,
             payload: &out,
         };
-        encode_record(&mut framed, &rec);
+        encode_record(&mut framed, &rec).unwrap();
         assert_eq!(framed.len(), record_len(out.len()));
         assert_eq!(decode_record(&framed).unwrap(), Some((rec, framed.len())));
     }

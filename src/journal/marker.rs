@@ -16,8 +16,8 @@ use crate::format::cursor::{
     encode_marker_with_batch, marker_with_batch_len, payload_crc,
 };
 use crate::format::journal::{
-    JournalLoc, NAME_TAG_LEN, Record, RecordKind, SEGMENT_VERSION, delta_len, encode_delta,
-    encode_record, record_binding, record_len, split_name_tag,
+    JournalLoc, MAX_BODY_LEN, NAME_TAG_LEN, RECORD_HEADER_LEN, Record, RecordKind, SEGMENT_VERSION,
+    delta_len, encode_delta, encode_record, record_binding, record_len, split_name_tag,
 };
 
 pub(super) fn partition_record(cursor: CursorId, payload: &[u8]) -> Record<'_> {
@@ -51,6 +51,33 @@ pub(super) fn full_marker_frame_len(state: &PersistedState, rows: usize, batch: 
     let payload =
         NAME_TAG_LEN + marker_with_batch_len(state, TableRef::Inline(&[]), batch) + rows * ROW_LEN;
     record_len(payload) as u64
+}
+
+/// The most live partitions a full marker of `state` with `batch` batch rows can list: its
+/// record's body stays within the [`MAX_BODY_LEN`] every reader accepts. A delta is never
+/// larger than the full marker it stands for, and a rollover rewrites full markers, so a
+/// cursor is staged only while its full marker fits.
+#[must_use]
+pub fn marker_room(state: &PersistedState, batch: usize) -> usize {
+    let empty = full_marker_frame_len(state, 0, batch);
+    let most = (RECORD_HEADER_LEN + MAX_BODY_LEN) as u64;
+    usize::try_from(most.saturating_sub(empty) / ROW_LEN as u64).unwrap_or(usize::MAX)
+}
+
+/// [`Error::LimitExceeded`] when a full marker of `state` with `rows` live partitions and
+/// `batch` batch rows would not fit in a record (see [`marker_room`]).
+pub(super) fn check_marker_fits(state: &PersistedState, rows: usize, batch: usize) -> Result<()> {
+    let room = marker_room(state, batch);
+    if rows > room {
+        return Err(Error::LimitExceeded {
+            reason: format!(
+                "the cursor's acknowledgements span {rows} partitions (a data ledger and \
+                 65,536 entry ids each) and its marker lists at most {room}: acknowledge or \
+                 skip entries to move mark-delete, or trim ledgers"
+            ),
+        });
+    }
+    Ok(())
 }
 
 fn batch_rows<'a>(
@@ -196,7 +223,7 @@ pub(super) fn append_marker(
             cursor: cursor.cursor,
             payload: &payload,
         },
-    );
+    )?;
     let committed = Committed {
         marker: loc,
         marker_len: full_len,

@@ -54,6 +54,7 @@ use writer::Writer;
 
 pub use check::{JournalCheck, check, check_listed, check_sealed, committed_ranges};
 pub use host::{Listed, OwnerCheck, Seal, SegmentHooks};
+pub use marker::marker_room;
 pub use partitions::JournalPartitions;
 pub use segment::{parse_segment_name, segment_name};
 pub use tick::{BatchStage, CursorFlush, Tick};

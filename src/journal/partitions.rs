@@ -73,7 +73,7 @@ impl Journal {
         (payload, entries): (&[u8], u32),
     ) -> Result<PartLoc> {
         let mut buf = Vec::with_capacity(record_len(payload.len()));
-        encode_record(&mut buf, &cursor_record(RecordKind::Batch, cursor, payload));
+        encode_record(&mut buf, &cursor_record(RecordKind::Batch, cursor, payload))?;
         let stored = {
             let mut w = lock(&self.writer);
             self.append(&mut w, &buf, false).map(|at| {
@@ -136,7 +136,7 @@ impl Journal {
     ) -> Result<()> {
         let payload = encode_partition_payload(key, bitmap);
         let mut buf = Vec::with_capacity(record_len(payload.len()));
-        encode_record(&mut buf, &partition_record(cursor, &payload));
+        encode_record(&mut buf, &partition_record(cursor, &payload))?;
         let mut w = lock(&self.writer);
         let base = self.append(&mut w, &buf, false)?;
         lock(&self.index).stage(

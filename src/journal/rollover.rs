@@ -194,7 +194,7 @@ impl Journal {
             segment: seq,
             offset: base + buf.len() as u64,
         };
-        encode_record(buf, &cursor_record(kind, cursor, &payload));
+        encode_record(buf, &cursor_record(kind, cursor, &payload))?;
         Ok(PartLoc { loc, ..part })
     }
 }

@@ -6,14 +6,14 @@
 //! segment, one of the sealed segment and one of the directory). So a tick over any number of
 //! cursors costs one to three syncs.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::MutexGuard;
 use std::sync::atomic::Ordering;
 
 use roaring::RoaringBitmap;
 
-use super::index::{Committed, CursorId, PartLoc};
-use super::marker::{append_marker, cursor_record};
+use super::index::{Committed, CursorId, Index, PartLoc};
+use super::marker::{append_marker, check_marker_fits, cursor_record};
 use super::{Journal, TickStats, lock};
 use crate::ackset::PartitionKey;
 use crate::error::{Error, Result};
@@ -84,7 +84,7 @@ impl Journal {
                 // Every forget goes to a segment of this build's version: it names its cursor.
                 payload: &cursor_binding(cursor.topic, cursor.cursor),
             },
-        );
+        )?;
         self.append(&mut w, &buf, true)?;
         drop(w);
         self.sync_newest(seq, &mut stats)?;
@@ -157,7 +157,10 @@ impl Tick<'_> {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] (nothing staged) when a live partition is neither written
-    /// nor in the journal; [`Error::PreviousIo`] after an earlier failure; [`Error::Io`].
+    /// nor in the journal; [`Error::LimitExceeded`] (nothing staged, the journal and the tick
+    /// go on) when the cursor's full marker would be larger than a record may be (see
+    /// [`marker_room`](super::marker_room)), or a written batch record is;
+    /// [`Error::PreviousIo`] after an earlier failure; [`Error::Io`].
     pub fn stage(
         &mut self,
         cursor: (CursorId, u32),
@@ -196,46 +199,21 @@ impl Tick<'_> {
         batch: &BatchStage,
     ) -> Result<BTreeMap<PartitionKey, PartLoc>> {
         state.validate()?;
+        check_marker_fits(&state, live.len(), batch.kept.len() + batch.written.len())?;
         let j = self.journal;
         let mut w = lock(&j.writer);
         if !self.started {
             j.start_segment_if_needed(&mut w, &mut self.stats)?;
             self.started = true;
         }
-        {
-            let index = lock(&j.index);
-            if let Some(key) = live.iter().find(|k| {
-                !written.iter().any(|(w, _)| w == *k) && index.lookup(cursor, **k).is_none()
-            }) {
-                return Err(Error::InvalidArgument {
-                    reason: format!(
-                        "partition {}:{} of cursor {}/{} is live but neither written nor in the \
-                         journal",
-                        key.ledger_id, key.chunk, cursor.topic, cursor.cursor
-                    ),
-                });
-            }
-            if let Some((key, _)) = batch
-                .kept
-                .iter()
-                .find(|(k, crc)| index.lookup_batch(cursor, *k).is_none_or(|p| p.crc != *crc))
-            {
-                return Err(Error::InvalidArgument {
-                    reason: format!(
-                        "partial entries of partition {}:{} of cursor {}/{} are kept but the \
-                         journal holds no batch record of them",
-                        key.ledger_id, key.chunk, cursor.topic, cursor.cursor
-                    ),
-                });
-            }
-        }
+        check_resolvable(&lock(&j.index), cursor, (written, live), batch)?;
         let (seq, base) = Journal::newest(&w)?;
         let mut buf = Vec::new();
         let mut parts = Vec::with_capacity(written.len());
         let copy = |buf: &mut Vec<u8>, kind, payload: &[u8], cardinality| {
             let before = buf.len();
-            encode_record(buf, &cursor_record(kind, cursor, payload));
-            PartLoc {
+            encode_record(buf, &cursor_record(kind, cursor, payload))?;
+            Ok(PartLoc {
                 seq: j.counters.seq.fetch_add(1, Ordering::Relaxed) + 1,
                 loc: JournalLoc {
                     segment: seq,
@@ -244,16 +222,16 @@ impl Tick<'_> {
                 frame_len: (buf.len() - before) as u64,
                 crc: payload_crc(payload),
                 cardinality,
-            }
+            })
         };
         for (key, bitmap) in written {
             let payload = encode_partition_payload(*key, bitmap);
-            let part = copy(&mut buf, RecordKind::Partition, &payload, bitmap.len());
+            let part = copy(&mut buf, RecordKind::Partition, &payload, bitmap.len())?;
             parts.push((*key, part));
         }
         let mut batch_parts = Vec::with_capacity(batch.written.len());
         for (key, payload, entries) in &batch.written {
-            let part = copy(&mut buf, RecordKind::Batch, payload, u64::from(*entries));
+            let part = copy(&mut buf, RecordKind::Batch, payload, u64::from(*entries))?;
             batch_parts.push((*key, part));
         }
         if !buf.is_empty() {
@@ -372,4 +350,44 @@ impl Tick<'_> {
         self.stats.segments_deleted = j.roll_over_locked()?;
         Ok(self.stats)
     }
+}
+
+/// [`Error::InvalidArgument`] when a live partition of `cursor` is neither in `written` nor in
+/// `index`, or a kept batch partition has no batch record of its CRC there: a stage that would
+/// commit a marker referencing what the journal does not hold.
+fn check_resolvable(
+    index: &Index,
+    cursor: CursorId,
+    (written, live): (&[(PartitionKey, RoaringBitmap)], &[PartitionKey]),
+    batch: &BatchStage,
+) -> Result<()> {
+    // One set of the written keys: a flush that writes every partition of a cursor
+    // with many costs the same per partition as one that writes a few.
+    let written_keys: HashSet<&PartitionKey> = written.iter().map(|(k, _)| k).collect();
+    if let Some(key) = live
+        .iter()
+        .find(|k| !written_keys.contains(k) && index.lookup(cursor, **k).is_none())
+    {
+        return Err(Error::InvalidArgument {
+            reason: format!(
+                "partition {}:{} of cursor {}/{} is live but neither written nor in the \
+                     journal",
+                key.ledger_id, key.chunk, cursor.topic, cursor.cursor
+            ),
+        });
+    }
+    if let Some((key, _)) = batch
+        .kept
+        .iter()
+        .find(|(k, crc)| index.lookup_batch(cursor, *k).is_none_or(|p| p.crc != *crc))
+    {
+        return Err(Error::InvalidArgument {
+            reason: format!(
+                "partial entries of partition {}:{} of cursor {}/{} are kept but the \
+                     journal holds no batch record of them",
+                key.ledger_id, key.chunk, cursor.topic, cursor.cursor
+            ),
+        });
+    }
+    Ok(())
 }

@@ -297,7 +297,8 @@ fn rewrite_record(disk: &MemStorage, at: usize, edit: impl FnOnce(&mut Vec<u8>, 
             cursor,
             payload: &payload,
         },
-    );
+    )
+    .expect("the record encodes");
     assert_eq!(framed.len(), len);
     bytes[at..at + len].copy_from_slice(&framed);
     disk.set_bytes(&name, bytes).expect("rewrite");

@@ -202,7 +202,8 @@ fn forged_records_never_panic_invent_acks_or_break_the_next_delta() {
                     payload: &payload,
                     ..rec
                 },
-            );
+            )
+            .expect("the record encodes");
             assert_eq!(framed.len(), len);
             for never_promised in [false, true] {
                 let image = disk.durable_image();

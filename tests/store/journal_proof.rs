@@ -257,7 +257,8 @@ fn a_seek_whose_marker_is_unreadable_is_corruption_never_the_acks_it_cleared() {
             payload: &payload,
             ..rec
         },
-    );
+    )
+    .expect("the record encodes");
     assert_eq!(framed.len(), len);
     bytes[at..at + len].copy_from_slice(&framed);
     std::fs::write(&seg, &bytes).unwrap();
@@ -446,7 +447,8 @@ fn move_record_to_cursor(seg: &Path, at: usize, len: usize, to: u64) {
             payload: &payload,
             ..record
         },
-    );
+    )
+    .expect("the record encodes");
     assert_eq!(framed.len(), len);
     bytes[at..at + len].copy_from_slice(&framed);
     std::fs::write(seg, &bytes).unwrap();

@@ -34,6 +34,7 @@ mod journal_delta_space_bound;
 mod journal_delta_store_crash;
 mod journal_delta_takeover;
 mod journal_delta_threads;
+mod journal_marker_bound;
 mod journal_proof;
 mod journal_threads;
 mod journal_tiny_segments;

@@ -547,7 +547,7 @@ impl Mutation {
                 }
                 rec.payload = &payload;
                 let mut out = Vec::new();
-                encode_record(&mut out, &rec);
+                encode_record(&mut out, &rec).ok()?;
                 if out.len() != len {
                     return None;
                 }

@@ -226,7 +226,8 @@ fn verify_agrees_with_open_after_each_damage_to_each_journal_record() {
                         payload: &payload,
                         ..rec
                     },
-                );
+                )
+                .expect("the record encodes");
                 let mut out = bytes.clone();
                 out[at..at + len].copy_from_slice(&framed);
                 damages.push((format!("{kind:?} {what}"), out));
