@@ -5,6 +5,7 @@
 //! holds. Must never write the record except by compare-and-set on that version, so a handle
 //! that lost the store is refused.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
@@ -15,11 +16,15 @@ use crate::storage::Storage;
 pub use crate::format::store::STORE_RECORD;
 
 /// The catalog as this handle last wrote it.
+///
+/// Invariant: `ids` maps the name of every topic of `catalog` to its id (topics are only ever
+/// appended to a catalog), so finding a topic costs the same whatever the number of topics.
 #[derive(Debug)]
 pub(crate) struct CatalogHandle {
     meta: Arc<dyn MetaStore>,
     version: u64,
     catalog: Catalog,
+    ids: HashMap<String, u64>,
 }
 
 impl CatalogHandle {
@@ -64,11 +69,25 @@ impl CatalogHandle {
             catalog.segments = Some(found);
         }
         let version = meta.put(STORE_RECORD, expected, &catalog.encode())?;
+        let mut ids = HashMap::with_capacity(catalog.topics.len());
+        index_topics(&mut ids, &catalog.topics);
         Ok(Self {
             meta,
             version,
             catalog,
+            ids,
         })
+    }
+
+    /// `next`, at `version`, is the catalog this handle holds; it extends the one held before
+    /// (topics are only appended), whose topics are indexed already.
+    fn adopt(&mut self, version: u64, next: Catalog) {
+        index_topics(
+            &mut self.ids,
+            next.topics.get(self.catalog.topics.len()..).unwrap_or(&[]),
+        );
+        self.version = version;
+        self.catalog = next;
     }
 
     /// The id of topic `name`, adding it to the catalog (one compare-and-set) if it is new.
@@ -80,8 +99,8 @@ impl CatalogHandle {
         name: &str,
         prepare: impl FnOnce(u64, bool) -> Result<()>,
     ) -> Result<u64> {
-        if let Some(t) = self.catalog.topics.iter().find(|t| t.name == name) {
-            return Ok(t.id);
+        if let Some(&id) = self.ids.get(name) {
+            return Ok(id);
         }
         let mut next = self.catalog.clone();
         let id = next.next_topic_id;
@@ -193,8 +212,7 @@ impl CatalogHandle {
         let encoded = next.encode();
         match self.meta.put(STORE_RECORD, Some(self.version), &encoded) {
             Ok(v) => {
-                self.version = v;
-                self.catalog = next;
+                self.adopt(v, next);
                 Ok(())
             }
             Err(e @ Error::Fenced { .. }) => Err(e),
@@ -203,8 +221,7 @@ impl CatalogHandle {
                     && v == self.version + 1
                     && bytes == encoded
                 {
-                    self.version = v;
-                    self.catalog = next;
+                    self.adopt(v, next);
                 }
                 Err(e)
             }
@@ -214,6 +231,14 @@ impl CatalogHandle {
     /// Topic names in creation order.
     pub(crate) fn names(&self) -> Vec<String> {
         self.catalog.topics.iter().map(|t| t.name.clone()).collect()
+    }
+}
+
+/// Adds `topics` to `ids` by name; the first id of a name stays, as a search of the topics in
+/// creation order would find it.
+fn index_topics(ids: &mut HashMap<String, u64>, topics: &[CatalogTopic]) {
+    for t in topics {
+        ids.entry(t.name.clone()).or_insert(t.id);
     }
 }
 
@@ -229,4 +254,47 @@ fn random_id() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     std::collections::hash_map::RandomState::new().hash_one((now, std::process::id())) | 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meta::FileMetaStore;
+    use crate::storage::MemStorage;
+
+    fn claim(disk: &MemStorage) -> CatalogHandle {
+        let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(Arc::new(disk.clone())));
+        CatalogHandle::claim(disk, meta).expect("claim")
+    }
+
+    #[test]
+    fn a_topic_keeps_its_id_in_this_handle_and_after_a_claim() {
+        let disk = MemStorage::new();
+        let mut handle = claim(&disk);
+        let names: Vec<String> = (0..50).map(|i| format!("topic-{i}")).collect();
+        let ids: Vec<u64> = names
+            .iter()
+            .map(|n| handle.id_of_or_create(n, |_, _| Ok(())).expect("create"))
+            .collect();
+        let mut distinct = ids.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), names.len(), "one id per topic");
+        let prepared = std::cell::Cell::new(0);
+        let count = |_, _| {
+            prepared.set(prepared.get() + 1);
+            Ok(())
+        };
+        for (n, id) in names.iter().zip(&ids) {
+            assert_eq!(handle.id_of_or_create(n, count).expect("found"), *id);
+        }
+        let mut again = claim(&disk);
+        for (n, id) in names.iter().zip(&ids).rev() {
+            assert_eq!(again.id_of_or_create(n, count).expect("found"), *id);
+        }
+        assert_eq!(prepared.get(), 0, "an existing topic is never created again");
+        assert_eq!(again.names(), names);
+        let next = again.id_of_or_create("new", |_, _| Ok(())).expect("create");
+        assert!(ids.iter().all(|&id| id < next));
+    }
 }
