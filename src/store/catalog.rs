@@ -79,17 +79,6 @@ impl CatalogHandle {
         })
     }
 
-    /// `next`, at `version`, is the catalog this handle holds; it extends the one held before
-    /// (topics are only appended), whose topics are indexed already.
-    fn adopt(&mut self, version: u64, next: Catalog) {
-        index_topics(
-            &mut self.ids,
-            next.topics.get(self.catalog.topics.len()..).unwrap_or(&[]),
-        );
-        self.version = version;
-        self.catalog = next;
-    }
-
     /// The id of topic `name`, adding it to the catalog (one compare-and-set) if it is new.
     /// For a new topic, `prepare(id, spaced)` runs first (it makes the topic's directory): the
     /// catalog's write then makes its name durable too, and a crash before that write leaves
@@ -102,18 +91,24 @@ impl CatalogHandle {
         if let Some(&id) = self.ids.get(name) {
             return Ok(id);
         }
-        let mut next = self.catalog.clone();
-        let id = next.next_topic_id;
-        prepare(id, next.is_spaced(id))?;
-        next.next_topic_id += 1;
-        next.topics.push(CatalogTopic {
+        let id = self.catalog.next_topic_id;
+        prepare(id, self.catalog.is_spaced(id))?;
+        // The topic joins the held catalog in place (not a copy of every topic) and leaves it
+        // again unless the write took. The id is never reused either way: a write that did not
+        // take keeps the old `next_topic_id` only with the topic unrecorded.
+        self.catalog.next_topic_id += 1;
+        self.catalog.topics.push(CatalogTopic {
             id,
             name: name.to_owned(),
         });
-        // The id is never reused either way: a write that did not take keeps the old
-        // `next_topic_id` only with the topic unrecorded.
-        self.write(next)?;
-        Ok(id)
+        let (written, took) = self.write_held();
+        if took {
+            self.ids.entry(name.to_owned()).or_insert(id);
+        } else {
+            self.catalog.topics.pop();
+            self.catalog.next_topic_id -= 1;
+        }
+        written.map(|()| id)
     }
 
     /// [`Error::Fenced`] when the catalog is no longer at the version this handle wrote last:
@@ -209,21 +204,39 @@ impl CatalogHandle {
         if next == self.catalog {
             return Ok(());
         }
-        let encoded = next.encode();
+        let indexed = self.catalog.topics.len();
+        let before = std::mem::replace(&mut self.catalog, next);
+        let (written, took) = self.write_held();
+        if took {
+            // Topics are only ever appended: those past the ones held before are new.
+            index_topics(
+                &mut self.ids,
+                self.catalog.topics.get(indexed..).unwrap_or(&[]),
+            );
+        } else {
+            self.catalog = before;
+        }
+        written
+    }
+
+    /// Writes the catalog this handle holds over the version it wrote last (as
+    /// [`Self::write`]), and says whether the write took: then this handle is at the new
+    /// version; otherwise the caller puts back the catalog it held before.
+    fn write_held(&mut self) -> (Result<()>, bool) {
+        let encoded = self.catalog.encode();
         match self.meta.put(STORE_RECORD, Some(self.version), &encoded) {
             Ok(v) => {
-                self.adopt(v, next);
-                Ok(())
+                self.version = v;
+                (Ok(()), true)
             }
-            Err(e @ Error::Fenced { .. }) => Err(e),
+            Err(e @ Error::Fenced { .. }) => (Err(e), false),
             Err(e) => {
-                if let Ok(Some((v, bytes))) = self.meta.get(STORE_RECORD)
-                    && v == self.version + 1
-                    && bytes == encoded
-                {
-                    self.adopt(v, next);
+                let took = matches!(self.meta.get(STORE_RECORD),
+                    Ok(Some((v, bytes))) if v == self.version + 1 && bytes == encoded);
+                if took {
+                    self.version += 1;
                 }
-                Err(e)
+                (Err(e), took)
             }
         }
     }
@@ -292,7 +305,11 @@ mod tests {
         for (n, id) in names.iter().zip(&ids).rev() {
             assert_eq!(again.id_of_or_create(n, count).expect("found"), *id);
         }
-        assert_eq!(prepared.get(), 0, "an existing topic is never created again");
+        assert_eq!(
+            prepared.get(),
+            0,
+            "an existing topic is never created again"
+        );
         assert_eq!(again.names(), names);
         let next = again.id_of_or_create("new", |_, _| Ok(())).expect("create");
         assert!(ids.iter().all(|&id| id < next));
