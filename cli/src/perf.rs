@@ -1014,6 +1014,7 @@ const SWEEP_FIGURES: &[(&str, &[&str])] = &[
     ("flush_tick_ms", &["flush_tick_ms", "median"]),
     ("tick_cpu_ms", &["tick_cpu_ms", "median"]),
     ("restart_ms", &["restart_ms"]),
+    ("restart_cpu_ms", &["restart_cpu_ms"]),
     ("restart_open_ms", &["restart_phases_ms", "open"]),
     ("restart_topics_ms", &["restart_phases_ms", "topics"]),
     ("restart_cursors_ms", &["restart_phases_ms", "cursors"]),
