@@ -150,6 +150,12 @@ pub struct PerfArgs {
     #[arg(long, allow_negative_numbers = true, default_value_t = crate::perf_store::STORE_ACK_BUDGET,
           value_parser = RangedU64ValueParser::<usize>::new().range(1024..=1u64 << 40))]
     ack_budget_bytes: usize,
+    /// The store workload's budget in proportion to its cursors instead: this many bytes per
+    /// cursor (1 to 1,048,576), so every point of a `--sweep` keeps the same share of its ack
+    /// state resident (with the default topic entries, 150 keeps about half).
+    #[arg(long, conflicts_with = "ack_budget_bytes",
+          value_parser = RangedU64ValueParser::<usize>::new().range(1..=1u64 << 20))]
+    ack_budget_per_cursor_bytes: Option<usize>,
     /// With `--topics`: also run the same workload on topic directories of
     /// `ManagedLedger::open` (every cursor in its own cursor ledger, flushed one by one), in the
     /// same run.
@@ -189,6 +195,14 @@ fn parse_sweep(text: &str) -> Result<Sweep, String> {
 }
 
 impl PerfArgs {
+    /// The store workload's one ack budget for `cursors` cursors in all.
+    fn ack_budget(&self, cursors: usize) -> usize {
+        self.ack_budget_per_cursor_bytes
+            .map_or(self.ack_budget_bytes, |b| {
+                b.saturating_mul(cursors).max(1024)
+            })
+    }
+
     /// The bounds that tie arguments together (each one alone is bounded by its parser).
     fn check(&self) -> ackstore::Result<()> {
         let refuse = |reason: String| Err(ackstore::Error::InvalidArgument { reason });
@@ -935,7 +949,7 @@ fn run_store(args: &PerfArgs, topics: usize) -> ackstore::Result<ExitCode> {
         entries: args.topic_entries,
         ticks: args.ticks,
         seed: args.seed,
-        ack_budget: args.ack_budget_bytes,
+        ack_budget: args.ack_budget(topics * args.cursors),
     };
     let temp = tempfile::Builder::new()
         .prefix("ackstore-perf-store-")
@@ -1000,6 +1014,7 @@ const SWEEP_FIGURES: &[(&str, &[&str])] = &[
     ("flush_tick_ms", &["flush_tick_ms", "median"]),
     ("tick_cpu_ms", &["tick_cpu_ms", "median"]),
     ("restart_ms", &["restart_ms"]),
+    ("restart_cpu_ms", &["restart_cpu_ms"]),
     ("restart_open_ms", &["restart_phases_ms", "open"]),
     ("restart_topics_ms", &["restart_phases_ms", "topics"]),
     ("restart_cursors_ms", &["restart_phases_ms", "cursors"]),
@@ -1027,7 +1042,7 @@ fn run_sweep(args: &PerfArgs, Sweep(points): &Sweep) -> ackstore::Result<ExitCod
             entries: args.topic_entries,
             ticks: args.ticks,
             seed: args.seed,
-            ack_budget: args.ack_budget_bytes,
+            ack_budget: args.ack_budget(total),
         };
         let temp = tempfile::Builder::new()
             .prefix("ackstore-perf-sweep-")

@@ -12,8 +12,8 @@ use std::sync::atomic::Ordering;
 
 use roaring::RoaringBitmap;
 
-use super::index::{Committed, CursorId, Index, PartLoc};
-use super::marker::{append_marker, check_marker_fits, cursor_record};
+use super::index::{Committed, CursorId, PartLoc};
+use super::marker::{append_marker, check_marker_fits, cursor_record, full_marker_frame_len};
 use super::{Journal, TickStats, lock};
 use crate::ackset::PartitionKey;
 use crate::error::{Error, Result};
@@ -201,12 +201,17 @@ impl Tick<'_> {
         state.validate()?;
         check_marker_fits(&state, live.len(), batch.kept.len() + batch.written.len())?;
         let j = self.journal;
+        // Encoded before the writer's lock is taken: evictions append meanwhile.
+        let payloads: Vec<Vec<u8>> = written
+            .iter()
+            .map(|(key, bitmap)| encode_partition_payload(*key, bitmap))
+            .collect();
         let mut w = lock(&j.writer);
         if !self.started {
             j.start_segment_if_needed(&mut w, &mut self.stats)?;
             self.started = true;
         }
-        check_resolvable(&lock(&j.index), cursor, (written, live), batch)?;
+        let (mut rows, live_written) = resolve_live(j, cursor, (written, live), batch)?;
         let (seq, base) = Journal::newest(&w)?;
         let mut buf = Vec::new();
         let mut parts = Vec::with_capacity(written.len());
@@ -224,9 +229,8 @@ impl Tick<'_> {
                 cardinality,
             })
         };
-        for (key, bitmap) in written {
-            let payload = encode_partition_payload(*key, bitmap);
-            let part = copy(&mut buf, RecordKind::Partition, &payload, bitmap.len())?;
+        for ((key, bitmap), payload) in written.iter().zip(&payloads) {
+            let part = copy(&mut buf, RecordKind::Partition, payload, bitmap.len())?;
             parts.push((*key, part));
         }
         let mut batch_parts = Vec::with_capacity(batch.written.len());
@@ -244,10 +248,9 @@ impl Tick<'_> {
         for (key, part) in &batch_parts {
             index.stage_batch(cursor, *key, *part);
         }
-        let mut rows = BTreeMap::new();
-        for key in live {
-            if let Some(part) = index.lookup(cursor, *key) {
-                rows.insert(*key, part);
+        for key in live_written {
+            if let Some(part) = index.lookup(cursor, key) {
+                rows.insert(key, part);
             }
         }
         let mut batch_rows = BTreeMap::new();
@@ -295,7 +298,14 @@ impl Tick<'_> {
         }
         let mut w = lock(&j.writer);
         let (seq, base) = Journal::newest(&w)?;
-        let mut buf = Vec::new();
+        // Room for every marker in full (a delta is smaller): the buffer never grows by
+        // copying, and the pages of room a tick's deltas leave unused are never touched.
+        let room: u64 = self
+            .staged
+            .iter()
+            .map(|s| full_marker_frame_len(&s.state, s.rows.len(), s.batch.len()))
+            .sum();
+        let mut buf = Vec::with_capacity(usize::try_from(room).unwrap_or(0));
         let mut commits: Vec<(CursorId, Committed)> = Vec::with_capacity(self.staged.len());
         // Until their markers are in the index, a failure leaves these cursors unsettled.
         self.uncommitted = self.staged.iter().map(|s| s.cursor).collect();
@@ -352,29 +362,38 @@ impl Tick<'_> {
     }
 }
 
-/// [`Error::InvalidArgument`] when a live partition of `cursor` is neither in `written` nor in
-/// `index`, or a kept batch partition has no batch record of its CRC there: a stage that would
-/// commit a marker referencing what the journal does not hold.
-fn check_resolvable(
-    index: &Index,
+/// Where each of `live` not in `written` is (its newest copy in the journal), and which of
+/// `live` are in `written` (resolved once staged): each live partition is looked up once.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when a live partition is neither written nor in the journal, or
+/// a kept batch partition has no batch record of its CRC.
+fn resolve_live(
+    j: &Journal,
     cursor: CursorId,
     (written, live): (&[(PartitionKey, RoaringBitmap)], &[PartitionKey]),
     batch: &BatchStage,
-) -> Result<()> {
-    // One set of the written keys: a flush that writes every partition of a cursor
-    // with many costs the same per partition as one that writes a few.
+) -> Result<(BTreeMap<PartitionKey, PartLoc>, Vec<PartitionKey>)> {
+    let mut rows = BTreeMap::new();
+    let mut live_written = Vec::new();
+    // One set of the written keys: a flush that writes every partition of a cursor with many
+    // costs the same per partition as one that writes a few.
     let written_keys: HashSet<&PartitionKey> = written.iter().map(|(k, _)| k).collect();
-    if let Some(key) = live
-        .iter()
-        .find(|k| !written_keys.contains(k) && index.lookup(cursor, **k).is_none())
-    {
-        return Err(Error::InvalidArgument {
-            reason: format!(
-                "partition {}:{} of cursor {}/{} is live but neither written nor in the \
+    let index = lock(&j.index);
+    for key in live {
+        if written_keys.contains(key) {
+            live_written.push(*key);
+        } else if let Some(part) = index.lookup(cursor, *key) {
+            rows.insert(*key, part);
+        } else {
+            return Err(Error::InvalidArgument {
+                reason: format!(
+                    "partition {}:{} of cursor {}/{} is live but neither written nor in the \
                      journal",
-                key.ledger_id, key.chunk, cursor.topic, cursor.cursor
-            ),
-        });
+                    key.ledger_id, key.chunk, cursor.topic, cursor.cursor
+                ),
+            });
+        }
     }
     if let Some((key, _)) = batch
         .kept
@@ -383,11 +402,11 @@ fn check_resolvable(
     {
         return Err(Error::InvalidArgument {
             reason: format!(
-                "partial entries of partition {}:{} of cursor {}/{} are kept but the \
-                     journal holds no batch record of them",
+                "partial entries of partition {}:{} of cursor {}/{} are kept but the journal \
+                 holds no batch record of them",
                 key.ledger_id, key.chunk, cursor.topic, cursor.cursor
             ),
         });
     }
-    Ok(())
+    Ok((rows, live_written))
 }

@@ -5,6 +5,7 @@
 //! holds. Must never write the record except by compare-and-set on that version, so a handle
 //! that lost the store is refused.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
@@ -15,11 +16,15 @@ use crate::storage::Storage;
 pub use crate::format::store::STORE_RECORD;
 
 /// The catalog as this handle last wrote it.
+///
+/// Invariant: `ids` maps the name of every topic of `catalog` to its id (topics are only ever
+/// appended to a catalog), so finding a topic costs the same whatever the number of topics.
 #[derive(Debug)]
 pub(crate) struct CatalogHandle {
     meta: Arc<dyn MetaStore>,
     version: u64,
     catalog: Catalog,
+    ids: HashMap<String, u64>,
 }
 
 impl CatalogHandle {
@@ -64,10 +69,13 @@ impl CatalogHandle {
             catalog.segments = Some(found);
         }
         let version = meta.put(STORE_RECORD, expected, &catalog.encode())?;
+        let mut ids = HashMap::with_capacity(catalog.topics.len());
+        index_topics(&mut ids, &catalog.topics);
         Ok(Self {
             meta,
             version,
             catalog,
+            ids,
         })
     }
 
@@ -80,21 +88,27 @@ impl CatalogHandle {
         name: &str,
         prepare: impl FnOnce(u64, bool) -> Result<()>,
     ) -> Result<u64> {
-        if let Some(t) = self.catalog.topics.iter().find(|t| t.name == name) {
-            return Ok(t.id);
+        if let Some(&id) = self.ids.get(name) {
+            return Ok(id);
         }
-        let mut next = self.catalog.clone();
-        let id = next.next_topic_id;
-        prepare(id, next.is_spaced(id))?;
-        next.next_topic_id += 1;
-        next.topics.push(CatalogTopic {
+        let id = self.catalog.next_topic_id;
+        prepare(id, self.catalog.is_spaced(id))?;
+        // The topic joins the held catalog in place (not a copy of every topic) and leaves it
+        // again unless the write took. The id is never reused either way: a write that did not
+        // take keeps the old `next_topic_id` only with the topic unrecorded.
+        self.catalog.next_topic_id += 1;
+        self.catalog.topics.push(CatalogTopic {
             id,
             name: name.to_owned(),
         });
-        // The id is never reused either way: a write that did not take keeps the old
-        // `next_topic_id` only with the topic unrecorded.
-        self.write(next)?;
-        Ok(id)
+        let (written, took) = self.write_held();
+        if took {
+            self.ids.entry(name.to_owned()).or_insert(id);
+        } else {
+            self.catalog.topics.pop();
+            self.catalog.next_topic_id -= 1;
+        }
+        written.map(|()| id)
     }
 
     /// [`Error::Fenced`] when the catalog is no longer at the version this handle wrote last:
@@ -190,23 +204,39 @@ impl CatalogHandle {
         if next == self.catalog {
             return Ok(());
         }
-        let encoded = next.encode();
+        let indexed = self.catalog.topics.len();
+        let before = std::mem::replace(&mut self.catalog, next);
+        let (written, took) = self.write_held();
+        if took {
+            // Topics are only ever appended: those past the ones held before are new.
+            index_topics(
+                &mut self.ids,
+                self.catalog.topics.get(indexed..).unwrap_or(&[]),
+            );
+        } else {
+            self.catalog = before;
+        }
+        written
+    }
+
+    /// Writes the catalog this handle holds over the version it wrote last (as
+    /// [`Self::write`]), and says whether the write took: then this handle is at the new
+    /// version; otherwise the caller puts back the catalog it held before.
+    fn write_held(&mut self) -> (Result<()>, bool) {
+        let encoded = self.catalog.encode();
         match self.meta.put(STORE_RECORD, Some(self.version), &encoded) {
             Ok(v) => {
                 self.version = v;
-                self.catalog = next;
-                Ok(())
+                (Ok(()), true)
             }
-            Err(e @ Error::Fenced { .. }) => Err(e),
+            Err(e @ Error::Fenced { .. }) => (Err(e), false),
             Err(e) => {
-                if let Ok(Some((v, bytes))) = self.meta.get(STORE_RECORD)
-                    && v == self.version + 1
-                    && bytes == encoded
-                {
-                    self.version = v;
-                    self.catalog = next;
+                let took = matches!(self.meta.get(STORE_RECORD),
+                    Ok(Some((v, bytes))) if v == self.version + 1 && bytes == encoded);
+                if took {
+                    self.version += 1;
                 }
-                Err(e)
+                (Err(e), took)
             }
         }
     }
@@ -214,6 +244,14 @@ impl CatalogHandle {
     /// Topic names in creation order.
     pub(crate) fn names(&self) -> Vec<String> {
         self.catalog.topics.iter().map(|t| t.name.clone()).collect()
+    }
+}
+
+/// Adds `topics` to `ids` by name; the first id of a name stays, as a search of the topics in
+/// creation order would find it.
+fn index_topics(ids: &mut HashMap<String, u64>, topics: &[CatalogTopic]) {
+    for t in topics {
+        ids.entry(t.name.clone()).or_insert(t.id);
     }
 }
 
@@ -229,4 +267,51 @@ fn random_id() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     std::collections::hash_map::RandomState::new().hash_one((now, std::process::id())) | 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meta::FileMetaStore;
+    use crate::storage::MemStorage;
+
+    fn claim(disk: &MemStorage) -> CatalogHandle {
+        let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(Arc::new(disk.clone())));
+        CatalogHandle::claim(disk, meta).expect("claim")
+    }
+
+    #[test]
+    fn a_topic_keeps_its_id_in_this_handle_and_after_a_claim() {
+        let disk = MemStorage::new();
+        let mut handle = claim(&disk);
+        let names: Vec<String> = (0..50).map(|i| format!("topic-{i}")).collect();
+        let ids: Vec<u64> = names
+            .iter()
+            .map(|n| handle.id_of_or_create(n, |_, _| Ok(())).expect("create"))
+            .collect();
+        let mut distinct = ids.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), names.len(), "one id per topic");
+        let prepared = std::cell::Cell::new(0);
+        let count = |_, _| {
+            prepared.set(prepared.get() + 1);
+            Ok(())
+        };
+        for (n, id) in names.iter().zip(&ids) {
+            assert_eq!(handle.id_of_or_create(n, count).expect("found"), *id);
+        }
+        let mut again = claim(&disk);
+        for (n, id) in names.iter().zip(&ids).rev() {
+            assert_eq!(again.id_of_or_create(n, count).expect("found"), *id);
+        }
+        assert_eq!(
+            prepared.get(),
+            0,
+            "an existing topic is never created again"
+        );
+        assert_eq!(again.names(), names);
+        let next = again.id_of_or_create("new", |_, _| Ok(())).expect("create");
+        assert!(ids.iter().all(|&id| id < next));
+    }
 }
