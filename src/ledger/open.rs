@@ -539,6 +539,7 @@ fn claim_topic(
                 cursors: Vec::new(),
                 next_cursor_id: 0,
                 topic_id: 0,
+                journal: None,
             },
             None,
         ),
