@@ -101,11 +101,15 @@ impl TopicCore {
             .map_err(|c| c.in_record(record_name.as_str()))?
             .is_some_and(|r| r.cursor_ledger.is_some());
         if let Some(tj) = self.journal.clone() {
-            // A cursor of a store's topic persists through the store's journal, unless it was
-            // persisted in a cursor ledger before the journal carried cursors (and the journal
-            // holds nothing of it): that one keeps its cursor ledger.
+            // A cursor persists through its topic's journal (its store's, or the one a topic
+            // of its own hosts), unless it was persisted in a cursor ledger before the journal
+            // carried cursors (and the journal holds nothing of it): that one keeps its cursor
+            // ledger. So does a cursor of a topic of its own that asks for the single-entry
+            // form, which the journal does not write yet.
             let legacy = listed.is_some() && on_ledger && tj.committed_state(id).is_none();
-            if !legacy {
+            let single_entry = !self.in_store
+                && self.config.cursor.persist_mode == crate::cursor::PersistMode::SingleEntry;
+            if !legacy && !single_entry && !self.ledger_writer_for_tests() {
                 return self.open_journal_cursor(
                     &mut w,
                     name,
@@ -221,19 +225,32 @@ impl TopicCore {
             let mut record = state.to_record(name);
             record.identity = Some(identity);
             let bytes = record.encode();
-            // The table lists the cursor before its record is written: a record the table does
-            // not list, of an id below the table's next one, is then never a creation cut
-            // short, and the topic's open refuses it as a table that lost a cursor. A crash in
-            // between leaves a listed cursor without a record, which starts again here.
-            if !listed {
+            // On a store, the table lists the cursor before its record is written: a record
+            // the table does not list, of an id below the table's next one, is then never a
+            // creation cut short, and the topic's open refuses it as a table that lost a
+            // cursor. A crash in between leaves a listed cursor without a record, which starts
+            // again here. A topic of its own writes the record first and lists it last (the
+            // commit point), as for a cursor ledger: its open deletes an unlisted record.
+            let list = |w: &mut Writer| {
+                if listed {
+                    return Ok(());
+                }
                 let mut next = w.record.clone();
                 next.cursors.push(CursorEntry {
                     name: name.to_owned(),
                     id,
                 });
                 next.next_cursor_id = id + 1;
-                self.commit(w, next)?;
+                self.commit(w, next)
+            };
+            if !self.in_store {
+                self.meta.put(&record_name, found.map(|(v, _)| v), &bytes)?;
+                list(w)?;
+                let (jc, acks) = JournalCursor::new(tj, (id, name), config, labels);
+                state.acks = acks;
+                return self.register_journal_cursor(id, name, state, (jc, None, false));
             }
+            list(w)?;
             match self.meta.put(&record_name, found.map(|(v, _)| v), &bytes) {
                 Err(Error::Fenced { .. }) if tj.check_store_owner().is_ok() => {
                     // A former owner of the store created a record of this id after it was
@@ -250,11 +267,23 @@ impl TopicCore {
             state.acks = acks;
             (state, jc, None, false)
         };
+        self.register_journal_cursor(id, name, state, (jc, recovery_source, dirty))
+    }
+
+    /// Registers the open journal cursor `id`, `name` with `state`.
+    fn register_journal_cursor(
+        self: &Arc<Self>,
+        id: u64,
+        name: &str,
+        state: CursorState,
+        (jc, recovery_source, dirty): (JournalCursor, Option<RecoverySource>, bool),
+    ) -> Result<Cursor> {
         let persistence = Persistence {
             persister: Persister::Journal(jc),
             recovery_source,
             dirty,
-            // The store's flusher pool flushes every cursor of the store on this interval.
+            // The journal's flusher pool (the store's, or the topic's own) flushes every
+            // cursor on this interval.
             flush_interval: None,
         };
         let topic: Arc<dyn TopicAccess> = self.clone();
@@ -326,7 +355,7 @@ impl TopicCore {
         let found = self.meta.get(&record_name)?;
         let mut record = w.record.clone();
         record.cursors.retain(|c| c.id != id);
-        if self.journal.is_some() {
+        if self.in_store {
             // On a store, the cursor's record goes first (each write checks the store's
             // ownership), then its entry in the cursor table, then its state in the journal:
             // a cursor the table does not list whose record is still there was dropped from
@@ -371,6 +400,15 @@ impl TopicCore {
             tj.journal.forget(tj.cursor_id(id))?;
         }
         Ok(())
+    }
+
+    /// Whether new cursors of a topic of its own persist in cursor ledgers (see
+    /// `CursorConfig::cursor_ledger_writer`).
+    fn ledger_writer_for_tests(&self) -> bool {
+        #[cfg(feature = "internals")]
+        return !self.in_store && self.config.cursor.cursor_ledger_writer;
+        #[cfg(not(feature = "internals"))]
+        false
     }
 
     /// Names of every cursor, open or not, sorted.
