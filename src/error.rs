@@ -52,7 +52,7 @@ impl fmt::Display for CorruptionKind {
             Self::BadLength => f.write_str("length field out of range"),
             Self::InvalidField(name) => write!(f, "invalid value in field `{name}`"),
             Self::Truncated => f.write_str("record cut short"),
-            Self::Missing => f.write_str("its store has no copy"),
+            Self::Missing => f.write_str("no copy of it is left"),
             Self::CountMismatch { found, expected } => {
                 write!(
                     f,
@@ -109,7 +109,7 @@ impl CorruptionPlace {
             Self::Record(record) => format!("metadata record `{record}` is corrupted: {kind}"),
             Self::Journal { segment, offset } => format!(
                 "cursor journal segment {segment} is corrupted at byte offset {offset}: {kind}; \
-                 run `ackstore verify` on the store directory"
+                 run `ackstore verify` on the directory"
             ),
             Self::Partition { ledger_id, chunk } => format!(
                 "ack partition {chunk} of ledger {ledger_id} could not be loaded: {kind}; \

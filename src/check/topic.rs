@@ -111,6 +111,45 @@ pub(super) fn read_topic(storage: &Arc<dyn Storage>) -> Result<Option<TopicRecor
     )
 }
 
+/// [`crate::journal::check_listed`] of the cursor journal a topic opened alone hosts, as its
+/// topic record `record` lists it (a record without a listing: no segment counts).
+pub(super) fn check_hosted_journal(
+    storage: &Arc<dyn Storage>,
+    record: &TopicRecord,
+) -> Result<crate::journal::JournalCheck> {
+    let listing = record.journal.clone().unwrap_or_default();
+    let seal = |s: &crate::format::store::CatalogSeal| crate::journal::Seal {
+        segment: s.segment,
+        len: s.len,
+    };
+    let seals: Vec<_> = listing.seals.iter().map(seal).collect();
+    crate::journal::check_listed(
+        storage.as_ref(),
+        &seals,
+        Some(crate::journal::Listed {
+            segments: &listing.segments,
+            retired_through: listing.retired_through,
+            closed: listing.closed.as_ref().map(seal),
+        }),
+    )
+}
+
+/// The committed state of every cursor `check` found in the journal a topic opened alone
+/// hosts, named by its topic record `record`.
+pub(super) fn hosted_journal_cursors(
+    record: &TopicRecord,
+    check: &crate::journal::JournalCheck,
+) -> Vec<super::JournalCursor> {
+    check
+        .states
+        .iter()
+        .map(|(id, state)| {
+            let name = record.cursors.iter().find(|c| c.id == id.cursor);
+            super::store::journal_cursor((*id, state), None, name.map(|c| c.name.clone()))
+        })
+        .collect()
+}
+
 /// Reads record `name` and decodes it with `decode`, naming the record in a decode error;
 /// `None` when there is no such record.
 fn read_decoded<T>(

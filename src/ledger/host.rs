@@ -121,7 +121,7 @@ impl TopicCore {
         let held = Arc::downgrade(self);
         tj.journal.set_owner_check(OwnerCheck(Arc::new({
             let held = held.clone();
-            move || on_topic(&held, |t| crate::cursor::TopicAccess::check_owner(t))
+            move || on_topic(&held, crate::cursor::TopicAccess::check_owner)
         })));
         let hook = |edit: fn(&mut HostedJournal, u64)| {
             let held = held.clone();

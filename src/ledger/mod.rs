@@ -3,11 +3,13 @@
 //! Owns: [`ManagedLedger`], the public face of a topic: appends with message metadata, reads,
 //! data-ledger rollover, the topic record, the cursor registry and trimming.
 //!
-//! A topic directory holds the entry log's ledger files (data ledgers, and cursor ledgers once
-//! cursor state is persisted), the `topic` record (the data ledgers with entry count, first
-//! message index and first/last timestamp; the cursor table, client name -> numeric id; the
-//! next ids) and one `cursor-{id}` record per cursor. Only numeric ids name files. How an open
-//! reconciles the record with the files after a crash is written in `open.rs`.
+//! A topic directory holds the entry log's ledger files (data ledgers, and the cursor ledgers
+//! of cursors an earlier release persisted), the segments of the cursor journal the topic
+//! hosts (`host.rs`), the `topic` record (the data ledgers with entry count, first message
+//! index and first/last timestamp; the cursor table, client name -> numeric id; the next ids;
+//! the journal's segments and seals) and one `cursor-{id}` record per cursor. Only numeric ids
+//! name files. How an open reconciles the record with the files after a crash is written in
+//! `open.rs`.
 //!
 //! Must never: name a file after client data; delete a ledger that a record still lists.
 

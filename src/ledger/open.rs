@@ -211,7 +211,7 @@ pub(crate) fn open(
     // the claim, its hooks set once the topic is.
     let in_store = journal.is_some();
     let (journal, hosted_recovered) = match journal {
-        Some(tj) => (tj, Vec::new()),
+        Some(tj) => (tj, recovered.to_vec()),
         None => super::host::open_hosted(
             storage.clone(),
             own_journal,
@@ -219,11 +219,7 @@ pub(crate) fn open(
             (&mut record, &mut version),
         )?,
     };
-    let recovered = if in_store {
-        recovered
-    } else {
-        &hosted_recovered
-    };
+    let recovered = &hosted_recovered;
     // A store's topic cuts no torn tail: it never appends to a ledger it did not create, and a
     // former owner that still runs may be writing the end of one while this open reads it.
     let sealed = sealed_in_record(&record);
@@ -276,21 +272,36 @@ pub(crate) fn open(
     // repairs again; entries it then finds past this open's count were appended by a former
     // owner after the store's claim, whose syncs all failed (`docs/cursors.md`, "Topics of a
     // store").
-    let mut deferred = Vec::new();
-    if ledgers != record.ledgers {
-        let mut next = record.clone();
-        next.ledgers.clone_from(&ledgers);
-        if claim_cursors {
-            version = meta.put(TOPIC_RECORD, Some(version), &next.encode())?;
-            for id in dropped {
-                log.delete_ledger(id)?;
-            }
-        } else {
-            deferred = dropped;
-        }
-        record = next;
-    }
+    let deferred = if ledgers == record.ledgers {
+        Vec::new()
+    } else {
+        repair_record(
+            meta.as_ref(),
+            &log,
+            (&mut record, &mut version),
+            &ledgers,
+            dropped,
+            claim_cursors,
+        )?
+    };
 
+    let mut core = new_core(log, meta, config, (record, version), &ledgers)?;
+    core.journal = Some(journal);
+    core.in_store = in_store;
+    core.defer_deletes(deferred);
+    core.forget_at_open = std::sync::Mutex::new(cut_short);
+    Ok(core)
+}
+
+/// The topic as its open leaves it: `record` at `version`, appends to a new ledger after the
+/// last of `ledgers`.
+fn new_core(
+    log: Arc<EntryLog>,
+    meta: Arc<dyn MetaStore>,
+    config: LedgerConfig,
+    (record, version): (TopicRecord, u64),
+    ledgers: &[LedgerRecord],
+) -> Result<TopicCore> {
     let spans: Vec<LedgerSpan> = ledgers.iter().map(span_of).collect();
     let (next_index, last_timestamp) = match spans.iter().rev().find(|s| s.entries > 0) {
         Some(last) => (
@@ -306,12 +317,39 @@ pub(crate) fn open(
         current_bytes: 0,
         last_timestamp,
     };
-    let mut core = TopicCore::new(log, meta, config, Layout::new(spans, next_index), writer);
-    core.journal = Some(journal);
-    core.in_store = in_store;
-    core.defer_deletes(deferred);
-    core.forget_at_open = std::sync::Mutex::new(cut_short);
-    Ok(core)
+    Ok(TopicCore::new(
+        log,
+        meta,
+        config,
+        Layout::new(spans, next_index),
+        writer,
+    ))
+}
+
+/// Rule 4's record write: `record` with `ledgers`, written now by a topic of its own (`write`,
+/// the `dropped` ledgers then deleted), kept in memory by a store's topic; returns the ledgers
+/// to delete after the next record write.
+fn repair_record(
+    meta: &dyn MetaStore,
+    log: &EntryLog,
+    (record, version): (&mut TopicRecord, &mut u64),
+    ledgers: &[LedgerRecord],
+    dropped: Vec<u64>,
+    write: bool,
+) -> Result<Vec<u64>> {
+    let mut next = record.clone();
+    next.ledgers = ledgers.to_vec();
+    let deferred = if write {
+        *version = meta.put(TOPIC_RECORD, Some(*version), &next.encode())?;
+        for id in dropped {
+            log.delete_ledger(id)?;
+        }
+        Vec::new()
+    } else {
+        dropped
+    };
+    *record = next;
+    Ok(deferred)
 }
 
 /// Rule 3, cursor side ([`cursor_references`]), with the journal's cursors the cursor table

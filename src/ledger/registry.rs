@@ -4,12 +4,18 @@
 //! which cursor records and the table change, so a crash at any step leaves either the old or
 //! the new cursor set (orphans are removed by the next open, see `open.rs`):
 //! - create: write `cursor-{id}` (the new id is `next_cursor_id`), then the topic record that
-//!   lists it (the commit point);
-//! - reopen: `cursor::open` recovers the record and the cursor ledger it names, writing
-//!   nothing; the cursor's first write moves the state to a fresh cursor ledger of this owner
-//!   (the claim);
+//!   lists it (the commit point); on a store, the other way round (see `open_journal_cursor`);
+//! - reopen: a cursor the journal holds is recovered from the journal's index; one on a cursor
+//!   ledger, by `cursor::open` from the record and the cursor ledger it names, writing nothing
+//!   (its first write moves the state to a fresh cursor ledger of this owner: the claim);
 //! - delete: write the topic record without it (the commit point), then delete `cursor-{id}`,
-//!   then its cursor ledgers (the one the record names, and any an open handle holds).
+//!   then its cursor ledgers (the one the record names, and any an open handle holds) or its
+//!   state in the journal (on a store, the record goes first).
+//!
+//! A new cursor persists through the journal (the store's, or the one a topic opened alone
+//! hosts); only cursors asking for the single-entry form on a topic of its own keep using
+//! cursor ledgers (and, temporarily, every new cursor of a topic of its own whose config sets
+//! the internals-only `cursor_ledger_writer`, for the writer's tests).
 //!
 //! Names are client data: they live inside records and never become file names.
 
@@ -107,9 +113,7 @@ impl TopicCore {
             // ledger. So does a cursor of a topic of its own that asks for the single-entry
             // form, which the journal does not write yet.
             let legacy = listed.is_some() && on_ledger && tj.committed_state(id).is_none();
-            let single_entry = !self.in_store
-                && self.config.cursor.persist_mode == crate::cursor::PersistMode::SingleEntry;
-            if !legacy && !single_entry && !self.ledger_writer_for_tests() {
+            if !legacy && !self.new_cursors_on_ledgers() {
                 return self.open_journal_cursor(
                     &mut w,
                     name,
@@ -248,7 +252,7 @@ impl TopicCore {
                 list(w)?;
                 let (jc, acks) = JournalCursor::new(tj, (id, name), config, labels);
                 state.acks = acks;
-                return self.register_journal_cursor(id, name, state, (jc, None, false));
+                return Ok(self.register_journal_cursor(id, name, state, (jc, None, false)));
             }
             list(w)?;
             match self.meta.put(&record_name, found.map(|(v, _)| v), &bytes) {
@@ -267,7 +271,7 @@ impl TopicCore {
             state.acks = acks;
             (state, jc, None, false)
         };
-        self.register_journal_cursor(id, name, state, (jc, recovery_source, dirty))
+        Ok(self.register_journal_cursor(id, name, state, (jc, recovery_source, dirty)))
     }
 
     /// Registers the open journal cursor `id`, `name` with `state`.
@@ -277,7 +281,7 @@ impl TopicCore {
         name: &str,
         state: CursorState,
         (jc, recovery_source, dirty): (JournalCursor, Option<RecoverySource>, bool),
-    ) -> Result<Cursor> {
+    ) -> Cursor {
         let persistence = Persistence {
             persister: Persister::Journal(jc),
             recovery_source,
@@ -289,7 +293,7 @@ impl TopicCore {
         let topic: Arc<dyn TopicAccess> = self.clone();
         let shared = CursorShared::new(id, name.to_owned(), topic, state, persistence);
         self.cursors().insert(name.to_owned(), shared.clone());
-        Ok(Cursor::from_shared(shared))
+        Cursor::from_shared(shared)
     }
 
     /// Opens a non-durable cursor (a reader) at `options`; see
@@ -402,13 +406,18 @@ impl TopicCore {
         Ok(())
     }
 
-    /// Whether new cursors of a topic of its own persist in cursor ledgers (see
-    /// `CursorConfig::cursor_ledger_writer`).
-    fn ledger_writer_for_tests(&self) -> bool {
+    /// Whether new cursors of a topic of its own persist in cursor ledgers: those asking for
+    /// the single-entry form, which the journal does not write yet, and with the temporary
+    /// `CursorConfig::cursor_ledger_writer`, every one.
+    fn new_cursors_on_ledgers(&self) -> bool {
+        if self.in_store {
+            return false;
+        }
         #[cfg(feature = "internals")]
-        return !self.in_store && self.config.cursor.cursor_ledger_writer;
-        #[cfg(not(feature = "internals"))]
-        false
+        if self.config.cursor.cursor_ledger_writer {
+            return true;
+        }
+        self.config.cursor.persist_mode == crate::cursor::PersistMode::SingleEntry
     }
 
     /// Names of every cursor, open or not, sorted.
