@@ -359,9 +359,9 @@ pub fn inspect(storage: &Arc<dyn Storage>) -> Result<Inspection> {
     }
     let record = topic::read_topic(storage)?;
     let mut problems = Vec::new();
-    let journal = match record {
-        Some(record) => match topic::check_hosted_journal(storage, &record) {
-            Ok(check) => topic::hosted_journal_cursors(&record, &check),
+    let journal = match &record {
+        Some(record) => match topic::check_hosted_journal(storage, record) {
+            Ok(check) => topic::hosted_journal_cursors(record, &check),
             Err(e) => {
                 problems.push(Finding {
                     file: "journal".into(),
@@ -374,7 +374,10 @@ pub fn inspect(storage: &Arc<dyn Storage>) -> Result<Inspection> {
         },
         None => Vec::new(),
     };
-    let view = topic::collect(storage, false, &mut problems);
+    let mut view = topic::collect(storage, false, &mut problems);
+    if let Some(record) = &record {
+        topic::show_hosted_states(&mut view, record, &journal);
+    }
     Ok(Inspection::Topic(TopicInspection {
         view,
         problems,

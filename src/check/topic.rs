@@ -61,7 +61,8 @@ pub struct CursorView {
     pub cursor_ledger: Option<u64>,
     /// Where the recovered state came from: `marker at L:E`, `snapshot at L:E`,
     /// `record (no holes)`, `store journal` (see [`JournalCursor`](super::JournalCursor) for a
-    /// store cursor's), or `record` when nothing could be recovered.
+    /// store cursor's), `topic journal (...)` for a cursor of the journal a topic opened alone
+    /// hosts, or `record` when nothing could be recovered.
     pub state_source: String,
     /// Entries acknowledged above mark-delete.
     pub acked_entries: u64,
@@ -148,6 +149,37 @@ pub(super) fn hosted_journal_cursors(
             super::store::journal_cursor((*id, state), None, name.map(|c| c.name.clone()))
         })
         .collect()
+}
+
+/// The views of `view`'s cursors whose state the journal a topic opened alone hosts holds
+/// (`journal`, named by the topic record `record`) show that state: its open recovers them from
+/// the journal, not from their record. The journal's summary counts partial entries, not the
+/// messages acknowledged in them, nor ranges (both 0 here).
+pub(super) fn show_hosted_states(
+    view: &mut TopicView,
+    record: &TopicRecord,
+    journal: &[super::JournalCursor],
+) {
+    for cv in &mut view.cursors {
+        let id = record
+            .cursors
+            .iter()
+            .find(|c| c.name == cv.name)
+            .map(|c| c.id);
+        let Some(j) = journal.iter().find(|j| Some(j.cursor_id) == id) else {
+            continue;
+        };
+        cv.mark_delete = j.mark_delete;
+        cv.epoch = j.epoch;
+        cv.acked_entries = j.acked_entries;
+        cv.acked_ranges = 0;
+        cv.partial_entries = j.partial_entries;
+        cv.acked_batch_indexes = 0;
+        cv.state_source = format!(
+            "topic journal (segment {} at byte {})",
+            j.marker_segment, j.marker_offset
+        );
+    }
 }
 
 /// Reads record `name` and decodes it with `decode`, naming the record in a decode error;

@@ -332,16 +332,20 @@ pub(super) fn verify_topic(storage: &Arc<dyn Storage>) -> Result<Verification> {
     let mut findings = ledger_findings(storage)?;
     check_against_record(storage, &mut findings)?;
     let mut journal = Vec::new();
-    if let Ok(Some(record)) = read_topic(storage)
+    let record = read_topic(storage).ok().flatten();
+    if let Some(record) = &record
         && let Some(check) = check_journal(
-            super::topic::check_hosted_journal(storage, &record),
+            super::topic::check_hosted_journal(storage, record),
             "the topic record",
             &mut findings,
         )
     {
-        journal = super::topic::hosted_journal_cursors(&record, &check);
+        journal = super::topic::hosted_journal_cursors(record, &check);
     }
-    let topic = super::topic::collect(storage, true, &mut findings);
+    let mut topic = super::topic::collect(storage, true, &mut findings);
+    if let Some(record) = &record {
+        super::topic::show_hosted_states(&mut topic, record, &journal);
+    }
     Ok(Verification {
         location: storage.location(),
         subject: Subject::Topic,
