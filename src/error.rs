@@ -52,7 +52,7 @@ impl fmt::Display for CorruptionKind {
             Self::BadLength => f.write_str("length field out of range"),
             Self::InvalidField(name) => write!(f, "invalid value in field `{name}`"),
             Self::Truncated => f.write_str("record cut short"),
-            Self::Missing => f.write_str("no copy of it is left"),
+            Self::Missing => f.write_str("its store has no copy"),
             Self::CountMismatch { found, expected } => {
                 write!(
                     f,
