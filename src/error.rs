@@ -109,7 +109,7 @@ impl CorruptionPlace {
             Self::Record(record) => format!("metadata record `{record}` is corrupted: {kind}"),
             Self::Journal { segment, offset } => format!(
                 "cursor journal segment {segment} is corrupted at byte offset {offset}: {kind}; \
-                 run `ackstore verify` on the store directory"
+                 run `ackstore verify` on the directory"
             ),
             Self::Partition { ledger_id, chunk } => format!(
                 "ack partition {chunk} of ledger {ledger_id} could not be loaded: {kind}; \

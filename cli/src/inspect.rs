@@ -107,5 +107,8 @@ fn topic_json(topic: &TopicInspection) -> serde_json::Value {
         .iter()
         .map(|f| serde_json::json!({"file": f.file, "place": f.place, "problem": f.problem}))
         .collect();
-    serde_json::json!({ "ledgers": ledgers, "cursors": cursors, "problems": problems })
+    serde_json::json!({
+        "ledgers": ledgers, "cursors": cursors, "problems": problems,
+        "journal_states": crate::verify::journal_cursors_json(&topic.journal),
+    })
 }

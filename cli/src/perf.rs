@@ -559,14 +559,21 @@ impl Topic {
     /// Bytes the store's journal has appended since it opened (`None` for a topic directory:
     /// its cursor's own statistics count what it writes).
     fn journal_bytes(&self) -> Option<u64> {
-        self.store.as_ref().map(|s| s.journal_stats().bytes_written)
+        self.journal_stats().map(|j| j.bytes_written)
     }
 
-    /// Bytes of the store's journal records still live (0 for a topic directory).
+    /// Bytes of the journal records still live (the store's, or the topic's own).
     fn journal_live_bytes(&self) -> u64 {
-        self.store
-            .as_ref()
-            .map_or(0, |s| s.journal_stats().live_bytes)
+        self.journal_stats().map_or(0, |j| j.live_bytes)
+    }
+
+    /// The counters of the journal the cursor persists through: the store's, or the one a
+    /// topic alone hosts.
+    fn journal_stats(&self) -> Option<ackstore::JournalStats> {
+        match &self.store {
+            Some(s) => Some(s.journal_stats()),
+            None => self.ml.journal_stats(),
+        }
     }
 
     /// Flushes `cursor`; returns the bytes the flush wrote (for a store's cursor, what the
@@ -687,12 +694,11 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
     let started = Instant::now();
     let flushed = topic.flushed_bytes(&cursor)?;
     let flush_time = started.elapsed();
-    // A store's cursor persists through the journal: what its one flush of the whole state
-    // appended there.
-    let persisted_bytes = if args.in_store {
-        flushed
-    } else {
-        cursor.stats()?.persist.persisted_bytes
+    // A cursor that persists through a journal (a new cursor, alone or in a store): what its
+    // one flush of the whole state appended there.
+    let persisted_bytes = match cursor.stats()?.persist.cursor_ledger {
+        Some(_) => cursor.stats()?.persist.persisted_bytes,
+        None => flushed,
     };
     cursor.close()?;
     // A store's directory stays locked while any handle of it lives, a closed cursor's too.

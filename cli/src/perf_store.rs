@@ -444,10 +444,14 @@ impl Fleet {
             let done = store.flush_all()?;
             return Ok((done.syncs, done.bytes));
         }
+        // The entry logs' fsyncs and the syncs of the journal each topic hosts.
         let fsyncs = |topics: &[Arc<ManagedLedger>]| -> ackstore::Result<u64> {
             topics
                 .iter()
-                .map(|t| t.log_stats().map(|s| s.fsyncs))
+                .map(|t| {
+                    let journal = t.journal_stats().map_or(0, |j| j.syncs);
+                    t.log_stats().map(|s| s.fsyncs + journal)
+                })
                 .sum::<ackstore::Result<u64>>()
         };
         let before = fsyncs(&self.topics)?;

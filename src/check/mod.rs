@@ -304,6 +304,8 @@ pub struct TopicInspection {
     pub view: TopicView,
     /// What could not be read on the way.
     pub problems: Vec<Finding>,
+    /// Each cursor's committed state in the journal the topic hosts, in cursor id order.
+    pub journal: Vec<JournalCursor>,
 }
 
 /// What [`inspect`] shows.
@@ -360,10 +362,32 @@ pub fn inspect(storage: &Arc<dyn Storage>) -> Result<Inspection> {
     if let Some(catalog) = crate::store::read_catalog(storage.clone())? {
         return store::inspect_store(storage, &catalog).map(Inspection::Store);
     }
-    topic::read_topic(storage)?;
+    let record = topic::read_topic(storage)?;
     let mut problems = Vec::new();
-    let view = topic::collect(storage, false, &mut problems);
-    Ok(Inspection::Topic(TopicInspection { view, problems }))
+    let journal = match &record {
+        Some(record) => match topic::check_hosted_journal(storage, record) {
+            Ok(check) => topic::hosted_journal_cursors(storage, record, &check),
+            Err(e) => {
+                problems.push(Finding {
+                    file: "journal".into(),
+                    place: "cursor journal".into(),
+                    problem: describe(&e),
+                    torn_tail: false,
+                });
+                Vec::new()
+            }
+        },
+        None => Vec::new(),
+    };
+    let mut view = topic::collect(storage, false, &mut problems);
+    if let Some(record) = &record {
+        topic::show_hosted_states(&mut view, record, &journal);
+    }
+    Ok(Inspection::Topic(TopicInspection {
+        view,
+        problems,
+        journal,
+    }))
 }
 
 /// The error and its chain of causes as one line of sentences. An error's message never

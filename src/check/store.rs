@@ -8,6 +8,7 @@ use crate::cursor::NO_MARK_DELETE;
 use crate::error::Result;
 use crate::format::store::Catalog;
 use crate::journal::JournalCheck;
+use crate::journal::index::{Committed, CursorId};
 use crate::storage::Storage;
 
 use super::topic::{collect, read_topic};
@@ -40,22 +41,39 @@ pub(super) fn journal_cursors(
     check
         .states
         .iter()
-        .map(|(id, state)| JournalCursor {
-            topic_id: id.topic,
-            topic: topic_names.get(&id.topic).map(|n| (*n).to_owned()),
-            cursor_id: id.cursor,
-            cursor: cursor_names.get(&(id.topic, id.cursor)).cloned(),
-            mark_delete: Some(state.state.mark_delete).filter(|p| *p != NO_MARK_DELETE),
-            epoch: state.state.epoch,
-            marker_segment: state.marker.segment,
-            marker_offset: state.marker.offset,
-            partitions: state.rows.len() as u64,
-            acked_entries: state.rows.values().map(|p| p.cardinality).sum(),
-            acked_ranges: crate::journal::committed_ranges(Arc::clone(storage), state).ok(),
-            batch_records: state.batch.len() as u64,
-            partial_entries: state.batch.values().map(|p| p.cardinality).sum(),
+        .map(|(id, state)| {
+            journal_cursor(
+                storage,
+                (*id, state),
+                topic_names.get(&id.topic).map(|n| (*n).to_owned()),
+                cursor_names.get(&(id.topic, id.cursor)).cloned(),
+            )
         })
         .collect()
+}
+
+/// The committed journal state `state` of cursor `id`, named `cursor` in topic `topic`.
+pub(super) fn journal_cursor(
+    storage: &Arc<dyn Storage>,
+    (id, state): (CursorId, &Committed),
+    topic: Option<String>,
+    cursor: Option<String>,
+) -> JournalCursor {
+    JournalCursor {
+        topic_id: id.topic,
+        topic,
+        cursor_id: id.cursor,
+        cursor,
+        mark_delete: Some(state.state.mark_delete).filter(|p| *p != NO_MARK_DELETE),
+        epoch: state.state.epoch,
+        marker_segment: state.marker.segment,
+        marker_offset: state.marker.offset,
+        partitions: state.rows.len() as u64,
+        acked_entries: state.rows.values().map(|p| p.cardinality).sum(),
+        acked_ranges: crate::journal::committed_ranges(Arc::clone(storage), state).ok(),
+        batch_records: state.batch.len() as u64,
+        partial_entries: state.batch.values().map(|p| p.cardinality).sum(),
+    }
 }
 
 /// `inspect` of the store in `storage`: every topic of the catalog (its ledger and cursor

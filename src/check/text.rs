@@ -80,6 +80,9 @@ impl fmt::Display for TopicInspection {
             ],
             &rows,
         ))?;
+        for cursor in &self.journal {
+            writeln!(f, "journal state: {cursor}")?;
+        }
         for p in &self.problems {
             writeln!(f, "problem: {p}")?;
         }

@@ -61,7 +61,8 @@ pub struct CursorView {
     pub cursor_ledger: Option<u64>,
     /// Where the recovered state came from: `marker at L:E`, `snapshot at L:E`,
     /// `record (no holes)`, `store journal` (see [`JournalCursor`](super::JournalCursor) for a
-    /// store cursor's), or `record` when nothing could be recovered.
+    /// store cursor's), `topic journal (...)` for a cursor of the journal a topic opened alone
+    /// hosts, or `record` when nothing could be recovered.
     pub state_source: String,
     /// Entries acknowledged above mark-delete.
     pub acked_entries: u64,
@@ -109,6 +110,78 @@ pub(super) fn read_topic(storage: &Arc<dyn Storage>) -> Result<Option<TopicRecor
         "topic",
         TopicRecord::decode,
     )
+}
+
+/// [`crate::journal::check_listed`] of the cursor journal a topic opened alone hosts, as its
+/// topic record `record` lists it (a record without a listing: no segment counts).
+pub(super) fn check_hosted_journal(
+    storage: &Arc<dyn Storage>,
+    record: &TopicRecord,
+) -> Result<crate::journal::JournalCheck> {
+    let listing = record.journal.clone().unwrap_or_default();
+    let seal = |s: &crate::format::store::CatalogSeal| crate::journal::Seal {
+        segment: s.segment,
+        len: s.len,
+    };
+    let seals: Vec<_> = listing.seals.iter().map(seal).collect();
+    crate::journal::check_listed(
+        storage.as_ref(),
+        &seals,
+        Some(crate::journal::Listed {
+            segments: &listing.segments,
+            retired_through: listing.retired_through,
+            closed: listing.closed.as_ref().map(seal),
+        }),
+    )
+}
+
+/// The committed state of every cursor `check` found in the journal a topic opened alone
+/// hosts, named by its topic record `record`.
+pub(super) fn hosted_journal_cursors(
+    storage: &Arc<dyn Storage>,
+    record: &TopicRecord,
+    check: &crate::journal::JournalCheck,
+) -> Vec<super::JournalCursor> {
+    check
+        .states
+        .iter()
+        .map(|(id, state)| {
+            let name = record.cursors.iter().find(|c| c.id == id.cursor);
+            super::store::journal_cursor(storage, (*id, state), None, name.map(|c| c.name.clone()))
+        })
+        .collect()
+}
+
+/// The views of `view`'s cursors whose state the journal a topic opened alone hosts holds
+/// (`journal`, named by the topic record `record`) show that state: its open recovers them from
+/// the journal, not from their record. The journal's summary counts partial entries, not the
+/// messages acknowledged in them (0 here); ranges are 0 when a partition record could not be
+/// read back.
+pub(super) fn show_hosted_states(
+    view: &mut TopicView,
+    record: &TopicRecord,
+    journal: &[super::JournalCursor],
+) {
+    for cv in &mut view.cursors {
+        let id = record
+            .cursors
+            .iter()
+            .find(|c| c.name == cv.name)
+            .map(|c| c.id);
+        let Some(j) = journal.iter().find(|j| Some(j.cursor_id) == id) else {
+            continue;
+        };
+        cv.mark_delete = j.mark_delete;
+        cv.epoch = j.epoch;
+        cv.acked_entries = j.acked_entries;
+        cv.acked_ranges = j.acked_ranges.unwrap_or(0);
+        cv.partial_entries = j.partial_entries;
+        cv.acked_batch_indexes = 0;
+        cv.state_source = format!(
+            "topic journal (segment {} at byte {})",
+            j.marker_segment, j.marker_offset
+        );
+    }
 }
 
 /// Reads record `name` and decodes it with `decode`, naming the record in a decode error;

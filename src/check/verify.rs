@@ -282,18 +282,76 @@ fn check_against_record(storage: &Arc<dyn Storage>, findings: &mut Vec<Finding>)
     Ok(())
 }
 
+/// The cursor journal `checked` (what `check_listed` read of it; `lister`: what lists its
+/// segments, for messages): its strays and torn tail as torn-tail findings, an error as damage;
+/// the check when it read.
+fn check_journal(
+    checked: Result<crate::journal::JournalCheck>,
+    lister: &str,
+    findings: &mut Vec<Finding>,
+) -> Option<crate::journal::JournalCheck> {
+    match checked {
+        Ok(check) => {
+            for stray in &check.strays {
+                findings.push(Finding {
+                    file: crate::journal::segment_name(*stray),
+                    place: format!("journal segment {stray}"),
+                    problem: format!(
+                        "a segment {lister} does not list (a former owner's, or a creation cut \
+                         short): never read, removed by the next open"
+                    ),
+                    torn_tail: true,
+                });
+            }
+            if let Some((segment, offset, bytes)) = check.torn_tail {
+                findings.push(Finding {
+                    file: crate::journal::segment_name(segment),
+                    place: format!("journal segment {segment} at byte {offset}"),
+                    problem: format!("{bytes} bytes after the last record that verifies"),
+                    torn_tail: true,
+                });
+            }
+            Some(check)
+        }
+        Err(e) => {
+            findings.push(Finding {
+                file: "journal".into(),
+                place: "cursor journal".into(),
+                problem: e.to_string(),
+                torn_tail: false,
+            });
+            None
+        }
+    }
+}
+
 /// The topic in `storage` checked: every frame of every ledger, the topic record against the
-/// ledger files, and every cursor's record, state and cursor ledger.
+/// ledger files, the cursor journal the topic hosts as its record lists it, and every cursor's
+/// record, state and cursor ledger.
 pub(super) fn verify_topic(storage: &Arc<dyn Storage>) -> Result<Verification> {
     let mut findings = ledger_findings(storage)?;
     check_against_record(storage, &mut findings)?;
-    let topic = super::topic::collect(storage, true, &mut findings);
+    let mut journal = Vec::new();
+    let record = read_topic(storage).ok().flatten();
+    if let Some(record) = &record
+        && let Some(check) = check_journal(
+            super::topic::check_hosted_journal(storage, record),
+            "the topic record",
+            &mut findings,
+        )
+    {
+        journal = super::topic::hosted_journal_cursors(storage, record, &check);
+    }
+    let mut topic = super::topic::collect(storage, true, &mut findings);
+    if let Some(record) = &record {
+        super::topic::show_hosted_states(&mut topic, record, &journal);
+    }
     Ok(Verification {
         location: storage.location(),
         subject: Subject::Topic,
         ledgers: topic.ledgers.len(),
         cursors: topic.cursors.len(),
-        journal: Vec::new(),
+        journal,
         findings,
         unused: Vec::new(),
     })
@@ -344,41 +402,19 @@ pub(super) fn verify_store(storage: &Arc<dyn Storage>, catalog: &Catalog) -> Res
     let mut committed = Vec::new();
     let mut names = BTreeMap::new();
     let mut journal = Vec::new();
-    match crate::journal::check_listed(
-        storage.as_ref(),
-        &crate::store::journal_seals(catalog),
-        crate::store::journal_listing(catalog),
+    if let Some(check) = check_journal(
+        crate::journal::check_listed(
+            storage.as_ref(),
+            &crate::store::journal_seals(catalog),
+            crate::store::journal_listing(catalog),
+        ),
+        "the store's catalog",
+        &mut findings,
     ) {
-        Ok(check) => {
-            journal_records = check.records;
-            committed.clone_from(&check.committed);
-            names.clone_from(&check.names);
-            journal = super::store::journal_cursors(storage, catalog, &check);
-            for stray in &check.strays {
-                findings.push(Finding {
-                    file: crate::journal::segment_name(*stray),
-                    place: format!("journal segment {stray}"),
-                    problem: "a segment the store's catalog does not list (a former owner's, or \
-                              a creation cut short): never read, removed by the next open"
-                        .into(),
-                    torn_tail: true,
-                });
-            }
-            if let Some((segment, offset, bytes)) = check.torn_tail {
-                findings.push(Finding {
-                    file: crate::journal::segment_name(segment),
-                    place: format!("journal segment {segment} at byte {offset}"),
-                    problem: format!("{bytes} bytes after the last record that verifies"),
-                    torn_tail: true,
-                });
-            }
-        }
-        Err(e) => findings.push(Finding {
-            file: "journal".into(),
-            place: "cursor journal".into(),
-            problem: e.to_string(),
-            torn_tail: false,
-        }),
+        journal_records = check.records;
+        committed.clone_from(&check.committed);
+        names.clone_from(&check.names);
+        journal = super::store::journal_cursors(storage, catalog, &check);
     }
     let (ledgers, cursors) =
         check_store_topics(storage, catalog, &committed, &mut findings, &mut unused)?;

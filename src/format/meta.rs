@@ -12,7 +12,7 @@
 //! offset  size  field
 //! 0       8     magic            b"ACKSMETA"
 //! 8       2     kind             u16 (1 topic, 2 ledger, 3 cursor entry, 4 cursor, 5 stored)
-//! 10      2     format version   u16 (1)
+//! 10      2     format version   u16 (1; 2 for a topic record listing its own journal)
 //! 12      4     body length      u32, = frame length - 20
 //! 16      n     body             per kind, below
 //! 16+n    4     CRC32            crc32fast over bytes [0, 16+n)
@@ -23,14 +23,22 @@
 
 use std::collections::BTreeMap;
 
+use super::store::{
+    CatalogSeal, decode_segments, put_retired_closed, put_seals, put_segments, read_retired_closed,
+    read_seals,
+};
 use super::{Corruption, Reader};
 use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::position::Position;
 
 /// Magic number opening every metadata frame.
 pub const MAGIC: [u8; 8] = *b"ACKSMETA";
-/// The only metadata format version this build reads and writes.
+/// The metadata format version of every record but a topic record that lists a journal.
 pub const FORMAT_VERSION: u16 = 1;
+/// The format version of a topic record that lists the cursor journal its topic hosts (a
+/// topic opened alone, see [`HostedJournal`]): read by this build, refused by earlier ones
+/// (their open fails with an unsupported version, writing nothing).
+pub const TOPIC_JOURNAL_VERSION: u16 = 2;
 
 const KIND_LEN: usize = size_of::<u16>();
 const VERSION_LEN: usize = size_of::<u16>();
@@ -110,8 +118,34 @@ pub struct TopicRecord {
     /// A random identity drawn when the topic is created (or first opened by a release that
     /// knows it), written into every cursor record so a record copied from another topic is
     /// recognised; 0 for a record of an earlier release. Encoded as an optional trailer:
-    /// `topic id u64`, present only when non-zero.
+    /// `topic id u64`, present only when non-zero (always, in format version 2).
     pub topic_id: u64,
+    /// The cursor journal a topic opened alone hosts in its directory; `None` for a topic of a
+    /// store (its store's catalog lists the store's journal) and for a record of an earlier
+    /// release. Present, the record is written in format version 2 (see
+    /// [`TOPIC_JOURNAL_VERSION`]), the topic id always present and followed by the listing.
+    pub journal: Option<HostedJournal>,
+}
+
+/// The cursor journal a topic opened alone hosts, as its topic record lists it: what a
+/// store's catalog holds of the store's journal (see [`crate::format::store`]), with the same
+/// meaning.
+///
+/// Layout, after the topic id: `seal_count u32 | seal_count x (segment u64 | len u64) |
+/// segment_count u32 | segment_count x segment u64 | retired_through u64 | closed_segment u64 |
+/// closed_len u64`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostedJournal {
+    /// Segments sealed by a claim, strictly ascending by segment.
+    pub seals: Vec<CatalogSeal>,
+    /// The segments that count, strictly ascending, none 0.
+    pub segments: Vec<u64>,
+    /// The highest segment a rollover dropped from `segments` (0: none); every listed segment
+    /// is above it.
+    pub retired_through: u64,
+    /// The newest segment at the topic's last clean close and the length of it a sync
+    /// covered.
+    pub closed: Option<CatalogSeal>,
 }
 
 /// One cursor's record: where its ack state lives, and the fallback state when that is lost.
@@ -213,10 +247,16 @@ impl CursorEntry {
 }
 
 impl TopicRecord {
-    /// Encodes the record as a self-contained frame.
+    /// Encodes the record as a self-contained frame (format version 2 when it lists a
+    /// journal, 1 otherwise).
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
-        encode_frame(Kind::Topic, |out| {
+        let version = if self.journal.is_some() {
+            TOPIC_JOURNAL_VERSION
+        } else {
+            FORMAT_VERSION
+        };
+        encode_versioned(Kind::Topic, version, |out| {
             put_u64(out, self.next_ledger_id);
             put_u64(out, self.next_cursor_id);
             put_count(out, self.ledgers.len());
@@ -227,49 +267,73 @@ impl TopicRecord {
             for cursor in &self.cursors {
                 cursor.write_body(out);
             }
-            if self.topic_id != 0 {
+            if let Some(journal) = &self.journal {
+                put_u64(out, self.topic_id);
+                put_seals(out, &journal.seals);
+                put_segments(out, Some(&journal.segments));
+                put_retired_closed(out, journal.retired_through, journal.closed);
+            } else if self.topic_id != 0 {
                 put_u64(out, self.topic_id);
             }
         })
     }
 
-    /// Decodes a frame written by [`TopicRecord::encode`].
+    /// Decodes a frame written by [`TopicRecord::encode`], of format version 1 or 2.
     ///
     /// # Errors
     /// A [`Corruption`] (kind and offset in `bytes`) when the bytes are not exactly one valid
     /// topic record frame; the caller names the record it read them as.
     pub fn decode(bytes: &[u8]) -> Result<Self, Corruption> {
-        read_frame(Kind::Topic, bytes, |r| {
-            let next_ledger_id = r.u64()?;
-            let next_cursor_id = r.u64()?;
-            let ledger_count = r.count_u32(LEDGER_BODY_LEN)?;
-            // Fixed-size items: the count was checked against the bytes left, so this
-            // allocation is no larger than the input.
-            let mut ledgers = Vec::with_capacity(ledger_count);
-            for _ in 0..ledger_count {
-                ledgers.push(LedgerRecord::read_body(r)?);
-            }
-            let cursor_count = r.count_u32(CURSOR_ENTRY_MIN_LEN)?;
-            // Variable-size items grow the vector as they are read, never ahead of the input.
-            let mut cursors = Vec::new();
-            for _ in 0..cursor_count {
-                cursors.push(CursorEntry::read_body(r)?);
-            }
-            // The optional trailer; a zero would not re-encode to the same bytes.
-            let topic_id = match r.remaining() {
-                0 => 0,
-                _ => match r.u64()? {
-                    0 => return Err(r.error(CorruptionKind::InvalidField("topic id"))),
-                    id => id,
-                },
-            };
-            Ok(Self {
-                next_ledger_id,
-                ledgers,
-                cursors,
-                next_cursor_id,
-                topic_id,
+        let (version, body) =
+            check_frame_of(Kind::Topic, bytes, &[FORMAT_VERSION, TOPIC_JOURNAL_VERSION])?;
+        let mut r = Reader::at(body, HEADER_LEN);
+        let r = &mut r;
+        let next_ledger_id = r.u64()?;
+        let next_cursor_id = r.u64()?;
+        let ledger_count = r.count_u32(LEDGER_BODY_LEN)?;
+        // Fixed-size items: the count was checked against the bytes left, so this
+        // allocation is no larger than the input.
+        let mut ledgers = Vec::with_capacity(ledger_count);
+        for _ in 0..ledger_count {
+            ledgers.push(LedgerRecord::read_body(r)?);
+        }
+        let cursor_count = r.count_u32(CURSOR_ENTRY_MIN_LEN)?;
+        // Variable-size items grow the vector as they are read, never ahead of the input.
+        let mut cursors = Vec::new();
+        for _ in 0..cursor_count {
+            cursors.push(CursorEntry::read_body(r)?);
+        }
+        // The optional trailer (always there in version 2); a zero would not re-encode to the
+        // same bytes.
+        let topic_id = match r.remaining() {
+            0 if version == FORMAT_VERSION => 0,
+            _ => match r.u64()? {
+                0 => return Err(r.error(CorruptionKind::InvalidField("topic id"))),
+                id => id,
+            },
+        };
+        let journal = if version == TOPIC_JOURNAL_VERSION {
+            let seals = read_seals(r)?;
+            let segments = decode_segments(r)?
+                .ok_or_else(|| r.error(CorruptionKind::InvalidField("journal segment")))?;
+            let (retired_through, closed) = read_retired_closed(r, segments.first().copied())?;
+            Some(HostedJournal {
+                seals,
+                segments,
+                retired_through,
+                closed,
             })
+        } else {
+            None
+        };
+        r.finish()?;
+        Ok(Self {
+            next_ledger_id,
+            ledgers,
+            cursors,
+            next_cursor_id,
+            topic_id,
+            journal,
         })
     }
 }
@@ -423,10 +487,14 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
 }
 
 fn encode_frame(kind: Kind, write_body: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    encode_versioned(kind, FORMAT_VERSION, write_body)
+}
+
+fn encode_versioned(kind: Kind, version: u16, write_body: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
     let mut out = Vec::with_capacity(FRAME_OVERHEAD + LEDGER_BODY_LEN);
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&(kind as u16).to_le_bytes());
-    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&version.to_le_bytes());
     out.extend_from_slice(&[0; BODY_LEN_LEN]);
     write_body(&mut out);
     let body_len = u32::try_from(out.len() - HEADER_LEN).unwrap_or(u32::MAX);
@@ -452,8 +520,18 @@ fn read_frame<T>(
     Ok(value)
 }
 
-/// Returns the body of a verified frame of `kind`.
+/// Returns the body of a verified frame of `kind` in [`FORMAT_VERSION`].
 fn check_frame(kind: Kind, bytes: &[u8]) -> Result<&[u8], Corruption> {
+    check_frame_of(kind, bytes, &[FORMAT_VERSION]).map(|(_, body)| body)
+}
+
+/// Returns the format version and the body of a verified frame of `kind` in one of
+/// `versions`.
+fn check_frame_of<'a>(
+    kind: Kind,
+    bytes: &'a [u8],
+    versions: &[u16],
+) -> Result<(u16, &'a [u8]), Corruption> {
     let at = |kind, offset| Corruption::new(kind, offset);
     if bytes.len() > MAX_RECORD_BYTES {
         return Err(at(CorruptionKind::BadLength, 0));
@@ -473,7 +551,7 @@ fn check_frame(kind: Kind, bytes: &[u8]) -> Result<&[u8], Corruption> {
     }
     let found_kind = r.u16()?;
     let version = r.u16()?;
-    if version != FORMAT_VERSION {
+    if !versions.contains(&version) {
         return Err(at(
             CorruptionKind::UnsupportedVersion(u32::from(version)),
             MAGIC.len() + KIND_LEN,
@@ -486,7 +564,7 @@ fn check_frame(kind: Kind, bytes: &[u8]) -> Result<&[u8], Corruption> {
     if body_len != r.remaining() {
         return Err(at(CorruptionKind::BadLength, BODY_LEN_AT));
     }
-    Ok(r.rest())
+    Ok((version, r.rest()))
 }
 
 #[cfg(test)]
@@ -527,6 +605,7 @@ mod tests {
             }],
             next_cursor_id: 2,
             topic_id: 0,
+            journal: None,
         }
     }
 
@@ -602,6 +681,74 @@ mod tests {
         }
         sample_cursor().check_identity(9, "sub", 0xfeed).unwrap();
         assert!(sample_cursor().check_identity(9, "bus", 0xfeed).is_err());
+    }
+
+    #[test]
+    fn a_topic_record_listing_its_journal_is_version_2_and_round_trips() {
+        let journal = HostedJournal {
+            seals: vec![CatalogSeal {
+                segment: 4,
+                len: 4096,
+            }],
+            segments: vec![4, 5],
+            retired_through: 3,
+            closed: Some(CatalogSeal {
+                segment: 5,
+                len: 77,
+            }),
+        };
+        let topic = TopicRecord {
+            topic_id: 0xfeed,
+            journal: Some(journal.clone()),
+            ..sample_topic()
+        };
+        let bytes = topic.encode();
+        assert_eq!(&bytes[10..12], &TOPIC_JOURNAL_VERSION.to_le_bytes());
+        // The topic id, then seals, segments, retired_through and the close.
+        let listing = (4 + 16) + (4 + 2 * 8) + 8 + 16;
+        assert_eq!(bytes.len(), sample_topic().encode().len() + 8 + listing);
+        assert_eq!(TopicRecord::decode(&bytes).unwrap(), topic);
+        let empty = TopicRecord {
+            topic_id: 1,
+            journal: Some(HostedJournal::default()),
+            ..TopicRecord::default()
+        };
+        assert_eq!(TopicRecord::decode(&empty.encode()).unwrap(), empty);
+        // Version 2 always carries the topic id: none (or zero) is damage.
+        let zero = TopicRecord {
+            topic_id: 0,
+            ..empty.clone()
+        };
+        assert!(TopicRecord::decode(&zero.encode()).is_err());
+        // A listed segment at or below retired_through, segments out of order, and an
+        // unlisted journal are damage.
+        for bad in [
+            HostedJournal {
+                segments: vec![3],
+                retired_through: 3,
+                ..HostedJournal::default()
+            },
+            HostedJournal {
+                segments: vec![5, 4],
+                ..HostedJournal::default()
+            },
+        ] {
+            let record = TopicRecord {
+                journal: Some(bad),
+                ..empty.clone()
+            };
+            assert!(TopicRecord::decode(&record.encode()).is_err());
+        }
+        // Only the topic record has a version 2: a cursor record framed so is refused.
+        let mut cursor = sample_cursor().encode();
+        cursor[10..12].copy_from_slice(&TOPIC_JOURNAL_VERSION.to_le_bytes());
+        let at = cursor.len() - 4;
+        let crc = crc32fast::hash(&cursor[..at]);
+        cursor[at..].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(
+            corruption(CursorRecord::decode(&cursor).unwrap_err()),
+            CorruptionKind::UnsupportedVersion(2)
+        );
     }
 
     #[test]
@@ -754,8 +901,8 @@ mod tests {
         let cases: Vec<(Vec<u8>, CorruptionKind)> = vec![
             (wrong_magic, CorruptionKind::BadMagic),
             (
-                framed(topic_kind, 2, 24, &[0; 24]),
-                CorruptionKind::UnsupportedVersion(2),
+                framed(topic_kind, 3, 24, &[0; 24]),
+                CorruptionKind::UnsupportedVersion(3),
             ),
             (
                 framed(topic_kind, 1, 25, &[0; 24]),
@@ -893,7 +1040,7 @@ mod tests {
                 cursors in proptest::collection::vec(cursor_entry(), 0..20),
                 topic_id: u64,
             ) {
-                let record = TopicRecord { next_ledger_id, ledgers, cursors, next_cursor_id, topic_id };
+                let record = TopicRecord { next_ledger_id, ledgers, cursors, next_cursor_id, topic_id, journal: None };
                 let bytes = record.encode();
                 prop_assert_eq!(TopicRecord::decode(&bytes).unwrap(), record);
             }

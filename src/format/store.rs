@@ -158,33 +158,10 @@ impl Catalog {
             );
             out.extend_from_slice(t.name.as_bytes());
         }
-        out.extend_from_slice(
-            &u32::try_from(self.seals.len())
-                .unwrap_or(u32::MAX)
-                .to_le_bytes(),
-        );
-        for s in &self.seals {
-            out.extend_from_slice(&s.segment.to_le_bytes());
-            out.extend_from_slice(&s.len.to_le_bytes());
-        }
+        put_seals(&mut out, &self.seals);
         out.extend_from_slice(&self.spaced_from.to_le_bytes());
-        match &self.segments {
-            Some(list) => {
-                // Far fewer segments than u32::MAX exist (each holds up to 4 GiB).
-                let count = u32::try_from(list.len())
-                    .unwrap_or(SEGMENTS_UNLISTED - 1)
-                    .min(SEGMENTS_UNLISTED - 1);
-                out.extend_from_slice(&count.to_le_bytes());
-                for s in list {
-                    out.extend_from_slice(&s.to_le_bytes());
-                }
-            }
-            None => out.extend_from_slice(&SEGMENTS_UNLISTED.to_le_bytes()),
-        }
-        out.extend_from_slice(&self.retired_through.to_le_bytes());
-        let closed = self.closed.unwrap_or(CatalogSeal { segment: 0, len: 0 });
-        out.extend_from_slice(&closed.segment.to_le_bytes());
-        out.extend_from_slice(&closed.len.to_le_bytes());
+        put_segments(&mut out, self.segments.as_deref());
+        put_retired_closed(&mut out, self.retired_through, self.closed);
         out
     }
 
@@ -235,26 +212,11 @@ impl Catalog {
             }
             topics.push(CatalogTopic { id, name });
         }
-        let mut seals = Vec::new();
-        if version != CATALOG_VERSION_V1 {
-            let count = r.u32()? as usize;
-            if count > r.remaining() / SEAL_LEN {
-                return Err(r.error(CorruptionKind::BadLength));
-            }
-            seals.reserve(count);
-            for _ in 0..count {
-                let segment = r.u64()?;
-                let len = r.u64()?;
-                if segment == 0
-                    || seals
-                        .last()
-                        .is_some_and(|s: &CatalogSeal| s.segment >= segment)
-                {
-                    return Err(r.error(CorruptionKind::InvalidField("seal segment")));
-                }
-                seals.push(CatalogSeal { segment, len });
-            }
-        }
+        let seals = if version == CATALOG_VERSION_V1 {
+            Vec::new()
+        } else {
+            read_seals(&mut r)?
+        };
         let (spaced_from, segments) = if version >= CATALOG_VERSION_V3 {
             let from = r.u64()?;
             if from > next_topic_id {
@@ -266,18 +228,7 @@ impl Catalog {
         };
         let oldest = segments.as_ref().and_then(|list| list.first().copied());
         let (retired_through, closed) = if version == CATALOG_VERSION {
-            let retired = r.u64()?;
-            if oldest.is_some_and(|oldest| oldest <= retired) {
-                return Err(r.error(CorruptionKind::InvalidField("retired_through")));
-            }
-            let segment = r.u64()?;
-            let len = r.u64()?;
-            let closed = match (segment, len) {
-                (0, 0) => None,
-                (0, _) => return Err(r.error(CorruptionKind::InvalidField("closed_segment"))),
-                (segment, len) => Some(CatalogSeal { segment, len }),
-            };
-            (retired, closed)
+            read_retired_closed(&mut r, oldest)?
         } else {
             (oldest.map_or(0, |oldest| oldest - 1), None)
         };
@@ -297,9 +248,54 @@ impl Catalog {
     }
 }
 
+/// Writes journal seals: `count u32 | count x (segment u64 | len u64)`.
+pub(super) fn put_seals(out: &mut Vec<u8>, seals: &[CatalogSeal]) {
+    out.extend_from_slice(&u32::try_from(seals.len()).unwrap_or(u32::MAX).to_le_bytes());
+    for s in seals {
+        out.extend_from_slice(&s.segment.to_le_bytes());
+        out.extend_from_slice(&s.len.to_le_bytes());
+    }
+}
+
+/// Reads what [`put_seals`] wrote: each seal's segment nonzero, strictly ascending.
+pub(super) fn read_seals(r: &mut Reader<'_>) -> Result<Vec<CatalogSeal>, Corruption> {
+    let count = r.u32()? as usize;
+    if count > r.remaining() / SEAL_LEN {
+        return Err(r.error(CorruptionKind::BadLength));
+    }
+    let mut seals: Vec<CatalogSeal> = Vec::with_capacity(count);
+    for _ in 0..count {
+        let segment = r.u64()?;
+        let len = r.u64()?;
+        if segment == 0 || seals.last().is_some_and(|s| s.segment >= segment) {
+            return Err(r.error(CorruptionKind::InvalidField("seal segment")));
+        }
+        seals.push(CatalogSeal { segment, len });
+    }
+    Ok(seals)
+}
+
+/// Writes a segment list: `count u32 | count x segment u64`, or [`SEGMENTS_UNLISTED`] alone
+/// for `None`.
+pub(super) fn put_segments(out: &mut Vec<u8>, segments: Option<&[u64]>) {
+    match segments {
+        Some(list) => {
+            // Far fewer segments than u32::MAX exist (each holds up to 4 GiB).
+            let count = u32::try_from(list.len())
+                .unwrap_or(SEGMENTS_UNLISTED - 1)
+                .min(SEGMENTS_UNLISTED - 1);
+            out.extend_from_slice(&count.to_le_bytes());
+            for s in list {
+                out.extend_from_slice(&s.to_le_bytes());
+            }
+        }
+        None => out.extend_from_slice(&SEGMENTS_UNLISTED.to_le_bytes()),
+    }
+}
+
 /// The segment list (versions 3 and 4): its count, then each segment, nonzero and strictly
 /// ascending; `None` for [`SEGMENTS_UNLISTED`].
-fn decode_segments(r: &mut Reader<'_>) -> Result<Option<Vec<u64>>, Corruption> {
+pub(super) fn decode_segments(r: &mut Reader<'_>) -> Result<Option<Vec<u64>>, Corruption> {
     let count = r.u32()?;
     if count == SEGMENTS_UNLISTED {
         return Ok(None);
@@ -317,6 +313,34 @@ fn decode_segments(r: &mut Reader<'_>) -> Result<Option<Vec<u64>>, Corruption> {
         list.push(seq);
     }
     Ok(Some(list))
+}
+
+/// Writes `retired_through u64 | closed_segment u64 | closed_len u64` (0 and 0: no close).
+pub(super) fn put_retired_closed(out: &mut Vec<u8>, retired: u64, closed: Option<CatalogSeal>) {
+    let closed = closed.unwrap_or(CatalogSeal { segment: 0, len: 0 });
+    out.extend_from_slice(&retired.to_le_bytes());
+    out.extend_from_slice(&closed.segment.to_le_bytes());
+    out.extend_from_slice(&closed.len.to_le_bytes());
+}
+
+/// Reads what [`put_retired_closed`] wrote, `retired_through` below the `oldest` listed
+/// segment.
+pub(super) fn read_retired_closed(
+    r: &mut Reader<'_>,
+    oldest: Option<u64>,
+) -> Result<(u64, Option<CatalogSeal>), Corruption> {
+    let retired = r.u64()?;
+    if oldest.is_some_and(|oldest| oldest <= retired) {
+        return Err(r.error(CorruptionKind::InvalidField("retired_through")));
+    }
+    let segment = r.u64()?;
+    let len = r.u64()?;
+    let closed = match (segment, len) {
+        (0, 0) => None,
+        (0, _) => return Err(r.error(CorruptionKind::InvalidField("closed_segment"))),
+        (segment, len) => Some(CatalogSeal { segment, len }),
+    };
+    Ok((retired, closed))
 }
 
 #[cfg(test)]

@@ -14,7 +14,8 @@
 //! `writer.rs`; ticks in `tick.rs` and the records they write (partitions, batch records,
 //! markers, deltas) in `marker.rs`; a cursor's partitions in the journal in `partitions.rs`;
 //! the open's recovery scan in `recover.rs` and what each record does to it in `scan.rs`;
-//! rollover in `rollover.rs`; the offline check in `check.rs`; what the host provides and is
+//! rollover in `rollover.rs`; the offline check in `check.rs`; the flusher pool that runs the
+//! ticks of its hosts in [`flusher`]; what the host provides and is
 //! told (the segment list, seals, hooks, the owner's check) in `host.rs`; the index of every
 //! cursor's records in [`index`]. The room imports only the layers below it (`format`, `log`,
 //! `storage`, `ackset`, `error`); its host, the store, imports it.
@@ -29,6 +30,7 @@
 //! open), it never deletes a segment, and the journal refuses every later write.
 
 mod check;
+pub mod flusher;
 mod host;
 pub mod index;
 mod marker;

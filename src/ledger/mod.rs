@@ -3,15 +3,18 @@
 //! Owns: [`ManagedLedger`], the public face of a topic: appends with message metadata, reads,
 //! data-ledger rollover, the topic record, the cursor registry and trimming.
 //!
-//! A topic directory holds the entry log's ledger files (data ledgers, and cursor ledgers once
-//! cursor state is persisted), the `topic` record (the data ledgers with entry count, first
-//! message index and first/last timestamp; the cursor table, client name -> numeric id; the
-//! next ids) and one `cursor-{id}` record per cursor. Only numeric ids name files. How an open
-//! reconciles the record with the files after a crash is written in `open.rs`.
+//! A topic directory holds the entry log's ledger files (data ledgers, and the cursor ledgers
+//! of cursors an earlier release persisted), the segments of the cursor journal the topic
+//! hosts (`host.rs`), the `topic` record (the data ledgers with entry count, first message
+//! index and first/last timestamp; the cursor table, client name -> numeric id; the next ids;
+//! the journal's segments and seals) and one `cursor-{id}` record per cursor. Only numeric ids
+//! name files. How an open reconciles the record with the files after a crash is written in
+//! `open.rs`.
 //!
 //! Must never: name a file after client data; delete a ledger that a record still lists.
 
 mod config;
+mod host;
 mod open;
 mod registry;
 mod topic;
@@ -34,6 +37,8 @@ use crate::cursor::TopicAccess;
 use crate::cursor::journal::TopicJournal;
 use crate::error::{Error, Result};
 use crate::finder;
+use crate::journal::JournalConfig;
+use crate::journal::flusher::Pool;
 use crate::log::{EntryLog, LedgerInfo, LogStats, TailRepair};
 use crate::position::Position;
 use crate::storage::{FileStorage, Storage};
@@ -58,6 +63,9 @@ pub struct AppendMeta {
 #[derive(Debug)]
 pub struct ManagedLedger {
     core: Arc<TopicCore>,
+    /// The flusher of a topic opened alone whose cursors have a flush interval: one thread
+    /// ticking the journal the topic hosts.
+    flusher: Option<Pool<TopicCore>>,
 }
 
 impl ManagedLedger {
@@ -82,9 +90,44 @@ impl ManagedLedger {
     /// Opens the topic kept in `storage` (for instance a
     /// [`MemStorage`](crate::storage::MemStorage)).
     pub fn open_with_storage(storage: Arc<dyn Storage>, config: LedgerConfig) -> Result<Self> {
-        let core = Arc::new(open::open(storage, config, None, &[])?);
+        Self::open_hosting(storage, config, JournalConfig::default())
+    }
+
+    /// [`Self::open_with_storage`] with the settings of the cursor journal the topic hosts
+    /// (for tests that make its segments roll over).
+    #[cfg(feature = "internals")]
+    #[doc(hidden)]
+    pub fn open_with_journal(
+        storage: Arc<dyn Storage>,
+        config: LedgerConfig,
+        journal: JournalConfig,
+    ) -> Result<Self> {
+        Self::open_hosting(storage, config, journal)
+    }
+
+    /// Counters of the cursor journal this topic's cursors persist through: the one a topic
+    /// opened alone hosts in its directory, or its store's.
+    #[must_use]
+    pub fn journal_stats(&self) -> Option<crate::journal::JournalStats> {
+        self.core.journal.as_ref().map(|tj| tj.journal.stats())
+    }
+
+    /// Opens a topic of its own, which hosts the cursor journal its cursors persist through
+    /// (`host.rs`), ticked by a flusher pool of one thread when cursors have a flush interval.
+    fn open_hosting(
+        storage: Arc<dyn Storage>,
+        config: LedgerConfig,
+        journal: JournalConfig,
+    ) -> Result<Self> {
+        let interval = config.cursor.flush_interval;
+        let core = Arc::new(open::open(storage, config, None, &[], journal)?);
         core.install_id_source()?;
-        Ok(Self { core })
+        core.install_journal_host()?;
+        let flusher = interval.map(|_| Pool::new(1));
+        if let Some(pool) = &flusher {
+            pool.join(&core, interval)?;
+        }
+        Ok(Self { core, flusher })
     }
 
     /// The open durable cursors of this topic (for a store's flush tick).
@@ -106,9 +149,18 @@ impl ManagedLedger {
         journal: TopicJournal,
         recovered: &[u64],
     ) -> Result<Self> {
-        let core = Arc::new(open::open(storage, config, Some(journal), recovered)?);
+        let core = Arc::new(open::open(
+            storage,
+            config,
+            Some(journal),
+            recovered,
+            JournalConfig::default(),
+        )?);
         core.install_id_source()?;
-        Ok(Self { core })
+        Ok(Self {
+            core,
+            flusher: None,
+        })
     }
 
     /// Appends one message stamped with the current time; returns its position.
@@ -337,6 +389,10 @@ impl ManagedLedger {
     /// flush on a full disk, for instance: its acks since its last successful flush are lost),
     /// a later `close` returns [`Error::Closed`], never `Ok`.
     pub fn close(&self) -> Result<()> {
+        // No tick of the topic's own flusher runs past this point, nor holds the topic.
+        if let Some(pool) = &self.flusher {
+            pool.stop();
+        }
         self.core.close()
     }
 }
@@ -344,6 +400,6 @@ impl ManagedLedger {
 impl Drop for ManagedLedger {
     fn drop(&mut self) {
         // Errors were already reported to a caller of `close`, or nobody is left to hear them.
-        let _ = self.core.close();
+        let _ = self.close();
     }
 }

@@ -63,6 +63,7 @@ use crate::finder::{Layout, LedgerSpan};
 use crate::format::journal::UNLISTED_CURSOR;
 use crate::format::meta::{CursorEntry, CursorIdentity, CursorRecord, LedgerRecord, TopicRecord};
 use crate::format::store::STORE_RECORD;
+use crate::journal::JournalConfig;
 use crate::log::{EntryLog, parse_ledger_file_name};
 use crate::meta::{CheckedMeta, FileMetaStore, MetaStore};
 use crate::storage::Storage;
@@ -167,6 +168,7 @@ pub(crate) fn open(
     config: LedgerConfig,
     journal: Option<TopicJournal>,
     recovered: &[u64],
+    own_journal: JournalConfig,
 ) -> Result<TopicCore> {
     if config.max_entries_per_ledger == 0 || config.max_ledger_bytes == 0 {
         return Err(Error::InvalidArgument {
@@ -205,6 +207,19 @@ pub(crate) fn open(
     } else {
         claim_store_topic(storage.as_ref(), meta.as_ref())?
     };
+    // A topic of its own hosts its cursors' journal (`host.rs`): opened and sealed right after
+    // the claim, its hooks set once the topic is.
+    let in_store = journal.is_some();
+    let (journal, hosted_recovered) = match journal {
+        Some(tj) => (tj, recovered.to_vec()),
+        None => super::host::open_hosted(
+            storage.clone(),
+            own_journal,
+            meta.as_ref(),
+            (&mut record, &mut version),
+        )?,
+    };
+    let recovered = &hosted_recovered;
     // A store's topic cuts no torn tail: it never appends to a ledger it did not create, and a
     // former owner that still runs may be writing the end of one while this open reads it.
     let sealed = sealed_in_record(&record);
@@ -218,11 +233,12 @@ pub(crate) fn open(
         record.next_ledger_id = record.next_ledger_id.max(highest).max(1);
     }
 
-    let (referenced, misplaced) = settle_cursors(
+    let (referenced, misplaced, cut_short) = settle_cursors(
         meta.as_ref(),
         &log,
         (&record, &on_disk),
-        journal.as_ref().map(|tj| (tj, recovered)).ok_or(version),
+        (&journal, recovered),
+        (!in_store).then_some(version),
     )?;
     // Rule 2 (and 3 for files holding less than a header).
     settle_interrupted_creates(&log, &record, &referenced)?;
@@ -256,21 +272,36 @@ pub(crate) fn open(
     // repairs again; entries it then finds past this open's count were appended by a former
     // owner after the store's claim, whose syncs all failed (`docs/cursors.md`, "Topics of a
     // store").
-    let mut deferred = Vec::new();
-    if ledgers != record.ledgers {
-        let mut next = record.clone();
-        next.ledgers.clone_from(&ledgers);
-        if claim_cursors {
-            version = meta.put(TOPIC_RECORD, Some(version), &next.encode())?;
-            for id in dropped {
-                log.delete_ledger(id)?;
-            }
-        } else {
-            deferred = dropped;
-        }
-        record = next;
-    }
+    let deferred = if ledgers == record.ledgers {
+        Vec::new()
+    } else {
+        repair_record(
+            meta.as_ref(),
+            &log,
+            (&mut record, &mut version),
+            &ledgers,
+            dropped,
+            claim_cursors,
+        )?
+    };
 
+    let mut core = new_core(log, meta, config, (record, version), &ledgers)?;
+    core.journal = Some(journal);
+    core.in_store = in_store;
+    core.defer_deletes(deferred);
+    core.forget_at_open = std::sync::Mutex::new(cut_short);
+    Ok(core)
+}
+
+/// The topic as its open leaves it: `record` at `version`, appends to a new ledger after the
+/// last of `ledgers`.
+fn new_core(
+    log: Arc<EntryLog>,
+    meta: Arc<dyn MetaStore>,
+    config: LedgerConfig,
+    (record, version): (TopicRecord, u64),
+    ledgers: &[LedgerRecord],
+) -> Result<TopicCore> {
     let spans: Vec<LedgerSpan> = ledgers.iter().map(span_of).collect();
     let (next_index, last_timestamp) = match spans.iter().rev().find(|s| s.entries > 0) {
         Some(last) => (
@@ -286,16 +317,46 @@ pub(crate) fn open(
         current_bytes: 0,
         last_timestamp,
     };
-    let mut core = TopicCore::new(log, meta, config, Layout::new(spans, next_index), writer);
-    core.journal = journal;
-    core.defer_deletes(deferred);
-    Ok(core)
+    Ok(TopicCore::new(
+        log,
+        meta,
+        config,
+        Layout::new(spans, next_index),
+        writer,
+    ))
 }
 
-/// Rule 3, cursor side ([`cursor_references`]), with, for a topic of a store (`journal`, with
-/// the cursors recovered when the store opened), the journal's cursors the cursor table does
-/// not list checked first ([`unlisted_journal_cursors`]) and the state of a deletion cut short
-/// forgotten last; for a topic of its own, the version of the topic record its claim wrote.
+/// Rule 4's record write: `record` with `ledgers`, written now by a topic of its own (`write`,
+/// the `dropped` ledgers then deleted), kept in memory by a store's topic; returns the ledgers
+/// to delete after the next record write.
+fn repair_record(
+    meta: &dyn MetaStore,
+    log: &EntryLog,
+    (record, version): (&mut TopicRecord, &mut u64),
+    ledgers: &[LedgerRecord],
+    dropped: Vec<u64>,
+    write: bool,
+) -> Result<Vec<u64>> {
+    let mut next = record.clone();
+    next.ledgers = ledgers.to_vec();
+    let deferred = if write {
+        *version = meta.put(TOPIC_RECORD, Some(*version), &next.encode())?;
+        for id in dropped {
+            log.delete_ledger(id)?;
+        }
+        Vec::new()
+    } else {
+        dropped
+    };
+    *record = next;
+    Ok(deferred)
+}
+
+/// Rule 3, cursor side ([`cursor_references`]), with the journal's cursors the cursor table
+/// does not list checked first ([`unlisted_journal_cursors`], `recovered`: the cursors the
+/// journal held a state of when it opened) and the state of a deletion cut short forgotten
+/// last: on a store here, for a topic of its own (`claimed`: the version of the topic record
+/// its claim wrote) by the caller once its journal's hooks are set (returned).
 ///
 /// Nothing is deleted or forgotten before the topic is known to be still this owner's (the
 /// store's ownership, or the topic record still at the claim's version), checked after the
@@ -307,27 +368,28 @@ fn settle_cursors(
     meta: &dyn MetaStore,
     log: &EntryLog,
     (record, on_disk): (&TopicRecord, &BTreeSet<u64>),
-    journal: std::result::Result<(&TopicJournal, &[u64]), u64>,
-) -> Result<(BTreeSet<u64>, bool)> {
-    let cut_short = match journal {
-        Ok((tj, recovered)) => unlisted_journal_cursors(tj, record, recovered),
-        Err(_) => Vec::new(),
-    };
-    let found = cursor_references(meta, log, record, on_disk, journal.err())?;
-    if let Ok((tj, _)) = journal {
-        tj.check_store_owner()?;
-        for id in cut_short {
-            tj.journal.forget(tj.cursor_id(id))?;
-        }
+    (tj, recovered): (&TopicJournal, &[u64]),
+    claimed: Option<u64>,
+) -> Result<(BTreeSet<u64>, bool, Vec<u64>)> {
+    let cut_short = unlisted_journal_cursors(tj, record, recovered);
+    let (referenced, misplaced) = cursor_references(meta, log, record, on_disk, claimed)?;
+    if claimed.is_some() {
+        // A topic of its own checked its record's version above; its journal writes nothing
+        // before its hooks are set: the caller forgets these then.
+        return Ok((referenced, misplaced, cut_short));
     }
-    Ok(found)
+    tj.check_store_owner()?;
+    for id in cut_short {
+        tj.journal.forget(tj.cursor_id(id))?;
+    }
+    Ok((referenced, misplaced, Vec::new()))
 }
 
-/// The cursors of a store's topic (`recovered`: those the journal held a state of when the
-/// store opened) that still have a state in the journal but are not in the cursor table. A
-/// deletion removes the cursor's record, then drops it from the table, then forgets its
-/// journal state: each is a deletion cut short, whose state the caller forgets, unless its
-/// record is still there (then [`cursor_references`] refuses the table that lost it first).
+/// The cursors of the topic (`recovered`: those the journal held a state of when it opened)
+/// that still have a state in the journal but are not in the cursor table. A deletion ends by
+/// forgetting the cursor's journal state, after it left the table: each is a deletion cut
+/// short, whose state the caller forgets (on a store, unless its record is still there: then
+/// [`cursor_references`] refuses the table that lost it first).
 fn unlisted_journal_cursors(
     tj: &TopicJournal,
     record: &TopicRecord,
@@ -539,6 +601,7 @@ fn claim_topic(
                 cursors: Vec::new(),
                 next_cursor_id: 0,
                 topic_id: 0,
+                journal: None,
             },
             None,
         ),

@@ -4,12 +4,18 @@
 //! which cursor records and the table change, so a crash at any step leaves either the old or
 //! the new cursor set (orphans are removed by the next open, see `open.rs`):
 //! - create: write `cursor-{id}` (the new id is `next_cursor_id`), then the topic record that
-//!   lists it (the commit point);
-//! - reopen: `cursor::open` recovers the record and the cursor ledger it names, writing
-//!   nothing; the cursor's first write moves the state to a fresh cursor ledger of this owner
-//!   (the claim);
+//!   lists it (the commit point); on a store, the other way round (see `open_journal_cursor`);
+//! - reopen: a cursor the journal holds is recovered from the journal's index; one on a cursor
+//!   ledger, by `cursor::open` from the record and the cursor ledger it names, writing nothing
+//!   (its first write moves the state to a fresh cursor ledger of this owner: the claim);
 //! - delete: write the topic record without it (the commit point), then delete `cursor-{id}`,
-//!   then its cursor ledgers (the one the record names, and any an open handle holds).
+//!   then its cursor ledgers (the one the record names, and any an open handle holds) or its
+//!   state in the journal (on a store, the record goes first).
+//!
+//! A new cursor persists through the journal (the store's, or the one a topic opened alone
+//! hosts); only cursors asking for the single-entry form on a topic of its own keep using
+//! cursor ledgers (and, temporarily, every new cursor of a topic of its own whose config sets
+//! the internals-only `cursor_ledger_writer`, for the writer's tests).
 //!
 //! Names are client data: they live inside records and never become file names.
 
@@ -101,11 +107,13 @@ impl TopicCore {
             .map_err(|c| c.in_record(record_name.as_str()))?
             .is_some_and(|r| r.cursor_ledger.is_some());
         if let Some(tj) = self.journal.clone() {
-            // A cursor of a store's topic persists through the store's journal, unless it was
-            // persisted in a cursor ledger before the journal carried cursors (and the journal
-            // holds nothing of it): that one keeps its cursor ledger.
+            // A cursor persists through its topic's journal (its store's, or the one a topic
+            // of its own hosts), unless it was persisted in a cursor ledger before the journal
+            // carried cursors (and the journal holds nothing of it): that one keeps its cursor
+            // ledger. So does a cursor of a topic of its own that asks for the single-entry
+            // form, which the journal does not write yet.
             let legacy = listed.is_some() && on_ledger && tj.committed_state(id).is_none();
-            if !legacy {
+            if !legacy && !self.new_cursors_on_ledgers() {
                 return self.open_journal_cursor(
                     &mut w,
                     name,
@@ -221,19 +229,32 @@ impl TopicCore {
             let mut record = state.to_record(name);
             record.identity = Some(identity);
             let bytes = record.encode();
-            // The table lists the cursor before its record is written: a record the table does
-            // not list, of an id below the table's next one, is then never a creation cut
-            // short, and the topic's open refuses it as a table that lost a cursor. A crash in
-            // between leaves a listed cursor without a record, which starts again here.
-            if !listed {
+            // On a store, the table lists the cursor before its record is written: a record
+            // the table does not list, of an id below the table's next one, is then never a
+            // creation cut short, and the topic's open refuses it as a table that lost a
+            // cursor. A crash in between leaves a listed cursor without a record, which starts
+            // again here. A topic of its own writes the record first and lists it last (the
+            // commit point), as for a cursor ledger: its open deletes an unlisted record.
+            let list = |w: &mut Writer| {
+                if listed {
+                    return Ok(());
+                }
                 let mut next = w.record.clone();
                 next.cursors.push(CursorEntry {
                     name: name.to_owned(),
                     id,
                 });
                 next.next_cursor_id = id + 1;
-                self.commit(w, next)?;
+                self.commit(w, next)
+            };
+            if !self.in_store {
+                self.meta.put(&record_name, found.map(|(v, _)| v), &bytes)?;
+                list(w)?;
+                let (jc, acks) = JournalCursor::new(tj, (id, name), config, labels);
+                state.acks = acks;
+                return Ok(self.register_journal_cursor(id, name, state, (jc, None, false)));
             }
+            list(w)?;
             match self.meta.put(&record_name, found.map(|(v, _)| v), &bytes) {
                 Err(Error::Fenced { .. }) if tj.check_store_owner().is_ok() => {
                     // A former owner of the store created a record of this id after it was
@@ -250,17 +271,29 @@ impl TopicCore {
             state.acks = acks;
             (state, jc, None, false)
         };
+        Ok(self.register_journal_cursor(id, name, state, (jc, recovery_source, dirty)))
+    }
+
+    /// Registers the open journal cursor `id`, `name` with `state`.
+    fn register_journal_cursor(
+        self: &Arc<Self>,
+        id: u64,
+        name: &str,
+        state: CursorState,
+        (jc, recovery_source, dirty): (JournalCursor, Option<RecoverySource>, bool),
+    ) -> Cursor {
         let persistence = Persistence {
             persister: Persister::Journal(jc),
             recovery_source,
             dirty,
-            // The store's flusher pool flushes every cursor of the store on this interval.
+            // The journal's flusher pool (the store's, or the topic's own) flushes every
+            // cursor on this interval.
             flush_interval: None,
         };
         let topic: Arc<dyn TopicAccess> = self.clone();
         let shared = CursorShared::new(id, name.to_owned(), topic, state, persistence);
         self.cursors().insert(name.to_owned(), shared.clone());
-        Ok(Cursor::from_shared(shared))
+        Cursor::from_shared(shared)
     }
 
     /// Opens a non-durable cursor (a reader) at `options`; see
@@ -326,7 +359,7 @@ impl TopicCore {
         let found = self.meta.get(&record_name)?;
         let mut record = w.record.clone();
         record.cursors.retain(|c| c.id != id);
-        if self.journal.is_some() {
+        if self.in_store {
             // On a store, the cursor's record goes first (each write checks the store's
             // ownership), then its entry in the cursor table, then its state in the journal:
             // a cursor the table does not list whose record is still there was dropped from
@@ -371,6 +404,20 @@ impl TopicCore {
             tj.journal.forget(tj.cursor_id(id))?;
         }
         Ok(())
+    }
+
+    /// Whether new cursors of a topic of its own persist in cursor ledgers: those asking for
+    /// the single-entry form, which the journal does not write yet, and with the temporary
+    /// `CursorConfig::cursor_ledger_writer`, every one.
+    fn new_cursors_on_ledgers(&self) -> bool {
+        if self.in_store {
+            return false;
+        }
+        #[cfg(feature = "internals")]
+        if self.config.cursor.cursor_ledger_writer {
+            return true;
+        }
+        self.config.cursor.persist_mode == crate::cursor::PersistMode::SingleEntry
     }
 
     /// Names of every cursor, open or not, sorted.

@@ -96,8 +96,16 @@ pub(crate) struct TopicCore {
     /// until the count moves past the value it saw before reading.
     wakes: Mutex<Wakes>,
     wakes_cv: Condvar,
-    /// For a topic of a store: the store's journal, through which its cursors persist.
+    /// The cursor journal its cursors persist through: the store's, for a topic of a store;
+    /// for a topic opened alone, the one it hosts in its directory (`None` only while it
+    /// opens).
     pub(crate) journal: Option<TopicJournal>,
+    /// Whether the topic is a store's: its ownership is the store's, and its journal the
+    /// store's.
+    pub(crate) in_store: bool,
+    /// Cursors of a topic opened alone whose journal state its open found without a cursor
+    /// table entry (a deletion cut short): forgotten once the journal's hooks are set.
+    pub(crate) forget_at_open: Mutex<Vec<u64>>,
     /// Ledger files to delete once the topic record no longer lists them durably: empty
     /// ledgers a store topic's open dropped from its record in memory only (see
     /// `ledger::open`). Deleted after the next record write that succeeds.
@@ -140,6 +148,8 @@ impl TopicCore {
             wakes: Mutex::new(Wakes::default()),
             wakes_cv: Condvar::new(),
             journal: None,
+            in_store: false,
+            forget_at_open: Mutex::new(Vec::new()),
             deferred_deletes: Mutex::new(Vec::new()),
         }
     }
@@ -224,8 +234,10 @@ impl TopicCore {
             writer.version = self.owned_version.load(Ordering::SeqCst);
             return Err(Error::PreviousIo);
         }
-        // A block of ledger ids reserved since `writer` last committed stays reserved.
+        // A block of ledger ids reserved since `writer` last committed stays reserved, and the
+        // journal listing is the hooks' (see `edit_record`), never the writer's.
         record.next_ledger_id = record.next_ledger_id.max(committed.next_ledger_id);
+        record.journal.clone_from(&committed.journal);
         let version = match self.put_record(&record) {
             Ok(version) => version,
             Err((e, Some(version))) => {
@@ -293,6 +305,27 @@ impl TopicCore {
     /// Reserves the next block of [`ID_BLOCK`] ledger ids in the topic record (by
     /// compare-and-set, so no other owner ever uses them) and returns it.
     fn reserve_ids(&self) -> Result<(u64, u64)> {
+        self.edit_record(|record| {
+            let start = record.next_ledger_id;
+            let end = start
+                .checked_add(ID_BLOCK)
+                .ok_or_else(|| Error::LimitExceeded {
+                    reason: "the topic has run out of ledger ids".into(),
+                })?;
+            record.next_ledger_id = end;
+            Ok((start, end))
+        })
+    }
+
+    /// Writes the topic record as last committed, changed by `edit`, over the version this
+    /// handle owns (nothing when `edit` changes nothing), without the writer: what changes
+    /// only here (blocks of ledger ids, the hosted journal's listing) is kept by every later
+    /// [`TopicCore::commit`]. A write that failed after its new version was linked counts as
+    /// written (the error is still returned).
+    pub(crate) fn edit_record<T>(
+        &self,
+        edit: impl FnOnce(&mut TopicRecord) -> Result<T>,
+    ) -> Result<T> {
         let mut committed = lock(&self.committing);
         if let Some((version, adopted)) = self.settle()? {
             // Our earlier write took; the writer adopts it at its next commit.
@@ -301,17 +334,13 @@ impl TopicCore {
             self.adopted.store(true, Ordering::SeqCst);
         }
         let mut record = committed.clone();
-        let start = record.next_ledger_id;
-        let end = start
-            .checked_add(ID_BLOCK)
-            .ok_or_else(|| Error::LimitExceeded {
-                reason: "the topic has run out of ledger ids".into(),
-            })?;
-        record.next_ledger_id = end;
+        let out = edit(&mut record)?;
+        if record == *committed {
+            return Ok(out);
+        }
         let version = match self.put_record(&record) {
             Ok(version) => version,
             Err((e, Some(version))) => {
-                // Linked although the write failed: the ids are reserved, but not handed out.
                 self.owned_version.store(version, Ordering::SeqCst);
                 *committed = record;
                 return Err(e);
@@ -322,7 +351,19 @@ impl TopicCore {
         *committed = record;
         drop(committed);
         self.delete_deferred();
-        Ok((start, end))
+        Ok(out)
+    }
+
+    /// The topic record as last committed, if the store still holds this handle's version of
+    /// it (`None` when it moved on, or a write of this handle may have taken).
+    pub(crate) fn committed_if_current(&self) -> Result<Option<TopicRecord>> {
+        let committed = lock(&self.committing);
+        if lock(&self.uncertain).is_some() {
+            return Ok(None);
+        }
+        let owned = self.owned_version.load(Ordering::SeqCst);
+        let current = matches!(self.meta.get(TOPIC_RECORD)?, Some((v, _)) if v == owned);
+        Ok(current.then(|| committed.clone()))
     }
 
     /// Makes the entry log take its next blocks of ledger ids from [`TopicCore::reserve_ids`].
@@ -354,7 +395,9 @@ impl TopicCore {
     /// A topic of a store has the store's proof instead: the store's claim fences every former
     /// owner of every topic (`ledger::open`, rule 0), and its check costs two name lookups.
     fn check_version(&self, owned: u64) -> Result<()> {
-        if let Some(tj) = &self.journal {
+        if self.in_store
+            && let Some(tj) = &self.journal
+        {
             return tj.check_store_owner().map_err(|e| self.fenced(e));
         }
         if self.meta.is_current(TOPIC_RECORD, owned)? {
@@ -569,8 +612,8 @@ impl TopicCore {
         let open = self.cursors();
         let mut bound = Consumed::All;
         for entry in &record.cursors {
-            // A closed cursor of a store's topic: the journal holds its state (its record only
-            // the state it was created with).
+            // A closed cursor persisted through the journal: the journal holds its state (its
+            // record only the state it was created with).
             let journaled = (!open.contains_key(&entry.name))
                 .then(|| self.journal.as_ref()?.committed_state(entry.id))
                 .flatten();
@@ -633,6 +676,11 @@ impl TopicCore {
             if has_entries && let Err(e) = self.seal_current(&log, &mut w) {
                 first_error.get_or_insert(e);
             }
+        }
+        if first_error.is_none()
+            && let Err(e) = self.record_journal_close()
+        {
+            first_error = Some(e);
         }
         if first_error.is_some() {
             self.close_failed.store(true, Ordering::SeqCst);

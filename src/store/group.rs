@@ -10,10 +10,11 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::flusher;
+use super::Inner;
 use super::{Store, StoreConfig};
 use crate::ackset::{AckBudget, AckBudgetStats};
 use crate::error::Result;
+use crate::journal::flusher;
 use crate::storage::{FileStorage, Storage};
 
 /// Settings of a [`StoreGroup`].
@@ -51,7 +52,7 @@ pub struct StoreGroup {
 /// What the group's handles and member stores share.
 #[derive(Debug)]
 pub(super) struct GroupShared {
-    pub(super) pool: flusher::Pool,
+    pub(super) pool: flusher::Pool<Inner>,
     budget: Option<AckBudget>,
 }
 

@@ -25,7 +25,6 @@
 //! refused), and this owner's ticks start a new segment, listed before it is written to.
 
 mod catalog;
-mod flusher;
 mod group;
 mod space;
 
@@ -231,7 +230,7 @@ impl Inner {
     /// tick of its own, so each cursor either closed before the listing (its close's tick is
     /// done: durable, or it failed and the cursor counts as lost) or is listed, even when its
     /// topic's close has begun, and staged here.
-    fn flush_tick(&self, keep_errors: bool) -> Result<StoreFlush> {
+    pub(super) fn flush_tick(&self, keep_errors: bool) -> Result<StoreFlush> {
         let mut tick = self.journal.begin_tick();
         let slots: Vec<Arc<TopicSlot>> = lock_topics(&self.topics).values().cloned().collect();
         // A topic still opening is not waited for: it has no cursor yet. A topic closing is
@@ -261,6 +260,13 @@ impl Inner {
             bytes: stats.bytes,
             syncs: stats.syncs,
         })
+    }
+}
+
+impl crate::journal::flusher::Ticked for Inner {
+    fn tick(&self) {
+        // Errors were kept for the cursors (or logged, for a failed commit).
+        let _ = self.flush_tick(true);
     }
 }
 

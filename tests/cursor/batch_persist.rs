@@ -223,7 +223,8 @@ fn batch_state_survives_rollovers_to_new_cursor_ledgers() {
     };
     // Cursor-ledger rollovers; a store's journal rollovers carrying batch records are tested
     // in `tests/store/batch_acks.rs`.
-    on_each_backend_of(Host::Alone, &ledger_config(cursor), &mut |b| {
+    let config = support::config::on_cursor_ledgers(ledger_config(cursor));
+    on_each_backend_of(Host::Alone, &config, &mut |b| {
         let open = b.open;
         let mut rng = Rng::new(seed);
         let topic = open();
@@ -384,7 +385,7 @@ fn files(dir: &Path) -> Vec<std::path::PathBuf> {
 #[test]
 fn verify_reports_a_damaged_batch_index_entry_and_recovery_walks_back_past_it() {
     let dir = tempfile::tempdir().unwrap();
-    let ledgers = config(10);
+    let ledgers = support::config::on_cursor_ledgers(config(10));
     let topic = ManagedLedger::open(dir.path(), ledgers.clone()).unwrap();
     let e = append_batches(&topic, &[4, 4, 4]);
     let c = earliest(&topic);

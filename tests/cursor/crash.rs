@@ -1,7 +1,7 @@
 //! Power cuts during a cursor workload driven through `ManagedLedger` and `Cursor`: appends,
 //! individual acks out of order, cumulative acks, flushes, seeks, rewinds, LRU evictions (a
-//! tiny budget), cursor-ledger rollovers (tiny ledgers) and topic reopens, in both persist
-//! modes. The disk fails after every mutating operation in turn; the durable image and torn
+//! tiny budget), rollovers (tiny cursor ledgers in the single-entry form, tiny journal segments
+//! in the multi-entry form) and topic reopens, in both persist modes. The disk fails after every mutating operation in turn; the durable image and torn
 //! images (part of every unsynced tail kept) are reopened, and the recovered acked set
 //! (mark-delete plus individual acks) must be a subset of what the application had acked
 //! (invariant 1) and a superset of what it had acked at the last flush, close or seek that
@@ -108,20 +108,29 @@ struct Session {
     evictions_stored: u64,
 }
 
+/// The topic on `disk`, its cursor ledgers and journal segments tiny.
+fn open_rolling(disk: &MemStorage, mode: PersistMode) -> Result<ManagedLedger> {
+    ManagedLedger::open_with_journal(
+        Arc::new(disk.clone()),
+        support::config::topic_rolling(PER_LEDGER, mode, 0, 6),
+        ackstore::JournalConfig {
+            segment_bytes: 4096,
+        },
+    )
+}
+
 impl Session {
     fn open(disk: &MemStorage, mode: PersistMode) -> Result<(ManagedLedger, Cursor)> {
-        let topic = ManagedLedger::open_with_storage(
-            Arc::new(disk.clone()),
-            support::config::topic_rolling(PER_LEDGER, mode, 0, 6),
-        )?;
+        let topic = open_rolling(disk, mode)?;
         let cursor = topic.open_cursor("sub", at(InitialPosition::Earliest, false))?;
         Ok((topic, cursor))
     }
 
     fn count(&mut self) -> Result<()> {
         let stats = self.cursor.stats()?;
-        self.rollovers += stats.persist.rollovers;
-        self.evictions_stored += stats.persist.evictions_stored;
+        let journal = self.topic.journal_stats().map_or(0, |j| j.rollovers);
+        self.rollovers += stats.persist.rollovers + journal;
+        self.evictions_stored += stats.ackset.stores;
         Ok(())
     }
 
@@ -235,11 +244,8 @@ fn run(
 }
 
 fn check(image: &MemStorage, mode: PersistMode, b: &Bounds, what: &str) {
-    let topic = ManagedLedger::open_with_storage(
-        Arc::new(image.clone()),
-        support::config::topic_rolling(PER_LEDGER, mode, 0, 6),
-    )
-    .unwrap_or_else(|e| panic!("{what}: topic does not open: {e}"));
+    let topic =
+        open_rolling(image, mode).unwrap_or_else(|e| panic!("{what}: topic does not open: {e}"));
     let recovered = if topic.cursor_names().is_empty() {
         BTreeSet::new()
     } else {
@@ -385,7 +391,12 @@ fn a_crash_right_after_a_seek_never_brings_back_a_cleared_ack() {
 /// keeps exactly one cursor ledger, the one the record names (open deletes the other).
 #[test]
 fn every_step_of_a_rollover_recovers_the_old_or_the_new_state() {
-    let config = support::config::topic_rolling(PER_LEDGER, PersistMode::MultiEntry, 0, 6);
+    let config = support::config::on_cursor_ledgers(support::config::topic_rolling(
+        PER_LEDGER,
+        PersistMode::MultiEntry,
+        0,
+        6,
+    ));
     // Two flushes, then a third that rolls over; returns the acked sets of the last two.
     let prepare = |disk: &MemStorage| {
         let topic =

@@ -8,7 +8,7 @@ use ackstore::{CursorOptions, LedgerConfig, ManagedLedger, Position};
 #[test]
 fn a_damaged_cursor_ledger_recovers_an_older_state_and_the_next_flush_moves_to_a_new_ledger() {
     let dir = tempfile::tempdir().unwrap();
-    let config = LedgerConfig::default();
+    let config = crate::support::config::on_cursor_ledgers(LedgerConfig::default());
     let ml = ManagedLedger::open(dir.path(), config.clone()).unwrap();
     let positions: Vec<Position> = (0..100).map(|i| ml.append(&[i]).unwrap()).collect();
     ml.sync().unwrap();

@@ -1,4 +1,5 @@
-//! A cursor of a topic opened on its own answers after a restart without writing anything: its
+//! A cursor of a topic opened on its own, on a cursor ledger (the writer's tests, until it is
+//! deleted), answers after a restart without writing anything: its
 //! claim (the state moved to a fresh cursor ledger of this owner, the record switched to it by
 //! compare-and-set) waits for its first write. Until then nothing is appended to the recovered
 //! cursor ledger, which a former owner may still append to; the first flush, a seek, or acks
@@ -17,6 +18,11 @@ use support::crash::{Points, cut_everywhere_after, torn_image, unsynced_tail};
 use support::topic::append_n;
 
 const PER_LEDGER: u64 = 200;
+
+/// The topic's settings: the deferred claim is the cursor-ledger writer's.
+fn writer_topic(per_ledger: u64, mode: PersistMode, lru: usize) -> LedgerConfig {
+    support::config::on_cursor_ledgers(support::config::topic(per_ledger, mode, lru))
+}
 
 fn open(disk: &MemStorage, config: &LedgerConfig) -> ackstore::Result<ManagedLedger> {
     ManagedLedger::open_with_storage(Arc::new(disk.clone()), config.clone())
@@ -73,7 +79,7 @@ fn files(disk: &MemStorage) -> BTreeSet<String> {
 #[test]
 fn a_reopened_cursor_answers_without_writing_or_syncing_anything() {
     for mode in [PersistMode::MultiEntry, PersistMode::SingleEntry] {
-        let cfg = support::config::topic(PER_LEDGER, mode, 1 << 20);
+        let cfg = writer_topic(PER_LEDGER, mode, 1 << 20);
         let disk = MemStorage::new();
         let (positions, acked) = prepared(&disk, &cfg, 3 * PER_LEDGER + 17);
         let topic = open(&disk, &cfg).expect("reopen");
@@ -145,7 +151,7 @@ fn a_reopened_cursor_answers_without_writing_or_syncing_anything() {
 fn a_former_owners_evictions_into_the_recovered_ledger_never_reach_the_new_owner() {
     // The former owner keeps a tiny budget, so its acks evict partitions straight into the
     // cursor ledger the new owner recovered from and reads cold partitions of.
-    let tiny = support::config::topic(PER_LEDGER, PersistMode::MultiEntry, 0);
+    let tiny = writer_topic(PER_LEDGER, PersistMode::MultiEntry, 0);
     let disk = MemStorage::new();
     let (positions, mut acked) = prepared(&disk, &tiny, 4 * PER_LEDGER);
     let old_topic = open(&disk, &tiny).expect("open");
@@ -201,7 +207,7 @@ fn a_former_owners_evictions_into_the_recovered_ledger_never_reach_the_new_owner
 fn acks_before_the_first_flush_stay_within_the_budget_by_making_the_claim() {
     for mode in [PersistMode::MultiEntry, PersistMode::SingleEntry] {
         let budget = 0;
-        let cfg = support::config::topic(PER_LEDGER, mode, budget);
+        let cfg = writer_topic(PER_LEDGER, mode, budget);
         let disk = MemStorage::new();
         let (positions, mut acked) = prepared(&disk, &cfg, 6 * PER_LEDGER);
         let topic = open(&disk, &cfg).expect("reopen");
@@ -263,7 +269,7 @@ fn acks_before_the_first_flush_stay_within_the_budget_by_making_the_claim() {
 #[test]
 fn a_power_cut_at_every_step_of_the_deferred_claim_keeps_a_state_between_before_and_after() {
     for mode in [PersistMode::MultiEntry, PersistMode::SingleEntry] {
-        let cfg = support::config::topic(PER_LEDGER, mode, 1 << 20);
+        let cfg = writer_topic(PER_LEDGER, mode, 1 << 20);
         let entries = 3 * PER_LEDGER + 17;
         let extra: Vec<u64> = (0..entries).step_by(7).collect();
         let check = |image: &MemStorage,
@@ -364,7 +370,7 @@ fn consumed_or_acked(cursor: &ackstore::Cursor, positions: &[Position]) -> BTree
 fn a_takeover_at_every_step_of_a_former_owners_claim_never_fences_the_new_owners_claim() {
     use support::takeover;
     for mode in [PersistMode::MultiEntry, PersistMode::SingleEntry] {
-        let cfg = support::config::topic(PER_LEDGER, mode, 1 << 20);
+        let cfg = writer_topic(PER_LEDGER, mode, 1 << 20);
         let run = |at_step: Option<u64>| {
             let disk = MemStorage::new();
             let (positions, acked) = prepared(&disk, &cfg, 2 * PER_LEDGER);

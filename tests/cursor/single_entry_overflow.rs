@@ -86,13 +86,14 @@ fn a_reopened_cursor_stays_within_the_budget_past_the_snapshot_limit() {
 /// evictions stay held and its memory grows with every ack; a handle that had claimed keeps
 /// storing its evictions (to a ledger nobody reads) and stays within the budget.
 fn acks_after_a_takeover(claimed_before: bool) -> usize {
-    let c = LedgerConfig {
+    // The deferred claim is the cursor-ledger writer's.
+    let c = support::config::on_cursor_ledgers(LedgerConfig {
         cursor: CursorConfig {
             persist_mode: PersistMode::MultiEntry,
             ..cfg().cursor
         },
         ..cfg()
-    };
+    });
     let disk = MemStorage::new();
     let topic = ManagedLedger::open_with_storage(Arc::new(disk.clone()), c.clone()).unwrap();
     let ps: Vec<Position> = append_n(&topic, 30000);

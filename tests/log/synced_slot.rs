@@ -227,8 +227,9 @@ fn concurrent_syncs_on_real_files_leave_a_slot_recording_the_whole_synced_file()
 /// Returns the disk, the positions, the cursor ledger and its length after the first flush.
 fn acked_twice() -> (MemStorage, Vec<Position>, u64, usize) {
     let disk = MemStorage::new();
-    let topic =
-        ManagedLedger::open_with_storage(Arc::new(disk.clone()), LedgerConfig::default()).unwrap();
+    // The cursor ledger's synced slot is what these tests damage.
+    let config = crate::support::config::on_cursor_ledgers(LedgerConfig::default());
+    let topic = ManagedLedger::open_with_storage(Arc::new(disk.clone()), config).unwrap();
     let p: Vec<Position> = (0..20u8).map(|i| topic.append(&[i]).unwrap()).collect();
     topic.sync().unwrap();
     let cursor = topic.open_cursor("sub", CursorOptions::default()).unwrap();

@@ -666,11 +666,13 @@ fn a_stale_owner_appending_during_a_hand_off_leaves_every_ledger_readable() {
 }
 
 /// Exchanging two cursor records (a hand edit, a restore from the wrong backup) must not give
-/// a cursor the other one's state: the record is refused as corruption.
+/// a cursor the other one's state: the record is refused as corruption. (Cursors on cursor
+/// ledgers, whose record names their state; a cursor the journal holds is recovered from the
+/// journal, whose state binds its name.)
 #[test]
 fn swapped_cursor_records_are_refused_as_corruption() {
     use ackstore::internals::meta::{FileMetaStore, MetaStore};
-    let (disk, topic) = mem_topic(PER_LEDGER);
+    let (disk, topic) = support::topic::mem_topic_on_cursor_ledgers(PER_LEDGER);
     let p = append_n(&topic, 12);
     let ahead = topic
         .open_cursor("ahead", at(InitialPosition::Earliest, false))

@@ -10,11 +10,12 @@ use ackstore::InitialPosition;
 use ackstore::Storage;
 use ackstore::internals::format::meta::{CursorRecord, TopicRecord};
 use ackstore::internals::meta::{FileMetaStore, MetaStore};
-use support::topic::{append_n, at, mem_topic, reopen};
+use support::topic::{append_n, at, reopen};
 
 #[test]
 fn a_directory_of_an_earlier_release_opens_and_moves_to_versioned_records() {
-    let (disk, topic) = mem_topic(4);
+    // An earlier release's directory: its cursors on cursor ledgers.
+    let (disk, topic) = support::topic::mem_topic_on_cursor_ledgers(4);
     let p = append_n(&topic, 10);
     let cursor = topic
         .open_cursor("sub", at(InitialPosition::Earliest, false))

@@ -28,12 +28,13 @@ fn legacy_store(disk: &MemStorage, n: u64) -> (Vec<Position>, BTreeSet<Position>
         .unwrap();
     let id = catalog.topics.iter().find(|t| t.name == "t").unwrap().id;
     let space = ackstore::internals::store::topic_storage(&storage, &catalog, id).unwrap();
+    // An earlier release's topic: its cursor on a cursor ledger.
     let ml = ManagedLedger::open_with_storage(
         space,
-        LedgerConfig {
+        support::config::on_cursor_ledgers(LedgerConfig {
             max_entries_per_ledger: 50,
             ..LedgerConfig::default()
-        },
+        }),
     )
     .unwrap();
     let cur = ml.open_cursor("sub", CursorOptions::default()).unwrap();

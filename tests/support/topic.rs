@@ -23,6 +23,16 @@ pub fn mem_topic(per_ledger: u64) -> (MemStorage, ManagedLedger) {
     (disk, topic)
 }
 
+/// [`mem_topic`] whose new cursors persist in cursor ledgers, as an earlier release wrote them
+/// (see [`crate::support::config::on_cursor_ledgers`]).
+pub fn mem_topic_on_cursor_ledgers(per_ledger: u64) -> (MemStorage, ManagedLedger) {
+    let disk = MemStorage::new();
+    let config = super::config::on_cursor_ledgers(config(per_ledger));
+    let topic =
+        ManagedLedger::open_with_storage(Arc::new(disk.clone()), config).expect("open topic");
+    (disk, topic)
+}
+
 /// Reopens the topic kept on `disk` (after the previous owner closed or lost it).
 pub fn reopen(disk: &MemStorage, per_ledger: u64) -> ManagedLedger {
     ManagedLedger::open_with_storage(Arc::new(disk.clone()), config(per_ledger)).expect("reopen")

@@ -103,7 +103,12 @@ fn a_retried_close_after_enospc_fails_until_space_is_free_then_persists_every_ac
 #[test]
 fn a_retried_flush_after_enospc_moves_to_a_fresh_cursor_ledger_and_persists() {
     let disk = MemStorage::new();
-    let cfg = support::config::topic_rolling(PER_LEDGER, PersistMode::MultiEntry, 1 << 20, 64);
+    let cfg = support::config::on_cursor_ledgers(support::config::topic_rolling(
+        PER_LEDGER,
+        PersistMode::MultiEntry,
+        1 << 20,
+        64,
+    ));
     let (topic, cursor, positions) = topic_with_entries(&disk, &cfg, 60);
     cursor.ack(positions[1]).unwrap();
     cursor.flush().unwrap();

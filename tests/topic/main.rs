@@ -11,6 +11,7 @@ mod support;
 mod crash;
 mod full_disk;
 mod full_disk_retries;
+mod hosted_journal;
 mod managed_ledger;
 mod open_stamps_earlier_cursor_records;
 mod operator_metrics_and_events;

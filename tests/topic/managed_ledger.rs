@@ -222,7 +222,8 @@ fn cursor_names_never_become_file_names() {
             name == "LOCK"
                 || ackstore::internals::meta::record_of_file(&name)
                     .is_some_and(|r| r == "topic" || numeric(r, "cursor-", ""))
-                || numeric(&name, "ledger-", ".log"),
+                || numeric(&name, "ledger-", ".log")
+                || numeric(&name, "journal-", ".seg"),
             "unexpected file {name:?}"
         );
     }

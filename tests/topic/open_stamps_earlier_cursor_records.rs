@@ -16,7 +16,9 @@ fn a_power_cut_at_every_step_of_the_stamping_open() {
     let clean = cut_everywhere_after(
         Points::EVERY,
         |disk| {
-            let t = ManagedLedger::open_with_storage(Arc::new(disk.clone()), c.clone()).unwrap();
+            // An earlier release's directory: its cursors on cursor ledgers.
+            let earlier = support::config::on_cursor_ledgers(c.clone());
+            let t = ManagedLedger::open_with_storage(Arc::new(disk.clone()), earlier).unwrap();
             let ps = append_n(&t, 40);
             t.sync().unwrap();
             for (k, name) in ["a", "b", "c"].iter().enumerate() {

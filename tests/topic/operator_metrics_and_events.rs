@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 use std::time::Instant;
 
+use crate::support;
 use crate::support::config::store_without_flusher;
 use ackstore::observe;
 use ackstore::{CursorConfig, OverflowPolicy, PersistMode};
@@ -168,6 +169,16 @@ fn open(disk: &MemStorage, cursor: CursorConfig) -> ManagedLedger {
     ManagedLedger::open_with_storage(Arc::new(disk.clone()), config).unwrap()
 }
 
+/// [`open`] with new cursors on cursor ledgers: the per-cursor flush and fence metrics are the
+/// cursor-ledger writer's (a journal tick's are the journal's).
+fn open_on_ledgers(disk: &MemStorage, cursor: CursorConfig) -> ManagedLedger {
+    let config = support::config::on_cursor_ledgers(LedgerConfig {
+        cursor,
+        ..LedgerConfig::default()
+    });
+    ManagedLedger::open_with_storage(Arc::new(disk.clone()), config).unwrap()
+}
+
 /// Appends `n` entries and acks every other one (`n / 2` holes).
 fn alternating_acks(topic: &ManagedLedger, cursor: &ackstore::Cursor, n: u64) {
     let positions: Vec<Position> = (0..n)
@@ -185,7 +196,7 @@ fn a_flush_counts_once_with_the_bytes_it_wrote_and_the_fsyncs_match_the_log_stat
     let recorder = TestRecorder::default();
     metrics::with_local_recorder(&recorder, || {
         let disk = MemStorage::new();
-        let topic = open(&disk, CursorConfig::default());
+        let topic = open_on_ledgers(&disk, CursorConfig::default());
         let cursor = topic.open_cursor("sub", CursorOptions::default()).unwrap();
         alternating_acks(&topic, &cursor, 40);
         let before = recorder.counter(observe::FLUSHES);
@@ -328,14 +339,14 @@ fn a_fence_is_counted_and_logged_once_per_handle() {
     let recorder = TestRecorder::default();
     metrics::with_local_recorder(&recorder, || {
         let disk = MemStorage::new();
-        let old = open(&disk, CursorConfig::default());
+        let old = open_on_ledgers(&disk, CursorConfig::default());
         let cursor = old.open_cursor("sub", CursorOptions::default()).unwrap();
         let first = old.append(b"m0").unwrap();
         alternating_acks(&old, &cursor, 4);
         cursor.flush().unwrap();
         assert_eq!(recorder.counter(observe::FENCES), 0);
         disk.break_lock();
-        let _new = open(&disk, CursorConfig::default());
+        let _new = open_on_ledgers(&disk, CursorConfig::default());
         // A change the old handle may no longer persist.
         cursor.ack(first).unwrap();
         let err = cursor.flush().unwrap_err();

@@ -15,11 +15,13 @@ fn stderr(out: &Output) -> String {
 
 /// A topic with 3 sealed ledgers of 10 entries and an open one with 5, and a cursor `sub/../x`
 /// that acked every third entry and flushed.
+/// A topic whose cursor persists in a cursor ledger (what inspect's per-cursor columns of a
+/// cursor ledger show; a journal cursor's state is in its journal rows).
 fn sample_topic(dir: &Path) -> Vec<Position> {
-    let config = LedgerConfig {
+    let config = support::config::on_cursor_ledgers(LedgerConfig {
         max_entries_per_ledger: 10,
         ..LedgerConfig::default()
-    };
+    });
     let ml = ManagedLedger::open(dir, config).unwrap();
     let positions: Vec<Position> = (0..35)
         .map(|i| ml.append(format!("entry {i}").as_bytes()).unwrap())

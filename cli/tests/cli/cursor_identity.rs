@@ -8,6 +8,8 @@ use ackstore::FileStorage;
 use ackstore::internals::meta::{FileMetaStore, MetaStore};
 use ackstore::{CursorOptions, LedgerConfig, ManagedLedger};
 
+use crate::support;
+
 #[test]
 fn verify_reports_swapped_cursor_records_as_damage() {
     let dir = tempfile::tempdir().unwrap();
@@ -52,7 +54,10 @@ fn verify_reports_swapped_cursor_records_as_damage() {
 fn a_cursor_record_copied_over_another_is_refused_and_its_ledger_kept() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let ml = ManagedLedger::open(dir.path(), LedgerConfig::default()).unwrap();
+        // Cursors on cursor ledgers, whose record names their state (a cursor the journal holds
+        // is recovered from the journal, whose state binds its name).
+        let config = support::config::on_cursor_ledgers(LedgerConfig::default());
+        let ml = ManagedLedger::open(dir.path(), config).unwrap();
         let p: Vec<_> = (0..10).map(|i| ml.append(&[i]).unwrap()).collect();
         ml.sync().unwrap();
         for (name, upto) in [("ahead", 8), ("behind", 1)] {

@@ -1,0 +1,256 @@
+//! The cursor journal a topic opened alone hosts in its directory: damage to each of its
+//! segment files (deleted, truncated, zeroed, a bit flipped, swapped with an older copy) is
+//! what `verify` reports exactly when the open refuses it, and an open never recovers an ack
+//! that was not made; a power cut at every storage operation of the topic's open and of a
+//! flush that rolls a segment over keeps the acks flushed before it.
+
+use crate::support;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Arc;
+
+use ackstore::{
+    FileStorage, InitialPosition, JournalConfig, LedgerConfig, ManagedLedger, MemStorage, Position,
+    Storage,
+};
+use support::crash::{Cut, Points, cut_everywhere_after};
+use support::mutate::Tree;
+use support::topic::{append_n, at};
+
+/// Segments small enough that a short workload rolls them over.
+const JOURNAL: JournalConfig = JournalConfig {
+    segment_bytes: 2048,
+};
+
+fn config() -> LedgerConfig {
+    support::config::topic(40, ackstore::PersistMode::MultiEntry, 1 << 20)
+}
+
+fn open(storage: Arc<dyn Storage>) -> ackstore::Result<ManagedLedger> {
+    ManagedLedger::open_with_journal(storage, config(), JOURNAL)
+}
+
+/// The acked entries among `positions` of cursor `sub` of the topic in `storage`, read as a
+/// broker would after an open: every partition loads on the way.
+fn recovered(
+    storage: Arc<dyn Storage>,
+    positions: &[Position],
+) -> ackstore::Result<BTreeSet<Position>> {
+    let topic = open(storage)?;
+    let cursor = topic.open_cursor("sub", at(InitialPosition::Earliest, false))?;
+    let mut acked = BTreeSet::new();
+    for &p in positions {
+        if cursor.is_acked(p)? {
+            acked.insert(p);
+        }
+    }
+    cursor.close()?;
+    topic.close()?;
+    Ok(acked)
+}
+
+/// Acks every third entry of `positions` from `from` into `acked`, flushing every ten acks and
+/// at the end; stops at the first error.
+fn ack_some(
+    cursor: &ackstore::Cursor,
+    positions: &[Position],
+    from: usize,
+    acked: &mut BTreeSet<Position>,
+) -> ackstore::Result<()> {
+    for (i, &p) in positions.iter().enumerate().skip(from).step_by(3) {
+        cursor.ack(p)?;
+        acked.insert(p);
+        if i % 10 == 0 {
+            cursor.flush()?;
+        }
+    }
+    cursor.flush()
+}
+
+/// What damage is done to one segment file.
+#[derive(Debug, Clone, Copy)]
+enum Damage {
+    Deleted,
+    Truncated,
+    Zeroed,
+    BitFlipped,
+    OlderCopy,
+}
+
+#[test]
+fn damage_to_a_segment_of_a_topic_alone_is_reported_by_verify_exactly_when_open_refuses_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage: Arc<dyn Storage> = Arc::new(FileStorage::open(dir.path(), true).unwrap());
+    let topic = open(storage).unwrap();
+    let positions = append_n(&topic, 300);
+    topic.sync().unwrap();
+    let cursor = topic
+        .open_cursor("sub", at(InitialPosition::Earliest, false))
+        .unwrap();
+    let mut truth = BTreeSet::new();
+    // A copy of the directory after every flush: the older copies a swap takes a segment from.
+    let mut older = Vec::new();
+    for (from, chunk) in positions.chunks(30).enumerate() {
+        ack_some(&cursor, chunk, from % 3, &mut truth).unwrap();
+        older.push(Tree::read(dir.path()));
+    }
+    let stats = topic.journal_stats().expect("a journal");
+    assert!(stats.rollovers > 0, "{stats:?}");
+    cursor.close().unwrap();
+    topic.close().unwrap();
+    let tree = Tree::read(dir.path());
+    let segments = tree.segments();
+    assert!(segments.len() >= 2, "{segments:?}");
+    let intact = check_copy(&tree, &positions, "intact");
+    assert_eq!(
+        intact.1,
+        Some(truth.clone()),
+        "the intact copy opens to the truth"
+    );
+
+    let mut refused = 0;
+    let mut swapped = 0;
+    for segment in &segments {
+        for damage in [
+            Damage::Deleted,
+            Damage::Truncated,
+            Damage::Zeroed,
+            Damage::BitFlipped,
+            Damage::OlderCopy,
+        ] {
+            let mut copy = tree.clone();
+            let bytes = copy.files.get_mut(segment).expect("a segment");
+            match damage {
+                Damage::Deleted => {
+                    copy.files.remove(segment);
+                }
+                Damage::Truncated => bytes.truncate(bytes.len() / 2),
+                Damage::Zeroed => bytes.fill(0),
+                Damage::BitFlipped => {
+                    let at = bytes.len() / 2;
+                    bytes[at] ^= 0x10;
+                }
+                Damage::OlderCopy => {
+                    let copies = older.iter().rev().filter_map(|t| t.files.get(segment));
+                    match copies.into_iter().find(|old| *old != bytes) {
+                        Some(old) => old.clone_into(bytes),
+                        None => continue,
+                    }
+                }
+            }
+            swapped += usize::from(matches!(damage, Damage::OlderCopy));
+            let what = format!("{} {damage:?}", segment.display());
+            let (damaged, opened) = check_copy(&copy, &positions, &what);
+            assert_eq!(
+                damaged,
+                opened.is_none(),
+                "{what}: verify reports damage exactly when the open refuses"
+            );
+            match opened {
+                Some(acked) => assert!(
+                    acked.is_subset(&truth),
+                    "{what}: acks recovered that were never made"
+                ),
+                None => refused += 1,
+            }
+        }
+    }
+    assert!(refused > 0, "no damage was refused");
+    assert!(swapped > 0, "no segment had an older copy");
+}
+
+/// Writes `tree` to a fresh directory, runs `verify` on it, then opens it: whether verify
+/// reported damage, and the acks the open recovered (`None` when it refused).
+fn check_copy(
+    tree: &Tree,
+    positions: &[Position],
+    what: &str,
+) -> (bool, Option<BTreeSet<Position>>) {
+    let dir = tempfile::tempdir().unwrap();
+    tree.write(dir.path());
+    let report = verify(dir.path());
+    let storage: Arc<dyn Storage> = Arc::new(FileStorage::open(dir.path(), true).unwrap());
+    let opened = recovered(storage, positions);
+    if let Err(e) = &opened {
+        eprintln!("{what}: open refused: {e}");
+    }
+    (report.damaged() > 0, opened.ok())
+}
+
+fn verify(dir: &Path) -> ackstore::check::Verification {
+    let storage: Arc<dyn Storage> = Arc::new(FileStorage::open(dir, false).unwrap());
+    ackstore::check::verify(&storage).expect("verify reads the directory")
+}
+
+/// A topic alone with a cursor whose acks were flushed into several journal segments, then
+/// closed; the positions and the acks.
+fn prepared(disk: &MemStorage) -> (Vec<Position>, BTreeSet<Position>) {
+    let topic = open(Arc::new(disk.clone())).unwrap();
+    let positions = append_n(&topic, 200);
+    topic.sync().unwrap();
+    let cursor = topic
+        .open_cursor("sub", at(InitialPosition::Earliest, false))
+        .unwrap();
+    let mut acked = BTreeSet::new();
+    ack_some(&cursor, &positions, 1, &mut acked).unwrap();
+    cursor.close().unwrap();
+    topic.close().unwrap();
+    (positions, acked)
+}
+
+#[test]
+fn a_power_cut_at_every_step_of_a_topic_alone_opening_its_journal_keeps_the_flushed_acks() {
+    let clean = cut_everywhere_after(
+        Points::EVERY,
+        prepared,
+        |disk, (positions, acked)| {
+            let opened = recovered(Arc::new(disk.clone()), &positions);
+            (positions, acked, opened)
+        },
+        |disk, Cut { n, .. }, (positions, acked, _)| {
+            for round in 0..2 {
+                let got = recovered(Arc::new(disk.durable_image()), &positions)
+                    .unwrap_or_else(|e| panic!("cut at {n}, round {round}: {e}"));
+                assert_eq!(got, acked, "cut at {n}, round {round}");
+            }
+        },
+    );
+    let (_, acked, opened) = clean.result;
+    assert_eq!(opened.unwrap(), acked);
+    assert!(clean.total >= 3, "the open took {} writes", clean.total);
+}
+
+#[test]
+fn a_power_cut_at_every_step_of_a_flush_that_rolls_a_segment_over_keeps_one_state() {
+    let clean = cut_everywhere_after(
+        Points::EVERY,
+        |disk| {
+            let (positions, before) = prepared(disk);
+            let topic = open(Arc::new(disk.clone())).unwrap();
+            let cursor = topic
+                .open_cursor("sub", at(InitialPosition::Earliest, false))
+                .unwrap();
+            (topic, cursor, positions, before)
+        },
+        |_, (topic, cursor, positions, before)| {
+            let rollovers = topic.journal_stats().unwrap().rollovers;
+            let mut after = before.clone();
+            let _ = ack_some(&cursor, &positions, 2, &mut after);
+            let rolled = topic.journal_stats().unwrap().rollovers > rollovers;
+            (topic, cursor, positions, before, after, rolled)
+        },
+        |disk, Cut { n, .. }, (topic, cursor, positions, before, after, _)| {
+            drop(cursor);
+            // The process is gone: nothing of this handle runs again.
+            std::mem::forget(topic);
+            let got = recovered(Arc::new(disk.durable_image()), &positions)
+                .unwrap_or_else(|e| panic!("cut at {n}: {e}"));
+            assert!(
+                got.is_superset(&before) && got.is_subset(&after),
+                "cut at {n}: between the state before and after"
+            );
+        },
+    );
+    assert!(clean.result.5, "the flushes rolled a segment over");
+}
