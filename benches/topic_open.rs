@@ -11,6 +11,11 @@
 //! - `entry_log_open/proven`: the entry log's share of the first figure, `EntryLog::open` of the
 //!   same directory alone (the topic open adds the claim of the topic record: a metadata write
 //!   with its fsyncs).
+//! - `topic_open/store_topic`: the same topic (200 sealed ledgers) as a topic of a store, opened
+//!   by `Store::topic` on the open store, then closed (untimed): its claim is a link, no write
+//!   and no sync.
+//! - `store_open/claim_scan_seal`: `Store::open` of that store, whose one cursor flushed before
+//!   a clean close: the catalog's claim, the journal's scan, the seal.
 //!
 //! Prints the fsyncs and maps of one open of each kind.
 
@@ -19,7 +24,9 @@ use std::time::{Duration, Instant};
 
 use ackstore::internals::format::ledger::{HEADER_V3_LEN, LedgerHeader, SLOTS_AT, decode_header};
 use ackstore::internals::log::{EntryLog, LogConfig, ledger_file_name, parse_ledger_file_name};
-use ackstore::{FileStorage, LedgerConfig, ManagedLedger, Position};
+use ackstore::{
+    CursorOptions, FileStorage, LedgerConfig, ManagedLedger, Position, Store, StoreConfig,
+};
 use criterion::{Criterion, criterion_group, criterion_main};
 
 const LEDGERS: u64 = 200;
@@ -33,14 +40,46 @@ fn config() -> LedgerConfig {
     }
 }
 
-/// A closed topic of [`LEDGERS`] sealed ledgers.
-fn build(dir: &Path) {
-    let ml = ManagedLedger::open(dir, config()).expect("open");
+/// The topic of the store variant.
+const TOPIC: &str = "persistent://tenant/ns/two-hundred-ledgers";
+
+fn store_config() -> StoreConfig {
+    StoreConfig {
+        ledger: config(),
+        flusher_threads: 0,
+        ..StoreConfig::default()
+    }
+}
+
+/// Appends [`LEDGERS`] ledgers of entries to `ml` and closes it.
+fn fill(ml: &ManagedLedger) {
     let payload = vec![7u8; PAYLOAD];
     for _ in 0..LEDGERS * ENTRIES {
         ml.append(&payload).expect("append");
     }
     ml.close().expect("close");
+}
+
+/// A closed topic of [`LEDGERS`] sealed ledgers.
+fn build(dir: &Path) {
+    fill(&ManagedLedger::open(dir, config()).expect("open"));
+}
+
+/// A closed store whose topic [`TOPIC`] has [`LEDGERS`] sealed ledgers and one cursor that
+/// acked its first entry and flushed.
+fn build_store(dir: &Path) {
+    let store = Store::open(dir, store_config()).expect("store");
+    let ml = store.topic(TOPIC).expect("topic");
+    let cursor = ml
+        .open_cursor("sub", CursorOptions::default())
+        .expect("cursor");
+    let first = ml.append(b"first").expect("append");
+    ml.sync().expect("sync");
+    cursor.ack(first).expect("ack");
+    cursor.flush().expect("flush");
+    drop(cursor);
+    fill(&ml);
+    store.close().expect("close");
 }
 
 fn ledger_ids(dir: &Path) -> Vec<u64> {
@@ -120,6 +159,47 @@ fn bench(c: &mut Criterion) {
                 read_each(&ml, dir);
                 total += start.elapsed();
                 drop(ml);
+            }
+            total
+        });
+    });
+    let store_dir = tempfile::tempdir().expect("tempdir");
+    build_store(store_dir.path());
+    g.bench_function("store_topic", |b| {
+        let store = Store::open(store_dir.path(), store_config()).expect("store");
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let start = Instant::now();
+                let ml = store.topic(TOPIC).expect("topic");
+                total += start.elapsed();
+                ml.close().expect("close");
+            }
+            total
+        });
+        store.close().expect("close");
+    });
+    g.finish();
+    let mut g = c.benchmark_group("store_open");
+    g.sample_size(10);
+    g.bench_function("claim_scan_seal", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let start = Instant::now();
+                let store = Store::open(store_dir.path(), store_config()).expect("store");
+                total += start.elapsed();
+                // As a broker's run before a restart: the next entry read, acked and flushed (a
+                // tick, which starts a segment after the one this open sealed), a clean close.
+                let ml = store.topic(TOPIC).expect("topic");
+                let cursor = ml
+                    .open_cursor("sub", CursorOptions::default())
+                    .expect("cursor");
+                let entry = cursor.read_entries(1).expect("read");
+                cursor.ack(entry[0].position).expect("ack");
+                cursor.flush().expect("flush");
+                drop(cursor);
+                store.close().expect("close");
             }
             total
         });

@@ -12,6 +12,12 @@
 //! - restart to first answer with 10M alternating: open the files and answer one is-acked;
 //! - full load of 10M random 50%: open and count every acked range.
 //!
+//! The two restarts run a third way too, `journal`: the same ack set flushed in one tick of a
+//! store's cursor journal (one segment, listed as a store's catalog lists it), recovered as a
+//! store cursor is: the journal's scan (every marker, no partition decoded), the cursor's rows,
+//! then the answer (one partition loaded) or every partition loaded and its ranges counted.
+//! `Store::open`'s claim and seal (catalog writes) come on top: `ackstore perf --in-store`.
+//!
 //! Run: `cargo bench --bench vs_redb -- --warm-up-time 1 --measurement-time 3`.
 
 use std::collections::HashMap;
@@ -25,6 +31,10 @@ use ackstore::Position;
 use ackstore::internals::ackset::RangeSetWrapper;
 use ackstore::internals::cursor::persist::{CursorPersister, PersistedState};
 use ackstore::internals::cursor::recover::recover;
+use ackstore::internals::journal::index::CursorId;
+use ackstore::internals::journal::{
+    CursorFlush, Journal, JournalConfig, JournalPartitions, Listed,
+};
 use ackstore::internals::log::{EntryLog, LogConfig};
 use ackstore::internals::meta::{FileMetaStore, MetaStore};
 use ackstore::{FileStorage, Storage};
@@ -158,6 +168,69 @@ fn new_cursor(dir: &Path) -> (CursorPersister, RangeSetWrapper) {
     CursorPersister::new_cursor(log, meta, RECORD, CursorConfig::default()).unwrap()
 }
 
+/// The one cursor of the journal variant.
+const JOURNAL_CURSOR: CursorId = CursorId {
+    topic: 1,
+    cursor: 1,
+};
+
+/// Opens the journal in `dir` as a store does after its claim: the segments its catalog lists
+/// (every segment file here), nothing sealed.
+fn open_journal(dir: &Path) -> Arc<Journal> {
+    let storage: Arc<dyn Storage> = Arc::new(FileStorage::open(dir, true).unwrap());
+    let mut segments: Vec<u64> = storage
+        .list_prefix("journal-")
+        .unwrap()
+        .iter()
+        .filter_map(|n| ackstore::internals::journal::parse_segment_name(n))
+        .collect();
+    segments.sort_unstable();
+    let listed = Listed {
+        segments: &segments,
+        retired_through: 0,
+        closed: None,
+    };
+    let journal = Journal::open_listed(storage, JournalConfig::default(), &[], Some(listed));
+    Arc::new(journal.unwrap())
+}
+
+/// `acks` added to a store cursor's ack set and flushed in one tick of a journal in `dir`.
+fn journal_flushed(dir: &Path, acks: &[Position]) {
+    let journal = open_journal(dir);
+    let mut set = RangeSetWrapper::new(
+        Box::new(JournalPartitions::new(journal.clone(), JOURNAL_CURSOR)),
+        usize::MAX,
+    );
+    for &p in acks {
+        set.add(p).unwrap();
+    }
+    let live: Vec<_> = set.partitions().into_iter().map(|(k, _)| k).collect();
+    let written = live
+        .iter()
+        .map(|&k| (k, set.bitmap(k).unwrap().unwrap()))
+        .collect();
+    journal
+        .commit(&[CursorFlush {
+            cursor: JOURNAL_CURSOR,
+            name: 0,
+            state: PersistedState::default(),
+            written,
+            live,
+        }])
+        .unwrap();
+}
+
+/// A store cursor's recovery from the journal in `dir`: the scan, then its rows.
+fn journal_recovered(dir: &Path) -> RangeSetWrapper {
+    let journal = open_journal(dir);
+    let (_, rows) = journal.committed(JOURNAL_CURSOR).unwrap();
+    RangeSetWrapper::with_index(
+        Box::new(JournalPartitions::new(journal, JOURNAL_CURSOR)),
+        CursorConfig::default().lru_capacity_bytes,
+        rows,
+    )
+}
+
 fn acks_per_second(c: &mut Criterion) {
     for entries in [1_000_000u64, 10_000_000] {
         let mut group = c.benchmark_group(format!("vs_redb/acks_{}M", entries / 1_000_000));
@@ -279,17 +352,25 @@ fn restart(c: &mut Criterion) {
         let probe = Position::new(1 + 5_000_000 / LEDGER_ENTRIES, 5_000_000 % LEDGER_ENTRIES);
         let expected_ranges = Blocks::load_and_count_ranges(&db);
         drop((persister, set, db));
+        let journal = tempfile::tempdir().unwrap();
+        journal_flushed(journal.path(), &positions(pattern, 10_000_000));
         let path = theirs.path().join("acks.redb");
+        let answer = |acks: &mut RangeSetWrapper| {
+            if what == "first_answer" {
+                assert!(acks.contains(probe).unwrap());
+            } else {
+                assert_eq!(acks.range_count().unwrap(), expected_ranges);
+            }
+        };
         group.bench_function(format!("{pattern}/{what}/ackstore"), |b| {
             b.iter(|| {
                 let (log, meta) = log_and_meta(ours.path());
                 let mut cursor = recover(log, meta, RECORD, CursorConfig::default()).unwrap();
-                if what == "first_answer" {
-                    assert!(cursor.acks.contains(probe).unwrap());
-                } else {
-                    assert_eq!(cursor.acks.range_count().unwrap(), expected_ranges);
-                }
+                answer(&mut cursor.acks);
             });
+        });
+        group.bench_function(format!("{pattern}/{what}/journal"), |b| {
+            b.iter(|| answer(&mut journal_recovered(journal.path())));
         });
         group.bench_function(format!("{pattern}/{what}/redb_roaring"), |b| {
             b.iter(|| {

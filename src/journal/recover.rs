@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use super::host::{Listed, Seal};
 use super::scan::Scan;
 use super::segment::{
-    Segment, check_predecessor, parse_segment_name, segment_name, segment_version, synced_len,
-    window_get,
+    Segment, check_predecessor, durable_len, parse_segment_name, segment_name, segment_version,
+    synced_len, window_get,
 };
 use super::writer::{Writer, write_claim};
 use super::{Counters, Journal, JournalConfig, corrupt, is_not_found};
@@ -353,13 +353,24 @@ impl Journal {
         // them: otherwise a power cut after this owner's first tick (which syncs the directory)
         // leaves that segment empty under a durable name, or drops partitions its synced markers
         // reference. Only the newest segment can be unsynced: a tick syncs the newest before
-        // starting the next.
+        // starting the next. A listed segment whose scan kept nothing past what a finished sync
+        // covered (its slots' claim, or the length a clean close recorded) is durable already:
+        // its name too, since the host lists a segment only after creating it and syncs the
+        // directory with every write of the list, its claim's included, which came after the
+        // read of this list.
         let newest = writer.segments.keys().next_back().copied();
         if let Some(seq) = newest {
-            if let Some(seg) = writer.segments.get(&seq) {
-                seg.file.sync_data()?;
+            let durable = listed.is_some()
+                && writer
+                    .segments
+                    .get(&seq)
+                    .is_some_and(|seg| seg.len <= durable_len(seg, seq, listed));
+            if !durable {
+                if let Some(seg) = writer.segments.get(&seq) {
+                    seg.file.sync_data()?;
+                }
+                storage.sync_dir()?;
             }
-            storage.sync_dir()?;
         }
         let sealed_newest = newest.filter(|newest| seals.iter().any(|s| s.segment == *newest));
         if let Some(seq) = newest.filter(|_| sealed_newest.is_none()) {

@@ -67,6 +67,13 @@ pub(super) fn synced_len(
     Ok((claims, synced.max(closed_len(listed, seq))))
 }
 
+/// The length of segment `seq` (scanned as `seg`) that a finished sync covered: what its slot
+/// copies claim, or the length the store's last clean close recorded of it if larger.
+pub(super) fn durable_len(seg: &Segment, seq: u64, listed: Option<Listed<'_>>) -> u64 {
+    let claimed = seg.claims.iter().copied().max().unwrap_or(0);
+    claimed.max(closed_len(listed, seq))
+}
+
 /// The length of segment `seq` the store's last clean close recorded (0: none).
 fn closed_len(listed: Option<Listed<'_>>, seq: u64) -> u64 {
     listed

@@ -40,6 +40,7 @@ mod journal_threads;
 mod journal_tiny_segments;
 mod legacy_cursor_ledger_adopt;
 mod lifecycle;
+mod open_syncs;
 mod owner_io;
 mod seal;
 mod stress;
