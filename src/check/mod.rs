@@ -39,7 +39,9 @@ mod verify;
 use std::fmt;
 use std::sync::Arc;
 
+use crate::cursor::NO_MARK_DELETE;
 use crate::error::{Error, Result};
+use crate::journal::index::{Committed, CursorId};
 use crate::position::Position;
 use crate::storage::Storage;
 
@@ -121,6 +123,32 @@ pub struct JournalCursor {
     pub batch_records: u64,
     /// Entries acknowledged in part (batch-index acks) in those records.
     pub partial_entries: u64,
+}
+
+impl JournalCursor {
+    /// The committed journal state `state` of cursor `id`, named `cursor` in topic `topic`.
+    pub(super) fn committed(
+        storage: &Arc<dyn Storage>,
+        (id, state): (CursorId, &Committed),
+        topic: Option<String>,
+        cursor: Option<String>,
+    ) -> Self {
+        Self {
+            topic_id: id.topic,
+            topic,
+            cursor_id: id.cursor,
+            cursor,
+            mark_delete: Some(state.state.mark_delete).filter(|p| *p != NO_MARK_DELETE),
+            epoch: state.state.epoch,
+            marker_segment: state.marker.segment,
+            marker_offset: state.marker.offset,
+            partitions: state.rows.len() as u64,
+            acked_entries: state.rows.values().map(|p| p.cardinality).sum(),
+            acked_ranges: crate::journal::committed_ranges(Arc::clone(storage), state).ok(),
+            batch_records: state.batch.len() as u64,
+            partial_entries: state.batch.values().map(|p| p.cardinality).sum(),
+        }
+    }
 }
 
 impl fmt::Display for JournalCursor {

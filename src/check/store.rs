@@ -4,11 +4,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::cursor::NO_MARK_DELETE;
 use crate::error::Result;
 use crate::format::store::Catalog;
 use crate::journal::JournalCheck;
-use crate::journal::index::{Committed, CursorId};
 use crate::storage::Storage;
 
 use super::topic::{collect, read_topic};
@@ -42,7 +40,7 @@ pub(super) fn journal_cursors(
         .states
         .iter()
         .map(|(id, state)| {
-            journal_cursor(
+            JournalCursor::committed(
                 storage,
                 (*id, state),
                 topic_names.get(&id.topic).map(|n| (*n).to_owned()),
@@ -50,30 +48,6 @@ pub(super) fn journal_cursors(
             )
         })
         .collect()
-}
-
-/// The committed journal state `state` of cursor `id`, named `cursor` in topic `topic`.
-pub(super) fn journal_cursor(
-    storage: &Arc<dyn Storage>,
-    (id, state): (CursorId, &Committed),
-    topic: Option<String>,
-    cursor: Option<String>,
-) -> JournalCursor {
-    JournalCursor {
-        topic_id: id.topic,
-        topic,
-        cursor_id: id.cursor,
-        cursor,
-        mark_delete: Some(state.state.mark_delete).filter(|p| *p != NO_MARK_DELETE),
-        epoch: state.state.epoch,
-        marker_segment: state.marker.segment,
-        marker_offset: state.marker.offset,
-        partitions: state.rows.len() as u64,
-        acked_entries: state.rows.values().map(|p| p.cardinality).sum(),
-        acked_ranges: crate::journal::committed_ranges(Arc::clone(storage), state).ok(),
-        batch_records: state.batch.len() as u64,
-        partial_entries: state.batch.values().map(|p| p.cardinality).sum(),
-    }
 }
 
 /// `inspect` of the store in `storage`: every topic of the catalog (its ledger and cursor

@@ -147,7 +147,12 @@ pub(super) fn hosted_journal_cursors(
         .iter()
         .map(|(id, state)| {
             let name = record.cursors.iter().find(|c| c.id == id.cursor);
-            super::store::journal_cursor(storage, (*id, state), None, name.map(|c| c.name.clone()))
+            super::JournalCursor::committed(
+                storage,
+                (*id, state),
+                None,
+                name.map(|c| c.name.clone()),
+            )
         })
         .collect()
 }
