@@ -329,7 +329,13 @@ impl CursorState {
             return Ok(false);
         }
         self.batch.remove(pos)?;
-        self.absorb(layout)?;
+        // Mark-delete moves only when the first entry after it is acknowledged: after every
+        // change the first acknowledged range starts past that entry (`absorb`), so an ack
+        // elsewhere leaves it where it is, and the first range is not looked up (a partition
+        // visit per ack otherwise).
+        if layout.after_mark(self.mark_delete) == Some(pos) {
+            self.absorb(layout)?;
+        }
         Ok(true)
     }
 
@@ -397,12 +403,17 @@ impl CursorState {
             return Err(Error::NoSuchEntry(bad));
         }
         let mut changed = 0;
+        let first_unacked = layout.after_mark(self.mark_delete);
+        let mut fills_first = false;
         for &pos in positions.iter().filter(|p| after_mark(p)) {
             self.batch.prepare(pos)?;
-            changed += u64::from(self.acks.add(pos)?);
+            let added = self.acks.add(pos)?;
+            changed += u64::from(added);
+            fills_first |= added && Some(pos) == first_unacked;
             self.batch.remove(pos)?;
         }
-        if changed > 0 {
+        // As in `ack`: mark-delete moves only when the first entry after it was acknowledged.
+        if fills_first {
             self.absorb(layout)?;
         }
         Ok(changed)
