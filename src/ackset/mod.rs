@@ -17,7 +17,8 @@
 //! charged an upper bound of what its bitmap holds (array containers by their capacity, which
 //! roaring lets grow to twice the contents; bitmap containers 8 KiB; run containers twice the
 //! most runs held since they became run containers), plus a fixed overhead for the container
-//! vector and the LRU node, plus the LRU hash table's slots. The index of live partitions is
+//! vector and the partition's slot in the slab of resident partitions, plus the slab's spare
+//! slots. The index of live partitions is
 //! outside the budget: at most `INDEX_ENTRY_BYTES` (96) per live partition, that is per 65,536
 //! entry ids of ledger span that hold an ack. `tests/ackset_heap.rs` checks the real heap against
 //! budget + `MAX_PARTITION_BYTES` + index with a counting allocator.
@@ -27,6 +28,7 @@
 //! every reported range is maximal.
 
 mod budget;
+mod resident;
 mod set;
 mod store;
 mod wrapper;
@@ -50,9 +52,9 @@ pub type AckRange = (Position, Position);
 
 /// Bytes a resident partition is charged on top of its container's store: the bitmap's vector of
 /// containers (a partition has one container, in a vector that may have grown to 4 slots of 40
-/// bytes: 160), and the LRU cache node holding key, bitmap and flags (88 bytes), rounded up; both
-/// measured with roaring 0.12 and lru 0.19 on a 64-bit target. The LRU's hash table is charged
-/// apart (`LRU_SLOT_BYTES`), the index outside the budget.
+/// bytes: 160, measured with roaring 0.12 on a 64-bit target), and the slot of the slab of
+/// resident partitions holding key, bitmap, flags and links (at most 96 bytes, checked at
+/// compile time). The slab's spare slots are charged apart, the index outside the budget.
 pub const PARTITION_OVERHEAD_BYTES: usize = 256;
 
 /// The most a resident partition is charged. Its container's store is one of: an array of at most
@@ -121,14 +123,13 @@ impl Charge {
         }
     }
 
-    /// The charge after a change of `bitmap`, `grew` if it gained values (`one_insert` if by one
-    /// `insert`). Two growths need no statistics (which scan a bitmap container for its largest
+    /// The charge after a change of `bitmap`, which now holds `len` values, `grew` if it gained
+    /// values (`one_insert` if by one `insert`). Two growths need no statistics (which scan a bitmap container for its largest
     /// value): a bitmap container stays one (8 KiB) unless it becomes full (then `settle` makes
     /// it one run), and an array container that gained one value by `insert` and holds no more
     /// than its capacity and the array limit was neither reallocated (a vector grows only past
     /// its capacity) nor converted, so it is charged as before.
-    fn after_change(self, bitmap: &RoaringBitmap, grew: bool, one_insert: bool) -> Self {
-        let len = bitmap.len();
+    fn after_change(self, bitmap: &RoaringBitmap, len: u64, grew: bool, one_insert: bool) -> Self {
         let same_array = one_insert && len <= self.array_capacity.min(ARRAY_LIMIT) as u64;
         if grew && ((self.bitmap_container && len < PARTITION_SPAN) || same_array) {
             self
@@ -142,17 +143,23 @@ impl Charge {
 /// run container that outgrew the largest plain form is converted back (roaring leaves both as
 /// they are on insert).
 fn settle(bitmap: &mut RoaringBitmap) {
-    if bitmap.len() == PARTITION_SPAN || bitmap.serialized_size() > MAX_BITMAP_BYTES {
+    settle_len(bitmap, bitmap.len());
+}
+
+/// [`settle`] of a bitmap known to hold `len` values (counting a run container's values takes
+/// a walk of its runs).
+fn settle_len(bitmap: &mut RoaringBitmap, len: u64) {
+    if len == PARTITION_SPAN || bitmap.serialized_size() > MAX_BITMAP_BYTES {
         bitmap.optimize();
     }
 }
 
-/// [`settle`] after a change that grew a partition charged `before` by one value: inserting
-/// one value never makes an array or bitmap container a run container, so only a full
-/// partition or a run container needs looking at.
-fn settle_after_insert(bitmap: &mut RoaringBitmap, before: Charge) {
-    if before.run_peak > 0 || bitmap.len() == PARTITION_SPAN {
-        settle(bitmap);
+/// [`settle`] after a change that grew a partition charged `before` by one value, to `len`
+/// values: inserting one value never makes an array or bitmap container a run container, so
+/// only a full partition or a run container needs looking at.
+fn settle_after_insert(bitmap: &mut RoaringBitmap, before: Charge, len: u64) {
+    if before.run_peak > 0 || len == PARTITION_SPAN {
+        settle_len(bitmap, len);
     }
 }
 
@@ -344,8 +351,8 @@ mod tests {
         let insert = |b: &mut RoaringBitmap, v: u32, charge: &mut Charge| {
             let before = *charge;
             assert!(b.insert(v));
-            settle_after_insert(b, before);
-            *charge = before.after_change(b, true, true);
+            settle_after_insert(b, before, b.len());
+            *charge = before.after_change(b, b.len(), true, true);
             assert_eq!(*charge, Charge::of(b, before), "after inserting {v}");
         };
         for v in (0..1 << 16).step_by(3) {

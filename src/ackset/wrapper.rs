@@ -3,22 +3,24 @@
 //! Every live partition is listed in an index (key, cardinality, resident?, dirty?) that stays in
 //! memory outside the budget (at most [`INDEX_ENTRY_BYTES`] a partition); bitmaps are resident or
 //! in the [`PartitionStore`]. A resident partition is charged an upper bound of its heap (see the
-//! module `ackset`), not its serialized size. The partition in
-//! use ("hot", the most recently used) is held apart from the caches of the others, so runs of
-//! acks in one partition cost no lookup. Before another partition becomes hot, the previous one
-//! joins a cache as its most recent entry and partitions are evicted until the resident bytes
-//! are within the budget: they never exceed the budget plus the hot partition.
+//! module `ackset`), not its serialized size. Resident partitions live in the slots of
+//! [`Residents`], which finds them by key, so touching one costs a hash probe and no
+//! allocation. The partition in use ("hot", the most recently used) is in no recency list, so
+//! runs of acks in one partition cost no lookup at all. When another partition becomes hot,
+//! the previous one joins a list as its most recent entry and, if the resident bytes are over
+//! the budget, partitions are evicted until they are within it: they never exceed the budget
+//! plus the hot partition.
 //!
-//! The others are in two LRU caches: *saved* partitions (the store holds their contents) and
+//! The others are in two recency lists: *saved* partitions (the store holds their contents) and
 //! *unsaved* ones. Evictions take the least recently used saved partition while there is one,
 //! since dropping it writes nothing, and store an unsaved one only when no saved one is left;
 //! a shared budget asks other sets for their saved partitions first too
-//! ([`Releasable`](super::Releasable)). A partition moves to the saved cache, as its most
+//! ([`Releasable`](super::Releasable)). A partition moves to the saved list, as its most
 //! recent entry, when the persistence layer says the store holds it
 //! ([`RangeSetWrapper::mark_persisted`]).
 //!
 //! When the store fails (a full disk), the partition it could not take stays resident, *pinned*
-//! outside the cache and past the budget, and later evictions pin unsaved partitions without
+//! in a list of its own, past the budget, and later evictions pin unsaved partitions without
 //! trying the store (saved ones are still dropped) until [`RangeSetWrapper::resume_stores`]:
 //! acks keep working in memory, nothing is lost, and the persistence layer's next successful
 //! flush writes the pinned partitions (they are dirty). `AckSetStats` counts the failures and the
@@ -35,12 +37,12 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Bound;
 
-use lru::LruCache;
 use roaring::RoaringBitmap;
 
+use super::resident::{List, Resident, Residents};
 use super::{
     AckRange, Charge, Direction, LAST_OFFSET, PartitionKey, PartitionStore, RangeJoiner, chunks,
-    clip, count_clipped, settle, settle_after_insert,
+    clip, count_clipped, settle, settle_after_insert, settle_len,
 };
 use super::{BudgetLink, Releasable};
 use crate::error::{CorruptionKind, Error, Result};
@@ -52,53 +54,12 @@ use crate::position::Position;
 /// costs at most one leaf more.
 pub const INDEX_ENTRY_BYTES: usize = 96;
 
-/// Bytes an LRU cache's hash table is charged per slot: 16 bytes of pointers and one control
-/// byte a bucket, at most 16/7 buckets an entry right after the table grew. The table never
-/// shrinks while partitions remain cached, so each cache is charged for the most partitions
-/// it ever held at once, and its table freed when it holds none.
-const LRU_SLOT_BYTES: usize = 40;
-
-/// Resident partitions in least recently used order, and the size of the hash table behind
-/// them.
-struct Cache {
-    map: LruCache<PartitionKey, Resident>,
-    /// The most partitions `map` has held since it was last emptied and freed: its table's size.
-    slots: usize,
-}
-
-impl Cache {
-    fn new() -> Self {
-        Self {
-            map: LruCache::unbounded(),
-            slots: 0,
-        }
-    }
-
-    /// Puts a partition in as the most recently used entry; returns the bytes the table grew by.
-    fn put(&mut self, key: PartitionKey, resident: Resident) -> usize {
-        self.map.put(key, resident);
-        let grown = self.map.len().saturating_sub(self.slots);
-        self.slots += grown;
-        grown * LRU_SLOT_BYTES
-    }
-
-    /// Frees the table if no partition is left in it; returns the bytes freed.
-    fn free_if_empty(&mut self) -> usize {
-        if !self.map.is_empty() || self.slots == 0 {
-            return 0;
-        }
-        let freed = self.slots * LRU_SLOT_BYTES;
-        *self = Self::new();
-        freed
-    }
-}
-
 /// Counters and sizes of a cursor's ack set: resident bytes against its budget, partitions
 /// resident, evicted and loaded.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AckSetStats {
-    /// Bytes charged for resident partitions (an upper bound of each one's heap) and for the LRU
-    /// caches' hash tables.
+    /// Bytes charged for resident partitions (an upper bound of each one's heap) and for the
+    /// spare slots and the table of the slab that holds them.
     pub resident_bytes: usize,
     /// The highest `resident_bytes` ever reached.
     pub peak_resident_bytes: usize,
@@ -132,23 +93,13 @@ pub struct AckSetStats {
     pub shared_limit_bytes: usize,
 }
 
-/// A live partition. While it is resident, its [`Resident`] holds the authoritative cardinality
-/// (the bitmap's) and dirty flag, and `cardinality`/`dirty` here are stale until it is evicted.
+/// A live partition. While it is resident (in the [`Residents`]), its [`Resident`] holds the
+/// authoritative cardinality (the bitmap's) and dirty flag, and `cardinality`/`dirty` here are
+/// stale until it is evicted.
 #[derive(Clone, Copy, Debug)]
 struct IndexEntry {
     cardinality: u64,
     resident: bool,
-    dirty: bool,
-}
-
-#[derive(Debug)]
-struct Resident {
-    bitmap: RoaringBitmap,
-    /// What the partition is charged against the budget.
-    charge: Charge,
-    /// The store does not hold the current contents.
-    unsaved: bool,
-    /// Changed since the last `mark_clean`.
     dirty: bool,
 }
 
@@ -164,22 +115,16 @@ pub struct RangeSetWrapper {
     /// Bytes of state outside the partitions charged to `budget` ([`Self::set_charge`]).
     charged: usize,
     index: BTreeMap<PartitionKey, IndexEntry>,
-    /// Resident partitions other than the hot one whose contents the store holds.
-    saved: Cache,
-    /// Bytes charged for the partitions in `saved`.
-    saved_bytes: usize,
-    /// Resident partitions other than the hot and pinned ones that the store does not hold.
-    unsaved: Cache,
-    /// The most recently used partition, resident but in no cache.
-    hot: Option<(PartitionKey, Resident)>,
-    /// Unsaved partitions the store could not take: resident, in no cache and not `hot`.
-    pinned: BTreeMap<PartitionKey, Resident>,
+    /// Resident partitions: the hot one, and the others in their lists (saved, unsaved, and
+    /// pinned: unsaved ones the store could not take).
+    residents: Residents,
     /// A store failed since the last [`RangeSetWrapper::resume_stores`]: evictions pin unsaved
     /// partitions instead of storing them.
     stores_blocked: bool,
     store_failures: u64,
     len: u64,
-    resident_bytes: usize,
+    /// Bytes charged for the resident partitions (their slots included; not the spare ones).
+    partition_bytes: usize,
     peak_resident_bytes: usize,
     dirty: usize,
     loads: u64,
@@ -207,15 +152,11 @@ impl RangeSetWrapper {
             budget: budget_bytes,
             charged: 0,
             index: BTreeMap::new(),
-            saved: Cache::new(),
-            saved_bytes: 0,
-            unsaved: Cache::new(),
-            hot: None,
-            pinned: BTreeMap::new(),
+            residents: Residents::new(),
             stores_blocked: false,
             store_failures: 0,
             len: 0,
-            resident_bytes: 0,
+            partition_bytes: 0,
             peak_resident_bytes: 0,
             dirty: 0,
             loads: 0,
@@ -240,27 +181,38 @@ impl RangeSetWrapper {
     /// but what the store could not take; returns the bytes freed. For another cursor that
     /// needs the shared budget's room.
     pub(crate) fn release(&mut self, bytes: usize, what: Releasable) -> usize {
-        let before = self.resident_bytes;
-        self.retire_hot();
-        while before.saturating_sub(self.resident_bytes) < bytes
+        let before = self.resident_bytes();
+        self.residents.retire_hot();
+        while before.saturating_sub(self.resident_bytes()) < bytes
             && self.evict_one(what == Releasable::Any)
         {}
         self.free_tables();
         self.publish();
-        before.saturating_sub(self.resident_bytes)
+        before.saturating_sub(self.resident_bytes())
+    }
+
+    /// Bytes charged for the resident partitions and the slab's spare slots.
+    fn resident_bytes(&self) -> usize {
+        self.partition_bytes + self.residents.overhead_bytes()
+    }
+
+    /// Raises the peak to the resident bytes now, if they are higher.
+    fn note_peak(&mut self) {
+        self.peak_resident_bytes = self.peak_resident_bytes.max(self.resident_bytes());
     }
 
     /// Publishes the resident plus charged bytes, and the saved ones among them, to the
     /// shared budget, if any.
     fn publish(&self) {
         if let Some(link) = &self.link {
-            let hot_saved = match &self.hot {
-                Some((_, resident)) if !resident.unsaved => resident.charge.bytes,
-                _ => 0,
-            };
+            let hot_saved = self
+                .residents
+                .hot()
+                .filter(|r| !r.unsaved)
+                .map_or(0, |r| r.charge.bytes);
             link.publish(
-                self.resident_bytes + self.charged,
-                self.saved_bytes + hot_saved,
+                self.resident_bytes() + self.charged,
+                self.residents.list_bytes(List::Saved) + hot_saved,
             );
         }
     }
@@ -290,7 +242,10 @@ impl RangeSetWrapper {
     /// Adds one position; `true` if it was not acked before.
     pub fn add(&mut self, pos: Position) -> Result<bool> {
         let offset = PartitionKey::offset_of(pos.entry_id);
-        let added = self.with_partition(PartitionKey::of(pos), true, |b| b.insert(offset))?;
+        let added = self.change_partition(PartitionKey::of(pos), true, |b, len| {
+            let added = b.insert(offset);
+            (added, len + u64::from(added))
+        })?;
         Ok(added.unwrap_or(false))
     }
 
@@ -300,7 +255,10 @@ impl RangeSetWrapper {
         let mut added = 0;
         for (key, lo, hi) in chunks(ledger_id, first, last) {
             added += self
-                .with_partition(key, true, |b| b.insert_range(lo..=hi))?
+                .change_partition(key, true, |b, len| {
+                    let added = b.insert_range(lo..=hi);
+                    (added, len + added)
+                })?
                 .unwrap_or(0);
         }
         Ok(added)
@@ -309,7 +267,7 @@ impl RangeSetWrapper {
     /// Whether `pos` is acked.
     pub fn contains(&mut self, pos: Position) -> Result<bool> {
         let offset = PartitionKey::offset_of(pos.entry_id);
-        let found = self.with_partition(PartitionKey::of(pos), false, |b| b.contains(offset))?;
+        let found = self.read_partition(PartitionKey::of(pos), |b| b.contains(offset))?;
         Ok(found.unwrap_or(false))
     }
 
@@ -319,7 +277,7 @@ impl RangeSetWrapper {
     pub fn remove_at_most(&mut self, pos: Position) -> Result<()> {
         let key = PartitionKey::of(pos);
         let offset = PartitionKey::offset_of(pos.entry_id);
-        self.with_partition(key, false, |b| b.remove_range(..=offset))?;
+        self.change_partition(key, false, |b, len| ((), len - b.remove_range(..=offset)))?;
         let below: Vec<PartitionKey> = self.index.range(..key).map(|(k, _)| *k).collect();
         for k in below {
             self.drop_partition(k);
@@ -394,7 +352,7 @@ impl RangeSetWrapper {
             }
         }
         for (key, bounds) in edges {
-            let counted = self.with_partition(key, false, |b| count_clipped(b, Some(bounds)))?;
+            let counted = self.read_partition(key, |b| count_clipped(b, Some(bounds)))?;
             total += counted.unwrap_or(0);
         }
         Ok(total)
@@ -408,8 +366,8 @@ impl RangeSetWrapper {
         ) else {
             return Ok(None);
         };
-        let lo = self.with_partition(first, false, |b| b.min())?.flatten();
-        let hi = self.with_partition(last, false, |b| b.max())?.flatten();
+        let lo = self.read_partition(first, RoaringBitmap::min)?.flatten();
+        let hi = self.read_partition(last, RoaringBitmap::max)?.flatten();
         Ok(lo
             .zip(hi)
             .map(|(lo, hi)| (first.position(lo), last.position(hi))))
@@ -421,14 +379,10 @@ impl RangeSetWrapper {
             self.store.forget(*key);
         }
         self.index.clear();
-        self.saved = Cache::new();
-        self.saved_bytes = 0;
-        self.unsaved = Cache::new();
-        self.hot = None;
-        self.pinned.clear();
+        self.residents = Residents::new();
         self.stores_blocked = false;
         self.len = 0;
-        self.resident_bytes = 0;
+        self.partition_bytes = 0;
         self.dirty = 0;
         self.publish();
     }
@@ -455,7 +409,7 @@ impl RangeSetWrapper {
     /// A copy of `key`'s bitmap (`entry_id - key.first_entry()`), loading it if needed; `None`
     /// if the partition does not exist.
     pub fn bitmap(&mut self, key: PartitionKey) -> Result<Option<RoaringBitmap>> {
-        self.with_partition(key, false, |b| b.clone())
+        self.read_partition(key, RoaringBitmap::clone)
     }
 
     /// The partition's current contents are persisted: it is no longer dirty. Does not touch the
@@ -464,18 +418,9 @@ impl RangeSetWrapper {
         let Some(entry) = self.index.get_mut(&key) else {
             return;
         };
-        let resident = match &mut self.hot {
-            Some((hot, resident)) if *hot == key => Some(resident),
-            _ if entry.resident => self
-                .saved
-                .map
-                .peek_mut(&key)
-                .or_else(|| self.unsaved.map.peek_mut(&key))
-                .or_else(|| self.pinned.get_mut(&key)),
-            _ => None,
-        };
+        let resident = entry.resident.then(|| self.residents.find(key)).flatten();
         let dirty = match resident {
-            Some(resident) => &mut resident.dirty,
+            Some(slot) => &mut self.residents.get_mut(slot).dirty,
             None => &mut entry.dirty,
         };
         if *dirty {
@@ -490,15 +435,12 @@ impl RangeSetWrapper {
     /// [`Self::resume_stores`]). An unknown key is ignored.
     pub fn mark_persisted(&mut self, key: PartitionKey) {
         self.mark_clean(key);
-        if let Some((hot, resident)) = &mut self.hot
-            && *hot == key
-        {
-            resident.unsaved = false;
-        } else if let Some(mut resident) = self.unsaved.map.pop(&key) {
-            resident.unsaved = false;
-            self.cache(key, resident);
-        } else if let Some(resident) = self.pinned.get_mut(&key) {
-            resident.unsaved = false;
+        let Some(slot) = self.residents.find(key) else {
+            return;
+        };
+        self.residents.get_mut(slot).unsaved = false;
+        if self.residents.list_of(slot) == Some(List::Unsaved) {
+            self.residents.relist(slot, List::Saved, true);
         }
     }
 
@@ -506,7 +448,7 @@ impl RangeSetWrapper {
     /// them (or stores are held).
     #[must_use]
     pub fn pinned_partitions(&self) -> usize {
-        self.pinned.len()
+        self.residents.list_len(List::Pinned)
     }
 
     /// Evictions pin unsaved partitions instead of storing them until
@@ -517,19 +459,25 @@ impl RangeSetWrapper {
     }
 
     /// The store takes writes again (the persistence layer's last flush succeeded): pinned
-    /// partitions rejoin the cache as its least recently used entries and are evicted down to
-    /// the budget, each stored first if still unsaved (a failure pins it again).
+    /// partitions rejoin their lists, in key order, as their least recently used entries and
+    /// are evicted down to the budget, each stored first if still unsaved (a failure pins it
+    /// again).
     pub fn resume_stores(&mut self) {
         self.stores_blocked = false;
-        for (key, resident) in std::mem::take(&mut self.pinned) {
-            let unsaved = resident.unsaved;
-            self.cache(key, resident);
-            let cache = if unsaved {
-                &mut self.unsaved
+        let mut pinned: Vec<(PartitionKey, u32)> = self
+            .residents
+            .slots_of(List::Pinned)
+            .into_iter()
+            .map(|slot| (self.residents.key(slot), slot))
+            .collect();
+        pinned.sort_unstable();
+        for (_, slot) in pinned {
+            let list = if self.residents.get(slot).unsaved {
+                List::Unsaved
             } else {
-                &mut self.saved
+                List::Saved
             };
-            cache.map.demote(&key);
+            self.residents.relist(slot, list, false);
         }
         self.make_room();
     }
@@ -585,7 +533,7 @@ impl RangeSetWrapper {
             .link
             .as_ref()
             .map_or(self.budget, |l| self.budget.min(l.room()));
-        room.saturating_sub(self.resident_bytes)
+        room.saturating_sub(self.resident_bytes())
     }
 
     /// Lowers the charge of state kept beside the partitions to `bytes` (at most the current
@@ -600,68 +548,73 @@ impl RangeSetWrapper {
     #[must_use]
     pub fn stats(&self) -> AckSetStats {
         AckSetStats {
-            resident_bytes: self.resident_bytes,
+            resident_bytes: self.resident_bytes(),
             peak_resident_bytes: self.peak_resident_bytes,
             budget_bytes: self.budget,
             charged_bytes: self.charged,
             index_bytes: self.index.len() * INDEX_ENTRY_BYTES,
-            resident_partitions: self.saved.map.len()
-                + self.unsaved.map.len()
-                + self.pinned.len()
-                + usize::from(self.hot.is_some()),
+            resident_partitions: self.residents.len(),
             partitions: self.index.len(),
             dirty_partitions: self.dirty,
             loads: self.loads,
             evictions: self.evictions,
             stores: self.stores,
             store_failures: self.store_failures,
-            pinned_partitions: self.pinned.len(),
+            pinned_partitions: self.residents.list_len(List::Pinned),
             shared_limit_bytes: self.link.as_ref().map_or(0, |l| l.budget().limit()),
         }
     }
 
     /// `(cardinality, dirty)` of a live partition, from its resident copy if it has one.
     fn state(&self, key: PartitionKey, entry: &IndexEntry) -> (u64, bool) {
-        let resident = match &self.hot {
-            Some((hot, resident)) if *hot == key => Some(resident),
-            _ if entry.resident => self
-                .saved
-                .map
-                .peek(&key)
-                .or_else(|| self.unsaved.map.peek(&key))
-                .or_else(|| self.pinned.get(&key)),
-            _ => None,
+        match entry.resident.then(|| self.residents.find(key)).flatten() {
+            Some(slot) => {
+                let r = self.residents.get(slot);
+                (u64::from(r.len), r.dirty)
+            }
+            None => (entry.cardinality, entry.dirty),
+        }
+    }
+
+    /// Runs `f` on `key`'s bitmap, made hot first; `None` when the partition does not exist.
+    fn read_partition<R>(
+        &mut self,
+        key: PartitionKey,
+        f: impl FnOnce(&RoaringBitmap) -> R,
+    ) -> Result<Option<R>> {
+        let Some(slot) = self.hot_slot(key, false)? else {
+            return Ok(None);
         };
-        resident.map_or((entry.cardinality, entry.dirty), |r| {
-            (r.bitmap.len(), r.dirty)
-        })
+        let out = f(&self.residents.get(slot).bitmap);
+        self.touched();
+        Ok(Some(out))
     }
 
     /// Runs `f` on `key`'s bitmap, made hot first (created empty when `create` and the partition
-    /// does not exist; `None` when it does not exist and not `create`). If `f` changed the
-    /// cardinality, the partition becomes dirty and unsaved, and is dropped if empty.
-    fn with_partition<R>(
+    /// does not exist; `None` when it does not exist and not `create`); `f` is given the
+    /// bitmap's cardinality and returns it after its change. If it changed, the partition
+    /// becomes dirty and unsaved, and is dropped if empty.
+    fn change_partition<R>(
         &mut self,
         key: PartitionKey,
         create: bool,
-        f: impl FnOnce(&mut RoaringBitmap) -> R,
+        f: impl FnOnce(&mut RoaringBitmap, u64) -> (R, u64),
     ) -> Result<Option<R>> {
-        if self.hot.as_ref().is_none_or(|(hot, _)| *hot != key) && !self.make_hot(key, create)? {
+        let Some(slot) = self.hot_slot(key, create)? else {
             return Ok(None);
-        }
-        let (_, resident) = self
-            .hot
-            .as_mut()
-            .expect("make_hot leaves the partition hot");
-        let before = resident.bitmap.len();
-        let out = f(&mut resident.bitmap);
-        let after = resident.bitmap.len();
+        };
+        let resident = self.residents.get_mut(slot);
+        let before = u64::from(resident.len);
+        let (out, after) = f(&mut resident.bitmap, before);
+        debug_assert_eq!(after, resident.bitmap.len(), "the cardinality f returned");
         if before != after {
-            if after == before + 1 {
-                settle_after_insert(&mut resident.bitmap, resident.charge);
+            let one_insert = after == before + 1;
+            if one_insert {
+                settle_after_insert(&mut resident.bitmap, resident.charge, after);
             } else {
-                settle(&mut resident.bitmap);
+                settle_len(&mut resident.bitmap, after);
             }
+            resident.len = u32::try_from(after).expect("a partition holds at most 2^16 values");
             resident.unsaved = true;
             if !resident.dirty {
                 resident.dirty = true;
@@ -670,15 +623,35 @@ impl RangeSetWrapper {
             let charge =
                 resident
                     .charge
-                    .after_change(&resident.bitmap, after > before, after == before + 1);
-            self.resident_bytes = self.resident_bytes - resident.charge.bytes + charge.bytes;
-            self.peak_resident_bytes = self.peak_resident_bytes.max(self.resident_bytes);
-            resident.charge = charge;
+                    .after_change(&resident.bitmap, after, after > before, one_insert);
+            // Written only when it changed: most inserts leave the charge as it was.
+            if charge != resident.charge {
+                let old = std::mem::replace(&mut resident.charge, charge);
+                if charge.bytes != old.bytes {
+                    self.partition_bytes = self.partition_bytes - old.bytes + charge.bytes;
+                    self.note_peak();
+                }
+            }
             self.len = self.len - before + after;
         }
         if after == 0 {
             self.drop_partition(key);
         }
+        self.touched();
+        Ok(Some(out))
+    }
+
+    /// The slot of `key`'s partition, made hot first (see [`Self::make_hot`]).
+    fn hot_slot(&mut self, key: PartitionKey, create: bool) -> Result<Option<u32>> {
+        match self.residents.hot_slot(key) {
+            Some(slot) => Ok(Some(slot)),
+            None => self.make_hot(key, create),
+        }
+    }
+
+    /// After every operation on a partition: in a shared budget, publishes this set's bytes
+    /// (and that it was used last) and makes room if the total is over the limit.
+    fn touched(&mut self) {
         if let Some(link) = &self.link {
             self.publish();
             if link.excess() > 0 {
@@ -687,77 +660,62 @@ impl RangeSetWrapper {
                 link.settled();
             }
         }
-        Ok(Some(out))
     }
 
-    /// Makes `key` the hot partition: the previous hot one joins the LRU cache, others are
-    /// evicted down to the budget, then `key` is taken from the cache, loaded, or (when `create`)
-    /// created empty. `false` if it does not exist and is not to be created. On `Err` nothing
-    /// observable has changed.
-    fn make_hot(&mut self, key: PartitionKey, create: bool) -> Result<bool> {
-        // A resident partition other than the hot one is in a cache (or pinned): no index
-        // lookup needed.
-        if let Some(resident) = self.uncache(key).or_else(|| self.pinned.remove(&key)) {
-            self.retire_hot();
-            self.make_room();
-            self.hot = Some((key, resident));
-            return Ok(true);
+    /// Makes `key` the hot partition and returns its slot: the previous hot one joins its list,
+    /// then `key` is taken from its list, loaded, or (when `create`) created empty, and when
+    /// that leaves the resident bytes over the budget, others are evicted down to it (before a
+    /// load or a creation, which add bytes). `None` if it does not exist and is not to be
+    /// created. On `Err` nothing observable has changed.
+    fn make_hot(&mut self, key: PartitionKey, create: bool) -> Result<Option<u32>> {
+        if let Some(slot) = self.residents.find(key) {
+            // No bytes change: eviction is needed only if the previous hot partition was past
+            // the budget.
+            self.residents.retire_hot();
+            self.residents.make_hot(slot);
+            if self.over_budget() {
+                self.make_room();
+                // Making room may have moved the hot partition to the slab's first slot.
+                return Ok(self.residents.hot_slot(key));
+            }
+            return Ok(Some(slot));
         }
         let entry = self.index.get(&key).copied();
         if entry.is_none() && !create {
-            return Ok(false);
+            return Ok(None);
         }
-        self.retire_hot();
+        self.residents.retire_hot();
+        // The slot first, so that room is made for the slab's growth too.
+        self.residents.reserve_one();
         self.make_room();
         let resident = if let Some(entry) = entry {
             let bitmap = self.load(key, entry.cardinality)?;
             self.loads += 1;
             self.admit(key, bitmap, false, entry.dirty)
         } else {
-            let entry = IndexEntry {
-                cardinality: 0,
-                resident: false,
-                dirty: false,
-            };
-            self.index.insert(key, entry);
             self.admit(key, RoaringBitmap::new(), true, false)
         };
-        self.hot = Some((key, resident));
-        Ok(true)
+        let slot = self.residents.insert_hot(resident);
+        self.note_peak();
+        self.index
+            .entry(key)
+            .and_modify(|e| e.resident = true)
+            .or_insert(IndexEntry {
+                cardinality: 0,
+                resident: true,
+                dirty: false,
+            });
+        Ok(Some(slot))
     }
 
-    /// Moves the hot partition, if any, into its cache as the most recently used entry.
-    fn retire_hot(&mut self) {
-        if let Some((previous, resident)) = self.hot.take() {
-            self.cache(previous, resident);
-        }
+    /// Whether the resident bytes, with the charge, are over this set's budget, or the shared
+    /// budget's total over its limit (as last published).
+    fn over_budget(&self) -> bool {
+        self.resident_bytes() + self.charged > self.budget
+            || self.link.as_ref().is_some_and(|l| l.excess() > 0)
     }
 
-    /// Puts a resident partition in its cache (saved or unsaved) as the most recently used
-    /// entry, charging the hash table's growth.
-    fn cache(&mut self, key: PartitionKey, resident: Resident) {
-        let grown = if resident.unsaved {
-            self.unsaved.put(key, resident)
-        } else {
-            self.saved_bytes += resident.charge.bytes;
-            self.saved.put(key, resident)
-        };
-        if grown > 0 {
-            self.resident_bytes += grown;
-            self.peak_resident_bytes = self.peak_resident_bytes.max(self.resident_bytes);
-        }
-    }
-
-    /// Takes `key` out of the cache that holds it, if one does.
-    fn uncache(&mut self, key: PartitionKey) -> Option<Resident> {
-        if let Some(resident) = self.saved.map.pop(&key) {
-            self.saved_bytes -= resident.charge.bytes;
-            return Some(resident);
-        }
-        self.unsaved.map.pop(&key)
-    }
-
-    /// Charges a bitmap that becomes resident and marks it resident in the index.
+    /// Charges a bitmap that becomes resident.
     fn admit(
         &mut self,
         key: PartitionKey,
@@ -766,17 +724,8 @@ impl RangeSetWrapper {
         dirty: bool,
     ) -> Resident {
         let charge = Charge::of(&bitmap, Charge::default());
-        self.resident_bytes += charge.bytes;
-        self.peak_resident_bytes = self.peak_resident_bytes.max(self.resident_bytes);
-        if let Some(entry) = self.index.get_mut(&key) {
-            entry.resident = true;
-        }
-        Resident {
-            bitmap,
-            charge,
-            unsaved,
-            dirty,
-        }
+        self.partition_bytes += charge.bytes;
+        Resident::new(key, bitmap, charge, unsaved, dirty)
     }
 
     /// Loads a partition the index lists with `expected` entries, checking it.
@@ -801,18 +750,18 @@ impl RangeSetWrapper {
         Ok(bitmap)
     }
 
-    /// Evicts cached partitions until the resident bytes are within the budget (the hot
+    /// Evicts listed partitions until the resident bytes are within the budget (the hot
     /// partition is never evicted; one the store cannot take is pinned): saved partitions
     /// first, this set's and then, in a shared budget, other sets' (asked through the budget),
-    /// and only then unsaved ones, which are stored first (a write on this thread). An empty
-    /// cache's table is freed if the resident bytes are still over the budget.
+    /// and only then unsaved ones, which are stored first (a write on this thread). The slab's
+    /// spare slots are freed if the resident bytes are still over the budget.
     fn make_room(&mut self) {
         let room = self.reclaim_shared(Releasable::Saved);
         self.evict_to(room, false);
-        if self.resident_bytes > room {
+        if self.resident_bytes() > room {
             let room = self.reclaim_shared(Releasable::Any);
             self.evict_to(room, true);
-            if self.resident_bytes > room {
+            if self.resident_bytes() > room {
                 self.free_tables();
             }
         }
@@ -835,48 +784,56 @@ impl RangeSetWrapper {
         room.min(link.room().saturating_sub(self.charged))
     }
 
-    /// Evicts cached partitions, saved ones first, until the resident bytes are at most `room`
+    /// Evicts listed partitions, saved ones first, until the resident bytes are at most `room`
     /// or none of what `unsaved_too` allows is left.
     fn evict_to(&mut self, room: usize, unsaved_too: bool) {
-        while self.resident_bytes > room && self.evict_one(unsaved_too) {}
+        while self.resident_bytes() > room && self.evict_one(unsaved_too) {}
     }
 
-    /// Frees the hash table of each empty cache.
+    /// Gives back the slab's spare slots when no partition but the hot one is resident.
     fn free_tables(&mut self) {
-        self.resident_bytes -= self.saved.free_if_empty() + self.unsaved.free_if_empty();
+        self.residents.shrink();
     }
 
     /// Evicts the least recently used saved partition (dropped: the store holds it) or, when
-    /// none is cached and `unsaved_too`, the least recently used unsaved one, storing it first.
+    /// none is listed and `unsaved_too`, the least recently used unsaved one, storing it first.
     /// If the store fails, or failed since the last [`Self::resume_stores`], the unsaved
     /// partition is pinned instead: it stays resident, past the budget. Returns `false` when
     /// there was nothing to evict.
     fn evict_one(&mut self, unsaved_too: bool) -> bool {
-        let (key, resident) = if let Some((key, resident)) = self.saved.map.pop_lru() {
-            self.saved_bytes -= resident.charge.bytes;
-            (key, resident)
-        } else if let Some((key, resident)) =
-            unsaved_too.then(|| self.unsaved.map.pop_lru()).flatten()
+        let slot = if let Some(slot) = self.residents.oldest(List::Saved) {
+            slot
+        } else if let Some(slot) = unsaved_too
+            .then(|| self.residents.oldest(List::Unsaved))
+            .flatten()
         {
-            if !self.stores_blocked && self.store.store(key, &resident.bitmap).is_err() {
+            let key = self.residents.key(slot);
+            if !self.stores_blocked
+                && self
+                    .store
+                    .store(key, &self.residents.get(slot).bitmap)
+                    .is_err()
+            {
                 // The error itself is not the caller's: nothing is lost, and the persistence
                 // layer's next flush meets the same condition and reports it.
                 self.store_failures += 1;
                 self.stores_blocked = true;
             }
             if self.stores_blocked {
-                self.pinned.insert(key, resident);
+                self.residents.relist(slot, List::Pinned, true);
                 return true;
             }
             self.stores += 1;
-            (key, resident)
+            slot
         } else {
             return false;
         };
-        self.resident_bytes -= resident.charge.bytes;
+        let key = self.residents.key(slot);
+        let resident = self.residents.remove(slot);
+        self.partition_bytes -= resident.charge.bytes;
         if let Some(entry) = self.index.get_mut(&key) {
             entry.resident = false;
-            entry.cardinality = resident.bitmap.len();
+            entry.cardinality = u64::from(resident.len);
             entry.dirty = resident.dirty;
         }
         self.evictions += 1;
@@ -885,24 +842,17 @@ impl RangeSetWrapper {
 
     /// Removes a partition entirely: index, memory, and the store's copy.
     fn drop_partition(&mut self, key: PartitionKey) {
-        let Some(entry) = self.index.get(&key) else {
+        let Some(entry) = self.index.remove(&key) else {
             return;
         };
-        let (cardinality, dirty) = self.state(key, entry);
-        self.index.remove(&key);
+        let (cardinality, dirty) = self.state(key, &entry);
         self.len -= cardinality;
         if dirty {
             self.dirty -= 1;
         }
-        let resident = match self.hot.take() {
-            Some((hot, resident)) if hot == key => Some(resident),
-            other => {
-                self.hot = other;
-                self.uncache(key).or_else(|| self.pinned.remove(&key))
-            }
-        };
-        if let Some(resident) = resident {
-            self.resident_bytes -= resident.charge.bytes;
+        if let Some(slot) = self.residents.find(key) {
+            let resident = self.residents.remove(slot);
+            self.partition_bytes -= resident.charge.bytes;
         }
         self.free_tables();
         self.store.forget(key);
@@ -939,7 +889,7 @@ impl RangeSetWrapper {
             {
                 return Ok(());
             }
-            let more = self.with_partition(key, false, |b| joiner.push_bitmap(key, b, f))?;
+            let more = self.read_partition(key, |b| joiner.push_bitmap(key, b, f))?;
             if more == Some(false) {
                 return Ok(());
             }
@@ -1032,6 +982,35 @@ mod tests {
         assert_eq!((s.evictions, s.stores), (2, 1), "{s:?}");
         assert!(!w.is_resident(key(1, 0)));
         assert_eq!(w.range_count().expect("count"), 5);
+    }
+
+    #[test]
+    fn partitions_used_in_turn_under_every_small_budget_keep_every_ack() {
+        // Budgets from nothing to a few partitions, in steps smaller than one: evictions, the
+        // slab growing past what the budget leaves and giving its spare slots back all happen
+        // while partitions that are still resident are used again.
+        for budget in (0..40).map(|i| i * 40) {
+            let mut w = RangeSetWrapper::new(Box::new(MemPartitionStore::new()), budget);
+            let mut model = crate::ackset::AckSet::new();
+            for round in 0..6u64 {
+                for ledger in (1..=6u64).map(|l| if round % 2 == 0 { l } else { 7 - l }) {
+                    let pos = p(ledger, round * 3 + ledger % 2);
+                    assert_eq!(w.contains(pos).expect("contains"), model.contains(pos));
+                    assert_eq!(w.add(pos).expect("add"), model.add(pos), "budget {budget}");
+                    if ledger == round + 1 {
+                        w.add_range(ledger, 100, 100 + 500 * round).expect("add");
+                        model.add_range(ledger, 100, 100 + 500 * round);
+                    }
+                    let s = w.stats();
+                    assert!(s.resident_bytes <= budget + MAX_PARTITION_BYTES, "{s:?}");
+                }
+            }
+            assert_eq!(w.len(), model.len(), "budget {budget}");
+            assert_eq!(
+                w.ranges().expect("ranges"),
+                model.ranges().collect::<Vec<_>>()
+            );
+        }
     }
 
     #[test]

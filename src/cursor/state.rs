@@ -189,7 +189,8 @@ impl CursorState {
     /// Whether evictions kept unsaved state resident past the budget: ack partitions pinned,
     /// or partial entries beyond the room the ack set leaves them.
     pub(crate) fn holds_unsaved_past_budget(&self) -> bool {
-        self.acks.pinned_partitions() > 0 || self.batch.bytes() > self.acks.room_for_charge()
+        self.acks.pinned_partitions() > 0
+            || (self.batch.bytes() > 0 && self.batch.bytes() > self.acks.room_for_charge())
     }
 
     /// Releases up to `bytes` of resident ack state of `what` (ack partitions first, then,
@@ -323,13 +324,35 @@ impl CursorState {
         if !layout.contains(pos) {
             return Err(Error::NoSuchEntry(pos));
         }
-        // Loaded first, so the partial entry leaves with the ack, not on a later error.
-        self.batch.prepare(pos)?;
+        // With no partial entry anywhere (resident or cold) there is none to load or forget.
+        let batched = self.batch.len() > 0;
+        if batched {
+            // Loaded first, so the partial entry leaves with the ack, not on a later error.
+            self.batch.prepare(pos)?;
+        }
+        // Mark-delete moves only when the first entry after it is acknowledged: after every
+        // change the first acknowledged range starts past that entry (`absorb`), so an ack
+        // elsewhere leaves it where it is, and the first range is not looked up (a partition
+        // visit per ack otherwise). That entry is never in `acks`: mark-delete moves onto it
+        // without it, and over the acknowledged entries that follow it, if the next one is.
+        if layout.after_mark(self.mark_delete) == Some(pos) {
+            if batched {
+                self.batch.remove(pos)?;
+            }
+            self.mark_delete = Some(pos);
+            if let Some(next) = layout.after(pos)
+                && self.acks.contains(next)?
+            {
+                self.absorb(layout)?;
+            }
+            return Ok(true);
+        }
         if !self.acks.add(pos)? {
             return Ok(false);
         }
-        self.batch.remove(pos)?;
-        self.absorb(layout)?;
+        if batched {
+            self.batch.remove(pos)?;
+        }
         Ok(true)
     }
 
@@ -397,12 +420,23 @@ impl CursorState {
             return Err(Error::NoSuchEntry(bad));
         }
         let mut changed = 0;
+        let first_unacked = layout.after_mark(self.mark_delete);
+        let mut fills_first = false;
+        // As in `ack`: no partial entry to load or forget when there is none at all.
+        let batched = self.batch.len() > 0;
         for &pos in positions.iter().filter(|p| after_mark(p)) {
-            self.batch.prepare(pos)?;
-            changed += u64::from(self.acks.add(pos)?);
-            self.batch.remove(pos)?;
+            if batched {
+                self.batch.prepare(pos)?;
+            }
+            let added = self.acks.add(pos)?;
+            changed += u64::from(added);
+            fills_first |= added && Some(pos) == first_unacked;
+            if batched {
+                self.batch.remove(pos)?;
+            }
         }
-        if changed > 0 {
+        // As in `ack`: mark-delete moves only when the first entry after it was acknowledged.
+        if fills_first {
             self.absorb(layout)?;
         }
         Ok(changed)

@@ -291,6 +291,11 @@ fn random_batch_ack_sequences_with_seeks_deletions_and_power_cuts_match_the_mode
 /// under a budget that evicts partial entries to the journal, while the store's flusher pool
 /// and a thread calling `flush_all` run ticks over segments small enough to roll over: after a
 /// last flush and a power cut the cursor holds exactly every message acknowledged.
+///
+/// The ticking thread acknowledges one more entry of a cursor of its own before each tick until
+/// a rollover has deleted a segment, and keeps ticking until then: every tick writes a marker
+/// whatever the other threads did, so a rollover comes after a bounded number of ticks, however
+/// the threads interleave and however many evictions they make.
 #[test]
 fn acks_of_the_same_entries_from_several_threads_with_evictions_rollovers_and_flushers_are_kept() {
     let mut config = config();
@@ -312,10 +317,19 @@ fn acks_of_the_same_entries_from_several_threads_with_evictions_rollovers_and_fl
         .collect();
     topic.sync().expect("sync");
     let c = earliest(&topic, "sub");
+    let filler = earliest(&topic, "filler");
     let done = std::sync::atomic::AtomicBool::new(false);
     let want: Messages = std::thread::scope(|s| {
         let ticker = s.spawn(|| {
-            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+            let mut fill = entries.iter();
+            let rolled = || store.journal_stats().rollovers > 0;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) || !rolled() {
+                if !rolled() {
+                    let &(pos, _) = fill
+                        .next()
+                        .expect("a rollover before the filler acknowledged every entry");
+                    filler.ack(pos).expect("filler ack");
+                }
                 store.flush_all().expect("tick");
             }
         });
@@ -349,6 +363,7 @@ fn acks_of_the_same_entries_from_several_threads_with_evictions_rollovers_and_fl
     assert!(stats.batch_evictions > 0, "{stats:?}");
     c.flush().expect("flush");
     assert!(store.journal_stats().rollovers > 0);
+    drop(filler);
     drop(c);
     drop(topic);
     std::mem::forget(store);
