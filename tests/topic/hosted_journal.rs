@@ -27,7 +27,7 @@ fn config() -> LedgerConfig {
     support::config::topic(40, ackstore::PersistMode::MultiEntry, 1 << 20)
 }
 
-fn open(storage: Arc<dyn Storage>) -> ackstore::Result<ManagedLedger> {
+pub(crate) fn open(storage: Arc<dyn Storage>) -> ackstore::Result<ManagedLedger> {
     ManagedLedger::open_with_journal(storage, config(), JOURNAL)
 }
 

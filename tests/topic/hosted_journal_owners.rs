@@ -1,0 +1,429 @@
+//! The cursor journal a topic opened alone hosts, against a power cut at every storage
+//! operation of a cursor's creation, flushes and deletion on a topic whose record listed no
+//! journal yet (its first segment turns the record into version 2) and of the clean close that
+//! records the closed seal; and against a former owner past a broken lock, with a second handle
+//! claiming the directory at every storage operation of the former's flushes (one of which
+//! rolls a segment over), of its clean close and of its deletion of a cursor, or before it acks,
+//! flushes, creates and deletes cursors on. Every open after a cut or a takeover opens,
+//! `verify` finds no damage, each cursor keeps every ack of a flush that returned `Ok` (either
+//! owner's) and recovers no ack that was not made, and a fenced owner's flush never returns
+//! `Ok`.
+
+use crate::hosted_journal::open;
+use crate::support;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use ackstore::{Cursor, InitialPosition, ManagedLedger, MemStorage, Position, Storage};
+use support::crash::{Cut, Points, cut_everywhere_after};
+use support::topic::{append_n, at};
+
+/// What a cursor was told: every ack made, and the acks made before a flush that returned `Ok`.
+#[derive(Debug, Default, Clone)]
+struct Told {
+    made: BTreeSet<Position>,
+    flushed: BTreeSet<Position>,
+}
+
+impl Told {
+    /// Acks `positions`, flushing after every `every` acks and at the end.
+    fn ack(
+        &mut self,
+        cursor: &Cursor,
+        positions: &[Position],
+        every: usize,
+    ) -> ackstore::Result<()> {
+        for (i, &p) in positions.iter().enumerate() {
+            cursor.ack(p)?;
+            self.made.insert(p);
+            if (i + 1) % every == 0 {
+                self.flush(cursor)?;
+            }
+        }
+        self.flush(cursor)
+    }
+
+    fn flush(&mut self, cursor: &Cursor) -> ackstore::Result<()> {
+        cursor.flush()?;
+        self.flushed.clone_from(&self.made);
+        Ok(())
+    }
+
+    /// Checks what a reopened topic recovered of this cursor (`None`: the cursor is gone).
+    fn check(&self, got: Option<&BTreeSet<Position>>, what: &str) {
+        match got {
+            Some(got) => {
+                assert!(
+                    got.is_subset(&self.made),
+                    "{what}: acks recovered that were never made"
+                );
+                assert!(got.is_superset(&self.flushed), "{what}: flushed acks lost");
+            }
+            None => assert!(
+                self.flushed.is_empty(),
+                "{what}: a cursor with flushed acks is gone"
+            ),
+        }
+    }
+}
+
+/// The acked entries among `positions` of every cursor of the topic in `storage`, by name.
+fn recovered_all(
+    storage: Arc<dyn Storage>,
+    positions: &[Position],
+) -> ackstore::Result<Vec<(String, BTreeSet<Position>)>> {
+    let topic = open(storage)?;
+    let mut all = Vec::new();
+    for name in topic.cursor_names() {
+        let cursor = topic.open_cursor(&name, at(InitialPosition::Earliest, false))?;
+        let mut acked = BTreeSet::new();
+        for &p in positions {
+            if cursor.is_acked(p)? {
+                acked.insert(p);
+            }
+        }
+        cursor.close()?;
+        all.push((name, acked));
+    }
+    topic.close()?;
+    Ok(all)
+}
+
+fn verify_damage(storage: Arc<dyn Storage>) -> usize {
+    ackstore::check::verify(&storage)
+        .expect("verify reads the directory")
+        .damaged()
+}
+
+/// How far the cursor workload got on a topic alone.
+#[derive(Debug, Default)]
+struct Progress {
+    a: Told,
+    b: Told,
+    /// The deletion of cursor `a` began, and whether it returned `Ok`.
+    deleting: bool,
+    deleted: bool,
+    closed: bool,
+}
+
+/// Opens the topic, creates cursor `a` and flushes acks, creates cursor `b` and flushes acks,
+/// deletes `a`, flushes more of `b`, then closes; stops at the first error.
+fn cursors_come_and_go(
+    disk: &MemStorage,
+    positions: &[Position],
+    progress: &mut Progress,
+    held: &mut Option<ManagedLedger>,
+) -> ackstore::Result<()> {
+    let topic = held.insert(open(Arc::new(disk.clone()))?);
+    let a = topic.open_cursor("a", at(InitialPosition::Earliest, false))?;
+    let evens: Vec<Position> = positions.iter().copied().step_by(2).collect();
+    progress.a.ack(&a, &evens[..20], 7)?;
+    let b = topic.open_cursor("b", at(InitialPosition::Earliest, false))?;
+    let thirds: Vec<Position> = positions.iter().copied().step_by(3).collect();
+    progress.b.ack(&b, &thirds[..15], 5)?;
+    a.close()?;
+    progress.deleting = true;
+    topic.delete_cursor("a")?;
+    progress.deleted = true;
+    progress.b.ack(&b, &thirds[15..], 5)?;
+    b.close()?;
+    topic.close()?;
+    progress.closed = true;
+    Ok(())
+}
+
+#[test]
+fn a_power_cut_at_every_step_of_cursors_created_flushed_and_deleted_on_a_topic_alone_keeps_the_flushed_acks()
+ {
+    let clean = cut_everywhere_after(
+        Points::every_in_release(5),
+        |disk| {
+            // A topic whose record lists no journal: its first cursor creates the first segment.
+            let topic = open(Arc::new(disk.clone())).unwrap();
+            let positions = append_n(&topic, 120);
+            topic.close().unwrap();
+            positions
+        },
+        |disk, positions| {
+            let mut progress = Progress::default();
+            let mut held = None;
+            let result = cursors_come_and_go(disk, &positions, &mut progress, &mut held);
+            // A topic that did not close is a process that lost its disk: it does nothing more.
+            std::mem::forget(held);
+            (positions, progress, result)
+        },
+        |disk, Cut { n, .. }, (positions, progress, _)| {
+            for round in 0..2 {
+                let what = format!("cut at {n}, round {round}");
+                let image: Arc<dyn Storage> = Arc::new(disk.durable_image());
+                assert_eq!(
+                    verify_damage(image.clone()),
+                    0,
+                    "{what}: verify found damage"
+                );
+                let got =
+                    recovered_all(image, &positions).unwrap_or_else(|e| panic!("{what}: {e}"));
+                let find = |name: &str| got.iter().find(|(n, _)| n == name).map(|(_, s)| s);
+                if progress.deleted {
+                    assert!(find("a").is_none(), "{what}: a deleted cursor came back");
+                } else if !progress.deleting {
+                    progress.a.check(find("a"), &format!("{what}, cursor a"));
+                }
+                progress.b.check(find("b"), &format!("{what}, cursor b"));
+            }
+        },
+    );
+    let (_, progress, result) = clean.result;
+    result.expect("the workload runs without a cut");
+    assert!(progress.closed);
+}
+
+/// Acks `positions` on `cursor` one by one, flushing after each; every ack is told as made, and
+/// every flush must fail (its handle lost the topic). Returns how many flushes returned `Ok`.
+fn acks_of_a_fenced_owner(cursor: &Cursor, positions: &[Position]) -> usize {
+    positions
+        .iter()
+        .filter(|&&p| cursor.ack(p).is_ok() && cursor.flush().is_ok())
+        .count()
+}
+
+#[test]
+fn a_former_owner_of_a_topic_alone_past_a_broken_lock_is_fenced_and_invents_nothing() {
+    let disk = MemStorage::new();
+    let former = open(Arc::new(disk.clone())).unwrap();
+    let positions = append_n(&former, 300);
+    let old = former
+        .open_cursor("sub", at(InitialPosition::Earliest, false))
+        .unwrap();
+    let mut told = Told::default();
+    let before: Vec<Position> = positions[..60].iter().copied().step_by(3).collect();
+    told.ack(&old, &before, 4).unwrap();
+
+    // The lock breaks; a second owner claims the directory while the first runs on.
+    disk.break_lock();
+    let owner = open(Arc::new(disk.clone())).unwrap();
+    let new = owner
+        .open_cursor("sub", at(InitialPosition::Earliest, false))
+        .unwrap();
+    // Both ack in turns, far enough for each to roll segments over: the former owner acks
+    // entries the new one never acks, so any of them recovered later was invented.
+    let mut invented_if_seen = BTreeSet::new();
+    let mut fenced_oks = 0;
+    for round in 0..8 {
+        let chunk = &positions[60 + round * 30..90 + round * 30];
+        let theirs: Vec<Position> = chunk.iter().copied().step_by(3).collect();
+        let ours: Vec<Position> = chunk.iter().copied().skip(1).step_by(3).collect();
+        fenced_oks += acks_of_a_fenced_owner(&old, &theirs);
+        invented_if_seen.extend(theirs);
+        told.ack(&new, &ours, 3).unwrap();
+        // A cursor the former owner creates and deletes must leave no trace either.
+        let _ = former.open_cursor(
+            &format!("stale-{round}"),
+            at(InitialPosition::Earliest, false),
+        );
+        let _ = former.delete_cursor(&format!("stale-{round}"));
+    }
+    assert_eq!(fenced_oks, 0, "a fenced owner's flush returned Ok");
+    let _ = old.close();
+    let _ = former.close();
+    told.flush(&new).unwrap();
+    assert!(owner.journal_stats().unwrap().rollovers > 0);
+    new.close().unwrap();
+    owner.close().unwrap();
+
+    for (what, image) in [("live", disk.clone()), ("durable", disk.durable_image())] {
+        let image: Arc<dyn Storage> = Arc::new(image);
+        assert_eq!(
+            verify_damage(image.clone()),
+            0,
+            "{what}: verify found damage"
+        );
+        let got = recovered_all(image, &positions).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["sub"], "{what}: the fenced owner's cursors");
+        let acked = &got[0].1;
+        told.check(Some(acked), what);
+        assert!(
+            acked.is_disjoint(&invented_if_seen),
+            "{what}: the fenced owner's acks recovered"
+        );
+    }
+}
+
+/// What the former owner is doing when the new owner claims the topic.
+#[derive(Debug, Clone, Copy)]
+enum Doing {
+    /// Flushes of a few acks each, until one tick rolls a segment over.
+    Flushing,
+    /// A clean close, which flushes and records the closed seal.
+    Closing,
+    /// The deletion of a cursor with flushed acks.
+    Deleting,
+}
+
+/// A topic alone whose cursor `sub` (and `gone`) flushed acks into several segments, closed;
+/// the positions and what each cursor was told.
+fn prepared_for_takeover(disk: &MemStorage) -> (Vec<Position>, Told, Told) {
+    let topic = open(Arc::new(disk.clone())).unwrap();
+    let positions = append_n(&topic, 240);
+    let sub = topic
+        .open_cursor("sub", at(InitialPosition::Earliest, false))
+        .unwrap();
+    let gone = topic
+        .open_cursor("gone", at(InitialPosition::Earliest, false))
+        .unwrap();
+    let (mut s, mut g) = (Told::default(), Told::default());
+    let early: Vec<Position> = positions[..80].iter().copied().step_by(3).collect();
+    s.ack(&sub, &early, 5).unwrap();
+    g.ack(&gone, &early, 9).unwrap();
+    sub.close().unwrap();
+    gone.close().unwrap();
+    topic.close().unwrap();
+    (positions, s, g)
+}
+
+/// One scenario with the new owner's claim after `n` storage operations of what the former
+/// owner is doing (`u64::MAX`: no claim during it). Returns the operations it made and any
+/// failure.
+fn takeover_during(doing: Doing, n: u64) -> (u64, Option<String>) {
+    let disk = MemStorage::new();
+    let (positions, sub_told, gone_told) = prepared_for_takeover(&disk);
+    let hooked = support::takeover::Disk::new(Arc::new(disk.clone()));
+    let former = open(hooked.storage.clone()).unwrap();
+    let sub = former
+        .open_cursor("sub", at(InitialPosition::Earliest, false))
+        .unwrap();
+    // Acked in a run of flushes long enough to roll a segment over.
+    let theirs: Vec<Position> = positions[80..].iter().copied().step_by(2).collect();
+    let mut former_told = sub_told.clone();
+    if !matches!(doing, Doing::Flushing) {
+        for &p in &theirs {
+            sub.ack(p).unwrap();
+        }
+        former_told.made.extend(theirs.iter().copied());
+    }
+    let slot = {
+        let disk = disk.clone();
+        hooked.arm_takeover(n, move || {
+            disk.break_lock();
+            open(Arc::new(disk.clone()))
+        })
+    };
+    let before = hooked.hook.count();
+    let rollovers = former.journal_stats().unwrap().rollovers;
+    let (result, sub) = match doing {
+        Doing::Flushing => {
+            let flushed = theirs
+                .chunks(2)
+                .try_for_each(|chunk| former_told.ack(&sub, chunk, chunk.len()));
+            (flushed, Some(sub))
+        }
+        Doing::Closing => {
+            drop(sub);
+            (former.close(), None)
+        }
+        Doing::Deleting => (former.delete_cursor("gone"), Some(sub)),
+    };
+    let steps = hooked.hook.count() - before;
+    let what = format!("{doing:?}, claim after {n}");
+    if n == u64::MAX {
+        assert!(result.is_ok(), "{what}: {result:?}");
+        if matches!(doing, Doing::Flushing) {
+            assert!(
+                former.journal_stats().unwrap().rollovers > rollovers,
+                "the flush rolls a segment over"
+            );
+        }
+    }
+    let former_ok = result.is_ok();
+    if former_ok && matches!(doing, Doing::Closing) {
+        former_told.flushed.clone_from(&former_told.made);
+    }
+    let owner = match slot.lock().unwrap().take() {
+        Some(Ok(owner)) => owner,
+        Some(Err(e)) => return (steps, Some(format!("{what}: the new owner's open: {e}"))),
+        None => {
+            disk.break_lock();
+            match open(Arc::new(disk.clone())) {
+                Ok(owner) => owner,
+                Err(e) => return (steps, Some(format!("{what}: the new owner's open: {e}"))),
+            }
+        }
+    };
+    let new = match owner.open_cursor("sub", at(InitialPosition::Earliest, false)) {
+        Ok(c) => c,
+        Err(e) => return (steps, Some(format!("{what}: the new owner's cursor: {e}"))),
+    };
+    let ours: Vec<Position> = positions[1..80].iter().copied().step_by(3).collect();
+    let mut owner_told = Told::default();
+    if let Err(e) = owner_told.ack(&new, &ours, 7) {
+        return (steps, Some(format!("{what}: the new owner's flush: {e}")));
+    }
+    // The former owner tries again.
+    if let Some(sub) = &sub {
+        let last = positions[positions.len() - 1];
+        if sub.ack(last).is_ok() && sub.flush().is_ok() {
+            return (
+                steps,
+                Some(format!("{what}: a fenced owner's flush returned Ok")),
+            );
+        }
+    }
+    std::mem::forget((sub, former, new, owner));
+    // Every ack either owner made is one the application made; each kept what it flushed.
+    let mut sub_told = sub_told;
+    for told in [former_told, owner_told] {
+        sub_told.made.extend(told.made);
+        sub_told.flushed.extend(told.flushed);
+    }
+    let image: Arc<dyn Storage> = Arc::new(disk.durable_image());
+    let damage = verify_damage(image.clone());
+    if damage > 0 {
+        return (
+            steps,
+            Some(format!("{what}: verify found {damage} damaged")),
+        );
+    }
+    let got = match recovered_all(image, &positions) {
+        Ok(got) => got,
+        Err(e) => return (steps, Some(format!("{what}: restart: {e}"))),
+    };
+    let find = |name: &str| got.iter().find(|(n, _)| n == name).map(|(_, s)| s);
+    let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        sub_told.check(find("sub"), &format!("{what}, sub (former {result:?})"));
+        match find("gone") {
+            // A deletion that failed may still take, as a deletion cut short by a crash does.
+            None if matches!(doing, Doing::Deleting) => {}
+            Some(_) if matches!(doing, Doing::Deleting) && former_ok => {
+                panic!("{what}: a deleted cursor came back");
+            }
+            got => gone_told.check(got, &format!("{what}, gone")),
+        }
+    }));
+    (steps, checked.err().map(|e| panic_message(&*e)))
+}
+
+fn panic_message(e: &(dyn std::any::Any + Send)) -> String {
+    e.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| e.downcast_ref::<&str>().map(|s| (*s).to_string()))
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_claim_at_every_step_of_a_former_owners_flush_close_or_deletion_keeps_every_ok_flush_of_a_topic_alone()
+ {
+    let mut failures = Vec::new();
+    for doing in [Doing::Flushing, Doing::Closing, Doing::Deleting] {
+        let (steps, failure) = takeover_during(doing, u64::MAX);
+        assert_eq!(failure, None);
+        assert!(steps > 3, "{doing:?}: {steps}");
+        for n in 1..=steps {
+            if let (_, Some(f)) = takeover_during(doing, n) {
+                failures.push(f);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
