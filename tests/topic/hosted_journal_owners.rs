@@ -7,7 +7,8 @@
 //! flushes, creates and deletes cursors on. Every open after a cut or a takeover opens,
 //! `verify` finds no damage, each cursor keeps every ack of a flush that returned `Ok` (either
 //! owner's) and recovers no ack that was not made, and a fenced owner's flush never returns
-//! `Ok`.
+//! `Ok`. The same holds for `ENOSPC` from every write of a run of flushes on (a power cut while
+//! full, then space returning), and for cursors flushing from threads while the topic closes.
 
 use crate::hosted_journal::open;
 use crate::support;
@@ -426,4 +427,171 @@ fn a_claim_at_every_step_of_a_former_owners_flush_close_or_deletion_keeps_every_
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// One run of flushes of a topic alone whose disk fails every write that grows a file with
+/// `ENOSPC` from the `n`-th on (`u64::MAX`: never): the acks and flushes go on while the disk is
+/// full; a power cut then keeps every `Ok` flush; once space returns, one flush persists every
+/// ack and a restart finds them all. Returns the growing writes of the run and any failure.
+fn full_disk_during_flushes(n: u64) -> (u64, Option<String>) {
+    let disk = MemStorage::new();
+    let (positions, sub_told, _) = prepared_for_takeover(&disk);
+    let topic = open(Arc::new(disk.clone())).unwrap();
+    let sub = topic
+        .open_cursor("sub", at(InitialPosition::Earliest, false))
+        .unwrap();
+    let mut told = sub_told;
+    let what = format!("ENOSPC from write {n}");
+    let before = disk.growing_writes();
+    if n != u64::MAX {
+        disk.enospc_after(Some(n));
+    }
+    let theirs: Vec<Position> = positions[80..].iter().copied().step_by(2).collect();
+    let mut failed = 0;
+    for chunk in theirs.chunks(2) {
+        if told.ack(&sub, chunk, chunk.len()).is_err() {
+            failed += 1;
+        }
+    }
+    let writes = disk.growing_writes() - before;
+    let rolled = topic.journal_stats().unwrap().rollovers > 0;
+    if n == u64::MAX && (failed > 0 || !rolled) {
+        return (
+            writes,
+            Some(format!("{what}: {failed} failed, rolled over: {rolled}")),
+        );
+    }
+    let check = |image: MemStorage, told: &Told, when: &str| -> Option<String> {
+        let image: Arc<dyn Storage> = Arc::new(image);
+        let damage = verify_damage(image.clone());
+        if damage > 0 {
+            return Some(format!("{what}, {when}: verify found {damage} damaged"));
+        }
+        let got = match recovered_all(image, &positions) {
+            Ok(got) => got,
+            Err(e) => return Some(format!("{what}, {when}: restart: {e}")),
+        };
+        let sub = got.iter().find(|(n, _)| n == "sub").map(|(_, s)| s);
+        let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            told.check(sub, &format!("{what}, {when}"));
+        }));
+        checked.err().map(|e| panic_message(&*e))
+    };
+    if let Some(f) = check(disk.durable_image(), &told, "a power cut while full") {
+        return (writes, Some(f));
+    }
+    disk.enospc_after(None);
+    if let Err(e) = told.flush(&sub) {
+        return (
+            writes,
+            Some(format!("{what}: the flush once space returned: {e}")),
+        );
+    }
+    let more: Vec<Position> = positions[81..].iter().copied().step_by(4).collect();
+    if let Err(e) = told.ack(&sub, &more, 5) {
+        return (
+            writes,
+            Some(format!("{what}: flushes after space returned: {e}")),
+        );
+    }
+    if let Err(e) = sub.close().and_then(|()| topic.close()) {
+        return (writes, Some(format!("{what}: the close: {e}")));
+    }
+    // Every ack was flushed: the restart holds exactly them.
+    told.made.clone_from(&told.flushed);
+    (
+        writes,
+        check(disk.durable_image(), &told, "a restart after the close"),
+    )
+}
+
+#[test]
+fn a_full_disk_at_every_write_of_flushes_of_a_topic_alone_keeps_every_ok_flush_and_a_retry_persists_all()
+ {
+    let (writes, failure) = full_disk_during_flushes(u64::MAX);
+    assert_eq!(failure, None);
+    assert!(writes > 3, "{writes}");
+    let failures: Vec<String> = (0..=writes)
+        .filter_map(|n| full_disk_during_flushes(n).1)
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Cursors acked and flushed each from a thread of its own while their topic closes.
+const THREADS: usize = 8;
+
+#[test]
+fn cursors_flushing_from_threads_while_a_topic_alone_closes_keep_every_ok_flush() {
+    for round in 0..20 {
+        let disk = MemStorage::new();
+        let mut cfg = support::config::topic(40, ackstore::PersistMode::MultiEntry, 1 << 20);
+        // The topic's own flusher ticks all along, and is stopped by the close.
+        cfg.cursor.flush_interval = Some(std::time::Duration::from_millis(1));
+        let topic = ManagedLedger::open_with_journal(
+            Arc::new(disk.clone()),
+            cfg,
+            ackstore::JournalConfig {
+                segment_bytes: 2048,
+            },
+        )
+        .unwrap();
+        let positions = append_n(&topic, 400);
+        let cursors: Vec<Cursor> = (0..THREADS)
+            .map(|i| {
+                topic
+                    .open_cursor(&format!("c{i}"), at(InitialPosition::Earliest, false))
+                    .unwrap()
+            })
+            .collect();
+        let started = std::sync::Barrier::new(THREADS + 1);
+        let (told, closed) = std::thread::scope(|s| {
+            let workers: Vec<_> = cursors
+                .iter()
+                .enumerate()
+                .map(|(i, cursor)| {
+                    let (positions, started) = (&positions, &started);
+                    s.spawn(move || {
+                        let mut told = Told::default();
+                        let mine = positions.iter().copied().skip(i).step_by(THREADS + 1);
+                        let mut flushes = 0;
+                        for (k, p) in mine.enumerate() {
+                            if cursor.ack(p).is_err() {
+                                break;
+                            }
+                            told.made.insert(p);
+                            if k % 3 == 2 {
+                                if told.flush(cursor).is_err() {
+                                    break;
+                                }
+                                flushes += 1;
+                                if flushes == 2 {
+                                    started.wait();
+                                }
+                            }
+                        }
+                        if flushes < 2 {
+                            started.wait();
+                        }
+                        told
+                    })
+                })
+                .collect();
+            started.wait();
+            let closed = topic.close();
+            let told: Vec<Told> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+            (told, closed)
+        });
+        closed.unwrap_or_else(|e| panic!("round {round}: the close: {e}"));
+        drop(cursors);
+        for image in [disk.clone(), disk.durable_image()] {
+            let image: Arc<dyn Storage> = Arc::new(image);
+            assert_eq!(verify_damage(image.clone()), 0, "round {round}: damage");
+            let got = recovered_all(image, &positions).unwrap();
+            for (i, told) in told.iter().enumerate() {
+                let name = format!("c{i}");
+                let acked = got.iter().find(|(n, _)| *n == name).map(|(_, s)| s);
+                told.check(acked, &format!("round {round}, {name}"));
+            }
+        }
+    }
 }
