@@ -1,6 +1,7 @@
 //! The cursor journal a topic opened alone hosts in its directory: damage to each of its
 //! segment files (deleted, truncated, zeroed, a bit flipped, swapped with an older copy) is
-//! what `verify` reports exactly when the open refuses it, and an open never recovers an ack
+//! what `verify` reports exactly when the open refuses it, as is a topic record restored from an
+//! older copy in place of the current one, and an open never recovers an ack
 //! that was not made; a power cut at every storage operation of the topic's open and of a
 //! flush that rolls a segment over keeps the acks flushed before it.
 
@@ -78,18 +79,18 @@ enum Damage {
     OlderCopy,
 }
 
-#[test]
-fn damage_to_a_segment_of_a_topic_alone_is_reported_by_verify_exactly_when_open_refuses_it() {
+/// A topic alone on real files whose cursor `sub` flushed acks into segments that rolled over,
+/// then closed: the directory, a copy of it after every flush (the older copies a restore
+/// takes a file from), the positions and the acks.
+fn flushed_with_copies() -> (Tree, Vec<Tree>, Vec<Position>, BTreeSet<Position>) {
     let dir = tempfile::tempdir().unwrap();
     let storage: Arc<dyn Storage> = Arc::new(FileStorage::open(dir.path(), true).unwrap());
     let topic = open(storage).unwrap();
     let positions = append_n(&topic, 300);
-    topic.sync().unwrap();
     let cursor = topic
         .open_cursor("sub", at(InitialPosition::Earliest, false))
         .unwrap();
     let mut truth = BTreeSet::new();
-    // A copy of the directory after every flush: the older copies a swap takes a segment from.
     let mut older = Vec::new();
     for (from, chunk) in positions.chunks(30).enumerate() {
         ack_some(&cursor, chunk, from % 3, &mut truth).unwrap();
@@ -99,7 +100,12 @@ fn damage_to_a_segment_of_a_topic_alone_is_reported_by_verify_exactly_when_open_
     assert!(stats.rollovers > 0, "{stats:?}");
     cursor.close().unwrap();
     topic.close().unwrap();
-    let tree = Tree::read(dir.path());
+    (Tree::read(dir.path()), older, positions, truth)
+}
+
+#[test]
+fn damage_to_a_segment_of_a_topic_alone_is_reported_by_verify_exactly_when_open_refuses_it() {
+    let (tree, older, positions, truth) = flushed_with_copies();
     let segments = tree.segments();
     assert!(segments.len() >= 2, "{segments:?}");
     let intact = check_copy(&tree, &positions, "intact");
@@ -253,4 +259,42 @@ fn a_power_cut_at_every_step_of_a_flush_that_rolls_a_segment_over_keeps_one_stat
         },
     );
     assert!(clean.result.5, "the flushes rolled a segment over");
+}
+
+#[test]
+fn a_topic_record_restored_from_an_older_copy_is_reported_by_verify_exactly_when_open_refuses_it() {
+    let (tree, older, positions, truth) = flushed_with_copies();
+    let is_record = |p: &Path| {
+        p.file_name()
+            .and_then(|f| f.to_str())
+            .is_some_and(|f| f.starts_with("topic.") && f.ends_with(".meta"))
+    };
+    let current = tree.record("", "topic").expect("a topic record");
+    let mut restored = 0;
+    for (i, old) in older.iter().enumerate() {
+        let old_record = old.record("", "topic").expect("a topic record");
+        if old.files[&old_record] == tree.files[&current] {
+            continue;
+        }
+        // The record's current version is lost; an older one is back in its place.
+        let mut copy = tree.clone();
+        copy.files.retain(|p, _| !is_record(p));
+        copy.files
+            .insert(old_record.clone(), old.files[&old_record].clone());
+        restored += 1;
+        let what = format!("the record after flush {i} ({})", old_record.display());
+        let (damaged, opened) = check_copy(&copy, &positions, &what);
+        assert_eq!(
+            damaged,
+            opened.is_none(),
+            "{what}: verify reports damage exactly when the open refuses"
+        );
+        if let Some(acked) = opened {
+            assert!(
+                acked.is_subset(&truth),
+                "{what}: acks recovered that were never made"
+            );
+        }
+    }
+    assert!(restored > 0, "no older record differed");
 }
