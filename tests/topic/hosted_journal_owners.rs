@@ -2,7 +2,8 @@
 //! operation of a cursor's creation, flushes and deletion on a topic whose record listed no
 //! journal yet (its first segment turns the record into version 2) and of the clean close that
 //! records the closed seal; and against a former owner past a broken lock, with a second handle
-//! claiming the directory at every storage operation of the former's flushes (one of which
+//! claiming the directory at every storage operation of the former's open (whichever claimed
+//! last owns the topic), its flushes (one of which
 //! rolls a segment over), of its clean close and of its deletion of a cursor, or before it acks,
 //! flushes, creates and deletes cursors on. Every open after a cut or a takeover opens,
 //! `verify` finds no damage, each cursor keeps every ack of a flush that returned `Ok` (either
@@ -304,13 +305,7 @@ fn takeover_during(doing: Doing, n: u64) -> (u64, Option<String>) {
         }
         former_told.made.extend(theirs.iter().copied());
     }
-    let slot = {
-        let disk = disk.clone();
-        hooked.arm_takeover(n, move || {
-            disk.break_lock();
-            open(Arc::new(disk.clone()))
-        })
-    };
+    let slot = arm_new_owner(&hooked, &disk, n);
     let before = hooked.hook.count();
     let rollovers = former.journal_stats().unwrap().rollovers;
     let (result, sub) = match doing {
@@ -341,16 +336,9 @@ fn takeover_during(doing: Doing, n: u64) -> (u64, Option<String>) {
     if former_ok && matches!(doing, Doing::Closing) {
         former_told.flushed.clone_from(&former_told.made);
     }
-    let owner = match slot.lock().unwrap().take() {
-        Some(Ok(owner)) => owner,
-        Some(Err(e)) => return (steps, Some(format!("{what}: the new owner's open: {e}"))),
-        None => {
-            disk.break_lock();
-            match open(Arc::new(disk.clone())) {
-                Ok(owner) => owner,
-                Err(e) => return (steps, Some(format!("{what}: the new owner's open: {e}"))),
-            }
-        }
+    let owner = match new_owner(&disk, &slot) {
+        Ok(owner) => owner,
+        Err(e) => return (steps, Some(format!("{what}: the new owner's open: {e}"))),
     };
     let new = match owner.open_cursor("sub", at(InitialPosition::Earliest, false)) {
         Ok(c) => c,
@@ -378,20 +366,7 @@ fn takeover_during(doing: Doing, n: u64) -> (u64, Option<String>) {
         sub_told.made.extend(told.made);
         sub_told.flushed.extend(told.flushed);
     }
-    let image: Arc<dyn Storage> = Arc::new(disk.durable_image());
-    let damage = verify_damage(image.clone());
-    if damage > 0 {
-        return (
-            steps,
-            Some(format!("{what}: verify found {damage} damaged")),
-        );
-    }
-    let got = match recovered_all(image, &positions) {
-        Ok(got) => got,
-        Err(e) => return (steps, Some(format!("{what}: restart: {e}"))),
-    };
-    let find = |name: &str| got.iter().find(|(n, _)| n == name).map(|(_, s)| s);
-    let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    let failure = restarted(disk.durable_image(), &positions, &what, |find| {
         sub_told.check(find("sub"), &format!("{what}, sub (former {result:?})"));
         match find("gone") {
             // A deletion that failed may still take, as a deletion cut short by a crash does.
@@ -401,8 +376,58 @@ fn takeover_during(doing: Doing, n: u64) -> (u64, Option<String>) {
             }
             got => gone_told.check(got, &format!("{what}, gone")),
         }
-    }));
-    (steps, checked.err().map(|e| panic_message(&*e)))
+    });
+    (steps, failure)
+}
+
+/// The acks of a cursor of a restarted topic, by its name (`None`: no such cursor).
+type Find<'a> = &'a dyn Fn(&str) -> Option<&'a BTreeSet<Position>>;
+
+/// Restarts the topic on `image` (after verifying it) and runs `check` on the acks of its
+/// cursors among `positions`: the first failure (damage, a refused open, a failed check).
+fn restarted(
+    image: MemStorage,
+    positions: &[Position],
+    what: &str,
+    check: impl FnOnce(Find<'_>),
+) -> Option<String> {
+    let image: Arc<dyn Storage> = Arc::new(image);
+    let damage = verify_damage(image.clone());
+    if damage > 0 {
+        return Some(format!("{what}: verify found {damage} damaged"));
+    }
+    let got = match recovered_all(image, positions) {
+        Ok(got) => got,
+        Err(e) => return Some(format!("{what}: restart: {e}")),
+    };
+    let find = |name: &str| got.iter().find(|(n, _)| n == name).map(|(_, s)| s);
+    let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&find)));
+    checked.err().map(|e| panic_message(&*e))
+}
+
+/// A new owner that breaks the lock of the topic on `disk` and opens it after `n` more storage
+/// operations through `hooked`, inside whatever call makes the `n`-th.
+fn arm_new_owner(
+    hooked: &support::takeover::Disk,
+    disk: &MemStorage,
+    n: u64,
+) -> Arc<std::sync::Mutex<Option<ackstore::Result<ManagedLedger>>>> {
+    let disk = disk.clone();
+    hooked.arm_takeover(n, move || {
+        disk.break_lock();
+        open(Arc::new(disk.clone()))
+    })
+}
+
+/// The new owner: the one the takeover in `slot` opened, or one opened now if none ran.
+fn new_owner(
+    disk: &MemStorage,
+    slot: &std::sync::Mutex<Option<ackstore::Result<ManagedLedger>>>,
+) -> ackstore::Result<ManagedLedger> {
+    slot.lock().unwrap().take().unwrap_or_else(|| {
+        disk.break_lock();
+        open(Arc::new(disk.clone()))
+    })
 }
 
 fn panic_message(e: &(dyn std::any::Any + Send)) -> String {
@@ -461,21 +486,11 @@ fn full_disk_during_flushes(n: u64) -> (u64, Option<String>) {
             Some(format!("{what}: {failed} failed, rolled over: {rolled}")),
         );
     }
-    let check = |image: MemStorage, told: &Told, when: &str| -> Option<String> {
-        let image: Arc<dyn Storage> = Arc::new(image);
-        let damage = verify_damage(image.clone());
-        if damage > 0 {
-            return Some(format!("{what}, {when}: verify found {damage} damaged"));
-        }
-        let got = match recovered_all(image, &positions) {
-            Ok(got) => got,
-            Err(e) => return Some(format!("{what}, {when}: restart: {e}")),
-        };
-        let sub = got.iter().find(|(n, _)| n == "sub").map(|(_, s)| s);
-        let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            told.check(sub, &format!("{what}, {when}"));
-        }));
-        checked.err().map(|e| panic_message(&*e))
+    let check = |image: MemStorage, told: &Told, when: &str| {
+        let what = format!("{what}, {when}");
+        restarted(image, &positions, &what, |find| {
+            told.check(find("sub"), &what)
+        })
     };
     if let Some(f) = check(disk.durable_image(), &told, "a power cut while full") {
         return (writes, Some(f));
@@ -594,4 +609,65 @@ fn cursors_flushing_from_threads_while_a_topic_alone_closes_keep_every_ok_flush(
             }
         }
     }
+}
+
+/// The new owner's claim after `n` storage operations of a former owner's open of the topic
+/// (which claims the record, opens the journal, seals its newest segment and records the seal),
+/// then each acks and flushes: returns the operations the open made and any failure.
+fn takeover_during_open(n: u64) -> (u64, Option<String>) {
+    let disk = MemStorage::new();
+    let (positions, mut told, gone_told) = prepared_for_takeover(&disk);
+    let hooked = support::takeover::Disk::new(Arc::new(disk.clone()));
+    let slot = arm_new_owner(&hooked, &disk, n);
+    let before = hooked.hook.count();
+    let former = open(hooked.storage.clone());
+    let steps = hooked.hook.count() - before;
+    let what = format!("claim after {n} of the former's open");
+    let owner = match new_owner(&disk, &slot) {
+        Ok(owner) => owner,
+        Err(e) => return (steps, Some(format!("{what}: the new owner's open: {e}"))),
+    };
+    // Whichever claimed last owns the topic (the former, when its claim came after the other's
+    // open): of the two, at most one flush returns `Ok`, and what it flushed is kept.
+    let flush_on = |topic: &ManagedLedger, acks: &[Position], told: &mut Told| {
+        let cursor = topic.open_cursor("sub", at(InitialPosition::Earliest, false))?;
+        told.ack(&cursor, acks, 7)
+    };
+    let ours: Vec<Position> = positions[1..80].iter().copied().step_by(3).collect();
+    let mut owner_told = Told::default();
+    let owner_ok = flush_on(&owner, &ours, &mut owner_told).is_ok();
+    let mut former_told = Told::default();
+    let theirs = [positions[positions.len() - 1]];
+    let former_ok = former
+        .as_ref()
+        .is_ok_and(|former| flush_on(former, &theirs, &mut former_told).is_ok());
+    if owner_ok == former_ok {
+        return (
+            steps,
+            Some(format!(
+                "{what}: the new owner's flush Ok: {owner_ok}, the former's: {former_ok}"
+            )),
+        );
+    }
+    for other in [owner_told, former_told] {
+        told.made.extend(other.made);
+        told.flushed.extend(other.flushed);
+    }
+    std::mem::forget((former, owner));
+    let failure = restarted(disk.durable_image(), &positions, &what, |find| {
+        told.check(find("sub"), &format!("{what}, sub"));
+        gone_told.check(find("gone"), &format!("{what}, gone"));
+    });
+    (steps, failure)
+}
+
+#[test]
+fn a_claim_at_every_step_of_a_former_owners_open_of_a_topic_alone_keeps_every_ok_flush() {
+    let (steps, failure) = takeover_during_open(u64::MAX);
+    assert_eq!(failure, None);
+    assert!(steps > 3, "{steps}");
+    let failures: Vec<String> = (1..=steps)
+        .filter_map(|n| takeover_during_open(n).1)
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
