@@ -9,7 +9,9 @@
 //! `verify` finds no damage, each cursor keeps every ack of a flush that returned `Ok` (either
 //! owner's) and recovers no ack that was not made, and a fenced owner's flush never returns
 //! `Ok`. The same holds for `ENOSPC` from every write of a run of flushes on (a power cut while
-//! full, then space returning), and for cursors flushing from threads while the topic closes.
+//! full, then space returning), for cursors flushing from threads while the topic closes, and
+//! for a power cut after a new owner opened behind one killed at any storage operation of its
+//! flushes (the open syncs what the killed owner left unsynced before building on it).
 
 use crate::hosted_journal::open;
 use crate::support;
@@ -688,6 +690,65 @@ fn a_claim_at_every_step_of_a_former_owners_open_of_a_topic_alone_keeps_every_ok
     assert!(steps > 3, "{steps}");
     let failures: Vec<String> = (1..=steps)
         .filter_map(|n| takeover_during_open(n).1)
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A former owner killed after `n` storage operations of a run of flushes (one rolls a segment
+/// over), its unsynced writes left in the page cache; a new owner opens the directory, acks and
+/// flushes; then the power fails. Returns the operations of the run and any failure.
+fn open_after_a_kill_then_a_power_cut(n: u64) -> (u64, Option<String>) {
+    let disk = MemStorage::new();
+    let (positions, told, _) = prepared_for_takeover(&disk);
+    let former = open(Arc::new(disk.clone())).unwrap();
+    let sub = former
+        .open_cursor("sub", at(InitialPosition::Earliest, false))
+        .unwrap();
+    let mut former_told = told.clone();
+    let before = disk.mutations();
+    if n != u64::MAX {
+        disk.fail_after(Some(n));
+    }
+    let theirs: Vec<Position> = positions[80..].iter().copied().step_by(2).collect();
+    let run = theirs
+        .chunks(2)
+        .try_for_each(|chunk| former_told.ack(&sub, chunk, chunk.len()));
+    let steps = disk.mutations() - before;
+    // The process is gone; the page cache is not.
+    std::mem::forget((sub, former));
+    disk.fail_after(None);
+    let what = format!("killed after {n}");
+    if n == u64::MAX && run.is_err() {
+        return (steps, Some(format!("{what}: {run:?}")));
+    }
+    disk.break_lock();
+    let owner = match open(Arc::new(disk.clone())) {
+        Ok(owner) => owner,
+        Err(e) => return (steps, Some(format!("{what}: the new owner's open: {e}"))),
+    };
+    let ours: Vec<Position> = positions[1..80].iter().copied().step_by(3).collect();
+    let mut owner_told = Told::default();
+    let cursor = owner.open_cursor("sub", at(InitialPosition::Earliest, false));
+    if let Err(e) = cursor.and_then(|c| owner_told.ack(&c, &ours, 7)) {
+        return (steps, Some(format!("{what}: the new owner's flush: {e}")));
+    }
+    std::mem::forget(owner);
+    let mut told = former_told;
+    told.made.extend(owner_told.made);
+    told.flushed.extend(owner_told.flushed);
+    let failure = restarted(disk.durable_image(), &positions, &what, |find| {
+        told.check(find("sub"), &format!("{what}, sub"));
+    });
+    (steps, failure)
+}
+
+#[test]
+fn a_power_cut_after_a_new_owner_opened_a_topic_alone_behind_a_killed_one_keeps_every_ok_flush() {
+    let (steps, failure) = open_after_a_kill_then_a_power_cut(u64::MAX);
+    assert_eq!(failure, None);
+    assert!(steps > 3, "{steps}");
+    let failures: Vec<String> = (0..steps)
+        .filter_map(|n| open_after_a_kill_then_a_power_cut(n).1)
         .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
