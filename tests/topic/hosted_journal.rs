@@ -3,9 +3,8 @@
 //! what `verify` reports exactly when the open refuses it, as is a topic record restored from an
 //! older copy in place of the current one, or a stray segment beside the listed ones (an empty
 //! file or a copy of the newest under the next name, a retired segment back), and an open
-//! never recovers an ack
-//! that was not made; a power cut at every storage operation of the topic's open and of a
-//! flush that rolls a segment over keeps the acks flushed before it.
+//! never recovers an ack that was not made; a power cut at every storage operation of the
+//! topic's open and of a flush that rolls a segment over keeps the acks flushed before it.
 
 use crate::support;
 

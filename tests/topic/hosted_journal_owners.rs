@@ -3,9 +3,8 @@
 //! journal yet (its first segment turns the record into version 2) and of the clean close that
 //! records the closed seal; and against a former owner past a broken lock, with a second handle
 //! claiming the directory at every storage operation of the former's open (whichever claimed
-//! last owns the topic), its flushes (one of which
-//! rolls a segment over), of its clean close and of its deletion of a cursor, or before it acks,
-//! flushes, creates and deletes cursors on. Every open after a cut or a takeover opens,
+//! last owns the topic), of its flushes (one of which rolls a segment over), of its clean close
+//! and of its deletion of a cursor, or before it acks, flushes, creates and deletes cursors on. Every open after a cut or a takeover opens,
 //! `verify` finds no damage, each cursor keeps every ack of a flush that returned `Ok` (either
 //! owner's) and recovers no ack that was not made, and a fenced owner's flush never returns
 //! `Ok`. The same holds for `ENOSPC` from every write of a run of flushes on (a power cut while
