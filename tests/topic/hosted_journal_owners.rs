@@ -4,10 +4,10 @@
 //! records the closed seal; and against a former owner past a broken lock, with a second handle
 //! claiming the directory at every storage operation of the former's open (whichever claimed
 //! last owns the topic), of its flushes (one of which rolls a segment over), of its clean close
-//! and of its deletion of a cursor, or before it acks, flushes, creates and deletes cursors on. Every open after a cut or a takeover opens,
-//! `verify` finds no damage, each cursor keeps every ack of a flush that returned `Ok` (either
-//! owner's) and recovers no ack that was not made, and a fenced owner's flush never returns
-//! `Ok`. The same holds for `ENOSPC` from every write of a run of flushes on (a power cut while
+//! and of its deletion of a cursor, or before it acks, flushes, creates and deletes cursors on.
+//! Every open after a cut or a takeover opens, `verify` finds no damage, each cursor keeps every
+//! ack of a flush that returned `Ok` (either owner's) and recovers no ack that was not made, and
+//! a fenced owner's flush never returns `Ok`. The same holds for `ENOSPC` from every write of a run of flushes on (a power cut while
 //! full, then space returning), for cursors flushing from threads while the topic closes, and
 //! for a power cut after a new owner opened behind one killed at any storage operation of its
 //! flushes (the open syncs what the killed owner left unsynced before building on it).
