@@ -1,13 +1,15 @@
 //! The cursor journal a topic opened alone hosts in its directory: damage to each of its
 //! segment files (deleted, truncated, zeroed, a bit flipped, swapped with an older copy) is
-//! what `verify` reports exactly when the open refuses it, and an open never recovers an ack
-//! that was not made; a power cut at every storage operation of the topic's open and of a
-//! flush that rolls a segment over keeps the acks flushed before it.
+//! what `verify` reports exactly when the open refuses it, as is a topic record restored from an
+//! older copy in place of the current one, or a stray segment beside the listed ones (an empty
+//! file or a copy of the newest under the next name, a retired segment back), and an open
+//! never recovers an ack that was not made; a power cut at every storage operation of the
+//! topic's open and of a flush that rolls a segment over keeps the acks flushed before it.
 
 use crate::support;
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ackstore::{
@@ -27,7 +29,7 @@ fn config() -> LedgerConfig {
     support::config::topic(40, ackstore::PersistMode::MultiEntry, 1 << 20)
 }
 
-fn open(storage: Arc<dyn Storage>) -> ackstore::Result<ManagedLedger> {
+pub(crate) fn open(storage: Arc<dyn Storage>) -> ackstore::Result<ManagedLedger> {
     ManagedLedger::open_with_journal(storage, config(), JOURNAL)
 }
 
@@ -78,18 +80,18 @@ enum Damage {
     OlderCopy,
 }
 
-#[test]
-fn damage_to_a_segment_of_a_topic_alone_is_reported_by_verify_exactly_when_open_refuses_it() {
+/// A topic alone on real files whose cursor `sub` flushed acks into segments that rolled over,
+/// then closed: the directory, a copy of it after every flush (the older copies a restore
+/// takes a file from), the positions and the acks.
+fn flushed_with_copies() -> (Tree, Vec<Tree>, Vec<Position>, BTreeSet<Position>) {
     let dir = tempfile::tempdir().unwrap();
     let storage: Arc<dyn Storage> = Arc::new(FileStorage::open(dir.path(), true).unwrap());
     let topic = open(storage).unwrap();
     let positions = append_n(&topic, 300);
-    topic.sync().unwrap();
     let cursor = topic
         .open_cursor("sub", at(InitialPosition::Earliest, false))
         .unwrap();
     let mut truth = BTreeSet::new();
-    // A copy of the directory after every flush: the older copies a swap takes a segment from.
     let mut older = Vec::new();
     for (from, chunk) in positions.chunks(30).enumerate() {
         ack_some(&cursor, chunk, from % 3, &mut truth).unwrap();
@@ -99,12 +101,17 @@ fn damage_to_a_segment_of_a_topic_alone_is_reported_by_verify_exactly_when_open_
     assert!(stats.rollovers > 0, "{stats:?}");
     cursor.close().unwrap();
     topic.close().unwrap();
-    let tree = Tree::read(dir.path());
+    (Tree::read(dir.path()), older, positions, truth)
+}
+
+#[test]
+fn damage_to_a_segment_of_a_topic_alone_is_reported_by_verify_exactly_when_open_refuses_it() {
+    let (tree, older, positions, truth) = flushed_with_copies();
     let segments = tree.segments();
     assert!(segments.len() >= 2, "{segments:?}");
     let intact = check_copy(&tree, &positions, "intact");
     assert_eq!(
-        intact.1,
+        intact,
         Some(truth.clone()),
         "the intact copy opens to the truth"
     );
@@ -141,12 +148,7 @@ fn damage_to_a_segment_of_a_topic_alone_is_reported_by_verify_exactly_when_open_
             }
             swapped += usize::from(matches!(damage, Damage::OlderCopy));
             let what = format!("{} {damage:?}", segment.display());
-            let (damaged, opened) = check_copy(&copy, &positions, &what);
-            assert_eq!(
-                damaged,
-                opened.is_none(),
-                "{what}: verify reports damage exactly when the open refuses"
-            );
+            let opened = check_copy(&copy, &positions, &what);
             match opened {
                 Some(acked) => assert!(
                     acked.is_subset(&truth),
@@ -160,13 +162,10 @@ fn damage_to_a_segment_of_a_topic_alone_is_reported_by_verify_exactly_when_open_
     assert!(swapped > 0, "no segment had an older copy");
 }
 
-/// Writes `tree` to a fresh directory, runs `verify` on it, then opens it: whether verify
-/// reported damage, and the acks the open recovered (`None` when it refused).
-fn check_copy(
-    tree: &Tree,
-    positions: &[Position],
-    what: &str,
-) -> (bool, Option<BTreeSet<Position>>) {
+/// Writes `tree` to a fresh directory, runs `verify` on it, then opens it; checks that verify
+/// reported damage exactly when the open refused, and returns the acks the open recovered
+/// (`None` when it refused).
+fn check_copy(tree: &Tree, positions: &[Position], what: &str) -> Option<BTreeSet<Position>> {
     let dir = tempfile::tempdir().unwrap();
     tree.write(dir.path());
     let report = verify(dir.path());
@@ -175,7 +174,12 @@ fn check_copy(
     if let Err(e) = &opened {
         eprintln!("{what}: open refused: {e}");
     }
-    (report.damaged() > 0, opened.ok())
+    assert_eq!(
+        report.damaged() > 0,
+        opened.is_err(),
+        "{what}: verify reports damage exactly when the open refuses"
+    );
+    opened.ok()
 }
 
 fn verify(dir: &Path) -> ackstore::check::Verification {
@@ -253,4 +257,87 @@ fn a_power_cut_at_every_step_of_a_flush_that_rolls_a_segment_over_keeps_one_stat
         },
     );
     assert!(clean.result.5, "the flushes rolled a segment over");
+}
+
+#[test]
+fn a_topic_record_restored_from_an_older_copy_is_reported_by_verify_exactly_when_open_refuses_it() {
+    let (tree, older, positions, truth) = flushed_with_copies();
+    let is_record = |p: &Path| {
+        p.file_name()
+            .and_then(|f| f.to_str())
+            .is_some_and(|f| f.starts_with("topic.") && f.ends_with(".meta"))
+    };
+    let current = tree.record("", "topic").expect("a topic record");
+    let mut restored = 0;
+    for (i, old) in older.iter().enumerate() {
+        let old_record = old.record("", "topic").expect("a topic record");
+        if old.files[&old_record] == tree.files[&current] {
+            continue;
+        }
+        // The record's current version is lost; an older one is back in its place.
+        let mut copy = tree.clone();
+        copy.files.retain(|p, _| !is_record(p));
+        copy.files
+            .insert(old_record.clone(), old.files[&old_record].clone());
+        restored += 1;
+        let what = format!("the record after flush {i} ({})", old_record.display());
+        let opened = check_copy(&copy, &positions, &what);
+        if let Some(acked) = opened {
+            assert!(
+                acked.is_subset(&truth),
+                "{what}: acks recovered that were never made"
+            );
+        }
+    }
+    assert!(restored > 0, "no older record differed");
+}
+
+#[test]
+fn a_stray_segment_beside_a_topic_alone_is_reported_by_verify_exactly_when_open_refuses_it() {
+    let (tree, older, positions, truth) = flushed_with_copies();
+    let segments = tree.segments();
+    let newest = segments.last().expect("a segment").clone();
+    let seq_of = |p: &Path| -> u64 {
+        let f = p.file_name().and_then(|f| f.to_str()).unwrap_or_default();
+        f.trim_start_matches("journal-")
+            .trim_end_matches(".seg")
+            .parse()
+            .expect("a segment name")
+    };
+    let name = |seq: u64| newest.with_file_name(format!("journal-{seq:016}.seg"));
+    let above = name(seq_of(&newest) + 1);
+    let mut strays: Vec<(String, PathBuf, Vec<u8>)> = vec![
+        (
+            "an empty file above the newest".into(),
+            above.clone(),
+            Vec::new(),
+        ),
+        (
+            "a copy of the newest under the next name".into(),
+            above.clone(),
+            tree.files[&newest].clone(),
+        ),
+    ];
+    // Segments an earlier flush had and the directory no longer holds, back in place.
+    for old in &older {
+        for (path, bytes) in old
+            .files
+            .iter()
+            .filter(|(p, _)| support::mutate::is_segment(p))
+        {
+            if !tree.files.contains_key(path) && !strays.iter().any(|(_, p, _)| p == path) {
+                strays.push(("a retired segment back".into(), path.clone(), bytes.clone()));
+            }
+        }
+    }
+    assert!(strays.len() > 2, "no segment was retired");
+    for (what, path, bytes) in strays {
+        let mut copy = tree.clone();
+        copy.files.insert(path.clone(), bytes);
+        let what = format!("{what} ({})", path.display());
+        let opened = check_copy(&copy, &positions, &what);
+        if let Some(acked) = opened {
+            assert_eq!(acked, truth, "{what}: the open recovers the acks made");
+        }
+    }
 }
