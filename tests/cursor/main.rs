@@ -7,6 +7,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod ack_next_failed_load;
 mod ack_semantics;
 mod batch_acks;
 mod batch_cold_partials;
