@@ -35,6 +35,7 @@ mod ledger_samples;
 mod ledger_scale;
 mod mixed_acks_crash;
 mod model;
+mod model_shared_budget_threads;
 mod non_durable;
 mod open_writes;
 mod properties;
