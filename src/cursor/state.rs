@@ -336,13 +336,17 @@ impl CursorState {
         // visit per ack otherwise). That entry is never in `acks`: mark-delete moves onto it
         // without it, and over the acknowledged entries that follow it, if the next one is.
         if layout.after_mark(self.mark_delete) == Some(pos) {
+            // Looked up before mark-delete moves: a failed load leaves it where it was, not
+            // before an acknowledged entry it did not absorb.
+            let next_acked = match layout.after(pos) {
+                Some(next) => self.acks.contains(next)?,
+                None => false,
+            };
             if batched {
                 self.batch.remove(pos)?;
             }
             self.mark_delete = Some(pos);
-            if let Some(next) = layout.after(pos)
-                && self.acks.contains(next)?
-            {
+            if next_acked {
                 self.absorb(layout)?;
             }
             return Ok(true);

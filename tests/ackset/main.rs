@@ -1,5 +1,5 @@
-//! The ack set: ranges and partitions against a model, its memory budget, encoded sizes, and
-//! partition records of every format version.
+//! The ack set: ranges and partitions against a model (with a store that fails), its memory
+//! budget, encoded sizes, and partition records of every format version.
 //!
 //! One test binary for the layer: each module is the file of one behaviour, and the shared
 //! setup in `tests/support` is compiled once for all of them.
@@ -8,6 +8,7 @@
 mod support;
 
 mod budget;
+mod faults;
 mod model;
 mod partition_samples;
 mod size;

@@ -86,7 +86,7 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn model_ranges(model: &BTreeSet<Position>) -> Vec<(Position, Position)> {
+pub(crate) fn model_ranges(model: &BTreeSet<Position>) -> Vec<(Position, Position)> {
     let mut out: Vec<(Position, Position)> = Vec::new();
     for &p in model {
         match out.last_mut() {

@@ -7,6 +7,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod ack_next_failed_load;
 mod ack_semantics;
 mod batch_acks;
 mod batch_cold_partials;
@@ -34,6 +35,7 @@ mod ledger_samples;
 mod ledger_scale;
 mod mixed_acks_crash;
 mod model;
+mod model_shared_budget_threads;
 mod non_durable;
 mod open_writes;
 mod properties;

@@ -23,9 +23,14 @@ enum Op {
     /// Appends `.0` entries, each of `1 + .1 % max_batch` messages, and syncs them.
     Append(u64, u32),
     Ack(usize),
+    /// Acknowledges the entry `.0` (0..3) after the first one past mark-delete: the entry
+    /// right after mark-delete, which moves it without the ack set, and its neighbours.
+    AckNext(usize),
     AckCumulative(usize),
     /// Acknowledges one message (`.1` modulo the entry's size) of an entry.
     AckBatchIndex(usize, u32),
+    /// Acknowledges one message of the entry `.0` (0..3) after the first one past mark-delete.
+    AckBatchIndexNext(usize, u32),
     Read(usize),
     Seek(usize),
     SeekByIndex(usize),
@@ -43,6 +48,8 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         3 => (1..4u64, any::<u32>()).prop_map(|(n, b)| Op::Append(n, b)),
         5 => any::<usize>().prop_map(Op::Ack),
+        3 => (0..3usize).prop_map(Op::AckNext),
+        2 => (0..3usize, any::<u32>()).prop_map(|(i, m)| Op::AckBatchIndexNext(i, m)),
         2 => any::<usize>().prop_map(Op::AckCumulative),
         4 => (any::<usize>(), any::<u32>()).prop_map(|(i, m)| Op::AckBatchIndex(i, m)),
         3 => (0..5usize).prop_map(Op::Read),
@@ -392,8 +399,11 @@ fn run(host: Host, per_ledger: u64, max_batch: u32, budget: usize, ops: &[Op]) {
                 }
                 topic.sync().unwrap();
             }
-            Op::Ack(sel) => {
-                let i = pick(sel, len);
+            Op::Ack(sel) | Op::AckNext(sel) => {
+                let i = match *op {
+                    Op::AckNext(..) => model.floor() + sel,
+                    _ => pick(sel, len),
+                };
                 let got = cursor.ack(position_of(&model, i)).ok();
                 assert_eq!(got, model.ack(i), "ack #{i}");
             }
@@ -402,8 +412,11 @@ fn run(host: Host, per_ledger: u64, max_batch: u32, budget: usize, ops: &[Op]) {
                 let got = cursor.ack_cumulative(position_of(&model, i)).ok();
                 assert_eq!(got, model.ack_cumulative(i), "cumulative ack #{i}");
             }
-            Op::AckBatchIndex(sel, m) => {
-                let i = pick(sel, len);
+            Op::AckBatchIndex(sel, m) | Op::AckBatchIndexNext(sel, m) => {
+                let i = match *op {
+                    Op::AckBatchIndexNext(..) => model.floor() + sel,
+                    _ => pick(sel, len),
+                };
                 let size = model.sizes.get(i).copied().unwrap_or(max_batch);
                 let m = m % size;
                 let got = cursor.ack_batch_index(position_of(&model, i), m, size).ok();
