@@ -116,8 +116,8 @@ pub struct JournalCursor {
     pub partitions: u64,
     /// Entries acknowledged above mark-delete, over those partitions.
     pub acked_entries: u64,
-    /// Maximal ranges those entries form (`None`: a partition record could not be read back,
-    /// see [`committed_ranges`](crate::journal::committed_ranges)).
+    /// Maximal ranges those entries form (`None`: a partition record could not be read back
+    /// and verified).
     pub acked_ranges: Option<u64>,
     /// Batch records (partial entries of one partition each) its state lists.
     pub batch_records: u64,
