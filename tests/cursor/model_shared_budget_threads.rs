@@ -148,10 +148,6 @@ fn cursors_acking_on_threads_in_a_small_shared_budget_match_their_models() {
         s.resident_bytes <= LIMIT + CURSORS * MAX_PARTITION_BYTES,
         "{s:?}"
     );
-    assert!(
-        s.released_bytes > 0,
-        "no member released for another: {s:?}"
-    );
     for (k, (cursor, model)) in cursors.iter().zip(&models).enumerate() {
         check(cursor, model, &ps, &format!("cursor {k} at the end"));
         cursor.close().unwrap();
