@@ -119,18 +119,18 @@ pub(super) fn check_hosted_journal(
     record: &TopicRecord,
 ) -> Result<crate::journal::JournalCheck> {
     let listing = record.journal.clone().unwrap_or_default();
-    let seal = |s: &crate::format::store::CatalogSeal| crate::journal::Seal {
-        segment: s.segment,
-        len: s.len,
-    };
-    let seals: Vec<_> = listing.seals.iter().map(seal).collect();
+    let seals: Vec<_> = listing
+        .seals
+        .iter()
+        .map(|s| crate::journal::Seal::from(*s))
+        .collect();
     crate::journal::check_listed(
         storage.as_ref(),
         &seals,
         Some(crate::journal::Listed {
             segments: &listing.segments,
             retired_through: listing.retired_through,
-            closed: listing.closed.as_ref().map(seal),
+            closed: listing.closed.map(crate::journal::Seal::from),
         }),
     )
 }

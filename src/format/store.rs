@@ -131,6 +131,42 @@ pub struct CatalogSeal {
     pub len: u64,
 }
 
+/// Records `seal` (segment 0: none) among `seals`, replacing an earlier seal of its segment,
+/// and drops the seals of segments not in `segments` (deleted by a rollover: a sequence number
+/// is never used again). Kept ascending by segment.
+pub fn record_seal(seals: &mut Vec<CatalogSeal>, seal: CatalogSeal, segments: &[u64]) {
+    seals.retain(|s| s.segment != seal.segment && segments.contains(&s.segment));
+    if seal.segment != 0 {
+        seals.push(seal);
+        seals.sort_by_key(|s| s.segment);
+    }
+}
+
+/// Lists segment `seq` in `segments` (ascending), once.
+pub fn list_segment(segments: &mut Vec<u64>, seq: u64) {
+    if let Err(at) = segments.binary_search(&seq) {
+        segments.insert(at, seq);
+    }
+}
+
+/// Drops segment `seq` (the oldest listed, whose live state a rollover copied forward) from a
+/// journal's list (`None`: a list of every segment file, which stays so), records it as
+/// retired, and drops its close and its seal.
+pub fn retire_segment(
+    seq: u64,
+    segments: Option<&mut Vec<u64>>,
+    (retired_through, closed, seals): (&mut u64, &mut Option<CatalogSeal>, &mut Vec<CatalogSeal>),
+) {
+    if let Some(list) = segments {
+        list.retain(|&s| s != seq);
+    }
+    *retired_through = (*retired_through).max(seq);
+    if closed.is_some_and(|c| c.segment == seq) {
+        *closed = None;
+    }
+    seals.retain(|s| s.segment != seq);
+}
+
 impl Catalog {
     /// The catalog's bytes.
     #[must_use]

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use super::{Journal, lock};
 use crate::error::{Error, Result};
 use crate::format::journal::SEGMENT_VERSION_V3;
+use crate::format::store::CatalogSeal;
 
 /// The segments a store's catalog lists (see `crate::format::store`): they alone count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +36,16 @@ pub struct Seal {
     pub segment: u64,
     /// Its bytes that count.
     pub len: u64,
+}
+
+impl From<CatalogSeal> for Seal {
+    /// A seal as a host's record holds it (a store's catalog, a topic record).
+    fn from(s: CatalogSeal) -> Self {
+        Self {
+            segment: s.segment,
+            len: s.len,
+        }
+    }
 }
 
 /// The owner's check: [`Error::Fenced`] once another owner has claimed the store.

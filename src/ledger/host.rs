@@ -21,7 +21,7 @@ use super::topic::{TOPIC_RECORD, TopicCore};
 use crate::cursor::journal::TopicJournal;
 use crate::error::{Error, Result};
 use crate::format::meta::{HostedJournal, TopicRecord};
-use crate::format::store::CatalogSeal;
+use crate::format::store::{CatalogSeal, list_segment, record_seal, retire_segment};
 use crate::journal::flusher::Ticked;
 use crate::journal::{Journal, JournalConfig, Listed, OwnerCheck, Seal, SegmentHooks};
 use crate::log::lock;
@@ -42,7 +42,7 @@ pub(crate) fn open_hosted(
     (record, version): (&mut TopicRecord, &mut u64),
 ) -> Result<(TopicJournal, Vec<u64>)> {
     let listing = record.journal.clone().unwrap_or_default();
-    let seals: Vec<Seal> = listing.seals.iter().map(|s| seal_of(*s)).collect();
+    let seals: Vec<Seal> = listing.seals.iter().map(|s| Seal::from(*s)).collect();
     let journal = Journal::open_listed(
         storage,
         config,
@@ -50,7 +50,7 @@ pub(crate) fn open_hosted(
         Some(Listed {
             segments: &listing.segments,
             retired_through: listing.retired_through,
-            closed: listing.closed.map(seal_of),
+            closed: listing.closed.map(Seal::from),
         }),
     )?;
     let recovered = journal
@@ -62,15 +62,14 @@ pub(crate) fn open_hosted(
     let seal = journal.seal_tail();
     let segments = journal.segments();
     let mut next = listing;
-    next.seals
-        .retain(|s| s.segment != seal.segment && segments.contains(&s.segment));
-    if seal.segment != 0 {
-        next.seals.push(CatalogSeal {
+    record_seal(
+        &mut next.seals,
+        CatalogSeal {
             segment: seal.segment,
             len: seal.len,
-        });
-        next.seals.sort_by_key(|s| s.segment);
-    }
+        },
+        &segments,
+    );
     next.segments = segments;
     // A topic whose journal never held a segment keeps a record of version 1.
     let listed = (record.journal.is_some() || next != HostedJournal::default()).then_some(next);
@@ -88,13 +87,6 @@ pub(crate) fn open_hosted(
         },
         recovered,
     ))
-}
-
-fn seal_of(s: CatalogSeal) -> Seal {
-    Seal {
-        segment: s.segment,
-        len: s.len,
-    }
 }
 
 /// Runs `f` on the topic `held` (the journal's hooks hold it weakly: a dropped topic's
@@ -128,18 +120,13 @@ impl TopicCore {
             Arc::new(move |seq: u64| on_topic(&held, |t| edit_listing(t, |j| edit(j, seq))))
         };
         tj.journal.set_segment_hooks(SegmentHooks {
-            created: hook(|j, seq| {
-                if let Err(at) = j.segments.binary_search(&seq) {
-                    j.segments.insert(at, seq);
-                }
-            }),
+            created: hook(|j, seq| list_segment(&mut j.segments, seq)),
             deleted: hook(|j, seq| {
-                j.segments.retain(|&s| s != seq);
-                j.retired_through = j.retired_through.max(seq);
-                if j.closed.is_some_and(|c| c.segment == seq) {
-                    j.closed = None;
-                }
-                j.seals.retain(|s| s.segment != seq);
+                retire_segment(
+                    seq,
+                    Some(&mut j.segments),
+                    (&mut j.retired_through, &mut j.closed, &mut j.seals),
+                );
             }),
             listed: Arc::new(move |seq: u64| {
                 on_topic(&held, |t| {

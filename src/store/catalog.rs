@@ -9,7 +9,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::format::store::{Catalog, CatalogSeal, CatalogTopic};
+use crate::format::store::{
+    Catalog, CatalogSeal, CatalogTopic, list_segment, record_seal, retire_segment,
+};
 use crate::meta::MetaStore;
 use crate::storage::Storage;
 
@@ -135,12 +137,7 @@ impl CatalogHandle {
     /// number is never used again). Writes nothing when that changes nothing.
     pub(crate) fn record_seal(&mut self, seal: CatalogSeal, segments: &[u64]) -> Result<()> {
         let mut next = self.catalog.clone();
-        next.seals
-            .retain(|s| s.segment != seal.segment && segments.contains(&s.segment));
-        if seal.segment != 0 {
-            next.seals.push(seal);
-            next.seals.sort_by_key(|s| s.segment);
-        }
+        record_seal(&mut next.seals, seal, segments);
         next.segments = Some(segments.to_vec());
         self.write(next)
     }
@@ -156,10 +153,7 @@ impl CatalogHandle {
     /// Lists journal segment `seq` (created by this owner) by compare-and-set.
     pub(crate) fn add_segment(&mut self, seq: u64) -> Result<()> {
         let mut next = self.catalog.clone();
-        let list = next.segments.get_or_insert_with(Vec::new);
-        if let Err(at) = list.binary_search(&seq) {
-            list.insert(at, seq);
-        }
+        list_segment(next.segments.get_or_insert_with(Vec::new), seq);
         self.write(next)
     }
 
@@ -182,14 +176,11 @@ impl CatalogHandle {
     /// records it as retired in the same write.
     pub(crate) fn remove_segment(&mut self, seq: u64) -> Result<()> {
         let mut next = self.catalog.clone();
-        if let Some(list) = next.segments.as_mut() {
-            list.retain(|&s| s != seq);
-        }
-        next.retired_through = next.retired_through.max(seq);
-        if next.closed.is_some_and(|c| c.segment == seq) {
-            next.closed = None;
-        }
-        next.seals.retain(|s| s.segment != seq);
+        retire_segment(
+            seq,
+            next.segments.as_mut(),
+            (&mut next.retired_through, &mut next.closed, &mut next.seals),
+        );
         self.write(next)
     }
 

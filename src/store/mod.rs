@@ -738,10 +738,7 @@ pub fn journal_listing(
         .map(|segments| crate::journal::Listed {
             segments,
             retired_through: catalog.retired_through,
-            closed: catalog.closed.map(|c| Seal {
-                segment: c.segment,
-                len: c.len,
-            }),
+            closed: catalog.closed.map(Seal::from),
         })
 }
 
@@ -749,14 +746,7 @@ pub fn journal_listing(
 /// [`Journal::open_sealed`] take them.
 #[must_use]
 pub fn journal_seals(catalog: &crate::format::store::Catalog) -> Vec<Seal> {
-    catalog
-        .seals
-        .iter()
-        .map(|s| Seal {
-            segment: s.segment,
-            len: s.len,
-        })
-        .collect()
+    catalog.seals.iter().map(|s| Seal::from(*s)).collect()
 }
 
 fn check_topic_name(name: &str) -> Result<()> {
