@@ -30,10 +30,7 @@ fn name(c: usize) -> String {
 fn populate(storage: &Arc<dyn Storage>) -> (Store, Vec<Position>) {
     let store = open(storage.clone()).expect("open");
     let topic = store.topic(TOPIC).expect("topic");
-    let ps: Vec<Position> = (0..ENTRIES)
-        .map(|i| topic.append(format!("{i}").as_bytes()).expect("append"))
-        .collect();
-    topic.sync().expect("sync");
+    let ps = support::topic::append_n(&topic, ENTRIES);
     for c in 0..CURSORS {
         let cursor = topic
             .open_cursor(&name(c), CursorOptions::default())
