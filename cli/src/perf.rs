@@ -740,9 +740,9 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
     };
     let verified = mismatches == 0 && first_ok && recovered_fingerprint == ranges_fingerprint;
 
-    // Phase 5: one more ack and the first flush after the restart (for a topic directory, the
-    // cursor's claim: its state moves to a fresh cursor ledger), then a few more acks, flushed
-    // on their own (the incremental cost).
+    // Phase 5: one more ack and the first flush after the restart (through a journal: the
+    // changed partition and a delta marker), then a few more acks, flushed on their own (the
+    // incremental cost).
     let mid = truth.len() / 2;
     let mut unacked = (mid..truth.len()).chain(0..mid).filter(|&i| !truth[i]);
     let first_write = unacked.next();
