@@ -32,7 +32,8 @@ pub enum CorruptionKind {
     InvalidField(&'static str),
     /// The data ends before a record that must be complete.
     Truncated,
-    /// A store that is listed as holding the bytes has no copy of them.
+    /// Bytes that a record, marker or index lists are not where it lists them (a file,
+    /// segment, object or partition that is gone).
     Missing,
     /// A record holds another number of items than the index that lists it recorded.
     CountMismatch {
@@ -52,7 +53,7 @@ impl fmt::Display for CorruptionKind {
             Self::BadLength => f.write_str("length field out of range"),
             Self::InvalidField(name) => write!(f, "invalid value in field `{name}`"),
             Self::Truncated => f.write_str("record cut short"),
-            Self::Missing => f.write_str("its store has no copy"),
+            Self::Missing => f.write_str("listed but not found"),
             Self::CountMismatch { found, expected } => {
                 write!(
                     f,

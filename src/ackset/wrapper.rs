@@ -1174,7 +1174,7 @@ mod tests {
                 kind: CorruptionKind::Missing,
             }
         ));
-        assert!(err.to_string().contains("store has no copy"));
+        assert!(err.to_string().contains("listed but not found"));
     }
 
     #[test]
