@@ -64,15 +64,47 @@ pub(super) fn scan_segments(
     listed: Option<Listed<'_>>,
     repair: bool,
 ) -> Result<(Scan, Writer, ScanReport)> {
-    let sealed = |seq: u64| seals.iter().find(|s| s.segment == seq && seq != 0);
     let mut report = ScanReport::default();
     let seqs = segments_to_scan(storage, listed, &mut report)?;
     let mut scan = Scan::new(seqs.first().copied().unwrap_or(0));
+    let scanned = scan_listed(
+        storage,
+        (seals, listed, &seqs),
+        repair,
+        &mut scan,
+        &mut report,
+    );
+    // A frame passed over as damaged comes before whatever stopped the scan later: the first
+    // damage is what is reported, as a scan that stopped there would.
+    let writer = match scanned {
+        Ok(writer) => writer,
+        Err(e @ Error::Corrupted { .. }) => return Err(scan.first_damage().unwrap_or(e)),
+        Err(e) => return Err(e),
+    };
+    if let Some(e) = scan.first_damage() {
+        return Err(e);
+    }
+    scan.check_rebased()?;
+    let retired = listed.map_or(0, |l| l.retired_through);
+    check_strays(storage, &report.strays, retired, repair)?;
+    Ok((scan, writer, report))
+}
+
+/// The scan of [`scan_segments`] over the segments `seqs` (those `listed` names, or every
+/// segment file), into `scan`; returns the writer of what it read.
+fn scan_listed(
+    storage: &dyn Storage,
+    (seals, listed, seqs): (&[Seal], Option<Listed<'_>>, &[u64]),
+    repair: bool,
+    scan: &mut Scan,
+    report: &mut ScanReport,
+) -> Result<Writer> {
+    let sealed = |seq: u64| seals.iter().find(|s| s.segment == seq && seq != 0);
     let mut writer = Writer::default();
     let last = seqs.last().copied();
     // The segment scanned before this one and the length its records end at.
     let mut before: Option<Predecessor> = None;
-    for &seq in &seqs {
+    for &seq in seqs {
         let newest = Some(seq) == last;
         let seal = sealed(seq).map(|s| s.len);
         let file = storage.open(&segment_name(seq))?;
@@ -121,10 +153,10 @@ pub(super) fn scan_segments(
         let markers_known = synced.min(limit);
         let (at, stop) = scan_records(
             &mut win,
-            &mut scan,
-            &mut report,
+            scan,
+            report,
             (seq, version, newest),
-            (start, markers_known, limit),
+            (start, (markers_known, frames_known), limit),
         )?;
         if let Some((offset, kind)) = stop {
             let zero_end = kind == CorruptionKind::InvalidField("zero length");
@@ -134,6 +166,11 @@ pub(super) fn scan_segments(
                 return Err(corrupt(seq, offset, kind));
             }
             if newest && seal.is_none() && at < file_size {
+                // Nothing is cut while damage that nothing accounts for was passed over: the
+                // scan is refused.
+                if let Some(e) = scan.first_damage() {
+                    return Err(e);
+                }
                 if repair {
                     file.set_len(at)?;
                     file.sync_data()?;
@@ -157,10 +194,7 @@ pub(super) fn scan_segments(
             len: at,
         });
     }
-    scan.check_rebased()?;
-    let retired = listed.map_or(0, |l| l.retired_through);
-    check_strays(storage, &report.strays, retired, repair)?;
-    Ok((scan, writer, report))
+    Ok(writer)
 }
 
 /// Checks that no segment file the list does not name was ever listed, unless a rollover
@@ -251,13 +285,14 @@ fn segments_to_scan(
 /// Reads the records of segment `seq` from `start` up to `limit` into `scan`; returns where
 /// they end and, if before `limit`, why (the offset and kind of the first bytes that are not a
 /// record that verifies). A marker or delta below `markers_known` that does not commit is
-/// corruption.
+/// corruption. A frame wholly below `frames_known` whose CRC fails is passed over (its length
+/// as read), noted in `scan` as damage, which only a fall back to a snapshot accounts for.
 fn scan_records(
     win: &mut Window<'_>,
     scan: &mut Scan,
     report: &mut ScanReport,
     (seq, version, newest): (u64, u16, bool),
-    (start, markers_known, limit): (u64, u64, u64),
+    (start, (markers_known, frames_known), limit): (u64, (u64, u64), u64),
 ) -> Result<(u64, Option<(u64, CorruptionKind)>)> {
     let mut at = start;
     let stop = loop {
@@ -292,6 +327,17 @@ fn scan_records(
                 at += len as u64;
             }
             Ok(None) => break Some((at, CorruptionKind::InvalidField("zero length"))),
+            Err(c)
+                if c.kind == CorruptionKind::ChecksumMismatch
+                    && at + (RECORD_HEADER_LEN + n) as u64 <= frames_known =>
+            {
+                let loc = JournalLoc {
+                    segment: seq,
+                    offset: at,
+                };
+                scan.damaged_frame(loc, at + c.offset);
+                at += (RECORD_HEADER_LEN + n) as u64;
+            }
             Err(c) => break Some((at + c.offset, c.kind)),
         }
     };

@@ -39,6 +39,13 @@ pub(super) struct Scan {
     /// Cursors whose chain's newest marker or delta did not verify below the synced length
     /// and which fell back to their snapshot, with where that record starts.
     pub(super) fallbacks: Vec<(CursorId, JournalLoc)>,
+    /// Frames below what is known to be written whose CRC failed and that were passed over
+    /// (their length read as written and the next frame verifying), in scan order: where each
+    /// starts and where its damage was found.
+    damaged: Vec<(JournalLoc, u64)>,
+    /// Those of them a marker or delta that fell back to its cursor's snapshot references:
+    /// accounted for. Any other is damage that refuses the scan.
+    explained: std::collections::HashSet<JournalLoc>,
 }
 
 impl Scan {
@@ -118,7 +125,8 @@ impl Scan {
                     self.stale.insert(loc);
                     self.unrebased.insert(cursor, loc);
                 } else if promised {
-                    return self.fall_back(cursor, loc, "marker");
+                    let named = marker_locations(decode_marker_bound(payload, binding).ok());
+                    return self.fall_back(cursor, loc, "marker", &named);
                 } else {
                     return Ok(true);
                 }
@@ -141,7 +149,9 @@ impl Scan {
                     self.stale.insert(loc);
                     self.unrebased.insert(cursor, loc);
                 } else if promised {
-                    return self.fall_back(cursor, loc, "delta");
+                    let delta = decode_delta(payload, binding, version).ok();
+                    let named = marker_locations(delta.map(|d| d.marker));
+                    return self.fall_back(cursor, loc, "delta", &named);
                 } else {
                     return Ok(true);
                 }
@@ -214,18 +224,46 @@ impl Scan {
 
     /// A marker or delta of `cursor` at `loc` that does not commit below the synced length:
     /// the cursor's state is its snapshot, if it has one (its chain is dropped, and later
-    /// deltas on it do not commit either); without one, corruption at `loc`.
-    fn fall_back(&mut self, cursor: CursorId, loc: JournalLoc, what: &'static str) -> Result<bool> {
+    /// deltas on it do not commit either), and the damaged frames among the records it names
+    /// (`named`) are accounted for; without one, corruption: at the first damaged frame not
+    /// accounted for, else at `loc`.
+    fn fall_back(
+        &mut self,
+        cursor: CursorId,
+        loc: JournalLoc,
+        what: &'static str,
+        named: &[JournalLoc],
+    ) -> Result<bool> {
         if self.index.fall_back_to_snapshot(cursor) {
             self.unrebased.remove(&cursor);
             self.fallbacks.push((cursor, loc));
+            let damaged: Vec<JournalLoc> = named
+                .iter()
+                .copied()
+                .filter(|n| self.damaged.iter().any(|(d, _)| d == n))
+                .collect();
+            self.explained.extend(damaged);
             return Ok(false);
         }
-        Err(corrupt(
-            loc.segment,
-            loc.offset,
-            CorruptionKind::InvalidField(what),
-        ))
+        Err(self.first_damage().unwrap_or_else(|| {
+            corrupt(loc.segment, loc.offset, CorruptionKind::InvalidField(what))
+        }))
+    }
+
+    /// A frame at `loc` whose CRC failed (found at `found`, a byte offset in its segment) was
+    /// passed over: damage, unless a marker or delta that falls back to its cursor's snapshot
+    /// references it.
+    pub(super) fn damaged_frame(&mut self, loc: JournalLoc, found: u64) {
+        self.damaged.push((loc, found));
+    }
+
+    /// The first damaged frame passed over that nothing accounts for, as the error a scan
+    /// stopping there returns (`ChecksumMismatch` where it was found).
+    pub(super) fn first_damage(&self) -> Option<crate::error::Error> {
+        self.damaged
+            .iter()
+            .find(|(d, _)| !self.explained.contains(d))
+            .map(|(d, found)| corrupt(d.segment, *found, CorruptionKind::ChecksumMismatch))
     }
 
     /// Notes a partition or batch record, to verify the rows of later markers against. A
@@ -458,6 +496,22 @@ impl Scan {
             batch,
         })
     }
+}
+
+/// Where the partition and batch records `marker`'s rows name are (none when it did not
+/// decode).
+fn marker_locations(marker: Option<Marker<'_>>) -> Vec<JournalLoc> {
+    let Some(marker) = marker else {
+        return Vec::new();
+    };
+    let rows = match marker.table {
+        Table::Inline(rows) => rows.iter().map(|r| r.entry_id).collect(),
+        Table::Paged(_) => Vec::new(),
+    };
+    rows.into_iter()
+        .chain(marker.batch.iter().map(|b| b.entry_id))
+        .map(JournalLoc::unpack)
+        .collect()
 }
 
 /// The keys a delta removes, if every one is live in `base`.

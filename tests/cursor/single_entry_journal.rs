@@ -286,11 +286,41 @@ fn verify(disk: &MemStorage) -> ackstore::check::Verification {
     ackstore::check::verify(&(Arc::new(disk.clone()) as Arc<dyn Storage>)).unwrap()
 }
 
+/// What is damaged of the newest marker of a cursor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Damage {
+    /// A bit of the marker, its frame's CRC recomputed: the marker's own CRC fails.
+    Marker,
+    /// A bit of a partition it names, its frame's CRC recomputed: the marker's row CRC fails.
+    PartitionEdited,
+    /// A bit of a partition it names: the frame's CRC fails.
+    PartitionFlipped,
+}
+
+/// Applies `damage` to the newest marker or delta in `disk` (or a partition before it).
+fn damage_newest_marker(disk: &MemStorage, damage: Damage) {
+    let (name, marker, partition) = newest_of(disk, &[RecordKind::Marker, RecordKind::Delta]);
+    let partition = partition.expect("a partition before the marker");
+    match damage {
+        Damage::Marker => edit_record(disk, (&name, marker), flip_last_payload_byte),
+        Damage::PartitionEdited => edit_record(disk, (&name, partition), flip_last_payload_byte),
+        Damage::PartitionFlipped => {
+            let mut bytes = disk.live_bytes(&name).unwrap();
+            bytes[partition + 40] ^= 2;
+            disk.set_bytes(&name, bytes).unwrap();
+        }
+    }
+}
+
 #[test]
 fn a_damaged_newest_marker_or_partition_falls_back_to_the_snapshot_and_verify_agrees() {
     on_each_host(|host| {
-        for damage_partition in [false, true] {
-            let what = format!("{host:?}, damaged partition {damage_partition}");
+        for damage in [
+            Damage::Marker,
+            Damage::PartitionEdited,
+            Damage::PartitionFlipped,
+        ] {
+            let what = format!("{host:?}, {damage:?}");
             // The snapshot holds {1, 3, 5}; the marker written after the change of form holds
             // {1, 3, 5, 7, 9} (the snapshot's ranges in new partitions).
             let (disk, ps, snapshot) = prepared(host, &single(), 60, &[1, 3, 5]);
@@ -300,14 +330,7 @@ fn a_damaged_newest_marker_or_partition_falls_back_to_the_snapshot_and_verify_ag
                 5,
                 "{what}: the marker is the state"
             );
-            let (name, marker, partition) =
-                newest_of(&disk, &[RecordKind::Marker, RecordKind::Delta]);
-            let at = if damage_partition {
-                partition.expect("a partition before the marker")
-            } else {
-                marker
-            };
-            edit_record(&disk, (&name, at), flip_last_payload_byte);
+            damage_newest_marker(&disk, damage);
 
             for c in [multi(), single()] {
                 assert_eq!(
@@ -338,9 +361,35 @@ fn a_damaged_newest_marker_or_partition_falls_back_to_the_snapshot_and_verify_ag
 #[test]
 fn control_a_damaged_marker_without_a_snapshot_is_refused_by_open_and_verify() {
     on_each_host(|host| {
-        let (disk, ps, _) = prepared(host, &multi(), 60, &[1, 3, 5]);
+        for damage in [
+            Damage::Marker,
+            Damage::PartitionEdited,
+            Damage::PartitionFlipped,
+        ] {
+            let what = format!("{host:?}, {damage:?}");
+            let (disk, ps, _) = prepared(host, &multi(), 60, &[1, 3, 5]);
+            damage_newest_marker(&disk, damage);
+            let opened = recovered(host, &disk, &multi(), &ps);
+            assert!(
+                matches!(opened, Err(ackstore::Error::Corrupted { .. })),
+                "{what}: {opened:?}"
+            );
+            assert!(!verify(&disk).is_sound(), "{what}");
+        }
+    });
+}
+
+/// A flipped bit in a marker's own frame cannot be told apart from one in any other cursor's
+/// record (the ids it holds are what failed): refused, snapshot or not.
+#[test]
+fn a_marker_whose_frame_fails_its_crc_is_refused_even_with_a_snapshot() {
+    on_each_host(|host| {
+        let (disk, ps, _) = prepared(host, &single(), 60, &[1, 3, 5]);
+        ack_and_flush(host, &disk, &multi(), &ps, &[7, 9]);
         let (name, marker, _) = newest_of(&disk, &[RecordKind::Marker, RecordKind::Delta]);
-        edit_record(&disk, (&name, marker), flip_last_payload_byte);
+        let mut bytes = disk.live_bytes(&name).unwrap();
+        bytes[marker + 30] ^= 8;
+        disk.set_bytes(&name, bytes).unwrap();
         let opened = recovered(host, &disk, &multi(), &ps);
         assert!(
             matches!(opened, Err(ackstore::Error::Corrupted { .. })),
