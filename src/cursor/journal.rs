@@ -180,6 +180,14 @@ impl JournalCursor {
             Ok((snapshot.state.clone(), ranges, batch))
         })?;
         if let Some((state, ranges, partial)) = snapshot {
+            // A fall back is logged and counted as a cursor ledger's is.
+            if let Some(at) = tj.journal.fell_back(id) {
+                let detail = format!(
+                    ": its newest marker (journal segment {} at byte {}) does not verify",
+                    at.segment, at.offset
+                );
+                labels.recovered("journal snapshot", &detail, true);
+            }
             // The snapshot is the cursor's state: every range is held (as a cursor ledger's
             // snapshot recovers), and its next flush of either form writes a whole state.
             let this = Self {

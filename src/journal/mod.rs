@@ -141,6 +141,9 @@ pub struct Journal {
     /// cursor took for written at stage time is never left without its marker. Changed under
     /// the tick lock only.
     unsettled: Mutex<HashSet<CursorId>>,
+    /// Cursors whose newest marker or delta did not verify at open, which recovered their
+    /// single-entry snapshot instead, with where that record starts.
+    fallbacks: std::collections::HashMap<CursorId, JournalLoc>,
 }
 
 #[derive(Debug, Default)]
@@ -216,6 +219,13 @@ impl Journal {
             Some(s) => Some((s.name, s.loc)),
             None => index.committed(cursor).map(|c| (c.name, c.marker)),
         }
+    }
+
+    /// Where the cursor's newest marker or delta starts if it did not verify at open and the
+    /// cursor's state is its single-entry snapshot instead (the fallback).
+    #[must_use]
+    pub fn fell_back(&self, cursor: CursorId) -> Option<JournalLoc> {
+        self.fallbacks.get(&cursor).copied()
     }
 
     /// The cursor's committed mark-delete, epoch and properties, of whichever form (chain or

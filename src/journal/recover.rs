@@ -12,7 +12,10 @@
 //! off); a listed segment that is missing, has a bad header or predecessor, has both slot copies
 //! failing, is shorter than its synced length or seal, ends elsewhere than its successor's
 //! header says, or does not verify below them (anywhere, in any other segment) is corruption,
-//! and is never removed or cut. Partitions are not decoded until loaded.
+//! and is never removed or cut. One exception: a cursor whose newest marker or delta does not
+//! commit falls back to its single-entry snapshot when it has one, and a frame whose CRC alone
+//! fails below them is passed over, accepted only when such a marker or delta names it.
+//! Partitions are not decoded until loaded.
 
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -54,10 +57,11 @@ pub(super) struct ScanReport {
 /// predecessor) that does not verify in a listed segment, or both its slot copies; a segment
 /// shorter than its slots' synced length or its seal; a predecessor other than the segment
 /// scanned before, or at another length than its records end at; a record that does not verify
-/// below the synced length or the seal, or anywhere in a segment other than the newest; a
-/// marker or delta that does not verify below the synced length; a cursor whose last marker or
-/// delta builds on a segment older than the first scanned. Strays are removed only after all
-/// of that passed.
+/// below the synced length or the seal, or anywhere in a segment other than the newest (unless
+/// its CRC alone fails and a marker that falls back to its cursor's snapshot names it); a
+/// marker or delta that does not verify below the synced length, of a cursor without a
+/// snapshot; a cursor whose last marker or delta builds on a segment older than the first
+/// scanned. Strays are removed only after all of that passed.
 pub(super) fn scan_segments(
     storage: &dyn Storage,
     seals: &[Seal],
@@ -392,7 +396,7 @@ impl Journal {
                 reason: "journal segment_bytes must be 1 byte to 4 GiB".into(),
             });
         }
-        let (scan, mut writer, report) = scan_segments(storage.as_ref(), seals, listed, true)?;
+        let (mut scan, mut writer, report) = scan_segments(storage.as_ref(), seals, listed, true)?;
         // A former owner that died before its tick's sync left the newest segment's bytes, and
         // perhaps its name, in the page cache only. This owner recovers cursors from them and
         // its markers reference their partitions, so they become durable before anything uses
@@ -443,12 +447,13 @@ impl Journal {
             config,
             tick: Mutex::new(()),
             writer: Mutex::new(writer),
-            index: Mutex::new(scan.index),
+            index: Mutex::new(std::mem::take(&mut scan.index)),
             files: RwLock::new(files),
             counters: Counters::default(),
             owner: RwLock::new(None),
             hooks: RwLock::new(None),
             unsettled: Mutex::default(),
+            fallbacks: scan.fallbacks.iter().copied().collect(),
         })
     }
 }
