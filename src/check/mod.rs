@@ -41,7 +41,8 @@ use std::sync::Arc;
 
 use crate::cursor::NO_MARK_DELETE;
 use crate::error::{Error, Result};
-use crate::journal::index::{Committed, CursorId};
+use crate::journal::JournalCheck;
+use crate::journal::index::{Committed, CursorId, SnapshotLoc};
 use crate::position::Position;
 use crate::storage::Storage;
 
@@ -108,7 +109,11 @@ pub struct JournalCursor {
     pub mark_delete: Option<Position>,
     /// The cursor's epoch.
     pub epoch: u64,
-    /// The segment holding the newest record (full marker or delta) of its chain.
+    /// Whether its state is its single-entry snapshot record (the record at `marker_segment`
+    /// and `marker_offset`; it lists no partition or batch record).
+    pub snapshot: bool,
+    /// The segment holding the newest record (full marker or delta) of its chain, or its
+    /// snapshot record.
     pub marker_segment: u64,
     /// Where that record's frame starts in the segment.
     pub marker_offset: u64,
@@ -126,8 +131,53 @@ pub struct JournalCursor {
 }
 
 impl JournalCursor {
-    /// The committed journal state `state` of cursor `id`, named `cursor` in topic `topic`.
-    pub(super) fn committed(
+    /// The committed journal state of cursor `id` that `check` found (of whichever form is its
+    /// state), named `cursor` in topic `topic`; `None` when the journal holds none.
+    pub(super) fn of(
+        storage: &Arc<dyn Storage>,
+        check: &JournalCheck,
+        id: CursorId,
+        (topic, cursor): (Option<String>, Option<String>),
+    ) -> Option<Self> {
+        match check.snapshots.get(&id).filter(|s| s.current) {
+            Some(s) => Some(Self::snapshot(storage, (id, s), topic, cursor)),
+            None => Some(Self::committed(
+                storage,
+                (id, check.states.get(&id)?),
+                topic,
+                cursor,
+            )),
+        }
+    }
+
+    /// The committed snapshot `s` of cursor `id`, named `cursor` in topic `topic`.
+    fn snapshot(
+        storage: &Arc<dyn Storage>,
+        (id, s): (CursorId, &SnapshotLoc),
+        topic: Option<String>,
+        cursor: Option<String>,
+    ) -> Self {
+        let entries = crate::journal::snapshot_entries(storage.as_ref(), id, s);
+        Self {
+            topic_id: id.topic,
+            topic,
+            cursor_id: id.cursor,
+            cursor,
+            mark_delete: Some(s.state.mark_delete).filter(|p| *p != NO_MARK_DELETE),
+            epoch: s.state.epoch,
+            snapshot: true,
+            marker_segment: s.loc.segment,
+            marker_offset: s.loc.offset,
+            partitions: 0,
+            acked_entries: entries.as_ref().map_or(0, |n| *n),
+            acked_ranges: entries.is_ok().then_some(s.ranges),
+            batch_records: s.batch.0,
+            partial_entries: s.batch.1,
+        }
+    }
+
+    /// The committed journal chain `state` of cursor `id`, named `cursor` in topic `topic`.
+    fn committed(
         storage: &Arc<dyn Storage>,
         (id, state): (CursorId, &Committed),
         topic: Option<String>,
@@ -138,6 +188,7 @@ impl JournalCursor {
             topic,
             cursor_id: id.cursor,
             cursor,
+            snapshot: false,
             mark_delete: Some(state.state.mark_delete).filter(|p| *p != NO_MARK_DELETE),
             epoch: state.state.epoch,
             marker_segment: state.marker.segment,
@@ -160,7 +211,7 @@ impl fmt::Display for JournalCursor {
         write!(
             f,
             "cursor {} of topic {}: mark-delete {}, epoch {}, {} acked entries in {} ranges \
-             over {} partitions, {} partial entries in {} batch records, marker in journal \
+             over {} partitions, {} partial entries in {} batch records, {} in journal \
              segment {} at byte {}",
             name(&self.cursor, self.cursor_id),
             name(&self.topic, self.topic_id),
@@ -173,6 +224,7 @@ impl fmt::Display for JournalCursor {
             self.partitions,
             self.partial_entries,
             self.batch_records,
+            if self.snapshot { "snapshot" } else { "marker" },
             self.marker_segment,
             self.marker_offset
         )

@@ -37,14 +37,17 @@ pub(super) fn journal_cursors(
         }
     }
     check
-        .states
+        .committed
         .iter()
-        .map(|(id, state)| {
-            JournalCursor::committed(
+        .filter_map(|id| {
+            JournalCursor::of(
                 storage,
-                (*id, state),
-                topic_names.get(&id.topic).map(|n| (*n).to_owned()),
-                cursor_names.get(&(id.topic, id.cursor)).cloned(),
+                check,
+                *id,
+                (
+                    topic_names.get(&id.topic).map(|n| (*n).to_owned()),
+                    cursor_names.get(&(id.topic, id.cursor)).cloned(),
+                ),
             )
         })
         .collect()

@@ -143,16 +143,11 @@ pub(super) fn hosted_journal_cursors(
     check: &crate::journal::JournalCheck,
 ) -> Vec<super::JournalCursor> {
     check
-        .states
+        .committed
         .iter()
-        .map(|(id, state)| {
+        .filter_map(|id| {
             let name = record.cursors.iter().find(|c| c.id == id.cursor);
-            super::JournalCursor::committed(
-                storage,
-                (*id, state),
-                None,
-                name.map(|c| c.name.clone()),
-            )
+            super::JournalCursor::of(storage, check, *id, (None, name.map(|c| c.name.clone())))
         })
         .collect()
 }

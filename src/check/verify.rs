@@ -303,6 +303,25 @@ fn check_journal(
                     torn_tail: true,
                 });
             }
+            for (cursor, at) in &check.fallbacks {
+                // As a cursor ledger's refused newer state: the open recovers the older one.
+                let to = check.snapshots.get(cursor).map_or_else(String::new, |s| {
+                    format!(
+                        " at journal segment {} byte {}",
+                        s.loc.segment, s.loc.offset
+                    )
+                });
+                findings.push(Finding {
+                    file: crate::journal::segment_name(at.segment),
+                    place: format!("journal segment {} at byte {}", at.segment, at.offset),
+                    problem: format!(
+                        "a newer state was refused: the marker of cursor {}/{} does not \
+                         verify, so its open falls back to its single-entry snapshot{to}",
+                        cursor.topic, cursor.cursor
+                    ),
+                    torn_tail: false,
+                });
+            }
             if let Some((segment, offset, bytes)) = check.torn_tail {
                 findings.push(Finding {
                     file: crate::journal::segment_name(segment),

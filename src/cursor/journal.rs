@@ -22,6 +22,14 @@
 //! Lock order: a tick (the journal's tick lock) is begun before a cursor's lock is taken,
 //! never while holding it.
 //!
+//! A cursor of the single-entry form ([`PersistMode::SingleEntry`]) stages a snapshot record
+//! instead: its whole state (every range, under the range cap and the entry size, the overflow
+//! policy applied as for a cursor ledger, and its partial entries inline), committed by the
+//! tick like a marker; its evictions still go to the journal as partition records, which its
+//! snapshots never reference. Its recovery reads that record back and holds every range
+//! (as a cursor ledger's snapshot recovers). Whichever form committed later is the cursor's
+//! state; a cursor may change form on a reopen.
+//!
 //! Partial entries (batch-index acks) follow the same two steps: a flush stages a batch record
 //! for every partition whose partial entries changed and have no current copy in the journal
 //! (an eviction may have written one), and the marker's batch table lists every partition
@@ -39,16 +47,19 @@ use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::format::cursor::{
     BatchPartition, BatchRow, PersistedState, ROW_LEN, TableRef, decode_batch_entry, marker_len,
 };
-use crate::format::journal::{OTHER_CURSORS_STATE, name_tag};
+use crate::format::journal::{
+    BODY_FIXED_LEN, MAX_BODY_LEN, NAME_TAG_LEN, OTHER_CURSORS_STATE, name_tag,
+};
 use crate::journal::index::{CursorId, PartLoc};
-use crate::journal::{BatchStage, Journal, JournalPartitions, Tick};
+use crate::journal::{BatchStage, Journal, JournalPartitions, SnapshotCounts, Tick};
 use crate::observe::CursorLabels;
 
 use super::batch::BatchAcks;
 use super::batch_store::{BatchStore, encode};
-use super::config::CursorConfig;
+use super::config::{CursorConfig, PersistMode};
 use super::persist::{BatchLocation, BatchTable, PersistStats};
 use super::recover::RecoveredBatch;
+use super::snapshot::{apply_overflow, build_snapshot};
 
 /// The store's journal as one topic's cursors see it: the journal and the topic's id in the
 /// store catalog.
@@ -80,9 +91,7 @@ impl TopicJournal {
     /// The mark-delete the journal committed for `cursor`, if it holds a state for it
     /// (`Some(None)`: a state without a mark-delete).
     pub(crate) fn committed_state(&self, cursor: u64) -> Option<PersistedState> {
-        self.journal
-            .committed(self.cursor_id(cursor))
-            .map(|(state, _)| state)
+        self.journal.state(self.cursor_id(cursor))
     }
 }
 
@@ -161,6 +170,47 @@ impl JournalCursor {
                 },
                 CorruptionKind::InvalidField(OTHER_CURSORS_STATE),
             ));
+        }
+        if bound.is_none() {
+            return Ok(None);
+        }
+        let snapshot = tj.journal.read_snapshot(id, |snapshot| {
+            let batch = snapshot.batch.clone();
+            let ranges: Vec<(u64, u64, u64)> = snapshot.ranges().collect();
+            Ok((snapshot.state.clone(), ranges, batch))
+        })?;
+        if let Some((state, ranges, partial)) = snapshot {
+            // A fall back is logged and counted as a cursor ledger's is.
+            if let Some(at) = tj.journal.fell_back(id) {
+                let detail = format!(
+                    ": its newest marker (journal segment {} at byte {}) does not verify",
+                    at.segment, at.offset
+                );
+                labels.recovered("journal snapshot", &detail, true);
+            }
+            // The snapshot is the cursor's state: every range is held (as a cursor ledger's
+            // snapshot recovers), and its next flush of either form writes a whole state.
+            let this = Self {
+                journal: Arc::clone(&tj.journal),
+                id,
+                name,
+                staged: None,
+                stats: PersistStats::default(),
+                config,
+                labels,
+            };
+            let mut acks =
+                RangeSetWrapper::new(this.partition_store(), this.config.lru_capacity_bytes);
+            for (ledger, first, last) in ranges {
+                acks.add_range(ledger, first, last)?;
+            }
+            let mut batch = BatchAcks::with_store(this.batch_store());
+            batch.load(partial);
+            return Ok(Some((
+                this,
+                state,
+                (acks, RecoveredBatch::from_acks(batch)),
+            )));
         }
         let Some((state, rows)) = tj.journal.committed(id) else {
             return Ok(None);
@@ -261,6 +311,9 @@ impl JournalCursor {
         acks: &mut RangeSetWrapper,
         batch: &mut BatchAcks,
     ) -> Result<bool> {
+        if self.config.persist_mode == PersistMode::SingleEntry {
+            return self.stage_snapshot(tick, state, acks, batch).map(|()| true);
+        }
         let dirty = acks.dirty_keys();
         let live: Vec<PartitionKey> = acks.partitions().into_iter().map(|(k, _)| k).collect();
         let batch_keys = batch.keys();
@@ -315,6 +368,65 @@ impl JournalCursor {
         self.stats.partitions_written += written.len() as u64;
         self.stats.entries_written += (written.len() + staged_batch.written.len()) as u64 + 1;
         Ok(true)
+    }
+
+    /// [`JournalCursor::stage`] of a cursor of the single-entry form: builds one snapshot of
+    /// `state`, every range of `acks` (loading cold partitions) and every partial entry of
+    /// `batch` (reading cold ones, which stay cold) under the range cap and the entry size,
+    /// applies the overflow policy to what did not fit, and stages it as the cursor's snapshot
+    /// record. Then the partial entries count as committed and evictions may store again.
+    ///
+    /// # Errors
+    /// [`Error::LimitExceeded`] (nothing staged) when ranges do not fit and the policy is
+    /// [`crate::cursor::OverflowPolicy::Error`], or the snapshot (whose partial entries are
+    /// never cut) is larger than a record; those of [`Tick::stage_snapshot`]; a failed load.
+    fn stage_snapshot(
+        &mut self,
+        tick: &mut Tick<'_>,
+        state: &PersistedState,
+        acks: &mut RangeSetWrapper,
+        batch: &mut BatchAcks,
+    ) -> Result<()> {
+        let partitions = batch.partitions()?;
+        let entry_size = usize::try_from(self.config.max_entry_size).unwrap_or(usize::MAX);
+        let max_bytes = entry_size.min(MAX_BODY_LEN - BODY_FIXED_LEN - NAME_TAG_LEN);
+        let snapshot = build_snapshot(
+            state,
+            acks,
+            &partitions,
+            max_bytes,
+            self.config.max_ranges_single_entry,
+        )?;
+        let mut counted = self.stats;
+        apply_overflow(
+            &snapshot,
+            (&self.config, max_bytes),
+            &self.labels,
+            &mut counted,
+        )?;
+        let counts = SnapshotCounts {
+            ranges: snapshot.ranges,
+            batch_partitions: partitions.len() as u64,
+            partial_entries: partitions.iter().map(|p| p.entries.len() as u64).sum(),
+        };
+        tick.stage_snapshot(
+            (self.id, self.name),
+            state.clone(),
+            &snapshot.payload,
+            counts,
+        )?;
+        batch.mark_committed(&BatchTable::new(), false);
+        acks.resume_stores();
+        // A later flush in the multi-entry form (after a reopen) writes a whole marker.
+        self.staged = None;
+        self.stats = PersistStats {
+            flushes: counted.flushes + 1,
+            snapshots: counted.snapshots + 1,
+            entries_written: counted.entries_written + 1,
+            persisted_bytes: snapshot.payload.len() as u64,
+            ..counted
+        };
+        Ok(())
     }
 
     /// Which of the partitions `keys` of `batch` a flush writes a batch record for (those

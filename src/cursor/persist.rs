@@ -18,8 +18,8 @@
 //!   inline.
 //! - [`PersistMode::SingleEntry`]: one snapshot entry holds every range. Over
 //!   `max_ranges_single_entry` or the entry size the flush is loud: an error with nothing
-//!   written ([`OverflowPolicy::Error`]), or a logged warning plus a counter in
-//!   [`PersistStats`] ([`OverflowPolicy::Warn`]); never a silent cut.
+//!   written ([`super::OverflowPolicy::Error`]), or a logged warning plus a counter in
+//!   [`PersistStats`] ([`super::OverflowPolicy::Warn`]); never a silent cut.
 //! - Rollover (after `cursor_ledger_max_entries` entries or `cursor_ledger_max_bytes` bytes, or
 //!   when asked): a new ledger receives every live partition (dirty ones from memory, the others
 //!   copied from the old ledger after a CRC check), then the marker (or snapshot), then a sync;
@@ -46,10 +46,10 @@ use crate::meta::MetaStore;
 use crate::observe::{self, CursorLabels};
 
 use super::config::CursorConfig;
-use super::config::{OverflowPolicy, PersistMode};
+use super::config::PersistMode;
 use super::record::Fence;
 use super::record::{RecordOwner, VersionedRecord, read_record};
-use super::snapshot::build_snapshot;
+use super::snapshot::{apply_overflow, build_snapshot};
 use super::store::{
     CursorLedgerStore, EntryCache, Location, Shared, SharedState, append_entry, ensure_ledger,
     read_stored, stored_as_payload, write_partition_payload,
@@ -85,7 +85,7 @@ pub struct FlushStats {
     pub rolled_over: bool,
     /// Ranges written to a snapshot.
     pub snapshot_ranges: u64,
-    /// Ranges a single-entry snapshot left out (only with [`OverflowPolicy::Warn`]).
+    /// Ranges a single-entry snapshot left out (only with [`super::OverflowPolicy::Warn`]).
     pub ranges_cut: u64,
     /// Batch-index entries appended (partitions whose partial entries changed).
     pub batch_entries: u64,
@@ -760,30 +760,13 @@ impl CursorPersister {
             self.max_entry_size(),
             self.config.max_ranges_single_entry,
         )?;
-        if snapshot.cut > 0 {
-            let message = format!(
-                "the cursor's {} ack ranges do not fit in one entry (at most {} ranges and {} \
-                 bytes); {} ranges would be left out. Use multi-entry persistence to keep them all",
-                snapshot.ranges + snapshot.cut,
-                self.config.max_ranges_single_entry,
-                self.max_entry_size(),
-                snapshot.cut,
-            );
-            match self.config.on_single_entry_overflow {
-                OverflowPolicy::Error => return Err(Error::LimitExceeded { reason: message }),
-                OverflowPolicy::Warn => {
-                    ::log::warn!(target: observe::LOG_TARGET,
-                        "{}: record `{}`: {message}",
-                        self.labels.topic,
-                        self.record.name()
-                    );
-                    self.stats.overflows += 1;
-                    self.stats.ranges_cut += snapshot.cut;
-                    self.labels
-                        .count(observe::SNAPSHOT_RANGES_CUT, snapshot.cut);
-                }
-            }
-        }
+        let max_bytes = self.max_entry_size();
+        apply_overflow(
+            &snapshot,
+            (&self.config, max_bytes),
+            &self.labels,
+            &mut self.stats,
+        )?;
         let live = acks.partitions();
         self.with_target(rollover, |this, target| {
             let old = this.cursor_ledger();

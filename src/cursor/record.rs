@@ -85,11 +85,6 @@ impl RecordOwner {
         }
     }
 
-    /// The record's name in the metadata store.
-    pub(crate) fn name(&self) -> &str {
-        &self.name
-    }
-
     /// The record as last read or written, with its version.
     pub(crate) fn current(&self) -> Option<(u64, &CursorRecord)> {
         self.record.as_ref().map(|v| (v.version, &v.record))

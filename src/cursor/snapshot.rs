@@ -1,8 +1,9 @@
 //! Single-entry snapshots: the whole ack set as maximal ranges in one entry.
 //!
 //! Owns: turning a `RangeSetWrapper` into a snapshot payload under the byte and range limits
-//! (counting every range that did not fit), and a snapshot back into ranges. Must never decide
-//! what a cut means: the persister applies the overflow policy.
+//! (counting every range that did not fit), a snapshot back into ranges, and the overflow
+//! policy ([`apply_overflow`]) both writers of a snapshot (the cursor ledger's and the
+//! journal's) apply to a snapshot that did not hold every range.
 
 use roaring::RoaringBitmap;
 
@@ -10,6 +11,10 @@ use crate::ackset::RangeSetWrapper;
 use crate::error::Error;
 use crate::error::Result;
 use crate::format::cursor::{BatchPartition, PersistedState, SnapshotWriter};
+use crate::observe::{self, CursorLabels};
+
+use super::config::{CursorConfig, OverflowPolicy};
+use super::persist::PersistStats;
 
 /// A snapshot payload and what did not fit in it.
 #[derive(Debug)]
@@ -20,6 +25,46 @@ pub(crate) struct BuiltSnapshot {
     pub ranges: u64,
     /// Ranges left out because a limit was hit.
     pub cut: u64,
+}
+
+/// Applies `config`'s overflow policy to `snapshot` (built under `max_bytes` and the range
+/// cap): with ranges cut, [`OverflowPolicy::Error`] refuses the flush
+/// ([`Error::LimitExceeded`], nothing written) and [`OverflowPolicy::Warn`] logs a warning and
+/// counts the cut in `stats` and the cursor's metrics, so a cut is never silent.
+///
+/// # Errors
+/// [`Error::LimitExceeded`] as above.
+pub(crate) fn apply_overflow(
+    snapshot: &BuiltSnapshot,
+    (config, max_bytes): (&CursorConfig, usize),
+    labels: &CursorLabels,
+    stats: &mut PersistStats,
+) -> Result<()> {
+    if snapshot.cut == 0 {
+        return Ok(());
+    }
+    let message = format!(
+        "the cursor's {} ack ranges do not fit in one entry (at most {} ranges and {} \
+         bytes); {} ranges would be left out. Use multi-entry persistence to keep them all",
+        snapshot.ranges + snapshot.cut,
+        config.max_ranges_single_entry,
+        max_bytes,
+        snapshot.cut,
+    );
+    match config.on_single_entry_overflow {
+        OverflowPolicy::Error => Err(Error::LimitExceeded { reason: message }),
+        OverflowPolicy::Warn => {
+            ::log::warn!(target: observe::LOG_TARGET,
+                "{}: record `{}`: {message}",
+                labels.topic,
+                labels.cursor
+            );
+            stats.overflows += 1;
+            stats.ranges_cut += snapshot.cut;
+            labels.count(observe::SNAPSHOT_RANGES_CUT, snapshot.cut);
+            Ok(())
+        }
+    }
 }
 
 /// Maximal runs `[first, last]` of consecutive values in `bitmap`, ascending.

@@ -2,17 +2,18 @@
 //!
 //! Owns: the bytes of a journal segment file (`journal-{seq:016}.seg`). A segment is a header,
 //! then records appended back to back, then zeros (or nothing). Every record carries one
-//! cursor's partition, batch-index entry (its partial entries of one partition), marker, delta
-//! or deletion; the payloads of partitions, batch-index entries and markers are the
-//! cursor-ledger payloads of [`crate::format::cursor`], unchanged, and a delta wraps such a
-//! marker. All integers little-endian.
+//! cursor's partition, batch-index entry (its partial entries of one partition), marker, delta,
+//! single-entry snapshot or deletion; the payloads of partitions, batch-index entries, markers
+//! and snapshots are the cursor-ledger payloads of [`crate::format::cursor`], unchanged, and a
+//! delta wraps such a marker. All integers little-endian.
 //!
 //! ```text
-//! segment header (SEGMENT_HEADER_LEN = 24 bytes; versions 3 to 5: then the predecessor and
+//! segment header (SEGMENT_HEADER_LEN = 24 bytes; versions 3 to 6: then the predecessor and
 //! SLOT_COPIES slots)
 //! 0   8  magic "ACKSJRNL"
-//! 8   2  version (5; version 4, without batch records, version 3, whose markers bind no
-//!          name, and versions 2 and 1, without slots, are still read; 1 holds no delta)
+//! 8   2  version (6; version 5, without snapshot records, version 4, without batch records,
+//!          version 3, whose markers bind no name, and versions 2 and 1, without slots, are
+//!          still read; 1 holds no delta)
 //! 10  2  flags (0)
 //! 12  8  segment sequence number (the number in the file name)
 //! 20  4  CRC32 of bytes [0, 20)
@@ -26,7 +27,7 @@
 //! 0   8  synced length: a segment length a finished fdatasync covered
 //! 8   4  CRC32 of the sequence number (8 bytes), the byte i and the synced length
 //!
-//! records start at records_start(version): 24 (versions 1, 2), 68 (versions 3 to 5)
+//! records start at records_start(version): 24 (versions 1, 2), 68 (versions 3 to 6)
 //!
 //! record frame (RECORD_HEADER_LEN = 8 bytes, then the body)
 //! 0   4  body length n (0: no record here, the end of the segment)
@@ -41,12 +42,15 @@
 //! topic and cursor ids again, so a forget moved to another cursor does not match), 4 delta (an incremental marker, below;
 //! only in segments of version 2 and later), 5 batch (version 5: a cursor-ledger batch-index
 //! entry, the partial entries of one partition; it counts once a marker's inline batch table
-//! names it, row `entry_id` its journal location and row `crc` the CRC32 of its payload). In a segment of version 3 or 4 the CRC a marker (of a
-//! marker record, or inside a delta) ends with covers the record's topic id and cursor id
+//! names it, row `entry_id` its journal location and row `crc` the CRC32 of its payload),
+//! 6 snapshot (version 6: the cursor's whole state in one record, see below). In a segment of
+//! version 3 or later the CRC a marker (of a marker record, or inside a delta) ends with covers
+//! the record's topic id and cursor id
 //! ([`cursor_binding`], 16 bytes) before the marker's bytes, so a marker moved to another
 //! cursor fails its own CRC even with the frame's CRC recomputed.
 //!
-//! In a segment of version 4 the payload of a marker or delta record starts with the cursor's
+//! In a segment of version 4 or later the payload of a marker, delta or snapshot record starts
+//! with the cursor's
 //! *name tag* (`NAME_TAG_LEN` = 4 bytes, [`name_tag`]: the CRC32 of its topic's and its own
 //! name, never 0;
 //! 0 for a state re-based by a rollover before its cursor's first flush since a version 3
@@ -54,6 +58,15 @@
 //! cursor ids ([`record_binding`], 20 bytes). A cursor's state is handed only to the cursor of
 //! that name: a topic record whose cursor ids were swapped or moved does not hand one cursor's
 //! acks to another.
+//!
+//! A *snapshot* record (kind 6, version 6) is what a cursor of the single-entry form
+//! (`PersistMode::SingleEntry`) commits: its payload is the name tag, then a cursor-ledger
+//! snapshot entry ([`crate::format::cursor::SnapshotWriter`]: the state, every acked range
+//! above mark-delete, and the partial entries inline) whose CRC covers the record's binding
+//! ([`record_binding`]) before its bytes, as a marker's does; it references no other record and
+//! commits once synced. A cursor's newest committed marker or delta chain and its newest
+//! committed snapshot are both kept: whichever committed later is its state, the other its
+//! fallback when the newer one does not verify.
 //!
 //! ```text
 //! delta payload (DELTA_FIXED_LEN = 16 bytes, then the removed keys, then a marker)
@@ -76,9 +89,13 @@ use crate::error::{CorruptionKind, Error};
 
 /// Magic at the start of every segment.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"ACKSJRNL";
-/// Segment format version this build writes: segments that may hold deltas and batch records,
-/// carry synced-length slots after the header, and whose markers bind their cursor's name.
-pub const SEGMENT_VERSION: u16 = 5;
+/// Segment format version this build writes: segments that may hold deltas, batch records and
+/// snapshot records, carry synced-length slots after the header, and whose markers bind their
+/// cursor's name.
+pub const SEGMENT_VERSION: u16 = 6;
+/// Segments that may hold batch records, without snapshot records: still read, never appended
+/// to.
+pub const SEGMENT_VERSION_V5: u16 = 5;
 /// Segments whose markers bind their cursor's name, without batch records: still read, never
 /// appended to.
 pub const SEGMENT_VERSION_V4: u16 = 4;
@@ -148,6 +165,9 @@ pub enum RecordKind {
     /// The partial entries (batch-index acks) of one partition of a cursor, not committed
     /// until a marker's batch table references it (version 5).
     Batch = 5,
+    /// A cursor's whole state in one record (the single-entry form, version 6): committed
+    /// once synced, referencing nothing.
+    Snapshot = 6,
 }
 
 impl RecordKind {
@@ -158,6 +178,7 @@ impl RecordKind {
             3 => Some(Self::Forget),
             4 => Some(Self::Delta),
             5 => Some(Self::Batch),
+            6 => Some(Self::Snapshot),
             _ => None,
         }
     }
@@ -337,9 +358,9 @@ impl Binding {
     }
 }
 
-/// Splits the payload of a marker or delta record of a segment of `version` into the name tag
-/// it starts with (version 4; 0 before, where no name is bound) and the marker or delta
-/// payload after it.
+/// Splits the payload of a marker, delta or snapshot record of a segment of `version` into the
+/// name tag it starts with (version 4; 0 before, where no name is bound) and the marker, delta
+/// or snapshot payload after it.
 ///
 /// # Errors
 /// `Truncated` when a version 4 payload is shorter than the tag.
@@ -694,7 +715,7 @@ pub fn decode_delta<'a>(
     let mut r = Reader::new(payload);
     let base = JournalLoc::unpack(r.u64()?);
     let base_crc = r.u32()?;
-    let (removed, more) = read_keys(&mut r, version >= SEGMENT_VERSION)?;
+    let (removed, more) = read_keys(&mut r, version >= SEGMENT_VERSION_V5)?;
     let removed_batch = if more {
         let (keys, _) = read_keys(&mut r, false)?;
         if keys.is_empty() {
@@ -715,7 +736,7 @@ pub fn decode_delta<'a>(
     };
     if !matches!(delta.marker.table, Table::Inline(_))
         || !delta.marker.batch_pages.is_empty()
-        || (version < SEGMENT_VERSION && !delta.marker.batch.is_empty())
+        || (version < SEGMENT_VERSION_V5 && !delta.marker.batch.is_empty())
     {
         return Err(Corruption::new(
             CorruptionKind::InvalidField("delta table"),
@@ -1030,13 +1051,14 @@ mod tests {
         let full = encode_segment_header(3, None);
         let mut h = [0u8; SEGMENT_HEADER_LEN];
         h.copy_from_slice(&full[..SEGMENT_HEADER_LEN]);
-        assert_eq!(decode_segment_header_version(&h).unwrap(), (3, 5));
+        assert_eq!(decode_segment_header_version(&h).unwrap(), (3, 6));
         for (version, known) in [
-            (4u16, true),
+            (5u16, true),
+            (4, true),
             (3, true),
             (2, true),
             (1, true),
-            (6, false),
+            (7, false),
             (0, false),
         ] {
             h[8..10].copy_from_slice(&version.to_le_bytes());

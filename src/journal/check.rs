@@ -6,8 +6,8 @@ use std::sync::Arc;
 use roaring::RoaringBitmap;
 
 use super::host::{Listed, Seal};
-use super::index::{Committed, CursorId, Index, PartLoc};
-use super::partitions::{read_payload_at, verified_partition};
+use super::index::{Committed, CursorId, Index, PartLoc, SnapshotLoc};
+use super::partitions::{read_payload_at, read_snapshot_at, verified_partition};
 use super::recover::scan_segments;
 use super::segment::segment_name;
 use crate::ackset::{PartitionKey, PartitionStore, RangeSetWrapper};
@@ -25,17 +25,24 @@ pub struct JournalCheck {
     pub segments: u64,
     /// Records that verify.
     pub records: u64,
-    /// Cursors with a committed marker.
+    /// Cursors with a committed marker or snapshot.
     pub cursors: u64,
     /// Those cursors, sorted: a store's open recovers each from the journal alone (its cursor
     /// record is not read).
     pub committed: Vec<CursorId>,
-    /// The name tag each of those cursors' chain binds (0: none) and where its newest record
-    /// starts: the store's open hands a chain only to the cursor of that name.
+    /// The name tag each of those cursors' state binds (0: none) and where its newest record
+    /// (of its chain, or its snapshot when that is its state) starts: the store's open hands
+    /// a state only to the cursor of that name.
     pub names: BTreeMap<CursorId, (u32, JournalLoc)>,
-    /// Each of those cursors' committed state: mark-delete, the newest record of its chain,
+    /// Each of those cursors' committed chain: mark-delete, the newest record of its chain,
     /// and where each of its partitions and batch records is.
     pub states: BTreeMap<CursorId, Committed>,
+    /// Each of those cursors' newest committed single-entry snapshot (its state when
+    /// [`SnapshotLoc::current`], else the fallback of its chain).
+    pub snapshots: BTreeMap<CursorId, SnapshotLoc>,
+    /// Cursors whose chain's newest marker or delta did not verify, and whose open falls back
+    /// to their snapshot, with where that record starts: damage, which the open survives.
+    pub fallbacks: Vec<(CursorId, JournalLoc)>,
     /// Batch records (the partial entries of one partition) the committed cursors' states
     /// reference.
     pub batch_partitions: u64,
@@ -87,6 +94,9 @@ pub fn check_listed(
             .cursors()
             .into_iter()
             .filter_map(|c| {
+                if let Some(s) = scan.index.current_snapshot(c) {
+                    return Some((c, (s.name, s.loc)));
+                }
                 let committed = scan.index.committed(c)?;
                 Some((c, (committed.name, committed.marker)))
             })
@@ -97,20 +107,61 @@ pub fn check_listed(
             .into_iter()
             .filter_map(|c| Some((c, scan.index.committed(c)?.clone())))
             .collect(),
-        batch_partitions: committed_batch(&scan.index).map(|_| 1).sum(),
-        partial_entries: committed_batch(&scan.index).map(|p| p.cardinality).sum(),
+        snapshots: scan
+            .index
+            .cursors()
+            .into_iter()
+            .filter_map(|c| Some((c, scan.index.snapshot(c)?.clone())))
+            .collect(),
+        fallbacks: scan.fallbacks.clone(),
+        batch_partitions: committed_batch(&scan.index).map(|_| 1).sum::<u64>()
+            + current_snapshots(&scan.index)
+                .map(|s| s.batch.0)
+                .sum::<u64>(),
+        partial_entries: committed_batch(&scan.index)
+            .map(|p| p.cardinality)
+            .sum::<u64>()
+            + current_snapshots(&scan.index)
+                .map(|s| s.batch.1)
+                .sum::<u64>(),
         torn_tail: report.torn_tail,
         strays: report.strays,
     })
 }
 
-/// Every batch record the committed cursors of `index` reference.
+/// Every batch record the committed chains that are their cursors' state reference.
 fn committed_batch(index: &Index) -> impl Iterator<Item = &PartLoc> {
     index
         .cursors()
         .into_iter()
+        .filter(|c| index.current_snapshot(*c).is_none())
         .filter_map(|c| index.committed(c))
         .flat_map(|c| c.batch.values())
+}
+
+/// Every snapshot that is its cursor's state.
+fn current_snapshots(index: &Index) -> impl Iterator<Item = &SnapshotLoc> {
+    index
+        .cursors()
+        .into_iter()
+        .filter_map(|c| index.current_snapshot(c))
+}
+
+/// The entries acknowledged above mark-delete in `cursor`'s snapshot `s` (one [`check`]
+/// found in the journal of `storage`): the record is read back and verified as an open of
+/// the cursor reads it.
+///
+/// # Errors
+/// [`Error::Corrupted`](crate::error::Error::Corrupted) at the record when it does not
+/// verify; [`Error::Io`](crate::error::Error::Io).
+pub fn snapshot_entries(storage: &dyn Storage, cursor: CursorId, s: &SnapshotLoc) -> Result<u64> {
+    let file = storage.open(&segment_name(s.loc.segment))?;
+    read_snapshot_at(file.as_ref(), cursor, s, |snapshot| {
+        Ok(snapshot
+            .ranges()
+            .map(|(_, first, last)| last - first + 1)
+            .sum())
+    })
 }
 
 /// The maximal acknowledged ranges of `state` (a committed state [`check`] found in the

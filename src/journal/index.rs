@@ -2,8 +2,9 @@
 //!
 //! Owns: the in-memory index of the store's cursor journal: for every cursor, its newest
 //! committed marker (state, the location of every live partition and of every batch record:
-//! the partial entries of one partition) and the partitions and batch records written since
-//! (by evictions) that no marker references yet. Pure data, no I/O; rebuilt by
+//! the partial entries of one partition), its newest committed single-entry snapshot
+//! ([`SnapshotLoc`]), and the partitions and batch records written since (by evictions) that
+//! no marker references yet. Pure data, no I/O; rebuilt by
 //! the journal's open (`recover.rs`). Batch records are indexed as partitions are, in maps of their
 //! own (a partition may have both an ack record and a batch record).
 //!
@@ -11,6 +12,10 @@
 //! each naming the one before. [`Committed`] holds the chain's result (every live row), where
 //! its newest record is (the base of the next delta) and the oldest segment the chain still
 //! needs ([`Committed::floor`]): a rollover of that segment re-bases the chain first.
+//!
+//! A cursor may hold both forms (it switched form on a reopen): the one committed later is its
+//! state ([`SnapshotLoc::current`]), the other its fallback, kept until a newer state of that
+//! form replaces it or the cursor is forgotten.
 //!
 //! Invariant: [`Index::lookup`] returns the newest copy of a partition by write order
 //! ([`PartLoc::seq`], not its place in the log: a rollover copies an old committed copy to
@@ -95,6 +100,30 @@ impl Committed {
     }
 }
 
+/// A cursor's newest committed single-entry snapshot record: its whole state in one record,
+/// referencing no other.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotLoc {
+    /// Where its frame starts.
+    pub loc: JournalLoc,
+    /// Bytes of its frame.
+    pub frame_len: u64,
+    /// CRC32 of the record's payload (name tag and bound snapshot entry).
+    pub crc: u32,
+    /// The name tag it binds (see [`Committed::name`]).
+    pub name: u32,
+    /// Mark-delete, epoch and properties.
+    pub state: PersistedState,
+    /// Acked ranges above mark-delete it holds.
+    pub ranges: u64,
+    /// Partitions with partial entries it holds, and those partial entries.
+    pub batch: (u64, u64),
+    /// Whether it committed after the newest record of the cursor's chain (or the cursor has
+    /// no chain): it is then the cursor's state, and the chain its fallback; otherwise the
+    /// chain is the state, and this the fallback.
+    pub current: bool,
+}
+
 /// A delta the recovery scan verified, to apply with [`Index::apply_delta`].
 #[derive(Debug, Clone)]
 pub struct AppliedDelta {
@@ -122,6 +151,7 @@ pub struct AppliedDelta {
 #[derive(Debug, Default)]
 pub struct Index {
     committed: HashMap<CursorId, Committed>,
+    snapshots: HashMap<CursorId, SnapshotLoc>,
     pending: HashMap<CursorId, BTreeMap<PartitionKey, PartLoc>>,
     pending_batch: HashMap<CursorId, BTreeMap<PartitionKey, PartLoc>>,
 }
@@ -170,6 +200,38 @@ impl Index {
         settle_pending(&mut self.pending, cursor, |k| committed.rows.get(k));
         settle_pending(&mut self.pending_batch, cursor, |k| committed.batch.get(k));
         self.committed.insert(cursor, committed);
+        self.chain_is_newest(cursor);
+    }
+
+    /// `cursor`'s snapshot at `snapshot.loc` was synced: it replaces the cursor's earlier one
+    /// and is its state (the chain, if any, becomes its fallback).
+    pub fn commit_snapshot(&mut self, cursor: CursorId, snapshot: SnapshotLoc) {
+        self.snapshots.insert(
+            cursor,
+            SnapshotLoc {
+                current: true,
+                ..snapshot
+            },
+        );
+    }
+
+    /// The cursor's chain committed after its snapshot: the snapshot is its fallback now.
+    fn chain_is_newest(&mut self, cursor: CursorId) {
+        if let Some(s) = self.snapshots.get_mut(&cursor) {
+            s.current = false;
+        }
+    }
+
+    /// The cursor's chain does not verify (a recovery scan found its newest record damaged)
+    /// and it has a snapshot: the chain is dropped and the snapshot is its state. Returns
+    /// whether the cursor has a snapshot (nothing changes without one).
+    pub fn fall_back_to_snapshot(&mut self, cursor: CursorId) -> bool {
+        let Some(s) = self.snapshots.get_mut(&cursor) else {
+            return false;
+        };
+        s.current = true;
+        self.committed.remove(&cursor);
+        true
     }
 
     /// Applies a verified delta at `marker` to `cursor`'s committed chain, in place: `removed`
@@ -201,6 +263,7 @@ impl Index {
         c.crc = delta.crc;
         c.name = delta.name;
         c.state = delta.state;
+        self.chain_is_newest(cursor);
         let found = |added: &'_ [(PartitionKey, PartLoc)], k: &PartitionKey| {
             added.iter().find(|(a, _)| a == k).map(|(_, row)| *row)
         };
@@ -235,6 +298,7 @@ impl Index {
     /// The cursor was deleted.
     pub fn remove(&mut self, cursor: CursorId) {
         self.committed.remove(&cursor);
+        self.snapshots.remove(&cursor);
         self.pending.remove(&cursor);
         self.pending_batch.remove(&cursor);
     }
@@ -285,11 +349,39 @@ impl Index {
         self.pending.get(&cursor)
     }
 
-    /// Every cursor with a committed marker, sorted.
+    /// The cursor's newest committed snapshot.
+    #[must_use]
+    pub fn snapshot(&self, cursor: CursorId) -> Option<&SnapshotLoc> {
+        self.snapshots.get(&cursor)
+    }
+
+    /// The cursor's snapshot if it is the cursor's state (committed after its chain, or
+    /// without one).
+    #[must_use]
+    pub fn current_snapshot(&self, cursor: CursorId) -> Option<&SnapshotLoc> {
+        self.snapshots.get(&cursor).filter(|s| s.current)
+    }
+
+    /// The cursor's committed state, of whichever form is current.
+    #[must_use]
+    pub fn state(&self, cursor: CursorId) -> Option<&PersistedState> {
+        match self.current_snapshot(cursor) {
+            Some(s) => Some(&s.state),
+            None => self.committed.get(&cursor).map(|c| &c.state),
+        }
+    }
+
+    /// Every cursor with a committed marker or snapshot, sorted.
     #[must_use]
     pub fn cursors(&self) -> Vec<CursorId> {
-        let mut ids: Vec<CursorId> = self.committed.keys().copied().collect();
+        let mut ids: Vec<CursorId> = self
+            .committed
+            .keys()
+            .chain(self.snapshots.keys())
+            .copied()
+            .collect();
         ids.sort_unstable();
+        ids.dedup();
         ids
     }
 
@@ -307,6 +399,12 @@ impl Index {
             })
             .map(|(id, _)| *id)
             .chain(
+                self.snapshots
+                    .iter()
+                    .filter(|(_, s)| s.loc.segment <= segment)
+                    .map(|(id, _)| *id),
+            )
+            .chain(
                 self.pending
                     .iter()
                     .chain(&self.pending_batch)
@@ -320,14 +418,15 @@ impl Index {
     }
 
     /// Bytes of every record a recovery or a load may still need: committed markers, their
-    /// partitions and batch records, pending ones.
+    /// partitions and batch records, snapshots, pending ones.
     #[must_use]
     pub fn live_bytes(&self) -> u64 {
         let committed: u64 = self
             .committed
             .values()
             .map(|c| c.marker_len + c.records().map(|r| r.frame_len).sum::<u64>())
-            .sum();
+            .sum::<u64>()
+            + self.snapshots.values().map(|s| s.frame_len).sum::<u64>();
         let pending: u64 = self
             .pending
             .values()

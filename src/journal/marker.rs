@@ -33,12 +33,12 @@ pub(super) fn cursor_record(kind: RecordKind, cursor: CursorId, payload: &[u8]) 
     }
 }
 
-/// The name tag a marker or delta record binds and the payload after it (0 and the whole
+/// The name tag a marker, delta or snapshot record binds and the payload after it (0 and the whole
 /// payload for other kinds, and before version 4). A payload too short for its tag is an empty
 /// one: a marker that does not verify.
 pub(super) fn named_payload<'a>(rec: &Record<'a>, version: u16) -> (u32, &'a [u8]) {
     match rec.kind {
-        RecordKind::Marker | RecordKind::Delta => {
+        RecordKind::Marker | RecordKind::Delta | RecordKind::Snapshot => {
             split_name_tag(version, rec.payload).unwrap_or((0, &[]))
         }
         RecordKind::Partition | RecordKind::Forget | RecordKind::Batch => (0, rec.payload),

@@ -11,8 +11,8 @@
 //!
 //! The room, by concern: [`Journal`], its settings and counters here; segment files (names,
 //! header, slots, predecessor) in `segment.rs`; the appending side and its latch in
-//! `writer.rs`; ticks in `tick.rs` and the records they write (partitions, batch records,
-//! markers, deltas) in `marker.rs`; a cursor's partitions in the journal in `partitions.rs`;
+//! `writer.rs`; ticks in `tick.rs` (with the snapshot records of single-entry cursors) and
+//! the records they write (partitions, batch records, markers, deltas) in `marker.rs`; a cursor's partitions in the journal in `partitions.rs`;
 //! the open's recovery scan in `recover.rs` and what each record does to it in `scan.rs`;
 //! rollover in `rollover.rs`; the offline check in `check.rs`; the flusher pool that runs the
 //! ticks of its hosts in [`flusher`]; what the host provides and is
@@ -48,18 +48,20 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use crate::ackset::PartitionKey;
 use crate::error::{CorruptionKind, CorruptionPlace, Error};
-use crate::format::cursor::PersistedState;
+use crate::format::cursor::{PersistedState, Snapshot};
 use crate::format::journal::JournalLoc;
 use crate::storage::{Storage, StorageFile};
 use index::{CursorId, Index, PartLoc};
 use writer::Writer;
 
-pub use check::{JournalCheck, check, check_listed, check_sealed, committed_ranges};
+pub use check::{
+    JournalCheck, check, check_listed, check_sealed, committed_ranges, snapshot_entries,
+};
 pub use host::{Listed, OwnerCheck, Seal, SegmentHooks};
 pub use marker::marker_room;
 pub use partitions::JournalPartitions;
 pub use segment::{parse_segment_name, segment_name};
-pub use tick::{BatchStage, CursorFlush, Tick};
+pub use tick::{BatchStage, CursorFlush, SnapshotCounts, Tick};
 
 /// Settings of the journal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,6 +141,9 @@ pub struct Journal {
     /// cursor took for written at stage time is never left without its marker. Changed under
     /// the tick lock only.
     unsettled: Mutex<HashSet<CursorId>>,
+    /// Cursors whose newest marker or delta did not verify at open, which recovered their
+    /// single-entry snapshot instead, with where that record starts.
+    fallbacks: std::collections::HashMap<CursorId, JournalLoc>,
 }
 
 #[derive(Debug, Default)]
@@ -173,13 +178,14 @@ impl Journal {
         lock(&self.writer).segments.keys().copied().collect()
     }
 
-    /// Every cursor with a committed marker.
+    /// Every cursor with a committed marker or snapshot.
     #[must_use]
     pub fn cursors(&self) -> Vec<CursorId> {
         lock(&self.index).cursors()
     }
 
-    /// The cursor's committed state and its live partitions with their cardinalities.
+    /// The cursor's committed chain's state and its live partitions with their cardinalities
+    /// (whether or not the chain is the cursor's state: see [`Journal::read_snapshot`]).
     #[must_use]
     pub fn committed(
         &self,
@@ -203,12 +209,56 @@ impl Journal {
             .unwrap_or_default()
     }
 
-    /// The name tag the cursor's committed chain binds (0: none, see
-    /// [`index::Committed::name`]) and where the chain's newest record starts.
+    /// The name tag the cursor's committed state binds (0: none, see
+    /// [`index::Committed::name`]) and where it starts: its snapshot record when that is its
+    /// state, else its chain's newest record.
     #[must_use]
     pub fn committed_name(&self, cursor: CursorId) -> Option<(u32, JournalLoc)> {
         let index = lock(&self.index);
-        index.committed(cursor).map(|c| (c.name, c.marker))
+        match index.current_snapshot(cursor) {
+            Some(s) => Some((s.name, s.loc)),
+            None => index.committed(cursor).map(|c| (c.name, c.marker)),
+        }
+    }
+
+    /// Where the cursor's newest marker or delta starts if it did not verify at open and the
+    /// cursor's state is its single-entry snapshot instead (the fallback).
+    #[must_use]
+    pub fn fell_back(&self, cursor: CursorId) -> Option<JournalLoc> {
+        self.fallbacks.get(&cursor).copied()
+    }
+
+    /// The cursor's committed mark-delete, epoch and properties, of whichever form (chain or
+    /// snapshot) is its state.
+    #[must_use]
+    pub fn state(&self, cursor: CursorId) -> Option<PersistedState> {
+        lock(&self.index).state(cursor).cloned()
+    }
+
+    /// Runs `read` over the cursor's snapshot when that is its state (see
+    /// [`index::SnapshotLoc::current`]): the record is read back and verified (its frame, its
+    /// payload CRC, the snapshot's CRC bound to the cursor and its name, the snapshot's own
+    /// checks). `Ok(None)` when the cursor's state is not a snapshot.
+    ///
+    /// # Errors
+    /// [`Error::Corrupted`] at the record when it no longer verifies; [`Error::Io`]; those of
+    /// `read`.
+    pub fn read_snapshot<T>(
+        &self,
+        cursor: CursorId,
+        read: impl FnOnce(&Snapshot<'_>) -> crate::error::Result<T>,
+    ) -> crate::error::Result<Option<T>> {
+        let Some(s) = lock(&self.index).current_snapshot(cursor).cloned() else {
+            return Ok(None);
+        };
+        let file = self
+            .files
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&s.loc.segment)
+            .cloned()
+            .ok_or_else(|| corrupt(s.loc.segment, s.loc.offset, CorruptionKind::Missing))?;
+        partitions::read_snapshot_at(file.as_ref(), cursor, &s, read).map(Some)
     }
 
     /// Counters since open and the journal's size now.

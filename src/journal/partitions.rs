@@ -1,20 +1,25 @@
 //! A cursor's partitions and batch records in the journal: evictions append them unsynced,
 //! loads read the newest copy and verify it ([`JournalPartitions`], a cursor's partition
-//! store).
+//! store); and the reading back of a cursor's snapshot record.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use roaring::RoaringBitmap;
 
-use super::index::{CursorId, PartLoc};
+use super::index::{CursorId, PartLoc, SnapshotLoc};
 use super::marker::{cursor_record, partition_record};
 use super::{Journal, corrupt, lock};
 use crate::ackset::{PartitionKey, PartitionStore};
 use crate::error::{CorruptionKind, Error, Result};
 use crate::format::cursor::encode_partition_payload;
-use crate::format::cursor::{decode_partition_entry, payload_crc, peek_batch_entry};
-use crate::format::journal::{JournalLoc, RecordKind, decode_record, encode_record, record_len};
+use crate::format::cursor::{
+    Snapshot, decode_partition_entry, decode_snapshot_bound, payload_crc, peek_batch_entry,
+};
+use crate::format::journal::{
+    JournalLoc, RecordKind, SEGMENT_VERSION, decode_record, encode_record, record_binding,
+    record_len, split_name_tag,
+};
 use crate::format::partition::decode_partition;
 use crate::storage::StorageFile;
 
@@ -177,6 +182,26 @@ pub(super) fn read_payload_at(
         Ok(_) => Err(corrupt(loc.segment, loc.offset, CorruptionKind::BadLength)),
         Err(c) => Err(corrupt(loc.segment, loc.offset + c.offset, c.kind)),
     }
+}
+
+/// Runs `read` over `cursor`'s snapshot record `s` in `file` (its segment), after the frame,
+/// the payload CRC `s` holds, and the snapshot (its CRC bound to the cursor and the name tag
+/// its payload starts with, and its own checks) verify.
+pub(super) fn read_snapshot_at<T>(
+    file: &dyn StorageFile,
+    cursor: CursorId,
+    s: &SnapshotLoc,
+    read: impl FnOnce(&Snapshot<'_>) -> Result<T>,
+) -> Result<T> {
+    let payload = read_payload_at(file, s.loc, s.frame_len)?;
+    let bad = |kind| corrupt(s.loc.segment, s.loc.offset, kind);
+    if payload_crc(&payload) != s.crc {
+        return Err(bad(CorruptionKind::ChecksumMismatch));
+    }
+    let (name, entry) = split_name_tag(SEGMENT_VERSION, &payload).map_err(|c| bad(c.kind))?;
+    let binding = record_binding(SEGMENT_VERSION, cursor.topic, cursor.cursor, name);
+    let snapshot = decode_snapshot_bound(entry, binding.as_slice()).map_err(|c| bad(c.kind))?;
+    read(&snapshot)
 }
 
 /// The bitmap of partition `key` in `payload` (a partition record's), after the CRC, key and

@@ -12,7 +12,10 @@
 //! off); a listed segment that is missing, has a bad header or predecessor, has both slot copies
 //! failing, is shorter than its synced length or seal, ends elsewhere than its successor's
 //! header says, or does not verify below them (anywhere, in any other segment) is corruption,
-//! and is never removed or cut. Partitions are not decoded until loaded.
+//! and is never removed or cut. One exception: a cursor whose newest marker or delta does not
+//! commit falls back to its single-entry snapshot when it has one, and a frame whose CRC alone
+//! fails below them is passed over, accepted only when such a marker or delta names it.
+//! Partitions are not decoded until loaded.
 
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -54,25 +57,58 @@ pub(super) struct ScanReport {
 /// predecessor) that does not verify in a listed segment, or both its slot copies; a segment
 /// shorter than its slots' synced length or its seal; a predecessor other than the segment
 /// scanned before, or at another length than its records end at; a record that does not verify
-/// below the synced length or the seal, or anywhere in a segment other than the newest; a
-/// marker or delta that does not verify below the synced length; a cursor whose last marker or
-/// delta builds on a segment older than the first scanned. Strays are removed only after all
-/// of that passed.
+/// below the synced length or the seal, or anywhere in a segment other than the newest (unless
+/// its CRC alone fails and a marker that falls back to its cursor's snapshot names it); a
+/// marker or delta that does not verify below the synced length, of a cursor without a
+/// snapshot; a cursor whose last marker or delta builds on a segment older than the first
+/// scanned. Strays are removed only after all of that passed.
 pub(super) fn scan_segments(
     storage: &dyn Storage,
     seals: &[Seal],
     listed: Option<Listed<'_>>,
     repair: bool,
 ) -> Result<(Scan, Writer, ScanReport)> {
-    let sealed = |seq: u64| seals.iter().find(|s| s.segment == seq && seq != 0);
     let mut report = ScanReport::default();
     let seqs = segments_to_scan(storage, listed, &mut report)?;
     let mut scan = Scan::new(seqs.first().copied().unwrap_or(0));
+    let scanned = scan_listed(
+        storage,
+        (seals, listed, &seqs),
+        repair,
+        &mut scan,
+        &mut report,
+    );
+    // A frame passed over as damaged comes before whatever stopped the scan later: the first
+    // damage is what is reported, as a scan that stopped there would.
+    let writer = match scanned {
+        Ok(writer) => writer,
+        Err(e @ Error::Corrupted { .. }) => return Err(scan.first_damage().unwrap_or(e)),
+        Err(e) => return Err(e),
+    };
+    if let Some(e) = scan.first_damage() {
+        return Err(e);
+    }
+    scan.check_rebased()?;
+    let retired = listed.map_or(0, |l| l.retired_through);
+    check_strays(storage, &report.strays, retired, repair)?;
+    Ok((scan, writer, report))
+}
+
+/// The scan of [`scan_segments`] over the segments `seqs` (those `listed` names, or every
+/// segment file), into `scan`; returns the writer of what it read.
+fn scan_listed(
+    storage: &dyn Storage,
+    (seals, listed, seqs): (&[Seal], Option<Listed<'_>>, &[u64]),
+    repair: bool,
+    scan: &mut Scan,
+    report: &mut ScanReport,
+) -> Result<Writer> {
+    let sealed = |seq: u64| seals.iter().find(|s| s.segment == seq && seq != 0);
     let mut writer = Writer::default();
     let last = seqs.last().copied();
     // The segment scanned before this one and the length its records end at.
     let mut before: Option<Predecessor> = None;
-    for &seq in &seqs {
+    for &seq in seqs {
         let newest = Some(seq) == last;
         let seal = sealed(seq).map(|s| s.len);
         let file = storage.open(&segment_name(seq))?;
@@ -121,10 +157,10 @@ pub(super) fn scan_segments(
         let markers_known = synced.min(limit);
         let (at, stop) = scan_records(
             &mut win,
-            &mut scan,
-            &mut report,
+            scan,
+            report,
             (seq, version, newest),
-            (start, markers_known, limit),
+            (start, (markers_known, frames_known), limit),
         )?;
         if let Some((offset, kind)) = stop {
             let zero_end = kind == CorruptionKind::InvalidField("zero length");
@@ -134,6 +170,11 @@ pub(super) fn scan_segments(
                 return Err(corrupt(seq, offset, kind));
             }
             if newest && seal.is_none() && at < file_size {
+                // Nothing is cut while damage that nothing accounts for was passed over: the
+                // scan is refused.
+                if let Some(e) = scan.first_damage() {
+                    return Err(e);
+                }
                 if repair {
                     file.set_len(at)?;
                     file.sync_data()?;
@@ -157,10 +198,7 @@ pub(super) fn scan_segments(
             len: at,
         });
     }
-    scan.check_rebased()?;
-    let retired = listed.map_or(0, |l| l.retired_through);
-    check_strays(storage, &report.strays, retired, repair)?;
-    Ok((scan, writer, report))
+    Ok(writer)
 }
 
 /// Checks that no segment file the list does not name was ever listed, unless a rollover
@@ -251,13 +289,14 @@ fn segments_to_scan(
 /// Reads the records of segment `seq` from `start` up to `limit` into `scan`; returns where
 /// they end and, if before `limit`, why (the offset and kind of the first bytes that are not a
 /// record that verifies). A marker or delta below `markers_known` that does not commit is
-/// corruption.
+/// corruption. A frame wholly below `frames_known` whose CRC fails is passed over (its length
+/// as read), noted in `scan` as damage, which only a fall back to a snapshot accounts for.
 fn scan_records(
     win: &mut Window<'_>,
     scan: &mut Scan,
     report: &mut ScanReport,
     (seq, version, newest): (u64, u16, bool),
-    (start, markers_known, limit): (u64, u64, u64),
+    (start, (markers_known, frames_known), limit): (u64, (u64, u64), u64),
 ) -> Result<(u64, Option<(u64, CorruptionKind)>)> {
     let mut at = start;
     let stop = loop {
@@ -292,6 +331,17 @@ fn scan_records(
                 at += len as u64;
             }
             Ok(None) => break Some((at, CorruptionKind::InvalidField("zero length"))),
+            Err(c)
+                if c.kind == CorruptionKind::ChecksumMismatch
+                    && at + (RECORD_HEADER_LEN + n) as u64 <= frames_known =>
+            {
+                let loc = JournalLoc {
+                    segment: seq,
+                    offset: at,
+                };
+                scan.damaged_frame(loc, at + c.offset);
+                at += (RECORD_HEADER_LEN + n) as u64;
+            }
             Err(c) => break Some((at + c.offset, c.kind)),
         }
     };
@@ -346,7 +396,7 @@ impl Journal {
                 reason: "journal segment_bytes must be 1 byte to 4 GiB".into(),
             });
         }
-        let (scan, mut writer, report) = scan_segments(storage.as_ref(), seals, listed, true)?;
+        let (mut scan, mut writer, report) = scan_segments(storage.as_ref(), seals, listed, true)?;
         // A former owner that died before its tick's sync left the newest segment's bytes, and
         // perhaps its name, in the page cache only. This owner recovers cursors from them and
         // its markers reference their partitions, so they become durable before anything uses
@@ -397,12 +447,13 @@ impl Journal {
             config,
             tick: Mutex::new(()),
             writer: Mutex::new(writer),
-            index: Mutex::new(scan.index),
+            index: Mutex::new(std::mem::take(&mut scan.index)),
             files: RwLock::new(files),
             counters: Counters::default(),
             owner: RwLock::new(None),
             hooks: RwLock::new(None),
             unsettled: Mutex::default(),
+            fallbacks: scan.fallbacks.iter().copied().collect(),
         })
     }
 }

@@ -9,7 +9,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::index::{Committed, CursorId, PartLoc};
+use super::index::{Committed, CursorId, Index, PartLoc, SnapshotLoc};
 use super::marker::{append_marker, cursor_record};
 use super::segment::segment_name;
 use super::{Journal, TickStats, corrupt, lock};
@@ -60,9 +60,7 @@ impl Journal {
         {
             let index = lock(&self.index);
             for cursor in index.cursors_in(oldest) {
-                if let Some(c) = index.committed(cursor) {
-                    commits.push((cursor, self.rebase(&mut buf, (seq, base), cursor, c)?));
-                }
+                self.rewrite_state(&index, &mut buf, (seq, base), cursor, &mut commits)?;
                 for (kind, pending) in [
                     (RecordKind::Partition, index.pending(cursor)),
                     (RecordKind::Batch, index.pending_batch(cursor)),
@@ -85,11 +83,14 @@ impl Journal {
         }
         {
             let mut index = lock(&self.index);
-            self.counters
-                .rebases
-                .fetch_add(commits.len() as u64, Ordering::Relaxed);
-            for (cursor, c) in commits {
-                index.commit(cursor, c);
+            for (cursor, rewritten) in commits {
+                match rewritten {
+                    Rewritten::Chain(c) => {
+                        self.counters.rebases.fetch_add(1, Ordering::Relaxed);
+                        index.commit(cursor, c);
+                    }
+                    Rewritten::Snapshot(s) => index.commit_snapshot(cursor, s),
+                }
             }
             for (kind, cursor, key, part) in staged {
                 // Only if no newer copy was staged meanwhile.
@@ -173,6 +174,58 @@ impl Journal {
         Ok(rebased)
     }
 
+    /// Rewrites `cursor`'s committed state into `buf`, which is appended at `base` of segment
+    /// `seq`, pushing each rewritten form to `commits`: its chain re-based and its snapshot
+    /// copied, the form committed earlier first (see the module docs).
+    fn rewrite_state(
+        &self,
+        index: &Index,
+        buf: &mut Vec<u8>,
+        (seq, base): (u64, u64),
+        cursor: CursorId,
+        commits: &mut Vec<(CursorId, Rewritten)>,
+    ) -> Result<()> {
+        let snapshot = index.snapshot(cursor);
+        let snapshot_first = snapshot.is_some_and(|s| !s.current);
+        if let Some(s) = snapshot.filter(|_| snapshot_first) {
+            let copy = self.copy_snapshot(buf, (seq, base), cursor, s)?;
+            commits.push((cursor, Rewritten::Snapshot(copy)));
+        }
+        if let Some(c) = index.committed(cursor) {
+            let rebased = self.rebase(buf, (seq, base), cursor, c)?;
+            commits.push((cursor, Rewritten::Chain(rebased)));
+        }
+        if let Some(s) = snapshot.filter(|_| !snapshot_first) {
+            let copy = self.copy_snapshot(buf, (seq, base), cursor, s)?;
+            commits.push((cursor, Rewritten::Snapshot(copy)));
+        }
+        Ok(())
+    }
+
+    /// Copies `cursor`'s snapshot record `s` (verified against its payload CRC) into `buf`,
+    /// which is appended at `base` of segment `seq`; returns the copy, committed once synced
+    /// with the form it was (state or fallback).
+    fn copy_snapshot(
+        &self,
+        buf: &mut Vec<u8>,
+        (seq, base): (u64, u64),
+        cursor: CursorId,
+        s: &SnapshotLoc,
+    ) -> Result<SnapshotLoc> {
+        let part = PartLoc {
+            seq: 0,
+            loc: s.loc,
+            frame_len: s.frame_len,
+            crc: s.crc,
+            cardinality: 0,
+        };
+        let copy = self.copy_record(buf, (seq, base), (RecordKind::Snapshot, cursor), part)?;
+        Ok(SnapshotLoc {
+            loc: copy.loc,
+            ..s.clone()
+        })
+    }
+
     /// Copies `cursor`'s partition or batch record (`kind`) at `part` (verified) into `buf`,
     /// which is appended at `base` of segment `seq`; returns the copy's location.
     fn copy_record(
@@ -197,4 +250,10 @@ impl Journal {
         encode_record(buf, &cursor_record(kind, cursor, &payload))?;
         Ok(PartLoc { loc, ..part })
     }
+}
+
+/// A cursor's state a rollover rewrote: its chain re-based, or its snapshot copied.
+enum Rewritten {
+    Chain(Committed),
+    Snapshot(SnapshotLoc),
 }

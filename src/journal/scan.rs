@@ -5,17 +5,17 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::corrupt;
-use super::index::{AppliedDelta, Committed, CursorId, Index, PartLoc};
+use super::index::{AppliedDelta, Committed, CursorId, Index, PartLoc, SnapshotLoc};
 use super::marker::{full_marker_frame_len, named_payload};
 use crate::ackset::PartitionKey;
 use crate::error::{CorruptionKind, Result};
 use crate::format::cursor::{
     BatchRow, Marker, PartitionRow, Table, decode_marker_bound, decode_partition_entry,
-    payload_crc, peek_batch_entry,
+    decode_snapshot_bound, payload_crc, peek_batch_entry,
 };
 use crate::format::journal::{
     JournalLoc, Record, RecordKind, SEGMENT_VERSION, SEGMENT_VERSION_V2, SEGMENT_VERSION_V3,
-    cursor_binding, decode_delta, record_binding,
+    SEGMENT_VERSION_V5, cursor_binding, decode_delta, record_binding,
 };
 
 /// What a scan of the segments found, before it becomes the index.
@@ -36,6 +36,16 @@ pub(super) struct Scan {
     /// a rollover re-bases a cursor with a full marker before it removes the segment its chain
     /// reaches into, so such a record must be followed by one that commits.
     unrebased: HashMap<CursorId, JournalLoc>,
+    /// Cursors whose chain's newest marker or delta did not verify below the synced length
+    /// and which fell back to their snapshot, with where that record starts.
+    pub(super) fallbacks: Vec<(CursorId, JournalLoc)>,
+    /// Frames below what is known to be written whose CRC failed and that were passed over
+    /// (their length read as written and the next frame verifying), in scan order: where each
+    /// starts and where its damage was found.
+    damaged: Vec<(JournalLoc, u64)>,
+    /// Those of them a marker or delta that fell back to its cursor's snapshot references:
+    /// accounted for. Any other is damage that refuses the scan.
+    explained: std::collections::HashSet<JournalLoc>,
 }
 
 impl Scan {
@@ -89,6 +99,7 @@ impl Scan {
                 RecordKind::Partition | RecordKind::Batch => true,
                 RecordKind::Marker => decode_marker_bound(payload, binding).is_ok(),
                 RecordKind::Delta => decode_delta(payload, binding, version).is_ok(),
+                RecordKind::Snapshot => decode_snapshot_bound(payload, binding).is_ok(),
                 RecordKind::Forget => rec.payload == forget_binding,
             };
             return if own || !promised {
@@ -114,7 +125,8 @@ impl Scan {
                     self.stale.insert(loc);
                     self.unrebased.insert(cursor, loc);
                 } else if promised {
-                    return refused("marker");
+                    let named = marker_locations(decode_marker_bound(payload, binding).ok());
+                    return self.fall_back(cursor, loc, "marker", &named);
                 } else {
                     return Ok(true);
                 }
@@ -137,10 +149,15 @@ impl Scan {
                     self.stale.insert(loc);
                     self.unrebased.insert(cursor, loc);
                 } else if promised {
-                    return refused("delta");
+                    let delta = decode_delta(payload, binding, version).ok();
+                    let named = marker_locations(delta.map(|d| d.marker));
+                    return self.fall_back(cursor, loc, "delta", &named);
                 } else {
                     return Ok(true);
                 }
+            }
+            RecordKind::Snapshot => {
+                return self.snapshot_record(cursor, (loc, frame_len, version), rec, promised);
             }
             RecordKind::Forget => {
                 // A forget names its cursor in its payload too (versions 3 and 4).
@@ -157,6 +174,96 @@ impl Scan {
             }
         }
         Ok(false)
+    }
+
+    /// A snapshot record of `cursor` at `loc`: commits when it verifies (bound to the cursor
+    /// and the name tag it starts with); one that does not is corruption below the synced
+    /// length, and past it the cursor keeps its previous state (the walk back). A segment
+    /// before version 6 holds none that counts: no build wrote one there.
+    fn snapshot_record(
+        &mut self,
+        cursor: CursorId,
+        (loc, frame_len, version): (JournalLoc, u64, u16),
+        rec: &Record<'_>,
+        promised: bool,
+    ) -> Result<bool> {
+        if version < SEGMENT_VERSION {
+            return Ok(false);
+        }
+        let (name, payload) = named_payload(rec, version);
+        let binding = record_binding(version, cursor.topic, cursor.cursor, name);
+        match decode_snapshot_bound(payload, binding.as_slice()) {
+            Ok(snapshot) => {
+                let batch = &snapshot.batch;
+                self.index.commit_snapshot(
+                    cursor,
+                    SnapshotLoc {
+                        loc,
+                        frame_len,
+                        crc: payload_crc(rec.payload),
+                        name,
+                        state: snapshot.state.clone(),
+                        ranges: snapshot.range_count,
+                        batch: (
+                            batch.len() as u64,
+                            batch.iter().map(|p| p.entries.len() as u64).sum(),
+                        ),
+                        current: true,
+                    },
+                );
+                Ok(false)
+            }
+            Err(_) if promised => Err(corrupt(
+                loc.segment,
+                loc.offset,
+                CorruptionKind::InvalidField("snapshot"),
+            )),
+            Err(_) => Ok(true),
+        }
+    }
+
+    /// A marker or delta of `cursor` at `loc` that does not commit below the synced length:
+    /// the cursor's state is its snapshot, if it has one (its chain is dropped, and later
+    /// deltas on it do not commit either), and the damaged frames among the records it names
+    /// (`named`) are accounted for; without one, corruption: at the first damaged frame not
+    /// accounted for, else at `loc`.
+    fn fall_back(
+        &mut self,
+        cursor: CursorId,
+        loc: JournalLoc,
+        what: &'static str,
+        named: &[JournalLoc],
+    ) -> Result<bool> {
+        if self.index.fall_back_to_snapshot(cursor) {
+            self.unrebased.remove(&cursor);
+            self.fallbacks.push((cursor, loc));
+            let damaged: Vec<JournalLoc> = named
+                .iter()
+                .copied()
+                .filter(|n| self.damaged.iter().any(|(d, _)| d == n))
+                .collect();
+            self.explained.extend(damaged);
+            return Ok(false);
+        }
+        Err(self.first_damage().unwrap_or_else(|| {
+            corrupt(loc.segment, loc.offset, CorruptionKind::InvalidField(what))
+        }))
+    }
+
+    /// A frame at `loc` whose CRC failed (found at `found`, a byte offset in its segment) was
+    /// passed over: damage, unless a marker or delta that falls back to its cursor's snapshot
+    /// references it.
+    pub(super) fn damaged_frame(&mut self, loc: JournalLoc, found: u64) {
+        self.damaged.push((loc, found));
+    }
+
+    /// The first damaged frame passed over that nothing accounts for, as the error a scan
+    /// stopping there returns (`ChecksumMismatch` where it was found).
+    pub(super) fn first_damage(&self) -> Option<crate::error::Error> {
+        self.damaged
+            .iter()
+            .find(|(d, _)| !self.explained.contains(d))
+            .map(|(d, found)| corrupt(d.segment, *found, CorruptionKind::ChecksumMismatch))
     }
 
     /// Notes a partition or batch record, to verify the rows of later markers against. A
@@ -181,7 +288,7 @@ impl Scan {
             (cursor, PartitionKey { ledger_id, chunk }, part)
         };
         if rec.kind == RecordKind::Batch {
-            if version >= SEGMENT_VERSION
+            if version >= SEGMENT_VERSION_V5
                 && let Ok((ledger_id, chunk, entries)) = peek_batch_entry(rec.payload)
             {
                 self.batches
@@ -227,7 +334,7 @@ impl Scan {
             .batch
             .iter()
             .map(|b| b.entry_id)
-            .filter(|_| version >= SEGMENT_VERSION);
+            .filter(|_| version >= SEGMENT_VERSION_V5);
         rows.iter()
             .map(|row| row.entry_id)
             .chain(batch)
@@ -292,7 +399,8 @@ impl Scan {
         (loc, version): (JournalLoc, u16),
         marker: &Marker<'_>,
     ) -> Option<Vec<(PartitionKey, PartLoc)>> {
-        if !marker.batch_pages.is_empty() || (version < SEGMENT_VERSION && !marker.batch.is_empty())
+        if !marker.batch_pages.is_empty()
+            || (version < SEGMENT_VERSION_V5 && !marker.batch.is_empty())
         {
             return None;
         }
@@ -388,6 +496,22 @@ impl Scan {
             batch,
         })
     }
+}
+
+/// Where the partition and batch records `marker`'s rows name are (none when it did not
+/// decode).
+fn marker_locations(marker: Option<Marker<'_>>) -> Vec<JournalLoc> {
+    let Some(marker) = marker else {
+        return Vec::new();
+    };
+    let rows = match marker.table {
+        Table::Inline(rows) => rows.iter().map(|r| r.entry_id).collect(),
+        Table::Paged(_) => Vec::new(),
+    };
+    rows.into_iter()
+        .chain(marker.batch.iter().map(|b| b.entry_id))
+        .map(JournalLoc::unpack)
+        .collect()
 }
 
 /// The keys a delta removes, if every one is live in `base`.

@@ -1,8 +1,8 @@
 //! Ticks: cursors staged one by one, then committed together ([`Tick`]).
 //!
 //! **Group commit.** A tick appends, for every cursor that changed, the partitions it wrote
-//! and then its marker (the PIP-81 shape: partitions, then the marker that commits them), as
-//! one write, then makes them durable with one `fdatasync` (plus, when the tick starts a new
+//! and then its marker (the PIP-81 shape: partitions, then the marker that commits them), or
+//! for a cursor of the single-entry form its snapshot record, as one write, then makes them durable with one `fdatasync` (plus, when the tick starts a new
 //! segment, one of the sealed segment and one of the directory). So a tick over any number of
 //! cursors costs one to three syncs.
 
@@ -12,14 +12,17 @@ use std::sync::atomic::Ordering;
 
 use roaring::RoaringBitmap;
 
-use super::index::{Committed, CursorId, PartLoc};
+use super::index::{Committed, CursorId, PartLoc, SnapshotLoc};
 use super::marker::{append_marker, check_marker_fits, cursor_record, full_marker_frame_len};
 use super::{Journal, TickStats, lock};
 use crate::ackset::PartitionKey;
 use crate::error::{Error, Result};
 use crate::format::cursor::encode_partition_payload;
-use crate::format::cursor::{PersistedState, payload_crc};
-use crate::format::journal::{JournalLoc, Record, RecordKind, cursor_binding, encode_record};
+use crate::format::cursor::{PersistedState, bind_entry, payload_crc};
+use crate::format::journal::{
+    BODY_FIXED_LEN, JournalLoc, MAX_BODY_LEN, NAME_TAG_LEN, Record, RecordKind, SEGMENT_VERSION,
+    cursor_binding, encode_record, record_binding,
+};
 
 /// One cursor's part of a tick: its state and its ack partitions as of one snapshot.
 #[derive(Debug, Clone)]
@@ -57,6 +60,7 @@ impl Journal {
             journal: self,
             _serial: lock(&self.tick),
             staged: Vec::new(),
+            snapshots: Vec::new(),
             uncommitted: Vec::new(),
             stats: TickStats::default(),
             started: false,
@@ -97,6 +101,19 @@ impl Journal {
     }
 }
 
+/// The record of `cursor`'s snapshot `entry` (a cursor-ledger snapshot entry) for a segment of
+/// this build's version: the name tag `name`, then the entry with its CRC bound to the cursor.
+pub(super) fn snapshot_payload(cursor: CursorId, name: u32, entry: &[u8]) -> Vec<u8> {
+    let mut payload = Vec::with_capacity(NAME_TAG_LEN + entry.len());
+    payload.extend_from_slice(&name.to_le_bytes());
+    payload.extend_from_slice(entry);
+    if let Some(bound) = payload.get_mut(NAME_TAG_LEN..) {
+        let binding = record_binding(SEGMENT_VERSION, cursor.topic, cursor.cursor, name);
+        bind_entry(bound, binding.as_slice());
+    }
+    payload
+}
+
 /// One group commit in progress: cursors are staged one by one, each under its own lock (its
 /// written partitions are appended at once, so the log orders them with the cursor's
 /// evictions), then [`Tick::commit`] appends every marker and syncs once.
@@ -105,6 +122,8 @@ pub struct Tick<'a> {
     journal: &'a Journal,
     _serial: MutexGuard<'a, ()>,
     staged: Vec<Staged>,
+    /// Cursors of the single-entry form staged, each with its snapshot record's payload.
+    snapshots: Vec<StagedSnapshot>,
     /// Cursors whose markers the commit in progress has taken from `staged`, until they are
     /// in the index.
     uncommitted: Vec<CursorId>,
@@ -117,11 +136,12 @@ impl Drop for Tick<'_> {
     /// failed after staging) leaves those cursors unsettled (see `Journal::unsettled`), while
     /// the tick lock is still held, so no later tick skips them.
     fn drop(&mut self) {
-        if self.staged.is_empty() && self.uncommitted.is_empty() {
+        if self.staged.is_empty() && self.snapshots.is_empty() && self.uncommitted.is_empty() {
             return;
         }
         let mut unsettled = lock(&self.journal.unsettled);
         unsettled.extend(self.staged.iter().map(|s| s.cursor));
+        unsettled.extend(self.snapshots.iter().map(|s| s.cursor));
         unsettled.extend(self.uncommitted.iter().copied());
     }
 }
@@ -134,6 +154,28 @@ struct Staged {
     state: PersistedState,
     rows: BTreeMap<PartitionKey, PartLoc>,
     batch: BTreeMap<PartitionKey, PartLoc>,
+}
+
+/// One cursor of the single-entry form staged into a tick: its snapshot record.
+#[derive(Debug)]
+struct StagedSnapshot {
+    cursor: CursorId,
+    /// The record's payload ([`snapshot_payload`]).
+    payload: Vec<u8>,
+    /// What the index keeps of it once committed (its place is set then).
+    committed: SnapshotLoc,
+}
+
+/// What a cursor's single-entry snapshot holds, as a tick stages it
+/// ([`Tick::stage_snapshot`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SnapshotCounts {
+    /// Acked ranges above mark-delete.
+    pub ranges: u64,
+    /// Partitions with partial entries.
+    pub batch_partitions: u64,
+    /// Partial entries.
+    pub partial_entries: u64,
 }
 
 /// A cursor's partial entries (batch-index acks) as a tick stages them: the batch records to
@@ -276,6 +318,64 @@ impl Tick<'_> {
         Ok(batch_rows)
     }
 
+    /// Stages one cursor of the single-entry form: `entry`, a cursor-ledger snapshot entry of
+    /// its whole state (`state`, its acked ranges and its partial entries, holding what
+    /// `counts` says), becomes a snapshot record bound to the cursor and its name tag `name`,
+    /// appended by [`Tick::commit`] with the markers. Nothing is written before the commit.
+    ///
+    /// # Errors
+    /// [`Error::LimitExceeded`] (nothing staged, the journal and the tick go on) when the
+    /// record would be larger than a reader accepts; [`Error::PreviousIo`] after an earlier
+    /// failure.
+    pub fn stage_snapshot(
+        &mut self,
+        (cursor, name): (CursorId, u32),
+        state: PersistedState,
+        entry: &[u8],
+        counts: SnapshotCounts,
+    ) -> Result<()> {
+        let body = BODY_FIXED_LEN + NAME_TAG_LEN + entry.len();
+        if body > MAX_BODY_LEN {
+            return Err(Error::LimitExceeded {
+                reason: format!(
+                    "the cursor's snapshot of {} bytes is over the {MAX_BODY_LEN} bytes a \
+                     journal record holds: use multi-entry persistence",
+                    entry.len()
+                ),
+            });
+        }
+        let j = self.journal;
+        {
+            let mut w = lock(&j.writer);
+            let started = if self.started {
+                w.check_latch()
+            } else {
+                j.start_segment_if_needed(&mut w, &mut self.stats)
+            };
+            started.map_err(|e| j.failure(e))?;
+            self.started = true;
+        }
+        let payload = snapshot_payload(cursor, name, entry);
+        self.snapshots.push(StagedSnapshot {
+            cursor,
+            committed: SnapshotLoc {
+                loc: JournalLoc {
+                    segment: 0,
+                    offset: 0,
+                },
+                frame_len: record_len_of(&payload),
+                crc: payload_crc(&payload),
+                name,
+                state,
+                ranges: counts.ranges,
+                batch: (counts.batch_partitions, counts.partial_entries),
+                current: true,
+            },
+            payload,
+        });
+        Ok(())
+    }
+
     /// Appends every staged cursor's marker, syncs once (and the directory when a segment was
     /// created since its last sync), then publishes the markers to the index and rolls over
     /// what the journal has outgrown. Returns after the sync.
@@ -290,7 +390,7 @@ impl Tick<'_> {
 
     fn commit_unexplained(mut self) -> Result<TickStats> {
         let j = self.journal;
-        if self.staged.is_empty() {
+        if self.staged.is_empty() && self.snapshots.is_empty() {
             // Nothing new, but a cursor's earlier flush may have been staged into a tick that
             // failed: after a failure no flush reports success.
             lock(&j.writer).check_latch()?;
@@ -304,11 +404,17 @@ impl Tick<'_> {
             .staged
             .iter()
             .map(|s| full_marker_frame_len(&s.state, s.rows.len(), s.batch.len()))
+            .chain(self.snapshots.iter().map(|s| s.committed.frame_len))
             .sum();
         let mut buf = Vec::with_capacity(usize::try_from(room).unwrap_or(0));
         let mut commits: Vec<(CursorId, Committed)> = Vec::with_capacity(self.staged.len());
         // Until their markers are in the index, a failure leaves these cursors unsettled.
-        self.uncommitted = self.staged.iter().map(|s| s.cursor).collect();
+        self.uncommitted = self
+            .staged
+            .iter()
+            .map(|s| s.cursor)
+            .chain(self.snapshots.iter().map(|s| s.cursor))
+            .collect();
         {
             // Ticks and rollovers run one at a time: no committed chain changes meanwhile.
             let index = lock(&j.index);
@@ -336,6 +442,29 @@ impl Tick<'_> {
                 commits.push((cursor, next));
             }
         }
+        let mut snapshots = Vec::with_capacity(self.snapshots.len());
+        for staged in std::mem::take(&mut self.snapshots) {
+            let loc = JournalLoc {
+                segment: seq,
+                offset: base + buf.len() as u64,
+            };
+            encode_record(
+                &mut buf,
+                &Record {
+                    kind: RecordKind::Snapshot,
+                    topic: staged.cursor.topic,
+                    cursor: staged.cursor.cursor,
+                    payload: &staged.payload,
+                },
+            )?;
+            snapshots.push((
+                staged.cursor,
+                SnapshotLoc {
+                    loc,
+                    ..staged.committed
+                },
+            ));
+        }
         j.append(&mut w, &buf, true)?;
         let dir = w.dir_unsynced;
         drop(w);
@@ -348,9 +477,13 @@ impl Tick<'_> {
         {
             let mut index = lock(&j.index);
             let mut unsettled = lock(&j.unsettled);
-            self.stats.cursors = commits.len() as u64;
+            self.stats.cursors = (commits.len() + snapshots.len()) as u64;
             for (cursor, c) in commits {
                 index.commit(cursor, c);
+                unsettled.remove(&cursor);
+            }
+            for (cursor, s) in snapshots {
+                index.commit_snapshot(cursor, s);
                 unsettled.remove(&cursor);
             }
             self.uncommitted.clear();
@@ -360,6 +493,11 @@ impl Tick<'_> {
         self.stats.segments_deleted = j.roll_over_locked()?;
         Ok(self.stats)
     }
+}
+
+/// Bytes of the frame of a record whose payload is `payload`.
+fn record_len_of(payload: &[u8]) -> u64 {
+    crate::format::journal::record_len(payload.len()) as u64
 }
 
 /// Where each of `live` not in `written` is (its newest copy in the journal), and which of

@@ -108,10 +108,9 @@ impl TopicCore {
             .is_some_and(|r| r.cursor_ledger.is_some());
         if let Some(tj) = self.journal.clone() {
             // A cursor persists through its topic's journal (its store's, or the one a topic
-            // of its own hosts), unless it was persisted in a cursor ledger before the journal
-            // carried cursors (and the journal holds nothing of it): that one keeps its cursor
-            // ledger. So does a cursor of a topic of its own that asks for the single-entry
-            // form, which the journal does not write yet.
+            // of its own hosts), in either form, unless it was persisted in a cursor ledger
+            // before the journal carried cursors (and the journal holds nothing of it): that
+            // one keeps its cursor ledger.
             let legacy = listed.is_some() && on_ledger && tj.committed_state(id).is_none();
             if !legacy && !self.new_cursors_on_ledgers() {
                 return self.open_journal_cursor(
@@ -406,18 +405,15 @@ impl TopicCore {
         Ok(())
     }
 
-    /// Whether new cursors of a topic of its own persist in cursor ledgers: those asking for
-    /// the single-entry form, which the journal does not write yet, and with the temporary
-    /// `CursorConfig::cursor_ledger_writer`, every one.
+    /// Whether new cursors of a topic of its own persist in cursor ledgers: only with the
+    /// temporary `CursorConfig::cursor_ledger_writer` (the writer's own tests); every other new
+    /// cursor, of either form, persists through the journal.
     fn new_cursors_on_ledgers(&self) -> bool {
-        if self.in_store {
-            return false;
-        }
         #[cfg(feature = "internals")]
-        if self.config.cursor.cursor_ledger_writer {
-            return true;
-        }
-        self.config.cursor.persist_mode == crate::cursor::PersistMode::SingleEntry
+        let switch = self.config.cursor.cursor_ledger_writer;
+        #[cfg(not(feature = "internals"))]
+        let switch = false;
+        !self.in_store && switch
     }
 
     /// Names of every cursor, open or not, sorted.

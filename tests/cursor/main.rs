@@ -44,5 +44,6 @@ mod reopen_claim;
 mod scale;
 mod seek;
 mod seek_crash;
+mod single_entry_journal;
 mod single_entry_overflow;
 mod threads;

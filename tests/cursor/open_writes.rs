@@ -1,7 +1,7 @@
 //! What opening an existing cursor writes (docs/format.md, "Topic directory", the write-step
-//! table): nothing, unless a single-entry snapshot recovered past the budget makes the claim at
-//! once; and what a rewind before the claim writes: the record only, naming the recovered
-//! ledger.
+//! table): nothing, unless a single-entry snapshot of a cursor ledger recovered past the budget
+//! makes the claim at once; and what a rewind before the claim writes: the record only, naming
+//! the recovered ledger.
 
 use crate::support;
 
@@ -13,7 +13,11 @@ use support::topic::append_n;
 /// Storage writes of `open_cursor` of a reopened cursor, and whether it moved the cursor to a
 /// fresh ledger (the claim).
 fn opening_writes(mode: PersistMode, lru: usize) -> (u64, bool) {
-    let c = support::config::topic(50, mode, lru);
+    let mut c = support::config::topic(50, mode, lru);
+    if mode == PersistMode::SingleEntry {
+        // The claim is the cursor-ledger writer's.
+        c = support::config::on_cursor_ledgers(c);
+    }
     let disk = MemStorage::new();
     let topic = ManagedLedger::open_with_storage(Arc::new(disk.clone()), c.clone()).unwrap();
     let ps = append_n(&topic, 500);

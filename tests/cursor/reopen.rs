@@ -183,17 +183,9 @@ fn reopen_keeps_every_ack(place: &Place, first: PersistMode, second: PersistMode
         batches_acked,
         "{what}, second reopen"
     );
+    // Either form, on either host, persists through the journal.
     let source = c.stats().unwrap().recovery_source;
-    // A topic alone hosts a journal too; only a cursor created for the single-entry form,
-    // which the journal does not write yet, keeps a cursor ledger.
-    if topic.store.is_some() || first == PersistMode::MultiEntry {
-        assert_eq!(source, Some(RecoverySource::Journal), "{what}");
-    } else {
-        assert!(matches!(
-            source,
-            Some(RecoverySource::Marker(_) | RecoverySource::Snapshot(_))
-        ));
-    }
+    assert_eq!(source, Some(RecoverySource::Journal), "{what}");
     topic.close().unwrap();
 }
 

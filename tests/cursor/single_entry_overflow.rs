@@ -1,7 +1,8 @@
 //! A reopened single-entry cursor whose state outgrows `max_ranges_single_entry`
-//! (OverflowPolicy::Error, the default) before its first flush: the claim can never be made,
-//! so evictions stay held. A cursor that was not reopened evicts to its cursor ledger and stays
-//! within the budget in the same situation (invariant 3).
+//! (OverflowPolicy::Error, the default) before its first flush: its flushes are refused, but
+//! its evictions go on to the journal, so it stays within the budget, as a cursor created by
+//! this owner does in the same situation (invariant 3). The takeover case below is the
+//! cursor-ledger writer's deferred claim.
 
 use crate::support;
 
@@ -45,8 +46,7 @@ fn acks_past_the_snapshot_limit(reopened: bool) -> (usize, usize) {
         let cur = topic.open_cursor("sub", CursorOptions::default()).unwrap();
         (topic, cur)
     } else {
-        // The same topic handle: the cursor opened again by this owner is claimed at its
-        // first flush too, so use a cursor created by this owner instead.
+        // The same topic handle: a cursor created by this owner.
         let cur = topic
             .open_cursor("fresh", CursorOptions::default())
             .unwrap();

@@ -36,6 +36,7 @@ mod journal_delta_takeover;
 mod journal_delta_threads;
 mod journal_marker_bound;
 mod journal_proof;
+mod journal_snapshot_sample;
 mod journal_threads;
 mod journal_tiny_segments;
 mod legacy_cursor_ledger_adopt;

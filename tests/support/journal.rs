@@ -34,6 +34,24 @@ pub const LEDGERS: u64 = 2;
 /// Entry ids acked lie below this: three partitions per ledger.
 pub const ENTRIES: u64 = 3 << 16;
 
+/// A journal opened on `disk` with the default settings and no seal, and an ack set of
+/// `cursor` over it without a memory limit: what the sample tests write a sample with.
+pub fn journal_and_acks(disk: &MemStorage, cursor: CursorId) -> (Arc<Journal>, RangeSetWrapper) {
+    let journal = Arc::new(
+        Journal::open(
+            Arc::new(disk.clone()),
+            JournalConfig::default(),
+            Seal::default(),
+        )
+        .expect("open"),
+    );
+    let acks = RangeSetWrapper::new(
+        Box::new(JournalPartitions::new(journal.clone(), cursor)),
+        usize::MAX,
+    );
+    (journal, acks)
+}
+
 /// The cursor ids of a fleet: `CURSORS` cursors over three topics.
 pub fn cursor_ids() -> Vec<CursorId> {
     (0..CURSORS)

@@ -456,7 +456,8 @@ impl Mutation {
                         RecordKind::Partition => RecordKind::Batch,
                         RecordKind::Batch => RecordKind::Partition,
                         RecordKind::Marker => RecordKind::Delta,
-                        RecordKind::Delta => RecordKind::Marker,
+                        RecordKind::Delta => RecordKind::Snapshot,
+                        RecordKind::Snapshot => RecordKind::Marker,
                         RecordKind::Forget => return None,
                     }),
                     _ => {

@@ -29,6 +29,22 @@ pub fn sample_dir(name: &str) -> tempfile::TempDir {
     dir
 }
 
+/// A copy of sample directory `name` and the bytes of its file `file`, which this build writes
+/// as `written`: with `ACKSTORE_WRITE_SAMPLES` set, `written` first replaces the committed
+/// sample (to renew a sample after a deliberate format change).
+pub fn written_sample(name: &str, file: &str, written: &[u8]) -> (tempfile::TempDir, Vec<u8>) {
+    if std::env::var_os("ACKSTORE_WRITE_SAMPLES").is_some() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data")
+            .join(name);
+        std::fs::create_dir_all(&dir).expect("sample directory");
+        std::fs::write(dir.join(file), written).expect("write sample");
+    }
+    let dir = sample_dir(name);
+    let sample = std::fs::read(dir.path().join(file)).expect("sample");
+    (dir, sample)
+}
+
 /// Entries `first..first + count` of `ledger` that a fixed xorshift generator seeded with
 /// `seed` keeps: each one whose next draw `x` has `keep(x)`.
 fn drawn(ledger: u64, first: u64, count: u64, seed: u64, keep: fn(u64) -> bool) -> Vec<Position> {

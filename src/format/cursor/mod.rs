@@ -960,4 +960,6 @@ pub use compact::{
     compact_marker_len, compact_page_len, decode_compact_marker, decode_compact_page,
     encode_compact_marker, encode_compact_page, key_len, page_ref_len, row_len, rows_len,
 };
-pub use snapshot::{Snapshot, SnapshotWriter, decode_snapshot, reencode_snapshot};
+pub use snapshot::{
+    Snapshot, SnapshotWriter, decode_snapshot, decode_snapshot_bound, reencode_snapshot,
+};

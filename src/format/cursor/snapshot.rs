@@ -4,7 +4,7 @@
 use super::batch::{BatchPartition, decode_batch_entry, encode_batch_entry};
 use super::{
     CRC_LEN, Corruption, EntryKind, FLAG_BATCH, MAGIC, PersistedState, Reader, SNAPSHOT_GROUP_LEN,
-    corrupt, end_frame, open_frame_flags, put_varint, start_frame, varint_len,
+    corrupt, end_frame, open_frame_bound, put_varint, start_frame, varint_len,
 };
 use crate::error::{CorruptionKind, Error, Result};
 
@@ -221,7 +221,17 @@ fn next_range(body: &mut Reader<'_>, prev: Option<u64>) -> Result<(u64, u64), Co
 
 /// Decodes and verifies a snapshot (CRC, then a full walk of its ranges without allocating).
 pub fn decode_snapshot(payload: &[u8]) -> Result<Snapshot<'_>, Corruption> {
-    let (mut body, flags) = open_frame_flags(payload, EntryKind::Snapshot, FLAG_BATCH)?;
+    decode_snapshot_bound(payload, &[])
+}
+
+/// [`decode_snapshot`] of a snapshot whose CRC covers `binding` before its bytes (see
+/// [`super::bind_entry`]; a journal's snapshot record binds its cursor): a snapshot bound to
+/// anything else fails its CRC.
+pub fn decode_snapshot_bound<'a>(
+    payload: &'a [u8],
+    binding: &[u8],
+) -> Result<Snapshot<'a>, Corruption> {
+    let (mut body, flags) = open_frame_bound(payload, EntryKind::Snapshot, FLAG_BATCH, binding)?;
     let state = PersistedState::decode_from(&mut body)?;
     let group_count = body.u32()?;
     let groups_offset = body.offset();

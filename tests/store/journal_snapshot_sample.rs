@@ -1,0 +1,154 @@
+//! The version 6 sample (`tests/data/journal-v6-snapshot`), which this build writes byte for
+//! byte: a cursor's multi-entry state (a partition and a full marker), then two snapshot
+//! records of the single-entry form, the second with partial entries. It reads to the second
+//! snapshot's exact state, with the chain kept as its fallback; a bit flipped anywhere below
+//! the synced length refuses the open or leaves that state, never another.
+
+use std::sync::Arc;
+
+use ackstore::internals::ackset::PartitionKey;
+use ackstore::internals::format::cursor::{
+    BatchPartition, PartialEntry, PersistedState, SnapshotWriter,
+};
+use ackstore::internals::format::journal::{SEGMENT_HEADER_V3_LEN, SEGMENT_VERSION, name_tag};
+use ackstore::internals::journal::index::CursorId;
+use ackstore::internals::journal::{Journal, JournalConfig, Seal, SnapshotCounts, segment_name};
+use ackstore::{MemStorage, Position};
+use roaring::RoaringBitmap;
+
+use crate::support;
+
+const TOPIC: &str = "t";
+const NAME: &str = "sub";
+const ID: CursorId = CursorId {
+    topic: 1,
+    cursor: 1,
+};
+const SAMPLE: &str = "journal-v6-snapshot";
+
+/// What a cursor's snapshot holds: its state, its ranges, its partial entries.
+type Whole = (PersistedState, Vec<(u64, u64, u64)>, Vec<BatchPartition>);
+
+/// Stages the snapshot `whole` of cursor [`ID`] into a tick of `journal` and commits it.
+fn commit_snapshot(journal: &Journal, (state, ranges, batch): &Whole) {
+    let mut w = SnapshotWriter::new(state, usize::MAX, u64::MAX).expect("writer");
+    for &(ledger, first, last) in ranges {
+        assert!(w.push(ledger, first, last).expect("push"));
+    }
+    let entry = w.finish_with_batch(batch).expect("encode");
+    let counts = SnapshotCounts {
+        ranges: ranges.len() as u64,
+        batch_partitions: batch.len() as u64,
+        partial_entries: batch.iter().map(|p| p.entries.len() as u64).sum(),
+    };
+    let mut tick = journal.begin_tick();
+    tick.stage_snapshot((ID, name_tag(TOPIC, NAME)), state.clone(), &entry, counts)
+        .expect("stage");
+    tick.commit().expect("tick");
+}
+
+/// The journal of the sample; returns the state it ends with.
+fn sample_v6(disk: &MemStorage) -> Whole {
+    let (journal, mut set) = support::journal::journal_and_acks(disk, ID);
+    set.add(Position::new(1, 7)).expect("ack");
+    let live: Vec<PartitionKey> = set.partitions().into_iter().map(|(k, _)| k).collect();
+    let bitmaps: Vec<_> = live
+        .iter()
+        .map(|k| (*k, set.bitmap(*k).expect("load").expect("live")))
+        .collect();
+    let mut tick = journal.begin_tick();
+    tick.stage(
+        (ID, name_tag(TOPIC, NAME)),
+        PersistedState::default(),
+        &bitmaps,
+        &live,
+    )
+    .expect("stage");
+    tick.commit().expect("tick");
+    let first: Whole = (
+        PersistedState {
+            mark_delete: Position::new(1, 4),
+            epoch: 1,
+            properties: [("offset".to_string(), 7)].into(),
+        },
+        vec![(1, 6, 9), (1, 12, 12), (3, 0, 4)],
+        Vec::new(),
+    );
+    commit_snapshot(&journal, &first);
+    let partial = BatchPartition {
+        ledger_id: 3,
+        chunk: 0,
+        entries: vec![PartialEntry {
+            entry_id: 6,
+            batch_size: 5,
+            acked: [0, 3].into_iter().collect::<RoaringBitmap>(),
+        }],
+    };
+    let second: Whole = (
+        PersistedState {
+            mark_delete: Position::new(1, 9),
+            epoch: 2,
+            properties: [("offset".to_string(), 8)].into(),
+        },
+        vec![(1, 12, 13), (3, 0, 4)],
+        vec![partial],
+    );
+    commit_snapshot(&journal, &second);
+    second
+}
+
+/// The snapshot that is cursor [`ID`]'s state in `journal`.
+fn recovered(journal: &Journal) -> Option<Whole> {
+    journal
+        .read_snapshot(ID, |s| {
+            Ok((s.state.clone(), s.ranges().collect(), s.batch.clone()))
+        })
+        .expect("read")
+}
+
+#[test]
+fn the_version_6_sample_reads_to_its_newest_snapshot_and_this_build_writes_it_byte_for_byte() {
+    let disk = MemStorage::new();
+    let want = sample_v6(&disk);
+    let written = disk.live_bytes(&segment_name(1)).expect("segment");
+    let (dir, sample) = support::samples::written_sample(SAMPLE, &segment_name(1), &written);
+    assert_eq!(&sample[8..10], &SEGMENT_VERSION.to_le_bytes());
+    assert_eq!(
+        written, sample,
+        "this build writes the sample byte for byte"
+    );
+    let storage = ackstore::FileStorage::open(dir.path(), true).expect("storage");
+    let journal =
+        Journal::open(Arc::new(storage), JournalConfig::default(), Seal::default()).expect("open");
+    assert_eq!(recovered(&journal), Some(want.clone()));
+    assert_eq!(journal.state(ID), Some(want.0));
+    assert_eq!(
+        journal.committed_name(ID).map(|(n, _)| n),
+        Some(name_tag(TOPIC, NAME))
+    );
+    // The chain is kept as the fallback.
+    let (chain, rows) = journal.committed(ID).expect("the chain");
+    assert_eq!((chain, rows.len()), (PersistedState::default(), 1));
+}
+
+#[test]
+fn a_flipped_bit_in_the_synced_sample_refuses_the_open_or_leaves_its_state() {
+    let disk = MemStorage::new();
+    let want = sample_v6(&disk);
+    let bytes = disk.live_bytes(&segment_name(1)).expect("segment");
+    for at in SEGMENT_HEADER_V3_LEN..bytes.len() {
+        for bit in [0, 5] {
+            let mut damaged = bytes.clone();
+            damaged[at] ^= 1 << bit;
+            let image = MemStorage::new();
+            let f = ackstore::Storage::create(&image, &segment_name(1)).expect("create");
+            f.write_all_at(&damaged, 0).expect("write");
+            f.sync_data().expect("sync");
+            match Journal::open(Arc::new(image), JournalConfig::default(), Seal::default()) {
+                Err(ackstore::Error::Corrupted { .. }) => {}
+                Err(e) => panic!("byte {at} bit {bit}: {e}"),
+                Ok(j) => assert_eq!(recovered(&j), Some(want.clone()), "byte {at} bit {bit}"),
+            }
+        }
+    }
+}
