@@ -185,8 +185,13 @@ fn reopen_keeps_every_ack(place: &Place, first: PersistMode, second: PersistMode
     );
     let source = c.stats().unwrap().recovery_source;
     // A topic alone hosts a journal too; only a cursor created for the single-entry form,
-    // which the journal does not write yet, keeps a cursor ledger.
-    if topic.store.is_some() || first == PersistMode::MultiEntry {
+    // which the journal does not write yet, keeps a cursor ledger, as long as it is opened
+    // for that form: opened for the multi-entry form, its first write moved it into the
+    // journal.
+    if topic.store.is_some()
+        || first == PersistMode::MultiEntry
+        || second == PersistMode::MultiEntry
+    {
         assert_eq!(source, Some(RecoverySource::Journal), "{what}");
     } else {
         assert!(matches!(
