@@ -495,3 +495,98 @@ fn the_batch_samples_move_into_the_journal_with_every_partial_entry() {
         topic.close().unwrap();
     }
 }
+
+/// A second owner claims the topic (its lock broken, as shared storage would let it) after
+/// every storage operation of a former owner's import, reads included, and opens the cursor
+/// there and then; the former owner's flush returns whatever it returns, and the new owner
+/// acks and flushes. On each host: the new owner sees at least the ledger's state and nothing
+/// nobody acked (and the former owner's acks once its flush returned `Ok`), its own flush is
+/// never refused, the former owner's next flush is, and a restart after the new owner's close
+/// keeps what both were promised, with no cursor ledger left.
+#[test]
+fn a_second_owner_claiming_at_every_step_of_an_import_keeps_every_ok_flush() {
+    on_each_host(|host| {
+        let takeover = |n: u64| -> u64 {
+            let (disk, positions, acked) = legacy(host);
+            let hooked = support::takeover::Disk::new(Arc::new(disk.clone()));
+            let old = open(host, hooked.storage.clone()).unwrap();
+            let cursor = old.open_cursor("sub", earliest()).unwrap();
+            let theirs = [positions[0], positions[50]];
+            let ours = [positions[2], positions[90]];
+            for p in theirs {
+                cursor.ack(p).unwrap();
+            }
+            let start = hooked.hook.count();
+            let slot = {
+                let disk = disk.clone();
+                let positions = positions.clone();
+                hooked.arm_takeover(n, move || {
+                    disk.break_lock();
+                    let new = open(host, Arc::new(disk.clone()))?;
+                    let c = new.open_cursor("sub", earliest())?;
+                    let seen = done(&c, &positions)?;
+                    Ok::<_, ackstore::Error>((new, c, seen))
+                })
+            };
+            let flushed = cursor.flush();
+            let steps = hooked.hook.count() - start;
+            hooked.hook.run_if_pending();
+            let what = format!("{host:?}, claim after {n} of {steps}");
+            let (new, c, seen) = slot
+                .lock()
+                .unwrap()
+                .take()
+                .expect("the takeover ran")
+                .unwrap_or_else(|e| panic!("{what}: the new owner: {e}"));
+            let mut made = acked.clone();
+            made.extend(theirs.iter().chain(&ours));
+            let made = with_prefix(&made, &positions);
+            assert!(seen.is_subset(&made), "{what}: invented");
+            assert!(seen.is_superset(&acked), "{what}: lost the ledger's state");
+            if flushed.is_ok() {
+                assert!(
+                    theirs.iter().all(|p| seen.contains(p)),
+                    "{what}: the former owner's Ok flush is unseen"
+                );
+            }
+            let _ = cursor.ack(positions[110]);
+            assert!(
+                cursor.flush().is_err(),
+                "{what}: the former owner flushed again"
+            );
+            for p in ours {
+                c.ack(p).unwrap();
+            }
+            c.flush()
+                .unwrap_or_else(|e| panic!("{what}: the new owner's flush: {e}"));
+            drop((cursor, c));
+            std::mem::forget(old);
+            new.close().unwrap();
+            let image = disk.durable_image();
+            let later = open(host, Arc::new(image.clone())).unwrap();
+            let lc = later.open_cursor("sub", earliest()).unwrap();
+            let got = done(&lc, &positions).unwrap();
+            let mut all = made.clone();
+            all.insert(positions[110]);
+            assert!(
+                got.is_subset(&with_prefix(&all, &positions)),
+                "{what}: invented"
+            );
+            assert!(
+                seen.iter().chain(&ours).all(|p| got.contains(p)),
+                "{what}: lost what the new owner flushed"
+            );
+            lc.ack(positions[119]).unwrap();
+            lc.flush().unwrap();
+            assert_eq!(cursor_ledger_files(&later), Vec::<u64>::new(), "{what}");
+            drop(lc);
+            later.close().unwrap();
+            steps
+        };
+        let steps = takeover(u64::MAX);
+        assert!(steps > 3, "{host:?}: {steps}");
+        for n in 1..=steps {
+            takeover(n);
+        }
+    });
+}
