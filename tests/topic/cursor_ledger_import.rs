@@ -590,3 +590,107 @@ fn a_second_owner_claiming_at_every_step_of_an_import_keeps_every_ok_flush() {
         }
     });
 }
+
+/// The cursor `name` of `topic` counts as acknowledged exactly the entries of `want` (mark-delete
+/// and every individual ack), without a call per entry of the topic.
+fn check_done_exactly(cursor: &Cursor, want: &BTreeSet<Position>, what: &str) {
+    let mark = cursor
+        .mark_delete_position()
+        .unwrap()
+        .expect("a mark-delete");
+    assert!(
+        (0..=mark.entry_id).all(|e| want.contains(&Position::new(mark.ledger_id, e))),
+        "{what}: mark-delete {mark} covers an entry not acknowledged"
+    );
+    let mut acked = BTreeSet::new();
+    for (from, to) in cursor.acked_ranges().unwrap() {
+        assert_eq!(from.ledger_id, to.ledger_id, "{what}");
+        acked.extend((from.entry_id..=to.entry_id).map(|e| Position::new(from.ledger_id, e)));
+    }
+    let invented: Vec<_> = acked.difference(want).take(5).collect();
+    assert!(
+        invented.is_empty(),
+        "{what}: acked but not wanted: {invented:?}"
+    );
+    let lost: Vec<_> = want
+        .iter()
+        .filter(|p| **p > mark && !acked.contains(p))
+        .take(5)
+        .collect();
+    assert!(lost.is_empty(), "{what}: wanted but not acked: {lost:?}");
+}
+
+/// Every committed sample that is a cursor ledger and its record (`tests/data/cursor-v1-*` and
+/// `cursor-v2-*`: markers and pages of both table forms, a single-entry snapshot, torn last
+/// markers), made the cursor of a topic alone whose data ledgers hold every entry it acked,
+/// opens to exactly the state it holds (mark-delete 3:0, over the acks that follow it, epoch 2,
+/// property `x` = 7, its acks),
+/// moves into the topic's journal at its first write (one more ack, flushed), and keeps that
+/// state plus the ack through a reopen; the ledger is gone and `verify` is clean.
+#[test]
+fn every_cursor_ledger_sample_opens_to_its_state_and_moves_into_the_journal_at_its_first_write() {
+    use support::samples::{dense, first_flush, sample_as_topic};
+    let three = Position::new(3, 200_000);
+    let v1 = |extra: u64| -> BTreeSet<Position> {
+        let mut acks: BTreeSet<_> = [1, 3, 5].map(|e| Position::new(3, e)).into();
+        acks.extend((70_000..=70_010).map(|e| Position::new(3, e)));
+        acks.extend((0..extra).map(|c| Position::new(4, c << 16)));
+        acks
+    };
+    let both = |mut acks: BTreeSet<Position>| {
+        acks.insert(three);
+        acks
+    };
+    let mut v2_multi = both(first_flush(0));
+    v2_multi.extend(dense());
+    let samples = [
+        ("cursor-v1-multi", both(v1(0))),
+        ("cursor-v1-single", both(v1(0))),
+        ("cursor-v1-paged-torn-marker", v1(10)),
+        ("cursor-v2-multi", v2_multi),
+        ("cursor-v2-paged-torn-marker", both(first_flush(10))),
+    ];
+    for (name, acks) in samples {
+        let mut want = acks;
+        want.insert(Position::new(3, 0));
+        // Data ledgers 3, 4 and 5 holding every entry the sample acked.
+        let data: Vec<(u64, u64)> = (3..=5)
+            .map(|l| {
+                let last = want.iter().filter(|p| p.ledger_id == l).map(|p| p.entry_id);
+                (l, last.max().map_or(1, |e| e + 1))
+            })
+            .collect();
+        let (disk, cursor_name) = sample_as_topic(name, &data);
+        let topic =
+            ManagedLedger::open_with_storage(Arc::new(disk.clone()), LedgerConfig::default())
+                .unwrap();
+        let c = topic.open_cursor(&cursor_name, earliest()).unwrap();
+        assert!(c.stats().unwrap().persist.cursor_ledger.is_some(), "{name}");
+        assert_eq!(c.epoch().unwrap(), 2, "{name}");
+        assert_eq!(c.properties().unwrap().get("x"), Some(&7), "{name}");
+        check_done_exactly(&c, &want, name);
+        let more = Position::new(3, 7);
+        c.ack(more).unwrap();
+        want.insert(more);
+        c.flush().unwrap();
+        assert_eq!(c.stats().unwrap().persist.cursor_ledger, None, "{name}");
+        assert_eq!(cursor_ledger_files(&topic), Vec::<u64>::new(), "{name}");
+        drop(c);
+        topic.close().unwrap();
+        let image = disk.durable_image();
+        let report = verify(&image);
+        assert!(report.is_sound(), "{name}: {report}");
+        let topic =
+            ManagedLedger::open_with_storage(Arc::new(image), LedgerConfig::default()).unwrap();
+        let c = topic.open_cursor(&cursor_name, earliest()).unwrap();
+        assert_eq!(c.epoch().unwrap(), 2, "{name}: reopened");
+        assert_eq!(
+            c.properties().unwrap().get("x"),
+            Some(&7),
+            "{name}: reopened"
+        );
+        check_done_exactly(&c, &want, &format!("{name}: reopened"));
+        drop(c);
+        topic.close().unwrap();
+    }
+}
