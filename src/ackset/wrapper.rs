@@ -482,6 +482,13 @@ impl RangeSetWrapper {
         self.make_room();
     }
 
+    /// Replaces the store (a cursor moving to another persistence, `cursor::import`): the new
+    /// store must hold every live partition that is not resident, and a current copy of every
+    /// resident one marked persisted, since the set reads and trusts it as it did the old one.
+    pub(crate) fn replace_store(&mut self, store: Box<dyn PartitionStore>) {
+        self.store = store;
+    }
+
     /// The store, for the persistence layer to tell it where partitions were written.
     pub fn store_mut(&mut self) -> &mut dyn PartitionStore {
         self.store.as_mut()

@@ -209,16 +209,21 @@ pub(super) fn collect(
 }
 
 /// What a store's open reads of one topic's cursor records (`ledger::open` and
-/// `ledger::registry`), so that a check reports as damage only what that open refuses.
+/// `ledger::registry`), so that a check reports as damage only what that open refuses; or,
+/// with `alone`, the open of a topic alone, for the cursors its own journal holds.
 #[derive(Debug, Clone, Default)]
 pub(super) struct StoreUse {
-    /// Cursors the store's journal holds a committed state of: their open recovers them from
-    /// the journal alone, and reads neither their record nor a cursor ledger it names.
+    /// Cursors the journal holds a committed state of: their open recovers them from the
+    /// journal alone, and reads no cursor ledger their record names (the record itself only
+    /// with `reads_every_record`).
     pub committed: BTreeSet<u64>,
-    /// The topic's open reads (and decodes) every record of the topic: a ledger file, or a
-    /// creation cut short, that the topic record does not list needs the cursor records'
-    /// references.
+    /// The topic's open reads (and decodes) every record of the topic: on a store, when a
+    /// ledger file, or a creation cut short, that the topic record does not list needs the
+    /// cursor records' references; a topic alone's open claims every record.
     pub reads_every_record: bool,
+    /// A topic opened alone, whose journal holds `committed`: any other cursor is checked as
+    /// [`collect`] checks it (a missing record is damage).
+    pub alone: bool,
 }
 
 /// [`collect`] of a topic of a store (`store`), or of a topic directory (`None`). For a store's
@@ -332,6 +337,14 @@ fn store_cursor_view(
 ) -> Option<CursorView> {
     let name = record_name(entry.id);
     let file = format!("{name}.meta");
+    let journal = if usage.alone {
+        "the topic's journal"
+    } else {
+        "the store's journal"
+    };
+    if usage.alone && !usage.committed.contains(&entry.id) {
+        return cursor_view(log, meta, (entry, topic_id), deep, findings);
+    }
     if !usage.committed.contains(&entry.id) {
         // Read by the cursor's open: a damaged record is refused; a missing one starts the
         // cursor again at its initial position (nothing of it was flushed to the journal).
@@ -357,17 +370,25 @@ fn store_cursor_view(
             findings,
             file,
             "cursor record",
-            format!(
-                "{}; the topic's open reads it because a ledger file is not in the topic record",
-                describe(&e)
-            ),
+            if usage.alone {
+                format!(
+                    "{}; the topic's open claims every cursor record",
+                    describe(&e)
+                )
+            } else {
+                format!(
+                    "{}; the topic's open reads it because a ledger file is not in the topic \
+                     record",
+                    describe(&e)
+                )
+            },
         );
     }
     let mut found = Vec::new();
     let cv = cursor_view(log, meta, (entry, topic_id), deep, &mut found);
     unused.extend(found.into_iter().map(|f| Finding {
         problem: format!(
-            "{}; not read: the store's journal holds this cursor's state",
+            "{}; not read: {journal} holds this cursor's state",
             f.problem
         ),
         ..f
@@ -375,7 +396,11 @@ fn store_cursor_view(
     Some(cv.unwrap_or_else(|| CursorView {
         name: entry.name.clone(),
         record: name,
-        state_source: "store journal".into(),
+        state_source: if usage.alone {
+            "topic journal".into()
+        } else {
+            "store journal".into()
+        },
         ..CursorView::default()
     }))
 }

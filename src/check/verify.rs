@@ -39,6 +39,7 @@ fn check_store_topic(
         reads_every_record: record
             .as_ref()
             .map_or(Ok(false), |r| reads_every_record(storage, r))?,
+        alone: false,
     };
     let mut unused = Vec::new();
     let topic = collect_in(storage, true, &mut findings, Some((&usage, &mut unused)));
@@ -361,7 +362,15 @@ pub(super) fn verify_topic(storage: &Arc<dyn Storage>) -> Result<Verification> {
     {
         journal = super::topic::hosted_journal_cursors(storage, record, &check);
     }
-    let mut topic = super::topic::collect(storage, true, &mut findings);
+    // The cursors the journal holds: the open claims their records but reads no cursor ledger
+    // a record still names (an import cut short, removed by the cursor's next write).
+    let usage = StoreUse {
+        committed: journal.iter().map(|j| j.cursor_id).collect(),
+        reads_every_record: true,
+        alone: true,
+    };
+    let mut unused = Vec::new();
+    let mut topic = collect_in(storage, true, &mut findings, Some((&usage, &mut unused)));
     if let Some(record) = &record {
         super::topic::show_hosted_states(&mut topic, record, &journal);
     }
@@ -372,7 +381,7 @@ pub(super) fn verify_topic(storage: &Arc<dyn Storage>) -> Result<Verification> {
         cursors: topic.cursors.len(),
         journal,
         findings,
-        unused: Vec::new(),
+        unused,
     })
 }
 

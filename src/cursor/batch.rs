@@ -344,6 +344,17 @@ impl BatchAcks {
         }
     }
 
+    /// Loads every cold partition from the store: every partial entry is resident after it.
+    ///
+    /// # Errors
+    /// Those of the store's load (the partitions loaded before it stay resident).
+    pub(crate) fn warm(&mut self) -> Result<()> {
+        for key in self.cold.keys().copied().collect::<Vec<_>>() {
+            self.ensure(key)?;
+        }
+        Ok(())
+    }
+
     /// Whether every entry of partition `key` is resident (it is not cold).
     pub(crate) fn is_cold(&self, key: PartitionKey) -> bool {
         self.cold.contains_key(&key)

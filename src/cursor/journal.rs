@@ -266,8 +266,14 @@ impl JournalCursor {
         self.staged.is_none()
     }
 
-    fn partition_store(&self) -> Box<dyn crate::ackset::PartitionStore> {
+    /// Where this cursor's partitions are evicted to and loaded from: the journal.
+    pub(crate) fn partition_store(&self) -> Box<dyn crate::ackset::PartitionStore> {
         Box::new(JournalPartitions::new(Arc::clone(&self.journal), self.id))
+    }
+
+    /// The state the journal committed for this cursor, if it holds one.
+    pub(crate) fn committed_state(&self) -> Option<PersistedState> {
+        self.journal.committed(self.id).map(|(state, _)| state)
     }
 
     /// The journal this cursor persists through.

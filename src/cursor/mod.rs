@@ -25,6 +25,7 @@
 mod batch;
 mod batch_store;
 mod config;
+pub(crate) mod import;
 pub(crate) mod journal;
 pub mod open;
 pub mod persist;
@@ -54,6 +55,7 @@ use crate::ackset::{AckSetStats, MemPartitionStore, RangeSetWrapper, Releasable,
 use crate::entry::Entry;
 use crate::error::{Error, Result};
 use crate::finder::{self, Layout, ReadableLayout};
+use crate::format::cursor::PersistedState;
 use crate::journal::{Journal, Tick};
 use crate::log::{EntryLog, lock};
 use crate::observe::CursorLabels;
@@ -284,6 +286,12 @@ pub(crate) struct Persistence {
     pub dirty: bool,
     /// See [`CursorConfig::flush_interval`].
     pub flush_interval: Option<Duration>,
+    /// For a cursor read from a cursor ledger (`persister` is its ledger's, claim deferred):
+    /// the journal its first write moves it into (`import.rs`).
+    pub import: Option<import::Pending>,
+    /// For a journal cursor whose record still names a cursor ledger (an import a power cut
+    /// interrupted after the journal's commit): its first write retires that ledger.
+    pub retiring: Option<import::Retirement>,
 }
 
 /// A move of the read position on request.
@@ -347,6 +355,12 @@ struct Core {
     /// ([`CursorShared::publish_mark`]), so this copy tells without its own lock whether a
     /// write would change it.
     published_mark: Option<Position>,
+    /// Set while the cursor reads from a cursor ledger: the journal its first write moves it
+    /// into (then `persister` is the ledger's, its claim deferred; see `import.rs`).
+    import: Option<import::Pending>,
+    /// A cursor ledger the journal superseded, retired (the record switched, the ledger
+    /// deleted) once the journal committed the cursor's state.
+    retiring: Option<import::Retirement>,
 }
 
 impl Core {
@@ -392,15 +406,25 @@ impl Core {
     /// fsync; a journal cursor stages into `tick` (begun before the cursor's lock was taken),
     /// durable once the caller commits it.
     fn flush(&mut self, topic: &dyn TopicAccess, tick: Option<&mut Tick<'_>>) -> Result<()> {
+        self.retire();
         if !self.needs_flush() || !self.durable {
             return Ok(());
         }
         // A journal cursor's tick runs the store's owner check after its sync instead (one
         // check per tick, not a metadata read per cursor): the store is the unit of ownership.
-        if !self.is_journal() {
+        // So does an import, which is a journal cursor's first flush.
+        if !self.is_journal() && self.import.is_none() {
             topic.check_owner()?;
         }
         let state = self.state.persisted();
+        if self.import.is_some() {
+            self.import_own(tick.ok_or(Error::Closed)?, &state)?;
+            self.state.settle_batch();
+            self.dirty = false;
+            self.claim_failed = false;
+            self.counters.flushes += 1;
+            return Ok(());
+        }
         match self.persister.as_mut().ok_or(Error::Closed)? {
             Persister::Ledger(p) => {
                 p.flush_with_batch(&state, &mut self.state.acks, &mut self.state.batch)?;
@@ -418,6 +442,84 @@ impl Core {
         Ok(())
     }
 
+    /// Step 1 of the import (`import.rs`) with the cursor's own acks and partial entries and
+    /// `state`: staged into `tick`, and the cursor persists through the journal from then on
+    /// (its ledger's persister kept for the retirement). Nothing changes on an error: the
+    /// cursor still reads from its ledger.
+    fn import_own(&mut self, tick: &mut Tick<'_>, state: &PersistedState) -> Result<()> {
+        let config = self.persister()?.config().clone();
+        let pending = self.import.as_ref().ok_or(Error::Closed)?;
+        let jc = pending.stage(
+            tick,
+            config,
+            state,
+            (&mut self.state.acks, &mut self.state.batch),
+        )?;
+        self.install(jc);
+        Ok(())
+    }
+
+    /// A reset's write for a cursor read from a cursor ledger (`import.rs`), committed through
+    /// `tick`: a seek commits its target (no acks) as the journal cursor's first marker, and
+    /// the cursor persists through the journal once that is durable; a rewind imports the
+    /// whole state with `target`'s epoch. Nothing changes on an error.
+    fn import_reset(
+        &mut self,
+        tick: &mut Option<Tick<'_>>,
+        planned: Move,
+        target: &PersistedState,
+    ) -> Result<()> {
+        let t = tick.as_mut().ok_or(Error::Closed)?;
+        if !planned.is_reset() {
+            self.import_own(t, target)?;
+            return commit_tick(tick.take());
+        }
+        let config = self.persister()?.config().clone();
+        let pending = self.import.as_ref().ok_or(Error::Closed)?;
+        let sets = (&mut detached_ack_set(), &mut seek_prefix(planned));
+        let jc = pending.stage(t, config, target, sets)?;
+        commit_tick(tick.take())?;
+        self.install(jc);
+        Ok(())
+    }
+
+    /// Makes `jc` (staged by an import) the cursor's persister, its ack set and partial
+    /// entries loading from and evicting to the journal; the ledger's persister waits for the
+    /// retirement.
+    fn install(&mut self, jc: JournalCursor) {
+        import::install(&jc, &mut self.state.acks, &mut self.state.batch);
+        if let Some(Persister::Ledger(p)) = self.persister.replace(Persister::Journal(jc)) {
+            self.retiring = Some(p.into_retirement());
+        }
+        self.import = None;
+    }
+
+    /// Step 3 of the import (`import.rs`), once the journal committed the cursor's state and no
+    /// tick left it unsettled: the record switched to the journal's form, then the superseded
+    /// ledger deleted. A failure is logged and the next write (any flush) tries again: the
+    /// state is the journal's either way, and a reopen finds it there.
+    fn retire(&mut self) {
+        let (Some(retiring), Some(Persister::Journal(j))) = (&mut self.retiring, &self.persister)
+        else {
+            return;
+        };
+        if j.unsettled() {
+            return;
+        }
+        let Some(committed) = j.committed_state() else {
+            return;
+        };
+        match retiring.retire(&committed) {
+            Ok(()) => self.retiring = None,
+            Err(e) => {
+                let l = j.labels();
+                ::log::warn!(target: crate::observe::LOG_TARGET,
+                    "{}: cursor `{}`: its cursor ledger is not retired yet (the journal holds its \
+                     state), the next write tries again: {}", l.topic, l.cursor, e.with_sources());
+            }
+        }
+    }
+
     /// What a cursor-ledger entry leaves the properties; unlimited for a non-durable cursor,
     /// which writes no entry (only the name and count limits apply to it).
     fn property_room(&self) -> Result<usize> {
@@ -433,13 +535,20 @@ impl Core {
     /// stays within the budget plus one partition however much is acked before the first
     /// flush. A failure is logged and counted as a background flush's; the partitions stay
     /// resident past the budget, as after a failed eviction store, until a flush succeeds.
-    fn claim_if_past_budget(&mut self, topic: &dyn TopicAccess) {
+    ///
+    /// A cursor read from a cursor ledger imports itself into the journal instead: returns
+    /// `true`, and the caller runs [`CursorShared::import_now`] once it released the lock.
+    #[must_use]
+    fn claim_if_past_budget(&mut self, topic: &dyn TopicAccess) -> bool {
         // Runs after every operation: the two plain reads first, the persister's lock last.
         if self.claim_failed || !self.state.holds_unsaved_past_budget() {
-            return;
+            return false;
+        }
+        if self.import.is_some() {
+            return true;
         }
         if !matches!(&self.persister, Some(Persister::Ledger(p)) if p.claim_pending()) {
-            return;
+            return false;
         }
         // Unsaved is not always changed: partitions a single-entry snapshot recovered are
         // resident with no copy an eviction could drop to.
@@ -454,13 +563,14 @@ impl Core {
                 }
                 self.state.acks.resume_stores();
                 self.state.batch.resume_stores();
-                return;
+                return false;
             }
             // As a failed eviction store: nothing is lost, the partitions stay resident, and
             // the next flush meets the same condition and reports it. No further attempt until
             // then.
             self.claim_failed = true;
         }
+        false
     }
 
     /// Counts a failed background flush and logs it as a warning: its error waits for the next
@@ -490,6 +600,10 @@ impl Core {
             return Ok(());
         }
         self.flush(topic, tick)?;
+        if self.import.is_some() {
+            // Nothing changed since the cursor was read from its ledger: nothing to write.
+            return Ok(());
+        }
         let state = self.state.persisted();
         let Persister::Ledger(persister) = self.persister()? else {
             return Ok(());
@@ -556,7 +670,10 @@ impl CursorShared {
         state.batch.set_store(persistence.persister.batch_store());
         let budget = persistence.persister.config().ack_memory.clone();
         let mark = state.mark_delete;
-        let journal = persistence.persister.journal();
+        let journal = persistence
+            .persister
+            .journal()
+            .or_else(|| persistence.import.as_ref().map(|i| Arc::clone(i.journal())));
         let shared = Arc::new(Self {
             id,
             name,
@@ -572,6 +689,8 @@ impl CursorShared {
                 recovery_source: persistence.recovery_source,
                 counters: Counters::default(),
                 published_mark: mark,
+                import: persistence.import,
+                retiring: persistence.retiring,
             }),
             published_mark: Mutex::new(mark),
             closed: AtomicBool::new(false),
@@ -635,6 +754,8 @@ impl CursorShared {
                 recovery_source: None,
                 counters: Counters::default(),
                 published_mark: mark,
+                import: None,
+                retiring: None,
             }),
             published_mark: Mutex::new(mark),
             closed: AtomicBool::new(false),
@@ -688,7 +809,32 @@ impl CursorShared {
     /// Makes a deferred claim now if recovery's evictions already put unsaved state past the
     /// budget (see `Core::claim_if_past_budget`), so the cursor is handed out within it.
     pub(crate) fn settle_claim(&self) {
-        lock(&self.core).claim_if_past_budget(self.topic.as_ref());
+        let import = lock(&self.core).claim_if_past_budget(self.topic.as_ref());
+        if import {
+            self.import_now();
+        }
+    }
+
+    /// Imports a cursor read from a cursor ledger into the journal now (`import.rs`), because
+    /// the evictions its deferred claim holds back put unsaved state past the budget: a flush
+    /// of the whole state in a tick of its own, committed, then the ledger retired. A failure
+    /// is handled as `Core::claim_if_past_budget` handles a failed claim: logged, and no further
+    /// attempt before the next flush, which meets the same state and reports it.
+    fn import_now(&self) {
+        let mut tick = self.begin_tick();
+        let mut core = lock(&self.core);
+        if self.is_closed() || core.import.is_none() {
+            return;
+        }
+        core.dirty = true;
+        let staged = core.flush(self.topic.as_ref(), tick.as_mut());
+        match staged.and_then(|()| commit_tick(tick)) {
+            Ok(()) => core.retire(),
+            Err(e) => {
+                core.observe_background_failure(&e);
+                core.claim_failed = true;
+            }
+        }
     }
 
     /// Makes this cursor's ack set a member of `budget`, shared with other cursors: other
@@ -737,6 +883,7 @@ impl CursorShared {
         core.persist_for_close(self.topic.as_ref(), tick.as_mut())?;
         // Under the cursor's lock: nothing may change between the last flush and the close.
         commit_tick(tick)?;
+        core.retire();
         self.finish_close(core);
         Ok(())
     }
@@ -756,6 +903,9 @@ impl CursorShared {
         let persisted = core
             .persist_for_close(self.topic.as_ref(), tick.as_mut())
             .and_then(|()| commit_tick(tick));
+        if persisted.is_ok() {
+            core.retire();
+        }
         let result = pending.map_or(persisted, Err);
         self.lost.store(result.is_err(), Ordering::SeqCst);
         self.finish_close(core);
@@ -783,10 +933,14 @@ impl CursorShared {
         let staged = core.flush(self.topic.as_ref(), tick.as_mut());
         // A journal tick syncs without the cursor's lock: acks go on meanwhile.
         drop(core);
-        if let Err(e) = staged.and_then(|()| commit_tick(tick)) {
-            let mut core = lock(&self.core);
-            core.observe_background_failure(&e);
-            core.background_error = Some(e);
+        let committed = staged.and_then(|()| commit_tick(tick));
+        let mut core = lock(&self.core);
+        match committed {
+            Ok(()) => core.retire(),
+            Err(e) => {
+                core.observe_background_failure(&e);
+                core.background_error = Some(e);
+            }
         }
     }
 }
@@ -883,8 +1037,11 @@ impl Cursor {
         let mark = core.state.mark_delete;
         self.shared.publish_mark(&mut core, mark);
         drop(layout);
-        core.claim_if_past_budget(self.shared.topic.as_ref());
+        let import = core.claim_if_past_budget(self.shared.topic.as_ref());
         drop(core);
+        if import {
+            self.shared.import_now();
+        }
         if moved {
             self.shared.topic.wake_readers();
         }
@@ -929,9 +1086,14 @@ impl Cursor {
             }
             (planned, persisted)
         };
-        let journal = core.is_journal();
+        // A cursor read from a cursor ledger moves into the journal with this write (see
+        // `import.rs`): a seek commits its target as the journal cursor's first marker (and
+        // persists through the journal once that is durable), a rewind the whole state.
+        let importing = core.durable && core.import.is_some();
+        let journal = core.is_journal() || importing;
         let written = match planned {
             _ if !core.durable => Ok(()),
+            _ if importing => core.import_reset(&mut tick, planned, &target_state),
             Move::To(_) | Move::ToMessage { .. } if journal => core
                 .stage_journal(
                     tick.as_mut(),
@@ -976,6 +1138,7 @@ impl Cursor {
             shared.publish_mark(&mut core, mark);
             return Err(e);
         }
+        core.retire();
         core.counters.flushes += u64::from(core.durable);
         core.state.epoch += 1;
         let layout = shared.topic.layout();
@@ -1429,16 +1592,21 @@ impl Cursor {
     pub fn flush(&self) -> Result<()> {
         let started = Instant::now();
         let mut tick = self.shared.begin_tick();
-        let labels = {
+        let (labels, retiring) = {
             let mut core = self.shared.core()?;
             if let Some(e) = core.background_error.take() {
                 return Err(e);
             }
             core.flush(self.shared.topic.as_ref(), tick.as_mut())?;
-            core.persister.as_ref().map(|p| p.labels().clone())
+            let labels = core.persister.as_ref().map(|p| p.labels().clone());
+            (labels, core.retiring.is_some())
         };
         // A journal cursor's tick syncs without the cursor's lock: acks go on meanwhile.
         commit_tick(tick)?;
+        if retiring && let Ok(mut core) = self.shared.core() {
+            // An import this flush committed: its ledger is retired now.
+            core.retire();
+        }
         if let Some(labels) = labels {
             labels.time(crate::observe::FLUSH_SECONDS, started.elapsed());
         }

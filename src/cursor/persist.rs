@@ -852,6 +852,19 @@ impl CursorPersister {
             });
     }
 
+    /// This persister's record (with its version, fence and identity) and every cursor ledger
+    /// it knows (the record's, one an eviction or a failed flush created, and those queued for
+    /// deletion), for their retirement once the cursor moved into the journal
+    /// (`cursor::import`).
+    pub(crate) fn into_retirement(mut self) -> super::import::Retirement {
+        let mut ledgers = std::mem::take(&mut self.pending_deletes);
+        ledgers.extend(self.cursor_ledger());
+        ledgers.extend(self.record.ledger());
+        ledgers.sort_unstable();
+        ledgers.dedup();
+        super::import::Retirement::new(self.record, self.log, ledgers)
+    }
+
     /// Deletes this cursor's ledgers (for a deleted cursor). Delete the cursor record first: a
     /// crash in between leaves an unreferenced ledger, never a record pointing nowhere useful.
     pub fn delete_ledgers(mut self) -> Result<()> {

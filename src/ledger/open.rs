@@ -233,7 +233,7 @@ pub(crate) fn open(
         record.next_ledger_id = record.next_ledger_id.max(highest).max(1);
     }
 
-    let (referenced, misplaced, cut_short) = settle_cursors(
+    let (refs, cut_short) = settle_cursors(
         meta.as_ref(),
         &log,
         (&record, &on_disk),
@@ -241,7 +241,7 @@ pub(crate) fn open(
         (!in_store).then_some(version),
     )?;
     // Rule 2 (and 3 for files holding less than a header).
-    settle_interrupted_creates(&log, &record, &referenced)?;
+    settle_interrupted_creates(&log, &record, &refs.referenced)?;
     if let Some(lost) = record.ledgers.iter().find(|l| !on_disk.contains(&l.id)) {
         return Err(Error::MissingLedger {
             ledger: lost.id,
@@ -249,8 +249,8 @@ pub(crate) fn open(
         });
     }
     // Rule 3, ledger side; not while a cursor record is another cursor's (see above).
-    for &id in on_disk.difference(&referenced) {
-        if !misplaced {
+    for &id in on_disk.difference(&refs.referenced) {
+        if !refs.misplaced {
             log.delete_ledger(id)?;
         }
     }
@@ -290,6 +290,7 @@ pub(crate) fn open(
     core.in_store = in_store;
     core.defer_deletes(deferred);
     core.forget_at_open = std::sync::Mutex::new(cut_short);
+    core.superseded = std::sync::Mutex::new(refs.superseded);
     Ok(core)
 }
 
@@ -370,19 +371,31 @@ fn settle_cursors(
     (record, on_disk): (&TopicRecord, &BTreeSet<u64>),
     (tj, recovered): (&TopicJournal, &[u64]),
     claimed: Option<u64>,
-) -> Result<(BTreeSet<u64>, bool, Vec<u64>)> {
+) -> Result<(References, Vec<u64>)> {
     let cut_short = unlisted_journal_cursors(tj, record, recovered);
-    let (referenced, misplaced) = cursor_references(meta, log, record, on_disk, claimed)?;
+    let refs = cursor_references(meta, log, (record, on_disk), tj, claimed)?;
     if claimed.is_some() {
         // A topic of its own checked its record's version above; its journal writes nothing
         // before its hooks are set: the caller forgets these then.
-        return Ok((referenced, misplaced, cut_short));
+        return Ok((refs, cut_short));
     }
     tj.check_store_owner()?;
     for id in cut_short {
         tj.journal.forget(tj.cursor_id(id))?;
     }
-    Ok((referenced, misplaced, Vec::new()))
+    Ok((refs, Vec::new()))
+}
+
+/// What rule 3 found the cursor records reference.
+struct References {
+    /// The ledgers the topic record and the cursor records reference.
+    referenced: BTreeSet<u64>,
+    /// A cursor record is another cursor's: no orphan may be deleted.
+    misplaced: bool,
+    /// Cursors the journal holds a state of whose record still names a cursor ledger (an
+    /// import cut short after the journal's commit, `cursor::import`), with that ledger: kept
+    /// (referenced) until the cursor's next write retires it.
+    superseded: BTreeMap<u64, u64>,
 }
 
 /// The cursors of the topic (`recovered`: those the journal held a state of when it opened)
@@ -430,14 +443,16 @@ fn settle_interrupted_creates(
 /// checked to be still at that version ([`Error::Fenced`] if not), and every listed record is
 /// written again; without, the records are read only if a ledger file (whole or an
 /// interrupted create) is not in the topic record, the only case in which their references
-/// matter.
+/// matter (a ledger a cursor's record names while the journal `tj` holds that cursor's state is
+/// such a file: it stays referenced, and is listed as superseded).
 fn cursor_references(
     meta: &dyn MetaStore,
     log: &EntryLog,
-    record: &TopicRecord,
-    on_disk: &BTreeSet<u64>,
+    (record, on_disk): (&TopicRecord, &BTreeSet<u64>),
+    tj: &TopicJournal,
     claimed: Option<u64>,
-) -> Result<(BTreeSet<u64>, bool)> {
+) -> Result<References> {
+    let mut superseded = BTreeMap::new();
     let claim = claimed.is_some();
     let mut referenced: BTreeSet<u64> = record.ledgers.iter().map(|l| l.id).collect();
     let table: BTreeMap<String, &CursorEntry> = record
@@ -496,6 +511,9 @@ fn cursor_references(
                     .is_err();
                 if let Some(l) = cursor.cursor_ledger {
                     referenced.insert(l);
+                    if tj.committed_state(entry.id).is_some() {
+                        superseded.insert(entry.id, l);
+                    }
                 }
             }
         } else if is_cursor_record(&name) {
@@ -513,7 +531,11 @@ fn cursor_references(
             }
         }
     }
-    Ok((referenced, misplaced))
+    Ok(References {
+        referenced,
+        misplaced,
+        superseded,
+    })
 }
 
 /// The record names the topic's storage holds (from one listing, nothing read): what rule 3

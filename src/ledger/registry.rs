@@ -6,16 +6,18 @@
 //! - create: write `cursor-{id}` (the new id is `next_cursor_id`), then the topic record that
 //!   lists it (the commit point); on a store, the other way round (see `open_journal_cursor`);
 //! - reopen: a cursor the journal holds is recovered from the journal's index; one on a cursor
-//!   ledger, by `cursor::open` from the record and the cursor ledger it names, writing nothing
-//!   (its first write moves the state to a fresh cursor ledger of this owner: the claim);
+//!   ledger, by `cursor::open` from the record and the cursor ledger it names, writing nothing,
+//!   and its first write imports it into the journal (`cursor::import`: the journal commits
+//!   the whole state, the record is switched, the ledger deleted);
 //! - delete: write the topic record without it (the commit point), then delete `cursor-{id}`,
 //!   then its cursor ledgers (the one the record names, and any an open handle holds) or its
 //!   state in the journal (on a store, the record goes first).
 //!
 //! A new cursor persists through the journal (the store's, or the one a topic opened alone
-//! hosts); only cursors asking for the single-entry form on a topic of its own keep using
-//! cursor ledgers (and, temporarily, every new cursor of a topic of its own whose config sets
-//! the internals-only `cursor_ledger_writer`, for the writer's tests).
+//! hosts), in either form; only, temporarily, every new cursor of a topic of its own whose
+//! config sets the internals-only `cursor_ledger_writer` (the writer's own tests) keeps using
+//! cursor ledgers. Those are the cursors a reopen leaves on their cursor ledger too; every
+//! other cursor read from a cursor ledger is imported.
 //!
 //! Names are client data: they live inside records and never become file names.
 
@@ -26,8 +28,10 @@ use super::topic::TopicCore;
 use super::topic::Writer;
 use crate::ackset::{MemPartitionStore, RangeSetWrapper};
 use crate::cursor::Fence;
+use crate::cursor::import;
 use crate::cursor::journal::{JournalCursor, TopicJournal};
 use crate::cursor::open::CursorOpener;
+use crate::cursor::persist::CursorPersister;
 use crate::cursor::{
     self, Cursor, CursorOptions, CursorShared, CursorState, Persistence, Persister, RecoverySource,
     TopicAccess,
@@ -156,17 +160,47 @@ impl TopicCore {
             }
             (state, persister, None, false)
         };
-        let persistence = Persistence {
-            persister: Persister::Ledger(persister),
-            recovery_source,
-            dirty,
-            flush_interval: self.config.cursor.flush_interval,
-        };
+        let imported = listed.is_some() && on_ledger;
+        let persistence =
+            self.ledger_persistence(persister, (recovery_source, dirty), imported, (id, name));
         let topic: Arc<dyn TopicAccess> = self.clone();
         let shared = CursorShared::new(id, name.to_owned(), topic, state, persistence);
         shared.settle_claim();
         self.cursors().insert(name.to_owned(), shared.clone());
         Ok(Cursor::from_shared(shared))
+    }
+
+    /// How cursor `id`, `name` persists when its persister is `persister` (a cursor ledger's).
+    /// Read from a cursor ledger (`on_ledger`), it moves into the topic's journal at its first
+    /// write (and the journal's flusher pool flushes it, as a journal cursor), unless it keeps
+    /// the form a new cursor of these settings has (a cursor ledger).
+    fn ledger_persistence(
+        &self,
+        persister: CursorPersister,
+        (recovery_source, dirty): (Option<RecoverySource>, bool),
+        on_ledger: bool,
+        (id, name): (u64, &str),
+    ) -> Persistence {
+        let import = self
+            .journal
+            .clone()
+            .filter(|_| on_ledger && !self.new_cursors_on_ledgers())
+            .map(|tj| {
+                let labels = CursorLabels::new(self.location.clone(), &cursor::record_name(id));
+                import::Pending::new(tj, (id, name), labels)
+            });
+        Persistence {
+            persister: Persister::Ledger(persister),
+            recovery_source,
+            dirty,
+            flush_interval: self
+                .config
+                .cursor
+                .flush_interval
+                .filter(|_| import.is_none()),
+            import,
+            retiring: None,
+        }
     }
 
     /// Opens cursor `id` of a store's topic, persisted through the store's journal: recovered
@@ -202,7 +236,14 @@ impl TopicCore {
             let (acks, batch) = sets;
             let (state, changed) = CursorState::recovered(&persisted, &layout, acks, batch)?;
             let dirty = changed || jc.binds_no_name();
-            (state, jc, Some(RecoverySource::Journal), dirty)
+            let retiring = self.superseded_ledger(id, identity)?;
+            return Ok(self.register_journal_cursor(
+                id,
+                name,
+                state,
+                (jc, Some(RecoverySource::Journal), dirty),
+                retiring,
+            ));
         } else if let Some(bytes) = reopened {
             // Created, never flushed: the record holds its state.
             let record =
@@ -251,7 +292,7 @@ impl TopicCore {
                 list(w)?;
                 let (jc, acks) = JournalCursor::new(tj, (id, name), config, labels);
                 state.acks = acks;
-                return Ok(self.register_journal_cursor(id, name, state, (jc, None, false)));
+                return Ok(self.register_journal_cursor(id, name, state, (jc, None, false), None));
             }
             list(w)?;
             match self.meta.put(&record_name, found.map(|(v, _)| v), &bytes) {
@@ -270,7 +311,28 @@ impl TopicCore {
             state.acks = acks;
             (state, jc, None, false)
         };
-        Ok(self.register_journal_cursor(id, name, state, (jc, recovery_source, dirty)))
+        Ok(self.register_journal_cursor(id, name, state, (jc, recovery_source, dirty), None))
+    }
+
+    /// The retirement of the cursor ledger that cursor `id`'s record still names although the
+    /// journal holds its state (an import a power cut interrupted after the journal's commit,
+    /// found by the topic's open): its next write switches the record and deletes the ledger.
+    /// `None` for every other cursor.
+    fn superseded_ledger(
+        self: &Arc<Self>,
+        id: u64,
+        identity: CursorIdentity,
+    ) -> Result<Option<import::Retirement>> {
+        let Some(ledger) = crate::log::lock(&self.superseded).remove(&id) else {
+            return Ok(None);
+        };
+        import::Retirement::read(
+            (self.meta.clone(), &cursor::record_name(id)),
+            (self.fence(), identity),
+            self.log()?,
+            ledger,
+        )
+        .map(Some)
     }
 
     /// Registers the open journal cursor `id`, `name` with `state`.
@@ -280,6 +342,7 @@ impl TopicCore {
         name: &str,
         state: CursorState,
         (jc, recovery_source, dirty): (JournalCursor, Option<RecoverySource>, bool),
+        retiring: Option<import::Retirement>,
     ) -> Cursor {
         let persistence = Persistence {
             persister: Persister::Journal(jc),
@@ -288,6 +351,8 @@ impl TopicCore {
             // The journal's flusher pool (the store's, or the topic's own) flushes every
             // cursor on this interval.
             flush_interval: None,
+            import: None,
+            retiring,
         };
         let topic: Arc<dyn TopicAccess> = self.clone();
         let shared = CursorShared::new(id, name.to_owned(), topic, state, persistence);

@@ -106,6 +106,10 @@ pub(crate) struct TopicCore {
     /// Cursors of a topic opened alone whose journal state its open found without a cursor
     /// table entry (a deletion cut short): forgotten once the journal's hooks are set.
     pub(crate) forget_at_open: Mutex<Vec<u64>>,
+    /// Cursors whose state the journal holds while their record still names a cursor ledger
+    /// (an import cut short after the journal's commit, `cursor::import`), by id, with that
+    /// ledger: their next write switches the record and deletes the ledger.
+    pub(crate) superseded: Mutex<std::collections::BTreeMap<u64, u64>>,
     /// Ledger files to delete once the topic record no longer lists them durably: empty
     /// ledgers a store topic's open dropped from its record in memory only (see
     /// `ledger::open`). Deleted after the next record write that succeeds.
@@ -150,6 +154,7 @@ impl TopicCore {
             journal: None,
             in_store: false,
             forget_at_open: Mutex::new(Vec::new()),
+            superseded: Mutex::new(std::collections::BTreeMap::new()),
             deferred_deletes: Mutex::new(Vec::new()),
         }
     }

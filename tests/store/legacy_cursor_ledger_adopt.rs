@@ -8,43 +8,13 @@ use crate::support;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use ackstore::{
-    CursorOptions, Error, LedgerConfig, ManagedLedger, MemStorage, Position, Store, StoreConfig,
-};
-use support::topic::{append_n, store_config};
+use ackstore::{CursorOptions, Error, MemStorage, Position, Store, StoreConfig};
+use support::topic::{Host, append_n, store_config};
 
 /// A store with topic "t" of `n` entries whose cursor "sub" lives in a cursor ledger (written
 /// by a standalone open of the topic's files), acked 1, 4, 7, ... and closed.
 fn legacy_store(disk: &MemStorage, n: u64) -> (Vec<Position>, BTreeSet<Position>) {
-    let store = Store::open_with_storage(Arc::new(disk.clone()), store_config(50)).unwrap();
-    let t = store.topic("t").unwrap();
-    let ps = append_n(&t, n);
-    t.sync().unwrap();
-    drop(t);
-    store.close().unwrap();
-    let storage: Arc<dyn ackstore::Storage> = Arc::new(disk.clone());
-    let catalog = ackstore::internals::store::read_catalog(storage.clone())
-        .unwrap()
-        .unwrap();
-    let id = catalog.topics.iter().find(|t| t.name == "t").unwrap().id;
-    let space = ackstore::internals::store::topic_storage(&storage, &catalog, id).unwrap();
-    // An earlier release's topic: its cursor on a cursor ledger.
-    let ml = ManagedLedger::open_with_storage(
-        space,
-        support::config::on_cursor_ledgers(LedgerConfig {
-            max_entries_per_ledger: 50,
-            ..LedgerConfig::default()
-        }),
-    )
-    .unwrap();
-    let cur = ml.open_cursor("sub", CursorOptions::default()).unwrap();
-    let acked: BTreeSet<Position> = ps.iter().copied().skip(1).step_by(3).collect();
-    for &p in &acked {
-        cur.ack(p).unwrap();
-    }
-    cur.close().unwrap();
-    ml.close().unwrap();
-    (ps, acked)
+    support::topic::with_a_ledger_cursor(Host::Store, disk, (n, 50), |i| i % 3 == 1)
 }
 
 fn done(cur: &ackstore::Cursor, ps: &[Position]) -> BTreeSet<Position> {

@@ -111,3 +111,74 @@ pub fn to_earlier_layout(disk: &ackstore::MemStorage) {
     }
     disk.sync_dir().unwrap();
 }
+
+/// A copy of sample `name` (a cursor ledger and its record `cursor-1`, not a topic directory)
+/// on an in-memory disk, made the cursor of a topic: data ledgers `data` (id and number of
+/// single-message entries each, ids ascending and above the sample's ledger) are written and
+/// sealed around it, and a topic record of an earlier release lists them and the cursor under
+/// its record's name (returned).
+pub fn sample_as_topic(name: &str, data: &[(u64, u64)]) -> (ackstore::MemStorage, String) {
+    use ackstore::internals::format::ledger::EntryMeta;
+    use ackstore::internals::format::meta::{CursorEntry, LedgerRecord};
+    use ackstore::internals::log::{EntryLog, LogConfig};
+
+    let dir = sample_dir(name);
+    let disk = ackstore::MemStorage::new();
+    for file in std::fs::read_dir(dir.path()).unwrap() {
+        let file = file.unwrap();
+        let bytes = std::fs::read(file.path()).unwrap();
+        let copy = disk.create(&file.file_name().to_string_lossy()).unwrap();
+        copy.write_all_at(&bytes, 0).unwrap();
+        copy.sync_data().unwrap();
+    }
+    disk.sync_dir().unwrap();
+    let storage: std::sync::Arc<dyn Storage> = std::sync::Arc::new(disk.clone());
+    let meta = FileMetaStore::new(storage.clone());
+    let (_, bytes) = meta.get("cursor-1").unwrap().expect("the sample's record");
+    let cursor = CursorRecord::decode(&bytes).unwrap().name;
+    let log = EntryLog::open(storage, LogConfig::default()).unwrap();
+    let (first, last) = (data[0].0, data[data.len() - 1].0);
+    log.reserve_ids(first, last + 1, None);
+    let mut index = 0;
+    let mut ledgers = Vec::new();
+    for &(id, entries) in data {
+        assert_eq!(
+            log.create_ledger().unwrap(),
+            id,
+            "ids ascending and contiguous"
+        );
+        let first_index = index;
+        for _ in 0..entries {
+            let meta = EntryMeta {
+                index,
+                num_messages: 1,
+                timestamp: 1000 + index,
+            };
+            log.append(id, meta, b"m").unwrap();
+            index += 1;
+        }
+        log.sync(id).unwrap();
+        log.seal(id).unwrap();
+        ledgers.push(LedgerRecord {
+            id,
+            entries,
+            first_index,
+            first_timestamp: 1000 + first_index,
+            last_timestamp: 1000 + index - 1,
+        });
+    }
+    drop(log);
+    let record = TopicRecord {
+        next_ledger_id: last + 1,
+        ledgers,
+        cursors: vec![CursorEntry {
+            name: cursor.clone(),
+            id: 1,
+        }],
+        next_cursor_id: 2,
+        topic_id: 0,
+        journal: None,
+    };
+    meta.put("topic", None, &record.encode()).unwrap();
+    (disk, cursor)
+}

@@ -9,6 +9,7 @@
 mod support;
 
 mod crash;
+mod cursor_ledger_import;
 mod full_disk;
 mod full_disk_retries;
 mod hosted_journal;

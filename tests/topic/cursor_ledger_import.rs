@@ -1,0 +1,696 @@
+//! A cursor whose record names a cursor ledger (every directory an earlier release wrote) opens
+//! read-only from it and moves into its topic's journal at its first write: the journal commits
+//! the whole state, the record is switched to the journal's form, the ledger deleted. On both
+//! hosts (a topic alone, a store's topic), with every kind of first write, a power cut at every
+//! step, a full disk during the move, and `verify` against open on every directory the move can
+//! leave; and every committed sample of a cursor ledger that is a topic directory.
+
+use crate::support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use ackstore::internals::format::meta::CursorRecord;
+use ackstore::internals::meta::{FileMetaStore, MetaStore};
+use ackstore::{Cursor, LedgerConfig, ManagedLedger, MemStorage, Position, Storage};
+use support::crash::{Cut, Points, cut_everywhere_after};
+use support::topic::{Host, Hosted, earliest, on_each_host, open_hosted, with_a_ledger_cursor};
+
+const PER_LEDGER: u64 = 40;
+const ENTRIES: u64 = 120;
+
+fn open(host: Host, storage: Arc<dyn Storage>) -> ackstore::Result<Hosted> {
+    open_hosted(host, storage, &support::topic::config(PER_LEDGER))
+}
+
+/// A topic with [`ENTRIES`] entries on a fresh disk whose cursor `sub` is on a cursor ledger,
+/// every third entry from the second acknowledged.
+fn legacy(host: Host) -> (MemStorage, Vec<Position>, BTreeSet<Position>) {
+    let disk = MemStorage::new();
+    let (positions, acked) =
+        with_a_ledger_cursor(host, &disk, (ENTRIES, PER_LEDGER), |i| i % 3 == 1);
+    (disk, positions, acked)
+}
+
+/// The entries among `positions` that `cursor` counts as acknowledged (at or before mark-delete,
+/// or acked one by one).
+fn done(cursor: &Cursor, positions: &[Position]) -> ackstore::Result<BTreeSet<Position>> {
+    let mark = cursor.mark_delete_position()?;
+    let mut out = BTreeSet::new();
+    for &p in positions {
+        if mark.is_some_and(|m| p <= m) || cursor.is_acked(p)? {
+            out.insert(p);
+        }
+    }
+    Ok(out)
+}
+
+/// `acked` with every entry before the first one it lacks (what mark-delete then covers).
+fn with_prefix(acked: &BTreeSet<Position>, positions: &[Position]) -> BTreeSet<Position> {
+    let mut out = acked.clone();
+    out.extend(positions.iter().take_while(|p| acked.contains(p)));
+    out
+}
+
+/// The storage of the topic `host` keeps on `disk` (on a store, its topic `t`'s).
+fn topic_storage(host: Host, disk: &MemStorage) -> Arc<dyn Storage> {
+    let storage: Arc<dyn Storage> = Arc::new(disk.clone());
+    match host {
+        Host::Alone => storage,
+        Host::Store => {
+            let catalog = ackstore::internals::store::read_catalog(storage.clone())
+                .unwrap()
+                .unwrap();
+            let id = catalog.topics.iter().find(|t| t.name == "t").unwrap().id;
+            ackstore::internals::store::topic_storage(&storage, &catalog, id).unwrap()
+        }
+    }
+}
+
+/// The cursor ledger each cursor record of the topic on `disk` names, by record.
+fn record_ledgers(host: Host, disk: &MemStorage) -> BTreeMap<String, Option<u64>> {
+    let meta = FileMetaStore::new(topic_storage(host, disk));
+    meta.list()
+        .unwrap()
+        .into_iter()
+        .filter(|name| name.starts_with("cursor-"))
+        .map(|name| {
+            let (_, bytes) = meta.get(&name).unwrap().unwrap();
+            let ledger = CursorRecord::decode(&bytes).unwrap().cursor_ledger;
+            (name, ledger)
+        })
+        .collect()
+}
+
+/// The ledger files of `topic` that are not its data ledgers: cursor ledgers, or orphans.
+fn cursor_ledger_files(topic: &ManagedLedger) -> Vec<u64> {
+    let data: BTreeSet<u64> = topic.ledgers().iter().map(|l| l.id).collect();
+    topic
+        .entry_log()
+        .unwrap()
+        .ledger_ids()
+        .into_iter()
+        .filter(|id| !data.contains(id))
+        .collect()
+}
+
+fn verify(disk: &MemStorage) -> ackstore::check::Verification {
+    let storage: Arc<dyn Storage> = Arc::new(disk.clone());
+    ackstore::check::verify(&storage).unwrap()
+}
+
+/// Reopens the topic on `disk` and checks the import is complete: cursor `sub` holds `want`
+/// (and, if given, property `x`), no record names a cursor ledger, no cursor ledger file is
+/// left, and `verify` finds nothing wrong.
+fn check_imported(
+    host: Host,
+    disk: &MemStorage,
+    positions: &[Position],
+    want: &BTreeSet<Position>,
+    what: &str,
+) {
+    let report = verify(disk);
+    assert!(report.is_sound(), "{what}: {report}");
+    let hosted = open(host, Arc::new(disk.clone())).unwrap();
+    let cursor = hosted.open_cursor("sub", earliest()).unwrap();
+    assert_eq!(&done(&cursor, positions).unwrap(), want, "{what}");
+    assert_eq!(
+        cursor.stats().unwrap().persist.cursor_ledger,
+        None,
+        "{what}"
+    );
+    assert_eq!(cursor_ledger_files(&hosted), Vec::<u64>::new(), "{what}");
+    drop(cursor);
+    hosted.close().unwrap();
+    assert!(
+        record_ledgers(host, disk).values().all(Option::is_none),
+        "{what}: {:?}",
+        record_ledgers(host, disk)
+    );
+}
+
+/// The writes that persist a cursor, each of which is a cursor ledger's first write.
+#[derive(Debug, Clone, Copy)]
+enum Write {
+    Flush,
+    MarkDeleteWithProperties,
+    Seek,
+    Rewind,
+    Close,
+}
+
+/// Every kind of first write moves the cursor into the journal on each host: its state is the
+/// ledger's plus the write, the ledger file is deleted, the record names no ledger, `verify`
+/// is clean, and a reopen finds the same state.
+#[test]
+fn every_first_write_moves_a_ledger_cursor_into_the_journal_on_each_host() {
+    on_each_host(|host| {
+        for write in [
+            Write::Flush,
+            Write::MarkDeleteWithProperties,
+            Write::Seek,
+            Write::Rewind,
+            Write::Close,
+        ] {
+            let what = format!("{host:?}, {write:?}");
+            let (disk, positions, acked) = legacy(host);
+            assert!(record_ledgers(host, &disk).values().all(Option::is_some));
+            let hosted = open(host, Arc::new(disk.clone())).unwrap();
+            let cursor = hosted.open_cursor("sub", earliest()).unwrap();
+            assert!(
+                cursor.stats().unwrap().persist.cursor_ledger.is_some(),
+                "{what}"
+            );
+            let ledger_files = cursor_ledger_files(&hosted);
+            assert_eq!(ledger_files.len(), 1, "{what}");
+            assert_eq!(done(&cursor, &positions).unwrap(), acked, "{what}: read");
+            let mut want = acked.clone();
+            match write {
+                Write::Flush => {
+                    cursor.ack(positions[0]).unwrap();
+                    want.insert(positions[0]);
+                    want = with_prefix(&want, &positions);
+                    cursor.flush().unwrap();
+                }
+                Write::MarkDeleteWithProperties => {
+                    cursor
+                        .mark_delete_with_properties(positions[3], [("x".into(), 7)].into())
+                        .unwrap();
+                    want.extend(&positions[..=3]);
+                    want = with_prefix(&want, &positions);
+                    cursor.flush().unwrap();
+                }
+                Write::Seek => {
+                    cursor.seek(positions[60]).unwrap();
+                    want = positions[..60].iter().copied().collect();
+                }
+                Write::Rewind => cursor.rewind().unwrap(),
+                Write::Close => {
+                    cursor.ack(positions[0]).unwrap();
+                    want.insert(positions[0]);
+                    want = with_prefix(&want, &positions);
+                }
+            }
+            let epoch = cursor.epoch().unwrap();
+            if matches!(write, Write::Close) {
+                cursor.close().unwrap();
+            } else {
+                assert_eq!(
+                    cursor.stats().unwrap().persist.cursor_ledger,
+                    None,
+                    "{what}"
+                );
+                assert_eq!(done(&cursor, &positions).unwrap(), want, "{what}: after");
+                drop(cursor);
+            }
+            assert_eq!(cursor_ledger_files(&hosted), Vec::<u64>::new(), "{what}");
+            hosted.close().unwrap();
+            check_imported(host, &disk.durable_image(), &positions, &want, &what);
+            let hosted = open(host, Arc::new(disk.durable_image())).unwrap();
+            let cursor = hosted.open_cursor("sub", earliest()).unwrap();
+            assert_eq!(cursor.epoch().unwrap(), epoch, "{what}");
+            if matches!(write, Write::MarkDeleteWithProperties) {
+                assert_eq!(cursor.properties().unwrap().get("x"), Some(&7), "{what}");
+            }
+        }
+    });
+}
+
+/// Deleting a cursor still on its cursor ledger deletes the ledger with its record.
+#[test]
+fn deleting_a_ledger_cursor_deletes_its_ledger_on_each_host() {
+    on_each_host(|host| {
+        let (disk, _, _) = legacy(host);
+        let hosted = open(host, Arc::new(disk.clone())).unwrap();
+        let cursor = hosted.open_cursor("sub", earliest()).unwrap();
+        drop(cursor);
+        hosted.delete_cursor("sub").unwrap();
+        assert_eq!(cursor_ledger_files(&hosted), Vec::<u64>::new());
+        hosted.close().unwrap();
+        assert!(record_ledgers(host, &disk).is_empty());
+        let hosted = open(host, Arc::new(disk.durable_image())).unwrap();
+        assert!(hosted.cursor_names().is_empty());
+        assert!(verify(&disk.durable_image()).is_sound());
+    });
+}
+
+/// A power cut after every storage operation of an import (an ack and a flush of a cursor read
+/// from its cursor ledger, then the topic's close), on each host. After each cut `verify` is
+/// clean on what the disk keeps, and so it stays when the cursor ledger is then damaged (a
+/// flipped byte), whichever step the cut fell on: an open reads that ledger only while the
+/// journal holds nothing of the cursor. The reopened cursor holds at least the ledger's state
+/// and at most that plus the new acks (all of them once the flush returned `Ok`); its next
+/// write finishes whatever the cut left (the record switched, the ledger deleted), and a
+/// reopen after it finds no cursor ledger.
+#[test]
+fn a_power_cut_at_every_step_of_an_import_keeps_the_ledger_state_or_the_journal_state() {
+    on_each_host(|host| {
+        let new_acks = |positions: &[Position]| [positions[0], positions[50], positions[100]];
+        let mut mid_import = 0;
+        let clean = cut_everywhere_after(
+            Points::every_in_release(3),
+            |disk| {
+                let (positions, acked) =
+                    with_a_ledger_cursor(host, disk, (ENTRIES, PER_LEDGER), |i| i % 3 == 1);
+                let hosted = open(host, Arc::new(disk.clone())).unwrap();
+                let cursor = hosted.open_cursor("sub", earliest()).unwrap();
+                (hosted, cursor, positions, acked)
+            },
+            |_, (hosted, cursor, positions, acked)| {
+                let flushed = new_acks(&positions)
+                    .iter()
+                    .try_for_each(|&p| cursor.ack(p).map(drop))
+                    .and_then(|()| cursor.flush());
+                drop(cursor);
+                let closed = hosted.close();
+                (positions, acked, flushed.is_ok(), closed.is_ok())
+            },
+            |disk, Cut { n, .. }, (positions, acked, flushed, _)| {
+                let image = disk.durable_image();
+                let what = format!("{host:?}, cut at {n}");
+                let report = verify(&image);
+                assert!(report.is_sound(), "{what}: {report}");
+                let mut upper = acked.clone();
+                upper.extend(new_acks(&positions));
+                let upper = with_prefix(&upper, &positions);
+                let lower = if flushed {
+                    upper.clone()
+                } else {
+                    acked.clone()
+                };
+                // What the open finds, before it deletes orphans or a close retires a ledger.
+                let found = image.durable_image();
+                let hosted = open(host, Arc::new(image.clone())).unwrap();
+                let cursor = hosted.open_cursor("sub", earliest()).unwrap();
+                let got = done(&cursor, &positions).unwrap();
+                assert!(
+                    got.is_superset(&lower) && got.is_subset(&upper),
+                    "{what}: {got:?}"
+                );
+                let on_ledger = cursor.stats().unwrap().persist.cursor_ledger.is_some();
+                let data: BTreeSet<u64> = hosted.ledgers().iter().map(|l| l.id).collect();
+                drop(cursor);
+                drop(hosted);
+                let leftover: Vec<u64> = ledger_files(host, &found)
+                    .into_iter()
+                    .filter(|id| !data.contains(id))
+                    .collect();
+                if !on_ledger && !leftover.is_empty() {
+                    // The journal holds the cursor, and a ledger is left (the record still
+                    // names it, or it is an orphan): damaging it or removing it changes nothing.
+                    mid_import += 1;
+                    for remove in [false, true] {
+                        let damaged = found.durable_image();
+                        if remove {
+                            let name = ledger_file(host, &damaged, leftover[0]);
+                            topic_storage(host, &damaged).remove(&name).unwrap();
+                        } else {
+                            flip_a_byte_of(host, &damaged, leftover[0]);
+                        }
+                        let what = format!("{what}, ledger removed: {remove}");
+                        let report = verify(&damaged);
+                        assert!(report.is_sound(), "{what}: {report}");
+                        let hosted = open(host, Arc::new(damaged.clone())).unwrap();
+                        let cursor = hosted.open_cursor("sub", earliest()).unwrap();
+                        assert_eq!(done(&cursor, &positions).unwrap(), got, "{what}");
+                        drop(cursor);
+                        hosted.close().unwrap();
+                    }
+                }
+                // One more write finishes the move.
+                let hosted = open(host, Arc::new(image.clone())).unwrap();
+                let cursor = hosted.open_cursor("sub", earliest()).unwrap();
+                let last = positions[ENTRIES as usize - 1];
+                cursor.ack(last).unwrap();
+                cursor.flush().unwrap();
+                drop(cursor);
+                hosted.close().unwrap();
+                let mut want = got.clone();
+                want.insert(last);
+                check_imported(host, &image, &positions, &want, &what);
+            },
+        );
+        let (_, _, flushed, closed) = clean.result;
+        assert!(flushed && closed, "{host:?}: the clean run");
+        eprintln!(
+            "{host:?}: {} cuts, {mid_import} inside the move",
+            clean.total
+        );
+        assert!(mid_import > 0, "{host:?}: no cut fell inside the move");
+        assert!(clean.total > 5, "{host:?}: {} operations", clean.total);
+    });
+}
+
+/// The ids of the ledger files of the topic on `disk`.
+fn ledger_files(host: Host, disk: &MemStorage) -> Vec<u64> {
+    topic_storage(host, disk)
+        .list()
+        .unwrap()
+        .iter()
+        .filter_map(|f| {
+            f.strip_prefix("ledger-")?
+                .strip_suffix(".log")?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+/// The name of ledger `ledger`'s file of the topic on `disk`.
+fn ledger_file(host: Host, disk: &MemStorage, ledger: u64) -> String {
+    let name = ackstore::internals::log::ledger_file_name(ledger);
+    assert!(topic_storage(host, disk).exists(&name).unwrap(), "{name}");
+    name
+}
+
+/// Flips a byte in the middle of ledger `ledger`'s file of the topic on `disk`.
+fn flip_a_byte_of(host: Host, disk: &MemStorage, ledger: u64) {
+    let storage = topic_storage(host, disk);
+    let file = storage.open(&ledger_file(host, disk, ledger)).unwrap();
+    let len = file.size().unwrap();
+    let mut byte = [0u8; 1];
+    file.read_exact_at(&mut byte, len / 2).unwrap();
+    byte[0] ^= 0x10;
+    file.write_all_at(&byte, len / 2).unwrap();
+    file.sync_data().unwrap();
+}
+
+/// A full disk at every growing write of an import: a flush that fails leaves the state on the
+/// cursor ledger (the record names it, a reopen finds the ledger's state); with the space back,
+/// the same handle's next flush moves it (or, once a failed write latched the journal, the
+/// next owner's), and nothing is lost.
+#[test]
+fn a_full_disk_during_an_import_leaves_the_ledger_state_and_a_retry_moves_it() {
+    on_each_host(|host| {
+        for k in 0.. {
+            let what = format!("{host:?}, space for {k} writes");
+            let (disk, positions, acked) = legacy(host);
+            let hosted = open(host, Arc::new(disk.clone())).unwrap();
+            let cursor = hosted.open_cursor("sub", earliest()).unwrap();
+            cursor.ack(positions[0]).unwrap();
+            let mut want = acked.clone();
+            want.insert(positions[0]);
+            let want = with_prefix(&want, &positions);
+            disk.enospc_after(Some(k));
+            let flushed = cursor.flush();
+            disk.enospc_after(None);
+            if flushed.is_ok() {
+                drop(cursor);
+                hosted.close().unwrap();
+                check_imported(host, &disk.durable_image(), &positions, &want, &what);
+                assert!(k > 0, "{what}: the move made no growing write");
+                break;
+            }
+            let image = disk.durable_image();
+            assert!(
+                record_ledgers(host, &image).values().all(Option::is_some),
+                "{what}: the record was switched by a failed flush"
+            );
+            {
+                let hosted = open(host, Arc::new(image.clone())).unwrap();
+                let c = hosted.open_cursor("sub", earliest()).unwrap();
+                assert_eq!(
+                    done(&c, &positions).unwrap(),
+                    acked,
+                    "{what}: after the failure"
+                );
+            }
+            if cursor.flush().is_err() {
+                drop(cursor);
+                std::mem::forget(hosted);
+                let hosted = open(host, Arc::new(disk.durable_image())).unwrap();
+                let cursor = hosted.open_cursor("sub", earliest()).unwrap();
+                cursor.ack(positions[0]).unwrap();
+                cursor.flush().unwrap();
+                drop(cursor);
+                hosted.close().unwrap();
+                check_imported(host, &disk.durable_image(), &positions, &want, &what);
+            } else {
+                drop(cursor);
+                hosted.close().unwrap();
+                check_imported(host, &disk.durable_image(), &positions, &want, &what);
+            }
+        }
+    });
+}
+
+/// The committed samples of cursor ledgers that are topic directories
+/// (`tests/data/cursor-v1-batch-*`: partial entries in markers, pages and a single-entry
+/// snapshot) open to the state they hold, move into the journal at their first write with every
+/// partial entry, and keep it through a reopen; the ledger is gone and `verify` is clean.
+#[test]
+fn the_batch_samples_move_into_the_journal_with_every_partial_entry() {
+    let p = |l: u64, e: u64| Position::new(l, e);
+    let reads = |c: &Cursor| -> Vec<(Position, Option<Vec<u32>>)> {
+        c.read_entries(30)
+            .unwrap()
+            .iter()
+            .map(|e| {
+                let acked = e.acked_batch_indexes.as_ref();
+                (e.position, acked.map(|b| b.iter().collect()))
+            })
+            .collect()
+    };
+    let two = vec![
+        (p(1, 1), Some(vec![0, 7])),
+        (p(1, 2), None),
+        (p(1, 4), Some(vec![13])),
+        (p(1, 5), None),
+    ];
+    let paged: Vec<_> = (1..20)
+        .filter(|&i| i != 5)
+        .map(|i| {
+            (
+                p(i + 1, 0),
+                Some(if i >= 10 { vec![1, 3] } else { vec![1] }),
+            )
+        })
+        .collect();
+    for (name, want, write) in [
+        ("cursor-v1-batch-multi", two.clone(), p(1, 2)),
+        ("cursor-v1-batch-single", two, p(1, 2)),
+        ("cursor-v1-batch-paged", paged, p(3, 0)),
+    ] {
+        let dir = support::samples::sample_dir(name);
+        let topic = ManagedLedger::open(dir.path(), LedgerConfig::default()).unwrap();
+        let c = topic.open_cursor("sub", earliest()).unwrap();
+        assert_eq!(reads(&c), want, "{name}");
+        assert!(c.stats().unwrap().persist.cursor_ledger.is_some(), "{name}");
+        assert_eq!(cursor_ledger_files(&topic).len(), 1, "{name}");
+        c.ack(write).unwrap();
+        c.flush().unwrap();
+        let want: Vec<_> = want.into_iter().filter(|(pos, _)| *pos != write).collect();
+        assert_eq!(c.stats().unwrap().persist.cursor_ledger, None, "{name}");
+        assert_eq!(cursor_ledger_files(&topic), Vec::<u64>::new(), "{name}");
+        c.close().unwrap();
+        topic.close().unwrap();
+        let storage: Arc<dyn Storage> =
+            Arc::new(ackstore::FileStorage::open(dir.path(), false).unwrap());
+        let report = ackstore::check::verify(&storage).unwrap();
+        assert!(report.is_sound(), "{name}: {report}");
+        let topic = ManagedLedger::open(dir.path(), LedgerConfig::default()).unwrap();
+        let c = topic.open_cursor("sub", earliest()).unwrap();
+        assert_eq!(reads(&c), want, "{name}: reopened");
+        c.close().unwrap();
+        topic.close().unwrap();
+    }
+}
+
+/// A second owner claims the topic (its lock broken, as shared storage would let it) after
+/// every storage operation of a former owner's import, reads included, and opens the cursor
+/// there and then; the former owner's flush returns whatever it returns, and the new owner
+/// acks and flushes. On each host: the new owner sees at least the ledger's state and nothing
+/// nobody acked (and the former owner's acks once its flush returned `Ok`), its own flush is
+/// never refused, the former owner's next flush is, and a restart after the new owner's close
+/// keeps what both were promised, with no cursor ledger left.
+#[test]
+fn a_second_owner_claiming_at_every_step_of_an_import_keeps_every_ok_flush() {
+    on_each_host(|host| {
+        let takeover = |n: u64| -> u64 {
+            let (disk, positions, acked) = legacy(host);
+            let hooked = support::takeover::Disk::new(Arc::new(disk.clone()));
+            let old = open(host, hooked.storage.clone()).unwrap();
+            let cursor = old.open_cursor("sub", earliest()).unwrap();
+            let theirs = [positions[0], positions[50]];
+            let ours = [positions[2], positions[90]];
+            for p in theirs {
+                cursor.ack(p).unwrap();
+            }
+            let start = hooked.hook.count();
+            let slot = {
+                let disk = disk.clone();
+                let positions = positions.clone();
+                hooked.arm_takeover(n, move || {
+                    disk.break_lock();
+                    let new = open(host, Arc::new(disk.clone()))?;
+                    let c = new.open_cursor("sub", earliest())?;
+                    let seen = done(&c, &positions)?;
+                    Ok::<_, ackstore::Error>((new, c, seen))
+                })
+            };
+            let flushed = cursor.flush();
+            let steps = hooked.hook.count() - start;
+            hooked.hook.run_if_pending();
+            let what = format!("{host:?}, claim after {n} of {steps}");
+            let (new, c, seen) = slot
+                .lock()
+                .unwrap()
+                .take()
+                .expect("the takeover ran")
+                .unwrap_or_else(|e| panic!("{what}: the new owner: {e}"));
+            let mut made = acked.clone();
+            made.extend(theirs.iter().chain(&ours));
+            let made = with_prefix(&made, &positions);
+            assert!(seen.is_subset(&made), "{what}: invented");
+            assert!(seen.is_superset(&acked), "{what}: lost the ledger's state");
+            if flushed.is_ok() {
+                assert!(
+                    theirs.iter().all(|p| seen.contains(p)),
+                    "{what}: the former owner's Ok flush is unseen"
+                );
+            }
+            let _ = cursor.ack(positions[110]);
+            assert!(
+                cursor.flush().is_err(),
+                "{what}: the former owner flushed again"
+            );
+            for p in ours {
+                c.ack(p).unwrap();
+            }
+            c.flush()
+                .unwrap_or_else(|e| panic!("{what}: the new owner's flush: {e}"));
+            drop((cursor, c));
+            std::mem::forget(old);
+            new.close().unwrap();
+            let image = disk.durable_image();
+            let later = open(host, Arc::new(image.clone())).unwrap();
+            let lc = later.open_cursor("sub", earliest()).unwrap();
+            let got = done(&lc, &positions).unwrap();
+            let mut all = made.clone();
+            all.insert(positions[110]);
+            assert!(
+                got.is_subset(&with_prefix(&all, &positions)),
+                "{what}: invented"
+            );
+            assert!(
+                seen.iter().chain(&ours).all(|p| got.contains(p)),
+                "{what}: lost what the new owner flushed"
+            );
+            lc.ack(positions[119]).unwrap();
+            lc.flush().unwrap();
+            assert_eq!(cursor_ledger_files(&later), Vec::<u64>::new(), "{what}");
+            drop(lc);
+            later.close().unwrap();
+            steps
+        };
+        let steps = takeover(u64::MAX);
+        assert!(steps > 3, "{host:?}: {steps}");
+        for n in 1..=steps {
+            takeover(n);
+        }
+    });
+}
+
+/// The cursor `name` of `topic` counts as acknowledged exactly the entries of `want` (mark-delete
+/// and every individual ack), without a call per entry of the topic.
+fn check_done_exactly(cursor: &Cursor, want: &BTreeSet<Position>, what: &str) {
+    let mark = cursor
+        .mark_delete_position()
+        .unwrap()
+        .expect("a mark-delete");
+    assert!(
+        (0..=mark.entry_id).all(|e| want.contains(&Position::new(mark.ledger_id, e))),
+        "{what}: mark-delete {mark} covers an entry not acknowledged"
+    );
+    let mut acked = BTreeSet::new();
+    for (from, to) in cursor.acked_ranges().unwrap() {
+        assert_eq!(from.ledger_id, to.ledger_id, "{what}");
+        acked.extend((from.entry_id..=to.entry_id).map(|e| Position::new(from.ledger_id, e)));
+    }
+    let invented: Vec<_> = acked.difference(want).take(5).collect();
+    assert!(
+        invented.is_empty(),
+        "{what}: acked but not wanted: {invented:?}"
+    );
+    let lost: Vec<_> = want
+        .iter()
+        .filter(|p| **p > mark && !acked.contains(p))
+        .take(5)
+        .collect();
+    assert!(lost.is_empty(), "{what}: wanted but not acked: {lost:?}");
+}
+
+/// Every committed sample that is a cursor ledger and its record (`tests/data/cursor-v1-*` and
+/// `cursor-v2-*`: markers and pages of both table forms, a single-entry snapshot, torn last
+/// markers), made the cursor of a topic alone whose data ledgers hold every entry it acked,
+/// opens to exactly the state it holds (mark-delete 3:0, over the acks that follow it, epoch 2,
+/// property `x` = 7, its acks),
+/// moves into the topic's journal at its first write (one more ack, flushed), and keeps that
+/// state plus the ack through a reopen; the ledger is gone and `verify` is clean.
+#[test]
+fn every_cursor_ledger_sample_opens_to_its_state_and_moves_into_the_journal_at_its_first_write() {
+    use support::samples::{dense, first_flush, sample_as_topic};
+    let three = Position::new(3, 200_000);
+    let v1 = |extra: u64| -> BTreeSet<Position> {
+        let mut acks: BTreeSet<_> = [1, 3, 5].map(|e| Position::new(3, e)).into();
+        acks.extend((70_000..=70_010).map(|e| Position::new(3, e)));
+        acks.extend((0..extra).map(|c| Position::new(4, c << 16)));
+        acks
+    };
+    let both = |mut acks: BTreeSet<Position>| {
+        acks.insert(three);
+        acks
+    };
+    let mut v2_multi = both(first_flush(0));
+    v2_multi.extend(dense());
+    let samples = [
+        ("cursor-v1-multi", both(v1(0))),
+        ("cursor-v1-single", both(v1(0))),
+        ("cursor-v1-paged-torn-marker", v1(10)),
+        ("cursor-v2-multi", v2_multi),
+        ("cursor-v2-paged-torn-marker", both(first_flush(10))),
+    ];
+    for (name, acks) in samples {
+        let mut want = acks;
+        want.insert(Position::new(3, 0));
+        // Data ledgers 3, 4 and 5 holding every entry the sample acked.
+        let data: Vec<(u64, u64)> = (3..=5)
+            .map(|l| {
+                let last = want.iter().filter(|p| p.ledger_id == l).map(|p| p.entry_id);
+                (l, last.max().map_or(1, |e| e + 1))
+            })
+            .collect();
+        let (disk, cursor_name) = sample_as_topic(name, &data);
+        let topic =
+            ManagedLedger::open_with_storage(Arc::new(disk.clone()), LedgerConfig::default())
+                .unwrap();
+        let c = topic.open_cursor(&cursor_name, earliest()).unwrap();
+        assert!(c.stats().unwrap().persist.cursor_ledger.is_some(), "{name}");
+        assert_eq!(c.epoch().unwrap(), 2, "{name}");
+        assert_eq!(c.properties().unwrap().get("x"), Some(&7), "{name}");
+        check_done_exactly(&c, &want, name);
+        let more = Position::new(3, 7);
+        c.ack(more).unwrap();
+        want.insert(more);
+        c.flush().unwrap();
+        assert_eq!(c.stats().unwrap().persist.cursor_ledger, None, "{name}");
+        assert_eq!(cursor_ledger_files(&topic), Vec::<u64>::new(), "{name}");
+        drop(c);
+        topic.close().unwrap();
+        let image = disk.durable_image();
+        let report = verify(&image);
+        assert!(report.is_sound(), "{name}: {report}");
+        let topic =
+            ManagedLedger::open_with_storage(Arc::new(image), LedgerConfig::default()).unwrap();
+        let c = topic.open_cursor(&cursor_name, earliest()).unwrap();
+        assert_eq!(c.epoch().unwrap(), 2, "{name}: reopened");
+        assert_eq!(
+            c.properties().unwrap().get("x"),
+            Some(&7),
+            "{name}: reopened"
+        );
+        check_done_exactly(&c, &want, &format!("{name}: reopened"));
+        drop(c);
+        topic.close().unwrap();
+    }
+}
