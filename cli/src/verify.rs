@@ -112,6 +112,7 @@ pub fn journal_cursors_json(cursors: &[JournalCursor]) -> Vec<serde_json::Value>
                 "topic_id": c.topic_id, "topic": c.topic,
                 "cursor_id": c.cursor_id, "cursor": c.cursor,
                 "mark_delete": c.mark_delete.map(|p| p.to_string()), "epoch": c.epoch,
+                "snapshot": c.snapshot,
                 "marker_segment": c.marker_segment, "marker_offset": c.marker_offset,
                 "partitions": c.partitions, "acked_entries": c.acked_entries,
                 "acked_ranges": c.acked_ranges, "batch_records": c.batch_records, "partial_entries": c.partial_entries,

@@ -178,8 +178,10 @@ pub(super) fn show_hosted_states(
         cv.partial_entries = j.partial_entries;
         cv.acked_batch_indexes = 0;
         cv.state_source = format!(
-            "topic journal (segment {} at byte {})",
-            j.marker_segment, j.marker_offset
+            "topic journal ({}segment {} at byte {})",
+            if j.snapshot { "snapshot, " } else { "" },
+            j.marker_segment,
+            j.marker_offset
         );
     }
 }
