@@ -199,7 +199,8 @@ pub struct Verification {
     pub journal: Vec<JournalCursor>,
     /// Damage and torn tails, each naming its file.
     pub findings: Vec<Finding>,
-    /// Files a store's open does not read, or removes: warnings, not damage.
+    /// Files the open does not read, or removes (a store's; a topic alone's, the cursor ledger a
+    /// record still names of a cursor its journal holds): warnings, not damage.
     pub unused: Vec<Finding>,
 }
 
@@ -236,7 +237,7 @@ impl fmt::Display for Verification {
         for finding in &self.unused {
             writeln!(
                 f,
-                "{finding}: WARNING (the store's open does not use it; not damage)"
+                "{finding}: WARNING (the open does not use it; not damage)"
             )?;
         }
         for cursor in &self.journal {

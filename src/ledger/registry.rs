@@ -16,9 +16,9 @@
 //! A new cursor persists through the journal (the store's, or the one a topic opened alone
 //! hosts); only cursors asking for the single-entry form on a topic of its own keep using
 //! cursor ledgers (and, temporarily, every new cursor of a topic of its own whose config sets
-//! the internals-only `cursor_ledger_writer`, for the writer's tests). Those are the cursors a
-//! reopen leaves on their cursor ledger too; every other cursor read from a cursor ledger is
-//! imported.
+//! the internals-only `cursor_ledger_writer`, for the writer's tests). Those, and every cursor
+//! opened for the single-entry form, are the cursors a reopen leaves on their cursor ledger;
+//! every other cursor read from a cursor ledger is imported.
 //!
 //! Names are client data: they live inside records and never become file names.
 
@@ -174,8 +174,11 @@ impl TopicCore {
 
     /// How cursor `id`, `name` persists when its persister is `persister` (a cursor ledger's).
     /// Read from a cursor ledger (`on_ledger`), it moves into the topic's journal at its first
-    /// write (and the journal's flusher pool flushes it, as a journal cursor), unless it keeps
-    /// the form a new cursor of these settings has (a cursor ledger).
+    /// write (and the journal's flusher pool flushes it, as a journal cursor), unless it is
+    /// opened for the single-entry form: the journal has no single-entry snapshot record yet,
+    /// and the multi-entry form would drop that form's range cap and overflow policy, so it
+    /// keeps its cursor ledger (on a store too); and unless new cursors of these settings go to
+    /// cursor ledgers.
     fn ledger_persistence(
         &self,
         persister: CursorPersister,
@@ -186,7 +189,11 @@ impl TopicCore {
         let import = self
             .journal
             .clone()
-            .filter(|_| on_ledger && !self.new_cursors_on_ledgers())
+            .filter(|_| {
+                on_ledger
+                    && !self.new_cursors_on_ledgers()
+                    && self.config.cursor.persist_mode == crate::cursor::PersistMode::MultiEntry
+            })
             .map(|tj| {
                 let labels = CursorLabels::new(self.location.clone(), &cursor::record_name(id));
                 import::Pending::new(tj, (id, name), labels)

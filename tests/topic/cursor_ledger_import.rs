@@ -694,3 +694,30 @@ fn every_cursor_ledger_sample_opens_to_its_state_and_moves_into_the_journal_at_i
         topic.close().unwrap();
     }
 }
+
+/// A cursor read from a cursor ledger and opened for the single-entry form keeps its ledger on
+/// each host, since the journal has no single-entry snapshot record: its first write claims a
+/// fresh cursor ledger, the record names it, and a reopen finds every ack.
+#[test]
+fn a_ledger_cursor_opened_for_the_single_entry_form_keeps_a_cursor_ledger_on_each_host() {
+    on_each_host(|host| {
+        let (disk, positions, acked) = legacy(host);
+        let mut config = support::topic::config(PER_LEDGER);
+        config.cursor.persist_mode = ackstore::PersistMode::SingleEntry;
+        let hosted = open_hosted(host, Arc::new(disk.clone()), &config).unwrap();
+        let cursor = hosted.open_cursor("sub", earliest()).unwrap();
+        cursor.ack(positions[0]).unwrap();
+        cursor.flush().unwrap();
+        let mut want = acked.clone();
+        want.insert(positions[0]);
+        let want = with_prefix(&want, &positions);
+        assert!(cursor.stats().unwrap().persist.cursor_ledger.is_some(), "{host:?}");
+        drop(cursor);
+        hosted.close().unwrap();
+        let image = disk.durable_image();
+        assert!(record_ledgers(host, &image).values().all(Option::is_some), "{host:?}");
+        let hosted = open_hosted(host, Arc::new(image), &config).unwrap();
+        let cursor = hosted.open_cursor("sub", earliest()).unwrap();
+        assert_eq!(done(&cursor, &positions).unwrap(), want, "{host:?}");
+    });
+}
