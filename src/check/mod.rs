@@ -408,7 +408,12 @@ pub fn inspect(storage: &Arc<dyn Storage>) -> Result<Inspection> {
         },
         None => Vec::new(),
     };
-    let mut view = topic::collect(storage, false, &mut problems);
+    // As `verify`: the cursor ledger a record names of a cursor the journal holds is not read
+    // by the open, so what is wrong with it is a note, not the cursor's state.
+    let usage = topic::StoreUse::alone(&journal);
+    let mut unused = Vec::new();
+    let mut view = topic::collect_in(storage, false, &mut problems, Some((&usage, &mut unused)));
+    problems.extend(unused);
     if let Some(record) = &record {
         topic::show_hosted_states(&mut view, record, &journal);
     }

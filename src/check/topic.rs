@@ -226,9 +226,21 @@ pub(super) struct StoreUse {
     /// ledger file, or a creation cut short, that the topic record does not list needs the
     /// cursor records' references; a topic alone's open claims every record.
     pub reads_every_record: bool,
-    /// A topic opened alone, whose journal holds `committed`: any other cursor is checked as
-    /// [`collect`] checks it (a missing record is damage).
+    /// A topic opened alone, whose journal holds `committed`: any other cursor is checked from
+    /// its record and cursor ledger as its open reads them (a missing record is damage).
     pub alone: bool,
+}
+
+impl StoreUse {
+    /// What a topic alone's open reads, its journal holding the state of the cursors of
+    /// `journal`: it claims every cursor record, and reads no cursor ledger of those cursors.
+    pub(super) fn alone(journal: &[super::JournalCursor]) -> Self {
+        Self {
+            committed: journal.iter().map(|j| j.cursor_id).collect(),
+            reads_every_record: true,
+            alone: true,
+        }
+    }
 }
 
 /// [`collect`] of a topic of a store (`store`), or of a topic directory (`None`). For a store's
