@@ -745,3 +745,57 @@ fn a_ledger_cursor_opened_for_the_single_entry_form_keeps_a_cursor_ledger_on_eac
         assert_eq!(done(&cursor, &positions).unwrap(), want, "{host:?}");
     });
 }
+
+/// A store's tick over every cursor (`Store::flush_all`, what its flusher pool runs) imports a
+/// cursor read from a cursor ledger in that tick; the tick commits it but does not switch its
+/// record, so the ledger stays until the cursor's next write. A power cut right after the tick:
+/// the reopened store recovers the cursor from the journal (the ack the tick committed, the
+/// ledger ignored), and the cursor's first write after the reopen switches the record and
+/// deletes the ledger.
+#[test]
+fn a_store_tick_imports_a_ledger_cursor_and_its_next_write_after_a_power_cut_retires_the_ledger() {
+    let (disk, positions, acked) = legacy(Host::Store);
+    let hosted = open(Host::Store, Arc::new(disk.clone())).unwrap();
+    let cursor = hosted.open_cursor("sub", earliest()).unwrap();
+    cursor.ack(positions[0]).unwrap();
+    let mut want = acked.clone();
+    want.insert(positions[0]);
+    let want = with_prefix(&want, &positions);
+    hosted.store.as_ref().unwrap().flush_all().unwrap();
+    assert_eq!(cursor.stats().unwrap().persist.cursor_ledger, None);
+    let image = disk.durable_image();
+    assert!(
+        record_ledgers(Host::Store, &image)
+            .values()
+            .all(Option::is_some)
+    );
+    drop(cursor);
+    std::mem::forget(hosted);
+    let report = verify(&image);
+    assert!(report.is_sound(), "{report}");
+    let hosted = open(Host::Store, Arc::new(image.clone())).unwrap();
+    let cursor = hosted.open_cursor("sub", earliest()).unwrap();
+    assert_eq!(done(&cursor, &positions).unwrap(), want);
+    assert_eq!(cursor.stats().unwrap().persist.cursor_ledger, None);
+    assert_eq!(
+        cursor_ledger_files(&hosted).len(),
+        1,
+        "kept until the next write"
+    );
+    cursor.flush().unwrap();
+    assert_eq!(cursor_ledger_files(&hosted), Vec::<u64>::new());
+    assert!(
+        record_ledgers(Host::Store, &image)
+            .values()
+            .all(Option::is_none)
+    );
+    drop(cursor);
+    hosted.close().unwrap();
+    check_imported(
+        Host::Store,
+        &image,
+        &positions,
+        &want,
+        "after the next write",
+    );
+}
