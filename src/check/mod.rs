@@ -251,7 +251,8 @@ pub struct Verification {
     pub journal: Vec<JournalCursor>,
     /// Damage and torn tails, each naming its file.
     pub findings: Vec<Finding>,
-    /// Files a store's open does not read, or removes: warnings, not damage.
+    /// Files the open does not read, or removes (a store's; a topic alone's, the cursor ledger a
+    /// record still names of a cursor its journal holds): warnings, not damage.
     pub unused: Vec<Finding>,
 }
 
@@ -288,7 +289,7 @@ impl fmt::Display for Verification {
         for finding in &self.unused {
             writeln!(
                 f,
-                "{finding}: WARNING (the store's open does not use it; not damage)"
+                "{finding}: WARNING (the open does not use it; not damage)"
             )?;
         }
         for cursor in &self.journal {
@@ -459,7 +460,12 @@ pub fn inspect(storage: &Arc<dyn Storage>) -> Result<Inspection> {
         },
         None => Vec::new(),
     };
-    let mut view = topic::collect(storage, false, &mut problems);
+    // As `verify`: the cursor ledger a record names of a cursor the journal holds is not read
+    // by the open, so what is wrong with it is a note, not the cursor's state.
+    let usage = topic::StoreUse::alone(&journal);
+    let mut unused = Vec::new();
+    let mut view = topic::collect_in(storage, false, &mut problems, Some((&usage, &mut unused)));
+    problems.extend(unused);
     if let Some(record) = &record {
         topic::show_hosted_states(&mut view, record, &journal);
     }

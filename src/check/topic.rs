@@ -223,9 +223,21 @@ pub(super) struct StoreUse {
     /// ledger file, or a creation cut short, that the topic record does not list needs the
     /// cursor records' references; a topic alone's open claims every record.
     pub reads_every_record: bool,
-    /// A topic opened alone, whose journal holds `committed`: any other cursor is checked as
-    /// [`collect`] checks it (a missing record is damage).
+    /// A topic opened alone, whose journal holds `committed`: any other cursor is checked from
+    /// its record and cursor ledger as its open reads them (a missing record is damage).
     pub alone: bool,
+}
+
+impl StoreUse {
+    /// What a topic alone's open reads, its journal holding the state of the cursors of
+    /// `journal`: it claims every cursor record, and reads no cursor ledger of those cursors.
+    pub(super) fn alone(journal: &[super::JournalCursor]) -> Self {
+        Self {
+            committed: journal.iter().map(|j| j.cursor_id).collect(),
+            reads_every_record: true,
+            alone: true,
+        }
+    }
 }
 
 /// [`collect`] of a topic of a store (`store`), or of a topic directory (`None`). For a store's
@@ -364,27 +376,40 @@ fn store_cursor_view(
         return cursor_view(log, meta, (entry, topic_id), deep, findings);
     }
     // Recovered from the journal alone. Its record's bytes are read only while the topic's
-    // open reads every record (and a record of another cursor is not refused there).
-    if usage.reads_every_record
-        && let Err(e) = read_decoded(meta.as_ref(), &name, CursorRecord::decode)
-    {
-        finding(
-            findings,
-            file,
-            "cursor record",
-            if usage.alone {
-                format!(
-                    "{}; the topic's open claims every cursor record",
-                    describe(&e)
-                )
+    // open reads every record (and a record of another cursor is not refused there). A topic
+    // alone's cursor records bind their identity, and one found under another cursor's name
+    // is damage there as for a cursor on a ledger; the ledger such a record names is not read.
+    let journal_view = || CursorView {
+        name: entry.name.clone(),
+        record: name.clone(),
+        state_source: if usage.alone {
+            "topic journal".into()
+        } else {
+            "store journal".into()
+        },
+        ..CursorView::default()
+    };
+    if usage.reads_every_record {
+        let read = read_decoded(meta.as_ref(), &name, CursorRecord::decode);
+        let problem = match read {
+            Err(e) => Some(describe(&e)),
+            Ok(Some(r)) if usage.alone => r
+                .check_identity(entry.id, &entry.name, topic_id)
+                .err()
+                .map(|e| describe(&e)),
+            Ok(_) => None,
+        };
+        if let Some(problem) = problem {
+            let why = if usage.alone {
+                "the topic's open claims every cursor record"
             } else {
-                format!(
-                    "{}; the topic's open reads it because a ledger file is not in the topic \
-                     record",
-                    describe(&e)
-                )
-            },
-        );
+                "the topic's open reads it because a ledger file is not in the topic record"
+            };
+            finding(findings, file, "cursor record", format!("{problem}; {why}"));
+            if usage.alone {
+                return Some(journal_view());
+            }
+        }
     }
     let mut found = Vec::new();
     let cv = cursor_view(log, meta, (entry, topic_id), deep, &mut found);
@@ -395,16 +420,7 @@ fn store_cursor_view(
         ),
         ..f
     }));
-    Some(cv.unwrap_or_else(|| CursorView {
-        name: entry.name.clone(),
-        record: name,
-        state_source: if usage.alone {
-            "topic journal".into()
-        } else {
-            "store journal".into()
-        },
-        ..CursorView::default()
-    }))
+    Some(cv.unwrap_or_else(journal_view))
 }
 
 fn cursor_view(

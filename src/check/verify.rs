@@ -364,11 +364,7 @@ pub(super) fn verify_topic(storage: &Arc<dyn Storage>) -> Result<Verification> {
     }
     // The cursors the journal holds: the open claims their records but reads no cursor ledger
     // a record still names (an import cut short, removed by the cursor's next write).
-    let usage = StoreUse {
-        committed: journal.iter().map(|j| j.cursor_id).collect(),
-        reads_every_record: true,
-        alone: true,
-    };
+    let usage = StoreUse::alone(&journal);
     let mut unused = Vec::new();
     let mut topic = collect_in(storage, true, &mut findings, Some((&usage, &mut unused)));
     if let Some(record) = &record {

@@ -8,9 +8,11 @@
 //! A cursor reaches its topic through `TopicAccess`, which the managed ledger implements, so
 //! this layer never imports the one above it.
 //!
-//! Persistence: every durable cursor owns one `Persister`: a cursor of a store's topic persists
-//! through the store's journal (`journal.rs`, `docs/cursors.md`, "Cursors of a store"); any
-//! other one owns a [`CursorPersister`] (`persist.rs`), which is the only
+//! Persistence: every durable cursor owns one `Persister`: a cursor persists through the journal
+//! its topic's host keeps (`journal.rs`, `docs/cursors.md`, "Cursors of a store"); a cursor read
+//! from a cursor ledger owns that ledger's [`CursorPersister`] until its first write moves it
+//! into the journal (`import.rs`), and a cursor kept on a cursor ledger (the single-entry form
+//! of a topic alone) owns one for good. A [`CursorPersister`] (`persist.rs`) is the only
 //! writer of the cursor record (it holds the compare-and-set version) and of the cursor ledger.
 //! The cursor's ack set keeps its evicted partitions in that ledger. `flush` and `close` write
 //! the whole ack state through it; a seek writes a new marker (or snapshot) with no acks
@@ -181,10 +183,10 @@ pub(crate) fn detached_ack_set() -> RangeSetWrapper {
     RangeSetWrapper::new(Box::new(MemPartitionStore::new()), usize::MAX)
 }
 
-/// Where a durable cursor persists: in its own cursor ledger (a topic opened by
-/// `ManagedLedger::open`, or a cursor of a store's topic written before the store's journal
-/// carried cursors), or through its store's shared journal (see `journal.rs`). Chosen when the
-/// cursor opens; both keep the same state (mark-delete, epoch, properties, every ack).
+/// Where a durable cursor persists: in its own cursor ledger (one read from a cursor ledger,
+/// until its first write imports it into the journal, see `import.rs`; or one kept there, the
+/// single-entry form of a topic alone), or through the journal its topic's host keeps (see
+/// `journal.rs`). Both keep the same state (mark-delete, epoch, properties, every ack).
 #[derive(Debug)]
 #[expect(
     clippy::large_enum_variant,

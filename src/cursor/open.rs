@@ -13,7 +13,8 @@
 //!   with the claim deferred to the first write (`CursorPersister::defer_claim`), so the
 //!   cursor answers (mark-delete, first unacked entry, is-acked, reads) without a write or a
 //!   sync. The recovered cursor ledger is only read from then on; the first flush (or seek)
-//!   writes the state to a fresh cursor ledger and switches the record to it by
+//!   moves the state into the topic's journal (`super::import`), or, for a cursor kept on a
+//!   cursor ledger, writes it to a fresh cursor ledger and switches the record to it by
 //!   compare-and-set. A previous owner that lost the directory without knowing it is fenced
 //!   already: the topic's open claimed the topic record and every cursor record, so its next
 //!   record write fails and its flushes end with `Error::Fenced`; whatever it still appends

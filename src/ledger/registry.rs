@@ -172,8 +172,11 @@ impl TopicCore {
 
     /// How cursor `id`, `name` persists when its persister is `persister` (a cursor ledger's).
     /// Read from a cursor ledger (`on_ledger`), it moves into the topic's journal at its first
-    /// write (and the journal's flusher pool flushes it, as a journal cursor), unless it keeps
-    /// the form a new cursor of these settings has (a cursor ledger).
+    /// write (and the journal's flusher pool flushes it, as a journal cursor), in either form,
+    /// unless new cursors of these settings go to cursor ledgers (the writer's own tests). The
+    /// move commits the whole state as the cursor's first marker, whatever its form: a cursor
+    /// opened for the single-entry form writes its first snapshot (under that form's range cap
+    /// and overflow policy) at its next flush.
     fn ledger_persistence(
         &self,
         persister: CursorPersister,
@@ -184,7 +187,9 @@ impl TopicCore {
         let import = self
             .journal
             .clone()
-            .filter(|_| on_ledger && !self.new_cursors_on_ledgers())
+            .filter(|_| {
+                on_ledger && !self.new_cursors_on_ledgers()
+            })
             .map(|tj| {
                 let labels = CursorLabels::new(self.location.clone(), &cursor::record_name(id));
                 import::Pending::new(tj, (id, name), labels)

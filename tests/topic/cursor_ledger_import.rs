@@ -10,6 +10,7 @@ use crate::support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use ackstore::check::Inspection;
 use ackstore::internals::format::meta::CursorRecord;
 use ackstore::internals::meta::{FileMetaStore, MetaStore};
 use ackstore::{Cursor, LedgerConfig, ManagedLedger, MemStorage, Position, Storage};
@@ -236,7 +237,8 @@ fn deleting_a_ledger_cursor_deletes_its_ledger_on_each_host() {
 
 /// A power cut after every storage operation of an import (an ack and a flush of a cursor read
 /// from its cursor ledger, then the topic's close), on each host. After each cut `verify` is
-/// clean on what the disk keeps, and so it stays when the cursor ledger is then damaged (a
+/// clean on what the disk keeps, `inspect` shows the state the open takes (the ledger's or the
+/// journal's) with no problem, and so it stays when the cursor ledger is then damaged (a
 /// flipped byte), whichever step the cut fell on: an open reads that ledger only while the
 /// journal holds nothing of the cursor. The reopened cursor holds at least the ledger's state
 /// and at most that plus the new acks (all of them once the flush returned `Ok`); its next
@@ -270,6 +272,8 @@ fn a_power_cut_at_every_step_of_an_import_keeps_the_ledger_state_or_the_journal_
                 let what = format!("{host:?}, cut at {n}");
                 let report = verify(&image);
                 assert!(report.is_sound(), "{what}: {report}");
+                let storage: Arc<dyn Storage> = Arc::new(image.clone());
+                let inspected = ackstore::check::inspect(&storage).unwrap();
                 let mut upper = acked.clone();
                 upper.extend(new_acks(&positions));
                 let upper = with_prefix(&upper, &positions);
@@ -288,6 +292,20 @@ fn a_power_cut_at_every_step_of_an_import_keeps_the_ledger_state_or_the_journal_
                     "{what}: {got:?}"
                 );
                 let on_ledger = cursor.stats().unwrap().persist.cursor_ledger.is_some();
+                // `inspect` shows the state the open took, and no problem.
+                match inspected {
+                    Inspection::Topic(t) => {
+                        assert!(t.problems.is_empty(), "{what}: {:?}", t.problems);
+                        let sub = t.view.cursors.iter().find(|c| c.name == "sub").unwrap();
+                        let journal = sub.state_source.starts_with("topic journal");
+                        assert_eq!(journal, !on_ledger, "{what}: {}", sub.state_source);
+                    }
+                    Inspection::Store(s) => {
+                        let journal = s.cursors.iter().any(|c| c.cursor.as_deref() == Some("sub"));
+                        assert_eq!(journal, !on_ledger, "{what}");
+                    }
+                    other => panic!("{what}: {other:?}"),
+                }
                 let data: BTreeSet<u64> = hosted.ledgers().iter().map(|l| l.id).collect();
                 drop(cursor);
                 drop(hosted);
@@ -693,4 +711,39 @@ fn every_cursor_ledger_sample_opens_to_its_state_and_moves_into_the_journal_at_i
         drop(c);
         topic.close().unwrap();
     }
+}
+
+/// A cursor read from a cursor ledger and opened for the single-entry form moves into the
+/// journal at its first write too, on each host: the move commits its whole state (nothing is
+/// cut), the ledger goes, and its next flush commits a snapshot record; a reopen finds every ack
+/// of both flushes, from the journal.
+#[test]
+fn a_ledger_cursor_opened_for_the_single_entry_form_moves_into_the_journal_on_each_host() {
+    on_each_host(|host| {
+        let (disk, positions, acked) = legacy(host);
+        let mut config = support::topic::config(PER_LEDGER);
+        config.cursor.persist_mode = ackstore::PersistMode::SingleEntry;
+        let hosted = open_hosted(host, Arc::new(disk.clone()), &config).unwrap();
+        let cursor = hosted.open_cursor("sub", earliest()).unwrap();
+        let mut want = acked.clone();
+        for &p in &positions[..2] {
+            cursor.ack(p).unwrap();
+            cursor.flush().unwrap();
+            want.insert(p);
+        }
+        let want = with_prefix(&want, &positions);
+        assert!(cursor.stats().unwrap().persist.cursor_ledger.is_none(), "{host:?}");
+        drop(cursor);
+        hosted.close().unwrap();
+        let image = disk.durable_image();
+        assert!(record_ledgers(host, &image).values().all(Option::is_none), "{host:?}");
+        let hosted = open_hosted(host, Arc::new(image), &config).unwrap();
+        let cursor = hosted.open_cursor("sub", earliest()).unwrap();
+        assert_eq!(done(&cursor, &positions).unwrap(), want, "{host:?}");
+        assert_eq!(
+            cursor.stats().unwrap().recovery_source,
+            Some(ackstore::RecoverySource::Journal),
+            "{host:?}"
+        );
+    });
 }
