@@ -62,7 +62,6 @@ impl TopicCore {
             return Ok(Cursor::from_shared(open.clone()));
         }
         let log = self.log()?;
-        self.check_owner(&w)?;
         let listed = w
             .record
             .cursors
@@ -79,9 +78,18 @@ impl TopicCore {
             && listed.is_some()
             && tj.committed_state(id).is_some()
         {
-            // A cursor of a store's topic that the journal holds is recovered from the journal
-            // alone: its record is not even read (the journal knows it by its topic's catalog
-            // id and its own id, never by a name).
+            // A cursor that the journal holds is recovered from the journal alone: its record
+            // is not even read (the journal knows it by its topic's catalog id and its own id,
+            // never by a name).
+            //
+            // No ownership check here: the topic's open made it, after its last listing (the
+            // store's check, or a topic of its own its record still at the claim's version),
+            // and this reopen reads and writes no file: it answers from the journal's index as
+            // the topic's open left it, as a cursor opened before a newer owner's claim does.
+            // Every write the cursor makes later is checked where it is made (a tick runs the
+            // owner's check after its sync, before anything counts as durable; a record write
+            // is a compare-and-set bracketed by the store's check), so a fenced handle still
+            // gets `Fenced` from its first flush, and never more acked than the truth.
             return self.open_journal_cursor(
                 &mut w,
                 name,
@@ -91,6 +99,13 @@ impl TopicCore {
                 identity,
                 &tj,
             );
+        }
+        if !self.in_store {
+            // A topic of its own writes a cursor's record before the topic record's
+            // compare-and-set: this check keeps a fenced handle from writing a record of an id
+            // a newer owner gives out. On a store every record write below is bracketed by
+            // the store's check (`meta::CheckedMeta`), the topic record's first.
+            self.check_owner(&w)?;
         }
         let found = self.meta.get(&record_name)?;
         // A record found under this cursor's name must be this cursor's: one moved or copied
@@ -124,6 +139,10 @@ impl TopicCore {
                     &tj,
                 );
             }
+        }
+        if self.in_store {
+            // A cursor ledger's claim is deferred to its first write, which checks again.
+            self.check_owner(&w)?;
         }
         let opener = CursorOpener::new(
             log,
