@@ -151,7 +151,7 @@ pub(super) fn hosted_journal_cursors(
                 storage,
                 (*id, state),
                 None,
-                name.map(|c| c.name.clone()),
+                name.map(|c| c.name.to_string()),
             )
         })
         .collect()
@@ -171,7 +171,7 @@ pub(super) fn show_hosted_states(
         let id = record
             .cursors
             .iter()
-            .find(|c| c.name == cv.name)
+            .find(|c| *c.name == *cv.name)
             .map(|c| c.id);
         let Some(j) = journal.iter().find(|j| Some(j.cursor_id) == id) else {
             continue;
@@ -378,7 +378,7 @@ fn store_cursor_view(
         ..f
     }));
     Some(cv.unwrap_or_else(|| CursorView {
-        name: entry.name.clone(),
+        name: entry.name.to_string(),
         record: name,
         state_source: "store journal".into(),
         ..CursorView::default()
@@ -417,7 +417,7 @@ fn cursor_view(
         }
     };
     let mut cv = CursorView {
-        name: entry.name.clone(),
+        name: entry.name.to_string(),
         record: name.clone(),
         mark_delete: Some(record.mark_delete).filter(|p| *p != NO_MARK_DELETE),
         epoch: record.epoch,

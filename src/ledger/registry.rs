@@ -66,7 +66,7 @@ impl TopicCore {
             .record
             .cursors
             .iter()
-            .find(|c| c.name == name)
+            .find(|c| &*c.name == name)
             .map(|c| c.id);
         let id = listed.unwrap_or(w.record.next_cursor_id);
         let record_name = cursor::record_name(id);
@@ -168,7 +168,7 @@ impl TopicCore {
             if listed.is_none() {
                 let mut record = w.record.clone();
                 record.cursors.push(CursorEntry {
-                    name: name.to_owned(),
+                    name: name.into(),
                     id,
                 });
                 record.next_cursor_id = id + 1;
@@ -260,7 +260,7 @@ impl TopicCore {
                 }
                 let mut next = w.record.clone();
                 next.cursors.push(CursorEntry {
-                    name: name.to_owned(),
+                    name: name.into(),
                     id,
                 });
                 next.next_cursor_id = id + 1;
@@ -367,7 +367,7 @@ impl TopicCore {
             .record
             .cursors
             .iter()
-            .find(|c| c.name == name)
+            .find(|c| &*c.name == name)
             .map(|c| c.id)
         else {
             return Err(Error::NoSuchCursor {
@@ -446,7 +446,7 @@ impl TopicCore {
             .record
             .cursors
             .iter()
-            .map(|c| c.name.clone())
+            .map(|c| c.name.to_string())
             .collect();
         names.sort();
         names
