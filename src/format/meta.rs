@@ -248,6 +248,12 @@ impl CursorEntry {
 }
 
 impl TopicRecord {
+    /// The id the cursor table gives cursor `name`, if it lists it.
+    #[must_use]
+    pub fn cursor_id(&self, name: &str) -> Option<u64> {
+        self.cursors.iter().find(|c| &*c.name == name).map(|c| c.id)
+    }
+
     /// Encodes the record as a self-contained frame (format version 2 when it lists a
     /// journal, 1 otherwise).
     #[must_use]

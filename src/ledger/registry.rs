@@ -62,12 +62,7 @@ impl TopicCore {
             return Ok(Cursor::from_shared(open.clone()));
         }
         let log = self.log()?;
-        let listed = w
-            .record
-            .cursors
-            .iter()
-            .find(|c| &*c.name == name)
-            .map(|c| c.id);
+        let listed = w.record.cursor_id(name);
         let id = listed.unwrap_or(w.record.next_cursor_id);
         let record_name = cursor::record_name(id);
         let identity = CursorIdentity {
@@ -140,10 +135,8 @@ impl TopicCore {
                 );
             }
         }
-        if self.in_store {
-            // A cursor ledger's claim is deferred to its first write, which checks again.
-            self.check_owner(&w)?;
-        }
+        // On a store this is a reopen (a cursor on a cursor ledger the journal holds nothing
+        // of): it writes nothing, its claim deferred to its first write, which checks.
         let opener = CursorOpener::new(
             log,
             self.meta.clone(),
@@ -363,13 +356,7 @@ impl TopicCore {
     pub(crate) fn delete_cursor(&self, name: &str) -> Result<()> {
         let log = self.log()?;
         let mut w = self.writer();
-        let Some(id) = w
-            .record
-            .cursors
-            .iter()
-            .find(|c| &*c.name == name)
-            .map(|c| c.id)
-        else {
+        let Some(id) = w.record.cursor_id(name) else {
             return Err(Error::NoSuchCursor {
                 name: name.to_owned(),
             });
