@@ -32,7 +32,7 @@ pub(super) fn journal_cursors(
         };
         if let Ok(Some(record)) = read_topic(&space) {
             for entry in record.cursors {
-                cursor_names.insert((topic.id, entry.id), entry.name);
+                cursor_names.insert((topic.id, entry.id), entry.name.to_string());
             }
         }
     }

@@ -147,7 +147,7 @@ pub(super) fn hosted_journal_cursors(
         .iter()
         .filter_map(|id| {
             let name = record.cursors.iter().find(|c| c.id == id.cursor);
-            super::JournalCursor::of(storage, check, *id, (None, name.map(|c| c.name.clone())))
+            super::JournalCursor::of(storage, check, *id, (None, name.map(|c| c.name.to_string())))
         })
         .collect()
 }
@@ -166,7 +166,7 @@ pub(super) fn show_hosted_states(
         let id = record
             .cursors
             .iter()
-            .find(|c| c.name == cv.name)
+            .find(|c| *c.name == *cv.name)
             .map(|c| c.id);
         let Some(j) = journal.iter().find(|j| Some(j.cursor_id) == id) else {
             continue;
@@ -380,7 +380,7 @@ fn store_cursor_view(
     // alone's cursor records bind their identity, and one found under another cursor's name
     // is damage there as for a cursor on a ledger; the ledger such a record names is not read.
     let journal_view = || CursorView {
-        name: entry.name.clone(),
+        name: entry.name.to_string(),
         record: name.clone(),
         state_source: if usage.alone {
             "topic journal".into()
@@ -455,7 +455,7 @@ fn cursor_view(
         }
     };
     let mut cv = CursorView {
-        name: entry.name.clone(),
+        name: entry.name.to_string(),
         record: name.clone(),
         mark_delete: Some(record.mark_delete).filter(|p| *p != NO_MARK_DELETE),
         epoch: record.epoch,

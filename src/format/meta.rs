@@ -94,8 +94,9 @@ pub struct LedgerRecord {
 /// (`cursor-{id}`). Names never become file names.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CursorEntry {
-    /// The cursor's name as the client gave it: any UTF-8.
-    pub name: String,
+    /// The cursor's name as the client gave it: any UTF-8. Shared, so a copy of the topic
+    /// record (each cursor creation makes one) copies no name's bytes.
+    pub name: std::sync::Arc<str>,
     /// The id the cursor's record and ledgers are named after.
     pub id: u64,
 }
@@ -241,12 +242,18 @@ impl CursorEntry {
 
     fn read_body(r: &mut Reader<'_>) -> Result<Self, Corruption> {
         let id = r.u64()?;
-        let name = r.string("cursor name")?;
+        let name = r.string("cursor name")?.into();
         Ok(Self { name, id })
     }
 }
 
 impl TopicRecord {
+    /// The id the cursor table gives cursor `name`, if it lists it.
+    #[must_use]
+    pub fn cursor_id(&self, name: &str) -> Option<u64> {
+        self.cursors.iter().find(|c| &*c.name == name).map(|c| c.id)
+    }
+
     /// Encodes the record as a self-contained frame (format version 2 when it lists a
     /// journal, 1 otherwise).
     #[must_use]
@@ -809,16 +816,16 @@ mod tests {
         ];
         for name in names {
             let record = CursorRecord {
-                name: name.clone(),
+                name: name.as_str().into(),
                 properties: BTreeMap::from([(name.clone(), 7)]),
                 ..CursorRecord::default()
             };
             assert_eq!(CursorRecord::decode(&record.encode()).unwrap().name, name);
             let entry = CursorEntry {
-                name: name.clone(),
+                name: name.as_str().into(),
                 id: 3,
             };
-            assert_eq!(CursorEntry::decode(&entry.encode()).unwrap().name, name);
+            assert_eq!(*CursorEntry::decode(&entry.encode()).unwrap().name, *name);
             let topic = TopicRecord {
                 cursors: vec![entry.clone(), entry],
                 ..TopicRecord::default()
@@ -1028,7 +1035,10 @@ mod tests {
         }
 
         fn cursor_entry() -> impl Strategy<Value = CursorEntry> {
-            (any::<String>(), any::<u64>()).prop_map(|(name, id)| CursorEntry { name, id })
+            (any::<String>(), any::<u64>()).prop_map(|(name, id)| CursorEntry {
+                name: name.into(),
+                id,
+            })
         }
 
         proptest! {

@@ -223,7 +223,11 @@ pub(crate) fn open(
     // A store's topic cuts no torn tail: it never appends to a ledger it did not create, and a
     // former owner that still runs may be writing the end of one while this open reads it.
     let sealed = sealed_in_record(&record);
-    let log = EntryLog::open_locked_deferring(storage, config.log, guard, claim_cursors, &sealed);
+    // One listing, after the claim, serves the entry log and rule 3 (cursor records): both
+    // are taken before the owner check that precedes any deletion.
+    let listed = storage.list()?;
+    let tails = (claim_cursors, listed.as_slice());
+    let log = EntryLog::open_locked_deferring(storage, config.log, guard, tails, &sealed);
     let log = Arc::new(log?);
     log.reserve_ids(ids.0, ids.1, None);
     let on_disk: BTreeSet<u64> = log.ledger_ids().into_iter().collect();
@@ -236,7 +240,7 @@ pub(crate) fn open(
     let (refs, cut_short) = settle_cursors(
         meta.as_ref(),
         &log,
-        (&record, &on_disk),
+        (&record, &on_disk, &listed),
         (&journal, recovered),
         (!in_store).then_some(version),
     )?;
@@ -368,12 +372,12 @@ fn repair_record(
 fn settle_cursors(
     meta: &dyn MetaStore,
     log: &EntryLog,
-    (record, on_disk): (&TopicRecord, &BTreeSet<u64>),
+    (record, on_disk, listed): (&TopicRecord, &BTreeSet<u64>, &[String]),
     (tj, recovered): (&TopicJournal, &[u64]),
     claimed: Option<u64>,
 ) -> Result<(References, Vec<u64>)> {
     let cut_short = unlisted_journal_cursors(tj, record, recovered);
-    let refs = cursor_references(meta, log, (record, on_disk), tj, claimed)?;
+    let refs = cursor_references(meta, log, (record, on_disk, listed), tj, claimed)?;
     if claimed.is_some() {
         // A topic of its own checked its record's version above; its journal writes nothing
         // before its hooks are set: the caller forgets these then.
@@ -448,7 +452,7 @@ fn settle_interrupted_creates(
 fn cursor_references(
     meta: &dyn MetaStore,
     log: &EntryLog,
-    (record, on_disk): (&TopicRecord, &BTreeSet<u64>),
+    (record, on_disk, listed): (&TopicRecord, &BTreeSet<u64>, &[String]),
     tj: &TopicJournal,
     claimed: Option<u64>,
 ) -> Result<References> {
@@ -469,7 +473,7 @@ fn cursor_references(
     let names = if claim || unlisted {
         meta.list()?
     } else {
-        record_names(log)?
+        record_names(listed)
     };
     // Every listing this open deletes by (the ledger files, the records) is taken by now: a
     // newer owner's claim after this check comes before anything it creates, so nothing a
@@ -538,18 +542,16 @@ fn cursor_references(
     })
 }
 
-/// The record names the topic's storage holds (from one listing, nothing read): what rule 3
-/// looks through for cursor records of ids the cursor table no longer lists.
-fn record_names(log: &EntryLog) -> Result<Vec<String>> {
-    let mut names: Vec<String> = log
-        .storage()
-        .list()?
+/// The record names among `listed` (the open's one listing, nothing read): what rule 3 looks
+/// through for cursor records of ids the cursor table no longer lists.
+fn record_names(listed: &[String]) -> Vec<String> {
+    let mut names: Vec<String> = listed
         .iter()
         .filter_map(|f| crate::meta::record_of_file(f).map(str::to_owned))
         .collect();
     names.sort_unstable();
     names.dedup();
-    Ok(names)
+    names
 }
 
 /// Rules 0 and 1 for a topic of a store: claims the topic record without writing a byte

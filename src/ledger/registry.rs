@@ -66,13 +66,7 @@ impl TopicCore {
             return Ok(Cursor::from_shared(open.clone()));
         }
         let log = self.log()?;
-        self.check_owner(&w)?;
-        let listed = w
-            .record
-            .cursors
-            .iter()
-            .find(|c| c.name == name)
-            .map(|c| c.id);
+        let listed = w.record.cursor_id(name);
         let id = listed.unwrap_or(w.record.next_cursor_id);
         let record_name = cursor::record_name(id);
         let identity = CursorIdentity {
@@ -83,9 +77,18 @@ impl TopicCore {
             && listed.is_some()
             && tj.committed_state(id).is_some()
         {
-            // A cursor of a store's topic that the journal holds is recovered from the journal
-            // alone: its record is not even read (the journal knows it by its topic's catalog
-            // id and its own id, never by a name).
+            // A cursor that the journal holds is recovered from the journal alone: its record
+            // is not even read (the journal knows it by its topic's catalog id and its own id,
+            // never by a name).
+            //
+            // No ownership check here: the topic's open made it, after its last listing (the
+            // store's check, or a topic of its own its record still at the claim's version),
+            // and this reopen reads and writes no file: it answers from the journal's index as
+            // the topic's open left it, as a cursor opened before a newer owner's claim does.
+            // Every write the cursor makes later is checked where it is made (a tick runs the
+            // owner's check after its sync, before anything counts as durable; a record write
+            // is a compare-and-set bracketed by the store's check), so a fenced handle still
+            // gets `Fenced` from its first flush, and never more acked than the truth.
             return self.open_journal_cursor(
                 &mut w,
                 name,
@@ -95,6 +98,13 @@ impl TopicCore {
                 identity,
                 &tj,
             );
+        }
+        if !self.in_store {
+            // A topic of its own writes a cursor's record before the topic record's
+            // compare-and-set: this check keeps a fenced handle from writing a record of an id
+            // a newer owner gives out. On a store every record write below is bracketed by
+            // the store's check (`meta::CheckedMeta`), the topic record's first.
+            self.check_owner(&w)?;
         }
         let found = self.meta.get(&record_name)?;
         // A record found under this cursor's name must be this cursor's: one moved or copied
@@ -128,6 +138,8 @@ impl TopicCore {
                 );
             }
         }
+        // On a store this is a reopen (a cursor on a cursor ledger the journal holds nothing
+        // of): it writes nothing, its claim deferred to its first write, which checks.
         let opener = CursorOpener::new(
             log,
             self.meta.clone(),
@@ -152,7 +164,7 @@ impl TopicCore {
             if listed.is_none() {
                 let mut record = w.record.clone();
                 record.cursors.push(CursorEntry {
-                    name: name.to_owned(),
+                    name: name.into(),
                     id,
                 });
                 record.next_cursor_id = id + 1;
@@ -286,7 +298,7 @@ impl TopicCore {
                 }
                 let mut next = w.record.clone();
                 next.cursors.push(CursorEntry {
-                    name: name.to_owned(),
+                    name: name.into(),
                     id,
                 });
                 next.next_cursor_id = id + 1;
@@ -413,13 +425,7 @@ impl TopicCore {
     pub(crate) fn delete_cursor(&self, name: &str) -> Result<()> {
         let log = self.log()?;
         let mut w = self.writer();
-        let Some(id) = w
-            .record
-            .cursors
-            .iter()
-            .find(|c| c.name == name)
-            .map(|c| c.id)
-        else {
+        let Some(id) = w.record.cursor_id(name) else {
             return Err(Error::NoSuchCursor {
                 name: name.to_owned(),
             });
@@ -493,7 +499,7 @@ impl TopicCore {
             .record
             .cursors
             .iter()
-            .map(|c| c.name.clone())
+            .map(|c| c.name.to_string())
             .collect();
         names.sort();
         names

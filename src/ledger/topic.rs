@@ -619,10 +619,10 @@ impl TopicCore {
         for entry in &record.cursors {
             // A closed cursor persisted through the journal: the journal holds its state (its
             // record only the state it was created with).
-            let journaled = (!open.contains_key(&entry.name))
+            let journaled = (!open.contains_key(&*entry.name))
                 .then(|| self.journal.as_ref()?.committed_state(entry.id))
                 .flatten();
-            let mark = match open.get(&entry.name) {
+            let mark = match open.get(&*entry.name) {
                 Some(c) => c.published_mark(),
                 None if journaled.is_some() => journaled
                     .map(|s| s.mark_delete)

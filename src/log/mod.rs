@@ -299,16 +299,18 @@ impl EntryLog {
     /// hold the recorded count: [`Error::Corrupted`] naming the ledger for damage (or a file
     /// shorter than a header) before it, [`Error::LedgerMismatch`] for a file cut short
     /// cleanly, [`Error::MissingLedger`] for a file removed since; the next use tries again.
-    /// Deleting a deferred ledger opens nothing. Open costs one listing whatever the number of
+    /// Deleting a deferred ledger opens nothing. `listed` is every name the storage held at one
+    /// listing the caller took after it claimed the storage (it reads the same listing for
+    /// what else the directory holds): the open lists nothing more, whatever the number of
     /// sealed ledgers.
     pub fn open_locked_deferring(
         storage: Arc<dyn Storage>,
         config: LogConfig,
         guard: LockGuard,
-        cut_tails: bool,
+        (cut_tails, listed): (bool, &[String]),
         sealed: &BTreeMap<u64, u64>,
     ) -> Result<EntryLog> {
-        Self::open_inner(storage, config, Some(guard), cut_tails, sealed)
+        Self::open_listed(storage, config, Some(guard), (cut_tails, listed), sealed)
     }
 
     /// [`EntryLog::open_locked`] that cuts no torn tail: each is reported in
@@ -337,6 +339,18 @@ impl EntryLog {
         cut_tails: bool,
         sealed: &BTreeMap<u64, u64>,
     ) -> Result<EntryLog> {
+        let listed = storage.list()?;
+        Self::open_listed(storage, config, guard, (cut_tails, &listed), sealed)
+    }
+
+    /// [`EntryLog::open_inner`] over the names of `listed`.
+    fn open_listed(
+        storage: Arc<dyn Storage>,
+        config: LogConfig,
+        guard: Option<LockGuard>,
+        (cut_tails, listed): (bool, &[String]),
+        sealed: &BTreeMap<u64, u64>,
+    ) -> Result<EntryLog> {
         let read_only = guard.is_none();
         let mut deferred = BTreeMap::new();
         let stats = LogStatsCounters::new(storage.location());
@@ -344,8 +358,8 @@ impl EntryLog {
         let mut report = Vec::new();
         let mut interrupted = std::collections::BTreeSet::new();
         let mut max_seen = 0;
-        for name in storage.list()? {
-            let Some(id) = parse_ledger_file_name(&name) else {
+        for name in listed {
+            let Some(id) = parse_ledger_file_name(name) else {
                 continue;
             };
             max_seen = max_seen.max(id);

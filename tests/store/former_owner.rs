@@ -22,6 +22,21 @@ fn prepared(per_ledger: u64) -> MemStorage {
     disk
 }
 
+/// Which of the three entries of `prepared` cursor `sub` of `topic` has acknowledged.
+fn sub_acked(topic: &ackstore::ManagedLedger) -> Vec<bool> {
+    let cursor = topic
+        .open_cursor("sub", CursorOptions::default())
+        .expect("cursor");
+    acked_of(&cursor)
+}
+
+/// Which of the three entries of `prepared` `cursor` has acknowledged.
+fn acked_of(cursor: &ackstore::Cursor) -> Vec<bool> {
+    (0..3)
+        .map(|e| cursor.is_acked(Position::new(1, e)).expect("is_acked"))
+        .collect()
+}
+
 /// A former owner opens a topic it had not opened yet while the new owner claims the store,
 /// opens the topic, creates a ledger, appends and syncs (`Ok`), at every step of that open: the
 /// former owner's open (which takes every ledger file its record read does not list for an
@@ -128,12 +143,7 @@ fn a_fenced_cursor_deletion_never_takes_effect_under_the_new_owner() {
             Store::open_with_storage(Arc::new(disk.clone()), store_config(1_000)).expect("reopen");
         let topic = again.topic("t").expect("topic");
         let names = topic.cursor_names();
-        let cursor = topic
-            .open_cursor("sub", CursorOptions::default())
-            .expect("cursor");
-        let acked: Vec<bool> = (0..3)
-            .map(|e| cursor.is_acked(Position::new(1, e)).expect("is_acked"))
-            .collect();
+        let acked = sub_acked(&topic);
         if flushed.is_ok() && (names != ["sub"] || !acked[1]) {
             failures.push(format!(
                 "takeover after step {n} of the former owner's delete_cursor (which returned \
@@ -279,5 +289,51 @@ fn a_former_owners_topic_open_never_cuts_the_new_owners_write_in_progress() {
         "the new owner's sync returned Ok (reads then: {now:?}, close {closed:?}); the former \
          owner's open returned {old_result:?}; after a power cut the new owner's entries read \
          {after:?}"
+    );
+}
+
+/// A former owner reopens a cursor its store's journal holds after a new owner claimed the
+/// store and flushed that cursor further: the reopen reads and writes no file (the topic's open
+/// made the ownership check), and what the former owner then acks and flushes is refused as
+/// `Fenced` and never reaches the new owner's state.
+#[test]
+fn a_former_owner_reopens_a_journal_cursor_without_storage_and_its_flush_is_fenced() {
+    let disk = prepared(1_000);
+    let hooked = takeover::Disk::new(Arc::new(disk.clone()));
+    let old = Store::open_with_storage(hooked.storage.clone(), store_config(1_000)).expect("open");
+    let old_topic = old.topic("t").expect("topic");
+    let new = takeover::new_store_owner(&disk, store_config(1_000), "t");
+    {
+        let topic = new.topic("t").expect("topic");
+        let cursor = topic
+            .open_cursor("sub", CursorOptions::default())
+            .expect("cursor");
+        cursor.ack(Position::new(1, 1)).expect("ack");
+        cursor.flush().expect("the new owner's flush");
+    }
+    let before = hooked.hook.count();
+    let reopened = old_topic.open_cursor("sub", CursorOptions::default());
+    assert_eq!(
+        hooked.hook.count(),
+        before,
+        "reopening a cursor the journal holds made storage operations"
+    );
+    let cursor = reopened.expect("a reopen from the journal's index");
+    // The state the former owner's open recovered: entry 0 acknowledged, no more.
+    assert_eq!(acked_of(&cursor), [true, false, false]);
+    cursor.ack(Position::new(1, 2)).expect("an ack in memory");
+    let flushed = cursor.flush();
+    assert!(matches!(flushed, Err(Error::Fenced { .. })), "{flushed:?}");
+    drop((cursor, old_topic));
+    drop(old);
+    new.close().expect("close");
+    drop(new);
+    let again = Store::open_with_storage(Arc::new(disk), store_config(1_000)).expect("reopen");
+    let topic = again.topic("t").expect("topic");
+    let acked = sub_acked(&topic);
+    assert_eq!(
+        acked,
+        [true, true, false],
+        "the new owner's state after a restart"
     );
 }

@@ -172,7 +172,7 @@ pub fn sample_as_topic(name: &str, data: &[(u64, u64)]) -> (ackstore::MemStorage
         next_ledger_id: last + 1,
         ledgers,
         cursors: vec![CursorEntry {
-            name: cursor.clone(),
+            name: cursor.as_str().into(),
             id: 1,
         }],
         next_cursor_id: 2,

@@ -275,7 +275,7 @@ fn a_zero_padded_cursor_record_beside_a_deletion_cut_short_open_and_verify_agree
         let padded = r.replacen("cursor-0.", "cursor-00.", 1);
         std::fs::rename(t1.join(r), t1.join(padded)).expect("rename");
     }
-    edit_topic_record(dir.path(), 1, |r| r.cursors.retain(|c| c.name != "x"));
+    edit_topic_record(dir.path(), 1, |r| r.cursors.retain(|c| &*c.name != "x"));
     let (code, said) = verify_code(dir.path());
     let opened =
         Store::open(dir.path(), config).and_then(|s| s.topic("a").map(|t| t.cursor_names()));
