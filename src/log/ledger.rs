@@ -13,9 +13,11 @@
 //! bounds from the index and the frame itself by two positional reads, so a store of many small
 //! topics keeps no pages of them resident (a map's first touch makes the kernel map the pages
 //! around it too, and they stay counted in the process's resident set while the map lives).
-//! Either way a sealed frame is checked whole (length, entry id, checksum) on every read. After the fsync that makes its footer durable, and before any map,
-//! the seal records the whole file length in the header's synced-length slot: the proof that
-//! lets a later open skip the ledger's fsync (see `recover`).
+//! Either way a sealed frame is checked whole (length, entry id, checksum) on every read.
+//!
+//! After the fsync that makes its footer durable, and before any map, the seal records the whole
+//! file length in the header's synced-length slot: the proof that lets a later open skip the
+//! ledger's fsync (see `recover`).
 //!
 //! Appends collect in a write buffer of [`WRITE_BUFFER`] bytes, written to the file in one call
 //! when it fills, on `sync`, on `seal` and when the ledger is dropped, so small entries cost a
