@@ -317,20 +317,13 @@ pub fn parse_roaring(body: &[u8]) -> Option<Words> {
 }
 
 /// The dense form of `bitmap`; `None` when it holds a value of 2^16 or more (more than one
-/// container, or a key other than 0). A set of at most [`ARRAY_LIMIT`] values (an array
-/// container: a store cursor's usual partition) sets its bits one by one; a larger one goes
-/// through its own serialization, whose bitmap or run container copies a word or a run at a
-/// time.
+/// container, or a key other than 0). Goes through the set's own serialization, whose bitmap or
+/// run container copies a word or a run at a time and whose array container lists its values:
+/// reading that list is about twice as fast as the bitmap's value iterator, even for the few
+/// values of a store cursor's usual partition.
 pub fn words_of(bitmap: &RoaringBitmap) -> Option<Words> {
     if bitmap.max().is_some_and(|v| v >= 1 << 16) {
         return None;
-    }
-    if bitmap.len() <= ARRAY_LIMIT as u64 {
-        let mut words = empty_words();
-        for v in bitmap {
-            set_bit(&mut words, v);
-        }
-        return Some(words);
     }
     let mut serialized = Vec::with_capacity(bitmap.serialized_size());
     bitmap.serialize_into(&mut serialized).ok()?;
