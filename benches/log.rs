@@ -3,9 +3,10 @@
 //! - `append/{log,baseline}/{size}/{unsynced,sync64}`: appending entries of 128 B, 1 KiB and
 //!   16 KiB to a ledger, against `std::fs::File::write_all` of the same payload bytes into a
 //!   plain file in the same directory, with the same `fdatasync` every 64 entries (or none).
-//! - `read_sealed/{log,baseline}`: reading every entry of a sealed ledger (4096 x 1 KiB, through
-//!   its memory map, checksum checked) against `read_exact_at` of the same 1 KiB chunks from a
-//!   plain file.
+//! - `read_sealed/{log,by_position,baseline}`: reading every entry of a sealed ledger (4096 x
+//!   1 KiB, checksum checked) through its memory map (`log`), and by position as a ledger under
+//!   `LogConfig::map_sealed_from` is read (`by_position`: its bounds from the index, then its
+//!   frame, two `pread`s), against `read_exact_at` of the same 1 KiB chunks from a plain file.
 //!   `paired append/...` lines print a second, load-robust figure: 15 alternating batches of
 //!   2048 appends each for the log, the `write_all` baseline and a 64 KiB `BufWriter` baseline,
 //!   the median time per append of each and the log's throughput as a share of each.
@@ -211,15 +212,23 @@ fn read_sealed(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("read_sealed");
     group.throughput(Throughput::Bytes(ENTRIES * SIZE as u64));
-    group.bench_function("log", |b| {
-        b.iter(|| {
-            let mut sum = 0usize;
-            for i in 0..ENTRIES {
-                sum += log.read(ledger, i).expect("read").payload.len();
-            }
-            sum
-        });
-    });
+    // Every entry of the ledger read through `log`: the bytes read.
+    let read_all = |log: &EntryLog| -> usize {
+        (0..ENTRIES)
+            .map(|i| log.read(ledger, i).expect("read").payload.len())
+            .sum()
+    };
+    group.bench_function("log", |b| b.iter(|| read_all(&log)));
+    // A read-only handle of the same directory that reads the ledger by position.
+    let by_position = EntryLog::open_read_only(
+        Arc::new(FileStorage::open(dir.path(), false).expect("storage")),
+        LogConfig {
+            map_sealed_from: u64::MAX,
+            ..LogConfig::default()
+        },
+    )
+    .expect("log");
+    group.bench_function("by_position", |b| b.iter(|| read_all(&by_position)));
     group.bench_function("baseline", |b| {
         b.iter(|| {
             let mut sum = 0usize;

@@ -6,7 +6,8 @@
 //!   encoding of the same ranges (`ackset::pulsar::message_range_bytes`), both modes;
 //! - recovery of 1M and 10M holes: open to first read (lazy), and to full load;
 //! - encoding one partition record (`encode_partition`, version 2) of a 50,000-entry ledger per
-//!   ack pattern, against version 1's roaring copy (`encode_partition_v1`) of the same set;
+//!   ack pattern, and of the store workload's small partition (250 of the first 500 entries),
+//!   against version 1's roaring copy (`encode_partition_v1`) of the same set;
 //! - decoding that record (`decode_partition`), against decoding the version 1 record.
 //!
 //! Run: `cargo bench --bench persist -- --warm-up-time 1 --measurement-time 5`.
@@ -246,7 +247,10 @@ fn encode(c: &mut Criterion) {
         ledger_id: 7,
         chunk: 0,
     };
-    for pattern in [
+    // The seven patterns over 50,000 entries, and the partition of `ackstore perf --topics`'s
+    // store workload: every other entry of the first 500 (a topic of 1,000 entries), where a
+    // partition's 65,536 offsets are nearly all outside the set.
+    let sets = [
         "alternating",
         "random:0.5",
         "random:0.9",
@@ -254,8 +258,14 @@ fn encode(c: &mut Criterion) {
         "random:0.999",
         "holes:100",
         "random:0.01",
-    ] {
-        let set = partition_set(pattern);
+    ]
+    .map(|p| (p.to_string(), partition_set(p)))
+    .into_iter()
+    .chain([(
+        "store_250_of_500".to_string(),
+        (0..500).step_by(2).collect::<RoaringBitmap>(),
+    )]);
+    for (pattern, set) in sets {
         eprintln!(
             "persist/encode_partition_50000/{pattern}: {} acked, version 2 {} bytes, version 1 {} \
              bytes",

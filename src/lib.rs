@@ -57,7 +57,10 @@ pub use finder::LedgerSpan;
 pub use format::cursor::{MAX_BATCH_SIZE, MAX_PROPERTIES, MAX_PROPERTY_NAME};
 pub use journal::{JournalConfig, JournalStats};
 pub use ledger::{AppendMeta, LedgerConfig, ManagedLedger, NonDurableOptions};
-pub use log::{DEFAULT_MAX_ENTRY_SIZE, LedgerInfo, LogConfig, LogStats, RecoveryMode, TailRepair};
+pub use log::{
+    DEFAULT_MAP_SEALED_FROM, DEFAULT_MAX_ENTRY_SIZE, LedgerInfo, LogConfig, LogStats, RecoveryMode,
+    TailRepair,
+};
 pub use position::Position;
 pub use storage::{FileStorage, LeaseState, MemStorage, Storage};
 #[cfg(feature = "rados")]

@@ -112,6 +112,12 @@ fuzz_target!(|data: &[u8]| {
         ..LogConfig::default()
     };
     open_and_read_all(&disk, LogConfig::default(), true);
+    // A sealed ledger this small is read by position by default; through a map here.
+    let mapped = LogConfig {
+        map_sealed_from: 0,
+        ..LogConfig::default()
+    };
+    open_and_read_all(&disk, mapped, true);
     open_and_read_all(&disk, strict, false);
     open_and_read_all(&disk, LogConfig::default(), false);
     // After a tolerant open repaired it, the file must open cleanly, and every entry it holds

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use roaring::RoaringBitmap;
 
 use super::host::{Listed, Seal};
-use super::index::{Committed, CursorId, Index, PartLoc, SnapshotLoc};
+use super::index::{Committed, CursorId, Index, PartLoc, Rows, SnapshotLoc};
 use super::partitions::{read_payload_at, read_snapshot_at, verified_partition};
 use super::recover::scan_segments;
 use super::segment::segment_name;
@@ -190,7 +190,7 @@ pub fn committed_ranges(storage: Arc<dyn Storage>, state: &Committed) -> Result<
 /// journal open: the offline check's partition store. Read only.
 struct CommittedPartitions {
     storage: Arc<dyn Storage>,
-    rows: BTreeMap<PartitionKey, PartLoc>,
+    rows: Rows,
     /// Segment files opened so far.
     files: HashMap<u64, Arc<dyn StorageFile>>,
 }

@@ -5,8 +5,12 @@
 //! the partial entries of one partition), its newest committed single-entry snapshot
 //! ([`SnapshotLoc`]), and the partitions and batch records written since (by evictions) that
 //! no marker references yet. Pure data, no I/O; rebuilt by
-//! the journal's open (`recover.rs`). Batch records are indexed as partitions are, in maps of their
-//! own (a partition may have both an ack record and a batch record).
+//! the journal's open (`recover.rs`). Batch records are indexed as partitions are, in rows of
+//! their own (a partition may have both an ack record and a batch record).
+//!
+//! Sized for a store of 100,000 cursors: a cursor is one entry of one hash map (its committed
+//! chain and its pending rows together, hashed once per lookup with [`BuildIdHasher`]), and a
+//! cursor's rows are a [`Rows`], a sorted vector while they are few.
 //!
 //! A cursor's committed state is a *chain*: a full marker and the deltas built on it since,
 //! each naming the one before. [`Committed`] holds the chain's result (every live row), where
@@ -21,8 +25,10 @@
 //! ([`PartLoc::seq`], not its place in the log: a rollover copies an old committed copy to
 //! the end of the log, after newer pending ones): a copy older than another is never returned.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
 
+pub use super::rows::{Row, Rows};
 use crate::ackset::PartitionKey;
 use crate::format::cursor::PersistedState;
 use crate::format::journal::JournalLoc;
@@ -74,20 +80,16 @@ pub struct Committed {
     /// Mark-delete, epoch and properties.
     pub state: PersistedState,
     /// Every live partition and where it is.
-    pub rows: BTreeMap<PartitionKey, PartLoc>,
+    pub rows: Rows,
     /// Every partition with partial entries and where its batch record is.
-    pub batch: BTreeMap<PartitionKey, PartLoc>,
+    pub batch: Rows,
 }
 
 impl Committed {
     /// The floor of a chain that starts with a full marker at `marker` over `rows` and
     /// `batch`.
     #[must_use]
-    pub fn full_floor(
-        marker: JournalLoc,
-        rows: &BTreeMap<PartitionKey, PartLoc>,
-        batch: &BTreeMap<PartitionKey, PartLoc>,
-    ) -> u64 {
+    pub fn full_floor(marker: JournalLoc, rows: &Rows, batch: &Rows) -> u64 {
         rows.values()
             .chain(batch.values())
             .map(|r| r.loc.segment)
@@ -147,28 +149,47 @@ pub struct AppliedDelta {
     pub added_batch: Vec<(PartitionKey, PartLoc)>,
 }
 
-/// The index of the whole journal.
+/// The index of the whole journal: one entry per cursor, so a lookup hashes its cursor once
+/// and finds its committed and pending rows together.
 #[derive(Debug, Default)]
 pub struct Index {
-    committed: HashMap<CursorId, Committed>,
-    snapshots: HashMap<CursorId, SnapshotLoc>,
-    pending: HashMap<CursorId, BTreeMap<PartitionKey, PartLoc>>,
-    pending_batch: HashMap<CursorId, BTreeMap<PartitionKey, PartLoc>>,
+    cursors: HashMap<CursorId, Entry, BuildIdHasher>,
 }
 
-/// Drops from `pending` the copies of `cursor` that `referenced` (the rows a commit made)
-/// holds, or newer ones: a pending copy survives a commit only if written after the row it
-/// would replace.
+/// One cursor's part of the index. Invariant: an entry with no committed chain, no snapshot
+/// and no pending row is not kept.
+#[derive(Debug, Default)]
+struct Entry {
+    committed: Option<Committed>,
+    snapshot: Option<SnapshotLoc>,
+    pending: Rows,
+    pending_batch: Rows,
+}
+
+impl Entry {
+    fn is_empty(&self) -> bool {
+        self.committed.is_none()
+            && self.snapshot.is_none()
+            && self.pending.is_empty()
+            && self.pending_batch.is_empty()
+    }
+
+    /// The cursor's chain committed after its snapshot: the snapshot is its fallback now.
+    fn chain_is_newest(&mut self) {
+        if let Some(s) = self.snapshot.as_mut() {
+            s.current = false;
+        }
+    }
+}
+
+/// Drops from `pending` the copies that `referenced` (the rows a commit made) holds, or newer
+/// ones: a pending copy survives a commit only if written after the row it would replace.
 fn settle_pending<'a>(
-    pending: &mut HashMap<CursorId, BTreeMap<PartitionKey, PartLoc>>,
-    cursor: CursorId,
+    pending: &mut Rows,
     referenced: impl Fn(&PartitionKey) -> Option<&'a PartLoc>,
 ) {
-    if let Some(p) = pending.get_mut(&cursor) {
-        p.retain(|k, v| referenced(k).is_none_or(|row| v.seq > row.seq));
-        if p.is_empty() {
-            pending.remove(&cursor);
-        }
+    if !pending.is_empty() {
+        pending.retain(|k, v| referenced(k).is_none_or(|row| v.seq > row.seq));
     }
 }
 
@@ -181,56 +202,65 @@ pub(super) fn newest(pending: Option<PartLoc>, committed: Option<PartLoc>) -> Op
 }
 
 impl Index {
+    /// Changes `cursor`'s entry with `change`, and drops the entry if that leaves it empty.
+    fn change<T>(&mut self, cursor: CursorId, change: impl FnOnce(&mut Entry) -> T) -> Option<T> {
+        let entry = self.cursors.get_mut(&cursor)?;
+        let out = change(entry);
+        if entry.is_empty() {
+            self.cursors.remove(&cursor);
+        }
+        Some(out)
+    }
+
     /// A partition of `cursor` was written at `part` and is not committed yet.
     pub fn stage(&mut self, cursor: CursorId, key: PartitionKey, part: PartLoc) {
-        self.pending.entry(cursor).or_default().insert(key, part);
+        self.cursors
+            .entry(cursor)
+            .or_default()
+            .pending
+            .insert(key, part);
     }
 
     /// A batch record of `cursor` was written at `part` and is not committed yet.
     pub fn stage_batch(&mut self, cursor: CursorId, key: PartitionKey, part: PartLoc) {
-        self.pending_batch
+        self.cursors
             .entry(cursor)
             .or_default()
+            .pending_batch
             .insert(key, part);
     }
 
     /// `cursor`'s marker at `committed.marker` was synced: it replaces the cursor's earlier
     /// one. Pending copies it references, or older than the one it references, are dropped.
     pub fn commit(&mut self, cursor: CursorId, committed: Committed) {
-        settle_pending(&mut self.pending, cursor, |k| committed.rows.get(k));
-        settle_pending(&mut self.pending_batch, cursor, |k| committed.batch.get(k));
-        self.committed.insert(cursor, committed);
-        self.chain_is_newest(cursor);
+        let entry = self.cursors.entry(cursor).or_default();
+        settle_pending(&mut entry.pending, |k| committed.rows.get(k));
+        settle_pending(&mut entry.pending_batch, |k| committed.batch.get(k));
+        entry.committed = Some(committed);
+        entry.chain_is_newest();
     }
 
     /// `cursor`'s snapshot at `snapshot.loc` was synced: it replaces the cursor's earlier one
     /// and is its state (the chain, if any, becomes its fallback).
     pub fn commit_snapshot(&mut self, cursor: CursorId, snapshot: SnapshotLoc) {
-        self.snapshots.insert(
-            cursor,
-            SnapshotLoc {
-                current: true,
-                ..snapshot
-            },
-        );
-    }
-
-    /// The cursor's chain committed after its snapshot: the snapshot is its fallback now.
-    fn chain_is_newest(&mut self, cursor: CursorId) {
-        if let Some(s) = self.snapshots.get_mut(&cursor) {
-            s.current = false;
-        }
+        self.cursors.entry(cursor).or_default().snapshot = Some(SnapshotLoc {
+            current: true,
+            ..snapshot
+        });
     }
 
     /// The cursor's chain does not verify (a recovery scan found its newest record damaged)
     /// and it has a snapshot: the chain is dropped and the snapshot is its state. Returns
     /// whether the cursor has a snapshot (nothing changes without one).
     pub fn fall_back_to_snapshot(&mut self, cursor: CursorId) -> bool {
-        let Some(s) = self.snapshots.get_mut(&cursor) else {
+        let Some(entry) = self.cursors.get_mut(&cursor) else {
+            return false;
+        };
+        let Some(s) = entry.snapshot.as_mut() else {
             return false;
         };
         s.current = true;
-        self.committed.remove(&cursor);
+        entry.committed = None;
         true
     }
 
@@ -239,7 +269,10 @@ impl Index {
     /// the delta's. Pending copies it references, or older ones, are dropped as by
     /// [`Index::commit`]. Does nothing for a cursor without a committed marker.
     pub fn apply_delta(&mut self, cursor: CursorId, delta: AppliedDelta) {
-        let Some(c) = self.committed.get_mut(&cursor) else {
+        let Some(entry) = self.cursors.get_mut(&cursor) else {
+            return;
+        };
+        let Some(c) = entry.committed.as_mut() else {
             return;
         };
         for key in &delta.removed {
@@ -263,103 +296,85 @@ impl Index {
         c.crc = delta.crc;
         c.name = delta.name;
         c.state = delta.state;
-        self.chain_is_newest(cursor);
+        entry.chain_is_newest();
         let found = |added: &'_ [(PartitionKey, PartLoc)], k: &PartitionKey| {
             added.iter().find(|(a, _)| a == k).map(|(_, row)| *row)
         };
         for (pending, added) in [
-            (&mut self.pending, &delta.added),
-            (&mut self.pending_batch, &delta.added_batch),
+            (&mut entry.pending, &delta.added),
+            (&mut entry.pending_batch, &delta.added_batch),
         ] {
-            if let Some(p) = pending.get_mut(&cursor) {
-                p.retain(|k, v| found(added, k).is_none_or(|row| v.seq > row.seq));
-                if p.is_empty() {
-                    pending.remove(&cursor);
-                }
+            if !pending.is_empty() {
+                pending.retain(|k, v| found(added, k).is_none_or(|row| v.seq > row.seq));
             }
         }
     }
 
     /// The cursor no longer has `key` (its acks were all removed): drops its pending copy.
     pub fn forget_partition(&mut self, cursor: CursorId, key: PartitionKey) {
-        if let Some(p) = self.pending.get_mut(&cursor) {
-            p.remove(&key);
-        }
+        self.change(cursor, |e| e.pending.remove(&key));
     }
 
     /// The cursor no longer uses its pending batch record of `key` (the partition changed or
     /// is gone).
     pub fn forget_batch(&mut self, cursor: CursorId, key: PartitionKey) {
-        if let Some(p) = self.pending_batch.get_mut(&cursor) {
-            p.remove(&key);
-        }
+        self.change(cursor, |e| e.pending_batch.remove(&key));
     }
 
     /// The cursor was deleted.
     pub fn remove(&mut self, cursor: CursorId) {
-        self.committed.remove(&cursor);
-        self.snapshots.remove(&cursor);
-        self.pending.remove(&cursor);
-        self.pending_batch.remove(&cursor);
+        self.cursors.remove(&cursor);
     }
 
     /// The newest batch record of `key` of `cursor`, pending or committed.
     #[must_use]
     pub fn lookup_batch(&self, cursor: CursorId, key: PartitionKey) -> Option<PartLoc> {
-        let pending = self
-            .pending_batch
-            .get(&cursor)
-            .and_then(|p| p.get(&key))
-            .copied();
-        let committed = self
-            .committed
-            .get(&cursor)
-            .and_then(|c| c.batch.get(&key))
-            .copied();
-        newest(pending, committed)
+        let entry = self.cursors.get(&cursor)?;
+        let pending = entry.pending_batch.get(&key).copied();
+        let committed = entry.committed.as_ref().and_then(|c| c.batch.get(&key));
+        newest(pending, committed.copied())
     }
 
-    /// The cursor's pending batch records.
+    /// The cursor's pending batch records (`None` when it has none).
     #[must_use]
-    pub fn pending_batch(&self, cursor: CursorId) -> Option<&BTreeMap<PartitionKey, PartLoc>> {
-        self.pending_batch.get(&cursor)
+    pub fn pending_batch(&self, cursor: CursorId) -> Option<&Rows> {
+        let entry = self.cursors.get(&cursor)?;
+        (!entry.pending_batch.is_empty()).then_some(&entry.pending_batch)
     }
 
     /// The newest copy of `key` of `cursor`, pending or committed.
     #[must_use]
     pub fn lookup(&self, cursor: CursorId, key: PartitionKey) -> Option<PartLoc> {
-        let pending = self.pending.get(&cursor).and_then(|p| p.get(&key)).copied();
-        let committed = self
-            .committed
-            .get(&cursor)
-            .and_then(|c| c.rows.get(&key))
-            .copied();
-        newest(pending, committed)
+        let entry = self.cursors.get(&cursor)?;
+        let pending = entry.pending.get(&key).copied();
+        let committed = entry.committed.as_ref().and_then(|c| c.rows.get(&key));
+        newest(pending, committed.copied())
     }
 
     /// The cursor's committed marker.
     #[must_use]
     pub fn committed(&self, cursor: CursorId) -> Option<&Committed> {
-        self.committed.get(&cursor)
+        self.cursors.get(&cursor)?.committed.as_ref()
     }
 
-    /// The cursor's pending partitions.
+    /// The cursor's pending partitions (`None` when it has none).
     #[must_use]
-    pub fn pending(&self, cursor: CursorId) -> Option<&BTreeMap<PartitionKey, PartLoc>> {
-        self.pending.get(&cursor)
+    pub fn pending(&self, cursor: CursorId) -> Option<&Rows> {
+        let entry = self.cursors.get(&cursor)?;
+        (!entry.pending.is_empty()).then_some(&entry.pending)
     }
 
     /// The cursor's newest committed snapshot.
     #[must_use]
     pub fn snapshot(&self, cursor: CursorId) -> Option<&SnapshotLoc> {
-        self.snapshots.get(&cursor)
+        self.cursors.get(&cursor)?.snapshot.as_ref()
     }
 
     /// The cursor's snapshot if it is the cursor's state (committed after its chain, or
     /// without one).
     #[must_use]
     pub fn current_snapshot(&self, cursor: CursorId) -> Option<&SnapshotLoc> {
-        self.snapshots.get(&cursor).filter(|s| s.current)
+        self.snapshot(cursor).filter(|s| s.current)
     }
 
     /// The cursor's committed state, of whichever form is current.
@@ -367,7 +382,7 @@ impl Index {
     pub fn state(&self, cursor: CursorId) -> Option<&PersistedState> {
         match self.current_snapshot(cursor) {
             Some(s) => Some(&s.state),
-            None => self.committed.get(&cursor).map(|c| &c.state),
+            None => self.committed(cursor).map(|c| &c.state),
         }
     }
 
@@ -375,45 +390,37 @@ impl Index {
     #[must_use]
     pub fn cursors(&self) -> Vec<CursorId> {
         let mut ids: Vec<CursorId> = self
-            .committed
-            .keys()
-            .chain(self.snapshots.keys())
-            .copied()
+            .cursors
+            .iter()
+            .filter(|(_, e)| e.committed.is_some() || e.snapshot.is_some())
+            .map(|(id, _)| *id)
             .collect();
         ids.sort_unstable();
-        ids.dedup();
         ids
     }
 
-    /// Cursors whose committed chain reaches down to `segment` (see [`Committed::floor`]) or
-    /// with a pending record in it, sorted.
+    /// Cursors whose committed chain reaches down to `segment` (see [`Committed::floor`]),
+    /// whose snapshot is at or below it, or with a pending record in it, sorted.
     #[must_use]
     pub fn cursors_in(&self, segment: u64) -> Vec<CursorId> {
         let mut ids: Vec<CursorId> = self
-            .committed
+            .cursors
             .iter()
-            .filter(|(_, c)| {
-                c.floor <= segment
-                    || c.marker.segment == segment
-                    || c.records().any(|r| r.loc.segment == segment)
+            .filter(|(_, e)| {
+                e.committed.as_ref().is_some_and(|c| {
+                    c.floor <= segment
+                        || c.marker.segment == segment
+                        || c.records().any(|r| r.loc.segment == segment)
+                }) || e.snapshot.as_ref().is_some_and(|s| s.loc.segment <= segment)
+                    || e
+                    .pending
+                    .values()
+                    .chain(e.pending_batch.values())
+                    .any(|r| r.loc.segment == segment)
             })
             .map(|(id, _)| *id)
-            .chain(
-                self.snapshots
-                    .iter()
-                    .filter(|(_, s)| s.loc.segment <= segment)
-                    .map(|(id, _)| *id),
-            )
-            .chain(
-                self.pending
-                    .iter()
-                    .chain(&self.pending_batch)
-                    .filter(|(_, p)| p.values().any(|r| r.loc.segment == segment))
-                    .map(|(id, _)| *id),
-            )
             .collect();
         ids.sort_unstable();
-        ids.dedup();
         ids
     }
 
@@ -421,19 +428,67 @@ impl Index {
     /// partitions and batch records, snapshots, pending ones.
     #[must_use]
     pub fn live_bytes(&self) -> u64 {
-        let committed: u64 = self
-            .committed
+        self.cursors
             .values()
-            .map(|c| c.marker_len + c.records().map(|r| r.frame_len).sum::<u64>())
-            .sum::<u64>()
-            + self.snapshots.values().map(|s| s.frame_len).sum::<u64>();
-        let pending: u64 = self
-            .pending
-            .values()
-            .chain(self.pending_batch.values())
-            .flat_map(BTreeMap::values)
-            .map(|r| r.frame_len)
-            .sum();
-        committed + pending
+            .map(|e| {
+                let committed = e.committed.as_ref().map_or(0, |c| {
+                    c.marker_len + c.records().map(|r| r.frame_len).sum::<u64>()
+                });
+                let pending: u64 = e
+                    .pending
+                    .values()
+                    .chain(e.pending_batch.values())
+                    .map(|r| r.frame_len)
+                    .sum();
+                committed + e.snapshot.as_ref().map_or(0, |s| s.frame_len) + pending
+            })
+            .sum()
+    }
+}
+
+/// Hashes a [`CursorId`] (two integers the store assigns, never a client's bytes) with one
+/// multiply-rotate per word instead of `SipHash`: the index is looked up once per live partition
+/// of every cursor a tick stages. Its keys cannot be chosen by a client to collide.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BuildIdHasher;
+
+impl BuildHasher for BuildIdHasher {
+    type Hasher = IdHasher;
+
+    fn build_hasher(&self) -> IdHasher {
+        IdHasher(0)
+    }
+}
+
+/// The hasher of [`BuildIdHasher`].
+#[derive(Debug, Clone, Copy)]
+pub struct IdHasher(u64);
+
+impl IdHasher {
+    /// An odd constant with well-mixed bits (2^64 divided by the golden ratio).
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(26) ^ word).wrapping_mul(Self::K);
+    }
+}
+
+impl Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.add(n);
+    }
+
+    fn finish(&self) -> u64 {
+        // The multiply leaves the high bits best mixed; the table takes its control bits from
+        // the top and its bucket from the bottom, so both get them.
+        self.0 ^ (self.0 >> 32)
     }
 }

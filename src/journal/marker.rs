@@ -6,9 +6,7 @@
 //! bytes of a tick grow with what changed, not with the cursor's live partitions. A cursor's
 //! first marker, and one that changes most of its rows (a seek), is full.
 
-use std::collections::BTreeMap;
-
-use super::index::{Committed, CursorId, PartLoc};
+use super::index::{Committed, CursorId, PartLoc, Rows};
 use crate::ackset::PartitionKey;
 use crate::error::{Error, Result};
 use crate::format::cursor::{
@@ -102,10 +100,7 @@ type Changes<'a> = (Vec<(&'a PartitionKey, &'a PartLoc)>, Vec<(u64, u64)>);
 
 /// What a delta changes of `base` to make `live`: the rows added or rewritten, and the keys
 /// removed.
-fn changes<'a>(
-    base: &BTreeMap<PartitionKey, PartLoc>,
-    live: &'a BTreeMap<PartitionKey, PartLoc>,
-) -> Changes<'a> {
+fn changes<'a>(base: &Rows, live: &'a Rows) -> Changes<'a> {
     let added = live
         .iter()
         .filter(|(k, p)| base.get(k).is_none_or(|b| b.loc != p.loc))
@@ -149,10 +144,7 @@ pub(super) fn append_marker(
     (segment, offset): (u64, u64),
     chain: Option<&Committed>,
     state: &PersistedState,
-    (live, live_batch): (
-        BTreeMap<PartitionKey, PartLoc>,
-        BTreeMap<PartitionKey, PartLoc>,
-    ),
+    (live, live_batch): (Rows, Rows),
 ) -> Result<(Committed, RecordKind)> {
     let loc = JournalLoc { segment, offset };
     // Every marker goes to a segment of this build's version: its CRC covers the cursor and

@@ -37,6 +37,7 @@ mod marker;
 mod partitions;
 mod recover;
 mod rollover;
+mod rows;
 mod scan;
 mod segment;
 mod tick;

@@ -2,10 +2,10 @@
 //! and deltas commit, which were superseded by a rollover, and what is damage (see
 //! `recover.rs`, "Recovery").
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use super::corrupt;
-use super::index::{AppliedDelta, Committed, CursorId, Index, PartLoc, SnapshotLoc};
+use super::index::{AppliedDelta, Committed, CursorId, Index, PartLoc, Rows, SnapshotLoc};
 use super::marker::{full_marker_frame_len, named_payload};
 use crate::ackset::PartitionKey;
 use crate::error::{CorruptionKind, Result};
@@ -476,12 +476,11 @@ impl Scan {
         let Table::Inline(rows) = marker.table else {
             return None;
         };
-        let mut live = BTreeMap::new();
-        for row in rows.iter() {
-            let (key, part) = self.verified_row(cursor, loc, &row)?;
-            live.insert(key, part);
-        }
-        let batch: BTreeMap<_, _> = self
+        let live = rows
+            .iter()
+            .map(|row| self.verified_row(cursor, loc, &row))
+            .collect::<Option<Rows>>()?;
+        let batch: Rows = self
             .verified_batch(cursor, (loc, version), &marker)?
             .into_iter()
             .collect();
@@ -515,10 +514,7 @@ fn marker_locations(marker: Option<Marker<'_>>) -> Vec<JournalLoc> {
 }
 
 /// The keys a delta removes, if every one is live in `base`.
-fn removed_keys(
-    keys: impl Iterator<Item = (u64, u64)>,
-    base: &BTreeMap<PartitionKey, PartLoc>,
-) -> Option<Vec<PartitionKey>> {
+fn removed_keys(keys: impl Iterator<Item = (u64, u64)>, base: &Rows) -> Option<Vec<PartitionKey>> {
     keys.map(|(ledger_id, chunk)| {
         let key = PartitionKey { ledger_id, chunk };
         base.contains_key(&key).then_some(key)
@@ -527,10 +523,6 @@ fn removed_keys(
 }
 
 /// How many keys `base` holds after a delta removes `removed` and adds `added`.
-fn live_after(
-    base: &BTreeMap<PartitionKey, PartLoc>,
-    removed: &[PartitionKey],
-    added: &[(PartitionKey, PartLoc)],
-) -> usize {
+fn live_after(base: &Rows, removed: &[PartitionKey], added: &[(PartitionKey, PartLoc)]) -> usize {
     base.len() - removed.len() + added.iter().filter(|(k, _)| !base.contains_key(k)).count()
 }

@@ -6,13 +6,13 @@
 //! segment, one of the sealed segment and one of the directory). So a tick over any number of
 //! cursors costs one to three syncs.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::MutexGuard;
 use std::sync::atomic::Ordering;
 
 use roaring::RoaringBitmap;
 
-use super::index::{Committed, CursorId, PartLoc, SnapshotLoc};
+use super::index::{Committed, CursorId, PartLoc, Row, Rows, SnapshotLoc};
 use super::marker::{append_marker, check_marker_fits, cursor_record, full_marker_frame_len};
 use super::{Journal, TickStats, lock};
 use crate::ackset::PartitionKey;
@@ -152,8 +152,8 @@ struct Staged {
     cursor: CursorId,
     name: u32,
     state: PersistedState,
-    rows: BTreeMap<PartitionKey, PartLoc>,
-    batch: BTreeMap<PartitionKey, PartLoc>,
+    rows: Rows,
+    batch: Rows,
 }
 
 /// One cursor of the single-entry form staged into a tick: its snapshot record.
@@ -227,7 +227,7 @@ impl Tick<'_> {
         state: PersistedState,
         acks: (&[(PartitionKey, RoaringBitmap)], &[PartitionKey]),
         batch: &BatchStage,
-    ) -> Result<BTreeMap<PartitionKey, PartLoc>> {
+    ) -> Result<Rows> {
         let j = self.journal;
         self.stage_unexplained((cursor, name), state, acks, batch)
             .map_err(|e| j.failure(e))
@@ -239,7 +239,7 @@ impl Tick<'_> {
         state: PersistedState,
         (written, live): (&[(PartitionKey, RoaringBitmap)], &[PartitionKey]),
         batch: &BatchStage,
-    ) -> Result<BTreeMap<PartitionKey, PartLoc>> {
+    ) -> Result<Rows> {
         state.validate()?;
         check_marker_fits(&state, live.len(), batch.kept.len() + batch.written.len())?;
         let j = self.journal;
@@ -290,22 +290,20 @@ impl Tick<'_> {
         for (key, part) in &batch_parts {
             index.stage_batch(cursor, *key, *part);
         }
-        for key in live_written {
-            if let Some(part) = index.lookup(cursor, key) {
-                rows.insert(key, part);
-            }
-        }
-        let mut batch_rows = BTreeMap::new();
-        for key in batch
+        rows.extend(
+            live_written
+                .into_iter()
+                .filter_map(|key| Some((key, index.lookup(cursor, key)?))),
+        );
+        // Sorted once: the rows arrive as the live ones resolved, then the written ones.
+        let rows: Rows = rows.into_iter().collect();
+        let batch_rows: Rows = batch
             .kept
             .iter()
             .map(|(k, _)| k)
             .chain(batch.written.iter().map(|(k, _, _)| k))
-        {
-            if let Some(part) = index.lookup_batch(cursor, *key) {
-                batch_rows.insert(*key, part);
-            }
-        }
+            .filter_map(|key| Some((*key, index.lookup_batch(cursor, *key)?)))
+            .collect();
         self.stats.partitions += (parts.len() + batch_parts.len()) as u64;
         self.stats.bytes += buf.len() as u64;
         self.staged.push(Staged {
@@ -511,8 +509,8 @@ fn resolve_live(
     cursor: CursorId,
     (written, live): (&[(PartitionKey, RoaringBitmap)], &[PartitionKey]),
     batch: &BatchStage,
-) -> Result<(BTreeMap<PartitionKey, PartLoc>, Vec<PartitionKey>)> {
-    let mut rows = BTreeMap::new();
+) -> Result<(Vec<Row>, Vec<PartitionKey>)> {
+    let mut rows = Vec::with_capacity(live.len());
     let mut live_written = Vec::new();
     // One set of the written keys: a flush that writes every partition of a cursor with many
     // costs the same per partition as one that writes a few.
@@ -522,7 +520,7 @@ fn resolve_live(
         if written_keys.contains(key) {
             live_written.push(*key);
         } else if let Some(part) = index.lookup(cursor, *key) {
-            rows.insert(*key, part);
+            rows.push((*key, part));
         } else {
             return Err(Error::InvalidArgument {
                 reason: format!(

@@ -8,9 +8,16 @@
 //!
 //! A sealed ledger is mapped on its first read, not when it is opened or sealed: a topic of
 //! many sealed ledgers holds a map (a virtual memory area, and for RADOS a copy of the object)
-//! only for those it reads. After the fsync that makes its footer durable, and before any map,
-//! the seal records the whole file length in the header's synced-length slot: the proof that
-//! lets a later open skip the ledger's fsync (see `recover`).
+//! only for those it reads. A small sealed ledger (under [`LogConfig::map_sealed_from`] bytes,
+//! on storage whose maps share the file's pages) is never mapped: each read takes its frame's
+//! bounds from the index and the frame itself by two positional reads, so a store of many small
+//! topics keeps no pages of them resident (a map's first touch makes the kernel map the pages
+//! around it too, and they stay counted in the process's resident set while the map lives).
+//! Either way a sealed frame is checked whole (length, entry id, checksum) on every read.
+//!
+//! After the fsync that makes its footer durable, and before any map, the seal records the whole
+//! file length in the header's synced-length slot: the proof that lets a later open skip the
+//! ledger's fsync (see `recover`).
 //!
 //! Appends collect in a write buffer of [`WRITE_BUFFER`] bytes, written to the file in one call
 //! when it fills, on `sync`, on `seal` and when the ledger is dropped, so small entries cost a
@@ -31,7 +38,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
-use super::{LogStatsCounters, lock};
+use super::{LogConfig, LogStatsCounters, lock};
 use crate::error::{CorruptionKind, Error, Result};
 use crate::format::Corruption;
 use crate::format::ledger::{
@@ -407,9 +414,10 @@ impl Ledger {
         self.state().end()
     }
 
-    /// Where entry `entry_id` lives: a sealed map (made now if it is the first read), or a byte
-    /// range of the open file.
-    fn locate(&self, entry_id: u64, counters: &LogStatsCounters) -> Result<Located> {
+    /// Where entry `entry_id` lives: a sealed map (made now if it is the first read), a sealed
+    /// frame to read by position (a small sealed ledger, see [`LogConfig::map_sealed_from`]), or
+    /// a byte range of the open file.
+    fn locate(&self, entry_id: u64, reads: Reads<'_>) -> Result<Located> {
         let state = self.state();
         let missing = || match &self.damaged {
             Some((offset, kind)) => Error::corrupted(self.id, *offset, kind.clone()),
@@ -420,7 +428,11 @@ impl Ledger {
             if entry_id >= sealed.entry_count {
                 return Err(missing());
             }
-            let map = self.mapped(&sealed, counters)?;
+            if !self.maps(&sealed, reads.config) {
+                let (start, end) = self.sealed_frame_range(&sealed, entry_id)?;
+                return Ok(Located::SealedFile(sealed, start, end));
+            }
+            let map = self.mapped(&sealed, reads.counters)?;
             let (start, end) = sealed
                 .frame_range((*map).as_ref(), entry_id)
                 .ok_or_else(missing)?;
@@ -438,6 +450,73 @@ impl Ledger {
         Ok(Located::Buffered(frame.to_vec(), start))
     }
 
+    /// Whether reads of the sealed ledger of layout `layout` go through a map: a ledger mapped
+    /// already keeps its map; otherwise one of at least `config.map_sealed_from` bytes, or on
+    /// storage whose map costs no more than positional reads ([`StorageFile::map_always`]).
+    fn maps(&self, layout: &SealedLayout, config: &LogConfig) -> bool {
+        self.map.get().is_some()
+            || layout.file_len() >= config.map_sealed_from
+            || self.file.map_always()
+    }
+
+    /// The bounds of sealed entry `entry_id`'s frame (`entry_id` below the entry count), read
+    /// from the sealed index by one positional read of its offset and the next one. Bounds that
+    /// do not lie in order within the frames (an index damaged since open) are
+    /// [`Error::Corrupted`], found before a buffer of their length is allocated; a file cut
+    /// short since open is [`CorruptionKind::Truncated`], as through a map.
+    fn sealed_frame_range(&self, layout: &SealedLayout, entry_id: u64) -> Result<(u64, u64)> {
+        let bad_index = |at| Error::corrupted(self.id, at, CorruptionKind::InvalidField("offsets"));
+        // Within the index open verified: `entry_id` is below its entry count.
+        let at = entry_id
+            .checked_mul(8)
+            .and_then(|o| o.checked_add(layout.offsets_start))
+            .ok_or_else(|| bad_index(layout.offsets_start))?;
+        let last = entry_id + 1 == layout.entry_count;
+        let mut buf = [0u8; 16];
+        let want = if last { 8 } else { 16 };
+        self.read_sealed(&mut buf[..want], at, layout)?;
+        let word = |i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&buf[i * 8..i * 8 + 8]);
+            u64::from_le_bytes(w)
+        };
+        let start = word(0);
+        let end = if last { layout.data_end } else { word(1) };
+        if start < layout.header.data_start() || end > layout.data_end || end <= start {
+            return Err(bad_index(at));
+        }
+        Ok((start, end))
+    }
+
+    /// Fills `buf` from `offset` of the sealed file of layout `layout`; a read past the file's
+    /// end (the file cut short since it was verified) is [`CorruptionKind::Truncated`] at the
+    /// file's length.
+    fn read_sealed(&self, buf: &mut [u8], offset: u64, layout: &SealedLayout) -> Result<()> {
+        match self.file.read_exact_at(buf, offset) {
+            Ok(()) => Ok(()),
+            Err(e) => match self.file.size() {
+                Ok(len) if len < layout.file_len() => {
+                    Err(Error::corrupted(self.id, len, CorruptionKind::Truncated))
+                }
+                _ => Err(e),
+            },
+        }
+    }
+
+    /// Reads the whole sealed frame at `start..end` (bounds from [`Self::sealed_frame_range`])
+    /// and checks it.
+    fn read_sealed_frame(
+        &self,
+        (layout, start, end): (&SealedLayout, u64, u64),
+        entry_id: u64,
+    ) -> Result<(EntryMeta, Vec<u8>)> {
+        let len = usize::try_from(end - start)
+            .map_err(|_| Error::corrupted(self.id, start, CorruptionKind::BadLength))?;
+        let mut frame = vec![0u8; len];
+        self.read_sealed(&mut frame, start, layout)?;
+        self.split_frame(frame, start, entry_id)
+    }
+
     /// Names damage found in the frame that starts at `offset`. The error names the frame's
     /// start, whatever field within it failed: the offset `verify` reports and tests pin.
     fn corrupt(&self, offset: u64) -> impl Fn(Corruption) -> Error + '_ {
@@ -445,12 +524,8 @@ impl Ledger {
     }
 
     /// Reads and checks one entry; returns its metadata and payload.
-    pub(crate) fn read(
-        &self,
-        entry_id: u64,
-        counters: &LogStatsCounters,
-    ) -> Result<(EntryMeta, Vec<u8>)> {
-        match self.locate(entry_id, counters)? {
+    pub(crate) fn read(&self, entry_id: u64, reads: Reads<'_>) -> Result<(EntryMeta, Vec<u8>)> {
+        match self.locate(entry_id, reads)? {
             Located::Mapped(map, start, end) => {
                 let frame = slice((*map).as_ref(), start, end).map_err(self.corrupt(start))?;
                 let (header, payload) = decode_entry_frame(&self.header, frame, entry_id)
@@ -463,6 +538,9 @@ impl Ledger {
                 let mut frame = vec![0u8; len];
                 self.file.read_exact_at(&mut frame, start)?;
                 self.split_frame(frame, start, entry_id)
+            }
+            Located::SealedFile(layout, start, end) => {
+                self.read_sealed_frame((&layout, start, end), entry_id)
             }
             Located::Buffered(frame, start) => self.split_frame(frame, start, entry_id),
         }
@@ -480,15 +558,11 @@ impl Ledger {
         Ok((header.meta, frame.split_off(FRAME_HEADER_LEN)))
     }
 
-    /// Reads one entry's metadata. A sealed ledger's frame is checked whole through the map;
-    /// an unsealed ledger's frame was checked when it was written or recovered, so only its
-    /// header is read.
-    pub(crate) fn read_meta(
-        &self,
-        entry_id: u64,
-        counters: &LogStatsCounters,
-    ) -> Result<EntryMeta> {
-        match self.locate(entry_id, counters)? {
+    /// Reads one entry's metadata. A sealed ledger's frame is checked whole (through the map or
+    /// read whole); an unsealed ledger's frame was checked when it was written or recovered, so
+    /// only its header is read.
+    pub(crate) fn read_meta(&self, entry_id: u64, reads: Reads<'_>) -> Result<EntryMeta> {
+        match self.locate(entry_id, reads)? {
             Located::Mapped(map, start, end) => {
                 let frame = slice((*map).as_ref(), start, end).map_err(self.corrupt(start))?;
                 let (header, _) = decode_entry_frame(&self.header, frame, entry_id)
@@ -508,6 +582,9 @@ impl Ledger {
                 }
                 Ok(header.meta)
             }
+            Located::SealedFile(layout, start, end) => {
+                Ok(self.read_sealed_frame((&layout, start, end), entry_id)?.0)
+            }
             Located::Buffered(frame, start) => Ok(self.split_frame(frame, start, entry_id)?.0),
         }
     }
@@ -524,8 +601,22 @@ impl Drop for Ledger {
     }
 }
 
+/// What a read needs of its log: the counters it bumps and the configuration that says how
+/// sealed ledgers are read.
+#[derive(Clone, Copy)]
+pub(crate) struct Reads<'a> {
+    /// The log's counters.
+    pub(crate) counters: &'a LogStatsCounters,
+    /// The log's configuration.
+    pub(crate) config: &'a LogConfig,
+}
+
 enum Located {
+    /// A frame of a sealed ledger's map.
     Mapped(Mapped, u64, u64),
+    /// A frame of a small sealed ledger, read by position and checked whole.
+    SealedFile(SealedLayout, u64, u64),
+    /// A frame of an unsealed ledger's file, checked when it was written or recovered.
     File(u64, u64),
     /// A copy of a frame still in the write buffer, and its offset.
     Buffered(Vec<u8>, u64),
@@ -553,6 +644,11 @@ mod tests {
         file.write_all_at(&header.encode(), 0).unwrap();
         let ledger = Ledger::unsealed(header, file, Vec::new(), header.data_start());
         let counters = LogStatsCounters::new("memory".into());
+        let config = LogConfig::default();
+        let reads = Reads {
+            counters: &counters,
+            config: &config,
+        };
         let meta = EntryMeta {
             index: 0,
             num_messages: 1,
@@ -565,6 +661,6 @@ mod tests {
         ledger.sync(&counters).unwrap();
         assert_eq!(ledger.state().buffer.capacity(), 0);
         assert_eq!(ledger.synced_entries(), 500);
-        assert_eq!(ledger.read_meta(499, &counters).unwrap().num_messages, 1);
+        assert_eq!(ledger.read_meta(499, reads).unwrap().num_messages, 1);
     }
 }

@@ -33,7 +33,7 @@ use crate::error::{CorruptionKind, Error, Result};
 use crate::format::ledger::LedgerHeader;
 use crate::observe::{self, MeteredCounter};
 use crate::storage::{LockGuard, Storage};
-use ledger::Ledger;
+use ledger::{Ledger, Reads};
 use recover::{Opened, open_ledger};
 
 /// Default largest payload of one entry (`LogConfig::max_entry_size`): 5 MiB.
@@ -61,14 +61,33 @@ pub struct LogConfig {
     pub max_entry_size: u32,
     /// What open does with a torn tail.
     pub recovery: RecoveryMode,
+    /// Sealed ledgers of at least this many bytes are read through a memory map, made on their
+    /// first read; smaller ones by two positional reads per entry (its bounds from the index,
+    /// then its frame), so they keep no pages in the process's resident set. Storage whose map
+    /// is a cached copy of the file rather than its pages (RADOS) maps every sealed ledger.
+    /// Either way every read checks the frame whole. Default
+    /// [`DEFAULT_MAP_SEALED_FROM`]; 0 maps every sealed ledger.
+    pub map_sealed_from: u64,
+}
+
+/// Default size from which sealed ledgers are mapped (`LogConfig::map_sealed_from`): 1 MiB. A
+/// map's first touch makes the kernel map up to 64 KiB around the page read, and the index at
+/// the file's end is touched too, so a small ledger read once through a map stays resident
+/// nearly whole; past this size a map's saved system calls are worth its pages.
+pub const DEFAULT_MAP_SEALED_FROM: u64 = 1 << 20;
+
+impl LogConfig {
+    /// The defaults, usable in constants.
+    pub const DEFAULT: Self = Self {
+        max_entry_size: DEFAULT_MAX_ENTRY_SIZE,
+        recovery: RecoveryMode::TolerateTail,
+        map_sealed_from: DEFAULT_MAP_SEALED_FROM,
+    };
 }
 
 impl Default for LogConfig {
     fn default() -> Self {
-        Self {
-            max_entry_size: DEFAULT_MAX_ENTRY_SIZE,
-            recovery: RecoveryMode::TolerateTail,
-        }
+        Self::DEFAULT
     }
 }
 
@@ -651,11 +670,19 @@ impl EntryLog {
         self.ledger(ledger)?.seal(&self.stats)
     }
 
+    /// What a ledger's read needs of the log.
+    fn reads(&self) -> Reads<'_> {
+        Reads {
+            counters: &self.stats,
+            config: &self.config,
+        }
+    }
+
     /// Reads entry `entry_id` of `ledger`, checking its checksum.
     /// [`Error::NoSuchLedger`] / [`Error::NoSuchEntry`] when it does not exist.
     pub fn read(&self, ledger: u64, entry_id: u64) -> Result<LogEntry> {
         self.stats.entry_reads.fetch_add(1, Ordering::Relaxed);
-        let (meta, payload) = self.ledger(ledger)?.read(entry_id, &self.stats)?;
+        let (meta, payload) = self.ledger(ledger)?.read(entry_id, self.reads())?;
         Ok(LogEntry {
             entry_id,
             meta,
@@ -667,7 +694,7 @@ impl EntryLog {
     /// ledger without reading the payload).
     pub fn read_meta(&self, ledger: u64, entry_id: u64) -> Result<EntryMeta> {
         self.stats.header_reads.fetch_add(1, Ordering::Relaxed);
-        self.ledger(ledger)?.read_meta(entry_id, &self.stats)
+        self.ledger(ledger)?.read_meta(entry_id, self.reads())
     }
 
     /// Iterates over the entries of `ledger` from `from` on, reading each as it is reached.

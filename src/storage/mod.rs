@@ -192,6 +192,14 @@ pub trait StorageFile: Send + Sync + fmt::Debug {
     fn set_len(&self, len: u64) -> Result<()>;
     /// A read-only view of the whole file as it is now.
     fn map(&self) -> Result<Mapped>;
+    /// Whether [`StorageFile::map`] costs a reader no more than positional reads of the file,
+    /// whatever its size: `true` where a map is one request whose copy is kept (RADOS), so a log
+    /// maps every sealed ledger; `false` (the default) where a map shares the file's pages, which
+    /// stay resident while it lives, so a log reads small sealed ledgers by position instead
+    /// (`LogConfig::map_sealed_from`).
+    fn map_always(&self) -> bool {
+        false
+    }
     /// The first offset at or after `offset` that may hold a nonzero byte, or the file's size
     /// when none does: every byte in between reads as zero. A hint for skipping holes; the
     /// default, `offset` itself, is always a correct answer.

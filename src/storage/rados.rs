@@ -1047,6 +1047,11 @@ impl StorageFile for RadosFile {
         self.shared.read_whole(&self.name, &self.oid, max)
     }
 
+    /// One read of the whole object, cached: cheaper than a round trip per frame.
+    fn map_always(&self) -> bool {
+        true
+    }
+
     fn map(&self) -> Result<Mapped> {
         self.drain(&mut self.state(), "read")?;
         let size = self.size()?;

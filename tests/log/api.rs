@@ -178,7 +178,7 @@ fn a_second_owner_is_refused_in_process_and_across_handles() {
 
 const STRICT: LogConfig = LogConfig {
     recovery: RecoveryMode::Strict,
-    max_entry_size: ackstore::internals::log::DEFAULT_MAX_ENTRY_SIZE,
+    ..LogConfig::DEFAULT
 };
 
 #[test]

@@ -9,11 +9,11 @@ use crate::support;
 use std::sync::Arc;
 
 use ackstore::Error;
-use ackstore::MemStorage;
 use ackstore::internals::format::ledger::{FRAME_HEADER_LEN, LedgerHeader, SLOTS_AT};
 use ackstore::internals::log::{
     EntryLog, EntryMeta, LogConfig, RecoveryMode, ledger_file_name, verify_ledger,
 };
+use ackstore::{DEFAULT_MAP_SEALED_FROM, MemStorage};
 use support::log_model::{meta, payload};
 
 const ENTRIES: u64 = 5;
@@ -45,13 +45,19 @@ fn synced_ledger(seal: bool, sync_each: bool) -> (MemStorage, u64) {
 /// [`Error::Corrupted`]. Every entry was synced, so none may be missing ([`Error::NoSuchEntry`]
 /// or a short count without damage); an owner's open in `TolerateTail` mode must succeed.
 fn check_never_wrong(disk: &MemStorage, id: u64) {
-    for (mode, read_only) in [
-        (RecoveryMode::TolerateTail, true),
-        (RecoveryMode::Strict, false),
-        (RecoveryMode::TolerateTail, false),
+    // A sealed ledger this small is read by position by default, and through a map at
+    // `map_sealed_from` 0: both read paths see every damage.
+    for (mode, read_only, map_sealed_from) in [
+        (RecoveryMode::TolerateTail, true, 0),
+        (RecoveryMode::Strict, false, 0),
+        (RecoveryMode::TolerateTail, false, 0),
+        (RecoveryMode::TolerateTail, true, DEFAULT_MAP_SEALED_FROM),
+        (RecoveryMode::Strict, false, DEFAULT_MAP_SEALED_FROM),
+        (RecoveryMode::TolerateTail, false, DEFAULT_MAP_SEALED_FROM),
     ] {
         let config = LogConfig {
             recovery: mode,
+            map_sealed_from,
             ..LogConfig::default()
         };
         let storage = Arc::new(disk.clone());

@@ -16,5 +16,6 @@ mod model;
 mod open;
 mod open_proof;
 mod samples;
+mod sealed_reads;
 mod synced_slot;
 mod zero_tail;

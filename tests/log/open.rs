@@ -39,10 +39,15 @@ fn a_failed_map_on_first_read_is_an_error_and_never_unseals_the_ledger() {
     hooked.hooks.fail_map.store(true, Ordering::SeqCst);
     for read_only in [false, true] {
         let storage = Arc::new(hooked.clone());
+        // Even this small ledger is read through a map.
+        let config = LogConfig {
+            map_sealed_from: 0,
+            ..LogConfig::default()
+        };
         let log = if read_only {
-            EntryLog::open_read_only(storage, LogConfig::default())
+            EntryLog::open_read_only(storage, config)
         } else {
-            EntryLog::open(storage, LogConfig::default())
+            EntryLog::open(storage, config)
         }
         .unwrap();
         // Open maps nothing; the first read maps, and its failure is the read's error.

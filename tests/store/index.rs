@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use ackstore::internals::ackset::PartitionKey;
 use ackstore::internals::format::cursor::PersistedState;
 use ackstore::internals::format::journal::JournalLoc;
-use ackstore::internals::journal::index::{Committed, CursorId, Index, PartLoc};
+use ackstore::internals::journal::index::{Committed, CursorId, Index, PartLoc, Rows};
 use proptest::prelude::*;
 
 use crate::support;
@@ -88,7 +88,7 @@ proptest! {
                 }
                 Op::Commit(c, keys) => {
                     // Only keys with a copy (or written now) can be live, as the journal checks.
-                    let mut rows = BTreeMap::new();
+                    let mut rows = Rows::new();
                     let mut model_rows = BTreeMap::new();
                     for (k, write) in keys {
                         let loc = if write {

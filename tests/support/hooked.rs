@@ -144,4 +144,7 @@ impl StorageFile for HookedFile {
         }
         self.inner.map()
     }
+    fn map_always(&self) -> bool {
+        self.inner.map_always()
+    }
 }

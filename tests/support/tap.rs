@@ -230,6 +230,9 @@ impl StorageFile for TapFile {
     fn map(&self) -> ackstore::Result<Mapped> {
         self.inner.map()
     }
+    fn map_always(&self) -> bool {
+        self.inner.map_always()
+    }
     fn data_from(&self, offset: u64) -> ackstore::Result<u64> {
         self.inner.data_from(offset)
     }

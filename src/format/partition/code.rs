@@ -317,20 +317,13 @@ pub fn parse_roaring(body: &[u8]) -> Option<Words> {
 }
 
 /// The dense form of `bitmap`; `None` when it holds a value of 2^16 or more (more than one
-/// container, or a key other than 0). A set of at most [`ARRAY_LIMIT`] values (an array
-/// container: a store cursor's usual partition) sets its bits one by one; a larger one goes
-/// through its own serialization, whose bitmap or run container copies a word or a run at a
-/// time.
+/// container, or a key other than 0). Goes through the set's own serialization, whose bitmap or
+/// run container copies a word or a run at a time and whose array container lists its values:
+/// reading that list is about twice as fast as the bitmap's value iterator, even for the few
+/// values of a store cursor's usual partition.
 pub fn words_of(bitmap: &RoaringBitmap) -> Option<Words> {
     if bitmap.max().is_some_and(|v| v >= 1 << 16) {
         return None;
-    }
-    if bitmap.len() <= ARRAY_LIMIT as u64 {
-        let mut words = empty_words();
-        for v in bitmap {
-            set_bit(&mut words, v);
-        }
-        return Some(words);
     }
     let mut serialized = Vec::with_capacity(bitmap.serialized_size());
     bitmap.serialize_into(&mut serialized).ok()?;
@@ -346,10 +339,20 @@ const COOKIE_RUNS: u32 = 12347;
 /// Bytes of a roaring bitmap container.
 const BITMAP_BYTES: usize = 8192;
 
+/// The words from the first nonzero one to the last (none for the empty set), and the index of
+/// the first: zero words outside them add no member and no run, so the counts below need only
+/// these, and a partition of a few entries costs a scan for zeros, not a count of every word.
+fn nonzero_span(words: &[u64]) -> (usize, &[u64]) {
+    let first = words.iter().position(|w| *w != 0).unwrap_or(words.len());
+    let end = words.iter().rposition(|w| *w != 0).map_or(first, |i| i + 1);
+    (first, words.get(first..end).unwrap_or_default())
+}
+
 /// The cardinality and the number of maximal runs of a set.
 fn card_and_runs(words: &[u64]) -> (usize, usize) {
     let (mut card, mut runs, mut carry) = (0, 0, 0u64);
-    for &w in words {
+    // The word before the span is zero: no run continues into it.
+    for &w in nonzero_span(words).1 {
         card += w.count_ones() as usize;
         runs += (w & !((w << 1) | carry)).count_ones() as usize;
         carry = w >> 63;
@@ -448,7 +451,8 @@ pub fn roaring_body(words: &[u64]) -> Vec<u8> {
         }
         Form::Array => {
             out.extend_from_slice(&16u32.to_le_bytes());
-            for (i, &word) in words.iter().enumerate() {
+            let (first, span) = nonzero_span(words);
+            for (i, &word) in (first..).zip(span) {
                 let mut w = word;
                 while w != 0 {
                     let v = i as u32 * 64 + w.trailing_zeros();
@@ -549,6 +553,10 @@ struct Stats {
     small: [u32; SMALL_GAPS],
     large: [u16; SMALL_GAPS],
     large_len: usize,
+    /// Every gap value counted, with its count, in the order of `small` then `large`: made by
+    /// [`Stats::finish`] from the two, so the planner's many passes read only the values a
+    /// class has (one or two for a regular pattern), not every slot of `small`.
+    counted: Vec<(u32, u64)>,
 }
 
 /// Gaps below this are counted per value; larger ones are listed.
@@ -565,6 +573,7 @@ impl Stats {
             small: [0; SMALL_GAPS],
             large: [0; SMALL_GAPS],
             large_len: 0,
+            counted: Vec::new(),
         }
     }
 
@@ -588,6 +597,16 @@ impl Stats {
     /// gap from the counts.
     fn finish(&mut self, members: u64) {
         self.members = members;
+        let small = (0u32..)
+            .zip(self.small.iter())
+            .filter(|(_, n)| **n > 0)
+            .map(|(g, n)| (g, u64::from(*n)));
+        let large = self
+            .large
+            .iter()
+            .take(self.large_len)
+            .map(|g| (u32::from(*g), 1));
+        self.counted = small.chain(large).collect();
         self.sum = self.gaps().map(|(g, n)| u64::from(g) * n).sum();
         self.max = self.gaps().map(|(g, _)| g).max().unwrap_or(0);
         if members > 0 {
@@ -610,18 +629,9 @@ impl Stats {
         }
     }
 
-    /// Every gap value with its count (zero counts skipped).
+    /// Every gap value with its count (zero counts skipped), once [`Stats::finish`] ran.
     fn gaps(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
-        let small = (0u32..)
-            .zip(self.small.iter())
-            .filter(|(_, n)| **n > 0)
-            .map(|(g, n)| (g, u64::from(*n)));
-        let large = self
-            .large
-            .iter()
-            .take(self.large_len)
-            .map(|g| (u32::from(*g), 1));
-        small.chain(large)
+        self.counted.iter().copied()
     }
 
     /// `sum(gap >> k)` over the class's gaps: the unary part of Rice parameter `k`.

@@ -1,0 +1,175 @@
+//! Reads of sealed ledgers by position and through a map. A sealed ledger smaller than
+//! `LogConfig::map_sealed_from` is read by position (its frame's bounds from the index, then the
+//! frame) and never mapped; a larger one through one map. Both paths return the same entries,
+//! and damage done to the file while the log is open (a bit flipped anywhere, a frame or the
+//! index zeroed, the file cut short, the older unsealed copy put back) reads as the truth or
+//! fails with `Corrupted`: a read fails exactly when a byte it depends on (its frame, its two
+//! index offsets) changed, and never returns a wrong entry or panics.
+
+use crate::support;
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use ackstore::internals::format::ledger::{SealedLayout, validate_sealed};
+use ackstore::internals::log::{EntryLog, LogConfig, ledger_file_name};
+use ackstore::{DEFAULT_MAP_SEALED_FROM, Error, FileStorage, MemStorage, Storage};
+use support::log_model::{meta, payload};
+
+const ENTRIES: u64 = 24;
+
+/// Every sealed ledger read through a map, and (the default) small ones by position.
+const PATHS: [u64; 2] = [0, DEFAULT_MAP_SEALED_FROM];
+
+fn config(map_sealed_from: u64) -> LogConfig {
+    LogConfig {
+        map_sealed_from,
+        ..LogConfig::default()
+    }
+}
+
+/// Creates a ledger of `entries` entries in `log`, synced and sealed; returns its id and the
+/// file's bytes just before the seal (an older copy of it).
+fn sealed_ledger(log: &EntryLog, storage: &dyn Storage, entries: u64) -> (u64, Vec<u8>) {
+    let id = log.create_ledger().unwrap();
+    for i in 0..entries {
+        log.append(id, meta(i), &payload(id, i)).unwrap();
+    }
+    log.sync(id).unwrap();
+    let file = storage.open(&ledger_file_name(id)).unwrap();
+    let older = file.read_all(u64::MAX).unwrap().unwrap();
+    log.seal(id).unwrap();
+    (id, older)
+}
+
+#[test]
+fn small_sealed_ledgers_are_read_by_position_and_larger_ones_through_one_map() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage: Arc<dyn Storage> = Arc::new(FileStorage::open(dir.path(), false).unwrap());
+    let (small, large) = {
+        let log = EntryLog::open(storage.clone(), LogConfig::default()).unwrap();
+        let (small, _) = sealed_ledger(&log, storage.as_ref(), 3);
+        let (large, _) = sealed_ledger(&log, storage.as_ref(), 200);
+        (small, large)
+    };
+    let size = |id| log_size(&storage, id);
+    assert!(size(small) < size(large));
+    // Only the large one reaches the size from which ledgers are mapped; every one of them; none.
+    for (map_sealed_from, maps) in [(size(large), 1), (0, 2), (DEFAULT_MAP_SEALED_FROM, 0)] {
+        let log = EntryLog::open(storage.clone(), config(map_sealed_from)).unwrap();
+        for _round in 0..2 {
+            for (id, entries) in [(small, 3), (large, 200)] {
+                for i in 0..entries {
+                    let e = log.read(id, i).unwrap();
+                    assert_eq!((e.meta, e.payload), (meta(i), payload(id, i)));
+                    assert_eq!(log.read_meta(id, i).unwrap(), meta(i));
+                }
+                assert!(matches!(log.read(id, entries), Err(Error::NoSuchEntry(_))));
+            }
+        }
+        assert_eq!(log.stats().maps, maps, "map_sealed_from {map_sealed_from}");
+    }
+}
+
+fn log_size(storage: &Arc<dyn Storage>, id: u64) -> u64 {
+    storage.open(&ledger_file_name(id)).unwrap().size().unwrap()
+}
+
+/// The byte ranges entry `i`'s read depends on: its frame and the index offsets that bound it
+/// (its own, and the next entry's, which is where its frame ends; the last one ends at the
+/// trailer's `data_end`, held since open).
+fn depends_on(layout: &SealedLayout, bytes: &[u8], i: u64) -> [Range<usize>; 3] {
+    let (start, end) = layout.frame_range(bytes, i).unwrap();
+    let slot = |j: u64| {
+        let at = usize::try_from(layout.offsets_start + 8 * j).unwrap();
+        at..at + 8
+    };
+    let next = if i + 1 < layout.entry_count {
+        slot(i + 1)
+    } else {
+        0..0
+    };
+    [
+        usize::try_from(start).unwrap()..usize::try_from(end).unwrap(),
+        slot(i),
+        next,
+    ]
+}
+
+/// Opens a copy of `disk` by each read path, puts `damaged` in place of the sealed ledger `id`'s
+/// file (`original` before), and reads every entry: each reads the truth, or fails with
+/// `Corrupted` when `strict` and only when a byte it depends on changed.
+fn check_damage(disk: &MemStorage, id: u64, original: &[u8], damaged: &[u8], strict: bool) {
+    let layout = validate_sealed(original, id).unwrap();
+    let name = ledger_file_name(id);
+    let changed: Vec<usize> = (0..original.len())
+        .filter(|&at| damaged.get(at) != original.get(at))
+        .collect();
+    for map_sealed_from in PATHS {
+        let image = disk.durable_image();
+        let log = EntryLog::open(Arc::new(image.clone()), config(map_sealed_from)).unwrap();
+        image.set_bytes(&name, damaged.to_vec()).unwrap();
+        for i in 0..ENTRIES {
+            let hit = depends_on(&layout, original, i)
+                .iter()
+                .any(|r| changed.iter().any(|at| r.contains(at)));
+            let what = format!("entry {i}, map_sealed_from {map_sealed_from}, changed {changed:?}");
+            for (read, truth) in [
+                (
+                    log.read(id, i).map(|e| (e.meta, e.payload)),
+                    (meta(i), payload(id, i)),
+                ),
+                (
+                    log.read_meta(id, i).map(|m| (m, payload(id, i))),
+                    (meta(i), payload(id, i)),
+                ),
+            ] {
+                match read {
+                    Ok(entry) => {
+                        assert_eq!(entry, truth, "{what}: a wrong entry");
+                        assert!(!(strict && hit), "{what}: damage unnoticed");
+                    }
+                    Err(Error::Corrupted { .. }) => {
+                        assert!(!strict || hit, "{what}: undamaged entry refused");
+                    }
+                    Err(e) => panic!("{what}: {e}"),
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_sealed_ledger_damaged_while_open_reads_true_or_fails_by_position_and_by_map() {
+    let disk = MemStorage::new();
+    let (id, older) = {
+        let log = EntryLog::open(Arc::new(disk.clone()), LogConfig::default()).unwrap();
+        sealed_ledger(&log, &disk, ENTRIES)
+    };
+    let original = disk.live_bytes(&ledger_file_name(id)).unwrap();
+    let layout = validate_sealed(&original, id).unwrap();
+    // A bit flipped in every byte.
+    for at in 0..original.len() {
+        for mask in [0x01, 0x80] {
+            let mut bad = original.clone();
+            bad[at] ^= mask;
+            check_damage(&disk, id, &original, &bad, true);
+        }
+    }
+    // Each frame zeroed, and the whole index.
+    let mut zeroed: Vec<Range<usize>> = (0..ENTRIES)
+        .map(|i| depends_on(&layout, &original, i)[0].clone())
+        .collect();
+    zeroed.push(usize::try_from(layout.data_end).unwrap()..original.len());
+    for range in zeroed {
+        let mut bad = original.clone();
+        bad[range].fill(0);
+        check_damage(&disk, id, &original, &bad, true);
+    }
+    // Cut short at every length, and the older copy (before the seal) put back: the bytes a
+    // read needs may be gone, so a read fails or reads the truth.
+    for len in 0..original.len() {
+        check_damage(&disk, id, &original, &original[..len], false);
+    }
+    check_damage(&disk, id, &original, &older, false);
+}
