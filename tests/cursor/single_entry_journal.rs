@@ -560,3 +560,38 @@ fn rollovers_carry_the_snapshots_of_single_entry_cursors() {
         assert!(verify(&disk).is_sound(), "{host:?}");
     });
 }
+
+#[test]
+fn deleting_a_single_entry_cursor_forgets_its_snapshot_and_its_fallback() {
+    on_each_host(|host| {
+        for last in [single(), multi()] {
+            let what = format!("{host:?}, last flush {:?}", last.cursor.persist_mode);
+            // A snapshot, a marker after a change of form, then a flush in the form `last`:
+            // the journal holds both forms, the one of `last` the newer.
+            let (disk, ps, _) = prepared(host, &single(), 60, &[1, 3, 5]);
+            ack_and_flush(host, &disk, &multi(), &ps, &[7]);
+            ack_and_flush(host, &disk, &last, &ps, &[9]);
+            let t = open(host, &disk, &last).unwrap();
+            t.delete_cursor("sub").unwrap();
+            t.close().unwrap();
+            let report = verify(&disk);
+            assert!(report.is_sound(), "{what}: {report}");
+            let storage: Arc<dyn Storage> = Arc::new(disk.clone());
+            match ackstore::check::inspect(&storage).unwrap() {
+                ackstore::check::Inspection::Store(s) => {
+                    assert_eq!(s.journal.cursors, 0, "{what}: {s:?}");
+                    assert!(s.cursors.is_empty(), "{what}: {s:?}");
+                }
+                ackstore::check::Inspection::Topic(t) => {
+                    assert!(t.journal.is_empty(), "{what}: {:?}", t.journal);
+                }
+                other => panic!("{what}: {other:?}"),
+            }
+            // A cursor of the same name is a new one: none of the old acks.
+            assert!(
+                recovered(host, &disk, &last, &ps).unwrap().is_empty(),
+                "{what}"
+            );
+        }
+    });
+}
