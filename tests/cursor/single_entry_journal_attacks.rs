@@ -1,0 +1,255 @@
+//! Damage aimed at the journal's single-entry snapshot and at the recovery rule that passes
+//! over a frame whose CRC fails when a marker falling back to its cursor's snapshot names it:
+//! a frame's length field damaged so that the pass-over would step over whole records of
+//! other cursors, a bit flipped in any record's length field, and two frames damaged at once
+//! (the snapshot and the chain among them). After each, an open either refuses the journal or
+//! recovers every cursor's flushed state (a cursor that fell back: its snapshot, never more),
+//! and `verify` never calls the damaged journal sound.
+
+use crate::support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use ackstore::internals::format::journal::RecordKind;
+use ackstore::{
+    LedgerConfig, MemStorage, OverflowPolicy, PersistMode, Position, Storage, Store, StoreConfig,
+};
+use support::mutate::records_of;
+use support::topic::{append_n, earliest};
+
+/// Entries per data ledger: acks in two ledgers make two partitions.
+const PER_LEDGER: u64 = 25;
+
+fn ledger(mode: PersistMode) -> LedgerConfig {
+    let mut c = support::config::topic(PER_LEDGER, mode, 64 << 10);
+    c.cursor.max_ranges_single_entry = 10_000;
+    c.cursor.on_single_entry_overflow = OverflowPolicy::Error;
+    c
+}
+
+fn open(
+    disk: &MemStorage,
+    c: &LedgerConfig,
+) -> ackstore::Result<(Store, Arc<ackstore::ManagedLedger>)> {
+    let store = Store::open_with_storage(
+        Arc::new(disk.clone()) as Arc<dyn Storage>,
+        StoreConfig {
+            ledger: c.clone(),
+            ..support::config::store_without_flusher()
+        },
+    )?;
+    let topic = store.topic("t")?;
+    Ok((store, topic))
+}
+
+/// What each cursor of a prepared store must recover: its flushed acks and, for one that
+/// may fall back, its snapshot's.
+struct Truth {
+    ps: Vec<Position>,
+    flushed: BTreeMap<&'static str, BTreeSet<Position>>,
+    snapshot: BTreeMap<&'static str, BTreeSet<Position>>,
+}
+
+/// A store whose cursor `a` flushed `{1}` as a single-entry snapshot, then, in the
+/// multi-entry form, `{1, 3, 30, 55}` (a partition in each of ledgers 0, 1 and 2), then
+/// cursor `b` (multi-entry, no snapshot) flushed `{5, 30}`, then `a` acknowledged every entry
+/// up to 34 and flushed again: its mark-delete drops its ledger-0 and ledger-1 partitions, so
+/// its newest marker is a full one naming only its ledger-2 partition, written before `b`'s
+/// records.
+fn prepared() -> (MemStorage, Truth) {
+    let disk = MemStorage::new();
+    let ps = {
+        let (store, t) = open(&disk, &ledger(PersistMode::SingleEntry)).unwrap();
+        let ps = append_n(&t, 60);
+        t.sync().unwrap();
+        let a = t.open_cursor("a", earliest()).unwrap();
+        a.ack(ps[1]).unwrap();
+        a.flush().unwrap();
+        drop(a);
+        drop(t);
+        store.close().unwrap();
+        ps
+    };
+    let (store, t) = open(&disk, &ledger(PersistMode::MultiEntry)).unwrap();
+    let a = t.open_cursor("a", earliest()).unwrap();
+    for i in [3, 30, 55] {
+        a.ack(ps[i]).unwrap();
+    }
+    a.flush().unwrap();
+    let b = t.open_cursor("b", earliest()).unwrap();
+    b.ack(ps[5]).unwrap();
+    b.ack(ps[30]).unwrap();
+    b.flush().unwrap();
+    for p in &ps[..=34] {
+        a.ack(*p).unwrap();
+    }
+    a.flush().unwrap();
+    drop((a, b));
+    drop(t);
+    store.close().unwrap();
+    let set = |is: &[usize]| is.iter().map(|&i| ps[i]).collect::<BTreeSet<_>>();
+    let truth = Truth {
+        flushed: [
+            ("a", set(&[(0..=34).collect::<Vec<_>>(), vec![55]].concat())),
+            ("b", set(&[5, 30])),
+        ]
+        .into(),
+        snapshot: [("a", set(&[1]))].into(),
+        ps,
+    };
+    (disk, truth)
+}
+
+/// The acknowledged entries of every cursor of `truth` after an open of a copy of `disk`.
+fn recovered(
+    disk: &MemStorage,
+    truth: &Truth,
+) -> ackstore::Result<BTreeMap<&'static str, BTreeSet<Position>>> {
+    let (store, t) = open(&disk.durable_image(), &ledger(PersistMode::MultiEntry))?;
+    let mut out = BTreeMap::new();
+    for name in truth.flushed.keys() {
+        let cursor = t.open_cursor(name, earliest())?;
+        let acked = truth
+            .ps
+            .iter()
+            .copied()
+            .filter(|p| cursor.is_acked(*p).expect("is_acked"))
+            .collect();
+        out.insert(*name, acked);
+    }
+    drop(t);
+    drop(store);
+    Ok(out)
+}
+
+fn verify(disk: &MemStorage) -> ackstore::check::Verification {
+    ackstore::check::verify(&(Arc::new(disk.clone()) as Arc<dyn Storage>)).unwrap()
+}
+
+/// The invariants after damage `what` done to `disk`: `verify` reports it; an open refuses
+/// the journal or recovers each cursor's flushed state, or its snapshot's for a cursor that
+/// has one (and `verify` then names the fall back).
+fn check_damaged(disk: &MemStorage, truth: &Truth, what: &str) {
+    let report = verify(disk);
+    assert!(
+        !report.is_sound(),
+        "{what}: damage verify calls sound: {report}"
+    );
+    let Ok(got) = recovered(disk, truth) else {
+        return;
+    };
+    for (name, state) in &got {
+        if *state == truth.flushed[name] {
+            continue;
+        }
+        assert_eq!(
+            Some(state),
+            truth.snapshot.get(name),
+            "{what}: cursor {name} recovered neither its flushed state nor its snapshot"
+        );
+        assert!(
+            report.findings.iter().any(|f| f
+                .problem
+                .contains("falls back to its single-entry snapshot")),
+            "{what}: cursor {name} fell back and verify does not say so: {report}"
+        );
+    }
+}
+
+/// The journal segments of `disk` that hold records, with their bytes.
+fn segments(disk: &MemStorage) -> Vec<(String, Vec<u8>)> {
+    let mut names = disk.list_prefix("journal-").unwrap();
+    names.sort();
+    names
+        .into_iter()
+        .map(|n| {
+            let bytes = disk.live_bytes(&n).unwrap();
+            (n, bytes)
+        })
+        .filter(|(_, b)| !records_of(b).is_empty())
+        .collect()
+}
+
+/// A frame's length field rewritten so that a frame of cursor `a` ends exactly where a later
+/// record starts: passing over it as one damaged frame would step over every record between,
+/// `b`'s flushed marker among them.
+#[test]
+fn a_length_field_that_steps_over_whole_records_never_loses_another_cursors_state() {
+    let (clean, truth) = prepared();
+    assert_eq!(recovered(&clean, &truth).unwrap(), truth.flushed);
+    let mut tried = 0;
+    let a = segments(&clean)
+        .iter()
+        .flat_map(|(_, bytes)| records_of(bytes))
+        .find(|r| r.kind == RecordKind::Snapshot)
+        .expect("a's snapshot")
+        .cursor;
+    for (name, bytes) in segments(&clean) {
+        let records = records_of(&bytes);
+        for (i, r) in records.iter().enumerate() {
+            if r.cursor != a || r.kind != RecordKind::Partition {
+                continue;
+            }
+            for later in &records[i + 2..] {
+                let body = (later.offset - r.offset - 8) as u32;
+                let disk = clean.durable_image();
+                let mut damaged = bytes.clone();
+                damaged[r.offset..r.offset + 4].copy_from_slice(&body.to_le_bytes());
+                disk.set_bytes(&name, damaged).unwrap();
+                let what = format!(
+                    "{name}: the partition at {} made to end at the {:?} at {}",
+                    r.offset, later.kind, later.offset
+                );
+                check_damaged(&disk, &truth, &what);
+                tried += 1;
+            }
+        }
+    }
+    assert!(tried > 0, "no partition of a's before later records");
+}
+
+/// Every bit of every record's length field, one at a time.
+#[test]
+fn a_bit_flipped_in_any_length_field_is_refused_or_recovers_the_flushed_state() {
+    let (clean, truth) = prepared();
+    for (name, bytes) in segments(&clean) {
+        for r in records_of(&bytes) {
+            for bit in 0..32 {
+                let disk = clean.durable_image();
+                let mut damaged = bytes.clone();
+                damaged[r.offset + bit / 8] ^= 1 << (bit % 8);
+                disk.set_bytes(&name, damaged).unwrap();
+                let what = format!(
+                    "{name}: bit {bit} of the length of the {:?} at {}",
+                    r.kind, r.offset
+                );
+                check_damaged(&disk, &truth, &what);
+            }
+        }
+    }
+}
+
+/// Two frames' CRCs failing at once (a bit of each body flipped): the snapshot and a
+/// partition of the chain, two partitions of different cursors, a partition and the marker.
+#[test]
+fn two_damaged_frames_at_once_are_refused_or_recover_the_flushed_state() {
+    let (clean, truth) = prepared();
+    for (name, bytes) in segments(&clean) {
+        let records = records_of(&bytes);
+        for (i, first) in records.iter().enumerate() {
+            for second in &records[i + 1..] {
+                let disk = clean.durable_image();
+                let mut damaged = bytes.clone();
+                damaged[first.offset + first.len - 1] ^= 0x20;
+                damaged[second.offset + second.len - 1] ^= 0x20;
+                disk.set_bytes(&name, damaged).unwrap();
+                let what = format!(
+                    "{name}: the {:?} at {} and the {:?} at {}",
+                    first.kind, first.offset, second.kind, second.offset
+                );
+                check_damaged(&disk, &truth, &what);
+            }
+        }
+    }
+}
