@@ -2,9 +2,10 @@
 //! over a frame whose CRC fails when a marker falling back to its cursor's snapshot names it:
 //! a frame's length field damaged so that the pass-over would step over whole records of
 //! other cursors, a bit flipped in any record's length field, and two frames damaged at once
-//! (the snapshot and the chain among them). After each, an open either refuses the journal or
-//! recovers every cursor's flushed state (a cursor that fell back: its snapshot, never more),
-//! and `verify` never calls the damaged journal sound.
+//! (the snapshot and the chain among them), a chain damaged after a seek cleared the acks of
+//! an older snapshot. After each, an open either refuses the journal or recovers every
+//! cursor's flushed state (a cursor that fell back: its snapshot, never more), and `verify`
+//! never calls the damaged journal sound.
 
 use crate::support;
 
@@ -51,6 +52,24 @@ struct Truth {
     snapshot: BTreeMap<&'static str, BTreeSet<Position>>,
 }
 
+/// A fresh store with 60 entries whose cursor `a` acknowledged `acked` and flushed them as a
+/// single-entry snapshot; the store closed.
+fn with_a_snapshot(acked: &[usize]) -> (MemStorage, Vec<Position>) {
+    let disk = MemStorage::new();
+    let (store, t) = open(&disk, &ledger(PersistMode::SingleEntry)).unwrap();
+    let ps = append_n(&t, 60);
+    t.sync().unwrap();
+    let a = t.open_cursor("a", earliest()).unwrap();
+    for &i in acked {
+        a.ack(ps[i]).unwrap();
+    }
+    a.flush().unwrap();
+    drop(a);
+    drop(t);
+    store.close().unwrap();
+    (disk, ps)
+}
+
 /// A store whose cursor `a` flushed `{1}` as a single-entry snapshot, then, in the
 /// multi-entry form, `{1, 3, 30, 55}` (a partition in each of ledgers 0, 1 and 2), then
 /// cursor `b` (multi-entry, no snapshot) flushed `{5, 30}`, then `a` acknowledged every entry
@@ -58,19 +77,7 @@ struct Truth {
 /// its newest marker is a full one naming only its ledger-2 partition, written before `b`'s
 /// records.
 fn prepared() -> (MemStorage, Truth) {
-    let disk = MemStorage::new();
-    let ps = {
-        let (store, t) = open(&disk, &ledger(PersistMode::SingleEntry)).unwrap();
-        let ps = append_n(&t, 60);
-        t.sync().unwrap();
-        let a = t.open_cursor("a", earliest()).unwrap();
-        a.ack(ps[1]).unwrap();
-        a.flush().unwrap();
-        drop(a);
-        drop(t);
-        store.close().unwrap();
-        ps
-    };
+    let (disk, ps) = with_a_snapshot(&[1]);
     let (store, t) = open(&disk, &ledger(PersistMode::MultiEntry)).unwrap();
     let a = t.open_cursor("a", earliest()).unwrap();
     for i in [3, 30, 55] {
@@ -250,6 +257,70 @@ fn two_damaged_frames_at_once_are_refused_or_recover_the_flushed_state() {
                 );
                 check_damaged(&disk, &truth, &what);
             }
+        }
+    }
+}
+
+/// Flips a bit of the body of the newest marker or delta of `disk`'s journal (its frame's CRC
+/// then fails), or of the newest partition before it.
+fn flip_newest(disk: &MemStorage, kinds: &[RecordKind]) {
+    for (name, mut bytes) in segments(disk).into_iter().rev() {
+        let records = records_of(&bytes);
+        let Some(marker) = records
+            .iter()
+            .rposition(|r| matches!(r.kind, RecordKind::Marker | RecordKind::Delta))
+        else {
+            continue;
+        };
+        let target = records[..=marker]
+            .iter()
+            .rev()
+            .find(|r| kinds.contains(&r.kind))
+            .expect("a record to damage");
+        bytes[target.offset + target.len - 1] ^= 0x20;
+        disk.set_bytes(&name, bytes).unwrap();
+        return;
+    }
+    panic!("no marker");
+}
+
+/// A snapshot older than the chain, and a seek in between that cleared the snapshot's acks:
+/// a damaged chain must not fall back to acks the seek cleared (never more acked than the
+/// truth).
+#[test]
+fn a_chain_damaged_after_a_seek_never_falls_back_to_acks_the_seek_cleared() {
+    for damaged in [RecordKind::Partition, RecordKind::Marker] {
+        let (disk, ps) = with_a_snapshot(&[10, 11, 12]);
+        {
+            let (store, t) = open(&disk, &ledger(PersistMode::MultiEntry)).unwrap();
+            let a = t.open_cursor("a", earliest()).unwrap();
+            // The reset clears 10, 11 and 12; 2 is acknowledged after it.
+            a.seek(ps[0]).unwrap();
+            a.ack(ps[2]).unwrap();
+            a.flush().unwrap();
+            drop(a);
+            drop(t);
+            store.close().unwrap();
+        }
+        let truth: BTreeSet<Position> = [ps[2]].into();
+        flip_newest(&disk, &[damaged]);
+        let what = format!("damaged {damaged:?}");
+        let report = verify(&disk);
+        assert!(!report.is_sound(), "{what}: {report}");
+        if let Ok((store, t)) = open(&disk.durable_image(), &ledger(PersistMode::MultiEntry)) {
+            let a = t.open_cursor("a", earliest()).unwrap();
+            let got: BTreeSet<Position> = ps
+                .iter()
+                .copied()
+                .filter(|p| a.is_acked(*p).unwrap())
+                .collect();
+            assert!(
+                got.is_subset(&truth),
+                "{what}: recovered {got:?}, more than the {truth:?} acknowledged since the seek"
+            );
+            drop(a);
+            drop(t);
+            drop(store);
         }
     }
 }
