@@ -261,6 +261,21 @@ fn two_damaged_frames_at_once_are_refused_or_recover_the_flushed_state() {
     }
 }
 
+/// The entries of `ps` cursor `a` holds acknowledged after an open of a copy of `disk`.
+fn acks_of_a(disk: &MemStorage, ps: &[Position]) -> ackstore::Result<BTreeSet<Position>> {
+    let (store, t) = open(&disk.durable_image(), &ledger(PersistMode::MultiEntry))?;
+    let a = t.open_cursor("a", earliest())?;
+    let got = ps
+        .iter()
+        .copied()
+        .filter(|p| a.is_acked(*p).expect("is_acked"))
+        .collect();
+    drop(a);
+    drop(t);
+    drop(store);
+    Ok(got)
+}
+
 /// Flips a bit of the body of the newest marker or delta of `disk`'s journal (its frame's CRC
 /// then fails), or of the newest partition before it.
 fn flip_newest(disk: &MemStorage, kinds: &[RecordKind]) {
@@ -284,43 +299,149 @@ fn flip_newest(disk: &MemStorage, kinds: &[RecordKind]) {
     panic!("no marker");
 }
 
+/// Cursor `a` flushed `{10, 11, 12}` as a snapshot, then in the multi-entry form `change`
+/// left it `{2}` flushed (the snapshot holds acks the cursor no longer has): after its newest
+/// partition or marker is damaged, `verify` reports it and an open recovers no more than
+/// `{2}`, if it opens.
+fn never_back_to_cleared_acks(change: impl Fn(&ackstore::ManagedLedger, &[Position])) {
+    for damaged in [RecordKind::Partition, RecordKind::Marker] {
+        let (disk, ps) = with_a_snapshot(&[10, 11, 12]);
+        {
+            let (store, t) = open(&disk, &ledger(PersistMode::MultiEntry)).unwrap();
+            change(&t, &ps);
+            drop(t);
+            store.close().unwrap();
+        }
+        let truth: BTreeSet<Position> = [ps[2]].into();
+        assert_eq!(acks_of_a(&disk, &ps).unwrap(), truth, "before the damage");
+        flip_newest(&disk, &[damaged]);
+        let report = verify(&disk);
+        assert!(!report.is_sound(), "damaged {damaged:?}: {report}");
+        if let Ok(got) = acks_of_a(&disk, &ps) {
+            assert!(
+                got.is_subset(&truth),
+                "damaged {damaged:?}: recovered {got:?}, more than the {truth:?} acknowledged"
+            );
+        }
+    }
+}
+
 /// A snapshot older than the chain, and a seek in between that cleared the snapshot's acks:
 /// a damaged chain must not fall back to acks the seek cleared (never more acked than the
 /// truth).
 #[test]
 fn a_chain_damaged_after_a_seek_never_falls_back_to_acks_the_seek_cleared() {
-    for damaged in [RecordKind::Partition, RecordKind::Marker] {
-        let (disk, ps) = with_a_snapshot(&[10, 11, 12]);
-        {
-            let (store, t) = open(&disk, &ledger(PersistMode::MultiEntry)).unwrap();
-            let a = t.open_cursor("a", earliest()).unwrap();
-            // The reset clears 10, 11 and 12; 2 is acknowledged after it.
-            a.seek(ps[0]).unwrap();
-            a.ack(ps[2]).unwrap();
-            a.flush().unwrap();
-            drop(a);
-            drop(t);
-            store.close().unwrap();
-        }
-        let truth: BTreeSet<Position> = [ps[2]].into();
-        flip_newest(&disk, &[damaged]);
-        let what = format!("damaged {damaged:?}");
-        let report = verify(&disk);
-        assert!(!report.is_sound(), "{what}: {report}");
-        if let Ok((store, t)) = open(&disk.durable_image(), &ledger(PersistMode::MultiEntry)) {
-            let a = t.open_cursor("a", earliest()).unwrap();
+    never_back_to_cleared_acks(|t, ps| {
+        let a = t.open_cursor("a", earliest()).unwrap();
+        a.seek(ps[0]).unwrap();
+        a.ack(ps[2]).unwrap();
+        a.flush().unwrap();
+    });
+}
+
+/// A cursor deleted and created again under the same name: the former cursor's snapshot is
+/// never the new one's state or fallback, whatever of the new cursor's chain is damaged.
+#[test]
+fn a_recreated_cursor_never_falls_back_to_its_former_incarnations_snapshot() {
+    never_back_to_cleared_acks(|t, ps| {
+        t.delete_cursor("a").unwrap();
+        let a = t.open_cursor("a", earliest()).unwrap();
+        a.ack(ps[2]).unwrap();
+        a.flush().unwrap();
+    });
+}
+
+/// Several single-entry cursors of one store acknowledge and flush from their own threads
+/// while the store's flusher ticks run, in small segments that roll over; the store reopens in
+/// the other form and again: every cursor recovers exactly what it had acknowledged when its
+/// last flush returned.
+#[test]
+fn single_entry_cursors_flushing_from_threads_while_ticks_run_keep_every_flushed_ack() {
+    const CURSORS: usize = 4;
+    const ENTRIES: usize = 2400;
+    let disk = MemStorage::new();
+    let storage = || Arc::new(disk.clone()) as Arc<dyn Storage>;
+    let opened = |mode| {
+        let mut config = support::config::store_journal(2048);
+        config.ledger = ledger(mode);
+        config.ledger.cursor.flush_interval = Some(std::time::Duration::from_millis(1));
+        config.flusher_threads = 2;
+        let store = Store::open_with_storage(storage(), config).unwrap();
+        let topic = store.topic("t").unwrap();
+        (store, topic)
+    };
+    let ps = {
+        let (store, t) = opened(PersistMode::SingleEntry);
+        let ps = append_n(&t, ENTRIES as u64);
+        t.sync().unwrap();
+        drop(t);
+        store.close().unwrap();
+        ps
+    };
+    let mut model: Vec<BTreeSet<Position>> = vec![BTreeSet::new(); CURSORS];
+    for (round, mode) in [
+        PersistMode::SingleEntry,
+        PersistMode::MultiEntry,
+        PersistMode::SingleEntry,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (store, t) = opened(mode);
+        let flushed: Vec<BTreeSet<Position>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..CURSORS)
+                .map(|c| {
+                    let (t, ps, mut acked) = (&t, &ps, model[c].clone());
+                    s.spawn(move || {
+                        let cursor = t.open_cursor(&format!("c{c}"), earliest()).unwrap();
+                        // Each round acknowledges a third of the entries this cursor takes
+                        // (every CURSORS-th, shifted by the cursor), flushing every few acks.
+                        let mine: Vec<usize> = (c..ENTRIES)
+                            .step_by(CURSORS)
+                            .filter(|i| i % 3 == round)
+                            .collect();
+                        for (n, &i) in mine.iter().enumerate() {
+                            cursor.ack(ps[i]).unwrap();
+                            acked.insert(ps[i]);
+                            if n % 5 == 4 {
+                                cursor.flush().unwrap();
+                            }
+                        }
+                        cursor.flush().unwrap();
+                        acked
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        model = flushed;
+        drop(t);
+        // A power cut after the last flushes: only what they made durable counts.
+        drop(store);
+        let image = disk.durable_image();
+        let (store, t) = {
+            let store = Store::open_with_storage(
+                Arc::new(image) as Arc<dyn Storage>,
+                StoreConfig {
+                    ledger: ledger(mode),
+                    ..support::config::store_without_flusher()
+                },
+            )
+            .unwrap();
+            let topic = store.topic("t").unwrap();
+            (store, topic)
+        };
+        for (c, want) in model.iter().enumerate() {
+            let cursor = t.open_cursor(&format!("c{c}"), earliest()).unwrap();
             let got: BTreeSet<Position> = ps
                 .iter()
                 .copied()
-                .filter(|p| a.is_acked(*p).unwrap())
+                .filter(|p| cursor.is_acked(*p).unwrap())
                 .collect();
-            assert!(
-                got.is_subset(&truth),
-                "{what}: recovered {got:?}, more than the {truth:?} acknowledged since the seek"
-            );
-            drop(a);
-            drop(t);
-            drop(store);
+            assert_eq!(&got, want, "round {round} ({mode:?}): cursor c{c}");
         }
+        drop(t);
+        drop(store);
     }
+    assert!(verify(&disk).is_sound());
 }
