@@ -33,11 +33,20 @@ fn open(
     disk: &MemStorage,
     c: &LedgerConfig,
 ) -> ackstore::Result<(Store, Arc<ackstore::ManagedLedger>)> {
+    open_in(disk, c, support::config::store_without_flusher())
+}
+
+/// Topic `t` of the store on `disk` opened with `config`, its topics' configuration `c`.
+fn open_in(
+    disk: &MemStorage,
+    c: &LedgerConfig,
+    config: StoreConfig,
+) -> ackstore::Result<(Store, Arc<ackstore::ManagedLedger>)> {
     let store = Store::open_with_storage(
         Arc::new(disk.clone()) as Arc<dyn Storage>,
         StoreConfig {
             ledger: c.clone(),
-            ..support::config::store_without_flusher()
+            ..config
         },
     )?;
     let topic = store.topic("t")?;
@@ -360,15 +369,14 @@ fn single_entry_cursors_flushing_from_threads_while_ticks_run_keep_every_flushed
     const CURSORS: usize = 4;
     const ENTRIES: usize = 2400;
     let disk = MemStorage::new();
-    let storage = || Arc::new(disk.clone()) as Arc<dyn Storage>;
     let opened = |mode| {
-        let mut config = support::config::store_journal(2048);
-        config.ledger = ledger(mode);
-        config.ledger.cursor.flush_interval = Some(std::time::Duration::from_millis(1));
-        config.flusher_threads = 2;
-        let store = Store::open_with_storage(storage(), config).unwrap();
-        let topic = store.topic("t").unwrap();
-        (store, topic)
+        let mut c = ledger(mode);
+        c.cursor.flush_interval = Some(std::time::Duration::from_millis(1));
+        let config = StoreConfig {
+            flusher_threads: 2,
+            ..support::config::store_journal(2048)
+        };
+        open_in(&disk, &c, config).unwrap()
     };
     let ps = {
         let (store, t) = opened(PersistMode::SingleEntry);
@@ -418,19 +426,7 @@ fn single_entry_cursors_flushing_from_threads_while_ticks_run_keep_every_flushed
         drop(t);
         // A power cut after the last flushes: only what they made durable counts.
         drop(store);
-        let image = disk.durable_image();
-        let (store, t) = {
-            let store = Store::open_with_storage(
-                Arc::new(image) as Arc<dyn Storage>,
-                StoreConfig {
-                    ledger: ledger(mode),
-                    ..support::config::store_without_flusher()
-                },
-            )
-            .unwrap();
-            let topic = store.topic("t").unwrap();
-            (store, topic)
-        };
+        let (store, t) = open(&disk.durable_image(), &ledger(mode)).unwrap();
         for (c, want) in model.iter().enumerate() {
             let cursor = t.open_cursor(&format!("c{c}"), earliest()).unwrap();
             let got: BTreeSet<Position> = ps
@@ -444,4 +440,93 @@ fn single_entry_cursors_flushing_from_threads_while_ticks_run_keep_every_flushed
         drop(store);
     }
     assert!(verify(&disk).is_sound());
+}
+
+/// A power cut at every step of a cursor's life across changes of form, in segments small
+/// enough to roll over: its snapshot, a seek in the multi-entry form, an ack flushed there,
+/// an ack flushed back in the single-entry form, and one more in the multi-entry form. Every
+/// cut image opens (in either form) with one of the states the steps committed, never one
+/// older than the last step that returned, and `verify` finds it sound.
+#[test]
+fn a_power_cut_at_every_step_across_seeks_and_changes_of_form_keeps_one_flushed_state() {
+    use support::crash::{Cut, Points, cut_everywhere_after};
+    let small = || support::config::store_journal(1024);
+    let forms = [
+        PersistMode::MultiEntry,
+        PersistMode::MultiEntry,
+        PersistMode::SingleEntry,
+        PersistMode::MultiEntry,
+    ];
+    let clean = cut_everywhere_after(
+        Points::every_in_release(3),
+        |disk| {
+            let (store, t) = open_in(disk, &ledger(PersistMode::SingleEntry), small()).unwrap();
+            let ps = append_n(&t, 60);
+            t.sync().unwrap();
+            let a = t.open_cursor("a", earliest()).unwrap();
+            for i in [10, 11, 12, 40] {
+                a.ack(ps[i]).unwrap();
+            }
+            a.flush().unwrap();
+            drop(a);
+            drop(t);
+            store.close().unwrap();
+            ps
+        },
+        |disk, ps| {
+            // How many steps returned `Ok`.
+            let mut done = 0;
+            for (step, mode) in forms.into_iter().enumerate() {
+                let ran = (|| {
+                    let (store, t) = open_in(disk, &ledger(mode), small())?;
+                    let a = t.open_cursor("a", earliest())?;
+                    match step {
+                        0 => a.seek(ps[0])?,
+                        1 => drop(a.ack(ps[2])?),
+                        2 => drop(a.ack(ps[3])?),
+                        _ => drop(a.ack(ps[30])?),
+                    }
+                    a.flush()?;
+                    drop(a);
+                    drop(t);
+                    store.close()
+                })();
+                if ran.is_err() {
+                    break;
+                }
+                done += 1;
+            }
+            (ps, done)
+        },
+        |disk, Cut { n, .. }, (ps, done)| {
+            let set = |is: &[usize]| is.iter().map(|&i| ps[i]).collect::<BTreeSet<_>>();
+            let states = [
+                set(&[10, 11, 12, 40]),
+                set(&[]),
+                set(&[2]),
+                set(&[2, 3]),
+                set(&[2, 3, 30]),
+            ];
+            let image = disk.durable_image();
+            for mode in [PersistMode::MultiEntry, PersistMode::SingleEntry] {
+                let (store, t) = open(&image.durable_image(), &ledger(mode)).unwrap();
+                let a = t.open_cursor("a", earliest()).unwrap();
+                let got: BTreeSet<Position> = ps
+                    .iter()
+                    .copied()
+                    .filter(|p| a.is_acked(*p).unwrap())
+                    .collect();
+                let at = states.iter().position(|s| *s == got);
+                assert!(
+                    at.is_some_and(|at| at >= done && at <= done + 1),
+                    "cut {n}, {done} steps done, {mode:?}: {got:?}"
+                );
+                drop(a);
+                drop(t);
+                drop(store);
+            }
+            assert!(verify(&image).is_sound(), "cut {n}");
+        },
+    );
+    assert_eq!(clean.result.1, forms.len());
 }
