@@ -126,13 +126,7 @@ fn recovered(
     let mut out = BTreeMap::new();
     for name in truth.flushed.keys() {
         let cursor = t.open_cursor(name, earliest())?;
-        let acked = truth
-            .ps
-            .iter()
-            .copied()
-            .filter(|p| cursor.is_acked(*p).expect("is_acked"))
-            .collect();
-        out.insert(*name, acked);
+        out.insert(*name, acked(&cursor, &truth.ps));
     }
     drop(t);
     drop(store);
@@ -270,15 +264,19 @@ fn two_damaged_frames_at_once_are_refused_or_recover_the_flushed_state() {
     }
 }
 
+/// The entries of `ps` that `cursor` holds acknowledged.
+fn acked(cursor: &ackstore::Cursor, ps: &[Position]) -> BTreeSet<Position> {
+    ps.iter()
+        .copied()
+        .filter(|p| cursor.is_acked(*p).expect("is_acked"))
+        .collect()
+}
+
 /// The entries of `ps` cursor `a` holds acknowledged after an open of a copy of `disk`.
 fn acks_of_a(disk: &MemStorage, ps: &[Position]) -> ackstore::Result<BTreeSet<Position>> {
     let (store, t) = open(&disk.durable_image(), &ledger(PersistMode::MultiEntry))?;
     let a = t.open_cursor("a", earliest())?;
-    let got = ps
-        .iter()
-        .copied()
-        .filter(|p| a.is_acked(*p).expect("is_acked"))
-        .collect();
+    let got = acked(&a, ps);
     drop(a);
     drop(t);
     drop(store);
@@ -429,11 +427,7 @@ fn single_entry_cursors_flushing_from_threads_while_ticks_run_keep_every_flushed
         let (store, t) = open(&disk.durable_image(), &ledger(mode)).unwrap();
         for (c, want) in model.iter().enumerate() {
             let cursor = t.open_cursor(&format!("c{c}"), earliest()).unwrap();
-            let got: BTreeSet<Position> = ps
-                .iter()
-                .copied()
-                .filter(|p| cursor.is_acked(*p).unwrap())
-                .collect();
+            let got = acked(&cursor, &ps);
             assert_eq!(&got, want, "round {round} ({mode:?}): cursor c{c}");
         }
         drop(t);
@@ -511,11 +505,7 @@ fn a_power_cut_at_every_step_across_seeks_and_changes_of_form_keeps_one_flushed_
             for mode in [PersistMode::MultiEntry, PersistMode::SingleEntry] {
                 let (store, t) = open(&image.durable_image(), &ledger(mode)).unwrap();
                 let a = t.open_cursor("a", earliest()).unwrap();
-                let got: BTreeSet<Position> = ps
-                    .iter()
-                    .copied()
-                    .filter(|p| a.is_acked(*p).unwrap())
-                    .collect();
+                let got = acked(&a, &ps);
                 let at = states.iter().position(|s| *s == got);
                 assert!(
                     at.is_some_and(|at| at >= done && at <= done + 1),
@@ -529,4 +519,122 @@ fn a_power_cut_at_every_step_across_seeks_and_changes_of_form_keeps_one_flushed_
         },
     );
     assert_eq!(clean.result.1, forms.len());
+}
+
+/// The range cap at its bound, with partial entries in the snapshot: exactly
+/// `max_ranges_single_entry` ranges are all kept by either policy; one more is refused by
+/// `Error` (nothing written) and cut by `Warn` (the highest range, counted); the partial
+/// entries are kept in every case.
+#[test]
+fn at_the_range_cap_and_one_past_it_the_snapshot_keeps_its_partial_entries() {
+    const CAP: u64 = 5;
+    for policy in [OverflowPolicy::Error, OverflowPolicy::Warn] {
+        for ranges in [CAP, CAP + 1] {
+            let what = format!("{policy:?}, {ranges} ranges");
+            let mut c = ledger(PersistMode::SingleEntry);
+            c.cursor.max_ranges_single_entry = CAP;
+            c.cursor.on_single_entry_overflow = policy;
+            let disk = MemStorage::new();
+            let (store, t) = open(&disk, &c).unwrap();
+            let ps = append_n(&t, 60);
+            t.sync().unwrap();
+            let a = t.open_cursor("a", earliest()).unwrap();
+            // Partial entries first, flushed: what a refused flush leaves.
+            a.ack_batch_index(ps[40], 2, 8).unwrap();
+            a.ack_batch_index(ps[50], 0, 3).unwrap();
+            a.flush().unwrap();
+            let odd: Vec<Position> = (0..ranges).map(|i| ps[(2 * i + 1) as usize]).collect();
+            for p in &odd {
+                a.ack(*p).unwrap();
+            }
+            let before = disk.mutations();
+            let flushed = a.flush();
+            let kept: BTreeSet<Position> = match (policy, ranges > CAP) {
+                (OverflowPolicy::Error, true) => {
+                    assert!(
+                        matches!(flushed, Err(ackstore::Error::LimitExceeded { .. })),
+                        "{what}: {flushed:?}"
+                    );
+                    assert_eq!(disk.mutations(), before, "{what}: nothing written");
+                    BTreeSet::new()
+                }
+                (_, over) => {
+                    flushed.unwrap();
+                    let stats = a.stats().unwrap().persist;
+                    assert_eq!(
+                        (stats.overflows, stats.ranges_cut),
+                        (u64::from(over), u64::from(over)),
+                        "{what}"
+                    );
+                    odd.iter().copied().take(CAP as usize).collect()
+                }
+            };
+            // A power cut now: only what the flushes made durable counts.
+            std::mem::forget(a);
+            std::mem::forget(t);
+            std::mem::forget(store);
+            let (store, t) = open(&disk.durable_image(), &c).unwrap();
+            let a = t.open_cursor("a", earliest()).unwrap();
+            let got = acked(&a, &ps);
+            assert_eq!(got, kept, "{what}");
+            for (p, i, n) in [(ps[40], 2, 8), (ps[50], 0, 3)] {
+                assert!(a.is_batch_index_acked(p, i).unwrap(), "{what}: {p:?} {i}");
+                assert!(!a.is_batch_index_acked(p, i + 1).unwrap(), "{what}: {p:?}");
+                assert!(i + 1 < n);
+            }
+            drop(a);
+            drop(t);
+            drop(store);
+        }
+    }
+}
+
+/// A snapshot one byte over what a journal record holds (a 64 MiB body, with the record's
+/// fixed part and the name tag) is refused when staged, with nothing written, and the tick
+/// goes on: it commits, and the journal reopens clean.
+#[test]
+fn a_snapshot_over_the_record_size_is_refused_with_nothing_written() {
+    use ackstore::internals::format::cursor::PersistedState;
+    use ackstore::internals::format::journal::{BODY_FIXED_LEN, MAX_BODY_LEN, NAME_TAG_LEN};
+    use ackstore::internals::journal::index::CursorId;
+    use ackstore::internals::journal::{Journal, JournalConfig, Seal, SnapshotCounts};
+    let disk = MemStorage::new();
+    let storage = Arc::new(disk.clone()) as Arc<dyn Storage>;
+    let journal =
+        Journal::open(storage.clone(), JournalConfig::default(), Seal::default()).unwrap();
+    let before = disk.mutations();
+    let entry = vec![7u8; MAX_BODY_LEN - BODY_FIXED_LEN - NAME_TAG_LEN + 1];
+    let mut tick = journal.begin_tick();
+    let refused = tick.stage_snapshot(
+        (
+            CursorId {
+                topic: 1,
+                cursor: 1,
+            },
+            0,
+        ),
+        PersistedState::default(),
+        &entry,
+        SnapshotCounts {
+            ranges: 0,
+            batch_partitions: 0,
+            partial_entries: 0,
+        },
+    );
+    assert!(
+        matches!(refused, Err(ackstore::Error::LimitExceeded { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(disk.mutations(), before, "nothing written");
+    tick.commit().unwrap();
+    drop(journal);
+    let reopened = Journal::open(storage, JournalConfig::default(), Seal::default()).unwrap();
+    assert!(
+        reopened
+            .state(CursorId {
+                topic: 1,
+                cursor: 1
+            })
+            .is_none()
+    );
 }
