@@ -638,3 +638,42 @@ fn a_snapshot_over_the_record_size_is_refused_with_nothing_written() {
             .is_none()
     );
 }
+
+/// Cursor `a`'s snapshot record given another topic's ids, or another cursor's, its frame's
+/// CRC recomputed: its own CRC binds the ids, so the open refuses it and `verify` reports it;
+/// neither hands its acks to anyone.
+#[test]
+fn a_snapshot_given_another_topics_or_cursors_ids_is_refused_by_open_and_verify() {
+    use ackstore::internals::format::journal::{Record, decode_record, encode_record};
+    for (topic, cursor) in [(1, 0), (0, 1)] {
+        let (disk, ps) = with_a_snapshot(&[10, 11, 12]);
+        let (name, mut bytes) = segments(&disk)
+            .into_iter()
+            .find(|(_, b)| records_of(b).iter().any(|r| r.kind == RecordKind::Snapshot))
+            .expect("a segment with the snapshot");
+        let at = records_of(&bytes)
+            .into_iter()
+            .find(|r| r.kind == RecordKind::Snapshot)
+            .expect("the snapshot");
+        let (rec, len) = decode_record(&bytes[at.offset..]).unwrap().unwrap();
+        let mut out = Vec::new();
+        encode_record(
+            &mut out,
+            &Record {
+                topic: rec.topic ^ topic,
+                cursor: rec.cursor ^ cursor,
+                ..rec
+            },
+        )
+        .unwrap();
+        assert_eq!(out.len(), len);
+        bytes[at.offset..at.offset + len].copy_from_slice(&out);
+        disk.set_bytes(&name, bytes).unwrap();
+        let what = format!("topic ^ {topic}, cursor ^ {cursor}");
+        assert!(!verify(&disk).is_sound(), "{what}");
+        match acks_of_a(&disk, &ps) {
+            Err(ackstore::Error::Corrupted { .. }) => {}
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+}
