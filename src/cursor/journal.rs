@@ -376,6 +376,26 @@ impl JournalCursor {
         Ok(true)
     }
 
+    /// [`JournalCursor::stage`] of a seek's reset state (no acks, a new mark-delete). A cursor
+    /// whose journal holds a snapshot stages it as a snapshot, whatever its form: a recovery
+    /// falls back from a chain that does not verify to the cursor's snapshot, so that snapshot
+    /// must never hold acks a seek cleared (after the reset, acks only grow until the next).
+    ///
+    /// # Errors
+    /// Those of [`JournalCursor::stage`].
+    pub(crate) fn stage_reset(
+        &mut self,
+        (tick, state): (&mut Tick<'_>, &PersistedState),
+        (acks, batch): (&mut RangeSetWrapper, &mut BatchAcks),
+    ) -> Result<()> {
+        if self.config.persist_mode != PersistMode::SingleEntry
+            && self.journal.has_snapshot(self.id)
+        {
+            return self.stage_snapshot(tick, state, acks, batch);
+        }
+        self.stage(tick, state, acks, batch).map(drop)
+    }
+
     /// [`JournalCursor::stage`] of a cursor of the single-entry form: builds one snapshot of
     /// `state`, every range of `acks` (loading cold partitions) and every partial entry of
     /// `batch` (reading cold ones, which stay cold) under the range cap and the entry size,

@@ -378,16 +378,16 @@ impl Core {
         }
     }
 
-    /// Stages `state` with the acks of `acks` and the partial entries of `batch` into a
-    /// journal cursor's `tick`.
-    fn stage_journal(
+    /// Stages a seek's reset `state` with the acks of `acks` and the partial entries of
+    /// `batch` into a journal cursor's `tick` (see [`JournalCursor::stage_reset`]).
+    fn stage_journal_reset(
         &mut self,
         tick: Option<&mut Tick<'_>>,
         state: &crate::format::cursor::PersistedState,
         (acks, batch): (&mut RangeSetWrapper, &mut BatchAcks),
     ) -> Result<()> {
         match (self.persister()?, tick) {
-            (Persister::Journal(j), Some(t)) => j.stage(t, state, acks, batch).map(drop),
+            (Persister::Journal(j), Some(t)) => j.stage_reset((t, state), (acks, batch)),
             _ => Err(Error::Closed),
         }
     }
@@ -1066,7 +1066,8 @@ impl Cursor {
     ///
     /// A journal cursor commits the same state through a tick of its own (under the cursor's
     /// lock: the reset is applied only once it is durable): a seek stages a marker with no
-    /// partitions, a rewind the current acks with the new epoch.
+    /// partitions (a snapshot when the cursor has one, which a damaged chain falls back to),
+    /// a rewind the current acks with the new epoch.
     fn reset(&self, plan: impl FnOnce(&Layout) -> Result<Move>) -> Result<()> {
         let shared = &self.shared;
         let mut tick = shared.begin_tick();
@@ -1097,7 +1098,7 @@ impl Cursor {
             _ if !core.durable => Ok(()),
             _ if importing => core.import_reset(&mut tick, planned, &target_state),
             Move::To(_) | Move::ToMessage { .. } if journal => core
-                .stage_journal(
+                .stage_journal_reset(
                     tick.as_mut(),
                     &target_state,
                     (&mut detached_ack_set(), &mut seek_prefix(planned)),

@@ -236,6 +236,12 @@ impl Journal {
         lock(&self.index).state(cursor).cloned()
     }
 
+    /// Whether the cursor has a snapshot record (its state, or its chain's fallback).
+    #[must_use]
+    pub fn has_snapshot(&self, cursor: CursorId) -> bool {
+        lock(&self.index).snapshot(cursor).is_some()
+    }
+
     /// Runs `read` over the cursor's snapshot when that is its state (see
     /// [`index::SnapshotLoc::current`]): the record is read back and verified (its frame, its
     /// payload CRC, the snapshot's CRC bound to the cursor and its name, the snapshot's own

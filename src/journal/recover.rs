@@ -289,8 +289,9 @@ fn segments_to_scan(
 /// Reads the records of segment `seq` from `start` up to `limit` into `scan`; returns where
 /// they end and, if before `limit`, why (the offset and kind of the first bytes that are not a
 /// record that verifies). A marker or delta below `markers_known` that does not commit is
-/// corruption. A frame wholly below `frames_known` whose CRC fails is passed over (its length
-/// as read), noted in `scan` as damage, which only a fall back to a snapshot accounts for.
+/// corruption. A frame wholly below `frames_known` whose CRC fails, and inside which no record
+/// that verifies starts, is passed over (its length as read), noted in `scan` as damage, which
+/// only a fall back to a snapshot accounts for.
 fn scan_records(
     win: &mut Window<'_>,
     scan: &mut Scan,
@@ -333,7 +334,8 @@ fn scan_records(
             Ok(None) => break Some((at, CorruptionKind::InvalidField("zero length"))),
             Err(c)
                 if c.kind == CorruptionKind::ChecksumMismatch
-                    && at + (RECORD_HEADER_LEN + n) as u64 <= frames_known =>
+                    && at + (RECORD_HEADER_LEN + n) as u64 <= frames_known
+                    && !holds_a_record(frame) =>
             {
                 let loc = JournalLoc {
                     segment: seq,
@@ -346,6 +348,18 @@ fn scan_records(
         }
     };
     Ok((at, stop))
+}
+
+/// Whether a record that verifies starts inside the body of `frame` (a frame whose CRC
+/// failed): then its length field is what is damaged, and passing over the length it reads
+/// would step over whole records (the other cursors' among them) as if they were one damaged
+/// frame. A passed-over frame is trusted to be one frame only when none does.
+fn holds_a_record(frame: &[u8]) -> bool {
+    (RECORD_HEADER_LEN..frame.len()).any(|at| {
+        frame
+            .get(at..)
+            .is_some_and(|rest| matches!(decode_record(rest), Ok(Some(_))))
+    })
 }
 
 impl Journal {

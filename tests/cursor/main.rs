@@ -45,5 +45,6 @@ mod scale;
 mod seek;
 mod seek_crash;
 mod single_entry_journal;
+mod single_entry_journal_attacks;
 mod single_entry_overflow;
 mod threads;

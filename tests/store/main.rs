@@ -44,6 +44,7 @@ mod lifecycle;
 mod open_syncs;
 mod owner_io;
 mod seal;
+mod single_entry_journal_versions;
 mod stress;
 mod topic_close;
 mod topic_reopen;
