@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use ackstore::internals::format::meta::CursorRecord;
 use ackstore::internals::meta::{FileMetaStore, MetaStore};
-use ackstore::{Cursor, MemStorage, Position};
+use ackstore::{Cursor, MemStorage, Position, Storage};
 use support::topic::{
     Host, Hosted, earliest, on_each_host, open_hosted, topic_storage, with_a_ledger_cursor,
 };
@@ -122,5 +122,233 @@ fn a_misplaced_record_of_an_imported_cursor_never_retires_a_siblings_ledger() {
         let hosted = open(host, &disk).unwrap();
         let other = hosted.open_cursor("other", earliest()).unwrap();
         assert_eq!(done(&other, &positions), other_acked, "{host:?}: other");
+    });
+}
+
+/// Entries of the cold-partition topic: ten data ledgers, so ten ack partitions.
+const COLD_ENTRIES: u64 = 400;
+
+/// Ack memory a cursor of the cold-partition topic holds resident: about one partition.
+const COLD_LRU: usize = 256;
+
+/// The config of the cold-partition topic: its cursors keep about one partition resident.
+fn cold_config() -> ackstore::LedgerConfig {
+    let mut config = support::topic::config(PER_LEDGER);
+    config.cursor.lru_capacity_bytes = COLD_LRU;
+    config
+}
+
+/// What cursor `sub` of the cold-partition topic acknowledged: every third entry from the
+/// second, and indexes 0 and 2 of a batch of 4 in the sixth entry of each data ledger.
+struct Acked {
+    entries: BTreeSet<Position>,
+    batch: Vec<Position>,
+}
+
+impl Acked {
+    /// Checks that `cursor` holds exactly `entries` (with `extra` or without it) among
+    /// `positions`, and every partial entry.
+    fn check(&self, cursor: &Cursor, positions: &[Position], extra: Position, what: &str) {
+        let found = done(cursor, positions);
+        let mut with = self.entries.clone();
+        with.insert(extra);
+        assert!(
+            found == self.entries || found == with,
+            "{what}: {:?} against {:?}",
+            found
+                .symmetric_difference(&self.entries)
+                .collect::<Vec<_>>(),
+            extra
+        );
+        for &p in &self.batch {
+            assert!(cursor.is_batch_index_acked(p, 0).unwrap(), "{what}: {p:?}");
+            assert!(cursor.is_batch_index_acked(p, 2).unwrap(), "{what}: {p:?}");
+            assert!(!cursor.is_batch_index_acked(p, 1).unwrap(), "{what}: {p:?}");
+        }
+    }
+}
+
+/// The topic `host` keeps on a fresh disk with [`COLD_ENTRIES`] entries whose cursor `sub` is on
+/// a cursor ledger with the acks of [`Acked`], written with [`cold_config`]: a reopen finds
+/// its partitions and partial entries cold, in the ledger.
+fn cold_ledger_cursor(host: Host) -> (MemStorage, Vec<Position>, Acked) {
+    let disk = MemStorage::new();
+    let (positions, entries) =
+        with_a_ledger_cursor(host, &disk, (COLD_ENTRIES, PER_LEDGER), |i| i % 3 == 1);
+    let ml = ackstore::ManagedLedger::open_with_storage(
+        topic_storage(host, &disk),
+        support::config::on_cursor_ledgers(cold_config()),
+    )
+    .unwrap();
+    let sub = ml.open_cursor("sub", earliest()).unwrap();
+    let batch: Vec<Position> = positions
+        .iter()
+        .copied()
+        .skip(5)
+        .step_by(PER_LEDGER as usize)
+        .filter(|p| !entries.contains(p))
+        .collect();
+    assert!(batch.len() > 3);
+    for &p in &batch {
+        sub.ack_batch_index(p, 0, 4).unwrap();
+        sub.ack_batch_index(p, 2, 4).unwrap();
+    }
+    sub.close().unwrap();
+    ml.close().unwrap();
+    (disk, positions, Acked { entries, batch })
+}
+
+fn open_cold(host: Host, storage: Arc<dyn Storage>) -> ackstore::Result<Hosted> {
+    open_hosted(host, storage, &cold_config())
+}
+
+/// A cursor whose partitions and partial entries are cold on its cursor ledger imports them
+/// all; the disk fails every operation (reads included) after each number of operations of the
+/// import in turn. The failed write leaves a complete state (the ledger's, or the journal's);
+/// with the power back the same handle's next flush, or else a reopen's, completes the move;
+/// nothing is lost and nothing acked that was not.
+#[test]
+fn an_import_of_cold_partitions_failing_at_every_operation_completes_once_the_disk_returns() {
+    on_each_host(|host| {
+        let total = {
+            let (disk, positions, _) = cold_ledger_cursor(host);
+            let hosted = open_cold(host, Arc::new(disk.clone())).unwrap();
+            let sub = hosted.open_cursor("sub", earliest()).unwrap();
+            sub.ack(positions[0]).unwrap();
+            let before = disk.mutations();
+            sub.flush().unwrap();
+            disk.mutations() - before
+        };
+        assert!(total > 3, "{host:?}: {total}");
+        for k in 0..=total {
+            let what = format!("{host:?}, failing after {k} of {total}");
+            let (disk, positions, mut acked) = cold_ledger_cursor(host);
+            let hosted = open_cold(host, Arc::new(disk.clone())).unwrap();
+            let sub = hosted.open_cursor("sub", earliest()).unwrap();
+            let stats = sub.stats().unwrap().ackset;
+            assert!(
+                stats.resident_partitions < stats.partitions,
+                "{what}: {stats:?}"
+            );
+            let extra = positions[0];
+            sub.ack(extra).unwrap();
+            disk.fail_after(Some(k));
+            let first = sub.flush();
+            let cut = disk.durable_image();
+            disk.fail_after(None);
+            // A power cut right after the failure: a complete state.
+            let hosted_cut = open_cold(host, Arc::new(cut.clone())).unwrap();
+            let c = hosted_cut.open_cursor("sub", earliest()).unwrap();
+            acked.check(&c, &positions, extra, &format!("{what}: cut"));
+            if first.is_ok() {
+                assert!(done(&c, &positions).contains(&extra), "{what}: cut");
+            }
+            drop(c);
+            hosted_cut.close().unwrap();
+            // The power is back: the same handle retries, or a reopen moves the cursor.
+            let retried = sub.flush();
+            drop(sub);
+            let _ = hosted.close();
+            let hosted = open_cold(host, Arc::new(disk.clone())).unwrap();
+            let c = hosted.open_cursor("sub", earliest()).unwrap();
+            if first.is_ok() || retried.is_ok() {
+                assert!(done(&c, &positions).contains(&extra), "{what}: retried");
+            }
+            acked.check(&c, &positions, extra, &format!("{what}: after"));
+            c.ack(positions[3]).unwrap();
+            c.flush().unwrap();
+            acked.entries.insert(positions[3]);
+            assert_eq!(c.stats().unwrap().persist.cursor_ledger, None, "{what}");
+            drop(c);
+            hosted.close().unwrap();
+            let hosted = open_cold(host, Arc::new(disk.clone())).unwrap();
+            let c = hosted.open_cursor("sub", earliest()).unwrap();
+            acked.check(&c, &positions, extra, &format!("{what}: reopened"));
+            drop(c);
+            hosted.close().unwrap();
+            let report =
+                ackstore::check::verify(&(Arc::new(disk.clone()) as Arc<dyn Storage>)).unwrap();
+            assert!(report.is_sound(), "{what}: {report}");
+            let hosted = open_cold(host, Arc::new(disk.clone())).unwrap();
+            assert_eq!(
+                hosted.entry_log().unwrap().ledger_ids().len(),
+                hosted.ledgers().len(),
+                "{what}: a cursor ledger is left"
+            );
+            hosted.close().unwrap();
+        }
+    });
+}
+
+/// Acks arrive while the import's tick syncs (the cursor's lock released), touching every
+/// cold partition of the cursor ledger and evicting within the small ack memory: a power cut
+/// right after the import's flush returned keeps everything it flushed and acks nothing that
+/// was not; a power cut after the next flush keeps every ack.
+#[test]
+fn acks_during_the_import_sync_are_kept_by_the_next_flush_and_never_invented() {
+    use std::sync::Barrier;
+    on_each_host(|host| {
+        let (disk, positions, acked) = cold_ledger_cursor(host);
+        let hooked = support::hooked::Hooked::new(disk.clone());
+        let hosted = open_cold(host, Arc::new(hooked.clone())).unwrap();
+        let sub = hosted.open_cursor("sub", earliest()).unwrap();
+        let extra = positions[0];
+        sub.ack(extra).unwrap();
+        let during: BTreeSet<Position> = positions
+            .iter()
+            .copied()
+            .skip(3)
+            .step_by(3)
+            .filter(|p| !acked.batch.contains(p))
+            .collect();
+        let evicted = sub.stats().unwrap().ackset.evictions;
+        let barriers = Arc::new((Barrier::new(2), Barrier::new(2)));
+        *hooked.hooks.hold_next_sync.lock().unwrap() = Some(barriers.clone());
+        std::thread::scope(|s| {
+            let flushing = s.spawn(|| sub.flush());
+            barriers.0.wait();
+            for &p in &during {
+                sub.ack(p).unwrap();
+            }
+            // Within the ack memory, the acks evicted partitions while the tick synced.
+            assert!(sub.stats().unwrap().ackset.evictions > evicted, "{host:?}");
+            barriers.1.wait();
+            flushing.join().unwrap().unwrap();
+        });
+        let mut flushed = acked.entries.clone();
+        flushed.insert(extra);
+        let mut all = flushed.clone();
+        all.extend(&during);
+
+        let cut = disk.durable_image();
+        let hosted_cut = open_cold(host, Arc::new(cut)).unwrap();
+        let c = hosted_cut.open_cursor("sub", earliest()).unwrap();
+        let found = done(&c, &positions);
+        assert!(found.is_superset(&flushed), "{host:?}: flushed and lost");
+        assert!(found.is_subset(&all), "{host:?}: acked and never acked");
+        let complete = Acked {
+            entries: flushed.clone(),
+            batch: acked.batch.clone(),
+        };
+        // The partial entries were flushed too; `found` holds no more than `all`, checked above.
+        if found == flushed {
+            complete.check(&c, &positions, extra, &format!("{host:?}: cut"));
+        }
+        drop(c);
+        hosted_cut.close().unwrap();
+
+        sub.flush().unwrap();
+        let hosted_cut = open_cold(host, Arc::new(disk.durable_image())).unwrap();
+        let c = hosted_cut.open_cursor("sub", earliest()).unwrap();
+        let everything = Acked {
+            entries: all,
+            batch: acked.batch.clone(),
+        };
+        everything.check(&c, &positions, extra, &format!("{host:?}: flushed again"));
+        assert_eq!(
+            hosted_cut.entry_log().unwrap().ledger_ids().len(),
+            hosted_cut.ledgers().len(),
+            "{host:?}: a cursor ledger is left"
+        );
     });
 }
