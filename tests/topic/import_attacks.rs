@@ -352,3 +352,118 @@ fn acks_during_the_import_sync_are_kept_by_the_next_flush_and_never_invented() {
         );
     });
 }
+
+/// What is put back on an imported cursor's place after its import completed.
+#[derive(Debug, Clone, Copy)]
+enum Restored {
+    /// Its deleted cursor ledger, named as before (a restored backup of the file).
+    Ledger,
+    /// Its deleted ledger and its record as they were before the import.
+    LedgerAndRecord,
+    /// Its record as before the import, the ledger it names holding the sibling's ledger.
+    RecordAndSiblingsLedger,
+    /// Its record as before the import, the ledger it names cut to half its length.
+    RecordAndTruncatedLedger,
+    /// Its record as before the import, the ledger it names zeroed.
+    RecordAndZeroedLedger,
+}
+
+/// Writes `bytes` as file `name` of `storage` (created or replaced), synced.
+fn put_file(storage: &Arc<dyn Storage>, name: &str, bytes: &[u8]) {
+    if storage.exists(name).unwrap() {
+        storage.remove(name).unwrap();
+    }
+    let file = storage.create(name).unwrap();
+    file.write_all_at(bytes, 0).unwrap();
+    file.sync_data().unwrap();
+    storage.sync_dir().unwrap();
+}
+
+/// Reads file `name` of `storage` whole.
+fn file_bytes(storage: &Arc<dyn Storage>, name: &str) -> Vec<u8> {
+    let file = storage.open(name).unwrap();
+    let mut bytes = vec![0; usize::try_from(file.size().unwrap()).unwrap()];
+    file.read_exact_at(&mut bytes, 0).unwrap();
+    bytes
+}
+
+/// After `sub`'s import completed, its older files come back (its ledger, its record, or
+/// both, damaged or another cursor's): `verify` reports the topic sound exactly when it opens,
+/// `sub` holds the journal's state (nothing of the ledger is used), `other` keeps its ledger's
+/// state, and `sub`'s next write leaves no ledger of its own.
+#[test]
+fn older_files_of_an_imported_cursor_coming_back_are_never_used() {
+    on_each_host(|host| {
+        for restored in [
+            Restored::Ledger,
+            Restored::LedgerAndRecord,
+            Restored::RecordAndSiblingsLedger,
+            Restored::RecordAndTruncatedLedger,
+            Restored::RecordAndZeroedLedger,
+        ] {
+            let what = format!("{host:?}, {restored:?}");
+            let (disk, positions, other_acked) = two_ledger_cursors(host);
+            let storage = topic_storage(host, &disk);
+            let meta = FileMetaStore::new(storage.clone());
+            let (sub_name, other_name) = (record_of(&meta, "sub"), record_of(&meta, "other"));
+            let ledger_of = |name: &str| {
+                let (_, bytes) = meta.get(name).unwrap().unwrap();
+                CursorRecord::decode(&bytes).unwrap().cursor_ledger.unwrap()
+            };
+            let file = ackstore::internals::log::ledger_file_name(ledger_of(&sub_name));
+            let other_file = ackstore::internals::log::ledger_file_name(ledger_of(&other_name));
+            let (_, old_record) = meta.get(&sub_name).unwrap().unwrap();
+            let old_ledger = file_bytes(&storage, &file);
+
+            let hosted = open(host, &disk).unwrap();
+            let sub = hosted.open_cursor("sub", earliest()).unwrap();
+            sub.ack(positions[0]).unwrap();
+            sub.ack(positions[3]).unwrap();
+            sub.flush().unwrap();
+            let want = done(&sub, &positions);
+            drop(sub);
+            hosted.close().unwrap();
+            assert!(!storage.exists(&file).unwrap(), "{what}");
+
+            let ledger = match restored {
+                Restored::Ledger | Restored::LedgerAndRecord => old_ledger,
+                Restored::RecordAndSiblingsLedger => file_bytes(&storage, &other_file),
+                Restored::RecordAndTruncatedLedger => old_ledger[..old_ledger.len() / 2].to_vec(),
+                Restored::RecordAndZeroedLedger => vec![0; old_ledger.len()],
+            };
+            put_file(&storage, &file, &ledger);
+            if !matches!(restored, Restored::Ledger) {
+                let (version, _) = meta.get(&sub_name).unwrap().unwrap();
+                meta.put(&sub_name, Some(version), &old_record).unwrap();
+            }
+
+            let report =
+                ackstore::check::verify(&(Arc::new(disk.clone()) as Arc<dyn Storage>)).unwrap();
+            let hosted = open(host, &disk);
+            assert_eq!(report.is_sound(), hosted.is_ok(), "{what}: {report}");
+            let hosted = hosted.unwrap();
+            let sub = hosted.open_cursor("sub", earliest()).unwrap();
+            assert_eq!(done(&sub, &positions), want, "{what}");
+            assert_eq!(sub.stats().unwrap().persist.cursor_ledger, None, "{what}");
+            sub.ack(positions[6]).unwrap();
+            sub.flush().unwrap();
+            drop(sub);
+            hosted.close().unwrap();
+
+            let hosted = open(host, &disk).unwrap();
+            let sub = hosted.open_cursor("sub", earliest()).unwrap();
+            let mut want = want;
+            want.insert(positions[6]);
+            assert_eq!(done(&sub, &positions), want, "{what}: reopened");
+            let other = hosted.open_cursor("other", earliest()).unwrap();
+            assert_eq!(done(&other, &positions), other_acked, "{what}: other");
+            drop((sub, other));
+            hosted.close().unwrap();
+            assert!(!storage.exists(&file).unwrap(), "{what}: left");
+            assert!(storage.exists(&other_file).unwrap(), "{what}: other's");
+            let report =
+                ackstore::check::verify(&(Arc::new(disk.clone()) as Arc<dyn Storage>)).unwrap();
+            assert!(report.is_sound(), "{what}: {report}");
+        }
+    });
+}
