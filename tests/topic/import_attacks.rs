@@ -40,9 +40,19 @@ fn done(cursor: &Cursor, positions: &[Position]) -> BTreeSet<Position> {
 /// `other` every fifth from the third. Returns the disk, the positions and `other`'s acks.
 fn two_ledger_cursors(host: Host) -> (MemStorage, Vec<Position>, BTreeSet<Position>) {
     let disk = MemStorage::new();
-    let (positions, _) = with_a_ledger_cursor(host, &disk, (ENTRIES, PER_LEDGER), |i| i % 3 == 1);
+    let (positions, _, acked) = two_ledger_cursors_on(host, &disk);
+    (disk, positions, acked)
+}
+
+/// [`two_ledger_cursors`] on `disk`; returns the positions, `sub`'s acks and `other`'s.
+fn two_ledger_cursors_on(
+    host: Host,
+    disk: &MemStorage,
+) -> (Vec<Position>, BTreeSet<Position>, BTreeSet<Position>) {
+    let (positions, sub_acked) =
+        with_a_ledger_cursor(host, disk, (ENTRIES, PER_LEDGER), |i| i % 3 == 1);
     let ml = ackstore::ManagedLedger::open_with_storage(
-        topic_storage(host, &disk),
+        topic_storage(host, disk),
         support::config::on_cursor_ledgers(support::topic::config(PER_LEDGER)),
     )
     .unwrap();
@@ -53,7 +63,7 @@ fn two_ledger_cursors(host: Host) -> (MemStorage, Vec<Position>, BTreeSet<Positi
     }
     other.close().unwrap();
     ml.close().unwrap();
-    (disk, positions, acked)
+    (positions, sub_acked, acked)
 }
 
 /// The name of cursor `cursor`'s record in the topic's metadata store `meta`.
@@ -465,5 +475,88 @@ fn older_files_of_an_imported_cursor_coming_back_are_never_used() {
                 ackstore::check::verify(&(Arc::new(disk.clone()) as Arc<dyn Storage>)).unwrap();
             assert!(report.is_sound(), "{what}: {report}");
         }
+    });
+}
+
+/// Both cursors of a topic, each on its cursor ledger, import together at the topic's
+/// close; a power cut at every storage operation of it, each image kept durable or torn half
+/// way through its unsynced tails. `verify` is sound on every image; each cursor holds at least
+/// its ledger's state and at most that plus its new acks (all of them once the close returned
+/// `Ok`); one more write of each finishes the move, and no cursor ledger is left.
+#[test]
+fn two_cursors_importing_at_one_close_survive_a_power_cut_at_every_step() {
+    on_each_host(|host| {
+        let new = |positions: &[Position], cursor: &str| {
+            let at: &[usize] = if cursor == "sub" { &[0, 51] } else { &[1, 99] };
+            at.iter().map(|&i| positions[i]).collect::<Vec<_>>()
+        };
+        let mut cuts = 0;
+        support::crash::cut_everywhere_after(
+            support::crash::Points::every_in_release(2),
+            |disk| {
+                let (positions, sub, other) = two_ledger_cursors_on(host, disk);
+                let hosted = open(host, disk).unwrap();
+                (hosted, positions, sub, other)
+            },
+            |_, (hosted, positions, sub_acked, other_acked)| {
+                let mut acked = Ok(());
+                for name in ["sub", "other"] {
+                    acked = acked.and_then(|()| {
+                        let cursor = hosted.open_cursor(name, earliest())?;
+                        new(&positions, name)
+                            .iter()
+                            .try_for_each(|&p| cursor.ack(p).map(drop))
+                    });
+                }
+                let closed = acked.and_then(|()| hosted.close());
+                (
+                    positions,
+                    [("sub", sub_acked), ("other", other_acked)],
+                    closed.is_ok(),
+                )
+            },
+            |disk, support::crash::Cut { n, .. }, (positions, cursors, closed)| {
+                cuts += 1;
+                let torn = support::crash::torn_image(disk, |u| u / 2);
+                for (image, kind) in [(disk.durable_image(), "durable"), (torn, "torn")] {
+                    let what = format!("{host:?}, cut at {n}, {kind}");
+                    let report =
+                        ackstore::check::verify(&(Arc::new(image.clone()) as Arc<dyn Storage>))
+                            .unwrap();
+                    assert!(report.is_sound(), "{what}: {report}");
+                    let hosted = open(host, &image).unwrap();
+                    let mut wants = Vec::new();
+                    for (name, acked) in &cursors {
+                        let cursor = hosted.open_cursor(name, earliest()).unwrap();
+                        let got = done(&cursor, &positions);
+                        let mut upper = acked.clone();
+                        upper.extend(new(&positions, name));
+                        assert!(got.is_superset(acked), "{what}: {name} lost acks");
+                        assert!(got.is_subset(&upper), "{what}: {name} invented acks");
+                        if closed {
+                            assert_eq!(got, upper, "{what}: {name} lost a closed ack");
+                        }
+                        cursor.ack(positions[ENTRIES as usize - 1]).unwrap();
+                        cursor.flush().unwrap();
+                        let mut want = got;
+                        want.insert(positions[ENTRIES as usize - 1]);
+                        wants.push((*name, want));
+                    }
+                    hosted.close().unwrap();
+                    let hosted = open(host, &image).unwrap();
+                    for (name, want) in &wants {
+                        let cursor = hosted.open_cursor(name, earliest()).unwrap();
+                        assert_eq!(&done(&cursor, &positions), want, "{what}: {name} reopened");
+                    }
+                    assert_eq!(
+                        hosted.entry_log().unwrap().ledger_ids().len(),
+                        hosted.ledgers().len(),
+                        "{what}: a cursor ledger is left"
+                    );
+                    hosted.close().unwrap();
+                }
+            },
+        );
+        assert!(cuts > 5, "{host:?}: {cuts}");
     });
 }
