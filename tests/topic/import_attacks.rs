@@ -560,3 +560,93 @@ fn two_cursors_importing_at_one_close_survive_a_power_cut_at_every_step() {
         assert!(cuts > 5, "{host:?}: {cuts}");
     });
 }
+
+/// Cursor `sub` of a topic whose journal holds it while its record still names its cursor
+/// ledger (the state an import cut short after the journal's commit leaves), made on `disk` by
+/// importing it and putting the older record and ledger back; `other` stays on its ledger.
+/// Returns the positions, `sub`'s state and `other`'s acks.
+fn mid_import(
+    host: Host,
+    disk: &MemStorage,
+) -> (Vec<Position>, BTreeSet<Position>, BTreeSet<Position>) {
+    let (positions, _, other_acked) = two_ledger_cursors_on(host, disk);
+    let storage = topic_storage(host, disk);
+    let meta = FileMetaStore::new(storage.clone());
+    let sub_name = record_of(&meta, "sub");
+    let (_, old_record) = meta.get(&sub_name).unwrap().unwrap();
+    let ledger = CursorRecord::decode(&old_record)
+        .unwrap()
+        .cursor_ledger
+        .unwrap();
+    let file = ackstore::internals::log::ledger_file_name(ledger);
+    let old_ledger = file_bytes(&storage, &file);
+    let hosted = open(host, disk).unwrap();
+    let sub = hosted.open_cursor("sub", earliest()).unwrap();
+    sub.ack(positions[0]).unwrap();
+    sub.flush().unwrap();
+    let state = done(&sub, &positions);
+    drop(sub);
+    hosted.close().unwrap();
+    put_file(&storage, &file, &old_ledger);
+    let (version, _) = meta.get(&sub_name).unwrap().unwrap();
+    meta.put(&sub_name, Some(version), &old_record).unwrap();
+    (positions, state, other_acked)
+}
+
+/// Deleting a cursor whose journal state superseded a ledger its record still names, with a
+/// power cut at every storage operation of the deletion, on both hosts: `verify` is sound; the
+/// cursor is either there with the journal's state or gone, and a cursor created again under
+/// its name starts empty (nothing of the journal or the ledger comes back); `other` keeps its
+/// acks; no ledger of `sub` outlives the next open.
+#[test]
+fn deleting_a_cursor_mid_import_at_every_step_brings_nothing_back() {
+    on_each_host(|host| {
+        let mut cuts = 0;
+        support::crash::cut_everywhere_after(
+            support::crash::Points::EVERY,
+            |disk| mid_import(host, disk),
+            |disk, prepared| {
+                let deleted = open(host, disk).and_then(|hosted| {
+                    drop(hosted.open_cursor("sub", earliest())?);
+                    hosted.delete_cursor("sub")?;
+                    hosted.close()
+                });
+                (prepared, deleted.is_ok())
+            },
+            |disk, support::crash::Cut { n, .. }, ((positions, state, other_acked), deleted)| {
+                cuts += 1;
+                let what = format!("{host:?}, cut at {n}");
+                let image = disk.durable_image();
+                let report =
+                    ackstore::check::verify(&(Arc::new(image.clone()) as Arc<dyn Storage>))
+                        .unwrap();
+                assert!(report.is_sound(), "{what}: {report}");
+                let hosted = open(host, &image).unwrap();
+                let there = hosted.cursor_names().iter().any(|c| c == "sub");
+                assert!(!(there && deleted), "{what}: deleted, and back");
+                let sub = hosted.open_cursor("sub", earliest()).unwrap();
+                let got = done(&sub, &positions);
+                if there {
+                    assert_eq!(got, state, "{what}: kept");
+                } else {
+                    assert_eq!(got, BTreeSet::new(), "{what}: created again");
+                }
+                let other = hosted.open_cursor("other", earliest()).unwrap();
+                assert_eq!(done(&other, &positions), other_acked, "{what}: other");
+                sub.ack(positions[3]).unwrap();
+                sub.flush().unwrap();
+                drop((sub, other));
+                hosted.close().unwrap();
+                let hosted = open(host, &image).unwrap();
+                // Only `other`'s ledger is left beside the data ledgers.
+                assert_eq!(
+                    hosted.entry_log().unwrap().ledger_ids().len(),
+                    hosted.ledgers().len() + 1,
+                    "{what}: a ledger of sub is left"
+                );
+                hosted.close().unwrap();
+            },
+        );
+        assert!(cuts > 3, "{host:?}: {cuts}");
+    });
+}
