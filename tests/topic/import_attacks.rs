@@ -183,10 +183,16 @@ impl Acked {
 /// its partitions and partial entries cold, in the ledger.
 fn cold_ledger_cursor(host: Host) -> (MemStorage, Vec<Position>, Acked) {
     let disk = MemStorage::new();
+    let (positions, acked) = cold_ledger_cursor_on(host, &disk);
+    (disk, positions, acked)
+}
+
+/// [`cold_ledger_cursor`] on `disk`.
+fn cold_ledger_cursor_on(host: Host, disk: &MemStorage) -> (Vec<Position>, Acked) {
     let (positions, entries) =
-        with_a_ledger_cursor(host, &disk, (COLD_ENTRIES, PER_LEDGER), |i| i % 3 == 1);
+        with_a_ledger_cursor(host, disk, (COLD_ENTRIES, PER_LEDGER), |i| i % 3 == 1);
     let ml = ackstore::ManagedLedger::open_with_storage(
-        topic_storage(host, &disk),
+        topic_storage(host, disk),
         support::config::on_cursor_ledgers(cold_config()),
     )
     .unwrap();
@@ -205,7 +211,7 @@ fn cold_ledger_cursor(host: Host) -> (MemStorage, Vec<Position>, Acked) {
     }
     sub.close().unwrap();
     ml.close().unwrap();
-    (disk, positions, Acked { entries, batch })
+    (positions, Acked { entries, batch })
 }
 
 fn open_cold(host: Host, storage: Arc<dyn Storage>) -> ackstore::Result<Hosted> {
@@ -649,4 +655,92 @@ fn deleting_a_cursor_mid_import_at_every_step_brings_nothing_back() {
         );
         assert!(cuts > 3, "{host:?}: {cuts}");
     });
+}
+
+/// Journal segments of the store whose journal rolls over as an imported cursor flushes.
+const TINY_SEGMENT: u64 = 700;
+
+/// The store on `disk` with [`cold_config`] and journal segments of [`TINY_SEGMENT`] bytes.
+fn tiny_segment_store(disk: &MemStorage) -> ackstore::Result<ackstore::Store> {
+    ackstore::Store::open_with_storage(
+        Arc::new(disk.clone()),
+        ackstore::StoreConfig {
+            ledger: cold_config(),
+            flusher_threads: 0,
+            journal: ackstore::JournalConfig {
+                segment_bytes: TINY_SEGMENT,
+            },
+            ..ackstore::StoreConfig::default()
+        },
+    )
+}
+
+/// A store cursor with cold partitions and partial entries on its cursor ledger imports into
+/// a journal whose segments are smaller than the import; more acks and flushes then roll the
+/// journal over, retiring the segment the import wrote. A power cut at every storage operation: `verify`
+/// is sound, the cursor holds at least its ledger's state and every `Ok` flush, never an ack
+/// that was not made, and every partial entry.
+#[test]
+fn an_import_across_journal_rollovers_survives_a_power_cut_at_every_step() {
+    let more = |positions: &[Position]| -> Vec<Position> {
+        // Not the entries holding partial entries (the sixth of each data ledger).
+        (3..COLD_ENTRIES as usize)
+            .step_by(9)
+            .filter(|i| *i % PER_LEDGER as usize != 5)
+            .map(|i| positions[i])
+            .collect()
+    };
+    let mut rolled = 0;
+    let clean = support::crash::cut_everywhere_after(
+        support::crash::Points::every_in_release(3),
+        |disk| cold_ledger_cursor_on(Host::Store, disk),
+        |disk, (positions, acked)| {
+            let flushed = tiny_segment_store(disk).and_then(|store| {
+                let t = store.topic("t")?;
+                let sub = t.open_cursor("sub", earliest())?;
+                sub.ack(positions[0])?;
+                sub.flush()?;
+                let mut n = 1;
+                for p in more(&positions) {
+                    sub.ack(p)?;
+                    if p.entry_id % 4 == 0 {
+                        sub.flush()?;
+                        n += 1;
+                    }
+                }
+                sub.flush()?;
+                rolled = rolled.max(store.journal_stats().rollovers);
+                drop((sub, t));
+                store.close()?;
+                Ok(n + 1)
+            });
+            (positions, acked, flushed)
+        },
+        |disk, support::crash::Cut { n, .. }, (positions, acked, flushed)| {
+            let what = format!("cut at {n}");
+            let image = disk.durable_image();
+            let report =
+                ackstore::check::verify(&(Arc::new(image.clone()) as Arc<dyn Storage>)).unwrap();
+            assert!(report.is_sound(), "{what}: {report}");
+            let store = tiny_segment_store(&image).unwrap();
+            let t = store.topic("t").unwrap();
+            let sub = t.open_cursor("sub", earliest()).unwrap();
+            let got = done(&sub, &positions);
+            let mut upper = acked.entries.clone();
+            upper.insert(positions[0]);
+            upper.extend(more(&positions));
+            assert!(got.is_superset(&acked.entries), "{what}: lost");
+            assert!(got.is_subset(&upper), "{what}: invented");
+            if flushed.is_ok() {
+                assert_eq!(got, upper, "{what}: flushed and lost");
+            }
+            let only = Acked {
+                entries: got.clone(),
+                batch: acked.batch.clone(),
+            };
+            only.check(&sub, &positions, positions[0], &what);
+        },
+    );
+    assert!(clean.result.2.is_ok(), "the clean run");
+    assert!(rolled > 0, "the journal rolled over");
 }
