@@ -744,3 +744,63 @@ fn an_import_across_journal_rollovers_survives_a_power_cut_at_every_step() {
     assert!(clean.result.2.is_ok(), "the clean run");
     assert!(rolled > 0, "the journal rolled over");
 }
+
+/// [`an_import_of_cold_partitions_failing_at_every_operation_completes_once_the_disk_returns`]
+/// with a full disk instead: `ENOSPC` from each growing write of the import on, the space
+/// returned after the failed flush. The state stays complete, a retry (by the same handle, or
+/// once the failure latched the journal, by a reopen) moves the cursor, and nothing is lost.
+#[test]
+fn an_import_of_cold_partitions_meeting_a_full_disk_at_every_write_completes_with_space_back() {
+    on_each_host(|host| {
+        let total = {
+            let (disk, positions, _) = cold_ledger_cursor(host);
+            let hosted = open_cold(host, Arc::new(disk.clone())).unwrap();
+            let sub = hosted.open_cursor("sub", earliest()).unwrap();
+            sub.ack(positions[0]).unwrap();
+            let before = disk.growing_writes();
+            sub.flush().unwrap();
+            disk.growing_writes() - before
+        };
+        assert!(total > 1, "{host:?}: {total}");
+        for k in 0..=total {
+            let what = format!("{host:?}, full after {k} of {total} growing writes");
+            let (disk, positions, acked) = cold_ledger_cursor(host);
+            let hosted = open_cold(host, Arc::new(disk.clone())).unwrap();
+            let sub = hosted.open_cursor("sub", earliest()).unwrap();
+            let extra = positions[0];
+            sub.ack(extra).unwrap();
+            disk.enospc_after(Some(k));
+            let first = sub.flush();
+            disk.enospc_after(None);
+            let retried = sub.flush();
+            drop(sub);
+            let _ = hosted.close();
+            // What the disk keeps after the process went away.
+            let image = disk.durable_image();
+            let hosted = open_cold(host, Arc::new(image.clone())).unwrap();
+            let c = hosted.open_cursor("sub", earliest()).unwrap();
+            acked.check(&c, &positions, extra, &what);
+            if first.is_ok() || retried.is_ok() {
+                assert!(done(&c, &positions).contains(&extra), "{what}: flushed");
+            }
+            c.ack(positions[3]).unwrap();
+            c.flush().unwrap();
+            drop(c);
+            hosted.close().unwrap();
+            let hosted = open_cold(host, Arc::new(image.durable_image())).unwrap();
+            assert_eq!(
+                hosted.entry_log().unwrap().ledger_ids().len(),
+                hosted.ledgers().len(),
+                "{what}: a cursor ledger is left"
+            );
+            let c = hosted.open_cursor("sub", earliest()).unwrap();
+            assert!(done(&c, &positions).contains(&positions[3]), "{what}");
+            drop(c);
+            hosted.close().unwrap();
+            let report =
+                ackstore::check::verify(&(Arc::new(image.durable_image()) as Arc<dyn Storage>))
+                    .unwrap();
+            assert!(report.is_sound(), "{what}: {report}");
+        }
+    });
+}
