@@ -218,6 +218,17 @@ fn open_cold(host: Host, storage: Arc<dyn Storage>) -> ackstore::Result<Hosted> 
     open_hosted(host, storage, &cold_config())
 }
 
+/// What `count` of the disk counts while the cold-partition cursor's first flush imports it.
+fn import_cost(host: Host, count: impl Fn(&MemStorage) -> u64) -> u64 {
+    let (disk, positions, _) = cold_ledger_cursor(host);
+    let hosted = open_cold(host, Arc::new(disk.clone())).unwrap();
+    let sub = hosted.open_cursor("sub", earliest()).unwrap();
+    sub.ack(positions[0]).unwrap();
+    let before = count(&disk);
+    sub.flush().unwrap();
+    count(&disk) - before
+}
+
 /// A cursor whose partitions and partial entries are cold on its cursor ledger imports them
 /// all; the disk fails every operation (reads included) after each number of operations of the
 /// import in turn. The failed write leaves a complete state (the ledger's, or the journal's);
@@ -226,15 +237,7 @@ fn open_cold(host: Host, storage: Arc<dyn Storage>) -> ackstore::Result<Hosted> 
 #[test]
 fn an_import_of_cold_partitions_failing_at_every_operation_completes_once_the_disk_returns() {
     on_each_host(|host| {
-        let total = {
-            let (disk, positions, _) = cold_ledger_cursor(host);
-            let hosted = open_cold(host, Arc::new(disk.clone())).unwrap();
-            let sub = hosted.open_cursor("sub", earliest()).unwrap();
-            sub.ack(positions[0]).unwrap();
-            let before = disk.mutations();
-            sub.flush().unwrap();
-            disk.mutations() - before
-        };
+        let total = import_cost(host, MemStorage::mutations);
         assert!(total > 3, "{host:?}: {total}");
         for k in 0..=total {
             let what = format!("{host:?}, failing after {k} of {total}");
@@ -752,15 +755,7 @@ fn an_import_across_journal_rollovers_survives_a_power_cut_at_every_step() {
 #[test]
 fn an_import_of_cold_partitions_meeting_a_full_disk_at_every_write_completes_with_space_back() {
     on_each_host(|host| {
-        let total = {
-            let (disk, positions, _) = cold_ledger_cursor(host);
-            let hosted = open_cold(host, Arc::new(disk.clone())).unwrap();
-            let sub = hosted.open_cursor("sub", earliest()).unwrap();
-            sub.ack(positions[0]).unwrap();
-            let before = disk.growing_writes();
-            sub.flush().unwrap();
-            disk.growing_writes() - before
-        };
+        let total = import_cost(host, MemStorage::growing_writes);
         assert!(total > 1, "{host:?}: {total}");
         for k in 0..=total {
             let what = format!("{host:?}, full after {k} of {total} growing writes");
