@@ -45,6 +45,7 @@ fn check_store_topic(
     let topic = collect_in(storage, true, &mut findings, Some((&usage, &mut unused)));
     if let Some(record) = &record {
         check_other_records(storage, record, &usage, &mut findings, &mut unused)?;
+        superseded_ledgers_unused(storage, record, &usage, (&mut findings, &mut unused));
     }
     Ok((findings, unused, topic.ledgers.len(), topic.cursors.len()))
 }
@@ -368,6 +369,7 @@ pub(super) fn verify_topic(storage: &Arc<dyn Storage>) -> Result<Verification> {
     let mut unused = Vec::new();
     let mut topic = collect_in(storage, true, &mut findings, Some((&usage, &mut unused)));
     if let Some(record) = &record {
+        superseded_ledgers_unused(storage, record, &usage, (&mut findings, &mut unused));
         super::topic::show_hosted_states(&mut topic, record, &journal);
     }
     Ok(Verification {
@@ -398,6 +400,43 @@ pub(super) fn unreadable_catalog(storage: &Arc<dyn Storage>, e: &Error) -> Verif
         }],
         unused: Vec::new(),
     }
+}
+
+/// Moves the frame problems of every cursor ledger the journal superseded from `findings` to
+/// `unused`: a ledger that the own record of a cursor the journal holds still names (an import
+/// cut short after the journal's commit, `cursor::import`). The open reads no byte of it, and
+/// the cursor's next write deletes it; a ledger a record of another cursor names stays checked,
+/// as the open takes it for that cursor's (`ledger::open`, rule 3).
+fn superseded_ledgers_unused(
+    storage: &Arc<dyn Storage>,
+    record: &TopicRecord,
+    usage: &StoreUse,
+    (findings, unused): (&mut Vec<Finding>, &mut Vec<Finding>),
+) {
+    let meta = FileMetaStore::new(storage.clone());
+    let superseded: BTreeSet<String> = record
+        .cursors
+        .iter()
+        .filter(|c| usage.committed.contains(&c.id))
+        .filter_map(|c| {
+            let (_, bytes) = meta.get(&record_name(c.id)).ok()??;
+            let cursor = crate::format::meta::CursorRecord::decode(&bytes).ok()?;
+            cursor.check_identity(c.id, &c.name, record.topic_id).ok()?;
+            cursor.cursor_ledger.map(ledger_file_name)
+        })
+        .collect();
+    let (moved, kept) = std::mem::take(findings)
+        .into_iter()
+        .partition(|f: &Finding| superseded.contains(&f.file));
+    *findings = kept;
+    unused.extend(moved.into_iter().map(|f| Finding {
+        problem: format!(
+            "{}; not read: the journal holds this cursor ledger's cursor, whose next write \
+             deletes it",
+            f.problem
+        ),
+        ..f
+    }));
 }
 
 /// Every frame problem of the ledger files in `storage`, as findings.

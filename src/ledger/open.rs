@@ -510,12 +510,15 @@ fn cursor_references(
                 // A record of another cursor (moved or copied here) is damage: opening that
                 // cursor refuses it. The ledger it displaced would look like an orphan, so no
                 // ledger is deleted by this open.
-                misplaced |= cursor
+                let own = cursor
                     .check_identity(entry.id, &entry.name, record.topic_id)
-                    .is_err();
+                    .is_ok();
+                misplaced |= !own;
                 if let Some(l) = cursor.cursor_ledger {
                     referenced.insert(l);
-                    if tj.committed_state(entry.id).is_some() {
+                    // Only the cursor's own record names a ledger its import superseded: the
+                    // one another cursor's record names is that cursor's.
+                    if own && tj.committed_state(entry.id).is_some() {
                         superseded.insert(entry.id, l);
                     }
                 }

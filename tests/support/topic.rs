@@ -327,3 +327,19 @@ pub fn with_a_ledger_cursor(
     ml.close().expect("close topic");
     (positions, acked)
 }
+
+/// The storage of the topic `host` keeps on `disk` (on a store, its topic `t`'s).
+pub fn topic_storage(host: Host, disk: &MemStorage) -> Arc<dyn ackstore::Storage> {
+    let storage: Arc<dyn ackstore::Storage> = Arc::new(disk.clone());
+    match host {
+        Host::Alone => storage,
+        Host::Store => {
+            let catalog = ackstore::internals::store::read_catalog(storage.clone())
+                .expect("catalog")
+                .expect("a catalog");
+            let id = catalog.topics.iter().find(|t| t.name == "t").expect("t").id;
+            ackstore::internals::store::topic_storage(&storage, &catalog, id)
+                .expect("the topic's storage")
+        }
+    }
+}

@@ -15,7 +15,9 @@ use ackstore::internals::format::meta::CursorRecord;
 use ackstore::internals::meta::{FileMetaStore, MetaStore};
 use ackstore::{Cursor, LedgerConfig, ManagedLedger, MemStorage, Position, Storage};
 use support::crash::{Cut, Points, cut_everywhere_after};
-use support::topic::{Host, Hosted, earliest, on_each_host, open_hosted, with_a_ledger_cursor};
+use support::topic::{
+    Host, Hosted, earliest, on_each_host, open_hosted, topic_storage, with_a_ledger_cursor,
+};
 
 const PER_LEDGER: u64 = 40;
 const ENTRIES: u64 = 120;
@@ -51,21 +53,6 @@ fn with_prefix(acked: &BTreeSet<Position>, positions: &[Position]) -> BTreeSet<P
     let mut out = acked.clone();
     out.extend(positions.iter().take_while(|p| acked.contains(p)));
     out
-}
-
-/// The storage of the topic `host` keeps on `disk` (on a store, its topic `t`'s).
-fn topic_storage(host: Host, disk: &MemStorage) -> Arc<dyn Storage> {
-    let storage: Arc<dyn Storage> = Arc::new(disk.clone());
-    match host {
-        Host::Alone => storage,
-        Host::Store => {
-            let catalog = ackstore::internals::store::read_catalog(storage.clone())
-                .unwrap()
-                .unwrap();
-            let id = catalog.topics.iter().find(|t| t.name == "t").unwrap().id;
-            ackstore::internals::store::topic_storage(&storage, &catalog, id).unwrap()
-        }
-    }
 }
 
 /// The cursor ledger each cursor record of the topic on `disk` names, by record.

@@ -14,6 +14,7 @@ mod full_disk;
 mod full_disk_retries;
 mod hosted_journal;
 mod hosted_journal_owners;
+mod import_attacks;
 mod managed_ledger;
 mod open_stamps_earlier_cursor_records;
 mod operator_metrics_and_events;
