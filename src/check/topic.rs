@@ -147,7 +147,12 @@ pub(super) fn hosted_journal_cursors(
         .iter()
         .filter_map(|id| {
             let name = record.cursors.iter().find(|c| c.id == id.cursor);
-            super::JournalCursor::of(storage, check, *id, (None, name.map(|c| c.name.to_string())))
+            super::JournalCursor::of(
+                storage,
+                check,
+                *id,
+                (None, name.map(|c| c.name.to_string())),
+            )
         })
         .collect()
 }

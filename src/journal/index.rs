@@ -411,12 +411,14 @@ impl Index {
                     c.floor <= segment
                         || c.marker.segment == segment
                         || c.records().any(|r| r.loc.segment == segment)
-                }) || e.snapshot.as_ref().is_some_and(|s| s.loc.segment <= segment)
-                    || e
-                    .pending
-                    .values()
-                    .chain(e.pending_batch.values())
-                    .any(|r| r.loc.segment == segment)
+                }) || e
+                    .snapshot
+                    .as_ref()
+                    .is_some_and(|s| s.loc.segment <= segment)
+                    || e.pending
+                        .values()
+                        .chain(e.pending_batch.values())
+                        .any(|r| r.loc.segment == segment)
             })
             .map(|(id, _)| *id)
             .collect();

@@ -199,9 +199,7 @@ impl TopicCore {
         let import = self
             .journal
             .clone()
-            .filter(|_| {
-                on_ledger && !self.new_cursors_on_ledgers()
-            })
+            .filter(|_| on_ledger && !self.new_cursors_on_ledgers())
             .map(|tj| {
                 let labels = CursorLabels::new(self.location.clone(), &cursor::record_name(id));
                 import::Pending::new(tj, (id, name), labels)

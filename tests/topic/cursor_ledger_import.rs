@@ -719,11 +719,17 @@ fn a_ledger_cursor_opened_for_the_single_entry_form_moves_into_the_journal_on_ea
             want.insert(p);
         }
         let want = with_prefix(&want, &positions);
-        assert!(cursor.stats().unwrap().persist.cursor_ledger.is_none(), "{host:?}");
+        assert!(
+            cursor.stats().unwrap().persist.cursor_ledger.is_none(),
+            "{host:?}"
+        );
         drop(cursor);
         hosted.close().unwrap();
         let image = disk.durable_image();
-        assert!(record_ledgers(host, &image).values().all(Option::is_none), "{host:?}");
+        assert!(
+            record_ledgers(host, &image).values().all(Option::is_none),
+            "{host:?}"
+        );
         let hosted = open_hosted(host, Arc::new(image), &config).unwrap();
         let cursor = hosted.open_cursor("sub", earliest()).unwrap();
         assert_eq!(done(&cursor, &positions).unwrap(), want, "{host:?}");
