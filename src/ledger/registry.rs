@@ -16,8 +16,9 @@
 //! A new cursor persists through the journal (the store's, or the one a topic opened alone
 //! hosts), in either form; only, temporarily, every new cursor of a topic of its own whose
 //! config sets the internals-only `cursor_ledger_writer` (the writer's own tests) keeps using
-//! cursor ledgers. Those are the cursors a reopen leaves on their cursor ledger too; every
-//! other cursor read from a cursor ledger is imported.
+//! cursor ledgers. Those, and every cursor read from a cursor ledger and opened for the
+//! single-entry form, are the cursors a reopen leaves on their cursor ledger; every other
+//! cursor read from a cursor ledger is imported.
 //!
 //! Names are client data: they live inside records and never become file names.
 
@@ -184,11 +185,11 @@ impl TopicCore {
 
     /// How cursor `id`, `name` persists when its persister is `persister` (a cursor ledger's).
     /// Read from a cursor ledger (`on_ledger`), it moves into the topic's journal at its first
-    /// write (and the journal's flusher pool flushes it, as a journal cursor), in either form,
-    /// unless new cursors of these settings go to cursor ledgers (the writer's own tests). The
-    /// move commits the whole state as the cursor's first marker, whatever its form: a cursor
-    /// opened for the single-entry form writes its first snapshot (under that form's range cap
-    /// and overflow policy) at its next flush.
+    /// write (and the journal's flusher pool flushes it, as a journal cursor), unless it is
+    /// opened for the single-entry form, which keeps its cursor ledger (on a store too) until
+    /// the import learns to move it into a snapshot record (the move as built loses track of
+    /// such a cursor's cold partitions once the ledger goes); and unless new cursors of these
+    /// settings go to cursor ledgers (the writer's own tests).
     fn ledger_persistence(
         &self,
         persister: CursorPersister,
@@ -199,7 +200,11 @@ impl TopicCore {
         let import = self
             .journal
             .clone()
-            .filter(|_| on_ledger && !self.new_cursors_on_ledgers())
+            .filter(|_| {
+                on_ledger
+                    && !self.new_cursors_on_ledgers()
+                    && self.config.cursor.persist_mode == crate::cursor::PersistMode::MultiEntry
+            })
             .map(|tj| {
                 let labels = CursorLabels::new(self.location.clone(), &cursor::record_name(id));
                 import::Pending::new(tj, (id, name), labels)
