@@ -90,7 +90,8 @@ pub(super) fn scan_segments(
     }
     scan.check_rebased()?;
     let retired = listed.map_or(0, |l| l.retired_through);
-    check_strays(storage, &report.strays, retired, repair)?;
+    let newest = listed.and_then(|l| l.segments.iter().max().copied());
+    check_strays(storage, &report.strays, (retired, newest), repair)?;
     Ok((scan, writer, report))
 }
 
@@ -208,9 +209,19 @@ fn scan_listed(
 /// listing was refused, or a creation cut short before its listing, and holds nothing past its
 /// header; one that holds something there was dropped from the list, with ticks it promised
 /// (and state no listed segment may hold).
-/// With `repair`, then removes them: only once every listed segment verified, so a segment
-/// that should have been listed is evidence, never removed.
-fn check_strays(storage: &dyn Storage, strays: &[u64], retired: u64, repair: bool) -> Result<()> {
+/// With `repair`, then removes those below `newest` (the newest listed segment): only once
+/// every listed segment verified, so a segment that should have been listed is evidence, never
+/// removed. A stray above the newest listed segment stays: it may be a newer owner's, created
+/// (and listed) after the claim this open made (the open has not checked its ownership yet),
+/// and every owner names a new segment above the newest its list holds, skipping names that
+/// exist, so a name below `newest` is never created or listed again, while one above it would
+/// be if its file went. A later open removes it once a listed segment is above it.
+fn check_strays(
+    storage: &dyn Storage,
+    strays: &[u64],
+    (retired, newest): (u64, Option<u64>),
+    repair: bool,
+) -> Result<()> {
     for &stray in strays.iter().filter(|s| **s > retired) {
         // A stray listed a moment ago may be gone: a former owner's rollover removes the
         // segment it unlisted before this owner's claim. Gone is what a repair makes of it.
@@ -236,7 +247,7 @@ fn check_strays(storage: &dyn Storage, strays: &[u64], retired: u64, repair: boo
         }
     }
     if repair {
-        for &stray in strays {
+        for &stray in strays.iter().filter(|s| newest.is_some_and(|n| **s < n)) {
             match storage.remove(&segment_name(stray)) {
                 Err(e) if !is_not_found(&e) => return Err(e),
                 _ => {}

@@ -192,7 +192,7 @@ impl Journal {
             match self.storage.create(&segment_name(next)) {
                 Ok(file) => break file,
                 // A segment no list names: a former owner's, created after this store's claim
-                // (never read; the next claim removes it). Take the next name.
+                // (never read; a later open removes it once a listed segment is above it). Take the next name.
                 Err(Error::Io { source, .. })
                     if source.kind() == std::io::ErrorKind::AlreadyExists
                         && next < MAX_SEGMENT

@@ -34,18 +34,22 @@
 //! two names (`{name}.{v}.meta` exists and `{name}.{v+1}.meta` does not, the argument of
 //! [`MetaStore::is_current`]; for a record it has not seen, that `{name}.1.meta` does not
 //! exist), listing again only when a lookup disagrees. After its link a `put` looks up the next
-//! version's name instead of listing (another writer built on ours: `Fenced`), and removes the
-//! version it replaced. The same files are written in the same order, so every power-cut
-//! state above is unchanged; what the listing adds, and these lookups do not, is catching a
-//! writer that links a version into a slot freed by several later writes. Under the lock the
-//! only other writers are former owners whose lock was broken, and each of their writes is
-//! bracketed by an ownership check (the store's claim, or the topic record's) that the new owner
-//! took before this store listed the directory: such a writer has at most one write of a record
-//! in flight, so it can take the next version (refused here by the link or the lookup after it),
-//! or put a stray below the current version, which no read takes and its own check reports
-//! `Fenced`. The first write of an owned store also removes every version below a record's
-//! highest (strays, and versions a power cut brought back), after a directory sync. A `delete`
-//! and a `claim` list the record's files as in the shared store.
+//! version's name instead of listing (another writer built on ours: `Fenced`) and the name of
+//! the version it replaced (gone: another writer replaced that version and then its own, so
+//! ours went into a name freed below the record, the names above it maybe freed too:
+//! `Fenced`), and removes the version it replaced. The same files are written in the same
+//! order, so every power-cut state above is unchanged; the listing after a link and the lookup
+//! of the replaced name both catch a writer that links a version into a slot freed by several
+//! later writes. Under the lock the only other writers are former owners whose lock was broken,
+//! and each of their writes is bracketed by an ownership check (the store's claim, or the topic
+//! record's) that the new owner took before this store listed the directory: such a writer has
+//! at most one write of a record in flight, so it can take the next version (refused here by
+//! the link or the lookup after it), or put a stray below the current version, which no read
+//! takes and which that `put` itself reports as `Fenced`: a former owner never takes a stray
+//! for its record, so never deletes a file on the strength of one. The first write of an owned
+//! store also removes every version below a record's highest (strays, and versions a power cut
+//! brought back), after a directory sync. A `delete` and a `claim` list the record's files as in
+//! the shared store.
 //!
 //! An owned store made with [`FileMetaStore::owned_records`] keeps only the records it names
 //! (a store's catalog): its listing and its sweep cover the files of those records alone, and
@@ -566,12 +570,13 @@ impl FileMetaStore {
 
     /// Links `bytes` (already framed; empty for a tombstone) as version `version` of `name`:
     /// the compare-and-set. [`Error::Fenced`] when another writer has that version or a
-    /// higher one.
+    /// higher one. `replaced`: the version whose file the check before found by name (an owned
+    /// store's lookups), which must still be there once `version` is linked.
     fn link_version(
         &self,
         writes: &mut Writes,
         name: &str,
-        expected: Option<u64>,
+        (expected, replaced): (Option<u64>, Option<u64>),
         version: u64,
         bytes: &[u8],
     ) -> Result<()> {
@@ -601,6 +606,16 @@ impl FileMetaStore {
                 && self.storage.exists(&next)?
             {
                 return Err(self.fenced(name, expected, version.checked_add(1)));
+            }
+            // The version replaced is removed only after a higher one was linked, and the
+            // writer of `version` removes it only after its link: gone now, it was replaced by
+            // another writer, whose `version` was removed in turn after a higher one (which
+            // may itself be gone, so the next name shows nothing). Ours then went into a freed
+            // slot below the record, a stray no read takes, and the write was refused.
+            if let Some(replaced) = replaced
+                && !self.storage.exists(&version_file(name, replaced))?
+            {
+                return Err(self.fenced(name, expected, None));
             }
             return Ok(());
         }
@@ -694,10 +709,11 @@ impl MetaStore for FileMetaStore {
         })?;
         // Until this write is settled, only a listing tells where the record is.
         self.learn(name, Known::Unknown);
+        let replaced = (looked_up && highest > 0).then_some(highest);
         self.link_version(
             &mut writes,
             name,
-            expected,
+            (expected, replaced),
             version,
             &encode_stored(version, bytes),
         )?;
@@ -723,14 +739,21 @@ impl MetaStore for FileMetaStore {
         validate_record_name(name)?;
         let mut writes = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
         self.sweep(&mut writes)?;
-        self.check(name, Some(expected))?;
+        let (highest, looked_up) = self.check(name, Some(expected))?;
         let tombstone = expected
             .checked_add(1)
             .ok_or_else(|| Error::LimitExceeded {
                 reason: format!("metadata record `{name}` has run out of versions"),
             })?;
         self.learn(name, Known::Unknown);
-        self.link_version(&mut writes, name, Some(expected), tombstone, &[])?;
+        let replaced = (looked_up && highest > 0).then_some(highest);
+        self.link_version(
+            &mut writes,
+            name,
+            (Some(expected), replaced),
+            tombstone,
+            &[],
+        )?;
         // The older versions first, the tombstone last: until it goes, `get` finds it first.
         // Every file of the record goes, so this lists them (a lower version left behind
         // would bring the record back).
@@ -1089,7 +1112,13 @@ mod tests {
             assert!(!storage.exists(&version_file("topic", 2)).unwrap());
             let mut writes = stale.writes.lock().unwrap();
             let err = stale
-                .link_version(&mut writes, "topic", Some(1), 2, &encode_stored(2, b"x"))
+                .link_version(
+                    &mut writes,
+                    "topic",
+                    (Some(1), None),
+                    2,
+                    &encode_stored(2, b"x"),
+                )
                 .unwrap_err();
             drop(writes);
             assert!(is_fenced(&Err::<(), _>(err)));

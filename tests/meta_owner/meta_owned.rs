@@ -306,3 +306,68 @@ fn an_owned_store_agrees_with_a_model_across_reopens_and_power_cuts() {
         "only {cut_midway} cuts fell inside a write"
     );
 }
+
+/// One write of a former owner's record (an owned store that has written it before, so it finds
+/// it by name) with a new owner, its lock broken, writing the record three times right after
+/// the former's `n`-th storage operation (each write removes the version it replaced, so the
+/// former's next version and the one above it may be free names again). Returns the former's
+/// operations and any failure: a write that returns `Ok` is the record afterwards, or the one
+/// the new owner built on; a refused one is `Fenced` and leaves the new owner's record.
+fn a_new_owner_writes_during_a_former_owners_write(n: u64) -> (u64, Option<String>) {
+    let disk = MemStorage::new();
+    let hooked = support::takeover::Disk::new(Arc::new(disk.clone()));
+    let lock = hooked.storage.lock().unwrap();
+    let former = FileMetaStore::owned(hooked.storage.clone(), &lock);
+    let v1 = former.put("topic", None, b"first").unwrap();
+    let v2 = former.put("topic", Some(v1), b"second").unwrap();
+    let newer = disk.clone();
+    let slot = hooked.arm_takeover(n, move || {
+        newer.break_lock();
+        let lock = newer.lock().unwrap();
+        let owner = FileMetaStore::owned(Arc::new(newer.clone()), &lock);
+        let read = owner.get("topic").unwrap().expect("the record");
+        let mut at = read.0;
+        let mut written = Vec::new();
+        for i in 0..3 {
+            let bytes = format!("newer {i}").into_bytes();
+            at = owner.put("topic", Some(at), &bytes).unwrap();
+            written.push((at, bytes));
+        }
+        (read, written)
+    });
+    let before = hooked.hook.count();
+    let result = former.put("topic", Some(v2), b"former");
+    let steps = hooked.hook.count() - before;
+    let Some((read, written)) = slot.lock().unwrap().take() else {
+        return (steps, None);
+    };
+    let truth = FileMetaStore::new(Arc::new(disk.clone()))
+        .get("topic")
+        .unwrap()
+        .expect("the record");
+    let what = format!("a new owner after operation {n}");
+    let failure = match result {
+        Ok(v) if read == (v, b"former".to_vec()) || truth == (v, b"former".to_vec()) => None,
+        Ok(v) => Some(format!(
+            "{what}: the former's write returned version {v}, but the record is {truth:?} and \
+             the new owner built on {read:?}"
+        )),
+        Err(Error::Fenced { .. }) if Some(&truth) == written.last() => None,
+        Err(e) => Some(format!(
+            "{what}: the former's write failed ({e}), the record is {truth:?}, the new owner \
+             wrote {written:?}"
+        )),
+    };
+    (steps, failure)
+}
+
+#[test]
+fn a_former_owners_write_into_a_version_a_new_owner_freed_is_refused() {
+    let (steps, failure) = a_new_owner_writes_during_a_former_owners_write(u64::MAX);
+    assert_eq!(failure, None);
+    assert!(steps > 3, "{steps}");
+    let failures: Vec<String> = (1..=steps)
+        .filter_map(|n| a_new_owner_writes_during_a_former_owners_write(n).1)
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -751,3 +751,65 @@ fn a_power_cut_after_a_new_owner_opened_a_topic_alone_behind_a_killed_one_keeps_
         .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// A new owner opens the topic, acks and flushes right after `n` storage operations of a
+/// former owner's open, its storage failing after `m` writes of the flushes (its first tick
+/// starts a segment, which its record lists before any record goes into it: the failure may
+/// leave it listed and holding its header alone); then the former's open goes on. A restart
+/// finds every listed segment and every ack a flush kept. Returns the operations of the
+/// former's open and any failure.
+fn a_new_owner_flushing_during_open(n: u64, m: u64) -> (u64, Option<String>) {
+    let disk = MemStorage::new();
+    let (positions, mut told, gone_told) = prepared_for_takeover(&disk);
+    let hooked = support::takeover::Disk::new(Arc::new(disk.clone()));
+    let ours: Vec<Position> = positions[1..80].iter().copied().step_by(3).collect();
+    let newer = disk.clone();
+    let slot = hooked.arm_takeover(n, move || {
+        newer.break_lock();
+        let owner = open(Arc::new(newer.clone()))?;
+        let cursor = owner.open_cursor("sub", at(InitialPosition::Earliest, false))?;
+        let mut owner_told = Told::default();
+        newer.fail_after(Some(m));
+        let _ = owner_told.ack(&cursor, &ours, 7);
+        newer.fail_after(None);
+        Ok::<_, ackstore::Error>((owner, cursor, owner_told))
+    });
+    let before = hooked.hook.count();
+    let former = open(hooked.storage.clone());
+    let steps = hooked.hook.count() - before;
+    let what = format!("a new owner's flushes failing after {m} after {n} of the former's open");
+    let Some(taken) = slot.lock().unwrap().take() else {
+        return (steps, None);
+    };
+    let (owner, cursor, owner_told) = match taken {
+        Ok(taken) => taken,
+        Err(e) => return (steps, Some(format!("{what}: the new owner: {e}"))),
+    };
+    told.made.extend(owner_told.made);
+    told.flushed.extend(owner_told.flushed);
+    std::mem::forget((former, owner, cursor));
+    // The new owner's process is gone, its writes in the page cache; then the power fails.
+    disk.break_lock();
+    let failure = [disk.clone(), disk.durable_image()]
+        .into_iter()
+        .find_map(|image| {
+            restarted(image, &positions, &what, |find| {
+                told.check(find("sub"), &format!("{what}, sub"));
+                gone_told.check(find("gone"), &format!("{what}, gone"));
+            })
+        });
+    (steps, failure)
+}
+
+#[test]
+fn a_former_owners_open_never_removes_a_segment_a_new_owner_listed_after_its_claim() {
+    let (steps, failure) = a_new_owner_flushing_during_open(u64::MAX, u64::MAX);
+    assert_eq!(failure, None);
+    assert!(steps > 3, "{steps}");
+    // The first tick's segment is created and listed within its first 16 writes.
+    let failures: Vec<String> = (1..=steps)
+        .flat_map(|n| (1..=16).map(move |m| (n, m)))
+        .filter_map(|(n, m)| a_new_owner_flushing_during_open(n, m).1)
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
