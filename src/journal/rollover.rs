@@ -9,7 +9,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::index::{Committed, CursorId, Index, PartLoc, SnapshotLoc};
+use super::index::{Committed, CursorId, Index, PartLoc, Rows, SnapshotLoc};
 use super::marker::{append_marker, cursor_record};
 use super::segment::segment_name;
 use super::{Journal, TickStats, corrupt, lock};
@@ -65,7 +65,7 @@ impl Journal {
                     (RecordKind::Partition, index.pending(cursor)),
                     (RecordKind::Batch, index.pending_batch(cursor)),
                 ] {
-                    for (key, part) in pending.into_iter().flatten() {
+                    for (key, part) in pending.into_iter().flat_map(Rows::iter) {
                         if part.loc.segment == oldest {
                             let copy =
                                 self.copy_record(&mut buf, (seq, base), (kind, cursor), *part)?;

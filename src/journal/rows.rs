@@ -140,6 +140,11 @@ impl Rows {
 
     /// Every row, in ascending key order.
     #[must_use]
+    #[expect(
+        clippy::iter_without_into_iter,
+        reason = "a trait impl naming the key and record types would make them reachable from \
+                  the crate root, where they cannot be named"
+    )]
     pub fn iter(&self) -> Iter<'_> {
         match &self.0 {
             Form::Few(v) => Iter::Few(v.iter()),
@@ -166,10 +171,13 @@ impl Rows {
     }
 }
 
-/// The rows of an iterator of `(key, record)`; of a key given twice, the later record stands (as
-/// inserting them one by one would leave it). Sorts once: O(n log n) whatever the order.
-impl FromIterator<(PartitionKey, PartLoc)> for Rows {
-    fn from_iter<I: IntoIterator<Item = (PartitionKey, PartLoc)>>(iter: I) -> Self {
+impl Rows {
+    /// The rows of an iterator of `(key, record)`; of a key given twice, the later record
+    /// stands (as inserting them one by one would leave it). Sorts once: O(n log n) whatever
+    /// the order. (An inherent function, not `FromIterator`: a trait impl naming the key and
+    /// record types would make them reachable from the crate root, where they cannot be
+    /// named.)
+    pub fn from_pairs(iter: impl IntoIterator<Item = (PartitionKey, PartLoc)>) -> Self {
         let mut v: Vec<(PartitionKey, PartLoc)> = iter.into_iter().collect();
         // Stable: of equal keys the later stays last, and is the one kept below.
         v.sort_by_key(|(k, _)| *k);
@@ -217,15 +225,6 @@ impl<'a> Iterator for Iter<'a> {
 }
 
 impl ExactSizeIterator for Iter<'_> {}
-
-impl<'a> IntoIterator for &'a Rows {
-    type Item = (&'a PartitionKey, &'a PartLoc);
-    type IntoIter = Iter<'a>;
-
-    fn into_iter(self) -> Iter<'a> {
-        self.iter()
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -277,17 +276,18 @@ mod tests {
             assert_eq!(rows.get(&k), model.get(&k));
             assert!(rows.iter().eq(model.iter()), "step {step}");
         }
-        let collected: Rows = model.iter().rev().map(|(k, p)| (*k, *p)).collect();
+        let collected = Rows::from_pairs(model.iter().rev().map(|(k, p)| (*k, *p)));
         assert_eq!(collected, rows);
     }
 
     #[test]
     fn collecting_keeps_the_later_of_two_rows_of_a_key_in_both_forms() {
         for n in [3, FEW + 5] {
-            let rows: Rows = (0..n as u64)
-                .map(|i| (key(i), part(i)))
-                .chain([(key(1), part(99))])
-                .collect();
+            let rows = Rows::from_pairs(
+                (0..n as u64)
+                    .map(|i| (key(i), part(i)))
+                    .chain([(key(1), part(99))]),
+            );
             assert_eq!(rows.len(), n);
             assert_eq!(rows.get(&key(1)), Some(&part(99)));
             assert!(rows.keys().zip(rows.keys().skip(1)).all(|(a, b)| a < b));

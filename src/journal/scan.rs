@@ -476,14 +476,12 @@ impl Scan {
         let Table::Inline(rows) = marker.table else {
             return None;
         };
-        let live = rows
-            .iter()
-            .map(|row| self.verified_row(cursor, loc, &row))
-            .collect::<Option<Rows>>()?;
-        let batch: Rows = self
-            .verified_batch(cursor, (loc, version), &marker)?
-            .into_iter()
-            .collect();
+        let live = Rows::from_pairs(
+            rows.iter()
+                .map(|row| self.verified_row(cursor, loc, &row))
+                .collect::<Option<Vec<_>>>()?,
+        );
+        let batch = Rows::from_pairs(self.verified_batch(cursor, (loc, version), &marker)?);
         Some(Committed {
             marker: loc,
             marker_len: frame_len,

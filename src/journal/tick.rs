@@ -296,14 +296,15 @@ impl Tick<'_> {
                 .filter_map(|key| Some((key, index.lookup(cursor, key)?))),
         );
         // Sorted once: the rows arrive as the live ones resolved, then the written ones.
-        let rows: Rows = rows.into_iter().collect();
-        let batch_rows: Rows = batch
-            .kept
-            .iter()
-            .map(|(k, _)| k)
-            .chain(batch.written.iter().map(|(k, _, _)| k))
-            .filter_map(|key| Some((*key, index.lookup_batch(cursor, *key)?)))
-            .collect();
+        let rows = Rows::from_pairs(rows);
+        let batch_rows = Rows::from_pairs(
+            batch
+                .kept
+                .iter()
+                .map(|(k, _)| k)
+                .chain(batch.written.iter().map(|(k, _, _)| k))
+                .filter_map(|key| Some((*key, index.lookup_batch(cursor, *key)?))),
+        );
         self.stats.partitions += (parts.len() + batch_parts.len()) as u64;
         self.stats.bytes += buf.len() as u64;
         self.staged.push(Staged {
