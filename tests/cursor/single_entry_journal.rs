@@ -286,6 +286,22 @@ fn verify(disk: &MemStorage) -> ackstore::check::Verification {
     ackstore::check::verify(&(Arc::new(disk.clone()) as Arc<dyn Storage>)).unwrap()
 }
 
+/// The open of `disk` with `c` refuses it as damage, and `verify` finds it unsound.
+fn refused_by_open_and_verify(
+    host: Host,
+    disk: &MemStorage,
+    c: &LedgerConfig,
+    ps: &[Position],
+    what: &str,
+) {
+    let opened = recovered(host, disk, c, ps);
+    assert!(
+        matches!(opened, Err(ackstore::Error::Corrupted { .. })),
+        "{what}: {opened:?}"
+    );
+    assert!(!verify(disk).is_sound(), "{what}");
+}
+
 /// What is damaged of the newest marker of a cursor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Damage {
@@ -369,12 +385,7 @@ fn control_a_damaged_marker_without_a_snapshot_is_refused_by_open_and_verify() {
             let what = format!("{host:?}, {damage:?}");
             let (disk, ps, _) = prepared(host, &multi(), 60, &[1, 3, 5]);
             damage_newest_marker(&disk, damage);
-            let opened = recovered(host, &disk, &multi(), &ps);
-            assert!(
-                matches!(opened, Err(ackstore::Error::Corrupted { .. })),
-                "{what}: {opened:?}"
-            );
-            assert!(!verify(&disk).is_sound(), "{what}");
+            refused_by_open_and_verify(host, &disk, &multi(), &ps, &what);
         }
     });
 }
@@ -390,12 +401,7 @@ fn a_marker_whose_frame_fails_its_crc_is_refused_even_with_a_snapshot() {
         let mut bytes = disk.live_bytes(&name).unwrap();
         bytes[marker + 30] ^= 8;
         disk.set_bytes(&name, bytes).unwrap();
-        let opened = recovered(host, &disk, &multi(), &ps);
-        assert!(
-            matches!(opened, Err(ackstore::Error::Corrupted { .. })),
-            "{host:?}: {opened:?}"
-        );
-        assert!(!verify(&disk).is_sound(), "{host:?}");
+        refused_by_open_and_verify(host, &disk, &multi(), &ps, &format!("{host:?}"));
     });
 }
 
@@ -433,12 +439,7 @@ fn a_snapshot_record_flipped_or_moved_to_another_cursor_is_refused_by_open_and_v
                 bytes[offset + 30] ^= 4;
                 disk.set_bytes(&name, bytes).unwrap();
             }
-            let opened = recovered(host, &disk, &single(), &ps);
-            assert!(
-                matches!(opened, Err(ackstore::Error::Corrupted { .. })),
-                "{what}: {opened:?}"
-            );
-            assert!(!verify(&disk).is_sound(), "{what}");
+            refused_by_open_and_verify(host, &disk, &single(), &ps, &what);
         }
     });
 }

@@ -18,7 +18,6 @@ use ackstore::internals::format::cursor::{
     payload_crc,
 };
 use ackstore::internals::format::journal::{SEGMENT_VERSION, name_tag};
-use ackstore::internals::journal::index::CursorId;
 use ackstore::internals::journal::{
     BatchStage, Journal, JournalConfig, JournalPartitions, Seal, segment_name,
 };
@@ -444,11 +443,8 @@ fn a_seek_by_index_into_a_batch_on_a_store_cursor_survives_a_power_cut_after_it(
 // ---------------------------------------------------------------------------------------------
 // The version 5 sample.
 
-const TOPIC: &str = "t";
-const NAME: &str = "sub";
-const ID: CursorId = CursorId {
-    topic: 1,
-    cursor: 1,
+use support::samples::{
+    JOURNAL_SAMPLE_CURSOR as NAME, JOURNAL_SAMPLE_ID as ID, JOURNAL_SAMPLE_TOPIC as TOPIC,
 };
 const SAMPLE: &str = "journal-v5-batch";
 

@@ -17,7 +17,6 @@ use ackstore::internals::format::journal::{
     Record, SEGMENT_HEADER_V3_LEN, SLOT_COPIES, SLOT_LEN, SLOTS_AT, decode_record, encode_record,
     encode_slot, name_tag,
 };
-use ackstore::internals::journal::index::CursorId;
 use ackstore::internals::journal::{
     CursorFlush, Journal, JournalConfig, JournalPartitions, JournalStats, Seal, TickStats,
     parse_segment_name, segment_name,
@@ -28,12 +27,8 @@ use support::journal::{Fleet, Outcome, check, cursor_ids};
 use support::workload::Rng;
 
 /// The topic and the name of the cursor whose state the journal binds.
-const TOPIC: &str = "t";
-const NAME: &str = "sub";
-
-const ID: CursorId = CursorId {
-    topic: 1,
-    cursor: 1,
+use support::samples::{
+    JOURNAL_SAMPLE_CURSOR as NAME, JOURNAL_SAMPLE_ID as ID, JOURNAL_SAMPLE_TOPIC as TOPIC,
 };
 
 fn open(disk: &MemStorage, config: JournalConfig) -> Arc<Journal> {

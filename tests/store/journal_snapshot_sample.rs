@@ -11,18 +11,14 @@ use ackstore::internals::format::cursor::{
     BatchPartition, PartialEntry, PersistedState, SnapshotWriter,
 };
 use ackstore::internals::format::journal::{SEGMENT_HEADER_V3_LEN, SEGMENT_VERSION, name_tag};
-use ackstore::internals::journal::index::CursorId;
 use ackstore::internals::journal::{Journal, JournalConfig, Seal, SnapshotCounts, segment_name};
 use ackstore::{MemStorage, Position};
 use roaring::RoaringBitmap;
 
 use crate::support;
 
-const TOPIC: &str = "t";
-const NAME: &str = "sub";
-const ID: CursorId = CursorId {
-    topic: 1,
-    cursor: 1,
+use support::samples::{
+    JOURNAL_SAMPLE_CURSOR as NAME, JOURNAL_SAMPLE_ID as ID, JOURNAL_SAMPLE_TOPIC as TOPIC,
 };
 const SAMPLE: &str = "journal-v6-snapshot";
 

@@ -9,14 +9,10 @@ use std::sync::Arc;
 
 use ackstore::internals::format::cursor::{PersistedState, SnapshotWriter};
 use ackstore::internals::format::journal::name_tag;
-use ackstore::internals::journal::index::CursorId;
 use ackstore::internals::journal::{Journal, JournalConfig, Seal, SnapshotCounts, segment_name};
 
 /// The sample's cursor (see `batch_acks.rs`, which writes it).
-const ID: CursorId = CursorId {
-    topic: 1,
-    cursor: 1,
-};
+use support::samples::JOURNAL_SAMPLE_ID as ID;
 
 #[test]
 fn a_version_5_journal_goes_on_with_a_snapshot_in_a_version_6_segment() {

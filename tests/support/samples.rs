@@ -7,8 +7,19 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use ackstore::internals::format::meta::{CursorRecord, TopicRecord, encode_stored};
+use ackstore::internals::journal::index::CursorId;
 use ackstore::internals::meta::{FileMetaStore, MetaStore, record_of_file};
 use ackstore::{Position, Storage};
+
+/// The topic of the cursor every journal sample (`tests/data/journal-v*`) binds its state to.
+pub const JOURNAL_SAMPLE_TOPIC: &str = "t";
+/// The name of that cursor.
+pub const JOURNAL_SAMPLE_CURSOR: &str = "sub";
+/// Its ids in the journal's records.
+pub const JOURNAL_SAMPLE_ID: CursorId = CursorId {
+    topic: 1,
+    cursor: 1,
+};
 
 /// A copy of sample directory `name` in a temporary directory.
 pub fn sample_dir(name: &str) -> tempfile::TempDir {
