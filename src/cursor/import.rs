@@ -4,7 +4,7 @@
 //! release wrote) into the journal its topic hosts (its store's, or its own), and the retirement
 //! of that ledger once the journal holds the cursor. Such a cursor opens read-only from its
 //! ledger (`CursorOpener::reopen`, claim deferred, nothing written); its first write is the
-//! import, in three steps (see `docs/cursors.md`, "Cursor ledgers: read and imported"):
+//! import, in three steps (see `docs/persistence.md`, "Cursor ledgers: read and imported"):
 //! 1. *stage*: the whole state (mark-delete, epoch, properties, every live partition, every
 //!    partial entry) is staged into a journal tick as a new journal cursor's first marker, and
 //!    the cursor persists through the journal from then on ([`Pending::stage`]);

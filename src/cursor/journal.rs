@@ -7,7 +7,7 @@
 //! (segments, group commit, index, rollover, ownership) is `crate::journal`; it knows
 //! cursors only by id, so this layer uses it as it uses the entry log.
 //!
-//! A flush of a journal cursor is two steps with different locks (see `docs/cursors.md`,
+//! A flush of a journal cursor is two steps with different locks (see `docs/persistence.md`,
 //! "Cursors of a store"):
 //! 1. *stage*, under the cursor's lock: the partitions whose journal copy is not current are
 //!    appended (not synced) and the state is kept for the tick's marker; the staged partitions
