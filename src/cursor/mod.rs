@@ -9,7 +9,7 @@
 //! this layer never imports the one above it.
 //!
 //! Persistence: every durable cursor owns one `Persister`: a cursor persists through the journal
-//! its topic's host keeps (`journal.rs`, `docs/persistence.md`, "Cursors of a store"); a cursor read
+//! its topic's host keeps (`journal.rs`, `docs/persistence.md`); a cursor read
 //! from a cursor ledger owns that ledger's [`CursorPersister`] until its first write moves it
 //! into the journal (`import.rs`), and a cursor kept on a cursor ledger (the single-entry form
 //! of a topic alone) owns one for good. A [`CursorPersister`] (`persist.rs`) is the only
