@@ -36,9 +36,10 @@ fn check_store_topic(
             .filter(|c| c.topic == topic_id)
             .map(|c| c.cursor)
             .collect(),
-        reads_every_record: record
-            .as_ref()
-            .map_or(Ok(false), |r| reads_every_record(storage, r))?,
+        reads_every_record: match &record {
+            Some(r) => check_ledger_ids(storage, r, &mut findings)?,
+            None => false,
+        },
         alone: false,
     };
     let mut unused = Vec::new();
@@ -50,17 +51,32 @@ fn check_store_topic(
     Ok((findings, unused, topic.ledgers.len(), topic.cursors.len()))
 }
 
-/// Whether a store's open of this topic reads every record (rule 3 of `ledger::open`,
-/// `cursor_references`): a ledger file, or a creation cut short, that the topic record does
-/// not list.
-fn reads_every_record(storage: &Arc<dyn Storage>, record: &TopicRecord) -> Result<bool> {
+/// The ledger files of a store's topic against its record, as the store's open reads them:
+/// a ledger file (or a creation cut short) at or above the record's next ledger id shows an
+/// older version of the record (rule 6 of `ledger::open`: damage, a finding on the topic
+/// record). Returns whether the open reads every record (rule 3, `cursor_references`): a
+/// ledger file, or a creation cut short, that the record does not list.
+fn check_ledger_ids(
+    storage: &Arc<dyn Storage>,
+    record: &TopicRecord,
+    findings: &mut Vec<Finding>,
+) -> Result<bool> {
     let log = EntryLog::open_read_only(storage.clone(), LogConfig::default())?;
+    let on_disk: BTreeSet<u64> = log.ledger_ids().into_iter().collect();
+    let interrupted = log.interrupted_creates();
+    if let Err(e) = crate::ledger::refuse_older_record(record, &on_disk, &interrupted) {
+        findings.push(Finding {
+            file: TOPIC_FILE.into(),
+            place: "topic record".into(),
+            problem: describe(&e),
+            torn_tail: false,
+        });
+    }
     let listed: BTreeSet<u64> = record.ledgers.iter().map(|l| l.id).collect();
-    Ok(log
-        .ledger_ids()
-        .into_iter()
-        .chain(log.interrupted_creates())
-        .any(|id| !listed.contains(&id)))
+    Ok(on_disk
+        .iter()
+        .chain(&interrupted)
+        .any(|id| !listed.contains(id)))
 }
 
 /// The records of a store's topic besides its topic record and its listed cursors' records, as

@@ -48,6 +48,11 @@
 //!    with the claim, above every id the record or the disk knows; for a topic of a store, on
 //!    first need, above the same), so no id (and no position) is ever reused, and no two owners
 //!    ever create or delete a file of the same id; data ledger ids start at 1.
+//! 6. On a store no file has an id at or above the topic record's next one (rule 5 records a
+//!    block before any file of it is created, and no record write lowers the next id): one
+//!    that does shows the record read is older than the newest written (the newest deleted,
+//!    or an older copy put back), and the topic is refused ([`Error::Corrupted`] naming the
+//!    topic record) rather than opened back in time with the newer record's ledgers deleted.
 //!
 //! Appends after open always go to a new ledger.
 
@@ -61,6 +66,7 @@ use crate::cursor::record_name;
 use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::finder::{Layout, LedgerSpan};
 use crate::format::journal::UNLISTED_CURSOR;
+use crate::format::meta::OLDER_TOPIC_RECORD;
 use crate::format::meta::{CursorEntry, CursorIdentity, CursorRecord, LedgerRecord, TopicRecord};
 use crate::format::store::STORE_RECORD;
 use crate::journal::JournalConfig;
@@ -232,9 +238,11 @@ pub(crate) fn open(
     log.reserve_ids(ids.0, ids.1, None);
     let on_disk: BTreeSet<u64> = log.ledger_ids().into_iter().collect();
     if !claim_cursors {
-        // Rule 5 without a claim: the first block reserved starts above every file too.
-        let highest = on_disk.iter().next_back().map_or(0, |h| h + 1);
-        record.next_ledger_id = record.next_ledger_id.max(highest).max(1);
+        // Rule 6: a store's topic reserves an id in its record before it creates a file of
+        // it, so a file at or above the record's next id is a file of a newer record version
+        // than the one read: an older record (the newer deleted, or an older copy restored).
+        refuse_older_record(&record, &on_disk, &log.interrupted_creates())?;
+        record.next_ledger_id = record.next_ledger_id.max(1);
     }
 
     let (refs, cut_short) = settle_cursors(
@@ -555,6 +563,31 @@ fn record_names(listed: &[String]) -> Vec<String> {
     names.sort_unstable();
     names.dedup();
     names
+}
+
+/// Rule 6: [`Error::Corrupted`] naming the topic record ([`OLDER_TOPIC_RECORD`]) when a ledger
+/// file (`on_disk`, or an `interrupted` create) has an id at or above `record`'s next one. A
+/// topic of a store records every block of ids it reserves (by compare-and-set, synced) before
+/// it creates a file of one, and a record write never lowers the next id, so no power cut
+/// leaves such a file: only a record older than the newest written does (the newest deleted,
+/// or an older copy put back), which would otherwise open the topic back in time and delete
+/// the newer record's ledgers as orphans.
+pub(crate) fn refuse_older_record(
+    record: &TopicRecord,
+    on_disk: &BTreeSet<u64>,
+    interrupted: &[u64],
+) -> Result<()> {
+    let above = on_disk
+        .iter()
+        .chain(interrupted)
+        .any(|&id| id >= record.next_ledger_id);
+    if above {
+        return Err(Error::corrupted_at(
+            CorruptionPlace::Record(TOPIC_RECORD.into()),
+            CorruptionKind::InvalidField(OLDER_TOPIC_RECORD),
+        ));
+    }
+    Ok(())
 }
 
 /// Rules 0 and 1 for a topic of a store: claims the topic record without writing a byte

@@ -2,7 +2,8 @@
 //! cursor's state to another cursor or let state go unreported: two cursor ids swapped in a
 //! topic record, a cursor dropped from its topic's table, a topic dropped from the catalog, the
 //! oldest journal segment dropped from the catalog's list, an older copy of the newest segment
-//! of a cleanly closed store. `Store::open` (or the open of the
+//! of a cleanly closed store, an older version of a topic's record (the newest deleted, or an
+//! older copy put back). `Store::open` (or the open of the
 //! topic or cursor concerned) refuses each as damage and `ackstore verify` exits 1; the states
 //! a crash leaves between the steps that legitimately make the same change (a deletion of a
 //! cursor, a rollover) open, and verify exits 0.
@@ -378,4 +379,88 @@ fn topic_names_swapped_in_the_catalog_never_hand_one_topics_cursors_to_the_other
             );
         }
     }
+}
+
+/// The files of topic directory `t1` holding its topic record's versions.
+fn topic_record_files(tree: &Tree) -> Vec<PathBuf> {
+    tree.files
+        .keys()
+        .filter(|p| {
+            p.parent() == Some(Path::new("t1"))
+                && p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("topic.") && n.ends_with(".meta"))
+        })
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn an_older_version_of_a_store_topics_record_is_damage_whether_the_newest_was_deleted_or_replaced()
+{
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Three sessions, each appending to a ledger of its own (a block of ids of its own) and
+    // acking through `x`; the topic record's files are copied after each.
+    let mut sessions: Vec<(Tree, Vec<Position>)> = Vec::new();
+    let mut entries = Vec::new();
+    for session in 0..3u32 {
+        let store = Store::open(dir.path(), support::config::store_journal(1024)).expect("open");
+        let a = store.topic("a").expect("a");
+        let x = a.open_cursor("x", CursorOptions::default()).expect("x");
+        for i in 0..5u32 {
+            let p = a.append(&(session * 10 + i).to_le_bytes()).expect("append");
+            entries.push(p);
+        }
+        a.sync().expect("sync");
+        x.ack(entries[entries.len() - 5]).expect("ack");
+        drop((x, a));
+        store.close().expect("close");
+        sessions.push((Tree::read(dir.path()), entries.clone()));
+    }
+    let (last, _) = sessions.last().expect("sessions");
+    let newest = topic_record_files(last);
+    assert!(!newest.is_empty(), "the topic record's files");
+    let (code, said) = verify_code(dir.path());
+    assert_eq!(code, Some(0), "{said}");
+
+    for (n, (older, older_entries)) in sessions[..2].iter().enumerate() {
+        let kept = topic_record_files(older);
+        assert!(!kept.is_empty(), "session {n}'s record files");
+        // The newest versions deleted and the older left (as a put leaves the versions below
+        // the one it replaced), or an older copy put back: the same files either way.
+        let mut tree = last.clone();
+        for p in &newest {
+            tree.files.remove(p);
+        }
+        for p in &kept {
+            tree.files.insert(p.clone(), older.files[p].clone());
+        }
+        let rolled_back = copy(&tree);
+        let (code, said) = verify_code(rolled_back.path());
+        assert_eq!(code, Some(1), "session {n}'s record: {said}");
+        let opened = Store::open(rolled_back.path(), support::config::store_journal(1024))
+            .and_then(|store| store.topic("a").map(|_| ()));
+        match opened {
+            Err(Error::Corrupted {
+                place: CorruptionPlace::Record(record),
+                ..
+            }) if record == "topic" => {}
+            other => panic!(
+                "session {n}'s record ({} of {} entries) opened: {other:?}",
+                older_entries.len(),
+                entries.len()
+            ),
+        }
+    }
+
+    // Untouched, every entry reads and verify finds nothing.
+    let store = Store::open(dir.path(), support::config::store_journal(1024)).expect("open");
+    let a = store.topic("a").expect("a");
+    for (i, p) in entries.iter().enumerate() {
+        let i = u32::try_from(i).expect("small");
+        let want = (i / 5 * 10 + i % 5).to_le_bytes();
+        assert_eq!(a.read(*p).expect("read").payload, want);
+    }
+    drop(a);
+    store.close().expect("close");
 }
