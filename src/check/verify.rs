@@ -30,16 +30,18 @@ fn check_store_topic(
     let mut findings = ledger_findings(storage)?;
     check_against_record(storage, &mut findings)?;
     let record = read_topic(storage).ok().flatten();
+    let committed: BTreeSet<u64> = committed
+        .iter()
+        .filter(|c| c.topic == topic_id)
+        .map(|c| c.cursor)
+        .collect();
+    let reads_every_record = match &record {
+        Some(r) => check_ids(storage, r, &committed, &mut findings)?,
+        None => false,
+    };
     let usage = StoreUse {
-        committed: committed
-            .iter()
-            .filter(|c| c.topic == topic_id)
-            .map(|c| c.cursor)
-            .collect(),
-        reads_every_record: match &record {
-            Some(r) => check_ledger_ids(storage, r, &mut findings)?,
-            None => false,
-        },
+        committed,
+        reads_every_record,
         alone: false,
     };
     let mut unused = Vec::new();
@@ -51,20 +53,27 @@ fn check_store_topic(
     Ok((findings, unused, topic.ledgers.len(), topic.cursors.len()))
 }
 
-/// The ledger files of a store's topic against its record, as the store's open reads them:
-/// a ledger file (or a creation cut short) at or above the record's next ledger id shows an
-/// older version of the record (rule 6 of `ledger::open`: damage, a finding on the topic
-/// record). Returns whether the open reads every record (rule 3, `cursor_references`): a
-/// ledger file, or a creation cut short, that the record does not list.
-fn check_ledger_ids(
+/// The ledger files of a store's topic and the cursors the journal holds of it (`committed`)
+/// against its record, as the store's open reads them: a ledger file (or a creation cut
+/// short) at or above the record's next ledger id, or a cursor at or above its next cursor id,
+/// shows an older version of the record (rule 6 of `ledger::open`: damage, a finding on the
+/// topic record). Returns whether the open reads every record (rule 3, `cursor_references`):
+/// a ledger file, or a creation cut short, that the record does not list.
+fn check_ids(
     storage: &Arc<dyn Storage>,
     record: &TopicRecord,
+    committed: &BTreeSet<u64>,
     findings: &mut Vec<Finding>,
 ) -> Result<bool> {
     let log = EntryLog::open_read_only(storage.clone(), LogConfig::default())?;
     let on_disk: BTreeSet<u64> = log.ledger_ids().into_iter().collect();
     let interrupted = log.interrupted_creates();
-    if let Err(e) = crate::ledger::refuse_older_record(record, &on_disk, &interrupted) {
+    let older = crate::ledger::refuse_older_record(
+        record,
+        (&on_disk, &interrupted),
+        committed.iter().copied(),
+    );
+    if let Err(e) = older {
         findings.push(Finding {
             file: TOPIC_FILE.into(),
             place: "topic record".into(),

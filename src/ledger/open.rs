@@ -49,10 +49,13 @@
 //!    first need, above the same), so no id (and no position) is ever reused, and no two owners
 //!    ever create or delete a file of the same id; data ledger ids start at 1.
 //! 6. On a store no file has an id at or above the topic record's next one (rule 5 records a
-//!    block before any file of it is created, and no record write lowers the next id): one
-//!    that does shows the record read is older than the newest written (the newest deleted,
-//!    or an older copy put back), and the topic is refused ([`Error::Corrupted`] naming the
-//!    topic record) rather than opened back in time with the newer record's ledgers deleted.
+//!    block before any file of it is created, and no record write lowers the next id), and
+//!    the journal holds no state of a cursor of an id at or above the record's next cursor id
+//!    (a cursor's id is given out by a record write that returns before the cursor can flush):
+//!    either shows the record read is older than the newest written (the newest deleted, or
+//!    an older copy put back), and the topic is refused ([`Error::Corrupted`] naming the topic
+//!    record) rather than opened back in time with the newer record's ledgers deleted and its
+//!    newer cursors forgotten.
 //!
 //! Appends after open always go to a new ledger.
 
@@ -66,8 +69,8 @@ use crate::cursor::record_name;
 use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::finder::{Layout, LedgerSpan};
 use crate::format::journal::UNLISTED_CURSOR;
-use crate::format::meta::OLDER_TOPIC_RECORD;
 use crate::format::meta::{CursorEntry, CursorIdentity, CursorRecord, LedgerRecord, TopicRecord};
+use crate::format::meta::{OLDER_TOPIC_RECORD, OLDER_TOPIC_RECORD_CURSORS};
 use crate::format::store::STORE_RECORD;
 use crate::journal::JournalConfig;
 use crate::log::{EntryLog, parse_ledger_file_name};
@@ -239,9 +242,19 @@ pub(crate) fn open(
     let on_disk: BTreeSet<u64> = log.ledger_ids().into_iter().collect();
     if !claim_cursors {
         // Rule 6: a store's topic reserves an id in its record before it creates a file of
-        // it, so a file at or above the record's next id is a file of a newer record version
-        // than the one read: an older record (the newer deleted, or an older copy restored).
-        refuse_older_record(&record, &on_disk, &log.interrupted_creates())?;
+        // it, and lists a cursor before the cursor can flush, so a file at or above the
+        // record's next ledger id, or a journal cursor at or above its next cursor id, belongs
+        // to a newer record version than the one read: an older record (the newer deleted, or
+        // an older copy restored).
+        let journal_cursors = recovered
+            .iter()
+            .copied()
+            .filter(|&id| journal.committed_state(id).is_some());
+        refuse_older_record(
+            &record,
+            (&on_disk, &log.interrupted_creates()),
+            journal_cursors,
+        )?;
         record.next_ledger_id = record.next_ledger_id.max(1);
     }
 
@@ -565,29 +578,47 @@ fn record_names(listed: &[String]) -> Vec<String> {
     names
 }
 
-/// Rule 6: [`Error::Corrupted`] naming the topic record ([`OLDER_TOPIC_RECORD`]) when a ledger
-/// file (`on_disk`, or an `interrupted` create) has an id at or above `record`'s next one. A
-/// topic of a store records every block of ids it reserves (by compare-and-set, synced) before
-/// it creates a file of one, and a record write never lowers the next id, so no power cut
-/// leaves such a file: only a record older than the newest written does (the newest deleted,
-/// or an older copy put back), which would otherwise open the topic back in time and delete
-/// the newer record's ledgers as orphans.
+/// Rule 6: [`Error::Corrupted`] naming the topic record when a ledger file (`on_disk`, or an
+/// `interrupted` create) has an id at or above `record`'s next ledger id
+/// ([`OLDER_TOPIC_RECORD`]), or a cursor whose state the store's journal holds
+/// (`journal_cursors`) has an id at or above its next cursor id
+/// ([`OLDER_TOPIC_RECORD_CURSORS`]). A topic of a store records every block of ledger ids it
+/// reserves (by compare-and-set, synced) before it creates a file of one; a cursor's id is
+/// given out by the record write that lists it (on a store; by the one after its record on a
+/// store of an earlier release), which returns before the cursor exists, let alone flushes;
+/// and a record write never lowers either next id. So no power cut leaves such a file or
+/// state: only a record older than the newest written does (the newest deleted, or an older
+/// copy put back), which would otherwise open the topic back in time, delete the newer
+/// record's ledgers as orphans and forget its newer cursors as deletions cut short.
 pub(crate) fn refuse_older_record(
     record: &TopicRecord,
-    on_disk: &BTreeSet<u64>,
-    interrupted: &[u64],
+    (on_disk, interrupted): (&BTreeSet<u64>, &[u64]),
+    journal_cursors: impl IntoIterator<Item = u64>,
 ) -> Result<()> {
-    let above = on_disk
-        .iter()
-        .chain(interrupted)
-        .any(|&id| id >= record.next_ledger_id);
-    if above {
-        return Err(Error::corrupted_at(
-            CorruptionPlace::Record(TOPIC_RECORD.into()),
-            CorruptionKind::InvalidField(OLDER_TOPIC_RECORD),
-        ));
-    }
-    Ok(())
+    // A record of an earlier release, without an identity, is claimed by the open with a write
+    // that reserves a block above every file (`claim_topic`): its files are checked against
+    // that record, and `verify`, which writes nothing, leaves them unchecked.
+    let file_above = record.topic_id != 0
+        && on_disk
+            .iter()
+            .chain(interrupted)
+            .any(|&id| id >= record.next_ledger_id);
+    let cursor_above = || {
+        journal_cursors
+            .into_iter()
+            .any(|id| id >= record.next_cursor_id)
+    };
+    let field = if file_above {
+        OLDER_TOPIC_RECORD
+    } else if cursor_above() {
+        OLDER_TOPIC_RECORD_CURSORS
+    } else {
+        return Ok(());
+    };
+    Err(Error::corrupted_at(
+        CorruptionPlace::Record(TOPIC_RECORD.into()),
+        CorruptionKind::InvalidField(field),
+    ))
 }
 
 /// Rules 0 and 1 for a topic of a store: claims the topic record without writing a byte
