@@ -241,20 +241,9 @@ pub(crate) fn open(
     log.reserve_ids(ids.0, ids.1, None);
     let on_disk: BTreeSet<u64> = log.ledger_ids().into_iter().collect();
     if !claim_cursors {
-        // Rule 6: a store's topic reserves an id in its record before it creates a file of
-        // it, and lists a cursor before the cursor can flush, so a file at or above the
-        // record's next ledger id, or a journal cursor at or above its next cursor id, belongs
-        // to a newer record version than the one read: an older record (the newer deleted, or
-        // an older copy restored).
-        let journal_cursors = recovered
-            .iter()
-            .copied()
-            .filter(|&id| journal.committed_state(id).is_some());
-        refuse_older_record(
-            &record,
-            (&on_disk, &log.interrupted_creates()),
-            journal_cursors,
-        )?;
+        // Rule 6: a record older than the newest written is refused.
+        let in_journal = journal_cursors(&journal, recovered);
+        refuse_older_record(&record, (&on_disk, &log.interrupted_creates()), in_journal)?;
         record.next_ledger_id = record.next_ledger_id.max(1);
     }
 
@@ -434,11 +423,21 @@ fn unlisted_journal_cursors(
     recovered: &[u64],
 ) -> Vec<u64> {
     let listed: BTreeSet<u64> = record.cursors.iter().map(|c| c.id).collect();
+    journal_cursors(tj, recovered)
+        .filter(|id| !listed.contains(id))
+        .collect()
+}
+
+/// The cursors of the topic (`recovered`: those the journal held a state of when it opened)
+/// that still have a state in the journal.
+fn journal_cursors<'a>(
+    tj: &'a TopicJournal,
+    recovered: &'a [u64],
+) -> impl Iterator<Item = u64> + 'a {
     recovered
         .iter()
         .copied()
-        .filter(|id| !listed.contains(id) && tj.committed_state(*id).is_some())
-        .collect()
+        .filter(|&id| tj.committed_state(id).is_some())
 }
 
 /// A file holding less than a header is an interrupted create, deleted when nothing references
