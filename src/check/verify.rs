@@ -30,15 +30,18 @@ fn check_store_topic(
     let mut findings = ledger_findings(storage)?;
     check_against_record(storage, &mut findings)?;
     let record = read_topic(storage).ok().flatten();
+    let committed: BTreeSet<u64> = committed
+        .iter()
+        .filter(|c| c.topic == topic_id)
+        .map(|c| c.cursor)
+        .collect();
+    let reads_every_record = match &record {
+        Some(r) => check_ids(storage, r, &committed, &mut findings)?,
+        None => false,
+    };
     let usage = StoreUse {
-        committed: committed
-            .iter()
-            .filter(|c| c.topic == topic_id)
-            .map(|c| c.cursor)
-            .collect(),
-        reads_every_record: record
-            .as_ref()
-            .map_or(Ok(false), |r| reads_every_record(storage, r))?,
+        committed,
+        reads_every_record,
         alone: false,
     };
     let mut unused = Vec::new();
@@ -50,17 +53,39 @@ fn check_store_topic(
     Ok((findings, unused, topic.ledgers.len(), topic.cursors.len()))
 }
 
-/// Whether a store's open of this topic reads every record (rule 3 of `ledger::open`,
-/// `cursor_references`): a ledger file, or a creation cut short, that the topic record does
-/// not list.
-fn reads_every_record(storage: &Arc<dyn Storage>, record: &TopicRecord) -> Result<bool> {
+/// The ledger files of a store's topic and the cursors the journal holds of it (`committed`)
+/// against its record, as the store's open reads them: a ledger file (or a creation cut
+/// short) at or above the record's next ledger id, or a cursor at or above its next cursor id,
+/// shows an older version of the record (rule 6 of `ledger::open`: damage, a finding on the
+/// topic record). Returns whether the open reads every record (rule 3, `cursor_references`):
+/// a ledger file, or a creation cut short, that the record does not list.
+fn check_ids(
+    storage: &Arc<dyn Storage>,
+    record: &TopicRecord,
+    committed: &BTreeSet<u64>,
+    findings: &mut Vec<Finding>,
+) -> Result<bool> {
     let log = EntryLog::open_read_only(storage.clone(), LogConfig::default())?;
+    let on_disk: BTreeSet<u64> = log.ledger_ids().into_iter().collect();
+    let interrupted = log.interrupted_creates();
+    let older = crate::ledger::refuse_older_record(
+        record,
+        (&on_disk, &interrupted),
+        committed.iter().copied(),
+    );
+    if let Err(e) = older {
+        findings.push(Finding {
+            file: TOPIC_FILE.into(),
+            place: "topic record".into(),
+            problem: describe(&e),
+            torn_tail: false,
+        });
+    }
     let listed: BTreeSet<u64> = record.ledgers.iter().map(|l| l.id).collect();
-    Ok(log
-        .ledger_ids()
-        .into_iter()
-        .chain(log.interrupted_creates())
-        .any(|id| !listed.contains(&id)))
+    Ok(on_disk
+        .iter()
+        .chain(&interrupted)
+        .any(|id| !listed.contains(id)))
 }
 
 /// The records of a store's topic besides its topic record and its listed cursors' records, as

@@ -39,6 +39,19 @@ pub const FORMAT_VERSION: u16 = 1;
 /// topic opened alone, see [`HostedJournal`]): read by this build, refused by earlier ones
 /// (their open fails with an unsupported version, writing nothing).
 pub const TOPIC_JOURNAL_VERSION: u16 = 2;
+/// What a store's topic record is reported as when a ledger file of the topic has an id at or
+/// above the record's `next_ledger_id` (by the topic's open and by `ackstore verify`): a store's
+/// topic records each block of ids before it creates a file of one, so only a record older than
+/// the newest written (the newest deleted, or an older copy put back) leaves such a file.
+pub const OLDER_TOPIC_RECORD: &str =
+    "next ledger id (a ledger file at or above it: an older version of the topic record)";
+/// What a store's topic record is reported as when the store's journal holds the state of a
+/// cursor of the topic with an id at or above the record's `next_cursor_id` (by the topic's open
+/// and by `ackstore verify`): a cursor's id is given out by a record write (raising
+/// `next_cursor_id`) that returns before the cursor can flush, and no record write lowers it,
+/// so only a record older than the newest written leaves such a state.
+pub const OLDER_TOPIC_RECORD_CURSORS: &str =
+    "next cursor id (a journal cursor at or above it: an older version of the topic record)";
 
 const KIND_LEN: usize = size_of::<u16>();
 const VERSION_LEN: usize = size_of::<u16>();

@@ -26,6 +26,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub use config::LedgerConfig;
 pub use topic::TOPIC_RECORD;
 
+pub(crate) use open::refuse_older_record;
+
 pub use crate::cursor::NonDurableOptions;
 pub use crate::cursor::{
     Cursor, CursorConfig, CursorOptions, CursorStats, InitialPosition, OverflowPolicy, PersistMode,

@@ -48,6 +48,14 @@
 //!    with the claim, above every id the record or the disk knows; for a topic of a store, on
 //!    first need, above the same), so no id (and no position) is ever reused, and no two owners
 //!    ever create or delete a file of the same id; data ledger ids start at 1.
+//! 6. On a store no file has an id at or above the topic record's next one (rule 5 records a
+//!    block before any file of it is created, and no record write lowers the next id), and
+//!    the journal holds no state of a cursor of an id at or above the record's next cursor id
+//!    (a cursor's id is given out by a record write that returns before the cursor can flush):
+//!    either shows the record read is older than the newest written (the newest deleted, or
+//!    an older copy put back), and the topic is refused ([`Error::Corrupted`] naming the topic
+//!    record) rather than opened back in time with the newer record's ledgers deleted and its
+//!    newer cursors forgotten.
 //!
 //! Appends after open always go to a new ledger.
 
@@ -62,6 +70,7 @@ use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::finder::{Layout, LedgerSpan};
 use crate::format::journal::UNLISTED_CURSOR;
 use crate::format::meta::{CursorEntry, CursorIdentity, CursorRecord, LedgerRecord, TopicRecord};
+use crate::format::meta::{OLDER_TOPIC_RECORD, OLDER_TOPIC_RECORD_CURSORS};
 use crate::format::store::STORE_RECORD;
 use crate::journal::JournalConfig;
 use crate::log::{EntryLog, parse_ledger_file_name};
@@ -232,9 +241,10 @@ pub(crate) fn open(
     log.reserve_ids(ids.0, ids.1, None);
     let on_disk: BTreeSet<u64> = log.ledger_ids().into_iter().collect();
     if !claim_cursors {
-        // Rule 5 without a claim: the first block reserved starts above every file too.
-        let highest = on_disk.iter().next_back().map_or(0, |h| h + 1);
-        record.next_ledger_id = record.next_ledger_id.max(highest).max(1);
+        // Rule 6: a record older than the newest written is refused.
+        let in_journal = journal_cursors(&journal, recovered);
+        refuse_older_record(&record, (&on_disk, &log.interrupted_creates()), in_journal)?;
+        record.next_ledger_id = record.next_ledger_id.max(1);
     }
 
     let (refs, cut_short) = settle_cursors(
@@ -413,11 +423,21 @@ fn unlisted_journal_cursors(
     recovered: &[u64],
 ) -> Vec<u64> {
     let listed: BTreeSet<u64> = record.cursors.iter().map(|c| c.id).collect();
+    journal_cursors(tj, recovered)
+        .filter(|id| !listed.contains(id))
+        .collect()
+}
+
+/// The cursors of the topic (`recovered`: those the journal held a state of when it opened)
+/// that still have a state in the journal.
+fn journal_cursors<'a>(
+    tj: &'a TopicJournal,
+    recovered: &'a [u64],
+) -> impl Iterator<Item = u64> + 'a {
     recovered
         .iter()
         .copied()
-        .filter(|id| !listed.contains(id) && tj.committed_state(*id).is_some())
-        .collect()
+        .filter(|&id| tj.committed_state(id).is_some())
 }
 
 /// A file holding less than a header is an interrupted create, deleted when nothing references
@@ -555,6 +575,49 @@ fn record_names(listed: &[String]) -> Vec<String> {
     names.sort_unstable();
     names.dedup();
     names
+}
+
+/// Rule 6: [`Error::Corrupted`] naming the topic record when a ledger file (`on_disk`, or an
+/// `interrupted` create) has an id at or above `record`'s next ledger id
+/// ([`OLDER_TOPIC_RECORD`]), or a cursor whose state the store's journal holds
+/// (`journal_cursors`) has an id at or above its next cursor id
+/// ([`OLDER_TOPIC_RECORD_CURSORS`]). A topic of a store records every block of ledger ids it
+/// reserves (by compare-and-set, synced) before it creates a file of one; a cursor's id is
+/// given out by the record write that lists it (on a store; by the one after its record on a
+/// store of an earlier release), which returns before the cursor exists, let alone flushes;
+/// and a record write never lowers either next id. So no power cut leaves such a file or
+/// state: only a record older than the newest written does (the newest deleted, or an older
+/// copy put back), which would otherwise open the topic back in time, delete the newer
+/// record's ledgers as orphans and forget its newer cursors as deletions cut short.
+pub(crate) fn refuse_older_record(
+    record: &TopicRecord,
+    (on_disk, interrupted): (&BTreeSet<u64>, &[u64]),
+    journal_cursors: impl IntoIterator<Item = u64>,
+) -> Result<()> {
+    // A record of an earlier release, without an identity, is claimed by the open with a write
+    // that reserves a block above every file (`claim_topic`): its files are checked against
+    // that record, and `verify`, which writes nothing, leaves them unchecked.
+    let file_above = record.topic_id != 0
+        && on_disk
+            .iter()
+            .chain(interrupted)
+            .any(|&id| id >= record.next_ledger_id);
+    let cursor_above = || {
+        journal_cursors
+            .into_iter()
+            .any(|id| id >= record.next_cursor_id)
+    };
+    let field = if file_above {
+        OLDER_TOPIC_RECORD
+    } else if cursor_above() {
+        OLDER_TOPIC_RECORD_CURSORS
+    } else {
+        return Ok(());
+    };
+    Err(Error::corrupted_at(
+        CorruptionPlace::Record(TOPIC_RECORD.into()),
+        CorruptionKind::InvalidField(field),
+    ))
 }
 
 /// Rules 0 and 1 for a topic of a store: claims the topic record without writing a byte

@@ -37,7 +37,9 @@
 //! version's name instead of listing (another writer built on ours: `Fenced`) and the name of
 //! the version it replaced (gone: another writer replaced that version and then its own, so
 //! ours went into a name freed below the record, the names above it maybe freed too:
-//! `Fenced`), and removes the version it replaced. The same files are written in the same
+//! `Fenced`), and removes the version it replaced and, after a claim of the record by this
+//! store, the version that claim linked from: from an owned store's first write of a record on,
+//! the live directory holds one version of it. The same files are written in the same
 //! order, so every power-cut state above is unchanged; the listing after a link and the lookup
 //! of the replaced name both catch a writer that links a version into a slot freed by several
 //! later writes. Under the lock the only other writers are former owners whose lock was broken,
@@ -106,6 +108,9 @@ struct Writes {
     swept: bool,
     /// Writes started by this store: hashed into the temporary file's nonce.
     count: u64,
+    /// Per record this store claimed, the version its claim linked from, which stays until
+    /// the record's next `put` removes it with the version that put replaces.
+    claimed_from: std::collections::HashMap<String, u64>,
 }
 
 /// One file of a record found in the directory.
@@ -485,9 +490,10 @@ impl FileMetaStore {
             }
         }
         if self.heads.is_some() {
-            // An owned store's writes remove only the version they replace: versions below the
-            // highest left by a power cut, a claim or a former owner go here, lowest first,
-            // once the directory's names (the highest versions among them) are durable.
+            // An owned store's writes remove only the version they replace (and the version
+            // this store's claim linked from): versions below the highest left by a power cut,
+            // an earlier claim or a former owner go here, lowest first, once the directory's
+            // names (the highest versions among them) are durable.
             let below: Vec<&String> = listed
                 .iter()
                 .filter(|file| {
@@ -719,10 +725,14 @@ impl MetaStore for FileMetaStore {
         )?;
         // Removing older versions needs no directory sync: after a power cut that brings one
         // back, the higher version still wins. An owned store that found the record by name
-        // removes the one version it replaced (its sweep removes any other).
+        // removes the version it replaced and the one its claim of the record linked from
+        // (its sweep removed any other), so the record keeps one version in the live
+        // directory.
         if looked_up {
-            if highest > 0 {
-                match self.storage.remove(&version_file(name, highest)) {
+            let claimed_from = writes.claimed_from.remove(name);
+            let older = [(highest > 0).then_some(highest), claimed_from];
+            for version in older.into_iter().flatten() {
+                match self.storage.remove(&version_file(name, version)) {
                     Ok(()) => {}
                     Err(e) if is_not_found(&e) => {}
                     Err(e) => return Err(e),
@@ -760,6 +770,7 @@ impl MetaStore for FileMetaStore {
         self.remove_below(name, tombstone, false)?;
         self.remove_below(name, tombstone, true)?;
         self.storage.sync_dir()?;
+        writes.claimed_from.remove(name);
         self.learn(name, Known::Absent);
         Ok(())
     }
@@ -797,7 +808,7 @@ impl MetaStore for FileMetaStore {
         let next = version.checked_add(1).ok_or_else(|| Error::LimitExceeded {
             reason: format!("metadata record `{name}` has run out of versions"),
         })?;
-        let writes = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut writes = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
         self.learn(name, Known::Unknown);
         match self
             .storage
@@ -826,6 +837,7 @@ impl MetaStore for FileMetaStore {
             self.remove_below(name, version, false)?;
         }
         self.learn(name, Known::At(next));
+        writes.claimed_from.insert(name.to_owned(), version);
         drop(writes);
         Ok(next)
     }
@@ -1361,6 +1373,75 @@ mod tests {
     #[test]
     fn a_power_cut_at_any_operation_of_an_owned_store_leaves_the_old_or_the_new_record_whole() {
         power_cuts_leave_the_old_or_the_new_record_whole(true);
+    }
+
+    /// The names of record `name` in `disk`'s live directory.
+    fn names_of(disk: &MemStorage, name: &str) -> Vec<String> {
+        let mut names: Vec<String> = disk
+            .list()
+            .unwrap()
+            .into_iter()
+            .filter(|f| record_of_file(f) == Some(name))
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// A store topic's open claims its record, and its first write replaces it: that write
+    /// removes the version the claim linked from as well as the one it replaced, so the record
+    /// keeps one version; a power cut after any storage operation of the claim and the write
+    /// leaves the claimed record or the new one, whole.
+    #[test]
+    fn an_owned_stores_first_put_after_its_claim_leaves_one_version_and_any_power_cut_a_whole_record()
+     {
+        let setup = || {
+            let disk = MemStorage::new();
+            let store = FileMetaStore::new(Arc::new(disk.clone()));
+            let v = store.put("topic", None, b"A").unwrap();
+            store.put("topic", Some(v), b"B").unwrap();
+            disk.sync_dir().unwrap();
+            disk.durable_image()
+        };
+        let claim_and_put = |disk: &MemStorage| -> Result<u64> {
+            let lock = disk.lock()?;
+            let store = FileMetaStore::owned(Arc::new(disk.clone()), &lock);
+            let (version, bytes) = store.get("topic")?.expect("the record");
+            assert_eq!(bytes, b"B");
+            let claimed = store.claim("topic", version)?;
+            store.put("topic", Some(claimed), b"C")
+        };
+        let total = {
+            let disk = setup();
+            let before = disk.mutations();
+            let written = claim_and_put(&disk).unwrap();
+            assert_eq!(
+                names_of(&disk, "topic"),
+                vec![version_file("topic", written)]
+            );
+            disk.mutations() - before
+        };
+        assert!(total > 3, "{total} operations");
+        for n in 0..=total {
+            let disk = setup();
+            disk.fail_after(Some(n));
+            let done = claim_and_put(&disk).is_ok();
+            disk.fail_after(None);
+            for image in [
+                disk.durable_image(),
+                disk.crash_image(torn),
+                disk.crash_image(|_, _, live| live.to_vec()),
+            ] {
+                let got = FileMetaStore::new(Arc::new(image.clone()))
+                    .get("topic")
+                    .unwrap()
+                    .expect("a record");
+                assert!(
+                    got.1 == b"B" || got.1 == b"C",
+                    "cut after {n} operations: {got:?}"
+                );
+                assert!(!done || got == (4, b"C".to_vec()), "cut after {n}: {got:?}");
+            }
+        }
     }
 
     fn power_cuts_leave_the_old_or_the_new_record_whole(owned: bool) {

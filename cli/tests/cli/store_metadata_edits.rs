@@ -2,7 +2,8 @@
 //! cursor's state to another cursor or let state go unreported: two cursor ids swapped in a
 //! topic record, a cursor dropped from its topic's table, a topic dropped from the catalog, the
 //! oldest journal segment dropped from the catalog's list, an older copy of the newest segment
-//! of a cleanly closed store. `Store::open` (or the open of the
+//! of a cleanly closed store, an older version of a topic's record (the newest deleted, or an
+//! older copy put back). `Store::open` (or the open of the
 //! topic or cursor concerned) refuses each as damage and `ackstore verify` exits 1; the states
 //! a crash leaves between the steps that legitimately make the same change (a deletion of a
 //! cursor, a rollover) open, and verify exits 0.
@@ -378,4 +379,167 @@ fn topic_names_swapped_in_the_catalog_never_hand_one_topics_cursors_to_the_other
             );
         }
     }
+}
+
+/// The files of topic directory `t1` holding its topic record's versions.
+fn topic_record_files(tree: &Tree) -> Vec<PathBuf> {
+    tree.files
+        .keys()
+        .filter(|p| {
+            p.parent() == Some(Path::new("t1"))
+                && p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("topic.") && n.ends_with(".meta"))
+        })
+        .cloned()
+        .collect()
+}
+
+/// `tree` (a store whose topic `a` has an older version of its record) is refused by verify
+/// (exit 1) and by the topic's open (`Corrupted` naming the topic record) alike.
+fn assert_older_record_refused(tree: &Tree, what: &str) {
+    let rolled_back = copy(tree);
+    let (code, said) = verify_code(rolled_back.path());
+    assert_eq!(code, Some(1), "{what}: {said}");
+    assert!(
+        said.contains("an older version of the topic record"),
+        "{what}: {said}"
+    );
+    let opened = Store::open(rolled_back.path(), support::config::store_journal(1024))
+        .and_then(|store| store.topic("a").map(|_| ()));
+    match opened {
+        Err(Error::Corrupted {
+            place: CorruptionPlace::Record(record),
+            ..
+        }) if record == "topic" => {}
+        other => panic!("{what} opened: {other:?}"),
+    }
+}
+
+/// `tree` with the versions of topic `a`'s record replaced by those `older` held.
+fn with_older_record(tree: &Tree, older: &Tree) -> Tree {
+    let kept = topic_record_files(older);
+    assert!(!kept.is_empty(), "the older record's files");
+    let mut tree = tree.clone();
+    for p in topic_record_files(&tree) {
+        tree.files.remove(&p);
+    }
+    for p in &kept {
+        tree.files.insert(p.clone(), older.files[p].clone());
+    }
+    tree
+}
+
+#[test]
+fn an_older_version_of_a_store_topics_record_is_damage_whether_the_newest_was_deleted_or_replaced()
+{
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Three sessions, each appending to a ledger of its own (a block of ids of its own) and
+    // acking through `x`; the topic record's files are copied after each.
+    let mut sessions: Vec<(Tree, Vec<Position>)> = Vec::new();
+    let mut entries = Vec::new();
+    for session in 0..3u32 {
+        let store = Store::open(dir.path(), support::config::store_journal(1024)).expect("open");
+        let a = store.topic("a").expect("a");
+        let x = a.open_cursor("x", CursorOptions::default()).expect("x");
+        for i in 0..5u32 {
+            let p = a.append(&(session * 10 + i).to_le_bytes()).expect("append");
+            entries.push(p);
+        }
+        a.sync().expect("sync");
+        x.ack(entries[entries.len() - 5]).expect("ack");
+        drop((x, a));
+        store.close().expect("close");
+        sessions.push((Tree::read(dir.path()), entries.clone()));
+    }
+    let (last, _) = sessions.last().expect("sessions");
+    let newest = topic_record_files(last);
+    assert!(!newest.is_empty(), "the topic record's files");
+    let (code, said) = verify_code(dir.path());
+    assert_eq!(code, Some(0), "{said}");
+
+    for (n, (older, older_entries)) in sessions[..2].iter().enumerate() {
+        // The newest versions deleted and an older one left (as a power cut can bring back a
+        // version whose removal was not durable yet), or an older copy put back: the same
+        // files either way.
+        let tree = with_older_record(last, older);
+        let what = format!(
+            "session {n}'s record ({} of {} entries)",
+            older_entries.len(),
+            entries.len()
+        );
+        assert_older_record_refused(&tree, &what);
+    }
+
+    // Untouched, every entry reads and verify finds nothing.
+    let store = Store::open(dir.path(), support::config::store_journal(1024)).expect("open");
+    let a = store.topic("a").expect("a");
+    for (i, p) in entries.iter().enumerate() {
+        let i = u32::try_from(i).expect("small");
+        let want = (i / 5 * 10 + i % 5).to_le_bytes();
+        assert_eq!(a.read(*p).expect("read").payload, want);
+    }
+    drop(a);
+    store.close().expect("close");
+}
+
+/// A second session that only creates a cursor and flushes its acks changes nothing of the
+/// topic's ledger ids: the first session's record, put back, lists every ledger file. The
+/// journal's state of the new cursor (an id at or above that record's next cursor id) still
+/// shows the record is older than the newest written: refused by verify and open alike, not
+/// taken for a deletion cut short whose state (and record) the open would drop.
+#[test]
+fn an_older_topic_record_that_lacks_a_flushed_cursor_is_damage_not_a_deletion_cut_short() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = || support::config::store_journal(1024);
+    let store = Store::open(dir.path(), config()).expect("open");
+    let a = store.topic("a").expect("a");
+    let ps: Vec<Position> = (0..6u32)
+        .map(|i| a.append(&i.to_le_bytes()).expect("append"))
+        .collect();
+    a.sync().expect("sync");
+    let x = a.open_cursor("x", CursorOptions::default()).expect("x");
+    x.ack(ps[0]).expect("ack");
+    drop((x, a));
+    store.close().expect("close");
+    drop(store);
+    let first = Tree::read(dir.path());
+
+    let store = Store::open(dir.path(), config()).expect("open");
+    let a = store.topic("a").expect("a");
+    let y = a.open_cursor("y", CursorOptions::default()).expect("y");
+    y.ack(ps[3]).expect("ack");
+    y.flush().expect("flush");
+    drop((y, a));
+    store.close().expect("close");
+    drop(store);
+    let second = Tree::read(dir.path());
+    let (code, said) = verify_code(dir.path());
+    assert_eq!(code, Some(0), "{said}");
+
+    let ledgers = |t: &Tree| -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = t
+            .files
+            .keys()
+            .filter(|p| p.extension().is_some_and(|e| e == "log"))
+            .cloned()
+            .collect();
+        files.sort();
+        files
+    };
+    assert_eq!(ledgers(&first), ledgers(&second), "no ledger created");
+    assert_older_record_refused(
+        &with_older_record(&second, &first),
+        "the first session's record",
+    );
+
+    // Untouched, both cursors open with their acks.
+    let store = Store::open(dir.path(), config()).expect("open");
+    let a = store.topic("a").expect("a");
+    let y = a.open_cursor("y", CursorOptions::default()).expect("y");
+    assert!(y.is_acked(ps[3]).expect("is_acked"));
+    let x = a.open_cursor("x", CursorOptions::default()).expect("x");
+    assert!(x.is_acked(ps[0]).expect("is_acked"));
+    drop((x, y, a));
+    store.close().expect("close");
 }
