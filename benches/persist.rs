@@ -241,16 +241,27 @@ fn partition_set(pattern: &str) -> RoaringBitmap {
     }
 }
 
+/// The sets of `patterns` over 50,000 entries, and the partition of `ackstore perf --topics`'s
+/// store workload: every other entry of the first 500 (a topic of 1,000 entries), where a
+/// partition's 65,536 offsets are nearly all outside the set.
+fn sets_and_store_partition(patterns: &[&str]) -> Vec<(String, RoaringBitmap)> {
+    patterns
+        .iter()
+        .map(|p| ((*p).to_string(), partition_set(p)))
+        .chain([(
+            "store_250_of_500".to_string(),
+            (0..500).step_by(2).collect::<RoaringBitmap>(),
+        )])
+        .collect()
+}
+
 fn encode(c: &mut Criterion) {
     let mut group = c.benchmark_group("persist/encode_partition_50000");
     let key = PartitionKey {
         ledger_id: 7,
         chunk: 0,
     };
-    // The seven patterns over 50,000 entries, and the partition of `ackstore perf --topics`'s
-    // store workload: every other entry of the first 500 (a topic of 1,000 entries), where a
-    // partition's 65,536 offsets are nearly all outside the set.
-    let sets = [
+    let sets = sets_and_store_partition(&[
         "alternating",
         "random:0.5",
         "random:0.9",
@@ -258,13 +269,7 @@ fn encode(c: &mut Criterion) {
         "random:0.999",
         "holes:100",
         "random:0.01",
-    ]
-    .map(|p| (p.to_string(), partition_set(p)))
-    .into_iter()
-    .chain([(
-        "store_250_of_500".to_string(),
-        (0..500).step_by(2).collect::<RoaringBitmap>(),
-    )]);
+    ]);
     for (pattern, set) in sets {
         eprintln!(
             "persist/encode_partition_50000/{pattern}: {} acked, version 2 {} bytes, version 1 {} \
@@ -289,14 +294,14 @@ fn decode(c: &mut Criterion) {
         ledger_id: 7,
         chunk: 0,
     };
-    for pattern in [
+    let sets = sets_and_store_partition(&[
         "alternating",
         "random:0.5",
         "random:0.99",
         "holes:100",
         "random:0.01",
-    ] {
-        let set = partition_set(pattern);
+    ]);
+    for (pattern, set) in sets {
         let v2 = encode_partition(key, &set);
         let v1 = encode_partition_v1(key, &set);
         group.bench_function(format!("{pattern}/v2"), |b| {

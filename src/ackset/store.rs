@@ -7,7 +7,7 @@ use roaring::RoaringBitmap;
 
 use super::PartitionKey;
 use crate::error::{CorruptionKind, Error, Result};
-use crate::format::partition::{decode_partition, encode_partition};
+use crate::format::partition::{decode_partition, encode_partition, peek_bounds};
 
 /// Where a [`RangeSetWrapper`](super::RangeSetWrapper) puts partitions it evicts and loads the
 /// partitions it does not hold. Object safe.
@@ -21,6 +21,15 @@ pub trait PartitionStore: Send {
 
     /// Keeps `bitmap` as the contents of `key`, replacing any earlier one.
     fn store(&mut self, key: PartitionKey, bitmap: &RoaringBitmap) -> Result<()>;
+
+    /// The lowest and highest values of the last bitmap stored under `key`, when the store can
+    /// tell them without decoding the whole bitmap, from bytes it checked as a load checks
+    /// them (at least their CRC); `None` when it cannot (then the caller loads the partition)
+    /// or holds none. The default tells none.
+    fn bounds(&mut self, key: PartitionKey) -> Result<Option<(u32, u32)>> {
+        let _ = key;
+        Ok(None)
+    }
 
     /// The partition no longer exists (its acks were all removed); the store may drop its copy.
     /// It is never loaded again unless stored again first.
@@ -103,6 +112,20 @@ impl PartitionStore for MemPartitionStore {
         self.records.insert(key, encode_partition(key, bitmap));
         self.stores += 1;
         Ok(())
+    }
+
+    fn bounds(&mut self, key: PartitionKey) -> Result<Option<(u32, u32)>> {
+        let Some(record) = self.records.get(&key) else {
+            return Ok(None);
+        };
+        match peek_bounds(record).map_err(|c| Error::corrupted_at(key.place(), c.kind))? {
+            Some((found, lo, hi)) if found == key => Ok(Some((lo, hi))),
+            Some(_) => Err(Error::corrupted_at(
+                key.place(),
+                CorruptionKind::InvalidField("partition key"),
+            )),
+            None => Ok(None),
+        }
     }
 
     fn forget(&mut self, key: PartitionKey) {

@@ -358,19 +358,50 @@ impl RangeSetWrapper {
         Ok(total)
     }
 
-    /// The lowest and the highest acked positions (loads at most two partitions).
+    /// The lowest and the highest acked positions. Reads the bounds of at most two partitions:
+    /// a resident one's from its bitmap, a stored one's from the store when it can tell them
+    /// without decoding the partition ([`PartitionStore::bounds`]), which leaves it cold;
+    /// otherwise the partition is loaded.
     pub fn span(&mut self) -> Result<Option<(Position, Position)>> {
-        let (Some(first), Some(last)) = (
-            self.index.first_key_value().map(|(k, _)| *k),
-            self.index.last_key_value().map(|(k, _)| *k),
-        ) else {
+        Ok(self.lowest()?.zip(self.highest()?))
+    }
+
+    /// The lowest acked position; reads one partition's bounds as [`Self::span`] does.
+    pub fn lowest(&mut self) -> Result<Option<Position>> {
+        let Some(first) = self.index.first_key_value().map(|(k, _)| *k) else {
             return Ok(None);
         };
-        let lo = self.read_partition(first, RoaringBitmap::min)?.flatten();
-        let hi = self.read_partition(last, RoaringBitmap::max)?.flatten();
-        Ok(lo
-            .zip(hi)
-            .map(|(lo, hi)| (first.position(lo), last.position(hi))))
+        Ok(self.bounds(first)?.map(|(lo, _)| first.position(lo)))
+    }
+
+    /// The highest acked position; reads one partition's bounds as [`Self::span`] does.
+    pub fn highest(&mut self) -> Result<Option<Position>> {
+        let Some(last) = self.index.last_key_value().map(|(k, _)| *k) else {
+            return Ok(None);
+        };
+        Ok(self.bounds(last)?.map(|(_, hi)| last.position(hi)))
+    }
+
+    /// The lowest and highest offsets of a live partition (see [`Self::span`]); `None` if it
+    /// does not exist.
+    fn bounds(&mut self, key: PartitionKey) -> Result<Option<(u32, u32)>> {
+        let Some(entry) = self.index.get(&key).copied() else {
+            return Ok(None);
+        };
+        if !entry.resident
+            && let Some((lo, hi)) = self.store.bounds(key)?
+        {
+            if lo > hi || hi > LAST_OFFSET {
+                return Err(Error::corrupted_at(
+                    key.place(),
+                    CorruptionKind::InvalidField("offsets beyond the partition"),
+                ));
+            }
+            return Ok(Some((lo, hi)));
+        }
+        Ok(self
+            .read_partition(key, |b| b.min().zip(b.max()))?
+            .flatten())
     }
 
     /// Drops every ack; the store is told to forget every partition.
@@ -1042,6 +1073,53 @@ mod tests {
         assert_eq!(w.first_range().expect("first"), Some((p(5, 3), p(5, 4))));
         assert_eq!(w.stats().loads, 1);
         assert!(w.dirty_keys().is_empty());
+    }
+
+    #[test]
+    fn bounds_of_stored_partitions_are_read_without_loading_them() {
+        let mut store = MemPartitionStore::new();
+        // Gaps and bitmap records start with their bounds; a roaring one does not (a full
+        // partition but one run of holes), so its bounds need a load.
+        let (gaps, bitmap) = (
+            (0..500).step_by(2).collect::<RoaringBitmap>(),
+            RoaringBitmap::from([3, 4, 6]),
+        );
+        let mut roaring: RoaringBitmap = (0..1 << 16).collect();
+        roaring.remove_range(1000..30_000);
+        for (k, set) in [
+            (key(5, 0), &gaps),
+            (key(6, 2), &bitmap),
+            (key(7, 0), &roaring),
+        ] {
+            store.store(k, set).expect("store");
+        }
+        let index = [
+            (key(5, 0), gaps.len()),
+            (key(6, 2), bitmap.len()),
+            (key(7, 0), roaring.len()),
+        ];
+        let mut w = RangeSetWrapper::with_index(Box::new(store), 1 << 20, index);
+        assert_eq!(w.lowest().expect("lowest"), Some(p(5, 0)));
+        assert_eq!(w.stats().loads, 0);
+        w.remove_at_most(p(5, 498)).expect("remove");
+        assert_eq!(w.stats().loads, 1, "partition (5, 0) only");
+        assert_eq!(w.lowest().expect("lowest"), Some(p(6, (2 << 16) + 3)));
+        assert_eq!(w.stats().loads, 1);
+        assert_eq!(w.highest().expect("highest"), Some(p(7, 65_535)));
+        assert_eq!(
+            w.stats().loads,
+            2,
+            "a roaring record is loaded for its bounds"
+        );
+        assert_eq!(
+            w.span().expect("span"),
+            Some((p(6, (2 << 16) + 3), p(7, 65_535)))
+        );
+        assert_eq!(w.stats().loads, 2);
+        // A resident partition's bounds are its bitmap's, changes included.
+        w.add(p(6, (2 << 16) + 1)).expect("add");
+        assert_eq!(w.lowest().expect("lowest"), Some(p(6, (2 << 16) + 1)));
+        assert_eq!(w.stats().loads, 3);
     }
 
     #[test]

@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::ackset::{PartitionKey, RangeSetWrapper, Releasable};
+use crate::ackset::{RangeSetWrapper, Releasable};
 use crate::error::{Error, Result};
 use crate::finder::Layout;
 use crate::format::cursor::{MAX_PROPERTIES, MAX_PROPERTY_NAME, PersistedState};
@@ -242,16 +242,9 @@ impl CursorState {
         {
             self.acks.remove_at_most(below)?;
         }
-        let last_key = PartitionKey::of(last);
-        let beyond = match self.acks.partitions().last() {
-            Some(&(key, _)) if key > last_key => true,
-            Some(&(key, _)) if key == last_key => {
-                let highest = self.acks.bitmap(key)?.and_then(|b| b.max());
-                highest.is_some_and(|h| key.first_entry() + u64::from(h) > last.entry_id)
-            }
-            _ => false,
-        };
-        if beyond {
+        // The highest ack is told by its partition's bounds, without a load when the store
+        // can read them.
+        if self.acks.highest()?.is_some_and(|h| h > last) {
             // Rare (a power cut lost acknowledged entries): rebuild from the ranges that exist.
             let kept: Vec<_> = self
                 .acks
@@ -305,7 +298,7 @@ impl CursorState {
             self.mark_delete = None;
             moved = true;
         }
-        if self.acks.span()?.is_some_and(|(low, _)| low <= below) {
+        if self.acks.lowest()?.is_some_and(|low| low <= below) {
             self.acks.remove_at_most(below)?;
             moved = true;
         }
@@ -548,10 +541,14 @@ impl CursorState {
 
     /// Moves mark-delete over every acknowledged entry that directly follows it.
     fn absorb(&mut self, layout: &Layout) -> Result<()> {
-        while let Some((first, last)) = self.acks.first_range()? {
-            if Some(first) != layout.after_mark(self.mark_delete) {
-                break;
-            }
+        // The lowest ack first: it is told without a load when the store can read its
+        // partition's bounds, and the first range is read only when it starts there.
+        while self
+            .acks
+            .lowest()?
+            .is_some_and(|low| Some(low) == layout.after_mark(self.mark_delete))
+            && let Some((_, last)) = self.acks.first_range()?
+        {
             self.mark_delete = Some(last);
             self.acks.remove_at_most(last)?;
         }

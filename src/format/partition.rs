@@ -328,6 +328,58 @@ pub fn encode_partition_v1(key: PartitionKey, bitmap: &RoaringBitmap) -> Vec<u8>
 /// gap counts (3 KiB).
 pub fn decode_partition(bytes: &[u8]) -> Result<(PartitionKey, RoaringBitmap), Corruption> {
     let bad = |at: usize, kind: CorruptionKind| Corruption::new(kind, at);
+    let covered = checked_record(bytes)?;
+    match read_u16(covered, VERSION_AT) {
+        VERSION => decode_v2(covered, &bad),
+        VERSION_1 => decode_v1(bytes, covered, &bad),
+        version => Err(bad(
+            VERSION_AT,
+            CorruptionKind::UnsupportedVersion(version.into()),
+        )),
+    }
+}
+
+/// The lowest and highest acked offsets of a record, read without decoding its set, when its
+/// encoding starts with them (version 2, gaps and bitmap bodies); `None` for the others
+/// (empty, roaring, version 1), whose bounds only the whole decoding gives. Returns the key
+/// with them.
+///
+/// What it reads is checked as [`decode_partition`] checks it: length, magic, the CRC over the
+/// whole record (before any field is trusted), the version, the encoding byte, the key's
+/// varints (valid, the shortest, the chunk at most [`MAX_CHUNK`]) and both bounds (below
+/// 2^16). The rest of the body is not read: a record that passes here may still fail the
+/// decoder's later checks, which the first load of the partition runs before its set is used.
+pub fn peek_bounds(bytes: &[u8]) -> Result<Option<(PartitionKey, u32, u32)>, Corruption> {
+    let bad = |at: usize, kind: CorruptionKind| Corruption::new(kind, at);
+    let covered = checked_record(bytes)?;
+    match read_u16(covered, VERSION_AT) {
+        VERSION => {}
+        VERSION_1 => return Ok(None),
+        version => {
+            return Err(bad(
+                VERSION_AT,
+                CorruptionKind::UnsupportedVersion(version.into()),
+            ));
+        }
+    }
+    let (encoding, key, body_at) = v2_header(covered, &bad)?;
+    if !matches!(
+        encoding,
+        PartitionEncoding::Gaps | PartitionEncoding::Bitmap
+    ) {
+        return Ok(None);
+    }
+    let body = covered.get(body_at..).unwrap_or_default();
+    let (lo, hi) = code::body_bounds(body, PARTITION_SPAN)
+        .map_err(|_| bad(body_at, CorruptionKind::InvalidField("span")))?;
+    Ok(Some((key, lo, hi)))
+}
+
+/// The bytes of a record that the CRC covers, after the checks that come before any field is
+/// trusted: the length (at least [`V2_MIN_LEN`], at most [`MAX_RECORD_BYTES`]), the magic, and
+/// the CRC.
+fn checked_record(bytes: &[u8]) -> Result<&[u8], Corruption> {
+    let bad = |at: usize, kind: CorruptionKind| Corruption::new(kind, at);
     if bytes.len() < V2_MIN_LEN {
         return Err(bad(bytes.len(), CorruptionKind::Truncated));
     }
@@ -343,21 +395,15 @@ pub fn decode_partition(bytes: &[u8]) -> Result<(PartitionKey, RoaringBitmap), C
     if crc32fast::hash(covered) != u32::from_le_bytes(*stored_crc) {
         return Err(bad(covered.len(), CorruptionKind::ChecksumMismatch));
     }
-    match read_u16(covered, VERSION_AT) {
-        VERSION => decode_v2(covered, &bad),
-        VERSION_1 => decode_v1(bytes, covered, &bad),
-        version => Err(bad(
-            VERSION_AT,
-            CorruptionKind::UnsupportedVersion(version.into()),
-        )),
-    }
+    Ok(covered)
 }
 
-/// The fields of a version 2 record whose CRC has been checked (`covered` is all but the CRC).
-fn decode_v2(
+/// The encoding, the key and where the body starts, of a version 2 record whose CRC has been
+/// checked (`covered` is all but the CRC); the key's varints must be the shortest.
+fn v2_header(
     covered: &[u8],
     bad: &dyn Fn(usize, CorruptionKind) -> Corruption,
-) -> Result<(PartitionKey, RoaringBitmap), Corruption> {
+) -> Result<(PartitionEncoding, PartitionKey, usize), Corruption> {
     let code_byte = covered.get(ENCODING_AT).copied().unwrap_or(u8::MAX);
     let encoding = PartitionEncoding::from_code(code_byte)
         .ok_or_else(|| bad(ENCODING_AT, CorruptionKind::InvalidField("encoding")))?;
@@ -374,19 +420,30 @@ fn decode_v2(
         .ok()
         .filter(|&c| c <= MAX_CHUNK)
         .ok_or_else(|| bad(chunk_at, CorruptionKind::InvalidField("chunk")))?;
-    let key = PartitionKey { ledger_id, chunk };
     let body_at = fields.offset();
-    let body = fields.rest();
+    // The key's varints are the shortest ones.
+    if body_at != V2_FIXED_LEN + code::varint_len(ledger_id) + code::varint_len(chunk) {
+        return Err(bad(
+            ENCODING_AT,
+            CorruptionKind::InvalidField("partition encoding"),
+        ));
+    }
+    Ok((encoding, PartitionKey { ledger_id, chunk }, body_at))
+}
+
+/// The fields of a version 2 record whose CRC has been checked (`covered` is all but the CRC).
+fn decode_v2(
+    covered: &[u8],
+    bad: &dyn Fn(usize, CorruptionKind) -> Corruption,
+) -> Result<(PartitionKey, RoaringBitmap), Corruption> {
+    let (encoding, key, body_at) = v2_header(covered, bad)?;
+    let body = covered.get(body_at..).unwrap_or_default();
     let not_canonical = || {
         bad(
             ENCODING_AT,
             CorruptionKind::InvalidField("partition encoding"),
         )
     };
-    // The key's varints are the shortest ones.
-    if body_at != V2_FIXED_LEN + code::varint_len(ledger_id) + code::varint_len(chunk) {
-        return Err(not_canonical());
-    }
     let body_error = |e: code::BodyError| match e {
         code::BodyError::Span => bad(body_at, CorruptionKind::InvalidField("span")),
         code::BodyError::Length => bad(body_at, CorruptionKind::BadLength),

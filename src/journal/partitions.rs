@@ -14,13 +14,14 @@ use crate::ackset::{PartitionKey, PartitionStore};
 use crate::error::{CorruptionKind, Error, Result};
 use crate::format::cursor::encode_partition_payload;
 use crate::format::cursor::{
-    Snapshot, decode_partition_entry, decode_snapshot_bound, payload_crc, peek_batch_entry,
+    PartitionEntry, Snapshot, decode_partition_entry, decode_snapshot_bound, payload_crc,
+    peek_batch_entry,
 };
 use crate::format::journal::{
     JournalLoc, RecordKind, SEGMENT_VERSION, decode_record, encode_record, record_binding,
     record_len, split_name_tag,
 };
-use crate::format::partition::decode_partition;
+use crate::format::partition::{decode_partition, peek_bounds};
 use crate::storage::StorageFile;
 
 impl Journal {
@@ -35,6 +36,30 @@ impl Journal {
         let bitmap = verified_partition(&payload, key, &part)?;
         self.counters.loads.fetch_add(1, Ordering::Relaxed);
         Ok(Some(bitmap))
+    }
+
+    /// The lowest and highest acked offsets of the newest copy of `key` of `cursor`, read
+    /// without decoding its set ([`peek_bounds`]) after the frame CRC and the CRC, key and
+    /// cardinality bound the index holds verify; `None` when the journal holds no copy, or
+    /// its encoding does not start with its bounds (then only a load tells them).
+    pub fn stored_bounds(&self, cursor: CursorId, key: PartitionKey) -> Result<Option<(u32, u32)>> {
+        let Some(part) = lock(&self.index).lookup(cursor, key) else {
+            return Ok(None);
+        };
+        let payload = self.read_payload(part.loc, part.frame_len)?;
+        let entry = verified_entry(&payload, key, &part)?;
+        let bad = |kind| Error::corrupted_at(key.place(), kind);
+        match peek_bounds(entry.body).map_err(|c| bad(c.kind))? {
+            Some((found, lo, hi)) if found == key => {
+                // A set of `cardinality` members spans at least that many offsets.
+                if u64::from(hi - lo) + 1 < part.cardinality {
+                    return Err(bad(CorruptionKind::InvalidField("partition span")));
+                }
+                Ok(Some((lo, hi)))
+            }
+            Some(_) => Err(bad(CorruptionKind::InvalidField("partition key"))),
+            None => Ok(None),
+        }
     }
 
     /// The newest batch record of `key` of `cursor` (pending or committed), read and its frame
@@ -212,15 +237,26 @@ pub(super) fn verified_partition(
     part: &PartLoc,
 ) -> Result<RoaringBitmap> {
     let bad = |kind| Error::corrupted_at(key.place(), kind);
-    if payload_crc(payload) != part.crc {
-        return Err(bad(CorruptionKind::ChecksumMismatch));
-    }
-    let entry = decode_partition_entry(payload).map_err(|c| bad(c.kind))?;
+    let entry = verified_entry(payload, key, part)?;
     let (found, bitmap) = decode_partition(entry.body).map_err(|c| bad(c.kind))?;
     if found != key || bitmap.len() != part.cardinality {
         return Err(bad(CorruptionKind::InvalidField("partition key")));
     }
     Ok(bitmap)
+}
+
+/// The partition entry in `payload` (a partition record's), after the CRC `part` holds
+/// verifies; its partition record is not decoded.
+fn verified_entry<'a>(
+    payload: &'a [u8],
+    key: PartitionKey,
+    part: &PartLoc,
+) -> Result<PartitionEntry<'a>> {
+    let bad = |kind| Error::corrupted_at(key.place(), kind);
+    if payload_crc(payload) != part.crc {
+        return Err(bad(CorruptionKind::ChecksumMismatch));
+    }
+    decode_partition_entry(payload).map_err(|c| bad(c.kind))
 }
 
 /// The journal as a cursor's partition store: evictions append (unsynced), loads read the
@@ -246,6 +282,10 @@ impl PartitionStore for JournalPartitions {
 
     fn store(&mut self, key: PartitionKey, bitmap: &RoaringBitmap) -> Result<()> {
         self.journal.store_partition(self.cursor, key, bitmap)
+    }
+
+    fn bounds(&mut self, key: PartitionKey) -> Result<Option<(u32, u32)>> {
+        self.journal.stored_bounds(self.cursor, key)
     }
 
     fn forget(&mut self, key: PartitionKey) {

@@ -672,7 +672,17 @@ impl FileMetaStore {
     /// Removes every file of `name` below `version` (and, with `inclusive`, at it). Other
     /// writers may remove the same files: a file already gone is not an error.
     fn remove_below(&self, name: &str, version: u64, inclusive: bool) -> Result<()> {
-        let mut files = self.files_of(name)?;
+        self.remove_listed_below(self.files_of(name)?, version, inclusive)
+    }
+
+    /// [`FileMetaStore::remove_below`] over `files`, a listing of the record's files (as
+    /// [`FileMetaStore::files_of`] returns it) taken since the last write of the record.
+    fn remove_listed_below(
+        &self,
+        mut files: Vec<Found>,
+        version: u64,
+        inclusive: bool,
+    ) -> Result<()> {
         files.reverse();
         for found in files {
             let below = found
@@ -832,9 +842,13 @@ impl MetaStore for FileMetaStore {
             }
             Err(e) => return Err(e),
         }
+        // The listing that showed no version above the claim's serves the removal: it was
+        // taken after the link, under this store's lock on its writes, and a file another
+        // writer links meanwhile is either above `next` (the next write is refused) or a stray
+        // below the record, which no read takes and a later removal finds.
         let files = self.none_above(name, Some(version), next)?;
         if files.len() > CLAIM_NAMES {
-            self.remove_below(name, version, false)?;
+            self.remove_listed_below(files, version, false)?;
         }
         self.learn(name, Known::At(next));
         writes.claimed_from.insert(name.to_owned(), version);

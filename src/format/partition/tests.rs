@@ -693,3 +693,122 @@ fn a_bad_inline_form_is_refused_with_an_offset_inside_it() {
     bytes.push(0);
     assert!(decode_inline(k, &bytes).is_err());
 }
+
+/// What [`peek_bounds`] reads of a record it accepts: the key and the set's smallest and
+/// largest members, exactly what the decoder finds; and it accepts every gaps and bitmap record
+/// (the encodings that start with their bounds), none of the others.
+fn check_peek(k: PartitionKey, set: &RoaringBitmap) {
+    let bytes = encode_partition(k, set);
+    let peeked = peek_bounds(&bytes).expect("an intact record");
+    let starts_with_bounds = matches!(
+        partition_encoding(&bytes),
+        Some(PartitionEncoding::Gaps | PartitionEncoding::Bitmap)
+    );
+    if starts_with_bounds {
+        let (lo, hi) = set.min().zip(set.max()).expect("a non-empty set");
+        assert_eq!(peeked, Some((k, lo, hi)), "{} members", set.len());
+    } else {
+        assert_eq!(peeked, None, "{} members", set.len());
+    }
+    let v1 = encode_partition_v1(k, set);
+    assert_eq!(peek_bounds(&v1).expect("version 1 record"), None);
+}
+
+#[test]
+fn peeked_bounds_are_the_decoders_for_sets_of_every_shape() {
+    let mut encodings = std::collections::BTreeSet::new();
+    for (i, set) in pinned_sets()
+        .iter()
+        .chain(&[
+            RoaringBitmap::new(),
+            RoaringBitmap::from([0]),
+            RoaringBitmap::from([65_535]),
+            (0..500).step_by(2).collect(),
+            (0..1 << 16).collect(),
+        ])
+        .enumerate()
+    {
+        check_peek(key(7, i as u64), set);
+        encodings.insert(format!(
+            "{:?}",
+            partition_encoding(&encode_partition(key(7, 0), set))
+        ));
+    }
+    // Every encoding came up, so both answers (bounds, and none) were checked.
+    assert_eq!(encodings.len(), 4, "{encodings:?}");
+}
+
+#[test]
+fn every_byte_of_a_record_is_checked_before_its_bounds_are_read() {
+    let k = key(1 << 40, 9);
+    for set in [
+        (0..500).step_by(2).collect::<RoaringBitmap>(),
+        random_set(3000, 2),
+    ] {
+        let bytes = encode_partition(k, &set);
+        assert!(peek_bounds(&bytes).expect("intact").is_some());
+        for at in 0..bytes.len() {
+            for bit in 0..8 {
+                let mut flipped = bytes.clone();
+                flipped[at] ^= 1 << bit;
+                assert!(peek_bounds(&flipped).is_err(), "bit {bit} of byte {at}");
+                assert!(
+                    decode_partition(&flipped).is_err(),
+                    "bit {bit} of byte {at}"
+                );
+            }
+        }
+        for len in 0..bytes.len() {
+            assert!(peek_bounds(&bytes[..len]).is_err(), "cut at {len}");
+        }
+    }
+}
+
+#[test]
+fn bounds_behind_a_valid_crc_are_refused_as_the_decoder_refuses_them() {
+    // A span that reaches past the partition, and a key whose varint is longer than needed:
+    // the decoder's errors, at the same place.
+    for (enc, body) in [
+        (3u8, vec![0xFF, 0xFF, 0x03, 0x01]),
+        (2, vec![0x80, 0x80, 0x04, 0x00, 0x00, 0x00]),
+    ] {
+        let bytes = v2_record(enc, &body);
+        let peeked = peek_bounds(&bytes).expect_err("refused");
+        let decoded = decode_partition(&bytes).expect_err("refused");
+        assert_eq!(peeked, decoded);
+    }
+    let mut long_key = MAGIC.to_vec();
+    long_key.extend_from_slice(&VERSION.to_le_bytes());
+    // Ledger 7 in two bytes, chunk 3, a bitmap body of one entry, room for the CRC.
+    long_key.extend_from_slice(&[3, 0x87, 0x00, 0x03, 0x00, 0x00, 0, 0, 0, 0]);
+    let long_key = with_crc(long_key);
+    assert_eq!(
+        peek_bounds(&long_key).expect_err("refused"),
+        decode_partition(&long_key).expect_err("refused")
+    );
+}
+
+proptest! {
+    #[test]
+    fn peeked_bounds_are_the_decoders(set in partition_set(), ledger in any::<u64>(),
+                                      chunk in 0..=MAX_CHUNK) {
+        check_peek(key(ledger, chunk), &set);
+    }
+
+    #[test]
+    fn bounds_are_peeked_only_from_records_the_crc_covers(enc in 0u8..5,
+                                                         body in prop::collection::vec(any::<u8>(), 0..64)) {
+        // Whatever the body, a bound peeked is one the decoder, when it accepts the record,
+        // finds too.
+        let bytes = v2_record(enc, &body);
+        let peeked = peek_bounds(&bytes);
+        if let Ok((k, set)) = decode_partition(&bytes) {
+            let expected = set.min().zip(set.max()).map(|(lo, hi)| (k, lo, hi));
+            match peeked {
+                Ok(Some(found)) => prop_assert_eq!(Some(found), expected),
+                Ok(None) => {}
+                Err(e) => prop_assert!(false, "decodes but the peek refused: {e:?}"),
+            }
+        }
+    }
+}
