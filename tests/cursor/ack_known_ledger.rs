@@ -64,9 +64,9 @@ fn acks_inside_a_ledger_leave_it_to_the_trim_until_its_last_entry_is_acked() {
         assert_eq!(c.mark_delete_position().unwrap(), Some(p[9]));
         assert_eq!(topic.trim_consumed().unwrap(), vec![p[0].ledger_id]);
         // Entry order through the second ledger, the trim asked after each ack.
-        for i in 10..19 {
-            assert!(c.ack(p[i]).unwrap());
-            assert!(topic.trim_consumed().unwrap().is_empty(), "entry {i} acked");
+        for &q in &p[10..19] {
+            assert!(c.ack(q).unwrap());
+            assert!(topic.trim_consumed().unwrap().is_empty(), "{q} acked");
         }
         assert!(c.ack(p[19]).unwrap());
         assert_eq!(topic.trim_consumed().unwrap(), vec![p[10].ledger_id]);
