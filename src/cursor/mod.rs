@@ -637,7 +637,10 @@ pub(crate) struct CursorShared {
     name: String,
     topic: Arc<dyn TopicAccess>,
     core: Mutex<Core>,
-    /// Mark-delete as of the last completed operation, for trimming.
+    /// Mark-delete as of the last completed operation, for trimming; or, after acks that
+    /// moved it within a ledger without reaching that ledger's last entry known to the
+    /// cursor, an earlier mark-delete in the same ledger, which lets trims delete exactly the
+    /// same ledgers (see `CursorState::must_publish`).
     published_mark: Mutex<Option<Position>>,
     closed: AtomicBool,
     /// See [`Core::durable`]; fixed at creation.
@@ -783,7 +786,7 @@ impl CursorShared {
         self.closed.load(Ordering::SeqCst)
     }
 
-    /// Mark-delete as of the last completed operation.
+    /// Mark-delete for trims (see the field): never past the cursor's own.
     pub(crate) fn published_mark(&self) -> Option<Position> {
         *lock(&self.published_mark)
     }
@@ -1027,20 +1030,42 @@ impl Cursor {
     /// of the read position wakes the reads waiting on the topic (see
     /// [`Self::read_entries_or_wait`]).
     fn with_state<R>(&self, f: impl FnOnce(&mut Core, &Layout) -> Result<R>) -> Result<R> {
+        self.with_state_or_known(|_| None, f)
+    }
+
+    /// As [`Self::with_state`], but a durable cursor first tries `known`, which answers
+    /// without the topic's layout (from what the state knows of it, see
+    /// `CursorState::ack_known`) or returns `None` having changed nothing.
+    fn with_state_or_known<R>(
+        &self,
+        known: impl FnOnce(&mut Core) -> Option<R>,
+        f: impl FnOnce(&mut Core, &Layout) -> Result<R>,
+    ) -> Result<R> {
         let mut core = self.shared.core()?;
-        let layout = self.shared.topic.layout();
         let read_from = core.state.read_position;
-        if !core.durable {
-            core.state.follow_trim(&layout)?;
-        }
-        let result = f(&mut core, &layout);
+        let quick = if core.durable { known(&mut core) } else { None };
+        let result = if let Some(answer) = quick {
+            core.state.charge_batch();
+            if core.state.must_publish(core.published_mark) {
+                let mark = core.state.mark_delete;
+                self.shared.publish_mark(&mut core, mark);
+            }
+            Ok(answer)
+        } else {
+            let layout = self.shared.topic.layout();
+            if !core.durable {
+                core.state.follow_trim(&layout)?;
+            }
+            let result = f(&mut core, &layout);
+            // Acks, skips and trims drop partial entries too: the budget charge follows them
+            // now, not at the next flush (which a reader never makes).
+            core.state.charge_batch();
+            let mark = core.state.mark_delete;
+            self.shared.publish_mark(&mut core, mark);
+            drop(layout);
+            result
+        };
         let moved = core.state.read_position != read_from;
-        // Acks, skips and trims drop partial entries too: the budget charge follows them now,
-        // not at the next flush (which a reader never makes).
-        core.state.charge_batch();
-        let mark = core.state.mark_delete;
-        self.shared.publish_mark(&mut core, mark);
-        drop(layout);
         let import = core.claim_if_past_budget(self.shared.topic.as_ref());
         drop(core);
         if import {
@@ -1213,12 +1238,26 @@ impl Cursor {
     /// [`Error::NoSuchEntry`] for a position after mark-delete that is not a retained entry;
     /// nothing changes.
     pub fn ack(&self, pos: Position) -> Result<bool> {
-        self.with_state(|core, layout| {
-            let changed = core.state.ack(layout, pos)?;
+        let count = |core: &mut Core, changed: bool| {
             core.counters.acks += u64::from(changed);
             core.dirty |= changed;
-            Ok(changed)
-        })
+        };
+        self.with_state_or_known(
+            |core| {
+                let changed = core.state.ack_known(pos)?;
+                count(core, changed);
+                Some(changed)
+            },
+            |core, layout| {
+                let changed = core.state.ack(layout, pos)?;
+                // A durable cursor's next ack in this ledger needs no layout.
+                if core.durable {
+                    core.state.learn_ledger(layout, pos);
+                }
+                count(core, changed);
+                Ok(changed)
+            },
+        )
     }
 
     /// Acknowledges every entry up to and including `pos`; mark-delete moves to `pos` (and

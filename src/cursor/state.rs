@@ -49,6 +49,34 @@ pub struct CursorState {
     /// Acknowledged messages of partially acknowledged entries (after mark-delete, not in
     /// `acks`).
     pub(crate) batch: BatchAcks,
+    /// What the topic's layout said about one ledger, so an ack there needs no look at the
+    /// layout (see [`KnownLedger`]); `None` until a durable cursor's ack records it.
+    known: Option<KnownLedger>,
+}
+
+/// A ledger's retained entries and the entry after mark-delete, as the topic's readable layout
+/// showed them while mark-delete and the epoch were `mark` and `epoch`.
+///
+/// Valid for a durable cursor while its mark-delete and epoch are still those: trimming waits
+/// for every durable cursor's published mark-delete, which is never past its own, so no entry
+/// after `mark` leaves the layout, and the readable layout only grows at its end. So entries
+/// `0..entries` of ledger `ledger_id` stay retained, and `after_mark` stays the first retained
+/// entry after `mark`. A seek, rewind or reset raises the epoch and clears it.
+#[derive(Clone, Copy, Debug)]
+struct KnownLedger {
+    ledger_id: u64,
+    /// A lower bound of the ledger's entries (it may have grown since).
+    entries: u64,
+    mark: Option<Position>,
+    epoch: u64,
+    after_mark: Position,
+}
+
+impl KnownLedger {
+    /// Whether `pos` is one of the ledger's entries known to be retained.
+    fn holds(&self, pos: Position) -> bool {
+        pos.ledger_id == self.ledger_id && pos.entry_id < self.entries
+    }
 }
 
 impl CursorState {
@@ -61,6 +89,7 @@ impl CursorState {
             properties: BTreeMap::new(),
             epoch: 0,
             batch: BatchAcks::default(),
+            known: None,
         };
         state.reset_to(layout, initial_target(layout, options));
         state
@@ -93,6 +122,7 @@ impl CursorState {
             properties: persisted.properties.clone(),
             epoch: persisted.epoch,
             batch: batch.into_inner(),
+            known: None,
         };
         let before = (state.mark_delete, state.acks.len(), state.batch.len());
         state.drop_missing(layout)?;
@@ -344,6 +374,12 @@ impl CursorState {
             }
             return Ok(true);
         }
+        self.add_individually(pos, batched)
+    }
+
+    /// Adds `pos`, an entry after the one after mark-delete, to `acks`, and forgets it as a
+    /// partial entry (`batched`: there may be partial entries, loaded by `prepare` first).
+    fn add_individually(&mut self, pos: Position, batched: bool) -> Result<bool> {
         if !self.acks.add(pos)? {
             return Ok(false);
         }
@@ -351,6 +387,87 @@ impl CursorState {
             self.batch.remove(pos)?;
         }
         Ok(true)
+    }
+
+    /// Records what `layout` says about `pos`'s ledger and the entry after mark-delete, for
+    /// [`Self::ack_known`]. Only for a durable cursor (a non-durable one follows trims that
+    /// do not wait for it).
+    pub(crate) fn learn_ledger(&mut self, layout: &Layout, pos: Position) {
+        self.known = layout
+            .span(pos.ledger_id)
+            .zip(layout.after_mark(self.mark_delete))
+            .map(|(span, after_mark)| KnownLedger {
+                ledger_id: span.id,
+                entries: span.entries,
+                mark: self.mark_delete,
+                epoch: self.epoch,
+                after_mark,
+            });
+    }
+
+    /// [`Self::ack`] without the layout, answered by what [`Self::learn_ledger`] recorded.
+    /// `None` when that is not enough, or when a partition failed to load: then nothing has
+    /// changed, and the caller acks with the layout (which meets, and reports, the same
+    /// failure). Only for a durable cursor (see [`KnownLedger`]).
+    ///
+    /// Answers an ack of an entry of the known ledger past the entry after mark-delete (an
+    /// individual ack), and of the entry after mark-delete when the entry after it is in the
+    /// known ledger and not acknowledged (mark-delete moves by one).
+    pub(crate) fn ack_known(&mut self, pos: Position) -> Option<bool> {
+        let known = self
+            .known
+            .filter(|k| k.mark == self.mark_delete && k.epoch == self.epoch && k.holds(pos))?;
+        let batched = self.batch.len() > 0;
+        if pos > known.after_mark {
+            if batched {
+                self.batch.prepare(pos).ok()?;
+            }
+            return self.add_individually(pos, batched).ok();
+        }
+        if pos != known.after_mark {
+            // At or before mark-delete: `ack` answers without the layout either.
+            return None;
+        }
+        let next = Position::new(pos.ledger_id, pos.entry_id.checked_add(1)?);
+        // As `ack` does for the entry after mark-delete, when the entry after it is in the
+        // known ledger and not acknowledged (then nothing is absorbed). Looked up first: when
+        // it is acknowledged, nothing has changed and `ack` absorbs with the layout.
+        if !known.holds(next) || self.acks.contains(next).ok()? {
+            return None;
+        }
+        if batched {
+            // `remove` cannot fail after `prepare`.
+            self.batch
+                .prepare(pos)
+                .and_then(|()| self.batch.remove(pos))
+                .ok()?;
+        }
+        self.mark_delete = Some(pos);
+        self.known = Some(KnownLedger {
+            mark: self.mark_delete,
+            after_mark: next,
+            ..known
+        });
+        Some(true)
+    }
+
+    /// Whether mark-delete must be published for trims now, `published` being the value
+    /// published last. Trimming deletes whole ledgers whose last entry is at or before every
+    /// durable cursor's published mark-delete: a mark-delete that moved within the known
+    /// ledger and is still before its last known entry deletes nothing that `published` in
+    /// the same ledger would not, so it is published later (by the next operation that
+    /// changes that, or with the layout).
+    pub(crate) fn must_publish(&self, published: Option<Position>) -> bool {
+        let (Some(mark), Some(old), Some(known)) = (self.mark_delete, published, self.known) else {
+            return self.mark_delete != published;
+        };
+        if mark == old {
+            return false;
+        }
+        !(mark.ledger_id == old.ledger_id
+            && known.holds(mark)
+            && mark.entry_id.saturating_add(1) < known.entries
+            && old < mark)
     }
 
     /// Acknowledges message `index` of the entry at `pos`, which holds `batch_size` messages;
@@ -573,10 +690,12 @@ impl CursorState {
         self.read_position = target.unwrap_or_else(|| layout.end());
         self.acks.clear();
         self.batch.clear();
+        self.known = None;
     }
 
     /// Reads again from the first entry after mark-delete.
     pub(crate) fn rewind(&mut self, layout: &Layout) {
+        self.known = None;
         self.read_position = layout
             .after_mark(self.mark_delete)
             .unwrap_or_else(|| layout.end());

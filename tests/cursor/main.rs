@@ -7,6 +7,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod ack_known_ledger;
 mod ack_next_failed_load;
 mod ack_semantics;
 mod batch_acks;
