@@ -36,6 +36,7 @@ pub mod cli;
 pub mod config;
 pub mod crash;
 pub mod cursor_ledger;
+pub mod cursor_ledger_writer;
 pub mod harness;
 pub mod hooked;
 pub mod journal;
