@@ -45,12 +45,6 @@ pub struct CursorConfig {
     /// used others to release theirs before it evicts its own. `lru_capacity_bytes` still
     /// bounds each cursor. `None`: only `lru_capacity_bytes`.
     pub ack_memory: Option<AckBudget>,
-    /// Temporary, for the tests of the cursor-ledger writer until it is deleted: a new cursor
-    /// of a topic opened alone persists in a cursor ledger of its own, as before the topic
-    /// hosted a journal. Only with the `internals` feature.
-    #[cfg(feature = "internals")]
-    #[doc(hidden)]
-    pub cursor_ledger_writer: bool,
 }
 
 impl Default for CursorConfig {
@@ -68,8 +62,6 @@ impl Default for CursorConfig {
             verify_on_recover: true,
             flush_interval: None,
             ack_memory: None,
-            #[cfg(feature = "internals")]
-            cursor_ledger_writer: false,
         }
     }
 }

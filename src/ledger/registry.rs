@@ -14,11 +14,9 @@
 //!   state in the journal (on a store, the record goes first).
 //!
 //! A new cursor persists through the journal (the store's, or the one a topic opened alone
-//! hosts), in either form; only, temporarily, every new cursor of a topic of its own whose
-//! config sets the internals-only `cursor_ledger_writer` (the writer's own tests) keeps using
-//! cursor ledgers. Those, and every cursor read from a cursor ledger and opened for the
-//! single-entry form, are the cursors a reopen leaves on their cursor ledger; every other
-//! cursor read from a cursor ledger is imported.
+//! hosts), in either form. A cursor read from a cursor ledger and opened for the single-entry
+//! form is the one cursor a reopen leaves on its cursor ledger; every other cursor read from a
+//! cursor ledger is imported.
 //!
 //! Names are client data: they live inside records and never become file names.
 
@@ -127,7 +125,7 @@ impl TopicCore {
             // before the journal carried cursors (and the journal holds nothing of it): that
             // one keeps its cursor ledger.
             let legacy = listed.is_some() && on_ledger && tj.committed_state(id).is_none();
-            if !legacy && !self.new_cursors_on_ledgers() {
+            if !legacy {
                 return self.open_journal_cursor(
                     &mut w,
                     name,
@@ -188,8 +186,7 @@ impl TopicCore {
     /// write (and the journal's flusher pool flushes it, as a journal cursor), unless it is
     /// opened for the single-entry form, which keeps its cursor ledger (on a store too) until
     /// the import learns to move it into a snapshot record (the move as built loses track of
-    /// such a cursor's cold partitions once the ledger goes); and unless new cursors of these
-    /// settings go to cursor ledgers (the writer's own tests).
+    /// such a cursor's cold partitions once the ledger goes).
     fn ledger_persistence(
         &self,
         persister: CursorPersister,
@@ -202,7 +199,6 @@ impl TopicCore {
             .clone()
             .filter(|_| {
                 on_ledger
-                    && !self.new_cursors_on_ledgers()
                     && self.config.cursor.persist_mode == crate::cursor::PersistMode::MultiEntry
             })
             .map(|tj| {
@@ -482,17 +478,6 @@ impl TopicCore {
             tj.journal.forget(tj.cursor_id(id))?;
         }
         Ok(())
-    }
-
-    /// Whether new cursors of a topic of its own persist in cursor ledgers: only with the
-    /// temporary `CursorConfig::cursor_ledger_writer` (the writer's own tests); every other new
-    /// cursor, of either form, persists through the journal.
-    fn new_cursors_on_ledgers(&self) -> bool {
-        #[cfg(feature = "internals")]
-        let switch = self.config.cursor.cursor_ledger_writer;
-        #[cfg(not(feature = "internals"))]
-        let switch = false;
-        !self.in_store && switch
     }
 
     /// Names of every cursor, open or not, sorted.

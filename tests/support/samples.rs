@@ -1,6 +1,7 @@
 //! The committed sample directories under `tests/data/`, copied before a test opens them (an
 //! open may repair a torn tail, and a sample must stay as it was committed), and what the
-//! samples of the compact partition table (`tests/data/cursor-v2-*`) hold; and a directory's
+//! samples of the compact partition table (`tests/data/cursor-v2-*`) and the topic directories
+//! with cursor ledgers (`tests/data/cursor-ledger-*`, [`LedgerSample`]) hold; and a directory's
 //! records rewritten as an earlier release stored them.
 
 use std::collections::BTreeSet;
@@ -201,7 +202,7 @@ pub fn sample_as_topic(name: &str, data: &[(u64, u64)]) -> (ackstore::MemStorage
     (disk, cursor)
 }
 
-/// Ack memory of a cursor of the samples with cold partitions: about one partition resident.
+/// Ack memory the samples with cold partitions were written with: about one partition resident.
 pub const COLD_LRU: usize = 256;
 
 /// How a cursor of a [`LedgerSample`] acknowledged, by index into the sample's entries.

@@ -10,7 +10,6 @@ mod support;
 
 mod crash;
 mod cursor_ledger_import;
-mod cursor_ledger_samples;
 mod full_disk;
 mod full_disk_retries;
 mod hosted_journal;
