@@ -4,10 +4,14 @@
 //! release wrote) into the journal its topic hosts (its store's, or its own), and the retirement
 //! of that ledger once the journal holds the cursor. Such a cursor opens read-only from its
 //! ledger (`CursorOpener::reopen`, claim deferred, nothing written); its first write is the
-//! import, in three steps (see `docs/cursors.md`, "Cursor ledgers: read and imported"):
+//! import, in three steps (see `docs/persistence.md`, "Cursor ledgers: read and imported"):
 //! 1. *stage*: the whole state (mark-delete, epoch, properties, every live partition, every
 //!    partial entry) is staged into a journal tick as a new journal cursor's first marker, and
-//!    the cursor persists through the journal from then on ([`Pending::stage`]);
+//!    the cursor persists through the journal from then on ([`Pending::stage`]). In either
+//!    form: a cursor of the single-entry form is staged as a chain too (partitions, batch
+//!    records, marker), so every partition and partial entry that was cold in the ledger has a
+//!    journal copy its later loads read (a snapshot references none); its next flush commits a
+//!    snapshot record, newer than that chain;
 //! 2. *commit*: the tick syncs; from then on a reopen recovers the cursor from the journal (a
 //!    journal state of a cursor wins over its record, whatever the record names);
 //! 3. *retire*: the record is switched to the form a new journal cursor's record has (no cursor
@@ -19,8 +23,9 @@
 //! `TopicCore::superseded`); one left after the record's switch is an orphan, deleted by the
 //! topic's next open (rule 3 of `ledger::open`).
 //!
-//! Must never: switch the record before the journal committed the cursor's state, or delete the
-//! ledger before the record's switch.
+//! Must never: switch the record before the journal committed the cursor's state, delete the
+//! ledger before the record's switch, or leave a partition or partial entry of the cursor
+//! whose only copy is in the ledger once the cursor loads from the journal.
 
 use std::sync::Arc;
 
@@ -75,7 +80,8 @@ impl Pending {
     /// Step 1 of the import: stages `state` with every ack of `acks` and every partial entry of
     /// `batch` into `tick` as the first marker of a new journal cursor, which it returns. Cold
     /// partial entries are loaded first (from the cursor ledger); every live partition is
-    /// written, since the journal holds none of the cursor's. Nothing is staged on an error.
+    /// written, since the journal holds none of the cursor's, whatever the cursor's form
+    /// ([`JournalCursor::stage_chain`]). Nothing is staged on an error.
     ///
     /// The caller installs the returned cursor ([`install`]) once `acks` and `batch` are the
     /// cursor's own and staged, or once the tick committed for a seek's (whose acks are not the
@@ -94,7 +100,7 @@ impl Pending {
             self.labels.clone(),
         );
         batch.warm()?;
-        jc.stage(tick, state, acks, batch)?;
+        jc.stage_chain(tick, state, acks, batch)?;
         Ok(jc)
     }
 }

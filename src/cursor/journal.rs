@@ -7,7 +7,7 @@
 //! (segments, group commit, index, rollover, ownership) is `crate::journal`; it knows
 //! cursors only by id, so this layer uses it as it uses the entry log.
 //!
-//! A flush of a journal cursor is two steps with different locks (see `docs/cursors.md`,
+//! A flush of a journal cursor is two steps with different locks (see `docs/persistence.md`,
 //! "Cursors of a store"):
 //! 1. *stage*, under the cursor's lock: the partitions whose journal copy is not current are
 //!    appended (not synced) and the state is kept for the tick's marker; the staged partitions
@@ -320,6 +320,25 @@ impl JournalCursor {
         if self.config.persist_mode == PersistMode::SingleEntry {
             return self.stage_snapshot(tick, state, acks, batch).map(|()| true);
         }
+        self.stage_chain(tick, state, acks, batch)
+    }
+
+    /// [`JournalCursor::stage`] in the multi-entry form whatever the cursor's form: partitions,
+    /// batch records and a marker. An import stages this way in either form, so every
+    /// partition and partial entry it moves (cold ones included, whose copies the ledger it
+    /// retires held) has a journal copy the cursor's later loads find; a snapshot references
+    /// none. A cursor of the single-entry form then commits snapshots, each newer than that
+    /// chain, which stays its fallback (see `docs/format.md`, "Snapshot record").
+    ///
+    /// # Errors
+    /// Those of [`JournalCursor::stage`].
+    pub(crate) fn stage_chain(
+        &mut self,
+        tick: &mut Tick<'_>,
+        state: &PersistedState,
+        acks: &mut RangeSetWrapper,
+        batch: &mut BatchAcks,
+    ) -> Result<bool> {
         let dirty = acks.dirty_keys();
         let live: Vec<PartitionKey> = acks.partitions().into_iter().map(|(k, _)| k).collect();
         let batch_keys = batch.keys();

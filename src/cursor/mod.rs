@@ -9,11 +9,11 @@
 //! this layer never imports the one above it.
 //!
 //! Persistence: every durable cursor owns one `Persister`: a cursor persists through the journal
-//! its topic's host keeps (`journal.rs`, `docs/cursors.md`, "Cursors of a store"); a cursor read
+//! its topic's host keeps (`journal.rs`, `docs/persistence.md`); a cursor read
 //! from a cursor ledger owns that ledger's [`CursorPersister`] until its first write moves it
-//! into the journal (`import.rs`), and a cursor kept on a cursor ledger (the single-entry form
-//! of a topic alone) owns one for good. A [`CursorPersister`] (`persist.rs`) is the only
-//! writer of the cursor record (it holds the compare-and-set version) and of the cursor ledger.
+//! into the journal (`import.rs`). A
+//! [`CursorPersister`] (`persist.rs`) is the only writer of the cursor record (it holds the
+//! compare-and-set version) and of the cursor ledger.
 //! The cursor's ack set keeps its evicted partitions in that ledger. `flush` and `close` write
 //! the whole ack state through it; a seek writes a new marker (or snapshot) with no acks
 //! before it changes anything, so the cursor ledger's last committed state never holds acks a
@@ -184,9 +184,9 @@ pub(crate) fn detached_ack_set() -> RangeSetWrapper {
 }
 
 /// Where a durable cursor persists: in its own cursor ledger (one read from a cursor ledger,
-/// until its first write imports it into the journal, see `import.rs`; or one kept there, the
-/// single-entry form of a topic alone), or through the journal its topic's host keeps (see
-/// `journal.rs`). Both keep the same state (mark-delete, epoch, properties, every ack).
+/// until its first write imports it into the journal, see `import.rs`), or through the journal its
+/// topic's host keeps (see `journal.rs`). Both keep the same state (mark-delete, epoch,
+/// properties, every ack).
 #[derive(Debug)]
 #[expect(
     clippy::large_enum_variant,

@@ -141,7 +141,7 @@ impl ManagedLedger {
     }
 
     /// Opens topic `topic` of a store, kept in `storage` (the topic's view of the store's
-    /// directory), whose cursors persist through the store's journal (`docs/cursors.md`,
+    /// directory), whose cursors persist through the store's journal (`docs/persistence.md`,
     /// "Cursors of a store").
     pub(crate) fn open_in_store(
         storage: Arc<dyn Storage>,

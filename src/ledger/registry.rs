@@ -14,9 +14,8 @@
 //!   state in the journal (on a store, the record goes first).
 //!
 //! A new cursor persists through the journal (the store's, or the one a topic opened alone
-//! hosts), in either form. A cursor read from a cursor ledger and opened for the single-entry
-//! form is the one cursor a reopen leaves on its cursor ledger; every other cursor read from a
-//! cursor ledger is imported.
+//! hosts), in either form. A cursor read from a cursor ledger is read from it until its first
+//! write imports it into the journal, in either form.
 //!
 //! Names are client data: they live inside records and never become file names.
 
@@ -123,7 +122,7 @@ impl TopicCore {
             // A cursor persists through its topic's journal (its store's, or the one a topic
             // of its own hosts), in either form, unless it was persisted in a cursor ledger
             // before the journal carried cursors (and the journal holds nothing of it): that
-            // one keeps its cursor ledger.
+            // one is read from its cursor ledger until its first write imports it.
             let legacy = listed.is_some() && on_ledger && tj.committed_state(id).is_none();
             if !legacy {
                 return self.open_journal_cursor(
@@ -183,10 +182,11 @@ impl TopicCore {
 
     /// How cursor `id`, `name` persists when its persister is `persister` (a cursor ledger's).
     /// Read from a cursor ledger (`on_ledger`), it moves into the topic's journal at its first
-    /// write (and the journal's flusher pool flushes it, as a journal cursor), unless it is
-    /// opened for the single-entry form, which keeps its cursor ledger (on a store too) until
-    /// the import learns to move it into a snapshot record (the move as built loses track of
-    /// such a cursor's cold partitions once the ledger goes).
+    /// write (and the journal's flusher pool flushes it, as a journal cursor), in either form.
+    /// The move commits the whole state as the cursor's first chain, whatever its form, so
+    /// every cold partition and partial entry has a journal copy before the ledger goes; a
+    /// cursor opened for the single-entry form writes its first snapshot (under that form's
+    /// range cap and overflow policy) at its next flush.
     fn ledger_persistence(
         &self,
         persister: CursorPersister,
@@ -194,17 +194,10 @@ impl TopicCore {
         on_ledger: bool,
         (id, name): (u64, &str),
     ) -> Persistence {
-        let import = self
-            .journal
-            .clone()
-            .filter(|_| {
-                on_ledger
-                    && self.config.cursor.persist_mode == crate::cursor::PersistMode::MultiEntry
-            })
-            .map(|tj| {
-                let labels = CursorLabels::new(self.location.clone(), &cursor::record_name(id));
-                import::Pending::new(tj, (id, name), labels)
-            });
+        let import = self.journal.clone().filter(|_| on_ledger).map(|tj| {
+            let labels = CursorLabels::new(self.location.clone(), &cursor::record_name(id));
+            import::Pending::new(tj, (id, name), labels)
+        });
         Persistence {
             persister: Persister::Ledger(persister),
             recovery_source,

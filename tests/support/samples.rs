@@ -205,6 +205,37 @@ pub fn sample_as_topic(name: &str, data: &[(u64, u64)]) -> (ackstore::MemStorage
 /// Ack memory the samples with cold partitions were written with: about one partition resident.
 pub const COLD_LRU: usize = 256;
 
+/// The messages a [`LedgerSample`]'s cursor `sub` acknowledged in part, after its whole
+/// entries, the topic reopened for it.
+#[derive(Debug, Clone, Copy)]
+pub struct Partial {
+    /// Every `step`-th entry from entry `from` that `sub` has not acknowledged whole...
+    pub every: (usize, usize),
+    /// ...has these messages acknowledged...
+    pub indexes: &'static [u32],
+    /// ...of a batch of this many.
+    pub batch: u32,
+    /// The ack memory of the reopened topic's cursor (`None`: the default).
+    pub lru: Option<usize>,
+}
+
+/// The partial entries of `-cold`: messages 0 and 2 of 4 in the sixth entry of each data ledger
+/// of 40, written with [`COLD_LRU`] bytes of ack memory (partitions and partial entries cold).
+const COLD: Partial = Partial {
+    every: (5, 40),
+    indexes: &[0, 2],
+    batch: 4,
+    lru: Some(COLD_LRU),
+};
+
+/// The partial entries of `-batch`: messages 0 and 3 of 8 in every fifth entry from the first.
+const BATCH: Partial = Partial {
+    every: (0, 5),
+    indexes: &[0, 3],
+    batch: 8,
+    lru: None,
+};
+
 /// How a cursor of a [`LedgerSample`] acknowledged, by index into the sample's entries.
 #[derive(Debug, Clone, Copy)]
 pub struct SampleCursor {
@@ -239,9 +270,8 @@ impl SampleCursor {
 /// ledgers of `per_ledger` (see [`Self::positions`]; on a store, topic `t`'s, written by the
 /// store, the topic then opened alone for its cursors), then each cursor of `cursors` opened
 /// at the earliest entry (`mode`), acknowledging as [`SampleCursor`] says, closed; with
-/// `batch`, the topic then reopened with [`COLD_LRU`] bytes of ack memory (its partitions cold
-/// in the ledger) and cursor `sub` acknowledging indexes 0 and 2 of a batch of 4 in every entry
-/// `i` with `i % per_ledger == 5` that it has not acknowledged whole.
+/// `partial`, the topic then reopened and cursor `sub` acknowledging messages as [`Partial`]
+/// says, closed.
 #[derive(Debug, Clone)]
 pub struct LedgerSample {
     /// The directory under `tests/data`.
@@ -254,8 +284,8 @@ pub struct LedgerSample {
     pub mode: ackstore::PersistMode,
     /// The cursors, in the order they were opened.
     pub cursors: &'static [SampleCursor],
-    /// Whether `sub` holds partial entries written with cold partitions.
-    pub cold_batch: bool,
+    /// The messages `sub` acknowledged in part, if any.
+    pub partial: Option<Partial>,
 }
 
 /// `sub`, every third entry from the second.
@@ -287,7 +317,7 @@ pub fn ledger_samples() -> Vec<LedgerSample> {
         shape,
         mode,
         cursors,
-        cold_batch: false,
+        partial: None,
     };
     let sub: &'static [SampleCursor] = &[SUB];
     let mut samples = Vec::new();
@@ -298,8 +328,12 @@ pub fn ledger_samples() -> Vec<LedgerSample> {
             sample(name("-single"), host, (120, 40), SingleEntry, sub),
             sample(name("-two"), host, (120, 40), MultiEntry, SUB_AND_OTHER),
             LedgerSample {
-                cold_batch: true,
+                partial: Some(COLD),
                 ..sample(name("-cold"), host, (400, 40), MultiEntry, sub)
+            },
+            LedgerSample {
+                partial: Some(BATCH),
+                ..sample(name("-batch"), host, (160, 8), MultiEntry, sub)
             },
         ]);
     }
@@ -454,17 +488,18 @@ impl LedgerSample {
         out
     }
 
-    /// The entries where `sub` acknowledged indexes 0 and 2 of a batch of 4 (empty unless
-    /// `cold_batch`).
+    /// The entries `sub` acknowledged in part (see [`Partial`]; empty without `partial`).
     pub fn batch(&self) -> Vec<Position> {
-        if !self.cold_batch {
+        let Some(partial) = self.partial else {
             return Vec::new();
-        }
+        };
         let acks = self.acks("sub");
-        let per_ledger = self.shape.1;
-        self.positions()
-            .into_iter()
-            .filter(|p| p.entry_id % per_ledger == 5 && !acks.contains(p))
+        let (from, step) = partial.every;
+        let positions = self.positions();
+        (from..positions.len())
+            .step_by(step)
+            .map(|i| positions[i])
+            .filter(|p| !acks.contains(p))
             .collect()
     }
 

@@ -262,10 +262,7 @@ fn a_power_cut_at_every_step_of_an_import_keeps_the_ledger_state_or_the_journal_
             |disk, Cut { n, .. }, (positions, acked, flushed, _)| {
                 let image = disk.durable_image();
                 let what = format!("{host:?}, cut at {n}");
-                let report = verify(&image);
-                assert!(report.is_sound(), "{what}: {report}");
-                let storage: Arc<dyn Storage> = Arc::new(image.clone());
-                let inspected = ackstore::check::inspect(&storage).unwrap();
+                let inspected = verified_and_inspected(&image, &what);
                 let mut upper = acked.clone();
                 upper.extend(new_acks(&positions));
                 let upper = with_prefix(&upper, &positions);
@@ -284,20 +281,7 @@ fn a_power_cut_at_every_step_of_an_import_keeps_the_ledger_state_or_the_journal_
                     "{what}: {got:?}"
                 );
                 let on_ledger = cursor.stats().unwrap().persist.cursor_ledger.is_some();
-                // `inspect` shows the state the open took, and no problem.
-                match inspected {
-                    Inspection::Topic(t) => {
-                        assert!(t.problems.is_empty(), "{what}: {:?}", t.problems);
-                        let sub = t.view.cursors.iter().find(|c| c.name == "sub").unwrap();
-                        let journal = sub.state_source.starts_with("topic journal");
-                        assert_eq!(journal, !on_ledger, "{what}: {}", sub.state_source);
-                    }
-                    Inspection::Store(s) => {
-                        let journal = s.cursors.iter().any(|c| c.cursor.as_deref() == Some("sub"));
-                        assert_eq!(journal, !on_ledger, "{what}");
-                    }
-                    other => panic!("{what}: {other:?}"),
-                }
+                inspected_as_opened(inspected, on_ledger, &what);
                 let data: BTreeSet<u64> = hosted.ledgers().iter().map(|l| l.id).collect();
                 drop(cursor);
                 drop(hosted);
@@ -349,6 +333,32 @@ fn a_power_cut_at_every_step_of_an_import_keeps_the_ledger_state_or_the_journal_
         assert!(mid_import > 0, "{host:?}: no cut fell inside the move");
         assert!(clean.total > 5, "{host:?}: {} operations", clean.total);
     });
+}
+
+/// `inspect` of `image`, once `verify` found it sound.
+fn verified_and_inspected(image: &MemStorage, what: &str) -> Inspection {
+    let report = verify(image);
+    assert!(report.is_sound(), "{what}: {report}");
+    let storage: Arc<dyn Storage> = Arc::new(image.clone());
+    ackstore::check::inspect(&storage).unwrap()
+}
+
+/// `inspect` shows cursor `sub` with the state the open took (the cursor ledger's when
+/// `on_ledger`, else the journal's), and no problem.
+fn inspected_as_opened(inspected: Inspection, on_ledger: bool, what: &str) {
+    match inspected {
+        Inspection::Topic(t) => {
+            assert!(t.problems.is_empty(), "{what}: {:?}", t.problems);
+            let sub = t.view.cursors.iter().find(|c| c.name == "sub").unwrap();
+            let journal = sub.state_source.starts_with("topic journal");
+            assert_eq!(journal, !on_ledger, "{what}: {}", sub.state_source);
+        }
+        Inspection::Store(s) => {
+            let journal = s.cursors.iter().any(|c| c.cursor.as_deref() == Some("sub"));
+            assert_eq!(journal, !on_ledger, "{what}");
+        }
+        other => panic!("{what}: {other:?}"),
+    }
 }
 
 /// The ids of the ledger files of the topic on `disk`.
@@ -705,36 +715,398 @@ fn every_cursor_ledger_sample_opens_to_its_state_and_moves_into_the_journal_at_i
     }
 }
 
-/// A cursor read from a cursor ledger and opened for the single-entry form keeps its ledger on
-/// each host, until the import moves it into a snapshot record: its first write claims a
-/// fresh cursor ledger, the record names it, and a reopen finds every ack.
+/// A cursor read from a cursor ledger and opened for the single-entry form moves into the
+/// journal at its first write too, on each host: the move commits its whole state (nothing is
+/// cut), the ledger goes, and its next flush commits a snapshot record; a reopen finds every ack
+/// of both flushes, from the journal.
 #[test]
-fn a_ledger_cursor_opened_for_the_single_entry_form_keeps_a_cursor_ledger_on_each_host() {
+fn a_ledger_cursor_opened_for_the_single_entry_form_moves_into_the_journal_on_each_host() {
     on_each_host(|host| {
         let (disk, positions, acked) = legacy(host);
         let mut config = support::topic::config(PER_LEDGER);
         config.cursor.persist_mode = ackstore::PersistMode::SingleEntry;
         let hosted = open_hosted(host, Arc::new(disk.clone()), &config).unwrap();
         let cursor = hosted.open_cursor("sub", earliest()).unwrap();
-        cursor.ack(positions[0]).unwrap();
-        cursor.flush().unwrap();
         let mut want = acked.clone();
-        want.insert(positions[0]);
+        for p in [positions[0], positions[2]] {
+            cursor.ack(p).unwrap();
+            cursor.flush().unwrap();
+            want.insert(p);
+        }
         let want = with_prefix(&want, &positions);
-        assert!(
-            cursor.stats().unwrap().persist.cursor_ledger.is_some(),
-            "{host:?}"
-        );
+        let stats = cursor.stats().unwrap().persist;
+        assert!(stats.cursor_ledger.is_none(), "{host:?}");
+        assert_eq!(stats.snapshots, 1, "{host:?}: {stats:?}");
         drop(cursor);
         hosted.close().unwrap();
         let image = disk.durable_image();
         assert!(
-            record_ledgers(host, &image).values().all(Option::is_some),
+            record_ledgers(host, &image).values().all(Option::is_none),
             "{host:?}"
         );
         let hosted = open_hosted(host, Arc::new(image), &config).unwrap();
         let cursor = hosted.open_cursor("sub", earliest()).unwrap();
         assert_eq!(done(&cursor, &positions).unwrap(), want, "{host:?}");
+        assert_eq!(
+            cursor.stats().unwrap().recovery_source,
+            Some(ackstore::RecoverySource::Journal),
+            "{host:?}"
+        );
+        assert_eq!(cursor_ledger_files(&hosted), Vec::<u64>::new(), "{host:?}");
+    });
+}
+
+/// Messages of each batch entry of the single-entry import tests.
+const BATCH: u32 = 8;
+
+/// A cursor ledger cursor's acks as the application made them: whole entries, and the
+/// acknowledged messages of entries acknowledged in part.
+#[derive(Debug, Clone, Default)]
+struct Truth {
+    whole: BTreeSet<Position>,
+    partial: BTreeMap<Position, BTreeSet<u32>>,
+}
+
+impl Truth {
+    fn ack(&mut self, cursor: &Cursor, p: Position) {
+        cursor.ack(p).unwrap();
+        self.whole.insert(p);
+        self.partial.remove(&p);
+    }
+
+    fn ack_message(&mut self, cursor: &Cursor, p: Position, index: u32) {
+        cursor.ack_batch_index(p, index, BATCH).unwrap();
+        if !self.whole.contains(&p) {
+            self.partial.entry(p).or_default().insert(index);
+        }
+    }
+
+    /// Whether `cursor` holds exactly these acks over `positions` (every partition and partial
+    /// entry touched, cold ones loaded).
+    fn check(&self, cursor: &Cursor, positions: &[Position], what: &str) {
+        let whole = with_prefix(&self.whole, positions);
+        assert_eq!(
+            done(cursor, positions).unwrap(),
+            whole,
+            "{what}: whole entries"
+        );
+        for &p in positions.iter().filter(|p| !whole.contains(p)) {
+            let got: BTreeSet<u32> = (0..BATCH)
+                .filter(|&i| cursor.is_batch_index_acked(p, i).unwrap())
+                .collect();
+            let want = self.partial.get(&p).cloned().unwrap_or_default();
+            assert_eq!(got, want, "{what}: messages of {p}");
+        }
+    }
+}
+
+/// Entries of the single-entry import tests, in data ledgers of [`SMALL_LEDGERS`] entries: one
+/// ack partition per data ledger, 20 of them.
+const SMALL_LEDGERS: u64 = 8;
+
+/// The config of the single-entry import tests: the single-entry form, an ack budget of a few
+/// partitions, so most of the ledger's partitions and partial entries stay cold.
+fn single_entry_config() -> LedgerConfig {
+    support::config::topic(SMALL_LEDGERS, ackstore::PersistMode::SingleEntry, 1024)
+}
+
+/// A topic kept by `host` on `disk` of 160 entries in 20 data ledgers, whose cursor `sub` is on
+/// a cursor ledger holding every third entry from the second acked and messages 0 and 3 of
+/// every fifth entry from the first acked in part (both forms written by an earlier release:
+/// partitions, batch-index entries, a marker): a copy of the committed sample.
+fn batch_legacy(host: Host, disk: &MemStorage) -> (Vec<Position>, Truth) {
+    let sample = support::samples::ledger_sample_on(host, "-batch");
+    assert_eq!(sample.shape, (160, SMALL_LEDGERS));
+    let partial = sample.partial.expect("partial entries");
+    assert_eq!(partial.batch, BATCH);
+    sample.load(disk);
+    let truth = Truth {
+        whole: sample.acks("sub"),
+        partial: sample
+            .batch()
+            .into_iter()
+            .map(|p| (p, partial.indexes.iter().copied().collect()))
+            .collect(),
+    };
+    (sample.positions(), truth)
+}
+
+/// Opens `sub` of the topic `host` keeps on `storage` in the single-entry form and touches its
+/// whole state (which the budget then evicts): partitions and partial entries are cold, in the
+/// cursor ledger, before the first write.
+fn open_single_entry(
+    host: Host,
+    storage: Arc<dyn Storage>,
+    config: &LedgerConfig,
+    (positions, truth): (&[Position], &Truth),
+) -> (Hosted, Cursor) {
+    let hosted = open_hosted(host, storage, config).unwrap();
+    let cursor = hosted.open_cursor("sub", earliest()).unwrap();
+    truth.check(&cursor, positions, "read from the ledger");
+    let stats = cursor.stats().unwrap();
+    assert!(stats.persist.cursor_ledger.is_some(), "{host:?}");
+    assert!(
+        stats.ackset.resident_partitions < stats.ackset.partitions,
+        "{host:?}: {stats:?}"
+    );
+    assert!(stats.batch_cold_partitions > 0, "{host:?}: {stats:?}");
+    (hosted, cursor)
+}
+
+/// The single-entry cursor `sub` of the topic `host` keeps on `image` is moved: `verify` is
+/// clean, no record names a cursor ledger, and a reopen recovers exactly `truth` from the
+/// journal, with no cursor ledger file left.
+fn check_moved(
+    host: Host,
+    image: &MemStorage,
+    (positions, truth): (&[Position], &Truth),
+    what: &str,
+) {
+    let report = verify(image);
+    assert!(report.is_sound(), "{what}: {report}");
+    assert!(
+        record_ledgers(host, image).values().all(Option::is_none),
+        "{what}"
+    );
+    let hosted = open_hosted(host, Arc::new(image.clone()), &single_entry_config()).unwrap();
+    let cursor = hosted.open_cursor("sub", earliest()).unwrap();
+    truth.check(&cursor, positions, what);
+    assert_eq!(
+        cursor.stats().unwrap().recovery_source,
+        Some(ackstore::RecoverySource::Journal),
+        "{what}"
+    );
+    assert_eq!(cursor_ledger_files(&hosted), Vec::<u64>::new(), "{what}");
+}
+
+/// First writes of a single-entry cursor read from a cursor ledger.
+#[derive(Debug, Clone, Copy)]
+enum SingleWrite {
+    Flush,
+    Close,
+    Tick,
+    Seek,
+    Eviction,
+}
+
+/// A cursor read from a cursor ledger, opened for the single-entry form under a small ack budget
+/// (most partitions and partial entries cold, in the ledger), moves into the journal at each
+/// kind of first write on each host (a store's flush tick on a store, where a test can run
+/// one): the move carries every cold partition and partial entry,
+/// so the same handle then reads every ack back, acks across every partition and flushes
+/// snapshots; a reopen finds exactly the acks made (against a model), from the journal, and no
+/// cursor ledger is left.
+#[test]
+fn a_single_entry_ledger_cursor_with_cold_state_moves_at_each_first_write() {
+    on_each_host(|host| {
+        for write in [
+            SingleWrite::Flush,
+            SingleWrite::Close,
+            SingleWrite::Tick,
+            SingleWrite::Seek,
+            SingleWrite::Eviction,
+        ] {
+            let what = format!("{host:?}, {write:?}");
+            let disk = MemStorage::new();
+            let (positions, mut truth) = batch_legacy(host, &disk);
+            if matches!((write, host), (SingleWrite::Tick, Host::Alone)) {
+                // A topic alone ticks on its own flusher thread only, on a timer.
+                continue;
+            }
+            let config = single_entry_config();
+            let storage = Arc::new(disk.clone());
+            let (hosted, cursor) = open_single_entry(host, storage, &config, (&positions, &truth));
+            let (p, q) = (positions[3], positions[150]);
+            match write {
+                SingleWrite::Flush | SingleWrite::Close | SingleWrite::Tick => {
+                    truth.ack(&cursor, p);
+                    truth.ack_message(&cursor, q, 6);
+                }
+                SingleWrite::Seek => {
+                    cursor.seek(positions[60]).unwrap();
+                    truth = Truth {
+                        whole: positions[..60].iter().copied().collect(),
+                        ..Truth::default()
+                    };
+                }
+                SingleWrite::Eviction => {
+                    // Acks in every partition, until unsaved ones pass the budget.
+                    for &p in positions.iter().skip(2).step_by(SMALL_LEDGERS as usize) {
+                        truth.ack(&cursor, p);
+                        if cursor.stats().unwrap().persist.cursor_ledger.is_none() {
+                            break;
+                        }
+                    }
+                }
+            }
+            match (write, &hosted.store) {
+                (SingleWrite::Flush, _) => cursor.flush().unwrap(),
+                (SingleWrite::Close, _) => {
+                    cursor.close().unwrap();
+                    assert_eq!(cursor_ledger_files(&hosted), Vec::<u64>::new(), "{what}");
+                }
+                (SingleWrite::Tick, store) => {
+                    store.as_ref().expect("a store").flush_all().unwrap();
+                }
+                (SingleWrite::Eviction, _) => assert_eq!(
+                    cursor.stats().unwrap().persist.cursor_ledger,
+                    None,
+                    "{what}: the acks past the budget moved nothing"
+                ),
+                (SingleWrite::Seek, _) => {}
+            }
+            let cursor = if matches!(write, SingleWrite::Close) {
+                hosted.open_cursor("sub", earliest()).unwrap()
+            } else {
+                cursor
+            };
+            let what = format!("{what}: moved");
+            truth.ack_message(&cursor, positions[151], 1);
+            cursor.flush().unwrap();
+            assert_eq!(
+                cursor.stats().unwrap().persist.cursor_ledger,
+                None,
+                "{what}"
+            );
+            assert_eq!(cursor_ledger_files(&hosted), Vec::<u64>::new(), "{what}");
+            truth.check(&cursor, &positions, &what);
+            // More acks across every partition, cold ones loaded from the journal.
+            for &p in positions.iter().skip(7).step_by(SMALL_LEDGERS as usize) {
+                truth.ack(&cursor, p);
+            }
+            for &p in positions.iter().skip(5).step_by(SMALL_LEDGERS as usize) {
+                truth.ack_message(&cursor, p, 5);
+            }
+            cursor.flush().unwrap();
+            assert!(
+                cursor.stats().unwrap().persist.snapshots > 0,
+                "{what}: {:?}",
+                cursor.stats().unwrap().persist
+            );
+            drop(cursor);
+            hosted.close().unwrap();
+            let image = disk.durable_image();
+            check_moved(
+                host,
+                &image,
+                (&positions, &truth),
+                &format!("{what}, reopened"),
+            );
+        }
+    });
+}
+
+/// What `cursor` counts as acknowledged over `positions`: whole entries (with mark-delete's),
+/// and the messages of the others acknowledged in part.
+fn acked_now(cursor: &Cursor, positions: &[Position]) -> Truth {
+    let whole = done(cursor, positions).unwrap();
+    let partial = positions
+        .iter()
+        .filter(|p| !whole.contains(p))
+        .filter_map(|&p| {
+            let acked: BTreeSet<u32> = (0..BATCH)
+                .filter(|&i| cursor.is_batch_index_acked(p, i).unwrap())
+                .collect();
+            (!acked.is_empty()).then_some((p, acked))
+        })
+        .collect();
+    Truth { whole, partial }
+}
+
+/// Whether every ack of `small` (whole entries, and messages) is one of `big`'s over
+/// `positions`, mark-delete's prefix counted in both.
+fn acks_within(small: &Truth, big: &Truth, positions: &[Position]) -> bool {
+    let big_whole = with_prefix(&big.whole, positions);
+    with_prefix(&small.whole, positions).is_subset(&big_whole)
+        && small.partial.iter().all(|(p, acked)| {
+            big_whole.contains(p) || big.partial.get(p).is_some_and(|b| acked.is_subset(b))
+        })
+}
+
+/// A power cut after every storage operation of the move of a single-entry cursor read from a
+/// cursor ledger under a small ack budget (its partitions and partial entries cold in the
+/// ledger): an ack and a partial ack flushed (the move), acks across every partition flushed
+/// again (a snapshot record), then the topic's close, on each host. After each cut `verify`
+/// is clean, `inspect` shows the state the open takes (the ledger's or the journal's), and the
+/// open holds every ack of the last flush that returned `Ok` and nothing the application did
+/// not ack; one more write then finishes the move, and a reopen finds no cursor ledger.
+#[test]
+fn a_power_cut_at_every_step_of_a_single_entry_import_with_cold_state() {
+    on_each_host(|host| {
+        let config = single_entry_config();
+        let mut inside = 0;
+        let clean = cut_everywhere_after(
+            Points::every_in_release(3),
+            |disk| {
+                let (positions, truth) = batch_legacy(host, disk);
+                let storage = Arc::new(disk.clone());
+                let (hosted, cursor) =
+                    open_single_entry(host, storage, &config, (&positions, &truth));
+                (hosted, cursor, positions, truth)
+            },
+            |_, (hosted, cursor, positions, legacy)| {
+                let mut truth = legacy.clone();
+                let mut flushed = legacy.clone();
+                let run = (|| -> ackstore::Result<()> {
+                    cursor.ack(positions[3])?;
+                    truth.whole.insert(positions[3]);
+                    cursor.ack_batch_index(positions[150], 6, BATCH)?;
+                    truth.partial.entry(positions[150]).or_default().insert(6);
+                    cursor.flush()?;
+                    flushed = truth.clone();
+                    for &p in positions.iter().skip(7).step_by(SMALL_LEDGERS as usize) {
+                        cursor.ack(p)?;
+                        truth.whole.insert(p);
+                    }
+                    for &p in positions.iter().skip(5).step_by(SMALL_LEDGERS as usize) {
+                        cursor.ack_batch_index(p, 5, BATCH)?;
+                        truth.partial.entry(p).or_default().insert(5);
+                    }
+                    cursor.flush()?;
+                    flushed = truth.clone();
+                    Ok(())
+                })();
+                drop(cursor);
+                let closed = hosted.close();
+                (positions, truth, flushed, run.is_ok() && closed.is_ok())
+            },
+            |disk, Cut { n, .. }, (positions, truth, flushed, _)| {
+                let image = disk.durable_image();
+                let what = format!("{host:?}, cut at {n}");
+                let inspected = verified_and_inspected(&image, &what);
+                let hosted = open_hosted(host, Arc::new(image.clone()), &config).unwrap();
+                let cursor = hosted.open_cursor("sub", earliest()).unwrap();
+                let got = acked_now(&cursor, &positions);
+                assert!(acks_within(&got, &truth, &positions), "{what}: invented");
+                assert!(acks_within(&flushed, &got, &positions), "{what}: lost");
+                let on_ledger = cursor.stats().unwrap().persist.cursor_ledger.is_some();
+                inspected_as_opened(inspected, on_ledger, &what);
+                if !on_ledger && !record_ledgers(host, &image).values().all(Option::is_none) {
+                    inside += 1;
+                }
+                // One more write finishes the move.
+                let last = positions[159];
+                cursor.ack(last).unwrap();
+                cursor.flush().unwrap();
+                drop(cursor);
+                hosted.close().unwrap();
+                let mut want = got.clone();
+                want.whole.insert(last);
+                let image = image.durable_image();
+                check_moved(
+                    host,
+                    &image,
+                    (&positions, &want),
+                    &format!("{what}, finished"),
+                );
+            },
+        );
+        assert!(clean.result.3, "{host:?}: the clean run");
+        eprintln!("{host:?}: {} cuts, {inside} inside the move", clean.total);
+        assert!(
+            inside > 0,
+            "{host:?}: no cut fell between the commit and the switch"
+        );
     });
 }
 
