@@ -35,9 +35,9 @@ pub struct CursorConfig {
     pub index_page_bytes: usize,
     /// On recovery, read and CRC-check every partition a marker references before accepting it.
     pub verify_on_recover: bool,
-    /// How often a background thread flushes each cursor that changed (`None`: only `flush`,
-    /// `close` and seeks write). Its errors are kept and returned by the next `flush` or
-    /// `close`.
+    /// How often the flusher pool of the cursors' journal (the store's, or the one a topic
+    /// alone hosts) flushes the cursors that changed (`None`: only `flush`, `close` and seeks
+    /// write). Its errors are kept and returned by each cursor's next `flush` or `close`.
     pub flush_interval: Option<Duration>,
     /// A memory budget shared with other cursors (what a store sets from
     /// `StoreConfig::ack_memory_bytes`): each cursor's resident ack state (partitions and

@@ -202,11 +202,6 @@ impl TopicCore {
             persister: Persister::Ledger(persister),
             recovery_source,
             dirty,
-            flush_interval: self
-                .config
-                .cursor
-                .flush_interval
-                .filter(|_| import.is_none()),
             import,
             retiring: None,
         }
@@ -357,9 +352,6 @@ impl TopicCore {
             persister: Persister::Journal(jc),
             recovery_source,
             dirty,
-            // The journal's flusher pool (the store's, or the topic's own) flushes every
-            // cursor on this interval.
-            flush_interval: None,
             import: None,
             retiring,
         };
