@@ -157,8 +157,8 @@ pub struct PerfArgs {
           value_parser = RangedU64ValueParser::<usize>::new().range(1..=1u64 << 20))]
     ack_budget_per_cursor_bytes: Option<usize>,
     /// With `--topics`: also run the same workload on topic directories of
-    /// `ManagedLedger::open` (every cursor in its own cursor ledger, flushed one by one), in the
-    /// same run.
+    /// `ManagedLedger::open` (each topic hosting a journal of its own, every cursor flushed on
+    /// its own), in the same run.
     #[arg(long)]
     baseline: bool,
 }

@@ -1,7 +1,7 @@
 //! `ackstore perf --topics T --cursors C`: a broker's workload on a store of T topics with C
 //! cursors each, on real files, and with `--baseline` the same workload on T topic directories of
-//! `ManagedLedger::open` (every cursor in its own cursor ledger, flushed one by one), measured in
-//! the same run.
+//! `ManagedLedger::open` (each topic hosting a journal of its own, every cursor flushed on its own:
+//! a journal commit per cursor), measured in the same run.
 //!
 //! Phases: create the topics (entries appended and synced) and their cursors; several flush
 //! ticks, each after acks on every cursor (one each, then as many again spread over the cursors

@@ -35,9 +35,9 @@ pub struct CursorConfig {
     pub index_page_bytes: usize,
     /// On recovery, read and CRC-check every partition a marker references before accepting it.
     pub verify_on_recover: bool,
-    /// How often a background thread flushes each cursor that changed (`None`: only `flush`,
-    /// `close` and seeks write). Its errors are kept and returned by the next `flush` or
-    /// `close`.
+    /// How often the flusher pool of the cursors' journal (the store's, or the one a topic
+    /// alone hosts) flushes the cursors that changed (`None`: only `flush`, `close` and seeks
+    /// write). Its errors are kept and returned by each cursor's next `flush` or `close`.
     pub flush_interval: Option<Duration>,
     /// A memory budget shared with other cursors (what a store sets from
     /// `StoreConfig::ack_memory_bytes`): each cursor's resident ack state (partitions and
@@ -45,12 +45,6 @@ pub struct CursorConfig {
     /// used others to release theirs before it evicts its own. `lru_capacity_bytes` still
     /// bounds each cursor. `None`: only `lru_capacity_bytes`.
     pub ack_memory: Option<AckBudget>,
-    /// Temporary, for the tests of the cursor-ledger writer until it is deleted: a new cursor
-    /// of a topic opened alone persists in a cursor ledger of its own, as before the topic
-    /// hosted a journal. Only with the `internals` feature.
-    #[cfg(feature = "internals")]
-    #[doc(hidden)]
-    pub cursor_ledger_writer: bool,
 }
 
 impl Default for CursorConfig {
@@ -68,8 +62,6 @@ impl Default for CursorConfig {
             verify_on_recover: true,
             flush_interval: None,
             ack_memory: None,
-            #[cfg(feature = "internals")]
-            cursor_ledger_writer: false,
         }
     }
 }

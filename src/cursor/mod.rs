@@ -2,7 +2,8 @@
 //!
 //! Owns: the [`Cursor`] handle and its semantics (see `docs/cursors.md`): individual and
 //! cumulative acks, reads that skip acknowledged entries, rewind, seeks by position, message
-//! index and timestamp, backlog, flushing and the background flusher. The state itself and
+//! index and timestamp, backlog, and flushing (the journal's flusher pool flushes in the
+//! background; its errors wait for the cursor's next `flush` or `close`). The state itself and
 //! its transitions live in `state.rs`; this file adds locking, the topic's layout, and I/O.
 //!
 //! A cursor reaches its topic through `TopicAccess`, which the managed ledger implements, so
@@ -11,8 +12,7 @@
 //! Persistence: every durable cursor owns one `Persister`: a cursor persists through the journal
 //! its topic's host keeps (`journal.rs`, `docs/persistence.md`); a cursor read
 //! from a cursor ledger owns that ledger's [`CursorPersister`] until its first write moves it
-//! into the journal (`import.rs`), and a cursor kept on a cursor ledger (only through the
-//! internals-only `CursorConfig::cursor_ledger_writer`) owns one for good. A
+//! into the journal (`import.rs`). A
 //! [`CursorPersister`] (`persist.rs`) is the only writer of the cursor record (it holds the
 //! compare-and-set version) and of the cursor ledger.
 //! The cursor's ack set keeps its evicted partitions in that ledger. `flush` and `close` write
@@ -43,8 +43,7 @@ pub mod verify;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 pub use config::CursorConfig;
@@ -185,8 +184,7 @@ pub(crate) fn detached_ack_set() -> RangeSetWrapper {
 }
 
 /// Where a durable cursor persists: in its own cursor ledger (one read from a cursor ledger,
-/// until its first write imports it into the journal, see `import.rs`; or one kept there by
-/// the internals-only `CursorConfig::cursor_ledger_writer`), or through the journal its
+/// until its first write imports it into the journal, see `import.rs`), or through the journal its
 /// topic's host keeps (see `journal.rs`). Both keep the same state (mark-delete, epoch,
 /// properties, every ack).
 #[derive(Debug)]
@@ -288,8 +286,6 @@ pub(crate) struct Persistence {
     /// Whether the state differs from what is persisted (recovery dropped acks of entries
     /// that no longer exist).
     pub dirty: bool,
-    /// See [`CursorConfig::flush_interval`].
-    pub flush_interval: Option<Duration>,
     /// For a cursor read from a cursor ledger (`persister` is its ledger's, claim deferred):
     /// the journal its first write moves it into (`import.rs`).
     pub import: Option<import::Pending>,
@@ -648,8 +644,6 @@ pub(crate) struct CursorShared {
     /// The topic closed the cursor after a failed flush: acks since the last successful flush
     /// were not persisted.
     lost: AtomicBool,
-    /// Dropping it stops the background flusher.
-    stop_flusher: Mutex<Option<Sender<()>>>,
     /// The store's journal, for a cursor that persists through it (fixed at creation): its
     /// ticks are begun before the cursor's lock is taken.
     journal: Option<Arc<Journal>>,
@@ -666,7 +660,8 @@ impl fmt::Debug for CursorShared {
 
 impl CursorShared {
     /// A cursor in `state`, persisted by `persistence.persister` (whose partition store backs
-    /// `state.acks`). Starts the background flusher when an interval is configured.
+    /// `state.acks`). A journal's flusher pool flushes it (the store's, or its topic's own),
+    /// on `CursorConfig::flush_interval`.
     pub(crate) fn new(
         id: u64,
         name: String,
@@ -703,27 +698,9 @@ impl CursorShared {
             closed: AtomicBool::new(false),
             durable: true,
             lost: AtomicBool::new(false),
-            stop_flusher: Mutex::new(None),
         });
         if let Some(budget) = budget {
             shared.join_budget(&budget);
-        }
-        if let Some(interval) = persistence.flush_interval {
-            let (stop, stopped) = mpsc::channel::<()>();
-            let cursor = Arc::downgrade(&shared);
-            let spawned = std::thread::Builder::new()
-                .name("ackstore-cursor-flush".into())
-                .spawn(move || background_flusher(&cursor, &stopped, interval));
-            match spawned {
-                Ok(_) => *lock(&shared.stop_flusher) = Some(stop),
-                Err(e) => {
-                    lock(&shared.core).background_error = Some(Error::io(
-                        "start the background flusher of",
-                        &shared.name,
-                        e,
-                    ));
-                }
-            }
         }
         shared
     }
@@ -734,7 +711,7 @@ impl CursorShared {
     }
 
     /// A non-durable cursor (a reader) in `state`: nothing of it is ever written, it has no
-    /// record, no cursor ledger and no background flusher, and it is gone once closed.
+    /// record and no cursor ledger, no flusher flushes it, and it is gone once closed.
     pub(crate) fn new_non_durable(
         id: u64,
         name: String,
@@ -768,7 +745,6 @@ impl CursorShared {
             closed: AtomicBool::new(false),
             durable: false,
             lost: AtomicBool::new(false),
-            stop_flusher: Mutex::new(None),
             journal: None,
         })
     }
@@ -805,7 +781,6 @@ impl CursorShared {
     pub(crate) fn detach(&self) -> Option<Persister> {
         let mut core = lock(&self.core);
         self.closed.store(true, Ordering::SeqCst);
-        lock(&self.stop_flusher).take();
         let persister = core.detach();
         drop(core);
         // A read of this cursor waiting for entries wakes and finds it closed.
@@ -919,36 +894,12 @@ impl CursorShared {
         result
     }
 
-    /// Marks the cursor closed, stops the background flusher, drops the persister and tells
-    /// the topic.
+    /// Marks the cursor closed, drops the persister and tells the topic.
     fn finish_close(&self, mut core: MutexGuard<'_, Core>) {
         self.closed.store(true, Ordering::SeqCst);
-        lock(&self.stop_flusher).take();
         core.detach();
         drop(core);
         self.topic.release(self);
-    }
-
-    /// One tick of the background flusher: flushes if the state changed, keeps the first
-    /// error for the next `flush` or `close`.
-    fn flush_in_background(&self) {
-        let mut tick = self.begin_tick();
-        let mut core = lock(&self.core);
-        if self.is_closed() || core.background_error.is_some() {
-            return;
-        }
-        let staged = core.flush(self.topic.as_ref(), tick.as_mut());
-        // A journal tick syncs without the cursor's lock: acks go on meanwhile.
-        drop(core);
-        let committed = staged.and_then(|()| commit_tick(tick));
-        let mut core = lock(&self.core);
-        match committed {
-            Ok(()) => core.retire(),
-            Err(e) => {
-                core.observe_background_failure(&e);
-                core.background_error = Some(e);
-            }
-        }
     }
 }
 
@@ -983,17 +934,6 @@ impl CursorShared {
             }
             Err(e) => Err(e),
         }
-    }
-}
-
-/// Flushes `cursor` every `interval` until told to stop (the sender is dropped on close or
-/// when the cursor is dropped) or the cursor is gone.
-fn background_flusher(cursor: &Weak<CursorShared>, stop: &mpsc::Receiver<()>, interval: Duration) {
-    while let Err(RecvTimeoutError::Timeout) = stop.recv_timeout(interval) {
-        let Some(shared) = cursor.upgrade() else {
-            return;
-        };
-        shared.flush_in_background();
     }
 }
 

@@ -14,10 +14,8 @@
 //!   state in the journal (on a store, the record goes first).
 //!
 //! A new cursor persists through the journal (the store's, or the one a topic opened alone
-//! hosts), in either form; only, temporarily, every new cursor of a topic of its own whose
-//! config sets the internals-only `cursor_ledger_writer` (the writer's own tests) keeps using
-//! cursor ledgers. Those are the cursors a reopen leaves on their cursor ledger; every other
-//! cursor read from a cursor ledger is imported, in either form.
+//! hosts), in either form. A cursor read from a cursor ledger is read from it until its first
+//! write imports it into the journal, in either form.
 //!
 //! Names are client data: they live inside records and never become file names.
 
@@ -126,7 +124,7 @@ impl TopicCore {
             // before the journal carried cursors (and the journal holds nothing of it): that
             // one is read from its cursor ledger until its first write imports it.
             let legacy = listed.is_some() && on_ledger && tj.committed_state(id).is_none();
-            if !legacy && !self.new_cursors_on_ledgers() {
+            if !legacy {
                 return self.open_journal_cursor(
                     &mut w,
                     name,
@@ -184,12 +182,11 @@ impl TopicCore {
 
     /// How cursor `id`, `name` persists when its persister is `persister` (a cursor ledger's).
     /// Read from a cursor ledger (`on_ledger`), it moves into the topic's journal at its first
-    /// write (and the journal's flusher pool flushes it, as a journal cursor), in either form,
-    /// unless new cursors of these settings go to cursor ledgers (the writer's own tests). The
-    /// move commits the whole state as the cursor's first chain, whatever its form, so every
-    /// cold partition and partial entry has a journal copy before the ledger goes; a cursor
-    /// opened for the single-entry form writes its first snapshot (under that form's range cap
-    /// and overflow policy) at its next flush.
+    /// write (and the journal's flusher pool flushes it, as a journal cursor), in either form.
+    /// The move commits the whole state as the cursor's first chain, whatever its form, so
+    /// every cold partition and partial entry has a journal copy before the ledger goes; a
+    /// cursor opened for the single-entry form writes its first snapshot (under that form's
+    /// range cap and overflow policy) at its next flush.
     fn ledger_persistence(
         &self,
         persister: CursorPersister,
@@ -197,23 +194,14 @@ impl TopicCore {
         on_ledger: bool,
         (id, name): (u64, &str),
     ) -> Persistence {
-        let import = self
-            .journal
-            .clone()
-            .filter(|_| on_ledger && !self.new_cursors_on_ledgers())
-            .map(|tj| {
-                let labels = CursorLabels::new(self.location.clone(), &cursor::record_name(id));
-                import::Pending::new(tj, (id, name), labels)
-            });
+        let import = self.journal.clone().filter(|_| on_ledger).map(|tj| {
+            let labels = CursorLabels::new(self.location.clone(), &cursor::record_name(id));
+            import::Pending::new(tj, (id, name), labels)
+        });
         Persistence {
             persister: Persister::Ledger(persister),
             recovery_source,
             dirty,
-            flush_interval: self
-                .config
-                .cursor
-                .flush_interval
-                .filter(|_| import.is_none()),
             import,
             retiring: None,
         }
@@ -364,9 +352,6 @@ impl TopicCore {
             persister: Persister::Journal(jc),
             recovery_source,
             dirty,
-            // The journal's flusher pool (the store's, or the topic's own) flushes every
-            // cursor on this interval.
-            flush_interval: None,
             import: None,
             retiring,
         };
@@ -478,17 +463,6 @@ impl TopicCore {
             tj.journal.forget(tj.cursor_id(id))?;
         }
         Ok(())
-    }
-
-    /// Whether new cursors of a topic of its own persist in cursor ledgers: only with the
-    /// temporary `CursorConfig::cursor_ledger_writer` (the writer's own tests); every other new
-    /// cursor, of either form, persists through the journal.
-    fn new_cursors_on_ledgers(&self) -> bool {
-        #[cfg(feature = "internals")]
-        let switch = self.config.cursor.cursor_ledger_writer;
-        #[cfg(not(feature = "internals"))]
-        let switch = false;
-        !self.in_store && switch
     }
 
     /// Names of every cursor, open or not, sorted.

@@ -7,7 +7,6 @@
 use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 use std::sync::Arc;
 
 use ackstore::Position;
@@ -214,48 +213,6 @@ fn batch_acks_in_random_order_survive_flush_and_reopen_in_single_entry_mode() {
     random_acks_survive_reopens(cursor, seed);
 }
 
-#[test]
-fn batch_state_survives_rollovers_to_new_cursor_ledgers() {
-    let seed = seed_from_env("BATCH_PERSIST_SEED");
-    let cursor = CursorConfig {
-        cursor_ledger_max_entries: 4,
-        ..CursorConfig::default()
-    };
-    // Cursor-ledger rollovers; a store's journal rollovers carrying batch records are tested
-    // in `tests/store/batch_acks.rs`.
-    let config = support::config::on_cursor_ledgers(ledger_config(cursor));
-    on_each_backend_of(Host::Alone, &config, &mut |b| {
-        let open = b.open;
-        let mut rng = Rng::new(seed);
-        let topic = open();
-        let entries = append_batches(&topic, &[5; 40]);
-        topic.sync().unwrap();
-        let c = earliest(&topic);
-        let mut model = Model::default();
-        // Partial entries in many partitions stay untouched (their batch-index entries are
-        // copied on each rollover) while a few others change between flushes.
-        for &(pos, n) in entries.iter().skip(1).step_by(3) {
-            c.ack_batch_index(pos, 1, n).unwrap();
-            model.ack(pos, 1);
-        }
-        for round in 0..12 {
-            let (pos, n) = entries[rng.index(entries.len())];
-            let i = rng.below(u64::from(n)) as u32;
-            c.ack_batch_index(pos, i, n).unwrap();
-            model.ack(pos, i);
-            c.flush().unwrap();
-            check(&c, &entries, &model, &format!("round {round}"));
-        }
-        let stats = c.stats().unwrap().persist;
-        assert!(stats.rollovers >= 2, "{stats:?}");
-        drop(c);
-        (b.stop)(topic);
-        let topic = open();
-        check(&earliest(&topic), &entries, &model, "after rollovers");
-        topic.close().unwrap();
-    });
-}
-
 /// A tiny LRU budget: partial entries are charged to it (the stats show the charge), resident
 /// partitions are evicted to make room, and after a flush and a reopen every ack, whole entry
 /// or message, is back.
@@ -364,70 +321,6 @@ fn power_cut_during_a_flush(host: Host) {
     );
     assert!(clean.result.5.is_ok());
     assert!(clean.total >= 3, "the flush took {} writes", clean.total);
-}
-
-/// Every file under `dir`, recursively.
-fn files(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            out.extend(files(&path));
-        } else {
-            out.push(path);
-        }
-    }
-    out
-}
-
-/// A damaged batch-index entry: `ackstore verify` reports it, and recovery passes over the
-/// marker that references it, back to the previous flush's state.
-#[test]
-fn verify_reports_a_damaged_batch_index_entry_and_recovery_walks_back_past_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let ledgers = support::config::on_cursor_ledgers(config(10));
-    let topic = ManagedLedger::open(dir.path(), ledgers.clone()).unwrap();
-    let e = append_batches(&topic, &[4, 4, 4]);
-    let c = earliest(&topic);
-    let mut first = Model::default();
-    c.ack_batch_index(e[1].0, 0, 4).unwrap();
-    first.ack(e[1].0, 0);
-    c.flush().unwrap();
-    c.ack_batch_index(e[1].0, 3, 4).unwrap();
-    c.flush().unwrap();
-    drop(c);
-    topic.close().unwrap();
-    // The newest batch-index entry (kind 5) of the cursor ledger: flip a byte of its body.
-    let frame = b"AKCL\x01\x05";
-    let mut damaged = false;
-    for path in files(dir.path()) {
-        let mut bytes = std::fs::read(&path).unwrap();
-        let found = bytes
-            .windows(frame.len())
-            .rposition(|w| w == frame)
-            .map(|at| at + frame.len() + 4);
-        if let Some(at) = found {
-            bytes[at] ^= 0x40;
-            std::fs::write(&path, &bytes).unwrap();
-            damaged = true;
-            break;
-        }
-    }
-    assert!(damaged, "no batch-index entry was written");
-    let storage: Arc<dyn ackstore::Storage> =
-        Arc::new(ackstore::FileStorage::open(dir.path(), false).unwrap());
-    let report = ackstore::check::verify(&storage).unwrap();
-    let text = report.to_string();
-    assert!(!report.is_sound(), "{text}");
-    // Cursor-ledger entries: batch-index 0, marker 1, batch-index 2 (damaged), marker 3.
-    assert!(
-        text.contains("entry 2") && text.contains("checksum mismatch"),
-        "{text}"
-    );
-    let topic = ManagedLedger::open(dir.path(), ledgers).unwrap();
-    let c = earliest(&topic);
-    check(&c, &e, &first, "walked back to the first flush");
-    topic.close().unwrap();
 }
 
 /// The committed samples `tests/data/cursor-v1-batch-{multi,single}` (a topic whose cursor

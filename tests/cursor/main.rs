@@ -1,5 +1,5 @@
 //! Cursors of a topic: ack semantics, seeks, batch-index acks, reopen and the first write after a
-//! restart, crashes, memory bounds, threads, and the cursor-ledger layer driven directly.
+//! restart, crashes, memory bounds, threads, and the committed samples of cursor ledgers.
 //!
 //! One test binary for the layer: each module is the file of one behaviour, and the shared
 //! setup in `tests/support` is compiled once for all of them.
@@ -17,7 +17,6 @@ mod batch_persist;
 mod batch_table_paged;
 mod batch_threads;
 mod crash;
-mod damaged_ledger;
 mod dispatcher;
 mod first_write_crash;
 mod first_write_crash_batch;
@@ -28,12 +27,7 @@ mod first_write_shared_budget;
 mod first_write_threads;
 mod hostile_calls;
 mod initial_positions;
-mod ledger_compact;
-mod ledger_crash;
-mod ledger_modes;
-mod ledger_recovery;
 mod ledger_samples;
-mod ledger_scale;
 mod mixed_acks_crash;
 mod model;
 mod model_shared_budget_threads;
@@ -41,7 +35,6 @@ mod non_durable;
 mod open_writes;
 mod properties;
 mod reopen;
-mod reopen_claim;
 mod scale;
 mod seek;
 mod seek_crash;

@@ -25,15 +25,6 @@ impl Place {
         self.open_with(support::config::topic(50, mode, 512))
     }
 
-    /// The topic with new cursors of a topic alone on cursor ledgers (the writer's tests).
-    fn open_on_cursor_ledgers(&self) -> Hosted {
-        self.open_with(support::config::on_cursor_ledgers(support::config::topic(
-            50,
-            PersistMode::MultiEntry,
-            512,
-        )))
-    }
-
     fn open_with(&self, config: LedgerConfig) -> Hosted {
         match self {
             Self::Mem(disk, host) => open_hosted(*host, Arc::new(disk.clone()), &config),
@@ -215,111 +206,18 @@ fn reopen_keeps_every_individual_ack_on_real_files() {
     });
 }
 
-#[test]
-fn deleting_a_cursor_deletes_its_cursor_ledger() {
-    let disk = MemStorage::new();
-    let topic = Place::Mem(disk.clone(), Host::Alone).open_on_cursor_ledgers();
-    let p = append_n(&topic, 120);
-    let keep = topic
-        .open_cursor("keep", at(InitialPosition::Earliest, false))
-        .unwrap();
-    let gone = topic
-        .open_cursor("gone", at(InitialPosition::Earliest, false))
-        .unwrap();
-    for i in (1..120).step_by(2) {
-        keep.ack(p[i]).unwrap();
-        gone.ack(p[i]).unwrap();
-    }
-    keep.flush().unwrap();
-    gone.flush().unwrap();
-    let kept = keep.stats().unwrap().persist.cursor_ledger.unwrap();
-    let deleted = gone.stats().unwrap().persist.cursor_ledger.unwrap();
-    let log = topic.entry_log().unwrap();
-    assert!(log.ledger_ids().contains(&deleted));
-    topic.delete_cursor("gone").unwrap();
-    assert!(!log.ledger_ids().contains(&deleted));
-    assert!(log.ledger_ids().contains(&kept));
-    drop(log);
-    topic.close().unwrap();
-    let topic = Place::Mem(disk, Host::Alone).open_on_cursor_ledgers();
-    assert_eq!(topic.cursor_names(), vec!["keep".to_owned()]);
-    let keep = topic
-        .open_cursor("keep", at(InitialPosition::Latest, false))
-        .unwrap();
-    assert_eq!(keep.acked_ranges().unwrap().len(), 60);
-    // The reopen reads the ledger it recovered from; its first write moves the state to a fresh
-    // cursor ledger and deletes that one.
-    assert_eq!(keep.stats().unwrap().persist.cursor_ledger, Some(kept));
-    keep.set_property("claimed", 1).unwrap();
-    keep.flush().unwrap();
-    let fresh = keep.stats().unwrap().persist.cursor_ledger.unwrap();
-    let log = topic.entry_log().unwrap();
-    assert_ne!(fresh, kept);
-    assert!(log.ledger_ids().contains(&fresh));
-    assert!(!log.ledger_ids().contains(&kept));
-}
-
-#[test]
-fn stats_report_what_a_flush_persisted() {
-    // The default budget: nothing is evicted, so every byte written is a flush's.
-    let config = support::config::on_cursor_ledgers(LedgerConfig {
-        max_entries_per_ledger: 50,
-        ..LedgerConfig::default()
-    });
-    let topic = ManagedLedger::open_with_storage(Arc::new(MemStorage::new()), config).unwrap();
-    let p = append_n(&topic, 200);
-    let c = topic
-        .open_cursor("sub", at(InitialPosition::Earliest, false))
-        .unwrap();
-    let fresh = c.stats().unwrap();
-    assert_eq!(
-        fresh.persist.cursor_ledger, None,
-        "created on the first flush"
-    );
-    assert_eq!(fresh.recovery_source, None);
-    for i in (1..200).step_by(2) {
-        c.ack(p[i]).unwrap();
-    }
-    c.flush().unwrap();
-    let s = c.stats().unwrap();
-    assert!(s.persist.cursor_ledger.is_some());
-    assert_eq!((s.persist.flushes, s.persist.markers), (1, 1));
-    assert!(s.persist.persisted_bytes > 0);
-    assert_eq!(s.persist.last_flush_bytes, s.persist.bytes_written);
-    // Four small partitions travel inline in the marker: one entry, all of it persisted.
-    assert_eq!(s.persist.entries_written, 1, "the marker alone");
-    assert_eq!(s.persist.persisted_bytes, s.persist.bytes_written);
-    assert_eq!(s.flushes, 1);
-    assert!(
-        s.ackset.resident_bytes
-            <= s.ackset.budget_bytes + ackstore::internals::ackset::MAX_PARTITION_BYTES
-    );
-    // Nothing changed: nothing is written.
-    c.flush().unwrap();
-    assert_eq!(c.stats().unwrap().persist.flushes, 1);
-    // One more ack costs a marker, the changed partition inline in it.
-    c.ack(p[0]).unwrap();
-    c.flush().unwrap();
-    let s = c.stats().unwrap();
-    assert_eq!(s.persist.flushes, 2);
-    assert_eq!(s.persist.entries_written, 1 + 1);
-}
-
+/// Trimming consumed data ledgers never deletes a cursor ledger a cursor still reads (the
+/// committed sample `cursor-ledger-alone`, whose cursor ledger's id lies below the data ledgers
+/// appended after it), and the cursor keeps its state through the trim and a reopen.
 #[test]
 fn trimming_never_deletes_a_cursor_ledger() {
-    let disk = MemStorage::new();
-    let config = support::config::on_cursor_ledgers(LedgerConfig {
-        max_entries_per_ledger: 10,
-        ..LedgerConfig::default()
-    });
+    let sample = support::samples::ledger_sample("cursor-ledger-alone");
+    let disk = sample.disk();
+    let config = support::topic::config(10);
     let topic = ManagedLedger::open_with_storage(Arc::new(disk.clone()), config.clone()).unwrap();
-    let p = append_n(&topic, 30);
     let c = topic
-        .open_cursor("sub", at(InitialPosition::Earliest, false))
+        .open_cursor("sub", at(InitialPosition::Latest, false))
         .unwrap();
-    c.ack(p[25]).unwrap();
-    c.flush().unwrap();
-    // The cursor ledger's id lies between data ledgers.
     let cursor_ledger = c.stats().unwrap().persist.cursor_ledger.unwrap();
     let more = append_n(&topic, 30);
     assert!(more[0].ledger_id > cursor_ledger);

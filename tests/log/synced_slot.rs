@@ -1,7 +1,7 @@
 //! The synced-length slot: damage inside the last synced batch of a ledger (bit rot after an
 //! fsync that returned `Ok`) is corruption naming the ledger and offset once the slot recording
 //! that sync is on disk, in open (both recovery modes, both backends), in `verify`, for data
-//! ledgers and cursor ledgers; a file cut short below the synced length is corruption too; a
+//! ledgers; a file cut short below the synced length is corruption too; a
 //! torn slot copy falls back to the other one; and concurrent syncs leave a slot recording the
 //! whole synced file.
 
@@ -15,7 +15,7 @@ use ackstore::internals::format::ledger::{
 use ackstore::internals::log::{
     EntryLog, LogConfig, RecoveryMode, ledger_file_name, verify_ledger,
 };
-use ackstore::{CursorOptions, Error, LedgerConfig, ManagedLedger, Position};
+use ackstore::{Error, LedgerConfig, ManagedLedger, Position};
 use ackstore::{FileStorage, MemStorage, Storage};
 use support::log_model::{meta, payload};
 
@@ -221,137 +221,6 @@ fn concurrent_syncs_on_real_files_leave_a_slot_recording_the_whole_synced_file()
         matches!(err, Error::Corrupted { place: ackstore::CorruptionPlace::Ledger { ledger, .. }, .. } if ledger == id),
         "{err}"
     );
-}
-
-/// A topic with 20 entries and cursor `sub` that flushed `ack(p[2])`, then `ack(p[7])`.
-/// Returns the disk, the positions, the cursor ledger and its length after the first flush.
-fn acked_twice() -> (MemStorage, Vec<Position>, u64, usize) {
-    let disk = MemStorage::new();
-    // The cursor ledger's synced slot is what these tests damage.
-    let config = crate::support::config::on_cursor_ledgers(LedgerConfig::default());
-    let topic = ManagedLedger::open_with_storage(Arc::new(disk.clone()), config).unwrap();
-    let p: Vec<Position> = (0..20u8).map(|i| topic.append(&[i]).unwrap()).collect();
-    topic.sync().unwrap();
-    let cursor = topic.open_cursor("sub", CursorOptions::default()).unwrap();
-    cursor.ack(p[2]).unwrap();
-    cursor.flush().unwrap();
-    let ledger = cursor.stats().unwrap().persist.cursor_ledger.unwrap();
-    let first = disk.live_bytes(&ledger_file_name(ledger)).unwrap().len();
-    cursor.ack(p[7]).unwrap();
-    cursor.flush().unwrap();
-    assert_eq!(
-        cursor.stats().unwrap().persist.cursor_ledger,
-        Some(ledger),
-        "both flushes went to one cursor ledger"
-    );
-    // A power cut now, with the topic still open.
-    std::mem::forget(cursor);
-    std::mem::forget(topic);
-    (disk, p, ledger, first)
-}
-
-/// Opens the topic on `image` and returns (damaged cursor ledgers with their offsets, torn
-/// tails cut from the cursor ledger, whether p[2] and p[7] read as acked). Asserts no ack is
-/// invented.
-fn reopen(image: &MemStorage, p: &[Position], ledger: u64) -> (Vec<(u64, u64)>, usize, bool, bool) {
-    let topic =
-        ManagedLedger::open_with_storage(Arc::new(image.clone()), LedgerConfig::default()).unwrap();
-    // What the entry log found, before the cursor moves its state off a damaged ledger.
-    let damaged = topic
-        .damaged_ledgers()
-        .unwrap()
-        .into_iter()
-        .filter_map(|info| info.damaged.map(|d| (info.id, d.0)))
-        .collect();
-    let torn = topic
-        .recovery_report()
-        .unwrap()
-        .iter()
-        .filter(|r| r.ledger == ledger)
-        .count();
-    let cursor = topic.open_cursor("sub", CursorOptions::default()).unwrap();
-    for (i, pos) in p.iter().enumerate() {
-        if cursor.is_acked(*pos).unwrap() {
-            assert!(i == 2 || i == 7, "entry {i} reported acked but never was");
-        }
-    }
-    (
-        damaged,
-        torn,
-        cursor.is_acked(p[2]).unwrap(),
-        cursor.is_acked(p[7]).unwrap(),
-    )
-}
-
-#[test]
-fn a_rotten_last_marker_of_a_cursor_ledger_is_reported_as_corruption_not_cut_as_a_tail() {
-    let (disk, p, ledger, first) = acked_twice();
-    let name = ledger_file_name(ledger);
-    // The kernel wrote the slot back after the second flush's fsync.
-    let image = slot_written_back(&disk);
-    let mut bytes = image.live_bytes(&name).unwrap();
-    let len = bytes.len();
-    bytes[len - 3] ^= 0x10;
-    image.set_bytes(&name, bytes).unwrap();
-    let problems = verify_ledger(&image, ledger).unwrap();
-    assert!(
-        problems.iter().any(|pr| !pr.torn_tail),
-        "verify: {problems:?}"
-    );
-    let (damaged, torn, acked_2, _) = reopen(&image, &p, ledger);
-    assert_eq!(torn, 0, "synced bytes were cut as a torn tail");
-    assert_eq!(damaged.len(), 1, "{damaged:?}");
-    assert_eq!(damaged[0].0, ledger);
-    assert!(damaged[0].1 >= first as u64, "{damaged:?}");
-    // The state before the damage is recovered: the first flush.
-    assert!(acked_2);
-}
-
-#[test]
-fn before_the_slot_reaches_the_disk_a_rotten_last_marker_is_a_reported_torn_tail() {
-    // The slot write after the second flush's fsync is not durable: nothing on disk records
-    // that the marker was synced, so the damage reads as a torn write (reported, never silent).
-    let (disk, p, ledger, _) = acked_twice();
-    let name = ledger_file_name(ledger);
-    let image = disk.durable_image();
-    let mut bytes = image.live_bytes(&name).unwrap();
-    let len = bytes.len();
-    bytes[len - 3] ^= 0x10;
-    image.set_bytes(&name, bytes).unwrap();
-    let (damaged, torn, acked_2, acked_7) = reopen(&image, &p, ledger);
-    assert!(damaged.is_empty());
-    assert_eq!(torn, 1);
-    assert!(acked_2 && !acked_7);
-}
-
-#[test]
-fn every_flipped_byte_of_a_cursor_ledger_s_last_flush_is_corruption_once_the_slot_is_on_disk() {
-    let (disk, p, ledger, first) = acked_twice();
-    let name = ledger_file_name(ledger);
-    let image = slot_written_back(&disk);
-    let bytes = image.live_bytes(&name).unwrap();
-    assert!(first < bytes.len());
-    for at in first..bytes.len() {
-        let mut bad = bytes.clone();
-        bad[at] ^= 0x5a;
-        let flipped = image.durable_image();
-        flipped.set_bytes(&name, bad).unwrap();
-        let problems = verify_ledger(&flipped, ledger).unwrap();
-        assert!(
-            !problems.is_empty() && problems.iter().all(|pr| !pr.torn_tail),
-            "flip at {at}: {problems:?}"
-        );
-        let (damaged, torn, acked_2, _) = reopen(&flipped, &p, ledger);
-        assert_eq!(torn, 0, "flip at {at}: cut as a torn tail");
-        assert_eq!(damaged.len(), 1, "flip at {at}");
-        assert_eq!(damaged[0].0, ledger, "flip at {at}");
-        assert!(
-            (first as u64..=at as u64).contains(&damaged[0].1),
-            "flip at {at}: damage reported at {}",
-            damaged[0].1
-        );
-        assert!(acked_2, "flip at {at}: the first flush's ack is lost");
-    }
 }
 
 /// Writes every file of `image` into `dir`.

@@ -672,18 +672,8 @@ fn a_stale_owner_appending_during_a_hand_off_leaves_every_ledger_readable() {
 #[test]
 fn swapped_cursor_records_are_refused_as_corruption() {
     use ackstore::internals::meta::{FileMetaStore, MetaStore};
-    let (disk, topic) = support::topic::mem_topic_on_cursor_ledgers(PER_LEDGER);
-    let p = append_n(&topic, 12);
-    let ahead = topic
-        .open_cursor("ahead", at(InitialPosition::Earliest, false))
-        .unwrap();
-    ahead.ack_cumulative(p[10]).unwrap();
-    let behind = topic
-        .open_cursor("behind", at(InitialPosition::Earliest, false))
-        .unwrap();
-    behind.ack_cumulative(p[1]).unwrap();
-    topic.close().unwrap();
-    drop((ahead, behind, topic));
+    // Cursors `ahead` and `behind` of the committed sample.
+    let disk = support::samples::ledger_sample("cursor-ledger-ahead-behind").disk();
     let meta = FileMetaStore::new(Arc::new(disk.clone()));
     let (va, a) = meta.get("cursor-0").unwrap().unwrap();
     let (vb, b) = meta.get("cursor-1").unwrap().unwrap();

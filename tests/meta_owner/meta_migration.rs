@@ -10,29 +10,24 @@ use ackstore::InitialPosition;
 use ackstore::Storage;
 use ackstore::internals::format::meta::{CursorRecord, TopicRecord};
 use ackstore::internals::meta::{FileMetaStore, MetaStore};
-use support::topic::{append_n, at, reopen};
+use support::topic::{at, reopen};
 
 #[test]
 fn a_directory_of_an_earlier_release_opens_and_moves_to_versioned_records() {
-    // An earlier release's directory: its cursors on cursor ledgers.
-    let (disk, topic) = support::topic::mem_topic_on_cursor_ledgers(4);
-    let p = append_n(&topic, 10);
-    let cursor = topic
-        .open_cursor("sub", at(InitialPosition::Earliest, false))
-        .unwrap();
-    cursor.ack_cumulative(p[2]).unwrap();
-    cursor.ack(p[6]).unwrap();
-    topic.close().unwrap();
-    drop((cursor, topic));
+    // An earlier release's directory (a committed sample, its cursors on cursor ledgers) in
+    // the layout of the release before it.
+    let sample = support::samples::ledger_sample("cursor-ledger-ahead-behind");
+    let p = sample.positions();
+    let disk = sample.disk();
     support::samples::to_earlier_layout(&disk);
     assert!(disk.list().unwrap().contains(&"topic.meta".to_string()));
 
     let topic = reopen(&disk, 4);
     assert_eq!(topic.last_position(), p.last().copied());
     let cursor = topic
-        .open_cursor("sub", at(InitialPosition::Earliest, false))
+        .open_cursor("behind", at(InitialPosition::Earliest, false))
         .unwrap();
-    assert_eq!(cursor.mark_delete_position().unwrap(), Some(p[2]));
+    assert_eq!(cursor.mark_delete_position().unwrap(), Some(p[1]));
     assert!(cursor.is_acked(p[6]).unwrap());
     assert!(!cursor.is_acked(p[5]).unwrap());
     topic.close().unwrap();

@@ -11,10 +11,14 @@ use std::sync::Arc;
 use ackstore::{CursorOptions, Error, MemStorage, Position, Store, StoreConfig};
 use support::topic::{Host, append_n, store_config};
 
-/// A store with topic "t" of `n` entries whose cursor "sub" lives in a cursor ledger (written
-/// by a standalone open of the topic's files), acked 1, 4, 7, ... and closed.
+/// A store with topic "t" of `n` entries (120 or 300) in data ledgers of 50 whose cursor "sub"
+/// lives in a cursor ledger, acked 1, 4, 7, ... and closed: a copy of its committed sample.
 fn legacy_store(disk: &MemStorage, n: u64) -> (Vec<Position>, BTreeSet<Position>) {
-    support::topic::with_a_ledger_cursor(Host::Store, disk, (n, 50), |i| i % 3 == 1)
+    let what = if n == 120 { "-50" } else { "-300" };
+    let sample = support::samples::ledger_sample_on(Host::Store, what);
+    assert_eq!(sample.shape, (n, 50));
+    sample.load(disk);
+    (sample.positions(), sample.acks("sub"))
 }
 
 fn done(cur: &ackstore::Cursor, ps: &[Position]) -> BTreeSet<Position> {

@@ -21,13 +21,6 @@ pub fn topic(per_ledger: u64, mode: PersistMode, lru: usize) -> LedgerConfig {
     }
 }
 
-/// `config` whose new cursors of a topic alone persist in cursor ledgers, not in the journal the
-/// topic hosts: temporary, for the tests of the cursor-ledger writer until it is deleted.
-pub fn on_cursor_ledgers(mut config: LedgerConfig) -> LedgerConfig {
-    config.cursor.cursor_ledger_writer = true;
-    config
-}
-
 /// [`topic`] whose cursor ledgers roll every `cursor_ledger_entries` entries.
 pub fn topic_rolling(
     per_ledger: u64,

@@ -7,9 +7,6 @@
 //! rename, link, directory sync) succeed once the workload is armed, then fails every operation,
 //! reads included, as a power loss would. Cut point `total` (every operation of a clean run)
 //! lets the workload finish. Images taken from a cut disk are what a restart finds.
-//!
-//! This file is also compiled on its own into the `persist_ops` fuzz target: it imports nothing
-//! from the rest of the test-support tree.
 
 #![allow(dead_code, reason = "each test file uses a different subset")]
 

@@ -11,8 +11,6 @@
 //! - [`harness`]: the name the test harness gives a test, for a test that re-runs its binary.
 //! - [`hooked`]: an in-memory disk whose files count writes and fsyncs and can stall or fail.
 //! - [`journal`]: cursors backed by a store's cursor journal, committed in ticks, and their model.
-//! - [`cursor_ledger`]: a cursor's persistence driven directly (no managed ledger), its
-//!   workload runner and the model its recovery is checked against.
 //! - [`topic`]: managed ledgers on an in-memory disk, appends and cursor options.
 //! - [`takeover`]: a storage that runs a takeover (or any action) after its N-th operation,
 //!   inside the call that made it.
@@ -22,12 +20,13 @@
 //!   process-kill tests.
 //! - [`ack_patterns`]: how consumers acknowledge, shared with the ack-set benchmark.
 //! - `rados` (feature `rados`): storage in the test Ceph cluster, a fresh namespace per call.
-//! - [`samples`]: copies of the committed sample directories under `tests/data/`.
+//! - [`samples`]: copies of the committed sample directories under `tests/data/`, and what
+//!   the samples of cursor ledgers hold.
 //! - [`mutate`]: a store directory read into memory, damage and checksum-recomputed edits
 //!   applied to a copy of it, and `ackstore verify` run on the result.
 //!
-//! `crash`, `cursor_ledger` and `ack_patterns` are also compiled alone into a fuzz target or a
-//! benchmark, so they import nothing from their siblings.
+//! `ack_patterns` is also compiled alone into a benchmark, so it imports nothing from its
+//! siblings.
 
 #![allow(dead_code, reason = "each test file uses a different subset")]
 
@@ -35,7 +34,6 @@ pub mod ack_patterns;
 pub mod cli;
 pub mod config;
 pub mod crash;
-pub mod cursor_ledger;
 pub mod harness;
 pub mod hooked;
 pub mod journal;

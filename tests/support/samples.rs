@@ -1,6 +1,7 @@
 //! The committed sample directories under `tests/data/`, copied before a test opens them (an
 //! open may repair a torn tail, and a sample must stay as it was committed), and what the
-//! samples of the compact partition table (`tests/data/cursor-v2-*`) hold; and a directory's
+//! samples of the compact partition table (`tests/data/cursor-v2-*`) and the topic directories
+//! with cursor ledgers (`tests/data/cursor-ledger-*`, [`LedgerSample`]) hold; and a directory's
 //! records rewritten as an earlier release stored them.
 
 use std::collections::BTreeSet;
@@ -21,23 +22,38 @@ pub const JOURNAL_SAMPLE_ID: CursorId = CursorId {
     cursor: 1,
 };
 
-/// A copy of sample directory `name` in a temporary directory.
-pub fn sample_dir(name: &str) -> tempfile::TempDir {
-    // The samples are the library's (`tests/data`); the command's tests (package
-    // `ackstore-cli`, in `cli/`) reach them from its directory.
+/// The committed samples' directory, `tests/data` of the library.
+pub fn data_dir() -> std::path::PathBuf {
+    // The command's tests (package `ackstore-cli`, in `cli/`) reach it from their directory.
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let data = if manifest.join("tests/data").is_dir() {
+    if manifest.join("tests/data").is_dir() {
         manifest.join("tests/data")
     } else {
         manifest.join("../tests/data")
-    };
-    let from = data.join(name);
+    }
+}
+
+/// A copy of sample directory `name` in a temporary directory.
+pub fn sample_dir(name: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    for file in std::fs::read_dir(&from).unwrap() {
+    for file in std::fs::read_dir(data_dir().join(name)).unwrap() {
         let file = file.unwrap();
         std::fs::copy(file.path(), dir.path().join(file.file_name())).unwrap();
     }
     dir
+}
+
+/// Copies the files of sample directory `name` onto `disk`, each written and synced, the
+/// directory synced: what the disk of the release that wrote the sample held after its close.
+pub fn load_sample(disk: &ackstore::MemStorage, name: &str) {
+    for file in std::fs::read_dir(data_dir().join(name)).unwrap() {
+        let file = file.unwrap();
+        let bytes = std::fs::read(file.path()).unwrap();
+        let copy = disk.create(&file.file_name().to_string_lossy()).unwrap();
+        copy.write_all_at(&bytes, 0).unwrap();
+        copy.sync_data().unwrap();
+    }
+    disk.sync_dir().unwrap();
 }
 
 /// A copy of sample directory `name` and the bytes of its file `file`, which this build writes
@@ -133,16 +149,8 @@ pub fn sample_as_topic(name: &str, data: &[(u64, u64)]) -> (ackstore::MemStorage
     use ackstore::internals::format::meta::{CursorEntry, LedgerRecord};
     use ackstore::internals::log::{EntryLog, LogConfig};
 
-    let dir = sample_dir(name);
     let disk = ackstore::MemStorage::new();
-    for file in std::fs::read_dir(dir.path()).unwrap() {
-        let file = file.unwrap();
-        let bytes = std::fs::read(file.path()).unwrap();
-        let copy = disk.create(&file.file_name().to_string_lossy()).unwrap();
-        copy.write_all_at(&bytes, 0).unwrap();
-        copy.sync_data().unwrap();
-    }
-    disk.sync_dir().unwrap();
+    load_sample(&disk, name);
     let storage: std::sync::Arc<dyn Storage> = std::sync::Arc::new(disk.clone());
     let meta = FileMetaStore::new(storage.clone());
     let (_, bytes) = meta.get("cursor-1").unwrap().expect("the sample's record");
@@ -192,4 +200,318 @@ pub fn sample_as_topic(name: &str, data: &[(u64, u64)]) -> (ackstore::MemStorage
     };
     meta.put("topic", None, &record.encode()).unwrap();
     (disk, cursor)
+}
+
+/// Ack memory the samples with cold partitions were written with: about one partition resident.
+pub const COLD_LRU: usize = 256;
+
+/// The messages a [`LedgerSample`]'s cursor `sub` acknowledged in part, after its whole
+/// entries, the topic reopened for it.
+#[derive(Debug, Clone, Copy)]
+pub struct Partial {
+    /// Every `step`-th entry from entry `from` that `sub` has not acknowledged whole...
+    pub every: (usize, usize),
+    /// ...has these messages acknowledged...
+    pub indexes: &'static [u32],
+    /// ...of a batch of this many.
+    pub batch: u32,
+    /// The ack memory of the reopened topic's cursor (`None`: the default).
+    pub lru: Option<usize>,
+}
+
+/// The partial entries of `-cold`: messages 0 and 2 of 4 in the sixth entry of each data ledger
+/// of 40, written with [`COLD_LRU`] bytes of ack memory (partitions and partial entries cold).
+const COLD: Partial = Partial {
+    every: (5, 40),
+    indexes: &[0, 2],
+    batch: 4,
+    lru: Some(COLD_LRU),
+};
+
+/// The partial entries of `-batch`: messages 0 and 3 of 8 in every fifth entry from the first.
+const BATCH: Partial = Partial {
+    every: (0, 5),
+    indexes: &[0, 3],
+    batch: 8,
+    lru: None,
+};
+
+/// How a cursor of a [`LedgerSample`] acknowledged, by index into the sample's entries.
+#[derive(Debug, Clone, Copy)]
+pub struct SampleCursor {
+    /// The cursor's name.
+    pub name: &'static str,
+    /// Acknowledged cumulatively up to this entry (`ack_cumulative`), first.
+    pub mark_delete: Option<usize>,
+    /// Then acknowledged one by one: every `step`-th entry from entry `from` (`step` 0: none).
+    pub every: (usize, usize),
+    /// And these entries one by one.
+    pub extra: &'static [usize],
+}
+
+impl SampleCursor {
+    /// The cursor's name and the indexes it acknowledged one by one (mark-delete apart).
+    fn acks(&self, entries: usize) -> BTreeSet<usize> {
+        let (from, step) = self.every;
+        let mut out: BTreeSet<usize> = if step == 0 {
+            BTreeSet::new()
+        } else {
+            (from..entries).step_by(step).collect()
+        };
+        out.extend(self.extra);
+        out
+    }
+}
+
+/// A committed topic directory (`tests/data/cursor-ledger-*`) whose cursors persist in cursor
+/// ledgers, as the cursor-ledger writer of an earlier release left it after a clean close (the
+/// commit that wrote each is named in `docs/format.md`). Its known answer is this description:
+/// `entries` synced single-message entries (payload `m{i}`, timestamp `1000 + i`) in data
+/// ledgers of `per_ledger` (see [`Self::positions`]; on a store, topic `t`'s, written by the
+/// store, the topic then opened alone for its cursors), then each cursor of `cursors` opened
+/// at the earliest entry (`mode`), acknowledging as [`SampleCursor`] says, closed; with
+/// `partial`, the topic then reopened and cursor `sub` acknowledging messages as [`Partial`]
+/// says, closed.
+#[derive(Debug, Clone)]
+pub struct LedgerSample {
+    /// The directory under `tests/data`.
+    pub name: String,
+    /// Who wrote the topic.
+    pub host: super::topic::Host,
+    /// Entries, and entries per data ledger.
+    pub shape: (u64, u64),
+    /// The persist mode the cursors were written in.
+    pub mode: ackstore::PersistMode,
+    /// The cursors, in the order they were opened.
+    pub cursors: &'static [SampleCursor],
+    /// The messages `sub` acknowledged in part, if any.
+    pub partial: Option<Partial>,
+}
+
+/// `sub`, every third entry from the second.
+const SUB: SampleCursor = SampleCursor {
+    name: "sub",
+    mark_delete: None,
+    every: (1, 3),
+    extra: &[],
+};
+
+/// [`SUB`] and `other`, every fifth entry from the third.
+const SUB_AND_OTHER: &[SampleCursor] = &[
+    SUB,
+    SampleCursor {
+        name: "other",
+        mark_delete: None,
+        every: (2, 5),
+        extra: &[],
+    },
+];
+
+/// Every committed sample of a topic directory with cursor ledgers.
+pub fn ledger_samples() -> Vec<LedgerSample> {
+    use super::topic::Host::{Alone, Store};
+    use ackstore::PersistMode::{MultiEntry, SingleEntry};
+    let sample = |name: String, host, shape, mode, cursors| LedgerSample {
+        name,
+        host,
+        shape,
+        mode,
+        cursors,
+        partial: None,
+    };
+    let sub: &'static [SampleCursor] = &[SUB];
+    let mut samples = Vec::new();
+    for (host, on) in [(Alone, "alone"), (Store, "store")] {
+        let name = |what: &str| format!("cursor-ledger-{on}{what}");
+        samples.extend([
+            sample(name(""), host, (120, 40), MultiEntry, sub),
+            sample(name("-single"), host, (120, 40), SingleEntry, sub),
+            sample(name("-two"), host, (120, 40), MultiEntry, SUB_AND_OTHER),
+            LedgerSample {
+                partial: Some(COLD),
+                ..sample(name("-cold"), host, (400, 40), MultiEntry, sub)
+            },
+            LedgerSample {
+                partial: Some(BATCH),
+                ..sample(name("-batch"), host, (160, 8), MultiEntry, sub)
+            },
+        ]);
+    }
+    let name = |name: &str| name.to_string();
+    samples.extend([
+        sample(
+            name("cursor-ledger-store-50"),
+            Store,
+            (120, 50),
+            MultiEntry,
+            sub,
+        ),
+        sample(
+            name("cursor-ledger-store-300"),
+            Store,
+            (300, 50),
+            MultiEntry,
+            sub,
+        ),
+        sample(
+            name("cursor-ledger-three"),
+            Alone,
+            (40, 10),
+            MultiEntry,
+            THREE,
+        ),
+        sample(
+            name("cursor-ledger-ahead-behind"),
+            Alone,
+            (12, 4),
+            MultiEntry,
+            AHEAD_BEHIND,
+        ),
+        sample(
+            name("cursor-ledger-inspect"),
+            Alone,
+            (35, 10),
+            MultiEntry,
+            INSPECT,
+        ),
+    ]);
+    samples
+}
+
+/// `a`, `b` and `c`: every third entry from the second, the third and the fourth.
+const THREE: &[SampleCursor] = &[
+    SampleCursor {
+        name: "a",
+        mark_delete: None,
+        every: (1, 3),
+        extra: &[],
+    },
+    SampleCursor {
+        name: "b",
+        mark_delete: None,
+        every: (2, 3),
+        extra: &[],
+    },
+    SampleCursor {
+        name: "c",
+        mark_delete: None,
+        every: (3, 3),
+        extra: &[],
+    },
+];
+
+/// `ahead`, cumulatively to the ninth entry and the eleventh; `behind`, cumulatively to the
+/// second and the seventh.
+const AHEAD_BEHIND: &[SampleCursor] = &[
+    SampleCursor {
+        name: "ahead",
+        mark_delete: Some(8),
+        every: (0, 0),
+        extra: &[10],
+    },
+    SampleCursor {
+        name: "behind",
+        mark_delete: Some(1),
+        every: (0, 0),
+        extra: &[6],
+    },
+];
+
+/// `sub/../x` (a name that is no path), every third entry from the second.
+const INSPECT: &[SampleCursor] = &[SampleCursor {
+    name: "sub/../x",
+    ..SUB
+}];
+
+/// The committed sample `cursor-ledger-{alone|store}{what}` of [`ledger_samples`], the topic
+/// `host` keeps.
+pub fn ledger_sample_on(host: super::topic::Host, what: &str) -> LedgerSample {
+    let host = match host {
+        super::topic::Host::Alone => "alone",
+        super::topic::Host::Store => "store",
+    };
+    ledger_sample(&format!("cursor-ledger-{host}{what}"))
+}
+
+/// The committed sample `name` of [`ledger_samples`].
+pub fn ledger_sample(name: &str) -> LedgerSample {
+    ledger_samples()
+        .into_iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("no sample {name}"))
+}
+
+impl LedgerSample {
+    /// The positions of the sample's entries, by index: data ledger `1 + i / per_ledger`,
+    /// entry `i % per_ledger`.
+    pub fn positions(&self) -> Vec<Position> {
+        let (n, per_ledger) = self.shape;
+        (0..n)
+            .map(|i| Position::new(1 + i / per_ledger, i % per_ledger))
+            .collect()
+    }
+
+    /// The cursor `cursor` of the sample.
+    fn cursor(&self, cursor: &str) -> &SampleCursor {
+        self.cursors
+            .iter()
+            .find(|c| c.name == cursor)
+            .unwrap_or_else(|| panic!("{}: no cursor {cursor}", self.name))
+    }
+
+    /// The entries cursor `cursor` acknowledged one by one (mark-delete apart).
+    pub fn acks(&self, cursor: &str) -> BTreeSet<Position> {
+        let positions = self.positions();
+        self.cursor(cursor)
+            .acks(positions.len())
+            .into_iter()
+            .map(|i| positions[i])
+            .collect()
+    }
+
+    /// Cursor `cursor`'s mark-delete position, if it acknowledged cumulatively.
+    pub fn mark_delete(&self, cursor: &str) -> Option<Position> {
+        let m = self.cursor(cursor).mark_delete?;
+        Some(self.positions()[m])
+    }
+
+    /// The entries cursor `cursor` counts as acknowledged: at or before its mark-delete, or
+    /// acknowledged one by one (the batch acks of [`Self::batch`] apart).
+    pub fn done(&self, cursor: &str) -> BTreeSet<Position> {
+        let mark = self.mark_delete(cursor);
+        let mut out = self.acks(cursor);
+        out.extend(
+            self.positions()
+                .into_iter()
+                .filter(|p| mark.is_some_and(|m| *p <= m)),
+        );
+        out
+    }
+
+    /// The entries `sub` acknowledged in part (see [`Partial`]; empty without `partial`).
+    pub fn batch(&self) -> Vec<Position> {
+        let Some(partial) = self.partial else {
+            return Vec::new();
+        };
+        let acks = self.acks("sub");
+        let (from, step) = partial.every;
+        let positions = self.positions();
+        (from..positions.len())
+            .step_by(step)
+            .map(|i| positions[i])
+            .filter(|p| !acks.contains(p))
+            .collect()
+    }
+
+    /// A copy of the sample on `disk`.
+    pub fn load(&self, disk: &ackstore::MemStorage) {
+        load_sample(disk, &self.name);
+    }
+
+    /// A copy of the sample on a fresh in-memory disk.
+    pub fn disk(&self) -> ackstore::MemStorage {
+        let disk = ackstore::MemStorage::new();
+        self.load(&disk);
+        disk
+    }
 }

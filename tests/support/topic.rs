@@ -23,16 +23,6 @@ pub fn mem_topic(per_ledger: u64) -> (MemStorage, ManagedLedger) {
     (disk, topic)
 }
 
-/// [`mem_topic`] whose new cursors persist in cursor ledgers, as an earlier release wrote them
-/// (see [`crate::support::config::on_cursor_ledgers`]).
-pub fn mem_topic_on_cursor_ledgers(per_ledger: u64) -> (MemStorage, ManagedLedger) {
-    let disk = MemStorage::new();
-    let config = super::config::on_cursor_ledgers(config(per_ledger));
-    let topic =
-        ManagedLedger::open_with_storage(Arc::new(disk.clone()), config).expect("open topic");
-    (disk, topic)
-}
-
 /// Reopens the topic kept on `disk` (after the previous owner closed or lost it).
 pub fn reopen(disk: &MemStorage, per_ledger: u64) -> ManagedLedger {
     ManagedLedger::open_with_storage(Arc::new(disk.clone()), config(per_ledger)).expect("reopen")
@@ -270,62 +260,6 @@ pub fn on_each_backend_and_host(per_ledger: u64, mut test: impl FnMut(Arc<Manage
     let hosted = open_hosted(Host::Store, Arc::new(files), &config(per_ledger));
     let hosted = hosted.expect("open store topic");
     test(hosted.topic.clone());
-}
-
-/// The topic `host` keeps on `disk` with `n` synced entries in data ledgers of `per_ledger`,
-/// whose cursor `sub` persists in a cursor ledger as an earlier release wrote it (see
-/// [`super::config::on_cursor_ledgers`]; on a store, by an open of the topic's files alone)
-/// and acknowledged the entries of the returned positions that `acks` picks (by index),
-/// flushed and closed. Returns the entries' positions and the acknowledged ones.
-pub fn with_a_ledger_cursor(
-    host: Host,
-    disk: &MemStorage,
-    (n, per_ledger): (u64, u64),
-    acks: impl Fn(usize) -> bool,
-) -> (Vec<Position>, std::collections::BTreeSet<Position>) {
-    let storage: Arc<dyn ackstore::Storage> = Arc::new(disk.clone());
-    let (space, positions) = match host {
-        Host::Alone => (storage, Vec::new()),
-        Host::Store => {
-            let store =
-                ackstore::Store::open_with_storage(storage.clone(), store_config(per_ledger))
-                    .expect("open store");
-            let t = store.topic("t").expect("topic");
-            let positions = append_n(&t, n);
-            drop(t);
-            store.close().expect("close store");
-            let catalog = ackstore::internals::store::read_catalog(storage.clone())
-                .expect("catalog")
-                .expect("a catalog");
-            let id = catalog.topics.iter().find(|t| t.name == "t").expect("t").id;
-            let space = ackstore::internals::store::topic_storage(&storage, &catalog, id)
-                .expect("the topic's storage");
-            (space, positions)
-        }
-    };
-    let ml = ManagedLedger::open_with_storage(
-        space,
-        super::config::on_cursor_ledgers(config(per_ledger)),
-    )
-    .expect("open the topic alone");
-    let positions = if positions.is_empty() {
-        append_n(&ml, n)
-    } else {
-        positions
-    };
-    let cursor = ml.open_cursor("sub", earliest()).expect("cursor");
-    let acked: std::collections::BTreeSet<Position> = positions
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| acks(*i))
-        .map(|(_, p)| *p)
-        .collect();
-    for &p in &acked {
-        cursor.ack(p).expect("ack");
-    }
-    cursor.close().expect("close cursor");
-    ml.close().expect("close topic");
-    (positions, acked)
 }
 
 /// The storage of the topic `host` keeps on `disk` (on a store, its topic `t`'s).

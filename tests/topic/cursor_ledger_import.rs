@@ -15,9 +15,7 @@ use ackstore::internals::format::meta::CursorRecord;
 use ackstore::internals::meta::{FileMetaStore, MetaStore};
 use ackstore::{Cursor, LedgerConfig, ManagedLedger, MemStorage, Position, Storage};
 use support::crash::{Cut, Points, cut_everywhere_after};
-use support::topic::{
-    Host, Hosted, earliest, on_each_host, open_hosted, topic_storage, with_a_ledger_cursor,
-};
+use support::topic::{Host, Hosted, earliest, on_each_host, open_hosted, topic_storage};
 
 const PER_LEDGER: u64 = 40;
 const ENTRIES: u64 = 120;
@@ -26,12 +24,20 @@ fn open(host: Host, storage: Arc<dyn Storage>) -> ackstore::Result<Hosted> {
     open_hosted(host, storage, &support::topic::config(PER_LEDGER))
 }
 
-/// A topic with [`ENTRIES`] entries on a fresh disk whose cursor `sub` is on a cursor ledger,
-/// every third entry from the second acknowledged.
+/// Copies onto `disk` the committed sample of the topic `host` keeps with [`ENTRIES`] entries
+/// in data ledgers of [`PER_LEDGER`], whose cursor `sub` is on a cursor ledger, every third
+/// entry from the second acknowledged; returns the entries' positions and `sub`'s acks.
+fn legacy_on(host: Host, disk: &MemStorage) -> (Vec<Position>, BTreeSet<Position>) {
+    let sample = support::samples::ledger_sample_on(host, "");
+    assert_eq!(sample.shape, (ENTRIES, PER_LEDGER));
+    sample.load(disk);
+    (sample.positions(), sample.acks("sub"))
+}
+
+/// [`legacy_on`] a fresh disk.
 fn legacy(host: Host) -> (MemStorage, Vec<Position>, BTreeSet<Position>) {
     let disk = MemStorage::new();
-    let (positions, acked) =
-        with_a_ledger_cursor(host, &disk, (ENTRIES, PER_LEDGER), |i| i % 3 == 1);
+    let (positions, acked) = legacy_on(host, &disk);
     (disk, positions, acked)
 }
 
@@ -239,8 +245,7 @@ fn a_power_cut_at_every_step_of_an_import_keeps_the_ledger_state_or_the_journal_
         let clean = cut_everywhere_after(
             Points::every_in_release(3),
             |disk| {
-                let (positions, acked) =
-                    with_a_ledger_cursor(host, disk, (ENTRIES, PER_LEDGER), |i| i % 3 == 1);
+                let (positions, acked) = legacy_on(host, disk);
                 let hosted = open(host, Arc::new(disk.clone())).unwrap();
                 let cursor = hosted.open_cursor("sub", earliest()).unwrap();
                 (hosted, cursor, positions, acked)
@@ -808,27 +813,22 @@ fn single_entry_config() -> LedgerConfig {
 /// A topic kept by `host` on `disk` of 160 entries in 20 data ledgers, whose cursor `sub` is on
 /// a cursor ledger holding every third entry from the second acked and messages 0 and 3 of
 /// every fifth entry from the first acked in part (both forms written by an earlier release:
-/// partitions, batch-index entries, a marker).
+/// partitions, batch-index entries, a marker): a copy of the committed sample.
 fn batch_legacy(host: Host, disk: &MemStorage) -> (Vec<Position>, Truth) {
-    let (positions, whole) = with_a_ledger_cursor(host, disk, (160, SMALL_LEDGERS), |i| i % 3 == 1);
-    let ml = ManagedLedger::open_with_storage(
-        topic_storage(host, disk),
-        support::config::on_cursor_ledgers(support::topic::config(SMALL_LEDGERS)),
-    )
-    .unwrap();
-    let cursor = ml.open_cursor("sub", earliest()).unwrap();
-    let mut truth = Truth {
-        whole,
-        ..Truth::default()
+    let sample = support::samples::ledger_sample_on(host, "-batch");
+    assert_eq!(sample.shape, (160, SMALL_LEDGERS));
+    let partial = sample.partial.expect("partial entries");
+    assert_eq!(partial.batch, BATCH);
+    sample.load(disk);
+    let truth = Truth {
+        whole: sample.acks("sub"),
+        partial: sample
+            .batch()
+            .into_iter()
+            .map(|p| (p, partial.indexes.iter().copied().collect()))
+            .collect(),
     };
-    for &p in positions.iter().step_by(5) {
-        for index in [0, 3] {
-            truth.ack_message(&cursor, p, index);
-        }
-    }
-    cursor.close().unwrap();
-    ml.close().unwrap();
-    (positions, truth)
+    (sample.positions(), truth)
 }
 
 /// Opens `sub` of the topic `host` keeps on `storage` in the single-entry form and touches its
@@ -1107,5 +1107,124 @@ fn a_power_cut_at_every_step_of_a_single_entry_import_with_cold_state() {
             inside > 0,
             "{host:?}: no cut fell between the commit and the switch"
         );
+    });
+}
+
+/// How a cursor ledger of a committed sample is damaged before its cursor is opened.
+#[derive(Debug, Clone, Copy)]
+enum Damage {
+    Deleted,
+    Truncated,
+    SecondHalfZeroed,
+    ByteFlipped,
+    /// Replaced by the cursor ledger of the sample's other cursor.
+    SwappedWithAnothersLedger,
+}
+
+/// The cursor ledger of the samples' cursor `sub` damaged every way before its first open, on
+/// each host (samples `cursor-ledger-*-two`): `verify` and open agree (a report with no
+/// finding opens `sub` to exactly its acks; an open that fails follows a report of damage; a
+/// torn tail may cost acks, as a power cut does); whatever opens
+/// never holds more than `sub` acked, errors are errors (never panics), the first write moves
+/// the cursor into the journal with no cursor ledger of `sub` left, and `other` keeps its acks.
+#[test]
+fn a_damaged_cursor_ledger_of_a_sample_opens_to_at_most_its_acks_and_imports() {
+    on_each_host(|host| {
+        for damage in [
+            Damage::Deleted,
+            Damage::Truncated,
+            Damage::SecondHalfZeroed,
+            Damage::ByteFlipped,
+            Damage::SwappedWithAnothersLedger,
+        ] {
+            let what = format!("{host:?}, {damage:?}");
+            let sample = support::samples::ledger_sample_on(host, "-two");
+            let disk = sample.disk();
+            let positions = sample.positions();
+            let ledgers = record_ledgers(host, &disk);
+            let storage = topic_storage(host, &disk);
+            let meta = FileMetaStore::new(storage.clone());
+            let ledger_of = |cursor: &str| {
+                let (_, ledger) = ledgers
+                    .iter()
+                    .find(|(record, _)| {
+                        let (_, bytes) = meta.get(record).unwrap().unwrap();
+                        CursorRecord::decode(&bytes).unwrap().name == cursor
+                    })
+                    .unwrap();
+                ackstore::internals::log::ledger_file_name(ledger.expect("a cursor ledger"))
+            };
+            let (name, others) = (ledger_of("sub"), ledger_of("other"));
+            let read = |file: &str| {
+                let f = storage.open(file).unwrap();
+                let mut bytes = vec![0; usize::try_from(f.size().unwrap()).unwrap()];
+                f.read_exact_at(&mut bytes, 0).unwrap();
+                bytes
+            };
+            let mut bytes = read(&name);
+            let half = bytes.len() / 2;
+            match damage {
+                Damage::Deleted => bytes.clear(),
+                Damage::Truncated => bytes.truncate(half),
+                Damage::SecondHalfZeroed => bytes[half..].fill(0),
+                Damage::ByteFlipped => bytes[half] ^= 0x10,
+                Damage::SwappedWithAnothersLedger => bytes = read(&others),
+            }
+            storage.remove(&name).unwrap();
+            if !matches!(damage, Damage::Deleted) {
+                let f = storage.create(&name).unwrap();
+                f.write_all_at(&bytes, 0).unwrap();
+                f.sync_data().unwrap();
+            }
+            storage.sync_dir().unwrap();
+            let report = verify(&disk);
+            let opened = open(host, Arc::new(disk.clone())).and_then(|hosted| {
+                let cursor = hosted.open_cursor("sub", earliest())?;
+                let got = done(&cursor, &positions)?;
+                Ok((hosted, cursor, got))
+            });
+            let (hosted, cursor, got) = match opened {
+                Ok(opened) => opened,
+                Err(e) => {
+                    assert!(!report.is_sound(), "{what}: {e}, but verify: {report}");
+                    continue;
+                }
+            };
+            let truth = sample.done("sub");
+            assert!(got.is_subset(&truth), "{what}: acks invented");
+            if report.findings.is_empty() {
+                assert_eq!(got, truth, "{what}: nothing found, yet {report}");
+            }
+            cursor.ack(positions[0]).unwrap();
+            cursor.flush().unwrap();
+            drop(cursor);
+            hosted.close().unwrap();
+            let image = disk.durable_image();
+            let hosted = open(host, Arc::new(image.clone())).unwrap();
+            let cursor = hosted.open_cursor("sub", earliest()).unwrap();
+            let mut upper = truth.clone();
+            upper.insert(positions[0]);
+            let after = done(&cursor, &positions).unwrap();
+            assert!(after.contains(&positions[0]), "{what}: the flushed ack");
+            assert!(after.is_subset(&with_prefix(&upper, &positions)), "{what}");
+            assert_eq!(
+                cursor.stats().unwrap().persist.cursor_ledger,
+                None,
+                "{what}"
+            );
+            let other = hosted.open_cursor("other", earliest()).unwrap();
+            assert_eq!(
+                done(&other, &positions).unwrap(),
+                sample.done("other"),
+                "{what}: other"
+            );
+            drop((cursor, other));
+            hosted.close().unwrap();
+            assert!(
+                !topic_storage(host, &image).exists(&name).unwrap()
+                    || matches!(damage, Damage::SwappedWithAnothersLedger),
+                "{what}: sub's cursor ledger is left"
+            );
+        }
     });
 }

@@ -100,43 +100,6 @@ fn a_retried_close_after_enospc_fails_until_space_is_free_then_persists_every_ac
     }
 }
 
-#[test]
-fn a_retried_flush_after_enospc_moves_to_a_fresh_cursor_ledger_and_persists() {
-    let disk = MemStorage::new();
-    let cfg = support::config::on_cursor_ledgers(support::config::topic_rolling(
-        PER_LEDGER,
-        PersistMode::MultiEntry,
-        1 << 20,
-        64,
-    ));
-    let (topic, cursor, positions) = topic_with_entries(&disk, &cfg, 60);
-    cursor.ack(positions[1]).unwrap();
-    cursor.flush().unwrap();
-    let before = cursor.stats().unwrap().persist.cursor_ledger;
-    disk.set_capacity(Some(disk.used_bytes()));
-    cursor.ack(positions[9]).unwrap();
-    assert!(cursor.flush().is_err());
-    assert!(cursor.flush().is_err(), "still full");
-    disk.set_capacity(None);
-    cursor.ack(positions[11]).unwrap();
-    cursor.flush().expect("a retried flush once space is free");
-    let after = cursor.stats().unwrap().persist.cursor_ledger;
-    assert_ne!(before, after, "the latched cursor ledger is left behind");
-    // Power is cut right after the flush returned.
-    let image = disk.durable_image();
-    drop(topic);
-    let topic = open_mem(&image, &cfg).expect("reopen");
-    let c = topic.open_cursor("sub", CursorOptions::default()).unwrap();
-    for p in [1, 9, 11] {
-        assert!(c.is_acked(positions[p]).unwrap(), "ack of {p} lost");
-    }
-    // The abandoned ledger does not outlive the next open.
-    assert!(!ledger_files(&image).contains(&format!(
-        "ledger-{:020}.log",
-        before.expect("a cursor ledger")
-    )));
-}
-
 /// Acks every other entry of `entries` data ledgers of `per_ledger` entries, a ledger at a
 /// time, on a full disk with a budget of nothing (each change of ledger evicts the previous
 /// partition, dirty: it must be written); then frees space, flushes, cuts the power and checks

@@ -10,9 +10,7 @@ use std::sync::Arc;
 use ackstore::internals::format::meta::CursorRecord;
 use ackstore::internals::meta::{FileMetaStore, MetaStore};
 use ackstore::{Cursor, MemStorage, Position, Storage};
-use support::topic::{
-    Host, Hosted, earliest, on_each_host, open_hosted, topic_storage, with_a_ledger_cursor,
-};
+use support::topic::{Host, Hosted, earliest, on_each_host, open_hosted, topic_storage};
 
 const PER_LEDGER: u64 = 40;
 const ENTRIES: u64 = 120;
@@ -44,26 +42,16 @@ fn two_ledger_cursors(host: Host) -> (MemStorage, Vec<Position>, BTreeSet<Positi
     (disk, positions, acked)
 }
 
-/// [`two_ledger_cursors`] on `disk`; returns the positions, `sub`'s acks and `other`'s.
+/// [`two_ledger_cursors`] on `disk` (a copy of its committed sample); returns the positions,
+/// `sub`'s acks and `other`'s.
 fn two_ledger_cursors_on(
     host: Host,
     disk: &MemStorage,
 ) -> (Vec<Position>, BTreeSet<Position>, BTreeSet<Position>) {
-    let (positions, sub_acked) =
-        with_a_ledger_cursor(host, disk, (ENTRIES, PER_LEDGER), |i| i % 3 == 1);
-    let ml = ackstore::ManagedLedger::open_with_storage(
-        topic_storage(host, disk),
-        support::config::on_cursor_ledgers(support::topic::config(PER_LEDGER)),
-    )
-    .unwrap();
-    let other = ml.open_cursor("other", earliest()).unwrap();
-    let acked: BTreeSet<Position> = positions.iter().copied().skip(2).step_by(5).collect();
-    for &p in &acked {
-        other.ack(p).unwrap();
-    }
-    other.close().unwrap();
-    ml.close().unwrap();
-    (positions, sub_acked, acked)
+    let sample = support::samples::ledger_sample_on(host, "-two");
+    assert_eq!(sample.shape, (ENTRIES, PER_LEDGER));
+    sample.load(disk);
+    (sample.positions(), sample.acks("sub"), sample.acks("other"))
 }
 
 /// The name of cursor `cursor`'s record in the topic's metadata store `meta`.
@@ -139,7 +127,7 @@ fn a_misplaced_record_of_an_imported_cursor_never_retires_a_siblings_ledger() {
 const COLD_ENTRIES: u64 = 400;
 
 /// Ack memory a cursor of the cold-partition topic holds resident: about one partition.
-const COLD_LRU: usize = 256;
+const COLD_LRU: usize = support::samples::COLD_LRU;
 
 /// The config of the cold-partition topic: its cursors keep about one partition resident.
 fn cold_config() -> ackstore::LedgerConfig {
@@ -187,31 +175,15 @@ fn cold_ledger_cursor(host: Host) -> (MemStorage, Vec<Position>, Acked) {
     (disk, positions, acked)
 }
 
-/// [`cold_ledger_cursor`] on `disk`.
+/// [`cold_ledger_cursor`] on `disk` (a copy of its committed sample).
 fn cold_ledger_cursor_on(host: Host, disk: &MemStorage) -> (Vec<Position>, Acked) {
-    let (positions, entries) =
-        with_a_ledger_cursor(host, disk, (COLD_ENTRIES, PER_LEDGER), |i| i % 3 == 1);
-    let ml = ackstore::ManagedLedger::open_with_storage(
-        topic_storage(host, disk),
-        support::config::on_cursor_ledgers(cold_config()),
-    )
-    .unwrap();
-    let sub = ml.open_cursor("sub", earliest()).unwrap();
-    let batch: Vec<Position> = positions
-        .iter()
-        .copied()
-        .skip(5)
-        .step_by(PER_LEDGER as usize)
-        .filter(|p| !entries.contains(p))
-        .collect();
+    let sample = support::samples::ledger_sample_on(host, "-cold");
+    assert_eq!(sample.shape, (COLD_ENTRIES, PER_LEDGER));
+    sample.load(disk);
+    let batch = sample.batch();
     assert!(batch.len() > 3);
-    for &p in &batch {
-        sub.ack_batch_index(p, 0, 4).unwrap();
-        sub.ack_batch_index(p, 2, 4).unwrap();
-    }
-    sub.close().unwrap();
-    ml.close().unwrap();
-    (positions, Acked { entries, batch })
+    let entries = sample.acks("sub");
+    (sample.positions(), Acked { entries, batch })
 }
 
 fn open_cold(host: Host, storage: Arc<dyn Storage>) -> ackstore::Result<Hosted> {

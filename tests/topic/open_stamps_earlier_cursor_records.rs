@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use ackstore::{CursorOptions, ManagedLedger};
 use support::crash::{Points, cut_everywhere_after};
-use support::topic::append_n;
 
 #[test]
 fn a_power_cut_at_every_step_of_the_stamping_open() {
@@ -16,19 +15,11 @@ fn a_power_cut_at_every_step_of_the_stamping_open() {
     let clean = cut_everywhere_after(
         Points::EVERY,
         |disk| {
-            // An earlier release's directory: its cursors on cursor ledgers.
-            let earlier = support::config::on_cursor_ledgers(c.clone());
-            let t = ManagedLedger::open_with_storage(Arc::new(disk.clone()), earlier).unwrap();
-            let ps = append_n(&t, 40);
-            t.sync().unwrap();
-            for (k, name) in ["a", "b", "c"].iter().enumerate() {
-                let cur = t.open_cursor(name, CursorOptions::default()).unwrap();
-                for &p in ps.iter().skip(k + 1).step_by(3) {
-                    cur.ack(p).unwrap();
-                }
-                cur.close().unwrap();
-            }
-            t.close().unwrap();
+            // An earlier release's directory (a committed sample: cursors `a`, `b` and `c` on
+            // cursor ledgers, acking every third entry from the second, third and fourth).
+            let sample = support::samples::ledger_sample("cursor-ledger-three");
+            sample.load(disk);
+            let ps = sample.positions();
             support::samples::to_earlier_layout(disk);
             ps
         },

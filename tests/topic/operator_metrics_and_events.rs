@@ -10,12 +10,11 @@ use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 use std::time::Instant;
 
-use crate::support;
 use crate::support::config::store_without_flusher;
+use ackstore::Position;
 use ackstore::observe;
 use ackstore::{CursorConfig, OverflowPolicy, PersistMode};
 use ackstore::{CursorOptions, LedgerConfig, ManagedLedger};
-use ackstore::{Error, Position};
 use ackstore::{MemStorage, Store};
 use metrics::{
     Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder, SharedString, Unit,
@@ -54,24 +53,6 @@ impl TestRecorder {
             .sum()
     }
 
-    /// The labels of the series of `name`, as sorted `key=value` strings.
-    fn labels(&self, name: &str) -> Vec<Vec<String>> {
-        self.values
-            .lock()
-            .unwrap()
-            .keys()
-            .filter(|k| k.name() == name)
-            .map(|k| {
-                let mut l: Vec<_> = k
-                    .labels()
-                    .map(|l| format!("{}={}", l.key(), l.value()))
-                    .collect();
-                l.sort();
-                l
-            })
-            .collect()
-    }
-
     /// The values recorded into the histogram `name`, by series (sorted `key=value` labels).
     fn histogram(&self, name: &str) -> Vec<(Vec<String>, Vec<f64>)> {
         self.histograms
@@ -88,15 +69,6 @@ impl TestRecorder {
                 (l, v.0.lock().unwrap().clone())
             })
             .collect()
-    }
-
-    /// The gauge `name` of the one series that has it.
-    fn gauge(&self, name: &str) -> f64 {
-        let values = self.values.lock().unwrap();
-        let mut series = values.iter().filter(|(k, _)| k.name() == name);
-        let (_, v) = series.next().expect("gauge recorded");
-        assert!(series.next().is_none(), "one series of {name}");
-        f64::from_bits(v.load(Ordering::Relaxed))
     }
 }
 
@@ -169,16 +141,6 @@ fn open(disk: &MemStorage, cursor: CursorConfig) -> ManagedLedger {
     ManagedLedger::open_with_storage(Arc::new(disk.clone()), config).unwrap()
 }
 
-/// [`open`] with new cursors on cursor ledgers: the per-cursor flush and fence metrics are the
-/// cursor-ledger writer's (a journal tick's are the journal's).
-fn open_on_ledgers(disk: &MemStorage, cursor: CursorConfig) -> ManagedLedger {
-    let config = support::config::on_cursor_ledgers(LedgerConfig {
-        cursor,
-        ..LedgerConfig::default()
-    });
-    ManagedLedger::open_with_storage(Arc::new(disk.clone()), config).unwrap()
-}
-
 /// Appends `n` entries and acks every other one (`n / 2` holes).
 fn alternating_acks(topic: &ManagedLedger, cursor: &ackstore::Cursor, n: u64) {
     let positions: Vec<Position> = (0..n)
@@ -188,68 +150,6 @@ fn alternating_acks(topic: &ManagedLedger, cursor: &ackstore::Cursor, n: u64) {
     for p in positions.iter().skip(1).step_by(2) {
         cursor.ack(*p).unwrap();
     }
-}
-
-#[test]
-fn a_flush_counts_once_with_the_bytes_it_wrote_and_the_fsyncs_match_the_log_stats() {
-    install_logger();
-    let recorder = TestRecorder::default();
-    metrics::with_local_recorder(&recorder, || {
-        let disk = MemStorage::new();
-        let topic = open_on_ledgers(&disk, CursorConfig::default());
-        let cursor = topic.open_cursor("sub", CursorOptions::default()).unwrap();
-        alternating_acks(&topic, &cursor, 40);
-        let before = recorder.counter(observe::FLUSHES);
-        cursor.flush().unwrap();
-        let stats = cursor.stats().unwrap();
-        assert_eq!(stats.persist.flushes, 1);
-        assert_eq!(recorder.counter(observe::FLUSHES) - before, 1);
-        assert!(stats.persist.last_flush_bytes > 0);
-        assert_eq!(
-            recorder.counter(observe::FLUSH_BYTES),
-            stats.persist.last_flush_bytes
-        );
-        // A second flush with one more ack adds its own bytes.
-        alternating_acks(&topic, &cursor, 2);
-        cursor.flush().unwrap();
-        let stats = cursor.stats().unwrap();
-        assert_eq!(recorder.counter(observe::FLUSHES), 2);
-        assert_eq!(recorder.counter(observe::FLUSHES), stats.persist.flushes);
-        assert!(recorder.counter(observe::FLUSH_BYTES) > stats.persist.last_flush_bytes);
-        assert_eq!(
-            recorder.gauge(observe::RESIDENT_BYTES),
-            stats.ackset.resident_bytes as f64
-        );
-        assert!(stats.ackset.resident_bytes > 0);
-        assert_eq!(
-            recorder.gauge(observe::BUDGET_BYTES),
-            stats.ackset.budget_bytes as f64
-        );
-        let series = recorder.labels(observe::FLUSHES);
-        assert_eq!(series.len(), 1, "{series:?}");
-        assert!(series[0][0].starts_with("cursor=cursor-"), "{series:?}");
-        assert_eq!(series[0][1], "topic=memory", "{series:?}");
-        let fsyncs = topic.log_stats().unwrap().fsyncs;
-        assert!(fsyncs >= 2);
-        assert_eq!(recorder.counter(observe::FSYNCS), fsyncs);
-        topic.close().unwrap();
-
-        // Reopened: one recovery, from a marker.
-        let topic = open(&disk, CursorConfig::default());
-        let cursor = topic.open_cursor("sub", CursorOptions::default()).unwrap();
-        assert_eq!(cursor.acked_ranges().unwrap().len(), 21);
-        assert_eq!(recorder.counter(observe::RECOVERIES), 1);
-        let series = recorder.labels(observe::RECOVERIES);
-        assert!(
-            series[0].contains(&"source=marker".to_string()),
-            "{series:?}"
-        );
-    });
-    assert!(
-        logged(log::Level::Warn).is_empty(),
-        "{:?}",
-        logged(log::Level::Warn)
-    );
 }
 
 #[test]
@@ -331,39 +231,6 @@ fn every_store_open_that_succeeds_records_how_long_it_took() {
             2
         );
     });
-}
-
-#[test]
-fn a_fence_is_counted_and_logged_once_per_handle() {
-    install_logger();
-    let recorder = TestRecorder::default();
-    metrics::with_local_recorder(&recorder, || {
-        let disk = MemStorage::new();
-        let old = open_on_ledgers(&disk, CursorConfig::default());
-        let cursor = old.open_cursor("sub", CursorOptions::default()).unwrap();
-        let first = old.append(b"m0").unwrap();
-        alternating_acks(&old, &cursor, 4);
-        cursor.flush().unwrap();
-        assert_eq!(recorder.counter(observe::FENCES), 0);
-        disk.break_lock();
-        let _new = open_on_ledgers(&disk, CursorConfig::default());
-        // A change the old handle may no longer persist.
-        cursor.ack(first).unwrap();
-        let err = cursor.flush().unwrap_err();
-        assert!(matches!(err, Error::Fenced { .. }), "{err}");
-        let fences = recorder.counter(observe::FENCES);
-        assert!(fences >= 1);
-        let err = cursor.flush().unwrap_err();
-        assert!(matches!(err, Error::Fenced { .. }), "{err}");
-        assert!(recorder.counter(observe::FENCES) > fences);
-    });
-    let warnings: Vec<_> = logged(log::Level::Warn)
-        .into_iter()
-        .filter(|m| m.contains("fenced"))
-        .collect();
-    // One per handle that found it (the topic's and, if it got that far, the cursor's).
-    assert!((1..=2).contains(&warnings.len()), "{warnings:?}");
-    assert!(warnings[0].starts_with("memory: fenced"), "{warnings:?}");
 }
 
 #[test]

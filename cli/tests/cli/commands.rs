@@ -5,7 +5,6 @@ use std::path::Path;
 use std::process::Output;
 
 use ackstore::internals::log::{ledger_file_name, parse_ledger_file_name};
-use ackstore::{CursorOptions, LedgerConfig, ManagedLedger, Position};
 
 use crate::support;
 
@@ -13,29 +12,12 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// A topic with 3 sealed ledgers of 10 entries and an open one with 5, and a cursor `sub/../x`
-/// that acked every third entry and flushed.
-/// A topic whose cursor persists in a cursor ledger (what inspect's per-cursor columns of a
-/// cursor ledger show; a journal cursor's state is in its journal rows).
-fn sample_topic(dir: &Path) -> Vec<Position> {
-    let config = support::config::on_cursor_ledgers(LedgerConfig {
-        max_entries_per_ledger: 10,
-        ..LedgerConfig::default()
-    });
-    let ml = ManagedLedger::open(dir, config).unwrap();
-    let positions: Vec<Position> = (0..35)
-        .map(|i| ml.append(format!("entry {i}").as_bytes()).unwrap())
-        .collect();
-    ml.sync().unwrap();
-    let cursor = ml
-        .open_cursor("sub/../x", CursorOptions::default())
-        .unwrap();
-    for p in positions.iter().skip(1).step_by(3) {
-        cursor.ack(*p).unwrap();
-    }
-    cursor.close().unwrap();
-    ml.close().unwrap();
-    positions
+/// A copy of the committed sample of a topic with 3 sealed ledgers of 10 entries and an open
+/// one with 5, and a cursor `sub/../x` on a cursor ledger (what inspect's per-cursor columns
+/// of a cursor ledger show; a journal cursor's state is in its journal rows) that acked every
+/// third entry from the second.
+fn sample_topic() -> tempfile::TempDir {
+    support::samples::sample_dir("cursor-ledger-inspect")
 }
 
 fn ledger_files(dir: &Path) -> Vec<(u64, std::path::PathBuf)> {
@@ -176,8 +158,7 @@ fn perf_refuses_an_unknown_pattern_with_a_sentence() {
 
 #[test]
 fn inspect_shows_ledgers_and_cursor_state_without_changing_the_directory() {
-    let dir = tempfile::tempdir().unwrap();
-    sample_topic(dir.path());
+    let dir = sample_topic();
     let before: Vec<_> = ledger_files(dir.path())
         .into_iter()
         .map(|(_, p)| std::fs::read(p).unwrap())
@@ -229,8 +210,7 @@ fn inspect_shows_ledgers_and_cursor_state_without_changing_the_directory() {
 
 #[test]
 fn verify_passes_a_healthy_directory() {
-    let dir = tempfile::tempdir().unwrap();
-    sample_topic(dir.path());
+    let dir = sample_topic();
     let out = support::cli::run(&["verify", dir.path().to_str().unwrap()]);
     assert!(
         out.status.success(),
@@ -243,8 +223,7 @@ fn verify_passes_a_healthy_directory() {
 
 #[test]
 fn verify_names_the_ledger_and_offset_of_a_flipped_byte_in_a_sealed_ledger() {
-    let dir = tempfile::tempdir().unwrap();
-    sample_topic(dir.path());
+    let dir = sample_topic();
     let (id, path) = ledger_files(dir.path()).into_iter().next().unwrap();
     let mut bytes = std::fs::read(&path).unwrap();
     let middle = bytes.len() / 2;
@@ -270,8 +249,7 @@ fn verify_names_the_ledger_and_offset_of_a_flipped_byte_in_a_sealed_ledger() {
 
 #[test]
 fn verify_reports_a_torn_tail_as_such_and_not_as_damage() {
-    let dir = tempfile::tempdir().unwrap();
-    sample_topic(dir.path());
+    let dir = sample_topic();
     let data_ledgers: Vec<_> = ledger_files(dir.path());
     // Closing a topic seals its data ledgers; the cursor ledger stays open. Tear its tail.
     let out = support::cli::run(&["inspect", dir.path().to_str().unwrap(), "--json"]);

@@ -52,22 +52,9 @@ fn verify_reports_swapped_cursor_records_as_damage() {
 /// (the state an operator could still restore).
 #[test]
 fn a_cursor_record_copied_over_another_is_refused_and_its_ledger_kept() {
-    let dir = tempfile::tempdir().unwrap();
-    {
-        // Cursors on cursor ledgers, whose record names their state (a cursor the journal holds
-        // is recovered from the journal, whose state binds its name).
-        let config = support::config::on_cursor_ledgers(LedgerConfig::default());
-        let ml = ManagedLedger::open(dir.path(), config).unwrap();
-        let p: Vec<_> = (0..10).map(|i| ml.append(&[i]).unwrap()).collect();
-        ml.sync().unwrap();
-        for (name, upto) in [("ahead", 8), ("behind", 1)] {
-            let c = ml.open_cursor(name, CursorOptions::default()).unwrap();
-            c.ack_cumulative(p[upto]).unwrap();
-            c.ack(p[upto + 1]).unwrap();
-            c.close().unwrap();
-        }
-        ml.close().unwrap();
-    }
+    // Cursors on cursor ledgers (a committed sample), whose record names their state (a
+    // cursor the journal holds is recovered from the journal, whose state binds its name).
+    let dir = support::samples::sample_dir("cursor-ledger-ahead-behind");
     let ledgers = || {
         let mut names: Vec<String> = std::fs::read_dir(dir.path())
             .unwrap()
