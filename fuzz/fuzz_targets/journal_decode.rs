@@ -3,8 +3,8 @@
 //! Bytes into the record decoder and the delta decoder (raw, and as the payload of every delta
 //! record found): they never panic, and a record or delta they accept encodes back to exactly
 //! its bytes. Bytes as a segment file (as they are, and behind a valid segment header)
-//! into `Journal::open` on the in-memory disk: it never panics, and every partition of every
-//! cursor it recovers loads or fails with an error.
+//! into `Journal::open` on the in-memory disk: it never panics, and every partition and every
+//! snapshot of every cursor it recovers loads or fails with an error.
 #![no_main]
 
 use std::sync::Arc;
@@ -36,6 +36,7 @@ fn open_segment(bytes: &[u8]) {
                     let _ = journal.load(cursor, key);
                 }
             }
+            let _ = journal.read_snapshot(cursor, |snapshot| Ok(snapshot.ranges().count()));
         }
     }
 }
