@@ -1269,3 +1269,66 @@ fn damage_to_an_imports_chain_or_the_snapshot_after_it_never_recovers_more_than_
         }
     });
 }
+
+/// A cursor read from a cursor ledger holding more ack ranges than the single-entry form's cap,
+/// opened for that form: the import (its first flush) commits every range as its chain; the
+/// next flush meets the cap. Under the error policy it fails and writes nothing, so a reopen
+/// recovers exactly what the import flushed; under the warn policy it commits the lowest
+/// ranges, counts the cut, and a reopen recovers those, never an ack nobody made.
+#[test]
+fn over_the_range_cap_an_import_keeps_every_range_and_the_next_flush_applies_the_policy() {
+    use ackstore::OverflowPolicy;
+    on_each_host(|host| {
+        for policy in [OverflowPolicy::Error, OverflowPolicy::Warn] {
+            let what = format!("{host:?}, {policy:?}");
+            let (disk, positions, acked) = legacy(host);
+            let mut single = support::topic::config(PER_LEDGER);
+            single.cursor.persist_mode = ackstore::PersistMode::SingleEntry;
+            single.cursor.max_ranges_single_entry = 10;
+            single.cursor.on_single_entry_overflow = policy;
+            let hosted = open_hosted(host, Arc::new(disk.clone()), &single).unwrap();
+            let cursor = hosted.open_cursor("sub", earliest()).unwrap();
+            let mut imported = acked.clone();
+            imported.insert(positions[5]);
+            cursor.ack(positions[5]).unwrap();
+            cursor.flush().unwrap();
+            assert_eq!(
+                cursor.stats().unwrap().persist.cursor_ledger,
+                None,
+                "{what}"
+            );
+            let mut truth = imported.clone();
+            truth.insert(positions[8]);
+            cursor.ack(positions[8]).unwrap();
+            let flushed = cursor.flush();
+            let stats = cursor.stats().unwrap().persist;
+            match policy {
+                OverflowPolicy::Error => assert!(
+                    matches!(flushed, Err(ackstore::Error::LimitExceeded { .. })),
+                    "{what}: {flushed:?}"
+                ),
+                _ => {
+                    flushed.unwrap();
+                    assert!(stats.ranges_cut > 0, "{what}: {stats:?}");
+                }
+            }
+            drop(cursor);
+            let image = disk.durable_image();
+            drop(hosted);
+            let report = verify(&image);
+            assert!(report.is_sound(), "{what}: {report}");
+            let hosted = open_hosted(host, Arc::new(image), &single).unwrap();
+            let cursor = hosted.open_cursor("sub", earliest()).unwrap();
+            let got = done(&cursor, &positions).unwrap();
+            match policy {
+                OverflowPolicy::Error => {
+                    assert_eq!(got, with_prefix(&imported, &positions), "{what}");
+                }
+                _ => {
+                    assert!(got.is_subset(&with_prefix(&truth, &positions)), "{what}");
+                    assert!(got.len() < imported.len(), "{what}: the cut ranges");
+                }
+            }
+        }
+    });
+}
