@@ -718,8 +718,7 @@ fn every_cursor_ledger_sample_opens_to_its_state_and_moves_into_the_journal_at_i
 fn a_ledger_cursor_opened_for_the_single_entry_form_moves_into_the_journal_on_each_host() {
     on_each_host(|host| {
         let (disk, positions, acked) = legacy(host);
-        let mut config = support::topic::config(PER_LEDGER);
-        config.cursor.persist_mode = ackstore::PersistMode::SingleEntry;
+        let config = single_form();
         let hosted = open_hosted(host, Arc::new(disk.clone()), &config).unwrap();
         let cursor = hosted.open_cursor("sub", earliest()).unwrap();
         let mut want = acked.clone();
@@ -749,6 +748,13 @@ fn a_ledger_cursor_opened_for_the_single_entry_form_moves_into_the_journal_on_ea
         );
         assert_eq!(cursor_ledger_files(&hosted), Vec::<u64>::new(), "{host:?}");
     });
+}
+
+/// The config of [`open`] with cursors of the single-entry form.
+fn single_form() -> LedgerConfig {
+    let mut config = support::topic::config(PER_LEDGER);
+    config.cursor.persist_mode = ackstore::PersistMode::SingleEntry;
+    config
 }
 
 /// Messages of each batch entry of the single-entry import tests.
@@ -1122,8 +1128,7 @@ fn an_imported_single_entry_cursor_changing_form_keeps_every_flushed_ack() {
         for seek in [false, true] {
             let what = format!("{host:?}, seek {seek}");
             let (disk, positions, acked) = legacy(host);
-            let mut single = support::topic::config(PER_LEDGER);
-            single.cursor.persist_mode = ackstore::PersistMode::SingleEntry;
+            let single = single_form();
             let multi = support::topic::config(PER_LEDGER);
             let hosted = open_hosted(host, Arc::new(disk.clone()), &single).unwrap();
             let cursor = hosted.open_cursor("sub", earliest()).unwrap();
@@ -1215,8 +1220,7 @@ fn damage_to_an_imports_chain_or_the_snapshot_after_it_never_recovers_more_than_
     use ackstore::internals::format::journal::RecordKind;
     on_each_host(|host| {
         let (disk, positions, acked) = legacy(host);
-        let mut single = support::topic::config(PER_LEDGER);
-        single.cursor.persist_mode = ackstore::PersistMode::SingleEntry;
+        let single = single_form();
         let hosted = open_hosted(host, Arc::new(disk.clone()), &single).unwrap();
         let cursor = hosted.open_cursor("sub", earliest()).unwrap();
         let mut want = acked.clone();
@@ -1282,8 +1286,7 @@ fn over_the_range_cap_an_import_keeps_every_range_and_the_next_flush_applies_the
         for policy in [OverflowPolicy::Error, OverflowPolicy::Warn] {
             let what = format!("{host:?}, {policy:?}");
             let (disk, positions, acked) = legacy(host);
-            let mut single = support::topic::config(PER_LEDGER);
-            single.cursor.persist_mode = ackstore::PersistMode::SingleEntry;
+            let mut single = single_form();
             single.cursor.max_ranges_single_entry = 10;
             single.cursor.on_single_entry_overflow = policy;
             let hosted = open_hosted(host, Arc::new(disk.clone()), &single).unwrap();
