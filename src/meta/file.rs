@@ -37,9 +37,10 @@
 //! version's name instead of listing (another writer built on ours: `Fenced`) and the name of
 //! the version it replaced (gone: another writer replaced that version and then its own, so
 //! ours went into a name freed below the record, the names above it maybe freed too:
-//! `Fenced`), and removes the version it replaced and, after a claim of the record by this
-//! store, the version that claim linked from: from an owned store's first write of a record on,
-//! the live directory holds one version of it. The same files are written in the same
+//! `Fenced`), and removes the version it replaced and, after claims of the record by this
+//! store, every version those claims linked from (a claim again before a write links from
+//! the name the first one linked): from an owned store's first write of a record on, the live directory holds
+//! one version of it, and a former owner holding any older version finds its name gone. The same files are written in the same
 //! order, so every power-cut state above is unchanged; the listing after a link and the lookup
 //! of the replaced name both catch a writer that links a version into a slot freed by several
 //! later writes. Under the lock the only other writers are former owners whose lock was broken,
@@ -108,8 +109,9 @@ struct Writes {
     swept: bool,
     /// Writes started by this store: hashed into the temporary file's nonce.
     count: u64,
-    /// Per record this store claimed, the version its claim linked from, which stays until
-    /// the record's next `put` removes it with the version that put replaces.
+    /// Per record this store claimed since its last write of it, the version its first such
+    /// claim linked from: the versions from it up to the one the record's next `put` replaces
+    /// (every name those claims linked) stay until that `put` removes them.
     claimed_from: std::collections::HashMap<String, u64>,
 }
 
@@ -490,8 +492,8 @@ impl FileMetaStore {
             }
         }
         if self.heads.is_some() {
-            // An owned store's writes remove only the version they replace (and the version
-            // this store's claim linked from): versions below the highest left by a power cut,
+            // An owned store's writes remove only the version they replace (and the versions
+            // this store's claims linked from): versions below the highest left by a power cut,
             // an earlier claim or a former owner go here, lowest first, once the directory's
             // names (the highest versions among them) are durable.
             let below: Vec<&String> = listed
@@ -735,13 +737,15 @@ impl MetaStore for FileMetaStore {
         )?;
         // Removing older versions needs no directory sync: after a power cut that brings one
         // back, the higher version still wins. An owned store that found the record by name
-        // removes the version it replaced and the one its claim of the record linked from
-        // (its sweep removed any other), so the record keeps one version in the live
-        // directory.
+        // removes the version it replaced and every one its claims of the record since its
+        // last write of it linked from (its sweep removed any other), so the record keeps one
+        // version in the live directory, and a former owner holding any of those versions
+        // finds it gone and is fenced (`link_version`, `check`) even once the names above it
+        // are freed too.
+        let claimed_from = writes.claimed_from.remove(name);
         if looked_up {
-            let claimed_from = writes.claimed_from.remove(name);
-            let older = [(highest > 0).then_some(highest), claimed_from];
-            for version in older.into_iter().flatten() {
+            let lowest = claimed_from.unwrap_or(highest).min(highest).max(1);
+            for version in (lowest..=highest).filter(|_| highest > 0) {
                 match self.storage.remove(&version_file(name, version)) {
                     Ok(()) => {}
                     Err(e) if is_not_found(&e) => {}
@@ -851,7 +855,12 @@ impl MetaStore for FileMetaStore {
             self.remove_listed_below(files, version, false)?;
         }
         self.learn(name, Known::At(next));
-        writes.claimed_from.insert(name.to_owned(), version);
+        // The first claim since this store's last write of the record: its later claims linked
+        // from names above this one.
+        writes
+            .claimed_from
+            .entry(name.to_owned())
+            .or_insert(version);
         drop(writes);
         Ok(next)
     }
@@ -1456,6 +1465,54 @@ mod tests {
                 assert!(!done || got == (4, b"C".to_vec()), "cut after {n}: {got:?}");
             }
         }
+    }
+
+    /// A former owner that read version 1 of a record writes late, after the new owner (whose
+    /// store had already written, so its sweep ran) claimed the record and wrote it twice: the
+    /// second write freed the names the late write checks and links (versions 2 and 3), so only
+    /// the lookup of version 1, which the new owner's first write after its claim removed,
+    /// tells the former owner it lost. Its write is refused and the record stays the new
+    /// owner's.
+    #[test]
+    fn a_former_owners_late_write_after_the_new_owners_claim_and_two_writes_is_fenced() {
+        former_owners_late_write_after_claims_and_two_writes(false);
+    }
+
+    /// [`a_former_owners_late_write_after_the_new_owners_claim_and_two_writes_is_fenced`] when
+    /// the new owner claimed the record twice before its first write of it: the version the
+    /// first claim linked from must go as well.
+    #[test]
+    fn a_former_owners_late_write_after_two_claims_and_two_writes_is_fenced() {
+        former_owners_late_write_after_claims_and_two_writes(true);
+    }
+
+    fn former_owners_late_write_after_claims_and_two_writes(twice: bool) {
+        let disk = MemStorage::new();
+        let storage: Arc<dyn Storage> = Arc::new(disk.clone());
+        FileMetaStore::new(storage.clone())
+            .put("topic", None, b"A")
+            .unwrap();
+        let former_lock = disk.lock().unwrap();
+        let former = FileMetaStore::owned(storage.clone(), &former_lock);
+        assert_eq!(former.get("topic").unwrap(), Some((1, b"A".to_vec())));
+        disk.break_lock();
+        let lock = disk.lock().unwrap();
+        let owner = FileMetaStore::owned(storage.clone(), &lock);
+        owner.put("other", None, b"first write: the sweep").unwrap();
+        // One claim, or two with no write between.
+        let claims = if twice { 2 } else { 1 };
+        for version in 1..=claims {
+            assert_eq!(owner.claim("topic", version).unwrap(), version + 1);
+        }
+        let v = claims + 1;
+        assert_eq!(owner.put("topic", Some(v), b"B").unwrap(), v + 1);
+        assert_eq!(owner.put("topic", Some(v + 1), b"C").unwrap(), v + 2);
+        let late = former.put("topic", Some(1), b"late");
+        assert!(is_fenced(&late), "claims {claims}: {late:?}");
+        for store in [&owner, &FileMetaStore::new(storage.clone())] {
+            assert_eq!(store.get("topic").unwrap(), Some((v + 2, b"C".to_vec())));
+        }
+        assert_eq!(owner.put("topic", Some(v + 2), b"D").unwrap(), v + 3);
     }
 
     fn power_cuts_leave_the_old_or_the_new_record_whole(owned: bool) {

@@ -723,8 +723,7 @@ fn every_cursor_ledger_sample_opens_to_its_state_and_moves_into_the_journal_at_i
 fn a_ledger_cursor_opened_for_the_single_entry_form_moves_into_the_journal_on_each_host() {
     on_each_host(|host| {
         let (disk, positions, acked) = legacy(host);
-        let mut config = support::topic::config(PER_LEDGER);
-        config.cursor.persist_mode = ackstore::PersistMode::SingleEntry;
+        let config = single_form();
         let hosted = open_hosted(host, Arc::new(disk.clone()), &config).unwrap();
         let cursor = hosted.open_cursor("sub", earliest()).unwrap();
         let mut want = acked.clone();
@@ -754,6 +753,13 @@ fn a_ledger_cursor_opened_for_the_single_entry_form_moves_into_the_journal_on_ea
         );
         assert_eq!(cursor_ledger_files(&hosted), Vec::<u64>::new(), "{host:?}");
     });
+}
+
+/// The config of [`open`] with cursors of the single-entry form.
+fn single_form() -> LedgerConfig {
+    let mut config = support::topic::config(PER_LEDGER);
+    config.cursor.persist_mode = ackstore::PersistMode::SingleEntry;
+    config
 }
 
 /// Messages of each batch entry of the single-entry import tests.
@@ -1225,6 +1231,226 @@ fn a_damaged_cursor_ledger_of_a_sample_opens_to_at_most_its_acks_and_imports() {
                     || matches!(damage, Damage::SwappedWithAnothersLedger),
                 "{what}: sub's cursor ledger is left"
             );
+        }
+    });
+}
+
+/// A cursor read from a cursor ledger, opened for the single-entry form, imported by a flush
+/// (its chain) and flushed again (its first snapshot, after a seek back to the start or not),
+/// then reopened in the multi-entry form, acked and flushed, then reopened in each form: every
+/// flushed ack is kept and none a seek cleared comes back, against a model, with `verify`
+/// clean. The import's chain is the cursor's only chain until the change of form, so the
+/// multi-entry flush must write a whole state, not build on it.
+#[test]
+fn an_imported_single_entry_cursor_changing_form_keeps_every_flushed_ack() {
+    on_each_host(|host| {
+        for seek in [false, true] {
+            let what = format!("{host:?}, seek {seek}");
+            let (disk, positions, acked) = legacy(host);
+            let single = single_form();
+            let multi = support::topic::config(PER_LEDGER);
+            let hosted = open_hosted(host, Arc::new(disk.clone()), &single).unwrap();
+            let cursor = hosted.open_cursor("sub", earliest()).unwrap();
+            let mut want = acked.clone();
+            want.insert(positions[5]);
+            cursor.ack(positions[5]).unwrap();
+            cursor.flush().unwrap();
+            assert_eq!(
+                cursor.stats().unwrap().persist.markers,
+                1,
+                "{what}: the import"
+            );
+            if seek {
+                cursor.seek(positions[0]).unwrap();
+                want.clear();
+            }
+            want.insert(positions[8]);
+            cursor.ack(positions[8]).unwrap();
+            cursor.flush().unwrap();
+            assert!(cursor.stats().unwrap().persist.snapshots > 0, "{what}");
+            drop(cursor);
+            hosted.close().unwrap();
+            let disk = disk.durable_image();
+            let hosted = open_hosted(host, Arc::new(disk.clone()), &multi).unwrap();
+            let cursor = hosted.open_cursor("sub", earliest()).unwrap();
+            let what_now = format!("{what}: reopened multi-entry");
+            assert_eq!(
+                done(&cursor, &positions).unwrap(),
+                with_prefix(&want, &positions),
+                "{what_now}"
+            );
+            want.insert(positions[11]);
+            cursor.ack(positions[11]).unwrap();
+            cursor.flush().unwrap();
+            drop(cursor);
+            hosted.close().unwrap();
+            let image = disk.durable_image();
+            let report = verify(&image);
+            assert!(report.is_sound(), "{what}: {report}");
+            for (config, form) in [(&multi, "multi-entry"), (&single, "single-entry")] {
+                let hosted = open_hosted(host, Arc::new(image.durable_image()), config).unwrap();
+                let cursor = hosted.open_cursor("sub", earliest()).unwrap();
+                assert_eq!(
+                    done(&cursor, &positions).unwrap(),
+                    with_prefix(&want, &positions),
+                    "{what}: flushed multi-entry, reopened {form}"
+                );
+            }
+        }
+    });
+}
+
+/// `image` with one bit of the payload of the journal record at `offset` of segment `name`
+/// flipped: with the frame's CRC recomputed (`reframe`, so only the checks inside the record
+/// or of the records naming it can notice), or not (the frame's CRC fails).
+fn flip_a_payload_bit(image: &MemStorage, (name, offset): (&str, usize), at: usize, reframe: bool) {
+    use ackstore::internals::format::journal::{Record, decode_record, encode_record};
+    let mut bytes = image.live_bytes(name).unwrap();
+    let (record, len) = decode_record(&bytes[offset..]).unwrap().unwrap();
+    let mut payload = record.payload.to_vec();
+    let at = at % payload.len();
+    payload[at] ^= 0x04;
+    let mut out = Vec::new();
+    encode_record(
+        &mut out,
+        &Record {
+            payload: &payload,
+            ..record
+        },
+    )
+    .unwrap();
+    assert_eq!(out.len(), len);
+    if reframe {
+        bytes[offset..offset + len].copy_from_slice(&out);
+    } else {
+        let start = len - payload.len();
+        bytes[offset + start + at] ^= 0x04;
+    }
+    image.set_bytes(name, bytes).unwrap();
+}
+
+/// A single-entry cursor read from a cursor ledger, imported (its chain: partitions and a
+/// marker) and flushed again (its snapshot), then a bit flipped in each record of the chain
+/// and of the snapshot, with its frame's CRC recomputed or not: the open either refuses the
+/// directory as damage, as `verify` does, or recovers exactly the acks flushed (the snapshot,
+/// which is the cursor's state); never more. A flipped snapshot is always refused by both.
+#[test]
+fn damage_to_an_imports_chain_or_the_snapshot_after_it_never_recovers_more_than_flushed() {
+    use ackstore::internals::format::journal::RecordKind;
+    on_each_host(|host| {
+        let (disk, positions, acked) = legacy(host);
+        let single = single_form();
+        let hosted = open_hosted(host, Arc::new(disk.clone()), &single).unwrap();
+        let cursor = hosted.open_cursor("sub", earliest()).unwrap();
+        let mut want = acked.clone();
+        for p in [positions[5], positions[8]] {
+            cursor.ack(p).unwrap();
+            cursor.flush().unwrap();
+            want.insert(p);
+        }
+        let want = with_prefix(&want, &positions);
+        drop(cursor);
+        hosted.close().unwrap();
+        let base = disk.durable_image();
+        let mut targets = Vec::new();
+        for name in base.list_prefix("journal-").unwrap() {
+            let bytes = base.live_bytes(&name).unwrap();
+            for r in support::mutate::records_of(&bytes) {
+                if matches!(
+                    r.kind,
+                    RecordKind::Marker | RecordKind::Partition | RecordKind::Snapshot
+                ) {
+                    targets.push((name.clone(), r.offset, r.len, r.kind));
+                }
+            }
+        }
+        let kinds: BTreeSet<String> = targets.iter().map(|t| format!("{:?}", t.3)).collect();
+        assert_eq!(
+            kinds.len(),
+            3,
+            "{host:?}: the chain and the snapshot: {targets:?}"
+        );
+        for (name, offset, len, kind) in targets {
+            for (at, reframe) in [(16, true), (len / 2, true), (len / 2, false), (len, false)] {
+                let what = format!("{host:?}: {kind:?} at {offset}, bit {at}, reframed {reframe}");
+                let image = base.durable_image();
+                flip_a_payload_bit(&image, (&name, offset), at, reframe);
+                let sound = verify(&image).is_sound();
+                let opened = open_hosted(host, Arc::new(image.clone()), &single).and_then(|h| {
+                    let cursor = h.open_cursor("sub", earliest())?;
+                    done(&cursor, &positions)
+                });
+                match opened {
+                    Ok(got) => {
+                        assert!(kind != RecordKind::Snapshot, "{what}: opened");
+                        assert_eq!(got, want, "{what}");
+                    }
+                    Err(ackstore::Error::Corrupted { .. }) => assert!(!sound, "{what}"),
+                    Err(e) => panic!("{what}: {e}"),
+                }
+            }
+        }
+    });
+}
+
+/// A cursor read from a cursor ledger holding more ack ranges than the single-entry form's cap,
+/// opened for that form: the import (its first flush) commits every range as its chain; the
+/// next flush meets the cap. Under the error policy it fails and writes nothing, so a reopen
+/// recovers exactly what the import flushed; under the warn policy it commits the lowest
+/// ranges, counts the cut, and a reopen recovers those, never an ack nobody made.
+#[test]
+fn over_the_range_cap_an_import_keeps_every_range_and_the_next_flush_applies_the_policy() {
+    use ackstore::OverflowPolicy;
+    on_each_host(|host| {
+        for policy in [OverflowPolicy::Error, OverflowPolicy::Warn] {
+            let what = format!("{host:?}, {policy:?}");
+            let (disk, positions, acked) = legacy(host);
+            let mut single = single_form();
+            single.cursor.max_ranges_single_entry = 10;
+            single.cursor.on_single_entry_overflow = policy;
+            let hosted = open_hosted(host, Arc::new(disk.clone()), &single).unwrap();
+            let cursor = hosted.open_cursor("sub", earliest()).unwrap();
+            let mut imported = acked.clone();
+            imported.insert(positions[5]);
+            cursor.ack(positions[5]).unwrap();
+            cursor.flush().unwrap();
+            assert_eq!(
+                cursor.stats().unwrap().persist.cursor_ledger,
+                None,
+                "{what}"
+            );
+            let mut truth = imported.clone();
+            truth.insert(positions[8]);
+            cursor.ack(positions[8]).unwrap();
+            let flushed = cursor.flush();
+            let stats = cursor.stats().unwrap().persist;
+            match policy {
+                OverflowPolicy::Error => assert!(
+                    matches!(flushed, Err(ackstore::Error::LimitExceeded { .. })),
+                    "{what}: {flushed:?}"
+                ),
+                _ => {
+                    flushed.unwrap();
+                    assert!(stats.ranges_cut > 0, "{what}: {stats:?}");
+                }
+            }
+            drop(cursor);
+            let image = disk.durable_image();
+            drop(hosted);
+            let report = verify(&image);
+            assert!(report.is_sound(), "{what}: {report}");
+            let hosted = open_hosted(host, Arc::new(image), &single).unwrap();
+            let cursor = hosted.open_cursor("sub", earliest()).unwrap();
+            let got = done(&cursor, &positions).unwrap();
+            match policy {
+                OverflowPolicy::Error => {
+                    assert_eq!(got, with_prefix(&imported, &positions), "{what}");
+                }
+                _ => {
+                    assert!(got.is_subset(&with_prefix(&truth, &positions)), "{what}");
+                    assert!(got.len() < imported.len(), "{what}: the cut ranges");
+                }
+            }
         }
     });
 }
