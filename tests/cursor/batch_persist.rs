@@ -14,7 +14,7 @@ use ackstore::{
     AppendMeta, Cursor, CursorConfig, InitialPosition, LedgerConfig, ManagedLedger, MemStorage,
     PersistMode,
 };
-use support::crash::{Cut, Points, cut_everywhere_after, torn_image, unsynced_tail};
+use support::crash::{Cut, Points, cut_everywhere_after, cut_images};
 use support::topic::{Host, Hosted, at, config, on_each_host, open_hosted};
 use support::workload::{Rng, seed_from_env};
 
@@ -302,9 +302,7 @@ fn power_cut_during_a_flush(host: Host) {
         |disk, Cut { n, .. }, (topic, c, e, before, after, flushed)| {
             drop(c);
             std::mem::forget(topic);
-            let tail = unsynced_tail(disk);
-            let torn = (0..=tail).map(|k| (k, torn_image(disk, |u| u.min(k))));
-            for (keep, image) in std::iter::once((0, disk.durable_image())).chain(torn) {
+            for (keep, image) in cut_images(disk) {
                 let what = format!("cut at {n}, {keep} tail bytes kept");
                 let topic = open_hosted(host, Arc::new(image), &ledgers).unwrap();
                 let c = earliest(&topic);

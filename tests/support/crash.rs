@@ -142,3 +142,11 @@ pub fn unsynced_tail(disk: &MemStorage) -> usize {
     });
     longest
 }
+
+/// The images a power cut can leave of `disk`, each with the unsynced bytes it kept per file:
+/// the durable image (0), then every [`torn_image`] keeping the first `k` bytes of each
+/// unsynced tail, `k` from 0 to the [`unsynced_tail`].
+pub fn cut_images(disk: &MemStorage) -> impl Iterator<Item = (usize, MemStorage)> + '_ {
+    let torn = (0..=unsynced_tail(disk)).map(move |k| (k, torn_image(disk, |u| u.min(k))));
+    std::iter::once((0, disk.durable_image())).chain(torn)
+}
