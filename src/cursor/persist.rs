@@ -49,7 +49,7 @@ use super::batch_store::{BATCH_INLINE_ROWS, BatchTable};
 use super::config::CursorConfig;
 use super::config::PersistMode;
 use super::record::Fence;
-use super::record::{RecordOwner, VersionedRecord, read_record};
+use super::record::{RecordOwner, VersionedRecord};
 use super::snapshot::{apply_overflow, build_snapshot};
 pub use super::stats::PersistStats;
 use super::store::{
@@ -106,9 +106,8 @@ pub struct TableShape {
 
 /// Writes one cursor's ack state to its cursor ledger and keeps its record pointing there.
 ///
-/// Obtain one from [`CursorPersister::new_cursor`] (no persisted acks) or from
-/// [`super::recover::recover`]; both also hand out the cursor's `RangeSetWrapper`, whose
-/// partition store is this cursor's ledger. Not shared between threads: the owner serializes
+/// Obtain one from [`super::recover::recover`], which also hands out the cursor's
+/// `RangeSetWrapper`, whose partition store is this cursor's ledger. Not shared between threads: the owner serializes
 /// acks and flushes (`&mut` on both).
 #[derive(Debug)]
 pub struct CursorPersister {
@@ -161,42 +160,6 @@ pub(crate) struct Assembly {
 }
 
 impl CursorPersister {
-    /// Starts persistence for a cursor with no persisted acks, and its empty ack set.
-    ///
-    /// `record_name` is the cursor's record in `meta` (`cursor-{id}`). If the record exists it
-    /// is kept (name and all) and updated by compare-and-set on the first flush; a cursor
-    /// ledger it pointed to is deleted once the first flush has switched the record to a new
-    /// one. If it does not exist, the first flush creates it, named `record_name`.
-    pub fn new_cursor(
-        log: Arc<EntryLog>,
-        meta: Arc<dyn MetaStore>,
-        record_name: &str,
-        config: CursorConfig,
-    ) -> Result<(Self, RangeSetWrapper)> {
-        let record = read_record(meta.as_ref(), record_name)?;
-        let handles = Handles {
-            log,
-            meta,
-            record_name: record_name.to_string(),
-            config,
-        };
-        let persister = Self::assemble(
-            handles,
-            Assembly {
-                record,
-                shared: Shared::default(),
-                committed: CommittedTable::default(),
-                persisted_bytes: 0,
-                batch_table: BatchTable::new(),
-            },
-        );
-        let acks = RangeSetWrapper::new(
-            persister.partition_store(),
-            persister.config.lru_capacity_bytes,
-        );
-        Ok((persister, acks))
-    }
-
     pub(crate) fn assemble(handles: Handles, parts: Assembly) -> Self {
         let Handles {
             log,
@@ -264,7 +227,7 @@ impl CursorPersister {
 
     /// A partition store over this cursor's ledger, for a `RangeSetWrapper` of this cursor.
     ///
-    /// The wrapper handed out by [`CursorPersister::new_cursor`] or recovery already has one;
+    /// The wrapper handed out by recovery already has one;
     /// a second wrapper over the same cursor would see the same locations.
     #[must_use]
     pub fn partition_store(&self) -> Box<dyn PartitionStore> {
