@@ -1,23 +1,18 @@
-//! The store's cursor journal against today's per-cursor path, on real files, in one run.
+//! The cursor journal's flush tick, on real files.
 //!
 //! A flush tick of `CURSORS` cursors, each with one new ack (one dirty partition): one journal
-//! tick (`Journal::commit`: every cursor's partition and marker, one `fdatasync`) against the
-//! same cursors each flushed through its own cursor ledger (`CursorPersister::flush`: a
-//! partition, a marker and an `fdatasync` per cursor), the baseline. The syncs per tick of the
-//! journal are printed.
+//! tick (`Journal::commit`: every cursor's partition and marker, one `fdatasync`). The syncs
+//! per tick are printed.
 //!
 //! Run: `cargo bench --bench journal -- --warm-up-time 1 --measurement-time 10`.
 
 use std::sync::Arc;
 
-use ackstore::CursorConfig;
 use ackstore::Position;
 use ackstore::internals::ackset::RangeSetWrapper;
-use ackstore::internals::cursor::persist::{CursorPersister, PersistedState};
+use ackstore::internals::format::cursor::PersistedState;
 use ackstore::internals::journal::index::CursorId;
 use ackstore::internals::journal::{CursorFlush, Journal, JournalConfig, JournalPartitions, Seal};
-use ackstore::internals::log::{EntryLog, LogConfig};
-use ackstore::internals::meta::{FileMetaStore, MetaStore};
 use ackstore::{FileStorage, Storage};
 use criterion::{Criterion, criterion_group, criterion_main};
 
@@ -89,36 +84,6 @@ fn tick(c: &mut Criterion) {
         syncs as f64 / ticks as f64
     );
 
-    let tmp = tempfile::tempdir().unwrap();
-    let storage = storage(&tmp);
-    let log = Arc::new(EntryLog::open(storage.clone(), LogConfig::default()).unwrap());
-    let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(storage));
-    let mut persisters: Vec<(CursorPersister, RangeSetWrapper)> = (0..CURSORS)
-        .map(|i| {
-            CursorPersister::new_cursor(
-                log.clone(),
-                meta.clone(),
-                &format!("cursor-{i}"),
-                CursorConfig::default(),
-            )
-            .unwrap()
-        })
-        .collect();
-    // The first flush creates each cursor ledger and record: not part of a steady tick.
-    for (p, set) in &mut persisters {
-        set.add(Position::new(1, 1)).unwrap();
-        p.flush(&state(0), set).unwrap();
-    }
-    let mut next = 0u64;
-    group.bench_function("baseline_per_cursor_flush", |b| {
-        b.iter(|| {
-            next += 1;
-            for (p, set) in &mut persisters {
-                set.add(Position::new(1, next * 2 + 1)).unwrap();
-                p.flush(&state(next), set).unwrap();
-            }
-        });
-    });
     group.finish();
 }
 

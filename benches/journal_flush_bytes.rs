@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ackstore::internals::ackset::RangeSetWrapper;
-use ackstore::internals::cursor::persist::PersistedState;
+use ackstore::internals::format::cursor::PersistedState;
 use ackstore::internals::journal::index::CursorId;
 use ackstore::internals::journal::{CursorFlush, Journal, JournalConfig, JournalPartitions, Seal};
 use ackstore::{FileStorage, Position, Storage};

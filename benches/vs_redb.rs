@@ -5,23 +5,23 @@
 //! on the same data, on real files in a temporary directory, one after the other per figure:
 //!
 //! - acks/s in memory: alternating (every other entry), random 50% and sparse 1% of 1M and 10M
-//!   entries, acked in entry order (ackstore: `RangeSetWrapper::add` of a cursor's ack set;
+//!   entries, acked in entry order (ackstore: `RangeSetWrapper::add` of a store cursor's ack set;
 //!   baseline: the map lookup and `RoaringBitmap::insert`, marking the block dirty);
 //! - flush after one more ack with 10M alternating entries acked: time, and bytes handed to
-//!   `write` (`wchar` of `/proc/self/io`, printed; ackstore's own count beside it);
+//!   `write` (`wchar` of `/proc/self/io`, printed): ackstore writes the dirty partition and the
+//!   marker in one tick of a store's cursor journal;
 //! - restart to first answer with 10M alternating: open the files and answer one is-acked;
 //! - full load of 10M random 50%: open and count every acked range.
 //!
-//! The two restarts run a third way too, `journal`: the same ack set flushed in one tick of a
-//! store's cursor journal (one segment, listed as a store's catalog lists it), recovered as a
-//! store cursor is: the journal's scan (every marker, no partition decoded), the cursor's rows,
-//! then the answer (one partition loaded) or every partition loaded and its ranges counted.
-//! `Store::open`'s claim and seal (catalog writes) come on top: `ackstore perf --in-store`.
+//! ackstore's side is a store's cursor journal (one segment, listed as a store's catalog lists
+//! it), recovered as a store cursor is: the journal's scan (every marker, no partition
+//! decoded), the cursor's rows, then the answer (one partition loaded) or every partition
+//! loaded and its ranges counted. `Store::open`'s claim and seal (catalog writes) come on top:
+//! `ackstore perf --in-store`.
 //!
 //! Run: `cargo bench --bench vs_redb -- --warm-up-time 1 --measurement-time 3`.
 
 use std::collections::HashMap;
-use std::hint::black_box;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,20 +29,16 @@ use std::time::Duration;
 use ackstore::CursorConfig;
 use ackstore::Position;
 use ackstore::internals::ackset::RangeSetWrapper;
-use ackstore::internals::cursor::persist::{CursorPersister, PersistedState};
-use ackstore::internals::cursor::recover::recover;
+use ackstore::internals::format::cursor::PersistedState;
 use ackstore::internals::journal::index::CursorId;
 use ackstore::internals::journal::{
     CursorFlush, Journal, JournalConfig, JournalPartitions, Listed,
 };
-use ackstore::internals::log::{EntryLog, LogConfig};
-use ackstore::internals::meta::{FileMetaStore, MetaStore};
 use ackstore::{FileStorage, Storage};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use roaring::RoaringBitmap;
 
-const RECORD: &str = "cursor-1";
 /// Entries per data ledger (as in the persist bench).
 const LEDGER_ENTRIES: u64 = 1 << 20;
 /// Entries per baseline block: one roaring container.
@@ -156,18 +152,6 @@ impl Blocks {
     }
 }
 
-fn log_and_meta(dir: &Path) -> (Arc<EntryLog>, Arc<dyn MetaStore>) {
-    let storage: Arc<dyn Storage> = Arc::new(FileStorage::open(dir, true).unwrap());
-    let log = EntryLog::open(Arc::clone(&storage), LogConfig::default()).unwrap();
-    let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(storage));
-    (Arc::new(log), meta)
-}
-
-fn new_cursor(dir: &Path) -> (CursorPersister, RangeSetWrapper) {
-    let (log, meta) = log_and_meta(dir);
-    CursorPersister::new_cursor(log, meta, RECORD, CursorConfig::default()).unwrap()
-}
-
 /// The one cursor of the journal variant.
 const JOURNAL_CURSOR: CursorId = CursorId {
     topic: 1,
@@ -194,20 +178,20 @@ fn open_journal(dir: &Path) -> Arc<Journal> {
     Arc::new(journal.unwrap())
 }
 
-/// `acks` added to a store cursor's ack set and flushed in one tick of a journal in `dir`.
-fn journal_flushed(dir: &Path, acks: &[Position]) {
-    let journal = open_journal(dir);
-    let mut set = RangeSetWrapper::new(
+/// A store cursor's empty ack set over `journal`, keeping at most `budget` bytes resident.
+fn journal_set(journal: &Arc<Journal>, budget: usize) -> RangeSetWrapper {
+    RangeSetWrapper::new(
         Box::new(JournalPartitions::new(journal.clone(), JOURNAL_CURSOR)),
-        usize::MAX,
-    );
-    for &p in acks {
-        set.add(p).unwrap();
-    }
-    let live: Vec<_> = set.partitions().into_iter().map(|(k, _)| k).collect();
-    let written = live
-        .iter()
-        .map(|&k| (k, set.bitmap(k).unwrap().unwrap()))
+        budget,
+    )
+}
+
+/// One tick of `journal` for the cursor of `set`: its dirty partitions and its marker, synced.
+fn journal_tick(journal: &Journal, set: &mut RangeSetWrapper) {
+    let written = set
+        .dirty_keys()
+        .into_iter()
+        .map(|k| (k, set.bitmap(k).unwrap().unwrap()))
         .collect();
     journal
         .commit(&[CursorFlush {
@@ -215,9 +199,23 @@ fn journal_flushed(dir: &Path, acks: &[Position]) {
             name: 0,
             state: PersistedState::default(),
             written,
-            live,
+            live: set.partitions().into_iter().map(|(k, _)| k).collect(),
         }])
         .unwrap();
+    for k in set.dirty_keys() {
+        set.mark_persisted(k);
+    }
+}
+
+/// `acks` added to a store cursor's ack set and flushed in one tick of a journal in `dir`.
+fn journal_flushed(dir: &Path, acks: &[Position]) -> (Arc<Journal>, RangeSetWrapper) {
+    let journal = open_journal(dir);
+    let mut set = journal_set(&journal, usize::MAX);
+    for &p in acks {
+        set.add(p).unwrap();
+    }
+    journal_tick(&journal, &mut set);
+    (journal, set)
 }
 
 /// A store cursor's recovery from the journal in `dir`: the scan, then its rows.
@@ -242,14 +240,15 @@ fn acks_per_second(c: &mut Criterion) {
                 b.iter_batched(
                     || {
                         let dir = tempfile::tempdir().unwrap();
-                        let cursor = new_cursor(dir.path());
-                        (dir, cursor)
+                        let journal = open_journal(dir.path());
+                        let set = journal_set(&journal, CursorConfig::default().lru_capacity_bytes);
+                        (dir, journal, set)
                     },
-                    |(dir, (persister, mut set))| {
+                    |(dir, journal, mut set)| {
                         for &p in &acks {
                             set.add(p).unwrap();
                         }
-                        (dir, persister, set)
+                        (dir, journal, set)
                     },
                     BatchSize::PerIteration,
                 );
@@ -276,7 +275,7 @@ fn persisted(
     pattern: &str,
 ) -> (
     tempfile::TempDir,
-    CursorPersister,
+    Arc<Journal>,
     RangeSetWrapper,
     tempfile::TempDir,
     Database,
@@ -284,25 +283,21 @@ fn persisted(
 ) {
     let acks = positions(pattern, 10_000_000);
     let ours = tempfile::tempdir().unwrap();
-    let (mut persister, mut set) = new_cursor(ours.path());
+    let (journal, set) = journal_flushed(ours.path(), &acks);
     let theirs = tempfile::tempdir().unwrap();
     let db = Database::create(theirs.path().join("acks.redb")).unwrap();
     let mut blocks = Blocks::default();
     for &p in &acks {
-        set.add(p).unwrap();
         blocks.ack(p);
     }
-    persister
-        .flush(&PersistedState::default(), &mut set)
-        .unwrap();
     blocks.flush(&db);
-    (ours, persister, set, theirs, db, blocks)
+    (ours, journal, set, theirs, db, blocks)
 }
 
 fn flush_after_one_ack(c: &mut Criterion) {
     let mut group = c.benchmark_group("vs_redb/flush_after_one_ack_10M_alternating");
     group.sample_size(10);
-    let (_ours, mut persister, mut set, _theirs, db, mut blocks) = persisted("alternating");
+    let (_ours, journal, mut set, _theirs, db, mut blocks) = persisted("alternating");
     // Each flush fills the next hole: entry 1, 3, 5, ...
     let (mut ours_next, mut theirs_next) = (0u64, 0u64);
     let fill = |next: &mut u64| {
@@ -312,27 +307,20 @@ fn flush_after_one_ack(c: &mut Criterion) {
     };
     let before = written();
     set.add(fill(&mut ours_next)).unwrap();
-    let stats = persister
-        .flush(&PersistedState::default(), &mut set)
-        .unwrap();
+    journal_tick(&journal, &mut set);
     let ours_written = written() - before;
     let before = written();
     blocks.ack(fill(&mut theirs_next));
     blocks.flush(&db);
     let theirs_written = written() - before;
     eprintln!(
-        "vs_redb/flush_after_one_ack_10M_alternating: ackstore {ours_written} bytes written \
-         ({} appended by the persister), redb_roaring {theirs_written} bytes written",
-        stats.bytes
+        "vs_redb/flush_after_one_ack_10M_alternating: ackstore {ours_written} bytes written, \
+         redb_roaring {theirs_written} bytes written"
     );
     group.bench_function("ackstore", |b| {
         b.iter(|| {
             set.add(fill(&mut ours_next)).unwrap();
-            black_box(
-                persister
-                    .flush(&PersistedState::default(), &mut set)
-                    .unwrap(),
-            )
+            journal_tick(&journal, &mut set);
         });
     });
     group.bench_function("redb_roaring", |b| {
@@ -348,12 +336,10 @@ fn restart(c: &mut Criterion) {
     let mut group = c.benchmark_group("vs_redb/restart_10M");
     group.sample_size(10);
     for (pattern, what) in [("alternating", "first_answer"), ("random_50", "full_load")] {
-        let (ours, persister, set, theirs, db, _blocks) = persisted(pattern);
+        let (ours, journal, set, theirs, db, _blocks) = persisted(pattern);
         let probe = Position::new(1 + 5_000_000 / LEDGER_ENTRIES, 5_000_000 % LEDGER_ENTRIES);
         let expected_ranges = Blocks::load_and_count_ranges(&db);
-        drop((persister, set, db));
-        let journal = tempfile::tempdir().unwrap();
-        journal_flushed(journal.path(), &positions(pattern, 10_000_000));
+        drop((journal, set, db));
         let path = theirs.path().join("acks.redb");
         let answer = |acks: &mut RangeSetWrapper| {
             if what == "first_answer" {
@@ -362,15 +348,8 @@ fn restart(c: &mut Criterion) {
                 assert_eq!(acks.range_count().unwrap(), expected_ranges);
             }
         };
-        group.bench_function(format!("{pattern}/{what}/ackstore"), |b| {
-            b.iter(|| {
-                let (log, meta) = log_and_meta(ours.path());
-                let mut cursor = recover(log, meta, RECORD, CursorConfig::default()).unwrap();
-                answer(&mut cursor.acks);
-            });
-        });
         group.bench_function(format!("{pattern}/{what}/journal"), |b| {
-            b.iter(|| answer(&mut journal_recovered(journal.path())));
+            b.iter(|| answer(&mut journal_recovered(ours.path())));
         });
         group.bench_function(format!("{pattern}/{what}/redb_roaring"), |b| {
             b.iter(|| {

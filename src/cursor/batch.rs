@@ -41,7 +41,7 @@ use crate::format::cursor::{BatchPartition, MAX_BATCH_SIZE, PartialEntry};
 use crate::position::Position;
 
 use super::batch_store::BatchStore;
-use super::persist::{BatchLocation, BatchTable};
+use super::batch_store::{BatchLocation, BatchTable};
 
 /// Bytes a partial entry costs besides its bitmap: the map node, key and size.
 pub(crate) const ENTRY_OVERHEAD: usize = 64;

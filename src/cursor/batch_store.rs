@@ -1,7 +1,8 @@
 //! Where a cursor's partial entries (batch-index acks) go when they are evicted from memory,
 //! and where cold ones are loaded from.
 //!
-//! Owns: the [`BatchStore`] trait and its two implementations: [`CursorBatchStore`], which
+//! Owns: [`BatchLocation`] (where a partition's batch-index entry is, as a marker's row names
+//! it), the [`BatchStore`] trait and its two implementations: [`CursorBatchStore`], which
 //! appends an evicted partition's partial entries to the cursor ledger as a batch-index entry
 //! (kind 5, exactly the bytes a flush writes) and reads them back verified; and
 //! [`MemBatchStore`], which keeps them encoded in memory, for a non-durable cursor (it has no
@@ -11,7 +12,7 @@
 //! that references it is synced), or hand out a partition whose entry fails its CRC, key or
 //! count check.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::Arc;
 
@@ -23,8 +24,24 @@ use crate::format::cursor::{
 use crate::log::EntryLog;
 use crate::position::Position;
 
-use super::persist::BatchLocation;
 use super::store::{SharedState, append_entry, at_entry, ensure_ledger};
+
+/// Most rows a marker holds its batch table inline; a larger table goes to batch pages
+/// (kind 6) and the marker lists those instead, so the table takes at most this many rows'
+/// bytes of a marker until more than this many pages are needed.
+pub(crate) const BATCH_INLINE_ROWS: usize = 16;
+
+/// Where a partition's committed batch-index entry is, and its size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BatchLocation {
+    /// The marker's row for it.
+    pub row: BatchRow,
+    /// Bytes of the entry's payload.
+    pub len: u64,
+}
+
+/// The committed batch table: one location per partition with partial entries.
+pub(crate) type BatchTable = BTreeMap<PartitionKey, BatchLocation>;
 
 /// Where evicted partial entries are kept, one batch-index entry per partition. Object safe.
 pub(crate) trait BatchStore: Send + fmt::Debug {

@@ -55,11 +55,12 @@ use crate::journal::{BatchStage, Journal, JournalPartitions, SnapshotCounts, Tic
 use crate::observe::CursorLabels;
 
 use super::batch::BatchAcks;
+use super::batch_store::{BatchLocation, BatchTable};
 use super::batch_store::{BatchStore, encode};
 use super::config::{CursorConfig, PersistMode};
-use super::persist::{BatchLocation, BatchTable, PersistStats};
 use super::recover::RecoveredBatch;
 use super::snapshot::{apply_overflow, build_snapshot};
+use super::stats::PersistStats;
 
 /// The store's journal as one topic's cursors see it: the journal and the topic's id in the
 /// store catalog.
@@ -295,7 +296,8 @@ impl JournalCursor {
     /// settings (so a topic's cursors accept the same properties whichever way they persist).
     pub(crate) fn property_room(&self) -> usize {
         let fixed = marker_len(&PersistedState::default(), TableRef::Inline(&[]));
-        let batch = 4 + super::persist::BATCH_INLINE_ROWS * crate::format::cursor::BATCH_ROW_LEN;
+        let batch =
+            4 + super::batch_store::BATCH_INLINE_ROWS * crate::format::cursor::BATCH_ROW_LEN;
         let entry = usize::try_from(self.config.max_entry_size).unwrap_or(usize::MAX);
         entry.saturating_sub(fixed + self.config.index_page_rows * ROW_LEN + batch)
     }

@@ -36,6 +36,7 @@ mod record;
 pub mod recover;
 mod snapshot;
 mod state;
+mod stats;
 pub mod store;
 mod table;
 pub mod verify;
@@ -48,10 +49,10 @@ use std::time::{Duration, Instant};
 
 pub use config::CursorConfig;
 pub use config::{OverflowPolicy, PersistMode};
-pub use persist::PersistStats;
 pub(crate) use record::Fence;
 pub use recover::RecoverySource;
 pub use state::{CursorState, NO_MARK_DELETE};
+pub use stats::PersistStats;
 
 use crate::ackset::{AckSetStats, MemPartitionStore, RangeSetWrapper, Releasable, Release};
 use crate::entry::Entry;

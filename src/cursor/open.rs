@@ -4,11 +4,6 @@
 //! else that opens a cursor record directly. [`CursorOpener`] names the record and the handles;
 //! every persister it hands out carries its fence and identity before it writes anything.
 //!
-//! - [`CursorOpener::open`]: recover the cursor when its record exists, else start with no
-//!   persisted acks (the first flush creates the record).
-//! - `CursorOpener::create`: write a new cursor's record (its initial state, no cursor
-//!   ledger) by compare-and-set, then start with no persisted acks. The record exists before
-//!   the cursor is listed anywhere, and the persister is its only writer from then on.
 //! - `CursorOpener::reopen`: recover and resolve the state against the topic's layout,
 //!   with the claim deferred to the first write (`CursorPersister::defer_claim`), so the
 //!   cursor answers (mark-delete, first unacked entry, is-acked, reads) without a write or a
@@ -29,18 +24,16 @@
 
 use std::sync::Arc;
 
-use crate::ackset::RangeSetWrapper;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::finder::Layout;
-use crate::format::cursor::PersistedState;
-use crate::format::meta::{CursorIdentity, CursorRecord};
+use crate::format::meta::CursorIdentity;
 use crate::log::EntryLog;
 use crate::meta::MetaStore;
 
 use super::config::CursorConfig;
 use super::persist::CursorPersister;
 use super::record::Fence;
-use super::recover::{RecoveredCursor, RecoveryReport, RecoverySource, recover};
+use super::recover::{RecoveredCursor, RecoverySource, recover};
 use super::state::CursorState;
 
 /// Where a cursor's persistence lives, and the checks every write of it carries.
@@ -52,21 +45,6 @@ pub struct CursorOpener {
     config: CursorConfig,
     fence: Option<Fence>,
     identity: Option<CursorIdentity>,
-}
-
-/// A cursor's persistence as [`CursorOpener::open`] found it.
-#[derive(Debug)]
-pub struct OpenedCursor {
-    /// The persisted mark-delete, epoch and properties (the default for a new cursor).
-    pub state: PersistedState,
-    /// The acks above mark-delete; partitions load on first touch.
-    pub acks: RangeSetWrapper,
-    /// Flushes the cursor from here on.
-    pub persister: CursorPersister,
-    /// How recovery went; `None` when there was no record and the cursor starts empty.
-    pub report: Option<RecoveryReport>,
-    /// The persisted partial entries (batch-index acks), by partition.
-    pub batch: super::recover::RecoveredBatch,
 }
 
 /// A cursor reopened by `CursorOpener::reopen`: its state resolved against the topic, its
@@ -138,62 +116,6 @@ impl CursorOpener {
         )?;
         self.prepare(&mut recovered.persister);
         Ok(recovered)
-    }
-
-    /// Starts persistence with no persisted acks (see [`CursorPersister::new_cursor`]).
-    pub fn start(&self) -> Result<(CursorPersister, RangeSetWrapper)> {
-        let (mut persister, acks) = CursorPersister::new_cursor(
-            Arc::clone(&self.log),
-            Arc::clone(&self.meta),
-            &self.record_name,
-            self.config.clone(),
-        )?;
-        self.prepare(&mut persister);
-        Ok((persister, acks))
-    }
-
-    /// Recovers the cursor when its record exists; otherwise starts it with no persisted acks.
-    pub fn open(&self) -> Result<OpenedCursor> {
-        match self.recover() {
-            Ok(RecoveredCursor {
-                state,
-                acks,
-                persister,
-                batch,
-                report,
-            }) => Ok(OpenedCursor {
-                state,
-                acks,
-                persister,
-                report: Some(report),
-                batch,
-            }),
-            Err(Error::NoSuchCursor { .. }) => {
-                let (persister, acks) = self.start()?;
-                Ok(OpenedCursor {
-                    state: PersistedState::default(),
-                    acks,
-                    persister,
-                    report: None,
-                    batch: super::recover::RecoveredBatch::default(),
-                })
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Writes `record` (a new cursor's initial state, no cursor ledger; it gets this opener's
-    /// identity) by compare-and-set on `replacing` (the version of a record it replaces, or
-    /// `None`), then starts persistence with no persisted acks.
-    pub(crate) fn create(
-        &self,
-        mut record: CursorRecord,
-        replacing: Option<u64>,
-    ) -> Result<(CursorPersister, RangeSetWrapper)> {
-        record.identity = self.identity;
-        self.meta
-            .put(&self.record_name, replacing, &record.encode())?;
-        self.start()
     }
 
     /// Recovers the cursor and resolves its state against `layout`, writing nothing: the

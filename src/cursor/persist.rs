@@ -45,11 +45,13 @@ use crate::log::EntryLog;
 use crate::meta::MetaStore;
 use crate::observe::{self, CursorLabels};
 
+use super::batch_store::{BATCH_INLINE_ROWS, BatchTable};
 use super::config::CursorConfig;
 use super::config::PersistMode;
 use super::record::Fence;
-use super::record::{RecordOwner, VersionedRecord, read_record};
+use super::record::{RecordOwner, VersionedRecord};
 use super::snapshot::{apply_overflow, build_snapshot};
+pub use super::stats::PersistStats;
 use super::store::{
     CursorLedgerStore, EntryCache, Location, Shared, SharedState, append_entry, ensure_ledger,
     read_stored, stored_as_payload, write_partition_payload,
@@ -58,7 +60,6 @@ use super::table::CommittedTable;
 
 mod batch;
 mod multi;
-pub(crate) use batch::{BATCH_INLINE_ROWS, BatchLocation, BatchTable};
 
 /// Flushes between refreshes of the cursor record's fallback mark-delete.
 pub const DEFAULT_RECORD_REFRESH_FLUSHES: u64 = 64;
@@ -103,49 +104,10 @@ pub struct TableShape {
     pub pages: u64,
 }
 
-/// Counters of one cursor's persistence since its handle opened.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PersistStats {
-    /// The cursor ledger, once there is one.
-    pub cursor_ledger: Option<u64>,
-    /// Bytes of the committed state: the partitions in entries of their own, the index pages
-    /// (which carry the small partitions inline) and the marker (or the snapshot), which is what
-    /// a recovery reads, less the entry log's frame header around each of those entries.
-    pub persisted_bytes: u64,
-    /// Entries appended to cursor ledgers (flushes and evictions).
-    pub entries_written: u64,
-    /// Payload bytes appended to cursor ledgers (flushes and evictions).
-    pub bytes_written: u64,
-    /// Partitions written because the LRU evicted them dirty.
-    pub evictions_stored: u64,
-    /// Successful flushes.
-    pub flushes: u64,
-    /// Markers written.
-    pub markers: u64,
-    /// Snapshots written.
-    pub snapshots: u64,
-    /// Rollovers to a new cursor ledger.
-    pub rollovers: u64,
-    /// Partitions whose changed contents flushes wrote (inline or in entries of their own; what
-    /// a rollover carries over unchanged is not counted).
-    pub partitions_written: u64,
-    /// Index pages written.
-    pub pages_written: u64,
-    /// Payload bytes the last flush appended.
-    pub last_flush_bytes: u64,
-    /// Single-entry flushes that hit a limit and cut ranges.
-    pub overflows: u64,
-    /// Ranges left out by those flushes, in total.
-    pub ranges_cut: u64,
-    /// Old cursor ledgers whose deletion failed and is retried on the next flush.
-    pub pending_deletes: u64,
-}
-
 /// Writes one cursor's ack state to its cursor ledger and keeps its record pointing there.
 ///
-/// Obtain one from [`CursorPersister::new_cursor`] (no persisted acks) or from
-/// [`super::recover::recover`]; both also hand out the cursor's `RangeSetWrapper`, whose
-/// partition store is this cursor's ledger. Not shared between threads: the owner serializes
+/// Obtain one from [`super::recover::recover`], which also hands out the cursor's
+/// `RangeSetWrapper`, whose partition store is this cursor's ledger. Not shared between threads: the owner serializes
 /// acks and flushes (`&mut` on both).
 #[derive(Debug)]
 pub struct CursorPersister {
@@ -198,42 +160,6 @@ pub(crate) struct Assembly {
 }
 
 impl CursorPersister {
-    /// Starts persistence for a cursor with no persisted acks, and its empty ack set.
-    ///
-    /// `record_name` is the cursor's record in `meta` (`cursor-{id}`). If the record exists it
-    /// is kept (name and all) and updated by compare-and-set on the first flush; a cursor
-    /// ledger it pointed to is deleted once the first flush has switched the record to a new
-    /// one. If it does not exist, the first flush creates it, named `record_name`.
-    pub fn new_cursor(
-        log: Arc<EntryLog>,
-        meta: Arc<dyn MetaStore>,
-        record_name: &str,
-        config: CursorConfig,
-    ) -> Result<(Self, RangeSetWrapper)> {
-        let record = read_record(meta.as_ref(), record_name)?;
-        let handles = Handles {
-            log,
-            meta,
-            record_name: record_name.to_string(),
-            config,
-        };
-        let persister = Self::assemble(
-            handles,
-            Assembly {
-                record,
-                shared: Shared::default(),
-                committed: CommittedTable::default(),
-                persisted_bytes: 0,
-                batch_table: BatchTable::new(),
-            },
-        );
-        let acks = RangeSetWrapper::new(
-            persister.partition_store(),
-            persister.config.lru_capacity_bytes,
-        );
-        Ok((persister, acks))
-    }
-
     pub(crate) fn assemble(handles: Handles, parts: Assembly) -> Self {
         let Handles {
             log,
@@ -301,7 +227,7 @@ impl CursorPersister {
 
     /// A partition store over this cursor's ledger, for a `RangeSetWrapper` of this cursor.
     ///
-    /// The wrapper handed out by [`CursorPersister::new_cursor`] or recovery already has one;
+    /// The wrapper handed out by recovery already has one;
     /// a second wrapper over the same cursor would see the same locations.
     #[must_use]
     pub fn partition_store(&self) -> Box<dyn PartitionStore> {

@@ -40,8 +40,9 @@ use crate::meta::MetaStore;
 use crate::position::Position;
 
 use super::batch::BatchAcks;
+use super::batch_store::{BatchLocation, BatchTable};
 use super::config::CursorConfig;
-use super::persist::{Assembly, BatchLocation, BatchTable, CursorPersister, Handles};
+use super::persist::{Assembly, CursorPersister, Handles};
 use super::record::{VersionedRecord, read_record};
 use super::store::{Location, Shared, at_entry, check_partition_payload};
 use super::table::{CommittedTable, Page, Row};

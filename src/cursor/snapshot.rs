@@ -14,7 +14,7 @@ use crate::format::cursor::{BatchPartition, PersistedState, SnapshotWriter};
 use crate::observe::{self, CursorLabels};
 
 use super::config::{CursorConfig, OverflowPolicy};
-use super::persist::PersistStats;
+use super::stats::PersistStats;
 
 /// A snapshot payload and what did not fit in it.
 #[derive(Debug)]

@@ -118,26 +118,26 @@ impl TopicCore {
             .transpose()
             .map_err(|c| c.in_record(record_name.as_str()))?
             .is_some_and(|r| r.cursor_ledger.is_some());
-        if let Some(tj) = self.journal.clone() {
-            // A cursor persists through its topic's journal (its store's, or the one a topic
-            // of its own hosts), in either form, unless it was persisted in a cursor ledger
-            // before the journal carried cursors (and the journal holds nothing of it): that
-            // one is read from its cursor ledger until its first write imports it.
-            let legacy = listed.is_some() && on_ledger && tj.committed_state(id).is_none();
-            if !legacy {
-                return self.open_journal_cursor(
-                    &mut w,
-                    name,
-                    options,
-                    (id, listed.is_some()),
-                    found,
-                    identity,
-                    &tj,
-                );
-            }
+        // `ledger::open` sets the topic's journal before any cursor opens.
+        let tj = self.journal.clone().ok_or(Error::Closed)?;
+        // A cursor persists through its topic's journal (its store's, or the one a topic of its
+        // own hosts), in either form, unless it was persisted in a cursor ledger before the
+        // journal carried cursors (and the journal holds nothing of it): that one is read from
+        // its cursor ledger until its first write imports it.
+        let legacy = listed.is_some() && on_ledger && tj.committed_state(id).is_none();
+        if !legacy {
+            return self.open_journal_cursor(
+                &mut w,
+                name,
+                options,
+                (id, listed.is_some()),
+                found,
+                identity,
+                &tj,
+            );
         }
-        // On a store this is a reopen (a cursor on a cursor ledger the journal holds nothing
-        // of): it writes nothing, its claim deferred to its first write, which checks.
+        // A reopen of a cursor on a cursor ledger the journal holds nothing of: it writes
+        // nothing, its claim deferred to its first write, which checks (see `cursor::open`).
         let opener = CursorOpener::new(
             log,
             self.meta.clone(),
@@ -146,33 +146,10 @@ impl TopicCore {
         )
         .with_fence(self.fence())
         .with_identity(identity);
-        let reopen = listed.is_some() && found.is_some();
-        let (state, persister, recovery_source, dirty) = if reopen {
-            // Its claim deferred to the first write (see `cursor::open`): no write, no sync.
-            let r = opener.reopen(&self.layout())?;
-            (r.state, r.persister, Some(r.source), r.changed)
-        } else {
-            // A new cursor; or one listed without a record (removed by hand), which starts
-            // again from `options`. A record found for an unlisted id was left by a creation
-            // cut short and is replaced.
-            let mut state =
-                CursorState::initial(&self.layout(), options, cursor::detached_ack_set());
-            let (persister, acks) = opener.create(state.to_record(name), found.map(|(v, _)| v))?;
-            state.acks = acks;
-            if listed.is_none() {
-                let mut record = w.record.clone();
-                record.cursors.push(CursorEntry {
-                    name: name.into(),
-                    id,
-                });
-                record.next_cursor_id = id + 1;
-                self.commit(&mut w, record)?;
-            }
-            (state, persister, None, false)
-        };
-        let imported = listed.is_some() && on_ledger;
+        let r = opener.reopen(&self.layout())?;
+        let state = r.state;
         let persistence =
-            self.ledger_persistence(persister, (recovery_source, dirty), imported, (id, name));
+            self.ledger_persistence(r.persister, (Some(r.source), r.changed), &tj, (id, name));
         let topic: Arc<dyn TopicAccess> = self.clone();
         let shared = CursorShared::new(id, name.to_owned(), topic, state, persistence);
         shared.settle_claim();
@@ -181,8 +158,7 @@ impl TopicCore {
     }
 
     /// How cursor `id`, `name` persists when its persister is `persister` (a cursor ledger's).
-    /// Read from a cursor ledger (`on_ledger`), it moves into the topic's journal at its first
-    /// write (and the journal's flusher pool flushes it, as a journal cursor), in either form.
+    /// Read from a cursor ledger, it moves into the topic's journal `tj` at its first write (and the journal's flusher pool flushes it, as a journal cursor), in either form.
     /// The move commits the whole state as the cursor's first chain, whatever its form, so
     /// every cold partition and partial entry has a journal copy before the ledger goes; a
     /// cursor opened for the single-entry form writes its first snapshot (under that form's
@@ -191,18 +167,15 @@ impl TopicCore {
         &self,
         persister: CursorPersister,
         (recovery_source, dirty): (Option<RecoverySource>, bool),
-        on_ledger: bool,
+        tj: &TopicJournal,
         (id, name): (u64, &str),
     ) -> Persistence {
-        let import = self.journal.clone().filter(|_| on_ledger).map(|tj| {
-            let labels = CursorLabels::new(self.location.clone(), &cursor::record_name(id));
-            import::Pending::new(tj, (id, name), labels)
-        });
+        let labels = CursorLabels::new(self.location.clone(), &cursor::record_name(id));
         Persistence {
             persister: Persister::Ledger(persister),
             recovery_source,
             dirty,
-            import,
+            import: Some(import::Pending::new(tj.clone(), (id, name), labels)),
             retiring: None,
         }
     }

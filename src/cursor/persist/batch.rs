@@ -15,34 +15,14 @@
 //!
 //! Must never: reference an entry of another ledger, or keep a row whose partition changed.
 
-use std::collections::BTreeMap;
-
-use crate::ackset::PartitionKey;
 use crate::cursor::batch::BatchAcks;
 use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::format::cursor::{BatchRow, EntryKind, payload_crc};
 use crate::position::Position;
 
-use super::super::batch_store::encode;
+use super::super::batch_store::{BatchLocation, BatchTable, encode};
 use super::super::store::append_entry;
 use super::{CursorPersister, FlushStats};
-
-/// Most rows a marker holds its batch table inline; a larger table goes to batch pages
-/// (kind 6) and the marker lists those instead, so the table takes at most this many rows'
-/// bytes of a marker until more than this many pages are needed.
-pub(crate) const BATCH_INLINE_ROWS: usize = 16;
-
-/// Where a partition's committed batch-index entry is, and its size.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct BatchLocation {
-    /// The marker's row for it.
-    pub row: BatchRow,
-    /// Bytes of the entry's payload.
-    pub len: u64,
-}
-
-/// The committed batch table: one location per partition with partial entries.
-pub(crate) type BatchTable = BTreeMap<PartitionKey, BatchLocation>;
 
 impl CursorPersister {
     /// Writes to `target` the batch-index entries a marker over `batch` needs and returns the
