@@ -616,11 +616,7 @@ fn a_flipped_bit_in_a_synced_batch_record_or_batch_row_is_corruption() {
     {
         let mut damaged = bytes.clone();
         damaged[at] ^= 0x10;
-        let image = MemStorage::new();
-        let f = ackstore::Storage::create(&image, &segment_name(1)).expect("create");
-        f.write_all_at(&damaged, 0).expect("write");
-        f.sync_data().expect("sync");
-        match Journal::open(Arc::new(image), JournalConfig::default(), Seal::default()) {
+        match support::journal::open_segment_bytes(&damaged) {
             Err(ackstore::Error::Corrupted { .. }) => {}
             Err(e) => panic!("byte {at}: {e}"),
             Ok(j) => assert_eq!(recovered(&Arc::new(j)), want, "byte {at}"),

@@ -34,6 +34,20 @@ pub const LEDGERS: u64 = 2;
 /// Entry ids acked lie below this: three partitions per ledger.
 pub const ENTRIES: u64 = 3 << 16;
 
+/// A journal opened with the default settings and no seal on a fresh disk whose segment 1 holds
+/// exactly `bytes` (synced): what a damage test opens after changing a sample's bytes.
+///
+/// # Errors
+/// Those of `Journal::open`.
+pub fn open_segment_bytes(bytes: &[u8]) -> ackstore::Result<Journal> {
+    let image = MemStorage::new();
+    let f = ackstore::Storage::create(&image, &ackstore::internals::journal::segment_name(1))
+        .expect("create");
+    f.write_all_at(bytes, 0).expect("write");
+    f.sync_data().expect("sync");
+    Journal::open(Arc::new(image), JournalConfig::default(), Seal::default())
+}
+
 /// A journal opened on `disk` with the default settings and no seal, and an ack set of
 /// `cursor` over it without a memory limit: what the sample tests write a sample with.
 pub fn journal_and_acks(disk: &MemStorage, cursor: CursorId) -> (Arc<Journal>, RangeSetWrapper) {
