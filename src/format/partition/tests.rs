@@ -812,3 +812,62 @@ proptest! {
         }
     }
 }
+
+/// A gaps or bitmap record whose bounds are rewritten (the rest of its body kept, the CRC
+/// recomputed) is refused by the decoder unless the set it decodes to has exactly the bounds
+/// [`peek_bounds`] reads: an open that trusts the peeked bounds is never answered past the set
+/// the first load finds.
+#[test]
+fn rewritten_bounds_under_a_recomputed_crc_never_disagree_with_the_decoded_set() {
+    use crate::format::put_varint;
+    let (mut refused, mut accepted) = (0, 0);
+    for set in [
+        RoaringBitmap::from([3, 4, 6]),
+        RoaringBitmap::from([100]),
+        (0..500).step_by(2).collect::<RoaringBitmap>(),
+        random_set(3000, 2),
+        random_set(40_000, 97),
+    ] {
+        let bytes = encode_partition(key(7, 3), &set);
+        assert!(matches!(
+            partition_encoding(&bytes),
+            Some(PartitionEncoding::Gaps | PartitionEncoding::Bitmap)
+        ));
+        let (lo, hi) = set.min().zip(set.max()).expect("non-empty");
+        let at = V2_FIXED_LEN + 2;
+        let mut header = Vec::new();
+        put_varint(&mut header, u64::from(lo));
+        put_varint(&mut header, u64::from(hi - lo));
+        assert_eq!(&bytes[at..at + header.len()], &header[..]);
+        let rest = &bytes[at + header.len()..bytes.len() - CRC_LEN];
+        for new_lo in lo.saturating_sub(9)..=lo + 9 {
+            for new_hi in hi.saturating_sub(9)..=(hi + 9).min(65_535) {
+                if new_lo > new_hi || (new_lo, new_hi) == (lo, hi) {
+                    continue;
+                }
+                let mut body = Vec::new();
+                put_varint(&mut body, u64::from(new_lo));
+                put_varint(&mut body, u64::from(new_hi - new_lo));
+                body.extend_from_slice(rest);
+                let lied = v2_record(bytes[ENCODING_AT], &body);
+                let peeked = peek_bounds(&lied).expect("the CRC verifies, the span fits");
+                assert_eq!(peeked, Some((key(7, 3), new_lo, new_hi)));
+                match decode_partition(&lied) {
+                    Err(_) => refused += 1,
+                    Ok((k, decoded)) => {
+                        accepted += 1;
+                        let found = decoded.min().zip(decoded.max()).map(|(l, h)| (k, l, h));
+                        assert_eq!(
+                            found,
+                            peeked,
+                            "bounds {new_lo}..={new_hi} of a {}-member set",
+                            set.len()
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // Most rewrites are refused; a span shifted over the same bits is another valid set.
+    assert!(refused > 0, "{refused} refused, {accepted} accepted");
+}
