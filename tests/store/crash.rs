@@ -241,3 +241,69 @@ fn the_workload_rolls_journal_segments_over_and_the_catalog_lists_what_is_left()
         .expect("a store");
     assert_eq!(catalog.segments.as_deref(), Some(&segments[..]));
 }
+
+/// A power cut loses entries that were appended but never synced; acks on them were refused, so
+/// the reopened cursor (its partition cold, its highest ack read from the stored record's
+/// bounds) holds nothing past the topic's last entry: the entries appended again at those
+/// positions are unacked, and mark-delete stops before the first of them.
+#[test]
+fn entries_a_power_cut_lost_carry_no_acks_and_mark_delete_stops_before_new_entries() {
+    let disk = MemStorage::new();
+    let config = || support::config::store(64, 1 << 20);
+    // The power cut comes before the store is dropped (a close would sync the lost entries).
+    let (synced, image) = {
+        let store = Store::open_with_storage(Arc::new(disk.clone()), config()).expect("open");
+        let t = store.topic("t").expect("topic");
+        let ps: Vec<Position> = (0..20)
+            .map(|i| t.append(format!("e{i}").as_bytes()).expect("append"))
+            .collect();
+        t.sync().expect("sync");
+        let c = t
+            .open_cursor("c", CursorOptions::default())
+            .expect("cursor");
+        for p in &ps[2..=4] {
+            c.ack(*p).expect("ack");
+        }
+        store.flush_all().expect("flush");
+        let lost: Vec<Position> = (0..20)
+            .map(|i| t.append(format!("lost{i}").as_bytes()).expect("append"))
+            .collect();
+        // An entry a power cut can take away is not acknowledged, one at a time or up to it.
+        for p in &lost[2..=15] {
+            assert!(c.ack(*p).is_err(), "{p} is not synced");
+        }
+        assert!(c.ack_cumulative(lost[3]).is_err());
+        (ps, disk.durable_image())
+    };
+    let store = Store::open_with_storage(Arc::new(image), config()).expect("reopen");
+    let t = store.topic("t").expect("topic");
+    assert_eq!(
+        t.last_position(),
+        synced.last().copied(),
+        "the unsynced entries are lost"
+    );
+    let c = t
+        .open_cursor("c", CursorOptions::default())
+        .expect("cursor");
+    assert_eq!(
+        c.acked_ranges().expect("ranges"),
+        vec![(synced[2], synced[4])],
+        "nothing past the last entry"
+    );
+    let again: Vec<Position> = (0..20)
+        .map(|i| t.append(format!("again{i}").as_bytes()).expect("append"))
+        .collect();
+    t.sync().expect("sync");
+    for p in &again {
+        assert!(!c.is_acked(*p).expect("is_acked"), "{p} invented");
+    }
+    for p in synced.iter().take(2).chain(&synced[5..]) {
+        c.ack(*p).expect("ack");
+    }
+    assert_eq!(
+        c.mark_delete_position().expect("mark-delete"),
+        synced.last().copied(),
+        "mark-delete covers the acked entries and no new one"
+    );
+    assert_eq!(c.acked_ranges().expect("ranges"), vec![]);
+}
