@@ -3,15 +3,18 @@
 //! Owns: the bytes of a journal segment file (`journal-{seq:016}.seg`). A segment is a header,
 //! then records appended back to back, then zeros (or nothing). Every record carries one
 //! cursor's partition, batch-index entry (its partial entries of one partition), marker, delta,
-//! single-entry snapshot or deletion; the payloads of partitions, batch-index entries, markers
-//! and snapshots are the cursor-ledger payloads of [`crate::format::cursor`], unchanged, and a
-//! delta wraps such a marker. All integers little-endian.
+//! single-entry snapshot or deletion; the payloads of batch-index entries, markers and
+//! snapshots are the cursor-ledger payloads of [`crate::format::cursor`], unchanged, a delta
+//! wraps such a marker, and a partition's payload (version 7, [`encode_partition_payload`]) is
+//! its key, cardinality and set under the frame's one CRC (before version 7 a cursor-ledger
+//! partition entry). All integers little-endian.
 //!
 //! ```text
-//! segment header (SEGMENT_HEADER_LEN = 24 bytes; versions 3 to 6: then the predecessor and
+//! segment header (SEGMENT_HEADER_LEN = 24 bytes; versions 3 to 7: then the predecessor and
 //! SLOT_COPIES slots)
 //! 0   8  magic "ACKSJRNL"
-//! 8   2  version (6; version 5, without snapshot records, version 4, without batch records,
+//! 8   2  version (7; version 6, whose partition records wrap a cursor-ledger partition entry,
+//!          version 5, without snapshot records, version 4, without batch records,
 //!          version 3, whose markers bind no name, and versions 2 and 1, without slots, are
 //!          still read; 1 holds no delta)
 //! 10  2  flags (0)
@@ -27,7 +30,7 @@
 //! 0   8  synced length: a segment length a finished fdatasync covered
 //! 8   4  CRC32 of the sequence number (8 bytes), the byte i and the synced length
 //!
-//! records start at records_start(version): 24 (versions 1, 2), 68 (versions 3 to 6)
+//! records start at records_start(version): 24 (versions 1, 2), 68 (versions 3 to 7)
 //!
 //! record frame (RECORD_HEADER_LEN = 8 bytes, then the body)
 //! 0   4  body length n (0: no record here, the end of the segment)
@@ -35,9 +38,18 @@
 //! 8   n  body: kind u8 | topic id u64 | cursor id u64 | payload (n - 17 bytes)
 //! ```
 //!
-//! Kinds: 1 partition (payload: a cursor-ledger partition entry), 2 marker (payload: a
+//! Kinds: 1 partition (payload from version 7: key, cardinality and set, see `partition.rs`;
+//! before: a cursor-ledger partition entry), 2 marker (payload: a
 //! cursor-ledger marker with an inline table, whose row `entry_id` is a journal location, see
-//! [`JournalLoc`], and whose row `crc` is the CRC32 of the partition record's payload),
+//! [`JournalLoc`], and whose row `crc` is the CRC32 of the partition record's payload, in
+//! every version),
+//! A row names its partition record by location and payload CRC in every version, so a marker of
+//! a version 7 segment may name a partition record of an earlier segment (a flush names an
+//! unchanged partition where its current copy is) whatever that segment's version. With the
+//! checks of the record it names (its cursor ids the marker's, its key and cardinality the
+//! row's), a row accepts only that exact record: one of another cursor, of another partition,
+//! or of an older tick of the same partition (another set, so another payload CRC) put at that
+//! location is refused.
 //! 3 forget (the cursor was deleted; payload empty before version 3, in version 3 the record's
 //! topic and cursor ids again, so a forget moved to another cursor does not match), 4 delta (an incremental marker, below;
 //! only in segments of version 2 and later), 5 batch (version 5: a cursor-ledger batch-index
@@ -83,6 +95,10 @@
 //!              rewritten since the base
 //! ```
 
+mod partition;
+
+pub use partition::{PartitionPayload, decode_partition_payload, encode_partition_payload};
+
 use super::cursor::{Marker, Table, decode_marker_bound};
 use super::{Corruption, Reader};
 use crate::error::{CorruptionKind, Error};
@@ -90,9 +106,15 @@ use crate::error::{CorruptionKind, Error};
 /// Magic at the start of every segment.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"ACKSJRNL";
 /// Segment format version this build writes: segments that may hold deltas, batch records and
-/// snapshot records, carry synced-length slots after the header, and whose markers bind their
-/// cursor's name.
-pub const SEGMENT_VERSION: u16 = 6;
+/// snapshot records, carry synced-length slots after the header, whose markers bind their
+/// cursor's name, and whose partition records carry the partition directly.
+pub const SEGMENT_VERSION: u16 = SEGMENT_VERSION_V7;
+/// Segments whose partition records carry the partition's key, cardinality and set under the
+/// record frame's CRC alone ([`encode_partition_payload`]).
+pub const SEGMENT_VERSION_V7: u16 = 7;
+/// Segments that may hold snapshot records, whose partition records wrap a cursor-ledger
+/// partition entry: still read, never appended to.
+pub const SEGMENT_VERSION_V6: u16 = 6;
 /// Segments that may hold batch records, without snapshot records: still read, never appended
 /// to.
 pub const SEGMENT_VERSION_V5: u16 = 5;
@@ -119,7 +141,7 @@ pub const PREDECESSOR_LEN: usize = 8 + 8 + 4;
 pub const SLOTS_AT: usize = PREDECESSOR_AT + PREDECESSOR_LEN;
 /// Bytes of both slot copies.
 pub const SLOTS_LEN: usize = SLOT_COPIES * SLOT_LEN;
-/// Bytes of a version 3 header with its slots: where its first record starts.
+/// Bytes of a version 3 header with its slots: where its first record starts (versions 3 to 7).
 pub const SEGMENT_HEADER_V3_LEN: usize = SLOTS_AT + SLOTS_LEN;
 /// Bytes of a record frame before its body: length, CRC.
 pub const RECORD_HEADER_LEN: usize = 4 + 4;
@@ -1051,14 +1073,15 @@ mod tests {
         let full = encode_segment_header(3, None);
         let mut h = [0u8; SEGMENT_HEADER_LEN];
         h.copy_from_slice(&full[..SEGMENT_HEADER_LEN]);
-        assert_eq!(decode_segment_header_version(&h).unwrap(), (3, 6));
+        assert_eq!(decode_segment_header_version(&h).unwrap(), (3, 7));
         for (version, known) in [
-            (5u16, true),
+            (6u16, true),
+            (5, true),
             (4, true),
             (3, true),
             (2, true),
             (1, true),
-            (7, false),
+            (8, false),
             (0, false),
         ] {
             h[8..10].copy_from_slice(&version.to_le_bytes());

@@ -44,7 +44,10 @@ use std::io::Write as _;
 
 use roaring::RoaringBitmap;
 
-pub use inline::{decode_inline, encode_inline, inline_form, inline_overhead, record_of_inline};
+pub use inline::{
+    decode_inline, encode_inline, inline_form, inline_overhead, peek_inline_bounds, put_inline,
+    record_of_inline,
+};
 
 use super::{Corruption, Reader};
 use crate::error::{CorruptionKind, CorruptionPlace};
@@ -231,28 +234,24 @@ pub const MAX_RECORD_BYTES: usize = OVERHEAD_LEN + MAX_BITMAP_BYTES;
 /// [`decode_partition`]).
 #[must_use]
 pub fn encode_partition(key: PartitionKey, bitmap: &RoaringBitmap) -> Vec<u8> {
+    let (encoding, body) = encoded_body(bitmap);
+    frame_v2_code(key, encoding.code(), &body)
+}
+
+/// The encoding and body of `bitmap` in version 2 (what a record holds between its key and its
+/// CRC): the shortest encoding, or roaring for values outside the partition, which the decoder
+/// refuses.
+fn encoded_body(bitmap: &RoaringBitmap) -> (PartitionEncoding, Vec<u8>) {
     if let Some(words) = code::words_of(bitmap) {
-        encode_words(key, &words)
+        smallest_body(&words)
     } else {
-        // Values outside the partition: written as roaring, which the decoder refuses.
         let mut smallest = bitmap.clone();
         smallest.optimize();
         let mut body = Vec::with_capacity(smallest.serialized_size());
         // Writing into a Vec cannot fail.
         let _ = smallest.serialize_into(&mut body);
-        frame_v2(key, PartitionEncoding::Roaring, &body)
+        (PartitionEncoding::Roaring, body)
     }
-}
-
-/// Encodes the set `words` holds (the dense form of a partition) in version 2.
-fn encode_words(key: PartitionKey, words: &[u64]) -> Vec<u8> {
-    let (encoding, body) = smallest_body(words);
-    frame_v2(key, encoding, &body)
-}
-
-/// A version 2 record around `body`.
-fn frame_v2(key: PartitionKey, encoding: PartitionEncoding, body: &[u8]) -> Vec<u8> {
-    frame_v2_code(key, encoding.code(), body)
 }
 
 /// A version 2 record around `body` whose encoding byte is `code` (any byte: a record built
@@ -363,16 +362,25 @@ pub fn peek_bounds(bytes: &[u8]) -> Result<Option<(PartitionKey, u32, u32)>, Cor
         }
     }
     let (encoding, key, body_at) = v2_header(covered, &bad)?;
+    let body = covered.get(body_at..).unwrap_or_default();
+    Ok(body_bounds(encoding, body)
+        .map_err(|c| c.after(body_at))?
+        .map(|(lo, hi)| (key, lo, hi)))
+}
+
+/// The lowest and highest acked offsets a version 2 `body` of `encoding` starts with (gaps and
+/// bitmap bodies; `None` for the others), both below 2^16; the error's offset counts from the
+/// body's start.
+fn body_bounds(encoding: PartitionEncoding, body: &[u8]) -> Result<Option<(u32, u32)>, Corruption> {
     if !matches!(
         encoding,
         PartitionEncoding::Gaps | PartitionEncoding::Bitmap
     ) {
         return Ok(None);
     }
-    let body = covered.get(body_at..).unwrap_or_default();
-    let (lo, hi) = code::body_bounds(body, PARTITION_SPAN)
-        .map_err(|_| bad(body_at, CorruptionKind::InvalidField("span")))?;
-    Ok(Some((key, lo, hi)))
+    code::body_bounds(body, PARTITION_SPAN)
+        .map(Some)
+        .map_err(|_| Corruption::new(CorruptionKind::InvalidField("span"), 0))
 }
 
 /// The bytes of a record that the CRC covers, after the checks that come before any field is

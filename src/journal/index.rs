@@ -52,10 +52,14 @@ pub struct PartLoc {
     pub loc: JournalLoc,
     /// Bytes of its frame.
     pub frame_len: u64,
-    /// CRC32 of its payload (the cursor-ledger partition entry).
+    /// CRC32 of its payload (what a marker's row names).
     pub crc: u32,
     /// Acked entries in the partition (for a batch record: its partial entries).
     pub cardinality: u64,
+    /// The version of the segment it is in: how its payload reads
+    /// ([`crate::format::journal::decode_partition_payload`]). Sits in what would be padding:
+    /// a row stays 64 bytes.
+    pub version: u16,
 }
 
 /// A cursor's committed state: its newest marker or delta and what the chain adds up to.

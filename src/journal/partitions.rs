@@ -12,16 +12,12 @@ use super::marker::{cursor_record, partition_record};
 use super::{Journal, corrupt, lock};
 use crate::ackset::{PartitionKey, PartitionStore};
 use crate::error::{CorruptionKind, Error, Result};
-use crate::format::cursor::encode_partition_payload;
-use crate::format::cursor::{
-    PartitionEntry, Snapshot, decode_partition_entry, decode_snapshot_bound, payload_crc,
-    peek_batch_entry,
-};
+use crate::format::cursor::{Snapshot, decode_snapshot_bound, payload_crc, peek_batch_entry};
 use crate::format::journal::{
-    JournalLoc, RecordKind, SEGMENT_VERSION, decode_record, encode_record, record_binding,
-    record_len, split_name_tag,
+    JournalLoc, PartitionPayload, RecordKind, SEGMENT_VERSION, decode_partition_payload,
+    decode_record, encode_partition_payload, encode_record, record_binding, record_len,
+    split_name_tag,
 };
-use crate::format::partition::{decode_partition, peek_bounds};
 use crate::storage::StorageFile;
 
 impl Journal {
@@ -39,27 +35,17 @@ impl Journal {
     }
 
     /// The lowest and highest acked offsets of the newest copy of `key` of `cursor`, read
-    /// without decoding its set ([`peek_bounds`]) after the frame CRC and the CRC, key and
-    /// cardinality bound the index holds verify; `None` when the journal holds no copy, or
-    /// its encoding does not start with its bounds (then only a load tells them).
+    /// without decoding its set ([`PartitionPayload::bounds`]) after the frame CRC and the
+    /// CRC, key and cardinality the index holds verify; `None` when the journal holds no copy,
+    /// or its encoding does not start with its bounds (then only a load tells them).
     pub fn stored_bounds(&self, cursor: CursorId, key: PartitionKey) -> Result<Option<(u32, u32)>> {
         let Some(part) = lock(&self.index).lookup(cursor, key) else {
             return Ok(None);
         };
         let payload = self.read_payload(part.loc, part.frame_len)?;
-        let entry = verified_entry(&payload, key, &part)?;
-        let bad = |kind| Error::corrupted_at(key.place(), kind);
-        match peek_bounds(entry.body).map_err(|c| bad(c.kind))? {
-            Some((found, lo, hi)) if found == key => {
-                // A set of `cardinality` members spans at least that many offsets.
-                if u64::from(hi - lo) + 1 < part.cardinality {
-                    return Err(bad(CorruptionKind::InvalidField("partition span")));
-                }
-                Ok(Some((lo, hi)))
-            }
-            Some(_) => Err(bad(CorruptionKind::InvalidField("partition key"))),
-            None => Ok(None),
-        }
+        verified_entry(&payload, key, &part)?
+            .bounds()
+            .map_err(|c| Error::corrupted_at(key.place(), c.kind))
     }
 
     /// The newest batch record of `key` of `cursor` (pending or committed), read and its frame
@@ -113,6 +99,7 @@ impl Journal {
                     frame_len: buf.len() as u64,
                     crc: payload_crc(payload),
                     cardinality: u64::from(entries),
+                    version: SEGMENT_VERSION,
                 };
                 lock(&self.index).stage_batch(cursor, key, part);
                 part
@@ -178,6 +165,7 @@ impl Journal {
                 frame_len: buf.len() as u64,
                 crc: payload_crc(&payload),
                 cardinality: bitmap.len(),
+                version: SEGMENT_VERSION,
             },
         );
         Ok(())
@@ -236,27 +224,27 @@ pub(super) fn verified_partition(
     key: PartitionKey,
     part: &PartLoc,
 ) -> Result<RoaringBitmap> {
-    let bad = |kind| Error::corrupted_at(key.place(), kind);
-    let entry = verified_entry(payload, key, part)?;
-    let (found, bitmap) = decode_partition(entry.body).map_err(|c| bad(c.kind))?;
-    if found != key || bitmap.len() != part.cardinality {
-        return Err(bad(CorruptionKind::InvalidField("partition key")));
-    }
-    Ok(bitmap)
+    verified_entry(payload, key, part)?
+        .bitmap()
+        .map_err(|c| Error::corrupted_at(key.place(), c.kind))
 }
 
-/// The partition entry in `payload` (a partition record's), after the CRC `part` holds
-/// verifies; its partition record is not decoded.
+/// The partition in `payload` (a partition record's, read as the version `part` holds says),
+/// after the CRC, key and cardinality `part` holds verify; its set is not decoded.
 fn verified_entry<'a>(
     payload: &'a [u8],
     key: PartitionKey,
     part: &PartLoc,
-) -> Result<PartitionEntry<'a>> {
+) -> Result<PartitionPayload<'a>> {
     let bad = |kind| Error::corrupted_at(key.place(), kind);
     if payload_crc(payload) != part.crc {
         return Err(bad(CorruptionKind::ChecksumMismatch));
     }
-    decode_partition_entry(payload).map_err(|c| bad(c.kind))
+    let entry = decode_partition_payload(payload, part.version).map_err(|c| bad(c.kind))?;
+    if entry.key != key || entry.cardinality != part.cardinality {
+        return Err(bad(CorruptionKind::InvalidField("partition key")));
+    }
+    Ok(entry)
 }
 
 /// The journal as a cursor's partition store: evictions append (unsynced), loads read the

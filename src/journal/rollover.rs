@@ -15,7 +15,10 @@ use super::segment::segment_name;
 use super::{Journal, TickStats, corrupt, lock};
 use crate::error::{CorruptionKind, Result};
 use crate::format::cursor::payload_crc;
-use crate::format::journal::{JournalLoc, RecordKind, encode_record};
+use crate::format::journal::{
+    JournalLoc, RecordKind, SEGMENT_VERSION, SEGMENT_VERSION_V7, decode_partition_payload,
+    encode_partition_payload, encode_record,
+};
 
 impl Journal {
     /// Rolls over while the segments hold more than twice the live bytes plus one segment:
@@ -218,6 +221,7 @@ impl Journal {
             frame_len: s.frame_len,
             crc: s.crc,
             cardinality: 0,
+            version: SEGMENT_VERSION,
         };
         let copy = self.copy_record(buf, (seq, base), (RecordKind::Snapshot, cursor), part)?;
         Ok(SnapshotLoc {
@@ -226,8 +230,11 @@ impl Journal {
         })
     }
 
-    /// Copies `cursor`'s partition or batch record (`kind`) at `part` (verified) into `buf`,
-    /// which is appended at `base` of segment `seq`; returns the copy's location.
+    /// Copies `cursor`'s partition, batch or snapshot record (`kind`) at `part` (verified)
+    /// into `buf`, which is appended at `base` of segment `seq` (of this build's version);
+    /// returns the copy's location. A partition record of a segment before version 7 is
+    /// rewritten in this version's form (decoded with every check a load makes): the copy
+    /// then has another payload, CRC and length, which the re-based marker names.
     fn copy_record(
         &self,
         buf: &mut Vec<u8>,
@@ -235,20 +242,30 @@ impl Journal {
         (kind, cursor): (RecordKind, CursorId),
         part: PartLoc,
     ) -> Result<PartLoc> {
-        let payload = self.read_payload(part.loc, part.frame_len)?;
+        let mut payload = self.read_payload(part.loc, part.frame_len)?;
+        let bad = |kind| corrupt(part.loc.segment, part.loc.offset, kind);
         if payload_crc(&payload) != part.crc {
-            return Err(corrupt(
-                part.loc.segment,
-                part.loc.offset,
-                CorruptionKind::ChecksumMismatch,
-            ));
+            return Err(bad(CorruptionKind::ChecksumMismatch));
+        }
+        if kind == RecordKind::Partition && part.version < SEGMENT_VERSION_V7 {
+            let entry =
+                decode_partition_payload(&payload, part.version).map_err(|c| bad(c.kind))?;
+            let bitmap = super::partitions::verified_partition(&payload, entry.key, &part)?;
+            payload = encode_partition_payload(entry.key, &bitmap);
         }
         let loc = JournalLoc {
             segment: seq,
             offset: base + buf.len() as u64,
         };
+        let before = buf.len();
         encode_record(buf, &cursor_record(kind, cursor, &payload))?;
-        Ok(PartLoc { loc, ..part })
+        Ok(PartLoc {
+            loc,
+            frame_len: (buf.len() - before) as u64,
+            crc: payload_crc(&payload),
+            version: SEGMENT_VERSION,
+            ..part
+        })
     }
 }
 

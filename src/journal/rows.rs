@@ -248,7 +248,13 @@ mod tests {
             frame_len: 10,
             crc: 0,
             cardinality: 1,
+            version: crate::format::journal::SEGMENT_VERSION,
         }
+    }
+
+    #[test]
+    fn a_row_takes_the_64_bytes_the_module_docs_state() {
+        assert_eq!(std::mem::size_of::<Row>(), 64);
     }
 
     /// Every operation, through both forms and across the boundary both ways, against a

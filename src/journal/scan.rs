@@ -10,12 +10,12 @@ use super::marker::{full_marker_frame_len, named_payload};
 use crate::ackset::PartitionKey;
 use crate::error::{CorruptionKind, Result};
 use crate::format::cursor::{
-    BatchRow, Marker, PartitionRow, Table, decode_marker_bound, decode_partition_entry,
-    decode_snapshot_bound, payload_crc, peek_batch_entry,
+    BatchRow, Marker, PartitionRow, Table, decode_marker_bound, decode_snapshot_bound, payload_crc,
+    peek_batch_entry,
 };
 use crate::format::journal::{
-    JournalLoc, Record, RecordKind, SEGMENT_VERSION, SEGMENT_VERSION_V2, SEGMENT_VERSION_V3,
-    SEGMENT_VERSION_V5, cursor_binding, decode_delta, record_binding,
+    JournalLoc, Record, RecordKind, SEGMENT_VERSION_V2, SEGMENT_VERSION_V3, SEGMENT_VERSION_V5,
+    SEGMENT_VERSION_V6, cursor_binding, decode_delta, decode_partition_payload, record_binding,
 };
 
 /// What a scan of the segments found, before it becomes the index.
@@ -187,7 +187,7 @@ impl Scan {
         rec: &Record<'_>,
         promised: bool,
     ) -> Result<bool> {
-        if version < SEGMENT_VERSION {
+        if version < SEGMENT_VERSION_V6 {
             return Ok(false);
         }
         let (name, payload) = named_payload(rec, version);
@@ -266,10 +266,11 @@ impl Scan {
             .map(|(d, found)| corrupt(d.segment, *found, CorruptionKind::ChecksumMismatch))
     }
 
-    /// Notes a partition or batch record, to verify the rows of later markers against. A
-    /// payload that does not decode is never referenced by a marker that counts; only a segment
-    /// of version 5 holds batch records (no earlier build wrote one, and no earlier marker
-    /// references one).
+    /// Notes a partition or batch record, to verify the rows of later markers against: its key
+    /// and cardinality, read as its segment's version lays them out (its set is not decoded).
+    /// A payload that does not decode is never referenced by a marker that counts; only a
+    /// segment of version 5 or later holds batch records (no earlier build wrote one, and no
+    /// earlier marker references one).
     fn partition_record(
         &mut self,
         cursor: CursorId,
@@ -284,6 +285,7 @@ impl Scan {
                 frame_len,
                 crc,
                 cardinality,
+                version,
             };
             (cursor, PartitionKey { ledger_id, chunk }, part)
         };
@@ -294,9 +296,9 @@ impl Scan {
                 self.batches
                     .insert(loc, at(ledger_id, chunk, u64::from(entries)));
             }
-        } else if let Ok(p) = decode_partition_entry(rec.payload) {
+        } else if let Ok(p) = decode_partition_payload(rec.payload, version) {
             self.partitions
-                .insert(loc, at(p.ledger_id, p.chunk, p.cardinality));
+                .insert(loc, at(p.key.ledger_id, p.key.chunk, p.cardinality));
         }
     }
 

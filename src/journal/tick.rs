@@ -17,11 +17,10 @@ use super::marker::{append_marker, check_marker_fits, cursor_record, full_marker
 use super::{Journal, TickStats, lock};
 use crate::ackset::PartitionKey;
 use crate::error::{Error, Result};
-use crate::format::cursor::encode_partition_payload;
 use crate::format::cursor::{PersistedState, bind_entry, payload_crc};
 use crate::format::journal::{
     BODY_FIXED_LEN, JournalLoc, MAX_BODY_LEN, NAME_TAG_LEN, Record, RecordKind, SEGMENT_VERSION,
-    cursor_binding, encode_record, record_binding,
+    cursor_binding, encode_partition_payload, encode_record, record_binding,
 };
 
 /// One cursor's part of a tick: its state and its ack partitions as of one snapshot.
@@ -269,6 +268,7 @@ impl Tick<'_> {
                 frame_len: (buf.len() - before) as u64,
                 crc: payload_crc(payload),
                 cardinality,
+                version: SEGMENT_VERSION,
             })
         };
         for ((key, bitmap), payload) in written.iter().zip(&payloads) {

@@ -11,7 +11,9 @@ use crate::support;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use ackstore::internals::format::journal::{RecordKind, decode_record, encode_record};
+use ackstore::internals::format::journal::{
+    BODY_FIXED_LEN, RECORD_HEADER_LEN, RecordKind, decode_record, encode_record,
+};
 use ackstore::{
     Cursor, JournalConfig, LedgerConfig, ManagedLedger, MemStorage, OverflowPolicy, PersistMode,
     Position, Storage, Store, StoreConfig,
@@ -319,10 +321,18 @@ fn damage_newest_marker(disk: &MemStorage, damage: Damage) {
     let partition = partition.expect("a partition before the marker");
     match damage {
         Damage::Marker => edit_record(disk, (&name, marker), flip_last_payload_byte),
-        Damage::PartitionEdited => edit_record(disk, (&name, partition), flip_last_payload_byte),
+        // The last byte of the partition's set: a partition record may be shorter than the
+        // five bytes a marker's edit skips.
+        Damage::PartitionEdited => edit_record(disk, (&name, partition), |_, payload| {
+            if let Some(last) = payload.last_mut() {
+                *last ^= 0x10;
+            }
+        }),
+        // The first byte of its payload (the key's first varint), inside its frame whatever its
+        // length.
         Damage::PartitionFlipped => {
             let mut bytes = disk.live_bytes(&name).unwrap();
-            bytes[partition + 40] ^= 2;
+            bytes[partition + RECORD_HEADER_LEN + BODY_FIXED_LEN] ^= 2;
             disk.set_bytes(&name, bytes).unwrap();
         }
     }

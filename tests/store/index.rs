@@ -68,6 +68,7 @@ fn part(offset: u64) -> PartLoc {
         frame_len: 10,
         crc: 0,
         cardinality: 1,
+        version: ackstore::internals::format::journal::SEGMENT_VERSION,
     }
 }
 

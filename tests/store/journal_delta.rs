@@ -488,24 +488,116 @@ fn the_version_4_sample_reads_to_its_exact_state_and_name() {
     check_sample("journal-v4-delta", 4, name_tag(TOPIC, NAME));
 }
 
-/// What this build writes of [`sample_journal`] differs from the version 4 sample in the
-/// header's version alone (a segment of a later version without batch or snapshot records holds
-/// the same records).
 #[test]
-fn this_build_writes_the_version_4_sample_in_its_own_version_with_the_same_records() {
-    let sample = check_sample("journal-v4-delta", 4, name_tag(TOPIC, NAME));
+fn the_version_6_sample_reads_to_its_exact_state_and_name() {
+    check_sample("journal-v6-delta", 6, name_tag(TOPIC, NAME));
+}
+
+/// What this build writes of [`sample_journal`] holds the version 6 sample's records, kind for
+/// kind, with every partition record smaller by what the version 6 wrapping cost: the cursor
+/// entry's frame (magic, version, kind, flags: 8 bytes), its fixed key, cardinality and length
+/// (28) and CRC (4), and the ack partition record's magic and version (6) and CRC (4), less the
+/// cardinality's varint, which the version 7 payload adds before the set's encoding byte: 50
+/// bytes less 1 to 3. Markers and deltas keep their sizes.
+#[test]
+fn this_build_writes_the_sample_with_each_partition_under_the_frames_one_crc() {
+    use ackstore::internals::format::journal::{
+        RecordKind, SEGMENT_VERSION, decode_partition_payload,
+    };
+    use ackstore::internals::format::varint_len;
+    use support::mutate::records_of;
+
+    let sample = check_sample("journal-v6-delta", 6, name_tag(TOPIC, NAME));
     let disk = MemStorage::new();
     sample_journal(&disk);
     let written = disk.live_bytes(&segment_name(1)).expect("segment");
+    assert_eq!(&written[8..10], &SEGMENT_VERSION.to_le_bytes());
+    let (old, new) = (records_of(&sample), records_of(&written));
     assert_eq!(
-        &written[8..10],
-        &ackstore::internals::format::journal::SEGMENT_VERSION.to_le_bytes()
+        old.iter().map(|r| r.kind).collect::<Vec<_>>(),
+        new.iter().map(|r| r.kind).collect::<Vec<_>>(),
+        "the same records in the same order"
     );
-    assert_eq!(written.len(), sample.len());
+    let mut saved = 0;
+    for (o, n) in old.iter().zip(&new) {
+        if n.kind != RecordKind::Partition {
+            assert_eq!(o.len, n.len, "a {:?} keeps its size", n.kind);
+            continue;
+        }
+        let payload = &written[n.offset + 25..n.offset + n.len];
+        let p = decode_partition_payload(payload, SEGMENT_VERSION).expect("a partition");
+        let cardinality = usize::try_from(p.cardinality).expect("fits");
+        assert_eq!(o.len - n.len, 50 - varint_len(cardinality as u64));
+        saved += o.len - n.len;
+    }
+    assert_eq!(sample.len() - written.len(), saved);
+}
+
+/// The version 6 sample opened by this build, acked (a partition it holds rewritten, a new
+/// one) and flushed: the tick goes into a new version 7 segment, its delta naming the
+/// unchanged partitions where the version 6 segment holds them, which is never appended to; a
+/// reopen has the sample's acks and the new ones. Then a rollover of the version 6 segment
+/// rewrites its live partitions in version 7 form, and the next reopen has them all again.
+#[test]
+fn a_version_6_journal_goes_on_in_a_version_7_segment_with_the_same_acks_and_the_new_ones() {
+    use ackstore::internals::format::journal::SEGMENT_VERSION;
+
+    let (_, mut model) = sample_journal(&MemStorage::new());
+    let dir = support::samples::sample_dir("journal-v6-delta");
+    let v6 = std::fs::read(dir.path().join(segment_name(1))).expect("sample");
+    assert_eq!(&v6[8..10], &6u16.to_le_bytes(), "a version 6 segment");
+    let storage: Arc<dyn Storage> =
+        Arc::new(FileStorage::open(dir.path(), false).expect("storage"));
+    let config = JournalConfig::default();
+    let journal = Arc::new(Journal::open(storage.clone(), config, Seal::default()).expect("open"));
+    assert_eq!(acks_of(&journal), model);
+    let (state, before) = journal.committed(ID).expect("committed");
+    let mut set = cursor(&journal);
+    for pos in [
+        Position::new(1, 3 * PARTITION_SPAN + 9),
+        Position::new(4, 1),
+    ] {
+        set.add(pos).expect("ack");
+        model.insert(pos);
+    }
+    let stats = flush_state(&journal, &mut set, state.clone());
+    assert_eq!(stats.partitions, 2, "one partition rewritten, one new");
+    assert_eq!(journal.stats().deltas, 1, "a delta on the version 6 chain");
+    drop((set, journal));
+    let segment2 = std::fs::read(dir.path().join(segment_name(2))).expect("segment 2");
+    assert_eq!(&segment2[8..10], &SEGMENT_VERSION.to_le_bytes());
     assert_eq!(
-        written[SEGMENT_HEADER_V3_LEN..],
-        sample[SEGMENT_HEADER_V3_LEN..]
+        std::fs::read(dir.path().join(segment_name(1))).expect("segment 1"),
+        v6,
+        "a version 6 segment is never appended to"
     );
+    let reopened =
+        Arc::new(Journal::open(storage.clone(), config, Seal::default()).expect("reopen"));
+    assert_eq!(acks_of(&reopened), model);
+    let (again, rows) = reopened.committed(ID).expect("committed");
+    assert_eq!(again, state);
+    assert_eq!(rows.len(), before.len() + 1);
+    drop(reopened);
+
+    // Segments of one record's room: the next tick starts a segment and rolls the version 6
+    // one over, its live partitions copied forward in this version's form.
+    let tiny = JournalConfig { segment_bytes: 1 };
+    let journal = Arc::new(Journal::open(storage.clone(), tiny, Seal::default()).expect("open"));
+    let mut set = cursor(&journal);
+    let pos = Position::new(4, 2);
+    set.add(pos).expect("ack");
+    model.insert(pos);
+    flush_state(&journal, &mut set, state.clone());
+    assert!(journal.stats().rollovers >= 1, "{:?}", journal.stats());
+    assert!(
+        !journal.segments().contains(&1),
+        "the version 6 segment was rolled over: {:?}",
+        journal.segments()
+    );
+    drop((set, journal));
+    let reopened = Arc::new(Journal::open(storage, config, Seal::default()).expect("reopen"));
+    assert_eq!(acks_of(&reopened), model);
+    assert_eq!(reopened.committed(ID).expect("committed").0, state);
 }
 
 #[test]

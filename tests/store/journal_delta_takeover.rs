@@ -13,6 +13,10 @@ use std::sync::Arc;
 use ackstore::{MemStorage, Position, Store};
 use support::takeover;
 
+/// Journal segment size: small enough that the former owner's tick writes deltas, re-bases and
+/// rolls over.
+const SEGMENT_BYTES: u64 = 500;
+
 const NAMES: [&str; 3] = ["x", "y", "z"];
 
 fn pos(i: u64) -> Position {
@@ -22,8 +26,11 @@ fn pos(i: u64) -> Position {
 
 /// The former owner's chains: twelve ticks of deltas. Returns the acks made.
 fn prepare(disk: &MemStorage) -> BTreeMap<String, BTreeSet<Position>> {
-    let store =
-        Store::open_with_storage(Arc::new(disk.clone()), support::config::store(4, 1000)).unwrap();
+    let store = Store::open_with_storage(
+        Arc::new(disk.clone()),
+        support::config::store(4, SEGMENT_BYTES),
+    )
+    .unwrap();
     let t = store.topic("t").unwrap();
     let ps: Vec<Position> = (0..64)
         .map(|i| t.append(format!("{i}").as_bytes()).unwrap())
@@ -56,8 +63,11 @@ fn scenario(n: u64) -> (u64, Option<String>) {
     let mut truth = prepare(&disk);
     let mut flushed = truth.clone();
     let hooked = takeover::Disk::new(Arc::new(disk.clone()));
-    let old =
-        Store::open_with_storage(hooked.storage.clone(), support::config::store(4, 1000)).unwrap();
+    let old = Store::open_with_storage(
+        hooked.storage.clone(),
+        support::config::store(4, SEGMENT_BYTES),
+    )
+    .unwrap();
     let ot = old.topic("t").unwrap();
     let ocs: Vec<_> = NAMES
         .iter()
@@ -73,7 +83,7 @@ fn scenario(n: u64) -> (u64, Option<String>) {
     let slot = {
         let disk = disk.clone();
         hooked.arm_takeover(n, move || {
-            takeover::new_store_owner(&disk, support::config::store(4, 1000), "t")
+            takeover::new_store_owner(&disk, support::config::store(4, SEGMENT_BYTES), "t")
         })
     };
     let before = hooked.hook.count();
@@ -91,7 +101,7 @@ fn scenario(n: u64) -> (u64, Option<String>) {
     }
     let new = match slot.lock().unwrap().take() {
         Some(new) => new,
-        None => takeover::new_store_owner(&disk, support::config::store(4, 1000), "t"),
+        None => takeover::new_store_owner(&disk, support::config::store(4, SEGMENT_BYTES), "t"),
     };
     let nt = new.topic("t").unwrap();
     let ncs: Vec<_> = NAMES
@@ -131,7 +141,7 @@ fn scenario(n: u64) -> (u64, Option<String>) {
     std::mem::forget((ncs, nt, new, ocs, ot, old));
     let store = match Store::open_with_storage(
         Arc::new(disk.durable_image()),
-        support::config::store(4, 1000),
+        support::config::store(4, SEGMENT_BYTES),
     ) {
         Ok(s) => s,
         Err(e) => return (steps, Some(format!("claim after {n}: restart: {e}"))),

@@ -16,10 +16,13 @@ use ackstore::internals::format::journal::{
 };
 use ackstore::{CorruptionPlace, Error, Position, Store, StoreConfig};
 
+/// Journal segment size: small enough that [`build`] spans at least three segments.
+const SEGMENT_BYTES: u64 = 700;
+
 /// A store whose journal spans at least three segments, the newest holding records, closed
 /// cleanly. Returns the positions appended.
 fn build(dir: &Path) -> Vec<Position> {
-    let store = Store::open(dir, support::config::store(8, 1200)).unwrap();
+    let store = Store::open(dir, support::config::store(8, SEGMENT_BYTES)).unwrap();
     let t = store.topic("t").unwrap();
     let ps: Vec<Position> = (0..48)
         .map(|i| t.append(format!("{i}").as_bytes()).unwrap())
@@ -120,11 +123,11 @@ fn a_missing_listed_segment_oldest_middle_or_newest_is_refused_naming_it() {
         copy_dir(base.path(), dir.path());
         std::fs::remove_file(dir.path().join(seg.file_name().unwrap())).unwrap();
         refused_naming(
-            Store::open(dir.path(), support::config::store(8, 1200)),
+            Store::open(dir.path(), support::config::store(8, SEGMENT_BYTES)),
             seq_of(seg),
             what,
         );
-        let err = Store::open(dir.path(), support::config::store(8, 1200))
+        let err = Store::open(dir.path(), support::config::store(8, SEGMENT_BYTES))
             .err()
             .unwrap()
             .to_string();
@@ -148,7 +151,7 @@ fn a_flipped_bit_in_a_synced_record_of_the_newest_segment_is_corruption_and_open
         damaged[at + len / 2] ^= 0x10;
         std::fs::write(&path, &damaged).unwrap();
         refused_naming(
-            Store::open(dir.path(), support::config::store(8, 1200)),
+            Store::open(dir.path(), support::config::store(8, SEGMENT_BYTES)),
             seq_of(&newest),
             &format!("{kind:?} at {at}"),
         );
@@ -174,7 +177,7 @@ fn a_damaged_header_of_a_listed_segment_is_corruption_and_the_segment_stays() {
             damaged[byte] ^= 0x04;
             std::fs::write(&path, &damaged).unwrap();
             refused_naming(
-                Store::open(dir.path(), support::config::store(8, 1200)),
+                Store::open(dir.path(), support::config::store(8, SEGMENT_BYTES)),
                 seq_of(&seg),
                 &format!("header byte {byte} of {seg:?}"),
             );
@@ -203,7 +206,7 @@ fn a_listed_segment_cut_below_what_it_holds_is_corruption() {
             let path = dir.path().join(seg.file_name().unwrap());
             std::fs::write(&path, &bytes[..cut]).unwrap();
             refused_naming(
-                Store::open(dir.path(), support::config::store(8, 1200)),
+                Store::open(dir.path(), support::config::store(8, SEGMENT_BYTES)),
                 seq_of(seg),
                 &format!("{seg:?} cut at {cut}"),
             );
@@ -295,7 +298,7 @@ fn both_slot_copies_of_a_listed_segment_failing_is_corruption_never_a_torn_tail(
         damaged[SLOTS_AT..SLOTS_AT + SLOT_COPIES * SLOT_LEN].fill(0);
         std::fs::write(&path, &damaged).unwrap();
         refused_naming(
-            Store::open(dir.path(), support::config::store(8, 1200)),
+            Store::open(dir.path(), support::config::store(8, SEGMENT_BYTES)),
             seq_of(seg),
             &format!("both slots of {seg:?} zeroed"),
         );
@@ -329,7 +332,7 @@ fn an_older_copy_of_an_older_segment_consistent_in_itself_is_corruption() {
         let path = dir.path().join(seg.file_name().unwrap());
         std::fs::write(&path, &older).unwrap();
         refused_naming(
-            Store::open(dir.path(), support::config::store(8, 1200)),
+            Store::open(dir.path(), support::config::store(8, SEGMENT_BYTES)),
             seq_of(seg),
             &format!("{seg:?} replaced by its first {cut} bytes"),
         );
@@ -348,7 +351,7 @@ fn unlisted_is_refused(base: &Path, i: usize) {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     tree.write(dir.path());
-    match Store::open(dir.path(), support::config::store(8, 1200)) {
+    match Store::open(dir.path(), support::config::store(8, SEGMENT_BYTES)) {
         Err(Error::Corrupted {
             place: CorruptionPlace::Journal { .. },
             ..
@@ -386,7 +389,7 @@ fn the_newest_segment_dropped_from_the_catalog_list_while_it_holds_ticks_is_corr
 fn the_only_listed_segment_dropped_from_the_catalog_list_is_corruption() {
     let base = tempfile::tempdir().unwrap();
     {
-        let store = Store::open(base.path(), support::config::store(8, 1200)).unwrap();
+        let store = Store::open(base.path(), support::config::store(8, SEGMENT_BYTES)).unwrap();
         let t = store.topic("t").unwrap();
         let p = t.append(b"x").unwrap();
         t.sync().unwrap();
@@ -408,7 +411,7 @@ fn an_oldest_segment_a_committed_chain_reaches_into_dropped_from_the_list_is_cor
     // chain keeps reaching into the first segment.
     let base = tempfile::tempdir().unwrap();
     {
-        let store = Store::open(base.path(), support::config::store(8, 1200)).unwrap();
+        let store = Store::open(base.path(), support::config::store(8, SEGMENT_BYTES)).unwrap();
         let t = store.topic("t").unwrap();
         let ps: Vec<Position> = (0..64)
             .map(|i| t.append(format!("{i}").as_bytes()).unwrap())

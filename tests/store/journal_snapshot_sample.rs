@@ -1,8 +1,10 @@
-//! The version 6 sample (`tests/data/journal-v6-snapshot`), which this build writes byte for
-//! byte: a cursor's multi-entry state (a partition and a full marker), then two snapshot
-//! records of the single-entry form, the second with partial entries. It reads to the second
-//! snapshot's exact state, with the chain kept as its fallback; a bit flipped anywhere below
-//! the synced length refuses the open or leaves that state, never another.
+//! The snapshot samples: a cursor's multi-entry state (a partition and a full marker), then two
+//! snapshot records of the single-entry form, the second with partial entries. The version 6
+//! sample (`tests/data/journal-v6-snapshot`, its partition record a wrapped cursor-ledger
+//! entry) and the version 7 one this build writes byte for byte
+//! (`tests/data/journal-v7-snapshot`, the partition under the frame's one CRC) both read to the
+//! second snapshot's exact state, with the chain kept as its fallback; a bit flipped anywhere
+//! below the synced length refuses the open or leaves that state, never another.
 
 use std::sync::Arc;
 
@@ -20,7 +22,8 @@ use crate::support;
 use support::samples::{
     JOURNAL_SAMPLE_CURSOR as NAME, JOURNAL_SAMPLE_ID as ID, JOURNAL_SAMPLE_TOPIC as TOPIC,
 };
-const SAMPLE: &str = "journal-v6-snapshot";
+const SAMPLE_V6: &str = "journal-v6-snapshot";
+const SAMPLE: &str = "journal-v7-snapshot";
 
 /// What a cursor's snapshot holds: its state, its ranges, its partial entries.
 type Whole = (PersistedState, Vec<(u64, u64, u64)>, Vec<BatchPartition>);
@@ -43,8 +46,8 @@ fn commit_snapshot(journal: &Journal, (state, ranges, batch): &Whole) {
     tick.commit().expect("tick");
 }
 
-/// The journal of the sample; returns the state it ends with.
-fn sample_v6(disk: &MemStorage) -> Whole {
+/// The journal of the samples; returns the state it ends with.
+fn sample_journal(disk: &MemStorage) -> Whole {
     let (journal, mut set) = support::journal::journal_and_acks(disk, ID);
     set.add(Position::new(1, 7)).expect("ack");
     let live: Vec<PartitionKey> = set.partitions().into_iter().map(|(k, _)| k).collect();
@@ -102,22 +105,14 @@ fn recovered(journal: &Journal) -> Option<Whole> {
         .expect("read")
 }
 
-#[test]
-fn the_version_6_sample_reads_to_its_newest_snapshot_and_this_build_writes_it_byte_for_byte() {
-    let disk = MemStorage::new();
-    let want = sample_v6(&disk);
-    let written = disk.live_bytes(&segment_name(1)).expect("segment");
-    let (dir, sample) = support::samples::written_sample(SAMPLE, &segment_name(1), &written);
-    assert_eq!(&sample[8..10], &SEGMENT_VERSION.to_le_bytes());
-    assert_eq!(
-        written, sample,
-        "this build writes the sample byte for byte"
-    );
-    let storage = ackstore::FileStorage::open(dir.path(), true).expect("storage");
+/// Opens the sample copied to `dir` and checks it holds `want`, with the chain of one
+/// partition kept as the fallback.
+fn check_sample(dir: &std::path::Path, want: &Whole) {
+    let storage = ackstore::FileStorage::open(dir, true).expect("storage");
     let journal =
         Journal::open(Arc::new(storage), JournalConfig::default(), Seal::default()).expect("open");
     assert_eq!(recovered(&journal), Some(want.clone()));
-    assert_eq!(journal.state(ID), Some(want.0));
+    assert_eq!(journal.state(ID), Some(want.0.clone()));
     assert_eq!(
         journal.committed_name(ID).map(|(n, _)| n),
         Some(name_tag(TOPIC, NAME))
@@ -128,9 +123,33 @@ fn the_version_6_sample_reads_to_its_newest_snapshot_and_this_build_writes_it_by
 }
 
 #[test]
+fn the_version_6_sample_reads_to_its_newest_snapshot() {
+    let want = sample_journal(&MemStorage::new());
+    // A sample of an earlier version: kept as it was committed, never written again.
+    let dir = support::samples::sample_dir(SAMPLE_V6);
+    let sample = std::fs::read(dir.path().join(segment_name(1))).expect("sample");
+    assert_eq!(&sample[8..10], &6u16.to_le_bytes(), "a version 6 segment");
+    check_sample(dir.path(), &want);
+}
+
+#[test]
+fn the_version_7_sample_reads_to_its_newest_snapshot_and_this_build_writes_it_byte_for_byte() {
+    let disk = MemStorage::new();
+    let want = sample_journal(&disk);
+    let written = disk.live_bytes(&segment_name(1)).expect("segment");
+    let (dir, sample) = support::samples::written_sample(SAMPLE, &segment_name(1), &written);
+    assert_eq!(&sample[8..10], &SEGMENT_VERSION.to_le_bytes());
+    assert_eq!(
+        written, sample,
+        "this build writes the sample byte for byte"
+    );
+    check_sample(dir.path(), &want);
+}
+
+#[test]
 fn a_flipped_bit_in_the_synced_sample_refuses_the_open_or_leaves_its_state() {
     let disk = MemStorage::new();
-    let want = sample_v6(&disk);
+    let want = sample_journal(&disk);
     let bytes = disk.live_bytes(&segment_name(1)).expect("segment");
     for at in SEGMENT_HEADER_V3_LEN..bytes.len() {
         for bit in [0, 5] {

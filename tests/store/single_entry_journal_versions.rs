@@ -1,7 +1,7 @@
 //! A version 5 journal (the committed sample) opened by this build and written to in the
-//! single-entry form: the snapshot goes into a new version 6 segment, the version 5 segment is
-//! never appended to, and a reopen reads both (the snapshot as the cursor's state, the version
-//! 5 chain kept as its fallback).
+//! single-entry form: the snapshot goes into a new segment of this build's version (7), the
+//! version 5 segment is never appended to, and a reopen reads both (the snapshot as the
+//! cursor's state, the version 5 chain kept as its fallback).
 
 use crate::support;
 
@@ -15,7 +15,7 @@ use ackstore::internals::journal::{Journal, JournalConfig, Seal, SnapshotCounts,
 use support::samples::JOURNAL_SAMPLE_ID as ID;
 
 #[test]
-fn a_version_5_journal_goes_on_with_a_snapshot_in_a_version_6_segment() {
+fn a_version_5_journal_goes_on_with_a_snapshot_in_a_segment_of_this_builds_version() {
     let dir = support::samples::sample_dir("journal-v5-batch");
     let v5 = std::fs::read(dir.path().join(segment_name(1))).expect("sample");
     assert_eq!(&v5[8..10], &5u16.to_le_bytes(), "a version 5 segment");
@@ -47,7 +47,11 @@ fn a_version_5_journal_goes_on_with_a_snapshot_in_a_version_6_segment() {
     tick.commit().expect("tick");
     drop(journal);
     let segment2 = std::fs::read(dir.path().join(segment_name(2))).expect("segment 2");
-    assert_eq!(&segment2[8..10], &6u16.to_le_bytes(), "a version 6 segment");
+    assert_eq!(
+        &segment2[8..10],
+        &ackstore::internals::format::journal::SEGMENT_VERSION.to_le_bytes(),
+        "a segment of this build's version"
+    );
     assert_eq!(
         std::fs::read(dir.path().join(segment_name(1))).expect("segment 1"),
         v5,

@@ -543,9 +543,14 @@ fn full_disk_workload_on_a_store_on_a_real_small_file_system_keeps_every_flushed
         eprintln!("cannot mount a tmpfs here (not root): the in-memory store tests cover this");
         return;
     };
+    // Journal segments of a quarter page: the ticks on the full disk start segments, so one of
+    // them meets it even though the workload's records fit in a page.
     let store_config = |lru| ackstore::StoreConfig {
         ledger: support::config::topic_rolling(PER_LEDGER, PersistMode::MultiEntry, lru, 64),
         flusher_threads: 0,
+        journal: ackstore::JournalConfig {
+            segment_bytes: 1024,
+        },
         ..ackstore::StoreConfig::default()
     };
     for (lru, seed) in [(0, 7), (1 << 20, 13)] {

@@ -22,7 +22,7 @@ use support::topic::{append_n, at};
 
 /// Segments small enough that a short workload rolls them over.
 const JOURNAL: JournalConfig = JournalConfig {
-    segment_bytes: 2048,
+    segment_bytes: 1024,
 };
 
 fn config() -> LedgerConfig {

@@ -147,9 +147,7 @@ fn store_of_several_segments(dir: &Path) -> Vec<std::path::PathBuf> {
             max_entries_per_ledger: 8,
             ..ackstore::LedgerConfig::default()
         },
-        journal: ackstore::internals::journal::JournalConfig {
-            segment_bytes: 1200,
-        },
+        journal: ackstore::internals::journal::JournalConfig { segment_bytes: 700 },
         flusher_threads: 0,
         ..StoreConfig::default()
     };

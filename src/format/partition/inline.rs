@@ -26,8 +26,8 @@
 use roaring::RoaringBitmap;
 
 use super::{
-    CRC_LEN, MAGIC, PartitionKey, V2_FIXED_LEN, VERSION, VERSION_AT, code, decode_partition,
-    encode_partition, frame_v2_code,
+    CRC_LEN, MAGIC, PartitionEncoding, PartitionKey, V2_FIXED_LEN, VERSION, VERSION_AT,
+    body_bounds, code, decode_partition, encoded_body, frame_v2_code,
 };
 use crate::error::CorruptionKind;
 use crate::format::{Corruption, Reader};
@@ -65,13 +65,35 @@ pub fn inline_form(record: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// The inline form of `bitmap` as the partition `key`: [`inline_form`] of
-/// [`encode_partition`].
+/// The inline form of `bitmap`: [`inline_form`] of [`encode_partition`](super::encode_partition) of it under any key,
+/// written without the record around it ([`put_inline`]).
 #[must_use]
-pub fn encode_inline(key: PartitionKey, bitmap: &RoaringBitmap) -> Vec<u8> {
-    let record = encode_partition(key, bitmap);
-    // A record just encoded always has the inline form; the fallback is never taken.
-    inline_form(&record).unwrap_or_default()
+pub fn encode_inline(bitmap: &RoaringBitmap) -> Vec<u8> {
+    let mut out = Vec::new();
+    put_inline(&mut out, bitmap);
+    out
+}
+
+/// Appends the inline form of `bitmap` to `out`: its encoding byte, then its body.
+pub fn put_inline(out: &mut Vec<u8>, bitmap: &RoaringBitmap) {
+    let (encoding, body) = encoded_body(bitmap);
+    out.reserve(1 + body.len());
+    out.push(encoding.code());
+    out.extend_from_slice(&body);
+}
+
+/// The lowest and highest acked offsets of an inline form, read without decoding its set, as
+/// [`peek_bounds`](super::peek_bounds) reads them from a record: `None` for an encoding that
+/// does not start with them; the encoding byte and both bounds (below 2^16) checked, the rest
+/// of the body not read (decoding checks it). The error's offset counts from the start of
+/// `inline`.
+pub fn peek_inline_bounds(inline: &[u8]) -> Result<Option<(u32, u32)>, Corruption> {
+    let (code, body) = inline
+        .split_first()
+        .ok_or(Corruption::new(CorruptionKind::Truncated, 0))?;
+    let encoding = PartitionEncoding::from_code(*code)
+        .ok_or(Corruption::new(CorruptionKind::InvalidField("encoding"), 0))?;
+    body_bounds(encoding, body).map_err(|c| c.after(1))
 }
 
 /// The version 2 record of partition `key` whose inline form is `inline` (at least the
