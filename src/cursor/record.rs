@@ -1,8 +1,8 @@
 //! The cursor record as one cursor handle owns it.
 //!
 //! Owns: reading the record (`cursor-{id}`), writing it by compare-and-set on the version this
-//! handle last read or wrote, switching it to a new cursor ledger, the owner check a flush
-//! starts with, the fence a flush ends with, and the failure latch.
+//! handle last read or wrote (the import's switch to no cursor ledger, `import.rs`), the fence
+//! a write ends with, and the failure latch.
 //!
 //! Invariants:
 //! - every write is a compare-and-set on the version held here, so a write after another owner
@@ -85,11 +85,6 @@ impl RecordOwner {
         }
     }
 
-    /// The record as last read or written, with its version.
-    pub(crate) fn current(&self) -> Option<(u64, &CursorRecord)> {
-        self.record.as_ref().map(|v| (v.version, &v.record))
-    }
-
     /// The cursor ledger the record names.
     pub(crate) fn ledger(&self) -> Option<u64> {
         self.record.as_ref().and_then(|v| v.record.cursor_ledger)
@@ -122,20 +117,6 @@ impl RecordOwner {
         self.fence.as_ref().map_or(Ok(()), |f| (f.0)())
     }
 
-    /// [`Error::Fenced`] when the stored record is no longer at the version held here. Costs
-    /// one metadata read.
-    pub(crate) fn check_owner(&self) -> Result<()> {
-        let Some(held) = &self.record else {
-            return Ok(());
-        };
-        match self.meta.get(&self.name)? {
-            Some((current, _)) if current == held.version => Ok(()),
-            _ => Err(Error::Fenced {
-                what: self.name.clone(),
-            }),
-        }
-    }
-
     /// Takes the stored record (and its version) as the one this handle holds, for a claim
     /// refused because a former owner's record write landed after this handle read it. The
     /// caller runs the fence first: only an owner of the topic may adopt.
@@ -143,34 +124,6 @@ impl RecordOwner {
         self.check_latch()?;
         self.record = read_record(self.meta.as_ref(), &self.name)?;
         Ok(())
-    }
-
-    /// Points the record at `ledger` (with `state` as its fallback) unless it already does.
-    /// Returns the ledger it named before, which the caller deletes once nothing needs it.
-    pub(crate) fn switch(&mut self, ledger: u64, state: &PersistedState) -> Result<Option<u64>> {
-        let current = self.ledger();
-        if current == Some(ledger) {
-            return Ok(None);
-        }
-        self.put(Some(ledger), state)?;
-        Ok(current)
-    }
-
-    /// Writes the fallback state (mark-delete, epoch, properties) keeping the cursor ledger;
-    /// writes nothing when the record already holds it.
-    pub(crate) fn update(&mut self, state: &PersistedState) -> Result<()> {
-        self.check_latch()?;
-        state.validate()?;
-        if let Some(VersionedRecord { record: r, .. }) = &self.record {
-            // Already there (a rollover's switch writes the same fallback): no write, no fsync.
-            if r.mark_delete == state.mark_delete
-                && r.epoch == state.epoch
-                && r.properties == state.properties
-            {
-                return Ok(());
-            }
-        }
-        self.put(self.ledger(), state)
     }
 
     /// Writes the record naming `ledger` with `state` as its fallback, by compare-and-set.
