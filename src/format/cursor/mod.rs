@@ -1,7 +1,10 @@
 //! Byte layouts of the entries a cursor ledger holds: partition, marker, snapshot, index page,
 //! batch indexes, batch page, and the compact marker and index page (`compact.rs`).
 //!
-//! Owns: the encoding and verification of cursor-ledger entry payloads. Pure functions over byte
+//! Owns: the verification and decoding of cursor-ledger entry payloads, and the encoding of
+//! the kinds the journal still writes inside its records (partition, marker, snapshot, batch
+//! indexes: kinds 1, 2, 3 and 5). Kinds 4, 6, 7 and 8 are only read: cursor ledgers are
+//! imported into the journal, never written (`crate::cursor::import`). Pure functions over byte
 //! slices; never does I/O, never panics, never allocates more than its input on decode (decoded
 //! tables and range lists are borrowed views that parse on the fly). `docs/format.md`, section
 //! "Cursor ledger entries", draws every byte.
@@ -878,25 +881,6 @@ pub fn decode_marker_bound<'a>(
     })
 }
 
-/// Encoded size of an index page of `rows` rows.
-#[must_use]
-pub fn index_page_len(rows: usize) -> usize {
-    HEADER_LEN + 4 + rows * ROW_LEN + CRC_LEN
-}
-
-/// Encodes an index page. Body: row count u32, rows ascending by key.
-pub fn encode_index_page(rows: &[PartitionRow]) -> Result<Vec<u8>> {
-    let count = u32::try_from(rows.len()).map_err(|_| Error::LimitExceeded {
-        reason: format!("{} rows in one index page", rows.len()),
-    })?;
-    let mut out = start_frame(EntryKind::IndexPage, 4 + rows.len() * ROW_LEN);
-    out.extend_from_slice(&count.to_le_bytes());
-    for r in rows {
-        r.encode_into(&mut out);
-    }
-    Ok(end_frame(out))
-}
-
 /// Decodes and verifies an index page.
 pub fn decode_index_page(payload: &[u8]) -> Result<Rows<'_>, Corruption> {
     let mut body = open_frame(payload, EntryKind::IndexPage)?;
@@ -904,26 +888,6 @@ pub fn decode_index_page(payload: &[u8]) -> Result<Rows<'_>, Corruption> {
     let rows = decode_rows(&mut body, count)?;
     body.finish()?;
     Ok(rows)
-}
-
-/// Encoded size of a batch page of `rows` rows.
-#[must_use]
-pub fn batch_page_len(rows: usize) -> usize {
-    HEADER_LEN + 4 + rows * BATCH_ROW_LEN + CRC_LEN
-}
-
-/// Encodes a batch page (kind 6). Body: row count u32 (>= 1), rows of [`BATCH_ROW_LEN`] bytes
-/// ascending by `(ledger, chunk)`, as in a marker's inline batch table.
-pub fn encode_batch_page(rows: &[BatchRow]) -> Result<Vec<u8>> {
-    let count = u32::try_from(rows.len()).map_err(|_| Error::LimitExceeded {
-        reason: format!("{} rows in one batch page", rows.len()),
-    })?;
-    let mut out = start_frame(EntryKind::BatchPage, 4 + rows.len() * BATCH_ROW_LEN);
-    out.extend_from_slice(&count.to_le_bytes());
-    for r in rows {
-        r.encode_into(&mut out);
-    }
-    Ok(end_frame(out))
 }
 
 /// Decodes and verifies a batch page: at least one row, ascending, none empty.
@@ -941,6 +905,12 @@ pub fn decode_batch_page(payload: &[u8]) -> Result<BatchRows<'_>, Corruption> {
 
 mod batch;
 mod compact;
+#[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    reason = "tests read the committed samples and fail by panicking"
+)]
+mod samples;
 mod snapshot;
 #[cfg(test)]
 #[allow(
@@ -956,9 +926,8 @@ pub use batch::{
 };
 pub use compact::{
     CompactMarker, CompactPageRef, CompactPageRefs, CompactRow, CompactRows, CompactTable,
-    CompactTableRef, ENTRY_CRC_LEN, MAX_INLINE_LEN, MIN_PAGE_REF_LEN, MIN_ROW_LEN, RowForm,
-    compact_marker_len, compact_page_len, decode_compact_marker, decode_compact_page,
-    encode_compact_marker, encode_compact_page, key_len, page_ref_len, row_len, rows_len,
+    ENTRY_CRC_LEN, MAX_INLINE_LEN, MIN_PAGE_REF_LEN, MIN_ROW_LEN, RowForm, decode_compact_marker,
+    decode_compact_page,
 };
 pub use snapshot::{
     Snapshot, SnapshotWriter, decode_snapshot, decode_snapshot_bound, reencode_snapshot,
