@@ -1070,10 +1070,9 @@ impl Cursor {
     /// (`false` for a message or an entry already acknowledged).
     ///
     /// Durability: as [`Self::ack`]. The acknowledged messages of entries still partial are
-    /// persisted by the next flush (a batch-index entry for each partition whose partial
-    /// entries changed, referenced by the marker; inline in a single-entry snapshot; for a
-    /// cursor of a store's topic, a batch record in the store's journal referenced by the
-    /// cursor's marker or delta) and recovered with it, so after a reopen only the messages
+    /// persisted by the next flush (a batch record in the journal for each partition whose
+    /// partial entries changed, referenced by the cursor's marker or delta; inline in a
+    /// single-entry snapshot) and recovered with it, so after a reopen only the messages
     /// not yet acknowledged are delivered. Their memory ([`CursorStats::partial_entries`],
     /// [`CursorStats::batch_index_bytes`]) is charged to the ack set's LRU budget.
     ///
@@ -1362,11 +1361,12 @@ impl Cursor {
     /// Limits, checked here so that every later flush can write what was accepted: a name of
     /// at most [`MAX_PROPERTY_NAME`](crate::MAX_PROPERTY_NAME) (1,024) bytes; at most
     /// [`MAX_PROPERTIES`](crate::MAX_PROPERTIES) (4,096) properties; and
-    /// all properties together (2 + name length + 8 bytes each) within one cursor-ledger entry
-    /// ([`CursorConfig::max_entry_size`], at most the entry log's), less room for a marker's
-    /// largest inline table ([`CursorConfig::index_page_rows`] rows of 36 bytes) and for its
-    /// batch table (4 + 16 rows of 32 bytes: as large as it gets inline, and the room of 16
-    /// batch pages). Replacing the value of an existing property is always accepted.
+    /// all properties together (2 + name length + 8 bytes each) within
+    /// [`CursorConfig::max_entry_size`], less a marker's fixed part, room for
+    /// [`CursorConfig::index_page_rows`] rows of 36 bytes and for a batch table (4 + 16 rows of
+    /// 32 bytes), the limit a cursor ledger's marker had, so a cursor accepts the same
+    /// properties whether it was read from one or not. Replacing the value of an existing
+    /// property is always accepted.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a name over the limit, [`Error::LimitExceeded`] for a
@@ -1408,11 +1408,11 @@ impl Cursor {
     /// # Errors
     /// An error of a background flush (see [`CursorConfig::flush_interval`]) not yet
     /// reported is returned first, without flushing; call `flush` again. I/O errors (`ENOSPC`
-    /// on a full disk, for instance); then nothing new is guaranteed durable, acks keep
-    /// working, and a later `flush` writes the whole state to a fresh cursor ledger (the entry
-    /// log never writes again to a ledger whose write or fsync failed), so it succeeds once the
-    /// disk has space again. After an error whose effect on the cursor record is unknown every
-    /// later flush fails with [`Error::PreviousIo`] until the topic is reopened.
+    /// on a full disk, for instance); then nothing new is guaranteed durable and acks keep
+    /// working: a write the journal could not make changes nothing, so a later `flush` succeeds
+    /// once the disk has space again. After a failed sync (its effect on disk unknown) the
+    /// journal is latched: every later flush of every cursor of its host fails with
+    /// [`Error::PreviousIo`] until the topic (or the store) is reopened.
     /// [`Error::LimitExceeded`] when a single-entry snapshot does not fit (with
     /// [`OverflowPolicy::Error`]). [`Error::Fenced`] once a newer owner has opened the topic's
     /// directory (this handle lost ownership; see `docs/cursors.md`, "Ownership"); a flush the
@@ -1442,8 +1442,7 @@ impl Cursor {
         Ok(())
     }
 
-    /// Flushes (then refreshes the cursor record's fallback copy of mark-delete, epoch and
-    /// properties), then closes every handle to this cursor; later calls fail with
+    /// Flushes, then closes every handle to this cursor; later calls fail with
     /// [`Error::Closed`]. Opening the cursor again by name restores what `flush` keeps.
     ///
     /// `Ok` means everything acknowledged before the call is durable. Closing a closed cursor
@@ -1453,7 +1452,7 @@ impl Cursor {
     /// # Errors
     /// As [`Self::flush`]. On an error the cursor stays open (every handle keeps working) and
     /// nothing new is guaranteed durable; call `close` again, for instance once a full disk has
-    /// space again: the retry writes the whole state to a fresh cursor ledger.
+    /// space again.
     pub fn close(&self) -> Result<()> {
         self.shared.try_close()
     }
