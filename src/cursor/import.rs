@@ -183,7 +183,7 @@ impl Retirement {
     pub(crate) fn retire(&mut self, committed: &PersistedState) -> Result<()> {
         let mut attempts = 1;
         while self.record.ledger().is_some() {
-            match self.record.put(None, committed) {
+            match self.record.put_without_ledger(committed) {
                 Ok(()) => {}
                 Err(Error::Fenced { .. })
                     if attempts < SWITCH_ATTEMPTS && !self.record.is_latched() =>

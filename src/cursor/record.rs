@@ -15,7 +15,6 @@
 //!
 //! Must never: write the record except by compare-and-set, or write after the latch.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
@@ -68,8 +67,8 @@ pub(crate) struct RecordOwner {
 }
 
 impl RecordOwner {
-    /// Takes over record `name` as read at `record` (`None`: it does not exist yet, and the
-    /// first write creates it).
+    /// Takes over record `name` as read at `record` (`None`: it does not exist, and nothing is
+    /// written).
     pub(crate) fn new(
         meta: Arc<dyn MetaStore>,
         name: String,
@@ -126,23 +125,16 @@ impl RecordOwner {
         Ok(())
     }
 
-    /// Writes the record naming `ledger` with `state` as its fallback, by compare-and-set.
-    pub(crate) fn put(&mut self, ledger: Option<u64>, state: &PersistedState) -> Result<()> {
-        let (expected, mut record) = match &self.record {
-            Some(held) => (Some(held.version), held.record.clone()),
-            None => (
-                None,
-                CursorRecord {
-                    name: self.name.clone(),
-                    cursor_ledger: None,
-                    mark_delete: state.mark_delete,
-                    epoch: state.epoch,
-                    properties: BTreeMap::new(),
-                    identity: None,
-                },
-            ),
+    /// Writes the record naming no cursor ledger (the form a journal cursor's record has),
+    /// with `state` as its fallback, by compare-and-set on the version held here; a handle
+    /// that holds no record writes nothing.
+    pub(crate) fn put_without_ledger(&mut self, state: &PersistedState) -> Result<()> {
+        let Some(held) = &self.record else {
+            return Ok(());
         };
-        record.cursor_ledger = ledger;
+        let expected = Some(held.version);
+        let mut record = held.record.clone();
+        record.cursor_ledger = None;
         if self.identity.is_some() {
             record.identity = self.identity;
         }
