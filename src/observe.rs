@@ -30,9 +30,6 @@ pub const FLUSHES: &str = "ackstore_cursor_flushes_total";
 /// cluster's acknowledgements). A distribution, so no stats field mirrors it. Labels: `topic`,
 /// `cursor`.
 pub const FLUSH_SECONDS: &str = "ackstore_cursor_flush_seconds";
-/// Counter, bytes: payload bytes appended to the cursor ledger by flushes (the sum over flushes
-/// of `PersistStats::last_flush_bytes`). Labels: `topic`, `cursor`.
-pub const FLUSH_BYTES: &str = "ackstore_cursor_flush_bytes_total";
 /// Counter: ranges a single-entry snapshot left out under `OverflowPolicy::Warn` (mirrors
 /// `PersistStats::ranges_cut`). Labels: `topic`, `cursor`.
 pub const SNAPSHOT_RANGES_CUT: &str = "ackstore_cursor_snapshot_ranges_cut_total";

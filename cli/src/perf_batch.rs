@@ -39,8 +39,9 @@ pub struct BatchFigures {
     pub batch_evictions: u64,
 }
 
-/// How a run measures a cursor of a store's topic: a flush returning the bytes it appended to
-/// the store's journal, and the journal's live bytes.
+/// How a run measures a cursor: a flush returning the bytes it appended to the journal the
+/// cursor persists through (its store's, or the one its topic hosts), and the journal's live
+/// bytes.
 pub type StoreJournal<'a> = (
     &'a dyn Fn(&Cursor) -> ackstore::Result<u64>,
     &'a dyn Fn() -> u64,
@@ -56,22 +57,21 @@ fn next(state: &mut u64) -> u64 {
 }
 
 /// Acknowledges, in every entry of `positions` that `cursor` has not acknowledged, the
-/// messages `pattern` picks out of `batch_size`, then measures the partial state. For a
-/// cursor of a store's topic, `journal` flushes it and returns the bytes the flush appended to
-/// the store's journal, and `live` the journal's live bytes (`None` for a topic opened alone,
-/// whose cursor stats count its cursor ledger).
+/// messages `pattern` picks out of `batch_size`, then measures the partial state: `flush`
+/// flushes the cursor and returns the bytes the flush appended to its journal, and `live` is
+/// the journal's live bytes.
 pub fn run(
     cursor: &Cursor,
     positions: &[Position],
     (batch_size, pattern, seed): (u32, BatchPattern, u64),
-    journal: Option<StoreJournal<'_>>,
+    (flush, live): StoreJournal<'_>,
 ) -> ackstore::Result<BatchFigures> {
     let mut figures = BatchFigures::default();
     if batch_size < 2 {
         return Ok(figures);
     }
     cursor.flush()?;
-    let before = journal.map_or(cursor.stats()?.persist.persisted_bytes, |(_, live)| live());
+    let before = live();
     let mut rng = seed ^ 0x0ba7_c4ed;
     let started = std::time::Instant::now();
     // The partial entries acknowledged, each with its acknowledged messages (never all of
@@ -106,25 +106,16 @@ pub fn run(
         partial.push((pos, picked.into_iter().collect()));
     }
     figures.batch_ack_ms = started.elapsed().as_secs_f64() * 1e3;
-    let appended = if let Some((flush, live)) = journal {
-        Some((flush(cursor)?, live()))
-    } else {
-        cursor.flush()?;
-        None
-    };
+    let flushed = flush(cursor)?;
     let stats = cursor.stats()?;
     figures.batch_resident_bytes =
         (stats.ackset.resident_bytes + stats.ackset.charged_bytes) as u64;
     figures.batch_evictions = stats.batch_evictions;
-    let persist = stats.persist;
-    // In a store's journal: what the partial state added to the live records (its batch
+    // In the journal: what the partial state added to the live records (its batch
     // records and the marker's batch table), and what the flush after the acks appended (the
     // batch records evictions did not write before it, and the marker or delta).
-    figures.batch_index_bytes = appended.map_or_else(
-        || persist.persisted_bytes.saturating_sub(before),
-        |(_, live)| live.saturating_sub(before),
-    );
-    figures.batch_flush_bytes = appended.map_or(persist.last_flush_bytes, |(flushed, _)| flushed);
+    figures.batch_index_bytes = live().saturating_sub(before);
+    figures.batch_flush_bytes = flushed;
     for (pos, acked) in &partial {
         figures.partial_entries += 1;
         figures.pulsar_batch_index_bytes +=

@@ -484,7 +484,7 @@ impl RangeSetWrapper {
 
     /// Evictions pin unsaved partitions instead of storing them until
     /// [`Self::resume_stores`], without counting a failure: the persistence layer has no
-    /// ledger of its own to store them in yet (a cursor whose claim is deferred).
+    /// store that takes writes yet (a cursor read from a cursor ledger, before its import).
     pub fn hold_stores(&mut self) {
         self.stores_blocked = true;
     }

@@ -469,7 +469,7 @@ fn cursor_view(
         ..CursorView::default()
     };
     let log = log?;
-    let mut rec = match recover(log.clone(), meta.clone(), &name, CursorConfig::default()) {
+    let mut rec = match recover(log.clone(), meta.clone(), &name, &CursorConfig::default()) {
         Ok(rec) => rec,
         Err(e) => {
             finding(findings, file, "cursor state", describe(&e));
@@ -489,7 +489,7 @@ fn cursor_view(
         Err(e) => finding(findings, file.clone(), "cursor state", describe(&e)),
     }
     cv.rejected_states = rec.report.rejected;
-    let table = rec.persister.table_shape();
+    let table = rec.source.table_shape();
     (cv.partitions_inline, cv.partitions_separate, cv.index_pages) =
         (table.inline, table.separate, table.pages);
     match rec.batch.partitions() {

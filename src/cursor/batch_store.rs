@@ -1,16 +1,14 @@
 //! Where a cursor's partial entries (batch-index acks) go when they are evicted from memory,
 //! and where cold ones are loaded from.
 //!
-//! Owns: [`BatchLocation`] (where a partition's batch-index entry is, as a marker's row names
-//! it), the [`BatchStore`] trait and its two implementations: [`CursorBatchStore`], which
-//! appends an evicted partition's partial entries to the cursor ledger as a batch-index entry
-//! (kind 5, exactly the bytes a flush writes) and reads them back verified; and
-//! [`MemBatchStore`], which keeps them encoded in memory, for a non-durable cursor (it has no
-//! cursor ledger).
+//! Owns: [`BatchLocation`] (where a partition's batch-index entry or batch record is, as a
+//! marker's row names it), the [`BatchStore`] trait and two of its implementations:
+//! [`CursorBatchStore`], which reads a cursor ledger's batch-index entries (kind 5) back
+//! verified, for a cursor read from its ledger until its import; and [`MemBatchStore`], which
+//! keeps them encoded in memory, for a non-durable cursor. The journal's is `journal.rs`.
 //!
-//! Must never: sync or commit anything (an entry written here is meaningful only once a marker
-//! that references it is synced), or hand out a partition whose entry fails its CRC, key or
-//! count check.
+//! Must never: sync or commit anything, write to a cursor ledger, or hand out a partition whose
+//! entry fails its CRC, key or count check.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -19,12 +17,12 @@ use std::sync::Arc;
 use crate::ackset::PartitionKey;
 use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::format::cursor::{
-    BatchPartition, BatchRow, EntryKind, decode_batch_entry, encode_batch_entry, payload_crc,
+    BatchPartition, BatchRow, decode_batch_entry, encode_batch_entry, payload_crc,
 };
 use crate::log::EntryLog;
 use crate::position::Position;
 
-use super::store::{SharedState, append_entry, at_entry, ensure_ledger};
+use super::store::at_entry;
 
 /// Most rows a marker holds its batch table inline; a larger table goes to batch pages
 /// (kind 6) and the marker lists those instead, so the table takes at most this many rows'
@@ -110,24 +108,26 @@ fn decode_checked(
     Ok(partition)
 }
 
-/// A [`BatchStore`] over one cursor's cursor ledger: `store` appends a batch-index entry
-/// (creating the cursor ledger if the cursor has none yet), `load` reads one from the current
-/// cursor ledger.
+/// A read-only [`BatchStore`] over one cursor's cursor ledger, for a cursor read from it until
+/// its first write moves it into the journal (`import.rs`): `load` reads a batch-index entry,
+/// `store` refuses (the cursor's partial entries hold their stores until the import installs
+/// the journal's).
 #[derive(Debug)]
 pub(crate) struct CursorBatchStore {
     log: Arc<EntryLog>,
-    shared: SharedState,
+    /// The cursor ledger; `None` when the record names none, or a missing one.
+    ledger: Option<u64>,
 }
 
 impl CursorBatchStore {
-    pub(crate) fn new(log: Arc<EntryLog>, shared: SharedState) -> Self {
-        Self { log, shared }
+    pub(crate) fn new(log: Arc<EntryLog>, ledger: Option<u64>) -> Self {
+        Self { log, ledger }
     }
 }
 
 impl BatchStore for CursorBatchStore {
     fn load(&mut self, key: PartitionKey, location: &BatchLocation) -> Result<BatchPartition> {
-        let ledger = self.shared.lock().ledger.ok_or(Error::Corrupted {
+        let ledger = self.ledger.ok_or(Error::Corrupted {
             place: key.place(),
             kind: CorruptionKind::Missing,
         })?;
@@ -141,28 +141,13 @@ impl BatchStore for CursorBatchStore {
     }
 
     fn store(&mut self, partition: &BatchPartition) -> Result<BatchLocation> {
-        if self.shared.lock().refuses_stores() {
-            return Err(Error::PreviousIo);
-        }
-        let payload = encode(partition)?;
-        let written = ensure_ledger(&self.log, &self.shared).and_then(|ledger| {
-            append_entry(
-                &self.log,
-                &self.shared,
-                ledger,
-                EntryKind::BatchIndexes,
-                &payload,
-            )
-        });
-        match written {
-            Ok(entry_id) => Ok(location_of(partition, entry_id, &payload)),
-            Err(e) => {
-                // The ledger latched (or could not be created): the next flush starts afresh.
-                let mut s = self.shared.lock();
-                s.ledger_failed |= s.ledger.is_some();
-                Err(e)
-            }
-        }
+        Err(Error::Unsupported {
+            what: format!(
+                "partial entries of partition {}:{} cannot be stored in a cursor ledger, which \
+                 is read only",
+                partition.ledger_id, partition.chunk
+            ),
+        })
     }
 }
 

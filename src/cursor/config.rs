@@ -13,27 +13,21 @@ use crate::ackset::AckBudget;
 pub struct CursorConfig {
     /// How the ack state is persisted.
     pub persist_mode: PersistMode,
-    /// Largest cursor-ledger entry, in bytes.
+    /// Largest state a flush writes as one record, in bytes: it caps a single-entry snapshot,
+    /// and what the properties may take (see `Cursor::set_property`).
     pub max_entry_size: u32,
     /// Byte budget of the resident ack state (an LRU of ack partitions).
     pub lru_capacity_bytes: usize,
-    /// Entries after which a cursor ledger rolls over to a new one.
-    pub cursor_ledger_max_entries: u64,
-    /// Bytes after which a cursor ledger rolls over to a new one.
-    pub cursor_ledger_max_bytes: u64,
     /// Most ranges a single-entry snapshot holds.
     pub max_ranges_single_entry: u64,
     /// What a single-entry snapshot does past its limits.
     pub on_single_entry_overflow: OverflowPolicy,
-    /// Most rows an index page of the persisted ack state holds, and most rows a marker holds
-    /// inline.
+    /// Rows of 36 bytes that `max_entry_size` keeps free beside the properties (the inline table
+    /// of a cursor ledger's marker), which bounds what the properties may take (see
+    /// `Cursor::set_property`).
     pub index_page_rows: usize,
-    /// Most bytes an index page of the persisted ack state takes, and most bytes of rows a
-    /// marker holds inline. A partition whose encoding takes at most a quarter of this is
-    /// carried inline by its row rather than in an entry of its own, so a flush after one ack
-    /// writes one page of at most this size, at most one partition entry, and the marker.
-    pub index_page_bytes: usize,
-    /// On recovery, read and CRC-check every partition a marker references before accepting it.
+    /// On recovery from a cursor ledger, read and CRC-check every partition a marker
+    /// references before accepting it.
     pub verify_on_recover: bool,
     /// How often the flusher pool of the cursors' journal (the store's, or the one a topic
     /// alone hosts) flushes the cursors that changed (`None`: only `flush`, `close` and seeks
@@ -53,12 +47,9 @@ impl Default for CursorConfig {
             persist_mode: PersistMode::MultiEntry,
             max_entry_size: 5 << 20,
             lru_capacity_bytes: 64 << 20,
-            cursor_ledger_max_entries: 50_000,
-            cursor_ledger_max_bytes: 1 << 30,
             max_ranges_single_entry: 10_000,
             on_single_entry_overflow: OverflowPolicy::Error,
             index_page_rows: 1024,
-            index_page_bytes: 4096,
             verify_on_recover: true,
             flush_interval: None,
             ack_memory: None,
@@ -66,13 +57,13 @@ impl Default for CursorConfig {
     }
 }
 
-/// How a cursor's ack state is written to its cursor ledger.
+/// How a cursor's ack state is written to its journal.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum PersistMode {
-    /// One snapshot entry with every range, capped by `max_ranges_single_entry` and the entry
-    /// size.
+    /// One snapshot record with every range, capped by `max_ranges_single_entry` and
+    /// `max_entry_size`.
     SingleEntry,
-    /// Dirty partitions as their own entries plus a marker; no cap.
+    /// Dirty partitions as records of their own plus a marker or delta; no cap.
     #[default]
     MultiEntry,
 }

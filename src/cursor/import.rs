@@ -3,8 +3,9 @@
 //! Owns: what moves a cursor whose record names a cursor ledger (every directory an earlier
 //! release wrote) into the journal its topic hosts (its store's, or its own), and the retirement
 //! of that ledger once the journal holds the cursor. Such a cursor opens read-only from its
-//! ledger (`CursorOpener::reopen`, claim deferred, nothing written); its first write is the
-//! import, in three steps (see `docs/persistence.md`, "Cursor ledgers: read and imported"):
+//! ledger (`CursorOpener::reopen`, nothing written): a journal cursor with a pending import,
+//! whose ack set and partial entries load from the ledger; its first write is the import, in
+//! three steps (see `docs/persistence.md`, "Cursor ledgers: read and imported"):
 //! 1. *stage*: the whole state (mark-delete, epoch, properties, every live partition, every
 //!    partial entry) is staged into a journal tick as a new journal cursor's first marker, and
 //!    the cursor persists through the journal from then on ([`Pending::stage`]). In either
@@ -39,6 +40,8 @@ use super::batch::BatchAcks;
 use super::config::CursorConfig;
 use super::journal::{JournalCursor, TopicJournal};
 use super::record::{Fence, RecordOwner, read_record};
+use super::recover::LedgerSource;
+use super::stats::PersistStats;
 use crate::ackset::RangeSetWrapper;
 use crate::format::meta::CursorIdentity;
 use crate::meta::MetaStore;
@@ -48,33 +51,44 @@ use crate::meta::MetaStore;
 const SWITCH_ATTEMPTS: u32 = 3;
 
 /// A cursor read from a cursor ledger whose first write moves it into the journal of `topic`.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Pending {
     topic: TopicJournal,
     /// The cursor's id in the topic's cursor table.
     cursor: u64,
     name: String,
     labels: CursorLabels,
+    /// The record and the ledger the cursor was read from, retired once it is imported.
+    source: LedgerSource,
 }
 
 impl Pending {
-    /// The import of cursor `cursor`, `name` of the topic whose journal is `topic`.
+    /// The import of cursor `cursor`, `name` of the topic whose journal is `topic`, read from
+    /// `source`.
     pub(crate) fn new(
         topic: TopicJournal,
         (cursor, name): (u64, &str),
         labels: CursorLabels,
+        source: LedgerSource,
     ) -> Self {
         Self {
             topic,
             cursor,
             name: name.to_owned(),
             labels,
+            source,
         }
     }
 
-    /// The journal the cursor moves into (its ticks are begun before the cursor's lock).
-    pub(crate) fn journal(&self) -> &Arc<crate::journal::Journal> {
-        &self.topic.journal
+    /// What the cursor's figures report until the import: the ledger it is read from.
+    pub(crate) fn stats(&self) -> PersistStats {
+        self.source.stats()
+    }
+
+    /// The retirement of the ledger the cursor was read from, once it is imported.
+    pub(crate) fn into_retirement(self) -> Retirement {
+        let (record, log, ledgers) = self.source.into_parts();
+        Retirement::new(record, log, ledgers)
     }
 
     /// Step 1 of the import: stages `state` with every ack of `acks` and every partial entry of
@@ -169,7 +183,7 @@ impl Retirement {
     pub(crate) fn retire(&mut self, committed: &PersistedState) -> Result<()> {
         let mut attempts = 1;
         while self.record.ledger().is_some() {
-            match self.record.put(None, committed) {
+            match self.record.put_without_ledger(committed) {
                 Ok(()) => {}
                 Err(Error::Fenced { .. })
                     if attempts < SWITCH_ATTEMPTS && !self.record.is_latched() =>

@@ -511,12 +511,6 @@ impl JournalCursor {
     pub(crate) fn unsettled(&self) -> bool {
         self.journal.is_unsettled(self.id)
     }
-
-    /// Removes the cursor from the journal (a synced forget record): no later open of the
-    /// store recovers it.
-    pub(crate) fn forget(self) -> Result<()> {
-        self.journal.forget(self.id)
-    }
 }
 
 /// The [`BatchLocation`] of the batch record of `key` at `part` (its journal location packed

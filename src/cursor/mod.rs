@@ -9,18 +9,14 @@
 //! A cursor reaches its topic through `TopicAccess`, which the managed ledger implements, so
 //! this layer never imports the one above it.
 //!
-//! Persistence: every durable cursor owns one `Persister`: a cursor persists through the journal
-//! its topic's host keeps (`journal.rs`, `docs/persistence.md`); a cursor read
-//! from a cursor ledger owns that ledger's [`CursorPersister`] until its first write moves it
-//! into the journal (`import.rs`). A
-//! [`CursorPersister`] (`persist.rs`) is the only writer of the cursor record (it holds the
-//! compare-and-set version) and of the cursor ledger.
-//! The cursor's ack set keeps its evicted partitions in that ledger. `flush` and `close` write
-//! the whole ack state through it; a seek writes a new marker (or snapshot) with no acks
-//! before it changes anything, so the cursor ledger's last committed state never holds acks a
-//! seek cleared; `rewind` writes the new epoch to the record. A cursor is opened by
-//! [`open::CursorOpener`]: a reopened one is recovered ([`recover::recover`]), resolved
-//! against the topic (`CursorState::recovered`) and claimed by a first flush.
+//! Persistence: every durable cursor persists through the journal its topic's host keeps (a
+//! [`JournalCursor`], `journal.rs`, `docs/persistence.md`); its ack set keeps its evicted
+//! partitions there. `flush` and `close` stage the whole ack state into a journal tick; a seek
+//! commits a marker (or snapshot) with no acks before it changes anything, so the journal's
+//! last committed state never holds acks a seek cleared; a rewind commits every ack with the
+//! new epoch. A cursor read from a cursor ledger (recovered by [`recover::recover`] through
+//! [`open::CursorOpener`]) is a journal cursor with a pending import: it loads from its ledger
+//! until its first write moves it into the journal and retires the ledger (`import.rs`).
 //!
 //! Must never: change the topic's ledgers, write any record but its own, or hold a handle on
 //! the entry log once closed (a closed topic must release its directory).
@@ -31,14 +27,12 @@ mod config;
 pub(crate) mod import;
 pub(crate) mod journal;
 pub mod open;
-pub mod persist;
 mod record;
 pub mod recover;
 mod snapshot;
 mod state;
 mod stats;
 pub mod store;
-mod table;
 pub mod verify;
 
 use std::collections::BTreeMap;
@@ -61,11 +55,9 @@ use crate::finder::{self, Layout, ReadableLayout};
 use crate::format::cursor::PersistedState;
 use crate::journal::{Journal, Tick};
 use crate::log::{EntryLog, lock};
-use crate::observe::CursorLabels;
 use crate::position::Position;
 use batch::BatchAcks;
 use journal::JournalCursor;
-use persist::CursorPersister;
 
 /// Where a new cursor starts reading.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -123,9 +115,9 @@ pub struct CursorStats {
     pub flushes: u64,
     /// The ack set's memory and partition figures (`resident_bytes`, `budget_bytes`, ...).
     pub ackset: AckSetStats,
-    /// The persistence figures: `cursor_ledger`, `persisted_bytes` (size of the committed
-    /// state), `entries_written` and `bytes_written` (appended to cursor ledgers since open),
-    /// `markers`, `snapshots`, `flushes`, `last_flush_bytes`, `overflows`, `rollovers`, ...
+    /// The persistence figures: `cursor_ledger` (while the cursor is read from one),
+    /// `persisted_bytes` (size of the committed state), `entries_written`, `markers`,
+    /// `snapshots`, `flushes`, `overflows`, ...
     pub persist: PersistStats,
     /// Which persisted state the cursor resumed from when it was reopened; `None` for a cursor
     /// that did not exist before this open.
@@ -137,8 +129,9 @@ pub struct CursorStats {
     /// Memory the resident ones take (estimated: serialized bitmaps plus a fixed overhead per
     /// entry), charged to the ack set's budget (`ackset.charged_bytes`).
     pub batch_index_bytes: u64,
-    /// Partitions whose partial entries are evicted from memory (cold: kept as batch-index
-    /// entries of the cursor ledger, loaded on first use).
+    /// Partitions whose partial entries are evicted from memory (cold: kept as batch records
+    /// of the journal, or batch-index entries of the cursor ledger a cursor is read from,
+    /// loaded on first use).
     pub batch_cold_partitions: u64,
     /// Evictions of partial entries' partitions since open.
     pub batch_evictions: u64,
@@ -184,79 +177,6 @@ pub(crate) fn detached_ack_set() -> RangeSetWrapper {
     RangeSetWrapper::new(Box::new(MemPartitionStore::new()), usize::MAX)
 }
 
-/// Where a durable cursor persists: in its own cursor ledger (one read from a cursor ledger,
-/// until its first write imports it into the journal, see `import.rs`), or through the journal its
-/// topic's host keeps (see `journal.rs`). Both keep the same state (mark-delete, epoch,
-/// properties, every ack).
-#[derive(Debug)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "one per open cursor, created once and never moved on an ack path"
-)]
-pub(crate) enum Persister {
-    /// The cursor ledger: every flush appends and syncs on its own.
-    Ledger(CursorPersister),
-    /// The store's journal: a flush stages into a tick that syncs many cursors at once.
-    Journal(JournalCursor),
-}
-
-impl Persister {
-    fn labels(&self) -> &CursorLabels {
-        match self {
-            Self::Ledger(p) => p.labels(),
-            Self::Journal(j) => j.labels(),
-        }
-    }
-
-    fn stats(&self) -> PersistStats {
-        match self {
-            Self::Ledger(p) => p.stats(),
-            Self::Journal(j) => j.stats(),
-        }
-    }
-
-    fn property_room(&self) -> usize {
-        match self {
-            Self::Ledger(p) => p.property_room(),
-            Self::Journal(j) => j.property_room(),
-        }
-    }
-
-    /// Where the cursor's partial entries are evicted to: its cursor ledger, or batch records
-    /// in the store's journal.
-    fn batch_store(&self) -> Box<dyn batch_store::BatchStore> {
-        match self {
-            Self::Ledger(p) => p.batch_store(),
-            Self::Journal(j) => j.batch_store(),
-        }
-    }
-
-    /// The settings the cursor persists with.
-    fn config(&self) -> &CursorConfig {
-        match self {
-            Self::Ledger(p) => p.config(),
-            Self::Journal(j) => j.config(),
-        }
-    }
-
-    /// The journal a journal cursor persists through.
-    fn journal(&self) -> Option<Arc<Journal>> {
-        match self {
-            Self::Ledger(_) => None,
-            Self::Journal(j) => Some(Arc::clone(j.journal())),
-        }
-    }
-
-    /// Removes what persists a deleted cursor: its cursor ledgers (delete the cursor record
-    /// first), or its state in the journal (a synced forget record).
-    pub(crate) fn delete(self) -> Result<()> {
-        match self {
-            Self::Ledger(p) => p.delete_ledgers(),
-            Self::Journal(j) => j.forget(),
-        }
-    }
-}
-
 /// The partial entries a seek commits: none, or for a seek into a batch the messages of that
 /// entry before the target.
 fn seek_prefix(planned: Move) -> BatchAcks {
@@ -273,22 +193,23 @@ fn seek_prefix(planned: Move) -> BatchAcks {
     prefix
 }
 
-/// Commits a journal cursor's tick (`None` for a cursor-ledger cursor, whose flush is done).
+/// Commits a durable cursor's tick (`None` for a non-durable cursor, which writes nothing).
 fn commit_tick(tick: Option<Tick<'_>>) -> Result<()> {
     tick.map_or(Ok(()), |t| t.commit().map(drop))
 }
 
 /// How a cursor persists, handed to [`CursorShared::new`].
 pub(crate) struct Persistence {
-    /// Writes the cursor's state; its partition store backs the state's ack set.
-    pub persister: Persister,
+    /// Writes the cursor's state; its partition store backs the state's ack set (unless an
+    /// import is pending: then the ack set loads from the cursor ledger until the import).
+    pub persister: JournalCursor,
     /// What recovery resumed from (`None` for a new cursor).
     pub recovery_source: Option<RecoverySource>,
     /// Whether the state differs from what is persisted (recovery dropped acks of entries
     /// that no longer exist).
     pub dirty: bool,
-    /// For a cursor read from a cursor ledger (`persister` is its ledger's, claim deferred):
-    /// the journal its first write moves it into (`import.rs`).
+    /// For a cursor read from a cursor ledger: its import into the journal at its first write
+    /// (`import.rs`).
     pub import: Option<import::Pending>,
     /// For a journal cursor whose record still names a cursor ledger (an import a power cut
     /// interrupted after the journal's commit): its first write retires that ledger.
@@ -337,9 +258,8 @@ struct Counters {
 /// The mutable part of a cursor, behind its lock.
 struct Core {
     state: CursorState,
-    /// `None` once the cursor is closed (it holds the entry log), and always for a
-    /// non-durable cursor.
-    persister: Option<Persister>,
+    /// `None` once the cursor is closed, and always for a non-durable cursor.
+    persister: Option<JournalCursor>,
     /// Whether the state is persisted at all: `false` for a non-durable cursor (a reader),
     /// whose flushes, closes and seeks write nothing.
     durable: bool,
@@ -347,17 +267,19 @@ struct Core {
     dirty: bool,
     /// The first error of a background flush not yet returned to a caller.
     background_error: Option<Error>,
-    /// A claim made because of the budget failed (see `Core::claim_if_past_budget`): the next
-    /// one waits for a flush.
-    claim_failed: bool,
+    /// An import made because of the budget failed (see `Core::import_if_past_budget`): the
+    /// next one waits for a flush.
+    import_failed: bool,
+    /// `AckSetStats::store_failures` as last published.
+    published_store_failures: u64,
     recovery_source: Option<RecoverySource>,
     counters: Counters,
     /// What `CursorShared::published_mark` holds: it is written only under this lock
     /// ([`CursorShared::publish_mark`]), so this copy tells without its own lock whether a
     /// write would change it.
     published_mark: Option<Position>,
-    /// Set while the cursor reads from a cursor ledger: the journal its first write moves it
-    /// into (then `persister` is the ledger's, its claim deferred; see `import.rs`).
+    /// Set while the cursor reads from a cursor ledger: its import into the journal at its
+    /// first write (see `import.rs`).
     import: Option<import::Pending>,
     /// A cursor ledger the journal superseded, retired (the record switched, the ledger
     /// deleted) once the journal committed the cursor's state.
@@ -365,87 +287,87 @@ struct Core {
 }
 
 impl Core {
-    fn persister(&mut self) -> Result<&mut Persister> {
+    fn persister(&mut self) -> Result<&mut JournalCursor> {
         self.persister.as_mut().ok_or(Error::Closed)
     }
 
-    /// The cursor-ledger persister (a journal cursor has none).
-    fn ledger_persister(&mut self) -> Result<&mut CursorPersister> {
-        match self.persister()? {
-            Persister::Ledger(p) => Ok(p),
-            Persister::Journal(_) => Err(Error::Closed),
-        }
-    }
-
     /// Stages a seek's reset `state` with the acks of `acks` and the partial entries of
-    /// `batch` into a journal cursor's `tick` (see [`JournalCursor::stage_reset`]).
+    /// `batch` into `tick` (see [`JournalCursor::stage_reset`]).
     fn stage_journal_reset(
         &mut self,
         tick: Option<&mut Tick<'_>>,
-        state: &crate::format::cursor::PersistedState,
+        state: &PersistedState,
         (acks, batch): (&mut RangeSetWrapper, &mut BatchAcks),
     ) -> Result<()> {
-        match (self.persister()?, tick) {
-            (Persister::Journal(j), Some(t)) => j.stage_reset((t, state), (acks, batch)),
-            _ => Err(Error::Closed),
-        }
+        let tick = tick.ok_or(Error::Closed)?;
+        self.persister()?.stage_reset((tick, state), (acks, batch))
     }
 
-    /// Whether the state changed since the last flush, or, for a journal cursor, the tick of
-    /// its last flush ended without committing its marker.
+    /// Whether the state changed since the last flush, or the tick of the last flush ended
+    /// without committing the cursor's marker.
     fn needs_flush(&self) -> bool {
-        self.dirty || matches!(&self.persister, Some(Persister::Journal(j)) if j.unsettled())
+        self.dirty
+            || self
+                .persister
+                .as_ref()
+                .is_some_and(JournalCursor::unsettled)
     }
 
-    /// Whether the cursor persists through its store's journal.
-    fn is_journal(&self) -> bool {
-        matches!(self.persister, Some(Persister::Journal(_)))
-    }
-
-    /// Writes the whole state (mark-delete, epoch, properties, every ack) through the
-    /// persister if it changed since the last write. A cursor-ledger cursor returns after the
-    /// fsync; a journal cursor stages into `tick` (begun before the cursor's lock was taken),
-    /// durable once the caller commits it.
-    fn flush(&mut self, topic: &dyn TopicAccess, tick: Option<&mut Tick<'_>>) -> Result<()> {
+    /// Stages the whole state (mark-delete, epoch, properties, every ack) into `tick` (begun
+    /// before the cursor's lock was taken) if it changed since the last write: durable once
+    /// the caller commits the tick. The tick runs the host's owner check after its sync (one
+    /// check per tick, not a metadata read per cursor). A cursor read from a cursor ledger is
+    /// imported instead (`import.rs`).
+    fn flush(&mut self, tick: Option<&mut Tick<'_>>) -> Result<()> {
         self.retire();
         if !self.needs_flush() || !self.durable {
             return Ok(());
         }
-        // A journal cursor's tick runs the store's owner check after its sync instead (one
-        // check per tick, not a metadata read per cursor): the store is the unit of ownership.
-        // So does an import, which is a journal cursor's first flush.
-        if !self.is_journal() && self.import.is_none() {
-            topic.check_owner()?;
-        }
+        let tick = tick.ok_or(Error::Closed)?;
         let state = self.state.persisted();
         if self.import.is_some() {
-            self.import_own(tick.ok_or(Error::Closed)?, &state)?;
-            self.state.settle_batch();
-            self.dirty = false;
-            self.claim_failed = false;
-            self.counters.flushes += 1;
-            return Ok(());
+            self.import_own(tick, &state)?;
+        } else {
+            let Self {
+                persister,
+                state: cursor,
+                ..
+            } = self;
+            let j = persister.as_mut().ok_or(Error::Closed)?;
+            j.stage(tick, &state, &mut cursor.acks, &mut cursor.batch)?;
         }
-        match self.persister.as_mut().ok_or(Error::Closed)? {
-            Persister::Ledger(p) => {
-                p.flush_with_batch(&state, &mut self.state.acks, &mut self.state.batch)?;
-                self.state.settle_batch();
-            }
-            Persister::Journal(j) => {
-                let tick = tick.ok_or(Error::Closed)?;
-                j.stage(tick, &state, &mut self.state.acks, &mut self.state.batch)?;
-                self.state.settle_batch();
-            }
-        }
+        self.state.settle_batch();
         self.dirty = false;
-        self.claim_failed = false;
+        self.import_failed = false;
         self.counters.flushes += 1;
+        self.publish_flush();
         Ok(())
+    }
+
+    /// Publishes what a staged flush changed, from the same figures as [`PersistStats`] and
+    /// [`AckSetStats`].
+    fn publish_flush(&mut self) {
+        let Some(p) = &self.persister else {
+            return;
+        };
+        let l = p.labels();
+        l.count(crate::observe::FLUSHES, 1);
+        let a = self.state.acks.stats();
+        l.set(crate::observe::RESIDENT_BYTES, a.resident_bytes);
+        l.set(crate::observe::BUDGET_BYTES, a.budget_bytes);
+        l.set(crate::observe::PINNED_PARTITIONS, a.pinned_partitions);
+        // The ack set's counter only grows: publish what it gained since the last flush.
+        l.count(
+            crate::observe::STORE_FAILURES,
+            a.store_failures
+                .saturating_sub(self.published_store_failures),
+        );
+        self.published_store_failures = a.store_failures;
     }
 
     /// Step 1 of the import (`import.rs`) with the cursor's own acks and partial entries and
     /// `state`: staged into `tick`, and the cursor persists through the journal from then on
-    /// (its ledger's persister kept for the retirement). Nothing changes on an error: the
+    /// (the ledger it was read from waits for the retirement). Nothing changes on an error: the
     /// cursor still reads from its ledger.
     fn import_own(&mut self, tick: &mut Tick<'_>, state: &PersistedState) -> Result<()> {
         let config = self.persister()?.config().clone();
@@ -485,14 +407,14 @@ impl Core {
     }
 
     /// Makes `jc` (staged by an import) the cursor's persister, its ack set and partial
-    /// entries loading from and evicting to the journal; the ledger's persister waits for the
-    /// retirement.
+    /// entries loading from and evicting to the journal; the ledger the cursor was read from
+    /// waits for the retirement.
     fn install(&mut self, jc: JournalCursor) {
         import::install(&jc, &mut self.state.acks, &mut self.state.batch);
-        if let Some(Persister::Ledger(p)) = self.persister.replace(Persister::Journal(jc)) {
-            self.retiring = Some(p.into_retirement());
+        self.persister = Some(jc);
+        if let Some(pending) = self.import.take() {
+            self.retiring = Some(pending.into_retirement());
         }
-        self.import = None;
     }
 
     /// Step 3 of the import (`import.rs`), once the journal committed the cursor's state and no
@@ -500,8 +422,7 @@ impl Core {
     /// ledger deleted. A failure is logged and the next write (any flush) tries again: the
     /// state is the journal's either way, and a reopen finds it there.
     fn retire(&mut self) {
-        let (Some(retiring), Some(Persister::Journal(j))) = (&mut self.retiring, &self.persister)
-        else {
+        let (Some(retiring), Some(j)) = (&mut self.retiring, &self.persister) else {
             return;
         };
         if j.unsettled() {
@@ -521,8 +442,8 @@ impl Core {
         }
     }
 
-    /// What a cursor-ledger entry leaves the properties; unlimited for a non-durable cursor,
-    /// which writes no entry (only the name and count limits apply to it).
+    /// What a journal record leaves the properties; unlimited for a non-durable cursor, which
+    /// writes no record (only the name and count limits apply to it).
     fn property_room(&self) -> Result<usize> {
         match &self.persister {
             Some(p) => Ok(p.property_room()),
@@ -531,47 +452,25 @@ impl Core {
         }
     }
 
-    /// Makes a deferred claim now (a flush, see `CursorPersister::defer_claim`) once the
-    /// evictions it holds back put unsaved partitions past the budget, so resident ack state
-    /// stays within the budget plus one partition however much is acked before the first
-    /// flush. A failure is logged and counted as a background flush's; the partitions stay
-    /// resident past the budget, as after a failed eviction store, until a flush succeeds.
-    ///
-    /// A cursor read from a cursor ledger imports itself into the journal instead: returns
-    /// `true`, and the caller runs [`CursorShared::import_now`] once it released the lock.
+    /// The persistence figures: the journal cursor's, or, while an import is pending, the
+    /// ledger's the cursor is read from.
+    fn persist_stats(&self) -> PersistStats {
+        match (&self.import, &self.persister) {
+            (Some(pending), _) => pending.stats(),
+            (None, Some(p)) => p.stats(),
+            (None, None) => PersistStats::default(),
+        }
+    }
+
+    /// Whether a cursor read from a cursor ledger must be imported now: the evictions its
+    /// ledger refuses put unsaved partitions past the budget, and resident ack state stays
+    /// within the budget plus one partition however much is acked before the first flush. The
+    /// caller runs [`CursorShared::import_now`] once it released the lock. After a failed
+    /// import, none is tried before the next flush.
     #[must_use]
-    fn claim_if_past_budget(&mut self, topic: &dyn TopicAccess) -> bool {
-        // Runs after every operation: the two plain reads first, the persister's lock last.
-        if self.claim_failed || !self.state.holds_unsaved_past_budget() {
-            return false;
-        }
-        if self.import.is_some() {
-            return true;
-        }
-        if !matches!(&self.persister, Some(Persister::Ledger(p)) if p.claim_pending()) {
-            return false;
-        }
-        // Unsaved is not always changed: partitions a single-entry snapshot recovered are
-        // resident with no copy an eviction could drop to.
-        self.dirty = true;
-        if let Err(e) = self.flush(topic, None) {
-            self.observe_background_failure(&e);
-            if matches!(e, Error::Fenced { .. }) && topic.check_owner().is_err() {
-                // The topic is lost: this handle will never claim, and stores as a handle that
-                // had claimed does (see `CursorPersister::release_claim_after_fence`).
-                if let Some(Persister::Ledger(p)) = &mut self.persister {
-                    p.release_claim_after_fence();
-                }
-                self.state.acks.resume_stores();
-                self.state.batch.resume_stores();
-                return false;
-            }
-            // As a failed eviction store: nothing is lost, the partitions stay resident, and
-            // the next flush meets the same condition and reports it. No further attempt until
-            // then.
-            self.claim_failed = true;
-        }
-        false
+    fn import_if_past_budget(&self) -> bool {
+        // Runs after every operation: the plain reads first.
+        self.import.is_some() && !self.import_failed && self.state.holds_unsaved_past_budget()
     }
 
     /// Counts a failed background flush and logs it as a warning: its error waits for the next
@@ -586,45 +485,17 @@ impl Core {
         }
     }
 
-    /// What a close persists: a flush, then the record's fallback copy of mark-delete, epoch
-    /// and properties (it serves when the cursor ledger is lost, and trimming reads the
-    /// mark-delete of closed cursors from it).
-    ///
-    /// A journal cursor stages into `tick` and keeps no fallback copy: the journal is its only
-    /// state, and trimming reads it there.
-    fn persist_for_close(
-        &mut self,
-        topic: &dyn TopicAccess,
-        tick: Option<&mut Tick<'_>>,
-    ) -> Result<()> {
-        if !self.durable {
-            return Ok(());
-        }
-        self.flush(topic, tick)?;
-        if self.import.is_some() {
-            // Nothing changed since the cursor was read from its ledger: nothing to write.
-            return Ok(());
-        }
-        let state = self.state.persisted();
-        let Persister::Ledger(persister) = self.persister()? else {
-            return Ok(());
-        };
-        let outdated = persister.record().is_none_or(|(_, r)| {
-            r.mark_delete != state.mark_delete
-                || r.epoch != state.epoch
-                || r.properties != state.properties
-        });
-        if outdated {
-            persister.update_record(&state)?;
-        }
-        Ok(())
-    }
-
-    /// Drops the persister and the ack set's handle on the cursor ledger.
-    fn detach(&mut self) -> Option<Persister> {
+    /// Drops the persister, the ack set's handle on the journal or the cursor ledger, and a
+    /// pending import or retirement (each holds the entry log; a ledger not yet retired is
+    /// found again by the topic's next open). Returns the persister when the journal holds the
+    /// cursor's state (not for a cursor still read from a cursor ledger).
+    fn detach(&mut self) -> Option<JournalCursor> {
         self.state.acks = detached_ack_set();
         self.state.batch = BatchAcks::default();
-        self.persister.take()
+        let persister = self.persister.take();
+        let importing = self.import.take().is_some();
+        self.retiring = None;
+        persister.filter(|_| !importing)
     }
 }
 
@@ -645,8 +516,8 @@ pub(crate) struct CursorShared {
     /// The topic closed the cursor after a failed flush: acks since the last successful flush
     /// were not persisted.
     lost: AtomicBool,
-    /// The store's journal, for a cursor that persists through it (fixed at creation): its
-    /// ticks are begun before the cursor's lock is taken.
+    /// The journal the cursor persists through (fixed at creation; `None` for a non-durable
+    /// cursor): its ticks are begun before the cursor's lock is taken.
     journal: Option<Arc<Journal>>,
 }
 
@@ -670,13 +541,14 @@ impl CursorShared {
         mut state: CursorState,
         persistence: Persistence,
     ) -> Arc<Self> {
-        state.batch.set_store(persistence.persister.batch_store());
+        if persistence.import.is_none() {
+            // A cursor read from a cursor ledger keeps loading its cold partial entries there
+            // until its import.
+            state.batch.set_store(persistence.persister.batch_store());
+        }
         let budget = persistence.persister.config().ack_memory.clone();
         let mark = state.mark_delete;
-        let journal = persistence
-            .persister
-            .journal()
-            .or_else(|| persistence.import.as_ref().map(|i| Arc::clone(i.journal())));
+        let journal = Some(Arc::clone(persistence.persister.journal()));
         let shared = Arc::new(Self {
             id,
             name,
@@ -688,7 +560,8 @@ impl CursorShared {
                 durable: true,
                 dirty: persistence.dirty,
                 background_error: None,
-                claim_failed: false,
+                import_failed: false,
+                published_store_failures: 0,
                 recovery_source: persistence.recovery_source,
                 counters: Counters::default(),
                 published_mark: mark,
@@ -735,7 +608,8 @@ impl CursorShared {
                 durable: false,
                 dirty: false,
                 background_error: None,
-                claim_failed: false,
+                import_failed: false,
+                published_store_failures: 0,
                 recovery_source: None,
                 counters: Counters::default(),
                 published_mark: mark,
@@ -778,8 +652,9 @@ impl CursorShared {
     }
 
     /// Refuses every later operation on every handle without flushing (the cursor is being
-    /// deleted); returns its persister, which owns the cursor ledgers to delete.
-    pub(crate) fn detach(&self) -> Option<Persister> {
+    /// deleted); returns its persister when the journal holds the cursor's state (see
+    /// `Core::detach`).
+    pub(crate) fn detach(&self) -> Option<JournalCursor> {
         let mut core = lock(&self.core);
         self.closed.store(true, Ordering::SeqCst);
         let persister = core.detach();
@@ -789,20 +664,22 @@ impl CursorShared {
         persister
     }
 
-    /// Makes a deferred claim now if recovery's evictions already put unsaved state past the
-    /// budget (see `Core::claim_if_past_budget`), so the cursor is handed out within it.
-    pub(crate) fn settle_claim(&self) {
-        let import = lock(&self.core).claim_if_past_budget(self.topic.as_ref());
+    /// Imports a cursor read from a cursor ledger now if recovery's evictions already put
+    /// unsaved state past the budget (see `Core::import_if_past_budget`), so the cursor is
+    /// handed out within it.
+    pub(crate) fn settle_import(&self) {
+        let import = lock(&self.core).import_if_past_budget();
         if import {
             self.import_now();
         }
     }
 
     /// Imports a cursor read from a cursor ledger into the journal now (`import.rs`), because
-    /// the evictions its deferred claim holds back put unsaved state past the budget: a flush
-    /// of the whole state in a tick of its own, committed, then the ledger retired. A failure
-    /// is handled as `Core::claim_if_past_budget` handles a failed claim: logged, and no further
-    /// attempt before the next flush, which meets the same state and reports it.
+    /// the evictions its ledger refuses put unsaved state past the budget: a flush of the whole
+    /// state in a tick of its own, committed, then the ledger retired. A failure is logged and
+    /// counted as a background flush's; the partitions stay resident past the budget, as after
+    /// a failed eviction store, and no further attempt is made before the next flush, which
+    /// meets the same state and reports it.
     fn import_now(&self) {
         let mut tick = self.begin_tick();
         let mut core = lock(&self.core);
@@ -810,12 +687,12 @@ impl CursorShared {
             return;
         }
         core.dirty = true;
-        let staged = core.flush(self.topic.as_ref(), tick.as_mut());
+        let staged = core.flush(tick.as_mut());
         match staged.and_then(|()| commit_tick(tick)) {
             Ok(()) => core.retire(),
             Err(e) => {
                 core.observe_background_failure(&e);
-                core.claim_failed = true;
+                core.import_failed = true;
             }
         }
     }
@@ -829,8 +706,8 @@ impl CursorShared {
         lock(&self.core).state.acks.join_budget(link);
     }
 
-    /// For a journal cursor, a tick begun now, before the cursor's lock is taken (the lock
-    /// order is tick, then cursor); `None` for a cursor-ledger cursor.
+    /// For a durable cursor, a tick begun now, before the cursor's lock is taken (the lock
+    /// order is tick, then cursor); `None` for a non-durable cursor.
     fn begin_tick(&self) -> Option<Tick<'_>> {
         self.journal.as_deref().map(Journal::begin_tick)
     }
@@ -843,11 +720,11 @@ impl CursorShared {
         Ok(core)
     }
 
-    /// Closes the cursor for [`Cursor::close`]: persists the whole state (a flush, then the
-    /// record's fallback copy), and only once that succeeded releases the cursor ledger and
-    /// refuses every later operation. On an error nothing is closed: every handle keeps
-    /// working and a later `close` tries again (after a failed write the persister moves to a
-    /// fresh cursor ledger). A pending background error is returned first, without closing.
+    /// Closes the cursor for [`Cursor::close`]: persists the whole state (a flush, committed),
+    /// and only once that succeeded releases the journal cursor and refuses every later
+    /// operation. On an error nothing is closed: every handle keeps working and a later
+    /// `close` tries again (an unsettled cursor stages its whole marker again). A pending
+    /// background error is returned first, without closing.
     /// Closing a closed cursor returns `Ok` when the close persisted everything, and
     /// [`Error::Closed`] when the topic closed it after a failed flush.
     pub(crate) fn try_close(&self) -> Result<()> {
@@ -863,7 +740,7 @@ impl CursorShared {
         if let Some(e) = core.background_error.take() {
             return Err(e);
         }
-        core.persist_for_close(self.topic.as_ref(), tick.as_mut())?;
+        core.flush(tick.as_mut())?;
         // Under the cursor's lock: nothing may change between the last flush and the close.
         commit_tick(tick)?;
         core.retire();
@@ -872,7 +749,7 @@ impl CursorShared {
     }
 
     /// Closes the cursor for good, as its topic closes: tries to persist the whole state, then
-    /// releases the cursor ledger and refuses every later operation whatever the outcome (the
+    /// releases the journal cursor and refuses every later operation whatever the outcome (the
     /// topic releases its directory). Idempotent. Returns a pending background error first.
     /// After an error, what the last successful flush wrote is what a reopen finds, and a later
     /// [`Cursor::close`] returns [`Error::Closed`], never `Ok`.
@@ -883,9 +760,7 @@ impl CursorShared {
             return Ok(());
         }
         let pending = core.background_error.take();
-        let persisted = core
-            .persist_for_close(self.topic.as_ref(), tick.as_mut())
-            .and_then(|()| commit_tick(tick));
+        let persisted = core.flush(tick.as_mut()).and_then(|()| commit_tick(tick));
         if persisted.is_ok() {
             core.retire();
         }
@@ -926,7 +801,7 @@ impl CursorShared {
         {
             return Ok(false);
         }
-        match core.flush(self.topic.as_ref(), Some(tick)) {
+        match core.flush(Some(tick)) {
             Ok(()) => Ok(true),
             Err(e) if keep_error => {
                 core.observe_background_failure(&e);
@@ -1007,7 +882,7 @@ impl Cursor {
             result
         };
         let moved = core.state.read_position != read_from;
-        let import = core.claim_if_past_budget(self.shared.topic.as_ref());
+        let import = core.import_if_past_budget();
         drop(core);
         if import {
             self.shared.import_now();
@@ -1022,20 +897,16 @@ impl Cursor {
     /// made durable before it is applied, so a reset survives a crash, the epoch never goes
     /// backwards, and no crash brings back an ack the reset cleared (invariant 1).
     ///
-    /// A seek first commits a new marker (or snapshot) holding the new mark-delete, the new
-    /// epoch and no acks: from then on recovery can only find that state or a later one. Then
-    /// it applies the seek and writes the record's fallback copy (an error there is returned,
-    /// but the seek has happened). A rewind clears nothing: it writes the new epoch to the
-    /// record. Nothing changes if the first write fails.
+    /// The new state is committed through a tick of the cursor's own (under the cursor's lock:
+    /// the reset is applied only once it is durable): a seek stages a marker holding the new
+    /// mark-delete, the new epoch and no acks or partitions (a snapshot when the cursor has
+    /// one, which a damaged chain falls back to), so from then on recovery can only find that
+    /// state or a later one; a rewind clears nothing and stages the current acks with the new
+    /// epoch. Nothing changes if the write fails.
     ///
     /// The writes happen without holding the topic's layout (appends go on meanwhile); the
     /// published mark-delete is lowered to the smaller of the old and the new one first, so a
     /// concurrent trim cannot delete the target.
-    ///
-    /// A journal cursor commits the same state through a tick of its own (under the cursor's
-    /// lock: the reset is applied only once it is durable): a seek stages a marker with no
-    /// partitions (a snapshot when the cursor has one, which a damaged chain falls back to),
-    /// a rewind the current acks with the new epoch.
     fn reset(&self, plan: impl FnOnce(&Layout) -> Result<Move>) -> Result<()> {
         let shared = &self.shared;
         let mut tick = shared.begin_tick();
@@ -1061,48 +932,28 @@ impl Cursor {
         // `import.rs`): a seek commits its target as the journal cursor's first marker (and
         // persists through the journal once that is durable), a rewind the whole state.
         let importing = core.durable && core.import.is_some();
-        let journal = core.is_journal() || importing;
         let written = match planned {
             _ if !core.durable => Ok(()),
             _ if importing => core.import_reset(&mut tick, planned, &target_state),
-            Move::To(_) | Move::ToMessage { .. } if journal => core
+            Move::To(_) | Move::ToMessage { .. } => core
                 .stage_journal_reset(
                     tick.as_mut(),
                     &target_state,
                     (&mut detached_ack_set(), &mut seek_prefix(planned)),
                 )
                 .and_then(|()| commit_tick(tick.take())),
-            Move::Rewind if journal => {
+            Move::Rewind => {
                 let Core {
                     persister, state, ..
                 } = &mut *core;
                 match (persister, tick.as_mut()) {
-                    (Some(Persister::Journal(j)), Some(t)) => j
+                    (Some(j), Some(t)) => j
                         .stage(t, &target_state, &mut state.acks, &mut state.batch)
                         .map(drop),
                     _ => Err(Error::Closed),
                 }
                 .and_then(|()| commit_tick(tick.take()))
             }
-            Move::To(_) | Move::ToMessage { .. } => {
-                // The state after a seek starts a fresh cursor ledger (it holds no acks, so
-                // nothing is copied), and the rollover switches the cursor record to it, with
-                // the new mark-delete, in one compare-and-set. Until that switch a crash leaves
-                // the old ledger and the old record together, so trimming (which reads the
-                // record of a cursor that is not open) never deletes entries the recovered
-                // cursor still delivers; after it, recovery can never walk back past the seek
-                // to a state whose acks it cleared.
-                let mut no_acks = detached_ack_set();
-                let mut prefix = seek_prefix(planned);
-                core.ledger_persister().and_then(|p| {
-                    p.request_rollover();
-                    p.flush_with_batch(&target_state, &mut no_acks, &mut prefix)
-                        .map(drop)
-                })
-            }
-            Move::Rewind => core
-                .ledger_persister()
-                .and_then(|p| p.update_record(&target_state)),
         };
         if let Err(e) = written {
             let mark = core.state.mark_delete;
@@ -1113,7 +964,7 @@ impl Cursor {
         core.counters.flushes += u64::from(core.durable);
         core.state.epoch += 1;
         let layout = shared.topic.layout();
-        let refreshed = match planned {
+        match planned {
             Move::To(_) | Move::ToMessage { .. } => {
                 core.state.reset_to(&layout, planned.target());
                 if let Move::ToMessage {
@@ -1129,27 +980,20 @@ impl Cursor {
                 }
                 // What was just committed is exactly the new state.
                 core.dirty = false;
-                if core.durable && !journal {
-                    core.ledger_persister()
-                        .and_then(|p| p.update_record(&target_state))
-                } else {
-                    Ok(())
-                }
             }
             Move::Rewind => {
                 core.state.rewind(&layout);
-                // A journal rewind committed every ack with the new epoch.
-                core.dirty &= !(journal && core.durable);
-                Ok(())
+                // A rewind committed every ack with the new epoch.
+                core.dirty &= !core.durable;
             }
-        };
+        }
         core.state.charge_batch();
         let mark = core.state.mark_delete;
         shared.publish_mark(&mut core, mark);
         drop((layout, core));
         // Every reset moves the read position: a read waiting for entries looks again.
         shared.topic.wake_readers();
-        refreshed
+        Ok(())
     }
 
     /// The cursor's name.
@@ -1226,10 +1070,9 @@ impl Cursor {
     /// (`false` for a message or an entry already acknowledged).
     ///
     /// Durability: as [`Self::ack`]. The acknowledged messages of entries still partial are
-    /// persisted by the next flush (a batch-index entry for each partition whose partial
-    /// entries changed, referenced by the marker; inline in a single-entry snapshot; for a
-    /// cursor of a store's topic, a batch record in the store's journal referenced by the
-    /// cursor's marker or delta) and recovered with it, so after a reopen only the messages
+    /// persisted by the next flush (a batch record in the journal for each partition whose
+    /// partial entries changed, referenced by the cursor's marker or delta; inline in a
+    /// single-entry snapshot) and recovered with it, so after a reopen only the messages
     /// not yet acknowledged are delivered. Their memory ([`CursorStats::partial_entries`],
     /// [`CursorStats::batch_index_bytes`]) is charged to the ack set's LRU budget.
     ///
@@ -1518,11 +1361,12 @@ impl Cursor {
     /// Limits, checked here so that every later flush can write what was accepted: a name of
     /// at most [`MAX_PROPERTY_NAME`](crate::MAX_PROPERTY_NAME) (1,024) bytes; at most
     /// [`MAX_PROPERTIES`](crate::MAX_PROPERTIES) (4,096) properties; and
-    /// all properties together (2 + name length + 8 bytes each) within one cursor-ledger entry
-    /// ([`CursorConfig::max_entry_size`], at most the entry log's), less room for a marker's
-    /// largest inline table ([`CursorConfig::index_page_rows`] rows of 36 bytes) and for its
-    /// batch table (4 + 16 rows of 32 bytes: as large as it gets inline, and the room of 16
-    /// batch pages). Replacing the value of an existing property is always accepted.
+    /// all properties together (2 + name length + 8 bytes each) within
+    /// [`CursorConfig::max_entry_size`], less a marker's fixed part, room for
+    /// [`CursorConfig::index_page_rows`] rows of 36 bytes and for a batch table (4 + 16 rows of
+    /// 32 bytes), the limit a cursor ledger's marker had, so a cursor accepts the same
+    /// properties whether it was read from one or not. Replacing the value of an existing
+    /// property is always accepted.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a name over the limit, [`Error::LimitExceeded`] for a
@@ -1564,11 +1408,11 @@ impl Cursor {
     /// # Errors
     /// An error of a background flush (see [`CursorConfig::flush_interval`]) not yet
     /// reported is returned first, without flushing; call `flush` again. I/O errors (`ENOSPC`
-    /// on a full disk, for instance); then nothing new is guaranteed durable, acks keep
-    /// working, and a later `flush` writes the whole state to a fresh cursor ledger (the entry
-    /// log never writes again to a ledger whose write or fsync failed), so it succeeds once the
-    /// disk has space again. After an error whose effect on the cursor record is unknown every
-    /// later flush fails with [`Error::PreviousIo`] until the topic is reopened.
+    /// on a full disk, for instance); then nothing new is guaranteed durable and acks keep
+    /// working: a write the journal could not make changes nothing, so a later `flush` succeeds
+    /// once the disk has space again. After a failed sync (its effect on disk unknown) the
+    /// journal is latched: every later flush of every cursor of its host fails with
+    /// [`Error::PreviousIo`] until the topic (or the store) is reopened.
     /// [`Error::LimitExceeded`] when a single-entry snapshot does not fit (with
     /// [`OverflowPolicy::Error`]). [`Error::Fenced`] once a newer owner has opened the topic's
     /// directory (this handle lost ownership; see `docs/cursors.md`, "Ownership"); a flush the
@@ -1582,7 +1426,7 @@ impl Cursor {
             if let Some(e) = core.background_error.take() {
                 return Err(e);
             }
-            core.flush(self.shared.topic.as_ref(), tick.as_mut())?;
+            core.flush(tick.as_mut())?;
             let labels = core.persister.as_ref().map(|p| p.labels().clone());
             (labels, core.retiring.is_some())
         };
@@ -1598,8 +1442,7 @@ impl Cursor {
         Ok(())
     }
 
-    /// Flushes (then refreshes the cursor record's fallback copy of mark-delete, epoch and
-    /// properties), then closes every handle to this cursor; later calls fail with
+    /// Flushes, then closes every handle to this cursor; later calls fail with
     /// [`Error::Closed`]. Opening the cursor again by name restores what `flush` keeps.
     ///
     /// `Ok` means everything acknowledged before the call is durable. Closing a closed cursor
@@ -1609,7 +1452,7 @@ impl Cursor {
     /// # Errors
     /// As [`Self::flush`]. On an error the cursor stays open (every handle keeps working) and
     /// nothing new is guaranteed durable; call `close` again, for instance once a full disk has
-    /// space again: the retry writes the whole state to a fresh cursor ledger.
+    /// space again.
     pub fn close(&self) -> Result<()> {
         self.shared.try_close()
     }
@@ -1642,11 +1485,7 @@ impl Cursor {
             acks: core.counters.acks,
             flushes: core.counters.flushes,
             ackset: state.acks.stats(),
-            persist: core
-                .persister
-                .as_ref()
-                .map(Persister::stats)
-                .unwrap_or_default(),
+            persist: core.persist_stats(),
             recovery_source: core.recovery_source,
             background_error: core.background_error.as_ref().map(ToString::to_string),
             partial_entries: state.batch.len(),

@@ -1,8 +1,8 @@
 //! The cursor record as one cursor handle owns it.
 //!
 //! Owns: reading the record (`cursor-{id}`), writing it by compare-and-set on the version this
-//! handle last read or wrote, switching it to a new cursor ledger, the owner check a flush
-//! starts with, the fence a flush ends with, and the failure latch.
+//! handle last read or wrote (the import's switch to no cursor ledger, `import.rs`), the fence
+//! a write ends with, and the failure latch.
 //!
 //! Invariants:
 //! - every write is a compare-and-set on the version held here, so a write after another owner
@@ -15,7 +15,6 @@
 //!
 //! Must never: write the record except by compare-and-set, or write after the latch.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
@@ -68,8 +67,8 @@ pub(crate) struct RecordOwner {
 }
 
 impl RecordOwner {
-    /// Takes over record `name` as read at `record` (`None`: it does not exist yet, and the
-    /// first write creates it).
+    /// Takes over record `name` as read at `record` (`None`: it does not exist, and nothing is
+    /// written).
     pub(crate) fn new(
         meta: Arc<dyn MetaStore>,
         name: String,
@@ -83,11 +82,6 @@ impl RecordOwner {
             fence: None,
             identity: None,
         }
-    }
-
-    /// The record as last read or written, with its version.
-    pub(crate) fn current(&self) -> Option<(u64, &CursorRecord)> {
-        self.record.as_ref().map(|v| (v.version, &v.record))
     }
 
     /// The cursor ledger the record names.
@@ -122,20 +116,6 @@ impl RecordOwner {
         self.fence.as_ref().map_or(Ok(()), |f| (f.0)())
     }
 
-    /// [`Error::Fenced`] when the stored record is no longer at the version held here. Costs
-    /// one metadata read.
-    pub(crate) fn check_owner(&self) -> Result<()> {
-        let Some(held) = &self.record else {
-            return Ok(());
-        };
-        match self.meta.get(&self.name)? {
-            Some((current, _)) if current == held.version => Ok(()),
-            _ => Err(Error::Fenced {
-                what: self.name.clone(),
-            }),
-        }
-    }
-
     /// Takes the stored record (and its version) as the one this handle holds, for a claim
     /// refused because a former owner's record write landed after this handle read it. The
     /// caller runs the fence first: only an owner of the topic may adopt.
@@ -145,51 +125,16 @@ impl RecordOwner {
         Ok(())
     }
 
-    /// Points the record at `ledger` (with `state` as its fallback) unless it already does.
-    /// Returns the ledger it named before, which the caller deletes once nothing needs it.
-    pub(crate) fn switch(&mut self, ledger: u64, state: &PersistedState) -> Result<Option<u64>> {
-        let current = self.ledger();
-        if current == Some(ledger) {
-            return Ok(None);
-        }
-        self.put(Some(ledger), state)?;
-        Ok(current)
-    }
-
-    /// Writes the fallback state (mark-delete, epoch, properties) keeping the cursor ledger;
-    /// writes nothing when the record already holds it.
-    pub(crate) fn update(&mut self, state: &PersistedState) -> Result<()> {
-        self.check_latch()?;
-        state.validate()?;
-        if let Some(VersionedRecord { record: r, .. }) = &self.record {
-            // Already there (a rollover's switch writes the same fallback): no write, no fsync.
-            if r.mark_delete == state.mark_delete
-                && r.epoch == state.epoch
-                && r.properties == state.properties
-            {
-                return Ok(());
-            }
-        }
-        self.put(self.ledger(), state)
-    }
-
-    /// Writes the record naming `ledger` with `state` as its fallback, by compare-and-set.
-    pub(crate) fn put(&mut self, ledger: Option<u64>, state: &PersistedState) -> Result<()> {
-        let (expected, mut record) = match &self.record {
-            Some(held) => (Some(held.version), held.record.clone()),
-            None => (
-                None,
-                CursorRecord {
-                    name: self.name.clone(),
-                    cursor_ledger: None,
-                    mark_delete: state.mark_delete,
-                    epoch: state.epoch,
-                    properties: BTreeMap::new(),
-                    identity: None,
-                },
-            ),
+    /// Writes the record naming no cursor ledger (the form a journal cursor's record has),
+    /// with `state` as its fallback, by compare-and-set on the version held here; a handle
+    /// that holds no record writes nothing.
+    pub(crate) fn put_without_ledger(&mut self, state: &PersistedState) -> Result<()> {
+        let Some(held) = &self.record else {
+            return Ok(());
         };
-        record.cursor_ledger = ledger;
+        let expected = Some(held.version);
+        let mut record = held.record.clone();
+        record.cursor_ledger = None;
         if self.identity.is_some() {
             record.identity = self.identity;
         }

@@ -24,6 +24,7 @@
 //! Must never: return more acks than some flushed (or evicted) state held, use an entry that
 //! failed its CRC, or follow a reference to an entry at or after the marker.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::ackset::{PartitionKey, RangeSetWrapper};
@@ -39,13 +40,15 @@ use crate::log::EntryLog;
 use crate::meta::MetaStore;
 use crate::position::Position;
 
+use crate::format::meta::CursorIdentity;
+use crate::observe::CursorLabels;
+
 use super::batch::BatchAcks;
-use super::batch_store::{BatchLocation, BatchTable};
+use super::batch_store::{BatchLocation, BatchTable, CursorBatchStore};
 use super::config::CursorConfig;
-use super::persist::{Assembly, CursorPersister, Handles};
-use super::record::{VersionedRecord, read_record};
-use super::store::{Location, Shared, at_entry, check_partition_payload};
-use super::table::{CommittedTable, Page, Row};
+use super::record::{Fence, RecordOwner, VersionedRecord, read_record};
+use super::stats::PersistStats;
+use super::store::{CursorLedgerStore, Location, at_entry, check_partition_payload};
 
 /// Which persisted state a recovery resumed from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,7 +78,93 @@ pub struct RecoveryReport {
     pub first_rejection: Option<String>,
 }
 
-/// A recovered cursor: its state, its ack set and the persister to keep flushing it.
+/// One live partition of a verified marker's table and where its record is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Row {
+    /// The partition.
+    pub key: PartitionKey,
+    /// Its record: its own entry, or inline in a page or the marker.
+    pub location: Location,
+}
+
+/// How the recovered marker lists the partitions (for `inspect`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TableShape {
+    /// Partitions carried inline by the marker's rows or its index pages.
+    pub inline: u64,
+    /// Partitions in entries of their own.
+    pub separate: u64,
+    /// Compact index pages the marker lists (0: the table is inline in the marker, or the
+    /// marker is of kind 2).
+    pub pages: u64,
+}
+
+/// What a cursor read from its cursor ledger keeps of it until its first write imports it into
+/// the journal and retires the ledger (`import.rs`): its record as read (its compare-and-set
+/// version, and the fence and identity the opener gives it), the ledger, and the figures of
+/// the recovered state. Reads and writes nothing itself.
+#[derive(Debug)]
+pub struct LedgerSource {
+    record: RecordOwner,
+    log: Arc<EntryLog>,
+    /// The cursor ledger the state was read from (`None`: the record names none, or it is
+    /// missing).
+    ledger: Option<u64>,
+    /// Bytes of the recovered state: what the recovery read.
+    persisted_bytes: u64,
+    table: TableShape,
+}
+
+impl LedgerSource {
+    /// The cursor ledger the state was read from.
+    #[must_use]
+    pub fn cursor_ledger(&self) -> Option<u64> {
+        self.ledger
+    }
+
+    /// How the recovered marker lists the partitions (all zero after a snapshot, or without
+    /// a marker).
+    #[must_use]
+    pub fn table_shape(&self) -> TableShape {
+        self.table
+    }
+
+    /// What the cursor's figures report until its import: the ledger and the size of the
+    /// recovered state.
+    pub(crate) fn stats(&self) -> PersistStats {
+        PersistStats {
+            cursor_ledger: self.ledger,
+            persisted_bytes: self.persisted_bytes,
+            ..PersistStats::default()
+        }
+    }
+
+    /// Every write of the record (the retirement's switch) runs `fence` after it.
+    pub(crate) fn set_fence(&mut self, fence: Fence) {
+        self.record.set_fence(fence);
+    }
+
+    /// Every record written (the retirement's switch) carries `identity`.
+    pub(crate) fn set_identity(&mut self, identity: CursorIdentity) {
+        self.record.set_identity(identity);
+    }
+
+    /// The record, the entry log and every cursor ledger to delete once the record names none
+    /// (the one it names, and the one read, if another).
+    pub(crate) fn into_parts(self) -> (RecordOwner, Arc<EntryLog>, Vec<u64>) {
+        let mut ledgers: Vec<u64> = self
+            .record
+            .ledger()
+            .into_iter()
+            .chain(self.ledger)
+            .collect();
+        ledgers.sort_unstable();
+        ledgers.dedup();
+        (self.record, self.log, ledgers)
+    }
+}
+
+/// A cursor recovered from its cursor ledger: its state, its ack set and what its import needs.
 #[derive(Debug)]
 pub struct RecoveredCursor {
     /// Mark-delete and properties of the recovered state. The epoch is the larger of the
@@ -83,8 +172,8 @@ pub struct RecoveredCursor {
     pub state: PersistedState,
     /// The acks above mark-delete; partitions load on first touch.
     pub acks: RangeSetWrapper,
-    /// Flushes this cursor from here on (same cursor ledger).
-    pub persister: CursorPersister,
+    /// The record and ledger the state was read from.
+    pub source: LedgerSource,
     /// The partial entries (batch-index acks) of the recovered state: held by a snapshot, or
     /// listed by a marker and loaded on first use.
     pub batch: RecoveredBatch,
@@ -150,7 +239,7 @@ pub fn recover(
     log: Arc<EntryLog>,
     meta: Arc<dyn MetaStore>,
     record_name: &str,
-    config: CursorConfig,
+    config: &CursorConfig,
 ) -> Result<RecoveredCursor> {
     let VersionedRecord { version, record } =
         read_record(meta.as_ref(), record_name)?.ok_or_else(|| Error::NoSuchCursor {
@@ -168,43 +257,41 @@ pub fn recover(
         first_rejection: None,
     };
     let mut found = Found::None;
-    let mut shared = Shared::default();
-    if let Some(ledger) = record.cursor_ledger {
-        match log.entry_count(ledger) {
+    let mut ledger = None;
+    if let Some(named) = record.cursor_ledger {
+        match log.entry_count(named) {
             Ok(count) => {
-                shared.ledger = Some(ledger);
-                found = walk_back(&log, ledger, count, &config, &mut report)?;
+                ledger = Some(named);
+                found = walk_back(&log, named, count, config, &mut report)?;
             }
             Err(Error::NoSuchLedger(_)) => report.ledger_missing = true,
             Err(e) => return Err(e),
         }
     }
     let epoch = record.epoch;
-    let handles = Handles {
+    let had_ledger = ledger.is_some() || report.ledger_missing;
+    let labels = CursorLabels::new(log.storage().location(), record_name);
+    let source = LedgerSource {
+        record: RecordOwner::new(
+            meta,
+            record_name.to_string(),
+            Some(VersionedRecord { version, record }),
+        ),
         log,
-        meta,
-        record_name: record_name.to_string(),
-        config,
-    };
-    let parts = Assembly {
-        record: Some(VersionedRecord { version, record }),
-        shared,
-        committed: CommittedTable::default(),
+        ledger,
         persisted_bytes: 0,
-        batch_table: BatchTable::new(),
+        table: TableShape::default(),
     };
-    let had_ledger = parts.shared.ledger.is_some() || report.ledger_missing;
-    let mut recovered = resume(parts, handles, found, fallback, report)?;
+    let mut recovered = resume(source, config.lru_capacity_bytes, found, fallback, report)?;
     recovered.state.epoch = recovered.state.epoch.max(epoch);
-    observe_recovery(&recovered, had_ledger);
+    observe_recovery(&recovered.report, &labels, had_ledger);
     Ok(recovered)
 }
 
 /// Counts the recovery by source and logs it: at `info` when it fell back (to a single-entry
 /// snapshot, or to the record's mark-delete although the record named a cursor ledger) or
 /// passed over rejected state, at `debug` otherwise.
-fn observe_recovery(recovered: &RecoveredCursor, had_ledger: bool) {
-    let report = &recovered.report;
+fn observe_recovery(report: &RecoveryReport, labels: &CursorLabels, had_ledger: bool) {
     let (source, fell_back) = match report.source {
         RecoverySource::Marker(_) => ("marker", false),
         RecoverySource::Snapshot(_) => ("snapshot", true),
@@ -226,30 +313,30 @@ fn observe_recovery(recovered: &RecoveredCursor, had_ledger: bool) {
             )
         });
     let detail = format!("{missing}{rejected}");
-    let labels = recovered.persister.labels();
     labels.recovered(source, &detail, fell_back || report.rejected > 0);
 }
 
-/// Builds the ack set and the persister from what the walk found, and names the source in
-/// `report`.
+/// Builds the ack set (over `budget` bytes) and the partial entries from what the walk found,
+/// both loading from the ledger `source` read, and names the source in `report`.
 fn resume(
-    mut parts: Assembly,
-    handles: Handles,
+    mut source: LedgerSource,
+    budget: usize,
     found: Found,
     fallback: PersistedState,
     mut report: RecoveryReport,
 ) -> Result<RecoveredCursor> {
-    let budget = handles.config.lru_capacity_bytes;
+    let (log, ledger) = (&source.log, source.ledger);
+    let batch_store = || Box::new(CursorBatchStore::new(Arc::clone(log), ledger));
     match found {
         Found::None => {
-            let persister = CursorPersister::assemble(handles, parts);
-            let acks = RangeSetWrapper::new(persister.partition_store(), budget);
-            let batch = RecoveredBatch(BatchAcks::with_store(persister.batch_store()));
+            let store = CursorLedgerStore::new(Arc::clone(log), ledger, BTreeMap::new());
+            let acks = RangeSetWrapper::new(Box::new(store), budget);
+            let batch = RecoveredBatch(BatchAcks::with_store(batch_store()));
             report.source = RecoverySource::Record;
             Ok(RecoveredCursor {
                 state: fallback,
                 acks,
-                persister,
+                source,
                 batch,
                 report,
             })
@@ -260,43 +347,47 @@ fn resume(
                 .iter()
                 .map(|r| (r.key, r.location.cardinality))
                 .collect();
-            parts.shared.locations = m.rows.iter().map(|r| (r.key, r.location)).collect();
-            parts.committed = CommittedTable {
-                rows: m.rows,
-                pages: m.pages,
-                state: Some(m.state.clone()),
-            };
-            parts.persisted_bytes = m.bytes;
-            parts.batch_table = m.batch_table.clone();
-            let persister = CursorPersister::assemble(handles, parts);
-            let mut batch = BatchAcks::with_store(persister.batch_store());
+            let locations = m.rows.iter().map(|r| (r.key, r.location)).collect();
+            let store = CursorLedgerStore::new(Arc::clone(log), ledger, locations);
+            let mut batch = BatchAcks::with_store(batch_store());
             batch.load_cold(&m.batch_table);
-            let acks = RangeSetWrapper::with_index(persister.partition_store(), budget, index);
+            let acks = RangeSetWrapper::with_index(Box::new(store), budget, index);
+            let inline = m
+                .rows
+                .iter()
+                .filter(|r| r.location.inline_at.is_some())
+                .count() as u64;
+            source.table = TableShape {
+                inline,
+                separate: m.rows.len() as u64 - inline,
+                pages: m.pages,
+            };
+            source.persisted_bytes = m.bytes;
             report.source = RecoverySource::Marker(m.at);
             Ok(RecoveredCursor {
                 state: m.state,
                 acks,
-                persister,
+                source,
                 batch: RecoveredBatch(batch),
                 report,
             })
         }
         Found::Snapshot { at, payload } => {
-            parts.persisted_bytes = payload.len() as u64;
-            let persister = CursorPersister::assemble(handles, parts);
-            let mut acks = RangeSetWrapper::new(persister.partition_store(), budget);
+            let store = CursorLedgerStore::new(Arc::clone(log), ledger, BTreeMap::new());
+            let mut acks = RangeSetWrapper::new(Box::new(store), budget);
             let snapshot =
                 decode_snapshot(&payload).map_err(|e| at_entry(at.ledger_id, at.entry_id, e))?;
             for (ledger, first, last) in snapshot.ranges() {
                 acks.add_range(ledger, first, last)?;
             }
-            let mut batch = BatchAcks::with_store(persister.batch_store());
+            let mut batch = BatchAcks::with_store(batch_store());
             batch.load(snapshot.batch);
+            source.persisted_bytes = payload.len() as u64;
             report.source = RecoverySource::Snapshot(at);
             Ok(RecoveredCursor {
                 state: snapshot.state,
                 acks,
-                persister,
+                source,
                 batch: RecoveredBatch(batch),
                 report,
             })
@@ -310,9 +401,8 @@ pub(super) struct FoundMarker {
     state: PersistedState,
     /// Every live partition and where its record is, ascending.
     rows: Vec<Row>,
-    /// The compact index pages of the table (none for an inline table or a marker of kind 2,
-    /// whose pages the next flush does not reuse).
-    pages: Vec<Page>,
+    /// The compact index pages of the table (none for an inline table or a marker of kind 2).
+    pages: u64,
     /// Bytes read to verify it: what a recovery reads.
     bytes: u64,
     batch_table: BatchTable,
@@ -487,7 +577,7 @@ pub(super) fn verify_marker(
         } else {
             let m = decode_marker(payload).map_err(named)?;
             let rows = legacy_table(log, at, m.table, verify, &mut bytes)?;
-            (m.state, rows, Vec::new(), m.batch, m.batch_pages)
+            (m.state, rows, 0, m.batch, m.batch_pages)
         };
     let batch_table = read_batch_table(log, at, batch, batch_pages, verify, &mut bytes)?;
     Ok(FoundMarker {
@@ -548,7 +638,8 @@ fn legacy_table(
 
 /// The rows of a compact marker's table (inline in the marker at `at`, whose payload is
 /// `payload`, or in compact index pages, each read, CRC-checked, and checked against its
-/// reference: row count, first key, and every key below the next page's first), with the pages.
+/// reference: row count, first key, and every key below the next page's first), with the
+/// number of pages.
 fn compact_table(
     log: &EntryLog,
     at: Position,
@@ -556,10 +647,10 @@ fn compact_table(
     table: CompactTable<'_>,
     verify: bool,
     bytes: &mut u64,
-) -> Result<(Vec<Row>, Vec<Page>)> {
+) -> Result<(Vec<Row>, u64)> {
     let ledger = at.ledger_id;
     let mut rows = Vec::new();
-    let mut pages = Vec::new();
+    let mut pages = 0;
     match table {
         CompactTable::Inline(list) => {
             let carrier = (at.entry_id, payload_crc(payload));
@@ -584,16 +675,7 @@ fn compact_table(
                 }
                 let carrier = (page.entry_id, page.crc);
                 compact_rows(log, at, list, carrier, verify, bytes, &mut rows)?;
-                pages.push(Page {
-                    first: PartitionKey {
-                        ledger_id: page.first.0,
-                        chunk: page.first.1,
-                    },
-                    entry_id: page.entry_id,
-                    crc: page.crc,
-                    rows: page.rows,
-                    len: page_payload.len() as u64,
-                });
+                pages += 1;
             }
         }
     }

@@ -1,42 +1,31 @@
 //! Counters of a cursor's persistence.
 //!
-//! Owns: [`PersistStats`], what a cursor's persistence counted since its handle opened (the
-//! journal's and a cursor ledger's alike). Must never: hold state a flush depends on.
+//! Owns: [`PersistStats`], what a cursor's persistence counted since its handle opened (through
+//! the journal; while a cursor is read from a cursor ledger, that ledger and the size of the
+//! state read). Must never: hold state a flush depends on.
 
 /// Counters of one cursor's persistence since its handle opened.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PersistStats {
-    /// The cursor ledger, once there is one.
+    /// The cursor ledger the cursor is read from, until its first write imports it into the
+    /// journal (`None` once it is imported, and for every other cursor).
     pub cursor_ledger: Option<u64>,
-    /// Bytes of the committed state: the partitions in entries of their own, the index pages
-    /// (which carry the small partitions inline) and the marker (or the snapshot), which is what
-    /// a recovery reads, less the entry log's frame header around each of those entries.
+    /// Bytes of the committed state where the figure is known: the last single-entry snapshot
+    /// staged, or, for a cursor read from a cursor ledger, what its recovery read there.
     pub persisted_bytes: u64,
-    /// Entries appended to cursor ledgers (flushes and evictions).
+    /// Records staged into the journal by flushes: partitions, batch records and markers or
+    /// snapshots.
     pub entries_written: u64,
-    /// Payload bytes appended to cursor ledgers (flushes and evictions).
-    pub bytes_written: u64,
-    /// Partitions written because the LRU evicted them dirty.
-    pub evictions_stored: u64,
-    /// Successful flushes.
+    /// Flushes staged (a seek's and a rewind's included).
     pub flushes: u64,
-    /// Markers written.
+    /// Markers staged.
     pub markers: u64,
-    /// Snapshots written.
+    /// Snapshots staged.
     pub snapshots: u64,
-    /// Rollovers to a new cursor ledger.
-    pub rollovers: u64,
-    /// Partitions whose changed contents flushes wrote (inline or in entries of their own; what
-    /// a rollover carries over unchanged is not counted).
+    /// Partitions whose changed contents flushes wrote.
     pub partitions_written: u64,
-    /// Index pages written.
-    pub pages_written: u64,
-    /// Payload bytes the last flush appended.
-    pub last_flush_bytes: u64,
     /// Single-entry flushes that hit a limit and cut ranges.
     pub overflows: u64,
     /// Ranges left out by those flushes, in total.
     pub ranges_cut: u64,
-    /// Old cursor ledgers whose deletion failed and is retried on the next flush.
-    pub pending_deletes: u64,
 }

@@ -1,29 +1,24 @@
-//! The cursor ledger as the backing store of a cursor's ack partitions.
+//! The cursor ledger as the read-only backing store of a cursor's ack partitions.
 //!
 //! Owns: where each partition of one cursor's ack set lives in its cursor ledger (an entry of
 //! its own, or inline in a row of a compact index page or marker: entry id, CRC, cardinality,
-//! offset), writing evicted partitions there and reading them back verified. Shared between the
-//! [`CursorLedgerStore`] inside the cursor's `RangeSetWrapper` and the cursor's persister, which
-//! commits these locations with a marker.
+//! offset, as the recovered marker lists them) and reading them back verified, for a cursor
+//! read from a cursor ledger until its first write moves it into the journal (`import.rs`).
 //!
 //! Must never: hand out a partition whose entry fails its CRC (the CRC of the entry that holds
-//! it, end to end), key or cardinality check; sync or commit anything (an entry written here is
-//! durable and meaningful only once a marker that references it is synced).
+//! it, end to end), key or cardinality check; write to the ledger.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use roaring::RoaringBitmap;
 
 use crate::ackset::{PartitionKey, PartitionStore};
 use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::format::Corruption;
-use crate::format::cursor::{
-    EntryKind, PartitionEntry, decode_partition_entry, encode_partition_entry,
-    encode_partition_payload, payload_crc,
-};
-use crate::format::partition::{decode_inline, decode_partition, record_of_inline};
-use crate::log::{EntryLog, EntryMeta};
+use crate::format::cursor::{decode_partition_entry, payload_crc};
+use crate::format::partition::{decode_inline, decode_partition};
+use crate::log::EntryLog;
 use crate::position::Position;
 
 /// Where one partition's current version lives in the cursor ledger.
@@ -93,123 +88,6 @@ impl EntryCache {
     }
 }
 
-/// State shared by the store and the persister of one cursor.
-#[derive(Debug, Default)]
-pub(crate) struct Shared {
-    /// The cursor ledger entries are appended to; created on first need.
-    pub ledger: Option<u64>,
-    /// Newest location of every partition written to `ledger` (a superset of the live ones).
-    pub locations: BTreeMap<PartitionKey, Location>,
-    /// Partitions written by evictions since the handle opened.
-    pub evictions_stored: u64,
-    /// Entries appended (by evictions and flushes).
-    pub entries_written: u64,
-    /// Payload bytes appended (by evictions and flushes).
-    pub bytes_written: u64,
-    /// A write to `ledger` failed: the entry log refuses further writes to it, so the next
-    /// flush moves the state to a fresh cursor ledger, and evictions store nothing until then.
-    pub ledger_failed: bool,
-    /// `ledger` is the one this handle recovered from and has not claimed yet
-    /// ([`super::persist::CursorPersister::defer_claim`]): a former owner may still append to
-    /// it, so nothing is appended to it; the next flush moves the state to a fresh cursor
-    /// ledger, and evictions store nothing until then.
-    pub claim_pending: bool,
-}
-
-impl Shared {
-    /// Whether an eviction may append to `ledger` (see `ledger_failed` and `claim_pending`).
-    pub(crate) fn refuses_stores(&self) -> bool {
-        self.ledger_failed || self.claim_pending
-    }
-}
-
-/// Handle on the shared state.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct SharedState(Arc<Mutex<Shared>>);
-
-impl SharedState {
-    pub(crate) fn new(shared: Shared) -> Self {
-        Self(Arc::new(Mutex::new(shared)))
-    }
-
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Shared> {
-        // The state is plain data updated after each successful write; keep it after a panic.
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
-/// The entry-log frame metadata of a cursor-ledger entry: its kind, so recovery can skip
-/// partitions and pages by reading frame headers only.
-pub(crate) fn kind_meta(kind: EntryKind) -> EntryMeta {
-    EntryMeta {
-        index: 0,
-        num_messages: u32::from(kind.code()),
-        timestamp: 0,
-    }
-}
-
-/// Appends `payload` (an encoded entry of `kind`) to `ledger`, counting it in `shared`.
-pub(crate) fn append_entry(
-    log: &EntryLog,
-    shared: &SharedState,
-    ledger: u64,
-    kind: EntryKind,
-    payload: &[u8],
-) -> Result<u64> {
-    let id = log.append(ledger, kind_meta(kind), payload)?;
-    let mut s = shared.lock();
-    s.entries_written += 1;
-    s.bytes_written += payload.len() as u64;
-    Ok(id)
-}
-
-/// Writes `bitmap` as the partition entry of `key` to `ledger`; returns its location.
-pub(crate) fn write_partition(
-    log: &EntryLog,
-    shared: &SharedState,
-    ledger: u64,
-    key: PartitionKey,
-    bitmap: &RoaringBitmap,
-) -> Result<Location> {
-    let payload = encode_partition_payload(key, bitmap);
-    write_partition_payload(log, shared, ledger, &payload, bitmap.len())
-}
-
-/// Appends `payload`, a partition entry holding `cardinality` acked entries, to `ledger`;
-/// returns its location.
-pub(crate) fn write_partition_payload(
-    log: &EntryLog,
-    shared: &SharedState,
-    ledger: u64,
-    payload: &[u8],
-    cardinality: u64,
-) -> Result<Location> {
-    let entry_id = append_entry(log, shared, ledger, EntryKind::Partition, payload)?;
-    Ok(Location {
-        entry_id,
-        crc: payload_crc(payload),
-        cardinality,
-        len: payload.len() as u64,
-        inline_at: None,
-    })
-}
-
-/// The partition entry holding the version 2 `record` of `key`.
-pub(crate) fn partition_payload_of_record(
-    key: PartitionKey,
-    record: &[u8],
-    cardinality: u64,
-) -> Vec<u8> {
-    encode_partition_entry(&PartitionEntry {
-        ledger_id: key.ledger_id,
-        chunk: key.chunk,
-        cardinality,
-        body: record,
-    })
-}
-
 fn entry_corrupted(ledger: u64, entry_id: u64, kind: CorruptionKind) -> Error {
     Error::Corrupted {
         place: CorruptionPlace::Entry(Position::new(ledger, entry_id)),
@@ -251,17 +129,6 @@ pub(crate) fn read_stored(
                 CorruptionKind::InvalidField("inline partition bounds"),
             )
         })
-}
-
-/// The partition entry payload of what [`read_stored`] returned: the entry itself, or one
-/// built around the record an inline form stands for.
-pub(crate) fn stored_as_payload(key: PartitionKey, stored: Stored, cardinality: u64) -> Vec<u8> {
-    match stored {
-        Stored::Entry(payload) => payload,
-        Stored::Inline(inline) => {
-            partition_payload_of_record(key, &record_of_inline(key, &inline), cardinality)
-        }
-    }
 }
 
 /// Decodes what [`read_stored`] returned into the partition's bitmap, checking key and
@@ -338,79 +205,61 @@ fn decode_partition_payload(
     Ok(bitmap)
 }
 
-/// A [`PartitionStore`] over one cursor's cursor ledger.
+/// A read-only [`PartitionStore`] over one cursor's cursor ledger, for a cursor read from it
+/// until its first write moves it into the journal (`import.rs`).
 ///
-/// `store` appends the partition as its own entry (creating the cursor ledger if the cursor has
-/// none yet) and remembers where it went; `load` reads it back, from its own entry or from the
-/// row of the page or marker that carries it inline, and verifies the CRC of the entry read,
-/// the key and the cardinality. Nothing here syncs: the persister's next flush commits what was
-/// stored.
+/// `load` reads a partition back, from its own entry or from the row of the page or marker
+/// that carries it inline, and verifies the CRC of the entry read, the key and the
+/// cardinality. `store` refuses: nothing is ever appended to a cursor ledger (the cursor's ack
+/// set holds its stores until the import installs the journal's).
 #[derive(Debug)]
 pub struct CursorLedgerStore {
     log: Arc<EntryLog>,
-    shared: SharedState,
+    /// The cursor ledger; `None` when the record names none, or a missing one.
+    ledger: Option<u64>,
+    /// Where the recovered marker puts every live partition.
+    locations: BTreeMap<PartitionKey, Location>,
     /// The page (or marker) last read for an inline partition.
     cache: EntryCache,
 }
 
 impl CursorLedgerStore {
-    pub(crate) fn new(log: Arc<EntryLog>, shared: SharedState) -> Self {
+    /// The store of `ledger` with the partitions at `locations`.
+    pub(crate) fn new(
+        log: Arc<EntryLog>,
+        ledger: Option<u64>,
+        locations: BTreeMap<PartitionKey, Location>,
+    ) -> Self {
         Self {
             log,
-            shared,
+            ledger,
+            locations,
             cache: EntryCache::default(),
         }
     }
 }
 
-/// The cursor ledger of `shared`, created if there is none yet.
-pub(crate) fn ensure_ledger(log: &EntryLog, shared: &SharedState) -> Result<u64> {
-    let mut s = shared.lock();
-    if let Some(ledger) = s.ledger {
-        return Ok(ledger);
-    }
-    let ledger = log.create_ledger()?;
-    s.ledger = Some(ledger);
-    s.locations.clear();
-    Ok(ledger)
-}
-
 impl PartitionStore for CursorLedgerStore {
     fn load(&mut self, key: PartitionKey) -> Result<Option<RoaringBitmap>> {
-        let (ledger, location) = {
-            let s = self.shared.lock();
-            match (s.ledger, s.locations.get(&key)) {
-                (Some(ledger), Some(location)) => (ledger, *location),
-                _ => return Ok(None),
-            }
+        let (Some(ledger), Some(location)) = (self.ledger, self.locations.get(&key).copied())
+        else {
+            return Ok(None);
         };
         let stored = read_stored(&self.log, ledger, key, &location, &mut self.cache)?;
         decode_stored(ledger, key, &location, &stored).map(Some)
     }
 
-    fn store(&mut self, key: PartitionKey, bitmap: &RoaringBitmap) -> Result<()> {
-        if self.shared.lock().refuses_stores() {
-            return Err(Error::PreviousIo);
-        }
-        let written = ensure_ledger(&self.log, &self.shared)
-            .and_then(|ledger| write_partition(&self.log, &self.shared, ledger, key, bitmap));
-        let location = match written {
-            Ok(location) => location,
-            Err(e) => {
-                // The ledger latched (or could not be created): the next flush starts afresh.
-                let mut s = self.shared.lock();
-                s.ledger_failed |= s.ledger.is_some();
-                return Err(e);
-            }
-        };
-        let mut s = self.shared.lock();
-        s.locations.insert(key, location);
-        s.evictions_stored += 1;
-        Ok(())
+    fn store(&mut self, key: PartitionKey, _bitmap: &RoaringBitmap) -> Result<()> {
+        Err(Error::Unsupported {
+            what: format!(
+                "partition {}:{} cannot be stored in a cursor ledger, which is read only",
+                key.ledger_id, key.chunk
+            ),
+        })
     }
 
     fn forget(&mut self, key: PartitionKey) {
-        // The entry stays in the ledger until rollover; no later marker references it.
-        self.shared.lock().locations.remove(&key);
+        // Its entry stays in the ledger, which is only read and goes whole once imported.
+        self.locations.remove(&key);
     }
 }

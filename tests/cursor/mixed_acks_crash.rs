@@ -150,7 +150,6 @@ fn power_cuts_in_flushes_with_batch_state_skips_and_many_acks_across_rollovers()
     for seed in [1, 2, 3] {
         run(
             CursorConfig {
-                cursor_ledger_max_entries: 4,
                 ..CursorConfig::default()
             },
             seed,

@@ -19,7 +19,6 @@ fn ledger_config(mode: PersistMode, flush_interval: Option<Duration>) -> LedgerC
         cursor: CursorConfig {
             persist_mode: mode,
             lru_capacity_bytes: 1024,
-            cursor_ledger_max_entries: 40,
             flush_interval,
             ..CursorConfig::default()
         },

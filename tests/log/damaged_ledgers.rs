@@ -77,7 +77,7 @@ fn a_flipped_byte_in_the_last_marker_opens_the_cursor_ledger_damaged_and_recover
     assert_eq!(damaged[0].damaged.as_ref().map(|d| d.0), Some(at as u64));
 
     let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(storage));
-    let mut cursor = recover(log, meta, "cursor-1", CursorConfig::default()).unwrap();
+    let mut cursor = recover(log, meta, "cursor-1", &CursorConfig::default()).unwrap();
     assert_eq!(
         cursor.report.source,
         RecoverySource::Marker(Position::new(ledger, markers[0]))

@@ -33,8 +33,8 @@ fn round(seed: u64, mode: PersistMode) {
     let old_lru = if rng.chance(50) { 0 } else { 1 << 20 };
     let new_lru = if rng.chance(50) { 0 } else { 1 << 20 };
     let disk = MemStorage::new();
-    let c_old = support::config::topic_rolling(30, mode, old_lru, 40);
-    let c_new = support::config::topic_rolling(30, mode, new_lru, 40);
+    let c_old = support::config::topic(30, mode, old_lru);
+    let c_new = support::config::topic(30, mode, new_lru);
     let n = 150;
     // History: a first owner acks and closes.
     let t0 = open(&disk, &c_old);

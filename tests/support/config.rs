@@ -1,5 +1,5 @@
 //! Configurations the tests share, one function per shape: sizes small enough that a short
-//! workload rolls data ledgers, cursor ledgers and journal segments over and evicts partitions.
+//! workload rolls data ledgers and journal segments over and evicts partitions.
 //! What a test depends on (entries per data ledger, persist mode, ack memory, segment size,
 //! flush interval) is an argument; everything else is the default.
 
@@ -21,45 +21,16 @@ pub fn topic(per_ledger: u64, mode: PersistMode, lru: usize) -> LedgerConfig {
     }
 }
 
-/// [`topic`] whose cursor ledgers roll every `cursor_ledger_entries` entries.
-pub fn topic_rolling(
-    per_ledger: u64,
-    mode: PersistMode,
-    lru: usize,
-    cursor_ledger_entries: u64,
-) -> LedgerConfig {
-    let mut config = topic(per_ledger, mode, lru);
-    config.cursor.cursor_ledger_max_entries = cursor_ledger_entries;
-    config
-}
-
-/// [`topic_rolling`] whose cursors the background flusher flushes every `flush_every`.
+/// [`topic`] whose cursors the background flusher flushes every `flush_every`.
 pub fn topic_flushed(
     per_ledger: u64,
     mode: PersistMode,
     lru: usize,
-    cursor_ledger_entries: u64,
     flush_every: Duration,
 ) -> LedgerConfig {
-    let mut config = topic_rolling(per_ledger, mode, lru, cursor_ledger_entries);
+    let mut config = topic(per_ledger, mode, lru);
     config.cursor.flush_interval = Some(flush_every);
     config
-}
-
-/// A cursor whose index pages hold at most `bytes` bytes.
-pub fn cursor_pages_of_bytes(bytes: usize) -> CursorConfig {
-    CursorConfig {
-        index_page_bytes: bytes,
-        ..CursorConfig::default()
-    }
-}
-
-/// A cursor whose index pages hold at most `rows` rows.
-pub fn cursor_pages_of_rows(rows: usize) -> CursorConfig {
-    CursorConfig {
-        index_page_rows: rows,
-        ..CursorConfig::default()
-    }
 }
 
 /// A store with no flusher pool: the test's own flushes are the only ones.

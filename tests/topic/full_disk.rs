@@ -59,7 +59,7 @@ fn topic_with_entries(
 fn a_retried_close_after_enospc_fails_until_space_is_free_then_persists_every_ack() {
     for mode in [PersistMode::MultiEntry, PersistMode::SingleEntry] {
         let disk = MemStorage::new();
-        let cfg = support::config::topic_rolling(PER_LEDGER, mode, 1 << 20, 64);
+        let cfg = support::config::topic(PER_LEDGER, mode, 1 << 20);
         let (topic, cursor, positions) = topic_with_entries(&disk, &cfg, 60);
         cursor.ack(positions[2]).unwrap();
         cursor.flush().expect("flush with space");
@@ -106,9 +106,8 @@ fn a_retried_close_after_enospc_fails_until_space_is_free_then_persists_every_ac
 /// every entry against the model.
 fn acks_on_a_full_disk_survive_the_next_flush(flush_first: bool, per_ledger: u64, ledgers: u64) {
     let disk = MemStorage::new();
-    let mut cfg = support::config::topic_rolling(PER_LEDGER, PersistMode::MultiEntry, 0, 64);
+    let mut cfg = support::config::topic(PER_LEDGER, PersistMode::MultiEntry, 0);
     cfg.max_entries_per_ledger = per_ledger;
-    cfg.cursor.cursor_ledger_max_entries = 1 << 20;
     let (topic, cursor, positions) = topic_with_entries(&disk, &cfg, per_ledger * ledgers);
     let mut acked = BTreeSet::new();
     if flush_first {
@@ -175,7 +174,7 @@ fn acks_keep_working_when_an_eviction_write_hits_a_full_disk_and_the_next_flush_
 #[test]
 fn a_failed_claim_of_a_reopened_cursor_on_a_full_disk_leaves_no_ledger_file_behind() {
     let disk = MemStorage::new();
-    let cfg = support::config::topic_rolling(PER_LEDGER, PersistMode::MultiEntry, 1 << 20, 64);
+    let cfg = support::config::topic(PER_LEDGER, PersistMode::MultiEntry, 1 << 20);
     let (topic, cursor, positions) = topic_with_entries(&disk, &cfg, 30);
     cursor.ack(positions[4]).unwrap();
     cursor.close().unwrap();
@@ -362,7 +361,7 @@ fn mem_workload(
     seed: u64,
 ) -> u64 {
     let disk = MemStorage::new();
-    let cfg = support::config::topic_rolling(PER_LEDGER, mode, lru, 64);
+    let cfg = support::config::topic(PER_LEDGER, mode, lru);
     let (topic, cursor, mut positions) = topic_with_entries(&disk, &cfg, 3 * PER_LEDGER + 7);
     let mut model = Model::default();
     cursor.ack(positions[1]).unwrap();
@@ -491,7 +490,7 @@ fn full_disk_workload_on_a_real_small_file_system_keeps_every_flushed_ack() {
     ] {
         let dir = fs4m.path().join(format!("topic-{seed}"));
         let filler = fs4m.path().join("filler");
-        let cfg = support::config::topic_rolling(PER_LEDGER, mode, lru, 64);
+        let cfg = support::config::topic(PER_LEDGER, mode, lru);
         let topic = ManagedLedger::open(&dir, cfg.clone()).expect("open");
         let (positions, cursor, mut model) = fill_then_run(&topic, &filler, seed);
         fs::remove_file(&filler).unwrap();
@@ -546,7 +545,7 @@ fn full_disk_workload_on_a_store_on_a_real_small_file_system_keeps_every_flushed
     // Journal segments of a quarter page: the ticks on the full disk start segments, so one of
     // them meets it even though the workload's records fit in a page.
     let store_config = |lru| ackstore::StoreConfig {
-        ledger: support::config::topic_rolling(PER_LEDGER, PersistMode::MultiEntry, lru, 64),
+        ledger: support::config::topic(PER_LEDGER, PersistMode::MultiEntry, lru),
         flusher_threads: 0,
         journal: ackstore::JournalConfig {
             segment_bytes: 1024,
@@ -622,7 +621,7 @@ fn threads_ack_while_a_flusher_meets_a_full_disk_and_every_ok_flush_is_kept() {
     const THREADS: usize = 4;
     for mode in [PersistMode::MultiEntry, PersistMode::SingleEntry] {
         let disk = MemStorage::new();
-        let mut cfg = support::config::topic_rolling(PER_LEDGER, mode, 0, 64);
+        let mut cfg = support::config::topic(PER_LEDGER, mode, 0);
         cfg.cursor.max_ranges_single_entry = 1 << 20;
         let (topic, cursor, positions) = topic_with_entries(&disk, &cfg, 400);
         // Thread t acks the entries i with i % THREADS == t, ascending; `done[t]` counts them.
@@ -712,7 +711,7 @@ fn threads_ack_while_a_flusher_meets_a_full_disk_and_every_ok_flush_is_kept() {
 #[test]
 fn the_background_flusher_on_a_full_disk_keeps_its_error_and_a_later_close_persists() {
     let disk = MemStorage::new();
-    let mut cfg = support::config::topic_rolling(PER_LEDGER, PersistMode::MultiEntry, 0, 64);
+    let mut cfg = support::config::topic(PER_LEDGER, PersistMode::MultiEntry, 0);
     cfg.cursor.flush_interval = Some(std::time::Duration::from_millis(1));
     let (topic, cursor, positions) = topic_with_entries(&disk, &cfg, 100);
     disk.set_capacity(Some(disk.used_bytes()));
@@ -758,8 +757,7 @@ fn a_store_retries_a_write_that_met_a_full_disk_once_space_returns_and_keeps_eve
     const PER: u64 = 200;
     const LEDGERS: u64 = 30;
     let disk = MemStorage::new();
-    let mut ledger =
-        support::config::topic_rolling(PER_LEDGER, PersistMode::MultiEntry, 1 << 20, 64);
+    let mut ledger = support::config::topic(PER_LEDGER, PersistMode::MultiEntry, 1 << 20);
     ledger.max_entries_per_ledger = PER;
     let store_config = ackstore::StoreConfig {
         ledger,

@@ -16,7 +16,7 @@ fn open_mem(disk: &MemStorage, cfg: &LedgerConfig) -> ackstore::Result<ManagedLe
 #[test]
 fn a_retried_topic_close_after_a_failed_cursor_flush_never_returns_ok_without_the_acks() {
     let disk = MemStorage::new();
-    let cfg = support::config::topic_rolling(20, ackstore::PersistMode::MultiEntry, 1 << 20, 64);
+    let cfg = support::config::topic(20, ackstore::PersistMode::MultiEntry, 1 << 20);
     let topic = open_mem(&disk, &cfg).unwrap();
     let positions = support::topic::append_n(&topic, 60);
     topic.sync().unwrap();
@@ -52,9 +52,8 @@ fn acks_evicted_on_a_full_disk_are_kept_by_the_retried_flush(
     reach_disk: bool,
 ) {
     let disk = MemStorage::new();
-    let mut cfg = support::config::topic_rolling(20, ackstore::PersistMode::MultiEntry, 0, 64);
+    let mut cfg = support::config::topic(20, ackstore::PersistMode::MultiEntry, 0);
     cfg.max_entries_per_ledger = per_ledger;
-    cfg.cursor.cursor_ledger_max_entries = 1 << 20;
     let topic = open_mem(&disk, &cfg).unwrap();
     let positions = support::topic::append_n(&topic, per_ledger * ledgers);
     topic.sync().unwrap();
@@ -102,9 +101,8 @@ fn acks_whose_evictions_reached_the_full_disk_are_kept_by_the_retried_flush() {
 fn a_seek_and_a_rewind_on_a_full_disk_with_pinned_partitions_change_nothing_and_work_once_space_is_free()
  {
     let disk = MemStorage::new();
-    let mut cfg = support::config::topic_rolling(20, ackstore::PersistMode::MultiEntry, 0, 64);
+    let mut cfg = support::config::topic(20, ackstore::PersistMode::MultiEntry, 0);
     cfg.max_entries_per_ledger = 4_000;
-    cfg.cursor.cursor_ledger_max_entries = 1 << 20;
     let topic = open_mem(&disk, &cfg).unwrap();
     let positions = support::topic::append_n(&topic, 40_000);
     topic.sync().unwrap();

@@ -658,7 +658,7 @@ const SIZE: Size = Size {
 /// cursors flushed every 3 ms in the background (by the cursor's thread on a topic alone, by the
 /// store's flusher pool on a store).
 fn open(host: Host, storage: Arc<dyn Storage>, mode: PersistMode) -> Hosted {
-    let config = support::config::topic_flushed(5, mode, 4096, 24, Duration::from_millis(3));
+    let config = support::config::topic_flushed(5, mode, 4096, Duration::from_millis(3));
     support::topic::open_hosted_flushed(host, storage, &config, 2).expect("open")
 }
 

@@ -1,6 +1,6 @@
 //! Compact partition tables: the compact marker (kind 7) and the compact index page (kind 8).
 //!
-//! Owns: the byte layout of a partition table whose rows are variable-length and may carry a
+//! Owns: the decoding of a partition table whose rows are variable-length and may carry a
 //! small partition's record inline, so a partition costs a few bytes beyond its record instead
 //! of a 40-byte entry frame and a 36-byte row. `docs/format.md`, "Compact marker (kind 7)" and
 //! "Compact index page (kind 8)", draws every byte. Pure and panic-free like the rest of
@@ -39,16 +39,16 @@
 //!   crc          u32
 //! ```
 //!
-//! The key coding makes every list strictly ascending by construction, and with shortest
-//! varints each table has one encoding: whatever decodes re-encodes to the same bytes.
+//! The key coding makes every list strictly ascending by construction. This build writes
+//! neither kind (cursor ledgers are only read, `crate::cursor::import`): the decoders read what
+//! earlier releases wrote, and their tests decode the committed samples (`tests/data/cursor-v2-*`,
+//! `tests/data/cursor-ledger-*`).
 
 use super::{
-    BatchRef, BatchRows, CRC_LEN, Corruption, EntryKind, FLAG_BATCH, FLAG_BATCH_PAGED, HEADER_LEN,
-    PageRefs, PersistedState, Reader, TABLE_INLINE, TABLE_PAGED, batch_section_flags, corrupt,
-    decode_batch_section, encode_batch_section, end_frame, open_frame, open_frame_flags,
-    put_varint, start_frame_flags, varint_len,
+    BatchRows, Corruption, EntryKind, FLAG_BATCH, FLAG_BATCH_PAGED, PageRefs, PersistedState,
+    Reader, TABLE_INLINE, TABLE_PAGED, corrupt, decode_batch_section, open_frame, open_frame_flags,
 };
-use crate::error::{CorruptionKind, Error, Result};
+use crate::error::{CorruptionKind, Result};
 use crate::format::partition::{MAX_CHUNK, MAX_RECORD_BYTES, PARTITION_SPAN};
 
 /// Fewest bytes a compact row takes: one-byte key varints, cardinality and form, and one byte
@@ -112,28 +112,6 @@ pub struct CompactPageRef {
     pub rows: u32,
 }
 
-/// Bytes `key` takes after `prev` in a delta-coded list (`prev` strictly below `key`).
-#[must_use]
-pub fn key_len(prev: Option<(u64, u64)>, key: (u64, u64)) -> usize {
-    let (a, b) = key_parts(prev, key);
-    varint_len(a) + varint_len(b)
-}
-
-/// The two varints that code `key` after `prev`.
-fn key_parts(prev: Option<(u64, u64)>, key: (u64, u64)) -> (u64, u64) {
-    match prev {
-        Some((ledger, chunk)) if ledger == key.0 => (0, key.1.saturating_sub(chunk + 1)),
-        Some((ledger, _)) => (key.0.saturating_sub(ledger), key.1),
-        None => key,
-    }
-}
-
-fn put_key(out: &mut Vec<u8>, prev: Option<(u64, u64)>, key: (u64, u64)) {
-    let (a, b) = key_parts(prev, key);
-    put_varint(out, a);
-    put_varint(out, b);
-}
-
 /// Reads a key coded after `prev`; `field` names it in the error.
 fn read_key(
     r: &mut Reader<'_>,
@@ -159,97 +137,6 @@ fn read_key(
         return Err(corrupt(at, CorruptionKind::InvalidField("chunk")));
     }
     Ok(key)
-}
-
-/// Encoded size of `row` after a row of key `prev` (`None`: the first of its list).
-#[must_use]
-pub fn row_len(prev: Option<(u64, u64)>, row: &CompactRow<'_>) -> usize {
-    key_len(prev, row.key())
-        + varint_len(row.cardinality)
-        + match row.form {
-            RowForm::Entry { entry_id, .. } => 1 + varint_len(entry_id) + ENTRY_CRC_LEN,
-            RowForm::Inline(bytes) => varint_len(bytes.len() as u64) + bytes.len(),
-        }
-}
-
-/// Encoded size of `rows` as one list.
-#[must_use]
-pub fn rows_len(rows: &[CompactRow<'_>]) -> usize {
-    let mut prev = None;
-    rows.iter()
-        .map(|r| {
-            let len = row_len(prev, r);
-            prev = Some(r.key());
-            len
-        })
-        .sum()
-}
-
-/// Encoded size of `page` after a reference whose first key is `prev`.
-#[must_use]
-pub fn page_ref_len(prev: Option<(u64, u64)>, page: &CompactPageRef) -> usize {
-    key_len(prev, page.first)
-        + varint_len(page.entry_id)
-        + ENTRY_CRC_LEN
-        + varint_len(u64::from(page.rows))
-}
-
-fn page_refs_len(pages: &[CompactPageRef]) -> usize {
-    let mut prev = None;
-    pages
-        .iter()
-        .map(|p| {
-            let len = page_ref_len(prev, p);
-            prev = Some(p.first);
-            len
-        })
-        .sum()
-}
-
-/// Checks what an encoder is given: keys strictly ascending, inline forms of 1 to
-/// [`MAX_INLINE_LEN`] bytes, cardinalities at most 2^16, chunks at most [`MAX_CHUNK`].
-fn check_rows(rows: &[CompactRow<'_>]) -> Result<()> {
-    let mut prev: Option<(u64, u64)> = None;
-    for row in rows {
-        let inline_ok = match row.form {
-            RowForm::Inline(bytes) => (1..=MAX_INLINE_LEN).contains(&bytes.len()),
-            RowForm::Entry { .. } => true,
-        };
-        if prev.is_some_and(|p| p >= row.key())
-            || !inline_ok
-            || row.cardinality > PARTITION_SPAN
-            || row.chunk > MAX_CHUNK
-        {
-            return Err(Error::InvalidArgument {
-                reason: format!(
-                    "compact row {}:{} out of order or out of range",
-                    row.ledger_id, row.chunk
-                ),
-            });
-        }
-        prev = Some(row.key());
-    }
-    Ok(())
-}
-
-fn encode_rows(out: &mut Vec<u8>, rows: &[CompactRow<'_>]) {
-    let mut prev = None;
-    for row in rows {
-        put_key(out, prev, row.key());
-        put_varint(out, row.cardinality);
-        match row.form {
-            RowForm::Entry { entry_id, crc } => {
-                put_varint(out, 0);
-                put_varint(out, entry_id);
-                out.extend_from_slice(&crc.to_le_bytes());
-            }
-            RowForm::Inline(bytes) => {
-                put_varint(out, bytes.len() as u64);
-                out.extend_from_slice(bytes);
-            }
-        }
-        prev = Some(row.key());
-    }
 }
 
 /// Reads one row after `prev`; returns it and the payload offset of its inline form (0 for a
@@ -343,12 +230,6 @@ impl<'a, T: 'a> Compact<'a, T> {
         self.count == 0
     }
 
-    /// Encoded bytes of the list.
-    #[must_use]
-    pub fn byte_len(&self) -> usize {
-        self.bytes.len()
-    }
-
     /// The items in order, each with the payload offset of its inline form (rows that carry
     /// one; 0 otherwise).
     pub fn located(&self) -> impl Iterator<Item = (T, usize)> + 'a {
@@ -430,31 +311,6 @@ fn read_count(body: &mut Reader<'_>) -> Result<usize, Corruption> {
 // ---------------------------------------------------------------------------------------------
 // Compact index pages.
 
-/// Encoded size of a compact index page holding `rows`.
-#[must_use]
-pub fn compact_page_len(rows: &[CompactRow<'_>]) -> usize {
-    HEADER_LEN + varint_len(rows.len() as u64) + rows_len(rows) + CRC_LEN
-}
-
-/// Encodes a compact index page (kind 8): count varint (>= 1), then `rows`, strictly
-/// ascending by key.
-pub fn encode_compact_page(rows: &[CompactRow<'_>]) -> Result<Vec<u8>> {
-    check_rows(rows)?;
-    if rows.is_empty() {
-        return Err(Error::InvalidArgument {
-            reason: "an index page holds at least one row".into(),
-        });
-    }
-    let mut out = start_frame_flags(
-        EntryKind::CompactPage,
-        compact_page_len(rows) - HEADER_LEN - CRC_LEN,
-        0,
-    );
-    put_varint(&mut out, rows.len() as u64);
-    encode_rows(&mut out, rows);
-    Ok(end_frame(out))
-}
-
 /// Decodes and verifies a compact index page (CRC, at least one row, field ranges).
 pub fn decode_compact_page(payload: &[u8]) -> Result<CompactRows<'_>, Corruption> {
     let mut body = open_frame(payload, EntryKind::CompactPage)?;
@@ -470,15 +326,6 @@ pub fn decode_compact_page(payload: &[u8]) -> Result<CompactRows<'_>, Corruption
 
 // ---------------------------------------------------------------------------------------------
 // Compact markers.
-
-/// How a compact marker lists the live partitions, for the encoder.
-#[derive(Debug, Clone, Copy)]
-pub enum CompactTableRef<'a> {
-    /// Every row in the marker itself.
-    Inline(&'a [CompactRow<'a>]),
-    /// The rows live in compact index pages (at least one); the marker lists the pages.
-    Paged(&'a [CompactPageRef]),
-}
 
 /// A decoded compact marker's table.
 #[derive(Debug, Clone, Copy)]
@@ -501,78 +348,6 @@ pub struct CompactMarker<'a> {
     pub batch: BatchRows<'a>,
     /// The batch pages holding the batch table (as in a marker of kind 2).
     pub batch_pages: PageRefs<'a>,
-}
-
-/// Encoded size of a compact marker with `state`, `table` and a batch table of `batch_rows`
-/// rows or pages (nothing when 0).
-#[must_use]
-pub fn compact_marker_len(
-    state: &PersistedState,
-    table: CompactTableRef<'_>,
-    batch_rows: usize,
-) -> usize {
-    let (count, table_len) = match table {
-        CompactTableRef::Inline(rows) => (rows.len(), rows_len(rows)),
-        CompactTableRef::Paged(pages) => (pages.len(), page_refs_len(pages)),
-    };
-    let batch = if batch_rows == 0 {
-        0
-    } else {
-        4 + batch_rows * super::BATCH_ROW_LEN
-    };
-    HEADER_LEN + state.encoded_len() + 1 + varint_len(count as u64) + table_len + batch + CRC_LEN
-}
-
-/// Encodes a compact marker (kind 7): the cursor state as a marker of kind 2 writes it, table
-/// kind u8 (0 inline rows, 1 pages), count varint, the rows or page references, then the batch
-/// section exactly as kind 2's (frame flags [`FLAG_BATCH`], [`FLAG_BATCH_PAGED`]).
-pub fn encode_compact_marker(
-    state: &PersistedState,
-    table: CompactTableRef<'_>,
-    batch: BatchRef<'_>,
-) -> Result<Vec<u8>> {
-    state.validate()?;
-    let (kind, count) = match table {
-        CompactTableRef::Inline(rows) => {
-            check_rows(rows)?;
-            (TABLE_INLINE, rows.len())
-        }
-        CompactTableRef::Paged(pages) => {
-            let ascending = pages
-                .windows(2)
-                .all(|w| matches!(w, [a, b] if a.first < b.first));
-            if pages.is_empty() || !ascending || pages.iter().any(|p| p.rows == 0) {
-                return Err(Error::InvalidArgument {
-                    reason: "a paged table lists at least one page, ascending, none empty".into(),
-                });
-            }
-            (TABLE_PAGED, pages.len())
-        }
-    };
-    let (batch_len, flags) = batch_section_flags(batch)?;
-    let mut out = start_frame_flags(
-        EntryKind::CompactMarker,
-        compact_marker_len(state, table, batch_len) - HEADER_LEN - CRC_LEN,
-        flags,
-    );
-    state.encode_into(&mut out);
-    out.push(kind);
-    put_varint(&mut out, count as u64);
-    match table {
-        CompactTableRef::Inline(rows) => encode_rows(&mut out, rows),
-        CompactTableRef::Paged(pages) => {
-            let mut prev = None;
-            for page in pages {
-                put_key(&mut out, prev, page.first);
-                put_varint(&mut out, page.entry_id);
-                out.extend_from_slice(&page.crc.to_le_bytes());
-                put_varint(&mut out, u64::from(page.rows));
-                prev = Some(page.first);
-            }
-        }
-    }
-    encode_batch_section(&mut out, batch)?;
-    Ok(end_frame(out))
 }
 
 /// Decodes and verifies a compact marker (CRC, field ranges; the key coding makes the table

@@ -1,7 +1,10 @@
 //! Byte layouts of the entries a cursor ledger holds: partition, marker, snapshot, index page,
 //! batch indexes, batch page, and the compact marker and index page (`compact.rs`).
 //!
-//! Owns: the encoding and verification of cursor-ledger entry payloads. Pure functions over byte
+//! Owns: the verification and decoding of cursor-ledger entry payloads, and the encoding of
+//! the kinds the journal still writes inside its records (partition, marker, snapshot, batch
+//! indexes: kinds 1, 2, 3 and 5). Kinds 4, 6, 7 and 8 are only read: cursor ledgers are
+//! imported into the journal, never written (`crate::cursor::import`). Pure functions over byte
 //! slices; never does I/O, never panics, never allocates more than its input on decode (decoded
 //! tables and range lists are borrowed views that parse on the fly). `docs/format.md`, section
 //! "Cursor ledger entries", draws every byte.
@@ -661,15 +664,6 @@ pub struct Marker<'a> {
     pub batch_pages: PageRefs<'a>,
 }
 
-/// How a marker lists the batch-index entries.
-#[derive(Debug, Clone, Copy)]
-pub enum BatchRef<'a> {
-    /// Every batch row in the marker itself (none: no batch table, flags unchanged).
-    Inline(&'a [BatchRow]),
-    /// The batch rows live in batch pages (kind 6); the marker lists the pages (at least one).
-    Paged(&'a [PageRef]),
-}
-
 /// Encoded size of a marker with `state` and a table of `rows` inline rows or `pages` pages.
 #[must_use]
 pub fn marker_len(state: &PersistedState, table: TableRef<'_>) -> usize {
@@ -710,23 +704,11 @@ pub fn encode_marker(state: &PersistedState, table: TableRef<'_>) -> Result<Vec<
 /// table: count u32 (>= 1), then `count` rows of [`BATCH_ROW_LEN`] bytes (ledger u64, chunk
 /// u64, entry id u64, CRC u32, partial entries u32), ascending by `(ledger, chunk)`; the frame
 /// then has [`FLAG_BATCH`] set. With `batch` empty the bytes are those of [`encode_marker`].
+/// (A marker whose batch table is in batch pages, [`FLAG_BATCH_PAGED`], is only read.)
 pub fn encode_marker_with_batch(
     state: &PersistedState,
     table: TableRef<'_>,
     batch: &[BatchRow],
-) -> Result<Vec<u8>> {
-    encode_marker_with_batch_ref(state, table, BatchRef::Inline(batch))
-}
-
-/// Encodes a marker as [`encode_marker_with_batch`], its batch table either inline or, with
-/// [`BatchRef::Paged`], as count u32 (>= 1) then `count` page references ([`PAGE_REF_LEN`]
-/// bytes each, as the partition table's) to batch pages, with frame flags
-/// [`FLAG_BATCH`] | [`FLAG_BATCH_PAGED`]. A page reference and a batch row take the same
-/// bytes, so [`marker_with_batch_len`] sizes both.
-pub fn encode_marker_with_batch_ref(
-    state: &PersistedState,
-    table: TableRef<'_>,
-    batch: BatchRef<'_>,
 ) -> Result<Vec<u8>> {
     state.validate()?;
     let (kind, count) = match table {
@@ -736,10 +718,13 @@ pub fn encode_marker_with_batch_ref(
     let count = u32::try_from(count).map_err(|_| Error::LimitExceeded {
         reason: format!("{count} entries in one marker table"),
     })?;
-    let (batch_len, flags) = batch_section_flags(batch)?;
+    let batch_count = u32::try_from(batch.len()).map_err(|_| Error::LimitExceeded {
+        reason: format!("{} rows in one marker's batch table", batch.len()),
+    })?;
+    let flags = if batch.is_empty() { 0 } else { FLAG_BATCH };
     let mut out = start_frame_flags(
         EntryKind::Marker,
-        marker_with_batch_len(state, table, batch_len) - HEADER_LEN - CRC_LEN,
+        marker_with_batch_len(state, table, batch.len()) - HEADER_LEN - CRC_LEN,
         flags,
     );
     state.encode_into(&mut out);
@@ -749,44 +734,19 @@ pub fn encode_marker_with_batch_ref(
         TableRef::Inline(rows) => rows.iter().for_each(|r| r.encode_into(&mut out)),
         TableRef::Paged(pages) => pages.iter().for_each(|p| p.encode_into(&mut out)),
     }
-    encode_batch_section(&mut out, batch)?;
+    if !batch.is_empty() {
+        out.extend_from_slice(&batch_count.to_le_bytes());
+        for r in batch {
+            r.encode_into(&mut out);
+        }
+    }
     Ok(end_frame(out))
 }
 
-/// The number of rows (or pages) of a marker's batch table and the frame flags it needs:
-/// none and 0 for an empty inline table, [`FLAG_BATCH`] for rows, [`FLAG_BATCH`] |
-/// [`FLAG_BATCH_PAGED`] for pages (at least one).
-fn batch_section_flags(batch: BatchRef<'_>) -> Result<(usize, u16)> {
-    match batch {
-        BatchRef::Inline(rows) => Ok((rows.len(), if rows.is_empty() { 0 } else { FLAG_BATCH })),
-        BatchRef::Paged([]) => Err(Error::InvalidArgument {
-            reason: "a paged batch table needs at least one page".into(),
-        }),
-        BatchRef::Paged(pages) => Ok((pages.len(), FLAG_BATCH | FLAG_BATCH_PAGED)),
-    }
-}
-
-/// Appends a marker's batch section (the same in markers of kind 2 and 7): nothing for an
-/// empty inline table, else count u32 (>= 1) and the rows or page references
-/// ([`BATCH_ROW_LEN`] = [`PAGE_REF_LEN`] bytes each).
-fn encode_batch_section(out: &mut Vec<u8>, batch: BatchRef<'_>) -> Result<()> {
-    let (batch_len, _) = batch_section_flags(batch)?;
-    if batch_len == 0 {
-        return Ok(());
-    }
-    let batch_count = u32::try_from(batch_len).map_err(|_| Error::LimitExceeded {
-        reason: format!("{batch_len} rows in one marker's batch table"),
-    })?;
-    out.extend_from_slice(&batch_count.to_le_bytes());
-    match batch {
-        BatchRef::Inline(rows) => rows.iter().for_each(|r| r.encode_into(out)),
-        BatchRef::Paged(pages) => pages.iter().for_each(|p| p.encode_into(out)),
-    }
-    Ok(())
-}
-
-/// Reads a marker's batch section as [`encode_batch_section`] writes it for frame `flags`:
-/// the inline batch rows, or the batch pages (the other list empty).
+/// Reads a marker's batch section (the same in markers of kind 2 and 7) for frame `flags`:
+/// nothing without [`FLAG_BATCH`], else count u32 (>= 1) and the rows, or with
+/// [`FLAG_BATCH_PAGED`] the batch page references ([`BATCH_ROW_LEN`] = [`PAGE_REF_LEN`]
+/// bytes each); returns the inline batch rows, or the batch pages (the other list empty).
 fn decode_batch_section<'a>(
     body: &mut Reader<'a>,
     flags: u16,
@@ -878,25 +838,6 @@ pub fn decode_marker_bound<'a>(
     })
 }
 
-/// Encoded size of an index page of `rows` rows.
-#[must_use]
-pub fn index_page_len(rows: usize) -> usize {
-    HEADER_LEN + 4 + rows * ROW_LEN + CRC_LEN
-}
-
-/// Encodes an index page. Body: row count u32, rows ascending by key.
-pub fn encode_index_page(rows: &[PartitionRow]) -> Result<Vec<u8>> {
-    let count = u32::try_from(rows.len()).map_err(|_| Error::LimitExceeded {
-        reason: format!("{} rows in one index page", rows.len()),
-    })?;
-    let mut out = start_frame(EntryKind::IndexPage, 4 + rows.len() * ROW_LEN);
-    out.extend_from_slice(&count.to_le_bytes());
-    for r in rows {
-        r.encode_into(&mut out);
-    }
-    Ok(end_frame(out))
-}
-
 /// Decodes and verifies an index page.
 pub fn decode_index_page(payload: &[u8]) -> Result<Rows<'_>, Corruption> {
     let mut body = open_frame(payload, EntryKind::IndexPage)?;
@@ -904,26 +845,6 @@ pub fn decode_index_page(payload: &[u8]) -> Result<Rows<'_>, Corruption> {
     let rows = decode_rows(&mut body, count)?;
     body.finish()?;
     Ok(rows)
-}
-
-/// Encoded size of a batch page of `rows` rows.
-#[must_use]
-pub fn batch_page_len(rows: usize) -> usize {
-    HEADER_LEN + 4 + rows * BATCH_ROW_LEN + CRC_LEN
-}
-
-/// Encodes a batch page (kind 6). Body: row count u32 (>= 1), rows of [`BATCH_ROW_LEN`] bytes
-/// ascending by `(ledger, chunk)`, as in a marker's inline batch table.
-pub fn encode_batch_page(rows: &[BatchRow]) -> Result<Vec<u8>> {
-    let count = u32::try_from(rows.len()).map_err(|_| Error::LimitExceeded {
-        reason: format!("{} rows in one batch page", rows.len()),
-    })?;
-    let mut out = start_frame(EntryKind::BatchPage, 4 + rows.len() * BATCH_ROW_LEN);
-    out.extend_from_slice(&count.to_le_bytes());
-    for r in rows {
-        r.encode_into(&mut out);
-    }
-    Ok(end_frame(out))
 }
 
 /// Decodes and verifies a batch page: at least one row, ascending, none empty.
@@ -941,6 +862,12 @@ pub fn decode_batch_page(payload: &[u8]) -> Result<BatchRows<'_>, Corruption> {
 
 mod batch;
 mod compact;
+#[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    reason = "tests read the committed samples and fail by panicking"
+)]
+mod samples;
 mod snapshot;
 #[cfg(test)]
 #[allow(
@@ -956,9 +883,8 @@ pub use batch::{
 };
 pub use compact::{
     CompactMarker, CompactPageRef, CompactPageRefs, CompactRow, CompactRows, CompactTable,
-    CompactTableRef, ENTRY_CRC_LEN, MAX_INLINE_LEN, MIN_PAGE_REF_LEN, MIN_ROW_LEN, RowForm,
-    compact_marker_len, compact_page_len, decode_compact_marker, decode_compact_page,
-    encode_compact_marker, encode_compact_page, key_len, page_ref_len, row_len, rows_len,
+    ENTRY_CRC_LEN, MAX_INLINE_LEN, MIN_PAGE_REF_LEN, MIN_ROW_LEN, RowForm, decode_compact_marker,
+    decode_compact_page,
 };
 pub use snapshot::{
     Snapshot, SnapshotWriter, decode_snapshot, decode_snapshot_bound, reencode_snapshot,

@@ -1,6 +1,15 @@
-//! Unit tests of the cursor-ledger entry layouts.
+//! Unit tests of the cursor-ledger entry layouts. Kinds this build no longer writes (index
+//! pages, batch pages) are tested on the committed samples' bytes.
 
+use std::collections::BTreeMap;
+
+use super::samples::{entries, payloads};
 use super::*;
+
+/// The committed index pages (kind 4) of `cursor-v1-paged-torn-marker`.
+fn committed_index_pages() -> Vec<Vec<u8>> {
+    payloads("cursor-v1-paged-torn-marker", 1, EntryKind::IndexPage)
+}
 
 fn state() -> PersistedState {
     PersistedState {
@@ -33,7 +42,6 @@ fn encoded_sizes_are_pinned() {
     let rows = [row(1, 0), row(1, 1)];
     let marker = encode_marker(&state(), TableRef::Inline(&rows)).unwrap();
     assert_eq!(marker.len(), marker_len(&state(), TableRef::Inline(&rows)));
-    assert_eq!(encode_index_page(&rows).unwrap().len(), index_page_len(2));
     let part = encode_partition_entry(&PartitionEntry {
         ledger_id: 1,
         chunk: 2,
@@ -82,11 +90,31 @@ fn marker_round_trips_inline_and_paged() {
 }
 
 #[test]
-fn index_page_and_partition_entry_round_trip() {
-    let rows = [row(2, 0), row(2, 5)];
-    let page = encode_index_page(&rows).unwrap();
-    let got = decode_index_page(&page).unwrap();
-    assert_eq!(got.iter().collect::<Vec<_>>(), rows);
+fn committed_index_pages_decode_to_rows_naming_partition_entries() {
+    let by_id: BTreeMap<u64, Vec<u8>> = entries("cursor-v1-paged-torn-marker", 1)
+        .into_iter()
+        .collect();
+    for page in committed_index_pages() {
+        let rows: Vec<_> = decode_index_page(&page).unwrap().iter().collect();
+        assert!(!rows.is_empty());
+        assert_eq!(page.len(), HEADER_LEN + 4 + rows.len() * ROW_LEN + CRC_LEN);
+        assert!(rows.windows(2).all(|w| w[0].key() < w[1].key()));
+        for row in rows {
+            let partition = &by_id[&row.entry_id];
+            assert_eq!(payload_crc(partition), row.crc);
+            let entry = decode_partition_entry(partition).unwrap();
+            assert_eq!(
+                (entry.ledger_id, entry.chunk, entry.cardinality),
+                (row.ledger_id, row.chunk, row.cardinality)
+            );
+        }
+        // A page is not a partition.
+        assert!(decode_partition_entry(&page).is_err());
+    }
+}
+
+#[test]
+fn partition_entry_round_trips() {
     let entry = PartitionEntry {
         ledger_id: 8,
         chunk: 1,
@@ -95,8 +123,7 @@ fn index_page_and_partition_entry_round_trip() {
     };
     let bytes = encode_partition_entry(&entry);
     assert_eq!(decode_partition_entry(&bytes).unwrap(), entry);
-    // A page is not a partition.
-    assert!(decode_partition_entry(&page).is_err());
+    assert!(decode_index_page(&bytes).is_err());
 }
 
 #[test]
@@ -148,7 +175,7 @@ fn every_bit_flip_is_detected() {
     let rows = [row(1, 0), row(3, 1)];
     let samples = [
         encode_marker(&state(), TableRef::Inline(&rows)).unwrap(),
-        encode_index_page(&rows).unwrap(),
+        committed_index_pages().swap_remove(0),
         encode_partition_entry(&PartitionEntry {
             ledger_id: 1,
             chunk: 0,
@@ -193,8 +220,17 @@ fn lengths_are_checked_before_use() {
 
 #[test]
 fn unordered_rows_are_corruption() {
-    let bytes = encode_index_page(&[row(2, 0), row(1, 0)]).unwrap();
-    let err = decode_index_page(&bytes).unwrap_err();
+    // A committed page with its first two rows swapped, under a valid CRC.
+    let page = committed_index_pages()
+        .into_iter()
+        .find(|p| decode_index_page(p).unwrap().len() >= 2)
+        .unwrap();
+    let mut body = page[..page.len() - CRC_LEN].to_vec();
+    let first = HEADER_LEN + 4;
+    let mut swapped = body[first + ROW_LEN..first + 2 * ROW_LEN].to_vec();
+    swapped.extend_from_slice(&body[first..first + ROW_LEN]);
+    body[first..first + 2 * ROW_LEN].copy_from_slice(&swapped);
+    let err = decode_index_page(&end_frame(body)).unwrap_err();
     assert_eq!(err.kind, CorruptionKind::InvalidField("row order"));
 }
 
@@ -317,41 +353,35 @@ fn a_snapshot_carries_its_batch_section_and_round_trips() {
 }
 
 #[test]
-fn a_marker_with_a_paged_batch_table_and_its_batch_page_round_trip() {
-    let batch = [batch_row(1, 0), batch_row(2, 5), batch_row(9, 1)];
-    let page_bytes = encode_batch_page(&batch).unwrap();
-    assert_eq!(page_bytes.len(), batch_page_len(3));
+fn committed_batch_pages_and_the_marker_listing_them_decode() {
+    let sample = "cursor-v1-batch-paged";
+    let by_id: BTreeMap<u64, Vec<u8>> = entries(sample, 21).into_iter().collect();
+    let marker = payloads(sample, 21, EntryKind::Marker)
+        .into_iter()
+        .next_back()
+        .unwrap();
     assert_eq!(
-        decode_batch_page(&page_bytes)
-            .unwrap()
-            .iter()
-            .collect::<Vec<_>>(),
-        batch.to_vec()
-    );
-    let pages = [PageRef {
-        first: (1, 0),
-        entry_id: 4,
-        crc: payload_crc(&page_bytes),
-        rows: 3,
-    }];
-    let bytes =
-        encode_marker_with_batch_ref(&state(), TableRef::Inline(&[]), BatchRef::Paged(&pages))
-            .unwrap();
-    assert_eq!(
-        bytes.len(),
-        marker_with_batch_len(&state(), TableRef::Inline(&[]), 1)
-    );
-    assert_eq!(
-        u16::from_le_bytes([bytes[6], bytes[7]]),
+        u16::from_le_bytes([marker[6], marker[7]]),
         FLAG_BATCH | FLAG_BATCH_PAGED
     );
-    let marker = decode_marker(&bytes).unwrap();
-    assert!(marker.batch.is_empty());
-    assert_eq!(
-        marker.batch_pages.iter().collect::<Vec<_>>(),
-        pages.to_vec()
-    );
-    for (payload, is_page) in [(&bytes, false), (&page_bytes, true)] {
+    let decoded = decode_marker(&marker).unwrap();
+    assert!(decoded.batch.is_empty());
+    let pages: Vec<_> = decoded.batch_pages.iter().collect();
+    assert!(!pages.is_empty());
+    for page in &pages {
+        let bytes = &by_id[&page.entry_id];
+        assert_eq!(payload_crc(bytes), page.crc);
+        let rows: Vec<_> = decode_batch_page(bytes).unwrap().iter().collect();
+        assert_eq!(rows.len(), page.rows as usize);
+        assert_eq!(rows[0].key(), page.first);
+        assert_eq!(
+            bytes.len(),
+            HEADER_LEN + 4 + rows.len() * BATCH_ROW_LEN + CRC_LEN
+        );
+        assert!(rows.windows(2).all(|w| w[0].key() < w[1].key()));
+    }
+    let page = by_id[&pages[0].entry_id].clone();
+    for (payload, is_page) in [(&marker, false), (&page, true)] {
         for i in 0..payload.len() {
             let mut bad = payload.clone();
             bad[i] ^= 0x10;
@@ -363,10 +393,8 @@ fn a_marker_with_a_paged_batch_table_and_its_batch_page_round_trip() {
             assert!(refused, "byte {i}");
         }
     }
-    assert!(
-        encode_marker_with_batch_ref(&state(), TableRef::Inline(&[]), BatchRef::Paged(&[]))
-            .is_err()
-    );
-    let empty = encode_batch_page(&[]).unwrap();
-    assert!(decode_batch_page(&empty).is_err());
+    // A batch page of no row, under a valid CRC.
+    let mut empty = start_frame(EntryKind::BatchPage, 4);
+    empty.extend_from_slice(&0u32.to_le_bytes());
+    assert!(decode_batch_page(&end_frame(empty)).is_err());
 }
