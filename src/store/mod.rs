@@ -501,6 +501,7 @@ impl Store {
             Ok(())
         })?;
         let spaced = catalog.catalog().is_spaced(id);
+        let store_id = catalog.catalog().store_id;
         drop(catalog);
         let space: Arc<dyn Storage> = Arc::new(TopicSpace::open(
             storage,
@@ -518,7 +519,7 @@ impl Store {
                 topic: id,
                 name: name.into(),
             },
-            &recovered,
+            (&recovered, store_id),
         )?);
         // Checked once: a cursor recovered later is one this store wrote, under a listing.
         self.inner.recovered().remove(&id);
