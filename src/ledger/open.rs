@@ -56,6 +56,11 @@
 //!    an older copy put back), and the topic is refused ([`Error::Corrupted`] naming the topic
 //!    record) rather than opened back in time with the newer record's ledgers deleted and its
 //!    newer cursors forgotten.
+//! 7. A topic directory knows its host: a store's topic record names its store (its id,
+//!    written by the store's first claim of the record), so a topic opened on its own refuses
+//!    it ([`Error::OwnedByStore`]) before taking the lock, wherever the directory is found;
+//!    and a store refuses, as damage, a record in one of its topics' places that lists a
+//!    cursor journal of its own (a topic opened alone) or names another store.
 //!
 //! Appends after open always go to a new ledger.
 
