@@ -315,6 +315,14 @@ pub(crate) fn open(
         let in_journal = journal_cursors(&journal, recovered);
         refuse_older_record(&record, (&on_disk, &log.interrupted_creates()), in_journal)?;
         record.next_ledger_id = record.next_ledger_id.max(1);
+        if record.store_id == 0 {
+            // Rule 7: a record of an earlier release names its store from now on. Written
+            // after rule 6, on the claimed version and with no block of ids reserved: an older
+            // copy of the record put back is refused above, not given a block above the newer
+            // ledgers it would then delete as orphans.
+            record.store_id = store_id;
+            version = meta.put(TOPIC_RECORD, Some(version), &record.encode())?;
+        }
     }
 
     let (refs, cut_short) = settle_cursors(
@@ -716,9 +724,9 @@ fn claim_store_topic(
         };
         let record = TopicRecord::decode(&bytes).map_err(|c| c.in_record(TOPIC_RECORD))?;
         check_store_host(&record, store_id)?;
-        if record.topic_id == 0 || record.store_id == 0 {
-            // A record of an earlier release, without an identity or without its host: the
-            // claim gives it both (one record write, once).
+        if record.topic_id == 0 {
+            // A record of an earlier release, without an identity: the claim gives it one,
+            // and its host.
             return claim_topic(storage, meta, store_id);
         }
         match meta.claim(TOPIC_RECORD, version) {

@@ -116,9 +116,13 @@ fn topic_files_alone(disk: &MemStorage) -> MemStorage {
 
 /// Copies file `name` of `from` to `to` under `to_name`, durable there.
 fn copy_file(from: &MemStorage, name: &str, to: &MemStorage, to_name: &str) {
-    let bytes = from.live_bytes(name).expect("bytes");
-    to.create(to_name).expect("create");
-    to.set_bytes(to_name, bytes).expect("copy");
+    copy_bytes(from.live_bytes(name).expect("bytes"), to, to_name);
+}
+
+/// Creates file `name` of `to` holding `bytes`, durable.
+fn copy_bytes(bytes: Vec<u8>, to: &MemStorage, name: &str) {
+    to.create(name).expect("create");
+    to.set_bytes(name, bytes).expect("copy");
     to.sync_dir().expect("sync");
 }
 
@@ -338,4 +342,46 @@ fn a_power_cut_at_every_step_of_naming_an_older_topics_host_keeps_every_flushed_
         clean.result.flushed["a"].whole.first(),
         Some(&clean.result.entries[0])
     );
+}
+
+/// The record a store's topic had before this release named its host, put back (its file
+/// restored, the newer ones gone) after the store named it and wrote newer ledgers: the store's
+/// open refuses it as an older record (it is not written again with a new block of ids above the
+/// newer ledgers, which it would then delete as orphans), and `verify` reports the same.
+#[test]
+fn an_older_record_without_its_host_put_back_is_refused_not_named_again() {
+    let disk = MemStorage::new();
+    let (entries, _) = store_with_acks(&disk);
+    forget_host(&disk);
+    let record_files = |disk: &MemStorage| -> Vec<String> {
+        disk.list()
+            .expect("list")
+            .into_iter()
+            .filter(|n| n.starts_with("t1-topic.") && n.ends_with(".meta"))
+            .collect()
+    };
+    let older = record_files(&disk);
+    assert_eq!(older.len(), 1, "{older:?}");
+    let older_bytes = disk.live_bytes(&older[0]).expect("bytes");
+    let store = Store::open_with_storage(Arc::new(disk.clone()), store_config(5)).expect("open");
+    let topic = store.topic(TOPIC).expect("topic");
+    let newer = append_n(&topic, 12);
+    assert!(newer.last().expect("entries").ledger_id > entries.last().expect("e").ledger_id);
+    drop(topic);
+    store.close().expect("close");
+    drop(store);
+    for name in record_files(&disk) {
+        disk.remove(&name).expect("remove");
+    }
+    copy_bytes(older_bytes, &disk, &older[0]);
+    let store = Store::open_with_storage(Arc::new(disk.clone()), store_config(5)).expect("open");
+    match store.topic(TOPIC) {
+        Err(Error::Corrupted { .. }) => {}
+        Err(e) => panic!("refused with the wrong error: {e}"),
+        Ok(_) => panic!("an older topic record opened, newer ledgers lost"),
+    }
+    drop(store);
+    let storage: Arc<dyn Storage> = Arc::new(disk.clone());
+    let report = ackstore::check::verify(&storage).expect("verify");
+    assert!(!report.is_sound(), "verify reports what the open refuses");
 }
