@@ -257,18 +257,19 @@ pub enum Error {
         dir: PathBuf,
     },
     /// The directory is a topic of a store (or a store's own directory): only the store opens
-    /// it, whether it runs now or not.
+    /// it, whether it runs now or not. Told by the directory's place (its parent holds a store
+    /// catalog) or by its topic record, which names its store wherever the directory is found.
     #[error(
-        "`{}` belongs to the store in `{}`; open it with Store::open and Store::topic, \
-         not as a topic of its own",
-        .path.display(),
-        .store.display()
+        "`{}` belongs to {store}; open it with Store::open and Store::topic, not as a topic of \
+         its own",
+        .path.display()
     )]
     OwnedByStore {
         /// The directory asked for.
         path: PathBuf,
-        /// The store's directory.
-        store: PathBuf,
+        /// The store, as a phrase: the store's directory when the directory's place names
+        /// it, or the store's id when the topic record does.
+        store: String,
     },
     /// The operation is not supported in this configuration.
     #[error("unsupported: {what}")]

@@ -438,11 +438,16 @@ pub fn verify(storage: &Arc<dyn Storage>) -> Result<Verification> {
 ///
 /// # Errors
 /// [`Error::Corrupted`] when the topic record or the store's catalog cannot be decoded (the
-/// tables would be empty, not true); [`Error::Io`]. Other problems are in the report.
+/// tables would be empty, not true); [`Error::OwnedByStore`] for a store's topic given alone
+/// (as [`ManagedLedger::open`](crate::ManagedLedger::open) refuses it: its cursors' state is in
+/// the store's journal); [`Error::Io`]. Other problems are in the report.
 pub fn inspect(storage: &Arc<dyn Storage>) -> Result<Inspection> {
     if let Some(catalog) = crate::store::read_catalog(storage.clone())? {
         return store::inspect_store(storage, &catalog).map(Inspection::Store);
     }
+    // A store's topic: its cursors' state is in the store's journal, which this does not read
+    // (the tables would not be true); the store's directory shows them.
+    crate::ledger::refuse_store_topic_alone(storage)?;
     let record = topic::read_topic(storage)?;
     let mut problems = Vec::new();
     let journal = match &record {

@@ -18,18 +18,30 @@ use crate::storage::Storage;
 use super::topic::{StoreUse, collect_in, read_topic};
 use super::{Finding, Subject, TOPIC_FILE, Verification, describe};
 
-/// The findings of topic `topic_id` of a store, kept in `storage`: damage (what the store's
-/// open of the topic and its cursors refuses) and unused (damaged or unexpected files that
-/// open does not read, or removes: warnings), and its ledger and cursor counts. `committed`:
-/// the cursors of the store the journal holds.
+/// The findings of topic `topic_id` of the store of id `store_id`, kept in `storage`: damage
+/// (what the store's open of the topic and its cursors refuses) and unused (damaged or
+/// unexpected files that open does not read, or removes: warnings), and its ledger and cursor
+/// counts. `committed`: the cursors of the store the journal holds.
 fn check_store_topic(
     storage: &Arc<dyn Storage>,
-    topic_id: u64,
+    (topic_id, store_id): (u64, u64),
     committed: &[CursorId],
 ) -> Result<(Vec<Finding>, Vec<Finding>, usize, usize)> {
     let mut findings = ledger_findings(storage)?;
     check_against_record(storage, &mut findings)?;
     let record = read_topic(storage).ok().flatten();
+    // The store's open refuses a topic record of another host first.
+    if let Some(Err(e)) = record
+        .as_ref()
+        .map(|r| crate::ledger::check_store_host(r, store_id))
+    {
+        findings.push(Finding {
+            file: TOPIC_FILE.into(),
+            place: "topic record".into(),
+            problem: describe(&e),
+            torn_tail: false,
+        });
+    }
     let committed: BTreeSet<u64> = committed
         .iter()
         .filter(|c| c.topic == topic_id)
@@ -185,7 +197,8 @@ fn check_store_topics(
                 continue;
             }
         };
-        let (found, not_read, l, c) = check_store_topic(&space, topic.id, committed)?;
+        let (found, not_read, l, c) =
+            check_store_topic(&space, (topic.id, catalog.store_id), committed)?;
         ledgers += l;
         cursors += c;
         let in_store = |f: Finding| Finding {
@@ -376,6 +389,17 @@ fn check_journal(
 /// record, state and cursor ledger.
 pub(super) fn verify_topic(storage: &Arc<dyn Storage>) -> Result<Verification> {
     let mut findings = ledger_findings(storage)?;
+    // What the open of a topic on its own refuses first: a store's topic (the rest is checked
+    // all the same; its cursors' state lives in the store's journal, not read here).
+    // A record that cannot be read is reported by the checks below.
+    if let Err(e @ Error::OwnedByStore { .. }) = crate::ledger::refuse_store_topic_alone(storage) {
+        findings.push(Finding {
+            file: TOPIC_FILE.into(),
+            place: "topic record".into(),
+            problem: describe(&e),
+            torn_tail: false,
+        });
+    }
     check_against_record(storage, &mut findings)?;
     let mut journal = Vec::new();
     let record = read_topic(storage).ok().flatten();

@@ -12,7 +12,8 @@
 //! offset  size  field
 //! 0       8     magic            b"ACKSMETA"
 //! 8       2     kind             u16 (1 topic, 2 ledger, 3 cursor entry, 4 cursor, 5 stored)
-//! 10      2     format version   u16 (1; 2 for a topic record listing its own journal)
+//! 10      2     format version   u16 (1; 2 for a topic record listing its own journal; 3 for
+//!                                a store's topic record naming its store)
 //! 12      4     body length      u32, = frame length - 20
 //! 16      n     body             per kind, below
 //! 16+n    4     CRC32            crc32fast over bytes [0, 16+n)
@@ -39,6 +40,16 @@ pub const FORMAT_VERSION: u16 = 1;
 /// topic opened alone, see [`HostedJournal`]): read by this build, refused by earlier ones
 /// (their open fails with an unsupported version, writing nothing).
 pub const TOPIC_JOURNAL_VERSION: u16 = 2;
+/// The format version of a store's topic record, which names its store (see
+/// [`TopicRecord::store_id`]): read by this build, refused by earlier ones (their open fails with
+/// an unsupported version, writing nothing).
+pub const TOPIC_STORE_VERSION: u16 = 3;
+/// What a topic record is reported as when its host is not the one opening it: a store's topic
+/// (the record names its store) opened alone is [`Error::OwnedByStore`], but a store that finds
+/// in a topic's place the record of a topic that hosts its own cursor journal, or of another
+/// store's topic, refuses it as damage naming the record's host field.
+pub const OTHER_HOST: &str =
+    "host (the topic record belongs to a topic opened alone or to another store, not this store)";
 /// What a store's topic record is reported as when a ledger file of the topic has an id at or
 /// above the record's `next_ledger_id` (by the topic's open and by `ackstore verify`): a store's
 /// topic records each block of ids before it creates a file of one, so only a record older than
@@ -139,6 +150,12 @@ pub struct TopicRecord {
     /// release. Present, the record is written in format version 2 (see
     /// [`TOPIC_JOURNAL_VERSION`]), the topic id always present and followed by the listing.
     pub journal: Option<HostedJournal>,
+    /// The host of a store's topic: its store's id (the catalog's `store_id`), never 0; 0 for a
+    /// topic opened alone and for a store's topic record of an earlier release. Non-zero, the
+    /// record is written in format version 3 (see [`TOPIC_STORE_VERSION`]), the topic id
+    /// always present and followed by it; a record names a store or lists a journal, never
+    /// both (a record listing a journal is written in version 2 whatever this holds).
+    pub store_id: u64,
 }
 
 /// The cursor journal a topic opened alone hosts, as its topic record lists it: what a
@@ -268,11 +285,13 @@ impl TopicRecord {
     }
 
     /// Encodes the record as a self-contained frame (format version 2 when it lists a
-    /// journal, 1 otherwise).
+    /// journal, 3 when it names a store, 1 otherwise).
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
         let version = if self.journal.is_some() {
             TOPIC_JOURNAL_VERSION
+        } else if self.store_id != 0 {
+            TOPIC_STORE_VERSION
         } else {
             FORMAT_VERSION
         };
@@ -292,20 +311,26 @@ impl TopicRecord {
                 put_seals(out, &journal.seals);
                 put_segments(out, Some(&journal.segments));
                 put_retired_closed(out, journal.retired_through, journal.closed);
+            } else if self.store_id != 0 {
+                put_u64(out, self.topic_id);
+                put_u64(out, self.store_id);
             } else if self.topic_id != 0 {
                 put_u64(out, self.topic_id);
             }
         })
     }
 
-    /// Decodes a frame written by [`TopicRecord::encode`], of format version 1 or 2.
+    /// Decodes a frame written by [`TopicRecord::encode`], of format version 1, 2 or 3.
     ///
     /// # Errors
     /// A [`Corruption`] (kind and offset in `bytes`) when the bytes are not exactly one valid
     /// topic record frame; the caller names the record it read them as.
     pub fn decode(bytes: &[u8]) -> Result<Self, Corruption> {
-        let (version, body) =
-            check_frame_of(Kind::Topic, bytes, &[FORMAT_VERSION, TOPIC_JOURNAL_VERSION])?;
+        let (version, body) = check_frame_of(
+            Kind::Topic,
+            bytes,
+            &[FORMAT_VERSION, TOPIC_JOURNAL_VERSION, TOPIC_STORE_VERSION],
+        )?;
         let mut r = Reader::at(body, HEADER_LEN);
         let r = &mut r;
         let next_ledger_id = r.u64()?;
@@ -346,6 +371,15 @@ impl TopicRecord {
         } else {
             None
         };
+        // Version 3 names the store: never 0 (a topic of no store is written in version 1).
+        let store_id = if version == TOPIC_STORE_VERSION {
+            match r.u64()? {
+                0 => return Err(r.error(CorruptionKind::InvalidField("store id"))),
+                id => id,
+            }
+        } else {
+            0
+        };
         r.finish()?;
         Ok(Self {
             next_ledger_id,
@@ -354,6 +388,7 @@ impl TopicRecord {
             next_cursor_id,
             topic_id,
             journal,
+            store_id,
         })
     }
 }
@@ -626,6 +661,7 @@ mod tests {
             next_cursor_id: 2,
             topic_id: 0,
             journal: None,
+            store_id: 0,
         }
     }
 
@@ -704,6 +740,51 @@ mod tests {
     }
 
     #[test]
+    fn a_stores_topic_record_names_its_store_in_version_3_and_round_trips() {
+        let topic = TopicRecord {
+            topic_id: 0xfeed,
+            store_id: 0xbeef,
+            ..sample_topic()
+        };
+        let bytes = topic.encode();
+        assert_eq!(&bytes[10..12], &TOPIC_STORE_VERSION.to_le_bytes());
+        // The topic id, then the store id.
+        assert_eq!(bytes.len(), sample_topic().encode().len() + 8 + 8);
+        assert_eq!(TopicRecord::decode(&bytes).unwrap(), topic);
+        // Version 3 always carries both ids: a zero store id, or a missing topic id, is damage.
+        let body_end = bytes.len() - CRC_LEN;
+        let mut zero_store = bytes[..body_end].to_vec();
+        zero_store[body_end - 8..].fill(0);
+        let crc = crc32fast::hash(&zero_store);
+        zero_store.extend_from_slice(&crc.to_le_bytes());
+        assert!(matches!(
+            TopicRecord::decode(&zero_store),
+            Err(c) if c.kind == CorruptionKind::InvalidField("store id")
+        ));
+        let no_topic_id = TopicRecord {
+            topic_id: 0,
+            ..topic.clone()
+        };
+        assert!(TopicRecord::decode(&no_topic_id.encode()).is_err());
+        // A record naming no store keeps version 1, which earlier releases read.
+        let alone = TopicRecord {
+            store_id: 0,
+            ..topic
+        };
+        assert_eq!(&alone.encode()[10..12], &FORMAT_VERSION.to_le_bytes());
+        // Only the topic record has a version 3: a cursor record framed so is refused.
+        let mut cursor = sample_cursor().encode();
+        cursor[10..12].copy_from_slice(&TOPIC_STORE_VERSION.to_le_bytes());
+        let covered = cursor.len() - CRC_LEN;
+        let crc = crc32fast::hash(&cursor[..covered]);
+        cursor[covered..].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(
+            CursorRecord::decode(&cursor),
+            Err(c) if c.kind == CorruptionKind::UnsupportedVersion(3)
+        ));
+    }
+
+    #[test]
     fn a_topic_record_listing_its_journal_is_version_2_and_round_trips() {
         let journal = HostedJournal {
             seals: vec![CatalogSeal {
@@ -759,6 +840,12 @@ mod tests {
             };
             assert!(TopicRecord::decode(&record.encode()).is_err());
         }
+        // A record lists a journal or names a store: with both, the journal wins (version 2).
+        let both = TopicRecord {
+            store_id: 7,
+            ..topic.clone()
+        };
+        assert_eq!(&both.encode()[10..12], &TOPIC_JOURNAL_VERSION.to_le_bytes());
         // Only the topic record has a version 2: a cursor record framed so is refused.
         let mut cursor = sample_cursor().encode();
         cursor[10..12].copy_from_slice(&TOPIC_JOURNAL_VERSION.to_le_bytes());
@@ -921,8 +1008,8 @@ mod tests {
         let cases: Vec<(Vec<u8>, CorruptionKind)> = vec![
             (wrong_magic, CorruptionKind::BadMagic),
             (
-                framed(topic_kind, 3, 24, &[0; 24]),
-                CorruptionKind::UnsupportedVersion(3),
+                framed(topic_kind, 4, 24, &[0; 24]),
+                CorruptionKind::UnsupportedVersion(4),
             ),
             (
                 framed(topic_kind, 1, 25, &[0; 24]),
@@ -1062,8 +1149,11 @@ mod tests {
                 ledgers in proptest::collection::vec(ledger(), 0..20),
                 cursors in proptest::collection::vec(cursor_entry(), 0..20),
                 topic_id: u64,
+                store_id: u64,
             ) {
-                let record = TopicRecord { next_ledger_id, ledgers, cursors, next_cursor_id, topic_id, journal: None };
+                // A record naming a store always carries its topic id (both non-zero).
+                let topic_id = if store_id != 0 { topic_id.max(1) } else { topic_id };
+                let record = TopicRecord { next_ledger_id, ledgers, cursors, next_cursor_id, topic_id, journal: None, store_id };
                 let bytes = record.encode();
                 prop_assert_eq!(TopicRecord::decode(&bytes).unwrap(), record);
             }

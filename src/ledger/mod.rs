@@ -26,7 +26,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub use config::LedgerConfig;
 pub use topic::TOPIC_RECORD;
 
-pub(crate) use open::refuse_older_record;
+pub(crate) use open::{check_store_host, refuse_older_record, refuse_store_topic_alone};
 
 pub use crate::cursor::NonDurableOptions;
 pub use crate::cursor::{
@@ -122,7 +122,7 @@ impl ManagedLedger {
         journal: JournalConfig,
     ) -> Result<Self> {
         let interval = config.cursor.flush_interval;
-        let core = Arc::new(open::open(storage, config, None, &[], journal)?);
+        let core = Arc::new(open::open(storage, config, None, (&[], 0), journal)?);
         core.install_id_source()?;
         core.install_journal_host()?;
         let flusher = interval.map(|_| Pool::new(1));
@@ -144,18 +144,19 @@ impl ManagedLedger {
 
     /// Opens topic `topic` of a store, kept in `storage` (the topic's view of the store's
     /// directory), whose cursors persist through the store's journal (`docs/persistence.md`,
-    /// "Cursors of a store").
+    /// "Cursors of a store"). `store_id`: the store's id (its catalog's), which the topic
+    /// record names as its host.
     pub(crate) fn open_in_store(
         storage: Arc<dyn Storage>,
         config: LedgerConfig,
         journal: TopicJournal,
-        recovered: &[u64],
+        (recovered, store_id): (&[u64], u64),
     ) -> Result<Self> {
         let core = Arc::new(open::open(
             storage,
             config,
             Some(journal),
-            recovered,
+            (recovered, store_id),
             JournalConfig::default(),
         )?);
         core.install_id_source()?;

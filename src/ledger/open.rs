@@ -56,6 +56,11 @@
 //!    an older copy put back), and the topic is refused ([`Error::Corrupted`] naming the topic
 //!    record) rather than opened back in time with the newer record's ledgers deleted and its
 //!    newer cursors forgotten.
+//! 7. A topic directory knows its host: a store's topic record names its store (its id,
+//!    written by the store's first claim of the record), so a topic opened on its own refuses
+//!    it ([`Error::OwnedByStore`]) before taking the lock, wherever the directory is found;
+//!    and a store refuses, as damage, a record in one of its topics' places that lists a
+//!    cursor journal of its own (a topic opened alone) or names another store.
 //!
 //! Appends after open always go to a new ledger.
 
@@ -70,7 +75,7 @@ use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::finder::{Layout, LedgerSpan};
 use crate::format::journal::UNLISTED_CURSOR;
 use crate::format::meta::{CursorEntry, CursorIdentity, CursorRecord, LedgerRecord, TopicRecord};
-use crate::format::meta::{OLDER_TOPIC_RECORD, OLDER_TOPIC_RECORD_CURSORS};
+use crate::format::meta::{OLDER_TOPIC_RECORD, OLDER_TOPIC_RECORD_CURSORS, OTHER_HOST};
 use crate::format::store::STORE_RECORD;
 use crate::journal::JournalConfig;
 use crate::log::{EntryLog, parse_ledger_file_name};
@@ -139,7 +144,7 @@ fn refuse_store_topic_name(dir: &std::path::Path, asked: &std::path::Path) -> Re
     {
         return Err(Error::OwnedByStore {
             path: asked.to_path_buf(),
-            store: parent,
+            store: format!("the store in `{}`", parent.display()),
         });
     }
     Ok(())
@@ -156,8 +161,75 @@ fn refuse_store_directory(storage: &Arc<dyn Storage>) -> Result<()> {
         let location = storage.location();
         return Err(Error::OwnedByStore {
             path: location.clone().into(),
-            store: location.into(),
+            store: format!("the store in `{location}`"),
         });
+    }
+    Ok(())
+}
+
+/// Every refusal of [`open`] for a topic opened on its own in `storage` that says whose the
+/// topic is: a store's directory, a directory in a store's topic's place, a topic record that
+/// names a store. What `inspect` refuses and `verify` reports, as the open does.
+///
+/// # Errors
+/// [`Error::OwnedByStore`]; the errors of reading the records.
+pub(crate) fn refuse_store_topic_alone(storage: &Arc<dyn Storage>) -> Result<()> {
+    refuse_store_directory(storage)?;
+    if let Some(dir) = storage.local_dir() {
+        refuse_store_topic_dir(dir)?;
+    }
+    refuse_store_record(storage)
+}
+
+/// Refuses `storage` when its topic record names a store ([`TopicRecord::store_id`]): a
+/// store's topic, wherever its directory is found (a storage that does not say where it
+/// lives, a copy or a move of the directory), opens only through its store. Read without the
+/// lock, before anything is created; [`claim_topic`] checks the record again under it. A
+/// record that cannot be read is left to the open, which reports it.
+///
+/// # Errors
+/// [`Error::OwnedByStore`]; the errors of reading the record.
+fn refuse_store_record(storage: &Arc<dyn Storage>) -> Result<()> {
+    let record = FileMetaStore::new(storage.clone())
+        .get(TOPIC_RECORD)?
+        .and_then(|(_, bytes)| TopicRecord::decode(&bytes).ok());
+    match record {
+        Some(record) if record.store_id != 0 => Err(owned_by_store(&storage.location(), &record)),
+        _ => Ok(()),
+    }
+}
+
+/// [`Error::OwnedByStore`] for the topic in `location` whose record names its store.
+pub(crate) fn owned_by_store(location: &str, record: &TopicRecord) -> Error {
+    Error::OwnedByStore {
+        path: location.into(),
+        store: format!(
+            "the store of id {:#018x} (its topic record names it as its host)",
+            record.store_id
+        ),
+    }
+}
+
+/// [`Error::Corrupted`] naming the topic record's host: what a store's open refuses in the
+/// place of one of its topics (see [`OTHER_HOST`]).
+fn other_host() -> Error {
+    Error::corrupted_at(
+        CorruptionPlace::Record(TOPIC_RECORD.into()),
+        CorruptionKind::InvalidField(OTHER_HOST),
+    )
+}
+
+/// Whether the store of id `store_id` may open the topic whose record is `record` as its own:
+/// not a record that lists a cursor journal of its own (a topic opened alone: its acks are in
+/// that journal, not the store's), nor one naming another store. A record naming no host (a
+/// store's topic of an earlier release, or a topic alone whose journal never held a segment,
+/// which holds no ack state but its cursor records') is the store's; its claim names the store.
+///
+/// # Errors
+/// [`Error::Corrupted`] naming the topic record's host field.
+pub(crate) fn check_store_host(record: &TopicRecord, store_id: u64) -> Result<()> {
+    if record.journal.is_some() || (record.store_id != 0 && record.store_id != store_id) {
+        return Err(other_host());
     }
     Ok(())
 }
@@ -171,12 +243,13 @@ fn refuse_store_directory(storage: &Arc<dyn Storage>) -> Result<()> {
 /// record write (rule 4). A topic opened on its own (`None`) claims its record and every
 /// cursor record by writing them again. With the journal come the ids of the topic's cursors
 /// whose state the journal recovered when the store opened (see
-/// [`unlisted_journal_cursors`]).
+/// [`unlisted_journal_cursors`]), and the store's id, which its topic record names
+/// ([`TopicRecord::store_id`]; 0 for a topic opened on its own).
 pub(crate) fn open(
     storage: Arc<dyn Storage>,
     config: LedgerConfig,
     journal: Option<TopicJournal>,
-    recovered: &[u64],
+    (recovered, store_id): (&[u64], u64),
     own_journal: JournalConfig,
 ) -> Result<TopicCore> {
     if config.max_entries_per_ledger == 0 || config.max_ledger_bytes == 0 {
@@ -186,10 +259,7 @@ pub(crate) fn open(
     }
     let location = storage.location();
     if journal.is_none() {
-        refuse_store_directory(&storage)?;
-        if let Some(dir) = storage.local_dir() {
-            refuse_store_topic_dir(dir)?;
-        }
+        refuse_store_topic_alone(&storage)?;
     }
     let guard = storage.lock()?;
     let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::owned(storage.clone(), &guard));
@@ -212,9 +282,9 @@ pub(crate) fn open(
     // A store's topic was claimed with the store: it reads its record, and reserves ids on
     // first need.
     let (mut record, mut version, ids) = if claim_cursors {
-        claim_topic(storage.as_ref(), meta.as_ref())?
+        claim_topic(storage.as_ref(), meta.as_ref(), 0)?
     } else {
-        claim_store_topic(storage.as_ref(), meta.as_ref())?
+        claim_store_topic(storage.as_ref(), meta.as_ref(), store_id)?
     };
     // A topic of its own hosts its cursors' journal (`host.rs`): opened and sealed right after
     // the claim, its hooks set once the topic is.
@@ -245,6 +315,14 @@ pub(crate) fn open(
         let in_journal = journal_cursors(&journal, recovered);
         refuse_older_record(&record, (&on_disk, &log.interrupted_creates()), in_journal)?;
         record.next_ledger_id = record.next_ledger_id.max(1);
+        if record.store_id == 0 {
+            // Rule 7: a record of an earlier release names its store from now on. Written
+            // after rule 6, on the claimed version and with no block of ids reserved: an older
+            // copy of the record put back is refused above, not given a block above the newer
+            // ledgers it would then delete as orphans.
+            record.store_id = store_id;
+            version = meta.put(TOPIC_RECORD, Some(version), &record.encode())?;
+        }
     }
 
     let (refs, cut_short) = settle_cursors(
@@ -628,6 +706,7 @@ pub(crate) fn refuse_older_record(
 fn claim_store_topic(
     storage: &dyn Storage,
     meta: &dyn MetaStore,
+    store_id: u64,
 ) -> Result<(TopicRecord, u64, (u64, u64))> {
     let mut attempts = 0;
     loop {
@@ -635,7 +714,7 @@ fn claim_store_topic(
         let Some((version, bytes)) = meta.get(TOPIC_RECORD)? else {
             // A topic the store's catalog lists: ledger files without a record are damage
             // (its record was written before any ledger file), not a foreign directory.
-            return claim_topic(storage, meta).map_err(|e| match e {
+            return claim_topic(storage, meta, store_id).map_err(|e| match e {
                 Error::NotAckstore { .. } => Error::Corrupted {
                     place: CorruptionPlace::Record(TOPIC_RECORD.into()),
                     kind: CorruptionKind::Missing,
@@ -644,9 +723,11 @@ fn claim_store_topic(
             });
         };
         let record = TopicRecord::decode(&bytes).map_err(|c| c.in_record(TOPIC_RECORD))?;
+        check_store_host(&record, store_id)?;
         if record.topic_id == 0 {
-            // A record of an earlier release, without an identity: the claim gives it one.
-            return claim_topic(storage, meta);
+            // A record of an earlier release, without an identity: the claim gives it one,
+            // and its host.
+            return claim_topic(storage, meta, store_id);
         }
         match meta.claim(TOPIC_RECORD, version) {
             Ok(claimed) => return Ok((record, claimed, (0, 0))),
@@ -659,9 +740,13 @@ fn claim_store_topic(
 
 /// Rules 0 and 1: writes the topic record again by compare-and-set (or creates it), with a new
 /// block of ledger ids reserved for this owner; returns it, its version and the block.
+/// `store_id`: the store whose topic this is, which the record written names (0: a topic
+/// opened on its own, which refuses a record naming a store, and one that lists a journal is
+/// refused by a store).
 fn claim_topic(
     storage: &dyn Storage,
     meta: &dyn MetaStore,
+    store_id: u64,
 ) -> Result<(TopicRecord, u64, (u64, u64))> {
     let location = storage.location();
     let highest_file = storage
@@ -692,10 +777,20 @@ fn claim_topic(
                 next_cursor_id: 0,
                 topic_id: 0,
                 journal: None,
+                store_id: 0,
             },
             None,
         ),
     };
+    // Under the lock: the check `refuse_store_record` made before it, against a record written
+    // meanwhile, and a store's against what it found in its topic's place.
+    if store_id == 0 && next.store_id != 0 {
+        return Err(owned_by_store(&location, &next));
+    }
+    if store_id != 0 {
+        check_store_host(&next, store_id)?;
+        next.store_id = store_id;
+    }
     if next.topic_id == 0 {
         // A new topic, or a record of an earlier release: the identity comes with the claim.
         next.topic_id = new_topic_id();

@@ -94,7 +94,9 @@ pub struct StoreFlush {
 
 /// Every topic of a broker in one directory. Cheap to share (`Clone` shares the same store).
 ///
-/// Dropping the last handle shuts the store down before the drop returns: the flusher pool
+/// [`Store::close`] shuts the store down for every handle and releases the directory's lock
+/// before it returns. Dropping the last handle shuts the store down before the drop returns (if
+/// it was not closed already): the flusher pool
 /// stops (a tick in progress ends first), every open topic is closed as by [`Store::close`]
 /// (errors are logged, not returned: call [`Store::close`] first to see them), and the
 /// directory's lock is released, so [`Store::open`] of the same directory succeeds at once.
@@ -126,7 +128,13 @@ impl std::ops::Deref for Handle {
 impl Drop for Handle {
     fn drop(&mut self) {
         self.membership.leave();
-        self.inner.shut_down();
+        match self.inner.shut_down() {
+            // Closed already by `Store::close`.
+            Ok(()) | Err(Error::Closed) => {}
+            Err(e) => ::log::warn!(target: crate::observe::LOG_TARGET,
+                "{}: closing the store as its last handle was dropped failed; acks since the \
+                 last successful flush may be lost: {}", self.storage.location(), e.with_sources()),
+        }
     }
 }
 
@@ -139,8 +147,12 @@ struct Inner {
     /// topics open meanwhile); it holds the topic while it is open.
     topics: Mutex<HashMap<String, Arc<TopicSlot>>>,
     journal: Arc<Journal>,
-    /// The directory's lock; taken out (released) when the last handle shuts the store down.
+    /// The directory's lock; taken out (released) when the store shuts down: at
+    /// [`Store::close`], or at the last handle's drop.
     lock: Mutex<Option<LockGuard>>,
+    /// Set (under the `topics` lock, so no topic opens after it) when the store shuts down:
+    /// every later call is [`Error::Closed`].
+    closed: std::sync::atomic::AtomicBool,
     /// Topics with an instance alive (one at a time per topic).
     topic_locks: Arc<space::TopicLocks>,
     /// By topic id, the cursors whose state the journal recovered when the store opened, until
@@ -155,16 +167,27 @@ impl Inner {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Whether the store has shut down ([`Store::close`], or the last handle dropped).
+    fn is_closed(&self) -> bool {
+        self.closed.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Marks the store closed; whether it was open. Under the `topics` lock: a topic whose
+    /// open began before is in the map, and closed by [`Inner::shut_down`]; none begins after.
+    fn mark_closed(&self) -> bool {
+        let _topics = lock_topics(&self.topics);
+        !self.closed.swap(true, std::sync::atomic::Ordering::AcqRel)
+    }
+
     /// Closes every open topic, waits for the last operation of every topic instance to end,
     /// then releases the directory's lock: once this returns, a new store may open the
     /// directory, and no handle of this one writes to it again (a topic handle kept refuses
-    /// every call). Runs after the store left its flusher schedule.
-    fn shut_down(&self) {
-        if let Err(e) = self.close_topics() {
-            ::log::warn!(target: crate::observe::LOG_TARGET,
-                "{}: closing the store as its last handle was dropped failed; acks since the \
-                 last successful flush may be lost: {}", self.storage.location(), e.with_sources());
+    /// every call). Runs after the store left its flusher schedule; once.
+    fn shut_down(&self) -> Result<()> {
+        if !self.mark_closed() {
+            return Err(Error::Closed);
         }
+        let closed = self.close_topics();
         if !self.topic_locks.wait_idle() {
             ::log::warn!(target: crate::observe::LOG_TARGET,
                 "{}: a closed topic's operation still runs after the store's last handle was \
@@ -175,6 +198,7 @@ impl Inner {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
+        closed
     }
 
     /// [`Store::close`].
@@ -431,6 +455,7 @@ impl Store {
             topics: Mutex::new(HashMap::new()),
             journal: Arc::new(journal),
             lock: Mutex::new(Some(lock)),
+            closed: std::sync::atomic::AtomicBool::new(false),
             topic_locks: Arc::default(),
             recovered: Mutex::new(recovered),
         });
@@ -464,6 +489,9 @@ impl Store {
     /// later flush of the store fail with [`Error::PreviousIo`] until it is reopened;
     /// [`Error::Fenced`] on every call once another owner claimed the store.
     pub fn flush_all(&self) -> Result<StoreFlush> {
+        if self.inner.is_closed() {
+            return Err(Error::Closed);
+        }
         self.inner.flush_tick(false)
     }
 
@@ -481,7 +509,15 @@ impl Store {
     /// owner claimed the store since this one opened; the errors of [`ManagedLedger::open`].
     pub fn topic(&self, name: &str) -> Result<Arc<ManagedLedger>> {
         check_topic_name(name)?;
-        let slot = self.topics().entry(name.to_owned()).or_default().clone();
+        let slot = {
+            let mut topics = self.topics();
+            // Checked under the map's lock, which the close takes to set it: a topic that
+            // opens is in the map when the close drains it (and closed by it), or refused.
+            if self.inner.is_closed() {
+                return Err(Error::Closed);
+            }
+            topics.entry(name.to_owned()).or_default().clone()
+        };
         // Only this topic's slot is held while it opens: other topics open in parallel.
         let _opening = slot
             .opening
@@ -501,6 +537,7 @@ impl Store {
             Ok(())
         })?;
         let spaced = catalog.catalog().is_spaced(id);
+        let store_id = catalog.catalog().store_id;
         drop(catalog);
         let space: Arc<dyn Storage> = Arc::new(TopicSpace::open(
             storage,
@@ -518,7 +555,7 @@ impl Store {
                 topic: id,
                 name: name.into(),
             },
-            &recovered,
+            (&recovered, store_id),
         )?);
         // Checked once: a cursor recovered later is one this store wrote, under a listing.
         self.inner.recovered().remove(&id);
@@ -549,13 +586,25 @@ impl Store {
         names
     }
 
-    /// Closes every open topic (each flushes and closes its cursors, see
-    /// [`ManagedLedger::close`]) and returns the first error. Topics can be opened again.
+    /// Closes the store: leaves its flusher schedule (a tick in progress ends first), closes
+    /// every open topic (each flushes and closes its cursors, see [`ManagedLedger::close`]),
+    /// waits for the last operation of each, then releases the directory's lock, so
+    /// [`Store::open`] of the directory (in this process or another) succeeds once this
+    /// returns, while this handle and its clones live. Returns the first error of the
+    /// topics' closes; the store is closed either way (call [`Store::flush_all`] first to
+    /// retry a failed flush).
     ///
     /// Every dirty cursor is first committed by one tick ([`Store::flush_all`]), so closing
-    /// many cursors costs a handful of syncs, not one per cursor.
+    /// many cursors costs a handful of syncs, not one per cursor. After it, every call on the
+    /// store ([`Store::topic`], [`Store::flush_all`], [`Store::close`]) fails with
+    /// [`Error::Closed`], as does every call on a topic or cursor handle kept from it.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] when the store was closed already; the first error of the last flush
+    /// and the topics' closes ([`Error::Fenced`] once another owner claimed the store).
     pub fn close(&self) -> Result<()> {
-        self.inner.close_topics()
+        self.inner.membership.leave();
+        self.inner.inner.shut_down()
     }
 
     /// The store's cursor journal, whose ticks and rollovers check this store still owns the

@@ -10,4 +10,5 @@ mod support;
 
 mod lock_not_inherited;
 mod sigkill_child;
+mod store_close_and_alone;
 mod two_processes_one_directory;

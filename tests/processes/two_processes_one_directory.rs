@@ -37,10 +37,12 @@ const RUN_AT_MOST: Duration = Duration::from_secs(60);
 
 /// The shared directory, with `lock` taken in a directory of this process's own, so it never
 /// keeps the other process out.
+/// It keeps no local directory of its own ([`Storage::local_dir`] is `None`), as a storage
+/// wrapper of a broker's may not.
 #[derive(Debug)]
-struct Unlocked {
-    shared: FileStorage,
-    own: FileStorage,
+pub(crate) struct Unlocked {
+    pub(crate) shared: FileStorage,
+    pub(crate) own: FileStorage,
 }
 
 impl Storage for Unlocked {

@@ -115,3 +115,51 @@ fn on_rados_a_prefix_listing_pages_through_every_matching_name_and_no_other() {
     assert_eq!(s.list_prefix("zz").expect("list").len(), 0);
     assert_eq!(s.list().expect("list").len(), 2100 + 120 + 2);
 }
+
+/// A store's topic on RADOS lives under its `t{id}-` prefix in the store's namespace: the
+/// store's namespace opened as a topic alone is refused by its catalog, and the topic's objects
+/// copied into a namespace of their own are refused by their topic record, which names the
+/// store, before anything is written there.
+#[test]
+fn on_rados_a_stores_topic_never_opens_alone() {
+    let ns = fresh_namespace("store-topic-alone");
+    store_topic_with_a_flushed_cursor(
+        Arc::new(storage(&ns)),
+        support::config::store_without_flusher(),
+        3,
+    );
+    let refused = |opened: ackstore::Result<ackstore::ManagedLedger>, what: &str| match opened {
+        Err(ackstore::Error::OwnedByStore { .. }) => {}
+        Err(e) => panic!("{what}: refused with the wrong error: {e}"),
+        Ok(_) => panic!("{what}: a store's topic opened alone"),
+    };
+    refused(
+        ackstore::ManagedLedger::open_with_storage(
+            Arc::new(storage(&ns)),
+            ackstore::LedgerConfig::default(),
+        ),
+        "the store's namespace",
+    );
+    let store = storage(&ns);
+    let copy_ns = fresh_namespace("store-topic-alone-copy");
+    let copy = storage(&copy_ns);
+    for name in store.list_prefix("t1-").expect("list") {
+        let bytes = store
+            .open(&name)
+            .and_then(|f| f.read_all(u64::MAX))
+            .expect("read")
+            .expect("bytes");
+        let file = copy.create(&name["t1-".len()..]).expect("create");
+        file.write_all_at(&bytes, 0).expect("write");
+        file.sync_data().expect("sync");
+    }
+    let before = copy.list().expect("list");
+    refused(
+        ackstore::ManagedLedger::open_with_storage(
+            Arc::new(storage(&copy_ns)),
+            ackstore::LedgerConfig::default(),
+        ),
+        "the topic's objects in a namespace of their own",
+    );
+    assert_eq!(copy.list().expect("list"), before, "nothing written");
+}

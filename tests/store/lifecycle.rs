@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use ackstore::{
     CursorOptions, Error, InitialPosition, LedgerConfig, ManagedLedger, MemStorage,
-    NonDurableOptions, Store, StoreConfig,
+    NonDurableOptions, Position, Store, StoreConfig,
 };
 use support::tap::{Hook, Op, Tap};
 use support::topic::store_config;
@@ -95,19 +95,23 @@ fn dropping_the_last_handle_releases_the_directory_before_the_drop_returns() {
     Store::open(dir.path(), busy_flusher_config()).expect("open after close and drop");
 }
 
-#[test]
-fn a_topic_kept_after_its_store_was_dropped_refuses_every_write_and_loses_no_flushed_ack() {
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let store = Store::open(dir.path(), store_config(1_000)).expect("open");
+/// Topic `t` of `store` with four synced entries and cursor `sub` that acked the second (not
+/// flushed).
+fn topic_with_an_ack(store: &Store) -> (Arc<ManagedLedger>, ackstore::Cursor, Vec<Position>) {
     let topic = store.topic("t").expect("topic");
-    let ps: Vec<_> = (0..4)
-        .map(|_| topic.append(b"e").expect("append"))
-        .collect();
-    topic.sync().expect("sync");
+    let ps = support::topic::append_n(&topic, 4);
     let cursor = topic
         .open_cursor("sub", CursorOptions::default())
         .expect("cursor");
     cursor.ack(ps[1]).expect("ack");
+    (topic, cursor, ps)
+}
+
+#[test]
+fn a_topic_kept_after_its_store_was_dropped_refuses_every_write_and_loses_no_flushed_ack() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let store = Store::open(dir.path(), store_config(1_000)).expect("open");
+    let (topic, cursor, ps) = topic_with_an_ack(&store);
     drop(store);
     assert!(
         matches!(topic.append(b"late"), Err(Error::Closed)),
@@ -387,4 +391,101 @@ fn an_io_error_of_a_former_owner_is_answered_as_the_fence_it_is() {
     );
     assert!(matches!(old.flush_all(), Err(Error::Fenced { .. })));
     drop(new);
+}
+
+/// `Store::close` releases the directory while the closed store's handles live: a new store
+/// opens it at once (on the in-memory disk and on real files) with every flushed ack, and every
+/// later call on the closed store, its topics and cursors is `Error::Closed`.
+#[test]
+fn closing_a_store_releases_its_directory_while_its_handles_live() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let disk = MemStorage::new();
+    let opens: [&dyn Fn() -> ackstore::Result<Store>; 2] = [
+        &|| Store::open_with_storage(Arc::new(disk.clone()), store_config(1_000)),
+        &|| Store::open(dir.path(), store_config(1_000)),
+    ];
+    for open in opens {
+        let store = open().expect("open");
+        let kept = store.clone();
+        let (topic, cursor, ps) = topic_with_an_ack(&store);
+        assert!(
+            matches!(open(), Err(Error::Locked { .. })),
+            "held while open"
+        );
+        // Not flushed: the close flushes it.
+        store.close().expect("close");
+        let again = open().expect("open while the closed store's handles live");
+        for (what, closed) in [
+            ("topic", kept.topic("t").map(drop)),
+            ("another topic", kept.topic("u").map(drop)),
+            ("flush_all", kept.flush_all().map(drop)),
+            ("close", kept.close()),
+            ("append", topic.append(b"late").map(drop)),
+            ("ack", cursor.ack(ps[2]).map(drop)),
+            ("flush", cursor.flush()),
+        ] {
+            assert!(
+                matches!(closed, Err(Error::Closed)),
+                "{what} on the closed store: {closed:?}"
+            );
+        }
+        let c = again
+            .topic("t")
+            .and_then(|t| t.open_cursor("sub", CursorOptions::default()))
+            .expect("cursor");
+        assert!(c.is_acked(ps[1]).expect("is_acked"), "the close flushed it");
+        assert!(
+            !c.is_acked(ps[2]).expect("is_acked"),
+            "made after the close"
+        );
+        assert_eq!(again.topic_names(), ["t"], "no topic `u` was created");
+        drop(c);
+        again.close().expect("close");
+        drop((store, kept, topic, cursor));
+    }
+}
+
+/// Topics opened from several threads while the store closes: each open either finishes before
+/// the close and is closed by it, or is refused; none writes after the close returned, so a new
+/// store opened then owns the directory alone.
+#[test]
+fn topics_opened_while_the_store_closes_are_closed_with_it_or_refused() {
+    for round in 0..20 {
+        let disk = MemStorage::new();
+        let store =
+            Store::open_with_storage(Arc::new(disk.clone()), store_config(1_000)).expect("open");
+        store.topic("t0").expect("topic");
+        let (started_tx, started) = channel();
+        let openers: Vec<_> = (0..4)
+            .map(|i| {
+                let store = store.clone();
+                let started = started_tx.clone();
+                std::thread::spawn(move || {
+                    started.send(()).expect("the test waits");
+                    (0..8)
+                        .map(|j| store.topic(&format!("t{i}-{j}")))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for _ in 0..4 {
+            started.recv().expect("an opener started");
+        }
+        store.close().expect("close");
+        let again = Store::open_with_storage(Arc::new(disk.clone()), store_config(1_000))
+            .unwrap_or_else(|e| panic!("round {round}: open after the close: {e}"));
+        for opener in openers {
+            for opened in opener.join().expect("opener") {
+                match opened {
+                    Ok(topic) => assert!(
+                        matches!(topic.append(b"late"), Err(Error::Closed)),
+                        "round {round}: a topic of the closed store appended"
+                    ),
+                    Err(Error::Closed) => {}
+                    Err(e) => panic!("round {round}: {e}"),
+                }
+            }
+        }
+        again.close().expect("close");
+    }
 }

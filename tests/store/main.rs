@@ -48,5 +48,6 @@ mod seal;
 mod single_entry_journal_versions;
 mod stress;
 mod topic_close;
+mod topic_host;
 mod topic_reopen;
 mod topics_in_one_directory;

@@ -197,6 +197,7 @@ pub fn sample_as_topic(name: &str, data: &[(u64, u64)]) -> (ackstore::MemStorage
         next_cursor_id: 2,
         topic_id: 0,
         journal: None,
+        store_id: 0,
     };
     meta.put("topic", None, &record.encode()).unwrap();
     (disk, cursor)

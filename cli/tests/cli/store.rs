@@ -290,3 +290,43 @@ fn verify_reports_a_listed_topic_whose_directory_is_missing() {
         Err(ackstore::Error::Io { .. })
     ));
 }
+
+/// A store's topic directory given alone, in its place or copied elsewhere: `verify` reports the
+/// refusal the open makes (exit 1, naming the store) and `inspect` refuses it (exit 2), since
+/// its cursors' state is in the store's journal.
+#[test]
+fn verify_and_inspect_of_a_stores_topic_directory_alone_refuse_it_as_the_open_does() {
+    let dir = tempfile::tempdir().unwrap();
+    sample_store(dir.path());
+    let elsewhere = tempfile::tempdir().unwrap();
+    let copy = elsewhere.path().join("orders");
+    std::fs::create_dir(&copy).unwrap();
+    for entry in std::fs::read_dir(dir.path().join("t1")).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, copy.join(path.file_name().unwrap())).unwrap();
+    }
+    for topic_dir in [dir.path().join("t1"), copy] {
+        let topic_dir = topic_dir.to_str().unwrap();
+        let out = support::cli::run(&["verify", topic_dir, "--json"]);
+        let report = support::cli::json(&out);
+        assert_eq!(out.status.code(), Some(1), "{topic_dir}: {report}");
+        assert!(
+            report["findings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f["problem"]
+                    .as_str()
+                    .unwrap()
+                    .contains("belongs to the store")),
+            "{topic_dir}: {report}"
+        );
+        let out = support::cli::run(&["inspect", topic_dir]);
+        assert_eq!(out.status.code(), Some(2), "{topic_dir}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("belongs to the store"),
+            "{topic_dir}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
