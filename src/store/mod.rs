@@ -219,8 +219,13 @@ impl Inner {
             .collect();
         let mut first = flushed.err();
         for t in topics {
-            if let Err(e) = t.close() {
-                first.get_or_insert(e);
+            match t.close() {
+                // Closed before, by a close whose caller heard how it ended (a failed one
+                // answers every later close so): not this store's close's outcome.
+                Ok(()) | Err(Error::Closed) => {}
+                Err(e) => {
+                    first.get_or_insert(e);
+                }
             }
         }
         if first.is_none()
@@ -612,7 +617,8 @@ impl Store {
     /// waits for the last operation of each, then releases the directory's lock, so
     /// [`Store::open`] of the directory (in this process or another) succeeds once this
     /// returns, while this handle and its clones live. Returns the first error of the
-    /// topics' closes; the store is closed either way (call [`Store::flush_all`] first to
+    /// topics' closes (not of a topic closed before by [`ManagedLedger::close`], whose caller
+    /// heard its outcome); the store is closed either way (call [`Store::flush_all`] first to
     /// retry a failed flush).
     ///
     /// Every dirty cursor is first committed by one tick ([`Store::flush_all`]), so closing

@@ -489,3 +489,63 @@ fn topics_opened_while_the_store_closes_are_closed_with_it_or_refused() {
         again.close().expect("close");
     }
 }
+
+/// Fails every sync of a data ledger once armed, as a full or failing disk answers.
+#[derive(Default)]
+struct FailLedgerSync {
+    armed: std::sync::atomic::AtomicBool,
+}
+
+impl Hook for FailLedgerSync {
+    fn before(&self, op: Op<'_>) -> ackstore::Result<()> {
+        if self.armed.load(std::sync::atomic::Ordering::SeqCst)
+            && matches!(op, Op::Sync(name) if name.contains("ledger-"))
+        {
+            return Err(Error::io(
+                "sync",
+                op.name(),
+                std::io::Error::other("the disk failed"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A topic whose own close failed (its caller heard the error) is not reported again by the
+/// store's close as `Error::Closed`, which says the store was closed already: the store's close
+/// of an open store succeeds, releases the directory, and answers `Closed` only when called
+/// again.
+#[test]
+fn a_stores_close_after_a_topics_failed_close_closes_the_store() {
+    let disk = MemStorage::new();
+    let hook = Arc::new(FailLedgerSync::default());
+    let storage: Arc<dyn ackstore::Storage> =
+        Arc::new(Tap::new(Arc::new(disk.clone()), hook.clone()));
+    let store = Store::open_with_storage(storage, store_config(1_000)).expect("open");
+    let topic = store.topic("t").expect("topic");
+    let cursor = topic
+        .open_cursor("sub", CursorOptions::default())
+        .expect("cursor");
+    let p = topic.append(b"e").expect("append");
+    topic.sync().expect("sync");
+    cursor.ack(p).expect("ack");
+    cursor.flush().expect("flush");
+    topic.append(b"unsynced").expect("append");
+    hook.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    let failed = topic.close();
+    assert!(
+        failed.is_err(),
+        "the topic's close syncs its ledger: {failed:?}"
+    );
+    hook.armed.store(false, std::sync::atomic::Ordering::SeqCst);
+    let closed = store.close();
+    assert!(closed.is_ok(), "the store's close: {closed:?}");
+    assert!(matches!(store.close(), Err(Error::Closed)));
+    let again = Store::open_with_storage(Arc::new(disk.clone()), store_config(1_000))
+        .expect("the directory is released");
+    let topic = again.topic("t").expect("topic");
+    let cursor = topic
+        .open_cursor("sub", CursorOptions::default())
+        .expect("cursor");
+    assert!(cursor.is_acked(p).expect("is_acked"), "flushed means kept");
+}
