@@ -219,8 +219,13 @@ impl Inner {
             .collect();
         let mut first = flushed.err();
         for t in topics {
-            if let Err(e) = t.close() {
-                first.get_or_insert(e);
+            match t.close() {
+                // Closed before, by a close whose caller heard how it ended (a failed one
+                // answers every later close so): not this store's close's outcome.
+                Ok(()) | Err(Error::Closed) => {}
+                Err(e) => {
+                    first.get_or_insert(e);
+                }
             }
         }
         if first.is_none()
@@ -509,20 +514,41 @@ impl Store {
     /// owner claimed the store since this one opened; the errors of [`ManagedLedger::open`].
     pub fn topic(&self, name: &str) -> Result<Arc<ManagedLedger>> {
         check_topic_name(name)?;
-        let slot = {
-            let mut topics = self.topics();
-            // Checked under the map's lock, which the close takes to set it: a topic that
-            // opens is in the map when the close drains it (and closed by it), or refused.
-            if self.inner.is_closed() {
-                return Err(Error::Closed);
-            }
-            topics.entry(name.to_owned()).or_default().clone()
-        };
+        let slot = self.slot(name)?;
+        self.open_in_slot(name, &slot)
+    }
+
+    /// The slot of topic `name` in the map of open topics, made if missing.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] once the store is closed.
+    fn slot(&self, name: &str) -> Result<Arc<TopicSlot>> {
+        let mut topics = self.topics();
+        // Checked under the map's lock, which the close takes to set it: a slot taken before
+        // is in the map when the close drains it.
+        if self.inner.is_closed() {
+            return Err(Error::Closed);
+        }
+        Ok(topics.entry(name.to_owned()).or_default().clone())
+    }
+
+    /// The topic of `slot`, opened under the slot's lock if it is not open.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] once the store is closed; those of [`Store::topic`].
+    fn open_in_slot(&self, name: &str, slot: &TopicSlot) -> Result<Arc<ManagedLedger>> {
         // Only this topic's slot is held while it opens: other topics open in parallel.
         let _opening = slot
             .opening
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Checked again under the slot's lock: the close marks the store closed before it
+        // takes each slot's lock, so an open either holds the lock first (and its topic is
+        // closed by the close) or finds the store closed here; none opens after the close
+        // took the slot, when the directory's lock may already be released.
+        if self.inner.is_closed() {
+            return Err(Error::Closed);
+        }
         if let Some(t) = slot.open() {
             return Ok(t);
         }
@@ -591,7 +617,8 @@ impl Store {
     /// waits for the last operation of each, then releases the directory's lock, so
     /// [`Store::open`] of the directory (in this process or another) succeeds once this
     /// returns, while this handle and its clones live. Returns the first error of the
-    /// topics' closes; the store is closed either way (call [`Store::flush_all`] first to
+    /// topics' closes (not of a topic closed before by [`ManagedLedger::close`], whose caller
+    /// heard its outcome); the store is closed either way (call [`Store::flush_all`] first to
     /// retry a failed flush).
     ///
     /// Every dirty cursor is first committed by one tick ([`Store::flush_all`]), so closing
@@ -797,6 +824,9 @@ pub fn journal_listing(
 pub fn journal_seals(catalog: &crate::format::store::Catalog) -> Vec<Seal> {
     catalog.seals.iter().map(|s| Seal::from(*s)).collect()
 }
+
+#[cfg(test)]
+mod tests;
 
 fn check_topic_name(name: &str) -> Result<()> {
     if name.is_empty() || name.len() > MAX_TOPIC_NAME_LEN {

@@ -7,6 +7,7 @@
 use crate::support;
 
 use std::collections::BTreeSet;
+use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -16,6 +17,7 @@ use ackstore::{
     MemStorage, Position, Store, StoreConfig, StoreGroup,
 };
 use support::hooked::Hooked;
+use support::tap::{Hook, Op, Tap};
 use support::workload::{Rng, seed_from_env};
 
 /// How long a test waits for the pool before it gives up (a guard against a hang).
@@ -325,4 +327,98 @@ fn closing_the_group_closes_every_member_topic_durably_and_refuses_new_members()
     }
     let refused = group.open_with_storage(Arc::new(MemStorage::new()), config(None));
     assert!(matches!(refused, Err(Error::Closed)), "{refused:?}");
+}
+
+/// Holds the first storage operation the group's closing thread makes on either member, once:
+/// tells the test which member it is in, and waits until the test lets it go; counts the
+/// operations that thread makes on each member.
+struct GroupCloseGate {
+    member: usize,
+    shared: Arc<GateShared>,
+}
+
+#[derive(Default)]
+struct GateShared {
+    armed: std::sync::Mutex<Option<(Sender<usize>, Receiver<()>)>>,
+    ops: [std::sync::atomic::AtomicU64; 2],
+}
+
+/// The name of the thread that closes the group.
+const GROUP_CLOSER: &str = "group-closer";
+
+impl Hook for GroupCloseGate {
+    fn before(&self, _op: Op<'_>) -> ackstore::Result<()> {
+        if std::thread::current().name() != Some(GROUP_CLOSER) {
+            return Ok(());
+        }
+        self.shared.ops[self.member].fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let armed = self.shared.armed.lock().expect("gate").take();
+        if let Some((reached, go)) = armed {
+            reached.send(self.member).expect("the test waits");
+            go.recv().expect("the test lets the group's close go");
+        }
+        Ok(())
+    }
+}
+
+/// A member store closed (`Store::close`) while the group's close is busy with another member:
+/// the group's close does not touch the closed store's directory afterwards (its lock was
+/// released: a new owner may hold it), and the new owner keeps every flushed ack.
+#[test]
+fn closing_the_group_leaves_alone_a_member_closed_meanwhile() {
+    let g = group(0, None);
+    let shared = Arc::new(GateShared::default());
+    let disks = [MemStorage::new(), MemStorage::new()];
+    let stores: Vec<Store> = (0..2)
+        .map(|member| {
+            let tap = Tap::new(
+                Arc::new(disks[member].clone()),
+                Arc::new(GroupCloseGate {
+                    member,
+                    shared: shared.clone(),
+                }),
+            );
+            g.open_with_storage(Arc::new(tap), config(None))
+                .expect("open a member")
+        })
+        .collect();
+    let mut acked = Vec::new();
+    let mut kept = Vec::new();
+    for store in &stores {
+        let (topic, cursor, ps) = topic_with_cursor(store, 4);
+        cursor.ack(ps[1]).expect("ack");
+        cursor.flush().expect("flush");
+        acked.push(ps[1]);
+        kept.push((topic, cursor));
+    }
+    let (reached_tx, reached) = channel();
+    let (go, go_rx) = channel();
+    *shared.armed.lock().expect("gate") = Some((reached_tx, go_rx));
+    std::thread::scope(|s| {
+        let closer = std::thread::Builder::new()
+            .name(GROUP_CLOSER.into())
+            .spawn_scoped(s, || g.close())
+            .expect("spawn");
+        let busy = reached.recv().expect("the group's close reached a member");
+        let other = 1 - busy;
+        stores[other].close().expect("close the other member");
+        let before = shared.ops[other].load(std::sync::atomic::Ordering::SeqCst);
+        // A new owner of the closed member's directory.
+        let again = Store::open_with_storage(Arc::new(disks[other].clone()), config(None))
+            .expect("open the closed member's directory");
+        go.send(()).expect("the group's close waits");
+        let closed = closer.join().expect("group closer");
+        assert_eq!(
+            shared.ops[other].load(std::sync::atomic::Ordering::SeqCst),
+            before,
+            "the group's close touched the directory of a store closed before it got there"
+        );
+        closed.expect("the group's close");
+        let topic = again.topic("t").expect("topic");
+        let cursor = topic
+            .open_cursor("sub", CursorOptions::default())
+            .expect("cursor");
+        assert!(cursor.is_acked(acked[other]).expect("is_acked"), "flushed");
+    });
+    drop(kept);
 }

@@ -339,22 +339,30 @@ fn flush_all_covers_the_cursors_of_a_topic_whose_close_is_under_way() {
     });
 }
 
-/// Fails every write to a journal segment, once armed, with "not found", as shared storage
-/// answers a former owner whose object the new owner removed.
-#[derive(Default)]
-struct Vanished {
+/// Fails every operation `hits` picks, once armed, with an I/O error of kind `kind`.
+struct FailOps {
     armed: std::sync::atomic::AtomicBool,
+    hits: fn(Op<'_>) -> bool,
+    kind: std::io::ErrorKind,
 }
 
-impl Hook for Vanished {
+impl FailOps {
+    fn new(hits: fn(Op<'_>) -> bool, kind: std::io::ErrorKind) -> Self {
+        Self {
+            armed: std::sync::atomic::AtomicBool::new(false),
+            hits,
+            kind,
+        }
+    }
+}
+
+impl Hook for FailOps {
     fn before(&self, op: Op<'_>) -> ackstore::Result<()> {
-        if self.armed.load(std::sync::atomic::Ordering::SeqCst)
-            && matches!(op, Op::Write(name) if name.starts_with("journal-"))
-        {
+        if self.armed.load(std::sync::atomic::Ordering::SeqCst) && (self.hits)(op) {
             return Err(Error::io(
-                "write",
+                op.kind(),
                 op.name(),
-                std::io::Error::from(std::io::ErrorKind::NotFound),
+                std::io::Error::from(self.kind),
             ));
         }
         Ok(())
@@ -364,7 +372,12 @@ impl Hook for Vanished {
 #[test]
 fn an_io_error_of_a_former_owner_is_answered_as_the_fence_it_is() {
     let disk = MemStorage::new();
-    let vanished = Arc::new(Vanished::default());
+    // Every write to a journal segment fails with "not found", as shared storage answers a
+    // former owner whose object the new owner removed.
+    let vanished = Arc::new(FailOps::new(
+        |op| matches!(op, Op::Write(name) if name.starts_with("journal-")),
+        std::io::ErrorKind::NotFound,
+    ));
     let config = store_config(1_000);
     let storage = Arc::new(Tap::new(Arc::new(disk.clone()), vanished.clone()));
     let old = Store::open_with_storage(storage, config.clone()).expect("open");
@@ -488,4 +501,47 @@ fn topics_opened_while_the_store_closes_are_closed_with_it_or_refused() {
         }
         again.close().expect("close");
     }
+}
+
+/// A topic whose own close failed (its caller heard the error) is not reported again by the
+/// store's close as `Error::Closed`, which says the store was closed already: the store's close
+/// of an open store succeeds, releases the directory, and answers `Closed` only when called
+/// again.
+#[test]
+fn a_stores_close_after_a_topics_failed_close_closes_the_store() {
+    let disk = MemStorage::new();
+    // Every sync of a data ledger fails, as a failing disk answers.
+    let hook = Arc::new(FailOps::new(
+        |op| matches!(op, Op::Sync(name) if name.contains("ledger-")),
+        std::io::ErrorKind::Other,
+    ));
+    let storage: Arc<dyn ackstore::Storage> =
+        Arc::new(Tap::new(Arc::new(disk.clone()), hook.clone()));
+    let store = Store::open_with_storage(storage, store_config(1_000)).expect("open");
+    let topic = store.topic("t").expect("topic");
+    let cursor = topic
+        .open_cursor("sub", CursorOptions::default())
+        .expect("cursor");
+    let p = topic.append(b"e").expect("append");
+    topic.sync().expect("sync");
+    cursor.ack(p).expect("ack");
+    cursor.flush().expect("flush");
+    topic.append(b"unsynced").expect("append");
+    hook.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    let failed = topic.close();
+    assert!(
+        failed.is_err(),
+        "the topic's close syncs its ledger: {failed:?}"
+    );
+    hook.armed.store(false, std::sync::atomic::Ordering::SeqCst);
+    let closed = store.close();
+    assert!(closed.is_ok(), "the store's close: {closed:?}");
+    assert!(matches!(store.close(), Err(Error::Closed)));
+    let again = Store::open_with_storage(Arc::new(disk.clone()), store_config(1_000))
+        .expect("the directory is released");
+    let topic = again.topic("t").expect("topic");
+    let cursor = topic
+        .open_cursor("sub", CursorOptions::default())
+        .expect("cursor");
+    assert!(cursor.is_acked(p).expect("is_acked"), "flushed means kept");
 }

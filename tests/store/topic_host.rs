@@ -198,18 +198,7 @@ fn a_directory_hosting_its_own_journal_in_a_stores_place_is_refused_by_the_store
     for name in own.list().expect("list") {
         copy_file(&own, &name, &disk, &format!("t1-{name}"));
     }
-    let store = Store::open_with_storage(Arc::new(disk.clone()), store_config(5)).expect("open");
-    match store.topic(TOPIC) {
-        Err(e @ Error::Corrupted { .. }) => {
-            assert!(e.to_string().contains("host"), "names the host: {e}");
-        }
-        Err(e) => panic!("refused with the wrong error: {e}"),
-        Ok(_) => panic!("a topic alone opened as the store's"),
-    }
-    drop(store);
-    let storage: Arc<dyn Storage> = Arc::new(disk.clone());
-    let report = ackstore::check::verify(&storage).expect("verify");
-    assert!(!report.is_sound(), "verify reports what the open refuses");
+    assert_refused_as_another_host(&disk, "a topic alone in a store's place");
     let again = ManagedLedger::open_with_storage(Arc::new(own), store_config(5).ledger)
         .expect("the topic alone opens alone");
     assert_eq!(acked_states(&again, &entries), alone_states);
@@ -384,4 +373,104 @@ fn an_older_record_without_its_host_put_back_is_refused_not_named_again() {
     let storage: Arc<dyn Storage> = Arc::new(disk.clone());
     let report = ackstore::check::verify(&storage).expect("verify");
     assert!(!report.is_sound(), "verify reports what the open refuses");
+}
+
+/// What the store on `disk` answers for [`TOPIC`] whose record names another host: its open of
+/// the topic refuses it as damage naming the record's host, and `verify` of the store reports
+/// it (and only it); the other topics' checks are untouched.
+fn assert_refused_as_another_host(disk: &MemStorage, what: &str) {
+    let store = Store::open_with_storage(Arc::new(disk.clone()), store_config(5)).expect("open");
+    match store.topic(TOPIC) {
+        Err(e @ Error::Corrupted { .. }) => {
+            assert!(
+                e.to_string().contains("host"),
+                "{what}: names the host: {e}"
+            );
+        }
+        Err(e) => panic!("{what}: refused with the wrong error: {e}"),
+        Ok(_) => panic!("{what}: opened as the store's own topic"),
+    }
+    drop(store);
+    let storage: Arc<dyn Storage> = Arc::new(disk.clone());
+    let report = ackstore::check::verify(&storage).expect("verify");
+    let host: Vec<_> = report
+        .findings
+        .iter()
+        .filter(|f| f.problem.contains("host"))
+        .collect();
+    assert_eq!(
+        host.len(),
+        1,
+        "{what}: verify reports the host once: {report}"
+    );
+}
+
+/// A topic of another store put in a store's place (its files copied over the store's topic of
+/// the same id: two stores made the same way still have ids of their own), and a store's topic
+/// record whose host field names another store (rewritten whole, its CRC recomputed): the
+/// store refuses the topic and `verify` reports it; with the store's own files back, both
+/// agree the store is sound and every flushed ack is there.
+#[test]
+fn a_topic_record_naming_another_store_is_refused_by_the_store_and_reported_by_verify() {
+    let ours = MemStorage::new();
+    let (entries, states) = store_with_acks(&ours);
+    let theirs = MemStorage::new();
+    let _ = store_with_acks(&theirs);
+    let (_, our_record) = topic_record(&ours);
+    let (_, their_record) = topic_record(&theirs);
+    assert_ne!(
+        our_record.store_id, their_record.store_id,
+        "two stores made the same way have ids of their own"
+    );
+    let kept: Vec<(String, Vec<u8>)> = ours
+        .list()
+        .expect("list")
+        .into_iter()
+        .filter(|n| n.starts_with("t1-"))
+        .map(|n| {
+            let bytes = ours.live_bytes(&n).expect("bytes");
+            (n, bytes)
+        })
+        .collect();
+    let put_back = |disk: &MemStorage| {
+        for name in disk.list().expect("list") {
+            if name.starts_with("t1-") {
+                disk.remove(&name).expect("remove");
+            }
+        }
+        for (name, bytes) in &kept {
+            copy_bytes(bytes.clone(), disk, name);
+        }
+    };
+    // Another store's topic in our topic's place.
+    for name in ours.list().expect("list") {
+        if name.starts_with("t1-") {
+            ours.remove(&name).expect("remove");
+        }
+    }
+    for name in theirs.list().expect("list") {
+        if name.starts_with("t1-") {
+            copy_file(&theirs, &name, &ours, &name);
+        }
+    }
+    assert_refused_as_another_host(&ours, "another store's topic");
+    // Our topic, its host field naming another store under a valid CRC.
+    put_back(&ours);
+    let storage: Arc<dyn Storage> = Arc::new(ours.clone());
+    let catalog = ackstore::internals::store::read_catalog(storage.clone())
+        .expect("catalog")
+        .expect("a store");
+    let space = ackstore::internals::store::topic_storage(&storage, &catalog, 1).expect("topic");
+    let (version, mut record) = topic_record(&ours);
+    record.store_id ^= 1 << 17;
+    FileMetaStore::new(space)
+        .put("topic", Some(version), &record.encode())
+        .expect("rewrite the host field");
+    assert_refused_as_another_host(&ours, "a host field naming another store");
+    put_back(&ours);
+    let report = ackstore::check::verify(&storage).expect("verify");
+    assert!(report.is_sound(), "our own files back: {report}");
+    let store = Store::open_with_storage(Arc::new(ours.clone()), store_config(5)).expect("open");
+    let topic = store.topic(TOPIC).expect("topic");
+    assert_eq!(acked_states(&topic, &entries), states);
 }
