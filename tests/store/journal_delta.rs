@@ -669,8 +669,6 @@ fn a_version_1_segment_reads_and_its_cursors_go_on_in_a_new_version_3_segment() 
 /// than the last flushed, never more than the truth.
 #[test]
 fn a_power_cut_at_every_step_of_a_version_6_journal_going_on_in_version_7_keeps_the_flushed_acks() {
-    use ackstore::internals::journal::index::Committed;
-    use ackstore::internals::journal::{check as offline_check, committed_ranges};
     use support::crash::{Points, cut_everywhere_after, cut_images};
     use support::samples::load_sample;
 
@@ -719,9 +717,6 @@ fn a_power_cut_at_every_step_of_a_version_6_journal_going_on_in_version_7_keeps_
         }
         (flushed, rollovers)
     };
-    let rows_of = |c: &Committed| -> Vec<(ackstore::internals::ackset::PartitionKey, u64)> {
-        c.rows.iter().map(|(k, p)| (*k, p.cardinality)).collect()
-    };
     let mut images = 0;
     let clean = cut_everywhere_after(
         Points::EVERY,
@@ -731,29 +726,7 @@ fn a_power_cut_at_every_step_of_a_version_6_journal_going_on_in_version_7_keeps_
             for (kept, image) in cut_images(disk) {
                 images += 1;
                 let what = format!("{cut:?}, {kept} unsynced bytes kept");
-                let storage: Arc<dyn Storage> = Arc::new(image.clone());
-                let found = offline_check(storage.as_ref(), Seal::default())
-                    .unwrap_or_else(|e| panic!("{what}: the check refuses a cut image: {e}"));
-                let journal = open(&image, JournalConfig::default());
-                let committed = found.states.get(&ID).expect("a committed state");
-                assert_eq!(
-                    journal.committed(ID),
-                    Some((committed.state.clone(), rows_of(committed))),
-                    "{what}: the check and the open agree"
-                );
-                for (key, part) in committed.rows.iter() {
-                    let header = image
-                        .live_bytes(&segment_name(part.loc.segment))
-                        .expect("the segment a row names");
-                    assert_eq!(
-                        &header[8..10],
-                        &part.version.to_le_bytes(),
-                        "{what}: {key:?} read as its segment's version"
-                    );
-                }
-                committed_ranges(storage, committed)
-                    .unwrap_or_else(|e| panic!("{what}: a partition does not verify: {e}"));
-                let acks = acks_of(&journal);
+                let acks = check_agrees_with_open(&image, &what);
                 let at = truths.iter().position(|t| *t == acks);
                 assert!(
                     at.is_some_and(|at| at >= flushed && at <= flushed + 1),
@@ -769,4 +742,96 @@ fn a_power_cut_at_every_step_of_a_version_6_journal_going_on_in_version_7_keeps_
     );
     assert!(clean.result.1 >= 1, "the last tick rolled over");
     assert!(images > clean.total, "{images} images");
+}
+
+/// Checks the journal on `image` offline and opens it: both read it, to the same state and
+/// rows; every row is read as the header version of the segment it points into, and every
+/// partition of the state verifies. Returns the acks the open recovers.
+fn check_agrees_with_open(image: &MemStorage, what: &str) -> BTreeSet<Position> {
+    use ackstore::internals::journal::{check as offline_check, committed_ranges};
+
+    let storage: Arc<dyn Storage> = Arc::new(image.clone());
+    let found = offline_check(storage.as_ref(), Seal::default())
+        .unwrap_or_else(|e| panic!("{what}: the check refuses the journal: {e}"));
+    let journal = open(image, JournalConfig::default());
+    let committed = found.states.get(&ID).expect("a committed state");
+    let rows: Vec<_> = committed
+        .rows
+        .iter()
+        .map(|(k, p)| (*k, p.cardinality))
+        .collect();
+    assert_eq!(
+        journal.committed(ID),
+        Some((committed.state.clone(), rows)),
+        "{what}: the check and the open agree"
+    );
+    for (key, part) in committed.rows.iter() {
+        let header = image
+            .live_bytes(&segment_name(part.loc.segment))
+            .expect("the segment a row names");
+        assert_eq!(
+            &header[8..10],
+            &part.version.to_le_bytes(),
+            "{what}: {key:?} read as its segment's version"
+        );
+    }
+    committed_ranges(storage, committed)
+        .unwrap_or_else(|e| panic!("{what}: a partition does not verify: {e}"));
+    acks_of(&journal)
+}
+
+/// The version 6 sample goes on through 200 ticks in 1200-byte segments, each a
+/// reopen: a tick's markers name partitions of the version 6 segment while version 7 segments
+/// pile up behind it, until a rollover rewrites them; at every tick the offline check and the
+/// open agree on the model's acks, and every row reads as its segment's version.
+#[test]
+fn a_version_6_journal_through_many_version_7_segments_and_rollovers_keeps_the_models_acks() {
+    use ackstore::internals::format::journal::SEGMENT_VERSION;
+
+    let (state, mut model) = sample_journal(&MemStorage::new());
+    let disk = MemStorage::new();
+    support::samples::load_sample(&disk, "journal-v6-delta");
+    let config = JournalConfig {
+        segment_bytes: 1200,
+    };
+    let mut rng = Rng::new(77);
+    let (mut mixed, mut rollovers) = (0, 0);
+    for round in 0..200 {
+        let journal = open(&disk, config);
+        let mut set = cursor(&journal);
+        for _ in 0..3 {
+            let pos = Position::new(1 + rng.below(4), rng.below(6 * PARTITION_SPAN));
+            if pos > state.mark_delete {
+                set.add(pos).expect("ack");
+                model.insert(pos);
+            }
+        }
+        flush_state(&journal, &mut set, state.clone());
+        let segments = journal.segments();
+        rollovers += journal.stats().rollovers;
+        drop((set, journal));
+        if segments.first() == Some(&1) && segments.len() > 2 {
+            mixed += 1;
+        }
+        for seq in segments.iter().filter(|s| **s != 1) {
+            let bytes = disk.live_bytes(&segment_name(*seq)).expect("segment");
+            assert_eq!(
+                &bytes[8..10],
+                &SEGMENT_VERSION.to_le_bytes(),
+                "segment {seq}"
+            );
+        }
+        let what = format!("round {round}, segments {segments:?}");
+        assert_eq!(check_agrees_with_open(&disk, &what), model, "{what}");
+    }
+    let journal = open(&disk, config);
+    assert!(
+        !journal.segments().contains(&1),
+        "the version 6 segment rolled over"
+    );
+    assert!(
+        mixed > 2,
+        "version 6 and 7 segments were live together: {mixed} ticks"
+    );
+    assert!(rollovers > 50, "{rollovers} rollovers");
 }
