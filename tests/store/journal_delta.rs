@@ -37,12 +37,18 @@ fn open(disk: &MemStorage, config: JournalConfig) -> Arc<Journal> {
 
 /// A cursor of `journal` whose ack set starts from what the journal committed.
 fn cursor(journal: &Arc<Journal>) -> RangeSetWrapper {
+    cursor_within(journal, usize::MAX)
+}
+
+/// [`cursor`] keeping at most `budget` bytes of partitions resident (the rest evicted to the
+/// journal, unsynced, before a tick).
+fn cursor_within(journal: &Arc<Journal>, budget: usize) -> RangeSetWrapper {
     let rows = journal
         .committed(ID)
         .map(|(_, rows)| rows)
         .unwrap_or_default();
     let store = Box::new(JournalPartitions::new(journal.clone(), ID));
-    RangeSetWrapper::with_index(store, usize::MAX, rows)
+    RangeSetWrapper::with_index(store, budget, rows)
 }
 
 /// Flushes `set` as a store cursor stages it: the live partitions whose journal copy is not
@@ -661,7 +667,8 @@ fn a_version_1_segment_reads_and_its_cursors_go_on_in_a_new_version_3_segment() 
 
 /// The version 6 sample continued by this build with the power cut after every storage
 /// operation (and every torn byte of the unsynced tails): the open that finds the version 6
-/// segment newest, a tick that starts the version 7 segment, a reopen with segments of one
+/// segment newest, a tick that starts the version 7 segment (or, with no partition kept
+/// resident, the evictions before it that start it), a reopen with segments of one
 /// record's room and a tick whose rollover rewrites the version 6 partitions in version 7
 /// form. At every cut the offline check and the open agree (both read the image, to the same
 /// rows), every row's version is the header version of the segment it points into, and the
@@ -688,60 +695,75 @@ fn a_power_cut_at_every_step_of_a_version_6_journal_going_on_in_version_7_keeps_
         truths.push(next);
     }
     let tiny = JournalConfig { segment_bytes: 1 };
-    // One tick of `acks` on `journal`; `Ok` once the tick returned.
-    let tick = |journal: &Arc<Journal>, acks: &[Position]| -> ackstore::Result<TickStats> {
-        let mut set = cursor(journal);
-        for &pos in acks {
-            set.add(pos)?;
-        }
-        try_flush_state(journal, &mut set, state.clone())
-    };
-    // How many ticks returned `Ok`, and the stats of the last.
-    let workload = |disk: &MemStorage, ()| {
-        let mut flushed = 0;
-        let mut rollovers = 0;
-        for (i, (acks, config)) in ticks
-            .iter()
-            .zip([JournalConfig::default(), tiny])
-            .enumerate()
-        {
-            let Ok(journal) = Journal::open(Arc::new(disk.clone()), config, Seal::default()) else {
-                break;
-            };
-            let journal = Arc::new(journal);
-            if tick(&journal, acks).is_err() {
-                break;
+    for budget in [usize::MAX, 0] {
+        // One tick of `acks` on `journal`; once the tick returned, how many segments the
+        // journal had before it (the acks' evictions may start one).
+        let tick = |journal: &Arc<Journal>, acks: &[Position]| -> ackstore::Result<usize> {
+            let mut set = cursor_within(journal, budget);
+            for &pos in acks {
+                set.add(pos)?;
             }
-            rollovers = journal.stats().rollovers;
-            flushed = i + 1;
-        }
-        (flushed, rollovers)
-    };
-    let mut images = 0;
-    let clean = cut_everywhere_after(
-        Points::EVERY,
-        |disk| load_sample(disk, "journal-v6-delta"),
-        workload,
-        |disk, cut, (flushed, _)| {
-            for (kept, image) in cut_images(disk) {
-                images += 1;
-                let what = format!("{cut:?}, {kept} unsynced bytes kept");
-                let acks = check_agrees_with_open(&image, &what);
-                let at = truths.iter().position(|t| *t == acks);
-                assert!(
-                    at.is_some_and(|at| at >= flushed && at <= flushed + 1),
-                    "{what}: {flushed} ticks returned, recovered {acks:?}"
-                );
+            let before = journal.segments().len();
+            try_flush_state(journal, &mut set, state.clone()).map(|_| before)
+        };
+        // How many ticks returned `Ok`, the rollovers of the last, and the segments before
+        // the first.
+        let workload = |disk: &MemStorage, ()| {
+            let mut flushed = 0;
+            let mut rollovers = 0;
+            let mut first = None;
+            for (i, (acks, config)) in ticks
+                .iter()
+                .zip([JournalConfig::default(), tiny])
+                .enumerate()
+            {
+                let Ok(journal) = Journal::open(Arc::new(disk.clone()), config, Seal::default())
+                else {
+                    break;
+                };
+                let journal = Arc::new(journal);
+                let Ok(before) = tick(&journal, acks) else {
+                    break;
+                };
+                rollovers = journal.stats().rollovers;
+                first = first.or(Some(before));
+                flushed = i + 1;
             }
-        },
-    );
-    assert_eq!(
-        clean.result.0,
-        ticks.len(),
-        "a clean run flushes every tick"
-    );
-    assert!(clean.result.1 >= 1, "the last tick rolled over");
-    assert!(images > clean.total, "{images} images");
+            (flushed, rollovers, first)
+        };
+        let mut images = 0;
+        let clean = cut_everywhere_after(
+            Points::EVERY,
+            |disk| load_sample(disk, "journal-v6-delta"),
+            workload,
+            |disk, cut, (flushed, _, _)| {
+                for (kept, image) in cut_images(disk) {
+                    images += 1;
+                    let what = format!("budget {budget}, {cut:?}, {kept} unsynced bytes kept");
+                    let acks = check_agrees_with_open(&image, &what);
+                    let at = truths.iter().position(|t| *t == acks);
+                    assert!(
+                        at.is_some_and(|at| at >= flushed && at <= flushed + 1),
+                        "{what}: {flushed} ticks returned, recovered {acks:?}"
+                    );
+                }
+            },
+        );
+        assert_eq!(
+            clean.result.0,
+            ticks.len(),
+            "a clean run flushes every tick"
+        );
+        assert!(clean.result.1 >= 1, "the last tick rolled over");
+        assert!(images > clean.total, "{images} images");
+        // Evicted before the tick, the acks start the version 7 segment themselves.
+        let evicted = budget == 0;
+        assert_eq!(
+            clean.result.2,
+            Some(1 + usize::from(evicted)),
+            "budget {budget}"
+        );
+    }
 }
 
 /// Checks the journal on `image` offline and opens it: both read it, to the same state and
