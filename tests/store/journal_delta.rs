@@ -98,17 +98,22 @@ fn recovered(disk: &MemStorage, config: JournalConfig) -> BTreeSet<Position> {
 
 /// Every ack `journal` committed for the cursor, its partitions loaded.
 fn acks_of(journal: &Arc<Journal>) -> BTreeSet<Position> {
+    try_acks_of(journal).expect("load")
+}
+
+/// [`acks_of`], a load that fails failing with its error.
+fn try_acks_of(journal: &Arc<Journal>) -> ackstore::Result<BTreeSet<Position>> {
     let mut set = cursor(journal);
     let mut acks = BTreeSet::new();
     for (key, _) in set.partitions() {
-        let bitmap = set.bitmap(key).expect("load").expect("live");
+        let bitmap = set.bitmap(key)?.expect("live");
         acks.extend(
             bitmap
                 .iter()
                 .map(|o| Position::new(key.ledger_id, key.first_entry() + u64::from(o))),
         );
     }
-    acks
+    Ok(acks)
 }
 
 /// Bytes the tick after one more ack appends, for a cursor with `partitions` live ones; the
@@ -856,4 +861,91 @@ fn a_version_6_journal_through_many_version_7_segments_and_rollovers_keeps_the_m
         "version 6 and 7 segments were live together: {mixed} ticks"
     );
     assert!(rollovers > 50, "{rollovers} rollovers");
+}
+
+/// The version 6 sample gone on in a version 7 segment, then either segment's header relabelled
+/// with another version under a recomputed header CRC: a partition record is then read with the
+/// other layout. The offline check (with every partition of the state) and the open (with every
+/// load) refuse together, or both read the exact acks, or (the tick past the synced length the
+/// slots claim) both walk back to the state before the tick: never more than the truth, and a
+/// tick the slots claim is never walked back.
+#[test]
+fn a_segment_relabelled_with_another_version_is_refused_by_the_check_and_the_open_together() {
+    use ackstore::internals::journal::{check as offline_check, committed_ranges};
+
+    let (state, mut truth) = sample_journal(&MemStorage::new());
+    let before = truth.clone();
+    let disk = MemStorage::new();
+    support::samples::load_sample(&disk, "journal-v6-delta");
+    let journal = open(&disk, JournalConfig::default());
+    let mut set = cursor(&journal);
+    for pos in [
+        Position::new(4, 1),
+        Position::new(1, 3 * PARTITION_SPAN + 9),
+    ] {
+        set.add(pos).expect("ack");
+        truth.insert(pos);
+    }
+    flush_state(&journal, &mut set, state);
+    assert_eq!(journal.segments(), vec![1, 2]);
+    drop((set, journal));
+    let mut accepted = Vec::new();
+    // The durable image, whose slots claim segment 2's header only (the tick's slot write was
+    // not synced yet: the tick may be walked back), and the image with every byte written,
+    // whose slot claims the tick (promised: it commits or the journal is refused).
+    let cases = [(1, 7u16), (1, 5), (2, 6), (2, 5)];
+    for (promised, (seq, version)) in [false, true]
+        .into_iter()
+        .flat_map(|p| cases.into_iter().map(move |c| (p, c)))
+    {
+        let image = disk.durable_image();
+        if promised {
+            let live = disk.live_bytes(&segment_name(2)).expect("segment 2");
+            image.set_bytes(&segment_name(2), live).expect("its slot");
+        }
+        let name = segment_name(seq);
+        let mut bytes = image.live_bytes(&name).expect("segment");
+        bytes[8..10].copy_from_slice(&version.to_le_bytes());
+        let crc = crc32fast::hash(&bytes[..20]);
+        bytes[20..24].copy_from_slice(&crc.to_le_bytes());
+        image.set_bytes(&name, bytes).expect("rewrite");
+        let what = format!("segment {seq} relabelled version {version}, promised {promised}");
+        let storage: Arc<dyn Storage> = Arc::new(image.clone());
+        let checked =
+            offline_check(storage.as_ref(), Seal::default()).and_then(|found| {
+                match found.states.get(&ID) {
+                    Some(committed) => committed_ranges(storage.clone(), committed).map(|_| ()),
+                    None => Ok(()),
+                }
+            });
+        let opened = Journal::open(storage.clone(), JournalConfig::default(), Seal::default())
+            .and_then(|journal| try_acks_of(&Arc::new(journal)));
+        assert_eq!(
+            checked.is_ok(),
+            opened.is_ok(),
+            "{what}: {checked:?} {opened:?}"
+        );
+        if let Ok(acks) = opened {
+            accepted.push((promised, seq, version, acks == truth));
+            if acks != truth {
+                assert!(!promised, "{what}: a promised tick walked back");
+                assert_eq!(
+                    acks, before,
+                    "{what}: the state before the tick or after it"
+                );
+            }
+        }
+    }
+    // The version 6 segment reads as version 5 whole; version 7 partition records never read
+    // as an earlier layout, so a relabelled segment 2 walks its tick back where the slots do
+    // not claim it, and is refused where they do.
+    assert_eq!(
+        accepted,
+        vec![
+            (false, 1, 5, true),
+            (false, 2, 6, false),
+            (false, 2, 5, false),
+            (true, 1, 5, true)
+        ]
+    );
 }
