@@ -37,12 +37,18 @@ fn open(disk: &MemStorage, config: JournalConfig) -> Arc<Journal> {
 
 /// A cursor of `journal` whose ack set starts from what the journal committed.
 fn cursor(journal: &Arc<Journal>) -> RangeSetWrapper {
+    cursor_within(journal, usize::MAX)
+}
+
+/// [`cursor`] keeping at most `budget` bytes of partitions resident (the rest evicted to the
+/// journal, unsynced, before a tick).
+fn cursor_within(journal: &Arc<Journal>, budget: usize) -> RangeSetWrapper {
     let rows = journal
         .committed(ID)
         .map(|(_, rows)| rows)
         .unwrap_or_default();
     let store = Box::new(JournalPartitions::new(journal.clone(), ID));
-    RangeSetWrapper::with_index(store, usize::MAX, rows)
+    RangeSetWrapper::with_index(store, budget, rows)
 }
 
 /// Flushes `set` as a store cursor stages it: the live partitions whose journal copy is not
@@ -53,6 +59,15 @@ fn flush(journal: &Journal, set: &mut RangeSetWrapper) -> TickStats {
 
 /// [`flush`] with `state`.
 fn flush_state(journal: &Journal, set: &mut RangeSetWrapper, state: PersistedState) -> TickStats {
+    try_flush_state(journal, set, state).expect("tick")
+}
+
+/// [`flush_state`], its load or tick failing with the error (as on a disk that lost power).
+fn try_flush_state(
+    journal: &Journal,
+    set: &mut RangeSetWrapper,
+    state: PersistedState,
+) -> ackstore::Result<TickStats> {
     let live: Vec<_> = set.partitions().into_iter().map(|(k, _)| k).collect();
     let mut written = Vec::new();
     for &key in &live {
@@ -60,22 +75,20 @@ fn flush_state(journal: &Journal, set: &mut RangeSetWrapper, state: PersistedSta
             .stored_cardinality(ID, key)
             .is_some_and(|c| set.stored_copy_current(key, c));
         if !current {
-            written.push((key, set.bitmap(key).expect("load").expect("live")));
+            written.push((key, set.bitmap(key)?.expect("live")));
         }
     }
-    let stats = journal
-        .commit(&[CursorFlush {
-            name: name_tag(TOPIC, NAME),
-            cursor: ID,
-            state,
-            written,
-            live,
-        }])
-        .expect("tick");
+    let stats = journal.commit(&[CursorFlush {
+        name: name_tag(TOPIC, NAME),
+        cursor: ID,
+        state,
+        written,
+        live,
+    }])?;
     for key in set.dirty_keys() {
         set.mark_persisted(key);
     }
-    stats
+    Ok(stats)
 }
 
 /// Every ack the journal on `disk` recovers for the cursor.
@@ -85,17 +98,22 @@ fn recovered(disk: &MemStorage, config: JournalConfig) -> BTreeSet<Position> {
 
 /// Every ack `journal` committed for the cursor, its partitions loaded.
 fn acks_of(journal: &Arc<Journal>) -> BTreeSet<Position> {
+    try_acks_of(journal).expect("load")
+}
+
+/// [`acks_of`], a load that fails failing with its error.
+fn try_acks_of(journal: &Arc<Journal>) -> ackstore::Result<BTreeSet<Position>> {
     let mut set = cursor(journal);
     let mut acks = BTreeSet::new();
     for (key, _) in set.partitions() {
-        let bitmap = set.bitmap(key).expect("load").expect("live");
+        let bitmap = set.bitmap(key)?.expect("live");
         acks.extend(
             bitmap
                 .iter()
                 .map(|o| Position::new(key.ledger_id, key.first_entry() + u64::from(o))),
         );
     }
-    acks
+    Ok(acks)
 }
 
 /// Bytes the tick after one more ack appends, for a cursor with `partitions` live ones; the
@@ -650,4 +668,284 @@ fn a_version_1_segment_reads_and_its_cursors_go_on_in_a_new_version_3_segment() 
     assert_eq!(again, state);
     assert_eq!(rows_again.len(), rows.len() + 1);
     assert!(rows_again.iter().any(|(k, c)| *k == key && *c == 1));
+}
+
+/// The version 6 sample continued by this build with the power cut after every storage
+/// operation (and every torn byte of the unsynced tails): the open that finds the version 6
+/// segment newest, a tick that starts the version 7 segment (or, with no partition kept
+/// resident, the evictions before it that start it), a reopen with segments of one
+/// record's room and a tick whose rollover rewrites the version 6 partitions in version 7
+/// form. At every cut the offline check and the open agree (both read the image, to the same
+/// rows), every row's version is the header version of the segment it points into, and the
+/// acks recovered are those of a tick that returned `Ok` or of the one cut short: never fewer
+/// than the last flushed, never more than the truth.
+#[test]
+fn a_power_cut_at_every_step_of_a_version_6_journal_going_on_in_version_7_keeps_the_flushed_acks() {
+    use support::crash::{Points, cut_everywhere_after, cut_images};
+    use support::samples::load_sample;
+
+    let (state, sample) = sample_journal(&MemStorage::new());
+    // The acks each tick of the workload adds, in order, and what the journal holds after it.
+    let ticks = [
+        vec![
+            Position::new(1, 3 * PARTITION_SPAN + 9),
+            Position::new(4, 1),
+        ],
+        vec![Position::new(4, 2), Position::new(2, 7)],
+    ];
+    let mut truths = vec![sample.clone()];
+    for acks in &ticks {
+        let mut next = truths.last().expect("a truth").clone();
+        next.extend(acks.iter().copied());
+        truths.push(next);
+    }
+    let tiny = JournalConfig { segment_bytes: 1 };
+    for budget in [usize::MAX, 0] {
+        // One tick of `acks` on `journal`; once the tick returned, how many segments the
+        // journal had before it (the acks' evictions may start one).
+        let tick = |journal: &Arc<Journal>, acks: &[Position]| -> ackstore::Result<usize> {
+            let mut set = cursor_within(journal, budget);
+            for &pos in acks {
+                set.add(pos)?;
+            }
+            let before = journal.segments().len();
+            try_flush_state(journal, &mut set, state.clone()).map(|_| before)
+        };
+        // How many ticks returned `Ok`, the rollovers of the last, and the segments before
+        // the first.
+        let workload = |disk: &MemStorage, ()| {
+            let mut flushed = 0;
+            let mut rollovers = 0;
+            let mut first = None;
+            for (i, (acks, config)) in ticks
+                .iter()
+                .zip([JournalConfig::default(), tiny])
+                .enumerate()
+            {
+                let Ok(journal) = Journal::open(Arc::new(disk.clone()), config, Seal::default())
+                else {
+                    break;
+                };
+                let journal = Arc::new(journal);
+                let Ok(before) = tick(&journal, acks) else {
+                    break;
+                };
+                rollovers = journal.stats().rollovers;
+                first = first.or(Some(before));
+                flushed = i + 1;
+            }
+            (flushed, rollovers, first)
+        };
+        let mut images = 0;
+        let clean = cut_everywhere_after(
+            Points::EVERY,
+            |disk| load_sample(disk, "journal-v6-delta"),
+            workload,
+            |disk, cut, (flushed, _, _)| {
+                for (kept, image) in cut_images(disk) {
+                    images += 1;
+                    let what = format!("budget {budget}, {cut:?}, {kept} unsynced bytes kept");
+                    let acks = check_agrees_with_open(&image, &what);
+                    let at = truths.iter().position(|t| *t == acks);
+                    assert!(
+                        at.is_some_and(|at| at >= flushed && at <= flushed + 1),
+                        "{what}: {flushed} ticks returned, recovered {acks:?}"
+                    );
+                }
+            },
+        );
+        assert_eq!(
+            clean.result.0,
+            ticks.len(),
+            "a clean run flushes every tick"
+        );
+        assert!(clean.result.1 >= 1, "the last tick rolled over");
+        assert!(images > clean.total, "{images} images");
+        // Evicted before the tick, the acks start the version 7 segment themselves.
+        let evicted = budget == 0;
+        assert_eq!(
+            clean.result.2,
+            Some(1 + usize::from(evicted)),
+            "budget {budget}"
+        );
+    }
+}
+
+/// Checks the journal on `image` offline and opens it: both read it, to the same state and
+/// rows; every row is read as the header version of the segment it points into, and every
+/// partition of the state verifies. Returns the acks the open recovers.
+fn check_agrees_with_open(image: &MemStorage, what: &str) -> BTreeSet<Position> {
+    use ackstore::internals::journal::{check as offline_check, committed_ranges};
+
+    let storage: Arc<dyn Storage> = Arc::new(image.clone());
+    let found = offline_check(storage.as_ref(), Seal::default())
+        .unwrap_or_else(|e| panic!("{what}: the check refuses the journal: {e}"));
+    let journal = open(image, JournalConfig::default());
+    let committed = found.states.get(&ID).expect("a committed state");
+    let rows: Vec<_> = committed
+        .rows
+        .iter()
+        .map(|(k, p)| (*k, p.cardinality))
+        .collect();
+    assert_eq!(
+        journal.committed(ID),
+        Some((committed.state.clone(), rows)),
+        "{what}: the check and the open agree"
+    );
+    for (key, part) in committed.rows.iter() {
+        let header = image
+            .live_bytes(&segment_name(part.loc.segment))
+            .expect("the segment a row names");
+        assert_eq!(
+            &header[8..10],
+            &part.version.to_le_bytes(),
+            "{what}: {key:?} read as its segment's version"
+        );
+    }
+    committed_ranges(storage, committed)
+        .unwrap_or_else(|e| panic!("{what}: a partition does not verify: {e}"));
+    acks_of(&journal)
+}
+
+/// The version 6 sample goes on through 200 ticks in 1200-byte segments, each a
+/// reopen: a tick's markers name partitions of the version 6 segment while version 7 segments
+/// pile up behind it, until a rollover rewrites them; at every tick the offline check and the
+/// open agree on the model's acks, and every row reads as its segment's version.
+#[test]
+fn a_version_6_journal_through_many_version_7_segments_and_rollovers_keeps_the_models_acks() {
+    use ackstore::internals::format::journal::SEGMENT_VERSION;
+
+    let (state, mut model) = sample_journal(&MemStorage::new());
+    let disk = MemStorage::new();
+    support::samples::load_sample(&disk, "journal-v6-delta");
+    let config = JournalConfig {
+        segment_bytes: 1200,
+    };
+    let mut rng = Rng::new(77);
+    let (mut mixed, mut rollovers) = (0, 0);
+    for round in 0..200 {
+        let journal = open(&disk, config);
+        let mut set = cursor(&journal);
+        for _ in 0..3 {
+            let pos = Position::new(1 + rng.below(4), rng.below(6 * PARTITION_SPAN));
+            if pos > state.mark_delete {
+                set.add(pos).expect("ack");
+                model.insert(pos);
+            }
+        }
+        flush_state(&journal, &mut set, state.clone());
+        let segments = journal.segments();
+        rollovers += journal.stats().rollovers;
+        drop((set, journal));
+        if segments.first() == Some(&1) && segments.len() > 2 {
+            mixed += 1;
+        }
+        for seq in segments.iter().filter(|s| **s != 1) {
+            let bytes = disk.live_bytes(&segment_name(*seq)).expect("segment");
+            assert_eq!(
+                &bytes[8..10],
+                &SEGMENT_VERSION.to_le_bytes(),
+                "segment {seq}"
+            );
+        }
+        let what = format!("round {round}, segments {segments:?}");
+        assert_eq!(check_agrees_with_open(&disk, &what), model, "{what}");
+    }
+    let journal = open(&disk, config);
+    assert!(
+        !journal.segments().contains(&1),
+        "the version 6 segment rolled over"
+    );
+    assert!(
+        mixed > 2,
+        "version 6 and 7 segments were live together: {mixed} ticks"
+    );
+    assert!(rollovers > 50, "{rollovers} rollovers");
+}
+
+/// The version 6 sample gone on in a version 7 segment, then either segment's header relabelled
+/// with another version under a recomputed header CRC: a partition record is then read with the
+/// other layout. The offline check (with every partition of the state) and the open (with every
+/// load) refuse together, or both read the exact acks, or (the tick past the synced length the
+/// slots claim) both walk back to the state before the tick: never more than the truth, and a
+/// tick the slots claim is never walked back.
+#[test]
+fn a_segment_relabelled_with_another_version_is_refused_by_the_check_and_the_open_together() {
+    use ackstore::internals::journal::{check as offline_check, committed_ranges};
+
+    let (state, mut truth) = sample_journal(&MemStorage::new());
+    let before = truth.clone();
+    let disk = MemStorage::new();
+    support::samples::load_sample(&disk, "journal-v6-delta");
+    let journal = open(&disk, JournalConfig::default());
+    let mut set = cursor(&journal);
+    for pos in [
+        Position::new(4, 1),
+        Position::new(1, 3 * PARTITION_SPAN + 9),
+    ] {
+        set.add(pos).expect("ack");
+        truth.insert(pos);
+    }
+    flush_state(&journal, &mut set, state);
+    assert_eq!(journal.segments(), vec![1, 2]);
+    drop((set, journal));
+    let mut accepted = Vec::new();
+    // The durable image, whose slots claim segment 2's header only (the tick's slot write was
+    // not synced yet: the tick may be walked back), and the image with every byte written,
+    // whose slot claims the tick (promised: it commits or the journal is refused).
+    let cases = [(1, 7u16), (1, 5), (2, 6), (2, 5)];
+    for (promised, (seq, version)) in [false, true]
+        .into_iter()
+        .flat_map(|p| cases.into_iter().map(move |c| (p, c)))
+    {
+        let image = disk.durable_image();
+        if promised {
+            let live = disk.live_bytes(&segment_name(2)).expect("segment 2");
+            image.set_bytes(&segment_name(2), live).expect("its slot");
+        }
+        let name = segment_name(seq);
+        let mut bytes = image.live_bytes(&name).expect("segment");
+        bytes[8..10].copy_from_slice(&version.to_le_bytes());
+        let crc = crc32fast::hash(&bytes[..20]);
+        bytes[20..24].copy_from_slice(&crc.to_le_bytes());
+        image.set_bytes(&name, bytes).expect("rewrite");
+        let what = format!("segment {seq} relabelled version {version}, promised {promised}");
+        let storage: Arc<dyn Storage> = Arc::new(image.clone());
+        let checked =
+            offline_check(storage.as_ref(), Seal::default()).and_then(|found| {
+                match found.states.get(&ID) {
+                    Some(committed) => committed_ranges(storage.clone(), committed).map(|_| ()),
+                    None => Ok(()),
+                }
+            });
+        let opened = Journal::open(storage.clone(), JournalConfig::default(), Seal::default())
+            .and_then(|journal| try_acks_of(&Arc::new(journal)));
+        assert_eq!(
+            checked.is_ok(),
+            opened.is_ok(),
+            "{what}: {checked:?} {opened:?}"
+        );
+        if let Ok(acks) = opened {
+            accepted.push((promised, seq, version, acks == truth));
+            if acks != truth {
+                assert!(!promised, "{what}: a promised tick walked back");
+                assert_eq!(
+                    acks, before,
+                    "{what}: the state before the tick or after it"
+                );
+            }
+        }
+    }
+    // The version 6 segment reads as version 5 whole; version 7 partition records never read
+    // as an earlier layout, so a relabelled segment 2 walks its tick back where the slots do
+    // not claim it, and is refused where they do.
+    assert_eq!(
+        accepted,
+        vec![
+            (false, 1, 5, true),
+            (false, 2, 6, false),
+            (false, 2, 5, false),
+            (true, 1, 5, true)
+        ]
+    );
 }

@@ -181,6 +181,7 @@ mod tests {
     use super::*;
     use crate::format::cursor::encode_partition_payload as encode_wrapped;
     use crate::format::journal::SEGMENT_VERSION_V6;
+    use proptest::prelude::*;
 
     fn key(ledger_id: u64, chunk: u64) -> PartitionKey {
         PartitionKey { ledger_id, chunk }
@@ -297,5 +298,55 @@ mod tests {
             p.bitmap().unwrap_err().kind,
             CorruptionKind::InvalidField("cardinality")
         );
+    }
+
+    /// What `bounds` peeks of a payload of segment `version` against what `bitmap` decodes:
+    /// a payload the decoder accepts has bounds the peek reads without refusing, and they are
+    /// the set's lowest and highest offsets.
+    fn assert_peek_agrees(payload: &[u8], version: u16) -> Result<(), TestCaseError> {
+        let Ok(p) = decode_partition_payload(payload, version) else {
+            return Ok(());
+        };
+        if let Ok(set) = p.bitmap() {
+            match p.bounds() {
+                Ok(Some(found)) => prop_assert_eq!(Some(found), set.min().zip(set.max())),
+                Ok(None) => {}
+                Err(e) => prop_assert!(false, "decodes but the peek refused: {e:?}"),
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        /// Every random set, in both forms, intact, cut at any length, or with any byte
+        /// rewritten: the peeked bounds and the decoded set never disagree, and a payload
+        /// that decodes is never refused by the peek.
+        #[test]
+        fn peeked_bounds_of_any_payload_agree_with_its_decoded_set(
+            offsets in prop::collection::vec(0u32..65_536, 1..400),
+            ledger in any::<u64>(),
+            chunk in 0..=MAX_CHUNK,
+            at in any::<prop::sample::Index>(),
+            byte in any::<u8>(),
+            damage in 0u8..3,
+        ) {
+            let set = offsets.into_iter().collect::<RoaringBitmap>();
+            let k = key(ledger, chunk);
+            for (mut payload, version) in [
+                (encode_partition_payload(k, &set), SEGMENT_VERSION_V7),
+                (encode_wrapped(k, &set), SEGMENT_VERSION_V6),
+            ] {
+                let i = at.index(payload.len());
+                match damage {
+                    0 => {
+                        let p = decode_partition_payload(&payload, version).unwrap();
+                        prop_assert_eq!(p.bitmap().unwrap(), set.clone());
+                    }
+                    1 => payload.truncate(i),
+                    _ => payload[i] = byte,
+                }
+                assert_peek_agrees(&payload, version)?;
+            }
+        }
     }
 }
