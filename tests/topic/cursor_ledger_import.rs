@@ -1454,3 +1454,157 @@ fn over_the_range_cap_an_import_keeps_every_range_and_the_next_flush_applies_the
         }
     });
 }
+
+// A cursor read from a cursor ledger before its first write: every committed sample's cursors
+// opened, looked at and closed without a write keep their ledger and their acks (closing drops
+// the pending import, never the state it reads; opening writes nothing, whatever the ack
+// memory), and the first write of a later open moves them into the journal exactly once.
+
+/// The config the sample's cursors were last written with.
+fn sample_config(sample: &support::samples::LedgerSample) -> LedgerConfig {
+    let mut config = support::topic::config(sample.shape.1);
+    if let Some(lru) = sample.partial.and_then(|p| p.lru) {
+        config.cursor.lru_capacity_bytes = lru;
+    }
+    config
+}
+
+fn open_sample(sample: &support::samples::LedgerSample, disk: &MemStorage) -> Hosted {
+    open_hosted(sample.host, Arc::new(disk.clone()), &sample_config(sample)).unwrap()
+}
+
+/// Whether each of those ledgers is still a ledger file of the topic.
+fn ledgers_present(
+    sample: &support::samples::LedgerSample,
+    hosted: &Hosted,
+    disk: &MemStorage,
+) -> bool {
+    let ids = hosted.entry_log().unwrap().ledger_ids();
+    record_ledgers(sample.host, disk)
+        .values()
+        .all(|l| l.is_some_and(|l| ids.contains(&l)))
+}
+
+/// Checks that cursor `name` holds exactly the sample's acks (`extra` too) and, for `sub`, its
+/// partial entries.
+fn check(
+    sample: &support::samples::LedgerSample,
+    cursor: &Cursor,
+    name: &str,
+    extra: &[Position],
+    what: &str,
+) {
+    let mut want = sample.done(name);
+    want.extend(extra);
+    let positions = sample.positions();
+    // What mark-delete then covers.
+    let prefix: Vec<Position> = positions
+        .iter()
+        .copied()
+        .take_while(|p| want.contains(p))
+        .collect();
+    want.extend(prefix);
+    assert_eq!(done(cursor, &positions).unwrap(), want, "{what}");
+    if name != "sub" {
+        return;
+    }
+    let Some(partial) = sample.partial else {
+        return;
+    };
+    for p in sample.batch().into_iter().filter(|p| !extra.contains(p)) {
+        for i in 0..partial.batch {
+            assert_eq!(
+                cursor.is_batch_index_acked(p, i).unwrap(),
+                partial.indexes.contains(&i),
+                "{what}: {p} message {i}"
+            );
+        }
+    }
+}
+
+/// Every cursor of every sample: opened, read (acks, stats, properties, epoch) and closed with
+/// no write, twice over, keeps its cursor ledger named and on disk and `verify` clean; the
+/// topic's next open finds the same acks, and the first write then moves the cursor into the
+/// journal with exactly the sample's acks and the write, which a reopen finds again.
+#[test]
+fn a_ledger_cursor_closed_before_its_first_write_keeps_its_ledger_and_imports_later() {
+    for sample in support::samples::ledger_samples() {
+        let positions = sample.positions();
+        for c in sample.cursors {
+            let name = c.name;
+            let what = format!("{}, cursor {name}", sample.name);
+            let disk = sample.disk();
+            let before = record_ledgers(sample.host, &disk);
+            assert!(before.values().all(Option::is_some), "{what}");
+            for round in 0..2 {
+                let hosted = open_sample(&sample, &disk);
+                let cursor = hosted.open_cursor(name, earliest()).unwrap();
+                let stats = cursor.stats().unwrap();
+                assert!(
+                    stats.persist.cursor_ledger.is_some(),
+                    "{what}: {round}: {stats:?}"
+                );
+                let _ = cursor.properties().unwrap();
+                let _ = cursor.epoch().unwrap();
+                check(
+                    &sample,
+                    &cursor,
+                    name,
+                    &[],
+                    &format!("{what}: read {round}"),
+                );
+                let after = cursor.stats().unwrap();
+                assert!(
+                    after.persist.cursor_ledger.is_some(),
+                    "{what}: {round}: reads imported it: {after:?}"
+                );
+                cursor.close().unwrap();
+                assert!(ledgers_present(&sample, &hosted, &disk), "{what}: {round}");
+                hosted.close().unwrap();
+                assert_eq!(
+                    record_ledgers(sample.host, &disk),
+                    before,
+                    "{what}: {round}"
+                );
+                let report = ackstore::check::verify(&(Arc::new(disk.durable_image()) as _));
+                let report = report.unwrap();
+                assert!(report.is_sound(), "{what}: {round}: {report}");
+            }
+            // The first write after those opens.
+            let want = sample.done(name);
+            let extra = *positions.iter().find(|p| !want.contains(p)).unwrap();
+            let hosted = open_sample(&sample, &disk);
+            let cursor = hosted.open_cursor(name, earliest()).unwrap();
+            check(&sample, &cursor, name, &[], &format!("{what}: before"));
+            cursor.ack(extra).unwrap();
+            cursor.flush().unwrap();
+            assert_eq!(
+                cursor.stats().unwrap().persist.cursor_ledger,
+                None,
+                "{what}"
+            );
+            check(&sample, &cursor, name, &[extra], &format!("{what}: moved"));
+            drop(cursor);
+            hosted.close().unwrap();
+            let image = disk.durable_image();
+            let hosted = open_sample(&sample, &image);
+            let cursor = hosted.open_cursor(name, earliest()).unwrap();
+            assert_eq!(
+                cursor.stats().unwrap().persist.cursor_ledger,
+                None,
+                "{what}"
+            );
+            check(
+                &sample,
+                &cursor,
+                name,
+                &[extra],
+                &format!("{what}: reopened"),
+            );
+            drop(cursor);
+            hosted.close().unwrap();
+            let moved = record_ledgers(sample.host, &image);
+            assert!(moved.values().any(Option::is_none), "{what}: {moved:?}");
+        }
+    }
+}
