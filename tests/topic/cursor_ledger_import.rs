@@ -1608,3 +1608,72 @@ fn a_ledger_cursor_closed_before_its_first_write_keeps_its_ledger_and_imports_la
         }
     }
 }
+
+/// The first writes of every cursor of the samples with several cursors, at once from threads,
+/// each racing a close of the same cursor from another thread and, on a store, a flush of all:
+/// every flush or close that returned `Ok` keeps its ack, and a reopen finds each cursor's
+/// sample acks plus its ack, imported once (no record names a ledger).
+#[test]
+fn first_writes_racing_closes_and_a_topic_flush_import_each_ledger_cursor_once() {
+    use std::sync::Barrier;
+    for name in [
+        "cursor-ledger-three",
+        "cursor-ledger-store-two",
+        "cursor-ledger-alone-two",
+    ] {
+        let sample = support::samples::ledger_sample(name);
+        let positions = sample.positions();
+        let disk = sample.disk();
+        let hosted = open_sample(&sample, &disk);
+        let cursors: Vec<(&str, Cursor, Position)> = sample
+            .cursors
+            .iter()
+            .map(|c| {
+                let cursor = hosted.open_cursor(c.name, earliest()).unwrap();
+                let want = sample.done(c.name);
+                let extra = *positions.iter().find(|p| !want.contains(p)).unwrap();
+                cursor.ack(extra).unwrap();
+                (c.name, cursor, extra)
+            })
+            .collect();
+        let start = Barrier::new(2 * cursors.len() + 1);
+        std::thread::scope(|s| {
+            for (_, cursor, _) in &cursors {
+                let start = &start;
+                s.spawn(move || {
+                    start.wait();
+                    match cursor.flush() {
+                        Ok(()) | Err(ackstore::Error::Closed) => {}
+                        Err(e) => panic!("{name}: flush: {e}"),
+                    }
+                });
+                s.spawn(move || {
+                    start.wait();
+                    cursor.close().unwrap();
+                });
+            }
+            start.wait();
+            if let Some(store) = &hosted.store {
+                store.flush_all().unwrap();
+            }
+        });
+        hosted.close().unwrap();
+        let image = disk.durable_image();
+        let report = ackstore::check::verify(&(Arc::new(image.clone()) as _)).unwrap();
+        assert!(report.is_sound(), "{name}: {report}");
+        let hosted = open_sample(&sample, &image);
+        for (cursor_name, _, extra) in &cursors {
+            let what = format!("{name}, cursor {cursor_name}");
+            let cursor = hosted.open_cursor(cursor_name, earliest()).unwrap();
+            assert_eq!(
+                cursor.stats().unwrap().persist.cursor_ledger,
+                None,
+                "{what}"
+            );
+            check(&sample, &cursor, cursor_name, &[*extra], &what);
+        }
+        hosted.close().unwrap();
+        let ledgers = record_ledgers(sample.host, &image);
+        assert!(ledgers.values().all(Option::is_none), "{name}: {ledgers:?}");
+    }
+}
