@@ -1677,3 +1677,78 @@ fn first_writes_racing_closes_and_a_topic_flush_import_each_ledger_cursor_once()
         assert!(ledgers.values().all(Option::is_none), "{name}: {ledgers:?}");
     }
 }
+
+/// Every cursor of every sample opened with ack memory for almost nothing (every partition and
+/// partial entry evicted after each touch, loaded back from the ledger at the next): its reads
+/// (every ack, every partial entry, the ranges, the backlog) answer the sample's state and, but
+/// for a single-entry snapshot's, write nothing; its first write then, batch-index acks completing a cold partial entry for `sub` (an
+/// ack of an entry otherwise), moves it into the journal with the sample's state and the ack.
+#[test]
+fn a_ledger_cursor_under_a_tiny_ack_memory_reads_without_writing_and_imports_at_its_first_write() {
+    for sample in support::samples::ledger_samples() {
+        let positions = sample.positions();
+        let mut config = sample_config(&sample);
+        config.cursor.lru_capacity_bytes = 1;
+        for c in sample.cursors {
+            let name = c.name;
+            let what = format!("{}, cursor {name}, tiny", sample.name);
+            let disk = sample.disk();
+            let hosted = open_hosted(sample.host, Arc::new(disk.clone()), &config).unwrap();
+            let cursor = hosted.open_cursor(name, earliest()).unwrap();
+            for _ in 0..2 {
+                check(&sample, &cursor, name, &[], &what);
+                let _ = cursor.acked_ranges().unwrap();
+                let _ = cursor.backlog().unwrap();
+                let _ = cursor.first_unacked().unwrap();
+            }
+            // A snapshot's partitions have no entry of their own to be loaded back from: they
+            // stay unsaved in memory, and the open imports them to keep within the budget.
+            if sample.mode == ackstore::PersistMode::MultiEntry {
+                let stats = cursor.stats().unwrap();
+                assert!(stats.persist.cursor_ledger.is_some(), "{what}: {stats:?}");
+                assert_eq!(stats.persist.entries_written, 0, "{what}: {stats:?}");
+            }
+            let partial = sample.batch();
+            let extra = match (sample.partial, partial.first()) {
+                (Some(p), Some(&at)) if name == "sub" => {
+                    // Every message it lacks: the entry is then acknowledged whole.
+                    for index in (0..p.batch).filter(|i| !p.indexes.contains(i)) {
+                        cursor.ack_batch_index(at, index, p.batch).unwrap();
+                    }
+                    at
+                }
+                _ => {
+                    let want = sample.done(name);
+                    let p = *positions.iter().find(|p| !want.contains(p)).unwrap();
+                    cursor.ack(p).unwrap();
+                    p
+                }
+            };
+            cursor.flush().unwrap();
+            assert_eq!(
+                cursor.stats().unwrap().persist.cursor_ledger,
+                None,
+                "{what}"
+            );
+            drop(cursor);
+            hosted.close().unwrap();
+            let image = disk.durable_image();
+            let hosted = open_hosted(sample.host, Arc::new(image), &config).unwrap();
+            let cursor = hosted.open_cursor(name, earliest()).unwrap();
+            assert_eq!(
+                cursor.stats().unwrap().persist.cursor_ledger,
+                None,
+                "{what}"
+            );
+            check(
+                &sample,
+                &cursor,
+                name,
+                &[extra],
+                &format!("{what}: reopened"),
+            );
+            drop(cursor);
+            hosted.close().unwrap();
+        }
+    }
+}
