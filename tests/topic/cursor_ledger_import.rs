@@ -1522,6 +1522,43 @@ fn check(
     }
 }
 
+/// The first write of cursor `name` of `sample`'s topic `hosted` on `disk` (after its ack of
+/// `extra`): a flush, which moves it into the journal; then a reopen of the durable image with
+/// `config`, which finds the sample's acks and `extra` there. Returns the image.
+fn import_and_reopen(
+    sample: &support::samples::LedgerSample,
+    config: &LedgerConfig,
+    (hosted, cursor): (Hosted, Cursor),
+    disk: &MemStorage,
+    (name, extra): (&str, Position),
+    what: &str,
+) -> MemStorage {
+    cursor.flush().unwrap();
+    assert_eq!(
+        cursor.stats().unwrap().persist.cursor_ledger,
+        None,
+        "{what}"
+    );
+    check(sample, &cursor, name, &[extra], &format!("{what}: moved"));
+    drop(cursor);
+    hosted.close().unwrap();
+    let image = disk.durable_image();
+    let hosted = open_hosted(sample.host, Arc::new(image.clone()), config).unwrap();
+    let cursor = hosted.open_cursor(name, earliest()).unwrap();
+    let stats = cursor.stats().unwrap();
+    assert_eq!(stats.persist.cursor_ledger, None, "{what}: reopened");
+    check(
+        sample,
+        &cursor,
+        name,
+        &[extra],
+        &format!("{what}: reopened"),
+    );
+    drop(cursor);
+    hosted.close().unwrap();
+    image
+}
+
 /// Every cursor of every sample: opened, read (acks, stats, properties, epoch) and closed with
 /// no write, twice over, keeps its cursor ledger named and on disk and `verify` clean; the
 /// topic's next open finds the same acks, and the first write then moves the cursor into the
@@ -1577,32 +1614,14 @@ fn a_ledger_cursor_closed_before_its_first_write_keeps_its_ledger_and_imports_la
             let cursor = hosted.open_cursor(name, earliest()).unwrap();
             check(&sample, &cursor, name, &[], &format!("{what}: before"));
             cursor.ack(extra).unwrap();
-            cursor.flush().unwrap();
-            assert_eq!(
-                cursor.stats().unwrap().persist.cursor_ledger,
-                None,
-                "{what}"
-            );
-            check(&sample, &cursor, name, &[extra], &format!("{what}: moved"));
-            drop(cursor);
-            hosted.close().unwrap();
-            let image = disk.durable_image();
-            let hosted = open_sample(&sample, &image);
-            let cursor = hosted.open_cursor(name, earliest()).unwrap();
-            assert_eq!(
-                cursor.stats().unwrap().persist.cursor_ledger,
-                None,
-                "{what}"
-            );
-            check(
+            let image = import_and_reopen(
                 &sample,
-                &cursor,
-                name,
-                &[extra],
-                &format!("{what}: reopened"),
+                &sample_config(&sample),
+                (hosted, cursor),
+                &disk,
+                (name, extra),
+                &what,
             );
-            drop(cursor);
-            hosted.close().unwrap();
             let moved = record_ledgers(sample.host, &image);
             assert!(moved.values().any(Option::is_none), "{what}: {moved:?}");
         }
@@ -1724,31 +1743,14 @@ fn a_ledger_cursor_under_a_tiny_ack_memory_reads_without_writing_and_imports_at_
                     p
                 }
             };
-            cursor.flush().unwrap();
-            assert_eq!(
-                cursor.stats().unwrap().persist.cursor_ledger,
-                None,
-                "{what}"
-            );
-            drop(cursor);
-            hosted.close().unwrap();
-            let image = disk.durable_image();
-            let hosted = open_hosted(sample.host, Arc::new(image), &config).unwrap();
-            let cursor = hosted.open_cursor(name, earliest()).unwrap();
-            assert_eq!(
-                cursor.stats().unwrap().persist.cursor_ledger,
-                None,
-                "{what}"
-            );
-            check(
+            import_and_reopen(
                 &sample,
-                &cursor,
-                name,
-                &[extra],
-                &format!("{what}: reopened"),
+                &config,
+                (hosted, cursor),
+                &disk,
+                (name, extra),
+                &what,
             );
-            drop(cursor);
-            hosted.close().unwrap();
         }
     }
 }
