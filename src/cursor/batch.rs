@@ -497,6 +497,17 @@ impl BatchAcks {
         self.bytes
     }
 
+    /// Memory the resident partial entries of partitions the store does not hold take: what
+    /// an eviction would have to store (the others leave memory for free). At most
+    /// [`Self::bytes`].
+    pub(crate) fn unsaved_bytes(&self) -> usize {
+        self.partial
+            .iter()
+            .filter(|(p, _)| !self.saved.contains_key(&PartitionKey::of(**p)))
+            .map(|(_, (_, acked))| cost(acked))
+            .sum()
+    }
+
     /// Partitions evicted (cold).
     pub(crate) fn cold_partitions(&self) -> usize {
         self.cold.len()

@@ -217,10 +217,13 @@ impl CursorState {
     }
 
     /// Whether evictions kept unsaved state resident past the budget: ack partitions pinned,
-    /// or partial entries beyond the room the ack set leaves them.
+    /// or partial entries the store does not hold beyond the room the ack set leaves them.
+    /// Partial entries the store holds (loaded from it, unchanged since) never count: an
+    /// eviction drops them without a write, so keeping the one in use resident writes nothing.
     pub(crate) fn holds_unsaved_past_budget(&self) -> bool {
         self.acks.pinned_partitions() > 0
-            || (self.batch.bytes() > 0 && self.batch.bytes() > self.acks.room_for_charge())
+            || (self.batch.bytes() > self.acks.room_for_charge()
+                && self.batch.unsaved_bytes() > self.acks.room_for_charge())
     }
 
     /// Releases up to `bytes` of resident ack state of `what` (ack partitions first, then,

@@ -1454,3 +1454,303 @@ fn over_the_range_cap_an_import_keeps_every_range_and_the_next_flush_applies_the
         }
     });
 }
+
+// A cursor read from a cursor ledger before its first write: every committed sample's cursors
+// opened, looked at and closed without a write keep their ledger and their acks (closing drops
+// the pending import, never the state it reads; opening writes nothing, whatever the ack
+// memory), and the first write of a later open moves them into the journal exactly once.
+
+/// The config the sample's cursors were last written with.
+fn sample_config(sample: &support::samples::LedgerSample) -> LedgerConfig {
+    let mut config = support::topic::config(sample.shape.1);
+    if let Some(lru) = sample.partial.and_then(|p| p.lru) {
+        config.cursor.lru_capacity_bytes = lru;
+    }
+    config
+}
+
+fn open_sample(sample: &support::samples::LedgerSample, disk: &MemStorage) -> Hosted {
+    open_hosted(sample.host, Arc::new(disk.clone()), &sample_config(sample)).unwrap()
+}
+
+/// Whether each of those ledgers is still a ledger file of the topic.
+fn ledgers_present(
+    sample: &support::samples::LedgerSample,
+    hosted: &Hosted,
+    disk: &MemStorage,
+) -> bool {
+    let ids = hosted.entry_log().unwrap().ledger_ids();
+    record_ledgers(sample.host, disk)
+        .values()
+        .all(|l| l.is_some_and(|l| ids.contains(&l)))
+}
+
+/// Checks that cursor `name` holds exactly the sample's acks (`extra` too) and, for `sub`, its
+/// partial entries.
+fn check(
+    sample: &support::samples::LedgerSample,
+    cursor: &Cursor,
+    name: &str,
+    extra: &[Position],
+    what: &str,
+) {
+    let mut want = sample.done(name);
+    want.extend(extra);
+    let positions = sample.positions();
+    // What mark-delete then covers.
+    let prefix: Vec<Position> = positions
+        .iter()
+        .copied()
+        .take_while(|p| want.contains(p))
+        .collect();
+    want.extend(prefix);
+    assert_eq!(done(cursor, &positions).unwrap(), want, "{what}");
+    if name != "sub" {
+        return;
+    }
+    let Some(partial) = sample.partial else {
+        return;
+    };
+    for p in sample.batch().into_iter().filter(|p| !extra.contains(p)) {
+        for i in 0..partial.batch {
+            assert_eq!(
+                cursor.is_batch_index_acked(p, i).unwrap(),
+                partial.indexes.contains(&i),
+                "{what}: {p} message {i}"
+            );
+        }
+    }
+}
+
+/// The first write of cursor `name` of `sample`'s topic `hosted` on `disk` (after its ack of
+/// `extra`): a flush, which moves it into the journal; then a reopen of the durable image with
+/// `config`, which finds the sample's acks and `extra` there. Returns the image.
+fn import_and_reopen(
+    sample: &support::samples::LedgerSample,
+    config: &LedgerConfig,
+    (hosted, cursor): (Hosted, Cursor),
+    disk: &MemStorage,
+    (name, extra): (&str, Position),
+    what: &str,
+) -> MemStorage {
+    cursor.flush().unwrap();
+    assert_eq!(
+        cursor.stats().unwrap().persist.cursor_ledger,
+        None,
+        "{what}"
+    );
+    check(sample, &cursor, name, &[extra], &format!("{what}: moved"));
+    drop(cursor);
+    hosted.close().unwrap();
+    let image = disk.durable_image();
+    let hosted = open_hosted(sample.host, Arc::new(image.clone()), config).unwrap();
+    let cursor = hosted.open_cursor(name, earliest()).unwrap();
+    let stats = cursor.stats().unwrap();
+    assert_eq!(stats.persist.cursor_ledger, None, "{what}: reopened");
+    check(
+        sample,
+        &cursor,
+        name,
+        &[extra],
+        &format!("{what}: reopened"),
+    );
+    drop(cursor);
+    hosted.close().unwrap();
+    image
+}
+
+/// Every cursor of every sample: opened, read (acks, stats, properties, epoch) and closed with
+/// no write, twice over, keeps its cursor ledger named and on disk and `verify` clean; the
+/// topic's next open finds the same acks, and the first write then moves the cursor into the
+/// journal with exactly the sample's acks and the write, which a reopen finds again.
+#[test]
+fn a_ledger_cursor_closed_before_its_first_write_keeps_its_ledger_and_imports_later() {
+    for sample in support::samples::ledger_samples() {
+        let positions = sample.positions();
+        for c in sample.cursors {
+            let name = c.name;
+            let what = format!("{}, cursor {name}", sample.name);
+            let disk = sample.disk();
+            let before = record_ledgers(sample.host, &disk);
+            assert!(before.values().all(Option::is_some), "{what}");
+            for round in 0..2 {
+                let hosted = open_sample(&sample, &disk);
+                let cursor = hosted.open_cursor(name, earliest()).unwrap();
+                let stats = cursor.stats().unwrap();
+                assert!(
+                    stats.persist.cursor_ledger.is_some(),
+                    "{what}: {round}: {stats:?}"
+                );
+                let _ = cursor.properties().unwrap();
+                let _ = cursor.epoch().unwrap();
+                check(
+                    &sample,
+                    &cursor,
+                    name,
+                    &[],
+                    &format!("{what}: read {round}"),
+                );
+                let after = cursor.stats().unwrap();
+                assert!(
+                    after.persist.cursor_ledger.is_some(),
+                    "{what}: {round}: reads imported it: {after:?}"
+                );
+                cursor.close().unwrap();
+                assert!(ledgers_present(&sample, &hosted, &disk), "{what}: {round}");
+                hosted.close().unwrap();
+                assert_eq!(
+                    record_ledgers(sample.host, &disk),
+                    before,
+                    "{what}: {round}"
+                );
+                let report = ackstore::check::verify(&(Arc::new(disk.durable_image()) as _));
+                let report = report.unwrap();
+                assert!(report.is_sound(), "{what}: {round}: {report}");
+            }
+            // The first write after those opens.
+            let want = sample.done(name);
+            let extra = *positions.iter().find(|p| !want.contains(p)).unwrap();
+            let hosted = open_sample(&sample, &disk);
+            let cursor = hosted.open_cursor(name, earliest()).unwrap();
+            check(&sample, &cursor, name, &[], &format!("{what}: before"));
+            cursor.ack(extra).unwrap();
+            let image = import_and_reopen(
+                &sample,
+                &sample_config(&sample),
+                (hosted, cursor),
+                &disk,
+                (name, extra),
+                &what,
+            );
+            let moved = record_ledgers(sample.host, &image);
+            assert!(moved.values().any(Option::is_none), "{what}: {moved:?}");
+        }
+    }
+}
+
+/// The first writes of every cursor of the samples with several cursors, at once from threads,
+/// each racing a close of the same cursor from another thread and, on a store, a flush of all:
+/// every flush or close that returned `Ok` keeps its ack, and a reopen finds each cursor's
+/// sample acks plus its ack, imported once (no record names a ledger).
+#[test]
+fn first_writes_racing_closes_and_a_topic_flush_import_each_ledger_cursor_once() {
+    use std::sync::Barrier;
+    for name in [
+        "cursor-ledger-three",
+        "cursor-ledger-store-two",
+        "cursor-ledger-alone-two",
+    ] {
+        let sample = support::samples::ledger_sample(name);
+        let positions = sample.positions();
+        let disk = sample.disk();
+        let hosted = open_sample(&sample, &disk);
+        let cursors: Vec<(&str, Cursor, Position)> = sample
+            .cursors
+            .iter()
+            .map(|c| {
+                let cursor = hosted.open_cursor(c.name, earliest()).unwrap();
+                let want = sample.done(c.name);
+                let extra = *positions.iter().find(|p| !want.contains(p)).unwrap();
+                cursor.ack(extra).unwrap();
+                (c.name, cursor, extra)
+            })
+            .collect();
+        let start = Barrier::new(2 * cursors.len() + 1);
+        std::thread::scope(|s| {
+            for (_, cursor, _) in &cursors {
+                let start = &start;
+                s.spawn(move || {
+                    start.wait();
+                    match cursor.flush() {
+                        Ok(()) | Err(ackstore::Error::Closed) => {}
+                        Err(e) => panic!("{name}: flush: {e}"),
+                    }
+                });
+                s.spawn(move || {
+                    start.wait();
+                    cursor.close().unwrap();
+                });
+            }
+            start.wait();
+            if let Some(store) = &hosted.store {
+                store.flush_all().unwrap();
+            }
+        });
+        hosted.close().unwrap();
+        let image = disk.durable_image();
+        let report = ackstore::check::verify(&(Arc::new(image.clone()) as _)).unwrap();
+        assert!(report.is_sound(), "{name}: {report}");
+        let hosted = open_sample(&sample, &image);
+        for (cursor_name, _, extra) in &cursors {
+            let what = format!("{name}, cursor {cursor_name}");
+            let cursor = hosted.open_cursor(cursor_name, earliest()).unwrap();
+            assert_eq!(
+                cursor.stats().unwrap().persist.cursor_ledger,
+                None,
+                "{what}"
+            );
+            check(&sample, &cursor, cursor_name, &[*extra], &what);
+        }
+        hosted.close().unwrap();
+        let ledgers = record_ledgers(sample.host, &image);
+        assert!(ledgers.values().all(Option::is_none), "{name}: {ledgers:?}");
+    }
+}
+
+/// Every cursor of every sample opened with ack memory for almost nothing (every partition and
+/// partial entry evicted after each touch, loaded back from the ledger at the next): its reads
+/// (every ack, every partial entry, the ranges, the backlog) answer the sample's state and, but
+/// for a single-entry snapshot's, write nothing; its first write then, batch-index acks completing a cold partial entry for `sub` (an
+/// ack of an entry otherwise), moves it into the journal with the sample's state and the ack.
+#[test]
+fn a_ledger_cursor_under_a_tiny_ack_memory_reads_without_writing_and_imports_at_its_first_write() {
+    for sample in support::samples::ledger_samples() {
+        let positions = sample.positions();
+        let mut config = sample_config(&sample);
+        config.cursor.lru_capacity_bytes = 1;
+        for c in sample.cursors {
+            let name = c.name;
+            let what = format!("{}, cursor {name}, tiny", sample.name);
+            let disk = sample.disk();
+            let hosted = open_hosted(sample.host, Arc::new(disk.clone()), &config).unwrap();
+            let cursor = hosted.open_cursor(name, earliest()).unwrap();
+            for _ in 0..2 {
+                check(&sample, &cursor, name, &[], &what);
+                let _ = cursor.acked_ranges().unwrap();
+                let _ = cursor.backlog().unwrap();
+                let _ = cursor.first_unacked().unwrap();
+            }
+            // A snapshot's partitions have no entry of their own to be loaded back from: they
+            // stay unsaved in memory, and the open imports them to keep within the budget.
+            if sample.mode == ackstore::PersistMode::MultiEntry {
+                let stats = cursor.stats().unwrap();
+                assert!(stats.persist.cursor_ledger.is_some(), "{what}: {stats:?}");
+                assert_eq!(stats.persist.entries_written, 0, "{what}: {stats:?}");
+            }
+            let partial = sample.batch();
+            let extra = match (sample.partial, partial.first()) {
+                (Some(p), Some(&at)) if name == "sub" => {
+                    // Every message it lacks: the entry is then acknowledged whole.
+                    for index in (0..p.batch).filter(|i| !p.indexes.contains(i)) {
+                        cursor.ack_batch_index(at, index, p.batch).unwrap();
+                    }
+                    at
+                }
+                _ => {
+                    let want = sample.done(name);
+                    let p = *positions.iter().find(|p| !want.contains(p)).unwrap();
+                    cursor.ack(p).unwrap();
+                    p
+                }
+            };
+            import_and_reopen(
+                &sample,
+                &config,
+                (hosted, cursor),
+                &disk,
+                (name, extra),
+                &what,
+            );
+        }
+    }
+}

@@ -282,7 +282,16 @@ fn acks_during_the_import_sync_are_kept_by_the_next_flush_and_never_invented() {
         let (disk, positions, acked) = cold_ledger_cursor(host);
         let hooked = support::hooked::Hooked::new(disk.clone());
         let hosted = open_cold(host, Arc::new(hooked.clone())).unwrap();
+        // Another cursor's flush starts the journal's segment, so the only sync of `sub`'s
+        // import (its first flush below: opening it wrote nothing) is its tick's commit.
+        let warm = hosted.open_cursor("warm", earliest()).unwrap();
+        warm.ack(positions[1]).unwrap();
+        warm.flush().unwrap();
         let sub = hosted.open_cursor("sub", earliest()).unwrap();
+        assert!(
+            sub.stats().unwrap().persist.cursor_ledger.is_some(),
+            "{host:?}"
+        );
         let extra = positions[0];
         sub.ack(extra).unwrap();
         let during: BTreeSet<Position> = positions
