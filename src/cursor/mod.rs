@@ -10,7 +10,7 @@
 //! this layer never imports the one above it.
 //!
 //! Persistence: every durable cursor persists through the journal its topic's host keeps (a
-//! [`JournalCursor`], `journal.rs`, `docs/persistence.md`); its ack set keeps its evicted
+//! `JournalCursor`, `journal.rs`, `docs/persistence.md`); its ack set keeps its evicted
 //! partitions there. `flush` and `close` stage the whole ack state into a journal tick; a seek
 //! commits a marker (or snapshot) with no acks before it changes anything, so the journal's
 //! last committed state never holds acks a seek cleared; a rewind commits every ack with the
