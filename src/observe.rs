@@ -98,11 +98,22 @@ impl CursorLabels {
         }
     }
 
-    /// Sets the gauge `name` of this cursor.
-    #[allow(clippy::cast_precision_loss)] // Byte and partition counts far below 2^52.
-    pub(crate) fn set(&self, name: &'static str, value: usize) {
-        metrics::gauge!(name, "topic" => self.topic.clone(), "cursor" => self.cursor.clone())
-            .set(value as f64);
+    /// Registers this cursor's flush series once: a flush then updates them without building
+    /// a key (two label strings cloned per call) for each. Handles registered before a
+    /// recorder is installed stay no-ops, as `metrics` documents for every handle: a broker
+    /// installs its recorder before it opens topics.
+    pub(crate) fn flush_series(&self) -> FlushSeries {
+        let labels = [
+            ("topic", self.topic.clone()),
+            ("cursor", self.cursor.clone()),
+        ];
+        FlushSeries {
+            flushes: metrics::counter!(FLUSHES, &labels),
+            resident_bytes: metrics::gauge!(RESIDENT_BYTES, &labels),
+            budget_bytes: metrics::gauge!(BUDGET_BYTES, &labels),
+            pinned_partitions: metrics::gauge!(PINNED_PARTITIONS, &labels),
+            store_failures: metrics::counter!(STORE_FAILURES, &labels),
+        }
     }
 
     /// Records `took` into the histogram `name` of this cursor, in seconds.
@@ -124,6 +135,36 @@ impl CursorLabels {
         };
         ::log::log!(target: LOG_TARGET, level, "{}: cursor `{}` recovered from {source}{detail}",
             self.topic, self.cursor);
+    }
+}
+
+/// A cursor's series that every flush updates ([`CursorLabels::flush_series`]).
+pub(crate) struct FlushSeries {
+    flushes: metrics::Counter,
+    resident_bytes: metrics::Gauge,
+    budget_bytes: metrics::Gauge,
+    pinned_partitions: metrics::Gauge,
+    store_failures: metrics::Counter,
+}
+
+impl FlushSeries {
+    /// One flush: the ack set's resident and budget bytes and pinned partitions as they are
+    /// now, and the eviction store failures it gained since the last flush.
+    #[allow(clippy::cast_precision_loss)] // Byte and partition counts far below 2^52.
+    pub(crate) fn flushed(
+        &self,
+        resident_bytes: usize,
+        budget_bytes: usize,
+        pinned_partitions: usize,
+        new_store_failures: u64,
+    ) {
+        self.flushes.increment(1);
+        self.resident_bytes.set(resident_bytes as f64);
+        self.budget_bytes.set(budget_bytes as f64);
+        self.pinned_partitions.set(pinned_partitions as f64);
+        if new_store_failures > 0 {
+            self.store_failures.increment(new_store_failures);
+        }
     }
 }
 

@@ -272,6 +272,8 @@ struct Core {
     import_failed: bool,
     /// `AckSetStats::store_failures` as last published.
     published_store_failures: u64,
+    /// The series a flush updates, registered at the first flush.
+    flush_series: Option<crate::observe::FlushSeries>,
     recovery_source: Option<RecoverySource>,
     counters: Counters,
     /// What `CursorShared::published_mark` holds: it is written only under this lock
@@ -350,15 +352,15 @@ impl Core {
         let Some(p) = &self.persister else {
             return;
         };
-        let l = p.labels();
-        l.count(crate::observe::FLUSHES, 1);
+        let series = self
+            .flush_series
+            .get_or_insert_with(|| p.labels().flush_series());
         let a = self.state.acks.stats();
-        l.set(crate::observe::RESIDENT_BYTES, a.resident_bytes);
-        l.set(crate::observe::BUDGET_BYTES, a.budget_bytes);
-        l.set(crate::observe::PINNED_PARTITIONS, a.pinned_partitions);
-        // The ack set's counter only grows: publish what it gained since the last flush.
-        l.count(
-            crate::observe::STORE_FAILURES,
+        series.flushed(
+            a.resident_bytes,
+            a.budget_bytes,
+            a.pinned_partitions,
+            // The ack set's counter only grows: publish what it gained since the last flush.
             a.store_failures
                 .saturating_sub(self.published_store_failures),
         );
@@ -562,6 +564,7 @@ impl CursorShared {
                 background_error: None,
                 import_failed: false,
                 published_store_failures: 0,
+                flush_series: None,
                 recovery_source: persistence.recovery_source,
                 counters: Counters::default(),
                 published_mark: mark,
@@ -610,6 +613,7 @@ impl CursorShared {
                 background_error: None,
                 import_failed: false,
                 published_store_failures: 0,
+                flush_series: None,
                 recovery_source: None,
                 counters: Counters::default(),
                 published_mark: mark,

@@ -263,3 +263,43 @@ fn a_cut_single_entry_snapshot_logs_a_warning_and_counts_the_ranges() {
         warnings[0]
     );
 }
+
+/// The value of the gauge `name` of the one series that has it.
+fn gauge(recorder: &TestRecorder, name: &str) -> f64 {
+    let values = recorder.values.lock().unwrap();
+    let cells: Vec<_> = values.iter().filter(|(k, _)| k.name() == name).collect();
+    assert_eq!(cells.len(), 1, "{name}");
+    f64::from_bits(cells[0].1.load(Ordering::Relaxed))
+}
+
+#[test]
+fn every_flush_publishes_the_cursors_flush_count_and_ack_memory_as_its_stats_report_them() {
+    let recorder = TestRecorder::default();
+    metrics::with_local_recorder(&recorder, || {
+        let disk = MemStorage::new();
+        let topic = open(&disk, CursorConfig::default());
+        let cursor = topic.open_cursor("sub", CursorOptions::default()).unwrap();
+        for round in 1..=3u64 {
+            alternating_acks(&topic, &cursor, 40 * round);
+            cursor.flush().unwrap();
+            let stats = cursor.stats().unwrap();
+            assert_eq!(
+                recorder.counter(observe::FLUSHES),
+                stats.flushes,
+                "round {round}"
+            );
+            assert_eq!(stats.flushes, round);
+            #[allow(clippy::cast_precision_loss)]
+            let (resident, budget, pinned) = (
+                stats.ackset.resident_bytes as f64,
+                stats.ackset.budget_bytes as f64,
+                stats.ackset.pinned_partitions as f64,
+            );
+            assert!(resident > 0.0);
+            assert_eq!(gauge(&recorder, observe::RESIDENT_BYTES), resident);
+            assert_eq!(gauge(&recorder, observe::BUDGET_BYTES), budget);
+            assert_eq!(gauge(&recorder, observe::PINNED_PARTITIONS), pinned);
+        }
+        assert_eq!(recorder.counter(observe::STORE_FAILURES), 0);
+    });
+}
