@@ -420,16 +420,11 @@ impl BatchAcks {
     }
 
     /// Records a commit of every partition as it is now, at the locations of `table` (a
-    /// marker's batch table, or the batch-index entries a single-entry rollover moved):
-    /// cold partitions are found there from now on, resident ones are saved there. With
-    /// `moved` the cursor ledger changed: copies not in `table` are gone. Evictions store
-    /// again.
-    pub(crate) fn mark_committed(&mut self, table: &BatchTable, moved: bool) {
+    /// marker's or snapshot's batch table): cold partitions are found there from now on,
+    /// resident ones are saved there. Evictions store again.
+    pub(crate) fn mark_committed(&mut self, table: &BatchTable) {
         self.dirty.clear();
         self.stores_blocked = false;
-        if moved {
-            self.saved.clear();
-        }
         for (key, location) in table {
             if let Some(cold) = self.cold.get_mut(key) {
                 *cold = *location;
@@ -437,7 +432,6 @@ impl BatchAcks {
                 self.saved.insert(*key, *location);
             }
         }
-        debug_assert!(!moved || self.cold.keys().all(|k| table.contains_key(k)));
     }
 
     /// The partial entries of resident partition `key`, as a batch-index entry encodes them;

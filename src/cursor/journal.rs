@@ -378,7 +378,7 @@ impl JournalCursor {
             .iter()
             .map(|(key, part)| Ok((*key, location(*key, part)?)))
             .collect::<Result<_>>()?;
-        batch.mark_committed(&table, false);
+        batch.mark_committed(&table);
         for (key, _) in &written {
             acks.mark_persisted(*key);
         }
@@ -462,7 +462,7 @@ impl JournalCursor {
             &snapshot.payload,
             counts,
         )?;
-        batch.mark_committed(&BatchTable::new(), false);
+        batch.mark_committed(&BatchTable::new());
         acks.resume_stores();
         // A later flush in the multi-entry form (after a reopen) writes a whole marker.
         self.staged = None;
