@@ -446,9 +446,24 @@ fn decode_v2(
 ) -> Result<(PartitionKey, RoaringBitmap), Corruption> {
     let (encoding, key, body_at) = v2_header(covered, bad)?;
     let body = covered.get(body_at..).unwrap_or_default();
+    decode_body(encoding, body, ENCODING_AT, body_at, bad).map(|bitmap| (key, bitmap))
+}
+
+/// The set of a version 2 `body` of `encoding`, with every check the record decoder makes of
+/// a body: it decodes within the partition's span, and `encoding` and `body` are exactly what
+/// the encoder writes for that set. Shared by [`decode_partition`] and
+/// [`decode_inline`](inline::decode_inline), which has no record around the body: an error
+/// about the encoding is at `encoding_at`, one about the body at `body_at`.
+fn decode_body(
+    encoding: PartitionEncoding,
+    body: &[u8],
+    encoding_at: usize,
+    body_at: usize,
+    bad: &dyn Fn(usize, CorruptionKind) -> Corruption,
+) -> Result<RoaringBitmap, Corruption> {
     let not_canonical = || {
         bad(
-            ENCODING_AT,
+            encoding_at,
             CorruptionKind::InvalidField("partition encoding"),
         )
     };
@@ -506,8 +521,7 @@ fn decode_v2(
     if !canonical {
         return Err(not_canonical());
     }
-    let bitmap = RoaringBitmap::deserialize_from(&roaring[..]).map_err(|_| bad_bitmap())?;
-    Ok((key, bitmap))
+    RoaringBitmap::deserialize_from(&roaring[..]).map_err(|_| bad_bitmap())
 }
 
 /// The fields of a version 1 record whose CRC has been checked.

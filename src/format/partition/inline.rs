@@ -18,16 +18,17 @@
 //!  .       4    crc32 of all before             (the entry's CRC covers the row)
 //! ```
 //!
-//! Decoding rebuilds the record from the key and the inline form and runs the record decoder
-//! on it, so an inline form is accepted exactly when its record is: the same checks, the same
-//! one encoding per set. Must never: accept a version 1 record as an inline form (its layout
-//! differs; such records stay in their own entries).
+//! Decoding runs the record decoder's checks of the key, the length and the body on the inline
+//! form as it stands (no record is rebuilt), so an inline form is accepted exactly when its
+//! record ([`record_of_inline`]) is: the same checks, the same one encoding per set. Must
+//! never: accept a version 1 record as an inline form (its layout differs; such records stay
+//! in their own entries).
 
 use roaring::RoaringBitmap;
 
 use super::{
-    CRC_LEN, MAGIC, PartitionEncoding, PartitionKey, V2_FIXED_LEN, VERSION, VERSION_AT,
-    body_bounds, code, decode_partition, encoded_body, frame_v2_code,
+    CRC_LEN, MAGIC, MAX_CHUNK, MAX_RECORD_BYTES, PartitionEncoding, PartitionKey, V2_FIXED_LEN,
+    VERSION, VERSION_AT, body_bounds, code, decode_body, encoded_body, frame_v2_code,
 };
 use crate::error::CorruptionKind;
 use crate::format::{Corruption, Reader};
@@ -106,31 +107,22 @@ pub fn record_of_inline(key: PartitionKey, inline: &[u8]) -> Vec<u8> {
     frame_v2_code(key, encoding, body)
 }
 
-/// Decodes the inline form of partition `key` (what [`decode_partition`] accepts of the
-/// rebuilt record, nothing else); the error's offset counts from the start of `inline`.
+/// Decodes the inline form of partition `key` (what [`decode_partition`](super::decode_partition) accepts of the
+/// record [`record_of_inline`] rebuilds, nothing else, without rebuilding it); the error's
+/// offset counts from the start of `inline`: 0 for the key, the length and the encoding byte,
+/// 1 for the body.
 pub fn decode_inline(key: PartitionKey, inline: &[u8]) -> Result<RoaringBitmap, Corruption> {
-    if inline.is_empty() {
-        return Err(Corruption::new(CorruptionKind::Truncated, 0));
+    let bad = |at: usize, kind: CorruptionKind| Corruption::new(kind, at);
+    let (code, body) = inline
+        .split_first()
+        .ok_or(bad(0, CorruptionKind::Truncated))?;
+    if inline_overhead(key) + inline.len() > MAX_RECORD_BYTES {
+        return Err(bad(0, CorruptionKind::BadLength));
     }
-    let record = record_of_inline(key, inline);
-    let (found, bitmap) = decode_partition(&record).map_err(|e| {
-        // Back to inline offsets: the encoding byte and everything before the body map to 0,
-        // the body shifts by the bytes the record adds before it.
-        let body_at = V2_FIXED_LEN + code::varint_len(key.ledger_id) + code::varint_len(key.chunk);
-        let at = usize::try_from(e.offset).unwrap_or(usize::MAX);
-        let inline_at = if at >= body_at {
-            (at - body_at + 1).min(inline.len())
-        } else {
-            0
-        };
-        Corruption::new(e.kind, inline_at)
-    })?;
-    if found != key {
-        // Unreachable: the record was built with `key`. Refused rather than trusted.
-        return Err(Corruption::new(
-            CorruptionKind::InvalidField("partition key"),
-            0,
-        ));
+    let encoding = PartitionEncoding::from_code(*code)
+        .ok_or(bad(0, CorruptionKind::InvalidField("encoding")))?;
+    if key.chunk > MAX_CHUNK {
+        return Err(bad(0, CorruptionKind::InvalidField("chunk")));
     }
-    Ok(bitmap)
+    decode_body(encoding, body, 0, 1, &bad)
 }
