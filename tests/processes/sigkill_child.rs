@@ -28,8 +28,8 @@
 //!   later seek that returned `Ok` cleared it (a seek commits its reset: docs/cursors.md); a
 //!   seek cut by the kill keeps only what both sides of it hold.
 //!
-//! The same harness runs twice: on a topic directory of `ManagedLedger::open` (cursors in their
-//! own cursor ledgers, a flusher thread each), and through a store (`Store::open` and one of its
+//! The same harness runs twice: on a topic directory of `ManagedLedger::open` (cursors in the
+//! journal the topic hosts in its directory), and through a store (`Store::open` and one of its
 //! topics: cursors in the store's journal, the flusher pool on, and `Store::flush_all` ticks,
 //! logged as an `F` line for every cursor once they returned `Ok`).
 //!
