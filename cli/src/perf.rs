@@ -40,8 +40,9 @@ const MAX_LRU_BYTES: usize = 1 << 40;
 const MAX_ENTRIES_PER_LEDGER: u64 = MAX_ENTRIES;
 /// Largest `--batch-size`: the cursor's maximum batch size.
 const MAX_BATCH_SIZE: u32 = ackstore::MAX_BATCH_SIZE;
-/// Largest `--topics` x `--cursors` (each bounded by it too): the store's design target.
-const MAX_STORE_CURSORS: usize = 100_000;
+/// Largest `--topics` x `--cursors` (each bounded by it too): ten times the store's design target
+/// of 100,000 cursors, so a sweep shows how each figure grows past it.
+const MAX_STORE_CURSORS: usize = 1_000_000;
 /// Largest `--topic-entries`.
 const MAX_TOPIC_ENTRIES: u64 = 1_000_000;
 /// Largest `--topics` x `--topic-entries` (about 14 GB of entries of 100 bytes), and largest
@@ -114,12 +115,12 @@ pub struct PerfArgs {
     #[arg(long, value_enum, default_value = "prefix")]
     batch_pattern: crate::perf_batch::BatchPattern,
     /// Run the store workload instead: this many topics in one store, `--cursors` cursors each
-    /// (acks on every cursor, flush ticks, a restart, every cursor verified). 1 to 100,000,
-    /// with topics x cursors at most 100,000, topics x topic entries at most 100,000,000, and
+    /// (acks on every cursor, flush ticks, a restart, every cursor verified). 1 to 1,000,000,
+    /// with topics x cursors at most 1,000,000, topics x topic entries at most 100,000,000, and
     /// topics x cursors x topic entries at most 100,000,000.
     #[arg(long, allow_negative_numbers = true, value_parser = RangedU64ValueParser::<usize>::new().range(1..=MAX_STORE_CURSORS as u64))]
     topics: Option<usize>,
-    /// Cursors per topic of the store workload: 1 to 100,000 (see `--topics`).
+    /// Cursors per topic of the store workload: 1 to 1,000,000 (see `--topics`).
     #[arg(long, allow_negative_numbers = true, default_value_t = 10,
           value_parser = RangedU64ValueParser::<usize>::new().range(1..=MAX_STORE_CURSORS as u64))]
     cursors: usize,
@@ -137,7 +138,7 @@ pub struct PerfArgs {
     #[arg(long)]
     in_store: bool,
     /// Run the store workload at each of these total cursor counts (comma-separated, 2 to 8
-    /// values, increasing, each 1 to 100,000 and a multiple of `--cursors`; topics = total /
+    /// values, increasing, each 1 to 1,000,000 and a multiple of `--cursors`; topics = total /
     /// `--cursors`), one after the other, and print how each figure grows with the cursors: its
     /// exponent k in figure ~ cursors^k between consecutive points and from the first to the
     /// last (1 is a flat cost per cursor, 2 is quadratic). Instead of `--topics`.
@@ -179,7 +180,7 @@ fn parse_sweep(text: &str) -> Result<Sweep, String> {
                 .parse::<usize>()
                 .ok()
                 .filter(|n| (1..=MAX_STORE_CURSORS).contains(n))
-                .ok_or_else(|| format!("`{n}` is not a cursor count from 1 to 100,000"))
+                .ok_or_else(|| format!("`{n}` is not a cursor count from 1 to 1,000,000"))
         })
         .collect::<Result<Vec<_>, _>>()?;
     if !(2..=MAX_SWEEP_POINTS).contains(&points.len()) {
@@ -1079,7 +1080,7 @@ fn run_sweep(args: &PerfArgs, Sweep(points): &Sweep) -> ackstore::Result<ExitCod
             .as_f64()
             .unwrap_or(0.0)
     };
-    // Points are at most 100,000: exact in an f64.
+    // Points are at most 1,000,000: exact in an f64.
     let count = |n: usize| f64::from(u32::try_from(n).unwrap_or(u32::MAX));
     let mut exponents = serde_json::Map::new();
     for (name, path) in SWEEP_FIGURES {
