@@ -15,6 +15,7 @@
 
 mod config;
 mod host;
+mod names;
 mod open;
 mod registry;
 mod topic;

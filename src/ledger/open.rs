@@ -68,6 +68,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::config::LedgerConfig;
+use super::names::CursorNames;
 use super::topic::{ID_BLOCK, TOPIC_RECORD, TopicCore, Writer, ledger_record};
 use crate::cursor::journal::TopicJournal;
 use crate::cursor::record_name;
@@ -409,6 +410,7 @@ fn new_core(
         current: None,
         current_bytes: 0,
         last_timestamp,
+        names: CursorNames::default(),
     };
     Ok(TopicCore::new(
         log,

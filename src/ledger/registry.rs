@@ -64,7 +64,7 @@ impl TopicCore {
             return Ok(Cursor::from_shared(open.clone()));
         }
         let log = self.log()?;
-        let listed = w.record.cursor_id(name);
+        let listed = w.cursor_id(name);
         let id = listed.unwrap_or(w.record.next_cursor_id);
         let record_name = cursor::record_name(id);
         let identity = CursorIdentity {
@@ -386,7 +386,7 @@ impl TopicCore {
     pub(crate) fn delete_cursor(&self, name: &str) -> Result<()> {
         let log = self.log()?;
         let mut w = self.writer();
-        let Some(id) = w.record.cursor_id(name) else {
+        let Some(id) = w.cursor_id(name) else {
             return Err(Error::NoSuchCursor {
                 name: name.to_owned(),
             });

@@ -21,6 +21,7 @@ use std::sync::{
 use std::time::{Duration, Instant};
 
 use super::config::LedgerConfig;
+use super::names::CursorNames;
 use crate::cursor::journal::TopicJournal;
 use crate::cursor::{self, CursorShared, NO_MARK_DELETE, TopicAccess};
 use crate::error::{Error, Result};
@@ -50,6 +51,15 @@ pub(crate) struct Writer {
     pub(crate) current_bytes: u64,
     /// Timestamp of the last entry (the floor of the next one).
     pub(crate) last_timestamp: u64,
+    /// `record`'s cursor table by name; told of every replacement of `record` (`commit`).
+    pub(crate) names: CursorNames,
+}
+
+impl Writer {
+    /// The id the cursor table gives cursor `name`, if it lists it (see [`CursorNames`]).
+    pub(crate) fn cursor_id(&mut self, name: &str) -> Option<u64> {
+        self.names.id_of(&self.record.cursors, name)
+    }
 }
 
 /// One open topic.
@@ -236,6 +246,7 @@ impl TopicCore {
             // An earlier write of ours took after all: `record` was built on the record before
             // it, so it is not written; the caller's next attempt builds on the adopted one.
             writer.record.clone_from(&committed);
+            writer.names.changed();
             writer.version = self.owned_version.load(Ordering::SeqCst);
             return Err(Error::PreviousIo);
         }
@@ -254,6 +265,7 @@ impl TopicCore {
                 drop(committed);
                 writer.version = version;
                 writer.record = record;
+                writer.names.changed();
                 return Err(e);
             }
             Err((e, None)) => return Err(e),
@@ -263,6 +275,7 @@ impl TopicCore {
         drop(committed);
         writer.version = version;
         writer.record = record;
+        writer.names.changed();
         self.delete_deferred();
         Ok(())
     }

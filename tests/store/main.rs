@@ -18,6 +18,7 @@ mod check_api;
 mod claim;
 mod claim_restarts;
 mod crash;
+mod cursor_names;
 mod cursors;
 mod former_owner;
 mod former_owner_appends;
