@@ -8,6 +8,9 @@
 //! flush, tick, close or seek returning `Ok` made durable, a cursor deleted with `Ok` gone. The
 //! last image may then get one byte flipped: verify and open return errors or a state that
 //! acknowledges nothing the application never acknowledged, never panic.
+//!
+//! `ACKSTORE_FUZZ_TRACE=1` prints each run's operations, cut and sizes, and the operation the
+//! cut stopped (to turn a failing input into a named test).
 
 #![no_main]
 
