@@ -598,6 +598,9 @@ impl Topic {
 #[expect(clippy::too_many_lines, reason = "one linear workload, phase by phase")]
 pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
     args.check()?;
+    if let Some(dir) = &args.dir {
+        refuse_used(&args.storage, dir)?;
+    }
     if let Some(sweep) = &args.sweep {
         return run_sweep(args, sweep);
     }
@@ -832,11 +835,49 @@ pub fn run(args: &PerfArgs) -> ackstore::Result<ExitCode> {
     if verified {
         Ok(ExitCode::SUCCESS)
     } else {
-        eprintln!(
-            "ackstore: verification FAILED: {mismatches} entries have a different acked state after the restart"
-        );
+        let mut failures = Vec::new();
+        if mismatches > 0 {
+            failures.push(format!(
+                "{mismatches} entries have a different acked state after the restart"
+            ));
+        }
+        if !first_ok {
+            failures.push(
+                "the first read after the restart is not the first unacknowledged entry".into(),
+            );
+        }
+        if recovered_fingerprint != ranges_fingerprint {
+            failures.push(
+                "the acknowledged ranges read after the restart differ from those flushed".into(),
+            );
+        }
+        eprintln!("ackstore: verification FAILED: {}", failures.join("; "));
         Ok(ExitCode::from(1))
     }
+}
+
+/// Refuses a `--dir` that already holds something: every workload counts on a fresh topic or
+/// store (its truth is what this run appended and acknowledged), and a directory holding an
+/// earlier run's entries and acknowledgements would read as a failed verification.
+fn refuse_used(storage: &StorageArgs, dir: &std::path::Path) -> ackstore::Result<()> {
+    let used = match storage.storage {
+        Backend::Files => match std::fs::read_dir(dir) {
+            Ok(mut entries) => entries.next().is_some(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            Err(e) => return Err(ackstore::Error::io("read directory", dir, e)),
+        },
+        Backend::Rados => !storage.open(dir, false)?.list()?.is_empty(),
+    };
+    if used {
+        return Err(ackstore::Error::InvalidArgument {
+            reason: format!(
+                "--dir {} is not empty: perf writes a fresh topic or store and checks it against \
+                 what it acknowledged; give an empty or new directory (or none, for a temporary one)",
+                dir.display()
+            ),
+        });
+    }
+    Ok(())
 }
 
 fn print_summary(r: &serde_json::Value) {

@@ -341,14 +341,16 @@ impl Core {
         self.state.settle_batch();
         self.dirty = false;
         self.import_failed = false;
-        self.counters.flushes += 1;
-        self.publish_flush();
+        self.count_flush();
         Ok(())
     }
 
-    /// Publishes what a staged flush changed, from the same figures as [`PersistStats`] and
-    /// [`AckSetStats`].
-    fn publish_flush(&mut self) {
+    /// Counts a staged flush (a `flush`'s, a seek's or a rewind's) in the cursor's stats and
+    /// publishes it with what it changed, from the same figures as [`PersistStats`] and
+    /// [`AckSetStats`]: the one place both count, so `CursorStats::flushes` and the
+    /// [`FLUSHES`](crate::observe::FLUSHES) metric agree.
+    fn count_flush(&mut self) {
+        self.counters.flushes += 1;
         let Some(p) = &self.persister else {
             return;
         };
@@ -965,7 +967,6 @@ impl Cursor {
             return Err(e);
         }
         core.retire();
-        core.counters.flushes += u64::from(core.durable);
         core.state.epoch += 1;
         let layout = shared.topic.layout();
         match planned {
@@ -992,6 +993,10 @@ impl Cursor {
             }
         }
         core.state.charge_batch();
+        if core.durable {
+            // After the reset is applied, so the published ack memory is the new state's.
+            core.count_flush();
+        }
         let mark = core.state.mark_delete;
         shared.publish_mark(&mut core, mark);
         drop((layout, core));

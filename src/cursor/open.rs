@@ -11,7 +11,10 @@
 //!   entries hold their stores); the first flush (or seek) moves the state into the topic's
 //!   journal (`super::import`). A previous owner that lost the directory without knowing it is
 //!   fenced already: the topic's open claimed the topic record and every cursor record, so its
-//!   next write fails with `Error::Fenced`.
+//!   next write fails with `Error::Fenced`. A cursor of the single-entry form read from a
+//!   single-entry snapshot with more ranges than its range cap is refused here under
+//!   `OverflowPolicy::Error` (`Error::LimitExceeded`), and warned of under `Warn`
+//!   (`snapshot::check_imported_snapshot`), before anything else reads the ledger.
 //!
 //! Must never: hand out a record without the fence and identity it was given, or write.
 
@@ -22,10 +25,12 @@ use crate::finder::Layout;
 use crate::format::meta::CursorIdentity;
 use crate::log::EntryLog;
 use crate::meta::MetaStore;
+use crate::observe::CursorLabels;
 
-use super::config::CursorConfig;
+use super::config::{CursorConfig, PersistMode};
 use super::record::Fence;
 use super::recover::{LedgerSource, RecoveredCursor, RecoverySource, recover};
+use super::snapshot::check_imported_snapshot;
 use super::state::CursorState;
 
 /// Where a cursor ledger's cursor lives, and the checks every later write of its record carries.
@@ -116,6 +121,12 @@ impl CursorOpener {
             mut batch,
             report,
         } = self.recover()?;
+        if let (PersistMode::SingleEntry, Some(ranges)) =
+            (self.config.persist_mode, source.snapshot_ranges())
+        {
+            let labels = CursorLabels::new(self.log.storage().location(), &self.record_name);
+            check_imported_snapshot(ranges, &self.config, &labels)?;
+        }
         acks.hold_stores();
         batch.hold_stores();
         let (state, changed) = CursorState::recovered(&state, layout, acks, batch)?;

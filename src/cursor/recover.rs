@@ -113,6 +113,8 @@ pub struct LedgerSource {
     /// Bytes of the recovered state: what the recovery read.
     persisted_bytes: u64,
     table: TableShape,
+    /// Ranges of the recovered state when it was a single-entry snapshot (`None` otherwise).
+    snapshot_ranges: Option<u64>,
 }
 
 impl LedgerSource {
@@ -127,6 +129,12 @@ impl LedgerSource {
     #[must_use]
     pub fn table_shape(&self) -> TableShape {
         self.table
+    }
+
+    /// Ranges of the recovered state when it was a single-entry snapshot.
+    #[must_use]
+    pub fn snapshot_ranges(&self) -> Option<u64> {
+        self.snapshot_ranges
     }
 
     /// What the cursor's figures report until its import: the ledger and the size of the
@@ -281,6 +289,7 @@ pub fn recover(
         ledger,
         persisted_bytes: 0,
         table: TableShape::default(),
+        snapshot_ranges: None,
     };
     let mut recovered = resume(source, config.lru_capacity_bytes, found, fallback, report)?;
     recovered.state.epoch = recovered.state.epoch.max(epoch);
@@ -377,9 +386,12 @@ fn resume(
             let mut acks = RangeSetWrapper::new(Box::new(store), budget);
             let snapshot =
                 decode_snapshot(&payload).map_err(|e| at_entry(at.ledger_id, at.entry_id, e))?;
+            let mut ranges = 0;
             for (ledger, first, last) in snapshot.ranges() {
                 acks.add_range(ledger, first, last)?;
+                ranges += 1;
             }
+            source.snapshot_ranges = Some(ranges);
             let mut batch = BatchAcks::with_store(batch_store());
             batch.load(snapshot.batch);
             source.persisted_bytes = payload.len() as u64;

@@ -43,13 +43,11 @@ pub(crate) fn apply_overflow(
     if snapshot.cut == 0 {
         return Ok(());
     }
-    let message = format!(
-        "the cursor's {} ack ranges do not fit in one entry (at most {} ranges and {} \
-         bytes); {} ranges would be left out. Use multi-entry persistence to keep them all",
+    let message = overflow_message(
         snapshot.ranges + snapshot.cut,
-        config.max_ranges_single_entry,
-        max_bytes,
         snapshot.cut,
+        config,
+        max_bytes,
     );
     match config.on_single_entry_overflow {
         OverflowPolicy::Error => Err(Error::LimitExceeded { reason: message }),
@@ -62,6 +60,56 @@ pub(crate) fn apply_overflow(
             stats.overflows += 1;
             stats.ranges_cut += snapshot.cut;
             labels.count(observe::SNAPSHOT_RANGES_CUT, snapshot.cut);
+            Ok(())
+        }
+    }
+}
+
+/// What a broker is told of a single-entry state of `ranges` ranges of which `cut` do not fit.
+fn overflow_message(ranges: u64, cut: u64, config: &CursorConfig, max_bytes: usize) -> String {
+    format!(
+        "the cursor's {ranges} ack ranges do not fit in one entry (at most {} ranges and \
+         {max_bytes} bytes); {cut} ranges would be left out. Use multi-entry persistence to \
+         keep them all",
+        config.max_ranges_single_entry,
+    )
+}
+
+/// Decides at the open of a cursor read from a cursor ledger's single-entry snapshot of
+/// `ranges` ranges, for a cursor of the single-entry form, what its flushes will do with the
+/// ranges past `config`'s range cap (the import, its first write, keeps every range; the
+/// snapshot of the flush after it would cut them): under [`OverflowPolicy::Error`] the open
+/// fails, so a flush never fails later for state the broker did not add; under
+/// [`OverflowPolicy::Warn`] a warning says now how many ranges that flush will leave out (it
+/// logs and counts the cut again when it happens). A cut is never silent.
+///
+/// # Errors
+/// [`Error::LimitExceeded`] under [`OverflowPolicy::Error`] when `ranges` exceeds the cap.
+pub(crate) fn check_imported_snapshot(
+    ranges: u64,
+    config: &CursorConfig,
+    labels: &CursorLabels,
+) -> Result<()> {
+    let Some(cut) = ranges
+        .checked_sub(config.max_ranges_single_entry)
+        .filter(|&cut| cut > 0)
+    else {
+        return Ok(());
+    };
+    let max_bytes = usize::try_from(config.max_entry_size).unwrap_or(usize::MAX);
+    let message = overflow_message(ranges, cut, config, max_bytes);
+    match config.on_single_entry_overflow {
+        OverflowPolicy::Error => Err(Error::LimitExceeded {
+            reason: format!("opening a cursor read from its cursor ledger: {message}"),
+        }),
+        OverflowPolicy::Warn => {
+            ::log::warn!(target: observe::LOG_TARGET,
+                "{}: record `{}`: read from its cursor ledger: {message}; its first flush \
+                 keeps every range, the flush after it keeps the lowest {}",
+                labels.topic,
+                labels.cursor,
+                config.max_ranges_single_entry
+            );
             Ok(())
         }
     }

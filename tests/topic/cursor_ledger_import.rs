@@ -1754,3 +1754,75 @@ fn a_ledger_cursor_under_a_tiny_ack_memory_reads_without_writing_and_imports_at_
         }
     }
 }
+
+/// A ledger cursor read from a single-entry snapshot of more ranges than the range cap of the
+/// single-entry form it is opened in is decided at the open: under `OverflowPolicy::Error` the
+/// open is refused with `LimitExceeded`, writing nothing (the ledger stays the cursor's, and the
+/// multi-entry form opens it with every ack); under `Warn` it opens with every ack, its import
+/// keeps them all, and the flush after the import keeps the lowest ranges, counting the cut.
+#[test]
+fn a_single_entry_ledger_cursor_over_the_range_cap_is_decided_at_its_open_on_each_host() {
+    on_each_host(|host| {
+        let sample = support::samples::ledger_sample_on(host, "-single");
+        let positions = sample.positions();
+        let acked = sample.done("sub");
+        // Every third entry: one range each (40).
+        let ranges = acked.len() as u64;
+        let mut config = single_form();
+        config.cursor.max_ranges_single_entry = 10;
+
+        let disk = sample.disk();
+        let hosted = open_hosted(host, Arc::new(disk.clone()), &config).unwrap();
+        let refused = hosted.open_cursor("sub", earliest()).unwrap_err();
+        assert!(
+            matches!(refused, ackstore::Error::LimitExceeded { .. }),
+            "{host:?}: {refused}"
+        );
+        assert!(
+            refused
+                .to_string()
+                .contains(&format!("{ranges} ack ranges")),
+            "{host:?}: {refused}"
+        );
+        hosted.close().unwrap();
+        assert!(
+            record_ledgers(host, &disk).values().all(Option::is_some),
+            "{host:?}: the refused open moved the cursor"
+        );
+        let hosted = open(host, Arc::new(disk.clone())).unwrap();
+        let cursor = hosted.open_cursor("sub", earliest()).unwrap();
+        assert_eq!(done(&cursor, &positions).unwrap(), acked, "{host:?}");
+        drop(cursor);
+        hosted.close().unwrap();
+
+        config.cursor.on_single_entry_overflow = ackstore::OverflowPolicy::Warn;
+        let disk = sample.disk();
+        let hosted = open_hosted(host, Arc::new(disk.clone()), &config).unwrap();
+        let cursor = hosted.open_cursor("sub", earliest()).unwrap();
+        assert_eq!(done(&cursor, &positions).unwrap(), acked, "{host:?}");
+        // Entries 119 and 117 join the ranges of 118: the count stays.
+        let mut want = acked.clone();
+        for i in [119, 117] {
+            cursor.ack(positions[i]).unwrap();
+            cursor.flush().unwrap();
+            want.insert(positions[i]);
+            assert_eq!(done(&cursor, &positions).unwrap(), want, "{host:?}");
+        }
+        let stats = cursor.stats().unwrap().persist;
+        assert_eq!(stats.cursor_ledger, None, "{host:?}");
+        assert_eq!(
+            (stats.overflows, stats.ranges_cut),
+            (1, ranges - 10),
+            "{host:?}"
+        );
+        drop(cursor);
+        hosted.close().unwrap();
+        let hosted = open_hosted(host, Arc::new(disk.durable_image()), &config).unwrap();
+        let cursor = hosted.open_cursor("sub", earliest()).unwrap();
+        let kept = cursor.acked_ranges().unwrap();
+        assert_eq!(kept.len(), 10, "{host:?}: {kept:?}");
+        let recovered = done(&cursor, &positions).unwrap();
+        let lowest: BTreeSet<Position> = want.iter().copied().take(10).collect();
+        assert_eq!(recovered, lowest, "{host:?}");
+    });
+}

@@ -273,7 +273,8 @@ fn gauge(recorder: &TestRecorder, name: &str) -> f64 {
 }
 
 #[test]
-fn every_flush_publishes_the_cursors_flush_count_and_ack_memory_as_its_stats_report_them() {
+fn every_flush_seek_and_rewind_publishes_the_cursors_flush_count_and_ack_memory_as_its_stats_report_them()
+ {
     let recorder = TestRecorder::default();
     metrics::with_local_recorder(&recorder, || {
         let disk = MemStorage::new();
@@ -300,6 +301,17 @@ fn every_flush_publishes_the_cursors_flush_count_and_ack_memory_as_its_stats_rep
             assert_eq!(gauge(&recorder, observe::BUDGET_BYTES), budget);
             assert_eq!(gauge(&recorder, observe::PINNED_PARTITIONS), pinned);
         }
+        // A seek and a rewind write the cursor's state as a flush does: the metric counts them
+        // as both stats do, and publishes the ack memory of the state they leave (a seek clears
+        // every ack).
+        cursor.rewind().unwrap();
+        cursor.seek(Position::new(0, 0)).unwrap();
+        let stats = cursor.stats().unwrap();
+        assert_eq!((stats.flushes, stats.persist.flushes), (5, 5));
+        assert_eq!(recorder.counter(observe::FLUSHES), 5);
+        #[allow(clippy::cast_precision_loss)]
+        let resident = stats.ackset.resident_bytes as f64;
+        assert_eq!(gauge(&recorder, observe::RESIDENT_BYTES), resident);
         assert_eq!(recorder.counter(observe::STORE_FAILURES), 0);
     });
 }

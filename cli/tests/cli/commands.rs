@@ -145,6 +145,93 @@ fn perf_in_a_store_verifies_and_counts_what_the_journal_appended() {
     assert_eq!(support::cli::json(&out)["verified"], true, "batches");
 }
 
+/// `perf --dir` on a directory an earlier run filled is refused before anything is written (its
+/// entries and acknowledgements are not this run's truth), for every workload; the earlier run's
+/// directory is left as it was, and a refusal never reads as a failed verification.
+#[test]
+fn perf_refuses_a_directory_an_earlier_run_filled() {
+    for (name, workload) in [
+        ("topic", &["--entries", "300"][..]),
+        ("in-store", &["--entries", "300", "--in-store"]),
+        (
+            "store",
+            &[
+                "--topics",
+                "2",
+                "--cursors",
+                "2",
+                "--topic-entries",
+                "20",
+                "--ticks",
+                "1",
+            ],
+        ),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let work = tmp.path().join("run");
+        let work = work.to_str().unwrap();
+        let mut args = vec!["perf", "--json", "--dir", work];
+        args.extend_from_slice(workload);
+        let first = support::cli::run(&args);
+        assert!(
+            first.status.success(),
+            "{name}: first run: {}",
+            stderr(&first)
+        );
+        assert_eq!(support::cli::json(&first)["verified"], true, "{name}");
+        let before = tree(Path::new(work));
+        assert!(
+            !before.is_empty(),
+            "{name}: the first run kept nothing in {work}"
+        );
+
+        let second = support::cli::run(&args);
+        assert_eq!(second.status.code(), Some(2), "{name}: {}", stderr(&second));
+        let text = stderr(&second);
+        assert!(text.contains("is not empty"), "{name}: {text}");
+        assert!(!text.contains("FAILED"), "{name}: {text}");
+        assert_eq!(
+            tree(Path::new(work)),
+            before,
+            "{name}: the refusal changed {work}"
+        );
+    }
+    // An empty directory given by the caller is fresh.
+    let tmp = tempfile::tempdir().unwrap();
+    let out = support::cli::run(&[
+        "perf",
+        "--json",
+        "--entries",
+        "300",
+        "--dir",
+        tmp.path().to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "empty directory: {}", stderr(&out));
+    assert_eq!(
+        support::cli::json(&out)["verified"],
+        true,
+        "empty directory"
+    );
+}
+
+/// Every file under `dir` with its bytes.
+fn tree(dir: &Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let path = e.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                out.push((path.clone(), std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 #[test]
 fn perf_refuses_an_unknown_pattern_with_a_sentence() {
     let out = support::cli::run(&["perf", "--pattern", "zigzag"]);
