@@ -31,6 +31,14 @@ pub trait PartitionStore: Send {
         Ok(None)
     }
 
+    /// The bounds [`PartitionStore::bounds`] last told for `key`, when the store still holds the
+    /// copy they were read from and can tell so without a read; `None` otherwise. The default
+    /// tells none.
+    fn known_bounds(&mut self, key: PartitionKey) -> Option<(u32, u32)> {
+        let _ = key;
+        None
+    }
+
     /// The partition no longer exists (its acks were all removed); the store may drop its copy.
     /// It is never loaded again unless stored again first.
     fn forget(&mut self, key: PartitionKey) {

@@ -266,8 +266,18 @@ impl RangeSetWrapper {
 
     /// Whether `pos` is acked.
     pub fn contains(&mut self, pos: Position) -> Result<bool> {
+        let key = PartitionKey::of(pos);
         let offset = PartitionKey::offset_of(pos.entry_id);
-        let found = self.read_partition(PartitionKey::of(pos), |b| b.contains(offset))?;
+        // A partition not in memory whose bounds the store still knows (a recovery read them)
+        // answers for an offset outside them without a load; inside them, the load verifies
+        // the partition before it answers.
+        if self.index.get(&key).is_some_and(|e| !e.resident)
+            && let Some((lo, hi)) = self.store.known_bounds(key)
+            && !(lo..=hi).contains(&offset)
+        {
+            return Ok(false);
+        }
+        let found = self.read_partition(key, |b| b.contains(offset))?;
         Ok(found.unwrap_or(false))
     }
 

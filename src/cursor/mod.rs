@@ -281,11 +281,12 @@ struct Core {
     /// write would change it.
     published_mark: Option<Position>,
     /// Set while the cursor reads from a cursor ledger: its import into the journal at its
-    /// first write (see `import.rs`).
-    import: Option<import::Pending>,
+    /// first write (see `import.rs`). Boxed, as `retiring`: a cursor holds either only
+    /// until its first flush, and every cursor of a store carries the field.
+    import: Option<Box<import::Pending>>,
     /// A cursor ledger the journal superseded, retired (the record switched, the ledger
     /// deleted) once the journal committed the cursor's state.
-    retiring: Option<import::Retirement>,
+    retiring: Option<Box<import::Retirement>>,
 }
 
 impl Core {
@@ -417,7 +418,7 @@ impl Core {
         import::install(&jc, &mut self.state.acks, &mut self.state.batch);
         self.persister = Some(jc);
         if let Some(pending) = self.import.take() {
-            self.retiring = Some(pending.into_retirement());
+            self.retiring = Some(Box::new(pending.into_retirement()));
         }
     }
 
@@ -570,8 +571,8 @@ impl CursorShared {
                 recovery_source: persistence.recovery_source,
                 counters: Counters::default(),
                 published_mark: mark,
-                import: persistence.import,
-                retiring: persistence.retiring,
+                import: persistence.import.map(Box::new),
+                retiring: persistence.retiring.map(Box::new),
             }),
             published_mark: Mutex::new(mark),
             closed: AtomicBool::new(false),

@@ -38,14 +38,49 @@ impl Journal {
     /// without decoding its set ([`PartitionPayload::bounds`]) after the frame CRC and the
     /// CRC, key and cardinality the index holds verify; `None` when the journal holds no copy,
     /// or its encoding does not start with its bounds (then only a load tells them).
-    pub fn stored_bounds(&self, cursor: CursorId, key: PartitionKey) -> Result<Option<(u32, u32)>> {
+    ///
+    /// `seen` holds the bounds an earlier call read and the copy it read them from: when that
+    /// copy is still the newest (same location and CRC: a record is never rewritten in place,
+    /// a newer copy is written elsewhere), they are returned without a read; a call that reads
+    /// bounds records them there.
+    pub fn stored_bounds(
+        &self,
+        cursor: CursorId,
+        key: PartitionKey,
+        seen: &mut Option<SeenBounds>,
+    ) -> Result<Option<(u32, u32)>> {
         let Some(part) = lock(&self.index).lookup(cursor, key) else {
             return Ok(None);
         };
+        if let Some(bounds) = seen.and_then(|s| s.of(&part)) {
+            return Ok(Some(bounds));
+        }
         let payload = self.read_payload(part.loc, part.frame_len)?;
-        verified_entry(&payload, key, &part)?
+        let bounds = verified_entry(&payload, key, &part)?
             .bounds()
-            .map_err(|c| Error::corrupted_at(key.place(), c.kind))
+            .map_err(|c| Error::corrupted_at(key.place(), c.kind))?;
+        if let Some(bounds) = bounds {
+            *seen = Some(SeenBounds {
+                loc: part.loc,
+                crc: part.crc,
+                bounds,
+            });
+        }
+        Ok(bounds)
+    }
+
+    /// The bounds `seen` holds, when the copy they were read from is still the newest copy of
+    /// `key` of `cursor` (see [`Journal::stored_bounds`]); nothing is read.
+    #[must_use]
+    pub fn seen_bounds(
+        &self,
+        cursor: CursorId,
+        key: PartitionKey,
+        seen: Option<SeenBounds>,
+    ) -> Option<(u32, u32)> {
+        let seen = seen?;
+        let part = lock(&self.index).lookup(cursor, key)?;
+        seen.of(&part)
     }
 
     /// The newest batch record of `key` of `cursor` (pending or committed), read and its frame
@@ -247,19 +282,42 @@ fn verified_entry<'a>(
     Ok(entry)
 }
 
+/// Bounds of a partition read from one copy of it ([`Journal::stored_bounds`]), with where that
+/// copy is and its payload's CRC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeenBounds {
+    loc: JournalLoc,
+    crc: u32,
+    bounds: (u32, u32),
+}
+
+impl SeenBounds {
+    /// The bounds, if `part` is the copy they were read from.
+    fn of(self, part: &PartLoc) -> Option<(u32, u32)> {
+        (part.loc == self.loc && part.crc == self.crc).then_some(self.bounds)
+    }
+}
+
 /// The journal as a cursor's partition store: evictions append (unsynced), loads read the
 /// newest copy.
 #[derive(Debug)]
 pub struct JournalPartitions {
     journal: Arc<Journal>,
     cursor: CursorId,
+    /// The bounds last read (a recovery asks for the highest and then the lowest ack, and a
+    /// cursor's first read whether an entry lies outside them, of one partition).
+    seen: Option<SeenBounds>,
 }
 
 impl JournalPartitions {
     /// The partitions of `cursor` in `journal`.
     #[must_use]
     pub fn new(journal: Arc<Journal>, cursor: CursorId) -> Self {
-        Self { journal, cursor }
+        Self {
+            journal,
+            cursor,
+            seen: None,
+        }
     }
 }
 
@@ -273,7 +331,11 @@ impl PartitionStore for JournalPartitions {
     }
 
     fn bounds(&mut self, key: PartitionKey) -> Result<Option<(u32, u32)>> {
-        self.journal.stored_bounds(self.cursor, key)
+        self.journal.stored_bounds(self.cursor, key, &mut self.seen)
+    }
+
+    fn known_bounds(&mut self, key: PartitionKey) -> Option<(u32, u32)> {
+        self.journal.seen_bounds(self.cursor, key, self.seen)
     }
 
     fn forget(&mut self, key: PartitionKey) {

@@ -313,7 +313,7 @@ pub(crate) fn open(
     let on_disk: BTreeSet<u64> = log.ledger_ids().into_iter().collect();
     if !claim_cursors {
         // Rule 6: a record older than the newest written is refused.
-        let in_journal = journal_cursors(&journal, recovered);
+        let in_journal = journal_cursors(&journal, at_or_above(recovered, record.next_cursor_id));
         refuse_older_record(&record, (&on_disk, &log.interrupted_creates()), in_journal)?;
         record.next_ledger_id = record.next_ledger_id.max(1);
         if record.store_id == 0 {
@@ -503,21 +503,24 @@ fn unlisted_journal_cursors(
     recovered: &[u64],
 ) -> Vec<u64> {
     let listed: BTreeSet<u64> = record.cursors.iter().map(|c| c.id).collect();
-    journal_cursors(tj, recovered)
-        .filter(|id| !listed.contains(id))
-        .collect()
+    let unlisted = recovered.iter().copied().filter(|id| !listed.contains(id));
+    journal_cursors(tj, unlisted).collect()
 }
 
-/// The cursors of the topic (`recovered`: those the journal held a state of when it opened)
-/// that still have a state in the journal.
+/// The ids of `ids` at or above `floor`: of the recovered cursors, only those can make a
+/// topic record older than the journal (rule 6), so the journal is asked about those alone.
+fn at_or_above(ids: &[u64], floor: u64) -> impl Iterator<Item = u64> + '_ {
+    ids.iter().copied().filter(move |&id| id >= floor)
+}
+
+/// Those of `recovered` (cursors of the topic the journal held a state of when it opened)
+/// that still have a state in the journal. The caller narrows `recovered` first: each id
+/// costs a look-up in the journal's index.
 fn journal_cursors<'a>(
     tj: &'a TopicJournal,
-    recovered: &'a [u64],
+    recovered: impl Iterator<Item = u64> + 'a,
 ) -> impl Iterator<Item = u64> + 'a {
-    recovered
-        .iter()
-        .copied()
-        .filter(|&id| tj.committed_state(id).is_some())
+    recovered.filter(|&id| tj.committed_state(id).is_some())
 }
 
 /// A file holding less than a header is an interrupted create, deleted when nothing references

@@ -38,6 +38,7 @@ mod journal_delta_threads;
 mod journal_marker_bound;
 mod journal_partition_records;
 mod journal_proof;
+mod journal_seen_bounds;
 mod journal_snapshot_sample;
 mod journal_threads;
 mod journal_tiny_segments;
