@@ -314,6 +314,8 @@ fn power_cut_after_every_operation(mode: PersistMode, seed: u64) {
     // workload also runs again with the power cut there, so what it does once the disk fails
     // is checked too.
     let crash_seed = seed_from_env("ACKSTORE_CRASH_SEED");
+    // Shown with any failure, a panic inside the workload included.
+    println!("ACKSTORE_CRASH_SEED={crash_seed}");
     let rerun = Points {
         from: crash_seed % RERUN_EVERY as u64,
         step: RERUN_EVERY,
