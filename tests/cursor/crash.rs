@@ -1,24 +1,33 @@
 //! Power cuts during a cursor workload driven through `ManagedLedger` and `Cursor`: appends,
 //! individual acks out of order, cumulative acks, flushes, seeks, rewinds, LRU evictions (a
-//! tiny budget), journal rollovers (tiny segments) and topic reopens, in both persist modes. The disk fails after every mutating operation in turn; the durable image and torn
-//! images (part of every unsynced tail kept) are reopened, and the recovered acked set
-//! (mark-delete plus individual acks) must be a subset of what the application had acked
-//! (invariant 1) and a superset of what it had acked at the last flush, close or seek that
-//! returned `Ok` (invariant 2).
+//! tiny budget), journal rollovers (tiny segments) and topic reopens, in both persist modes. The
+//! disk fails after every mutating operation in turn (every cut point's disk recorded from one
+//! run, `support::crash::cut_everywhere_recorded`); the durable image and torn images (part of
+//! every unsynced tail kept) are reopened, and the recovered acked set (mark-delete plus
+//! individual acks) must be a subset of what the application had acked (invariant 1) and a
+//! superset of what it had acked at the last flush, close or seek that returned `Ok`
+//! (invariant 2).
 
 use crate::support;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use ackstore::MemStorage;
+use ackstore::Storage;
 use ackstore::{Cursor, Position, Result};
 use ackstore::{InitialPosition, ManagedLedger, PersistMode};
-use support::crash::{Cut, Points, cut_everywhere_after, torn_image};
+use support::crash::{
+    Cut, Points, Shown, cut_everywhere_after, cut_everywhere_recorded, torn_image,
+};
 use support::topic::{append_n, at};
+use support::workload::seed_from_env;
 
 /// Entries per data ledger: every ledger is its own ack partition.
 const PER_LEDGER: u64 = 8;
+
+/// The sweeps run the workload again with the power cut at one cut point in this many.
+const RERUN_EVERY: usize = 8;
 
 /// A small deterministic generator (xorshift64*).
 struct Rng(u64);
@@ -85,7 +94,7 @@ impl Truth {
 }
 
 /// The bounds a recovery is checked against.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 struct Bounds {
     /// The acked set before the operation in flight, and after it had it completed.
     truth: Truth,
@@ -97,7 +106,7 @@ struct Bounds {
 }
 
 struct Session {
-    disk: MemStorage,
+    storage: Arc<dyn Storage>,
     mode: PersistMode,
     topic: ManagedLedger,
     cursor: Cursor,
@@ -107,10 +116,10 @@ struct Session {
     evictions_stored: u64,
 }
 
-/// The topic on `disk`, its journal segments tiny.
-fn open_rolling(disk: &MemStorage, mode: PersistMode) -> Result<ManagedLedger> {
+/// The topic on `storage`, its journal segments tiny.
+fn open_rolling(storage: Arc<dyn Storage>, mode: PersistMode) -> Result<ManagedLedger> {
     ManagedLedger::open_with_journal(
-        Arc::new(disk.clone()),
+        storage,
         support::config::topic(PER_LEDGER, mode, 0),
         ackstore::JournalConfig {
             segment_bytes: 4096,
@@ -119,8 +128,8 @@ fn open_rolling(disk: &MemStorage, mode: PersistMode) -> Result<ManagedLedger> {
 }
 
 impl Session {
-    fn open(disk: &MemStorage, mode: PersistMode) -> Result<(ManagedLedger, Cursor)> {
-        let topic = open_rolling(disk, mode)?;
+    fn open(storage: &Arc<dyn Storage>, mode: PersistMode) -> Result<(ManagedLedger, Cursor)> {
+        let topic = open_rolling(storage.clone(), mode)?;
         let cursor = topic.open_cursor("sub", at(InitialPosition::Earliest, false))?;
         Ok((topic, cursor))
     }
@@ -133,8 +142,9 @@ impl Session {
         Ok(())
     }
 
-    fn apply(&mut self, op: Op, b: &mut Bounds) -> Result<()> {
-        let t = &mut b.truth;
+    /// Applies `op`, keeping `b` current around every call that may reach the storage (the
+    /// recording harness reads it there).
+    fn apply(&mut self, op: Op, b: &Shown<Bounds>) -> Result<()> {
         match op {
             Op::Append(n) => {
                 let mut appended = Vec::new();
@@ -142,62 +152,88 @@ impl Session {
                     appended.push(self.topic.append(b"entry")?);
                 }
                 self.topic.sync()?;
-                t.appended.extend(appended);
+                b.update(|b| b.truth.appended.extend(appended));
             }
             Op::Acks(n) => {
-                let mut unacked = t.unacked();
+                let mut unacked = b.read(|b| b.truth.unacked());
                 for _ in 0..n.min(unacked.len()) {
                     let p = unacked.swap_remove(self.rng.below(unacked.len()));
-                    let mut after = t.acked.clone();
-                    after.insert(p);
-                    b.in_flight = Some(after);
+                    b.update(|b| {
+                        let mut after = b.truth.acked.clone();
+                        after.insert(p);
+                        b.in_flight = Some(after);
+                    });
                     self.cursor.ack(p)?;
-                    t.acked.insert(p);
+                    b.update(|b| b.truth.acked.insert(p));
                 }
             }
             Op::Cumulative(k) => {
-                let Some(&p) = t.unacked().get(k) else {
+                let Some(p) = b.read(|b| b.truth.unacked().get(k).copied()) else {
                     return Ok(());
                 };
-                let after: BTreeSet<_> = t.appended.iter().copied().filter(|q| *q <= p).collect();
-                let after = &t.acked | &after;
-                b.in_flight = Some(after.clone());
+                let after = b.read(|b| {
+                    let upto: BTreeSet<_> = b
+                        .truth
+                        .appended
+                        .iter()
+                        .copied()
+                        .filter(|q| *q <= p)
+                        .collect();
+                    &b.truth.acked | &upto
+                });
+                b.update(|b| b.in_flight = Some(after.clone()));
                 self.cursor.ack_cumulative(p)?;
-                t.acked = after;
+                b.update(|b| b.truth.acked = after);
             }
             Op::Flush => {
                 self.cursor.flush()?;
-                b.durable = t.acked.clone();
+                b.update(|b| b.durable = b.truth.acked.clone());
             }
             Op::Seek(i) => {
-                if t.appended.is_empty() {
+                let Some(p) = b.read(|b| {
+                    let appended = &b.truth.appended;
+                    (!appended.is_empty()).then(|| appended[i % appended.len()])
+                }) else {
                     return Ok(());
-                }
-                let p = t.appended[i % t.appended.len()];
-                let after: BTreeSet<_> = t.appended.iter().copied().filter(|q| *q < p).collect();
-                b.in_flight = Some(after.clone());
-                b.durable_in_flight = Some(after.clone());
+                };
+                let after: BTreeSet<_> = b.read(|b| {
+                    b.truth
+                        .appended
+                        .iter()
+                        .copied()
+                        .filter(|q| *q < p)
+                        .collect()
+                });
+                b.update(|b| {
+                    b.in_flight = Some(after.clone());
+                    b.durable_in_flight = Some(after.clone());
+                });
                 self.cursor.seek(p)?;
-                t.acked = after;
-                b.durable = t.acked.clone();
+                b.update(|b| {
+                    b.truth.acked = after.clone();
+                    b.durable = after;
+                });
             }
             Op::Rewind => self.cursor.rewind()?,
             Op::Reopen => {
                 self.count()?;
                 self.topic.close()?;
-                b.durable = t.acked.clone();
-                let (topic, cursor) = Self::open(&self.disk, self.mode)?;
+                b.update(|b| b.durable = b.truth.acked.clone());
+                let (topic, cursor) = Self::open(&self.storage, self.mode)?;
                 (self.topic, self.cursor) = (topic, cursor);
                 // Close flushed everything: the reopened cursor holds exactly the truth.
+                let truth = b.read(|b| b.truth.clone());
                 assert_eq!(
-                    acked_set(&self.cursor, &t.appended)?,
-                    t.acked,
+                    acked_set(&self.cursor, &truth.appended)?,
+                    truth.acked,
                     "after a reopen"
                 );
             }
         }
-        b.in_flight = None;
-        b.durable_in_flight = None;
+        b.update(|b| {
+            b.in_flight = None;
+            b.durable_in_flight = None;
+        });
         Ok(())
     }
 }
@@ -213,19 +249,18 @@ fn acked_set(cursor: &Cursor, appended: &[Position]) -> Result<BTreeSet<Position
     Ok(set)
 }
 
-/// Runs `ops` until the first error; returns the bounds and the session's counters.
+/// Runs `ops` until the first error, showing its bounds in `bounds`; returns the session's
+/// counters.
 fn run(
-    disk: &MemStorage,
+    storage: Arc<dyn Storage>,
     mode: PersistMode,
     ops: &[Op],
     seed: u64,
-) -> (Bounds, Option<(u64, u64)>) {
-    let mut bounds = Bounds::default();
-    let Ok((topic, cursor)) = Session::open(disk, mode) else {
-        return (bounds, None);
-    };
+    bounds: &Shown<Bounds>,
+) -> Option<(u64, u64)> {
+    let (topic, cursor) = Session::open(&storage, mode).ok()?;
     let mut s = Session {
-        disk: disk.clone(),
+        storage,
         mode,
         topic,
         cursor,
@@ -234,17 +269,14 @@ fn run(
         evictions_stored: 0,
     };
     for &op in ops {
-        if s.apply(op, &mut bounds).is_err() {
-            return (bounds, None);
-        }
+        s.apply(op, bounds).ok()?;
     }
-    let counted = s.count().ok().map(|()| (s.rollovers, s.evictions_stored));
-    (bounds, counted)
+    s.count().ok().map(|()| (s.rollovers, s.evictions_stored))
 }
 
 fn check(image: &MemStorage, mode: PersistMode, b: &Bounds, what: &str) {
-    let topic =
-        open_rolling(image, mode).unwrap_or_else(|e| panic!("{what}: topic does not open: {e}"));
+    let topic = open_rolling(Arc::new(image.clone()), mode)
+        .unwrap_or_else(|e| panic!("{what}: topic does not open: {e}"));
     let recovered = if topic.cursor_names().is_empty() {
         BTreeSet::new()
     } else {
@@ -277,33 +309,38 @@ fn check(image: &MemStorage, mode: PersistMode, b: &Bounds, what: &str) {
 
 fn power_cut_after_every_operation(mode: PersistMode, seed: u64) {
     let ops = workload(seed, 150);
-    // Debug builds check every 7th cut to stay fast; release builds (CI) check every one.
-    let clean = cut_everywhere_after(
-        Points::every_in_release(7),
-        |_| (),
-        |disk, ()| run(disk, mode, &ops, seed),
-        |disk, Cut { n, .. }, (bounds, _)| {
-            check(
-                &disk.durable_image(),
-                mode,
-                &bounds,
-                &format!("{mode:?} cut at {n}"),
-            );
+    // Every cut point's disk is checked against the bounds shown when the power went off, from
+    // one recorded run; at every 8th cut point (from an offset the crash seed picks) the
+    // workload also runs again with the power cut there, so what it does once the disk fails
+    // is checked too.
+    let crash_seed = seed_from_env("ACKSTORE_CRASH_SEED");
+    // Shown with any failure, a panic inside the workload included.
+    println!("ACKSTORE_CRASH_SEED={crash_seed}");
+    let rerun = Points {
+        from: crash_seed % RERUN_EVERY as u64,
+        step: RERUN_EVERY,
+    };
+    let clean = cut_everywhere_recorded(
+        rerun,
+        |storage, bounds| run(storage, mode, &ops, seed, bounds),
+        |disk, Cut { n, .. }, bounds| {
+            let cut = format!("{mode:?} cut at {n} (ACKSTORE_CRASH_SEED={crash_seed})");
+            check(&disk.durable_image(), mode, bounds, &cut);
             check(
                 &torn_image(disk, |unsynced| unsynced / 2),
                 mode,
-                &bounds,
-                &format!("{mode:?} cut at {n}, half the unsynced tail kept"),
+                bounds,
+                &format!("{cut}, half the unsynced tail kept"),
             );
             check(
                 &torn_image(disk, |unsynced| unsynced),
                 mode,
-                &bounds,
-                &format!("{mode:?} cut at {n}, the whole unsynced tail kept"),
+                bounds,
+                &format!("{cut}, the whole unsynced tail kept"),
             );
         },
     );
-    let (rollovers, evictions) = clean.result.1.expect("the workload runs without faults");
+    let (rollovers, evictions) = clean.result.expect("the workload runs without faults");
     assert!(
         rollovers > 0 && evictions > 0,
         "{rollovers} rollovers, {evictions} evictions"
@@ -383,4 +420,63 @@ fn a_crash_right_after_a_seek_never_brings_back_a_cleared_ack() {
         assert!(clean.result.3.is_ok());
         assert!(clean.total > 0);
     }
+}
+
+/// The recording sweep hands its check, at every cut point, what a run cut there hands it: the
+/// same durable and live bytes of every file a power cut can keep, and the same state shown,
+/// for a workload of every kind of storage operation (rewrites, an unsynced tail, a shortened
+/// file, a rename, reads).
+#[test]
+fn the_recorded_sweep_checks_the_disks_and_states_of_runs_cut_at_every_point() {
+    fn workload(storage: &Arc<dyn Storage>, done: &Shown<Vec<&'static str>>) -> Result<()> {
+        let step = |what| done.update(|d| d.push(what));
+        let a = storage.create("a")?;
+        a.write_all_at(b"hello", 0)?;
+        a.sync_data()?;
+        storage.sync_dir()?;
+        step("a durable");
+        a.write_all_at(b" world", 5)?;
+        let b = storage.create("b")?;
+        b.write_all_at(b"xyz", 0)?;
+        b.sync_data()?;
+        storage.sync_dir()?;
+        step("b durable");
+        a.set_len(3)?;
+        a.write_all_at(b"J", 0)?;
+        step("a rewritten");
+        assert_eq!(a.size()?, 3);
+        storage.rename("b", "c")?;
+        step("b renamed");
+        let mut read = [0; 3];
+        storage.open("c")?.read_exact_at(&mut read, 0)?;
+        storage.sync_dir()?;
+        step("rename durable");
+        Ok(())
+    }
+    // (files with their durable and live bytes, state), per cut point, per pass.
+    type Seen = Vec<(String, Vec<u8>, Vec<u8>)>;
+    let mut passes: BTreeMap<u64, Vec<(Seen, Vec<&'static str>)>> = BTreeMap::new();
+    let clean = cut_everywhere_recorded(
+        Points::EVERY,
+        |storage, done| workload(&storage, done),
+        |disk, Cut { n, .. }, done| {
+            let mut files = Vec::new();
+            let _ = disk.crash_image(|name, durable, live| {
+                files.push((name.to_owned(), durable.to_vec(), live.to_vec()));
+                Vec::new()
+            });
+            passes.entry(n).or_default().push((files, done.clone()));
+        },
+    );
+    clean.result.expect("the workload runs without a cut");
+    assert_eq!(clean.total, 13);
+    assert_eq!(passes.len(), 14);
+    for (n, seen) in &passes {
+        // The recorded pass, then the run cut at `n`.
+        assert_eq!(seen.len(), 2, "cut {n}");
+        assert_eq!(seen[0], seen[1], "cut {n}");
+    }
+    // The cuts reach every state: nothing shown before the first sync, everything at the end.
+    assert!(passes[&0][0].1.is_empty());
+    assert_eq!(passes[&clean.total][0].1.len(), 5);
 }

@@ -113,7 +113,9 @@ fn check_damage(disk: &MemStorage, id: u64, original: &[u8], damaged: &[u8], str
             let hit = depends_on(&layout, original, i)
                 .iter()
                 .any(|r| changed.iter().any(|at| r.contains(at)));
-            let what = format!("entry {i}, map_sealed_from {map_sealed_from}, changed {changed:?}");
+            // Formatted only for a failure: the list of changed bytes is long.
+            let what =
+                || format!("entry {i}, map_sealed_from {map_sealed_from}, changed {changed:?}");
             for (read, truth) in [
                 (
                     log.read(id, i).map(|e| (e.meta, e.payload)),
@@ -126,13 +128,13 @@ fn check_damage(disk: &MemStorage, id: u64, original: &[u8], damaged: &[u8], str
             ] {
                 match read {
                     Ok(entry) => {
-                        assert_eq!(entry, truth, "{what}: a wrong entry");
-                        assert!(!(strict && hit), "{what}: damage unnoticed");
+                        assert_eq!(entry, truth, "{}: a wrong entry", what());
+                        assert!(!(strict && hit), "{}: damage unnoticed", what());
                     }
                     Err(Error::Corrupted { .. }) => {
-                        assert!(!strict || hit, "{what}: undamaged entry refused");
+                        assert!(!strict || hit, "{}: undamaged entry refused", what());
                     }
-                    Err(e) => panic!("{what}: {e}"),
+                    Err(e) => panic!("{}: {e}", what()),
                 }
             }
         }

@@ -1,6 +1,7 @@
 //! Power cuts for the crash tests. [`cut_everywhere`] runs a workload on the in-memory disk once
 //! per storage operation, with the power lost after that operation, and hands each cut disk to a
-//! check; [`torn_image`] is what such a disk holds when part of an unsynced tail reached the
+//! check; [`cut_everywhere_recorded`] gives the check the same disks from one run of the
+//! workload; [`torn_image`] is what such a disk holds when part of an unsynced tail reached the
 //! platters.
 //!
 //! Cut point `n` lets `n` mutating storage operations (write, sync, truncate, create, remove,
@@ -10,7 +11,11 @@
 
 #![allow(dead_code, reason = "each test file uses a different subset")]
 
-use ackstore::MemStorage;
+use std::sync::{Arc, Mutex};
+
+use ackstore::{MemStorage, Storage};
+
+use super::tap::{Hook, Op, Tap};
 
 /// Where a power cut fell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,6 +106,159 @@ pub fn cut_everywhere_after<P, T>(
         check(&disk, Cut { n, total }, result);
     }
     clean
+}
+
+/// What a workload shows [`cut_everywhere_recorded`] of its progress: the state its check needs
+/// (what the application was told, what it had made durable), kept current by the workload
+/// around every call that may reach the storage. Clones share the state.
+#[derive(Debug, Default)]
+pub struct Shown<S>(Arc<Mutex<S>>);
+
+impl<S> Clone for Shown<S> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+impl<S: Clone> Shown<S> {
+    /// Changes the state. The lock is held only while `f` runs, so `f` must not call the
+    /// storage (a storage call reads the state).
+    pub fn update<R>(&self, f: impl FnOnce(&mut S) -> R) -> R {
+        f(&mut self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    /// Reads the state (the same rule as [`Shown::update`]).
+    pub fn read<R>(&self, f: impl FnOnce(&S) -> R) -> R {
+        f(&self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    /// A copy of the state.
+    pub fn get(&self) -> S {
+        self.read(S::clone)
+    }
+}
+
+/// Each file a power cut can keep (the durable directory's names), with its durable and its live
+/// bytes: everything [`MemStorage::crash_image`] reads.
+type Files = Vec<(String, Vec<u8>, Vec<u8>)>;
+
+/// The files of `disk` that a power cut now could keep.
+fn files_of(disk: &MemStorage) -> Files {
+    let mut files = Vec::new();
+    let _ = disk.crash_image(|name, durable, live| {
+        files.push((name.to_owned(), durable.to_vec(), live.to_vec()));
+        Vec::new()
+    });
+    files
+}
+
+/// A disk whose every crash image ([`MemStorage::crash_image`], so [`MemStorage::durable_image`]
+/// and [`torn_image`] too) is the one of the disk `files` were read from.
+fn disk_of(files: &Files) -> MemStorage {
+    let disk = MemStorage::new();
+    let built = (|| -> ackstore::Result<()> {
+        for (name, durable, live) in files {
+            let file = disk.create(name)?;
+            file.write_all_at(durable, 0)?;
+            file.sync_data()?;
+            if live != durable {
+                file.set_len(live.len() as u64)?;
+                file.write_all_at(live, 0)?;
+            }
+        }
+        disk.sync_dir()
+    })();
+    built.expect("a fresh in-memory disk takes every file");
+    disk
+}
+
+/// Records, at the first storage operation after each mutating one (where a power cut after
+/// that mutating operation fails the workload), the files a power cut keeps and the workload's
+/// state.
+struct Recorder<S> {
+    disk: MemStorage,
+    shown: Shown<S>,
+    /// Per cut point `n` (storage mutations before it), the files and the state.
+    cuts: Mutex<Vec<(Files, S)>>,
+}
+
+impl<S: Clone + Send> Hook for Recorder<S> {
+    fn before(&self, _: Op<'_>) -> ackstore::Result<()> {
+        let n = usize::try_from(self.disk.mutations()).expect("fits usize");
+        let mut cuts = self
+            .cuts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // The first operation at `n` mutations is the one a cut at `n` fails; every operation
+        // makes at most one mutation, so no cut point is skipped.
+        if cuts.len() == n {
+            cuts.push((files_of(&self.disk), self.shown.get()));
+        }
+        Ok(())
+    }
+}
+
+/// [`cut_everywhere`] from one run of the workload, for a deterministic workload whose check
+/// needs only what the workload shows ([`Shown`]) at the moment the power goes off: the workload
+/// runs once on a fresh disk, and at the first storage operation after each mutating one (the
+/// operation that a power cut after `n` mutations fails, reads included) the files a cut keeps
+/// and the shown state are recorded; then `check` gets, for every cut point `n` from 0 to the
+/// total, a disk whose crash images are those of the cut disk, and the state shown then.
+///
+/// What a run cut at `n` would have done after the failure (a call that returned `Ok` with the
+/// power off) is not in the record: at the cut points of `rerun` (the record's disk and state
+/// checked there too) the workload runs again with the power cut there, as
+/// [`cut_everywhere`] runs it, and `check` gets its disk and the state it showed at its end.
+/// The workload must make its storage calls through the storage it is given.
+pub fn cut_everywhere_recorded<S: Clone + Default + Send + 'static, T>(
+    rerun: Points,
+    mut workload: impl FnMut(Arc<dyn Storage>, &Shown<S>) -> T,
+    mut check: impl FnMut(&MemStorage, Cut, &S),
+) -> Clean<T> {
+    let disk = MemStorage::new();
+    let shown = Shown::<S>::default();
+    let recorder = Arc::new(Recorder {
+        disk: disk.clone(),
+        shown: shown.clone(),
+        cuts: Mutex::new(Vec::new()),
+    });
+    let result = workload(
+        Arc::new(Tap::new(Arc::new(disk.clone()), recorder.clone())),
+        &shown,
+    );
+    let total = disk.mutations();
+    let mut cuts = std::mem::take(
+        &mut *recorder
+            .cuts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    // A workload that ends right after its last mutation makes no operation at `total`.
+    if cuts.len() as u64 == total {
+        cuts.push((files_of(&disk), shown.get()));
+    }
+    assert_eq!(
+        cuts.len() as u64,
+        total + 1,
+        "a cut point without a storage operation: a mutation outside the given storage"
+    );
+    for (n, (files, state)) in (0..).zip(&cuts) {
+        check(&disk_of(files), Cut { n, total }, state);
+    }
+    for n in (rerun.from..=total).step_by(rerun.step.max(1)) {
+        let cut = MemStorage::new();
+        cut.fail_after(Some(n));
+        let shown = Shown::<S>::default();
+        workload(Arc::new(cut.clone()), &shown);
+        check(&cut, Cut { n, total }, &shown.get());
+    }
+    Clean { total, result }
 }
 
 /// The image of `disk` after a power cut in which every file keeps its durable bytes plus the

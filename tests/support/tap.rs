@@ -28,6 +28,8 @@ pub enum Op<'a> {
     Write(&'a str),
     Sync(&'a str),
     SetLen(&'a str),
+    /// A file mapped (or copied) whole for reading ([`StorageFile::map`]).
+    Map(&'a str),
 }
 
 impl Op<'_> {
@@ -48,6 +50,7 @@ impl Op<'_> {
             Op::Write(_) => "write",
             Op::Sync(_) => "sync",
             Op::SetLen(_) => "set_len",
+            Op::Map(_) => "map",
         }
     }
 
@@ -67,7 +70,8 @@ impl Op<'_> {
             | Op::Read(n)
             | Op::Write(n)
             | Op::Sync(n)
-            | Op::SetLen(n) => n,
+            | Op::SetLen(n)
+            | Op::Map(n) => n,
             Op::SyncDir => "",
         }
     }
@@ -228,7 +232,7 @@ impl StorageFile for TapFile {
         self.run(Op::SetLen(&self.name), || self.inner.set_len(len))
     }
     fn map(&self) -> ackstore::Result<Mapped> {
-        self.inner.map()
+        self.run(Op::Map(&self.name), || self.inner.map())
     }
     fn map_always(&self) -> bool {
         self.inner.map_always()
