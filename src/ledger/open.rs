@@ -282,8 +282,9 @@ pub(crate) fn open(
     let claim_cursors = journal.is_none();
 
     // The claim comes first: the topic record is claimed (linked or written by compare-and-set)
-    // before any ledger file is read, so a previous owner that still runs is fenced from here on (its next record
-    // write or ownership check fails), and whatever it synced before the claim is read below.
+    // before any ledger file is read, so a previous owner that still runs is fenced from here
+    // on (its next record write or ownership check fails), and whatever it synced before the
+    // claim is read below.
     // A store's topic was claimed with the store: it reads its record, and reserves ids on
     // first need.
     let (mut record, mut version, ids) = if claim_cursors {
@@ -898,9 +899,9 @@ fn finish_ledger(log: &EntryLog, rec: &LedgerRecord) -> Result<Option<LedgerReco
 /// record). A record of an earlier release, which carries no identity, gets this cursor's
 /// identity with the claim, written by compare-and-set, once its name shows it is this
 /// cursor's; any other record is claimed with a link ([`MetaStore::claim`]: its bytes under
-/// the next version's name, nothing written or synced), as the topic record is. A previous owner's write racing with
-/// the claim makes it read again: each previous handle has at most one such write in flight, as
-/// it checks the topic record (claimed already) before the next.
+/// the next version's name, nothing written or synced), as the topic record is. A previous
+/// owner's write racing with the claim makes it read again: each previous handle has at most
+/// one such write in flight, as it checks the topic record (claimed already) before the next.
 fn claim_record(
     meta: &dyn MetaStore,
     name: &str,
