@@ -4,7 +4,8 @@
 //! ([`HostedJournal`], format version 2 of the record), the way a store's catalog lists the
 //! store's journal (`crate::store`): the open claims the topic record (`open.rs`, rule 0),
 //! opens the journal with the listed segments and seals, seals the newest segment at its
-//! verified end and records the seal by a second compare-and-set; from then on the journal's
+//! verified end and records the seal by a compare-and-set (not when the last clean close
+//! recorded that segment at that length: its writer closed it); from then on the journal's
 //! hooks list a new segment and unlist a rolled-over one by compare-and-set of the topic record,
 //! and its owner check is the topic's (the record still at the version this handle wrote).
 //! A clean close records the newest segment's synced length. The journal's ticks run on a
@@ -62,14 +63,16 @@ pub(crate) fn open_hosted(
     let seal = journal.seal_tail();
     let segments = journal.segments();
     let mut next = listing;
-    record_seal(
-        &mut next.seals,
-        CatalogSeal {
-            segment: seal.segment,
-            len: seal.len,
-        },
-        &segments,
-    );
+    let seal = CatalogSeal {
+        segment: seal.segment,
+        len: seal.len,
+    };
+    // A seal at the length the last clean close recorded is not recorded: the segment's
+    // writer closed it, and no owner appends to a segment it did not create (the store's
+    // catalog does the same: docs/format.md, "Claim and seal").
+    if next.closed != Some(seal) {
+        record_seal(&mut next.seals, seal, &segments);
+    }
     next.segments = segments;
     // A topic whose journal never held a segment keeps a record of version 1.
     let listed = (record.journal.is_some() || next != HostedJournal::default()).then_some(next);

@@ -3,13 +3,16 @@
 //! Owns: the rules that turn whatever a crash (or a former owner still running) left behind
 //! into one consistent topic.
 //!
-//! 0. The claim comes first: the topic record is written again by compare-and-set before any
-//!    ledger file is read, and every cursor record the cursor table lists is written again
-//!    before ledger references are collected. From then on a former owner's record writes are
+//! 0. The claim comes first: the topic record is claimed before any ledger file is read, and
+//!    every cursor record the cursor table lists before ledger references are collected; a
+//!    claim is a link of the record's current version under the next version's name
+//!    ([`MetaStore::claim`], nothing written or synced), or a write by compare-and-set when the
+//!    record needs a change (a new topic, an identity, a block of ledger ids above files the
+//!    record does not account for). From then on a former owner's record writes are
 //!    refused, so what it wrote before is read below and what it writes after is never used.
 //!    A topic of a store is claimed with a link ([`MetaStore::claim`]: the record's bytes
 //!    under the next version's name, nothing written or synced): the store's claim (its
-//!    catalog written by compare-and-set when the store opened) fences every former owner of
+//!    catalog's claim by link when the store opened) fences every former owner of
 //!    every topic at once, each of the topic's record writes is bracketed by the store's
 //!    ownership check (`meta::CheckedMeta`), and the topic's claim settles a former owner's
 //!    record write still in flight. Such an open cuts no torn tail and deletes nothing before
@@ -45,8 +48,9 @@
 //!    damage that cut it short); entries beyond the count, and damage past them, were written by
 //!    a fenced owner and are ignored.
 //! 5. Ledger ids come from blocks reserved in the topic record by compare-and-set (the first
-//!    with the claim, above every id the record or the disk knows; for a topic of a store, on
-//!    first need, above the same), so no id (and no position) is ever reused, and no two owners
+//!    with a claim that writes the record, above every id the record or the disk knows; for a
+//!    topic of a store, and for a topic of its own claimed by a link, on first need, above the
+//!    same), so no id (and no position) is ever reused, and no two owners
 //!    ever create or delete a file of the same id; data ledger ids start at 1.
 //! 6. On a store no file has an id at or above the topic record's next one (rule 5 records a
 //!    block before any file of it is created, and no record write lowers the next id), and
@@ -274,12 +278,14 @@ pub(crate) fn open(
         }
         None => meta,
     };
-    // A topic of its own claims by writing its records again; a store's topic, by a link.
+    // A topic of its own claims its record and every cursor record (each by a link unless it
+    // needs a change); a store's topic, its record only, by a link.
     let claim_cursors = journal.is_none();
 
-    // The claim comes first: the topic record is written by compare-and-set before any ledger
-    // file is read, so a previous owner that still runs is fenced from here on (its next record
-    // write or ownership check fails), and whatever it synced before the claim is read below.
+    // The claim comes first: the topic record is claimed (linked or written by compare-and-set)
+    // before any ledger file is read, so a previous owner that still runs is fenced from here
+    // on (its next record write or ownership check fails), and whatever it synced before the
+    // claim is read below.
     // A store's topic was claimed with the store: it reads its record, and reserves ids on
     // first need.
     let (mut record, mut version, ids) = if claim_cursors {
@@ -743,11 +749,14 @@ fn claim_store_topic(
     }
 }
 
-/// Rules 0 and 1: writes the topic record again by compare-and-set (or creates it), with a new
-/// block of ledger ids reserved for this owner; returns it, its version and the block.
-/// `store_id`: the store whose topic this is, which the record written names (0: a topic
-/// opened on its own, which refuses a record naming a store, and one that lists a journal is
-/// refused by a store).
+/// Rules 0 and 1: claims the topic record; returns it, its version and this owner's block of
+/// ledger ids. A topic opened on its own whose record needs no change (it has its identity,
+/// and its next ledger id lies above every ledger file) is claimed with a link
+/// ([`MetaStore::claim`]: nothing written or synced), its block reserved on first need as a
+/// store's topic reserves it (an empty block here). Otherwise the record is written again by
+/// compare-and-set (or created), with a new block reserved. `store_id`: the store whose topic
+/// this is, which the record written names (0: a topic opened on its own, which refuses a
+/// record naming a store, and one that lists a journal is refused by a store).
 fn claim_topic(
     storage: &dyn Storage,
     meta: &dyn MetaStore,
@@ -795,6 +804,19 @@ fn claim_topic(
     if store_id != 0 {
         check_store_host(&next, store_id)?;
         next.store_id = store_id;
+    }
+    let unchanged = store_id == 0
+        && next.topic_id != 0
+        && next.next_ledger_id >= 1
+        && highest_file.is_none_or(|h| h < next.next_ledger_id);
+    if let (Some(version), true) = (expected, unchanged) {
+        // The claim fences every writer holding `version` from the moment the link returns;
+        // whatever this owner builds on it is written with the record's next write, whose
+        // directory sync makes the link durable too. A power cut before that leaves the record
+        // at `version` or the claimed one, the same bytes, and every holder of `version` gone
+        // with the power (docs/format.md, "Write steps of a topic").
+        let claimed = meta.claim(TOPIC_RECORD, version)?;
+        return Ok((next, claimed, (0, 0)));
     }
     if next.topic_id == 0 {
         // A new topic, or a record of an earlier release: the identity comes with the claim.
@@ -877,13 +899,14 @@ fn finish_ledger(log: &EntryLog, rec: &LedgerRecord) -> Result<Option<LedgerReco
     })))
 }
 
-/// Claims cursor record `name` (of the cursor listed as `listed` with `identity`) by writing
-/// it again by compare-and-set, so a previous owner's next write of it fails; returns what was
-/// written (`None` when there is no record). A record of an earlier release, which carries no
-/// identity, gets this cursor's identity with the claim once its name shows it is this
-/// cursor's; any other record is written again unchanged. A previous owner's write racing with
-/// the claim makes it read again: each previous handle has at most one such write in flight, as
-/// it checks the topic record (claimed already) before the next.
+/// Claims cursor record `name` (of the cursor listed as `listed` with `identity`), so a
+/// previous owner's next write of it fails; returns its bytes (`None` when there is no
+/// record). A record of an earlier release, which carries no identity, gets this cursor's
+/// identity with the claim, written by compare-and-set, once its name shows it is this
+/// cursor's; any other record is claimed with a link ([`MetaStore::claim`]: its bytes under
+/// the next version's name, nothing written or synced), as the topic record is. A previous
+/// owner's write racing with the claim makes it read again: each previous handle has at most
+/// one such write in flight, as it checks the topic record (claimed already) before the next.
 fn claim_record(
     meta: &dyn MetaStore,
     name: &str,
@@ -896,18 +919,23 @@ fn claim_record(
         let Some((version, bytes)) = meta.get(name)? else {
             return Ok(None);
         };
-        let bytes = match CursorRecord::decode(&bytes) {
+        let rewritten = match CursorRecord::decode(&bytes) {
             Ok(mut r)
                 if r.identity.is_none()
                     && r.check_identity(identity.cursor_id, listed, identity.topic_id)
                         .is_ok() =>
             {
                 r.identity = Some(identity);
-                r.encode()
+                Some(r.encode())
             }
-            _ => bytes,
+            _ => None,
         };
-        match meta.put(name, Some(version), &bytes) {
+        let claimed = match &rewritten {
+            Some(rewritten) => meta.put(name, Some(version), rewritten),
+            None => meta.claim(name, version),
+        };
+        let bytes = rewritten.unwrap_or(bytes);
+        match claimed {
             Ok(_) => return Ok(Some(bytes)),
             Err(Error::Fenced { .. }) if attempts < CLAIM_ATTEMPTS => {}
             Err(e) => return Err(e),

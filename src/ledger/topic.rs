@@ -394,7 +394,7 @@ impl TopicCore {
     }
 
     /// Fails with [`Error::Fenced`] when the topic record is no longer at the version this
-    /// handle wrote last: a newer owner opened the directory (every open writes the record),
+    /// handle wrote last: a newer owner opened the directory (every open claims the record),
     /// so this handle must not change the topic's files or records any more. One metadata
     /// read; taken before steps that touch ledger files (creating, sealing), because the
     /// record write that follows them would only be refused after the file changed.

@@ -76,8 +76,10 @@ const RECORD_SUFFIX: &str = ".meta";
 const TEMP_SUFFIX: &str = ".meta.tmp";
 /// Digits of the version in a record's file name.
 const VERSION_DIGITS: usize = 20;
-/// Names of one record past which a claim removes those below the version it claims.
-const CLAIM_NAMES: usize = 4;
+/// Names of one record past which a claim removes those below the version it claims: 1, so a
+/// claim leaves the record's version and the claimed one (older names a power cut brought back,
+/// or earlier claims left, go with it), as an open that writes nothing must leave no more.
+const CLAIM_NAMES: usize = 1;
 /// How often `get` lists the directory again when a file it listed was removed meanwhile (by
 /// another writer's cleanup, which only removes a version once a higher one exists).
 const READ_ATTEMPTS: usize = 64;

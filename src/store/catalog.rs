@@ -30,9 +30,34 @@ pub(crate) struct CatalogHandle {
 }
 
 impl CatalogHandle {
-    /// Claims the store: reads the catalog (creating an empty one in an empty directory) and
-    /// writes it again by compare-and-set, so a former owner's next catalog write is refused.
-    pub(crate) fn claim(storage: &dyn Storage, meta: Arc<dyn MetaStore>) -> Result<Self> {
+    /// Claims the store: reads the catalog and claims its record ([`MetaStore::claim`]: its
+    /// bytes linked under the next version's name, nothing written or synced), so a former
+    /// owner's next catalog write and its next ownership check fail from here on. An empty
+    /// directory gets an empty catalog, and a catalog of an earlier version its segment list,
+    /// by a write (compare-and-set) instead.
+    ///
+    /// The claim is not durable when it returns: a power cut may take the link back, which
+    /// leaves the record at the version read, the same bytes, and every process that held it
+    /// gone with the power. What this owner builds on the claim is written with the catalog's
+    /// next write, whose directory sync makes the link durable too (the seal of a former
+    /// owner's segment, before the open returns; a segment's listing, before a tick writes to
+    /// it): docs/format.md, "Store catalog", "Claim and seal".
+    pub(crate) fn claim(storage: &dyn Storage, meta: &Arc<dyn MetaStore>) -> Result<Self> {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            match Self::claim_once(storage, meta.clone()) {
+                // A former owner's catalog write landed between the read and the link: read
+                // the record again (such a writer checks its ownership before each write, so it
+                // has at most one in flight).
+                Err(Error::Fenced { .. }) if attempts < CLAIM_ATTEMPTS => {}
+                claimed => return claimed,
+            }
+        }
+    }
+
+    /// One read of the catalog and its claim (see [`CatalogHandle::claim`]).
+    fn claim_once(storage: &dyn Storage, meta: Arc<dyn MetaStore>) -> Result<Self> {
         let (expected, catalog) = if let Some((v, bytes)) = meta.get(STORE_RECORD)? {
             let catalog = Catalog::decode(&bytes).map_err(|c| c.in_record(STORE_RECORD))?;
             (Some(v), catalog)
@@ -59,7 +84,8 @@ impl CatalogHandle {
             (None, empty)
         };
         let mut catalog = catalog;
-        if catalog.segments.is_none() {
+        let upgrade = catalog.segments.is_none();
+        if upgrade {
             // A catalog of an earlier version counts every segment file: list them with the
             // claim (a former owner's segment of before the claim is as good as any).
             let mut found: Vec<u64> = storage
@@ -70,7 +96,10 @@ impl CatalogHandle {
             found.sort_unstable();
             catalog.segments = Some(found);
         }
-        let version = meta.put(STORE_RECORD, expected, &catalog.encode())?;
+        let version = match expected {
+            Some(v) if !upgrade => meta.claim(STORE_RECORD, v)?,
+            _ => meta.put(STORE_RECORD, expected, &catalog.encode())?,
+        };
         let mut ids = HashMap::with_capacity(catalog.topics.len());
         index_topics(&mut ids, &catalog.topics);
         Ok(Self {
@@ -135,9 +164,16 @@ impl CatalogHandle {
     /// segment, and `segments` as the list of segments that count (the journal's after its
     /// open), dropping the seals of segments not in it (deleted by a rollover: a sequence
     /// number is never used again). Writes nothing when that changes nothing.
+    ///
+    /// A seal at the length the last clean close recorded for the same segment is not
+    /// recorded: that segment's writer closed it and no other owner ever appends to a segment
+    /// it did not create, so nothing can lie past that length for a later open to ignore, and
+    /// every later open stops where the close did (docs/format.md, "Claim and seal").
     pub(crate) fn record_seal(&mut self, seal: CatalogSeal, segments: &[u64]) -> Result<()> {
         let mut next = self.catalog.clone();
-        record_seal(&mut next.seals, seal, segments);
+        if next.closed != Some(seal) {
+            record_seal(&mut next.seals, seal, segments);
+        }
         next.segments = Some(segments.to_vec());
         self.write(next)
     }
@@ -238,6 +274,9 @@ impl CatalogHandle {
     }
 }
 
+/// Reads of the catalog before its claim, at most.
+const CLAIM_ATTEMPTS: u32 = 8;
+
 /// Adds `topics` to `ids` by name; the first id of a name stays, as a search of the topics in
 /// creation order would find it.
 fn index_topics(ids: &mut HashMap<String, u64>, topics: &[CatalogTopic]) {
@@ -268,7 +307,7 @@ mod tests {
 
     fn claim(disk: &MemStorage) -> CatalogHandle {
         let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(Arc::new(disk.clone())));
-        CatalogHandle::claim(disk, meta).expect("claim")
+        CatalogHandle::claim(disk, &meta).expect("claim")
     }
 
     #[test]

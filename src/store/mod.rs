@@ -8,9 +8,10 @@
 //! the id the catalog gives it.
 //!
 //! Ownership is the topic rules one level up (`docs/cursors.md`, "Topics of a store"): the store
-//! takes the directory's lock once, then claims the store by writing its catalog again by
-//! compare-and-set before it opens any topic, so a former owner still running (a broken lock,
-//! shared storage) is refused its next catalog write ([`Error::Fenced`]). Every topic's ownership
+//! takes the directory's lock once, then claims the store by linking its catalog's current
+//! version under the next version's name ([`MetaStore::claim`]: nothing written or synced)
+//! before it opens any topic, so a former owner still running (a broken lock, shared storage)
+//! is refused its next catalog write ([`Error::Fenced`]). Every topic's ownership
 //! checks are the store's (the catalog version this handle wrote is still the current one: two
 //! name lookups), after each sync and around each record write, so a former owner is fenced on
 //! every topic at once, including those this owner has not opened; a topic's open only claims
@@ -20,9 +21,13 @@
 //! The claim also seals the cursor journal ([`crate::journal`], "Ownership"): after the catalog is
 //! written, the journal is opened with the seals and the segment list the catalog holds, its
 //! newest segment is sealed at its verified end, and the seal is recorded in the catalog by a
-//! second compare-and-set. Whatever a former owner appends to that segment afterwards is ignored
-//! by every later open, a segment it creates afterwards is never listed (its catalog write is
-//! refused), and this owner's ticks start a new segment, listed before it is written to.
+//! compare-and-set, durable before the open returns. Whatever a former owner appends to that
+//! segment afterwards is ignored by every later open, a segment it creates afterwards is never
+//! listed (its catalog write is refused), and this owner's ticks start a new segment, listed
+//! before it is written to. A seal at the length the last clean close recorded for that
+//! segment is not written: no owner appends to a segment it did not create, and its creator
+//! closed it, so a restart after a clean close syncs nothing (docs/format.md, "Claim and
+//! seal").
 
 mod catalog;
 mod group;
@@ -360,10 +365,11 @@ fn lock_topics(
 impl Store {
     /// Opens the store in directory `dir`, creating the directory and the store if needed.
     ///
-    /// The open takes the directory's lock and claims the store (its catalog is written again
-    /// by compare-and-set) before it opens anything, then opens the cursor journal and seals
-    /// its newest segment (a second compare-and-set of the catalog, only when the seal
-    /// changed); it opens no topic: [`Store::topic`] does, on first use.
+    /// The open takes the directory's lock and claims the store (a link of its catalog's
+    /// current version, nothing written or synced) before it opens anything, then opens the
+    /// cursor journal and seals its newest segment (a compare-and-set of the catalog, only when
+    /// the seal changes it and the last clean close did not end that segment there); it opens
+    /// no topic: [`Store::topic`] does, on first use. After a clean close it syncs nothing.
     ///
     /// # Errors
     /// [`Error::Locked`] while another store (in this process or another) holds the directory;
@@ -412,7 +418,7 @@ impl Store {
             &lock,
             &[STORE_RECORD],
         ));
-        let mut catalog = CatalogHandle::claim(storage.as_ref(), meta)?;
+        let mut catalog = CatalogHandle::claim(storage.as_ref(), &meta)?;
         let seals = journal_seals(catalog.catalog());
         let journal = Journal::open_listed(
             storage.clone(),

@@ -23,8 +23,10 @@ fn a_stale_owner_appending_while_the_new_owner_opens_leaves_every_ledger_readabl
     let first = append_n(&old, 10);
     old.sync().unwrap();
     disk.break_lock();
-    // The new owner's open holds at its first fsync (the entry log has read the ledger files by
-    // then); meanwhile the old owner appends more and syncs.
+    // The new owner's open holds at its first fsync (by then it has claimed the topic record
+    // with a link and the entry log has read the ledger files: the fsync is the record write
+    // that counts the ledger the old owner was appending to); meanwhile the old owner appends
+    // more and syncs, which its ownership check after the sync refuses (`Fenced`).
     let barriers = Arc::new((Barrier::new(2), Barrier::new(2)));
     *hooked.hooks.hold_next_sync.lock().unwrap() = Some(barriers.clone());
     let opening = {
@@ -32,8 +34,14 @@ fn a_stale_owner_appending_while_the_new_owner_opens_leaves_every_ledger_readabl
         std::thread::spawn(move || ManagedLedger::open_with_storage(storage, config(PER_LEDGER)))
     };
     barriers.0.wait();
-    let _ = append_n(&old, 7);
-    let _ = old.sync();
+    for _ in 0..7 {
+        let _ = old.append(b"late");
+    }
+    let late = old.sync();
+    assert!(
+        matches!(late, Err(ackstore::Error::Fenced { .. })),
+        "the old owner's sync after the new owner's claim: {late:?}"
+    );
     barriers.1.wait();
     let new = opening.join().unwrap().expect("the new owner opens");
     let _ = old.close();

@@ -308,3 +308,16 @@ pub fn cut_images(disk: &MemStorage) -> impl Iterator<Item = (usize, MemStorage)
     let torn = (0..=unsynced_tail(disk)).map(move |k| (k, torn_image(disk, |u| u.min(k))));
     std::iter::once((0, disk.durable_image())).chain(torn)
 }
+
+/// The two extreme images a power cut can leave of `disk` (its durable bytes alone, and every
+/// unsynced byte kept too), each checked by `verify`, which must find no damage in either (a
+/// power cut is never damage): what a restart after the cut `cut` may find.
+pub fn sound_images(disk: &MemStorage, cut: Cut) -> [std::sync::Arc<dyn ackstore::Storage>; 2] {
+    [disk.durable_image(), torn_image(disk, |u| u)].map(|image| {
+        let storage: std::sync::Arc<dyn ackstore::Storage> = std::sync::Arc::new(image);
+        let report =
+            ackstore::check::verify(&storage).unwrap_or_else(|e| panic!("{cut:?}: verify: {e}"));
+        assert!(report.is_sound(), "{cut:?}: {report}");
+        storage
+    })
+}

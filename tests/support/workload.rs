@@ -202,3 +202,41 @@ pub fn actual_messages(
     }
     Ok(out)
 }
+
+/// Every ack a crash workload made, per cursor, and those a flush that returned `Ok` covers:
+/// after any crash each cursor must answer a set between the two (never more acked than the
+/// truth; flushed means kept).
+#[derive(Debug, Clone)]
+pub struct MadeAndFlushed {
+    /// Every ack made, per cursor.
+    pub made: Vec<BTreeSet<Position>>,
+    /// The acks a flush that returned `Ok` covers, per cursor.
+    pub flushed: Vec<BTreeSet<Position>>,
+}
+
+impl MadeAndFlushed {
+    /// Cursors whose acks `durable` were made and flushed before the workload.
+    pub fn new(durable: Vec<BTreeSet<Position>>) -> Self {
+        Self {
+            made: durable.clone(),
+            flushed: durable,
+        }
+    }
+
+    /// Panics (naming `what`) unless every cursor's `answered` set lies between what it flushed
+    /// and what it made.
+    pub fn check(&self, answered: &[BTreeSet<Position>], what: &str) {
+        for (c, answered) in answered.iter().enumerate() {
+            assert!(
+                answered.is_subset(&self.made[c]),
+                "{what}: cursor {c} answers acks never made: {:?}",
+                answered.difference(&self.made[c]).collect::<Vec<_>>()
+            );
+            assert!(
+                answered.is_superset(&self.flushed[c]),
+                "{what}: cursor {c} lost flushed acks: {:?}",
+                self.flushed[c].difference(answered).collect::<Vec<_>>()
+            );
+        }
+    }
+}

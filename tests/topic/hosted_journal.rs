@@ -222,7 +222,9 @@ fn a_power_cut_at_every_step_of_a_topic_alone_opening_its_journal_keeps_the_flus
     );
     let (_, acked, opened) = clean.result;
     assert_eq!(opened.unwrap(), acked);
-    assert!(clean.total >= 3, "the open took {} writes", clean.total);
+    // After a clean close the open's writes are its claims: a link of the topic record and
+    // one of the cursor record (nothing synced); each is a cut point above.
+    assert!(clean.total >= 2, "the open took {} writes", clean.total);
 }
 
 #[test]

@@ -17,6 +17,7 @@ mod hosted_journal_owners;
 mod import_attacks;
 mod managed_ledger;
 mod open_stamps_earlier_cursor_records;
+mod open_syncs;
 mod operator_metrics_and_events;
 mod sealed_ledgers_open_on_first_use;
 mod stress_threads;

@@ -125,7 +125,9 @@ fn after_a_power_cut_at_any_operation_open_accepts_and_verify_exits_0() {
 }
 
 /// Crashes leave no garbage that outlives the next owner: after a cut at any operation, one
-/// open and close of what the disk holds leave one file per live record (no older version, no
+/// open and close of what the disk holds leave, per live record, its version and at most the
+/// one its claim linked from (an open that writes nothing claims each record with a link, and
+/// the record's next write removes the name it linked from: no other older version, no
 /// tombstone of a deleted record, no temporary file) and only ledgers a record references.
 #[test]
 fn after_a_power_cut_at_any_operation_the_next_owner_leaves_no_garbage() {
@@ -148,6 +150,20 @@ fn after_a_power_cut_at_any_operation_the_next_owner_leaves_no_garbage() {
         let live = FileMetaStore::new(Arc::new(image.clone())).list().unwrap();
         let mut records: Vec<&str> = files.iter().filter_map(|f| record_of_file(f)).collect();
         records.sort_unstable();
+        for name in &live {
+            let mut versions: Vec<u64> = files
+                .iter()
+                .filter(|f| record_of_file(f) == Some(name.as_str()))
+                .filter_map(|f| f.split('.').nth(1)?.parse().ok())
+                .collect();
+            versions.sort_unstable();
+            assert!(
+                versions.len() == 1 || (versions.len() == 2 && versions[0] + 1 == versions[1]),
+                "cut after {n} of {total} operations: record `{name}` has versions {versions:?} \
+                 (its own, and at most the one its claim linked from): {files:?}"
+            );
+        }
+        records.dedup();
         assert_eq!(
             records, live,
             "cut after {n} of {total} operations: record files {files:?}"
