@@ -24,9 +24,9 @@
 //! by every later open, a segment it creates afterwards is never listed (its catalog write is
 //! refused), and this owner's ticks start a new segment, listed before it is written to.
 
-mod catalog;
+pub mod catalog;
 mod group;
-mod space;
+pub mod space;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -302,7 +302,7 @@ impl crate::journal::flusher::Ticked for Inner {
 /// One topic name of the store: `opening` serializes opening that topic (its open may take a
 /// while, and other topics open meanwhile); `topic` is the instance, once open.
 #[derive(Debug, Default)]
-struct TopicSlot {
+pub struct TopicSlot {
     opening: Mutex<()>,
     topic: Mutex<Option<Arc<ManagedLedger>>>,
 }
@@ -522,7 +522,7 @@ impl Store {
     ///
     /// # Errors
     /// [`Error::Closed`] once the store is closed.
-    fn slot(&self, name: &str) -> Result<Arc<TopicSlot>> {
+    pub fn slot(&self, name: &str) -> Result<Arc<TopicSlot>> {
         let mut topics = self.topics();
         // Checked under the map's lock, which the close takes to set it: a slot taken before
         // is in the map when the close drains it.
@@ -536,7 +536,7 @@ impl Store {
     ///
     /// # Errors
     /// [`Error::Closed`] once the store is closed; those of [`Store::topic`].
-    fn open_in_slot(&self, name: &str, slot: &TopicSlot) -> Result<Arc<ManagedLedger>> {
+    pub fn open_in_slot(&self, name: &str, slot: &TopicSlot) -> Result<Arc<ManagedLedger>> {
         // Only this topic's slot is held while it opens: other topics open in parallel.
         let _opening = slot
             .opening
@@ -824,9 +824,6 @@ pub fn journal_listing(
 pub fn journal_seals(catalog: &crate::format::store::Catalog) -> Vec<Seal> {
     catalog.seals.iter().map(|s| Seal::from(*s)).collect()
 }
-
-#[cfg(test)]
-mod tests;
 
 fn check_topic_name(name: &str) -> Result<()> {
     if name.is_empty() || name.len() > MAX_TOPIC_NAME_LEN {

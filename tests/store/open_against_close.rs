@@ -2,8 +2,10 @@
 //! through the public calls can order at will (a thread paused between taking a topic's slot
 //! and its lock).
 
-use super::*;
-use crate::storage::MemStorage;
+use ackstore::internals::error::Error;
+use ackstore::internals::storage::MemStorage;
+use ackstore::internals::store::*;
+use std::sync::Arc;
 
 /// A topic's open that took its slot before the store's close, and the slot's lock only after
 /// the close let go of it (the opening thread paused in between), is refused: it does not open
