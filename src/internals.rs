@@ -52,3 +52,10 @@ pub mod position;
 pub use crate::storage;
 #[path = "store/mod.rs"]
 pub mod store;
+
+/// The RADOS lease's lock-step input and the outcome of a renewal, for their tests (the
+/// backend's modules stay private to `storage::rados`).
+#[cfg(feature = "rados")]
+pub mod rados_lease {
+    pub use crate::storage::rados::lease::{Renewal, lock_op_input};
+}
