@@ -59,3 +59,30 @@ pub mod store;
 pub mod rados_lease {
     pub use crate::storage::rados::lease::{Renewal, lock_op_input};
 }
+
+/// Steps of public calls taken one at a time, for the tests that order them at will: what no
+/// caller of the public API can reach (the types they name are public here only).
+pub mod steps {
+    use std::sync::Arc;
+
+    use crate::ackset::budget::BudgetLink;
+    use crate::error::Result;
+    use crate::store::TopicSlot;
+    use crate::{AckBudget, ManagedLedger, Store};
+
+    /// A new member of `budget`, with no hook yet: what a cursor holds once it joins.
+    #[must_use]
+    pub fn join_budget(budget: &AckBudget) -> BudgetLink {
+        budget.join()
+    }
+
+    /// The first step of [`Store::topic`]: the slot of topic `name`, made if missing.
+    pub fn topic_slot(store: &Store, name: &str) -> Result<Arc<TopicSlot>> {
+        store.slot(name)
+    }
+
+    /// The second step of [`Store::topic`]: the topic of `slot`, opened under the slot's lock.
+    pub fn open_in_slot(store: &Store, name: &str, slot: &TopicSlot) -> Result<Arc<ManagedLedger>> {
+        store.open_in_slot(name, slot)
+    }
+}

@@ -204,7 +204,7 @@ impl AckBudget {
     /// A new member, with no hook yet (it cannot be asked to release until
     /// [`BudgetLink::set_release`]).
     #[must_use]
-    pub fn join(&self) -> BudgetLink {
+    pub(crate) fn join(&self) -> BudgetLink {
         self.0.members.fetch_add(1, Ordering::SeqCst);
         BudgetLink {
             budget: self.clone(),

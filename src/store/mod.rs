@@ -522,7 +522,7 @@ impl Store {
     ///
     /// # Errors
     /// [`Error::Closed`] once the store is closed.
-    pub fn slot(&self, name: &str) -> Result<Arc<TopicSlot>> {
+    pub(crate) fn slot(&self, name: &str) -> Result<Arc<TopicSlot>> {
         let mut topics = self.topics();
         // Checked under the map's lock, which the close takes to set it: a slot taken before
         // is in the map when the close drains it.
@@ -536,7 +536,7 @@ impl Store {
     ///
     /// # Errors
     /// [`Error::Closed`] once the store is closed; those of [`Store::topic`].
-    pub fn open_in_slot(&self, name: &str, slot: &TopicSlot) -> Result<Arc<ManagedLedger>> {
+    pub(crate) fn open_in_slot(&self, name: &str, slot: &TopicSlot) -> Result<Arc<ManagedLedger>> {
         // Only this topic's slot is held while it opens: other topics open in parallel.
         let _opening = slot
             .opening

@@ -20,7 +20,7 @@ fn member(budget: &AckBudget) -> Arc<Member> {
         Box::new(MemPartitionStore::new()),
         usize::MAX,
     ))));
-    let link = budget.join();
+    let link = ackstore::internals::steps::join_budget(budget);
     let hook: Arc<dyn Release> = m.clone();
     link.set_release(Arc::downgrade(&hook));
     m.0.lock().unwrap().join_budget(link);
