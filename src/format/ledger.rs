@@ -462,8 +462,9 @@ pub fn decode_frame<'a>(
 /// True when every byte is zero: a zero-filled frame header marks the end of the log.
 ///
 /// No valid frame has an all-zero header: the checksum field would have to be zero and match
-/// the checksum of 40 zero bytes (a test in `tests/format/ledger_frames.rs` pins that it does not for the unseeded checksum;
-/// a seeded one is zero for one nonce in 2^32, and a zero header still reads as the end).
+/// the checksum of 40 zero bytes (`tests/format/ledger_frames.rs` pins that it does not for the
+/// unseeded checksum; a seeded one is zero for one nonce in 2^32, and a zero header still reads
+/// as the end).
 #[must_use]
 pub fn is_zero(bytes: &[u8]) -> bool {
     bytes.iter().all(|b| *b == 0)
