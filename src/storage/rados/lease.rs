@@ -375,6 +375,7 @@ pub enum Renewal {
 
 impl Renewal {
     /// The meaning of a renewal's librados return code.
+    #[must_use]
     pub fn of(ret: i32) -> Self {
         use rustix::io::Errno;
         if ret >= 0 {
@@ -403,6 +404,7 @@ impl Renewal {
 ///       | u32 lease seconds | u32 lease nanoseconds | u8 flags
 /// str: u32 length | bytes
 /// ```
+#[must_use]
 pub fn lock_op_input(cookie: &[u8], lease: Duration, flags: u8) -> Vec<u8> {
     fn put_str(out: &mut Vec<u8>, s: &[u8]) {
         out.extend_from_slice(&u32::try_from(s.len()).unwrap_or(u32::MAX).to_le_bytes());
