@@ -24,6 +24,9 @@
 
 // Without the feature, items only the command, benches or tests call are unused.
 #![cfg_attr(not(feature = "internals"), allow(dead_code, unused_imports))]
+// Modules public here only for the tests keep their docs' links to their own private items
+// (this surface is hidden from the documentation).
+#![allow(rustdoc::private_intra_doc_links)]
 
 #[path = "ackset/mod.rs"]
 pub mod ackset;
