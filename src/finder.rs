@@ -204,11 +204,11 @@ impl Layout {
             .sum()
     }
 
-    pub(crate) fn spans_mut(&mut self) -> &mut Vec<LedgerSpan> {
+    pub fn spans_mut(&mut self) -> &mut Vec<LedgerSpan> {
         &mut self.spans
     }
 
-    pub(crate) fn set_next_index(&mut self, next_index: u64) {
+    pub fn set_next_index(&mut self, next_index: u64) {
         self.next_index = next_index;
     }
 
@@ -235,17 +235,17 @@ impl Layout {
 /// its ledger), so no reader ever receives an entry a crash can take away (as
 /// `BookKeeper`'s last-add-confirmed); a topic that reads unsynced entries keeps a single layout.
 #[derive(Debug)]
-pub(crate) struct Layouts {
+pub struct Layouts {
     appended: Layout,
     /// `None` when unsynced entries are readable: readers see `appended`.
     readable: Option<Layout>,
     /// Entries appended but not readable yet, oldest first (empty when `readable` is `None`).
-    pending: VecDeque<Pending>,
+    pub pending: VecDeque<Pending>,
 }
 
 /// An appended entry that is not readable yet: what the readable layout needs to end at it.
 #[derive(Debug, Clone, Copy)]
-struct Pending {
+pub struct Pending {
     position: Position,
     index: u64,
     timestamp: u64,
@@ -254,7 +254,8 @@ struct Pending {
 impl Layouts {
     /// Views of `layout`, every entry of which is durable (what open found); with
     /// `read_unsynced`, every entry appended later is readable at once.
-    pub(crate) fn new(layout: Layout, read_unsynced: bool) -> Self {
+    #[must_use]
+    pub fn new(layout: Layout, read_unsynced: bool) -> Self {
         Self {
             readable: (!read_unsynced).then(|| layout.clone()),
             appended: layout,
@@ -268,23 +269,19 @@ impl Layouts {
     }
 
     /// Every entry appended, for an append or a new ledger (then [`Self::appended_entry`]).
-    pub(crate) fn appended_mut(&mut self) -> &mut Layout {
+    pub fn appended_mut(&mut self) -> &mut Layout {
         &mut self.appended
     }
 
     /// What readers see.
-    pub(crate) fn readable(&self) -> &Layout {
+    #[must_use]
+    pub fn readable(&self) -> &Layout {
         self.readable.as_ref().unwrap_or(&self.appended)
     }
 
     /// Records the entry just appended at `position` (message `index`, `timestamp`); returns
     /// whether it is readable at once (the topic reads unsynced entries).
-    pub(crate) fn appended_entry(
-        &mut self,
-        position: Position,
-        index: u64,
-        timestamp: u64,
-    ) -> bool {
+    pub fn appended_entry(&mut self, position: Position, index: u64, timestamp: u64) -> bool {
         if self.readable.is_none() {
             return true;
         }
@@ -298,7 +295,7 @@ impl Layouts {
 
     /// Makes readable every appended entry of the ledgers before `ledger` (sealed, so durable)
     /// and its first `synced` entries; returns whether the readable end moved.
-    pub(crate) fn reveal(&mut self, ledger: u64, synced: u64) -> bool {
+    pub fn reveal(&mut self, ledger: u64, synced: u64) -> bool {
         let Some(readable) = self.readable.as_mut() else {
             return false;
         };
@@ -420,99 +417,4 @@ pub fn find_by_timestamp(
         }
     }
     Ok(Some(Position::new(span.id, lo)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn span(id: u64, entries: u64, first_index: u64) -> LedgerSpan {
-        LedgerSpan {
-            id,
-            entries,
-            first_index,
-            first_timestamp: first_index,
-            last_timestamp: first_index + entries.saturating_sub(1),
-        }
-    }
-
-    /// Ledgers 2 (3 entries), 4 (empty), 7 (2 entries), 9 (empty).
-    fn layout() -> Layout {
-        Layout::new(
-            vec![span(2, 3, 0), span(4, 0, 3), span(7, 2, 3), span(9, 0, 5)],
-            5,
-        )
-    }
-
-    #[test]
-    fn revealing_every_pending_entry_releases_their_memory() {
-        let mut layouts = Layouts::new(Layout::new(vec![span(2, 0, 0)], 0), false);
-        for entry in 0..1_000 {
-            layouts.appended_mut().set_next_index(entry + 1);
-            if let Some(span) = layouts.appended_mut().spans_mut().last_mut() {
-                span.entries = entry + 1;
-            }
-            assert!(!layouts.appended_entry(Position::new(2, entry), entry, entry));
-        }
-        assert!(layouts.reveal(2, 600));
-        assert!(
-            layouts.pending.capacity() >= 400,
-            "400 entries still pending"
-        );
-        assert!(layouts.reveal(2, 1_000));
-        assert_eq!(layouts.readable().end(), Position::new(2, 1_000));
-        assert_eq!(layouts.pending.capacity(), 0);
-    }
-
-    #[test]
-    fn stepping_skips_empty_ledgers_and_gaps_in_ids() {
-        let l = layout();
-        assert_eq!(l.first_entry(), Some(Position::new(2, 0)));
-        assert_eq!(l.last_entry(), Some(Position::new(7, 1)));
-        assert_eq!(l.end(), Position::new(7, 2));
-        assert_eq!(l.after(Position::new(2, 2)), Some(Position::new(7, 0)));
-        assert_eq!(l.after(Position::new(3, 0)), Some(Position::new(7, 0)));
-        assert_eq!(
-            l.after(Position::new(2, u64::MAX)),
-            Some(Position::new(7, 0))
-        );
-        assert_eq!(l.after(Position::new(7, 1)), None);
-        assert_eq!(l.after_mark(None), Some(Position::new(2, 0)));
-        assert_eq!(l.before(Position::new(7, 0)), Some(Position::new(2, 2)));
-        assert_eq!(l.before(Position::new(5, 9)), Some(Position::new(2, 2)));
-        assert_eq!(l.before(Position::new(7, 99)), Some(Position::new(7, 1)));
-        assert_eq!(l.before(Position::new(2, 0)), None);
-        assert_eq!(
-            l.at_or_after(Position::new(0, 5)),
-            Some(Position::new(2, 0))
-        );
-        assert_eq!(
-            l.at_or_after(Position::new(2, 3)),
-            Some(Position::new(7, 0))
-        );
-        assert_eq!(l.at_or_after(Position::new(8, 0)), None);
-    }
-
-    #[test]
-    fn counts_after_a_mark_span_ledgers() {
-        let l = layout();
-        assert_eq!(l.count_after(None), 5);
-        assert_eq!(l.count_after(Some(Position::new(2, 0))), 4);
-        assert_eq!(l.count_after(Some(Position::new(2, 2))), 2);
-        assert_eq!(l.count_after(Some(Position::new(1, 7))), 5);
-        assert_eq!(l.count_after(Some(Position::new(7, 1))), 0);
-        assert_eq!(l.count_after(Some(Position::new(8, 0))), 0);
-        assert!(l.contains(Position::new(7, 1)));
-        assert!(!l.contains(Position::new(7, 2)));
-        assert!(!l.contains(Position::new(4, 0)));
-    }
-
-    #[test]
-    fn an_empty_layout_has_no_entries() {
-        let l = Layout::default();
-        assert_eq!(l.first_entry(), None);
-        assert_eq!(l.end(), Position::default());
-        assert_eq!(l.after_mark(None), None);
-        assert_eq!(l.first_index(), 0);
-    }
 }

@@ -24,6 +24,9 @@
 
 // Without the feature, items only the command, benches or tests call are unused.
 #![cfg_attr(not(feature = "internals"), allow(dead_code, unused_imports))]
+// Modules public here only for the tests keep their docs' links to their own private items
+// (this surface is hidden from the documentation).
+#![allow(rustdoc::private_intra_doc_links)]
 
 #[path = "ackset/mod.rs"]
 pub mod ackset;
@@ -52,3 +55,37 @@ pub mod position;
 pub use crate::storage;
 #[path = "store/mod.rs"]
 pub mod store;
+
+/// The RADOS lease's lock-step input and the outcome of a renewal, for their tests (the
+/// backend's modules stay private to `storage::rados`).
+#[cfg(feature = "rados")]
+pub mod rados_lease {
+    pub use crate::storage::rados::lease::{Renewal, lock_op_input};
+}
+
+/// Steps of public calls taken one at a time, for the tests that order them at will: what no
+/// caller of the public API can reach (the types they name are public here only).
+pub mod steps {
+    use std::sync::Arc;
+
+    use crate::ackset::budget::BudgetLink;
+    use crate::error::Result;
+    use crate::store::TopicSlot;
+    use crate::{AckBudget, ManagedLedger, Store};
+
+    /// A new member of `budget`, with no hook yet: what a cursor holds once it joins.
+    #[must_use]
+    pub fn join_budget(budget: &AckBudget) -> BudgetLink {
+        budget.join()
+    }
+
+    /// The first step of [`Store::topic`]: the slot of topic `name`, made if missing.
+    pub fn topic_slot(store: &Store, name: &str) -> Result<Arc<TopicSlot>> {
+        store.slot(name)
+    }
+
+    /// The second step of [`Store::topic`]: the topic of `slot`, opened under the slot's lock.
+    pub fn open_in_slot(store: &Store, name: &str, slot: &TopicSlot) -> Result<Arc<ManagedLedger>> {
+        store.open_in_slot(name, slot)
+    }
+}

@@ -46,7 +46,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 /// What a member of an [`AckBudget`] does when another member needs memory: release up to
 /// `bytes` of its resident ack state of the kind asked for without blocking (a busy member
 /// releases nothing), and return how many bytes it released.
-pub(crate) trait Release: Send + Sync {
+pub trait Release: Send + Sync {
     /// Releases up to `bytes` bytes of `what` (at least that many if it can), never blocking
     /// on a lock.
     fn try_release(&self, bytes: usize, what: Releasable) -> usize;
@@ -54,7 +54,7 @@ pub(crate) trait Release: Send + Sync {
 
 /// Which of its resident memory a member is asked to release.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Releasable {
+pub enum Releasable {
     /// Partitions whose persisted copy is current: dropping them writes nothing.
     Saved,
     /// Anything, saved partitions first; a partition the store does not hold is written out
@@ -229,7 +229,7 @@ impl AckBudget {
 
 /// One member's place in an [`AckBudget`]; leaving (dropping it) takes its bytes off the
 /// total.
-pub(crate) struct BudgetLink {
+pub struct BudgetLink {
     budget: AckBudget,
     member: Arc<Member>,
 }
@@ -251,7 +251,7 @@ impl BudgetLink {
 
     /// Sets the hook other members call to ask this one to release memory (once; a second
     /// hook is ignored).
-    pub(crate) fn set_release(&self, hook: Weak<dyn Release>) {
+    pub fn set_release(&self, hook: Weak<dyn Release>) {
         let _ = self.member.hook.set(hook);
     }
 
@@ -412,136 +412,5 @@ impl Drop for BudgetLink {
         let old = self.member.resident.swap(0, Ordering::SeqCst);
         shared.total.fetch_sub(old, Ordering::SeqCst);
         shared.members.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::ackset::{MAX_PARTITION_BYTES, MemPartitionStore, RangeSetWrapper};
-    use crate::position::Position;
-
-    /// A member as a cursor makes one: its set behind a lock the hook only tries.
-    struct Member(Mutex<RangeSetWrapper>);
-
-    impl Release for Member {
-        fn try_release(&self, bytes: usize, what: Releasable) -> usize {
-            self.0.try_lock().map_or(0, |mut w| w.release(bytes, what))
-        }
-    }
-
-    fn member(budget: &AckBudget) -> Arc<Member> {
-        let m = Arc::new(Member(Mutex::new(RangeSetWrapper::new(
-            Box::new(MemPartitionStore::new()),
-            usize::MAX,
-        ))));
-        let link = budget.join();
-        let hook: Arc<dyn Release> = m.clone();
-        link.set_release(Arc::downgrade(&hook));
-        m.0.lock().unwrap().join_budget(link);
-        m
-    }
-
-    /// Acks one entry in each of `ledgers` (one partition each).
-    fn fill(m: &Member, ledgers: std::ops::Range<u64>) {
-        let mut w = m.0.lock().unwrap();
-        for l in ledgers {
-            w.add(Position::new(l, 1)).unwrap();
-        }
-    }
-
-    fn resident(m: &Member) -> usize {
-        m.0.lock().unwrap().stats().resident_bytes
-    }
-
-    #[test]
-    fn an_idle_member_gives_its_memory_to_another_members_growth() {
-        let budget = AckBudget::new(4096);
-        let a = member(&budget);
-        let b = member(&budget);
-        fill(&a, 1..12);
-        let held = resident(&a);
-        assert!(held > 2048, "{held}");
-        fill(&b, 100..112);
-        let s = budget.stats();
-        assert!(s.resident_bytes <= 4096 + MAX_PARTITION_BYTES, "{s:?}");
-        assert!(resident(&a) < held, "a kept everything: {s:?}");
-        assert!(s.released_bytes > 0);
-        assert_eq!(s.resident_bytes, resident(&a) + resident(&b));
-        // Every ack is still there, loaded back from the store.
-        let mut w = a.0.lock().unwrap();
-        assert_eq!(w.ranges().unwrap().len(), 11);
-    }
-
-    #[test]
-    fn a_busy_member_is_skipped_not_waited_for() {
-        let budget = AckBudget::new(2048);
-        let a = member(&budget);
-        let b = member(&budget);
-        fill(&a, 1..12);
-        let held = resident(&a);
-        // `a` is busy: its lock is held while `b` grows. `b` must not wait for it.
-        let guard = a.0.lock().unwrap();
-        fill(&b, 100..112);
-        let s = budget.stats();
-        assert!(s.busy > 0, "{s:?}");
-        assert_eq!(guard.stats().resident_bytes, held);
-        drop(guard);
-        // `a`'s next operation brings the total back, asking the now idle `b`.
-        fill(&a, 12..13);
-        let s = budget.stats();
-        assert!(s.resident_bytes <= 2048 + MAX_PARTITION_BYTES, "{s:?}");
-    }
-
-    #[test]
-    fn the_least_recently_used_member_is_asked_first() {
-        // What a member holding four partitions holds, measured on a budget of its own.
-        let probe = member(&AckBudget::new(1 << 20));
-        fill(&probe, 0..4);
-        let each = resident(&probe);
-        // Four such members fill the budget exactly, used in the order 0, 1, 2, 3.
-        let budget = AckBudget::new(4 * each);
-        let members: Vec<_> = (0..4).map(|_| member(&budget)).collect();
-        for (i, m) in members.iter().enumerate() {
-            let base = 100 * i as u64;
-            fill(m, base..base + 4);
-        }
-        assert_eq!(budget.stats().resident_bytes, 4 * each);
-        // A fifth member grows by one partition, less than the first member holds: only the
-        // first is asked.
-        let grower = member(&budget);
-        fill(&grower, 1000..1001);
-        let after: Vec<usize> = members.iter().map(|m| resident(m)).collect();
-        assert!(after[0] < each, "{each} -> {after:?}");
-        assert_eq!(&after[1..], &[each; 3], "{each} -> {after:?}");
-    }
-
-    #[test]
-    fn members_that_left_or_hold_nothing_are_never_asked() {
-        let budget = AckBudget::new(4096);
-        let gone = member(&budget);
-        fill(&gone, 1..12);
-        drop(gone);
-        let idle: Vec<_> = (0..100).map(|_| member(&budget)).collect();
-        let a = member(&budget);
-        fill(&a, 1..12);
-        let b = member(&budget);
-        fill(&b, 100..112);
-        let s = budget.stats();
-        assert_eq!(s.members, idle.len() + 2, "{s:?}");
-        assert_eq!(s.busy, 0, "a member with nothing was asked: {s:?}");
-        assert!(s.released_bytes > 0, "{s:?}");
-        assert!(s.resident_bytes <= 4096 + MAX_PARTITION_BYTES, "{s:?}");
-    }
-
-    #[test]
-    fn a_member_that_leaves_takes_its_bytes_off_the_total() {
-        let budget = AckBudget::new(1 << 20);
-        let a = member(&budget);
-        fill(&a, 1..5);
-        assert!(budget.stats().resident_bytes > 0);
-        drop(a);
-        let s = budget.stats();
-        assert_eq!((s.resident_bytes, s.members), (0, 0), "{s:?}");
     }
 }

@@ -27,11 +27,11 @@
 //! values below `2^PARTITION_BITS`; ranges join across chunk boundaries within a ledger, so
 //! every reported range is maximal.
 
-mod budget;
-mod resident;
-mod set;
-mod store;
-mod wrapper;
+pub mod budget;
+pub mod resident;
+pub mod set;
+pub mod store;
+pub mod wrapper;
 
 pub mod pulsar;
 
@@ -70,23 +70,23 @@ const ARRAY_LIMIT: usize = 4096;
 const BITMAP_CONTAINER_BYTES: usize = 8192;
 
 /// The largest offset within a partition.
-const LAST_OFFSET: u32 = u32::MAX >> (32 - PARTITION_BITS);
+pub const LAST_OFFSET: u32 = u32::MAX >> (32 - PARTITION_BITS);
 
 /// What a resident partition is charged against the budget: an upper bound of the heap its bitmap
 /// holds, plus [`PARTITION_OVERHEAD_BYTES`]. Charging the serialized size instead would be up to
 /// 2x low, as roaring's vectors grow by doubling and keep their capacity when values go.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Charge {
+pub struct Charge {
     /// Bytes charged.
-    bytes: usize,
+    pub bytes: usize,
     /// The most runs the partition's run container has held since it became one (0 when it is
     /// not one): the run vector's capacity is at most twice that, as it only grows by doubling.
-    run_peak: usize,
+    pub run_peak: usize,
     /// The container is a bitmap (8 KiB whatever it holds).
-    bitmap_container: bool,
+    pub bitmap_container: bool,
     /// The capacity, in values, of the array container (0 when it is not one): up to this many
     /// values it holds without reallocating.
-    array_capacity: usize,
+    pub array_capacity: usize,
 }
 
 impl Charge {
@@ -97,7 +97,8 @@ impl Charge {
     /// - run container: roaring reports only the number of runs, and merging runs shrinks it but
     ///   not the vector, so it is charged at twice the most runs held since it became a run
     ///   container (at least the 4 a vector first allocates).
-    fn of(bitmap: &RoaringBitmap, before: Charge) -> Self {
+    #[must_use]
+    pub fn of(bitmap: &RoaringBitmap, before: Charge) -> Self {
         let stats = bitmap.statistics();
         let array = usize::try_from(stats.n_bytes_array_containers / 2).unwrap_or(usize::MAX);
         let bitmaps = stats.n_bitset_containers as usize * BITMAP_CONTAINER_BYTES;
@@ -129,7 +130,14 @@ impl Charge {
     /// it one run), and an array container that gained one value by `insert` and holds no more
     /// than its capacity and the array limit was neither reallocated (a vector grows only past
     /// its capacity) nor converted, so it is charged as before.
-    fn after_change(self, bitmap: &RoaringBitmap, len: u64, grew: bool, one_insert: bool) -> Self {
+    #[must_use]
+    pub fn after_change(
+        self,
+        bitmap: &RoaringBitmap,
+        len: u64,
+        grew: bool,
+        one_insert: bool,
+    ) -> Self {
         let same_array = one_insert && len <= self.array_capacity.min(ARRAY_LIMIT) as u64;
         if grew && ((self.bitmap_container && len < PARTITION_SPAN) || same_array) {
             self
@@ -142,7 +150,7 @@ impl Charge {
 /// Keeps a partition bitmap compact after a change: a full partition collapses to one run, and a
 /// run container that outgrew the largest plain form is converted back (roaring leaves both as
 /// they are on insert).
-fn settle(bitmap: &mut RoaringBitmap) {
+pub fn settle(bitmap: &mut RoaringBitmap) {
     settle_len(bitmap, bitmap.len());
 }
 
@@ -157,7 +165,7 @@ fn settle_len(bitmap: &mut RoaringBitmap, len: u64) {
 /// [`settle`] after a change that grew a partition charged `before` by one value, to `len`
 /// values: inserting one value never makes an array or bitmap container a run container, so
 /// only a full partition or a run container needs looking at.
-fn settle_after_insert(bitmap: &mut RoaringBitmap, before: Charge, len: u64) {
+pub fn settle_after_insert(bitmap: &mut RoaringBitmap, before: Charge, len: u64) {
     if before.run_peak > 0 || len == PARTITION_SPAN {
         settle_len(bitmap, len);
     }
@@ -166,7 +174,8 @@ fn settle_after_insert(bitmap: &mut RoaringBitmap, before: Charge, len: u64) {
 /// The offsets of `key`'s partition that lie in `[from, to]`: `None` when the partition is
 /// entirely inside, else the clipped local bounds. The caller only asks for keys between
 /// `PartitionKey::of(from)` and `PartitionKey::of(to)`.
-fn clip(key: PartitionKey, from: Position, to: Position) -> Option<(u32, u32)> {
+#[must_use]
+pub fn clip(key: PartitionKey, from: Position, to: Position) -> Option<(u32, u32)> {
     let lo = if key == PartitionKey::of(from) {
         PartitionKey::offset_of(from.entry_id)
     } else {
@@ -207,7 +216,7 @@ fn chunks(ledger_id: u64, first: u64, last: u64) -> impl Iterator<Item = (Partit
 
 /// Direction in which partitions are visited.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Direction {
+pub enum Direction {
     Ascending,
     Descending,
 }
@@ -216,13 +225,14 @@ enum Direction {
 /// a run that continues the pending range in the same ledger extends it (this only happens across
 /// a chunk boundary, as runs within a bitmap are already maximal).
 #[derive(Debug)]
-struct RangeJoiner {
+pub struct RangeJoiner {
     direction: Direction,
     pending: Option<AckRange>,
 }
 
 impl RangeJoiner {
-    fn new(direction: Direction) -> Self {
+    #[must_use]
+    pub fn new(direction: Direction) -> Self {
         Self {
             direction,
             pending: None,
@@ -230,7 +240,7 @@ impl RangeJoiner {
     }
 
     /// Adds the run `lo..=hi` of `key`'s partition; returns a range that is now complete.
-    fn push(&mut self, key: PartitionKey, lo: u32, hi: u32) -> Option<AckRange> {
+    pub fn push(&mut self, key: PartitionKey, lo: u32, hi: u32) -> Option<AckRange> {
         let (first, last) = (key.position(lo), key.position(hi));
         let Some((p_first, p_last)) = self.pending else {
             self.pending = Some((first, last));
@@ -290,115 +300,7 @@ impl RangeJoiner {
     }
 
     /// Takes the last pending range.
-    fn finish(&mut self) -> Option<AckRange> {
+    pub fn finish(&mut self) -> Option<AckRange> {
         self.pending.take()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn key(ledger_id: u64, chunk: u64) -> PartitionKey {
-        PartitionKey { ledger_id, chunk }
-    }
-
-    #[test]
-    fn joiner_joins_across_chunks_but_never_across_ledgers() {
-        let top = LAST_OFFSET;
-        let mut j = RangeJoiner::new(Direction::Ascending);
-        assert_eq!(j.push(key(1, 0), 5, top), None);
-        assert_eq!(j.push(key(1, 1), 0, 3), None);
-        let first = j.push(key(2, 0), 0, 0);
-        assert_eq!(first, Some((Position::new(1, 5), Position::new(1, 65539))));
-        assert_eq!(j.finish(), Some((Position::new(2, 0), Position::new(2, 0))));
-
-        let mut j = RangeJoiner::new(Direction::Descending);
-        assert_eq!(j.push(key(1, 1), 0, 3), None);
-        assert_eq!(j.push(key(1, 0), 5, top), None);
-        assert_eq!(
-            j.push(key(0, 0), top, top),
-            Some((Position::new(1, 5), Position::new(1, 65539)))
-        );
-    }
-
-    #[test]
-    fn clip_reports_whole_partitions_as_none() {
-        let from = Position::new(1, 10);
-        let to = Position::new(1, 3 << 16);
-        assert_eq!(clip(key(1, 0), from, to), Some((10, 65535)));
-        assert_eq!(clip(key(1, 1), from, to), None);
-        assert_eq!(clip(key(1, 3), from, to), Some((0, 0)));
-    }
-
-    #[test]
-    fn charge_keeps_the_capacity_that_removed_values_leave_behind() {
-        let mut b: RoaringBitmap = (0..4000).map(|v| v * 2).collect();
-        let full = Charge::of(&b, Charge::default());
-        assert!(full.bytes >= 8000 + PARTITION_OVERHEAD_BYTES);
-        b.remove_range(..7990);
-        assert_eq!(b.len(), 5);
-        assert_eq!(Charge::of(&b, full), full, "the array keeps its capacity");
-        assert!(Charge::of(&b.clone(), Charge::default()).bytes < 64 + PARTITION_OVERHEAD_BYTES);
-    }
-
-    #[test]
-    fn charge_after_single_inserts_equals_the_charge_from_statistics() {
-        // Array growth through every reallocation, the conversion to a bitmap container, a
-        // full partition made one run by settle, and inserts into a run container.
-        let mut b = RoaringBitmap::new();
-        let mut charge = Charge::of(&b, Charge::default());
-        let insert = |b: &mut RoaringBitmap, v: u32, charge: &mut Charge| {
-            let before = *charge;
-            assert!(b.insert(v));
-            settle_after_insert(b, before, b.len());
-            *charge = before.after_change(b, b.len(), true, true);
-            assert_eq!(*charge, Charge::of(b, before), "after inserting {v}");
-        };
-        for v in (0..1 << 16).step_by(3) {
-            insert(&mut b, v, &mut charge);
-        }
-        for v in 0..1 << 16 {
-            if !b.contains(v) {
-                insert(&mut b, v, &mut charge);
-            }
-        }
-        assert_eq!(b.len(), PARTITION_SPAN);
-        assert!(b.serialized_size() < 32, "settled to one run");
-        let mut r = RoaringBitmap::new();
-        r.insert_range(0..=9);
-        r.optimize();
-        let mut charge = Charge::of(&r, Charge::default());
-        for v in (20..400).step_by(2) {
-            insert(&mut r, v, &mut charge);
-        }
-    }
-
-    #[test]
-    fn charge_of_a_run_container_survives_merging_runs() {
-        let mut b = RoaringBitmap::new();
-        b.insert_range(0..=9);
-        let mut charge = Charge::of(&b, Charge::default());
-        for v in (20..2000).step_by(2) {
-            b.insert(v);
-            charge = Charge::of(&b, charge);
-        }
-        assert_eq!(charge.run_peak, 991);
-        for v in (21..2000).step_by(2) {
-            b.insert(v);
-            charge = Charge::of(&b, charge);
-        }
-        assert_eq!(b.statistics().n_run_containers, 1);
-        assert_eq!(charge.run_peak, 991, "merged runs leave the vector as long");
-        assert!(charge.bytes >= 2 * 991 * 4);
-        assert!(charge.bytes <= MAX_PARTITION_BYTES);
-    }
-
-    #[test]
-    fn settle_collapses_a_full_partition_to_one_run() {
-        let mut b: RoaringBitmap = (0..1 << 16).collect();
-        assert!(b.serialized_size() > 8192);
-        settle(&mut b);
-        assert!(b.serialized_size() < 32);
     }
 }

@@ -25,10 +25,10 @@ use super::{Charge, PARTITION_OVERHEAD_BYTES, PartitionKey};
 const NIL: u32 = u32::MAX;
 
 /// Bytes of one slot of the slab.
-const SLOT_BYTES: usize = size_of::<Resident>();
+pub const SLOT_BYTES: usize = size_of::<Resident>();
 
 /// Bytes of one place of the table.
-const TABLE_PLACE_BYTES: usize = size_of::<u32>();
+pub const TABLE_PLACE_BYTES: usize = size_of::<u32>();
 
 /// A slab of at most this many slots has no table: a lookup compares every slot's key.
 const UNINDEXED_SLOTS: usize = 4;
@@ -42,7 +42,7 @@ const _: () = assert!(CONTAINER_VEC_BYTES + SLOT_BYTES <= PARTITION_OVERHEAD_BYT
 
 /// The recency lists a resident partition other than the hot one is in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum List {
+pub enum List {
     /// The store holds the partition's contents: evicting it drops it.
     Saved = 0,
     /// The store does not hold them: evicting it stores it first.
@@ -62,10 +62,10 @@ enum Place {
 
 /// A resident partition's bitmap and flags, in its slot of the slab.
 #[derive(Debug)]
-pub(super) struct Resident {
+pub struct Resident {
     pub(super) bitmap: RoaringBitmap,
     /// What the partition is charged against the budget.
-    pub(super) charge: Charge,
+    pub charge: Charge,
     /// The bitmap's cardinality (at most `PARTITION_SPAN`), kept beside it: counting a run
     /// container's values walks its runs.
     pub(super) len: u32,
@@ -73,7 +73,7 @@ pub(super) struct Resident {
     pub(super) unsaved: bool,
     /// Changed since the last `mark_clean`.
     pub(super) dirty: bool,
-    key: PartitionKey,
+    pub key: PartitionKey,
     /// In a list, the next less recently used slot; in the free chain, the next free slot.
     older: u32,
     /// In a list, the next more recently used slot.
@@ -83,7 +83,8 @@ pub(super) struct Resident {
 
 impl Resident {
     /// `bitmap` of partition `key`, charged `charge`, about to become resident.
-    pub(super) fn new(
+    #[must_use]
+    pub fn new(
         key: PartitionKey,
         bitmap: RoaringBitmap,
         charge: Charge,
@@ -140,11 +141,11 @@ impl Ends {
 
 /// Resident partitions in a slab of slots (see the module docs).
 #[derive(Debug)]
-pub(super) struct Residents {
-    slots: Vec<Resident>,
+pub struct Residents {
+    pub slots: Vec<Resident>,
     /// Open addressing with linear probing over the occupied slots, by key; at least twice as
     /// many places as the slab has slots (a power of two), so probes stay short.
-    table: Vec<u32>,
+    pub table: Vec<u32>,
     /// The first free slot, chained through `older`.
     free: u32,
     occupied: usize,
@@ -157,7 +158,9 @@ fn at(slot: u32) -> usize {
 }
 
 impl Residents {
-    pub(super) fn new() -> Self {
+    #[must_use]
+    #[allow(clippy::new_without_default, reason = "built by its owner only")]
+    pub fn new() -> Self {
         Self {
             slots: Vec::new(),
             table: Vec::new(),
@@ -169,28 +172,37 @@ impl Residents {
     }
 
     /// Resident partitions, the hot one included.
-    pub(super) fn len(&self) -> usize {
+    #[must_use]
+    #[allow(
+        clippy::len_without_is_empty,
+        reason = "a count the tests read; emptiness is never asked"
+    )]
+    pub fn len(&self) -> usize {
         self.occupied
     }
 
     /// Partitions in `list`.
-    pub(super) fn list_len(&self, list: List) -> usize {
+    #[must_use]
+    pub fn list_len(&self, list: List) -> usize {
         self.lists[list as usize].len
     }
 
     /// Bytes charged for the partitions in `list`.
-    pub(super) fn list_bytes(&self, list: List) -> usize {
+    #[must_use]
+    pub fn list_bytes(&self, list: List) -> usize {
         self.lists[list as usize].bytes
     }
 
     /// Bytes of the slab's slots that hold no partition and of the table.
-    pub(super) fn overhead_bytes(&self) -> usize {
+    #[must_use]
+    pub fn overhead_bytes(&self) -> usize {
         (self.slots.capacity() - self.occupied) * SLOT_BYTES
             + self.table.capacity() * TABLE_PLACE_BYTES
     }
 
     /// The hot partition's slot, if `key` is the hot partition.
-    pub(super) fn hot_slot(&self, key: PartitionKey) -> Option<u32> {
+    #[must_use]
+    pub fn hot_slot(&self, key: PartitionKey) -> Option<u32> {
         self.slots
             .get(at(self.hot))
             .is_some_and(|s| s.key == key)
@@ -203,7 +215,8 @@ impl Residents {
     }
 
     /// The slot of `key`'s partition, if it is resident.
-    pub(super) fn find(&self, key: PartitionKey) -> Option<u32> {
+    #[must_use]
+    pub fn find(&self, key: PartitionKey) -> Option<u32> {
         if self.table.is_empty() {
             let found = self
                 .slots
@@ -236,12 +249,14 @@ impl Residents {
     }
 
     /// The key of the partition in `slot` (which holds one).
-    pub(super) fn key(&self, slot: u32) -> PartitionKey {
+    #[must_use]
+    pub fn key(&self, slot: u32) -> PartitionKey {
         self.slots[at(slot)].key
     }
 
     /// The list `slot` is in (`None` for the hot partition).
-    pub(super) fn list_of(&self, slot: u32) -> Option<List> {
+    #[must_use]
+    pub fn list_of(&self, slot: u32) -> Option<List> {
         match self.slots[at(slot)].place {
             Place::Listed(list) => Some(list),
             Place::Hot | Place::Free => None,
@@ -249,13 +264,15 @@ impl Residents {
     }
 
     /// The least recently used partition of `list`.
-    pub(super) fn oldest(&self, list: List) -> Option<u32> {
+    #[must_use]
+    pub fn oldest(&self, list: List) -> Option<u32> {
         let oldest = self.lists[list as usize].oldest;
         (oldest != NIL).then_some(oldest)
     }
 
     /// The slots of `list`, most recently used first.
-    pub(super) fn slots_of(&self, list: List) -> Vec<u32> {
+    #[must_use]
+    pub fn slots_of(&self, list: List) -> Vec<u32> {
         let mut out = Vec::with_capacity(self.list_len(list));
         let mut next = self.lists[list as usize].newest;
         while next != NIL {
@@ -283,7 +300,7 @@ impl Residents {
     /// Puts a partition in a free slot as the hot one (there is none: [`Self::retire_hot`]
     /// first); returns its slot. Allocates only when no slot is free (see
     /// [`Self::reserve_one`]).
-    pub(super) fn insert_hot(&mut self, mut resident: Resident) -> u32 {
+    pub fn insert_hot(&mut self, mut resident: Resident) -> u32 {
         debug_assert_eq!(self.hot, NIL, "the hot partition was retired first");
         self.reserve_one();
         if self.slots.capacity() == 0 {
@@ -313,7 +330,7 @@ impl Residents {
 
     /// Makes the partition in `slot` (resident, in a list) the hot one; there is none
     /// ([`Self::retire_hot`] first).
-    pub(super) fn make_hot(&mut self, slot: u32) {
+    pub fn make_hot(&mut self, slot: u32) {
         debug_assert_eq!(self.hot, NIL, "the hot partition was retired first");
         self.unlink(slot);
         self.slots[at(slot)].place = Place::Hot;
@@ -322,7 +339,7 @@ impl Residents {
 
     /// Puts the hot partition, if any, in its list ([`List::Unsaved`] or [`List::Saved`] by
     /// its flag) as the most recently used entry.
-    pub(super) fn retire_hot(&mut self) {
+    pub fn retire_hot(&mut self) {
         let hot = std::mem::replace(&mut self.hot, NIL);
         if hot != NIL {
             let list = if self.slots[at(hot)].unsaved {
@@ -336,13 +353,13 @@ impl Residents {
 
     /// Moves the partition in `slot` (not the hot one) to `list`, as its most recently used
     /// entry if `newest`, else as its least recently used one.
-    pub(super) fn relist(&mut self, slot: u32, list: List, newest: bool) {
+    pub fn relist(&mut self, slot: u32, list: List, newest: bool) {
         self.unlink(slot);
         self.link(slot, list, newest);
     }
 
     /// Takes the partition out of `slot` (hot or listed); the slot becomes free.
-    pub(super) fn remove(&mut self, slot: u32) -> Resident {
+    pub fn remove(&mut self, slot: u32) -> Resident {
         if self.hot == slot {
             self.hot = NIL;
         } else {
@@ -357,7 +374,7 @@ impl Residents {
 
     /// Gives the slab's spare slots and the table's spare places back when the slab holds no
     /// partition but the hot one (which moves to the first slot).
-    pub(super) fn shrink(&mut self) {
+    pub fn shrink(&mut self) {
         if self.occupied > usize::from(self.hot != NIL) || self.slots.capacity() == self.occupied {
             return;
         }
@@ -500,143 +517,5 @@ impl Residents {
         }
         ends.len += 1;
         ends.bytes += bytes;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn key(ledger_id: u64) -> PartitionKey {
-        PartitionKey {
-            ledger_id,
-            chunk: 0,
-        }
-    }
-
-    fn resident(ledger_id: u64, unsaved: bool, bytes: usize) -> Resident {
-        let charge = Charge {
-            bytes,
-            ..Charge::default()
-        };
-        Resident::new(key(ledger_id), RoaringBitmap::new(), charge, unsaved, false)
-    }
-
-    fn keys(r: &Residents, list: List) -> Vec<u64> {
-        r.slots_of(list)
-            .into_iter()
-            .map(|s| r.key(s).ledger_id)
-            .collect()
-    }
-
-    #[test]
-    fn lists_keep_recency_and_bytes_through_hot_changes_moves_and_removals() {
-        let mut r = Residents::new();
-        for (ledger, bytes) in (1..=4).zip([100, 200, 300, 400]) {
-            r.retire_hot();
-            r.insert_hot(resident(ledger, ledger % 2 == 0, bytes));
-        }
-        // 4 is hot; 1 and 3 saved, 2 unsaved.
-        assert_eq!(keys(&r, List::Saved), [3, 1]);
-        assert_eq!(keys(&r, List::Unsaved), [2]);
-        assert_eq!(r.list_bytes(List::Saved), 400);
-        assert_eq!(r.hot_slot(key(4)), Some(3));
-        // Touching 1 makes it hot; 4 joins the unsaved list as its newest.
-        let one = r.find(key(1)).expect("resident");
-        r.retire_hot();
-        r.make_hot(one);
-        assert_eq!(keys(&r, List::Saved), [3]);
-        assert_eq!(keys(&r, List::Unsaved), [4, 2]);
-        assert_eq!(r.list_bytes(List::Unsaved), 600);
-        // 2 is pinned, then rejoins the saved list as its oldest.
-        let two = r.oldest(List::Unsaved).expect("oldest unsaved");
-        r.relist(two, List::Pinned, true);
-        assert_eq!(
-            (r.list_len(List::Pinned), r.list_len(List::Unsaved)),
-            (1, 1)
-        );
-        r.relist(two, List::Saved, false);
-        assert_eq!(keys(&r, List::Saved), [3, 2]);
-        assert_eq!(r.list_of(two), Some(List::Saved));
-        assert_eq!(r.list_of(one), None, "hot");
-        // Removing frees slots that the next insert reuses, with no allocation.
-        let capacity = r.slots.capacity();
-        assert_eq!(r.remove(two).charge.bytes, 200);
-        let three = r.oldest(List::Saved).expect("oldest saved");
-        r.remove(three);
-        assert_eq!((r.len(), r.list_bytes(List::Saved)), (2, 0));
-        assert_eq!(r.find(key(3)), None);
-        assert_eq!(
-            r.overhead_bytes(),
-            (capacity - 2) * SLOT_BYTES + r.table.capacity() * TABLE_PLACE_BYTES
-        );
-        r.retire_hot();
-        r.insert_hot(resident(5, true, 1));
-        r.retire_hot();
-        r.insert_hot(resident(6, true, 1));
-        assert_eq!(r.slots.capacity(), capacity);
-        assert_eq!(keys(&r, List::Unsaved), [5, 4]);
-        assert_eq!(keys(&r, List::Saved), [1]);
-    }
-
-    #[test]
-    fn the_table_finds_every_resident_partition_through_inserts_removals_and_growth() {
-        // Keys that differ in the ledger, the chunk or both, so homes collide and probes wrap.
-        let mut r = Residents::new();
-        let mut model = std::collections::BTreeMap::new();
-        let mut draw = 0x9e37_79b9_7f4a_7c15_u64;
-        for step in 0..20_000u64 {
-            draw ^= draw << 13;
-            draw ^= draw >> 7;
-            draw ^= draw << 17;
-            let k = PartitionKey {
-                ledger_id: draw % 7,
-                chunk: (draw >> 8) % 40,
-            };
-            if let Some(slot) = r.find(k) {
-                assert_eq!(model.get(&k), Some(&slot), "step {step}");
-                if draw.is_multiple_of(3) {
-                    model.remove(&k);
-                    assert_eq!(r.remove(slot).key, k);
-                } else {
-                    r.retire_hot();
-                    if r.list_of(slot).is_some() {
-                        r.make_hot(slot);
-                    }
-                }
-            } else {
-                assert!(!model.contains_key(&k), "step {step}");
-                r.retire_hot();
-                let resident =
-                    Resident::new(k, RoaringBitmap::new(), Charge::default(), false, false);
-                model.insert(k, r.insert_hot(resident));
-            }
-            if step % 1000 == 999 {
-                for (&k, &slot) in &model {
-                    assert_eq!(r.find(k), Some(slot));
-                }
-                assert_eq!(r.len(), model.len());
-                assert!(r.table.len() >= 2 * r.slots.capacity());
-            }
-        }
-    }
-
-    #[test]
-    fn shrink_keeps_only_the_hot_partition() {
-        let mut r = Residents::new();
-        r.insert_hot(resident(1, true, 1));
-        r.retire_hot();
-        r.insert_hot(resident(2, true, 1));
-        r.shrink();
-        assert_eq!(r.len(), 2, "another partition is resident");
-        let one = r.oldest(List::Unsaved).expect("oldest");
-        r.remove(one);
-        r.shrink();
-        assert_eq!(r.slots.capacity(), 1);
-        assert_eq!(r.overhead_bytes(), r.table.capacity() * TABLE_PLACE_BYTES);
-        assert_eq!((r.hot_slot(key(2)), r.find(key(2))), (Some(0), Some(0)));
-        r.remove(0);
-        r.shrink();
-        assert_eq!((r.slots.capacity(), r.overhead_bytes(), r.len()), (0, 0, 0));
     }
 }

@@ -48,7 +48,7 @@ pub(crate) const ENTRY_OVERHEAD: usize = 64;
 
 /// What acknowledging one message did to its entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum BatchAck {
+pub enum BatchAck {
     /// The message was already acknowledged.
     Unchanged,
     /// The message is acknowledged; others of the entry are not yet.
@@ -60,7 +60,7 @@ pub(crate) enum BatchAck {
 
 /// Eviction counters of the partial entries.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct BatchCounters {
+pub struct BatchCounters {
     /// Partitions loaded back from the store.
     pub loads: u64,
     /// Partitions evicted from memory.
@@ -72,7 +72,7 @@ pub(crate) struct BatchCounters {
 }
 
 /// The partial entries of one cursor.
-pub(crate) struct BatchAcks {
+pub struct BatchAcks {
     /// The resident partial entries.
     partial: BTreeMap<Position, (u32, RoaringBitmap)>,
     /// What the resident ones are charged.
@@ -154,7 +154,8 @@ fn first_of(key: PartitionKey) -> Position {
 
 impl BatchAcks {
     /// Empty partial entries evicting to `store`.
-    pub(crate) fn with_store(store: Box<dyn BatchStore>) -> Self {
+    #[must_use]
+    pub fn with_store(store: Box<dyn BatchStore>) -> Self {
         Self {
             store: Some(store),
             ..Self::default()
@@ -173,7 +174,7 @@ impl BatchAcks {
     /// [`Error::InvalidArgument`] as [`check_batch_ack`], or a
     /// `batch_size` other than the one given for earlier messages of the entry; a failed load
     /// of the entry's cold partition. Nothing changes.
-    pub(crate) fn ack(&mut self, pos: Position, index: u32, batch_size: u32) -> Result<BatchAck> {
+    pub fn ack(&mut self, pos: Position, index: u32, batch_size: u32) -> Result<BatchAck> {
         check_batch_ack(pos, index, batch_size)?;
         let key = PartitionKey::of(pos);
         self.ensure(key)?;
@@ -229,7 +230,7 @@ impl BatchAcks {
 
     /// The acknowledged messages of the entry at `pos`, `None` when it has none (or is
     /// acknowledged whole). Loads the entry's partition when it is cold.
-    pub(crate) fn acked(&mut self, pos: Position) -> Result<Option<RoaringBitmap>> {
+    pub fn acked(&mut self, pos: Position) -> Result<Option<RoaringBitmap>> {
         if self.partial.is_empty() && self.cold.is_empty() {
             return Ok(None);
         }
@@ -240,12 +241,6 @@ impl BatchAcks {
             self.touch(key);
         }
         Ok(found)
-    }
-
-    /// Whether message `index` of the entry at `pos` is acknowledged here.
-    #[cfg(test)]
-    fn contains(&mut self, pos: Position, index: u32) -> Result<bool> {
-        Ok(self.acked(pos)?.is_some_and(|a| a.contains(index)))
     }
 
     /// Loads the partition of `pos` if it is cold, so that [`Self::remove`] of it needs no I/O.
@@ -267,7 +262,7 @@ impl BatchAcks {
 
     /// Forgets every entry at or before `pos`. Cold partitions entirely before it are dropped
     /// without being loaded; only the one holding `pos` may be.
-    pub(crate) fn remove_at_most(&mut self, pos: Position) -> Result<()> {
+    pub fn remove_at_most(&mut self, pos: Position) -> Result<()> {
         let key = PartitionKey::of(pos);
         let below: Vec<PartitionKey> = self.cold.range(..key).map(|(k, _)| *k).collect();
         for k in below {
@@ -396,7 +391,8 @@ impl BatchAcks {
     }
 
     /// Partitions whose partial entries changed since they were last committed.
-    pub(crate) fn dirty_keys(&self) -> &BTreeSet<PartitionKey> {
+    #[must_use]
+    pub fn dirty_keys(&self) -> &BTreeSet<PartitionKey> {
         &self.dirty
     }
 
@@ -462,7 +458,8 @@ impl BatchAcks {
     }
 
     /// Keys of the partitions holding partial entries, resident or cold, ascending.
-    pub(crate) fn keys(&self) -> Vec<PartitionKey> {
+    #[must_use]
+    pub fn keys(&self) -> Vec<PartitionKey> {
         let mut out: BTreeSet<PartitionKey> = self.cold.keys().copied().collect();
         out.extend(self.resident_keys());
         out.into_iter().collect()
@@ -481,13 +478,19 @@ impl BatchAcks {
     }
 
     /// Number of partial entries, resident or cold.
-    pub(crate) fn len(&self) -> u64 {
+    #[must_use]
+    #[allow(
+        clippy::len_without_is_empty,
+        reason = "a count the tests read; emptiness is never asked"
+    )]
+    pub fn len(&self) -> u64 {
         self.partial.len() as u64 + self.cold_entries
     }
 
     /// Memory the resident partial entries take, estimated from their serialized bitmaps plus
     /// [`ENTRY_OVERHEAD`] each.
-    pub(crate) fn bytes(&self) -> usize {
+    #[must_use]
+    pub fn bytes(&self) -> usize {
         self.bytes
     }
 
@@ -503,18 +506,20 @@ impl BatchAcks {
     }
 
     /// Partitions evicted (cold).
-    pub(crate) fn cold_partitions(&self) -> usize {
+    #[must_use]
+    pub fn cold_partitions(&self) -> usize {
         self.cold.len()
     }
 
     /// Eviction counters.
-    pub(crate) fn counters(&self) -> BatchCounters {
+    #[must_use]
+    pub fn counters(&self) -> BatchCounters {
         self.counters
     }
 
     /// Every partial entry grouped by partition, as batch-index entries encode them; cold
     /// partitions are read from the store without becoming resident.
-    pub(crate) fn partitions(&mut self) -> Result<Vec<BatchPartition>> {
+    pub fn partitions(&mut self) -> Result<Vec<BatchPartition>> {
         let mut out = Vec::new();
         for key in self.keys() {
             if let Some(location) = self.cold.get(&key).copied() {
@@ -537,7 +542,7 @@ impl BatchAcks {
     /// run of acks into one partition larger than the budget does not write and read it back
     /// at every ack (what `room` bounds is the others; a flush, after which that partition's
     /// copy is current, evicts it for free).
-    pub(crate) fn evict_to(&mut self, room: usize, keep_hot: bool) {
+    pub fn evict_to(&mut self, room: usize, keep_hot: bool) {
         if self.bytes <= room || self.store.is_none() {
             return;
         }
@@ -654,70 +659,5 @@ impl BatchAcks {
         {
             store.forget(key);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::cursor::batch_store::MemBatchStore;
-
-    fn p(ledger_id: u64, entry_id: u64) -> Position {
-        Position::new(ledger_id, entry_id)
-    }
-
-    #[test]
-    fn evicted_partitions_load_back_on_use_and_count_as_partial() {
-        let mut b = BatchAcks::with_store(Box::new(MemBatchStore::default()));
-        for ledger in 1..=4 {
-            for entry in 0..10 {
-                assert_eq!(b.ack(p(ledger, entry), 1, 4).unwrap(), BatchAck::Partial);
-            }
-        }
-        b.evict_to(0, false);
-        assert_eq!((b.bytes(), b.cold_partitions(), b.len()), (0, 4, 40));
-        assert_eq!(b.counters().stores, 4);
-        assert!(b.contains(p(2, 3), 1).unwrap());
-        assert!(!b.contains(p(2, 3), 2).unwrap());
-        assert_eq!((b.cold_partitions(), b.counters().loads), (3, 1));
-        // Loaded and unchanged: evicting it again writes nothing.
-        b.evict_to(0, false);
-        assert_eq!(b.counters().stores, 4);
-        // A change makes it unsaved again.
-        assert_eq!(b.ack(p(3, 0), 2, 4).unwrap(), BatchAck::Partial);
-        b.evict_to(0, false);
-        assert_eq!(b.counters().stores, 5);
-        assert_eq!(b.partitions().unwrap().len(), 4);
-        assert_eq!(b.keys().len(), 4);
-    }
-
-    #[test]
-    fn trimming_drops_cold_partitions_below_without_loading_them() {
-        let mut b = BatchAcks::with_store(Box::new(MemBatchStore::default()));
-        for ledger in 1..=3 {
-            b.ack(p(ledger, 5), 0, 2).unwrap();
-            b.ack(p(ledger, 9), 0, 2).unwrap();
-        }
-        b.evict_to(0, false);
-        b.remove_at_most(p(2, 5)).unwrap();
-        assert_eq!(
-            b.counters().loads,
-            1,
-            "only the partition holding 2:5 loads"
-        );
-        assert_eq!(b.len(), 3);
-        assert_eq!(b.acked(p(2, 5)).unwrap(), None);
-        assert!(b.acked(p(2, 9)).unwrap().is_some());
-        assert!(b.acked(p(3, 5)).unwrap().is_some());
-        assert!(b.dirty_keys().contains(&PartitionKey::of(p(1, 5))));
-    }
-
-    #[test]
-    fn without_a_store_nothing_is_evicted() {
-        let mut b = BatchAcks::default();
-        b.ack(p(1, 1), 0, 3).unwrap();
-        b.evict_to(0, false);
-        assert!(b.bytes() > 0);
-        assert_eq!(b.cold_partitions(), 0);
     }
 }

@@ -31,7 +31,7 @@ pub(crate) const BATCH_INLINE_ROWS: usize = 16;
 
 /// Where a partition's committed batch-index entry is, and its size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct BatchLocation {
+pub struct BatchLocation {
     /// The marker's row for it.
     pub row: BatchRow,
     /// Bytes of the entry's payload.
@@ -42,7 +42,7 @@ pub(crate) struct BatchLocation {
 pub(crate) type BatchTable = BTreeMap<PartitionKey, BatchLocation>;
 
 /// Where evicted partial entries are kept, one batch-index entry per partition. Object safe.
-pub(crate) trait BatchStore: Send + fmt::Debug {
+pub trait BatchStore: Send + fmt::Debug {
     /// Reads back the partition `key` stored at `location`, checking that it is what
     /// `location` describes.
     fn load(&mut self, key: PartitionKey, location: &BatchLocation) -> Result<BatchPartition>;
@@ -155,7 +155,7 @@ impl BatchStore for CursorBatchStore {
 /// goes through the decoder and its checks): what a non-durable cursor evicts to. It keeps
 /// the newest copy of each partition only.
 #[derive(Debug, Default)]
-pub(crate) struct MemBatchStore {
+pub struct MemBatchStore {
     entries: HashMap<PartitionKey, (u64, Vec<u8>)>,
     next_id: u64,
 }

@@ -21,15 +21,15 @@
 //! Must never: change the topic's ledgers, write any record but its own, or hold a handle on
 //! the entry log once closed (a closed topic must release its directory).
 
-mod batch;
-mod batch_store;
+pub mod batch;
+pub mod batch_store;
 mod config;
 pub(crate) mod import;
 pub(crate) mod journal;
 pub mod open;
 mod record;
 pub mod recover;
-mod snapshot;
+pub mod snapshot;
 mod state;
 mod stats;
 pub mod store;

@@ -116,7 +116,7 @@ pub(crate) fn check_imported_snapshot(
 }
 
 /// Maximal runs `[first, last]` of consecutive values in `bitmap`, ascending.
-pub(crate) fn bitmap_runs(bitmap: &RoaringBitmap) -> impl Iterator<Item = (u32, u32)> + '_ {
+pub fn bitmap_runs(bitmap: &RoaringBitmap) -> impl Iterator<Item = (u32, u32)> + '_ {
     let mut values = bitmap.iter().peekable();
     std::iter::from_fn(move || {
         let first = values.next()?;
@@ -133,13 +133,14 @@ pub(crate) fn bitmap_runs(bitmap: &RoaringBitmap) -> impl Iterator<Item = (u32, 
 
 /// Joins ranges that touch (the end of one partition and the start of the next).
 #[derive(Debug, Default)]
-struct Merger {
-    pending: Option<(u64, u64, u64)>,
+pub struct Merger {
+    /// The range not yet emitted: ledger, first and last entry.
+    pub pending: Option<(u64, u64, u64)>,
 }
 
 impl Merger {
     /// Adds an ascending range; returns a finished maximal range when one is complete.
-    fn push(&mut self, ledger: u64, first: u64, last: u64) -> Option<(u64, u64, u64)> {
+    pub fn push(&mut self, ledger: u64, first: u64, last: u64) -> Option<(u64, u64, u64)> {
         match &mut self.pending {
             Some((l, _, end)) if *l == ledger && end.checked_add(1) == Some(first) => {
                 *end = last;
@@ -199,28 +200,4 @@ pub(crate) fn build_snapshot(
         ranges,
         cut,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn runs_are_maximal() {
-        let bitmap: RoaringBitmap = [0, 1, 2, 4, 6, 7, u32::MAX].into_iter().collect();
-        assert_eq!(
-            bitmap_runs(&bitmap).collect::<Vec<_>>(),
-            vec![(0, 2), (4, 4), (6, 7), (u32::MAX, u32::MAX)]
-        );
-    }
-
-    #[test]
-    fn touching_ranges_merge_only_within_a_ledger() {
-        let mut m = Merger::default();
-        assert_eq!(m.push(1, 0, 9), None);
-        assert_eq!(m.push(1, 10, 12), None);
-        assert_eq!(m.push(2, 13, 13), Some((1, 0, 12)));
-        assert_eq!(m.push(2, 15, 15), Some((2, 13, 13)));
-        assert_eq!(m.pending, Some((2, 15, 15)));
-    }
 }

@@ -30,15 +30,14 @@
 //! and the decoder refuses any other: what decodes re-encodes to the same bytes
 //! ([`encode_partition`] for version 2, [`encode_partition_v1`] for version 1).
 
-mod code;
-mod inline;
-#[cfg(test)]
+// Public (under `internals`) for the tests of the body codec, which price its plans.
 #[allow(
-    clippy::indexing_slicing,
-    clippy::unwrap_used,
-    reason = "tests index into known encodings and fail by panicking"
+    clippy::must_use_candidate,
+    clippy::len_without_is_empty,
+    reason = "its public functions serve the codec's tests, not callers"
 )]
-mod tests;
+pub mod code;
+mod inline;
 
 use std::io::Write as _;
 
@@ -190,27 +189,27 @@ const LEDGER_LEN: usize = 8;
 const CHUNK_LEN: usize = 8;
 const CARDINALITY_LEN: usize = 4;
 const BITMAP_LEN_LEN: usize = 4;
-const CRC_LEN: usize = 4;
+pub const CRC_LEN: usize = 4;
 
-const VERSION_AT: usize = MAGIC_LEN;
-const FLAGS_AT: usize = VERSION_AT + VERSION_LEN;
-const LEDGER_AT: usize = FLAGS_AT + FLAGS_LEN;
-const CHUNK_AT: usize = LEDGER_AT + LEDGER_LEN;
-const CARDINALITY_AT: usize = CHUNK_AT + CHUNK_LEN;
-const BITMAP_LEN_AT: usize = CARDINALITY_AT + CARDINALITY_LEN;
+pub const VERSION_AT: usize = MAGIC_LEN;
+pub const FLAGS_AT: usize = VERSION_AT + VERSION_LEN;
+pub const LEDGER_AT: usize = FLAGS_AT + FLAGS_LEN;
+pub const CHUNK_AT: usize = LEDGER_AT + LEDGER_LEN;
+pub const CARDINALITY_AT: usize = CHUNK_AT + CHUNK_LEN;
+pub const BITMAP_LEN_AT: usize = CARDINALITY_AT + CARDINALITY_LEN;
 /// Bytes before the bitmap.
 pub const HEADER_LEN: usize = BITMAP_LEN_AT + BITMAP_LEN_LEN;
 /// Bytes a version 1 record adds around its bitmap: header and CRC.
 pub const OVERHEAD_LEN: usize = HEADER_LEN + CRC_LEN;
 
 /// Version 2: where the encoding byte sits, right after the version.
-const ENCODING_AT: usize = VERSION_AT + VERSION_LEN;
+pub const ENCODING_AT: usize = VERSION_AT + VERSION_LEN;
 /// Version 2: bytes before the key's varints.
-const V2_FIXED_LEN: usize = ENCODING_AT + 1;
+pub const V2_FIXED_LEN: usize = ENCODING_AT + 1;
 /// Version 2: the shortest record (the empty set of ledger 0, chunk 0).
 pub const V2_MIN_LEN: usize = V2_FIXED_LEN + 1 + 1 + CRC_LEN;
 /// Version 2: the longest header (a ten-byte ledger id and a seven-byte chunk).
-const V2_HEADER_MAX: usize = V2_FIXED_LEN + code::MAX_VARINT_LEN + 7;
+pub const V2_HEADER_MAX: usize = V2_FIXED_LEN + code::MAX_VARINT_LEN + 7;
 
 // The roaring portable format (https://github.com/RoaringBitmap/RoaringFormatSpec), restricted
 // to what a partition can hold: at most one container, with key 0.

@@ -37,7 +37,7 @@ mod marker;
 mod partitions;
 mod recover;
 mod rollover;
-mod rows;
+pub mod rows;
 mod scan;
 mod segment;
 mod tick;

@@ -48,13 +48,13 @@ use crate::format::ledger::{
 use crate::position::Position;
 use crate::storage::{Mapped, StorageFile};
 
-struct State {
+pub struct State {
     /// Offset of every entry's frame (unsealed ledgers only).
     offsets: Vec<u64>,
     /// Bytes of the file that hold whole frames (or, once sealed, the file length).
     written: u64,
     /// Whole frames appended after `written`, not yet handed to the file.
-    buffer: Vec<u8>,
+    pub buffer: Vec<u8>,
     /// Where a sealed ledger's frames are (verified by open or by the seal).
     sealed: Option<SealedLayout>,
 }
@@ -70,7 +70,7 @@ impl State {
 pub(crate) const WRITE_BUFFER: usize = 64 * 1024;
 
 /// One ledger file, shared by every caller of the log.
-pub(crate) struct Ledger {
+pub struct Ledger {
     id: u64,
     /// The file header: format version and the nonce that seeds every checksum.
     header: LedgerHeader,
@@ -95,7 +95,7 @@ pub(crate) struct Ledger {
 
 impl Ledger {
     /// An unsealed ledger whose whole frames start at `offsets` and end at `written`, all durable.
-    pub(crate) fn unsealed(
+    pub fn unsealed(
         header: LedgerHeader,
         file: Arc<dyn StorageFile>,
         offsets: Vec<u64>,
@@ -151,7 +151,7 @@ impl Ledger {
         }
     }
 
-    fn state(&self) -> MutexGuard<'_, State> {
+    pub fn state(&self) -> MutexGuard<'_, State> {
         lock(&self.state)
     }
 
@@ -190,7 +190,7 @@ impl Ledger {
     }
 
     /// Appends one frame; returns its entry id. The caller has checked the size limit.
-    pub(crate) fn append(
+    pub fn append(
         &self,
         meta: EntryMeta,
         payload: &[u8],
@@ -233,7 +233,7 @@ impl Ledger {
 
     /// Makes every entry appended before the call durable, sharing fsyncs with concurrent
     /// callers: a caller whose bytes a finished fsync covered returns without its own.
-    pub(crate) fn sync(&self, counters: &LogStatsCounters) -> Result<()> {
+    pub fn sync(&self, counters: &LogStatsCounters) -> Result<()> {
         counters.sync_calls.fetch_add(1, Ordering::Relaxed);
         let target = {
             let mut state = self.state();
@@ -389,7 +389,7 @@ impl Ledger {
     /// Number of entries every byte of which a finished fsync covered (all of them once
     /// sealed): the durable prefix readers may see. The synced length only ever takes a value
     /// of `written`, which ends a whole frame, so an entry starting below it ends at or below it.
-    pub(crate) fn synced_entries(&self) -> u64 {
+    pub fn synced_entries(&self) -> u64 {
         let state = self.state();
         if let Some(s) = &state.sealed {
             return s.entry_count;
@@ -561,7 +561,7 @@ impl Ledger {
     /// Reads one entry's metadata. A sealed ledger's frame is checked whole (through the map or
     /// read whole); an unsealed ledger's frame was checked when it was written or recovered, so
     /// only its header is read.
-    pub(crate) fn read_meta(&self, entry_id: u64, reads: Reads<'_>) -> Result<EntryMeta> {
+    pub fn read_meta(&self, entry_id: u64, reads: Reads<'_>) -> Result<EntryMeta> {
         match self.locate(entry_id, reads)? {
             Located::Mapped(map, start, end) => {
                 let frame = slice((*map).as_ref(), start, end).map_err(self.corrupt(start))?;
@@ -604,11 +604,11 @@ impl Drop for Ledger {
 /// What a read needs of its log: the counters it bumps and the configuration that says how
 /// sealed ledgers are read.
 #[derive(Clone, Copy)]
-pub(crate) struct Reads<'a> {
+pub struct Reads<'a> {
     /// The log's counters.
-    pub(crate) counters: &'a LogStatsCounters,
+    pub counters: &'a LogStatsCounters,
     /// The log's configuration.
-    pub(crate) config: &'a LogConfig,
+    pub config: &'a LogConfig,
 }
 
 enum Located {
@@ -629,38 +629,4 @@ fn slice(bytes: &[u8], start: u64, end: u64) -> Result<&[u8], Corruption> {
     bytes
         .get(s..e)
         .ok_or_else(|| bad(CorruptionKind::Truncated))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::storage::{MemStorage, Storage};
-
-    #[test]
-    fn a_synced_ledger_holds_no_write_buffer() {
-        let disk = MemStorage::new();
-        let file = disk.create("ledger").unwrap();
-        let header = LedgerHeader::new(1, 7);
-        file.write_all_at(&header.encode(), 0).unwrap();
-        let ledger = Ledger::unsealed(header, file, Vec::new(), header.data_start());
-        let counters = LogStatsCounters::new("memory".into());
-        let config = LogConfig::default();
-        let reads = Reads {
-            counters: &counters,
-            config: &config,
-        };
-        let meta = EntryMeta {
-            index: 0,
-            num_messages: 1,
-            timestamp: 0,
-        };
-        for _ in 0..500 {
-            ledger.append(meta, &[7; 100], &counters).unwrap();
-        }
-        assert!(ledger.state().buffer.capacity() > 0, "appends are buffered");
-        ledger.sync(&counters).unwrap();
-        assert_eq!(ledger.state().buffer.capacity(), 0);
-        assert_eq!(ledger.synced_entries(), 500);
-        assert_eq!(ledger.read_meta(499, reads).unwrap().num_messages, 1);
-    }
 }

@@ -16,7 +16,7 @@
 //! `Ok`.
 //! The byte layout and a crash analysis of every write step are in `docs/format.md`.
 
-mod ledger;
+pub mod ledger;
 mod recover;
 mod verify;
 
@@ -155,7 +155,7 @@ pub struct TailRepair {
     pub reason: String,
 }
 
-pub(crate) struct LogStatsCounters {
+pub struct LogStatsCounters {
     appends: AtomicU64,
     bytes_appended: AtomicU64,
     sync_calls: AtomicU64,
@@ -169,7 +169,8 @@ pub(crate) struct LogStatsCounters {
 
 impl LogStatsCounters {
     /// Zeroed counters of the log at `location`.
-    fn new(location: String) -> Self {
+    #[must_use]
+    pub fn new(location: String) -> Self {
         LogStatsCounters {
             appends: AtomicU64::default(),
             bytes_appended: AtomicU64::default(),
@@ -838,30 +839,4 @@ fn observe_open(
 
 fn is_not_found(e: &Error) -> bool {
     matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ledger_file_names_round_trip_and_others_are_ignored() {
-        assert_eq!(ledger_file_name(7), "ledger-00000000000000000007.log");
-        assert_eq!(
-            parse_ledger_file_name(&ledger_file_name(u64::MAX)),
-            Some(u64::MAX)
-        );
-        for other in [
-            "topic.meta",
-            "ledger-7.log",
-            "ledger-0000000000000000000x.log",
-            "LOCK",
-        ] {
-            assert_eq!(parse_ledger_file_name(other), None);
-        }
-        assert_eq!(
-            parse_ledger_file_name("ledger-99999999999999999999.log"),
-            None
-        );
-    }
 }

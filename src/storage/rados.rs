@@ -91,7 +91,7 @@
 
 mod ffi;
 mod index;
-mod lease;
+pub(crate) mod lease;
 mod op;
 mod renewer;
 mod timeouts;

@@ -22,7 +22,7 @@ pub use crate::format::store::STORE_RECORD;
 /// Invariant: `ids` maps the name of every topic of `catalog` to its id (topics are only ever
 /// appended to a catalog), so finding a topic costs the same whatever the number of topics.
 #[derive(Debug)]
-pub(crate) struct CatalogHandle {
+pub struct CatalogHandle {
     meta: Arc<dyn MetaStore>,
     version: u64,
     catalog: Catalog,
@@ -42,7 +42,7 @@ impl CatalogHandle {
     /// next write, whose directory sync makes the link durable too (the seal of a former
     /// owner's segment, before the open returns; a segment's listing, before a tick writes to
     /// it): docs/format.md, "Store catalog", "Claim and seal".
-    pub(crate) fn claim(storage: &dyn Storage, meta: &Arc<dyn MetaStore>) -> Result<Self> {
+    pub fn claim(storage: &dyn Storage, meta: &Arc<dyn MetaStore>) -> Result<Self> {
         let mut attempts = 0;
         loop {
             attempts += 1;
@@ -114,7 +114,7 @@ impl CatalogHandle {
     /// For a new topic, `prepare(id, spaced)` runs first (it makes the topic's directory): the
     /// catalog's write then makes its name durable too, and a crash before that write leaves
     /// only an empty directory of the next id, which the next creation reuses.
-    pub(crate) fn id_of_or_create(
+    pub fn id_of_or_create(
         &mut self,
         name: &str,
         prepare: impl FnOnce(u64, bool) -> Result<()>,
@@ -269,7 +269,8 @@ impl CatalogHandle {
     }
 
     /// Topic names in creation order.
-    pub(crate) fn names(&self) -> Vec<String> {
+    #[must_use]
+    pub fn names(&self) -> Vec<String> {
         self.catalog.topics.iter().map(|t| t.name.clone()).collect()
     }
 }
@@ -297,51 +298,4 @@ fn random_id() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     std::collections::hash_map::RandomState::new().hash_one((now, std::process::id())) | 1
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::meta::FileMetaStore;
-    use crate::storage::MemStorage;
-
-    fn claim(disk: &MemStorage) -> CatalogHandle {
-        let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(Arc::new(disk.clone())));
-        CatalogHandle::claim(disk, &meta).expect("claim")
-    }
-
-    #[test]
-    fn a_topic_keeps_its_id_in_this_handle_and_after_a_claim() {
-        let disk = MemStorage::new();
-        let mut handle = claim(&disk);
-        let names: Vec<String> = (0..50).map(|i| format!("topic-{i}")).collect();
-        let ids: Vec<u64> = names
-            .iter()
-            .map(|n| handle.id_of_or_create(n, |_, _| Ok(())).expect("create"))
-            .collect();
-        let mut distinct = ids.clone();
-        distinct.sort_unstable();
-        distinct.dedup();
-        assert_eq!(distinct.len(), names.len(), "one id per topic");
-        let prepared = std::cell::Cell::new(0);
-        let count = |_, _| {
-            prepared.set(prepared.get() + 1);
-            Ok(())
-        };
-        for (n, id) in names.iter().zip(&ids) {
-            assert_eq!(handle.id_of_or_create(n, count).expect("found"), *id);
-        }
-        let mut again = claim(&disk);
-        for (n, id) in names.iter().zip(&ids).rev() {
-            assert_eq!(again.id_of_or_create(n, count).expect("found"), *id);
-        }
-        assert_eq!(
-            prepared.get(),
-            0,
-            "an existing topic is never created again"
-        );
-        assert_eq!(again.names(), names);
-        let next = again.id_of_or_create("new", |_, _| Ok(())).expect("create");
-        assert!(ids.iter().all(|&id| id < next));
-    }
 }

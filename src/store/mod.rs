@@ -29,9 +29,9 @@
 //! closed it, so a restart after a clean close syncs nothing (docs/format.md, "Claim and
 //! seal").
 
-mod catalog;
+pub mod catalog;
 mod group;
-mod space;
+pub mod space;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -307,7 +307,7 @@ impl crate::journal::flusher::Ticked for Inner {
 /// One topic name of the store: `opening` serializes opening that topic (its open may take a
 /// while, and other topics open meanwhile); `topic` is the instance, once open.
 #[derive(Debug, Default)]
-struct TopicSlot {
+pub struct TopicSlot {
     opening: Mutex<()>,
     topic: Mutex<Option<Arc<ManagedLedger>>>,
 }
@@ -528,7 +528,7 @@ impl Store {
     ///
     /// # Errors
     /// [`Error::Closed`] once the store is closed.
-    fn slot(&self, name: &str) -> Result<Arc<TopicSlot>> {
+    pub(crate) fn slot(&self, name: &str) -> Result<Arc<TopicSlot>> {
         let mut topics = self.topics();
         // Checked under the map's lock, which the close takes to set it: a slot taken before
         // is in the map when the close drains it.
@@ -542,7 +542,7 @@ impl Store {
     ///
     /// # Errors
     /// [`Error::Closed`] once the store is closed; those of [`Store::topic`].
-    fn open_in_slot(&self, name: &str, slot: &TopicSlot) -> Result<Arc<ManagedLedger>> {
+    pub(crate) fn open_in_slot(&self, name: &str, slot: &TopicSlot) -> Result<Arc<ManagedLedger>> {
         // Only this topic's slot is held while it opens: other topics open in parallel.
         let _opening = slot
             .opening
@@ -830,9 +830,6 @@ pub fn journal_listing(
 pub fn journal_seals(catalog: &crate::format::store::Catalog) -> Vec<Seal> {
     catalog.seals.iter().map(|s| Seal::from(*s)).collect()
 }
-
-#[cfg(test)]
-mod tests;
 
 fn check_topic_name(name: &str) -> Result<()> {
     if name.is_empty() || name.len() > MAX_TOPIC_NAME_LEN {

@@ -35,7 +35,7 @@ const REOPEN_WAIT: Duration = Duration::from_secs(30);
 /// closed and opened again never has two instances writing its files (the store's lock covers
 /// the directory, not each topic).
 #[derive(Debug, Default)]
-pub(crate) struct TopicLocks {
+pub struct TopicLocks {
     held: Mutex<HashSet<u64>>,
     freed: Condvar,
 }
@@ -104,7 +104,7 @@ impl Drop for TopicHeld {
 
 /// The part of the store's storage holding one topic's files.
 #[derive(Debug)]
-pub(crate) struct TopicSpace {
+pub struct TopicSpace {
     inner: Arc<dyn Storage>,
     /// Prepended to every name in `inner` (empty for a directory of the topic's own).
     prefix: String,
@@ -123,7 +123,7 @@ impl TopicSpace {
     /// # Errors
     /// [`crate::Error::Io`] when the topic's directory is missing (without `create`) or
     /// cannot be made.
-    pub(crate) fn open(
+    pub fn open(
         store: &Arc<dyn Storage>,
         id: u64,
         spaced: bool,
@@ -257,55 +257,5 @@ impl Storage for TopicSpace {
             Some(topics) => topics.take(self.id, &self.location()),
             None => Ok(LockGuard::new(Box::new(()))),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::storage::MemStorage;
-
-    #[test]
-    fn a_topic_sees_only_its_own_files() {
-        let disk = MemStorage::new();
-        let store: Arc<dyn Storage> = Arc::new(disk.clone());
-        let a = TopicSpace::open(&store, 1, true, true, None).expect("space");
-        let b = TopicSpace::open(&store, 11, false, false, None).expect("space");
-        a.create("topic.meta").expect("create");
-        b.create("ledger-1.log").expect("create");
-        assert_eq!(a.list().expect("list"), vec!["topic.meta".to_owned()]);
-        assert_eq!(b.list().expect("list"), vec!["ledger-1.log".to_owned()]);
-        assert!(!a.exists("ledger-1.log").expect("exists"));
-        assert_eq!(
-            disk.list().expect("list"),
-            vec!["t1-topic.meta".to_owned(), "t11-ledger-1.log".to_owned()]
-        );
-        assert!(a.create("../x").is_err());
-    }
-
-    #[test]
-    fn a_spaced_topic_on_real_files_has_a_directory_of_its_own() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store: Arc<dyn Storage> =
-            Arc::new(crate::storage::FileStorage::open(dir.path(), false).expect("open"));
-        assert!(
-            TopicSpace::open(&store, 3, true, false, None).is_err(),
-            "no directory yet"
-        );
-        let a = TopicSpace::open(&store, 3, true, true, None).expect("space");
-        let flat = TopicSpace::open(&store, 4, false, true, None).expect("space");
-        a.create("topic.meta").expect("create");
-        a.create("ledger-1.log").expect("create");
-        flat.create("topic.meta").expect("create");
-        assert_eq!(a.list().expect("list"), ["ledger-1.log", "topic.meta"]);
-        assert_eq!(a.list_prefix("led").expect("list"), ["ledger-1.log"]);
-        assert_eq!(flat.list().expect("list"), ["topic.meta"]);
-        // The store directory lists its own files only: the topic directory is not a file.
-        assert_eq!(store.list().expect("list"), ["t4-topic.meta"]);
-        assert!(dir.path().join("t3").join("topic.meta").is_file());
-        assert!(a.create("../t4-topic.meta").is_err());
-        // Reopened without `create`, the directory is found again.
-        let again = TopicSpace::open(&store, 3, true, false, None).expect("space");
-        assert_eq!(again.list().expect("list"), a.list().expect("list"));
     }
 }

@@ -8,7 +8,14 @@
 mod support;
 
 mod budget;
+mod budget_members;
 mod faults;
 mod model;
+mod partition_charges;
 mod partition_samples;
+mod partition_store;
+mod pulsar_sizes;
+mod range_set;
+mod ranges;
+mod resident_lists;
 mod size;

@@ -15,6 +15,7 @@ mod failover;
 mod fencing_attacks;
 mod hostile_namespaces;
 mod lease_lost;
+mod lease_state;
 mod lock_wait;
 mod object_size;
 mod open_cost;

@@ -383,12 +383,3 @@ pub fn decode_compact_marker(payload: &[u8]) -> Result<CompactMarker<'_>, Corrup
         batch_pages,
     })
 }
-
-#[cfg(test)]
-#[allow(
-    clippy::indexing_slicing,
-    clippy::unwrap_used,
-    clippy::cast_possible_truncation,
-    reason = "tests index into known encodings and fail by panicking"
-)]
-mod tests;

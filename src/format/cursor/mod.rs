@@ -194,11 +194,15 @@ fn open_frame_bound<'a>(
     Ok((Reader::at(header.rest(), HEADER_LEN), flags))
 }
 
-fn start_frame(kind: EntryKind, capacity: usize) -> Vec<u8> {
+/// A new entry of kind `kind` with no flags: its header, room for `capacity` body bytes.
+#[must_use]
+pub fn start_frame(kind: EntryKind, capacity: usize) -> Vec<u8> {
     start_frame_flags(kind, capacity, 0)
 }
 
-fn start_frame_flags(kind: EntryKind, capacity: usize, flags: u16) -> Vec<u8> {
+/// A new entry of kind `kind` with flags `flags`: its header, room for `capacity` body bytes.
+#[must_use]
+pub fn start_frame_flags(kind: EntryKind, capacity: usize, flags: u16) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_LEN + capacity + CRC_LEN);
     out.extend_from_slice(&MAGIC);
     out.push(VERSION);
@@ -225,7 +229,9 @@ pub fn bind_entry(entry: &mut [u8], binding: &[u8]) {
     }
 }
 
-fn end_frame(mut out: Vec<u8>) -> Vec<u8> {
+/// Ends the entry `out` with the CRC of its bytes.
+#[must_use]
+pub fn end_frame(mut out: Vec<u8>) -> Vec<u8> {
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     out
@@ -280,7 +286,8 @@ impl PersistedState {
         Ok(())
     }
 
-    fn encode_into(&self, out: &mut Vec<u8>) {
+    /// Appends the state's encoding (mark-delete, epoch, properties) to `out`.
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.mark_delete.ledger_id.to_le_bytes());
         out.extend_from_slice(&self.mark_delete.entry_id.to_le_bytes());
         out.extend_from_slice(&self.epoch.to_le_bytes());
@@ -648,7 +655,8 @@ pub enum Table<'a> {
 }
 
 const TABLE_INLINE: u8 = 0;
-const TABLE_PAGED: u8 = 1;
+/// The table byte of a marker whose rows live in index pages.
+pub const TABLE_PAGED: u8 = 1;
 
 /// A decoded, verified marker.
 #[derive(Debug, Clone)]
@@ -860,22 +868,9 @@ pub fn decode_batch_page(payload: &[u8]) -> Result<BatchRows<'_>, Corruption> {
     Ok(rows)
 }
 
-mod batch;
-mod compact;
-#[cfg(test)]
-#[allow(
-    clippy::unwrap_used,
-    reason = "tests read the committed samples and fail by panicking"
-)]
-mod samples;
+pub mod batch;
+pub mod compact;
 mod snapshot;
-#[cfg(test)]
-#[allow(
-    clippy::indexing_slicing,
-    clippy::unwrap_used,
-    reason = "tests index into known encodings and fail by panicking"
-)]
-mod tests;
 
 pub use batch::{
     BATCH_FIXED_LEN, BatchPartition, MAX_BATCH_SIZE, PartialEntry, batch_entry_len,

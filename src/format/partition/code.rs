@@ -167,14 +167,14 @@ pub fn empty_words() -> Words {
     vec![0; WORDS]
 }
 
-fn set_bit(words: &mut Words, v: u32) {
+pub fn set_bit(words: &mut Words, v: u32) {
     if let Some(w) = words.get_mut(v as usize / 64) {
         *w |= 1 << (v % 64);
     }
 }
 
 /// Sets (or with `clear` clears) offsets `first ..= last`.
-fn fill(words: &mut Words, first: u32, last: u32, clear: bool) {
+pub fn fill(words: &mut Words, first: u32, last: u32, clear: bool) {
     if first > last {
         return;
     }
@@ -506,7 +506,7 @@ pub fn roaring_body(words: &[u64]) -> Vec<u8> {
 /// offsets, or with `holes` the offsets not acked), one call per run of adjacent members: the
 /// run's first member has `gap` offsets between it and the previous member (or `lo`), and the
 /// `zeros` members after it each have a gap of 0. Runs cost one call, not one per member.
-fn for_each_gap(words: &[u64], lo: u32, hi: u32, holes: bool, mut f: impl FnMut(u32, u32)) {
+pub fn for_each_gap(words: &[u64], lo: u32, hi: u32, holes: bool, mut f: impl FnMut(u32, u32)) {
     if hi <= lo + 1 {
         return;
     }
@@ -538,7 +538,7 @@ fn for_each_gap(words: &[u64], lo: u32, hi: u32, holes: bool, mut f: impl FnMut(
 
 /// How the gaps of one class are coded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Code {
+pub enum Code {
     /// Golomb-Rice with parameter `k`: the quotient `gap >> k` in unary, then `k` low bits.
     Rice(u8),
     /// Every gap in `[min, min + range)`, written as `gap - min` in the truncated binary code of
@@ -549,11 +549,15 @@ enum Code {
 /// How a set is best written as gaps: which class, which code, how many members and the bits
 /// the codes take (with the bounded code's two varints).
 #[derive(Clone, Copy, Debug)]
-struct Plan {
-    holes: bool,
-    code: Code,
-    members: u64,
-    bits: u64,
+pub struct Plan {
+    /// Whether the holes are coded (else the members).
+    pub holes: bool,
+    /// The code of the gaps.
+    pub code: Code,
+    /// The members the codes write.
+    pub members: u64,
+    /// The bits the codes take.
+    pub bits: u64,
 }
 
 /// Bits of `x` (below `range`) in the truncated binary code of `range` values, and the split:
@@ -575,12 +579,16 @@ fn gaps_fixed_len(lo: u32, hi: u32, members: u64) -> usize {
 /// `SMALL_GAPS` offsets of a partition's 2^16). Every cost the planner weighs is a function of
 /// these counts, so a class is read once, whatever the number of codes and parameters tried.
 #[derive(Clone, Debug)]
-struct Stats {
+pub struct Stats {
     holes: bool,
-    members: u64,
-    sum: u64,
-    min: u32,
-    max: u32,
+    /// The members of the class.
+    pub members: u64,
+    /// The sum of its gaps.
+    pub sum: u64,
+    /// Its smallest gap.
+    pub min: u32,
+    /// Its largest gap.
+    pub max: u32,
     small: [u32; SMALL_GAPS],
     large: [u16; SMALL_GAPS],
     large_len: usize,
@@ -661,7 +669,7 @@ impl Stats {
     }
 
     /// Every gap value with its count (zero counts skipped), once [`Stats::finish`] ran.
-    fn gaps(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
+    pub fn gaps(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
         self.counted.iter().copied()
     }
 
@@ -694,7 +702,7 @@ const SHORT_RUN: u32 = 16;
 /// keeps the starts of runs at least that long, so a word costs one step per length of its
 /// longest run up to [`SHORT_RUN`]; longer runs, and the runs of a word where at most two
 /// start, are measured by scanning.
-fn stats(words: &[u64], lo: u32, hi: u32, holes: bool) -> Stats {
+pub fn stats(words: &[u64], lo: u32, hi: u32, holes: bool) -> Stats {
     let mut st = Stats::new(holes);
     if hi <= lo + 1 {
         return st;
@@ -830,7 +838,7 @@ impl Stats {
 /// Rice's cost `sum(gap >> k) + m (k + 1)` is convex in `k`, so the best `k` is found by
 /// widening a window around `log2` of the mean gap until its minimum is inside it. Costs come
 /// from the class's gap counts: no pass over the set.
-fn plan(st: &Stats, budget_bits: u64) -> Option<Plan> {
+pub fn plan(st: &Stats, budget_bits: u64) -> Option<Plan> {
     let (holes, members) = (st.holes, st.members);
     if members == 0 {
         return Some(Plan {
@@ -933,7 +941,7 @@ pub fn gaps_len(words: &[u64], lo: u32, hi: u32, budget: usize) -> Option<usize>
 
 /// The plan [`gaps_body`] writes and the body's length in bytes, or `None` when no class fits
 /// in `budget` bytes.
-fn gaps_plan(words: &[u64], lo: u32, hi: u32, budget: usize) -> Option<(Plan, usize)> {
+pub fn gaps_plan(words: &[u64], lo: u32, hi: u32, budget: usize) -> Option<(Plan, usize)> {
     let acked = stats(words, lo, hi, false);
     let holes = stats(words, lo, hi, true);
     plan_classes(&acked, &holes, lo, hi, budget)
@@ -998,7 +1006,7 @@ fn plan_classes(
 }
 
 /// Writes the gaps body of `best`, `len` bytes long.
-fn write_gaps(words: &[u64], lo: u32, hi: u32, best: Plan, len: usize) -> Vec<u8> {
+pub fn write_gaps(words: &[u64], lo: u32, hi: u32, best: Plan, len: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(len);
     put_varint(&mut out, lo.into());
     put_varint(&mut out, (hi - lo).into());
@@ -1129,8 +1137,10 @@ pub struct GapsReading {
     body_len: usize,
     /// The bits after the last code are zero.
     zero_padding: bool,
-    acked: Box<Stats>,
-    holes_stats: Box<Stats>,
+    /// The gap statistics of the members.
+    pub acked: Box<Stats>,
+    /// The gap statistics of the holes.
+    pub holes_stats: Box<Stats>,
 }
 
 impl GapsReading {
@@ -1397,204 +1407,4 @@ pub fn decode_span(body: &[u8], span: u64) -> Result<Words, BodyError> {
         }
     }
     Ok(words)
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used, reason = "tests fail by panicking")]
-mod tests {
-    use proptest::prelude::*;
-
-    use super::*;
-
-    /// The statistics of a class by visiting every gap, the way the encoder writes them.
-    fn model(words: &[u64], lo: u32, hi: u32, holes: bool) -> (u64, u64, u32, u32, Vec<u32>) {
-        let (mut members, mut sum, mut min, mut max) = (0u64, 0u64, u32::MAX, 0u32);
-        let mut gaps = Vec::new();
-        for_each_gap(words, lo, hi, holes, |gap, zeros| {
-            members += 1 + u64::from(zeros);
-            sum += u64::from(gap);
-            min = min.min(if zeros > 0 { 0 } else { gap });
-            max = max.max(gap);
-            gaps.push(gap);
-            gaps.extend(std::iter::repeat_n(0, zeros as usize));
-        });
-        gaps.sort_unstable();
-        (members, sum, min, max, gaps)
-    }
-
-    fn counted(st: &Stats) -> (u64, u64, u32, u32, Vec<u32>) {
-        let mut gaps = Vec::new();
-        for (g, n) in st.gaps() {
-            gaps.extend(std::iter::repeat_n(g, n as usize));
-        }
-        gaps.sort_unstable();
-        (st.members, st.sum, st.min, st.max, gaps)
-    }
-
-    /// The dense form through the set's serialization: what `words_of` must equal.
-    fn words_through_serialization(bitmap: &RoaringBitmap) -> Option<Words> {
-        let mut serialized = Vec::new();
-        bitmap.serialize_into(&mut serialized).unwrap();
-        parse_roaring(&serialized)
-    }
-
-    proptest! {
-        #[test]
-        fn words_of_equals_the_dense_form_of_the_serialization(
-            values in proptest::collection::vec(0u32..70_000, 0..6_000),
-            run in proptest::option::of((0u32..65_536, 0u32..20_000)),
-        ) {
-            let mut bitmap: RoaringBitmap = values.iter().copied().collect();
-            if let Some((start, len)) = run {
-                bitmap.insert_range(start..start.saturating_add(len));
-            }
-            bitmap.optimize();
-            let expected = words_through_serialization(&bitmap);
-            prop_assert_eq!(words_of(&bitmap), expected);
-            // Without the values a partition cannot hold: the same set, bit for bit.
-            bitmap.remove_range(1 << 16..);
-            let words = words_of(&bitmap).unwrap();
-            prop_assert_eq!(Some(words.clone()), words_through_serialization(&bitmap));
-            let set: Vec<u32> = (0..1u32 << 16)
-                .filter(|&v| words.get(v as usize / 64).is_some_and(|w| w >> (v % 64) & 1 == 1))
-                .collect();
-            prop_assert_eq!(set, bitmap.iter().collect::<Vec<_>>());
-        }
-    }
-
-    #[test]
-    fn sets_of_one_two_and_three_members_decode_canonical_with_empty_classes() {
-        for (lo, hi, middle) in [(5, 5, false), (5, 6, false), (5, 7, false), (5, 7, true)] {
-            let mut words = empty_words();
-            set_bit(&mut words, lo);
-            set_bit(&mut words, hi);
-            if middle {
-                set_bit(&mut words, 6);
-            }
-            let body = gaps_body(&words, lo, hi, usize::MAX).unwrap();
-            let (decoded, reading) = decode_gaps(&body, 1 << 16).unwrap();
-            assert_eq!(decoded, words);
-            assert_eq!(
-                reading.acked.members + reading.holes_stats.members,
-                u64::from((hi - lo).saturating_sub(1))
-            );
-            assert!(reading.is_canonical(usize::MAX), "{lo} {hi} {middle}");
-        }
-    }
-
-    #[test]
-    fn a_gaps_body_is_canonical_only_as_the_encoder_writes_it() {
-        // Holes every ~100 entries, and acked entries every ~100: each class coded once.
-        for holes_sparse in [false, true] {
-            let mut words = empty_words();
-            let mut v = 3u32;
-            while v < 50_000 {
-                set_bit(&mut words, v);
-                v += 90 + (v * 7919) % 23;
-            }
-            if holes_sparse {
-                let (lo, hi) = bounds(&words).unwrap();
-                for w in &mut words {
-                    *w = !*w;
-                }
-                fill(&mut words, 0, lo - 1, true);
-                fill(&mut words, hi + 1, (1 << 16) - 1, true);
-            }
-            let (lo, hi) = bounds(&words).unwrap();
-            let (best, len) = gaps_plan(&words, lo, hi, usize::MAX).unwrap();
-            assert_eq!(best.holes, holes_sparse);
-            let body = write_gaps(&words, lo, hi, best, len);
-            let canonical = |body: &[u8]| {
-                let (decoded, reading) = decode_gaps(body, 1 << 16).unwrap();
-                assert_eq!(decoded, words);
-                reading.is_canonical(usize::MAX)
-            };
-            assert!(canonical(&body));
-            // A zero byte after the codes.
-            let mut longer = body.clone();
-            longer.push(0);
-            assert!(!canonical(&longer));
-            // A padding bit set after the last code.
-            let used = best.bits % 8;
-            assert_ne!(used, 0, "no padding to test");
-            let mut dirty = body.clone();
-            *dirty.last_mut().unwrap() |= 0x80;
-            assert!(!canonical(&dirty));
-            // Another code or parameter for the same class, and the other class's best plan:
-            // the same set, not the encoder's bytes.
-            let st = stats(&words, lo, hi, best.holes);
-            let (min, range) = (st.min, st.max - st.min + 1);
-            let others = match best.code {
-                Code::Rice(k) => [
-                    Code::Rice(k + 1),
-                    Code::Rice(k - 1),
-                    Code::Bounded { min, range },
-                ],
-                Code::Bounded { .. } => [
-                    Code::Bounded {
-                        min: min - 1,
-                        range: range + 1,
-                    },
-                    Code::Bounded {
-                        min,
-                        range: range + 1,
-                    },
-                    Code::Rice((st.sum / st.members).ilog2() as u8),
-                ],
-            };
-            for code in others {
-                let other = Plan { code, ..best };
-                assert!(
-                    !canonical(&write_gaps(&words, lo, hi, other, len)),
-                    "{code:?}"
-                );
-            }
-            let other_class = plan(&stats(&words, lo, hi, !best.holes), u64::MAX).unwrap();
-            assert!(!canonical(&write_gaps(&words, lo, hi, other_class, len)));
-        }
-    }
-
-    proptest! {
-        /// Runs of both classes of every length around the word size and the short-run
-        /// limit, anywhere in the partition.
-        #[test]
-        fn counted_gaps_match_visiting_every_gap_and_decoding_the_body(
-            start in 0u32..1 << 16,
-            runs in prop::collection::vec((1u32..300, 1u32..300, 0u8..3), 0..200),
-        ) {
-            let mut words = empty_words();
-            let mut at = start;
-            for (acked, holes, scale) in runs {
-                let (acked, holes) = match scale {
-                    0 => (acked % 20 + 1, holes % 20 + 1),
-                    1 => (acked % 70 + 1, holes % 70 + 1),
-                    _ => (acked, holes),
-                };
-                let end = (at + acked).min(1 << 16);
-                fill(&mut words, at, end - 1, false);
-                at = end + holes;
-                if at >= 1 << 16 {
-                    break;
-                }
-            }
-            if let Some((lo, hi)) = bounds(&words) {
-                for holes in [false, true] {
-                    prop_assert_eq!(
-                        counted(&stats(&words, lo, hi, holes)),
-                        model(&words, lo, hi, holes)
-                    );
-                }
-                // Decoding the gaps body gathers the same statistics of both classes, and
-                // finds it canonical for the budget it was written with.
-                let body = gaps_body(&words, lo, hi, usize::MAX).unwrap();
-                let (decoded, reading) = decode_gaps(&body, 1 << 16).unwrap();
-                prop_assert_eq!(&decoded, &words);
-                prop_assert_eq!(counted(&reading.acked), model(&words, lo, hi, false));
-                prop_assert_eq!(counted(&reading.holes_stats), model(&words, lo, hi, true));
-                prop_assert!(reading.is_canonical(usize::MAX));
-                prop_assert!(reading.is_canonical(body.len()));
-                prop_assert!(!reading.is_canonical(body.len() - 1));
-            }
-        }
-    }
 }

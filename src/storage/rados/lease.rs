@@ -361,7 +361,7 @@ pub(super) type LostHook = Arc<dyn Fn(&LeaseState) + Send + Sync>;
 
 /// What one renewal found.
 #[derive(Debug, PartialEq, Eq)]
-enum Renewal {
+pub enum Renewal {
     /// The lease runs for another lease from now.
     Renewed,
     /// Another owner holds the lock, or the owner epoch is no longer this handle's: the lease
@@ -375,7 +375,8 @@ enum Renewal {
 
 impl Renewal {
     /// The meaning of a renewal's librados return code.
-    fn of(ret: i32) -> Self {
+    #[must_use]
+    pub fn of(ret: i32) -> Self {
         use rustix::io::Errno;
         if ret >= 0 {
             Self::Renewed
@@ -403,7 +404,8 @@ impl Renewal {
 ///       | u32 lease seconds | u32 lease nanoseconds | u8 flags
 /// str: u32 length | bytes
 /// ```
-fn lock_op_input(cookie: &[u8], lease: Duration, flags: u8) -> Vec<u8> {
+#[must_use]
+pub fn lock_op_input(cookie: &[u8], lease: Duration, flags: u8) -> Vec<u8> {
     fn put_str(out: &mut Vec<u8>, s: &[u8]) {
         out.extend_from_slice(&u32::try_from(s.len()).unwrap_or(u32::MAX).to_le_bytes());
         out.extend_from_slice(s);
@@ -563,47 +565,5 @@ impl Shared {
             });
         }
         Ok(epoch)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_lock_step_input_is_cls_lock_version_one() {
-        let input = lock_op_input(b"c0ffee", Duration::from_millis(2_500), 1);
-        let mut body = Vec::new();
-        body.extend_from_slice(&14u32.to_le_bytes());
-        body.extend_from_slice(b"ackstore-owner");
-        body.push(1);
-        body.extend_from_slice(&6u32.to_le_bytes());
-        body.extend_from_slice(b"c0ffee");
-        body.extend_from_slice(&0u32.to_le_bytes());
-        body.extend_from_slice(&14u32.to_le_bytes());
-        body.extend_from_slice(b"ackstore owner");
-        body.extend_from_slice(&2u32.to_le_bytes());
-        body.extend_from_slice(&500_000_000u32.to_le_bytes());
-        body.push(1);
-        let mut want = vec![1, 1];
-        want.extend_from_slice(&u32::try_from(body.len()).unwrap().to_le_bytes());
-        want.extend_from_slice(&body);
-        assert_eq!(input, want);
-    }
-
-    #[test]
-    fn only_another_owner_or_a_moved_epoch_loses_the_lease() {
-        use rustix::io::Errno;
-        let code = |e: Errno| -e.raw_os_error();
-        assert_eq!(Renewal::of(0), Renewal::Renewed);
-        for lost in [Errno::CANCELED, Errno::BUSY, Errno::EXIST, Errno::NOENT] {
-            assert!(
-                matches!(Renewal::of(code(lost)), Renewal::Lost(_)),
-                "{lost}"
-            );
-        }
-        for transient in [Errno::TIMEDOUT, Errno::IO, Errno::AGAIN, Errno::CONNREFUSED] {
-            assert_eq!(Renewal::of(code(transient)), Renewal::Failed, "{transient}");
-        }
     }
 }

@@ -1,13 +1,22 @@
-//! Unit tests of the compact marker and index page decoders. This build writes neither kind:
+//! The compact marker and index page decoders. This build writes neither kind:
 //! the tests decode the committed samples (`tests/data/cursor-v2-*`, and the cursor ledgers of
 //! `tests/data/cursor-ledger-alone-*`) and forged bodies behind a valid CRC.
 
+use ackstore::internals::error::CorruptionKind;
+use ackstore::internals::format::cursor::EntryKind;
+use ackstore::internals::format::cursor::FLAG_BATCH;
+use ackstore::internals::format::cursor::FLAG_BATCH_PAGED;
+use ackstore::internals::format::cursor::PersistedState;
+use ackstore::internals::format::cursor::TABLE_PAGED;
+use ackstore::internals::format::partition::MAX_CHUNK;
+use ackstore::internals::format::partition::PARTITION_SPAN;
 use std::collections::BTreeMap;
 
-use super::super::samples::{entries, payloads};
-use super::super::{end_frame, payload_crc, peek_kind, put_varint, start_frame_flags};
-use super::*;
-use crate::position::Position;
+use crate::cursor_samples::{entries, payloads};
+use ackstore::internals::format::cursor::compact::*;
+use ackstore::internals::format::cursor::{end_frame, payload_crc, peek_kind, start_frame_flags};
+use ackstore::internals::format::put_varint;
+use ackstore::internals::position::Position;
 
 /// The committed compact markers and pages: inline tables carrying inline forms and entry
 /// references (`cursor-v2-multi`), a paged table and its pages (`cursor-v2-paged-torn-marker`),

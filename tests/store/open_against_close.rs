@@ -2,8 +2,11 @@
 //! through the public calls can order at will (a thread paused between taking a topic's slot
 //! and its lock).
 
-use super::*;
-use crate::storage::MemStorage;
+use ackstore::internals::error::Error;
+use ackstore::internals::steps;
+use ackstore::internals::storage::MemStorage;
+use ackstore::internals::store::*;
+use std::sync::Arc;
 
 /// A topic's open that took its slot before the store's close, and the slot's lock only after
 /// the close let go of it (the opening thread paused in between), is refused: it does not open
@@ -16,11 +19,11 @@ fn an_open_that_took_its_slot_before_the_close_is_refused_after_it() {
     let topic = store.topic("t").expect("topic");
     let p = topic.append(b"e").expect("append");
     topic.sync().expect("sync");
-    let slot = store.slot("t").expect("the slot, before the close");
+    let slot = steps::topic_slot(&store, "t").expect("the slot, before the close");
     store.close().expect("close");
     // Before any new owner claims the directory (whose claim would fence a late writer of the
     // catalog, not of the topic's files), as a second process opening it may be at this moment.
-    let late = store.open_in_slot("t", &slot);
+    let late = steps::open_in_slot(&store, "t", &slot);
     assert!(
         matches!(late, Err(Error::Closed)),
         "a topic opened after its store's close: {late:?}"

@@ -1,10 +1,15 @@
-//! Unit tests of the cursor-ledger entry layouts. Kinds this build no longer writes (index
+//! The cursor-ledger entry layouts. Kinds this build no longer writes (index
 //! pages, batch pages) are tested on the committed samples' bytes.
 
+use ackstore::internals::error::CorruptionKind;
+use ackstore::internals::format::Reader;
+use ackstore::internals::format::put_varint;
+use ackstore::internals::format::varint_len;
+use ackstore::internals::position::Position;
 use std::collections::BTreeMap;
 
-use super::samples::{entries, payloads};
-use super::*;
+use crate::cursor_samples::{entries, payloads};
+use ackstore::internals::format::cursor::*;
 
 /// The committed index pages (kind 4) of `cursor-v1-paged-torn-marker`.
 fn committed_index_pages() -> Vec<Vec<u8>> {

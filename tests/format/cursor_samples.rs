@@ -1,15 +1,15 @@
 //! The committed sample cursor ledgers (`tests/data/cursor-*`, written by earlier releases) as
-//! entry payloads, for the decoders' unit tests: this build writes none of the kinds 4, 6, 7
+//! entry payloads, for the decoders' tests: this build writes none of the kinds 4, 6, 7
 //! and 8, so their tests decode these bytes.
 
 use std::path::PathBuf;
 
-use super::{EntryKind, peek_kind};
-use crate::format::ledger::{decode_frame, decode_header};
+use ackstore::internals::format::cursor::{EntryKind, peek_kind};
+use ackstore::internals::format::ledger::{decode_frame, decode_header};
 
 /// Every entry of ledger `ledger` of sample directory `sample` whose frame checks, with its
 /// id, in entry order (a torn tail, which some samples end with, ends the list).
-pub(super) fn entries(sample: &str, ledger: u64) -> Vec<(u64, Vec<u8>)> {
+pub(crate) fn entries(sample: &str, ledger: u64) -> Vec<(u64, Vec<u8>)> {
     let path: PathBuf = [
         env!("CARGO_MANIFEST_DIR"),
         "tests/data",
@@ -33,7 +33,7 @@ pub(super) fn entries(sample: &str, ledger: u64) -> Vec<(u64, Vec<u8>)> {
 }
 
 /// The payloads of the entries of kind `kind` among [`entries`]; at least one.
-pub(super) fn payloads(sample: &str, ledger: u64, kind: EntryKind) -> Vec<Vec<u8>> {
+pub(crate) fn payloads(sample: &str, ledger: u64, kind: EntryKind) -> Vec<Vec<u8>> {
     let out: Vec<_> = entries(sample, ledger)
         .into_iter()
         .filter(|(_, p)| peek_kind(p) == Ok(kind))

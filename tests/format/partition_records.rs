@@ -1,7 +1,13 @@
-use proptest::prelude::*;
+//! Partition records: round trips in both versions, the encoder's shortest bodies, and damage.
 
-use super::*;
-use crate::error::{CorruptionPlace, Error};
+use ackstore::internals::error::CorruptionKind;
+use ackstore::internals::format::Corruption;
+use ackstore::internals::position::Position;
+use proptest::prelude::*;
+use roaring::RoaringBitmap;
+
+use ackstore::internals::error::{CorruptionPlace, Error};
+use ackstore::internals::format::partition::*;
 
 fn key(ledger_id: u64, chunk: u64) -> PartitionKey {
     PartitionKey { ledger_id, chunk }
@@ -819,7 +825,7 @@ proptest! {
 /// the first load finds.
 #[test]
 fn rewritten_bounds_under_a_recomputed_crc_never_disagree_with_the_decoded_set() {
-    use crate::format::put_varint;
+    use ackstore::internals::format::put_varint;
     let (mut refused, mut accepted) = (0, 0);
     for set in [
         RoaringBitmap::from([3, 4, 6]),

@@ -1,0 +1,138 @@
+//! Resident partitions: recency lists, the table that finds them, and shrinking.
+
+use ackstore::internals::ackset::Charge;
+use ackstore::internals::ackset::PartitionKey;
+use ackstore::internals::ackset::resident::*;
+use roaring::RoaringBitmap;
+
+fn key(ledger_id: u64) -> PartitionKey {
+    PartitionKey {
+        ledger_id,
+        chunk: 0,
+    }
+}
+
+fn resident(ledger_id: u64, unsaved: bool, bytes: usize) -> Resident {
+    let charge = Charge {
+        bytes,
+        ..Charge::default()
+    };
+    Resident::new(key(ledger_id), RoaringBitmap::new(), charge, unsaved, false)
+}
+
+fn keys(r: &Residents, list: List) -> Vec<u64> {
+    r.slots_of(list)
+        .into_iter()
+        .map(|s| r.key(s).ledger_id)
+        .collect()
+}
+
+#[test]
+fn lists_keep_recency_and_bytes_through_hot_changes_moves_and_removals() {
+    let mut r = Residents::new();
+    for (ledger, bytes) in (1..=4).zip([100, 200, 300, 400]) {
+        r.retire_hot();
+        r.insert_hot(resident(ledger, ledger % 2 == 0, bytes));
+    }
+    // 4 is hot; 1 and 3 saved, 2 unsaved.
+    assert_eq!(keys(&r, List::Saved), [3, 1]);
+    assert_eq!(keys(&r, List::Unsaved), [2]);
+    assert_eq!(r.list_bytes(List::Saved), 400);
+    assert_eq!(r.hot_slot(key(4)), Some(3));
+    // Touching 1 makes it hot; 4 joins the unsaved list as its newest.
+    let one = r.find(key(1)).expect("resident");
+    r.retire_hot();
+    r.make_hot(one);
+    assert_eq!(keys(&r, List::Saved), [3]);
+    assert_eq!(keys(&r, List::Unsaved), [4, 2]);
+    assert_eq!(r.list_bytes(List::Unsaved), 600);
+    // 2 is pinned, then rejoins the saved list as its oldest.
+    let two = r.oldest(List::Unsaved).expect("oldest unsaved");
+    r.relist(two, List::Pinned, true);
+    assert_eq!(
+        (r.list_len(List::Pinned), r.list_len(List::Unsaved)),
+        (1, 1)
+    );
+    r.relist(two, List::Saved, false);
+    assert_eq!(keys(&r, List::Saved), [3, 2]);
+    assert_eq!(r.list_of(two), Some(List::Saved));
+    assert_eq!(r.list_of(one), None, "hot");
+    // Removing frees slots that the next insert reuses, with no allocation.
+    let capacity = r.slots.capacity();
+    assert_eq!(r.remove(two).charge.bytes, 200);
+    let three = r.oldest(List::Saved).expect("oldest saved");
+    r.remove(three);
+    assert_eq!((r.len(), r.list_bytes(List::Saved)), (2, 0));
+    assert_eq!(r.find(key(3)), None);
+    assert_eq!(
+        r.overhead_bytes(),
+        (capacity - 2) * SLOT_BYTES + r.table.capacity() * TABLE_PLACE_BYTES
+    );
+    r.retire_hot();
+    r.insert_hot(resident(5, true, 1));
+    r.retire_hot();
+    r.insert_hot(resident(6, true, 1));
+    assert_eq!(r.slots.capacity(), capacity);
+    assert_eq!(keys(&r, List::Unsaved), [5, 4]);
+    assert_eq!(keys(&r, List::Saved), [1]);
+}
+
+#[test]
+fn the_table_finds_every_resident_partition_through_inserts_removals_and_growth() {
+    // Keys that differ in the ledger, the chunk or both, so homes collide and probes wrap.
+    let mut r = Residents::new();
+    let mut model = std::collections::BTreeMap::new();
+    let mut draw = 0x9e37_79b9_7f4a_7c15_u64;
+    for step in 0..20_000u64 {
+        draw ^= draw << 13;
+        draw ^= draw >> 7;
+        draw ^= draw << 17;
+        let k = PartitionKey {
+            ledger_id: draw % 7,
+            chunk: (draw >> 8) % 40,
+        };
+        if let Some(slot) = r.find(k) {
+            assert_eq!(model.get(&k), Some(&slot), "step {step}");
+            if draw.is_multiple_of(3) {
+                model.remove(&k);
+                assert_eq!(r.remove(slot).key, k);
+            } else {
+                r.retire_hot();
+                if r.list_of(slot).is_some() {
+                    r.make_hot(slot);
+                }
+            }
+        } else {
+            assert!(!model.contains_key(&k), "step {step}");
+            r.retire_hot();
+            let resident = Resident::new(k, RoaringBitmap::new(), Charge::default(), false, false);
+            model.insert(k, r.insert_hot(resident));
+        }
+        if step % 1000 == 999 {
+            for (&k, &slot) in &model {
+                assert_eq!(r.find(k), Some(slot));
+            }
+            assert_eq!(r.len(), model.len());
+            assert!(r.table.len() >= 2 * r.slots.capacity());
+        }
+    }
+}
+
+#[test]
+fn shrink_keeps_only_the_hot_partition() {
+    let mut r = Residents::new();
+    r.insert_hot(resident(1, true, 1));
+    r.retire_hot();
+    r.insert_hot(resident(2, true, 1));
+    r.shrink();
+    assert_eq!(r.len(), 2, "another partition is resident");
+    let one = r.oldest(List::Unsaved).expect("oldest");
+    r.remove(one);
+    r.shrink();
+    assert_eq!(r.slots.capacity(), 1);
+    assert_eq!(r.overhead_bytes(), r.table.capacity() * TABLE_PLACE_BYTES);
+    assert_eq!((r.hot_slot(key(2)), r.find(key(2))), (Some(0), Some(0)));
+    r.remove(0);
+    r.shrink();
+    assert_eq!((r.slots.capacity(), r.overhead_bytes(), r.len()), (0, 0, 0));
+}
