@@ -1174,10 +1174,15 @@ mod tests {
     #[test]
     fn a_sweep_is_two_to_eight_increasing_cursor_counts() {
         assert_eq!(parse_sweep("10,30,100"), Ok(Sweep(vec![10, 30, 100])));
+        assert_eq!(
+            parse_sweep("100000,1000000"),
+            Ok(Sweep(vec![100_000, 1_000_000]))
+        );
         for bad in [
             "10",
             "0,10",
-            "10,100001",
+            "10,1000001",
+            "10,100001,1000001",
             "30,10",
             "10,10",
             "x,10",

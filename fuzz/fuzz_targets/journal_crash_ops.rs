@@ -16,6 +16,10 @@
 
 #[path = "../../tests/support/crash.rs"]
 mod crash;
+// The storage tap the crash harness is built on; this target uses only part of it.
+#[allow(dead_code)]
+#[path = "../../tests/support/tap.rs"]
+mod tap;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -35,7 +35,7 @@ fn open_segment(bytes: &[u8]) {
         for cursor in journal.cursors() {
             if let Some((_, rows)) = journal.committed(cursor) {
                 for (key, _) in rows {
-                    let _ = journal.stored_bounds(cursor, key);
+                    let _ = journal.stored_bounds(cursor, key, &mut None);
                     let _ = journal.load(cursor, key);
                 }
             }
