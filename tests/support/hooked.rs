@@ -28,10 +28,10 @@ pub struct Hooks {
     /// When set, the next `sync_data` meets the first barrier before it starts and the second
     /// before it proceeds, so a test can hold one fsync in progress.
     pub hold_next_sync: Mutex<Option<Arc<(Barrier, Barrier)>>>,
-    /// When set to `(prefix, barriers)`, the next `exists` of a name starting with `prefix`
-    /// answers, then meets the first barrier and the second before it returns, so a test can
-    /// run other operations between two name lookups.
-    pub hold_after_exists: Mutex<Option<(String, Held)>>,
+    /// When set to `(prefix, barriers)`, the next lookup (`exists` or `open`) of a name
+    /// starting with `prefix` answers, then meets the first barrier and the second before it
+    /// returns, so a test can run other operations between two name lookups.
+    pub hold_after_lookup: Mutex<Option<(String, Held)>>,
 }
 
 /// A [`MemStorage`] whose files run [`Hooks`]; clones share the disk and the hooks.
@@ -46,6 +46,22 @@ impl Hooked {
         Self {
             disk,
             hooks: Arc::default(),
+        }
+    }
+
+    /// Holds the lookup of `name` on [`Hooks::hold_after_lookup`]'s barriers when it is the
+    /// one awaited.
+    fn after_lookup(&self, name: &str) {
+        let held = {
+            let mut hold = self.hooks.hold_after_lookup.lock().unwrap();
+            match hold.as_ref() {
+                Some((prefix, _)) if name.starts_with(prefix.as_str()) => hold.take(),
+                _ => None,
+            }
+        };
+        if let Some((_, barriers)) = held {
+            barriers.0.wait();
+            barriers.1.wait();
         }
     }
 
@@ -89,17 +105,7 @@ impl Storage for Hooked {
     }
     fn exists(&self, name: &str) -> ackstore::Result<bool> {
         let answer = self.disk.exists(name);
-        let held = {
-            let mut hold = self.hooks.hold_after_exists.lock().unwrap();
-            match hold.as_ref() {
-                Some((prefix, _)) if name.starts_with(prefix.as_str()) => hold.take(),
-                _ => None,
-            }
-        };
-        if let Some((_, barriers)) = held {
-            barriers.0.wait();
-            barriers.1.wait();
-        }
+        self.after_lookup(name);
         answer
     }
     fn create(&self, name: &str) -> ackstore::Result<Arc<dyn StorageFile>> {
@@ -110,7 +116,9 @@ impl Storage for Hooked {
         }))
     }
     fn open(&self, name: &str) -> ackstore::Result<Arc<dyn StorageFile>> {
-        let inner = self.disk.open(name)?;
+        let inner = self.disk.open(name);
+        self.after_lookup(name);
+        let inner = inner?;
         Ok(Arc::new(HookedFile {
             inner,
             hooks: Arc::clone(&self.hooks),
