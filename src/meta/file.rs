@@ -388,15 +388,13 @@ impl FileMetaStore {
                     version: Some(version),
                     file: version_file(name, version),
                 };
-                // `version`'s file first, then the next name (as `is_current`): while the
-                // first exists, no version above the next exists without the next's file.
-                let Some(current) = self.read_file(name, &found)? else {
-                    return Ok(None);
-                };
+                // The next name first, then `version`'s file (as `is_current`): while the
+                // second exists, no version above the next exists without the next's file, so
+                // a file read after the next name was absent was current when it was.
                 if self.storage.exists(&version_file(name, next))? {
                     return Ok(None);
                 }
-                Ok(Some(current))
+                self.read_file(name, &found)
             }
         }
     }
@@ -868,19 +866,23 @@ impl MetaStore for FileMetaStore {
         Ok(next)
     }
 
-    /// Two name lookups: the file of `version` still exists and the next version's does not.
-    /// A writer links version `v + 1` only over `v`, and removes `v` only after linking
-    /// `v + 1`, lowest versions first; so while `version`'s file exists, no version above
-    /// `version + 1` exists without `version + 1`'s file (a stray lower version a stale writer
-    /// linked does not matter). The lookups run in that order, so a `true` means no other
-    /// writer had linked the next version when the second lookup ran.
+    /// Two name lookups: the next version's file does not exist, then the file of `version`
+    /// still does. A writer links version `v + 1` only over `v`, and removes `v` only after
+    /// linking `v + 1`, lowest versions first; so while `version`'s file exists, no version
+    /// above `version + 1` exists without `version + 1`'s file (a stray lower version a stale
+    /// writer linked does not matter). The lookups run in that order: `version`'s file,
+    /// existing at the second, existed all along, so at the first the record was at `version`,
+    /// and a `true` means no other writer had linked the next version when the first lookup
+    /// ran. The other order is wrong: between its lookups another owner's claim and write may
+    /// link `version + 1` and `version + 2` and remove `version` and `version + 1`, and each
+    /// lookup alone sees nothing move.
     fn is_current(&self, name: &str, version: u64) -> Result<bool> {
         validate_record_name(name)?;
         let Some(next) = version.checked_add(1) else {
             return Ok(self.get(name)?.is_some_and(|(v, _)| v == version));
         };
-        Ok(self.storage.exists(&version_file(name, version))?
-            && !self.storage.exists(&version_file(name, next))?)
+        Ok(!self.storage.exists(&version_file(name, next))?
+            && self.storage.exists(&version_file(name, version))?)
     }
 }
 

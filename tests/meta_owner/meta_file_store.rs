@@ -688,3 +688,61 @@ fn power_cuts_leave_the_old_or_the_new_record_whole(owned: bool) {
         }
     }
 }
+
+/// A former owner's check whose two lookups another owner's claim and write overtake: the
+/// write removes the checked version and the claimed one (lowest first), so each lookup alone
+/// sees a record that never moved (the first the checked version, the second no next name).
+/// The check must still answer that the record is no longer at the checked version.
+#[test]
+fn an_owner_check_a_claim_and_a_write_overtake_between_its_lookups_is_not_current() {
+    use crate::support::hooked::Hooked;
+    use std::sync::Barrier;
+
+    let storage = Hooked::new(MemStorage::new());
+    let former = FileMetaStore::new(Arc::new(storage.clone()));
+    let owner = FileMetaStore::new(Arc::new(storage.clone()));
+    assert_eq!(former.put("topic", None, b"A").unwrap(), 1);
+    let barriers = Arc::new((Barrier::new(2), Barrier::new(2)));
+    *storage.hooks.hold_after_lookup.lock().unwrap() = Some(("topic.".into(), barriers.clone()));
+    let check = std::thread::spawn(move || former.is_current("topic", 1));
+    // The check's first lookup has answered.
+    barriers.0.wait();
+    assert_eq!(owner.claim("topic", 1).unwrap(), 2);
+    assert_eq!(owner.put("topic", Some(2), b"B").unwrap(), 3);
+    barriers.1.wait();
+    assert!(
+        !check.join().unwrap().unwrap(),
+        "the holder of version 1 was told it is current after version 3 was written"
+    );
+    assert_eq!(owner.get("topic").unwrap(), Some((3, b"B".to_vec())));
+}
+
+/// The read by two names of an owned store (the record's known version, then whether the next
+/// exists), overtaken between them by another owner's claim and write as above: it must not
+/// answer the bytes of the version that was replaced.
+#[test]
+fn an_owned_read_a_claim_and_a_write_overtake_between_its_lookups_answers_the_newest() {
+    use crate::support::hooked::Hooked;
+    use std::sync::Barrier;
+
+    let storage = Hooked::new(MemStorage::new());
+    let lock = storage.lock().unwrap();
+    let former = FileMetaStore::owned(Arc::new(storage.clone()), &lock);
+    let owner = FileMetaStore::new(Arc::new(storage.clone()));
+    assert_eq!(former.put("topic", None, b"A").unwrap(), 1);
+    assert_eq!(former.get("topic").unwrap(), Some((1, b"A".to_vec())));
+    let barriers = Arc::new((Barrier::new(2), Barrier::new(2)));
+    *storage.hooks.hold_after_lookup.lock().unwrap() = Some(("topic.".into(), barriers.clone()));
+    let read = std::thread::spawn(move || former.get("topic"));
+    // The read's first lookup has answered.
+    barriers.0.wait();
+    assert_eq!(owner.claim("topic", 1).unwrap(), 2);
+    assert_eq!(owner.put("topic", Some(2), b"B").unwrap(), 3);
+    barriers.1.wait();
+    assert_eq!(
+        read.join().unwrap().unwrap(),
+        Some((3, b"B".to_vec())),
+        "an owned store read version 1 after version 3 was written"
+    );
+    drop(lock);
+}

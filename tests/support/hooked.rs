@@ -8,6 +8,10 @@ use std::sync::{Arc, Barrier, Mutex};
 use ackstore::storage::{LockGuard, Mapped, StorageFile};
 use ackstore::{MemStorage, Storage};
 
+/// Two barriers an operation meets in turn: a test waits on the first to know the operation
+/// reached the hook, and on the second to let it go on.
+pub type Held = Arc<(Barrier, Barrier)>;
+
 /// Hooks a [`Hooked`] storage runs on its files' operations.
 #[derive(Default)]
 pub struct Hooks {
@@ -24,6 +28,10 @@ pub struct Hooks {
     /// When set, the next `sync_data` meets the first barrier before it starts and the second
     /// before it proceeds, so a test can hold one fsync in progress.
     pub hold_next_sync: Mutex<Option<Arc<(Barrier, Barrier)>>>,
+    /// When set to `(prefix, barriers)`, the next lookup (`exists` or `open`) of a name
+    /// starting with `prefix` answers, then meets the first barrier and the second before it
+    /// returns, so a test can run other operations between two name lookups.
+    pub hold_after_lookup: Mutex<Option<(String, Held)>>,
 }
 
 /// A [`MemStorage`] whose files run [`Hooks`]; clones share the disk and the hooks.
@@ -38,6 +46,22 @@ impl Hooked {
         Self {
             disk,
             hooks: Arc::default(),
+        }
+    }
+
+    /// Holds the lookup of `name` on [`Hooks::hold_after_lookup`]'s barriers when it is the
+    /// one awaited.
+    fn after_lookup(&self, name: &str) {
+        let held = {
+            let mut hold = self.hooks.hold_after_lookup.lock().unwrap();
+            match hold.as_ref() {
+                Some((prefix, _)) if name.starts_with(prefix.as_str()) => hold.take(),
+                _ => None,
+            }
+        };
+        if let Some((_, barriers)) = held {
+            barriers.0.wait();
+            barriers.1.wait();
         }
     }
 
@@ -80,7 +104,9 @@ impl Storage for Hooked {
         self.count_listed(self.disk.list_prefix(prefix))
     }
     fn exists(&self, name: &str) -> ackstore::Result<bool> {
-        self.disk.exists(name)
+        let answer = self.disk.exists(name);
+        self.after_lookup(name);
+        answer
     }
     fn create(&self, name: &str) -> ackstore::Result<Arc<dyn StorageFile>> {
         let inner = self.disk.create(name)?;
@@ -90,7 +116,9 @@ impl Storage for Hooked {
         }))
     }
     fn open(&self, name: &str) -> ackstore::Result<Arc<dyn StorageFile>> {
-        let inner = self.disk.open(name)?;
+        let inner = self.disk.open(name);
+        self.after_lookup(name);
+        let inner = inner?;
         Ok(Arc::new(HookedFile {
             inner,
             hooks: Arc::clone(&self.hooks),
