@@ -214,6 +214,39 @@ fn perf_refuses_a_directory_an_earlier_run_filled() {
     );
 }
 
+/// `perf --dir` on what is not a fresh directory is refused with the usage exit code before
+/// anything is written: a regular file, a directory holding only a hidden file, and a symbolic
+/// link to such a directory (followed, as every later open would). None reads as a failed
+/// verification, and each is left as it was.
+#[test]
+fn perf_refuses_a_file_a_hidden_file_and_a_link_to_a_used_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("file");
+    std::fs::write(&file, b"not a directory").unwrap();
+    let hidden = tmp.path().join("hidden");
+    std::fs::create_dir(&hidden).unwrap();
+    std::fs::write(hidden.join(".keep"), b"").unwrap();
+    let link = tmp.path().join("link");
+    std::os::unix::fs::symlink(&hidden, &link).unwrap();
+    let before = tree(tmp.path());
+    for (dir, says) in [
+        (&file, "read directory"),
+        (&hidden, "is not empty"),
+        (&link, "is not empty"),
+    ] {
+        let out = support::cli::run(&["perf", "--entries", "300", "--dir", dir.to_str().unwrap()]);
+        let text = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{}: {text}", dir.display());
+        assert!(text.contains(says), "{}: {text}", dir.display());
+        assert!(!text.contains("FAILED"), "{}: {text}", dir.display());
+    }
+    assert_eq!(
+        tree(tmp.path()),
+        before,
+        "a refusal changed what it was given"
+    );
+}
+
 /// Every file under `dir` with its bytes.
 fn tree(dir: &Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
     let mut out = Vec::new();
