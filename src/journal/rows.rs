@@ -140,10 +140,14 @@ impl Rows {
 
     /// Every row, in ascending key order.
     #[must_use]
-    #[expect(
-        clippy::iter_without_into_iter,
-        reason = "a trait impl naming the key and record types would make them reachable from \
-                  the crate root, where they cannot be named"
+    // The lint sees `Rows` only when `internals` makes it public.
+    #[cfg_attr(
+        feature = "internals",
+        expect(
+            clippy::iter_without_into_iter,
+            reason = "a trait impl naming the key and record types would make them reachable \
+                      from the crate root, where they cannot be named"
+        )
     )]
     pub fn iter(&self) -> Iter<'_> {
         match &self.0 {
