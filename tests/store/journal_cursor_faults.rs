@@ -6,9 +6,11 @@ use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::sync::atomic::Ordering::SeqCst;
 
-use ackstore::{CursorOptions, MemStorage, Position, Store};
+use ackstore::{Cursor, CursorOptions, ManagedLedger, MemStorage, Position, Storage, Store};
 use support::crash::{Points, cut_everywhere_after, torn_image, unsynced_tail};
+use support::hooked::Hooked;
 use support::workload::Rng;
 
 const CURSORS: usize = 3;
@@ -16,10 +18,11 @@ const ENTRIES: u64 = 90;
 const TOPIC: &str = "persistent://t/ns/rt";
 
 fn open(disk: &MemStorage) -> ackstore::Result<Store> {
-    Store::open_with_storage(
-        Arc::new(disk.clone()),
-        support::config::store_budgeted(30, 900, 600),
-    )
+    open_on(Arc::new(disk.clone()))
+}
+
+fn open_on(storage: Arc<dyn Storage>) -> ackstore::Result<Store> {
+    Store::open_with_storage(storage, support::config::store_budgeted(30, 900, 600))
 }
 
 fn name(c: usize) -> String {
@@ -168,24 +171,8 @@ fn after_a_tick_fails_on_a_full_disk_no_later_flush_or_close_reports_success() {
     let disk = MemStorage::new();
     let ps = prepare(&disk);
     let store = open(&disk).expect("open");
-    let topic = store.topic(TOPIC).expect("topic");
-    let cursors: Vec<_> = (0..CURSORS)
-        .map(|c| {
-            topic
-                .open_cursor(&name(c), CursorOptions::default())
-                .expect("cursor")
-        })
-        .collect();
-    let mut truth: BTreeMap<usize, BTreeSet<Position>> = BTreeMap::new();
+    let (topic, cursors, mut truth) = acked_and_flushed(&store, &ps);
     let mut durable = truth.clone();
-    for (c, cursor) in cursors.iter().enumerate() {
-        for p in ps.iter().skip(c).step_by(4) {
-            cursor.ack(*p).expect("ack");
-            truth.entry(c).or_default().insert(*p);
-        }
-    }
-    store.flush_all().expect("flush_all");
-    durable.clone_from(&truth);
     disk.set_capacity(Some(disk.used_bytes() + 200));
     let mut failed = false;
     for round in 0..40 {
@@ -216,7 +203,43 @@ fn after_a_tick_fails_on_a_full_disk_no_later_flush_or_close_reports_success() {
     drop((cursors, topic, store));
     let image = disk.durable_image();
     image.set_capacity(None);
-    let store = open(&image).expect("reopen");
+    check_reopened(&image, &ps, &truth, &durable, "");
+}
+
+/// Each cursor's acks among `ps` the workload made (`truth`) or an `Ok` flush covered.
+type Acks = BTreeMap<usize, BTreeSet<Position>>;
+
+/// The topic's cursors, opened.
+fn open_cursors(topic: &ManagedLedger) -> Vec<Cursor> {
+    (0..CURSORS)
+        .map(|c| {
+            topic
+                .open_cursor(&name(c), CursorOptions::default())
+                .expect("cursor")
+        })
+        .collect()
+}
+
+/// Opens the topic's cursors in `store`, acks every fourth entry of `ps` from a different
+/// start for each, and flushes: the topic, the cursors and their acks.
+fn acked_and_flushed(store: &Store, ps: &[Position]) -> (Arc<ManagedLedger>, Vec<Cursor>, Acks) {
+    let topic = store.topic(TOPIC).expect("topic");
+    let cursors = open_cursors(&topic);
+    let mut truth = Acks::new();
+    for (c, cursor) in cursors.iter().enumerate() {
+        for p in ps.iter().skip(c).step_by(4) {
+            cursor.ack(*p).expect("ack");
+            truth.entry(c).or_default().insert(*p);
+        }
+    }
+    store.flush_all().expect("flush_all");
+    (topic, cursors, truth)
+}
+
+/// Reopens `image` (a disk after a power cut): every cursor's acks lie within `truth` and hold
+/// `durable`. `what` starts each message.
+fn check_reopened(image: &MemStorage, ps: &[Position], truth: &Acks, durable: &Acks, what: &str) {
+    let store = open(image).expect("reopen");
     let topic = store.topic(TOPIC).expect("topic");
     for c in 0..CURSORS {
         let cursor = topic
@@ -227,9 +250,68 @@ fn after_a_tick_fails_on_a_full_disk_no_later_flush_or_close_reports_success() {
             .copied()
             .filter(|p| cursor.is_acked(*p).expect("is_acked"))
             .collect();
-        assert!(got.is_subset(&truth[&c]), "cursor {c} invented acks");
-        assert!(durable[&c].is_subset(&got), "cursor {c} lost flushed acks");
+        assert!(got.is_subset(&truth[&c]), "{what}cursor {c} invented acks");
+        assert!(
+            durable[&c].is_subset(&got),
+            "{what}cursor {c} lost flushed acks"
+        );
     }
+}
+
+/// A flush one of whose `fdatasync`s fails (the disk lost the write-back), for each sync the
+/// flush makes in turn, must not answer `Ok`, and a power cut afterwards keeps every ack of
+/// each `Ok` flush (the first one's, and any later one's that answered `Ok`) and invents
+/// none. The harnesses that cut the power fail every operation after the cut, reads
+/// too, so a sync's error swallowed would be hidden there by the next operation failing.
+#[test]
+fn a_flush_whose_fsync_fails_never_answers_ok_and_a_power_cut_keeps_every_ok_flush() {
+    let mut failed = 0;
+    while fsync_fails(failed + 1) {
+        failed += 1;
+    }
+    assert!(failed >= 2, "a flush made only {failed} syncs");
+}
+
+/// The workload of the test above with the `nth` sync of its second flush failing. Returns
+/// whether the flush made that many syncs.
+fn fsync_fails(nth: u64) -> bool {
+    let disk = MemStorage::new();
+    let ps = prepare(&disk);
+    let hooked = Hooked::new(disk.clone());
+    let store = open_on(Arc::new(hooked.clone())).expect("open");
+    let (topic, cursors, mut truth) = acked_and_flushed(&store, &ps);
+    let mut durable = truth.clone();
+    for (c, cursor) in cursors.iter().enumerate() {
+        for p in ps.iter().skip(c + 1).step_by(4) {
+            cursor.ack(*p).expect("ack");
+            truth.entry(c).or_default().insert(*p);
+        }
+    }
+    hooked.hooks.fail_sync_in.store(nth, SeqCst);
+    let flushed = store.flush_all();
+    if hooked.hooks.fail_sync_in.swap(0, SeqCst) != 0 {
+        flushed.expect("a flush with every sync kept");
+        return false;
+    }
+    assert!(
+        flushed.is_err(),
+        "sync {nth}: a flush_all whose fsync failed returned Ok"
+    );
+    // A later flush that answers `Ok` made what it covers durable, whatever failed before.
+    for (c, cursor) in cursors.iter().enumerate() {
+        if cursor.flush().is_ok() {
+            durable.insert(c, truth[&c].clone());
+        }
+    }
+    std::mem::forget((cursors, topic, store));
+    check_reopened(
+        &disk.durable_image(),
+        &ps,
+        &truth,
+        &durable,
+        &format!("sync {nth}: "),
+    );
+    true
 }
 
 /// Cursors deleted and created again under the same name from several threads, while another
@@ -557,13 +639,7 @@ fn acks_made_before_an_ok_flush_all_are_durable_while_threads_ack_and_the_pool_t
     config.ledger.cursor.flush_interval = Some(std::time::Duration::from_millis(1));
     let store = Store::open_with_storage(Arc::new(disk.clone()), config).expect("open");
     let topic = store.topic(TOPIC).expect("topic");
-    let cursors: Vec<_> = (0..CURSORS)
-        .map(|c| {
-            topic
-                .open_cursor(&name(c), CursorOptions::default())
-                .expect("cursor")
-        })
-        .collect();
+    let cursors = open_cursors(&topic);
     let truth: Vec<std::sync::Mutex<BTreeSet<Position>>> =
         (0..CURSORS).map(|_| Default::default()).collect();
     let durable = std::sync::Mutex::new(vec![BTreeSet::new(); CURSORS]);

@@ -28,6 +28,10 @@ pub struct Hooks {
     /// When set, the next `sync_data` meets the first barrier before it starts and the second
     /// before it proceeds, so a test can hold one fsync in progress.
     pub hold_next_sync: Mutex<Option<Arc<(Barrier, Barrier)>>>,
+    /// When `n` (not 0), the `n`th `sync_data` from now fails with `EIO` and makes nothing
+    /// durable, and the hook goes back to 0: a disk that lost the write-back of what that sync
+    /// was to cover.
+    pub fail_sync_in: AtomicU64,
     /// When set to `(prefix, barriers)`, the next lookup (`exists` or `open`) of a name
     /// starting with `prefix` answers, then meets the first barrier and the second before it
     /// returns, so a test can run other operations between two name lookups.
@@ -160,6 +164,14 @@ impl StorageFile for HookedFile {
             barriers.1.wait();
         }
         self.hooks.syncs.fetch_add(1, Ordering::SeqCst);
+        let due = self
+            .hooks
+            .fail_sync_in
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if due == Ok(1) {
+            let eio = std::io::Error::from_raw_os_error(5);
+            return Err(ackstore::Error::io("fdatasync", "hooked", eio));
+        }
         self.inner.sync_data()
     }
     fn set_len(&self, len: u64) -> ackstore::Result<()> {
