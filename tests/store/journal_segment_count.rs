@@ -178,20 +178,21 @@ fn a_topic_alone_restarted_200_times_with_a_flush_each_keeps_its_segments_bounde
     restarts_keep_the_segments_bounded(Host::Alone);
 }
 
-/// Cursors whose acks span many segments of 1 KiB (every other entry of 100 ledgers each, a
-/// partition record per ledger), restarted with a flush per cursor each run: every flush
-/// returns within a generous allowance of storage operations (a rollover that did not end
-/// would exhaust it and fail the flush), the segments stay within the bound of the live bytes,
-/// and the acks match.
+/// Cursors whose acks span many segments of 4 KiB (every other entry of 100 ledgers each, a
+/// partition record per ledger), restarted 80 times with a flush of one cursor each run (so each
+/// restart leaves a short segment behind and the count trigger rolls full segments whose live
+/// records may overflow the newest): every flush returns within a generous allowance of
+/// storage operations (a rollover that did not end would exhaust it and fail the flush), the
+/// segments stay within the bound of the live bytes, and the acks match.
 fn live_bytes_over_many_segments_do_not_make_the_rollover_loop(host: Host) {
-    const SEGMENT: u64 = 1 << 10;
+    const SEGMENT: u64 = 4 << 10;
     const ALLOWANCE: u64 = 200_000;
     let names = ["a", "b", "c", "d", "e", "f"];
     let disk = MemStorage::new();
     let ps = fill(host, &disk, 400);
     let mut truth: BTreeMap<String, BTreeSet<Position>> = BTreeMap::new();
-    let mut counted = 0;
-    for run in 0..60usize {
+    let (mut live_segments, mut rollovers) = (0, 0);
+    for run in 0..80usize {
         let owner = Owner::open(host, Arc::new(disk.clone()), SEGMENT).expect("open");
         assert_acks(&owner, &ps, &truth);
         let acks: Vec<(&str, Position)> = if run == 0 {
@@ -202,11 +203,9 @@ fn live_bytes_over_many_segments_do_not_make_the_rollover_loop(host: Host) {
                 .flat_map(|(c, name)| ps.iter().skip(c % 2).step_by(2).map(move |p| (*name, *p)))
                 .collect()
         } else {
-            names
-                .iter()
-                .enumerate()
-                .map(|(c, name)| (*name, ps[(run * 11 + c * 5) % ps.len()]))
-                .collect()
+            // An entry of the other parity: a change, so a tick.
+            let c = run % names.len();
+            vec![(names[c], ps[run * 22 % ps.len() + 1 - c % 2])]
         };
         disk.fail_after(Some(disk.mutations() + ALLOWANCE));
         owner.ack_and_flush(&acks).expect("flush");
@@ -221,11 +220,20 @@ fn live_bytes_over_many_segments_do_not_make_the_rollover_loop(host: Host) {
             "run {run}: bound {bound}: {stats:?}"
         );
         assert_eq!(segment_files(&disk), stats.segments, "run {run}");
-        counted = counted.max(stats.segments);
+        // Far from the byte trigger (twice the live bytes plus a segment): the rollovers here
+        // are the count trigger's.
+        assert!(
+            stats.segment_bytes < 2 * stats.live_bytes,
+            "run {run}: {stats:?}"
+        );
+        live_segments = stats.live_bytes.div_ceil(SEGMENT);
+        rollovers += stats.rollovers;
         owner.close().expect("close");
     }
-    // The live bytes do span many segments.
-    assert!(counted > 20, "{counted} segments at most");
+    // The live bytes do span many segments, and once the restarts' short segments reached the
+    // bound, every restart's flush rolled one over.
+    assert!(live_segments >= 8, "{live_segments} segments of live bytes");
+    assert!(rollovers >= 50, "{rollovers} rollovers");
     let owner = Owner::open(host, Arc::new(disk.clone()), SEGMENT).expect("open");
     assert_acks(&owner, &ps, &truth);
 }
