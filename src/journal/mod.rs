@@ -61,6 +61,7 @@ pub use check::{
 pub use host::{Listed, OwnerCheck, Seal, SegmentHooks};
 pub use marker::marker_room;
 pub use partitions::{JournalPartitions, SeenBounds};
+pub use rollover::{SEGMENT_SLACK, segment_bound};
 pub use segment::{parse_segment_name, segment_name};
 pub use tick::{BatchStage, CursorFlush, SnapshotCounts, Tick};
 

@@ -1,11 +1,24 @@
 //! Rollover by rewrite: the oldest segment's live records are copied forward, then it goes.
 //!
-//! **Rollover.** When the segments hold more than twice the live bytes plus one segment, the
-//! oldest segment's live records (committed partitions, pending partitions) are copied to the
+//! **Rollover.** When the segments hold more than twice the live bytes plus one segment, or
+//! are more in number than [`segment_bound`] (twice the segments the live bytes fill, plus
+//! [`SEGMENT_SLACK`]), the oldest segment's live records (committed partitions, pending partitions) are copied to the
 //! newest segment, every cursor whose chain (full marker, deltas, the partitions they
 //! reference) reaches into the oldest segment is re-based with a full marker there, all is
 //! synced, and only then is the oldest segment deleted. The live bytes count a full marker per
 //! cursor, not its deltas: deltas are garbage a re-base reclaims.
+//!
+//! **The count trigger.** Bytes alone do not bound the number of segments: a new owner never
+//! appends to a segment it did not create, so every restart whose owner flushes leaves its
+//! predecessor's short newest segment behind, and an open scans every segment. Every segment
+//! below the newest that this owner filled holds at least `segment_bytes` (one stops taking
+//! appends only there), so while the bytes are within their bound such segments number at most
+//! `2 * live / segment_bytes + 2`, within [`segment_bound`]: the count trigger fires only when
+//! short segments (a former owner's or an earlier version's newest) are there, and rolls the
+//! oldest segments until the count is back within the bound. Copying the oldest segment's live
+//! records may start a new segment when the newest is full, so a roll may not lower the count;
+//! a call makes at most as many count-triggered rolls as there were segments when it began,
+//! and the next tick goes on from there.
 
 use std::sync::atomic::Ordering;
 
@@ -20,25 +33,48 @@ use crate::format::journal::{
     encode_partition_payload, encode_record,
 };
 
+/// Segments above twice the number the live bytes fill, past which a rollover runs whatever
+/// the bytes: one for the newest segment, which takes appends until full, and one for the
+/// rounding down of the byte bound's `2 * live / segment_bytes + 2` full segments (see the
+/// module docs), so a journal of full segments within the byte bound never triggers it.
+pub const SEGMENT_SLACK: u64 = 2;
+
+/// The most segments a journal keeps (after a tick's rollover) while `live` bytes are live in
+/// segments of `segment_bytes`: twice the segments the live bytes fill, plus [`SEGMENT_SLACK`].
+#[must_use]
+pub fn segment_bound(live: u64, segment_bytes: u64) -> u64 {
+    2 * live.div_ceil(segment_bytes.max(1)) + SEGMENT_SLACK
+}
+
 impl Journal {
-    /// Rolls over while the segments hold more than twice the live bytes plus one segment:
-    /// copies the oldest segment's live records to the newest, syncs, deletes the oldest.
-    /// Returns the segments deleted.
+    /// Rolls over while the segments hold more than twice the live bytes plus one segment, or
+    /// are more than [`segment_bound`] of them: copies the oldest segment's live records to
+    /// the newest, syncs, deletes the oldest. Returns the segments deleted.
     pub(super) fn roll_over_locked(&self) -> Result<u64> {
         let mut deleted = 0;
+        // The count trigger's guard: a roll may start a segment as it deletes one (see the
+        // module docs), so the count trigger rolls at most the segments there were at first.
+        let mut count_rolls = None;
         loop {
             let (count, total, oldest) = {
                 let w = lock(&self.writer);
                 (
-                    w.segments.len(),
+                    w.segments.len() as u64,
                     w.segments.values().map(|s| s.len).sum::<u64>(),
                     w.segments.keys().next().copied(),
                 )
             };
             let live = lock(&self.index).live_bytes();
             let Some(oldest) = oldest else { break };
-            if count < 2 || total <= 2 * live + self.config.segment_bytes {
+            let count_rolls = count_rolls.get_or_insert(count);
+            let over_bytes = total > 2 * live + self.config.segment_bytes;
+            let over_count =
+                *count_rolls > 0 && count > segment_bound(live, self.config.segment_bytes);
+            if count < 2 || !over_bytes && !over_count {
                 break;
+            }
+            if !over_bytes {
+                *count_rolls -= 1;
             }
             self.roll_over_segment(oldest)?;
             deleted += 1;

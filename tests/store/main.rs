@@ -41,6 +41,7 @@ mod journal_partition_records;
 mod journal_proof;
 mod journal_rows;
 mod journal_seen_bounds;
+mod journal_segment_count;
 mod journal_snapshot_sample;
 mod journal_threads;
 mod journal_tiny_segments;
