@@ -653,21 +653,6 @@ impl Stats {
         }
     }
 
-    /// Takes back one gap of `gap` offsets counted by [`Stats::add`].
-    fn remove(&mut self, gap: u32) {
-        if let Some(count) = self.small.get_mut(gap as usize) {
-            *count = count.saturating_sub(1);
-        } else if let Some(i) = self
-            .large
-            .iter()
-            .take(self.large_len)
-            .position(|g| u32::from(*g) == gap)
-        {
-            self.large.copy_within(i + 1..self.large_len, i);
-            self.large_len -= 1;
-        }
-    }
-
     /// Every gap value with its count (zero counts skipped), once [`Stats::finish`] ran.
     pub fn gaps(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
         self.counted.iter().copied()
@@ -687,120 +672,91 @@ impl Stats {
     }
 }
 
-/// Runs up to this length are counted a word at a time; longer ones are measured one by one
-/// (there are fewer than `2^16 / SHORT_RUN` of them).
-const SHORT_RUN: u32 = 16;
-
-/// The statistics of one class (the acked entries, or with `holes` the holes) strictly between
-/// `lo` and `hi`, read from the runs of the other class: each run of the other class that ends
-/// before `hi - 1` is the gap before the member that follows it, and every other member (the
-/// first one after `lo` when no run precedes it, and each one right after a member) has a gap
-/// of 0.
+/// Calls `f(start, end)` for every maximal run `start .. end` of offsets that are all acked or all
+/// holes, within `first ..= last` (cut at both: the first run starts at `first`, the last ends
+/// at `last + 1`), in order; runs alternate between the classes, so the class of the first run
+/// (whether `first` is acked) names them all.
 ///
-/// Runs are counted a word at a time, not visited one by one: the run starts of a word are its
-/// set bits with a clear bit before them, and a bitwise AND of them with the word shifted by 1, 2, ...
-/// keeps the starts of runs at least that long, so a word costs one step per length of its
-/// longest run up to [`SHORT_RUN`]; longer runs, and the runs of a word where at most two
-/// start, are measured by scanning.
-pub fn stats(words: &[u64], lo: u32, hi: u32, holes: bool) -> Stats {
-    let mut st = Stats::new(holes);
-    if hi <= lo + 1 {
-        return st;
+/// Runs are found from their boundaries, a word at a time: bit `j` of `w ^ (w << 1 | carry)` is
+/// set where offset `j` differs from the one before it, and each set bit costs one step, so a
+/// word inside a run costs one test.
+fn for_each_run(words: &[u64], first: u32, last: u32, mut f: impl FnMut(u32, u32)) {
+    if first > last {
+        return;
     }
-    let (first, last) = (lo + 1, hi - 1);
     let (a, b) = (first as usize / 64, last as usize / 64);
-    // Word `i` with the other class's offsets in `first ..= last` set, everything else clear.
-    let other = |i: usize| -> u64 {
-        if i < a || i > b {
-            return 0;
-        }
-        let w = words.get(i).copied().unwrap_or(0);
-        let mut w = if holes { w } else { !w };
+    let mut start = first;
+    let mut carry = if a == 0 {
+        0
+    } else {
+        words.get(a - 1).map_or(0, |w| w >> 63)
+    };
+    for (i, &w) in words.iter().enumerate().take(b + 1).skip(a) {
+        let mut edges = w ^ ((w << 1) | carry);
+        carry = w >> 63;
         if i == a {
-            w &= u64::MAX << (first % 64);
+            // A boundary at `first` itself starts the first run, which is already open.
+            edges &= (u64::MAX << (first % 64)) << 1;
         }
         if i == b {
-            w &= u64::MAX >> (63 - last % 64);
+            edges &= u64::MAX >> (63 - last % 64);
         }
-        w
-    };
-    // at_least[l]: runs of the other class at least `l` long, for l in 1 ..= SHORT_RUN + 1.
-    let mut at_least = [0u64; SHORT_RUN as usize + 2];
-    let mut other_count = 0u64;
-    // Runs measured one by one (and counted in `st` directly).
-    let mut measured = 0u64;
-    let (mut before, mut word) = (0u64, other(a));
-    for i in a..=b {
-        let after = other(i + 1);
-        other_count += u64::from(word.count_ones());
-        let mut runs = word & !((word << 1) | (before >> 63));
-        // A word with one or two run starts (long runs, sparse classes) measures them
-        // directly: cheaper than a step per length.
-        let few = runs & runs.wrapping_sub(1);
-        if few & few.wrapping_sub(1) != 0 {
-            let mut l = 1;
-            while runs != 0 {
-                if let Some(n) = at_least.get_mut(l as usize) {
-                    *n += u64::from(runs.count_ones());
-                }
-                if l > SHORT_RUN {
-                    break;
-                }
-                // A run of length l + 1 or more starting at bit s has bit s + l set (in this
-                // word or, shifted in, the next).
-                runs &= (word >> l) | (after << (64 - l));
-                l += 1;
-            }
+        while edges != 0 {
+            let end = i as u32 * 64 + edges.trailing_zeros();
+            f(start, end);
+            start = end;
+            edges &= edges - 1;
         }
-        // `runs` holds the starts to measure one by one: runs longer than SHORT_RUN, or every
-        // run of a word with at most two.
-        while runs != 0 {
-            let start = i as u32 * 64 + runs.trailing_zeros();
-            // A run of holes (the acked class's gaps) ends at the next acked entry, a run of
-            // acked entries (the holes class's) at the next hole.
-            let end = next_bit(words, start, holes).map_or(last + 1, |e| e.min(last + 1));
-            st.add(end - start, 1);
-            measured += 1;
-            runs &= runs - 1;
-        }
-        (before, word) = (word, after);
     }
-    for l in 1..=SHORT_RUN {
-        let count = |l: u32| at_least.get(l as usize).copied().unwrap_or(0);
-        st.add(l, count(l) - count(l + 1));
-    }
-    let mut gaps = at_least.get(1).copied().unwrap_or(0)
-        - at_least.get(SHORT_RUN as usize + 1).copied().unwrap_or(0)
-        + measured;
-    // The run that ends at `hi - 1` is followed by `hi`, which is not coded.
-    if (other(b) >> (last % 64)) & 1 == 1 {
-        st.remove(run_ending_at(words, first, last, holes));
-        gaps -= 1;
-    }
-    let members = u64::from(last - first + 1) - other_count;
-    st.add(0, members - gaps);
-    st.finish(members);
-    st
+    f(start, last + 1);
 }
 
-/// Length of the run of the other class than `holes` names (holes for the acked class, acked
-/// entries for the holes class) that ends at `last`, counting no offset below `first`.
-fn run_ending_at(words: &[u64], first: u32, last: u32, holes: bool) -> u32 {
-    let mut at = last;
-    loop {
-        let i = at as usize / 64;
-        let w = words.get(i).copied().unwrap_or(0);
-        // Members of this class (where the run stops) at or below `at` in this word.
-        let class = (if holes { !w } else { w }) & (u64::MAX >> (63 - at % 64));
-        if class != 0 {
-            let stop = i as u32 * 64 + 63 - class.leading_zeros();
-            return last - stop.max(first - 1);
-        }
-        if i as u32 * 64 <= first {
-            return last - first + 1;
-        }
-        at = i as u32 * 64 - 1;
+/// The statistics of both classes strictly between `lo` and `hi`: the acked entries' and the
+/// holes'. One pass over the runs of the span serves both: a run of one class is one gap of
+/// its length before the first member of the run of the other class that follows it (the first
+/// run's first member has a gap of 0, after `lo`), and every other member of a run has a gap of
+/// 0. The run that ends at `hi - 1` is followed by `hi`, which is not coded: it adds no gap.
+pub fn class_stats(words: &[u64], lo: u32, hi: u32) -> (Stats, Stats) {
+    // Index 0: the holes, 1: the acked entries (the class bit of an offset).
+    let mut classes = [Stats::new(true), Stats::new(false)];
+    if hi <= lo + 1 {
+        let [holes, acked] = classes;
+        return (acked, holes);
     }
+    let (first, last) = (lo + 1, hi - 1);
+    let word = words.get(first as usize / 64).copied().unwrap_or(0);
+    let mut class = usize::from((word >> (first % 64)) & 1 == 1);
+    // The length of the run before the current one (0 before the first), the members and the
+    // runs of each class.
+    let mut before = 0;
+    let (mut members, mut runs) = ([0u64; 2], [0u64; 2]);
+    for_each_run(words, first, last, |start, end| {
+        let len = end - start;
+        if let Some(st) = classes.get_mut(class) {
+            st.add(before, 1);
+        }
+        if let (Some(m), Some(r)) = (members.get_mut(class), runs.get_mut(class)) {
+            *m += u64::from(len);
+            *r += 1;
+        }
+        before = len;
+        class ^= 1;
+    });
+    let [mut holes, mut acked] = classes;
+    let [holes_members, acked_members] = members;
+    let [holes_runs, acked_runs] = runs;
+    acked.add(0, acked_members - acked_runs);
+    acked.finish(acked_members);
+    holes.add(0, holes_members - holes_runs);
+    holes.finish(holes_members);
+    (acked, holes)
+}
+
+/// The statistics of one class (the acked entries, or with `holes` the holes) strictly between
+/// `lo` and `hi`: one of [`class_stats`].
+pub fn stats(words: &[u64], lo: u32, hi: u32, holes: bool) -> Stats {
+    let (acked, hole_stats) = class_stats(words, lo, hi);
+    if holes { hole_stats } else { acked }
 }
 
 impl Stats {
@@ -942,8 +898,7 @@ pub fn gaps_len(words: &[u64], lo: u32, hi: u32, budget: usize) -> Option<usize>
 /// The plan [`gaps_body`] writes and the body's length in bytes, or `None` when no class fits
 /// in `budget` bytes.
 pub fn gaps_plan(words: &[u64], lo: u32, hi: u32, budget: usize) -> Option<(Plan, usize)> {
-    let acked = stats(words, lo, hi, false);
-    let holes = stats(words, lo, hi, true);
+    let (acked, holes) = class_stats(words, lo, hi);
     plan_classes(&acked, &holes, lo, hi, budget)
 }
 
