@@ -29,9 +29,12 @@ pub const HOLES_FLAG: u8 = 0x80;
 pub const BOUNDED_FLAG: u8 = 0x40;
 
 /// A bit stream writer, least significant bit first; the last byte is padded with zero bits.
+/// Bits gather in a 64-bit accumulator that is written out 8 bytes at a time, when full.
 struct BitWriter {
     out: Vec<u8>,
+    /// The pending bits, the oldest lowest; bits at and above `bits` are zero.
     acc: u64,
+    /// How many bits `acc` holds: below 64.
     bits: u32,
 }
 
@@ -49,13 +52,17 @@ impl BitWriter {
         if n == 0 {
             return;
         }
-        let mask = if n == 32 { u32::MAX } else { (1 << n) - 1 };
-        self.acc |= u64::from(v & mask) << self.bits;
-        self.bits += n;
-        while self.bits >= 8 {
-            self.out.push(self.acc as u8);
-            self.acc >>= 8;
-            self.bits -= 8;
+        let v = u64::from(v) & (u64::MAX >> (64 - n));
+        self.acc |= v << self.bits;
+        let total = self.bits + n;
+        if total >= 64 {
+            self.out.extend_from_slice(&self.acc.to_le_bytes());
+            // `total >= 64` with `n <= 32` means `bits >= 32`: the shift is below 64, and it
+            // keeps the bits of `v` that did not fit.
+            self.acc = v >> (64 - self.bits);
+            self.bits = total - 64;
+        } else {
+            self.bits = total;
         }
     }
 
@@ -68,6 +75,19 @@ impl BitWriter {
         self.bits(0, n as u32);
     }
 
+    /// Writes the Rice code of `gap` with parameter `k`: `gap >> k` one bits, a zero bit, then
+    /// the low `k` bits of `gap`; in one write when it takes at most 32 bits.
+    fn rice(&mut self, gap: u32, k: u8) {
+        let (q, k) = (gap >> k, u32::from(k));
+        if q + 1 + k <= 32 {
+            let low = gap & ((1 << k) - 1);
+            self.bits(((1 << q) - 1) | (low << (q + 1)), q + 1 + k);
+        } else {
+            self.unary(q);
+            self.bits(gap, k);
+        }
+    }
+
     /// Writes `q` one bits, then a zero bit.
     fn unary(&mut self, mut q: u32) {
         while q >= 32 {
@@ -78,9 +98,9 @@ impl BitWriter {
     }
 
     fn finish(mut self) -> Vec<u8> {
-        if self.bits > 0 {
-            self.out.push(self.acc as u8);
-        }
+        let bytes = self.bits.div_ceil(8) as usize;
+        self.out
+            .extend_from_slice(self.acc.to_le_bytes().get(..bytes).unwrap_or_default());
         self.out
     }
 }
@@ -99,6 +119,11 @@ impl BitReader<'_> {
     /// The next (up to) 57 bits at the read position, zeros past the end.
     fn peek(&self) -> u64 {
         let at = self.pos / 8;
+        if let Some(chunk) = self.bytes.get(at..at + 8) {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            return u64::from_le_bytes(word) >> (self.pos % 8);
+        }
         let mut chunk = [0u8; 8];
         let available = self.bytes.get(at..).unwrap_or_default();
         for (slot, byte) in chunk.iter_mut().zip(available) {
@@ -131,6 +156,22 @@ impl BitReader<'_> {
                 .unwrap_or_default()
                 .iter()
                 .all(|b| *b == 0)
+    }
+
+    /// A Rice code with parameter `k`: the quotient in unary (`None` past `limit` ones or the
+    /// end), then `k` low bits; from one peek when the code is within it.
+    fn rice(&mut self, k: u8, limit: u32) -> Option<u64> {
+        let k = u32::from(k);
+        let peeked = self.peek();
+        let q = (!peeked).trailing_zeros();
+        if q + 1 + k <= 56 && q <= limit && (q + 1 + k) as usize <= self.remaining() {
+            let low = (peeked >> (q + 1)) & ((1u64 << k) - 1);
+            self.pos += (q + 1 + k) as usize;
+            return Some((u64::from(q) << k) | low);
+        }
+        let quotient = self.unary(limit)?;
+        let low = self.bits(k)?;
+        Some((u64::from(quotient) << k) | u64::from(low))
     }
 
     /// Counts one bits up to the terminating zero; `None` past `limit` ones or the end.
@@ -427,26 +468,6 @@ pub fn roaring_len(words: &[u64]) -> usize {
     roaring_form(words).1
 }
 
-/// The next offset at or after `from` that is set (or with `holes` clear), below 2^16.
-fn next_bit(words: &[u64], from: u32, holes: bool) -> Option<u32> {
-    let mut i = from as usize / 64;
-    let mut w = *words.get(i)?;
-    if holes {
-        w = !w;
-    }
-    w &= u64::MAX << (from % 64);
-    loop {
-        if w != 0 {
-            return Some(i as u32 * 64 + w.trailing_zeros());
-        }
-        i += 1;
-        w = *words.get(i)?;
-        if holes {
-            w = !w;
-        }
-    }
-}
-
 /// The canonical roaring portable serialization of a set: one container with key 0 (or none)
 /// in the form [`roaring_form`] picks.
 pub fn roaring_body(words: &[u64]) -> Vec<u8> {
@@ -472,22 +493,33 @@ pub fn roaring_body(words: &[u64]) -> Vec<u8> {
         Form::Run => {
             // Fewer than 2,048 runs here.
             out.extend_from_slice(&(runs as u16).to_le_bytes());
-            let mut from = 0;
-            while let Some(start) = next_bit(words, from, false) {
-                let end = next_bit(words, start, true).unwrap_or(1 << 16);
-                out.extend_from_slice(&(start as u16).to_le_bytes());
-                out.extend_from_slice(&((end - 1 - start) as u16).to_le_bytes());
-                from = end;
-            }
+            let Some((lo, hi)) = bounds(words) else {
+                return out;
+            };
+            // The runs between the first and the last member alternate, acked first.
+            let mut acked = true;
+            for_each_run(words, lo, hi, |start, end| {
+                if acked {
+                    out.extend_from_slice(&(start as u16).to_le_bytes());
+                    out.extend_from_slice(&((end - 1 - start) as u16).to_le_bytes());
+                }
+                acked = !acked;
+            });
         }
         Form::Array => {
             out.extend_from_slice(&16u32.to_le_bytes());
+            // The values fill the rest of the body, two bytes each, in order.
+            let at = out.len();
+            out.resize(len, 0);
+            let mut slots = out.get_mut(at..).unwrap_or_default().chunks_exact_mut(2);
             let (first, span) = nonzero_span(words);
             for (i, &word) in (first..).zip(span) {
                 let mut w = word;
                 while w != 0 {
                     let v = i as u32 * 64 + w.trailing_zeros();
-                    out.extend_from_slice(&(v as u16).to_le_bytes());
+                    if let Some(slot) = slots.next() {
+                        slot.copy_from_slice(&(v as u16).to_le_bytes());
+                    }
                     w &= w - 1;
                 }
             }
@@ -972,8 +1004,7 @@ pub fn write_gaps(words: &[u64], lo: u32, hi: u32, best: Plan, len: usize) -> Ve
             put_varint(&mut out, best.members);
             let mut writer = BitWriter::new(out);
             for_each_gap(words, lo, hi, best.holes, |gap, zeros| {
-                writer.unary(gap >> k);
-                writer.bits(gap, k.into());
+                writer.rice(gap, k);
                 // A zero gap is a 0 bit (empty unary) and k zero bits.
                 writer.zeros(u64::from(zeros) * (u64::from(k) + 1));
             });
@@ -1154,10 +1185,13 @@ impl Counting {
     }
 
     fn mark(&mut self, member: u32) {
-        if self.holes {
-            fill(&mut self.words, member, member, true);
-        } else {
-            set_bit(&mut self.words, member);
+        if let Some(w) = self.words.get_mut(member as usize / 64) {
+            // Holes start set (the span filled) and are cleared; acked entries are set.
+            if self.holes {
+                *w &= !(1 << (member % 64));
+            } else {
+                *w |= 1 << (member % 64);
+            }
         }
     }
 
@@ -1290,9 +1324,8 @@ pub fn decode_gaps(body: &[u8], span: u64) -> Result<(Words, GapsReading), BodyE
                 }
                 u64::from(min) + value
             } else {
-                let quotient = bits.unary(u32::MAX >> MAX_RICE_K).ok_or(BodyError::Code)?;
-                let low = bits.bits(k.into()).ok_or(BodyError::Code)?;
-                (u64::from(quotient) << k) | u64::from(low)
+                bits.rice(k, u32::MAX >> MAX_RICE_K)
+                    .ok_or(BodyError::Code)?
             };
             count.member(gap, hi)?;
         }
