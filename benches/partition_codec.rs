@@ -2,7 +2,9 @@
 //! work the ack budget does for every eviction and load, a flush for every partition it writes
 //! and recovery for every partition it reads. Each set is a partition's worth of one shape
 //! (`SETS`); the decoder's time includes its canonical check (the set re-priced against the
-//! encoder's choice) and building the `RoaringBitmap`.
+//! encoder's choice) and building the `RoaringBitmap`. Timed on the thread's CPU clock: the
+//! figures are compared across builds on a shared machine, where wall time counts the waits for
+//! a core.
 
 #[path = "../tests/support/workload.rs"]
 #[allow(dead_code, reason = "the bench draws offsets only")]
@@ -10,6 +12,8 @@ mod workload;
 
 use std::hint::black_box;
 use std::time::Duration;
+
+use rustix::time::{ClockId, clock_gettime};
 
 use ackstore::internals::format::partition::{
     PartitionKey, decode_partition, encode_partition, partition_encoding,
@@ -63,6 +67,20 @@ fn sets() -> Vec<(&'static str, RoaringBitmap)> {
     ]
 }
 
+/// The CPU time this thread spent in `f`.
+fn cpu_time(f: impl FnOnce()) -> Duration {
+    let now = || {
+        let t = clock_gettime(ClockId::ThreadCPUTime);
+        Duration::new(
+            u64::try_from(t.tv_sec).expect("after boot"),
+            u32::try_from(t.tv_nsec).expect("below 10^9"),
+        )
+    };
+    let started = now();
+    f();
+    now() - started
+}
+
 fn codec(c: &mut Criterion) {
     let key = PartitionKey {
         ledger_id: 123_456,
@@ -74,10 +92,22 @@ fn codec(c: &mut Criterion) {
         let encoding = partition_encoding(&record).expect("a version 2 record");
         eprintln!("{name}: {encoding:?}, {} bytes", record.len());
         group.bench_with_input(BenchmarkId::new("encode", name), &set, |b, set| {
-            b.iter(|| encode_partition(key, black_box(set)));
+            b.iter_custom(|iters| {
+                cpu_time(|| {
+                    for _ in 0..iters {
+                        black_box(encode_partition(key, black_box(set)));
+                    }
+                })
+            });
         });
         group.bench_with_input(BenchmarkId::new("decode", name), &record, |b, record| {
-            b.iter(|| decode_partition(black_box(record)).expect("decodes"));
+            b.iter_custom(|iters| {
+                cpu_time(|| {
+                    for _ in 0..iters {
+                        black_box(decode_partition(black_box(record)).expect("decodes"));
+                    }
+                })
+            });
         });
     }
     group.finish();
@@ -85,7 +115,7 @@ fn codec(c: &mut Criterion) {
 
 fn config() -> Criterion {
     Criterion::default()
-        .warm_up_time(Duration::from_secs(1))
+        .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2))
         .sample_size(30)
 }

@@ -468,6 +468,26 @@ pub fn roaring_len(words: &[u64]) -> usize {
     roaring_form(words).1
 }
 
+/// The next offset at or after `from` that is set (or with `holes` clear), below 2^16.
+fn next_bit(words: &[u64], from: u32, holes: bool) -> Option<u32> {
+    let mut i = from as usize / 64;
+    let mut w = *words.get(i)?;
+    if holes {
+        w = !w;
+    }
+    w &= u64::MAX << (from % 64);
+    loop {
+        if w != 0 {
+            return Some(i as u32 * 64 + w.trailing_zeros());
+        }
+        i += 1;
+        w = *words.get(i)?;
+        if holes {
+            w = !w;
+        }
+    }
+}
+
 /// The canonical roaring portable serialization of a set: one container with key 0 (or none)
 /// in the form [`roaring_form`] picks.
 pub fn roaring_body(words: &[u64]) -> Vec<u8> {
@@ -685,6 +705,21 @@ impl Stats {
         }
     }
 
+    /// Takes back one gap of `gap` offsets counted by [`Stats::add`].
+    fn remove(&mut self, gap: u32) {
+        if let Some(count) = self.small.get_mut(gap as usize) {
+            *count = count.saturating_sub(1);
+        } else if let Some(i) = self
+            .large
+            .iter()
+            .take(self.large_len)
+            .position(|g| u32::from(*g) == gap)
+        {
+            self.large.copy_within(i + 1..self.large_len, i);
+            self.large_len -= 1;
+        }
+    }
+
     /// Every gap value with its count (zero counts skipped), once [`Stats::finish`] ran.
     pub fn gaps(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
         self.counted.iter().copied()
@@ -748,12 +783,24 @@ fn for_each_run(words: &[u64], first: u32, last: u32, mut f: impl FnMut(u32, u32
 /// its length before the first member of the run of the other class that follows it (the first
 /// run's first member has a gap of 0, after `lo`), and every other member of a run has a gap of
 /// 0. The run that ends at `hi - 1` is followed by `hi`, which is not coded: it adds no gap.
+///
+/// A set of many short runs (more than [`WORD_PARALLEL_RUNS`] a word of its span on average,
+/// by [`card_and_runs`]) is counted by [`stats_by_words`] instead, a class at a time: there a
+/// step per run costs more than a few steps per word, and the run lengths vary too much for a
+/// branch per run to be predicted.
 pub fn class_stats(words: &[u64], lo: u32, hi: u32) -> (Stats, Stats) {
     // Index 0: the holes, 1: the acked entries (the class bit of an offset).
     let mut classes = [Stats::new(true), Stats::new(false)];
     if hi <= lo + 1 {
         let [holes, acked] = classes;
         return (acked, holes);
+    }
+    let span_words = (hi / 64 - lo / 64 + 1) as usize;
+    if card_and_runs(words).1 > WORD_PARALLEL_RUNS * span_words {
+        return (
+            stats_by_words(words, lo, hi, false),
+            stats_by_words(words, lo, hi, true),
+        );
     }
     let (first, last) = (lo + 1, hi - 1);
     let word = words.get(first as usize / 64).copied().unwrap_or(0);
@@ -784,11 +831,130 @@ pub fn class_stats(words: &[u64], lo: u32, hi: u32) -> (Stats, Stats) {
     (acked, holes)
 }
 
+/// Runs a word of a set's span above which [`class_stats`] counts a word at a time.
+const WORD_PARALLEL_RUNS: usize = 4;
+
 /// The statistics of one class (the acked entries, or with `holes` the holes) strictly between
 /// `lo` and `hi`: one of [`class_stats`].
 pub fn stats(words: &[u64], lo: u32, hi: u32, holes: bool) -> Stats {
     let (acked, hole_stats) = class_stats(words, lo, hi);
     if holes { hole_stats } else { acked }
+}
+
+/// Runs up to this length are counted a word at a time; longer ones are measured one by one
+/// (there are fewer than `2^16 / SHORT_RUN` of them).
+const SHORT_RUN: u32 = 16;
+
+/// The statistics of one class (the acked entries, or with `holes` the holes) strictly between
+/// `lo` and `hi`, for a set of many short runs (see [`class_stats`]), read from the runs of the other class: each run of the other class that ends
+/// before `hi - 1` is the gap before the member that follows it, and every other member (the
+/// first one after `lo` when no run precedes it, and each one right after a member) has a gap
+/// of 0.
+///
+/// Runs are counted a word at a time, not visited one by one: the run starts of a word are its
+/// set bits with a clear bit before them, and a bitwise AND of them with the word shifted by 1, 2, ...
+/// keeps the starts of runs at least that long, so a word costs one step per length of its
+/// longest run up to [`SHORT_RUN`]; longer runs, and the runs of a word where at most two
+/// start, are measured by scanning.
+fn stats_by_words(words: &[u64], lo: u32, hi: u32, holes: bool) -> Stats {
+    let mut st = Stats::new(holes);
+    if hi <= lo + 1 {
+        return st;
+    }
+    let (first, last) = (lo + 1, hi - 1);
+    let (a, b) = (first as usize / 64, last as usize / 64);
+    // Word `i` with the other class's offsets in `first ..= last` set, everything else clear.
+    let other = |i: usize| -> u64 {
+        if i < a || i > b {
+            return 0;
+        }
+        let w = words.get(i).copied().unwrap_or(0);
+        let mut w = if holes { w } else { !w };
+        if i == a {
+            w &= u64::MAX << (first % 64);
+        }
+        if i == b {
+            w &= u64::MAX >> (63 - last % 64);
+        }
+        w
+    };
+    // at_least[l]: runs of the other class at least `l` long, for l in 1 ..= SHORT_RUN + 1.
+    let mut at_least = [0u64; SHORT_RUN as usize + 2];
+    let mut other_count = 0u64;
+    // Runs measured one by one (and counted in `st` directly).
+    let mut measured = 0u64;
+    let (mut before, mut word) = (0u64, other(a));
+    for i in a..=b {
+        let after = other(i + 1);
+        other_count += u64::from(word.count_ones());
+        let mut runs = word & !((word << 1) | (before >> 63));
+        // A word with one or two run starts (long runs, sparse classes) measures them
+        // directly: cheaper than a step per length.
+        let few = runs & runs.wrapping_sub(1);
+        if few & few.wrapping_sub(1) != 0 {
+            let mut l = 1;
+            while runs != 0 {
+                if let Some(n) = at_least.get_mut(l as usize) {
+                    *n += u64::from(runs.count_ones());
+                }
+                if l > SHORT_RUN {
+                    break;
+                }
+                // A run of length l + 1 or more starting at bit s has bit s + l set (in this
+                // word or, shifted in, the next).
+                runs &= (word >> l) | (after << (64 - l));
+                l += 1;
+            }
+        }
+        // `runs` holds the starts to measure one by one: runs longer than SHORT_RUN, or every
+        // run of a word with at most two.
+        while runs != 0 {
+            let start = i as u32 * 64 + runs.trailing_zeros();
+            // A run of holes (the acked class's gaps) ends at the next acked entry, a run of
+            // acked entries (the holes class's) at the next hole.
+            let end = next_bit(words, start, holes).map_or(last + 1, |e| e.min(last + 1));
+            st.add(end - start, 1);
+            measured += 1;
+            runs &= runs - 1;
+        }
+        (before, word) = (word, after);
+    }
+    for l in 1..=SHORT_RUN {
+        let count = |l: u32| at_least.get(l as usize).copied().unwrap_or(0);
+        st.add(l, count(l) - count(l + 1));
+    }
+    let mut gaps = at_least.get(1).copied().unwrap_or(0)
+        - at_least.get(SHORT_RUN as usize + 1).copied().unwrap_or(0)
+        + measured;
+    // The run that ends at `hi - 1` is followed by `hi`, which is not coded.
+    if (other(b) >> (last % 64)) & 1 == 1 {
+        st.remove(run_ending_at(words, first, last, holes));
+        gaps -= 1;
+    }
+    let members = u64::from(last - first + 1) - other_count;
+    st.add(0, members - gaps);
+    st.finish(members);
+    st
+}
+
+/// Length of the run of the other class than `holes` names (holes for the acked class, acked
+/// entries for the holes class) that ends at `last`, counting no offset below `first`.
+fn run_ending_at(words: &[u64], first: u32, last: u32, holes: bool) -> u32 {
+    let mut at = last;
+    loop {
+        let i = at as usize / 64;
+        let w = words.get(i).copied().unwrap_or(0);
+        // Members of this class (where the run stops) at or below `at` in this word.
+        let class = (if holes { !w } else { w }) & (u64::MAX >> (63 - at % 64));
+        if class != 0 {
+            let stop = i as u32 * 64 + 63 - class.leading_zeros();
+            return last - stop.max(first - 1);
+        }
+        if i as u32 * 64 <= first {
+            return last - first + 1;
+        }
+        at = i as u32 * 64 - 1;
+    }
 }
 
 impl Stats {
