@@ -76,10 +76,11 @@ impl BitWriter {
     }
 
     /// Writes the Rice code of `gap` with parameter `k`: `gap >> k` one bits, a zero bit, then
-    /// the low `k` bits of `gap`; in one write when it takes at most 32 bits.
+    /// the low `k` bits of `gap`; in one write when it takes at most 31 bits (every shift
+    /// below 31).
     fn rice(&mut self, gap: u32, k: u8) {
         let (q, k) = (gap >> k, u32::from(k));
-        if q + 1 + k <= 32 {
+        if q + 1 + k < 32 {
             let low = gap & ((1 << k) - 1);
             self.bits(((1 << q) - 1) | (low << (q + 1)), q + 1 + k);
         } else {
