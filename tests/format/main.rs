@@ -4,6 +4,9 @@
 //!
 //! One test binary for the layer: each module is the file of one behaviour.
 
+#[path = "../support/mod.rs"]
+mod support;
+
 mod batch_entries;
 mod compact_markers;
 mod cursor_records;
@@ -13,6 +16,7 @@ mod journal_records;
 mod ledger_frames;
 mod meta_records;
 mod partition_bodies;
+mod partition_known_answers;
 mod partition_records;
 mod positions;
 mod reader;

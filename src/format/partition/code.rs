@@ -29,9 +29,12 @@ pub const HOLES_FLAG: u8 = 0x80;
 pub const BOUNDED_FLAG: u8 = 0x40;
 
 /// A bit stream writer, least significant bit first; the last byte is padded with zero bits.
+/// Bits gather in a 64-bit accumulator that is written out 8 bytes at a time, when full.
 struct BitWriter {
     out: Vec<u8>,
+    /// The pending bits, the oldest lowest; bits at and above `bits` are zero.
     acc: u64,
+    /// How many bits `acc` holds: below 64.
     bits: u32,
 }
 
@@ -49,13 +52,17 @@ impl BitWriter {
         if n == 0 {
             return;
         }
-        let mask = if n == 32 { u32::MAX } else { (1 << n) - 1 };
-        self.acc |= u64::from(v & mask) << self.bits;
-        self.bits += n;
-        while self.bits >= 8 {
-            self.out.push(self.acc as u8);
-            self.acc >>= 8;
-            self.bits -= 8;
+        let v = u64::from(v) & (u64::MAX >> (64 - n));
+        self.acc |= v << self.bits;
+        let total = self.bits + n;
+        if total >= 64 {
+            self.out.extend_from_slice(&self.acc.to_le_bytes());
+            // `total >= 64` with `n <= 32` means `bits >= 32`: the shift is below 64, and it
+            // keeps the bits of `v` that did not fit.
+            self.acc = v >> (64 - self.bits);
+            self.bits = total - 64;
+        } else {
+            self.bits = total;
         }
     }
 
@@ -68,6 +75,20 @@ impl BitWriter {
         self.bits(0, n as u32);
     }
 
+    /// Writes the Rice code of `gap` with parameter `k`: `gap >> k` one bits, a zero bit, then
+    /// the low `k` bits of `gap`; in one write when it takes at most 31 bits (every shift
+    /// below 31).
+    fn rice(&mut self, gap: u32, k: u8) {
+        let (q, k) = (gap >> k, u32::from(k));
+        if q + 1 + k < 32 {
+            let low = gap & ((1 << k) - 1);
+            self.bits(((1 << q) - 1) | (low << (q + 1)), q + 1 + k);
+        } else {
+            self.unary(q);
+            self.bits(gap, k);
+        }
+    }
+
     /// Writes `q` one bits, then a zero bit.
     fn unary(&mut self, mut q: u32) {
         while q >= 32 {
@@ -78,9 +99,9 @@ impl BitWriter {
     }
 
     fn finish(mut self) -> Vec<u8> {
-        if self.bits > 0 {
-            self.out.push(self.acc as u8);
-        }
+        let bytes = self.bits.div_ceil(8) as usize;
+        self.out
+            .extend_from_slice(self.acc.to_le_bytes().get(..bytes).unwrap_or_default());
         self.out
     }
 }
@@ -99,6 +120,11 @@ impl BitReader<'_> {
     /// The next (up to) 57 bits at the read position, zeros past the end.
     fn peek(&self) -> u64 {
         let at = self.pos / 8;
+        if let Some(chunk) = self.bytes.get(at..at + 8) {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            return u64::from_le_bytes(word) >> (self.pos % 8);
+        }
         let mut chunk = [0u8; 8];
         let available = self.bytes.get(at..).unwrap_or_default();
         for (slot, byte) in chunk.iter_mut().zip(available) {
@@ -131,6 +157,22 @@ impl BitReader<'_> {
                 .unwrap_or_default()
                 .iter()
                 .all(|b| *b == 0)
+    }
+
+    /// A Rice code with parameter `k`: the quotient in unary (`None` past `limit` ones or the
+    /// end), then `k` low bits; from one peek when the code is within it.
+    fn rice(&mut self, k: u8, limit: u32) -> Option<u64> {
+        let k = u32::from(k);
+        let peeked = self.peek();
+        let q = (!peeked).trailing_zeros();
+        if q + 1 + k <= 56 && q <= limit && (q + 1 + k) as usize <= self.remaining() {
+            let low = (peeked >> (q + 1)) & ((1u64 << k) - 1);
+            self.pos += (q + 1 + k) as usize;
+            return Some((u64::from(q) << k) | low);
+        }
+        let quotient = self.unary(limit)?;
+        let low = self.bits(k)?;
+        Some((u64::from(quotient) << k) | u64::from(low))
     }
 
     /// Counts one bits up to the terminating zero; `None` past `limit` ones or the end.
@@ -472,22 +514,33 @@ pub fn roaring_body(words: &[u64]) -> Vec<u8> {
         Form::Run => {
             // Fewer than 2,048 runs here.
             out.extend_from_slice(&(runs as u16).to_le_bytes());
-            let mut from = 0;
-            while let Some(start) = next_bit(words, from, false) {
-                let end = next_bit(words, start, true).unwrap_or(1 << 16);
-                out.extend_from_slice(&(start as u16).to_le_bytes());
-                out.extend_from_slice(&((end - 1 - start) as u16).to_le_bytes());
-                from = end;
-            }
+            let Some((lo, hi)) = bounds(words) else {
+                return out;
+            };
+            // The runs between the first and the last member alternate, acked first.
+            let mut acked = true;
+            for_each_run(words, lo, hi, |start, end| {
+                if acked {
+                    out.extend_from_slice(&(start as u16).to_le_bytes());
+                    out.extend_from_slice(&((end - 1 - start) as u16).to_le_bytes());
+                }
+                acked = !acked;
+            });
         }
         Form::Array => {
             out.extend_from_slice(&16u32.to_le_bytes());
+            // The values fill the rest of the body, two bytes each, in order.
+            let at = out.len();
+            out.resize(len, 0);
+            let mut slots = out.get_mut(at..).unwrap_or_default().chunks_exact_mut(2);
             let (first, span) = nonzero_span(words);
             for (i, &word) in (first..).zip(span) {
                 let mut w = word;
                 while w != 0 {
                     let v = i as u32 * 64 + w.trailing_zeros();
-                    out.extend_from_slice(&(v as u16).to_le_bytes());
+                    if let Some(slot) = slots.next() {
+                        slot.copy_from_slice(&(v as u16).to_le_bytes());
+                    }
                     w &= w - 1;
                 }
             }
@@ -687,12 +740,114 @@ impl Stats {
     }
 }
 
+/// Calls `f(start, end)` for every maximal run `start .. end` of offsets that are all acked or all
+/// holes, within `first ..= last` (cut at both: the first run starts at `first`, the last ends
+/// at `last + 1`), in order; runs alternate between the classes, so the class of the first run
+/// (whether `first` is acked) names them all.
+///
+/// Runs are found from their boundaries, a word at a time: bit `j` of `w ^ (w << 1 | carry)` is
+/// set where offset `j` differs from the one before it, and each set bit costs one step, so a
+/// word inside a run costs one test.
+fn for_each_run(words: &[u64], first: u32, last: u32, mut f: impl FnMut(u32, u32)) {
+    if first > last {
+        return;
+    }
+    let (a, b) = (first as usize / 64, last as usize / 64);
+    let mut start = first;
+    let mut carry = if a == 0 {
+        0
+    } else {
+        words.get(a - 1).map_or(0, |w| w >> 63)
+    };
+    for (i, &w) in words.iter().enumerate().take(b + 1).skip(a) {
+        let mut edges = w ^ ((w << 1) | carry);
+        carry = w >> 63;
+        if i == a {
+            // A boundary at `first` itself starts the first run, which is already open.
+            edges &= (u64::MAX << (first % 64)) << 1;
+        }
+        if i == b {
+            edges &= u64::MAX >> (63 - last % 64);
+        }
+        while edges != 0 {
+            let end = i as u32 * 64 + edges.trailing_zeros();
+            f(start, end);
+            start = end;
+            edges &= edges - 1;
+        }
+    }
+    f(start, last + 1);
+}
+
+/// The statistics of both classes strictly between `lo` and `hi`: the acked entries' and the
+/// holes'. One pass over the runs of the span serves both: a run of one class is one gap of
+/// its length before the first member of the run of the other class that follows it (the first
+/// run's first member has a gap of 0, after `lo`), and every other member of a run has a gap of
+/// 0. The run that ends at `hi - 1` is followed by `hi`, which is not coded: it adds no gap.
+///
+/// A set of many short runs (more than [`WORD_PARALLEL_RUNS`] a word of its span on average,
+/// by [`card_and_runs`]) is counted by [`stats_by_words`] instead, a class at a time: there a
+/// step per run costs more than a few steps per word, and the run lengths vary too much for a
+/// branch per run to be predicted.
+pub fn class_stats(words: &[u64], lo: u32, hi: u32) -> (Stats, Stats) {
+    // Index 0: the holes, 1: the acked entries (the class bit of an offset).
+    let mut classes = [Stats::new(true), Stats::new(false)];
+    if hi <= lo + 1 {
+        let [holes, acked] = classes;
+        return (acked, holes);
+    }
+    let span_words = (hi / 64 - lo / 64 + 1) as usize;
+    if card_and_runs(words).1 > WORD_PARALLEL_RUNS * span_words {
+        return (
+            stats_by_words(words, lo, hi, false),
+            stats_by_words(words, lo, hi, true),
+        );
+    }
+    let (first, last) = (lo + 1, hi - 1);
+    let word = words.get(first as usize / 64).copied().unwrap_or(0);
+    let mut class = usize::from((word >> (first % 64)) & 1 == 1);
+    // The length of the run before the current one (0 before the first), the members and the
+    // runs of each class.
+    let mut before = 0;
+    let (mut members, mut runs) = ([0u64; 2], [0u64; 2]);
+    for_each_run(words, first, last, |start, end| {
+        let len = end - start;
+        if let Some(st) = classes.get_mut(class) {
+            st.add(before, 1);
+        }
+        if let (Some(m), Some(r)) = (members.get_mut(class), runs.get_mut(class)) {
+            *m += u64::from(len);
+            *r += 1;
+        }
+        before = len;
+        class ^= 1;
+    });
+    let [mut holes, mut acked] = classes;
+    let [holes_members, acked_members] = members;
+    let [holes_runs, acked_runs] = runs;
+    acked.add(0, acked_members - acked_runs);
+    acked.finish(acked_members);
+    holes.add(0, holes_members - holes_runs);
+    holes.finish(holes_members);
+    (acked, holes)
+}
+
+/// Runs a word of a set's span above which [`class_stats`] counts a word at a time.
+const WORD_PARALLEL_RUNS: usize = 4;
+
+/// The statistics of one class (the acked entries, or with `holes` the holes) strictly between
+/// `lo` and `hi`: one of [`class_stats`].
+pub fn stats(words: &[u64], lo: u32, hi: u32, holes: bool) -> Stats {
+    let (acked, hole_stats) = class_stats(words, lo, hi);
+    if holes { hole_stats } else { acked }
+}
+
 /// Runs up to this length are counted a word at a time; longer ones are measured one by one
 /// (there are fewer than `2^16 / SHORT_RUN` of them).
 const SHORT_RUN: u32 = 16;
 
 /// The statistics of one class (the acked entries, or with `holes` the holes) strictly between
-/// `lo` and `hi`, read from the runs of the other class: each run of the other class that ends
+/// `lo` and `hi`, for a set of many short runs (see [`class_stats`]), read from the runs of the other class: each run of the other class that ends
 /// before `hi - 1` is the gap before the member that follows it, and every other member (the
 /// first one after `lo` when no run precedes it, and each one right after a member) has a gap
 /// of 0.
@@ -702,7 +857,7 @@ const SHORT_RUN: u32 = 16;
 /// keeps the starts of runs at least that long, so a word costs one step per length of its
 /// longest run up to [`SHORT_RUN`]; longer runs, and the runs of a word where at most two
 /// start, are measured by scanning.
-pub fn stats(words: &[u64], lo: u32, hi: u32, holes: bool) -> Stats {
+fn stats_by_words(words: &[u64], lo: u32, hi: u32, holes: bool) -> Stats {
     let mut st = Stats::new(holes);
     if hi <= lo + 1 {
         return st;
@@ -942,8 +1097,7 @@ pub fn gaps_len(words: &[u64], lo: u32, hi: u32, budget: usize) -> Option<usize>
 /// The plan [`gaps_body`] writes and the body's length in bytes, or `None` when no class fits
 /// in `budget` bytes.
 pub fn gaps_plan(words: &[u64], lo: u32, hi: u32, budget: usize) -> Option<(Plan, usize)> {
-    let acked = stats(words, lo, hi, false);
-    let holes = stats(words, lo, hi, true);
+    let (acked, holes) = class_stats(words, lo, hi);
     plan_classes(&acked, &holes, lo, hi, budget)
 }
 
@@ -1017,8 +1171,7 @@ pub fn write_gaps(words: &[u64], lo: u32, hi: u32, best: Plan, len: usize) -> Ve
             put_varint(&mut out, best.members);
             let mut writer = BitWriter::new(out);
             for_each_gap(words, lo, hi, best.holes, |gap, zeros| {
-                writer.unary(gap >> k);
-                writer.bits(gap, k.into());
+                writer.rice(gap, k);
                 // A zero gap is a 0 bit (empty unary) and k zero bits.
                 writer.zeros(u64::from(zeros) * (u64::from(k) + 1));
             });
@@ -1199,10 +1352,13 @@ impl Counting {
     }
 
     fn mark(&mut self, member: u32) {
-        if self.holes {
-            fill(&mut self.words, member, member, true);
-        } else {
-            set_bit(&mut self.words, member);
+        if let Some(w) = self.words.get_mut(member as usize / 64) {
+            // Holes start set (the span filled) and are cleared; acked entries are set.
+            if self.holes {
+                *w &= !(1 << (member % 64));
+            } else {
+                *w |= 1 << (member % 64);
+            }
         }
     }
 
@@ -1335,9 +1491,8 @@ pub fn decode_gaps(body: &[u8], span: u64) -> Result<(Words, GapsReading), BodyE
                 }
                 u64::from(min) + value
             } else {
-                let quotient = bits.unary(u32::MAX >> MAX_RICE_K).ok_or(BodyError::Code)?;
-                let low = bits.bits(k.into()).ok_or(BodyError::Code)?;
-                (u64::from(quotient) << k) | u64::from(low)
+                bits.rice(k, u32::MAX >> MAX_RICE_K)
+                    .ok_or(BodyError::Code)?
             };
             count.member(gap, hi)?;
         }
