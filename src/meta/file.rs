@@ -650,6 +650,10 @@ impl FileMetaStore {
             drop(file);
             self.storage.link(&temp, &version_file(name, version))
         })();
+        // A failed sync never latches the record: the temporary file whose bytes it lost is
+        // never linked (removed here, or by a later sweep), and the record's next write goes
+        // through a new file whose own sync it checks and holds the whole record, built on
+        // nothing this one wrote.
         // Best effort: a temporary file left behind is never read, and a later sweep removes
         // it. The write's own outcome is the one to report.
         if self.storage.exists(&temp).unwrap_or(false) {
