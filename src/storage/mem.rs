@@ -232,6 +232,15 @@ impl MemStorage {
         Ok(())
     }
 
+    /// [`MemStorage::lose_unsynced`] for the directory, after a failed directory `fsync`: the
+    /// name changes since the last directory sync that succeeded (creations, removals, renames,
+    /// links) are forgotten, so lookups and listings show the durable name table again and no
+    /// later directory sync makes those changes durable. Open files keep their bytes.
+    pub fn lose_unsynced_names(&self) {
+        let mut s = self.state();
+        s.live_dir = s.durable_dir.clone();
+    }
+
     /// The live bytes of `name`, if it exists.
     #[must_use]
     pub fn live_bytes(&self, name: &str) -> Option<Vec<u8>> {

@@ -39,17 +39,30 @@ fn name(c: usize) -> String {
     format!("sub-{c}")
 }
 
-/// Runs `call`; when the failing sync happened inside it, it must have failed.
+/// Runs `call`; when the failing sync (of a file or of the directory) happened inside it, it
+/// must have failed.
 fn watched<T>(hooked: &Hooked, what: &str, call: impl FnOnce() -> Result<T>) -> Result<T> {
-    let armed = hooked.hooks.fail_sync_in.load(SeqCst) != 0;
+    let hooks = [&hooked.hooks.fail_sync_in, &hooked.hooks.fail_dir_sync_in];
+    let armed = hooks.map(|h| h.load(SeqCst) != 0);
     let answer = call();
-    if armed && hooked.hooks.fail_sync_in.load(SeqCst) == 0 {
+    if armed
+        .iter()
+        .zip(hooks)
+        .any(|(a, h)| *a && h.load(SeqCst) == 0)
+    {
         assert!(
             answer.is_err(),
-            "{what}: its fdatasync failed but it answered Ok"
+            "{what}: its fsync failed but it answered Ok"
         );
     }
     answer
+}
+
+/// Which sync of the workload fails: the `n`th of a file, or the `n`th of the directory.
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    File(u64),
+    Dir(u64),
 }
 
 /// Appends, syncs, opens cursors, acks and flushes for [`ROUNDS`] rounds, going on after any
@@ -137,33 +150,69 @@ fn check(host: Host, image: &MemStorage, m: &Model, what: &str) {
     }
 }
 
-/// The workload on a fresh disk with the `nth` sync after the topic's open failing (none for
-/// 0): the model, the names of the files whose sync failed, and the syncs it made.
-fn run(host: Host, nth: u64) -> (Model, Vec<String>, u64, MemStorage) {
+/// What one run of the workload left: the model, the names of the files whose sync failed,
+/// the file and directory syncs it made after the topic's open, and the disk.
+struct Ran {
+    model: Model,
+    failed: Vec<String>,
+    syncs: (u64, u64),
+    disk: MemStorage,
+}
+
+/// The workload on a fresh disk with `fault` (counted from the topic's open; 0 for none).
+fn run(host: Host, fault: Fault) -> Ran {
     let disk = MemStorage::new();
     let hooked = Hooked::new(disk.clone());
     let hosted = open_hosted(host, Arc::new(hooked.clone()), &config(PER_LEDGER)).expect("open");
-    let before = hooked.hooks.syncs.load(SeqCst);
-    hooked.hooks.fail_sync_in.store(nth, SeqCst);
-    let mut m = Model::default();
-    workload(hosted, &hooked, &mut m);
-    let syncs = hooked.hooks.syncs.load(SeqCst) - before;
-    let failed = std::mem::take(&mut *hooked.hooks.failed_syncs.lock().unwrap());
-    (m, failed, syncs, disk)
+    let counts = || {
+        (
+            hooked.hooks.syncs.load(SeqCst),
+            hooked.hooks.dir_syncs.load(SeqCst),
+        )
+    };
+    let before = counts();
+    match fault {
+        Fault::File(n) => hooked.hooks.fail_sync_in.store(n, SeqCst),
+        Fault::Dir(n) => hooked.hooks.fail_dir_sync_in.store(n, SeqCst),
+    }
+    let mut model = Model::default();
+    workload(hosted, &hooked, &mut model);
+    let after = counts();
+    Ran {
+        model,
+        failed: std::mem::take(&mut *hooked.hooks.failed_syncs.lock().unwrap()),
+        syncs: (after.0 - before.0, after.1 - before.1),
+        disk,
+    }
+}
+
+/// The workload with nothing failing, checked: how many file and directory syncs it makes.
+fn clean_run(host: Host) -> (u64, u64) {
+    let clean = run(host, Fault::File(0));
+    assert!(clean.failed.is_empty());
+    check(
+        host,
+        &clean.disk.durable_image(),
+        &clean.model,
+        "no failure",
+    );
+    assert_eq!(
+        clean.model.synced,
+        clean.model.appended.len(),
+        "every sync answered Ok"
+    );
+    clean.syncs
 }
 
 #[test]
 fn a_failed_fsync_of_any_file_is_never_covered_by_a_later_ok_and_a_power_cut_keeps_every_ok() {
     on_each_host(|host| {
-        let (clean, failed, syncs, disk) = run(host, 0);
-        assert!(failed.is_empty());
-        check(host, &disk.durable_image(), &clean, "no failure");
-        assert_eq!(clean.synced, clean.appended.len(), "every sync answered Ok");
+        let (syncs, _) = clean_run(host);
         let mut kinds = BTreeSet::new();
         for nth in 1..=syncs {
-            let (m, failed, _, disk) = run(host, nth);
-            let [file] = &failed[..] else {
-                panic!("sync {nth}: failed {failed:?}, not one file");
+            let ran = run(host, Fault::File(nth));
+            let [file] = &ran.failed[..] else {
+                panic!("sync {nth}: failed {:?}, not one file", ran.failed);
             };
             let kind = if file.contains("journal-") {
                 "journal segment"
@@ -175,17 +224,28 @@ fn a_failed_fsync_of_any_file_is_never_covered_by_a_later_ok_and_a_power_cut_kee
                 panic!("sync {nth} of {file}: a file of no known kind");
             };
             kinds.insert(kind);
-            check(
-                host,
-                &disk.durable_image(),
-                &m,
-                &format!("sync {nth} of {file}"),
-            );
+            let what = format!("sync {nth} of {file}");
+            check(host, &ran.disk.durable_image(), &ran.model, &what);
         }
         assert_eq!(
             kinds,
             BTreeSet::from(["data ledger", "journal segment", "metadata record"]),
             "{host:?}: the failures reached every kind of file"
         );
+    });
+}
+
+/// The same with each directory sync failing in turn (a new data ledger's, a journal segment's
+/// listing, a metadata record's link, a removal), the directory forgetting its unsynced names.
+#[test]
+fn a_failed_directory_fsync_is_never_covered_by_a_later_ok_and_a_power_cut_keeps_every_ok() {
+    on_each_host(|host| {
+        let (_, dir_syncs) = clean_run(host);
+        assert!(dir_syncs > 3, "{host:?}: only {dir_syncs} directory syncs");
+        for nth in 1..=dir_syncs {
+            let ran = run(host, Fault::Dir(nth));
+            let what = format!("directory sync {nth}");
+            check(host, &ran.disk.durable_image(), &ran.model, &what);
+        }
     });
 }
