@@ -60,6 +60,7 @@
 //! the directory (the records and ledgers of a store's topics, which each topic's metadata
 //! store lists and sweeps under its own prefix when the topic opens).
 
+use std::collections::BTreeMap;
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -466,32 +467,15 @@ impl FileMetaStore {
             Some(listed) => listed,
             None => self.listing()?,
         };
-        for file in &listed {
-            if !file.ends_with(TEMP_SUFFIX) {
-                continue;
-            }
-            let stale = match parse_temp_file(file) {
-                None => true,
-                Some((name, version)) => version <= self.current(name)?.version(),
-            };
-            if stale {
-                match self.storage.remove(file) {
-                    Ok(()) => {}
-                    Err(e) if is_not_found(&e) => {}
-                    Err(e) => return Err(e),
-                }
+        for file in self.stale_temps(&listed)? {
+            match self.storage.remove(&file) {
+                Ok(()) => {}
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => return Err(e),
             }
         }
-        // A delete cut short leaves its tombstone (and maybe older versions): a record no
-        // writer names again (cursor ids are not reused), so finish the delete here.
-        // One listing: the highest version of every record, then one size check each.
-        let mut highest = std::collections::BTreeMap::<String, u64>::new();
-        for file in &listed {
-            if let Some((name, Some(version))) = parse_record_file(file) {
-                let top = highest.entry(name.to_string()).or_insert(version);
-                *top = (*top).max(version);
-            }
-        }
+        // One listing: the highest version of every record.
+        let highest = highest_versions(&listed);
         if self.heads.is_some() {
             // An owned store's writes remove only the version they replace (and the versions
             // this store's claims linked from): versions below the highest left by a power cut,
@@ -516,21 +500,10 @@ impl FileMetaStore {
                 }
             }
         }
-        for (name, version) in highest {
-            let empty = match self.storage.open(&version_file(&name, version)) {
-                Ok(file) => match file.size() {
-                    Ok(size) => size == 0,
-                    Err(e) if is_not_found(&e) => false,
-                    Err(e) => return Err(e),
-                },
-                Err(e) if is_not_found(&e) => false,
-                Err(e) => return Err(e),
-            };
-            if empty && let Current::Deleted(tombstone) = self.current(&name)? {
-                self.remove_below(&name, tombstone, false)?;
-                self.remove_below(&name, tombstone, true)?;
-                self.learn(&name, Known::Absent);
-            }
+        for (name, tombstone) in self.cut_short_deletes(&highest)? {
+            self.remove_below(&name, tombstone, false)?;
+            self.remove_below(&name, tombstone, true)?;
+            self.learn(&name, Known::Absent);
         }
         writes.swept = true;
         // A listing that filled what this store knows during the sweep is of no more use.
@@ -539,6 +512,60 @@ impl FileMetaStore {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         Ok(())
+    }
+
+    /// The temporary files among `listed` that can no longer be linked as the current record:
+    /// files of earlier releases, and writes of a version the record has reached.
+    fn stale_temps(&self, listed: &[String]) -> Result<Vec<String>> {
+        let mut stale = Vec::new();
+        for file in listed.iter().filter(|f| f.ends_with(TEMP_SUFFIX)) {
+            let linkable = match parse_temp_file(file) {
+                None => false,
+                Some((name, version)) => version > self.current(name)?.version(),
+            };
+            if !linkable {
+                stale.push(file.clone());
+            }
+        }
+        Ok(stale)
+    }
+
+    /// The records among `highest` (each record's highest version) whose delete was cut short
+    /// after its tombstone was linked, each with its tombstone's version: a record no writer
+    /// names again (cursor ids are not reused), whose files a sweep removes.
+    fn cut_short_deletes(&self, highest: &BTreeMap<String, u64>) -> Result<Vec<(String, u64)>> {
+        let mut deleted = Vec::new();
+        for (name, &version) in highest {
+            let empty = match self.storage.open(&version_file(name, version)) {
+                Ok(file) => match file.size() {
+                    Ok(size) => size == 0,
+                    Err(e) if is_not_found(&e) => false,
+                    Err(e) => return Err(e),
+                },
+                Err(e) if is_not_found(&e) => false,
+                Err(e) => return Err(e),
+            };
+            if empty && let Current::Deleted(tombstone) = self.current(name)? {
+                deleted.push((name.clone(), tombstone));
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// The files a write or a deletion cut short left that no read takes and the sweep before
+    /// this directory's owner's next metadata write removes: temporary files that can no
+    /// longer be linked, and every file of a record whose delete was cut short after its
+    /// tombstone. Reads only (what `verify` reports as leftovers, not damage).
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the directory or a record cannot be read.
+    pub fn leftovers(&self) -> Result<Vec<String>> {
+        let listed = self.listing()?;
+        let mut files = self.stale_temps(&listed)?;
+        for (name, _) in self.cut_short_deletes(&highest_versions(&listed))? {
+            files.extend(files_in(&name, &listed).into_iter().map(|f| f.file));
+        }
+        Ok(files)
     }
 
     /// A temporary file name for a write of `version` of `name`, unique to this write.
@@ -888,6 +915,18 @@ impl MetaStore for FileMetaStore {
         Ok(!self.storage.exists(&version_file(name, next))?
             && self.storage.exists(&version_file(name, version))?)
     }
+}
+
+/// The highest version of every record among the storage names `listed`.
+fn highest_versions(listed: &[String]) -> BTreeMap<String, u64> {
+    let mut highest = BTreeMap::<String, u64>::new();
+    for file in listed {
+        if let Some((name, Some(version))) = parse_record_file(file) {
+            let top = highest.entry(name.to_string()).or_insert(version);
+            *top = (*top).max(version);
+        }
+    }
+    highest
 }
 
 /// The files of record `name` among the storage names `listed`, highest version first (the
