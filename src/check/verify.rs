@@ -213,8 +213,8 @@ fn check_store_topics(
 }
 
 /// The files a metadata write or a cursor's deletion cut short left in `storage` (a topic's
-/// files), which no open reads and the owner's next metadata write removes
-/// (`FileMetaStore::leftovers`): leftovers, not damage.
+/// files), which no open reads and the topic's next open (or its owner's next metadata write)
+/// removes (`FileMetaStore::leftovers`): leftovers, not damage.
 fn metadata_leftovers(storage: &Arc<dyn Storage>) -> Result<Vec<Finding>> {
     let files = crate::meta::FileMetaStore::new(storage.clone()).leftovers()?;
     Ok(files
@@ -223,7 +223,7 @@ fn metadata_leftovers(storage: &Arc<dyn Storage>) -> Result<Vec<Finding>> {
             file,
             place: "metadata record".into(),
             problem: "left by a write or a deletion cut short; no open reads it, and the \
-                      owner's next metadata write removes it"
+                      topic's next open removes it"
                 .into(),
             torn_tail: false,
         })

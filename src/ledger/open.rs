@@ -393,6 +393,28 @@ pub(crate) fn open(
     Ok(core)
 }
 
+/// Removes what a metadata write or a cursor's deletion cut short left among `listed` (a
+/// temporary file, a cursor record's tombstone and the versions below it). Called after the
+/// claim and its ownership check, under the directory's lock, so a restart that writes no
+/// record removes them too: every other writer is a former owner the claim fenced, whose write of such a file can no
+/// longer become a record anyone reads (`FileMetaStore::sweep_leftovers`). A store's cursor
+/// records stay at version 1 until deleted, so a store's topic usually has nothing to look up.
+fn sweep_leftovers(meta: &dyn MetaStore, listed: &[String]) -> Result<()> {
+    let leftovers: Vec<String> = listed
+        .iter()
+        .filter(|f| {
+            crate::meta::file::may_be_leftover(f, |record| {
+                record.starts_with(crate::cursor::RECORD_PREFIX)
+            })
+        })
+        .cloned()
+        .collect();
+    if leftovers.is_empty() {
+        return Ok(());
+    }
+    meta.sweep_leftovers(&leftovers)
+}
+
 /// The topic as its open leaves it: `record` at `version`, appends to a new ledger after the
 /// last of `ledgers`.
 fn new_core(
@@ -455,7 +477,8 @@ fn repair_record(
 
 /// Rule 3, cursor side ([`cursor_references`]), with the journal's cursors the cursor table
 /// does not list checked first ([`unlisted_journal_cursors`], `recovered`: the cursors the
-/// journal held a state of when it opened) and the state of a deletion cut short forgotten
+/// journal held a state of when it opened), then the files a deletion or a record write cut
+/// short left removed ([`sweep_leftovers`]), and the state of a deletion cut short forgotten
 /// last: on a store here, for a topic of its own (`claimed`: the version of the topic record
 /// its claim wrote) by the caller once its journal's hooks are set (returned).
 ///
@@ -474,6 +497,9 @@ fn settle_cursors(
 ) -> Result<(References, Vec<u64>)> {
     let cut_short = unlisted_journal_cursors(tj, record, recovered);
     let refs = cursor_references(meta, log, (record, on_disk, listed), tj, claimed)?;
+    // After the ownership check `cursor_references` ran on a topic of its own; a store's
+    // topic's `meta` checks the store's ownership around the sweep itself.
+    sweep_leftovers(meta, listed)?;
     if claimed.is_some() {
         // A topic of its own checked its record's version above; its journal writes nothing
         // before its hooks are set: the caller forgets these then.

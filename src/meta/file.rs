@@ -25,7 +25,10 @@
 //! Leftover temporary files are removed before a store's first write when they can no longer
 //! be linked as the current record: files of earlier releases, and writes of a version the
 //! record has reached; so are the files of a record whose delete was cut short after its
-//! tombstone was linked. Reads never change the directory (an inspection tool only reads).
+//! tombstone was linked. A topic's open removes the same leftovers among the files it lists
+//! after its claim ([`MetaStore::sweep_leftovers`]), so one that writes no record removes them
+//! too, and [`FileMetaStore::leftovers`] names them for `verify` by the same rule. Reads never
+//! change the directory (an inspection tool only reads).
 //!
 //! A store made with [`FileMetaStore::owned`] belongs to the holder of the directory's
 //! ownership lock, and its `get` and `put` cost a bounded number of storage operations however
@@ -131,6 +134,15 @@ struct Found {
 #[must_use]
 pub fn record_of_file(file: &str) -> Option<&str> {
     parse_record_file(file).map(|(name, _)| name)
+}
+
+/// Whether `file` may be what a write or a deletion cut short left ([`MetaStore::sweep_leftovers`]):
+/// a temporary file, or a file at version 2 or above (a tombstone's least) of a record for
+/// which `deletable` holds. A name test alone: the sweep decides.
+pub fn may_be_leftover(file: &str, deletable: impl Fn(&str) -> bool) -> bool {
+    file.ends_with(TEMP_SUFFIX)
+        || parse_record_file(file)
+            .is_some_and(|(name, version)| deletable(name) && version.is_some_and(|v| v >= 2))
 }
 
 /// What a record file's name says: `(record name, version)`; version `None` for `{name}.meta`.
@@ -467,13 +479,7 @@ impl FileMetaStore {
             Some(listed) => listed,
             None => self.listing()?,
         };
-        for file in self.stale_temps(&listed)? {
-            match self.storage.remove(&file) {
-                Ok(()) => {}
-                Err(e) if is_not_found(&e) => {}
-                Err(e) => return Err(e),
-            }
-        }
+        self.remove_stale_temps(&listed)?;
         // One listing: the highest version of every record.
         let highest = highest_versions(&listed);
         if self.heads.is_some() {
@@ -500,17 +506,36 @@ impl FileMetaStore {
                 }
             }
         }
-        for (name, tombstone) in self.cut_short_deletes(&highest)? {
-            self.remove_below(&name, tombstone, false)?;
-            self.remove_below(&name, tombstone, true)?;
-            self.learn(&name, Known::Absent);
-        }
+        self.finish_cut_short_deletes(&highest)?;
         writes.swept = true;
         // A listing that filled what this store knows during the sweep is of no more use.
         self.filled_from
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
+        Ok(())
+    }
+
+    /// Removes the temporary files among `listed` that can no longer be linked.
+    fn remove_stale_temps(&self, listed: &[String]) -> Result<()> {
+        for file in self.stale_temps(listed)? {
+            match self.storage.remove(&file) {
+                Ok(()) => {}
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes every file of each record among `highest` whose delete was cut short, the
+    /// older versions first and the tombstone last (until it goes, a read finds it first).
+    fn finish_cut_short_deletes(&self, highest: &BTreeMap<String, u64>) -> Result<()> {
+        for (name, tombstone) in self.cut_short_deletes(highest)? {
+            self.remove_below(&name, tombstone, false)?;
+            self.remove_below(&name, tombstone, true)?;
+            self.learn(&name, Known::Absent);
+        }
         Ok(())
     }
 
@@ -535,7 +560,9 @@ impl FileMetaStore {
     /// names again (cursor ids are not reused), whose files a sweep removes.
     fn cut_short_deletes(&self, highest: &BTreeMap<String, u64>) -> Result<Vec<(String, u64)>> {
         let mut deleted = Vec::new();
-        for (name, &version) in highest {
+        // A tombstone is linked over a version of the record, so it is version 2 or higher:
+        // a record at version 1 costs no lookup (most cursor records of a store's topic).
+        for (name, &version) in highest.iter().filter(|(_, v)| **v >= 2) {
             let empty = match self.storage.open(&version_file(name, version)) {
                 Ok(file) => match file.size() {
                     Ok(size) => size == 0,
@@ -914,6 +941,20 @@ impl MetaStore for FileMetaStore {
         };
         Ok(!self.storage.exists(&version_file(name, next))?
             && self.storage.exists(&version_file(name, version))?)
+    }
+
+    /// The leftovers the sweep before the first write removes, but not the versions below a
+    /// record's highest (a claim's names, removed by the record's next write): a topic's open
+    /// sweeps them after its claim even when it writes nothing. Under this store's lock on its
+    /// writes, as the sweep: a temporary file is removed only once its version can no longer
+    /// be linked as the record (another writer's link of it fails, or puts a stray below the
+    /// record that no read takes and that writer is fenced), and a deleted record's files only
+    /// once its tombstone is the highest version, a record no table names and no writer
+    /// writes again (module docs).
+    fn sweep_leftovers(&self, listed: &[String]) -> Result<()> {
+        let _writes = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
+        self.remove_stale_temps(listed)?;
+        self.finish_cut_short_deletes(&highest_versions(listed))
     }
 }
 
