@@ -68,7 +68,7 @@
 //!
 //! Appends after open always go to a new ledger.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
 use super::config::LedgerConfig;
@@ -396,17 +396,29 @@ pub(crate) fn open(
 /// Removes what a metadata write or a cursor's deletion cut short left among `listed` (a
 /// temporary file, a cursor record's tombstone and the versions below it). Called after the
 /// claim and its ownership check, under the directory's lock, so a restart that writes no
-/// record removes them too: every other writer is a former owner the claim fenced, whose write of such a file can no
-/// longer become a record anyone reads (`FileMetaStore::sweep_leftovers`). A store's cursor
-/// records stay at version 1 until deleted, so a store's topic usually has nothing to look up.
-fn sweep_leftovers(meta: &dyn MetaStore, listed: &[String]) -> Result<()> {
+/// record removes them too: every other writer is a former owner the claim fenced, whose write
+/// of such a file can no longer become a record anyone reads (`FileMetaStore::sweep_leftovers`).
+///
+/// Only names that may be a tombstone are looked up: version 2 or above (a tombstone's least),
+/// and on a topic of its own only of a cursor `record`'s table does not list (it drops a
+/// cursor from its table before deleting its record, and claims every listed record, so
+/// listed ones are above 1 too). A store deletes the record first, but writes a cursor
+/// record once (version 1; 2 once imported from a cursor ledger). So an open with nothing left
+/// over usually looks nothing up.
+fn sweep_leftovers(
+    meta: &dyn MetaStore,
+    listed: &[String],
+    (record, in_store): (&TopicRecord, bool),
+) -> Result<()> {
+    let table: HashSet<u64> = record.cursors.iter().map(|c| c.id).collect();
+    let deletable = |name: &str| {
+        name.strip_prefix(crate::cursor::RECORD_PREFIX)
+            .and_then(|id| id.parse::<u64>().ok())
+            .is_some_and(|id| in_store || !table.contains(&id))
+    };
     let leftovers: Vec<String> = listed
         .iter()
-        .filter(|f| {
-            crate::meta::file::may_be_leftover(f, |record| {
-                record.starts_with(crate::cursor::RECORD_PREFIX)
-            })
-        })
+        .filter(|f| crate::meta::file::may_be_leftover(f, deletable))
         .cloned()
         .collect();
     if leftovers.is_empty() {
@@ -499,7 +511,7 @@ fn settle_cursors(
     let refs = cursor_references(meta, log, (record, on_disk, listed), tj, claimed)?;
     // After the ownership check `cursor_references` ran on a topic of its own; a store's
     // topic's `meta` checks the store's ownership around the sweep itself.
-    sweep_leftovers(meta, listed)?;
+    sweep_leftovers(meta, listed, (record, claimed.is_none()))?;
     if claimed.is_some() {
         // A topic of its own checked its record's version above; its journal writes nothing
         // before its hooks are set: the caller forgets these then.
