@@ -410,17 +410,23 @@ fn sweep_leftovers(
     listed: &[String],
     (record, in_store): (&TopicRecord, bool),
 ) -> Result<()> {
-    let table: HashSet<u64> = record.cursors.iter().map(|c| c.id).collect();
-    let deletable = |name: &str| {
-        name.strip_prefix(crate::cursor::RECORD_PREFIX)
-            .and_then(|id| id.parse::<u64>().ok())
-            .is_some_and(|id| in_store || !table.contains(&id))
-    };
-    let leftovers: Vec<String> = listed
+    let is_cursor = |name: &str| name.starts_with(crate::cursor::RECORD_PREFIX);
+    let mut leftovers: Vec<String> = listed
         .iter()
-        .filter(|f| crate::meta::file::may_be_leftover(f, deletable))
+        .filter(|f| crate::meta::file::may_be_leftover(f, is_cursor))
         .cloned()
         .collect();
+    if !in_store && !leftovers.is_empty() {
+        // A topic of its own claimed every listed record above version 1: those stay (the
+        // set costs what the claim's links of them cost already).
+        let table: HashSet<u64> = record.cursors.iter().map(|c| c.id).collect();
+        leftovers.retain(|f| {
+            crate::meta::record_of_file(f)
+                .and_then(|name| name.strip_prefix(crate::cursor::RECORD_PREFIX))
+                .and_then(|id| id.parse::<u64>().ok())
+                .is_none_or(|id| !table.contains(&id))
+        });
+    }
     if leftovers.is_empty() {
         return Ok(());
     }
