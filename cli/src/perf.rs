@@ -863,7 +863,20 @@ fn refuse_used(storage: &StorageArgs, dir: &std::path::Path) -> ackstore::Result
     let used = match storage.storage {
         Backend::Files => match std::fs::read_dir(dir) {
             Ok(mut entries) => entries.next().is_some(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            // A symbolic link to nothing: every later step would follow it and fail to create
+            // the directory where its name already is ("File exists").
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if let Ok(target) = std::fs::read_link(dir) {
+                    return Err(ackstore::Error::InvalidArgument {
+                        reason: format!(
+                            "--dir {} is a symbolic link to {}, which does not exist: create                              that directory, or give another --dir",
+                            dir.display(),
+                            target.display()
+                        ),
+                    });
+                }
+                false
+            }
             Err(e) => return Err(ackstore::Error::io("read directory", dir, e)),
         },
         Backend::Rados => !storage.open(dir, false)?.list()?.is_empty(),

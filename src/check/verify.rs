@@ -207,8 +207,27 @@ fn check_store_topics(
         };
         findings.extend(found.into_iter().map(in_store));
         unused.extend(not_read.into_iter().map(in_store));
+        unused.extend(metadata_leftovers(&space)?.into_iter().map(in_store));
     }
     Ok((ledgers, cursors))
+}
+
+/// The files a metadata write or a cursor's deletion cut short left in `storage` (a topic's
+/// files), which no open reads and the topic's next open (or its owner's next metadata write)
+/// removes (`FileMetaStore::leftovers`): leftovers, not damage.
+fn metadata_leftovers(storage: &Arc<dyn Storage>) -> Result<Vec<Finding>> {
+    let files = crate::meta::FileMetaStore::new(storage.clone()).leftovers()?;
+    Ok(files
+        .into_iter()
+        .map(|file| Finding {
+            file,
+            place: "metadata record".into(),
+            problem: "left by a write or a deletion cut short; no open reads it, and the \
+                      topic's next open removes it"
+                .into(),
+            torn_tail: false,
+        })
+        .collect())
 }
 
 /// What the store's open of each listed cursor the journal holds checks: the name the
@@ -417,6 +436,7 @@ pub(super) fn verify_topic(storage: &Arc<dyn Storage>) -> Result<Verification> {
     let usage = StoreUse::alone(&journal);
     let mut unused = Vec::new();
     let mut topic = collect_in(storage, true, &mut findings, Some((&usage, &mut unused)));
+    unused.extend(metadata_leftovers(storage)?);
     if let Some(record) = &record {
         superseded_ledgers_unused(storage, record, &usage, (&mut findings, &mut unused));
         super::topic::show_hosted_states(&mut topic, record, &journal);

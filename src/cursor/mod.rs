@@ -168,8 +168,11 @@ pub(crate) trait TopicAccess: Send + Sync + fmt::Debug {
 /// name is client data and never becomes a file name.
 #[must_use]
 pub fn record_name(id: u64) -> String {
-    format!("cursor-{id}")
+    format!("{RECORD_PREFIX}{id}")
 }
+
+/// What every cursor record's name starts with ([`record_name`]).
+pub const RECORD_PREFIX: &str = "cursor-";
 
 /// An empty ack set kept in memory: the placeholder of a cursor without persistence (being
 /// created, or closed).

@@ -222,7 +222,11 @@ impl Journal {
             .and_then(|()| file.sync_data())
         {
             // Not listed, never referenced: removed again, and the next tick tries anew with a
-            // new file (a failed sync of a file that is dropped is never retried).
+            // new file (a failed sync of a file that is dropped is never retried). No latch: the
+            // bytes this sync lost are the header alone, in a file nothing names again, and every
+            // record appended so far lies in the segment before, whose own syncs above returned
+            // `Ok`; a later tick's `Ok` covers a new file (a new inode, even under the same name)
+            // whose every sync it checks.
             if matches!(e, Error::Fenced { .. }) {
                 w.latch(&e);
             } else if let Err(removed) = self.storage.remove(&segment_name(next)) {

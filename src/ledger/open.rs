@@ -68,7 +68,7 @@
 //!
 //! Appends after open always go to a new ledger.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
 use super::config::LedgerConfig;
@@ -393,6 +393,46 @@ pub(crate) fn open(
     Ok(core)
 }
 
+/// Removes what a metadata write or a cursor's deletion cut short left among `listed` (a
+/// temporary file, a cursor record's tombstone and the versions below it). Called after the
+/// claim and its ownership check, under the directory's lock, so a restart that writes no
+/// record removes them too: every other writer is a former owner the claim fenced, whose write
+/// of such a file can no longer become a record anyone reads (`FileMetaStore::sweep_leftovers`).
+///
+/// Only names that may be a tombstone are looked up: version 2 or above (a tombstone's least),
+/// and on a topic of its own only of a cursor `record`'s table does not list (it drops a
+/// cursor from its table before deleting its record, and claims every listed record, so
+/// listed ones are above 1 too). A store deletes the record first, but writes a cursor
+/// record once (version 1; 2 once imported from a cursor ledger). So an open with nothing left
+/// over usually looks nothing up.
+fn sweep_leftovers(
+    meta: &dyn MetaStore,
+    listed: &[String],
+    (record, in_store): (&TopicRecord, bool),
+) -> Result<()> {
+    let is_cursor = |name: &str| name.starts_with(crate::cursor::RECORD_PREFIX);
+    let mut leftovers: Vec<String> = listed
+        .iter()
+        .filter(|f| crate::meta::file::may_be_leftover(f, is_cursor))
+        .cloned()
+        .collect();
+    if !in_store && !leftovers.is_empty() {
+        // A topic of its own claimed every listed record above version 1: those stay (the
+        // set costs what the claim's links of them cost already).
+        let table: HashSet<u64> = record.cursors.iter().map(|c| c.id).collect();
+        leftovers.retain(|f| {
+            crate::meta::record_of_file(f)
+                .and_then(|name| name.strip_prefix(crate::cursor::RECORD_PREFIX))
+                .and_then(|id| id.parse::<u64>().ok())
+                .is_none_or(|id| !table.contains(&id))
+        });
+    }
+    if leftovers.is_empty() {
+        return Ok(());
+    }
+    meta.sweep_leftovers(&leftovers)
+}
+
 /// The topic as its open leaves it: `record` at `version`, appends to a new ledger after the
 /// last of `ledgers`.
 fn new_core(
@@ -455,7 +495,8 @@ fn repair_record(
 
 /// Rule 3, cursor side ([`cursor_references`]), with the journal's cursors the cursor table
 /// does not list checked first ([`unlisted_journal_cursors`], `recovered`: the cursors the
-/// journal held a state of when it opened) and the state of a deletion cut short forgotten
+/// journal held a state of when it opened), then the files a deletion or a record write cut
+/// short left removed ([`sweep_leftovers`]), and the state of a deletion cut short forgotten
 /// last: on a store here, for a topic of its own (`claimed`: the version of the topic record
 /// its claim wrote) by the caller once its journal's hooks are set (returned).
 ///
@@ -474,6 +515,9 @@ fn settle_cursors(
 ) -> Result<(References, Vec<u64>)> {
     let cut_short = unlisted_journal_cursors(tj, record, recovered);
     let refs = cursor_references(meta, log, (record, on_disk, listed), tj, claimed)?;
+    // After the ownership check `cursor_references` ran on a topic of its own; a store's
+    // topic's `meta` checks the store's ownership around the sweep itself.
+    sweep_leftovers(meta, listed, (record, claimed.is_none()))?;
     if claimed.is_some() {
         // A topic of its own checked its record's version above; its journal writes nothing
         // before its hooks are set: the caller forgets these then.

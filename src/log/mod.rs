@@ -567,6 +567,8 @@ impl EntryLog {
             .and_then(|()| file.sync_data())
             .and_then(|()| self.storage.sync_dir());
         if let Err(e) = made {
+            // No latch: a failed sync lost this file's header alone, and the file is never
+            // used again; the next create writes and syncs a file of its own.
             // Best effort (a full disk still removes): no ledger file of a failed create stays
             // behind; one that does is unreferenced, and the next open deletes it.
             drop(file);

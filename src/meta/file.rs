@@ -25,7 +25,10 @@
 //! Leftover temporary files are removed before a store's first write when they can no longer
 //! be linked as the current record: files of earlier releases, and writes of a version the
 //! record has reached; so are the files of a record whose delete was cut short after its
-//! tombstone was linked. Reads never change the directory (an inspection tool only reads).
+//! tombstone was linked. A topic's open removes the same leftovers among the files it lists
+//! after its claim ([`MetaStore::sweep_leftovers`]), so one that writes no record removes them
+//! too, and [`FileMetaStore::leftovers`] names them for `verify` by the same rule. Reads never
+//! change the directory (an inspection tool only reads).
 //!
 //! A store made with [`FileMetaStore::owned`] belongs to the holder of the directory's
 //! ownership lock, and its `get` and `put` cost a bounded number of storage operations however
@@ -60,6 +63,7 @@
 //! the directory (the records and ledgers of a store's topics, which each topic's metadata
 //! store lists and sweeps under its own prefix when the topic opens).
 
+use std::collections::BTreeMap;
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -130,6 +134,15 @@ struct Found {
 #[must_use]
 pub fn record_of_file(file: &str) -> Option<&str> {
     parse_record_file(file).map(|(name, _)| name)
+}
+
+/// Whether `file` may be what a write or a deletion cut short left ([`MetaStore::sweep_leftovers`]):
+/// a temporary file, or a file at version 2 or above (a tombstone's least) of a record for
+/// which `deletable` holds. A name test alone: the sweep decides.
+pub fn may_be_leftover(file: &str, deletable: impl Fn(&str) -> bool) -> bool {
+    file.ends_with(TEMP_SUFFIX)
+        || parse_record_file(file)
+            .is_some_and(|(name, version)| deletable(name) && version.is_some_and(|v| v >= 2))
 }
 
 /// What a record file's name says: `(record name, version)`; version `None` for `{name}.meta`.
@@ -466,32 +479,9 @@ impl FileMetaStore {
             Some(listed) => listed,
             None => self.listing()?,
         };
-        for file in &listed {
-            if !file.ends_with(TEMP_SUFFIX) {
-                continue;
-            }
-            let stale = match parse_temp_file(file) {
-                None => true,
-                Some((name, version)) => version <= self.current(name)?.version(),
-            };
-            if stale {
-                match self.storage.remove(file) {
-                    Ok(()) => {}
-                    Err(e) if is_not_found(&e) => {}
-                    Err(e) => return Err(e),
-                }
-            }
-        }
-        // A delete cut short leaves its tombstone (and maybe older versions): a record no
-        // writer names again (cursor ids are not reused), so finish the delete here.
-        // One listing: the highest version of every record, then one size check each.
-        let mut highest = std::collections::BTreeMap::<String, u64>::new();
-        for file in &listed {
-            if let Some((name, Some(version))) = parse_record_file(file) {
-                let top = highest.entry(name.to_string()).or_insert(version);
-                *top = (*top).max(version);
-            }
-        }
+        self.remove_stale_temps(&listed)?;
+        // One listing: the highest version of every record.
+        let highest = highest_versions(&listed);
         if self.heads.is_some() {
             // An owned store's writes remove only the version they replace (and the versions
             // this store's claims linked from): versions below the highest left by a power cut,
@@ -516,8 +506,64 @@ impl FileMetaStore {
                 }
             }
         }
-        for (name, version) in highest {
-            let empty = match self.storage.open(&version_file(&name, version)) {
+        self.finish_cut_short_deletes(&highest)?;
+        writes.swept = true;
+        // A listing that filled what this store knows during the sweep is of no more use.
+        self.filled_from
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        Ok(())
+    }
+
+    /// Removes the temporary files among `listed` that can no longer be linked.
+    fn remove_stale_temps(&self, listed: &[String]) -> Result<()> {
+        for file in self.stale_temps(listed)? {
+            match self.storage.remove(&file) {
+                Ok(()) => {}
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes every file of each record among `highest` whose delete was cut short, the
+    /// older versions first and the tombstone last (until it goes, a read finds it first).
+    fn finish_cut_short_deletes(&self, highest: &BTreeMap<String, u64>) -> Result<()> {
+        for (name, tombstone) in self.cut_short_deletes(highest)? {
+            self.remove_below(&name, tombstone, false)?;
+            self.remove_below(&name, tombstone, true)?;
+            self.learn(&name, Known::Absent);
+        }
+        Ok(())
+    }
+
+    /// The temporary files among `listed` that can no longer be linked as the current record:
+    /// files of earlier releases, and writes of a version the record has reached.
+    fn stale_temps(&self, listed: &[String]) -> Result<Vec<String>> {
+        let mut stale = Vec::new();
+        for file in listed.iter().filter(|f| f.ends_with(TEMP_SUFFIX)) {
+            let linkable = match parse_temp_file(file) {
+                None => false,
+                Some((name, version)) => version > self.current(name)?.version(),
+            };
+            if !linkable {
+                stale.push(file.clone());
+            }
+        }
+        Ok(stale)
+    }
+
+    /// The records among `highest` (each record's highest version) whose delete was cut short
+    /// after its tombstone was linked, each with its tombstone's version: a record no writer
+    /// names again (cursor ids are not reused), whose files a sweep removes.
+    fn cut_short_deletes(&self, highest: &BTreeMap<String, u64>) -> Result<Vec<(String, u64)>> {
+        let mut deleted = Vec::new();
+        // A tombstone is linked over a version of the record, so it is version 2 or higher:
+        // a record at version 1 costs no lookup (most cursor records of a store's topic).
+        for (name, &version) in highest.iter().filter(|(_, v)| **v >= 2) {
+            let empty = match self.storage.open(&version_file(name, version)) {
                 Ok(file) => match file.size() {
                     Ok(size) => size == 0,
                     Err(e) if is_not_found(&e) => false,
@@ -526,19 +572,27 @@ impl FileMetaStore {
                 Err(e) if is_not_found(&e) => false,
                 Err(e) => return Err(e),
             };
-            if empty && let Current::Deleted(tombstone) = self.current(&name)? {
-                self.remove_below(&name, tombstone, false)?;
-                self.remove_below(&name, tombstone, true)?;
-                self.learn(&name, Known::Absent);
+            if empty && let Current::Deleted(tombstone) = self.current(name)? {
+                deleted.push((name.clone(), tombstone));
             }
         }
-        writes.swept = true;
-        // A listing that filled what this store knows during the sweep is of no more use.
-        self.filled_from
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        Ok(())
+        Ok(deleted)
+    }
+
+    /// The files a write or a deletion cut short left that no read takes and the sweep before
+    /// this directory's owner's next metadata write removes: temporary files that can no
+    /// longer be linked, and every file of a record whose delete was cut short after its
+    /// tombstone. Reads only (what `verify` reports as leftovers, not damage).
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the directory or a record cannot be read.
+    pub fn leftovers(&self) -> Result<Vec<String>> {
+        let listed = self.listing()?;
+        let mut files = self.stale_temps(&listed)?;
+        for (name, _) in self.cut_short_deletes(&highest_versions(&listed))? {
+            files.extend(files_in(&name, &listed).into_iter().map(|f| f.file));
+        }
+        Ok(files)
     }
 
     /// A temporary file name for a write of `version` of `name`, unique to this write.
@@ -650,6 +704,10 @@ impl FileMetaStore {
             drop(file);
             self.storage.link(&temp, &version_file(name, version))
         })();
+        // A failed sync never latches the record: the temporary file whose bytes it lost is
+        // never linked (removed here, or by a later sweep), and the record's next write goes
+        // through a new file whose own sync it checks and holds the whole record, built on
+        // nothing this one wrote.
         // Best effort: a temporary file left behind is never read, and a later sweep removes
         // it. The write's own outcome is the one to report.
         if self.storage.exists(&temp).unwrap_or(false) {
@@ -884,6 +942,32 @@ impl MetaStore for FileMetaStore {
         Ok(!self.storage.exists(&version_file(name, next))?
             && self.storage.exists(&version_file(name, version))?)
     }
+
+    /// The leftovers the sweep before the first write removes, but not the versions below a
+    /// record's highest (a claim's names, removed by the record's next write): a topic's open
+    /// sweeps them after its claim even when it writes nothing. Under this store's lock on its
+    /// writes, as the sweep: a temporary file is removed only once its version can no longer
+    /// be linked as the record (another writer's link of it fails, or puts a stray below the
+    /// record that no read takes and that writer is fenced), and a deleted record's files only
+    /// once its tombstone is the highest version, a record no table names and no writer
+    /// writes again (module docs).
+    fn sweep_leftovers(&self, listed: &[String]) -> Result<()> {
+        let _writes = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
+        self.remove_stale_temps(listed)?;
+        self.finish_cut_short_deletes(&highest_versions(listed))
+    }
+}
+
+/// The highest version of every record among the storage names `listed`.
+fn highest_versions(listed: &[String]) -> BTreeMap<String, u64> {
+    let mut highest = BTreeMap::<String, u64>::new();
+    for file in listed {
+        if let Some((name, Some(version))) = parse_record_file(file) {
+            let top = highest.entry(name.to_string()).or_insert(version);
+            *top = (*top).max(version);
+        }
+    }
+    highest
 }
 
 /// The files of record `name` among the storage names `listed`, highest version first (the

@@ -88,6 +88,19 @@ pub trait MetaStore: Send + Sync + std::fmt::Debug {
             })?;
         self.put(name, Some(version), &bytes)
     }
+
+    /// Removes what a write or a deletion cut short left among `listed` (a listing of the
+    /// records' directory the owner took after its claim) and no read takes: temporary files
+    /// that can no longer be linked, and the files of a record whose delete was cut short
+    /// after its tombstone. Nothing is written or synced (a removal a power cut takes back is
+    /// swept again). The default has nothing to sweep.
+    ///
+    /// # Errors
+    /// [`Error::Io`]; [`Error::Fenced`] from an ownership check.
+    fn sweep_leftovers(&self, listed: &[String]) -> Result<()> {
+        let _ = listed;
+        Ok(())
+    }
 }
 
 /// A [`MetaStore`] whose writes are bracketed by an ownership check: `check` runs before
@@ -150,6 +163,10 @@ impl MetaStore for CheckedMeta {
 
     fn claim(&self, name: &str, version: u64) -> Result<u64> {
         self.checked(|m| m.claim(name, version))
+    }
+
+    fn sweep_leftovers(&self, listed: &[String]) -> Result<()> {
+        self.checked(|m| m.sweep_leftovers(listed))
     }
 }
 

@@ -208,6 +208,39 @@ impl MemStorage {
         }
     }
 
+    /// What a failed write-back does to `name` on Linux (an `fsync` that returned `EIO`): the
+    /// kernel marks the dirty pages it could not write clean, so no later sync writes them, and
+    /// once they leave the cache a read returns what the disk holds. Here both happen at once:
+    /// every live byte takes the durable image's value (zero past its end; the length stays),
+    /// and the durable image is unchanged. A later sync then makes durable what a read sees.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the file does not exist.
+    pub fn lose_unsynced(&self, name: &str) -> Result<()> {
+        let mut s = self.state();
+        let inode = *s
+            .live_dir
+            .get(name)
+            .ok_or_else(|| not_found("fdatasync", name))?;
+        let data = s
+            .inodes
+            .get_mut(&inode)
+            .ok_or_else(|| not_found("fdatasync", name))?;
+        let mut forgotten = data.durable.clone();
+        forgotten.resize(data.live.len(), 0);
+        data.live = forgotten;
+        Ok(())
+    }
+
+    /// [`MemStorage::lose_unsynced`] for the directory, after a failed directory `fsync`: the
+    /// name changes since the last directory sync that succeeded (creations, removals, renames,
+    /// links) are forgotten, so lookups and listings show the durable name table again and no
+    /// later directory sync makes those changes durable. Open files keep their bytes.
+    pub fn lose_unsynced_names(&self) {
+        let mut s = self.state();
+        s.live_dir = s.durable_dir.clone();
+    }
+
     /// The live bytes of `name`, if it exists.
     #[must_use]
     pub fn live_bytes(&self, name: &str) -> Option<Vec<u8>> {

@@ -28,10 +28,17 @@ pub struct Hooks {
     /// When set, the next `sync_data` meets the first barrier before it starts and the second
     /// before it proceeds, so a test can hold one fsync in progress.
     pub hold_next_sync: Mutex<Option<Arc<(Barrier, Barrier)>>>,
-    /// When `n` (not 0), the `n`th `sync_data` from now fails with `EIO` and makes nothing
-    /// durable, and the hook goes back to 0: a disk that lost the write-back of what that sync
-    /// was to cover.
+    /// When `n` (not 0), the `n`th `sync_data` from now fails with `EIO`, and the hook goes
+    /// back to 0: a disk that lost the write-back of what that sync was to cover. As on Linux,
+    /// the file forgets those bytes ([`MemStorage::lose_unsynced`]): no later sync writes them
+    /// and later reads return what the disk holds, so an `Ok` built on them would lose them.
     pub fail_sync_in: AtomicU64,
+    /// The names of the files whose sync [`Hooks::fail_sync_in`] failed, in order.
+    pub failed_syncs: Mutex<Vec<String>>,
+    /// When `n` (not 0), the `n`th `sync_dir` from now fails with `EIO`, and the hook goes
+    /// back to 0; the directory forgets its unsynced name changes
+    /// ([`MemStorage::lose_unsynced_names`]).
+    pub fail_dir_sync_in: AtomicU64,
     /// When set to `(prefix, barriers)`, the next lookup (`exists` or `open`) of a name
     /// starting with `prefix` answers, then meets the first barrier and the second before it
     /// returns, so a test can run other operations between two name lookups.
@@ -89,6 +96,9 @@ impl std::fmt::Debug for Hooked {
 struct HookedFile {
     inner: Arc<dyn StorageFile>,
     hooks: Arc<Hooks>,
+    /// The disk and the name the file was opened by: a failed sync drops its unsynced bytes.
+    disk: MemStorage,
+    name: String,
 }
 
 impl std::fmt::Debug for Hooks {
@@ -117,6 +127,8 @@ impl Storage for Hooked {
         Ok(Arc::new(HookedFile {
             inner,
             hooks: Arc::clone(&self.hooks),
+            disk: self.disk.clone(),
+            name: name.to_string(),
         }))
     }
     fn open(&self, name: &str) -> ackstore::Result<Arc<dyn StorageFile>> {
@@ -126,6 +138,8 @@ impl Storage for Hooked {
         Ok(Arc::new(HookedFile {
             inner,
             hooks: Arc::clone(&self.hooks),
+            disk: self.disk.clone(),
+            name: name.to_string(),
         }))
     }
     fn remove(&self, name: &str) -> ackstore::Result<()> {
@@ -139,6 +153,11 @@ impl Storage for Hooked {
     }
     fn sync_dir(&self) -> ackstore::Result<()> {
         self.hooks.dir_syncs.fetch_add(1, Ordering::SeqCst);
+        if due(&self.hooks.fail_dir_sync_in) {
+            self.disk.lose_unsynced_names();
+            let eio = std::io::Error::from_raw_os_error(5);
+            return Err(ackstore::Error::io("fsync directory", "hooked", eio));
+        }
         self.disk.sync_dir()
     }
     fn lock(&self) -> ackstore::Result<LockGuard> {
@@ -164,11 +183,15 @@ impl StorageFile for HookedFile {
             barriers.1.wait();
         }
         self.hooks.syncs.fetch_add(1, Ordering::SeqCst);
-        let due = self
-            .hooks
-            .fail_sync_in
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
-        if due == Ok(1) {
+        if due(&self.hooks.fail_sync_in) {
+            // The write-back was lost: the kernel forgets the pages (a file renamed or
+            // removed since it was opened has nothing left to forget under its name).
+            let _ = self.disk.lose_unsynced(&self.name);
+            self.hooks
+                .failed_syncs
+                .lock()
+                .unwrap()
+                .push(self.name.clone());
             let eio = std::io::Error::from_raw_os_error(5);
             return Err(ackstore::Error::io("fdatasync", "hooked", eio));
         }
@@ -187,4 +210,9 @@ impl StorageFile for HookedFile {
     fn map_always(&self) -> bool {
         self.inner.map_always()
     }
+}
+
+/// Counts one sync down on `hook` (see [`Hooks::fail_sync_in`]): whether this is the one to fail.
+fn due(hook: &AtomicU64) -> bool {
+    hook.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)) == Ok(1)
 }

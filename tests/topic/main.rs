@@ -10,6 +10,8 @@ mod support;
 
 mod crash;
 mod cursor_ledger_import;
+mod deletion_leftovers;
+mod failed_fsync;
 mod full_disk;
 mod full_disk_retries;
 mod hosted_journal;

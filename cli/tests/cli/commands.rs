@@ -247,6 +247,26 @@ fn perf_refuses_a_file_a_hidden_file_and_a_link_to_a_used_directory() {
     );
 }
 
+/// `perf --dir` on a symbolic link to nothing is refused with the usage exit code and a
+/// sentence that names the link and its missing target; nothing is created where it points.
+#[test]
+fn perf_refuses_a_link_to_nothing_and_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("missing");
+    let link = tmp.path().join("link");
+    std::os::unix::fs::symlink(&missing, &link).unwrap();
+    let out = support::cli::run(&["perf", "--entries", "300", "--dir", link.to_str().unwrap()]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains("is a symbolic link to") && text.contains("which does not exist"),
+        "{text}"
+    );
+    assert!(!text.contains("File exists"), "{text}");
+    assert!(!missing.exists(), "a refusal created the link's target");
+    assert!(std::fs::symlink_metadata(&link).unwrap().is_symlink());
+}
+
 /// Every file under `dir` with its bytes.
 fn tree(dir: &Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
     let mut out = Vec::new();
