@@ -168,6 +168,15 @@ fn assert_kept_and_not_invented(
     }
 }
 
+/// Asserts that `verify` finds no damage on `disk`: a failed operation or a former owner's
+/// refused writes are never damage, and the open that follows must agree.
+fn assert_sound(disk: &MemStorage, what: &str) {
+    let storage: Arc<dyn Storage> = Arc::new(disk.clone());
+    let report =
+        ackstore::check::verify(&storage).unwrap_or_else(|e| panic!("{what}: verify: {e}"));
+    assert!(report.is_sound(), "{what}: {report}");
+}
+
 /// The acks of the cursor `name` of `owner` among `ps`.
 fn acked_of(owner: &Owner, name: &str, ps: &[Position]) -> BTreeSet<Position> {
     let cursor = owner
@@ -247,6 +256,7 @@ fn a_takeover_at_every_step_of_a_former_owners_count_rollover(host: Host) {
         new.close()
             .unwrap_or_else(|e| panic!("{what}: the new owner's close: {e}"));
         disk.break_lock();
+        assert_sound(&disk, &what);
         let owner = Owner::open(host, Arc::new(disk.clone()), LARGE_SEGMENTS)
             .unwrap_or_else(|e| panic!("{what}: reopen: {e}"));
         assert_kept_and_not_invented(&owner, &ps, (&truth, &flushed), &what);
@@ -317,6 +327,7 @@ fn a_failure_at_every_step_of_a_count_rollover_then_more_use(host: Host) {
         }
         let _ = owner.close();
         disk.break_lock();
+        assert_sound(&disk, &what);
         let owner = Owner::open(host, Arc::new(disk.clone()), LARGE_SEGMENTS)
             .unwrap_or_else(|e| panic!("{what}: reopen: {e}"));
         assert_kept_and_not_invented(&owner, &ps, (&truth, &flushed), &what);
