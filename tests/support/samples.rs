@@ -24,9 +24,13 @@ pub const JOURNAL_SAMPLE_ID: CursorId = CursorId {
 
 /// The committed samples' directory, `tests/data` of the repository.
 pub fn data_dir() -> std::path::PathBuf {
-    // Both packages that compile this file sit one level under the repository root: the tests
-    // (`tests/`, package `ackstore-tests`) and the command's (`cli/`, package `ackstore-cli`).
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data")
+    // The packages that compile this file sit under the repository root (`tests/`,
+    // `tests/optimised/`, and the command's `cli/`): the first ancestor holding `tests/data`.
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .map(|dir| dir.join("tests/data"))
+        .find(|data| data.is_dir())
+        .expect("the repository's tests/data")
 }
 
 /// A copy of sample directory `name` in a temporary directory.
