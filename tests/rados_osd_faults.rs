@@ -74,7 +74,7 @@ fn fault_cluster(test: &str) -> Option<PathBuf> {
 
 /// Runs `scripts/ceph/osd.sh DIR action id` (it waits until the OSD is gone, or up again).
 fn osd(dir: &Path, action: &str, id: usize) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/ceph/osd.sh");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/ceph/osd.sh");
     let ok = Command::new(script)
         .arg(dir)
         .arg(action)

@@ -70,8 +70,8 @@ fn samples() -> Vec<(&'static str, RoaringBitmap, PartitionEncoding)> {
 }
 
 fn path(version: u16, name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("tests/data/partition-v{version}"))
+    crate::support::samples::data_dir()
+        .join(format!("partition-v{version}"))
         .join(format!("{name}.bin"))
 }
 

@@ -12,7 +12,7 @@ use ackstore::internals::format::ledger::{decode_frame, decode_header};
 pub(crate) fn entries(sample: &str, ledger: u64) -> Vec<(u64, Vec<u8>)> {
     let path: PathBuf = [
         env!("CARGO_MANIFEST_DIR"),
-        "tests/data",
+        "data",
         sample,
         &format!("ledger-{ledger:020}.log"),
     ]

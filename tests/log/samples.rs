@@ -15,7 +15,6 @@
 //! Version 1 (no nonce, unseeded checksums), still read and written on:
 //! - `ledger-v1/`, `ledger-v1-torn/`, `ledger-v1-corrupt/`: the same contents in version 1.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use ackstore::internals::format::ledger::{
@@ -36,9 +35,7 @@ fn meta(i: u64) -> EntryMeta {
 
 /// A memory disk holding a copy of the sample directory `name`.
 fn sample(name: &str) -> MemStorage {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data")
-        .join(name);
+    let dir = crate::support::samples::data_dir().join(name);
     let disk = MemStorage::new();
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();

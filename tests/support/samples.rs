@@ -22,15 +22,15 @@ pub const JOURNAL_SAMPLE_ID: CursorId = CursorId {
     cursor: 1,
 };
 
-/// The committed samples' directory, `tests/data` of the library.
+/// The committed samples' directory, `tests/data` of the repository.
 pub fn data_dir() -> std::path::PathBuf {
-    // The command's tests (package `ackstore-cli`, in `cli/`) reach it from their directory.
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    if manifest.join("tests/data").is_dir() {
-        manifest.join("tests/data")
-    } else {
-        manifest.join("../tests/data")
-    }
+    // The packages that compile this file sit under the repository root (`tests/`,
+    // `tests/optimised/`, and the command's `cli/`): the first ancestor holding `tests/data`.
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .map(|dir| dir.join("tests/data"))
+        .find(|data| data.is_dir())
+        .expect("the repository's tests/data")
 }
 
 /// A copy of sample directory `name` in a temporary directory.
@@ -61,9 +61,7 @@ pub fn load_sample(disk: &ackstore::MemStorage, name: &str) {
 /// sample (to renew a sample after a deliberate format change).
 pub fn written_sample(name: &str, file: &str, written: &[u8]) -> (tempfile::TempDir, Vec<u8>) {
     if std::env::var_os("ACKSTORE_WRITE_SAMPLES").is_some() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/data")
-            .join(name);
+        let dir = data_dir().join(name);
         std::fs::create_dir_all(&dir).expect("sample directory");
         std::fs::write(dir.join(file), written).expect("write sample");
     }
