@@ -43,6 +43,9 @@ pub struct Hooks {
     /// starting with `prefix` answers, then meets the first barrier and the second before it
     /// returns, so a test can run other operations between two name lookups.
     pub hold_after_lookup: Mutex<Option<(String, Held)>>,
+    /// Lookups of [`Hooks::hold_after_lookup`]'s prefix that pass before the one held: each
+    /// takes one off (so a test counts them by starting from a large number).
+    pub pass_lookups: AtomicU64,
 }
 
 /// A [`MemStorage`] whose files run [`Hooks`]; clones share the disk and the hooks.
@@ -66,7 +69,15 @@ impl Hooked {
         let held = {
             let mut hold = self.hooks.hold_after_lookup.lock().unwrap();
             match hold.as_ref() {
-                Some((prefix, _)) if name.starts_with(prefix.as_str()) => hold.take(),
+                Some((prefix, _)) if name.starts_with(prefix.as_str()) => {
+                    let passing = self.hooks.pass_lookups.load(Ordering::SeqCst);
+                    if passing > 0 {
+                        self.hooks.pass_lookups.store(passing - 1, Ordering::SeqCst);
+                        None
+                    } else {
+                        hold.take()
+                    }
+                }
                 _ => None,
             }
         };
