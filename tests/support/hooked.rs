@@ -55,7 +55,33 @@ pub struct Hooked {
     pub hooks: Arc<Hooks>,
 }
 
+/// Which sync [`Hooked::arm`] fails: the `n`th of a file ([`Hooks::fail_sync_in`]), or the
+/// `n`th of the directory ([`Hooks::fail_dir_sync_in`]), counted from then; 0 for none.
+#[derive(Debug, Clone, Copy)]
+pub enum Fault {
+    File(u64),
+    Dir(u64),
+}
+
 impl Hooked {
+    /// File syncs and directory syncs so far.
+    pub fn sync_counts(&self) -> (u64, u64) {
+        (
+            self.hooks.syncs.load(Ordering::SeqCst),
+            self.hooks.dir_syncs.load(Ordering::SeqCst),
+        )
+    }
+
+    /// Fails the sync `fault` names; returns [`Hooked::sync_counts`] at this point.
+    pub fn arm(&self, fault: Fault) -> (u64, u64) {
+        let counts = self.sync_counts();
+        match fault {
+            Fault::File(n) => self.hooks.fail_sync_in.store(n, Ordering::SeqCst),
+            Fault::Dir(n) => self.hooks.fail_dir_sync_in.store(n, Ordering::SeqCst),
+        }
+        counts
+    }
+
     pub fn new(disk: MemStorage) -> Self {
         Self {
             disk,
