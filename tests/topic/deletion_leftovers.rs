@@ -221,3 +221,68 @@ fn a_power_cut_or_a_failing_removal_at_each_step_of_the_opens_sweep_keeps_every_
         assert!(interrupted > 0, "{host:?}: no cut interrupted the open");
     });
 }
+
+/// A live cursor's record at two versions (its first and a claim's durable link), each emptied
+/// in turn so the highest may read as a tombstone, on each host: `verify` finds damage exactly
+/// when the open refuses the topic; an open that goes on keeps every flushed ack (the cursors
+/// live in the journal), and once it and a metadata write ran, `verify` reports no leftover.
+#[test]
+fn a_live_cursor_record_emptied_to_look_like_a_tombstone_is_judged_alike_by_verify_and_open() {
+    on_each_host(|host| {
+        let disk = MemStorage::new();
+        let first = flushed_cursors(host, &disk);
+        let version_1 = disk
+            .list()
+            .expect("list")
+            .into_iter()
+            .find(|f| f.ends_with("cursor-0.00000000000000000001.meta"))
+            .expect("cursor a's record");
+        // A claim's link made durable: the bytes of version 1 under version 2's name, the
+        // version a tombstone over version 1 would take.
+        let version_2 = version_1.replace(".00000000000000000001.", ".00000000000000000002.");
+        drop(disk.create(&version_2).expect("create"));
+        let bytes = disk.live_bytes(&version_1).expect("bytes");
+        disk.set_bytes(&version_2, bytes).expect("set bytes");
+        disk.sync_dir().expect("sync");
+        let records = [version_1, version_2];
+        assert!(!records.is_empty(), "{host:?}: no record of cursor a");
+        for emptied in &records {
+            let image = disk.durable_image();
+            image.set_bytes(emptied, Vec::new()).expect("empty");
+            let what = format!("{host:?}, {emptied} emptied of {records:?}");
+            let storage: Arc<dyn Storage> = Arc::new(image.clone());
+            let report = ackstore::check::verify(&storage).expect("verify");
+            let opened = open_hosted(host, Arc::new(image.clone()), &config(PER_LEDGER));
+            let opened = match opened {
+                Ok(topic) => topic,
+                Err(e) => {
+                    assert!(
+                        !report.is_sound(),
+                        "{what}: open refused ({e}), verify: {report}"
+                    );
+                    continue;
+                }
+            };
+            assert!(
+                report.is_sound(),
+                "{what}: the open went on, verify: {report}"
+            );
+            for name in ["a", "b"] {
+                match opened.open_cursor(name, earliest()) {
+                    Ok(cursor) => assert!(
+                        cursor.is_acked(first).expect("is_acked"),
+                        "{what}: cursor {name} lost its flushed ack"
+                    ),
+                    Err(e) => assert!(name == "a", "{what}: cursor {name}: {e}"),
+                }
+            }
+            // A topic alone's open leaves a listed cursor's files to its first metadata
+            // write (a cursor created here), as verify's finding says.
+            drop(opened.open_cursor("c", earliest()).expect("cursor c"));
+            opened.close().expect("close");
+            // What verify called leftovers the open or that write removed.
+            let reported = verified_leftovers(&image, &what);
+            assert!(reported.is_empty(), "{what}: after the open: {reported:?}");
+        }
+    });
+}
