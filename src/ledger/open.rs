@@ -799,7 +799,8 @@ fn claim_store_topic(
 
 /// Rules 0 and 1: claims the topic record; returns it, its version and this owner's block of
 /// ledger ids. A topic opened on its own whose record needs no change (it has its identity,
-/// and its next ledger id lies above every ledger file) is claimed with a link
+/// its next ledger id lies above every ledger file and its next cursor id above every cursor
+/// record file) is claimed with a link
 /// ([`MetaStore::claim`]: nothing written or synced), its block reserved on first need as a
 /// store's topic reserves it (an empty block here). Otherwise the record is written again by
 /// compare-and-set (or created), with a new block reserved. `store_id`: the store whose topic
@@ -811,11 +812,21 @@ fn claim_topic(
     store_id: u64,
 ) -> Result<(TopicRecord, u64, (u64, u64))> {
     let location = storage.location();
-    let highest_file = storage
-        .list()?
+    let listed = storage.list()?;
+    let highest_file = listed
         .iter()
         .filter_map(|f| parse_ledger_file_name(f))
         .max();
+    // A topic of its own writes a cursor's record before the table lists it, so a creation
+    // cut short leaves a record of the id the table gives out next, which its open deletes;
+    // that deletion cut short leaves files of the id. The id is never given out again: a new
+    // owner's cursor under it would write a record a former owner's open, sweeping those
+    // files after its ownership check, could still remove (`sweep_leftovers`).
+    let cursor_ids_from = listed
+        .iter()
+        .filter_map(|f| crate::meta::record_of_file(f).and_then(cursor_record_id))
+        .max()
+        .map_or(0, |id| id.saturating_add(1));
     let mut record = match meta.get(TOPIC_RECORD)? {
         Some((version, bytes)) => Some((
             TopicRecord::decode(&bytes).map_err(|c| c.in_record(TOPIC_RECORD))?,
@@ -856,7 +867,11 @@ fn claim_topic(
     let unchanged = store_id == 0
         && next.topic_id != 0
         && next.next_ledger_id >= 1
-        && highest_file.is_none_or(|h| h < next.next_ledger_id);
+        && highest_file.is_none_or(|h| h < next.next_ledger_id)
+        && cursor_ids_from <= next.next_cursor_id;
+    if store_id == 0 {
+        next.next_cursor_id = next.next_cursor_id.max(cursor_ids_from);
+    }
     if let (Some(version), true) = (expected, unchanged) {
         // The claim fences every writer holding `version` from the moment the link returns;
         // whatever this owner builds on it is written with the record's next write, whose

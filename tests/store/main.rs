@@ -21,6 +21,7 @@ mod claim_restarts;
 mod crash;
 mod cursor_names;
 mod cursors;
+mod failed_sync_every_tick_a_segment;
 mod former_owner;
 mod former_owner_appends;
 mod group;

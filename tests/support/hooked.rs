@@ -43,6 +43,9 @@ pub struct Hooks {
     /// starting with `prefix` answers, then meets the first barrier and the second before it
     /// returns, so a test can run other operations between two name lookups.
     pub hold_after_lookup: Mutex<Option<(String, Held)>>,
+    /// Lookups of [`Hooks::hold_after_lookup`]'s prefix that pass before the one held: each
+    /// takes one off (so a test counts them by starting from a large number).
+    pub pass_lookups: AtomicU64,
 }
 
 /// A [`MemStorage`] whose files run [`Hooks`]; clones share the disk and the hooks.
@@ -52,7 +55,33 @@ pub struct Hooked {
     pub hooks: Arc<Hooks>,
 }
 
+/// Which sync [`Hooked::arm`] fails: the `n`th of a file ([`Hooks::fail_sync_in`]), or the
+/// `n`th of the directory ([`Hooks::fail_dir_sync_in`]), counted from then; 0 for none.
+#[derive(Debug, Clone, Copy)]
+pub enum Fault {
+    File(u64),
+    Dir(u64),
+}
+
 impl Hooked {
+    /// File syncs and directory syncs so far.
+    pub fn sync_counts(&self) -> (u64, u64) {
+        (
+            self.hooks.syncs.load(Ordering::SeqCst),
+            self.hooks.dir_syncs.load(Ordering::SeqCst),
+        )
+    }
+
+    /// Fails the sync `fault` names; returns [`Hooked::sync_counts`] at this point.
+    pub fn arm(&self, fault: Fault) -> (u64, u64) {
+        let counts = self.sync_counts();
+        match fault {
+            Fault::File(n) => self.hooks.fail_sync_in.store(n, Ordering::SeqCst),
+            Fault::Dir(n) => self.hooks.fail_dir_sync_in.store(n, Ordering::SeqCst),
+        }
+        counts
+    }
+
     pub fn new(disk: MemStorage) -> Self {
         Self {
             disk,
@@ -66,7 +95,15 @@ impl Hooked {
         let held = {
             let mut hold = self.hooks.hold_after_lookup.lock().unwrap();
             match hold.as_ref() {
-                Some((prefix, _)) if name.starts_with(prefix.as_str()) => hold.take(),
+                Some((prefix, _)) if name.starts_with(prefix.as_str()) => {
+                    let passing = self.hooks.pass_lookups.load(Ordering::SeqCst);
+                    if passing > 0 {
+                        self.hooks.pass_lookups.store(passing - 1, Ordering::SeqCst);
+                        None
+                    } else {
+                        hold.take()
+                    }
+                }
                 _ => None,
             }
         };

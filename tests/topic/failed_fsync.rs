@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::SeqCst;
 
 use ackstore::{Cursor, MemStorage, Position, Result};
-use support::hooked::Hooked;
+use support::hooked::{Fault, Hooked};
 use support::topic::{Host, Hosted, config, earliest, on_each_host, open_hosted};
 
 const PER_LEDGER: u64 = 4;
@@ -56,13 +56,6 @@ fn watched<T>(hooked: &Hooked, what: &str, call: impl FnOnce() -> Result<T>) -> 
         );
     }
     answer
-}
-
-/// Which sync of the workload fails: the `n`th of a file, or the `n`th of the directory.
-#[derive(Debug, Clone, Copy)]
-enum Fault {
-    File(u64),
-    Dir(u64),
 }
 
 /// Appends, syncs, opens cursors, acks and flushes for [`ROUNDS`] rounds, going on after any
@@ -164,20 +157,10 @@ fn run(host: Host, fault: Fault) -> Ran {
     let disk = MemStorage::new();
     let hooked = Hooked::new(disk.clone());
     let hosted = open_hosted(host, Arc::new(hooked.clone()), &config(PER_LEDGER)).expect("open");
-    let counts = || {
-        (
-            hooked.hooks.syncs.load(SeqCst),
-            hooked.hooks.dir_syncs.load(SeqCst),
-        )
-    };
-    let before = counts();
-    match fault {
-        Fault::File(n) => hooked.hooks.fail_sync_in.store(n, SeqCst),
-        Fault::Dir(n) => hooked.hooks.fail_dir_sync_in.store(n, SeqCst),
-    }
+    let before = hooked.arm(fault);
     let mut model = Model::default();
     workload(hosted, &hooked, &mut model);
-    let after = counts();
+    let after = hooked.sync_counts();
     Ran {
         model,
         failed: std::mem::take(&mut *hooked.hooks.failed_syncs.lock().unwrap()),

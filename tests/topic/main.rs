@@ -23,3 +23,4 @@ mod open_syncs;
 mod operator_metrics_and_events;
 mod sealed_ledgers_open_on_first_use;
 mod stress_threads;
+mod sweep_against_new_owner;
