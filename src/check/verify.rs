@@ -124,17 +124,13 @@ fn check_other_records(
         if name == "topic" || listed.contains(&name) {
             continue;
         }
-        let orphan = name
-            .strip_prefix("cursor-")
-            .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()));
+        let orphan = crate::cursor::is_record_like(&name);
         let file = format!("{name}.meta");
         // What the topic's open refuses (`ledger::open`): on a store a creation lists a cursor
         // before writing its record, a deletion removes the record first. Only the name the
         // open reads for an id (`cursor-{id}`, no leading zero) counts.
-        let table_lost_it = orphan
-            && name["cursor-".len()..]
-                .parse::<u64>()
-                .is_ok_and(|id| record_name(id) == name && id < record.next_cursor_id);
+        let table_lost_it =
+            crate::cursor::record_id(&name).is_some_and(|id| id < record.next_cursor_id);
         let problem = match meta.get(&name) {
             Ok(Some(_)) if table_lost_it => {
                 findings.push(Finding {

@@ -174,6 +174,19 @@ pub fn record_name(id: u64) -> String {
 /// What every cursor record's name starts with ([`record_name`]).
 pub const RECORD_PREFIX: &str = "cursor-";
 
+/// Whether `name` has the form of a cursor record's name: [`RECORD_PREFIX`] and digits (a
+/// leading zero included, which no id's [`record_name`] has).
+pub(crate) fn is_record_like(name: &str) -> bool {
+    name.strip_prefix(RECORD_PREFIX)
+        .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The cursor id whose [`record_name`] is `name` (no leading zero), if any.
+pub(crate) fn record_id(name: &str) -> Option<u64> {
+    let id = name.strip_prefix(RECORD_PREFIX)?.parse().ok()?;
+    (record_name(id) == name).then_some(id)
+}
+
 /// An empty ack set kept in memory: the placeholder of a cursor without persistence (being
 /// created, or closed).
 pub(crate) fn detached_ack_set() -> RangeSetWrapper {

@@ -422,8 +422,7 @@ fn sweep_leftovers(
         let table: HashSet<u64> = record.cursors.iter().map(|c| c.id).collect();
         leftovers.retain(|f| {
             crate::meta::record_of_file(f)
-                .and_then(|name| name.strip_prefix(crate::cursor::RECORD_PREFIX))
-                .and_then(|id| id.parse::<u64>().ok())
+                .and_then(crate::cursor::record_id)
                 .is_none_or(|id| !table.contains(&id))
         });
     }
@@ -676,7 +675,7 @@ fn cursor_references(
                     }
                 }
             }
-        } else if is_cursor_record(&name) {
+        } else if crate::cursor::is_record_like(&name) {
             // Files of a name without a record (a deletion's tombstone and the versions it
             // had not removed yet, or the temporary file of a write that failed) keep no
             // cursor: nothing to refuse or delete (as `verify` judges them).
@@ -686,7 +685,9 @@ fn cursor_references(
             // On a store a creation lists the cursor before writing its record and a deletion
             // removes the record first: a record of an id the table gave out but does not list
             // is a cursor the table lost, not a creation or deletion cut short.
-            if !claim && cursor_record_id(&name).is_some_and(|id| id < record.next_cursor_id) {
+            if !claim
+                && crate::cursor::record_id(&name).is_some_and(|id| id < record.next_cursor_id)
+            {
                 return Err(Error::corrupted_at(
                     CorruptionPlace::Record(TOPIC_RECORD.into()),
                     CorruptionKind::InvalidField(UNLISTED_CURSOR),
@@ -824,7 +825,7 @@ fn claim_topic(
     // files after its ownership check, could still remove (`sweep_leftovers`).
     let cursor_ids_from = listed
         .iter()
-        .filter_map(|f| crate::meta::record_of_file(f).and_then(cursor_record_id))
+        .filter_map(|f| crate::meta::record_of_file(f).and_then(crate::cursor::record_id))
         .max()
         .map_or(0, |id| id.saturating_add(1));
     let mut record = match meta.get(TOPIC_RECORD)? {
@@ -1016,19 +1017,6 @@ fn new_topic_id() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     std::collections::hash_map::RandomState::new().hash_one((now, std::process::id())) | 1
-}
-
-/// Whether `name` is a cursor record's name (`cursor-{id}`).
-fn is_cursor_record(name: &str) -> bool {
-    name.strip_prefix("cursor-")
-        .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
-}
-
-/// The cursor id record `name` is named after, if it is that id's record name (`cursor-{id}`,
-/// no leading zero).
-fn cursor_record_id(name: &str) -> Option<u64> {
-    let id = name.strip_prefix("cursor-")?.parse().ok()?;
-    (record_name(id) == name).then_some(id)
 }
 
 fn span_of(rec: &LedgerRecord) -> LedgerSpan {
