@@ -423,6 +423,18 @@ fn sweep_leftovers(
     if leftovers.is_empty() {
         return Ok(());
     }
+    // The sweep removes only names it is given: every listed file of a record that may be
+    // deleted (a version below its tombstone left behind would bring the record back).
+    let records: HashSet<&str> = leftovers
+        .iter()
+        .filter_map(|f| crate::meta::record_of_file(f))
+        .collect();
+    let below = listed.iter().filter(|f| {
+        crate::meta::record_of_file(f).is_some_and(|r| records.contains(r))
+            && !leftovers.contains(f)
+    });
+    let below: Vec<String> = below.cloned().collect();
+    leftovers.extend(below);
     meta.sweep_leftovers(&leftovers)
 }
 
