@@ -6,7 +6,9 @@
 //! again and every cursor compared with a model of messages: nothing acknowledged that the
 //! application did not acknowledge (or a seek that returned `Ok` cleared, or a cut lost and the
 //! recovery after it did not show), nothing lost that a flush, tick, close or seek returning `Ok`
-//! made durable, a cursor deleted with `Ok` gone. The last image may then get one byte flipped:
+//! made durable, a cursor deleted with `Ok` gone. An operation the handle refuses (an argument
+//! out of range, such as a cumulative ack behind mark-delete) changes nothing and the run goes
+//! on; any other error ends the run with its cut. The last image may then get one byte flipped:
 //! verify and open return errors or a state that acknowledges no more than that truth, never
 //! panic.
 //!
@@ -26,8 +28,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use ackstore::{
-    AppendMeta, Cursor, CursorConfig, CursorOptions, InitialPosition, JournalConfig, LedgerConfig,
-    ManagedLedger, MemStorage, Position, Storage, Store, StoreConfig,
+    AppendMeta, Cursor, CursorConfig, CursorOptions, Error, InitialPosition, JournalConfig,
+    LedgerConfig, ManagedLedger, MemStorage, Position, Storage, Store, StoreConfig,
 };
 use crash::torn_image;
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
@@ -249,7 +251,9 @@ impl Open {
         Ok(&self.cursors[&k])
     }
 
-    /// Runs `op`, keeping the model; stops at the first error, as a process that lost its disk.
+    /// Runs `op`, keeping the model. A refused operation ([`refused`]) leaves the model as
+    /// before it, and the run goes on; after any other error the model holds what `op` may
+    /// have reached, and the run stops, as a process that lost its disk.
     fn run(&mut self, op: Op, m: &mut Model) -> ackstore::Result<()> {
         match op {
             Op::Ack(k, e) => {
@@ -287,10 +291,21 @@ impl Open {
                 let below = m.below(k.0, e);
                 // Until the seek returns, a recovery shows the old state or the reset: what both
                 // hold is what it must show, what either holds is what it may.
+                let before = m.cursors.get(&k).cloned();
                 let c = m.cursors.entry(k).or_default();
                 c.upper.extend(below.iter().copied());
                 c.floor.retain(|msg| below.contains(msg));
-                self.cursor(k, m)?.seek(p)?;
+                let sought = self.cursor(k, m).and_then(|c| c.seek(p));
+                if let Err(e) = sought {
+                    // A refused seek changed nothing: the model is as before it.
+                    if refused(&e) {
+                        match before {
+                            Some(before) => m.cursors.insert(k, before),
+                            None => m.cursors.remove(&k),
+                        };
+                    }
+                    return Err(e);
+                }
                 let c = m.cursors.entry(k).or_default();
                 c.state.clone_from(&below);
                 c.upper.clone_from(&below);
@@ -317,6 +332,20 @@ impl Open {
         }
         Ok(())
     }
+}
+
+/// Whether `e` refuses an operation the caller made (an argument out of range, a limit the
+/// configuration asks to refuse, a cursor or entry that is not there): nothing changed, and the
+/// handle takes further operations. Any other error (I/O, a latch, a fence, damage) stops the
+/// run.
+fn refused(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::InvalidArgument { .. }
+            | Error::NoSuchEntry(_)
+            | Error::NoSuchCursor { .. }
+            | Error::LimitExceeded { .. }
+    )
 }
 
 /// What each cursor of the store on `image` shows (`None`: not listed), or the first error.
@@ -490,11 +519,22 @@ fuzz_target!(|data: &[u8]| {
         disk.fail_after(Some(segment.cut_after));
         if let Ok(mut open) = Open::start(&disk, config.clone(), &positions) {
             for op in &segment.ops {
-                if let Err(e) = open.run(*op, &mut model) {
-                    if std::env::var_os("ACKSTORE_FUZZ_TRACE").is_some() {
-                        eprintln!("  stopped at {op:?}: {e}");
+                match open.run(*op, &mut model) {
+                    Ok(()) => {}
+                    // A refused operation changed nothing, and the caller may go on.
+                    Err(e) if refused(&e) => {
+                        if std::env::var_os("ACKSTORE_FUZZ_TRACE").is_some() {
+                            eprintln!("  refused {op:?}: {e}");
+                        }
                     }
-                    break;
+                    // Anything else ends the process as a lost disk would: the cut below, then
+                    // the reopen compared with the model.
+                    Err(e) => {
+                        if std::env::var_os("ACKSTORE_FUZZ_TRACE").is_some() {
+                            eprintln!("  stopped at {op:?}: {e}");
+                        }
+                        break;
+                    }
                 }
             }
             // The process is gone with the power: whatever its handles try on the way out fails.

@@ -203,25 +203,47 @@ fn check_store_topics(
         };
         findings.extend(found.into_iter().map(in_store));
         unused.extend(not_read.into_iter().map(in_store));
-        unused.extend(metadata_leftovers(&space)?.into_iter().map(in_store));
+        unused.extend(metadata_leftovers(&space, None)?.into_iter().map(in_store));
     }
     Ok((ledgers, cursors))
 }
 
 /// The files a metadata write or a cursor's deletion cut short left in `storage` (a topic's
 /// files), which no open reads and the topic's next open (or its owner's next metadata write)
-/// removes (`FileMetaStore::leftovers`): leftovers, not damage.
-fn metadata_leftovers(storage: &Arc<dyn Storage>) -> Result<Vec<Finding>> {
+/// removes (`FileMetaStore::leftovers`): leftovers, not damage. On a topic of its own (`record`
+/// its topic record) the open sweeps no file of a cursor its table lists
+/// (`ledger::swept_by_open`): a tombstone there is a damaged record no power cut leaves, which
+/// the open keeps and the owner's next metadata write removes; reported as such.
+fn metadata_leftovers(
+    storage: &Arc<dyn Storage>,
+    alone: Option<&TopicRecord>,
+) -> Result<Vec<Finding>> {
     let files = crate::meta::FileMetaStore::new(storage.clone()).leftovers()?;
+    let swept = alone.map(|record| crate::ledger::swept_by_open(record, false));
     Ok(files
         .into_iter()
-        .map(|file| Finding {
-            file,
-            place: "metadata record".into(),
-            problem: "left by a write or a deletion cut short; no open reads it, and the \
-                      topic's next open removes it"
-                .into(),
-            torn_tail: false,
+        .map(|file| {
+            let (place, problem) = if swept.as_ref().is_none_or(|swept| swept(&file)) {
+                (
+                    "metadata record",
+                    "left by a write or a deletion cut short; no open reads it, and the \
+                     topic's next open removes it",
+                )
+            } else {
+                (
+                    "cursor record",
+                    "reads as deleted although the topic record lists the cursor, which no \
+                     power cut leaves on a topic opened alone (a damaged record, or an older \
+                     topic record): the open keeps the cursor (its state from the journal) \
+                     and these files until the topic's next metadata write removes them",
+                )
+            };
+            Finding {
+                file,
+                place: place.into(),
+                problem: problem.into(),
+                torn_tail: false,
+            }
         })
         .collect())
 }
@@ -432,7 +454,7 @@ pub(super) fn verify_topic(storage: &Arc<dyn Storage>) -> Result<Verification> {
     let usage = StoreUse::alone(&journal);
     let mut unused = Vec::new();
     let mut topic = collect_in(storage, true, &mut findings, Some((&usage, &mut unused)));
-    unused.extend(metadata_leftovers(storage)?);
+    unused.extend(metadata_leftovers(storage, record.as_ref())?);
     if let Some(record) = &record {
         superseded_ledgers_unused(storage, record, &usage, (&mut findings, &mut unused));
         super::topic::show_hosted_states(&mut topic, record, &journal);

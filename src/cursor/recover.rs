@@ -18,7 +18,8 @@
 //! own. The record's fallback holds no holes and no partial entries.
 //!
 //! A torn or corrupt marker, page, partition or snapshot does not stop the walk: an older state
-//! serves. A missing ledger, or one without any valid state, falls back to the record's
+//! serves. A ledger cut short below a length a finished fsync covered (a truncated sealed
+//! ledger) is refused instead: its lost states were flushed. A missing ledger, or one without any valid state, falls back to the record's
 //! mark-delete with no holes. Either mode reads what the other wrote.
 //!
 //! Must never: return more acks than some flushed (or evicted) state held, use an entry that
@@ -269,6 +270,7 @@ pub fn recover(
     if let Some(named) = record.cursor_ledger {
         match log.entry_count(named) {
             Ok(count) => {
+                refuse_truncated(&log, named)?;
                 ledger = Some(named);
                 found = walk_back(&log, named, count, config, &mut report)?;
             }
@@ -295,6 +297,20 @@ pub fn recover(
     recovered.state.epoch = recovered.state.epoch.max(epoch);
     observe_recovery(&recovered.report, &labels, had_ledger);
     Ok(recovered)
+}
+
+/// [`Error::Corrupted`] naming cursor ledger `ledger` when the log opened it cut short below a
+/// length a finished fsync covered (`CorruptionKind::Truncated`: below the seal's proof of a
+/// sealed ledger, or a synced-length slot): no power cut leaves that, and the states it cut
+/// were flushed, so walking back to an older one would lose acks silently. A torn tail (no
+/// proof that the cut bytes were synced) is a crash, and the walk goes on from what is left.
+fn refuse_truncated(log: &EntryLog, ledger: u64) -> Result<()> {
+    match log.ledger_info(ledger)?.damaged {
+        Some((offset, CorruptionKind::Truncated)) => {
+            Err(Error::corrupted(ledger, offset, CorruptionKind::Truncated))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Counts the recovery by source and logs it: at `info` when it fell back (to a single-entry

@@ -27,7 +27,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub use config::LedgerConfig;
 pub use topic::TOPIC_RECORD;
 
-pub(crate) use open::{check_store_host, refuse_older_record, refuse_store_topic_alone};
+pub(crate) use open::{
+    check_store_host, refuse_older_record, refuse_store_topic_alone, swept_by_open,
+};
 
 pub use crate::cursor::NonDurableOptions;
 pub use crate::cursor::{

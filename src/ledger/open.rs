@@ -417,19 +417,45 @@ fn sweep_leftovers(
         .cloned()
         .collect();
     if !in_store && !leftovers.is_empty() {
-        // A topic of its own claimed every listed record above version 1: those stay (the
-        // set costs what the claim's links of them cost already).
-        let table: HashSet<u64> = record.cursors.iter().map(|c| c.id).collect();
-        leftovers.retain(|f| {
-            crate::meta::record_of_file(f)
-                .and_then(crate::cursor::record_id)
-                .is_none_or(|id| !table.contains(&id))
-        });
+        let swept = swept_by_open(record, in_store);
+        leftovers.retain(|f| swept(f));
     }
     if leftovers.is_empty() {
         return Ok(());
     }
+    // The sweep removes only names it is given: every listed file of a record that may be
+    // deleted (a version below its tombstone left behind would bring the record back).
+    let records: HashSet<&str> = leftovers
+        .iter()
+        .filter_map(|f| crate::meta::record_of_file(f))
+        .collect();
+    let below = listed.iter().filter(|f| {
+        crate::meta::record_of_file(f).is_some_and(|r| records.contains(r))
+            && !leftovers.contains(f)
+    });
+    let below: Vec<String> = below.cloned().collect();
+    leftovers.extend(below);
     meta.sweep_leftovers(&leftovers)
+}
+
+/// Whether the open of a topic whose record is `record` (`in_store`: a store's topic) sweeps
+/// the leftover `file` may be ([`sweep_leftovers`]), `verify`'s rule too: every file on a
+/// store; on a topic of its own, none of a cursor its table lists. Such a topic claimed every
+/// listed record above version 1, so those stay (the set costs what the claim's links of them
+/// cost already); and it drops a cursor from its table before deleting its record, so no power
+/// cut leaves a tombstone over a listed cursor's record: that is damage (a record emptied, or
+/// an older topic record), and the cursor is kept, with its state from the journal.
+pub(crate) fn swept_by_open(record: &TopicRecord, in_store: bool) -> impl Fn(&str) -> bool {
+    let table: HashSet<u64> = if in_store {
+        HashSet::new()
+    } else {
+        record.cursors.iter().map(|c| c.id).collect()
+    };
+    move |file| {
+        crate::meta::record_of_file(file)
+            .and_then(crate::cursor::record_id)
+            .is_none_or(|id| !table.contains(&id))
+    }
 }
 
 /// The topic as its open leaves it: `record` at `version`, appends to a new ledger after the

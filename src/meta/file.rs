@@ -506,7 +506,7 @@ impl FileMetaStore {
                 }
             }
         }
-        self.finish_cut_short_deletes(&highest)?;
+        self.finish_cut_short_deletes(&listed)?;
         writes.swept = true;
         // A listing that filled what this store knows during the sweep is of no more use.
         self.filled_from
@@ -528,12 +528,14 @@ impl FileMetaStore {
         Ok(())
     }
 
-    /// Removes every file of each record among `highest` whose delete was cut short, the
-    /// older versions first and the tombstone last (until it goes, a read finds it first).
-    fn finish_cut_short_deletes(&self, highest: &BTreeMap<String, u64>) -> Result<()> {
-        for (name, tombstone) in self.cut_short_deletes(highest)? {
-            self.remove_below(&name, tombstone, false)?;
-            self.remove_below(&name, tombstone, true)?;
+    /// Removes the files among `listed` of each record whose delete was cut short, the older
+    /// versions first and the tombstone last (until it goes, a read finds it first). Only the
+    /// names the listing showed, those judged leftovers: a file of the record written since
+    /// (by another owner) is not this sweep's to remove, and one left behind is a stray below
+    /// nothing, or a record the next open judges again.
+    fn finish_cut_short_deletes(&self, listed: &[String]) -> Result<()> {
+        for (name, tombstone) in self.cut_short_deletes(&highest_versions(listed))? {
+            self.remove_listed_below(files_in(&name, listed), tombstone, true)?;
             self.learn(&name, Known::Absent);
         }
         Ok(())
@@ -954,7 +956,7 @@ impl MetaStore for FileMetaStore {
     fn sweep_leftovers(&self, listed: &[String]) -> Result<()> {
         let _writes = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
         self.remove_stale_temps(listed)?;
-        self.finish_cut_short_deletes(&highest_versions(listed))
+        self.finish_cut_short_deletes(listed)
     }
 }
 

@@ -90,10 +90,11 @@ pub trait MetaStore: Send + Sync + std::fmt::Debug {
     }
 
     /// Removes what a write or a deletion cut short left among `listed` (a listing of the
-    /// records' directory the owner took after its claim) and no read takes: temporary files
-    /// that can no longer be linked, and the files of a record whose delete was cut short
-    /// after its tombstone. Nothing is written or synced (a removal a power cut takes back is
-    /// swept again). The default has nothing to sweep.
+    /// records' directory the owner took after its claim, holding every file of a record it
+    /// holds a file of) and no read takes: temporary files that can no longer be linked, and
+    /// the files of a record whose delete was cut short after its tombstone. Only names in
+    /// `listed` are removed, never one written since. Nothing is written or synced (a removal
+    /// a power cut takes back is swept again). The default has nothing to sweep.
     ///
     /// # Errors
     /// [`Error::Io`]; [`Error::Fenced`] from an ownership check.

@@ -1826,3 +1826,91 @@ fn a_single_entry_ledger_cursor_over_the_range_cap_is_decided_at_its_open_on_eac
         assert_eq!(recovered, lowest, "{host:?}");
     });
 }
+
+/// A copy of the sample [`legacy`] keeps for `host` whose cursor ledger (sealed first when
+/// `sealed`, as an owner's open proves a seal) is cut short by `cut` bytes: the disk, the
+/// ledger, its file's name and length before the cut, the entries' positions and `sub`'s acks.
+fn cut_cursor_ledger(
+    host: Host,
+    sealed: bool,
+    cut: u64,
+) -> (MemStorage, u64, String, Vec<Position>, BTreeSet<Position>) {
+    let (disk, positions, acked) = legacy(host);
+    let ledger = record_ledgers(host, &disk)
+        .values()
+        .flatten()
+        .copied()
+        .next()
+        .expect("sub's cursor ledger");
+    let storage = topic_storage(host, &disk);
+    if sealed {
+        let log = ackstore::internals::log::EntryLog::open(storage.clone(), Default::default())
+            .expect("log");
+        log.seal(ledger).expect("seal");
+        assert!(log.ledger_info(ledger).expect("info").sealed);
+    }
+    let name = ledger_file(host, &disk, ledger);
+    let file = storage.open(&name).expect("open");
+    let len = file.size().expect("size");
+    file.set_len(len - cut).expect("cut");
+    file.sync_data().expect("sync");
+    (disk, ledger, name, positions, acked)
+}
+
+/// A sealed cursor ledger (the seal's proof claims the whole file) cut short anywhere: its
+/// footer only, or into its frames. No power cut leaves that, and the states it cut were
+/// flushed: the cursor's open refuses with `Corrupted` naming the ledger instead of walking
+/// back to an older state (which lost every ack here), and `verify` reports it as damage.
+#[test]
+fn a_sealed_cursor_ledger_cut_short_is_refused_by_the_cursors_open_and_reported_by_verify() {
+    on_each_host(|host| {
+        for cut in [1, 36, 60, 100] {
+            let (disk, ledger, name, _, _) = cut_cursor_ledger(host, true, cut);
+            let what = format!("{host:?}, {name} cut by {cut}");
+            let report = verify(&disk);
+            assert!(
+                !report.is_sound() && report.findings.iter().any(|f| f.file.ends_with(&name)),
+                "{what}: {report}"
+            );
+            let hosted = open(host, Arc::new(disk.clone())).expect("the topic opens");
+            match hosted.open_cursor("sub", earliest()) {
+                Err(ackstore::Error::Corrupted {
+                    place: ackstore::CorruptionPlace::Ledger { ledger: named, .. },
+                    kind: ackstore::CorruptionKind::Truncated,
+                }) if named == ledger => {}
+                other => panic!("{what}: {:?}", other.map(|_| "opened")),
+            }
+            hosted.close().expect("close");
+        }
+    });
+}
+
+/// An unsealed cursor ledger (the samples': nothing records that its last entry was synced) cut
+/// short anywhere reads as a torn tail, which a power cut leaves: the format cannot tell the two
+/// apart. `verify` lists it as a torn tail (sound), and the cursor opens from an older state, or
+/// from its record's mark-delete with no holes: never more acked than the sample.
+#[test]
+fn an_unsealed_cursor_ledger_cut_short_reads_as_a_torn_tail_and_never_adds_an_ack() {
+    on_each_host(|host| {
+        for cut in [1, 36, 100] {
+            let (disk, _, name, positions, acked) = cut_cursor_ledger(host, false, cut);
+            let what = format!("{host:?}, {name} cut by {cut}");
+            let report = verify(&disk);
+            assert!(
+                report.is_sound()
+                    && report
+                        .findings
+                        .iter()
+                        .any(|f| f.file.ends_with(&name) && f.torn_tail),
+                "{what}: {report}"
+            );
+            let hosted = open(host, Arc::new(disk.clone())).expect("the topic opens");
+            let cursor = hosted.open_cursor("sub", earliest()).expect("cursor");
+            let got = done(&cursor, &positions).expect("acks");
+            let truth = with_prefix(&acked, &positions);
+            assert!(got.is_subset(&truth), "{what}: more acked than the sample");
+            drop(cursor);
+            hosted.close().expect("close");
+        }
+    });
+}

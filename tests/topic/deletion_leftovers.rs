@@ -30,18 +30,23 @@ fn leftover_files(disk: &MemStorage) -> BTreeSet<String> {
         .collect()
 }
 
+/// The files `report` names as metadata leftovers: what the topic's next open removes.
+fn leftovers_reported(report: &ackstore::check::Verification) -> BTreeSet<String> {
+    report
+        .unused
+        .iter()
+        .filter(|f| f.place == "metadata record")
+        .map(|f| f.file.clone())
+        .collect()
+}
+
 /// `verify` on `disk`: no damage, every tombstone reported as a metadata leftover, and every
 /// file so reported still there. Returns the files reported.
 fn verified_leftovers(disk: &MemStorage, what: &str) -> BTreeSet<String> {
     let storage: Arc<dyn Storage> = Arc::new(disk.clone());
     let report = ackstore::check::verify(&storage).expect("verify");
     assert!(report.is_sound(), "{what}: {report}");
-    let reported: BTreeSet<String> = report
-        .unused
-        .iter()
-        .filter(|f| f.place == "metadata record")
-        .map(|f| f.file.clone())
-        .collect();
+    let reported = leftovers_reported(&report);
     let names: BTreeSet<String> = disk.list().expect("list").into_iter().collect();
     assert!(
         reported.is_subset(&names),
@@ -284,5 +289,71 @@ fn a_live_cursor_record_emptied_to_look_like_a_tombstone_is_judged_alike_by_veri
             let reported = verified_leftovers(&image, &what);
             assert!(reported.is_empty(), "{what}: after the open: {reported:?}");
         }
+    });
+}
+
+/// A tombstone linked over the highest version of cursor `a`'s record while the topic record
+/// still lists `a`, on each host: on a store a deletion cut short after the tombstone leaves
+/// exactly that (the record goes before the table entry), on a topic alone only damage does
+/// (its table drops the cursor first). Every file `verify` says the next open removes is gone
+/// once the topic opened (before any write), every other tombstone is still there, and both
+/// cursors keep their flushed acks (their state is in the journal).
+#[test]
+fn a_tombstone_over_a_listed_cursors_record_is_removed_by_the_open_exactly_when_verify_says_so() {
+    on_each_host(|host| {
+        let disk = MemStorage::new();
+        let first = flushed_cursors(host, &disk);
+        let names = disk.list().expect("list");
+        let top = names
+            .iter()
+            .filter(|f| f.contains("cursor-0.") && f.ends_with(".meta"))
+            .max()
+            .expect("cursor a's record")
+            .clone();
+        let digits = top
+            .trim_end_matches(".meta")
+            .rsplit('.')
+            .next()
+            .expect("version");
+        let version: u64 = digits.parse().expect("version digits");
+        let tombstone = top.replace(&format!(".{digits}."), &format!(".{:020}.", version + 1));
+        drop(disk.create(&tombstone).expect("create"));
+        disk.sync_dir().expect("sync");
+        let image = disk.durable_image();
+        let what = format!("{host:?}, {tombstone} over {top}");
+        let storage: Arc<dyn Storage> = Arc::new(image.clone());
+        let report = ackstore::check::verify(&storage).expect("verify");
+        let removed_by_open = leftovers_reported(&report);
+        let topic = open_hosted(host, Arc::new(image.clone()), &config(PER_LEDGER))
+            .unwrap_or_else(|e| panic!("{what}: open refused ({e}), verify: {report}"));
+        assert!(
+            report.is_sound(),
+            "{what}: the open went on, verify: {report}"
+        );
+        let left: BTreeSet<String> = image.list().expect("list").into_iter().collect();
+        let kept: Vec<&String> = removed_by_open.intersection(&left).collect();
+        assert!(
+            kept.is_empty(),
+            "{what}: verify said the open removes {kept:?}\n{report}"
+        );
+        let unreported: Vec<String> = leftover_files(&image)
+            .into_iter()
+            .filter(|f| !report.unused.iter().any(|u| u.file == *f))
+            .collect();
+        assert!(
+            unreported.is_empty(),
+            "{what}: not reported {unreported:?}\n{report}"
+        );
+        for name in ["a", "b"] {
+            let cursor = topic.open_cursor(name, earliest()).expect("cursor");
+            assert!(
+                cursor.is_acked(first).expect("is_acked"),
+                "{what}: cursor {name} lost its flushed ack"
+            );
+        }
+        drop(topic.open_cursor("c", earliest()).expect("cursor c"));
+        topic.close().expect("close");
+        let reported = verified_leftovers(&image, &what);
+        assert!(reported.is_empty(), "{what}: after a write: {reported:?}");
     });
 }

@@ -4,7 +4,9 @@
 //! files; meanwhile the new owner claims the topic, sweeps the same leftovers and creates a
 //! cursor. The former owner's removals must leave the new owner's record (the new cursor never
 //! takes the orphan's id, which the table never listed): `verify` finds the record and nothing
-//! unused, and the cursor keeps its flushed ack through a reopen.
+//! unused, and the cursor keeps its flushed ack through a reopen. And a file of a record linked
+//! between the open's listing and its sweep survives the sweep, which removes only the names
+//! its listing judged leftovers.
 
 use crate::support;
 
@@ -12,8 +14,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Barrier};
 
 use ackstore::{ManagedLedger, MemStorage, Position, Storage};
-use support::hooked::Hooked;
-use support::topic::{append_n, config, earliest};
+use support::hooked::{Held, Hooked};
+use support::topic::{Host, append_n, config, earliest, open_hosted};
 
 const PER_LEDGER: u64 = 4;
 /// The record a creation cut short left and whose deletion was then cut short too.
@@ -21,23 +23,30 @@ const ORPHAN: &str = "cursor-1";
 /// Its tombstone, over its version 1.
 const TOMBSTONE: &str = "cursor-1.00000000000000000002.meta";
 
-/// A topic alone whose cursor `b` (id 0) holds its flushed ack on the first entry, and the
-/// files of [`ORPHAN`] (id 1, the next the table gives out): version 1 and its tombstone.
-fn prepared() -> (MemStorage, Position) {
-    let disk = MemStorage::new();
-    let topic =
-        ManagedLedger::open_with_storage(Arc::new(disk.clone()), config(PER_LEDGER)).expect("open");
-    let first = append_n(&topic, 5)[0];
-    let cursor = topic.open_cursor("b", earliest()).expect("cursor");
+/// The topic `host` keeps on `disk` with 5 entries, its cursor `b` (id 0) holding its flushed
+/// ack on the first, closed; returns that entry and the name of `b`'s record.
+fn flushed_cursor_b(host: Host, disk: &MemStorage) -> (Position, String) {
+    let hosted = open_hosted(host, Arc::new(disk.clone()), &config(PER_LEDGER)).expect("open");
+    let first = append_n(&hosted, 5)[0];
+    let cursor = hosted.open_cursor("b", earliest()).expect("cursor");
     cursor.ack(first).expect("ack");
     cursor.flush().expect("flush");
-    topic.close().expect("close");
+    drop(cursor);
+    hosted.close().expect("close");
     let record_of_b = disk
         .list()
         .expect("list")
         .into_iter()
-        .find(|f| f.starts_with("cursor-0.") && f.ends_with(".meta"))
+        .find(|f| f.contains("cursor-0.") && f.ends_with(".meta"))
         .expect("cursor b's record");
+    (first, record_of_b)
+}
+
+/// A topic alone whose cursor `b` (id 0) holds its flushed ack on the first entry, and the
+/// files of [`ORPHAN`] (id 1, the next the table gives out): version 1 and its tombstone.
+fn prepared() -> (MemStorage, Position) {
+    let disk = MemStorage::new();
+    let (first, record_of_b) = flushed_cursor_b(Host::Alone, &disk);
     let version_1 = format!("{ORPHAN}.00000000000000000001.meta");
     for (name, bytes) in [
         (
@@ -53,13 +62,20 @@ fn prepared() -> (MemStorage, Position) {
     (disk, first)
 }
 
+/// `disk` behind hooks that hold the lookup of `name` after `pass` others of it, on the
+/// barriers returned.
+fn held_after_lookups(disk: &MemStorage, name: &str, pass: u64) -> (Hooked, Held) {
+    let hooked = Hooked::new(disk.clone());
+    let barriers = Arc::new((Barrier::new(2), Barrier::new(2)));
+    *hooked.hooks.hold_after_lookup.lock().unwrap() = Some((name.into(), barriers.clone()));
+    hooked.hooks.pass_lookups.store(pass, Ordering::SeqCst);
+    (hooked, barriers)
+}
+
 /// How many lookups of [`TOMBSTONE`] an open of `disk` makes.
 fn lookups_of_the_tombstone(disk: &MemStorage) -> u64 {
     const MANY: u64 = 1 << 40;
-    let hooked = Hooked::new(disk.clone());
-    let barriers = Arc::new((Barrier::new(2), Barrier::new(2)));
-    *hooked.hooks.hold_after_lookup.lock().unwrap() = Some((TOMBSTONE.into(), barriers));
-    hooked.hooks.pass_lookups.store(MANY, Ordering::SeqCst);
+    let (hooked, _) = held_after_lookups(disk, TOMBSTONE, MANY);
     let topic = ManagedLedger::open_with_storage(Arc::new(hooked.clone()), config(PER_LEDGER))
         .expect("open");
     topic.close().expect("close");
@@ -71,14 +87,8 @@ fn a_former_owners_sweep_held_before_its_removals_leaves_the_record_of_a_new_own
     let lookups = lookups_of_the_tombstone(&prepared().0);
     assert!(lookups > 0, "the open never looked the tombstone up");
     let (disk, first) = prepared();
-    let hooked = Hooked::new(disk.clone());
-    let barriers = Arc::new((Barrier::new(2), Barrier::new(2)));
     // The last lookup is the read that finds the tombstone current, just before the removals.
-    *hooked.hooks.hold_after_lookup.lock().unwrap() = Some((TOMBSTONE.into(), barriers.clone()));
-    hooked
-        .hooks
-        .pass_lookups
-        .store(lookups - 1, Ordering::SeqCst);
+    let (hooked, barriers) = held_after_lookups(&disk, TOMBSTONE, lookups - 1);
     let former = std::thread::spawn(move || {
         ManagedLedger::open_with_storage(Arc::new(hooked), config(PER_LEDGER))
             .map(|topic| topic.close())
@@ -119,4 +129,57 @@ fn a_former_owners_sweep_held_before_its_removals_leaves_the_record_of_a_new_own
         );
     }
     topic.close().expect("close");
+}
+
+/// A store's topic whose cursor `b` (id 0) holds its flushed ack on the first entry, and a
+/// tombstone alone of cursor id 1 (a deletion cut short after its version 1 was removed),
+/// which no open but a sweep's removes; returns the tombstone's name and its record's
+/// version 1 (not on the disk).
+fn store_with_a_tombstone(disk: &MemStorage) -> (String, String) {
+    let (_, record_of_b) = flushed_cursor_b(Host::Store, disk);
+    let version_1 = record_of_b.replace("cursor-0.", "cursor-1.");
+    let tombstone = version_1.replace(".00000000000000000001.", ".00000000000000000002.");
+    drop(disk.create(&tombstone).expect("create"));
+    disk.sync_dir().expect("sync");
+    (tombstone, version_1)
+}
+
+/// The open's sweep of a store's topic held at its last lookup of a tombstone (the read that
+/// finds it current, just before its removals): a version of that record linked meanwhile
+/// (by another writer) is not among the names the open's listing judged leftovers, and
+/// survives the sweep; the tombstone goes.
+#[test]
+fn a_record_file_linked_between_the_opens_listing_and_its_sweep_survives_the_sweep() {
+    const MANY: u64 = 1 << 40;
+    let counted = MemStorage::new();
+    let (tombstone, _) = store_with_a_tombstone(&counted);
+    let (hooked, _) = held_after_lookups(&counted, &tombstone, MANY);
+    let hosted =
+        open_hosted(Host::Store, Arc::new(hooked.clone()), &config(PER_LEDGER)).expect("open");
+    let lookups = MANY - hooked.hooks.pass_lookups.load(Ordering::SeqCst);
+    hosted.close().expect("close");
+    assert!(lookups > 0, "the open never looked the tombstone up");
+
+    let disk = MemStorage::new();
+    let (tombstone, version_1) = store_with_a_tombstone(&disk);
+    let (hooked, barriers) = held_after_lookups(&disk, &tombstone, lookups - 1);
+    let opener =
+        std::thread::spawn(move || open_hosted(Host::Store, Arc::new(hooked), &config(PER_LEDGER)));
+    barriers.0.wait();
+    let record_of_b = version_1.replace("cursor-1.", "cursor-0.");
+    drop(disk.create(&version_1).expect("create"));
+    disk.set_bytes(&version_1, disk.live_bytes(&record_of_b).expect("bytes"))
+        .expect("set bytes");
+    barriers.1.wait();
+    let hosted = opener.join().expect("opener").expect("open");
+    let names = disk.list().expect("list");
+    assert!(
+        names.contains(&version_1),
+        "the sweep removed {version_1}, linked after its listing: {names:?}"
+    );
+    assert!(
+        !names.contains(&tombstone),
+        "the sweep left the tombstone it listed: {names:?}"
+    );
+    hosted.close().expect("close");
 }
