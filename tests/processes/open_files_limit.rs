@@ -32,9 +32,24 @@ fn payload(t: usize, i: u64) -> Vec<u8> {
     format!("{t}/{i}").into_bytes()
 }
 
+/// Sets this process's soft limit of open files (`RLIMIT_NOFILE`) to `soft`, keeping the hard
+/// limit: what `ulimit -Sn` does before a command runs.
+fn limit_open_files(soft: u64) {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let Rlimit { maximum, .. } = getrlimit(Resource::Nofile);
+    setrlimit(
+        Resource::Nofile,
+        Rlimit {
+            current: Some(soft),
+            maximum,
+        },
+    )
+    .expect("set RLIMIT_NOFILE");
+}
+
 /// The child's part: under the low limit, every topic is written, synced and acknowledged.
 fn child(dir: &Path) {
-    support::fds::limit_open_files(SOFT_LIMIT);
+    limit_open_files(SOFT_LIMIT);
     let store = Store::open(dir, config()).expect("open");
     let mut topics = Vec::new();
     for t in 0..TOPICS {

@@ -12,18 +12,3 @@ pub fn open_under(dir: &Path) -> usize {
         .filter(|target| target.starts_with(&dir))
         .count()
 }
-
-/// Sets this process's soft limit of open files (`RLIMIT_NOFILE`) to `soft`, keeping the hard
-/// limit: what `ulimit -Sn` does before a command runs.
-pub fn limit_open_files(soft: u64) {
-    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
-    let Rlimit { maximum, .. } = getrlimit(Resource::Nofile);
-    setrlimit(
-        Resource::Nofile,
-        Rlimit {
-            current: Some(soft),
-            maximum,
-        },
-    )
-    .expect("set RLIMIT_NOFILE");
-}
