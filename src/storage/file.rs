@@ -455,6 +455,7 @@ impl Shared {
                 .upgrade()
                 .is_some_and(|f| f.fail_closing_syncs.load(Ordering::Acquire))
         {
+            // EIO, what a lost write-back answers.
             result = Err(std::io::Error::from_raw_os_error(5));
         }
         if let Err(e) = result {
