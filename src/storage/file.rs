@@ -1,7 +1,8 @@
 //! Real-file storage: one directory on a local file system.
 //!
-//! Owns: the only `unsafe` block of the crate (the memory map of a sealed file) and the
-//! directory's ownership lock (`LOCK`, held for the handle's life).
+//! Owns: the only `unsafe` block of the crate (the memory map of a sealed file), the
+//! directory's ownership lock (`LOCK`, held for the handle's life), and the descriptor cache
+//! ([`Descriptors`]) that bounds how many files a store keeps open.
 //!
 //! The lock is a POSIX record lock (`fcntl(F_SETLK)`) on the whole file, which belongs to the
 //! process: a child process never inherits it, so a process the application spawns (whose
@@ -10,12 +11,56 @@
 //! files held are kept in [`HELD`] (by device and inode), which refuses a second handle of the
 //! same directory. A POSIX lock is released when the process closes *any* descriptor of its
 //! file, so the lock file is opened only by [`FileStorage::lock`], and only when this process
-//! does not hold it (checked by path before the open, under [`HELD`]'s lock).
+//! does not hold it (checked by path before the open, under [`HELD`]'s lock). The lock file
+//! never goes through the descriptor cache: the cache never closes it.
+//!
+//! # Open files
+//!
+//! A [`RealFile`] keeps its path, not a descriptor: it takes one from its storage's
+//! [`Descriptors`] for each operation, which reopens the file when the descriptor was closed
+//! and closes the least recently used idle descriptors past its limit. Every storage of one
+//! store (its directory and every topic's subdirectory) shares one cache, so a store holds at
+//! most `limit` file descriptors however many topics and cursors it has, plus: its lock
+//! file; a directory descriptor while a `list` or `sync_dir` runs; and a descriptor an
+//! operation still uses when the cache evicts it (it closes when that operation ends: at most
+//! one per thread inside a file operation).
+//!
+//! Closing and reopening keeps every guarantee a descriptor held for the file's life gave:
+//! - all I/O is positional (`pread`, `pwrite`, `fstat`, `ftruncate`): no state lives in the
+//!   descriptor. `data_from` moves the descriptor's offset (`SEEK_DATA`) but reads only the
+//!   answer, and nothing reads the offset;
+//! - a map (`mmap`) holds its own reference to the file: it stays valid after its descriptor
+//!   closes, and a sealed file's map is never written through;
+//! - `set_len` and writes reach the file (the page cache), not the descriptor: a descriptor
+//!   opened later sees them, and its `fdatasync` makes them durable, whichever descriptor wrote
+//!   them;
+//! - a reopen is of the same file or fails: it opens the path without creating it, and checks
+//!   the device and inode the file had when it was first opened. A file removed or replaced
+//!   under the store (damage, or the store's own removal of a trimmed ledger while a handle
+//!   lives) is an [`Error::Io`] naming the path, never a new empty file;
+//! - a descriptor with writes not yet synced is never closed silently. Each file counts
+//!   whether it was written since its last sync; the close of a written descriptor syncs it
+//!   first (`fdatasync`, under the file's sync lock), and a failure is *latched*: every later
+//!   [`StorageFile::sync_data`] of that file answers the error. Linux reports a write-back error
+//!   once to each open descriptor, and may mark the failed pages clean: a descriptor opened
+//!   after the failed sync could answer `Ok` for the same bytes, which the latch forbids
+//!   (`docs/persistence.md`, "A failed fsync"). A `sync_data` takes the file's sync lock too, so
+//!   it either runs before the close's sync (and the close finds nothing to sync) or after it
+//!   (and sees the latch). A write-back error nobody has seen yet is reported to the `fdatasync`
+//!   of a descriptor opened after it too (Linux since 4.16), and a written descriptor stays
+//!   open until a sync covered its writes: no error can fall between two descriptors. The sync
+//!   lock is only ever taken with no other lock held (an
+//!   evicted descriptor closes after the cache's lock is released, a `sync_data` takes its
+//!   descriptor before its sync lock): no lock order to break.
+//!
+//! A handle dropped (its file closed by its owner) closes its descriptor without a sync, as a
+//! file closed by its owner always did: what its owner did not sync, it did not ask to keep.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use rustix::fs::FlockOperation;
 
@@ -26,18 +71,44 @@ use crate::error::{Error, Result};
 pub const LOCK_FILE: &str = "LOCK";
 
 /// A directory of real files.
+///
+/// Its files' descriptors are opened on use and kept in a cache of at most
+/// [`FileStorage::open_files`] descriptors, shared with every [`Storage::subdirectory`] of it
+/// (see the module's documentation).
 #[derive(Debug, Clone)]
 pub struct FileStorage {
     dir: PathBuf,
+    fds: Arc<Descriptors>,
+}
+
+/// The default limit of a [`FileStorage`]'s open descriptors: half the process's soft limit
+/// of open files (`RLIMIT_NOFILE`), at least 64 and at most 65,536 (for an unlimited soft
+/// limit too). The other half is left to the rest of the process (sockets, other stores, the
+/// descriptors outside the cache: see the module's documentation).
+#[must_use]
+pub fn default_open_files() -> usize {
+    let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    let half = soft.map_or(u64::MAX, |s| s / 2);
+    usize::try_from(half.clamp(64, 65_536)).unwrap_or(65_536)
 }
 
 impl FileStorage {
-    /// Opens `dir`, creating it (and its parents) when `create` is true.
+    /// Opens `dir`, creating it (and its parents) when `create` is true, with the default
+    /// limit of open descriptors ([`default_open_files`]).
     ///
     /// # Errors
     /// [`Error::Io`] when the directory is missing (and `create` is false) or cannot be created;
     /// [`Error::NotAckstore`] when `dir` exists but is not a directory.
     pub fn open(dir: impl AsRef<Path>, create: bool) -> Result<Self> {
+        Self::open_limited(dir, create, default_open_files())
+    }
+
+    /// [`FileStorage::open`] keeping at most `open_files` descriptors of its files (and its
+    /// subdirectories' files) open at once; 0 counts as 1.
+    ///
+    /// # Errors
+    /// As [`FileStorage::open`].
+    pub fn open_limited(dir: impl AsRef<Path>, create: bool, open_files: usize) -> Result<Self> {
         let dir = dir.as_ref().to_path_buf();
         if create {
             std::fs::create_dir_all(&dir).map_err(|e| Error::io("create directory", &dir, e))?;
@@ -49,7 +120,25 @@ impl FileStorage {
                 reason: "it is not a directory".into(),
             });
         }
-        Ok(Self { dir })
+        Ok(Self {
+            dir,
+            fds: Arc::new(Descriptors::new(open_files)),
+        })
+    }
+
+    /// The most descriptors of files this storage and its subdirectories keep open at once
+    /// (besides those the module's documentation lists).
+    #[must_use]
+    pub fn open_files(&self) -> usize {
+        self.fds.limit
+    }
+
+    /// From now on while `fail` holds, the sync that closes a written descriptor answers an
+    /// `EIO` as a failing disk would (after syncing): a test's way to see the latch.
+    #[cfg(feature = "internals")]
+    #[doc(hidden)]
+    pub fn fail_closing_syncs(&self, fail: bool) {
+        self.fds.fail_closing_syncs.store(fail, Ordering::Release);
     }
 
     /// The directory's path.
@@ -113,7 +202,10 @@ impl Storage for FileStorage {
                 std::io::Error::other("it is not a directory"),
             ));
         }
-        Ok(Some(Arc::new(Self { dir: path })))
+        Ok(Some(Arc::new(Self {
+            dir: path,
+            fds: Arc::clone(&self.fds),
+        })))
     }
 
     fn exists(&self, name: &str) -> Result<bool> {
@@ -129,18 +221,14 @@ impl Storage for FileStorage {
             .create_new(true)
             .open(&path)
             .map_err(|e| Error::io("create", &path, e))?;
-        Ok(Arc::new(RealFile { file, path }))
+        RealFile::adopt(&self.fds, file, path, true)
     }
 
     fn open(&self, name: &str) -> Result<Arc<dyn StorageFile>> {
         let path = self.path_of(name)?;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .or_else(|_| OpenOptions::new().read(true).open(&path))
-            .map_err(|e| Error::io("open", &path, e))?;
-        Ok(Arc::new(RealFile { file, path }))
+        let (file, writable) =
+            open_existing(&path, None).map_err(|e| Error::io("open", &path, e))?;
+        RealFile::adopt(&self.fds, file, path, writable)
     }
 
     fn remove(&self, name: &str) -> Result<()> {
@@ -231,48 +319,311 @@ impl Drop for HeldLock {
     }
 }
 
+/// Opens the existing file `path` for reading and writing, or for reading only when it cannot
+/// be written; never creates it. `writable`: the mode a reopen must have (`None` on the first
+/// open, which takes the best it can). Answers the file and whether it is writable.
+fn open_existing(path: &Path, writable: Option<bool>) -> std::io::Result<(File, bool)> {
+    let rw = || OpenOptions::new().read(true).write(true).open(path);
+    let ro = || OpenOptions::new().read(true).open(path);
+    match writable {
+        Some(true) => rw().map(|f| (f, true)),
+        Some(false) => ro().map(|f| (f, false)),
+        None => rw()
+            .map(|f| (f, true))
+            .or_else(|_| ro().map(|f| (f, false))),
+    }
+}
+
+/// Locks `m`, whatever a panicking holder left: every state under these locks is valid
+/// between any two of its statements.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The descriptor cache of a [`FileStorage`] and its subdirectories: the open descriptors by
+/// file, least recently used first. Invariant: at most `limit` entries; a descriptor leaves it
+/// only to close (when the last operation using it ends).
+struct Descriptors {
+    limit: usize,
+    open: Mutex<lru::LruCache<u64, Arc<Descriptor>>>,
+    /// The key of the next file adopted.
+    next: AtomicU64,
+    /// See [`FileStorage::fail_closing_syncs`].
+    #[cfg(feature = "internals")]
+    fail_closing_syncs: AtomicBool,
+}
+
+impl std::fmt::Debug for Descriptors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Descriptors")
+            .field("limit", &self.limit)
+            .field("open", &lock(&self.open).len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Descriptors {
+    fn new(limit: usize) -> Self {
+        Self {
+            limit: limit.max(1),
+            open: Mutex::new(lru::LruCache::unbounded()),
+            next: AtomicU64::new(0),
+            #[cfg(feature = "internals")]
+            fail_closing_syncs: AtomicBool::new(false),
+        }
+    }
+
+    /// Puts `descriptor` in the cache as the most recently used, and answers the descriptors it
+    /// evicted past the limit, for the caller to drop (close) once it holds no lock.
+    #[must_use]
+    fn insert(
+        open: &mut lru::LruCache<u64, Arc<Descriptor>>,
+        limit: usize,
+        key: u64,
+        descriptor: Arc<Descriptor>,
+    ) -> Vec<Arc<Descriptor>> {
+        // A key is inserted only when absent (under the same lock): `put` replaces nothing, but
+        // what it would replace closes outside the lock too.
+        let mut evicted: Vec<_> = open.put(key, descriptor).into_iter().collect();
+        while open.len() > limit {
+            match open.pop_lru() {
+                Some((_, d)) => evicted.push(d),
+                None => break,
+            }
+        }
+        evicted
+    }
+}
+
+/// What a file's descriptors share: where it is, which file it is, and its sync state.
+#[derive(Debug)]
+struct Shared {
+    path: PathBuf,
+    /// Device and inode of the file when it was first opened: a reopen finding another file
+    /// under the path fails.
+    id: (u64, u64),
+    /// Opened for writing (a reopen takes the same mode).
+    writable: bool,
+    /// Set after each write or `set_len` (while its descriptor is held), cleared before each
+    /// sync: a descriptor that closes while it is set syncs first.
+    written: AtomicBool,
+    /// The file's sync lock, holding the latched failure of a closing sync (which every later
+    /// `sync_data` answers).
+    sync: Mutex<Option<Latched>>,
+    #[cfg(feature = "internals")]
+    fds: std::sync::Weak<Descriptors>,
+}
+
+/// A failed closing sync, kept to be answered again.
+#[derive(Debug, Clone)]
+struct Latched {
+    kind: std::io::ErrorKind,
+    message: String,
+}
+
+impl Shared {
+    fn latched_error(&self, latched: &Latched) -> Error {
+        Error::io(
+            "fdatasync",
+            &self.path,
+            std::io::Error::new(
+                latched.kind,
+                format!(
+                    "a sync as its descriptor closed failed earlier: {}",
+                    latched.message
+                ),
+            ),
+        )
+    }
+
+    /// The sync a closing descriptor owes when the file was written since its last sync;
+    /// latches its failure.
+    fn sync_before_close(&self, file: &File) {
+        if !self.written.load(Ordering::Acquire) {
+            return;
+        }
+        let mut latched = lock(&self.sync);
+        if latched.is_some() || !self.written.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        #[allow(unused_mut)]
+        let mut result = file.sync_data();
+        #[cfg(feature = "internals")]
+        if result.is_ok()
+            && self
+                .fds
+                .upgrade()
+                .is_some_and(|f| f.fail_closing_syncs.load(Ordering::Acquire))
+        {
+            // EIO, what a lost write-back answers.
+            result = Err(std::io::Error::from_raw_os_error(5));
+        }
+        if let Err(e) = result {
+            ::log::warn!(target: crate::observe::LOG_TARGET,
+                "{}: the sync of a descriptor closing failed; the file's next sync answers it: {e}",
+                self.path.display());
+            *latched = Some(Latched {
+                kind: e.kind(),
+                message: e.to_string(),
+            });
+        }
+    }
+}
+
+/// One open descriptor of a file; closing it (dropping the last reference) syncs it first when
+/// the file was written since its last sync.
+#[derive(Debug)]
+struct Descriptor {
+    file: File,
+    shared: Arc<Shared>,
+}
+
+impl Drop for Descriptor {
+    fn drop(&mut self) {
+        self.shared.sync_before_close(&self.file);
+    }
+}
+
+/// A file of a [`FileStorage`]: its path, and its descriptor while the cache keeps it.
 #[derive(Debug)]
 struct RealFile {
-    file: File,
-    path: PathBuf,
+    key: u64,
+    shared: Arc<Shared>,
+    fds: Arc<Descriptors>,
 }
 
 impl RealFile {
+    /// A handle of `file` (just opened or created at `path`), its descriptor cached.
+    fn adopt(
+        fds: &Arc<Descriptors>,
+        file: File,
+        path: PathBuf,
+        writable: bool,
+    ) -> Result<Arc<dyn StorageFile>> {
+        let m = file.metadata().map_err(|e| Error::io("stat", &path, e))?;
+        let shared = Arc::new(Shared {
+            path,
+            id: (m.dev(), m.ino()),
+            writable,
+            written: AtomicBool::new(false),
+            sync: Mutex::new(None),
+            #[cfg(feature = "internals")]
+            fds: Arc::downgrade(fds),
+        });
+        let key = fds.next.fetch_add(1, Ordering::Relaxed);
+        let descriptor = Arc::new(Descriptor {
+            file,
+            shared: Arc::clone(&shared),
+        });
+        let evicted = Descriptors::insert(&mut lock(&fds.open), fds.limit, key, descriptor);
+        drop(evicted);
+        Ok(Arc::new(Self {
+            key,
+            shared,
+            fds: Arc::clone(fds),
+        }))
+    }
+
     fn err(&self, op: &'static str, e: std::io::Error) -> Error {
-        Error::io(op, &self.path, e)
+        Error::io(op, &self.shared.path, e)
+    }
+
+    /// The file's descriptor, reopened (the same file, or an error) when the cache closed it;
+    /// the descriptors that makes the cache evict close before this returns, with no lock held.
+    fn descriptor(&self) -> Result<Arc<Descriptor>> {
+        let mut open = lock(&self.fds.open);
+        if let Some(d) = open.get(&self.key) {
+            return Ok(Arc::clone(d));
+        }
+        let path = &self.shared.path;
+        let (file, _) =
+            open_existing(path, Some(self.shared.writable)).map_err(|e| self.err("reopen", e))?;
+        let m = file.metadata().map_err(|e| self.err("stat", e))?;
+        if (m.dev(), m.ino()) != self.shared.id {
+            return Err(self.err(
+                "reopen",
+                std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "the file was replaced by another under this name since it was opened",
+                ),
+            ));
+        }
+        let descriptor = Arc::new(Descriptor {
+            file,
+            shared: Arc::clone(&self.shared),
+        });
+        let evicted =
+            Descriptors::insert(&mut open, self.fds.limit, self.key, Arc::clone(&descriptor));
+        drop(open);
+        drop(evicted);
+        Ok(descriptor)
+    }
+}
+
+impl Drop for RealFile {
+    /// The owner closes the file: its descriptor closes without a sync (see the module's
+    /// documentation), once the cache lets it go.
+    fn drop(&mut self) {
+        self.shared.written.store(false, Ordering::Release);
+        let d = lock(&self.fds.open).pop(&self.key);
+        drop(d);
     }
 }
 
 impl StorageFile for RealFile {
     fn size(&self) -> Result<u64> {
-        self.file
+        self.descriptor()?
+            .file
             .metadata()
             .map(|m| m.len())
             .map_err(|e| self.err("stat", e))
     }
 
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        self.file
+        self.descriptor()?
+            .file
             .read_exact_at(buf, offset)
             .map_err(|e| self.err("read", e))
     }
 
     fn write_all_at(&self, buf: &[u8], offset: u64) -> Result<()> {
-        self.file
-            .write_all_at(buf, offset)
-            .map_err(|e| self.err("write", e))
+        let d = self.descriptor()?;
+        let result = d.file.write_all_at(buf, offset);
+        // After the write (see `Shared::written`): a sync running meanwhile clears the flag
+        // before its own sync, which may not cover this write; the descriptor cannot close
+        // before the flag is set, as this holds it. Set whatever the write answered: a
+        // failed write may have changed some bytes.
+        self.shared.written.store(true, Ordering::Release);
+        result.map_err(|e| self.err("write", e))
     }
 
     fn sync_data(&self) -> Result<()> {
-        self.file.sync_data().map_err(|e| self.err("fdatasync", e))
+        // The descriptor first, then the sync lock: taking it may close evicted descriptors,
+        // whose closing syncs take their own files' sync locks (one at a time, see the
+        // module's documentation). Declared before the guard, so dropped after it: the last
+        // reference's close takes this file's sync lock.
+        let d = self.descriptor()?;
+        let latched = lock(&self.shared.sync);
+        if let Some(l) = &*latched {
+            return Err(self.shared.latched_error(l));
+        }
+        self.shared.written.store(false, Ordering::Release);
+        let result = d.file.sync_data().map_err(|e| self.err("fdatasync", e));
+        drop(latched);
+        result
     }
 
     fn set_len(&self, len: u64) -> Result<()> {
-        self.file.set_len(len).map_err(|e| self.err("truncate", e))
+        let d = self.descriptor()?;
+        let result = d.file.set_len(len);
+        // As in `write_all_at`.
+        self.shared.written.store(true, Ordering::Release);
+        result.map_err(|e| self.err("truncate", e))
     }
 
     fn map(&self) -> Result<Mapped> {
-        if self.size()? == 0 {
+        let d = self.descriptor()?;
+        if d.file.metadata().map_err(|e| self.err("stat", e))?.len() == 0 {
             return Ok(Arc::new(Vec::<u8>::new()));
         }
         // SAFETY: callers map only sealed files, under the directory's exclusive lock, and
@@ -281,8 +632,9 @@ impl StorageFile for RealFile {
         // truncates a sealed file after that, so the mapped bytes cannot change or disappear
         // while the map is alive. (A read-only tool maps without the lock: an owner may meanwhile
         // overwrite that file's 12-byte slot in the header, once, and nothing else; readers of
-        // a map read frames and the index, never the slot.)
-        let map = unsafe { memmap2::Mmap::map(&self.file) }.map_err(|e| self.err("mmap", e))?;
+        // a map read frames and the index, never the slot.) The map keeps its own reference to
+        // the file: it outlives the descriptor, which the cache may close.
+        let map = unsafe { memmap2::Mmap::map(&d.file) }.map_err(|e| self.err("mmap", e))?;
         Ok(Arc::new(map))
     }
 
@@ -290,13 +642,14 @@ impl StorageFile for RealFile {
     /// reading it. `ENXIO` means no data follows `offset`. A file system without hole
     /// support answers `offset` itself, which is still correct.
     fn data_from(&self, offset: u64) -> Result<u64> {
-        let size = self.size()?;
+        let d = self.descriptor()?;
+        let size = d.file.metadata().map_err(|e| self.err("stat", e))?.len();
         if offset >= size {
             return Ok(size);
         }
         // The descriptor's own position is never used (all I/O is positional), so moving it
-        // disturbs no other reader.
-        match rustix::fs::seek(&self.file, rustix::fs::SeekFrom::Data(offset)) {
+        // disturbs no other reader, and a reopened descriptor loses nothing.
+        match rustix::fs::seek(&d.file, rustix::fs::SeekFrom::Data(offset)) {
             Ok(at) => Ok(at.clamp(offset, size)),
             Err(rustix::io::Errno::NXIO) => Ok(size),
             Err(e) => Err(self.err("lseek", e.into())),

@@ -4,8 +4,9 @@
 //! directory of files whose names ackstore chooses (never a client's string, see
 //! [`validate_name`]). Three implementations exist:
 //!
-//! - [`FileStorage`]: real files, real `fdatasync`, `memmap2` views of sealed files, and an
-//!   exclusive lock so a directory has one owner at a time;
+//! - [`FileStorage`]: real files, real `fdatasync`, `memmap2` views of sealed files, an
+//!   exclusive lock so a directory has one owner at a time, and a bounded cache of open
+//!   descriptors (reopened on use);
 //! - [`MemStorage`]: an in-memory disk that keeps a *live* image (what the page cache holds) and a
 //!   *durable* image (what survives power loss) per file and for the directory itself, can be told
 //!   to fail every operation after the N-th ("cut the power"), and hands out the image a disk
@@ -27,7 +28,7 @@ pub mod rados;
 use std::fmt;
 use std::sync::Arc;
 
-pub use file::FileStorage;
+pub use file::{FileStorage, default_open_files};
 pub use mem::MemStorage;
 #[cfg(feature = "rados")]
 pub use rados::{RadosCluster, RadosOptions, RadosStorage, RadosTimeouts};

@@ -104,7 +104,8 @@ impl StoreGroup {
     /// # Errors
     /// Those of [`Store::open`]; [`crate::Error::Closed`] after [`StoreGroup::close`].
     pub fn open(&self, dir: impl AsRef<Path>, config: StoreConfig) -> Result<Store> {
-        self.open_with_storage(Arc::new(FileStorage::open(dir, true)?), config)
+        let storage = FileStorage::open_limited(dir, true, config.open_files)?;
+        self.open_with_storage(Arc::new(storage), config)
     }
 
     /// Opens the store kept in `storage` as a member of this group (for instance one

@@ -71,6 +71,16 @@ pub struct StoreConfig {
     /// only [`Store::flush_all`], a cursor's `flush` or `close`, and seeks write cursor state.
     /// Not used by a store of a [`StoreGroup`], which has the group's pool.
     pub flusher_threads: usize,
+    /// The most file descriptors the store's files hold open at once, over all its topics,
+    /// cursors and journal segments: past it, the least recently used idle descriptors close
+    /// (a written one syncs first) and reopen on their file's next use. Outside it: the
+    /// directory's lock file, a directory descriptor while a listing or a directory sync runs,
+    /// and a descriptor evicted while an operation still uses it. Default
+    /// [`default_open_files`](crate::storage::default_open_files): half the process's soft
+    /// `RLIMIT_NOFILE`, at least 64, at most 65,536. Used by [`Store::open`] and
+    /// [`StoreGroup::open`]; a storage given to [`Store::open_with_storage`] has its own
+    /// ([`FileStorage::open_limited`]).
+    pub open_files: usize,
 }
 
 impl Default for StoreConfig {
@@ -80,6 +90,7 @@ impl Default for StoreConfig {
             journal: JournalConfig::default(),
             ack_memory_bytes: None,
             flusher_threads: 2,
+            open_files: crate::storage::default_open_files(),
         }
     }
 }
@@ -377,7 +388,8 @@ impl Store {
     /// directory of [`ManagedLedger::open`], for instance); [`Error::Corrupted`] for a damaged
     /// catalog or journal segment.
     pub fn open(dir: impl AsRef<Path>, config: StoreConfig) -> Result<Self> {
-        Self::open_with_storage(Arc::new(FileStorage::open(dir, true)?), config)
+        let storage = FileStorage::open_limited(dir, true, config.open_files)?;
+        Self::open_with_storage(Arc::new(storage), config)
     }
 
     /// Opens the store kept in `storage` (for instance a

@@ -47,3 +47,116 @@ fn link_gives_a_second_name_and_never_replaces_one() {
     s.open("b").unwrap().read_exact_at(&mut buf, 0).unwrap();
     assert_eq!(&buf, b"two");
 }
+
+/// A storage of `dir` that keeps one descriptor open: each file used closes the one before.
+fn one_descriptor(dir: &std::path::Path) -> FileStorage {
+    FileStorage::open_limited(dir, false, 1).unwrap()
+}
+
+#[test]
+fn a_file_whose_descriptor_the_cache_closed_reopens_with_its_bytes_and_its_map_lives_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = one_descriptor(dir.path());
+    let a = s.create("a").unwrap();
+    a.write_all_at(b"sealed bytes", 0).unwrap();
+    a.sync_data().unwrap();
+    let map = a.map().unwrap();
+    let b = s.create("b").unwrap();
+    b.write_all_at(b"other", 0).unwrap();
+    // `a`'s descriptor closed when `b` took the only place: the map keeps its own reference.
+    assert_eq!((*map).as_ref(), b"sealed bytes");
+    a.write_all_at(b"S", 0).unwrap();
+    a.set_len(6).unwrap();
+    assert_eq!(a.size().unwrap(), 6);
+    let mut buf = [0; 6];
+    a.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf, b"Sealed");
+    b.sync_data().unwrap();
+    a.sync_data().unwrap();
+    assert_eq!(std::fs::read(dir.path().join("a")).unwrap(), b"Sealed");
+    assert_eq!(std::fs::read(dir.path().join("b")).unwrap(), b"other");
+    assert_eq!(a.data_from(0).unwrap(), 0);
+}
+
+#[test]
+fn a_file_removed_or_replaced_under_the_store_is_an_error_never_a_new_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = one_descriptor(dir.path());
+    let a = s.create("a").unwrap();
+    a.write_all_at(b"one", 0).unwrap();
+    let b = s.create("b").unwrap();
+    s.remove("a").unwrap();
+    let err = a.read_exact_at(&mut [0; 3], 0).unwrap_err();
+    assert!(
+        matches!(&err, Error::Io { path, source, .. }
+            if path.ends_with("a") && source.kind() == std::io::ErrorKind::NotFound),
+        "{err:?}"
+    );
+    assert!(a.write_all_at(b"two", 0).is_err());
+    assert!(!s.exists("a").unwrap(), "the reopen created no file");
+
+    // Another file under `b`'s name: `b`'s handle refuses it.
+    b.write_all_at(b"bee", 0).unwrap();
+    let c = s.create("c").unwrap();
+    c.write_all_at(b"sea", 0).unwrap();
+    s.rename("c", "b").unwrap();
+    let err = b.read_exact_at(&mut [0; 3], 0).unwrap_err();
+    assert!(
+        matches!(&err, Error::Io { path, .. } if path.ends_with("b")),
+        "{err:?}"
+    );
+    assert!(b.sync_data().is_err());
+    assert_eq!(std::fs::read(dir.path().join("b")).unwrap(), b"sea");
+}
+
+/// `a` written (not synced), then its descriptor closed by the cache as `b` is created, its
+/// closing sync failing when `fail`: what `a`'s next syncs answer.
+fn syncs_after_a_closing_sync(fail: bool) -> [bool; 2] {
+    let dir = tempfile::tempdir().unwrap();
+    let s = one_descriptor(dir.path());
+    let a = s.create("a").unwrap();
+    a.write_all_at(b"unsynced", 0).unwrap();
+    s.fail_closing_syncs(fail);
+    let b = s.create("b").unwrap();
+    s.fail_closing_syncs(false);
+    b.write_all_at(b"b", 0).unwrap();
+    b.sync_data().unwrap();
+    let mut buf = [0; 8];
+    a.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf, b"unsynced");
+    [a.sync_data().is_ok(), a.sync_data().is_ok()]
+}
+
+#[test]
+fn a_failed_sync_of_a_descriptor_the_cache_closed_fails_every_later_sync_of_its_file() {
+    assert_eq!(syncs_after_a_closing_sync(false), [true, true]);
+    assert_eq!(
+        syncs_after_a_closing_sync(true),
+        [false, false],
+        "a sync after the failed one may not answer Ok for the same bytes"
+    );
+}
+
+#[test]
+fn the_default_limit_of_open_files_leaves_half_the_process_soft_limit_to_the_rest() {
+    let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    let limit = default_open_files();
+    assert!((64..=65_536).contains(&limit), "{limit}");
+    if let Some(soft) = soft.filter(|s| *s >= 128) {
+        assert!(
+            limit as u64 <= soft / 2 && limit as u64 >= (soft / 2).min(65_536),
+            "{limit} of {soft}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(
+        FileStorage::open(dir.path(), false).unwrap().open_files(),
+        limit
+    );
+    assert_eq!(
+        FileStorage::open_limited(dir.path(), false, 0)
+            .unwrap()
+            .open_files(),
+        1
+    );
+}

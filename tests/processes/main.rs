@@ -9,6 +9,7 @@
 mod support;
 
 mod lock_not_inherited;
+mod open_files_limit;
 mod sigkill_child;
 mod store_close_and_alone;
 mod two_processes_one_directory;

@@ -50,6 +50,7 @@ mod journal_tiny_segments;
 mod legacy_cursor_ledger_adopt;
 mod lifecycle;
 mod open_against_close;
+mod open_files;
 mod open_syncs;
 mod owner_io;
 mod seal;

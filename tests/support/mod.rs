@@ -8,6 +8,7 @@
 //! - [`crash`]: power cuts at every storage operation ([`crash::cut_everywhere`]) and torn
 //!   images of unsynced tails ([`crash::torn_image`]), for every crash test.
 //! - [`log_model`]: deterministic entries and a model of an entry-log workload.
+//! - [`fds`]: the process's open descriptors under a directory.
 //! - [`harness`]: the name the test harness gives a test, for a test that re-runs its binary.
 //! - [`hooked`]: an in-memory disk whose files count writes and fsyncs and can stall or fail.
 //! - [`journal`]: cursors backed by a store's cursor journal, committed in ticks, and their model.
@@ -34,6 +35,7 @@ pub mod ack_patterns;
 pub mod cli;
 pub mod config;
 pub mod crash;
+pub mod fds;
 pub mod harness;
 pub mod hooked;
 pub mod journal;

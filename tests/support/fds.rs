@@ -1,0 +1,14 @@
+//! The process's open file descriptors, by where they point: a test counts those under its own
+//! directory, which no other test of the same binary opens.
+
+use std::path::Path;
+
+/// How many of this process's descriptors (`/proc/self/fd`) point at `dir` or a file under it.
+pub fn open_under(dir: &Path) -> usize {
+    let dir = dir.canonicalize().expect("the directory exists");
+    std::fs::read_dir("/proc/self/fd")
+        .expect("list /proc/self/fd")
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|target| target.starts_with(&dir))
+        .count()
+}
