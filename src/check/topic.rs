@@ -450,7 +450,11 @@ fn cursor_view(
                 findings,
                 file,
                 "cursor record",
-                "missing, although the topic record lists it".into(),
+                "missing, although the topic record lists it, and the journal holds nothing \
+                 of this cursor: no power cut leaves that on a topic opened alone (it writes a \
+                 cursor's record before listing it, and unlists it before deleting the record), \
+                 so the topic's open refuses it rather than start the cursor again"
+                    .into(),
             );
             return None;
         }

@@ -105,6 +105,11 @@ impl TopicCore {
             self.check_owner(&w)?;
         }
         let found = self.meta.get(&record_name)?;
+        if !self.in_store && listed.is_some() && found.is_none() {
+            // Listed, its record gone, and its journal holds nothing of it (checked above):
+            // damage on a topic of its own, never a cursor to start again.
+            return Err(super::open::lost_cursor_record(id));
+        }
         // A record found under this cursor's name must be this cursor's: one moved or copied
         // here would hand it another cursor's state.
         if let (Some(_), Some((_, bytes))) = (listed, &found) {
@@ -243,9 +248,9 @@ impl TopicCore {
             )?;
             (state, jc, Some(RecoverySource::Record), changed)
         } else {
-            // A new cursor; or one listed without a record (removed by hand), which starts
-            // again from `options`. A record found for an unlisted id was left by a creation
-            // cut short and is replaced.
+            // A new cursor; or, on a store, one listed without a record, which starts again
+            // from `options` (a topic of its own refused it above). A record found for an
+            // unlisted id was left by a creation cut short and is replaced.
             let mut state = CursorState::initial(&layout, options, cursor::detached_ack_set());
             let mut record = state.to_record(name);
             record.identity = Some(identity);
@@ -254,8 +259,13 @@ impl TopicCore {
             // the table does not list, of an id below the table's next one, is then never a
             // creation cut short, and the topic's open refuses it as a table that lost a
             // cursor. A crash in between leaves a listed cursor without a record, which starts
-            // again here. A topic of its own writes the record first and lists it last (the
-            // commit point), as for a cursor ledger: its open deletes an unlisted record.
+            // again here: its creation never answered, and nothing but its record (written
+            // before `open_cursor` returns) holds a state of a cursor the journal holds nothing
+            // of, so this start is the first that answers (a deletion cut short after removing
+            // the record leaves the same, and the cursor counts as deleted and created again).
+            // A topic of its own writes the record first and lists it last (the commit point),
+            // as for a cursor ledger: its open deletes an unlisted record, and refuses a listed
+            // cursor without one.
             let list = |w: &mut Writer| {
                 if listed {
                     return Ok(());
