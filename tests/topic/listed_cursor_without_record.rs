@@ -7,7 +7,9 @@
 //! options given then: started at `Latest`, it would acknowledge every entry appended since its
 //! creation. A power cut at every step of a cursor's creation and deletion with entries
 //! appended in between leaves only states both accept, and the cursor never acknowledges an
-//! entry appended after its creation.
+//! entry appended after its creation: on a topic alone, and on a store, where a creation or a
+//! deletion cut short does leave the cursor listed without its record, and it starts again with
+//! nothing acknowledged whatever the options given.
 
 use crate::support;
 
@@ -17,7 +19,7 @@ use ackstore::check::Verification;
 use ackstore::{CorruptionPlace, Error, InitialPosition, ManagedLedger, MemStorage, Position};
 use ackstore::{Storage, internals::cursor::record_name};
 use support::crash::{Points, cut_everywhere_after, sound_images};
-use support::topic::{append_n, at, config, earliest};
+use support::topic::{Host, append_n, at, config, earliest, on_each_host, open_hosted};
 
 const PER_LEDGER: u64 = 4;
 
@@ -123,12 +125,13 @@ fn verify(disk: &MemStorage) -> Verification {
     ackstore::check::verify(&storage).expect("verify")
 }
 
-/// Cursor `a` on `topic` (if listed) acknowledges nothing appended after its creation, nor
-/// anything past its mark-delete at creation; cursor `b` keeps its flushed ack.
-fn check_cursors(topic: &ManagedLedger, truth: &Truth, what: &str) {
+/// Cursor `a` on `topic` (if listed: its mark-delete is returned) acknowledges nothing
+/// appended after its creation, nor anything past its mark-delete at creation; cursor `b`
+/// keeps its flushed ack.
+fn check_cursors(topic: &ManagedLedger, truth: &Truth, what: &str) -> Option<Option<Position>> {
     check_b(topic, truth, what);
     if !topic.cursor_names().contains(&"a".to_owned()) {
-        return;
+        return None;
     }
     let a = topic
         .open_cursor("a", at(InitialPosition::Latest, false))
@@ -144,6 +147,7 @@ fn check_cursors(topic: &ManagedLedger, truth: &Truth, what: &str) {
             "{what}: cursor a acknowledges {p}, appended after its creation"
         );
     }
+    Some(mark)
 }
 
 /// Cursor `b` on `topic` keeps its flushed ack.
@@ -181,7 +185,7 @@ fn a_listed_cursors_record_gone_or_damaged_on_a_topic_alone_is_refused_by_its_op
         assert!(named, "{what}: verify does not name the record: {report}");
         match ManagedLedger::open_with_storage(Arc::new(disk.clone()), config(PER_LEDGER)) {
             Ok(topic) => {
-                check_cursors(&topic, &truth, &what);
+                let _ = check_cursors(&topic, &truth, &what);
                 panic!("{what}: the open went on, verify: {report}");
             }
             Err(e) => assert!(
@@ -221,57 +225,75 @@ fn a_listed_cursors_record_removed_while_its_topic_alone_is_open_is_refused_by_t
     check_b(&topic, &truth, "the record removed while open");
 }
 
-/// A power cut at every storage operation of a topic alone's open, a cursor's creation at
-/// `Latest`, appends, and that cursor's deletion: each image (durable bytes alone, every unsynced
-/// byte kept) is sound for `verify` and opens, and the cursor, when still listed, acknowledges
-/// nothing appended after its creation.
+/// A power cut at every storage operation of a topic's open, a cursor's creation at `Latest`,
+/// appends, and that cursor's deletion, on each host: each image (durable bytes alone, every
+/// unsynced byte kept) is sound for `verify` and opens, and the cursor, when still listed,
+/// acknowledges nothing appended after its creation, whatever options its next open is given.
+/// On a topic alone no cut leaves it listed without its record; on a store a creation cut short
+/// after the table's write, or a deletion cut short after the record's removal, does, and the
+/// cursor starts again with nothing acknowledged.
 #[test]
-fn a_power_cut_at_every_step_of_a_cursors_creation_and_deletion_on_a_topic_alone_is_accepted() {
-    let mut listed_after_cut = 0;
-    let clean = cut_everywhere_after(
-        Points::every_in_release(3),
-        |disk| {
-            let topic =
-                ManagedLedger::open_with_storage(Arc::new(disk.clone()), config(PER_LEDGER))
-                    .expect("open");
-            let before = append_n(&topic, 3);
-            let b = topic.open_cursor("b", earliest()).expect("cursor b");
-            b.ack(before[0]).expect("ack");
-            topic.close().expect("close");
-            before
-        },
-        |disk, before| {
-            let mut truth = Truth {
-                before,
-                after: Vec::new(),
-                record: record_name(1),
-            };
-            let run = (|| {
+fn a_power_cut_at_every_step_of_a_cursors_creation_and_deletion_never_acknowledges_later_entries() {
+    on_each_host(|host| {
+        let (mut listed, mut restarted) = (0, 0);
+        let clean = cut_everywhere_after(
+            Points::every_in_release(3),
+            |disk| {
                 let topic =
-                    ManagedLedger::open_with_storage(Arc::new(disk.clone()), config(PER_LEDGER))?;
-                topic.open_cursor("a", at(InitialPosition::Latest, false))?;
-                for _ in 0..5 {
-                    truth.after.push(topic.append(b"after")?);
-                }
-                topic.sync()?;
-                topic.delete_cursor("a")?;
-                topic.append(b"last")?;
-                topic.close()
-            })();
-            (truth, run.is_ok())
-        },
-        |disk, cut, (truth, finished)| {
-            assert_eq!(finished, !cut.interrupted(), "{cut:?}");
-            for (storage, image) in sound_images(disk, cut).into_iter().zip(["durable", "torn"]) {
-                let what = format!("{cut:?}, {image} image");
-                let topic = ManagedLedger::open_with_storage(storage, config(PER_LEDGER))
-                    .unwrap_or_else(|e| panic!("{what}: reopen: {e}"));
-                listed_after_cut += usize::from(topic.cursor_names().contains(&"a".to_owned()));
-                check_cursors(&topic, &truth, &what);
+                    open_hosted(host, Arc::new(disk.clone()), &config(PER_LEDGER)).expect("open");
+                let before = append_n(&topic, 3);
+                let b = topic.open_cursor("b", earliest()).expect("cursor b");
+                b.ack(before[0]).expect("ack");
+                drop(b);
                 topic.close().expect("close");
-            }
-        },
-    );
-    assert!(clean.result.1, "the workload without a cut failed");
-    assert!(listed_after_cut > 0, "no cut left cursor a listed");
+                before
+            },
+            |disk, before| {
+                let mut truth = Truth {
+                    before,
+                    after: Vec::new(),
+                    record: record_name(1),
+                };
+                let run = (|| {
+                    let topic = open_hosted(host, Arc::new(disk.clone()), &config(PER_LEDGER))?;
+                    drop(topic.open_cursor("a", at(InitialPosition::Latest, false))?);
+                    for _ in 0..5 {
+                        truth.after.push(topic.append(b"after")?);
+                    }
+                    topic.sync()?;
+                    topic.delete_cursor("a")?;
+                    topic.append(b"last")?;
+                    topic.close()
+                })();
+                (truth, run.is_ok())
+            },
+            |disk, cut, (truth, finished)| {
+                assert_eq!(finished, !cut.interrupted(), "{host:?} {cut:?}");
+                let images = sound_images(disk, cut).into_iter().zip(["durable", "torn"]);
+                for (storage, image) in images {
+                    let what = format!("{host:?} {cut:?}, {image} image");
+                    let topic = open_hosted(host, storage, &config(PER_LEDGER))
+                        .unwrap_or_else(|e| panic!("{what}: reopen: {e}"));
+                    if let Some(mark) = check_cursors(&topic, &truth, &what) {
+                        listed += 1;
+                        // Created at `Latest` after `before`: only a restart has no mark.
+                        restarted += usize::from(mark.is_none());
+                    }
+                    topic.close().expect("close");
+                }
+            },
+        );
+        assert!(
+            clean.result.1,
+            "{host:?}: the workload without a cut failed"
+        );
+        assert!(listed > 0, "{host:?}: no cut left cursor a listed");
+        match host {
+            Host::Alone => assert_eq!(restarted, 0, "a topic alone restarted cursor a"),
+            Host::Store => assert!(
+                restarted > 0,
+                "no cut left a listed cursor without a record"
+            ),
+        }
+    });
 }
