@@ -249,7 +249,7 @@ impl StoreUse {
 /// topic, what its open does not read goes to `unused` instead of `findings`: the record and
 /// cursor ledger of a cursor the journal holds (its record's bytes stay damage while the
 /// topic's open reads every record), and a missing record of a cursor the journal does not
-/// hold, which the store's open starts again at its initial position.
+/// hold, which the store's open starts again with nothing acknowledged.
 pub(super) fn collect_in(
     storage: &Arc<dyn Storage>,
     deep: bool,
@@ -366,14 +366,14 @@ fn store_cursor_view(
     }
     if !usage.committed.contains(&entry.id) {
         // Read by the cursor's open: a damaged record is refused; a missing one starts the
-        // cursor again at its initial position (nothing of it was flushed to the journal).
+        // cursor again with nothing acknowledged (nothing of it was flushed to the journal).
         if matches!(meta.get(&name), Ok(None)) {
             finding(
                 unused,
                 file,
                 "cursor record",
                 "missing, although the topic record lists it: the journal holds nothing of \
-                 this cursor, so the store's open starts it again at its initial position"
+                 this cursor, so the store's open starts it again with nothing acknowledged"
                     .into(),
             );
             return None;
@@ -450,7 +450,11 @@ fn cursor_view(
                 findings,
                 file,
                 "cursor record",
-                "missing, although the topic record lists it".into(),
+                "missing, although the topic record lists it, and the journal holds nothing \
+                 of this cursor: no power cut leaves that on a topic opened alone (it writes a \
+                 cursor's record before listing it, and unlists it before deleting the record), \
+                 so the topic's open refuses it rather than start the cursor again"
+                    .into(),
             );
             return None;
         }

@@ -234,8 +234,9 @@ fn metadata_leftovers(
                     "cursor record",
                     "reads as deleted although the topic record lists the cursor, which no \
                      power cut leaves on a topic opened alone (a damaged record, or an older \
-                     topic record): the open keeps the cursor (its state from the journal) \
-                     and these files until the topic's next metadata write removes them",
+                     topic record): the open keeps the cursor (its state from the journal; \
+                     one the journal holds nothing of is refused as missing) and these files \
+                     until the topic's next metadata write removes them",
                 )
             };
             Finding {

@@ -35,7 +35,11 @@
 //!    cursor before writing its record and a deletion removes the record first, such a record
 //!    of an id below the table's next one is a cursor the table lost: [`Error::Corrupted`]
 //!    naming the topic record; and a cursor whose state the journal holds but the table does
-//!    not list, its record gone, is a deletion cut short whose state is forgotten. Nothing is
+//!    not list, its record gone, is a deletion cut short whose state is forgotten. On a topic
+//!    of its own, where a creation writes the record before listing the cursor and a deletion
+//!    drops the cursor from the table first, a cursor the table lists whose record is gone and
+//!    whose state the journal does not hold is damage: [`Error::Corrupted`] naming the cursor
+//!    record ([`lost_cursor_record`]), never a cursor started again. Nothing is
 //!    deleted before the owner is checked again after the last listing (the store's check, or
 //!    for a topic of its own its record still at the claim's version): a former owner's open
 //!    that runs on past a newer owner's claim would otherwise delete the ledger or cursor
@@ -666,6 +670,9 @@ fn cursor_references(
             ),
         });
     }
+    if claim {
+        refuse_lost_records(record, &names, tj)?;
+    }
     for name in names {
         if let Some(entry) = table.get(&name) {
             // Claimed (written again, unchanged) before its ledger counts as referenced: a
@@ -727,6 +734,37 @@ fn cursor_references(
         misplaced,
         superseded,
     })
+}
+
+/// On a topic of its own (whose records `names` lists), [`lost_cursor_record`] for the first
+/// cursor of `record`'s table without a record whose state the journal `tj` does not hold.
+/// Checked before any cursor record is claimed or deleted (a record lost after this check,
+/// which only damage does, is refused by the cursor's open). A listed cursor whose journal
+/// holds its state is recovered from the journal alone, its record never read for its state.
+fn refuse_lost_records(record: &TopicRecord, names: &[String], tj: &TopicJournal) -> Result<()> {
+    let present: HashSet<&str> = names.iter().map(String::as_str).collect();
+    match record.cursors.iter().find(|c| {
+        !present.contains(record_name(c.id).as_str()) && tj.committed_state(c.id).is_none()
+    }) {
+        Some(lost) => Err(lost_cursor_record(lost.id)),
+        None => Ok(()),
+    }
+}
+
+/// What the open of a topic of its own, and the open of cursor `id` on it, answer for a cursor
+/// its cursor table lists whose record is gone (or reads as deleted) and whose state its
+/// journal does not hold: `Corrupted` naming the cursor record, as `ackstore verify` reports
+/// it. Such a topic writes a cursor's record before the table lists it and drops the cursor
+/// from the table before it deletes the record, so no power cut leaves this state (only
+/// damage: the record removed, or an older topic record put back that lists a cursor deleted
+/// since). Starting the cursor again from the options given at that open would acknowledge
+/// every entry appended since its creation (at `Latest`, or any position past the lost
+/// record's).
+pub(crate) fn lost_cursor_record(id: u64) -> Error {
+    Error::corrupted_at(
+        CorruptionPlace::Record(record_name(id)),
+        CorruptionKind::Missing,
+    )
 }
 
 /// The record names among `listed` (the open's one listing, nothing read): what rule 3 looks

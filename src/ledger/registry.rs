@@ -31,13 +31,26 @@ use crate::cursor::journal::{JournalCursor, TopicJournal};
 use crate::cursor::open::CursorOpener;
 use crate::cursor::recover::LedgerSource;
 use crate::cursor::{
-    self, Cursor, CursorOptions, CursorShared, CursorState, Persistence, RecoverySource,
-    TopicAccess,
+    self, Cursor, CursorOptions, CursorShared, CursorState, InitialPosition, Persistence,
+    RecoverySource, TopicAccess,
 };
 use crate::error::{Error, Result};
 use crate::format::cursor::PersistedState;
 use crate::format::meta::{CursorEntry, CursorIdentity, CursorRecord};
 use crate::observe::CursorLabels;
+
+/// Where a store's cursor the cursor table lists starts again when its record is gone and the
+/// journal holds nothing of it: a creation cut short between the table's write and the
+/// record's (it never answered), or a deletion cut short after it removed the record (the
+/// cursor is still listed, and answers for its subscription). Its state was its record alone
+/// (it never flushed), holding its initial position at creation, which the options given now
+/// may lie past (`Latest` after appends: every entry appended since would read as acknowledged,
+/// and a trim could delete them). It starts at `Earliest`, acknowledging nothing a retained
+/// entry holds: never more than either truth.
+const RESTART_LISTED: CursorOptions = CursorOptions {
+    initial_position: InitialPosition::Earliest,
+    inclusive: false,
+};
 
 impl TopicCore {
     /// The ownership check a cursor's flushes run after their sync.
@@ -105,6 +118,11 @@ impl TopicCore {
             self.check_owner(&w)?;
         }
         let found = self.meta.get(&record_name)?;
+        if !self.in_store && listed.is_some() && found.is_none() {
+            // Listed, its record gone, and its journal holds nothing of it (checked above):
+            // damage on a topic of its own, never a cursor to start again.
+            return Err(super::open::lost_cursor_record(id));
+        }
         // A record found under this cursor's name must be this cursor's: one moved or copied
         // here would hand it another cursor's state.
         if let (Some(_), Some((_, bytes))) = (listed, &found) {
@@ -243,9 +261,11 @@ impl TopicCore {
             )?;
             (state, jc, Some(RecoverySource::Record), changed)
         } else {
-            // A new cursor; or one listed without a record (removed by hand), which starts
-            // again from `options`. A record found for an unlisted id was left by a creation
+            // A new cursor; or, on a store, one listed without a record (a topic of its own
+            // refused it above), which starts again with nothing acknowledged
+            // ([`RESTART_LISTED`]). A record found for an unlisted id was left by a creation
             // cut short and is replaced.
+            let options = if listed { RESTART_LISTED } else { options };
             let mut state = CursorState::initial(&layout, options, cursor::detached_ack_set());
             let mut record = state.to_record(name);
             record.identity = Some(identity);
@@ -254,8 +274,10 @@ impl TopicCore {
             // the table does not list, of an id below the table's next one, is then never a
             // creation cut short, and the topic's open refuses it as a table that lost a
             // cursor. A crash in between leaves a listed cursor without a record, which starts
-            // again here. A topic of its own writes the record first and lists it last (the
-            // commit point), as for a cursor ledger: its open deletes an unlisted record.
+            // again here (so does a deletion cut short after it removed the record). A topic of
+            // its own writes the record first and lists it last (the commit point), as for a
+            // cursor ledger: its open deletes an unlisted record, and refuses a listed cursor
+            // without one.
             let list = |w: &mut Writer| {
                 if listed {
                     return Ok(());

@@ -17,6 +17,7 @@ mod full_disk_retries;
 mod hosted_journal;
 mod hosted_journal_owners;
 mod import_attacks;
+mod listed_cursor_without_record;
 mod managed_ledger;
 mod open_stamps_earlier_cursor_records;
 mod open_syncs;
