@@ -22,8 +22,11 @@
 //! store (its directory and every topic's subdirectory) shares one cache, so a store holds at
 //! most `limit` file descriptors however many topics and cursors it has, plus: its lock
 //! file; a directory descriptor while a `list` or `sync_dir` runs; and a descriptor an
-//! operation still uses when the cache evicts it (it closes when that operation ends: at most
-//! one per thread inside a file operation).
+//! operation still uses when the cache evicts it (it closes when that operation ends), and one
+//! the cache evicted that a thread is closing (a written one syncs as it closes, which takes
+//! the time of an `fdatasync`): at most two per thread inside a file operation, as the
+//! descriptor a thread reopened may be evicted by another thread while the first closes the one
+//! its reopen evicted.
 //!
 //! Closing and reopening keeps every guarantee a descriptor held for the file's life gave:
 //! - all I/O is positional (`pread`, `pwrite`, `fstat`, `ftruncate`): no state lives in the
