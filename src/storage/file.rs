@@ -93,14 +93,16 @@ pub struct FileStorage {
 }
 
 /// The default limit of a [`FileStorage`]'s open descriptors: half the process's soft limit
-/// of open files (`RLIMIT_NOFILE`), at least 64 and at most 65,536 (for an unlimited soft
+/// of open files (`RLIMIT_NOFILE`), at least 1 and at most 65,536 (for an unlimited soft
 /// limit too). The other half is left to the rest of the process (sockets, other stores, the
-/// descriptors outside the cache: see the module's documentation).
+/// descriptors outside the cache: see the module's documentation). Never more than half: a
+/// floor above it would give the cache the descriptors the rest needs (a floor of 64 under a
+/// soft limit of 64 left none, and a store of many topics failed with `EMFILE`).
 #[must_use]
 pub fn default_open_files() -> usize {
     let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
     let half = soft.map_or(u64::MAX, |s| s / 2);
-    usize::try_from(half.clamp(64, 65_536)).unwrap_or(65_536)
+    usize::try_from(half.clamp(1, 65_536)).unwrap_or(65_536)
 }
 
 impl FileStorage {

@@ -78,7 +78,7 @@ pub struct StoreConfig {
     /// a descriptor evicted while an operation still uses it, and one evicted while its
     /// closing sync runs (at most two per thread inside a file operation). Default
     /// [`default_open_files`](crate::storage::default_open_files): half the process's soft
-    /// `RLIMIT_NOFILE`, at least 64, at most 65,536. Used by [`Store::open`] and
+    /// `RLIMIT_NOFILE`, at least 1, at most 65,536. Used by [`Store::open`] and
     /// [`StoreGroup::open`]; a storage given to [`Store::open_with_storage`] has its own
     /// ([`FileStorage::open_limited`]).
     pub open_files: usize,

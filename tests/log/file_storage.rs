@@ -141,8 +141,8 @@ fn a_failed_sync_of_a_descriptor_the_cache_closed_fails_every_later_sync_of_its_
 fn the_default_limit_of_open_files_leaves_half_the_process_soft_limit_to_the_rest() {
     let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
     let limit = default_open_files();
-    assert!((64..=65_536).contains(&limit), "{limit}");
-    if let Some(soft) = soft.filter(|s| *s >= 128) {
+    assert!((1..=65_536).contains(&limit), "{limit}");
+    if let Some(soft) = soft.filter(|s| *s >= 2) {
         assert!(
             limit as u64 <= soft / 2 && limit as u64 >= (soft / 2).min(65_536),
             "{limit} of {soft}"
