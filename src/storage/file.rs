@@ -22,8 +22,11 @@
 //! store (its directory and every topic's subdirectory) shares one cache, so a store holds at
 //! most `limit` file descriptors however many topics and cursors it has, plus: its lock
 //! file; a directory descriptor while a `list` or `sync_dir` runs; and a descriptor an
-//! operation still uses when the cache evicts it (it closes when that operation ends: at most
-//! one per thread inside a file operation).
+//! operation still uses when the cache evicts it (it closes when that operation ends), and one
+//! the cache evicted that a thread is closing (a written one syncs as it closes, which takes
+//! the time of an `fdatasync`): at most two per thread inside a file operation, as the
+//! descriptor a thread reopened may be evicted by another thread while the first closes the one
+//! its reopen evicted.
 //!
 //! Closing and reopening keeps every guarantee a descriptor held for the file's life gave:
 //! - all I/O is positional (`pread`, `pwrite`, `fstat`, `ftruncate`): no state lives in the
@@ -37,7 +40,14 @@
 //! - a reopen is of the same file or fails: it opens the path without creating it, and checks
 //!   the device and inode the file had when it was first opened. A file removed or replaced
 //!   under the store (damage, or the store's own removal of a trimmed ledger while a handle
-//!   lives) is an [`Error::Io`] naming the path, never a new empty file;
+//!   lives) is an [`Error::Io`] naming the path, never a new empty file. Device and inode alone
+//!   do not tell a file from one created after its removal: ext4 and xfs hand a freed inode
+//!   number to the next file created. So the storage's own [`Storage::remove`] and
+//!   [`Storage::rename`] mark every live handle of the names they change (both names of a
+//!   rename) *gone* before the name changes, and a gone handle's reopen fails, checked after
+//!   the open: a reopen that found a file created after the removal finds the mark too. A
+//!   handle of a name another process or an operator removed and created again is the one case
+//!   left to the inode check (damage the store cannot see);
 //! - a descriptor with writes not yet synced is never closed silently. Each file counts
 //!   whether it was written since its last sync; the close of a written descriptor syncs it
 //!   first (`fdatasync`, under the file's sync lock), and a failure is *latched*: every later
@@ -56,11 +66,12 @@
 //! A handle dropped (its file closed by its owner) closes its descriptor without a sync, as a
 //! file closed by its owner always did: what its owner did not sync, it did not ask to keep.
 
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use rustix::fs::FlockOperation;
 
@@ -82,14 +93,16 @@ pub struct FileStorage {
 }
 
 /// The default limit of a [`FileStorage`]'s open descriptors: half the process's soft limit
-/// of open files (`RLIMIT_NOFILE`), at least 64 and at most 65,536 (for an unlimited soft
+/// of open files (`RLIMIT_NOFILE`), at least 1 and at most 65,536 (for an unlimited soft
 /// limit too). The other half is left to the rest of the process (sockets, other stores, the
-/// descriptors outside the cache: see the module's documentation).
+/// descriptors outside the cache: see the module's documentation). Never more than half: a
+/// floor above it would give the cache the descriptors the rest needs (a floor of 64 under a
+/// soft limit of 64 left none, and a store of many topics failed with `EMFILE`).
 #[must_use]
 pub fn default_open_files() -> usize {
     let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
     let half = soft.map_or(u64::MAX, |s| s / 2);
-    usize::try_from(half.clamp(64, 65_536)).unwrap_or(65_536)
+    usize::try_from(half.clamp(1, 65_536)).unwrap_or(65_536)
 }
 
 impl FileStorage {
@@ -231,15 +244,22 @@ impl Storage for FileStorage {
         RealFile::adopt(&self.fds, file, path, writable)
     }
 
+    /// Removes `name`; its live handles are gone from then on (see the module's documentation).
     fn remove(&self, name: &str) -> Result<()> {
         let path = self.path_of(name)?;
-        std::fs::remove_file(&path).map_err(|e| Error::io("remove", &path, e))
+        self.fds
+            .changing_names(&[&path], || std::fs::remove_file(&path))
+            .map_err(|e| Error::io("remove", &path, e))
     }
 
+    /// Renames `from` to `to`; the live handles of both names are gone from then on (see the
+    /// module's documentation).
     fn rename(&self, from: &str, to: &str) -> Result<()> {
         let src = self.path_of(from)?;
         let dst = self.path_of(to)?;
-        std::fs::rename(&src, &dst).map_err(|e| Error::io("rename", &src, e))
+        self.fds
+            .changing_names(&[&src, &dst], || std::fs::rename(&src, &dst))
+            .map_err(|e| Error::io("rename", &src, e))
     }
 
     fn link(&self, from: &str, to: &str) -> Result<()> {
@@ -343,9 +363,16 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The descriptor cache of a [`FileStorage`] and its subdirectories: the open descriptors by
 /// file, least recently used first. Invariant: at most `limit` entries; a descriptor leaves it
 /// only to close (when the last operation using it ends).
+///
+/// Lock order: none. `open` and `names` are never held together, and a file's sync lock is
+/// taken with neither held.
 struct Descriptors {
     limit: usize,
     open: Mutex<lru::LruCache<u64, Arc<Descriptor>>>,
+    /// Every live handle by its path. Invariant: a handle is listed from its adoption to its
+    /// drop; the storage marks the handles of a name gone under this lock before it changes
+    /// the name, so no handle is adopted under a name while the name changes.
+    names: Mutex<HashMap<PathBuf, Vec<Weak<Shared>>>>,
     /// The key of the next file adopted.
     next: AtomicU64,
     /// See [`FileStorage::fail_closing_syncs`].
@@ -367,10 +394,38 @@ impl Descriptors {
         Self {
             limit: limit.max(1),
             open: Mutex::new(lru::LruCache::unbounded()),
+            names: Mutex::new(HashMap::new()),
             next: AtomicU64::new(0),
             #[cfg(feature = "internals")]
             fail_closing_syncs: AtomicBool::new(false),
         }
+    }
+
+    /// Runs `change` (a removal or rename of `paths`) with every live handle of `paths` marked
+    /// gone first; a change that fails with the names still there takes the marks back.
+    fn changing_names(
+        &self,
+        paths: &[&Path],
+        change: impl FnOnce() -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        let names = lock(&self.names);
+        let handles: Vec<Arc<Shared>> = paths
+            .iter()
+            .filter_map(|p| names.get(*p))
+            .flatten()
+            .filter_map(Weak::upgrade)
+            .filter(|h| !h.gone.swap(true, Ordering::SeqCst))
+            .collect();
+        let result = change();
+        if let Err(e) = &result
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            for h in &handles {
+                h.gone.store(false, Ordering::SeqCst);
+            }
+        }
+        drop(names);
+        result
     }
 
     /// Puts `descriptor` in the cache as the most recently used, and answers the descriptors it
@@ -404,6 +459,9 @@ struct Shared {
     id: (u64, u64),
     /// Opened for writing (a reopen takes the same mode).
     writable: bool,
+    /// Set when this storage removed or renamed the file's name (see
+    /// [`Descriptors::changing_names`]): the file can no longer be reopened by its path.
+    gone: AtomicBool,
     /// Set after each write or `set_len` (while its descriptor is held), cleared before each
     /// sync: a descriptor that closes while it is set syncs first.
     written: AtomicBool,
@@ -505,11 +563,16 @@ impl RealFile {
             path,
             id: (m.dev(), m.ino()),
             writable,
+            gone: AtomicBool::new(false),
             written: AtomicBool::new(false),
             sync: Mutex::new(None),
             #[cfg(feature = "internals")]
             fds: Arc::downgrade(fds),
         });
+        lock(&fds.names)
+            .entry(shared.path.clone())
+            .or_default()
+            .push(Arc::downgrade(&shared));
         let key = fds.next.fetch_add(1, Ordering::Relaxed);
         let descriptor = Arc::new(Descriptor {
             file,
@@ -535,9 +598,26 @@ impl RealFile {
         if let Some(d) = open.get(&self.key) {
             return Ok(Arc::clone(d));
         }
+        let gone = || {
+            self.err(
+                "reopen",
+                std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "the storage removed or renamed the file since it was opened",
+                ),
+            )
+        };
+        if self.shared.gone.load(Ordering::SeqCst) {
+            return Err(gone());
+        }
         let path = &self.shared.path;
         let (file, _) =
             open_existing(path, Some(self.shared.writable)).map_err(|e| self.err("reopen", e))?;
+        // After the open: a name changed before the open found the mark set (see
+        // `Descriptors::changing_names`), even when the open found a new file of the old inode.
+        if self.shared.gone.load(Ordering::SeqCst) {
+            return Err(gone());
+        }
         let m = file.metadata().map_err(|e| self.err("stat", e))?;
         if (m.dev(), m.ino()) != self.shared.id {
             return Err(self.err(
@@ -565,6 +645,16 @@ impl Drop for RealFile {
     /// documentation), once the cache lets it go.
     fn drop(&mut self) {
         self.shared.written.store(false, Ordering::Release);
+        {
+            let mut names = lock(&self.fds.names);
+            if let Some(handles) = names.get_mut(&self.shared.path) {
+                let this = Arc::downgrade(&self.shared);
+                handles.retain(|h| h.strong_count() > 0 && !h.ptr_eq(&this));
+                if handles.is_empty() {
+                    names.remove(&self.shared.path);
+                }
+            }
+        }
         let d = lock(&self.fds.open).pop(&self.key);
         drop(d);
     }

@@ -75,9 +75,10 @@ pub struct StoreConfig {
     /// cursors and journal segments: past it, the least recently used idle descriptors close
     /// (a written one syncs first) and reopen on their file's next use. Outside it: the
     /// directory's lock file, a directory descriptor while a listing or a directory sync runs,
-    /// and a descriptor evicted while an operation still uses it. Default
+    /// a descriptor evicted while an operation still uses it, and one evicted while its
+    /// closing sync runs (at most two per thread inside a file operation). Default
     /// [`default_open_files`](crate::storage::default_open_files): half the process's soft
-    /// `RLIMIT_NOFILE`, at least 64, at most 65,536. Used by [`Store::open`] and
+    /// `RLIMIT_NOFILE`, at least 1, at most 65,536. Used by [`Store::open`] and
     /// [`StoreGroup::open`]; a storage given to [`Store::open_with_storage`] has its own
     /// ([`FileStorage::open_limited`]).
     pub open_files: usize,

@@ -141,8 +141,8 @@ fn a_failed_sync_of_a_descriptor_the_cache_closed_fails_every_later_sync_of_its_
 fn the_default_limit_of_open_files_leaves_half_the_process_soft_limit_to_the_rest() {
     let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
     let limit = default_open_files();
-    assert!((64..=65_536).contains(&limit), "{limit}");
-    if let Some(soft) = soft.filter(|s| *s >= 128) {
+    assert!((1..=65_536).contains(&limit), "{limit}");
+    if let Some(soft) = soft.filter(|s| *s >= 2) {
         assert!(
             limit as u64 <= soft / 2 && limit as u64 >= (soft / 2).min(65_536),
             "{limit} of {soft}"
@@ -159,4 +159,46 @@ fn the_default_limit_of_open_files_leaves_half_the_process_soft_limit_to_the_res
             .open_files(),
         1
     );
+}
+
+/// The file systems ackstore runs on (ext4, xfs) give a file created right after a removal the
+/// inode number the removed one had: device and inode alone would take the new file for the old.
+#[test]
+fn a_handle_whose_name_was_removed_and_created_again_never_reaches_the_new_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = one_descriptor(dir.path());
+    let a = s.create("a").unwrap();
+    a.write_all_at(b"first", 0).unwrap();
+    a.sync_data().unwrap();
+    let other = s.create("other").unwrap();
+    s.remove("a").unwrap();
+    let again = s.create("a").unwrap();
+    again.write_all_at(b"SECOND", 0).unwrap();
+    again.sync_data().unwrap();
+    // `again`'s descriptor closes: `a`'s next use reopens by path.
+    other.write_all_at(b"o", 0).unwrap();
+    let mut buf = [0; 5];
+    let read = a.read_exact_at(&mut buf, 0);
+    assert!(
+        read.is_err(),
+        "a handle of the removed file read {:?} from the file created under its name",
+        String::from_utf8_lossy(&buf)
+    );
+    assert!(a.write_all_at(b"xx", 0).is_err());
+    assert!(a.set_len(1).is_err());
+    assert!(a.sync_data().is_err());
+    assert_eq!(std::fs::read(dir.path().join("a")).unwrap(), b"SECOND");
+
+    // The same through a rename over the name.
+    let b = s.create("b").unwrap();
+    b.write_all_at(b"bee", 0).unwrap();
+    other.write_all_at(b"o", 0).unwrap();
+    s.remove("b").unwrap();
+    let c = s.create("c").unwrap();
+    c.write_all_at(b"sea", 0).unwrap();
+    s.rename("c", "b").unwrap();
+    other.write_all_at(b"o", 0).unwrap();
+    assert!(b.read_exact_at(&mut [0; 3], 0).is_err());
+    assert!(b.write_all_at(b"xx", 0).is_err());
+    assert_eq!(std::fs::read(dir.path().join("b")).unwrap(), b"sea");
 }

@@ -1,8 +1,9 @@
 //! A store in a process whose limit of open files (`RLIMIT_NOFILE`) is far below its number of
-//! topics: the process (this binary re-run with a soft limit of 128) creates 200 topics, appends
-//! to each, syncs, acknowledges and flushes a cursor, and every call succeeds; reopened by this
-//! process, every topic holds what the other was answered `Ok` for. A store that kept a
-//! descriptor per topic fails with `EMFILE` (os error 24) near the 64th topic.
+//! topics: the process (this binary re-run with a soft limit of 128, and again with 64) creates
+//! 200 topics, appends to each, syncs, acknowledges and flushes a cursor, and every call
+//! succeeds; reopened by this process, every topic holds what the other was answered `Ok` for. A
+//! store that kept a descriptor per topic fails with `EMFILE` (os error 24) near the 64th topic,
+//! and so does one whose default limit took the whole of a small soft limit.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,9 +13,8 @@ use ackstore::{Position, Store, StoreConfig};
 use crate::support;
 
 const DIR: &str = "ACKSTORE_OPEN_FILES_DIR";
-const TEST: &str = "a_store_of_more_topics_than_the_process_may_open_files_succeeds";
+const SOFT: &str = "ACKSTORE_OPEN_FILES_SOFT";
 const TOPICS: usize = 200;
-const SOFT_LIMIT: u64 = 128;
 
 fn config() -> StoreConfig {
     // The default limit of open files: half the soft limit the child sets before it opens.
@@ -48,8 +48,8 @@ fn limit_open_files(soft: u64) {
 }
 
 /// The child's part: under the low limit, every topic is written, synced and acknowledged.
-fn child(dir: &Path) {
-    limit_open_files(SOFT_LIMIT);
+fn child(dir: &Path, soft: u64) {
+    limit_open_files(soft);
     let store = Store::open(dir, config()).expect("open");
     let mut topics = Vec::new();
     for t in 0..TOPICS {
@@ -74,20 +74,42 @@ fn child(dir: &Path) {
 
 #[test]
 fn a_store_of_more_topics_than_the_process_may_open_files_succeeds() {
+    run(
+        "a_store_of_more_topics_than_the_process_may_open_files_succeeds",
+        128,
+    );
+}
+
+#[test]
+fn a_store_under_a_soft_limit_of_64_open_files_leaves_half_of_them_to_the_process() {
+    run(
+        "a_store_under_a_soft_limit_of_64_open_files_leaves_half_of_them_to_the_process",
+        64,
+    );
+}
+
+/// Runs test `test` again as a child under a soft limit of `soft` open files, which does the
+/// work ([`child`]), then checks every topic against what the child was answered.
+fn run(test: &str, soft: u64) {
     if let Ok(dir) = std::env::var(DIR) {
-        child(&PathBuf::from(dir));
+        let soft = std::env::var(SOFT)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .expect("the child's soft limit");
+        child(&PathBuf::from(dir), soft);
         return;
     }
     let dir = tempfile::tempdir().expect("temporary directory");
-    let test = support::harness::test_path(module_path!(), TEST);
+    let test = support::harness::test_path(module_path!(), test);
     let out = Command::new(std::env::current_exe().expect("this binary"))
         .args([test.as_str(), "--exact", "--test-threads=1", "--quiet"])
         .env(DIR, dir.path())
+        .env(SOFT, soft.to_string())
         .output()
         .expect("run the child");
     assert!(
         out.status.success() && String::from_utf8_lossy(&out.stdout).contains("1 passed"),
-        "the child under a limit of {SOFT_LIMIT} open files failed:\n{}\n{}",
+        "the child under a limit of {soft} open files failed:\n{}\n{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );

@@ -28,10 +28,11 @@
 //!   later seek that returned `Ok` cleared it (a seek commits its reset: docs/cursors.md); a
 //!   seek cut by the kill keeps only what both sides of it hold.
 //!
-//! The same harness runs twice: on a topic directory of `ManagedLedger::open` (cursors in the
-//! journal the topic hosts in its directory), and through a store (`Store::open` and one of its
+//! The same harness runs three times: on a topic directory of `ManagedLedger::open` (cursors in
+//! the journal the topic hosts in its directory), through a store (`Store::open` and one of its
 //! topics: cursors in the store's journal, the flusher pool on, and `Store::flush_all` ticks,
-//! logged as an `F` line for every cursor once they returned `Ok`).
+//! logged as an `F` line for every cursor once they returned `Ok`), and through a store that
+//! keeps 2 descriptors open (its files closed and reopened on use all the time).
 //!
 //! `KILL_ROUNDS` sets the number of kills (50 by default); `ACKSTORE_KILL_SEED` repeats a run's
 //! choices (the seed is printed on failure).
@@ -64,6 +65,9 @@ enum Through {
     Topic,
     /// A store directory and one of its topics.
     Store,
+    /// A store keeping 2 descriptors open (`StoreConfig::open_files`): every file closes and
+    /// reopens by path all the time, a written one synced as it closes.
+    StoreTwoFiles,
 }
 
 impl Through {
@@ -73,6 +77,9 @@ impl Through {
             Self::Topic => "sigkill_at_random_moments_never_loses_a_flushed_ack_nor_invents_one",
             Self::Store => {
                 "sigkill_while_flushing_through_a_store_never_loses_a_flushed_ack_nor_invents_one"
+            }
+            Self::StoreTwoFiles => {
+                "sigkill_through_a_store_keeping_two_files_open_never_loses_a_flushed_ack"
             }
         };
         support::harness::test_path(module_path!(), name)
@@ -93,7 +100,7 @@ impl Through {
                     ),
                 )?),
             },
-            Self::Store => {
+            Self::Store | Self::StoreTwoFiles => {
                 let store = Store::open(
                     dir,
                     StoreConfig {
@@ -104,6 +111,11 @@ impl Through {
                             Duration::from_millis(5),
                         ),
                         flusher_threads: 2,
+                        open_files: if self == Self::StoreTwoFiles {
+                            2
+                        } else {
+                            StoreConfig::default().open_files
+                        },
                         ..StoreConfig::default()
                     },
                 )?;
@@ -158,6 +170,11 @@ fn sigkill_at_random_moments_never_loses_a_flushed_ack_nor_invents_one() {
 #[test]
 fn sigkill_while_flushing_through_a_store_never_loses_a_flushed_ack_nor_invents_one() {
     run(Through::Store);
+}
+
+#[test]
+fn sigkill_through_a_store_keeping_two_files_open_never_loses_a_flushed_ack() {
+    run(Through::StoreTwoFiles);
 }
 
 /// The parent, or (in a child, `ACKSTORE_KILL_CHILD_DIR` set) the workload.
@@ -349,7 +366,7 @@ fn child(through: Through, dir: &Path, log_path: &Path, seed: u64) -> ! {
                         .unwrap_or_else(|e| log.fail(&format!("ack_cumulative {p}"), &e));
                 }
             }
-            71..77 if through == Through::Store => {
+            71..77 if through != Through::Topic => {
                 opened
                     .store
                     .as_ref()

@@ -51,6 +51,7 @@ mod legacy_cursor_ledger_adopt;
 mod lifecycle;
 mod open_against_close;
 mod open_files;
+mod open_files_threads;
 mod open_syncs;
 mod owner_io;
 mod seal;

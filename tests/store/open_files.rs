@@ -113,11 +113,7 @@ fn a_store_of_hundreds_of_topics_keeps_at_most_its_limit_of_files_open() {
                 }
                 6 | 7 => {
                     let unacked: Vec<_> = m.unacked().map(|(p, _)| p).collect();
-                    if !unacked.is_empty() {
-                        let p = unacked[rng.index(unacked.len())];
-                        cursor.ack(p).expect("ack");
-                        m.acked.ack(p);
-                    }
+                    m.acked.ack_one_of(&mut rng, &unacked, cursor);
                 }
                 8 => cursor.flush().expect("flush"),
                 _ => {

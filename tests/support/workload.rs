@@ -107,6 +107,16 @@ impl Acked {
         self.set.insert(p);
     }
 
+    /// Acknowledges on `cursor` one of `unacked` (chosen by `rng`; none when it is empty) and
+    /// adds it here once the ack answered `Ok`.
+    pub fn ack_one_of(&mut self, rng: &mut Rng, unacked: &[Position], cursor: &ackstore::Cursor) {
+        if !unacked.is_empty() {
+            let p = unacked[rng.index(unacked.len())];
+            cursor.ack(p).expect("ack");
+            self.ack(p);
+        }
+    }
+
     /// Adds every position up to and including `p`.
     pub fn ack_through(&mut self, p: Position) {
         self.mark = self.mark.max(Some(p));
