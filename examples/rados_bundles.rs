@@ -73,6 +73,7 @@ fn group() -> StoreGroup {
     StoreGroup::new(&GroupConfig {
         flusher_threads: FLUSHER_THREADS,
         ack_memory_bytes: Some(64 << 20),
+        open_files: None,
     })
 }
 

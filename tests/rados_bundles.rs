@@ -86,6 +86,7 @@ fn many_stores_through_one_connection_share_one_renewal_thread_and_lose_their_le
     let group = StoreGroup::new(&GroupConfig {
         flusher_threads: POOL,
         ack_memory_bytes: Some(8 << 20),
+        open_files: None,
     });
     let (lost, told) = mpsc::channel();
     let open = |i: usize| -> (RadosStorage, String, Store) {

@@ -35,6 +35,7 @@ fn many_stores_in_a_group_run_on_the_pools_threads_and_leave_none_behind() {
     let group = StoreGroup::new(&GroupConfig {
         flusher_threads: 3,
         ack_memory_bytes: Some(1 << 20),
+        open_files: None,
     });
     assert_eq!(threads_now(), before, "no thread before the first store");
     let mut stores = Vec::new();

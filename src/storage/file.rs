@@ -105,6 +105,31 @@ pub fn default_open_files() -> usize {
     usize::try_from(half.clamp(1, 65_536)).unwrap_or(65_536)
 }
 
+/// A descriptor cache that several [`FileStorage`]s share ([`FileStorage::open_sharing`]): the
+/// files of all of them hold at most [`OpenFiles::limit`] descriptors at once (besides those the
+/// module's documentation lists). A [`StoreGroup`](crate::StoreGroup) keeps one for all its
+/// members on local files. Cheap to share (`Clone` shares the same cache).
+#[derive(Debug, Clone)]
+pub struct OpenFiles {
+    fds: Arc<Descriptors>,
+}
+
+impl OpenFiles {
+    /// A cache of at most `limit` descriptors; 0 counts as 1.
+    #[must_use]
+    pub fn new(limit: usize) -> Self {
+        Self {
+            fds: Arc::new(Descriptors::new(limit)),
+        }
+    }
+
+    /// The most descriptors the storages sharing this cache keep open at once.
+    #[must_use]
+    pub fn limit(&self) -> usize {
+        self.fds.limit
+    }
+}
+
 impl FileStorage {
     /// Opens `dir`, creating it (and its parents) when `create` is true, with the default
     /// limit of open descriptors ([`default_open_files`]).
@@ -122,6 +147,19 @@ impl FileStorage {
     /// # Errors
     /// As [`FileStorage::open`].
     pub fn open_limited(dir: impl AsRef<Path>, create: bool, open_files: usize) -> Result<Self> {
+        Self::open_sharing(dir, create, &OpenFiles::new(open_files))
+    }
+
+    /// [`FileStorage::open`] keeping its files' descriptors in `open_files`, a cache other
+    /// storages may share: all of them together hold at most [`OpenFiles::limit`] descriptors.
+    ///
+    /// # Errors
+    /// As [`FileStorage::open`].
+    pub fn open_sharing(
+        dir: impl AsRef<Path>,
+        create: bool,
+        open_files: &OpenFiles,
+    ) -> Result<Self> {
         let dir = dir.as_ref().to_path_buf();
         if create {
             std::fs::create_dir_all(&dir).map_err(|e| Error::io("create directory", &dir, e))?;
@@ -135,7 +173,7 @@ impl FileStorage {
         }
         Ok(Self {
             dir,
-            fds: Arc::new(Descriptors::new(open_files)),
+            fds: Arc::clone(&open_files.fds),
         })
     }
 

@@ -28,7 +28,7 @@ pub mod rados;
 use std::fmt;
 use std::sync::Arc;
 
-pub use file::{FileStorage, default_open_files};
+pub use file::{FileStorage, OpenFiles, default_open_files};
 pub use mem::MemStorage;
 #[cfg(feature = "rados")]
 pub use rados::{RadosCluster, RadosOptions, RadosStorage, RadosTimeouts};

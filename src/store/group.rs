@@ -15,7 +15,7 @@ use super::{Store, StoreConfig};
 use crate::ackset::{AckBudget, AckBudgetStats};
 use crate::error::Result;
 use crate::journal::flusher;
-use crate::storage::{FileStorage, Storage};
+use crate::storage::{FileStorage, OpenFiles, Storage};
 
 /// Settings of a [`StoreGroup`].
 #[derive(Debug, Clone, Default)]
@@ -28,6 +28,12 @@ pub struct GroupConfig {
     /// One memory budget for the resident ack state of every cursor of every member store;
     /// `None`: each store has its own [`StoreConfig::ack_memory_bytes`], if any.
     pub ack_memory_bytes: Option<usize>,
+    /// The most file descriptors the files of every member store opened by
+    /// [`StoreGroup::open`] hold open at once, all members together (one descriptor cache, as
+    /// one budget bounds their ack memory; see [`StoreConfig::open_files`] for what it covers).
+    /// `None`: [`default_open_files`](crate::storage::default_open_files), half the process's
+    /// soft `RLIMIT_NOFILE`. A member's own [`StoreConfig::open_files`] is not used.
+    pub open_files: Option<usize>,
 }
 
 /// Stores that share one flusher pool and one ack memory budget. Cheap to share (`Clone`
@@ -54,6 +60,8 @@ pub struct StoreGroup {
 pub(super) struct GroupShared {
     pub(super) pool: flusher::Pool<Inner>,
     budget: Option<AckBudget>,
+    /// The descriptor cache of every member opened by [`StoreGroup::open`].
+    open_files: OpenFiles,
 }
 
 /// A store's place in its group: leaving is the first step of the store's shutdown.
@@ -79,6 +87,11 @@ impl StoreGroup {
             shared: Arc::new(GroupShared {
                 pool: flusher::Pool::new(config.flusher_threads),
                 budget: config.ack_memory_bytes.map(AckBudget::new),
+                open_files: OpenFiles::new(
+                    config
+                        .open_files
+                        .unwrap_or_else(crate::storage::default_open_files),
+                ),
             }),
         }
     }
@@ -95,16 +108,17 @@ impl StoreGroup {
         Self::new(&GroupConfig {
             flusher_threads: threads,
             ack_memory_bytes: None,
+            open_files: Some(config.open_files),
         })
     }
 
     /// Opens the store in directory `dir` as a member of this group: [`Store::open`], with the
-    /// group's pool and budget.
+    /// group's pool, budget and descriptor cache ([`GroupConfig::open_files`]).
     ///
     /// # Errors
     /// Those of [`Store::open`]; [`crate::Error::Closed`] after [`StoreGroup::close`].
     pub fn open(&self, dir: impl AsRef<Path>, config: StoreConfig) -> Result<Store> {
-        let storage = FileStorage::open_limited(dir, true, config.open_files)?;
+        let storage = FileStorage::open_sharing(dir, true, &self.shared.open_files)?;
         self.open_with_storage(Arc::new(storage), config)
     }
 

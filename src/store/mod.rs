@@ -45,7 +45,7 @@ use crate::format::store::MAX_TOPIC_NAME_LEN;
 use crate::journal::{Journal, JournalConfig, JournalStats, OwnerCheck, Seal, SegmentHooks};
 use crate::ledger::{LedgerConfig, ManagedLedger};
 use crate::meta::{FileMetaStore, MetaStore};
-use crate::storage::{FileStorage, LockGuard, Storage};
+use crate::storage::{LockGuard, Storage};
 
 use catalog::CatalogHandle;
 pub use catalog::STORE_RECORD;
@@ -78,9 +78,10 @@ pub struct StoreConfig {
     /// a descriptor evicted while an operation still uses it, and one evicted while its
     /// closing sync runs (at most two per thread inside a file operation). Default
     /// [`default_open_files`](crate::storage::default_open_files): half the process's soft
-    /// `RLIMIT_NOFILE`, at least 1, at most 65,536. Used by [`Store::open`] and
-    /// [`StoreGroup::open`]; a storage given to [`Store::open_with_storage`] has its own
-    /// ([`FileStorage::open_limited`]).
+    /// `RLIMIT_NOFILE`, at least 1, at most 65,536. Used by [`Store::open`]; a store of a
+    /// [`StoreGroup`] shares the group's limit ([`GroupConfig::open_files`]), and a storage
+    /// given to [`Store::open_with_storage`] has its own
+    /// ([`FileStorage::open_limited`](crate::storage::FileStorage::open_limited)).
     pub open_files: usize,
 }
 
@@ -389,8 +390,7 @@ impl Store {
     /// directory of [`ManagedLedger::open`], for instance); [`Error::Corrupted`] for a damaged
     /// catalog or journal segment.
     pub fn open(dir: impl AsRef<Path>, config: StoreConfig) -> Result<Self> {
-        let storage = FileStorage::open_limited(dir, true, config.open_files)?;
-        Self::open_with_storage(Arc::new(storage), config)
+        StoreGroup::of_one(&config).open(dir, config)
     }
 
     /// Opens the store kept in `storage` (for instance a

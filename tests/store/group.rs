@@ -43,6 +43,7 @@ fn group(threads: usize, budget: Option<usize>) -> StoreGroup {
     StoreGroup::new(&GroupConfig {
         flusher_threads: threads,
         ack_memory_bytes: budget,
+        open_files: None,
     })
 }
 

@@ -2,12 +2,13 @@
 //! topics (each with its data ledgers, sealed and tail, and a cursor in the shared journal) are
 //! appended to, read, acknowledged and flushed in random order; the descriptors of the process
 //! under the store's directory never exceed the limit and the lock file, and after a close and
-//! a reopen every entry and every acknowledgement equals the model.
+//! a reopen every entry and every acknowledgement equals the model. The stores of a
+//! `StoreGroup` share one limit: together they never hold more.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use ackstore::{Cursor, ManagedLedger, Position, Store, StoreConfig};
+use ackstore::{Cursor, GroupConfig, ManagedLedger, Position, Store, StoreConfig, StoreGroup};
 
 use crate::support;
 use support::workload::{Acked, Rng};
@@ -135,4 +136,83 @@ fn a_store_of_hundreds_of_topics_keeps_at_most_its_limit_of_files_open() {
     }
     let store = Store::open(dir.path(), config()).expect("reopen");
     check(&store, &model, dir.path());
+}
+
+/// An entry appended and synced, and its payload.
+type Written = (Position, Vec<u8>);
+
+/// Stores of one group and the topics of each.
+const MEMBERS: usize = 4;
+const MEMBER_TOPICS: usize = 40;
+
+#[test]
+fn the_stores_of_a_group_keep_at_most_the_groups_limit_of_files_open_together() {
+    let seed = support::workload::seed_from_env("ACKSTORE_OPEN_FILES_SEED");
+    eprintln!("seed {seed} (ACKSTORE_OPEN_FILES_SEED)");
+    let mut rng = Rng::new(seed);
+    let parent = tempfile::tempdir().expect("temporary directory");
+    let dirs: Vec<_> = (0..MEMBERS)
+        .map(|m| parent.path().join(format!("store-{m}")))
+        .collect();
+    // Each member's own limit is far above what the group allows all of them.
+    let member = StoreConfig {
+        open_files: 10_000,
+        ..support::config::store(4, 4096)
+    };
+    let group_of = || {
+        StoreGroup::new(&GroupConfig {
+            flusher_threads: 0,
+            ack_memory_bytes: None,
+            open_files: Some(LIMIT),
+        })
+    };
+    // Payloads by (member, topic), in append order; every one synced before the next step.
+    let mut model: BTreeMap<(usize, usize), Vec<Written>> = BTreeMap::new();
+    {
+        let group = group_of();
+        let stores: Vec<Store> = dirs
+            .iter()
+            .map(|d| group.open(d, member.clone()).expect("open"))
+            .collect();
+        for step in 0..800 {
+            let (m, t) = (rng.index(MEMBERS), rng.index(MEMBER_TOPICS));
+            let topic = stores[m].topic(&name(t)).expect("topic");
+            let written = model.entry((m, t)).or_default();
+            if rng.below(3) == 0 && !written.is_empty() {
+                let (p, payload) = &written[rng.index(written.len())];
+                assert_eq!(&topic.read(*p).expect("read").payload, payload);
+            } else {
+                let payload = format!("{m}/{t}/{step}").into_bytes();
+                let p = topic.append(&payload).expect("append");
+                topic.sync().expect("sync");
+                written.push((p, payload));
+            }
+            let open = support::fds::open_under(parent.path());
+            assert!(
+                open <= LIMIT + MEMBERS,
+                "{open} descriptors under the group's stores at step {step} (limit {LIMIT} + a lock each)"
+            );
+        }
+        for store in stores {
+            store.close().expect("close");
+        }
+    }
+    assert_eq!(support::fds::open_under(parent.path()), 0, "closed stores");
+    let group = group_of();
+    for (m, d) in dirs.iter().enumerate() {
+        let store = group.open(d, member.clone()).expect("reopen");
+        for t in 0..MEMBER_TOPICS {
+            let Some(written) = model.get(&(m, t)) else {
+                continue;
+            };
+            let topic = store.topic(&name(t)).expect("topic");
+            for (p, payload) in written {
+                assert_eq!(
+                    &topic.read(*p).expect("read").payload,
+                    payload,
+                    "{m} {t} {p:?}"
+                );
+            }
+        }
+    }
 }
