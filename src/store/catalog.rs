@@ -9,8 +9,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
+use crate::format::crc32;
 use crate::format::store::{
-    Catalog, CatalogSeal, CatalogTopic, list_segment, record_seal, retire_segment,
+    CHUNK_RECORD_PREFIX, CHUNK_TOPICS, Catalog, CatalogSeal, CatalogTopic, ChunkPin, TopicChunk,
+    chunk_record, is_chunk_record, list_segment, record_seal, retire_segment,
 };
 use crate::meta::MetaStore;
 use crate::storage::Storage;
@@ -75,6 +77,7 @@ impl CatalogHandle {
                 store_id: random_id(),
                 next_topic_id: 1,
                 topics: Vec::new(),
+                chunks: Vec::new(),
                 seals: Vec::new(),
                 spaced_from: 1,
                 segments: Some(Vec::new()),
@@ -84,7 +87,9 @@ impl CatalogHandle {
             (None, empty)
         };
         let mut catalog = catalog;
-        let upgrade = catalog.segments.is_none();
+        // A catalog of version 5 decodes without its topics (they are in its chunk records):
+        // topics here are inline, of an earlier version, and move into chunks with the claim.
+        let upgrade = catalog.segments.is_none() || !catalog.topics.is_empty();
         if upgrade {
             // A catalog of an earlier version counts every segment file: list them with the
             // claim (a former owner's segment of before the claim is as good as any).
@@ -97,9 +102,31 @@ impl CatalogHandle {
             catalog.segments = Some(found);
         }
         let version = match expected {
-            Some(v) if !upgrade => meta.claim(STORE_RECORD, v)?,
-            _ => meta.put(STORE_RECORD, expected, &catalog.encode())?,
+            Some(v) if !upgrade => {
+                let version = meta.claim(STORE_RECORD, v)?;
+                // After the claim: a chunk a former owner's write superseded (and then removes)
+                // is one this version no longer pins.
+                load_chunks(meta.as_ref(), &mut catalog)?;
+                version
+            }
+            _ => {
+                // A catalog of version 5 unlisted by hand: its topics are in its chunks.
+                load_chunks(meta.as_ref(), &mut catalog)?;
+                let next = expected.map_or(1, |v| v + 1);
+                catalog.chunks = stage_chunks(meta.as_ref(), &catalog, next)?.0;
+                meta.put(STORE_RECORD, expected, &catalog.encode())?
+            }
         };
+        // Chunk records this version does not pin can never be pinned again (each write pins
+        // only records named after its own version, above this one): a write cut short or
+        // superseded left them.
+        for file in chunk_leftovers(storage, &catalog)? {
+            match storage.remove(&file) {
+                Ok(()) => {}
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
         let mut ids = HashMap::with_capacity(catalog.topics.len());
         index_topics(&mut ids, &catalog.topics);
         Ok(Self {
@@ -249,9 +276,22 @@ impl CatalogHandle {
     /// Writes the catalog this handle holds over the version it wrote last (as
     /// [`Self::write`]), and says whether the write took: then this handle is at the new
     /// version; otherwise the caller puts back the catalog it held before.
+    ///
+    /// The chunk records the topics need beyond the pins held (the last chunk, when a topic
+    /// joined it) are written first, whole and synced, under the name of the version this
+    /// write takes; the catalog's compare-and-set then pins them, and only once it took are
+    /// the records they supersede removed. A cut before the compare-and-set leaves the new
+    /// records unpinned, one after it the superseded ones: either way the next claim removes
+    /// them, and `verify` calls them leftovers.
     fn write_held(&mut self) -> (Result<()>, bool) {
+        let (pins, superseded) =
+            match stage_chunks(self.meta.as_ref(), &self.catalog, self.version + 1) {
+                Ok(staged) => staged,
+                Err(e) => return (Err(e), false),
+            };
+        let held = std::mem::replace(&mut self.catalog.chunks, pins);
         let encoded = self.catalog.encode();
-        match self.meta.put(STORE_RECORD, Some(self.version), &encoded) {
+        let (written, took) = match self.meta.put(STORE_RECORD, Some(self.version), &encoded) {
             Ok(v) => {
                 self.version = v;
                 (Ok(()), true)
@@ -265,7 +305,15 @@ impl CatalogHandle {
                 }
                 (Err(e), took)
             }
+        };
+        if !took {
+            self.catalog.chunks = held;
+            return (written, false);
         }
+        let discarded = superseded
+            .iter()
+            .try_for_each(|name| self.meta.discard(name, CHUNK_RECORD_VERSION));
+        (written.and(discarded), true)
     }
 
     /// Topic names in creation order.
@@ -278,6 +326,119 @@ impl CatalogHandle {
 /// Reads of the catalog before its claim, at most.
 const CLAIM_ATTEMPTS: u32 = 8;
 
+/// The version of every chunk record: each is written once, by a `put` that creates it.
+const CHUNK_RECORD_VERSION: u64 = 1;
+
+/// Writes, under names of catalog version `next`, the chunk records `catalog`'s topics need
+/// beyond what its pins hold (the last chunk when topics joined it, a new chunk when the last
+/// was full, every chunk of a catalog of an earlier version), each whole and synced
+/// ([`MetaStore::put`] creating it). Returns the pins the catalog's write of `next` carries
+/// and the records those pins supersede.
+///
+/// A record of that name that exists already holds the same bytes when an earlier attempt of
+/// the same write (cut short, or refused after it) made it: it serves. Any other holder of
+/// the name is a second writer of version `next`, which the catalog's compare-and-set refuses
+/// too ([`Error::Fenced`]).
+fn stage_chunks(
+    meta: &dyn MetaStore,
+    catalog: &Catalog,
+    next: u64,
+) -> Result<(Vec<ChunkPin>, Vec<String>)> {
+    let mut pins = catalog.chunks.clone();
+    let mut superseded = Vec::new();
+    for (k, topics) in catalog.topics.chunks(CHUNK_TOPICS).enumerate() {
+        // Pins only ever cover whole prefixes of the topics, which are only appended: a pin
+        // of the right count holds exactly these topics.
+        if pins
+            .get(k)
+            .is_some_and(|p| p.count as usize == topics.len())
+        {
+            continue;
+        }
+        let index = u32::try_from(k).map_err(|_| Error::LimitExceeded {
+            reason: "the store catalog has run out of chunk indexes".into(),
+        })?;
+        let bytes = TopicChunk::encode(index, topics);
+        let name = chunk_record(k, next);
+        match meta.put(&name, None, &bytes) {
+            Ok(_) => {}
+            Err(Error::Fenced { .. })
+                if meta.get(&name)?.is_some_and(|(_, held)| held == bytes) => {}
+            Err(e) => return Err(e),
+        }
+        let pin = ChunkPin {
+            made_at: next,
+            // At most CHUNK_TOPICS.
+            count: u32::try_from(topics.len()).unwrap_or(u32::MAX),
+            crc: crc32(&[&bytes]),
+        };
+        if let Some(old) = pins.get_mut(k) {
+            superseded.push(chunk_record(k, old.made_at));
+            *old = pin;
+        } else {
+            pins.push(pin);
+        }
+    }
+    Ok((pins, superseded))
+}
+
+/// Reads the topics of `catalog` from the chunk records it pins (none for a catalog of an
+/// earlier version, whose topics are inline), each checked against its pin, then the whole
+/// list (ids and names unique): what the open refuses and `verify` reports.
+///
+/// # Errors
+/// [`Error::Corrupted`] naming the chunk record that is missing or does not match its pin, or
+/// the catalog when the topics of its chunks collide; [`Error::Io`].
+pub fn load_chunks(meta: &dyn MetaStore, catalog: &mut Catalog) -> Result<()> {
+    if catalog.chunks.is_empty() {
+        return Ok(());
+    }
+    catalog.topics = Vec::with_capacity(catalog.chunks.len() * CHUNK_TOPICS);
+    for k in 0..catalog.chunks.len() {
+        let name = chunk_record(k, catalog.chunks[k].made_at);
+        let Some((_, bytes)) = meta.get(&name)? else {
+            return Err(Error::corrupted_at(
+                crate::error::CorruptionPlace::Record(name),
+                crate::error::CorruptionKind::InvalidField(
+                    "chunk record (the store catalog pins it, but it is missing)",
+                ),
+            ));
+        };
+        catalog
+            .add_chunk(k, &bytes)
+            .map_err(|c| c.in_record(name))?;
+    }
+    catalog
+        .check_topics()
+        .map_err(|c| c.in_record(STORE_RECORD))
+}
+
+/// The files of chunk records `catalog` does not pin, and every temporary file of a chunk
+/// record: what a creation or an upgrade cut short, refused or superseded left. No read takes
+/// them and none can be pinned later (a write pins only records named after the version it
+/// takes); the claim removes them and `verify` calls them leftovers.
+///
+/// # Errors
+/// [`Error::Io`] when the directory cannot be listed.
+pub fn chunk_leftovers(storage: &dyn Storage, catalog: &Catalog) -> Result<Vec<String>> {
+    let pinned: std::collections::HashSet<String> = catalog
+        .chunks
+        .iter()
+        .enumerate()
+        .map(|(k, pin)| chunk_record(k, pin.made_at))
+        .collect();
+    Ok(storage
+        .list_prefix(CHUNK_RECORD_PREFIX)?
+        .into_iter()
+        .filter(|file| {
+            file.split_once('.').is_some_and(|(record, _)| {
+                is_chunk_record(record)
+                    && (!pinned.contains(record) || file.ends_with(crate::meta::file::TEMP_SUFFIX))
+            })
+        })
+        .collect())
+}
+
 /// Adds `topics` to `ids` by name; the first id of a name stays, as a search of the topics in
 /// creation order would find it.
 fn index_topics(ids: &mut HashMap<String, u64>, topics: &[CatalogTopic]) {
@@ -287,9 +448,9 @@ fn index_topics(ids: &mut HashMap<String, u64>, topics: &[CatalogTopic]) {
 }
 
 /// Whether `name` is a file a store directory may hold besides topic files before its catalog
-/// exists: the lock file and the catalog record's own files.
+/// exists: the lock file and the files of the catalog record and its chunk records.
 fn is_store_file(name: &str) -> bool {
-    name == "LOCK" || name.starts_with("store.")
+    name == "LOCK" || name.starts_with("store.") || name.starts_with(CHUNK_RECORD_PREFIX)
 }
 
 fn random_id() -> u64 {

@@ -1,10 +1,35 @@
-//! Store catalogs: round trips at the documented size, retired segments, seals and damage.
+//! Store catalogs and their chunk records: round trips at the documented size, retired
+//! segments, seals, pins and damage.
 
 use ackstore::internals::error::CorruptionKind;
 use ackstore::internals::format::store::*;
 
+/// A catalog of version 5: its topics are in chunk records, pinned.
 fn sample() -> Catalog {
     Catalog {
+        topics: Vec::new(),
+        chunks: vec![
+            ChunkPin {
+                made_at: 7,
+                count: CHUNK_TOPICS as u32,
+                crc: 0xdead_beef,
+            },
+            ChunkPin {
+                made_at: 12,
+                count: 3,
+                crc: 0x0102_0304,
+            },
+        ],
+        next_topic_id: 600,
+        spaced_from: 2,
+        ..sample_v4()
+    }
+}
+
+/// A catalog of version 4, its topics inline.
+fn sample_v4() -> Catalog {
+    Catalog {
+        chunks: Vec::new(),
         store_id: 0xfeed,
         next_topic_id: 3,
         topics: vec![
@@ -37,39 +62,202 @@ fn sample() -> Catalog {
     }
 }
 
+/// Bytes of `sample_v4`'s catalog after its topics.
+const TAIL_LEN: usize = 4 + 2 * SEAL_LEN + SPACED_FROM_LEN + 4 + 3 * 8 + 8 + 16;
+
 #[test]
 fn catalogs_round_trip_at_the_documented_size() {
     let c = sample();
     let bytes = c.encode();
     assert_eq!(
         bytes.len(),
-        CATALOG_HEADER_LEN
-            + 2 * TOPIC_ROW_HEADER_LEN
-            + 19
-            + "../b\0é".len()
-            + 4
-            + 2 * SEAL_LEN
-            + SPACED_FROM_LEN
-            + 4
-            + 3 * 8
-            + 8
-            + 16
+        CATALOG_HEADER_LEN + 2 * CHUNK_PIN_LEN + TAIL_LEN
+    );
+    assert_eq!(bytes[8..10], CATALOG_VERSION.to_le_bytes());
+    assert_eq!(Catalog::decode(&bytes).expect("decode"), c);
+}
+
+#[test]
+fn version_4_catalogs_read_with_their_topics_inline() {
+    let c = sample_v4();
+    let bytes = c.encode_version(CATALOG_VERSION_V4);
+    assert_eq!(
+        bytes.len(),
+        CATALOG_HEADER_LEN + 2 * TOPIC_ROW_HEADER_LEN + 19 + "../b\0é".len() + TAIL_LEN
     );
     assert_eq!(Catalog::decode(&bytes).expect("decode"), c);
 }
 
 #[test]
+fn a_chunk_pin_count_past_the_bytes_left_is_refused() {
+    let mut bytes = sample().encode();
+    bytes[26..30].copy_from_slice(&u32::MAX.to_le_bytes());
+    assert_eq!(
+        Catalog::decode(&bytes).unwrap_err().kind,
+        CorruptionKind::BadLength
+    );
+}
+
+fn topics(ids: std::ops::Range<u64>) -> Vec<CatalogTopic> {
+    ids.map(|id| CatalogTopic {
+        id,
+        name: format!("persistent://t/ns/topic-{id}"),
+    })
+    .collect()
+}
+
+#[test]
+fn chunks_round_trip_at_the_documented_size_and_refuse_every_truncation() {
+    let rows = topics(1..4);
+    let bytes = TopicChunk::encode(2, &rows);
+    let names: usize = rows.iter().map(|t| t.name.len()).sum();
+    assert_eq!(
+        bytes.len(),
+        CHUNK_HEADER_LEN + rows.len() * TOPIC_ROW_HEADER_LEN + names
+    );
+    assert_eq!(
+        TopicChunk::decode(&bytes).expect("decode"),
+        TopicChunk {
+            index: 2,
+            topics: rows,
+        }
+    );
+    for n in 0..bytes.len() {
+        assert!(
+            TopicChunk::decode(&bytes[..n]).is_err(),
+            "prefix {n} accepted"
+        );
+    }
+    let mut more = bytes.clone();
+    more.push(0);
+    assert!(
+        TopicChunk::decode(&more).is_err(),
+        "a byte after the last topic"
+    );
+    for i in 0..bytes.len() {
+        let mut b = bytes.clone();
+        b[i] ^= 0xff;
+        if let Ok(c) = TopicChunk::decode(&b) {
+            assert_eq!(TopicChunk::encode(c.index, &c.topics), b);
+        }
+    }
+}
+
+#[test]
+fn chunks_of_no_topics_or_of_more_than_a_full_chunk_are_refused() {
+    let empty = TopicChunk::encode(0, &[]);
+    assert_eq!(
+        TopicChunk::decode(&empty).unwrap_err().kind,
+        CorruptionKind::InvalidField("chunk topic count")
+    );
+    let over = TopicChunk::encode(0, &topics(1..CHUNK_TOPICS as u64 + 2));
+    assert_eq!(
+        TopicChunk::decode(&over).unwrap_err().kind,
+        CorruptionKind::InvalidField("chunk topic count")
+    );
+    let full = TopicChunk::encode(0, &topics(1..CHUNK_TOPICS as u64 + 1));
+    assert_eq!(
+        TopicChunk::decode(&full).expect("full").topics.len(),
+        CHUNK_TOPICS
+    );
+    let mut long = TopicChunk::encode(0, &topics(1..2));
+    long[CHUNK_HEADER_LEN + 8..CHUNK_HEADER_LEN + 10].copy_from_slice(&1025u16.to_le_bytes());
+    assert!(
+        TopicChunk::decode(&long).is_err(),
+        "a name past the longest"
+    );
+}
+
+/// A catalog pinning two chunks (one full, one of 3 topics), and their bytes.
+fn pinned() -> (Catalog, Vec<Vec<u8>>) {
+    let first = TopicChunk::encode(0, &topics(1..CHUNK_TOPICS as u64 + 1));
+    let last = TopicChunk::encode(1, &topics(CHUNK_TOPICS as u64 + 1..CHUNK_TOPICS as u64 + 4));
+    let pin = |made_at, count, bytes: &[u8]| ChunkPin {
+        made_at,
+        count,
+        crc: ackstore::internals::format::crc32(&[bytes]),
+    };
+    let c = Catalog {
+        chunks: vec![pin(4, CHUNK_TOPICS as u32, &first), pin(9, 3, &last)],
+        ..sample()
+    };
+    (c, vec![first, last])
+}
+
+#[test]
+fn chunks_add_their_topics_in_pin_order() {
+    let (mut c, chunks) = pinned();
+    for (k, bytes) in chunks.iter().enumerate() {
+        c.add_chunk(k, bytes).expect("add");
+    }
+    c.check_topics().expect("check");
+    assert_eq!(c.topics, topics(1..CHUNK_TOPICS as u64 + 4));
+}
+
+#[test]
+fn a_chunk_swapped_with_a_sibling_an_older_copy_or_damaged_is_refused() {
+    let (c, chunks) = pinned();
+    let older = TopicChunk::encode(1, &topics(CHUNK_TOPICS as u64 + 1..CHUNK_TOPICS as u64 + 3));
+    let mut flipped = chunks[1].clone();
+    flipped[CHUNK_HEADER_LEN + 12] ^= 0x01;
+    for (what, k, bytes) in [
+        ("sibling in the last place", 1, chunks[0].clone()),
+        ("sibling in the first place", 0, chunks[1].clone()),
+        ("older copy", 1, older),
+        ("bit flip", 1, flipped),
+        ("zeroed", 1, vec![0; chunks[1].len()]),
+        ("truncated", 1, chunks[1][..chunks[1].len() - 1].to_vec()),
+    ] {
+        let mut c = c.clone();
+        if k == 1 {
+            c.add_chunk(0, &chunks[0]).expect("first");
+        }
+        assert!(c.add_chunk(k, &bytes).is_err(), "{what} accepted");
+    }
+}
+
+#[test]
+fn chunks_whose_topics_collide_are_refused() {
+    let first = TopicChunk::encode(0, &topics(1..CHUNK_TOPICS as u64 + 1));
+    let mut repeated = topics(CHUNK_TOPICS as u64 + 1..CHUNK_TOPICS as u64 + 2);
+    repeated[0].name = "persistent://t/ns/topic-1".into();
+    let last = TopicChunk::encode(1, &repeated);
+    let crc = |b: &[u8]| ackstore::internals::format::crc32(&[b]);
+    let mut c = Catalog {
+        chunks: vec![
+            ChunkPin {
+                made_at: 1,
+                count: CHUNK_TOPICS as u32,
+                crc: crc(&first),
+            },
+            ChunkPin {
+                made_at: 2,
+                count: 1,
+                crc: crc(&last),
+            },
+        ],
+        ..sample()
+    };
+    c.add_chunk(0, &first).expect("first");
+    c.add_chunk(1, &last).expect("second");
+    assert_eq!(
+        c.check_topics().unwrap_err().kind,
+        CorruptionKind::InvalidField("topic name")
+    );
+}
+
+#[test]
 fn a_version_3_catalog_reads_as_retired_below_its_oldest_listed_segment() {
-    let mut v3 = sample().encode();
+    let mut v3 = sample_v4().encode_version(CATALOG_VERSION_V4);
     v3.truncate(v3.len() - 8 - 16);
     v3[8..10].copy_from_slice(&CATALOG_VERSION_V3.to_le_bytes());
     let c = Catalog::decode(&v3).expect("decode");
     assert_eq!(c.retired_through, 2, "just below segment 3");
     assert_eq!(c.closed, None);
     assert_eq!(c.segments, sample().segments);
-    let mut none_listed = sample();
+    let mut none_listed = sample_v4();
     none_listed.segments = Some(Vec::new());
-    let mut v3 = none_listed.encode();
+    let mut v3 = none_listed.encode_version(CATALOG_VERSION_V4);
     v3.truncate(v3.len() - 8 - 16);
     v3[8..10].copy_from_slice(&CATALOG_VERSION_V3.to_le_bytes());
     assert_eq!(Catalog::decode(&v3).expect("decode").retired_through, 0);
@@ -90,27 +278,32 @@ fn a_listed_segment_at_or_below_the_retired_one_is_refused() {
 
 #[test]
 fn every_truncation_and_every_flipped_byte_is_an_error_or_a_valid_catalog() {
-    let bytes = sample().encode();
-    for n in 0..bytes.len() {
-        assert!(Catalog::decode(&bytes[..n]).is_err(), "prefix {n} accepted");
-    }
-    for i in 0..bytes.len() {
-        let mut b = bytes.clone();
-        b[i] ^= 0xff;
-        if let Ok(c) = Catalog::decode(&b) {
-            assert_eq!(Catalog::decode(&c.encode()).expect("re-decode"), c);
+    for bytes in [
+        sample().encode(),
+        sample_v4().encode_version(CATALOG_VERSION_V4),
+    ] {
+        for n in 0..bytes.len() {
+            assert!(Catalog::decode(&bytes[..n]).is_err(), "prefix {n} accepted");
+        }
+        for i in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[i] ^= 0xff;
+            if let Ok(c) = Catalog::decode(&b) {
+                let again = c.encode_version(u16::from_le_bytes([b[8], b[9]]));
+                assert_eq!(Catalog::decode(&again).expect("re-decode"), c);
+            }
         }
     }
 }
 
 #[test]
 fn duplicate_names_and_ids_above_the_next_id_are_refused() {
-    let mut c = sample();
+    let mut c = sample_v4();
     c.topics[1].name = c.topics[0].name.clone();
-    assert!(Catalog::decode(&c.encode()).is_err());
-    let mut c = sample();
+    assert!(Catalog::decode(&c.encode_version(CATALOG_VERSION_V4)).is_err());
+    let mut c = sample_v4();
     c.next_topic_id = 2;
-    assert!(Catalog::decode(&c.encode()).is_err());
+    assert!(Catalog::decode(&c.encode_version(CATALOG_VERSION_V4)).is_err());
 }
 
 #[test]
@@ -148,9 +341,9 @@ fn segment_lists_out_of_order_or_naming_segment_zero_are_refused() {
 
 #[test]
 fn a_version_2_catalog_reads_with_every_topic_flat() {
-    let mut c = sample();
+    let mut c = sample_v4();
     c.segments = None;
-    let mut v2 = c.encode();
+    let mut v2 = c.encode_version(CATALOG_VERSION_V4);
     // Version 2 is version 4 without `spaced_from`, the segment list, `retired_through`
     // and the close.
     v2.truncate(v2.len() - SPACED_FROM_LEN - 4 - 8 - 16);
@@ -168,13 +361,13 @@ fn a_version_2_catalog_reads_with_every_topic_flat() {
 
 #[test]
 fn a_version_1_catalog_reads_as_one_with_no_seals() {
-    let mut c = sample();
+    let mut c = sample_v4();
     c.seals.clear();
     c.spaced_from = c.next_topic_id;
     c.segments = None;
     c.retired_through = 0;
     c.closed = None;
-    let mut v1 = c.encode();
+    let mut v1 = c.encode_version(CATALOG_VERSION_V4);
     // Version 1 is version 4 without the seal count, `spaced_from`, the segment list,
     // `retired_through` and the close.
     v1.truncate(v1.len() - 4 - SPACED_FROM_LEN - 4 - 8 - 16);
