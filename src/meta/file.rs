@@ -962,16 +962,22 @@ impl MetaStore for FileMetaStore {
     }
 
     /// Removes the file of `version` of `name` by its name: no listing, no tombstone, no
-    /// sync. What this store knows of the record is forgotten (a later read lists its files).
+    /// sync. A record discarded at its first version is known absent from then on (a read
+    /// looks up that version's name, which a removal a power cut took back still shows); of
+    /// any other, only a listing tells.
     fn discard(&self, name: &str, version: u64) -> Result<()> {
         validate_record_name(name)?;
         let _writes = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
         self.learn(name, Known::Unknown);
         match self.storage.remove(&version_file(name, version)) {
-            Ok(()) => Ok(()),
-            Err(e) if is_not_found(&e) => Ok(()),
-            Err(e) => Err(e),
+            Ok(()) => {}
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(e),
         }
+        if version == 1 {
+            self.learn(name, Known::Absent);
+        }
+        Ok(())
     }
 }
 
