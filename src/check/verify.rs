@@ -559,9 +559,10 @@ pub(super) fn verify_store(storage: &Arc<dyn Storage>, catalog: &Catalog) -> Res
             .map(|file| Finding {
                 file,
                 place: "store catalog chunk".into(),
-                problem: "left by a topic creation cut short or superseded; the catalog does \
+                problem:
+                    "left by a topic creation or an upgrade cut short or refused; the catalog does \
                           not pin it, no open reads it, and the store's next open removes it"
-                    .into(),
+                        .into(),
                 torn_tail: false,
             }),
     );

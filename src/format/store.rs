@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! magic "ACKSCATL" (8) | version u16 = 5 | store_id u64 | next_topic_id u64 | count u32
-//! count x ( made_at u64 | topic_count u32 | crc u32 )                 (version 5: chunk pins)
+//! count x ( made_at u64 | crc u32 )                                   (version 5: chunk pins)
+//! tail_count u32 | tail_count x ( topic_id u64 | name_len u16 | name )   (version 5: the tail)
 //! count x ( topic_id u64 | name_len u16 | name (name_len bytes of UTF-8) )  (versions 1 to 4)
 //! seal_count u32 | seal_count x ( segment u64 | len u64 )          (versions 2 and 3)
 //! spaced_from u64                                                  (version 3 only)
@@ -17,13 +18,15 @@
 //! Versions 1 (no seals), 2 (no `spaced_from`), 3 (no `retired_through`) and 4 (topics inline)
 //! are still read; this build writes version 5.
 //!
-//! In version 5 the topics live in chunk records (see [`TopicChunk`]) of at most
-//! [`CHUNK_TOPICS`] topics each, in creation order; every chunk but the last is full. The
-//! catalog pins chunk `k` (its `k`-th pin): `made_at` is the catalog version whose write first
-//! pinned it, which names the record ([`chunk_record`]), `topic_count` its topics and `crc` the
-//! CRC32 of its whole payload, so a chunk deleted, cut, damaged or replaced by an older copy or
-//! a sibling is refused. A chunk record is never written again: a creation writes the last
-//! chunk anew under the name of the catalog version its commit takes.
+//! In version 5 the topics are cut, in creation order, into chunks of [`CHUNK_TOPICS`]: every
+//! full chunk lives in a chunk record of its own (see [`TopicChunk`]), the last partial one
+//! (the tail, fewer than [`CHUNK_TOPICS`] topics, maybe none) inline in the catalog. The
+//! catalog pins full chunk `k` (its `k`-th pin): `made_at` is the catalog version whose write
+//! pinned it, which names the record ([`chunk_record`]), and `crc` the CRC32 of its whole
+//! payload, so a chunk deleted, cut, damaged or replaced by an older copy or a sibling is
+//! refused. A chunk record is written once, by the creation that fills the tail (or the
+//! upgrade of a catalog of an earlier version), under the name of the catalog version that
+//! write's commit takes, and never written again or superseded.
 //! A seal names a cursor-journal segment and the bytes of it that count: what lies past `len`
 //! was written by a former owner after a claim (see `src/journal/mod.rs`, "Ownership").
 //! `spaced_from` is the first topic id whose files live in a directory of their own
@@ -89,10 +92,11 @@ pub const CATALOG_HEADER_LEN: usize = 8 + 2 + 8 + 8 + 4;
 pub const TOPIC_ROW_HEADER_LEN: usize = 8 + 2;
 /// Longest topic name, in bytes.
 pub const MAX_TOPIC_NAME_LEN: usize = 1024;
-/// Bytes of one chunk pin: `made_at`, `topic_count`, `crc`.
-pub const CHUNK_PIN_LEN: usize = 8 + 4 + 4;
-/// Topics of a full chunk record. A creation writes the last chunk (at most this many names)
-/// and the catalog (a pin per chunk), so its bytes do not grow with the names of the others.
+/// Bytes of one chunk pin: `made_at`, `crc`.
+pub const CHUNK_PIN_LEN: usize = 8 + 4;
+/// Topics of a chunk record (every one is full). A creation writes the catalog (a pin per
+/// full chunk and the tail, fewer than this many names), so its bytes do not grow with the
+/// names of the others; the one that fills the tail writes its chunk record first.
 pub const CHUNK_TOPICS: usize = 512;
 /// Magic at the start of a chunk record.
 pub const CHUNK_MAGIC: [u8; 8] = *b"ACKSTOPC";
@@ -123,13 +127,11 @@ pub fn is_chunk_record(record: &str) -> bool {
         })
 }
 
-/// The catalog's pin of one chunk record.
+/// The catalog's pin of one chunk record (of [`CHUNK_TOPICS`] topics).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChunkPin {
-    /// The catalog version whose write first pinned the chunk (names its record).
+    /// The catalog version whose write pinned the chunk (names its record).
     pub made_at: u64,
-    /// Topics in the chunk.
-    pub count: u32,
     /// CRC32 of the chunk record's whole payload.
     pub crc: u32,
 }
@@ -243,11 +245,12 @@ pub struct Catalog {
     pub store_id: u64,
     /// The id the next new topic gets; above every listed id.
     pub next_topic_id: u64,
-    /// The topics, in creation order. A catalog of version 5 decodes without them: they are
-    /// read from the chunk records `chunks` pins ([`Catalog::add_chunk`]).
+    /// The topics, in creation order. A catalog of version 5 decodes with its tail only: the
+    /// topics before it are read from the chunk records `chunks` pins ([`Catalog::add_chunk`]).
     pub topics: Vec<CatalogTopic>,
-    /// The pins of the chunk records that hold `topics` (version 5); empty for a catalog of
-    /// an earlier version, whose topics are inline.
+    /// The pins of the chunk records that hold the first `chunks.len() * CHUNK_TOPICS` of
+    /// `topics` (version 5); empty for a catalog of an earlier version, whose topics are all
+    /// inline.
     pub chunks: Vec<ChunkPin>,
     /// Cursor-journal segments sealed by a claim, ascending by segment, each once.
     pub seals: Vec<CatalogSeal>,
@@ -321,7 +324,7 @@ pub fn retire_segment(
 }
 
 impl Catalog {
-    /// The catalog's bytes (version 5: the chunk pins, not the topics).
+    /// The catalog's bytes (version 5: the chunk pins and the tail, not the pinned topics).
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
         self.encode_version(CATALOG_VERSION)
@@ -333,14 +336,12 @@ impl Catalog {
     #[must_use]
     pub fn encode_version(&self, version: u16) -> Vec<u8> {
         let pins = version == CATALOG_VERSION;
-        let names: usize = if pins {
-            0
-        } else {
-            self.topics
-                .iter()
-                .map(|t| TOPIC_ROW_HEADER_LEN + t.name.len())
-                .sum()
-        };
+        let inline = if pins { self.tail() } else { &self.topics };
+        let names: usize = inline
+            .iter()
+            .map(|t| TOPIC_ROW_HEADER_LEN + t.name.len())
+            .sum::<usize>()
+            + 4;
         let mut out = Vec::with_capacity(
             CATALOG_HEADER_LEN
                 + names
@@ -364,9 +365,9 @@ impl Catalog {
             );
             for pin in &self.chunks {
                 out.extend_from_slice(&pin.made_at.to_le_bytes());
-                out.extend_from_slice(&pin.count.to_le_bytes());
                 out.extend_from_slice(&pin.crc.to_le_bytes());
             }
+            put_topics(&mut out, self.tail());
         } else {
             put_topics(&mut out, &self.topics);
         }
@@ -377,11 +378,11 @@ impl Catalog {
         out
     }
 
-    /// Adds the topics of chunk record `index` (its bytes `bytes`, as [`Catalog::decode`]
-    /// left `topics`) after checking them against its pin: the payload's CRC32 and topic
-    /// count, the index inside, every chunk but the last full, and each topic's id unique and
-    /// below `next_topic_id` and its name unique among the topics added so far. Chunks are
-    /// added in pin order.
+    /// Adds the topics of chunk record `index` (its bytes `bytes`) after checking them
+    /// against its pin: the payload's CRC32, the index inside, [`CHUNK_TOPICS`] topics, and
+    /// the chunks before it added already (`topics` holds exactly theirs; [`Catalog::decode`]
+    /// left the tail there, which the caller sets aside until the last chunk is added). Ids
+    /// and names are checked once every topic is in ([`Catalog::check_topics`]).
     pub fn add_chunk(&mut self, index: usize, bytes: &[u8]) -> Result<(), Corruption> {
         let pin = self
             .chunks
@@ -392,10 +393,8 @@ impl Catalog {
             return Err(Corruption::new(CorruptionKind::ChecksumMismatch, 0));
         }
         let chunk = TopicChunk::decode(bytes)?;
-        let full = index + 1 < self.chunks.len();
         if chunk.index as usize != index
-            || chunk.topics.len() != pin.count as usize
-            || (full && chunk.topics.len() != CHUNK_TOPICS)
+            || chunk.topics.len() != CHUNK_TOPICS
             || self.topics.len() != index * CHUNK_TOPICS
         {
             return Err(Corruption::new(
@@ -405,6 +404,16 @@ impl Catalog {
         }
         self.topics.extend(chunk.topics);
         Ok(())
+    }
+
+    /// The topics past the pinned chunks: what version 5 holds inline. A catalog decoded
+    /// before its chunks are added holds its tail alone, fewer topics than its pins cover
+    /// (with a pin, the tail is shorter than a chunk), so both read the same tail.
+    #[must_use]
+    pub fn tail(&self) -> &[CatalogTopic] {
+        self.topics
+            .get(self.chunks.len() * CHUNK_TOPICS..)
+            .unwrap_or(&self.topics)
     }
 
     /// Checks what only the whole list of topics shows: ids unique and below
@@ -427,8 +436,9 @@ impl Catalog {
     }
 
     /// Decodes and checks a catalog (version 1 to 5): magic, version, every length against
-    /// what remains, names UTF-8 and unique, ids unique and below `next_topic_id` (versions 1
-    /// to 4; version 5's topics are read by [`Catalog::add_chunk`]), seals nonzero
+    /// what remains, names UTF-8 and unique, ids unique and below `next_topic_id` (in version 5
+    /// of the tail, fewer than [`CHUNK_TOPICS`], which `topics` holds until the chunks are
+    /// added by [`Catalog::add_chunk`]), seals nonzero
     /// and strictly ascending by segment, `spaced_from` at most `next_topic_id`, listed segments
     /// nonzero, strictly ascending and above `retired_through`, nothing after the last topic
     /// (version 1), seal (version 2), segment (version 3) or `retired_through` (versions 4
@@ -466,11 +476,19 @@ impl Catalog {
                 .map(|_| {
                     Ok(ChunkPin {
                         made_at: r.u64()?,
-                        count: r.u32()?,
                         crc: r.u32()?,
                     })
                 })
                 .collect::<Result<_, Corruption>>()?;
+            let at = r.offset();
+            let tail = r.u32()? as usize;
+            if tail >= CHUNK_TOPICS {
+                return Err(r.error(CorruptionKind::InvalidField("catalog tail count")));
+            }
+            catalog.topics = read_topics(&mut r, tail)?;
+            catalog
+                .check_topics()
+                .map_err(|c| Corruption::new(c.kind, at))?;
         } else {
             let at = r.offset();
             catalog.topics = read_topics(&mut r, count)?;

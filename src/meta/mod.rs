@@ -89,8 +89,8 @@ pub trait MetaStore: Send + Sync + std::fmt::Debug {
         self.put(name, Some(version), &bytes)
     }
 
-    /// Removes version `version` of record `name`, which nothing refers to any more and no
-    /// read looks up again (a chunk record of the store catalog a newer chunk superseded):
+    /// Removes version `version` of record `name`, which nothing refers to and no read looks
+    /// up (a chunk record of the store catalog an attempt whose commit did not take wrote):
     /// unlike [`MetaStore::delete`], it leaves no tombstone and syncs nothing, so a removal a
     /// power cut takes back leaves the record, which its owner's rule removes again. The
     /// default deletes the record if it is at `version`.

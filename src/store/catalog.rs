@@ -87,9 +87,10 @@ impl CatalogHandle {
             (None, empty)
         };
         let mut catalog = catalog;
-        // A catalog of version 5 decodes without its topics (they are in its chunk records):
-        // topics here are inline, of an earlier version, and move into chunks with the claim.
-        let upgrade = catalog.segments.is_none() || !catalog.topics.is_empty();
+        // A catalog of version 5 decodes with its tail alone, fewer topics than a chunk: a
+        // chunk's worth here is inline in a catalog of an earlier version, and its full chunks
+        // move into chunk records with the claim (the remainder stays inline as the tail).
+        let upgrade = catalog.segments.is_none() || catalog.topics.len() >= CHUNK_TOPICS;
         if upgrade {
             // A catalog of an earlier version counts every segment file: list them with the
             // claim (a former owner's segment of before the claim is as good as any).
@@ -104,8 +105,6 @@ impl CatalogHandle {
         let version = match expected {
             Some(v) if !upgrade => {
                 let version = meta.claim(STORE_RECORD, v)?;
-                // After the claim: a chunk a former owner's write superseded (and then removes)
-                // is one this version no longer pins.
                 load_chunks(meta.as_ref(), &mut catalog)?;
                 version
             }
@@ -113,13 +112,15 @@ impl CatalogHandle {
                 // A catalog of version 5 unlisted by hand: its topics are in its chunks.
                 load_chunks(meta.as_ref(), &mut catalog)?;
                 let next = expected.map_or(1, |v| v + 1);
-                catalog.chunks = stage_chunks(meta.as_ref(), &catalog, next)?.0;
+                // Not the owner yet: a chunk record of that name with other bytes may be the
+                // former owner's, about to be pinned (`stage_chunks` answers Fenced).
+                catalog.chunks = stage_chunks(meta.as_ref(), &catalog, next, None)?;
                 meta.put(STORE_RECORD, expected, &catalog.encode())?
             }
         };
         // Chunk records this version does not pin can never be pinned again (each write pins
         // only records named after its own version, above this one): a write cut short or
-        // superseded left them.
+        // refused left them.
         for file in chunk_leftovers(storage, &catalog)? {
             match storage.remove(&file) {
                 Ok(()) => {}
@@ -277,18 +278,21 @@ impl CatalogHandle {
     /// [`Self::write`]), and says whether the write took: then this handle is at the new
     /// version; otherwise the caller puts back the catalog it held before.
     ///
-    /// The chunk records the topics need beyond the pins held (the last chunk, when a topic
-    /// joined it) are written first, whole and synced, under the name of the version this
-    /// write takes; the catalog's compare-and-set then pins them, and only once it took are
-    /// the records they supersede removed. A cut before the compare-and-set leaves the new
-    /// records unpinned, one after it the superseded ones: either way the next claim removes
-    /// them, and `verify` calls them leftovers.
+    /// When the tail has filled (a creation brought it to [`CHUNK_TOPICS`] topics), its chunk
+    /// record is written first, whole and synced, under the name of the version this write
+    /// takes; the catalog's compare-and-set then pins it, with an empty tail. A cut before the
+    /// compare-and-set leaves the record unpinned: the next claim removes it and `verify`
+    /// calls it a leftover. Every other write is the compare-and-set alone.
     fn write_held(&mut self) -> (Result<()>, bool) {
-        let (pins, superseded) =
-            match stage_chunks(self.meta.as_ref(), &self.catalog, self.version + 1) {
-                Ok(staged) => staged,
-                Err(e) => return (Err(e), false),
-            };
+        let pins = match stage_chunks(
+            self.meta.as_ref(),
+            &self.catalog,
+            self.version + 1,
+            Some(self.version),
+        ) {
+            Ok(pins) => pins,
+            Err(e) => return (Err(e), false),
+        };
         let held = std::mem::replace(&mut self.catalog.chunks, pins);
         let encoded = self.catalog.encode();
         let (written, took) = match self.meta.put(STORE_RECORD, Some(self.version), &encoded) {
@@ -308,12 +312,8 @@ impl CatalogHandle {
         };
         if !took {
             self.catalog.chunks = held;
-            return (written, false);
         }
-        let discarded = superseded
-            .iter()
-            .try_for_each(|name| self.meta.discard(name, CHUNK_RECORD_VERSION));
-        (written.and(discarded), true)
+        (written, took)
     }
 
     /// Topic names in creation order.
@@ -326,60 +326,69 @@ impl CatalogHandle {
 /// Reads of the catalog before its claim, at most.
 const CLAIM_ATTEMPTS: u32 = 8;
 
-/// The version of every chunk record: each is written once, by a `put` that creates it.
+/// The version of every chunk record: each is written once, by a `put` that creates it (again
+/// only after [`MetaStore::discard`] of an unpinned one).
 const CHUNK_RECORD_VERSION: u64 = 1;
 
-/// Writes, under names of catalog version `next`, the chunk records `catalog`'s topics need
-/// beyond what its pins hold (the last chunk when topics joined it, a new chunk when the last
-/// was full, every chunk of a catalog of an earlier version), each whole and synced
-/// ([`MetaStore::put`] creating it). Returns the pins the catalog's write of `next` carries
-/// and the records those pins supersede.
+/// Writes, under names of catalog version `next`, the chunk records of the full chunks of
+/// `catalog`'s topics that its pins do not hold yet (the tail a creation filled, or every full
+/// chunk of a catalog of an earlier version), each whole and synced ([`MetaStore::put`]
+/// creating it). Returns the pins the catalog's write of `next` carries.
 ///
 /// A record of that name that exists already holds the same bytes when an earlier attempt of
-/// the same write (cut short, or refused after it) made it: it serves. Any other holder of
-/// the name is a second writer of version `next`, which the catalog's compare-and-set refuses
-/// too ([`Error::Fenced`]).
+/// the same write (cut short, or refused after it) made it: it serves. One with other bytes
+/// was made by an attempt whose commit did not take for other topics (a creation that failed,
+/// then another topic filling the tail): when `owner` is the version the store record still
+/// holds, only this owner names records after the next version, and its commit of that
+/// version never took, so nothing pins the record: it is discarded and written again. If the
+/// record moved on (or `owner` is `None`, a claim before it owns the store), a commit of
+/// version `next` may have pinned it: it is left alone and the answer is [`Error::Fenced`].
 fn stage_chunks(
     meta: &dyn MetaStore,
     catalog: &Catalog,
     next: u64,
-) -> Result<(Vec<ChunkPin>, Vec<String>)> {
+    owner: Option<u64>,
+) -> Result<Vec<ChunkPin>> {
     let mut pins = catalog.chunks.clone();
-    let mut superseded = Vec::new();
-    for (k, topics) in catalog.topics.chunks(CHUNK_TOPICS).enumerate() {
-        // Pins only ever cover whole prefixes of the topics, which are only appended: a pin
-        // of the right count holds exactly these topics.
-        if pins
-            .get(k)
-            .is_some_and(|p| p.count as usize == topics.len())
-        {
-            continue;
-        }
+    // Pins only ever cover whole chunks of the topics, which are only appended: the pinned
+    // chunks hold exactly the first topics.
+    for (k, topics) in catalog
+        .topics
+        .chunks_exact(CHUNK_TOPICS)
+        .enumerate()
+        .skip(pins.len())
+    {
         let index = u32::try_from(k).map_err(|_| Error::LimitExceeded {
             reason: "the store catalog has run out of chunk indexes".into(),
         })?;
         let bytes = TopicChunk::encode(index, topics);
-        let name = chunk_record(k, next);
-        match meta.put(&name, None, &bytes) {
-            Ok(_) => {}
-            Err(Error::Fenced { .. })
-                if meta.get(&name)?.is_some_and(|(_, held)| held == bytes) => {}
-            Err(e) => return Err(e),
-        }
-        let pin = ChunkPin {
+        put_chunk(meta, &chunk_record(k, next), &bytes, owner)?;
+        pins.push(ChunkPin {
             made_at: next,
-            // At most CHUNK_TOPICS.
-            count: u32::try_from(topics.len()).unwrap_or(u32::MAX),
             crc: crc32(&[&bytes]),
-        };
-        if let Some(old) = pins.get_mut(k) {
-            superseded.push(chunk_record(k, old.made_at));
-            *old = pin;
-        } else {
-            pins.push(pin);
-        }
+        });
     }
-    Ok((pins, superseded))
+    Ok(pins)
+}
+
+/// Creates chunk record `name` holding `bytes` (see [`stage_chunks`] for a name taken).
+fn put_chunk(meta: &dyn MetaStore, name: &str, bytes: &[u8], owner: Option<u64>) -> Result<()> {
+    let taken = match meta.put(name, None, bytes) {
+        Ok(_) => return Ok(()),
+        Err(e @ Error::Fenced { .. }) => e,
+        Err(e) => return Err(e),
+    };
+    match meta.get(name)? {
+        Some((_, held)) if held == bytes => Ok(()),
+        Some(_) => match owner {
+            Some(v) if meta.is_current(STORE_RECORD, v)? => {
+                meta.discard(name, CHUNK_RECORD_VERSION)?;
+                meta.put(name, None, bytes).map(drop)
+            }
+            _ => Err(taken),
+        },
+        None => Err(taken),
+    }
 }
 
 /// Reads the topics of `catalog` from the chunk records it pins (none for a catalog of an
@@ -393,7 +402,10 @@ pub fn load_chunks(meta: &dyn MetaStore, catalog: &mut Catalog) -> Result<()> {
     if catalog.chunks.is_empty() {
         return Ok(());
     }
-    catalog.topics = Vec::with_capacity(catalog.chunks.len() * CHUNK_TOPICS);
+    let tail = std::mem::replace(
+        &mut catalog.topics,
+        Vec::with_capacity(catalog.chunks.len() * CHUNK_TOPICS + CHUNK_TOPICS),
+    );
     for k in 0..catalog.chunks.len() {
         let name = chunk_record(k, catalog.chunks[k].made_at);
         let Some((_, bytes)) = meta.get(&name)? else {
@@ -408,6 +420,7 @@ pub fn load_chunks(meta: &dyn MetaStore, catalog: &mut Catalog) -> Result<()> {
             .add_chunk(k, &bytes)
             .map_err(|c| c.in_record(name))?;
     }
+    catalog.topics.extend(tail);
     catalog
         .check_topics()
         .map_err(|c| c.in_record(STORE_RECORD))

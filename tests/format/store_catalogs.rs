@@ -1,30 +1,31 @@
-//! Store catalogs and their chunk records: round trips at the documented size, retired
-//! segments, seals, pins and damage.
+//! Store catalogs and their chunk records: round trips at the documented size and offsets,
+//! the tail, retired segments, seals, pins and damage.
 
 use ackstore::internals::error::CorruptionKind;
 use ackstore::internals::format::store::*;
 
-/// A catalog of version 5: its topics are in chunk records, pinned.
+/// A catalog of version 5 as decoded: two full chunks pinned, and its tail of two topics
+/// (ids 1 and 2: decoding checks the tail alone, the chunks are added after).
 fn sample() -> Catalog {
     Catalog {
-        topics: Vec::new(),
         chunks: vec![
             ChunkPin {
                 made_at: 7,
-                count: CHUNK_TOPICS as u32,
                 crc: 0xdead_beef,
             },
             ChunkPin {
                 made_at: 12,
-                count: 3,
                 crc: 0x0102_0304,
             },
         ],
-        next_topic_id: 600,
+        next_topic_id: 1100,
         spaced_from: 2,
         ..sample_v4()
     }
 }
+
+/// Bytes of `sample_v4`'s two topics, inline.
+const TOPICS_LEN: usize = 4 + 2 * TOPIC_ROW_HEADER_LEN + 19 + "../b\0é".len();
 
 /// A catalog of version 4, its topics inline.
 fn sample_v4() -> Catalog {
@@ -71,20 +72,42 @@ fn catalogs_round_trip_at_the_documented_size() {
     let bytes = c.encode();
     assert_eq!(
         bytes.len(),
-        CATALOG_HEADER_LEN + 2 * CHUNK_PIN_LEN + TAIL_LEN
+        CATALOG_HEADER_LEN + 2 * CHUNK_PIN_LEN + TOPICS_LEN + TAIL_LEN
     );
+    assert_eq!((CHUNK_PIN_LEN, CATALOG_HEADER_LEN), (12, 30));
     assert_eq!(bytes[8..10], CATALOG_VERSION.to_le_bytes());
+    // The second pin, then the tail's count and its first topic's id.
+    assert_eq!(bytes[42..50], 12u64.to_le_bytes());
+    assert_eq!(bytes[50..54], 0x0102_0304u32.to_le_bytes());
+    assert_eq!(bytes[54..58], 2u32.to_le_bytes());
+    assert_eq!(bytes[58..66], 1u64.to_le_bytes());
     assert_eq!(Catalog::decode(&bytes).expect("decode"), c);
+}
+
+#[test]
+fn a_catalog_tail_of_a_whole_chunk_is_refused() {
+    let c = Catalog {
+        chunks: Vec::new(),
+        topics: topics(1..CHUNK_TOPICS as u64 + 1),
+        next_topic_id: CHUNK_TOPICS as u64 + 1,
+        ..sample()
+    };
+    assert_eq!(
+        Catalog::decode(&c.encode()).unwrap_err().kind,
+        CorruptionKind::InvalidField("catalog tail count")
+    );
+    let c = Catalog {
+        topics: topics(1..CHUNK_TOPICS as u64),
+        ..c
+    };
+    assert_eq!(Catalog::decode(&c.encode()).expect("decode"), c);
 }
 
 #[test]
 fn version_4_catalogs_read_with_their_topics_inline() {
     let c = sample_v4();
     let bytes = c.encode_version(CATALOG_VERSION_V4);
-    assert_eq!(
-        bytes.len(),
-        CATALOG_HEADER_LEN + 2 * TOPIC_ROW_HEADER_LEN + 19 + "../b\0é".len() + TAIL_LEN
-    );
+    assert_eq!(bytes.len(), CATALOG_HEADER_LEN - 4 + TOPICS_LEN + TAIL_LEN);
     assert_eq!(Catalog::decode(&bytes).expect("decode"), c);
 }
 
@@ -168,47 +191,73 @@ fn chunks_of_no_topics_or_of_more_than_a_full_chunk_are_refused() {
     );
 }
 
-/// A catalog pinning two chunks (one full, one of 3 topics), and their bytes.
-fn pinned() -> (Catalog, Vec<Vec<u8>>) {
-    let first = TopicChunk::encode(0, &topics(1..CHUNK_TOPICS as u64 + 1));
-    let last = TopicChunk::encode(1, &topics(CHUNK_TOPICS as u64 + 1..CHUNK_TOPICS as u64 + 4));
-    let pin = |made_at, count, bytes: &[u8]| ChunkPin {
+/// The pin of chunk record `bytes`, made at catalog version `made_at`.
+fn pin(made_at: u64, bytes: &[u8]) -> ChunkPin {
+    ChunkPin {
         made_at,
-        count,
         crc: ackstore::internals::format::crc32(&[bytes]),
-    };
+    }
+}
+
+const C: u64 = CHUNK_TOPICS as u64;
+
+/// A catalog pinning two full chunks, with a tail of 3 topics, as decoded (its tail alone in
+/// `topics`); and the chunks' bytes.
+fn pinned() -> (Catalog, Vec<Vec<u8>>) {
+    let first = TopicChunk::encode(0, &topics(1..C + 1));
+    let second = TopicChunk::encode(1, &topics(C + 1..2 * C + 1));
     let c = Catalog {
-        chunks: vec![pin(4, CHUNK_TOPICS as u32, &first), pin(9, 3, &last)],
+        chunks: vec![pin(4, &first), pin(9, &second)],
+        topics: topics(2 * C + 1..2 * C + 4),
         ..sample()
     };
-    (c, vec![first, last])
+    (c, vec![first, second])
 }
 
 #[test]
-fn chunks_add_their_topics_in_pin_order() {
+fn chunks_add_their_topics_in_pin_order_before_the_tail() {
     let (mut c, chunks) = pinned();
+    let encoded = c.encode();
+    assert_eq!(Catalog::decode(&encoded).expect("decode"), c);
+    let tail = std::mem::take(&mut c.topics);
     for (k, bytes) in chunks.iter().enumerate() {
         c.add_chunk(k, bytes).expect("add");
     }
+    c.topics.extend(tail);
     c.check_topics().expect("check");
-    assert_eq!(c.topics, topics(1..CHUNK_TOPICS as u64 + 4));
+    assert_eq!(c.topics, topics(1..2 * C + 4));
+    assert_eq!(c.tail(), topics(2 * C + 1..2 * C + 4));
+    // Loaded or not, the catalog's bytes are the pins and the tail.
+    assert_eq!(c.encode(), encoded);
 }
 
 #[test]
-fn a_chunk_swapped_with_a_sibling_an_older_copy_or_damaged_is_refused() {
+fn a_chunk_swapped_with_a_sibling_a_partial_chunk_or_damaged_is_refused() {
     let (c, chunks) = pinned();
-    let older = TopicChunk::encode(1, &topics(CHUNK_TOPICS as u64 + 1..CHUNK_TOPICS as u64 + 3));
+    let partial = TopicChunk::encode(1, &topics(C + 1..C + 4));
     let mut flipped = chunks[1].clone();
     flipped[CHUNK_HEADER_LEN + 12] ^= 0x01;
-    for (what, k, bytes) in [
-        ("sibling in the last place", 1, chunks[0].clone()),
-        ("sibling in the first place", 0, chunks[1].clone()),
-        ("older copy", 1, older),
-        ("bit flip", 1, flipped),
-        ("zeroed", 1, vec![0; chunks[1].len()]),
-        ("truncated", 1, chunks[1][..chunks[1].len() - 1].to_vec()),
+    let mut partial_pinned = c.clone();
+    partial_pinned.chunks[1] = pin(9, &partial);
+    for (what, mut c, k, bytes) in [
+        ("sibling in the last place", c.clone(), 1, chunks[0].clone()),
+        (
+            "sibling in the first place",
+            c.clone(),
+            0,
+            chunks[1].clone(),
+        ),
+        ("partial, its pin matching", partial_pinned, 1, partial),
+        ("bit flip", c.clone(), 1, flipped),
+        ("zeroed", c.clone(), 1, vec![0; chunks[1].len()]),
+        (
+            "truncated",
+            c.clone(),
+            1,
+            chunks[1][..chunks[1].len() - 1].to_vec(),
+        ),
     ] {
-        let mut c = c.clone();
+        c.topics.clear();
         if k == 1 {
             c.add_chunk(0, &chunks[0]).expect("first");
         }
@@ -217,29 +266,17 @@ fn a_chunk_swapped_with_a_sibling_an_older_copy_or_damaged_is_refused() {
 }
 
 #[test]
-fn chunks_whose_topics_collide_are_refused() {
-    let first = TopicChunk::encode(0, &topics(1..CHUNK_TOPICS as u64 + 1));
-    let mut repeated = topics(CHUNK_TOPICS as u64 + 1..CHUNK_TOPICS as u64 + 2);
-    repeated[0].name = "persistent://t/ns/topic-1".into();
-    let last = TopicChunk::encode(1, &repeated);
-    let crc = |b: &[u8]| ackstore::internals::format::crc32(&[b]);
+fn chunks_whose_topics_collide_with_the_tail_are_refused() {
+    let first = TopicChunk::encode(0, &topics(1..C + 1));
     let mut c = Catalog {
-        chunks: vec![
-            ChunkPin {
-                made_at: 1,
-                count: CHUNK_TOPICS as u32,
-                crc: crc(&first),
-            },
-            ChunkPin {
-                made_at: 2,
-                count: 1,
-                crc: crc(&last),
-            },
-        ],
+        chunks: vec![pin(1, &first)],
+        topics: Vec::new(),
         ..sample()
     };
     c.add_chunk(0, &first).expect("first");
-    c.add_chunk(1, &last).expect("second");
+    let mut repeated = topics(C + 1..C + 2);
+    repeated[0].name = "persistent://t/ns/topic-1".into();
+    c.topics.extend(repeated);
     assert_eq!(
         c.check_topics().unwrap_err().kind,
         CorruptionKind::InvalidField("topic name")

@@ -1,8 +1,10 @@
-//! The store catalog's topics in chunk records: a creation writes the last chunk and the
-//! catalog's pins, not every name, so its bytes stay flat as topics accumulate; a power cut at
-//! every step of a creation (one that starts a chunk, one that extends it) and of the upgrade
-//! of a version 4 catalog keeps every created topic and invents none; a former owner's
-//! creation during a claim is refused or kept, never a collision.
+//! The store catalog's full chunks of topics in chunk records, the last partial one inline: a
+//! creation writes the catalog's pins and that tail, not every name, so its bytes stay flat as
+//! topics accumulate; a power cut at every step of a creation (one inside the tail, one that
+//! fills it and writes its chunk record) and of the upgrade of a version 4 catalog keeps every
+//! created topic and invents none; a failed sync at every step of a creation that fills the
+//! tail leaves a store later creations extend; a former owner's creation during a claim is
+//! refused or kept, never a collision.
 
 use crate::support;
 
@@ -15,6 +17,7 @@ use ackstore::internals::store::read_catalog;
 use ackstore::{Error, MemStorage, Storage, Store};
 use support::config::store_without_flusher;
 use support::crash::{Cut, Points, cut_everywhere_after, sound_images};
+use support::hooked::{Fault, Hooked};
 use support::takeover;
 use support::tap::{Hook, Tap};
 
@@ -103,7 +106,7 @@ fn reopened_holds(storage: &Arc<dyn Storage>, names: &[String]) {
     assert_eq!(read, names.iter().collect::<Vec<_>>());
     assert!(catalog.topics.windows(2).all(|w| w[0].id < w[1].id));
     let report = ackstore::check::verify(storage).expect("verify");
-    // The open removed what creations cut short or superseded left.
+    // The open removed what creations cut short or refused left.
     assert!(
         report.is_sound()
             && !report
@@ -114,15 +117,16 @@ fn reopened_holds(storage: &Arc<dyn Storage>, names: &[String]) {
     );
 }
 
-/// Creation `i` costs about the same bytes at 4,000 topics as at 1,000: the last chunk and a
-/// pin per chunk, not every name (a catalog of every name grows four times).
+/// Creation `i` costs about the same bytes at 4,000 topics as at 1,000: a pin per full chunk
+/// and the tail, and one chunk record per chunk's worth of creations, not every name (a
+/// catalog of every name grows four times).
 #[test]
 fn bytes_written_per_creation_stay_flat_from_1k_to_4k_topics() {
     let disk = MemStorage::new();
     let written = Arc::new(Written::default());
     let storage: Arc<dyn Storage> = Arc::new(Tap::new(Arc::new(disk.clone()), written.clone()));
     let store = Store::open_with_storage(storage.clone(), store_without_flusher()).expect("open");
-    // Whole chunks, so both spans write the same chunk sizes.
+    // Whole chunks, so both spans write one chunk record and tails of the same sizes.
     let span = |from: usize| {
         create(&store, store.topic_names().len(), from);
         let before = written.0.load(Ordering::SeqCst);
@@ -189,13 +193,89 @@ fn cut_at_every_step_of_a_creation(template: &MemStorage, before: usize) {
 }
 
 #[test]
-fn a_power_cut_at_every_step_of_a_creation_that_extends_a_chunk_keeps_what_was_created() {
-    cut_at_every_step_of_a_creation(&store_of(5), 5);
+fn a_power_cut_at_every_step_of_a_creation_inside_the_tail_keeps_what_was_created() {
+    cut_at_every_step_of_a_creation(&store_of(CHUNK_TOPICS + 5), CHUNK_TOPICS + 5);
 }
 
 #[test]
-fn a_power_cut_at_every_step_of_a_creation_that_starts_a_chunk_keeps_what_was_created() {
-    cut_at_every_step_of_a_creation(&store_of(CHUNK_TOPICS), CHUNK_TOPICS);
+fn a_power_cut_at_every_step_of_a_creation_that_fills_the_tail_keeps_what_was_created() {
+    cut_at_every_step_of_a_creation(&store_of(2 * CHUNK_TOPICS - 1), 2 * CHUNK_TOPICS - 1);
+}
+
+/// A creation that fills the tail (its chunk record written, then the catalog) with the `n`th
+/// file sync or directory sync from its start failing, for every sync it makes: the creation
+/// fails, the topic is recorded or not as the handle says, and creations of other topics then
+/// succeed (the first fills the tail again: a chunk record of the failed attempt under the
+/// same name, other bytes, is this owner's own leftover and is replaced); the store reopens
+/// with exactly those topics and `verify` finds it sound.
+#[test]
+fn a_failed_sync_at_every_step_of_a_creation_that_fills_the_tail_leaves_a_store_that_grows() {
+    let before = CHUNK_TOPICS - 1;
+    let template = store_of(before - 1);
+    let mut chunk_then_catalog_failed = false;
+    // Every file sync in turn, then every directory sync, until one is past the creation.
+    let (mut fault, mut past) = (Fault::File(1), false);
+    while !past {
+        let disk = MemStorage::new();
+        copy_into(&template, &disk);
+        let hooked = Hooked::new(disk.clone());
+        let storage: Arc<dyn Storage> = Arc::new(hooked.clone());
+        let store =
+            Store::open_with_storage(storage.clone(), store_without_flusher()).expect("open");
+        // A creation before the faults: its catalog write makes the open's claim durable (a
+        // failed directory sync would otherwise forget the claim's link, another test's case).
+        create(&store, before - 1, before);
+        let counts = hooked.arm(fault);
+        let filled = store.topic("filler").map(drop);
+        let armed = match fault {
+            Fault::File(_) => &hooked.hooks.fail_sync_in,
+            Fault::Dir(_) => &hooked.hooks.fail_dir_sync_in,
+        };
+        let next = match fault {
+            Fault::File(n) => Fault::File(n + 1),
+            Fault::Dir(n) => Fault::Dir(n + 1),
+        };
+        if armed.swap(0, Ordering::SeqCst) != 0 {
+            // Past the creation's last sync of that kind.
+            filled.expect("the creation without a fault");
+            store.close().expect("close");
+            past = matches!(fault, Fault::Dir(_));
+            fault = Fault::Dir(1);
+            continue;
+        }
+        let this = std::mem::replace(&mut fault, next);
+        let fault = this;
+        assert!(filled.is_err(), "{fault:?} at {counts:?}: {filled:?}");
+        let failed = hooked.hooks.failed_syncs.lock().expect("hooks").clone();
+        chunk_then_catalog_failed |= failed.iter().any(|f| f.starts_with("store."))
+            && disk
+                .list_prefix(CHUNK_RECORD_PREFIX)
+                .expect("list")
+                .iter()
+                .any(|f| !f.ends_with(".tmp"));
+        let mut names = store.topic_names();
+        let kept = names.len() - before;
+        assert!(kept <= 1, "{fault:?}: {names:?}");
+        assert!(
+            kept == 0 || names[before] == "filler",
+            "{fault:?}: {names:?}"
+        );
+        for i in 0..3 {
+            let other = format!("other-{i}");
+            store
+                .topic(&other)
+                .unwrap_or_else(|e| panic!("{fault:?}: {other}: {e}"));
+            names.push(other);
+        }
+        assert_eq!(store.topic_names(), names, "{fault:?}");
+        store.close().expect("close");
+        drop(store);
+        reopened_holds(&storage, &names);
+    }
+    assert!(
+        chunk_then_catalog_failed,
+        "no fault failed the catalog after its chunk record was written"
+    );
 }
 
 #[test]
@@ -214,8 +294,9 @@ fn a_version_4_catalog_opens_and_its_topics_move_into_chunks() {
     let storage: Arc<dyn Storage> = Arc::new(disk.clone());
     let names: Vec<String> = (0..=2 * CHUNK_TOPICS).map(name).collect();
     reopened_holds(&storage, &names);
+    // The full chunks; the last topic stays inline.
     let chunks = storage.list_prefix(CHUNK_RECORD_PREFIX).expect("list");
-    assert_eq!(chunks.len(), 3, "{chunks:?}");
+    assert_eq!(chunks.len(), 2, "{chunks:?}");
 }
 
 /// A former owner creates a topic while a new owner claims the store and creates one, with the
@@ -266,31 +347,26 @@ fn a_former_owners_creation_during_a_claim_is_refused_or_kept_never_a_collision(
     }
 }
 
-/// Each chunk record and the catalog deleted, cut, zeroed, bit-flipped, or replaced by an
-/// older copy or a sibling chunk: the open refuses the store as damaged and `verify` reports
-/// damage naming the same record.
+/// Each chunk record and the catalog deleted, cut, zeroed or bit-flipped, and each chunk
+/// replaced by its sibling: the open refuses the store as damaged and `verify` reports damage
+/// naming the same record.
 #[test]
 fn damage_to_any_chunk_or_to_the_catalog_is_refused_by_the_open_and_reported_by_verify() {
-    let disk = store_of(2 * CHUNK_TOPICS + 1);
+    let disk = store_of(2 * CHUNK_TOPICS - 1);
     let files = |prefix: &str| disk.list_prefix(prefix).expect("list");
     let bytes = |file: &str| disk.live_bytes(file).expect("bytes");
-    // Copies of the last chunk and of the catalog from before one more creation (which
-    // supersedes that chunk: the older catalog pins a chunk that is gone).
-    let (older_chunk, older_catalog) = (bytes(&files(CHUNK_RECORD_PREFIX)[2]), {
-        let catalog = files("store.");
-        bytes(&catalog[catalog.len() - 1])
-    });
     {
+        // The first creation fills the tail: its chunk record is written and pinned.
         let store = Store::open_with_storage(Arc::new(disk.clone()), store_without_flusher())
             .expect("open");
-        create(&store, 2 * CHUNK_TOPICS + 1, 2 * CHUNK_TOPICS + 2);
+        create(&store, 2 * CHUNK_TOPICS - 1, 2 * CHUNK_TOPICS + 2);
         store.close().expect("close");
     }
     let chunks = files(CHUNK_RECORD_PREFIX);
     let catalog = files("store.");
     assert_eq!(
         (chunks.len(), catalog.len()),
-        (3, 1),
+        (2, 1),
         "{chunks:?} {catalog:?}"
     );
     let mut targets: Vec<(&str, String, Option<Vec<u8>>)> = Vec::new();
@@ -313,10 +389,8 @@ fn damage_to_any_chunk_or_to_the_catalog_is_refused_by_the_open_and_reported_by_
         ]);
     }
     targets.extend([
-        ("older copy", chunks[2].clone(), Some(older_chunk)),
-        ("sibling", chunks[2].clone(), Some(bytes(&chunks[1]))),
+        ("sibling", chunks[1].clone(), Some(bytes(&chunks[0]))),
         ("sibling", chunks[0].clone(), Some(bytes(&chunks[1]))),
-        ("older copy", catalog[0].clone(), Some(older_catalog)),
     ]);
     for (what, file, damage) in targets {
         let damaged = disk.durable_image();

@@ -78,11 +78,14 @@ impl Tree {
         let path = self.record("", "store")?;
         let (version, payload) = decode_stored(&self.files[&path]).ok()?;
         let mut catalog = Catalog::decode(&payload).ok()?;
+        // The pinned chunks' topics, then the tail the catalog holds inline.
+        let tail = std::mem::take(&mut catalog.topics);
         for k in 0..catalog.chunks.len() {
             let chunk = self.record("", &chunk_record(k, catalog.chunks[k].made_at))?;
             let (_, bytes) = decode_stored(&self.files[&chunk]).ok()?;
             catalog.add_chunk(k, &bytes).ok()?;
         }
+        catalog.topics.extend(tail);
         let topics = catalog.topics.clone();
         edit(&mut catalog)?;
         // Edited topics are written inline, as version 4 (an earlier build's layout): the
