@@ -1,7 +1,8 @@
 //! Raw bytes into every metadata decoder (the topic, ledger and cursor records, the stored frame,
 //! and the store catalog and its chunk records): no input panics, and whatever decodes re-encodes
-//! to exactly the bytes it came from (a catalog of version 1 to 3 re-encodes as version 4, its
-//! topics inline, which decodes to the same catalog). Each input is tried as is and with a valid CRC appended, so the body
+//! to exactly the bytes it came from (a catalog of version 5 from its chunk pins and its inline
+//! tail; one of version 1 to 3 re-encodes as version 4, its topics inline, which decodes to the
+//! same catalog). Each input is tried as is and with a valid CRC appended, so the body
 //! parsers behind the checksum are reached too.
 
 #![no_main]
