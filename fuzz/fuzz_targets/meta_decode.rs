@@ -1,7 +1,8 @@
 //! Raw bytes into every metadata decoder (the topic, ledger and cursor records, the stored frame,
-//! and the store catalog): no input panics, and whatever decodes re-encodes to exactly the bytes
-//! it came from (a catalog of an earlier version re-encodes as the current version, which decodes
-//! to the same catalog). Each input is tried as is and with a valid CRC appended, so the body
+//! and the store catalog and its chunk records): no input panics, and whatever decodes re-encodes
+//! to exactly the bytes it came from (a catalog of version 5 from its chunk pins and its inline
+//! tail; one of version 1 to 3 re-encodes as version 4, its topics inline, which decodes to the
+//! same catalog). Each input is tried as is and with a valid CRC appended, so the body
 //! parsers behind the checksum are reached too.
 
 #![no_main]
@@ -9,7 +10,9 @@
 use ackstore::internals::format::meta::{
     CursorEntry, CursorRecord, LedgerRecord, TopicRecord, decode_stored, encode_stored,
 };
-use ackstore::internals::format::store::{CATALOG_VERSION, Catalog};
+use ackstore::internals::format::store::{
+    CATALOG_VERSION, CATALOG_VERSION_V4, Catalog, TopicChunk,
+};
 use libfuzzer_sys::fuzz_target;
 
 fn check_every_decoder(bytes: &[u8]) {
@@ -29,12 +32,19 @@ fn check_every_decoder(bytes: &[u8]) {
         assert_eq!(encode_stored(version, &payload), bytes);
     }
     if let Ok(catalog) = Catalog::decode(bytes) {
-        let encoded = catalog.encode();
-        if bytes.get(8..10) == Some(&CATALOG_VERSION.to_le_bytes()[..]) {
-            assert_eq!(encoded, bytes);
+        let version = bytes.get(8..10);
+        if version == Some(&CATALOG_VERSION.to_le_bytes()[..]) {
+            assert_eq!(catalog.encode(), bytes);
         } else {
+            let encoded = catalog.encode_version(CATALOG_VERSION_V4);
+            if version == Some(&CATALOG_VERSION_V4.to_le_bytes()[..]) {
+                assert_eq!(encoded, bytes);
+            }
             assert_eq!(Catalog::decode(&encoded).ok(), Some(catalog));
         }
+    }
+    if let Ok(chunk) = TopicChunk::decode(bytes) {
+        assert_eq!(TopicChunk::encode(chunk.index, &chunk.topics), bytes);
     }
 }
 

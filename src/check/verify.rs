@@ -481,7 +481,14 @@ pub(super) fn unreadable_catalog(storage: &Arc<dyn Storage>, e: &Error) -> Verif
         cursors: 0,
         journal: Vec::new(),
         findings: vec![Finding {
-            file: format!("{}.meta", crate::store::STORE_RECORD),
+            // The catalog, or the chunk record of its topics the error names.
+            file: match e {
+                Error::Corrupted {
+                    place: crate::error::CorruptionPlace::Record(record),
+                    ..
+                } => format!("{record}.meta"),
+                _ => format!("{}.meta", crate::store::STORE_RECORD),
+            },
             place: "store catalog".into(),
             problem: describe(e),
             torn_tail: false,
@@ -569,6 +576,19 @@ pub(super) fn verify_store(storage: &Arc<dyn Storage>, catalog: &Catalog) -> Res
     }
     let (ledgers, cursors) =
         check_store_topics(storage, catalog, &committed, &mut findings, &mut unused)?;
+    unused.extend(
+        crate::store::catalog::chunk_leftovers(storage.as_ref(), catalog)?
+            .into_iter()
+            .map(|file| Finding {
+                file,
+                place: "store catalog chunk".into(),
+                problem:
+                    "left by a topic creation or an upgrade cut short or refused; the catalog does \
+                          not pin it, no open reads it, and the store's next open removes it"
+                        .into(),
+                torn_tail: false,
+            }),
+    );
     check_journal_names(storage, catalog, &names, &mut findings);
     if let Err(e) = crate::store::check_unlisted_topics(
         storage.as_ref(),

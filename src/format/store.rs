@@ -4,17 +4,29 @@
 //! versioned by [`crate::meta`]). Layout, all integers little-endian:
 //!
 //! ```text
-//! magic "ACKSCATL" (8) | version u16 = 4 | store_id u64 | next_topic_id u64 | count u32
-//! count x ( topic_id u64 | name_len u16 | name (name_len bytes of UTF-8) )
+//! magic "ACKSCATL" (8) | version u16 = 5 | store_id u64 | next_topic_id u64 | count u32
+//! count x ( made_at u64 | crc u32 )                                   (version 5: chunk pins)
+//! tail_count u32 | tail_count x ( topic_id u64 | name_len u16 | name )   (version 5: the tail)
+//! count x ( topic_id u64 | name_len u16 | name (name_len bytes of UTF-8) )  (versions 1 to 4)
 //! seal_count u32 | seal_count x ( segment u64 | len u64 )          (versions 2 and 3)
 //! spaced_from u64                                                  (version 3 only)
 //! segment_count u32 | segment_count x segment u64                  (versions 3 and 4)
-//! retired_through u64                                              (version 4 only)
-//! closed_segment u64 | closed_len u64                              (version 4 only)
+//! retired_through u64                                              (versions 4 and 5)
+//! closed_segment u64 | closed_len u64                              (versions 4 and 5)
 //! ```
 //!
-//! Versions 1 (no seals), 2 (no `spaced_from`) and 3 (no `retired_through`) are still read;
-//! this build writes version 4.
+//! Versions 1 (no seals), 2 (no `spaced_from`), 3 (no `retired_through`) and 4 (topics inline)
+//! are still read; this build writes version 5.
+//!
+//! In version 5 the topics are cut, in creation order, into chunks of [`CHUNK_TOPICS`]: every
+//! full chunk lives in a chunk record of its own (see [`TopicChunk`]), the last partial one
+//! (the tail, fewer than [`CHUNK_TOPICS`] topics, maybe none) inline in the catalog. The
+//! catalog pins full chunk `k` (its `k`-th pin): `made_at` is the catalog version whose write
+//! pinned it, which names the record ([`chunk_record`]), and `crc` the CRC32 of its whole
+//! payload, so a chunk deleted, cut, damaged or replaced by an older copy or a sibling is
+//! refused. A chunk record is written once, by the creation that fills the tail (or the
+//! upgrade of a catalog of an earlier version), under the name of the catalog version that
+//! write's commit takes, and never written again or superseded.
 //! A seal names a cursor-journal segment and the bytes of it that count: what lies past `len`
 //! was written by a former owner after a claim (see `src/journal/mod.rs`, "Ownership").
 //! `spaced_from` is the first topic id whose files live in a directory of their own
@@ -48,7 +60,7 @@
 //! UTF-8 of 1 to [`MAX_TOPIC_NAME_LEN`] bytes: a name is never used as a path, the topic's files
 //! are named after its id.
 
-use super::{Corruption, Reader};
+use super::{Corruption, Reader, crc32};
 use crate::error::CorruptionKind;
 
 /// Magic at the start of a catalog.
@@ -56,9 +68,12 @@ pub const CATALOG_MAGIC: [u8; 8] = *b"ACKSCATL";
 /// The name of the metadata record that holds a store's catalog: a directory holding it is a
 /// store's.
 pub const STORE_RECORD: &str = "store";
-/// Catalog version this build writes; it reads this one, version 3 (no `retired_through`),
-/// version 2 (no `spaced_from` either) and version 1 (no seals either).
-pub const CATALOG_VERSION: u16 = 4;
+/// Catalog version this build writes (topics in chunk records); it reads this one, version 4
+/// (topics inline), version 3 (no `retired_through` either), version 2 (no `spaced_from`
+/// either) and version 1 (no seals either).
+pub const CATALOG_VERSION: u16 = 5;
+/// The catalog version with its topics inline: still read.
+pub const CATALOG_VERSION_V4: u16 = 4;
 /// The catalog version with a segment list but without `retired_through`: still read.
 pub const CATALOG_VERSION_V3: u16 = 3;
 /// The catalog version with seals but without `spaced_from`: still read.
@@ -77,6 +92,142 @@ pub const CATALOG_HEADER_LEN: usize = 8 + 2 + 8 + 8 + 4;
 pub const TOPIC_ROW_HEADER_LEN: usize = 8 + 2;
 /// Longest topic name, in bytes.
 pub const MAX_TOPIC_NAME_LEN: usize = 1024;
+/// Bytes of one chunk pin: `made_at`, `crc`.
+pub const CHUNK_PIN_LEN: usize = 8 + 4;
+/// Topics of a chunk record (every one is full). A creation writes the catalog (a pin per
+/// full chunk and the tail, fewer than this many names), so its bytes do not grow with the
+/// names of the others; the one that fills the tail writes its chunk record first.
+pub const CHUNK_TOPICS: usize = 512;
+/// Magic at the start of a chunk record.
+pub const CHUNK_MAGIC: [u8; 8] = *b"ACKSTOPC";
+/// Chunk record version this build writes and reads.
+pub const CHUNK_VERSION: u16 = 1;
+/// Bytes of a chunk record before its first topic: magic, version, index, count.
+pub const CHUNK_HEADER_LEN: usize = 8 + 2 + 4 + 4;
+/// Names of chunk records start with this: `store-topics-{index}-{made_at}`.
+pub const CHUNK_RECORD_PREFIX: &str = "store-topics-";
+
+/// The name of the record of chunk `index` first pinned by the catalog's version `made_at`.
+#[must_use]
+pub fn chunk_record(index: usize, made_at: u64) -> String {
+    format!("{CHUNK_RECORD_PREFIX}{index}-{made_at}")
+}
+
+/// Whether `record` is named as a chunk record (whether a catalog pins it or not).
+#[must_use]
+pub fn is_chunk_record(record: &str) -> bool {
+    record
+        .strip_prefix(CHUNK_RECORD_PREFIX)
+        .is_some_and(|rest| {
+            rest.split_once('-').is_some_and(|(i, v)| {
+                [i, v]
+                    .iter()
+                    .all(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+            })
+        })
+}
+
+/// The catalog's pin of one chunk record (of [`CHUNK_TOPICS`] topics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkPin {
+    /// The catalog version whose write pinned the chunk (names its record).
+    pub made_at: u64,
+    /// CRC32 of the chunk record's whole payload.
+    pub crc: u32,
+}
+
+/// One chunk record: topics `index * CHUNK_TOPICS ..` of the catalog, in creation order.
+///
+/// ```text
+/// magic "ACKSTOPC" (8) | version u16 = 1 | index u32 | count u32
+/// count x ( topic_id u64 | name_len u16 | name (name_len bytes of UTF-8) )
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicChunk {
+    /// The chunk's place among the catalog's chunks.
+    pub index: u32,
+    /// Its topics, 1 to [`CHUNK_TOPICS`].
+    pub topics: Vec<CatalogTopic>,
+}
+
+impl TopicChunk {
+    /// The chunk record's bytes.
+    #[must_use]
+    pub fn encode(index: u32, topics: &[CatalogTopic]) -> Vec<u8> {
+        let names: usize = topics.iter().map(|t| t.name.len()).sum();
+        let mut out =
+            Vec::with_capacity(CHUNK_HEADER_LEN + topics.len() * TOPIC_ROW_HEADER_LEN + names);
+        out.extend_from_slice(&CHUNK_MAGIC);
+        out.extend_from_slice(&CHUNK_VERSION.to_le_bytes());
+        out.extend_from_slice(&index.to_le_bytes());
+        put_topics(&mut out, topics);
+        out
+    }
+
+    /// Decodes and checks a chunk record: magic, version, a count of 1 to [`CHUNK_TOPICS`]
+    /// topics, each name 1 to [`MAX_TOPIC_NAME_LEN`] bytes of UTF-8, nothing after the last.
+    /// Ids and names are checked against the whole catalog by the caller.
+    pub fn decode(bytes: &[u8]) -> Result<Self, Corruption> {
+        let mut r = Reader::new(bytes);
+        if r.array::<8>()? != CHUNK_MAGIC {
+            return Err(Corruption::new(CorruptionKind::BadMagic, 0));
+        }
+        let version = r.u16()?;
+        if version != CHUNK_VERSION {
+            return Err(r.error(CorruptionKind::UnsupportedVersion(u32::from(version))));
+        }
+        let index = r.u32()?;
+        let count = r.u32()? as usize;
+        if count == 0 || count > CHUNK_TOPICS {
+            return Err(r.error(CorruptionKind::InvalidField("chunk topic count")));
+        }
+        let topics = read_topics(&mut r, count)?;
+        if r.remaining() != 0 {
+            return Err(r.error(CorruptionKind::BadLength));
+        }
+        Ok(Self { index, topics })
+    }
+}
+
+/// Writes `count u32 | count x ( topic_id u64 | name_len u16 | name )`.
+fn put_topics(out: &mut Vec<u8>, topics: &[CatalogTopic]) {
+    out.extend_from_slice(
+        &u32::try_from(topics.len())
+            .unwrap_or(u32::MAX)
+            .to_le_bytes(),
+    );
+    for t in topics {
+        out.extend_from_slice(&t.id.to_le_bytes());
+        // Names are checked against MAX_TOPIC_NAME_LEN before they enter a catalog.
+        out.extend_from_slice(
+            &u16::try_from(t.name.len())
+                .unwrap_or(u16::MAX)
+                .to_le_bytes(),
+        );
+        out.extend_from_slice(t.name.as_bytes());
+    }
+}
+
+/// Reads `count` topic rows (after their count): each name 1 to [`MAX_TOPIC_NAME_LEN`] bytes
+/// of UTF-8; the count checked against the bytes left before anything is allocated.
+fn read_topics(r: &mut Reader<'_>, count: usize) -> Result<Vec<CatalogTopic>, Corruption> {
+    if count > r.remaining() / TOPIC_ROW_HEADER_LEN {
+        return Err(r.error(CorruptionKind::BadLength));
+    }
+    let mut topics = Vec::with_capacity(count);
+    for _ in 0..count {
+        let id = r.u64()?;
+        let len = usize::from(r.u16()?);
+        if len == 0 || len > MAX_TOPIC_NAME_LEN {
+            return Err(r.error(CorruptionKind::InvalidField("topic name length")));
+        }
+        let name = std::str::from_utf8(r.take(len)?)
+            .map_err(|_| r.error(CorruptionKind::InvalidField("topic name")))?
+            .to_owned();
+        topics.push(CatalogTopic { id, name });
+    }
+    Ok(topics)
+}
 
 /// One topic of a store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,8 +245,13 @@ pub struct Catalog {
     pub store_id: u64,
     /// The id the next new topic gets; above every listed id.
     pub next_topic_id: u64,
-    /// The topics, in creation order.
+    /// The topics, in creation order. A catalog of version 5 decodes with its tail only: the
+    /// topics before it are read from the chunk records `chunks` pins ([`Catalog::add_chunk`]).
     pub topics: Vec<CatalogTopic>,
+    /// The pins of the chunk records that hold the first `chunks.len() * CHUNK_TOPICS` of
+    /// `topics` (version 5); empty for a catalog of an earlier version, whose topics are all
+    /// inline.
+    pub chunks: Vec<ChunkPin>,
     /// Cursor-journal segments sealed by a claim, ascending by segment, each once.
     pub seals: Vec<CatalogSeal>,
     /// Topics of this id and above keep their files in a directory of their own; those below,
@@ -168,31 +324,52 @@ pub fn retire_segment(
 }
 
 impl Catalog {
-    /// The catalog's bytes.
+    /// The catalog's bytes (version 5: the chunk pins and the tail, not the pinned topics).
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
-        let names: usize = self.topics.iter().map(|t| t.name.len()).sum();
+        self.encode_version(CATALOG_VERSION)
+    }
+
+    /// The catalog's bytes in version 5 ([`Catalog::encode`]) or, for any other `version`, in
+    /// version 4, the topics inline: what earlier builds wrote, for samples and for tests of
+    /// the upgrade (an earlier version is the tail of version 4 cut off).
+    #[must_use]
+    pub fn encode_version(&self, version: u16) -> Vec<u8> {
+        let pins = version == CATALOG_VERSION;
+        let inline = if pins { self.tail() } else { &self.topics };
+        let names: usize = inline
+            .iter()
+            .map(|t| TOPIC_ROW_HEADER_LEN + t.name.len())
+            .sum::<usize>()
+            + 4;
         let mut out = Vec::with_capacity(
-            CATALOG_HEADER_LEN + self.topics.len() * TOPIC_ROW_HEADER_LEN + names,
+            CATALOG_HEADER_LEN
+                + names
+                + self.chunks.len() * CHUNK_PIN_LEN
+                + (self.seals.len() + 2) * SEAL_LEN
+                + self.segments.as_ref().map_or(0, Vec::len) * 8,
         );
         out.extend_from_slice(&CATALOG_MAGIC);
-        out.extend_from_slice(&CATALOG_VERSION.to_le_bytes());
+        if pins {
+            out.extend_from_slice(&CATALOG_VERSION.to_le_bytes());
+        } else {
+            out.extend_from_slice(&CATALOG_VERSION_V4.to_le_bytes());
+        }
         out.extend_from_slice(&self.store_id.to_le_bytes());
         out.extend_from_slice(&self.next_topic_id.to_le_bytes());
-        out.extend_from_slice(
-            &u32::try_from(self.topics.len())
-                .unwrap_or(u32::MAX)
-                .to_le_bytes(),
-        );
-        for t in &self.topics {
-            out.extend_from_slice(&t.id.to_le_bytes());
-            // Names are checked against MAX_TOPIC_NAME_LEN before they enter a catalog.
+        if pins {
             out.extend_from_slice(
-                &u16::try_from(t.name.len())
-                    .unwrap_or(u16::MAX)
+                &u32::try_from(self.chunks.len())
+                    .unwrap_or(u32::MAX)
                     .to_le_bytes(),
             );
-            out.extend_from_slice(t.name.as_bytes());
+            for pin in &self.chunks {
+                out.extend_from_slice(&pin.made_at.to_le_bytes());
+                out.extend_from_slice(&pin.crc.to_le_bytes());
+            }
+            put_topics(&mut out, self.tail());
+        } else {
+            put_topics(&mut out, &self.topics);
         }
         put_seals(&mut out, &self.seals);
         out.extend_from_slice(&self.spaced_from.to_le_bytes());
@@ -201,11 +378,71 @@ impl Catalog {
         out
     }
 
-    /// Decodes and checks a catalog (version 1 to 4): magic, version, every length against
-    /// what remains, names UTF-8 and unique, ids unique and below `next_topic_id`, seals nonzero
+    /// Adds the topics of chunk record `index` (its bytes `bytes`) after checking them
+    /// against its pin: the payload's CRC32, the index inside, [`CHUNK_TOPICS`] topics, and
+    /// the chunks before it added already (`topics` holds exactly theirs; [`Catalog::decode`]
+    /// left the tail there, which the caller sets aside until the last chunk is added). Ids
+    /// and names are checked once every topic is in ([`Catalog::check_topics`]).
+    pub fn add_chunk(&mut self, index: usize, bytes: &[u8]) -> Result<(), Corruption> {
+        let pin = self
+            .chunks
+            .get(index)
+            .copied()
+            .ok_or_else(|| Corruption::new(CorruptionKind::InvalidField("chunk index"), 0))?;
+        if crc32(&[bytes]) != pin.crc {
+            return Err(Corruption::new(CorruptionKind::ChecksumMismatch, 0));
+        }
+        let chunk = TopicChunk::decode(bytes)?;
+        if chunk.index as usize != index
+            || chunk.topics.len() != CHUNK_TOPICS
+            || self.topics.len() != index * CHUNK_TOPICS
+        {
+            return Err(Corruption::new(
+                CorruptionKind::InvalidField("chunk (not the one the catalog pins)"),
+                0,
+            ));
+        }
+        self.topics.extend(chunk.topics);
+        Ok(())
+    }
+
+    /// The topics past the pinned chunks: what version 5 holds inline. A catalog decoded
+    /// before its chunks are added holds its tail alone, fewer topics than its pins cover
+    /// (with a pin, the tail is shorter than a chunk), so both read the same tail.
+    #[must_use]
+    pub fn tail(&self) -> &[CatalogTopic] {
+        self.topics
+            .get(self.chunks.len() * CHUNK_TOPICS..)
+            .unwrap_or(&self.topics)
+    }
+
+    /// Checks what only the whole list of topics shows: ids unique and below
+    /// `next_topic_id`, names unique.
+    pub fn check_topics(&self) -> Result<(), Corruption> {
+        let mut ids = std::collections::HashSet::with_capacity(self.topics.len());
+        let mut names = std::collections::HashSet::with_capacity(self.topics.len());
+        for t in &self.topics {
+            if t.id >= self.next_topic_id || !ids.insert(t.id) {
+                return Err(Corruption::new(CorruptionKind::InvalidField("topic id"), 0));
+            }
+            if !names.insert(t.name.as_str()) {
+                return Err(Corruption::new(
+                    CorruptionKind::InvalidField("topic name"),
+                    0,
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Decodes and checks a catalog (version 1 to 5): magic, version, every length against
+    /// what remains, names UTF-8 and unique, ids unique and below `next_topic_id` (in version 5
+    /// of the tail, fewer than [`CHUNK_TOPICS`], which `topics` holds until the chunks are
+    /// added by [`Catalog::add_chunk`]), seals nonzero
     /// and strictly ascending by segment, `spaced_from` at most `next_topic_id`, listed segments
     /// nonzero, strictly ascending and above `retired_through`, nothing after the last topic
-    /// (version 1), seal (version 2), segment (version 3) or `retired_through` (version 4).
+    /// (version 1), seal (version 2), segment (version 3) or `retired_through` (versions 4
+    /// and 5).
     pub fn decode(bytes: &[u8]) -> Result<Self, Corruption> {
         let mut r = Reader::new(bytes);
         if r.array::<8>()? != CATALOG_MAGIC {
@@ -214,6 +451,7 @@ impl Catalog {
         let version = r.u16()?;
         if ![
             CATALOG_VERSION,
+            CATALOG_VERSION_V4,
             CATALOG_VERSION_V3,
             CATALOG_VERSION_V2,
             CATALOG_VERSION_V1,
@@ -225,28 +463,38 @@ impl Catalog {
         let store_id = r.u64()?;
         let next_topic_id = r.u64()?;
         let count = r.u32()? as usize;
-        if count > r.remaining() / TOPIC_ROW_HEADER_LEN {
-            return Err(r.error(CorruptionKind::BadLength));
-        }
-        let mut topics = Vec::with_capacity(count);
-        let mut ids = std::collections::HashSet::with_capacity(count);
-        let mut names = std::collections::HashSet::with_capacity(count);
-        for _ in 0..count {
-            let id = r.u64()?;
-            let len = usize::from(r.u16()?);
-            if len == 0 || len > MAX_TOPIC_NAME_LEN {
-                return Err(r.error(CorruptionKind::InvalidField("topic name length")));
+        let mut catalog = Self {
+            store_id,
+            next_topic_id,
+            ..Self::default()
+        };
+        if version == CATALOG_VERSION {
+            if count > r.remaining() / CHUNK_PIN_LEN {
+                return Err(r.error(CorruptionKind::BadLength));
             }
-            let name = std::str::from_utf8(r.take(len)?)
-                .map_err(|_| r.error(CorruptionKind::InvalidField("topic name")))?
-                .to_owned();
-            if id >= next_topic_id || !ids.insert(id) {
-                return Err(r.error(CorruptionKind::InvalidField("topic id")));
+            catalog.chunks = (0..count)
+                .map(|_| {
+                    Ok(ChunkPin {
+                        made_at: r.u64()?,
+                        crc: r.u32()?,
+                    })
+                })
+                .collect::<Result<_, Corruption>>()?;
+            let at = r.offset();
+            let tail = r.u32()? as usize;
+            if tail >= CHUNK_TOPICS {
+                return Err(r.error(CorruptionKind::InvalidField("catalog tail count")));
             }
-            if !names.insert(name.clone()) {
-                return Err(r.error(CorruptionKind::InvalidField("topic name")));
-            }
-            topics.push(CatalogTopic { id, name });
+            catalog.topics = read_topics(&mut r, tail)?;
+            catalog
+                .check_topics()
+                .map_err(|c| Corruption::new(c.kind, at))?;
+        } else {
+            let at = r.offset();
+            catalog.topics = read_topics(&mut r, count)?;
+            catalog
+                .check_topics()
+                .map_err(|c| Corruption::new(c.kind, at))?;
         }
         let seals = if version == CATALOG_VERSION_V1 {
             Vec::new()
@@ -263,7 +511,7 @@ impl Catalog {
             (next_topic_id, None)
         };
         let oldest = segments.as_ref().and_then(|list| list.first().copied());
-        let (retired_through, closed) = if version == CATALOG_VERSION {
+        let (retired_through, closed) = if version >= CATALOG_VERSION_V4 {
             read_retired_closed(&mut r, oldest)?
         } else {
             (oldest.map_or(0, |oldest| oldest - 1), None)
@@ -272,14 +520,12 @@ impl Catalog {
             return Err(r.error(CorruptionKind::BadLength));
         }
         Ok(Self {
-            store_id,
-            next_topic_id,
-            topics,
             seals,
             spaced_from,
             segments,
             retired_through,
             closed,
+            ..catalog
         })
     }
 }

@@ -239,7 +239,8 @@ impl FileMetaStore {
 
     /// A store as [`FileMetaStore::owned`] whose listings (the one that fills what it knows
     /// of its records, and the sweep before its first write) cover only the files of the
-    /// records `records` (the names starting with `{record}.`), so what they cost does not
+    /// records `records` and of the records named `{record}-...` after one of them (the store
+    /// catalog's chunk records), so what they cost does not
     /// grow with the rest of the directory: a store's catalog next to the records of its
     /// topics, which each topic's own metadata store keeps and sweeps when the topic opens.
     /// A record outside `records` is found by a listing of its own files on every call.
@@ -259,7 +260,10 @@ impl FileMetaStore {
             Some(records) => {
                 let mut files = Vec::new();
                 for record in records {
-                    files.extend(self.storage.list_prefix(&format!("{record}."))?);
+                    files.extend(self.storage.list_prefix(record)?.into_iter().filter(|f| {
+                        f.split_once('.')
+                            .is_some_and(|(name, _)| in_family(record, name))
+                    }));
                 }
                 Ok(files)
             }
@@ -270,7 +274,7 @@ impl FileMetaStore {
     fn in_scope(&self, name: &str) -> bool {
         self.scope
             .as_ref()
-            .is_none_or(|records| records.iter().any(|r| r == name))
+            .is_none_or(|records| records.iter().any(|r| in_family(r, name)))
     }
 
     /// The storage the records live in.
@@ -958,6 +962,31 @@ impl MetaStore for FileMetaStore {
         self.remove_stale_temps(listed)?;
         self.finish_cut_short_deletes(listed)
     }
+
+    /// Removes the file of `version` of `name` by its name: no listing, no tombstone, no
+    /// sync. A record discarded at its first version is known absent from then on (a read
+    /// looks up that version's name, which a removal a power cut took back still shows); of
+    /// any other, only a listing tells.
+    fn discard(&self, name: &str, version: u64) -> Result<()> {
+        validate_record_name(name)?;
+        let _writes = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
+        self.learn(name, Known::Unknown);
+        match self.storage.remove(&version_file(name, version)) {
+            Ok(()) => {}
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(e),
+        }
+        if version == 1 {
+            self.learn(name, Known::Absent);
+        }
+        Ok(())
+    }
+}
+
+/// Whether record `name` is `record` or one named after it (`{record}-...`).
+fn in_family(record: &str, name: &str) -> bool {
+    name.strip_prefix(record)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('-'))
 }
 
 /// The highest version of every record among the storage names `listed`.

@@ -89,6 +89,21 @@ pub trait MetaStore: Send + Sync + std::fmt::Debug {
         self.put(name, Some(version), &bytes)
     }
 
+    /// Removes version `version` of record `name`, which nothing refers to and no read looks
+    /// up (a chunk record of the store catalog an attempt whose commit did not take wrote):
+    /// unlike [`MetaStore::delete`], it leaves no tombstone and syncs nothing, so a removal a
+    /// power cut takes back leaves the record, which its owner's rule removes again. The
+    /// default deletes the record if it is at `version`.
+    ///
+    /// # Errors
+    /// [`Error::Io`]; [`Error::Fenced`] from an ownership check.
+    fn discard(&self, name: &str, version: u64) -> Result<()> {
+        match self.get(name)? {
+            Some((v, _)) if v == version => self.delete(name, version),
+            _ => Ok(()),
+        }
+    }
+
     /// Removes what a write or a deletion cut short left among `listed` (a listing of the
     /// records' directory the owner took after its claim, holding every file of a record it
     /// holds a file of) and no read takes: temporary files that can no longer be linked, and
@@ -168,6 +183,10 @@ impl MetaStore for CheckedMeta {
 
     fn sweep_leftovers(&self, listed: &[String]) -> Result<()> {
         self.checked(|m| m.sweep_leftovers(listed))
+    }
+
+    fn discard(&self, name: &str, version: u64) -> Result<()> {
+        self.checked(|m| m.discard(name, version))
     }
 }
 

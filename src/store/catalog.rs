@@ -9,8 +9,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
+use crate::format::crc32;
 use crate::format::store::{
-    Catalog, CatalogSeal, CatalogTopic, list_segment, record_seal, retire_segment,
+    CHUNK_RECORD_PREFIX, CHUNK_TOPICS, Catalog, CatalogSeal, CatalogTopic, ChunkPin, TopicChunk,
+    chunk_record, is_chunk_record, list_segment, record_seal, retire_segment,
 };
 use crate::meta::MetaStore;
 use crate::storage::Storage;
@@ -75,6 +77,7 @@ impl CatalogHandle {
                 store_id: random_id(),
                 next_topic_id: 1,
                 topics: Vec::new(),
+                chunks: Vec::new(),
                 seals: Vec::new(),
                 spaced_from: 1,
                 segments: Some(Vec::new()),
@@ -84,7 +87,10 @@ impl CatalogHandle {
             (None, empty)
         };
         let mut catalog = catalog;
-        let upgrade = catalog.segments.is_none();
+        // A catalog of version 5 decodes with its tail alone, fewer topics than a chunk: a
+        // chunk's worth here is inline in a catalog of an earlier version, and its full chunks
+        // move into chunk records with the claim (the remainder stays inline as the tail).
+        let upgrade = catalog.segments.is_none() || catalog.topics.len() >= CHUNK_TOPICS;
         if upgrade {
             // A catalog of an earlier version counts every segment file: list them with the
             // claim (a former owner's segment of before the claim is as good as any).
@@ -97,9 +103,31 @@ impl CatalogHandle {
             catalog.segments = Some(found);
         }
         let version = match expected {
-            Some(v) if !upgrade => meta.claim(STORE_RECORD, v)?,
-            _ => meta.put(STORE_RECORD, expected, &catalog.encode())?,
+            Some(v) if !upgrade => {
+                let version = meta.claim(STORE_RECORD, v)?;
+                load_chunks(meta.as_ref(), &mut catalog)?;
+                version
+            }
+            _ => {
+                // A catalog of version 5 unlisted by hand: its topics are in its chunks.
+                load_chunks(meta.as_ref(), &mut catalog)?;
+                let next = expected.map_or(1, |v| v + 1);
+                // Not the owner yet: a chunk record of that name with other bytes may be the
+                // former owner's, about to be pinned (`stage_chunks` answers Fenced).
+                catalog.chunks = stage_chunks(meta.as_ref(), &catalog, next, None)?;
+                meta.put(STORE_RECORD, expected, &catalog.encode())?
+            }
         };
+        // Chunk records this version does not pin can never be pinned again (each write pins
+        // only records named after its own version, above this one): a write cut short or
+        // refused left them.
+        for file in chunk_leftovers(storage, &catalog)? {
+            match storage.remove(&file) {
+                Ok(()) => {}
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
         let mut ids = HashMap::with_capacity(catalog.topics.len());
         index_topics(&mut ids, &catalog.topics);
         Ok(Self {
@@ -249,9 +277,25 @@ impl CatalogHandle {
     /// Writes the catalog this handle holds over the version it wrote last (as
     /// [`Self::write`]), and says whether the write took: then this handle is at the new
     /// version; otherwise the caller puts back the catalog it held before.
+    ///
+    /// When the tail has filled (a creation brought it to [`CHUNK_TOPICS`] topics), its chunk
+    /// record is written first, whole and synced, under the name of the version this write
+    /// takes; the catalog's compare-and-set then pins it, with an empty tail. A cut before the
+    /// compare-and-set leaves the record unpinned: the next claim removes it and `verify`
+    /// calls it a leftover. Every other write is the compare-and-set alone.
     fn write_held(&mut self) -> (Result<()>, bool) {
+        let pins = match stage_chunks(
+            self.meta.as_ref(),
+            &self.catalog,
+            self.version + 1,
+            Some(self.version),
+        ) {
+            Ok(pins) => pins,
+            Err(e) => return (Err(e), false),
+        };
+        let held = std::mem::replace(&mut self.catalog.chunks, pins);
         let encoded = self.catalog.encode();
-        match self.meta.put(STORE_RECORD, Some(self.version), &encoded) {
+        let (written, took) = match self.meta.put(STORE_RECORD, Some(self.version), &encoded) {
             Ok(v) => {
                 self.version = v;
                 (Ok(()), true)
@@ -265,7 +309,11 @@ impl CatalogHandle {
                 }
                 (Err(e), took)
             }
+        };
+        if !took {
+            self.catalog.chunks = held;
         }
+        (written, took)
     }
 
     /// Topic names in creation order.
@@ -278,6 +326,132 @@ impl CatalogHandle {
 /// Reads of the catalog before its claim, at most.
 const CLAIM_ATTEMPTS: u32 = 8;
 
+/// The version of every chunk record: each is written once, by a `put` that creates it (again
+/// only after [`MetaStore::discard`] of an unpinned one).
+const CHUNK_RECORD_VERSION: u64 = 1;
+
+/// Writes, under names of catalog version `next`, the chunk records of the full chunks of
+/// `catalog`'s topics that its pins do not hold yet (the tail a creation filled, or every full
+/// chunk of a catalog of an earlier version), each whole and synced ([`MetaStore::put`]
+/// creating it). Returns the pins the catalog's write of `next` carries.
+///
+/// A record of that name that exists already holds the same bytes when an earlier attempt of
+/// the same write (cut short, or refused after it) made it: it serves. One with other bytes
+/// was made by an attempt whose commit did not take for other topics (a creation that failed,
+/// then another topic filling the tail): when `owner` is the version the store record still
+/// holds, only this owner names records after the next version, and its commit of that
+/// version never took, so nothing pins the record: it is discarded and written again. If the
+/// record moved on (or `owner` is `None`, a claim before it owns the store), a commit of
+/// version `next` may have pinned it: it is left alone and the answer is [`Error::Fenced`].
+fn stage_chunks(
+    meta: &dyn MetaStore,
+    catalog: &Catalog,
+    next: u64,
+    owner: Option<u64>,
+) -> Result<Vec<ChunkPin>> {
+    let mut pins = catalog.chunks.clone();
+    // Pins only ever cover whole chunks of the topics, which are only appended: the pinned
+    // chunks hold exactly the first topics.
+    for (k, topics) in catalog
+        .topics
+        .chunks_exact(CHUNK_TOPICS)
+        .enumerate()
+        .skip(pins.len())
+    {
+        let index = u32::try_from(k).map_err(|_| Error::LimitExceeded {
+            reason: "the store catalog has run out of chunk indexes".into(),
+        })?;
+        let bytes = TopicChunk::encode(index, topics);
+        put_chunk(meta, &chunk_record(k, next), &bytes, owner)?;
+        pins.push(ChunkPin {
+            made_at: next,
+            crc: crc32(&[&bytes]),
+        });
+    }
+    Ok(pins)
+}
+
+/// Creates chunk record `name` holding `bytes` (see [`stage_chunks`] for a name taken).
+fn put_chunk(meta: &dyn MetaStore, name: &str, bytes: &[u8], owner: Option<u64>) -> Result<()> {
+    let taken = match meta.put(name, None, bytes) {
+        Ok(_) => return Ok(()),
+        Err(e @ Error::Fenced { .. }) => e,
+        Err(e) => return Err(e),
+    };
+    match meta.get(name)? {
+        Some((_, held)) if held == bytes => Ok(()),
+        Some(_) => match owner {
+            Some(v) if meta.is_current(STORE_RECORD, v)? => {
+                meta.discard(name, CHUNK_RECORD_VERSION)?;
+                meta.put(name, None, bytes).map(drop)
+            }
+            _ => Err(taken),
+        },
+        None => Err(taken),
+    }
+}
+
+/// Reads the topics of `catalog` from the chunk records it pins (none for a catalog of an
+/// earlier version, whose topics are inline), each checked against its pin, then the whole
+/// list (ids and names unique): what the open refuses and `verify` reports.
+///
+/// # Errors
+/// [`Error::Corrupted`] naming the chunk record that is missing or does not match its pin, or
+/// the catalog when the topics of its chunks collide; [`Error::Io`].
+pub fn load_chunks(meta: &dyn MetaStore, catalog: &mut Catalog) -> Result<()> {
+    if catalog.chunks.is_empty() {
+        return Ok(());
+    }
+    let tail = std::mem::replace(
+        &mut catalog.topics,
+        Vec::with_capacity(catalog.chunks.len() * CHUNK_TOPICS + CHUNK_TOPICS),
+    );
+    for k in 0..catalog.chunks.len() {
+        let name = chunk_record(k, catalog.chunks[k].made_at);
+        let Some((_, bytes)) = meta.get(&name)? else {
+            return Err(Error::corrupted_at(
+                crate::error::CorruptionPlace::Record(name),
+                crate::error::CorruptionKind::InvalidField(
+                    "chunk record (the store catalog pins it, but it is missing)",
+                ),
+            ));
+        };
+        catalog
+            .add_chunk(k, &bytes)
+            .map_err(|c| c.in_record(name))?;
+    }
+    catalog.topics.extend(tail);
+    catalog
+        .check_topics()
+        .map_err(|c| c.in_record(STORE_RECORD))
+}
+
+/// The files of chunk records `catalog` does not pin, and every temporary file of a chunk
+/// record: what a creation or an upgrade cut short, refused or superseded left. No read takes
+/// them and none can be pinned later (a write pins only records named after the version it
+/// takes); the claim removes them and `verify` calls them leftovers.
+///
+/// # Errors
+/// [`Error::Io`] when the directory cannot be listed.
+pub fn chunk_leftovers(storage: &dyn Storage, catalog: &Catalog) -> Result<Vec<String>> {
+    let pinned: std::collections::HashSet<String> = catalog
+        .chunks
+        .iter()
+        .enumerate()
+        .map(|(k, pin)| chunk_record(k, pin.made_at))
+        .collect();
+    Ok(storage
+        .list_prefix(CHUNK_RECORD_PREFIX)?
+        .into_iter()
+        .filter(|file| {
+            file.split_once('.').is_some_and(|(record, _)| {
+                is_chunk_record(record)
+                    && (!pinned.contains(record) || file.ends_with(crate::meta::file::TEMP_SUFFIX))
+            })
+        })
+        .collect())
+}
+
 /// Adds `topics` to `ids` by name; the first id of a name stays, as a search of the topics in
 /// creation order would find it.
 fn index_topics(ids: &mut HashMap<String, u64>, topics: &[CatalogTopic]) {
@@ -287,9 +461,9 @@ fn index_topics(ids: &mut HashMap<String, u64>, topics: &[CatalogTopic]) {
 }
 
 /// Whether `name` is a file a store directory may hold besides topic files before its catalog
-/// exists: the lock file and the catalog record's own files.
+/// exists: the lock file and the files of the catalog record and its chunk records.
 fn is_store_file(name: &str) -> bool {
-    name == "LOCK" || name.starts_with("store.")
+    name == "LOCK" || name.starts_with("store.") || name.starts_with(CHUNK_RECORD_PREFIX)
 }
 
 fn random_id() -> u64 {

@@ -751,18 +751,20 @@ pub fn topic_file(
     }
 }
 
-/// The catalog of the store kept in `storage`, read without writing; `None` when `storage`
-/// holds no store.
+/// The catalog of the store kept in `storage` with its topics (read from the chunk records it
+/// pins, as the open reads them), read without writing; `None` when `storage` holds no store.
 ///
 /// # Errors
 /// [`Error::Corrupted`] for a damaged catalog; [`Error::Io`].
 pub fn read_catalog(storage: Arc<dyn Storage>) -> Result<Option<crate::format::store::Catalog>> {
     let meta = FileMetaStore::new(storage);
-    meta.get(STORE_RECORD)?
-        .map(|(_, bytes)| {
-            crate::format::store::Catalog::decode(&bytes).map_err(|c| c.in_record(STORE_RECORD))
-        })
-        .transpose()
+    let Some((_, bytes)) = meta.get(STORE_RECORD)? else {
+        return Ok(None);
+    };
+    let mut catalog =
+        crate::format::store::Catalog::decode(&bytes).map_err(|c| c.in_record(STORE_RECORD))?;
+    catalog::load_chunks(&meta, &mut catalog)?;
+    Ok(Some(catalog))
 }
 
 /// Checks that the store kept in `storage` holds nothing of a topic its `catalog` does not

@@ -171,7 +171,9 @@ fn a_power_cut_at_every_step_of_the_claim_and_every_tail_byte_keeps_every_commit
 
 #[test]
 fn a_store_whose_catalog_is_version_1_opens_with_its_topics_and_cursors() {
-    use ackstore::internals::format::store::{CATALOG_VERSION_V1, Catalog, SPACED_FROM_LEN};
+    use ackstore::internals::format::store::{
+        CATALOG_VERSION_V1, CATALOG_VERSION_V4, SPACED_FROM_LEN,
+    };
     use ackstore::internals::meta::{FileMetaStore, MetaStore};
     use ackstore::{CursorOptions, InitialPosition};
 
@@ -195,11 +197,13 @@ fn a_store_whose_catalog_is_version_1_opens_with_its_topics_and_cursors() {
     // The catalog as a version 1 build wrote it: no seal count, no `spaced_from`, no segment
     // list (on the in-memory disk a topic's files have the same names in both layouts).
     let meta = FileMetaStore::new(Arc::new(disk.clone()));
-    let (version, bytes) = meta.get("store").expect("read").expect("catalog");
-    let mut catalog = Catalog::decode(&bytes).expect("decode");
+    let (version, _) = meta.get("store").expect("read").expect("catalog");
+    let mut catalog = ackstore::internals::store::read_catalog(Arc::new(disk.clone()))
+        .expect("read")
+        .expect("catalog");
     assert!(catalog.seals.is_empty(), "no journal segment, no seal");
     catalog.segments = None;
-    let mut v1 = catalog.encode();
+    let mut v1 = catalog.encode_version(CATALOG_VERSION_V4);
     v1.truncate(v1.len() - 4 - SPACED_FROM_LEN - 4 - 8 - 16);
     v1[8..10].copy_from_slice(&CATALOG_VERSION_V1.to_le_bytes());
     meta.put("store", Some(version), &v1).expect("write v1");

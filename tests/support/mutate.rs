@@ -17,7 +17,7 @@ use ackstore::internals::format::journal::{
     encode_record, records_start,
 };
 use ackstore::internals::format::meta::{CursorRecord, TopicRecord, decode_stored, encode_stored};
-use ackstore::internals::format::store::Catalog;
+use ackstore::internals::format::store::{CATALOG_VERSION_V4, Catalog, chunk_record};
 
 use super::workload::Rng;
 
@@ -78,9 +78,24 @@ impl Tree {
         let path = self.record("", "store")?;
         let (version, payload) = decode_stored(&self.files[&path]).ok()?;
         let mut catalog = Catalog::decode(&payload).ok()?;
+        // The pinned chunks' topics, then the tail the catalog holds inline.
+        let tail = std::mem::take(&mut catalog.topics);
+        for k in 0..catalog.chunks.len() {
+            let chunk = self.record("", &chunk_record(k, catalog.chunks[k].made_at))?;
+            let (_, bytes) = decode_stored(&self.files[&chunk]).ok()?;
+            catalog.add_chunk(k, &bytes).ok()?;
+        }
+        catalog.topics.extend(tail);
+        let topics = catalog.topics.clone();
         edit(&mut catalog)?;
-        self.files
-            .insert(path, encode_stored(version, &catalog.encode()));
+        // Edited topics are written inline, as version 4 (an earlier build's layout): the
+        // chunk records stay, pinned no more.
+        let bytes = if catalog.topics == topics {
+            catalog.encode()
+        } else {
+            catalog.encode_version(CATALOG_VERSION_V4)
+        };
+        self.files.insert(path, encode_stored(version, &bytes));
         Some(())
     }
 

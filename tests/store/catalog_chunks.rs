@@ -1,0 +1,415 @@
+//! The store catalog's full chunks of topics in chunk records, the last partial one inline: a
+//! creation writes the catalog's pins and that tail, not every name, so its bytes stay flat as
+//! topics accumulate; a power cut at every step of a creation (one inside the tail, one that
+//! fills it and writes its chunk record) and of the upgrade of a version 4 catalog keeps every
+//! created topic and invents none; a failed sync at every step of a creation that fills the
+//! tail leaves a store later creations extend; a former owner's creation during a claim is
+//! refused or kept, never a collision.
+
+use crate::support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use ackstore::internals::format::store::{CATALOG_VERSION_V4, CHUNK_RECORD_PREFIX, CHUNK_TOPICS};
+use ackstore::internals::meta::{FileMetaStore, MetaStore};
+use ackstore::internals::store::read_catalog;
+use ackstore::{Error, MemStorage, Storage, Store};
+use support::config::store_without_flusher;
+use support::crash::{Cut, Points, cut_everywhere_after, sound_images};
+use support::hooked::{Fault, Hooked};
+use support::takeover;
+use support::tap::{Hook, Tap};
+
+/// The name of the `i`-th topic created.
+fn name(i: usize) -> String {
+    format!("persistent://tenant/namespace/topic-{i}")
+}
+
+/// Creates topics `from..to` of `store`.
+fn create(store: &Store, from: usize, to: usize) {
+    for i in from..to {
+        store.topic(&name(i)).expect("create");
+    }
+}
+
+/// A closed store of `topics` topics on a fresh disk.
+fn store_of(topics: usize) -> MemStorage {
+    let disk = MemStorage::new();
+    let store =
+        Store::open_with_storage(Arc::new(disk.clone()), store_without_flusher()).expect("open");
+    create(&store, 0, topics);
+    store.close().expect("close");
+    disk
+}
+
+/// Copies every file of `template` into the empty disk `to`, synced.
+fn copy_into(template: &MemStorage, to: &MemStorage) {
+    for file in template.list().expect("list") {
+        let bytes = template.live_bytes(&file).expect("bytes");
+        let copy = to.create(&file).expect("create");
+        copy.write_all_at(&bytes, 0).expect("write");
+        copy.sync_data().expect("sync");
+    }
+    to.sync_dir().expect("sync dir");
+}
+
+/// Rewrites the catalog of the closed store on `disk` as an earlier build wrote it (version 4,
+/// every topic inline) and removes its chunk records.
+fn as_version_4(disk: &MemStorage) {
+    let storage: Arc<dyn Storage> = Arc::new(disk.clone());
+    let catalog = read_catalog(storage.clone())
+        .expect("read")
+        .expect("a store");
+    let meta = FileMetaStore::new(storage.clone());
+    let (version, _) = meta.get("store").expect("get").expect("catalog");
+    meta.put(
+        "store",
+        Some(version),
+        &catalog.encode_version(CATALOG_VERSION_V4),
+    )
+    .expect("write version 4");
+    for file in storage.list_prefix(CHUNK_RECORD_PREFIX).expect("list") {
+        storage.remove(&file).expect("remove");
+    }
+    storage.sync_dir().expect("sync dir");
+}
+
+/// Counts the bytes written through a [`Tap`].
+#[derive(Default)]
+struct Written(AtomicU64);
+
+impl Hook for Written {
+    fn write(
+        &self,
+        _name: &str,
+        buf: &[u8],
+        offset: u64,
+        write: &dyn Fn(&[u8], u64) -> ackstore::Result<()>,
+    ) -> ackstore::Result<()> {
+        self.0.fetch_add(buf.len() as u64, Ordering::SeqCst);
+        write(buf, offset)
+    }
+}
+
+/// Reopens the store on `storage` and checks that its topics are `names` in creation order,
+/// with ids ascending and unique, and that `verify` finds it sound.
+fn reopened_holds(storage: &Arc<dyn Storage>, names: &[String]) {
+    let store = Store::open_with_storage(storage.clone(), store_without_flusher()).expect("open");
+    assert_eq!(store.topic_names(), names);
+    store.close().expect("close");
+    drop(store);
+    let catalog = read_catalog(storage.clone())
+        .expect("read")
+        .expect("a store");
+    let read: Vec<&String> = catalog.topics.iter().map(|t| &t.name).collect();
+    assert_eq!(read, names.iter().collect::<Vec<_>>());
+    assert!(catalog.topics.windows(2).all(|w| w[0].id < w[1].id));
+    let report = ackstore::check::verify(storage).expect("verify");
+    // The open removed what creations cut short or refused left.
+    assert!(
+        report.is_sound()
+            && !report
+                .unused
+                .iter()
+                .any(|f| f.file.starts_with(CHUNK_RECORD_PREFIX)),
+        "{report}"
+    );
+}
+
+/// Creation `i` costs about the same bytes at 4,000 topics as at 1,000: a pin per full chunk
+/// and the tail, and one chunk record per chunk's worth of creations, not every name (a
+/// catalog of every name grows four times).
+#[test]
+fn bytes_written_per_creation_stay_flat_from_1k_to_4k_topics() {
+    let disk = MemStorage::new();
+    let written = Arc::new(Written::default());
+    let storage: Arc<dyn Storage> = Arc::new(Tap::new(Arc::new(disk.clone()), written.clone()));
+    let store = Store::open_with_storage(storage.clone(), store_without_flusher()).expect("open");
+    // Whole chunks, so both spans write one chunk record and tails of the same sizes.
+    let span = |from: usize| {
+        create(&store, store.topic_names().len(), from);
+        let before = written.0.load(Ordering::SeqCst);
+        create(&store, from, from + CHUNK_TOPICS);
+        written.0.load(Ordering::SeqCst) - before
+    };
+    let at_1k = span(2 * CHUNK_TOPICS);
+    let at_4k = span(7 * CHUNK_TOPICS);
+    assert!(at_1k > 0);
+    assert!(
+        at_4k * 10 <= at_1k * 11,
+        "{at_1k} bytes for the creations from 1k topics, {at_4k} from 3.5k"
+    );
+    store.close().expect("close");
+    drop(store);
+    let names: Vec<String> = (0..8 * CHUNK_TOPICS).map(name).collect();
+    reopened_holds(&storage, &names);
+}
+
+/// After a power cut at `cut` of a workload that opened the store holding `before` and created
+/// topic `new` (`created`: what the creation returned), the store holds `before` and, if the
+/// creation returned `Ok`, `new`; nothing else, and `verify` finds no damage.
+fn holds_after_cut(
+    disk: &MemStorage,
+    cut: Cut,
+    before: &[String],
+    new: &str,
+    created: &ackstore::Result<()>,
+) {
+    for image in sound_images(disk, cut) {
+        let store = Store::open_with_storage(image.clone(), store_without_flusher())
+            .unwrap_or_else(|e| panic!("{cut:?}: open: {e}"));
+        let names = store.topic_names();
+        assert!(names.len() >= before.len(), "{cut:?}: {names:?}");
+        assert_eq!(names[..before.len()], *before, "{cut:?}");
+        match &names[before.len()..] {
+            [] => assert!(created.is_err(), "{cut:?}: a created topic was lost"),
+            [n] => assert_eq!(n, new, "{cut:?}"),
+            more => panic!("{cut:?}: invented {more:?}"),
+        }
+        store
+            .close()
+            .unwrap_or_else(|e| panic!("{cut:?}: close: {e}"));
+        drop(store);
+        reopened_holds(&image, &names);
+    }
+}
+
+/// Opens the store copied from `template` (power on), then creates one topic with the power
+/// cut at every step of the open and the creation.
+fn cut_at_every_step_of_a_creation(template: &MemStorage, before: usize) {
+    let names: Vec<String> = (0..before).map(name).collect();
+    let new = name(before);
+    let clean = cut_everywhere_after(
+        Points::every_in_release(5),
+        |disk| copy_into(template, disk),
+        |disk, ()| {
+            let store = Store::open_with_storage(Arc::new(disk.clone()), store_without_flusher())?;
+            store.topic(&new).map(drop)
+        },
+        |disk, cut, created| holds_after_cut(disk, cut, &names, &new, &created),
+    );
+    clean.result.expect("the creation without a cut");
+}
+
+#[test]
+fn a_power_cut_at_every_step_of_a_creation_inside_the_tail_keeps_what_was_created() {
+    cut_at_every_step_of_a_creation(&store_of(CHUNK_TOPICS + 5), CHUNK_TOPICS + 5);
+}
+
+#[test]
+fn a_power_cut_at_every_step_of_a_creation_that_fills_the_tail_keeps_what_was_created() {
+    cut_at_every_step_of_a_creation(&store_of(2 * CHUNK_TOPICS - 1), 2 * CHUNK_TOPICS - 1);
+}
+
+/// A creation that fills the tail (its chunk record written, then the catalog) with the `n`th
+/// file sync or directory sync from its start failing, for every sync it makes: the creation
+/// fails, the topic is recorded or not as the handle says, and creations of other topics then
+/// succeed (the first fills the tail again: a chunk record of the failed attempt under the
+/// same name, other bytes, is this owner's own leftover and is replaced); the store reopens
+/// with exactly those topics and `verify` finds it sound.
+#[test]
+fn a_failed_sync_at_every_step_of_a_creation_that_fills_the_tail_leaves_a_store_that_grows() {
+    let before = CHUNK_TOPICS - 1;
+    let template = store_of(before - 1);
+    let mut chunk_then_catalog_failed = false;
+    // Every file sync in turn, then every directory sync, until one is past the creation.
+    let (mut fault, mut past) = (Fault::File(1), false);
+    while !past {
+        let disk = MemStorage::new();
+        copy_into(&template, &disk);
+        let hooked = Hooked::new(disk.clone());
+        let storage: Arc<dyn Storage> = Arc::new(hooked.clone());
+        let store =
+            Store::open_with_storage(storage.clone(), store_without_flusher()).expect("open");
+        // A creation before the faults: its catalog write makes the open's claim durable (a
+        // failed directory sync would otherwise forget the claim's link, another test's case).
+        create(&store, before - 1, before);
+        let counts = hooked.arm(fault);
+        let filled = store.topic("filler").map(drop);
+        let armed = match fault {
+            Fault::File(_) => &hooked.hooks.fail_sync_in,
+            Fault::Dir(_) => &hooked.hooks.fail_dir_sync_in,
+        };
+        let next = match fault {
+            Fault::File(n) => Fault::File(n + 1),
+            Fault::Dir(n) => Fault::Dir(n + 1),
+        };
+        if armed.swap(0, Ordering::SeqCst) != 0 {
+            // Past the creation's last sync of that kind.
+            filled.expect("the creation without a fault");
+            store.close().expect("close");
+            past = matches!(fault, Fault::Dir(_));
+            fault = Fault::Dir(1);
+            continue;
+        }
+        let this = std::mem::replace(&mut fault, next);
+        let fault = this;
+        assert!(filled.is_err(), "{fault:?} at {counts:?}: {filled:?}");
+        let failed = hooked.hooks.failed_syncs.lock().expect("hooks").clone();
+        chunk_then_catalog_failed |= failed.iter().any(|f| f.starts_with("store."))
+            && disk
+                .list_prefix(CHUNK_RECORD_PREFIX)
+                .expect("list")
+                .iter()
+                .any(|f| !f.ends_with(".tmp"));
+        let mut names = store.topic_names();
+        let kept = names.len() - before;
+        assert!(kept <= 1, "{fault:?}: {names:?}");
+        assert!(
+            kept == 0 || names[before] == "filler",
+            "{fault:?}: {names:?}"
+        );
+        for i in 0..3 {
+            let other = format!("other-{i}");
+            store
+                .topic(&other)
+                .unwrap_or_else(|e| panic!("{fault:?}: {other}: {e}"));
+            names.push(other);
+        }
+        assert_eq!(store.topic_names(), names, "{fault:?}");
+        store.close().expect("close");
+        drop(store);
+        reopened_holds(&storage, &names);
+    }
+    assert!(
+        chunk_then_catalog_failed,
+        "no fault failed the catalog after its chunk record was written"
+    );
+}
+
+#[test]
+fn a_power_cut_at_every_step_of_the_upgrade_of_a_version_4_catalog_keeps_every_topic() {
+    let template = store_of(CHUNK_TOPICS + 3);
+    as_version_4(&template);
+    cut_at_every_step_of_a_creation(&template, CHUNK_TOPICS + 3);
+}
+
+/// An earlier build's catalog opens, its topics moved into chunk records by the claim, and
+/// opens again from them.
+#[test]
+fn a_version_4_catalog_opens_and_its_topics_move_into_chunks() {
+    let disk = store_of(2 * CHUNK_TOPICS + 1);
+    as_version_4(&disk);
+    let storage: Arc<dyn Storage> = Arc::new(disk.clone());
+    let names: Vec<String> = (0..=2 * CHUNK_TOPICS).map(name).collect();
+    reopened_holds(&storage, &names);
+    // The full chunks; the last topic stays inline.
+    let chunks = storage.list_prefix(CHUNK_RECORD_PREFIX).expect("list");
+    assert_eq!(chunks.len(), 2, "{chunks:?}");
+}
+
+/// A former owner creates a topic while a new owner claims the store and creates one, with the
+/// claim at every storage operation of the former's creation: the former's creation is refused
+/// or kept, the new owner's always kept, and the store is sound.
+#[test]
+fn a_former_owners_creation_during_a_claim_is_refused_or_kept_never_a_collision() {
+    let template = store_of(CHUNK_TOPICS - 1);
+    let before: Vec<String> = (0..CHUNK_TOPICS - 1).map(name).collect();
+    let steps = {
+        let disk = MemStorage::new();
+        copy_into(&template, &disk);
+        let hooked = takeover::Disk::new(Arc::new(disk.clone()));
+        let old = Store::open_with_storage(hooked.storage.clone(), store_without_flusher())
+            .expect("open");
+        let at = hooked.hook.count();
+        old.topic("former").expect("create");
+        hooked.hook.count() - at
+    };
+    for n in 1..=steps {
+        let disk = MemStorage::new();
+        copy_into(&template, &disk);
+        let hooked = takeover::Disk::new(Arc::new(disk.clone()));
+        let old = Store::open_with_storage(hooked.storage.clone(), store_without_flusher())
+            .expect("open");
+        let new = {
+            let disk = disk.clone();
+            hooked.arm_takeover(n, move || {
+                takeover::new_store_owner(&disk, store_without_flusher(), "new")
+            })
+        };
+        let former = old.topic("former").map(drop);
+        let new = new.lock().expect("slot").take().expect("the takeover ran");
+        let names = new.topic_names();
+        assert!(
+            matches!(former, Ok(()) | Err(Error::Fenced { .. })),
+            "step {n}: {former:?}"
+        );
+        let mut expected = before.clone();
+        if former.is_ok() || names.contains(&"former".to_string()) {
+            expected.push("former".into());
+        }
+        expected.push("new".into());
+        assert_eq!(names, expected, "step {n}: {former:?}");
+        new.close().expect("close");
+        drop((new, old));
+        reopened_holds(&(Arc::new(disk) as Arc<dyn Storage>), &expected);
+    }
+}
+
+/// Each chunk record and the catalog deleted, cut, zeroed or bit-flipped, and each chunk
+/// replaced by its sibling: the open refuses the store as damaged and `verify` reports damage
+/// naming the same record.
+#[test]
+fn damage_to_any_chunk_or_to_the_catalog_is_refused_by_the_open_and_reported_by_verify() {
+    let disk = store_of(2 * CHUNK_TOPICS - 1);
+    let files = |prefix: &str| disk.list_prefix(prefix).expect("list");
+    let bytes = |file: &str| disk.live_bytes(file).expect("bytes");
+    {
+        // The first creation fills the tail: its chunk record is written and pinned.
+        let store = Store::open_with_storage(Arc::new(disk.clone()), store_without_flusher())
+            .expect("open");
+        create(&store, 2 * CHUNK_TOPICS - 1, 2 * CHUNK_TOPICS + 2);
+        store.close().expect("close");
+    }
+    let chunks = files(CHUNK_RECORD_PREFIX);
+    let catalog = files("store.");
+    assert_eq!(
+        (chunks.len(), catalog.len()),
+        (2, 1),
+        "{chunks:?} {catalog:?}"
+    );
+    let mut targets: Vec<(&str, String, Option<Vec<u8>>)> = Vec::new();
+    for file in chunks.iter().chain(&catalog) {
+        let whole = bytes(file);
+        let mut flipped = whole.clone();
+        flipped[whole.len() / 2] ^= 0x10;
+        // A store directory without its catalog is not a store's: that is another test's.
+        if file.starts_with(CHUNK_RECORD_PREFIX) {
+            targets.push(("deleted", file.clone(), None));
+        }
+        targets.extend([
+            (
+                "truncated",
+                file.clone(),
+                Some(whole[..whole.len() / 2].to_vec()),
+            ),
+            ("zeroed", file.clone(), Some(vec![0; whole.len()])),
+            ("bit flip", file.clone(), Some(flipped)),
+        ]);
+    }
+    targets.extend([
+        ("sibling", chunks[1].clone(), Some(bytes(&chunks[0]))),
+        ("sibling", chunks[0].clone(), Some(bytes(&chunks[1]))),
+    ]);
+    for (what, file, damage) in targets {
+        let damaged = disk.durable_image();
+        match damage {
+            None => damaged.remove(&file).expect("remove"),
+            Some(bytes) => damaged.set_bytes(&file, bytes).expect("set"),
+        }
+        let storage: Arc<dyn Storage> = Arc::new(damaged);
+        let report = ackstore::check::verify(&storage).expect("verify");
+        let record = file.split_once('.').expect("a record file").0;
+        assert!(
+            !report.is_sound() && report.findings.iter().any(|f| f.file.contains(record)),
+            "{what} {file}: {report}"
+        );
+        let opened = Store::open_with_storage(storage, store_without_flusher());
+        assert!(
+            matches!(&opened, Err(Error::Corrupted { .. })),
+            "{what} {file}: {:?}",
+            opened.err()
+        );
+    }
+}
