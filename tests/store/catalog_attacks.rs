@@ -206,22 +206,22 @@ struct Told {
     confirmed: BTreeMap<usize, BTreeSet<usize>>,
 }
 
-/// Opens the store on `image` and checks it against `told`: the first `before` names, then
+/// Opens the store on `image` and checks it against `told`: the names `base` made before, then
 /// every created name in order (the failed one possibly among them, nowhere else), nothing
 /// else; every cursor keeps every confirmed ack and no ack not made.
 fn holds_what_was_told(
     image: &Arc<dyn Storage>,
     config: &StoreConfig,
-    before: usize,
+    base: &[String],
     positions: &BTreeMap<usize, Vec<Position>>,
     told: &Told,
     what: &str,
 ) {
+    let before = base.len();
     let store = Store::open_with_storage(image.clone(), config.clone())
         .unwrap_or_else(|e| panic!("{what}: open: {e}"));
     let names = store.topic_names();
-    let base: Vec<String> = (0..before).map(name).collect();
-    assert_eq!(names[..before.min(names.len())], base[..], "{what}");
+    assert_eq!(names[..before.min(names.len())], *base, "{what}");
     let rest: Vec<String> = names[before..].to_vec();
     let without_failed: Vec<&String> = rest
         .iter()
@@ -290,17 +290,32 @@ fn a_power_cut_at_every_step_of_creations_across_a_chunk_edge_with_flushes_betwe
  {
     let config = store_without_flusher();
     let before = CHUNK - 2;
+    let base: Vec<String> = (0..before).map(name).collect();
     let (template, positions) = store_with_cursors(&config, before, &[0, before - 1], 8);
+    let new: Vec<String> = (before..before + 4).map(name).collect();
+    cut_at_every_step_of_creations(&config, &template, &base, &positions, &new);
+}
+
+/// Opens the store copied from `template` (which holds the topics `base`), then creates the
+/// topics `new`, each followed by an ack of the next entry of every cursor of `positions` and
+/// a flush, with the power cut at every step: [`holds_what_was_told`] on every image.
+fn cut_at_every_step_of_creations(
+    config: &StoreConfig,
+    template: &MemStorage,
+    base: &[String],
+    positions: &BTreeMap<usize, Vec<Position>>,
+    new: &[String],
+) {
     let run = |disk: &MemStorage| {
         let mut told = Told::default();
         let outcome = (|| -> ackstore::Result<()> {
             let store = Store::open_with_storage(Arc::new(disk.clone()), config.clone())?;
-            for (e, i) in (before..before + 4).enumerate() {
-                told.failed = Some(name(i));
-                store.topic(&name(i))?;
+            for (e, n) in new.iter().enumerate() {
+                told.failed = Some(n.clone());
+                store.topic(n)?;
                 told.failed = None;
-                told.created.push(name(i));
-                ack_and_flush(&store, &positions, e, &mut told)?;
+                told.created.push(n.clone());
+                ack_and_flush(&store, positions, e, &mut told)?;
             }
             store.close()
         })();
@@ -308,23 +323,17 @@ fn a_power_cut_at_every_step_of_creations_across_a_chunk_edge_with_flushes_betwe
     };
     let clean = cut_everywhere_after(
         Points::every_in_release(5),
-        |disk| copy_into(&template, disk),
+        |disk| copy_into(template, disk),
         |disk, ()| run(disk),
         |disk, cut, (_, told)| {
             for image in sound_images(disk, cut) {
-                holds_what_was_told(
-                    &image,
-                    &config,
-                    before,
-                    &positions,
-                    &told,
-                    &format!("{cut:?}"),
-                );
+                let what = format!("{cut:?}");
+                holds_what_was_told(&image, config, base, positions, &told, &what);
             }
         },
     );
     clean.result.0.expect("the workload without a cut");
-    assert_eq!(clean.result.1.created.len(), 4);
+    assert_eq!(clean.result.1.created, new);
 }
 
 /// A power cut at every step of the open that moves a version 4 catalog of 1,100 topics (two
@@ -344,6 +353,7 @@ fn a_power_cut_at_every_step_of_the_upgrade_of_a_version_4_catalog_of_1100_topic
 fn a_power_cut_at_every_step_of_segment_rollovers_on_600_topics_keeps_topics_and_acks() {
     let config = store_journal(256);
     let topics = 600;
+    let base: Vec<String> = (0..topics).map(name).collect();
     let (template, positions) = store_with_cursors(&config, topics, &[0, 300, 511, 512, 599], 6);
     let run = |disk: &MemStorage| {
         let mut told = Told::default();
@@ -367,7 +377,7 @@ fn a_power_cut_at_every_step_of_segment_rollovers_on_600_topics_keeps_topics_and
                 holds_what_was_told(
                     &image,
                     &config,
-                    topics,
+                    &base,
                     &positions,
                     &told,
                     &format!("{cut:?}"),
@@ -467,6 +477,26 @@ fn names_of_1024_bytes_fill_chunks_and_reopen() {
     }
     reopened_holds(&storage, &names);
     one_id_per_name(&storage, &names, "long names");
+}
+
+/// A power cut at every step of the creations of the 512th and 513th names of 1,024 bytes
+/// (a chunk's last topic and the next chunk's first): every `Ok` creation kept, none invented.
+#[test]
+fn a_power_cut_at_every_step_of_creations_of_1024_byte_names_across_a_chunk_edge_keeps_them() {
+    let config = store_without_flusher();
+    let before = CHUNK - 1;
+    let base: Vec<String> = (0..before).map(long_name).collect();
+    let template = MemStorage::new();
+    {
+        let store =
+            Store::open_with_storage(Arc::new(template.clone()), config.clone()).expect("open");
+        for n in &base {
+            store.topic(n).expect("create");
+        }
+        store.close().expect("close");
+    }
+    let new: Vec<String> = (before..before + 2).map(long_name).collect();
+    cut_at_every_step_of_creations(&config, &template, &base, &BTreeMap::new(), &new);
 }
 
 /// The store's own metadata records (the catalog and whatever records hold its topic list,
