@@ -678,6 +678,8 @@ fn a_former_owner_creating_at_every_step_of_a_new_owners_claim_and_creations_los
         drop(store);
         hooked.hook.count() - at
     };
+    // How often the former's creation was kept and refused: the steps must cover both.
+    let (mut kept, mut refused) = (0, 0);
     for n in 1..=steps {
         let what = format!("step {n} of {steps}");
         let disk = MemStorage::new();
@@ -710,6 +712,7 @@ fn a_former_owner_creating_at_every_step_of_a_new_owners_claim_and_creations_los
             assert!(names.contains(&n.to_string()), "{what}: {n} lost");
         }
         if former_made.is_ok() {
+            kept += 1;
             assert!(
                 names.contains(&"former".to_string()),
                 "{what}: the former's Ok creation lost"
@@ -727,5 +730,12 @@ fn a_former_owner_creating_at_every_step_of_a_new_owners_claim_and_creations_los
         let report = ackstore::check::verify(&image).expect("verify");
         assert!(report.is_sound(), "{what}: {report}");
         one_id_per_name(&image, &names, &what);
+        if !names.contains(&"former".to_string()) {
+            refused += 1;
+        }
     }
+    assert!(
+        kept > 0 && refused > 0,
+        "{kept} steps kept the former's creation, {refused} refused it"
+    );
 }
