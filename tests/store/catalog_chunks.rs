@@ -22,19 +22,19 @@ use support::takeover;
 use support::tap::{Hook, Tap};
 
 /// The name of the `i`-th topic created.
-fn name(i: usize) -> String {
+pub(crate) fn name(i: usize) -> String {
     format!("persistent://tenant/namespace/topic-{i}")
 }
 
 /// Creates topics `from..to` of `store`.
-fn create(store: &Store, from: usize, to: usize) {
+pub(crate) fn create(store: &Store, from: usize, to: usize) {
     for i in from..to {
         store.topic(&name(i)).expect("create");
     }
 }
 
 /// A closed store of `topics` topics on a fresh disk.
-fn store_of(topics: usize) -> MemStorage {
+pub(crate) fn store_of(topics: usize) -> MemStorage {
     let disk = MemStorage::new();
     let store =
         Store::open_with_storage(Arc::new(disk.clone()), store_without_flusher()).expect("open");
@@ -44,7 +44,7 @@ fn store_of(topics: usize) -> MemStorage {
 }
 
 /// Copies every file of `template` into the empty disk `to`, synced.
-fn copy_into(template: &MemStorage, to: &MemStorage) {
+pub(crate) fn copy_into(template: &MemStorage, to: &MemStorage) {
     for file in template.list().expect("list") {
         let bytes = template.live_bytes(&file).expect("bytes");
         let copy = to.create(&file).expect("create");
@@ -56,7 +56,7 @@ fn copy_into(template: &MemStorage, to: &MemStorage) {
 
 /// Rewrites the catalog of the closed store on `disk` as an earlier build wrote it (version 4,
 /// every topic inline) and removes its chunk records.
-fn as_version_4(disk: &MemStorage) {
+pub(crate) fn as_version_4(disk: &MemStorage) {
     let storage: Arc<dyn Storage> = Arc::new(disk.clone());
     let catalog = read_catalog(storage.clone())
         .expect("read")
@@ -77,7 +77,7 @@ fn as_version_4(disk: &MemStorage) {
 
 /// Counts the bytes written through a [`Tap`].
 #[derive(Default)]
-struct Written(AtomicU64);
+pub(crate) struct Written(pub(crate) AtomicU64);
 
 impl Hook for Written {
     fn write(
@@ -94,7 +94,7 @@ impl Hook for Written {
 
 /// Reopens the store on `storage` and checks that its topics are `names` in creation order,
 /// with ids ascending and unique, and that `verify` finds it sound.
-fn reopened_holds(storage: &Arc<dyn Storage>, names: &[String]) {
+pub(crate) fn reopened_holds(storage: &Arc<dyn Storage>, names: &[String]) {
     let store = Store::open_with_storage(storage.clone(), store_without_flusher()).expect("open");
     assert_eq!(store.topic_names(), names);
     store.close().expect("close");
@@ -177,7 +177,7 @@ fn holds_after_cut(
 
 /// Opens the store copied from `template` (power on), then creates one topic with the power
 /// cut at every step of the open and the creation.
-fn cut_at_every_step_of_a_creation(template: &MemStorage, before: usize) {
+pub(crate) fn cut_at_every_step_of_a_creation(template: &MemStorage, before: usize) {
     let names: Vec<String> = (0..before).map(name).collect();
     let new = name(before);
     let clean = cut_everywhere_after(
@@ -393,12 +393,7 @@ fn damage_to_any_chunk_or_to_the_catalog_is_refused_by_the_open_and_reported_by_
         ("sibling", chunks[0].clone(), Some(bytes(&chunks[1]))),
     ]);
     for (what, file, damage) in targets {
-        let damaged = disk.durable_image();
-        match damage {
-            None => damaged.remove(&file).expect("remove"),
-            Some(bytes) => damaged.set_bytes(&file, bytes).expect("set"),
-        }
-        let storage: Arc<dyn Storage> = Arc::new(damaged);
+        let storage = damaged_image(&disk, &file, damage);
         let report = ackstore::check::verify(&storage).expect("verify");
         let record = file.split_once('.').expect("a record file").0;
         assert!(
@@ -412,4 +407,18 @@ fn damage_to_any_chunk_or_to_the_catalog_is_refused_by_the_open_and_reported_by_
             opened.err()
         );
     }
+}
+
+/// The durable image of `disk` with `file` deleted (`damage` `None`) or holding `damage`.
+pub(crate) fn damaged_image(
+    disk: &MemStorage,
+    file: &str,
+    damage: Option<Vec<u8>>,
+) -> Arc<dyn Storage> {
+    let damaged = disk.durable_image();
+    match damage {
+        None => damaged.remove(file).expect("remove"),
+        Some(bytes) => damaged.set_bytes(file, bytes).expect("set"),
+    }
+    Arc::new(damaged)
 }

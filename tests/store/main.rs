@@ -14,6 +14,7 @@ mod ack_saved_first_races;
 mod adversarial;
 mod batch_acks;
 mod batch_attacks;
+mod catalog_attacks;
 mod catalog_chunks;
 mod catalog_topic_ids;
 mod check_api;
