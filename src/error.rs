@@ -280,6 +280,12 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether this is an [`Error::Io`] of a file or name that does not exist (`ENOENT`): a
+    /// removal of what is already gone, or a read of what a removal took.
+    pub(crate) fn is_not_found(&self) -> bool {
+        matches!(self, Self::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+    }
+
     /// Builds an [`Error::Io`].
     pub fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Self::Io {

@@ -161,10 +161,6 @@ struct Counters {
     rebases: AtomicU64,
 }
 
-fn is_not_found(e: &Error) -> bool {
-    matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
-}
-
 fn corrupt(segment: u64, offset: u64, kind: CorruptionKind) -> Error {
     Error::corrupted_at(CorruptionPlace::Journal { segment, offset }, kind)
 }

@@ -26,7 +26,7 @@ use super::segment::{
     synced_len, window_get,
 };
 use super::writer::{Writer, write_claim};
-use super::{Counters, Journal, JournalConfig, corrupt, is_not_found};
+use super::{Counters, Journal, JournalConfig, corrupt};
 use crate::error::{CorruptionKind, Error, Result};
 use crate::format::journal::{
     BODY_FIXED_LEN, JournalLoc, MAX_BODY_LEN, Predecessor, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
@@ -227,7 +227,7 @@ fn check_strays(
         // segment it unlisted before this owner's claim. Gone is what a repair makes of it.
         let file = match storage.open(&segment_name(stray)) {
             Ok(file) => file,
-            Err(e) if is_not_found(&e) => continue,
+            Err(e) if e.is_not_found() => continue,
             Err(e) => return Err(e),
         };
         let mut win = Window::new(file.as_ref())?;
@@ -249,7 +249,7 @@ fn check_strays(
     if repair {
         for &stray in strays.iter().filter(|s| newest.is_some_and(|n| **s < n)) {
             match storage.remove(&segment_name(stray)) {
-                Err(e) if !is_not_found(&e) => return Err(e),
+                Err(e) if !e.is_not_found() => return Err(e),
                 _ => {}
             }
         }

@@ -398,7 +398,7 @@ impl EntryLog {
             ) {
                 // Removed since the listing (by a former owner of the directory that does not
                 // know it lost it, or by an inspected directory's owner): as if not listed.
-                Err(e) if is_not_found(&e) => continue,
+                Err(e) if e.is_not_found() => continue,
                 other => other?,
             };
             match opened {
@@ -506,7 +506,7 @@ impl EntryLog {
             &self.stats,
         );
         let ledger = match opened {
-            Err(e) if is_not_found(&e) => {
+            Err(e) if e.is_not_found() => {
                 return Err(Error::MissingLedger {
                     ledger: id,
                     dir: self.storage.location().into(),
@@ -781,7 +781,7 @@ impl EntryLog {
         match self.storage.remove(&ledger_file_name(ledger)) {
             // Already removed by another writer of the directory (a former owner deleting a
             // ledger it replaced): deleted all the same.
-            Err(e) if is_not_found(&e) => {}
+            Err(e) if e.is_not_found() => {}
             other => other?,
         }
         lock(&self.interrupted).remove(&ledger);
@@ -837,8 +837,4 @@ fn observe_open(
             "{at}: ledger {id}: {} bytes at offset {} {done} on open: {}",
             r.dropped_bytes, r.offset, r.reason);
     }
-}
-
-fn is_not_found(e: &Error) -> bool {
-    matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
 }

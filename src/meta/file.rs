@@ -183,10 +183,6 @@ pub fn version_file(name: &str, version: u64) -> String {
     format!("{name}.{version:0VERSION_DIGITS$}{RECORD_SUFFIX}")
 }
 
-fn is_not_found(e: &Error) -> bool {
-    matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
-}
-
 fn is_already_exists(e: &Error) -> bool {
     matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::AlreadyExists)
 }
@@ -303,7 +299,7 @@ impl FileMetaStore {
     fn read_file(&self, name: &str, found: &Found) -> Result<Option<Current>> {
         let file = match self.storage.open(&found.file) {
             Ok(file) => file,
-            Err(e) if is_not_found(&e) => return Ok(None),
+            Err(e) if e.is_not_found() => return Ok(None),
             Err(e) => return Err(e),
         };
         // On storage without open-file handles (RADOS) a file removed after `open` fails its
@@ -314,7 +310,7 @@ impl FileMetaStore {
         let bytes = match file.read_all(MAX_RECORD_BYTES as u64) {
             Ok(Some(bytes)) => bytes,
             Ok(None) => return Err(Self::corrupted(name, CorruptionKind::BadLength)),
-            Err(e) if is_not_found(&e) => return Ok(None),
+            Err(e) if e.is_not_found() => return Ok(None),
             Err(e) => return Err(e),
         };
         if bytes.is_empty() {
@@ -505,7 +501,7 @@ impl FileMetaStore {
             for file in below {
                 match self.storage.remove(file) {
                     Ok(()) => {}
-                    Err(e) if is_not_found(&e) => {}
+                    Err(e) if e.is_not_found() => {}
                     Err(e) => return Err(e),
                 }
             }
@@ -525,7 +521,7 @@ impl FileMetaStore {
         for file in self.stale_temps(listed)? {
             match self.storage.remove(&file) {
                 Ok(()) => {}
-                Err(e) if is_not_found(&e) => {}
+                Err(e) if e.is_not_found() => {}
                 Err(e) => return Err(e),
             }
         }
@@ -572,10 +568,10 @@ impl FileMetaStore {
             let empty = match self.storage.open(&version_file(name, version)) {
                 Ok(file) => match file.size() {
                     Ok(size) => size == 0,
-                    Err(e) if is_not_found(&e) => false,
+                    Err(e) if e.is_not_found() => false,
                     Err(e) => return Err(e),
                 },
-                Err(e) if is_not_found(&e) => false,
+                Err(e) if e.is_not_found() => false,
                 Err(e) => return Err(e),
             };
             if empty && let Current::Deleted(tombstone) = self.current(name)? {
@@ -662,7 +658,7 @@ impl FileMetaStore {
             Ok(()) => {}
             // Another writer linked this version first, or swept our temporary file because
             // the record had passed this version: either way, we lost.
-            Err(e) if is_already_exists(&e) || is_not_found(&e) => {
+            Err(e) if is_already_exists(&e) || e.is_not_found() => {
                 return Err(self.fenced(name, expected, Some(version)));
             }
             Err(e) => return Err(e),
@@ -758,7 +754,7 @@ impl FileMetaStore {
             if below {
                 match self.storage.remove(&found.file) {
                     Ok(()) => {}
-                    Err(e) if is_not_found(&e) => {}
+                    Err(e) if e.is_not_found() => {}
                     Err(e) => return Err(e),
                 }
             }
@@ -813,7 +809,7 @@ impl MetaStore for FileMetaStore {
             for version in (lowest..=highest).filter(|_| highest > 0) {
                 match self.storage.remove(&version_file(name, version)) {
                     Ok(()) => {}
-                    Err(e) if is_not_found(&e) => {}
+                    Err(e) if e.is_not_found() => {}
                     Err(e) => return Err(e),
                 }
             }
@@ -900,7 +896,7 @@ impl MetaStore for FileMetaStore {
             }
             // No file of `version`: another writer moved past it (and removed it), or the
             // record is a legacy `{name}.meta`, which a real write migrates.
-            Err(e) if is_not_found(&e) => {
+            Err(e) if e.is_not_found() => {
                 drop(writes);
                 return match self.current(name)? {
                     Current::Record(v, bytes) if v == version => {
@@ -973,7 +969,7 @@ impl MetaStore for FileMetaStore {
         self.learn(name, Known::Unknown);
         match self.storage.remove(&version_file(name, version)) {
             Ok(()) => {}
-            Err(e) if is_not_found(&e) => {}
+            Err(e) if e.is_not_found() => {}
             Err(e) => return Err(e),
         }
         if version == 1 {

@@ -124,7 +124,7 @@ impl CatalogHandle {
         for file in chunk_leftovers(storage, &catalog)? {
             match storage.remove(&file) {
                 Ok(()) => {}
-                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) if e.is_not_found() => {}
                 Err(e) => return Err(e),
             }
         }
