@@ -349,37 +349,78 @@ impl Subscription {
     }
 
     /// Applies a consumer's `ACK`. Acks of what does not exist or is already acknowledged
-    /// change nothing (the client is not told, as Pulsar does not).
+    /// change nothing (the client is not told, as Pulsar does not). The ids are applied in
+    /// their order; each run of consecutive individual ids without an ack set (what a client's
+    /// ack grouping sends) goes to the cursor as one [`Cursor::ack_many`], with the outcome of
+    /// applying them one by one (see [`Self::ack_entries`]).
     pub fn ack(&self, key: u64, cmd: &proto::CommandAck) {
         let cumulative = cmd.ack_type() == proto::command_ack::AckType::Cumulative;
+        let mut entries = Vec::new();
         for id in &cmd.message_id {
             let Target::At(pos, _) = target(id) else {
                 continue;
             };
+            if !cumulative && id.ack_set.is_empty() {
+                entries.push(pos);
+                continue;
+            }
+            self.ack_entries(&entries);
+            entries.clear();
             let outcome = if id.ack_set.is_empty() {
-                if cumulative {
-                    self.cursor.ack_cumulative(pos).map(|_| ())
-                } else {
-                    self.cursor.ack(pos).map(|_| ())
-                }
+                self.cursor.ack_cumulative(pos).map(|_| ())
             } else {
                 self.ack_batch(id, pos, cumulative)
             };
-            match outcome {
-                Err(e @ Error::Unsupported { .. }) => {
-                    if !self.refused_logged.swap(true, Ordering::Relaxed) {
-                        log::warn!("subscription {}: ack of {pos:?} refused: {e}", self.name);
-                    }
-                }
-                Err(e) => log::debug!("subscription {}: ack of {pos:?} ignored: {e}", self.name),
-                Ok(()) => {}
-            }
+            self.ack_outcome(pos, outcome);
             let mut st = self.state();
             if cumulative && id.ack_set.is_empty() {
                 st.pending.retain(|p, (k, _)| *p > pos || *k != key);
             } else if self.cursor.is_acked(pos).unwrap_or(false) {
                 st.pending.remove(&pos);
             }
+        }
+        self.ack_entries(&entries);
+    }
+
+    /// Acknowledges whole entries individually, as `Cursor::ack` of each in turn would, an
+    /// entry that is not retained ignored, and takes what is acknowledged out of `pending`.
+    /// More than one entry: one [`Cursor::ack_many`] under `state` (lock order `state`, then
+    /// the cursor's), so no seek or rewind comes between the ack and `pending`, and on `Ok`
+    /// every entry named is acknowledged (newly, already, or at or before mark-delete): one
+    /// cursor lock for the run. `ack_many` refuses the whole call on an entry that is not
+    /// retained (changing nothing) where the single acks would apply the others: then each
+    /// entry is acknowledged alone.
+    fn ack_entries(&self, entries: &[Position]) {
+        if entries.len() > 1 {
+            let mut st = self.state();
+            if self.cursor.ack_many(entries).is_ok() {
+                for pos in entries {
+                    st.pending.remove(pos);
+                }
+                return;
+            }
+        }
+        for &pos in entries {
+            let outcome = self.cursor.ack(pos).map(|_| ());
+            self.ack_outcome(pos, outcome);
+            let mut st = self.state();
+            if self.cursor.is_acked(pos).unwrap_or(false) {
+                st.pending.remove(&pos);
+            }
+        }
+    }
+
+    /// Logs an ack the cursor refused: an unsupported one once per subscription, others at
+    /// debug level (the client is not told).
+    fn ack_outcome(&self, pos: Position, outcome: Result<(), Error>) {
+        match outcome {
+            Err(e @ Error::Unsupported { .. }) => {
+                if !self.refused_logged.swap(true, Ordering::Relaxed) {
+                    log::warn!("subscription {}: ack of {pos:?} refused: {e}", self.name);
+                }
+            }
+            Err(e) => log::debug!("subscription {}: ack of {pos:?} ignored: {e}", self.name),
+            Ok(()) => {}
         }
     }
 

@@ -392,14 +392,14 @@ impl Raw {
         .await;
     }
 
-    /// Acknowledges `id` individually for consumer 1 and waits for the answer.
-    async fn ack(&mut self, id: MessageIdData) {
+    /// Acknowledges `ids` individually for consumer 1, in one `ACK`, and waits for the answer.
+    async fn ack(&mut self, ids: Vec<MessageIdData>) {
         self.send(BaseCommand {
             r#type: Type::Ack as i32,
             ack: Some(proto::CommandAck {
                 consumer_id: 1,
                 ack_type: proto::command_ack::AckType::Individual as i32,
-                message_id: vec![id],
+                message_id: ids,
                 request_id: Some(3),
                 ..Default::default()
             }),
@@ -469,7 +469,7 @@ async fn a_batch_ack_claiming_another_batch_size_acknowledges_nothing() {
         batch_size: Some(batch_size),
         ..Default::default()
     };
-    raw.ack(message(vec![!1], 1)).await;
+    raw.ack(vec![message(vec![!1], 1)]).await;
     let (_, mark) = raw.last_message_id().await;
     assert!(
         mark.as_ref()
@@ -485,11 +485,152 @@ async fn a_batch_ack_claiming_another_batch_size_acknowledges_nothing() {
     );
 
     // The same ack with the entry's own size acknowledges message 0 only.
-    raw.ack(message(vec![!1], 10)).await;
+    raw.ack(vec![message(vec![!1], 10)]).await;
     raw.redeliver().await;
     let again = raw.expect(Type::Message).await;
     assert_eq!(entry_of(&again), (id.ledger_id, id.entry_id));
     assert_eq!(again.command.message.expect("body").ack_set, vec![0x3fe]);
+}
+
+/// Ids of the entries of `topic` as `ACK`s name them (12 entries, the 7th a batch of 10
+/// messages), sent by producer 1 of `raw`.
+async fn twelve_entries(raw: &mut Raw, topic: &str) -> Vec<MessageIdData> {
+    raw.producer(topic).await;
+    let mut ids = Vec::new();
+    for sequence_id in 0..12 {
+        raw.send_entry(sequence_id, if sequence_id == 6 { 10 } else { 1 })
+            .await;
+        let receipt = raw.expect(Type::SendReceipt).await;
+        let id = receipt.command.send_receipt.and_then(|r| r.message_id);
+        ids.push(id.expect("a receipt names its entry"));
+    }
+    ids
+}
+
+/// The commands of [`one_ack_of_many_ids_acknowledges_what_its_ids_one_by_one_do`], each a
+/// list of individual acks: ids of entries, a duplicate, an entry already acknowledged, one at
+/// mark-delete (as a trimmed entry is), two entries that do not exist (past the last entry of
+/// its ledger, in a ledger that does not exist) and a batch ack set among them.
+fn mixed_acks(ids: &[MessageIdData]) -> Vec<Vec<MessageIdData>> {
+    let e = |i: usize| MessageIdData {
+        ledger_id: ids[i].ledger_id,
+        entry_id: ids[i].entry_id,
+        ..Default::default()
+    };
+    let past_end = MessageIdData {
+        entry_id: ids[11].entry_id + 100,
+        ..e(11)
+    };
+    let no_ledger = MessageIdData {
+        ledger_id: ids[11].ledger_id + 1000,
+        entry_id: 0,
+        ..Default::default()
+    };
+    // Messages 0 to 4 of the batch of 10 (a set bit: not acknowledged).
+    let half_batch = MessageIdData {
+        ack_set: vec![0x3e0],
+        batch_size: Some(10),
+        ..e(6)
+    };
+    vec![
+        vec![e(2), e(3), e(2)],
+        vec![
+            e(0),
+            e(4),
+            past_end,
+            e(3),
+            e(4),
+            half_batch,
+            e(8),
+            e(9),
+            no_ledger,
+            e(10),
+            e(0),
+        ],
+        vec![e(0), e(11), e(11)],
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_ack_of_many_ids_acknowledges_what_its_ids_one_by_one_do() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut broker = Broker::start(dir.path());
+    let mut producer = Raw::connect(&broker.addr).await;
+    let ids = twelve_entries(&mut producer, "grouped").await;
+    let commands = mixed_acks(&ids);
+    let entry = |i: usize| (ids[i].ledger_id, ids[i].entry_id);
+
+    // Subscription "grouped" gets each command as sent; "single" gets every id as an `ACK` of
+    // its own, the ids in the same order: the model of the grouped one.
+    let mut subs = Vec::new();
+    for name in ["grouped", "single"] {
+        let mut raw = Raw::connect(&broker.addr).await;
+        raw.subscribe("grouped", name, 100).await;
+        for i in 0..12 {
+            assert_eq!(entry_of(&raw.expect(Type::Message).await), entry(i));
+        }
+        subs.push(raw);
+    }
+    for command in &commands {
+        subs[0].ack(command.clone()).await;
+        for id in command {
+            subs[1].ack(vec![id.clone()]).await;
+        }
+    }
+
+    // Both deliver again exactly the entries left unacknowledged, the batch with the messages
+    // still to deliver: an acknowledged entry left the consumer's pending entries, and no
+    // other did.
+    let unacked = [entry(1), entry(5), entry(6), entry(7)];
+    for raw in &mut subs {
+        let (_, mark) = raw.last_message_id().await;
+        assert_eq!(mark.map(|m| (m.ledger_id, m.entry_id)), Some(entry(0)));
+        raw.redeliver().await;
+        for want in unacked {
+            let m = raw.expect(Type::Message).await;
+            assert_eq!(entry_of(&m), want);
+            let ack_set = &m.command.message.expect("body").ack_set;
+            if want == entry(6) {
+                assert_eq!(ack_set, &vec![0x3e0]);
+            } else {
+                assert!(ack_set.is_empty(), "{ack_set:?}");
+            }
+        }
+    }
+    broker.flush();
+    drop(subs);
+    drop(producer);
+    broker.sigkill();
+
+    // The cursors as stored: the same state, the known one.
+    let store = ackstore::Store::open(dir.path(), ackstore::StoreConfig::default()).expect("open");
+    let topic = store.topic("grouped").expect("topic");
+    let state = |name: &str| {
+        let options = ackstore::CursorOptions {
+            initial_position: ackstore::InitialPosition::Earliest,
+            ..Default::default()
+        };
+        let cursor = topic.open_cursor(name, options).expect("cursor");
+        let batch = ackstore::Position::new(ids[6].ledger_id, ids[6].entry_id);
+        let indexes: Vec<bool> = (0..10)
+            .map(|i| cursor.is_batch_index_acked(batch, i).expect("batch index"))
+            .collect();
+        (
+            cursor.mark_delete_position().expect("mark-delete"),
+            cursor.acked_ranges().expect("ranges"),
+            indexes,
+        )
+    };
+    let grouped = state("grouped");
+    assert_eq!(grouped, state("single"));
+    let p = |i: usize| ackstore::Position::new(ids[i].ledger_id, ids[i].entry_id);
+    assert_eq!(grouped.0, Some(p(0)));
+    assert_eq!(
+        grouped.1,
+        vec![(p(2), p(4)), (p(8), p(11))],
+        "individually acknowledged ranges"
+    );
+    assert_eq!(grouped.2, (0..10).map(|i| i < 5).collect::<Vec<_>>());
 }
 
 #[tokio::test(flavor = "multi_thread")]
