@@ -74,7 +74,11 @@ pub struct ManagedLedger {
 }
 
 impl ManagedLedger {
-    /// Opens the topic in directory `dir`, creating the directory and the topic if needed.
+    /// Opens the topic in directory `dir`, creating the directory and the topic if needed. Its
+    /// files' descriptors live in the process's cache
+    /// ([`OpenFiles::process`](crate::storage::OpenFiles::process)), shared with every other
+    /// topic opened so and every store without a limit of its own; its lock file's descriptor
+    /// is held outside it for the topic's life.
     ///
     /// The open claims the topic: it writes the topic record (and every cursor record) by
     /// compare-and-set before it reads the ledger files, so a former owner that lost the

@@ -20,13 +20,16 @@
 //! [`Descriptors`] for each operation, which reopens the file when the descriptor was closed
 //! and closes the least recently used idle descriptors past its limit. Every storage of one
 //! store (its directory and every topic's subdirectory) shares one cache, so a store holds at
-//! most `limit` file descriptors however many topics and cursors it has, plus: its lock
-//! file; a directory descriptor while a `list` or `sync_dir` runs; and a descriptor an
-//! operation still uses when the cache evicts it (it closes when that operation ends), and one
-//! the cache evicted that a thread is closing (a written one syncs as it closes, which takes
-//! the time of an `fdatasync`): at most two per thread inside a file operation, as the
-//! descriptor a thread reopened may be evicted by another thread while the first closes the one
-//! its reopen evicted.
+//! most `limit` file descriptors however many topics and cursors it has. The storages opened
+//! without a limit of their own ([`FileStorage::open`], so every topic opened alone, and every
+//! store and group whose config leaves the limit `None`) all share one cache, the process's
+//! ([`OpenFiles::process`]): together they hold at most its limit. Outside the caches: each
+//! lock file (one per store and per topic opened alone); a directory descriptor while a `list`
+//! or `sync_dir` runs; and a descriptor an operation still uses when the cache evicts it (it
+//! closes when that operation ends), and one the cache evicted that a thread is closing (a
+//! written one syncs as it closes, which takes the time of an `fdatasync`): at most two per
+//! thread inside a file operation, as the descriptor a thread reopened may be evicted by
+//! another thread while the first closes the one its reopen evicted.
 //!
 //! Closing and reopening keeps every guarantee a descriptor held for the file's life gave:
 //! - all I/O is positional (`pread`, `pwrite`, `fstat`, `ftruncate`): no state lives in the
@@ -71,7 +74,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 
 use rustix::fs::FlockOperation;
 
@@ -92,10 +95,11 @@ pub struct FileStorage {
     fds: Arc<Descriptors>,
 }
 
-/// The default limit of a [`FileStorage`]'s open descriptors: half the process's soft limit
-/// of open files (`RLIMIT_NOFILE`), at least 1 and at most 65,536 (for an unlimited soft
-/// limit too). The other half is left to the rest of the process (sockets, other stores, the
-/// descriptors outside the cache: see the module's documentation). Never more than half: a
+/// The limit of the process's descriptor cache ([`OpenFiles::process`]), which every storage
+/// opened without a limit of its own shares: half the process's soft limit of open files
+/// (`RLIMIT_NOFILE`), at least 1 and at most 65,536 (for an unlimited soft limit too). The
+/// other half is left to the rest of the process (sockets, caches given a limit of their own,
+/// the descriptors outside the caches: see the module's documentation). Never more than half: a
 /// floor above it would give the cache the descriptors the rest needs (a floor of 64 under a
 /// soft limit of 64 left none, and a store of many topics failed with `EMFILE`).
 #[must_use]
@@ -128,21 +132,41 @@ impl OpenFiles {
     pub fn limit(&self) -> usize {
         self.fds.limit
     }
+
+    /// The process's cache, at [`default_open_files`] as the soft limit stood when it was
+    /// first used: every [`FileStorage::open`] (so every topic opened alone with
+    /// [`ManagedLedger::open`](crate::ManagedLedger::open)), every
+    /// [`Store::open`](crate::Store::open) whose
+    /// [`StoreConfig::open_files`](crate::StoreConfig::open_files) is `None` and every
+    /// [`StoreGroup`](crate::StoreGroup) whose
+    /// [`GroupConfig::open_files`](crate::GroupConfig::open_files) is `None` keep their
+    /// descriptors in it, so the files of all of them hold at most its limit together, however
+    /// many topics and stores the process opens (a cache each would let two of them take the
+    /// whole soft limit). A limit lowered after the first use is not followed.
+    #[must_use]
+    pub fn process() -> Self {
+        static PROCESS: OnceLock<OpenFiles> = OnceLock::new();
+        PROCESS
+            .get_or_init(|| Self::new(default_open_files()))
+            .clone()
+    }
 }
 
 impl FileStorage {
-    /// Opens `dir`, creating it (and its parents) when `create` is true, with the default
-    /// limit of open descriptors ([`default_open_files`]).
+    /// Opens `dir`, creating it (and its parents) when `create` is true, its files' descriptors
+    /// kept in the process's cache ([`OpenFiles::process`]), which every storage opened so
+    /// shares.
     ///
     /// # Errors
     /// [`Error::Io`] when the directory is missing (and `create` is false) or cannot be created;
     /// [`Error::NotAckstore`] when `dir` exists but is not a directory.
     pub fn open(dir: impl AsRef<Path>, create: bool) -> Result<Self> {
-        Self::open_limited(dir, create, default_open_files())
+        Self::open_sharing(dir, create, &OpenFiles::process())
     }
 
-    /// [`FileStorage::open`] keeping at most `open_files` descriptors of its files (and its
-    /// subdirectories' files) open at once; 0 counts as 1.
+    /// [`FileStorage::open`] with a cache of its own: at most `open_files` descriptors of its
+    /// files (and its subdirectories' files) open at once, whatever other storages hold; 0
+    /// counts as 1.
     ///
     /// # Errors
     /// As [`FileStorage::open`].
@@ -185,7 +209,9 @@ impl FileStorage {
     }
 
     /// From now on while `fail` holds, the sync that closes a written descriptor answers an
-    /// `EIO` as a failing disk would (after syncing): a test's way to see the latch.
+    /// `EIO` as a failing disk would (after syncing): a test's way to see the latch. It holds
+    /// for every storage sharing this one's cache (a test gives the storage a cache of its own,
+    /// [`FileStorage::open_limited`]).
     #[cfg(feature = "internals")]
     #[doc(hidden)]
     pub fn fail_closing_syncs(&self, fail: bool) {

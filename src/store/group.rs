@@ -31,8 +31,11 @@ pub struct GroupConfig {
     /// The most file descriptors the files of every member store opened by
     /// [`StoreGroup::open`] hold open at once, all members together (one descriptor cache, as
     /// one budget bounds their ack memory; see [`StoreConfig::open_files`] for what it covers).
-    /// `None`: [`default_open_files`](crate::storage::default_open_files), half the process's
-    /// soft `RLIMIT_NOFILE`. A member's own [`StoreConfig::open_files`] is not used.
+    /// `None`: the process's cache
+    /// ([`OpenFiles::process`](crate::storage::OpenFiles::process), limit
+    /// [`default_open_files`](crate::storage::default_open_files), half the process's soft
+    /// `RLIMIT_NOFILE`), shared with every store and topic of the process that has no limit of
+    /// its own. A member's own [`StoreConfig::open_files`] is not used.
     pub open_files: Option<usize>,
 }
 
@@ -87,11 +90,9 @@ impl StoreGroup {
             shared: Arc::new(GroupShared {
                 pool: flusher::Pool::new(config.flusher_threads),
                 budget: config.ack_memory_bytes.map(AckBudget::new),
-                open_files: OpenFiles::new(
-                    config
-                        .open_files
-                        .unwrap_or_else(crate::storage::default_open_files),
-                ),
+                open_files: config
+                    .open_files
+                    .map_or_else(OpenFiles::process, OpenFiles::new),
             }),
         }
     }
@@ -108,7 +109,7 @@ impl StoreGroup {
         Self::new(&GroupConfig {
             flusher_threads: threads,
             ack_memory_bytes: None,
-            open_files: Some(config.open_files),
+            open_files: config.open_files,
         })
     }
 

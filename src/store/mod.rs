@@ -76,13 +76,19 @@ pub struct StoreConfig {
     /// (a written one syncs first) and reopen on their file's next use. Outside it: the
     /// directory's lock file, a directory descriptor while a listing or a directory sync runs,
     /// a descriptor evicted while an operation still uses it, and one evicted while its
-    /// closing sync runs (at most two per thread inside a file operation). Default
+    /// closing sync runs (at most two per thread inside a file operation).
+    ///
+    /// `None` (the default): the store's files share the process's descriptor cache
+    /// ([`OpenFiles::process`](crate::storage::OpenFiles::process), limit
     /// [`default_open_files`](crate::storage::default_open_files): half the process's soft
-    /// `RLIMIT_NOFILE`, at least 1, at most 65,536. Used by [`Store::open`]; a store of a
-    /// [`StoreGroup`] shares the group's limit ([`GroupConfig::open_files`]), and a storage
-    /// given to [`Store::open_with_storage`] has its own
-    /// ([`FileStorage::open_limited`](crate::storage::FileStorage::open_limited)).
-    pub open_files: usize,
+    /// `RLIMIT_NOFILE`, at least 1, at most 65,536) with every other store, group and topic
+    /// opened alone that has no limit of its own: a process opening several stores, or topics
+    /// alone beside a store, is bounded by that one limit together (a limit per store let two
+    /// stores take the whole soft limit). `Some(n)`: a cache of the store's own of `n`
+    /// descriptors. Used by [`Store::open`]; a store of a [`StoreGroup`] shares the group's
+    /// cache ([`GroupConfig::open_files`]), and a storage given to
+    /// [`Store::open_with_storage`] has whichever it was opened with.
+    pub open_files: Option<usize>,
 }
 
 impl Default for StoreConfig {
@@ -92,7 +98,7 @@ impl Default for StoreConfig {
             journal: JournalConfig::default(),
             ack_memory_bytes: None,
             flusher_threads: 2,
-            open_files: crate::storage::default_open_files(),
+            open_files: None,
         }
     }
 }

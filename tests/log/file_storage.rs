@@ -148,6 +148,8 @@ fn the_default_limit_of_open_files_leaves_half_the_process_soft_limit_to_the_res
             "{limit} of {soft}"
         );
     }
+    // Every storage opened without a limit of its own shares the process's cache at it.
+    assert_eq!(OpenFiles::process().limit(), limit);
     let dir = tempfile::tempdir().unwrap();
     assert_eq!(
         FileStorage::open(dir.path(), false).unwrap().open_files(),

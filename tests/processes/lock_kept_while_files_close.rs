@@ -48,7 +48,7 @@ fn a_store_keeping_one_file_open_keeps_its_directory_locked() {
     }
     let dir = tempfile::tempdir().expect("temporary directory");
     let config = StoreConfig {
-        open_files: 1,
+        open_files: Some(1),
         ..support::config::store(2, 512)
     };
     let store = Store::open(dir.path(), config).expect("open");

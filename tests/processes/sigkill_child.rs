@@ -111,11 +111,7 @@ impl Through {
                             Duration::from_millis(5),
                         ),
                         flusher_threads: 2,
-                        open_files: if self == Self::StoreTwoFiles {
-                            2
-                        } else {
-                            StoreConfig::default().open_files
-                        },
+                        open_files: (self == Self::StoreTwoFiles).then_some(2),
                         ..StoreConfig::default()
                     },
                 )?;

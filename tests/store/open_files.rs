@@ -39,7 +39,7 @@ impl TopicModel {
 
 fn config() -> StoreConfig {
     StoreConfig {
-        open_files: LIMIT,
+        open_files: Some(LIMIT),
         ..support::config::store(4, 4096)
     }
 }
@@ -156,7 +156,7 @@ fn the_stores_of_a_group_keep_at_most_the_groups_limit_of_files_open_together() 
         .collect();
     // Each member's own limit is far above what the group allows all of them.
     let member = StoreConfig {
-        open_files: 10_000,
+        open_files: Some(10_000),
         ..support::config::store(4, 4096)
     };
     let group_of = || {

@@ -25,7 +25,7 @@ const STEPS: usize = 250;
 
 fn config(limit: usize) -> StoreConfig {
     StoreConfig {
-        open_files: limit,
+        open_files: Some(limit),
         ..support::config::store_flushed(3, 64, 512, Duration::from_millis(2), FLUSHERS)
     }
 }
