@@ -4,7 +4,9 @@ which the broker answers once every ack is in the cursor), with cursors persiste
 and with --cursors-in-memory, in the same run, on fresh directories.
 
 Usage: python load.py BROKER_BINARY [--messages N] [--batch B] [--rounds R]
-Prints one line per round and mode, then the medians and the ratio as a Markdown table.
+Prints one line per round and mode, then the medians and the ratio as a Markdown table. Also
+reports the broker's CPU time (user and system, from /proc) over the consume-and-ack phase:
+dispatching and acknowledging, without the client's share of the machine.
 """
 
 import argparse
@@ -26,6 +28,13 @@ def start(binary, data_dir, extra):
     line = proc.stdout.readline()
     assert line.startswith("listening on "), line
     return proc, "pulsar://" + line.split()[-1]
+
+
+def cpu_seconds(pid):
+    """User and system CPU time of process `pid` so far, in seconds (/proc/PID/stat)."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def one_run(binary, extra, n, batch):
@@ -52,17 +61,19 @@ def one_run(binary, extra, n, batch):
                 done.acquire()
             produced = time.monotonic() - t0
             t1 = time.monotonic()
+            cpu1 = cpu_seconds(proc.pid)
             for _ in range(n):
                 m = cons.receive(timeout_millis=30000)
                 cons.acknowledge(m)
             cons.close()
             consumed = time.monotonic() - t1
+            broker_cpu = cpu_seconds(proc.pid) - cpu1
             p.close()
             c.close()
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
-        return n / produced, n / consumed
+        return n / produced, n / consumed, broker_cpu
 
 
 def main():
@@ -73,23 +84,25 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
     modes = [("persisted", []), ("cursors in memory", ["--cursors-in-memory"])]
-    results = {name: ([], []) for name, _ in modes}
+    results = {name: ([], [], []) for name, _ in modes}
     for r in range(a.rounds):
         for name, extra in modes:
-            prod, cons = one_run(a.binary, extra, a.messages, a.batch)
+            prod, cons, cpu = one_run(a.binary, extra, a.messages, a.batch)
             results[name][0].append(prod)
             results[name][1].append(cons)
-            print("round %d %-18s produce %9.0f msg/s  consume+ack %9.0f msg/s" % (r, name, prod, cons),
-                  flush=True)
-    med = {name: (statistics.median(p), statistics.median(c)) for name, (p, c) in results.items()}
+            results[name][2].append(cpu)
+            print("round %d %-18s produce %9.0f msg/s  consume+ack %9.0f msg/s  broker CPU %.2f s"
+                  % (r, name, prod, cons, cpu), flush=True)
+    med = {name: tuple(statistics.median(x) for x in r) for name, r in results.items()}
     print()
-    print("| mode | produced msg/s | consumed and acked msg/s |")
-    print("|---|---|---|")
+    print("| mode | produced msg/s | consumed and acked msg/s | broker CPU s, consume and ack |")
+    print("|---|---|---|---|")
     for name, _ in modes:
-        print("| %s | %.0f | %.0f |" % (name, med[name][0], med[name][1]))
+        print("| %s | %.0f | %.0f | %.2f |" % (name, med[name][0], med[name][1], med[name][2]))
     base = med["cursors in memory"]
     pers = med["persisted"]
-    print("| ratio persisted / in memory | %.2f | %.2f |" % (pers[0] / base[0], pers[1] / base[1]))
+    print("| ratio persisted / in memory | %.2f | %.2f | %.2f |"
+          % (pers[0] / base[0], pers[1] / base[1], pers[2] / base[2] if base[2] else float("nan")))
 
 
 if __name__ == "__main__":
