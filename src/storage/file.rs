@@ -142,7 +142,9 @@ impl OpenFiles {
     /// [`GroupConfig::open_files`](crate::GroupConfig::open_files) is `None` keep their
     /// descriptors in it, so the files of all of them hold at most its limit together, however
     /// many topics and stores the process opens (a cache each would let two of them take the
-    /// whole soft limit). A limit lowered after the first use is not followed.
+    /// whole soft limit). A soft limit changed after the first use does not change it: a
+    /// process that raises its limit does so before it opens its first storage, or gives its
+    /// stores a limit of their own.
     #[must_use]
     pub fn process() -> Self {
         static PROCESS: OnceLock<OpenFiles> = OnceLock::new();
