@@ -35,7 +35,8 @@ fn sample_topic() -> TopicRecord {
         cursors: vec![CursorEntry {
             name: "c".into(),
             id: 1,
-        }],
+        }]
+        .into(),
         next_cursor_id: 2,
         topic_id: 0,
         journal: None,
@@ -259,7 +260,7 @@ fn every_record_round_trips() {
     for ledger in &topic.ledgers {
         assert_eq!(LedgerRecord::decode(&ledger.encode()).unwrap(), *ledger);
     }
-    let entry = &topic.cursors[0];
+    let entry = &topic.cursors.tail()[0];
     assert_eq!(CursorEntry::decode(&entry.encode()).unwrap(), *entry);
     let cursor = sample_cursor();
     assert_eq!(CursorRecord::decode(&cursor.encode()).unwrap(), cursor);
@@ -305,7 +306,7 @@ fn cursor_names_are_kept_byte_for_byte_whatever_they_hold() {
         };
         assert_eq!(*CursorEntry::decode(&entry.encode()).unwrap().name, *name);
         let topic = TopicRecord {
-            cursors: vec![entry.clone(), entry],
+            cursors: vec![entry.clone(), entry].into(),
             ..TopicRecord::default()
         };
         assert_eq!(TopicRecord::decode(&topic.encode()).unwrap(), topic);
@@ -386,8 +387,8 @@ fn checksummed_but_malformed_frames_name_what_is_wrong() {
     let cases: Vec<(Vec<u8>, CorruptionKind)> = vec![
         (wrong_magic, CorruptionKind::BadMagic),
         (
-            framed(topic_kind, 4, 24, &[0; 24]),
-            CorruptionKind::UnsupportedVersion(4),
+            framed(topic_kind, 5, 24, &[0; 24]),
+            CorruptionKind::UnsupportedVersion(5),
         ),
         (
             framed(topic_kind, 1, 25, &[0; 24]),
@@ -531,7 +532,7 @@ mod properties {
         ) {
             // A record naming a store always carries its topic id (both non-zero).
             let topic_id = if store_id != 0 { topic_id.max(1) } else { topic_id };
-            let record = TopicRecord { next_ledger_id, ledgers, cursors, next_cursor_id, topic_id, journal: None, store_id };
+            let record = TopicRecord { next_ledger_id, ledgers, cursors: cursors.into(), next_cursor_id, topic_id, journal: None, store_id };
             let bytes = record.encode();
             prop_assert_eq!(TopicRecord::decode(&bytes).unwrap(), record);
         }
