@@ -648,10 +648,15 @@ impl TopicRecord {
         } else {
             (version, Vec::new())
         };
-        let cursor_count = r.count_u32(CURSOR_ENTRY_MIN_LEN)?;
-        if !chunks.is_empty() && cursor_count >= CURSOR_CHUNK_ENTRIES {
+        // A full tail is a chunk of its own, whatever follows it.
+        if !chunks.is_empty()
+            && r.clone()
+                .u32()
+                .is_ok_and(|n| n as usize >= CURSOR_CHUNK_ENTRIES)
+        {
             return Err(r.error(CorruptionKind::InvalidField("cursor tail count")));
         }
+        let cursor_count = r.count_u32(CURSOR_ENTRY_MIN_LEN)?;
         // Variable-size items grow the vector as they are read, never ahead of the input.
         let mut tail = Vec::new();
         for _ in 0..cursor_count {
