@@ -407,3 +407,68 @@ fn damage_to_any_chunk_record_is_refused_by_the_open_and_reported_by_verify() {
         }
     });
 }
+
+/// A new owner of the topic `host` keeps on `disk`, next to a former one that keeps running
+/// (the lock broken): it opens the topic and deletes cursor `gone`, writing its chunk again.
+fn new_owner(host: Host, disk: &MemStorage, gone: &str) -> Hosted {
+    disk.break_lock();
+    let topic = reopen_hosted(host, disk, PER_LEDGER);
+    topic.delete_cursor(gone).expect("the new owner's deletion");
+    topic
+}
+
+/// A former owner creates the cursor that fills the tail while a new owner claims the topic
+/// and deletes a cursor of the first chunk (writing that chunk again), with the claim at every
+/// storage operation of the former's creation: the former's creation answers `Fenced` or is
+/// kept, the new owner's deletion always holds, their chunk records never share a name, and
+/// the topic opens with what both answered and is sound.
+#[test]
+fn a_former_owners_creation_that_fills_the_tail_during_a_claim_is_refused_or_kept() {
+    on_each_host(|host| {
+        let (template, acked) = topic_of(host, 2 * CHUNK - 2);
+        let former = cursor(2 * CHUNK - 2);
+        let gone = 5;
+        let run = |n: Option<u64>| {
+            let disk = MemStorage::new();
+            copy_into(&template, &disk);
+            let hooked = support::takeover::Disk::new(Arc::new(disk.clone()));
+            let old = open_hosted(host, hooked.storage.clone(), &config(PER_LEDGER))
+                .expect("the former owner opens");
+            let at = hooked.hook.count();
+            let slot = n.map(|n| {
+                let disk = disk.clone();
+                hooked.arm_takeover(n, move || new_owner(host, &disk, &cursor(gone)))
+            });
+            let created = old.open_cursor(&former, earliest()).map(drop);
+            let steps = hooked.hook.count() - at;
+            (disk, old, slot, created, steps)
+        };
+        let (_, old, _, created, steps) = run(None);
+        created.expect("the creation without a claim");
+        drop(old);
+        for n in 1..=steps {
+            let (disk, old, slot, created, _) = run(Some(n));
+            let taken = slot.expect("armed").lock().expect("slot").take();
+            let newer = taken.expect("the takeover ran");
+            assert!(
+                matches!(created, Ok(()) | Err(Error::Fenced { .. })),
+                "{host:?} step {n}: {created:?}"
+            );
+            let names = newer.cursor_names();
+            let kept = names.contains(&former);
+            assert!(
+                created.is_err() || kept,
+                "{host:?} step {n}: an Ok creation lost"
+            );
+            newer.close().expect("close");
+            drop(old);
+            let mut expected = names_of((0..2 * CHUNK - 2).filter(|&i| i != gone));
+            if kept {
+                expected.push(former.clone());
+                expected.sort();
+            }
+            let storage: Arc<dyn Storage> = Arc::new(disk.durable_image());
+            reopened_holds(host, &storage, &expected, acked);
+        }
+    });
+}
