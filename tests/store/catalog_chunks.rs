@@ -9,7 +9,6 @@
 use crate::support;
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use ackstore::internals::format::store::{CATALOG_VERSION_V4, CHUNK_RECORD_PREFIX, CHUNK_TOPICS};
 use ackstore::internals::meta::{FileMetaStore, MetaStore};
@@ -18,7 +17,7 @@ use ackstore::{Error, MemStorage, Storage, Store};
 use support::config::store_without_flusher;
 pub(crate) use support::crash::copy_into;
 use support::crash::{Cut, Points, cut_everywhere_after, sound_images, sound_without_leftovers};
-use support::hooked::{Fault, Hooked};
+use support::hooked::{Hooked, for_each_sync_fault};
 use support::takeover;
 pub(crate) use support::tap::Written;
 use support::tap::{Tap, assert_flat_from_1k_to_4k};
@@ -168,8 +167,7 @@ fn a_failed_sync_at_every_step_of_a_creation_that_fills_the_tail_leaves_a_store_
     let template = store_of(before - 1);
     let mut chunk_then_catalog_failed = false;
     // Every file sync in turn, then every directory sync, until one is past the creation.
-    let (mut fault, mut past) = (Fault::File(1), false);
-    while !past {
+    for_each_sync_fault(|fault| {
         let disk = MemStorage::new();
         copy_into(&template, &disk);
         let hooked = Hooked::new(disk.clone());
@@ -181,24 +179,12 @@ fn a_failed_sync_at_every_step_of_a_creation_that_fills_the_tail_leaves_a_store_
         create(&store, before - 1, before);
         let counts = hooked.arm(fault);
         let filled = store.topic("filler").map(drop);
-        let armed = match fault {
-            Fault::File(_) => &hooked.hooks.fail_sync_in,
-            Fault::Dir(_) => &hooked.hooks.fail_dir_sync_in,
-        };
-        let next = match fault {
-            Fault::File(n) => Fault::File(n + 1),
-            Fault::Dir(n) => Fault::Dir(n + 1),
-        };
-        if armed.swap(0, Ordering::SeqCst) != 0 {
+        if !hooked.fired(fault) {
             // Past the creation's last sync of that kind.
             filled.expect("the creation without a fault");
             store.close().expect("close");
-            past = matches!(fault, Fault::Dir(_));
-            fault = Fault::Dir(1);
-            continue;
+            return false;
         }
-        let this = std::mem::replace(&mut fault, next);
-        let fault = this;
         assert!(filled.is_err(), "{fault:?} at {counts:?}: {filled:?}");
         let failed = hooked.hooks.failed_syncs.lock().expect("hooks").clone();
         chunk_then_catalog_failed |= failed.iter().any(|f| f.starts_with("store."))
@@ -225,7 +211,8 @@ fn a_failed_sync_at_every_step_of_a_creation_that_fills_the_tail_leaves_a_store_
         store.close().expect("close");
         drop(store);
         reopened_holds(&storage, &names);
-    }
+        true
+    });
     assert!(
         chunk_then_catalog_failed,
         "no fault failed the catalog after its chunk record was written"

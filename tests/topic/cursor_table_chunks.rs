@@ -472,3 +472,69 @@ fn a_former_owners_creation_that_fills_the_tail_during_a_claim_is_refused_or_kep
         }
     });
 }
+
+/// Creates cursor `name` on `topic`, once more if the first attempt answers that an earlier
+/// write of the topic's, whose outcome was unknown, took after all (`PreviousIo`).
+fn create_after_a_failure(topic: &Hosted, name: &str) -> ackstore::Result<()> {
+    match topic.open_cursor(name, earliest()) {
+        Err(Error::PreviousIo) => topic.open_cursor(name, earliest()).map(drop),
+        other => other.map(drop),
+    }
+}
+
+/// A creation that fills the tail (its chunk record written, then the topic record) with the
+/// `n`th file sync or directory sync from its start failing, for every sync it makes: the
+/// creation fails, and creations of other cursors then succeed (the first fills the tail
+/// again: a chunk record of the failed attempt under the same name and other bytes is this
+/// owner's own leftover and is replaced); the topic reopens with exactly those cursors and is
+/// sound.
+#[test]
+fn a_failed_sync_at_every_step_of_a_creation_that_fills_the_tail_leaves_a_topic_that_grows() {
+    use support::hooked::{Hooked, for_each_sync_fault};
+    on_each_host(|host| {
+        // The acker and 1,021 more; one more before the faults, then the filler fills.
+        let (template, acked) = topic_of(host, 2 * CHUNK - 3);
+        let mut chunk_then_record_failed = false;
+        for_each_sync_fault(|fault| {
+            let disk = MemStorage::new();
+            copy_into(&template, &disk);
+            let hooked = Hooked::new(disk.clone());
+            let storage: Arc<dyn Storage> = Arc::new(hooked.clone());
+            let topic = open_hosted(host, storage.clone(), &config(PER_LEDGER)).expect("open");
+            // A creation before the faults makes the open's claim durable.
+            let first = cursor(2 * CHUNK + 10);
+            topic.open_cursor(&first, earliest()).expect("create");
+            let chunks_before = chunk_files(host, &disk).len();
+            hooked.arm(fault);
+            let filled = topic.open_cursor("filler", earliest()).map(drop);
+            if !hooked.fired(fault) {
+                // Past the creation's last sync of that kind.
+                filled.expect("the creation without a fault");
+                topic.close().expect("close");
+                return false;
+            }
+            let this = fault;
+            assert!(filled.is_err(), "{host:?} {this:?}: {filled:?}");
+            let failed = hooked.hooks.failed_syncs.lock().expect("hooks").clone();
+            chunk_then_record_failed |= failed.iter().any(|f| f.contains("topic."))
+                && chunk_files(host, &disk).len() > chunks_before;
+            let mut names = topic.cursor_names();
+            for i in 0..3 {
+                let other = format!("other-{i}");
+                create_after_a_failure(&topic, &other)
+                    .unwrap_or_else(|e| panic!("{host:?} {this:?}: {other}: {e}"));
+                names.push(other);
+            }
+            names.sort();
+            names.dedup();
+            assert_eq!(topic.cursor_names(), names, "{host:?} {this:?}");
+            topic.close().expect("close");
+            reopened_holds(host, &storage, &names, acked);
+            true
+        });
+        assert!(
+            chunk_then_record_failed,
+            "{host:?}: no fault failed the topic record after its chunk record was written"
+        );
+    });
+}
