@@ -553,3 +553,57 @@ fn a_failed_sync_at_every_step_of_a_creation_that_fills_the_tail_leaves_a_topic_
         );
     });
 }
+
+/// Creations, reopens and deletions by name in a pseudo-random order across chunk boundaries
+/// (the name index built, then following every change of the table), against a model: each
+/// cursor carries the tag it was created with (a property, flushed), a reopen by name finds
+/// the cursor of that name with its tag, a deleted name comes back as a new cursor, and the
+/// topic reopens with the model's names.
+#[test]
+fn lookups_by_name_follow_creations_and_deletions_across_chunks() {
+    on_each_host(|host| {
+        let (disk, acked) = topic_of(host, CHUNK - 40);
+        let topic = reopen_hosted(host, &disk, PER_LEDGER);
+        let mut model: std::collections::BTreeMap<usize, i64> =
+            (0..CHUNK - 40).map(|i| (i, -1)).collect();
+        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for step in 0..1_500_i64 {
+            let i = (next() % (2 * CHUNK as u64)) as usize;
+            let name = cursor(i);
+            match (next() % 4, model.get(&i).copied()) {
+                (0, Some(_)) => {
+                    topic.delete_cursor(&name).expect("delete");
+                    model.remove(&i);
+                }
+                (_, Some(tag)) => {
+                    let c = topic.open_cursor(&name, earliest()).expect("reopen");
+                    let found = c.properties().expect("properties").get("tag").copied();
+                    assert_eq!(found.unwrap_or(-1), tag, "{host:?} step {step}: {name}");
+                    c.close().expect("close");
+                }
+                (_, None) => {
+                    let c = topic.open_cursor(&name, earliest()).expect("create");
+                    assert!(c.properties().expect("properties").is_empty(), "{name}");
+                    c.set_property("tag", step).expect("tag");
+                    c.flush().expect("flush");
+                    c.close().expect("close");
+                    model.insert(i, step);
+                }
+            }
+        }
+        topic.close().expect("close");
+        let (_, record) = record_of(host, &disk);
+        assert!(
+            record.cursors.chunks().len() >= 1,
+            "the table reached a chunk"
+        );
+        let storage: Arc<dyn Storage> = Arc::new(disk.clone());
+        reopened_holds(host, &storage, &names_of(model.keys().copied()), acked);
+    });
+}
