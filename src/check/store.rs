@@ -31,7 +31,7 @@ pub(super) fn journal_cursors(
             continue;
         };
         if let Ok(Some(record)) = read_topic(&space) {
-            for entry in record.cursors {
+            for entry in record.cursors.iter().cloned() {
                 cursor_names.insert((topic.id, entry.id), entry.name.to_string());
             }
         }

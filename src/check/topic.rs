@@ -105,11 +105,7 @@ fn finding(findings: &mut Vec<Finding>, file: String, place: &str, what: String)
 
 /// The topic record, `None` when there is none; an error when it cannot be read or decoded.
 pub(super) fn read_topic(storage: &Arc<dyn Storage>) -> Result<Option<TopicRecord>> {
-    read_decoded(
-        &FileMetaStore::new(storage.clone()),
-        "topic",
-        TopicRecord::decode,
-    )
+    Ok(crate::ledger::read_topic_record(&FileMetaStore::new(storage.clone()))?.map(|(_, r)| r))
 }
 
 /// [`crate::journal::check_listed`] of the cursor journal a topic opened alone hosts, as its
@@ -257,10 +253,18 @@ pub(super) fn collect_in(
     mut store: Option<(&StoreUse, &mut Vec<Finding>)>,
 ) -> TopicView {
     let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(storage.clone()));
-    let topic = match read_decoded(meta.as_ref(), "topic", TopicRecord::decode) {
-        Ok(topic) => topic,
+    let topic = match crate::ledger::read_topic_record(meta.as_ref()) {
+        Ok(topic) => topic.map(|(_, r)| r),
         Err(e) => {
-            finding(findings, TOPIC_FILE.into(), "topic record", describe(&e));
+            // The topic record, or the chunk record of its cursor table the error names.
+            let file = match &e {
+                crate::error::Error::Corrupted {
+                    place: crate::error::CorruptionPlace::Record(record),
+                    ..
+                } => format!("{record}.meta"),
+                _ => TOPIC_FILE.into(),
+            };
+            finding(findings, file, "topic record", describe(&e));
             None
         }
     };
@@ -274,7 +278,7 @@ pub(super) fn collect_in(
         }
     };
     let mut view = TopicView::default();
-    for entry in topic.iter().flat_map(|t| &t.cursors) {
+    for entry in topic.iter().flat_map(|t| t.cursors.iter()) {
         let topic_id = topic.as_ref().map_or(0, |t| t.topic_id);
         let cv = match store.as_mut() {
             Some((usage, unused)) => store_cursor_view(

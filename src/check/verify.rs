@@ -121,7 +121,11 @@ fn check_other_records(
     names.sort_unstable();
     names.dedup();
     for name in names {
-        if name == "topic" || listed.contains(&name) {
+        // The cursor table's chunk records are read with the topic record, or leftovers.
+        if name == "topic"
+            || listed.contains(&name)
+            || crate::format::meta::is_cursor_chunk_record(&name)
+        {
             continue;
         }
         let orphan = crate::cursor::is_record_like(&name);
@@ -204,8 +208,32 @@ fn check_store_topics(
         findings.extend(found.into_iter().map(in_store));
         unused.extend(not_read.into_iter().map(in_store));
         unused.extend(metadata_leftovers(&space, None)?.into_iter().map(in_store));
+        unused.extend(chunk_leftovers(&space)?.into_iter().map(in_store));
     }
     Ok((ledgers, cursors))
+}
+
+/// The chunk records of the cursor table in `storage` (a topic's files) that its topic
+/// record does not pin (when it reads), besides the metadata leftovers reported already
+/// ([`metadata_leftovers`]): what a creation or a deletion cut short, refused or superseded
+/// left, which no open reads and the topic's next open removes.
+fn chunk_leftovers(storage: &Arc<dyn Storage>) -> Result<Vec<Finding>> {
+    let Ok(Some(record)) = read_topic(storage) else {
+        return Ok(Vec::new());
+    };
+    let listed = storage.list()?;
+    let reported = crate::meta::FileMetaStore::new(storage.clone()).leftovers()?;
+    Ok(crate::ledger::chunk_leftovers(&listed, &record.cursors)
+        .into_iter()
+        .filter(|file| !reported.contains(file))
+        .map(|file| Finding {
+            file,
+            place: "cursor table chunk".into(),
+            problem: "left by a cursor creation or deletion cut short, refused or superseded;                       the topic record does not pin it, no open reads it, and the topic's next                       open removes it"
+                .into(),
+            torn_tail: false,
+        })
+        .collect())
 }
 
 /// The files a metadata write or a cursor's deletion cut short left in `storage` (a topic's
@@ -266,7 +294,7 @@ fn check_journal_names(
         let Ok(Some(record)) = read_topic(&space) else {
             continue;
         };
-        for entry in &record.cursors {
+        for entry in record.cursors.iter() {
             let id = CursorId {
                 topic: topic.id,
                 cursor: entry.id,
@@ -456,6 +484,7 @@ pub(super) fn verify_topic(storage: &Arc<dyn Storage>) -> Result<Verification> {
     let mut unused = Vec::new();
     let mut topic = collect_in(storage, true, &mut findings, Some((&usage, &mut unused)));
     unused.extend(metadata_leftovers(storage, record.as_ref())?);
+    unused.extend(chunk_leftovers(storage)?);
     if let Some(record) = &record {
         superseded_ledgers_unused(storage, record, &usage, (&mut findings, &mut unused));
         super::topic::show_hosted_states(&mut topic, record, &journal);

@@ -11,9 +11,11 @@
 //! ```text
 //! offset  size  field
 //! 0       8     magic            b"ACKSMETA"
-//! 8       2     kind             u16 (1 topic, 2 ledger, 3 cursor entry, 4 cursor, 5 stored)
+//! 8       2     kind             u16 (1 topic, 2 ledger, 3 cursor entry, 4 cursor, 5 stored,
+//!                                6 cursor chunk)
 //! 10      2     format version   u16 (1; 2 for a topic record listing its own journal; 3 for
-//!                                a store's topic record naming its store)
+//!                                a store's topic record naming its store; 4 for a topic
+//!                                record whose cursor table has chunk records)
 //! 12      4     body length      u32, = frame length - 20
 //! 16      n     body             per kind, below
 //! 16+n    4     CRC32            crc32fast over bytes [0, 16+n)
@@ -23,12 +25,13 @@
 //! before any field is trusted.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::store::{
-    CatalogSeal, decode_segments, put_retired_closed, put_seals, put_segments, read_retired_closed,
-    read_seals,
+    CatalogSeal, ChunkPin, decode_segments, is_chunk_name, put_retired_closed, put_seals,
+    put_segments, read_retired_closed, read_seals,
 };
-use super::{Corruption, Reader};
+use super::{Corruption, Reader, crc32};
 use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::position::Position;
 
@@ -44,6 +47,21 @@ pub const TOPIC_JOURNAL_VERSION: u16 = 2;
 /// [`TopicRecord::store_id`]): read by this build, refused by earlier ones (their open fails with
 /// an unsupported version, writing nothing).
 pub const TOPIC_STORE_VERSION: u16 = 3;
+/// The format version of a topic record whose cursor table has chunk records (see
+/// [`CursorTable`]): written once a topic's table has reached [`CURSOR_CHUNK_ENTRIES`]
+/// cursors, whatever its host (the layout of version 1, 2 or 3 follows, named inside); read by
+/// this build, refused by earlier ones (their open fails with an unsupported version, writing
+/// nothing).
+pub const TOPIC_CHUNKED_VERSION: u16 = 4;
+/// Cursors of a full chunk of a topic's cursor table: a chunk record is written when the tail
+/// reaches this many, so a creation writes at most this many entries inline.
+pub const CURSOR_CHUNK_ENTRIES: usize = 512;
+/// Names of the chunk records of a topic's cursor table start with this:
+/// `topic-cursors-{index}-{made_at}`. In the family of the `topic` record (`topic-...`), so a
+/// metadata store that lists a record's family lists them with it.
+pub const CURSOR_CHUNK_PREFIX: &str = "topic-cursors-";
+/// What a chunk record the topic record pins is reported as when it is missing.
+pub const MISSING_CURSOR_CHUNK: &str = "chunk record (the topic record pins it, but it is missing)";
 /// What a topic record is reported as when its host is not the one opening it: a store's topic
 /// (the record names its store) opened alone is [`Error::OwnedByStore`], but a store that finds
 /// in a topic's place the record of a topic that hosts its own cursor journal, or of another
@@ -85,6 +103,8 @@ pub const MAX_RECORD_BYTES: usize = 64 << 20;
 pub const LEDGER_BODY_LEN: usize = 5 * size_of::<u64>();
 /// Smallest encoded cursor entry body: id and name length, empty name.
 const CURSOR_ENTRY_MIN_LEN: usize = size_of::<u64>() + size_of::<u32>();
+/// Bytes of one chunk pin: `made_at`, `crc`.
+const CHUNK_PIN_LEN: usize = size_of::<u64>() + size_of::<u32>();
 /// Smallest encoded property: key length, empty key, value.
 const PROPERTY_MIN_LEN: usize = size_of::<u32>() + size_of::<i64>();
 
@@ -96,6 +116,7 @@ pub enum Kind {
     CursorEntry = 3,
     Cursor = 4,
     Stored = 5,
+    CursorChunk = 6,
 }
 
 /// A sealed data ledger as the topic record lists it: enough to pick the ledger for a seek by
@@ -120,7 +141,7 @@ pub struct LedgerRecord {
 pub struct CursorEntry {
     /// The cursor's name as the client gave it: any UTF-8. Shared, so a copy of the topic
     /// record (each cursor creation makes one) copies no name's bytes.
-    pub name: std::sync::Arc<str>,
+    pub name: Arc<str>,
     /// The id the cursor's record and ledgers are named after.
     pub id: u64,
 }
@@ -129,15 +150,17 @@ pub struct CursorEntry {
 ///
 /// Body layout: `next_ledger_id u64 | next_cursor_id u64 | ledger count u32 | ledgers |
 /// cursor count u32 | cursor entries`, each ledger and cursor entry as the body of its own
-/// record.
+/// record. In version 4 the cursor part is `layout u16 (1, 2 or 3) | chunk count u32 | chunk
+/// count x (made_at u64 | crc u32) | tail count u32 (below 512) | tail entries`, and the
+/// trailer is that of version `layout`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TopicRecord {
     /// The next data ledger id to use; greater than every id ever used.
     pub next_ledger_id: u64,
     /// Sealed data ledgers, in id order.
     pub ledgers: Vec<LedgerRecord>,
-    /// Every cursor of the topic.
-    pub cursors: Vec<CursorEntry>,
+    /// Every cursor of the topic: chunks pinned by the record and the tail it holds inline.
+    pub cursors: CursorTable,
     /// The next cursor id to use; greater than every id ever used.
     pub next_cursor_id: u64,
     /// A random identity drawn when the topic is created (or first opened by a release that
@@ -277,23 +300,259 @@ impl CursorEntry {
     }
 }
 
-impl TopicRecord {
-    /// The id the cursor table gives cursor `name`, if it lists it.
-    #[must_use]
-    pub fn cursor_id(&self, name: &str) -> Option<u64> {
-        self.cursors.iter().find(|c| &*c.name == name).map(|c| c.id)
+/// The name of the record of chunk `index` of a topic's cursor table written for the topic
+/// record's version `made_at`.
+#[must_use]
+pub fn cursor_chunk_record(index: usize, made_at: u64) -> String {
+    format!("{CURSOR_CHUNK_PREFIX}{index}-{made_at}")
+}
+
+/// Whether `record` is named as a chunk record of a topic's cursor table (pinned or not).
+#[must_use]
+pub fn is_cursor_chunk_record(record: &str) -> bool {
+    is_chunk_name(CURSOR_CHUNK_PREFIX, record)
+}
+
+/// The pin of an emptied chunk: no record (every cursor of the chunk was deleted).
+pub const EMPTY_CHUNK: ChunkPin = ChunkPin { made_at: 0, crc: 0 };
+
+/// One chunk of a topic's cursor table: entries shared between every copy of the table (a
+/// copy of the record copies a pointer per chunk, not the entries), and the pin of the record
+/// that holds them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CursorChunk {
+    /// The chunk's cursors (none once every one of them was deleted), at most
+    /// [`CURSOR_CHUNK_ENTRIES`].
+    pub entries: Arc<[CursorEntry]>,
+    /// The record holding `entries` (`made_at` names it, `crc` is [`cursor_chunk_crc`] of its
+    /// bytes),
+    /// [`EMPTY_CHUNK`] for an emptied chunk; `None` when `entries` changed since (a deletion):
+    /// the next write of the topic record writes the chunk again first.
+    pub pin: Option<ChunkPin>,
+}
+
+/// A topic's cursor table: every cursor, in chunks of at most [`CURSOR_CHUNK_ENTRIES`] kept in
+/// chunk records the topic record pins, then the tail the record holds inline.
+///
+/// Invariant: a chunk's place (its index, which names its record) never moves: a deletion
+/// writes the chunk again smaller at the same index, and a tail that fills becomes the first
+/// emptied chunk, or a new one after the last. So the record's bytes per creation are the
+/// tail (fewer than [`CURSOR_CHUNK_ENTRIES`] entries once written) and 12 bytes per chunk.
+/// A table decoded from a record holds the pins only, until the chunks are added
+/// ([`CursorTable::add_chunk`]); a table of an earlier version holds every entry in its tail.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CursorTable {
+    chunks: Vec<CursorChunk>,
+    tail: Vec<CursorEntry>,
+}
+
+impl From<Vec<CursorEntry>> for CursorTable {
+    /// A table of `entries` inline, no chunk: what a record of an earlier version holds.
+    fn from(tail: Vec<CursorEntry>) -> Self {
+        Self {
+            chunks: Vec::new(),
+            tail,
+        }
+    }
+}
+
+impl CursorTable {
+    /// Every cursor: the chunks' in chunk order, then the tail's.
+    pub fn iter(&self) -> impl Iterator<Item = &CursorEntry> + '_ {
+        self.chunks
+            .iter()
+            .flat_map(|c| c.entries.iter())
+            .chain(&self.tail)
     }
 
-    /// Encodes the record as a self-contained frame (format version 2 when it lists a
-    /// journal, 3 when it names a store, 1 otherwise).
+    /// The number of cursors (a sum over the chunks).
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.chunks.iter().map(|c| c.entries.len()).sum::<usize>() + self.tail.len()
+    }
+
+    /// Whether the table lists no cursor.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.tail.is_empty() && self.chunks.iter().all(|c| c.entries.is_empty())
+    }
+
+    /// The chunks, by index.
+    #[must_use]
+    pub fn chunks(&self) -> &[CursorChunk] {
+        &self.chunks
+    }
+
+    /// The cursors past the chunks.
+    #[must_use]
+    pub fn tail(&self) -> &[CursorEntry] {
+        &self.tail
+    }
+
+    /// The cursors past the chunks, to edit in place: every cursor of a table of an earlier
+    /// version (for tests that damage a record).
+    pub fn tail_mut(&mut self) -> &mut Vec<CursorEntry> {
+        &mut self.tail
+    }
+
+    /// Adds `entry` to the tail (a chunk record is made of the tail when the topic record is
+    /// next written: [`CursorTable::fill_chunks`]).
+    pub fn push(&mut self, entry: CursorEntry) {
+        self.tail.push(entry);
+    }
+
+    /// Keeps only the cursors `keep` accepts. A chunk that loses one is rebuilt without it and
+    /// unpinned, to be written again; the others keep their pins and share their entries.
+    pub fn retain(&mut self, mut keep: impl FnMut(&CursorEntry) -> bool) {
+        for chunk in &mut self.chunks {
+            if chunk.entries.iter().all(&mut keep) {
+                continue;
+            }
+            chunk.entries = chunk.entries.iter().filter(|e| keep(e)).cloned().collect();
+            chunk.pin = None;
+        }
+        self.tail.retain(keep);
+    }
+
+    /// Moves full chunks of [`CURSOR_CHUNK_ENTRIES`] out of the tail while it has that many,
+    /// each into the first emptied chunk or after the last, unpinned: what a write of the
+    /// topic record writes first. A table of fewer cursors than a chunk is left alone (its
+    /// record keeps the version it had).
+    pub fn fill_chunks(&mut self) {
+        while self.tail.len() >= CURSOR_CHUNK_ENTRIES {
+            let entries: Arc<[CursorEntry]> = self.tail.drain(..CURSOR_CHUNK_ENTRIES).collect();
+            let chunk = CursorChunk { entries, pin: None };
+            match self
+                .chunks
+                .iter_mut()
+                .find(|c| c.entries.is_empty() && c.pin.is_some_and(|p| p == EMPTY_CHUNK))
+            {
+                Some(slot) => *slot = chunk,
+                None => self.chunks.push(chunk),
+            }
+        }
+    }
+
+    /// The chunks that are not pinned, with their indexes: what must be written (or, emptied,
+    /// pinned as [`EMPTY_CHUNK`]) before a record can pin them.
+    pub fn unpinned(&self) -> impl Iterator<Item = (usize, &CursorChunk)> + '_ {
+        self.chunks
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.pin.is_none())
+    }
+
+    /// Pins chunk `index` (its record written, or emptied).
+    pub fn pin(&mut self, index: usize, pin: ChunkPin) {
+        if let Some(chunk) = self.chunks.get_mut(index) {
+            chunk.pin = Some(pin);
+        }
+    }
+
+    /// The names of the chunk records the table pins, by index (`None` for an emptied or
+    /// unpinned chunk).
+    pub fn pinned_records(&self) -> impl Iterator<Item = Option<String>> + '_ {
+        self.chunks.iter().enumerate().map(|(k, c)| {
+            c.pin
+                .filter(|p| p.made_at != 0)
+                .map(|p| cursor_chunk_record(k, p.made_at))
+        })
+    }
+
+    /// Adds the entries of chunk record `index` (its bytes `bytes`) after checking them
+    /// against its pin: the CRC32 of the bytes, the index inside, 1 to
+    /// [`CURSOR_CHUNK_ENTRIES`] entries. A table decoded from a record holds its pins with no
+    /// entries until each chunk is added.
+    ///
+    /// # Errors
+    /// A [`Corruption`] when the bytes are not the chunk the pin names; the caller names the
+    /// chunk record.
+    pub fn add_chunk(&mut self, index: usize, bytes: &[u8]) -> Result<(), Corruption> {
+        let chunk = self
+            .chunks
+            .get_mut(index)
+            .ok_or_else(|| Corruption::new(CorruptionKind::InvalidField("chunk index"), 0))?;
+        let pin = chunk.pin.unwrap_or(EMPTY_CHUNK);
+        if cursor_chunk_crc(bytes) != pin.crc {
+            return Err(Corruption::new(CorruptionKind::ChecksumMismatch, 0));
+        }
+        let (found, entries) = decode_cursor_chunk(bytes)?;
+        if found as usize != index {
+            return Err(Corruption::new(
+                CorruptionKind::InvalidField("chunk (not the one the topic record pins)"),
+                0,
+            ));
+        }
+        chunk.entries = entries.into();
+        Ok(())
+    }
+}
+
+/// The bytes of chunk record `index` of a topic's cursor table holding `entries`: a frame of
+/// kind 6, body `index u32 | count u32 | entries`.
+#[must_use]
+pub fn encode_cursor_chunk(index: u32, entries: &[CursorEntry]) -> Vec<u8> {
+    encode_frame(Kind::CursorChunk, |out| {
+        out.extend_from_slice(&index.to_le_bytes());
+        put_count(out, entries.len());
+        for entry in entries {
+            entry.write_body(out);
+        }
+    })
+}
+
+/// The CRC32 a topic record pins chunk record `bytes` by: that of the frame before its own
+/// trailing CRC (the CRC32 of a whole frame, its CRC included, is the same for every frame).
+#[must_use]
+pub fn cursor_chunk_crc(bytes: &[u8]) -> u32 {
+    crc32(&[bytes
+        .get(..bytes.len().saturating_sub(CRC_LEN))
+        .unwrap_or(&[])])
+}
+
+/// Decodes a chunk record written by [`encode_cursor_chunk`]: its index and its 1 to
+/// [`CURSOR_CHUNK_ENTRIES`] entries.
+///
+/// # Errors
+/// A [`Corruption`] when the bytes are not exactly one valid chunk record frame.
+pub fn decode_cursor_chunk(bytes: &[u8]) -> Result<(u32, Vec<CursorEntry>), Corruption> {
+    read_frame(Kind::CursorChunk, bytes, |r| {
+        let index = r.u32()?;
+        let count = r.count_u32(CURSOR_ENTRY_MIN_LEN)?;
+        if count == 0 || count > CURSOR_CHUNK_ENTRIES {
+            return Err(r.error(CorruptionKind::InvalidField("chunk cursor count")));
+        }
+        let mut entries = Vec::with_capacity(count);
+        for _ in 0..count {
+            entries.push(CursorEntry::read_body(r)?);
+        }
+        Ok((index, entries))
+    })
+}
+
+impl TopicRecord {
+    /// Encodes the record as a self-contained frame: format version 4 when its cursor table
+    /// has chunks, every one pinned, and a tail shorter than a chunk (the layout of the
+    /// version it would have otherwise named inside); else version 2 when it lists a journal,
+    /// 3 when it names a store, 1 otherwise, every cursor inline (a table of fewer cursors
+    /// than a chunk is written as earlier builds wrote it).
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
-        let version = if self.journal.is_some() {
+        let layout = if self.journal.is_some() {
             TOPIC_JOURNAL_VERSION
         } else if self.store_id != 0 {
             TOPIC_STORE_VERSION
         } else {
             FORMAT_VERSION
+        };
+        let table = &self.cursors;
+        let pinned = !table.chunks.is_empty()
+            && table.chunks.iter().all(|c| c.pin.is_some())
+            && table.tail.len() < CURSOR_CHUNK_ENTRIES;
+        let version = if pinned {
+            TOPIC_CHUNKED_VERSION
+        } else {
+            layout
         };
         encode_versioned(Kind::Topic, version, |out| {
             put_u64(out, self.next_ledger_id);
@@ -302,9 +561,22 @@ impl TopicRecord {
             for ledger in &self.ledgers {
                 ledger.write_body(out);
             }
-            put_count(out, self.cursors.len());
-            for cursor in &self.cursors {
-                cursor.write_body(out);
+            if pinned {
+                out.extend_from_slice(&layout.to_le_bytes());
+                put_count(out, table.chunks.len());
+                for pin in table.chunks.iter().filter_map(|c| c.pin) {
+                    put_u64(out, pin.made_at);
+                    out.extend_from_slice(&pin.crc.to_le_bytes());
+                }
+                put_count(out, table.tail.len());
+                for cursor in &table.tail {
+                    cursor.write_body(out);
+                }
+            } else {
+                put_count(out, table.len());
+                for cursor in table.iter() {
+                    cursor.write_body(out);
+                }
             }
             if let Some(journal) = &self.journal {
                 put_u64(out, self.topic_id);
@@ -320,7 +592,9 @@ impl TopicRecord {
         })
     }
 
-    /// Decodes a frame written by [`TopicRecord::encode`], of format version 1, 2 or 3.
+    /// Decodes a frame written by [`TopicRecord::encode`], of format version 1 to 4. A record
+    /// of version 4 decodes with its cursor table's pins and tail: the chunks' entries are
+    /// added from their records ([`CursorTable::add_chunk`]) by the reader.
     ///
     /// # Errors
     /// A [`Corruption`] (kind and offset in `bytes`) when the bytes are not exactly one valid
@@ -329,7 +603,12 @@ impl TopicRecord {
         let (version, body) = check_frame_of(
             Kind::Topic,
             bytes,
-            &[FORMAT_VERSION, TOPIC_JOURNAL_VERSION, TOPIC_STORE_VERSION],
+            &[
+                FORMAT_VERSION,
+                TOPIC_JOURNAL_VERSION,
+                TOPIC_STORE_VERSION,
+                TOPIC_CHUNKED_VERSION,
+            ],
         )?;
         let mut r = Reader::at(body, HEADER_LEN);
         let r = &mut r;
@@ -342,11 +621,46 @@ impl TopicRecord {
         for _ in 0..ledger_count {
             ledgers.push(LedgerRecord::read_body(r)?);
         }
+        let (version, chunks) = if version == TOPIC_CHUNKED_VERSION {
+            let layout = r.u16()?;
+            if ![FORMAT_VERSION, TOPIC_JOURNAL_VERSION, TOPIC_STORE_VERSION].contains(&layout) {
+                return Err(r.error(CorruptionKind::InvalidField("topic record layout")));
+            }
+            let count = r.count_u32(CHUNK_PIN_LEN)?;
+            if count == 0 {
+                return Err(r.error(CorruptionKind::InvalidField("chunk count")));
+            }
+            let mut chunks = Vec::with_capacity(count);
+            for _ in 0..count {
+                let pin = ChunkPin {
+                    made_at: r.u64()?,
+                    crc: r.u32()?,
+                };
+                if pin.made_at == 0 && pin.crc != 0 {
+                    return Err(r.error(CorruptionKind::InvalidField("chunk pin")));
+                }
+                chunks.push(CursorChunk {
+                    entries: Arc::from([]),
+                    pin: Some(pin),
+                });
+            }
+            (layout, chunks)
+        } else {
+            (version, Vec::new())
+        };
+        // A full tail is a chunk of its own, whatever follows it.
+        if !chunks.is_empty()
+            && r.clone()
+                .u32()
+                .is_ok_and(|n| n as usize >= CURSOR_CHUNK_ENTRIES)
+        {
+            return Err(r.error(CorruptionKind::InvalidField("cursor tail count")));
+        }
         let cursor_count = r.count_u32(CURSOR_ENTRY_MIN_LEN)?;
         // Variable-size items grow the vector as they are read, never ahead of the input.
-        let mut cursors = Vec::new();
+        let mut tail = Vec::new();
         for _ in 0..cursor_count {
-            cursors.push(CursorEntry::read_body(r)?);
+            tail.push(CursorEntry::read_body(r)?);
         }
         // The optional trailer (always there in version 2); a zero would not re-encode to the
         // same bytes.
@@ -384,7 +698,7 @@ impl TopicRecord {
         Ok(Self {
             next_ledger_id,
             ledgers,
-            cursors,
+            cursors: CursorTable { chunks, tail },
             next_cursor_id,
             topic_id,
             journal,

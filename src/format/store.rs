@@ -116,15 +116,20 @@ pub fn chunk_record(index: usize, made_at: u64) -> String {
 /// Whether `record` is named as a chunk record (whether a catalog pins it or not).
 #[must_use]
 pub fn is_chunk_record(record: &str) -> bool {
-    record
-        .strip_prefix(CHUNK_RECORD_PREFIX)
-        .is_some_and(|rest| {
-            rest.split_once('-').is_some_and(|(i, v)| {
-                [i, v]
-                    .iter()
-                    .all(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
-            })
+    is_chunk_name(CHUNK_RECORD_PREFIX, record)
+}
+
+/// Whether `record` is named `{prefix}{index}-{made_at}`, both decimal: a chunk record of the
+/// store catalog's topics or of a topic's cursor table, after the record that pins it.
+#[must_use]
+pub fn is_chunk_name(prefix: &str, record: &str) -> bool {
+    record.strip_prefix(prefix).is_some_and(|rest| {
+        rest.split_once('-').is_some_and(|(i, v)| {
+            [i, v]
+                .iter()
+                .all(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
         })
+    })
 }
 
 /// The catalog's pin of one chunk record (of [`CHUNK_TOPICS`] topics).

@@ -18,6 +18,7 @@ mod host;
 mod names;
 mod open;
 mod registry;
+mod table;
 mod topic;
 
 use std::path::Path;
@@ -30,6 +31,7 @@ pub use topic::TOPIC_RECORD;
 pub(crate) use open::{
     check_store_host, refuse_older_record, refuse_store_topic_alone, swept_by_open,
 };
+pub(crate) use table::{chunk_leftovers, read_topic_record};
 
 pub use crate::cursor::NonDurableOptions;
 pub use crate::cursor::{

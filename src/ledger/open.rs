@@ -83,7 +83,9 @@ use crate::cursor::record_name;
 use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::finder::{Layout, LedgerSpan};
 use crate::format::journal::UNLISTED_CURSOR;
-use crate::format::meta::{CursorEntry, CursorIdentity, CursorRecord, LedgerRecord, TopicRecord};
+use crate::format::meta::{
+    CursorEntry, CursorIdentity, CursorRecord, CursorTable, LedgerRecord, TopicRecord,
+};
 use crate::format::meta::{OLDER_TOPIC_RECORD, OLDER_TOPIC_RECORD_CURSORS, OTHER_HOST};
 use crate::format::store::STORE_RECORD;
 use crate::journal::JournalConfig;
@@ -292,11 +294,8 @@ pub(crate) fn open(
     // claim is read below.
     // A store's topic was claimed with the store: it reads its record, and reserves ids on
     // first need.
-    let (mut record, mut version, ids) = if claim_cursors {
-        claim_topic(storage.as_ref(), meta.as_ref(), 0)?
-    } else {
-        claim_store_topic(storage.as_ref(), meta.as_ref(), store_id)?
-    };
+    let (mut record, mut version, ids) =
+        claim_either(storage.as_ref(), meta.as_ref(), store_id, claim_cursors)?;
     // A topic of its own hosts its cursors' journal (`host.rs`): opened and sealed right after
     // the claim, its hooks set once the topic is.
     let in_store = journal.is_some();
@@ -547,6 +546,20 @@ fn settle_cursors(
     // After the ownership check `cursor_references` ran on a topic of its own; a store's
     // topic's `meta` checks the store's ownership around the sweep itself.
     sweep_leftovers(meta, listed, (record, claimed.is_none()))?;
+    if claimed.is_none() {
+        tj.check_store_owner()?;
+    }
+    // Chunk records of the cursor table its record does not pin can never be pinned again
+    // (each write pins only records named after the version it takes, above the claimed
+    // one); the listing was taken before the ownership check, so it holds none a newer owner
+    // wrote.
+    for file in super::table::chunk_leftovers(listed, &record.cursors) {
+        match log.storage().remove(&file) {
+            Ok(()) => {}
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e),
+        }
+    }
     if claimed.is_some() {
         // A topic of its own checked its record's version above; its journal writes nothing
         // before its hooks are set: the caller forgets these then.
@@ -822,6 +835,24 @@ pub(crate) fn refuse_older_record(
     ))
 }
 
+/// The claim of a topic of its own (`alone`, [`claim_topic`]) or of a store's topic
+/// ([`claim_store_topic`]), then the chunk records of its cursor table, read after the claim
+/// (see `table::load_chunks`).
+fn claim_either(
+    storage: &dyn Storage,
+    meta: &dyn MetaStore,
+    store_id: u64,
+    alone: bool,
+) -> Result<(TopicRecord, u64, (u64, u64))> {
+    let (mut record, version, ids) = if alone {
+        claim_topic(storage, meta, 0)?
+    } else {
+        claim_store_topic(storage, meta, store_id)?
+    };
+    super::table::load_chunks(meta, &mut record.cursors)?;
+    Ok((record, version, ids))
+}
+
 /// Rules 0 and 1 for a topic of a store: claims the topic record without writing a byte
 /// ([`MetaStore::claim`]: its bytes under the next version's name, no sync), so a former owner's
 /// record write still in flight either landed before the claim (and is read here) or fails;
@@ -911,7 +942,7 @@ fn claim_topic(
             TopicRecord {
                 next_ledger_id: 1,
                 ledgers: Vec::new(),
-                cursors: Vec::new(),
+                cursors: CursorTable::default(),
                 next_cursor_id: 0,
                 topic_id: 0,
                 journal: None,

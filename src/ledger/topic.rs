@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use super::config::LedgerConfig;
 use super::names::CursorNames;
+use super::table;
 use crate::cursor::journal::TopicJournal;
 use crate::cursor::{self, CursorShared, NO_MARK_DELETE, TopicAccess};
 use crate::error::{Error, Result};
@@ -245,8 +246,10 @@ impl TopicCore {
         if self.adopted.swap(false, Ordering::SeqCst) {
             // An earlier write of ours took after all: `record` was built on the record before
             // it, so it is not written; the caller's next attempt builds on the adopted one.
-            writer.record.clone_from(&committed);
-            writer.names.changed();
+            let before = std::mem::replace(&mut writer.record, committed.clone());
+            writer
+                .names
+                .changed(&before.cursors, &writer.record.cursors);
             writer.version = self.owned_version.load(Ordering::SeqCst);
             return Err(Error::PreviousIo);
         }
@@ -254,39 +257,56 @@ impl TopicCore {
         // journal listing is the hooks' (see `edit_record`), never the writer's.
         record.next_ledger_id = record.next_ledger_id.max(committed.next_ledger_id);
         record.journal.clone_from(&committed.journal);
-        let version = match self.put_record(&record) {
+        let version = match self.put_record(&mut record) {
             Ok(version) => version,
             Err((e, Some(version))) => {
                 // The new version is the record now (its write failed after it was linked, at
                 // the directory sync, say): this handle knows it, so no later write of its own
-                // is refused as a newer owner's; the caller still learns of the error.
+                // is refused as a newer owner's; the caller still learns of the error. The
+                // chunk records it superseded stay, leftovers for the next open.
                 self.owned_version.store(version, Ordering::SeqCst);
                 committed.clone_from(&record);
                 drop(committed);
                 writer.version = version;
+                writer
+                    .names
+                    .changed(&writer.record.cursors, &record.cursors);
                 writer.record = record;
-                writer.names.changed();
                 return Err(e);
             }
             Err((e, None)) => return Err(e),
         };
         self.owned_version.store(version, Ordering::SeqCst);
+        let superseded = table::superseded(&committed.cursors, &record.cursors);
         committed.clone_from(&record);
         drop(committed);
         writer.version = version;
+        writer
+            .names
+            .changed(&writer.record.cursors, &record.cursors);
         writer.record = record;
-        writer.names.changed();
+        table::discard(self.meta.as_ref(), &superseded);
         self.delete_deferred();
         Ok(())
     }
 
-    /// Writes the topic record `record` over the version this handle owns. On an error, also
-    /// returns the version the store holds when that is `record` itself, one past the owned
-    /// version: the write failed after its new version was linked (its directory sync, or the
-    /// removal of older versions), so the record is this handle's write, durable or not.
-    /// Caller holds `committing`.
-    fn put_record(&self, record: &TopicRecord) -> std::result::Result<u64, (Error, Option<u64>)> {
+    /// Writes the topic record `record` over the version this handle owns, the chunk records
+    /// of its cursor table that it does not pin yet first (`table::stage_chunks`: `record` is
+    /// left pinning them, whatever the outcome). On an error, also returns the version the
+    /// store holds when that is `record` itself, one past the owned version: the write failed
+    /// after its new version was linked (its directory sync, or the removal of older
+    /// versions), so the record is this handle's write, durable or not. Caller holds
+    /// `committing`.
+    fn put_record(
+        &self,
+        record: &mut TopicRecord,
+    ) -> std::result::Result<u64, (Error, Option<u64>)> {
         let owned = self.owned_version.load(Ordering::SeqCst);
+        match table::stage_chunks(self.meta.as_ref(), &mut record.cursors, (owned, owned + 1)) {
+            Ok(()) => {}
+            Err(e @ Error::Fenced { .. }) => return Err((self.fenced(e), None)),
+            Err(e) => return Err((e, None)),
+        }
         let encoded = record.encode();
         let e = match self.meta.put(TOPIC_RECORD, Some(owned), &encoded) {
             Ok(version) => return Ok(version),
@@ -356,7 +376,7 @@ impl TopicCore {
         if record == *committed {
             return Ok(out);
         }
-        let version = match self.put_record(&record) {
+        let version = match self.put_record(&mut record) {
             Ok(version) => version,
             Err((e, Some(version))) => {
                 self.owned_version.store(version, Ordering::SeqCst);
@@ -366,8 +386,10 @@ impl TopicCore {
             Err((e, None)) => return Err(e),
         };
         self.owned_version.store(version, Ordering::SeqCst);
+        let superseded = table::superseded(&committed.cursors, &record.cursors);
         *committed = record;
         drop(committed);
+        table::discard(self.meta.as_ref(), &superseded);
         self.delete_deferred();
         Ok(out)
     }
@@ -629,7 +651,7 @@ impl TopicCore {
     fn consumed_bound(&self, record: &TopicRecord) -> Result<Consumed> {
         let open = self.cursors();
         let mut bound = Consumed::All;
-        for entry in &record.cursors {
+        for entry in record.cursors.iter() {
             // A closed cursor persisted through the journal: the journal holds its state (its
             // record only the state it was created with).
             let journaled = (!open.contains_key(&*entry.name))

@@ -119,6 +119,68 @@ pub trait MetaStore: Send + Sync + std::fmt::Debug {
     }
 }
 
+/// The version of every chunk record (of the store catalog's topics, or of a topic's cursor
+/// table): each is written once, by a `put` that creates it (again only after
+/// [`MetaStore::discard`] of an unpinned one).
+pub(crate) const CHUNK_RECORD_VERSION: u64 = 1;
+
+/// Creates chunk record `name` holding `bytes`, to be pinned by the write of record `owner`
+/// that follows (a chunk record is named after the version of `owner` that write takes).
+///
+/// A record of that name that exists already holds the same bytes when an earlier attempt of
+/// the same write (cut short, or refused after it) made it: it serves. One with other bytes
+/// was made by an attempt whose commit did not take: when `held` is the version `owner` still
+/// holds, only this owner names records after the next version, and its commit of that
+/// version never took, so nothing pins the record: it is discarded and written again. If
+/// `owner` moved on (or `held` is `None`, a claim before it owns the record), a commit of that
+/// version may have pinned it: it is left alone and the answer is [`Error::Fenced`].
+///
+/// # Errors
+/// [`Error::Fenced`] as above; the errors of [`MetaStore::put`].
+pub(crate) fn put_chunk(
+    meta: &dyn MetaStore,
+    (owner, held): (&str, Option<u64>),
+    name: &str,
+    bytes: &[u8],
+) -> Result<()> {
+    let taken = match meta.put(name, None, bytes) {
+        Ok(_) => return Ok(()),
+        Err(e @ Error::Fenced { .. }) => e,
+        Err(e) => return Err(e),
+    };
+    match meta.get(name)? {
+        Some((_, found)) if found == bytes => Ok(()),
+        Some(_) => match held {
+            Some(v) if meta.is_current(owner, v)? => {
+                meta.discard(name, CHUNK_RECORD_VERSION)?;
+                meta.put(name, None, bytes).map(drop)
+            }
+            _ => Err(taken),
+        },
+        None => Err(taken),
+    }
+}
+
+/// Of the storage names `files`, those of chunk records (`is_chunk`, on the record name) that
+/// are not in `pinned`, and every temporary file of a chunk record: what a write cut short,
+/// refused or superseded left. No read takes them and none can be pinned later (a write pins
+/// only records named after the version it takes), so the owner's claim removes them and
+/// `verify` calls them leftovers.
+pub(crate) fn unpinned_chunk_files(
+    files: impl IntoIterator<Item = String>,
+    is_chunk: impl Fn(&str) -> bool,
+    pinned: &std::collections::HashSet<String>,
+) -> Vec<String> {
+    files
+        .into_iter()
+        .filter(|file| {
+            file.split_once('.').is_some_and(|(record, _)| {
+                is_chunk(record) && (!pinned.contains(record) || file.ends_with(file::TEMP_SUFFIX))
+            })
+        })
+        .collect()
+}
+
 /// A [`MetaStore`] whose writes are bracketed by an ownership check: `check` runs before
 /// every `put` and `delete` (so a handle that lost its owner starts no write) and after it (so
 /// a write that slipped in just as another owner claimed is reported [`Error::Fenced`], and the

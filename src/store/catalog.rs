@@ -326,23 +326,12 @@ impl CatalogHandle {
 /// Reads of the catalog before its claim, at most.
 const CLAIM_ATTEMPTS: u32 = 8;
 
-/// The version of every chunk record: each is written once, by a `put` that creates it (again
-/// only after [`MetaStore::discard`] of an unpinned one).
-const CHUNK_RECORD_VERSION: u64 = 1;
-
 /// Writes, under names of catalog version `next`, the chunk records of the full chunks of
 /// `catalog`'s topics that its pins do not hold yet (the tail a creation filled, or every full
 /// chunk of a catalog of an earlier version), each whole and synced ([`MetaStore::put`]
-/// creating it). Returns the pins the catalog's write of `next` carries.
-///
-/// A record of that name that exists already holds the same bytes when an earlier attempt of
-/// the same write (cut short, or refused after it) made it: it serves. One with other bytes
-/// was made by an attempt whose commit did not take for other topics (a creation that failed,
-/// then another topic filling the tail): when `owner` is the version the store record still
-/// holds, only this owner names records after the next version, and its commit of that
-/// version never took, so nothing pins the record: it is discarded and written again. If the
-/// record moved on (or `owner` is `None`, a claim before it owns the store), a commit of
-/// version `next` may have pinned it: it is left alone and the answer is [`Error::Fenced`].
+/// creating it; a name taken already: [`crate::meta::put_chunk`], `owner` the version of the
+/// store record this owner holds, `None` for a claim before it owns the store). Returns the
+/// pins the catalog's write of `next` carries.
 fn stage_chunks(
     meta: &dyn MetaStore,
     catalog: &Catalog,
@@ -362,33 +351,13 @@ fn stage_chunks(
             reason: "the store catalog has run out of chunk indexes".into(),
         })?;
         let bytes = TopicChunk::encode(index, topics);
-        put_chunk(meta, &chunk_record(k, next), &bytes, owner)?;
+        crate::meta::put_chunk(meta, (STORE_RECORD, owner), &chunk_record(k, next), &bytes)?;
         pins.push(ChunkPin {
             made_at: next,
             crc: crc32(&[&bytes]),
         });
     }
     Ok(pins)
-}
-
-/// Creates chunk record `name` holding `bytes` (see [`stage_chunks`] for a name taken).
-fn put_chunk(meta: &dyn MetaStore, name: &str, bytes: &[u8], owner: Option<u64>) -> Result<()> {
-    let taken = match meta.put(name, None, bytes) {
-        Ok(_) => return Ok(()),
-        Err(e @ Error::Fenced { .. }) => e,
-        Err(e) => return Err(e),
-    };
-    match meta.get(name)? {
-        Some((_, held)) if held == bytes => Ok(()),
-        Some(_) => match owner {
-            Some(v) if meta.is_current(STORE_RECORD, v)? => {
-                meta.discard(name, CHUNK_RECORD_VERSION)?;
-                meta.put(name, None, bytes).map(drop)
-            }
-            _ => Err(taken),
-        },
-        None => Err(taken),
-    }
 }
 
 /// Reads the topics of `catalog` from the chunk records it pins (none for a catalog of an
@@ -440,16 +409,11 @@ pub fn chunk_leftovers(storage: &dyn Storage, catalog: &Catalog) -> Result<Vec<S
         .enumerate()
         .map(|(k, pin)| chunk_record(k, pin.made_at))
         .collect();
-    Ok(storage
-        .list_prefix(CHUNK_RECORD_PREFIX)?
-        .into_iter()
-        .filter(|file| {
-            file.split_once('.').is_some_and(|(record, _)| {
-                is_chunk_record(record)
-                    && (!pinned.contains(record) || file.ends_with(crate::meta::file::TEMP_SUFFIX))
-            })
-        })
-        .collect())
+    Ok(crate::meta::unpinned_chunk_files(
+        storage.list_prefix(CHUNK_RECORD_PREFIX)?,
+        is_chunk_record,
+        &pinned,
+    ))
 }
 
 /// Adds `topics` to `ids` by name; the first id of a name stays, as a search of the topics in

@@ -606,20 +606,22 @@ impl Mutation {
                 let mut topic = TopicRecord::decode(&payload).ok()?;
                 match *edit {
                     TopicEdit::DropCursor(i) => {
-                        topic.cursors.get(i)?;
-                        topic.cursors.remove(i);
+                        let table = topic.cursors.tail_mut();
+                        table.get(i)?;
+                        table.remove(i);
                     }
                     TopicEdit::SwapCursorIds(i, j) => {
-                        let a = topic.cursors.get(i)?.id;
-                        let b = topic.cursors.get(j)?.id;
+                        let table = topic.cursors.tail_mut();
+                        let a = table.get(i)?.id;
+                        let b = table.get(j)?.id;
                         if a == b {
                             return None;
                         }
-                        topic.cursors[i].id = b;
-                        topic.cursors[j].id = a;
+                        table[i].id = b;
+                        table[j].id = a;
                     }
                     TopicEdit::CursorEpoch(i) | TopicEdit::CursorLedger(i) => {
-                        let id = topic.cursors.get(i)?.id;
+                        let id = topic.cursors.tail().get(i)?.id;
                         let cpath = tree.record(dir, &format!("cursor-{id}"))?;
                         let (cversion, cpayload) = decode_stored(&tree.files[&cpath]).ok()?;
                         let mut record = CursorRecord::decode(&cpayload).ok()?;

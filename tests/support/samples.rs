@@ -191,7 +191,8 @@ pub fn sample_as_topic(name: &str, data: &[(u64, u64)]) -> (ackstore::MemStorage
         cursors: vec![CursorEntry {
             name: cursor.as_str().into(),
             id: 1,
-        }],
+        }]
+        .into(),
         next_cursor_id: 2,
         topic_id: 0,
         journal: None,

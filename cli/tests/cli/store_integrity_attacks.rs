@@ -92,9 +92,10 @@ fn an_upgraded_cursor_opened_and_flushed_by_this_build_is_bound_to_its_name() {
     assert_ne!(before[0].1, before[1].1, "the sample's cursors differ");
 
     edit_topic_record(dir.path(), 1, |r| {
-        let (a, b) = (r.cursors[0].id, r.cursors[1].id);
-        r.cursors[0].id = b;
-        r.cursors[1].id = a;
+        let table = r.cursors.tail_mut();
+        let (a, b) = (table[0].id, table[1].id);
+        table[0].id = b;
+        table[1].id = a;
     });
     let (code, said) = verify_code(dir.path());
     let store = Store::open(dir.path(), config).expect("open");
