@@ -43,16 +43,7 @@ pub(crate) fn store_of(topics: usize) -> MemStorage {
     disk
 }
 
-/// Copies every file of `template` into the empty disk `to`, synced.
-pub(crate) fn copy_into(template: &MemStorage, to: &MemStorage) {
-    for file in template.list().expect("list") {
-        let bytes = template.live_bytes(&file).expect("bytes");
-        let copy = to.create(&file).expect("create");
-        copy.write_all_at(&bytes, 0).expect("write");
-        copy.sync_data().expect("sync");
-    }
-    to.sync_dir().expect("sync dir");
-}
+pub(crate) use support::crash::copy_into;
 
 /// Rewrites the catalog of the closed store on `disk` as an earlier build wrote it (version 4,
 /// every topic inline) and removes its chunk records.
