@@ -519,17 +519,8 @@ fn damage_to_every_store_record_is_refused_by_verify_and_the_open_alike_or_loses
     let mut targets: Vec<(String, String, Option<Vec<u8>>)> = Vec::new();
     for file in &records {
         let whole = disk.live_bytes(file).expect("bytes");
-        targets.push(("deleted".into(), file.clone(), None));
-        targets.push((
-            "truncated".into(),
-            file.clone(),
-            Some(whole[..whole.len() / 2].to_vec()),
-        ));
-        targets.push(("zeroed".into(), file.clone(), Some(vec![0; whole.len()])));
-        for at in [0, whole.len() / 3, whole.len() / 2, whole.len() - 1] {
-            let mut flipped = whole.clone();
-            flipped[at] ^= 0x04;
-            targets.push((format!("bit flip at {at}"), file.clone(), Some(flipped)));
+        for (what, damage) in support::mutate::damages(&whole) {
+            targets.push((what, file.clone(), damage));
         }
         let record = file.split_once('.').expect("a record file").0;
         for (old, bytes) in &older {

@@ -870,17 +870,8 @@ fn damage_to_every_record_of_the_cursor_table_is_refused_by_verify_and_the_open_
         let current = table_files(host, &disk);
         let mut targets: Vec<(String, String, Option<Vec<u8>>)> = Vec::new();
         for (file, whole) in &current {
-            targets.push(("deleted".into(), file.clone(), None));
-            targets.push((
-                "truncated".into(),
-                file.clone(),
-                Some(whole[..whole.len() / 2].to_vec()),
-            ));
-            targets.push(("zeroed".into(), file.clone(), Some(vec![0; whole.len()])));
-            for at in [0, whole.len() / 3, whole.len() / 2, whole.len() - 1] {
-                let mut flipped = whole.clone();
-                flipped[at] ^= 0x04;
-                targets.push((format!("bit flip at {at}"), file.clone(), Some(flipped)));
+            for (what, damage) in support::mutate::damages(whole) {
+                targets.push((what, file.clone(), damage));
             }
             for (old, bytes) in &older {
                 if family(old) == family(file) && bytes != whole {
