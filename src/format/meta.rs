@@ -324,7 +324,8 @@ pub struct CursorChunk {
     /// The chunk's cursors (none once every one of them was deleted), at most
     /// [`CURSOR_CHUNK_ENTRIES`].
     pub entries: Arc<[CursorEntry]>,
-    /// The record holding `entries` (`made_at` names it, `crc` is the CRC32 of its bytes),
+    /// The record holding `entries` (`made_at` names it, `crc` is [`cursor_chunk_crc`] of its
+    /// bytes),
     /// [`EMPTY_CHUNK`] for an emptied chunk; `None` when `entries` changed since (a deletion):
     /// the next write of the topic record writes the chunk again first.
     pub pin: Option<ChunkPin>,
@@ -472,7 +473,7 @@ impl CursorTable {
             .get_mut(index)
             .ok_or_else(|| Corruption::new(CorruptionKind::InvalidField("chunk index"), 0))?;
         let pin = chunk.pin.unwrap_or(EMPTY_CHUNK);
-        if crc32(&[bytes]) != pin.crc {
+        if cursor_chunk_crc(bytes) != pin.crc {
             return Err(Corruption::new(CorruptionKind::ChecksumMismatch, 0));
         }
         let (found, entries) = decode_cursor_chunk(bytes)?;
@@ -498,6 +499,15 @@ pub fn encode_cursor_chunk(index: u32, entries: &[CursorEntry]) -> Vec<u8> {
             entry.write_body(out);
         }
     })
+}
+
+/// The CRC32 a topic record pins chunk record `bytes` by: that of the frame before its own
+/// trailing CRC (the CRC32 of a whole frame, its CRC included, is the same for every frame).
+#[must_use]
+pub fn cursor_chunk_crc(bytes: &[u8]) -> u32 {
+    crc32(&[bytes
+        .get(..bytes.len().saturating_sub(CRC_LEN))
+        .unwrap_or(&[])])
 }
 
 /// Decodes a chunk record written by [`encode_cursor_chunk`]: its index and its 1 to
@@ -638,10 +648,15 @@ impl TopicRecord {
         } else {
             (version, Vec::new())
         };
-        let cursor_count = r.count_u32(CURSOR_ENTRY_MIN_LEN)?;
-        if !chunks.is_empty() && cursor_count >= CURSOR_CHUNK_ENTRIES {
+        // A full tail is a chunk of its own, whatever follows it.
+        if !chunks.is_empty()
+            && r.clone()
+                .u32()
+                .is_ok_and(|n| n as usize >= CURSOR_CHUNK_ENTRIES)
+        {
             return Err(r.error(CorruptionKind::InvalidField("cursor tail count")));
         }
+        let cursor_count = r.count_u32(CURSOR_ENTRY_MIN_LEN)?;
         // Variable-size items grow the vector as they are read, never ahead of the input.
         let mut tail = Vec::new();
         for _ in 0..cursor_count {

@@ -14,10 +14,9 @@ use std::collections::HashSet;
 
 use super::topic::TOPIC_RECORD;
 use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
-use crate::format::crc32;
 use crate::format::meta::{
-    CursorTable, EMPTY_CHUNK, MISSING_CURSOR_CHUNK, TopicRecord, cursor_chunk_record,
-    encode_cursor_chunk, is_cursor_chunk_record,
+    CursorTable, EMPTY_CHUNK, MISSING_CURSOR_CHUNK, TopicRecord, cursor_chunk_crc,
+    cursor_chunk_record, encode_cursor_chunk, is_cursor_chunk_record,
 };
 use crate::format::store::ChunkPin;
 use crate::meta::MetaStore;
@@ -93,7 +92,7 @@ pub(crate) fn stage_chunks(
             k,
             ChunkPin {
                 made_at: next,
-                crc: crc32(&[&bytes]),
+                crc: cursor_chunk_crc(&bytes),
             },
         ));
     }

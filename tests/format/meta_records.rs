@@ -575,3 +575,153 @@ mod properties {
         }
     }
 }
+
+/// A table of `n` cursors whose full chunks are written (as the owner's write does): the chunk
+/// records' bytes by index.
+fn chunked_table(n: u64) -> (CursorTable, Vec<Vec<u8>>) {
+    let entries: Vec<CursorEntry> = (0..n)
+        .map(|id| CursorEntry {
+            name: format!("sub-{id}").into(),
+            id,
+        })
+        .collect();
+    let mut table = CursorTable::from(entries);
+    table.fill_chunks();
+    let chunks: Vec<(usize, Vec<u8>)> = table
+        .unpinned()
+        .map(|(k, c)| (k, encode_cursor_chunk(k as u32, &c.entries)))
+        .collect();
+    for (k, bytes) in &chunks {
+        let pin = ackstore::internals::format::store::ChunkPin {
+            made_at: 7 + *k as u64,
+            crc: cursor_chunk_crc(bytes),
+        };
+        table.pin(*k, pin);
+    }
+    (table, chunks.into_iter().map(|(_, b)| b).collect())
+}
+
+/// From 512 cursors the table is written in version 4 (the layout of 1, 2 or 3 inside, by the
+/// host), its full chunks pinned and the rest inline; it decodes to its pins and tail, and with
+/// its chunk records added to the table it was written from. Below 512, the earlier version.
+#[test]
+fn a_cursor_table_of_a_chunk_or_more_is_version_4_and_round_trips_with_its_chunks() {
+    let (table, chunks) = chunked_table(2 * CURSOR_CHUNK_ENTRIES as u64 + 3);
+    assert_eq!(
+        (table.chunks().len(), table.tail().len(), chunks.len()),
+        (2, 3, 2)
+    );
+    let hosts = [
+        (FORMAT_VERSION, 0, None),
+        (TOPIC_JOURNAL_VERSION, 0, Some(HostedJournal::default())),
+        (TOPIC_STORE_VERSION, 9, None),
+    ];
+    for (layout, store_id, journal) in hosts {
+        let topic = TopicRecord {
+            cursors: table.clone(),
+            next_cursor_id: 2 * CURSOR_CHUNK_ENTRIES as u64 + 3,
+            topic_id: 0xfeed,
+            store_id,
+            journal,
+            ..sample_topic()
+        };
+        let bytes = topic.encode();
+        assert_eq!(&bytes[10..12], &TOPIC_CHUNKED_VERSION.to_le_bytes());
+        let mut decoded = TopicRecord::decode(&bytes).unwrap();
+        assert_eq!(decoded.encode(), bytes, "layout {layout}");
+        assert_eq!(decoded.cursors.tail(), table.tail());
+        for (k, chunk) in chunks.iter().enumerate() {
+            decoded.cursors.add_chunk(k, chunk).unwrap();
+        }
+        assert_eq!(decoded, topic, "layout {layout}");
+        // Inline, the same table is the earlier version, every cursor in it.
+        let inline = TopicRecord {
+            cursors: table.iter().cloned().collect::<Vec<_>>().into(),
+            ..topic.clone()
+        };
+        let earlier = inline.encode();
+        assert_eq!(&earlier[10..12], &layout.to_le_bytes());
+        assert_eq!(TopicRecord::decode(&earlier).unwrap(), inline);
+    }
+    // A chunk's record is pinned by its frame's own CRC: another chunk, or the same one with
+    // other bytes, is refused by the pin.
+    let mut decoded = TopicRecord::decode(
+        &TopicRecord {
+            cursors: table.clone(),
+            ..sample_topic()
+        }
+        .encode(),
+    )
+    .unwrap();
+    assert!(decoded.cursors.add_chunk(0, &chunks[1]).is_err());
+    let mut other = chunks[0].clone();
+    let at = other.len() / 2;
+    other[at] ^= 1;
+    assert!(decoded.cursors.add_chunk(0, &other).is_err());
+    assert!(decoded.cursors.add_chunk(2, &chunks[0]).is_err());
+}
+
+/// The checks of version 4's cursor part and of a chunk record, each naming its field.
+#[test]
+fn malformed_cursor_chunks_and_pins_are_refused_by_name() {
+    let (table, chunks) = chunked_table(CURSOR_CHUNK_ENTRIES as u64 + 1);
+    let (index, entries) = decode_cursor_chunk(&chunks[0]).unwrap();
+    assert_eq!((index, entries.len()), (0, CURSOR_CHUNK_ENTRIES));
+    assert_eq!(encode_cursor_chunk(index, &entries), chunks[0]);
+    let empty = encode_cursor_chunk(0, &[]);
+    assert_eq!(
+        decode_cursor_chunk(&empty).map(drop).map_err(corruption),
+        Err(CorruptionKind::InvalidField("chunk cursor count"))
+    );
+    let mut too_many = entries.clone();
+    too_many.push(entries[0].clone());
+    assert_eq!(
+        decode_cursor_chunk(&encode_cursor_chunk(0, &too_many))
+            .map(drop)
+            .map_err(corruption),
+        Err(CorruptionKind::InvalidField("chunk cursor count"))
+    );
+    // A record of this table: ledgers none, so the layout sits at 16 + 24.
+    let topic = TopicRecord {
+        cursors: table,
+        ledgers: Vec::new(),
+        ..sample_topic()
+    };
+    let bytes = topic.encode();
+    let body = bytes[16..bytes.len() - 4].to_vec();
+    let reframed = |body: &[u8]| framed(1, TOPIC_CHUNKED_VERSION, body.len() as u32, body);
+    let field = |body: &[u8]| {
+        TopicRecord::decode(&reframed(body))
+            .map(drop)
+            .map_err(corruption)
+    };
+    assert!(field(&body).is_ok());
+    let layout_at = 20;
+    let mut bad = body.clone();
+    bad[layout_at..layout_at + 2].copy_from_slice(&4u16.to_le_bytes());
+    assert_eq!(
+        field(&bad),
+        Err(CorruptionKind::InvalidField("topic record layout"))
+    );
+    // An emptied chunk's pin carries no CRC.
+    let pin_at = layout_at + 2 + 4;
+    let mut bad = body.clone();
+    bad[pin_at..pin_at + 8].copy_from_slice(&0u64.to_le_bytes());
+    assert_eq!(field(&bad), Err(CorruptionKind::InvalidField("chunk pin")));
+    // No chunk: the earlier version is written instead.
+    let mut bad = body[..pin_at - 4].to_vec();
+    bad.extend_from_slice(&0u32.to_le_bytes());
+    bad.extend_from_slice(&body[pin_at + 12..]);
+    assert_eq!(
+        field(&bad),
+        Err(CorruptionKind::InvalidField("chunk count"))
+    );
+    // A full tail is a chunk of its own.
+    let tail_at = pin_at + 12;
+    let mut bad = body.clone();
+    bad[tail_at..tail_at + 4].copy_from_slice(&(CURSOR_CHUNK_ENTRIES as u32).to_le_bytes());
+    assert_eq!(
+        field(&bad),
+        Err(CorruptionKind::InvalidField("cursor tail count"))
+    );
+}

@@ -9,17 +9,18 @@
 use crate::support;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use ackstore::internals::format::store::{CATALOG_VERSION_V4, CHUNK_RECORD_PREFIX, CHUNK_TOPICS};
 use ackstore::internals::meta::{FileMetaStore, MetaStore};
 use ackstore::internals::store::read_catalog;
 use ackstore::{Error, MemStorage, Storage, Store};
 use support::config::store_without_flusher;
-use support::crash::{Cut, Points, cut_everywhere_after, sound_images};
-use support::hooked::{Fault, Hooked};
+pub(crate) use support::crash::copy_into;
+use support::crash::{Cut, Points, cut_everywhere_after, sound_images, sound_without_leftovers};
+use support::hooked::{Hooked, for_each_sync_fault};
 use support::takeover;
-use support::tap::{Hook, Tap};
+pub(crate) use support::tap::Written;
+use support::tap::{Tap, assert_flat_from_1k_to_4k};
 
 /// The name of the `i`-th topic created.
 pub(crate) fn name(i: usize) -> String {
@@ -43,8 +44,6 @@ pub(crate) fn store_of(topics: usize) -> MemStorage {
     disk
 }
 
-pub(crate) use support::crash::copy_into;
-
 /// Rewrites the catalog of the closed store on `disk` as an earlier build wrote it (version 4,
 /// every topic inline) and removes its chunk records.
 pub(crate) fn as_version_4(disk: &MemStorage) {
@@ -66,23 +65,6 @@ pub(crate) fn as_version_4(disk: &MemStorage) {
     storage.sync_dir().expect("sync dir");
 }
 
-/// Counts the bytes written through a [`Tap`].
-#[derive(Default)]
-pub(crate) struct Written(pub(crate) AtomicU64);
-
-impl Hook for Written {
-    fn write(
-        &self,
-        _name: &str,
-        buf: &[u8],
-        offset: u64,
-        write: &dyn Fn(&[u8], u64) -> ackstore::Result<()>,
-    ) -> ackstore::Result<()> {
-        self.0.fetch_add(buf.len() as u64, Ordering::SeqCst);
-        write(buf, offset)
-    }
-}
-
 /// Reopens the store on `storage` and checks that its topics are `names` in creation order,
 /// with ids ascending and unique, and that `verify` finds it sound.
 pub(crate) fn reopened_holds(storage: &Arc<dyn Storage>, names: &[String]) {
@@ -96,16 +78,7 @@ pub(crate) fn reopened_holds(storage: &Arc<dyn Storage>, names: &[String]) {
     let read: Vec<&String> = catalog.topics.iter().map(|t| &t.name).collect();
     assert_eq!(read, names.iter().collect::<Vec<_>>());
     assert!(catalog.topics.windows(2).all(|w| w[0].id < w[1].id));
-    let report = ackstore::check::verify(storage).expect("verify");
-    // The open removed what creations cut short or refused left.
-    assert!(
-        report.is_sound()
-            && !report
-                .unused
-                .iter()
-                .any(|f| f.file.starts_with(CHUNK_RECORD_PREFIX)),
-        "{report}"
-    );
+    sound_without_leftovers(storage, CHUNK_RECORD_PREFIX);
 }
 
 /// Creation `i` costs about the same bytes at 4,000 topics as at 1,000: a pin per full chunk
@@ -117,20 +90,9 @@ fn bytes_written_per_creation_stay_flat_from_1k_to_4k_topics() {
     let written = Arc::new(Written::default());
     let storage: Arc<dyn Storage> = Arc::new(Tap::new(Arc::new(disk.clone()), written.clone()));
     let store = Store::open_with_storage(storage.clone(), store_without_flusher()).expect("open");
-    // Whole chunks, so both spans write one chunk record and tails of the same sizes.
-    let span = |from: usize| {
-        create(&store, store.topic_names().len(), from);
-        let before = written.0.load(Ordering::SeqCst);
-        create(&store, from, from + CHUNK_TOPICS);
-        written.0.load(Ordering::SeqCst) - before
-    };
-    let at_1k = span(2 * CHUNK_TOPICS);
-    let at_4k = span(7 * CHUNK_TOPICS);
-    assert!(at_1k > 0);
-    assert!(
-        at_4k * 10 <= at_1k * 11,
-        "{at_1k} bytes for the creations from 1k topics, {at_4k} from 3.5k"
-    );
+    assert_flat_from_1k_to_4k(&written, CHUNK_TOPICS, "topics", |from, to| {
+        create(&store, from, to);
+    });
     store.close().expect("close");
     drop(store);
     let names: Vec<String> = (0..8 * CHUNK_TOPICS).map(name).collect();
@@ -205,8 +167,7 @@ fn a_failed_sync_at_every_step_of_a_creation_that_fills_the_tail_leaves_a_store_
     let template = store_of(before - 1);
     let mut chunk_then_catalog_failed = false;
     // Every file sync in turn, then every directory sync, until one is past the creation.
-    let (mut fault, mut past) = (Fault::File(1), false);
-    while !past {
+    for_each_sync_fault(|fault| {
         let disk = MemStorage::new();
         copy_into(&template, &disk);
         let hooked = Hooked::new(disk.clone());
@@ -218,24 +179,12 @@ fn a_failed_sync_at_every_step_of_a_creation_that_fills_the_tail_leaves_a_store_
         create(&store, before - 1, before);
         let counts = hooked.arm(fault);
         let filled = store.topic("filler").map(drop);
-        let armed = match fault {
-            Fault::File(_) => &hooked.hooks.fail_sync_in,
-            Fault::Dir(_) => &hooked.hooks.fail_dir_sync_in,
-        };
-        let next = match fault {
-            Fault::File(n) => Fault::File(n + 1),
-            Fault::Dir(n) => Fault::Dir(n + 1),
-        };
-        if armed.swap(0, Ordering::SeqCst) != 0 {
+        if !hooked.fired(fault) {
             // Past the creation's last sync of that kind.
             filled.expect("the creation without a fault");
             store.close().expect("close");
-            past = matches!(fault, Fault::Dir(_));
-            fault = Fault::Dir(1);
-            continue;
+            return false;
         }
-        let this = std::mem::replace(&mut fault, next);
-        let fault = this;
         assert!(filled.is_err(), "{fault:?} at {counts:?}: {filled:?}");
         let failed = hooked.hooks.failed_syncs.lock().expect("hooks").clone();
         chunk_then_catalog_failed |= failed.iter().any(|f| f.starts_with("store."))
@@ -262,7 +211,8 @@ fn a_failed_sync_at_every_step_of_a_creation_that_fills_the_tail_leaves_a_store_
         store.close().expect("close");
         drop(store);
         reopened_holds(&storage, &names);
-    }
+        true
+    });
     assert!(
         chunk_then_catalog_failed,
         "no fault failed the catalog after its chunk record was written"

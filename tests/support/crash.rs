@@ -301,6 +301,28 @@ pub fn unsynced_tail(disk: &MemStorage) -> usize {
     longest
 }
 
+/// Copies every file of `template` into the empty disk `to`, synced.
+pub fn copy_into(template: &MemStorage, to: &MemStorage) {
+    for file in template.list().expect("list") {
+        let bytes = template.live_bytes(&file).expect("bytes");
+        let copy = to.create(&file).expect("create");
+        copy.write_all_at(&bytes, 0).expect("write");
+        copy.sync_data().expect("sync");
+    }
+    to.sync_dir().expect("sync dir");
+}
+
+/// Asserts that `verify` finds `storage` sound, with no leftover file whose name holds
+/// `chunks` (a prefix of chunk records): the open that ran before removed what creations cut
+/// short or refused left.
+pub fn sound_without_leftovers(storage: &std::sync::Arc<dyn ackstore::Storage>, chunks: &str) {
+    let report = ackstore::check::verify(storage).expect("verify");
+    assert!(
+        report.is_sound() && !report.unused.iter().any(|f| f.file.contains(chunks)),
+        "{report}"
+    );
+}
+
 /// The images a power cut can leave of `disk`, each with the unsynced bytes it kept per file:
 /// the durable image (0), then every [`torn_image`] keeping the first `k` bytes of each
 /// unsynced tail, `k` from 0 to the [`unsynced_tail`].
@@ -320,16 +342,4 @@ pub fn sound_images(disk: &MemStorage, cut: Cut) -> [std::sync::Arc<dyn ackstore
         assert!(report.is_sound(), "{cut:?}: {report}");
         storage
     })
-}
-
-/// Copies every file of `template` (a prepared disk) into the empty disk `to`, synced: the
-/// same starting point for each cut of a workload.
-pub fn copy_into(template: &MemStorage, to: &MemStorage) {
-    for file in template.list().expect("list") {
-        let bytes = template.live_bytes(&file).expect("bytes");
-        let copy = to.create(&file).expect("create");
-        copy.write_all_at(&bytes, 0).expect("write");
-        copy.sync_data().expect("sync");
-    }
-    to.sync_dir().expect("sync dir");
 }

@@ -63,6 +63,18 @@ pub enum Fault {
     Dir(u64),
 }
 
+/// Runs `attempt` with the first file sync failing, then the second, and so on until an
+/// attempt answers `false` (the fault never fired: it made fewer file syncs), then the same
+/// with directory syncs.
+pub fn for_each_sync_fault(mut attempt: impl FnMut(Fault) -> bool) {
+    for kind in [Fault::File as fn(u64) -> Fault, Fault::Dir] {
+        let mut n = 1;
+        while attempt(kind(n)) {
+            n += 1;
+        }
+    }
+}
+
 impl Hooked {
     /// File syncs and directory syncs so far.
     pub fn sync_counts(&self) -> (u64, u64) {
@@ -80,6 +92,16 @@ impl Hooked {
             Fault::Dir(n) => self.hooks.fail_dir_sync_in.store(n, Ordering::SeqCst),
         }
         counts
+    }
+
+    /// Whether the sync `fault` names failed (disarming it when it did not: the call made
+    /// fewer syncs of that kind).
+    pub fn fired(&self, fault: Fault) -> bool {
+        let armed = match fault {
+            Fault::File(_) => &self.hooks.fail_sync_in,
+            Fault::Dir(_) => &self.hooks.fail_dir_sync_in,
+        };
+        armed.swap(0, Ordering::SeqCst) == 0
     }
 
     pub fn new(disk: MemStorage) -> Self {

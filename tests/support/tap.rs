@@ -105,6 +105,50 @@ pub trait Hook: Send + Sync {
     }
 }
 
+/// Counts the bytes written through a [`Tap`].
+#[derive(Default)]
+pub struct Written(pub AtomicU64);
+
+impl Hook for Written {
+    fn write(
+        &self,
+        _name: &str,
+        buf: &[u8],
+        offset: u64,
+        write: &dyn Fn(&[u8], u64) -> ackstore::Result<()>,
+    ) -> ackstore::Result<()> {
+        self.0.fetch_add(buf.len() as u64, Ordering::SeqCst);
+        write(buf, offset)
+    }
+}
+
+/// Makes items `0..8 * chunk` with `create(from, to)` (items `from..to`, in order) and
+/// asserts that the bytes written through a [`Tap`] counting into `written` by the `chunk`
+/// creations from `2 * chunk` items are within 10% of those of the `chunk` creations from
+/// `7 * chunk`: both spans write whole chunks, so their bytes stay flat when a creation's do.
+pub fn assert_flat_from_1k_to_4k(
+    written: &Written,
+    chunk: usize,
+    what: &str,
+    mut create: impl FnMut(usize, usize),
+) {
+    let mut made = 0;
+    let mut span = |from: usize| {
+        create(made, from);
+        let before = written.0.load(Ordering::SeqCst);
+        create(from, from + chunk);
+        made = from + chunk;
+        written.0.load(Ordering::SeqCst) - before
+    };
+    let at_1k = span(2 * chunk);
+    let at_4k = span(7 * chunk);
+    assert!(at_1k > 0);
+    assert!(
+        at_4k * 10 <= at_1k * 11,
+        "{at_1k} bytes for the creations from 1k {what}, {at_4k} from 3.5k"
+    );
+}
+
 /// `inner`, with `hook` around every operation; clones share both.
 #[derive(Clone)]
 pub struct Tap {
