@@ -105,19 +105,22 @@ pub trait Hook: Send + Sync {
     }
 }
 
-/// Counts the bytes written through a [`Tap`].
+/// Counts the bytes written through a [`Tap`]: to every file, or only to the files whose name
+/// the second field accepts.
 #[derive(Default)]
-pub struct Written(pub AtomicU64);
+pub struct Written(pub AtomicU64, pub Option<fn(&str) -> bool>);
 
 impl Hook for Written {
     fn write(
         &self,
-        _name: &str,
+        name: &str,
         buf: &[u8],
         offset: u64,
         write: &dyn Fn(&[u8], u64) -> ackstore::Result<()>,
     ) -> ackstore::Result<()> {
-        self.0.fetch_add(buf.len() as u64, Ordering::SeqCst);
+        if self.1.is_none_or(|counted| counted(name)) {
+            self.0.fetch_add(buf.len() as u64, Ordering::SeqCst);
+        }
         write(buf, offset)
     }
 }
