@@ -20,8 +20,7 @@ use std::sync::{Arc, Barrier};
 
 use ackstore::internals::format::meta::{CursorEntry, TopicRecord};
 use ackstore::internals::meta::{FileMetaStore, MetaStore};
-use ackstore::{Error, MemStorage, Position, Storage, Store};
-use support::config::store_without_flusher;
+use ackstore::{Error, MemStorage, Position, Storage};
 use support::crash::{Points, copy_into, cut_everywhere_after, sound_images};
 use support::takeover;
 use support::tap::{FailOne, Tap, Written};
@@ -612,105 +611,172 @@ fn a_failed_operation_of_a_deletion_inside_a_full_chunk_leaves_later_creations_a
     });
 }
 
-/// A former owner of the store creates a cursor and deletes another of a topic of 600 cursors
-/// at every storage operation of a new owner's claim, creation, deletion and creation: the new
-/// owner's calls succeed, the former's are kept when they returned `Ok` or refused as fenced,
-/// and the topic lists each name once with ids unique, after a reopen too.
+/// A former owner (of the store, or of a topic alone) creates a cursor and deletes another of
+/// a topic of 600 cursors at every storage operation of a new owner's claim, creation,
+/// deletion and creation: the new owner's calls succeed (a topic alone's claim once it is
+/// tried again), the former's are kept when they
+/// returned `Ok` or refused as fenced, and the topic lists each name once with ids unique,
+/// after a reopen too.
 #[test]
 fn a_former_owner_creating_and_deleting_cursors_at_every_step_of_a_new_owners_writes_loses_no_ok() {
-    let (template, _, base) = topic_of_cursors(Host::Store, 600, &[]);
-    let new_owner = |storage: Arc<dyn Storage>| -> (Store, Vec<ackstore::Result<()>>) {
-        let store = Store::open_with_storage(storage, store_without_flusher())
-            .expect("the new owner claims the store");
-        let topic = store.topic("t").expect("the new owner opens the topic");
-        let made = vec![
-            topic.open_cursor("new-a", earliest()).map(drop),
-            topic.delete_cursor(&cursor(200)),
-            topic.open_cursor("new-b", earliest()).map(drop),
-        ];
-        (store, made)
-    };
-    let steps = takeover::operations_on_a_copy(&template, new_owner);
-    let (mut kept, mut refused) = (0, 0);
-    for n in (1..=steps).step_by(if cfg!(debug_assertions) { 7 } else { 1 }) {
-        let what = format!("step {n} of {steps}");
-        let disk = MemStorage::new();
-        copy_into(&template, &disk);
-        let former = Store::open_with_storage(Arc::new(disk.clone()), store_without_flusher())
-            .expect("open");
-        let former_topic = former.topic("t").expect("topic");
-        let hooked = takeover::Disk::new(Arc::new(disk.clone()));
-        let slot = {
-            let topic = former_topic.clone();
-            hooked.arm_takeover(n, move || {
-                (
-                    topic.open_cursor("former", earliest()).map(drop),
-                    topic.delete_cursor(&cursor(100)),
-                )
-            })
+    on_each_host(|host| {
+        let (template, _, base) = topic_of_cursors(host, 600, &[]);
+        let new_owner = |storage: Arc<dyn Storage>| -> (Hosted, Vec<ackstore::Result<()>>) {
+            // A topic alone's claim is one compare-and-set of its record: a former owner's
+            // write landing during it refuses it as `Fenced`, and the open is tried again (as
+            // a broker would). A store's claim of its topic never is.
+            let topic = match open(host, &storage) {
+                Err(Error::Fenced { .. }) if host == Host::Alone => open(host, &storage),
+                claimed => claimed,
+            };
+            let topic = topic.expect("the new owner claims the topic");
+            let made = vec![
+                topic.open_cursor("new-a", earliest()).map(drop),
+                topic.delete_cursor(&cursor(200)),
+                topic.open_cursor("new-b", earliest()).map(drop),
+            ];
+            (topic, made)
         };
-        disk.break_lock();
-        let (new, made) = new_owner(hooked.storage.clone());
-        hooked.hook.run_if_pending();
-        let (created, deleted) = slot.lock().expect("slot").take().expect("the former ran");
-        for (call, outcome) in [("creation", &created), ("deletion", &deleted)] {
+        let steps = takeover::operations_on_a_copy(&template, new_owner);
+        // A topic alone's open reads each cursor's files after its claim (thousands of
+        // operations at 600 cursors): there every 250th, every one of its first 60 (the
+        // claim) and of the three calls after it. A store's open is visited at every step.
+        let opening = takeover::operations_on_a_copy(&template, |storage| open(host, &storage));
+        let visited = |n: &u64| {
+            host == Host::Store || *n <= 60 || *n + 20 >= opening || n.is_multiple_of(250)
+        };
+        let (mut kept, mut refused) = (0, 0);
+        for n in (1..=steps)
+            .filter(visited)
+            .step_by(if cfg!(debug_assertions) { 7 } else { 1 })
+        {
+            let what = format!("{host:?} step {n} of {steps}");
+            let disk = MemStorage::new();
+            copy_into(&template, &disk);
+            let former = open(host, &(Arc::new(disk.clone()) as Arc<dyn Storage>)).expect("open");
+            let hooked = takeover::Disk::new(Arc::new(disk.clone()));
+            let slot = {
+                let topic = former.topic.clone();
+                hooked.arm_takeover(n, move || {
+                    (
+                        topic.open_cursor("former", earliest()).map(drop),
+                        topic.delete_cursor(&cursor(100)),
+                    )
+                })
+            };
+            disk.break_lock();
+            let (new, made) = new_owner(hooked.storage.clone());
+            hooked.hook.run_if_pending();
+            let (created, deleted) = slot.lock().expect("slot").take().expect("the former ran");
+            for (call, outcome) in [("creation", &created), ("deletion", &deleted)] {
+                assert!(
+                    matches!(outcome, Ok(()) | Err(Error::Fenced { .. })),
+                    "{what}: the former's {call}: {outcome:?}"
+                );
+            }
+            for m in &made {
+                assert!(m.is_ok(), "{what}: the new owner's call: {m:?}");
+            }
+            let names: BTreeSet<String> = new.cursor_names().into_iter().collect();
+            let mut truth = base.exist.clone();
+            truth.remove(&cursor(200));
+            truth.extend(["new-a".to_string(), "new-b".to_string()]);
+            // The former's calls are kept when they answered `Ok`, and may have taken when
+            // refused (their write landed as the claim read).
+            let mut either = BTreeSet::new();
+            if created.is_ok() {
+                truth.insert("former".into());
+            } else {
+                either.insert("former".to_string());
+            }
+            if deleted.is_ok() {
+                truth.remove(&cursor(100));
+            } else {
+                either.insert(cursor(100));
+            }
+            let differ: Vec<&String> = names.symmetric_difference(&truth).collect();
             assert!(
-                matches!(outcome, Ok(()) | Err(Error::Fenced { .. })),
-                "{what}: the former's {call}: {outcome:?}"
+                differ.iter().all(|n| either.contains(*n)),
+                "{what}: the cursors differ from the model by {differ:?}"
+            );
+            if created.is_ok() || deleted.is_ok() {
+                kept += 1;
+            }
+            if created.is_err() && deleted.is_err() {
+                refused += 1;
+            }
+            new.close().expect("close");
+            drop(former);
+            let image: Arc<dyn Storage> = Arc::new(disk.durable_image());
+            let report = ackstore::check::verify(&image).expect("verify");
+            assert!(report.is_sound(), "{what}: {report}");
+            let reopened = open(host, &image).unwrap_or_else(|e| panic!("{what}: reopen: {e}"));
+            let again: BTreeSet<String> = reopened.cursor_names().into_iter().collect();
+            assert_eq!(again, names, "{what}: after a reopen");
+            reopened.close().expect("close");
+            one_id_per_name(host, &image, &names, &what);
+        }
+        assert!(
+            kept > 0 && refused > 0,
+            "{host:?}: {kept} steps kept a former's call, {refused} refused both"
+        );
+    });
+}
+
+/// Cursors of every chunk and of the tail, looked up (the name index built), deleted, looked
+/// up by other names, created again and acknowledged, on one handle: each lookup answers the
+/// current cursor of its name, so the new cursor holds its own ack and none of the deleted
+/// one's, on that handle and after a reopen.
+#[test]
+fn lookups_after_deletions_and_creations_again_in_every_chunk_answer_the_current_cursor() {
+    on_each_host(|host| {
+        let count = 2 * CHUNK + 76;
+        let (disk, positions, told) = topic_of_cursors(host, count, &[]);
+        let picks = [
+            5,
+            300,
+            CHUNK - 1,
+            CHUNK,
+            800,
+            2 * CHUNK - 1,
+            2 * CHUNK,
+            count - 1,
+        ];
+        let mut steps = Vec::new();
+        for &p in &picks {
+            steps.extend([
+                Step::AckFlush(cursor(p), 1),
+                Step::AckFlush(cursor((p + 7) % count), 1),
+                Step::Delete(cursor(p)),
+                Step::AckFlush(cursor((p + 13) % count), 2),
+                Step::Create(cursor(p)),
+                Step::AckFlush(cursor(p), 2),
+            ]);
+        }
+        let storage: Arc<dyn Storage> = Arc::new(disk.clone());
+        let topic = open(host, &storage).expect("open");
+        let mut told = told;
+        for step in &steps {
+            run_step(&topic, &positions, step, &mut told)
+                .unwrap_or_else(|e| panic!("{host:?} {step:?}: {e}"));
+        }
+        for &p in &picks {
+            let c = topic.open_cursor(&cursor(p), earliest()).expect("cursor");
+            let acked = (
+                c.is_acked(positions[1]).expect("is_acked"),
+                c.is_acked(positions[2]).expect("is_acked"),
+            );
+            assert_eq!(
+                acked,
+                (false, true),
+                "{host:?}: cursor {p} created again: (the deleted one's ack, its own)"
             );
         }
-        for m in &made {
-            assert!(m.is_ok(), "{what}: the new owner's call: {m:?}");
-        }
-        let names: BTreeSet<String> = new
-            .topic("t")
-            .expect("topic")
-            .cursor_names()
-            .into_iter()
-            .collect();
-        let mut truth = base.exist.clone();
-        truth.remove(&cursor(200));
-        truth.extend(["new-a".to_string(), "new-b".to_string()]);
-        // The former's calls are kept when they answered `Ok`, and may have taken when
-        // refused (their write landed as the claim read).
-        let mut either = BTreeSet::new();
-        if created.is_ok() {
-            truth.insert("former".into());
-        } else {
-            either.insert("former".to_string());
-        }
-        if deleted.is_ok() {
-            truth.remove(&cursor(100));
-        } else {
-            either.insert(cursor(100));
-        }
-        let differ: Vec<&String> = names.symmetric_difference(&truth).collect();
-        assert!(
-            differ.iter().all(|n| either.contains(*n)),
-            "{what}: the cursors differ from the model by {differ:?}"
-        );
-        if created.is_ok() || deleted.is_ok() {
-            kept += 1;
-        }
-        if created.is_err() && deleted.is_err() {
-            refused += 1;
-        }
-        drop(former_topic);
-        new.close().expect("close");
-        drop((new, former));
-        let image: Arc<dyn Storage> = Arc::new(disk.durable_image());
-        let report = ackstore::check::verify(&image).expect("verify");
-        assert!(report.is_sound(), "{what}: {report}");
-        let reopened = open(Host::Store, &image).unwrap_or_else(|e| panic!("{what}: reopen: {e}"));
-        let again: BTreeSet<String> = reopened.cursor_names().into_iter().collect();
-        assert_eq!(again, names, "{what}: after a reopen");
-        reopened.close().expect("close");
-        one_id_per_name(Host::Store, &image, &names, &what);
-    }
-    assert!(
-        kept > 0 && refused > 0,
-        "{kept} steps kept a former's call, {refused} refused both"
-    );
+        topic.close().expect("close");
+        let report = ackstore::check::verify(&storage).expect("verify");
+        assert!(report.is_sound(), "{report}");
+        holds_what_was_told(host, &storage, &positions, &told, &format!("{host:?}"));
+    });
 }
 
 /// Eight threads create and delete cursors of 1,024-byte names on one topic at once, from 500
