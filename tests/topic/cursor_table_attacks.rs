@@ -106,6 +106,8 @@ enum Step {
     AckFlush(String, usize),
     /// Appends this many entries and syncs them (each ledger rolled over rewrites the record).
     Append(usize),
+    /// Deletes the data ledgers every cursor has consumed (the record rewritten without them).
+    Trim,
 }
 
 /// Runs `step` on `topic` (whose first entries are `positions`), keeping `told` current: a
@@ -148,6 +150,7 @@ fn run_step(
             }
             topic.sync()?;
         }
+        Step::Trim => drop(topic.trim_consumed()?),
     }
     Ok(())
 }
@@ -450,6 +453,50 @@ fn a_power_cut_at_every_step_of_emptying_a_chunk_and_of_filling_the_tail_into_it
                 Step::AckFlush(cursor(2 * CHUNK - 1), 1),
                 Step::Create(cursor(3 * CHUNK)),
                 Step::Delete(cursor(CHUNK + 1)),
+            ],
+        );
+    });
+}
+
+/// A power cut at every step of a trim of a topic of 600 cursors that all consumed its first
+/// data ledger (the record rewritten without it, its pins with it), of an ack and a roll
+/// after it: every cursor kept, and the acks of the cursors checked (one per chunk and the
+/// tail's last) kept and none invented.
+#[test]
+fn a_power_cut_at_every_step_of_a_trim_of_a_600_cursor_topic_keeps_every_cursor_and_ack() {
+    on_each_host(|host| {
+        let (disk, positions, mut told) = topic_of_cursors(host, 600, &[]);
+        {
+            let storage: Arc<dyn Storage> = Arc::new(disk.clone());
+            let topic = open(host, &storage).expect("open");
+            for i in 0..600 {
+                let c = topic.open_cursor(&cursor(i), earliest()).expect("cursor");
+                for &p in &positions[..PER_LEDGER as usize] {
+                    c.ack(p).expect("ack");
+                }
+                c.flush().expect("flush");
+            }
+            topic.close().expect("close");
+        }
+        {
+            // The trim has a ledger to delete.
+            let copy: Arc<dyn Storage> = Arc::new(disk.durable_image());
+            let topic = open(host, &copy).expect("open");
+            assert!(!topic.trim_consumed().expect("trim").is_empty(), "{host:?}");
+        }
+        // Each of these is checked after every cut; the others are only listed.
+        for i in [0, CHUNK, 599] {
+            let through: BTreeSet<usize> = (0..PER_LEDGER as usize).collect();
+            told.acked.insert(cursor(i), through.clone());
+            told.confirmed.insert(cursor(i), through);
+        }
+        cut_at_every_step(
+            host,
+            &(disk, positions, told),
+            &[
+                Step::Trim,
+                Step::AckFlush(cursor(CHUNK), PER_LEDGER as usize),
+                Step::Append(PER_LEDGER as usize),
             ],
         );
     });
