@@ -1,7 +1,7 @@
 //! Finding a cursor of the topic record's cursor table by name.
 //!
-//! Owns: an index of the writer's cursor table by name, built from the table when a second
-//! lookup comes before the table changes, then kept up to date by each change of the table
+//! Owns: an index of the writer's cursor table by name, built from the table at the second
+//! lookup of a table of more than a few cursors, then kept up to date by each change of the table
 //! ([`CursorNames::changed`]) at the cost of what changed: the chunks that are not the same
 //! shared entries any more and the tail past what both tables share. So a topic's n cursor
 //! opens (a restart) cost O(n) in all, and a creation costs what its record write costs, not a
@@ -17,7 +17,7 @@ use crate::format::meta::{CursorEntry, CursorTable};
 /// hashing the name, and the index's memory is spent only on large tables.
 const SCAN_UP_TO: usize = 32;
 
-/// The cursor table's names, indexed once lookups outnumber the table's changes.
+/// The cursor table's names, indexed from the second lookup on.
 ///
 /// Invariant: `index`, when present, maps each name of the current table to its id, and
 /// `len` is that table's length: its owner calls [`CursorNames::changed`] with the table
@@ -27,7 +27,8 @@ const SCAN_UP_TO: usize = 32;
 pub(crate) struct CursorNames {
     /// Name to id, and the length of the table it indexes.
     index: Option<(HashMap<Arc<str>, u64>, usize)>,
-    /// Lookups answered by a scan since the index was last dropped.
+    /// Lookups answered by a scan since the index was last dropped (a change of the table does
+    /// not reset them: it updates the index at the cost of the change).
     scans: u32,
 }
 
@@ -61,8 +62,8 @@ impl CursorNames {
     /// Follows the table from `before` to `after`: the chunks whose entries are not the same
     /// shared ones, and the tails past their common start, are taken out and put in.
     pub(crate) fn changed(&mut self, before: &CursorTable, after: &CursorTable) {
+        // Not indexed yet: the lookups so far still count towards building it.
         let Some((index, len)) = &mut self.index else {
-            self.scans = 0;
             return;
         };
         let empty: Arc<[CursorEntry]> = Arc::from([]);

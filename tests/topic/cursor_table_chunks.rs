@@ -160,6 +160,10 @@ fn deletions_rewrite_their_chunk_and_an_emptied_chunk_is_reused() {
         let before = chunk_files(host, &disk);
         assert_eq!(before.len(), 2, "{before:?}");
         let topic = reopen_hosted(host, &disk, PER_LEDGER);
+        // Lookups by name before the deletions: the name index is built, then follows them.
+        for i in [3, 5, 600] {
+            topic.open_cursor(&cursor(i), earliest()).expect("reopen");
+        }
         topic.delete_cursor(&cursor(5)).expect("delete");
         let after = chunk_files(host, &disk);
         assert_eq!(after.len(), 2, "{after:?}");
@@ -175,6 +179,18 @@ fn deletions_rewrite_their_chunk_and_an_emptied_chunk_is_reused() {
         assert_eq!(record.cursors.chunks()[1].entries.len(), 0);
         assert_eq!(chunk_files(host, &disk).len(), 1);
         create(&topic, 2 * CHUNK + 3, 3 * CHUNK + 3);
+        // A deleted name is a new cursor again; a kept one is the cursor it was.
+        let acker = topic.open_cursor(ACKER, earliest()).expect("acker");
+        assert_eq!(acker.mark_delete_position().expect("mark"), Some(acked));
+        let before = topic.cursor_names().len();
+        topic
+            .open_cursor(&cursor(5), earliest())
+            .expect("create again");
+        topic
+            .open_cursor(&cursor(2 * CHUNK), earliest())
+            .expect("reopen");
+        assert_eq!(topic.cursor_names().len(), before + 1);
+        drop(acker);
         topic.close().expect("close");
         let (_, record) = record_of(host, &disk);
         assert_eq!(
@@ -183,8 +199,7 @@ fn deletions_rewrite_their_chunk_and_an_emptied_chunk_is_reused() {
             "the emptied chunk's place was taken"
         );
         assert_eq!(chunk_files(host, &disk).len(), 2);
-        let kept =
-            (0..3 * CHUNK + 3).filter(|&i| i != 5 && !(CHUNK - 1..2 * CHUNK - 1).contains(&i));
+        let kept = (0..3 * CHUNK + 3).filter(|&i| !(CHUNK - 1..2 * CHUNK - 1).contains(&i));
         reopened_holds(host, &storage, &names_of(kept), acked);
     });
 }
@@ -536,5 +551,59 @@ fn a_failed_sync_at_every_step_of_a_creation_that_fills_the_tail_leaves_a_topic_
             chunk_then_record_failed,
             "{host:?}: no fault failed the topic record after its chunk record was written"
         );
+    });
+}
+
+/// Creations, reopens and deletions by name in a pseudo-random order across chunk boundaries
+/// (the name index built, then following every change of the table), against a model: each
+/// cursor carries the tag it was created with (a property, flushed), a reopen by name finds
+/// the cursor of that name with its tag, a deleted name comes back as a new cursor, and the
+/// topic reopens with the model's names.
+#[test]
+fn lookups_by_name_follow_creations_and_deletions_across_chunks() {
+    on_each_host(|host| {
+        let (disk, acked) = topic_of(host, CHUNK - 40);
+        let topic = reopen_hosted(host, &disk, PER_LEDGER);
+        let mut model: std::collections::BTreeMap<usize, i64> =
+            (0..CHUNK - 40).map(|i| (i, -1)).collect();
+        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for step in 0..1_500_i64 {
+            let i = (next() % (2 * CHUNK as u64)) as usize;
+            let name = cursor(i);
+            match (next() % 4, model.get(&i).copied()) {
+                (0, Some(_)) => {
+                    topic.delete_cursor(&name).expect("delete");
+                    model.remove(&i);
+                }
+                (_, Some(tag)) => {
+                    let c = topic.open_cursor(&name, earliest()).expect("reopen");
+                    let found = c.properties().expect("properties").get("tag").copied();
+                    assert_eq!(found.unwrap_or(-1), tag, "{host:?} step {step}: {name}");
+                    c.close().expect("close");
+                }
+                (_, None) => {
+                    let c = topic.open_cursor(&name, earliest()).expect("create");
+                    assert!(c.properties().expect("properties").is_empty(), "{name}");
+                    c.set_property("tag", step).expect("tag");
+                    c.flush().expect("flush");
+                    c.close().expect("close");
+                    model.insert(i, step);
+                }
+            }
+        }
+        topic.close().expect("close");
+        let (_, record) = record_of(host, &disk);
+        assert!(
+            !record.cursors.chunks().is_empty(),
+            "the table reached a chunk"
+        );
+        let storage: Arc<dyn Storage> = Arc::new(disk.clone());
+        reopened_holds(host, &storage, &names_of(model.keys().copied()), acked);
     });
 }
