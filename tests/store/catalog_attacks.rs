@@ -16,15 +16,15 @@ use crate::catalog_chunks::{
 use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Barrier};
 
 use ackstore::internals::store::read_catalog;
 use ackstore::{CursorOptions, Error, MemStorage, Position, Storage, Store, StoreConfig};
 use support::config::{store_journal, store_without_flusher};
 use support::crash::{Points, cut_everywhere_after, sound_images};
 use support::takeover;
-use support::tap::{Hook, Op, Tap};
+use support::tap::{FailOne, Tap};
 
 /// Topics in a chunk of the catalog's list (docs/format.md, "Store catalog").
 const CHUNK: usize = 512;
@@ -43,34 +43,6 @@ fn one_id_per_name(storage: &Arc<dyn Storage>, names: &[String], what: &str) {
         catalog.topics.windows(2).all(|w| w[0].id < w[1].id),
         "{what}: ids not ascending and unique"
     );
-}
-
-/// Fails the `at`-th storage operation counted from when it was armed (0: none) with `EIO`,
-/// without running it; remembers the operation it failed.
-#[derive(Default)]
-struct FailOne {
-    seen: AtomicU64,
-    at: AtomicU64,
-    failed: Mutex<Option<String>>,
-}
-
-impl FailOne {
-    fn arm(&self, at: u64) {
-        self.seen.store(0, Ordering::SeqCst);
-        self.at.store(at, Ordering::SeqCst);
-    }
-}
-
-impl Hook for FailOne {
-    fn before(&self, op: Op<'_>) -> ackstore::Result<()> {
-        let n = self.seen.fetch_add(1, Ordering::SeqCst) + 1;
-        if n == self.at.load(Ordering::SeqCst) {
-            *self.failed.lock().expect("lock") = Some(format!("{} {}", op.kind(), op.name()));
-            let eio = std::io::Error::from_raw_os_error(5);
-            return Err(Error::io("injected", op.name().to_owned(), eio));
-        }
-        Ok(())
-    }
 }
 
 /// A creation on the store of `before` topics whose `k`-th storage operation fails, for every
@@ -547,17 +519,8 @@ fn damage_to_every_store_record_is_refused_by_verify_and_the_open_alike_or_loses
     let mut targets: Vec<(String, String, Option<Vec<u8>>)> = Vec::new();
     for file in &records {
         let whole = disk.live_bytes(file).expect("bytes");
-        targets.push(("deleted".into(), file.clone(), None));
-        targets.push((
-            "truncated".into(),
-            file.clone(),
-            Some(whole[..whole.len() / 2].to_vec()),
-        ));
-        targets.push(("zeroed".into(), file.clone(), Some(vec![0; whole.len()])));
-        for at in [0, whole.len() / 3, whole.len() / 2, whole.len() - 1] {
-            let mut flipped = whole.clone();
-            flipped[at] ^= 0x04;
-            targets.push((format!("bit flip at {at}"), file.clone(), Some(flipped)));
+        for (what, damage) in support::mutate::damages(&whole) {
+            targets.push((what, file.clone(), damage));
         }
         let record = file.split_once('.').expect("a record file").0;
         for (old, bytes) in &older {
@@ -669,15 +632,7 @@ fn a_former_owner_creating_at_every_step_of_a_new_owners_claim_and_creations_los
             .collect();
         (store, made)
     };
-    let steps = {
-        let disk = MemStorage::new();
-        copy_into(&template, &disk);
-        let hooked = takeover::Disk::new(Arc::new(disk.clone()));
-        let at = hooked.hook.count();
-        let (store, _) = new_owner(hooked.storage.clone());
-        drop(store);
-        hooked.hook.count() - at
-    };
+    let steps = takeover::operations_on_a_copy(&template, new_owner);
     // How often the former's creation was kept and refused: the steps must cover both.
     let (mut kept, mut refused) = (0, 0);
     for n in 1..=steps {

@@ -704,3 +704,30 @@ fn verdict(code: Option<i32>, text: &str) -> Verdict {
         said: said.join(" | "),
     }
 }
+
+/// Each way of damaging a file whose bytes are `whole` in place, named: deleted (`None`),
+/// truncated to half, zeroed, and a bit flipped at its first byte, a third, its middle and its
+/// last byte.
+pub fn damages(whole: &[u8]) -> Vec<(String, Option<Vec<u8>>)> {
+    let mut out = vec![
+        ("deleted".to_owned(), None),
+        (
+            "truncated".to_owned(),
+            Some(whole[..whole.len() / 2].to_vec()),
+        ),
+        ("zeroed".to_owned(), Some(vec![0; whole.len()])),
+    ];
+    for at in [
+        0,
+        whole.len() / 3,
+        whole.len() / 2,
+        whole.len().saturating_sub(1),
+    ] {
+        let mut flipped = whole.to_vec();
+        if let Some(byte) = flipped.get_mut(at) {
+            *byte ^= 0x04;
+            out.push((format!("bit flip at {at}"), Some(flipped)));
+        }
+    }
+    out
+}

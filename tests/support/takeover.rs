@@ -107,3 +107,18 @@ pub fn new_store_owner(
     store.topic(topic).expect("the new owner opens the topic");
     store
 }
+
+/// The storage operations `run` makes on a copy of the disk `template`
+/// ([`super::crash::copy_into`]), counted as a [`Disk`] counts them: the steps at which a
+/// takeover can be armed.
+pub fn operations_on_a_copy<T>(
+    template: &ackstore::MemStorage,
+    run: impl FnOnce(Arc<dyn Storage>) -> T,
+) -> u64 {
+    let disk = ackstore::MemStorage::new();
+    super::crash::copy_into(template, &disk);
+    let hooked = Disk::new(Arc::new(disk));
+    let at = hooked.hook.count();
+    drop(run(hooked.storage.clone()));
+    hooked.hook.count() - at
+}

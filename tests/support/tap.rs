@@ -4,8 +4,8 @@
 //! around each write (so a write can be seen half done). The hook can fail an operation, run a
 //! takeover or another thread's work, or block.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use ackstore::Storage;
 use ackstore::storage::{LockGuard, Mapped, StorageFile};
@@ -105,19 +105,22 @@ pub trait Hook: Send + Sync {
     }
 }
 
-/// Counts the bytes written through a [`Tap`].
+/// Counts the bytes written through a [`Tap`]: to every file, or only to the files whose name
+/// the second field accepts.
 #[derive(Default)]
-pub struct Written(pub AtomicU64);
+pub struct Written(pub AtomicU64, pub Option<fn(&str) -> bool>);
 
 impl Hook for Written {
     fn write(
         &self,
-        _name: &str,
+        name: &str,
         buf: &[u8],
         offset: u64,
         write: &dyn Fn(&[u8], u64) -> ackstore::Result<()>,
     ) -> ackstore::Result<()> {
-        self.0.fetch_add(buf.len() as u64, Ordering::SeqCst);
+        if self.1.is_none_or(|counted| counted(name)) {
+            self.0.fetch_add(buf.len() as u64, Ordering::SeqCst);
+        }
         write(buf, offset)
     }
 }
@@ -284,5 +287,37 @@ impl StorageFile for TapFile {
     }
     fn data_from(&self, offset: u64) -> ackstore::Result<u64> {
         self.inner.data_from(offset)
+    }
+}
+
+/// A [`Hook`] that fails the `at`-th storage operation counted from when it was armed (0: none)
+/// with `EIO`, without running it, and remembers the operation it failed: an I/O error at one
+/// step of a call, for every step in turn.
+#[derive(Default)]
+pub struct FailOne {
+    /// Operations since the hook was armed.
+    pub seen: AtomicU64,
+    at: AtomicU64,
+    /// The operation failed (kind and file name), once it was.
+    pub failed: Mutex<Option<String>>,
+}
+
+impl FailOne {
+    /// Fails the `at`-th operation from now (0: none).
+    pub fn arm(&self, at: u64) {
+        self.seen.store(0, Ordering::SeqCst);
+        self.at.store(at, Ordering::SeqCst);
+    }
+}
+
+impl Hook for FailOne {
+    fn before(&self, op: Op<'_>) -> ackstore::Result<()> {
+        let n = self.seen.fetch_add(1, Ordering::SeqCst) + 1;
+        if n == self.at.load(Ordering::SeqCst) {
+            *self.failed.lock().expect("lock") = Some(format!("{} {}", op.kind(), op.name()));
+            let eio = std::io::Error::from_raw_os_error(5);
+            return Err(ackstore::Error::io("injected", op.name().to_owned(), eio));
+        }
+        Ok(())
     }
 }

@@ -10,6 +10,7 @@ mod support;
 
 mod crash;
 mod cursor_ledger_import;
+mod cursor_table_attacks;
 mod cursor_table_chunks;
 mod deletion_leftovers;
 mod failed_fsync;
