@@ -137,7 +137,10 @@ pub fn is_chunk_name(prefix: &str, record: &str) -> bool {
 pub struct ChunkPin {
     /// The catalog version whose write pinned the chunk (names its record).
     pub made_at: u64,
-    /// CRC32 of the chunk record's whole payload.
+    /// CRC32 of the chunk record's whole payload. That payload is not a frame: it carries no
+    /// CRC of its own and ends in its last topic's name, so this CRC covers every byte of its
+    /// topics (a cursor-table chunk is a frame, and is pinned by the CRC before its trailing
+    /// one instead: [`crate::format::meta::cursor_chunk_crc`]).
     pub crc: u32,
 }
 

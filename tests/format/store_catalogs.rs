@@ -265,6 +265,37 @@ fn a_chunk_swapped_with_a_sibling_a_partial_chunk_or_damaged_is_refused() {
     }
 }
 
+/// A chunk record is not a frame: it ends in its last topic's name, not in a CRC of its own, so
+/// its pin (the CRC32 of every byte of it) differs with every change of its topics, to the last
+/// byte of the last name. A chunk of the same index holding another store's topics, or one whose
+/// last name differs in its last byte only, fails the pin; neither pin is the CRC32 residue of
+/// a frame with its CRC appended (0x2144DF1C), which a pin over a whole frame would be.
+#[test]
+fn a_chunk_of_the_same_index_with_other_topics_fails_its_pin_to_the_last_byte() {
+    let (c, chunks) = pinned();
+    let mut sibling_topics = topics(1..C + 1);
+    for t in &mut sibling_topics {
+        t.name = t.name.replace("topic-", "other-");
+    }
+    let sibling = TopicChunk::encode(0, &sibling_topics);
+    let mut last_byte = chunks[0].clone();
+    *last_byte.last_mut().expect("a name") ^= 0x01;
+    let last = TopicChunk::decode(&last_byte).expect("still a chunk");
+    assert_eq!(last.index, 0);
+    assert_ne!(last.topics, topics(1..C + 1));
+    for (what, bytes) in [("another store's", sibling), ("its last byte", last_byte)] {
+        let mut c = c.clone();
+        c.topics.clear();
+        assert_eq!(
+            c.add_chunk(0, &bytes).unwrap_err().kind,
+            CorruptionKind::ChecksumMismatch,
+            "{what}"
+        );
+        assert_ne!(pin(4, &bytes), c.chunks[0], "{what}");
+    }
+    assert!(c.chunks.iter().all(|p| p.crc != 0x2144_DF1C));
+}
+
 #[test]
 fn chunks_whose_topics_collide_with_the_tail_are_refused() {
     let first = TopicChunk::encode(0, &topics(1..C + 1));

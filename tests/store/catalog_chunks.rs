@@ -4,7 +4,8 @@
 //! fills it and writes its chunk record) and of the upgrade of a version 4 catalog keeps every
 //! created topic and invents none; a failed sync at every step of a creation that fills the
 //! tail leaves a store later creations extend; a former owner's creation during a claim is
-//! refused or kept, never a collision.
+//! refused or kept, never a collision; damage to a chunk record, or another store's chunk record
+//! of the same name in its place, is refused by the open and reported by `verify`.
 
 use crate::support;
 
@@ -13,7 +14,7 @@ use std::sync::Arc;
 use ackstore::internals::format::store::{CATALOG_VERSION_V4, CHUNK_RECORD_PREFIX, CHUNK_TOPICS};
 use ackstore::internals::meta::{FileMetaStore, MetaStore};
 use ackstore::internals::store::read_catalog;
-use ackstore::{Error, MemStorage, Storage, Store};
+use ackstore::{CorruptionKind, CorruptionPlace, Error, MemStorage, Storage, Store};
 use support::config::store_without_flusher;
 pub(crate) use support::crash::copy_into;
 use support::crash::{Cut, Points, cut_everywhere_after, sound_images, sound_without_leftovers};
@@ -334,19 +335,23 @@ fn damage_to_any_chunk_or_to_the_catalog_is_refused_by_the_open_and_reported_by_
         ("sibling", chunks[0].clone(), Some(bytes(&chunks[1]))),
     ]);
     for (what, file, damage) in targets {
-        let storage = damaged_image(&disk, &file, damage);
-        let report = ackstore::check::verify(&storage).expect("verify");
-        let record = file.split_once('.').expect("a record file").0;
-        assert!(
-            !report.is_sound() && report.findings.iter().any(|f| f.file.contains(record)),
-            "{what} {file}: {report}"
-        );
-        let opened = Store::open_with_storage(storage, store_without_flusher());
-        assert!(
-            matches!(&opened, Err(Error::Corrupted { .. })),
-            "{what} {file}: {:?}",
-            opened.err()
-        );
+        refused_as_damage(damaged_image(&disk, &file, damage), &file, what);
+    }
+}
+
+/// Checks that `verify` reports damage naming the record of `file` in `storage` and that the
+/// open refuses the store as [`Error::Corrupted`]; returns the record's name and the open's
+/// error.
+fn refused_as_damage(storage: Arc<dyn Storage>, file: &str, what: &str) -> (String, Error) {
+    let report = ackstore::check::verify(&storage).expect("verify");
+    let record = file.split_once('.').expect("a record file").0;
+    assert!(
+        !report.is_sound() && report.findings.iter().any(|f| f.file.contains(record)),
+        "{what} {file}: {report}"
+    );
+    match Store::open_with_storage(storage, store_without_flusher()) {
+        Err(e @ Error::Corrupted { .. }) => (record.to_owned(), e),
+        opened => panic!("{what} {file}: {:?}", opened.err()),
     }
 }
 
@@ -362,4 +367,48 @@ pub(crate) fn damaged_image(
         Some(bytes) => damaged.set_bytes(file, bytes).expect("set"),
     }
     Arc::new(damaged)
+}
+
+/// The chunk record of another store whose topics differ, of the same index and the same
+/// record name (both stores made by the same steps), put in place of this store's: the open
+/// refuses it as damaged naming the chunk record, and `verify` reports it. The pin is the
+/// CRC32 of the chunk's topics, which differ; the chunk record's frame checks out either way.
+#[test]
+fn a_sibling_stores_chunk_of_the_same_index_and_name_is_refused_by_the_open_and_verify() {
+    let disk = store_of(CHUNK_TOPICS + 1);
+    let sibling = MemStorage::new();
+    {
+        let store = Store::open_with_storage(Arc::new(sibling.clone()), store_without_flusher())
+            .expect("open");
+        for i in 0..=CHUNK_TOPICS {
+            store.topic(&format!("sibling-{i}")).expect("create");
+        }
+        store.close().expect("close");
+    }
+    let chunks = disk.list_prefix(CHUNK_RECORD_PREFIX).expect("list");
+    assert_eq!(
+        chunks,
+        sibling.list_prefix(CHUNK_RECORD_PREFIX).expect("list"),
+        "both stores pin chunk 0 under the same name"
+    );
+    let [chunk] = chunks.as_slice() else {
+        panic!("one chunk record: {chunks:?}");
+    };
+    let theirs = sibling.live_bytes(chunk).expect("bytes");
+    assert_ne!(disk.live_bytes(chunk).expect("bytes"), theirs);
+    let (record, error) = refused_as_damage(
+        damaged_image(&disk, chunk, Some(theirs)),
+        chunk,
+        "another store's chunk",
+    );
+    assert!(
+        matches!(
+            &error,
+            Error::Corrupted {
+                place: CorruptionPlace::Record(name),
+                kind: CorruptionKind::ChecksumMismatch,
+            } if *name == record
+        ),
+        "{error:?}"
+    );
 }
