@@ -13,6 +13,7 @@ mod cursor_ledger_import;
 mod cursor_table_chunks;
 mod deletion_leftovers;
 mod failed_fsync;
+mod former_owner_creation;
 mod full_disk;
 mod full_disk_retries;
 mod hosted_journal;
