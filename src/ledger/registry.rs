@@ -110,14 +110,19 @@ impl TopicCore {
                 &tj,
             );
         }
+        let found = self.meta.get(&record_name)?;
         if !self.in_store {
             // A topic of its own writes a cursor's record before the topic record's
-            // compare-and-set: this check keeps a fenced handle from writing a record of an id
-            // a newer owner gives out. On a store every record write below is bracketed by
-            // the store's check (`meta::CheckedMeta`), the topic record's first.
+            // compare-and-set. This check, made after the record was read, keeps a fenced
+            // handle from writing a record of an id a newer owner gives out: passed, the read
+            // came before any newer claim, so a record it found was no newer owner's, and the
+            // newer owner's claim, listing the directory after it, gives out no id of a
+            // record it finds (`claim_topic`); one it does give out this handle can only
+            // create (the compare-and-set from no record), never replace. On a store every
+            // record write below is bracketed by the store's check (`meta::CheckedMeta`),
+            // the topic record's first.
             self.check_owner(&w)?;
         }
-        let found = self.meta.get(&record_name)?;
         if !self.in_store && listed.is_some() && found.is_none() {
             // Listed, its record gone, and its journal holds nothing of it (checked above):
             // damage on a topic of its own, never a cursor to start again.
@@ -290,31 +295,43 @@ impl TopicCore {
                 next.next_cursor_id = id + 1;
                 self.commit(w, next)
             };
+            let found = found.map(|(v, _)| v);
             if !self.in_store {
-                self.meta.put(&record_name, found.map(|(v, _)| v), &bytes)?;
+                self.put_new_record(w, &record_name, found, &bytes)?;
                 list(w)?;
                 let (jc, acks) = JournalCursor::new(tj, (id, name), config, labels);
                 state.acks = acks;
                 return Ok(self.register_journal_cursor(id, name, state, (jc, None, false), None));
             }
             list(w)?;
-            match self.meta.put(&record_name, found.map(|(v, _)| v), &bytes) {
-                Err(Error::Fenced { .. }) if tj.check_store_owner().is_ok() => {
-                    // A former owner of the store created a record of this id after it was
-                    // read here (what it created is dropped, as its topic-record write is):
-                    // this owner's record replaces it.
-                    let now = self.meta.get(&record_name)?.map(|(v, _)| v);
-                    self.meta.put(&record_name, now, &bytes)?;
-                }
-                written => {
-                    written?;
-                }
-            }
+            self.put_new_record(w, &record_name, found, &bytes)?;
             let (jc, acks) = JournalCursor::new(tj, (id, name), config, labels);
             state.acks = acks;
             (state, jc, None, false)
         };
         Ok(self.register_journal_cursor(id, name, state, (jc, recovery_source, dirty), None))
+    }
+
+    /// Writes `bytes` as the record `record_name` of a cursor this owner creates, over
+    /// `found`, the version read before the owner check (`None`: no record). A former owner
+    /// that passed its own check before this owner's claim may create a record of the id
+    /// after that read (its creation is then fenced at the topic record, or on a store by the
+    /// store's check): the compare-and-set fails, and, this owner's check passing, the record
+    /// there is that former owner's, which no table lists, and this owner's replaces it.
+    fn put_new_record(
+        &self,
+        w: &Writer,
+        record_name: &str,
+        found: Option<u64>,
+        bytes: &[u8],
+    ) -> Result<()> {
+        match self.meta.put(record_name, found, bytes) {
+            Err(Error::Fenced { .. }) if self.check_owner(w).is_ok() => {
+                let now = self.meta.get(record_name)?.map(|(v, _)| v);
+                self.meta.put(record_name, now, bytes).map(drop)
+            }
+            written => written.map(drop),
+        }
     }
 
     /// The retirement of the cursor ledger that cursor `id`'s record still names although the

@@ -121,6 +121,32 @@ pub fn store_topic_with_a_flushed_cursor(
     ps
 }
 
+/// The cursor [`topic_with_an_acker`] creates first, which acknowledges and flushes.
+pub const ACKER: &str = "acker";
+
+/// A closed topic of `host` on a fresh disk, its data ledgers of `per_ledger` entries: 5
+/// entries appended, [`ACKER`] with the first 3 acknowledged and flushed, then the cursors
+/// `names`, created at `Earliest`. Returns the disk and the acker's mark-delete.
+pub fn topic_with_an_acker(
+    host: Host,
+    per_ledger: u64,
+    names: impl IntoIterator<Item = String>,
+) -> (MemStorage, Position) {
+    let disk = MemStorage::new();
+    let topic = reopen_hosted(host, &disk, per_ledger);
+    let entries = append_n(&topic, 5);
+    let acker = topic.open_cursor(ACKER, earliest()).expect("acker");
+    for &p in &entries[..3] {
+        acker.ack(p).expect("ack");
+    }
+    acker.flush().expect("flush");
+    for name in names {
+        topic.open_cursor(&name, earliest()).expect("create");
+    }
+    topic.close().expect("close");
+    (disk, entries[2])
+}
+
 /// A store config whose topics' data ledgers hold `per_ledger` entries (no flush interval: only
 /// the test's own flushes write cursor state).
 pub fn store_config(per_ledger: u64) -> ackstore::StoreConfig {

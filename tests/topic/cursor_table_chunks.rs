@@ -21,8 +21,8 @@ use ackstore::{CorruptionPlace, Error, MemStorage, Position, Storage};
 use support::crash::{Cut, Points, copy_into, cut_everywhere_after};
 use support::crash::{sound_images, sound_without_leftovers};
 use support::tap::{Tap, Written, assert_flat_from_1k_to_4k};
-use support::topic::{Host, Hosted, append_n, config, earliest, on_each_host, open_hosted};
-use support::topic::{reopen_hosted, topic_storage};
+use support::topic::{ACKER, Host, Hosted, config, earliest, on_each_host, open_hosted};
+use support::topic::{reopen_hosted, topic_storage, topic_with_an_acker};
 
 const CHUNK: usize = CURSOR_CHUNK_ENTRIES;
 const PER_LEDGER: u64 = 16;
@@ -39,27 +39,10 @@ fn create(topic: &Hosted, from: usize, to: usize) {
     }
 }
 
-/// The cursor that acknowledged and flushed [`ACKED`] entries before the others were created:
-/// the first of the first chunk.
-const ACKER: &str = "acker";
-/// Entries appended before any cursor; the acker acknowledges the first [`ACKED`] of them.
-const APPENDED: u64 = 5;
-const ACKED: usize = 3;
-
 /// A closed topic of `host` on a fresh disk: the acker with its flushed acks, then `cursors`
 /// more. Returns the disk and the acker's mark-delete.
 fn topic_of(host: Host, cursors: usize) -> (MemStorage, Position) {
-    let disk = MemStorage::new();
-    let topic = reopen_hosted(host, &disk, PER_LEDGER);
-    let entries = append_n(&topic, APPENDED);
-    let acker = topic.open_cursor(ACKER, earliest()).expect("acker");
-    for &p in &entries[..ACKED] {
-        acker.ack(p).expect("ack");
-    }
-    acker.flush().expect("flush");
-    create(&topic, 0, cursors);
-    topic.close().expect("close");
-    (disk, entries[ACKED - 1])
+    topic_with_an_acker(host, PER_LEDGER, (0..cursors).map(cursor))
 }
 
 /// The names `topic_of` leaves (sorted, as `cursor_names` answers).

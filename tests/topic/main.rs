@@ -14,6 +14,7 @@ mod cursor_table_attacks;
 mod cursor_table_chunks;
 mod deletion_leftovers;
 mod failed_fsync;
+mod former_owner_creation;
 mod full_disk;
 mod full_disk_retries;
 mod hosted_journal;
