@@ -474,6 +474,18 @@ impl Raw {
         .await;
     }
 
+    /// Consumer 1's mark-delete position is before the entry `id` names.
+    async fn assert_mark_delete_before(&mut self, id: &MessageIdData) {
+        let (_, mark) = self.last_message_id().await;
+        assert!(
+            mark.as_ref()
+                .is_none_or(|m| (m.ledger_id, m.entry_id) < (id.ledger_id, id.entry_id)),
+            "entry {}:{} is acknowledged: mark-delete {mark:?}",
+            id.ledger_id,
+            id.entry_id
+        );
+    }
+
     /// The topic's last message id and consumer 1's mark-delete position.
     async fn last_message_id(&mut self) -> (MessageIdData, Option<MessageIdData>) {
         self.send(BaseCommand {
@@ -526,12 +538,7 @@ async fn a_batch_ack_claiming_another_batch_size_acknowledges_nothing() {
         ..Default::default()
     };
     raw.ack(vec![message(vec![!1], 1)]).await;
-    let (_, mark) = raw.last_message_id().await;
-    assert!(
-        mark.as_ref()
-            .is_none_or(|m| (m.ledger_id, m.entry_id) < (id.ledger_id, id.entry_id)),
-        "the entry of 10 messages is acknowledged: mark-delete {mark:?}"
-    );
+    raw.assert_mark_delete_before(&id).await;
     raw.redeliver().await;
     let again = raw.expect(Type::Message).await;
     assert_eq!(entry_of(&again), (id.ledger_id, id.entry_id));
@@ -970,4 +977,59 @@ async fn no_message_reaches_a_consumer_beyond_its_permits_or_after_its_close_or_
         .take(5)
         .collect();
     assert_eq!(after, entries[5..]);
+}
+
+/// An individual batch-index ack acknowledges the messages its set names and nothing else,
+/// also for an entry the consumer gave back for redelivery and not yet received again.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_individual_batch_ack_of_an_entry_queued_for_redelivery_acknowledges_nothing_before_it()
+{
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    let mut raw = Raw::connect(&broker.addr).await;
+    raw.producer("redelivered-batch").await;
+    let first = raw.store_entry(0, 10).await;
+    let second = raw.store_entry(1, 10).await;
+    // Permits for the two entries only: what is given back stays queued.
+    raw.subscribe("redelivered-batch", "sub", 20).await;
+    for want in [&first, &second] {
+        let m = raw.expect(Type::Message).await;
+        assert_eq!(entry_of(&m), (want.ledger_id, want.entry_id));
+    }
+    raw.send(BaseCommand {
+        r#type: Type::RedeliverUnacknowledgedMessages as i32,
+        redeliver_unacknowledged_messages: Some(proto::CommandRedeliverUnacknowledgedMessages {
+            consumer_id: 1,
+            message_ids: vec![second.clone()],
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await;
+
+    // Message 0 of the second entry, as a client grouping its acks sends it after the nack.
+    raw.ack(vec![MessageIdData {
+        ack_set: vec![!1 & 0x3ff],
+        batch_size: Some(10),
+        ..second.clone()
+    }])
+    .await;
+    raw.assert_mark_delete_before(&first).await;
+
+    // Both come back once given back and granted permits: the first whole, the second with
+    // message 0 left out.
+    raw.redeliver().await;
+    raw.flow(1, 100).await;
+    let mut again = Vec::new();
+    for _ in 0..2 {
+        let m = raw.expect(Type::Message).await;
+        let ack_set = m.command.message.as_ref().expect("body").ack_set.clone();
+        again.push((entry_of(&m), ack_set));
+    }
+    again.sort();
+    let entry = |id: &MessageIdData| (id.ledger_id, id.entry_id);
+    assert_eq!(
+        again,
+        vec![(entry(&first), vec![]), (entry(&second), vec![0x3fe])]
+    );
 }
