@@ -429,10 +429,13 @@ impl Subscription {
     /// is about some other entry and is refused before anything changes.
     fn ack_batch(&self, id: &MessageIdData, pos: Position, cumulative: bool) -> Result<(), Error> {
         let known = self.state().pending.get(&pos).map(|(_, n)| *n);
-        // The message count, and for a cumulative ack the entry's first message index.
+        // The message count, and for a cumulative ack (only) the entry's first message index:
+        // an individual ack of an entry not pending (given back for redelivery, say) covers
+        // no entry before it.
         let (size, first) = match (known, cumulative) {
             (Some(n), false) => (n, None),
-            _ => {
+            (None, false) => (self.topic.read(pos)?.num_messages, None),
+            (_, true) => {
                 let entry = self.topic.read(pos)?;
                 (entry.num_messages, Some(entry.first_index()))
             }

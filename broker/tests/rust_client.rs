@@ -313,13 +313,11 @@ impl Raw {
 
     /// The next frame of type `t`, skipping the others (an error answer fails).
     async fn expect(&mut self, t: Type) -> pulsar::message::Message {
-        loop {
-            let m = self.next().await.expect("the connection stays open");
-            assert_ne!(m.command.r#type, Type::Error as i32, "{:?}", m.command);
-            if m.command.r#type == t as i32 {
-                return m;
-            }
-        }
+        let frames = self.until(t).await;
+        frames
+            .into_iter()
+            .last()
+            .expect("`until` ends with a frame of the type")
     }
 
     /// Opens producer 1 on `topic`.
@@ -364,15 +362,30 @@ impl Raw {
         self.send_with(command, Some(payload)).await;
     }
 
+    /// Sends one entry of `batch` messages from producer 1 and waits for its receipt: the id of
+    /// the entry stored.
+    async fn store_entry(&mut self, sequence_id: u64, batch: i32) -> MessageIdData {
+        self.send_entry(sequence_id, batch).await;
+        let receipt = self.expect(Type::SendReceipt).await;
+        let id = receipt.command.send_receipt.and_then(|r| r.message_id);
+        id.expect("a receipt names its entry")
+    }
+
     /// Subscribes consumer 1 to `sub` (Shared, from the earliest entry) with `permits`.
     async fn subscribe(&mut self, topic: &str, sub: &str, permits: u32) {
+        self.subscribe_as(1, topic, sub, permits).await;
+    }
+
+    /// Subscribes `consumer_id` to `sub` (Shared, from the earliest entry) with `permits`; the
+    /// frames before the subscription's answer hold no `MESSAGE`.
+    async fn subscribe_as(&mut self, consumer_id: u64, topic: &str, sub: &str, permits: u32) {
         self.send(BaseCommand {
             r#type: Type::Subscribe as i32,
             subscribe: Some(proto::CommandSubscribe {
                 topic: topic.into(),
                 subscription: sub.into(),
                 sub_type: proto::command_subscribe::SubType::Shared as i32,
-                consumer_id: 1,
+                consumer_id,
                 request_id: 2,
                 initial_position: Some(proto::command_subscribe::InitialPosition::Earliest as i32),
                 ..Default::default()
@@ -380,16 +393,53 @@ impl Raw {
             ..Default::default()
         })
         .await;
-        self.expect(Type::Success).await;
+        let before = self.until(Type::Success).await;
+        assert_eq!(
+            messages_for(&before, None),
+            0,
+            "a MESSAGE before SUBSCRIBE's answer"
+        );
+        self.flow(consumer_id, permits).await;
+    }
+
+    /// Grants `consumer_id` more permits.
+    async fn flow(&mut self, consumer_id: u64, permits: u32) {
         self.send(BaseCommand {
             r#type: Type::Flow as i32,
             flow: Some(proto::CommandFlow {
-                consumer_id: 1,
+                consumer_id,
                 message_permits: permits,
             }),
             ..Default::default()
         })
         .await;
+    }
+
+    /// The frames from the broker up to and including the first of type `t` (an error answer
+    /// fails).
+    async fn until(&mut self, t: Type) -> Vec<pulsar::message::Message> {
+        let mut frames = Vec::new();
+        loop {
+            let m = self.next().await.expect("the connection stays open");
+            assert_ne!(m.command.r#type, Type::Error as i32, "{:?}", m.command);
+            let last = m.command.r#type == t as i32;
+            frames.push(m);
+            if last {
+                return frames;
+            }
+        }
+    }
+
+    /// The frames from the broker up to its answer to a `PING` sent now: what it had queued
+    /// for this connection before it read the `PING`.
+    async fn until_pong(&mut self) -> Vec<pulsar::message::Message> {
+        self.send(BaseCommand {
+            r#type: Type::Ping as i32,
+            ping: Some(proto::CommandPing {}),
+            ..Default::default()
+        })
+        .await;
+        self.until(Type::Pong).await
     }
 
     /// Acknowledges `ids` individually for consumer 1, in one `ACK`, and waits for the answer.
@@ -424,6 +474,18 @@ impl Raw {
         .await;
     }
 
+    /// Consumer 1's mark-delete position is before the entry `id` names.
+    async fn assert_mark_delete_before(&mut self, id: &MessageIdData) {
+        let (_, mark) = self.last_message_id().await;
+        assert!(
+            mark.as_ref()
+                .is_none_or(|m| (m.ledger_id, m.entry_id) < (id.ledger_id, id.entry_id)),
+            "entry {}:{} is acknowledged: mark-delete {mark:?}",
+            id.ledger_id,
+            id.entry_id
+        );
+    }
+
     /// The topic's last message id and consumer 1's mark-delete position.
     async fn last_message_id(&mut self) -> (MessageIdData, Option<MessageIdData>) {
         self.send(BaseCommand {
@@ -441,6 +503,15 @@ impl Raw {
     }
 }
 
+/// How many of `frames` are `MESSAGE`s for `consumer_id` (for any consumer with `None`).
+fn messages_for(frames: &[pulsar::message::Message], consumer_id: Option<u64>) -> usize {
+    frames
+        .iter()
+        .filter_map(|m| m.command.message.as_ref())
+        .filter(|m| consumer_id.is_none_or(|id| m.consumer_id == id))
+        .count()
+}
+
 fn entry_of(m: &pulsar::message::Message) -> (u64, u64) {
     let id = &m.command.message.as_ref().expect("a MESSAGE").message_id;
     (id.ledger_id, id.entry_id)
@@ -452,10 +523,7 @@ async fn a_batch_ack_claiming_another_batch_size_acknowledges_nothing() {
     let broker = Broker::start(dir.path());
     let mut raw = Raw::connect(&broker.addr).await;
     raw.producer("batch-size").await;
-    raw.send_entry(0, 10).await;
-    let receipt = raw.expect(Type::SendReceipt).await;
-    let id = receipt.command.send_receipt.and_then(|r| r.message_id);
-    let id = id.expect("a receipt names its entry");
+    let id = raw.store_entry(0, 10).await;
     raw.subscribe("batch-size", "sub", 100).await;
     let m = raw.expect(Type::Message).await;
     assert_eq!(entry_of(&m), (id.ledger_id, id.entry_id));
@@ -470,12 +538,7 @@ async fn a_batch_ack_claiming_another_batch_size_acknowledges_nothing() {
         ..Default::default()
     };
     raw.ack(vec![message(vec![!1], 1)]).await;
-    let (_, mark) = raw.last_message_id().await;
-    assert!(
-        mark.as_ref()
-            .is_none_or(|m| (m.ledger_id, m.entry_id) < (id.ledger_id, id.entry_id)),
-        "the entry of 10 messages is acknowledged: mark-delete {mark:?}"
-    );
+    raw.assert_mark_delete_before(&id).await;
     raw.redeliver().await;
     let again = raw.expect(Type::Message).await;
     assert_eq!(entry_of(&again), (id.ledger_id, id.entry_id));
@@ -498,11 +561,8 @@ async fn twelve_entries(raw: &mut Raw, topic: &str) -> Vec<MessageIdData> {
     raw.producer(topic).await;
     let mut ids = Vec::new();
     for sequence_id in 0..12 {
-        raw.send_entry(sequence_id, if sequence_id == 6 { 10 } else { 1 })
-            .await;
-        let receipt = raw.expect(Type::SendReceipt).await;
-        let id = receipt.command.send_receipt.and_then(|r| r.message_id);
-        ids.push(id.expect("a receipt names its entry"));
+        let batch = if sequence_id == 6 { 10 } else { 1 };
+        ids.push(raw.store_entry(sequence_id, batch).await);
     }
     ids
 }
@@ -639,10 +699,7 @@ async fn a_send_of_more_messages_than_a_batch_may_hold_closes_its_connection_uns
     let broker = Broker::start(dir.path());
     let mut raw = Raw::connect(&broker.addr).await;
     raw.producer("huge-batch").await;
-    raw.send_entry(0, 1).await;
-    let receipt = raw.expect(Type::SendReceipt).await;
-    let id = receipt.command.send_receipt.and_then(|r| r.message_id);
-    let id = id.expect("a receipt names its entry");
+    let id = raw.store_entry(0, 1).await;
     let too_many = i32::try_from(ackstore::MAX_BATCH_SIZE).expect("fits") + 1;
     raw.send_entry(1, too_many).await;
     if let Some(m) = raw.next().await {
@@ -683,10 +740,7 @@ async fn a_seek_to_a_batch_index_beyond_its_batch_skips_no_later_entry() {
     raw.producer("seek-index").await;
     let mut ids = Vec::new();
     for sequence_id in 0..3 {
-        raw.send_entry(sequence_id, 10).await;
-        let receipt = raw.expect(Type::SendReceipt).await;
-        let id = receipt.command.send_receipt.and_then(|r| r.message_id);
-        ids.push(id.expect("a receipt names its entry"));
+        ids.push(raw.store_entry(sequence_id, 10).await);
     }
     raw.subscribe("seek-index", "sub", 100).await;
     raw.expect(Type::Message).await;
@@ -722,9 +776,7 @@ async fn a_cumulative_batch_ack_on_the_first_entry_of_a_ledger_covers_the_ledger
     raw.producer("cumulative-ledgers").await;
     let mut ids = Vec::new();
     for sequence_id in 0..3 {
-        raw.send_entry(sequence_id, 1).await;
-        let receipt = raw.expect(Type::SendReceipt).await;
-        ids.push(receipt.command.send_receipt.and_then(|r| r.message_id));
+        ids.push(raw.store_entry(sequence_id, 1).await);
     }
     drop(raw);
     broker.sigkill();
@@ -733,11 +785,8 @@ async fn a_cumulative_batch_ack_on_the_first_entry_of_a_ledger_covers_the_ledger
     let broker = Broker::start(dir.path());
     let mut raw = Raw::connect(&broker.addr).await;
     raw.producer("cumulative-ledgers").await;
-    raw.send_entry(3, 10).await;
-    let receipt = raw.expect(Type::SendReceipt).await;
-    let batch = receipt.command.send_receipt.and_then(|r| r.message_id);
-    let batch = batch.expect("a receipt names its entry");
-    let last_before = ids[2].clone().expect("a receipt names its entry");
+    let batch = raw.store_entry(3, 10).await;
+    let last_before = ids[2].clone();
     assert_ne!(batch.ledger_id, last_before.ledger_id);
     assert_eq!(batch.entry_id, 0);
     raw.subscribe("cumulative-ledgers", "sub", 100).await;
@@ -816,4 +865,171 @@ async fn a_consumer_that_never_reads_is_not_handed_the_backlog() {
         got.insert(entry_of(&m));
     }
     drop(stalled);
+}
+
+/// What a client may be sent for a consumer: nothing before its subscription is answered,
+/// nothing beyond its permits, nothing once its close is answered or the broker closed it for a
+/// seek (a client that let the consumer go meets a `MESSAGE` for an id it no longer serves).
+#[tokio::test(flavor = "multi_thread")]
+async fn no_message_reaches_a_consumer_beyond_its_permits_or_after_its_close_or_seek_answer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    let mut producer = Raw::connect(&broker.addr).await;
+    producer.producer("lifecycle").await;
+    let mut entries = Vec::new();
+    for sequence_id in 0..10 {
+        let id = producer.store_entry(sequence_id, 1).await;
+        entries.push((id.ledger_id, id.entry_id));
+    }
+    // Consumer 1 of `a`, with 3 permits, takes the first 3 entries; consumer 1 of `b`, joining
+    // after, takes the 7 others, and `a` is handed nothing more (the `PING` is read after
+    // every entry was dispatched).
+    let mut a = Raw::connect(&broker.addr).await;
+    a.subscribe_as(1, "lifecycle", "sub", 3).await;
+    let mut first = Vec::new();
+    for _ in 0..3 {
+        first.push(entry_of(&a.expect(Type::Message).await));
+    }
+    assert_eq!(first, entries[..3]);
+    let mut b = Raw::connect(&broker.addr).await;
+    b.subscribe_as(1, "lifecycle", "sub", 100).await;
+    let mut rest = Vec::new();
+    for _ in 0..7 {
+        rest.push(entry_of(&b.expect(Type::Message).await));
+    }
+    assert_eq!(rest, entries[3..]);
+    let frames = a.until_pong().await;
+    assert_eq!(
+        messages_for(&frames, None),
+        0,
+        "a MESSAGE beyond the permits"
+    );
+
+    // `a` closes its consumer while it holds permits: the 3 entries it held go to `b`, and
+    // none reaches `a` after the answer.
+    a.flow(1, 100).await;
+    a.send(BaseCommand {
+        r#type: Type::CloseConsumer as i32,
+        close_consumer: Some(proto::CommandCloseConsumer {
+            consumer_id: 1,
+            request_id: 10,
+        }),
+        ..Default::default()
+    })
+    .await;
+    a.until(Type::Success).await;
+    let mut again = Vec::new();
+    for _ in 0..3 {
+        again.push(entry_of(&b.expect(Type::Message).await));
+    }
+    again.sort_unstable();
+    assert_eq!(again, entries[..3]);
+    let frames = a.until_pong().await;
+    assert_eq!(
+        messages_for(&frames, None),
+        0,
+        "a MESSAGE after CLOSE_CONSUMER's answer"
+    );
+
+    // A seek closes `b`'s consumer (a `CLOSE_CONSUMER` from the broker before the answer):
+    // nothing reaches it after, and consumer 2 subscribing again receives from the entry
+    // sought.
+    b.send(BaseCommand {
+        r#type: Type::Seek as i32,
+        seek: Some(proto::CommandSeek {
+            consumer_id: 1,
+            request_id: 11,
+            message_id: Some(MessageIdData {
+                ledger_id: entries[5].0,
+                entry_id: entries[5].1,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await;
+    let frames = b.until(Type::Success).await;
+    let closed = frames
+        .iter()
+        .position(|m| m.command.close_consumer.as_ref().map(|c| c.consumer_id) == Some(1));
+    let closed = closed.expect("the broker closes the consumer that sought");
+    assert_eq!(
+        messages_for(&frames[closed..], None),
+        0,
+        "a MESSAGE after the close"
+    );
+    b.subscribe_as(2, "lifecycle", "sub", 100).await;
+    let mut frames = Vec::new();
+    while messages_for(&frames, Some(2)) < 5 {
+        frames.push(b.next().await.expect("the connection stays open"));
+    }
+    frames.extend(b.until_pong().await);
+    assert_eq!(
+        messages_for(&frames, Some(1)),
+        0,
+        "a MESSAGE after the seek"
+    );
+    let after: Vec<(u64, u64)> = frames
+        .iter()
+        .filter(|m| m.command.message.is_some())
+        .map(entry_of)
+        .take(5)
+        .collect();
+    assert_eq!(after, entries[5..]);
+}
+
+/// An individual batch-index ack acknowledges the messages its set names and nothing else,
+/// also for an entry the consumer gave back for redelivery and not yet received again.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_individual_batch_ack_of_an_entry_queued_for_redelivery_acknowledges_nothing_before_it()
+{
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    let mut raw = Raw::connect(&broker.addr).await;
+    raw.producer("redelivered-batch").await;
+    let first = raw.store_entry(0, 10).await;
+    let second = raw.store_entry(1, 10).await;
+    // Permits for the two entries only: what is given back stays queued.
+    raw.subscribe("redelivered-batch", "sub", 20).await;
+    for want in [&first, &second] {
+        let m = raw.expect(Type::Message).await;
+        assert_eq!(entry_of(&m), (want.ledger_id, want.entry_id));
+    }
+    raw.send(BaseCommand {
+        r#type: Type::RedeliverUnacknowledgedMessages as i32,
+        redeliver_unacknowledged_messages: Some(proto::CommandRedeliverUnacknowledgedMessages {
+            consumer_id: 1,
+            message_ids: vec![second.clone()],
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await;
+
+    // Message 0 of the second entry, as a client grouping its acks sends it after the nack.
+    raw.ack(vec![MessageIdData {
+        ack_set: vec![!1 & 0x3ff],
+        batch_size: Some(10),
+        ..second.clone()
+    }])
+    .await;
+    raw.assert_mark_delete_before(&first).await;
+
+    // Both come back once given back and granted permits: the first whole, the second with
+    // message 0 left out.
+    raw.redeliver().await;
+    raw.flow(1, 100).await;
+    let mut again = Vec::new();
+    for _ in 0..2 {
+        let m = raw.expect(Type::Message).await;
+        let ack_set = m.command.message.as_ref().expect("body").ack_set.clone();
+        again.push((entry_of(&m), ack_set));
+    }
+    again.sort();
+    let entry = |id: &MessageIdData| (id.ledger_id, id.entry_id);
+    assert_eq!(
+        again,
+        vec![(entry(&first), vec![]), (entry(&second), vec![0x3fe])]
+    );
 }
