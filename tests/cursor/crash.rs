@@ -316,10 +316,7 @@ fn power_cut_after_every_operation(mode: PersistMode, seed: u64) {
     let crash_seed = seed_from_env("ACKSTORE_CRASH_SEED");
     // Shown with any failure, a panic inside the workload included.
     println!("ACKSTORE_CRASH_SEED={crash_seed}");
-    let rerun = Points {
-        from: crash_seed % RERUN_EVERY as u64,
-        step: RERUN_EVERY,
-    };
+    let rerun = Points::one_in(RERUN_EVERY, crash_seed);
     let clean = cut_everywhere_recorded(
         rerun,
         |storage, bounds| run(storage, mode, &ops, seed, bounds),
