@@ -18,7 +18,8 @@ use ackstore::Storage;
 use ackstore::{Cursor, Position, Result};
 use ackstore::{InitialPosition, ManagedLedger, PersistMode};
 use support::crash::{
-    Cut, Points, Shown, cut_everywhere_after, cut_everywhere_recorded, torn_image,
+    Cut, Points, Shown, cut_everywhere_after, cut_everywhere_recorded,
+    cut_everywhere_recorded_after, torn_image,
 };
 use support::topic::{append_n, at};
 use support::workload::seed_from_env;
@@ -316,10 +317,7 @@ fn power_cut_after_every_operation(mode: PersistMode, seed: u64) {
     let crash_seed = seed_from_env("ACKSTORE_CRASH_SEED");
     // Shown with any failure, a panic inside the workload included.
     println!("ACKSTORE_CRASH_SEED={crash_seed}");
-    let rerun = Points {
-        from: crash_seed % RERUN_EVERY as u64,
-        step: RERUN_EVERY,
-    };
+    let rerun = Points::one_in(RERUN_EVERY, crash_seed);
     let clean = cut_everywhere_recorded(
         rerun,
         |storage, bounds| run(storage, mode, &ops, seed, bounds),
@@ -425,7 +423,7 @@ fn a_crash_right_after_a_seek_never_brings_back_a_cleared_ack() {
 /// The recording sweep hands its check, at every cut point, what a run cut there hands it: the
 /// same durable and live bytes of every file a power cut can keep, and the same state shown,
 /// for a workload of every kind of storage operation (rewrites, an unsynced tail, a shortened
-/// file, a rename, reads).
+/// file, a rename, reads), started after a prepared file whose writes are not cut points.
 #[test]
 fn the_recorded_sweep_checks_the_disks_and_states_of_runs_cut_at_every_point() {
     fn workload(storage: &Arc<dyn Storage>, done: &Shown<Vec<&'static str>>) -> Result<()> {
@@ -456,8 +454,15 @@ fn the_recorded_sweep_checks_the_disks_and_states_of_runs_cut_at_every_point() {
     // (files with their durable and live bytes, state), per cut point, per pass.
     type Seen = Vec<(String, Vec<u8>, Vec<u8>)>;
     let mut passes: BTreeMap<u64, Vec<(Seen, Vec<&'static str>)>> = BTreeMap::new();
-    let clean = cut_everywhere_recorded(
+    let clean = cut_everywhere_recorded_after(
         Points::EVERY,
+        |_, storage| {
+            let prepared = storage.create("prepared").expect("create");
+            prepared.write_all_at(b"set up", 0).expect("write");
+            prepared.sync_data().expect("sync");
+            storage.sync_dir().expect("sync dir");
+            storage
+        },
         |storage, done| workload(&storage, done),
         |disk, Cut { n, .. }, done| {
             let mut files = Vec::new();
@@ -476,7 +481,13 @@ fn the_recorded_sweep_checks_the_disks_and_states_of_runs_cut_at_every_point() {
         assert_eq!(seen.len(), 2, "cut {n}");
         assert_eq!(seen[0], seen[1], "cut {n}");
     }
-    // The cuts reach every state: nothing shown before the first sync, everything at the end.
+    // The cuts reach every state: nothing shown before the first sync, everything at the end;
+    // the prepared file is on every cut disk.
+    assert!(
+        passes
+            .values()
+            .all(|seen| seen[0].0.iter().any(|f| f.0 == "prepared"))
+    );
     assert!(passes[&0][0].1.is_empty());
     assert_eq!(passes[&clean.total][0].1.len(), 5);
 }

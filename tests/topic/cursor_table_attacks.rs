@@ -21,11 +21,13 @@ use std::sync::{Arc, Barrier};
 use ackstore::internals::format::meta::{CursorEntry, TopicRecord};
 use ackstore::internals::meta::{FileMetaStore, MetaStore};
 use ackstore::{Error, MemStorage, Position, Storage};
-use support::crash::{Points, copy_into, cut_everywhere_after, sound_images};
+use support::crash::{
+    Points, Seen, Shown, copy_into, cut_everywhere_recorded_after, unseen_images,
+};
 use support::takeover;
 use support::tap::{FailOne, Tap, Written};
 use support::topic::{Host, Hosted, config, earliest, on_each_host, open_hosted};
-use support::workload::Rng;
+use support::workload::{Rng, seed_from_env};
 
 /// Cursors in a full chunk of a topic's cursor table (`CURSOR_CHUNK_ENTRIES` of the topic
 /// record's format).
@@ -34,6 +36,9 @@ const CHUNK: usize = 512;
 const PER_LEDGER: u64 = 4;
 /// Entries every prepared topic holds, which the cursors acknowledge.
 const ENTRIES: usize = 6;
+/// The power-cut sweeps run the workload again with the power cut at one cut point in this
+/// many (every cut point's disk is checked from the recorded run).
+const RERUN_EVERY: usize = 8;
 
 /// The name of the `i`-th cursor created.
 fn cursor(i: usize) -> String {
@@ -71,7 +76,7 @@ fn topic_files(host: Host, storage: &Arc<dyn Storage>) -> Arc<dyn Storage> {
 /// returned `Ok` and no deletion did since), those whose creation or deletion failed or was
 /// under way when the workload stopped (either outcome is right for them), and
 /// per cursor the acks made and those an `Ok` flush confirmed (entry indexes).
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, PartialEq, Eq, Hash)]
 struct Told {
     exist: BTreeSet<String>,
     pending: BTreeSet<String>,
@@ -110,39 +115,45 @@ enum Step {
     Trim,
 }
 
-/// Runs `step` on `topic` (whose first entries are `positions`), keeping `told` current: a
-/// step that fails leaves its cursor pending.
+/// Runs `step` on `topic` (whose first entries are `positions`), keeping `told` current
+/// around every call that may reach the storage: a step that fails leaves its cursor pending.
 fn run_step(
     topic: &Hosted,
     positions: &[Position],
     step: &Step,
-    told: &mut Told,
+    told: &Shown<Told>,
 ) -> ackstore::Result<()> {
     match step {
         Step::Create(name) => {
-            told.pending.insert(name.clone());
+            told.update(|t| t.pending.insert(name.clone()));
             drop(topic.open_cursor(name, earliest())?);
-            told.pending.remove(name);
-            told.exist.insert(name.clone());
-            // A new cursor acknowledges nothing, whatever a cursor of its name did before.
-            told.acked.insert(name.clone(), BTreeSet::new());
-            told.confirmed.insert(name.clone(), BTreeSet::new());
+            told.update(|t| {
+                t.pending.remove(name);
+                t.exist.insert(name.clone());
+                // A new cursor acknowledges nothing, whatever a cursor of its name did before.
+                t.acked.insert(name.clone(), BTreeSet::new());
+                t.confirmed.insert(name.clone(), BTreeSet::new());
+            });
         }
         Step::Delete(name) => {
-            told.pending.insert(name.clone());
+            told.update(|t| t.pending.insert(name.clone()));
             topic.delete_cursor(name)?;
-            told.pending.remove(name);
-            told.exist.remove(name);
-            told.acked.remove(name);
-            told.confirmed.remove(name);
+            told.update(|t| {
+                t.pending.remove(name);
+                t.exist.remove(name);
+                t.acked.remove(name);
+                t.confirmed.remove(name);
+            });
         }
         Step::AckFlush(name, e) => {
             let c = topic.open_cursor(name, earliest())?;
-            told.acked.entry(name.clone()).or_default().insert(*e);
+            told.update(|t| t.acked.entry(name.clone()).or_default().insert(*e));
             c.ack(positions[*e])?;
             c.flush()?;
-            let acked = told.acked[name].clone();
-            told.confirmed.insert(name.clone(), acked);
+            told.update(|t| {
+                let acked = t.acked[name].clone();
+                t.confirmed.insert(name.clone(), acked);
+            });
         }
         Step::Append(n) => {
             for _ in 0..*n {
@@ -155,22 +166,30 @@ fn run_step(
     Ok(())
 }
 
+/// Runs `steps` on `topic`, keeping `told` current, then closes it; stops at the first error.
+fn run_shown(
+    topic: ackstore::Result<Hosted>,
+    positions: &[Position],
+    steps: &[Step],
+    told: &Shown<Told>,
+) -> ackstore::Result<()> {
+    let topic = topic?;
+    for step in steps {
+        run_step(&topic, positions, step, told)?;
+    }
+    topic.close()
+}
+
 /// Runs `steps` from `told` on `topic`, then closes it; stops at the first error. Returns the
 /// outcome and what the workload was told.
 fn run_steps(
     topic: ackstore::Result<Hosted>,
     positions: &[Position],
     steps: &[Step],
-    mut told: Told,
+    told: Told,
 ) -> (ackstore::Result<()>, Told) {
-    let outcome = (|| {
-        let topic = topic?;
-        for step in steps {
-            run_step(&topic, positions, step, &mut told)?;
-        }
-        topic.close()
-    })();
-    (outcome, told)
+    let told = Shown::new(told);
+    (run_shown(topic, positions, steps, &told), told.get())
 }
 
 /// Every cursor of the topic record of the topic `host` keeps on `storage` (its chunks read
@@ -302,24 +321,35 @@ fn topic_of_cursors(
 }
 
 /// A power cut at every storage step of `steps` and of the close after them, run on the topic
-/// opened on a copy of `template` (which holds `positions` and what `told` says): both images
-/// a cut leaves are sound by `verify` and open holding what the workload was told. Returns
-/// the storage operations cut at.
+/// opened on a copy of `template` (which holds `positions` and what `told` says; the open is
+/// not cut): both images a cut leaves are sound by `verify` and open holding what the workload
+/// was told. The cut disks come from one recorded run, checked against what the workload was
+/// told when the power went off; at one cut point in [`RERUN_EVERY`] the workload runs again
+/// with the power cut there, so what it is told once the disk fails is checked too. An image
+/// met before with the same told state is not opened again. Returns the storage operations
+/// cut at.
 fn cut_at_every_step(
     host: Host,
     (template, positions, told): &(MemStorage, Vec<Position>, Told),
     steps: &[Step],
 ) -> u64 {
-    let clean = cut_everywhere_after(
-        Points::every_in_release(5),
-        |disk| {
+    let seed = seed_from_env("ACKSTORE_CRASH_SEED");
+    let mut seen = Seen::new();
+    let clean = cut_everywhere_recorded_after(
+        Points::one_in(RERUN_EVERY, seed),
+        |disk, storage| {
             copy_into(template, disk);
-            open(host, &(Arc::new(disk.clone()) as Arc<dyn Storage>))
+            open(host, &storage)
         },
-        |_, topic| run_steps(topic, positions, steps, told.clone()),
-        |disk, cut, (_, told)| {
-            for image in sound_images(disk, cut) {
-                holds_what_was_told(host, &image, positions, &told, &format!("{host:?} {cut:?}"));
+        |topic, shown| {
+            shown.update(|t| *t = told.clone());
+            let outcome = run_shown(topic, positions, steps, shown);
+            (outcome, shown.get())
+        },
+        |disk, cut, told| {
+            let what = format!("{host:?} {cut:?} (ACKSTORE_CRASH_SEED={seed})");
+            for image in unseen_images(&mut seen, disk, cut, told) {
+                holds_what_was_told(host, &image, positions, told, &what);
             }
         },
     );
@@ -567,9 +597,9 @@ fn later_steps_after_a_failed_operation_of(
         let hook = Arc::new(FailOne::default());
         let storage: Arc<dyn Storage> = Arc::new(Tap::new(Arc::new(disk.clone()), hook.clone()));
         let topic = open(host, &storage).expect("open");
-        let mut told = told.clone();
+        let told = Shown::new(told.clone());
         hook.arm(k);
-        let first = run_step(&topic, positions, step, &mut told);
+        let first = run_step(&topic, positions, step, &told);
         let failed = hook.failed.lock().expect("lock").clone();
         let ops = hook.seen.load(Ordering::SeqCst);
         hook.arm(0);
@@ -584,7 +614,7 @@ fn later_steps_after_a_failed_operation_of(
     assert!(steps > 0);
     let mut missed = Vec::new();
     for k in 1..=steps {
-        let (disk, topic, mut told, first, failed, _) = run(k);
+        let (disk, topic, told, first, failed, _) = run(k);
         let what = format!("{host:?} {step:?}, operation {k} of {steps} failed ({failed:?})");
         assert!(
             matches!(first, Ok(()) | Err(Error::Io { .. })),
@@ -593,7 +623,7 @@ fn later_steps_after_a_failed_operation_of(
         let synced = failed.as_deref().is_some_and(|f| f.starts_with("sync"));
         // A failed step's cursor stays pending: it may or may not have taken.
         for later in after {
-            let outcome = run_step(&topic, positions, later, &mut told);
+            let outcome = run_step(&topic, positions, later, &told);
             if matches!(outcome, Err(Error::Fenced { .. })) || (!synced && outcome.is_err()) {
                 missed.push(format!("{what}: {later:?} after it: {outcome:?}"));
             }
@@ -609,7 +639,7 @@ fn later_steps_after_a_failed_operation_of(
         let image: Arc<dyn Storage> = Arc::new(disk.durable_image());
         let report = ackstore::check::verify(&image).expect("verify");
         assert!(report.is_sound(), "{what}: {report}");
-        holds_what_was_told(host, &image, positions, &told, &what);
+        holds_what_was_told(host, &image, positions, &told.get(), &what);
     }
     assert!(missed.is_empty(), "{}", missed.join("\n"));
 }
@@ -802,9 +832,9 @@ fn lookups_after_deletions_and_creations_again_in_every_chunk_answer_the_current
         }
         let storage: Arc<dyn Storage> = Arc::new(disk.clone());
         let topic = open(host, &storage).expect("open");
-        let mut told = told;
+        let told = Shown::new(told);
         for step in &steps {
-            run_step(&topic, &positions, step, &mut told)
+            run_step(&topic, &positions, step, &told)
                 .unwrap_or_else(|e| panic!("{host:?} {step:?}: {e}"));
         }
         for &p in &picks {
@@ -822,7 +852,13 @@ fn lookups_after_deletions_and_creations_again_in_every_chunk_answer_the_current
         topic.close().expect("close");
         let report = ackstore::check::verify(&storage).expect("verify");
         assert!(report.is_sound(), "{report}");
-        holds_what_was_told(host, &storage, &positions, &told, &format!("{host:?}"));
+        holds_what_was_told(
+            host,
+            &storage,
+            &positions,
+            &told.get(),
+            &format!("{host:?}"),
+        );
     });
 }
 

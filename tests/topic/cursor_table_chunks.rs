@@ -18,11 +18,12 @@ use ackstore::internals::format::meta::{
 };
 use ackstore::internals::meta::{FileMetaStore, MetaStore};
 use ackstore::{CorruptionPlace, Error, MemStorage, Position, Storage};
-use support::crash::{Cut, Points, copy_into, cut_everywhere_after};
-use support::crash::{sound_images, sound_without_leftovers};
+use support::crash::{Points, Seen, Shown, copy_into, cut_everywhere_recorded_after};
+use support::crash::{sound_without_leftovers, unseen_images};
 use support::tap::{Tap, Written, assert_flat_from_1k_to_4k};
 use support::topic::{ACKER, Host, Hosted, config, earliest, on_each_host, open_hosted};
 use support::topic::{reopen_hosted, topic_storage, topic_with_an_acker};
+use support::workload::seed_from_env;
 
 const CHUNK: usize = CURSOR_CHUNK_ENTRIES;
 const PER_LEDGER: u64 = 16;
@@ -196,38 +197,58 @@ enum Change {
     Delete(usize),
 }
 
+/// The power-cut sweeps run the change again with the power cut at one cut point in this many
+/// (every cut point's disk is checked from the recorded run).
+const RERUN_EVERY: usize = 8;
+
 /// Opens the topic copied from `template` (power on), then makes `change` with the power cut
 /// at every step of it: every image the cut leaves opens with the cursors of `before`, plus
 /// the created one when its creation answered (maybe when it did not), less the deleted one
 /// when its deletion answered (maybe when it did not), the acker at `acked` exactly, and
-/// `verify` finds it sound.
+/// `verify` finds it sound. The cut disks come from one recorded run, checked against whether
+/// the change had answered when the power went off; at one cut point in [`RERUN_EVERY`] the
+/// change runs again with the power cut there, so what it answers once the disk fails is
+/// checked too. An image met before with the same answer is not opened again.
 fn cut_at_every_step(
     host: Host,
     template: &MemStorage,
     (before, acked): (&[usize], Position),
     change: Change,
 ) {
-    let clean = cut_everywhere_after(
-        Points::every_in_release(3),
-        |disk| {
+    let seed = seed_from_env("ACKSTORE_CRASH_SEED");
+    let mut seen = Seen::new();
+    let clean = cut_everywhere_recorded_after(
+        Points::one_in(RERUN_EVERY, seed),
+        |disk, storage| {
             copy_into(template, disk);
-            reopen_hosted(host, disk, PER_LEDGER)
+            open_hosted(host, storage, &config(PER_LEDGER)).expect("open topic")
         },
-        |_, topic| match change {
-            Change::Create(i) => topic.open_cursor(&cursor(i), earliest()).map(drop),
-            Change::Delete(i) => topic.delete_cursor(&cursor(i)),
+        |topic, answered: &Shown<bool>| {
+            let done = match change {
+                Change::Create(i) => topic.open_cursor(&cursor(i), earliest()).map(drop),
+                Change::Delete(i) => topic.delete_cursor(&cursor(i)),
+            };
+            answered.update(|a| *a = done.is_ok());
+            done
         },
-        |disk, cut, done| holds_after_cut(host, disk, cut, (before, acked), (change, &done)),
+        |disk, cut, &answered| {
+            let what = format!("{cut:?} (ACKSTORE_CRASH_SEED={seed})");
+            for image in unseen_images(&mut seen, disk, cut, &answered) {
+                holds_after_cut(host, &image, &what, (before, acked), (change, answered));
+            }
+        },
     );
     clean.result.expect("the change without a cut");
 }
 
+/// The topic on `image`, left by a power cut during `change` (`answered`: whether it had
+/// answered `Ok`), holds what [`cut_at_every_step`] says.
 fn holds_after_cut(
     host: Host,
-    disk: &MemStorage,
-    cut: Cut,
+    image: &Arc<dyn Storage>,
+    cut: &str,
     (before, acked): (&[usize], Position),
-    (change, done): (Change, &ackstore::Result<()>),
+    (change, answered): (Change, bool),
 ) {
     let (applied, not_applied) = match change {
         Change::Create(i) => (
@@ -239,20 +260,15 @@ fn holds_after_cut(
             names_of(before.iter().copied()),
         ),
     };
-    for image in sound_images(disk, cut) {
-        let topic = open_hosted(host, image.clone(), &config(PER_LEDGER))
-            .unwrap_or_else(|e| panic!("{cut:?}: open: {e}"));
-        let names = topic.cursor_names();
-        topic.close().expect("close");
-        if names != applied {
-            assert!(names == not_applied, "{cut:?}: {} cursors", names.len());
-            assert!(
-                done.is_err(),
-                "{cut:?}: {change:?} answered Ok, then was undone"
-            );
-        }
-        reopened_holds(host, &image, &names, acked);
+    let topic = open_hosted(host, image.clone(), &config(PER_LEDGER))
+        .unwrap_or_else(|e| panic!("{cut}: open: {e}"));
+    let names = topic.cursor_names();
+    topic.close().expect("close");
+    if names != applied {
+        assert!(names == not_applied, "{cut}: {} cursors", names.len());
+        assert!(!answered, "{cut}: {change:?} answered Ok, then was undone");
     }
+    reopened_holds(host, image, &names, acked);
 }
 
 #[test]
