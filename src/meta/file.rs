@@ -854,12 +854,10 @@ impl MetaStore for FileMetaStore {
     /// showed, and listed again only if one of them was removed meanwhile.
     fn list(&self) -> Result<Vec<String>> {
         let listed = self.storage.list()?;
-        let mut names: Vec<&str> = listed.iter().filter_map(|f| record_of_file(f)).collect();
-        names.sort_unstable();
-        names.dedup();
-        let mut records = Vec::with_capacity(names.len());
-        for name in names {
-            let current = match self.current_in(name, &files_in(name, &listed))? {
+        let by_record = files_by_record(&listed);
+        let mut records = Vec::with_capacity(by_record.len());
+        for (name, found) in by_record {
+            let current = match self.current_in(name, &found)? {
                 Some(current) => current,
                 None => self.current(name)?,
             };
@@ -995,6 +993,25 @@ fn highest_versions(listed: &[String]) -> BTreeMap<String, u64> {
         }
     }
     highest
+}
+
+/// The files of every record among `listed`, by record name, each record's newest version first:
+/// [`files_in`] of every record in one pass over the listing (a pass per record made a listing
+/// of n records cost O(n^2): a topic opened alone lists its cursors' records).
+fn files_by_record(listed: &[String]) -> BTreeMap<&str, Vec<Found>> {
+    let mut by_record: BTreeMap<&str, Vec<Found>> = BTreeMap::new();
+    for file in listed {
+        if let Some((record, version)) = parse_record_file(file) {
+            by_record.entry(record).or_default().push(Found {
+                version,
+                file: file.clone(),
+            });
+        }
+    }
+    for found in by_record.values_mut() {
+        found.sort_by_key(|f| std::cmp::Reverse(f.version));
+    }
+    by_record
 }
 
 /// The files of record `name` among the storage names `listed`, highest version first (the
