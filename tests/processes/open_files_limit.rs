@@ -72,6 +72,7 @@ fn child(dir: &Path) {
 #[test]
 fn a_store_of_more_topics_than_the_process_may_open_files_succeeds() {
     run(
+        module_path!(),
         "a_store_of_more_topics_than_the_process_may_open_files_succeeds",
         128,
         child,
@@ -82,6 +83,7 @@ fn a_store_of_more_topics_than_the_process_may_open_files_succeeds() {
 #[test]
 fn a_store_under_a_soft_limit_of_64_open_files_leaves_half_of_them_to_the_process() {
     run(
+        module_path!(),
         "a_store_under_a_soft_limit_of_64_open_files_leaves_half_of_them_to_the_process",
         64,
         child,
@@ -89,9 +91,10 @@ fn a_store_under_a_soft_limit_of_64_open_files_leaves_half_of_them_to_the_proces
     );
 }
 
-/// Runs test `test` again as a child under a soft limit of `soft` open files, which does the
-/// work (`child`, given the directory), then checks what the child was answered (`check`).
-fn run(test: &str, soft: u64, child: fn(&Path), check: fn(&Path)) {
+/// Runs test `test` of module `module` (its `module_path!()`) again as a child under a soft
+/// limit of `soft` open files, which does the work (`child`, given the directory), then checks
+/// what the child was answered (`check`).
+pub(crate) fn run(module: &str, test: &str, soft: u64, child: fn(&Path), check: fn(&Path)) {
     if let Ok(dir) = std::env::var(DIR) {
         let soft = std::env::var(SOFT)
             .ok()
@@ -102,7 +105,7 @@ fn run(test: &str, soft: u64, child: fn(&Path), check: fn(&Path)) {
         return;
     }
     let dir = tempfile::tempdir().expect("temporary directory");
-    let test = support::harness::test_path(module_path!(), test);
+    let test = support::harness::test_path(module, test);
     let out = Command::new(std::env::current_exe().expect("this binary"))
         .args([test.as_str(), "--exact", "--test-threads=1", "--quiet"])
         .env(DIR, dir.path())
@@ -273,6 +276,7 @@ fn check_alone_and_stores(dir: &Path) {
 #[test]
 fn topics_opened_alone_and_stores_share_the_process_bound_of_open_files() {
     run(
+        module_path!(),
         "topics_opened_alone_and_stores_share_the_process_bound_of_open_files",
         128,
         child_alone_and_stores,

@@ -1,0 +1,410 @@
+//! Storages of one process sharing its descriptor cache (`OpenFiles::process`) under a soft
+//! limit of open files far below their files: topics opened alone and stores, each driven
+//! against a model of what its cursors flushed while the others' files evict its descriptors.
+//!
+//! Each test re-runs this binary as a child at a low soft limit (`open_files_limit::run`). The
+//! child appends, acknowledges and flushes, deletes cursors and creates them again under the
+//! same names, closes and reopens a store, removes a topic alone's directory and creates the
+//! topic again at the same path; after every step the descriptors under its directory are at
+//! most the process's bound plus the lock files held (and, while other threads run, the
+//! descriptors the module documents outside the cache). Once every storage is closed the child
+//! reopens each one and compares every cursor with its model; the parent then runs `verify` on
+//! every directory, which must find nothing damaged.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ackstore::storage::{FileStorage, OpenFiles};
+use ackstore::{Cursor, ManagedLedger, Position, Storage, Store, StoreConfig};
+
+use super::open_files_limit::run;
+use crate::support;
+use crate::support::workload::Rng;
+
+/// Cursors of every topic, deleted and created again in turn.
+const CURSORS: [&str; 3] = ["c0", "c1", "c2"];
+
+/// A store's config: data ledgers of a few entries, so each topic has several ledger files, no
+/// flusher (the test's flushes are the only file operations besides its own).
+fn store_config() -> StoreConfig {
+    support::config::store(3, 4096)
+}
+
+fn ledger_config() -> ackstore::LedgerConfig {
+    support::topic::config(3)
+}
+
+/// One topic's model: its entries (position and payload) in order, and each cursor's
+/// acknowledged entries (indices into `entries`) as of its last flush.
+struct Model {
+    /// Distinguishes the payloads of this topic and of each of its incarnations.
+    tag: String,
+    entries: Vec<(Position, Vec<u8>)>,
+    acked: BTreeMap<String, BTreeSet<usize>>,
+}
+
+impl Model {
+    fn new(tag: String) -> Self {
+        Self {
+            tag,
+            entries: Vec::new(),
+            acked: CURSORS
+                .iter()
+                .map(|c| ((*c).to_owned(), BTreeSet::new()))
+                .collect(),
+        }
+    }
+
+    /// The payloads cursor `name` has not acknowledged, in order: what a reopened cursor reads.
+    fn unacked(&self, name: &str) -> Vec<Vec<u8>> {
+        let acked = &self.acked[name];
+        self.entries
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !acked.contains(i))
+            .map(|(_, (_, p))| p.clone())
+            .collect()
+    }
+}
+
+/// A topic open (alone or in a store) with a handle on each cursor of its model.
+struct Live {
+    topic: Arc<ManagedLedger>,
+    cursors: BTreeMap<String, Cursor>,
+}
+
+impl Live {
+    fn open(topic: Arc<ManagedLedger>, model: &Model, what: &str) -> Self {
+        let cursors = model
+            .acked
+            .keys()
+            .map(|name| {
+                let cursor = topic
+                    .open_cursor(name, support::topic::earliest())
+                    .unwrap_or_else(|e| panic!("{what}: open cursor {name}: {e}"));
+                (name.clone(), cursor)
+            })
+            .collect();
+        Self { topic, cursors }
+    }
+
+    /// Closes the cursors' handles, then the topic.
+    fn close(self, what: &str) {
+        for (name, cursor) in self.cursors {
+            cursor
+                .close()
+                .unwrap_or_else(|e| panic!("{what}: close cursor {name}: {e}"));
+        }
+        self.topic
+            .close()
+            .unwrap_or_else(|e| panic!("{what}: close: {e}"));
+    }
+
+    /// Appends one to four entries and syncs them, then has every cursor acknowledge up to two
+    /// of the entries it has not and flush; the model follows each answer.
+    fn step(&self, model: &mut Model, rng: &mut Rng, what: &str) {
+        for _ in 0..=rng.below(3) {
+            let payload = format!("{}/{}", model.tag, model.entries.len()).into_bytes();
+            let pos = self
+                .topic
+                .append(&payload)
+                .unwrap_or_else(|e| panic!("{what}: append: {e}"));
+            model.entries.push((pos, payload));
+        }
+        self.topic
+            .sync()
+            .unwrap_or_else(|e| panic!("{what}: sync: {e}"));
+        for (name, cursor) in &self.cursors {
+            let acked = model.acked.get_mut(name).expect("a cursor of the model");
+            for _ in 0..2 {
+                let unacked: Vec<usize> = (0..model.entries.len())
+                    .filter(|i| !acked.contains(i))
+                    .collect();
+                if unacked.is_empty() {
+                    break;
+                }
+                let i = unacked[rng.index(unacked.len())];
+                cursor
+                    .ack(model.entries[i].0)
+                    .unwrap_or_else(|e| panic!("{what}: cursor {name} ack {i}: {e}"));
+                acked.insert(i);
+            }
+            cursor
+                .flush()
+                .unwrap_or_else(|e| panic!("{what}: cursor {name} flush: {e}"));
+        }
+    }
+
+    /// Deletes cursor `name` and creates it again under the same name: it starts with nothing
+    /// acknowledged.
+    fn recreate_cursor(&mut self, model: &mut Model, name: &str, what: &str) {
+        let cursor = self.cursors.remove(name).expect("an open cursor");
+        cursor
+            .close()
+            .unwrap_or_else(|e| panic!("{what}: close cursor {name}: {e}"));
+        self.topic
+            .delete_cursor(name)
+            .unwrap_or_else(|e| panic!("{what}: delete cursor {name}: {e}"));
+        let cursor = self
+            .topic
+            .open_cursor(name, support::topic::earliest())
+            .unwrap_or_else(|e| panic!("{what}: create cursor {name} again: {e}"));
+        cursor
+            .flush()
+            .unwrap_or_else(|e| panic!("{what}: flush cursor {name} created again: {e}"));
+        model.acked.insert(name.to_owned(), BTreeSet::new());
+        self.cursors.insert(name.to_owned(), cursor);
+    }
+}
+
+/// A reopened `topic` holds the model: the same cursors, each reading exactly the entries it
+/// has not acknowledged.
+fn check_topic(topic: &ManagedLedger, model: &Model, what: &str) {
+    let mut names = topic.cursor_names();
+    names.sort();
+    let expected: Vec<String> = model.acked.keys().cloned().collect();
+    assert_eq!(names, expected, "{what}: cursors");
+    for name in &expected {
+        let cursor = topic
+            .open_cursor(name, support::topic::earliest())
+            .unwrap_or_else(|e| panic!("{what}: reopen cursor {name}: {e}"));
+        let read: Vec<Vec<u8>> = cursor
+            .read_entries(10_000)
+            .unwrap_or_else(|e| panic!("{what}: cursor {name} read: {e}"))
+            .into_iter()
+            .map(|e| e.payload)
+            .collect();
+        assert_eq!(read, model.unacked(name), "{what}: cursor {name}");
+    }
+}
+
+/// `check_topic` of every topic of the store in `dir`, reopened.
+fn check_store(dir: &Path, models: &BTreeMap<String, Model>, what: &str) {
+    let store = Store::open(dir, store_config()).unwrap_or_else(|e| panic!("{what}: reopen: {e}"));
+    let mut names = store.topic_names();
+    names.sort();
+    assert_eq!(
+        names,
+        models.keys().cloned().collect::<Vec<_>>(),
+        "{what}: topics"
+    );
+    for (name, model) in models {
+        let topic = store
+            .topic(name)
+            .unwrap_or_else(|e| panic!("{what}: reopen topic {name}: {e}"));
+        check_topic(&topic, model, &format!("{what} topic {name}"));
+    }
+    store
+        .close()
+        .unwrap_or_else(|e| panic!("{what}: close: {e}"));
+}
+
+/// `check_topic` of the topic alone in `dir`, reopened.
+fn check_alone(dir: &Path, model: &Model, what: &str) {
+    let topic =
+        ManagedLedger::open(dir, ledger_config()).unwrap_or_else(|e| panic!("{what}: reopen: {e}"));
+    check_topic(&topic, model, what);
+    topic
+        .close()
+        .unwrap_or_else(|e| panic!("{what}: close: {e}"));
+}
+
+/// The parent's part: `verify` finds nothing damaged in any store or topic directory the child
+/// left under `dir`.
+fn verify_all(dir: &Path) {
+    let mut checked = 0;
+    for entry in std::fs::read_dir(dir).expect("list the directory") {
+        let path = entry.expect("an entry").path();
+        let storage: Arc<dyn Storage> =
+            Arc::new(FileStorage::open(&path, false).expect("the directory opens"));
+        let report = ackstore::check::verify(&storage).expect("verify runs");
+        assert!(report.is_sound(), "{}: {report}", path.display());
+        checked += 1;
+    }
+    assert!(checked > 0, "the child left no directory");
+}
+
+/// At most `bound` plus `outside` descriptors point under `dir`.
+fn assert_bounded(dir: &Path, bound: usize, outside: usize, after: &str) {
+    let open = support::fds::open_under(dir);
+    assert!(
+        open <= bound + outside,
+        "{open} descriptors under the directory after {after} (bound {bound} + {outside} outside \
+         the cache)"
+    );
+}
+
+fn alone_dir(dir: &Path, t: usize) -> PathBuf {
+    dir.join(format!("alone-{t}"))
+}
+
+fn store_dir(dir: &Path, s: usize) -> PathBuf {
+    dir.join(format!("store-{s}"))
+}
+
+fn topic_name(t: usize) -> String {
+    format!("persistent://t/ns/shared-{t}")
+}
+
+const ALONE: usize = 6;
+const STORE_TOPICS: usize = 8;
+const ROUNDS: usize = 12;
+
+/// A store's open topics by name, each with its model.
+struct LiveStore {
+    store: Store,
+    topics: BTreeMap<String, Live>,
+}
+
+impl LiveStore {
+    fn open(dir: &Path, models: &BTreeMap<String, Model>, what: &str) -> Self {
+        let store =
+            Store::open(dir, store_config()).unwrap_or_else(|e| panic!("{what}: open: {e}"));
+        let topics = models
+            .iter()
+            .map(|(name, model)| {
+                let topic = store
+                    .topic(name)
+                    .unwrap_or_else(|e| panic!("{what}: topic {name}: {e}"));
+                let live = Live::open(topic, model, &format!("{what} topic {name}"));
+                (name.clone(), live)
+            })
+            .collect();
+        Self { store, topics }
+    }
+
+    fn close(self, what: &str) {
+        for (name, live) in self.topics {
+            live.close(&format!("{what} topic {name}"));
+        }
+        self.store
+            .close()
+            .unwrap_or_else(|e| panic!("{what}: close: {e}"));
+    }
+}
+
+fn store_models(s: usize, topics: usize) -> BTreeMap<String, Model> {
+    (0..topics)
+        .map(|t| (topic_name(t), Model::new(format!("s{s}t{t}"))))
+        .collect()
+}
+
+/// The child of [`topics_alone_and_stores_delete_and_recreate_under_one_low_limit`]: topics
+/// alone and two stores in one thread. Every round steps every topic; deletes and creates again
+/// one cursor of each topic alone and of one topic of each store; removes one topic alone's
+/// directory and creates the topic again at the same path while the rest stay open; and closes
+/// store 1 and reopens it, while the other storages' files keep evicting its descriptors.
+fn child_one_thread(dir: &Path) {
+    let bound = OpenFiles::process().limit();
+    let mut rng = Rng::new(0x5a4e_d0f5);
+    let mut alone_models: Vec<Model> = (0..ALONE).map(|t| Model::new(format!("a{t}.0"))).collect();
+    let mut alone: Vec<Option<Live>> = (0..ALONE)
+        .map(|t| {
+            let topic = ManagedLedger::open(alone_dir(dir, t), ledger_config())
+                .unwrap_or_else(|e| panic!("open topic {t} alone: {e}"));
+            Some(Live::open(
+                Arc::new(topic),
+                &alone_models[t],
+                &format!("topic {t} alone"),
+            ))
+        })
+        .collect();
+    let mut models: Vec<BTreeMap<String, Model>> =
+        (0..2).map(|s| store_models(s, STORE_TOPICS)).collect();
+    let mut stores: Vec<Option<LiveStore>> = (0..2)
+        .map(|s| {
+            Some(LiveStore::open(
+                &store_dir(dir, s),
+                &models[s],
+                &format!("store {s}"),
+            ))
+        })
+        .collect();
+    // A lock file for each topic alone and each store, all open throughout but for a moment.
+    let locks = ALONE + 2;
+    assert_bounded(dir, bound, locks, "the opens");
+    for round in 0..ROUNDS {
+        for (t, live) in alone.iter().enumerate() {
+            let what = format!("round {round} topic {t} alone");
+            live.as_ref()
+                .expect("open")
+                .step(&mut alone_models[t], &mut rng, &what);
+            assert_bounded(dir, bound, locks, &what);
+        }
+        for s in 0..2 {
+            let live = stores[s].as_ref().expect("open");
+            for (name, topic) in &live.topics {
+                let what = format!("round {round} store {s} topic {name}");
+                topic.step(models[s].get_mut(name).expect("modelled"), &mut rng, &what);
+                assert_bounded(dir, bound, locks, &what);
+            }
+            let what = format!("round {round} store {s} flush all");
+            live.store
+                .flush_all()
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_bounded(dir, bound, locks, &what);
+        }
+        let cursor = CURSORS[round % CURSORS.len()];
+        for (t, live) in alone.iter_mut().enumerate() {
+            let what = format!("round {round} topic {t} alone cursor {cursor} again");
+            live.as_mut()
+                .expect("open")
+                .recreate_cursor(&mut alone_models[t], cursor, &what);
+            assert_bounded(dir, bound, locks, &what);
+        }
+        for s in 0..2 {
+            let name = topic_name(round % STORE_TOPICS);
+            let what = format!("round {round} store {s} topic {name} cursor {cursor} again");
+            let live = stores[s].as_mut().expect("open");
+            live.topics.get_mut(&name).expect("open").recreate_cursor(
+                models[s].get_mut(&name).expect("modelled"),
+                cursor,
+                &what,
+            );
+            assert_bounded(dir, bound, locks, &what);
+        }
+        // A topic alone removed and created again at the same path.
+        let t = round % ALONE;
+        let what = format!("round {round} topic {t} alone removed and created again");
+        alone[t].take().expect("open").close(&what);
+        std::fs::remove_dir_all(alone_dir(dir, t)).expect("remove the topic's directory");
+        alone_models[t] = Model::new(format!("a{t}.{}", round + 1));
+        let topic = ManagedLedger::open(alone_dir(dir, t), ledger_config())
+            .unwrap_or_else(|e| panic!("{what}: open: {e}"));
+        alone[t] = Some(Live::open(Arc::new(topic), &alone_models[t], &what));
+        alone[t]
+            .as_ref()
+            .expect("open")
+            .step(&mut alone_models[t], &mut rng, &what);
+        assert_bounded(dir, bound, locks, &what);
+        // Store 1 closed and reopened, its cursors reopened from what they flushed.
+        let what = format!("round {round} store 1 closed and reopened");
+        stores[1].take().expect("open").close(&what);
+        stores[1] = Some(LiveStore::open(&store_dir(dir, 1), &models[1], &what));
+        assert_bounded(dir, bound, locks, &what);
+    }
+    for (s, live) in stores.into_iter().enumerate() {
+        live.expect("open").close(&format!("store {s}"));
+    }
+    for (t, live) in alone.into_iter().enumerate() {
+        live.expect("open").close(&format!("topic {t} alone"));
+    }
+    for (s, models) in models.iter().enumerate() {
+        check_store(&store_dir(dir, s), models, &format!("store {s}"));
+    }
+    for (t, model) in alone_models.iter().enumerate() {
+        check_alone(&alone_dir(dir, t), model, &format!("topic {t} alone"));
+    }
+}
+
+#[test]
+fn topics_alone_and_stores_delete_and_recreate_under_one_low_limit() {
+    run(
+        module_path!(),
+        "topics_alone_and_stores_delete_and_recreate_under_one_low_limit",
+        32,
+        child_one_thread,
+        verify_all,
+    );
+}
