@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Barrier};
 
 use ackstore::storage::{FileStorage, OpenFiles};
 use ackstore::{Cursor, ManagedLedger, Position, Storage, Store, StoreConfig};
@@ -405,6 +405,162 @@ fn topics_alone_and_stores_delete_and_recreate_under_one_low_limit() {
         "topics_alone_and_stores_delete_and_recreate_under_one_low_limit",
         32,
         child_one_thread,
+        verify_all,
+    );
+}
+
+const THREADS: usize = 4;
+const THREAD_ROUNDS: usize = 16;
+/// Topics alone of each of the two threads that keep topics alone.
+const THREAD_ALONE: usize = 3;
+/// Topics of each of the two threads' stores.
+const THREAD_STORE_TOPICS: usize = 5;
+
+/// What a thread of [`child_threads`] leaves: the models of its store's topics, or of its
+/// topics alone by directory.
+enum Left {
+    Store(usize, BTreeMap<String, Model>),
+    Alone(Vec<(PathBuf, Model)>),
+}
+
+/// Thread `s` (0 or 1) of [`child_threads`]: store `s`, every round each topic stepped, one
+/// cursor deleted and created again, and (store 0) the store closed and reopened.
+fn store_thread(dir: &Path, s: usize, start: &Barrier, bounded: &dyn Fn(&str)) -> Left {
+    start.wait();
+    let mut rng = Rng::new(0x7e57 + s as u64);
+    let mut models = store_models(s, THREAD_STORE_TOPICS);
+    let path = store_dir(dir, s);
+    let mut live = LiveStore::open(&path, &models, &format!("store {s}"));
+    for round in 0..THREAD_ROUNDS {
+        for (name, topic) in &live.topics {
+            let what = format!("round {round} store {s} topic {name}");
+            topic.step(models.get_mut(name).expect("modelled"), &mut rng, &what);
+            bounded(&what);
+        }
+        let name = topic_name(round % THREAD_STORE_TOPICS);
+        let cursor = CURSORS[round % CURSORS.len()];
+        let what = format!("round {round} store {s} topic {name} cursor {cursor} again");
+        live.topics.get_mut(&name).expect("open").recreate_cursor(
+            models.get_mut(&name).expect("modelled"),
+            cursor,
+            &what,
+        );
+        bounded(&what);
+        if s == 0 {
+            let what = format!("round {round} store {s} closed and reopened");
+            live.close(&what);
+            live = LiveStore::open(&path, &models, &what);
+            bounded(&what);
+        } else {
+            let what = format!("round {round} store {s} flush all");
+            live.store
+                .flush_all()
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            bounded(&what);
+        }
+    }
+    live.close(&format!("store {s}"));
+    Left::Store(s, models)
+}
+
+/// Thread `a` (0 or 1) of [`child_threads`]: its topics alone, every round each stepped, one
+/// cursor of each deleted and created again, and one topic's directory removed and the topic
+/// created again at the same path.
+fn alone_thread(dir: &Path, a: usize, start: &Barrier, bounded: &dyn Fn(&str)) -> Left {
+    start.wait();
+    let mut rng = Rng::new(0xa10e + a as u64);
+    let paths: Vec<PathBuf> = (0..THREAD_ALONE)
+        .map(|t| alone_dir(dir, a * THREAD_ALONE + t))
+        .collect();
+    let open = |t: usize, model: &Model, what: &str| {
+        let topic = ManagedLedger::open(&paths[t], ledger_config())
+            .unwrap_or_else(|e| panic!("{what}: open: {e}"));
+        Live::open(Arc::new(topic), model, what)
+    };
+    let mut models: Vec<Model> = (0..THREAD_ALONE)
+        .map(|t| Model::new(format!("thread {a} a{t}.0")))
+        .collect();
+    let mut live: Vec<Option<Live>> = (0..THREAD_ALONE)
+        .map(|t| Some(open(t, &models[t], &format!("thread {a} topic {t} alone"))))
+        .collect();
+    for round in 0..THREAD_ROUNDS {
+        let cursor = CURSORS[round % CURSORS.len()];
+        for t in 0..THREAD_ALONE {
+            let what = format!("round {round} thread {a} topic {t} alone");
+            let topic = live[t].as_mut().expect("open");
+            topic.step(&mut models[t], &mut rng, &what);
+            bounded(&what);
+            let what = format!("{what} cursor {cursor} again");
+            topic.recreate_cursor(&mut models[t], cursor, &what);
+            bounded(&what);
+        }
+        let t = round % THREAD_ALONE;
+        let what = format!("round {round} thread {a} topic {t} alone removed and created again");
+        live[t].take().expect("open").close(&what);
+        std::fs::remove_dir_all(&paths[t]).expect("remove the topic's directory");
+        models[t] = Model::new(format!("thread {a} a{t}.{}", round + 1));
+        live[t] = Some(open(t, &models[t], &what));
+        bounded(&what);
+    }
+    for (t, live) in live.into_iter().enumerate() {
+        live.expect("open")
+            .close(&format!("thread {a} topic {t} alone"));
+    }
+    Left::Alone(paths.into_iter().zip(models).collect())
+}
+
+/// The child of [`four_threads_each_on_its_own_storage_share_the_process_bound`]: two threads
+/// each on a store of its own (one closing and reopening it every round) and two each on topics
+/// alone of its own (one topic's directory removed and the topic created again every round),
+/// started together (once only: a thread that fails must not leave the others waiting). After every step of any thread the descriptors under `dir`
+/// are at most the process's bound plus every lock file and, per thread, the three the cache's
+/// module documents outside it (a directory's while a listing or a directory sync runs, two
+/// inside a file operation), and two directories a removal of a topic's directory holds open.
+fn child_threads(dir: &Path) {
+    let bound = OpenFiles::process().limit();
+    let locks = 2 + 2 * THREAD_ALONE;
+    let outside = locks + THREADS * 3 + 2 * 2;
+    let bounded = |what: &str| assert_bounded(dir, bound, outside, what);
+    let start = Barrier::new(THREADS);
+    let left: Vec<Left> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..THREADS)
+            .map(|i| {
+                let (start, bounded) = (&start, &bounded);
+                scope.spawn(move || {
+                    if i < 2 {
+                        store_thread(dir, i, start, bounded)
+                    } else {
+                        alone_thread(dir, i - 2, start, bounded)
+                    }
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().expect("a thread panicked"))
+            .collect()
+    });
+    for left in left {
+        match left {
+            Left::Store(s, models) => {
+                check_store(&store_dir(dir, s), &models, &format!("store {s}"))
+            }
+            Left::Alone(topics) => {
+                for (path, model) in topics {
+                    check_alone(&path, &model, &path.display().to_string());
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn four_threads_each_on_its_own_storage_share_the_process_bound() {
+    run(
+        module_path!(),
+        "four_threads_each_on_its_own_storage_share_the_process_bound",
+        48,
+        child_threads,
         verify_all,
     );
 }
