@@ -10,12 +10,17 @@
 //! descriptors the module documents outside the cache). Once every storage is closed the child
 //! reopens each one and compares every cursor with its model; the parent then runs `verify` on
 //! every directory, which must find nothing damaged.
+//!
+//! At the storage layer: a handle of a file whose name a second storage on the same directory
+//! removed and created again never reaches the new file once the cache evicted its descriptor,
+//! and a closing sync that fails as another storage's files evict a written descriptor is
+//! latched into that file's next syncs.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier};
 
-use ackstore::storage::{FileStorage, OpenFiles};
+use ackstore::storage::{FileStorage, OpenFiles, StorageFile};
 use ackstore::{Cursor, ManagedLedger, Position, Storage, Store, StoreConfig};
 
 use super::open_files_limit::run;
@@ -562,5 +567,102 @@ fn four_threads_each_on_its_own_storage_share_the_process_bound() {
         48,
         child_threads,
         verify_all,
+    );
+}
+
+/// Files `n` of storage `s` created, written and synced, their handles returned: while they
+/// live each keeps its entry in the process's cache, so their uses evict the least recently
+/// used descriptors of every storage sharing it.
+fn churn(s: &FileStorage, round: usize, n: usize) -> Vec<Arc<dyn StorageFile>> {
+    (0..n)
+        .map(|i| {
+            let f = s
+                .create(&format!("churn-{round}-{i}"))
+                .expect("create a churn file");
+            f.write_all_at(b"churn", 0).expect("write a churn file");
+            f.sync_data().expect("sync a churn file");
+            f
+        })
+        .collect()
+}
+
+/// The child of [`a_handle_whose_name_another_storage_removed_never_reaches_the_new_file`]:
+/// storages on the process's cache, at a soft limit of 32 (a bound of 16). A handle of file `f`
+/// of a storage on directory `x`, its descriptor evicted by a third storage's files; a second
+/// storage on `x` removes `f` and creates it again: the old handle never reads, writes,
+/// truncates or syncs the new file (ext4 and xfs give the new file the old one's inode, so
+/// only the mark the removal leaves on every live handle of the name, across the storages of
+/// the cache, tells them apart). Then a file written and not synced, whose descriptor the
+/// third storage's files evict while closing syncs fail: its next syncs fail.
+fn child_removed_name(dir: &Path) {
+    let bound = OpenFiles::process().limit();
+    let x = dir.join("x");
+    let other = FileStorage::open(dir.join("other"), true).expect("open the other storage");
+    let first = FileStorage::open(&x, true).expect("open x");
+    let old = first.create("f").expect("create f");
+    old.write_all_at(b"first", 0).expect("write f");
+    old.sync_data().expect("sync f");
+    let _kept = churn(&other, 0, 2 * bound);
+    assert_bounded(dir, bound, 0, "the first churn");
+    let second = FileStorage::open(&x, false).expect("open x a second time");
+    second.remove("f").expect("remove f");
+    let new = second.create("f").expect("create f again");
+    new.write_all_at(b"SECOND", 0).expect("write the new f");
+    new.sync_data().expect("sync the new f");
+    let _kept_too = churn(&other, 1, 2 * bound);
+    assert_bounded(dir, bound, 0, "the second churn");
+    let mut buf = [0; 5];
+    let read = old.read_exact_at(&mut buf, 0);
+    assert!(
+        read.is_err(),
+        "a handle of the removed file read {:?} from the file created again under its name",
+        String::from_utf8_lossy(&buf)
+    );
+    assert!(old.write_all_at(b"xx", 0).is_err(), "the old handle wrote");
+    assert!(old.set_len(1).is_err(), "the old handle truncated");
+    assert!(old.sync_data().is_err(), "the old handle synced");
+    assert_eq!(std::fs::read(x.join("f")).expect("read f"), b"SECOND");
+    let mut buf = [0; 6];
+    new.read_exact_at(&mut buf, 0).expect("read the new f");
+    assert_eq!(&buf, b"SECOND");
+
+    // A written file evicted by `other`'s files while closing syncs fail.
+    let unsynced = second.create("unsynced").expect("create");
+    unsynced.write_all_at(b"unsynced", 0).expect("write");
+    other.fail_closing_syncs(true);
+    // Created and kept, never written: their own closes do not sync.
+    let _evicting: Vec<_> = (0..2 * bound)
+        .map(|i| {
+            other
+                .create(&format!("evict-{i}"))
+                .expect("create an evicting file")
+        })
+        .collect();
+    other.fail_closing_syncs(false);
+    assert_bounded(dir, bound, 0, "the evicting files");
+    let mut buf = [0; 8];
+    unsynced.read_exact_at(&mut buf, 0).expect("read back");
+    assert_eq!(&buf, b"unsynced");
+    assert!(
+        unsynced.sync_data().is_err(),
+        "a sync after the failed closing sync answered Ok"
+    );
+    assert!(
+        unsynced.sync_data().is_err(),
+        "a second sync after the failed closing sync answered Ok"
+    );
+}
+
+/// Nothing for the parent to check: the child's assertions are the test.
+fn nothing(_: &Path) {}
+
+#[test]
+fn a_handle_whose_name_another_storage_removed_never_reaches_the_new_file() {
+    run(
+        module_path!(),
+        "a_handle_whose_name_another_storage_removed_never_reaches_the_new_file",
+        32,
+        child_removed_name,
+        nothing,
     );
 }
