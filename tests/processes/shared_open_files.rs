@@ -21,7 +21,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier};
 
 use ackstore::storage::{FileStorage, OpenFiles, StorageFile};
-use ackstore::{Cursor, ManagedLedger, Position, Storage, Store, StoreConfig};
+use ackstore::{
+    Cursor, GroupConfig, ManagedLedger, Position, Storage, Store, StoreConfig, StoreGroup,
+};
 
 use super::open_files_limit::run;
 use crate::support;
@@ -215,6 +217,17 @@ fn check_alone(dir: &Path, model: &Model, what: &str) {
         .unwrap_or_else(|e| panic!("{what}: close: {e}"));
 }
 
+/// `check_store` of every store `store-{s}` under `dir` by its models, and `check_alone` of
+/// every topic alone `alone-{t}`.
+fn check_all(dir: &Path, stores: &[BTreeMap<String, Model>], alone: &[Model]) {
+    for (s, models) in stores.iter().enumerate() {
+        check_store(&store_dir(dir, s), models, &format!("store {s}"));
+    }
+    for (t, model) in alone.iter().enumerate() {
+        check_alone(&alone_dir(dir, t), model, &format!("topic {t} alone"));
+    }
+}
+
 /// The parent's part: `verify` finds nothing damaged in any store or topic directory the child
 /// left under `dir`.
 fn verify_all(dir: &Path) {
@@ -266,6 +279,11 @@ impl LiveStore {
     fn open(dir: &Path, models: &BTreeMap<String, Model>, what: &str) -> Self {
         let store =
             Store::open(dir, store_config()).unwrap_or_else(|e| panic!("{what}: open: {e}"));
+        Self::adopt(store, models, what)
+    }
+
+    /// `store` with every topic of `models` open, and every cursor of each.
+    fn adopt(store: Store, models: &BTreeMap<String, Model>, what: &str) -> Self {
         let topics = models
             .iter()
             .map(|(name, model)| {
@@ -395,12 +413,7 @@ fn child_one_thread(dir: &Path) {
     for (t, live) in alone.into_iter().enumerate() {
         live.expect("open").close(&format!("topic {t} alone"));
     }
-    for (s, models) in models.iter().enumerate() {
-        check_store(&store_dir(dir, s), models, &format!("store {s}"));
-    }
-    for (t, model) in alone_models.iter().enumerate() {
-        check_alone(&alone_dir(dir, t), model, &format!("topic {t} alone"));
-    }
+    check_all(dir, &models, &alone_models);
 }
 
 #[test]
@@ -664,5 +677,129 @@ fn a_handle_whose_name_another_storage_removed_never_reaches_the_new_file() {
         32,
         child_removed_name,
         nothing,
+    );
+}
+
+const GROUP_ROUNDS: usize = 8;
+
+/// A group sharing the process's cache (no limit of its own, no flusher threads).
+fn group() -> StoreGroup {
+    StoreGroup::new(&GroupConfig {
+        flusher_threads: 0,
+        ack_memory_bytes: None,
+        open_files: None,
+    })
+}
+
+/// The child of [`a_group_a_store_and_topics_alone_share_the_process_bound`]: a group of two
+/// member stores (`store-0`, `store-1`), a store of its own (`store-2`) and topics alone, all
+/// on the process's cache at a soft limit of 32. Every round steps every topic, deletes and
+/// creates again a cursor of a member's topic, closes member 1 and opens it again through the
+/// group, and every other round closes the whole group and opens a new one with both members;
+/// after every step the descriptors are within the bound plus the lock files.
+fn child_group(dir: &Path) {
+    let bound = OpenFiles::process().limit();
+    let mut rng = Rng::new(0x6e09);
+    let mut models: Vec<BTreeMap<String, Model>> =
+        (0..3).map(|s| store_models(s, STORE_TOPICS / 2)).collect();
+    let mut group_handle = group();
+    let open_member =
+        |group: &StoreGroup, s: usize, models: &BTreeMap<String, Model>, what: &str| {
+            let store = group
+                .open(store_dir(dir, s), store_config())
+                .unwrap_or_else(|e| panic!("{what}: open member {s}: {e}"));
+            LiveStore::adopt(store, models, what)
+        };
+    let mut stores: Vec<Option<LiveStore>> = (0..2)
+        .map(|s| {
+            Some(open_member(
+                &group_handle,
+                s,
+                &models[s],
+                &format!("member {s}"),
+            ))
+        })
+        .collect();
+    stores.push(Some(LiveStore::open(
+        &store_dir(dir, 2),
+        &models[2],
+        "store 2",
+    )));
+    let mut alone_models: Vec<Model> = (0..3).map(|t| Model::new(format!("g{t}"))).collect();
+    let alone: Vec<Live> = (0..3)
+        .map(|t| {
+            let topic = ManagedLedger::open(alone_dir(dir, t), ledger_config())
+                .unwrap_or_else(|e| panic!("open topic {t} alone: {e}"));
+            Live::open(
+                Arc::new(topic),
+                &alone_models[t],
+                &format!("topic {t} alone"),
+            )
+        })
+        .collect();
+    let locks = 3 + 3;
+    assert_bounded(dir, bound, locks, "the opens");
+    for round in 0..GROUP_ROUNDS {
+        for (t, live) in alone.iter().enumerate() {
+            let what = format!("round {round} topic {t} alone");
+            live.step(&mut alone_models[t], &mut rng, &what);
+            assert_bounded(dir, bound, locks, &what);
+        }
+        for (s, live) in stores.iter().enumerate() {
+            let live = live.as_ref().expect("open");
+            for (name, topic) in &live.topics {
+                let what = format!("round {round} store {s} topic {name}");
+                topic.step(models[s].get_mut(name).expect("modelled"), &mut rng, &what);
+                assert_bounded(dir, bound, locks, &what);
+            }
+        }
+        let name = topic_name(round % (STORE_TOPICS / 2));
+        let cursor = CURSORS[round % CURSORS.len()];
+        let what = format!("round {round} member 0 topic {name} cursor {cursor} again");
+        stores[0]
+            .as_mut()
+            .expect("open")
+            .topics
+            .get_mut(&name)
+            .expect("open")
+            .recreate_cursor(models[0].get_mut(&name).expect("modelled"), cursor, &what);
+        assert_bounded(dir, bound, locks, &what);
+        let what = format!("round {round} member 1 closed and opened again");
+        stores[1].take().expect("open").close(&what);
+        stores[1] = Some(open_member(&group_handle, 1, &models[1], &what));
+        assert_bounded(dir, bound, locks, &what);
+        if round % 2 == 1 {
+            let what = format!("round {round} group closed and opened again");
+            for member in &mut stores[..2] {
+                member.take().expect("open").close(&what);
+            }
+            group_handle
+                .close()
+                .unwrap_or_else(|e| panic!("{what}: close the group: {e}"));
+            group_handle = group();
+            for s in 0..2 {
+                stores[s] = Some(open_member(&group_handle, s, &models[s], &what));
+            }
+            assert_bounded(dir, bound, locks, &what);
+        }
+    }
+    for (s, live) in stores.into_iter().enumerate() {
+        live.expect("open").close(&format!("store {s}"));
+    }
+    group_handle.close().expect("close the group");
+    for (t, live) in alone.into_iter().enumerate() {
+        live.close(&format!("topic {t} alone"));
+    }
+    check_all(dir, &models, &alone_models);
+}
+
+#[test]
+fn a_group_a_store_and_topics_alone_share_the_process_bound() {
+    run(
+        module_path!(),
+        "a_group_a_store_and_topics_alone_share_the_process_bound",
+        32,
+        child_group,
+        verify_all,
     );
 }
