@@ -642,16 +642,7 @@ fn child_removed_name(dir: &Path) {
     // A written file evicted by `other`'s files while closing syncs fail.
     let unsynced = second.create("unsynced").expect("create");
     unsynced.write_all_at(b"unsynced", 0).expect("write");
-    other.fail_closing_syncs(true);
-    // Created and kept, never written: their own closes do not sync.
-    let _evicting: Vec<_> = (0..2 * bound)
-        .map(|i| {
-            other
-                .create(&format!("evict-{i}"))
-                .expect("create an evicting file")
-        })
-        .collect();
-    other.fail_closing_syncs(false);
+    let _evicting = evict_failing_closing_syncs(&other, 2 * bound);
     assert_bounded(dir, bound, 0, "the evicting files");
     let mut buf = [0; 8];
     unsynced.read_exact_at(&mut buf, 0).expect("read back");
@@ -664,6 +655,23 @@ fn child_removed_name(dir: &Path) {
         unsynced.sync_data().is_err(),
         "a second sync after the failed closing sync answered Ok"
     );
+}
+
+/// `n` files of `other` created (and returned, so that they keep their places in the cache)
+/// while the syncs that close written descriptors fail, for every storage of the process's
+/// cache: the written descriptors they evict latch the failure into their files' next syncs.
+/// Never written, their own closes do not sync.
+fn evict_failing_closing_syncs(other: &FileStorage, n: usize) -> Vec<Arc<dyn StorageFile>> {
+    other.fail_closing_syncs(true);
+    let evicting = (0..n)
+        .map(|i| {
+            other
+                .create(&format!("evict-{i}"))
+                .expect("create an evicting file")
+        })
+        .collect();
+    other.fail_closing_syncs(false);
+    evicting
 }
 
 /// Nothing for the parent to check: the child's assertions are the test.
@@ -801,5 +809,56 @@ fn a_group_a_store_and_topics_alone_share_the_process_bound() {
         32,
         child_group,
         verify_all,
+    );
+}
+
+/// The child of [`a_failed_closing_sync_of_a_topic_alone_fails_its_next_sync`]: a topic alone
+/// appends an entry its write buffer cannot hold (written to its data file) without syncing;
+/// another storage of the process's cache (soft limit 32) creates
+/// files that evict the topic's descriptors while closing syncs fail: the topic's next syncs
+/// fail, never answering `Ok` for the appended entries, and the entries synced before are kept.
+fn child_topic_latch(dir: &Path) {
+    let bound = OpenFiles::process().limit();
+    let topic = ManagedLedger::open(alone_dir(dir, 0), ledger_config()).expect("open the topic");
+    support::topic::append_n(&topic, 2);
+    // Larger than the topic's write buffer: written to the data file at once, not synced.
+    topic
+        .append(&vec![7; 80 * 1024])
+        .expect("append an entry larger than the write buffer");
+    let other = FileStorage::open(dir.join("other"), true).expect("open the other storage");
+    let _evicting = evict_failing_closing_syncs(&other, 2 * bound);
+    assert_bounded(dir, bound, 1, "the evicting files");
+    assert!(
+        topic.sync().is_err(),
+        "the topic's sync answered Ok after its data file's closing sync failed"
+    );
+    assert!(
+        topic.sync().is_err(),
+        "a second sync of the topic answered Ok after its data file's closing sync failed"
+    );
+    // Its close may answer the same failure; the entries synced before it are kept.
+    let _ = topic.close();
+    drop(topic);
+    let topic = ManagedLedger::open(alone_dir(dir, 0), ledger_config()).expect("reopen");
+    let cursor = topic
+        .open_cursor("after", support::topic::earliest())
+        .expect("cursor");
+    let read = cursor.read_entries(10).expect("read");
+    assert!(
+        read.len() >= 2 && read[0].payload == b"m0" && read[1].payload == b"m1",
+        "the synced entries are not kept: {:?}",
+        read.iter().map(|e| e.payload.len()).collect::<Vec<_>>()
+    );
+    topic.close().expect("close");
+}
+
+#[test]
+fn a_failed_closing_sync_of_a_topic_alone_fails_its_next_sync() {
+    run(
+        module_path!(),
+        "a_failed_closing_sync_of_a_topic_alone_fails_its_next_sync",
+        32,
+        child_topic_latch,
+        nothing,
     );
 }
