@@ -228,8 +228,8 @@ fn check_all(dir: &Path, stores: &[BTreeMap<String, Model>], alone: &[Model]) {
     }
 }
 
-/// The parent's part: `verify` finds nothing damaged in any store or topic directory the child
-/// left under `dir`.
+/// `verify` finds nothing damaged in any store or topic directory under `dir`: the parent's
+/// part, on what the child left, and the child's own between steps, its storages open.
 fn verify_all(dir: &Path) {
     let mut checked = 0;
     for entry in std::fs::read_dir(dir).expect("list the directory") {
@@ -317,7 +317,8 @@ fn store_models(s: usize, topics: usize) -> BTreeMap<String, Model> {
 /// alone and two stores in one thread. Every round steps every topic; deletes and creates again
 /// one cursor of each topic alone and of one topic of each store; removes one topic alone's
 /// directory and creates the topic again at the same path while the rest stay open; and closes
-/// store 1 and reopens it, while the other storages' files keep evicting its descriptors.
+/// store 1 and reopens it, while the other storages' files keep evicting its descriptors; and
+/// runs `verify` on every directory, all open.
 fn child_one_thread(dir: &Path) {
     let bound = OpenFiles::process().limit();
     let mut rng = Rng::new(0x5a4e_d0f5);
@@ -405,6 +406,11 @@ fn child_one_thread(dir: &Path) {
         let what = format!("round {round} store 1 closed and reopened");
         stores[1].take().expect("open").close(&what);
         stores[1] = Some(LiveStore::open(&store_dir(dir, 1), &models[1], &what));
+        assert_bounded(dir, bound, locks, &what);
+        // Every directory checked while its storage is open and flushed: the check's reads
+        // share the cache with the storages it checks, and evict their descriptors.
+        let what = format!("round {round} verify");
+        verify_all(dir);
         assert_bounded(dir, bound, locks, &what);
     }
     for (s, live) in stores.into_iter().enumerate() {
