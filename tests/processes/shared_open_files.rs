@@ -868,3 +868,165 @@ fn a_failed_closing_sync_of_a_topic_alone_fails_its_next_sync() {
         nothing,
     );
 }
+
+/// The child of [`a_damaged_topic_alone_opened_again_at_one_path_beside_a_live_store`]: at a
+/// soft limit of 32, a store stays open and steps between the cases while a topic alone, its
+/// cursors flushed, is written again and again at one path, each time with one file damaged
+/// (deleted, truncated, zeroed, a bit flipped, or an older copy of the same file), checked
+/// with `verify` and opened. Bad bytes are errors, never panics; `verify` finds damage exactly
+/// when the open, or a read of every entry after it (a sealed ledger opens without a scan),
+/// fails; an open that succeeds never has a cursor acknowledge an entry its model did not
+/// (every entry the topic still holds that the model leaves unacknowledged is read); the store
+/// reopens as its model.
+fn child_damaged_alone(dir: &Path) {
+    let bound = OpenFiles::process().limit();
+    let mut rng = Rng::new(0xda3a);
+    let mut store_models = store_models(0, STORE_TOPICS / 2);
+    let store = LiveStore::open(&store_dir(dir, 0), &store_models, "store 0");
+    // The topic alone, an older image of it, and its final image.
+    let source = dir.join("source");
+    let mut model = Model::new("source".into());
+    let live = Live::open(
+        Arc::new(ManagedLedger::open(&source, ledger_config()).expect("open the source")),
+        &model,
+        "source",
+    );
+    for round in 0..3 {
+        live.step(&mut model, &mut rng, &format!("source round {round}"));
+    }
+    let older = support::mutate::Tree::read(&source);
+    for round in 3..6 {
+        live.step(&mut model, &mut rng, &format!("source round {round}"));
+    }
+    live.close("source");
+    let whole = support::mutate::Tree::read(&source);
+    std::fs::remove_dir_all(&source).expect("remove the source");
+    let mut cases: Vec<(String, PathBuf, Option<Vec<u8>>)> = Vec::new();
+    for (file, bytes) in &whole.files {
+        if file.as_os_str() == "LOCK" {
+            continue;
+        }
+        for (what, damage) in support::mutate::damages(bytes) {
+            cases.push((what, file.clone(), damage));
+        }
+        if let Some(old) = older.files.get(file).filter(|old| *old != bytes) {
+            cases.push(("older copy".into(), file.clone(), Some(old.clone())));
+        }
+    }
+    assert!(cases.len() > 20, "{} cases", cases.len());
+    let case_dir = alone_dir(dir, 0);
+    for (k, (what, file, damage)) in cases.iter().enumerate() {
+        let what = format!("case {k}: {} {what}", file.display());
+        std::fs::create_dir(&case_dir).expect("create the case's directory");
+        whole.write(&case_dir);
+        match damage {
+            Some(bytes) => std::fs::write(case_dir.join(file), bytes).expect("damage"),
+            None => std::fs::remove_file(case_dir.join(file)).expect("delete"),
+        }
+        let storage: Arc<dyn Storage> =
+            Arc::new(FileStorage::open(&case_dir, false).expect("the directory opens"));
+        let sound = ackstore::check::verify(&storage).map(|report| report.is_sound());
+        drop(storage);
+        // The data log opens on first use: its open is part of the topic's.
+        let opened = ManagedLedger::open(&case_dir, ledger_config())
+            .and_then(|topic| topic.log_stats().map(|_| topic));
+        match opened {
+            Ok(topic) => {
+                // A sealed ledger opens without a scan: damage the open accepted must be found
+                // when read, as an error.
+                let probe = topic
+                    .open_cursor("probe", support::topic::earliest())
+                    .and_then(|probe| probe.read_entries(10_000));
+                match probe {
+                    Ok(entries) => {
+                        // Bad bytes are never data: every entry read is one the topic was given.
+                        for e in &entries {
+                            assert!(
+                                model.entries.iter().any(|(_, p)| *p == e.payload),
+                                "{what}: read {:?}, which was never appended",
+                                String::from_utf8_lossy(&e.payload)
+                            );
+                        }
+                        // Verify may report damage the reads never meet (such as a sealed
+                        // ledger's last byte); the entries read are then every one appended.
+                        let read: Vec<&[u8]> = entries.iter().map(|e| &e.payload[..]).collect();
+                        let appended: Vec<&[u8]> =
+                            model.entries.iter().map(|(_, p)| &p[..]).collect();
+                        assert!(
+                            matches!(sound, Ok(true)) || read == appended,
+                            "{what}: verify found damage, the open accepted it and read {} \
+                             entries of the {} appended",
+                            read.len(),
+                            appended.len()
+                        );
+                        let held = entries.into_iter().map(|e| e.payload).collect();
+                        check_not_more_acked(&topic, &model, &held, &what);
+                    }
+                    Err(e) => assert!(
+                        !matches!(sound, Ok(true)),
+                        "{what}: verify found nothing damaged, a read failed: {e}"
+                    ),
+                }
+                let _ = topic.close();
+            }
+            Err(e) => assert!(
+                !matches!(sound, Ok(true)),
+                "{what}: verify found nothing damaged, the open failed: {e}"
+            ),
+        }
+        assert_bounded(dir, bound, 1, &what);
+        // The case's topic removed, the next written at the same path, while the store steps.
+        std::fs::remove_dir_all(&case_dir).expect("remove the case");
+        for (name, topic) in &store.topics {
+            let step = format!("{what}: store topic {name}");
+            topic.step(
+                store_models.get_mut(name).expect("modelled"),
+                &mut rng,
+                &step,
+            );
+        }
+        assert_bounded(dir, bound, 1, &what);
+    }
+    store.close("store 0");
+    check_store(&store_dir(dir, 0), &store_models, "store 0");
+}
+
+/// Every cursor of `model` that `topic` (opened from a damaged image) has reads every entry
+/// the topic still holds (`held`, the payloads a new cursor read) that the model leaves
+/// unacknowledged: none is acknowledged beyond what its flushes said.
+fn check_not_more_acked(
+    topic: &ManagedLedger,
+    model: &Model,
+    held: &BTreeSet<Vec<u8>>,
+    what: &str,
+) {
+    for name in topic.cursor_names() {
+        let Some(acked) = model.acked.get(&name) else {
+            continue;
+        };
+        let cursor = topic
+            .open_cursor(&name, support::topic::earliest())
+            .unwrap_or_else(|e| panic!("{what}: open cursor {name}: {e}"));
+        let read = cursor
+            .read_entries(10_000)
+            .unwrap_or_else(|e| panic!("{what}: cursor {name} read what a new cursor read: {e}"));
+        let read: BTreeSet<Vec<u8>> = read.into_iter().map(|e| e.payload).collect();
+        for (i, (_, payload)) in model.entries.iter().enumerate() {
+            assert!(
+                acked.contains(&i) || !held.contains(payload) || read.contains(payload),
+                "{what}: cursor {name} skips entry {i}, which it never acknowledged"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_damaged_topic_alone_opened_again_at_one_path_beside_a_live_store() {
+    run(
+        module_path!(),
+        "a_damaged_topic_alone_opened_again_at_one_path_beside_a_live_store",
+        32,
+        child_damaged_alone,
+        verify_all,
+    );
+}
