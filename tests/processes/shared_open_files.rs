@@ -1,20 +1,24 @@
 //! Storages of one process sharing its descriptor cache (`OpenFiles::process`) under a soft
-//! limit of open files far below their files: topics opened alone and stores, each driven
-//! against a model of what its cursors flushed while the others' files evict its descriptors.
+//! limit of open files far below their files: topics opened alone, stores and a group's member
+//! stores, each driven against a model of what its cursors flushed while the others' files
+//! evict its descriptors.
 //!
 //! Each test re-runs this binary as a child at a low soft limit (`open_files_limit::run`). The
 //! child appends, acknowledges and flushes, deletes cursors and creates them again under the
-//! same names, closes and reopens a store, removes a topic alone's directory and creates the
-//! topic again at the same path; after every step the descriptors under its directory are at
-//! most the process's bound plus the lock files held (and, while other threads run, the
-//! descriptors the module documents outside the cache). Once every storage is closed the child
-//! reopens each one and compares every cursor with its model; the parent then runs `verify` on
-//! every directory, which must find nothing damaged.
+//! same names, closes and reopens a store (or a whole group), removes a topic alone's
+//! directory and creates the topic again at the same path, from one thread or four; after
+//! every step the descriptors under its directory are at most the process's bound plus the
+//! lock files held (and, while other threads run, the descriptors the cache's module documents
+//! outside it). Once every storage is closed the child reopens each one and compares every
+//! cursor with its model; the parent then runs `verify` on every directory, which must find
+//! nothing damaged. A topic alone damaged file by file and opened again at one path beside a
+//! live store: `verify` compared with the open and the reads.
 //!
-//! At the storage layer: a handle of a file whose name a second storage on the same directory
-//! removed and created again never reaches the new file once the cache evicted its descriptor,
-//! and a closing sync that fails as another storage's files evict a written descriptor is
-//! latched into that file's next syncs.
+//! Failed syncs and removed names across storages: a closing sync that fails as another
+//! storage's files evict a written descriptor is latched into that file's next syncs (a raw
+//! file's, and a topic alone's `sync`); a handle of a file whose name a second storage on the
+//! same directory removed and created again never reaches the new file once the cache evicted
+//! its descriptor.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
