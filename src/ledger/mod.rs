@@ -364,8 +364,11 @@ impl ManagedLedger {
     }
 
     /// Ledgers that opened damaged (damage before the tail, see [`LedgerInfo::damaged`]). A
-    /// topic whose data ledger is damaged refuses to open, so these are cursor ledgers, whose
-    /// cursors recovered from the newest state before the damage.
+    /// data ledger the open reads (the one being appended to) refuses the topic's open when
+    /// damaged, so these are cursor ledgers, whose cursors recovered from the newest state
+    /// before the damage. A sealed data ledger is not read by the open: it opens on its first
+    /// read, and damage in it is that read's error ([`Error::Corrupted`]), never listed here
+    /// (`ackstore verify` reads every ledger, so it reports it before any read does).
     pub fn damaged_ledgers(&self) -> Result<Vec<LedgerInfo>> {
         Ok(self.core.log()?.damaged_ledgers())
     }
