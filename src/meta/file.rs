@@ -284,7 +284,7 @@ impl FileMetaStore {
     /// with `{name}.` ([`Storage::list_prefix`]).
     fn files_of(&self, name: &str) -> Result<Vec<Found>> {
         let listed = self.storage.list_prefix(&format!("{name}."))?;
-        Ok(files_in(name, &listed))
+        Ok(files_by_record(&listed).remove(name).unwrap_or_default())
     }
 
     fn corrupted(name: &str, kind: CorruptionKind) -> Error {
@@ -332,7 +332,7 @@ impl FileMetaStore {
         }
     }
 
-    /// The state of `name` that `files` (its files, as [`files_in`] orders them) hold: only
+    /// The state of `name` that `files` (its files, as [`files_by_record`] orders them) hold: only
     /// the highest versioned file and a legacy `{name}.meta` are read (the legacy file counts
     /// by the version inside it). `None` when a file was removed meanwhile: list again.
     fn current_in(&self, name: &str, files: &[Found]) -> Result<Option<Current>> {
@@ -534,8 +534,10 @@ impl FileMetaStore {
     /// (by another owner) is not this sweep's to remove, and one left behind is a stray below
     /// nothing, or a record the next open judges again.
     fn finish_cut_short_deletes(&self, listed: &[String]) -> Result<()> {
+        let mut by_record = files_by_record(listed);
         for (name, tombstone) in self.cut_short_deletes(&highest_versions(listed))? {
-            self.remove_listed_below(files_in(&name, listed), tombstone, true)?;
+            let files = by_record.remove(name.as_str()).unwrap_or_default();
+            self.remove_listed_below(files, tombstone, true)?;
             self.learn(&name, Known::Absent);
         }
         Ok(())
@@ -591,8 +593,10 @@ impl FileMetaStore {
     pub fn leftovers(&self) -> Result<Vec<String>> {
         let listed = self.listing()?;
         let mut files = self.stale_temps(&listed)?;
+        let mut by_record = files_by_record(&listed);
         for (name, _) in self.cut_short_deletes(&highest_versions(&listed))? {
-            files.extend(files_in(&name, &listed).into_iter().map(|f| f.file));
+            let found = by_record.remove(name.as_str()).unwrap_or_default();
+            files.extend(found.into_iter().map(|f| f.file));
         }
         Ok(files)
     }
@@ -995,9 +999,10 @@ fn highest_versions(listed: &[String]) -> BTreeMap<String, u64> {
     highest
 }
 
-/// The files of every record among `listed`, by record name, each record's newest version first:
-/// [`files_in`] of every record in one pass over the listing (a pass per record made a listing
-/// of n records cost O(n^2): a topic opened alone lists its cursors' records).
+/// The files of every record among the storage names `listed`, by record name, each record's
+/// highest version first (the legacy `{name}.meta` last). One pass over the listing, whatever
+/// the number of records: a pass per record made a listing of n records cost O(n^2) (a topic
+/// opened alone lists its cursors' records).
 fn files_by_record(listed: &[String]) -> BTreeMap<&str, Vec<Found>> {
     let mut by_record: BTreeMap<&str, Vec<Found>> = BTreeMap::new();
     for file in listed {
@@ -1012,21 +1017,4 @@ fn files_by_record(listed: &[String]) -> BTreeMap<&str, Vec<Found>> {
         found.sort_by_key(|f| std::cmp::Reverse(f.version));
     }
     by_record
-}
-
-/// The files of record `name` among the storage names `listed`, highest version first (the
-/// legacy `{name}.meta` last).
-fn files_in(name: &str, listed: &[String]) -> Vec<Found> {
-    let mut found: Vec<Found> = listed
-        .iter()
-        .filter_map(|file| {
-            let (record, version) = parse_record_file(file)?;
-            (record == name).then(|| Found {
-                version,
-                file: file.clone(),
-            })
-        })
-        .collect();
-    found.sort_by_key(|f| std::cmp::Reverse(f.version));
-    found
 }
