@@ -13,7 +13,7 @@
 use std::collections::HashSet;
 
 use super::topic::TOPIC_RECORD;
-use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
+use crate::error::{Error, Result};
 use crate::format::meta::{
     CursorTable, EMPTY_CHUNK, MISSING_CURSOR_CHUNK, TopicRecord, cursor_chunk_crc,
     cursor_chunk_record, encode_cursor_chunk, is_cursor_chunk_record,
@@ -51,12 +51,7 @@ pub(crate) fn load_chunks(meta: &dyn MetaStore, table: &mut CursorTable) -> Resu
         .filter_map(|(k, name)| Some((k, name?)))
         .collect();
     for (k, name) in names {
-        let Some((_, bytes)) = meta.get(&name)? else {
-            return Err(Error::corrupted_at(
-                CorruptionPlace::Record(name),
-                CorruptionKind::InvalidField(MISSING_CURSOR_CHUNK),
-            ));
-        };
+        let bytes = crate::meta::pinned_chunk(meta, &name, MISSING_CURSOR_CHUNK)?;
         table.add_chunk(k, &bytes).map_err(|c| c.in_record(name))?;
     }
     Ok(())

@@ -161,6 +161,26 @@ pub(crate) fn put_chunk(
     }
 }
 
+/// The bytes of chunk record `name`, which a record pins: a chunk record is written before
+/// the write that pins it and removed only once no record pins it, so one missing is damage.
+///
+/// # Errors
+/// [`Error::Corrupted`] naming `name` with `missing` (what pins it) when there is no such
+/// record; the errors of [`MetaStore::get`].
+pub(crate) fn pinned_chunk(
+    meta: &dyn MetaStore,
+    name: &str,
+    missing: &'static str,
+) -> Result<Vec<u8>> {
+    match meta.get(name)? {
+        Some((_, bytes)) => Ok(bytes),
+        None => Err(Error::corrupted_at(
+            crate::error::CorruptionPlace::Record(name.to_string()),
+            crate::error::CorruptionKind::InvalidField(missing),
+        )),
+    }
+}
+
 /// Of the storage names `files`, those of chunk records (`is_chunk`, on the record name) that
 /// are not in `pinned`, and every temporary file of a chunk record: what a write cut short,
 /// refused or superseded left. No read takes them and none can be pinned later (a write pins

@@ -377,14 +377,11 @@ pub fn load_chunks(meta: &dyn MetaStore, catalog: &mut Catalog) -> Result<()> {
     );
     for k in 0..catalog.chunks.len() {
         let name = chunk_record(k, catalog.chunks[k].made_at);
-        let Some((_, bytes)) = meta.get(&name)? else {
-            return Err(Error::corrupted_at(
-                crate::error::CorruptionPlace::Record(name),
-                crate::error::CorruptionKind::InvalidField(
-                    "chunk record (the store catalog pins it, but it is missing)",
-                ),
-            ));
-        };
+        let bytes = crate::meta::pinned_chunk(
+            meta,
+            &name,
+            "chunk record (the store catalog pins it, but it is missing)",
+        )?;
         catalog
             .add_chunk(k, &bytes)
             .map_err(|c| c.in_record(name))?;
