@@ -1,7 +1,7 @@
 //! Raw bytes into every metadata decoder (the topic, ledger and cursor records, the chunk records
-//! of a topic's cursor table, the stored frame, and the store catalog and its chunk records): no
+//! of a topic's cursor table and of its ledgers, the stored frame, and the store catalog and its chunk records): no
 //! input panics, and whatever decodes re-encodes to exactly the bytes it came from (a topic
-//! record of version 4 from its chunk pins and its inline tail; a catalog of version 5 from its chunk pins and its inline
+//! record of version 4 or 5 from its chunk pins and its inline tails; a catalog of version 5 from its chunk pins and its inline
 //! tail; one of version 1 to 3 re-encodes as version 4, its topics inline, which decodes to the
 //! same catalog). Each input is tried as is and with a valid CRC appended, so the body
 //! parsers behind the checksum are reached too.
@@ -9,8 +9,8 @@
 #![no_main]
 
 use ackstore::internals::format::meta::{
-    CursorEntry, CursorRecord, LedgerRecord, TopicRecord, decode_cursor_chunk, decode_stored,
-    encode_cursor_chunk, encode_stored,
+    CursorEntry, CursorRecord, LedgerRecord, TopicRecord, decode_chunk, decode_stored,
+    encode_chunk, encode_stored,
 };
 use ackstore::internals::format::store::{
     CATALOG_VERSION, CATALOG_VERSION_V4, Catalog, TopicChunk,
@@ -30,8 +30,11 @@ fn check_every_decoder(bytes: &[u8]) {
     if let Ok(record) = CursorRecord::decode(bytes) {
         assert_eq!(record.encode(), bytes);
     }
-    if let Ok((index, entries)) = decode_cursor_chunk(bytes) {
-        assert_eq!(encode_cursor_chunk(index, &entries), bytes);
+    if let Ok((index, entries)) = decode_chunk::<CursorEntry>(bytes) {
+        assert_eq!(encode_chunk(index, &entries), bytes);
+    }
+    if let Ok((index, entries)) = decode_chunk::<LedgerRecord>(bytes) {
+        assert_eq!(encode_chunk(index, &entries), bytes);
     }
     if let Ok((version, payload)) = decode_stored(bytes) {
         assert_eq!(encode_stored(version, &payload), bytes);

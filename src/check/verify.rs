@@ -121,10 +121,11 @@ fn check_other_records(
     names.sort_unstable();
     names.dedup();
     for name in names {
-        // The cursor table's chunk records are read with the topic record, or leftovers.
+        // The chunk records of the cursor table and of the ledgers are read with the topic
+        // record, or leftovers.
         if name == "topic"
             || listed.contains(&name)
-            || crate::format::meta::is_cursor_chunk_record(&name)
+            || crate::format::meta::is_topic_chunk_record(&name)
         {
             continue;
         }
@@ -213,23 +214,23 @@ fn check_store_topics(
     Ok((ledgers, cursors))
 }
 
-/// The chunk records of the cursor table in `storage` (a topic's files) that its topic
+/// The chunk records of the cursor table and of the ledgers in `storage` (a topic's files) that its topic
 /// record does not pin (when it reads), besides the metadata leftovers reported already
 /// ([`metadata_leftovers`]): what a creation or a deletion cut short, refused or superseded
-/// left, which no open reads and the topic's next open removes.
+/// left (or a roll or a trim), which no open reads and the topic's next open removes.
 fn chunk_leftovers(storage: &Arc<dyn Storage>) -> Result<Vec<Finding>> {
     let Ok(Some(record)) = read_topic(storage) else {
         return Ok(Vec::new());
     };
     let listed = storage.list()?;
     let reported = crate::meta::FileMetaStore::new(storage.clone()).leftovers()?;
-    Ok(crate::ledger::chunk_leftovers(&listed, &record.cursors)
+    Ok(crate::ledger::chunk_leftovers(&listed, &record)
         .into_iter()
         .filter(|file| !reported.contains(file))
         .map(|file| Finding {
             file,
-            place: "cursor table chunk".into(),
-            problem: "left by a cursor creation or deletion cut short, refused or superseded;                       the topic record does not pin it, no open reads it, and the topic's next                       open removes it"
+            place: "topic record chunk".into(),
+            problem: "left by a cursor creation or deletion, or a ledger roll or trim, cut short, refused or superseded;                       the topic record does not pin it, no open reads it, and the topic's next                       open removes it"
                 .into(),
             torn_tail: false,
         })
@@ -357,7 +358,7 @@ fn check_against_record(storage: &Arc<dyn Storage>, findings: &mut Vec<Finding>)
     };
     let log = EntryLog::open_read_only(storage.clone(), LogConfig::default())?;
     let interrupted = log.interrupted_creates();
-    for rec in &record.ledgers {
+    for rec in record.ledgers.iter() {
         let file = ledger_file_name(rec.id);
         let place = format!("ledger {}", rec.id);
         if interrupted.contains(&rec.id) {

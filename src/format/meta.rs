@@ -12,10 +12,11 @@
 //! offset  size  field
 //! 0       8     magic            b"ACKSMETA"
 //! 8       2     kind             u16 (1 topic, 2 ledger, 3 cursor entry, 4 cursor, 5 stored,
-//!                                6 cursor chunk)
+//!                                6 cursor chunk, 7 ledger chunk)
 //! 10      2     format version   u16 (1; 2 for a topic record listing its own journal; 3 for
 //!                                a store's topic record naming its store; 4 for a topic
-//!                                record whose cursor table has chunk records)
+//!                                record whose cursor table has chunk records; 5 for one
+//!                                whose ledgers have chunk records)
 //! 12      4     body length      u32, = frame length - 20
 //! 16      n     body             per kind, below
 //! 16+n    4     CRC32            crc32fast over bytes [0, 16+n)
@@ -53,6 +54,18 @@ pub const TOPIC_STORE_VERSION: u16 = 3;
 /// this build, refused by earlier ones (their open fails with an unsupported version, writing
 /// nothing).
 pub const TOPIC_CHUNKED_VERSION: u16 = 4;
+/// The format version of a topic record whose ledgers have chunk records (see
+/// [`LedgerTable`]): written once a topic lists more than [`LEDGER_CHUNK_ENTRIES`] ledgers
+/// (the layout of version 1 to 4 follows, named inside); read by this build, refused by earlier
+/// ones (their open fails with an unsupported version, writing nothing).
+pub const TOPIC_LEDGERS_CHUNKED_VERSION: u16 = 5;
+/// Ledgers of a full chunk of a topic's ledgers: a chunk record is written when the record
+/// lists one more (the newest stays inline, a seal updates it), so a roll writes at most this
+/// many ledgers inline.
+pub const LEDGER_CHUNK_ENTRIES: usize = 256;
+/// Names of the chunk records of a topic's ledgers start with this:
+/// `topic-ledgers-{index}-{made_at}`.
+pub const LEDGER_CHUNK_PREFIX: &str = "topic-ledgers-";
 /// Cursors of a full chunk of a topic's cursor table: a chunk record is written when the tail
 /// reaches this many, so a creation writes at most this many entries inline.
 pub const CURSOR_CHUNK_ENTRIES: usize = 512;
@@ -60,8 +73,9 @@ pub const CURSOR_CHUNK_ENTRIES: usize = 512;
 /// `topic-cursors-{index}-{made_at}`. In the family of the `topic` record (`topic-...`), so a
 /// metadata store that lists a record's family lists them with it.
 pub const CURSOR_CHUNK_PREFIX: &str = "topic-cursors-";
-/// What a chunk record the topic record pins is reported as when it is missing.
-pub const MISSING_CURSOR_CHUNK: &str = "chunk record (the topic record pins it, but it is missing)";
+/// What a chunk record the topic record pins (of its cursor table or of its ledgers) is
+/// reported as when it is missing.
+pub const MISSING_CHUNK: &str = "chunk record (the topic record pins it, but it is missing)";
 /// What a topic record is reported as when its host is not the one opening it: a store's topic
 /// (the record names its store) opened alone is [`Error::OwnedByStore`], but a store that finds
 /// in a topic's place the record of a topic that hosts its own cursor journal, or of another
@@ -117,6 +131,7 @@ pub enum Kind {
     Cursor = 4,
     Stored = 5,
     CursorChunk = 6,
+    LedgerChunk = 7,
 }
 
 /// A sealed data ledger as the topic record lists it: enough to pick the ledger for a seek by
@@ -152,13 +167,16 @@ pub struct CursorEntry {
 /// cursor count u32 | cursor entries`, each ledger and cursor entry as the body of its own
 /// record. In version 4 the cursor part is `layout u16 (1, 2 or 3) | chunk count u32 | chunk
 /// count x (made_at u64 | crc u32) | tail count u32 (below 512) | tail entries`, and the
-/// trailer is that of version `layout`.
+/// trailer is that of version `layout`. In version 5 the ledger part is `layout u16 (1 to 4) |
+/// first chunk index u32 | chunk count u32 | chunk count x (made_at u64 | crc u32) | tail count
+/// u32 (at most 256) | tail ledgers`, and the rest is that of version `layout`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TopicRecord {
     /// The next data ledger id to use; greater than every id ever used.
     pub next_ledger_id: u64,
-    /// Sealed data ledgers, in id order.
-    pub ledgers: Vec<LedgerRecord>,
+    /// Data ledgers, in id order (the newest may be open): chunks pinned by the record and
+    /// the tail it holds inline.
+    pub ledgers: LedgerTable,
     /// Every cursor of the topic: chunks pinned by the record and the tail it holds inline.
     pub cursors: CursorTable,
     /// The next cursor id to use; greater than every id ever used.
@@ -248,7 +266,88 @@ impl LedgerRecord {
     pub fn decode(bytes: &[u8]) -> Result<Self, Corruption> {
         read_frame(Kind::Ledger, bytes, Self::read_body)
     }
+}
 
+impl CursorEntry {
+    /// Encodes the entry as a self-contained frame.
+    #[must_use]
+    pub fn encode(&self) -> Vec<u8> {
+        encode_frame(Kind::CursorEntry, |out| self.write_body(out))
+    }
+
+    /// Decodes a frame written by [`CursorEntry::encode`].
+    ///
+    /// # Errors
+    /// A [`Corruption`] (kind and offset in `bytes`) when the bytes are not exactly one valid
+    /// cursor entry frame; the caller names the record it read them as.
+    pub fn decode(bytes: &[u8]) -> Result<Self, Corruption> {
+        read_frame(Kind::CursorEntry, bytes, Self::read_body)
+    }
+}
+
+/// An entry of a table the topic record keeps in chunk records: a cursor of its cursor table
+/// ([`CursorEntry`]) or one of its ledgers ([`LedgerRecord`]). Says how an entry is encoded
+/// and how the table is cut into chunks and names them; [`ChunkTable`] is the one chunk
+/// mechanism of the topic record for both (its records are read and written by
+/// `ledger::table`).
+pub trait ChunkEntry: Clone + PartialEq + std::fmt::Debug {
+    /// Entries of a full chunk.
+    const CHUNK_ENTRIES: usize;
+    /// Entries the tail keeps inline when it fills a chunk: a topic's newest ledger, which a
+    /// seal updates in place, stays in the record (none for cursors).
+    const TAIL_KEEP: usize;
+    /// Whether an emptied chunk keeps its place, for the next full tail to fill (a cursor
+    /// table, whose deletions empty chunks anywhere). Otherwise emptied chunks at the front
+    /// are dropped and the table's first index rises, and a full tail always goes after the
+    /// last chunk (ledgers: trimmed from the front only, kept in id order).
+    const KEEPS_PLACES: bool;
+    /// Names of the chunk records start with this: `{prefix}{index}-{made_at}`. In the family
+    /// of the `topic` record (`topic-...`), so a metadata store that lists a record's family
+    /// lists them with it.
+    const CHUNK_PREFIX: &'static str;
+    /// Record kind of the chunk records.
+    const CHUNK_KIND: Kind;
+    /// Bytes of the smallest encoded entry.
+    const MIN_LEN: usize;
+    /// What a chunk record's count out of range is reported as.
+    const COUNT_FIELD: &'static str;
+    /// Encodes the entry's body.
+    fn write_body(&self, out: &mut Vec<u8>);
+    /// Decodes an entry's body.
+    ///
+    /// # Errors
+    /// A [`Corruption`] when the bytes are not one valid entry.
+    fn read_body(r: &mut Reader<'_>) -> Result<Self, Corruption>;
+}
+
+impl ChunkEntry for CursorEntry {
+    const CHUNK_ENTRIES: usize = CURSOR_CHUNK_ENTRIES;
+    const TAIL_KEEP: usize = 0;
+    const KEEPS_PLACES: bool = true;
+    const CHUNK_PREFIX: &'static str = CURSOR_CHUNK_PREFIX;
+    const CHUNK_KIND: Kind = Kind::CursorChunk;
+    const MIN_LEN: usize = CURSOR_ENTRY_MIN_LEN;
+    const COUNT_FIELD: &'static str = "chunk cursor count";
+    fn write_body(&self, out: &mut Vec<u8>) {
+        put_u64(out, self.id);
+        put_str(out, &self.name);
+    }
+
+    fn read_body(r: &mut Reader<'_>) -> Result<Self, Corruption> {
+        let id = r.u64()?;
+        let name = r.string("cursor name")?.into();
+        Ok(Self { name, id })
+    }
+}
+
+impl ChunkEntry for LedgerRecord {
+    const CHUNK_ENTRIES: usize = LEDGER_CHUNK_ENTRIES;
+    const TAIL_KEEP: usize = 1;
+    const KEEPS_PLACES: bool = false;
+    const CHUNK_PREFIX: &'static str = LEDGER_CHUNK_PREFIX;
+    const CHUNK_KIND: Kind = Kind::LedgerChunk;
+    const MIN_LEN: usize = LEDGER_BODY_LEN;
+    const COUNT_FIELD: &'static str = "chunk ledger count";
     fn write_body(&self, out: &mut Vec<u8>) {
         for v in [
             self.id,
@@ -272,138 +371,143 @@ impl LedgerRecord {
     }
 }
 
-impl CursorEntry {
-    /// Encodes the entry as a self-contained frame.
-    #[must_use]
-    pub fn encode(&self) -> Vec<u8> {
-        encode_frame(Kind::CursorEntry, |out| self.write_body(out))
-    }
-
-    /// Decodes a frame written by [`CursorEntry::encode`].
-    ///
-    /// # Errors
-    /// A [`Corruption`] (kind and offset in `bytes`) when the bytes are not exactly one valid
-    /// cursor entry frame; the caller names the record it read them as.
-    pub fn decode(bytes: &[u8]) -> Result<Self, Corruption> {
-        read_frame(Kind::CursorEntry, bytes, Self::read_body)
-    }
-
-    fn write_body(&self, out: &mut Vec<u8>) {
-        put_u64(out, self.id);
-        put_str(out, &self.name);
-    }
-
-    fn read_body(r: &mut Reader<'_>) -> Result<Self, Corruption> {
-        let id = r.u64()?;
-        let name = r.string("cursor name")?.into();
-        Ok(Self { name, id })
-    }
-}
-
-/// The name of the record of chunk `index` of a topic's cursor table written for the topic
+/// The name of the record of chunk `index` of a topic's table of `E` written for the topic
 /// record's version `made_at`.
 #[must_use]
-pub fn cursor_chunk_record(index: usize, made_at: u64) -> String {
-    format!("{CURSOR_CHUNK_PREFIX}{index}-{made_at}")
+pub fn chunk_record<E: ChunkEntry>(index: usize, made_at: u64) -> String {
+    format!("{}{index}-{made_at}", E::CHUNK_PREFIX)
 }
 
-/// Whether `record` is named as a chunk record of a topic's cursor table (pinned or not).
+/// Whether `record` is named as a chunk record of a topic's cursor table or of its ledgers
+/// (pinned or not).
 #[must_use]
-pub fn is_cursor_chunk_record(record: &str) -> bool {
-    is_chunk_name(CURSOR_CHUNK_PREFIX, record)
+pub fn is_topic_chunk_record(record: &str) -> bool {
+    is_chunk_name(CURSOR_CHUNK_PREFIX, record) || is_chunk_name(LEDGER_CHUNK_PREFIX, record)
 }
 
-/// The pin of an emptied chunk: no record (every cursor of the chunk was deleted).
+/// The pin of an emptied chunk: no record (every entry of the chunk was deleted).
 pub const EMPTY_CHUNK: ChunkPin = ChunkPin { made_at: 0, crc: 0 };
 
-/// One chunk of a topic's cursor table: entries shared between every copy of the table (a
+/// One chunk of a table in chunk records: entries shared between every copy of the table (a
 /// copy of the record copies a pointer per chunk, not the entries), and the pin of the record
 /// that holds them.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CursorChunk {
-    /// The chunk's cursors (none once every one of them was deleted), at most
-    /// [`CURSOR_CHUNK_ENTRIES`].
-    pub entries: Arc<[CursorEntry]>,
-    /// The record holding `entries` (`made_at` names it, `crc` is [`cursor_chunk_crc`] of its
-    /// bytes),
-    /// [`EMPTY_CHUNK`] for an emptied chunk; `None` when `entries` changed since (a deletion):
-    /// the next write of the topic record writes the chunk again first.
+pub struct Chunk<E> {
+    /// The chunk's entries (none once every one of them was deleted), at most
+    /// [`ChunkEntry::CHUNK_ENTRIES`].
+    pub entries: Arc<[E]>,
+    /// The record holding `entries` (`made_at` names it, `crc` is [`chunk_crc`] of its
+    /// bytes), [`EMPTY_CHUNK`] for an emptied chunk; `None` when `entries` changed since (a
+    /// deletion): the next write of the topic record writes the chunk again first.
     pub pin: Option<ChunkPin>,
 }
 
-/// A topic's cursor table: every cursor, in chunks of at most [`CURSOR_CHUNK_ENTRIES`] kept in
-/// chunk records the topic record pins, then the tail the record holds inline.
+/// A chunk of a topic's cursor table.
+pub type CursorChunk = Chunk<CursorEntry>;
+
+/// A table the topic record keeps in chunk records: every entry, in chunks of at most
+/// [`ChunkEntry::CHUNK_ENTRIES`] kept in chunk records the topic record pins, then the tail
+/// the record holds inline.
 ///
-/// Invariant: a chunk's place (its index, which names its record) never moves: a deletion
-/// writes the chunk again smaller at the same index, and a tail that fills becomes the first
-/// emptied chunk, or a new one after the last. So the record's bytes per creation are the
-/// tail (fewer than [`CURSOR_CHUNK_ENTRIES`] entries once written) and 12 bytes per chunk.
+/// Invariant: a chunk's index (which names its record) never changes while the chunk is
+/// pinned: a deletion writes the chunk again smaller at the same index; a tail that fills
+/// becomes the first emptied chunk (a table whose chunks keep their places) or a new one after
+/// the last; emptied chunks at the front of a table whose chunks do not keep their places are
+/// dropped and the index of the first chunk rises. So the record's bytes per change are the
+/// tail (fewer than `CHUNK_ENTRIES + TAIL_KEEP` entries once written) and 12 bytes per chunk.
 /// A table decoded from a record holds the pins only, until the chunks are added
-/// ([`CursorTable::add_chunk`]); a table of an earlier version holds every entry in its tail.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct CursorTable {
-    chunks: Vec<CursorChunk>,
-    tail: Vec<CursorEntry>,
+/// ([`ChunkTable::add_chunk`]); a table of an earlier version holds every entry in its tail.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChunkTable<E> {
+    first: usize,
+    chunks: Vec<Chunk<E>>,
+    tail: Vec<E>,
 }
 
-impl From<Vec<CursorEntry>> for CursorTable {
-    /// A table of `entries` inline, no chunk: what a record of an earlier version holds.
-    fn from(tail: Vec<CursorEntry>) -> Self {
+/// A topic's cursor table (chunk records from [`CURSOR_CHUNK_ENTRIES`] cursors, format
+/// version 4).
+pub type CursorTable = ChunkTable<CursorEntry>;
+/// A topic's ledgers, in id order (chunk records from [`LEDGER_CHUNK_ENTRIES`] sealed ledgers,
+/// format version 5).
+pub type LedgerTable = ChunkTable<LedgerRecord>;
+
+impl<E> Default for ChunkTable<E> {
+    fn default() -> Self {
         Self {
+            first: 0,
+            chunks: Vec::new(),
+            tail: Vec::new(),
+        }
+    }
+}
+
+impl<E> From<Vec<E>> for ChunkTable<E> {
+    /// A table of `entries` inline, no chunk: what a record of an earlier version holds.
+    fn from(tail: Vec<E>) -> Self {
+        Self {
+            first: 0,
             chunks: Vec::new(),
             tail,
         }
     }
 }
 
-impl CursorTable {
-    /// Every cursor: the chunks' in chunk order, then the tail's.
-    pub fn iter(&self) -> impl Iterator<Item = &CursorEntry> + '_ {
+impl<E: ChunkEntry> ChunkTable<E> {
+    /// Every entry: the chunks' in chunk order, then the tail's.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &E> + '_ {
         self.chunks
             .iter()
             .flat_map(|c| c.entries.iter())
             .chain(&self.tail)
     }
 
-    /// The number of cursors (a sum over the chunks).
+    /// The number of entries (a sum over the chunks).
     #[must_use]
     pub fn len(&self) -> usize {
         self.chunks.iter().map(|c| c.entries.len()).sum::<usize>() + self.tail.len()
     }
 
-    /// Whether the table lists no cursor.
+    /// Whether the table holds no entry.
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.tail.is_empty() && self.chunks.iter().all(|c| c.entries.is_empty())
     }
 
-    /// The chunks, by index.
+    /// The chunks, by position (chunk `k` has index `first() + k`).
     #[must_use]
-    pub fn chunks(&self) -> &[CursorChunk] {
+    pub fn chunks(&self) -> &[Chunk<E>] {
         &self.chunks
     }
 
-    /// The cursors past the chunks.
+    /// The index of the first chunk (0 but in a table whose emptied front chunks were
+    /// dropped).
     #[must_use]
-    pub fn tail(&self) -> &[CursorEntry] {
+    pub fn first(&self) -> usize {
+        self.first
+    }
+
+    /// The entries past the chunks.
+    #[must_use]
+    pub fn tail(&self) -> &[E] {
         &self.tail
     }
 
-    /// The cursors past the chunks, to edit in place: every cursor of a table of an earlier
-    /// version (for tests that damage a record).
-    pub fn tail_mut(&mut self) -> &mut Vec<CursorEntry> {
+    /// The entries past the chunks, to edit in place: the newest ledgers (a seal updates the
+    /// last), every entry of a table of an earlier version (for tests that damage a record).
+    pub fn tail_mut(&mut self) -> &mut Vec<E> {
         &mut self.tail
     }
 
     /// Adds `entry` to the tail (a chunk record is made of the tail when the topic record is
-    /// next written: [`CursorTable::fill_chunks`]).
-    pub fn push(&mut self, entry: CursorEntry) {
+    /// next written: [`ChunkTable::fill_chunks`]).
+    pub fn push(&mut self, entry: E) {
         self.tail.push(entry);
     }
 
-    /// Keeps only the cursors `keep` accepts. A chunk that loses one is rebuilt without it and
-    /// unpinned, to be written again; the others keep their pins and share their entries.
-    pub fn retain(&mut self, mut keep: impl FnMut(&CursorEntry) -> bool) {
+    /// Keeps only the entries `keep` accepts. A chunk that loses one is rebuilt without it and
+    /// unpinned, to be written again; the others keep their pins and share their entries. In
+    /// a table whose chunks do not keep their places, emptied chunks at the front are dropped.
+    pub fn retain(&mut self, mut keep: impl FnMut(&E) -> bool) {
         for chunk in &mut self.chunks {
             if chunk.entries.iter().all(&mut keep) {
                 continue;
@@ -412,71 +516,116 @@ impl CursorTable {
             chunk.pin = None;
         }
         self.tail.retain(keep);
+        if !E::KEEPS_PLACES {
+            let emptied = self
+                .chunks
+                .iter()
+                .take_while(|c| c.entries.is_empty())
+                .count();
+            self.chunks.drain(..emptied);
+            self.first = if self.chunks.is_empty() {
+                0
+            } else {
+                self.first + emptied
+            };
+        }
     }
 
-    /// Moves full chunks of [`CURSOR_CHUNK_ENTRIES`] out of the tail while it has that many,
-    /// each into the first emptied chunk or after the last, unpinned: what a write of the
-    /// topic record writes first. A table of fewer cursors than a chunk is left alone (its
-    /// record keeps the version it had).
+    /// Makes the table hold `entries` (every entry, in order): the chunks that hold the same
+    /// entries at the same place keep their pins; from the first that differs on, every entry
+    /// goes to the tail, to be cut into chunks again ([`ChunkTable::fill_chunks`]).
+    pub fn replace_entries(&mut self, entries: &[E]) {
+        let mut at = 0;
+        let mut kept = 0;
+        for chunk in &self.chunks {
+            let n = chunk.entries.len();
+            if entries.get(at..at + n) != Some(&chunk.entries[..]) {
+                break;
+            }
+            at += n;
+            kept += 1;
+        }
+        self.chunks.truncate(kept);
+        if self.chunks.is_empty() {
+            self.first = 0;
+        }
+        self.tail = entries.get(at..).unwrap_or_default().to_vec();
+    }
+
+    /// Moves full chunks of [`ChunkEntry::CHUNK_ENTRIES`] out of the tail while it has that
+    /// many and [`ChunkEntry::TAIL_KEEP`] more, each into the first emptied chunk (a table
+    /// whose chunks keep their places) or after the last, unpinned: what a write of the topic
+    /// record writes first. A table of fewer entries is left alone (its record keeps the
+    /// version it had).
     pub fn fill_chunks(&mut self) {
-        while self.tail.len() >= CURSOR_CHUNK_ENTRIES {
-            let entries: Arc<[CursorEntry]> = self.tail.drain(..CURSOR_CHUNK_ENTRIES).collect();
-            let chunk = CursorChunk { entries, pin: None };
-            match self
+        while self.tail.len() >= E::CHUNK_ENTRIES + E::TAIL_KEEP {
+            let entries: Arc<[E]> = self.tail.drain(..E::CHUNK_ENTRIES).collect();
+            let chunk = Chunk { entries, pin: None };
+            let emptied = self
                 .chunks
                 .iter_mut()
-                .find(|c| c.entries.is_empty() && c.pin.is_some_and(|p| p == EMPTY_CHUNK))
-            {
+                .filter(|_| E::KEEPS_PLACES)
+                .find(|c| c.entries.is_empty() && c.pin.is_some_and(|p| p == EMPTY_CHUNK));
+            match emptied {
                 Some(slot) => *slot = chunk,
                 None => self.chunks.push(chunk),
             }
         }
     }
 
-    /// The chunks that are not pinned, with their indexes: what must be written (or, emptied,
-    /// pinned as [`EMPTY_CHUNK`]) before a record can pin them.
-    pub fn unpinned(&self) -> impl Iterator<Item = (usize, &CursorChunk)> + '_ {
+    /// Whether the record can pin the table: chunks, every one pinned, and a tail shorter
+    /// than a fill leaves (else the record holds every entry inline).
+    fn pinned(&self) -> bool {
+        !self.chunks.is_empty()
+            && self.chunks.iter().all(|c| c.pin.is_some())
+            && self.tail.len() < E::CHUNK_ENTRIES + E::TAIL_KEEP
+    }
+
+    /// The chunks that are not pinned, with their positions: what must be written (or,
+    /// emptied, pinned as [`EMPTY_CHUNK`]) before a record can pin them.
+    pub fn unpinned(&self) -> impl Iterator<Item = (usize, &Chunk<E>)> + '_ {
         self.chunks
             .iter()
             .enumerate()
             .filter(|(_, c)| c.pin.is_none())
     }
 
-    /// Pins chunk `index` (its record written, or emptied).
-    pub fn pin(&mut self, index: usize, pin: ChunkPin) {
-        if let Some(chunk) = self.chunks.get_mut(index) {
+    /// Pins the chunk at position `k` (its record written, or emptied).
+    pub fn pin(&mut self, k: usize, pin: ChunkPin) {
+        if let Some(chunk) = self.chunks.get_mut(k) {
             chunk.pin = Some(pin);
         }
     }
 
-    /// The names of the chunk records the table pins, by index (`None` for an emptied or
+    /// The names of the chunk records the table pins, by position (`None` for an emptied or
     /// unpinned chunk).
     pub fn pinned_records(&self) -> impl Iterator<Item = Option<String>> + '_ {
         self.chunks.iter().enumerate().map(|(k, c)| {
             c.pin
                 .filter(|p| p.made_at != 0)
-                .map(|p| cursor_chunk_record(k, p.made_at))
+                .map(|p| chunk_record::<E>(self.first + k, p.made_at))
         })
     }
 
-    /// Adds the entries of chunk record `index` (its bytes `bytes`) after checking them
-    /// against its pin: the CRC32 of the bytes, the index inside, 1 to
-    /// [`CURSOR_CHUNK_ENTRIES`] entries. A table decoded from a record holds its pins with no
-    /// entries until each chunk is added.
+    /// Adds the entries of the chunk record at position `k` (its bytes `bytes`) after
+    /// checking them against its pin: the CRC32 of the bytes, the index inside (`first() +
+    /// k`), 1 to [`ChunkEntry::CHUNK_ENTRIES`] entries. A table decoded from a record holds
+    /// its pins with no entries until each chunk is added.
     ///
     /// # Errors
     /// A [`Corruption`] when the bytes are not the chunk the pin names; the caller names the
     /// chunk record.
-    pub fn add_chunk(&mut self, index: usize, bytes: &[u8]) -> Result<(), Corruption> {
+    pub fn add_chunk(&mut self, k: usize, bytes: &[u8]) -> Result<(), Corruption> {
+        let index = self.first + k;
         let chunk = self
             .chunks
-            .get_mut(index)
+            .get_mut(k)
             .ok_or_else(|| Corruption::new(CorruptionKind::InvalidField("chunk index"), 0))?;
         let pin = chunk.pin.unwrap_or(EMPTY_CHUNK);
-        if cursor_chunk_crc(bytes) != pin.crc {
+        if chunk_crc(bytes) != pin.crc {
             return Err(Corruption::new(CorruptionKind::ChecksumMismatch, 0));
         }
-        let (found, entries) = decode_cursor_chunk(bytes)?;
+        let (found, entries) = decode_chunk::<E>(bytes)?;
         if found as usize != index {
             return Err(Corruption::new(
                 CorruptionKind::InvalidField("chunk (not the one the topic record pins)"),
@@ -486,13 +635,86 @@ impl CursorTable {
         chunk.entries = entries.into();
         Ok(())
     }
+
+    /// Writes the pins: `chunk count u32 | count x (made_at u64 | crc u32)`.
+    fn write_pins(&self, out: &mut Vec<u8>) {
+        put_count(out, self.chunks.len());
+        for pin in self.chunks.iter().filter_map(|c| c.pin) {
+            put_u64(out, pin.made_at);
+            out.extend_from_slice(&pin.crc.to_le_bytes());
+        }
+    }
+
+    /// Reads the pins [`ChunkTable::write_pins`] wrote (at least one) into a table of
+    /// chunks with no entries yet, whose first chunk has index `first`.
+    fn read_pins(r: &mut Reader<'_>, first: usize) -> Result<Self, Corruption> {
+        let count = r.count_u32(CHUNK_PIN_LEN)?;
+        if count == 0 {
+            return Err(r.error(CorruptionKind::InvalidField("chunk count")));
+        }
+        let mut chunks = Vec::with_capacity(count);
+        for _ in 0..count {
+            let pin = ChunkPin {
+                made_at: r.u64()?,
+                crc: r.u32()?,
+            };
+            if pin.made_at == 0 && pin.crc != 0 {
+                return Err(r.error(CorruptionKind::InvalidField("chunk pin")));
+            }
+            chunks.push(Chunk {
+                entries: Arc::from([]),
+                pin: Some(pin),
+            });
+        }
+        Ok(Self {
+            first,
+            chunks,
+            tail: Vec::new(),
+        })
+    }
+
+    /// Writes the entries inline: `count u32 | entries` (the tail of a pinned table, every
+    /// entry of another).
+    fn write_inline(&self, out: &mut Vec<u8>, pinned: bool) {
+        if pinned {
+            put_count(out, self.tail.len());
+            for entry in &self.tail {
+                entry.write_body(out);
+            }
+        } else {
+            put_count(out, self.len());
+            for entry in self.iter() {
+                entry.write_body(out);
+            }
+        }
+    }
+
+    /// Reads the inline entries [`ChunkTable::write_inline`] wrote into the tail; `what` names
+    /// the count. Behind pins, the tail is shorter than a fill leaves (else it would be a
+    /// chunk of its own, whatever follows it).
+    fn read_inline(&mut self, r: &mut Reader<'_>, what: &'static str) -> Result<(), Corruption> {
+        if !self.chunks.is_empty()
+            && r.clone()
+                .u32()
+                .is_ok_and(|n| n as usize >= E::CHUNK_ENTRIES + E::TAIL_KEEP)
+        {
+            return Err(r.error(CorruptionKind::InvalidField(what)));
+        }
+        let count = r.count_u32(E::MIN_LEN)?;
+        // The count was checked against the bytes left; variable-size entries grow the vector
+        // as they are read, never ahead of the input.
+        for _ in 0..count {
+            self.tail.push(E::read_body(r)?);
+        }
+        Ok(())
+    }
 }
 
-/// The bytes of chunk record `index` of a topic's cursor table holding `entries`: a frame of
-/// kind 6, body `index u32 | count u32 | entries`.
+/// The bytes of chunk record `index` of a topic's table holding `entries`: a frame of kind
+/// [`ChunkEntry::CHUNK_KIND`], body `index u32 | count u32 | entries`.
 #[must_use]
-pub fn encode_cursor_chunk(index: u32, entries: &[CursorEntry]) -> Vec<u8> {
-    encode_frame(Kind::CursorChunk, |out| {
+pub fn encode_chunk<E: ChunkEntry>(index: u32, entries: &[E]) -> Vec<u8> {
+    encode_frame(E::CHUNK_KIND, |out| {
         out.extend_from_slice(&index.to_le_bytes());
         put_count(out, entries.len());
         for entry in entries {
@@ -504,38 +726,40 @@ pub fn encode_cursor_chunk(index: u32, entries: &[CursorEntry]) -> Vec<u8> {
 /// The CRC32 a topic record pins chunk record `bytes` by: that of the frame before its own
 /// trailing CRC (the CRC32 of a whole frame, its CRC included, is the same for every frame).
 #[must_use]
-pub fn cursor_chunk_crc(bytes: &[u8]) -> u32 {
+pub fn chunk_crc(bytes: &[u8]) -> u32 {
     crc32(&[bytes
         .get(..bytes.len().saturating_sub(CRC_LEN))
         .unwrap_or(&[])])
 }
 
-/// Decodes a chunk record written by [`encode_cursor_chunk`]: its index and its 1 to
-/// [`CURSOR_CHUNK_ENTRIES`] entries.
+/// Decodes a chunk record written by [`encode_chunk`]: its index and its 1 to
+/// [`ChunkEntry::CHUNK_ENTRIES`] entries.
 ///
 /// # Errors
-/// A [`Corruption`] when the bytes are not exactly one valid chunk record frame.
-pub fn decode_cursor_chunk(bytes: &[u8]) -> Result<(u32, Vec<CursorEntry>), Corruption> {
-    read_frame(Kind::CursorChunk, bytes, |r| {
+/// A [`Corruption`] when the bytes are not exactly one valid chunk record frame of `E`.
+pub fn decode_chunk<E: ChunkEntry>(bytes: &[u8]) -> Result<(u32, Vec<E>), Corruption> {
+    read_frame(E::CHUNK_KIND, bytes, |r| {
         let index = r.u32()?;
-        let count = r.count_u32(CURSOR_ENTRY_MIN_LEN)?;
-        if count == 0 || count > CURSOR_CHUNK_ENTRIES {
-            return Err(r.error(CorruptionKind::InvalidField("chunk cursor count")));
+        let count = r.count_u32(E::MIN_LEN)?;
+        if count == 0 || count > E::CHUNK_ENTRIES {
+            return Err(r.error(CorruptionKind::InvalidField(E::COUNT_FIELD)));
         }
-        let mut entries = Vec::with_capacity(count);
+        let mut entries = Vec::with_capacity(count.min(E::CHUNK_ENTRIES));
         for _ in 0..count {
-            entries.push(CursorEntry::read_body(r)?);
+            entries.push(E::read_body(r)?);
         }
         Ok((index, entries))
     })
 }
 
 impl TopicRecord {
-    /// Encodes the record as a self-contained frame: format version 4 when its cursor table
-    /// has chunks, every one pinned, and a tail shorter than a chunk (the layout of the
-    /// version it would have otherwise named inside); else version 2 when it lists a journal,
-    /// 3 when it names a store, 1 otherwise, every cursor inline (a table of fewer cursors
-    /// than a chunk is written as earlier builds wrote it).
+    /// Encodes the record as a self-contained frame: format version 5 when its ledgers have
+    /// chunks, every one pinned, and a tail shorter than a fill leaves (the version it would
+    /// have otherwise named inside); else version 4 when its cursor table has chunks, every one
+    /// pinned, and a tail shorter than a chunk (the layout of the version it would have
+    /// otherwise named inside); else version 2 when it lists a journal, 3 when it names a
+    /// store, 1 otherwise, every ledger and cursor inline (a table too small for a chunk is
+    /// written as earlier builds wrote it).
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
         let layout = if self.journal.is_some() {
@@ -545,39 +769,32 @@ impl TopicRecord {
         } else {
             FORMAT_VERSION
         };
-        let table = &self.cursors;
-        let pinned = !table.chunks.is_empty()
-            && table.chunks.iter().all(|c| c.pin.is_some())
-            && table.tail.len() < CURSOR_CHUNK_ENTRIES;
-        let version = if pinned {
+        let cursors_pinned = self.cursors.pinned();
+        let ledgers_pinned = self.ledgers.pinned();
+        let inner = if cursors_pinned {
             TOPIC_CHUNKED_VERSION
         } else {
             layout
         };
+        let version = if ledgers_pinned {
+            TOPIC_LEDGERS_CHUNKED_VERSION
+        } else {
+            inner
+        };
         encode_versioned(Kind::Topic, version, |out| {
             put_u64(out, self.next_ledger_id);
             put_u64(out, self.next_cursor_id);
-            put_count(out, self.ledgers.len());
-            for ledger in &self.ledgers {
-                ledger.write_body(out);
+            if ledgers_pinned {
+                out.extend_from_slice(&inner.to_le_bytes());
+                put_count(out, self.ledgers.first);
+                self.ledgers.write_pins(out);
             }
-            if pinned {
+            self.ledgers.write_inline(out, ledgers_pinned);
+            if cursors_pinned {
                 out.extend_from_slice(&layout.to_le_bytes());
-                put_count(out, table.chunks.len());
-                for pin in table.chunks.iter().filter_map(|c| c.pin) {
-                    put_u64(out, pin.made_at);
-                    out.extend_from_slice(&pin.crc.to_le_bytes());
-                }
-                put_count(out, table.tail.len());
-                for cursor in &table.tail {
-                    cursor.write_body(out);
-                }
-            } else {
-                put_count(out, table.len());
-                for cursor in table.iter() {
-                    cursor.write_body(out);
-                }
+                self.cursors.write_pins(out);
             }
+            self.cursors.write_inline(out, cursors_pinned);
             if let Some(journal) = &self.journal {
                 put_u64(out, self.topic_id);
                 put_seals(out, &journal.seals);
@@ -592,9 +809,9 @@ impl TopicRecord {
         })
     }
 
-    /// Decodes a frame written by [`TopicRecord::encode`], of format version 1 to 4. A record
-    /// of version 4 decodes with its cursor table's pins and tail: the chunks' entries are
-    /// added from their records ([`CursorTable::add_chunk`]) by the reader.
+    /// Decodes a frame written by [`TopicRecord::encode`], of format version 1 to 5. A record
+    /// of version 4 or 5 decodes with its tables' pins and tails: the chunks' entries are
+    /// added from their records ([`ChunkTable::add_chunk`]) by the reader.
     ///
     /// # Errors
     /// A [`Corruption`] (kind and offset in `bytes`) when the bytes are not exactly one valid
@@ -608,60 +825,41 @@ impl TopicRecord {
                 TOPIC_JOURNAL_VERSION,
                 TOPIC_STORE_VERSION,
                 TOPIC_CHUNKED_VERSION,
+                TOPIC_LEDGERS_CHUNKED_VERSION,
             ],
         )?;
         let mut r = Reader::at(body, HEADER_LEN);
         let r = &mut r;
         let next_ledger_id = r.u64()?;
         let next_cursor_id = r.u64()?;
-        let ledger_count = r.count_u32(LEDGER_BODY_LEN)?;
-        // Fixed-size items: the count was checked against the bytes left, so this
-        // allocation is no larger than the input.
-        let mut ledgers = Vec::with_capacity(ledger_count);
-        for _ in 0..ledger_count {
-            ledgers.push(LedgerRecord::read_body(r)?);
-        }
-        let (version, chunks) = if version == TOPIC_CHUNKED_VERSION {
+        let (version, mut ledgers) = if version == TOPIC_LEDGERS_CHUNKED_VERSION {
+            let inner = r.u16()?;
+            if ![
+                FORMAT_VERSION,
+                TOPIC_JOURNAL_VERSION,
+                TOPIC_STORE_VERSION,
+                TOPIC_CHUNKED_VERSION,
+            ]
+            .contains(&inner)
+            {
+                return Err(r.error(CorruptionKind::InvalidField("topic record layout")));
+            }
+            let first = r.u32()? as usize;
+            (inner, LedgerTable::read_pins(r, first)?)
+        } else {
+            (version, LedgerTable::default())
+        };
+        ledgers.read_inline(r, "ledger tail count")?;
+        let (version, mut cursors) = if version == TOPIC_CHUNKED_VERSION {
             let layout = r.u16()?;
             if ![FORMAT_VERSION, TOPIC_JOURNAL_VERSION, TOPIC_STORE_VERSION].contains(&layout) {
                 return Err(r.error(CorruptionKind::InvalidField("topic record layout")));
             }
-            let count = r.count_u32(CHUNK_PIN_LEN)?;
-            if count == 0 {
-                return Err(r.error(CorruptionKind::InvalidField("chunk count")));
-            }
-            let mut chunks = Vec::with_capacity(count);
-            for _ in 0..count {
-                let pin = ChunkPin {
-                    made_at: r.u64()?,
-                    crc: r.u32()?,
-                };
-                if pin.made_at == 0 && pin.crc != 0 {
-                    return Err(r.error(CorruptionKind::InvalidField("chunk pin")));
-                }
-                chunks.push(CursorChunk {
-                    entries: Arc::from([]),
-                    pin: Some(pin),
-                });
-            }
-            (layout, chunks)
+            (layout, CursorTable::read_pins(r, 0)?)
         } else {
-            (version, Vec::new())
+            (version, CursorTable::default())
         };
-        // A full tail is a chunk of its own, whatever follows it.
-        if !chunks.is_empty()
-            && r.clone()
-                .u32()
-                .is_ok_and(|n| n as usize >= CURSOR_CHUNK_ENTRIES)
-        {
-            return Err(r.error(CorruptionKind::InvalidField("cursor tail count")));
-        }
-        let cursor_count = r.count_u32(CURSOR_ENTRY_MIN_LEN)?;
-        // Variable-size items grow the vector as they are read, never ahead of the input.
-        let mut tail = Vec::new();
-        for _ in 0..cursor_count {
-            tail.push(CursorEntry::read_body(r)?);
-        }
+        cursors.read_inline(r, "cursor tail count")?;
         // The optional trailer (always there in version 2); a zero would not re-encode to the
         // same bytes.
         let topic_id = match r.remaining() {
@@ -698,7 +896,7 @@ impl TopicRecord {
         Ok(Self {
             next_ledger_id,
             ledgers,
-            cursors: CursorTable { chunks, tail },
+            cursors,
             next_cursor_id,
             topic_id,
             journal,

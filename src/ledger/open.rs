@@ -361,7 +361,7 @@ pub(crate) fn open(
     // Rule 4.
     let mut ledgers = Vec::with_capacity(record.ledgers.len());
     let mut dropped = Vec::new();
-    for rec in &record.ledgers {
+    for rec in record.ledgers.iter() {
         match finish_ledger(&log, rec)? {
             Some(done) => ledgers.push(done),
             None => dropped.push(rec.id),
@@ -374,7 +374,7 @@ pub(crate) fn open(
     // repairs again; entries it then finds past this open's count were appended by a former
     // owner after the store's claim, whose syncs all failed (`docs/cursors.md`, "Topics of a
     // store").
-    let deferred = if ledgers == record.ledgers {
+    let deferred = if record.ledgers.iter().eq(&ledgers) {
         Vec::new()
     } else {
         repair_record(
@@ -507,9 +507,12 @@ fn repair_record(
     write: bool,
 ) -> Result<Vec<u64>> {
     let mut next = record.clone();
-    next.ledgers = ledgers.to_vec();
+    next.ledgers.replace_entries(ledgers);
     let deferred = if write {
+        // A store's topic stages its chunks with its next record write (`TopicCore::commit`).
+        super::table::stage_chunks(meta, &mut next, (*version, *version + 1))?;
         *version = meta.put(TOPIC_RECORD, Some(*version), &next.encode())?;
+        super::table::discard(meta, &super::table::superseded(record, &next));
         for id in dropped {
             log.delete_ledger(id)?;
         }
@@ -553,7 +556,7 @@ fn settle_cursors(
     // (each write pins only records named after the version it takes, above the claimed
     // one); the listing was taken before the ownership check, so it holds none a newer owner
     // wrote.
-    for file in super::table::chunk_leftovers(listed, &record.cursors) {
+    for file in super::table::chunk_leftovers(listed, record) {
         match log.storage().remove(&file) {
             Ok(()) => {}
             Err(e) if e.is_not_found() => {}
@@ -849,7 +852,7 @@ fn claim_either(
     } else {
         claim_store_topic(storage, meta, store_id)?
     };
-    super::table::load_chunks(meta, &mut record.cursors)?;
+    super::table::load_chunks(meta, &mut record)?;
     Ok((record, version, ids))
 }
 
@@ -941,7 +944,7 @@ fn claim_topic(
         None => (
             TopicRecord {
                 next_ledger_id: 1,
-                ledgers: Vec::new(),
+                ledgers: crate::format::meta::LedgerTable::default(),
                 cursors: CursorTable::default(),
                 next_cursor_id: 0,
                 topic_id: 0,

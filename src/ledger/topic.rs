@@ -277,7 +277,7 @@ impl TopicCore {
             Err((e, None)) => return Err(e),
         };
         self.owned_version.store(version, Ordering::SeqCst);
-        let superseded = table::superseded(&committed.cursors, &record.cursors);
+        let superseded = table::superseded(&committed, &record);
         committed.clone_from(&record);
         drop(committed);
         writer.version = version;
@@ -302,7 +302,7 @@ impl TopicCore {
         record: &mut TopicRecord,
     ) -> std::result::Result<u64, (Error, Option<u64>)> {
         let owned = self.owned_version.load(Ordering::SeqCst);
-        match table::stage_chunks(self.meta.as_ref(), &mut record.cursors, (owned, owned + 1)) {
+        match table::stage_chunks(self.meta.as_ref(), record, (owned, owned + 1)) {
             Ok(()) => {}
             Err(e @ Error::Fenced { .. }) => return Err((self.fenced(e), None)),
             Err(e) => return Err((e, None)),
@@ -386,7 +386,7 @@ impl TopicCore {
             Err((e, None)) => return Err(e),
         };
         self.owned_version.store(version, Ordering::SeqCst);
-        let superseded = table::superseded(&committed.cursors, &record.cursors);
+        let superseded = table::superseded(&committed, &record);
         *committed = record;
         drop(committed);
         table::discard(self.meta.as_ref(), &superseded);
@@ -576,7 +576,14 @@ impl TopicCore {
         self.reveal_synced(log, id)?;
         let span = self.layouts().appended().span(id).copied();
         let mut record = w.record.clone();
-        if let (Some(span), Some(rec)) = (span, record.ledgers.iter_mut().find(|l| l.id == id)) {
+        // The newest ledger stays in the tail whatever the chunks (`ChunkEntry::TAIL_KEEP`).
+        let rec = record
+            .ledgers
+            .tail_mut()
+            .iter_mut()
+            .rev()
+            .find(|l| l.id == id);
+        if let (Some(span), Some(rec)) = (span, rec) {
             *rec = ledger_record(&span);
         }
         self.commit(w, record)?;

@@ -31,7 +31,8 @@ fn sample_topic() -> TopicRecord {
                 first_timestamp: 1_700_000_010_000,
                 last_timestamp: 1_700_000_010_006,
             },
-        ],
+        ]
+        .into(),
         cursors: vec![CursorEntry {
             name: "c".into(),
             id: 1,
@@ -257,7 +258,7 @@ fn every_record_round_trips() {
         TopicRecord::decode(&TopicRecord::default().encode()).unwrap(),
         TopicRecord::default()
     );
-    for ledger in &topic.ledgers {
+    for ledger in topic.ledgers.iter() {
         assert_eq!(LedgerRecord::decode(&ledger.encode()).unwrap(), *ledger);
     }
     let entry = &topic.cursors.tail()[0];
@@ -387,8 +388,8 @@ fn checksummed_but_malformed_frames_name_what_is_wrong() {
     let cases: Vec<(Vec<u8>, CorruptionKind)> = vec![
         (wrong_magic, CorruptionKind::BadMagic),
         (
-            framed(topic_kind, 5, 24, &[0; 24]),
-            CorruptionKind::UnsupportedVersion(5),
+            framed(topic_kind, 6, 24, &[0; 24]),
+            CorruptionKind::UnsupportedVersion(6),
         ),
         (
             framed(topic_kind, 1, 25, &[0; 24]),
@@ -532,7 +533,7 @@ mod properties {
         ) {
             // A record naming a store always carries its topic id (both non-zero).
             let topic_id = if store_id != 0 { topic_id.max(1) } else { topic_id };
-            let record = TopicRecord { next_ledger_id, ledgers, cursors: cursors.into(), next_cursor_id, topic_id, journal: None, store_id };
+            let record = TopicRecord { next_ledger_id, ledgers: ledgers.into(), cursors: cursors.into(), next_cursor_id, topic_id, journal: None, store_id };
             let bytes = record.encode();
             prop_assert_eq!(TopicRecord::decode(&bytes).unwrap(), record);
         }
@@ -579,26 +580,192 @@ mod properties {
 /// A table of `n` cursors whose full chunks are written (as the owner's write does): the chunk
 /// records' bytes by index.
 fn chunked_table(n: u64) -> (CursorTable, Vec<Vec<u8>>) {
-    let entries: Vec<CursorEntry> = (0..n)
-        .map(|id| CursorEntry {
-            name: format!("sub-{id}").into(),
-            id,
-        })
-        .collect();
-    let mut table = CursorTable::from(entries);
+    chunked(
+        (0..n)
+            .map(|id| CursorEntry {
+                name: format!("sub-{id}").into(),
+                id,
+            })
+            .collect(),
+    )
+}
+
+/// A table of `entries` whose full chunks are written (as the owner's write does, each pinned
+/// by a version of its own): the chunk records' bytes by position.
+fn chunked<E: ChunkEntry>(entries: Vec<E>) -> (ChunkTable<E>, Vec<Vec<u8>>) {
+    let mut table = ChunkTable::from(entries);
     table.fill_chunks();
     let chunks: Vec<(usize, Vec<u8>)> = table
         .unpinned()
-        .map(|(k, c)| (k, encode_cursor_chunk(k as u32, &c.entries)))
+        .map(|(k, c)| (k, encode_chunk((table.first() + k) as u32, &c.entries)))
         .collect();
     for (k, bytes) in &chunks {
         let pin = ackstore::internals::format::store::ChunkPin {
             made_at: 7 + *k as u64,
-            crc: cursor_chunk_crc(bytes),
+            crc: chunk_crc(bytes),
         };
         table.pin(*k, pin);
     }
     (table, chunks.into_iter().map(|(_, b)| b).collect())
+}
+
+/// `n` ledgers of 10 entries each, ids from 1.
+fn ledgers(n: u64) -> Vec<LedgerRecord> {
+    (0..n)
+        .map(|k| LedgerRecord {
+            id: k + 1,
+            entries: 10,
+            first_index: 10 * k,
+            first_timestamp: k,
+            last_timestamp: k,
+        })
+        .collect()
+}
+
+/// From 257 ledgers the record is written in version 5 (the layout of 1 to 4 inside: by the
+/// host, and 4 when the cursor table has chunks too), its full chunks of 256 ledgers pinned and
+/// the rest inline, the newest ledger always among them; it decodes to its pins and tail, and
+/// with its chunk records added to the record it was written from. A trim that empties the
+/// first chunk drops it (the first index rises, the others keep their records); one that cuts
+/// into it writes it again. With 256 ledgers or fewer, the earlier version.
+#[test]
+fn a_topic_of_more_than_a_chunk_of_ledgers_is_version_5_and_round_trips_with_its_chunks() {
+    let n = 2 * LEDGER_CHUNK_ENTRIES as u64 + 1;
+    let (table, chunks) = chunked(ledgers(n));
+    assert_eq!(
+        (table.chunks().len(), table.tail().len(), chunks.len()),
+        (2, 1, 2)
+    );
+    let (cursors, cursor_chunks) = chunked_table(CURSOR_CHUNK_ENTRIES as u64);
+    let hosts = [
+        (FORMAT_VERSION, 0, None, CursorTable::default()),
+        (
+            TOPIC_JOURNAL_VERSION,
+            0,
+            Some(HostedJournal::default()),
+            CursorTable::default(),
+        ),
+        (TOPIC_STORE_VERSION, 9, None, CursorTable::default()),
+        (TOPIC_CHUNKED_VERSION, 9, None, cursors),
+    ];
+    for (layout, store_id, journal, cursors) in hosts {
+        let topic = TopicRecord {
+            next_ledger_id: n + 1,
+            ledgers: table.clone(),
+            cursors,
+            topic_id: 0xfeed,
+            store_id,
+            journal,
+            ..sample_topic()
+        };
+        let bytes = topic.encode();
+        assert_eq!(&bytes[10..12], &TOPIC_LEDGERS_CHUNKED_VERSION.to_le_bytes());
+        assert_eq!(&bytes[32..34], &layout.to_le_bytes());
+        let mut decoded = TopicRecord::decode(&bytes).unwrap();
+        assert_eq!(decoded.encode(), bytes, "layout {layout}");
+        assert_eq!(decoded.ledgers.tail(), table.tail());
+        for (k, chunk) in chunks.iter().enumerate() {
+            decoded.ledgers.add_chunk(k, chunk).unwrap();
+        }
+        for (k, chunk) in cursor_chunks.iter().enumerate() {
+            if layout == TOPIC_CHUNKED_VERSION {
+                decoded.cursors.add_chunk(k, chunk).unwrap();
+            }
+        }
+        assert_eq!(decoded, topic, "layout {layout}");
+        assert!(decoded.ledgers.iter().eq(&ledgers(n)));
+        // Inline, the same ledgers are the earlier version, every one in it.
+        let inline = TopicRecord {
+            ledgers: topic.ledgers.iter().copied().collect::<Vec<_>>().into(),
+            ..topic.clone()
+        };
+        let earlier = inline.encode();
+        assert_eq!(&earlier[10..12], &layout.to_le_bytes());
+        let decoded = TopicRecord::decode(&earlier).unwrap();
+        assert_eq!(decoded.ledgers, inline.ledgers);
+        assert_eq!(decoded.encode(), earlier);
+    }
+    // A trim that empties the first chunk drops it: the second keeps its record and its pin,
+    // under its index (1).
+    let mut trimmed = table.clone();
+    let cut = LEDGER_CHUNK_ENTRIES as u64 + 1;
+    trimmed.retain(|l| l.id > cut - 1);
+    assert_eq!(trimmed.first(), 1);
+    assert_eq!(trimmed.chunks(), &table.chunks()[1..]);
+    assert_eq!(
+        trimmed.pinned_records().collect::<Vec<_>>(),
+        vec![Some(format!("{LEDGER_CHUNK_PREFIX}1-8"))]
+    );
+    let topic = TopicRecord {
+        ledgers: trimmed.clone(),
+        ..sample_topic()
+    };
+    let mut decoded = TopicRecord::decode(&topic.encode()).unwrap();
+    assert!(
+        decoded.ledgers.add_chunk(0, &chunks[0]).is_err(),
+        "a sibling"
+    );
+    decoded.ledgers.add_chunk(0, &chunks[1]).unwrap();
+    assert_eq!(decoded, topic);
+    // One that cuts into a chunk unpins it, to be written again.
+    trimmed.retain(|l| l.id > cut);
+    assert_eq!(trimmed.unpinned().count(), 1);
+    // A trim of every chunk leaves the earlier version, the first index back to 0.
+    trimmed.retain(|l| l.id == n);
+    assert_eq!((trimmed.first(), trimmed.chunks().len()), (0, 0));
+    // At 256 ledgers, no chunk yet.
+    let (small, none) = chunked(ledgers(LEDGER_CHUNK_ENTRIES as u64));
+    assert!(none.is_empty());
+    let bytes = TopicRecord {
+        ledgers: small,
+        ..sample_topic()
+    }
+    .encode();
+    assert_eq!(&bytes[10..12], &FORMAT_VERSION.to_le_bytes());
+}
+
+/// The checks of version 5's ledger part and of a ledger chunk record, each naming its field.
+#[test]
+fn malformed_ledger_chunks_and_pins_are_refused_by_name() {
+    let (table, chunks) = chunked(ledgers(LEDGER_CHUNK_ENTRIES as u64 + 1));
+    let (index, entries) = decode_chunk::<LedgerRecord>(&chunks[0]).unwrap();
+    assert_eq!((index, entries.len()), (0, LEDGER_CHUNK_ENTRIES));
+    assert_eq!(encode_chunk(index, &entries), chunks[0]);
+    assert_eq!(
+        decode_chunk::<LedgerRecord>(&encode_chunk::<LedgerRecord>(0, &[]))
+            .map(drop)
+            .map_err(corruption),
+        Err(CorruptionKind::InvalidField("chunk ledger count"))
+    );
+    // A cursor chunk is not a ledger chunk (its kind), nor the reverse.
+    let (_, cursor_chunks) = chunked_table(CURSOR_CHUNK_ENTRIES as u64);
+    assert_eq!(
+        decode_chunk::<LedgerRecord>(&cursor_chunks[0])
+            .map(drop)
+            .map_err(corruption),
+        Err(CorruptionKind::InvalidField("record kind"))
+    );
+    assert_eq!(
+        decode_chunk::<CursorEntry>(&chunks[0])
+            .map(drop)
+            .map_err(corruption),
+        Err(CorruptionKind::InvalidField("record kind"))
+    );
+    let topic = TopicRecord {
+        ledgers: table,
+        cursors: CursorTable::default(),
+        ..sample_topic()
+    };
+    // Ledgers first: the layout sits at 16, then the first index and the pins.
+    pins_are_checked(
+        &topic,
+        (TOPIC_LEDGERS_CHUNKED_VERSION, 16, &[0, 5]),
+        (
+            16 + 2 + 4 + 4,
+            LEDGER_CHUNK_ENTRIES + 1,
+            "ledger tail count",
+        ),
+    );
 }
 
 /// From 512 cursors the table is written in version 4 (the layout of 1, 2 or 3 inside, by the
@@ -665,18 +832,20 @@ fn a_cursor_table_of_a_chunk_or_more_is_version_4_and_round_trips_with_its_chunk
 #[test]
 fn malformed_cursor_chunks_and_pins_are_refused_by_name() {
     let (table, chunks) = chunked_table(CURSOR_CHUNK_ENTRIES as u64 + 1);
-    let (index, entries) = decode_cursor_chunk(&chunks[0]).unwrap();
+    let (index, entries) = decode_chunk::<CursorEntry>(&chunks[0]).unwrap();
     assert_eq!((index, entries.len()), (0, CURSOR_CHUNK_ENTRIES));
-    assert_eq!(encode_cursor_chunk(index, &entries), chunks[0]);
-    let empty = encode_cursor_chunk(0, &[]);
+    assert_eq!(encode_chunk(index, &entries), chunks[0]);
+    let empty = encode_chunk::<CursorEntry>(0, &[]);
     assert_eq!(
-        decode_cursor_chunk(&empty).map(drop).map_err(corruption),
+        decode_chunk::<CursorEntry>(&empty)
+            .map(drop)
+            .map_err(corruption),
         Err(CorruptionKind::InvalidField("chunk cursor count"))
     );
     let mut too_many = entries.clone();
     too_many.push(entries[0].clone());
     assert_eq!(
-        decode_cursor_chunk(&encode_cursor_chunk(0, &too_many))
+        decode_chunk::<CursorEntry>(&encode_chunk(0, &too_many))
             .map(drop)
             .map_err(corruption),
         Err(CorruptionKind::InvalidField("chunk cursor count"))
@@ -684,27 +853,43 @@ fn malformed_cursor_chunks_and_pins_are_refused_by_name() {
     // A record of this table: ledgers none, so the layout sits at 16 + 24.
     let topic = TopicRecord {
         cursors: table,
-        ledgers: Vec::new(),
+        ledgers: LedgerTable::default(),
         ..sample_topic()
     };
+    pins_are_checked(
+        &topic,
+        (TOPIC_CHUNKED_VERSION, 20, &[4]),
+        (20 + 2 + 4, CURSOR_CHUNK_ENTRIES, "cursor tail count"),
+    );
+}
+
+/// The checks of the pins of `topic` (one chunk, pinned, then a tail) in `version`, whose
+/// layout is at `layout_at` of the body (each of `bad_layouts` refused) and its first pin at
+/// `pin_at`: an emptied chunk's pin with a CRC, no chunk, and a tail of `full` (a chunk of its
+/// own, reported as `tail_field`) are each refused naming the field.
+fn pins_are_checked(
+    topic: &TopicRecord,
+    (version, layout_at, bad_layouts): (u16, usize, &[u16]),
+    (pin_at, full, tail_field): (usize, usize, &'static str),
+) {
     let bytes = topic.encode();
+    assert_eq!(&bytes[10..12], &version.to_le_bytes());
     let body = bytes[16..bytes.len() - 4].to_vec();
-    let reframed = |body: &[u8]| framed(1, TOPIC_CHUNKED_VERSION, body.len() as u32, body);
     let field = |body: &[u8]| {
-        TopicRecord::decode(&reframed(body))
+        TopicRecord::decode(&framed(1, version, body.len() as u32, body))
             .map(drop)
             .map_err(corruption)
     };
     assert!(field(&body).is_ok());
-    let layout_at = 20;
-    let mut bad = body.clone();
-    bad[layout_at..layout_at + 2].copy_from_slice(&4u16.to_le_bytes());
-    assert_eq!(
-        field(&bad),
-        Err(CorruptionKind::InvalidField("topic record layout"))
-    );
+    for layout in bad_layouts {
+        let mut bad = body.clone();
+        bad[layout_at..layout_at + 2].copy_from_slice(&layout.to_le_bytes());
+        assert_eq!(
+            field(&bad),
+            Err(CorruptionKind::InvalidField("topic record layout"))
+        );
+    }
     // An emptied chunk's pin carries no CRC.
-    let pin_at = layout_at + 2 + 4;
     let mut bad = body.clone();
     bad[pin_at..pin_at + 8].copy_from_slice(&0u64.to_le_bytes());
     assert_eq!(field(&bad), Err(CorruptionKind::InvalidField("chunk pin")));
@@ -719,9 +904,6 @@ fn malformed_cursor_chunks_and_pins_are_refused_by_name() {
     // A full tail is a chunk of its own.
     let tail_at = pin_at + 12;
     let mut bad = body.clone();
-    bad[tail_at..tail_at + 4].copy_from_slice(&(CURSOR_CHUNK_ENTRIES as u32).to_le_bytes());
-    assert_eq!(
-        field(&bad),
-        Err(CorruptionKind::InvalidField("cursor tail count"))
-    );
+    bad[tail_at..tail_at + 4].copy_from_slice(&(full as u32).to_le_bytes());
+    assert_eq!(field(&bad), Err(CorruptionKind::InvalidField(tail_field)));
 }

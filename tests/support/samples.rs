@@ -187,7 +187,7 @@ pub fn sample_as_topic(name: &str, data: &[(u64, u64)]) -> (ackstore::MemStorage
     drop(log);
     let record = TopicRecord {
         next_ledger_id: last + 1,
-        ledgers,
+        ledgers: ledgers.into(),
         cursors: vec![CursorEntry {
             name: cursor.as_str().into(),
             id: 1,
