@@ -454,6 +454,7 @@ impl<E> From<Vec<E>> for ChunkTable<E> {
 
 impl<E: ChunkEntry> ChunkTable<E> {
     /// Every entry: the chunks' in chunk order, then the tail's.
+    #[must_use]
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = &E> + '_ {
         self.chunks
             .iter()

@@ -303,3 +303,162 @@ pub fn topic_storage(host: Host, disk: &MemStorage) -> Arc<dyn ackstore::Storage
         }
     }
 }
+
+/// The bytes of file `file` of `storage`.
+pub fn file_bytes(storage: &Arc<dyn ackstore::Storage>, file: &str) -> Vec<u8> {
+    let f = storage.open(file).expect("open");
+    let mut buf = vec![0; usize::try_from(f.size().expect("size")).expect("size")];
+    f.read_exact_at(&mut buf, 0).expect("read");
+    buf
+}
+
+/// Damages the chunk records `first` and `sibling` (files of the topic `host` keeps on `disk`,
+/// whose data ledgers hold `per_ledger` entries), each on a copy of the disk's durable image:
+/// each deleted, cut in half, zeroed or bit-flipped, each replaced by the other, and `first`
+/// replaced by `older_first`, the bytes an older copy of it held. Each time the topic's open
+/// is refused as `Corrupted` naming that chunk record, and `verify` reports damage naming the
+/// same.
+pub fn chunk_damage_is_refused(
+    host: Host,
+    disk: &MemStorage,
+    (first, sibling): (&str, &str),
+    older_first: Vec<u8>,
+    per_ledger: u64,
+) {
+    let storage = topic_storage(host, disk);
+    let mut targets: Vec<(&str, &str, Option<Vec<u8>>)> = vec![
+        ("sibling", first, Some(file_bytes(&storage, sibling))),
+        ("sibling", sibling, Some(file_bytes(&storage, first))),
+        ("older copy", first, Some(older_first)),
+    ];
+    for file in [first, sibling] {
+        let whole = file_bytes(&storage, file);
+        let mut flipped = whole.clone();
+        flipped[whole.len() / 2] ^= 0x10;
+        targets.extend([
+            ("deleted", file, None),
+            ("truncated", file, Some(whole[..whole.len() / 2].to_vec())),
+            ("zeroed", file, Some(vec![0; whole.len()])),
+            ("bit flip", file, Some(flipped)),
+        ]);
+    }
+    for (what, file, damage) in targets {
+        let image = disk.durable_image();
+        let damaged = topic_storage(host, &image);
+        match damage {
+            None => damaged.remove(file).expect("remove"),
+            Some(b) => {
+                let f = damaged.open(file).expect("open");
+                f.set_len(0).expect("cut");
+                f.write_all_at(&b, 0).expect("write");
+                f.sync_data().expect("sync");
+            }
+        }
+        let record = file.split_once('.').expect("a record file").0;
+        let storage: Arc<dyn ackstore::Storage> = Arc::new(image.clone());
+        let report = ackstore::check::verify(&storage).expect("verify");
+        assert!(
+            !report.is_sound() && report.findings.iter().any(|f| f.file.contains(record)),
+            "{host:?} {what} {file}: {report}"
+        );
+        let opened = open_hosted(host, storage, &config(per_ledger));
+        assert!(
+            matches!(&opened, Err(ackstore::Error::Corrupted {
+                place: ackstore::CorruptionPlace::Record(r), ..
+            }) if r == record),
+            "{host:?} {what} {file}: {:?}",
+            opened.err()
+        );
+    }
+}
+
+/// The topic record of the topic `host` keeps on `disk`: its format version and the record
+/// (its tables' pins and tails, no chunk read).
+pub fn record_of(
+    host: Host,
+    disk: &MemStorage,
+) -> (u16, ackstore::internals::format::meta::TopicRecord) {
+    use ackstore::internals::meta::MetaStore;
+    let meta = ackstore::internals::meta::FileMetaStore::new(topic_storage(host, disk));
+    let (_, bytes) = meta.get("topic").expect("get").expect("a topic record");
+    let version = u16::from_le_bytes([bytes[10], bytes[11]]);
+    let record = ackstore::internals::format::meta::TopicRecord::decode(&bytes).expect("decode");
+    (version, record)
+}
+
+/// The files of the chunk records named `prefix...` of the topic `host` keeps on `disk`.
+pub fn chunk_files(host: Host, disk: &MemStorage, prefix: &str) -> Vec<String> {
+    topic_storage(host, disk).list_prefix(prefix).expect("list")
+}
+
+/// The topic record of the closed topic `host` keeps on `disk` rewritten as an earlier build
+/// wrote it: every cursor and every ledger inline (version 1, 2 or 3), its chunk records
+/// removed.
+pub fn as_earlier_version(host: Host, disk: &MemStorage) {
+    use ackstore::internals::format::meta::{
+        CURSOR_CHUNK_PREFIX, ChunkEntry, ChunkTable, LEDGER_CHUNK_PREFIX, TOPIC_STORE_VERSION,
+    };
+    use ackstore::internals::meta::{FileMetaStore, MetaStore};
+    fn inline<E: ChunkEntry>(meta: &FileMetaStore, table: &mut ChunkTable<E>) {
+        let pinned: Vec<Option<String>> = table.pinned_records().collect();
+        for (k, name) in pinned.iter().enumerate() {
+            let name = name.as_deref().expect("no chunk emptied");
+            let (_, bytes) = meta.get(name).expect("get").expect("chunk");
+            table.add_chunk(k, &bytes).expect("chunk");
+        }
+        *table = table.iter().cloned().collect::<Vec<_>>().into();
+    }
+    let storage = topic_storage(host, disk);
+    let meta = FileMetaStore::new(storage.clone());
+    let (version, _) = meta.get("topic").expect("get").expect("a record");
+    let (_, mut record) = record_of(host, disk);
+    inline(&meta, &mut record.cursors);
+    inline(&meta, &mut record.ledgers);
+    let bytes = record.encode();
+    assert!(u16::from_le_bytes([bytes[10], bytes[11]]) <= TOPIC_STORE_VERSION);
+    meta.put("topic", Some(version), &bytes).expect("write");
+    for prefix in [CURSOR_CHUNK_PREFIX, LEDGER_CHUNK_PREFIX] {
+        for file in chunk_files(host, disk, prefix) {
+            storage.remove(&file).expect("remove");
+        }
+    }
+    storage.sync_dir().expect("sync dir");
+}
+
+/// A power cut at every storage step of `change`, made on the topic `host` keeps on a copy of
+/// `template`, opened with `config` (the open is not cut): `check` gets every image a cut
+/// leaves that it was not given before with the same answer, a description of the cut, and
+/// whether the change had answered `Ok` when the power went off. The cut disks come from one
+/// recorded run ([`super::crash::cut_everywhere_recorded_after`]); at one cut point in
+/// `rerun_every` (seeded by `ACKSTORE_CRASH_SEED`) the change runs again with the power cut
+/// there, so what it answers once the disk fails is checked too. The change must succeed
+/// without a cut.
+pub fn cut_change_everywhere(
+    (host, template, config): (Host, &MemStorage, &LedgerConfig),
+    rerun_every: usize,
+    change: impl Fn(&Hosted) -> ackstore::Result<()>,
+    mut check: impl FnMut(&Arc<dyn ackstore::Storage>, &str, bool),
+) {
+    use super::crash::{Points, Seen, Shown, copy_into, cut_everywhere_recorded_after};
+    let seed = super::workload::seed_from_env("ACKSTORE_CRASH_SEED");
+    let mut seen = Seen::new();
+    let clean = cut_everywhere_recorded_after(
+        Points::one_in(rerun_every, seed),
+        |disk, storage| {
+            copy_into(template, disk);
+            open_hosted(host, storage, config).expect("open topic")
+        },
+        |topic, answered: &Shown<bool>| {
+            let done = change(&topic);
+            answered.update(|a| *a = done.is_ok());
+            done
+        },
+        |disk, cut, &answered| {
+            let what = format!("{host:?} {cut:?} (ACKSTORE_CRASH_SEED={seed})");
+            for image in super::crash::unseen_images(&mut seen, disk, cut, &answered) {
+                check(&image, &what, answered);
+            }
+        },
+    );
+    clean.result.expect("the change without a cut");
+}

@@ -16,14 +16,13 @@ use std::sync::Arc;
 use ackstore::internals::format::meta::{
     CURSOR_CHUNK_ENTRIES, CURSOR_CHUNK_PREFIX, TOPIC_CHUNKED_VERSION, TopicRecord,
 };
-use ackstore::internals::meta::{FileMetaStore, MetaStore};
-use ackstore::{CorruptionPlace, Error, MemStorage, Position, Storage};
-use support::crash::{Points, Seen, Shown, copy_into, cut_everywhere_recorded_after};
-use support::crash::{sound_without_leftovers, unseen_images};
+use ackstore::{Error, MemStorage, Position, Storage};
+use support::crash::{copy_into, sound_without_leftovers};
 use support::tap::{Tap, Written, assert_flat_from_1k_to_4k};
+use support::topic::cut_change_everywhere;
 use support::topic::{ACKER, Host, Hosted, config, earliest, on_each_host, open_hosted};
+use support::topic::{chunk_damage_is_refused, file_bytes};
 use support::topic::{reopen_hosted, topic_storage, topic_with_an_acker};
-use support::workload::seed_from_env;
 
 const CHUNK: usize = CURSOR_CHUNK_ENTRIES;
 const PER_LEDGER: u64 = 16;
@@ -56,17 +55,12 @@ fn names_of(cursors: impl IntoIterator<Item = usize>) -> Vec<String> {
 
 /// The topic record of the topic `host` keeps on `disk`: its format version and the record.
 fn record_of(host: Host, disk: &MemStorage) -> (u16, TopicRecord) {
-    let meta = FileMetaStore::new(topic_storage(host, disk));
-    let (_, bytes) = meta.get("topic").expect("get").expect("a topic record");
-    let version = u16::from_le_bytes([bytes[10], bytes[11]]);
-    (version, TopicRecord::decode(&bytes).expect("decode"))
+    support::topic::record_of(host, disk)
 }
 
 /// The files of chunk records of the topic `host` keeps on `disk`.
 fn chunk_files(host: Host, disk: &MemStorage) -> Vec<String> {
-    topic_storage(host, disk)
-        .list_prefix(CURSOR_CHUNK_PREFIX)
-        .expect("list")
+    support::topic::chunk_files(host, disk, CURSOR_CHUNK_PREFIX)
 }
 
 /// Opens the topic `host` keeps on `storage` and checks that it lists `names`, that the acker
@@ -215,30 +209,14 @@ fn cut_at_every_step(
     (before, acked): (&[usize], Position),
     change: Change,
 ) {
-    let seed = seed_from_env("ACKSTORE_CRASH_SEED");
-    let mut seen = Seen::new();
-    let clean = cut_everywhere_recorded_after(
-        Points::one_in(RERUN_EVERY, seed),
-        |disk, storage| {
-            copy_into(template, disk);
-            open_hosted(host, storage, &config(PER_LEDGER)).expect("open topic")
-        },
-        |topic, answered: &Shown<bool>| {
-            let done = match change {
-                Change::Create(i) => topic.open_cursor(&cursor(i), earliest()).map(drop),
-                Change::Delete(i) => topic.delete_cursor(&cursor(i)),
-            };
-            answered.update(|a| *a = done.is_ok());
-            done
-        },
-        |disk, cut, &answered| {
-            let what = format!("{cut:?} (ACKSTORE_CRASH_SEED={seed})");
-            for image in unseen_images(&mut seen, disk, cut, &answered) {
-                holds_after_cut(host, &image, &what, (before, acked), (change, answered));
-            }
-        },
-    );
-    clean.result.expect("the change without a cut");
+    let cut = (host, template, &config(PER_LEDGER));
+    let apply = |topic: &Hosted| match change {
+        Change::Create(i) => topic.open_cursor(&cursor(i), earliest()).map(drop),
+        Change::Delete(i) => topic.delete_cursor(&cursor(i)),
+    };
+    cut_change_everywhere(cut, RERUN_EVERY, apply, |image, what, answered| {
+        holds_after_cut(host, image, what, (before, acked), (change, answered));
+    });
 }
 
 /// The topic on `image`, left by a power cut during `change` (`answered`: whether it had
@@ -304,37 +282,11 @@ fn a_power_cut_at_every_step_of_a_deletion_from_a_full_chunk_keeps_what_was_dele
     });
 }
 
-/// The topic record of the closed topic on `disk` rewritten as an earlier build wrote it:
-/// every cursor inline (version 2 or 3), its chunk records removed.
-fn as_earlier_version(host: Host, disk: &MemStorage) {
-    let storage = topic_storage(host, disk);
-    let meta = FileMetaStore::new(storage.clone());
-    let (version, _) = meta.get("topic").expect("get").expect("a record");
-    let (_, mut record) = record_of(host, disk);
-    let pinned: Vec<Option<String>> = record.cursors.pinned_records().collect();
-    for (k, name) in pinned.iter().enumerate() {
-        let name = name.as_deref().expect("no chunk emptied");
-        let (_, bytes) = meta.get(name).expect("get").expect("chunk");
-        record.cursors.add_chunk(k, &bytes).expect("chunk");
-    }
-    record.cursors = record.cursors.iter().cloned().collect::<Vec<_>>().into();
-    let bytes = record.encode();
-    assert_ne!(
-        u16::from_le_bytes([bytes[10], bytes[11]]),
-        TOPIC_CHUNKED_VERSION
-    );
-    meta.put("topic", Some(version), &bytes).expect("write");
-    for file in chunk_files(host, disk) {
-        storage.remove(&file).expect("remove");
-    }
-    storage.sync_dir().expect("sync dir");
-}
-
 #[test]
 fn a_power_cut_at_every_step_of_the_upgrade_of_an_earlier_version_keeps_every_cursor() {
     on_each_host(|host| {
         let (template, acked) = topic_of(host, CHUNK + 3);
-        as_earlier_version(host, &template);
+        support::topic::as_earlier_version(host, &template);
         let before: Vec<usize> = (0..CHUNK + 3).collect();
         let storage: Arc<dyn Storage> = Arc::new(template.durable_image());
         reopened_holds(host, &storage, &names_of(before.clone()), acked);
@@ -349,15 +301,8 @@ fn a_power_cut_at_every_step_of_the_upgrade_of_an_earlier_version_keeps_every_cu
 fn damage_to_any_chunk_record_is_refused_by_the_open_and_reported_by_verify() {
     on_each_host(|host| {
         let (disk, _) = topic_of(host, 2 * CHUNK + 3);
-        let storage = topic_storage(host, &disk);
-        let bytes = |file: &str| {
-            let f = storage.open(file).expect("open");
-            let mut buf = vec![0; usize::try_from(f.size().expect("size")).expect("size")];
-            f.read_exact_at(&mut buf, 0).expect("read");
-            buf
-        };
         let older = chunk_files(host, &disk);
-        let older_first = bytes(&older[0]);
+        let older_first = file_bytes(&topic_storage(host, &disk), &older[0]);
         {
             // The first chunk written again: its older copy is kept above.
             let topic = reopen_hosted(host, &disk, PER_LEDGER);
@@ -372,53 +317,7 @@ fn damage_to_any_chunk_record_is_refused_by_the_open_and_reported_by_verify() {
             .find(|f| **f != older[1])
             .expect("chunk 0")
             .clone();
-        let mut targets: Vec<(&str, String, Option<Vec<u8>>)> = vec![
-            ("sibling", first.clone(), Some(bytes(&older[1]))),
-            ("sibling", older[1].clone(), Some(bytes(&first))),
-            ("older copy", first.clone(), Some(older_first)),
-        ];
-        for file in &chunks {
-            let whole = bytes(file);
-            let mut flipped = whole.clone();
-            flipped[whole.len() / 2] ^= 0x10;
-            targets.extend([
-                ("deleted", file.clone(), None),
-                (
-                    "truncated",
-                    file.clone(),
-                    Some(whole[..whole.len() / 2].to_vec()),
-                ),
-                ("zeroed", file.clone(), Some(vec![0; whole.len()])),
-                ("bit flip", file.clone(), Some(flipped)),
-            ]);
-        }
-        for (what, file, damage) in targets {
-            let image = disk.durable_image();
-            let damaged = topic_storage(host, &image);
-            match damage {
-                None => damaged.remove(&file).expect("remove"),
-                Some(b) => {
-                    let f = damaged.open(&file).expect("open");
-                    f.set_len(0).expect("cut");
-                    f.write_all_at(&b, 0).expect("write");
-                    f.sync_data().expect("sync");
-                }
-            }
-            let record = file.split_once('.').expect("a record file").0;
-            let storage: Arc<dyn Storage> = Arc::new(image.clone());
-            let report = ackstore::check::verify(&storage).expect("verify");
-            assert!(
-                !report.is_sound() && report.findings.iter().any(|f| f.file.contains(record)),
-                "{host:?} {what} {file}: {report}"
-            );
-            let opened = open_hosted(host, storage, &config(PER_LEDGER));
-            assert!(
-                matches!(&opened, Err(Error::Corrupted { place: CorruptionPlace::Record(r), .. })
-                    if r == record),
-                "{host:?} {what} {file}: {:?}",
-                opened.err()
-            );
-        }
+        chunk_damage_is_refused(host, &disk, (&first, &older[1]), older_first, PER_LEDGER);
     });
 }
 
