@@ -7,9 +7,13 @@
 //! agrees with open"): what the owner's open refuses is reported as damage
 //! ([`Finding::torn_tail`] false); what a kill or a power cut leaves and the next open repairs
 //! (a torn tail, a stray journal segment) is reported as a torn tail, never as damage; files a
-//! store's open does not read are [`Verification::unused`] warnings. It never decides by
-//! opening: a directory whose owner is running is read as it is on disk, so stop the owner for
-//! an exact picture.
+//! store's open does not read are [`Verification::unused`] warnings. A sealed ledger, which the
+//! open of its topic does not read, is checked as its first use opens it: damage anywhere in
+//! its file (a frame, or a footer that does not verify where the header's slot proves it
+//! synced) is what that use refuses, a footer not whole where nothing proves it synced is a
+//! torn tail it serves the entries before (`docs/format.md`, "Sealed ledgers open on first
+//! use"). It never decides by opening: a directory whose owner is running is read as it is on
+//! disk, so stop the owner for an exact picture.
 //!
 //! ```
 //! # fn main() -> ackstore::Result<()> {

@@ -49,8 +49,9 @@
 //!    summary taken from its first and last frame headers, or, if empty, dropped from the
 //!    record and deleted. Nothing is written into it: a former owner may still be appending.
 //!    A file holding fewer entries than the record counts is [`Error::LedgerMismatch`] (or the
-//!    damage that cut it short); entries beyond the count, and damage past them, were written by
-//!    a fenced owner and are ignored.
+//!    damage that cut it short); entries beyond the count, and a torn tail past them, were
+//!    written by a fenced owner and are ignored. Damage the file proves synced is refused
+//!    wherever it lies, past the count too (a sealed ledger's first use, `EntryLog`).
 //! 5. Ledger ids come from blocks reserved in the topic record by compare-and-set (the first
 //!    with a claim that writes the record, above every id the record or the disk knows; for a
 //!    topic of a store, and for a topic of its own claimed by a link, on first need, above the
@@ -1021,8 +1022,9 @@ fn finish_ledger(log: &EntryLog, rec: &LedgerRecord) -> Result<Option<LedgerReco
     // A ledger is recorded with its count only once that many entries were synced, so the file
     // must still hold that many. More can only be entries a fenced owner appended after a newer
     // owner recorded the count: they stay in the file and are never read (the layout stops at
-    // the recorded count), and so does damage past them (a frame the fenced owner was writing
-    // when the ledger was scanned).
+    // the recorded count), and so does a torn tail past them (a frame the fenced owner was
+    // writing when the ledger was scanned). A ledger the record counts was opened by its first
+    // use, which refused damage anywhere in the file.
     if rec.entries != 0 {
         if info.entries < rec.entries {
             if let Some((offset, kind)) = info.damaged {

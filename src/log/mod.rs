@@ -315,10 +315,13 @@ impl EntryLog {
     /// [`EntryLog::open_locked`] (`cut_tails`) or [`EntryLog::open_locked_keeping_tails`]
     /// (not), except that the files of `sealed` ledgers (id to the entry count their owner
     /// recorded them with) are listed but not opened: each opens on its first use (a read, its
-    /// count, its summary), without cutting anything, and that use fails if the file does not
-    /// hold the recorded count: [`Error::Corrupted`] naming the ledger for damage (or a file
-    /// shorter than a header) before it, [`Error::LedgerMismatch`] for a file cut short
-    /// cleanly, [`Error::MissingLedger`] for a file removed since; the next use tries again.
+    /// count, its summary), without cutting anything, and that use fails with
+    /// [`Error::Corrupted`] naming the ledger for damage anywhere in the file (before the
+    /// recorded count or past it, a footer that does not verify where the header's slot proves
+    /// it synced included: what [`verify_ledger`] reports as damage) or a file shorter than a
+    /// header, [`Error::LedgerMismatch`] for a file holding fewer entries than recorded
+    /// without damage, [`Error::MissingLedger`] for a file removed since; the next use tries
+    /// again. A torn tail (what a crash leaves) is left in place, and reads stop before it.
     /// Deleting a deferred ledger opens nothing. `listed` is every name the storage held at one
     /// listing the caller took after it claimed the storage (it reads the same listing for
     /// what else the directory holds): the open lists nothing more, whatever the number of
@@ -523,17 +526,23 @@ impl EntryLog {
                 ledger
             }
         };
-        // As an eager open of the topic: the file must hold the recorded count; entries past
-        // it (and damage past them) were written by a fenced owner and are never read.
+        // Damage anywhere in the file fails the use, past the recorded count too: the open
+        // calls bytes damage only when the file proves them synced (the header's slot, a
+        // frame's mark, a trailer), so no crash left them, and `verify` reports them. A sealed
+        // file whose footer does not verify where its slot claims the whole file is such
+        // damage even though its frames scan whole: its entries are not served from a file
+        // whose synced bytes changed. A torn tail (what a crash leaves) is left in place.
+        if let Some((offset, kind)) = ledger.damage() {
+            return Err(Error::corrupted(id, offset, kind));
+        }
+        // The file must hold the recorded count; entries past it were written by a fenced
+        // owner and are never read.
         if ledger.entry_count() < recorded {
-            return Err(match ledger.damage() {
-                Some((offset, kind)) => Error::corrupted(id, offset, kind),
-                None => Error::LedgerMismatch {
-                    ledger: id,
-                    recorded,
-                    found: ledger.entry_count(),
-                    dir: self.storage.location().into(),
-                },
+            return Err(Error::LedgerMismatch {
+                ledger: id,
+                recorded,
+                found: ledger.entry_count(),
+                dir: self.storage.location().into(),
             });
         }
         deferred.remove(&id);

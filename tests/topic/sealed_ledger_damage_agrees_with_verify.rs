@@ -1,0 +1,574 @@
+//! `verify` and the first use of a sealed ledger agree (design invariant 8): one sealed ledger
+//! file of a topic alone and of a store's topic, each topic holding several sealed ledgers and an
+//! open one, damaged in every way a file is damaged (deleted; cut at every offset; zeroed whole,
+//! by region and by 8-byte windows; a bit flipped at every byte; zeros or other bytes appended;
+//! swapped with a sibling; replaced by each older copy of itself taken before it was sealed), on
+//! a disk where the seal's claim of the whole file reached the header's slot and on one where a
+//! power cut lost it. For each, `verify`'s verdict is compared with what the product does, its
+//! sealed ledgers read by position and through a map: the open, then every use of the entries (a
+//! read of each, each search by message index and by time, the cursor's recovery and its reads,
+//! a new cursor seeking into the ledger by index and by time, a trim). Verify reports damage
+//! exactly when the open or some use refuses it (`Corrupted`, `LedgerMismatch`,
+//! `MissingLedger`), no use ever hands out bytes other than those appended, and a torn tail is
+//! reported only where a crash can leave one. Every disagreement is collected, then printed with
+//! the table of damages, verdicts and answers (run with `--nocapture` to see it).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use ackstore::internals::log::ledger_file_name;
+use ackstore::{Error, MemStorage, Position, Storage};
+
+use crate::support;
+use crate::support::topic::Host;
+
+/// Entries of a data ledger (a small file, so every byte of it is tried).
+const PER_LEDGER: u64 = 4;
+/// Entries appended: four sealed ledgers and two entries in the open one.
+const ENTRIES: u64 = 4 * PER_LEDGER + 2;
+/// Which data ledger (in order) is damaged: a sealed one neither first nor newest.
+const DAMAGED: usize = 1;
+/// The ledger whose file a swap puts in its place.
+const SIBLING: usize = 2;
+
+/// What was appended: each entry's position, payload and timestamp (its message index is its
+/// number: one message per entry).
+struct Appended {
+    positions: Vec<Position>,
+}
+
+impl Appended {
+    fn payload(i: usize) -> Vec<u8> {
+        format!("m{i}").into_bytes()
+    }
+
+    fn timestamp(i: usize) -> u64 {
+        1000 + i as u64
+    }
+}
+
+/// What a disk holds after the topic stopped: every byte written (the kernel wrote the page
+/// cache back, the seal's claim of the whole file in the header's slot included), or what a
+/// power cut kept (the seal's claim, written after its last fsync, lost).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Image {
+    WrittenBack,
+    PowerCut,
+}
+
+/// A topic of `host` after every entry was synced and a cursor `sub` acknowledged the first
+/// entry and flushed, in each [`Image`]; with the damaged ledger's file name on the disk, its
+/// sibling's, and every older copy of that file (the unsealed ones).
+struct Template {
+    host: Host,
+    images: Vec<(Image, MemStorage)>,
+    appended: Appended,
+    /// The damaged ledger's file and its sibling's, as the disk names them.
+    file: String,
+    sibling: String,
+    /// Each distinct earlier version of the damaged ledger's file, oldest first.
+    older: Vec<Vec<u8>>,
+}
+
+fn template(host: Host) -> Template {
+    let (disk, topic) = support::topic::mem_hosted(host, PER_LEDGER);
+    let mut positions = Vec::new();
+    let mut versions: Vec<Vec<u8>> = Vec::new();
+    let mut names = None;
+    for i in 0..ENTRIES as usize {
+        let meta = ackstore::AppendMeta {
+            num_messages: 1,
+            timestamp: Appended::timestamp(i),
+        };
+        positions.push(
+            topic
+                .append_with(&Appended::payload(i), meta)
+                .expect("append"),
+        );
+        topic.sync().expect("sync");
+        let ledgers: Vec<u64> = topic.ledgers().iter().map(|l| l.id).collect();
+        if names.is_none() && ledgers.len() > SIBLING {
+            names = Some((
+                file_on_disk(host, &disk, ledgers[DAMAGED]),
+                ledgers[SIBLING],
+            ));
+        }
+        if let Some(id) = ledgers.get(DAMAGED) {
+            let name = file_on_disk(host, &disk, *id);
+            let bytes = disk.live_bytes(&name).expect("the ledger's file");
+            if versions.last() != Some(&bytes) {
+                versions.push(bytes);
+            }
+        }
+    }
+    let cursor = topic
+        .open_cursor("sub", support::topic::earliest())
+        .expect("cursor");
+    cursor.ack(positions[0]).expect("ack");
+    cursor.flush().expect("flush");
+    let written_back = disk.crash_image(|_, _, live| live.to_vec());
+    let power_cut = disk.durable_image();
+    let image = written_back.clone();
+    drop(cursor);
+    topic.close().expect("close");
+    let (file, sibling) = names.expect("the ledgers rolled over");
+    let sibling = file_on_disk(host, &image, sibling);
+    let whole = image.live_bytes(&file).expect("the damaged ledger's file");
+    assert_eq!(
+        versions.pop().as_ref(),
+        Some(&whole),
+        "the last version is the sealed one"
+    );
+    Template {
+        host,
+        images: vec![
+            (Image::WrittenBack, written_back),
+            (Image::PowerCut, power_cut),
+        ],
+        appended: Appended { positions },
+        file,
+        sibling,
+        older: versions,
+    }
+}
+
+/// The name of ledger `id`'s file on `disk` (a store names it in its topic's place).
+fn file_on_disk(host: Host, disk: &MemStorage, id: u64) -> String {
+    let name = ledger_file_name(id);
+    match host {
+        Host::Alone => name,
+        Host::Store => {
+            let storage: Arc<dyn Storage> = Arc::new(disk.clone());
+            let catalog = ackstore::internals::store::read_catalog(storage.clone())
+                .expect("catalog")
+                .expect("a catalog");
+            let t = catalog.topics.iter().find(|t| t.name == "t").expect("t").id;
+            ackstore::internals::store::topic_file(&storage, &catalog, t, &name)
+        }
+    }
+}
+
+/// One way of damaging the file: its name (the family first), the first byte it changes, and
+/// what it does to the disk.
+struct Damage {
+    family: &'static str,
+    name: String,
+    from: usize,
+    apply: Apply,
+}
+
+/// What a damage does to the disk of a template.
+type Apply = Box<dyn Fn(&Template, &MemStorage)>;
+
+fn set(disk: &MemStorage, file: &str, bytes: Vec<u8>) {
+    disk.set_bytes(file, bytes).expect("damage the file");
+}
+
+/// The offsets where the regions of the sealed ledger file `whole` start: the header, the
+/// slots, each frame and its payload, the index, its checksum and the trailer, with their ends.
+fn regions(whole: &[u8]) -> Vec<(&'static str, usize, usize)> {
+    let word = |at: usize| u64::from_le_bytes(whole[at..at + 8].try_into().expect("8 bytes"));
+    let (header, slots_end) = (44, 68);
+    let trailer = whole.len() - 36;
+    let data_end = usize::try_from(word(trailer)).expect("data end");
+    let mut out = vec![("header", 0, header), ("slots", header, slots_end)];
+    let mut at = slots_end;
+    while at < data_end {
+        let len = u32::from_le_bytes(whole[at + 4..at + 8].try_into().expect("4 bytes"));
+        let end = at + 44 + len as usize;
+        out.push(("frame header", at, at + 44));
+        out.push(("payload", at + 44, end));
+        at = end;
+    }
+    out.push(("index", data_end, trailer - 4));
+    out.push(("index checksum", trailer - 4, trailer));
+    out.push(("trailer", trailer, whole.len()));
+    out
+}
+
+/// The damage that replaces the file's bytes with `bytes`.
+fn replaced(family: &'static str, name: String, from: usize, bytes: Vec<u8>) -> Damage {
+    Damage {
+        family,
+        name,
+        from,
+        apply: Box::new(move |t, disk| set(disk, &t.file, bytes.clone())),
+    }
+}
+
+/// Every damage to the file `whole`, and where its footer starts.
+fn damages(t: &Template, whole: &[u8]) -> (Vec<Damage>, usize) {
+    let len = whole.len();
+    let mut out = vec![Damage {
+        family: "deleted",
+        name: "deleted".into(),
+        from: 0,
+        apply: Box::new(|t, disk| disk.remove(&t.file).expect("delete")),
+    }];
+    for cut in 0..len {
+        let bytes = whole[..cut].to_vec();
+        out.push(replaced(
+            "truncated",
+            format!("truncated to {cut} of {len} bytes"),
+            cut,
+            bytes,
+        ));
+    }
+    let regions = regions(whole);
+    let footer = regions.iter().find(|r| r.0 == "index").expect("an index").1;
+    let mut zeroed: Vec<(String, usize, usize)> = vec![("wholly".into(), 0, len)];
+    zeroed.extend(
+        regions
+            .iter()
+            .map(|&(what, from, to)| (format!("the {what} at {from}..{to}"), from, to)),
+    );
+    zeroed.extend((0..len).step_by(8).map(|from| {
+        let to = (from + 8).min(len);
+        (format!("bytes {from}..{to}"), from, to)
+    }));
+    for (what, from, to) in zeroed {
+        let mut bytes = whole.to_vec();
+        bytes[from..to].fill(0);
+        out.push(replaced("zeroed", format!("zeroed {what}"), from, bytes));
+    }
+    for at in 0..len {
+        let mut bytes = whole.to_vec();
+        let bit = at % 8;
+        bytes[at] ^= 1 << bit;
+        out.push(replaced(
+            "bit flipped",
+            format!("bit {bit} flipped at byte {at} of {len}"),
+            at,
+            bytes,
+        ));
+    }
+    // Bytes past the footer: zeros (a file grown whose new bytes never reached the disk) and
+    // others (a frame's bytes again, one byte).
+    let frame = regions
+        .iter()
+        .find(|r| r.0 == "frame header")
+        .map(|r| whole[r.1..r.2 + 2].to_vec())
+        .expect("a frame");
+    for (family, extra) in [
+        ("zeros appended", vec![0; 1]),
+        ("zeros appended", vec![0; 8]),
+        ("zeros appended", vec![0; 100]),
+        ("bytes appended", vec![0xff]),
+        ("bytes appended", frame),
+    ] {
+        let mut bytes = whole.to_vec();
+        bytes.extend_from_slice(&extra);
+        out.push(replaced(
+            family,
+            format!("{family}: {} bytes", extra.len()),
+            len,
+            bytes,
+        ));
+    }
+    for both in [false, true] {
+        out.push(Damage {
+            family: "swapped with a sibling",
+            name: if both {
+                "swapped with the sibling".into()
+            } else {
+                "its bytes replaced by the sibling's".into()
+            },
+            from: 0,
+            apply: Box::new(move |t, disk| {
+                let mine = disk.live_bytes(&t.file).expect("file");
+                let sibling = disk.live_bytes(&t.sibling).expect("sibling");
+                set(disk, &t.file, sibling);
+                if both {
+                    set(disk, &t.sibling, mine);
+                }
+            }),
+        });
+    }
+    for (k, older) in t.older.iter().enumerate() {
+        let older = older.clone();
+        out.push(replaced(
+            "an older copy",
+            format!("older copy {k} ({} bytes, unsealed)", older.len()),
+            0,
+            older,
+        ));
+    }
+    (out, footer)
+}
+
+/// `verify`'s verdict on a disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Verdict {
+    Sound,
+    TornTail,
+    Damage,
+}
+
+fn verdict(disk: &MemStorage) -> (Verdict, String) {
+    let storage: Arc<dyn Storage> = Arc::new(disk.clone());
+    let report = ackstore::check::verify(&storage).expect("verify runs");
+    let v = if report.damaged() > 0 {
+        Verdict::Damage
+    } else if report.torn_tails() > 0 {
+        Verdict::TornTail
+    } else {
+        Verdict::Sound
+    };
+    (v, report.to_string())
+}
+
+/// What the product did: every refusal (`Corrupted`, `LedgerMismatch`, `MissingLedger`) by
+/// the step that met it, and every answer that differs from what was appended.
+#[derive(Default)]
+struct Answer {
+    refused: Vec<String>,
+    wrong: Vec<String>,
+}
+
+impl Answer {
+    /// Records `result` of `step`: a refusal, or (by `check`) a wrong answer; returns whether
+    /// the step answered. Any other error is a failure of the test.
+    fn note<T>(
+        &mut self,
+        step: &str,
+        result: ackstore::Result<T>,
+        check: impl FnOnce(T) -> bool,
+    ) -> bool {
+        match result {
+            Ok(v) => {
+                if !check(v) {
+                    self.wrong.push(step.to_owned());
+                }
+                true
+            }
+            Err(
+                e @ (Error::Corrupted { .. }
+                | Error::LedgerMismatch { .. }
+                | Error::MissingLedger { .. }),
+            ) => {
+                self.refused.push(format!("{step}: {e}"));
+                false
+            }
+            Err(e) => panic!("{step}: an error other than a refusal of damage: {e:?}"),
+        }
+    }
+
+    fn summary(&self) -> &'static str {
+        match (self.refused.is_empty(), self.wrong.is_empty()) {
+            (_, false) => "WRONG BYTES SERVED",
+            (true, true) => "served",
+            (false, true) if self.refused[0].starts_with("open") => "open refused",
+            (false, true) => "a use refused",
+        }
+    }
+}
+
+fn entry_is(appended: &Appended, i: usize, e: &ackstore::Entry) -> bool {
+    e.position == appended.positions[i]
+        && e.payload == Appended::payload(i)
+        && e.timestamp == Appended::timestamp(i)
+        && e.index == i as u64
+        && e.num_messages == 1
+}
+
+/// Every use of the entries of the topic kept on `disk`.
+fn product(t: &Template, disk: &MemStorage, reads: Reads) -> Answer {
+    let mut answer = Answer::default();
+    let mut config = support::topic::config(PER_LEDGER);
+    if reads == Reads::Mapped {
+        config.log.map_sealed_from = 0;
+    }
+    let opened = support::topic::open_hosted(t.host, Arc::new(disk.clone()), &config);
+    let Some(topic) = ({
+        let mut topic = None;
+        answer.note("open", opened, |o| {
+            topic = Some(o);
+            true
+        });
+        topic
+    }) else {
+        return answer;
+    };
+    let a = &t.appended;
+    for (i, p) in a.positions.iter().enumerate() {
+        answer.note(&format!("read of entry {i}"), topic.read(*p), |e| {
+            entry_is(a, i, &e)
+        });
+        answer.note(
+            &format!("search by index {i}"),
+            topic.find_by_index(i as u64),
+            |found| found == Some(*p),
+        );
+        answer.note(
+            &format!("search by time {}", Appended::timestamp(i)),
+            topic.find_by_timestamp(Appended::timestamp(i)),
+            |found| found == Some(*p),
+        );
+    }
+    // The cursor's recovery, then its reads from the entry after its mark-delete on.
+    let mut last_read = None;
+    match topic.open_cursor("sub", support::topic::earliest()) {
+        Ok(cursor) => {
+            let mut next = 1;
+            while next < a.positions.len() {
+                let mut read = Vec::new();
+                answer.note("the cursor's read", cursor.read_entries(3), |es| {
+                    read = es;
+                    true
+                });
+                if read.is_empty() {
+                    break;
+                }
+                for e in read {
+                    if next >= a.positions.len() || !entry_is(a, next, &e) {
+                        answer
+                            .wrong
+                            .push(format!("the cursor's read of entry {next}"));
+                    }
+                    last_read = Some(e.position);
+                    next += 1;
+                }
+            }
+            if let Some(p) = last_read {
+                answer.note("the cursor's ack", cursor.ack_cumulative(p), |_| true);
+            }
+            // A reader seeking into the damaged ledger, by index and by time.
+            let probe = DAMAGED * PER_LEDGER as usize + 1;
+            let reader = topic
+                .open_cursor("reader", support::topic::earliest())
+                .expect("a new cursor");
+            // After a seek that answered, the next read is the probed entry (or refused).
+            if answer.note("seek by index", reader.seek_by_index(probe as u64), |()| {
+                true
+            }) {
+                answer.note(
+                    "read after the seek by index",
+                    reader.read_entries(1),
+                    |es| es.first().is_some_and(|e| entry_is(a, probe, e)),
+                );
+            }
+            // The entry after the last one at most this old: the probed one.
+            let seek = reader.seek_by_timestamp(Appended::timestamp(probe - 1));
+            if answer.note("seek by time", seek, |()| true) {
+                answer.note(
+                    "read after the seek by time",
+                    reader.read_entries(1),
+                    |es| es.first().is_some_and(|e| entry_is(a, probe, e)),
+                );
+            }
+            drop(reader);
+            topic.delete_cursor("reader").expect("delete the reader");
+            answer.note("trim", topic.trim_consumed(), |_| true);
+        }
+        Err(e) => {
+            answer.note::<()>("the cursor's recovery", Err(e), |()| true);
+        }
+    }
+    drop(topic);
+    answer
+}
+
+/// How sealed ledgers are read: by positional reads (a small ledger, by default) or through a
+/// map of the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reads {
+    Positional,
+    Mapped,
+}
+
+/// A row of the table: how often a family of damage met a verdict and an answer (read by
+/// position; read through a map, the answers are the same or a disagreement), by image.
+type Table = BTreeMap<(Image, &'static str, Verdict, &'static str), usize>;
+
+fn print_table(host: Host, table: &Table) {
+    eprintln!("host {host:?}: image | damage | verify | product | cases");
+    for ((image, family, verdict, answer), n) in table {
+        eprintln!("  {image:?} | {family} | {verdict:?} | {answer} | {n}");
+    }
+}
+
+/// A copy of `disk` of its own: the files it lists now, with their bytes.
+fn copy(disk: &MemStorage) -> MemStorage {
+    let to = MemStorage::new();
+    support::crash::copy_into(disk, &to);
+    to
+}
+
+fn agree_on(host: Host) {
+    let t = template(host);
+    let mut table = Table::new();
+    let mut disagreements = Vec::new();
+    for (image, disk) in &t.images {
+        let (v, report) = verdict(disk);
+        assert_eq!(
+            v,
+            Verdict::Sound,
+            "the undamaged topic, {image:?}: {report}"
+        );
+        for reads in [Reads::Positional, Reads::Mapped] {
+            let undamaged = product(&t, &copy(disk), reads);
+            assert!(
+                undamaged.refused.is_empty() && undamaged.wrong.is_empty(),
+                "the undamaged topic, {image:?}, {reads:?}: {:?} {:?}",
+                undamaged.refused,
+                undamaged.wrong
+            );
+        }
+        let whole = disk.live_bytes(&t.file).expect("the damaged ledger's file");
+        let (damages, footer) = damages(&t, &whole);
+        for damage in damages {
+            let disk = copy(disk);
+            (damage.apply)(&t, &disk);
+            let (v, report) = verdict(&disk);
+            for reads in [Reads::Positional, Reads::Mapped] {
+                let answer = product(&t, &copy(&disk), reads);
+                if reads == Reads::Positional {
+                    *table
+                        .entry((*image, damage.family, v, answer.summary()))
+                        .or_default() += 1;
+                }
+                let refused = !answer.refused.is_empty();
+                if !answer.wrong.is_empty() || (v == Verdict::Damage) != refused {
+                    disagreements.push(format!(
+                        "{image:?}, {reads:?}, {}: verify {v:?} ({}), product refused {:?}, \
+                         wrong {:?}",
+                        damage.name,
+                        report.trim().replace('\n', " / "),
+                        answer.refused.first(),
+                        answer.wrong
+                    ));
+                }
+            }
+            // A torn tail is what a crash leaves: an older copy of the file, zeros past its end,
+            // or, where the seal's claim of the whole file was lost, a footer cut short or not
+            // whole (a seal whose footer never fully reached the disk, recorded with its entries
+            // by the next open).
+            let crash_leaves = ["an older copy", "zeros appended"].contains(&damage.family)
+                || (*image == Image::PowerCut && damage.from >= footer);
+            if v == Verdict::TornTail && !crash_leaves {
+                disagreements.push(format!(
+                    "{image:?}, {}: a torn tail verdict for damage no crash leaves ({})",
+                    damage.name,
+                    report.trim().replace('\n', " / ")
+                ));
+            }
+        }
+    }
+    print_table(host, &table);
+    assert!(
+        disagreements.is_empty(),
+        "{} disagreements on {host:?}:\n{}",
+        disagreements.len(),
+        disagreements.join("\n")
+    );
+}
+
+#[test]
+fn verify_reports_damage_to_a_sealed_ledger_of_a_topic_alone_iff_a_use_refuses_it() {
+    agree_on(Host::Alone);
+}
+
+#[test]
+fn verify_reports_damage_to_a_sealed_ledger_of_a_store_topic_iff_a_use_refuses_it() {
+    agree_on(Host::Store);
+}
