@@ -1,14 +1,16 @@
-//! `verify` and the first use of a sealed ledger agree (design invariant 8): one sealed ledger
-//! file of a topic alone and of a store's topic, each topic holding several sealed ledgers and an
-//! open one, damaged in every way a file is damaged (deleted; cut at every offset; zeroed whole,
-//! by region and by 8-byte windows; a bit flipped at every byte; zeros or other bytes appended;
-//! swapped with a sibling; replaced by each older copy of itself taken before it was sealed), on
-//! a disk where the seal's claim of the whole file reached the header's slot and on one where a
-//! power cut lost it. For each, `verify`'s verdict is compared with what the product does, its
-//! sealed ledgers read by position and through a map: the open, then every use of the entries (a
-//! read of each, each search by message index and by time, the cursor's recovery and its reads,
-//! a new cursor seeking into the ledger by index and by time, a trim). Verify reports damage
-//! exactly when the open or some use refuses it (`Corrupted`, `LedgerMismatch`,
+//! `verify` and the first use of a sealed ledger agree (design invariant 8): one ledger file of
+//! a topic alone and of a store's topic, each topic holding several sealed ledgers and an open
+//! one, the file sealed with a footer, or sealed in the record only (the ledger a former owner
+//! was appending to when a new owner took over and counted it) and holding the fenced former
+//! owner's entries past its recorded count, damaged in every way a file is damaged (deleted; cut
+//! at every offset; zeroed whole, by region and by 8-byte windows; a bit flipped at every byte;
+//! zeros or other bytes appended; swapped with a sibling; replaced by each older copy of
+//! itself), on a disk where the header's slot claims the last synced length and on one where a
+//! power cut lost that claim. For each, `verify`'s verdict is compared with what the product
+//! does, its sealed ledgers read by position and through a map: the open, then every use of the
+//! entries (a read of each, each search by message index and by time, the cursor's recovery and
+//! its reads, a new cursor seeking into the ledger by index and by time, a trim). Verify reports
+//! damage exactly when the open or some use refuses it (`Corrupted`, `LedgerMismatch`,
 //! `MissingLedger`), no use ever hands out bytes other than those appended, and a torn tail is
 //! reported only where a crash can leave one. Every disagreement is collected, then printed with
 //! the table of damages, verdicts and answers (run with `--nocapture` to see it).
@@ -17,7 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use ackstore::internals::log::ledger_file_name;
-use ackstore::{Error, MemStorage, Position, Storage};
+use ackstore::{Error, ManagedLedger, MemStorage, Position, Storage};
 
 use crate::support;
 use crate::support::topic::Host;
@@ -30,6 +32,8 @@ const ENTRIES: u64 = 4 * PER_LEDGER + 2;
 const DAMAGED: usize = 1;
 /// The ledger whose file a swap puts in its place.
 const SIBLING: usize = 2;
+/// An entry of the damaged ledger, not its first, that the seeks probe.
+const PROBE: usize = DAMAGED * PER_LEDGER as usize + 1;
 
 /// What was appended: each entry's position, payload and timestamp (its message index is its
 /// number: one message per entry).
@@ -58,11 +62,13 @@ enum Image {
 
 /// A topic of `host` after every entry was synced and a cursor `sub` acknowledged the first
 /// entry and flushed, in each [`Image`]; with the damaged ledger's file name on the disk, its
-/// sibling's, and every older copy of that file (the unsealed ones).
+/// sibling's, and every older copy of that file.
 struct Template {
     host: Host,
     images: Vec<(Image, MemStorage)>,
     appended: Appended,
+    /// Whether the damaged ledger's file ends with a footer.
+    sealed: bool,
     /// The damaged ledger's file and its sibling's, as the disk names them.
     file: String,
     sibling: String,
@@ -70,65 +76,150 @@ struct Template {
     older: Vec<Vec<u8>>,
 }
 
-fn template(host: Host) -> Template {
-    let (disk, topic) = support::topic::mem_hosted(host, PER_LEDGER);
-    let mut positions = Vec::new();
-    let mut versions: Vec<Vec<u8>> = Vec::new();
-    let mut names = None;
-    for i in 0..ENTRIES as usize {
-        let meta = ackstore::AppendMeta {
-            num_messages: 1,
-            timestamp: Appended::timestamp(i),
-        };
-        positions.push(
-            topic
-                .append_with(&Appended::payload(i), meta)
-                .expect("append"),
-        );
-        topic.sync().expect("sync");
-        let ledgers: Vec<u64> = topic.ledgers().iter().map(|l| l.id).collect();
-        if names.is_none() && ledgers.len() > SIBLING {
-            names = Some((
-                file_on_disk(host, &disk, ledgers[DAMAGED]),
-                ledgers[SIBLING],
-            ));
-        }
-        if let Some(id) = ledgers.get(DAMAGED) {
-            let name = file_on_disk(host, &disk, *id);
-            let bytes = disk.live_bytes(&name).expect("the ledger's file");
-            if versions.last() != Some(&bytes) {
-                versions.push(bytes);
+/// Appends entry `i` (payload, timestamp and message index its number) and syncs it.
+fn append(topic: &ManagedLedger, i: usize) -> Position {
+    let meta = ackstore::AppendMeta {
+        num_messages: 1,
+        timestamp: Appended::timestamp(i),
+    };
+    let p = topic
+        .append_with(&Appended::payload(i), meta)
+        .expect("append");
+    topic.sync().expect("sync");
+    p
+}
+
+/// Appends entries `from..to` to `topic` (whose disk is `disk`), and pushes each version of
+/// the damaged ledger's file (the [`DAMAGED`]th ledger) that differs from the last one to
+/// `versions`; returns the positions and the file's name.
+fn append_watching(
+    (host, disk, topic): (Host, &MemStorage, &ManagedLedger),
+    (from, to): (usize, usize),
+    versions: &mut Vec<Vec<u8>>,
+) -> (Vec<Position>, Option<String>) {
+    let mut file = None;
+    let positions = (from..to)
+        .map(|i| {
+            let p = append(topic, i);
+            if let Some(l) = topic.ledgers().get(DAMAGED) {
+                let name = file_on_disk(host, disk, l.id);
+                let bytes = disk.live_bytes(&name).expect("the ledger's file");
+                if versions.last() != Some(&bytes) {
+                    versions.push(bytes);
+                }
+                file = Some(name);
             }
-        }
-    }
+            p
+        })
+        .collect();
+    (positions, file)
+}
+
+/// Creates cursor `sub` on `topic`, acknowledges `first` and flushes.
+fn flushed_cursor(topic: &ManagedLedger, first: Position) {
     let cursor = topic
         .open_cursor("sub", support::topic::earliest())
         .expect("cursor");
-    cursor.ack(positions[0]).expect("ack");
+    cursor.ack(first).expect("ack");
     cursor.flush().expect("flush");
-    let written_back = disk.crash_image(|_, _, live| live.to_vec());
-    let power_cut = disk.durable_image();
-    let image = written_back.clone();
-    drop(cursor);
+}
+
+/// The disk's two [`Image`]s, `edit`ed.
+fn images(disk: &MemStorage, edit: impl Fn(Image, &MemStorage)) -> Vec<(Image, MemStorage)> {
+    let out = vec![
+        (Image::WrittenBack, copy(disk)),
+        (Image::PowerCut, disk.durable_image()),
+    ];
+    for (image, disk) in &out {
+        edit(*image, disk);
+    }
+    out
+}
+
+/// A topic whose [`DAMAGED`]th ledger is sealed, [`ENTRIES`] appended.
+fn sealed_template(host: Host) -> Template {
+    let (disk, topic) = support::topic::mem_hosted(host, PER_LEDGER);
+    let mut older = Vec::new();
+    let (positions, file) =
+        append_watching((host, &disk, &topic), (0, ENTRIES as usize), &mut older);
+    let file = file.expect("the ledgers rolled over");
+    let sibling = file_on_disk(host, &disk, topic.ledgers()[SIBLING].id);
+    flushed_cursor(&topic, positions[0]);
+    let images = images(&disk, |_, _| ());
     topic.close().expect("close");
-    let (file, sibling) = names.expect("the ledgers rolled over");
-    let sibling = file_on_disk(host, &image, sibling);
-    let whole = image.live_bytes(&file).expect("the damaged ledger's file");
+    let sealed = older.pop().expect("versions");
     assert_eq!(
-        versions.pop().as_ref(),
-        Some(&whole),
+        images[0].1.live_bytes(&file).as_ref(),
+        Some(&sealed),
         "the last version is the sealed one"
     );
     Template {
         host,
-        images: vec![
-            (Image::WrittenBack, written_back),
-            (Image::PowerCut, power_cut),
-        ],
+        images,
         appended: Appended { positions },
+        sealed: true,
         file,
         sibling,
-        older: versions,
+        older,
+    }
+}
+
+/// Entries of the damaged ledger its former owner had synced when a new owner took over and
+/// counted them (sealing it in the record only); [`PROBE`] is one of them.
+const COUNTED: usize = 2;
+/// Entries the fenced former owner appended to it after that, filling it (a ledger is sealed
+/// by the append after the one that fills it).
+const PAST_COUNT: usize = PER_LEDGER as usize - COUNTED;
+
+/// A topic whose [`DAMAGED`]th ledger was the one its former owner was appending to when a new
+/// owner took over: the new owner counted its [`COUNTED`] entries in the record (no footer is
+/// written into it), appended ledgers of its own and flushed a cursor, while the fenced former
+/// owner appended [`PAST_COUNT`] more entries to it and synced them. The file holds entries and
+/// synced bytes past the recorded count, which no read reaches.
+fn past_count_template(host: Host) -> Template {
+    let (disk, former) = support::topic::mem_hosted(host, PER_LEDGER);
+    let counted = PER_LEDGER as usize + COUNTED;
+    let mut older = Vec::new();
+    let (mut positions, _) = append_watching((host, &disk, &former), (0, counted), &mut older);
+    let taken = copy(&disk);
+    let (_, file) = append_watching(
+        (host, &disk, &former),
+        (counted, counted + PAST_COUNT),
+        &mut older,
+    );
+    let file = file.expect("the damaged ledger");
+    let fenced = (
+        disk.live_bytes(&file).expect("file"),
+        disk.durable_image().live_bytes(&file).expect("file"),
+    );
+    assert_eq!(older.pop().as_ref(), Some(&fenced.0));
+    drop(former);
+    let topic = support::topic::reopen_hosted(host, &taken, PER_LEDGER);
+    let mut none = Vec::new();
+    let (ours, _) = append_watching(
+        (host, &taken, &topic),
+        (counted, ENTRIES as usize),
+        &mut none,
+    );
+    positions.extend(ours);
+    let sibling = file_on_disk(host, &taken, topic.ledgers()[SIBLING].id);
+    flushed_cursor(&topic, positions[0]);
+    let images = images(&taken, |image, disk| {
+        let bytes = match image {
+            Image::WrittenBack => fenced.0.clone(),
+            Image::PowerCut => fenced.1.clone(),
+        };
+        set(disk, &file, bytes);
+    });
+    topic.close().expect("close");
+    Template {
+        host,
+        images,
+        appended: Appended { positions },
+        sealed: false,
+        file,
+        sibling,
+        older,
     }
 }
 
@@ -164,13 +255,18 @@ fn set(disk: &MemStorage, file: &str, bytes: Vec<u8>) {
     disk.set_bytes(file, bytes).expect("damage the file");
 }
 
-/// The offsets where the regions of the sealed ledger file `whole` start: the header, the
-/// slots, each frame and its payload, the index, its checksum and the trailer, with their ends.
-fn regions(whole: &[u8]) -> Vec<(&'static str, usize, usize)> {
+/// The regions of the ledger file `whole` (`sealed`: it ends with a footer), each with its
+/// start and end: the header, the slots, each frame header and payload, and the index, its
+/// checksum and the trailer.
+fn regions(whole: &[u8], sealed: bool) -> Vec<(&'static str, usize, usize)> {
     let word = |at: usize| u64::from_le_bytes(whole[at..at + 8].try_into().expect("8 bytes"));
     let (header, slots_end) = (44, 68);
     let trailer = whole.len() - 36;
-    let data_end = usize::try_from(word(trailer)).expect("data end");
+    let data_end = if sealed {
+        usize::try_from(word(trailer)).expect("data end")
+    } else {
+        whole.len()
+    };
     let mut out = vec![("header", 0, header), ("slots", header, slots_end)];
     let mut at = slots_end;
     while at < data_end {
@@ -180,10 +276,31 @@ fn regions(whole: &[u8]) -> Vec<(&'static str, usize, usize)> {
         out.push(("payload", at + 44, end));
         at = end;
     }
-    out.push(("index", data_end, trailer - 4));
-    out.push(("index checksum", trailer - 4, trailer));
-    out.push(("trailer", trailer, whole.len()));
+    if sealed {
+        out.push(("index", data_end, trailer - 4));
+        out.push(("index checksum", trailer - 4, trailer));
+        out.push(("trailer", trailer, whole.len()));
+    }
     out
+}
+
+/// The length the header's synced-length slots of ledger file `whole` claim: the larger copy
+/// whose checksum (seeded with the file's nonce, then the copy's number) holds.
+fn claimed_synced(whole: &[u8]) -> usize {
+    let nonce = &whole[32..40];
+    (0..2u8)
+        .filter_map(|copy| {
+            let slot = &whole[44 + 12 * usize::from(copy)..56 + 12 * usize::from(copy)];
+            let mut crc = crc32fast::Hasher::new();
+            crc.update(nonce);
+            crc.update(&[copy]);
+            crc.update(&slot[..8]);
+            let stored = u32::from_le_bytes(slot[8..].try_into().expect("4 bytes"));
+            (crc.finalize() == stored)
+                .then(|| u64::from_le_bytes(slot[..8].try_into().expect("8 bytes")))
+        })
+        .max()
+        .map_or(0, |len| usize::try_from(len).expect("a length"))
 }
 
 /// The damage that replaces the file's bytes with `bytes`.
@@ -196,8 +313,8 @@ fn replaced(family: &'static str, name: String, from: usize, bytes: Vec<u8>) -> 
     }
 }
 
-/// Every damage to the file `whole`, and where its footer starts.
-fn damages(t: &Template, whole: &[u8]) -> (Vec<Damage>, usize) {
+/// Every damage to the file `whole`.
+fn damages(t: &Template, whole: &[u8]) -> Vec<Damage> {
     let len = whole.len();
     let mut out = vec![Damage {
         family: "deleted",
@@ -214,8 +331,7 @@ fn damages(t: &Template, whole: &[u8]) -> (Vec<Damage>, usize) {
             bytes,
         ));
     }
-    let regions = regions(whole);
-    let footer = regions.iter().find(|r| r.0 == "index").expect("an index").1;
+    let regions = regions(whole, t.sealed);
     let mut zeroed: Vec<(String, usize, usize)> = vec![("wholly".into(), 0, len)];
     zeroed.extend(
         regions
@@ -242,7 +358,7 @@ fn damages(t: &Template, whole: &[u8]) -> (Vec<Damage>, usize) {
             bytes,
         ));
     }
-    // Bytes past the footer: zeros (a file grown whose new bytes never reached the disk) and
+    // Bytes past the end: zeros (a file grown whose new bytes never reached the disk) and
     // others (a frame's bytes again, one byte).
     let frame = regions
         .iter()
@@ -293,7 +409,7 @@ fn damages(t: &Template, whole: &[u8]) -> (Vec<Damage>, usize) {
             older,
         ));
     }
-    (out, footer)
+    out
 }
 
 /// `verify`'s verdict on a disk.
@@ -433,7 +549,7 @@ fn product(t: &Template, disk: &MemStorage, reads: Reads) -> Answer {
                 answer.note("the cursor's ack", cursor.ack_cumulative(p), |_| true);
             }
             // A reader seeking into the damaged ledger, by index and by time.
-            let probe = DAMAGED * PER_LEDGER as usize + 1;
+            let probe = PROBE;
             let reader = topic
                 .open_cursor("reader", support::topic::earliest())
                 .expect("a new cursor");
@@ -494,8 +610,8 @@ fn copy(disk: &MemStorage) -> MemStorage {
     to
 }
 
-fn agree_on(host: Host) {
-    let t = template(host);
+fn agree_on(t: &Template) {
+    let host = t.host;
     let mut table = Table::new();
     let mut disagreements = Vec::new();
     for (image, disk) in &t.images {
@@ -506,7 +622,7 @@ fn agree_on(host: Host) {
             "the undamaged topic, {image:?}: {report}"
         );
         for reads in [Reads::Positional, Reads::Mapped] {
-            let undamaged = product(&t, &copy(disk), reads);
+            let undamaged = product(t, &copy(disk), reads);
             assert!(
                 undamaged.refused.is_empty() && undamaged.wrong.is_empty(),
                 "the undamaged topic, {image:?}, {reads:?}: {:?} {:?}",
@@ -515,13 +631,13 @@ fn agree_on(host: Host) {
             );
         }
         let whole = disk.live_bytes(&t.file).expect("the damaged ledger's file");
-        let (damages, footer) = damages(&t, &whole);
-        for damage in damages {
+        let synced = claimed_synced(&whole);
+        for damage in damages(t, &whole) {
             let disk = copy(disk);
-            (damage.apply)(&t, &disk);
+            (damage.apply)(t, &disk);
             let (v, report) = verdict(&disk);
             for reads in [Reads::Positional, Reads::Mapped] {
-                let answer = product(&t, &copy(&disk), reads);
+                let answer = product(t, &copy(&disk), reads);
                 if reads == Reads::Positional {
                     *table
                         .entry((*image, damage.family, v, answer.summary()))
@@ -540,11 +656,11 @@ fn agree_on(host: Host) {
                 }
             }
             // A torn tail is what a crash leaves: an older copy of the file, zeros past its end,
-            // or, where the seal's claim of the whole file was lost, a footer cut short or not
-            // whole (a seal whose footer never fully reached the disk, recorded with its entries
-            // by the next open).
+            // or damage to bytes no finished fsync is known to cover (past the slots' claim: a
+            // seal's footer that never fully reached the disk, counted by the next open, or a
+            // frame of the last synced batch whose claim a power cut lost).
             let crash_leaves = ["an older copy", "zeros appended"].contains(&damage.family)
-                || (*image == Image::PowerCut && damage.from >= footer);
+                || damage.from >= synced;
             if v == Verdict::TornTail && !crash_leaves {
                 disagreements.push(format!(
                     "{image:?}, {}: a torn tail verdict for damage no crash leaves ({})",
@@ -564,11 +680,11 @@ fn agree_on(host: Host) {
 }
 
 #[test]
-fn verify_reports_damage_to_a_sealed_ledger_of_a_topic_alone_iff_a_use_refuses_it() {
-    agree_on(Host::Alone);
+fn verify_reports_damage_to_a_sealed_ledger_iff_a_use_refuses_it() {
+    support::topic::on_each_host(|host| agree_on(&sealed_template(host)));
 }
 
 #[test]
-fn verify_reports_damage_to_a_sealed_ledger_of_a_store_topic_iff_a_use_refuses_it() {
-    agree_on(Host::Store);
+fn verify_reports_damage_past_a_ledgers_recorded_count_iff_a_use_refuses_it() {
+    support::topic::on_each_host(|host| agree_on(&past_count_template(host)));
 }
