@@ -1,14 +1,15 @@
-//! `verify` and the first use of a sealed ledger agree (design invariant 8): one ledger file of
-//! a topic alone and of a store's topic, each topic holding several sealed ledgers and an open
-//! one, the file sealed with a footer, or sealed in the record only (the ledger a former owner
-//! was appending to when a new owner took over and counted it) and holding the fenced former
-//! owner's entries past its recorded count, damaged in every way a file is damaged (deleted; cut
-//! at every offset; zeroed whole, by region and by 8-byte windows; a bit flipped at every byte;
-//! zeros or other bytes appended; swapped with a sibling; replaced by each older copy of
-//! itself), on a disk where the header's slot claims the last synced length and on one where a
-//! power cut lost that claim. For each, `verify`'s verdict is compared with what the product
-//! does, its sealed ledgers read by position and through a map: the open, then every use of the
-//! entries (a read of each, each search by message index and by time, the cursor's recovery and
+//! `verify` and the first use of a sealed ledger agree (design invariant 8): one ledger file of a
+//! topic alone and of a store's topic, each topic holding several sealed ledgers and an open one,
+//! the file sealed with a footer (a ledger between others, or the newest holding entries, sealed by
+//! the topic's close, whose last entry the topic's open reads), or sealed in the record only (the
+//! ledger a former owner was appending to when a new owner took over and counted it) and holding
+//! the fenced former owner's entries past its recorded count, damaged in every way a file is
+//! damaged (deleted; cut at every offset; zeroed whole, by region and by 8-byte windows; a bit
+//! flipped at every byte; zeros or other bytes appended; swapped with a sibling; replaced by each
+//! older copy of itself), on a disk where the header's slot claims the last synced length and on
+//! one where a power cut lost that claim. For each, `verify`'s verdict is compared with what the
+//! product does, its sealed ledgers read by position and through a map: the open, then every use of
+//! the entries (a read of each, each search by message index and by time, the cursor's recovery and
 //! its reads, a new cursor seeking into the ledger by index and by time, a trim). Verify reports
 //! damage exactly when the open or some use refuses it (`Corrupted`, `LedgerMismatch`,
 //! `MissingLedger`), no use ever hands out bytes other than those appended, and a torn tail is
@@ -28,12 +29,8 @@ use crate::support::topic::Host;
 const PER_LEDGER: u64 = 4;
 /// Entries appended: four sealed ledgers and two entries in the open one.
 const ENTRIES: u64 = 4 * PER_LEDGER + 2;
-/// Which data ledger (in order) is damaged: a sealed one neither first nor newest.
+/// Which data ledger (in order) is damaged when it is neither the first nor the newest.
 const DAMAGED: usize = 1;
-/// The ledger whose file a swap puts in its place.
-const SIBLING: usize = 2;
-/// An entry of the damaged ledger, not its first, that the seeks probe.
-const PROBE: usize = DAMAGED * PER_LEDGER as usize + 1;
 
 /// What was appended: each entry's position, payload and timestamp (its message index is its
 /// number: one message per entry).
@@ -67,6 +64,8 @@ struct Template {
     host: Host,
     images: Vec<(Image, MemStorage)>,
     appended: Appended,
+    /// An entry of the damaged ledger, not its first, that the seeks probe.
+    probe: usize,
     /// Whether the damaged ledger's file ends with a footer.
     sealed: bool,
     /// The damaged ledger's file and its sibling's, as the disk names them.
@@ -90,18 +89,18 @@ fn append(topic: &ManagedLedger, i: usize) -> Position {
 }
 
 /// Appends entries `from..to` to `topic` (whose disk is `disk`), and pushes each version of
-/// the damaged ledger's file (the [`DAMAGED`]th ledger) that differs from the last one to
+/// the damaged ledger's file (the `damaged`th ledger) that differs from the last one to
 /// `versions`; returns the positions and the file's name.
 fn append_watching(
     (host, disk, topic): (Host, &MemStorage, &ManagedLedger),
-    (from, to): (usize, usize),
+    (from, to, damaged): (usize, usize, usize),
     versions: &mut Vec<Vec<u8>>,
 ) -> (Vec<Position>, Option<String>) {
     let mut file = None;
     let positions = (from..to)
         .map(|i| {
             let p = append(topic, i);
-            if let Some(l) = topic.ledgers().get(DAMAGED) {
+            if let Some(l) = topic.ledgers().get(damaged) {
                 let name = file_on_disk(host, disk, l.id);
                 let bytes = disk.live_bytes(&name).expect("the ledger's file");
                 if versions.last() != Some(&bytes) {
@@ -136,27 +135,44 @@ fn images(disk: &MemStorage, edit: impl Fn(Image, &MemStorage)) -> Vec<(Image, M
     out
 }
 
-/// A topic whose [`DAMAGED`]th ledger is sealed, [`ENTRIES`] appended.
-fn sealed_template(host: Host) -> Template {
+/// A topic of [`ENTRIES`] entries whose damaged ledger is sealed: the [`DAMAGED`]th, the topic
+/// still open (its newest ledger unsealed; `newest` false), or the newest ledger, sealed by the
+/// topic's close, whose last entry the topic's open reads for the next message index (`newest`).
+fn sealed_template(host: Host, newest: bool) -> Template {
+    let damaged = if newest {
+        (ENTRIES / PER_LEDGER) as usize
+    } else {
+        DAMAGED
+    };
     let (disk, topic) = support::topic::mem_hosted(host, PER_LEDGER);
     let mut older = Vec::new();
-    let (positions, file) =
-        append_watching((host, &disk, &topic), (0, ENTRIES as usize), &mut older);
+    let (positions, file) = append_watching(
+        (host, &disk, &topic),
+        (0, ENTRIES as usize, damaged),
+        &mut older,
+    );
     let file = file.expect("the ledgers rolled over");
-    let sibling = file_on_disk(host, &disk, topic.ledgers()[SIBLING].id);
+    let sibling = file_on_disk(host, &disk, topic.ledgers()[damaged - 1].id);
     flushed_cursor(&topic, positions[0]);
-    let images = images(&disk, |_, _| ());
-    topic.close().expect("close");
-    let sealed = older.pop().expect("versions");
-    assert_eq!(
-        images[0].1.live_bytes(&file).as_ref(),
-        Some(&sealed),
-        "the last version is the sealed one"
+    let images = if newest {
+        topic.close().expect("close");
+        images(&disk, |_, _| ())
+    } else {
+        let images = images(&disk, |_, _| ());
+        topic.close().expect("close");
+        older.pop().expect("the sealed version");
+        images
+    };
+    let sealed = images[0].1.live_bytes(&file).expect("the sealed file");
+    assert!(
+        older.iter().all(|o| o.len() < sealed.len()),
+        "the older copies are unsealed"
     );
     Template {
         host,
         images,
         appended: Appended { positions },
+        probe: damaged * PER_LEDGER as usize + 1,
         sealed: true,
         file,
         sibling,
@@ -165,7 +181,7 @@ fn sealed_template(host: Host) -> Template {
 }
 
 /// Entries of the damaged ledger its former owner had synced when a new owner took over and
-/// counted them (sealing it in the record only); [`PROBE`] is one of them.
+/// counted them (sealing it in the record only); the probed entry is one of them.
 const COUNTED: usize = 2;
 /// Entries the fenced former owner appended to it after that, filling it (a ledger is sealed
 /// by the append after the one that fills it).
@@ -180,11 +196,12 @@ fn past_count_template(host: Host) -> Template {
     let (disk, former) = support::topic::mem_hosted(host, PER_LEDGER);
     let counted = PER_LEDGER as usize + COUNTED;
     let mut older = Vec::new();
-    let (mut positions, _) = append_watching((host, &disk, &former), (0, counted), &mut older);
+    let (mut positions, _) =
+        append_watching((host, &disk, &former), (0, counted, DAMAGED), &mut older);
     let taken = copy(&disk);
     let (_, file) = append_watching(
         (host, &disk, &former),
-        (counted, counted + PAST_COUNT),
+        (counted, counted + PAST_COUNT, DAMAGED),
         &mut older,
     );
     let file = file.expect("the damaged ledger");
@@ -198,11 +215,11 @@ fn past_count_template(host: Host) -> Template {
     let mut none = Vec::new();
     let (ours, _) = append_watching(
         (host, &taken, &topic),
-        (counted, ENTRIES as usize),
+        (counted, ENTRIES as usize, DAMAGED),
         &mut none,
     );
     positions.extend(ours);
-    let sibling = file_on_disk(host, &taken, topic.ledgers()[SIBLING].id);
+    let sibling = file_on_disk(host, &taken, topic.ledgers()[DAMAGED + 1].id);
     flushed_cursor(&topic, positions[0]);
     let images = images(&taken, |image, disk| {
         let bytes = match image {
@@ -216,6 +233,7 @@ fn past_count_template(host: Host) -> Template {
         host,
         images,
         appended: Appended { positions },
+        probe: DAMAGED * PER_LEDGER as usize + 1,
         sealed: false,
         file,
         sibling,
@@ -549,7 +567,7 @@ fn product(t: &Template, disk: &MemStorage, reads: Reads) -> Answer {
                 answer.note("the cursor's ack", cursor.ack_cumulative(p), |_| true);
             }
             // A reader seeking into the damaged ledger, by index and by time.
-            let probe = PROBE;
+            let probe = t.probe;
             let reader = topic
                 .open_cursor("reader", support::topic::earliest())
                 .expect("a new cursor");
@@ -681,7 +699,12 @@ fn agree_on(t: &Template) {
 
 #[test]
 fn verify_reports_damage_to_a_sealed_ledger_iff_a_use_refuses_it() {
-    support::topic::on_each_host(|host| agree_on(&sealed_template(host)));
+    support::topic::on_each_host(|host| agree_on(&sealed_template(host, false)));
+}
+
+#[test]
+fn verify_reports_damage_to_the_newest_sealed_ledger_iff_the_open_or_a_use_refuses_it() {
+    support::topic::on_each_host(|host| agree_on(&sealed_template(host, true)));
 }
 
 #[test]
