@@ -49,8 +49,8 @@ impl Appended {
 }
 
 /// What a disk holds after the topic stopped: every byte written (the kernel wrote the page
-/// cache back, the seal's claim of the whole file in the header's slot included), or what a
-/// power cut kept (the seal's claim, written after its last fsync, lost).
+/// cache back, the header slot's claim of the last fsync included: a seal's claims the whole
+/// file), or what a power cut kept (that claim, written after the fsync, lost).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Image {
     WrittenBack,
