@@ -591,13 +591,20 @@ fn ledger_findings(
         };
         match recorded(p.ledger) {
             Some(count) if !p.torn_tail && !damage_relied_on(p.entry, Some(count)) => {
+                let what = if p.kind == CorruptionKind::InvalidField("footer") {
+                    format!(
+                        "the footer (index, its checksum or trailer) does not verify, or bytes \
+                         follow it: reads scan the frames, and the {count} entries the topic \
+                         record counts are whole"
+                    )
+                } else {
+                    format!(
+                        "bytes past the {count} entries the topic record counts (a fenced \
+                         former owner's entries, or a footer) are damaged: no read reaches them"
+                    )
+                };
                 unused.push(Finding {
-                    problem: format!(
-                        "{}; past the {count} entries the topic record counts (the footer, \
-                         bytes after it, or a fenced former owner's entries): reads stop at \
-                         the count and scan the frames when the footer does not verify",
-                        finding.problem
-                    ),
+                    problem: format!("{}; {what}", finding.problem),
                     ..finding
                 });
             }

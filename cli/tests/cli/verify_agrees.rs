@@ -222,7 +222,8 @@ fn damage_no_read_relies_on_is_a_warning_and_every_entry_is_served() {
             .unwrap_or_else(|| panic!("{what}: no warning in {text}"));
         assert!(
             warning.contains(&ledger_file_name(ids[0]))
-                && warning.contains("past the 20 entries the topic record counts"),
+                && warning.contains("the footer (index, its checksum or trailer) does not verify")
+                && warning.contains("the 20 entries the topic record counts are whole"),
             "{what}: {warning}"
         );
         assert!(!text.contains("DAMAGED"), "{what}: {text}");
