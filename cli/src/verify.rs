@@ -55,7 +55,9 @@ fn json(report: &Verification) -> serde_json::Value {
             "cursors": report.cursors,
             "damaged": damaged,
             "torn_tails": torn,
+            "warnings": report.unused.len(),
             "findings": findings_json(&report.findings),
+            "unused": findings_json(&report.unused),
             "ok": damaged == 0,
         }),
         Subject::Store {

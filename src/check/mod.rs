@@ -7,9 +7,14 @@
 //! agrees with open"): what the owner's open refuses is reported as damage
 //! ([`Finding::torn_tail`] false); what a kill or a power cut leaves and the next open repairs
 //! (a torn tail, a stray journal segment) is reported as a torn tail, never as damage; files a
-//! store's open does not read are [`Verification::unused`] warnings. It never decides by
-//! opening: a directory whose owner is running is read as it is on disk, so stop the owner for
-//! an exact picture.
+//! store's open does not read are [`Verification::unused`] warnings. A sealed ledger, which the
+//! open of its topic does not read, is checked as its first use opens it: damage before the
+//! count the topic record holds of it is what that use refuses; damage at or past that count
+//! (a footer that does not verify, bytes after it, a fenced former owner's entries) is read by
+//! no use, which serves the whole frames up to the count, so it is a warning in
+//! [`Verification::unused`], one rule for both (`docs/format.md`, "Sealed ledgers open on first
+//! use"). It never decides by opening: a directory whose owner is running is read as it is on
+//! disk, so stop the owner for an exact picture.
 //!
 //! ```
 //! # fn main() -> ackstore::Result<()> {
@@ -251,8 +256,10 @@ pub struct Verification {
     pub journal: Vec<JournalCursor>,
     /// Damage and torn tails, each naming its file.
     pub findings: Vec<Finding>,
-    /// Files the open does not read, or removes (a store's; a topic alone's, the cursor ledger a
-    /// record still names of a cursor its journal holds): warnings, not damage.
+    /// Warnings, not damage: files or bytes no open or read uses, or that the open removes (a
+    /// store's leftovers; a topic alone's, the cursor ledger a record still names of a cursor
+    /// its journal holds; of either, damage in a ledger file past the count the topic record
+    /// holds of it: its footer, bytes after it, a fenced former owner's entries).
     pub unused: Vec<Finding>,
 }
 
@@ -289,7 +296,7 @@ impl fmt::Display for Verification {
         for finding in &self.unused {
             writeln!(
                 f,
-                "{finding}: WARNING (the open does not use it; not damage)"
+                "{finding}: WARNING (no open or read uses these bytes; not damage)"
             )?;
         }
         for cursor in &self.journal {
@@ -298,12 +305,14 @@ impl fmt::Display for Verification {
         match self.subject {
             Subject::Topic => writeln!(
                 f,
-                "checked {} ledgers and {} cursors in {}: {} damaged, {} torn tails",
+                "checked {} ledgers and {} cursors in {}: {} damaged, {} torn tails, {} \
+                 warnings",
                 self.ledgers,
                 self.cursors,
                 self.location,
                 self.damaged(),
-                self.torn_tails()
+                self.torn_tails(),
+                self.unused.len()
             ),
             Subject::Store {
                 topics,

@@ -11,7 +11,7 @@ use crate::format::journal::JournalLoc;
 use crate::format::meta::TopicRecord;
 use crate::format::store::Catalog;
 use crate::journal::index::CursorId;
-use crate::log::{EntryLog, LogConfig, ledger_file_name, verify_log};
+use crate::log::{EntryLog, LogConfig, damage_relied_on, ledger_file_name, verify_log};
 use crate::meta::{FileMetaStore, MetaStore, record_of_file};
 use crate::storage::Storage;
 
@@ -27,9 +27,10 @@ fn check_store_topic(
     (topic_id, store_id): (u64, u64),
     committed: &[CursorId],
 ) -> Result<(Vec<Finding>, Vec<Finding>, usize, usize)> {
-    let mut findings = ledger_findings(storage)?;
-    check_against_record(storage, &mut findings)?;
     let record = read_topic(storage).ok().flatten();
+    let mut unused = Vec::new();
+    let mut findings = ledger_findings(storage, record.as_ref(), &mut unused)?;
+    check_against_record(storage, &mut findings)?;
     // The store's open refuses a topic record of another host first.
     if let Some(Err(e)) = record
         .as_ref()
@@ -56,7 +57,6 @@ fn check_store_topic(
         reads_every_record,
         alone: false,
     };
-    let mut unused = Vec::new();
     let topic = collect_in(storage, true, &mut findings, Some((&usage, &mut unused)));
     if let Some(record) = &record {
         check_other_records(storage, record, &usage, &mut findings, &mut unused)?;
@@ -455,7 +455,9 @@ fn check_journal(
 /// ledger files, the cursor journal the topic hosts as its record lists it, and every cursor's
 /// record, state and cursor ledger.
 pub(super) fn verify_topic(storage: &Arc<dyn Storage>) -> Result<Verification> {
-    let mut findings = ledger_findings(storage)?;
+    let record = read_topic(storage).ok().flatten();
+    let mut unused = Vec::new();
+    let mut findings = ledger_findings(storage, record.as_ref(), &mut unused)?;
     // What the open of a topic on its own refuses first: a store's topic (the rest is checked
     // all the same; its cursors' state lives in the store's journal, not read here).
     // A record that cannot be read is reported by the checks below.
@@ -469,7 +471,6 @@ pub(super) fn verify_topic(storage: &Arc<dyn Storage>) -> Result<Verification> {
     }
     check_against_record(storage, &mut findings)?;
     let mut journal = Vec::new();
-    let record = read_topic(storage).ok().flatten();
     if let Some(record) = &record
         && let Some(check) = check_journal(
             super::topic::check_hosted_journal(storage, record),
@@ -482,7 +483,6 @@ pub(super) fn verify_topic(storage: &Arc<dyn Storage>) -> Result<Verification> {
     // The cursors the journal holds: the open claims their records but reads no cursor ledger
     // a record still names (an import cut short, removed by the cursor's next write).
     let usage = StoreUse::alone(&journal);
-    let mut unused = Vec::new();
     let mut topic = collect_in(storage, true, &mut findings, Some((&usage, &mut unused)));
     unused.extend(metadata_leftovers(storage, record.as_ref())?);
     unused.extend(chunk_leftovers(storage)?);
@@ -564,11 +564,24 @@ fn superseded_ledgers_unused(
     }));
 }
 
-/// Every frame problem of the ledger files in `storage`, as findings.
-fn ledger_findings(storage: &Arc<dyn Storage>) -> Result<Vec<Finding>> {
-    Ok(verify_log(storage.as_ref())?
-        .into_iter()
-        .map(|p| Finding {
+/// Every frame problem of the ledger files in `storage`, as findings; damage no use relies on
+/// goes to `unused` instead: past the count the topic record `record` holds of a ledger (its
+/// footer, bytes after it, a fenced former owner's entries), which the open and every read
+/// leave alone (`damage_relied_on`, the rule the open follows).
+fn ledger_findings(
+    storage: &Arc<dyn Storage>,
+    record: Option<&TopicRecord>,
+    unused: &mut Vec<Finding>,
+) -> Result<Vec<Finding>> {
+    let recorded = |ledger: u64| {
+        record
+            .and_then(|r| r.ledgers.iter().find(|l| l.id == ledger))
+            .map(|l| l.entries)
+            .filter(|n| *n != 0)
+    };
+    let mut findings = Vec::new();
+    for p in verify_log(storage.as_ref())? {
+        let finding = Finding {
             file: ledger_file_name(p.ledger),
             place: match p.entry {
                 Some(e) => format!("ledger {} entry {} at byte {}", p.ledger, e, p.offset),
@@ -576,8 +589,30 @@ fn ledger_findings(storage: &Arc<dyn Storage>) -> Result<Vec<Finding>> {
             },
             problem: p.kind.to_string(),
             torn_tail: p.torn_tail,
-        })
-        .collect())
+        };
+        match recorded(p.ledger) {
+            Some(count) if !p.torn_tail && !damage_relied_on(p.entry, Some(count)) => {
+                let what = if p.kind == CorruptionKind::InvalidField("footer") {
+                    format!(
+                        "the footer (index, its checksum or trailer) does not verify, or bytes \
+                         follow it: reads scan the frames, and the {count} entries the topic \
+                         record counts are whole"
+                    )
+                } else {
+                    format!(
+                        "bytes past the {count} entries the topic record counts (a fenced \
+                         former owner's entries, or a footer) are damaged: no read reaches them"
+                    )
+                };
+                unused.push(Finding {
+                    problem: format!("{}; {what}", finding.problem),
+                    ..finding
+                });
+            }
+            _ => findings.push(finding),
+        }
+    }
+    Ok(findings)
 }
 
 /// The store in `storage`, whose catalog is `catalog`: the cursor journal (read only), then

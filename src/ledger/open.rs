@@ -49,8 +49,9 @@
 //!    summary taken from its first and last frame headers, or, if empty, dropped from the
 //!    record and deleted. Nothing is written into it: a former owner may still be appending.
 //!    A file holding fewer entries than the record counts is [`Error::LedgerMismatch`] (or the
-//!    damage that cut it short); entries beyond the count, and damage past them, were written by
-//!    a fenced owner and are ignored.
+//!    damage that cut it short); entries beyond the count, and damage or a torn tail past
+//!    them, were written by a fenced owner and are ignored (`EntryLog::check_holds`, the rule
+//!    a sealed ledger's first use follows too; `verify` warns of such damage).
 //! 5. Ledger ids come from blocks reserved in the topic record by compare-and-set (the first
 //!    with a claim that writes the record, above every id the record or the disk knows; for a
 //!    topic of a store, and for a topic of its own claimed by a link, on first need, above the
@@ -1022,28 +1023,16 @@ fn finish_ledger(log: &EntryLog, rec: &LedgerRecord) -> Result<Option<LedgerReco
     }
     let info = log.ledger_info(rec.id)?;
     // A ledger is recorded with its count only once that many entries were synced, so the file
-    // must still hold that many. More can only be entries a fenced owner appended after a newer
-    // owner recorded the count: they stay in the file and are never read (the layout stops at
-    // the recorded count), and so does damage past them (a frame the fenced owner was writing
-    // when the ledger was scanned).
-    if rec.entries != 0 {
-        if info.entries < rec.entries {
-            if let Some((offset, kind)) = info.damaged {
-                return Err(Error::corrupted(rec.id, offset, kind));
-            }
-            return Err(Error::LedgerMismatch {
-                ledger: rec.id,
-                recorded: rec.entries,
-                found: info.entries,
-                dir: log.storage().location().into(),
-            });
-        }
+    // must still hold that many whole. More can only be entries a fenced owner appended after a
+    // newer owner recorded the count: they stay in the file and are never read (the layout
+    // stops at the recorded count), and so does damage past the count (their frames, a footer,
+    // bytes after it). The ledger the previous owner was appending to (no count recorded): any
+    // damage in it may have cut synced entries, so the topic is refused, naming it. One rule
+    // for this open and a sealed ledger's first use (`EntryLog::check_holds`).
+    let recorded = (rec.entries != 0).then_some(rec.entries);
+    log.check_holds(rec.id, info.entries, info.damaged, recorded)?;
+    if recorded.is_some() {
         return Ok(Some(*rec));
-    }
-    // The ledger the previous owner was appending to. Damage before its tail would lose
-    // entries: refuse the topic, naming it.
-    if let Some((offset, kind)) = info.damaged {
-        return Err(Error::corrupted(rec.id, offset, kind));
     }
     if info.entries == 0 {
         return Ok(None);

@@ -218,6 +218,21 @@ pub fn parse_ledger_file_name(name: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
+/// Whether damage in a ledger file where entry `at` should start (`None`: its header, or no
+/// entry) is damage a use of the ledger relies on, for a ledger its owner recorded with
+/// `recorded` entries (`None`: not recorded yet; its entries are all that the file proves
+/// synced, so any damage there may have cut them). A recorded ledger is served up to its count
+/// from whole frames, scanned when its footer does not verify, so damage at or past the count
+/// (its footer, bytes after it, a fenced former owner's entries) is read by no use: the open
+/// serves the ledger and `verify` warns of it. Both decide by this.
+#[must_use]
+pub(crate) fn damage_relied_on(at: Option<u64>, recorded: Option<u64>) -> bool {
+    match (at, recorded) {
+        (Some(at), Some(recorded)) => at < recorded,
+        _ => true,
+    }
+}
+
 /// Hands out a new block `[start, end)` of ledger ids that no other writer of the directory
 /// uses (see [`EntryLog::reserve_ids`]).
 #[derive(Clone)]
@@ -315,10 +330,13 @@ impl EntryLog {
     /// [`EntryLog::open_locked`] (`cut_tails`) or [`EntryLog::open_locked_keeping_tails`]
     /// (not), except that the files of `sealed` ledgers (id to the entry count their owner
     /// recorded them with) are listed but not opened: each opens on its first use (a read, its
-    /// count, its summary), without cutting anything, and that use fails if the file does not
-    /// hold the recorded count: [`Error::Corrupted`] naming the ledger for damage (or a file
-    /// shorter than a header) before it, [`Error::LedgerMismatch`] for a file cut short
-    /// cleanly, [`Error::MissingLedger`] for a file removed since; the next use tries again.
+    /// count, its summary), without cutting anything, and that use fails as
+    /// [`EntryLog::check_holds`] decides: [`Error::Corrupted`] naming the ledger for damage
+    /// before the recorded count (or a file shorter than a header), [`Error::LedgerMismatch`]
+    /// for a file holding fewer entries than recorded without damage; [`Error::MissingLedger`]
+    /// for a file removed since; the next use tries again. Damage at or past the recorded count
+    /// (a footer that does not verify, bytes after it, a fenced former owner's entries) and a
+    /// torn tail are left in place, and reads stop at the count.
     /// Deleting a deferred ledger opens nothing. `listed` is every name the storage held at one
     /// listing the caller took after it claimed the storage (it reads the same listing for
     /// what else the directory holds): the open lists nothing more, whatever the number of
@@ -523,25 +541,45 @@ impl EntryLog {
                 ledger
             }
         };
-        // As an eager open of the topic: the file must hold the recorded count; entries past
-        // it (and damage past them) were written by a fenced owner and are never read.
-        if ledger.entry_count() < recorded {
-            return Err(match ledger.damage() {
-                Some((offset, kind)) => Error::corrupted(id, offset, kind),
-                None => Error::LedgerMismatch {
-                    ledger: id,
-                    recorded,
-                    found: ledger.entry_count(),
-                    dir: self.storage.location().into(),
-                },
-            });
-        }
+        self.check_holds(id, ledger.entry_count(), ledger.damage(), Some(recorded))?;
         deferred.remove(&id);
         self.ledgers
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(id, ledger.clone());
         Ok(ledger)
+    }
+
+    /// Whether ledger `id`, whose open found `found` whole entries and `damage` (where the
+    /// scan stopped, and why), may be served to the count its owner recorded (`None`: not
+    /// recorded yet, the ledger an owner was appending to, whose entries are all that the file
+    /// proves synced). The one rule for every open of a listed ledger, a sealed ledger's first
+    /// use and the topic's open alike: [`Error::Corrupted`] for damage a use relies on
+    /// ([`damage_relied_on`]), [`Error::LedgerMismatch`] for fewer entries than recorded
+    /// without damage. Damage past the recorded count (a footer that does not verify, bytes
+    /// after it, a fenced former owner's entries) is left in the file: reads stop at the count
+    /// and every one checks its frame.
+    pub(crate) fn check_holds(
+        &self,
+        id: u64,
+        found: u64,
+        damage: Option<(u64, CorruptionKind)>,
+        recorded: Option<u64>,
+    ) -> Result<()> {
+        if let Some((offset, kind)) = damage
+            && damage_relied_on(Some(found), recorded)
+        {
+            return Err(Error::corrupted(id, offset, kind));
+        }
+        match recorded {
+            Some(recorded) if found < recorded => Err(Error::LedgerMismatch {
+                ledger: id,
+                recorded,
+                found,
+                dir: self.storage.location().into(),
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// Creates a new, empty ledger and returns its id: greater than every ledger id this handle

@@ -318,9 +318,7 @@ pub(crate) fn after_damage(
             return Ok(AfterDamage::Corruption);
         }
     }
-    let n = (win.size() - x).min(INDEX_MAGIC.len() as u64);
-    let at_x = win.get(x, n)?.unwrap_or_default();
-    if n > 0 && INDEX_MAGIC.starts_with(at_x) {
+    if index_starts_at(win, x)? {
         // The start of an index block: a seal whose trailer did not reach the disk.
         return Ok(AfterDamage::InterruptedSeal);
     }
@@ -338,6 +336,30 @@ pub(crate) fn after_damage(
         min_entry = f.entry_id + run.offsets.len() as u64;
     }
     Ok(AfterDamage::TornTail)
+}
+
+/// Whether the bytes at `x` start an index block (all of its magic, or as much as the file
+/// holds).
+fn index_starts_at(win: &mut Window<'_>, x: u64) -> Result<bool> {
+    let n = (win.size() - x).min(INDEX_MAGIC.len() as u64);
+    let at_x = win.get(x, n)?.unwrap_or_default();
+    Ok(n > 0 && INDEX_MAGIC.starts_with(at_x))
+}
+
+/// Whether a footer for the `expected` frames ending at `x` starts there, whole or not: a
+/// valid trailer ending the file for exactly those frames (its index damaged, or bytes after
+/// it), or the start of an index block (its index or trailer damaged). Damage found at `x`
+/// is then in the footer, and every frame before it is whole.
+pub(crate) fn footer_at(
+    win: &mut Window<'_>,
+    h: &LedgerHeader,
+    x: u64,
+    expected: u64,
+) -> Result<bool> {
+    if end_trailer(win, h)?.is_some_and(|t| t.data_end == x && t.entry_count == expected) {
+        return Ok(true);
+    }
+    index_starts_at(win, x)
 }
 
 /// What the first bytes of a ledger file hold.

@@ -7,7 +7,7 @@
 use super::ledger_file_name;
 use super::parse_ledger_file_name;
 use super::recover::{
-    AfterDamage, HeaderCheck, Window, after_damage, check_header, next_whole_frame,
+    AfterDamage, HeaderCheck, Window, after_damage, check_header, footer_at, next_whole_frame,
     recorded_synced, scan_frames, sealed_before_zeros, try_sealed,
 };
 use crate::error::{CorruptionKind, Error, Result};
@@ -104,7 +104,14 @@ pub fn verify_ledger(storage: &dyn Storage, ledger: u64) -> Result<Vec<FrameProb
                 break;
             }
             AfterDamage::Corruption => {
-                problems.push(problem(Some(expected), at, damage.kind, false));
+                // At the end of the frames, a footer that does not verify (or bytes after it)
+                // is named as such: every frame before it is whole.
+                let kind = if footer_at(&mut win, &h, at, expected)? {
+                    CorruptionKind::InvalidField("footer")
+                } else {
+                    damage.kind
+                };
+                problems.push(problem(Some(expected), at, kind, false));
             }
         }
         match next_whole_frame(&mut win, &h, at, expected)? {

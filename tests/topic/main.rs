@@ -26,6 +26,7 @@ mod managed_ledger;
 mod open_stamps_earlier_cursor_records;
 mod open_syncs;
 mod operator_metrics_and_events;
+mod sealed_ledger_damage_agrees_with_verify;
 mod sealed_ledgers_open_on_first_use;
 mod stress_threads;
 mod sweep_against_new_owner;

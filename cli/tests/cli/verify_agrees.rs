@@ -1,6 +1,7 @@
 //! `ackstore verify` agrees with the owner's open: whatever `ManagedLedger::open`, or the first
 //! read of a sealed ledger (which the open does not read), refuses, verify reports as damage
-//! (exit 1); what they accept, verify does not (exit 0). Open never
+//! (exit 1); what they accept, verify does not (exit 0): damage past a sealed ledger's recorded
+//! count (its footer, bytes after it), which no read uses, is a warning. Open never
 //! deletes the file of a recorded ledger. `inspect` exits 2 when the topic record is
 //! unreadable.
 
@@ -176,5 +177,77 @@ fn a_fenced_owners_frames_past_a_sealed_count_are_not_damage() {
             "{stale} stale entries: verify printed {}",
             String::from_utf8_lossy(&verified.stdout)
         );
+    }
+}
+
+/// A change to a ledger file's bytes.
+type Edit = fn(&mut Vec<u8>);
+
+/// Changes the bytes of ledger `id`'s file in `dir` by `edit`.
+fn edit_ledger(dir: &Path, id: u64, edit: impl FnOnce(&mut Vec<u8>)) {
+    let path = dir.join(ledger_file_name(id));
+    let mut bytes = std::fs::read(&path).unwrap();
+    edit(&mut bytes);
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn damage_no_read_relies_on_is_a_warning_and_every_entry_is_served() {
+    let cases: [(&str, Edit); 3] = [
+        ("a bit flipped in the footer's index", |bytes| {
+            // The trailer (the last 36 bytes) starts with where the frames end.
+            let trailer = bytes.len() - 36;
+            let data_end = u64::from_le_bytes(bytes[trailer..trailer + 8].try_into().unwrap());
+            bytes[usize::try_from(data_end).unwrap() + 12] ^= 1;
+        }),
+        ("a bit flipped in the trailer", |bytes| {
+            let at = bytes.len() - 2;
+            bytes[at] ^= 0x10;
+        }),
+        ("bytes appended after the footer", |bytes| {
+            bytes.extend_from_slice(b"not a frame");
+        }),
+    ];
+    for (what, damage) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let ids = topic(dir);
+        edit_ledger(dir, ids[0], damage);
+        let verified = support::cli::run(&["verify", dir.to_str().unwrap()]);
+        let text = String::from_utf8_lossy(&verified.stdout).into_owned();
+        assert_eq!(verified.status.code(), Some(0), "{what}: {text}");
+        let warning = text
+            .lines()
+            .find(|l| l.contains("WARNING"))
+            .unwrap_or_else(|| panic!("{what}: no warning in {text}"));
+        assert!(
+            warning.contains(&ledger_file_name(ids[0]))
+                && warning.contains("the footer (index, its checksum or trailer) does not verify")
+                && warning.contains("the 20 entries the topic record counts are whole"),
+            "{what}: {warning}"
+        );
+        assert!(!text.contains("DAMAGED"), "{what}: {text}");
+        let json = support::cli::run(&["verify", "--json", dir.to_str().unwrap()]);
+        let report: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+        assert_eq!(
+            (&report["ok"], &report["warnings"]),
+            (&serde_json::json!(true), &serde_json::json!(1)),
+            "{what}: {report}"
+        );
+        // The open serves every entry, the damaged ledger's included, as appended.
+        let ml = ManagedLedger::open(dir, support::topic::config(20)).unwrap();
+        let cursor = ml.open_cursor("all", support::topic::earliest()).unwrap();
+        let mut payloads = Vec::new();
+        loop {
+            let read = cursor.read_entries(100).unwrap();
+            if read.is_empty() {
+                break;
+            }
+            payloads.extend(read.into_iter().map(|e| e.payload));
+        }
+        let appended: Vec<Vec<u8>> = (0..50).map(|i| format!("entry {i}").into_bytes()).collect();
+        assert_eq!(payloads, appended, "{what}");
+        drop(cursor);
+        ml.close().unwrap();
     }
 }
