@@ -125,20 +125,21 @@ impl Charge {
     }
 
     /// The charge after a change of `bitmap`, which now holds `len` values, `grew` if it gained
-    /// values (`one_insert` if by one `insert`). Two growths need no statistics (which scan a bitmap container for its largest
-    /// value): a bitmap container stays one (8 KiB) unless it becomes full (then `settle` makes
-    /// it one run), and an array container that gained one value by `insert` and holds no more
-    /// than its capacity and the array limit was neither reallocated (a vector grows only past
-    /// its capacity) nor converted, so it is charged as before.
+    /// values (`inserts_only` if by `insert`s alone). Two growths need no statistics (which scan
+    /// a bitmap container for its largest value): a bitmap container stays one (8 KiB) unless
+    /// it becomes full (then `settle` makes it one run), and an array container that gained
+    /// values by `insert`s alone and holds no more than its capacity and the array limit was
+    /// neither reallocated (a vector grows only past its capacity, and an insert never shrinks
+    /// it) nor converted (that happens only past the limit), so it is charged as before.
     #[must_use]
     pub fn after_change(
         self,
         bitmap: &RoaringBitmap,
         len: u64,
         grew: bool,
-        one_insert: bool,
+        inserts_only: bool,
     ) -> Self {
-        let same_array = one_insert && len <= self.array_capacity.min(ARRAY_LIMIT) as u64;
+        let same_array = inserts_only && len <= self.array_capacity.min(ARRAY_LIMIT) as u64;
         if grew && ((self.bitmap_container && len < PARTITION_SPAN) || same_array) {
             self
         } else {
@@ -162,9 +163,9 @@ fn settle_len(bitmap: &mut RoaringBitmap, len: u64) {
     }
 }
 
-/// [`settle`] after a change that grew a partition charged `before` by one value, to `len`
-/// values: inserting one value never makes an array or bitmap container a run container, so
-/// only a full partition or a run container needs looking at.
+/// [`settle`] after `insert`s grew a partition charged `before` to `len` values: an insert
+/// never makes an array or bitmap container a run container, so only a full partition or a
+/// run container needs looking at.
 pub fn settle_after_insert(bitmap: &mut RoaringBitmap, before: Charge, len: u64) {
     if before.run_peak > 0 || len == PARTITION_SPAN {
         settle_len(bitmap, len);

@@ -526,37 +526,45 @@ impl CursorState {
         Ok(true)
     }
 
-    /// Acknowledges every position of `positions` at once: all are checked first, so on an
-    /// error nothing changes. Returns how many entries were newly acknowledged.
+    /// Acknowledges every position of `positions` at once: all are checked first, so when one
+    /// is no retained entry nothing changes; a partition that fails to load may leave a part
+    /// acknowledged (never the entry after mark-delete individually). Returns how many entries
+    /// were newly acknowledged.
     pub(crate) fn ack_many(&mut self, layout: &Layout, positions: &[Position]) -> Result<u64> {
-        let after_mark = |p: &Position| self.mark_delete.is_none_or(|m| *p > m);
-        if let Some(&bad) = positions
-            .iter()
-            .find(|p| after_mark(p) && !layout.contains(**p))
-        {
-            return Err(Error::NoSuchEntry(bad));
-        }
-        let mut changed = 0;
-        let first_unacked = layout.after_mark(self.mark_delete);
+        let mark = self.mark_delete;
+        let after_mark = |p: &Position| mark.is_none_or(|m| *p > m);
+        let first_unacked = layout.after_mark(mark);
+        // The entry after mark-delete is never in `acks`: given, it is newly acknowledged.
         let mut fills_first = false;
-        // As in `ack`: no partial entry to load or forget when there is none at all.
-        let batched = self.batch.len() > 0;
-        for &pos in positions.iter().filter(|p| after_mark(p)) {
-            if batched {
+        for p in positions.iter().filter(|p| after_mark(p)) {
+            if !layout.contains(*p) {
+                return Err(Error::NoSuchEntry(*p));
+            }
+            fills_first |= Some(*p) == first_unacked;
+        }
+        let mut acked = positions.iter().copied().filter(|p| after_mark(p));
+        // As in `ack`: no partial entry to load or forget when there is none at all, and then
+        // the positions go to the ack set in one call.
+        let added = if self.batch.len() > 0 {
+            acked.try_fold(0, |changed, pos| {
                 self.batch.prepare(pos)?;
-            }
-            let added = self.acks.add(pos)?;
-            changed += u64::from(added);
-            fills_first |= added && Some(pos) == first_unacked;
-            if batched {
+                let added = self.acks.add(pos)?;
                 self.batch.remove(pos)?;
-            }
-        }
+                Ok(changed + u64::from(added))
+            })
+        } else {
+            self.acks.add_many(acked)
+        };
         // As in `ack`: mark-delete moves only when the first entry after it was acknowledged.
+        // After a failed load too: it may be among the positions added before the failure, and
+        // is never left in `acks`.
         if fills_first {
-            self.absorb(layout)?;
+            let absorbed = self.absorb(layout);
+            let changed = added?;
+            absorbed?;
+            return Ok(changed);
         }
-        Ok(changed)
+        added
     }
 
     /// Acknowledges the next `n` unacknowledged entries after mark-delete, stepping over the

@@ -69,6 +69,7 @@ impl PartitionStore for FaultyStore {
 #[derive(Clone, Debug)]
 enum Op {
     Add(Position),
+    AddMany(Vec<Position>),
     AddRange(u64, u64, u64),
     RemoveAtMost(Position),
     Contains(Position),
@@ -99,6 +100,13 @@ fn position() -> impl Strategy<Value = Position> {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         8 => position().prop_map(Op::Add),
+        3 => prop_oneof![
+            // In one ledger (ordered by partition) and across ledgers.
+            (1u64..5, prop::collection::vec(entry_id(), 0..140))
+                .prop_map(|(l, es)| es.into_iter().map(|e| Position::new(l, e)).collect()),
+            prop::collection::vec(position(), 0..140),
+        ]
+        .prop_map(Op::AddMany),
         3 => (1u64..5, entry_id(), 0u64..70_000)
             .prop_map(|(l, first, len)| Op::AddRange(l, first, first + len % 40_000)),
         2 => position().prop_map(Op::RemoveAtMost),
@@ -136,6 +144,23 @@ fn contents(w: &mut RangeSetWrapper, store: &FaultyStore) -> BTreeSet<Position> 
     out
 }
 
+/// The wrapper's contents after an add that failed, checked against the `model` before it:
+/// nothing lost, and nothing added that the call was not `given`.
+fn after_failed_add(
+    model: &BTreeSet<Position>,
+    w: &mut RangeSetWrapper,
+    store: &FaultyStore,
+    given: impl Fn(&Position) -> bool,
+) -> BTreeSet<Position> {
+    let now = contents(w, store);
+    assert!(model.is_subset(&now), "an ack was lost");
+    assert!(
+        now.iter().all(|p| model.contains(p) || given(p)),
+        "an ack was invented"
+    );
+    now
+}
+
 /// Writes every dirty partition as the persistence layer does; `true` when all were written.
 fn flush(w: &mut RangeSetWrapper) -> bool {
     for key in w.dirty_keys() {
@@ -166,6 +191,20 @@ fn step(
                 assert_eq!(added, model.insert(p), "add {p}");
             }
         }
+        Op::AddMany(ref ps) => {
+            let expected = ps
+                .iter()
+                .filter(|p| !model.contains(p))
+                .collect::<BTreeSet<_>>();
+            match w.add_many(ps.iter().copied()) {
+                Ok(added) => {
+                    assert_eq!(added, expected.len() as u64, "add_many {ps:?}");
+                    model.extend(ps.iter().copied());
+                }
+                // Documented: some of the positions may have been added, and nothing else.
+                Err(_) => *model = after_failed_add(model, w, store, |p| ps.contains(p)),
+            }
+        }
         Op::AddRange(l, first, last) => {
             // The model after the range, without copying it: its members plus `range`.
             let range = Position::new(l, first)..=Position::new(l, last);
@@ -176,17 +215,9 @@ fn step(
                     assert_eq!(added, expected, "add_range {l}:{first}..={last}");
                     model.extend((first..=last).map(|e| Position::new(l, e)));
                 }
-                Err(_) => {
-                    // Documented: the part of the range before the failing partition may
-                    // have been added, and nothing else.
-                    let now = contents(w, store);
-                    assert!(model.is_subset(&now), "an ack was lost");
-                    assert!(
-                        now.iter().all(|p| model.contains(p) || range.contains(p)),
-                        "an ack was invented"
-                    );
-                    *model = now;
-                }
+                // Documented: the part of the range before the failing partition may have
+                // been added, and nothing else.
+                Err(_) => *model = after_failed_add(model, w, store, |p| range.contains(p)),
             }
         }
         Op::RemoveAtMost(p) => {

@@ -41,6 +41,7 @@ impl PartitionStore for SharedStore {
 #[derive(Clone, Debug)]
 enum Op {
     Add(Position),
+    AddMany(Vec<Position>),
     AddRange(u64, u64, u64),
     RemoveAtMost(Position),
     Contains(Position),
@@ -68,9 +69,32 @@ fn position() -> impl Strategy<Value = Position> {
     (0u64..4, entry_id()).prop_map(|(l, e)| Position::new(l, e))
 }
 
+/// Groups for `add_many`, up to twice the group it takes at a time: in one ledger within two
+/// partitions or 63 apart (ordered by partition), 64 apart (taken as they come), and anywhere.
+pub(crate) fn positions() -> impl Strategy<Value = Vec<Position>> {
+    let group = |last_chunk: u64| {
+        let far = last_chunk << 16;
+        (
+            0u64..4,
+            prop::collection::vec(
+                prop_oneof![0u64..40, 65_520u64..65_560, far..far + 4],
+                0..140,
+            ),
+        )
+            .prop_map(|(l, es)| es.into_iter().map(|e| Position::new(l, e)).collect())
+    };
+    prop_oneof![
+        group(2),
+        group(63),
+        group(64),
+        prop::collection::vec(position(), 0..140),
+    ]
+}
+
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => position().prop_map(Op::Add),
+        2 => positions().prop_map(Op::AddMany),
         3 => (0u64..4, entry_id(), 0u64..80)
             .prop_map(|(l, first, len)| Op::AddRange(l, first, first.saturating_add(len))),
         1 => position().prop_map(Op::RemoveAtMost),
@@ -156,6 +180,13 @@ fn step(op: &Op, model: &mut BTreeSet<Position>, set: &mut AckSet, w: &mut Subje
             let expected = model.insert(p);
             assert_eq!(set.add(p), expected);
             assert_eq!(wr.add(p).expect("add"), expected);
+        }
+        Op::AddMany(ref ps) => {
+            let before = model.len();
+            model.extend(ps.iter().copied());
+            let added = (model.len() - before) as u64;
+            assert_eq!(ps.iter().filter(|p| set.add(**p)).count() as u64, added);
+            assert_eq!(wr.add_many(ps.iter().copied()).expect("add_many"), added);
         }
         Op::AddRange(l, first, last) => {
             let before = model.len();
@@ -292,6 +323,7 @@ fn both_sets_match_the_model_while_partitions_are_evicted_and_reloaded() {
 #[derive(Clone, Debug)]
 enum PairOp {
     Add(Position),
+    AddMany(Vec<Position>),
     AddRange(u64, u64, u64),
     RemoveAtMost(Position),
     Query(Position, Position),
@@ -307,6 +339,7 @@ fn pair_op() -> impl Strategy<Value = PairOp> {
     let pos = (1u64..4, entry.clone()).prop_map(|(l, e)| Position::new(l, e));
     prop_oneof![
         6 => pos.clone().prop_map(PairOp::Add),
+        2 => positions().prop_map(PairOp::AddMany),
         2 => (1u64..4, entry, 0u64..70_000)
             .prop_map(|(l, first, n)| PairOp::AddRange(l, first, first.saturating_add(n))),
         1 => pos.clone().prop_map(PairOp::RemoveAtMost),
@@ -331,6 +364,10 @@ proptest! {
         for op in ops {
             match op {
                 PairOp::Add(p) => prop_assert_eq!(w.add(p).expect("add"), s.add(p)),
+                PairOp::AddMany(ps) => {
+                    let added = ps.iter().filter(|p| s.add(**p)).count() as u64;
+                    prop_assert_eq!(w.add_many(ps).expect("add_many"), added);
+                }
                 PairOp::AddRange(l, a, b) => {
                     prop_assert_eq!(w.add_range(l, a, b).expect("add_range"), s.add_range(l, a, b));
                 }
