@@ -1,0 +1,116 @@
+//! A tick's markers are appended in slices of about 1 MiB (`tick.rs`, `MARKER_SLICE`), not in
+//! one buffer of the whole tick. A tick of 60,000 cursors writes several slices and reads back
+//! whole; a write that fails on the first slice is cut back and the next tick writes again (as
+//! a tick's one write always was); a write that fails on a later slice leaves the earlier
+//! slices in the segment and latches the journal, and the reopen finds every cursor at a state
+//! it had: the one its last successful tick made durable, or the failed tick's, never another.
+
+use std::sync::Arc;
+
+use ackstore::internals::format::cursor::PersistedState;
+use ackstore::internals::journal::index::CursorId;
+use ackstore::internals::journal::{CursorFlush, Journal, JournalConfig, Seal};
+use ackstore::{Error, MemStorage, Position};
+
+/// Cursors of every tick: their markers (deltas after the first tick) fill a few slices.
+const CURSORS: u64 = 60_000;
+
+fn id(i: u64) -> CursorId {
+    CursorId {
+        topic: 1 + i / 1_000,
+        cursor: i % 1_000,
+    }
+}
+
+fn open(disk: &MemStorage) -> Arc<Journal> {
+    Arc::new(
+        Journal::open(
+            Arc::new(disk.clone()),
+            JournalConfig::default(),
+            Seal::default(),
+        )
+        .expect("open"),
+    )
+}
+
+/// Every cursor's flush to mark-delete `mark` (no acks above it: markers alone).
+fn flushes(mark: u64) -> Vec<CursorFlush> {
+    (0..CURSORS)
+        .map(|i| CursorFlush {
+            cursor: id(i),
+            name: 0,
+            state: PersistedState {
+                mark_delete: Position::new(1, mark),
+                epoch: 0,
+                properties: Default::default(),
+            },
+            written: Vec::new(),
+            live: Vec::new(),
+        })
+        .collect()
+}
+
+/// Each cursor's mark-delete entry in `journal`.
+fn marks(journal: &Journal) -> Vec<u64> {
+    (0..CURSORS)
+        .map(|i| journal.state(id(i)).expect("a state").mark_delete.entry_id)
+        .collect()
+}
+
+#[test]
+fn a_tick_of_many_cursors_appends_its_markers_in_slices_and_reads_back_whole() {
+    let disk = MemStorage::new();
+    let journal = open(&disk);
+    journal.commit(&flushes(1)).unwrap();
+    let before = disk.growing_writes();
+    let stats = journal.commit(&flushes(2)).unwrap();
+    let writes = disk.growing_writes() - before;
+    // Three slices at least, each one write of at least 1 MiB but the last.
+    assert!(stats.bytes > 3 << 20, "{} bytes", stats.bytes);
+    assert!(
+        (3..=stats.bytes.div_ceil(1 << 20)).contains(&writes),
+        "{writes} writes"
+    );
+    drop(journal);
+    assert!(marks(&open(&disk)).iter().all(|&m| m == 2));
+}
+
+#[test]
+fn a_failed_first_slice_is_cut_back_and_the_next_tick_writes_again() {
+    let disk = MemStorage::new();
+    let journal = open(&disk);
+    journal.commit(&flushes(1)).unwrap();
+    disk.enospc_after(Some(0));
+    assert!(journal.commit(&flushes(2)).is_err());
+    disk.enospc_after(None);
+    assert!(!journal.is_latched());
+    journal.commit(&flushes(3)).unwrap();
+    drop(journal);
+    assert!(marks(&open(&disk)).iter().all(|&m| m == 3));
+}
+
+#[test]
+fn a_failed_later_slice_latches_and_the_reopen_finds_each_cursor_at_a_state_it_had() {
+    for landed in [1, 2] {
+        let disk = MemStorage::new();
+        let journal = open(&disk);
+        journal.commit(&flushes(1)).unwrap();
+        disk.enospc_after(Some(landed));
+        assert!(journal.commit(&flushes(2)).is_err(), "{landed}");
+        disk.enospc_after(None);
+        assert!(journal.is_latched(), "{landed}");
+        assert!(
+            matches!(journal.commit(&flushes(3)), Err(Error::PreviousIo)),
+            "{landed}"
+        );
+        drop(journal);
+        let marks = marks(&open(&disk));
+        // Flushed means kept: no cursor below the durable tick; none past the failed one.
+        assert!(marks.iter().all(|&m| m == 1 || m == 2), "{landed}");
+        // The slices that landed hold the first cursors' markers, in the tick's order.
+        let moved = marks.iter().take_while(|&&m| m == 2).count();
+        assert!(moved > 0, "{landed}");
+        assert!(marks[moved..].iter().all(|&m| m == 1), "{landed}");
+        assert!(moved < marks.len(), "{landed}");
+    }
+}
