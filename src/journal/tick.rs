@@ -456,13 +456,12 @@ impl Tick<'_> {
             Ok(snapshots)
         })();
         let snapshots = built.inspect_err(|e| {
-            // Slices appended before the failure stay in the segment (a new owner may have
-            // read them: they are not cut back), and a later tick building a delta on a
-            // marker the index never committed would not verify: the journal refuses every
-            // later write until the store is reopened, as after a failed sync. A failure of
-            // the first slice was cut back by `append`: the next tick writes it again.
+            // A failure of the first slice was cut back by `append`; one after slices landed
+            // cuts the segment back to where the tick began: the next tick writes every
+            // marker again (a full disk freed meanwhile loses nothing), as after a tick's one
+            // write failed.
             if appended > 0 {
-                w.latch(e);
+                j.undo_tick(&mut w, seq, base, e);
             }
         })?;
         let dir = w.dir_unsynced;
