@@ -1076,6 +1076,15 @@ const SWEEP_FIGURES: &[(&str, &[&str])] = &[
     ("restart_open_ms", &["restart_phases_ms", "open"]),
     ("restart_topics_ms", &["restart_phases_ms", "topics"]),
     ("restart_cursors_ms", &["restart_phases_ms", "cursors"]),
+    ("restart_open_cpu_ms", &["restart_phases_cpu_ms", "open"]),
+    (
+        "restart_topics_cpu_ms",
+        &["restart_phases_cpu_ms", "topics"],
+    ),
+    (
+        "restart_cursors_cpu_ms",
+        &["restart_phases_cpu_ms", "cursors"],
+    ),
     ("peak_rss_bytes", &["peak_rss_bytes"]),
     ("peak_rss_anon_bytes", &["peak_rss_anon_bytes"]),
     ("peak_rss_file_bytes", &["peak_rss_file_bytes"]),

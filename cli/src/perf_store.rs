@@ -51,11 +51,15 @@ pub struct Figures {
     pub tick_syncs: Vec<u64>,
     /// Bytes every tick appended to the store's journal (empty for the baseline).
     pub tick_bytes: Vec<u64>,
+    /// What each tick's journal did besides its own records (empty for the baseline): the
+    /// segments its rollovers deleted, the full markers they wrote to re-base chains, and the
+    /// partitions loaded back from the journal while it ran.
+    pub tick_journal: Vec<TickJournal>,
     /// Restart: open, every topic, every cursor to its first read.
     pub restart: Duration,
     /// The restart's phases: the store's open (its claim and the journal's scan; the
     /// baseline has none), every topic's open, every cursor's open and first read.
-    pub restart_phases: [Duration; 3],
+    pub restart_phases: [Phase; 3],
     /// CPU time of every thread of the process during the restart, the resident-set sampler's
     /// included (on a shared machine the restart's wall time is mostly waiting for a CPU).
     pub restart_cpu: Duration,
@@ -145,11 +149,21 @@ impl Figures {
             "setup_rss_per_cursor_bytes": grown as f64 / total as f64,
             "fsyncs_per_tick": self.tick_syncs.iter().copied().max().unwrap_or(0),
             "tick_bytes_median": bytes_median,
+            "tick_journal": self.tick_journal.iter().map(|t| serde_json::json!({
+                "rollovers": t.rollovers,
+                "rebases": t.rebases,
+                "loads": t.loads,
+            })).collect::<Vec<_>>(),
             "restart_ms": restart_ms,
             "restart_phases_ms": {
-                "open": ms(self.restart_phases[0]),
-                "topics": ms(self.restart_phases[1]),
-                "cursors": ms(self.restart_phases[2]),
+                "open": ms(self.restart_phases[0].wall),
+                "topics": ms(self.restart_phases[1].wall),
+                "cursors": ms(self.restart_phases[2].wall),
+            },
+            "restart_phases_cpu_ms": {
+                "open": ms(self.restart_phases[0].cpu),
+                "topics": ms(self.restart_phases[1].cpu),
+                "cursors": ms(self.restart_phases[2].cpu),
             },
             "restart_per_cursor_us": restart_ms * 1e3 / total as f64,
             "restart_cpu_ms": ms(self.restart_cpu),
@@ -161,6 +175,64 @@ impl Figures {
             "ack_p99_us_during_flush": self.ack_p99_us,
             "acks_during_flush": self.acks_during_flush,
             "verified": self.verified,
+        })
+    }
+}
+
+/// The wall time of one phase of a run, and the CPU time of every thread of the process
+/// meanwhile.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Phase {
+    /// Wall time.
+    pub wall: Duration,
+    /// CPU time of every thread of the process (the resident-set sampler's included).
+    pub cpu: Duration,
+}
+
+/// When a phase started, on both clocks of a [`Phase`].
+struct Stamp {
+    wall: Instant,
+    cpu_ns: u64,
+}
+
+impl Stamp {
+    fn now() -> Self {
+        Self {
+            cpu_ns: process_cpu_ns(None),
+            wall: Instant::now(),
+        }
+    }
+
+    /// The phase from this stamp to now.
+    fn elapsed(&self) -> Phase {
+        Phase {
+            wall: self.wall.elapsed(),
+            cpu: Duration::from_nanos(process_cpu_ns(None).saturating_sub(self.cpu_ns)),
+        }
+    }
+}
+
+/// What one tick's journal did besides the tick's own records (counter differences of
+/// `Store::journal_stats` around the tick).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TickJournal {
+    /// Segments its rollovers deleted.
+    pub rollovers: u64,
+    /// Full markers its rollovers wrote to re-base cursors' chains.
+    pub rebases: u64,
+    /// Partitions loaded back from the journal while the tick ran (the concurrent acker's
+    /// loads too).
+    pub loads: u64,
+}
+
+impl TickJournal {
+    /// What the journal of `store` did since its counters were `before`.
+    fn since(before: Option<ackstore::JournalStats>, store: Option<&Store>) -> Option<Self> {
+        let (before, after) = (before?, store?.journal_stats());
+        Some(Self {
+            rollovers: after.rollovers - before.rollovers,
+            rebases: after.rebases - before.rebases,
+            loads: after.loads - before.loads,
         })
     }
 }
@@ -388,16 +460,16 @@ impl Fleet {
     }
 
     /// Opens every topic and cursor, from `threads` threads (topics and their cursors spread
-    /// over them); `phases` gets the time of the store's open, of the topics' and of the
-    /// cursors'.
+    /// over them); `phases` gets the wall and CPU time of the store's open, of the topics' and
+    /// of the cursors'.
     fn open(
         dir: &Path,
         baseline: bool,
         shape: &Shape,
-        phases: &mut [Duration; 3],
+        phases: &mut [Phase; 3],
         threads: usize,
     ) -> ackstore::Result<Self> {
-        let started = Instant::now();
+        let started = Stamp::now();
         let (store, topics) = if baseline {
             let topics = in_parallel(shape.topics, threads, |t| {
                 ManagedLedger::open(dir.join(format!("t{t}")), ledger_config()).map(Arc::new)
@@ -414,11 +486,12 @@ impl Fleet {
                 },
             )?;
             phases[0] = started.elapsed();
+            let topics_started = Stamp::now();
             let topics = in_parallel(shape.topics, threads, |t| store.topic(&Self::topic_name(t)))?;
-            phases[1] = started.elapsed().saturating_sub(phases[0]);
+            phases[1] = topics_started.elapsed();
             (Some(store), topics)
         };
-        let cursors_started = Instant::now();
+        let cursors_started = Stamp::now();
         let per_topic = in_parallel(shape.topics, threads, |t| {
             (0..shape.cursors)
                 .map(|c| topics[t].open_cursor(&format!("sub-{c}"), CursorOptions::default()))
@@ -526,7 +599,7 @@ fn set_up(dir: &Path, baseline: bool, shape: &Shape) -> ackstore::Result<(Fleet,
         dir,
         baseline,
         shape,
-        &mut [Duration::ZERO; 3],
+        &mut [Phase::default(); 3],
         SETUP_THREADS,
     )?;
     let payload = [0xA5_u8; 100];
@@ -583,6 +656,7 @@ pub fn run(dir: &Path, baseline: bool, shape: &Shape) -> ackstore::Result<Figure
         for _ in 0..total {
             ack(zipf_pick(&weights, &mut rng), &mut truth, &fleet)?;
         }
+        let journal_before = fleet.store.as_ref().map(Store::journal_stats);
         let flushing = AtomicBool::new(true);
         let figures_thread = &mut figures.tick_thread_ms;
         let truth_now = &mut truth;
@@ -628,9 +702,10 @@ pub fn run(dir: &Path, baseline: bool, shape: &Shape) -> ackstore::Result<Figure
         });
         let (syncs, bytes) = syncs?;
         figures.tick_syncs.push(syncs);
-        if !baseline {
-            figures.tick_bytes.push(bytes);
-        }
+        figures.tick_bytes.extend((!baseline).then_some(bytes));
+        figures
+            .tick_journal
+            .extend(TickJournal::since(journal_before, fleet.store.as_ref()));
         figures.tick_ms.push(elapsed.as_secs_f64() * 1e3);
         figures.tick_cpu_ms.push(cpu as f64 / 1e6);
         let times = acker.map_err(|_| ackstore::Error::InvalidArgument {
@@ -685,11 +760,13 @@ fn restart_and_verify(
     let cpu_started = process_cpu_ns(None);
     let started = Instant::now();
     let fleet = Fleet::open(dir, baseline, shape, &mut figures.restart_phases, 1)?;
-    let reads = Instant::now();
+    let reads = Stamp::now();
     for (_, cursor) in &fleet.cursors {
         cursor.read_entries(1)?;
     }
-    figures.restart_phases[2] += reads.elapsed();
+    let read = reads.elapsed();
+    figures.restart_phases[2].wall += read.wall;
+    figures.restart_phases[2].cpu += read.cpu;
     figures.restart = started.elapsed();
     figures.restart_cpu = Duration::from_nanos(process_cpu_ns(None).saturating_sub(cpu_started));
 

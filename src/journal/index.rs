@@ -90,6 +90,12 @@ pub struct Committed {
 }
 
 impl Committed {
+    /// Bytes of the chain's full marker and of every record it references: what the journal
+    /// keeps live for it.
+    fn bytes(&self) -> u64 {
+        self.marker_len + self.records().map(|r| r.frame_len).sum::<u64>()
+    }
+
     /// The floor of a chain that starts with a full marker at `marker` over `rows` and
     /// `batch`.
     #[must_use]
@@ -155,9 +161,14 @@ pub struct AppliedDelta {
 
 /// The index of the whole journal: one entry per cursor, so a lookup hashes its cursor once
 /// and finds its committed and pending rows together.
+///
+/// Invariant: `live` is the sum of [`Entry::bytes`] over every entry: each change of an entry
+/// adds and takes away the bytes of the records it adds and drops, so [`Index::live_bytes`],
+/// which every tick's rollover check reads, costs the same whatever the number of cursors.
 #[derive(Debug, Default)]
 pub struct Index {
     cursors: HashMap<CursorId, Entry, BuildIdHasher>,
+    live: u64,
 }
 
 /// One cursor's part of the index. Invariant: an entry with no committed chain, no snapshot
@@ -171,6 +182,15 @@ struct Entry {
 }
 
 impl Entry {
+    /// Bytes of every record the entry references: its chain's full marker (see
+    /// [`Committed::marker_len`]) and records, its snapshot and its pending records.
+    fn bytes(&self) -> u64 {
+        self.committed.as_ref().map_or(0, Committed::bytes)
+            + self.snapshot.as_ref().map_or(0, |s| s.frame_len)
+            + rows_bytes(&self.pending)
+            + rows_bytes(&self.pending_batch)
+    }
+
     fn is_empty(&self) -> bool {
         self.committed.is_none()
             && self.snapshot.is_none()
@@ -186,15 +206,29 @@ impl Entry {
     }
 }
 
+/// Bytes of the records of `rows`.
+fn rows_bytes(rows: &Rows) -> u64 {
+    rows.values().map(|r| r.frame_len).sum()
+}
+
 /// Drops from `pending` the copies that `referenced` (the rows a commit made) holds, or newer
 /// ones: a pending copy survives a commit only if written after the row it would replace.
-fn settle_pending<'a>(
+/// Returns the bytes of the copies dropped.
+fn settle_pending(
     pending: &mut Rows,
-    referenced: impl Fn(&PartitionKey) -> Option<&'a PartLoc>,
-) {
+    referenced: impl Fn(&PartitionKey) -> Option<PartLoc>,
+) -> u64 {
+    let mut dropped = 0;
     if !pending.is_empty() {
-        pending.retain(|k, v| referenced(k).is_none_or(|row| v.seq > row.seq));
+        pending.retain(|k, v| {
+            let keep = referenced(k).is_none_or(|row| v.seq > row.seq);
+            if !keep {
+                dropped += v.frame_len;
+            }
+            keep
+        });
     }
+    dropped
 }
 
 /// The newer (by write order) of a pending and a committed copy.
@@ -216,41 +250,62 @@ impl Index {
         Some(out)
     }
 
+    /// Counts `added` bytes of records in and `dropped` bytes out of [`Index::live_bytes`].
+    fn account(&mut self, added: u64, dropped: u64) {
+        // Added first: `dropped` is part of what the total holds, with or without `added`.
+        self.live = self.live + added - dropped;
+    }
+
     /// A partition of `cursor` was written at `part` and is not committed yet.
     pub fn stage(&mut self, cursor: CursorId, key: PartitionKey, part: PartLoc) {
-        self.cursors
+        let replaced = self
+            .cursors
             .entry(cursor)
             .or_default()
             .pending
             .insert(key, part);
+        self.account(part.frame_len, replaced.map_or(0, |r| r.frame_len));
     }
 
     /// A batch record of `cursor` was written at `part` and is not committed yet.
     pub fn stage_batch(&mut self, cursor: CursorId, key: PartitionKey, part: PartLoc) {
-        self.cursors
+        let replaced = self
+            .cursors
             .entry(cursor)
             .or_default()
             .pending_batch
             .insert(key, part);
+        self.account(part.frame_len, replaced.map_or(0, |r| r.frame_len));
     }
 
     /// `cursor`'s marker at `committed.marker` was synced: it replaces the cursor's earlier
     /// one. Pending copies it references, or older than the one it references, are dropped.
     pub fn commit(&mut self, cursor: CursorId, committed: Committed) {
+        let added = committed.bytes();
         let entry = self.cursors.entry(cursor).or_default();
-        settle_pending(&mut entry.pending, |k| committed.rows.get(k));
-        settle_pending(&mut entry.pending_batch, |k| committed.batch.get(k));
-        entry.committed = Some(committed);
+        let mut dropped = settle_pending(&mut entry.pending, |k| committed.rows.get(k).copied());
+        dropped += settle_pending(&mut entry.pending_batch, |k| {
+            committed.batch.get(k).copied()
+        });
+        dropped += entry.committed.replace(committed).map_or(0, |c| c.bytes());
         entry.chain_is_newest();
+        self.account(added, dropped);
     }
 
     /// `cursor`'s snapshot at `snapshot.loc` was synced: it replaces the cursor's earlier one
     /// and is its state (the chain, if any, becomes its fallback).
     pub fn commit_snapshot(&mut self, cursor: CursorId, snapshot: SnapshotLoc) {
-        self.cursors.entry(cursor).or_default().snapshot = Some(SnapshotLoc {
-            current: true,
-            ..snapshot
-        });
+        let added = snapshot.frame_len;
+        let replaced = self
+            .cursors
+            .entry(cursor)
+            .or_default()
+            .snapshot
+            .replace(SnapshotLoc {
+                current: true,
+                ..snapshot
+            });
+        self.account(added, replaced.map_or(0, |s| s.frame_len));
     }
 
     /// The cursor's chain does not verify (a recovery scan found its newest record damaged)
@@ -264,7 +319,8 @@ impl Index {
             return false;
         };
         s.current = true;
-        entry.committed = None;
+        let dropped = entry.committed.take().map_or(0, |c| c.bytes());
+        self.account(0, dropped);
         true
     }
 
@@ -279,20 +335,24 @@ impl Index {
         let Some(c) = entry.committed.as_mut() else {
             return;
         };
+        let (mut added, mut dropped) = (delta.marker_len, c.marker_len);
+        let frame = |row: Option<PartLoc>| row.map_or(0, |r| r.frame_len);
         for key in &delta.removed {
-            c.rows.remove(key);
+            dropped += frame(c.rows.remove(key));
         }
         let mut floor = c.floor.min(delta.marker.segment);
         for (key, part) in &delta.added {
             floor = floor.min(part.loc.segment);
-            c.rows.insert(*key, *part);
+            added += part.frame_len;
+            dropped += frame(c.rows.insert(*key, *part));
         }
         for key in &delta.removed_batch {
-            c.batch.remove(key);
+            dropped += frame(c.batch.remove(key));
         }
         for (key, part) in &delta.added_batch {
             floor = floor.min(part.loc.segment);
-            c.batch.insert(*key, *part);
+            added += part.frame_len;
+            dropped += frame(c.batch.insert(*key, *part));
         }
         c.floor = floor;
         c.marker = delta.marker;
@@ -304,30 +364,35 @@ impl Index {
         let found = |added: &'_ [(PartitionKey, PartLoc)], k: &PartitionKey| {
             added.iter().find(|(a, _)| a == k).map(|(_, row)| *row)
         };
-        for (pending, added) in [
+        for (pending, rows) in [
             (&mut entry.pending, &delta.added),
             (&mut entry.pending_batch, &delta.added_batch),
         ] {
-            if !pending.is_empty() {
-                pending.retain(|k, v| found(added, k).is_none_or(|row| v.seq > row.seq));
-            }
+            dropped += settle_pending(pending, |k| found(rows, k));
         }
+        self.account(added, dropped);
     }
 
     /// The cursor no longer has `key` (its acks were all removed): drops its pending copy.
     pub fn forget_partition(&mut self, cursor: CursorId, key: PartitionKey) {
-        self.change(cursor, |e| e.pending.remove(&key));
+        if let Some(Some(dropped)) = self.change(cursor, |e| e.pending.remove(&key)) {
+            self.account(0, dropped.frame_len);
+        }
     }
 
     /// The cursor no longer uses its pending batch record of `key` (the partition changed or
     /// is gone).
     pub fn forget_batch(&mut self, cursor: CursorId, key: PartitionKey) {
-        self.change(cursor, |e| e.pending_batch.remove(&key));
+        if let Some(Some(dropped)) = self.change(cursor, |e| e.pending_batch.remove(&key)) {
+            self.account(0, dropped.frame_len);
+        }
     }
 
     /// The cursor was deleted.
     pub fn remove(&mut self, cursor: CursorId) {
-        self.cursors.remove(&cursor);
+        if let Some(entry) = self.cursors.remove(&cursor) {
+            self.account(0, entry.bytes());
+        }
     }
 
     /// The newest batch record of `key` of `cursor`, pending or committed.
@@ -431,24 +496,17 @@ impl Index {
     }
 
     /// Bytes of every record a recovery or a load may still need: committed markers, their
-    /// partitions and batch records, snapshots, pending ones.
+    /// partitions and batch records, snapshots, pending ones. Kept as the index changes: no
+    /// walk of the cursors.
     #[must_use]
     pub fn live_bytes(&self) -> u64 {
-        self.cursors
-            .values()
-            .map(|e| {
-                let committed = e.committed.as_ref().map_or(0, |c| {
-                    c.marker_len + c.records().map(|r| r.frame_len).sum::<u64>()
-                });
-                let pending: u64 = e
-                    .pending
-                    .values()
-                    .chain(e.pending_batch.values())
-                    .map(|r| r.frame_len)
-                    .sum();
-                committed + e.snapshot.as_ref().map_or(0, |s| s.frame_len) + pending
-            })
-            .sum()
+        self.live
+    }
+
+    /// [`Index::live_bytes`] counted again from every entry: what the kept total must equal.
+    #[must_use]
+    pub fn recount_live_bytes(&self) -> u64 {
+        self.cursors.values().map(Entry::bytes).sum()
     }
 }
 

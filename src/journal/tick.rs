@@ -397,15 +397,18 @@ impl Tick<'_> {
         }
         let mut w = lock(&j.writer);
         let (seq, base) = Journal::newest(&w)?;
-        // Room for every marker in full (a delta is smaller): the buffer never grows by
-        // copying, and the pages of room a tick's deltas leave unused are never touched.
+        // Room for every marker in full (a delta is smaller) up to two slices: the buffer
+        // rarely grows by copying, and the pages of room a tick's deltas leave unused are never
+        // touched.
         let room: u64 = self
             .staged
             .iter()
             .map(|s| full_marker_frame_len(&s.state, s.rows.len(), s.batch.len()))
             .chain(self.snapshots.iter().map(|s| s.committed.frame_len))
             .sum();
-        let mut buf = Vec::with_capacity(usize::try_from(room).unwrap_or(0));
+        let mut buf = Vec::with_capacity(usize::try_from(room).unwrap_or(0).min(2 * MARKER_SLICE));
+        // Bytes of this tick's records appended before those in `buf`.
+        let mut appended = 0u64;
         let mut commits: Vec<(CursorId, Committed)> = Vec::with_capacity(self.staged.len());
         // Until their markers are in the index, a failure leaves these cursors unsettled.
         self.uncommitted = self
@@ -414,7 +417,7 @@ impl Tick<'_> {
             .map(|s| s.cursor)
             .chain(self.snapshots.iter().map(|s| s.cursor))
             .collect();
-        {
+        let built = (|| -> Result<Vec<(CursorId, SnapshotLoc)>> {
             // Ticks and rollovers run one at a time: no committed chain changes meanwhile.
             let index = lock(&j.index);
             // Where each cursor's newest marker of this tick is in `commits`: one lookup per
@@ -425,7 +428,7 @@ impl Tick<'_> {
                 // A cursor staged twice in one tick builds on its own earlier marker.
                 let prior = newest.get(&cursor).map(|&i| &commits[i].1);
                 let chain = prior.or_else(|| index.committed(cursor));
-                let at = (seq, base + buf.len() as u64);
+                let at = (seq, base + appended + buf.len() as u64);
                 let (next, kind) = append_marker(
                     &mut buf,
                     (cursor, staged.name),
@@ -439,32 +442,28 @@ impl Tick<'_> {
                 }
                 newest.insert(cursor, commits.len());
                 commits.push((cursor, next));
+                if buf.len() >= MARKER_SLICE {
+                    j.append(&mut w, &buf, true)?;
+                    appended += buf.len() as u64;
+                    buf.clear();
+                }
             }
-        }
-        let mut snapshots = Vec::with_capacity(self.snapshots.len());
-        for staged in std::mem::take(&mut self.snapshots) {
-            let loc = JournalLoc {
-                segment: seq,
-                offset: base + buf.len() as u64,
-            };
-            encode_record(
-                &mut buf,
-                &Record {
-                    kind: RecordKind::Snapshot,
-                    topic: staged.cursor.topic,
-                    cursor: staged.cursor.cursor,
-                    payload: &staged.payload,
-                },
-            )?;
-            snapshots.push((
-                staged.cursor,
-                SnapshotLoc {
-                    loc,
-                    ..staged.committed
-                },
-            ));
-        }
-        j.append(&mut w, &buf, true)?;
+            drop(index);
+            let start = base + appended;
+            let snapshots =
+                encode_snapshots(std::mem::take(&mut self.snapshots), &mut buf, (seq, start))?;
+            j.append(&mut w, &buf, true)?;
+            Ok(snapshots)
+        })();
+        let snapshots = built.inspect_err(|e| {
+            // A failure of the first slice was cut back by `append`; one after slices landed
+            // cuts the segment back to where the tick began: the next tick writes every
+            // marker again (a full disk freed meanwhile loses nothing), as after a tick's one
+            // write failed.
+            if appended > 0 {
+                j.undo_tick(&mut w, seq, base, e);
+            }
+        })?;
         let dir = w.dir_unsynced;
         drop(w);
         // The sync runs without the writer's lock: evictions keep appending meanwhile.
@@ -487,12 +486,52 @@ impl Tick<'_> {
             }
             self.uncommitted.clear();
         }
-        self.stats.bytes += buf.len() as u64;
+        self.stats.bytes += appended + buf.len() as u64;
         j.counters.ticks.fetch_add(1, Ordering::Relaxed);
         self.stats.segments_deleted = j.roll_over_locked()?;
         Ok(self.stats)
     }
 }
+
+/// Appends the snapshot record of each of `staged` to `buf`, which starts at offset `start` of
+/// segment `seq`; returns each cursor with where its record is.
+fn encode_snapshots(
+    staged: Vec<StagedSnapshot>,
+    buf: &mut Vec<u8>,
+    (seq, start): (u64, u64),
+) -> Result<Vec<(CursorId, SnapshotLoc)>> {
+    let mut snapshots = Vec::with_capacity(staged.len());
+    for staged in staged {
+        let loc = JournalLoc {
+            segment: seq,
+            offset: start + buf.len() as u64,
+        };
+        encode_record(
+            buf,
+            &Record {
+                kind: RecordKind::Snapshot,
+                topic: staged.cursor.topic,
+                cursor: staged.cursor.cursor,
+                payload: &staged.payload,
+            },
+        )?;
+        snapshots.push((
+            staged.cursor,
+            SnapshotLoc {
+                loc,
+                ..staged.committed
+            },
+        ));
+    }
+    Ok(snapshots)
+}
+
+/// Bytes of markers a tick's commit collects before it appends them, under the writer's lock
+/// all along (no eviction falls between two slices). One buffer of every marker was 40 MB at
+/// 300,000 dirty cursors, allocated afresh each tick and cold by the time the kernel copied it:
+/// that one write took four times the time per cursor it took at 30,000 (`docs/benchmarks.md`,
+/// "Where the growth from 100,000 to 1M cursors is").
+const MARKER_SLICE: usize = 1 << 20;
 
 /// Bytes of the frame of a record whose payload is `payload`.
 fn record_len_of(payload: &[u8]) -> u64 {

@@ -366,6 +366,26 @@ impl Journal {
         }
     }
 
+    /// After a tick's write failed with `e` once earlier writes of the same tick (its first
+    /// slices of markers) had landed at `start` of segment `seq`: cuts the segment back to
+    /// `start`, as [`Self::undo_write`] cuts one failed write back, so none of the tick's
+    /// records stays and the next tick writes them again once the disk has room. The caller
+    /// held the writer's lock since the tick's first write, so nothing else was appended
+    /// after `start`; nothing of the tick was indexed or reported.
+    pub(super) fn undo_tick(&self, w: &mut Writer, seq: u64, start: u64, e: &Error) {
+        let Some((file, len)) = w.segments.get(&seq).map(|s| (s.file.clone(), s.len)) else {
+            w.latch(e);
+            return;
+        };
+        Self::undo_write(w, file.as_ref(), start, e);
+        if let Some(s) = w.segments.get_mut(&seq) {
+            s.len = start;
+        }
+        self.counters
+            .bytes
+            .fetch_sub(len.saturating_sub(start), Ordering::Relaxed);
+    }
+
     fn latch_on<T>(w: &mut Writer, r: Result<T>) -> Result<T> {
         if let Err(e) = &r {
             w.latch(e);

@@ -1,12 +1,16 @@
 //! The journal index against a plain model: after any sequence of stages (evictions),
-//! commits (markers), forgets and removals, a lookup returns the newest copy in log order.
+//! commits (markers), deltas, snapshots, fall-backs, forgets and removals, a lookup returns the
+//! newest copy in log order, and the live bytes the index keeps are those of every record the
+//! model holds (counted again from the entries too).
 
 use std::collections::{BTreeMap, HashMap};
 
 use ackstore::internals::ackset::PartitionKey;
 use ackstore::internals::format::cursor::PersistedState;
 use ackstore::internals::format::journal::JournalLoc;
-use ackstore::internals::journal::index::{Committed, CursorId, Index, PartLoc, Rows};
+use ackstore::internals::journal::index::{
+    AppliedDelta, Committed, CursorId, Index, PartLoc, Rows, SnapshotLoc,
+};
 use proptest::prelude::*;
 
 use crate::support;
@@ -18,14 +22,29 @@ enum Op {
     Commit(u8, Vec<(u8, bool)>),
     Forget(u8, u8),
     Remove(u8),
+    /// A batch record of the cursor's key written (pending), or dropped.
+    StageBatch(u8, u8),
+    ForgetBatch(u8, u8),
+    /// A snapshot record committed for the cursor.
+    Snapshot(u8),
+    /// The cursor's chain dropped for its snapshot (when it has one).
+    FallBack(u8),
+    /// A delta on the cursor's chain (when it has one): keys removed, keys written now.
+    Delta(u8, Vec<u8>, Vec<u8>),
 }
 
 fn op() -> impl Strategy<Value = Op> {
+    let keys = || prop::collection::vec(0u8..5, 0..3);
     prop_oneof![
         4 => (0u8..3, 0u8..5).prop_map(|(c, k)| Op::Stage(c, k)),
         3 => (0u8..3, prop::collection::vec((0u8..5, any::<bool>()), 0..5)).prop_map(|(c, ks)| Op::Commit(c, ks)),
         1 => (0u8..3, 0u8..5).prop_map(|(c, k)| Op::Forget(c, k)),
         1 => (0u8..3).prop_map(Op::Remove),
+        2 => (0u8..3, 0u8..5).prop_map(|(c, k)| Op::StageBatch(c, k)),
+        1 => (0u8..3, 0u8..5).prop_map(|(c, k)| Op::ForgetBatch(c, k)),
+        1 => (0u8..3).prop_map(Op::Snapshot),
+        1 => (0u8..3).prop_map(Op::FallBack),
+        2 => (0u8..3, keys(), keys()).prop_map(|(c, r, a)| Op::Delta(c, r, a)),
     ]
 }
 
@@ -43,13 +62,46 @@ fn key(k: u8) -> PartitionKey {
     }
 }
 
+/// Copies are named by the clock tick that wrote them (their write order and their offset);
+/// a chain's marker by the tick of its newest record.
 #[derive(Default)]
 struct Model {
     committed: HashMap<u8, BTreeMap<u8, u64>>,
+    /// The clock tick of each chain's newest marker or delta (its full marker's length).
+    markers: HashMap<u8, u64>,
     staged: HashMap<(u8, u8), u64>,
+    staged_batch: HashMap<(u8, u8), u64>,
+    snapshots: HashMap<u8, u64>,
 }
 
 impl Model {
+    /// Bytes of every record the model holds: what the index's live bytes must be.
+    fn live_bytes(&self) -> u64 {
+        let rows: u64 = self
+            .committed
+            .values()
+            .flat_map(|r| r.values())
+            .map(|&t| len(t))
+            .sum();
+        let markers: u64 = self.markers.values().map(|&t| len(t)).sum();
+        let staged: u64 = self
+            .staged
+            .values()
+            .chain(self.staged_batch.values())
+            .map(|&t| len(t))
+            .sum();
+        let snapshots: u64 = self.snapshots.values().map(|&t| len(t)).sum();
+        rows + markers + staged + snapshots
+    }
+
+    fn remove(&mut self, c: u8) {
+        self.committed.remove(&c);
+        self.markers.remove(&c);
+        self.snapshots.remove(&c);
+        self.staged.retain(|(mc, _), _| *mc != c);
+        self.staged_batch.retain(|(mc, _), _| *mc != c);
+    }
+
     fn newest(&self, c: u8, k: u8) -> Option<u64> {
         let committed = self
             .committed
@@ -61,11 +113,28 @@ impl Model {
     }
 }
 
+/// The length of the record written at clock tick `t`: records differ in length, so a count
+/// that takes one for another is seen.
+fn len(t: u64) -> u64 {
+    10 + t % 7
+}
+
+/// Where the marker, delta or snapshot written at clock tick `t` is, and its length.
+fn record_at(t: u64) -> (JournalLoc, u64) {
+    (
+        JournalLoc {
+            segment: 1,
+            offset: t,
+        },
+        len(t),
+    )
+}
+
 fn part(offset: u64) -> PartLoc {
     PartLoc {
         seq: offset,
         loc: JournalLoc { segment: 1, offset },
-        frame_len: 10,
+        frame_len: len(offset),
         crc: 0,
         cardinality: 1,
         version: ackstore::internals::format::journal::SEGMENT_VERSION,
@@ -104,9 +173,10 @@ proptest! {
                         }
                     }
                     clock += 1;
+                    let (marker, marker_len) = record_at(clock);
                     index.commit(cursor(c), Committed {
-                        marker: JournalLoc { segment: 1, offset: clock },
-                        marker_len: 10,
+                        marker,
+                        marker_len,
                         crc: 0,
                         name: 0,
                         floor: 1,
@@ -122,6 +192,7 @@ proptest! {
                         }
                     }
                     model.committed.insert(c, model_rows);
+                    model.markers.insert(c, clock);
                 }
                 Op::Forget(c, k) => {
                     index.forget_partition(cursor(c), key(k));
@@ -129,10 +200,77 @@ proptest! {
                 }
                 Op::Remove(c) => {
                     index.remove(cursor(c));
-                    model.committed.remove(&c);
-                    model.staged.retain(|(mc, _), _| *mc != c);
+                    model.remove(c);
+                }
+                Op::StageBatch(c, k) => {
+                    clock += 1;
+                    index.stage_batch(cursor(c), key(k), part(clock));
+                    model.staged_batch.insert((c, k), clock);
+                }
+                Op::ForgetBatch(c, k) => {
+                    index.forget_batch(cursor(c), key(k));
+                    model.staged_batch.remove(&(c, k));
+                }
+                Op::Snapshot(c) => {
+                    clock += 1;
+                    let (loc, frame_len) = record_at(clock);
+                    index.commit_snapshot(cursor(c), SnapshotLoc {
+                        loc,
+                        frame_len,
+                        crc: 0,
+                        name: 0,
+                        state: PersistedState::default(),
+                        ranges: 0,
+                        batch: (0, 0),
+                        current: true,
+                    });
+                    model.snapshots.insert(c, clock);
+                }
+                Op::FallBack(c) => {
+                    let fell = index.fall_back_to_snapshot(cursor(c));
+                    prop_assert_eq!(fell, model.snapshots.contains_key(&c));
+                    if fell {
+                        model.committed.remove(&c);
+                        model.markers.remove(&c);
+                    }
+                }
+                Op::Delta(c, removed, written) => {
+                    let mut added = Vec::new();
+                    for k in written {
+                        clock += 1;
+                        added.push((key(k), part(clock)));
+                    }
+                    clock += 1;
+                    let (marker, marker_len) = record_at(clock);
+                    index.apply_delta(cursor(c), AppliedDelta {
+                        marker,
+                        marker_len,
+                        crc: 0,
+                        name: 0,
+                        state: PersistedState::default(),
+                        removed: removed.iter().map(|&k| key(k)).collect(),
+                        added: added.clone(),
+                        removed_batch: Vec::new(),
+                        added_batch: Vec::new(),
+                    });
+                    if let Some(rows) = model.committed.get_mut(&c) {
+                        for k in &removed {
+                            rows.remove(k);
+                        }
+                        for (k, p) in &added {
+                            let k = u8::try_from(k.chunk).unwrap();
+                            rows.insert(k, p.seq);
+                            // As a marker's row does: an older or the same staged copy goes.
+                            if model.staged.get(&(c, k)).is_some_and(|s| *s <= p.seq) {
+                                model.staged.remove(&(c, k));
+                            }
+                        }
+                        model.markers.insert(c, clock);
+                    }
                 }
             }
+            prop_assert_eq!(index.live_bytes(), model.live_bytes());
+            prop_assert_eq!(index.recount_live_bytes(), model.live_bytes());
             for c in 0..3 {
                 for k in 0..5 {
                     prop_assert_eq!(

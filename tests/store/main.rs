@@ -40,6 +40,7 @@ mod journal_delta_store_crash;
 mod journal_delta_takeover;
 mod journal_delta_threads;
 mod journal_marker_bound;
+mod journal_marker_slices;
 mod journal_partition_records;
 mod journal_proof;
 mod journal_rows;

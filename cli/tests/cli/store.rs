@@ -178,11 +178,33 @@ fn perf_with_topics_runs_the_store_workload_and_its_baseline_and_verifies_every_
         }
         assert!(run["flush_tick_ms"]["median"].is_number());
         assert!(run["flush_tick_ms"]["max"].is_number());
+        // Every phase of the restart has its wall and its CPU time.
+        for phase in ["open", "topics", "cursors"] {
+            for key in ["restart_phases_ms", "restart_phases_cpu_ms"] {
+                assert!(
+                    run[key][phase].as_f64() >= Some(0.0),
+                    "{key}.{phase} in {run}"
+                );
+            }
+        }
     }
     // The store's ticks sync once (a tick that starts a segment also lists it in the catalog,
     // two syncs, and syncs the segment before it); the baseline once per cursor at least.
     assert!(report["fsyncs_per_tick"].as_u64() <= Some(4));
     assert!(report["baseline"]["fsyncs_per_tick"].as_u64() >= Some(12));
+    // What each of the store's two ticks had the journal do: a journal of a few kilobytes in one
+    // 64 MiB segment never rolls over. The baseline has no journal of the store's.
+    let ticks = report["tick_journal"].as_array().expect("tick_journal");
+    assert_eq!(ticks.len(), 2, "{report}");
+    for tick in ticks {
+        assert_eq!(tick["rollovers"], 0, "{tick}");
+        assert_eq!(tick["rebases"], 0, "{tick}");
+        assert!(tick["loads"].is_u64(), "{tick}");
+    }
+    assert_eq!(
+        report["baseline"]["tick_journal"].as_array().map(Vec::len),
+        Some(0)
+    );
 }
 
 /// With a budget smaller than the ack state of its cursors, the store workload runs with the
