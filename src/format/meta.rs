@@ -532,6 +532,49 @@ impl<E: ChunkEntry> ChunkTable<E> {
         }
     }
 
+    /// Removes the first `n` entries (all of them when there are fewer): the chunks they
+    /// cover whole are dropped with their pins (the first index rises; in a table whose
+    /// chunks keep their places they are emptied instead), one they cut into is rebuilt
+    /// without them and unpinned, to be written again. Costs the chunks dropped and the one
+    /// cut into, not the entries after them.
+    pub fn remove_first(&mut self, mut n: usize) {
+        let whole = self
+            .chunks
+            .iter()
+            .take_while(|c| {
+                let covered = c.entries.len() <= n;
+                if covered {
+                    n -= c.entries.len();
+                }
+                covered
+            })
+            .count();
+        if E::KEEPS_PLACES {
+            for chunk in self.chunks.iter_mut().take(whole) {
+                chunk.pin = chunk.pin.filter(|_| chunk.entries.is_empty());
+                chunk.entries = Arc::from([]);
+            }
+        } else {
+            self.chunks.drain(..whole);
+            self.first = if self.chunks.is_empty() {
+                0
+            } else {
+                self.first + whole
+            };
+        }
+        let at = if E::KEEPS_PLACES { whole } else { 0 };
+        match self.chunks.get_mut(at) {
+            Some(chunk) if n > 0 => {
+                chunk.entries = chunk.entries.get(n..).unwrap_or_default().into();
+                chunk.pin = None;
+            }
+            Some(_) => {}
+            None => {
+                self.tail.drain(..n.min(self.tail.len()));
+            }
+        }
+    }
+
     /// Makes the table hold `entries` (every entry, in order): the chunks that hold the same
     /// entries at the same place keep their pins; from the first that differs on, every entry
     /// goes to the tail, to be cut into chunks again ([`ChunkTable::fill_chunks`]).

@@ -641,7 +641,17 @@ impl TopicCore {
             return Ok(consumed);
         }
         let mut record = w.record.clone();
-        record.ledgers.retain(|l| !consumed.contains(&l.id));
+        // The consumed ledgers are the first the record lists (the record and the layout list
+        // the same ledgers in id order): removing them from the front costs the chunks they
+        // empty and the one they cut into. Were they not, each is removed where it is.
+        let front = (record.ledgers.iter().zip(&consumed))
+            .take_while(|(l, id)| l.id == **id)
+            .count();
+        if front == consumed.len() {
+            record.ledgers.remove_first(front);
+        } else {
+            record.ledgers.retain(|l| !consumed.contains(&l.id));
+        }
         self.commit(&mut w, record)?;
         layouts.trim(&consumed);
         drop(layouts);

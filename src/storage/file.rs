@@ -242,22 +242,34 @@ impl Storage for FileStorage {
     }
 
     fn list(&self) -> Result<Vec<String>> {
+        self.list_prefix("")
+    }
+
+    /// One pass over the directory: a name is compared with `prefix` before it is kept, and
+    /// only the names kept are sorted, so a listing of a few records in
+    /// a directory of thousands of ledgers costs the directory read alone.
+    fn list_prefix(&self, prefix: &str) -> Result<Vec<String>> {
+        use std::os::unix::ffi::OsStrExt;
         let read =
             std::fs::read_dir(&self.dir).map_err(|e| Error::io("list", self.location(), e))?;
         let mut names = Vec::new();
         for entry in read {
             let entry = entry.map_err(|e| Error::io("list", self.location(), e))?;
+            let name = entry.file_name();
+            if !name.as_bytes().starts_with(prefix.as_bytes()) {
+                continue;
+            }
             // Subdirectories are storages of their own (`subdirectory`), not files. The type
             // comes with the directory entry on Linux file systems: no extra stat.
             if entry.file_type().is_ok_and(|t| t.is_dir()) {
                 continue;
             }
             // Names that are not UTF-8 were not written by ackstore; they are ignored.
-            if let Ok(name) = entry.file_name().into_string() {
+            if let Ok(name) = name.into_string() {
                 names.push(name);
             }
         }
-        names.sort();
+        names.sort_unstable();
         Ok(names)
     }
 

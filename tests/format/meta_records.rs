@@ -907,3 +907,35 @@ fn pins_are_checked(
     bad[tail_at..tail_at + 4].copy_from_slice(&(full as u32).to_le_bytes());
     assert_eq!(field(&bad), Err(CorruptionKind::InvalidField(tail_field)));
 }
+
+/// Removing the first `n` entries, against a model (the entries after them): the chunks not
+/// reached keep their pins and shared entries, the one cut into is unpinned, the emptied ones
+/// are dropped (ledgers: the first index rises) or kept emptied (cursors: their places stay).
+#[test]
+fn removing_the_first_entries_keeps_the_rest_and_the_pins_it_can() {
+    let all = ledgers(3 * LEDGER_CHUNK_ENTRIES as u64 + 9);
+    let (table, _) = chunked(all.clone());
+    for n in [0, 1, 255, 256, 257, 600, 768, 770, 777, 800] {
+        let mut cut = table.clone();
+        cut.remove_first(n);
+        let rest = all.get(n..).unwrap_or_default();
+        assert!(cut.iter().eq(rest), "n {n}");
+        let whole = (n / LEDGER_CHUNK_ENTRIES).min(3);
+        let kept = &table.chunks()[whole..];
+        assert_eq!(
+            cut.first(),
+            if kept.is_empty() { 0 } else { whole },
+            "n {n}"
+        );
+        let into = usize::from(n % LEDGER_CHUNK_ENTRIES != 0 && whole < 3);
+        assert_eq!(cut.unpinned().count(), into, "n {n}");
+        assert_eq!(&cut.chunks()[into..], &kept[into..], "n {n}");
+    }
+    let (table, _) = chunked_table(2 * CURSOR_CHUNK_ENTRIES as u64 + 3);
+    let mut cut = table.clone();
+    cut.remove_first(CURSOR_CHUNK_ENTRIES + 2);
+    assert_eq!(cut.chunks().len(), 2);
+    assert!(cut.chunks()[0].entries.is_empty() && cut.chunks()[0].pin.is_none());
+    assert_eq!(cut.chunks()[1].entries.len(), CURSOR_CHUNK_ENTRIES - 2);
+    assert!(cut.iter().eq(table.iter().skip(CURSOR_CHUNK_ENTRIES + 2)));
+}
