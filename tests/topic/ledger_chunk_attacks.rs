@@ -361,21 +361,59 @@ fn trimmed_then_acked(
 }
 
 /// A power cut at every step of a trim and of the roll after it, for a trim cutting 3 ledgers
-/// from the first chunk, one emptying it of its last 3, and one dropping the last 3 of the
-/// first chunk and the first 3 of the second at once.
+/// from the first chunk, one emptying it of its last 3, one dropping the last 3 of the first
+/// chunk and the first 3 of the second at once, and one dropping every ledger but the last
+/// (the last chunk emptied, and the tail but one).
 #[test]
 fn a_power_cut_at_every_step_of_trims_into_over_and_across_chunks_and_the_rolls_after_keeps_every_unacked_entry()
  {
     on_each_host(|host| {
-        for (trimmed, acked) in [(0, 3), (CHUNK - 3, CHUNK), (CHUNK - 3, CHUNK + 3)] {
+        let all = 2 * CHUNK + 10;
+        let cases = [
+            (0, 3),
+            (CHUNK - 3, CHUNK),
+            (CHUNK - 3, CHUNK + 3),
+            (2 * CHUNK - 3, all),
+        ];
+        for (trimmed, acked) in cases {
             eprintln!("trimmed {trimmed}, acked {acked}");
-            let template = trimmed_then_acked(host, 2 * CHUNK + 10, trimmed, acked);
+            let template = trimmed_then_acked(host, all, trimmed, acked);
             cut_at_every_step(
                 host,
                 &template,
                 &[Step::Trim, Step::Append(PER_LEDGER as usize)],
             );
         }
+    });
+}
+
+/// A topic of 522 ledgers trimmed to its last (every chunk dropped), then rolled to 256
+/// ledgers again: a power cut at every step of the rolls that fill a chunk again, of an ack
+/// and a trim cutting into it, and of the roll after.
+#[test]
+fn a_power_cut_at_every_step_of_filling_a_chunk_again_after_a_trim_of_every_chunk_keeps_every_synced_entry()
+ {
+    on_each_host(|host| {
+        let all = 2 * CHUNK + 10;
+        let (disk, told) = trimmed_then_acked(host, all, all, all);
+        let storage: Arc<dyn Storage> = Arc::new(disk.clone());
+        let topic = open(host, &storage).expect("open");
+        let shown = Shown::new(told);
+        run_shown(&topic, &[Step::Append(entries_of(CHUNK - 1))], &shown).expect("rolls");
+        assert_eq!(topic.ledgers().len(), CHUNK);
+        topic.close().expect("close");
+        let template = (disk, shown.get());
+        let per = PER_LEDGER as usize;
+        cut_at_every_step(
+            host,
+            &template,
+            &[
+                Step::Append(2 * per + 1),
+                Step::AckThrough(entries_of(all + 5)),
+                Step::Trim,
+                Step::Append(per),
+            ],
+        );
     });
 }
 
@@ -388,23 +426,23 @@ fn as_earlier_version(host: Host, (disk, told): &(MemStorage, Told)) {
 }
 
 /// A power cut at every step of the first roll, trim and roll of a topic of 300 ledgers whose
-/// record an earlier build wrote (every ledger inline).
+/// record an earlier build wrote (every ledger inline), and of a first trim and roll.
 #[test]
 fn a_power_cut_at_every_step_of_the_first_writes_of_a_300_ledger_topic_of_the_earlier_version_keeps_every_entry()
  {
     on_each_host(|host| {
         let template = prepared(host, entries_of(300), 1);
         as_earlier_version(host, &template);
+        let (roll, trim) = (Step::Append(PER_LEDGER as usize), Step::Trim);
         cut_at_every_step(
             host,
             &template,
-            &[
-                Step::Append(PER_LEDGER as usize),
-                Step::AckThrough(entries_of(30)),
-                Step::Trim,
-                Step::Append(PER_LEDGER as usize),
-            ],
+            &[roll, Step::AckThrough(entries_of(30)), trim, roll],
         );
+        // The first write a trim: into the first 256 ledgers.
+        let template = prepared(host, entries_of(300), entries_of(30));
+        as_earlier_version(host, &template);
+        cut_at_every_step(host, &template, &[trim, roll]);
     });
 }
 
@@ -428,10 +466,13 @@ fn later_steps_after_a_failed_operation_of(
 }
 
 /// What every failed-operation test runs from the same handle after the failed step: a roll,
-/// a trim through the first `CHUNK + 20` ledgers (past the first chunk), and `rolls` rolls.
-fn later_steps(rolls: usize) -> Vec<Step> {
+/// a trim through the first `again` ledgers (into the chunk the failed step wrote, or the one
+/// after), one through the first `CHUNK + 20` (past the first chunk), and `rolls` rolls.
+fn later_steps(again: usize, rolls: usize) -> Vec<Step> {
     vec![
         Step::Append(PER_LEDGER as usize + 1),
+        Step::AckThrough(entries_of(again)),
+        Step::Trim,
         Step::AckThrough(entries_of(CHUNK + 20)),
         Step::Trim,
         Step::Append(entries_of(rolls)),
@@ -445,20 +486,22 @@ fn later_steps(rolls: usize) -> Vec<Step> {
 fn a_failed_operation_of_a_roll_that_fills_a_chunk_leaves_later_rolls_and_trims_working() {
     on_each_host(|host| {
         let template = prepared(host, entries_of(2 * CHUNK), 1);
-        let later = later_steps(CHUNK);
+        let later = later_steps(3, CHUNK);
         later_steps_after_a_failed_operation_of(host, &template, Step::Append(1), &later);
     });
 }
 
 /// A failed storage operation at every step of a trim cutting 5 ledgers from the first chunk
 /// (the chunk written again) and of one emptying it of its last 6 (its pin and record
-/// dropped): later rolls and trims from the same handle succeed.
+/// dropped): later rolls and trims from the same handle succeed, a trim writing that chunk
+/// (or the next) again among them.
 #[test]
 fn a_failed_operation_of_trims_that_rewrite_or_drop_a_chunk_leaves_later_rolls_and_trims_working() {
     on_each_host(|host| {
         for (trimmed, acked) in [(0, 5), (CHUNK - 6, CHUNK)] {
             let template = trimmed_then_acked(host, 2 * CHUNK + 30, trimmed, acked);
-            later_steps_after_a_failed_operation_of(host, &template, Step::Trim, &later_steps(3));
+            let later = later_steps(acked + 2, 3);
+            later_steps_after_a_failed_operation_of(host, &template, Step::Trim, &later);
         }
     });
 }
