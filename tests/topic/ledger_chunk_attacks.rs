@@ -506,6 +506,108 @@ fn a_failed_operation_of_trims_that_rewrite_or_drop_a_chunk_leaves_later_rolls_a
     });
 }
 
+/// `step` on a copy of `template` with its `n`-th file sync or directory sync failing (the
+/// disk forgetting what that sync was to cover, as Linux does), for every sync it makes, then
+/// the steps `after` from the same handle and the close: no call answers `Fenced`, and what
+/// stays on the disk (its durable image) is sound by `verify` and opens holding every `Ok`
+/// the workload was told, whatever answered an error. Returns every `Fenced` answer, each
+/// described.
+fn a_failed_sync_at_every_sync_of(
+    host: Host,
+    (template, told): &(MemStorage, Told),
+    step: Step,
+    after: &[Step],
+) -> Vec<String> {
+    use support::hooked::{Hooked, for_each_sync_fault};
+    let mut fired = 0;
+    let mut fenced = Vec::new();
+    for_each_sync_fault(|fault| {
+        let disk = MemStorage::new();
+        copy_into(template, &disk);
+        let hooked = Hooked::new(disk.clone());
+        let storage: Arc<dyn Storage> = Arc::new(hooked.clone());
+        let topic = open(host, &storage).expect("open");
+        let shown = Shown::new(told.clone());
+        hooked.arm(fault);
+        let first = run_step(&topic, step, &shown);
+        if !hooked.fired(fault) {
+            first.expect("the step without a fault");
+            drop(topic);
+            return false;
+        }
+        fired += 1;
+        let failed = hooked.hooks.failed_syncs.lock().expect("hooks").clone();
+        let what = format!("{host:?} {step:?}, {fault:?} failed ({failed:?})");
+        if matches!(first, Err(Error::Fenced { .. })) {
+            fenced.push(format!("{what}: the step returned {first:?}"));
+        }
+        for &later in after {
+            let outcome = run_step(&topic, later, &shown);
+            if matches!(outcome, Err(Error::Fenced { .. })) {
+                fenced.push(format!("{what}: {later:?} after it: {outcome:?}"));
+            }
+            if outcome.is_err() {
+                break;
+            }
+        }
+        drop(topic.close());
+        let image: Arc<dyn Storage> = Arc::new(disk.durable_image());
+        let report = ackstore::check::verify(&image).expect("verify");
+        assert!(report.is_sound(), "{what}: {report}");
+        holds_what_was_told(host, &image, &shown.get(), &what);
+        true
+    });
+    assert!(fired > 0, "{host:?} {step:?}: no sync failed");
+    fenced
+}
+
+/// A failed file or directory sync at every sync of the roll that fills the second chunk,
+/// of a trim cutting into the first chunk and of one emptying it, then rolls and trims from
+/// the same handle: returns every `Fenced` answer (the durability of every `Ok` checked).
+fn failed_syncs_of_chunk_writes(host: Host) -> Vec<String> {
+    let after = later_steps(CHUNK + 25, 3);
+    let template = prepared(host, entries_of(2 * CHUNK), 1);
+    let mut fenced = a_failed_sync_at_every_sync_of(host, &template, Step::Append(1), &after);
+    for (trimmed, acked) in [(0, 5), (CHUNK - 6, CHUNK)] {
+        let template = trimmed_then_acked(host, 2 * CHUNK + 30, trimmed, acked);
+        fenced.extend(a_failed_sync_at_every_sync_of(
+            host,
+            &template,
+            Step::Trim,
+            &after,
+        ));
+    }
+    fenced
+}
+
+/// A failed file or directory sync at every sync of the roll that fills the second chunk, of
+/// a trim cutting into the first chunk and of one emptying it: every `Ok` after it, from the
+/// same handle, is kept on the disk.
+#[test]
+fn a_failed_sync_at_every_sync_of_a_roll_filling_a_chunk_or_a_trim_keeps_every_ok_after_it() {
+    on_each_host(|host| drop(failed_syncs_of_chunk_writes(host)));
+}
+
+/// The same failed syncs, and those of a roll of a topic of 10 ledgers (no chunk): no later
+/// call from the handle answers `Fenced`, as no other owner exists (an error of the disk is
+/// an I/O error, not a loss of ownership).
+#[test]
+fn a_failed_sync_of_a_roll_or_a_trim_fences_no_later_call_of_the_same_owner() {
+    let mut fenced = Vec::new();
+    on_each_host(|host| {
+        fenced.extend(failed_syncs_of_chunk_writes(host));
+        let small = prepared(host, entries_of(10), 1);
+        let rolls = [Step::Append(3), Step::AckThrough(5), Step::Trim];
+        fenced.extend(a_failed_sync_at_every_sync_of(
+            host,
+            &small,
+            Step::Append(1),
+            &rolls,
+        ));
+    });
+    assert!(fenced.is_empty(), "{}", fenced.join("\n"));
+}
+
 /// A former owner (of the store, or of a topic alone) appends an entry and syncs it (a roll)
 /// and trims at every storage operation of a new owner's claim, appends, ack and trim on a
 /// topic of 300 ledgers: the new owner's calls succeed (a topic alone's claim once it is tried
