@@ -608,16 +608,25 @@ fn a_failed_sync_of_a_roll_or_a_trim_fences_no_later_call_of_the_same_owner() {
     assert!(fenced.is_empty(), "{}", fenced.join("\n"));
 }
 
-/// A former owner (of the store, or of a topic alone) appends an entry and syncs it (a roll)
-/// and trims at every storage operation of a new owner's claim, appends, ack and trim on a
-/// topic of 300 ledgers: the new owner's calls succeed (a topic alone's claim once it is tried
-/// again), the former's are kept when they answered `Ok` or refused as fenced, no two ledgers
-/// share an id, every listed ledger reads, and a reopen lists the same.
+/// A former owner (of the store, or of a topic alone) appends three entries, each synced
+/// (rolls), and trims at every storage operation of a new owner's claim, three appends, ack
+/// and trim on a topic of 300 ledgers (no chunk filled) and of 511 (the third append of
+/// either owner fills the second chunk): the new owner's calls succeed (a topic alone's claim
+/// once it is tried again), the former's are kept when they answered `Ok` or refused as
+/// fenced, no two ledgers share an id, every listed ledger reads, and a reopen lists the same.
 #[test]
 fn a_former_owner_rolling_and_trimming_at_every_step_of_a_new_owners_writes_keeps_every_ok_and_one_ledger_per_id()
  {
     on_each_host(|host| {
-        let (template, base) = prepared(host, entries_of(300), entries_of(10));
+        former_owner_at_every_step(host, 300);
+        former_owner_at_every_step(host, 2 * CHUNK - 1);
+    });
+}
+
+/// The former and new owners of the test above on a topic of `ledgers` full ledgers.
+fn former_owner_at_every_step(host: Host, ledgers: usize) {
+    {
+        let (template, base) = prepared(host, entries_of(ledgers), entries_of(10));
         let base_positions: Vec<Position> = base.positions.iter().map(|p| p.expect("a")).collect();
         let new_owner = |storage: Arc<dyn Storage>| {
             let topic = match open(host, &storage) {
@@ -650,16 +659,27 @@ fn a_former_owner_rolling_and_trimming_at_every_step_of_a_new_owners_writes_keep
         let mut refused = 0;
         for n in (1..=steps).step_by(if cfg!(debug_assertions) { 7 } else { 1 }) {
             let what = format!("{host:?} step {n} of {steps}");
-            let (disk, former, (new, made, outcomes, new_trimmed), (appended, trimmed)) =
+            let (disk, former, (new, made, outcomes, new_trimmed), ((appended, synced), trimmed)) =
                 support::topic::former_at_step_of_new_owner(
                     (host, &template, &config(PER_LEDGER)),
                     n,
                     |topic| {
-                        let appended = topic.append(b"former").and_then(|p| {
-                            topic.sync()?;
-                            Ok(p)
-                        });
-                        (appended, topic.trim_consumed())
+                        let mut synced = Vec::new();
+                        let mut appended = Ok(());
+                        for k in 0..3 {
+                            let body = format!("former-{k}");
+                            match topic.append(body.as_bytes()).and_then(|p| {
+                                topic.sync()?;
+                                Ok(p)
+                            }) {
+                                Ok(p) => synced.push((p, body.into_bytes())),
+                                Err(e) => {
+                                    appended = Err(e);
+                                    break;
+                                }
+                            }
+                        }
+                        ((appended, synced), topic.trim_consumed())
                     },
                     new_owner,
                 );
@@ -674,7 +694,7 @@ fn a_former_owner_rolling_and_trimming_at_every_step_of_a_new_owners_writes_keep
                 matches!(trimmed, Ok(_) | Err(Error::Fenced { .. })),
                 "{what}: the former's trim: {trimmed:?}"
             );
-            if appended.is_ok() || trimmed.is_ok() {
+            if !synced.is_empty() || trimmed.is_ok() {
                 kept += 1;
             } else {
                 refused += 1;
@@ -710,9 +730,7 @@ fn a_former_owner_rolling_and_trimming_at_every_step_of_a_new_owners_writes_keep
                 );
             }
             let mut expect = made.clone();
-            if let Ok(p) = appended {
-                expect.push((p, b"former".to_vec()));
-            }
+            expect.extend(synced);
             for (i, &p) in base_positions.iter().enumerate().skip(entries_of(40)) {
                 expect.push((p, payload(i)));
             }
@@ -730,7 +748,7 @@ fn a_former_owner_rolling_and_trimming_at_every_step_of_a_new_owners_writes_keep
             kept > 0 && refused > 0,
             "{host:?}: {kept} steps kept a former's call, {refused} refused both"
         );
-    });
+    }
 }
 
 /// An appender rolling a ledger every entry, two readers reading, seeking by index and by
