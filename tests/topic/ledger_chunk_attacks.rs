@@ -244,6 +244,7 @@ fn examine(topic: &Hosted, told: &Told) -> Found {
             }
         }
     }
+    seek_a_reader(topic, told, &mut found);
     if told.acked > 0 {
         match topic
             .open_cursor(ACKER, earliest())
@@ -267,6 +268,45 @@ fn examine(topic: &Hosted, told: &Told) -> Found {
         }
     }
     found
+}
+
+/// Seeks a reader (a non-durable cursor) by index and by time to the first, a middle and the
+/// last entry that must be there: each time it reads that entry next.
+fn seek_a_reader(topic: &Hosted, told: &Told, found: &mut Found) {
+    if told.acked >= told.synced {
+        return;
+    }
+    let options = ackstore::NonDurableOptions {
+        inclusive: false,
+        name: "seeker".into(),
+    };
+    let reader = match topic.open_non_durable_cursor(ackstore::InitialPosition::Earliest, options) {
+        Ok(reader) => reader,
+        Err(e) => return found.refused.push(format!("a reader: {e}")),
+    };
+    for i in [told.acked, (told.acked + told.synced) / 2, told.synced - 1] {
+        let p = told.positions[i].expect("a synced entry's position");
+        for how in ["index", "time"] {
+            let seek = match how {
+                "index" => reader.seek_by_index(i as u64),
+                _ => reader.seek_by_timestamp(timestamp(i) - 1),
+            };
+            match seek.and_then(|()| reader.read_entries(1)) {
+                Ok(read) if read.len() == 1 && read[0].position == p => {
+                    if read[0].payload != payload(i) {
+                        found
+                            .invented
+                            .push(format!("seek to {i} by {how}: other bytes"));
+                    }
+                }
+                Ok(read) => found.lost.push(format!(
+                    "seek to entry {i} at {p:?} by {how} reads {:?}",
+                    read.first().map(|e| e.position)
+                )),
+                Err(e) => found.refused.push(format!("seek to {i} by {how}: {e}")),
+            }
+        }
+    }
 }
 
 /// Opens the topic `host` keeps on `storage` and checks it against `told` ([`examine`]), then
