@@ -321,8 +321,8 @@ fn holds_what_was_told(host: Host, storage: &Arc<dyn Storage>, told: &Told, what
     sound_without_leftovers(storage, LEDGER_CHUNK_PREFIX);
 }
 
-/// A power cut at every storage step of `steps` run on the topic opened on a copy of
-/// `template` (which holds what `told` says; the open is not cut): every image a cut leaves
+/// A power cut at every storage step of the open of the topic on a copy of `template` (which
+/// holds what `told` says), of `steps` run on it and of its close: every image a cut leaves
 /// is sound by `verify` and opens holding what the workload was told when the power went off.
 /// At one cut point in [`RERUN_EVERY`] the workload runs again with the power cut there.
 fn cut_at_every_step(host: Host, (template, told): &(MemStorage, Told), steps: &[Step]) {
@@ -332,11 +332,14 @@ fn cut_at_every_step(host: Host, (template, told): &(MemStorage, Told), steps: &
         Points::one_in(RERUN_EVERY, seed),
         |disk, storage| {
             copy_into(template, disk);
-            open(host, &storage).expect("open")
+            storage
         },
-        |topic, shown| {
+        |storage, shown| {
             shown.update(|t| *t = told.clone());
-            let outcome = run_shown(&topic, steps, shown).and_then(|()| topic.close());
+            let outcome = open(host, &storage).and_then(|topic| {
+                run_shown(&topic, steps, shown)?;
+                topic.close()
+            });
             (outcome, shown.get())
         },
         |disk, cut, told| {
@@ -453,6 +456,55 @@ fn a_power_cut_at_every_step_of_filling_a_chunk_again_after_a_trim_of_every_chun
                 Step::Trim,
                 Step::Append(per),
             ],
+        );
+    });
+}
+
+/// Once armed, fails every removal of a data ledger or a ledger chunk record (named
+/// `...ledger-...`, `...ledgers-...`): what a trim leaves behind when none of its deletions
+/// after its commit happens.
+#[derive(Default)]
+struct FailRemovals(AtomicBool);
+
+impl support::tap::Hook for FailRemovals {
+    fn before(&self, op: support::tap::Op<'_>) -> ackstore::Result<()> {
+        let ledgers = op.name().contains("ledger-") || op.name().contains("ledgers-");
+        if self.0.load(Ordering::SeqCst) && op.kind() == "remove" && ledgers {
+            let eio = std::io::Error::from_raw_os_error(5);
+            return Err(ackstore::Error::io("injected", op.name().to_owned(), eio));
+        }
+        Ok(())
+    }
+}
+
+/// A trim emptying the first chunk of its last 3 ledgers and cutting 3 from the tail, whose
+/// every removal fails (the dropped chunk record and the trimmed ledgers left behind),
+/// then a close: a power cut at every step of the next open, which removes them, and of a
+/// roll after it keeps every entry not trimmed, brings back no trimmed ledger, and leaves
+/// nothing over.
+#[test]
+fn a_power_cut_at_every_step_of_the_open_removing_what_a_trim_left_keeps_every_unacked_entry() {
+    on_each_host(|host| {
+        let (disk, told) = trimmed_then_acked(host, CHUNK + 40, CHUNK - 3, CHUNK + 3);
+        let removals = Arc::new(FailRemovals::default());
+        let storage: Arc<dyn Storage> =
+            Arc::new(Tap::new(Arc::new(disk.clone()), removals.clone()));
+        let topic = open(host, &storage).expect("open");
+        removals.0.store(true, Ordering::SeqCst);
+        let shown = Shown::new(told);
+        // It fails at its first removal (after its commit), or answers `Ok` leaving them.
+        drop(run_step(&topic, Step::Trim, &shown));
+        drop(topic.close());
+        let told = shown.get();
+        let template = disk.durable_image();
+        let left: Arc<dyn Storage> = Arc::new(template.clone());
+        let report = ackstore::check::verify(&left).expect("verify");
+        assert!(report.is_sound(), "{host:?}: {report}");
+        assert!(!report.unused.is_empty(), "{host:?}: the trim left nothing");
+        cut_at_every_step(
+            host,
+            &(template, told),
+            &[Step::Append(PER_LEDGER as usize)],
         );
     });
 }
