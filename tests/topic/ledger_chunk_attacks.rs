@@ -509,6 +509,51 @@ fn a_power_cut_at_every_step_of_the_open_removing_what_a_trim_left_keeps_every_u
     });
 }
 
+/// On real files (a topic alone in a temporary directory): rolls past
+/// two chunks and a trim into the first, then a trim emptying it whose removals all fail (its
+/// chunk record and the trimmed ledgers left behind); the reopen (finding them by listing the
+/// directory) removes them and holds the model, `verify` finds nothing left over, and so again
+/// after a roll and a trim across the next chunk.
+#[test]
+fn on_real_files_what_a_trim_leaves_behind_is_removed_by_the_reopen_which_holds_the_model() {
+    // A store on storage without directories keeps its topics' files flat, and the test's
+    // tap has none: a store reopened on the plain directory would look for the directory.
+    let host = Host::Alone;
+    {
+        let dir = support::fds::files_dir();
+        let files: Arc<dyn Storage> =
+            Arc::new(ackstore::FileStorage::open(dir.path(), true).expect("storage"));
+        let removals = Arc::new(FailRemovals::default());
+        let tapped: Arc<dyn Storage> = Arc::new(Tap::new(files.clone(), removals.clone()));
+        let topic = open(host, &tapped).expect("open");
+        let shown = Shown::new(Told::default());
+        let steps = [
+            Step::Append(entries_of(2 * CHUNK + 10)),
+            Step::AckThrough(entries_of(100)),
+            Step::Trim,
+            Step::AckThrough(entries_of(CHUNK + 5)),
+        ];
+        run_shown(&topic, &steps, &shown).expect("rolls and a trim");
+        removals.0.store(true, Ordering::SeqCst);
+        drop(run_step(&topic, Step::Trim, &shown));
+        drop(topic.close());
+        let report = ackstore::check::verify(&files).expect("verify");
+        assert!(report.is_sound(), "{host:?}: {report}");
+        assert!(!report.unused.is_empty(), "{host:?}: the trim left nothing");
+        let what = format!("{host:?} on real files");
+        holds_what_was_told(host, &files, &shown.get(), &what);
+        let topic = open(host, &files).expect("reopen");
+        let steps = [
+            Step::Append(PER_LEDGER as usize),
+            Step::AckThrough(entries_of(2 * CHUNK + 3)),
+            Step::Trim,
+        ];
+        run_shown(&topic, &steps, &shown).expect("a roll and a trim");
+        topic.close().expect("close");
+        holds_what_was_told(host, &files, &shown.get(), &what);
+    }
+}
+
 /// The topic record of the closed topic on `disk` rewritten as an earlier build wrote it
 /// (every ledger inline), checked to hold what `told` says.
 fn as_earlier_version(host: Host, (disk, told): &(MemStorage, Told)) {
