@@ -1,12 +1,14 @@
 //! Attacks on a topic's ledger list kept in chunk records of 256 sealed ledgers (topic record
 //! version 5), through the public API, on a topic opened alone and on a store's topic: power
 //! cuts at every step of the rolls that fill a chunk and start the next, of trims that cut
-//! into a chunk, empty it or drop two at once and the rolls right after them, and of the first
-//! writes of a topic whose record an earlier build wrote; a failed storage operation at every
-//! step of a roll that fills a chunk and of trims that rewrite or drop one; a former owner
-//! rolling and trimming at every step of a new owner's claim and writes; threads appending,
-//! reading, seeking and trimming at once; damage to every file of the topic's directory; and
-//! the record bytes and files a long churn of rolls and trims leaves.
+//! into a chunk, empty it, drop two at once or drop every chunk and the rolls right after
+//! them, of the first writes of a topic whose record an earlier build wrote, and of the open
+//! that removes what a trim left behind; a failed storage operation, and a failed sync, at
+//! every step of a roll that fills a chunk and of trims that rewrite or drop one; a former
+//! owner rolling and trimming at every step of a new owner's claim and writes; threads
+//! appending, reading, seeking and trimming at once; damage to every file of the topic's
+//! directory; the record bytes and files a long churn of rolls and trims leaves; and what a
+//! trim leaves behind on real files.
 //!
 //! Every check compares with a model of what the workload was told: every entry whose sync
 //! answered `Ok` and that no trim could have dropped reads back byte for byte by position, by
