@@ -683,7 +683,9 @@ fn a_failed_sync_at_every_sync_of(
         for &later in after {
             let outcome = run_step(&topic, later, &shown);
             if matches!(outcome, Err(Error::Fenced { .. })) {
-                fenced.push(format!("{what}: {later:?} after it: {outcome:?}"));
+                fenced.push(format!(
+                    "{what}: the step answered {first:?}, then {later:?} {outcome:?}"
+                ));
             }
             if outcome.is_err() {
                 break;
