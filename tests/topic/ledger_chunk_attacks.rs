@@ -909,6 +909,15 @@ fn threads_appending_with_a_roll_every_entry_reading_seeking_and_trimming_match_
         let done = Arc::new(AtomicBool::new(false));
         let trims = Arc::new(AtomicU64::new(0));
         let mut failures: Vec<String> = Vec::new();
+        // Each reader's own cursor holds back the trims from what it checks: opened before any
+        // entry is appended or trimmed, so it holds back every entry.
+        let held: Vec<_> = (0..2u64)
+            .map(|r| {
+                topic
+                    .open_cursor(&format!("reader-{r}"), earliest())
+                    .expect("a reader's cursor")
+            })
+            .collect();
         std::thread::scope(|s| {
             let appender = s.spawn(|| {
                 for i in 0..total {
@@ -944,12 +953,10 @@ fn threads_appending_with_a_roll_every_entry_reading_seeking_and_trimming_match_
                     std::thread::yield_now();
                 }
             });
-            let readers: Vec<_> = (0..2u64)
-                .map(|r| {
+            let readers: Vec<_> = (0u64..)
+                .zip(held)
+                .map(|(r, held)| {
                     let (topic, synced, done) = (&topic, &synced, &done);
-                    // Each reader's own cursor holds back the trims from what it checks.
-                    let held = topic.open_cursor(&format!("reader-{r}"), earliest());
-                    let held = held.expect("a reader's cursor");
                     s.spawn(move || {
                         let mut wrong = Vec::new();
                         let mut rng = Rng::new(0x5eed + r);
