@@ -99,6 +99,13 @@ pub(crate) struct TopicCore {
     adopted: AtomicBool,
     /// Set once a fence of this handle has been logged (later refusals are only counted).
     fence_reported: AtomicBool,
+    /// The directory forgot topic-record versions this handle linked: a failed directory
+    /// sync (of this record's write, or of any other file's in the directory) takes back
+    /// every name it was to make durable, the claim's too, and with it the proof of
+    /// ownership. A failed sync is never retried: from then on every record write, and every
+    /// step that would change a ledger file before one, answers [`Error::PreviousIo`] until
+    /// the topic is reopened; reads go on.
+    record_failed: AtomicBool,
     /// Open non-durable cursors (readers) by id: closed with the topic, never in the topic
     /// record, never consulted by trimming. Keyed so opening and closing one costs O(1)
     /// whatever the number of readers.
@@ -159,6 +166,7 @@ impl TopicCore {
             uncertain: Mutex::new(None),
             adopted: AtomicBool::new(false),
             fence_reported: AtomicBool::new(false),
+            record_failed: AtomicBool::new(false),
             readers: Mutex::new(HashMap::new()),
             wakes: Mutex::new(Wakes::default()),
             wakes_cv: Condvar::new(),
@@ -238,6 +246,7 @@ impl TopicCore {
     /// Writes `record` over the version `writer` holds.
     pub(crate) fn commit(&self, writer: &mut Writer, mut record: TopicRecord) -> Result<()> {
         let mut committed = lock(&self.committing);
+        self.check_record_writes()?;
         if let Some((version, adopted)) = self.settle()? {
             self.owned_version.store(version, Ordering::SeqCst);
             *committed = adopted;
@@ -262,8 +271,9 @@ impl TopicCore {
             Err((e, Some(version))) => {
                 // The new version is the record now (its write failed after it was linked, at
                 // the directory sync, say): this handle knows it, so no later write of its own
-                // is refused as a newer owner's; the caller still learns of the error. The
-                // chunk records it superseded stay, leftovers for the next open.
+                // is refused as a newer owner's (should the directory forget it, the next one
+                // answers `PreviousIo`, `record_failed`); the caller still learns of the
+                // error. The chunk records it superseded stay, leftovers for the next open.
                 self.owned_version.store(version, Ordering::SeqCst);
                 committed.clone_from(&record);
                 drop(committed);
@@ -304,18 +314,23 @@ impl TopicCore {
         let owned = self.owned_version.load(Ordering::SeqCst);
         match table::stage_chunks(self.meta.as_ref(), record, (owned, owned + 1)) {
             Ok(()) => {}
-            Err(e @ Error::Fenced { .. }) => return Err((self.fenced(e), None)),
+            Err(e @ Error::Fenced { .. }) => return Err((self.refused(owned, e), None)),
             Err(e) => return Err((e, None)),
         }
         let encoded = record.encode();
         let e = match self.meta.put(TOPIC_RECORD, Some(owned), &encoded) {
             Ok(version) => return Ok(version),
-            Err(e @ Error::Fenced { .. }) => return Err((self.fenced(e), None)),
+            Err(e @ Error::Fenced { .. }) => return Err((self.refused(owned, e), None)),
             Err(e) => e,
         };
         let linked = match self.meta.get(TOPIC_RECORD) {
             Ok(Some((version, bytes))) if version == owned + 1 && bytes == encoded => Some(version),
             Ok(Some((version, _))) if version == owned => None,
+            Ok(Some((version, _))) if version < owned => {
+                // The failed directory sync took back names this handle linked.
+                self.record_failed.store(true, Ordering::SeqCst);
+                None
+            }
             _ => {
                 *lock(&self.uncertain) = Some((owned + 1, encoded, record.clone()));
                 None
@@ -365,6 +380,7 @@ impl TopicCore {
         edit: impl FnOnce(&mut TopicRecord) -> Result<T>,
     ) -> Result<T> {
         let mut committed = lock(&self.committing);
+        self.check_record_writes()?;
         if let Some((version, adopted)) = self.settle()? {
             // Our earlier write took; the writer adopts it at its next commit.
             self.owned_version.store(version, Ordering::SeqCst);
@@ -424,13 +440,26 @@ impl TopicCore {
     /// Takes the writer guard to show it is held (no topic commit is in flight); a block
     /// reservation of ledger ids may be, which `check_version` waits for.
     pub(crate) fn check_owner(&self, _writer: &Writer) -> Result<()> {
+        self.check_record_writes()?;
         self.check_version(self.owned_version.load(Ordering::SeqCst))
     }
 
+    /// [`Error::PreviousIo`] once the directory forgot versions this handle linked
+    /// (`record_failed`).
+    fn check_record_writes(&self) -> Result<()> {
+        if self.record_failed.load(Ordering::SeqCst) {
+            Err(Error::PreviousIo)
+        } else {
+            Ok(())
+        }
+    }
+
     /// Invariant: the stored version differs from `owned_version` only while this handle's
-    /// own record write is in flight (it holds `committing`) or after another owner wrote.
-    /// A mismatch is therefore checked again once `committing` is free: only a mismatch that
-    /// persists with no write of ours in flight means a newer owner.
+    /// own record write is in flight (it holds `committing`), after another owner wrote, or
+    /// after the directory forgot versions this handle linked (`record_failed` is then set,
+    /// and a record below `owned_version` answers [`Error::PreviousIo`]). A mismatch is
+    /// therefore checked again once `committing` is free: only a mismatch that persists with
+    /// no write of ours in flight, at or above our version, means a newer owner.
     ///
     /// A topic of a store has the store's proof instead: the store's claim fences every former
     /// owner of every topic (`ledger::open`, rule 0), and its check costs two name lookups.
@@ -453,12 +482,27 @@ impl TopicCore {
         }
         let owned = self.owned_version.load(Ordering::SeqCst);
         if self.meta.is_current(TOPIC_RECORD, owned)? {
-            Ok(())
-        } else {
-            Err(self.fenced(Error::Fenced {
-                what: format!("{} (topic record)", self.location),
-            }))
+            return Ok(());
         }
+        Err(self.refused(
+            owned,
+            Error::Fenced {
+                what: format!("{} (topic record)", self.location),
+            },
+        ))
+    }
+
+    /// What the refusal `fence` of a check or a write built on version `owned` tells the
+    /// caller: `PreviousIo` when the record is below `owned` (`meta::forgot_version`: a failed
+    /// directory sync took back names this handle linked, its claim's or a write's), which
+    /// latches `record_failed`; otherwise the fence, counted. Reads the record once, on a
+    /// refusal only; a read that fails leaves the fence as it is.
+    fn refused(&self, owned: u64, fence: Error) -> Error {
+        if let Ok(true) = crate::meta::forgot_version(self.meta.as_ref(), TOPIC_RECORD, owned) {
+            self.record_failed.store(true, Ordering::SeqCst);
+            return Error::PreviousIo;
+        }
+        self.fenced(fence)
     }
 
     /// Counts the fence `e` (and logs the first one of this handle); returns it.

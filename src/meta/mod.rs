@@ -119,6 +119,21 @@ pub trait MetaStore: Send + Sync + std::fmt::Debug {
     }
 }
 
+/// Whether record `name` is below version `held`, which the caller linked (by a write or a
+/// claim) and which [`MetaStore::is_current`], or a `put` built on it, found the record no
+/// longer at. A writer never links a version below the one it holds, and a newer owner's
+/// claim or write links above it: a record below `held` means the directory forgot names the
+/// caller linked (a failed directory sync took them back, and the caller's proof of
+/// ownership with them), so the caller answers [`Error::PreviousIo`] (a reopen's claim reads
+/// what is durable) rather than [`Error::Fenced`] (docs/format.md, "A failed directory sync
+/// takes names back"). It refuses every write either way.
+///
+/// # Errors
+/// The errors of [`MetaStore::get`].
+pub(crate) fn forgot_version(meta: &dyn MetaStore, name: &str, held: u64) -> Result<bool> {
+    Ok(meta.get(name)?.is_some_and(|(version, _)| version < held))
+}
+
 /// The version of every chunk record (of the store catalog's topics, or of a topic's cursor
 /// table): each is written once, by a `put` that creates it (again only after
 /// [`MetaStore::discard`] of an unpinned one).

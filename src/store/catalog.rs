@@ -173,13 +173,28 @@ impl CatalogHandle {
     /// [`Error::Fenced`] when the catalog is no longer at the version this handle wrote last:
     /// another owner has claimed the store. Costs [`MetaStore::is_current`]: two name lookups
     /// with the default metadata store, whatever the size of the store.
+    ///
+    /// [`Error::PreviousIo`] when the catalog is below that version: the claim is a link the
+    /// open does not sync, and a failed directory sync since (of any record or file written
+    /// in the store's directory) took the name back (`meta::forgot_version`). Every topic and
+    /// cursor of the store then answers `PreviousIo` (the journal latches it) until the store
+    /// is reopened.
     pub(crate) fn check_owner(&self) -> Result<()> {
         if self.meta.is_current(STORE_RECORD, self.version)? {
-            Ok(())
-        } else {
-            Err(Error::Fenced {
-                what: format!("the store catalog `{STORE_RECORD}`"),
-            })
+            return Ok(());
+        }
+        Err(self.refused(Error::Fenced {
+            what: format!("the store catalog `{STORE_RECORD}`"),
+        }))
+    }
+
+    /// What the refusal `fence` of a check or a write built on the version this handle holds
+    /// tells the caller: [`Error::PreviousIo`] when the catalog is below it
+    /// (`meta::forgot_version`), otherwise the fence (also when the catalog cannot be read).
+    fn refused(&self, fence: Error) -> Error {
+        match crate::meta::forgot_version(self.meta.as_ref(), STORE_RECORD, self.version) {
+            Ok(true) => Error::PreviousIo,
+            _ => fence,
         }
     }
 
@@ -291,6 +306,7 @@ impl CatalogHandle {
             Some(self.version),
         ) {
             Ok(pins) => pins,
+            Err(e @ Error::Fenced { .. }) => return (Err(self.refused(e)), false),
             Err(e) => return (Err(e), false),
         };
         let held = std::mem::replace(&mut self.catalog.chunks, pins);
@@ -300,7 +316,7 @@ impl CatalogHandle {
                 self.version = v;
                 (Ok(()), true)
             }
-            Err(e @ Error::Fenced { .. }) => (Err(e), false),
+            Err(e @ Error::Fenced { .. }) => (Err(self.refused(e)), false),
             Err(e) => {
                 let took = matches!(self.meta.get(STORE_RECORD),
                     Ok(Some((v, bytes))) if v == self.version + 1 && bytes == encoded);

@@ -322,16 +322,6 @@ impl Disk {
     }
 }
 
-/// A temporary directory on a memory-backed file system where there is one (its fsyncs cost
-/// nothing, and the files backend runs the same code), else in the default place.
-fn files_dir() -> tempfile::TempDir {
-    let shm = std::path::Path::new("/dev/shm");
-    shm.is_dir()
-        .then(|| tempfile::tempdir_in(shm).ok())
-        .flatten()
-        .unwrap_or_else(|| tempfile::tempdir().expect("temporary directory"))
-}
-
 /// Each step of each catalog write of a flush fails in turn, on the in-memory disk and on real
 /// files: before the link the flush fails with `Io` and the next one succeeds, having written
 /// every ack the failed one did not confirm; from the link's directory sync on (the new
@@ -354,7 +344,7 @@ fn a_failed_step_of_a_catalog_write_latches_the_journal_only_after_the_link() {
                     if files { "files" } else { "memory" }
                 );
                 let disk = if files {
-                    Disk::Files(files_dir())
+                    Disk::Files(support::fds::files_dir())
                 } else {
                     Disk::Mem(MemStorage::new())
                 };

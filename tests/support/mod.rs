@@ -8,7 +8,8 @@
 //! - [`crash`]: power cuts at every storage operation ([`crash::cut_everywhere`]) and torn
 //!   images of unsynced tails ([`crash::torn_image`]), for every crash test.
 //! - [`log_model`]: deterministic entries and a model of an entry-log workload.
-//! - [`fds`]: the process's open descriptors under a directory.
+//! - [`fds`]: the process's open descriptors under a directory, and a temporary directory for
+//!   files (memory-backed where there is one).
 //! - [`harness`]: the name the test harness gives a test, for a test that re-runs its binary.
 //! - [`hooked`]: an in-memory disk whose files count writes and fsyncs and can stall or fail.
 //! - [`journal`]: cursors backed by a store's cursor journal, committed in ticks, and their model.

@@ -462,3 +462,105 @@ pub fn cut_change_everywhere(
     );
     clean.result.expect("the change without a cut");
 }
+
+/// `step` on the topic `host` keeps on a copy of `template` (opened with `config`), its `k`-th
+/// storage operation failing with an I/O error, for every `k`: the step (run by `run`, which
+/// keeps what the workload was told current from `told`) answers `Ok` or an I/O error, never
+/// `Fenced`; the steps `after` from the same handle are never `Fenced` and succeed, and so does
+/// the close, unless the failed operation was a sync or a write of a ledger (either may latch
+/// the handle until the topic is reopened: `PreviousIo`); the durable image is sound by `verify`, and `holds` checks it against what the
+/// workload was told. Reports every refused later step at the end.
+pub fn later_steps_after_a_failed_operation<S: Clone, T: std::fmt::Debug>(
+    (host, template, config): (Host, &MemStorage, &LedgerConfig),
+    told: &S,
+    (step, after): (&T, &[T]),
+    run: impl Fn(&Hosted, &T, &super::crash::Shown<S>) -> ackstore::Result<()>,
+    holds: impl Fn(&Arc<dyn ackstore::Storage>, &S, &str),
+) {
+    use super::crash::{Shown, copy_into};
+    use super::tap::{FailOne, Tap};
+    use std::sync::atomic::Ordering;
+    let attempt = |k: u64| {
+        let disk = MemStorage::new();
+        copy_into(template, &disk);
+        let hook = Arc::new(FailOne::default());
+        let storage: Arc<dyn ackstore::Storage> =
+            Arc::new(Tap::new(Arc::new(disk.clone()), hook.clone()));
+        let topic = open_hosted(host, storage, config).expect("open");
+        let told = Shown::new(told.clone());
+        hook.arm(k);
+        let first = run(&topic, step, &told);
+        let failed = hook.failed.lock().expect("lock").clone();
+        let ops = hook.seen.load(Ordering::SeqCst);
+        hook.arm(0);
+        (disk, topic, told, first, failed, ops)
+    };
+    let steps = {
+        let (_, topic, _, first, _, ops) = attempt(0);
+        first.expect("the step without a fault");
+        drop(topic);
+        ops
+    };
+    assert!(steps > 0);
+    let mut missed = Vec::new();
+    for k in 1..=steps {
+        let (disk, topic, told, first, failed, _) = attempt(k);
+        let what = format!("{host:?} {step:?}, operation {k} of {steps} failed ({failed:?})");
+        assert!(
+            matches!(
+                first,
+                Ok(()) | Err(ackstore::Error::Io { .. } | ackstore::Error::PreviousIo)
+            ),
+            "{what}: the step returned {first:?}"
+        );
+        let latches = failed.as_deref().is_some_and(|f| {
+            f.starts_with("sync") || (f.starts_with("write") && f.ends_with(".log"))
+        });
+        for later in after {
+            let outcome = run(&topic, later, &told);
+            let fenced = matches!(outcome, Err(ackstore::Error::Fenced { .. }));
+            if fenced || (!latches && outcome.is_err()) {
+                missed.push(format!("{what}: {later:?} after it: {outcome:?}"));
+            }
+            if outcome.is_err() {
+                // What a failed later step did is unknown too: it is checked no further.
+                break;
+            }
+        }
+        let closed = topic.close();
+        if !latches && closed.is_err() {
+            missed.push(format!("{what}: close: {closed:?}"));
+        }
+        let image: Arc<dyn ackstore::Storage> = Arc::new(disk.durable_image());
+        let report = ackstore::check::verify(&image).expect("verify");
+        assert!(report.is_sound(), "{what}: {report}");
+        holds(&image, &told.get(), &what);
+    }
+    assert!(missed.is_empty(), "{}", missed.join("\n"));
+}
+
+/// A former owner and a new one on a copy of `template`: the former opens the topic `host`
+/// keeps there (with `config`), then the lock is broken and `new_owner` claims it through a
+/// storage that runs `former` (given the former's topic) right after its `n`-th storage
+/// operation (after `new_owner` returns, when it made fewer). Returns the disk, the former's
+/// handle (still open), what `new_owner` returned and what `former` did.
+pub fn former_at_step_of_new_owner<N, F: Send + 'static>(
+    (host, template, config): (Host, &MemStorage, &LedgerConfig),
+    n: u64,
+    former: impl FnOnce(&ManagedLedger) -> F + Send + 'static,
+    new_owner: impl FnOnce(Arc<dyn ackstore::Storage>) -> N,
+) -> (MemStorage, Hosted, N, F) {
+    let disk = MemStorage::new();
+    super::crash::copy_into(template, &disk);
+    let owner = open_hosted(host, Arc::new(disk.clone()), config).expect("open");
+    let hooked = super::takeover::Disk::new(Arc::new(disk.clone()));
+    let slot = {
+        let topic = owner.topic.clone();
+        hooked.arm_takeover(n, move || former(&topic))
+    };
+    disk.break_lock();
+    let made = new_owner(hooked.storage.clone());
+    hooked.hook.run_if_pending();
+    let did = slot.lock().expect("slot").take().expect("the former ran");
+    (disk, owner, made, did)
+}

@@ -25,7 +25,7 @@ use support::crash::{
     Points, Seen, Shown, copy_into, cut_everywhere_recorded_after, unseen_images,
 };
 use support::takeover;
-use support::tap::{FailOne, Tap, Written};
+use support::tap::{Tap, Written};
 use support::topic::{Host, Hosted, config, earliest, on_each_host, open_hosted};
 use support::workload::{Rng, seed_from_env};
 
@@ -580,68 +580,23 @@ fn a_power_cut_at_every_step_of_the_first_writes_of_a_600_cursor_topic_of_the_ea
     });
 }
 
-/// `step` on a copy of `prepared` whose `k`-th storage operation fails, for every `k`: the
-/// step answers `Ok` or an I/O error, never `Fenced`; the steps `after` from the same handle
-/// are never `Fenced` and succeed unless the failed operation was a sync (which may latch the
-/// topic until it is reopened); the reopened topic holds what the workload was told and
-/// `verify` finds it sound. Reports every refused later step at the end.
+/// `step` on a copy of `prepared` whose `k`-th storage operation fails, for every `k`, then
+/// the steps `after` from the same handle
+/// ([`support::topic::later_steps_after_a_failed_operation`]): the reopened topic holds what
+/// the workload was told.
 fn later_steps_after_a_failed_operation_of(
     host: Host,
     (template, positions, told): &(MemStorage, Vec<Position>, Told),
     step: &Step,
     after: &[Step],
 ) {
-    let run = |k: u64| {
-        let disk = MemStorage::new();
-        copy_into(template, &disk);
-        let hook = Arc::new(FailOne::default());
-        let storage: Arc<dyn Storage> = Arc::new(Tap::new(Arc::new(disk.clone()), hook.clone()));
-        let topic = open(host, &storage).expect("open");
-        let told = Shown::new(told.clone());
-        hook.arm(k);
-        let first = run_step(&topic, positions, step, &told);
-        let failed = hook.failed.lock().expect("lock").clone();
-        let ops = hook.seen.load(Ordering::SeqCst);
-        hook.arm(0);
-        (disk, topic, told, first, failed, ops)
-    };
-    let steps = {
-        let (_, topic, _, first, _, ops) = run(0);
-        first.expect("the step without a fault");
-        drop(topic);
-        ops
-    };
-    assert!(steps > 0);
-    let mut missed = Vec::new();
-    for k in 1..=steps {
-        let (disk, topic, told, first, failed, _) = run(k);
-        let what = format!("{host:?} {step:?}, operation {k} of {steps} failed ({failed:?})");
-        assert!(
-            matches!(first, Ok(()) | Err(Error::Io { .. })),
-            "{what}: the step returned {first:?}"
-        );
-        let synced = failed.as_deref().is_some_and(|f| f.starts_with("sync"));
-        // A failed step's cursor stays pending: it may or may not have taken.
-        for later in after {
-            let outcome = run_step(&topic, positions, later, &told);
-            if matches!(outcome, Err(Error::Fenced { .. })) || (!synced && outcome.is_err()) {
-                missed.push(format!("{what}: {later:?} after it: {outcome:?}"));
-            }
-            if outcome.is_err() {
-                // What a failed later step did is unknown too: it is checked no further.
-                break;
-            }
-        }
-        let closed = topic.close();
-        if !synced && closed.is_err() {
-            missed.push(format!("{what}: close: {closed:?}"));
-        }
-        let image: Arc<dyn Storage> = Arc::new(disk.durable_image());
-        let report = ackstore::check::verify(&image).expect("verify");
-        assert!(report.is_sound(), "{what}: {report}");
-        holds_what_was_told(host, &image, positions, &told.get(), &what);
-    }
-    assert!(missed.is_empty(), "{}", missed.join("\n"));
+    support::topic::later_steps_after_a_failed_operation(
+        (host, template, &config(PER_LEDGER)),
+        told,
+        (step, after),
+        |topic, step, told| run_step(topic, positions, step, told),
+        |image, told, what| holds_what_was_told(host, image, positions, told, what),
+    );
 }
 
 /// A failed storage operation at every step of the creation that fills the tail (its chunk
@@ -728,23 +683,18 @@ fn a_former_owner_creating_and_deleting_cursors_at_every_step_of_a_new_owners_wr
             .step_by(if cfg!(debug_assertions) { 7 } else { 1 })
         {
             let what = format!("{host:?} step {n} of {steps}");
-            let disk = MemStorage::new();
-            copy_into(&template, &disk);
-            let former = open(host, &(Arc::new(disk.clone()) as Arc<dyn Storage>)).expect("open");
-            let hooked = takeover::Disk::new(Arc::new(disk.clone()));
-            let slot = {
-                let topic = former.topic.clone();
-                hooked.arm_takeover(n, move || {
-                    (
-                        topic.open_cursor("former", earliest()).map(drop),
-                        topic.delete_cursor(&cursor(100)),
-                    )
-                })
-            };
-            disk.break_lock();
-            let (new, made) = new_owner(hooked.storage.clone());
-            hooked.hook.run_if_pending();
-            let (created, deleted) = slot.lock().expect("slot").take().expect("the former ran");
+            let (disk, former, (new, made), (created, deleted)) =
+                support::topic::former_at_step_of_new_owner(
+                    (host, &template, &config(PER_LEDGER)),
+                    n,
+                    |topic| {
+                        (
+                            topic.open_cursor("former", earliest()).map(drop),
+                            topic.delete_cursor(&cursor(100)),
+                        )
+                    },
+                    new_owner,
+                );
             for (call, outcome) in [("creation", &created), ("deletion", &deleted)] {
                 assert!(
                     matches!(outcome, Ok(()) | Err(Error::Fenced { .. })),

@@ -20,6 +20,7 @@ mod full_disk_retries;
 mod hosted_journal;
 mod hosted_journal_owners;
 mod import_attacks;
+mod ledger_chunk_attacks;
 mod ledger_chunks;
 mod listed_cursor_without_record;
 mod managed_ledger;
