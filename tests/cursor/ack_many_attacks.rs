@@ -19,69 +19,10 @@ use ackstore::{
 use support::crash::{Cut, Points, cut_everywhere_after};
 use support::tap::{FailOne, Tap};
 use support::topic::{append_n, append_unsynced, config, earliest};
-use support::workload::Rng;
+use support::workload::{EntryModel as Model, Rng};
 
 /// Entries of one ack-set partition.
 const SPAN: usize = 65_536;
-
-/// A cursor's acknowledged entries as indexes into the topic's positions: every entry up to
-/// `mark`, and `acked`, all after it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-struct Model {
-    mark: Option<usize>,
-    acked: BTreeSet<usize>,
-}
-
-impl Model {
-    /// The entry right after mark-delete.
-    fn floor(&self) -> usize {
-        self.mark.map_or(0, |m| m + 1)
-    }
-
-    fn contains(&self, i: usize) -> bool {
-        self.mark.is_some_and(|m| i <= m) || self.acked.contains(&i)
-    }
-
-    /// Mark-delete absorbs the acknowledged entries that follow it.
-    fn absorb(&mut self) {
-        while self.acked.remove(&self.floor()) {
-            self.mark = Some(self.floor());
-        }
-    }
-
-    /// `ack_many` of `group`: the number of entries newly acknowledged.
-    fn ack_many(&mut self, group: &[usize]) -> u64 {
-        let mut added = 0;
-        for &i in group {
-            if !self.contains(i) {
-                self.acked.insert(i);
-                added += 1;
-            }
-        }
-        self.absorb();
-        added
-    }
-
-    /// Every entry of `self` is in `other`.
-    fn within(&self, other: &Model) -> bool {
-        self.mark <= other.mark && self.acked.iter().all(|&i| other.contains(i))
-    }
-
-    /// What `cursor` holds, over the topic's positions `ps` (in order).
-    fn of(cursor: &Cursor, ps: &[Position]) -> Model {
-        let index = |p: Position| ps.binary_search(&p).expect("a position of the topic");
-        let mut model = Model {
-            mark: cursor.mark_delete_position().unwrap().map(index),
-            acked: BTreeSet::new(),
-        };
-        for (from, to) in cursor.acked_ranges().unwrap() {
-            let first = index(from);
-            let len = usize::try_from(to.entry_id - from.entry_id).unwrap() + 1;
-            model.acked.extend(first..first + len);
-        }
-        model
-    }
-}
 
 /// The cursor holds what `model` holds, and never acknowledges individually an entry at or
 /// before mark-delete, nor the entry right after it.
