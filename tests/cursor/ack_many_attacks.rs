@@ -500,3 +500,34 @@ fn a_power_cut_at_every_step_of_a_flush_after_big_groups_keeps_what_was_flushed(
         },
     );
 }
+
+/// `ack` of the entry right after mark-delete, a failure at each step of it in turn, beside the
+/// same for `ack_many` above: it never leaves that entry acknowledged individually either, and
+/// the same ack again moves mark-delete where the model says.
+#[test]
+fn a_failure_at_each_step_of_an_ack_after_mark_delete_leaves_no_individual_ack_at_the_floor() {
+    let mut failures = 0;
+    for at in 1.. {
+        let disk = MemStorage::new();
+        let hook = Arc::new(FailOne::default());
+        let (_topic, ps, c, mut model) = small_topic(&disk, hook.clone(), false);
+        hook.arm(at);
+        let answer = c.ack(ps[5]);
+        hook.arm(0);
+        let failed = hook.failed.lock().unwrap().take();
+        let what = format!("failure at {at}, answered {answer:?}, failed {failed:?}");
+        if let Some(broken) = individual_ack_at_the_floor(&c, &ps) {
+            panic!("{what}: {broken}");
+        }
+        model.ack(5);
+        if answer.is_err() {
+            failures += 1;
+            c.ack(ps[5]).unwrap();
+        }
+        holds(&c, &ps, &model, &what);
+        if failed.is_none() {
+            break;
+        }
+    }
+    assert!(failures > 0, "no load failed");
+}
