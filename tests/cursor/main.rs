@@ -9,6 +9,7 @@ mod support;
 
 mod ack_known_ledger;
 mod ack_known_races;
+mod ack_many_attacks;
 mod ack_many_groups;
 mod ack_next_failed_load;
 mod ack_semantics;

@@ -8,7 +8,6 @@
 
 use crate::support;
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::thread;
 
@@ -18,49 +17,11 @@ use ackstore::{
     Position,
 };
 use support::topic::append_n;
-use support::workload::Rng;
+use support::workload::{EntryModel as Model, Rng};
 
 const LIMIT: usize = 6 * 1024;
 const CURSORS: usize = 4;
 const ENTRIES: u64 = 6000;
-
-/// One cursor as the documentation describes it, over entry numbers.
-#[derive(Default)]
-struct Model {
-    mark: Option<usize>,
-    acked: BTreeSet<usize>,
-}
-
-impl Model {
-    fn floor(&self) -> usize {
-        self.mark.map_or(0, |m| m + 1)
-    }
-
-    fn absorb(&mut self) {
-        while self.acked.remove(&self.floor()) {
-            self.mark = Some(self.floor());
-        }
-    }
-
-    fn ack(&mut self, i: usize) -> bool {
-        if self.mark.is_some_and(|m| i <= m) {
-            return false;
-        }
-        let added = self.acked.insert(i);
-        self.absorb();
-        added
-    }
-
-    fn ack_cumulative(&mut self, i: usize) -> bool {
-        if self.mark.is_some_and(|m| i <= m) {
-            return false;
-        }
-        self.mark = Some(i);
-        self.acked.retain(|&a| a > i);
-        self.absorb();
-        true
-    }
-}
 
 fn check(cursor: &Cursor, model: &Model, ps: &[Position], what: &str) {
     assert_eq!(

@@ -1,6 +1,6 @@
 //! Shared by the stress and process-kill tests: a seeded random source and the model of one
 //! cursor's acknowledged set (a mark-delete bound plus individual acks, and the messages of batches
-//! acknowledged one by one).
+//! acknowledged one by one), and the same over entry numbers (indexes into a topic's positions).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -248,5 +248,83 @@ impl MadeAndFlushed {
                 self.flushed[c].difference(answered).collect::<Vec<_>>()
             );
         }
+    }
+}
+
+/// A cursor's acknowledged entries as indexes into the topic's positions: every entry up to
+/// `mark`, and `acked`, all after it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EntryModel {
+    /// Every entry up to it is acknowledged.
+    pub mark: Option<usize>,
+    /// Entries acknowledged individually, all after `mark`.
+    pub acked: BTreeSet<usize>,
+}
+
+impl EntryModel {
+    /// The entry right after mark-delete.
+    pub fn floor(&self) -> usize {
+        self.mark.map_or(0, |m| m + 1)
+    }
+
+    /// Whether entry `i` is acknowledged.
+    pub fn contains(&self, i: usize) -> bool {
+        self.mark.is_some_and(|m| i <= m) || self.acked.contains(&i)
+    }
+
+    /// Mark-delete absorbs the acknowledged entries that follow it.
+    pub fn absorb(&mut self) {
+        while self.acked.remove(&self.floor()) {
+            self.mark = Some(self.floor());
+        }
+    }
+
+    /// `ack(i)`: whether it was newly acknowledged.
+    pub fn ack(&mut self, i: usize) -> bool {
+        self.ack_many(&[i]) == 1
+    }
+
+    /// `ack_cumulative(i)`: whether anything changed.
+    pub fn ack_cumulative(&mut self, i: usize) -> bool {
+        if self.mark.is_some_and(|m| i <= m) {
+            return false;
+        }
+        self.mark = Some(i);
+        self.acked.retain(|&a| a > i);
+        self.absorb();
+        true
+    }
+
+    /// `ack_many` of `group`: the number of entries newly acknowledged.
+    pub fn ack_many(&mut self, group: &[usize]) -> u64 {
+        let mut added = 0;
+        for &i in group {
+            if !self.contains(i) {
+                self.acked.insert(i);
+                added += 1;
+            }
+        }
+        self.absorb();
+        added
+    }
+
+    /// Every entry of `self` is in `other`.
+    pub fn within(&self, other: &EntryModel) -> bool {
+        self.mark <= other.mark && self.acked.iter().all(|&i| other.contains(i))
+    }
+
+    /// What `cursor` holds, over the topic's positions `ps` (in order).
+    pub fn of(cursor: &ackstore::Cursor, ps: &[Position]) -> EntryModel {
+        let index = |p: Position| ps.binary_search(&p).expect("a position of the topic");
+        let mut model = EntryModel {
+            mark: cursor.mark_delete_position().unwrap().map(index),
+            acked: BTreeSet::new(),
+        };
+        for (from, to) in cursor.acked_ranges().unwrap() {
+            let first = index(from);
+            let len = usize::try_from(to.entry_id - from.entry_id).unwrap() + 1;
+            model.acked.extend(first..first + len);
+        }
+        model
     }
 }
