@@ -542,29 +542,61 @@ impl CursorState {
             }
             fills_first |= Some(*p) == first_unacked;
         }
-        let mut acked = positions.iter().copied().filter(|p| after_mark(p));
+        // The entry after mark-delete goes as in `ack`: never into `acks`, mark-delete moves
+        // onto it once the rest of the call is in, and whether the entry after it was
+        // acknowledged before is looked up first (a failed load then changes nothing).
+        let floor = first_unacked.filter(|_| fills_first);
+        let batched = self.batch.len() > 0;
+        let next_acked = match floor {
+            Some(floor) => {
+                if batched {
+                    self.batch.prepare(floor)?;
+                }
+                // `absorb` forgets the entry's partial acks with the rest of what it covers.
+                match layout.after(floor) {
+                    Some(next) => self.acks.contains(next)? || positions.contains(&next),
+                    None => false,
+                }
+            }
+            None => false,
+        };
+        let mut acked = positions
+            .iter()
+            .copied()
+            .filter(|p| after_mark(p) && Some(*p) != floor);
         // As in `ack`: no partial entry to load or forget when there is none at all, and then
         // the positions go to the ack set in one call.
-        let added = if self.batch.len() > 0 {
+        let added = if batched {
             acked.try_fold(0, |changed, pos| {
                 self.batch.prepare(pos)?;
                 let added = self.acks.add(pos)?;
                 self.batch.remove(pos)?;
                 Ok(changed + u64::from(added))
-            })
+            })?
         } else {
-            self.acks.add_many(acked)
+            self.acks.add_many(acked)?
         };
-        // As in `ack`: mark-delete moves only when the first entry after it was acknowledged.
-        // After a failed load too: it may be among the positions added before the failure, and
-        // is never left in `acks`.
-        if fills_first {
-            let absorbed = self.absorb(layout);
-            let changed = added?;
-            absorbed?;
-            return Ok(changed);
+        let Some(floor) = floor else {
+            return Ok(added);
+        };
+        // Mark-delete moves onto the entry, then over the acknowledged entries after it. A
+        // failure before it moved further (a load of the first range) puts it back: the entry
+        // is then not applied, rather than left with an acknowledged entry right after it.
+        self.mark_delete = Some(floor);
+        let moved = if next_acked {
+            self.absorb(layout)
+        } else if batched {
+            self.batch.remove(floor)
+        } else {
+            Ok(())
+        };
+        if let Err(e) = moved {
+            if self.mark_delete == Some(floor) {
+                self.mark_delete = mark;
+            }
+            return Err(e);
         }
-        added
+        Ok(added + 1)
     }
 
     /// Acknowledges the next `n` unacknowledged entries after mark-delete, stepping over the
