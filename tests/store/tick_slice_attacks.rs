@@ -31,9 +31,10 @@ const SLICE: usize = 1 << 20;
 /// Records every full slice a tick writes to a journal segment (its segment and offset) and
 /// fails the slices whose number (counted from 0 over the disk's life) is in `fail`: half of
 /// the slice is written, then the write fails with `ENOSPC`, as a disk that filled midway.
-#[derive(Default)]
 struct Slices {
-    seen: Mutex<Vec<(String, u64)>>,
+    disk: MemStorage,
+    /// Each full slice's segment, offset, and the disk's count of growing writes before it.
+    seen: Mutex<Vec<(String, u64, u64)>>,
     fail: Mutex<BTreeSet<usize>>,
     failed: AtomicU64,
 }
@@ -49,8 +50,8 @@ impl Slices {
         self.fail.lock().unwrap().insert(at);
     }
 
-    /// Where the full slice numbered `n` was written.
-    fn at(&self, n: usize) -> (String, u64) {
+    /// Where the full slice numbered `n` was written, and the disk's growing writes before it.
+    fn at(&self, n: usize) -> (String, u64, u64) {
         self.seen.lock().unwrap()[n].clone()
     }
 }
@@ -68,7 +69,7 @@ impl Hook for Slices {
         }
         let n = {
             let mut seen = self.seen.lock().unwrap();
-            seen.push((name.to_string(), offset));
+            seen.push((name.to_string(), offset, self.disk.growing_writes()));
             seen.len() - 1
         };
         if self.fail.lock().unwrap().remove(&n) {
@@ -102,7 +103,12 @@ struct World {
 impl World {
     fn new(config: StoreConfig) -> Self {
         let disk = MemStorage::new();
-        let slices = Arc::new(Slices::default());
+        let slices = Arc::new(Slices {
+            disk: disk.clone(),
+            seen: Mutex::default(),
+            fail: Mutex::default(),
+            failed: AtomicU64::new(0),
+        });
         let tap = Tap::new(Arc::new(disk.clone()), slices.clone());
         let store = Store::open_with_storage(Arc::new(tap), config.clone()).expect("open");
         let mut cursors = Vec::new();
@@ -210,4 +216,196 @@ fn a_tick_here_writes_several_full_slices() {
     let slices = world.slices.count() - before;
     assert!(slices >= 2, "{slices} full slices");
     world.close_and_check("after two ticks");
+}
+
+/// What a power cut leaves of `disk`: only what was synced, every byte written, or the synced
+/// bytes and half of what was written after them.
+fn crash_images(disk: &MemStorage) -> [(&'static str, MemStorage); 3] {
+    let half = |_: &str, durable: &[u8], live: &[u8]| {
+        let keep = durable.len() + live.len().saturating_sub(durable.len()) / 2;
+        live[..keep.min(live.len())].to_vec()
+    };
+    [
+        ("synced", disk.durable_image()),
+        ("written", disk.crash_image(|_, _, live| live.to_vec())),
+        ("half", disk.crash_image(half)),
+    ]
+}
+
+/// The disk fills at each write of a multi-slice flush in turn (the last partition writes
+/// before the tick, each slice of the tick, its last write) and stays full for more acks;
+/// a power cut then keeps every cursor between its flushed and its made acks; once the disk
+/// has room again the next flush succeeds and keeps every ack.
+#[test]
+fn a_full_disk_at_every_write_of_a_multi_slice_flush_loses_nothing_once_room_returns() {
+    // Where the tick's slices fall among the flush's writes, from a run with room.
+    let (first, writes) = {
+        let mut world = World::new(config());
+        world.ack_round(1);
+        let (g0, s0) = (world.disk.growing_writes(), world.slices.count());
+        world.flush().expect("flush");
+        let first = world.slices.at(s0).2 - g0;
+        (first, world.disk.growing_writes() - g0)
+    };
+    assert!(
+        writes > first + 2,
+        "{first} of {writes} writes before the slices"
+    );
+    for k in first.saturating_sub(1)..writes {
+        let what = format!("full from write {k} of {writes} (slices from {first})");
+        let mut world = World::new(config());
+        world.ack_round(1);
+        world.disk.enospc_after(Some(k));
+        assert!(world.flush().is_err(), "{what}: the flush succeeded");
+        world.ack_round(2);
+        for (how, image) in crash_images(&world.disk) {
+            world.check(image, &format!("{what}, cut, {how}"));
+        }
+        world.disk.enospc_after(None);
+        world
+            .flush()
+            .unwrap_or_else(|e| panic!("{what}: the flush with room: {e}"));
+        world.close_and_check(&what);
+    }
+}
+
+/// Two ticks in a row fail at different slices, each torn midway: each leaves its segment as
+/// long as where it began; a power cut then keeps the last successful tick; the next tick (all
+/// markers again) and a delta tick on top of it keep every ack.
+#[test]
+fn two_failed_ticks_at_different_slices_leave_nothing_and_the_next_ticks_keep_every_ack() {
+    let mut world = World::new(config());
+    world.ack_round(1);
+    for (fail, round) in [(1, 2), (0, 3)] {
+        let s0 = world.slices.count();
+        world.slices.fail_next(fail);
+        assert!(world.flush().is_err(), "slice {fail}: the flush succeeded");
+        let (segment, begun, _) = world.slices.at(s0);
+        assert_eq!(
+            world.len_of(&segment) as u64,
+            begun,
+            "slice {fail}: bytes of the failed tick stayed"
+        );
+        world.ack_round(round);
+    }
+    assert_eq!(world.slices.failed.load(Ordering::SeqCst), 2);
+    for (how, image) in crash_images(&world.disk) {
+        world.check(image, &format!("cut after two failed ticks, {how}"));
+    }
+    world.flush().expect("the flush after two failed ticks");
+    // One more ack a cursor: a tick of deltas on the markers just committed.
+    for (i, c) in world.cursors.iter().enumerate() {
+        let e = (i + 1) % 4 + 100;
+        if c.ack(world.positions[i / CURSORS][e]).expect("ack") {
+            world.acked[i].insert(e);
+        }
+    }
+    world.flush().expect("the delta flush");
+    for (how, image) in crash_images(&world.disk) {
+        world.check(image, &format!("cut after the delta tick, {how}"));
+    }
+    world.close_and_check("after the delta tick");
+}
+
+/// Many failed ticks in a row (each at its first or second slice), most with no new ack: each
+/// writes every dirty cursor's marker again (a failed tick leaves its cursors dirty), after
+/// each the segment is as long as where the tick began, so failed ticks leave no bytes behind,
+/// and the flush once the disk has room keeps every ack.
+#[test]
+fn many_failed_ticks_leave_no_leftover_bytes() {
+    let mut world = World::new(config());
+    let mut begun = Vec::new();
+    world.ack_round(1);
+    for n in 0..8 {
+        if n == 4 {
+            world.ack_round(2);
+        }
+        let s0 = world.slices.count();
+        world.slices.fail_next(n % 2);
+        assert!(world.flush().is_err(), "tick {n}: the flush succeeded");
+        let (segment, at, _) = world.slices.at(s0);
+        assert_eq!(
+            world.len_of(&segment) as u64,
+            at,
+            "tick {n}: leftover bytes"
+        );
+        begun.push(at);
+    }
+    assert_eq!(world.slices.failed.load(Ordering::SeqCst), 8);
+    // A failed tick with no new ack begins where the one before it began: nothing of either
+    // stayed, and no partition was appended again. The acks before tick 4 appended their
+    // partitions first.
+    for (n, w) in begun.windows(2).enumerate() {
+        if n + 1 != 4 {
+            assert_eq!(w[1], w[0], "tick {}: began at {begun:?}", n + 1);
+        }
+    }
+    world.flush().expect("the flush with room");
+    world.close_and_check("after eight failed ticks");
+}
+
+/// Other threads ack every cursor while ticks fail, and a small ack budget makes cursors
+/// evict partitions (appends under the writer's lock too) meanwhile: once a tick succeeds,
+/// every ack is kept and none invented.
+#[test]
+fn acks_and_evictions_from_other_threads_during_failed_ticks_are_kept() {
+    let config = support::config::store_budgeted(PER_LEDGER, 2 << 10, 64 << 20);
+    let mut world = World::new(config);
+    world.ack_round(1);
+    let half = world.cursors.len() / 2;
+    let made: Vec<Vec<(usize, usize)>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = [0..half, half..world.cursors.len()]
+            .into_iter()
+            .map(|range| {
+                let (cursors, positions) = (&world.cursors, &world.positions);
+                scope.spawn(move || {
+                    let mut made = Vec::new();
+                    for round in [2, 3] {
+                        for i in range.clone() {
+                            let ps = &positions[i / CURSORS];
+                            for e in (0..ps.len()).filter(|e| (e + i + round) % 4 == 0) {
+                                cursors[i].ack(ps[e]).expect("ack");
+                                made.push((i, e));
+                            }
+                        }
+                    }
+                    made
+                })
+            })
+            .collect();
+        for n in 0..4 {
+            world.slices.fail_next(n % 2);
+            assert!(world.store.flush_all().is_err(), "tick {n}: succeeded");
+        }
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    for (i, e) in made.into_iter().flatten() {
+        world.acked[i].insert(e);
+    }
+    assert_eq!(world.slices.failed.load(Ordering::SeqCst), 4);
+    for (how, image) in crash_images(&world.disk) {
+        world.check(image, &format!("cut after failed ticks, {how}"));
+    }
+    world.flush().expect("the flush with room");
+    world.close_and_check("after failed ticks among threads");
+}
+
+/// Journal segments smaller than one tick: a failed multi-slice tick is followed at once by
+/// ticks that roll the journal over; every ack is kept and `verify` is sound after each.
+#[test]
+fn rollovers_right_after_a_failed_multi_slice_tick_keep_every_ack() {
+    let mut world = World::new(support::config::store(PER_LEDGER, 512 << 10));
+    for round in 1..4 {
+        world.ack_round(round);
+        world.slices.fail_next(1);
+        assert!(world.flush().is_err(), "round {round}: succeeded");
+        world.flush().expect("the flush with room");
+        world.ack_round(round + 4);
+        world.flush().expect("a flush after it");
+        let image = world.disk.durable_image();
+        world.check(image, &format!("round {round}"));
+    }
+    let stats = world.store.journal_stats();
+    assert!(stats.rollovers > 0, "{stats:?}");
+    world.close_and_check("after rollovers");
 }
