@@ -9,11 +9,11 @@
 use crate::support;
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ackstore::{Cursor, CursorOptions, Error, MemStorage, Position, Store, StoreConfig};
-use support::tap::{Hook, Tap};
+use support::tap::{Hook, Op, Tap};
 
 /// Topics of every store here, each with [`CURSORS`] cursors.
 const TOPICS: usize = 20;
@@ -37,6 +37,8 @@ struct Slices {
     seen: Mutex<Vec<(String, u64, u64)>>,
     fail: Mutex<BTreeSet<usize>>,
     failed: AtomicU64,
+    /// Fails every cut of a segment's length while set.
+    fail_cuts: AtomicBool,
 }
 
 impl Slices {
@@ -57,6 +59,19 @@ impl Slices {
 }
 
 impl Hook for Slices {
+    fn before(&self, op: Op<'_>) -> ackstore::Result<()> {
+        match op {
+            Op::SetLen(name) if name.ends_with(".seg") && self.fail_cuts.load(Ordering::SeqCst) => {
+                Err(Error::io(
+                    "set_len",
+                    name,
+                    std::io::Error::from_raw_os_error(5),
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn write(
         &self,
         name: &str,
@@ -108,6 +123,7 @@ impl World {
             seen: Mutex::default(),
             fail: Mutex::default(),
             failed: AtomicU64::new(0),
+            fail_cuts: AtomicBool::new(false),
         });
         let tap = Tap::new(Arc::new(disk.clone()), slices.clone());
         let store = Store::open_with_storage(Arc::new(tap), config.clone()).expect("open");
@@ -158,9 +174,17 @@ impl World {
         Ok(())
     }
 
-    /// The live length of `name` now.
-    fn len_of(&self, name: &str) -> usize {
-        self.disk.live_bytes(name).expect("a segment").len()
+    /// A flush whose tick fails at its full slice `slice` (0: the first), torn midway; asserts
+    /// the flush failed and left its segment as long as where the tick began, and returns that
+    /// offset.
+    fn failed_flush(&mut self, slice: usize, what: &str) -> u64 {
+        let s0 = self.slices.count();
+        self.slices.fail_next(slice);
+        assert!(self.flush().is_err(), "{what}: the flush succeeded");
+        let (segment, begun, _) = self.slices.at(s0);
+        let len = self.disk.live_bytes(&segment).expect("a segment").len();
+        assert_eq!(len as u64, begun, "{what}: bytes of the failed tick stayed");
+        begun
     }
 
     /// Checks the store a crash or close left on `image`: sound to `verify`, and each cursor
@@ -277,15 +301,7 @@ fn two_failed_ticks_at_different_slices_leave_nothing_and_the_next_ticks_keep_ev
     let mut world = World::new(config());
     world.ack_round(1);
     for (fail, round) in [(1, 2), (0, 3)] {
-        let s0 = world.slices.count();
-        world.slices.fail_next(fail);
-        assert!(world.flush().is_err(), "slice {fail}: the flush succeeded");
-        let (segment, begun, _) = world.slices.at(s0);
-        assert_eq!(
-            world.len_of(&segment) as u64,
-            begun,
-            "slice {fail}: bytes of the failed tick stayed"
-        );
+        world.failed_flush(fail, &format!("slice {fail}"));
         world.ack_round(round);
     }
     assert_eq!(world.slices.failed.load(Ordering::SeqCst), 2);
@@ -320,16 +336,7 @@ fn many_failed_ticks_leave_no_leftover_bytes() {
         if n == 4 {
             world.ack_round(2);
         }
-        let s0 = world.slices.count();
-        world.slices.fail_next(n % 2);
-        assert!(world.flush().is_err(), "tick {n}: the flush succeeded");
-        let (segment, at, _) = world.slices.at(s0);
-        assert_eq!(
-            world.len_of(&segment) as u64,
-            at,
-            "tick {n}: leftover bytes"
-        );
-        begun.push(at);
+        begun.push(world.failed_flush(n % 2, &format!("tick {n}")));
     }
     assert_eq!(world.slices.failed.load(Ordering::SeqCst), 8);
     // A failed tick with no new ack begins where the one before it began: nothing of either
@@ -397,8 +404,7 @@ fn rollovers_right_after_a_failed_multi_slice_tick_keep_every_ack() {
     let mut world = World::new(support::config::store(PER_LEDGER, 512 << 10));
     for round in 1..4 {
         world.ack_round(round);
-        world.slices.fail_next(1);
-        assert!(world.flush().is_err(), "round {round}: succeeded");
+        world.failed_flush(1, &format!("round {round}"));
         world.flush().expect("the flush with room");
         world.ack_round(round + 4);
         world.flush().expect("a flush after it");
@@ -408,4 +414,56 @@ fn rollovers_right_after_a_failed_multi_slice_tick_keep_every_ack() {
     let stats = world.store.journal_stats();
     assert!(stats.rollovers > 0, "{stats:?}");
     world.close_and_check("after rollovers");
+}
+
+/// A tick fails at its second slice and cutting the segment back fails too: the journal
+/// latches (every later flush fails until a reopen), and whatever a power cut or the close
+/// leaves, with the failed tick's first slice still in the segment and the second torn, each
+/// cursor holds its flushed acks and no ack never made.
+#[test]
+fn a_failed_cut_after_a_failed_later_slice_latches_and_loses_nothing() {
+    let mut world = World::new(config());
+    world.ack_round(1);
+    world.flush().expect("a flush");
+    world.ack_round(2);
+    world.slices.fail_cuts.store(true, Ordering::SeqCst);
+    world.slices.fail_next(1);
+    assert!(world.flush().is_err(), "the flush succeeded");
+    world.slices.fail_cuts.store(false, Ordering::SeqCst);
+    world.ack_round(3);
+    let after = world.store.flush_all();
+    assert!(
+        matches!(after, Err(Error::PreviousIo)),
+        "the flush after a failed cut: {after:?}"
+    );
+    for (how, image) in crash_images(&world.disk) {
+        world.check(image, &format!("cut after a failed cut, {how}"));
+    }
+    let _ = world.store.close();
+    let image = world.disk.crash_image(|_, _, live| live.to_vec());
+    world.check(image, "closed after a failed cut");
+}
+
+/// A tick fails at its second slice; the power goes off at every step of the next flush
+/// (which writes every marker again): whatever part of its writes the disk kept, each cursor
+/// holds every ack of the last successful flush (this one's once it returned) and no ack never
+/// made.
+#[test]
+fn a_power_cut_at_every_step_of_the_flush_after_a_failed_tick_loses_nothing() {
+    for n in 0.. {
+        let what = format!("cut after {n} steps");
+        let mut world = World::new(config());
+        world.ack_round(1);
+        world.failed_flush(1, &what);
+        world.disk.fail_after(Some(n));
+        // A read after the last write can fail the flush too: then it is not reported done.
+        let done = world.flush().is_ok();
+        for (how, image) in crash_images(&world.disk) {
+            world.check(image, &format!("{what}, {how}"));
+        }
+        if done {
+            break;
+        }
+        assert!(n < 100, "{what}: the flush never completed");
+    }
 }
