@@ -39,7 +39,11 @@ struct Slices {
     failed: AtomicU64,
     /// Fails every cut of a segment's length while set.
     fail_cuts: AtomicBool,
+    /// Runs once the full slice of the number given was written.
+    after: Mutex<Option<(usize, Action)>>,
 }
+
+type Action = Box<dyn FnOnce() + Send>;
 
 impl Slices {
     fn count(&self) -> usize {
@@ -96,7 +100,21 @@ impl Hook for Slices {
                 std::io::Error::from_raw_os_error(28),
             ));
         }
-        write(buf, offset)
+        write(buf, offset)?;
+        let action = {
+            let mut after = self.after.lock().unwrap();
+            match after.take() {
+                Some((at, action)) if at == n => Some(action),
+                other => {
+                    *after = other;
+                    None
+                }
+            }
+        };
+        if let Some(action) = action {
+            action();
+        }
+        Ok(())
     }
 }
 
@@ -124,6 +142,7 @@ impl World {
             fail: Mutex::default(),
             failed: AtomicU64::new(0),
             fail_cuts: AtomicBool::new(false),
+            after: Mutex::default(),
         });
         let tap = Tap::new(Arc::new(disk.clone()), slices.clone());
         let store = Store::open_with_storage(Arc::new(tap), config.clone()).expect("open");
@@ -195,6 +214,14 @@ impl World {
         let report = ackstore::check::verify(&image).expect("verify");
         assert!(report.is_sound(), "{what}: {report}");
         let store = Store::open_with_storage(image, self.config.clone()).expect("reopen");
+        self.check_cursors(&store, what);
+        let live = store.journal_stats().live_bytes;
+        store.close().expect("close");
+        live
+    }
+
+    /// Checks that each cursor of `store` holds every ack it had flushed and no ack never made.
+    fn check_cursors(&self, store: &Store, what: &str) {
         for t in 0..TOPICS {
             let topic = store.topic(&format!("t{t}")).expect("topic");
             for c in 0..CURSORS {
@@ -217,9 +244,6 @@ impl World {
                 );
             }
         }
-        let live = store.journal_stats().live_bytes;
-        store.close().expect("close");
-        live
     }
 
     /// Closes the store and checks what it left; the live bytes of its journal, kept as ticks
@@ -481,4 +505,49 @@ fn a_power_cut_at_every_step_of_the_flush_after_a_failed_tick_loses_nothing() {
         }
         assert!(n < 100, "{what}: the flush never completed");
     }
+}
+
+/// Another owner claims the store between two slices of a tick (it reads the first slice,
+/// written but not synced): the old owner's flush fails and every later one too, and the new
+/// owner, and a reopen after it closed, hold each cursor's flushed acks and no ack never made.
+#[test]
+fn a_takeover_between_two_slices_of_a_tick_fences_it_and_loses_nothing() {
+    let mut world = World::new(config());
+    world.ack_round(1);
+    world.flush().expect("a flush");
+    world.ack_round(2);
+    let next: Arc<Mutex<Option<ackstore::Result<Store>>>> = Arc::default();
+    let (disk, config, slot) = (world.disk.clone(), world.config.clone(), next.clone());
+    let first = world.slices.count();
+    *world.slices.after.lock().unwrap() = Some((
+        first,
+        Box::new(move || {
+            disk.break_lock();
+            *slot.lock().unwrap() = Some(Store::open_with_storage(Arc::new(disk), config));
+        }),
+    ));
+    let old = world.store.flush_all();
+    assert!(
+        matches!(old, Err(Error::Fenced { .. })),
+        "the fenced tick: {old:?}"
+    );
+    assert!(world.slices.count() > first, "no slice written");
+    let next = next
+        .lock()
+        .unwrap()
+        .take()
+        .expect("the takeover ran")
+        .expect("the new owner's open");
+    let again = world.store.flush_all();
+    assert!(
+        matches!(again, Err(Error::Fenced { .. })),
+        "the flush after the takeover: {again:?}"
+    );
+    world.check_cursors(&next, "the new owner");
+    for (how, image) in crash_images(&world.disk) {
+        world.check(image, &format!("cut with the new owner open, {how}"));
+    }
+    next.close().expect("the new owner's close");
+    drop(next);
+    world.check(world.disk.durable_image(), "after the new owner closed");
 }
