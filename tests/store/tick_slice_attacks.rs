@@ -174,6 +174,15 @@ impl World {
         world
     }
 
+    /// A world of [`config`] whose round 1 of acks was flushed and round 2 made since.
+    fn flushed_then_acked() -> Self {
+        let mut world = World::new(config());
+        world.ack_round(1);
+        world.flush().expect("a flush");
+        world.ack_round(2);
+        world
+    }
+
     /// Acks round `round` of every cursor: a quarter of its topic's entries, scattered over
     /// every ledger, a different quarter each round and cursor.
     fn ack_round(&mut self, round: usize) {
@@ -461,10 +470,7 @@ fn rollovers_right_after_a_failed_multi_slice_tick_keep_every_ack() {
 /// cursor holds its flushed acks and no ack never made.
 #[test]
 fn a_failed_cut_after_a_failed_later_slice_latches_and_loses_nothing() {
-    let mut world = World::new(config());
-    world.ack_round(1);
-    world.flush().expect("a flush");
-    world.ack_round(2);
+    let mut world = World::flushed_then_acked();
     world.slices.fail_cuts.store(true, Ordering::SeqCst);
     world.slices.fail_next(1);
     assert!(world.flush().is_err(), "the flush succeeded");
@@ -512,10 +518,7 @@ fn a_power_cut_at_every_step_of_the_flush_after_a_failed_tick_loses_nothing() {
 /// owner, and a reopen after it closed, hold each cursor's flushed acks and no ack never made.
 #[test]
 fn a_takeover_between_two_slices_of_a_tick_fences_it_and_loses_nothing() {
-    let mut world = World::new(config());
-    world.ack_round(1);
-    world.flush().expect("a flush");
-    world.ack_round(2);
+    let world = World::flushed_then_acked();
     let next: Arc<Mutex<Option<ackstore::Result<Store>>>> = Arc::default();
     let (disk, config, slot) = (world.disk.clone(), world.config.clone(), next.clone());
     let first = world.slices.count();
