@@ -446,13 +446,19 @@ fn acks_and_evictions_from_other_threads_during_failed_ticks_are_kept() {
 }
 
 /// Journal segments smaller than one tick: a failed multi-slice tick is followed at once by
-/// ticks that roll the journal over; every ack is kept and `verify` is sound after each.
+/// ticks that roll the journal over; every ack is kept and `verify` is sound after each, and
+/// after a power cut right after the first failed tick.
 #[test]
 fn rollovers_right_after_a_failed_multi_slice_tick_keep_every_ack() {
     let mut world = World::new(support::config::store(PER_LEDGER, 512 << 10));
     for round in 1..4 {
         world.ack_round(round);
         world.failed_flush(1, &format!("round {round}"));
+        if round == 1 {
+            for (how, image) in crash_images(&world.disk) {
+                world.check(image, &format!("cut after the failed tick, {how}"));
+            }
+        }
         world.flush().expect("the flush with room");
         world.ack_round(round + 4);
         world.flush().expect("a flush after it");
