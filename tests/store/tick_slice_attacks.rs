@@ -560,3 +560,46 @@ fn a_takeover_between_two_slices_of_a_tick_fences_it_and_loses_nothing() {
     drop(next);
     world.check(world.disk.durable_image(), "after the new owner closed");
 }
+
+/// A segment's name and bytes.
+type SegmentCopy = (String, Vec<u8>);
+
+/// The segment, after a failed tick and the flush that wrote it again, is swapped with the copy
+/// it was while the failed tick's first slice was in it (an older copy of the file): `verify`
+/// and the open agree (the open succeeds exactly when `verify` finds no damage), and an open
+/// that succeeds holds no ack never made.
+#[test]
+fn a_segment_swapped_with_its_copy_from_inside_a_failed_tick_is_found_or_holds_no_invented_ack() {
+    let mut world = World::flushed_then_acked();
+    let copy: Arc<Mutex<Option<SegmentCopy>>> = Arc::default();
+    let (disk, slot, first) = (world.disk.clone(), copy.clone(), world.slices.count());
+    let slices = world.slices.clone();
+    *world.slices.after.lock().unwrap() = Some((
+        first,
+        Box::new(move || {
+            let (segment, _, _) = slices.at(first);
+            let bytes = disk.live_bytes(&segment).expect("the segment");
+            *slot.lock().unwrap() = Some((segment, bytes));
+        }),
+    ));
+    world.failed_flush(1, "the failed tick");
+    world.flush().expect("the flush with room");
+    world.store.close().expect("close");
+    let (segment, bytes) = copy.lock().unwrap().take().expect("the copy");
+    let image = world.disk.durable_image();
+    image.set_bytes(&segment, bytes).expect("swap");
+    let image: Arc<dyn ackstore::Storage> = Arc::new(image);
+    let report = ackstore::check::verify(&image).expect("verify");
+    match Store::open_with_storage(image, world.config.clone()) {
+        Ok(store) => {
+            assert!(report.is_sound(), "opened, but verify found: {report}");
+            // Damage may lose flushed acks; it must not invent one.
+            world.flushed = vec![BTreeSet::new(); world.acked.len()];
+            world.check_cursors(&store, "opened after the swap");
+        }
+        Err(e) => assert!(
+            !report.is_sound(),
+            "the open refused ({e}), verify found it sound"
+        ),
+    }
+}
