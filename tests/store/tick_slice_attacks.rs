@@ -1,10 +1,12 @@
 //! Attacks on a store tick whose markers are appended in slices of about 1 MiB: thousands of
 //! dirty cursors with scattered acks, so one `flush_all` writes several slices, and a full disk
 //! (or a torn write) at a slice, at every write around the tick, twice in a row, with acks and
-//! evictions from other threads, before a power cut or a rollover. After each, through the
-//! public API only: every ack made before a successful flush is kept after a reopen, no cursor
-//! holds an ack never made, `verify` finds the store sound, and the failed tick left no byte of
-//! its slices in the segment.
+//! evictions from other threads, before a power cut or a rollover; a failed cut back, a
+//! takeover between two slices, a segment swapped with its copy from inside a failed tick.
+//! After each, through the store's API and its disks: every ack made before a successful flush
+//! is kept after a reopen, no cursor holds an ack never made, `verify` finds the store sound
+//! (or, after damage, the open refuses what it finds), and the failed tick left no byte of its
+//! slices in the segment.
 
 use crate::support;
 
