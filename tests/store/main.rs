@@ -61,6 +61,7 @@ mod owner_io;
 mod seal;
 mod single_entry_journal_versions;
 mod stress;
+mod tick_slice_attacks;
 mod topic_close;
 mod topic_host;
 mod topic_reopen;
