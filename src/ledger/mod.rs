@@ -368,7 +368,9 @@ impl ManagedLedger {
     /// damaged, so these are cursor ledgers, whose cursors recovered from the newest state
     /// before the damage. A sealed data ledger is not read by the open: it opens on its first
     /// read, and damage in it is that read's error ([`Error::Corrupted`]), never listed here
-    /// (`ackstore verify` reads every ledger, so it reports it before any read does).
+    /// (`ackstore verify` reads every ledger, so it reports it before any read does); nor is
+    /// damage at or past a data ledger's recorded count (its footer, bytes after it), which no
+    /// read relies on: it is served, and `verify` warns of it.
     pub fn damaged_ledgers(&self) -> Result<Vec<LedgerInfo>> {
         Ok(self.core.log()?.damaged_ledgers())
     }

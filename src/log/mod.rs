@@ -20,7 +20,7 @@ pub mod ledger;
 mod recover;
 mod verify;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
@@ -263,6 +263,9 @@ pub struct EntryLog {
     /// deferred ledger moves into `ledgers` (under this lock, taken before `ledgers`) once it
     /// opened with at least its recorded count.
     deferred: Mutex<BTreeMap<u64, u64>>,
+    /// Ledgers served with damage no use relies on (at or past their recorded count:
+    /// [`damage_relied_on`]), which [`EntryLog::damaged_ledgers`] does not list.
+    served_damaged: Mutex<BTreeSet<u64>>,
     report: Mutex<Vec<TailRepair>>,
     stats: LogStatsCounters,
     _lock: Option<LockGuard>,
@@ -447,6 +450,7 @@ impl EntryLog {
             next_ledger_id: AtomicU64::new(max_seen.saturating_add(1)),
             reserved: Mutex::new(None),
             deferred: Mutex::new(deferred),
+            served_damaged: Mutex::default(),
             report: Mutex::new(report),
             stats,
             _lock: guard,
@@ -566,10 +570,11 @@ impl EntryLog {
         damage: Option<(u64, CorruptionKind)>,
         recorded: Option<u64>,
     ) -> Result<()> {
-        if let Some((offset, kind)) = damage
-            && damage_relied_on(Some(found), recorded)
-        {
-            return Err(Error::corrupted(id, offset, kind));
+        if let Some((offset, kind)) = damage {
+            if damage_relied_on(Some(found), recorded) {
+                return Err(Error::corrupted(id, offset, kind));
+            }
+            lock(&self.served_damaged).insert(id);
         }
         match recorded {
             Some(recorded) if found < recorded => Err(Error::LedgerMismatch {
@@ -790,9 +795,12 @@ impl EntryLog {
     }
 
     /// Every ledger opened damaged (see [`EntryLog::open`]), ascending by id. A deferred
-    /// ledger (not opened yet) is not listed: its damage is the error of its first use.
+    /// ledger (not opened yet) is not listed: its damage is the error of its first use; nor is
+    /// a recorded ledger served with damage no use relies on ([`damage_relied_on`]: `verify`
+    /// warns of it).
     #[must_use]
     pub fn damaged_ledgers(&self) -> Vec<LedgerInfo> {
+        let served = lock(&self.served_damaged).clone();
         let opened: Vec<u64> = self
             .ledgers
             .read()
@@ -803,7 +811,7 @@ impl EntryLog {
         opened
             .into_iter()
             .filter_map(|id| self.ledger_info(id).ok())
-            .filter(|info| info.damaged.is_some())
+            .filter(|info| info.damaged.is_some() && !served.contains(&info.id))
             .collect()
     }
 
