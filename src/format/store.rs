@@ -140,7 +140,7 @@ pub struct ChunkPin {
     /// CRC32 of the chunk record's whole payload. That payload is not a frame: it carries no
     /// CRC of its own and ends in its last topic's name, so this CRC covers every byte of its
     /// topics (a cursor-table chunk is a frame, and is pinned by the CRC before its trailing
-    /// one instead: [`crate::format::meta::cursor_chunk_crc`]).
+    /// one instead: [`crate::format::meta::chunk_crc`]).
     pub crc: u32,
 }
 
