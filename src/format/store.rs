@@ -139,8 +139,8 @@ pub struct ChunkPin {
     pub made_at: u64,
     /// CRC32 of the chunk record's whole payload. That payload is not a frame: it carries no
     /// CRC of its own and ends in its last topic's name, so this CRC covers every byte of its
-    /// topics (a topic record's chunk, of cursors or of ledgers, is a frame, pinned by the CRC before its trailing
-    /// one instead: [`crate::format::meta::chunk_crc`]).
+    /// topics (a topic record's chunk, of cursors or of ledgers, is a frame, pinned by the CRC
+    /// before its trailing one instead: [`crate::format::meta::chunk_crc`]).
     pub crc: u32,
 }
 
