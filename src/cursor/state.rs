@@ -368,13 +368,7 @@ impl CursorState {
                 Some(next) => self.acks.contains(next)?,
                 None => false,
             };
-            if batched {
-                self.batch.remove(pos)?;
-            }
-            self.mark_delete = Some(pos);
-            if next_acked {
-                self.absorb(layout)?;
-            }
+            self.move_onto(layout, pos, next_acked, batched)?;
             return Ok(true);
         }
         self.add_individually(pos, batched)
@@ -552,7 +546,6 @@ impl CursorState {
                 if batched {
                     self.batch.prepare(floor)?;
                 }
-                // `absorb` forgets the entry's partial acks with the rest of what it covers.
                 match layout.after(floor) {
                     Some(next) => self.acks.contains(next)? || positions.contains(&next),
                     None => false,
@@ -579,10 +572,26 @@ impl CursorState {
         let Some(floor) = floor else {
             return Ok(added);
         };
-        // Mark-delete moves onto the entry, then over the acknowledged entries after it. A
-        // failure before it moved further (a load of the first range) puts it back: the entry
-        // is then not applied, rather than left with an acknowledged entry right after it.
+        self.move_onto(layout, floor, next_acked, batched)?;
+        Ok(added + 1)
+    }
+
+    /// Acknowledges `floor`, the entry right after mark-delete, which is never in `acks`:
+    /// mark-delete moves onto it, then (`next_acked`: the entry after it is acknowledged) over
+    /// the acknowledged entries after it; its partial acks are forgotten (`batched`: there may
+    /// be some). A failure before mark-delete moved past `floor` (a load of the first range)
+    /// puts it back: the entry is then not applied, rather than left with an acknowledged
+    /// entry right after mark-delete.
+    fn move_onto(
+        &mut self,
+        layout: &Layout,
+        floor: Position,
+        next_acked: bool,
+        batched: bool,
+    ) -> Result<()> {
+        let mark = self.mark_delete;
         self.mark_delete = Some(floor);
+        // `absorb` forgets the partial acks of every entry it leaves behind mark-delete.
         let moved = if next_acked {
             self.absorb(layout)
         } else if batched {
@@ -590,13 +599,10 @@ impl CursorState {
         } else {
             Ok(())
         };
-        if let Err(e) = moved {
-            if self.mark_delete == Some(floor) {
-                self.mark_delete = mark;
-            }
-            return Err(e);
+        if moved.is_err() && self.mark_delete == Some(floor) {
+            self.mark_delete = mark;
         }
-        Ok(added + 1)
+        moved
     }
 
     /// Acknowledges the next `n` unacknowledged entries after mark-delete, stepping over the
