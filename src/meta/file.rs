@@ -54,8 +54,12 @@
 //! takes and which that `put` itself reports as `Fenced`: a former owner never takes a stray
 //! for its record, so never deletes a file on the strength of one. The first write of an owned
 //! store also removes every version below a record's highest (strays, and versions a power cut
-//! brought back), after a directory sync. A `delete` and a `claim` list the record's files as in
-//! the shared store.
+//! brought back), after a directory sync. A `delete` lists the record's files as in the shared
+//! store. A `claim` of a record whose names this store knows exactly (its listing showed them,
+//! or its own write or claim left them since) checks its link by the same two name lookups
+//! as a `put` and removes the names below the claimed version by name, so a topic that claims
+//! every cursor record at its open lists its directory a bounded number of times whatever the
+//! number of cursors; any other claim lists the record's files as in the shared store.
 //!
 //! An owned store made with [`FileMetaStore::owned_records`] keeps only the records it names
 //! (a store's catalog): its listing and its sweep cover the files of those records alone, and
@@ -414,20 +418,28 @@ impl FileMetaStore {
 
     /// Fills `heads` from one listing of the directory.
     fn fill(&self, heads: &mut Heads) -> Result<()> {
-        let mut highest = std::collections::HashMap::<String, u64>::new();
+        // Each record's versioned files, and the records with a file of an earlier release.
+        let mut versions = std::collections::HashMap::<String, Vec<u64>>::new();
         let mut legacy = Vec::new();
         let listed = self.listing()?;
         for file in &listed {
             match parse_record_file(file) {
                 Some((name, Some(version))) => {
-                    let top = highest.entry(name.to_string()).or_insert(version);
-                    *top = (*top).max(version);
+                    versions.entry(name.to_string()).or_default().push(version);
                 }
                 Some((name, None)) => legacy.push(name.to_string()),
                 None => {}
             }
         }
-        heads.fill(highest, legacy);
+        let mut highest = Vec::with_capacity(versions.len());
+        let mut exact = Vec::with_capacity(versions.len());
+        for (name, mut found) in versions {
+            found.sort_unstable();
+            let top = found.pop().unwrap_or_default();
+            highest.push((name.clone(), top));
+            exact.push((name, found));
+        }
+        heads.fill(highest, legacy, exact);
         *self
             .filled_from
             .lock()
@@ -443,6 +455,29 @@ impl FileMetaStore {
                 .unwrap_or_else(PoisonError::into_inner)
                 .set(name, known);
         }
+    }
+
+    /// Records that this owned store left `name` at version `version` with exactly the names
+    /// `below` beside it ([`Heads::set_exact`]).
+    fn learn_exact(&self, name: &str, version: u64, below: Vec<u64>) {
+        if let Some(heads) = &self.heads {
+            heads
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .set_exact(name, version, below);
+        }
+    }
+
+    /// The versions below `version` that have a file, when this owned store knows `name` to
+    /// be at `version` with exactly those names beside it, so a claim of it can check its link
+    /// by name lookups ([`MetaStore::claim`]).
+    fn known_below(&self, name: &str, version: u64) -> Option<Vec<u64>> {
+        if !self.in_scope(name) {
+            return None;
+        }
+        let heads = self.heads.as_ref()?;
+        let heads = heads.lock().unwrap_or_else(PoisonError::into_inner);
+        heads.names_below(name, version).map(<[u64]>::to_vec)
     }
 
     /// The current state of `name` from a listing of its files.
@@ -820,7 +855,10 @@ impl MetaStore for FileMetaStore {
         } else {
             self.remove_below(name, version, false)?;
         }
-        self.learn(name, Known::At(version));
+        // Every other name of the record is gone: the sweep before this store's first write
+        // removed the versions below each record's highest, and the removals above took the
+        // rest (a former owner's stray below the record aside, which no read takes).
+        self.learn_exact(name, version, Vec::new());
         Ok(version)
     }
 
@@ -886,6 +924,7 @@ impl MetaStore for FileMetaStore {
             reason: format!("metadata record `{name}` has run out of versions"),
         })?;
         let mut writes = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
+        let below = self.known_below(name, version);
         self.learn(name, Known::Unknown);
         match self
             .storage
@@ -909,15 +948,44 @@ impl MetaStore for FileMetaStore {
             }
             Err(e) => return Err(e),
         }
-        // The listing that showed no version above the claim's serves the removal: it was
-        // taken after the link, under this store's lock on its writes, and a file another
-        // writer links meanwhile is either above `next` (the next write is refused) or a stray
-        // below the record, which no read takes and a later removal finds.
-        let files = self.none_above(name, Some(version), next)?;
-        if files.len() > CLAIM_NAMES {
-            self.remove_listed_below(files, version, false)?;
+        if let Some(below) = &below {
+            // Owned, and the record's names known: two name lookups show what a listing
+            // would, as after a `put`'s link (`link_version`): the name above ours (another
+            // writer built on it), then the name we linked from (gone: another writer
+            // replaced it and its own, so ours went into a freed name below the record).
+            if self
+                .storage
+                .exists(&version_file(name, next.saturating_add(1)))?
+            {
+                return Err(self.fenced(name, Some(version), next.checked_add(1)));
+            }
+            if !self.storage.exists(&version_file(name, version))? {
+                return Err(self.fenced(name, Some(version), None));
+            }
+            // The names below `version`, lowest first, as the listing's removal: the record
+            // keeps `version` and `next` ([`CLAIM_NAMES`] past the claimed one).
+            for &older in below {
+                match self.storage.remove(&version_file(name, older)) {
+                    Ok(()) => {}
+                    Err(e) if e.is_not_found() => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        } else {
+            // The listing that showed no version above the claim's serves the removal: it
+            // was taken after the link, under this store's lock on its writes, and a file
+            // another writer links meanwhile is either above `next` (the next write is
+            // refused) or a stray below the record, which no read takes and a later removal
+            // finds.
+            let files = self.none_above(name, Some(version), next)?;
+            if files.len() > CLAIM_NAMES {
+                self.remove_listed_below(files, version, false)?;
+            }
         }
-        self.learn(name, Known::At(next));
+        match below {
+            Some(_) => self.learn_exact(name, next, vec![version]),
+            None => self.learn(name, Known::At(next)),
+        }
         // The first claim since this store's last write of the record: its later claims linked
         // from names above this one.
         writes

@@ -23,6 +23,12 @@ pub(super) enum Known {
 pub(super) struct Heads {
     /// `None` until the directory was listed.
     records: Option<HashMap<Box<str>, Known>>,
+    /// For records at [`Known::At`] whose names this store knows exactly: the versions below
+    /// the head that have a file in the live directory, lowest first, as this store last saw
+    /// or left them (its listing, or its own write or claim since). Any other change of a
+    /// record takes it out. A former owner's stray below the head is not counted, as no read
+    /// takes it either.
+    below: HashMap<Box<str>, Vec<u64>>,
 }
 
 impl Heads {
@@ -33,19 +39,44 @@ impl Heads {
 
     /// Starts from a listing: `highest` holds each record's highest versioned file, and
     /// `unknown` the records that also have a file of an earlier release (its version inside).
+    /// `exact` holds, for the records with versioned files only, the versions below the
+    /// highest that have a file.
     pub(super) fn fill(
         &mut self,
         highest: impl IntoIterator<Item = (String, u64)>,
         unknown: impl IntoIterator<Item = String>,
+        exact: impl IntoIterator<Item = (String, Vec<u64>)>,
     ) {
         let mut records: HashMap<Box<str>, Known> = highest
             .into_iter()
             .map(|(name, v)| (name.into_boxed_str(), Known::At(v)))
             .collect();
+        self.below = exact
+            .into_iter()
+            .map(|(name, below)| (name.into_boxed_str(), below))
+            .collect();
         for name in unknown {
+            self.below.remove(name.as_str());
             records.insert(name.into_boxed_str(), Known::Unknown);
         }
         self.records = Some(records);
+    }
+
+    /// The versions below `version` that have a file, when `name` is known to be at
+    /// `version` with exactly those names beside it (see [`Heads`]'s `below`).
+    pub(super) fn names_below(&self, name: &str, version: u64) -> Option<&[u64]> {
+        (self.get(name) == Known::At(version))
+            .then(|| self.below.get(name).map(Vec::as_slice))
+            .flatten()
+    }
+
+    /// Records that `name` is at `version` and that its other names are exactly `below`
+    /// (versions below `version`, lowest first). Nothing before the listing.
+    pub(super) fn set_exact(&mut self, name: &str, version: u64, below: Vec<u64>) {
+        if self.records.is_some() {
+            self.set(name, Known::At(version));
+            self.below.insert(name.into(), below);
+        }
     }
 
     /// What is known of `name`; [`Known::Unknown`] before the listing.
@@ -56,11 +87,13 @@ impl Heads {
         }
     }
 
-    /// Records what is now known of `name` (nothing before the listing: the listing decides).
+    /// Records what is now known of `name` (nothing before the listing: the listing decides),
+    /// and that its names are no longer known exactly ([`Heads::set_exact`]).
     pub(super) fn set(&mut self, name: &str, known: Known) {
         let Some(records) = &mut self.records else {
             return;
         };
+        self.below.remove(name);
         match known {
             Known::Absent => {
                 records.remove(name);
