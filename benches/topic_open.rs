@@ -17,6 +17,11 @@
 //! - `store_open/claim_scan_seal`: `Store::open` of that store, whose one cursor flushed before
 //!   a clean close: the catalog's claim, the journal's scan, the seal.
 //!
+//! - `topic_open_cursors/alone_{10,300}_cursors`: `ManagedLedger::open` of a closed topic of its
+//!   own of 2,000 small sealed ledgers (10 entries of 100 B) whose 10 or 300 cursors each acked
+//!   and flushed: the open claims every cursor record, and should cost about the same with
+//!   either number (the baseline is the 10-cursor open; the ratio is what the bench shows).
+//!
 //! Prints the fsyncs and maps of one open of each kind.
 
 use std::path::Path;
@@ -80,6 +85,33 @@ fn build_store(dir: &Path) {
     drop(cursor);
     fill(&ml);
     store.close().expect("close");
+}
+
+/// Small ledgers of the cursor-count group: 2,000 ledgers of 10 entries.
+const SMALL_LEDGERS: u64 = 2_000;
+
+/// A closed topic of its own of [`SMALL_LEDGERS`] sealed ledgers of 10 entries of 100 B,
+/// whose `cursors` cursors each acked one entry of their own and flushed.
+fn build_with_cursors(dir: &Path, cursors: u64) {
+    let config = LedgerConfig {
+        max_entries_per_ledger: 10,
+        ..LedgerConfig::default()
+    };
+    let ml = ManagedLedger::open(dir, config).expect("open");
+    let positions: Vec<Position> = (0..SMALL_LEDGERS * 10)
+        .map(|_| ml.append(&[7u8; 100]).expect("append"))
+        .collect();
+    ml.sync().expect("sync");
+    for c in 0..cursors {
+        let cursor = ml
+            .open_cursor(&format!("sub-{c}"), CursorOptions::default())
+            .expect("cursor");
+        cursor
+            .ack(positions[usize::try_from(c * 7).expect("index")])
+            .expect("ack");
+        cursor.flush().expect("flush");
+    }
+    ml.close().expect("close");
 }
 
 fn ledger_ids(dir: &Path) -> Vec<u64> {
@@ -204,6 +236,29 @@ fn bench(c: &mut Criterion) {
             total
         });
     });
+    g.finish();
+    let mut g = c.benchmark_group("topic_open_cursors");
+    g.sample_size(10);
+    for cursors in [10, 300] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        build_with_cursors(dir.path(), cursors);
+        let config = LedgerConfig {
+            max_entries_per_ledger: 10,
+            ..LedgerConfig::default()
+        };
+        g.bench_function(format!("alone_{cursors}_cursors"), |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let start = Instant::now();
+                    let ml = ManagedLedger::open(dir.path(), config.clone()).expect("open");
+                    total += start.elapsed();
+                    ml.close().expect("close");
+                }
+                total
+            });
+        });
+    }
     g.finish();
     let mut g = c.benchmark_group("entry_log_open");
     g.sample_size(10);

@@ -165,11 +165,15 @@ fn refuse_store_topic_name(dir: &std::path::Path, asked: &std::path::Path) -> Re
 /// Refuses `storage` when it holds a store catalog: a store's directory (its catalog, its
 /// journal, the files of its flat-layout topics, and on storage without directories every
 /// topic's files) is never a topic of its own, whether the store holds its lock now or not.
-fn refuse_store_directory(storage: &Arc<dyn Storage>) -> Result<()> {
-    if FileMetaStore::new(storage.clone())
-        .get(STORE_RECORD)?
-        .is_some()
-    {
+/// `store`: the directory's store record, as read.
+///
+/// # Errors
+/// [`Error::OwnedByStore`].
+fn refuse_store_directory(
+    storage: &Arc<dyn Storage>,
+    store: Option<(u64, Vec<u8>)>,
+) -> Result<()> {
+    if store.is_some() {
         let location = storage.location();
         return Err(Error::OwnedByStore {
             path: location.clone().into(),
@@ -186,25 +190,30 @@ fn refuse_store_directory(storage: &Arc<dyn Storage>) -> Result<()> {
 /// # Errors
 /// [`Error::OwnedByStore`]; the errors of reading the records.
 pub(crate) fn refuse_store_topic_alone(storage: &Arc<dyn Storage>) -> Result<()> {
-    refuse_store_directory(storage)?;
+    // Both records from one listing: a topic's directory holds every ledger file.
+    let mut records = FileMetaStore::new(storage.clone())
+        .get_each(&[STORE_RECORD, TOPIC_RECORD])?
+        .into_iter();
+    let mut next = || records.next().unwrap_or(Ok(None));
+    let (store, topic) = (next(), next());
+    refuse_store_directory(storage, store?)?;
     if let Some(dir) = storage.local_dir() {
         refuse_store_topic_dir(dir)?;
     }
-    refuse_store_record(storage)
+    refuse_store_record(storage, topic?)
 }
 
 /// Refuses `storage` when its topic record names a store ([`TopicRecord::store_id`]): a
 /// store's topic, wherever its directory is found (a storage that does not say where it
 /// lives, a copy or a move of the directory), opens only through its store. Read without the
 /// lock, before anything is created; [`claim_topic`] checks the record again under it. A
-/// record that cannot be read is left to the open, which reports it.
+/// record that cannot be read is left to the open, which reports it. `topic`: the topic
+/// record, as read.
 ///
 /// # Errors
-/// [`Error::OwnedByStore`]; the errors of reading the record.
-fn refuse_store_record(storage: &Arc<dyn Storage>) -> Result<()> {
-    let record = FileMetaStore::new(storage.clone())
-        .get(TOPIC_RECORD)?
-        .and_then(|(_, bytes)| TopicRecord::decode(&bytes).ok());
+/// [`Error::OwnedByStore`].
+fn refuse_store_record(storage: &Arc<dyn Storage>, topic: Option<(u64, Vec<u8>)>) -> Result<()> {
+    let record = topic.and_then(|(_, bytes)| TopicRecord::decode(&bytes).ok());
     match record {
         Some(record) if record.store_id != 0 => Err(owned_by_store(&storage.location(), &record)),
         _ => Ok(()),

@@ -70,6 +70,7 @@
 use std::collections::BTreeMap;
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::heads::{Heads, Known};
@@ -110,6 +111,13 @@ pub struct FileMetaStore {
     /// The listing that filled `heads`, kept for the sweep before the first write, which
     /// would list the same files again: no write of this store comes between the two.
     filled_from: Mutex<Option<Vec<String>>>,
+    /// Whether `heads` were filled again by a listing taken after this store's first link of
+    /// a version (its first claim or write). Until then they come from a listing that may
+    /// precede the claim that fences former owners (a topic opened alone reads its record
+    /// before it claims it), when a former owner may still write a record many times and an
+    /// older one's write in flight may link a stray into a name those writes freed: so a claim
+    /// or write checks its link by a listing, not by name lookups, until this is set.
+    after_fence: AtomicBool,
 }
 
 /// What `put` and `delete` keep between calls.
@@ -220,7 +228,34 @@ impl FileMetaStore {
             heads: None,
             scope: None,
             filled_from: Mutex::new(None),
+            after_fence: AtomicBool::new(false),
         }
+    }
+
+    /// The current `(version, bytes)` of each of `names` (`None`: absent), all read from one
+    /// listing of the storage, where a `get` of a store not owned lists once per record; a
+    /// record one of whose listed files was removed meanwhile is read again on its own.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the listing fails; per record, the errors of [`MetaStore::get`].
+    pub fn get_each(&self, names: &[&str]) -> Result<Vec<Result<Option<(u64, Vec<u8>)>>>> {
+        let listed = self.storage.list()?;
+        let mut by_record = files_by_record(&listed);
+        Ok(names
+            .iter()
+            .map(|&name| {
+                validate_record_name(name)?;
+                let found = by_record.remove(name).unwrap_or_default();
+                let current = match self.current_in(name, &found)? {
+                    Some(current) => current,
+                    None => self.current(name)?,
+                };
+                Ok(match current {
+                    Current::Record(version, bytes) => Some((version, bytes)),
+                    Current::Deleted(_) | Current::Absent => None,
+                })
+            })
+            .collect())
     }
 
     /// A store over `storage` for the holder of its ownership lock (`lock`, from
@@ -418,11 +453,21 @@ impl FileMetaStore {
 
     /// Fills `heads` from one listing of the directory.
     fn fill(&self, heads: &mut Heads) -> Result<()> {
+        let listed = self.listing()?;
+        Self::fill_from(heads, &listed);
+        *self
+            .filled_from
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(listed);
+        Ok(())
+    }
+
+    /// Fills `heads` from `listed`, a listing of the directory (of the records in scope).
+    fn fill_from(heads: &mut Heads, listed: &[String]) {
         // Each record's versioned files, and the records with a file of an earlier release.
         let mut versions = std::collections::HashMap::<String, Vec<u64>>::new();
         let mut legacy = Vec::new();
-        let listed = self.listing()?;
-        for file in &listed {
+        for file in listed {
             match parse_record_file(file) {
                 Some((name, Some(version))) => {
                     versions.entry(name.to_string()).or_default().push(version);
@@ -440,11 +485,6 @@ impl FileMetaStore {
             exact.push((name, found));
         }
         heads.fill(highest, legacy, exact);
-        *self
-            .filled_from
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(listed);
-        Ok(())
     }
 
     /// Records what this owned store now knows of `name` (nothing for a store not owned).
@@ -472,7 +512,7 @@ impl FileMetaStore {
     /// be at `version` with exactly those names beside it, so a claim of it can check its link
     /// by name lookups ([`MetaStore::claim`]).
     fn known_below(&self, name: &str, version: u64) -> Option<Vec<u64>> {
-        if !self.in_scope(name) {
+        if !self.in_scope(name) || !self.after_fence.load(Ordering::SeqCst) {
             return None;
         }
         let heads = self.heads.as_ref()?;
@@ -703,7 +743,7 @@ impl FileMetaStore {
             Err(e) => return Err(e),
         }
         self.storage.sync_dir()?;
-        if self.heads.is_some() {
+        if self.heads.is_some() && self.after_fence.load(Ordering::SeqCst) {
             // Owned: only the next version's name can show another writer (module docs).
             let next = version.checked_add(1).map(|next| version_file(name, next));
             if let Some(next) = next
@@ -761,7 +801,7 @@ impl FileMetaStore {
     /// exists, which means ours went into a slot whose record had moved on (its older files
     /// removed) and the record is that higher version, not ours; otherwise the record's files.
     fn none_above(&self, name: &str, expected: Option<u64>, version: u64) -> Result<Vec<Found>> {
-        let files = self.files_of(name)?;
+        let files = self.files_after_link(name, expected.is_some())?;
         match files
             .iter()
             .find_map(|f| f.version.filter(|&v| v > version))
@@ -769,6 +809,28 @@ impl FileMetaStore {
             Some(higher) => Err(self.fenced(name, expected, Some(higher))),
             None => Ok(files),
         }
+    }
+
+    /// Every file of record `name`, listed after this store linked a version of it over
+    /// another (`replaced`) or as its first (a creation). The first such listing after a link
+    /// over another version lists every record in the owned store's scope and fills `heads`
+    /// again from it ([`FileMetaStore`]'s `after_fence`): an owned store's first link over a
+    /// version is the claim or write of the record that fences former owners (a topic's
+    /// record, a store's catalog), or comes after it (a creation, such as a chunk record's,
+    /// may come before), so the listing shows every write a former owner made before its
+    /// fence, and each former owner has at most one write in flight after it.
+    fn files_after_link(&self, name: &str, replaced: bool) -> Result<Vec<Found>> {
+        let Some(heads) = &self.heads else {
+            return self.files_of(name);
+        };
+        if !replaced || self.after_fence.load(Ordering::SeqCst) || !self.in_scope(name) {
+            return self.files_of(name);
+        }
+        let listed = self.listing()?;
+        let mut heads = heads.lock().unwrap_or_else(PoisonError::into_inner);
+        Self::fill_from(&mut heads, &listed);
+        self.after_fence.store(true, Ordering::SeqCst);
+        Ok(files_by_record(&listed).remove(name).unwrap_or_default())
     }
 
     /// Removes every file of `name` below `version` (and, with `inclusive`, at it). Other

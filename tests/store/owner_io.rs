@@ -23,6 +23,8 @@ struct Faulty {
 struct Gate {
     /// The prefix whose next listing waits (and `true` once a listing is waiting).
     prefix: Mutex<Option<(String, bool)>>,
+    /// Signalled when a listing starts waiting.
+    arrived: Condvar,
     open: Mutex<bool>,
     cv: Condvar,
 }
@@ -36,8 +38,12 @@ impl Gate {
         *self.open.lock().unwrap() = true;
         self.cv.notify_all();
     }
-    fn waiting(&self) -> bool {
-        self.prefix.lock().unwrap().as_ref().is_some_and(|p| p.1)
+    /// Returns once a listing of the armed prefix is waiting.
+    fn wait_for_a_listing(&self) {
+        let mut armed = self.prefix.lock().unwrap();
+        while !armed.as_ref().is_some_and(|p| p.1) {
+            armed = self.arrived.wait(armed).unwrap();
+        }
     }
     fn pass(&self, prefix: &str) {
         {
@@ -46,6 +52,7 @@ impl Gate {
                 Some((p, waiting)) if p == prefix && !*waiting => *waiting = true,
                 _ => return,
             }
+            self.arrived.notify_all();
         }
         let mut open = self.open.lock().unwrap();
         while !*open {
@@ -142,15 +149,13 @@ fn a_slow_topic_open_never_stalls_the_flushes_of_other_topics() {
         .open_cursor("sub", CursorOptions::default())
         .expect("cursor");
     cursor.ack(p).expect("ack");
-    // Topic "b" (catalog id 2) opens now; its first listing stalls.
-    faulty.gate.arm("t2-topic.");
+    // Topic "b" (catalog id 2) opens now; its first listing of its files stalls.
+    faulty.gate.arm("t2-");
     let opening = {
         let store = store.clone();
         std::thread::spawn(move || store.topic("b").map(drop))
     };
-    while !faulty.gate.waiting() {
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    faulty.gate.wait_for_a_listing();
     let (tx, rx) = std::sync::mpsc::channel();
     {
         let store = store.clone();
