@@ -8,6 +8,7 @@
 mod support;
 
 mod after_io_error;
+mod claim_lookup_attacks;
 mod delete_cursor;
 mod former_owner_after_takeover;
 mod handoff;
