@@ -125,3 +125,76 @@ fn owner(disk: &MemStorage) -> FileMetaStore {
     let lock = disk.lock().expect("lock");
     FileMetaStore::owned(Arc::new(disk.clone()), &lock)
 }
+
+/// What the former owner does once, at one step of the new owner's calls.
+#[derive(Debug, Clone, Copy)]
+enum FormerOp {
+    Put,
+    Claim,
+    Delete,
+}
+
+/// The former owner `f` read the record at 2 and has one write of it (`op`) left, which runs
+/// right after the `n`-th storage operation of the new owner `n`'s calls: a read that lists the
+/// directory, two claims (each of a record whose names `n` knows) and a put. Of the two, never
+/// both succeed; when `n`'s calls all succeed the record is `n`'s write, and a call of `n`
+/// that is refused is `Fenced`. Returns how many operations `n` made.
+fn former_write_at_step(op: FormerOp, step: u64) -> u64 {
+    let disk = MemStorage::new();
+    let first = owner(&disk);
+    let v1 = first.put("cursor-1", None, b"one").expect("put");
+    first.claim("cursor-1", v1).expect("claim");
+    let f = owner(&disk);
+    assert_eq!(f.get("cursor-1").expect("get").map(|(v, _)| v), Some(2));
+    f.put("other", None, b"swept").expect("put");
+
+    disk.break_lock();
+    let counted = support::takeover::Disk::new(Arc::new(disk.clone()));
+    let lock = counted.storage.lock().expect("lock");
+    let n = FileMetaStore::owned(counted.storage.clone(), &lock);
+    let slot = counted.arm_takeover(step, move || match op {
+        FormerOp::Put => f.put("cursor-1", Some(2), b"former").map(drop),
+        FormerOp::Claim => f.claim("cursor-1", 2).map(drop),
+        FormerOp::Delete => f.delete("cursor-1", 2),
+    });
+    let before = counted.hook.count();
+    let mut read = None;
+    let calls = (|| -> ackstore::Result<Option<u64>> {
+        let Some((at, _)) = n.get("cursor-1")? else {
+            return Ok(None);
+        };
+        read = Some(at);
+        let at = n.claim("cursor-1", at)?;
+        let at = n.claim("cursor-1", at)?;
+        n.put("cursor-1", Some(at), b"newer").map(Some)
+    })();
+    let made = counted.hook.count() - before;
+    let former = slot.lock().unwrap().take();
+    let truth = truth(&disk, "cursor-1");
+    let what = format!(
+        "{op:?} after operation {step} of the new owner (which read {read:?}): {calls:?}, \
+         {former:?}"
+    );
+    match (&calls, &former) {
+        // Both built on version 2: one of them must have been refused.
+        (Ok(Some(_)), Some(Ok(()))) if read == Some(2) => {
+            panic!("{what}: both succeeded; the record is {truth:?}")
+        }
+        (Ok(Some(v)), _) => assert_eq!(truth, Some((*v, b"newer".to_vec())), "{what}"),
+        (Ok(None), _) => assert!(matches!(op, FormerOp::Delete), "{what}"),
+        (Err(Error::Fenced { .. }), _) => {}
+        (Err(e), _) => panic!("{what}: the new owner failed otherwise: {e}"),
+    }
+    made
+}
+
+#[test]
+fn a_former_owners_put_claim_or_delete_at_every_step_of_the_new_owners_claims_never_both_succeed() {
+    for op in [FormerOp::Put, FormerOp::Claim, FormerOp::Delete] {
+        let steps = former_write_at_step(op, u64::MAX);
+        assert!(steps > 5, "{steps}");
+        for step in 0..=steps {
+            former_write_at_step(op, step);
+        }
+    }
+}

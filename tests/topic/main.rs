@@ -8,6 +8,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod claim_lookup_attacks;
 mod crash;
 mod cursor_ledger_import;
 mod cursor_table_attacks;
