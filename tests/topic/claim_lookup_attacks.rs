@@ -313,7 +313,8 @@ fn a_power_cut_at_every_step_of_an_open_claiming_records_of_one_two_and_five_nam
                 assert_sound(Arc::new(image), &what);
             },
         );
-        assert!(clean.total > 20, "{names} names: {} steps", clean.total);
+        // At least a link per cursor record claimed.
+        assert!(clean.total > cursors as u64, "{names} names: {} steps", clean.total);
     }
 }
 
