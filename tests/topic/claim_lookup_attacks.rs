@@ -314,7 +314,11 @@ fn a_power_cut_at_every_step_of_an_open_claiming_records_of_one_two_and_five_nam
             },
         );
         // At least a link per cursor record claimed.
-        assert!(clean.total > cursors as u64, "{names} names: {} steps", clean.total);
+        assert!(
+            clean.total > cursors as u64,
+            "{names} names: {} steps",
+            clean.total
+        );
     }
 }
 
