@@ -169,10 +169,7 @@ fn refuse_store_topic_name(dir: &std::path::Path, asked: &std::path::Path) -> Re
 ///
 /// # Errors
 /// [`Error::OwnedByStore`].
-fn refuse_store_directory(
-    storage: &Arc<dyn Storage>,
-    store: Option<(u64, Vec<u8>)>,
-) -> Result<()> {
+fn refuse_store_directory(storage: &Arc<dyn Storage>, store: Option<(u64, Vec<u8>)>) -> Result<()> {
     if store.is_some() {
         let location = storage.location();
         return Err(Error::OwnedByStore {

@@ -48,7 +48,14 @@
 //! of the replaced name both catch a writer that links a version into a slot freed by several
 //! later writes. Under the lock the only other writers are former owners whose lock was broken,
 //! and each of their writes is bracketed by an ownership check (the store's claim, or the topic
-//! record's) that the new owner took before this store listed the directory: such a writer has
+//! record's) that the new owner took before this store listed the directory. A topic opened
+//! alone lists its directory before it claims its record (the claim needs the version), when
+//! a former owner may still write a record many times and an older one's write in flight may
+//! link a stray into a name those writes freed, which a lookup would take for the record: so
+//! until its first link over a version (a claim or a write, the fencing record's or a later
+//! one), an owned store checks each link by a listing of the record's files, as the shared
+//! store does, and the listing after that first link lists every record and is what the store
+//! knows from then on. After it, such a writer has
 //! at most one write of a record in flight, so it can take the next version (refused here by
 //! the link or the lookup after it), or put a stray below the current version, which no read
 //! takes and which that `put` itself reports as `Fenced`: a former owner never takes a stray
