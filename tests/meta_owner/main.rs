@@ -7,6 +7,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod after_fence_attacks;
 mod after_io_error;
 mod claim_lookup_attacks;
 mod delete_cursor;
