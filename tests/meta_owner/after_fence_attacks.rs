@@ -194,3 +194,148 @@ fn a_claim_retried_after_a_refused_claim_is_not_checked_by_lookups_before_the_fe
         );
     });
 }
+
+/// One stop's ends for the test: the receiving end of its arrival, the sending end of its
+/// release.
+type StopEnds = (Receiver<()>, Sender<()>);
+
+/// Stops the thread that makes each of the first `stops.len()` links to a name starting with
+/// `prefix` (a claim's link, or a write's), before it runs: tells the arrival, then waits for
+/// the release.
+struct LinkStops {
+    prefix: &'static str,
+    stops: Mutex<std::collections::VecDeque<(Sender<()>, Receiver<()>)>>,
+}
+
+impl LinkStops {
+    /// Stops at `n` links; returns the ends of each stop.
+    fn new(prefix: &'static str, n: usize) -> (Arc<Self>, Vec<StopEnds>) {
+        let mut stops = std::collections::VecDeque::new();
+        let mut ends = Vec::new();
+        for _ in 0..n {
+            let (arrived, arrival) = channel();
+            let (release, go) = channel();
+            stops.push_back((arrived, go));
+            ends.push((arrival, release));
+        }
+        let hook = Arc::new(Self {
+            prefix,
+            stops: Mutex::new(stops),
+        });
+        (hook, ends)
+    }
+}
+
+impl Hook for LinkStops {
+    fn before(&self, op: Op<'_>) -> ackstore::Result<()> {
+        if let Op::Link(_, to) = op
+            && to.starts_with(self.prefix)
+        {
+            let stop = self.stops.lock().unwrap().pop_front();
+            if let Some((arrived, go)) = stop {
+                arrived.send(()).expect("the test waits");
+                go.recv().expect("the test releases the stop");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A store opened on `disk` through `hook`, the lock broken first (a takeover).
+fn store_through(disk: &MemStorage, hook: Arc<dyn Hook>) -> ackstore::Result<ackstore::Store> {
+    disk.break_lock();
+    let storage: Arc<dyn Storage> = Arc::new(Tap::new(Arc::new(disk.clone()), hook));
+    ackstore::Store::open_with_storage(storage, support::topic::store_config(4))
+}
+
+/// The interleaving of the test above, through stores: `f`, `g` and `h` are stores that each
+/// took the directory over from the one before, `f`'s and `g`'s last topic creations (a write
+/// of the catalog each) in flight from before the next one's open, and the new owner `n`'s
+/// open (`Store::open`, whose catalog claim reads the record and claims it again when
+/// refused) runs with `g` and then `h` creating topics before each of its two claims. Of `n`
+/// and `h`, one owns the store afterwards: `n`'s open is refused, or `h`'s next topic creation
+/// is.
+#[test]
+fn a_store_open_whose_catalog_claim_is_retried_never_leaves_two_owners() {
+    let disk = MemStorage::new();
+    let f_gate = Arc::new(Gate::default());
+    let f = store_through(&disk, f_gate.clone()).expect("f opens");
+    f.topic("f-1").expect("f creates a topic");
+    let vf = *versions(&disk).last().expect("a catalog");
+
+    // f's next creation stops before its write of the catalog's next version.
+    let (f_arrival, f_release) = f_gate.arm(vf + 1);
+    let f_write = std::thread::spawn(move || {
+        let created = f.topic("f-in-flight").map(drop);
+        (f, created)
+    });
+    f_arrival.recv().expect("f reaches its catalog write");
+
+    let g_gate = Arc::new(Gate::default());
+    let g = store_through(&disk, g_gate.clone()).expect("g opens");
+    assert_eq!(
+        *versions(&disk).last().expect("catalog"),
+        vf + 1,
+        "g's open claims the catalog and writes nothing: {:?}",
+        versions(&disk)
+    );
+
+    // n opens, stopped before each of its first two links of a catalog name.
+    let (n_hook, mut n_stops) = LinkStops::new("store.0", 2);
+    let (second_arrival, second_release) = n_stops.pop().expect("two stops");
+    let (first_arrival, first_release) = n_stops.pop().expect("two stops");
+    let n_disk = disk.clone();
+    let n_open = std::thread::spawn(move || store_through(&n_disk, n_hook));
+    first_arrival.recv().expect("n reaches its claim");
+
+    g.topic("g-1").expect("g creates a topic");
+    g.topic("g-2").expect("g creates a topic");
+    let vg = *versions(&disk).last().expect("catalog");
+    let (g_arrival, g_release) = g_gate.arm(vg + 1);
+    let g_write = std::thread::spawn(move || {
+        let created = g.topic("g-in-flight").map(drop);
+        (g, created)
+    });
+    g_arrival.recv().expect("g reaches its catalog write");
+
+    // h takes over (n's open has not claimed anything yet).
+    disk.break_lock();
+    let h =
+        ackstore::Store::open_with_storage(Arc::new(disk.clone()), support::topic::store_config(4))
+            .expect("h opens");
+    assert_eq!(*versions(&disk).last().expect("catalog"), vg + 1);
+
+    f_release.send(()).expect("release f");
+    let (f, f_created) = f_write.join().expect("f's thread");
+    assert!(
+        matches!(f_created, Err(Error::Fenced { .. })),
+        "{f_created:?}"
+    );
+
+    // n's first claim; its second read, then its second stop.
+    first_release.send(()).expect("release n");
+    second_arrival.recv().expect("n claims again");
+
+    for name in ["h-1", "h-2", "h-3"] {
+        h.topic(name).expect("h creates a topic");
+    }
+    g_release.send(()).expect("release g");
+    let (g, g_created) = g_write.join().expect("g's thread");
+    assert!(
+        matches!(g_created, Err(Error::Fenced { .. })),
+        "{g_created:?}"
+    );
+    let listed = versions(&disk);
+
+    second_release.send(()).expect("release n");
+    let n = n_open.join().expect("n's thread");
+    let n_topics = n.as_ref().ok().map(ackstore::Store::topic_names);
+    let h_next = h.topic("h-4").map(drop);
+    assert!(
+        n.is_err() || h_next.is_err(),
+        "both own the store: n's open returned Ok (its topics {n_topics:?}) while the catalog \
+         was at h's write (names before n's second claim: {listed:?}), and h's next topic \
+         creation returned {h_next:?}"
+    );
+    drop((f, g));
+}
