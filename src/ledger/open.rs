@@ -165,12 +165,12 @@ fn refuse_store_topic_name(dir: &std::path::Path, asked: &std::path::Path) -> Re
 /// Refuses `storage` when it holds a store catalog: a store's directory (its catalog, its
 /// journal, the files of its flat-layout topics, and on storage without directories every
 /// topic's files) is never a topic of its own, whether the store holds its lock now or not.
-/// `store`: the directory's store record, as read.
+/// `has_store`: the directory holds a store record.
 ///
 /// # Errors
 /// [`Error::OwnedByStore`].
-fn refuse_store_directory(storage: &Arc<dyn Storage>, store: Option<(u64, Vec<u8>)>) -> Result<()> {
-    if store.is_some() {
+fn refuse_store_directory(storage: &Arc<dyn Storage>, has_store: bool) -> Result<()> {
+    if has_store {
         let location = storage.location();
         return Err(Error::OwnedByStore {
             path: location.clone().into(),
@@ -193,7 +193,7 @@ pub(crate) fn refuse_store_topic_alone(storage: &Arc<dyn Storage>) -> Result<()>
         .into_iter();
     let mut next = || records.next().unwrap_or(Ok(None));
     let (store, topic) = (next(), next());
-    refuse_store_directory(storage, store?)?;
+    refuse_store_directory(storage, store?.is_some())?;
     if let Some(dir) = storage.local_dir() {
         refuse_store_topic_dir(dir)?;
     }
@@ -280,16 +280,17 @@ pub(crate) fn open(
         refuse_store_topic_alone(&storage)?;
     }
     let guard = storage.lock()?;
-    let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::owned(storage.clone(), &guard));
+    let owned = FileMetaStore::owned(storage.clone(), &guard);
     let meta: Arc<dyn MetaStore> = match &journal {
+        // The store's claim of its catalog fenced its former owners before this open.
         Some(tj) => {
             let tj = tj.clone();
             Arc::new(CheckedMeta::new(
-                meta,
+                Arc::new(owned.fenced_before()),
                 Arc::new(move || tj.check_store_owner()),
             ))
         }
-        None => meta,
+        None => Arc::new(owned),
     };
     // A topic of its own claims its record and every cursor record (each by a link unless it
     // needs a change); a store's topic, its record only, by a link.

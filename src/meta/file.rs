@@ -127,6 +127,9 @@ pub struct FileMetaStore {
     after_fence: AtomicBool,
 }
 
+/// One record as [`MetaStore::get`] reads it: its `(version, bytes)`, or `None` when absent.
+pub type RecordRead = Result<Option<(u64, Vec<u8>)>>;
+
 /// What `put` and `delete` keep between calls.
 #[derive(Debug, Default)]
 pub struct Writes {
@@ -245,7 +248,7 @@ impl FileMetaStore {
     ///
     /// # Errors
     /// [`Error::Io`] when the listing fails; per record, the errors of [`MetaStore::get`].
-    pub fn get_each(&self, names: &[&str]) -> Result<Vec<Result<Option<(u64, Vec<u8>)>>>> {
+    pub fn get_each(&self, names: &[&str]) -> Result<Vec<RecordRead>> {
         let listed = self.storage.list()?;
         let mut by_record = files_by_record(&listed);
         Ok(names
@@ -269,7 +272,10 @@ impl FileMetaStore {
     /// [`Storage::lock`], held for as long as this store writes): reads and writes look up
     /// a bounded number of names instead of listing the directory (see the module
     /// documentation). Every writer of the records other than this store must be fenced by an
-    /// ownership check that the owner took before this store's first call.
+    /// ownership check that the owner takes before this store's first call, or by this
+    /// store's first link over a version (a topic opened alone claims its own record): until
+    /// that link its links are checked by listings ([`FileMetaStore::fenced_before`] says the
+    /// check came first).
     #[must_use]
     pub fn owned(storage: Arc<dyn Storage>, lock: &LockGuard) -> Self {
         let _ = lock;
@@ -277,6 +283,16 @@ impl FileMetaStore {
             heads: Some(Mutex::new(Heads::default())),
             ..Self::new(storage)
         }
+    }
+
+    /// This owned store's former owners were fenced before its first call (a topic of a
+    /// store: the store claimed its catalog, and each write of a former owner of the store is
+    /// bracketed by the check that claim fails), so each has at most one write in flight once
+    /// this store lists: its links are checked by name lookups from its first listing on.
+    #[must_use]
+    pub fn fenced_before(self) -> Self {
+        self.after_fence.store(true, Ordering::SeqCst);
+        self
     }
 
     /// A store as [`FileMetaStore::owned`] whose listings (the one that fills what it knows
@@ -808,36 +824,48 @@ impl FileMetaStore {
     /// exists, which means ours went into a slot whose record had moved on (its older files
     /// removed) and the record is that higher version, not ours; otherwise the record's files.
     fn none_above(&self, name: &str, expected: Option<u64>, version: u64) -> Result<Vec<Found>> {
-        let files = self.files_after_link(name, expected.is_some())?;
-        match files
+        let (files, listed) = self.files_after_link(name, expected.is_some())?;
+        if let Some(higher) = files
             .iter()
             .find_map(|f| f.version.filter(|&v| v > version))
         {
-            Some(higher) => Err(self.fenced(name, expected, Some(higher))),
-            None => Ok(files),
+            return Err(self.fenced(name, expected, Some(higher)));
         }
+        // This link over a version took: it fenced every writer holding the version it
+        // replaced, and what the store knows comes from a listing taken after it.
+        if let (Some(listed), Some(heads)) = (listed, &self.heads) {
+            let mut heads = heads.lock().unwrap_or_else(PoisonError::into_inner);
+            Self::fill_from(&mut heads, &listed);
+            self.after_fence.store(true, Ordering::SeqCst);
+        }
+        Ok(files)
     }
 
     /// Every file of record `name`, listed after this store linked a version of it over
-    /// another (`replaced`) or as its first (a creation). The first such listing after a link
-    /// over another version lists every record in the owned store's scope and fills `heads`
-    /// again from it ([`FileMetaStore`]'s `after_fence`): an owned store's first link over a
-    /// version is the claim or write of the record that fences former owners (a topic's
-    /// record, a store's catalog), or comes after it (a creation, such as a chunk record's,
-    /// may come before), so the listing shows every write a former owner made before its
-    /// fence, and each former owner has at most one write in flight after it.
-    fn files_after_link(&self, name: &str, replaced: bool) -> Result<Vec<Found>> {
-        let Some(heads) = &self.heads else {
-            return self.files_of(name);
-        };
-        if !replaced || self.after_fence.load(Ordering::SeqCst) || !self.in_scope(name) {
-            return self.files_of(name);
+    /// another (`replaced`) or as its first (a creation); with the listing of every record in
+    /// the owned store's scope it came from, when it is the first link over a version of an
+    /// owned store not yet past its fence ([`FileMetaStore`]'s `after_fence`). An owned
+    /// store's first link over a version that takes is the claim or write of the record that
+    /// fences former owners (a topic's record, a store's catalog), or comes after it (a
+    /// creation, such as a chunk record's, may come before; a link that is refused fences
+    /// nothing), so that listing shows every write a former owner made before its fence, and
+    /// each former owner has at most one write in flight after it: [`FileMetaStore::none_above`]
+    /// learns the directory from it once it sees the link took.
+    fn files_after_link(
+        &self,
+        name: &str,
+        replaced: bool,
+    ) -> Result<(Vec<Found>, Option<Vec<String>>)> {
+        if self.heads.is_none()
+            || !replaced
+            || self.after_fence.load(Ordering::SeqCst)
+            || !self.in_scope(name)
+        {
+            return Ok((self.files_of(name)?, None));
         }
         let listed = self.listing()?;
-        let mut heads = heads.lock().unwrap_or_else(PoisonError::into_inner);
-        Self::fill_from(&mut heads, &listed);
-        self.after_fence.store(true, Ordering::SeqCst);
-        Ok(files_by_record(&listed).remove(name).unwrap_or_default())
+        let files = files_by_record(&listed).remove(name).unwrap_or_default();
+        Ok((files, Some(listed)))
     }
 
     /// Removes every file of `name` below `version` (and, with `inclusive`, at it). Other
