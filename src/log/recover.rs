@@ -381,6 +381,29 @@ pub(crate) fn check_header(win: &mut Window<'_>, ledger: u64) -> Result<HeaderCh
 
 /// The first [`HEADER_V3_LEN`] bytes of `file` (`size` bytes long), or all of them when it is
 /// shorter: the header and its slots, read without reading ahead.
+/// The file's first bytes (up to [`HEADER_V3_LEN`]) and its size, taken after them: a former
+/// owner still appending (a topic taken over while it runs) may grow the file and claim more
+/// synced bytes in the slots at any time, and every byte the slots claim was in the file when
+/// they claimed it, so the size taken after the slots covers their claim (a ledger only grows
+/// while written). A header read short of a file that has grown past it since (a create
+/// completing) is read again.
+fn read_head_then_size(file: &dyn StorageFile) -> Result<(Vec<u8>, u64)> {
+    let mut size = file.size()?;
+    for _ in 0..HEAD_READS {
+        let head = read_head(file, size)?;
+        let after = file.size()?;
+        if head.len() as u64 >= after.min(HEADER_V3_LEN as u64) {
+            return Ok((head, after));
+        }
+        size = after;
+    }
+    // Still growing from below a whole header: this read and the size it was bounded by.
+    Ok((read_head(file, size)?, size))
+}
+
+/// Reads of a ledger's first bytes while the file grows from below a whole header, at most.
+const HEAD_READS: usize = 4;
+
 fn read_head(file: &dyn StorageFile, size: u64) -> Result<Vec<u8>> {
     let mut head = vec![0u8; usize::try_from(size.min(HEADER_V3_LEN as u64)).unwrap_or(0)];
     file.read_exact_at(&mut head, 0)?;
@@ -571,8 +594,7 @@ pub(crate) fn open_ledger(
 ) -> Result<Opened> {
     let name = ledger_file_name(ledger);
     let file = storage.open(&name)?;
-    let size = file.size()?;
-    let head = read_head(file.as_ref(), size)?;
+    let (head, size) = read_head_then_size(file.as_ref())?;
     let h = match header_or_outcome(&file, &head, size, ledger, mode)? {
         Ok(h) => h,
         Err(opened) => return Ok(opened),

@@ -25,6 +25,7 @@ mod ledger_chunk_attacks;
 mod ledger_chunks;
 mod listed_cursor_without_record;
 mod managed_ledger;
+mod open_during_former_owner_rolls;
 mod open_listings;
 mod open_stamps_earlier_cursor_records;
 mod open_syncs;
