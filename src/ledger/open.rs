@@ -280,17 +280,16 @@ pub(crate) fn open(
         refuse_store_topic_alone(&storage)?;
     }
     let guard = storage.lock()?;
-    let owned = FileMetaStore::owned(storage.clone(), &guard);
+    let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::owned(storage.clone(), &guard));
     let meta: Arc<dyn MetaStore> = match &journal {
-        // The store's claim of its catalog fenced its former owners before this open.
         Some(tj) => {
             let tj = tj.clone();
             Arc::new(CheckedMeta::new(
-                Arc::new(owned.fenced_before()),
+                meta,
                 Arc::new(move || tj.check_store_owner()),
             ))
         }
-        None => Arc::new(owned),
+        None => meta,
     };
     // A topic of its own claims its record and every cursor record (each by a link unless it
     // needs a change); a store's topic, its record only, by a link.
@@ -913,28 +912,7 @@ fn claim_store_topic(
 /// compare-and-set (or created), with a new block reserved. `store_id`: the store whose topic
 /// this is, which the record written names (0: a topic opened on its own, which refuses a
 /// record naming a store, and one that lists a journal is refused by a store).
-///
-/// A former owner's record write that lands between the read and the claim (or the write)
-/// refuses it with [`Error::Fenced`]: the record is read and claimed again, up to
-/// [`CLAIM_ATTEMPTS`] times, as a store's topic's claim is; a former owner is refused from the
-/// claim that takes on.
 fn claim_topic(
-    storage: &dyn Storage,
-    meta: &dyn MetaStore,
-    store_id: u64,
-) -> Result<(TopicRecord, u64, (u64, u64))> {
-    let mut attempts = 0;
-    loop {
-        attempts += 1;
-        match claim_topic_once(storage, meta, store_id) {
-            Err(Error::Fenced { .. }) if attempts < CLAIM_ATTEMPTS => {}
-            claimed => return claimed,
-        }
-    }
-}
-
-/// One read and claim (or write) of the topic record, for [`claim_topic`].
-fn claim_topic_once(
     storage: &dyn Storage,
     meta: &dyn MetaStore,
     store_id: u64,

@@ -274,8 +274,7 @@ impl FileMetaStore {
     /// documentation). Every writer of the records other than this store must be fenced by an
     /// ownership check that the owner takes before this store's first call, or by this
     /// store's first link over a version (a topic opened alone claims its own record): until
-    /// that link its links are checked by listings ([`FileMetaStore::fenced_before`] says the
-    /// check came first).
+    /// that link its links are checked by listings.
     #[must_use]
     pub fn owned(storage: Arc<dyn Storage>, lock: &LockGuard) -> Self {
         let _ = lock;
@@ -283,16 +282,6 @@ impl FileMetaStore {
             heads: Some(Mutex::new(Heads::default())),
             ..Self::new(storage)
         }
-    }
-
-    /// This owned store's former owners were fenced before its first call (a topic of a
-    /// store: the store claimed its catalog, and each write of a former owner of the store is
-    /// bracketed by the check that claim fails), so each has at most one write in flight once
-    /// this store lists: its links are checked by name lookups from its first listing on.
-    #[must_use]
-    pub fn fenced_before(self) -> Self {
-        self.after_fence.store(true, Ordering::SeqCst);
-        self
     }
 
     /// A store as [`FileMetaStore::owned`] whose listings (the one that fills what it knows
