@@ -60,6 +60,7 @@ mod open_syncs;
 mod owner_io;
 mod seal;
 mod single_entry_journal_versions;
+mod store_topic_claim_attacks;
 mod stress;
 mod tick_slice_attacks;
 mod topic_close;
