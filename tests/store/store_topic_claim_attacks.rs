@@ -4,8 +4,9 @@
 //! store's ownership check, so each has at most one write in flight.
 //!
 //! The former owners are other store handles on the same in-memory disk, the lock broken for
-//! each new owner; a former owner's write is held in flight at the link of its record's next
-//! version until the test lets it go.
+//! each new owner; a former owner's write of a record's next version is held in flight after
+//! its check, before its temporary file is created, until the test lets it go (a claim's
+//! link, before it runs).
 
 use crate::support;
 
