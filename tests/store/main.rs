@@ -23,6 +23,7 @@ mod claim_restarts;
 mod crash;
 mod cursor_names;
 mod cursors;
+mod dirsync_latch_attacks;
 mod failed_dir_sync_of_a_topic_record;
 mod failed_sync_every_tick_a_segment;
 mod former_owner;
