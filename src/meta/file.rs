@@ -59,7 +59,13 @@
 //! at most one write of a record in flight, so it can take the next version (refused here by
 //! the link or the lookup after it), or put a stray below the current version, which no read
 //! takes and which that `put` itself reports as `Fenced`: a former owner never takes a stray
-//! for its record, so never deletes a file on the strength of one. The first write of an owned
+//! for its record, so never deletes a file on the strength of one. A stray may land in the very
+//! name of a version a former owner still holds, once newer writes freed it (three owners in
+//! turn, the oldest one's write in flight): a lookup that finds the name is then not enough,
+//! so the store remembers what each version it read, wrote or claimed held (the file's length
+//! and the CRC that ends its frame, `heads::Ident`), and the name of the version it holds
+//! passes only while it holds that file ([`MetaStore::is_current`], the check after a link,
+//! a read by lookups). The first write of an owned
 //! store also removes every version below a record's highest (strays, and versions a power cut
 //! brought back), after a directory sync. A `delete` lists the record's files as in the shared
 //! store. A `claim` of a record whose names this store knows exactly (its listing showed them,
@@ -80,7 +86,7 @@ use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::heads::{Heads, Known};
+use super::heads::{Heads, Ident, Known};
 use super::{MetaStore, validate_record_name};
 use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::format::meta::{MAX_RECORD_BYTES, STORED_OVERHEAD, decode_stored, encode_stored};
@@ -347,7 +353,12 @@ impl FileMetaStore {
 
     /// Reads one record file: `None` when it was removed meanwhile; an empty file is a
     /// tombstone.
-    fn read_file(&self, name: &str, found: &Found) -> Result<Option<Current>> {
+    ///
+    /// With `known_only` (a read by name lookups), a file under a version's name that differs
+    /// from what this owned store remembers that version held ([`Heads::ident`]) is a stray
+    /// another writer linked into the freed name, not the record: `None`, and the caller lists.
+    /// Otherwise what the file holds is remembered for its version.
+    fn read_file(&self, name: &str, found: &Found, known_only: bool) -> Result<Option<Current>> {
         let file = match self.storage.open(&found.file) {
             Ok(file) => file,
             Err(e) if e.is_not_found() => return Ok(None),
@@ -364,6 +375,14 @@ impl FileMetaStore {
             Err(e) if e.is_not_found() => return Ok(None),
             Err(e) => return Err(e),
         };
+        if let (Some(v), Some(heads)) = (found.version, &self.heads) {
+            let mut heads = heads.lock().unwrap_or_else(PoisonError::into_inner);
+            let ident = Ident::of(&bytes);
+            match heads.ident(name, v) {
+                Some(known) if known != ident && known_only => return Ok(None),
+                _ => heads.set_ident(name, v, ident),
+            }
+        }
         if bytes.is_empty() {
             return match found.version {
                 Some(v) => Ok(Some(Current::Deleted(v))),
@@ -391,7 +410,7 @@ impl FileMetaStore {
         let legacy = files.iter().find(|f| f.version.is_none());
         let mut best = Current::Absent;
         for found in highest.into_iter().chain(legacy) {
-            let Some(current) = self.read_file(name, found)? else {
+            let Some(current) = self.read_file(name, found, false)? else {
                 return Ok(None);
             };
             if current.version() > best.version() {
@@ -458,7 +477,7 @@ impl FileMetaStore {
                 if self.storage.exists(&version_file(name, next))? {
                     return Ok(None);
                 }
-                self.read_file(name, &found)
+                self.read_file(name, &found, true)
             }
         }
     }
@@ -517,6 +536,44 @@ impl FileMetaStore {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .set_exact(name, version, below);
+        }
+    }
+
+    /// Remembers what the file of `version` of `name` holds (nothing for a store not owned).
+    fn learn_ident(&self, name: &str, version: u64, ident: Ident) {
+        if let Some(heads) = &self.heads {
+            heads
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .set_ident(name, version, ident);
+        }
+    }
+
+    /// Whether the file named for `version` of `name` is there and, when this owned store
+    /// remembers what that file held ([`Heads::ident`]), still holds it: another file under
+    /// the name is a stray another writer linked once the name was freed, which the record's
+    /// version is not.
+    fn holds_version(&self, name: &str, version: u64) -> Result<bool> {
+        let file = version_file(name, version);
+        let known = self.heads.as_ref().and_then(|heads| {
+            heads
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .ident(name, version)
+        });
+        let Some(known) = known else {
+            return self.storage.exists(&file);
+        };
+        let opened = match self.storage.open(&file) {
+            Ok(opened) => opened,
+            Err(e) if e.is_not_found() => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        match opened.read_all(MAX_RECORD_BYTES as u64) {
+            Ok(Some(bytes)) => Ok(Ident::of(&bytes) == known),
+            Ok(None) => Ok(false),
+            Err(e) if e.is_not_found() => Ok(false),
+            Err(e) => Err(e),
         }
     }
 
@@ -754,6 +811,7 @@ impl FileMetaStore {
             }
             Err(e) => return Err(e),
         }
+        self.learn_ident(name, version, Ident::of(bytes));
         self.storage.sync_dir()?;
         if self.heads.is_some() && self.after_fence.load(Ordering::SeqCst) {
             // Owned: only the next version's name can show another writer (module docs).
@@ -769,7 +827,7 @@ impl FileMetaStore {
             // may itself be gone, so the next name shows nothing). Ours then went into a freed
             // slot below the record, a stray no read takes, and the write was refused.
             if let Some(replaced) = replaced
-                && !self.storage.exists(&version_file(name, replaced))?
+                && !self.holds_version(name, replaced)?
             {
                 return Err(self.fenced(name, expected, None));
             }
@@ -1045,7 +1103,7 @@ impl MetaStore for FileMetaStore {
             {
                 return Err(self.fenced(name, Some(version), next.checked_add(1)));
             }
-            if !self.storage.exists(&version_file(name, version))? {
+            if !self.holds_version(name, version)? {
                 return Err(self.fenced(name, Some(version), None));
             }
             // The names below `version`, lowest first, as the listing's removal: the record
@@ -1072,6 +1130,13 @@ impl MetaStore for FileMetaStore {
             Some(_) => self.learn_exact(name, next, vec![version]),
             None => self.learn(name, Known::At(next)),
         }
+        // The claimed name is a second name of the file this store read for `version`.
+        if let Some(heads) = &self.heads {
+            let mut heads = heads.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(ident) = heads.ident(name, version) {
+                heads.set_ident(name, next, ident);
+            }
+        }
         // The first claim since this store's last write of the record: its later claims linked
         // from names above this one.
         writes
@@ -1091,14 +1156,18 @@ impl MetaStore for FileMetaStore {
     /// and a `true` means no other writer had linked the next version when the first lookup
     /// ran. The other order is wrong: between its lookups another owner's claim and write may
     /// link `version + 1` and `version + 2` and remove `version` and `version + 1`, and each
-    /// lookup alone sees nothing move.
+    /// lookup alone sees nothing move. A stray another writer linked into `version`'s very name
+    /// once it was freed would pass the second lookup: when this store remembers what
+    /// `version`'s file held, the second step reads the file and compares (`holds_version`).
     fn is_current(&self, name: &str, version: u64) -> Result<bool> {
         validate_record_name(name)?;
         let Some(next) = version.checked_add(1) else {
             return Ok(self.get(name)?.is_some_and(|(v, _)| v == version));
         };
-        Ok(!self.storage.exists(&version_file(name, next))?
-            && self.storage.exists(&version_file(name, version))?)
+        Ok(
+            !self.storage.exists(&version_file(name, next))?
+                && self.holds_version(name, version)?,
+        )
     }
 
     /// The leftovers the sweep before the first write removes, but not the versions below a

@@ -18,6 +18,28 @@ pub(super) enum Known {
     Unknown,
 }
 
+/// What a record file holds, to tell it from another file linked under the same name later:
+/// its length and its last four bytes (the CRC of its frame; empty for a tombstone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Ident {
+    len: u64,
+    trailer: [u8; 4],
+}
+
+impl Ident {
+    /// The identity of a file holding `bytes`.
+    pub(super) fn of(bytes: &[u8]) -> Self {
+        let mut trailer = [0; 4];
+        if let Some(tail) = bytes.len().checked_sub(4).and_then(|at| bytes.get(at..)) {
+            trailer.copy_from_slice(tail);
+        }
+        Self {
+            len: bytes.len() as u64,
+            trailer,
+        }
+    }
+}
+
 /// The map of [`Known`] states, filled from one listing on first use.
 #[derive(Debug, Default)]
 pub(super) struct Heads {
@@ -29,9 +51,31 @@ pub(super) struct Heads {
     /// record takes it out. A former owner's stray below the head is not counted, as no read
     /// takes it either.
     below: HashMap<Box<str>, Vec<u64>>,
+    /// Per record, a version this store read, wrote or claimed, and what its file held then
+    /// ([`Ident`]): a version's file never changes, so another file under that name is a
+    /// stray another writer linked into the name once it was freed.
+    held: HashMap<Box<str>, (u64, Ident)>,
 }
 
 impl Heads {
+    /// What the file of `version` of `name` held when this store last read, wrote or claimed
+    /// it, if that is the version it remembers.
+    pub(super) fn ident(&self, name: &str, version: u64) -> Option<Ident> {
+        self.held
+            .get(name)
+            .filter(|(v, _)| *v == version)
+            .map(|(_, ident)| *ident)
+    }
+
+    /// Remembers what the file of `version` of `name` holds (before or after the listing).
+    pub(super) fn set_ident(&mut self, name: &str, version: u64, ident: Ident) {
+        if let Some(slot) = self.held.get_mut(name) {
+            *slot = (version, ident);
+        } else {
+            self.held.insert(name.into(), (version, ident));
+        }
+    }
+
     /// Whether the directory was listed.
     pub(super) fn is_listed(&self) -> bool {
         self.records.is_some()

@@ -131,6 +131,72 @@ fn prepared(per_ledger: u64) -> MemStorage {
     disk
 }
 
+/// Three owners in turn (e, f, g). E holds the catalog at the version its claim linked and
+/// starts a catalog write (a topic's creation) that is held at the link of the next version.
+/// F claims the store (its link takes that next version; its open writes nothing more), then G
+/// claims it and creates two topics (the first write removes the versions its claim linked
+/// from and to, F's among them; the second removes the first's). E's link then lands in F's
+/// freed name: a stray below the catalog, and E is refused. From here on F must be refused
+/// every write: G claimed the store over F's version. F's ownership check (two name lookups:
+/// the next version absent, its own present) finds E's stray in its own version's name.
+#[test]
+fn a_stray_in_the_name_a_former_owner_held_never_gives_it_the_store_back() {
+    let disk = prepared(1_000);
+    let (e, e_gate) = owner(&disk, 1_000);
+    let held = e_gate.hold("store", Step::Write);
+    let e_writer = e.clone();
+    let e_creation = std::thread::spawn(move || e_writer.topic("from-e").map(drop));
+    held.0.wait();
+    let catalog_at_f = {
+        let (f, _) = owner(&disk, 1_000);
+        (f, versions(&disk, "store"))
+    };
+    let (f, at_f) = catalog_at_f;
+    let fx = f.topic("x").expect("f opens x");
+    let (g, _) = owner(&disk, 1_000);
+    let gx = g.topic("x").expect("g opens x");
+    let g1 = g.topic("from-g-1").expect("g creates a topic");
+    let g1_entry = g1.append(b"g's entry").expect("append");
+    g1.sync().expect("sync");
+    g.topic("from-g-2").expect("g creates another");
+    let at_g = versions(&disk, "store");
+    held.1.wait();
+    let e_outcome = e_creation.join().expect("e's creation");
+    assert!(
+        matches!(e_outcome, Err(Error::Fenced { .. })),
+        "e's held creation: {e_outcome:?}"
+    );
+    let after_e = versions(&disk, "store");
+    // What F is told now, G holding the store.
+    let f_append = fx.append(b"f").and_then(|p| fx.sync().map(|()| p));
+    let f_creation = f.topic("from-f");
+    // What F's new topic holds at the position of G's entry in its own new topic.
+    let f_sees = f_creation.as_ref().map_err(ToString::to_string).map(|t| {
+        t.read(g1_entry)
+            .map(|e| String::from_utf8_lossy(&e.payload).into_owned())
+    });
+    let f_creation = f_creation.map(drop);
+    let g_names = g.topic_names();
+    let g_append = gx.append(b"g").and_then(|p| gx.sync().map(|()| p));
+    let what = format!(
+        "catalog versions on disk: after f's claim {at_f:?}, after g's two creations \
+         {at_g:?}, after e's held link {after_e:?}; f's append and sync on x: {f_append:?}, \
+         f's creation of a topic: {f_creation:?}, which holds at {g1_entry} (g's entry \
+         in its topic from-g-1): {f_sees:?}; g's topics {g_names:?}, g's append and sync \
+         on x {g_append:?}"
+    );
+    assert!(
+        matches!(f_append, Err(Error::Fenced { .. })),
+        "f passed its ownership check after g's claim: {what}"
+    );
+    assert!(
+        matches!(f_creation, Err(Error::Fenced { .. })),
+        "f wrote the catalog after g's claim: {what}"
+    );
+}
+
+/// Every entry `topic` reads, as text.
+
 /// Every entry of `topic`, as text, read from its start.
 fn entries(topic: &ackstore::ManagedLedger) -> Vec<String> {
     let cursor = topic
