@@ -13,6 +13,7 @@ mod claim_lookup_attacks;
 mod delete_cursor;
 mod former_owner_after_takeover;
 mod handoff;
+mod ident_attacks;
 mod io_error_never_fenced;
 mod meta_cas;
 mod meta_file_store;
