@@ -380,7 +380,7 @@ impl FileMetaStore {
             let ident = Ident::of(&bytes);
             match heads.ident(name, v) {
                 Some(known) if known != ident && known_only => return Ok(None),
-                _ => heads.set_ident(name, v, ident),
+                _ => heads.set_ident(name, v, ident, false),
             }
         }
         if bytes.is_empty() {
@@ -539,13 +539,14 @@ impl FileMetaStore {
         }
     }
 
-    /// Remembers what the file of `version` of `name` holds (nothing for a store not owned).
+    /// Remembers what the file of `version` of `name`, which this store just linked, holds
+    /// (nothing for a store not owned).
     fn learn_ident(&self, name: &str, version: u64, ident: Ident) {
         if let Some(heads) = &self.heads {
             heads
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .set_ident(name, version, ident);
+                .set_ident(name, version, ident, true);
         }
     }
 
@@ -1134,7 +1135,7 @@ impl MetaStore for FileMetaStore {
         if let Some(heads) = &self.heads {
             let mut heads = heads.lock().unwrap_or_else(PoisonError::into_inner);
             if let Some(ident) = heads.ident(name, version) {
-                heads.set_ident(name, next, ident);
+                heads.set_ident(name, next, ident, true);
             }
         }
         // The first claim since this store's last write of the record: its later claims linked

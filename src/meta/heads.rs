@@ -51,28 +51,39 @@ pub(super) struct Heads {
     /// record takes it out. A former owner's stray below the head is not counted, as no read
     /// takes it either.
     below: HashMap<Box<str>, Vec<u64>>,
-    /// Per record, a version this store read, wrote or claimed, and what its file held then
+    /// Per record, the version this store last wrote or claimed, and what its file held then
     /// ([`Ident`]): a version's file never changes, so another file under that name is a
-    /// stray another writer linked into the name once it was freed.
-    held: HashMap<Box<str>, (u64, Ident)>,
+    /// stray another writer linked into the name once it was freed. Kept apart from what
+    /// reads find (`read`), so that reading a newer version (another owner's) never makes the
+    /// store forget the file of the version it holds.
+    written: HashMap<Box<str>, (u64, Ident)>,
+    /// Per record, the version this store last read and what its file held.
+    read: HashMap<Box<str>, (u64, Ident)>,
 }
 
 impl Heads {
-    /// What the file of `version` of `name` held when this store last read, wrote or claimed
-    /// it, if that is the version it remembers.
+    /// What the file of `version` of `name` held when this store last wrote or claimed it,
+    /// or else last read it, if that is a version it remembers.
     pub(super) fn ident(&self, name: &str, version: u64) -> Option<Ident> {
-        self.held
-            .get(name)
-            .filter(|(v, _)| *v == version)
-            .map(|(_, ident)| *ident)
+        [&self.written, &self.read].into_iter().find_map(|held| {
+            held.get(name)
+                .filter(|(v, _)| *v == version)
+                .map(|(_, ident)| *ident)
+        })
     }
 
-    /// Remembers what the file of `version` of `name` holds (before or after the listing).
-    pub(super) fn set_ident(&mut self, name: &str, version: u64, ident: Ident) {
-        if let Some(slot) = self.held.get_mut(name) {
+    /// Remembers what the file of `version` of `name` holds, as this store's own write or
+    /// claim (`own`) or as a read (before or after the listing).
+    pub(super) fn set_ident(&mut self, name: &str, version: u64, ident: Ident, own: bool) {
+        let held = if own {
+            &mut self.written
+        } else {
+            &mut self.read
+        };
+        if let Some(slot) = held.get_mut(name) {
             *slot = (version, ident);
         } else {
-            self.held.insert(name.into(), (version, ident));
+            held.insert(name.into(), (version, ident));
         }
     }
 
