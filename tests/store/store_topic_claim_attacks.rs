@@ -196,8 +196,6 @@ fn a_stray_in_the_name_a_former_owner_held_never_gives_it_the_store_back() {
 }
 
 /// Every entry `topic` reads, as text.
-
-/// Every entry of `topic`, as text, read from its start.
 fn entries(topic: &ackstore::ManagedLedger) -> Vec<String> {
     let cursor = topic
         .open_non_durable_cursor(
