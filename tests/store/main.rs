@@ -61,6 +61,7 @@ mod open_syncs;
 mod owner_io;
 mod seal;
 mod single_entry_journal_versions;
+mod single_owner_never_refused;
 mod store_topic_claim_attacks;
 mod stress;
 mod tick_slice_attacks;

@@ -1,0 +1,445 @@
+//! A single owner is never refused: with one process owning a store or a topic and no fault
+//! injected, no call answers `Fenced`, `PreviousIo`, `Corrupted` or a failed ownership check,
+//! over long lives (many topics, ledgers and cursors, cursor creations and deletions, trims,
+//! flushes, rollovers, reopens), after power cuts at any step, and after a failed operation
+//! (where only the documented latch, `PreviousIo`, may answer).
+
+use crate::support;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use ackstore::{
+    CursorOptions, Error, LedgerConfig, ManagedLedger, MemStorage, Position, Storage, Store,
+    StoreConfig,
+};
+
+use support::crash::{Points, cut_everywhere_after};
+use support::hooked::{Hooked, for_each_sync_fault};
+use support::topic::config;
+
+/// Where a life runs: an in-memory disk (which may also crash) or real files.
+#[derive(Debug, Clone)]
+enum Place {
+    Mem(MemStorage),
+    Files(std::path::PathBuf),
+}
+
+impl Place {
+    fn open_store(&self, config: StoreConfig) -> ackstore::Result<Store> {
+        match self {
+            Self::Mem(disk) => Store::open_with_storage(Arc::new(disk.clone()), config),
+            Self::Files(dir) => Store::open(dir, config),
+        }
+    }
+
+    fn open_topic(&self, config: LedgerConfig) -> ackstore::Result<ManagedLedger> {
+        match self {
+            Self::Mem(disk) => ManagedLedger::open_with_storage(Arc::new(disk.clone()), config),
+            Self::Files(dir) => ManagedLedger::open(dir, config),
+        }
+    }
+
+    /// The owner goes away: a clean close on real files; on the in-memory disk, every
+    /// third generation a clean close, else a process crash (the same disk, its lock gone)
+    /// or a power cut (the durable image).
+    fn end(&mut self, generation: usize, close: impl FnOnce(bool) -> ackstore::Result<()>) {
+        match self {
+            Self::Files(_) => close(true).unwrap_or_else(|e| panic!("gen {generation}: close: {e}")),
+            Self::Mem(disk) => match generation % 3 {
+                0 => close(true).unwrap_or_else(|e| panic!("gen {generation}: close: {e}")),
+                1 => {
+                    close(false).expect("forget");
+                    disk.break_lock();
+                }
+                _ => {
+                    close(false).expect("forget");
+                    disk.break_lock();
+                    *disk = disk.durable_image();
+                }
+            },
+        }
+    }
+}
+
+/// The places every life runs on: the in-memory disk, then real files.
+fn places() -> Vec<(Place, Option<tempfile::TempDir>)> {
+    let dir = support::fds::files_dir();
+    vec![
+        (Place::Mem(MemStorage::new()), None),
+        (Place::Files(dir.path().to_path_buf()), Some(dir)),
+    ]
+}
+
+fn store_config(per_ledger: u64, segment_bytes: u64) -> StoreConfig {
+    support::config::store(per_ledger, segment_bytes)
+}
+
+/// Panics when `r` is an error: every call of a single owner without a fault answers `Ok`.
+fn ok<T>(what: &str, r: ackstore::Result<T>) -> T {
+    r.unwrap_or_else(|e| panic!("{what}: a single owner was refused: {e} ({e:?})"))
+}
+
+/// One store through twelve owners in turn: more than a catalog chunk of topics, a topic of
+/// more than a ledger chunk of ledgers, cursors created and deleted, acks flushed, trims,
+/// journal rollovers; every call answers `Ok`, and every flushed ack and synced entry stays.
+#[test]
+fn a_store_through_many_owners_is_never_refused() {
+    for (mut place, _dir) in places() {
+        eprintln!("place: {place:?}");
+        let topics = ackstore::internals::format::store::CHUNK_TOPICS + 8;
+        let mut synced: Vec<Position> = Vec::new();
+        let mut flushed: BTreeSet<Position> = BTreeSet::new();
+        let mut live_cursors: BTreeSet<String> = BTreeSet::new();
+        let mut next_cursor = 0usize;
+        for generation in 0..12usize {
+            let g = format!("gen {generation}");
+            let store = ok(&format!("{g}: open"), place.open_store(store_config(2, 4096)));
+            if generation == 0 {
+                for k in 0..topics {
+                    let t = ok(&format!("{g}: create topic {k}"), store.topic(&format!("t{k}")));
+                    if k % 97 == 0 {
+                        ok(&g, t.append(b"x"));
+                        ok(&g, t.sync());
+                    }
+                }
+            }
+            // A few topics of the chunks and the tail each generation.
+            for k in [0, 1, topics / 2, topics - 1] {
+                let t = ok(&format!("{g}: topic t{k}"), store.topic(&format!("t{k}")));
+                ok(&g, t.append(b"y"));
+                ok(&format!("{g}: sync t{k}"), t.sync());
+            }
+            let t = ok(&format!("{g}: topic main"), store.topic("main"));
+            for p in &synced {
+                ok(&format!("{g}: read {p}"), t.read(*p));
+            }
+            // 50 appends a generation, 2 per ledger: more than 256 ledgers over the life.
+            for _ in 0..50 {
+                synced.push(ok(&g, t.append(b"entry")));
+                if synced.len() % 5 == 0 {
+                    ok(&format!("{g}: sync"), t.sync());
+                }
+            }
+            ok(&format!("{g}: sync"), t.sync());
+            let c = ok(&format!("{g}: cursor sub"), t.open_cursor("sub", CursorOptions::default()));
+            for p in &synced {
+                assert_eq!(ok(&g, c.is_acked(*p)), flushed.contains(p), "{g}: {p}");
+            }
+            // Ack one entry in three of this generation's, and the oldest ones cumulatively.
+            let fresh: Vec<Position> = synced[synced.len() - 50..].to_vec();
+            for p in fresh.iter().step_by(3) {
+                ok(&g, c.ack(*p));
+                flushed.insert(*p);
+            }
+            ok(&format!("{g}: flush"), c.flush());
+            // Cursors created and deleted: more than a cursor table chunk over the life.
+            for _ in 0..50 {
+                let name = format!("c{next_cursor}");
+                next_cursor += 1;
+                let extra = ok(
+                    &format!("{g}: create {name}"),
+                    t.open_cursor(&name, CursorOptions::default()),
+                );
+                if next_cursor % 4 == 0 {
+                    ok(&g, extra.ack(synced[0]));
+                    ok(&format!("{g}: flush {name}"), extra.flush());
+                }
+                drop(extra);
+                live_cursors.insert(name);
+            }
+            for name in live_cursors.iter().take(20).cloned().collect::<Vec<_>>() {
+                ok(&format!("{g}: delete {name}"), t.delete_cursor(&name));
+                live_cursors.remove(&name);
+            }
+            ok(&format!("{g}: flush all"), store.flush_all());
+            ok(&format!("{g}: trim"), t.trim_consumed());
+            let names: BTreeSet<String> = t.cursor_names().into_iter().collect();
+            for name in &live_cursors {
+                assert!(names.contains(name), "{g}: cursor {name} lost");
+            }
+            if generation == 11 {
+                assert!(t.ledgers().len() > 256, "{g}: {} ledgers", t.ledgers().len());
+                assert!(next_cursor > 512, "{g}: {next_cursor} cursors");
+            }
+            drop(c);
+            drop(t);
+            place.end(generation, |clean| {
+                if clean {
+                    store.close()
+                } else {
+                    std::mem::forget(store);
+                    Ok(())
+                }
+            });
+        }
+    }
+}
+
+/// A topic of its own through twelve owners in turn, some of which write nothing (claims one
+/// after the other without a write between them): more than a ledger chunk of ledgers, more
+/// than a cursor table chunk of cursors created and deleted, trims; every call answers `Ok`.
+#[test]
+fn a_topic_alone_through_many_owners_is_never_refused() {
+    for (mut place, _dir) in places() {
+        eprintln!("place: {place:?}");
+        let mut synced: Vec<Position> = Vec::new();
+        let mut flushed: BTreeSet<Position> = BTreeSet::new();
+        let mut live_cursors: BTreeSet<String> = BTreeSet::new();
+        let mut next_cursor = 0usize;
+        for generation in 0..12usize {
+            let g = format!("gen {generation}");
+            let t = ok(&format!("{g}: open"), place.open_topic(config(2)));
+            if generation % 4 == 3 {
+                // An owner that only reads: its claim is followed by the next one's.
+                for p in &synced {
+                    ok(&format!("{g}: read {p}"), t.read(*p));
+                }
+                place.end(generation, |clean| {
+                    if clean {
+                        t.close()
+                    } else {
+                        std::mem::forget(t);
+                        Ok(())
+                    }
+                });
+                continue;
+            }
+            for p in &synced {
+                ok(&format!("{g}: read {p}"), t.read(*p));
+            }
+            for _ in 0..70 {
+                synced.push(ok(&g, t.append(b"entry")));
+                if synced.len() % 7 == 0 {
+                    ok(&format!("{g}: sync"), t.sync());
+                }
+            }
+            ok(&format!("{g}: sync"), t.sync());
+            let c = ok(&format!("{g}: cursor sub"), t.open_cursor("sub", CursorOptions::default()));
+            for p in &synced {
+                assert_eq!(ok(&g, c.is_acked(*p)), flushed.contains(p), "{g}: {p}");
+            }
+            let fresh: Vec<Position> = synced[synced.len() - 70..].to_vec();
+            for p in fresh.iter().step_by(3) {
+                ok(&g, c.ack(*p));
+                flushed.insert(*p);
+            }
+            ok(&format!("{g}: flush"), c.flush());
+            for _ in 0..70 {
+                let name = format!("c{next_cursor}");
+                next_cursor += 1;
+                let extra = ok(
+                    &format!("{g}: create {name}"),
+                    t.open_cursor(&name, CursorOptions::default()),
+                );
+                if next_cursor % 5 == 0 {
+                    ok(&g, extra.ack(synced[0]));
+                    ok(&format!("{g}: flush {name}"), extra.flush());
+                }
+                drop(extra);
+                live_cursors.insert(name);
+            }
+            for name in live_cursors.iter().take(25).cloned().collect::<Vec<_>>() {
+                ok(&format!("{g}: delete {name}"), t.delete_cursor(&name));
+                live_cursors.remove(&name);
+            }
+            ok(&format!("{g}: trim"), t.trim_consumed());
+            let names: BTreeSet<String> = t.cursor_names().into_iter().collect();
+            for name in &live_cursors {
+                assert!(names.contains(name), "{g}: cursor {name} lost");
+            }
+            if generation == 10 {
+                assert!(t.ledgers().len() > 256, "{g}: {} ledgers", t.ledgers().len());
+                assert!(next_cursor > 512, "{g}: {next_cursor} cursors");
+            }
+            drop(c);
+            place.end(generation, |clean| {
+                if clean {
+                    t.close()
+                } else {
+                    std::mem::forget(t);
+                    Ok(())
+                }
+            });
+        }
+    }
+}
+
+/// One step of a store's life, run from a prepared store; the power is cut after any of its
+/// storage operations, and the single owner's reopen of the durable image and a second step
+/// answer `Ok` throughout.
+fn store_step(disk: &MemStorage, round: u32) -> ackstore::Result<()> {
+    let store = Store::open_with_storage(Arc::new(disk.clone()), store_config(2, 2048))?;
+    let t = store.topic("main")?;
+    for _ in 0..3 {
+        t.append(b"step")?;
+    }
+    t.sync()?;
+    let c = t.open_cursor(&format!("s{round}"), CursorOptions::default())?;
+    if let Some(first) = t.first_position() {
+        c.ack(first)?;
+    }
+    c.flush()?;
+    drop(c);
+    let sub = t.open_cursor("sub", CursorOptions::default())?;
+    if let Some(last) = t.last_position() {
+        sub.ack_cumulative(last)?;
+    }
+    sub.flush()?;
+    drop(sub);
+    // The previous step's cursor, when a cut kept its creation.
+    let previous = format!("s{}", round.saturating_sub(1));
+    if round > 0 && t.cursor_names().contains(&previous) {
+        t.delete_cursor(&previous)?;
+    }
+    t.trim_consumed()?;
+    store.topic(&format!("extra{round}"))?;
+    store.flush_all()?;
+    drop(t);
+    store.close()
+}
+
+/// A power cut at every storage operation of a store's step, then the single owner's life
+/// goes on from the durable image: two more steps, each answering `Ok`.
+#[test]
+fn a_power_cut_at_any_step_of_a_store_never_refuses_its_next_owner() {
+    cut_everywhere_after(
+        Points::every_in_release(7),
+        |disk| {
+            store_step(disk, 0).expect("prepare 0");
+            store_step(disk, 1).expect("prepare 1");
+        },
+        |disk, ()| store_step(disk, 2),
+        |disk, cut, _| {
+            let image = disk.durable_image();
+            for round in 3..5 {
+                store_step(&image, round).unwrap_or_else(|e| {
+                    panic!("cut {cut:?}: step {round} after the cut: refused: {e} ({e:?})")
+                });
+            }
+        },
+    );
+}
+
+/// One step of a topic alone (as [`store_step`]).
+fn topic_step(disk: &MemStorage, round: u32) -> ackstore::Result<()> {
+    let t = ManagedLedger::open_with_storage(Arc::new(disk.clone()), config(2))?;
+    for _ in 0..3 {
+        t.append(b"step")?;
+    }
+    t.sync()?;
+    let c = t.open_cursor(&format!("s{round}"), CursorOptions::default())?;
+    if let Some(first) = t.first_position() {
+        c.ack(first)?;
+    }
+    c.flush()?;
+    drop(c);
+    let sub = t.open_cursor("sub", CursorOptions::default())?;
+    if let Some(last) = t.last_position() {
+        sub.ack_cumulative(last)?;
+    }
+    sub.flush()?;
+    drop(sub);
+    // The previous step's cursor, when a cut kept its creation.
+    let previous = format!("s{}", round.saturating_sub(1));
+    if round > 0 && t.cursor_names().contains(&previous) {
+        t.delete_cursor(&previous)?;
+    }
+    t.trim_consumed()?;
+    t.close()
+}
+
+/// [`a_power_cut_at_any_step_of_a_store_never_refuses_its_next_owner`] for a topic alone.
+#[test]
+fn a_power_cut_at_any_step_of_a_topic_alone_never_refuses_its_next_owner() {
+    cut_everywhere_after(
+        Points::every_in_release(7),
+        |disk| {
+            topic_step(disk, 0).expect("prepare 0");
+            topic_step(disk, 1).expect("prepare 1");
+        },
+        |disk, ()| topic_step(disk, 2),
+        |disk, cut, _| {
+            let image = disk.durable_image();
+            for round in 3..5 {
+                topic_step(&image, round).unwrap_or_else(|e| {
+                    panic!("cut {cut:?}: step {round} after the cut: refused: {e} ({e:?})")
+                });
+            }
+        },
+    );
+}
+
+/// Whether `e` is an answer a single owner may get after a failed sync of its own: the error
+/// of that sync, or the latch it sets.
+fn allowed_after_fault(e: &Error) -> bool {
+    matches!(e, Error::Io { .. } | Error::PreviousIo)
+}
+
+/// A failed file or directory sync at any point of a store's step: the same handle's later
+/// calls answer `Ok`, the failed sync's error or `PreviousIo`, never `Fenced` or corruption,
+/// and the next owner's step (from the durable image) answers `Ok`.
+#[test]
+fn a_failed_sync_never_makes_a_store_fenced() {
+    let template = MemStorage::new();
+    store_step(&template, 0).expect("prepare 0");
+    store_step(&template, 1).expect("prepare 1");
+    let mut refused = Vec::new();
+    for_each_sync_fault(|fault| {
+        let disk = MemStorage::new();
+        support::crash::copy_into(&template, &disk);
+        let hooked = Hooked::new(disk.clone());
+        let storage: Arc<dyn Storage> = Arc::new(hooked.clone());
+        let store = Store::open_with_storage(storage, store_config(2, 2048)).expect("open");
+        hooked.arm(fault);
+        let mut answers: Vec<(&str, ackstore::Result<()>)> = Vec::new();
+        let t = store.topic("main");
+        let t = match t {
+            Ok(t) => t,
+            Err(e) => {
+                answers.push(("topic", Err(e)));
+                store.topic("main").expect("topic after a failed open")
+            }
+        };
+        for k in 0..6 {
+            answers.push(("append", t.append(b"f").map(drop)));
+            if k % 2 == 1 {
+                answers.push(("sync", t.sync()));
+            }
+        }
+        match t.open_cursor("sub", CursorOptions::default()) {
+            Ok(c) => {
+                if let Some(last) = t.last_position() {
+                    answers.push(("ack", c.ack_cumulative(last).map(drop)));
+                }
+                answers.push(("flush", c.flush()));
+            }
+            Err(e) => answers.push(("cursor", Err(e))),
+        }
+        answers.push((
+            "new cursor",
+            t.open_cursor("fresh", CursorOptions::default()).map(drop),
+        ));
+        answers.push(("delete cursor", t.delete_cursor("s1")));
+        answers.push(("trim", t.trim_consumed().map(drop)));
+        answers.push(("new topic", store.topic("other").map(drop)));
+        answers.push(("flush all", store.flush_all().map(drop)));
+        drop(t);
+        answers.push(("close", store.close()));
+        let fired = hooked.fired(fault);
+        for (what, answer) in &answers {
+            match answer {
+                Err(e) if !fired || !allowed_after_fault(e) => {
+                    refused.push(format!("{fault:?} (fired {fired}): {what}: {e} ({e:?})"));
+                }
+                _ => {}
+            }
+        }
+        let image = disk.durable_image();
+        if let Err(e) = store_step(&image, 2) {
+            refused.push(format!("{fault:?}: the next owner's step: {e} ({e:?})"));
+        }
+        fired
+    });
+    assert!(refused.is_empty(), "{}", refused.join("\n"));
+}
