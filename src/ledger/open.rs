@@ -878,21 +878,32 @@ fn claim_store_topic(
         attempts += 1;
         let Some((version, bytes)) = meta.get(TOPIC_RECORD)? else {
             // A topic the store's catalog lists: ledger files without a record are damage
-            // (its record was written before any ledger file), not a foreign directory.
-            return claim_topic(storage, meta, store_id).map_err(|e| match e {
-                Error::NotAckstore { .. } => Error::Corrupted {
-                    place: CorruptionPlace::Record(TOPIC_RECORD.into()),
-                    kind: CorruptionKind::Missing,
-                },
-                e => e,
-            });
+            // (its record was written before any ledger file), not a foreign directory. A
+            // former owner's creation of the record in flight may link it first: read it
+            // again and claim it, as below.
+            match claim_topic(storage, meta, store_id) {
+                Err(Error::Fenced { .. }) if attempts < CLAIM_ATTEMPTS => continue,
+                created => {
+                    return created.map_err(|e| match e {
+                        Error::NotAckstore { .. } => Error::Corrupted {
+                            place: CorruptionPlace::Record(TOPIC_RECORD.into()),
+                            kind: CorruptionKind::Missing,
+                        },
+                        e => e,
+                    });
+                }
+            }
         };
         let record = TopicRecord::decode(&bytes).map_err(|c| c.in_record(TOPIC_RECORD))?;
         check_store_host(&record, store_id)?;
         if record.topic_id == 0 {
             // A record of an earlier release, without an identity: the claim gives it one,
-            // and its host.
-            return claim_topic(storage, meta, store_id);
+            // and its host (written by compare-and-set: a former owner's write landing first
+            // makes it read again).
+            match claim_topic(storage, meta, store_id) {
+                Err(Error::Fenced { .. }) if attempts < CLAIM_ATTEMPTS => continue,
+                claimed => return claimed,
+            }
         }
         match meta.claim(TOPIC_RECORD, version) {
             Ok(claimed) => return Ok((record, claimed, (0, 0))),

@@ -3,7 +3,9 @@
 //! owner's write linked into the name of the catalog version it holds, once the names above
 //! were freed) writes the topic record several times between a new owner's read of it and its
 //! claim, and a stale write lands in a name those writes freed. The new owner's claim must
-//! not take that stray for the record: its first claim is checked by a listing.
+//! not take that stray for the record: its first claim is checked by a listing. And a topic's
+//! first open after a takeover claims the record a former owner's creation in flight linked
+//! first, instead of answering `Fenced`.
 //!
 //! The former owners are other store handles on the same in-memory disk, the lock broken for
 //! each new owner; a former owner's write of a record's next version is held in flight after
@@ -394,4 +396,63 @@ fn a_store_topics_claim_never_takes_a_stray_after_a_former_owners_cursor_deletio
         !matches!(g_write, Err(Error::Fenced { .. })),
         "g, the store's owner, was refused its first write of x: {what}"
     );
+}
+
+/// A former owner's creation of a topic is held after its check, before its topic record's
+/// first version is linked; a new owner claims the store and opens the same topic (the
+/// catalog already lists it), and its creation of the record is held after its own check while
+/// the former's lands first. The new owner's open reads and claims the former's record, as it
+/// claims any record a former owner wrote, instead of answering `Fenced`: the store's claim
+/// fenced the former, whose write was its one in flight.
+#[test]
+fn a_topics_first_open_claims_a_record_a_former_owners_creation_linked_first() {
+    let disk = prepared(1_000);
+    let (f, f_gate) = owner(&disk, 1_000);
+    let f_held = f_gate.hold("topic", Step::Write);
+    let former = std::thread::spawn(move || {
+        let created = f.topic("fresh").map(drop);
+        (f, created)
+    });
+    f_held.0.wait();
+    let (g, g_gate) = owner(&disk, 1_000);
+    let g = Arc::new(g);
+    assert!(
+        g.topic_names().iter().any(|t| t == "fresh"),
+        "the former's catalog write of the topic came before its record's"
+    );
+    let g_held = g_gate.hold("topic", Step::Write);
+    let newer = {
+        let g = g.clone();
+        std::thread::spawn(move || g.topic("fresh").map(drop))
+    };
+    g_held.0.wait();
+    f_held.1.wait();
+    let (f, _) = former.join().expect("former");
+    let versions_before = versions(&disk, "topic");
+    g_held.1.wait();
+    let opened = newer.join().expect("newer");
+    assert!(
+        opened.is_ok(),
+        "the new owner's first open of the topic answered {opened:?}; record versions when its \
+         link ran: {versions_before:?}"
+    );
+    let fresh = g.topic("fresh").expect("topic");
+    let p = fresh.append(b"g").expect("append");
+    fresh.sync().expect("sync");
+    drop(fresh);
+    assert!(
+        matches!(f.topic("other"), Err(Error::Fenced { .. })),
+        "the former owner created a topic after the new owner's claim"
+    );
+    drop(f);
+    let Ok(g) = Arc::try_unwrap(g) else {
+        panic!("a handle of the new owner's store is still held");
+    };
+    g.close().expect("close");
+    let reopened =
+        Store::open_with_storage(Arc::new(disk.clone()), store_config(1_000)).expect("reopen");
+    let fresh = reopened.topic("fresh").expect("topic");
+    assert_eq!(fresh.read(p).expect("read").payload, b"g");
+    drop(fresh);
+    reopened.close().expect("close");
 }
