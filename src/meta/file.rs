@@ -805,6 +805,28 @@ impl FileMetaStore {
         };
         match linked {
             Ok(()) => {}
+            // Our temporary file is gone while the record is still there below this version:
+            // no sweep removed it (a sweep removes the temporary files of a record only once
+            // the record reached their version, or once the record is gone: a deletion, an
+            // unpinned chunk record), the directory lost its name (a failed directory sync may
+            // take back the names it covered). This write failed; no other writer was seen.
+            Err(e)
+                if e.is_not_found()
+                    && matches!(self.current_listed(name)?, Current::Record(v, _) if v < version) =>
+            {
+                return Err(Error::io(
+                    "link metadata record",
+                    format!(
+                        "{}/{}",
+                        self.storage.location(),
+                        version_file(name, version)
+                    ),
+                    std::io::Error::other(
+                        "its temporary file vanished before its link, and no other writer \
+                         reached its version: the directory lost a name it had not made durable",
+                    ),
+                ));
+            }
             // Another writer linked this version first, or swept our temporary file because
             // the record had passed this version: either way, we lost.
             Err(e) if is_already_exists(&e) || e.is_not_found() => {

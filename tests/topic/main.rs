@@ -24,6 +24,7 @@ mod import_attacks;
 mod ledger_chunk_attacks;
 mod ledger_chunks;
 mod listed_cursor_without_record;
+mod lost_temporary_record_file;
 mod managed_ledger;
 mod open_during_former_owner_rolls;
 mod open_listings;
