@@ -223,6 +223,14 @@ enum Current {
 }
 
 impl Current {
+    /// The record's `(version, bytes)`; `None` for a tombstone or nothing.
+    fn into_record(self) -> Option<(u64, Vec<u8>)> {
+        match self {
+            Current::Record(version, bytes) => Some((version, bytes)),
+            Current::Deleted(_) | Current::Absent => None,
+        }
+    }
+
     /// The version this state is at; 0 for an absent record.
     fn version(&self) -> u64 {
         match self {
@@ -262,14 +270,7 @@ impl FileMetaStore {
             .map(|&name| {
                 validate_record_name(name)?;
                 let found = by_record.remove(name).unwrap_or_default();
-                let current = match self.current_in(name, &found)? {
-                    Some(current) => current,
-                    None => self.current(name)?,
-                };
-                Ok(match current {
-                    Current::Record(version, bytes) => Some((version, bytes)),
-                    Current::Deleted(_) | Current::Absent => None,
-                })
+                Ok(self.current_of_listed(name, &found)?.into_record())
             })
             .collect())
     }
@@ -418,6 +419,15 @@ impl FileMetaStore {
             }
         }
         Ok(Some(best))
+    }
+
+    /// The state of `name` that `files` (its files in a listing) hold, or, when one of them was
+    /// removed since, its current state read again.
+    fn current_of_listed(&self, name: &str, files: &[Found]) -> Result<Current> {
+        match self.current_in(name, files)? {
+            Some(current) => Ok(current),
+            None => self.current(name),
+        }
     }
 
     /// The current state of `name`: its highest version.
@@ -971,10 +981,7 @@ impl FileMetaStore {
 
 impl MetaStore for FileMetaStore {
     fn get(&self, name: &str) -> Result<Option<(u64, Vec<u8>)>> {
-        Ok(match self.current(name)? {
-            Current::Record(version, bytes) => Some((version, bytes)),
-            Current::Deleted(_) | Current::Absent => None,
-        })
+        Ok(self.current(name)?.into_record())
     }
 
     fn put(&self, name: &str, expected: Option<u64>, bytes: &[u8]) -> Result<u64> {
@@ -1066,10 +1073,7 @@ impl MetaStore for FileMetaStore {
         let by_record = files_by_record(&listed);
         let mut records = Vec::with_capacity(by_record.len());
         for (name, found) in by_record {
-            let current = match self.current_in(name, &found)? {
-                Some(current) => current,
-                None => self.current(name)?,
-            };
+            let current = self.current_of_listed(name, &found)?;
             if matches!(current, Current::Record(..)) {
                 records.push(name.to_string());
             }

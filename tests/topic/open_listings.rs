@@ -66,6 +66,13 @@ fn listings_of_a_reopen(disk: &MemStorage, cursors: usize, ps: &[Position]) -> u
     let listings = Arc::new(Listings::default());
     let topic = open(disk, &listings);
     let at_open = listings.0.load(Ordering::SeqCst);
+    assert_acks(&topic, cursors, ps);
+    topic.close().expect("close");
+    at_open
+}
+
+/// Every one of `cursors` cursors of `topic` holds exactly the acks of the model among `ps`.
+fn assert_acks(topic: &ManagedLedger, cursors: usize, ps: &[Position]) {
     for c in 0..cursors {
         let cursor = topic
             .open_cursor(&name(c), CursorOptions::default())
@@ -77,8 +84,6 @@ fn listings_of_a_reopen(disk: &MemStorage, cursors: usize, ps: &[Position]) -> u
             .collect();
         assert_eq!(acked, acked_by(ps, c), "cursor {c}");
     }
-    topic.close().expect("close");
-    at_open
 }
 
 /// The most names any one record has in `disk`'s directory.
@@ -188,17 +193,7 @@ fn a_store_topic_lists_as_often_with_200_cursors_as_with_5() {
             let before = listings.0.load(Ordering::SeqCst);
             let topic = store.topic("persistent://t/n/listings").expect("topic");
             opens.push(listings.0.load(Ordering::SeqCst) - before);
-            for c in 0..cursors {
-                let cursor = topic
-                    .open_cursor(&name(c), CursorOptions::default())
-                    .expect("cursor");
-                let acked: BTreeSet<Position> = ps
-                    .iter()
-                    .copied()
-                    .filter(|p| cursor.is_acked(*p).expect("is_acked"))
-                    .collect();
-                assert_eq!(acked, acked_by(&ps, c), "cursor {c}");
-            }
+            assert_acks(&topic, cursors, &ps);
             drop(topic);
             store.close().expect("close");
         }
