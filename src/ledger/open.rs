@@ -342,15 +342,16 @@ pub(crate) fn open(
         }
     }
 
+    let owner = ListedOwner::new(in_store.then_some(&journal));
     let (refs, cut_short) = settle_cursors(
         meta.as_ref(),
         &log,
         (&record, &on_disk, &listed),
         (&journal, recovered),
-        (!in_store).then_some(version),
+        ((!in_store).then_some(version), &owner),
     )?;
     // Rule 2 (and 3 for files holding less than a header).
-    settle_interrupted_creates(&log, &record, &refs.referenced)?;
+    settle_interrupted_creates(&log, &record, &refs.referenced, &owner)?;
     if let Some(lost) = record.ledgers.iter().find(|l| !on_disk.contains(&l.id)) {
         return Err(Error::MissingLedger {
             ledger: lost.id,
@@ -358,8 +359,9 @@ pub(crate) fn open(
         });
     }
     // Rule 3, ledger side; not while a cursor record is another cursor's (see above).
-    for &id in on_disk.difference(&refs.referenced) {
-        if !refs.misplaced {
+    if !refs.misplaced {
+        for &id in on_disk.difference(&refs.referenced) {
+            owner.before_removal()?;
             log.delete_ledger(id)?;
         }
     }
@@ -539,31 +541,29 @@ fn repair_record(
 /// its claim wrote) by the caller once its journal's hooks are set (returned).
 ///
 /// Nothing is deleted or forgotten before the topic is known to be still this owner's (the
-/// store's ownership, or the topic record still at the claim's version), checked after the
-/// files and records were listed: a ledger or cursor record a newer owner created after its
-/// claim, which a former owner's open still running would take for an orphan, was created
-/// after the check's answer changed, so a listing taken before a passing check never holds
-/// one.
+/// store's ownership, checked by `owner` before the first removal, or the topic record still
+/// at the claim's version), checked after the files and records were listed: a ledger or
+/// cursor record a newer owner created after its claim, which a former owner's open still
+/// running would take for an orphan, was created after the check's answer changed, so a
+/// listing taken before a passing check never holds one.
 fn settle_cursors(
     meta: &dyn MetaStore,
     log: &EntryLog,
     (record, on_disk, listed): (&TopicRecord, &BTreeSet<u64>, &[String]),
     (tj, recovered): (&TopicJournal, &[u64]),
-    claimed: Option<u64>,
+    (claimed, owner): (Option<u64>, &ListedOwner<'_>),
 ) -> Result<(References, Vec<u64>)> {
     let cut_short = unlisted_journal_cursors(tj, record, recovered);
     let refs = cursor_references(meta, log, (record, on_disk, listed), tj, claimed)?;
     // After the ownership check `cursor_references` ran on a topic of its own; a store's
     // topic's `meta` checks the store's ownership around the sweep itself.
     sweep_leftovers(meta, listed, (record, claimed.is_none()))?;
-    if claimed.is_none() {
-        tj.check_store_owner()?;
-    }
     // Chunk records of the cursor table its record does not pin can never be pinned again
     // (each write pins only records named after the version it takes, above the claimed
     // one); the listing was taken before the ownership check, so it holds none a newer owner
     // wrote.
     for file in super::table::chunk_leftovers(listed, record) {
+        owner.before_removal()?;
         match log.storage().remove(&file) {
             Ok(()) => {}
             Err(e) if e.is_not_found() => {}
@@ -575,8 +575,8 @@ fn settle_cursors(
         // before its hooks are set: the caller forgets these then.
         return Ok((refs, cut_short));
     }
-    tj.check_store_owner()?;
     for id in cut_short {
+        owner.before_removal()?;
         tj.journal.forget(tj.cursor_id(id))?;
     }
     Ok((refs, Vec::new()))
@@ -632,6 +632,7 @@ fn settle_interrupted_creates(
     log: &EntryLog,
     record: &TopicRecord,
     referenced: &BTreeSet<u64>,
+    owner: &ListedOwner<'_>,
 ) -> Result<()> {
     let interrupted = log.interrupted_creates();
     if let Some(lost) = record.ledgers.iter().find(|l| interrupted.contains(&l.id)) {
@@ -639,10 +640,45 @@ fn settle_interrupted_creates(
     }
     for id in interrupted {
         if !referenced.contains(&id) {
+            owner.before_removal()?;
             log.delete_ledger(id)?;
         }
     }
     Ok(())
+}
+
+/// The ownership check that makes an open's removals safe: a store's topic checks the
+/// store's ownership after its listing, once, before the first file it removes or cursor
+/// state it forgets (a ledger or record a newer owner created after its claim is then not in
+/// that listing: the check's answer changed first). An open that removes and forgets nothing,
+/// a restart after a clean close, checks nothing here: its claim checked the store's ownership
+/// after its link. A topic of its own checked its record's version after the listing
+/// (`cursor_references`): nothing more to check.
+struct ListedOwner<'a> {
+    /// The store's journal, for a store's topic.
+    store: Option<&'a TopicJournal>,
+    /// The check ran and passed.
+    passed: std::cell::Cell<bool>,
+}
+
+impl<'a> ListedOwner<'a> {
+    fn new(store: Option<&'a TopicJournal>) -> Self {
+        Self {
+            store,
+            passed: std::cell::Cell::new(false),
+        }
+    }
+
+    /// Before a removal or a forget: the store's ownership, checked on the first call.
+    fn before_removal(&self) -> Result<()> {
+        if let Some(tj) = self.store
+            && !self.passed.get()
+        {
+            tj.check_store_owner()?;
+            self.passed.set(true);
+        }
+        Ok(())
+    }
 }
 
 /// Rule 3, cursor side: the ledgers the topic record and the cursor records reference, and

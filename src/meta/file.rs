@@ -580,8 +580,8 @@ impl FileMetaStore {
             Err(e) if e.is_not_found() => return Ok(false),
             Err(e) => return Err(e),
         };
-        match opened.read_all(MAX_RECORD_BYTES as u64) {
-            Ok(Some(bytes)) => Ok(Ident::of(&bytes) == known),
+        match opened.read_tail(Ident::TRAILER_BYTES, MAX_RECORD_BYTES as u64) {
+            Ok(Some((len, end))) => Ok(Ident::of_end(len, &end) == known),
             Ok(None) => Ok(false),
             Err(e) if e.is_not_found() => Ok(false),
             Err(e) => Err(e),

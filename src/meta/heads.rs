@@ -27,16 +27,23 @@ pub(super) struct Ident {
 }
 
 impl Ident {
+    /// Bytes of the end of a file its identity holds.
+    pub(super) const TRAILER_BYTES: usize = 4;
+
     /// The identity of a file holding `bytes`.
     pub(super) fn of(bytes: &[u8]) -> Self {
-        let mut trailer = [0; 4];
-        if let Some(tail) = bytes.len().checked_sub(4).and_then(|at| bytes.get(at..)) {
-            trailer.copy_from_slice(tail);
+        let at = bytes.len().saturating_sub(Self::TRAILER_BYTES);
+        Self::of_end(bytes.len() as u64, &bytes[at..])
+    }
+
+    /// The identity of a file of `len` bytes that ends with `end` (its last
+    /// [`Self::TRAILER_BYTES`] bytes, or all of them when it holds fewer).
+    pub(super) fn of_end(len: u64, end: &[u8]) -> Self {
+        let mut trailer = [0; Self::TRAILER_BYTES];
+        if let Ok(tail) = <[u8; Self::TRAILER_BYTES]>::try_from(end) {
+            trailer = tail;
         }
-        Self {
-            len: bytes.len() as u64,
-            trailer,
-        }
+        Self { len, trailer }
     }
 }
 

@@ -185,6 +185,24 @@ pub trait StorageFile: Send + Sync + fmt::Debug {
         self.read_exact_at(&mut bytes, 0)?;
         Ok(Some(bytes))
     }
+    /// The file's length and its last `n` bytes (all of them when it holds fewer), `None` when
+    /// it holds more than `max` bytes: what [`StorageFile::size`] then
+    /// [`StorageFile::read_exact_at`] of the end give (the default), in one request on storage
+    /// where each is a round trip. Tells a file from another under the same name without
+    /// reading it whole.
+    ///
+    /// # Errors
+    /// As [`StorageFile::size`] and [`StorageFile::read_exact_at`].
+    fn read_tail(&self, n: usize, max: u64) -> Result<Option<(u64, Vec<u8>)>> {
+        let size = self.size()?;
+        if size > max {
+            return Ok(None);
+        }
+        let n = u64::try_from(n).unwrap_or(u64::MAX).min(size);
+        let mut tail = vec![0; usize::try_from(n).expect("at most the n asked for")];
+        self.read_exact_at(&mut tail, size - n)?;
+        Ok(Some((size, tail)))
+    }
     /// Writes all of `buf` at `offset` (live image only until [`StorageFile::sync_data`]).
     fn write_all_at(&self, buf: &[u8], offset: u64) -> Result<()>;
     /// Makes the file's bytes durable (`fdatasync`).

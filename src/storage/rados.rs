@@ -1047,6 +1047,15 @@ impl StorageFile for RadosFile {
         self.shared.read_whole(&self.name, &self.oid, max)
     }
 
+    /// The whole object in one read (its size and its end would be two round trips).
+    fn read_tail(&self, n: usize, max: u64) -> Result<Option<(u64, Vec<u8>)>> {
+        Ok(self.read_all(max)?.map(|mut bytes| {
+            let size = bytes.len() as u64;
+            bytes.drain(..bytes.len().saturating_sub(n));
+            (size, bytes)
+        }))
+    }
+
     /// One read of the whole object, cached: cheaper than a round trip per frame.
     fn map_always(&self) -> bool {
         true
