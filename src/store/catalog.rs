@@ -118,10 +118,16 @@ impl CatalogHandle {
                 meta.put(STORE_RECORD, expected, &catalog.encode())?
             }
         };
-        // Chunk records this version does not pin can never be pinned again (each write pins
-        // only records named after its own version, above this one): a write cut short or
-        // refused left them.
-        for file in chunk_leftovers(storage, &catalog)? {
+        // Chunk records this version does not pin, named after it or an earlier one, can never
+        // be pinned again (each write pins only records named after its own version, above the
+        // one it holds): a write cut short or refused left them. One named after a later
+        // version is a later owner's, which may have claimed the store since this claim and be
+        // writing it, or have pinned it already: it is left to that owner's claims (a record
+        // of this owner's own later write is replaced by the write, `put_chunk`).
+        for file in chunk_leftovers(storage, &catalog)?
+            .into_iter()
+            .filter(|file| named_at_most(file, version))
+        {
             match storage.remove(&file) {
                 Ok(()) => {}
                 Err(e) if e.is_not_found() => {}
@@ -411,7 +417,8 @@ pub fn load_chunks(meta: &dyn MetaStore, catalog: &mut Catalog) -> Result<()> {
 /// The files of chunk records `catalog` does not pin, and every temporary file of a chunk
 /// record: what a creation or an upgrade cut short, refused or superseded left. No read takes
 /// them and none can be pinned later (a write pins only records named after the version it
-/// takes); the claim removes them and `verify` calls them leftovers.
+/// takes); the claim removes those named after the version it took or an earlier one (a later
+/// one is a newer owner's) and `verify` calls them all leftovers.
 ///
 /// # Errors
 /// [`Error::Io`] when the directory cannot be listed.
@@ -427,6 +434,17 @@ pub fn chunk_leftovers(storage: &dyn Storage, catalog: &Catalog) -> Result<Vec<S
         is_chunk_record,
         &pinned,
     ))
+}
+
+/// Whether storage file `file` of a chunk record (or its temporary file) is named after
+/// catalog version `version` or an earlier one.
+fn named_at_most(file: &str, version: u64) -> bool {
+    file.split_once('.')
+        .map_or(file, |(record, _)| record)
+        .strip_prefix(CHUNK_RECORD_PREFIX)
+        .and_then(|rest| rest.split_once('-'))
+        .and_then(|(_, made_at)| made_at.parse::<u64>().ok())
+        .is_some_and(|made_at| made_at <= version)
 }
 
 /// Adds `topics` to `ids` by name; the first id of a name stays, as a search of the topics in

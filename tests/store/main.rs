@@ -16,6 +16,7 @@ mod batch_acks;
 mod batch_attacks;
 mod catalog_attacks;
 mod catalog_chunks;
+mod catalog_claim_races;
 mod catalog_topic_ids;
 mod check_api;
 mod claim;
