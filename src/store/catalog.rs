@@ -113,7 +113,11 @@ impl CatalogHandle {
                 load_chunks(meta.as_ref(), &mut catalog)?;
                 let next = expected.map_or(1, |v| v + 1);
                 // Not the owner yet: a chunk record of that name with other bytes may be the
-                // former owner's, about to be pinned (`stage_chunks` answers Fenced).
+                // former owner's, about to be pinned (`stage_chunks` answers Fenced). No handle
+                // holds `expected` here, though: a handle holds a version it wrote (version 5,
+                // a segment list, a tail under a chunk) or claimed (only a catalog that needs no
+                // upgrade). Others naming chunks after `next` are opens upgrading the same
+                // version, whose chunks hold these bytes; one compare-and-set on it takes.
                 catalog.chunks = stage_chunks(meta.as_ref(), &catalog, next, None)?;
                 meta.put(STORE_RECORD, expected, &catalog.encode())?
             }
