@@ -29,6 +29,7 @@ mod failed_dir_sync_of_a_topic_record;
 mod failed_sync_every_tick_a_segment;
 mod former_owner;
 mod former_owner_appends;
+mod former_owner_open_leftovers;
 mod group;
 mod index;
 mod journal;
