@@ -353,6 +353,9 @@ pub(crate) fn open(
     // Rule 2 (and 3 for files holding less than a header).
     settle_interrupted_creates(&log, &record, &refs.referenced, &owner)?;
     if let Some(lost) = record.ledgers.iter().find(|l| !on_disk.contains(&l.id)) {
+        // A newer owner's trim after its claim deletes a ledger this open's record lists: not
+        // lost, and this owner is fenced (the check tells which after the listing).
+        owner.before_removal()?;
         return Err(Error::MissingLedger {
             ledger: lost.id,
             dir: location.into(),
@@ -650,9 +653,10 @@ fn settle_interrupted_creates(
 /// The ownership check that makes an open's removals safe: a store's topic checks the
 /// store's ownership after its listing, once, before the first file it removes or cursor
 /// state it forgets (a ledger or record a newer owner created after its claim is then not in
-/// that listing: the check's answer changed first). An open that removes and forgets nothing,
-/// a restart after a clean close, checks nothing here: its claim checked the store's ownership
-/// after its link. A topic of its own checked its record's version after the listing
+/// that listing: the check's answer changed first), and before it answers that a ledger its
+/// record lists is missing (one a newer owner trimmed after its claim is not lost). An open
+/// that removes and forgets nothing, a restart after a clean close, checks nothing here: its
+/// claim checked the store's ownership after its link. A topic of its own checked its record's version after the listing
 /// (`cursor_references`): nothing more to check.
 struct ListedOwner<'a> {
     /// The store's journal, for a store's topic.

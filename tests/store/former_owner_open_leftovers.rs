@@ -7,6 +7,9 @@
 //! more, and everything the new owner made (a synced entry, flushed acks, a cursor created and
 //! one deleted from a chunked cursor table) is there after a restart.
 //!
+//! A former owner's open that finds a ledger the new owner trimmed after its claim answers
+//! `Fenced`, not damage.
+//!
 //! The former owner is a store handle on the in-memory disk through a [`Tap`] that counts its
 //! operations; the new owner, another handle on the same disk (the lock broken), runs right
 //! after the chosen operation, inside the former owner's call.
@@ -457,4 +460,51 @@ fn leftover_chunk_name(storage: &Arc<dyn Storage>, pinned: &str) -> String {
     let (stem, rest) = pinned.split_once('.').expect("a record file");
     let (index, _) = stem.rsplit_once('-').expect("made at");
     format!("{index}-{}.{rest}", topic_version + 1)
+}
+
+/// A former owner's open of topic `t` while the new owner claims the store, opens the topic
+/// and trims its first ledger (its acker acknowledged every entry of it), at every step of
+/// that open: the open answers `Ok` or `Fenced`, never that a ledger is missing (it is not
+/// lost: the new owner deleted it after taking the topic over).
+#[test]
+fn a_former_owners_open_answers_fenced_not_a_missing_ledger_the_new_owner_trimmed() {
+    let template = acker_only();
+    let steps = open_steps(&template);
+    let mut failures = Vec::new();
+    for n in 1..=steps {
+        let disk = MemStorage::new();
+        copy_into(&template, &disk);
+        let watch = Arc::new(Watch::default());
+        let storage: Arc<dyn Storage> = Arc::new(Tap::new(Arc::new(disk.clone()), watch.clone()));
+        let old = Store::open_with_storage(storage, store_config(PER_LEDGER)).expect("open");
+        let slot: Arc<Mutex<Option<Store>>> = Arc::default();
+        {
+            let (slot, disk) = (slot.clone(), disk.clone());
+            watch.arm(
+                n,
+                Box::new(move || {
+                    disk.break_lock();
+                    let store =
+                        Store::open_with_storage(Arc::new(disk.clone()), store_config(PER_LEDGER))
+                            .expect("the new owner claims the store");
+                    let topic = store.topic("t").expect("topic");
+                    assert_eq!(topic.trim_consumed().expect("trim").len(), 1);
+                    drop(topic);
+                    *slot.lock().expect("slot") = Some(store);
+                }),
+            );
+        }
+        let opened = old.topic("t");
+        watch.run_if_pending();
+        match opened {
+            Ok(_) | Err(Error::Fenced { .. }) => {}
+            Err(e) => failures.push(format!(
+                "claim and trim after step {n} of {steps} of the former owner's open: {e:?}"
+            )),
+        }
+        drop(old);
+        let store = slot.lock().expect("slot").take().expect("the claim ran");
+        store.close().expect("the new owner's close");
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
