@@ -21,4 +21,5 @@ mod meta_migration;
 mod meta_owned;
 mod meta_record_names;
 mod race;
+mod read_tail;
 mod takeover;
