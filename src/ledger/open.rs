@@ -322,59 +322,86 @@ pub(crate) fn open(
     // One listing, after the claim, serves the entry log and rule 3 (cursor records): both
     // are taken before the owner check that precedes any deletion.
     let listed = storage.list()?;
-    let tails = (claim_cursors, listed.as_slice());
-    let log = EntryLog::open_locked_deferring(storage, config.log, guard, tails, &sealed);
-    let log = Arc::new(log?);
-    log.reserve_ids(ids.0, ids.1, None);
-    let on_disk: BTreeSet<u64> = log.ledger_ids().into_iter().collect();
-    if !claim_cursors {
-        // Rule 6: a record older than the newest written is refused.
-        let in_journal = journal_cursors(&journal, at_or_above(recovered, record.next_cursor_id));
-        refuse_older_record(&record, (&on_disk, &log.interrupted_creates()), in_journal)?;
-        record.next_ledger_id = record.next_ledger_id.max(1);
-        if record.store_id == 0 {
-            // Rule 7: a record of an earlier release names its store from now on. Written
-            // after rule 6, on the claimed version and with no block of ids reserved: an older
-            // copy of the record put back is refused above, not given a block above the newer
-            // ledgers it would then delete as orphans.
-            record.store_id = store_id;
-            version = meta.put(TOPIC_RECORD, Some(version), &record.encode())?;
+    // Any error from here on is checked against the store's ownership (`ListedOwner`).
+    let owner = ListedOwner::new(in_store.then(|| journal.clone()));
+    let opened = || -> Result<TopicCore> {
+        let tails = (claim_cursors, listed.as_slice());
+        let log = EntryLog::open_locked_deferring(storage, config.log, guard, tails, &sealed)?;
+        let log = Arc::new(log);
+        log.reserve_ids(ids.0, ids.1, None);
+        let on_disk: BTreeSet<u64> = log.ledger_ids().into_iter().collect();
+        if !claim_cursors {
+            // Rule 6: a record older than the newest written is refused.
+            let in_journal =
+                journal_cursors(&journal, at_or_above(recovered, record.next_cursor_id));
+            refuse_older_record(&record, (&on_disk, &log.interrupted_creates()), in_journal)?;
+            record.next_ledger_id = record.next_ledger_id.max(1);
+            if record.store_id == 0 {
+                // Rule 7: a record of an earlier release names its store from now on. Written
+                // after rule 6, on the claimed version and with no block of ids reserved: an older
+                // copy of the record put back is refused above, not given a block above the newer
+                // ledgers it would then delete as orphans.
+                record.store_id = store_id;
+                version = meta.put(TOPIC_RECORD, Some(version), &record.encode())?;
+            }
         }
-    }
 
-    let owner = ListedOwner::new(in_store.then_some(&journal));
-    let (refs, cut_short) = settle_cursors(
-        meta.as_ref(),
-        &log,
-        (&record, &on_disk, &listed),
-        (&journal, recovered),
-        ((!in_store).then_some(version), &owner),
-    )?;
-    // Rule 2 (and 3 for files holding less than a header).
-    settle_interrupted_creates(&log, &record, &refs.referenced, &owner)?;
-    if let Some(lost) = record.ledgers.iter().find(|l| !on_disk.contains(&l.id)) {
-        // A newer owner's trim after its claim deletes a ledger this open's record lists: not
-        // lost, and this owner is fenced (the check tells which after the listing).
-        owner.before_removal()?;
-        return Err(Error::MissingLedger {
-            ledger: lost.id,
-            dir: location.into(),
-        });
-    }
-    // Rule 3, ledger side; not while a cursor record is another cursor's (see above).
-    if !refs.misplaced {
-        for &id in on_disk.difference(&refs.referenced) {
-            owner.before_removal()?;
-            log.delete_ledger(id)?;
+        let (refs, cut_short) = settle_cursors(
+            meta.as_ref(),
+            &log,
+            (&record, &on_disk, &listed),
+            (&journal, recovered),
+            ((!in_store).then_some(version), &owner),
+        )?;
+        // Rule 2 (and 3 for files holding less than a header).
+        settle_interrupted_creates(&log, &record, &refs.referenced, &owner)?;
+        if let Some(lost) = record.ledgers.iter().find(|l| !on_disk.contains(&l.id)) {
+            return Err(Error::MissingLedger {
+                ledger: lost.id,
+                dir: location.into(),
+            });
         }
-    }
-    // Rule 5: the block reserved by the claim starts above every recorded id and every file.
+        // Rule 3, ledger side; not while a cursor record is another cursor's (see above).
+        if !refs.misplaced {
+            for &id in on_disk.difference(&refs.referenced) {
+                owner.before_removal()?;
+                log.delete_ledger(id)?;
+            }
+        }
+        // Rule 5: the block reserved by the claim starts above every recorded id and every file.
 
-    // Rule 4.
+        let (ledgers, deferred) = finish_ledgers(
+            meta.as_ref(),
+            &log,
+            (&mut record, &mut version),
+            claim_cursors,
+        )?;
+
+        let mut core = new_core(log, meta, config, (record, version), &ledgers)?;
+        core.journal = Some(journal);
+        core.in_store = in_store;
+        core.defer_deletes(deferred);
+        core.forget_at_open = std::sync::Mutex::new(cut_short);
+        core.superseded = std::sync::Mutex::new(refs.superseded);
+        Ok(core)
+    };
+    opened().map_err(|e| owner.explain(e))
+}
+
+/// Rule 4: every ledger `record` lists, finished ([`finish_ledger`]: the one a former owner
+/// was appending to counted, an empty one dropped), and the record repaired when that changed
+/// it ([`repair_record`]); returns the ledgers and those whose deletion waits for the topic's
+/// next record write.
+fn finish_ledgers(
+    meta: &dyn MetaStore,
+    log: &EntryLog,
+    (record, version): (&mut TopicRecord, &mut u64),
+    claim_cursors: bool,
+) -> Result<(Vec<LedgerRecord>, Vec<u64>)> {
     let mut ledgers = Vec::with_capacity(record.ledgers.len());
     let mut dropped = Vec::new();
     for rec in record.ledgers.iter() {
-        match finish_ledger(&log, rec)? {
+        match finish_ledger(log, rec)? {
             Some(done) => ledgers.push(done),
             None => dropped.push(rec.id),
         }
@@ -390,22 +417,15 @@ pub(crate) fn open(
         Vec::new()
     } else {
         repair_record(
-            meta.as_ref(),
-            &log,
-            (&mut record, &mut version),
+            meta,
+            log,
+            (record, version),
             &ledgers,
             dropped,
             claim_cursors,
         )?
     };
-
-    let mut core = new_core(log, meta, config, (record, version), &ledgers)?;
-    core.journal = Some(journal);
-    core.in_store = in_store;
-    core.defer_deletes(deferred);
-    core.forget_at_open = std::sync::Mutex::new(cut_short);
-    core.superseded = std::sync::Mutex::new(refs.superseded);
-    Ok(core)
+    Ok((ledgers, deferred))
 }
 
 /// Removes what a metadata write or a cursor's deletion cut short left among `listed` (a
@@ -554,7 +574,7 @@ fn settle_cursors(
     log: &EntryLog,
     (record, on_disk, listed): (&TopicRecord, &BTreeSet<u64>, &[String]),
     (tj, recovered): (&TopicJournal, &[u64]),
-    (claimed, owner): (Option<u64>, &ListedOwner<'_>),
+    (claimed, owner): (Option<u64>, &ListedOwner),
 ) -> Result<(References, Vec<u64>)> {
     let cut_short = unlisted_journal_cursors(tj, record, recovered);
     let refs = cursor_references(meta, log, (record, on_disk, listed), tj, claimed)?;
@@ -635,7 +655,7 @@ fn settle_interrupted_creates(
     log: &EntryLog,
     record: &TopicRecord,
     referenced: &BTreeSet<u64>,
-    owner: &ListedOwner<'_>,
+    owner: &ListedOwner,
 ) -> Result<()> {
     let interrupted = log.interrupted_creates();
     if let Some(lost) = record.ledgers.iter().find(|l| interrupted.contains(&l.id)) {
@@ -653,20 +673,21 @@ fn settle_interrupted_creates(
 /// The ownership check that makes an open's removals safe: a store's topic checks the
 /// store's ownership after its listing, once, before the first file it removes or cursor
 /// state it forgets (a ledger or record a newer owner created after its claim is then not in
-/// that listing: the check's answer changed first), and before it answers that a ledger its
-/// record lists is missing (one a newer owner trimmed after its claim is not lost). An open
-/// that removes and forgets nothing, a restart after a clean close, checks nothing here: its
-/// claim checked the store's ownership after its link. A topic of its own checked its record's version after the listing
-/// (`cursor_references`): nothing more to check.
-struct ListedOwner<'a> {
+/// that listing: the check's answer changed first). An open that removes and forgets nothing,
+/// a restart after a clean close, checks nothing here: its claim checked the store's ownership
+/// after its link. And an open that fails after its listing checks it before it answers
+/// ([`Self::explain`]): what a former owner's open reads there may be a newer owner's doing (a
+/// ledger trimmed, a topic deleted), not damage. A topic of its own checked its record's
+/// version after the listing (`cursor_references`): nothing more to check.
+struct ListedOwner {
     /// The store's journal, for a store's topic.
-    store: Option<&'a TopicJournal>,
+    store: Option<TopicJournal>,
     /// The check ran and passed.
     passed: std::cell::Cell<bool>,
 }
 
-impl<'a> ListedOwner<'a> {
-    fn new(store: Option<&'a TopicJournal>) -> Self {
+impl ListedOwner {
+    fn new(store: Option<TopicJournal>) -> Self {
         Self {
             store,
             passed: std::cell::Cell::new(false),
@@ -675,13 +696,30 @@ impl<'a> ListedOwner<'a> {
 
     /// Before a removal or a forget: the store's ownership, checked on the first call.
     fn before_removal(&self) -> Result<()> {
-        if let Some(tj) = self.store
+        if let Some(tj) = &self.store
             && !self.passed.get()
         {
             tj.check_store_owner()?;
             self.passed.set(true);
         }
         Ok(())
+    }
+
+    /// What `failed`, an error of the open after its listing, tells the caller: on a store's
+    /// topic, the store's ownership is checked first (again, if it passed before a removal),
+    /// and a store another owner claimed answers [`Error::Fenced`] (or [`Error::PreviousIo`])
+    /// whatever the open found. A check that cannot run leaves `failed` as it is.
+    fn explain(&self, failed: Error) -> Error {
+        let Some(tj) = &self.store else {
+            return failed;
+        };
+        if matches!(failed, Error::Fenced { .. } | Error::PreviousIo) {
+            return failed;
+        }
+        match tj.check_store_owner() {
+            Err(fence @ (Error::Fenced { .. } | Error::PreviousIo)) => fence,
+            Ok(()) | Err(_) => failed,
+        }
     }
 }
 
