@@ -301,8 +301,14 @@ pub(crate) fn open(
     // claim is read below.
     // A store's topic was claimed with the store: it reads its record, and reserves ids on
     // first need.
+    // Any error from the claim's reads on is checked against the store's ownership
+    // (`ListedOwner::explain`): a chunk record of the cursor table that the claimed record pins
+    // may be gone because a newer owner claimed the store, opened the topic and wrote its
+    // record again after this claim.
+    let owner = ListedOwner::new(journal.clone());
     let (mut record, mut version, ids) =
-        claim_either(storage.as_ref(), meta.as_ref(), store_id, claim_cursors)?;
+        claim_either(storage.as_ref(), meta.as_ref(), store_id, claim_cursors)
+            .map_err(|e| owner.explain(e))?;
     // A topic of its own hosts its cursors' journal (`host.rs`): opened and sealed right after
     // the claim, its hooks set once the topic is.
     let in_store = journal.is_some();
@@ -323,7 +329,6 @@ pub(crate) fn open(
     // are taken before the owner check that precedes any deletion.
     let listed = storage.list()?;
     // Any error from here on is checked against the store's ownership (`ListedOwner`).
-    let owner = ListedOwner::new(in_store.then(|| journal.clone()));
     let opened = || -> Result<TopicCore> {
         let tails = (claim_cursors, listed.as_slice());
         let log = EntryLog::open_locked_deferring(storage, config.log, guard, tails, &sealed)?;
@@ -675,9 +680,9 @@ fn settle_interrupted_creates(
 /// state it forgets (a ledger or record a newer owner created after its claim is then not in
 /// that listing: the check's answer changed first). An open that removes and forgets nothing,
 /// a restart after a clean close, checks nothing here: its claim checked the store's ownership
-/// after its link. And an open that fails after its listing checks it before it answers
+/// after its link. And an open that fails after its claim checks it before it answers
 /// ([`Self::explain`]): what a former owner's open reads there may be a newer owner's doing (a
-/// ledger trimmed, a topic deleted), not damage. A topic of its own checked its record's
+/// ledger trimmed, a chunk record of the cursor table replaced, a topic deleted), not damage. A topic of its own checked its record's
 /// version after the listing (`cursor_references`): nothing more to check.
 struct ListedOwner {
     /// The store's journal, for a store's topic.
@@ -705,7 +710,7 @@ impl ListedOwner {
         Ok(())
     }
 
-    /// What `failed`, an error of the open after its listing, tells the caller: on a store's
+    /// What `failed`, an error of the open from its claim on, tells the caller: on a store's
     /// topic, the store's ownership is checked first (again, if it passed before a removal),
     /// and a store another owner claimed answers [`Error::Fenced`] (or [`Error::PreviousIo`])
     /// whatever the open found. A check that cannot run leaves `failed` as it is.

@@ -508,3 +508,82 @@ fn a_former_owners_open_answers_fenced_not_a_missing_ledger_the_new_owner_trimme
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// What the new owner does to topic `t` once it claimed the store.
+type NewOwnerWork = Arc<dyn Fn(&Store) + Send + Sync>;
+
+/// The former owner's open of topic `t` of a copy of `template`, the new owner's claim and
+/// `work` after each of that open's storage operations in turn: every answer that is neither
+/// `Ok` nor `Fenced`, with its step.
+fn answers_other_than_ok_or_fenced(template: &MemStorage, work: &NewOwnerWork) -> Vec<String> {
+    let steps = open_steps(template);
+    let mut failures = Vec::new();
+    for n in 1..=steps {
+        let disk = MemStorage::new();
+        copy_into(template, &disk);
+        let watch = Arc::new(Watch::default());
+        let storage: Arc<dyn Storage> = Arc::new(Tap::new(Arc::new(disk.clone()), watch.clone()));
+        let old = Store::open_with_storage(storage, store_config(PER_LEDGER)).expect("open");
+        let slot: Arc<Mutex<Option<Store>>> = Arc::default();
+        {
+            let (slot, disk, work) = (slot.clone(), disk.clone(), work.clone());
+            watch.arm(
+                n,
+                Box::new(move || {
+                    let store = claim(&disk);
+                    work(&store);
+                    *slot.lock().expect("slot") = Some(store);
+                }),
+            );
+        }
+        let opened = old.topic("t");
+        watch.run_if_pending();
+        match opened {
+            Ok(_) | Err(Error::Fenced { .. }) => {}
+            Err(e) => failures.push(format!("step {n} of {steps}: {e:?}")),
+        }
+        drop(old);
+        let store = slot.lock().expect("slot").take().expect("the claim ran");
+        store.close().expect("the new owner's close");
+    }
+    failures
+}
+
+/// A former owner's open of a topic whose cursor table fills a chunk record, while the new
+/// owner claims the store, opens the topic and deletes a cursor of that chunk (its record
+/// write pins the chunk written again under its own version and removes the one the former
+/// owner's record pins), at every step of that open: the open answers `Ok` or `Fenced`, never
+/// that a chunk record its record pins is missing (the new owner replaced it after its claim).
+#[test]
+fn a_former_owners_open_answers_fenced_not_a_missing_chunk_record_the_new_owner_replaced() {
+    let (template, _) = chunked();
+    let work: NewOwnerWork = Arc::new(|store: &Store| {
+        let topic = store.topic("t").expect("topic");
+        topic
+            .delete_cursor("subscription-00005")
+            .expect("the new owner's deletion");
+    });
+    let failures = answers_other_than_ok_or_fenced(&template, &work);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A former owner's open of topic `t` while the new owner claims the store, appends past the
+/// end of a ledger (a new ledger and a record write), moves the acker to the end and trims, at
+/// every step of that open: `Ok` or `Fenced`, never damage.
+#[test]
+fn a_former_owners_open_answers_fenced_not_damage_after_the_new_owners_roll_and_trim() {
+    let work: NewOwnerWork = Arc::new(|store: &Store| {
+        let topic = store.topic("t").expect("topic");
+        for _ in 0..=PER_LEDGER {
+            topic.append(b"new owner's entry").expect("append");
+        }
+        topic.sync().expect("the new owner's sync");
+        let acker = topic.open_cursor(ACKER, earliest()).expect("acker");
+        let last = topic.last_position().expect("last");
+        acker.ack_cumulative(last).expect("ack");
+        acker.flush().expect("the new owner's flush");
+        assert!(!topic.trim_consumed().expect("trim").is_empty());
+    });
+    let failures = answers_other_than_ok_or_fenced(&acker_only(), &work);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
