@@ -29,6 +29,10 @@ pub struct CatalogHandle {
     version: u64,
     catalog: Catalog,
     ids: HashMap<String, u64>,
+    /// A write failed and the read that should tell whether it took failed too: the version
+    /// this handle holds may be below the catalog's by its own write, so a refusal from then on
+    /// is this owner's failed I/O ([`Error::PreviousIo`]), not another owner's claim.
+    unsure: bool,
 }
 
 impl CatalogHandle {
@@ -145,6 +149,7 @@ impl CatalogHandle {
             version,
             catalog,
             ids,
+            unsure: false,
         })
     }
 
@@ -200,8 +205,12 @@ impl CatalogHandle {
 
     /// What the refusal `fence` of a check or a write built on the version this handle holds
     /// tells the caller: [`Error::PreviousIo`] when the catalog is below it
-    /// (`meta::forgot_version`), otherwise the fence (also when the catalog cannot be read).
+    /// (`meta::forgot_version`) or a failed write of this handle may have moved it
+    /// ([`Self::unsure`]), otherwise the fence (also when the catalog cannot be read).
     fn refused(&self, fence: Error) -> Error {
+        if self.unsure {
+            return Error::PreviousIo;
+        }
         match crate::meta::forgot_version(self.meta.as_ref(), STORE_RECORD, self.version) {
             Ok(true) => Error::PreviousIo,
             _ => fence,
@@ -328,11 +337,13 @@ impl CatalogHandle {
             }
             Err(e @ Error::Fenced { .. }) => (Err(self.refused(e)), false),
             Err(e) => {
-                let took = matches!(self.meta.get(STORE_RECORD),
-                    Ok(Some((v, bytes))) if v == self.version + 1 && bytes == encoded);
+                let read = self.meta.get(STORE_RECORD);
+                let took = matches!(&read,
+                    Ok(Some((v, bytes))) if *v == self.version + 1 && *bytes == encoded);
                 if took {
                     self.version += 1;
                 }
+                self.unsure |= read.is_err();
                 (Err(e), took)
             }
         };
