@@ -680,10 +680,11 @@ fn settle_interrupted_creates(
 /// state it forgets (a ledger or record a newer owner created after its claim is then not in
 /// that listing: the check's answer changed first). An open that removes and forgets nothing,
 /// a restart after a clean close, checks nothing here: its claim checked the store's ownership
-/// after its link. And an open that fails after its claim checks it before it answers
+/// after its link. And an open that fails from its claim on checks it before it answers
 /// ([`Self::explain`]): what a former owner's open reads there may be a newer owner's doing (a
-/// ledger trimmed, a chunk record of the cursor table replaced, a topic deleted), not damage. A topic of its own checked its record's
-/// version after the listing (`cursor_references`): nothing more to check.
+/// ledger trimmed, a chunk record of the cursor table replaced, a ledger file above its
+/// record's ids), not damage. A topic of its own checked its record's version after the
+/// listing (`cursor_references`): nothing more to check.
 struct ListedOwner {
     /// The store's journal, for a store's topic.
     store: Option<TopicJournal>,

@@ -535,10 +535,13 @@ fn threads_while_a_flusher_runs(host: Host) {
                 })
             })
             .collect();
-        for w in workers {
-            w.join().unwrap();
-        }
+        // Every worker joined before `done`, then their panics: a worker's panic must not
+        // leave the flusher running, and the scope waiting for it.
+        let joined: Vec<_> = workers.into_iter().map(|w| w.join()).collect();
         done.store(true, std::sync::atomic::Ordering::SeqCst);
+        for worker in joined {
+            worker.unwrap();
+        }
         flusher.join().unwrap();
     });
     let mut model = Model::default();

@@ -375,11 +375,11 @@ fn batch_index_acks_from_several_threads_while_ticks_run_are_all_kept() {
                 })
             })
             .collect();
-        let models: Vec<Messages> = workers
-            .into_iter()
-            .map(|w| w.join().expect("worker"))
-            .collect();
+        // Every worker joined before `done`, then their panics: a worker's panic must not
+        // leave the ticker running, and the scope waiting for it.
+        let joined: Vec<_> = workers.into_iter().map(|w| w.join()).collect();
         done.store(true, Ordering::SeqCst);
+        let models: Vec<Messages> = joined.into_iter().map(|w| w.expect("worker")).collect();
         ticker.join().expect("ticker");
         models
     });

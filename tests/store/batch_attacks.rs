@@ -350,11 +350,14 @@ fn acks_of_the_same_entries_from_several_threads_with_evictions_rollovers_and_fl
                 })
             })
             .collect();
-        let want = workers
-            .into_iter()
-            .flat_map(|w| w.join().expect("worker"))
-            .collect();
+        // Every worker joined before `done`, then their panics: a worker's panic must not
+        // leave the ticker running, and the scope waiting for it.
+        let joined: Vec<_> = workers.into_iter().map(|w| w.join()).collect();
         done.store(true, std::sync::atomic::Ordering::SeqCst);
+        let want = joined
+            .into_iter()
+            .flat_map(|w| w.expect("worker"))
+            .collect();
         ticker.join().expect("ticker");
         want
     });

@@ -577,10 +577,13 @@ fn threads_acking_seeking_closing_and_flushing_through_one_store_keep_every_curs
                 })
             })
             .collect();
-        for w in workers {
-            w.join().expect("worker");
-        }
+        // Every worker joined before `done`, then their panics: a worker's panic must not
+        // leave the flushing thread running, and the scope waiting for it.
+        let joined: Vec<_> = workers.into_iter().map(|w| w.join()).collect();
         done.store(true, std::sync::atomic::Ordering::SeqCst);
+        for worker in joined {
+            worker.expect("worker");
+        }
     });
     store.close().expect("close");
     drop((topics, store));

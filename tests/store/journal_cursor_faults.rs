@@ -392,10 +392,13 @@ fn deletes_and_recreations_racing_flush_all_and_the_pool_reopen_to_each_cursors_
                 })
             })
             .collect();
-        for w in workers {
-            w.join().expect("worker");
-        }
+        // Every worker joined before `done`, then their panics: a worker's panic must not
+        // leave the flushing thread running, and the scope waiting for it.
+        let joined: Vec<_> = workers.into_iter().map(|w| w.join()).collect();
         done.store(true, std::sync::atomic::Ordering::SeqCst);
+        for worker in joined {
+            worker.expect("worker");
+        }
     });
     store.close().expect("close");
     drop((topic, store));
@@ -670,10 +673,13 @@ fn acks_made_before_an_ok_flush_all_are_durable_while_threads_ack_and_the_pool_t
                 })
             })
             .collect();
-        for w in workers {
-            w.join().expect("worker");
-        }
+        // Every worker joined before `done`, then their panics: a worker's panic must not
+        // leave the flushing thread running, and the scope waiting for it.
+        let joined: Vec<_> = workers.into_iter().map(|w| w.join()).collect();
         done.store(true, std::sync::atomic::Ordering::SeqCst);
+        for worker in joined {
+            worker.expect("worker");
+        }
     });
     let image = disk.durable_image();
     drop((cursors, topic, store));

@@ -105,10 +105,13 @@ fn threads_acking_many_cursors_while_a_flusher_ticks_recover_exactly_what_they_a
                 }
             }
         });
-        for a in ackers {
-            a.join().expect("acker");
-        }
+        // Every acker joined before `done`, then their panics: an acker's panic must not
+        // leave the flusher running, and the scope waiting for it.
+        let joined: Vec<_> = ackers.into_iter().map(|a| a.join()).collect();
         done.store(true, Ordering::SeqCst);
+        for acker in joined {
+            acker.expect("acker");
+        }
         flusher.join().expect("flusher");
     });
     tick(&journal, &cursors).expect("final tick");

@@ -544,10 +544,13 @@ fn run_workload<'a>(topic: &'a ManagedLedger, size: Size, seed: u64) -> Run<'a> 
                 workers.push(s.spawn(move || run.drive(c, t, size.ops_per_thread)));
             }
         }
-        for w in workers {
-            w.join().expect("a worker panicked");
-        }
+        // Every worker joined before `stop`, then their panics: a worker's panic must not
+        // leave the background threads running, and the scope waiting for them.
+        let joined: Vec<_> = workers.into_iter().map(|w| w.join()).collect();
         run.stop.store(true, Ordering::Relaxed);
+        for worker in joined {
+            worker.expect("a worker panicked");
+        }
         for b in background {
             b.join().expect("a background thread panicked");
         }
