@@ -4,6 +4,8 @@
 //! - roaring blocks in a map: one `RoaringBitmap` per (ledger, 65,536-entry block) in a
 //!   `HashMap` (what a cursor store kept in redb, fjall or RocksDB holds in memory), each ack a
 //!   map lookup and an insert, the block marked dirty;
+//! - the same map behind a `Mutex`, locked for each ack: what a store of roaring blocks that
+//!   many threads ack into pays per call, as `Cursor::ack` takes the cursor's lock;
 //! - a dense bitset: one bit per entry of the topic (Pulsar's long array), each ack a bit set.
 //!
 //! Patterns over the first `ENTRIES` entries of a topic of one ledger: random 50%, random 1%,
@@ -199,6 +201,21 @@ fn cursor_acks(c: &mut Criterion) {
                                 let mut blocks = Blocks::default();
                                 for p in &positions {
                                     black_box(blocks.ack(*p));
+                                }
+                                drop(black_box(blocks));
+                            })
+                        })
+                        .sum()
+                });
+            });
+            group.bench_function("roaring_blocks_in_a_locked_map", |b| {
+                b.iter_custom(|iters| {
+                    (0..iters)
+                        .map(|_| {
+                            clock.time(|| {
+                                let blocks = std::sync::Mutex::new(Blocks::default());
+                                for p in &positions {
+                                    black_box(blocks.lock().expect("blocks").ack(*p));
                                 }
                                 drop(black_box(blocks));
                             })
