@@ -223,13 +223,21 @@ fn restart_holds(
     store.close().map_err(|e| format!("close: {e}"))
 }
 
-/// The storage operations a former owner's open of topic `t` makes on a copy of `template`.
-fn open_steps(template: &MemStorage) -> u64 {
+/// A copy of `template` on a new in-memory disk, and the former owner's store opened on it
+/// through a [`Tap`] that counts its storage operations (and runs what its [`Watch`] is armed
+/// with).
+fn former_on_a_copy(template: &MemStorage) -> (MemStorage, Arc<Watch>, Store) {
     let disk = MemStorage::new();
     copy_into(template, &disk);
     let watch = Arc::new(Watch::default());
-    let storage: Arc<dyn Storage> = Arc::new(Tap::new(Arc::new(disk), watch.clone()));
+    let storage: Arc<dyn Storage> = Arc::new(Tap::new(Arc::new(disk.clone()), watch.clone()));
     let old = Store::open_with_storage(storage, store_config(PER_LEDGER)).expect("open");
+    (disk, watch, old)
+}
+
+/// The storage operations a former owner's open of topic `t` makes on a copy of `template`.
+fn open_steps(template: &MemStorage) -> u64 {
+    let (_, watch, old) = former_on_a_copy(template);
     let before = watch.count.load(Ordering::SeqCst);
     old.topic("t").expect("topic");
     watch.count.load(Ordering::SeqCst) - before
@@ -251,11 +259,7 @@ fn at_every_step_of_a_former_owners_open(
     let mut failures = Vec::new();
     let mut answers = Vec::new();
     for n in 1..=steps {
-        let disk = MemStorage::new();
-        copy_into(template, &disk);
-        let watch = Arc::new(Watch::default());
-        let storage: Arc<dyn Storage> = Arc::new(Tap::new(Arc::new(disk.clone()), watch.clone()));
-        let old = Store::open_with_storage(storage, store_config(PER_LEDGER)).expect("open");
+        let (disk, watch, old) = former_on_a_copy(template);
         let slot: Slot = Arc::default();
         {
             let (slot, disk) = (slot.clone(), disk.clone());
@@ -472,11 +476,7 @@ fn a_former_owners_open_answers_fenced_not_a_missing_ledger_the_new_owner_trimme
     let steps = open_steps(&template);
     let mut failures = Vec::new();
     for n in 1..=steps {
-        let disk = MemStorage::new();
-        copy_into(&template, &disk);
-        let watch = Arc::new(Watch::default());
-        let storage: Arc<dyn Storage> = Arc::new(Tap::new(Arc::new(disk.clone()), watch.clone()));
-        let old = Store::open_with_storage(storage, store_config(PER_LEDGER)).expect("open");
+        let (disk, watch, old) = former_on_a_copy(&template);
         let slot: Arc<Mutex<Option<Store>>> = Arc::default();
         {
             let (slot, disk) = (slot.clone(), disk.clone());
@@ -519,11 +519,7 @@ fn answers_other_than_ok_or_fenced(template: &MemStorage, work: &NewOwnerWork) -
     let steps = open_steps(template);
     let mut failures = Vec::new();
     for n in 1..=steps {
-        let disk = MemStorage::new();
-        copy_into(template, &disk);
-        let watch = Arc::new(Watch::default());
-        let storage: Arc<dyn Storage> = Arc::new(Tap::new(Arc::new(disk.clone()), watch.clone()));
-        let old = Store::open_with_storage(storage, store_config(PER_LEDGER)).expect("open");
+        let (disk, watch, old) = former_on_a_copy(template);
         let slot: Arc<Mutex<Option<Store>>> = Arc::default();
         {
             let (slot, disk, work) = (slot.clone(), disk.clone(), work.clone());
