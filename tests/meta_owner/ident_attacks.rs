@@ -17,7 +17,7 @@ use std::sync::{Arc, Barrier, Mutex};
 use ackstore::internals::meta::{FileMetaStore, MetaStore};
 use ackstore::{Error, MemStorage, Storage, Store};
 use support::tap::{Hook, Op, Tap};
-use support::topic::store_config;
+use support::topic::{entries, store_config};
 
 fn version_file(name: &str, version: u64) -> String {
     format!("{name}.{version:020}.meta")
@@ -254,29 +254,4 @@ fn a_former_store_owner_refused_once_is_refused_again_after_a_stray_lands_in_its
          in the name of its catalog version): f's append and sync of `f2` on x returned \
          {f_append:?}; g, which holds the store and x, reads x as {g_reads:?}"
     );
-}
-
-/// Every entry of `topic`, as text, read from its start.
-fn entries(topic: &ackstore::ManagedLedger) -> Vec<String> {
-    let cursor = topic
-        .open_non_durable_cursor(
-            ackstore::InitialPosition::Earliest,
-            ackstore::NonDurableOptions {
-                inclusive: false,
-                name: "check".into(),
-            },
-        )
-        .expect("reader");
-    let mut read = Vec::new();
-    loop {
-        let batch = cursor.read_entries(100).expect("read");
-        if batch.is_empty() {
-            return read;
-        }
-        read.extend(
-            batch
-                .into_iter()
-                .map(|e| String::from_utf8_lossy(&e.payload).into_owned()),
-        );
-    }
 }

@@ -82,6 +82,120 @@ fn ok<T>(what: &str, r: ackstore::Result<T>) -> T {
     r.unwrap_or_else(|e| panic!("{what}: a single owner was refused: {e} ({e:?})"))
 }
 
+/// What an owner's turn on a topic does ([`Life::generation`]).
+#[derive(Clone, Copy)]
+struct Turn {
+    /// Entries appended (the topic syncs every `sync_every` of them, and at the end).
+    appends: usize,
+    sync_every: usize,
+    /// Cursors created; every `flush_every`-th acks the first entry and flushes.
+    created: usize,
+    flush_every: usize,
+    /// The oldest live cursors deleted.
+    deleted: usize,
+}
+
+/// A store's topic: 50 appends and 50 cursors a turn (two entries a ledger).
+const STORE_TURN: Turn = Turn {
+    appends: 50,
+    sync_every: 5,
+    created: 50,
+    flush_every: 4,
+    deleted: 20,
+};
+
+/// A topic of its own: 70 appends and 70 cursors a turn (fewer turns write).
+const TOPIC_TURN: Turn = Turn {
+    appends: 70,
+    sync_every: 7,
+    created: 70,
+    flush_every: 5,
+    deleted: 25,
+};
+
+/// The model of a topic through its owners: every entry synced, every ack flushed, the
+/// cursors that live.
+#[derive(Default)]
+struct Life {
+    synced: Vec<Position>,
+    flushed: BTreeSet<Position>,
+    live_cursors: BTreeSet<String>,
+    next_cursor: usize,
+}
+
+impl Life {
+    /// One owner's turn on `t` (generation `g`), every call answering `Ok`: reads every entry
+    /// synced before, appends and syncs, checks cursor `sub` against the flushed acks, acks one
+    /// entry in three of this turn's and flushes, creates cursors (some acking and flushing)
+    /// and deletes the oldest, runs `before_trim`, trims, and checks every live cursor is
+    /// there.
+    fn generation(&mut self, g: &str, t: &ManagedLedger, turn: Turn, before_trim: impl FnOnce()) {
+        for p in &self.synced {
+            ok(&format!("{g}: read {p}"), t.read(*p));
+        }
+        for _ in 0..turn.appends {
+            self.synced.push(ok(g, t.append(b"entry")));
+            if self.synced.len().is_multiple_of(turn.sync_every) {
+                ok(&format!("{g}: sync"), t.sync());
+            }
+        }
+        ok(&format!("{g}: sync"), t.sync());
+        let c = ok(
+            &format!("{g}: cursor sub"),
+            t.open_cursor("sub", CursorOptions::default()),
+        );
+        for p in &self.synced {
+            assert_eq!(ok(g, c.is_acked(*p)), self.flushed.contains(p), "{g}: {p}");
+        }
+        let fresh: Vec<Position> = self.synced[self.synced.len() - turn.appends..].to_vec();
+        for p in fresh.iter().step_by(3) {
+            ok(g, c.ack(*p));
+            self.flushed.insert(*p);
+        }
+        ok(&format!("{g}: flush"), c.flush());
+        for _ in 0..turn.created {
+            let name = format!("c{}", self.next_cursor);
+            self.next_cursor += 1;
+            let extra = ok(
+                &format!("{g}: create {name}"),
+                t.open_cursor(&name, CursorOptions::default()),
+            );
+            if self.next_cursor.is_multiple_of(turn.flush_every) {
+                ok(g, extra.ack(self.synced[0]));
+                ok(&format!("{g}: flush {name}"), extra.flush());
+            }
+            drop(extra);
+            self.live_cursors.insert(name);
+        }
+        let deleted: Vec<String> = self
+            .live_cursors
+            .iter()
+            .take(turn.deleted)
+            .cloned()
+            .collect();
+        for name in deleted {
+            ok(&format!("{g}: delete {name}"), t.delete_cursor(&name));
+            self.live_cursors.remove(&name);
+        }
+        before_trim();
+        ok(&format!("{g}: trim"), t.trim_consumed());
+        let names: BTreeSet<String> = t.cursor_names().into_iter().collect();
+        for name in &self.live_cursors {
+            assert!(names.contains(name), "{g}: cursor {name} lost");
+        }
+    }
+
+    /// The topic has grown past a ledger chunk of ledgers and a cursor table chunk of cursors.
+    fn assert_grown(&self, g: &str, t: &ManagedLedger) {
+        assert!(
+            t.ledgers().len() > 256,
+            "{g}: {} ledgers",
+            t.ledgers().len()
+        );
+        assert!(self.next_cursor > 512, "{g}: {} cursors", self.next_cursor);
+    }
+}
+
 /// One store through twelve owners in turn: more than a catalog chunk of topics, a topic of
 /// more than a ledger chunk of ledgers, cursors created and deleted, acks flushed, trims,
 /// journal rollovers; every call answers `Ok`, and every flushed ack and synced entry stays.
@@ -90,10 +204,7 @@ fn a_store_through_many_owners_is_never_refused() {
     for (mut place, _dir) in places() {
         eprintln!("place: {place:?}");
         let topics = ackstore::internals::format::store::CHUNK_TOPICS + 8;
-        let mut synced: Vec<Position> = Vec::new();
-        let mut flushed: BTreeSet<Position> = BTreeSet::new();
-        let mut live_cursors: BTreeSet<String> = BTreeSet::new();
-        let mut next_cursor = 0usize;
+        let mut life = Life::default();
         for generation in 0..12usize {
             let g = format!("gen {generation}");
             let store = ok(
@@ -119,65 +230,13 @@ fn a_store_through_many_owners_is_never_refused() {
                 ok(&format!("{g}: sync t{k}"), t.sync());
             }
             let t = ok(&format!("{g}: topic main"), store.topic("main"));
-            for p in &synced {
-                ok(&format!("{g}: read {p}"), t.read(*p));
-            }
-            // 50 appends a generation, 2 per ledger: more than 256 ledgers over the life.
-            for _ in 0..50 {
-                synced.push(ok(&g, t.append(b"entry")));
-                if synced.len().is_multiple_of(5) {
-                    ok(&format!("{g}: sync"), t.sync());
-                }
-            }
-            ok(&format!("{g}: sync"), t.sync());
-            let c = ok(
-                &format!("{g}: cursor sub"),
-                t.open_cursor("sub", CursorOptions::default()),
-            );
-            for p in &synced {
-                assert_eq!(ok(&g, c.is_acked(*p)), flushed.contains(p), "{g}: {p}");
-            }
-            // Ack one entry in three of this generation's, and the oldest ones cumulatively.
-            let fresh: Vec<Position> = synced[synced.len() - 50..].to_vec();
-            for p in fresh.iter().step_by(3) {
-                ok(&g, c.ack(*p));
-                flushed.insert(*p);
-            }
-            ok(&format!("{g}: flush"), c.flush());
-            // Cursors created and deleted: more than a cursor table chunk over the life.
-            for _ in 0..50 {
-                let name = format!("c{next_cursor}");
-                next_cursor += 1;
-                let extra = ok(
-                    &format!("{g}: create {name}"),
-                    t.open_cursor(&name, CursorOptions::default()),
-                );
-                if next_cursor.is_multiple_of(4) {
-                    ok(&g, extra.ack(synced[0]));
-                    ok(&format!("{g}: flush {name}"), extra.flush());
-                }
-                drop(extra);
-                live_cursors.insert(name);
-            }
-            for name in live_cursors.iter().take(20).cloned().collect::<Vec<_>>() {
-                ok(&format!("{g}: delete {name}"), t.delete_cursor(&name));
-                live_cursors.remove(&name);
-            }
-            ok(&format!("{g}: flush all"), store.flush_all());
-            ok(&format!("{g}: trim"), t.trim_consumed());
-            let names: BTreeSet<String> = t.cursor_names().into_iter().collect();
-            for name in &live_cursors {
-                assert!(names.contains(name), "{g}: cursor {name} lost");
-            }
+            let flush_all = || {
+                ok(&format!("{g}: flush all"), store.flush_all());
+            };
+            life.generation(&g, &t, STORE_TURN, flush_all);
             if generation == 11 {
-                assert!(
-                    t.ledgers().len() > 256,
-                    "{g}: {} ledgers",
-                    t.ledgers().len()
-                );
-                assert!(next_cursor > 512, "{g}: {next_cursor} cursors");
+                life.assert_grown(&g, &t);
             }
-            drop(c);
             drop(t);
             place.end(generation, |clean| {
                 if clean {
@@ -198,16 +257,13 @@ fn a_store_through_many_owners_is_never_refused() {
 fn a_topic_alone_through_many_owners_is_never_refused() {
     for (mut place, _dir) in places() {
         eprintln!("place: {place:?}");
-        let mut synced: Vec<Position> = Vec::new();
-        let mut flushed: BTreeSet<Position> = BTreeSet::new();
-        let mut live_cursors: BTreeSet<String> = BTreeSet::new();
-        let mut next_cursor = 0usize;
+        let mut life = Life::default();
         for generation in 0..12usize {
             let g = format!("gen {generation}");
             let t = ok(&format!("{g}: open"), place.open_topic(config(2)));
             if generation % 4 == 3 {
                 // An owner that only reads: its claim is followed by the next one's.
-                for p in &synced {
+                for p in &life.synced {
                     ok(&format!("{g}: read {p}"), t.read(*p));
                 }
                 place.end(generation, |clean| {
@@ -220,61 +276,10 @@ fn a_topic_alone_through_many_owners_is_never_refused() {
                 });
                 continue;
             }
-            for p in &synced {
-                ok(&format!("{g}: read {p}"), t.read(*p));
-            }
-            for _ in 0..70 {
-                synced.push(ok(&g, t.append(b"entry")));
-                if synced.len().is_multiple_of(7) {
-                    ok(&format!("{g}: sync"), t.sync());
-                }
-            }
-            ok(&format!("{g}: sync"), t.sync());
-            let c = ok(
-                &format!("{g}: cursor sub"),
-                t.open_cursor("sub", CursorOptions::default()),
-            );
-            for p in &synced {
-                assert_eq!(ok(&g, c.is_acked(*p)), flushed.contains(p), "{g}: {p}");
-            }
-            let fresh: Vec<Position> = synced[synced.len() - 70..].to_vec();
-            for p in fresh.iter().step_by(3) {
-                ok(&g, c.ack(*p));
-                flushed.insert(*p);
-            }
-            ok(&format!("{g}: flush"), c.flush());
-            for _ in 0..70 {
-                let name = format!("c{next_cursor}");
-                next_cursor += 1;
-                let extra = ok(
-                    &format!("{g}: create {name}"),
-                    t.open_cursor(&name, CursorOptions::default()),
-                );
-                if next_cursor.is_multiple_of(5) {
-                    ok(&g, extra.ack(synced[0]));
-                    ok(&format!("{g}: flush {name}"), extra.flush());
-                }
-                drop(extra);
-                live_cursors.insert(name);
-            }
-            for name in live_cursors.iter().take(25).cloned().collect::<Vec<_>>() {
-                ok(&format!("{g}: delete {name}"), t.delete_cursor(&name));
-                live_cursors.remove(&name);
-            }
-            ok(&format!("{g}: trim"), t.trim_consumed());
-            let names: BTreeSet<String> = t.cursor_names().into_iter().collect();
-            for name in &live_cursors {
-                assert!(names.contains(name), "{g}: cursor {name} lost");
-            }
+            life.generation(&g, &t, TOPIC_TURN, || {});
             if generation == 10 {
-                assert!(
-                    t.ledgers().len() > 256,
-                    "{g}: {} ledgers",
-                    t.ledgers().len()
-                );
-                assert!(next_cursor > 512, "{g}: {next_cursor} cursors");
+                life.assert_grown(&g, &t);
             }
-            drop(c);
             place.end(generation, |clean| {
                 if clean {
                     t.close()

@@ -18,7 +18,7 @@ use std::sync::{Arc, Barrier, Mutex};
 
 use ackstore::{Error, MemStorage, Storage, Store};
 use support::tap::{Hook, Op, Tap};
-use support::topic::store_config;
+use support::topic::{entries, store_config};
 
 /// Two barriers a held link meets in turn: the test waits on the first to know the link was
 /// reached, and on the second to let it go on.
@@ -195,31 +195,6 @@ fn a_stray_in_the_name_a_former_owner_held_never_gives_it_the_store_back() {
         matches!(f_creation, Err(Error::Fenced { .. })),
         "f wrote the catalog after g's claim: {what}"
     );
-}
-
-/// Every entry `topic` reads, as text.
-fn entries(topic: &ackstore::ManagedLedger) -> Vec<String> {
-    let cursor = topic
-        .open_non_durable_cursor(
-            ackstore::InitialPosition::Earliest,
-            ackstore::NonDurableOptions {
-                inclusive: false,
-                name: "check".into(),
-            },
-        )
-        .expect("reader");
-    let mut read = Vec::new();
-    loop {
-        let batch = cursor.read_entries(100).expect("read");
-        if batch.is_empty() {
-            return read;
-        }
-        read.extend(
-            batch
-                .into_iter()
-                .map(|e| String::from_utf8_lossy(&e.payload).into_owned()),
-        );
-    }
 }
 
 /// What the owners did and saw in [`three_owners_on_x`].

@@ -564,3 +564,28 @@ pub fn former_at_step_of_new_owner<N, F: Send + 'static>(
     let did = slot.lock().expect("slot").take().expect("the former ran");
     (disk, owner, made, did)
 }
+
+/// Every entry of `topic` as text, read from its start by a non-durable cursor.
+pub fn entries(topic: &ManagedLedger) -> Vec<String> {
+    let cursor = topic
+        .open_non_durable_cursor(
+            InitialPosition::Earliest,
+            ackstore::NonDurableOptions {
+                inclusive: false,
+                name: "check".into(),
+            },
+        )
+        .expect("reader");
+    let mut read = Vec::new();
+    loop {
+        let batch = cursor.read_entries(100).expect("read");
+        if batch.is_empty() {
+            return read;
+        }
+        read.extend(
+            batch
+                .into_iter()
+                .map(|e| String::from_utf8_lossy(&e.payload).into_owned()),
+        );
+    }
+}
