@@ -67,8 +67,9 @@ fn check_store_topic(
 
 /// The ledger files of a store's topic and the cursors the journal holds of it (`committed`)
 /// against its record, as the store's open reads them: a ledger file (or a creation cut
-/// short) at or above the record's next ledger id, or a cursor at or above its next cursor id,
-/// shows an older version of the record (rule 6 of `ledger::open`: damage, a finding on the
+/// short) at or above the record's next ledger id, a ledger file above every ledger it lists
+/// holding a data entry, or a cursor at or above its next cursor id, shows an older version of
+/// the record (rule 6 of `ledger::open`: damage, a finding on the
 /// topic record). Returns whether the open reads every record (rule 3, `cursor_references`):
 /// a ledger file, or a creation cut short, that the record does not list.
 fn check_ids(
@@ -80,11 +81,7 @@ fn check_ids(
     let log = EntryLog::open_read_only(storage.clone(), LogConfig::default())?;
     let on_disk: BTreeSet<u64> = log.ledger_ids().into_iter().collect();
     let interrupted = log.interrupted_creates();
-    let older = crate::ledger::refuse_older_record(
-        record,
-        (&on_disk, &interrupted),
-        committed.iter().copied(),
-    );
+    let older = crate::ledger::refuse_older_record(record, &log, committed.iter().copied());
     if let Err(e) = older {
         findings.push(Finding {
             file: TOPIC_FILE.into(),

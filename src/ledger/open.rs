@@ -60,8 +60,11 @@
 //! 6. On a store no file has an id at or above the topic record's next one (rule 5 records a
 //!    block before any file of it is created, and no record write lowers the next id), and
 //!    the journal holds no state of a cursor of an id at or above the record's next cursor id
-//!    (a cursor's id is given out by a record write that returns before the cursor can flush):
-//!    either shows the record read is older than the newest written (the newest deleted, or
+//!    (a cursor's id is given out by a record write that returns before the cursor can flush),
+//!    and no file above every ledger the record lists holds a data entry (a data ledger is
+//!    recorded before its first entry, and a trim keeps the last one holding entries; a cursor
+//!    ledger of an earlier release is left to rule 3): each shows the record read is older
+//!    than the newest written (the newest deleted, or
 //!    an older copy put back), and the topic is refused ([`Error::Corrupted`] naming the topic
 //!    record) rather than opened back in time with the newer record's ledgers deleted and its
 //!    newer cursors forgotten.
@@ -87,7 +90,9 @@ use crate::format::journal::UNLISTED_CURSOR;
 use crate::format::meta::{
     CursorEntry, CursorIdentity, CursorRecord, CursorTable, LedgerRecord, TopicRecord,
 };
-use crate::format::meta::{OLDER_TOPIC_RECORD, OLDER_TOPIC_RECORD_CURSORS, OTHER_HOST};
+use crate::format::meta::{
+    OLDER_TOPIC_RECORD, OLDER_TOPIC_RECORD_CURSORS, OLDER_TOPIC_RECORD_LEDGERS, OTHER_HOST,
+};
 use crate::format::store::STORE_RECORD;
 use crate::journal::JournalConfig;
 use crate::log::{EntryLog, parse_ledger_file_name};
@@ -339,7 +344,7 @@ pub(crate) fn open(
             // Rule 6: a record older than the newest written is refused.
             let in_journal =
                 journal_cursors(&journal, at_or_above(recovered, record.next_cursor_id));
-            refuse_older_record(&record, (&on_disk, &log.interrupted_creates()), in_journal)?;
+            refuse_older_record(&record, &log, in_journal)?;
             record.next_ledger_id = record.next_ledger_id.max(1);
             if record.store_id == 0 {
                 // Rule 7: a record of an earlier release names its store from now on. Written
@@ -886,31 +891,48 @@ fn record_names(listed: &[String]) -> Vec<String> {
     names
 }
 
-/// Rule 6: [`Error::Corrupted`] naming the topic record when a ledger file (`on_disk`, or an
-/// `interrupted` create) has an id at or above `record`'s next ledger id
-/// ([`OLDER_TOPIC_RECORD`]), or a cursor whose state the store's journal holds
-/// (`journal_cursors`) has an id at or above its next cursor id
+/// Rule 6: [`Error::Corrupted`] naming the topic record when a ledger file of `log` (or an
+/// interrupted create) has an id at or above `record`'s next ledger id
+/// ([`OLDER_TOPIC_RECORD`]), when a ledger file above every ledger the record lists holds an
+/// entry that is not a cursor ledger's ([`OLDER_TOPIC_RECORD_LEDGERS`]), or when a cursor whose
+/// state the store's journal holds (`journal_cursors`) has an id at or above its next cursor id
 /// ([`OLDER_TOPIC_RECORD_CURSORS`]). A topic of a store records every block of ledger ids it
-/// reserves (by compare-and-set, synced) before it creates a file of one; a cursor's id is
-/// given out by the record write that lists it (on a store; by the one after its record on a
-/// store of an earlier release), which returns before the cursor exists, let alone flushes;
-/// and a record write never lowers either next id. So no power cut leaves such a file or
-/// state: only a record older than the newest written does (the newest deleted, or an older
-/// copy put back), which would otherwise open the topic back in time, delete the newer
-/// record's ledgers as orphans and forget its newer cursors as deletions cut short.
+/// reserves (by compare-and-set, synced) before it creates a file of one, and every data
+/// ledger before its first entry; a trim keeps the last ledger that holds entries; a cursor's
+/// id is given out by the record write that lists it (on a store; by the one after its record
+/// on a store of an earlier release), which returns before the cursor exists, let alone
+/// flushes; and a record write never lowers either next id. So no power cut leaves such a
+/// file or state: only a record older than the newest written does (the newest deleted, or an
+/// older copy put back), which would otherwise open the topic back in time, delete the newer
+/// record's ledgers (and their entries) as orphans and forget its newer cursors as deletions
+/// cut short. The cursor ledgers of earlier releases are not listed by the record and may be
+/// left unreferenced by a crash, holding entries: a file whose first entry reads as a cursor
+/// ledger's (its frame's magic, version and kind) is left to rule 3.
 pub(crate) fn refuse_older_record(
     record: &TopicRecord,
-    (on_disk, interrupted): (&BTreeSet<u64>, &[u64]),
+    log: &EntryLog,
     journal_cursors: impl IntoIterator<Item = u64>,
 ) -> Result<()> {
     // A record of an earlier release, without an identity, is claimed by the open with a write
     // that reserves a block above every file (`claim_topic`): its files are checked against
     // that record, and `verify`, which writes nothing, leaves them unchecked.
-    let file_above = record.topic_id != 0
+    let checked = record.topic_id != 0;
+    let on_disk = log.ledger_ids();
+    let file_above = checked
         && on_disk
             .iter()
-            .chain(interrupted)
+            .chain(&log.interrupted_creates())
             .any(|&id| id >= record.next_ledger_id);
+    let newest_listed = record.ledgers.iter().map(|l| l.id).max().unwrap_or(0);
+    let mut ledger_above = false;
+    if checked && !file_above {
+        for &id in on_disk.iter().filter(|&&id| id > newest_listed) {
+            if log.entry_count(id)? > 0 && !is_cursor_ledger_entry(&log.read(id, 0)?.payload) {
+                ledger_above = true;
+                break;
+            }
+        }
+    }
     let cursor_above = || {
         journal_cursors
             .into_iter()
@@ -918,6 +940,8 @@ pub(crate) fn refuse_older_record(
     };
     let field = if file_above {
         OLDER_TOPIC_RECORD
+    } else if ledger_above {
+        OLDER_TOPIC_RECORD_LEDGERS
     } else if cursor_above() {
         OLDER_TOPIC_RECORD_CURSORS
     } else {
@@ -927,6 +951,14 @@ pub(crate) fn refuse_older_record(
         CorruptionPlace::Record(TOPIC_RECORD.into()),
         CorruptionKind::InvalidField(field),
     ))
+}
+
+/// Whether `payload` reads as an entry of a cursor ledger of an earlier release: a cursor
+/// entry frame's magic, version and a known kind (`format::cursor::peek_kind`). No data
+/// ledger's entry of a topic can be unlisted and above the record's ledgers (see
+/// [`refuse_older_record`]), so this only tells which unlisted files rule 3 may still delete.
+fn is_cursor_ledger_entry(payload: &[u8]) -> bool {
+    crate::format::cursor::peek_kind(payload).is_ok()
 }
 
 /// The claim of a topic of its own (`alone`, [`claim_topic`]) or of a store's topic

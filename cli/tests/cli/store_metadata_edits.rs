@@ -11,8 +11,9 @@
 use crate::support;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use ackstore::{CorruptionPlace, CursorOptions, Error, Position, Store};
+use ackstore::{CorruptionPlace, CursorOptions, Error, ManagedLedger, Position, Store};
 use support::mutate::{CatalogEdit, Mutation, TopicEdit, Tree, verify};
 
 /// A store of two topics: `a` (directory `t1`) with cursors `x` and `y`, which acked different
@@ -542,4 +543,124 @@ fn an_older_topic_record_that_lacks_a_flushed_cursor_is_damage_not_a_deletion_cu
     assert!(x.is_acked(ps[0]).expect("is_acked"));
     drop((x, y, a));
     store.close().expect("close");
+}
+
+/// One session whose topic rolls its ledgers (every ledger in the one block of ids its open
+/// reserved): the topic record's files are copied after the second ledger, then more ledgers
+/// are filled and synced. That record put back lists every ledger file below its next ledger
+/// id, and lacks the newer ledgers, which hold synced entries: refused by verify and open
+/// alike, not opened with those ledgers (and their entries) deleted as orphans.
+#[test]
+fn an_older_topic_record_of_the_same_session_that_lacks_ledgers_holding_entries_is_damage() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = || support::config::store(4, 1024);
+    let store = Store::open(dir.path(), config()).expect("open");
+    let a = store.topic("a").expect("a");
+    let x = a.open_cursor("x", CursorOptions::default()).expect("x");
+    let mut ps = append_numbered(&a, 0..6);
+    x.ack(ps[0]).expect("ack");
+    x.flush().expect("flush");
+    let mid = Tree::read(dir.path());
+    ps.extend(append_numbered(&a, 6..15));
+    x.ack(ps[12]).expect("ack");
+    x.flush().expect("flush");
+    drop((x, a));
+    store.close().expect("close");
+    drop(store);
+    let last = Tree::read(dir.path());
+    let (code, said) = verify_code(dir.path());
+    assert_eq!(code, Some(0), "{said}");
+    let ledgers = |t: &Tree| t.files.keys().filter(|p| is_ledger(p)).count();
+    assert!(
+        ledgers(&last) >= ledgers(&mid) + 2,
+        "the session rolled on after the copy"
+    );
+    assert_older_record_refused(
+        &with_older_record(&last, &mid),
+        "the record of the same session's second ledger",
+    );
+
+    // Untouched, every entry reads.
+    assert_reads_numbered(dir.path(), &ps);
+}
+
+/// A ledger file that topic `a`'s record does not list, above every ledger it lists (in its
+/// block of ids): one holding a data entry shows an older record (no power cut leaves a data
+/// ledger holding entries unrecorded, and a trim keeps the last one that holds entries), and is
+/// refused by open and verify alike; one whose entry reads as a cursor ledger's (an earlier
+/// release's, its deletion cut short) is an orphan that the open deletes.
+#[test]
+fn an_unlisted_ledger_above_the_records_ledgers_is_damage_unless_it_is_a_cursor_ledger() {
+    use ackstore::internals::format::cursor::{PersistedState, TableRef, encode_marker};
+    use ackstore::internals::log::{EntryLog, LogConfig, ledger_file_name};
+    use ackstore::{FileStorage, Storage};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = || support::config::store(4, 1024);
+    let store = Store::open(dir.path(), config()).expect("open");
+    let a = store.topic("a").expect("a");
+    let ps = append_numbered(&a, 0..6);
+    drop(a);
+    store.close().expect("close");
+    drop(store);
+    let base = Tree::read(dir.path());
+    let newest = ps.last().expect("entries").ledger_id;
+    // An id of the block the session reserved, above every ledger the record lists.
+    let id = newest + 3;
+    let ledger_holding = |payload: &[u8]| -> Vec<u8> {
+        let scratch = tempfile::tempdir().expect("tempdir");
+        let storage: Arc<dyn Storage> =
+            Arc::new(FileStorage::open(scratch.path(), false).expect("storage"));
+        let log = EntryLog::open(storage, LogConfig::default()).expect("log");
+        log.reserve_ids(id, id + 1, None);
+        assert_eq!(log.create_ledger().expect("create"), id);
+        log.append(id, Default::default(), payload).expect("append");
+        log.sync(id).expect("sync");
+        drop(log);
+        std::fs::read(scratch.path().join(ledger_file_name(id))).expect("the ledger file")
+    };
+    let with_file = |bytes: Vec<u8>| -> Tree {
+        let mut tree = base.clone();
+        tree.files
+            .insert(Path::new("t1").join(ledger_file_name(id)), bytes);
+        tree
+    };
+
+    assert_older_record_refused(
+        &with_file(ledger_holding(b"a producer's entry")),
+        "an unlisted data ledger holding an entry",
+    );
+
+    let marker = encode_marker(&PersistedState::default(), TableRef::Inline(&[])).expect("marker");
+    let leftover = copy(&with_file(ledger_holding(&marker)));
+    let (code, said) = verify_code(leftover.path());
+    assert_ne!(code, Some(1), "{said}");
+    assert_reads_numbered(leftover.path(), &ps);
+    let left = leftover.path().join("t1").join(ledger_file_name(id));
+    assert!(!left.exists(), "the cursor ledger left over is deleted");
+}
+
+/// Appends the numbers of `range` to `topic`, each an entry, and syncs.
+fn append_numbered(topic: &ManagedLedger, range: std::ops::Range<u32>) -> Vec<Position> {
+    let ps = range
+        .map(|i| topic.append(&i.to_le_bytes()).expect("append"))
+        .collect();
+    topic.sync().expect("sync");
+    ps
+}
+
+/// The store in `dir` opens, and its topic `a` reads entry `i` of `ps` as number `i`.
+fn assert_reads_numbered(dir: &Path, ps: &[Position]) {
+    let store = Store::open(dir, support::config::store(4, 1024)).expect("open");
+    let a = store.topic("a").expect("the topic opens");
+    for (i, p) in ps.iter().enumerate() {
+        let i = u32::try_from(i).expect("small");
+        assert_eq!(a.read(*p).expect("read").payload, i.to_le_bytes());
+    }
+    drop(a);
+    store.close().expect("close");
+}
+
+fn is_ledger(p: &Path) -> bool {
+    p.extension().is_some_and(|e| e == "log")
 }
