@@ -67,9 +67,8 @@ fn check_store_topic(
 
 /// The ledger files of a store's topic and the cursors the journal holds of it (`committed`)
 /// against its record, as the store's open reads them: a ledger file (or a creation cut
-/// short) at or above the record's next ledger id, a ledger file above every ledger it lists
-/// holding a data entry, or a cursor at or above its next cursor id, shows an older version of
-/// the record (rule 6 of `ledger::open`: damage, a finding on the
+/// short) at or above the record's next ledger id, or a cursor at or above its next cursor id,
+/// shows an older version of the record (rule 6 of `ledger::open`: damage, a finding on the
 /// topic record). Returns whether the open reads every record (rule 3, `cursor_references`):
 /// a ledger file, or a creation cut short, that the record does not list.
 fn check_ids(
@@ -354,6 +353,9 @@ fn check_against_record(storage: &Arc<dyn Storage>, findings: &mut Vec<Finding>)
         Err(_) => return Ok(()),
     };
     let log = EntryLog::open_read_only(storage.clone(), LogConfig::default())?;
+    if let Err(e) = crate::ledger::refuse_unlisted_entries(&record, &log) {
+        damage(TOPIC_FILE.into(), "topic record".into(), describe(&e));
+    }
     let interrupted = log.interrupted_creates();
     for rec in record.ledgers.iter() {
         let file = ledger_file_name(rec.id);

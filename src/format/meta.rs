@@ -88,11 +88,11 @@ pub const OTHER_HOST: &str =
 /// the newest written (the newest deleted, or an older copy put back) leaves such a file.
 pub const OLDER_TOPIC_RECORD: &str =
     "next ledger id (a ledger file at or above it: an older version of the topic record)";
-/// What a store's topic record is reported as when a ledger file of the topic above every
-/// ledger the record lists holds an entry that is not a cursor ledger's (by the topic's open and
-/// by `ackstore verify`): a store's topic records each data ledger before its first entry and
-/// a trim keeps the last ledger that holds entries, so only a record older than the newest
-/// written (in the same block of ids) leaves such a file.
+/// What a topic record is reported as when a ledger file of the topic above every ledger the
+/// record lists holds an entry that is not a cursor ledger's (by the topic's open and by
+/// `ackstore verify`, on a store and alone): a topic records each data ledger before its first
+/// entry and a trim keeps the last ledger that holds entries, so only a record older than the
+/// newest written (in the same block of ids too) leaves such a file.
 pub const OLDER_TOPIC_RECORD_LEDGERS: &str = "ledgers (a ledger file holding entries above every ledger it lists: an older version of the topic record)";
 /// What a store's topic record is reported as when the store's journal holds the state of a
 /// cursor of the topic with an id at or above the record's `next_cursor_id` (by the topic's open

@@ -60,11 +60,11 @@
 //! 6. On a store no file has an id at or above the topic record's next one (rule 5 records a
 //!    block before any file of it is created, and no record write lowers the next id), and
 //!    the journal holds no state of a cursor of an id at or above the record's next cursor id
-//!    (a cursor's id is given out by a record write that returns before the cursor can flush),
-//!    and no file above every ledger the record lists holds a data entry (a data ledger is
-//!    recorded before its first entry, and a trim keeps the last one holding entries; a cursor
-//!    ledger of an earlier release is left to rule 3): each shows the record read is older
-//!    than the newest written (the newest deleted, or
+//!    (a cursor's id is given out by a record write that returns before the cursor can flush);
+//!    and on every topic no file above every ledger the record lists holds a data entry (a
+//!    data ledger is recorded before its first entry, and a trim keeps the last one holding
+//!    entries; a cursor ledger of an earlier release is left to rule 3): each shows the record
+//!    read is older than the newest written (the newest deleted, or
 //!    an older copy put back), and the topic is refused ([`Error::Corrupted`] naming the topic
 //!    record) rather than opened back in time with the newer record's ledgers deleted and its
 //!    newer cursors forgotten.
@@ -356,6 +356,8 @@ pub(crate) fn open(
             }
         }
 
+        // Rule 6, on every topic: before any orphan is deleted.
+        refuse_unlisted_entries(&record, &log)?;
         let (refs, cut_short) = settle_cursors(
             meta.as_ref(),
             &log,
@@ -893,21 +895,16 @@ fn record_names(listed: &[String]) -> Vec<String> {
 
 /// Rule 6: [`Error::Corrupted`] naming the topic record when a ledger file of `log` (or an
 /// interrupted create) has an id at or above `record`'s next ledger id
-/// ([`OLDER_TOPIC_RECORD`]), when a ledger file above every ledger the record lists holds an
-/// entry that is not a cursor ledger's ([`OLDER_TOPIC_RECORD_LEDGERS`]), or when a cursor whose
-/// state the store's journal holds (`journal_cursors`) has an id at or above its next cursor id
+/// ([`OLDER_TOPIC_RECORD`]), or a cursor whose state the store's journal holds
+/// (`journal_cursors`) has an id at or above its next cursor id
 /// ([`OLDER_TOPIC_RECORD_CURSORS`]). A topic of a store records every block of ledger ids it
-/// reserves (by compare-and-set, synced) before it creates a file of one, and every data
-/// ledger before its first entry; a trim keeps the last ledger that holds entries; a cursor's
-/// id is given out by the record write that lists it (on a store; by the one after its record
-/// on a store of an earlier release), which returns before the cursor exists, let alone
-/// flushes; and a record write never lowers either next id. So no power cut leaves such a
-/// file or state: only a record older than the newest written does (the newest deleted, or an
-/// older copy put back), which would otherwise open the topic back in time, delete the newer
-/// record's ledgers (and their entries) as orphans and forget its newer cursors as deletions
-/// cut short. The cursor ledgers of earlier releases are not listed by the record and may be
-/// left unreferenced by a crash, holding entries: a file whose first entry reads as a cursor
-/// ledger's (its frame's magic, version and kind) is left to rule 3.
+/// reserves (by compare-and-set, synced) before it creates a file of one; a cursor's id is
+/// given out by the record write that lists it (on a store; by the one after its record on a
+/// store of an earlier release), which returns before the cursor exists, let alone flushes;
+/// and a record write never lowers either next id. So no power cut leaves such a file or
+/// state: only a record older than the newest written does (the newest deleted, or an older
+/// copy put back), which would otherwise open the topic back in time, delete the newer
+/// record's ledgers as orphans and forget its newer cursors as deletions cut short.
 pub(crate) fn refuse_older_record(
     record: &TopicRecord,
     log: &EntryLog,
@@ -916,23 +913,12 @@ pub(crate) fn refuse_older_record(
     // A record of an earlier release, without an identity, is claimed by the open with a write
     // that reserves a block above every file (`claim_topic`): its files are checked against
     // that record, and `verify`, which writes nothing, leaves them unchecked.
-    let checked = record.topic_id != 0;
-    let on_disk = log.ledger_ids();
-    let file_above = checked
-        && on_disk
+    let file_above = record.topic_id != 0
+        && log
+            .ledger_ids()
             .iter()
             .chain(&log.interrupted_creates())
             .any(|&id| id >= record.next_ledger_id);
-    let newest_listed = record.ledgers.iter().map(|l| l.id).max().unwrap_or(0);
-    let mut ledger_above = false;
-    if checked && !file_above {
-        for &id in on_disk.iter().filter(|&&id| id > newest_listed) {
-            if log.entry_count(id)? > 0 && !is_cursor_ledger_entry(&log.read(id, 0)?.payload) {
-                ledger_above = true;
-                break;
-            }
-        }
-    }
     let cursor_above = || {
         journal_cursors
             .into_iter()
@@ -940,25 +926,49 @@ pub(crate) fn refuse_older_record(
     };
     let field = if file_above {
         OLDER_TOPIC_RECORD
-    } else if ledger_above {
-        OLDER_TOPIC_RECORD_LEDGERS
     } else if cursor_above() {
         OLDER_TOPIC_RECORD_CURSORS
     } else {
         return Ok(());
     };
-    Err(Error::corrupted_at(
-        CorruptionPlace::Record(TOPIC_RECORD.into()),
-        CorruptionKind::InvalidField(field),
-    ))
+    Err(older_record(field))
 }
 
-/// Whether `payload` reads as an entry of a cursor ledger of an earlier release: a cursor
-/// entry frame's magic, version and a known kind (`format::cursor::peek_kind`). No data
-/// ledger's entry of a topic can be unlisted and above the record's ledgers (see
-/// [`refuse_older_record`]), so this only tells which unlisted files rule 3 may still delete.
-fn is_cursor_ledger_entry(payload: &[u8]) -> bool {
-    crate::format::cursor::peek_kind(payload).is_ok()
+/// Rule 6 on every topic: [`Error::Corrupted`] naming the topic record
+/// ([`OLDER_TOPIC_RECORD_LEDGERS`]) when a ledger file of `log` above every ledger `record`
+/// lists holds an entry that is not a cursor ledger's. A topic records a data ledger (a synced
+/// record write) before it appends the ledger's first entry, and a trim keeps the last ledger
+/// holding entries, so a power cut leaves the files above the listed ones empty (a creation
+/// cut short): such a file holding entries shows a record older than the one that listed it,
+/// which would otherwise delete that ledger, and its entries, as an orphan. It catches an
+/// older record written in the same open of the topic (the same block of ids), which
+/// [`refuse_older_record`] cannot tell apart. The cursor ledgers of earlier releases are not
+/// listed by the record and may be left unreferenced by a crash, holding entries: a file whose
+/// first entry reads as a cursor ledger's (its frame's magic, version and kind,
+/// `format::cursor::peek_kind`) is left to rule 3. Reads the first entry of each file above
+/// the listed ones only: a clean open has none.
+pub(crate) fn refuse_unlisted_entries(record: &TopicRecord, log: &EntryLog) -> Result<()> {
+    let newest_listed = record.ledgers.iter().map(|l| l.id).max().unwrap_or(0);
+    for id in log
+        .ledger_ids()
+        .into_iter()
+        .filter(|&id| id > newest_listed)
+    {
+        if log.entry_count(id)? > 0
+            && crate::format::cursor::peek_kind(&log.read(id, 0)?.payload).is_err()
+        {
+            return Err(older_record(OLDER_TOPIC_RECORD_LEDGERS));
+        }
+    }
+    Ok(())
+}
+
+/// The error of a topic record older than the newest written, `field` saying how it shows.
+fn older_record(field: &'static str) -> Error {
+    Error::corrupted_at(
+        CorruptionPlace::Record(TOPIC_RECORD.into()),
+        CorruptionKind::InvalidField(field),
+    )
 }
 
 /// The claim of a topic of its own (`alone`, [`claim_topic`]) or of a store's topic

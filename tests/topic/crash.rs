@@ -173,8 +173,11 @@ fn an_orphan_ledger_file_is_deleted_and_a_missing_recorded_one_is_an_error_on_re
         ids
     };
 
-    // A ledger file no record references (a creation or a deletion cut short).
-    let orphan_id = {
+    // A ledger file no record references, above every ledger the record lists: a creation cut
+    // short, which holds no entry (a data ledger is recorded before its first entry). One that
+    // holds an entry is no state a crash leaves (the record listing it is gone: an older copy
+    // of the record), refused rather than deleted with its entries.
+    let stray = |entry: Option<&[u8]>| {
         let storage = ackstore::FileStorage::open(dir.path(), false).unwrap();
         let log = ackstore::internals::log::EntryLog::open(
             Arc::new(storage),
@@ -183,11 +186,20 @@ fn an_orphan_ledger_file_is_deleted_and_a_missing_recorded_one_is_an_error_on_re
         .unwrap();
         log.bump_next_ledger_id(ids[2] + 10);
         let id = log.create_ledger().unwrap();
-        log.append(id, ackstore::internals::log::EntryMeta::default(), b"stray")
-            .unwrap();
+        if let Some(payload) = entry {
+            log.append(id, ackstore::internals::log::EntryMeta::default(), payload)
+                .unwrap();
+        }
         log.sync(id).unwrap();
         id
     };
+    let holding = dir.path().join(ledger_file_name(stray(Some(b"stray"))));
+    match ManagedLedger::open(dir.path(), config(2)) {
+        Err(Error::Corrupted { .. }) => {}
+        other => panic!("an unlisted ledger holding an entry opened: {other:?}"),
+    }
+    std::fs::remove_file(holding).unwrap();
+    let orphan_id = stray(None);
     let orphan = dir.path().join(ledger_file_name(orphan_id));
     assert!(orphan.exists());
     let topic = ManagedLedger::open(dir.path(), config(2)).unwrap();

@@ -384,10 +384,15 @@ fn topic_names_swapped_in_the_catalog_never_hand_one_topics_cursors_to_the_other
 
 /// The files of topic directory `t1` holding its topic record's versions.
 fn topic_record_files(tree: &Tree) -> Vec<PathBuf> {
+    record_files_in(tree, Path::new("t1"))
+}
+
+/// The files of directory `dir` of `tree` holding the versions of a topic record.
+fn record_files_in(tree: &Tree, dir: &Path) -> Vec<PathBuf> {
     tree.files
         .keys()
         .filter(|p| {
-            p.parent() == Some(Path::new("t1"))
+            p.parent() == Some(dir)
                 && p.file_name()
                     .and_then(|n| n.to_str())
                     .is_some_and(|n| n.starts_with("topic.") && n.ends_with(".meta"))
@@ -419,10 +424,15 @@ fn assert_older_record_refused(tree: &Tree, what: &str) {
 
 /// `tree` with the versions of topic `a`'s record replaced by those `older` held.
 fn with_older_record(tree: &Tree, older: &Tree) -> Tree {
-    let kept = topic_record_files(older);
+    with_older_record_in(tree, older, Path::new("t1"))
+}
+
+/// `tree` with the versions of the topic record in `dir` replaced by those `older` held.
+fn with_older_record_in(tree: &Tree, older: &Tree, dir: &Path) -> Tree {
+    let kept = record_files_in(older, dir);
     assert!(!kept.is_empty(), "the older record's files");
     let mut tree = tree.clone();
-    for p in topic_record_files(&tree) {
+    for p in record_files_in(&tree, dir) {
         tree.files.remove(&p);
     }
     for p in &kept {
@@ -582,6 +592,42 @@ fn an_older_topic_record_of_the_same_session_that_lacks_ledgers_holding_entries_
 
     // Untouched, every entry reads.
     assert_reads_numbered(dir.path(), &ps);
+}
+
+/// The same on a topic opened alone: its record from earlier in the same open put back lacks
+/// the newer ledgers holding entries, and is refused by verify and open alike.
+#[test]
+fn an_older_record_of_a_topic_alone_that_lacks_ledgers_holding_entries_is_damage() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = || support::topic::config(4);
+    let topic = ManagedLedger::open(dir.path(), config()).expect("open");
+    let mut ps = append_numbered(&topic, 0..6);
+    let mid = Tree::read(dir.path());
+    ps.extend(append_numbered(&topic, 6..15));
+    topic.close().expect("close");
+    drop(topic);
+    let last = Tree::read(dir.path());
+    let (code, said) = verify_code(dir.path());
+    assert_eq!(code, Some(0), "{said}");
+    let rolled_back = copy(&with_older_record_in(&last, &mid, Path::new("")));
+    let (code, said) = verify_code(rolled_back.path());
+    assert_eq!(code, Some(1), "{said}");
+    assert!(
+        said.contains("an older version of the topic record"),
+        "{said}"
+    );
+    match ManagedLedger::open(rolled_back.path(), config()) {
+        Err(Error::Corrupted {
+            place: CorruptionPlace::Record(record),
+            ..
+        }) if record == "topic" => {}
+        other => panic!("the older record opened: {other:?}"),
+    }
+    let topic = ManagedLedger::open(dir.path(), config()).expect("open");
+    for (i, p) in ps.iter().enumerate() {
+        let i = u32::try_from(i).expect("small");
+        assert_eq!(topic.read(*p).expect("read").payload, i.to_le_bytes());
+    }
 }
 
 /// A ledger file that topic `a`'s record does not list, above every ledger it lists (in its
