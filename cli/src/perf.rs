@@ -869,7 +869,8 @@ fn refuse_used(storage: &StorageArgs, dir: &std::path::Path) -> ackstore::Result
                 if let Ok(target) = std::fs::read_link(dir) {
                     return Err(ackstore::Error::InvalidArgument {
                         reason: format!(
-                            "--dir {} is a symbolic link to {}, which does not exist: create                              that directory, or give another --dir",
+                            "--dir {} is a symbolic link to {}, which does not exist: create \
+                             that directory, or give another --dir",
                             dir.display(),
                             target.display()
                         ),

@@ -226,7 +226,9 @@ fn chunk_leftovers(storage: &Arc<dyn Storage>) -> Result<Vec<Finding>> {
         .map(|file| Finding {
             file,
             place: "topic record chunk".into(),
-            problem: "left by a cursor creation or deletion, or a ledger roll or trim, cut short, refused or superseded;                       the topic record does not pin it, no open reads it, and the topic's next                       open removes it"
+            problem: "left by a cursor creation or deletion, or a ledger roll or trim, cut \
+                      short, refused or superseded; the topic record does not pin it, no open \
+                      reads it, and the topic's next open removes it"
                 .into(),
             torn_tail: false,
         })
