@@ -422,15 +422,23 @@ fn store_cursor_view(
     }
     let mut found = Vec::new();
     let cv = cursor_view(log, meta, (entry, topic_id), deep, &mut found);
-    unused.extend(found.into_iter().map(|f| Finding {
-        problem: format!(
-            "{}; not read: {journal} holds this cursor's state",
-            f.problem
-        ),
-        ..f
+    unused.extend(found.into_iter().map(|f| {
+        // What `cursor_view` says of a missing record assumes the journal holds nothing.
+        let problem = if f.problem.starts_with(LISTED_RECORD_MISSING) {
+            LISTED_RECORD_MISSING
+        } else {
+            &f.problem
+        };
+        Finding {
+            problem: format!("{problem}; not read: {journal} holds this cursor's state"),
+            ..f
+        }
     }));
     Some(cv.unwrap_or_else(journal_view))
 }
+
+/// How a cursor record the topic record lists, but whose file is gone, is reported first.
+const LISTED_RECORD_MISSING: &str = "missing, although the topic record lists it";
 
 fn cursor_view(
     log: Option<&Arc<EntryLog>>,
@@ -454,11 +462,12 @@ fn cursor_view(
                 findings,
                 file,
                 "cursor record",
-                "missing, although the topic record lists it, and the journal holds nothing \
-                 of this cursor: no power cut leaves that on a topic opened alone (it writes a \
-                 cursor's record before listing it, and unlists it before deleting the record), \
-                 so the topic's open refuses it rather than start the cursor again"
-                    .into(),
+                format!(
+                    "{LISTED_RECORD_MISSING}, and the journal holds nothing of this cursor: no \
+                     power cut leaves that on a topic opened alone (it writes a cursor's record \
+                     before listing it, and unlists it before deleting the record), so the \
+                     topic's open refuses it rather than start the cursor again"
+                ),
             );
             return None;
         }

@@ -551,3 +551,49 @@ fn verify_agrees_with_open_on_every_kind_of_store_file() {
         assert_eq!(warned, warns, "{what}: {report}");
     }
 }
+
+/// A store cursor's record file gone while the journal holds the cursor's state: the open
+/// reads the state from the journal, and verify warns of the record without calling it what
+/// it would be on a topic opened alone (a cursor the journal holds nothing of).
+#[test]
+fn a_missing_cursor_record_whose_state_the_journal_holds_is_a_warning_that_says_so() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path(), StoreConfig::default()).expect("open");
+    let t = store.topic("t").expect("topic");
+    let ps: Vec<Position> = (0..10u8).map(|i| t.append(&[i]).expect("append")).collect();
+    t.sync().expect("sync");
+    let c = t
+        .open_cursor("c", CursorOptions::default())
+        .expect("cursor");
+    c.ack(ps[4]).expect("ack");
+    c.flush().expect("flush");
+    drop((c, t));
+    store.close().expect("close");
+    drop(store);
+    let record = std::fs::read_dir(dir.path().join("t1"))
+        .expect("topic directory")
+        .map(|e| e.expect("entry").file_name().into_string().expect("name"))
+        .find(|n| n.starts_with("cursor-0."))
+        .expect("the cursor's record");
+    std::fs::remove_file(dir.path().join("t1").join(record)).expect("remove");
+
+    let (code, report) = verify(dir.path());
+    assert_eq!(code, Some(0), "{report}");
+    let warnings = report["unused"].to_string();
+    assert!(
+        warnings.contains("missing, although the topic record lists it; not read"),
+        "{report}"
+    );
+    assert!(!warnings.contains("holds nothing"), "{report}");
+    let store = Store::open(dir.path(), StoreConfig::default()).expect("open");
+    let c = store
+        .topic("t")
+        .expect("topic")
+        .open_cursor("c", CursorOptions::default())
+        .expect("cursor");
+    let acked: Vec<bool> = ps
+        .iter()
+        .map(|p| c.is_acked(*p).expect("is_acked"))
+        .collect();
+    assert_eq!(acked, (0..10).map(|i| i == 4).collect::<Vec<_>>());
+}
