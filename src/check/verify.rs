@@ -10,9 +10,11 @@ use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::format::journal::JournalLoc;
 use crate::format::meta::TopicRecord;
 use crate::format::store::Catalog;
+use crate::journal::JournalCheck;
 use crate::journal::index::CursorId;
 use crate::log::{EntryLog, LogConfig, damage_relied_on, ledger_file_name, verify_log};
 use crate::meta::{FileMetaStore, MetaStore, record_of_file};
+use crate::position::Position;
 use crate::storage::Storage;
 
 use super::topic::{StoreUse, collect_in, read_topic};
@@ -25,12 +27,16 @@ use super::{Finding, Subject, TOPIC_FILE, Verification, describe};
 fn check_store_topic(
     storage: &Arc<dyn Storage>,
     (topic_id, store_id): (u64, u64),
-    committed: &[CursorId],
+    (committed, marks): (&[CursorId], &BTreeMap<CursorId, Position>),
 ) -> Result<(Vec<Finding>, Vec<Finding>, usize, usize)> {
     let record = read_topic(storage).ok().flatten();
     let mut unused = Vec::new();
     let mut findings = ledger_findings(storage, record.as_ref(), &mut unused)?;
-    check_against_record(storage, &mut findings)?;
+    let topic_marks: Vec<Position> = (marks.iter())
+        .filter(|(c, _)| c.topic == topic_id)
+        .map(|(_, m)| *m)
+        .collect();
+    check_against_record(storage, &topic_marks, &mut findings)?;
     // The store's open refuses a topic record of another host first.
     if let Some(Err(e)) = record
         .as_ref()
@@ -174,7 +180,7 @@ fn check_other_records(
 fn check_store_topics(
     storage: &Arc<dyn Storage>,
     catalog: &Catalog,
-    committed: &[CursorId],
+    committed: (&[CursorId], &BTreeMap<CursorId, Position>),
     findings: &mut Vec<Finding>,
     unused: &mut Vec<Finding>,
 ) -> Result<(usize, usize)> {
@@ -320,7 +326,11 @@ fn check_journal_names(
 /// a missing record beside ledger files, a recorded ledger whose file is missing or holds less
 /// than a header, or fewer entries than the record counts. Entries beyond a recorded count (a
 /// fenced owner's appends) are what open ignores, and are not damage.
-fn check_against_record(storage: &Arc<dyn Storage>, findings: &mut Vec<Finding>) -> Result<()> {
+fn check_against_record(
+    storage: &Arc<dyn Storage>,
+    marks: &[Position],
+    findings: &mut Vec<Finding>,
+) -> Result<()> {
     let mut damage = |file: String, place: String, problem: String| {
         findings.push(Finding {
             file,
@@ -358,6 +368,16 @@ fn check_against_record(storage: &Arc<dyn Storage>, findings: &mut Vec<Finding>)
     if let Err(e) = crate::ledger::refuse_unlisted_entries(&record, &log) {
         damage(TOPIC_FILE.into(), "topic record".into(), describe(&e));
     }
+    if let Err(e) = crate::ledger::refuse_short_ledgers(&record, &log, || marks.to_vec()) {
+        let file = match &e {
+            Error::Corrupted {
+                place: CorruptionPlace::Ledger { ledger, .. },
+                ..
+            } => ledger_file_name(*ledger),
+            _ => TOPIC_FILE.into(),
+        };
+        damage(file, "ledger".into(), describe(&e));
+    }
     let interrupted = log.interrupted_creates();
     for rec in record.ledgers.iter() {
         let file = ledger_file_name(rec.id);
@@ -388,6 +408,18 @@ fn check_against_record(storage: &Arc<dyn Storage>, findings: &mut Vec<Finding>)
         }
     }
     Ok(())
+}
+
+/// The mark-delete of every cursor whose state `check` found in a journal, as the open takes
+/// it: its snapshot's when that is its state (or its chain's newest record did not verify),
+/// else its chain's.
+fn mark_deletes(check: &JournalCheck) -> BTreeMap<CursorId, Position> {
+    let fell_back: BTreeSet<CursorId> = check.fallbacks.iter().map(|(id, _)| *id).collect();
+    let chains = (check.states.iter()).map(|(id, c)| (*id, c.state.mark_delete));
+    let snapshots = (check.snapshots.iter())
+        .filter(|(id, s)| s.current || !check.states.contains_key(id) || fell_back.contains(id))
+        .map(|(id, s)| (*id, s.state.mark_delete));
+    chains.chain(snapshots).collect()
 }
 
 /// The cursor journal `checked` (what `check_listed` read of it; `lister`: what lists its
@@ -470,8 +502,8 @@ pub(super) fn verify_topic(storage: &Arc<dyn Storage>) -> Result<Verification> {
             torn_tail: false,
         });
     }
-    check_against_record(storage, &mut findings)?;
     let mut journal = Vec::new();
+    let mut marks = Vec::new();
     if let Some(record) = &record
         && let Some(check) = check_journal(
             super::topic::check_hosted_journal(storage, record),
@@ -480,7 +512,9 @@ pub(super) fn verify_topic(storage: &Arc<dyn Storage>) -> Result<Verification> {
         )
     {
         journal = super::topic::hosted_journal_cursors(storage, record, &check);
+        marks = mark_deletes(&check).into_values().collect();
     }
+    check_against_record(storage, &marks, &mut findings)?;
     // The cursors the journal holds: the open claims their records but reads no cursor ledger
     // a record still names (an import cut short, removed by the cursor's next write).
     let usage = StoreUse::alone(&journal);
@@ -624,6 +658,7 @@ pub(super) fn verify_store(storage: &Arc<dyn Storage>, catalog: &Catalog) -> Res
     let mut unused = Vec::new();
     let mut journal_records = 0;
     let mut committed = Vec::new();
+    let mut marks = BTreeMap::new();
     let mut names = BTreeMap::new();
     let mut journal = Vec::new();
     if let Some(check) = check_journal(
@@ -637,11 +672,17 @@ pub(super) fn verify_store(storage: &Arc<dyn Storage>, catalog: &Catalog) -> Res
     ) {
         journal_records = check.records;
         committed.clone_from(&check.committed);
+        marks = mark_deletes(&check);
         names.clone_from(&check.names);
         journal = super::store::journal_cursors(storage, catalog, &check);
     }
-    let (ledgers, cursors) =
-        check_store_topics(storage, catalog, &committed, &mut findings, &mut unused)?;
+    let (ledgers, cursors) = check_store_topics(
+        storage,
+        catalog,
+        (&committed, &marks),
+        &mut findings,
+        &mut unused,
+    )?;
     unused.extend(
         crate::store::catalog::chunk_leftovers(storage.as_ref(), catalog)?
             .into_iter()

@@ -94,6 +94,12 @@ pub const OLDER_TOPIC_RECORD: &str =
 /// entry and a trim keeps the last ledger that holds entries, so only a record older than the
 /// newest written (in the same block of ids too) leaves such a file.
 pub const OLDER_TOPIC_RECORD_LEDGERS: &str = "ledgers (a ledger file holding entries above every ledger it lists: an older version of the topic record)";
+/// What a ledger is reported as (by the topic's open and by `ackstore verify`) when the topic
+/// record lists it with no entries (the ledger being appended to when its owner stopped), and
+/// its file holds fewer entries than a cursor's committed mark-delete covers: a cursor
+/// acknowledges only synced entries, so only an older copy of the file, or one cut short,
+/// leaves that.
+pub const SHORTER_THAN_A_MARK_DELETE: &str = "entries (fewer than a cursor's committed mark-delete covers: an older copy of the ledger, or one cut short)";
 /// What a store's topic record is reported as when the store's journal holds the state of a
 /// cursor of the topic with an id at or above the record's `next_cursor_id` (by the topic's open
 /// and by `ackstore verify`): a cursor's id is given out by a record write (raising

@@ -92,11 +92,13 @@ use crate::format::meta::{
 };
 use crate::format::meta::{
     OLDER_TOPIC_RECORD, OLDER_TOPIC_RECORD_CURSORS, OLDER_TOPIC_RECORD_LEDGERS, OTHER_HOST,
+    SHORTER_THAN_A_MARK_DELETE,
 };
 use crate::format::store::STORE_RECORD;
 use crate::journal::JournalConfig;
-use crate::log::{EntryLog, parse_ledger_file_name};
+use crate::log::{EntryLog, LedgerInfo, parse_ledger_file_name};
 use crate::meta::{CheckedMeta, FileMetaStore, MetaStore};
+use crate::position::Position;
 use crate::storage::Storage;
 
 /// Refuses `dir` when it is (or would become) a topic directory of a store: its name is a
@@ -382,6 +384,13 @@ pub(crate) fn open(
         }
         // Rule 5: the block reserved by the claim starts above every recorded id and every file.
 
+        // Rule 4 against the cursors, before a repair records the count found.
+        refuse_short_ledgers(&record, &log, || {
+            (recovered.iter())
+                .filter_map(|&id| journal.committed_state(id))
+                .map(|state| state.mark_delete)
+                .collect()
+        })?;
         let (ledgers, deferred) = finish_ledgers(
             meta.as_ref(),
             &log,
@@ -958,6 +967,45 @@ pub(crate) fn refuse_unlisted_entries(record: &TopicRecord, log: &EntryLog) -> R
             && crate::format::cursor::peek_kind(&log.read(id, 0)?.payload).is_err()
         {
             return Err(older_record(OLDER_TOPIC_RECORD_LEDGERS));
+        }
+    }
+    Ok(())
+}
+
+/// Rule 4 against the cursors: [`Error::Corrupted`] at a ledger `record` lists with no entries
+/// (the one a previous owner was appending to, counted by the open) that holds fewer entries
+/// than a cursor's committed mark-delete covers (`marks`: the mark-delete of every cursor
+/// whose state the journal holds, asked for only when the record lists such a ledger). A
+/// cursor acknowledges only entries a finished fsync covered (a read sees no other), so its
+/// mark-delete lies within what survives any power cut: a shorter file is an older copy of
+/// the ledger, or one cut short, whose synced entries would otherwise be gone unnoticed (the
+/// next appends go to a new ledger). A ledger the log found damaged is left to its recovery
+/// mode.
+pub(crate) fn refuse_short_ledgers(
+    record: &TopicRecord,
+    log: &EntryLog,
+    marks: impl FnOnce() -> Vec<Position>,
+) -> Result<()> {
+    let counted: BTreeMap<u64, LedgerInfo> = record
+        .ledgers
+        .iter()
+        .filter(|l| l.entries == 0)
+        .filter_map(|l| log.ledger_info(l.id).ok())
+        .filter(|info| info.damaged.is_none())
+        .map(|info| (info.id, info))
+        .collect();
+    if counted.is_empty() {
+        return Ok(());
+    }
+    for mark in marks() {
+        if let Some(info) = counted.get(&mark.ledger_id)
+            && mark.entry_id >= info.entries
+        {
+            return Err(Error::corrupted(
+                info.id,
+                info.bytes,
+                CorruptionKind::InvalidField(SHORTER_THAN_A_MARK_DELETE),
+            ));
         }
     }
     Ok(())

@@ -772,3 +772,85 @@ fn assert_reads_numbered(dir: &Path, ps: &[Position]) {
 fn is_ledger(p: &Path) -> bool {
     p.extension().is_some_and(|e| e == "log")
 }
+
+/// The ledger a store's topic was appending to when its process died (recorded with no
+/// entries, counted by the next open) replaced by an older copy of itself: a cursor had
+/// acknowledged, and flushed, entries past that copy's end (a cursor acknowledges only synced
+/// entries), so the open refuses the ledger and verify reports it, rather than open the topic
+/// with those synced entries gone. The image as the process left it opens, and so does the
+/// older copy when no cursor's mark-delete lies past it (nothing then tells it apart).
+#[test]
+fn an_older_copy_of_the_ledger_being_appended_to_is_damage_once_a_cursor_acked_past_it() {
+    let run = |topic_alone: bool| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = support::config::store(1_000, 1 << 20);
+        let store = (!topic_alone).then(|| Store::open(dir.path(), config.clone()).expect("open"));
+        let topic = match &store {
+            Some(store) => store.topic("a").expect("a"),
+            None => Arc::new(ManagedLedger::open(dir.path(), config.ledger.clone()).expect("open")),
+        };
+        let x = topic.open_cursor("x", CursorOptions::default()).expect("x");
+        let mut ps = append_numbered(&topic, 0..20);
+        let early = Tree::read(dir.path());
+        ps.extend(append_numbered(&topic, 20..40));
+        x.ack_cumulative(ps[9]).expect("ack");
+        x.flush().expect("flush");
+        let short_of_mark = Tree::read(dir.path());
+        x.ack_cumulative(ps[29]).expect("ack");
+        x.flush().expect("flush");
+        // What a kill leaves: nothing closed, the ledger recorded with no entries.
+        let killed = Tree::read(dir.path());
+        drop((x, topic, store));
+        let ledger = killed
+            .files
+            .keys()
+            .filter(|p| is_ledger(p))
+            .max()
+            .expect("the ledger")
+            .clone();
+        let older = |newer: &Tree| {
+            let mut tree = newer.clone();
+            tree.files
+                .insert(ledger.clone(), early.files[&ledger].clone());
+            tree
+        };
+        let opens = |tree: &Tree| {
+            let image = copy(tree);
+            let (code, said) = verify_code(image.path());
+            let opened = if topic_alone {
+                ManagedLedger::open(image.path(), config.ledger.clone()).map(drop)
+            } else {
+                Store::open(image.path(), config.clone())
+                    .and_then(|store| store.topic("a").map(drop))
+            };
+            (code, said, opened)
+        };
+        let what = if topic_alone { "alone" } else { "in a store" };
+        for (tree, case) in [
+            (&killed, "as killed"),
+            (&older(&short_of_mark), "mark before the copy's end"),
+        ] {
+            let (code, said, opened) = opens(tree);
+            assert_eq!(code, Some(0), "{what}, {case}: {said}");
+            assert!(opened.is_ok(), "{what}, {case}: {opened:?}");
+        }
+        let (code, said, opened) = opens(&older(&killed));
+        assert_eq!(code, Some(1), "{what}: {said}");
+        assert!(
+            said.contains("fewer than a cursor's committed mark-delete"),
+            "{what}: {said}"
+        );
+        assert!(
+            matches!(
+                opened,
+                Err(Error::Corrupted {
+                    place: CorruptionPlace::Ledger { .. },
+                    ..
+                })
+            ),
+            "{what}: the older copy opened: {opened:?}"
+        );
+    };
+    run(false);
+    run(true);
+}
