@@ -358,6 +358,35 @@ impl RangeSetWrapper {
         Ok(found.unwrap_or(false))
     }
 
+    /// The last position of the run of acked positions that starts at `pos` (runs never span
+    /// ledgers), `None` when `pos` is not acked. Loads the partitions the run spans and changes
+    /// nothing else, so a caller can look a run up before it changes anything.
+    pub fn run_end(&mut self, pos: Position) -> Result<Option<Position>> {
+        let mut key = PartitionKey::of(pos);
+        let mut from = PartitionKey::offset_of(pos.entry_id);
+        let mut end = None;
+        loop {
+            let run = self.read_partition(key, |b| {
+                let mut runs = b.iter();
+                runs.advance_to(from);
+                runs.next_range()
+                    .filter(|r| *r.start() == from)
+                    .map(|r| *r.end())
+            })?;
+            let Some(last) = run.flatten() else {
+                return Ok(end);
+            };
+            end = Some(key.position(last));
+            match key.chunk.checked_add(1) {
+                Some(chunk) if last == LAST_OFFSET => {
+                    key = PartitionKey { chunk, ..key };
+                    from = 0;
+                }
+                _ => return Ok(end),
+            }
+        }
+    }
+
     /// Drops every position `<= pos`. Partitions entirely below `pos` are dropped without being
     /// loaded; only the partition holding `pos` may be. No empty partition is left behind, and
     /// the store is told to forget the dropped ones.

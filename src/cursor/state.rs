@@ -514,10 +514,27 @@ impl CursorState {
         if !layout.contains(pos) {
             return Err(Error::NoSuchEntry(pos));
         }
-        self.mark_delete = Some(pos);
-        self.acks.remove_at_most(pos)?;
-        self.absorb(layout)?;
+        self.cover(layout, pos)?;
         Ok(true)
+    }
+
+    /// Moves mark-delete to `pos`, after it, and over the acknowledged entries that follow
+    /// it, as `absorb` would, with every load first: on an error nothing has changed (never a
+    /// mark-delete moved over acks it did not drop, nor one stopped before an acked entry).
+    fn cover(&mut self, layout: &Layout, pos: Position) -> Result<()> {
+        let mut end = pos;
+        while let Some(next) = layout.after(end)
+            && let Some(last) = self.acks.run_end(next)?
+        {
+            end = last;
+        }
+        if self.batch.len() > 0 {
+            // So that the partial entries' removal below needs no I/O.
+            self.batch.prepare(end)?;
+        }
+        self.acks.remove_at_most(end)?;
+        self.mark_delete = Some(end);
+        self.batch.remove_at_most(end)
     }
 
     /// Acknowledges every position of `positions` at once: all are checked first, so when one
@@ -622,9 +639,7 @@ impl CursorState {
             next = layout.after(pos);
         }
         if let Some(last) = last {
-            self.mark_delete = Some(last);
-            self.acks.remove_at_most(last)?;
-            self.absorb(layout)?;
+            self.cover(layout, last)?;
         }
         Ok(skipped)
     }

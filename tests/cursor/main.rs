@@ -32,6 +32,7 @@ mod first_write_threads;
 mod hostile_calls;
 mod initial_positions;
 mod ledger_samples;
+mod mark_move_failures;
 mod mixed_acks_crash;
 mod model;
 mod model_shared_budget_threads;

@@ -1,0 +1,147 @@
+//! The calls that move mark-delete over a range (`ack_cumulative`, `skip_entries`,
+//! `mark_delete_with_properties`) with a read failing at each step in turn, under a budget that
+//! keeps only the partition in use resident, so the acknowledged entries they pass are on the
+//! disk: a call answers `Ok` with the model's state, or fails having changed nothing (neither
+//! mark-delete, nor the acks, nor the mark-delete published for trims); the same call again
+//! then completes it, and a flush and reopen keep exactly the model.
+
+use crate::support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use ackstore::{Cursor, ManagedLedger, MemStorage, Position};
+use support::tap::{FailOne, Tap};
+use support::topic::{append_n, config, earliest};
+use support::workload::EntryModel as Model;
+
+/// Entries of one ack-set partition.
+const SPAN: usize = 65_536;
+/// Entries of the first ledger: three partitions and a part of a fourth.
+const FIRST: usize = 3 * SPAN + 10;
+/// Entries of the second ledger.
+const SECOND: usize = 300;
+
+/// A topic on `disk` behind `hook` of a ledger of [`FIRST`] entries and one of [`SECOND`], and
+/// a cursor keeping only the partition in use resident: mark-delete at #4, #6, #SPAN+5,
+/// #2*SPAN+7, #2*SPAN+9 and #FIRST+3 acknowledged and flushed (their partitions then on the
+/// disk), #3*SPAN+1 acknowledged (the partition in use).
+fn topic(disk: &MemStorage, hook: Arc<FailOne>) -> (ManagedLedger, Vec<Position>, Cursor, Model) {
+    let mut cfg = config(FIRST as u64);
+    cfg.cursor.lru_capacity_bytes = 0;
+    let storage = Arc::new(Tap::new(Arc::new(disk.clone()), hook));
+    let topic = ManagedLedger::open_with_storage(storage, cfg).unwrap();
+    let ps = append_n(&topic, (FIRST + SECOND) as u64);
+    let c = topic.open_cursor("sub", earliest()).unwrap();
+    let mut model = Model::default();
+    c.ack_cumulative(ps[4]).unwrap();
+    model.mark = Some(4);
+    for i in [6, SPAN + 5, 2 * SPAN + 7, 2 * SPAN + 9, FIRST + 3] {
+        assert!(c.ack(ps[i]).unwrap());
+        model.ack_many(&[i]);
+    }
+    c.flush().unwrap();
+    assert!(c.ack(ps[3 * SPAN + 1]).unwrap());
+    model.ack_many(&[3 * SPAN + 1]);
+    (topic, ps, c, model)
+}
+
+/// A call that moves mark-delete, and the model's state after it.
+struct Call {
+    name: &'static str,
+    run: fn(&Cursor, &[Position]) -> ackstore::Result<()>,
+    want: fn(&Model) -> Model,
+}
+
+fn calls() -> Vec<Call> {
+    vec![
+        Call {
+            name: "ack_cumulative into the partition of #2*SPAN+7",
+            run: |c, ps| c.ack_cumulative(ps[2 * SPAN + 8]).map(drop),
+            want: |m| {
+                let mut m = m.clone();
+                m.ack_cumulative(2 * SPAN + 8);
+                m
+            },
+        },
+        Call {
+            name: "ack_cumulative onto the entry before #FIRST+3",
+            run: |c, ps| c.ack_cumulative(ps[FIRST + 2]).map(drop),
+            want: |m| {
+                let mut m = m.clone();
+                m.ack_cumulative(FIRST + 2);
+                m
+            },
+        },
+        Call {
+            name: "skip_entries onto the entry before #2*SPAN+9",
+            // From #5 to #2*SPAN+8, less the three acknowledged entries stepped over.
+            run: |c, _| c.skip_entries(2 * SPAN as u64 + 1).map(drop),
+            want: |m| {
+                let mut m = m.clone();
+                m.ack_cumulative(2 * SPAN + 8);
+                m
+            },
+        },
+        Call {
+            name: "mark_delete_with_properties into the partition of #SPAN+5",
+            run: |c, ps| {
+                c.mark_delete_with_properties(ps[SPAN + 4], BTreeMap::from([("k".into(), 1)]))
+                    .map(drop)
+            },
+            want: |m| {
+                let mut m = m.clone();
+                m.ack_cumulative(SPAN + 4);
+                m
+            },
+        },
+    ]
+}
+
+#[test]
+fn a_failure_at_each_step_of_a_cumulative_ack_changes_nothing_and_the_call_again_completes_it() {
+    let mut broken = Vec::new();
+    for call in calls() {
+        let mut failures = 0;
+        for at in 1.. {
+            let disk = MemStorage::new();
+            let hook = Arc::new(FailOne::default());
+            let (topic, ps, c, before) = topic(&disk, hook.clone());
+            let full = (call.want)(&before);
+            hook.arm(at);
+            let answer = (call.run)(&c, &ps);
+            hook.arm(0);
+            let failed = hook.failed.lock().unwrap().take();
+            let what = format!(
+                "{}, failure at {at} ({failed:?}), answered {answer:?}",
+                call.name
+            );
+            let after = Model::of(&c, &ps);
+            match answer {
+                Ok(()) => assert_eq!(after, full, "{what}"),
+                Err(_) => {
+                    failures += 1;
+                    if after != before {
+                        broken.push(format!("{what}: {after:?}, not {before:?}"));
+                    }
+                    (call.run)(&c, &ps).unwrap_or_else(|e| panic!("{what}: again: {e}"));
+                    assert_eq!(Model::of(&c, &ps), full, "{what}: again");
+                }
+            }
+            c.flush().unwrap();
+            drop(c);
+            topic.close().unwrap();
+            let mut cfg = config(FIRST as u64);
+            cfg.cursor.lru_capacity_bytes = 0;
+            let topic =
+                ManagedLedger::open_with_storage(Arc::new(disk.durable_image()), cfg).unwrap();
+            let c = topic.open_cursor("sub", earliest()).unwrap();
+            assert_eq!(Model::of(&c, &ps), full, "{what}: reopened");
+            if failed.is_none() {
+                break;
+            }
+        }
+        assert!(failures > 0, "{}: no read failed", call.name);
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
