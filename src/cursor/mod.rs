@@ -322,6 +322,19 @@ impl Core {
         self.persister()?.stage_reset((tick, state), (acks, batch))
     }
 
+    /// Notes that a call changing the state failed with `e`: unless `e` is a refusal, which
+    /// changes nothing (no such entry, an invalid argument, a limit), a load that failed part
+    /// of the way may have left part of the call applied (mark-delete moved past the entry an
+    /// ack filled, some positions of a group acknowledged). The next flush then writes the
+    /// state whatever it holds: a call made again answers that nothing changes, and would not
+    /// mark it dirty.
+    fn note_failure(&mut self, e: &Error) {
+        self.dirty |= !matches!(
+            e,
+            Error::NoSuchEntry(_) | Error::InvalidArgument { .. } | Error::LimitExceeded { .. }
+        );
+    }
+
     /// Whether the state changed since the last flush, or the tick of the last flush ended
     /// without committing the cursor's marker.
     fn needs_flush(&self) -> bool {
@@ -1060,7 +1073,10 @@ impl Cursor {
                 Some(changed)
             },
             |core, layout| {
-                let changed = core.state.ack(layout, pos)?;
+                let changed = core
+                    .state
+                    .ack(layout, pos)
+                    .inspect_err(|e| core.note_failure(e))?;
                 // A durable cursor's next ack in this ledger needs no layout.
                 if core.durable {
                     core.state.learn_ledger(layout, pos);
@@ -1080,7 +1096,10 @@ impl Cursor {
     /// changes on an error.
     pub fn ack_cumulative(&self, pos: Position) -> Result<bool> {
         self.with_state(|core, layout| {
-            let changed = core.state.ack_cumulative(layout, pos)?;
+            let changed = core
+                .state
+                .ack_cumulative(layout, pos)
+                .inspect_err(|e| core.note_failure(e))?;
             core.counters.acks += u64::from(changed);
             core.dirty |= changed;
             Ok(changed)
@@ -1110,7 +1129,10 @@ impl Cursor {
     /// error.
     pub fn ack_batch_index(&self, pos: Position, index: u32, batch_size: u32) -> Result<bool> {
         self.with_state(|core, layout| {
-            let changed = core.state.ack_batch_index(layout, pos, index, batch_size)?;
+            let changed = core
+                .state
+                .ack_batch_index(layout, pos, index, batch_size)
+                .inspect_err(|e| core.note_failure(e))?;
             core.counters.acks += u64::from(changed);
             core.dirty |= changed;
             Ok(changed)
@@ -1147,7 +1169,10 @@ impl Cursor {
     /// entry; nothing changes (no position of the call is acknowledged).
     pub fn ack_many(&self, positions: &[Position]) -> Result<u64> {
         self.with_state(|core, layout| {
-            let changed = core.state.ack_many(layout, positions)?;
+            let changed = core
+                .state
+                .ack_many(layout, positions)
+                .inspect_err(|e| core.note_failure(e))?;
             core.counters.acks += changed;
             core.dirty |= changed > 0;
             Ok(changed)
@@ -1162,7 +1187,10 @@ impl Cursor {
     /// stepped over).
     pub fn skip_entries(&self, n: u64) -> Result<u64> {
         self.with_state(|core, layout| {
-            let skipped = core.state.skip(layout, n)?;
+            let skipped = core
+                .state
+                .skip(layout, n)
+                .inspect_err(|e| core.note_failure(e))?;
             core.dirty |= skipped > 0;
             Ok(skipped)
         })
@@ -1188,7 +1216,8 @@ impl Cursor {
             let room = core.property_room()?;
             let changed = core
                 .state
-                .mark_delete_with_properties(layout, pos, properties, room)?;
+                .mark_delete_with_properties(layout, pos, properties, room)
+                .inspect_err(|e| core.note_failure(e))?;
             core.counters.acks += u64::from(changed);
             core.dirty |= changed;
             Ok(changed)

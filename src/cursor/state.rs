@@ -730,8 +730,9 @@ impl CursorState {
             .is_some_and(|low| Some(low) == layout.after_mark(self.mark_delete))
             && let Some((_, last)) = self.acks.first_range()?
         {
-            self.mark_delete = Some(last);
+            // Dropped first: a failed load leaves mark-delete where it was, never past acks.
             self.acks.remove_at_most(last)?;
+            self.mark_delete = Some(last);
         }
         if let Some(mark) = self.mark_delete {
             self.batch.remove_at_most(mark)?;
