@@ -150,9 +150,10 @@ fn allowed_refusal(
 fn worker(w: &World, seed: u64) {
     let mut rng = Rng::new(seed);
     for round in 0..OPS {
-        let ps = w.appended.snapshot();
         let c = rng.index(CURSORS);
         let mut s = w.slots[c].lock().unwrap();
+        // Taken under the slot's lock: it holds every entry the model names.
+        let ps = w.appended.snapshot();
         let topic = w.topic();
         let cursor = match s.cursor.clone() {
             Some(cursor) => cursor,
