@@ -252,16 +252,32 @@ impl Journal {
         cursor: CursorId,
         read: impl FnOnce(&Snapshot<'_>) -> crate::error::Result<T>,
     ) -> crate::error::Result<Option<T>> {
-        let Some(s) = lock(&self.index).current_snapshot(cursor).cloned() else {
+        let Some(mut s) = lock(&self.index).current_snapshot(cursor).cloned() else {
             return Ok(None);
         };
-        let file = self
-            .files
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(&s.loc.segment)
-            .cloned()
-            .ok_or_else(|| corrupt(s.loc.segment, s.loc.offset, CorruptionKind::Missing))?;
+        // A rollover points the index at its copy before it deletes the segment: a segment
+        // gone since the lookup is looked up again (see `Journal::load`).
+        let file = loop {
+            let file = self
+                .files
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(&s.loc.segment)
+                .cloned();
+            if let Some(file) = file {
+                break file;
+            }
+            match lock(&self.index).current_snapshot(cursor) {
+                Some(moved) if moved.loc != s.loc => s = moved.clone(),
+                _ => {
+                    return Err(corrupt(
+                        s.loc.segment,
+                        s.loc.offset,
+                        CorruptionKind::Missing,
+                    ));
+                }
+            }
+        };
         partitions::read_snapshot_at(file.as_ref(), cursor, &s, read).map(Some)
     }
 

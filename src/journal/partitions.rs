@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use roaring::RoaringBitmap;
 
-use super::index::{CursorId, PartLoc, SnapshotLoc};
+use super::index::{CursorId, Index, PartLoc, SnapshotLoc};
 use super::marker::{cursor_record, partition_record};
 use super::{Journal, corrupt, lock};
 use crate::ackset::{PartitionKey, PartitionStore};
@@ -25,10 +25,9 @@ impl Journal {
     /// cardinality the index holds, then the partition decoder's checks); `None` when the
     /// journal holds none.
     pub fn load(&self, cursor: CursorId, key: PartitionKey) -> Result<Option<RoaringBitmap>> {
-        let Some(part) = lock(&self.index).lookup(cursor, key) else {
+        let Some((part, payload)) = self.read_newest(|index| index.lookup(cursor, key))? else {
             return Ok(None);
         };
-        let payload = self.read_payload(part.loc, part.frame_len)?;
         let bitmap = verified_partition(&payload, key, &part)?;
         self.counters.loads.fetch_add(1, Ordering::Relaxed);
         Ok(Some(bitmap))
@@ -55,7 +54,11 @@ impl Journal {
         if let Some(bounds) = seen.and_then(|s| s.of(&part)) {
             return Ok(Some(bounds));
         }
-        let payload = self.read_payload(part.loc, part.frame_len)?;
+        let Some((part, payload)) =
+            self.read_newest_from(part, |index| index.lookup(cursor, key))?
+        else {
+            return Ok(None);
+        };
         let bounds = verified_entry(&payload, key, &part)?
             .bounds()
             .map_err(|c| Error::corrupted_at(key.place(), c.kind))?;
@@ -92,10 +95,10 @@ impl Journal {
         cursor: CursorId,
         key: PartitionKey,
     ) -> Result<Option<(PartLoc, Vec<u8>)>> {
-        let Some(part) = lock(&self.index).lookup_batch(cursor, key) else {
+        let Some((part, payload)) = self.read_newest(|index| index.lookup_batch(cursor, key))?
+        else {
             return Ok(None);
         };
-        let payload = self.read_payload(part.loc, part.frame_len)?;
         let bad = |kind| Error::corrupted_at(key.place(), kind);
         if payload_crc(&payload) != part.crc {
             return Err(bad(CorruptionKind::ChecksumMismatch));
@@ -154,6 +157,38 @@ impl Journal {
     #[must_use]
     pub fn stored_cardinality(&self, cursor: CursorId, key: PartitionKey) -> Option<u64> {
         lock(&self.index).lookup(cursor, key).map(|p| p.cardinality)
+    }
+
+    /// The copy `find` looks up in the index and its payload, read after its frame verifies;
+    /// `None` when the index holds none.
+    fn read_newest(
+        &self,
+        find: impl Fn(&Index) -> Option<PartLoc>,
+    ) -> Result<Option<(PartLoc, Vec<u8>)>> {
+        let Some(part) = find(&lock(&self.index)) else {
+            return Ok(None);
+        };
+        self.read_newest_from(part, find)
+    }
+
+    /// [`Self::read_newest`] of `part`, which `find` found. A rollover copies a segment's
+    /// live records forward and points the index at the copies before it deletes the
+    /// segment, without the lock of a load that looked a copy up in it just before: a read
+    /// that fails while the index now names another copy reads that one instead.
+    fn read_newest_from(
+        &self,
+        mut part: PartLoc,
+        find: impl Fn(&Index) -> Option<PartLoc>,
+    ) -> Result<Option<(PartLoc, Vec<u8>)>> {
+        loop {
+            match self.read_payload(part.loc, part.frame_len) {
+                Ok(payload) => return Ok(Some((part, payload))),
+                Err(e) => match find(&lock(&self.index)) {
+                    Some(moved) if moved.loc != part.loc => part = moved,
+                    _ => return Err(e),
+                },
+            }
+        }
     }
 
     /// The payload of the record at `loc`, after its frame verifies.

@@ -10,10 +10,11 @@ use std::sync::{Arc, Barrier, Mutex};
 
 use ackstore::MemStorage;
 use ackstore::Position;
-use ackstore::internals::ackset::RangeSetWrapper;
+use ackstore::internals::ackset::{PartitionKey, RangeSetWrapper};
 use ackstore::internals::format::cursor::PersistedState;
 use ackstore::internals::journal::index::CursorId;
 use ackstore::internals::journal::{CursorFlush, Journal, JournalConfig, JournalPartitions, Seal};
+use roaring::RoaringBitmap;
 use support::hooked::Hooked;
 use support::workload::Rng;
 
@@ -195,5 +196,65 @@ fn evictions_and_loads_go_on_while_a_ticks_fsync_is_in_progress() {
     assert!(
         reopened.committed(b).is_none(),
         "b's eviction was never committed"
+    );
+}
+
+/// Loads of one cursor's partition on several threads while another cursor's evictions fill
+/// segments and ticks roll the segment holding the partition's copy over again and again: a
+/// rollover points the index at its copy before the segment goes, so a load that looked the
+/// old copy up just before reads the new one, and every load finds the partition.
+#[test]
+fn loads_racing_the_rollovers_that_move_their_copy_always_find_it() {
+    let config = JournalConfig {
+        segment_bytes: 4 << 10,
+    };
+    let journal = Arc::new(
+        Journal::open(Arc::new(MemStorage::new()), config, Seal::default()).expect("open"),
+    );
+    let (a, b) = (cursor(0), cursor(1));
+    let key = PartitionKey {
+        ledger_id: 1,
+        chunk: 0,
+    };
+    let bitmap: RoaringBitmap = (0..3000u32).step_by(3).collect();
+    journal.store_partition(a, key, &bitmap).expect("store");
+    let mut tick = journal.begin_tick();
+    tick.stage((a, 0), PersistedState::default(), &[], &[key])
+        .expect("stage");
+    tick.commit().expect("commit");
+    let done = AtomicBool::new(false);
+    let failed: Mutex<Vec<String>> = Mutex::default();
+    std::thread::scope(|s| {
+        let loaders: Vec<_> = (0..3)
+            .map(|_| {
+                s.spawn(|| {
+                    while !done.load(Ordering::SeqCst) {
+                        match journal.load(a, key) {
+                            Ok(Some(got)) if got == bitmap => {}
+                            other => failed.lock().unwrap().push(format!("{other:?}")),
+                        }
+                    }
+                })
+            })
+            .collect();
+        let garbage: RoaringBitmap = (0..2000u32).step_by(2).collect();
+        while journal.stats().rollovers < 3000 && failed.lock().unwrap().is_empty() {
+            journal.store_partition(b, key, &garbage).expect("evict");
+            let mut tick = journal.begin_tick();
+            tick.stage((b, 0), PersistedState::default(), &[], &[key])
+                .expect("stage");
+            tick.commit().expect("commit");
+        }
+        done.store(true, Ordering::SeqCst);
+        for l in loaders {
+            l.join().expect("loader");
+        }
+    });
+    let failed = failed.into_inner().unwrap();
+    assert!(
+        failed.is_empty(),
+        "{} loads failed, first: {:?}",
+        failed.len(),
+        failed.first()
     );
 }
