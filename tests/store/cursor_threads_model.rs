@@ -17,7 +17,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use ackstore::{
-    Cursor, CursorOptions, Error, ManagedLedger, MemStorage, Position, Store, StoreConfig,
+    Cursor, CursorOptions, Error, ManagedLedger, MemStorage, PersistMode, Position, Store,
+    StoreConfig,
 };
 use support::workload::{EntryModel, Rng};
 
@@ -30,10 +31,11 @@ const MAX_ENTRIES: usize = 900;
 const BATCH: u32 = 3;
 const CUTS: usize = 4;
 
-fn config() -> StoreConfig {
+fn config(mode: PersistMode) -> StoreConfig {
     let mut config =
         support::config::store_flushed(PER_LEDGER, 1 << 20, 4096, Duration::from_millis(1), 2);
     config.ack_memory_bytes = Some(1 << 10);
+    config.ledger.cursor.persist_mode = mode;
     config
 }
 
@@ -550,9 +552,9 @@ fn check_cursor(
     out
 }
 
-fn run(seed: u64) {
+fn run(seed: u64, mode: PersistMode) {
     let disk = MemStorage::new();
-    let store = Store::open_with_storage(Arc::new(disk.clone()), config()).expect("open");
+    let store = Store::open_with_storage(Arc::new(disk.clone()), config(mode)).expect("open");
     {
         let topic = store.topic(TOPIC).unwrap();
         let ps = support::topic::append_n(&topic, 40);
@@ -628,7 +630,8 @@ fn run(seed: u64) {
             .collect();
         cuts.push((disk.durable_image(), models));
         for (n, (image, models)) in cuts.into_iter().enumerate() {
-            let again = Store::open_with_storage(Arc::new(image), config()).expect("reopen image");
+            let again =
+                Store::open_with_storage(Arc::new(image), config(mode)).expect("reopen image");
             let topic = again.topic(TOPIC).unwrap();
             let ids = retained(&topic);
             for (c, (truth, flushed)) in models.iter().enumerate() {
@@ -659,6 +662,14 @@ fn run(seed: u64) {
 #[test]
 fn threads_on_every_cursor_of_a_store_with_trims_unloads_and_a_tiny_budget_match_the_model() {
     for seed in 1..=3 {
-        run(seed);
+        run(seed, PersistMode::MultiEntry);
+    }
+}
+
+/// As above, each cursor persisted as one snapshot record.
+#[test]
+fn threads_on_every_cursor_of_a_store_in_the_single_entry_form_match_the_model() {
+    for seed in 1..=3 {
+        run(seed, PersistMode::SingleEntry);
     }
 }
