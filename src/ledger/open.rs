@@ -63,7 +63,9 @@
 //!    (a cursor's id is given out by a record write that returns before the cursor can flush);
 //!    and on every topic no file above every ledger the record lists holds a data entry (a
 //!    data ledger is recorded before its first entry, and a trim keeps the last one holding
-//!    entries; a cursor ledger of an earlier release is left to rule 3): each shows the record
+//!    entries; a cursor ledger of an earlier release is left to rule 3, and so is a file below
+//!    the record's current block of ids, where a record that dropped a ledger by rule 4 puts
+//!    that ledger, which a former owner may still fill): each shows the record
 //!    read is older than the newest written (the newest deleted, or
 //!    an older copy put back), and the topic is refused ([`Error::Corrupted`] naming the topic
 //!    record) rather than opened back in time with the newer record's ledgers deleted and its
@@ -561,6 +563,19 @@ fn repair_record(
 ) -> Result<Vec<u64>> {
     let mut next = record.clone();
     next.ledgers.replace_entries(ledgers);
+    // A dropped ledger of the record's current block of ids (the one a former owner was
+    // writing, which it may still append to and sync after this open read it empty) moves the
+    // block on: the record without it reads such a file as below its block (rule 6,
+    // [`refuse_unlisted_entries`]), an orphan, and this owner's ledgers come from the next
+    // block (a topic claimed by a link reserves its first on need, from `next_ledger_id`).
+    if dropped.iter().any(|&id| id >= current_block(&next)) {
+        next.next_ledger_id =
+            next.next_ledger_id
+                .checked_add(ID_BLOCK)
+                .ok_or_else(|| Error::LimitExceeded {
+                    reason: "the topic has run out of ledger ids".into(),
+                })?;
+    }
     let deferred = if write {
         // A store's topic stages its chunks with its next record write (`TopicCore::commit`).
         super::table::stage_chunks(meta, &mut next, (*version, *version + 1))?;
@@ -951,17 +966,22 @@ pub(crate) fn refuse_older_record(
 /// cut short): such a file holding entries shows a record older than the one that listed it,
 /// which would otherwise delete that ledger, and its entries, as an orphan. It catches an
 /// older record written in the same open of the topic (the same block of ids), which
-/// [`refuse_older_record`] cannot tell apart. The cursor ledgers of earlier releases are not
+/// [`refuse_older_record`] cannot tell apart. Only files of the record's current block of ids
+/// or above count ([`current_block`]): a ledger an open dropped as empty (rule 4), into which
+/// a former owner still running may append and sync before its file is removed, is below the
+/// block of the record that dropped it ([`repair_record`] moves the block on when it was not).
+/// The cursor ledgers of earlier releases are not
 /// listed by the record and may be left unreferenced by a crash, holding entries: a file whose
 /// first entry reads as a cursor ledger's (its frame's magic, version and kind,
 /// `format::cursor::peek_kind`) is left to rule 3. Reads the first entry of each file above
 /// the listed ones only: a clean open has none.
 pub(crate) fn refuse_unlisted_entries(record: &TopicRecord, log: &EntryLog) -> Result<()> {
     let newest_listed = record.ledgers.iter().map(|l| l.id).max().unwrap_or(0);
+    let block = current_block(record);
     for id in log
         .ledger_ids()
         .into_iter()
-        .filter(|&id| id > newest_listed)
+        .filter(|&id| id > newest_listed && id >= block)
     {
         if log.entry_count(id)? > 0
             && crate::format::cursor::peek_kind(&log.read(id, 0)?.payload).is_err()
@@ -1009,6 +1029,13 @@ pub(crate) fn refuse_short_ledgers(
         }
     }
     Ok(())
+}
+
+/// The first id of the block of ledger ids `record` reserved last (every block is
+/// [`ID_BLOCK`] ids, `next_ledger_id` its end). Every ledger created after `record` was
+/// written has an id at or above it: from that block, or from one reserved later, above it.
+fn current_block(record: &TopicRecord) -> u64 {
+    record.next_ledger_id.saturating_sub(ID_BLOCK)
 }
 
 /// The error of a topic record older than the newest written, `field` saying how it shows.
