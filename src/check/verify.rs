@@ -365,7 +365,9 @@ fn check_against_record(
         Err(_) => return Ok(()),
     };
     let log = EntryLog::open_read_only(storage.clone(), LogConfig::default())?;
-    if let Err(e) = crate::ledger::refuse_unlisted_entries(&record, &log) {
+    if let Err(e) =
+        crate::ledger::refuse_unlisted_entries(&record, &log, crate::ledger::current_block(&record))
+    {
         damage(TOPIC_FILE.into(), "topic record".into(), describe(&e));
     }
     if let Err(e) = crate::ledger::refuse_short_ledgers(&record, &log, || marks.to_vec()) {

@@ -29,8 +29,8 @@ pub use config::LedgerConfig;
 pub use topic::TOPIC_RECORD;
 
 pub(crate) use open::{
-    check_store_host, refuse_older_record, refuse_short_ledgers, refuse_store_topic_alone,
-    refuse_unlisted_entries, swept_by_open,
+    check_store_host, current_block, refuse_older_record, refuse_short_ledgers,
+    refuse_store_topic_alone, refuse_unlisted_entries, swept_by_open,
 };
 pub(crate) use table::{chunk_leftovers, read_topic_record};
 

@@ -360,8 +360,15 @@ pub(crate) fn open(
             }
         }
 
-        // Rule 6, on every topic: before any orphan is deleted.
-        refuse_unlisted_entries(&record, &log)?;
+        // Rule 6, on every topic: before any orphan is deleted. A claim that reserved a block
+        // above every file moved the record's block past the files this check reads: every
+        // file above the listed ledgers counts then.
+        let floor = if ids == (0, 0) {
+            current_block(&record)
+        } else {
+            0
+        };
+        refuse_unlisted_entries(&record, &log, floor)?;
         let (refs, cut_short) = settle_cursors(
             meta.as_ref(),
             &log,
@@ -966,26 +973,29 @@ pub(crate) fn refuse_older_record(
 /// cut short): such a file holding entries shows a record older than the one that listed it,
 /// which would otherwise delete that ledger, and its entries, as an orphan. It catches an
 /// older record written in the same open of the topic (the same block of ids), which
-/// [`refuse_older_record`] cannot tell apart. Only files of the record's current block of ids
-/// or above count ([`current_block`]): a ledger an open dropped as empty (rule 4), into which
+/// [`refuse_older_record`] cannot tell apart. Only files at or above `floor` count: the record's
+/// current block of ids ([`current_block`]) as written, none when the caller's claim reserved a
+/// new block above every file: a ledger an open dropped as empty (rule 4), into which
 /// a former owner still running may append and sync before its file is removed, is below the
 /// block of the record that dropped it ([`repair_record`] moves the block on when it was not).
 /// The cursor ledgers of earlier releases are not
 /// listed by the record and may be left unreferenced by a crash, holding entries: a file whose
 /// first entry reads as a cursor ledger's (its frame's magic, version and kind,
-/// `format::cursor::peek_kind`) is left to rule 3. Reads the first entry of each file above
+/// `format::cursor::peek_kind`, and its frame header's metadata: [`reads_as_cursor_ledger`])
+/// is left to rule 3. Reads the first entry of each file above
 /// the listed ones only: a clean open has none.
-pub(crate) fn refuse_unlisted_entries(record: &TopicRecord, log: &EntryLog) -> Result<()> {
+pub(crate) fn refuse_unlisted_entries(
+    record: &TopicRecord,
+    log: &EntryLog,
+    floor: u64,
+) -> Result<()> {
     let newest_listed = record.ledgers.iter().map(|l| l.id).max().unwrap_or(0);
-    let block = current_block(record);
     for id in log
         .ledger_ids()
         .into_iter()
-        .filter(|&id| id > newest_listed && id >= block)
+        .filter(|&id| id > newest_listed && id >= floor)
     {
-        if log.entry_count(id)? > 0
-            && crate::format::cursor::peek_kind(&log.read(id, 0)?.payload).is_err()
-        {
+        if log.entry_count(id)? > 0 && !reads_as_cursor_ledger(&log.read(id, 0)?) {
             return Err(older_record(OLDER_TOPIC_RECORD_LEDGERS));
         }
     }
@@ -1031,10 +1041,23 @@ pub(crate) fn refuse_short_ledgers(
     Ok(())
 }
 
+/// Whether `first`, a ledger's first entry, is a cursor ledger's as earlier releases wrote
+/// them: its payload's frame (magic, version, a known kind) and its frame header's metadata,
+/// which a cursor ledger's entry sets to its kind (messages: the kind's code, index and
+/// timestamp 0). A data entry's payload is a producer's bytes, which may start as that frame
+/// does; its header carries its message index and time, 0 both only for a topic's first
+/// message published at time 0.
+fn reads_as_cursor_ledger(first: &crate::log::LogEntry) -> bool {
+    let meta = first.meta;
+    crate::format::cursor::peek_kind(&first.payload).is_ok_and(|kind| {
+        meta.num_messages == u32::from(kind.code()) && meta.index == 0 && meta.timestamp == 0
+    })
+}
+
 /// The first id of the block of ledger ids `record` reserved last (every block is
 /// [`ID_BLOCK`] ids, `next_ledger_id` its end). Every ledger created after `record` was
 /// written has an id at or above it: from that block, or from one reserved later, above it.
-fn current_block(record: &TopicRecord) -> u64 {
+pub(crate) fn current_block(record: &TopicRecord) -> u64 {
     record.next_ledger_id.saturating_sub(ID_BLOCK)
 }
 
