@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use ackstore::{MemStorage, Position};
 use support::tap::{Hook, Op, Tap};
-use support::topic::{Host, append_n, config, entries, on_each_host, open_hosted};
+use support::topic::{Host, append_n, config, entries, open_hosted};
 
 const PER_LEDGER: u64 = 4;
 
