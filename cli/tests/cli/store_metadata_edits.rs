@@ -699,8 +699,8 @@ fn an_older_catalog_record_that_lacks_a_segment_holding_ticks_is_damage() {
 /// release's, its deletion cut short) is an orphan that the open deletes.
 #[test]
 fn an_unlisted_ledger_above_the_records_ledgers_is_damage_unless_it_is_a_cursor_ledger() {
-    use ackstore::internals::format::cursor::{PersistedState, TableRef, encode_marker};
-    use ackstore::internals::log::{EntryLog, LogConfig, ledger_file_name};
+    use ackstore::internals::format::cursor::{EntryKind, PersistedState, TableRef, encode_marker};
+    use ackstore::internals::log::{EntryLog, EntryMeta, LogConfig, ledger_file_name};
     use ackstore::{FileStorage, Storage};
 
     let dir = tempfile::tempdir().expect("tempdir");
@@ -715,14 +715,14 @@ fn an_unlisted_ledger_above_the_records_ledgers_is_damage_unless_it_is_a_cursor_
     let newest = ps.last().expect("entries").ledger_id;
     // An id of the block the session reserved, above every ledger the record lists.
     let id = newest + 3;
-    let ledger_holding = |payload: &[u8]| -> Vec<u8> {
+    let ledger_holding = |payload: &[u8], meta: EntryMeta| -> Vec<u8> {
         let scratch = tempfile::tempdir().expect("tempdir");
         let storage: Arc<dyn Storage> =
             Arc::new(FileStorage::open(scratch.path(), false).expect("storage"));
         let log = EntryLog::open(storage, LogConfig::default()).expect("log");
         log.reserve_ids(id, id + 1, None);
         assert_eq!(log.create_ledger().expect("create"), id);
-        log.append(id, Default::default(), payload).expect("append");
+        log.append(id, meta, payload).expect("append");
         log.sync(id).expect("sync");
         drop(log);
         std::fs::read(scratch.path().join(ledger_file_name(id))).expect("the ledger file")
@@ -735,12 +735,18 @@ fn an_unlisted_ledger_above_the_records_ledgers_is_damage_unless_it_is_a_cursor_
     };
 
     assert_older_record_refused(
-        &with_file(ledger_holding(b"a producer's entry")),
+        &with_file(ledger_holding(b"a producer's entry", EntryMeta::default())),
         "an unlisted data ledger holding an entry",
     );
 
     let marker = encode_marker(&PersistedState::default(), TableRef::Inline(&[])).expect("marker");
-    let leftover = copy(&with_file(ledger_holding(&marker)));
+    // An earlier release wrote a cursor-ledger entry with its kind in the frame header.
+    let kind_meta = EntryMeta {
+        index: 0,
+        num_messages: u32::from(EntryKind::Marker.code()),
+        timestamp: 0,
+    };
+    let leftover = copy(&with_file(ledger_holding(&marker, kind_meta)));
     let (code, said) = verify_code(leftover.path());
     assert_ne!(code, Some(1), "{said}");
     assert_reads_numbered(leftover.path(), &ps);
