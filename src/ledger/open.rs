@@ -360,15 +360,8 @@ pub(crate) fn open(
             }
         }
 
-        // Rule 6, on every topic: before any orphan is deleted. A claim that reserved a block
-        // above every file moved the record's block past the files this check reads: every
-        // file above the listed ledgers counts then.
-        let floor = if ids == (0, 0) {
-            current_block(&record)
-        } else {
-            0
-        };
-        refuse_unlisted_entries(&record, &log, floor)?;
+        // Before any file is removed or any repair recorded.
+        refuse_older_files(&record, &log, ids, (&journal, recovered))?;
         let (refs, cut_short) = settle_cursors(
             meta.as_ref(),
             &log,
@@ -393,13 +386,6 @@ pub(crate) fn open(
         }
         // Rule 5: the block reserved by the claim starts above every recorded id and every file.
 
-        // Rule 4 against the cursors, before a repair records the count found.
-        refuse_short_ledgers(&record, &log, || {
-            (recovered.iter())
-                .filter_map(|&id| journal.committed_state(id))
-                .map(|state| state.mark_delete)
-                .collect()
-        })?;
         let (ledgers, deferred) = finish_ledgers(
             meta.as_ref(),
             &log,
@@ -416,6 +402,33 @@ pub(crate) fn open(
         Ok(core)
     };
     opened().map_err(|e| owner.explain(e))
+}
+
+/// The checks of every topic's open against files that show them older than what was
+/// written after them, made before the open removes a file or records a repair: rule 6's
+/// unlisted ledgers holding entries ([`refuse_unlisted_entries`]; `ids`: the block the claim
+/// reserved, if it wrote one, which moved the record's block past the files the check reads,
+/// so that every file above the listed ledgers counts then), and rule 4's ledger being
+/// appended to against the committed mark-delete of every cursor `journal` recovered
+/// ([`refuse_short_ledgers`]).
+fn refuse_older_files(
+    record: &TopicRecord,
+    log: &EntryLog,
+    ids: (u64, u64),
+    (journal, recovered): (&TopicJournal, &[u64]),
+) -> Result<()> {
+    let floor = if ids == (0, 0) {
+        current_block(record)
+    } else {
+        0
+    };
+    refuse_unlisted_entries(record, log, floor)?;
+    refuse_short_ledgers(record, log, || {
+        (recovered.iter())
+            .filter_map(|&id| journal.committed_state(id))
+            .map(|state| state.mark_delete)
+            .collect()
+    })
 }
 
 /// Rule 4: every ledger `record` lists, finished ([`finish_ledger`]: the one a former owner
