@@ -2,7 +2,7 @@
 //! marker and partition of every cursor; report each problem with its place. Read-only. The
 //! check is [`ackstore::check::verify`]; this module prints its report.
 //!
-//! Exit code: 0 when the directory is sound (torn tails, which the next open repairs, are
+//! Exit code: 0 when the directory is sound (torn tails, what a crash or a full disk leaves, are
 //! reported but are not damage), 1 when anything is damaged, 2 when the check could not run.
 
 use std::path::PathBuf;

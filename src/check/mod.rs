@@ -5,8 +5,9 @@
 //! Owns: reading every file of a topic or store without writing, locking or truncating
 //! anything, and deciding which problems are damage. Invariant (`docs/format.md`, "verify
 //! agrees with open"): what the owner's open refuses is reported as damage
-//! ([`Finding::torn_tail`] false); what a kill or a power cut leaves and the next open repairs
-//! (a torn tail, a stray journal segment) is reported as a torn tail, never as damage; files a
+//! ([`Finding::torn_tail`] false); what a kill, a power cut or a write that met a full disk
+//! leaves (a torn tail, which the next open cuts back or, in a ledger it leaves as it is, reads
+//! stop before; a stray journal segment) is reported as a torn tail, never as damage; files a
 //! store's open does not read are [`Verification::unused`] warnings. A sealed ledger, which the
 //! open of its topic does not read, is checked as its first use opens it: damage before the
 //! count the topic record holds of it is what that use refuses; damage at or past that count
@@ -67,8 +68,10 @@ pub struct Finding {
     pub place: String,
     /// What is wrong, as a sentence.
     pub problem: String,
-    /// A torn tail (or a stray file) that the next open cuts back or removes: what a crash
-    /// leaves, not damage.
+    /// A torn tail (or a stray file): what a crash or a write that met a full disk leaves, not
+    /// damage. Reads stop before it; the next open cuts it back or removes it, except in a
+    /// ledger the open leaves as it is (any ledger of a store's topic, a ledger its topic
+    /// record counts), where it stays, unread, until the ledger is deleted.
     pub torn_tail: bool,
 }
 
@@ -270,7 +273,7 @@ impl Verification {
         self.findings.iter().filter(|f| !f.torn_tail).count()
     }
 
-    /// Findings that the next open repairs (torn tails, stray segments).
+    /// Findings that are what a crash leaves, not damage (torn tails, stray segments).
     #[must_use]
     pub fn torn_tails(&self) -> usize {
         self.findings.iter().filter(|f| f.torn_tail).count()
@@ -287,7 +290,7 @@ impl fmt::Display for Verification {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for finding in &self.findings {
             let label = if finding.torn_tail {
-                "torn tail (the next open cuts it back)"
+                "torn tail (not damage: what a crash or a full disk leaves; no read reaches it)"
             } else {
                 "DAMAGED"
             };

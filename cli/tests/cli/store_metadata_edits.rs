@@ -860,3 +860,42 @@ fn an_older_copy_of_the_ledger_being_appended_to_is_damage_once_a_cursor_acked_p
     run(false);
     run(true);
 }
+
+/// The end of a version 3 ledger header and its synced-length slots.
+const SLOTS_END: usize = 68;
+
+/// An append cut short (by a full disk or a crash) leaves the bytes of a partial entry at the
+/// end of a store topic's ledger, which a store's topic never cuts: verify reports a torn tail,
+/// not damage, after every open, without promising that the next open cuts it back.
+#[test]
+fn a_torn_tail_a_stores_topic_keeps_is_reported_without_a_promise_to_cut_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = || support::config::store(1_000, 1 << 20);
+    let store = Store::open(dir.path(), config()).expect("open");
+    let a = store.topic("a").expect("a");
+    let ps = append_numbered(&a, 0..5);
+    let synced = Tree::read(dir.path());
+    a.append(&[7u8; 200]).expect("append");
+    a.sync().expect("sync");
+    let mut cut = Tree::read(dir.path());
+    drop((a, store));
+    let ledger = (cut.files.keys())
+        .filter(|p| is_ledger(p))
+        .max()
+        .expect("the ledger")
+        .clone();
+    // The file as the write that met the full disk left it: its header's synced length still
+    // that of the five entries, and the sixth entry's first 100 bytes after them.
+    let before = &synced.files[&ledger];
+    let bytes = cut.files.get_mut(&ledger).expect("its bytes");
+    bytes.truncate(before.len() + 100);
+    bytes[..SLOTS_END].copy_from_slice(&before[..SLOTS_END]);
+    let image = copy(&cut);
+    for open in 0..3 {
+        let (code, said) = verify_code(image.path());
+        assert_eq!(code, Some(0), "after {open} opens: {said}");
+        assert!(said.contains("torn tail"), "after {open} opens: {said}");
+        assert!(!said.contains("cuts it back"), "after {open} opens: {said}");
+        assert_reads_numbered(image.path(), &ps);
+    }
+}
