@@ -361,7 +361,12 @@ pub(crate) fn open(
         }
 
         // Before any file is removed or any repair recorded.
-        refuse_older_files(&record, &log, ids, (&journal, recovered))?;
+        refuse_older_files(
+            &record,
+            &log,
+            (ids, config.read_unsynced),
+            (&journal, recovered),
+        )?;
         let (refs, cut_short) = settle_cursors(
             meta.as_ref(),
             &log,
@@ -410,11 +415,13 @@ pub(crate) fn open(
 /// reserved, if it wrote one, which moved the record's block past the files the check reads,
 /// so that every file above the listed ledgers counts then), and rule 4's ledger being
 /// appended to against the committed mark-delete of every cursor `journal` recovered
-/// ([`refuse_short_ledgers`]).
+/// ([`refuse_short_ledgers`]), except on a topic that reads unsynced entries
+/// (`read_unsynced`): its cursors acknowledge entries a power cut can take, so a mark-delete
+/// past the ledger's durable end is the loss that setting accepts, not an older file.
 fn refuse_older_files(
     record: &TopicRecord,
     log: &EntryLog,
-    ids: (u64, u64),
+    (ids, read_unsynced): ((u64, u64), bool),
     (journal, recovered): (&TopicJournal, &[u64]),
 ) -> Result<()> {
     let floor = if ids == (0, 0) {
@@ -423,6 +430,9 @@ fn refuse_older_files(
         0
     };
     refuse_unlisted_entries(record, log, floor)?;
+    if read_unsynced {
+        return Ok(());
+    }
     refuse_short_ledgers(record, log, || {
         (recovered.iter())
             .filter_map(|&id| journal.committed_state(id))
