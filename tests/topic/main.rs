@@ -34,6 +34,7 @@ mod open_syncs;
 mod operator_metrics_and_events;
 mod sealed_ledger_damage_agrees_with_verify;
 mod sealed_ledgers_open_on_first_use;
+mod short_ledger_legitimate_sequences;
 mod stress_threads;
 mod sweep_against_new_owner;
 mod unlisted_entry_like_a_cursor_ledger;
