@@ -156,3 +156,30 @@ fn moves_to_the_end_with_entries_waiting_for_a_sync_survive_a_power_cut() {
         }
     });
 }
+
+/// A kill after entries too large for the write buffer were appended but not synced (the
+/// buffer wrote them to the file): the new owner reads what it found, acknowledges it all,
+/// flushes, and the power goes.
+#[test]
+fn a_new_owner_acknowledging_unsynced_entries_it_found_after_a_kill_survives_a_power_cut() {
+    on_each_host(|host| {
+        let disk = MemStorage::new();
+        let former = open_hosted(host, Arc::new(disk.clone()), &config()).unwrap();
+        let kept = append_n(&former, 10);
+        let big = vec![7u8; 30 * 1024];
+        for _ in 0..5 {
+            former.append(&big).unwrap();
+        }
+        disk.break_lock();
+        let new = open_hosted(host, Arc::new(disk.clone()), &config()).unwrap();
+        let c = new
+            .open_cursor("sub", at(InitialPosition::Earliest, false))
+            .unwrap();
+        let last = new.last_position().unwrap();
+        eprintln!("{host:?}: the new owner found up to {last}");
+        assert!(kept[9] < last, "{host:?}: {last}");
+        c.ack_cumulative(last).unwrap();
+        c.flush().unwrap();
+        opens_with(host, disk.durable_image(), Some(last), "power cut");
+    });
+}
