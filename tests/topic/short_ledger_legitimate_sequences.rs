@@ -3,13 +3,15 @@
 //! owner that acknowledges everything it found, a former owner that keeps appending, syncing,
 //! acknowledging and flushing after the new owner's claim, and every cursor move that can reach
 //! the end of the topic while appended entries wait for a sync; each followed by a power cut.
-//! Each image opens, on a topic alone and on a store's topic.
+//! Each image opens, and `verify` finds no damage in it, on a topic alone and on a store's
+//! topic.
 
 use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use ackstore::PersistMode::{MultiEntry, SingleEntry};
 use ackstore::{Cursor, CursorOptions, InitialPosition, LedgerConfig, MemStorage, Position};
 use support::topic::{Host, append_n, append_unsynced, at, on_each_host, open_hosted};
 
@@ -17,9 +19,21 @@ fn config() -> LedgerConfig {
     support::topic::config(1000)
 }
 
+/// `verify` finds no damage on `disk` (a torn tail is not damage).
+fn sound(disk: &MemStorage, what: &str) {
+    let storage: Arc<dyn ackstore::Storage> = Arc::new(disk.clone());
+    let report = ackstore::check::verify(&storage).expect("verify");
+    let damage: Vec<String> = (report.findings.iter())
+        .filter(|f| !f.torn_tail)
+        .map(ToString::to_string)
+        .collect();
+    assert!(damage.is_empty(), "{what}: {damage:?}");
+}
+
 /// The topic `host` keeps on `disk` opens, and its cursor `sub` has mark-delete `mark`.
 fn opens_with(host: Host, disk: MemStorage, mark: Option<Position>, what: &str) {
     disk.break_lock();
+    sound(&disk, &format!("{host:?} {what}"));
     let topic = open_hosted(host, Arc::new(disk), &config())
         .unwrap_or_else(|e| panic!("{host:?} {what}: {e}"));
     let c = topic
@@ -127,7 +141,8 @@ const MOVES: &[(&str, Move)] = &[
     }),
 ];
 
-/// Each move from each initial position, flushed, then a power cut that takes the unsynced
+/// Each move from each initial position (in the single-entry form and in the multi-entry
+/// form, by turns), flushed, then a power cut that takes the unsynced
 /// entries: the topic opens.
 #[test]
 fn moves_to_the_end_with_entries_waiting_for_a_sync_survive_a_power_cut() {
@@ -139,9 +154,10 @@ fn moves_to_the_end_with_entries_waiting_for_a_sync_survive_a_power_cut() {
     ];
     on_each_host(|host| {
         for (what, apply) in MOVES {
-            for &options in &initial {
+            for (&options, mode) in initial.iter().zip([SingleEntry, MultiEntry].iter().cycle()) {
+                let config = support::config::topic(1000, *mode, 1 << 20);
                 let disk = MemStorage::new();
-                let topic = open_hosted(host, Arc::new(disk.clone()), &config()).unwrap();
+                let topic = open_hosted(host, Arc::new(disk.clone()), &config).unwrap();
                 let kept = append_n(&topic, 10);
                 let unsynced = append_unsynced(&topic, 5);
                 let c = topic.open_cursor("sub", options).unwrap();
@@ -150,7 +166,8 @@ fn moves_to_the_end_with_entries_waiting_for_a_sync_survive_a_power_cut() {
                 assert!(mark <= Some(kept[9]), "{host:?} {what}: {mark:?}");
                 c.flush().unwrap();
                 let image = disk.durable_image();
-                let reopened = open_hosted(host, Arc::new(image), &config());
+                sound(&image, &format!("{host:?} {what}"));
+                let reopened = open_hosted(host, Arc::new(image), &config);
                 assert!(reopened.is_ok(), "{host:?} {what}: {:?}", reopened.err());
             }
         }
