@@ -98,8 +98,9 @@ pub const OLDER_TOPIC_RECORD_LEDGERS: &str = "ledgers (a ledger file holding ent
 /// record lists it with no entries (the ledger being appended to when its owner stopped), and
 /// its file holds fewer entries than a cursor's committed mark-delete covers: a cursor
 /// acknowledges only synced entries, so only an older copy of the file, or one cut short,
-/// leaves that.
-pub const SHORTER_THAN_A_MARK_DELETE: &str = "entries (fewer than a cursor's committed mark-delete covers: an older copy of the ledger, or one cut short)";
+/// leaves that; except on a topic that reads unsynced entries (`read_unsynced`), whose open
+/// does not check it and which `verify`, not knowing the setting, reports all the same.
+pub const SHORTER_THAN_A_MARK_DELETE: &str = "entries (fewer than a cursor's committed mark-delete covers: an older copy of the ledger, or one cut short; unless the topic reads unsynced entries, read_unsynced, whose cursors may acknowledge entries a power cut takes)";
 /// What a store's topic record is reported as when the store's journal holds the state of a
 /// cursor of the topic with an id at or above the record's `next_cursor_id` (by the topic's open
 /// and by `ackstore verify`): a cursor's id is given out by a record write (raising
