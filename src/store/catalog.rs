@@ -452,14 +452,17 @@ pub fn chunk_leftovers(storage: &dyn Storage, catalog: &Catalog) -> Result<Vec<S
 }
 
 /// Whether storage file `file` of a chunk record (or its temporary file) is named after
-/// catalog version `version` or an earlier one.
+/// catalog version `version` or an earlier one, or after none a `u64` holds (digits past
+/// `u64::MAX`: no owner ever names a record so, nor will, so it is a leftover however it came).
 fn named_at_most(file: &str, version: u64) -> bool {
     file.split_once('.')
         .map_or(file, |(record, _)| record)
         .strip_prefix(CHUNK_RECORD_PREFIX)
         .and_then(|rest| rest.split_once('-'))
-        .and_then(|(_, made_at)| made_at.parse::<u64>().ok())
-        .is_some_and(|made_at| made_at <= version)
+        .is_some_and(|(_, made_at)| match made_at.parse::<u64>() {
+            Ok(made_at) => made_at <= version,
+            Err(e) => *e.kind() == std::num::IntErrorKind::PosOverflow,
+        })
 }
 
 /// Adds `topics` to `ids` by name; the first id of a name stays, as a search of the topics in

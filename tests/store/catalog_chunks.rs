@@ -412,3 +412,33 @@ fn a_sibling_stores_chunk_of_the_same_index_and_name_is_refused_by_the_open_and_
         "{error:?}"
     );
 }
+
+/// A file named as a chunk record of the store catalog after a version no `u64` holds (20
+/// digits and more; placed by hand, or a name bit-flipped): no owner ever names a record so, so
+/// it is a leftover like any other the catalog does not pin, which `verify` warns of as one the
+/// next open removes, and the next open does remove it.
+#[test]
+fn a_chunk_record_named_after_a_version_past_every_u64_is_removed_by_the_next_open() {
+    let disk = store_of(3);
+    let storage: Arc<dyn Storage> = Arc::new(disk.clone());
+    let stray = format!("{CHUNK_RECORD_PREFIX}0-184467440737095516160.00000000000000000001.meta");
+    let file = storage.create(&stray).expect("create");
+    file.write_all_at(b"not a record", 0).expect("write");
+    drop(file);
+    let report = ackstore::check::verify(&storage).expect("verify");
+    assert!(report.is_sound(), "{report}");
+    assert!(
+        report
+            .unused
+            .iter()
+            .any(|f| f.file == stray && f.problem.contains("next open removes it")),
+        "{report}"
+    );
+    let store = Store::open_with_storage(storage.clone(), store_without_flusher()).expect("open");
+    store.close().expect("close");
+    assert!(
+        !storage.list().expect("list").contains(&stray),
+        "the open left the leftover verify said it removes"
+    );
+    sound_without_leftovers(&storage, CHUNK_RECORD_PREFIX);
+}
