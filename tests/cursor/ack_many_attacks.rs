@@ -12,17 +12,15 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::thread;
 
+use crate::failing_loads::{FIRST, SECOND, SPAN, reopened, small_topic};
 use ackstore::internals::ackset::MAX_PARTITION_BYTES;
 use ackstore::{
     AckBudget, Cursor, CursorConfig, Error, LedgerConfig, ManagedLedger, MemStorage, Position,
 };
 use support::crash::{Cut, Points, cut_everywhere_after};
-use support::tap::{FailOne, Tap};
+use support::tap::FailOne;
 use support::topic::{append_n, append_unsynced, config, earliest};
 use support::workload::{EntryModel as Model, Rng};
-
-/// Entries of one ack-set partition.
-const SPAN: usize = 65_536;
 
 /// The cursor holds what `model` holds, and never acknowledges individually an entry at or
 /// before mark-delete, nor the entry right after it.
@@ -136,41 +134,8 @@ fn groups_spanning_63_64_and_65_partitions_ack_as_the_model_says_under_a_zero_bu
     holds(&c, &ps, &model, "reopened");
 }
 
-/// Entries of the first ledger of [`small_topic`]: three partitions and a part of a fourth.
-const FIRST: usize = 3 * SPAN + 10;
-/// Entries of its second ledger.
-const SECOND: usize = 300;
-
-/// A topic on `disk` behind `hook` of a ledger of [`FIRST`] entries and one of [`SECOND`], and
-/// a cursor keeping only the partition in use resident: mark-delete at #4, #6, #SPAN+5,
-/// #2*SPAN+7 and #FIRST+3 acknowledged and flushed (their partitions then on the disk), #3*SPAN+1
-/// acknowledged (the partition in use), and with `partial` message 0 of #9 acknowledged.
-fn small_topic(
-    disk: &MemStorage,
-    hook: Arc<FailOne>,
-    partial: bool,
-) -> (ManagedLedger, Vec<Position>, Cursor, Model) {
-    let mut cfg = config(FIRST as u64);
-    cfg.cursor.lru_capacity_bytes = 0;
-    let storage = Arc::new(Tap::new(Arc::new(disk.clone()), hook));
-    let topic = ManagedLedger::open_with_storage(storage, cfg).unwrap();
-    let ps = append_n(&topic, (FIRST + SECOND) as u64);
-    let c = topic.open_cursor("sub", earliest()).unwrap();
-    let mut model = Model::default();
-    c.ack_cumulative(ps[4]).unwrap();
-    model.mark = Some(4);
-    for i in [6, SPAN + 5, 2 * SPAN + 7, FIRST + 3] {
-        assert!(c.ack(ps[i]).unwrap());
-        model.ack_many(&[i]);
-    }
-    if partial {
-        assert!(c.ack_batch_index(ps[9], 0, 3).unwrap());
-    }
-    c.flush().unwrap();
-    assert!(c.ack(ps[3 * SPAN + 1]).unwrap());
-    model.ack_many(&[3 * SPAN + 1]);
-    (topic, ps, c, model)
-}
+/// What the cursor of [`small_topic`] acknowledged and flushed besides mark-delete at #4.
+const ACKED: [usize; 4] = [6, SPAN + 5, 2 * SPAN + 7, FIRST + 3];
 
 /// A read (or any storage operation) failing at each step of `ack_many` in turn: the call
 /// answers `Ok` with the model's count or fails with part of the group applied, never more than
@@ -201,7 +166,7 @@ fn a_failure_at_each_step_of_ack_many_leaves_a_part_of_the_group_and_the_rest_co
                 let what = format!("partial {partial}, group {group:?}, failure at {at}");
                 let disk = MemStorage::new();
                 let hook = Arc::new(FailOne::default());
-                let (topic, ps, c, before) = small_topic(&disk, hook.clone(), partial);
+                let (topic, ps, c, before) = small_topic(&disk, hook.clone(), &ACKED, partial);
                 let mut full = before.clone();
                 let want = full.ack_many(group);
                 hook.arm(at);
@@ -241,11 +206,7 @@ fn a_failure_at_each_step_of_ack_many_leaves_a_part_of_the_group_and_the_rest_co
                 c.flush().unwrap();
                 drop(c);
                 topic.close().unwrap();
-                let mut cfg = config(FIRST as u64);
-                cfg.cursor.lru_capacity_bytes = 0;
-                let topic =
-                    ManagedLedger::open_with_storage(Arc::new(disk.durable_image()), cfg).unwrap();
-                let c = topic.open_cursor("sub", earliest()).unwrap();
+                let (_topic, c) = reopened(&disk);
                 holds(&c, &ps, &full, &format!("{what}, reopened"));
                 if failed.is_none() {
                     break;
@@ -510,7 +471,7 @@ fn a_failure_at_each_step_of_an_ack_after_mark_delete_leaves_no_individual_ack_a
     for at in 1.. {
         let disk = MemStorage::new();
         let hook = Arc::new(FailOne::default());
-        let (_topic, ps, c, mut model) = small_topic(&disk, hook.clone(), false);
+        let (_topic, ps, c, mut model) = small_topic(&disk, hook.clone(), &ACKED, false);
         hook.arm(at);
         let answer = c.ack(ps[5]);
         hook.arm(0);

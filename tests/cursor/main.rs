@@ -22,6 +22,7 @@ mod batch_table_paged;
 mod batch_threads;
 mod crash;
 mod dispatcher;
+mod failing_loads;
 mod first_write_crash;
 mod first_write_crash_batch;
 mod first_write_full_disk;

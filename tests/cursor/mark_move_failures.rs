@@ -12,41 +12,14 @@ use crate::support;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use ackstore::{Cursor, ManagedLedger, MemStorage, Position};
-use support::tap::{FailOne, Tap};
-use support::topic::{append_n, config, earliest};
+use crate::failing_loads::{FIRST, SPAN, reopened, small_topic};
+use ackstore::{Cursor, MemStorage, Position};
+use support::tap::FailOne;
 use support::workload::EntryModel as Model;
 
-/// Entries of one ack-set partition.
-const SPAN: usize = 65_536;
-/// Entries of the first ledger: three partitions and a part of a fourth.
-const FIRST: usize = 3 * SPAN + 10;
-/// Entries of the second ledger.
-const SECOND: usize = 300;
-
-/// A topic on `disk` behind `hook` of a ledger of [`FIRST`] entries and one of [`SECOND`], and
-/// a cursor keeping only the partition in use resident: mark-delete at #4, #6, #SPAN+5,
-/// #2*SPAN+7, #2*SPAN+9 and #FIRST+3 acknowledged and flushed (their partitions then on the
-/// disk), #3*SPAN+1 acknowledged (the partition in use).
-fn topic(disk: &MemStorage, hook: Arc<FailOne>) -> (ManagedLedger, Vec<Position>, Cursor, Model) {
-    let mut cfg = config(FIRST as u64);
-    cfg.cursor.lru_capacity_bytes = 0;
-    let storage = Arc::new(Tap::new(Arc::new(disk.clone()), hook));
-    let topic = ManagedLedger::open_with_storage(storage, cfg).unwrap();
-    let ps = append_n(&topic, (FIRST + SECOND) as u64);
-    let c = topic.open_cursor("sub", earliest()).unwrap();
-    let mut model = Model::default();
-    c.ack_cumulative(ps[4]).unwrap();
-    model.mark = Some(4);
-    for i in [6, SPAN + 5, 2 * SPAN + 7, 2 * SPAN + 9, FIRST + 3] {
-        assert!(c.ack(ps[i]).unwrap());
-        model.ack_many(&[i]);
-    }
-    c.flush().unwrap();
-    assert!(c.ack(ps[3 * SPAN + 1]).unwrap());
-    model.ack_many(&[3 * SPAN + 1]);
-    (topic, ps, c, model)
-}
+/// What the cursor of [`small_topic`] acknowledged and flushed besides mark-delete at #4: two
+/// entries in the third partition, so that a run after mark-delete crosses partitions.
+const ACKED: [usize; 5] = [6, SPAN + 5, 2 * SPAN + 7, 2 * SPAN + 9, FIRST + 3];
 
 /// `m` in a few words: mark-delete, how many entries are acknowledged individually, and how
 /// many of those are at or right after mark-delete (never any).
@@ -163,7 +136,7 @@ fn a_failure_at_each_step_of_a_cumulative_ack_changes_nothing_and_the_call_again
         for at in 1.. {
             let disk = MemStorage::new();
             let hook = Arc::new(FailOne::default());
-            let (topic, ps, c, mut before) = topic(&disk, hook.clone());
+            let (topic, ps, c, mut before) = small_topic(&disk, hook.clone(), &ACKED, false);
             (call.setup)(&c, &ps, &mut before);
             let full = (call.want)(&before);
             hook.arm(at);
@@ -200,11 +173,7 @@ fn a_failure_at_each_step_of_a_cumulative_ack_changes_nothing_and_the_call_again
             c.flush().unwrap();
             drop(c);
             topic.close().unwrap();
-            let mut cfg = config(FIRST as u64);
-            cfg.cursor.lru_capacity_bytes = 0;
-            let topic =
-                ManagedLedger::open_with_storage(Arc::new(disk.durable_image()), cfg).unwrap();
-            let c = topic.open_cursor("sub", earliest()).unwrap();
+            let (_topic, c) = reopened(&disk);
             holds(&c, &ps, &full, &format!("{what}: reopened"));
             if failed.is_none() {
                 break;

@@ -246,8 +246,27 @@ fn acks_of_entries_lost_in_a_power_cut_are_dropped_on_reopen() {
 }
 
 fn acks_of_lost_entries_are_dropped(host: Host) {
+    let (topic, c, kept) = after_acks_of_lost_entries(host, |c, kept, lost| {
+        c.ack(kept[4]).unwrap();
+        c.ack(lost[1]).unwrap();
+        c.ack(lost[3]).unwrap();
+    });
+    assert_eq!(c.acked_ranges().unwrap(), vec![(kept[4], kept[4])]);
+    assert_eq!(c.backlog().unwrap(), 9);
+    let next = topic.append(b"after").unwrap();
+    assert!(!c.is_acked(next).unwrap());
+}
+
+/// A topic of `host` that reads unsynced entries (only such a topic lets a consumer ack entries a
+/// crash can take), with 10 entries synced and 5 not: its cursor `sub` makes `acks` (given the
+/// synced and the unsynced entries) and flushes, then the power goes. Returns the topic reopened
+/// on the durable image, which ends at the last synced entry, the cursor opened again, and the
+/// synced entries.
+fn after_acks_of_lost_entries(
+    host: Host,
+    acks: impl FnOnce(&Cursor, &[Position], &[Position]),
+) -> (Hosted, Cursor, Vec<Position>) {
     let disk = MemStorage::new();
-    // Only a topic that reads unsynced entries lets a consumer ack entries a crash can take.
     let config = LedgerConfig {
         read_unsynced: true,
         ..LedgerConfig::default()
@@ -258,19 +277,14 @@ fn acks_of_lost_entries_are_dropped(host: Host) {
     let c = topic
         .open_cursor("sub", at(InitialPosition::Earliest, false))
         .unwrap();
-    c.ack(kept[4]).unwrap();
-    c.ack(lost[1]).unwrap();
-    c.ack(lost[3]).unwrap();
+    acks(&c, &kept, &lost);
     c.flush().unwrap();
     let topic = open_hosted(host, Arc::new(disk.durable_image()), &config).unwrap();
     assert_eq!(topic.last_position(), Some(kept[9]));
     let c = topic
         .open_cursor("sub", at(InitialPosition::Latest, false))
         .unwrap();
-    assert_eq!(c.acked_ranges().unwrap(), vec![(kept[4], kept[4])]);
-    assert_eq!(c.backlog().unwrap(), 9);
-    let next = topic.append(b"after").unwrap();
-    assert!(!c.is_acked(next).unwrap());
+    (topic, c, kept)
 }
 
 /// On a topic that reads unsynced entries, a cumulative ack of entries a power cut then takes
@@ -283,26 +297,14 @@ fn a_cumulative_ack_of_entries_lost_in_a_power_cut_opens_when_unsynced_entries_a
 }
 
 fn cumulative_ack_of_lost_entries_opens(host: Host) {
-    let disk = MemStorage::new();
-    let config = LedgerConfig {
-        read_unsynced: true,
-        ..LedgerConfig::default()
-    };
-    let topic = open_hosted(host, Arc::new(disk.clone()), &config).unwrap();
-    let kept = append_n(&topic, 10);
-    let lost = support::topic::append_unsynced(&topic, 5);
-    let c = topic
-        .open_cursor("sub", at(InitialPosition::Earliest, false))
-        .unwrap();
-    c.ack_cumulative(lost[3]).unwrap();
-    c.flush().unwrap();
-    let topic = open_hosted(host, Arc::new(disk.durable_image()), &config).unwrap();
-    assert_eq!(topic.last_position(), Some(kept[9]));
-    let c = topic
-        .open_cursor("sub", at(InitialPosition::Latest, false))
-        .unwrap();
+    let mut cumulative = None;
+    let (topic, c, kept) = after_acks_of_lost_entries(host, |c, _, lost| {
+        c.ack_cumulative(lost[3]).unwrap();
+        cumulative = Some(lost[3]);
+    });
     let mark = c.mark_delete_position().unwrap().unwrap();
-    assert!(kept[9] <= mark && mark <= lost[3], "{mark}");
+    let acked = cumulative.expect("acked");
+    assert!(kept[9] <= mark && mark <= acked, "{mark}");
     assert_eq!(c.backlog().unwrap(), 0);
     let next = topic.append(b"after").unwrap();
     topic.sync().unwrap();

@@ -47,22 +47,35 @@ fn opens_with(host: Host, disk: MemStorage, mark: Option<Position>, what: &str) 
 #[test]
 fn a_new_owner_acknowledging_all_it_found_after_a_kill_survives_a_power_cut() {
     on_each_host(|host| {
-        let disk = MemStorage::new();
-        let former = open_hosted(host, Arc::new(disk.clone()), &config()).unwrap();
-        let kept = append_n(&former, 10);
-        let unsynced = append_unsynced(&former, 5);
-        disk.break_lock();
-        let new = open_hosted(host, Arc::new(disk.clone()), &config()).unwrap();
-        let c = new
-            .open_cursor("sub", at(InitialPosition::Earliest, false))
-            .unwrap();
+        let (kept, unsynced, last) =
+            acknowledged_all_after_a_kill(host, |former| append_unsynced(former, 5));
         // What the former owner's write buffer had handed over when it stopped.
-        let last = new.last_position().unwrap();
         assert!(kept[9] <= last && last <= unsynced[4], "{host:?}: {last}");
-        c.ack_cumulative(last).unwrap();
-        c.flush().unwrap();
-        opens_with(host, disk.durable_image(), Some(last), "power cut");
     });
+}
+
+/// A topic of `host` with 10 entries synced, then those `unsynced` appends without a sync,
+/// then killed (the lock broken, the handle kept); a new owner acknowledges all it found and
+/// flushes, and the power goes: the durable image opens with that mark-delete. Returns the
+/// synced entries, those `unsynced` appended, and the new owner's last entry.
+fn acknowledged_all_after_a_kill(
+    host: Host,
+    unsynced: impl FnOnce(&ackstore::ManagedLedger) -> Vec<Position>,
+) -> (Vec<Position>, Vec<Position>, Position) {
+    let disk = MemStorage::new();
+    let former = open_hosted(host, Arc::new(disk.clone()), &config()).unwrap();
+    let kept = append_n(&former, 10);
+    let appended = unsynced(&former);
+    disk.break_lock();
+    let new = open_hosted(host, Arc::new(disk.clone()), &config()).unwrap();
+    let c = new
+        .open_cursor("sub", at(InitialPosition::Earliest, false))
+        .unwrap();
+    let last = new.last_position().unwrap();
+    c.ack_cumulative(last).unwrap();
+    c.flush().unwrap();
+    opens_with(host, disk.durable_image(), Some(last), "power cut");
+    (kept, appended, last)
 }
 
 /// The former owner appends, syncs, acknowledges cumulatively and flushes after the new
@@ -180,23 +193,10 @@ fn moves_to_the_end_with_entries_waiting_for_a_sync_survive_a_power_cut() {
 #[test]
 fn a_new_owner_acknowledging_unsynced_entries_it_found_after_a_kill_survives_a_power_cut() {
     on_each_host(|host| {
-        let disk = MemStorage::new();
-        let former = open_hosted(host, Arc::new(disk.clone()), &config()).unwrap();
-        let kept = append_n(&former, 10);
         let big = vec![7u8; 30 * 1024];
-        for _ in 0..5 {
-            former.append(&big).unwrap();
-        }
-        disk.break_lock();
-        let new = open_hosted(host, Arc::new(disk.clone()), &config()).unwrap();
-        let c = new
-            .open_cursor("sub", at(InitialPosition::Earliest, false))
-            .unwrap();
-        let last = new.last_position().unwrap();
-        eprintln!("{host:?}: the new owner found up to {last}");
+        let (kept, _, last) = acknowledged_all_after_a_kill(host, |former| {
+            (0..5).map(|_| former.append(&big).unwrap()).collect()
+        });
         assert!(kept[9] < last, "{host:?}: {last}");
-        c.ack_cumulative(last).unwrap();
-        c.flush().unwrap();
-        opens_with(host, disk.durable_image(), Some(last), "power cut");
     });
 }
