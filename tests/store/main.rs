@@ -32,6 +32,8 @@ mod failed_sync_every_tick_a_segment;
 mod former_owner;
 mod former_owner_appends;
 mod former_owner_open_leftovers;
+mod full_file_system;
+mod full_file_system_records;
 mod group;
 mod index;
 mod journal;

@@ -14,6 +14,8 @@
 //! - [`hooked`]: an in-memory disk whose files count writes and fsyncs and can stall or fail.
 //! - [`journal`]: cursors backed by a store's cursor journal, committed in ticks, and their model.
 //! - [`topic`]: managed ledgers on an in-memory disk, appends and cursor options.
+//! - [`tmpfs`]: a real small file system (a tmpfs of a given size and inode count, mounted
+//!   where the test may mount one), filled up and freed again by the test.
 //! - [`takeover`]: a storage that runs a takeover (or any action) after its N-th operation,
 //!   inside the call that made it.
 //! - [`tap`]: a pass-through storage with a hook before and after every operation and around
@@ -47,5 +49,6 @@ pub mod rados;
 pub mod samples;
 pub mod takeover;
 pub mod tap;
+pub mod tmpfs;
 pub mod topic;
 pub mod workload;
