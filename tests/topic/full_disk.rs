@@ -7,12 +7,11 @@
 //! every write on in turn.
 
 use crate::support;
+use crate::support::tmpfs::{self, Tmpfs};
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::sync::Arc;
 
 use ackstore::PersistMode;
@@ -428,58 +427,9 @@ fn full_disk_workload_with_enospc_from_every_write_on_keeps_invariants_1_and_2()
 
 // The same workload on a real small file system.
 
-/// A tmpfs mounted for the test's life; unmounted when dropped, even when the test fails.
-struct Tmpfs {
-    dir: PathBuf,
-}
-
-impl Tmpfs {
-    /// Mounts a tmpfs of `size` bytes, or `None` when this process may not mount one.
-    fn mount(size: u64) -> Option<Self> {
-        let dir = tempfile::tempdir().ok()?.keep();
-        let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(&dir)
-            .status()
-            .is_ok_and(|s| s.success());
-        if ok {
-            Some(Self { dir })
-        } else {
-            let _ = fs::remove_dir(&dir);
-            None
-        }
-    }
-
-    fn path(&self) -> &Path {
-        &self.dir
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.dir).status();
-        let _ = fs::remove_dir(&self.dir);
-    }
-}
-
-/// Fills the file system holding `path` with `path` until a write fails with `ENOSPC`.
-fn fill(path: &Path) {
-    let mut f = fs::File::create(path).expect("filler");
-    let chunk = vec![0xa5u8; 4096];
-    loop {
-        match f.write_all(&chunk) {
-            Ok(()) => {}
-            Err(e) if e.raw_os_error() == Some(28) => break,
-            Err(e) => panic!("filling: {e}"),
-        }
-    }
-    // Whatever a last page still holds.
-    while f.write_all(&[1]).is_ok() {}
-}
-
 #[test]
 fn full_disk_workload_on_a_real_small_file_system_keeps_every_flushed_ack() {
-    let Some(fs4m) = Tmpfs::mount(4 << 20) else {
+    let Some(fs4m) = Tmpfs::mount(4 << 20, 100_000) else {
         eprintln!("cannot mount a tmpfs here (not root): the in-memory variants cover this");
         return;
     };
@@ -493,7 +443,7 @@ fn full_disk_workload_on_a_real_small_file_system_keeps_every_flushed_ack() {
         let cfg = support::config::topic(PER_LEDGER, mode, lru);
         let topic = ManagedLedger::open(&dir, cfg.clone()).expect("open");
         let (positions, cursor, mut model) = fill_then_run(&topic, &filler, seed);
-        fs::remove_file(&filler).unwrap();
+        tmpfs::remove_filler(&filler);
         retry_with_space(topic, cursor, &mut model);
         let topic = ManagedLedger::open(&dir, cfg).expect("reopen");
         check_reopened(&topic, &model, &positions, "tmpfs after the retry");
@@ -518,7 +468,7 @@ fn fill_then_run(
     model.acked.insert(positions[1]);
     cursor.flush().unwrap();
     model.flushed();
-    fill(filler);
+    tmpfs::fill(filler);
     let mut cursor = Some(cursor);
     full_disk_steps(
         topic,
@@ -538,7 +488,7 @@ fn fill_then_run(
 /// none the application did not make.
 #[test]
 fn full_disk_workload_on_a_store_on_a_real_small_file_system_keeps_every_flushed_ack() {
-    let Some(fs4m) = Tmpfs::mount(4 << 20) else {
+    let Some(fs4m) = Tmpfs::mount(4 << 20, 100_000) else {
         eprintln!("cannot mount a tmpfs here (not root): the in-memory store tests cover this");
         return;
     };
