@@ -351,6 +351,18 @@ impl Residents {
         }
     }
 
+    /// Moves the partition in `slot` (not the hot one) to its list by its flag
+    /// ([`List::Unsaved`] or [`List::Saved`]) as the most recently used entry, as if it had
+    /// been made hot and then retired.
+    pub fn relist_by_flag(&mut self, slot: u32) {
+        let list = if self.slots[at(slot)].unsaved {
+            List::Unsaved
+        } else {
+            List::Saved
+        };
+        self.relist(slot, list, true);
+    }
+
     /// Moves the partition in `slot` (not the hot one) to `list`, as its most recently used
     /// entry if `newest`, else as its least recently used one.
     pub fn relist(&mut self, slot: u32, list: List, newest: bool) {

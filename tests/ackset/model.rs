@@ -389,3 +389,79 @@ proptest! {
         prop_assert_eq!(w.ranges().expect("ranges"), s.ranges().collect::<Vec<_>>());
     }
 }
+
+/// `add_many` over resident partitions moves them in the recency lists as one `add` each does
+/// (the last visit of each counts, the last partition visited is hot): with no eviction during
+/// the call, a set given a group by `add_many` and one given it by `add`s then evict the same
+/// partitions, in the same order, as new partitions come in; both for a group ordered by
+/// partition (its visits in that order) and one taken as it comes (partitions 100 apart),
+/// visiting partitions many times.
+#[test]
+fn add_many_leaves_the_recency_order_of_one_add_each() {
+    for spacing in [1u64, 100] {
+        let chunks: Vec<u64> = (0..10).map(|c| c * spacing).collect();
+        // Room for the ten bitmap partitions and a few small ones, so that no eviction happens
+        // before the new partitions come in.
+        let budget = 12 * MAX_PARTITION_BYTES;
+        let mut by_many = RangeSetWrapper::new(Box::new(MemPartitionStore::default()), budget);
+        let mut by_one = RangeSetWrapper::new(Box::new(MemPartitionStore::default()), budget);
+        for w in [&mut by_many, &mut by_one] {
+            for &c in &chunks {
+                // Even offsets only: a bitmap container, charged the same whatever is added.
+                for e in (0..10_000u64).step_by(2) {
+                    w.add(Position::new(1, (c << 16) + e)).expect("add");
+                }
+            }
+        }
+        let mut draw = 0x2545_f491_4f6c_dd1d_u64;
+        let group: Vec<Position> = (0..200)
+            .map(|_| {
+                draw ^= draw << 13;
+                draw ^= draw >> 7;
+                draw ^= draw << 17;
+                let c = chunks[usize::try_from(draw % 10).expect("small")];
+                Position::new(1, (c << 16) + (draw >> 8) % 20_000)
+            })
+            .collect();
+        // `add_many` takes 64 positions at a time, ordered by partition (stably) when they lie
+        // within 64 partitions of one ledger.
+        let mut added = 0;
+        for taken in group.chunks(64) {
+            let mut taken = taken.to_vec();
+            if spacing == 1 {
+                taken.sort_by_key(|p| PartitionKey::of(*p).chunk);
+            }
+            added += taken
+                .iter()
+                .filter(|p| by_one.add(**p).expect("add"))
+                .count();
+        }
+        assert_eq!(
+            by_many.add_many(group.iter().copied()).expect("add_many"),
+            added as u64
+        );
+        assert_eq!(by_many.stats(), by_one.stats(), "spacing {spacing}");
+        assert_eq!(by_many.stats().evictions, 0, "spacing {spacing}");
+        for extra in 0..30u64 {
+            // A new bitmap partition each time.
+            for e in (0..10_000u64).step_by(2) {
+                let p = Position::new(2, (extra << 16) + e);
+                by_many.add(p).expect("add");
+                by_one.add(p).expect("add");
+            }
+            for &c in &chunks {
+                let key = PartitionKey::of(Position::new(1, c << 16));
+                assert_eq!(
+                    by_many.is_resident(key),
+                    by_one.is_resident(key),
+                    "spacing {spacing}, after {extra} new partitions, chunk {c}"
+                );
+            }
+            assert_eq!(by_many.stats(), by_one.stats(), "spacing {spacing}");
+        }
+        assert!(
+            by_one.stats().evictions >= 10,
+            "every partition of the group evicted"
+        );
+    }
+}
