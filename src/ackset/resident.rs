@@ -351,6 +351,19 @@ impl Residents {
         }
     }
 
+    /// Charges the partition in `slot` (which holds one) `charge` instead of what it was
+    /// charged, keeping the bytes of the list it is in, if any, equal to its partitions'
+    /// charges; returns the old charge.
+    pub fn recharge(&mut self, slot: u32, charge: Charge) -> Charge {
+        let resident = &mut self.slots[at(slot)];
+        let old = std::mem::replace(&mut resident.charge, charge);
+        if let Place::Listed(list) = resident.place {
+            let ends = &mut self.lists[list as usize];
+            ends.bytes = ends.bytes - old.bytes + charge.bytes;
+        }
+        old
+    }
+
     /// Moves the partition in `slot` (not the hot one) to its list by its flag
     /// ([`List::Unsaved`] or [`List::Saved`]) as the most recently used entry, as if it had
     /// been made hot and then retired.

@@ -827,8 +827,9 @@ impl RangeSetWrapper {
                     .charge
                     .after_change(&resident.bitmap, after, after > before, inserts_only);
             // Written only when it changed: most inserts leave the charge as it was.
+            // `add_many` changes partitions that are in a list: their list's bytes follow.
             if charge != resident.charge {
-                let old = std::mem::replace(&mut resident.charge, charge);
+                let old = self.residents.recharge(slot, charge);
                 if charge.bytes != old.bytes {
                     self.partition_bytes = self.partition_bytes - old.bytes + charge.bytes;
                     self.note_peak();
