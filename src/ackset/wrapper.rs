@@ -258,8 +258,9 @@ impl RangeSetWrapper {
     /// is loaded or created), and a shared budget hears of the change once, at the end. The
     /// partitions a group touches become the most recently used, in the order they were
     /// last visited, the last one hot, as after one [`Self::add`] each; the resident bytes are
-    /// brought within the budget at the end of each group. On `Err` (a failed load) some of the
-    /// positions are added, not all.
+    /// brought within the budget at the end of each group, and as soon as a visit leaves them
+    /// past it (as [`Self::add`] would at the next partition), so they never exceed the budget
+    /// plus one partition. On `Err` (a failed load) some of the positions are added, not all.
     pub fn add_many(&mut self, positions: impl IntoIterator<Item = Position>) -> Result<u64> {
         let mut positions = positions.into_iter();
         let mut taken = [Position::default(); GROUP];
@@ -288,13 +289,25 @@ impl RangeSetWrapper {
                 let slot = match visit {
                     Some((seen, slot, _)) if seen == key => slot,
                     _ => {
-                        if let Some((_, slot, before)) = visit.take() {
-                            self.end_visit(slot, before);
-                        }
+                        let grew = visit
+                            .take()
+                            .is_some_and(|(_, slot, before)| self.end_visit(slot, before));
                         let slot = if let Some(slot) = self.residents.find(key) {
                             visited[in_visited] = slot;
                             in_visited += 1;
-                            slot
+                            if grew && self.over_budget() {
+                                // As one `add` each: the partition left grew past the budget,
+                                // so room is made with this one hot.
+                                self.relink(&visited[..in_visited]);
+                                in_visited = 0;
+                                self.make_room();
+                                // Making room may have moved the hot partition.
+                                self.residents
+                                    .hot_slot(key)
+                                    .expect("making room keeps the hot partition")
+                            } else {
+                                slot
+                            }
                         } else {
                             // A load or a creation may evict: the lists first.
                             self.relink(&visited[..in_visited]);
@@ -352,8 +365,10 @@ impl RangeSetWrapper {
     }
 
     /// Ends a visit of [`Self::add_many`] to the partition in `slot`, which held `before`
-    /// values when it began and has had values inserted since.
-    fn end_visit(&mut self, slot: u32, before: u64) {
+    /// values when it began and has had values inserted since; returns whether the resident
+    /// bytes grew.
+    fn end_visit(&mut self, slot: u32, before: u64) -> bool {
+        let bytes = self.partition_bytes;
         let after = u64::from(self.residents.get(slot).len);
         debug_assert_eq!(
             after,
@@ -361,6 +376,7 @@ impl RangeSetWrapper {
             "counted inserts"
         );
         self.note_change(slot, before, after, true);
+        self.partition_bytes > bytes
     }
 
     /// Adds the entries `first..=last` of one ledger; returns how many were not acked before.

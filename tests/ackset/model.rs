@@ -465,3 +465,64 @@ fn add_many_leaves_the_recency_order_of_one_add_each() {
         );
     }
 }
+
+/// A group of `add_many` that grows many resident partitions (array containers at their
+/// capacity, which double at the next value) stays within the budget plus one partition while
+/// it runs, as one `add` each does, not only at its end: the peak is the bound of every step.
+#[test]
+fn add_many_growing_resident_partitions_stays_within_the_budget_while_it_runs() {
+    const CHUNKS: u64 = 40;
+    let mut probe = RangeSetWrapper::new(Box::new(MemPartitionStore::default()), usize::MAX);
+    // 2,048 values a partition: an array container whose capacity is exactly its length.
+    for c in 0..CHUNKS {
+        for e in 0..2_048u64 {
+            probe.add(Position::new(1, (c << 16) + 2 * e)).expect("add");
+        }
+    }
+    let budget = probe.stats().resident_bytes;
+    // The same partitions under a budget they just fit in, every one resident.
+    let fitting = || {
+        let mut fit = RangeSetWrapper::new(Box::new(MemPartitionStore::default()), budget);
+        for c in 0..CHUNKS {
+            for e in 0..2_048u64 {
+                fit.add(Position::new(1, (c << 16) + 2 * e)).expect("add");
+            }
+        }
+        assert_eq!(fit.stats().evictions, 0, "{:?}", fit.stats());
+        fit
+    };
+    let mut w = fitting();
+    let mut by_one = fitting();
+    let mut model: BTreeSet<Position> = (0..CHUNKS)
+        .flat_map(|c| (0..2_048u64).map(move |e| Position::new(1, (c << 16) + 2 * e)))
+        .collect();
+    // One new value in every partition, in one group.
+    let group: Vec<Position> = (0..CHUNKS)
+        .map(|c| Position::new(1, (c << 16) + 1))
+        .collect();
+    assert_eq!(w.add_many(group.iter().copied()).expect("add_many"), CHUNKS);
+    for &p in &group {
+        assert!(by_one.add(p).expect("add"));
+    }
+    model.extend(group);
+    let one = by_one.stats();
+    assert!(
+        one.peak_resident_bytes <= budget + MAX_PARTITION_BYTES,
+        "{one:?}"
+    );
+    let stats = w.stats();
+    assert!(
+        stats.resident_bytes <= budget + MAX_PARTITION_BYTES,
+        "{stats:?}"
+    );
+    assert!(
+        stats.peak_resident_bytes <= budget + MAX_PARTITION_BYTES,
+        "{stats:?}"
+    );
+    assert_eq!(w.len(), model.len() as u64);
+    assert_eq!(
+        w.ranges().expect("ranges"),
+        model_ranges(&model),
+        "every ack kept across the evictions"
+    );
+}
