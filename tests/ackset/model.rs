@@ -272,14 +272,29 @@ fn check_partitions(model: &BTreeSet<Position>, set: &AckSet, w: &RangeSetWrappe
 
 #[test]
 fn both_sets_match_the_model_while_partitions_are_evicted_and_reloaded() {
+    // Budgets from nothing to a few small partitions: eviction on almost every touch.
+    against_the_model(0..1_000, 1_000);
+}
+
+/// As [`both_sets_match_the_model_while_partitions_are_evicted_and_reloaded`], under budgets
+/// that keep several partitions resident, so that `add_many` finds them in their lists and
+/// grows them there.
+#[test]
+fn both_sets_match_the_model_with_several_partitions_resident() {
+    against_the_model(1_000..12_000, 200);
+}
+
+/// Random operation sequences on the sets against the model, under a budget from `budgets`,
+/// the bounds and counters checked after every step; at least `moves` loads, evictions and
+/// stores in all.
+fn against_the_model(budgets: std::ops::Range<usize>, moves: u64) {
     let mut runner = TestRunner::new(Config {
         cases: if cfg!(debug_assertions) { 128 } else { 2_048 },
         failure_persistence: None,
         ..Config::default()
     });
     let (loads, evictions, stores) = (Cell::new(0u64), Cell::new(0u64), Cell::new(0u64));
-    // Budgets from nothing to a few small partitions: eviction on almost every touch.
-    let strategy = (0usize..1_000, prop::collection::vec(op(), 1..120));
+    let strategy = (budgets, prop::collection::vec(op(), 1..120));
     runner
         .run(&strategy, |(budget, ops)| {
             let mut model = BTreeSet::new();
@@ -313,9 +328,9 @@ fn both_sets_match_the_model_while_partitions_are_evicted_and_reloaded() {
             Ok(())
         })
         .unwrap_or_else(|e| panic!("{e}"));
-    assert!(loads.get() > 1_000, "loads {}", loads.get());
-    assert!(evictions.get() > 1_000, "evictions {}", evictions.get());
-    assert!(stores.get() > 1_000, "stores {}", stores.get());
+    assert!(loads.get() > moves, "loads {}", loads.get());
+    assert!(evictions.get() > moves, "evictions {}", evictions.get());
+    assert!(stores.get() > moves, "stores {}", stores.get());
 }
 
 /// One step of the wrapper-against-`AckSet` comparison: long ranges that cross several chunks and
