@@ -351,6 +351,38 @@ impl Residents {
         }
     }
 
+    /// Charges the partition in `slot` (which holds one) `charge` instead of what it was
+    /// charged, keeping the bytes of the list it is in, if any, equal to its partitions'
+    /// charges; returns the old charge.
+    pub fn recharge(&mut self, slot: u32, charge: Charge) -> Charge {
+        let resident = &mut self.slots[at(slot)];
+        let old = std::mem::replace(&mut resident.charge, charge);
+        if let Place::Listed(list) = resident.place {
+            let ends = &mut self.lists[list as usize];
+            ends.bytes = ends.bytes - old.bytes + charge.bytes;
+        }
+        old
+    }
+
+    /// Moves the partition in `slot` (not the hot one) to its list by its flag
+    /// ([`List::Unsaved`] or [`List::Saved`]) as the most recently used entry, as if it had
+    /// been made hot and then retired.
+    #[inline]
+    pub fn relist_by_flag(&mut self, slot: u32) {
+        let list = if self.slots[at(slot)].unsaved {
+            List::Unsaved
+        } else {
+            List::Saved
+        };
+        if self.slots[at(slot)].place != Place::Listed(list) {
+            self.relist(slot, list, true);
+        } else if self.lists[list as usize].newest != slot {
+            // Within its list: the links change, not the list's length or bytes.
+            self.detach(slot, list);
+            self.attach(slot, list, true);
+        }
+    }
+
     /// Moves the partition in `slot` (not the hot one) to `list`, as its most recently used
     /// entry if `newest`, else as its least recently used one.
     pub fn relist(&mut self, slot: u32, list: List, newest: bool) {
@@ -462,15 +494,19 @@ impl Residents {
 
     /// Takes `slot` out of its list (it is in one).
     fn unlink(&mut self, slot: u32) {
-        let Resident {
-            older,
-            newer,
-            place,
-            ..
-        } = self.slots[at(slot)];
-        let Place::Listed(list) = place else {
+        let Place::Listed(list) = self.slots[at(slot)].place else {
             unreachable!("only a listed slot is unlinked");
         };
+        self.detach(slot, list);
+        let ends = &mut self.lists[list as usize];
+        ends.len -= 1;
+        ends.bytes -= self.slots[at(slot)].charge.bytes;
+    }
+
+    /// Takes `slot` out of the chain of `list` (it is in it), leaving the list's length and
+    /// bytes as they were.
+    fn detach(&mut self, slot: u32, list: List) {
+        let Resident { older, newer, .. } = self.slots[at(slot)];
         match self.slots.get_mut(at(older)) {
             Some(s) => s.newer = newer,
             None => self.lists[list as usize].oldest = newer,
@@ -479,13 +515,19 @@ impl Residents {
             Some(s) => s.older = older,
             None => self.lists[list as usize].newest = older,
         }
-        let ends = &mut self.lists[list as usize];
-        ends.len -= 1;
-        ends.bytes -= self.slots[at(slot)].charge.bytes;
     }
 
     /// Puts `slot` (in no list) at one end of `list`.
     fn link(&mut self, slot: u32, list: List, newest: bool) {
+        let bytes = self.attach(slot, list, newest);
+        let ends = &mut self.lists[list as usize];
+        ends.len += 1;
+        ends.bytes += bytes;
+    }
+
+    /// Puts `slot` in the chain of `list` at one end, leaving the list's length and bytes as
+    /// they were; returns the bytes charged for the partition in `slot`.
+    fn attach(&mut self, slot: u32, list: List, newest: bool) -> usize {
         let ends = self.lists[list as usize];
         let (older, newer) = if newest {
             (ends.newest, NIL)
@@ -515,7 +557,6 @@ impl Residents {
                 ends.newest = slot;
             }
         }
-        ends.len += 1;
-        ends.bytes += bytes;
+        bytes
     }
 }

@@ -253,9 +253,14 @@ impl RangeSetWrapper {
     /// as one [`Self::add`] each, but cheaper: the positions are taken [`GROUP`] at a time and,
     /// when such a group lies in one ledger within [`GROUP`] partitions, ordered by partition
     /// (see [`by_partition`]); consecutive positions in one partition cost one visit of it (one
-    /// lookup, one round of bookkeeping), and a shared budget hears of the change once, at the
-    /// end. The partitions a group touches become the most recently used, in the order they
-    /// were visited. On `Err` (a failed load) some of the positions are added, not all.
+    /// lookup, one round of bookkeeping), a resident partition is found without being moved in
+    /// its recency list, the lists are brought up to date once a group (and before a partition
+    /// is loaded or created), and a shared budget hears of the change once, at the end. The
+    /// partitions a group touches become the most recently used, in the order they were
+    /// last visited, the last one hot, as after one [`Self::add`] each; the resident bytes are
+    /// brought within the budget at the end of each group, and as soon as a visit leaves them
+    /// past it (as [`Self::add`] would at the next partition), so they never exceed the budget
+    /// plus one partition. On `Err` (a failed load) some of the positions are added, not all.
     pub fn add_many(&mut self, positions: impl IntoIterator<Item = Position>) -> Result<u64> {
         let mut positions = positions.into_iter();
         let mut taken = [Position::default(); GROUP];
@@ -263,8 +268,12 @@ impl RangeSetWrapper {
         let mut added = 0;
         // The partition visited: its key, its slot, and its cardinality when the visit began.
         // Its bitmap and `len` change during the visit; the rest of its bookkeeping is done
-        // when the visit ends (`note_change`), before another partition is made hot.
+        // when the visit ends (`note_change`).
         let mut visit: Option<(PartitionKey, u32, u64)> = None;
+        // The resident partitions visited since the lists were last brought up to date, in the
+        // order of their visits (at most one a position of the group).
+        let mut visited = [0u32; GROUP];
+        let mut in_visited = 0;
         let mut failed = None;
         while failed.is_none() {
             let mut n = 0;
@@ -278,23 +287,43 @@ impl RangeSetWrapper {
             for &pos in by_partition(&taken[..n], &mut ordered) {
                 let key = PartitionKey::of(pos);
                 let slot = match visit {
-                    Some((visited, slot, _)) if visited == key => slot,
+                    Some((seen, slot, _)) if seen == key => slot,
                     _ => {
-                        if let Some((_, slot, before)) = visit.take() {
-                            self.end_visit(slot, before);
-                        }
-                        match self.hot_slot(key, true) {
-                            Ok(Some(slot)) => {
-                                let before = u64::from(self.residents.get(slot).len);
-                                visit = Some((key, slot, before));
+                        let grew = visit
+                            .take()
+                            .is_some_and(|(_, slot, before)| self.end_visit(slot, before));
+                        let slot = if let Some(slot) = self.residents.find(key) {
+                            visited[in_visited] = slot;
+                            in_visited += 1;
+                            if grew && self.over_budget() {
+                                // As one `add` each: the partition left grew past the budget,
+                                // so room is made with this one hot.
+                                self.relink(&visited[..in_visited]);
+                                in_visited = 0;
+                                self.make_room();
+                                // Making room may have moved the hot partition.
+                                self.residents
+                                    .hot_slot(key)
+                                    .expect("making room keeps the hot partition")
+                            } else {
                                 slot
                             }
-                            Ok(None) => unreachable!("hot_slot creates the partition"),
-                            Err(e) => {
-                                failed = Some(e);
-                                break;
+                        } else {
+                            // A load or a creation may evict: the lists first.
+                            self.relink(&visited[..in_visited]);
+                            in_visited = 0;
+                            match self.hot_slot(key, true) {
+                                Ok(Some(slot)) => slot,
+                                Ok(None) => unreachable!("hot_slot creates the partition"),
+                                Err(e) => {
+                                    failed = Some(e);
+                                    break;
+                                }
                             }
-                        }
+                        };
+                        let before = u64::from(self.residents.get(slot).len);
+                        visit = Some((key, slot, before));
+                        slot
                     }
                 };
                 let resident = self.residents.get_mut(slot);
@@ -306,17 +335,40 @@ impl RangeSetWrapper {
                     added += 1;
                 }
             }
-        }
-        if let Some((_, slot, before)) = visit {
-            self.end_visit(slot, before);
+            if let Some((_, slot, before)) = visit.take() {
+                self.end_visit(slot, before);
+            }
+            self.relink(&visited[..in_visited]);
+            in_visited = 0;
+            if self.over_budget() {
+                self.make_room();
+            }
         }
         self.touched();
         failed.map_or(Ok(added), Err)
     }
 
+    /// Brings the recency lists up to date after [`Self::add_many`] visited the resident
+    /// partitions in `visited` (in that order, a partition possibly more than once) without
+    /// moving them: as if each visit had made its partition hot, the hot partition joins its
+    /// list, each visited one but the last is moved to its list (by its flag) as the most
+    /// recently used, and the last one becomes hot.
+    fn relink(&mut self, visited: &[u32]) {
+        let Some((&last, earlier)) = visited.split_last() else {
+            return;
+        };
+        self.residents.retire_hot();
+        for &slot in earlier {
+            self.residents.relist_by_flag(slot);
+        }
+        self.residents.make_hot(last);
+    }
+
     /// Ends a visit of [`Self::add_many`] to the partition in `slot`, which held `before`
-    /// values when it began and has had values inserted since.
-    fn end_visit(&mut self, slot: u32, before: u64) {
+    /// values when it began and has had values inserted since; returns whether the resident
+    /// bytes grew.
+    fn end_visit(&mut self, slot: u32, before: u64) -> bool {
+        let bytes = self.partition_bytes;
         let after = u64::from(self.residents.get(slot).len);
         debug_assert_eq!(
             after,
@@ -324,6 +376,7 @@ impl RangeSetWrapper {
             "counted inserts"
         );
         self.note_change(slot, before, after, true);
+        self.partition_bytes > bytes
     }
 
     /// Adds the entries `first..=last` of one ledger; returns how many were not acked before.
@@ -790,8 +843,9 @@ impl RangeSetWrapper {
                     .charge
                     .after_change(&resident.bitmap, after, after > before, inserts_only);
             // Written only when it changed: most inserts leave the charge as it was.
+            // `add_many` changes partitions that are in a list: their list's bytes follow.
             if charge != resident.charge {
-                let old = std::mem::replace(&mut resident.charge, charge);
+                let old = self.residents.recharge(slot, charge);
                 if charge.bytes != old.bytes {
                     self.partition_bytes = self.partition_bytes - old.bytes + charge.bytes;
                     self.note_peak();

@@ -547,8 +547,23 @@ impl CursorState {
         let first_unacked = layout.after_mark(mark);
         // The entry after mark-delete is never in `acks`: given, it is newly acknowledged.
         let mut fills_first = false;
-        for p in positions.iter().filter(|p| after_mark(p)) {
-            if !layout.contains(*p) {
+        let mut all_after_mark = true;
+        // The ledger looked up last and its entry count: a call's positions are mostly in one.
+        let mut span: Option<(u64, u64)> = None;
+        for p in positions {
+            if !after_mark(p) {
+                all_after_mark = false;
+                continue;
+            }
+            let entries = match span {
+                Some((id, entries)) if id == p.ledger_id => entries,
+                _ => {
+                    let entries = layout.span(p.ledger_id).map_or(0, |s| s.entries);
+                    span = Some((p.ledger_id, entries));
+                    entries
+                }
+            };
+            if p.entry_id >= entries {
                 return Err(Error::NoSuchEntry(*p));
             }
             fills_first |= Some(*p) == first_unacked;
@@ -575,8 +590,10 @@ impl CursorState {
             .copied()
             .filter(|p| after_mark(p) && Some(*p) != floor);
         // As in `ack`: no partial entry to load or forget when there is none at all, and then
-        // the positions go to the ack set in one call.
-        let added = if batched {
+        // the positions go to the ack set in one call (unfiltered when none is left out).
+        let added = if !batched && all_after_mark && floor.is_none() {
+            self.acks.add_many(positions.iter().copied())?
+        } else if batched {
             acked.try_fold(0, |changed, pos| {
                 self.batch.prepare(pos)?;
                 let added = self.acks.add(pos)?;

@@ -1,7 +1,9 @@
 //! The shared budget's members: who is asked to release memory, in which order, and what leaving does.
 
 use ackstore::internals::ackset::budget::*;
-use ackstore::internals::ackset::{MAX_PARTITION_BYTES, MemPartitionStore, RangeSetWrapper};
+use ackstore::internals::ackset::{
+    MAX_PARTITION_BYTES, MemPartitionStore, PartitionKey, RangeSetWrapper,
+};
 use ackstore::internals::position::Position;
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -128,4 +130,38 @@ fn a_member_that_leaves_takes_its_bytes_off_the_total() {
     drop(a);
     let s = budget.stats();
     assert_eq!((s.resident_bytes, s.members), (0, 0), "{s:?}");
+}
+
+/// A member publishes as saved only what it could drop: after `add_many` changed a saved
+/// partition that was not the one in use (it becomes unsaved and grows), the member holds no
+/// saved partition, and another member's growth asks it for saved memory never, so no request
+/// comes back empty.
+#[test]
+fn add_many_on_a_saved_partition_leaves_no_saved_bytes_published() {
+    let budget = AckBudget::new(4096);
+    let a = member(&budget);
+    {
+        let mut w = a.0.lock().unwrap();
+        // Two partitions of one ledger, both persisted: chunk 0 in the saved list, chunk 1 in
+        // use.
+        for chunk in [0u64, 1] {
+            w.add(Position::new(1, chunk << 16)).unwrap();
+            w.mark_persisted(PartitionKey::of(Position::new(1, chunk << 16)));
+        }
+        // One group: many new values in chunk 0 (its array grows), one in chunk 1.
+        let group = (1..60u64)
+            .map(|e| Position::new(1, e))
+            .chain([Position::new(1, (1 << 16) + 1)]);
+        assert_eq!(w.add_many(group).unwrap(), 60);
+    }
+    // Another member needs all the room: `a` holds no saved memory to drop.
+    let b = member(&budget);
+    fill(&b, 100..120);
+    let s = budget.stats();
+    assert_eq!(
+        s.busy, 0,
+        "a member was asked for saved memory it did not hold: {s:?}"
+    );
+    assert!(s.released_bytes > 0, "{s:?}");
+    assert!(s.resident_bytes <= 4096 + MAX_PARTITION_BYTES, "{s:?}");
 }

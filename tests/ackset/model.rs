@@ -272,14 +272,29 @@ fn check_partitions(model: &BTreeSet<Position>, set: &AckSet, w: &RangeSetWrappe
 
 #[test]
 fn both_sets_match_the_model_while_partitions_are_evicted_and_reloaded() {
+    // Budgets from nothing to a few small partitions: eviction on almost every touch.
+    against_the_model(0..1_000, 1_000);
+}
+
+/// As [`both_sets_match_the_model_while_partitions_are_evicted_and_reloaded`], under budgets
+/// that keep several partitions resident, so that `add_many` finds them in their lists and
+/// grows them there.
+#[test]
+fn both_sets_match_the_model_with_several_partitions_resident() {
+    against_the_model(1_000..12_000, 200);
+}
+
+/// Random operation sequences on the sets against the model, under a budget from `budgets`,
+/// the bounds and counters checked after every step; at least `moves` loads, evictions and
+/// stores in all.
+fn against_the_model(budgets: std::ops::Range<usize>, moves: u64) {
     let mut runner = TestRunner::new(Config {
         cases: if cfg!(debug_assertions) { 128 } else { 2_048 },
         failure_persistence: None,
         ..Config::default()
     });
     let (loads, evictions, stores) = (Cell::new(0u64), Cell::new(0u64), Cell::new(0u64));
-    // Budgets from nothing to a few small partitions: eviction on almost every touch.
-    let strategy = (0usize..1_000, prop::collection::vec(op(), 1..120));
+    let strategy = (budgets, prop::collection::vec(op(), 1..120));
     runner
         .run(&strategy, |(budget, ops)| {
             let mut model = BTreeSet::new();
@@ -313,9 +328,9 @@ fn both_sets_match_the_model_while_partitions_are_evicted_and_reloaded() {
             Ok(())
         })
         .unwrap_or_else(|e| panic!("{e}"));
-    assert!(loads.get() > 1_000, "loads {}", loads.get());
-    assert!(evictions.get() > 1_000, "evictions {}", evictions.get());
-    assert!(stores.get() > 1_000, "stores {}", stores.get());
+    assert!(loads.get() > moves, "loads {}", loads.get());
+    assert!(evictions.get() > moves, "evictions {}", evictions.get());
+    assert!(stores.get() > moves, "stores {}", stores.get());
 }
 
 /// One step of the wrapper-against-`AckSet` comparison: long ranges that cross several chunks and
@@ -388,4 +403,141 @@ proptest! {
         }
         prop_assert_eq!(w.ranges().expect("ranges"), s.ranges().collect::<Vec<_>>());
     }
+}
+
+/// `add_many` over resident partitions moves them in the recency lists as one `add` each does
+/// (the last visit of each counts, the last partition visited is hot): with no eviction during
+/// the call, a set given a group by `add_many` and one given it by `add`s then evict the same
+/// partitions, in the same order, as new partitions come in; both for a group ordered by
+/// partition (its visits in that order) and one taken as it comes (partitions 100 apart),
+/// visiting partitions many times.
+#[test]
+fn add_many_leaves_the_recency_order_of_one_add_each() {
+    for spacing in [1u64, 100] {
+        let chunks: Vec<u64> = (0..10).map(|c| c * spacing).collect();
+        // Room for the ten bitmap partitions and a few small ones, so that no eviction happens
+        // before the new partitions come in.
+        let budget = 12 * MAX_PARTITION_BYTES;
+        let mut by_many = RangeSetWrapper::new(Box::new(MemPartitionStore::default()), budget);
+        let mut by_one = RangeSetWrapper::new(Box::new(MemPartitionStore::default()), budget);
+        for w in [&mut by_many, &mut by_one] {
+            for &c in &chunks {
+                // Even offsets only: a bitmap container, charged the same whatever is added.
+                for e in (0..10_000u64).step_by(2) {
+                    w.add(Position::new(1, (c << 16) + e)).expect("add");
+                }
+            }
+        }
+        let mut draw = 0x2545_f491_4f6c_dd1d_u64;
+        let group: Vec<Position> = (0..200)
+            .map(|_| {
+                draw ^= draw << 13;
+                draw ^= draw >> 7;
+                draw ^= draw << 17;
+                let c = chunks[usize::try_from(draw % 10).expect("small")];
+                Position::new(1, (c << 16) + (draw >> 8) % 20_000)
+            })
+            .collect();
+        // `add_many` takes 64 positions at a time, ordered by partition (stably) when they lie
+        // within 64 partitions of one ledger.
+        let mut added = 0;
+        for taken in group.chunks(64) {
+            let mut taken = taken.to_vec();
+            if spacing == 1 {
+                taken.sort_by_key(|p| PartitionKey::of(*p).chunk);
+            }
+            added += taken
+                .iter()
+                .filter(|p| by_one.add(**p).expect("add"))
+                .count();
+        }
+        assert_eq!(
+            by_many.add_many(group.iter().copied()).expect("add_many"),
+            added as u64
+        );
+        assert_eq!(by_many.stats(), by_one.stats(), "spacing {spacing}");
+        assert_eq!(by_many.stats().evictions, 0, "spacing {spacing}");
+        for extra in 0..30u64 {
+            // A new bitmap partition each time.
+            for e in (0..10_000u64).step_by(2) {
+                let p = Position::new(2, (extra << 16) + e);
+                by_many.add(p).expect("add");
+                by_one.add(p).expect("add");
+            }
+            for &c in &chunks {
+                let key = PartitionKey::of(Position::new(1, c << 16));
+                assert_eq!(
+                    by_many.is_resident(key),
+                    by_one.is_resident(key),
+                    "spacing {spacing}, after {extra} new partitions, chunk {c}"
+                );
+            }
+            assert_eq!(by_many.stats(), by_one.stats(), "spacing {spacing}");
+        }
+        assert!(
+            by_one.stats().evictions >= 10,
+            "every partition of the group evicted"
+        );
+    }
+}
+
+/// A group of `add_many` that grows many resident partitions (array containers at their
+/// capacity, which double at the next value) stays within the budget plus one partition while
+/// it runs, as one `add` each does, not only at its end: the peak is the bound of every step.
+#[test]
+fn add_many_growing_resident_partitions_stays_within_the_budget_while_it_runs() {
+    const CHUNKS: u64 = 40;
+    let mut probe = RangeSetWrapper::new(Box::new(MemPartitionStore::default()), usize::MAX);
+    // 2,048 values a partition: an array container whose capacity is exactly its length.
+    for c in 0..CHUNKS {
+        for e in 0..2_048u64 {
+            probe.add(Position::new(1, (c << 16) + 2 * e)).expect("add");
+        }
+    }
+    let budget = probe.stats().resident_bytes;
+    // The same partitions under a budget they just fit in, every one resident.
+    let fitting = || {
+        let mut fit = RangeSetWrapper::new(Box::new(MemPartitionStore::default()), budget);
+        for c in 0..CHUNKS {
+            for e in 0..2_048u64 {
+                fit.add(Position::new(1, (c << 16) + 2 * e)).expect("add");
+            }
+        }
+        assert_eq!(fit.stats().evictions, 0, "{:?}", fit.stats());
+        fit
+    };
+    let mut w = fitting();
+    let mut by_one = fitting();
+    let mut model: BTreeSet<Position> = (0..CHUNKS)
+        .flat_map(|c| (0..2_048u64).map(move |e| Position::new(1, (c << 16) + 2 * e)))
+        .collect();
+    // One new value in every partition, in one group.
+    let group: Vec<Position> = (0..CHUNKS)
+        .map(|c| Position::new(1, (c << 16) + 1))
+        .collect();
+    assert_eq!(w.add_many(group.iter().copied()).expect("add_many"), CHUNKS);
+    for &p in &group {
+        assert!(by_one.add(p).expect("add"));
+    }
+    model.extend(group);
+    let one = by_one.stats();
+    assert!(
+        one.peak_resident_bytes <= budget + MAX_PARTITION_BYTES,
+        "{one:?}"
+    );
+    let stats = w.stats();
+    assert!(
+        stats.resident_bytes <= budget + MAX_PARTITION_BYTES,
+        "{stats:?}"
+    );
+    assert!(
+        stats.peak_resident_bytes <= budget + MAX_PARTITION_BYTES,
+        "{stats:?}"
+    );
+    assert_eq!(w.len(), model.len() as u64);
+    assert_eq!(
+        w.ranges().expect("ranges"),
+        model_ranges(&model),
+        "every ack kept across the evictions"
+    );
 }

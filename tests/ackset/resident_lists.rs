@@ -136,3 +136,40 @@ fn shrink_keeps_only_the_hot_partition() {
     r.shrink();
     assert_eq!((r.slots.capacity(), r.overhead_bytes(), r.len()), (0, 0, 0));
 }
+
+/// A partition recharged where it is (in a list, or hot) keeps its list's bytes equal to the
+/// sum of its partitions' charges, through moves within the list and to another one.
+#[test]
+fn a_recharge_keeps_the_bytes_of_the_list_holding_the_partition() {
+    let mut r = Residents::new();
+    for ledger in 1..=3 {
+        r.retire_hot();
+        r.insert_hot(resident(ledger, false, 100));
+    }
+    r.retire_hot();
+    let charged = |bytes| Charge {
+        bytes,
+        ..Charge::default()
+    };
+    let one = r.find(key(1)).expect("resident");
+    assert_eq!(r.recharge(one, charged(700)).bytes, 100);
+    assert_eq!(r.list_bytes(List::Saved), 900);
+    // Moved to the newest end of its list, then to the unsaved list.
+    r.relist_by_flag(one);
+    assert_eq!(keys(&r, List::Saved), [1, 3, 2]);
+    assert_eq!(r.list_bytes(List::Saved), 900);
+    r.relist(one, List::Unsaved, true);
+    assert_eq!(
+        (r.list_bytes(List::Saved), r.list_bytes(List::Unsaved)),
+        (200, 700)
+    );
+    // The hot partition is in no list: its charge counts in none.
+    let two = r.find(key(2)).expect("resident");
+    r.make_hot(two);
+    r.recharge(two, charged(50));
+    r.retire_hot();
+    assert_eq!(
+        (r.list_bytes(List::Saved), r.list_bytes(List::Unsaved)),
+        (150, 700)
+    );
+}
