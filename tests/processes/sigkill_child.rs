@@ -34,6 +34,9 @@
 //! logged as an `F` line for every cursor once they returned `Ok`), and through a store that
 //! keeps 2 descriptors open (its files closed and reopened on use all the time).
 //!
+//! The kill loop ([`kill_rounds`], over a [`Workload`]: its log, its check) and the child's log
+//! are shared with the other process-kill tests of this crate.
+//!
 //! `KILL_ROUNDS` sets the number of kills (50 by default); `ACKSTORE_KILL_SEED` repeats a run's
 //! choices (the seed is printed on failure).
 
@@ -144,7 +147,7 @@ fn cursor_name(c: usize) -> String {
     format!("sub-{c}")
 }
 
-fn parse_position(s: &str) -> Option<Position> {
+pub(super) fn parse_position(s: &str) -> Option<Position> {
     let (l, e) = s.split_once(':')?;
     Some(Position {
         ledger_id: l.parse().ok()?,
@@ -175,34 +178,59 @@ fn sigkill_through_a_store_keeping_two_files_open_never_loses_a_flushed_ack() {
 
 /// The parent, or (in a child, `ACKSTORE_KILL_CHILD_DIR` set) the workload.
 fn run(through: Through) {
-    if let Ok(dir) = std::env::var(CHILD_DIR) {
-        let log = std::env::var(CHILD_LOG).expect("the child's log");
-        let seed = std::env::var(CHILD_SEED)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .expect("the child's seed");
-        child(through, Path::new(&dir), Path::new(&log), seed);
+    if let Some((dir, log, seed)) = child_env() {
+        child(through, &dir, &log, seed);
     }
-    let rounds: usize = std::env::var("KILL_ROUNDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(50);
     let seed = seed_from_env("ACKSTORE_KILL_SEED");
-    if let Err(failure) = parent(through, rounds, seed) {
+    let mut harness = Harness {
+        through,
+        state: Parent::default(),
+    };
+    if let Err(failure) = harness.parent(kill_rounds_from_env(50), seed) {
         panic!(
             "{through:?}: seed {seed} (ACKSTORE_KILL_SEED={seed} repeats its choices): {failure}"
         );
     }
 }
 
+/// In a child: the directory, the log and the seed its parent gave it.
+pub(super) fn child_env() -> Option<(PathBuf, PathBuf, u64)> {
+    let dir = std::env::var(CHILD_DIR).ok()?;
+    let log = std::env::var(CHILD_LOG).expect("the child's log");
+    let seed = std::env::var(CHILD_SEED)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .expect("the child's seed");
+    Some((dir.into(), log.into(), seed))
+}
+
+/// The number of kills: `KILL_ROUNDS`, or `default`.
+pub(super) fn kill_rounds_from_env(default: usize) -> usize {
+    std::env::var("KILL_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
 // ---------------------------------------------------------------------------------------------
 // The child: a random workload, logged, until it is killed.
 
 /// Appends whole lines to the log; each line is one `write`, which a SIGKILL cannot tear.
-struct Log(File);
+pub(super) struct Log(File);
 
 impl Log {
-    fn line(&mut self, text: &str) {
+    /// Opens the log at `path` for appending.
+    pub(super) fn open(path: &Path) -> Self {
+        Self(
+            OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(path)
+                .expect("open the log"),
+        )
+    }
+
+    pub(super) fn line(&mut self, text: &str) {
         self.0
             .write_all(format!("{text}\n").as_bytes())
             .expect("write the log");
@@ -210,7 +238,7 @@ impl Log {
 
     /// Logs an unexpected error and ends the child with exit code 3 (the parent expects death
     /// by SIGKILL, so it reports this line).
-    fn fail(&mut self, what: &str, err: &Error) -> ! {
+    pub(super) fn fail(&mut self, what: &str, err: &Error) -> ! {
         self.line(&format!("E {what}: {err}"));
         std::process::exit(3);
     }
@@ -229,11 +257,7 @@ fn child(through: Through, dir: &Path, log_path: &Path, seed: u64) -> ! {
             p
         })
         .collect();
-    let mut log = Log(OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(log_path)
-        .expect("open the log"));
+    let mut log = Log::open(log_path);
     let opened = through.open(dir).unwrap_or_else(|e| log.fail("open", &e));
     let topic = &opened.topic;
     // An earlier child's unsynced appends may be gone (the write buffer dies with the process).
@@ -633,7 +657,7 @@ impl Parent {
 
 /// Runs the check `ackstore verify` prints (`ackstore::check::verify`) on the directory: a kill
 /// is never damage.
-fn verify(dir: &Path, round: usize) -> Result<(), String> {
+pub(super) fn verify(dir: &Path, round: usize) -> Result<(), String> {
     let storage: Arc<dyn ackstore::Storage> = Arc::new(
         ackstore::FileStorage::open(dir, false)
             .map_err(|e| format!("round {round}: open the directory for verify: {e}"))?,
@@ -669,7 +693,36 @@ fn wait_for_start(path: &Path, len: u64, child: &mut std::process::Child) -> Res
     }
 }
 
-fn parent(through: Through, rounds: usize, seed: u64) -> Result<(), String> {
+/// What a process-kill test checks: its own workload's log and state after each kill.
+pub(super) trait Workload {
+    /// The test the child runs (this binary, run again with it as the exact filter).
+    fn test_name(&self) -> String;
+
+    /// Fills the directory before the first child runs, logging what it did; nothing by
+    /// default.
+    fn prepare(&mut self, dir: &Path, log: &Path) -> Result<(), String> {
+        let _ = (dir, log);
+        Ok(())
+    }
+
+    /// Applies the log's new complete lines (the child's, up to its kill).
+    fn apply_log(&mut self, log: &Path) -> Result<(), String>;
+
+    /// Reopens the directory after kill number `round` and checks it against the log (to which
+    /// it may add what the next child needs to know).
+    fn check(&mut self, dir: &Path, log: &Path, round: usize) -> Result<(), String>;
+}
+
+/// Runs `rounds` children of `workload` one after the other on one directory (first filled by
+/// [`Workload::prepare`]), each killed with
+/// SIGKILL at a random moment once it has logged its first line (opened the directory); after
+/// each kill applies the log, checks the reopened directory and runs `verify` on it. Returns
+/// the first failure, with the child's stderr where it matters.
+pub(super) fn kill_rounds(
+    workload: &mut impl Workload,
+    rounds: usize,
+    seed: u64,
+) -> Result<(), String> {
     let work = tempfile::tempdir().map_err(|e| e.to_string())?;
     let dir = work.path().join("topic");
     std::fs::create_dir(&dir).map_err(|e| e.to_string())?;
@@ -677,13 +730,14 @@ fn parent(through: Through, rounds: usize, seed: u64) -> Result<(), String> {
     File::create(&log_path).map_err(|e| e.to_string())?;
     let stderr_path = work.path().join("child.stderr");
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let test_name = workload.test_name();
+    workload.prepare(&dir, &log_path)?;
     let mut rng = Rng::new(seed);
-    let mut state = Parent::default();
     for round in 0..rounds {
         let len = std::fs::metadata(&log_path).map_or(0, |m| m.len());
         let mut child = Command::new(&exe)
             .args([
-                through.test_name().as_str(),
+                test_name.as_str(),
                 "--exact",
                 "--nocapture",
                 "--test-threads=1",
@@ -703,7 +757,7 @@ fn parent(through: Through, rounds: usize, seed: u64) -> Result<(), String> {
         let _ = child.kill();
         let status = child.wait().map_err(|e| e.to_string())?;
         let child_err = std::fs::read_to_string(&stderr_path).unwrap_or_default();
-        state
+        workload
             .apply_log(&log_path)
             .map_err(|e| format!("round {round}: {e}\nchild stderr: {child_err}"))?;
         started.map_err(|e| format!("round {round}: {e}\nchild stderr: {child_err}"))?;
@@ -713,30 +767,58 @@ fn parent(through: Through, rounds: usize, seed: u64) -> Result<(), String> {
                  killed\nchild stderr: {child_err}"
             ));
         }
-        state.check(through, &dir, round)?;
+        workload.check(&dir, &log_path, round)?;
         verify(&dir, round)?;
     }
-    // The kills must have landed mid-workload, not only during start-up.
-    if rounds >= 10
-        && (state.acks == 0
-            || state.batch_index_acks == 0
-            || state.flushes == 0
-            || state.seeks == 0)
-    {
-        return Err(format!(
-            "the children did too little before being killed: {} acks ({} of single messages \
-             of a batch), {} flushes, {} seeks",
-            state.acks, state.batch_index_acks, state.flushes, state.seeks
-        ));
-    }
-    eprintln!(
-        "{rounds} kills: {} acks ({} of single messages of a batch), {} flushes or closes, {} \
-         seeks logged; {} entries",
-        state.acks,
-        state.batch_index_acks,
-        state.flushes,
-        state.seeks,
-        state.appended.len()
-    );
     Ok(())
+}
+
+/// The workload of this file's tests: one topic, opened `through` a way.
+struct Harness {
+    through: Through,
+    state: Parent,
+}
+
+impl Workload for Harness {
+    fn test_name(&self) -> String {
+        self.through.test_name()
+    }
+
+    fn apply_log(&mut self, log: &Path) -> Result<(), String> {
+        self.state.apply_log(log)
+    }
+
+    fn check(&mut self, dir: &Path, _log: &Path, round: usize) -> Result<(), String> {
+        self.state.check(self.through, dir, round)
+    }
+}
+
+impl Harness {
+    fn parent(&mut self, rounds: usize, seed: u64) -> Result<(), String> {
+        kill_rounds(self, rounds, seed)?;
+        let state = &self.state;
+        // The kills must have landed mid-workload, not only during start-up.
+        if rounds >= 10
+            && (state.acks == 0
+                || state.batch_index_acks == 0
+                || state.flushes == 0
+                || state.seeks == 0)
+        {
+            return Err(format!(
+                "the children did too little before being killed: {} acks ({} of single \
+                 messages of a batch), {} flushes, {} seeks",
+                state.acks, state.batch_index_acks, state.flushes, state.seeks
+            ));
+        }
+        eprintln!(
+            "{rounds} kills: {} acks ({} of single messages of a batch), {} flushes or closes, \
+             {} seeks logged; {} entries",
+            state.acks,
+            state.batch_index_acks,
+            state.flushes,
+            state.seeks,
+            state.appended.len()
+        );
+        Ok(())
+    }
 }
