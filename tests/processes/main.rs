@@ -12,6 +12,7 @@ mod lock_kept_while_files_close;
 mod lock_not_inherited;
 mod open_files_limit;
 mod shared_open_files;
+mod sigkill_ack_many;
 mod sigkill_child;
 mod store_close_and_alone;
 mod two_processes_one_directory;
