@@ -4,19 +4,22 @@
 //! (one per data ledger here: topics roll a ledger every few entries) are written out and loaded
 //! back all the time. It acks mostly with `ack_many` groups (random positions over many ledgers,
 //! duplicates, positions at or before mark-delete, the entry right after it), mixed with `ack`,
-//! `ack_cumulative`, cursor flushes and closes, `Store::flush_all` and the flusher pool, and logs
-//! what it does. The parent (the kill loop of `sigkill_child`, which first fills every topic
-//! with a few ledgers of entries) kills it with SIGKILL at a random moment, reopens the store,
-//! checks every cursor against the log with all of them open under the budget, checks that
-//! reading them back made room and kept the budget, and runs `verify`.
+//! `ack_cumulative`, cursor flushes and closes, `Store::flush_all` and the flusher pool, from two
+//! threads that each work on topics of their own (so one cursor's lines are in the order of its
+//! calls, while the budget makes the cursors of one thread release memory to the other's, or
+//! find them busy), and logs what it does. The parent (the kill loop of `sigkill_child`, which
+//! first fills every topic with a few ledgers of entries) kills it with SIGKILL at a random
+//! moment, reopens the store, checks every cursor against the log with all of them open under
+//! the budget, checks that reading them back made room and kept the budget, and runs `verify`.
 //!
 //! The log, one whole line a `write`: `A t L:E` after an append to topic `t` returned, `Y t`
 //! after its sync returned `Ok`; *before* a call of cursor `k` (cursor `k % CURSORS` of topic
 //! `k / CURSORS`): `M k L:E L:E ...` (its `ack_many`), `K k L:E` (`ack`), `C k L:E`
 //! (`ack_cumulative`); `F k` after a flush or close of cursor `k` returned `Ok` (after
-//! `flush_all`, one for every cursor). The parent adds `G t L:E` after a kill for an unsynced
-//! entry the kill took. Acks name synced entries only (the only ones a consumer can have
-//! received). Checked after every kill, over every entry of every topic still there:
+//! `flush_all`, one for every cursor of the thread that called it). The parent adds `G t L:E`
+//! after a kill for an unsynced entry the kill took. Acks name synced entries only (the only
+//! ones a consumer can have received). Checked after every kill, over every entry of every
+//! topic still there:
 //! - every entry synced before the kill is there;
 //! - invariant 1: nothing is acked that the log does not show acked;
 //! - invariant 2: every ack logged before the cursor's last `F` is present.
@@ -26,7 +29,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ackstore::internals::ackset::MAX_PARTITION_BYTES;
@@ -40,6 +43,8 @@ use support::workload::{Acked, Rng, actual, seed_from_env};
 
 const TOPICS: usize = 3;
 const CURSORS: usize = 3;
+/// Threads of the child, each acking on topics of its own.
+const THREADS: usize = 2;
 /// The ack budget every cursor of the store shares: about a dozen small partitions.
 const ACK_BUDGET: usize = 4096;
 /// Entries of a data ledger: every few entries a new ledger, so a new partition.
@@ -115,92 +120,148 @@ fn logged_appends(log: &Path) -> Vec<(Vec<Position>, usize)> {
 }
 
 fn child(dir: &Path, log_path: &Path, seed: u64) -> ! {
-    let mut rng = Rng::new(seed);
     // Entries the kill took are gone from the log (the parent's `G` lines); those it left
     // unsynced are not picked until a sync covers them.
-    let (mut appended, mut synced): (Vec<Vec<Position>>, Vec<usize>) =
-        logged_appends(log_path).into_iter().unzip();
-    let mut log = Log::open(log_path);
-    let (store, topics) = open(dir).unwrap_or_else(|e| log.fail("open", &e));
-    let open_cursor = |k: usize, log: &mut Log| -> Cursor {
-        topics[k / CURSORS]
-            .open_cursor(&cursor_name(k), CursorOptions::default())
-            .unwrap_or_else(|e| log.fail("open_cursor", &e))
-    };
-    let mut cursors: Vec<Cursor> = (0..TOPICS * CURSORS)
-        .map(|k| open_cursor(k, &mut log))
+    let logged = logged_appends(log_path);
+    let log = Mutex::new(Log::open(log_path));
+    let fail =
+        |what: &str, e: &ackstore::Error| -> ! { log.lock().expect("the log").fail(what, e) };
+    let (store, topics) = open(dir).unwrap_or_else(|e| fail("open", &e));
+    // Each thread works on topics of its own and their cursors, so that a cursor's lines are
+    // in the order of its calls; they share the store, its budget and the log.
+    let mut parts: Vec<Part> = (0..THREADS)
+        .map(|i| Part {
+            rng: Rng::new(seed.wrapping_add(i as u64)),
+            topics: Vec::new(),
+        })
         .collect();
-    log.line("O");
-    loop {
-        let k = rng.index(cursors.len());
-        let t = k / CURSORS;
-        let cursor = &cursors[k];
-        let readable = &appended[t][..synced[t]];
-        match rng.below(100) {
-            0..20 => {
-                for _ in 0..=rng.below(6) {
-                    let p = topics[t]
-                        .append(b"entry")
-                        .unwrap_or_else(|e| log.fail("append", &e));
-                    appended[t].push(p);
-                    log.line(&format!("A {t} {p}"));
+    for (t, (appended, synced)) in logged.into_iter().enumerate() {
+        let cursors = (t * CURSORS..(t + 1) * CURSORS)
+            .map(|k| {
+                let cursor = topics[t]
+                    .open_cursor(&cursor_name(k), CursorOptions::default())
+                    .unwrap_or_else(|e| fail("open_cursor", &e));
+                (k, cursor)
+            })
+            .collect();
+        parts[t % THREADS].topics.push(Owned {
+            t,
+            appended,
+            synced,
+            cursors,
+        });
+    }
+    log.lock().expect("the log").line("O");
+    std::thread::scope(|scope| {
+        for mut part in parts {
+            let (store, topics, log) = (&store, &topics, &log);
+            scope.spawn(move || part.run(store, topics, log));
+        }
+    });
+    unreachable!("the workload runs until the process is killed")
+}
+
+/// A topic a thread of the child works on: its entries, how many a sync covered, its cursors.
+struct Owned {
+    t: usize,
+    appended: Vec<Position>,
+    synced: usize,
+    cursors: Vec<(usize, Cursor)>,
+}
+
+/// The topics of one thread of the child.
+struct Part {
+    rng: Rng,
+    topics: Vec<Owned>,
+}
+
+impl Part {
+    fn run(&mut self, store: &Store, topics: &[Arc<ManagedLedger>], log: &Mutex<Log>) -> ! {
+        let line = |text: &str| log.lock().expect("the log").line(text);
+        let fail =
+            |what: &str, e: &ackstore::Error| -> ! { log.lock().expect("the log").fail(what, e) };
+        let rng = &mut self.rng;
+        let mine: Vec<usize> = self
+            .topics
+            .iter()
+            .flat_map(|owned| owned.cursors.iter().map(|(k, _)| *k))
+            .collect();
+        loop {
+            let o = rng.index(self.topics.len());
+            let owned = &mut self.topics[o];
+            let t = owned.t;
+            let c = rng.index(owned.cursors.len());
+            let (k, cursor) = &owned.cursors[c];
+            let k = *k;
+            let readable = &owned.appended[..owned.synced];
+            match rng.below(100) {
+                0..20 => {
+                    for _ in 0..=rng.below(6) {
+                        let p = topics[t]
+                            .append(b"entry")
+                            .unwrap_or_else(|e| fail("append", &e));
+                        owned.appended.push(p);
+                        line(&format!("A {t} {p}"));
+                    }
+                    if rng.chance(40) {
+                        topics[t].sync().unwrap_or_else(|e| fail("sync", &e));
+                        owned.synced = owned.appended.len();
+                        line(&format!("Y {t}"));
+                    }
                 }
-                if rng.chance(40) {
-                    topics[t].sync().unwrap_or_else(|e| log.fail("sync", &e));
-                    synced[t] = appended[t].len();
-                    log.line(&format!("Y {t}"));
-                }
-            }
-            20..60 if !readable.is_empty() => {
-                let mark = cursor
-                    .mark_delete_position()
-                    .unwrap_or_else(|e| log.fail("mark_delete_position", &e));
-                let group = ack_many_group(&mut rng, readable, mark);
-                let line: Vec<String> = group.iter().map(ToString::to_string).collect();
-                log.line(&format!("M {k} {}", line.join(" ")));
-                cursor
-                    .ack_many(&group)
-                    .unwrap_or_else(|e| log.fail("ack_many", &e));
-            }
-            60..70 if !readable.is_empty() => {
-                let p = readable[rng.index(readable.len())];
-                log.line(&format!("K {k} {p}"));
-                cursor
-                    .ack(p)
-                    .unwrap_or_else(|e| log.fail(&format!("ack {p}"), &e));
-            }
-            70..72 if !readable.is_empty() => {
-                let mark = cursor
-                    .mark_delete_position()
-                    .unwrap_or_else(|e| log.fail("mark_delete_position", &e));
-                // A little past mark-delete: mark-delete creeps on, the holes stay many.
-                let from = readable.partition_point(|&p| mark.is_some_and(|m| p <= m));
-                if from < readable.len() {
-                    let p = readable[from + rng.index((readable.len() - from).min(4))];
-                    log.line(&format!("C {k} {p}"));
+                20..60 if !readable.is_empty() => {
+                    let mark = cursor
+                        .mark_delete_position()
+                        .unwrap_or_else(|e| fail("mark_delete_position", &e));
+                    let group = ack_many_group(rng, readable, mark);
+                    let text: Vec<String> = group.iter().map(ToString::to_string).collect();
+                    line(&format!("M {k} {}", text.join(" ")));
                     cursor
-                        .ack_cumulative(p)
-                        .unwrap_or_else(|e| log.fail(&format!("ack_cumulative {p}"), &e));
+                        .ack_many(&group)
+                        .unwrap_or_else(|e| fail("ack_many", &e));
                 }
-            }
-            74..84 => {
-                cursor.flush().unwrap_or_else(|e| log.fail("flush", &e));
-                log.line(&format!("F {k}"));
-            }
-            84..90 => {
-                store
-                    .flush_all()
-                    .unwrap_or_else(|e| log.fail("flush_all", &e));
-                for k in 0..cursors.len() {
-                    log.line(&format!("F {k}"));
+                60..70 if !readable.is_empty() => {
+                    let p = readable[rng.index(readable.len())];
+                    line(&format!("K {k} {p}"));
+                    cursor
+                        .ack(p)
+                        .unwrap_or_else(|e| fail(&format!("ack {p}"), &e));
                 }
+                70..72 if !readable.is_empty() => {
+                    let mark = cursor
+                        .mark_delete_position()
+                        .unwrap_or_else(|e| fail("mark_delete_position", &e));
+                    // A little past mark-delete: mark-delete creeps on, the holes stay many.
+                    let from = readable.partition_point(|&p| mark.is_some_and(|m| p <= m));
+                    if from < readable.len() {
+                        let p = readable[from + rng.index((readable.len() - from).min(4))];
+                        line(&format!("C {k} {p}"));
+                        cursor
+                            .ack_cumulative(p)
+                            .unwrap_or_else(|e| fail(&format!("ack_cumulative {p}"), &e));
+                    }
+                }
+                74..84 => {
+                    cursor.flush().unwrap_or_else(|e| fail("flush", &e));
+                    line(&format!("F {k}"));
+                }
+                84..90 => {
+                    // Every cursor's changes, but only this thread's cursors have all theirs
+                    // made before the call.
+                    store.flush_all().unwrap_or_else(|e| fail("flush_all", &e));
+                    for k in &mine {
+                        line(&format!("F {k}"));
+                    }
+                }
+                90..94 => {
+                    cursor.close().unwrap_or_else(|e| fail("close", &e));
+                    line(&format!("F {k}"));
+                    owned.cursors[c].1 = topics[t]
+                        .open_cursor(&cursor_name(k), CursorOptions::default())
+                        .unwrap_or_else(|e| fail("reopen cursor", &e));
+                }
+                _ => {}
             }
-            90..94 => {
-                cursor.close().unwrap_or_else(|e| log.fail("close", &e));
-                log.line(&format!("F {k}"));
-                cursors[k] = open_cursor(k, &mut log);
-            }
-            _ => {}
         }
     }
 }
