@@ -1,16 +1,18 @@
 //! Process kill on a store whose cursors share a tiny ack budget: a child process (this test
 //! binary, run again with the test's exact name) opens a store of several topics with several
 //! cursors each, all sharing `StoreConfig::ack_memory_bytes` of a few KiB, so that partitions
-//! (one per data ledger here: topics roll a ledger every few entries) are written out and loaded
-//! back all the time. It acks mostly with `ack_many` groups (random positions over many ledgers,
-//! duplicates, positions at or before mark-delete, the entry right after it), mixed with `ack`,
-//! `ack_cumulative`, cursor flushes and closes, `Store::flush_all` and the flusher pool, from two
-//! threads that each work on topics of their own (so one cursor's lines are in the order of its
-//! calls, while the budget makes the cursors of one thread release memory to the other's, or
-//! find them busy), and logs what it does. The parent (the kill loop of `sigkill_child`, which
-//! first fills every topic with a few ledgers of entries) kills it with SIGKILL at a random
-//! moment, reopens the store, checks every cursor against the log with all of them open under
-//! the budget, checks that reading them back made room and kept the budget, and runs `verify`.
+//! (one per data ledger in the first test: topics roll a ledger every few entries) are written
+//! out and loaded back all the time; in the second test, ledgers of thousands of entries make
+//! partitions that alone are charged about the whole budget. It acks mostly with `ack_many`
+//! groups (random positions over many ledgers, duplicates, positions at or before mark-delete,
+//! the entry right after it), mixed with `ack`, `ack_cumulative`, cursor flushes and closes,
+//! `Store::flush_all` and the flusher pool, from two threads that each work on topics of their
+//! own (so one cursor's lines are in the order of its calls, while the budget makes the cursors
+//! of one thread release memory to the other's, or find them busy), and logs what it does. The
+//! parent (the kill loop of `sigkill_child`, which first fills every topic with a few ledgers of
+//! entries) kills it with SIGKILL at a random moment, reopens the store, checks every cursor
+//! against the log with all of them open under the budget, checks that reading them back made
+//! room and kept the budget, and runs `verify`.
 //!
 //! The log, one whole line a `write`: `A t L:E` after an append to topic `t` returned, `Y t`
 //! after its sync returned `Ok`; *before* a call of cursor `k` (cursor `k % CURSORS` of topic
@@ -47,10 +49,50 @@ const CURSORS: usize = 3;
 const THREADS: usize = 2;
 /// The ack budget every cursor of the store shares: about a dozen small partitions.
 const ACK_BUDGET: usize = 4096;
-/// Entries of a data ledger: every few entries a new ledger, so a new partition.
-const PER_LEDGER: u64 = 16;
-/// Entries of each topic before the first child: 16 ledgers a topic.
-const PREPARED_ENTRIES: usize = 256;
+
+/// How the topics' entries fall into partitions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Shape {
+    /// A ledger of 16 entries, so a partition, every 16 entries: many small partitions, a few
+    /// hundred in all, a dozen of them fill the budget.
+    #[default]
+    SmallPartitions,
+    /// Ledgers of 6,000 entries, so partitions of thousands of acks, one of which is charged
+    /// about the whole budget or more (an array container by its capacity, up to twice its
+    /// 2 bytes a value): `add_many` grows a partition past the budget in the middle of a visit.
+    PartitionsPastTheBudget,
+}
+
+impl Shape {
+    /// Entries of a data ledger, so of a partition at most.
+    fn per_ledger(self) -> u64 {
+        match self {
+            Self::SmallPartitions => 16,
+            Self::PartitionsPastTheBudget => 6000,
+        }
+    }
+
+    /// Entries of each topic before the first child: 16 ledgers, or 2.
+    fn prepared_entries(self) -> u64 {
+        match self {
+            Self::SmallPartitions => 16 * self.per_ledger(),
+            Self::PartitionsPastTheBudget => 2 * self.per_ledger(),
+        }
+    }
+
+    /// The test that runs the harness on this shape (the child is that test, run again).
+    fn test_name(self) -> String {
+        let name = match self {
+            Self::SmallPartitions => {
+                "sigkill_while_acking_many_under_a_tiny_shared_budget_keeps_flushed_acks_and_invents_none"
+            }
+            Self::PartitionsPastTheBudget => {
+                "sigkill_while_acking_many_into_partitions_past_the_budget_keeps_flushed_acks"
+            }
+        };
+        support::harness::test_path(module_path!(), name)
+    }
+}
 
 fn topic_name(t: usize) -> String {
     format!("persistent://tenant/ns/budget-{t}")
@@ -60,12 +102,12 @@ fn cursor_name(k: usize) -> String {
     format!("sub-{}", k % CURSORS)
 }
 
-fn open(dir: &Path) -> ackstore::Result<(Store, Vec<Arc<ManagedLedger>>)> {
+fn open(dir: &Path, shape: Shape) -> ackstore::Result<(Store, Vec<Arc<ManagedLedger>>)> {
     let store = Store::open(
         dir,
         StoreConfig {
             ledger: support::config::topic_flushed(
-                PER_LEDGER,
+                shape.per_ledger(),
                 PersistMode::MultiEntry,
                 ACK_BUDGET,
                 Duration::from_millis(3),
@@ -83,15 +125,28 @@ fn open(dir: &Path) -> ackstore::Result<(Store, Vec<Arc<ManagedLedger>>)> {
 
 #[test]
 fn sigkill_while_acking_many_under_a_tiny_shared_budget_keeps_flushed_acks_and_invents_none() {
+    run(Shape::SmallPartitions, 30);
+}
+
+#[test]
+fn sigkill_while_acking_many_into_partitions_past_the_budget_keeps_flushed_acks() {
+    run(Shape::PartitionsPastTheBudget, 15);
+}
+
+/// The parent, or (in a child) the workload.
+fn run(shape: Shape, default_rounds: usize) {
     if let Some((dir, log, seed)) = child_env() {
-        child(&dir, &log, seed);
+        child(shape, &dir, &log, seed);
     }
     let seed = seed_from_env("ACKSTORE_KILL_SEED");
-    let rounds = kill_rounds_from_env(30);
-    let mut parent = Parent::default();
+    let rounds = kill_rounds_from_env(default_rounds);
+    let mut parent = Parent {
+        shape,
+        ..Parent::default()
+    };
     let outcome = kill_rounds(&mut parent, rounds, seed).and_then(|()| parent.enough(rounds));
     if let Err(failure) = outcome {
-        panic!("seed {seed} (ACKSTORE_KILL_SEED={seed} repeats its choices): {failure}");
+        panic!("{shape:?}: seed {seed} (ACKSTORE_KILL_SEED={seed} repeats its choices): {failure}");
     }
 }
 
@@ -119,14 +174,14 @@ fn logged_appends(log: &Path) -> Vec<(Vec<Position>, usize)> {
     appended
 }
 
-fn child(dir: &Path, log_path: &Path, seed: u64) -> ! {
+fn child(shape: Shape, dir: &Path, log_path: &Path, seed: u64) -> ! {
     // Entries the kill took are gone from the log (the parent's `G` lines); those it left
     // unsynced are not picked until a sync covers them.
     let logged = logged_appends(log_path);
     let log = Mutex::new(Log::open(log_path));
     let fail =
         |what: &str, e: &ackstore::Error| -> ! { log.lock().expect("the log").fail(what, e) };
-    let (store, topics) = open(dir).unwrap_or_else(|e| fail("open", &e));
+    let (store, topics) = open(dir, shape).unwrap_or_else(|e| fail("open", &e));
     // Each thread works on topics of its own and their cursors, so that a cursor's lines are
     // in the order of its calls; they share the store, its budget and the log.
     let mut parts: Vec<Part> = (0..THREADS)
@@ -305,6 +360,7 @@ struct Model {
 
 #[derive(Debug, Default)]
 struct Parent {
+    shape: Shape,
     /// Every entry appended to each topic, and how many of them the last `Ok` sync covered.
     appended: BTreeMap<usize, (Vec<Position>, usize)>,
     /// How many entries of each topic an earlier check found synced and present: synced
@@ -407,10 +463,10 @@ impl Parent {
 impl Workload for Parent {
     /// Many synced entries in every topic, so that acks spread over many ledgers (partitions).
     fn prepare(&mut self, dir: &Path, log_path: &Path) -> Result<(), String> {
-        let (store, topics) = open(dir).map_err(|e| format!("open to prepare: {e}"))?;
+        let (store, topics) = open(dir, self.shape).map_err(|e| format!("open to prepare: {e}"))?;
         let mut log = Log::open(log_path);
         for (t, topic) in topics.iter().enumerate() {
-            for _ in 0..PREPARED_ENTRIES {
+            for _ in 0..self.shape.prepared_entries() {
                 let p = topic
                     .append(b"entry")
                     .map_err(|e| format!("prepare: append: {e}"))?;
@@ -423,10 +479,7 @@ impl Workload for Parent {
     }
 
     fn test_name(&self) -> String {
-        support::harness::test_path(
-            module_path!(),
-            "sigkill_while_acking_many_under_a_tiny_shared_budget_keeps_flushed_acks_and_invents_none",
-        )
+        self.shape.test_name()
     }
 
     fn apply_log(&mut self, path: &Path) -> Result<(), String> {
@@ -454,8 +507,8 @@ impl Workload for Parent {
     /// entry still there, all of them open under the one budget, and takes what the reopen
     /// recovered as the next child's start.
     fn check(&mut self, dir: &Path, log_path: &Path, round: usize) -> Result<(), String> {
-        let (store, topics) =
-            open(dir).map_err(|e| format!("round {round}: reopen after the kill: {e}"))?;
+        let (store, topics) = open(dir, self.shape)
+            .map_err(|e| format!("round {round}: reopen after the kill: {e}"))?;
         let mut log = Log::open(log_path);
         for (t, topic) in topics.iter().enumerate() {
             let (appended, synced) = self.appended.entry(t).or_default();
