@@ -38,7 +38,7 @@ use ackstore::internals::ackset::MAX_PARTITION_BYTES;
 use ackstore::{Cursor, CursorOptions, ManagedLedger, PersistMode, Position, Store, StoreConfig};
 
 use super::sigkill_child::{
-    Log, Workload, child_env, kill_rounds, kill_rounds_from_env, parse_position,
+    Log, Workload, child_env, kill_rounds, kill_rounds_from_env, new_log_lines, parse_position,
 };
 use crate::support;
 use support::workload::{Acked, Rng, actual, seed_from_env};
@@ -483,22 +483,7 @@ impl Workload for Parent {
     }
 
     fn apply_log(&mut self, path: &Path) -> Result<(), String> {
-        use std::io::{Read, Seek, SeekFrom};
-        let mut file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(|e| format!("open the log: {e}"))?;
-        file.seek(SeekFrom::Start(self.offset))
-            .map_err(|e| e.to_string())?;
-        let mut text = String::new();
-        file.read_to_string(&mut text).map_err(|e| e.to_string())?;
-        // An incomplete last line is cut off the file: the next child appends after it.
-        let complete = text.rfind('\n').map_or(0, |i| i + 1);
-        file.set_len(self.offset + complete as u64)
-            .map_err(|e| e.to_string())?;
-        self.offset += complete as u64;
-        text[..complete]
+        new_log_lines(path, &mut self.offset)?
             .lines()
             .try_for_each(|line| self.apply(line))
     }

@@ -474,23 +474,31 @@ struct Parent {
     seeks: u64,
 }
 
+/// The complete lines a child's log at `path` holds past `offset`, which moves past them; an
+/// incomplete last line (the child was killed writing it) is cut off the file, so the next
+/// child appends after the last complete one.
+pub(crate) fn new_log_lines(path: &Path, offset: &mut u64) -> Result<String, String> {
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| format!("open the log: {e}"))?;
+    file.seek(SeekFrom::Start(*offset))
+        .map_err(|e| e.to_string())?;
+    let mut text = String::new();
+    file.read_to_string(&mut text).map_err(|e| e.to_string())?;
+    let complete = text.rfind('\n').map_or(0, |i| i + 1);
+    file.set_len(*offset + complete as u64)
+        .map_err(|e| e.to_string())?;
+    *offset += complete as u64;
+    text.truncate(complete);
+    Ok(text)
+}
+
 impl Parent {
     /// Applies the log's new complete lines; cuts an incomplete last line off the file.
     fn apply_log(&mut self, path: &Path) -> Result<(), String> {
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(|e| format!("open the log: {e}"))?;
-        file.seek(SeekFrom::Start(self.offset))
-            .map_err(|e| e.to_string())?;
-        let mut text = String::new();
-        file.read_to_string(&mut text).map_err(|e| e.to_string())?;
-        let complete = text.rfind('\n').map_or(0, |i| i + 1);
-        file.set_len(self.offset + complete as u64)
-            .map_err(|e| e.to_string())?;
-        self.offset += complete as u64;
-        for line in text[..complete].lines() {
+        for line in new_log_lines(path, &mut self.offset)?.lines() {
             self.apply(line)?;
         }
         Ok(())
