@@ -18,7 +18,8 @@
 //! tests (`adversarial`, `journal_catalog_faults`, `journal_cursor_faults`) cover the store.
 
 use crate::support;
-use crate::support::tmpfs::{self, Tmpfs};
+use crate::support::tmpfs::{self, Tmpfs, chain, is_no_space};
+use crate::support::workload::Rng;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -27,22 +28,6 @@ use std::sync::Arc;
 
 use ackstore::{Cursor, CursorOptions, Error, FileStorage, ManagedLedger, PersistMode};
 use ackstore::{Position, Storage, Store, StoreConfig};
-
-/// The error and every error it was caused by.
-fn chain(e: &Error) -> String {
-    let mut out = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        out.push_str(": ");
-        out.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    out
-}
-
-fn is_no_space(e: &Error) -> bool {
-    chain(e).contains(&format!("os error {}", tmpfs::NO_SPACE))
-}
 
 /// What a call on the full file system may fail with: no space, or (a data ledger or the
 /// journal latched on an earlier failed write) that an earlier write failed.
@@ -240,37 +225,21 @@ fn check_kill_image(
     store.close().expect("the image closes");
 }
 
-/// A small deterministic generator (xorshift).
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        usize::try_from(self.0 % n as u64).expect("small")
-    }
-
-    fn pick<T: Clone>(&mut self, items: &[T]) -> Option<T> {
-        (!items.is_empty()).then(|| items[self.below(items.len())].clone())
-    }
-}
-
 /// The file system's state for the next phase of the workload.
 fn next_phase(rng: &mut Rng, filler: &Path, inodes: &Path) {
     tmpfs::remove_filler(filler);
     let _ = fs::remove_dir_all(inodes);
-    match rng.below(4) {
+    match rng.index(4) {
         0 => {}
         1 => {
             tmpfs::fill(filler);
             let room = [512, 4096, 8192, 16_384, 65_536, 200_000];
-            tmpfs::free_bytes(filler, room[rng.below(room.len())]);
+            tmpfs::free_bytes(filler, room[rng.index(room.len())]);
         }
         2 => tmpfs::fill(filler),
         _ => {
             tmpfs::fill_inodes(inodes);
-            tmpfs::free_inodes(inodes, rng.below(6));
+            tmpfs::free_inodes(inodes, rng.index(6));
         }
     }
 }
@@ -290,7 +259,7 @@ fn workload(seed: u64, steps: usize, flusher: bool) -> BTreeMap<String, u64> {
     let dir = fs2m.path().join("store");
     let filler = fs2m.path().join("filler");
     let inodes = fs2m.path().join("inodes");
-    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut rng = Rng::new(seed);
     let mut models = Models::new();
     let mut live = Live::default();
     let mut store = Some(Store::open(&dir, config.clone()).expect("open with space"));
@@ -305,7 +274,7 @@ fn workload(seed: u64, steps: usize, flusher: bool) -> BTreeMap<String, u64> {
     let mut phase_left = 0;
     for step in 0..steps {
         if phase_left == 0 {
-            phase_left = 20 + rng.below(60);
+            phase_left = 20 + rng.index(60);
             next_phase(&mut rng, &filler, &inodes);
         }
         phase_left -= 1;
@@ -331,11 +300,11 @@ fn workload(seed: u64, steps: usize, flusher: bool) -> BTreeMap<String, u64> {
             rng.pick(&topic_names)
                 .and_then(|n| live.topics.get(&n).map(|t| (n, t.clone())))
         };
-        let op = rng.below(100);
+        let op = rng.index(100);
         match op {
             0..=4 => {
                 // A name of 9 to 308 bytes: the catalog grows fast.
-                let name = format!("topic-{:03}-{}", models.len(), "x".repeat(rng.below(300)));
+                let name = format!("topic-{:03}-{}", models.len(), "x".repeat(rng.index(300)));
                 let created = s.topic(&name);
                 let tm = models.entry(name.clone()).or_default();
                 tm.unsure = created.is_err();
@@ -348,21 +317,26 @@ fn workload(seed: u64, steps: usize, flusher: bool) -> BTreeMap<String, u64> {
                 let Some((name, topic)) = open_topic(&mut rng) else {
                     continue;
                 };
-                let cname = format!("c{}", rng.below(4));
+                let cname = format!("c{}", rng.index(4));
                 let tm = models.get_mut(&name).expect("modelled");
                 if tm.cursors.get(&cname).is_some_and(|c| !c.unsure) {
                     continue;
                 }
                 // A cursor whose delete failed may still be there, with its acks.
                 let mut cm = tm.cursors.remove(&cname).unwrap_or_default();
+                // One whose delete failed may be gone (the delete took effect, a later write of
+                // the call did not): then it is created anew, nothing acknowledged.
+                if !topic.cursor_names().contains(&cname) {
+                    cm = CursorModel::default();
+                }
                 let opened = topic.open_cursor(&cname, CursorOptions::default());
-                cm.unsure = opened.is_err();
                 if let Ok(c) = &opened {
                     let what = format!("{at}: {name}/{cname} opened again");
                     cm.held = recovered(c, &tm.positions, &cm, &what);
                     live.cursors
                         .insert((name.clone(), cname.clone()), c.clone());
                 }
+                cm.unsure = opened.is_err();
                 models
                     .get_mut(&name)
                     .expect("modelled")
@@ -399,8 +373,8 @@ fn workload(seed: u64, steps: usize, flusher: bool) -> BTreeMap<String, u64> {
                 };
                 let mut appended = Vec::new();
                 let mut done = Ok(());
-                for _ in 0..=rng.below(20) {
-                    match topic.append(&vec![b'e'; 1 + rng.below(2000)]) {
+                for _ in 0..=rng.index(20) {
+                    match topic.append(&vec![b'e'; 1 + rng.index(2000)]) {
                         Ok(p) => appended.push(p),
                         Err(e) => {
                             done = Err(e);
@@ -425,12 +399,12 @@ fn workload(seed: u64, steps: usize, flusher: bool) -> BTreeMap<String, u64> {
                 let c = live.cursors[&key].clone();
                 let tm = models.get_mut(&key.0).expect("modelled");
                 let cm = tm.cursors.get_mut(&key.1).expect("modelled");
-                for _ in 0..=rng.below(30) {
+                for _ in 0..=rng.index(30) {
                     let Some(p) = rng.pick(&tm.positions) else {
                         break;
                     };
                     let mark = c.mark_delete_position().expect("mark-delete");
-                    let acked: Vec<Position> = if rng.below(20) == 0 && mark.is_none_or(|m| m < p) {
+                    let acked: Vec<Position> = if rng.index(20) == 0 && mark.is_none_or(|m| m < p) {
                         c.ack_cumulative(p)
                             .unwrap_or_else(|e| panic!("{at}: {}", chain(&e)));
                         tm.positions.iter().copied().filter(|q| *q <= p).collect()
@@ -454,7 +428,7 @@ fn workload(seed: u64, steps: usize, flusher: bool) -> BTreeMap<String, u64> {
                 let keys: Vec<(String, String)> = live.cursors.keys().cloned().collect();
                 let Some(key) = rng.pick(&keys) else { continue };
                 let c = live.cursors[&key].clone();
-                let close = rng.below(2) == 0;
+                let close = rng.index(2) == 0;
                 let done = if close { c.close() } else { c.flush() };
                 if done.is_ok() {
                     let cm = cursor_model(&mut models, &key.0, &key.1);
@@ -539,7 +513,7 @@ fn workload(seed: u64, steps: usize, flusher: bool) -> BTreeMap<String, u64> {
                 check_kill_image(&dir, &models, &config, None, &format!("{at}: killed"));
             }
             85..=86 if !flusher => {
-                let slack = Some(1024 * rng.below(12) as u64);
+                let slack = Some(1024 * rng.index(12) as u64);
                 let what = format!("{at}: killed, restarted on a full file system");
                 check_kill_image(&dir, &models, &config, slack, &what);
             }

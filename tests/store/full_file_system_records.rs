@@ -6,24 +6,13 @@
 //! returns the same call succeeds.
 
 use crate::support;
-use crate::support::tmpfs::{self, Tmpfs};
+use crate::support::tmpfs::{self, Tmpfs, is_no_space};
 
 use std::fs;
 use std::path::Path;
 use std::sync::Arc;
 
 use ackstore::{Error, FileStorage, PersistMode, Storage, Store, StoreConfig};
-
-fn no_space(e: &Error) -> bool {
-    let mut source: Option<&dyn std::error::Error> = Some(e);
-    while let Some(cause) = source {
-        if cause.to_string().contains("No space left on device") {
-            return true;
-        }
-        source = cause.source();
-    }
-    false
-}
 
 fn config() -> StoreConfig {
     StoreConfig {
@@ -55,7 +44,7 @@ fn a_store_opened_on_a_full_tmpfs_fails_for_want_of_space_and_opens_once_space_r
         }
         for _ in 0..3 {
             let e = Store::open(&dir, config()).expect_err("no space for the catalog");
-            assert!(no_space(&e), "inodes {inodes}: {e}");
+            assert!(is_no_space(&e), "inodes {inodes}: {e}");
         }
         tmpfs::remove_filler(&filler);
         let _ = fs::remove_dir_all(&files);
@@ -103,7 +92,7 @@ fn the_catalog_write_that_fills_a_chunk_fails_cleanly_on_a_full_tmpfs_and_succee
             match store.topic(&name) {
                 Ok(_) => created.push(name),
                 Err(e) => {
-                    assert!(no_space(&e), "room {room}: {e}");
+                    assert!(is_no_space(&e), "room {room}: {e}");
                     failed += 1;
                 }
             }
@@ -163,7 +152,7 @@ fn a_record_cut_short_by_a_full_tmpfs_is_never_promised_to_the_next_open_of_a_st
         .map(|_| topic.append(&[7u8; 1000]))
         .find_map(Result::err)
         .expect("an append meets the full file system");
-    assert!(no_space(&failed), "{failed}");
+    assert!(is_no_space(&failed), "{failed}");
     tmpfs::remove_filler(&filler);
     assert!(
         matches!(topic.close(), Err(Error::PreviousIo)),

@@ -10,6 +10,23 @@ use std::process::Command;
 /// `ENOSPC`.
 pub const NO_SPACE: i32 = 28;
 
+/// The error and every error it was caused by, each message after the one before.
+pub fn chain(e: &ackstore::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    out
+}
+
+/// Whether `e` or an error it was caused by is `ENOSPC`.
+pub fn is_no_space(e: &ackstore::Error) -> bool {
+    chain(e).contains(&format!("os error {NO_SPACE}"))
+}
+
 /// A tmpfs mounted for the test's life; unmounted when dropped, even when the test fails.
 pub struct Tmpfs {
     dir: PathBuf,

@@ -36,6 +36,11 @@ impl Rng {
         usize::try_from(self.below(len as u64)).expect("fits")
     }
 
+    /// A copy of one of `items`, or `None` when there is none.
+    pub fn pick<T: Clone>(&mut self, items: &[T]) -> Option<T> {
+        (!items.is_empty()).then(|| items[self.index(items.len())].clone())
+    }
+
     /// True with probability `percent`/100.
     pub fn chance(&mut self, percent: u64) -> bool {
         self.below(100) < percent
