@@ -335,8 +335,14 @@ pub(crate) fn open(
     // former owner that still runs may be writing the end of one while this open reads it.
     let sealed = sealed_in_record(&record);
     // One listing, after the claim, serves the entry log and rule 3 (cursor records): both
-    // are taken before the owner check that precedes any deletion.
-    let listed = storage.list()?;
+    // are taken before the owner check that precedes any deletion. A store's topic writes
+    // nothing between its claim and here: the listing its claim took after its link serves,
+    // when it took one (a topic of its own claims cursor records and opens its journal first).
+    let fenced = meta.take_fenced_listing().filter(|_| in_store);
+    let listed = match fenced {
+        Some(listed) => listed,
+        None => storage.list()?,
+    };
     // Any error from here on is checked against the store's ownership (`ListedOwner`).
     let opened = || -> Result<TopicCore> {
         let tails = (claim_cursors, listed.as_slice());

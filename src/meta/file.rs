@@ -147,6 +147,11 @@ pub struct Writes {
     /// claim linked from: the versions from it up to the one the record's next `put` replaces
     /// (every name those claims linked) stay until that `put` removes them.
     claimed_from: std::collections::HashMap<String, u64>,
+    /// The listing of every file of the directory the last call took right after its link,
+    /// when that call was a claim that fenced former owners ([`FileMetaStore::none_above`]'s
+    /// listing), less the files the claim removed: until the next write or claim changes the
+    /// directory, what a listing would show (see [`MetaStore::take_fenced_listing`]).
+    fenced_listing: Option<Vec<String>>,
 }
 
 /// One file of a record found in the directory.
@@ -903,7 +908,14 @@ impl FileMetaStore {
     /// After version `version` of `name` was linked: [`Error::Fenced`] when a higher version
     /// exists, which means ours went into a slot whose record had moved on (its older files
     /// removed) and the record is that higher version, not ours; otherwise the record's files.
-    fn none_above(&self, name: &str, expected: Option<u64>, version: u64) -> Result<Vec<Found>> {
+    /// With the record's files, the listing of the owned store's scope they came from when it
+    /// was taken ([`FileMetaStore::files_after_link`]).
+    fn none_above(
+        &self,
+        name: &str,
+        expected: Option<u64>,
+        version: u64,
+    ) -> Result<(Vec<Found>, Option<Vec<String>>)> {
         let (files, listed) = self.files_after_link(name, expected.is_some())?;
         if let Some(higher) = files
             .iter()
@@ -913,12 +925,12 @@ impl FileMetaStore {
         }
         // This link over a version took: it fenced every writer holding the version it
         // replaced, and what the store knows comes from a listing taken after it.
-        if let (Some(listed), Some(heads)) = (listed, &self.heads) {
+        if let (Some(listed), Some(heads)) = (&listed, &self.heads) {
             let mut heads = heads.lock().unwrap_or_else(PoisonError::into_inner);
-            Self::fill_from(&mut heads, &listed);
+            Self::fill_from(&mut heads, listed);
             self.after_fence.store(true, Ordering::SeqCst);
         }
-        Ok(files)
+        Ok((files, listed))
     }
 
     /// Every file of record `name`, listed after this store linked a version of it over
@@ -994,6 +1006,7 @@ impl MetaStore for FileMetaStore {
             });
         }
         let mut writes = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
+        writes.fenced_listing = None;
         self.sweep(&mut writes)?;
         let (highest, looked_up) = self.check(name, expected)?;
         let version = highest.checked_add(1).ok_or_else(|| Error::LimitExceeded {
@@ -1039,6 +1052,7 @@ impl MetaStore for FileMetaStore {
     fn delete(&self, name: &str, expected: u64) -> Result<()> {
         validate_record_name(name)?;
         let mut writes = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
+        writes.fenced_listing = None;
         self.sweep(&mut writes)?;
         let (highest, looked_up) = self.check(name, Some(expected))?;
         let tombstone = expected
@@ -1095,6 +1109,7 @@ impl MetaStore for FileMetaStore {
             reason: format!("metadata record `{name}` has run out of versions"),
         })?;
         let mut writes = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
+        writes.fenced_listing = None;
         let below = self.known_below(name, version);
         self.learn(name, Known::Unknown);
         match self
@@ -1148,9 +1163,24 @@ impl MetaStore for FileMetaStore {
             // another writer links meanwhile is either above `next` (the next write is
             // refused) or a stray below the record, which no read takes and a later removal
             // finds.
-            let files = self.none_above(name, Some(version), next)?;
+            let (files, listed) = self.none_above(name, Some(version), next)?;
+            let mut removed = Vec::new();
             if files.len() > CLAIM_NAMES {
+                removed = files
+                    .iter()
+                    .filter(|f| f.version.is_none_or(|v| v < version))
+                    .map(|f| f.file.clone())
+                    .collect();
                 self.remove_listed_below(files, version, false)?;
+            }
+            // The whole directory's listing (not a scope's), taken after the link that fenced
+            // every former owner, with what this claim removed taken out: what a listing now
+            // would show, until this store's next change.
+            if self.scope.is_none() {
+                writes.fenced_listing = listed.map(|mut listed| {
+                    listed.retain(|f| !removed.contains(f));
+                    listed
+                });
             }
         }
         match below {
@@ -1206,7 +1236,8 @@ impl MetaStore for FileMetaStore {
     /// once its tombstone is the highest version, a record no table names and no writer
     /// writes again (module docs).
     fn sweep_leftovers(&self, listed: &[String]) -> Result<()> {
-        let _writes = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut writes = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
+        writes.fenced_listing = None;
         self.remove_stale_temps(listed)?;
         self.finish_cut_short_deletes(listed)
     }
@@ -1215,9 +1246,18 @@ impl MetaStore for FileMetaStore {
     /// sync. A record discarded at its first version is known absent from then on (a read
     /// looks up that version's name, which a removal a power cut took back still shows); of
     /// any other, only a listing tells.
+    fn take_fenced_listing(&self) -> Option<Vec<String>> {
+        self.writes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .fenced_listing
+            .take()
+    }
+
     fn discard(&self, name: &str, version: u64) -> Result<()> {
         validate_record_name(name)?;
-        let _writes = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut writes = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
+        writes.fenced_listing = None;
         self.learn(name, Known::Unknown);
         match self.storage.remove(&version_file(name, version)) {
             Ok(()) => {}

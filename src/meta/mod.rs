@@ -89,6 +89,16 @@ pub trait MetaStore: Send + Sync + std::fmt::Debug {
         self.put(name, Some(version), &bytes)
     }
 
+    /// A listing of every file of the store's directory taken after its last call, when that
+    /// call was the claim that fenced every former owner of the directory (its first link over
+    /// a version) and nothing this store did since changed the directory: what a listing now
+    /// would show of this store's own files and of every file a former owner wrote before the
+    /// fence. Taken once; `None` (the default) when there is no such listing, and the caller
+    /// lists itself. A topic's open takes it after its claim, instead of listing again.
+    fn take_fenced_listing(&self) -> Option<Vec<String>> {
+        None
+    }
+
     /// Removes version `version` of record `name`, which nothing refers to and no read looks
     /// up (a chunk record of the store catalog an attempt whose commit did not take wrote):
     /// unlike [`MetaStore::delete`], it leaves no tombstone and syncs nothing, so a removal a
@@ -284,6 +294,10 @@ impl MetaStore for CheckedMeta {
 
     fn discard(&self, name: &str, version: u64) -> Result<()> {
         self.checked(|m| m.discard(name, version))
+    }
+
+    fn take_fenced_listing(&self) -> Option<Vec<String>> {
+        self.inner.take_fenced_listing()
     }
 }
 
