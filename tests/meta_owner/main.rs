@@ -11,6 +11,7 @@ mod after_fence_attacks;
 mod after_io_error;
 mod claim_lookup_attacks;
 mod delete_cursor;
+mod fenced_listing;
 mod former_owner_after_takeover;
 mod handoff;
 mod ident_attacks;
