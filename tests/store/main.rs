@@ -69,6 +69,7 @@ mod seal;
 mod single_entry_journal_versions;
 mod single_owner_never_refused;
 mod store_topic_claim_attacks;
+mod store_topic_fenced_listing;
 mod stress;
 mod tick_slice_attacks;
 mod topic_close;
