@@ -1242,10 +1242,9 @@ impl MetaStore for FileMetaStore {
         self.finish_cut_short_deletes(listed)
     }
 
-    /// Removes the file of `version` of `name` by its name: no listing, no tombstone, no
-    /// sync. A record discarded at its first version is known absent from then on (a read
-    /// looks up that version's name, which a removal a power cut took back still shows); of
-    /// any other, only a listing tells.
+    /// The listing the claim that fenced former owners kept (`Writes::fenced_listing`), unless
+    /// a write, claim, deletion, discard or sweep of this store came after it: each clears it
+    /// first, under the same lock. Reads, which change no name, leave it.
     fn take_fenced_listing(&self) -> Option<Vec<String>> {
         self.writes
             .lock()
@@ -1254,6 +1253,10 @@ impl MetaStore for FileMetaStore {
             .take()
     }
 
+    /// Removes the file of `version` of `name` by its name: no listing, no tombstone, no
+    /// sync. A record discarded at its first version is known absent from then on (a read
+    /// looks up that version's name, which a removal a power cut took back still shows); of
+    /// any other, only a listing tells.
     fn discard(&self, name: &str, version: u64) -> Result<()> {
         validate_record_name(name)?;
         let mut writes = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
