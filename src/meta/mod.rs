@@ -89,12 +89,14 @@ pub trait MetaStore: Send + Sync + std::fmt::Debug {
         self.put(name, Some(version), &bytes)
     }
 
-    /// A listing of every file of the store's directory taken after its last call, when that
-    /// call was the claim that fenced every former owner of the directory (its first link over
-    /// a version) and nothing this store did since changed the directory: what a listing now
+    /// A listing of every file of the store's directory taken right after the link of the
+    /// claim that fenced every former owner of the directory (this store's first link over a
+    /// version), when that claim is this store's last change of the directory (reads since
+    /// keep it; any write, deletion, discard, sweep or claim drops it): what a listing now
     /// would show of this store's own files and of every file a former owner wrote before the
-    /// fence. Taken once; `None` (the default) when there is no such listing, and the caller
-    /// lists itself. A topic's open takes it after its claim, instead of listing again.
+    /// fence (one landing later may be missing, as from any listing taken before it landed).
+    /// Taken once; `None` (the default) when there is no such listing, and the caller lists
+    /// itself. A store topic's open takes it after its claim instead of listing again.
     fn take_fenced_listing(&self) -> Option<Vec<String>> {
         None
     }
