@@ -43,12 +43,12 @@ use super::sigkill_child::{
 use crate::support;
 use support::workload::{Acked, Rng, actual, seed_from_env};
 
-const TOPICS: usize = 3;
-const CURSORS: usize = 3;
+pub(super) const TOPICS: usize = 3;
+pub(super) const CURSORS: usize = 3;
 /// Threads of the child, each acking on topics of its own.
-const THREADS: usize = 2;
+pub(super) const THREADS: usize = 2;
 /// The ack budget every cursor of the store shares: about a dozen small partitions.
-const ACK_BUDGET: usize = 4096;
+pub(super) const ACK_BUDGET: usize = 4096;
 
 /// How the topics' entries fall into partitions.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -94,20 +94,25 @@ impl Shape {
     }
 }
 
-fn topic_name(t: usize) -> String {
+pub(super) fn topic_name(t: usize) -> String {
     format!("persistent://tenant/ns/budget-{t}")
 }
 
-fn cursor_name(k: usize) -> String {
+pub(super) fn cursor_name(k: usize) -> String {
     format!("sub-{}", k % CURSORS)
 }
 
-fn open(dir: &Path, shape: Shape) -> ackstore::Result<(Store, Vec<Arc<ManagedLedger>>)> {
+/// Opens the store of the kill tests' topics, whose data ledgers roll every `per_ledger` entries,
+/// and its topics: the cursors share the ack budget, the flusher pool flushes them every 3 ms.
+pub(super) fn open(
+    dir: &Path,
+    per_ledger: u64,
+) -> ackstore::Result<(Store, Vec<Arc<ManagedLedger>>)> {
     let store = Store::open(
         dir,
         StoreConfig {
             ledger: support::config::topic_flushed(
-                shape.per_ledger(),
+                per_ledger,
                 PersistMode::MultiEntry,
                 ACK_BUDGET,
                 Duration::from_millis(3),
@@ -181,7 +186,7 @@ fn child(shape: Shape, dir: &Path, log_path: &Path, seed: u64) -> ! {
     let log = Mutex::new(Log::open(log_path));
     let fail =
         |what: &str, e: &ackstore::Error| -> ! { log.lock().expect("the log").fail(what, e) };
-    let (store, topics) = open(dir, shape).unwrap_or_else(|e| fail("open", &e));
+    let (store, topics) = open(dir, shape.per_ledger()).unwrap_or_else(|e| fail("open", &e));
     // Each thread works on topics of its own and their cursors, so that a cursor's lines are
     // in the order of its calls; they share the store, its budget and the log.
     let mut parts: Vec<Part> = (0..THREADS)
@@ -463,7 +468,8 @@ impl Parent {
 impl Workload for Parent {
     /// Many synced entries in every topic, so that acks spread over many ledgers (partitions).
     fn prepare(&mut self, dir: &Path, log_path: &Path) -> Result<(), String> {
-        let (store, topics) = open(dir, self.shape).map_err(|e| format!("open to prepare: {e}"))?;
+        let (store, topics) =
+            open(dir, self.shape.per_ledger()).map_err(|e| format!("open to prepare: {e}"))?;
         let mut log = Log::open(log_path);
         for (t, topic) in topics.iter().enumerate() {
             for _ in 0..self.shape.prepared_entries() {
@@ -492,7 +498,7 @@ impl Workload for Parent {
     /// entry still there, all of them open under the one budget, and takes what the reopen
     /// recovered as the next child's start.
     fn check(&mut self, dir: &Path, log_path: &Path, round: usize) -> Result<(), String> {
-        let (store, topics) = open(dir, self.shape)
+        let (store, topics) = open(dir, self.shape.per_ledger())
             .map_err(|e| format!("round {round}: reopen after the kill: {e}"))?;
         let mut log = Log::open(log_path);
         for (t, topic) in topics.iter().enumerate() {
