@@ -145,7 +145,10 @@ impl JournalCursor {
     /// The cursor as the journal committed it: its state, its ack set with every live
     /// partition listed and none loaded (each loads from the journal on first touch), and its
     /// partial entries, every partition cold (loaded from its batch record on first use).
-    /// `None` when the journal holds no state for it. Reads and writes nothing.
+    /// `None` when the journal holds no state for it. Reads and writes nothing; the copies of
+    /// its partitions and partial entries that no committed marker references (written by a
+    /// former handle's evictions after its last commit) leave the journal's index, so every
+    /// load finds the committed copy.
     ///
     /// # Errors
     /// [`Error::Corrupted`] at the chain's newest record when the journal's state of this id
@@ -158,6 +161,9 @@ impl JournalCursor {
         labels: CursorLabels,
     ) -> Result<Option<(Self, PersistedState, AckState)>> {
         let id = tj.cursor_id(cursor);
+        // No handle of the cursor is open: whatever it evicted after its last commit is no
+        // part of the state recovered here.
+        tj.journal.drop_pending(id);
         let name = name_tag(&tj.name, name);
         let bound = tj.journal.committed_name(id);
         if let Some((bound, at)) = bound

@@ -388,6 +388,18 @@ impl Index {
         }
     }
 
+    /// Drops every pending copy of `cursor` (partitions and batch records no committed marker
+    /// references): the evictions of a handle that closed without committing them.
+    pub fn drop_pending(&mut self, cursor: CursorId) {
+        let dropped = self.change(cursor, |e| {
+            rows_bytes(&std::mem::take(&mut e.pending))
+                + rows_bytes(&std::mem::take(&mut e.pending_batch))
+        });
+        if let Some(dropped) = dropped {
+            self.account(0, dropped);
+        }
+    }
+
     /// The cursor was deleted.
     pub fn remove(&mut self, cursor: CursorId) {
         if let Some(entry) = self.cursors.remove(&cursor) {

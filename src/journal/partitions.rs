@@ -245,6 +245,15 @@ impl Journal {
     pub fn forget_partition(&self, cursor: CursorId, key: PartitionKey) {
         lock(&self.index).forget_partition(cursor, key);
     }
+
+    /// Forgets every copy of `cursor` that no committed marker references (what evictions
+    /// wrote since its last commit), for a cursor recovered from its committed state: a copy
+    /// its former handle wrote after that commit (a flush failed on a full disk, then the
+    /// topic closed the cursor) is not that state, and a load, a bound or a flush that
+    /// references a current copy must never take it for one.
+    pub fn drop_pending(&self, cursor: CursorId) {
+        lock(&self.index).drop_pending(cursor);
+    }
 }
 
 /// The payload of the record whose frame of `frame_len` bytes starts at `loc` in `file` (its

@@ -1,0 +1,159 @@
+//! A cursor its topic closed after a failed flush (the disk full), opened again in the same
+//! store once space returned: it holds everything its last `Ok` flush covered and nothing the
+//! application did not ack, whatever its evictions wrote to the journal after that flush. Those
+//! copies (of ack partitions and of partial entries) no marker references; the reopened cursor
+//! recovers the committed state, never reads them as its own.
+
+use crate::support;
+
+use std::sync::Arc;
+
+use ackstore::{Cursor, CursorOptions, MemStorage, Position, Store};
+use support::tmpfs::{chain, is_no_space};
+
+const TOPIC: &str = "persistent://t/ns/closed-after-a-failed-flush";
+
+/// Runs `flushed` on a cursor of a topic of 20 entries in two ledgers of 10 (each its own ack
+/// partition), the cursor with no ack memory of its own (every change of partition evicts the
+/// others to the journal), then flushes it; runs `unflushed`, which leaves a partition the
+/// flush wrote changed and evicted; fills the disk and closes the topic, whose close of the
+/// cursor fails; gives the space back and opens the topic and the cursor again in the same
+/// store: `check` passes on it. Then it acks the last entry and flushes (referencing the
+/// journal's copy of every partition it did not change), and the store restarts: `check`
+/// passes again.
+fn reopened(
+    flushed: impl Fn(&Cursor, &[Position]),
+    unflushed: impl Fn(&Cursor, &[Position]),
+    check: impl Fn(&Cursor, &[Position]),
+) {
+    let disk = MemStorage::new();
+    let config = support::config::store_budgeted(10, 0, 4096);
+    let open = || Store::open_with_storage(Arc::new(disk.clone()), config.clone()).expect("open");
+    let store = open();
+    let topic = store.topic(TOPIC).expect("topic");
+    let ps = support::topic::append_n(&topic, 20);
+    let c = topic
+        .open_cursor("sub", CursorOptions::default())
+        .expect("cursor");
+    flushed(&c, &ps);
+    c.flush().expect("the flush with space");
+    unflushed(&c, &ps);
+    disk.set_capacity(Some(disk.used_bytes()));
+    let e = topic
+        .close()
+        .expect_err("the cursor's flush on a full disk");
+    assert!(is_no_space(&e), "{}", chain(&e));
+    drop((c, topic));
+    disk.set_capacity(None);
+    let topic = store.topic(TOPIC).expect("the topic again");
+    let c = topic
+        .open_cursor("sub", CursorOptions::default())
+        .expect("the cursor again");
+    check(&c, &ps);
+    c.ack(ps[19]).expect("ack");
+    c.flush().expect("a flush with space");
+    drop((c, topic));
+    store.close().expect("close");
+    drop(store);
+    let store = open();
+    let c = store
+        .topic(TOPIC)
+        .expect("the topic after a restart")
+        .open_cursor("sub", CursorOptions::default())
+        .expect("the cursor after a restart");
+    check(&c, &ps);
+    assert!(acked(&c, ps[19]), "entry 19 was flushed and is lost");
+    store.close().expect("close");
+}
+
+/// Whether `p` is acked, the error spelt out.
+fn acked(c: &Cursor, p: Position) -> bool {
+    c.is_acked(p)
+        .unwrap_or_else(|e| panic!("is_acked({p}): {}", chain(&e)))
+}
+
+/// A cumulative ack moved mark-delete over an entry the flush wrote in a partition, and an ack
+/// after it left that partition as many entries as the flush wrote: the evicted copy has the
+/// cardinality of the committed one, but not its entries.
+#[test]
+fn a_flushed_ack_is_kept_when_a_later_copy_of_its_partition_has_as_many_entries() {
+    reopened(
+        |c, ps| {
+            c.ack(ps[2]).expect("ack");
+            c.ack(ps[4]).expect("ack");
+        },
+        |c, ps| {
+            c.ack_cumulative(ps[2]).expect("cumulative ack");
+            c.ack(ps[6]).expect("ack");
+            // The first ledger's partition is evicted, written to the journal.
+            c.ack(ps[15]).expect("ack");
+        },
+        |c, ps| {
+            for i in [2, 4] {
+                assert!(acked(c, ps[i]), "entry {i} was flushed and is lost");
+            }
+            for i in [3, 5, 7, 8, 9, 14, 16] {
+                assert!(!acked(c, ps[i]), "entry {i} was never acked");
+            }
+        },
+    );
+}
+
+/// An ack after the flush grew a partition the flush wrote, and it was evicted: its copy holds
+/// more entries than the committed one.
+#[test]
+fn a_partition_grown_after_the_last_flush_reads_as_that_flush_wrote_it() {
+    reopened(
+        |c, ps| {
+            c.ack(ps[4]).expect("ack");
+        },
+        |c, ps| {
+            c.ack(ps[6]).expect("ack");
+            c.ack(ps[15]).expect("ack");
+        },
+        |c, ps| {
+            assert!(acked(c, ps[4]), "entry 4 was flushed and is lost");
+            for i in [0, 5, 7, 14, 16] {
+                assert!(!acked(c, ps[i]), "entry {i} was never acked");
+            }
+        },
+    );
+}
+
+/// A cumulative ack moved mark-delete over a partial entry the flush wrote, and a batch-index
+/// ack after it left that partition of partial entries as many entries as the flush wrote: the
+/// evicted copy has the entry count of the committed batch record, but not its entries.
+#[test]
+fn flushed_partial_entries_are_kept_when_a_later_copy_has_as_many_entries() {
+    reopened(
+        |c, ps| {
+            c.ack_batch_index(ps[3], 0, 4).expect("batch ack");
+        },
+        |c, ps| {
+            c.ack_cumulative(ps[3]).expect("cumulative ack");
+            c.ack_batch_index(ps[5], 1, 4).expect("batch ack");
+            // The first ledger's partial entries are evicted, written to the journal.
+            c.ack_batch_index(ps[13], 0, 4).expect("batch ack");
+            c.ack(ps[15]).expect("ack");
+        },
+        |c, ps| {
+            let message = |p: Position, i| {
+                c.is_batch_index_acked(p, i)
+                    .unwrap_or_else(|e| panic!("message {i} of {p}: {}", chain(&e)))
+            };
+            assert!(
+                message(ps[3], 0),
+                "message 0 of entry 3 was flushed and is lost"
+            );
+            for (e, i) in [(3, 1), (5, 0), (5, 2), (13, 1)] {
+                assert!(
+                    !message(ps[e], i),
+                    "message {i} of entry {e} was never acked"
+                );
+            }
+            for i in [0, 4, 6, 14, 16] {
+                assert!(!acked(c, ps[i]), "entry {i} was never acked");
+            }
+        },
+    );
+}
