@@ -157,3 +157,50 @@ fn flushed_partial_entries_are_kept_when_a_later_copy_has_as_many_entries() {
         },
     );
 }
+
+/// A cursor opened again while its first handle is open (its evictions since its last flush
+/// pending in the journal) is that handle, never one recovered from the committed state: the
+/// first handle's next flush references those copies, and both handles see every ack.
+#[test]
+fn a_cursor_opened_twice_keeps_the_copies_its_open_handle_evicted() {
+    let disk = MemStorage::new();
+    let config = support::config::store_budgeted(10, 0, 4096);
+    let open = || Store::open_with_storage(Arc::new(disk.clone()), config.clone()).expect("open");
+    let store = open();
+    let topic = store.topic(TOPIC).expect("topic");
+    let ps = support::topic::append_n(&topic, 20);
+    let first = topic
+        .open_cursor("sub", CursorOptions::default())
+        .expect("cursor");
+    first.ack(ps[4]).expect("ack");
+    first.flush().expect("flush");
+    first.ack(ps[6]).expect("ack");
+    // The first ledger's partition, grown since the flush, is evicted to the journal.
+    first.ack(ps[15]).expect("ack");
+    let second = topic
+        .open_cursor("sub", CursorOptions::default())
+        .expect("the cursor again");
+    for c in [&first, &second] {
+        for i in [4, 6, 15] {
+            assert!(acked(c, ps[i]), "entry {i} was acked and is lost");
+        }
+        assert!(!acked(c, ps[5]), "entry 5 was never acked");
+    }
+    second.flush().expect("flush");
+    drop((first, second, topic));
+    store.close().expect("close");
+    drop(store);
+    let store = open();
+    let c = store
+        .topic(TOPIC)
+        .expect("the topic after a restart")
+        .open_cursor("sub", CursorOptions::default())
+        .expect("the cursor after a restart");
+    for i in [4, 6, 15] {
+        assert!(acked(&c, ps[i]), "entry {i} was flushed and is lost");
+    }
+    for i in [0, 5, 7, 14, 16] {
+        assert!(!acked(&c, ps[i]), "entry {i} was never acked");
+    }
+    store.close().expect("close");
+}
