@@ -128,6 +128,36 @@ pub(super) fn open(
     Ok((store, topics))
 }
 
+/// Opens every cursor of every topic again after a kill, cursor `k` on topic `k / CURSORS`.
+pub(super) fn open_cursors(
+    topics: &[Arc<ManagedLedger>],
+    round: usize,
+) -> Result<Vec<Cursor>, String> {
+    (0..TOPICS * CURSORS)
+        .map(|k| {
+            topics[k / CURSORS]
+                .open_cursor(&cursor_name(k), CursorOptions::default())
+                .map_err(|e| format!("round {round}: open cursor {k}: {e}"))
+        })
+        .collect()
+}
+
+/// Closes every cursor the check opened, then the store.
+pub(super) fn close_cursors_and_store(
+    store: &Store,
+    cursors: Vec<Cursor>,
+    round: usize,
+) -> Result<(), String> {
+    for cursor in cursors {
+        cursor
+            .close()
+            .map_err(|e| format!("round {round}: close a cursor: {e}"))?;
+    }
+    store
+        .close()
+        .map_err(|e| format!("round {round}: close after the check: {e}"))
+}
+
 #[test]
 fn sigkill_while_acking_many_under_a_tiny_shared_budget_keeps_flushed_acks_and_invents_none() {
     run(Shape::SmallPartitions, 30);
@@ -527,13 +557,7 @@ impl Workload for Parent {
                 index <= synced || topic.read(p).is_ok()
             });
         }
-        let cursors = (0..TOPICS * CURSORS)
-            .map(|k| {
-                topics[k / CURSORS]
-                    .open_cursor(&cursor_name(k), CursorOptions::default())
-                    .map_err(|e| format!("round {round}: open cursor {k}: {e}"))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let cursors = open_cursors(&topics, round)?;
         for (k, cursor) in cursors.iter().enumerate() {
             let t = k / CURSORS;
             let name = format!("topic {t}: {}", cursor_name(k));
@@ -577,13 +601,6 @@ impl Workload for Parent {
                 budget.peak_resident_bytes
             ));
         }
-        for cursor in cursors {
-            cursor
-                .close()
-                .map_err(|e| format!("round {round}: close a cursor: {e}"))?;
-        }
-        store
-            .close()
-            .map_err(|e| format!("round {round}: close after the check: {e}"))
+        close_cursors_and_store(&store, cursors, round)
     }
 }

@@ -57,10 +57,13 @@ use std::fs::File;
 use std::path::Path;
 
 use ackstore::internals::ackset::{MAX_PARTITION_BYTES, PARTITION_SPAN, PartitionKey};
-use ackstore::{AppendMeta, Cursor, CursorOptions, ManagedLedger, Position};
+use ackstore::{AppendMeta, Cursor, ManagedLedger, Position};
 use roaring::RoaringBitmap;
 
-use super::sigkill_ack_many::{ACK_BUDGET, CURSORS, TOPICS, cursor_name, open as open_store};
+use super::sigkill_ack_many::{
+    ACK_BUDGET, CURSORS, TOPICS, close_cursors_and_store, cursor_name, open as open_store,
+    open_cursors,
+};
 use super::sigkill_ack_partitions_child::child;
 use super::sigkill_ack_partitions_model::{Acks, Entries, Model, check_against, recovered};
 use super::sigkill_child::{
@@ -461,13 +464,7 @@ impl Workload for Parent {
             self.check_entries(t, topic)
                 .map_err(|e| format!("round {round}: {e}"))?;
         }
-        let cursors = (0..TOPICS * CURSORS)
-            .map(|k| {
-                topics[k / CURSORS]
-                    .open_cursor(&cursor_name(k), CursorOptions::default())
-                    .map_err(|e| format!("round {round}: open cursor {k}: {e}"))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let cursors = open_cursors(&topics, round)?;
         for (k, cursor) in cursors.iter().enumerate() {
             self.check_cursor(k, cursor).map_err(|e| {
                 format!(
@@ -491,14 +488,7 @@ impl Workload for Parent {
                 budget.peak_resident_bytes
             ));
         }
-        for cursor in cursors {
-            cursor
-                .close()
-                .map_err(|e| format!("round {round}: close a cursor: {e}"))?;
-        }
-        store
-            .close()
-            .map_err(|e| format!("round {round}: close after the check: {e}"))?;
+        close_cursors_and_store(&store, cursors, round)?;
         File::create(log_path).map_err(|e| format!("empty the log: {e}"))?;
         self.offset = 0;
         Ok(())
