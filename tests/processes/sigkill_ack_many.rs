@@ -38,10 +38,10 @@ use ackstore::internals::ackset::MAX_PARTITION_BYTES;
 use ackstore::{Cursor, CursorOptions, ManagedLedger, PersistMode, Position, Store, StoreConfig};
 
 use super::sigkill_child::{
-    Log, Workload, child_env, kill_rounds, kill_rounds_from_env, new_log_lines, parse_position,
+    Log, Workload, kill_rounds, kill_rounds_from_env, new_log_lines, parse_position, run_kill_test,
 };
 use crate::support;
-use support::workload::{Acked, Rng, actual, seed_from_env};
+use support::workload::{Acked, Rng, actual};
 
 pub(super) const TOPICS: usize = 3;
 pub(super) const CURSORS: usize = 3;
@@ -170,19 +170,18 @@ fn sigkill_while_acking_many_into_partitions_past_the_budget_keeps_flushed_acks(
 
 /// The parent, or (in a child) the workload.
 fn run(shape: Shape, default_rounds: usize) {
-    if let Some((dir, log, seed)) = child_env() {
-        child(shape, &dir, &log, seed);
-    }
-    let seed = seed_from_env("ACKSTORE_KILL_SEED");
-    let rounds = kill_rounds_from_env(default_rounds);
-    let mut parent = Parent {
-        shape,
-        ..Parent::default()
-    };
-    let outcome = kill_rounds(&mut parent, rounds, seed).and_then(|()| parent.enough(rounds));
-    if let Err(failure) = outcome {
-        panic!("{shape:?}: seed {seed} (ACKSTORE_KILL_SEED={seed} repeats its choices): {failure}");
-    }
+    run_kill_test(
+        &shape,
+        |dir, log, seed| child(shape, dir, log, seed),
+        |seed| {
+            let rounds = kill_rounds_from_env(default_rounds);
+            let mut parent = Parent {
+                shape,
+                ..Parent::default()
+            };
+            kill_rounds(&mut parent, rounds, seed).and_then(|()| parent.enough(rounds))
+        },
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -67,10 +67,10 @@ use super::sigkill_ack_many::{
 use super::sigkill_ack_partitions_child::child;
 use super::sigkill_ack_partitions_model::{Acks, Entries, Model, check_against, recovered};
 use super::sigkill_child::{
-    Workload, child_env, kill_rounds, kill_rounds_from_env, new_log_lines, parse_position,
+    Workload, kill_rounds, kill_rounds_from_env, new_log_lines, parse_position, run_kill_test,
 };
 use crate::support;
-use support::workload::{before, seed_from_env};
+use support::workload::before;
 
 /// What a resident partial entry is charged besides its serialized bitmap (docs/cursors.md,
 /// "Batch-index acks": `batch_index_bytes`).
@@ -158,16 +158,15 @@ fn sigkill_while_acking_batch_indexes_under_a_tiny_shared_budget_keeps_flushed_m
 
 /// The parent, or (in a child) the workload.
 fn run(shape: Shape) {
-    if let Some((dir, log, seed)) = child_env() {
-        child(shape, &dir, &log, seed);
-    }
-    let seed = seed_from_env("ACKSTORE_KILL_SEED");
-    let rounds = kill_rounds_from_env(20);
-    let mut parent = Parent::new(shape);
-    let outcome = kill_rounds(&mut parent, rounds, seed).and_then(|()| parent.enough(rounds));
-    if let Err(failure) = outcome {
-        panic!("{shape:?}: seed {seed} (ACKSTORE_KILL_SEED={seed} repeats its choices): {failure}");
-    }
+    run_kill_test(
+        &shape,
+        |dir, log, seed| child(shape, dir, log, seed),
+        |seed| {
+            let rounds = kill_rounds_from_env(20);
+            let mut parent = Parent::new(shape);
+            kill_rounds(&mut parent, rounds, seed).and_then(|()| parent.enough(rounds))
+        },
+    );
 }
 
 #[derive(Debug)]

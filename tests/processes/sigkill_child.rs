@@ -178,18 +178,34 @@ fn sigkill_through_a_store_keeping_two_files_open_never_loses_a_flushed_ack() {
 
 /// The parent, or (in a child, `ACKSTORE_KILL_CHILD_DIR` set) the workload.
 fn run(through: Through) {
+    run_kill_test(
+        &through,
+        |dir, log, seed| child(through, dir, log, seed),
+        |seed| {
+            let mut harness = Harness {
+                through,
+                state: Parent::default(),
+            };
+            harness.parent(kill_rounds_from_env(50), seed)
+        },
+    );
+}
+
+/// A kill test: in a child (`ACKSTORE_KILL_CHILD_DIR` set) runs `child` on the directory, the
+/// log and the seed its parent gave it, and never returns; in the parent runs `parent` with the
+/// seed (`ACKSTORE_KILL_SEED`, or one from the clock) and panics with its failure, naming `what`
+/// and the seed that repeats its choices.
+pub(super) fn run_kill_test(
+    what: &impl std::fmt::Debug,
+    child: impl FnOnce(&Path, &Path, u64),
+    parent: impl FnOnce(u64) -> Result<(), String>,
+) {
     if let Some((dir, log, seed)) = child_env() {
-        child(through, &dir, &log, seed);
+        child(&dir, &log, seed);
     }
     let seed = seed_from_env("ACKSTORE_KILL_SEED");
-    let mut harness = Harness {
-        through,
-        state: Parent::default(),
-    };
-    if let Err(failure) = harness.parent(kill_rounds_from_env(50), seed) {
-        panic!(
-            "{through:?}: seed {seed} (ACKSTORE_KILL_SEED={seed} repeats its choices): {failure}"
-        );
+    if let Err(failure) = parent(seed) {
+        panic!("{what:?}: seed {seed} (ACKSTORE_KILL_SEED={seed} repeats its choices): {failure}");
     }
 }
 
