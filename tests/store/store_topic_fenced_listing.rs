@@ -268,6 +268,37 @@ fn on(disk: &MemStorage, file: &str) -> bool {
     disk.list().expect("list").iter().any(|f| f == file)
 }
 
+/// Closes the new owner's `store` on `disk` and asserts that `verify` finds no damage.
+fn close_sound(store: &Store, disk: &MemStorage) {
+    store.close().expect("close");
+    let storage: Arc<dyn Storage> = Arc::new(disk.clone());
+    sound(&storage, "after the new owner's close");
+}
+
+/// Appends `g` through the new owner's topic `x` (of [`prepared`]), closes its `store` (no
+/// damage), opens the store again and asserts that `x` holds `d0`, `d1`, `g` and that the
+/// former owner's `what`, `file`, is gone; closes it. Returns the storage of `disk`.
+fn append_then_restart(
+    store: &Store,
+    x: Arc<ManagedLedger>,
+    disk: &MemStorage,
+    (what, file): (&str, &str),
+) -> Arc<dyn Storage> {
+    x.append(b"g").expect("append");
+    x.sync().expect("sync");
+    drop(x);
+    close_sound(store, disk);
+    let (store, x) = restart(disk, "x", 1_000);
+    assert_eq!(entries(&x), ["d0", "d1", "g"]);
+    assert!(
+        !on(disk, file),
+        "the former owner's {what} {file} outlived the next open"
+    );
+    drop(x);
+    store.close().expect("close");
+    Arc::new(disk.clone())
+}
+
 /// A former owner's append starting a ledger (its block of ids reserved, its ownership
 /// checked) creates the ledger's file at `moment` of the new owner's claim of topic `x`; its
 /// record write after it is refused. The new owner's open neither refuses the topic nor loses
@@ -297,20 +328,7 @@ fn former_owners_late_ledger_file(moment: Moment) -> (String, bool) {
     let x = late.opened.expect("the new owner's open");
     let kept = on(&disk, &file);
     assert_eq!(entries(&x), ["d0", "d1"]);
-    x.append(b"g").expect("append");
-    x.sync().expect("sync");
-    drop(x);
-    late.store.close().expect("close");
-    let storage: Arc<dyn Storage> = Arc::new(disk.clone());
-    sound(&storage, "after the new owner's close");
-    let (store, x) = restart(&disk, "x", 1_000);
-    assert_eq!(entries(&x), ["d0", "d1", "g"]);
-    assert!(
-        !on(&disk, &file),
-        "the former owner's ledger file {file} outlived the next open"
-    );
-    drop(x);
-    store.close().expect("close");
+    let storage = append_then_restart(&late.store, x, &disk, ("ledger file", &file));
     sound(&storage, "after the restart");
     (file, kept)
 }
@@ -361,9 +379,7 @@ fn a_ledger_file_a_former_owners_trim_removes_right_after_the_claims_listing_is_
         Some(mark_delete)
     );
     drop((acker, t));
-    late.store.close().expect("close");
-    let storage: Arc<dyn Storage> = Arc::new(disk.clone());
-    sound(&storage, "after the new owner's close");
+    close_sound(&late.store, &disk);
     let (store, t) = restart(&disk, "t", 2);
     assert_eq!(entries(&t), ["m2", "m3", "m4"]);
     drop(t);
@@ -403,9 +419,7 @@ fn a_cursor_record_a_former_owner_writes_right_after_the_claims_listing_serves_i
     cursor.ack(first).expect("ack");
     cursor.flush().expect("flush");
     drop((cursor, x));
-    late.store.close().expect("close");
-    let storage: Arc<dyn Storage> = Arc::new(disk.clone());
-    sound(&storage, "after the new owner's close");
+    close_sound(&late.store, &disk);
     let (store, x) = restart(&disk, "x", 1_000);
     let cursor = x
         .open_cursor("late", CursorOptions::default())
@@ -454,20 +468,7 @@ fn a_temporary_record_file_a_former_owner_leaves_right_after_the_claims_listing_
     let x = late.opened.expect("the new owner's open");
     assert_eq!(entries(&x), ["d0", "d1"]);
     assert!(x.cursor_names().is_empty());
-    x.append(b"g").expect("append");
-    x.sync().expect("sync");
-    drop(x);
-    late.store.close().expect("close");
-    let storage: Arc<dyn Storage> = Arc::new(disk.clone());
-    sound(&storage, "after the new owner's close");
-    let (store, x) = restart(&disk, "x", 1_000);
-    assert_eq!(entries(&x), ["d0", "d1", "g"]);
-    assert!(
-        !on(&disk, &file),
-        "the former owner's temporary file {file} outlived the next open"
-    );
-    drop(x);
-    store.close().expect("close");
+    append_then_restart(&late.store, x, &disk, ("temporary file", &file));
 }
 
 /// The same write, released before the new owner's claim links its version: it takes that
@@ -511,9 +512,7 @@ fn a_claim_retried_over_a_former_owners_write_hands_the_open_a_listing_holding_i
         .open_cursor("from-former", CursorOptions::default())
         .expect("from-former");
     drop((cursor, x));
-    late.store.close().expect("close");
-    let storage: Arc<dyn Storage> = Arc::new(disk.clone());
-    sound(&storage, "after the new owner's close");
+    close_sound(&late.store, &disk);
 }
 
 /// The earlier flat layout on real files (catalog version 2: topic 1's files are `t1-...`
