@@ -8,10 +8,42 @@ use crate::support;
 
 use std::sync::Arc;
 
-use ackstore::{Cursor, CursorOptions, MemStorage, Position, Store};
+use ackstore::{Cursor, CursorOptions, ManagedLedger, MemStorage, Position, Store};
 use support::tmpfs::{chain, is_no_space};
 
 const TOPIC: &str = "persistent://t/ns/closed-after-a-failed-flush";
+
+/// The store on `disk` (ledgers of 10 entries, each its own ack partition; cursors with no ack
+/// memory of their own).
+fn open(disk: &MemStorage) -> Store {
+    let config = support::config::store_budgeted(10, 0, 4096);
+    Store::open_with_storage(Arc::new(disk.clone()), config).expect("open")
+}
+
+/// The store on `disk`, its topic of 20 entries (two ledgers), their positions, and the topic's
+/// cursor `sub`.
+fn twenty_entries(disk: &MemStorage) -> (Store, Arc<ManagedLedger>, Vec<Position>, Cursor) {
+    let store = open(disk);
+    let topic = store.topic(TOPIC).expect("topic");
+    let ps = support::topic::append_n(&topic, 20);
+    let c = topic
+        .open_cursor("sub", CursorOptions::default())
+        .expect("cursor");
+    (store, topic, ps, c)
+}
+
+/// Closes `store` and opens it again on `disk`, with the cursor `sub` of its topic.
+fn restarted(store: Store, disk: &MemStorage) -> (Store, Cursor) {
+    store.close().expect("close");
+    drop(store);
+    let store = open(disk);
+    let c = store
+        .topic(TOPIC)
+        .expect("the topic after a restart")
+        .open_cursor("sub", CursorOptions::default())
+        .expect("the cursor after a restart");
+    (store, c)
+}
 
 /// Runs `flushed` on a cursor of a topic of 20 entries in two ledgers of 10 (each its own ack
 /// partition), the cursor with no ack memory of its own (every change of partition evicts the
@@ -27,14 +59,7 @@ fn reopened(
     check: impl Fn(&Cursor, &[Position]),
 ) {
     let disk = MemStorage::new();
-    let config = support::config::store_budgeted(10, 0, 4096);
-    let open = || Store::open_with_storage(Arc::new(disk.clone()), config.clone()).expect("open");
-    let store = open();
-    let topic = store.topic(TOPIC).expect("topic");
-    let ps = support::topic::append_n(&topic, 20);
-    let c = topic
-        .open_cursor("sub", CursorOptions::default())
-        .expect("cursor");
+    let (store, topic, ps, c) = twenty_entries(&disk);
     flushed(&c, &ps);
     c.flush().expect("the flush with space");
     unflushed(&c, &ps);
@@ -53,14 +78,7 @@ fn reopened(
     c.ack(ps[19]).expect("ack");
     c.flush().expect("a flush with space");
     drop((c, topic));
-    store.close().expect("close");
-    drop(store);
-    let store = open();
-    let c = store
-        .topic(TOPIC)
-        .expect("the topic after a restart")
-        .open_cursor("sub", CursorOptions::default())
-        .expect("the cursor after a restart");
+    let (store, c) = restarted(store, &disk);
     check(&c, &ps);
     assert!(acked(&c, ps[19]), "entry 19 was flushed and is lost");
     store.close().expect("close");
@@ -164,14 +182,7 @@ fn flushed_partial_entries_are_kept_when_a_later_copy_has_as_many_entries() {
 #[test]
 fn a_cursor_opened_twice_keeps_the_copies_its_open_handle_evicted() {
     let disk = MemStorage::new();
-    let config = support::config::store_budgeted(10, 0, 4096);
-    let open = || Store::open_with_storage(Arc::new(disk.clone()), config.clone()).expect("open");
-    let store = open();
-    let topic = store.topic(TOPIC).expect("topic");
-    let ps = support::topic::append_n(&topic, 20);
-    let first = topic
-        .open_cursor("sub", CursorOptions::default())
-        .expect("cursor");
+    let (store, topic, ps, first) = twenty_entries(&disk);
     first.ack(ps[4]).expect("ack");
     first.flush().expect("flush");
     first.ack(ps[6]).expect("ack");
@@ -188,14 +199,7 @@ fn a_cursor_opened_twice_keeps_the_copies_its_open_handle_evicted() {
     }
     second.flush().expect("flush");
     drop((first, second, topic));
-    store.close().expect("close");
-    drop(store);
-    let store = open();
-    let c = store
-        .topic(TOPIC)
-        .expect("the topic after a restart")
-        .open_cursor("sub", CursorOptions::default())
-        .expect("the cursor after a restart");
+    let (store, c) = restarted(store, &disk);
     for i in [4, 6, 15] {
         assert!(acked(&c, ps[i]), "entry {i} was flushed and is lost");
     }
