@@ -149,6 +149,33 @@ fn cursor_model<'a>(models: &'a mut Models, topic: &str, cursor: &str) -> &'a mu
         .expect("a modelled cursor")
 }
 
+/// The entries of `positions` cursor `c` holds acked.
+fn acked_entries(c: &Cursor, positions: &[Position], what: &str) -> BTreeSet<Position> {
+    positions
+        .iter()
+        .copied()
+        .filter(|&p| {
+            c.is_acked(p)
+                .unwrap_or_else(|e| panic!("{what}: is_acked({p}): {}", chain(&e)))
+        })
+        .collect()
+}
+
+/// The messages cursor `c` holds acked of the entries of `positions` not in `got`.
+fn acked_messages(
+    c: &Cursor,
+    positions: &[Position],
+    got: &BTreeSet<Position>,
+    what: &str,
+) -> Messages {
+    let partial = positions
+        .iter()
+        .filter(|p| !got.contains(p))
+        .map(|&p| (p, batch_size(p)));
+    actual_messages(c, partial)
+        .unwrap_or_else(|e| panic!("{what}: is_batch_index_acked: {}", chain(&e)))
+}
+
 /// The entries of `positions` cursor `c` holds acked, and the messages it holds acked of the
 /// others, checked against `cm`: none the application did not ack, every one a flush returned
 /// `Ok` for.
@@ -158,26 +185,14 @@ fn recovered(
     cm: &CursorModel,
     what: &str,
 ) -> (BTreeSet<Position>, Messages) {
-    let got: BTreeSet<Position> = positions
-        .iter()
-        .copied()
-        .filter(|&p| {
-            c.is_acked(p)
-                .unwrap_or_else(|e| panic!("{what}: is_acked({p}): {}", chain(&e)))
-        })
-        .collect();
+    let got = acked_entries(c, positions, what);
     if let Some(p) = got.difference(&cm.truth).next() {
         panic!("{what}: {p} is acked and was never acked");
     }
     if let Some(p) = cm.flushed.difference(&got).next() {
         panic!("{what}: {p} was flushed and is lost");
     }
-    let partial = positions
-        .iter()
-        .filter(|p| !got.contains(p))
-        .map(|&p| (p, batch_size(p)));
-    let msgs = actual_messages(c, partial)
-        .unwrap_or_else(|e| panic!("{what}: is_batch_index_acked: {}", chain(&e)));
+    let msgs = acked_messages(c, positions, &got, what);
     let none = BTreeSet::new();
     for (p, acked) in &msgs.0 {
         let truth = cm.truth_msgs.0.get(p).unwrap_or(&none);

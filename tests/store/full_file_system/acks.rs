@@ -7,9 +7,9 @@
 //! exactly what its model says, however many of its partitions and partial entries were
 //! evicted, refused by the full disk and loaded back meanwhile.
 
-use super::{CursorModel, Live, Models, Tally, batch_size};
+use super::{CursorModel, Live, Models, Tally, acked_entries, acked_messages, batch_size};
 use crate::support::tmpfs::chain;
-use crate::support::workload::{Rng, actual_messages};
+use crate::support::workload::Rng;
 
 use std::collections::BTreeSet;
 
@@ -227,14 +227,7 @@ fn batch_acks(
 /// holds acked and the messages of the others; and never an entry acknowledged individually at
 /// or before mark-delete, nor the entry right after it in its ledger.
 fn holds(c: &Cursor, ps: &[Position], cm: &CursorModel, what: &str) {
-    let got: BTreeSet<Position> = ps
-        .iter()
-        .copied()
-        .filter(|&p| {
-            c.is_acked(p)
-                .unwrap_or_else(|e| panic!("{what}: is_acked({p}): {}", chain(&e)))
-        })
-        .collect();
+    let got = acked_entries(c, ps, what);
     let held: BTreeSet<Position> = ps.iter().copied().filter(|p| cm.held.contains(p)).collect();
     if let Some(p) = got.difference(&held).next() {
         panic!("{what}: {p} is acked and the handle never acked it");
@@ -242,12 +235,7 @@ fn holds(c: &Cursor, ps: &[Position], cm: &CursorModel, what: &str) {
     if let Some(p) = held.difference(&got).next() {
         panic!("{what}: {p} was acked and the handle lost it");
     }
-    let partial = ps
-        .iter()
-        .filter(|p| !got.contains(p))
-        .map(|&p| (p, batch_size(p)));
-    let msgs = actual_messages(c, partial)
-        .unwrap_or_else(|e| panic!("{what}: is_batch_index_acked: {}", chain(&e)));
+    let msgs = acked_messages(c, ps, &got, what);
     for &p in ps.iter().filter(|p| !got.contains(p)) {
         assert_eq!(
             msgs.0.get(&p),
