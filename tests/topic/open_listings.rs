@@ -11,7 +11,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use ackstore::{CursorOptions, ManagedLedger, MemStorage, Position, Storage, Store, StoreConfig};
+use ackstore::{
+    Cursor, CursorOptions, ManagedLedger, MemStorage, Position, Storage, Store, StoreConfig,
+};
 use support::tap::{Hook, Op, Tap};
 
 /// Counts the listings run through a [`Tap`].
@@ -42,11 +44,10 @@ fn acked_by(ps: &[Position], c: usize) -> BTreeSet<Position> {
     ps.iter().skip(c % 7).step_by(7).copied().collect()
 }
 
-/// A topic of 40 entries over 10 ledgers whose `cursors` cursors each acked their entries and
-/// flushed, closed cleanly. Returns the entries.
-fn populate(disk: &MemStorage, cursors: usize) -> Vec<Position> {
-    let topic = open(disk, &Arc::default());
-    let ps = support::topic::append_n(&topic, 40);
+/// Appends 40 entries to `topic` (returned) and opens its `cursors` cursors, each acking its
+/// entries ([`acked_by`]), then handed to `each`.
+fn append_and_ack(topic: &ManagedLedger, cursors: usize, each: impl Fn(&Cursor)) -> Vec<Position> {
+    let ps = support::topic::append_n(topic, 40);
     for c in 0..cursors {
         let cursor = topic
             .open_cursor(&name(c), CursorOptions::default())
@@ -54,8 +55,16 @@ fn populate(disk: &MemStorage, cursors: usize) -> Vec<Position> {
         for p in acked_by(&ps, c) {
             cursor.ack(p).expect("ack");
         }
-        cursor.flush().expect("flush");
+        each(&cursor);
     }
+    ps
+}
+
+/// A topic of 40 entries over 10 ledgers whose `cursors` cursors each acked their entries and
+/// flushed, closed cleanly. Returns the entries.
+fn populate(disk: &MemStorage, cursors: usize) -> Vec<Position> {
+    let topic = open(disk, &Arc::default());
+    let ps = append_and_ack(&topic, cursors, |cursor| cursor.flush().expect("flush"));
     topic.close().expect("close");
     ps
 }
@@ -170,15 +179,7 @@ fn listings_of_store_topic_reopens(cursors: usize) -> Vec<u64> {
     };
     let store = Store::open_with_storage(Arc::new(disk.clone()), config.clone()).expect("store");
     let topic = store.topic("persistent://t/n/listings").expect("topic");
-    let ps = support::topic::append_n(&topic, 40);
-    for c in 0..cursors {
-        let cursor = topic
-            .open_cursor(&name(c), CursorOptions::default())
-            .expect("cursor");
-        for p in acked_by(&ps, c) {
-            cursor.ack(p).expect("ack");
-        }
-    }
+    let ps = append_and_ack(&topic, cursors, |_| {});
     store.flush_all().expect("flush");
     drop(topic);
     store.close().expect("close");
