@@ -964,17 +964,20 @@ impl FileMetaStore {
     /// writers may remove the same files: a file already gone is not an error.
     fn remove_below(&self, name: &str, version: u64, inclusive: bool) -> Result<()> {
         self.remove_listed_below(self.files_of(name)?, version, inclusive)
+            .map(drop)
     }
 
     /// [`FileMetaStore::remove_below`] over `files`, a listing of the record's files (as
     /// [`FileMetaStore::files_of`] returns it) taken since the last write of the record.
+    /// Returns the names removed (or found gone).
     fn remove_listed_below(
         &self,
         mut files: Vec<Found>,
         version: u64,
         inclusive: bool,
-    ) -> Result<()> {
+    ) -> Result<Vec<String>> {
         files.reverse();
+        let mut removed = Vec::new();
         for found in files {
             let below = found
                 .version
@@ -985,9 +988,10 @@ impl FileMetaStore {
                     Err(e) if e.is_not_found() => {}
                     Err(e) => return Err(e),
                 }
+                removed.push(found.file);
             }
         }
-        Ok(())
+        Ok(removed)
     }
 }
 
@@ -1164,15 +1168,11 @@ impl MetaStore for FileMetaStore {
             // refused) or a stray below the record, which no read takes and a later removal
             // finds.
             let (files, listed) = self.none_above(name, Some(version), next)?;
-            let mut removed = Vec::new();
-            if files.len() > CLAIM_NAMES {
-                removed = files
-                    .iter()
-                    .filter(|f| f.version.is_none_or(|v| v < version))
-                    .map(|f| f.file.clone())
-                    .collect();
-                self.remove_listed_below(files, version, false)?;
-            }
+            let removed = if files.len() > CLAIM_NAMES {
+                self.remove_listed_below(files, version, false)?
+            } else {
+                Vec::new()
+            };
             // The whole directory's listing (not a scope's), taken after the link that fenced
             // every former owner, with what this claim removed taken out: what a listing now
             // would show, until this store's next change.
