@@ -613,6 +613,28 @@ fn the_version_5_sample_reads_to_its_exact_batch_state_and_this_build_writes_its
     );
 }
 
+/// The journal of the version 5 sample as this build writes it (`tests/data/journal-v7-batch`,
+/// byte for byte): partitions, batch records, a full marker with a batch table, a delta
+/// rewriting one batch record and a delta removing the other, read to the exact state.
+#[test]
+fn the_version_7_batch_sample_reads_to_its_exact_state_and_this_build_writes_it_byte_for_byte() {
+    let disk = MemStorage::new();
+    let want = sample_v5(&disk);
+    let written = disk.live_bytes(&segment_name(1)).expect("segment");
+    let (dir, sample) =
+        support::samples::written_sample("journal-v7-batch", &segment_name(1), &written);
+    assert_eq!(&sample[8..10], &SEGMENT_VERSION.to_le_bytes());
+    assert_eq!(
+        written, sample,
+        "this build writes the sample byte for byte"
+    );
+    let storage = ackstore::FileStorage::open(dir.path(), true).expect("storage");
+    let journal = Arc::new(
+        Journal::open(Arc::new(storage), JournalConfig::default(), Seal::default()).expect("open"),
+    );
+    assert_eq!(recovered(&journal), want);
+}
+
 /// Each byte of the sample's batch records and of the markers that reference them, flipped
 /// below the synced length: the open refuses the journal (`Corrupted`), never a state with
 /// other partial entries.
