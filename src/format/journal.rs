@@ -10,10 +10,11 @@
 //! partition entry). All integers little-endian.
 //!
 //! ```text
-//! segment header (SEGMENT_HEADER_LEN = 24 bytes; versions 3 to 7: then the predecessor and
+//! segment header (SEGMENT_HEADER_LEN = 24 bytes; versions 3 to 8: then the predecessor and
 //! SLOT_COPIES slots)
 //! 0   8  magic "ACKSJRNL"
-//! 8   2  version (7; version 6, whose partition records wrap a cursor-ledger partition entry,
+//! 8   2  version (8; version 7, whose batch rows hold the CRC32 of the whole batch record,
+//!          version 6, whose partition records wrap a cursor-ledger partition entry,
 //!          version 5, without snapshot records, version 4, without batch records,
 //!          version 3, whose markers bind no name, and versions 2 and 1, without slots, are
 //!          still read; 1 holds no delta)
@@ -30,7 +31,7 @@
 //! 0   8  synced length: a segment length a finished fdatasync covered
 //! 8   4  CRC32 of the sequence number (8 bytes), the byte i and the synced length
 //!
-//! records start at records_start(version): 24 (versions 1, 2), 68 (versions 3 to 7)
+//! records start at records_start(version): 24 (versions 1, 2), 68 (versions 3 to 8)
 //!
 //! record frame (RECORD_HEADER_LEN = 8 bytes, then the body)
 //! 0   4  body length n (0: no record here, the end of the segment)
@@ -44,7 +45,7 @@
 //! [`JournalLoc`], and whose row `crc` is the CRC32 of the partition record's payload, in
 //! every version),
 //! A row names its partition record by location and payload CRC in every version, so a marker of
-//! a version 7 segment may name a partition record of an earlier segment (a flush names an
+//! a version 7 or 8 segment may name a partition record of an earlier segment (a flush names an
 //! unchanged partition where its current copy is) whatever that segment's version. With the
 //! checks of the record it names (its cursor ids the marker's, its key and cardinality the
 //! row's), a row accepts only that exact record: one of another cursor, of another partition,
@@ -54,7 +55,11 @@
 //! topic and cursor ids again, so a forget moved to another cursor does not match), 4 delta (an incremental marker, below;
 //! only in segments of version 2 and later), 5 batch (version 5: a cursor-ledger batch-index
 //! entry, the partial entries of one partition; it counts once a marker's inline batch table
-//! names it, row `entry_id` its journal location and row `crc` the CRC32 of its payload),
+//! names it, row `entry_id` its journal location and row `crc`, in a marker of a version 8
+//! segment, the CRC32 of its payload without the entry's own CRC ([`batch_row_crc`]), which
+//! differs from one batch record to another; in versions 5 to 7 the CRC32 of the whole payload,
+//! the same for every batch record, so there a row tells two batch records of one cursor,
+//! partition and partial-entry count apart by their location alone),
 //! 6 snapshot (version 6: the cursor's whole state in one record, see below). In a segment of
 //! version 3 or later the CRC a marker (of a marker record, or inside a delta) ends with covers
 //! the record's topic id and cursor id
@@ -107,10 +112,15 @@ use crate::error::{CorruptionKind, Error};
 pub const SEGMENT_MAGIC: [u8; 8] = *b"ACKSJRNL";
 /// Segment format version this build writes: segments that may hold deltas, batch records and
 /// snapshot records, carry synced-length slots after the header, whose markers bind their
-/// cursor's name, and whose partition records carry the partition directly.
-pub const SEGMENT_VERSION: u16 = SEGMENT_VERSION_V7;
+/// cursor's name, whose partition records carry the partition directly, and whose markers name
+/// each batch record by its inner CRC ([`batch_row_crc`]).
+pub const SEGMENT_VERSION: u16 = SEGMENT_VERSION_V8;
+/// Segments whose markers' batch rows name a batch record by the CRC32 of its payload without
+/// its last four bytes ([`batch_row_crc`]), which differs from one batch record to another.
+pub const SEGMENT_VERSION_V8: u16 = 8;
 /// Segments whose partition records carry the partition's key, cardinality and set under the
-/// record frame's CRC alone ([`encode_partition_payload`]).
+/// record frame's CRC alone ([`encode_partition_payload`]), and whose batch rows hold the
+/// CRC32 of the whole batch record payload: still read, never appended to.
 pub const SEGMENT_VERSION_V7: u16 = 7;
 /// Segments that may hold snapshot records, whose partition records wrap a cursor-ledger
 /// partition entry: still read, never appended to.
@@ -141,7 +151,7 @@ pub const PREDECESSOR_LEN: usize = 8 + 8 + 4;
 pub const SLOTS_AT: usize = PREDECESSOR_AT + PREDECESSOR_LEN;
 /// Bytes of both slot copies.
 pub const SLOTS_LEN: usize = SLOT_COPIES * SLOT_LEN;
-/// Bytes of a version 3 header with its slots: where its first record starts (versions 3 to 7).
+/// Bytes of a version 3 header with its slots: where its first record starts (versions 3 to 8).
 pub const SEGMENT_HEADER_V3_LEN: usize = SLOTS_AT + SLOTS_LEN;
 /// Bytes of a record frame before its body: length, CRC.
 pub const RECORD_HEADER_LEN: usize = 4 + 4;
@@ -167,6 +177,8 @@ pub const UNLISTED_CURSOR: &str = "cursor table (a cursor whose record is kept i
 pub const NAME_TAG_LEN: usize = 4;
 /// Bytes of a version 4 marker's binding: topic id, cursor id, name tag.
 pub const BINDING_LEN: usize = 8 + 8 + NAME_TAG_LEN;
+/// Bytes of the CRC a batch record's payload (a cursor-ledger batch-index entry) ends with.
+pub const BATCH_CRC_LEN: usize = 4;
 /// Bytes of a delta payload before its removed keys: base location, base CRC, removed count.
 pub const DELTA_FIXED_LEN: usize = 8 + 4 + 4;
 /// Bytes of one removed key of a delta: ledger, chunk.
@@ -394,6 +406,29 @@ pub fn split_name_tag(version: u16, payload: &[u8]) -> Result<(u32, &[u8]), Corr
         .split_first_chunk::<NAME_TAG_LEN>()
         .map(|(tag, rest)| (u32::from_le_bytes(*tag), rest))
         .ok_or(Corruption::new(CorruptionKind::Truncated, 0))
+}
+
+/// The CRC a marker's batch row names the batch record with payload `payload` by, in a
+/// segment of version 8: the CRC32 of the payload without its last [`BATCH_CRC_LEN`] bytes,
+/// the batch-index entry's own CRC (the entry verifies only when it equals them). The CRC32 of
+/// the whole payload, which the rows of versions 5 to 7 hold, is the CRC residue of every
+/// batch-index entry that verifies (its trailing CRC covers the bytes before it), so it tells
+/// no two batch records apart; this one differs with the entry's contents.
+#[must_use]
+pub fn batch_row_crc(payload: &[u8]) -> u32 {
+    let covered = payload.len().saturating_sub(BATCH_CRC_LEN);
+    crc32fast::hash(payload.get(..covered).unwrap_or_default())
+}
+
+/// The CRC a marker row or delta base names a record of `kind` with payload `payload` by
+/// (what the journal's index holds of it): [`batch_row_crc`] for a batch record, the CRC32 of
+/// the whole payload for every other kind.
+#[must_use]
+pub fn record_crc(kind: RecordKind, payload: &[u8]) -> u32 {
+    match kind {
+        RecordKind::Batch => batch_row_crc(payload),
+        _ => crc32fast::hash(payload),
+    }
 }
 
 /// Where the records of a segment of `version` start.

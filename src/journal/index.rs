@@ -52,7 +52,11 @@ pub struct PartLoc {
     pub loc: JournalLoc,
     /// Bytes of its frame.
     pub frame_len: u64,
-    /// CRC32 of its payload (what a marker's row names).
+    /// What a marker row this build writes names it by: the CRC32 of its payload, or for a
+    /// batch record the CRC32 of its payload without the entry's own CRC
+    /// ([`crate::format::journal::batch_row_crc`], which tells batch records apart; a batch row
+    /// of a segment before version 8 holds the CRC32 of the whole payload instead, the scan
+    /// checks that and keeps this).
     pub crc: u32,
     /// Acked entries in the partition (for a batch record: its partial entries).
     pub cardinality: u64,

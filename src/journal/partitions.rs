@@ -14,9 +14,9 @@ use crate::ackset::{PartitionKey, PartitionStore};
 use crate::error::{CorruptionKind, Error, Result};
 use crate::format::cursor::{Snapshot, decode_snapshot_bound, payload_crc, peek_batch_entry};
 use crate::format::journal::{
-    JournalLoc, PartitionPayload, RecordKind, SEGMENT_VERSION, decode_partition_payload,
-    decode_record, encode_partition_payload, encode_record, record_binding, record_len,
-    split_name_tag,
+    JournalLoc, PartitionPayload, RecordKind, SEGMENT_VERSION, batch_row_crc,
+    decode_partition_payload, decode_record, encode_partition_payload, encode_record,
+    record_binding, record_len, split_name_tag,
 };
 use crate::storage::StorageFile;
 
@@ -100,7 +100,7 @@ impl Journal {
             return Ok(None);
         };
         let bad = |kind| Error::corrupted_at(key.place(), kind);
-        if payload_crc(&payload) != part.crc {
+        if batch_row_crc(&payload) != part.crc {
             return Err(bad(CorruptionKind::ChecksumMismatch));
         }
         let (ledger_id, chunk, entries) = peek_batch_entry(&payload).map_err(|c| bad(c.kind))?;
@@ -135,7 +135,7 @@ impl Journal {
                     seq: self.counters.seq.fetch_add(1, Ordering::Relaxed) + 1,
                     loc: at,
                     frame_len: buf.len() as u64,
-                    crc: payload_crc(payload),
+                    crc: batch_row_crc(payload),
                     cardinality: u64::from(entries),
                     version: SEGMENT_VERSION,
                 };

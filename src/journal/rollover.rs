@@ -27,10 +27,9 @@ use super::marker::{append_marker, cursor_record};
 use super::segment::segment_name;
 use super::{Journal, TickStats, corrupt, lock};
 use crate::error::{CorruptionKind, Result};
-use crate::format::cursor::payload_crc;
 use crate::format::journal::{
     JournalLoc, RecordKind, SEGMENT_VERSION, SEGMENT_VERSION_V7, decode_partition_payload,
-    encode_partition_payload, encode_record,
+    encode_partition_payload, encode_record, record_crc,
 };
 
 /// Segments above twice the number the live bytes fill, past which a rollover runs whatever
@@ -270,7 +269,9 @@ impl Journal {
     /// into `buf`, which is appended at `base` of segment `seq` (of this build's version);
     /// returns the copy's location. A partition record of a segment before version 7 is
     /// rewritten in this version's form (decoded with every check a load makes): the copy
-    /// then has another payload, CRC and length, which the re-based marker names.
+    /// then has another payload, CRC and length, which the re-based marker names. A batch
+    /// record of any version is copied byte for byte: its payload is the same in every
+    /// version, and so is the CRC a row names it by ([`record_crc`]).
     fn copy_record(
         &self,
         buf: &mut Vec<u8>,
@@ -280,7 +281,7 @@ impl Journal {
     ) -> Result<PartLoc> {
         let mut payload = self.read_payload(part.loc, part.frame_len)?;
         let bad = |kind| corrupt(part.loc.segment, part.loc.offset, kind);
-        if payload_crc(&payload) != part.crc {
+        if record_crc(kind, &payload) != part.crc {
             return Err(bad(CorruptionKind::ChecksumMismatch));
         }
         if kind == RecordKind::Partition && part.version < SEGMENT_VERSION_V7 {
@@ -298,7 +299,7 @@ impl Journal {
         Ok(PartLoc {
             loc,
             frame_len: (buf.len() - before) as u64,
-            crc: payload_crc(&payload),
+            crc: record_crc(kind, &payload),
             version: SEGMENT_VERSION,
             ..part
         })

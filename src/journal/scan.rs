@@ -15,7 +15,8 @@ use crate::format::cursor::{
 };
 use crate::format::journal::{
     JournalLoc, Record, RecordKind, SEGMENT_VERSION_V2, SEGMENT_VERSION_V3, SEGMENT_VERSION_V5,
-    SEGMENT_VERSION_V6, cursor_binding, decode_delta, decode_partition_payload, record_binding,
+    SEGMENT_VERSION_V6, SEGMENT_VERSION_V8, cursor_binding, decode_delta, decode_partition_payload,
+    record_binding, record_crc,
 };
 
 /// What a scan of the segments found, before it becomes the index.
@@ -24,8 +25,10 @@ pub(super) struct Scan {
     pub(super) index: Index,
     /// Every partition record seen, by location.
     partitions: HashMap<JournalLoc, (CursorId, PartitionKey, PartLoc)>,
-    /// Every batch record seen (version 5), by location.
-    batches: HashMap<JournalLoc, (CursorId, PartitionKey, PartLoc)>,
+    /// Every batch record seen (version 5), by location, with the CRC32 of its whole payload
+    /// (what a batch row of a marker before version 8 holds; its `PartLoc` holds what a
+    /// version 8 row holds, [`crate::format::journal::batch_row_crc`]).
+    batches: HashMap<JournalLoc, (CursorId, PartitionKey, PartLoc, u32)>,
     forgotten: std::collections::HashSet<CursorId>,
     /// The oldest segment scanned: a record that references an older one was superseded
     /// before a rollover removed what it references.
@@ -277,7 +280,7 @@ impl Scan {
         (loc, frame_len, version): (JournalLoc, u64, u16),
         rec: &Record<'_>,
     ) {
-        let crc = payload_crc(rec.payload);
+        let crc = record_crc(rec.kind, rec.payload);
         let at = |ledger_id, chunk, cardinality| {
             let part = PartLoc {
                 seq: 0,
@@ -293,8 +296,9 @@ impl Scan {
             if version >= SEGMENT_VERSION_V5
                 && let Ok((ledger_id, chunk, entries)) = peek_batch_entry(rec.payload)
             {
+                let (cursor, key, part) = at(ledger_id, chunk, u64::from(entries));
                 self.batches
-                    .insert(loc, at(ledger_id, chunk, u64::from(entries)));
+                    .insert(loc, (cursor, key, part, payload_crc(rec.payload)));
             }
         } else if let Ok(p) = decode_partition_payload(rec.payload, version) {
             self.partitions
@@ -374,20 +378,30 @@ impl Scan {
         ok.then_some((*key, *part))
     }
 
-    /// The batch row a marker or delta holds, if it names a batch record of `cursor` seen
-    /// before `loc` with the key, CRC and partial-entry count the row holds.
+    /// The batch row a marker or delta of a segment of `version` holds, if it names a batch
+    /// record of `cursor` seen before `loc` with the key, CRC and partial-entry count the row
+    /// holds. From version 8 the row's CRC is the record's [`batch_row_crc`], so a row accepts
+    /// only the exact record it names; before, it is the CRC32 of the whole payload, which
+    /// every batch record that verifies shares, read as those versions read it.
+    ///
+    /// [`batch_row_crc`]: crate::format::journal::batch_row_crc
     fn verified_batch_row(
         &self,
         cursor: CursorId,
-        loc: JournalLoc,
+        (loc, version): (JournalLoc, u16),
         row: &BatchRow,
     ) -> Option<(PartitionKey, PartLoc)> {
         let at = JournalLoc::unpack(row.entry_id);
-        let (c, key, part) = self.batches.get(&at)?;
+        let (c, key, part, whole) = self.batches.get(&at)?;
+        let crc = if version >= SEGMENT_VERSION_V8 {
+            part.crc
+        } else {
+            *whole
+        };
         let ok = *c == cursor
             && key.ledger_id == row.ledger_id
             && key.chunk == row.chunk
-            && part.crc == row.crc
+            && crc == row.crc
             && part.cardinality == u64::from(row.entries)
             && at < loc;
         ok.then_some((*key, *part))
@@ -409,7 +423,7 @@ impl Scan {
         marker
             .batch
             .iter()
-            .map(|row| self.verified_batch_row(cursor, loc, &row))
+            .map(|row| self.verified_batch_row(cursor, (loc, version), &row))
             .collect()
     }
 

@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::format::cursor::{PersistedState, bind_entry, payload_crc};
 use crate::format::journal::{
     BODY_FIXED_LEN, JournalLoc, MAX_BODY_LEN, NAME_TAG_LEN, Record, RecordKind, SEGMENT_VERSION,
-    cursor_binding, encode_partition_payload, encode_record, record_binding,
+    cursor_binding, encode_partition_payload, encode_record, record_binding, record_crc,
 };
 
 /// One cursor's part of a tick: its state and its ack partitions as of one snapshot.
@@ -184,8 +184,8 @@ pub struct BatchStage {
     /// Partitions whose partial entries changed since their batch record was written: key,
     /// the batch-index entry encoding them, and how many partial entries it holds.
     pub written: Vec<(PartitionKey, Vec<u8>, u32)>,
-    /// Partitions whose newest batch record in the journal is current, with the payload CRC
-    /// the cursor expects of it.
+    /// Partitions whose newest batch record in the journal is current, with the CRC the cursor
+    /// expects of it (its [`crate::format::journal::batch_row_crc`], what the index holds).
     pub kept: Vec<(PartitionKey, u32)>,
 }
 
@@ -266,7 +266,7 @@ impl Tick<'_> {
                     offset: base + before as u64,
                 },
                 frame_len: (buf.len() - before) as u64,
-                crc: payload_crc(payload),
+                crc: record_crc(kind, payload),
                 cardinality,
                 version: SEGMENT_VERSION,
             })

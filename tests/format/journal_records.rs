@@ -310,15 +310,16 @@ fn earlier_version_headers_still_read_and_unknown_versions_are_refused() {
     let full = encode_segment_header(3, None);
     let mut h = [0u8; SEGMENT_HEADER_LEN];
     h.copy_from_slice(&full[..SEGMENT_HEADER_LEN]);
-    assert_eq!(decode_segment_header_version(&h).unwrap(), (3, 7));
+    assert_eq!(decode_segment_header_version(&h).unwrap(), (3, 8));
     for (version, known) in [
-        (6u16, true),
+        (7u16, true),
+        (6, true),
         (5, true),
         (4, true),
         (3, true),
         (2, true),
         (1, true),
-        (8, false),
+        (9, false),
         (0, false),
     ] {
         h[8..10].copy_from_slice(&version.to_le_bytes());
@@ -333,6 +334,48 @@ fn earlier_version_headers_still_read_and_unknown_versions_are_refused() {
             );
         }
     }
+}
+
+/// A batch record's payload ends with its own CRC, so the CRC32 of the whole payload (what a
+/// batch row of versions 5 to 7 holds) is the same residue for every batch record; the CRC a
+/// version 8 row holds is the entry's own CRC, which differs with its contents.
+#[test]
+fn a_version_8_batch_row_crc_tells_two_batch_records_apart_where_the_whole_payloads_crc_cannot() {
+    use ackstore::internals::format::cursor::{
+        BatchPartition, PartialEntry, encode_batch_entry, payload_crc,
+    };
+    use ackstore::internals::format::journal::{BATCH_CRC_LEN, batch_row_crc};
+    let entry = |acked: u32| {
+        encode_batch_entry(&BatchPartition {
+            ledger_id: 1,
+            chunk: 0,
+            entries: vec![PartialEntry {
+                entry_id: 1,
+                batch_size: 4,
+                acked: [acked].into_iter().collect(),
+            }],
+        })
+        .unwrap()
+    };
+    let (a, b) = (entry(0), entry(1));
+    assert_eq!(a.len(), b.len());
+    assert_eq!(payload_crc(&a), 0x2144_DF1C, "the CRC residue");
+    assert_eq!(payload_crc(&a), payload_crc(&b));
+    assert_ne!(batch_row_crc(&a), batch_row_crc(&b));
+    for payload in [&a, &b] {
+        let (covered, own) = payload.split_at(payload.len() - BATCH_CRC_LEN);
+        assert_eq!(batch_row_crc(payload), crc32fast::hash(covered));
+        assert_eq!(
+            batch_row_crc(payload).to_le_bytes(),
+            own,
+            "the entry's own CRC"
+        );
+    }
+    assert_eq!(
+        batch_row_crc(&[1, 2]),
+        crc32fast::hash(&[]),
+        "short input, no panic"
+    );
 }
 
 #[test]

@@ -15,9 +15,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use ackstore::internals::ackset::{PartitionKey, RangeSetWrapper};
 use ackstore::internals::format::cursor::{
     BatchPartition, PartialEntry, PersistedState, decode_batch_entry, encode_batch_entry,
-    payload_crc,
 };
-use ackstore::internals::format::journal::{SEGMENT_VERSION, name_tag};
+use ackstore::internals::format::journal::{
+    RecordKind, SEGMENT_HEADER_V3_LEN, SEGMENT_VERSION, batch_row_crc, name_tag,
+};
 use ackstore::internals::journal::{
     BatchStage, Journal, JournalConfig, JournalPartitions, Seal, segment_name,
 };
@@ -481,7 +482,7 @@ fn written(p: &BatchPartition) -> (PartitionKey, Vec<u8>, u32) {
 fn kept(p: &BatchPartition) -> (PartitionKey, u32) {
     (
         key_of(p),
-        payload_crc(&encode_batch_entry(p).expect("encode")),
+        batch_row_crc(&encode_batch_entry(p).expect("encode")),
     )
 }
 
@@ -613,26 +614,139 @@ fn the_version_5_sample_reads_to_its_exact_batch_state_and_this_build_writes_its
     );
 }
 
-/// The journal of the version 5 sample as this build writes it (`tests/data/journal-v7-batch`,
-/// byte for byte): partitions, batch records, a full marker with a batch table, a delta
-/// rewriting one batch record and a delta removing the other, read to the exact state.
+/// Opens the journal in `dir` (a sample's copy) and checks it holds `want` of cursor [`ID`],
+/// bound to its name.
+fn check_batch_sample(
+    dir: &std::path::Path,
+    want: &(PersistedState, BTreeSet<Position>, Vec<BatchPartition>),
+) {
+    let storage = ackstore::FileStorage::open(dir, true).expect("storage");
+    let journal = Arc::new(
+        Journal::open(Arc::new(storage), JournalConfig::default(), Seal::default()).expect("open"),
+    );
+    assert_eq!(&recovered(&journal), want);
+    assert_eq!(
+        journal.committed_name(ID).map(|(n, _)| n),
+        Some(name_tag(TOPIC, NAME))
+    );
+}
+
+/// Each record of `segment` (records from the header on): its kind, its frame's length, and
+/// its frame's bytes unless it is a marker or a delta (whose batch rows' CRCs are what version
+/// 8 changes).
+fn records_but_markers(segment: &[u8]) -> Vec<(RecordKind, usize, Option<Vec<u8>>)> {
+    support::mutate::records_of(segment)
+        .into_iter()
+        .map(|r| {
+            let body = (!matches!(r.kind, RecordKind::Marker | RecordKind::Delta))
+                .then(|| segment[r.offset..r.offset + r.len].to_vec());
+            (r.kind, r.len, body)
+        })
+        .collect()
+}
+
+/// `tests/data/journal-v7-batch`: the journal of the version 5 sample as the version 7 build
+/// wrote it (partitions, batch records, a full marker with a batch table, a delta rewriting one
+/// batch record and a delta removing the other), its batch rows holding the CRC32 of the whole
+/// batch record. It reads to its exact state, and this build writes the same records, every
+/// partition and batch record byte for byte, its markers and deltas of the same lengths.
 #[test]
-fn the_version_7_batch_sample_reads_to_its_exact_state_and_this_build_writes_it_byte_for_byte() {
+fn the_version_7_batch_sample_reads_to_its_exact_state() {
+    let disk = MemStorage::new();
+    let want = sample_v5(&disk);
+    let written = disk.live_bytes(&segment_name(1)).expect("segment");
+    // A sample of an earlier version: kept as it was committed, never written again.
+    let dir = support::samples::sample_dir("journal-v7-batch");
+    let sample = std::fs::read(dir.path().join(segment_name(1))).expect("sample");
+    assert_eq!(&sample[8..10], &7u16.to_le_bytes(), "a version 7 segment");
+    assert_eq!(records_but_markers(&written), records_but_markers(&sample));
+    assert_ne!(
+        written[SEGMENT_HEADER_V3_LEN..],
+        sample[SEGMENT_HEADER_V3_LEN..]
+    );
+    check_batch_sample(dir.path(), &want);
+}
+
+/// `tests/data/journal-v8-batch`: the same journal as this build writes it, byte for byte, its
+/// batch rows naming each batch record by [`batch_row_crc`]; it reads to its exact state.
+#[test]
+fn the_version_8_batch_sample_reads_to_its_exact_state_and_this_build_writes_it_byte_for_byte() {
     let disk = MemStorage::new();
     let want = sample_v5(&disk);
     let written = disk.live_bytes(&segment_name(1)).expect("segment");
     let (dir, sample) =
-        support::samples::written_sample("journal-v7-batch", &segment_name(1), &written);
+        support::samples::written_sample("journal-v8-batch", &segment_name(1), &written);
     assert_eq!(&sample[8..10], &SEGMENT_VERSION.to_le_bytes());
     assert_eq!(
         written, sample,
         "this build writes the sample byte for byte"
     );
-    let storage = ackstore::FileStorage::open(dir.path(), true).expect("storage");
+    check_batch_sample(dir.path(), &want);
+}
+
+/// The version 7 sample goes on under this build: a tick adds four partitions (a delta, in a
+/// version 8 segment), then a tick drops every partition (a full marker, smaller than a delta
+/// removing five keys); both keep the sample's last batch record where it is, in the version 7
+/// segment, and the full marker's batch row names it by its [`batch_row_crc`]. The journal
+/// reopens to that state, the batch record still read from the version 7 segment.
+#[test]
+fn a_version_8_marker_names_a_batch_record_of_the_version_7_sample_by_its_inner_crc() {
+    let disk = MemStorage::new();
+    let (_, _, batch) = sample_v5(&MemStorage::new());
+    support::samples::load_sample(&disk, "journal-v7-batch");
+    let (journal, _) = support::journal::journal_and_acks(&disk, ID);
+    let name = name_tag(TOPIC, NAME);
+    let (state, rows) = journal.committed(ID).expect("committed");
+    let mut live: Vec<PartitionKey> = rows.into_iter().map(|(k, _)| k).collect();
+    let added: Vec<(PartitionKey, RoaringBitmap)> = (0..4)
+        .map(|chunk| {
+            (
+                PartitionKey {
+                    ledger_id: 5,
+                    chunk,
+                },
+                [1u32].into_iter().collect(),
+            )
+        })
+        .collect();
+    live.extend(added.iter().map(|(k, _)| *k));
+    let kept = BatchStage {
+        written: Vec::new(),
+        kept: batch.iter().map(kept).collect(),
+    };
+    let deltas = journal.stats().deltas;
+    let mut tick = journal.begin_tick();
+    tick.stage_with_batch((ID, name), state.clone(), (&added, &live), &kept)
+        .expect("stage");
+    tick.commit().expect("tick");
+    assert_eq!(journal.stats().deltas, deltas + 1, "a delta");
+    let mut tick = journal.begin_tick();
+    tick.stage_with_batch((ID, name), state.clone(), (&[], &[]), &kept)
+        .expect("stage");
+    tick.commit().expect("tick");
+    assert_eq!(journal.stats().deltas, deltas + 1, "a full marker");
+    drop(journal);
+    let second = disk.live_bytes(&segment_name(2)).expect("a second segment");
+    assert_eq!(&second[8..10], &SEGMENT_VERSION.to_le_bytes());
     let journal = Arc::new(
-        Journal::open(Arc::new(storage), JournalConfig::default(), Seal::default()).expect("open"),
+        Journal::open(
+            Arc::new(disk.clone()),
+            JournalConfig::default(),
+            Seal::default(),
+        )
+        .expect("reopen"),
     );
-    assert_eq!(recovered(&journal), want);
+    assert_eq!(recovered(&journal), (state, BTreeSet::new(), batch));
+    let named: Vec<u64> = journal
+        .committed_batch(ID)
+        .iter()
+        .map(|(_, part)| part.loc.segment)
+        .collect();
+    assert_eq!(
+        named,
+        [1],
+        "the batch record stays in the version 7 segment"
+    );
 }
 
 /// Each byte of the sample's batch records and of the markers that reference them, flipped

@@ -1,10 +1,11 @@
 //! The snapshot samples: a cursor's multi-entry state (a partition and a full marker), then two
 //! snapshot records of the single-entry form, the second with partial entries. The version 6
 //! sample (`tests/data/journal-v6-snapshot`, its partition record a wrapped cursor-ledger
-//! entry) and the version 7 one this build writes byte for byte
-//! (`tests/data/journal-v7-snapshot`, the partition under the frame's one CRC) both read to the
-//! second snapshot's exact state, with the chain kept as its fallback; a bit flipped anywhere
-//! below the synced length refuses the open or leaves that state, never another.
+//! entry), the version 7 one (`tests/data/journal-v7-snapshot`, the partition under the frame's
+//! one CRC) and the version 8 one this build writes byte for byte
+//! (`tests/data/journal-v8-snapshot`, the same records under a version 8 header) all read to
+//! the second snapshot's exact state, with the chain kept as its fallback; a bit flipped
+//! anywhere below the synced length refuses the open or leaves that state, never another.
 
 use std::sync::Arc;
 
@@ -23,7 +24,8 @@ use support::samples::{
     JOURNAL_SAMPLE_CURSOR as NAME, JOURNAL_SAMPLE_ID as ID, JOURNAL_SAMPLE_TOPIC as TOPIC,
 };
 const SAMPLE_V6: &str = "journal-v6-snapshot";
-const SAMPLE: &str = "journal-v7-snapshot";
+const SAMPLE_V7: &str = "journal-v7-snapshot";
+const SAMPLE: &str = "journal-v8-snapshot";
 
 /// What a cursor's snapshot holds: its state, its ranges, its partial entries.
 type Whole = (PersistedState, Vec<(u64, u64, u64)>, Vec<BatchPartition>);
@@ -132,8 +134,27 @@ fn the_version_6_sample_reads_to_its_newest_snapshot() {
     check_sample(dir.path(), &want);
 }
 
+/// The version 7 sample holds the records this build writes, byte for byte, under a version 7
+/// header: it holds no batch row, the one thing version 8 changes.
 #[test]
-fn the_version_7_sample_reads_to_its_newest_snapshot_and_this_build_writes_it_byte_for_byte() {
+fn the_version_7_sample_reads_to_its_newest_snapshot() {
+    let disk = MemStorage::new();
+    let want = sample_journal(&disk);
+    let written = disk.live_bytes(&segment_name(1)).expect("segment");
+    // A sample of an earlier version: kept as it was committed, never written again.
+    let dir = support::samples::sample_dir(SAMPLE_V7);
+    let sample = std::fs::read(dir.path().join(segment_name(1))).expect("sample");
+    assert_eq!(&sample[8..10], &7u16.to_le_bytes(), "a version 7 segment");
+    assert_eq!(
+        sample[SEGMENT_HEADER_V3_LEN..],
+        written[SEGMENT_HEADER_V3_LEN..],
+        "the same records"
+    );
+    check_sample(dir.path(), &want);
+}
+
+#[test]
+fn the_version_8_sample_reads_to_its_newest_snapshot_and_this_build_writes_it_byte_for_byte() {
     let disk = MemStorage::new();
     let want = sample_journal(&disk);
     let written = disk.live_bytes(&segment_name(1)).expect("segment");
