@@ -38,6 +38,7 @@ mod group;
 mod index;
 mod journal;
 mod journal_batch_row_binding;
+mod journal_batch_row_versions;
 mod journal_catalog_faults;
 mod journal_cursor_faults;
 mod journal_delta;

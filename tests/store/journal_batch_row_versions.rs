@@ -1,0 +1,262 @@
+//! Batch rows across segment versions: `tests/data/journal-v7-batch` (a version 7 segment whose
+//! batch rows hold the CRC32 of the whole batch record, the same for every batch record) goes
+//! on under this build until a version 8 full marker names the sample's live batch record by
+//! its inner CRC, in the version 7 segment or as a rollover's byte-for-byte copy in a version 8
+//! one. Then the sample's two batch records of one partition and partial-entry count (the
+//! first tick's and the delta's that rewrote it, frames of the same length) exchanged, or one
+//! copied over the other, or the older one copied over the rolled-over copy of the live one:
+//! the open refuses the journal (`Corrupted`: the records lie below the synced length) and the
+//! offline check reports the same damage, unless the damage hit only the record that the
+//! sample's superseded version 7 marker alone names (then both read the undamaged state).
+
+use crate::support;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use ackstore::MemStorage;
+use ackstore::internals::ackset::PartitionKey;
+use ackstore::internals::format::cursor::decode_batch_entry;
+use ackstore::internals::format::journal::{RecordKind, batch_row_crc, name_tag};
+use ackstore::internals::journal::{BatchStage, Journal, JournalConfig, Seal, segment_name};
+use roaring::RoaringBitmap;
+use support::samples::{
+    JOURNAL_SAMPLE_CURSOR as NAME, JOURNAL_SAMPLE_ID as ID, JOURNAL_SAMPLE_TOPIC as TOPIC,
+};
+
+/// Acknowledged messages of the partial entries: (ledger, entry, message).
+type Partial = BTreeSet<(u64, u64, u32)>;
+
+/// The sample's partial entries as the journal on `disk` opens them (`None`: refused).
+fn opened(disk: &MemStorage) -> ackstore::Result<Partial> {
+    let journal = Journal::open(
+        Arc::new(disk.clone()),
+        JournalConfig::default(),
+        Seal::default(),
+    )?;
+    let mut out = Partial::new();
+    for (key, _) in journal.committed_batch(ID) {
+        let (_, payload) = journal.load_batch(ID, key)?.expect("a batch record");
+        let p = decode_batch_entry(&payload).expect("decodes");
+        for e in &p.entries {
+            out.extend(e.acked.iter().map(|i| (p.ledger_id, e.entry_id, i)));
+        }
+    }
+    Ok(out)
+}
+
+/// The sample on a disk, gone on under this build by a tick adding four partitions (a delta,
+/// which names no batch record: the sample's is kept), then a tick dropping every partition (a
+/// full marker, smaller than a delta removing five keys, naming the sample's batch record by
+/// its inner CRC). Returns the disk and the partial entries it holds.
+fn continued() -> (MemStorage, Partial) {
+    let disk = MemStorage::new();
+    support::samples::load_sample(&disk, "journal-v7-batch");
+    let want = opened(&disk).expect("the sample opens");
+    let journal = Arc::new(
+        Journal::open(
+            Arc::new(disk.clone()),
+            JournalConfig::default(),
+            Seal::default(),
+        )
+        .expect("open"),
+    );
+    let (state, rows) = journal.committed(ID).expect("committed");
+    let kept: Vec<(PartitionKey, u32)> = journal
+        .committed_batch(ID)
+        .into_iter()
+        .map(|(key, _)| {
+            let (_, payload) = journal.load_batch(ID, key).expect("load").expect("record");
+            (key, batch_row_crc(&payload))
+        })
+        .collect();
+    let stage = BatchStage {
+        written: Vec::new(),
+        kept,
+    };
+    let added: Vec<(PartitionKey, RoaringBitmap)> = (0..4)
+        .map(|chunk| {
+            let key = PartitionKey {
+                ledger_id: 5,
+                chunk,
+            };
+            (key, [1u32].into_iter().collect())
+        })
+        .collect();
+    let mut live: Vec<PartitionKey> = rows.into_iter().map(|(k, _)| k).collect();
+    live.extend(added.iter().map(|(k, _)| *k));
+    let name = (ID, name_tag(TOPIC, NAME));
+    let deltas = journal.stats().deltas;
+    let mut tick = journal.begin_tick();
+    tick.stage_with_batch(name, state.clone(), (&added, &live), &stage)
+        .expect("stage");
+    tick.commit().expect("tick");
+    let mut tick = journal.begin_tick();
+    tick.stage_with_batch(name, state, (&[], &[]), &stage)
+        .expect("stage");
+    tick.commit().expect("tick");
+    assert_eq!(
+        journal.stats().deltas,
+        deltas + 1,
+        "a delta, then a full marker"
+    );
+    drop(journal);
+    assert_eq!(opened(&disk).expect("reopens"), want);
+    (disk, want)
+}
+
+/// The sample segment's two batch records of partition 1:0 (frame offset, frame length).
+fn same_partition_records(segment: &[u8]) -> [(usize, usize); 2] {
+    let batch: Vec<(usize, usize)> = support::mutate::records_of(segment)
+        .into_iter()
+        .filter(|r| r.kind == RecordKind::Batch)
+        .map(|r| (r.offset, r.len))
+        .collect();
+    // The sample writes partitions 1:0 and 2:0, then rewrites 1:0.
+    let [a, _, a2] = batch[..] else {
+        panic!("three batch records: {batch:?}");
+    };
+    assert_eq!(a.1, a2.1, "frames of the same length");
+    assert_ne!(segment[a.0..a.0 + a.1], segment[a2.0..a2.0 + a2.1]);
+    [a, a2]
+}
+
+/// Each damage of the version 7 segment of `disk`: what it is and the damaged bytes.
+fn damages(disk: &MemStorage) -> Vec<(&'static str, Vec<u8>)> {
+    let bytes = disk.live_bytes(&segment_name(1)).expect("segment 1");
+    let [(a, len), (b, _)] = same_partition_records(&bytes);
+    let moved = |(x, y): (usize, usize), copy: bool| {
+        let mut out = bytes.clone();
+        out[y..y + len].copy_from_slice(&bytes[x..x + len]);
+        if !copy {
+            out[x..x + len].copy_from_slice(&bytes[y..y + len]);
+        }
+        out
+    };
+    vec![
+        ("the two records exchanged", moved((a, b), false)),
+        ("the first over the second", moved((a, b), true)),
+        ("the second over the first", moved((b, a), true)),
+    ]
+}
+
+/// Applies each damage to a copy of the journal on `disk` and returns what the open and the
+/// offline check made of it.
+fn outcomes(
+    disk: &MemStorage,
+) -> Vec<(
+    &'static str,
+    ackstore::Result<Partial>,
+    ackstore::Result<ackstore::internals::journal::JournalCheck>,
+)> {
+    damages(disk)
+        .into_iter()
+        .map(|(what, bytes)| {
+            let image = disk.durable_image();
+            image.set_bytes(&segment_name(1), bytes).expect("damage");
+            let checked = ackstore::internals::journal::check(&image, Seal::default());
+            (what, opened(&image), checked)
+        })
+        .collect()
+}
+
+#[test]
+fn a_version_8_full_marker_refuses_batch_records_exchanged_in_the_version_7_segment() {
+    let (disk, want) = continued();
+    for (what, opened, checked) in outcomes(&disk) {
+        // The first record is named by the sample's version 7 marker alone, which a delta
+        // superseded: a copy over it changes nothing that counts.
+        if what == "the second over the first" {
+            assert_eq!(opened.expect(what), want, "{what}");
+            checked.expect(what);
+            continue;
+        }
+        assert!(
+            matches!(opened, Err(ackstore::Error::Corrupted { .. })),
+            "{what}: {opened:?}"
+        );
+        assert!(
+            matches!(checked, Err(ackstore::Error::Corrupted { .. })),
+            "{what}: {checked:?}"
+        );
+    }
+}
+
+/// The sample gone on under this build with segments of one byte: ticks that keep its state
+/// until a rollover has re-based the cursor into a version 8 segment (a full marker naming the
+/// byte-for-byte copy of the sample's live batch record by its inner CRC) and removed the
+/// version 7 segment. Returns the disk, the segment holding the copy and the copy's frame.
+fn rolled_over() -> (MemStorage, u64, (usize, usize)) {
+    let disk = MemStorage::new();
+    support::samples::load_sample(&disk, "journal-v7-batch");
+    let want = opened(&disk).expect("the sample opens");
+    let tiny = JournalConfig { segment_bytes: 1 };
+    let journal = Journal::open(Arc::new(disk.clone()), tiny, Seal::default()).expect("open");
+    let (state, rows) = journal.committed(ID).expect("committed");
+    let live: Vec<PartitionKey> = rows.into_iter().map(|(k, _)| k).collect();
+    let kept = journal
+        .committed_batch(ID)
+        .into_iter()
+        .map(|(key, part)| (key, part.crc))
+        .collect();
+    let stage = BatchStage {
+        written: Vec::new(),
+        kept,
+    };
+    for _ in 0..3 {
+        let mut tick = journal.begin_tick();
+        tick.stage_with_batch(
+            (ID, name_tag(TOPIC, NAME)),
+            state.clone(),
+            (&[], &live),
+            &stage,
+        )
+        .expect("stage");
+        tick.commit().expect("tick");
+    }
+    let (_, part) = journal.committed_batch(ID)[0];
+    drop(journal);
+    assert!(
+        disk.live_bytes(&segment_name(1)).is_none(),
+        "segment 1 removed"
+    );
+    assert_eq!(opened(&disk).expect("reopens"), want);
+    let offset = usize::try_from(part.loc.offset).expect("offset");
+    let len = usize::try_from(part.frame_len).expect("length");
+    (disk, part.loc.segment, (offset, len))
+}
+
+/// The sample's older batch record of the same partition and count (its first tick's, which
+/// its delta rewrote) written over the rolled-over copy of the live one, in the version 8
+/// segment: the open and the check refuse the journal.
+#[test]
+fn an_older_batch_record_over_its_rolled_over_copy_is_refused_by_open_and_check() {
+    let (disk, segment, (at, len)) = rolled_over();
+    let sample = std::fs::read(
+        support::samples::data_dir()
+            .join("journal-v7-batch")
+            .join(segment_name(1)),
+    )
+    .expect("sample");
+    let [(older, older_len), (live, _)] = same_partition_records(&sample);
+    assert_eq!(older_len, len);
+    let mut bytes = disk.live_bytes(&segment_name(segment)).expect("segment");
+    assert_eq!(
+        bytes[at..at + len],
+        sample[live..live + len],
+        "a byte-for-byte copy"
+    );
+    bytes[at..at + len].copy_from_slice(&sample[older..older + len]);
+    disk.set_bytes(&segment_name(segment), bytes)
+        .expect("damage");
+    let checked = ackstore::internals::journal::check(&disk, Seal::default());
+    let opened = opened(&disk);
+    assert!(
+        matches!(opened, Err(ackstore::Error::Corrupted { .. })),
+        "{opened:?}"
+    );
+    assert!(
+        matches!(checked, Err(ackstore::Error::Corrupted { .. })),
+        "{checked:?}"
+    );
+}
