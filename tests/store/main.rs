@@ -37,6 +37,7 @@ mod full_file_system_records;
 mod group;
 mod index;
 mod journal;
+mod journal_batch_exchange_sweep;
 mod journal_batch_row_binding;
 mod journal_batch_row_versions;
 mod journal_catalog_faults;
