@@ -7,7 +7,9 @@
 //! copied over the other, or the older one copied over the rolled-over copy of the live one:
 //! the open refuses the journal (`Corrupted`: the records lie below the synced length) and the
 //! offline check reports the same damage, unless the damage hit only the record that the
-//! sample's superseded version 7 marker alone names (then both read the undamaged state).
+//! sample's superseded version 7 marker alone names (then both read the undamaged state). And a
+//! power cut anywhere as this build goes on with the sample, rolling its chain over into
+//! version 8 segments: the open reads a state a tick committed, and the check agrees.
 
 use crate::support;
 
@@ -16,10 +18,13 @@ use std::sync::Arc;
 
 use ackstore::MemStorage;
 use ackstore::internals::ackset::PartitionKey;
-use ackstore::internals::format::cursor::decode_batch_entry;
+use ackstore::internals::format::cursor::{
+    BatchPartition, PartialEntry, decode_batch_entry, encode_batch_entry,
+};
 use ackstore::internals::format::journal::{RecordKind, batch_row_crc, name_tag};
 use ackstore::internals::journal::{BatchStage, Journal, JournalConfig, Seal, segment_name};
 use roaring::RoaringBitmap;
+use support::crash::{Cut, Points, cut_everywhere_after, torn_image, unsynced_tail};
 use support::samples::{
     JOURNAL_SAMPLE_CURSOR as NAME, JOURNAL_SAMPLE_ID as ID, JOURNAL_SAMPLE_TOPIC as TOPIC,
 };
@@ -259,4 +264,124 @@ fn an_older_batch_record_over_its_rolled_over_copy_is_refused_by_open_and_check(
         matches!(checked, Err(ackstore::Error::Corrupted { .. })),
         "{checked:?}"
     );
+}
+
+/// Partition 1:0's partial entries as tick `i` of [`power_cut_workload`] writes them: entry 3
+/// of 4 messages with message `i % 3` acknowledged, and entry 9 of 3 with message `i % 2`.
+fn tick_partition(i: u32) -> BatchPartition {
+    let entry = |entry_id, batch_size, acked: u32| PartialEntry {
+        entry_id,
+        batch_size,
+        acked: [acked].into_iter().collect(),
+    };
+    BatchPartition {
+        ledger_id: 1,
+        chunk: 0,
+        entries: vec![entry(3, 4, i % 3), entry(9, 3, i % 2)],
+    }
+}
+
+/// The acknowledged messages of `p`.
+fn messages(p: &BatchPartition) -> Partial {
+    p.entries
+        .iter()
+        .flat_map(|e| e.acked.iter().map(|i| (p.ledger_id, e.entry_id, i)))
+        .collect()
+}
+
+/// The sample on `disk` gone on under this build with segments of one byte (every tick rolls
+/// over, re-basing the sample's version 7 chain into version 8 segments): six ticks, the even
+/// ones writing a batch record of partition 1:0 ([`tick_partition`]), the odd ones keeping the
+/// newest. Returns how many ticks returned `Ok`, stopping at the first error, and the
+/// rollovers.
+fn power_cut_workload(disk: &MemStorage) -> (usize, u64) {
+    let tiny = JournalConfig { segment_bytes: 1 };
+    let Ok(journal) = Journal::open(Arc::new(disk.clone()), tiny, Seal::default()) else {
+        return (0, 0);
+    };
+    let Some((state, rows)) = journal.committed(ID) else {
+        return (0, 0);
+    };
+    let live: Vec<PartitionKey> = rows.into_iter().map(|(k, _)| k).collect();
+    let name = (ID, name_tag(TOPIC, NAME));
+    let mut kept = Vec::new();
+    for i in 0..6u32 {
+        let stage = if i % 2 == 0 {
+            let p = tick_partition(i);
+            let payload = encode_batch_entry(&p).expect("encodes");
+            kept = vec![(
+                PartitionKey {
+                    ledger_id: 1,
+                    chunk: 0,
+                },
+                batch_row_crc(&payload),
+            )];
+            BatchStage {
+                written: vec![(kept[0].0, payload, 2)],
+                kept: Vec::new(),
+            }
+        } else {
+            BatchStage {
+                written: Vec::new(),
+                kept: kept.clone(),
+            }
+        };
+        let mut tick = journal.begin_tick();
+        let done = tick
+            .stage_with_batch(name, state.clone(), (&[], &live), &stage)
+            .and_then(|_| tick.commit());
+        if done.is_err() {
+            return (i as usize, journal.stats().rollovers);
+        }
+    }
+    (6, journal.stats().rollovers)
+}
+
+/// What the journal holds after `n` ticks of [`power_cut_workload`] returned `Ok`.
+fn after_ticks(sample: &Partial, n: usize) -> Partial {
+    match n {
+        0 => sample.clone(),
+        n => messages(&tick_partition(u32::try_from((n - 1) & !1).expect("small"))),
+    }
+}
+
+/// A power cut after every storage operation of [`power_cut_workload`] on the version 7 sample
+/// (ticks appending version 8 records, rollovers copying the sample's batch record and
+/// re-basing its chain, segment creations and removals), on the durable image and on images
+/// keeping part of the unsynced tail: the open and the offline check agree, and the open reads
+/// the state of the last tick that returned `Ok` or of the one in flight, nothing else.
+#[test]
+fn a_power_cut_anywhere_as_this_build_goes_on_with_the_version_7_sample_keeps_a_committed_state() {
+    let sample = {
+        let disk = MemStorage::new();
+        support::samples::load_sample(&disk, "journal-v7-batch");
+        opened(&disk).expect("the sample opens")
+    };
+    let clean = cut_everywhere_after(
+        Points::EVERY,
+        |disk| support::samples::load_sample(disk, "journal-v7-batch"),
+        |disk, ()| power_cut_workload(disk),
+        |disk, Cut { n, .. }, (done, _)| {
+            let allowed = [after_ticks(&sample, done), after_ticks(&sample, done + 1)];
+            let tail = unsynced_tail(disk);
+            let images = [disk.durable_image(), torn_image(disk, |u| u.min(tail / 2))];
+            for image in images {
+                let checked = ackstore::internals::journal::check(&image, Seal::default());
+                let got = opened(&image);
+                assert_eq!(
+                    got.is_ok(),
+                    checked.is_ok(),
+                    "cut at {n}: {got:?} {checked:?}"
+                );
+                let got = got.unwrap_or_else(|e| panic!("cut at {n}: {e}"));
+                assert!(
+                    allowed.contains(&got),
+                    "cut at {n} after {done} ticks: {got:?}"
+                );
+            }
+        },
+    );
+    assert_eq!(clean.result.0, 6);
+    assert!(clean.result.1 >= 3, "rollovers: {}", clean.result.1);
+    eprintln!("{} cut points", clean.total);
 }
