@@ -404,6 +404,33 @@ impl Index {
         }
     }
 
+    /// A rollover copied `cursor`'s pending copy of `key` (a batch record when `batch`) from
+    /// `from` to `copy`: the copy takes its place only while that copy is still pending there.
+    /// One replaced by a newer copy, committed, forgotten (the cursor no longer holds the
+    /// partition) or dropped (a recovered cursor's) meanwhile stays gone: its copy is garbage,
+    /// never a pending row nothing owns. Returns whether the copy took its place.
+    pub fn move_pending(
+        &mut self,
+        (batch, cursor, key): (bool, CursorId, PartitionKey),
+        from: JournalLoc,
+        copy: PartLoc,
+    ) -> bool {
+        let Some(entry) = self.cursors.get_mut(&cursor) else {
+            return false;
+        };
+        let rows = if batch {
+            &mut entry.pending_batch
+        } else {
+            &mut entry.pending
+        };
+        if rows.get(&key).is_none_or(|row| row.loc != from) {
+            return false;
+        }
+        let replaced = rows.insert(key, copy).map_or(0, |r| r.frame_len);
+        self.account(copy.frame_len, replaced);
+        true
+    }
+
     /// The cursor was deleted.
     pub fn remove(&mut self, cursor: CursorId) {
         if let Some(entry) = self.cursors.remove(&cursor) {

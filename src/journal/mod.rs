@@ -70,14 +70,17 @@ pub use tick::{BatchStage, CursorFlush, SnapshotCounts, Tick};
 pub struct JournalConfig {
     /// A tick that finds the newest segment at or past this size starts a new one (a segment
     /// holding no record yet takes one whatever this size, so even a limit below the header's
-    /// size lets a rollover end).
+    /// size lets a rollover end). 16 MiB by default. An open scans every segment, and a tick
+    /// leaves at most about twice the live bytes plus one segment (the rollover's trigger), so
+    /// this size is the part of a restart's scan that does not shrink with the live state:
+    /// larger segments roll over less often and are scanned longer.
     pub segment_bytes: u64,
 }
 
 impl Default for JournalConfig {
     fn default() -> Self {
         Self {
-            segment_bytes: 64 << 20,
+            segment_bytes: 16 << 20,
         }
     }
 }

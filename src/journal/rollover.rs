@@ -6,7 +6,10 @@
 //! newest segment, every cursor whose chain (full marker, deltas, the partitions they
 //! reference) reaches into the oldest segment is re-based with a full marker there, all is
 //! synced, and only then is the oldest segment deleted. The live bytes count a full marker per
-//! cursor, not its deltas: deltas are garbage a re-base reclaims.
+//! cursor, not its deltas: deltas are garbage a re-base reclaims. The index is not locked while
+//! the copies are written and synced: a pending copy takes its copy's place only if it is still
+//! pending where it was read ([`Index::move_pending`]), so one that a cursor forgot or a
+//! recovery dropped meanwhile is not brought back.
 //!
 //! **The count trigger.** Bytes alone do not bound the number of segments: a new owner never
 //! appends to a segment it did not create, so every restart whose owner flushes leaves its
@@ -107,7 +110,7 @@ impl Journal {
                         if part.loc.segment == oldest {
                             let copy =
                                 self.copy_record(&mut buf, (seq, base), (kind, cursor), *part)?;
-                            staged.push((kind, cursor, *key, copy));
+                            staged.push((kind == RecordKind::Batch, cursor, *key, part.loc, copy));
                         }
                     }
                 }
@@ -130,21 +133,8 @@ impl Journal {
                     Rewritten::Snapshot(s) => index.commit_snapshot(cursor, s),
                 }
             }
-            for (kind, cursor, key, part) in staged {
-                // Only if no newer copy was staged meanwhile.
-                if kind == RecordKind::Batch {
-                    if index
-                        .lookup_batch(cursor, key)
-                        .is_none_or(|p| p.loc.segment == oldest)
-                    {
-                        index.stage_batch(cursor, key, part);
-                    }
-                } else if index
-                    .lookup(cursor, key)
-                    .is_none_or(|p| p.loc.segment == oldest)
-                {
-                    index.stage(cursor, key, part);
-                }
+            for (batch, cursor, key, from, copy) in staged {
+                index.move_pending((batch, cursor, key), from, copy);
             }
         }
         // A former owner must not delete what the new owner reads.

@@ -21,8 +21,8 @@ use support::crash::{Points, cut_everywhere_after, sound_images};
 /// Entries per data ledger: every ledger is a partition of its own.
 pub(super) const PER_LEDGER: u64 = 4;
 
-/// The default segment size (64 MiB): no byte-triggered rollover fires in the workloads that
-/// use it, so every rollover of them is count-triggered.
+/// Segments of 64 MiB: no byte-triggered rollover fires in the workloads that use them, so
+/// every rollover of them is count-triggered.
 pub(super) const LARGE_SEGMENTS: u64 = 64 << 20;
 
 /// The journal's host.
