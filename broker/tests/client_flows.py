@@ -108,6 +108,21 @@ def produce(c, topic, n, batch=None, start=0):
     return ids
 
 
+def send_and_wait(p, data):
+    """Sends one message and returns the outcome; fails when none comes within 30 s (a client
+    that resends a message the broker cannot store never gives up by itself)."""
+    done = threading.Event()
+    outcome = []
+
+    def sent(res, _msg_id):
+        outcome.append(res)
+        done.set()
+
+    p.send_async(data, sent)
+    assert done.wait(timeout=30), "no outcome for a message of %d bytes" % len(data)
+    return outcome[0]
+
+
 def number(msg):
     return int(msg.data())
 
@@ -414,6 +429,40 @@ def flow_receipts_survive_sigkill(tmp):
         stored.add(number(r.read_next(timeout_millis=10000)))
     lost = confirmed - stored
     assert not lost, "%d confirmed messages lost, e.g. %r" % (len(lost), sorted(lost)[:5])
+    c.close()
+    b.stop()
+
+
+def flow_largest_message_and_chunks(tmp):
+    """The largest message the client lets through under the size the broker announces
+    (5 MiB, metadata included: the client refuses one byte more itself), and a chunked message
+    of 12 MiB, each sent once and received intact; the acks survive a SIGKILL."""
+    b = Broker(tmp)
+    c = client(b)
+    p = c.create_producer("largest", batching_enabled=False)
+    pattern = bytes(range(256)) * (5 * 1024 * 1024 // 256)
+    size = len(pattern)
+    while send_and_wait(p, pattern[:size]) == pulsar.Result.MessageTooBig:
+        size -= 1
+    largest = pattern[:size]
+    p.close()
+    chunked = bytes(reversed(range(256))) * (12 * 1024 * 1024 // 256)
+    p = c.create_producer("chunked", batching_enabled=False, chunking_enabled=True)
+    assert send_and_wait(p, chunked) == pulsar.Result.Ok
+    p.close()
+    for topic, want in (("largest", largest), ("chunked", chunked)):
+        cons = c.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest)
+        m = cons.receive(timeout_millis=10000)
+        assert m.data() == want, "%s: %d bytes came back, want %d" % (
+            topic, len(m.data()), len(want))
+        cons.acknowledge(m)
+        assert_nothing_more([cons])
+        cons.close()
+    b.flush()
+    c.close()
+    b.restart_after_kill()
+    c = client(b)
+    assert_nothing_more([c.subscribe(t, "sub") for t in ("largest", "chunked")])
     c.close()
     b.stop()
 
