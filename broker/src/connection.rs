@@ -56,6 +56,11 @@ struct Connection {
     connected: bool,
     producers: HashMap<u64, Producer>,
     consumers: HashMap<u64, Consumer>,
+    /// Readers' subscriptions whose consumer a seek closed, by topic and subscription name:
+    /// the reader's next `SUBSCRIBE` (which names no start after a seek by time) attaches to
+    /// the cursor the seek moved, as a Pulsar broker keeps a non-durable subscription across a
+    /// seek. Closed with the connection.
+    sought: HashMap<(String, String), Arc<Subscription>>,
 }
 
 /// Serves one client until it disconnects or sends a bad frame.
@@ -96,6 +101,7 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream) {
         connected: false,
         producers: HashMap::new(),
         consumers: HashMap::new(),
+        sought: HashMap::new(),
     };
     while let Some(frame) = input.next().await {
         let outcome = match frame {
@@ -154,6 +160,9 @@ impl Connection {
     fn release(&mut self) {
         for (_, c) in self.consumers.drain() {
             c.detach();
+        }
+        for (_, sub) in self.sought.drain() {
+            sub.close();
         }
         self.producers.clear();
     }
@@ -331,7 +340,11 @@ impl Connection {
                             let _ = tx.send(success(c.request_id));
                         }) {
                             Ok(()) => {
-                                self.consumers.remove(&c.consumer_id);
+                                if let Some(consumer) = self.consumers.remove(&c.consumer_id)
+                                    && sub.reader
+                                {
+                                    self.sought.insert((consumer.topic, sub.name.clone()), sub);
+                                }
                                 return Ok(());
                             }
                             Err(e) => error(c.request_id, ServerError::UnknownError, e.to_string()),
@@ -485,7 +498,13 @@ impl Connection {
                     inclusive: true,
                 },
             };
-            self.broker.reader(&c.topic, &c.subscription, start)
+            match self
+                .sought
+                .remove(&(c.topic.clone(), c.subscription.clone()))
+            {
+                Some(sub) => Ok(sub),
+                None => self.broker.reader(&c.topic, &c.subscription, start),
+            }
         };
         let sub = match opened {
             Ok(sub) => sub,

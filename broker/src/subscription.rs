@@ -516,8 +516,8 @@ impl Subscription {
     /// every consumer on the client side (`CLOSE_CONSUMER`), so each comes back with fresh
     /// permits and an empty receive queue, then calls `answered` (which queues the `SEEK`'s
     /// answer): as a Pulsar broker, whose clients complete a seek once the consumer they
-    /// find disconnected at the answer has subscribed again. A reader's subscription ends
-    /// there: the reader subscribes again from the id it sought.
+    /// find disconnected at the answer has subscribed again. A reader's subscription stays
+    /// open without consumers: the connection keeps it for the reader's next `SUBSCRIBE`.
     pub fn seek_then(&self, to: SeekTo, answered: impl FnOnce()) -> Result<(), Error> {
         let _reading = self.reading();
         let mut st = self.state();
@@ -556,10 +556,6 @@ impl Subscription {
             }));
         }
         answered();
-        if self.reader {
-            st.closed = true;
-            let _ = self.cursor.close();
-        }
         self.wake.notify_all();
         Ok(())
     }

@@ -467,6 +467,33 @@ def flow_largest_message_and_chunks(tmp):
     b.stop()
 
 
+def flow_reader_seek_by_time(tmp):
+    """A reader that read to the end seeks by publish time: it reads on from the first message
+    published at or after it (the broker keeps the reader's cursor, which it moved, for the
+    reader's next SUBSCRIBE, which names no start), then by id."""
+    b = Broker(tmp)
+    c = client(b)
+    p = c.create_producer("reader-seek", batching_enabled=False)
+    ids = [p.send(str(i).encode()) for i in range(30)]
+    p.close()
+    r = c.create_reader("reader-seek", pulsar.MessageId.earliest)
+    times = [r.read_next(timeout_millis=10000).publish_timestamp() for _ in range(30)]
+    assert not r.has_message_available()
+    k = next(k for k in range(10, 30) if times[k] > times[k - 1])
+    r.seek(times[k])
+    seen = []
+    while r.has_message_available():
+        seen.append(number(r.read_next(timeout_millis=10000)))
+    assert seen == list(range(k, 30)), "after a seek to %d's time, read %r" % (k, seen[:5])
+    r.seek(ids[5])
+    seen = []
+    while r.has_message_available():
+        seen.append(number(r.read_next(timeout_millis=10000)))
+    assert seen == list(range(6, 30)), "after a seek to 5's id, read %r" % seen[:5]
+    c.close()
+    b.stop()
+
+
 FLOWS = [f for name, f in sorted(globals().items()) if name.startswith("flow_")]
 
 
