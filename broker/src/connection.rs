@@ -503,13 +503,16 @@ impl Connection {
                 .remove(&(c.topic.clone(), c.subscription.clone()))
             {
                 Some(sub) => Ok(sub),
-                None => self.broker.reader(&c.topic, &c.subscription, start),
+                None => self
+                    .broker
+                    .reader(&c.topic, &c.subscription, start)
+                    .map_err(|e| (ServerError::ServiceNotReady, e)),
             }
         };
         let sub = match opened {
             Ok(sub) => sub,
-            Err(e) => {
-                self.send(error(c.request_id, ServerError::ServiceNotReady, e));
+            Err((code, e)) => {
+                self.send(error(c.request_id, code, e));
                 return;
             }
         };

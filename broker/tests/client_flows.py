@@ -13,6 +13,7 @@ once the broker answered it, which it does only after applying every ack sent be
 
 import ctypes
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -490,6 +491,43 @@ def flow_reader_seek_by_time(tmp):
     while r.has_message_available():
         seen.append(number(r.read_next(timeout_millis=10000)))
     assert seen == list(range(6, 30)), "after a seek to 5's id, read %r" % seen[:5]
+    c.close()
+    b.stop()
+
+
+def flow_refused_subscriptions_fail_at_once(tmp):
+    """What the broker does not serve fails at once with a clear error, never the client's
+    retries until its operation timeout: another kind on a subscription with consumers
+    (ConsumerBusy, as from Pulsar), Key_Shared (NotAllowed), a regex subscription (the namespace's
+    topics are not listed). The subscription's consumer goes on receiving, and once it left the
+    subscription takes the other kind."""
+    b = Broker(tmp)
+    c = pulsar.Client(b.url, operation_timeout_seconds=5,
+                      logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    shared = c.subscribe("refusals", "sub", consumer_type=pulsar.ConsumerType.Shared)
+    refusals = [
+        (pulsar.ConsumerBusy, lambda: c.subscribe(
+            "refusals", "sub", consumer_type=pulsar.ConsumerType.Exclusive)),
+        (pulsar.ConsumerBusy, lambda: c.subscribe(
+            "refusals", "sub", consumer_type=pulsar.ConsumerType.Failover)),
+        (pulsar.NotAllowedError, lambda: c.subscribe(
+            "refusals", "sub", consumer_type=pulsar.ConsumerType.KeyShared)),
+        (pulsar.LookupError, lambda: c.subscribe(
+            re.compile("public/default/refus.*"), "sub")),
+    ]
+    for want, subscribe in refusals:
+        try:
+            subscribe()
+            raise AssertionError("subscribed; want %s" % want.__name__)
+        except want:
+            pass
+    produce(c, "refusals", 3)
+    got = receive_until([shared], lambda g: len(g) >= 3)
+    assert [number(m) for _, m in got] == [0, 1, 2]
+    shared.close()
+    exclusive = c.subscribe("refusals", "sub", consumer_type=pulsar.ConsumerType.Exclusive)
+    got = receive_until([exclusive], lambda g: len(g) >= 3)
+    assert [number(m) for _, m in got] == [0, 1, 2], "after the change of kind"
     c.close()
     b.stop()
 
