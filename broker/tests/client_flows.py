@@ -653,6 +653,41 @@ def flow_message_fields_come_back_intact(tmp):
     b.stop()
 
 
+def flow_dead_letter_after_max_redeliveries(tmp):
+    """A Shared consumer with a dead-letter policy (at most 2 redeliveries) nacks one message
+    every time and acknowledges the others: the broker counts its redeliveries (0, 1, 2), so the
+    client sends it to the dead-letter topic after the third delivery, where it is read back;
+    nothing else is redelivered."""
+    b = Broker(tmp)
+    c = client(b)
+    topic = "poison"
+    # Unbatched: a batch is redelivered whole, and the client would send the whole batch on.
+    produce(c, topic, 10)
+    cons = c.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Shared,
+                       initial_position=pulsar.InitialPosition.Earliest,
+                       negative_ack_redelivery_delay_ms=10,
+                       dead_letter_policy=pulsar.ConsumerDeadLetterPolicy(
+                           max_redeliver_count=2, dead_letter_topic="poison-dlq"))
+    counts = []
+    received = set()
+    while len(received) < 10 or len(counts) < 3:
+        m = cons.receive(timeout_millis=10000)
+        received.add(number(m))
+        if number(m) == 7:
+            counts.append(m.redelivery_count())
+            assert len(counts) <= 3, "message 7 delivered again, counts %r" % counts
+            cons.negative_acknowledge(m)
+        else:
+            cons.acknowledge(m)
+    assert counts == [0, 1, 2], "redelivery counts %r" % counts
+    dlq = c.subscribe("poison-dlq", "sub", initial_position=pulsar.InitialPosition.Earliest)
+    m = dlq.receive(timeout_millis=10000)
+    assert number(m) == 7, "the dead-letter topic holds %r" % m.data()
+    assert_nothing_more([cons, dlq])
+    c.close()
+    b.stop()
+
+
 FLOWS = [f for name, f in sorted(globals().items()) if name.startswith("flow_")]
 
 
