@@ -245,6 +245,23 @@ impl Connection {
                     ..Default::default()
                 }));
             }
+            Type::GetTopicsOfNamespace => {
+                let c = body(command.get_topics_of_namespace, "GET_TOPICS_OF_NAMESPACE")?;
+                let topics = self.topics_of_namespace(&c);
+                self.send(reply(BaseCommand {
+                    r#type: Type::GetTopicsOfNamespaceResponse as i32,
+                    get_topics_of_namespace_response: Some(
+                        proto::CommandGetTopicsOfNamespaceResponse {
+                            request_id: c.request_id,
+                            topics,
+                            filtered: Some(false),
+                            topics_hash: None,
+                            changed: Some(true),
+                        },
+                    ),
+                    ..Default::default()
+                }));
+            }
             Type::Producer => self.producer(body(command.producer, "PRODUCER")?),
             Type::Send => {
                 let c = body(command.send, "SEND")?;
@@ -422,6 +439,32 @@ impl Connection {
         Ok(())
     }
 
+    /// The store's topics of a namespace (`tenant/namespace`) of the kinds `c` asks for, by
+    /// their full names; the client matches them against its pattern (a regex subscription).
+    fn topics_of_namespace(&self, c: &proto::CommandGetTopicsOfNamespace) -> Vec<String> {
+        use proto::command_get_topics_of_namespace::Mode;
+        let ns = &c.namespace;
+        let prefixes = match c.mode() {
+            Mode::Persistent => vec![format!("persistent://{ns}/")],
+            Mode::NonPersistent => vec![format!("non-persistent://{ns}/")],
+            Mode::All => vec![
+                format!("persistent://{ns}/"),
+                format!("non-persistent://{ns}/"),
+            ],
+        };
+        self.broker
+            .store
+            .topic_names()
+            .into_iter()
+            .filter(|t| {
+                prefixes.iter().any(|p| {
+                    t.strip_prefix(p.as_str())
+                        .is_some_and(|local| !local.is_empty() && !local.contains('/'))
+                })
+            })
+            .collect()
+    }
+
     fn producer(&mut self, c: proto::CommandProducer) {
         let answer = match self.broker.topic(&c.topic) {
             Err(e) => error(c.request_id, ServerError::ServiceNotReady, e),
@@ -547,11 +590,5 @@ impl Connection {
 
 /// The request id of a command that carries one.
 fn request_id(c: &BaseCommand) -> Option<u64> {
-    if let Some(x) = &c.consumer_stats {
-        return Some(x.request_id);
-    }
-    if let Some(x) = &c.get_topics_of_namespace {
-        return Some(x.request_id);
-    }
-    None
+    c.consumer_stats.as_ref().map(|x| x.request_id)
 }

@@ -503,9 +503,8 @@ def flow_reader_seek_by_time(tmp):
 def flow_refused_subscriptions_fail_at_once(tmp):
     """What the broker does not serve fails at once with a clear error, never the client's
     retries until its operation timeout: another kind on a subscription with consumers
-    (ConsumerBusy, as from Pulsar), Key_Shared (NotAllowed), a regex subscription (the namespace's
-    topics are not listed). The subscription's consumer goes on receiving, and once it left the
-    subscription takes the other kind."""
+    (ConsumerBusy, as from Pulsar), Key_Shared (NotAllowed). The subscription's consumer goes on
+    receiving, and once it left the subscription takes the other kind."""
     b = Broker(tmp)
     c = pulsar.Client(b.url, operation_timeout_seconds=5,
                       logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
@@ -517,8 +516,6 @@ def flow_refused_subscriptions_fail_at_once(tmp):
             "refusals", "sub", consumer_type=pulsar.ConsumerType.Failover)),
         (pulsar.NotAllowedError, lambda: c.subscribe(
             "refusals", "sub", consumer_type=pulsar.ConsumerType.KeyShared)),
-        (pulsar.LookupError, lambda: c.subscribe(
-            re.compile("public/default/refus.*"), "sub")),
     ]
     for want, subscribe in refusals:
         try:
@@ -684,6 +681,38 @@ def flow_dead_letter_after_max_redeliveries(tmp):
     m = dlq.receive(timeout_millis=10000)
     assert number(m) == 7, "the dead-letter topic holds %r" % m.data()
     assert_nothing_more([cons, dlq])
+    c.close()
+    b.stop()
+
+
+def flow_regex_subscription(tmp):
+    """A regex subscription covers the namespace's topics that match (persistent ones; another
+    namespace's and a non-matching name's are left out); its acks, on each topic, survive a
+    SIGKILL."""
+    b = Broker(tmp)
+    c = client(b)
+    for k, topic in enumerate(["regex-a", "regex-b", "other",
+                               "persistent://public/other-ns/regex-c",
+                               "non-persistent://public/default/regex-d"]):
+        produce(c, topic, 2, start=2 * k)
+    pattern = re.compile("persistent://public/default/regex-.*")
+    cons = c.subscribe(pattern, "sub", initial_position=pulsar.InitialPosition.Earliest)
+    got = receive_until([cons], lambda g: len(g) >= 4)
+    assert sorted(number(m) for _, m in got) == [0, 1, 2, 3], \
+        "the pattern matched %r" % sorted(m.topic_name() for _, m in got)
+    assert_nothing_more([cons])
+    for _, m in got:
+        if number(m) % 2 == 0:
+            cons.acknowledge(m)
+    cons.close()
+    b.flush()
+    c.close()
+    b.restart_after_kill()
+    c = client(b)
+    cons = c.subscribe(pattern, "sub")
+    got = receive_until([cons], lambda g: len(g) >= 2)
+    assert sorted(number(m) for _, m in got) == [1, 3], "after the restart"
+    assert_nothing_more([cons])
     c.close()
     b.stop()
 
