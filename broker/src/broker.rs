@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use ackstore::{CursorOptions, InitialPosition, ManagedLedger, NonDurableOptions, Store};
+use pulsar::proto::ServerError;
 
 use crate::subscription::{Kind, Subscription};
 
@@ -65,17 +66,19 @@ impl Broker {
     }
 
     /// The durable subscription `name` of `topic`, opened (or created at `start`) on first use.
-    /// Refused when it exists with consumers of another kind; without consumers it is replaced
-    /// by one of the new kind, once the old one's dispatcher has ended, starting at the cursor's
-    /// first unacknowledged entry (what the old one read but never had acknowledged is
-    /// delivered again).
+    /// Refused with `ConsumerBusy` (as by a Pulsar broker: a refusal the client does not retry)
+    /// when it exists with consumers of another kind; without consumers it is replaced by one of
+    /// the new kind, once the old one's dispatcher has ended, starting at the cursor's first
+    /// unacknowledged entry (what the old one read but never had acknowledged is delivered
+    /// again). A store that fails is `ServiceNotReady` (the client tries again).
     pub fn durable(
         &self,
         topic: &str,
         name: &str,
         kind: Kind,
         start: Start,
-    ) -> Result<Arc<Subscription>, String> {
+    ) -> Result<Arc<Subscription>, (ServerError, String)> {
+        let not_ready = |e: String| (ServerError::ServiceNotReady, e);
         let mut subs = self.subscriptions();
         let key = (topic.to_owned(), name.to_owned());
         let mut replaced = false;
@@ -84,16 +87,16 @@ impl Broker {
                 return Ok(sub.clone());
             }
             if sub.has_consumers() {
-                return Err(format!(
-                    "subscription {name} is {:?}, not {kind:?}",
-                    sub.kind
+                return Err((
+                    ServerError::ConsumerBusy,
+                    format!("subscription {name} is {:?}, not {kind:?}", sub.kind),
                 ));
             }
             sub.close_and_wait();
             subs.remove(&key);
             replaced = true;
         }
-        let ledger = self.topic(topic)?;
+        let ledger = self.topic(topic).map_err(not_ready)?;
         let cursor = if self.cursors_in_memory {
             ledger.open_non_durable_cursor(
                 start.position,
@@ -111,12 +114,12 @@ impl Broker {
                 },
             )
         }
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| not_ready(e.to_string()))?;
         let sub = Subscription::start(name.to_owned(), kind, false, ledger, cursor)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| not_ready(e.to_string()))?;
         if replaced && let Err(e) = sub.rewind() {
             sub.close();
-            return Err(e.to_string());
+            return Err(not_ready(e.to_string()));
         }
         subs.insert(key, sub.clone());
         Ok(sub)

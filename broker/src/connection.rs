@@ -56,6 +56,11 @@ struct Connection {
     connected: bool,
     producers: HashMap<u64, Producer>,
     consumers: HashMap<u64, Consumer>,
+    /// Readers' subscriptions whose consumer a seek closed, by topic and subscription name:
+    /// the reader's next `SUBSCRIBE` (which names no start after a seek by time) attaches to
+    /// the cursor the seek moved, as a Pulsar broker keeps a non-durable subscription across a
+    /// seek. Closed with the connection.
+    sought: HashMap<(String, String), Arc<Subscription>>,
 }
 
 /// Serves one client until it disconnects or sends a bad frame.
@@ -96,6 +101,7 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream) {
         connected: false,
         producers: HashMap::new(),
         consumers: HashMap::new(),
+        sought: HashMap::new(),
     };
     while let Some(frame) = input.next().await {
         let outcome = match frame {
@@ -154,6 +160,9 @@ impl Connection {
     fn release(&mut self) {
         for (_, c) in self.consumers.drain() {
             c.detach();
+        }
+        for (_, sub) in self.sought.drain() {
+            sub.close();
         }
         self.producers.clear();
     }
@@ -233,6 +242,23 @@ impl Connection {
                         error_message: Some("the topic has no schema".into()),
                         ..Default::default()
                     }),
+                    ..Default::default()
+                }));
+            }
+            Type::GetTopicsOfNamespace => {
+                let c = body(command.get_topics_of_namespace, "GET_TOPICS_OF_NAMESPACE")?;
+                let topics = self.topics_of_namespace(&c);
+                self.send(reply(BaseCommand {
+                    r#type: Type::GetTopicsOfNamespaceResponse as i32,
+                    get_topics_of_namespace_response: Some(
+                        proto::CommandGetTopicsOfNamespaceResponse {
+                            request_id: c.request_id,
+                            topics,
+                            filtered: Some(false),
+                            topics_hash: None,
+                            changed: Some(true),
+                        },
+                    ),
                     ..Default::default()
                 }));
             }
@@ -331,7 +357,11 @@ impl Connection {
                             let _ = tx.send(success(c.request_id));
                         }) {
                             Ok(()) => {
-                                self.consumers.remove(&c.consumer_id);
+                                if let Some(consumer) = self.consumers.remove(&c.consumer_id)
+                                    && sub.reader
+                                {
+                                    self.sought.insert((consumer.topic, sub.name.clone()), sub);
+                                }
                                 return Ok(());
                             }
                             Err(e) => error(c.request_id, ServerError::UnknownError, e.to_string()),
@@ -407,6 +437,32 @@ impl Connection {
             }
         }
         Ok(())
+    }
+
+    /// The store's topics of a namespace (`tenant/namespace`) of the kinds `c` asks for, by
+    /// their full names; the client matches them against its pattern (a regex subscription).
+    fn topics_of_namespace(&self, c: &proto::CommandGetTopicsOfNamespace) -> Vec<String> {
+        use proto::command_get_topics_of_namespace::Mode;
+        let ns = &c.namespace;
+        let prefixes = match c.mode() {
+            Mode::Persistent => vec![format!("persistent://{ns}/")],
+            Mode::NonPersistent => vec![format!("non-persistent://{ns}/")],
+            Mode::All => vec![
+                format!("persistent://{ns}/"),
+                format!("non-persistent://{ns}/"),
+            ],
+        };
+        self.broker
+            .store
+            .topic_names()
+            .into_iter()
+            .filter(|t| {
+                prefixes.iter().any(|p| {
+                    t.strip_prefix(p.as_str())
+                        .is_some_and(|local| !local.is_empty() && !local.contains('/'))
+                })
+            })
+            .collect()
     }
 
     fn producer(&mut self, c: proto::CommandProducer) {
@@ -485,12 +541,21 @@ impl Connection {
                     inclusive: true,
                 },
             };
-            self.broker.reader(&c.topic, &c.subscription, start)
+            match self
+                .sought
+                .remove(&(c.topic.clone(), c.subscription.clone()))
+            {
+                Some(sub) => Ok(sub),
+                None => self
+                    .broker
+                    .reader(&c.topic, &c.subscription, start)
+                    .map_err(|e| (ServerError::ServiceNotReady, e)),
+            }
         };
         let sub = match opened {
             Ok(sub) => sub,
-            Err(e) => {
-                self.send(error(c.request_id, ServerError::ServiceNotReady, e));
+            Err((code, e)) => {
+                self.send(error(c.request_id, code, e));
                 return;
             }
         };
@@ -525,11 +590,5 @@ impl Connection {
 
 /// The request id of a command that carries one.
 fn request_id(c: &BaseCommand) -> Option<u64> {
-    if let Some(x) = &c.consumer_stats {
-        return Some(x.request_id);
-    }
-    if let Some(x) = &c.get_topics_of_namespace {
-        return Some(x.request_id);
-    }
-    None
+    c.consumer_stats.as_ref().map(|x| x.request_id)
 }

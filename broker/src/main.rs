@@ -108,6 +108,11 @@ fn main() -> std::process::ExitCode {
 async fn run(args: Args) -> Result<(), String> {
     let mut config = StoreConfig::default();
     config.ledger.cursor.flush_interval = Some(Duration::from_millis(args.flush_interval_ms));
+    // Every frame the codec accepts fits one entry (its 4-byte length, the metadata, the
+    // payload): a client fills the announced 5 MiB with payload and metadata together, and a
+    // chunk's metadata comes on top of its 5 MiB; an entry the store refused would be sent again
+    // by the client after each `SEND_ERROR`, forever.
+    config.ledger.log.max_entry_size = frame::MAX_FRAME as u32;
     let store = Store::open(&args.data_dir, config)
         .map_err(|e| format!("cannot open the store in {}: {e}", args.data_dir.display()))?;
     let listener = TcpListener::bind(&args.listen)

@@ -148,11 +148,31 @@ struct State {
     pending: HashMap<Position, (u64, u32)>,
     /// Entries to deliver again before reading on.
     redeliver: BTreeSet<Position>,
+    /// How many times a consumer gave each entry back for redelivery (a nack, a redelivery
+    /// request) on a Shared subscription: the redelivery count its next deliveries carry, which
+    /// a client's dead-letter policy reads. In memory, as a Pulsar broker keeps it; an entry
+    /// leaves it when acknowledged whole, and every entry when the cursor moves.
+    redeliveries: HashMap<Position, u32>,
     /// Round-robin start among Shared consumers.
     next: usize,
     /// Messages per entry of the last entry dispatched (sizes the next read).
     last_batch: u32,
     closed: bool,
+}
+
+impl State {
+    /// Entry `pos` is acknowledged whole.
+    fn acked(&mut self, pos: Position) {
+        self.pending.remove(&pos);
+        self.redeliveries.remove(&pos);
+    }
+
+    /// Forgets what was pending and to be delivered again (the cursor moved).
+    fn reset(&mut self) {
+        self.pending.clear();
+        self.redeliver.clear();
+        self.redeliveries.clear();
+    }
 }
 
 /// Entries read from the cursor at most per dispatch round.
@@ -327,8 +347,7 @@ impl Subscription {
 
     /// Rewinds the cursor; the caller holds `reading` and `state`.
     fn rewind_locked(&self, st: &mut State) {
-        st.pending.clear();
-        st.redeliver.clear();
+        st.reset();
         if let Err(e) = self.cursor.rewind() {
             log::warn!("subscription {}: rewind failed: {e}", self.name);
         }
@@ -375,8 +394,9 @@ impl Subscription {
             let mut st = self.state();
             if cumulative && id.ack_set.is_empty() {
                 st.pending.retain(|p, (k, _)| *p > pos || *k != key);
+                st.redeliveries.retain(|p, _| *p > pos);
             } else if self.cursor.is_acked(pos).unwrap_or(false) {
-                st.pending.remove(&pos);
+                st.acked(pos);
             }
         }
         self.ack_entries(&entries);
@@ -394,8 +414,8 @@ impl Subscription {
         if entries.len() > 1 {
             let mut st = self.state();
             if self.cursor.ack_many(entries).is_ok() {
-                for pos in entries {
-                    st.pending.remove(pos);
+                for &pos in entries {
+                    st.acked(pos);
                 }
                 return;
             }
@@ -405,7 +425,7 @@ impl Subscription {
             self.ack_outcome(pos, outcome);
             let mut st = self.state();
             if self.cursor.is_acked(pos).unwrap_or(false) {
-                st.pending.remove(&pos);
+                st.acked(pos);
             }
         }
     }
@@ -495,6 +515,7 @@ impl Subscription {
                 for p in mine {
                     st.pending.remove(&p);
                     st.redeliver.insert(p);
+                    *st.redeliveries.entry(p).or_default() += 1;
                 }
             } else {
                 self.rewind_locked(&mut st);
@@ -506,6 +527,9 @@ impl Subscription {
                 {
                     st.pending.remove(&pos);
                     st.redeliver.insert(pos);
+                    if self.kind == Kind::Shared {
+                        *st.redeliveries.entry(pos).or_default() += 1;
+                    }
                 }
             }
         }
@@ -516,13 +540,12 @@ impl Subscription {
     /// every consumer on the client side (`CLOSE_CONSUMER`), so each comes back with fresh
     /// permits and an empty receive queue, then calls `answered` (which queues the `SEEK`'s
     /// answer): as a Pulsar broker, whose clients complete a seek once the consumer they
-    /// find disconnected at the answer has subscribed again. A reader's subscription ends
-    /// there: the reader subscribes again from the id it sought.
+    /// find disconnected at the answer has subscribed again. A reader's subscription stays
+    /// open without consumers: the connection keeps it for the reader's next `SUBSCRIBE`.
     pub fn seek_then(&self, to: SeekTo, answered: impl FnOnce()) -> Result<(), Error> {
         let _reading = self.reading();
         let mut st = self.state();
-        st.pending.clear();
-        st.redeliver.clear();
+        st.reset();
         match to {
             SeekTo::Time(ts) => self.cursor.seek_by_timestamp(ts.saturating_sub(1))?,
             SeekTo::Id(Target::Earliest) => self.cursor.seek(Position::new(0, 0))?,
@@ -556,10 +579,6 @@ impl Subscription {
             }));
         }
         answered();
-        if self.reader {
-            st.closed = true;
-            let _ = self.cursor.close();
-        }
         self.wake.notify_all();
         Ok(())
     }
@@ -638,8 +657,7 @@ impl Subscription {
     pub fn rewind(&self) -> Result<(), Error> {
         let _reading = self.reading();
         let mut st = self.state();
-        st.pending.clear();
-        st.redeliver.clear();
+        st.reset();
         self.cursor.rewind()
     }
 
@@ -837,7 +855,7 @@ impl Subscription {
                 message: Some(proto::CommandMessage {
                     consumer_id: c.consumer_id,
                     message_id: message_id(pos, None),
-                    redelivery_count: None,
+                    redelivery_count: st.redeliveries.get(&pos).copied(),
                     ack_set,
                     consumer_epoch: c.epoch,
                 }),

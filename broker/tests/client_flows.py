@@ -13,6 +13,7 @@ once the broker answered it, which it does only after applying every ack sent be
 
 import ctypes
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -43,9 +44,9 @@ class Broker:
         self.url = None
         self.start()
 
-    def start(self):
+    def start(self, listen="127.0.0.1:0"):
         self.proc = subprocess.Popen(
-            [BINARY, "--data-dir", self.data_dir, "--listen", "127.0.0.1:0",
+            [BINARY, "--data-dir", self.data_dir, "--listen", listen,
              "--flush-interval-ms", "100"] + self.extra,
             stdout=subprocess.PIPE, text=True, preexec_fn=die_with_parent)
         RUNNING.append(self.proc)
@@ -72,6 +73,11 @@ class Broker:
         out, _ = self.proc.communicate(timeout=60)
         assert self.proc.returncode == 0, "broker exit code %s" % self.proc.returncode
         assert "closed" in out, "broker did not close cleanly: %r" % out
+
+    def restart_on_same_port(self):
+        """A clean stop, then a start on the same address, so connected clients reconnect."""
+        self.stop()
+        self.start(self.url[len("pulsar://"):])
 
 
 def client(broker):
@@ -106,6 +112,21 @@ def produce(c, topic, n, batch=None, start=0):
     assert not errors, "send errors: %r" % errors[:5]
     p.close()
     return ids
+
+
+def send_and_wait(p, data):
+    """Sends one message and returns the outcome; fails when none comes within 30 s (a client
+    that resends a message the broker cannot store never gives up by itself)."""
+    done = threading.Event()
+    outcome = []
+
+    def sent(res, _msg_id):
+        outcome.append(res)
+        done.set()
+
+    p.send_async(data, sent)
+    assert done.wait(timeout=30), "no outcome for a message of %d bytes" % len(data)
+    return outcome[0]
 
 
 def number(msg):
@@ -414,6 +435,284 @@ def flow_receipts_survive_sigkill(tmp):
         stored.add(number(r.read_next(timeout_millis=10000)))
     lost = confirmed - stored
     assert not lost, "%d confirmed messages lost, e.g. %r" % (len(lost), sorted(lost)[:5])
+    c.close()
+    b.stop()
+
+
+def flow_largest_message_and_chunks(tmp):
+    """The largest message the client lets through under the size the broker announces
+    (5 MiB, metadata included: the client refuses one byte more itself), and a chunked message
+    of 12 MiB, each sent once and received intact; the acks survive a SIGKILL."""
+    b = Broker(tmp)
+    c = client(b)
+    p = c.create_producer("largest", batching_enabled=False)
+    pattern = bytes(range(256)) * (5 * 1024 * 1024 // 256)
+    size = len(pattern)
+    while send_and_wait(p, pattern[:size]) == pulsar.Result.MessageTooBig:
+        size -= 1
+    largest = pattern[:size]
+    p.close()
+    chunked = bytes(reversed(range(256))) * (12 * 1024 * 1024 // 256)
+    p = c.create_producer("chunked", batching_enabled=False, chunking_enabled=True)
+    assert send_and_wait(p, chunked) == pulsar.Result.Ok
+    p.close()
+    for topic, want in (("largest", largest), ("chunked", chunked)):
+        cons = c.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest)
+        m = cons.receive(timeout_millis=10000)
+        assert m.data() == want, "%s: %d bytes came back, want %d" % (
+            topic, len(m.data()), len(want))
+        cons.acknowledge(m)
+        assert_nothing_more([cons])
+        cons.close()
+    b.flush()
+    c.close()
+    b.restart_after_kill()
+    c = client(b)
+    assert_nothing_more([c.subscribe(t, "sub") for t in ("largest", "chunked")])
+    c.close()
+    b.stop()
+
+
+def flow_reader_seek_by_time(tmp):
+    """A reader that read to the end seeks by publish time: it reads on from the first message
+    published at or after it (the broker keeps the reader's cursor, which it moved, for the
+    reader's next SUBSCRIBE, which names no start), then by id."""
+    b = Broker(tmp)
+    c = client(b)
+    p = c.create_producer("reader-seek", batching_enabled=False)
+    ids = [p.send(str(i).encode()) for i in range(30)]
+    p.close()
+    r = c.create_reader("reader-seek", pulsar.MessageId.earliest)
+    times = [r.read_next(timeout_millis=10000).publish_timestamp() for _ in range(30)]
+    assert not r.has_message_available()
+    k = next(k for k in range(10, 30) if times[k] > times[k - 1])
+    r.seek(times[k])
+    seen = []
+    while r.has_message_available():
+        seen.append(number(r.read_next(timeout_millis=10000)))
+    assert seen == list(range(k, 30)), "after a seek to %d's time, read %r" % (k, seen[:5])
+    r.seek(ids[5])
+    seen = []
+    while r.has_message_available():
+        seen.append(number(r.read_next(timeout_millis=10000)))
+    assert seen == list(range(6, 30)), "after a seek to 5's id, read %r" % seen[:5]
+    c.close()
+    b.stop()
+
+
+def flow_refused_subscriptions_fail_at_once(tmp):
+    """What the broker does not serve fails at once with a clear error, never the client's
+    retries until its operation timeout: another kind on a subscription with consumers
+    (ConsumerBusy, as from Pulsar), Key_Shared (NotAllowed). The subscription's consumer goes on
+    receiving, and once it left the subscription takes the other kind."""
+    b = Broker(tmp)
+    c = pulsar.Client(b.url, operation_timeout_seconds=5,
+                      logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    shared = c.subscribe("refusals", "sub", consumer_type=pulsar.ConsumerType.Shared)
+    refusals = [
+        (pulsar.ConsumerBusy, lambda: c.subscribe(
+            "refusals", "sub", consumer_type=pulsar.ConsumerType.Exclusive)),
+        (pulsar.ConsumerBusy, lambda: c.subscribe(
+            "refusals", "sub", consumer_type=pulsar.ConsumerType.Failover)),
+        (pulsar.NotAllowedError, lambda: c.subscribe(
+            "refusals", "sub", consumer_type=pulsar.ConsumerType.KeyShared)),
+    ]
+    for want, subscribe in refusals:
+        try:
+            subscribe()
+            raise AssertionError("subscribed; want %s" % want.__name__)
+        except want:
+            pass
+    produce(c, "refusals", 3)
+    got = receive_until([shared], lambda g: len(g) >= 3)
+    assert [number(m) for _, m in got] == [0, 1, 2]
+    shared.close()
+    exclusive = c.subscribe("refusals", "sub", consumer_type=pulsar.ConsumerType.Exclusive)
+    got = receive_until([exclusive], lambda g: len(g) >= 3)
+    assert [number(m) for _, m in got] == [0, 1, 2], "after the change of kind"
+    c.close()
+    b.stop()
+
+
+def flow_clean_restart_with_clients_connected(tmp):
+    """A clean stop (SIGTERM) and a start on the same port while a producer, an Exclusive
+    consumer holding unacknowledged messages and a reader are connected: each reconnects by
+    itself; the consumer receives every unacknowledged message and no acknowledged one, the
+    producer's sends after the restart are stored, the reader reads on without gap or repeat."""
+    b = Broker(tmp)
+    c = client(b)
+    topic = "clean-restart"
+    produce(c, topic, 100, batch=10)
+    cons = c.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest,
+                       batch_index_ack_enabled=True)
+    got = receive_until([cons], lambda g: len(g) >= 50)
+    for _, m in got:
+        if number(m) % 2 == 0:
+            cons.acknowledge(m)
+    # The close answers after the acks are in the cursor; the consumer subscribes again and
+    # holds messages unacknowledged across the restart.
+    cons.close()
+    cons = c.subscribe(topic, "sub", batch_index_ack_enabled=True)
+    receive_until([cons], lambda g: len(g) >= 1)
+    p = c.create_producer(topic, batching_enabled=False)
+    reader = c.create_reader(topic, pulsar.MessageId.earliest)
+    read = [number(reader.read_next(timeout_millis=10000)) for _ in range(33)]
+    b.restart_on_same_port()
+    for i in range(100, 110):
+        p.send(str(i).encode())
+    want = set(i for i in range(110) if i >= 50 or i % 2 == 1)
+    got = receive_until([cons], lambda g: want <= set(number(m) for _, m in g))
+    back = sorted(set(number(m) for _, m in got) - want)
+    assert not back, "acknowledged messages came back: %r" % back[:5]
+    while len(read) < 110:
+        read.append(number(reader.read_next(timeout_millis=10000)))
+    assert read == list(range(110)), "the reader read %r" % read[30:40]
+    assert not reader.has_message_available()
+    c.close()
+    b.stop()
+
+
+def flow_initial_positions_and_unsubscribe(tmp):
+    """New subscriptions on a topic with a backlog: Latest receives only what is sent after it,
+    Earliest everything; after an unsubscribe the same name starts over at its new initial
+    position, and a consumer of a list of topics acknowledges on each of them."""
+    b = Broker(tmp)
+    c = client(b)
+    produce(c, "positions-a", 10)
+    produce(c, "positions-b", 10, start=11)
+    latest = c.subscribe("positions-a", "latest", initial_position=pulsar.InitialPosition.Latest)
+    earliest = c.subscribe("positions-a", "earliest",
+                           initial_position=pulsar.InitialPosition.Earliest)
+    produce(c, "positions-a", 1, start=10)
+    got = receive_until([latest], lambda g: len(g) >= 1)
+    assert [number(m) for _, m in got] == [10], "Latest received %r" % number(got[0][1])
+    assert_nothing_more([latest], wait_ms=200)
+    got = receive_until([earliest], lambda g: len(g) >= 11)
+    assert [number(m) for _, m in got] == list(range(11)), "Earliest"
+    for _, m in got:
+        earliest.acknowledge(m)
+    earliest.unsubscribe()
+    latest.unsubscribe()
+    again = c.subscribe("positions-a", "earliest", initial_position=pulsar.InitialPosition.Earliest)
+    got = receive_until([again], lambda g: len(g) >= 11)
+    assert [number(m) for _, m in got] == list(range(11)), "Earliest after unsubscribe"
+    again.close()
+    again = c.subscribe("positions-a", "latest", initial_position=pulsar.InitialPosition.Latest)
+    assert_nothing_more([again], wait_ms=200)
+    again.close()
+    both = c.subscribe(["positions-a", "positions-b"], "list",
+                       initial_position=pulsar.InitialPosition.Earliest)
+    got = receive_until([both], lambda g: len(g) >= 21)
+    assert sorted(number(m) for _, m in got) == list(range(21)), "list of topics"
+    for _, m in got:
+        if number(m) % 2 == 0:
+            both.acknowledge(m)
+    both.close()
+    b.flush()
+    c.close()
+    b.restart_after_kill()
+    c = client(b)
+    both = c.subscribe(["positions-a", "positions-b"], "list")
+    got = receive_until([both], lambda g: len(g) >= 10)
+    assert sorted(number(m) for _, m in got) == list(range(1, 21, 2)), "list after restart"
+    assert_nothing_more([both])
+    c.close()
+    b.stop()
+
+
+def flow_message_fields_come_back_intact(tmp):
+    """What a producer sets comes back as it was sent, compressed (LZ4, ZSTD) or not, batched or
+    not: payload, properties, key, event time, and the sequence id the user gave."""
+    b = Broker(tmp)
+    c = client(b)
+    for comp in (pulsar.CompressionType.NONE, pulsar.CompressionType.LZ4,
+                 pulsar.CompressionType.ZSTD):
+        for batching in (False, True):
+            topic = "fields-%s-%s" % (comp, batching)
+            p = c.create_producer(topic, compression_type=comp, batching_enabled=batching,
+                                  batching_max_publish_delay_ms=60000)
+            sent = []
+            for i in range(5):
+                fields = (("%d" % i).encode() * 200, {"k": "v%d" % i, "\u00e9": ""},
+                          "key-%d" % i, 1000 + i)
+                sent.append(fields)
+                p.send_async(fields[0], None, properties=fields[1], partition_key=fields[2],
+                             event_timestamp=fields[3], sequence_id=500 + i)
+            p.flush()
+            p.close()
+            cons = c.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest)
+            for want in sent:
+                m = cons.receive(timeout_millis=10000)
+                back = (m.data(), m.properties(), m.partition_key(), m.event_timestamp())
+                assert back == want, "%s: %r came back as %r" % (topic, want[1:], back[1:])
+            cons.close()
+    c.close()
+    b.stop()
+
+
+def flow_dead_letter_after_max_redeliveries(tmp):
+    """A Shared consumer with a dead-letter policy (at most 2 redeliveries) nacks one message
+    every time and acknowledges the others: the broker counts its redeliveries (0, 1, 2), so the
+    client sends it to the dead-letter topic after the third delivery, where it is read back;
+    nothing else is redelivered."""
+    b = Broker(tmp)
+    c = client(b)
+    topic = "poison"
+    # Unbatched: a batch is redelivered whole, and the client would send the whole batch on.
+    produce(c, topic, 10)
+    cons = c.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Shared,
+                       initial_position=pulsar.InitialPosition.Earliest,
+                       negative_ack_redelivery_delay_ms=10,
+                       dead_letter_policy=pulsar.ConsumerDeadLetterPolicy(
+                           max_redeliver_count=2, dead_letter_topic="poison-dlq"))
+    counts = []
+    received = set()
+    while len(received) < 10 or len(counts) < 3:
+        m = cons.receive(timeout_millis=10000)
+        received.add(number(m))
+        if number(m) == 7:
+            counts.append(m.redelivery_count())
+            assert len(counts) <= 3, "message 7 delivered again, counts %r" % counts
+            cons.negative_acknowledge(m)
+        else:
+            cons.acknowledge(m)
+    assert counts == [0, 1, 2], "redelivery counts %r" % counts
+    dlq = c.subscribe("poison-dlq", "sub", initial_position=pulsar.InitialPosition.Earliest)
+    m = dlq.receive(timeout_millis=10000)
+    assert number(m) == 7, "the dead-letter topic holds %r" % m.data()
+    assert_nothing_more([cons, dlq])
+    c.close()
+    b.stop()
+
+
+def flow_regex_subscription(tmp):
+    """A regex subscription covers the namespace's topics that match (persistent ones; another
+    namespace's and a non-matching name's are left out); its acks, on each topic, survive a
+    SIGKILL."""
+    b = Broker(tmp)
+    c = client(b)
+    for k, topic in enumerate(["regex-a", "regex-b", "other",
+                               "persistent://public/other-ns/regex-c",
+                               "non-persistent://public/default/regex-d"]):
+        produce(c, topic, 2, start=2 * k)
+    pattern = re.compile("persistent://public/default/regex-.*")
+    cons = c.subscribe(pattern, "sub", initial_position=pulsar.InitialPosition.Earliest)
+    got = receive_until([cons], lambda g: len(g) >= 4)
+    assert sorted(number(m) for _, m in got) == [0, 1, 2, 3], \
+        "the pattern matched %r" % sorted(m.topic_name() for _, m in got)
+    assert_nothing_more([cons])
+    for _, m in got:
+        if number(m) % 2 == 0:
+            cons.acknowledge(m)
+    cons.close()
+    b.flush()
+    c.close()
+    b.restart_after_kill()
+    c = client(b)
+    cons = c.subscribe(pattern, "sub")
+    got = receive_until([cons], lambda g: len(g) >= 2)
+    assert sorted(number(m) for _, m in got) == [1, 3], "after the restart"
+    assert_nothing_more([cons])
     c.close()
     b.stop()
 
