@@ -30,6 +30,12 @@ use support::samples::{
     JOURNAL_SAMPLE_CURSOR as NAME, JOURNAL_SAMPLE_ID as ID, JOURNAL_SAMPLE_TOPIC as TOPIC,
 };
 
+/// The version 7 sample: `tests/data/journal-v7-batch`.
+const V7: &str = "journal-v7-batch";
+/// The version 7 sample gone on by a version 8 build in a version 8 delta naming no batch record:
+/// `tests/data/journal-v7-batch-delta`.
+const V7_DELTA: &str = "journal-v7-batch-delta";
+
 /// Acknowledged messages of the partial entries: (ledger, entry, message).
 type Partial = BTreeSet<(u64, u64, u32)>;
 
@@ -114,14 +120,15 @@ fn new_partitions(first: u64, n: u64) -> Vec<(PartitionKey, RoaringBitmap)> {
         .collect()
 }
 
-/// The sample on a disk, gone on under this build by a tick adding four partitions and
-/// changing no partial entry (a full marker, the first this build writes for a chain holding a
-/// version 7 batch row, naming the sample's batch record by its inner CRC), then, with
-/// `drop_all`, a tick dropping every partition (a full marker, smaller than a delta removing
-/// five keys). Returns the disk, the partial entries it holds and the deltas the ticks wrote.
-fn continued(drop_all: bool) -> (MemStorage, Partial, u64) {
+/// `sample` (the version 7 sample, or [`V7_DELTA`]) on a disk, gone
+/// on under this build by a tick adding four partitions and changing no partial entry (a full
+/// marker, the first this build writes for a chain holding a version 7 batch row, naming the
+/// sample's batch record by its inner CRC), then, with `drop_all`, a tick dropping every
+/// partition (a full marker, smaller than a delta removing five keys). Returns the disk, the
+/// partial entries it holds and the deltas the ticks wrote.
+fn continued(sample: &str, drop_all: bool) -> (MemStorage, Partial, u64) {
     let disk = MemStorage::new();
-    support::samples::load_sample(&disk, "journal-v7-batch");
+    support::samples::load_sample(&disk, sample);
     let want = opened(&disk).expect("the sample opens");
     let journal = open_journal(&disk);
     let mut deltas = tick_keeping_batch(&journal, &new_partitions(0, 4), false);
@@ -213,7 +220,7 @@ fn assert_refused(disk: &MemStorage, want: &Partial) {
 
 #[test]
 fn a_version_8_full_marker_refuses_batch_records_exchanged_in_the_version_7_segment() {
-    let (disk, want, deltas) = continued(true);
+    let (disk, want, deltas) = continued(V7, true);
     assert_eq!(deltas, 0, "two full markers");
     assert_refused(&disk, &want);
 }
@@ -225,7 +232,38 @@ fn a_version_8_full_marker_refuses_batch_records_exchanged_in_the_version_7_segm
 /// there named no batch record, and the exchange opened with the older record's acks.)
 #[test]
 fn the_first_flush_of_this_build_binds_the_version_7_batch_record_by_its_inner_crc() {
-    let (disk, want, deltas) = continued(false);
+    let (disk, want, deltas) = continued(V7, false);
+    assert_refused(&disk, &want);
+    assert_eq!(deltas, 0, "a full marker");
+}
+
+/// `tests/data/journal-v7-batch-delta`: the version 7 sample gone on by a version 8 build that
+/// did not mark such chains (its choice of a delta blind to version 7 rows) with a tick adding
+/// four partitions and changing no partial entry: a version 8 segment holding the partition
+/// records and a delta that names no batch record. Its two batch records of one partition
+/// exchanged in the version 7 segment open with the older record's acks, the version 7 rows
+/// still binding the live one. This build's first flush on it (another such tick) writes a full
+/// marker (the chain's mark survives the version 8 delta), and the same exchange is then refused
+/// by the open and the check.
+#[test]
+fn a_version_8_delta_on_the_version_7_sample_leaves_its_batch_rows_bound_until_the_next_flush() {
+    let disk = MemStorage::new();
+    support::samples::load_sample(&disk, V7_DELTA);
+    let want = opened(&disk).expect("the sample opens");
+    let (what, exchanged, checked) = outcomes(&disk).swap_remove(0);
+    assert_eq!(what, "the two records exchanged");
+    // The first tick's record of partition 1:0: entry 3 with message 0 acknowledged (the
+    // delta's added message 2), entry 9 with messages 1 and 2.
+    let older: Partial = [(1, 3, 0), (1, 9, 1), (1, 9, 2)].into();
+    assert_ne!(older, want);
+    assert_eq!(
+        exchanged.expect("opens"),
+        older,
+        "the version 7 rows bind by location"
+    );
+    checked.expect("the check finds nothing either");
+    let (disk, want_after, deltas) = continued(V7_DELTA, false);
+    assert_eq!(want_after, want);
     assert_refused(&disk, &want);
     assert_eq!(deltas, 0, "a full marker");
 }
