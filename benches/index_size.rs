@@ -100,6 +100,7 @@ fn marker(c: u64, offset: u64) -> Committed {
         state: PersistedState::default(),
         rows,
         batch: Rows::new(),
+        unbound_batch: false,
     }
 }
 

@@ -91,6 +91,12 @@ pub struct Committed {
     pub rows: Rows,
     /// Every partition with partial entries and where its batch record is.
     pub batch: Rows,
+    /// Whether a live batch row of the chain was accepted under a marker or delta of a segment
+    /// before version 8, whose batch rows hold the CRC32 of the whole payload (the same for
+    /// every batch record) and so bind the record by its location alone: the cursor's next
+    /// marker is full, never a delta, so that a version 8 row names every live batch record.
+    /// Set only by a recovery scan; a full marker of this build clears it.
+    pub unbound_batch: bool,
 }
 
 impl Committed {
@@ -161,6 +167,8 @@ pub struct AppliedDelta {
     pub removed_batch: Vec<PartitionKey>,
     /// Batch rows added or rewritten, each verified.
     pub added_batch: Vec<(PartitionKey, PartLoc)>,
+    /// [`Committed::unbound_batch`] of the chain the delta makes.
+    pub unbound_batch: bool,
 }
 
 /// The index of the whole journal: one entry per cursor, so a lookup hashes its cursor once
@@ -364,6 +372,7 @@ impl Index {
         c.crc = delta.crc;
         c.name = delta.name;
         c.state = delta.state;
+        c.unbound_batch = delta.unbound_batch;
         entry.chain_is_newest();
         let found = |added: &'_ [(PartitionKey, PartLoc)], k: &PartitionKey| {
             added.iter().find(|(a, _)| a == k).map(|(_, row)| *row)

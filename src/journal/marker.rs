@@ -4,7 +4,10 @@
 //! full marker: the cursor's state, the rows added or rewritten and the keys removed since its
 //! committed marker or delta, which it names (location and payload CRC) as its base. So the
 //! bytes of a tick grow with what changed, not with the cursor's live partitions. A cursor's
-//! first marker, and one that changes most of its rows (a seek), is full.
+//! first marker, and one that changes most of its rows (a seek), is full; so is the first one
+//! after an open whose chain holds a batch row of a segment before version 8
+//! ([`Committed::unbound_batch`]), so that from then on a version 8 row names every live batch
+//! record by its own CRC.
 
 use super::index::{Committed, CursorId, PartLoc, Rows};
 use crate::ackset::PartitionKey;
@@ -153,7 +156,10 @@ pub(super) fn append_marker(
     let binding = bound.as_slice();
     let full_len = full_marker_frame_len(state, live.len(), live_batch.len());
     // A chain never changes its name: a delta builds only on a chain of this name or of none.
-    let chain = chain.filter(|base| base.name == 0 || base.name == name);
+    // Nor does one build on a chain holding a batch row of a segment before version 8: a delta
+    // names only the rows it changes, and a full marker names every live batch record by its
+    // own CRC (see [`Committed::unbound_batch`]).
+    let chain = chain.filter(|base| (base.name == 0 || base.name == name) && !base.unbound_batch);
     let delta = chain.and_then(|base| {
         let (added, removed) = changes(&base.rows, &live);
         let (added_batch, removed_batch) = changes(&base.batch, &live_batch);
@@ -170,7 +176,7 @@ pub(super) fn append_marker(
             (added_batch, removed_batch),
         ))
     });
-    let (kind, payload, floor) =
+    let (kind, payload, floor, unbound_batch) =
         if let Some((base, (added, removed), (added_batch, removed_batch))) = delta {
             let floor = added
                 .iter()
@@ -192,7 +198,7 @@ pub(super) fn append_marker(
                 &removed_batch,
                 &marker,
             );
-            (RecordKind::Delta, payload, floor)
+            (RecordKind::Delta, payload, floor, base.unbound_batch)
         } else {
             let rows = marker_rows(live.iter())?;
             let mut marker = encode_marker_with_batch(
@@ -205,7 +211,7 @@ pub(super) fn append_marker(
             payload.extend_from_slice(&name.to_le_bytes());
             payload.extend_from_slice(&marker);
             let floor = Committed::full_floor(loc, &live, &live_batch);
-            (RecordKind::Marker, payload, floor)
+            (RecordKind::Marker, payload, floor, false)
         };
     encode_record(
         buf,
@@ -225,6 +231,7 @@ pub(super) fn append_marker(
         state: state.clone(),
         rows: live,
         batch: live_batch,
+        unbound_batch,
     };
     Ok((committed, kind))
 }

@@ -465,6 +465,10 @@ impl Scan {
         }
         let live = live_after(&base.rows, &removed, &added);
         let live_batch = live_after(&base.batch, &removed_batch, &added_batch);
+        // A batch row of this delta, or one the base kept, that a segment before version 8
+        // accepted binds its record by location alone while it is live.
+        let unbound_batch = live_batch > 0
+            && (base.unbound_batch || (version < SEGMENT_VERSION_V8 && !added_batch.is_empty()));
         Some(AppliedDelta {
             marker: loc,
             marker_len: full_marker_frame_len(&delta.marker.state, live, live_batch),
@@ -475,6 +479,7 @@ impl Scan {
             added,
             removed_batch,
             added_batch,
+            unbound_batch,
         })
     }
 
@@ -506,6 +511,7 @@ impl Scan {
             floor: Committed::full_floor(loc, &live, &batch),
             state: marker.state,
             rows: live,
+            unbound_batch: version < SEGMENT_VERSION_V8 && !batch.is_empty(),
             batch,
         })
     }

@@ -183,6 +183,7 @@ proptest! {
                         state: PersistedState::default(),
                         rows,
                         batch: Default::default(),
+                        unbound_batch: false,
                     });
                     // A marker commits the copies it references: an older or the same staged
                     // copy of a live key is no longer pending.
@@ -252,6 +253,7 @@ proptest! {
                         added: added.clone(),
                         removed_batch: Vec::new(),
                         added_batch: Vec::new(),
+                        unbound_batch: false,
                     });
                     if let Some(rows) = model.committed.get_mut(&c) {
                         for k in &removed {

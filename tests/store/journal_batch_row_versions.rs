@@ -2,7 +2,8 @@
 //! batch rows hold the CRC32 of the whole batch record, the same for every batch record) goes
 //! on under this build until a version 8 full marker names the sample's live batch record by
 //! its inner CRC, in the version 7 segment or as a rollover's byte-for-byte copy in a version 8
-//! one. Then the sample's two batch records of one partition and partial-entry count (the
+//! one: the first flush of this build writes one, even one that a chain of this build would
+//! make a delta (and a journal of this build goes on with deltas, after a reopen too). Then the sample's two batch records of one partition and partial-entry count (the
 //! first tick's and the delta's that rewrote it, frames of the same length) exchanged, or one
 //! copied over the other, or the older one copied over the rolled-over copy of the live one:
 //! the open refuses the journal (`Corrupted`: the records lie below the synced length) and the
@@ -29,6 +30,12 @@ use support::samples::{
     JOURNAL_SAMPLE_CURSOR as NAME, JOURNAL_SAMPLE_ID as ID, JOURNAL_SAMPLE_TOPIC as TOPIC,
 };
 
+/// The version 7 sample: `tests/data/journal-v7-batch`.
+const V7: &str = "journal-v7-batch";
+/// The version 7 sample gone on by a version 8 build in a version 8 delta naming no batch record:
+/// `tests/data/journal-v7-batch-delta`.
+const V7_DELTA: &str = "journal-v7-batch-delta";
+
 /// Acknowledged messages of the partial entries: (ledger, entry, message).
 type Partial = BTreeSet<(u64, u64, u32)>;
 
@@ -50,24 +57,20 @@ fn opened(disk: &MemStorage) -> ackstore::Result<Partial> {
     Ok(out)
 }
 
-/// The sample on a disk, gone on under this build by a tick adding four partitions (a delta,
-/// which names no batch record: the sample's is kept), then a tick dropping every partition (a
-/// full marker, smaller than a delta removing five keys, naming the sample's batch record by
-/// its inner CRC). Returns the disk and the partial entries it holds.
-fn continued() -> (MemStorage, Partial) {
-    let disk = MemStorage::new();
-    support::samples::load_sample(&disk, "journal-v7-batch");
-    let want = opened(&disk).expect("the sample opens");
-    let journal = Arc::new(
-        Journal::open(
-            Arc::new(disk.clone()),
-            JournalConfig::default(),
-            Seal::default(),
-        )
-        .expect("open"),
-    );
-    let (state, rows) = journal.committed(ID).expect("committed");
-    let kept: Vec<(PartitionKey, u32)> = journal
+/// The journal on `disk` opened by this build.
+fn open_journal(disk: &MemStorage) -> Journal {
+    Journal::open(
+        Arc::new(disk.clone()),
+        JournalConfig::default(),
+        Seal::default(),
+    )
+    .expect("open")
+}
+
+/// The sample's cursor's batch records as a flush that changes no partial entry keeps them:
+/// each with its [`batch_row_crc`].
+fn kept_batch(journal: &Journal) -> BatchStage {
+    let kept = journal
         .committed_batch(ID)
         .into_iter()
         .map(|(key, _)| {
@@ -75,11 +78,38 @@ fn continued() -> (MemStorage, Partial) {
             (key, batch_row_crc(&payload))
         })
         .collect();
-    let stage = BatchStage {
+    BatchStage {
         written: Vec::new(),
         kept,
-    };
-    let added: Vec<(PartitionKey, RoaringBitmap)> = (0..4)
+    }
+}
+
+/// One tick of the sample's cursor on `journal` keeping its state and its batch records:
+/// `added` written, the cursor's live partitions those committed and those of `added` (none at
+/// all with `drop_all`). Returns the deltas the tick wrote.
+fn tick_keeping_batch(
+    journal: &Journal,
+    added: &[(PartitionKey, RoaringBitmap)],
+    drop_all: bool,
+) -> u64 {
+    let (state, rows) = journal.committed(ID).expect("committed");
+    let mut live: Vec<PartitionKey> = rows.into_iter().map(|(k, _)| k).collect();
+    live.extend(added.iter().map(|(k, _)| *k));
+    if drop_all {
+        live.clear();
+    }
+    let stage = kept_batch(journal);
+    let deltas = journal.stats().deltas;
+    let mut tick = journal.begin_tick();
+    tick.stage_with_batch((ID, name_tag(TOPIC, NAME)), state, (added, &live), &stage)
+        .expect("stage");
+    tick.commit().expect("tick");
+    journal.stats().deltas - deltas
+}
+
+/// Partitions `5:first..5:first + n`, each with one ack.
+fn new_partitions(first: u64, n: u64) -> Vec<(PartitionKey, RoaringBitmap)> {
+    (first..first + n)
         .map(|chunk| {
             let key = PartitionKey {
                 ledger_id: 5,
@@ -87,27 +117,27 @@ fn continued() -> (MemStorage, Partial) {
             };
             (key, [1u32].into_iter().collect())
         })
-        .collect();
-    let mut live: Vec<PartitionKey> = rows.into_iter().map(|(k, _)| k).collect();
-    live.extend(added.iter().map(|(k, _)| *k));
-    let name = (ID, name_tag(TOPIC, NAME));
-    let deltas = journal.stats().deltas;
-    let mut tick = journal.begin_tick();
-    tick.stage_with_batch(name, state.clone(), (&added, &live), &stage)
-        .expect("stage");
-    tick.commit().expect("tick");
-    let mut tick = journal.begin_tick();
-    tick.stage_with_batch(name, state, (&[], &[]), &stage)
-        .expect("stage");
-    tick.commit().expect("tick");
-    assert_eq!(
-        journal.stats().deltas,
-        deltas + 1,
-        "a delta, then a full marker"
-    );
+        .collect()
+}
+
+/// `sample` (the version 7 sample, or [`V7_DELTA`]) on a disk, gone
+/// on under this build by a tick adding four partitions and changing no partial entry (a full
+/// marker, the first this build writes for a chain holding a version 7 batch row, naming the
+/// sample's batch record by its inner CRC), then, with `drop_all`, a tick dropping every
+/// partition (a full marker, smaller than a delta removing five keys). Returns the disk, the
+/// partial entries it holds and the deltas the ticks wrote.
+fn continued(sample: &str, drop_all: bool) -> (MemStorage, Partial, u64) {
+    let disk = MemStorage::new();
+    support::samples::load_sample(&disk, sample);
+    let want = opened(&disk).expect("the sample opens");
+    let journal = open_journal(&disk);
+    let mut deltas = tick_keeping_batch(&journal, &new_partitions(0, 4), false);
+    if drop_all {
+        deltas += tick_keeping_batch(&journal, &[], true);
+    }
     drop(journal);
     assert_eq!(opened(&disk).expect("reopens"), want);
-    (disk, want)
+    (disk, want, deltas)
 }
 
 /// The sample segment's two batch records of partition 1:0 (frame offset, frame length).
@@ -165,14 +195,15 @@ fn outcomes(
         .collect()
 }
 
-#[test]
-fn a_version_8_full_marker_refuses_batch_records_exchanged_in_the_version_7_segment() {
-    let (disk, want) = continued();
-    for (what, opened, checked) in outcomes(&disk) {
+/// The outcomes of [`outcomes`] on `disk`, gone on under this build from the sample (whose
+/// partial entries are `want`): the open and the check refuse the exchange and the first record
+/// over the second, and read the second over the first to `want`.
+fn assert_refused(disk: &MemStorage, want: &Partial) {
+    for (what, opened, checked) in outcomes(disk) {
         // The first record is named by the sample's version 7 marker alone, which a delta
         // superseded: a copy over it changes nothing that counts.
         if what == "the second over the first" {
-            assert_eq!(opened.expect(what), want, "{what}");
+            assert_eq!(&opened.expect(what), want, "{what}");
             checked.expect(what);
             continue;
         }
@@ -185,6 +216,56 @@ fn a_version_8_full_marker_refuses_batch_records_exchanged_in_the_version_7_segm
             "{what}: {checked:?}"
         );
     }
+}
+
+#[test]
+fn a_version_8_full_marker_refuses_batch_records_exchanged_in_the_version_7_segment() {
+    let (disk, want, deltas) = continued(V7, true);
+    assert_eq!(deltas, 0, "two full markers");
+    assert_refused(&disk, &want);
+}
+
+/// The first flush of this build on the sample changes no partial entry and adds partitions
+/// (a delta on any chain of this build): it writes a full marker, whose batch row names the
+/// sample's live batch record by its inner CRC, so the two batch records exchanged in the
+/// version 7 segment are refused by the open and the check from that one tick on. (A delta
+/// there named no batch record, and the exchange opened with the older record's acks.)
+#[test]
+fn the_first_flush_of_this_build_binds_the_version_7_batch_record_by_its_inner_crc() {
+    let (disk, want, deltas) = continued(V7, false);
+    assert_refused(&disk, &want);
+    assert_eq!(deltas, 0, "a full marker");
+}
+
+/// `tests/data/journal-v7-batch-delta`: the version 7 sample gone on by a version 8 build that
+/// did not mark such chains (its choice of a delta blind to version 7 rows) with a tick adding
+/// four partitions and changing no partial entry: a version 8 segment holding the partition
+/// records and a delta that names no batch record. Its two batch records of one partition
+/// exchanged in the version 7 segment open with the older record's acks, the version 7 rows
+/// still binding the live one. This build's first flush on it (another such tick) writes a full
+/// marker (the chain's mark survives the version 8 delta), and the same exchange is then refused
+/// by the open and the check.
+#[test]
+fn a_version_8_delta_on_the_version_7_sample_leaves_its_batch_rows_bound_until_the_next_flush() {
+    let disk = MemStorage::new();
+    support::samples::load_sample(&disk, V7_DELTA);
+    let want = opened(&disk).expect("the sample opens");
+    let (what, exchanged, checked) = outcomes(&disk).swap_remove(0);
+    assert_eq!(what, "the two records exchanged");
+    // The first tick's record of partition 1:0: entry 3 with message 0 acknowledged (the
+    // delta's added message 2), entry 9 with messages 1 and 2.
+    let older: Partial = [(1, 3, 0), (1, 9, 1), (1, 9, 2)].into();
+    assert_ne!(older, want);
+    assert_eq!(
+        exchanged.expect("opens"),
+        older,
+        "the version 7 rows bind by location"
+    );
+    checked.expect("the check finds nothing either");
+    let (disk, want_after, deltas) = continued(V7_DELTA, false);
+    assert_eq!(want_after, want);
+    assert_refused(&disk, &want);
+    assert_eq!(deltas, 0, "a full marker");
 }
 
 /// The sample gone on under this build with segments of one byte: ticks that keep its state
@@ -384,4 +465,29 @@ fn a_power_cut_anywhere_as_this_build_goes_on_with_the_version_7_sample_keeps_a_
     assert_eq!(clean.result.0, 6);
     assert!(clean.result.1 >= 3, "rollovers: {}", clean.result.1);
     eprintln!("{} cut points", clean.total);
+}
+
+/// The deltas of three ticks changing no partial entry on the journal of `sample`: one adding
+/// four partitions, one adding a fifth, and, after a reopen, one adding a sixth.
+fn deltas_of_three_ticks(sample: &str) -> [u64; 3] {
+    let disk = MemStorage::new();
+    support::samples::load_sample(&disk, sample);
+    let journal = open_journal(&disk);
+    let first = tick_keeping_batch(&journal, &new_partitions(0, 4), false);
+    let second = tick_keeping_batch(&journal, &new_partitions(4, 1), false);
+    drop(journal);
+    let journal = open_journal(&disk);
+    let third = tick_keeping_batch(&journal, &new_partitions(5, 1), false);
+    assert_eq!(journal.stats().rebases, 0, "{sample}: no rollover");
+    [first, second, third]
+}
+
+/// A journal this build wrote (`tests/data/journal-v8-batch`: the version 7 sample's journal
+/// with version 8 batch rows) goes on with deltas from its first flush, a reopen's included;
+/// the version 7 sample's first flush is a full marker, and every later one, after a reopen
+/// too, a delta on it.
+#[test]
+fn a_journal_of_this_build_flushes_deltas_and_the_version_7_sample_after_one_full_marker() {
+    assert_eq!(deltas_of_three_ticks("journal-v8-batch"), [1, 1, 1]);
+    assert_eq!(deltas_of_three_ticks("journal-v7-batch"), [0, 1, 1]);
 }
