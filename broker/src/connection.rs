@@ -497,14 +497,21 @@ impl Connection {
         if let Some(old) = self.consumers.remove(&c.consumer_id) {
             old.detach();
         }
-        let Some(kind) = Kind::from_proto(c.sub_type()) else {
+        let kind = Kind::from_proto(c.sub_type());
+        let meta = c.key_shared_meta.as_ref();
+        if kind == Kind::KeyShared
+            && meta.is_some_and(|m| m.key_shared_mode() == proto::KeySharedMode::Sticky)
+        {
             self.send(error(
                 c.request_id,
                 ServerError::NotAllowedError,
-                "Key_Shared subscriptions are not supported by this broker".into(),
+                "Key_Shared subscriptions in STICKY mode (fixed hash ranges) are not supported \
+                 by this broker; AUTO_SPLIT is"
+                    .into(),
             ));
             return;
-        };
+        }
+        let in_order = !meta.is_some_and(|m| m.allow_out_of_order_delivery());
         let initial = match c.initial_position() {
             proto::command_subscribe::InitialPosition::Latest => InitialPosition::Latest,
             proto::command_subscribe::InitialPosition::Earliest => InitialPosition::Earliest,
@@ -565,6 +572,7 @@ impl Connection {
             c.consumer_id,
             &self.out,
             &self.backlog,
+            in_order,
             success(c.request_id),
         ) {
             Ok(()) => {

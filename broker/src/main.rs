@@ -19,6 +19,7 @@ mod broker;
 mod connection;
 mod frame;
 mod ids;
+mod keyshared;
 mod producer;
 mod subscription;
 

@@ -15,7 +15,11 @@
 //!   never receives a message the cursor holds acknowledged.
 //! - nothing is dispatched to a consumer whose connection holds [`CONNECTION_BACKLOG`] bytes
 //!   or more of messages unwritten (its [`Backlog`]), whatever its permits, beyond the dispatch
-//!   round that crossed the bound.
+//!   round that crossed the bound;
+//! - Key_Shared is Shared with the consumer chosen by the entry's key hash
+//!   ([`crate::keyshared`]) instead of round robin: an entry whose consumer cannot take it now
+//!   waits in `redeliver`, and an entry read later with the same hash waits behind it, so one
+//!   consumer receives a key's entries in order while the consumers are unchanged.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -31,6 +35,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::ids::{
     Target, acked_indexes, decode_entry, dispatch_ack_set, message_id, no_message_id, target,
 };
+use crate::keyshared::{Ranges, entry_key, key_hash};
 
 /// How consumers share a subscription.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,18 +46,26 @@ pub enum Kind {
     Shared,
     /// One active consumer (the first attached); the others take over in turn.
     Failover,
+    /// Every consumer gets the entries of the keys whose hashes it owns (AUTO_SPLIT ranges).
+    KeyShared,
 }
 
 impl Kind {
-    /// The kind a `SUBSCRIBE` asks for; `None` for one this broker does not serve (Key_Shared).
-    pub fn from_proto(t: proto::command_subscribe::SubType) -> Option<Self> {
+    /// The kind a `SUBSCRIBE` asks for.
+    pub fn from_proto(t: proto::command_subscribe::SubType) -> Self {
         use proto::command_subscribe::SubType;
         match t {
-            SubType::Exclusive => Some(Self::Exclusive),
-            SubType::Shared => Some(Self::Shared),
-            SubType::Failover => Some(Self::Failover),
-            SubType::KeyShared => None,
+            SubType::Exclusive => Self::Exclusive,
+            SubType::Shared => Self::Shared,
+            SubType::Failover => Self::Failover,
+            SubType::KeyShared => Self::KeyShared,
         }
+    }
+
+    /// Whether consumers share the entries (Shared, Key_Shared): each holds its own, given
+    /// back entry by entry, never by rewinding the cursor.
+    fn shares(self) -> bool {
+        matches!(self, Self::Shared | Self::KeyShared)
     }
 }
 
@@ -138,6 +151,10 @@ struct Slot {
     permits: i64,
     /// The consumer epoch of its last redelivery request, stamped on what it receives.
     epoch: Option<u64>,
+    /// Key_Shared, in order: the last entry read before it joined while entries up to it were
+    /// unacknowledged. Until none is, it receives no entry after it (a key it took over could
+    /// otherwise overtake messages of that key another consumer holds).
+    held_until: Option<Position>,
 }
 
 #[derive(Default)]
@@ -155,6 +172,10 @@ struct State {
     redeliveries: HashMap<Position, u32>,
     /// Round-robin start among Shared consumers.
     next: usize,
+    /// Key_Shared: which consumer owns each key hash.
+    ranges: Ranges,
+    /// Key_Shared: the key hash of each entry pending or to deliver again.
+    hashes: HashMap<Position, u32>,
     /// Messages per entry of the last entry dispatched (sizes the next read).
     last_batch: u32,
     closed: bool,
@@ -165,6 +186,7 @@ impl State {
     fn acked(&mut self, pos: Position) {
         self.pending.remove(&pos);
         self.redeliveries.remove(&pos);
+        self.hashes.remove(&pos);
     }
 
     /// Forgets what was pending and to be delivered again (the cursor moved).
@@ -172,11 +194,55 @@ impl State {
         self.pending.clear();
         self.redeliver.clear();
         self.redeliveries.clear();
+        self.hashes.clear();
+        for c in &mut self.consumers {
+            c.held_until = None;
+        }
+    }
+
+    /// Key_Shared: releases each consumer held back on joining once no entry up to its hold is
+    /// unacknowledged (pending or to deliver again).
+    fn release_holds(&mut self) {
+        if self.consumers.iter().all(|c| c.held_until.is_none()) {
+            return;
+        }
+        let oldest = self
+            .pending
+            .keys()
+            .chain(self.redeliver.first())
+            .min()
+            .copied();
+        for c in &mut self.consumers {
+            if c.held_until.is_some_and(|h| oldest.is_none_or(|o| o > h)) {
+                c.held_until = None;
+            }
+        }
+    }
+
+    /// Key_Shared: whether the entry at `pos` with key hash `hash` may go to its consumer now
+    /// (index into `consumers`); `None` when it must wait.
+    fn key_owner(&self, pos: Position, hash: u32) -> Option<usize> {
+        let owner = self.ranges.owner(hash)?;
+        let i = self.consumers.iter().position(|c| c.key == owner)?;
+        let c = &self.consumers[i];
+        (c.permits > 0 && !c.backlog.full() && c.held_until.is_none_or(|h| pos <= h)).then_some(i)
+    }
+
+    /// Key_Shared: whether the entry at `pos`, to deliver again, may go to a consumer now (one
+    /// of unknown hash is tried: dispatching it records its hash).
+    fn redeliverable(&self, pos: Position) -> bool {
+        self.hashes
+            .get(&pos)
+            .is_none_or(|&h| self.key_owner(pos, h).is_some())
     }
 }
 
 /// Entries read from the cursor at most per dispatch round.
 const MAX_READ: usize = 32;
+
+/// Key_Shared: entries waiting for their key's consumer (no permits, a full connection, held
+/// back on joining) beyond which no new entry is read until one of them can go.
+const MAX_WAITING: usize = 1000;
 
 /// How long a dispatcher's read waits for entries before it looks at its state again.
 const READ_WAIT: Duration = Duration::from_millis(100);
@@ -275,6 +341,7 @@ impl Subscription {
         consumer_id: u64,
         out: &UnboundedSender<Message>,
         backlog: &Arc<Backlog>,
+        in_order: bool,
         success: Message,
     ) -> Result<(), String> {
         let mut st = self.state();
@@ -288,6 +355,14 @@ impl Subscription {
             ));
         }
         let _ = out.send(success);
+        let held_until = if self.kind == Kind::KeyShared && in_order {
+            st.pending.keys().chain(st.redeliver.last()).max().copied()
+        } else {
+            None
+        };
+        if self.kind == Kind::KeyShared {
+            st.ranges.add(key);
+        }
         st.consumers.push(Slot {
             key,
             consumer_id,
@@ -295,6 +370,7 @@ impl Subscription {
             backlog: backlog.clone(),
             permits: 0,
             epoch: None,
+            held_until,
         });
         if self.kind == Kind::Failover {
             let active = st.consumers.first().map(|c| c.key);
@@ -314,8 +390,9 @@ impl Subscription {
             return !st.consumers.is_empty();
         };
         st.consumers.remove(at);
+        st.ranges.remove(key);
         match self.kind {
-            Kind::Shared => {
+            Kind::Shared | Kind::KeyShared => {
                 let mine: Vec<Position> = st
                     .pending
                     .iter()
@@ -395,11 +472,16 @@ impl Subscription {
             if cumulative && id.ack_set.is_empty() {
                 st.pending.retain(|p, (k, _)| *p > pos || *k != key);
                 st.redeliveries.retain(|p, _| *p > pos);
+                st.hashes.retain(|p, _| *p > pos);
             } else if self.cursor.is_acked(pos).unwrap_or(false) {
                 st.acked(pos);
             }
         }
         self.ack_entries(&entries);
+        if self.kind == Kind::KeyShared {
+            // A consumer held back on joining may be released.
+            self.wake();
+        }
     }
 
     /// Acknowledges whole entries individually, as `Cursor::ack` of each in turn would, an
@@ -505,7 +587,7 @@ impl Subscription {
             c.epoch = epoch;
         }
         if ids.is_empty() {
-            if self.kind == Kind::Shared {
+            if self.kind.shares() {
                 let mine: Vec<Position> = st
                     .pending
                     .iter()
@@ -527,7 +609,7 @@ impl Subscription {
                 {
                     st.pending.remove(&pos);
                     st.redeliver.insert(pos);
-                    if self.kind == Kind::Shared {
+                    if self.kind.shares() {
                         *st.redeliveries.entry(pos).or_default() += 1;
                     }
                 }
@@ -568,6 +650,7 @@ impl Subscription {
             }
             SeekTo::Id(Target::At(pos, _)) => self.cursor.seek(pos)?,
         }
+        st.ranges.clear();
         for c in st.consumers.drain(..) {
             let _ = c.out.send(command(BaseCommand {
                 r#type: Type::CloseConsumer as i32,
@@ -611,6 +694,7 @@ impl Subscription {
             return Err(format!("subscription {} has other consumers", self.name));
         }
         st.consumers.clear();
+        st.ranges.clear();
         st.closed = true;
         self.wake.notify_all();
         drop(st);
@@ -669,6 +753,9 @@ impl Subscription {
                     if st.closed {
                         return;
                     }
+                    if self.kind == Kind::KeyShared {
+                        st.release_holds();
+                    }
                     let permits = self.permits(&st);
                     if permits > 0 {
                         let per_entry = i64::from(st.last_batch.max(1));
@@ -684,14 +771,28 @@ impl Subscription {
             };
             let epoch = {
                 let _reading = self.reading_for_dispatch();
-                let again: Vec<Position> = {
+                let (again, waiting) = {
                     let mut st = self.state();
-                    let again: Vec<Position> = st.redeliver.iter().take(max).copied().collect();
+                    let again: Vec<Position> = if self.kind == Kind::KeyShared {
+                        let st = &*st;
+                        st.redeliver
+                            .iter()
+                            .filter(|p| st.redeliverable(**p))
+                            .take(max)
+                            .copied()
+                            .collect()
+                    } else {
+                        st.redeliver.iter().take(max).copied().collect()
+                    };
                     for p in &again {
                         st.redeliver.remove(p);
                     }
-                    again
+                    (again, st.redeliver.len())
                 };
+                if again.is_empty() && self.kind == Kind::KeyShared && waiting >= MAX_WAITING {
+                    // Consumers changed since the permits were counted: wait again.
+                    continue;
+                }
                 let entries = if again.is_empty() {
                     match self.cursor.read_entries(max) {
                         Ok(e) => e,
@@ -703,12 +804,23 @@ impl Subscription {
                         }
                     }
                 } else {
-                    again.into_iter().filter_map(|p| self.reread(p)).collect()
+                    let entries: Vec<Entry> =
+                        again.iter().filter_map(|p| self.reread(*p)).collect();
+                    let mut st = self.state();
+                    for p in &again {
+                        if !entries.iter().any(|e| e.position == *p) {
+                            st.hashes.remove(p);
+                        }
+                    }
+                    for entry in entries {
+                        self.dispatch(&mut st, entry, false);
+                    }
+                    continue;
                 };
                 if !entries.is_empty() {
                     let mut st = self.state();
                     for entry in entries {
-                        self.dispatch(&mut st, entry);
+                        self.dispatch(&mut st, entry, true);
                     }
                     continue;
                 }
@@ -740,7 +852,7 @@ impl Subscription {
             let mut st = self.state();
             if self.cursor.epoch().ok() == Some(epoch) {
                 for entry in entries {
-                    self.dispatch(&mut st, entry);
+                    self.dispatch(&mut st, entry, true);
                 }
             } else {
                 // A seek or rewind came while the read waited: whether the read saw the
@@ -767,11 +879,18 @@ impl Subscription {
     }
 
     /// Messages the consumers that may receive now can take (none for a consumer whose
-    /// connection's backlog is full).
+    /// connection's backlog is full). Key_Shared: none while [`MAX_WAITING`] entries wait for
+    /// their consumers and none of them can go.
     fn permits(&self, st: &State) -> i64 {
         let open = |c: &Slot| if c.backlog.full() { 0 } else { c.permits };
         match self.kind {
             Kind::Shared => st.consumers.iter().map(|c| open(c).max(0)).sum(),
+            Kind::KeyShared => {
+                let permits = st.consumers.iter().map(|c| open(c).max(0)).sum();
+                let stuck = st.redeliver.len() >= MAX_WAITING
+                    && !st.redeliver.iter().any(|p| st.redeliverable(*p));
+                if stuck { 0 } else { permits }
+            }
             Kind::Exclusive | Kind::Failover => st.consumers.first().map_or(0, open),
         }
     }
@@ -803,7 +922,10 @@ impl Subscription {
         Some(entry)
     }
 
-    fn dispatch(&self, st: &mut State, entry: Entry) {
+    /// Sends `entry` to a consumer, or queues it to deliver again when none may take it now.
+    /// `fresh`: read from the cursor now (not delivered before); a fresh Key_Shared entry
+    /// waits behind every entry of its key hash waiting to be delivered again.
+    fn dispatch(&self, st: &mut State, entry: Entry, fresh: bool) {
         let pos = entry.position;
         let Some(stored) = decode_entry(&entry.payload) else {
             log::warn!(
@@ -839,6 +961,16 @@ impl Subscription {
                 (0..n)
                     .map(|k| (st.next + k) % n)
                     .find(|&i| st.consumers[i].permits > 0 && !st.consumers[i].backlog.full())
+            }
+            Kind::KeyShared => {
+                let hash = key_hash(&entry_key(&metadata, stored.payload));
+                st.hashes.insert(pos, hash);
+                let behind = fresh && st.redeliver.iter().any(|p| st.hashes.get(p) == Some(&hash));
+                if behind {
+                    None
+                } else {
+                    st.key_owner(pos, hash)
+                }
             }
         };
         let Some(i) = chosen else {

@@ -503,8 +503,9 @@ def flow_reader_seek_by_time(tmp):
 def flow_refused_subscriptions_fail_at_once(tmp):
     """What the broker does not serve fails at once with a clear error, never the client's
     retries until its operation timeout: another kind on a subscription with consumers
-    (ConsumerBusy, as from Pulsar), Key_Shared (NotAllowed). The subscription's consumer goes on
-    receiving, and once it left the subscription takes the other kind."""
+    (ConsumerBusy, as from Pulsar), Key_Shared beside them too, and Key_Shared in STICKY mode
+    (NotAllowed). The subscription's consumer goes on receiving, and once it left the
+    subscription takes the other kind."""
     b = Broker(tmp)
     c = pulsar.Client(b.url, operation_timeout_seconds=5,
                       logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
@@ -514,8 +515,12 @@ def flow_refused_subscriptions_fail_at_once(tmp):
             "refusals", "sub", consumer_type=pulsar.ConsumerType.Exclusive)),
         (pulsar.ConsumerBusy, lambda: c.subscribe(
             "refusals", "sub", consumer_type=pulsar.ConsumerType.Failover)),
-        (pulsar.NotAllowedError, lambda: c.subscribe(
+        (pulsar.ConsumerBusy, lambda: c.subscribe(
             "refusals", "sub", consumer_type=pulsar.ConsumerType.KeyShared)),
+        (pulsar.NotAllowedError, lambda: c.subscribe(
+            "refusals", "sticky", consumer_type=pulsar.ConsumerType.KeyShared,
+            key_shared_policy=pulsar.ConsumerKeySharedPolicy(
+                key_shared_mode=pulsar.KeySharedMode.Sticky, sticky_ranges=[(0, 65535)]))),
     ]
     for want, subscribe in refusals:
         try:
@@ -530,6 +535,231 @@ def flow_refused_subscriptions_fail_at_once(tmp):
     exclusive = c.subscribe("refusals", "sub", consumer_type=pulsar.ConsumerType.Exclusive)
     got = receive_until([exclusive], lambda g: len(g) >= 3)
     assert [number(m) for _, m in got] == [0, 1, 2], "after the change of kind"
+    c.close()
+    b.stop()
+
+
+def produce_keyed(c, topic, n, keys, batch=None):
+    """Sends n messages whose payloads are their numbers, message i with partition key
+    "k<i % keys>" (batched by key when `batch`), and waits for every receipt."""
+    if batch:
+        p = c.create_producer(topic, batching_enabled=True, batching_max_messages=batch,
+                              batching_max_publish_delay_ms=60000,
+                              batching_type=pulsar.BatchingType.KeyBased,
+                              block_if_queue_full=True, max_pending_messages=20000)
+    else:
+        p = c.create_producer(topic, batching_enabled=False)
+    errors = []
+    done = threading.Semaphore(0)
+
+    def sent(res, _mid, i):
+        if res != pulsar.Result.Ok:
+            errors.append((i, res))
+        done.release()
+
+    for i in range(n):
+        p.send_async(str(i).encode(), lambda res, mid, i=i: sent(res, mid, i),
+                     partition_key="k%d" % (i % keys))
+    p.flush()
+    for _ in range(n):
+        assert done.acquire(timeout=60), "a receipt never came"
+    assert not errors, "send errors: %r" % errors[:5]
+    p.close()
+
+
+def key_shared(c, topic, name, **kw):
+    return c.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.KeyShared,
+                       initial_position=pulsar.InitialPosition.Earliest, consumer_name=name, **kw)
+
+
+def owners(consumers, pairs, keys):
+    """The consumer index each key went to; fails when a key went to two consumers."""
+    owner = {}
+    for cons, m in pairs:
+        k, who = number(m) % keys, consumers.index(cons)
+        assert owner.setdefault(k, who) == who, \
+            "key k%d went to consumers %d and %d" % (k, owner[k], who)
+    return owner
+
+
+def assert_increasing_per_key(numbers, keys, what):
+    last = {}
+    for i in numbers:
+        assert last.get(i % keys, -1) < i, \
+            "%s: key k%d: %d after %d" % (what, i % keys, i, last[i % keys])
+        last[i % keys] = i
+
+
+def flow_key_shared_affinity_and_order_with_a_consumer_leaving(tmp):
+    """3 Key_Shared consumers (small receive queues) on 3,000 messages of 30 keys, batched by
+    key: each key goes to one consumer, in order. The third consumer leaves mid-stream holding
+    messages it did not acknowledge: its keys go to the other two (theirs stay where they
+    were), which receive its unacknowledged messages before the later ones of those keys;
+    every message is acknowledged once, and only those it left come twice (each consumer
+    receives every key of its own in order)."""
+    b = Broker(tmp)
+    c = client(b)
+    topic, n, keys = "key-shared", 3000, 30
+    consumers = [key_shared(c, topic, "c%d" % k, receiver_queue_size=10) for k in range(3)]
+    produce_keyed(c, topic, n, keys, batch=10)
+    acked, left = [], set()
+
+    def first_phase(pairs):
+        return sum(1 for cons, _ in pairs if cons is consumers[2]) >= 200
+    before = receive_until(consumers, first_phase)
+    for cons, m in before:
+        if cons is consumers[2] and number(m) % 7 == 0:
+            left.add(number(m))
+        else:
+            cons.acknowledge(m)
+            acked.append(number(m))
+    owner = owners(consumers, before, keys)
+    assert sorted(set(owner.values())) == [0, 1, 2], "owners %r" % owner
+    assert left, "the leaving consumer acknowledged everything"
+    consumers[2].close()
+    rest = consumers[:2]
+
+    def second_phase(pairs):
+        for cons, m in pairs[second_phase.done:]:
+            cons.acknowledge(m)
+            acked.append(number(m))
+        second_phase.done = len(pairs)
+        return len(set(acked)) == n
+    second_phase.done = 0
+    after = receive_until(rest, second_phase)
+    moved = owners(rest, after, keys)
+    for k, who in owner.items():
+        if who < 2 and k in moved:
+            assert moved[k] == who, "key k%d moved from %d to %d" % (k, who, moved[k])
+    # What the leaving consumer left comes again first, then what no consumer had of its keys.
+    assert_increasing_per_key([number(m) for _, m in before]
+                              + [number(m) for _, m in after if number(m) not in left],
+                              keys, "across the close")
+    for who in range(2):
+        assert_increasing_per_key([number(m) for cons, m in before + after
+                                   if cons is consumers[who]], keys, "consumer %d" % who)
+    twice = set(i for i in acked if acked.count(i) > 1)
+    assert not twice, "acknowledged twice: %r" % sorted(twice)[:5]
+    again = set(number(m) for _, m in after) & set(number(m) for _, m in before)
+    assert again == left, "delivered again %r; left %r" % (sorted(again)[:5], sorted(left)[:5])
+    assert_nothing_more(rest)
+    c.close()
+    b.stop()
+
+
+def flow_key_shared_acks_survive_sigkill(tmp):
+    """3 Key_Shared consumers with batch-index acks on 2,000 messages of 20 keys batched by
+    key acknowledge every message but each third. After the acks are flushed and the broker is
+    SIGKILLed and restarted, 3 consumers subscribing in the same order receive exactly the
+    unacknowledged messages, each consumer its keys in order. The first may receive any key
+    before the others join; a consumer joining while it holds them unacknowledged receives
+    only its own keys (those it had before the kill: the ranges follow the order of joining),
+    and once all are acknowledged, new messages of each key go to the consumer that had it
+    before the kill."""
+    b = Broker(tmp)
+    c = client(b)
+    topic, n, keys = "key-shared-kill", 2000, 20
+    consumers = [key_shared(c, topic, "c%d" % k, batch_index_ack_enabled=True)
+                 for k in range(3)]
+    produce_keyed(c, topic, n, keys, batch=10)
+
+    def handle(pairs):
+        for cons, m in pairs[handle.done:]:
+            if number(m) % 3 != 0:
+                cons.acknowledge(m)
+        handle.done = len(pairs)
+        return len(pairs) >= n
+    handle.done = 0
+    got = receive_until(consumers, handle)
+    assert sorted(number(m) for _, m in got) == list(range(n)), "first delivery"
+    owner = owners(consumers, got, keys)
+    for who in range(3):
+        assert_increasing_per_key([number(m) for cons, m in got if cons is consumers[who]],
+                                  keys, "consumer %d" % who)
+    for cons in consumers:
+        cons.close()
+    b.flush()
+    c.close()
+    b.restart_after_kill()
+    c = client(b)
+    consumers = [key_shared(c, topic, "d%d" % k, batch_index_ack_enabled=True)
+                 for k in range(3)]
+    want = [i for i in range(n) if i % 3 == 0]
+
+    def ack_all(pairs):
+        for cons, m in pairs[ack_all.done:]:
+            cons.acknowledge(m)
+        ack_all.done = len(pairs)
+        return len(pairs) >= ack_all.want
+    ack_all.done, ack_all.want = 0, len(want)
+    got = receive_until(consumers, ack_all)
+    assert sorted(number(m) for _, m in got) == want, "after the restart"
+    for who in range(3):
+        mine = [number(m) for cons, m in got if cons is consumers[who]]
+        assert_increasing_per_key(mine, keys, "consumer %d after the restart" % who)
+        stray = [i for i in mine if who > 0 and owner[i % keys] != who]
+        assert not stray, "consumer %d received keys of others: %r" % (who, stray[:5])
+    assert_nothing_more(consumers)
+    for cons in consumers:
+        cons.close()
+    b.flush()
+    consumers = [key_shared(c, topic, "e%d" % k) for k in range(3)]
+    produce_keyed(c, topic, 300, keys)
+    ack_all.done, ack_all.want = 0, 300
+    got = receive_until(consumers, ack_all)
+    assert sorted(number(m) for _, m in got) == list(range(300)), "new messages"
+    assert owners(consumers, got, keys) == owner, "new messages' keys moved"
+    for who in range(3):
+        assert_increasing_per_key([number(m) for cons, m in got if cons is consumers[who]],
+                                  keys, "consumer %d, new messages" % who)
+    assert_nothing_more(consumers)
+    c.close()
+    b.stop()
+
+
+def joining(tmp, out_of_order):
+    """Consumer A holds 100 messages of 10 keys unacknowledged when B joins, then 100 more
+    messages come; returns (A, B, the client, the broker, A's new messages received)."""
+    b = Broker(tmp)
+    c = client(b)
+    topic, keys = "key-shared-join", 10
+    policy = pulsar.ConsumerKeySharedPolicy(allow_out_of_order_delivery=out_of_order)
+    a = key_shared(c, topic, "a", key_shared_policy=policy)
+    produce_keyed(c, topic, 100, keys)
+    held = receive_until([a], lambda g: len(g) >= 100)
+    joined = key_shared(c, topic, "b", key_shared_policy=policy)
+    p = c.create_producer(topic, batching_enabled=False)
+    for i in range(100, 200):
+        p.send(str(i).encode(), partition_key="k%d" % (i % keys))
+    p.close()
+    return a, joined, c, b, held
+
+
+def flow_key_shared_joining_consumer_waits_for_earlier_acks(tmp):
+    """In order (the default): a consumer joining while another holds messages of the keys it
+    takes over unacknowledged receives nothing newer until they are acknowledged; then each
+    key's new messages go to one consumer, in order, after the old ones."""
+    a, joined, c, b, held = joining(tmp, out_of_order=False)
+    assert_nothing_more([joined])
+    for _, m in held:
+        a.acknowledge(m)
+    got = receive_until([a, joined], lambda g: len(g) >= 100)
+    assert sorted(number(m) for _, m in got) == list(range(100, 200))
+    owner = owners([a, joined], got, 10)
+    assert sorted(set(owner.values())) == [0, 1], "owners %r" % owner
+    for cons in (a, joined):
+        assert_increasing_per_key([number(m) for x, m in got if x is cons], 10, "new messages")
+    assert_nothing_more([a, joined])
+    c.close()
+    b.stop()
+
+
+def flow_key_shared_out_of_order_delivery_does_not_wait(tmp):
+    """With allow_out_of_order_delivery, the consumer joining receives its keys' new messages
+    while the other still holds older ones of those keys unacknowledged."""
+    a, joined, c, b, _ = joining(tmp, out_of_order=True)
+    got = receive_until([joined], lambda g: len(g) >= 1)
+    assert number(got[0][1]) >= 100, "an old message %d" % number(got[0][1])
     c.close()
     b.stop()
 
