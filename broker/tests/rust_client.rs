@@ -379,12 +379,27 @@ impl Raw {
     /// Subscribes `consumer_id` to `sub` (Shared, from the earliest entry) with `permits`; the
     /// frames before the subscription's answer hold no `MESSAGE`.
     async fn subscribe_as(&mut self, consumer_id: u64, topic: &str, sub: &str, permits: u32) {
+        let shared = proto::command_subscribe::SubType::Shared;
+        self.subscribe_kind(consumer_id, topic, sub, shared, permits)
+            .await;
+    }
+
+    /// Subscribes `consumer_id` to `sub` as `kind` (from the earliest entry) with `permits`;
+    /// the frames before the subscription's answer hold no `MESSAGE`.
+    async fn subscribe_kind(
+        &mut self,
+        consumer_id: u64,
+        topic: &str,
+        sub: &str,
+        kind: proto::command_subscribe::SubType,
+        permits: u32,
+    ) {
         self.send(BaseCommand {
             r#type: Type::Subscribe as i32,
             subscribe: Some(proto::CommandSubscribe {
                 topic: topic.into(),
                 subscription: sub.into(),
-                sub_type: proto::command_subscribe::SubType::Shared as i32,
+                sub_type: kind as i32,
                 consumer_id,
                 request_id: 2,
                 initial_position: Some(proto::command_subscribe::InitialPosition::Earliest as i32),
@@ -1031,5 +1046,86 @@ async fn an_individual_batch_ack_of_an_entry_queued_for_redelivery_acknowledges_
     assert_eq!(
         again,
         vec![(entry(&first), vec![]), (entry(&second), vec![0x3fe])]
+    );
+}
+
+/// Stores one unbatched entry with partition key `key` from producer 1; its id.
+async fn store_keyed(raw: &mut Raw, sequence_id: u64, key: &str) -> (u64, u64) {
+    let command = BaseCommand {
+        r#type: Type::Send as i32,
+        send: Some(proto::CommandSend {
+            producer_id: 1,
+            sequence_id,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let payload = Payload {
+        metadata: proto::MessageMetadata {
+            producer_name: "raw".into(),
+            sequence_id,
+            partition_key: Some(key.into()),
+            ..Default::default()
+        },
+        data: b"keyed".to_vec(),
+    };
+    raw.send_with(command, Some(payload)).await;
+    let receipt = raw.expect(Type::SendReceipt).await;
+    let id = receipt.command.send_receipt.and_then(|r| r.message_id);
+    let id = id.expect("a receipt names its entry");
+    (id.ledger_id, id.entry_id)
+}
+
+/// Two Key_Shared consumers: the first owns hashes 32768..65536, the second, joining, takes
+/// 0..32768. Key "c" hashes to 54879 and key "a" to 27058 (Pulsar's Murmur3 hash modulo
+/// 65,536), so each goes to one consumer. An entry whose consumer has no permits waits, the
+/// other key's entries going on; with permits for one message its consumer receives its oldest
+/// entry, then the rest in order.
+#[tokio::test(flavor = "multi_thread")]
+async fn key_shared_entries_wait_for_their_keys_consumer_and_come_in_order() {
+    let key_shared = proto::command_subscribe::SubType::KeyShared;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    let mut first = Raw::connect(&broker.addr).await;
+    first.subscribe_kind(1, "keys", "sub", key_shared, 0).await;
+    let mut second = Raw::connect(&broker.addr).await;
+    second.subscribe_kind(1, "keys", "sub", key_shared, 0).await;
+    let mut producer = Raw::connect(&broker.addr).await;
+    producer.producer("keys").await;
+    let mut ids = Vec::new();
+    for (sequence_id, key) in ["c", "a", "c", "a", "c"].into_iter().enumerate() {
+        ids.push(store_keyed(&mut producer, sequence_id as u64, key).await);
+    }
+    second.flow(1, 10).await;
+    let a = [
+        entry_of(&second.expect(Type::Message).await),
+        entry_of(&second.expect(Type::Message).await),
+    ];
+    assert_eq!(
+        a,
+        [ids[1], ids[3]],
+        "key a's entries to the second consumer, in order"
+    );
+    first.flow(1, 1).await;
+    assert_eq!(entry_of(&first.expect(Type::Message).await), ids[0]);
+    assert_eq!(
+        messages_for(&first.until_pong().await, None),
+        0,
+        "beyond its permit"
+    );
+    first.flow(1, 10).await;
+    let c = [
+        entry_of(&first.expect(Type::Message).await),
+        entry_of(&first.expect(Type::Message).await),
+    ];
+    assert_eq!(
+        c,
+        [ids[2], ids[4]],
+        "key c's later entries to the first consumer, in order"
+    );
+    assert_eq!(
+        messages_for(&second.until_pong().await, None),
+        0,
+        "key c on the second"
     );
 }
