@@ -39,6 +39,7 @@ mod index;
 mod journal;
 mod journal_catalog_faults;
 mod journal_cursor_faults;
+mod journal_default_segments;
 mod journal_delta;
 mod journal_delta_crash_every_change;
 mod journal_delta_former_owner;
