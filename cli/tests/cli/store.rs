@@ -193,7 +193,8 @@ fn perf_with_topics_runs_the_store_workload_and_its_baseline_and_verifies_every_
     assert!(report["fsyncs_per_tick"].as_u64() <= Some(4));
     assert!(report["baseline"]["fsyncs_per_tick"].as_u64() >= Some(12));
     // What each of the store's two ticks had the journal do: a journal of a few kilobytes in one
-    // 64 MiB segment never rolls over. The baseline has no journal of the store's.
+    // segment of the default size (16 MiB) never rolls over. The baseline has no journal of the
+    // store's.
     let ticks = report["tick_journal"].as_array().expect("tick_journal");
     assert_eq!(ticks.len(), 2, "{report}");
     for tick in ticks {
