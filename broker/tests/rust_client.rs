@@ -1033,3 +1033,105 @@ async fn an_individual_batch_ack_of_an_entry_queued_for_redelivery_acknowledges_
         vec![(entry(&first), vec![]), (entry(&second), vec![0x3fe])]
     );
 }
+
+/// The broker's dispatcher threads of subscriptions whose name starts with `prefix` (a thread
+/// is named `dispatch-` and its subscription's name, cut to 15 bytes by the kernel).
+fn dispatchers(broker: &Broker, prefix: &str) -> usize {
+    let tasks = format!("/proc/{}/task", broker.child.id());
+    let want = format!("dispatch-{prefix}");
+    std::fs::read_dir(tasks)
+        .expect("the broker's threads")
+        .filter_map(Result::ok)
+        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+        .filter(|name| name.trim_end().starts_with(&want))
+        .count()
+}
+
+/// Subscribes reader `consumer_id` (a non-durable subscription `sub`, from the earliest
+/// entry, naming no start as a reader subscribing again after a seek by time does) and receives
+/// the entries `want`.
+async fn reader_reads(
+    raw: &mut Raw,
+    topic: &str,
+    sub: &str,
+    consumer_id: u64,
+    want: &[(u64, u64)],
+) {
+    raw.send(BaseCommand {
+        r#type: Type::Subscribe as i32,
+        subscribe: Some(proto::CommandSubscribe {
+            topic: topic.into(),
+            subscription: sub.into(),
+            sub_type: proto::command_subscribe::SubType::Exclusive as i32,
+            consumer_id,
+            request_id: 20,
+            durable: Some(false),
+            initial_position: Some(proto::command_subscribe::InitialPosition::Earliest as i32),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await;
+    raw.until(Type::Success).await;
+    raw.flow(consumer_id, 100).await;
+    let mut got = Vec::new();
+    for _ in want {
+        got.push(entry_of(&raw.expect(Type::Message).await));
+    }
+    assert_eq!(got, want, "reader {sub}");
+}
+
+/// Seeks reader `consumer_id` to publish time 2 (entries are stamped 1, 2, 3): the broker
+/// closes the consumer and answers.
+async fn seek_to_time_2(raw: &mut Raw, consumer_id: u64) {
+    raw.send(BaseCommand {
+        r#type: Type::Seek as i32,
+        seek: Some(proto::CommandSeek {
+            consumer_id,
+            request_id: 21,
+            message_publish_time: Some(2),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await;
+    let frames = raw.until(Type::Success).await;
+    assert!(
+        frames.iter().any(|m| m.command.close_consumer.is_some()),
+        "the seek closes the reader's consumer"
+    );
+}
+
+/// Readers closed by their client while a seek by publish time had their consumer closed
+/// (the client then sends nothing: its consumer is not connected) leave no subscription behind
+/// on a connection that stays open: each one's dispatcher thread ends, round after round. A
+/// reader that does subscribe again reads on from the entry sought, though its dispatcher was
+/// waiting for entries when the seek came.
+#[tokio::test(flavor = "multi_thread")]
+async fn readers_gone_after_a_seek_by_time_leave_no_dispatcher_behind() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    let mut raw = Raw::connect(&broker.addr).await;
+    raw.producer("sought").await;
+    let mut entries = Vec::new();
+    for sequence_id in 0..3 {
+        let id = raw.store_entry(sequence_id, 1).await;
+        entries.push((id.ledger_id, id.entry_id));
+    }
+    for round in 0..20 {
+        let (sub, consumer_id) = (format!("gone{round}"), 10 + round);
+        reader_reads(&mut raw, "sought", &sub, consumer_id, &entries).await;
+        seek_to_time_2(&mut raw, consumer_id).await;
+    }
+    reader_reads(&mut raw, "sought", "back", 1, &entries).await;
+    seek_to_time_2(&mut raw, 1).await;
+    reader_reads(&mut raw, "sought", "back", 1, &entries[1..]).await;
+    // The threads end on their own once told to; the connection stays open meanwhile.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut left = dispatchers(&broker, "gone");
+    while left > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+        left = dispatchers(&broker, "gone");
+    }
+    assert_eq!(left, 0, "dispatcher threads of readers gone after a seek");
+}
