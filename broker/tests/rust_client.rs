@@ -1135,3 +1135,76 @@ async fn readers_gone_after_a_seek_by_time_leave_no_dispatcher_behind() {
     }
     assert_eq!(left, 0, "dispatcher threads of readers gone after a seek");
 }
+
+/// The topics a `GET_TOPICS_OF_NAMESPACE` of `namespace` and `mode` answers, sorted.
+async fn topics_of(
+    raw: &mut Raw,
+    namespace: &str,
+    mode: proto::command_get_topics_of_namespace::Mode,
+) -> Vec<String> {
+    raw.send(BaseCommand {
+        r#type: Type::GetTopicsOfNamespace as i32,
+        get_topics_of_namespace: Some(proto::CommandGetTopicsOfNamespace {
+            request_id: 30,
+            namespace: namespace.into(),
+            mode: Some(mode as i32),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await;
+    let answer = raw.expect(Type::GetTopicsOfNamespaceResponse).await;
+    let answer = answer
+        .command
+        .get_topics_of_namespace_response
+        .expect("body");
+    assert_eq!(answer.request_id, 30);
+    let mut topics = answer.topics;
+    topics.sort();
+    topics
+}
+
+/// A namespace's topics are those directly in it, of the mode asked for: not those of a
+/// namespace its name is a prefix of, of a namespace inside it, or of another tenant; an odd
+/// namespace answers none; a topic a producer has just created (no entry yet) is listed.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_topics_of_a_namespace_are_its_own_of_the_mode_asked_for() {
+    use proto::command_get_topics_of_namespace::Mode;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    let topics = [
+        "persistent://public/default/a",
+        "persistent://public/default2/b",
+        "persistent://public2/default/c",
+        "non-persistent://public/default/d",
+        "persistent://public/default/x/e",
+    ];
+    for topic in topics {
+        Raw::connect(&broker.addr).await.producer(topic).await;
+    }
+    let mut raw = Raw::connect(&broker.addr).await;
+    let cases: [(&str, Mode, &[&str]); 10] = [
+        ("public/default", Mode::Persistent, &[topics[0]]),
+        ("public/default", Mode::NonPersistent, &[topics[3]]),
+        ("public/default", Mode::All, &[topics[3], topics[0]]),
+        ("public/default2", Mode::Persistent, &[topics[1]]),
+        ("public2/default", Mode::All, &[topics[2]]),
+        ("public/default/x", Mode::Persistent, &[topics[4]]),
+        ("public/defaul", Mode::All, &[]),
+        ("public", Mode::All, &[]),
+        ("public/default/", Mode::All, &[]),
+        ("", Mode::All, &[]),
+    ];
+    for (namespace, mode, want) in cases {
+        assert_eq!(
+            topics_of(&mut raw, namespace, mode).await,
+            want,
+            "{namespace:?} {mode:?}"
+        );
+    }
+    raw.producer("persistent://public/default/new").await;
+    assert_eq!(
+        topics_of(&mut raw, "public/default", Mode::Persistent).await,
+        [topics[0], "persistent://public/default/new"]
+    );
+}
