@@ -617,11 +617,17 @@ impl Subscription {
                 message_id(pos, batched.then(|| entry.num_messages.saturating_sub(1)))
             }
         };
-        let mark = self
-            .cursor
-            .mark_delete_position()?
-            .map(|p| message_id(p, None));
-        Ok((last, mark))
+        // Nothing acknowledged: as a Pulsar cursor, the position just before the first entry
+        // (entry -1 of its ledger), which a client compares with the last message after a seek
+        // by publish time; with none it answers that no message is available.
+        let mark = match self.cursor.mark_delete_position()? {
+            Some(p) => Some(p),
+            None => self
+                .topic
+                .first_position()
+                .map(|f| Position::new(f.ledger_id, f.entry_id.wrapping_sub(1))),
+        };
+        Ok((last, mark.map(|p| message_id(p, None))))
     }
 
     /// Deletes the subscription's cursor (`UNSUBSCRIBE`), refused while another consumer than

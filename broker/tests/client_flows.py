@@ -475,8 +475,11 @@ def flow_largest_message_and_chunks(tmp):
 
 def flow_reader_seek_by_time(tmp):
     """A reader that read to the end seeks by publish time: it reads on from the first message
-    published at or after it (the broker keeps the reader's cursor, which it moved, for the
-    reader's next SUBSCRIBE, which names no start), then by id."""
+    published at or after it (the broker keeps where the seek left the reader's cursor for the
+    reader's next SUBSCRIBE, which names no start), then by id, then by the first message's
+    time (no entry before the cursor: the client, which asks whether a message is available
+    after a seek by time by comparing the mark-delete position with the last message, is
+    answered the position before the first entry)."""
     b = Broker(tmp)
     c = client(b)
     p = c.create_producer("reader-seek", batching_enabled=False)
@@ -496,6 +499,11 @@ def flow_reader_seek_by_time(tmp):
     while r.has_message_available():
         seen.append(number(r.read_next(timeout_millis=10000)))
     assert seen == list(range(6, 30)), "after a seek to 5's id, read %r" % seen[:5]
+    r.seek(times[0])
+    seen = []
+    while r.has_message_available():
+        seen.append(number(r.read_next(timeout_millis=10000)))
+    assert seen == list(range(30)), "after a seek to 0's time, read %r" % seen[:5]
     c.close()
     b.stop()
 

@@ -474,12 +474,13 @@ impl Raw {
         .await;
     }
 
-    /// Consumer 1's mark-delete position is before the entry `id` names.
+    /// Consumer 1's mark-delete position is before the entry `id` names (entry ids read as a
+    /// client does, signed: entry -1 of a ledger is before its first).
     async fn assert_mark_delete_before(&mut self, id: &MessageIdData) {
         let (_, mark) = self.last_message_id().await;
+        let at = |m: &MessageIdData| (m.ledger_id, m.entry_id as i64);
         assert!(
-            mark.as_ref()
-                .is_none_or(|m| (m.ledger_id, m.entry_id) < (id.ledger_id, id.entry_id)),
+            mark.as_ref().is_none_or(|m| at(m) < at(id)),
             "entry {}:{} is acknowledged: mark-delete {mark:?}",
             id.ledger_id,
             id.entry_id
@@ -1206,5 +1207,30 @@ async fn the_topics_of_a_namespace_are_its_own_of_the_mode_asked_for() {
     assert_eq!(
         topics_of(&mut raw, "public/default", Mode::Persistent).await,
         [topics[0], "persistent://public/default/new"]
+    );
+}
+
+/// A subscription with nothing acknowledged answers `GET_LAST_MESSAGE_ID` with a mark-delete
+/// position just before its first entry (entry -1 of that entry's ledger, as a Pulsar cursor):
+/// after a seek by publish time a client compares it with the last message to tell whether one
+/// is available, and without one it answers that none is.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subscription_with_nothing_acknowledged_answers_the_position_before_its_first_entry() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    let mut raw = Raw::connect(&broker.addr).await;
+    raw.producer("unacknowledged").await;
+    let first = raw.store_entry(0, 1).await;
+    let second = raw.store_entry(1, 1).await;
+    raw.subscribe("unacknowledged", "sub", 0).await;
+    let (last, mark) = raw.last_message_id().await;
+    assert_eq!(
+        (last.ledger_id, last.entry_id),
+        (second.ledger_id, second.entry_id)
+    );
+    let mark = mark.expect("a mark-delete position");
+    assert_eq!(
+        (mark.ledger_id, mark.entry_id as i64),
+        (first.ledger_id, first.entry_id as i64 - 1)
     );
 }
