@@ -693,6 +693,60 @@ def flow_dead_letter_after_max_redeliveries(tmp):
     b.stop()
 
 
+def flow_redelivery_counts_across_close_seek_and_sigkill(tmp):
+    """A Shared subscription's redelivery counts as documented: each nack and each redelivery
+    request raises the count of what it gives back; a consumer's close gives its messages to the
+    next consumer with their counts unchanged; a seek and a SIGKILL start every count again at
+    0."""
+    b = Broker(tmp)
+    c = client(b)
+    produce(c, "counts", 3)
+
+    def subscribe():
+        return c.subscribe("counts", "sub", consumer_type=pulsar.ConsumerType.Shared,
+                           initial_position=pulsar.InitialPosition.Earliest,
+                           negative_ack_redelivery_delay_ms=10)
+
+    def receive_all(cons, n=3):
+        msgs = [cons.receive(timeout_millis=10000) for _ in range(n)]
+        return msgs, sorted((number(m), m.redelivery_count()) for m in msgs)
+
+    cons = subscribe()
+    msgs, _ = receive_all(cons)
+    for m in msgs:
+        cons.negative_acknowledge(m)
+    _, counts = receive_all(cons)
+    assert counts == [(0, 1), (1, 1), (2, 1)], "after a nack of each: %r" % counts
+    cons.close()
+    cons = subscribe()
+    _, counts = receive_all(cons)
+    assert counts == [(0, 1), (1, 1), (2, 1)], "after the close: %r" % counts
+    cons.redeliver_unacknowledged_messages()
+    _, counts = receive_all(cons)
+    assert counts == [(0, 2), (1, 2), (2, 2)], "after a redelivery request: %r" % counts
+    cons.seek(pulsar.MessageId.earliest)
+    msgs, counts = receive_all(cons)
+    assert counts == [(0, 0), (1, 0), (2, 0)], "after a seek: %r" % counts
+    for m in msgs:
+        if number(m) == 0:
+            cons.negative_acknowledge(m)
+        else:
+            cons.acknowledge(m)
+    _, counts = receive_all(cons, 1)
+    assert counts == [(0, 1)], "after a nack of 0: %r" % counts
+    cons.close()
+    b.flush()
+    c.close()
+    b.restart_after_kill()
+    c = client(b)
+    cons = subscribe()
+    _, counts = receive_all(cons, 1)
+    assert counts == [(0, 0)], "after the restart: %r" % counts
+    assert_nothing_more([cons])
+    c.close()
+    b.stop()
+
+
 def flow_regex_subscription(tmp):
     """A regex subscription covers the namespace's topics that match (persistent ones; another
     namespace's and a non-matching name's are left out); its acks, on each topic, survive a
