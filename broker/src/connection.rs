@@ -464,6 +464,14 @@ impl Connection {
     }
 
     fn producer(&mut self, c: proto::CommandProducer) {
+        // The producer's initial subscription (a client's dead-letter producer names its
+        // policy's), made before the producer is answered.
+        if let Some(name) = c.initial_subscription_name.as_deref()
+            && let Err(e) = self.broker.initial_subscription(&c.topic, name)
+        {
+            self.send(error(c.request_id, ServerError::ServiceNotReady, e));
+            return;
+        }
         let answer = match self.broker.topic(&c.topic) {
             Err(e) => error(c.request_id, ServerError::ServiceNotReady, e),
             Ok(topic) => match Producer::start(c.producer_id, topic, self.out.clone()) {

@@ -1234,3 +1234,45 @@ async fn a_subscription_with_nothing_acknowledged_answers_the_position_before_it
         (first.ledger_id, first.entry_id as i64 - 1)
     );
 }
+
+/// A producer naming an initial subscription (as a client's dead-letter producer does for its
+/// policy's `initialSubscriptionName`) has it created from the topic's first entry: a consumer
+/// subscribing to it later, at the latest entry, receives what was sent before.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_producers_initial_subscription_holds_what_is_sent_before_its_consumer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    let mut raw = Raw::connect(&broker.addr).await;
+    raw.send(BaseCommand {
+        r#type: Type::Producer as i32,
+        producer: Some(proto::CommandProducer {
+            topic: "dead-letters".into(),
+            producer_id: 1,
+            request_id: 1,
+            initial_subscription_name: Some("initial".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await;
+    raw.expect(Type::ProducerSuccess).await;
+    let sent = raw.store_entry(0, 1).await;
+    raw.send(BaseCommand {
+        r#type: Type::Subscribe as i32,
+        subscribe: Some(proto::CommandSubscribe {
+            topic: "dead-letters".into(),
+            subscription: "initial".into(),
+            sub_type: proto::command_subscribe::SubType::Exclusive as i32,
+            consumer_id: 1,
+            request_id: 2,
+            initial_position: Some(proto::command_subscribe::InitialPosition::Latest as i32),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await;
+    raw.until(Type::Success).await;
+    raw.flow(1, 10).await;
+    let m = raw.expect(Type::Message).await;
+    assert_eq!(entry_of(&m), (sent.ledger_id, sent.entry_id));
+}
