@@ -125,6 +125,28 @@ impl Broker {
         Ok(sub)
     }
 
+    /// Creates the durable subscription `name` of `topic` from its first entry unless it exists
+    /// (a producer's initial subscription, as a Pulsar broker creates it: what is sent before its
+    /// first consumer is kept for it); it takes the kind of its first consumer.
+    pub fn initial_subscription(&self, topic: &str, name: &str) -> Result<(), String> {
+        if self
+            .subscriptions()
+            .contains_key(&(topic.to_owned(), name.to_owned()))
+        {
+            return Ok(());
+        }
+        let start = Start {
+            position: InitialPosition::Earliest,
+            inclusive: false,
+        };
+        match self.durable(topic, name, Kind::Shared, start) {
+            Ok(_) => Ok(()),
+            // Made meanwhile by a consumer of another kind.
+            Err((ServerError::ConsumerBusy, _)) => Ok(()),
+            Err((_, e)) => Err(e),
+        }
+    }
+
     /// A reader's subscription on `topic`: a new non-durable cursor at `start`.
     pub fn reader(
         &self,

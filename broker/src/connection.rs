@@ -56,11 +56,12 @@ struct Connection {
     connected: bool,
     producers: HashMap<u64, Producer>,
     consumers: HashMap<u64, Consumer>,
-    /// Readers' subscriptions whose consumer a seek closed, by topic and subscription name:
-    /// the reader's next `SUBSCRIBE` (which names no start after a seek by time) attaches to
-    /// the cursor the seek moved, as a Pulsar broker keeps a non-durable subscription across a
-    /// seek. Closed with the connection.
-    sought: HashMap<(String, String), Arc<Subscription>>,
+    /// Where a seek left the cursor of a reader whose subscription it ended (the entry after
+    /// this one), by topic and subscription name: the reader's next `SUBSCRIBE` (which names no
+    /// start after a seek by time) reads on from there, as a Pulsar broker keeps a non-durable
+    /// subscription across a seek. Only a position: a reader its client closed meanwhile
+    /// subscribes no more.
+    sought: HashMap<(String, String), InitialPosition>,
 }
 
 /// Serves one client until it disconnects or sends a bad frame.
@@ -160,9 +161,6 @@ impl Connection {
     fn release(&mut self) {
         for (_, c) in self.consumers.drain() {
             c.detach();
-        }
-        for (_, sub) in self.sought.drain() {
-            sub.close();
         }
         self.producers.clear();
     }
@@ -356,11 +354,11 @@ impl Connection {
                         match sub.seek_then(to, || {
                             let _ = tx.send(success(c.request_id));
                         }) {
-                            Ok(()) => {
+                            Ok(resume) => {
                                 if let Some(consumer) = self.consumers.remove(&c.consumer_id)
-                                    && sub.reader
+                                    && let Some(at) = resume
                                 {
-                                    self.sought.insert((consumer.topic, sub.name.clone()), sub);
+                                    self.sought.insert((consumer.topic, sub.name.clone()), at);
                                 }
                                 return Ok(());
                             }
@@ -466,6 +464,14 @@ impl Connection {
     }
 
     fn producer(&mut self, c: proto::CommandProducer) {
+        // The producer's initial subscription (a client's dead-letter producer names its
+        // policy's), made before the producer is answered.
+        if let Some(name) = c.initial_subscription_name.as_deref()
+            && let Err(e) = self.broker.initial_subscription(&c.topic, name)
+        {
+            self.send(error(c.request_id, ServerError::ServiceNotReady, e));
+            return;
+        }
         let answer = match self.broker.topic(&c.topic) {
             Err(e) => error(c.request_id, ServerError::ServiceNotReady, e),
             Ok(topic) => match Producer::start(c.producer_id, topic, self.out.clone()) {
@@ -527,37 +533,38 @@ impl Connection {
                 },
             )
         } else {
-            let start = match c.start_message_id.as_ref().map(target) {
-                None => Start {
+            let sought = self
+                .sought
+                .remove(&(c.topic.clone(), c.subscription.clone()));
+            let start = match (sought, c.start_message_id.as_ref().map(target)) {
+                // Where a seek of this reader left its cursor.
+                (Some(position), _) => Start {
+                    position,
+                    inclusive: false,
+                },
+                (None, None) => Start {
                     position: initial,
                     inclusive: false,
                 },
-                Some(Target::Earliest) => Start {
+                (None, Some(Target::Earliest)) => Start {
                     position: InitialPosition::Earliest,
                     inclusive: false,
                 },
-                Some(Target::Latest) => Start {
+                (None, Some(Target::Latest)) => Start {
                     position: InitialPosition::Latest,
                     inclusive: false,
                 },
                 // As a Pulsar broker: reading starts at the entry the id names; the client
                 // discards what comes before its start id, and the start message itself
                 // unless the reader is `startMessageIdInclusive`.
-                Some(Target::At(pos, _)) => Start {
+                (None, Some(Target::At(pos, _))) => Start {
                     position: InitialPosition::At(pos),
                     inclusive: true,
                 },
             };
-            match self
-                .sought
-                .remove(&(c.topic.clone(), c.subscription.clone()))
-            {
-                Some(sub) => Ok(sub),
-                None => self
-                    .broker
-                    .reader(&c.topic, &c.subscription, start)
-                    .map_err(|e| (ServerError::ServiceNotReady, e)),
-            }
+            self.broker
+                .reader(&c.topic, &c.subscription, start)
+                .map_err(|e| (ServerError::ServiceNotReady, e))
         };
         let sub = match opened {
             Ok(sub) => sub,

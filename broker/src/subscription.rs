@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use ackstore::{Cursor, Entry, Error, ManagedLedger, Position};
+use ackstore::{Cursor, Entry, Error, InitialPosition, ManagedLedger, Position};
 use prost::Message as _;
 use pulsar::message::{Message, Payload};
 use pulsar::proto::{self, BaseCommand, MessageIdData, base_command::Type};
@@ -622,9 +622,16 @@ impl Subscription {
     /// every consumer on the client side (`CLOSE_CONSUMER`), so each comes back with fresh
     /// permits and an empty receive queue, then calls `answered` (which queues the `SEEK`'s
     /// answer): as a Pulsar broker, whose clients complete a seek once the consumer they
-    /// find disconnected at the answer has subscribed again. A reader's subscription stays
-    /// open without consumers: the connection keeps it for the reader's next `SUBSCRIBE`.
-    pub fn seek_then(&self, to: SeekTo, answered: impl FnOnce()) -> Result<(), Error> {
+    /// find disconnected at the answer has subscribed again. A reader's subscription ends
+    /// there (its cursor closed, its dispatcher stopped): it returns where the seek left the
+    /// cursor (the entry after its mark-delete position, which no read moves), where the
+    /// reader's next `SUBSCRIBE` starts a new one (a client whose reader is closed meanwhile
+    /// sends nothing, so nothing may stay open for it).
+    pub fn seek_then(
+        &self,
+        to: SeekTo,
+        answered: impl FnOnce(),
+    ) -> Result<Option<InitialPosition>, Error> {
         let _reading = self.reading();
         let mut st = self.state();
         st.reset();
@@ -651,6 +658,16 @@ impl Subscription {
             SeekTo::Id(Target::At(pos, _)) => self.cursor.seek(pos)?,
         }
         st.ranges.clear();
+        // Not the read position: a dispatcher's read waiting for entries (without `reading`)
+        // may already have moved it past entries it will only queue for redelivery.
+        let resume = if self.reader {
+            Some(match self.cursor.mark_delete_position()? {
+                Some(mark) => InitialPosition::At(mark),
+                None => InitialPosition::Earliest,
+            })
+        } else {
+            None
+        };
         for c in st.consumers.drain(..) {
             let _ = c.out.send(command(BaseCommand {
                 r#type: Type::CloseConsumer as i32,
@@ -662,8 +679,12 @@ impl Subscription {
             }));
         }
         answered();
+        if self.reader {
+            st.closed = true;
+            let _ = self.cursor.close();
+        }
         self.wake.notify_all();
-        Ok(())
+        Ok(resume)
     }
 
     /// The last message id of the topic (what `hasMessageAvailable` compares with) and this
@@ -679,11 +700,17 @@ impl Subscription {
                 message_id(pos, batched.then(|| entry.num_messages.saturating_sub(1)))
             }
         };
-        let mark = self
-            .cursor
-            .mark_delete_position()?
-            .map(|p| message_id(p, None));
-        Ok((last, mark))
+        // Nothing acknowledged: as a Pulsar cursor, the position just before the first entry
+        // (entry -1 of its ledger), which a client compares with the last message after a seek
+        // by publish time; with none it answers that no message is available.
+        let mark = match self.cursor.mark_delete_position()? {
+            Some(p) => Some(p),
+            None => self
+                .topic
+                .first_position()
+                .map(|f| Position::new(f.ledger_id, f.entry_id.wrapping_sub(1))),
+        };
+        Ok((last, mark.map(|p| message_id(p, None))))
     }
 
     /// Deletes the subscription's cursor (`UNSUBSCRIBE`), refused while another consumer than

@@ -475,8 +475,11 @@ def flow_largest_message_and_chunks(tmp):
 
 def flow_reader_seek_by_time(tmp):
     """A reader that read to the end seeks by publish time: it reads on from the first message
-    published at or after it (the broker keeps the reader's cursor, which it moved, for the
-    reader's next SUBSCRIBE, which names no start), then by id."""
+    published at or after it (the broker keeps where the seek left the reader's cursor for the
+    reader's next SUBSCRIBE, which names no start), then by id, then by the first message's
+    time (no entry before the cursor: the client, which asks whether a message is available
+    after a seek by time by comparing the mark-delete position with the last message, is
+    answered the position before the first entry)."""
     b = Broker(tmp)
     c = client(b)
     p = c.create_producer("reader-seek", batching_enabled=False)
@@ -496,6 +499,11 @@ def flow_reader_seek_by_time(tmp):
     while r.has_message_available():
         seen.append(number(r.read_next(timeout_millis=10000)))
     assert seen == list(range(6, 30)), "after a seek to 5's id, read %r" % seen[:5]
+    r.seek(times[0])
+    seen = []
+    while r.has_message_available():
+        seen.append(number(r.read_next(timeout_millis=10000)))
+    assert seen == list(range(30)), "after a seek to 0's time, read %r" % seen[:5]
     c.close()
     b.stop()
 
@@ -911,6 +919,60 @@ def flow_dead_letter_after_max_redeliveries(tmp):
     m = dlq.receive(timeout_millis=10000)
     assert number(m) == 7, "the dead-letter topic holds %r" % m.data()
     assert_nothing_more([cons, dlq])
+    c.close()
+    b.stop()
+
+
+def flow_redelivery_counts_across_close_seek_and_sigkill(tmp):
+    """A Shared subscription's redelivery counts as documented: each nack and each redelivery
+    request raises the count of what it gives back; a consumer's close gives its messages to the
+    next consumer with their counts unchanged; a seek and a SIGKILL start every count again at
+    0."""
+    b = Broker(tmp)
+    c = client(b)
+    produce(c, "counts", 3)
+
+    def subscribe():
+        return c.subscribe("counts", "sub", consumer_type=pulsar.ConsumerType.Shared,
+                           initial_position=pulsar.InitialPosition.Earliest,
+                           negative_ack_redelivery_delay_ms=10)
+
+    def receive_all(cons, n=3):
+        msgs = [cons.receive(timeout_millis=10000) for _ in range(n)]
+        return msgs, sorted((number(m), m.redelivery_count()) for m in msgs)
+
+    cons = subscribe()
+    msgs, _ = receive_all(cons)
+    for m in msgs:
+        cons.negative_acknowledge(m)
+    _, counts = receive_all(cons)
+    assert counts == [(0, 1), (1, 1), (2, 1)], "after a nack of each: %r" % counts
+    cons.close()
+    cons = subscribe()
+    _, counts = receive_all(cons)
+    assert counts == [(0, 1), (1, 1), (2, 1)], "after the close: %r" % counts
+    cons.redeliver_unacknowledged_messages()
+    _, counts = receive_all(cons)
+    assert counts == [(0, 2), (1, 2), (2, 2)], "after a redelivery request: %r" % counts
+    cons.seek(pulsar.MessageId.earliest)
+    msgs, counts = receive_all(cons)
+    assert counts == [(0, 0), (1, 0), (2, 0)], "after a seek: %r" % counts
+    for m in msgs:
+        if number(m) == 0:
+            cons.negative_acknowledge(m)
+        else:
+            cons.acknowledge(m)
+    _, counts = receive_all(cons, 1)
+    assert counts == [(0, 1)], "after a nack of 0: %r" % counts
+    cons.close()
+    b.flush()
+    c.close()
+    b.restart_after_kill()
+    c = client(b)
+    cons = subscribe()
+    _, counts = receive_all(cons, 1)
+    assert counts == [(0, 0)], "after the restart: %r" % counts
+    assert_nothing_more([cons])
     c.close()
     b.stop()
 

@@ -489,12 +489,13 @@ impl Raw {
         .await;
     }
 
-    /// Consumer 1's mark-delete position is before the entry `id` names.
+    /// Consumer 1's mark-delete position is before the entry `id` names (entry ids read as a
+    /// client does, signed: entry -1 of a ledger is before its first).
     async fn assert_mark_delete_before(&mut self, id: &MessageIdData) {
         let (_, mark) = self.last_message_id().await;
+        let at = |m: &MessageIdData| (m.ledger_id, m.entry_id as i64);
         assert!(
-            mark.as_ref()
-                .is_none_or(|m| (m.ledger_id, m.entry_id) < (id.ledger_id, id.entry_id)),
+            mark.as_ref().is_none_or(|m| at(m) < at(id)),
             "entry {}:{} is acknowledged: mark-delete {mark:?}",
             id.ledger_id,
             id.entry_id
@@ -1128,4 +1129,246 @@ async fn key_shared_entries_wait_for_their_keys_consumer_and_come_in_order() {
         0,
         "key c on the second"
     );
+}
+
+/// The broker's dispatcher threads of subscriptions whose name starts with `prefix` (a thread
+/// is named `dispatch-` and its subscription's name, cut to 15 bytes by the kernel).
+fn dispatchers(broker: &Broker, prefix: &str) -> usize {
+    let tasks = format!("/proc/{}/task", broker.child.id());
+    let want = format!("dispatch-{prefix}");
+    std::fs::read_dir(tasks)
+        .expect("the broker's threads")
+        .filter_map(Result::ok)
+        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+        .filter(|name| name.trim_end().starts_with(&want))
+        .count()
+}
+
+/// Subscribes reader `consumer_id` (a non-durable subscription `sub`, from the earliest
+/// entry, naming no start as a reader subscribing again after a seek by time does) and receives
+/// the entries `want`.
+async fn reader_reads(
+    raw: &mut Raw,
+    topic: &str,
+    sub: &str,
+    consumer_id: u64,
+    want: &[(u64, u64)],
+) {
+    raw.send(BaseCommand {
+        r#type: Type::Subscribe as i32,
+        subscribe: Some(proto::CommandSubscribe {
+            topic: topic.into(),
+            subscription: sub.into(),
+            sub_type: proto::command_subscribe::SubType::Exclusive as i32,
+            consumer_id,
+            request_id: 20,
+            durable: Some(false),
+            initial_position: Some(proto::command_subscribe::InitialPosition::Earliest as i32),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await;
+    raw.until(Type::Success).await;
+    raw.flow(consumer_id, 100).await;
+    let mut got = Vec::new();
+    for _ in want {
+        got.push(entry_of(&raw.expect(Type::Message).await));
+    }
+    assert_eq!(got, want, "reader {sub}");
+}
+
+/// Seeks reader `consumer_id` to publish time 2 (entries are stamped 1, 2, 3): the broker
+/// closes the consumer and answers.
+async fn seek_to_time_2(raw: &mut Raw, consumer_id: u64) {
+    raw.send(BaseCommand {
+        r#type: Type::Seek as i32,
+        seek: Some(proto::CommandSeek {
+            consumer_id,
+            request_id: 21,
+            message_publish_time: Some(2),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await;
+    let frames = raw.until(Type::Success).await;
+    assert!(
+        frames.iter().any(|m| m.command.close_consumer.is_some()),
+        "the seek closes the reader's consumer"
+    );
+}
+
+/// Readers closed by their client while a seek by publish time had their consumer closed
+/// (the client then sends nothing: its consumer is not connected) leave no subscription behind
+/// on a connection that stays open: each one's dispatcher thread ends, round after round. A
+/// reader that does subscribe again reads on from the entry sought, though its dispatcher was
+/// waiting for entries when the seek came.
+#[tokio::test(flavor = "multi_thread")]
+async fn readers_gone_after_a_seek_by_time_leave_no_dispatcher_behind() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    let mut raw = Raw::connect(&broker.addr).await;
+    raw.producer("sought").await;
+    let mut entries = Vec::new();
+    for sequence_id in 0..3 {
+        let id = raw.store_entry(sequence_id, 1).await;
+        entries.push((id.ledger_id, id.entry_id));
+    }
+    for round in 0..20 {
+        let (sub, consumer_id) = (format!("gone{round}"), 10 + round);
+        reader_reads(&mut raw, "sought", &sub, consumer_id, &entries).await;
+        seek_to_time_2(&mut raw, consumer_id).await;
+    }
+    reader_reads(&mut raw, "sought", "back", 1, &entries).await;
+    seek_to_time_2(&mut raw, 1).await;
+    reader_reads(&mut raw, "sought", "back", 1, &entries[1..]).await;
+    // The threads end on their own once told to; the connection stays open meanwhile.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut left = dispatchers(&broker, "gone");
+    while left > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+        left = dispatchers(&broker, "gone");
+    }
+    assert_eq!(left, 0, "dispatcher threads of readers gone after a seek");
+}
+
+/// The topics a `GET_TOPICS_OF_NAMESPACE` of `namespace` and `mode` answers, sorted.
+async fn topics_of(
+    raw: &mut Raw,
+    namespace: &str,
+    mode: proto::command_get_topics_of_namespace::Mode,
+) -> Vec<String> {
+    raw.send(BaseCommand {
+        r#type: Type::GetTopicsOfNamespace as i32,
+        get_topics_of_namespace: Some(proto::CommandGetTopicsOfNamespace {
+            request_id: 30,
+            namespace: namespace.into(),
+            mode: Some(mode as i32),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await;
+    let answer = raw.expect(Type::GetTopicsOfNamespaceResponse).await;
+    let answer = answer
+        .command
+        .get_topics_of_namespace_response
+        .expect("body");
+    assert_eq!(answer.request_id, 30);
+    let mut topics = answer.topics;
+    topics.sort();
+    topics
+}
+
+/// A namespace's topics are those directly in it, of the mode asked for: not those of a
+/// namespace its name is a prefix of, of a namespace inside it, or of another tenant; an odd
+/// namespace answers none; a topic a producer has just created (no entry yet) is listed.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_topics_of_a_namespace_are_its_own_of_the_mode_asked_for() {
+    use proto::command_get_topics_of_namespace::Mode;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    let topics = [
+        "persistent://public/default/a",
+        "persistent://public/default2/b",
+        "persistent://public2/default/c",
+        "non-persistent://public/default/d",
+        "persistent://public/default/x/e",
+    ];
+    for topic in topics {
+        Raw::connect(&broker.addr).await.producer(topic).await;
+    }
+    let mut raw = Raw::connect(&broker.addr).await;
+    let cases: [(&str, Mode, &[&str]); 10] = [
+        ("public/default", Mode::Persistent, &[topics[0]]),
+        ("public/default", Mode::NonPersistent, &[topics[3]]),
+        ("public/default", Mode::All, &[topics[3], topics[0]]),
+        ("public/default2", Mode::Persistent, &[topics[1]]),
+        ("public2/default", Mode::All, &[topics[2]]),
+        ("public/default/x", Mode::Persistent, &[topics[4]]),
+        ("public/defaul", Mode::All, &[]),
+        ("public", Mode::All, &[]),
+        ("public/default/", Mode::All, &[]),
+        ("", Mode::All, &[]),
+    ];
+    for (namespace, mode, want) in cases {
+        assert_eq!(
+            topics_of(&mut raw, namespace, mode).await,
+            want,
+            "{namespace:?} {mode:?}"
+        );
+    }
+    raw.producer("persistent://public/default/new").await;
+    assert_eq!(
+        topics_of(&mut raw, "public/default", Mode::Persistent).await,
+        [topics[0], "persistent://public/default/new"]
+    );
+}
+
+/// A subscription with nothing acknowledged answers `GET_LAST_MESSAGE_ID` with a mark-delete
+/// position just before its first entry (entry -1 of that entry's ledger, as a Pulsar cursor):
+/// after a seek by publish time a client compares it with the last message to tell whether one
+/// is available, and without one it answers that none is.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subscription_with_nothing_acknowledged_answers_the_position_before_its_first_entry() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    let mut raw = Raw::connect(&broker.addr).await;
+    raw.producer("unacknowledged").await;
+    let first = raw.store_entry(0, 1).await;
+    let second = raw.store_entry(1, 1).await;
+    raw.subscribe("unacknowledged", "sub", 0).await;
+    let (last, mark) = raw.last_message_id().await;
+    assert_eq!(
+        (last.ledger_id, last.entry_id),
+        (second.ledger_id, second.entry_id)
+    );
+    let mark = mark.expect("a mark-delete position");
+    assert_eq!(
+        (mark.ledger_id, mark.entry_id as i64),
+        (first.ledger_id, first.entry_id as i64 - 1)
+    );
+}
+
+/// A producer naming an initial subscription (as a client's dead-letter producer does for its
+/// policy's `initialSubscriptionName`) has it created from the topic's first entry: a consumer
+/// subscribing to it later, at the latest entry, receives what was sent before.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_producers_initial_subscription_holds_what_is_sent_before_its_consumer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    let mut raw = Raw::connect(&broker.addr).await;
+    raw.send(BaseCommand {
+        r#type: Type::Producer as i32,
+        producer: Some(proto::CommandProducer {
+            topic: "dead-letters".into(),
+            producer_id: 1,
+            request_id: 1,
+            initial_subscription_name: Some("initial".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await;
+    raw.expect(Type::ProducerSuccess).await;
+    let sent = raw.store_entry(0, 1).await;
+    raw.send(BaseCommand {
+        r#type: Type::Subscribe as i32,
+        subscribe: Some(proto::CommandSubscribe {
+            topic: "dead-letters".into(),
+            subscription: "initial".into(),
+            sub_type: proto::command_subscribe::SubType::Exclusive as i32,
+            consumer_id: 1,
+            request_id: 2,
+            initial_position: Some(proto::command_subscribe::InitialPosition::Latest as i32),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await;
+    raw.until(Type::Success).await;
+    raw.flow(1, 10).await;
+    let m = raw.expect(Type::Message).await;
+    assert_eq!(entry_of(&m), (sent.ledger_id, sent.entry_id));
 }
