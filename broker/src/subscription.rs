@@ -262,7 +262,8 @@ pub struct Subscription {
     /// Callers waiting for `reading` other than the dispatcher, which lets them in first
     /// (a mutex is not fair: a dispatcher re-locking at once could starve them).
     movers: AtomicUsize,
-    /// An ack the cursor refused as unsupported has been logged (once per subscription).
+    /// An ack refused (by the cursor as unsupported, or a cumulative ack on a shared
+    /// subscription) has been logged (once per subscription).
     refused_logged: AtomicBool,
     state: Mutex<State>,
     wake: Condvar,
@@ -451,6 +452,16 @@ impl Subscription {
     /// applying them one by one (see [`Self::ack_entries`]).
     pub fn ack(&self, key: u64, cmd: &proto::CommandAck) {
         let cumulative = cmd.ack_type() == proto::command_ack::AckType::Cumulative;
+        if cumulative && self.kind.shares() {
+            // As a Pulsar broker: entries before it may be another consumer's, unacknowledged.
+            if !self.refused_logged.swap(true, Ordering::Relaxed) {
+                log::warn!(
+                    "subscription {}: cumulative ack on a shared subscription ignored",
+                    self.name
+                );
+            }
+            return;
+        }
         let mut entries = Vec::new();
         for id in &cmd.message_id {
             let Target::At(pos, _) = target(id) else {
