@@ -220,12 +220,20 @@ impl State {
     }
 
     /// Key_Shared: whether the entry at `pos` with key hash `hash` may go to its consumer now
-    /// (index into `consumers`); `None` when it must wait.
+    /// (index into `consumers`); `None` when it must wait. A consumer held back on joining
+    /// receives an entry read before it joined only once no other consumer holds an entry of
+    /// that hash unacknowledged (the key's earlier entries, from before the ranges moved).
     fn key_owner(&self, pos: Position, hash: u32) -> Option<usize> {
         let owner = self.ranges.owner(hash)?;
         let i = self.consumers.iter().position(|c| c.key == owner)?;
         let c = &self.consumers[i];
-        (c.permits > 0 && !c.backlog.full() && c.held_until.is_none_or(|h| pos <= h)).then_some(i)
+        let may = c.permits > 0 && !c.backlog.full() && c.held_until.is_none_or(|h| pos <= h);
+        let earlier_elsewhere = || {
+            self.pending
+                .iter()
+                .any(|(p, (k, _))| *k != owner && self.hashes.get(p) == Some(&hash))
+        };
+        (may && (c.held_until.is_none() || !earlier_elsewhere())).then_some(i)
     }
 
     /// Key_Shared: whether the entry at `pos`, to deliver again, may go to a consumer now (one

@@ -1199,3 +1199,48 @@ async fn a_cumulative_ack_on_key_shared_acknowledges_no_other_consumers_entry() 
     }
     assert_eq!(again, ids.iter().copied().collect());
 }
+
+/// Three Key_Shared consumers: key "d" hashes to 5235, the second consumer's (0..32768) until
+/// the third joins and takes 0..16384; key "c" (54879) is the first's throughout. The second,
+/// with one permit, holds key d's first entry unacknowledged while its second waits; the third
+/// joins (in order) and must not receive that second entry before the first is acknowledged.
+/// Key c's entries, each received by the first consumer, mark where the dispatcher has been.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_joining_key_shared_consumer_receives_no_entry_of_a_key_held_unacked_elsewhere() {
+    let key_shared = proto::command_subscribe::SubType::KeyShared;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    let mut first = Raw::connect(&broker.addr).await;
+    first
+        .subscribe_kind(1, "joining", "sub", key_shared, 10)
+        .await;
+    let mut second = Raw::connect(&broker.addr).await;
+    second
+        .subscribe_kind(1, "joining", "sub", key_shared, 1)
+        .await;
+    let mut producer = Raw::connect(&broker.addr).await;
+    producer.producer("joining").await;
+    let d0 = store_keyed(&mut producer, 0, "d").await;
+    let d1 = store_keyed(&mut producer, 1, "d").await;
+    let c2 = store_keyed(&mut producer, 2, "c").await;
+    assert_eq!(entry_of(&first.expect(Type::Message).await), c2);
+    let held = second.expect(Type::Message).await;
+    assert_eq!(entry_of(&held), d0);
+    let mut third = Raw::connect(&broker.addr).await;
+    third
+        .subscribe_kind(1, "joining", "sub", key_shared, 10)
+        .await;
+    assert_eq!(messages_for(&third.until_pong().await, None), 0);
+    for sequence_id in [3, 4] {
+        let c = store_keyed(&mut producer, sequence_id, "c").await;
+        assert_eq!(entry_of(&first.expect(Type::Message).await), c);
+    }
+    assert_eq!(
+        messages_for(&third.until_pong().await, None),
+        0,
+        "key d's second entry while its first is unacknowledged on the second consumer"
+    );
+    let id = held.command.message.expect("a MESSAGE").message_id;
+    second.ack(vec![id]).await;
+    assert_eq!(entry_of(&third.expect(Type::Message).await), d1);
+}
