@@ -206,6 +206,84 @@ mod tests {
         assert_eq!(r.owner(0), None);
     }
 
+    /// A model of the AUTO_SPLIT selector: each consumer's inclusive range, split and given
+    /// back as its documentation says, kept as a list sorted by start.
+    #[derive(Default)]
+    struct Model(Vec<(u32, u32, u64)>);
+
+    impl Model {
+        fn add(&mut self, consumer: u64) {
+            if self.0.is_empty() {
+                self.0.push((0, RANGE - 1, consumer));
+                return;
+            }
+            let mut widest = 0;
+            for (i, r) in self.0.iter().enumerate() {
+                if r.1 - r.0 > self.0[widest].1 - self.0[widest].0 {
+                    widest = i;
+                }
+            }
+            let (start, end, owner) = self.0[widest];
+            let mid = start + (end - start) / 2;
+            self.0[widest] = (mid + 1, end, owner);
+            self.0.insert(widest, (start, mid, consumer));
+        }
+
+        fn remove(&mut self, consumer: u64) {
+            let Some(i) = self.0.iter().position(|r| r.2 == consumer) else {
+                return;
+            };
+            let (start, end, _) = self.0.remove(i);
+            if let Some(above) = self.0.get_mut(i) {
+                above.0 = start;
+            } else if let Some(below) = self.0.last_mut() {
+                below.1 = end;
+            }
+        }
+    }
+
+    /// Random joins and leaves (a seeded generator): after each, every hash has exactly the
+    /// model's owner, the model's ranges cover `0..RANGE` without gap or overlap, and each
+    /// consumer attached owns exactly one range.
+    #[test]
+    fn ranges_match_a_model_over_random_joins_and_leaves() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let (mut r, mut m) = (Ranges::default(), Model::default());
+        let mut attached: Vec<u64> = Vec::new();
+        for consumer in 0..3000_u64 {
+            if attached.len() < 2 || next() % 5 < 3 {
+                r.add(consumer);
+                m.add(consumer);
+                attached.push(consumer);
+            } else {
+                let gone = attached.swap_remove(usize::try_from(next()).unwrap() % attached.len());
+                r.remove(gone);
+                m.remove(gone);
+            }
+            let mut from = 0;
+            for &(start, end, owner) in &m.0 {
+                assert_eq!(start, from, "a gap or overlap at {start} after {consumer}");
+                assert!(end >= start);
+                assert_eq!((r.owner(start), r.owner(end)), (Some(owner), Some(owner)));
+                from = end + 1;
+            }
+            assert_eq!(from, RANGE);
+            let ends: Vec<(u32, u64)> = r.ends.iter().map(|(e, c)| (*e, *c)).collect();
+            let model: Vec<(u32, u64)> = m.0.iter().map(|&(_, e, c)| (e, c)).collect();
+            assert_eq!(ends, model, "the ranges after {consumer}");
+            let mut owners: Vec<u64> = m.0.iter().map(|r| r.2).collect();
+            owners.sort_unstable();
+            attached.sort_unstable();
+            assert_eq!(owners, attached, "one range per consumer after {consumer}");
+        }
+    }
+
     #[test]
     fn entry_key_prefers_ordering_key_then_partition_key_then_first_of_batch() {
         let mut m = proto::MessageMetadata {

@@ -220,12 +220,20 @@ impl State {
     }
 
     /// Key_Shared: whether the entry at `pos` with key hash `hash` may go to its consumer now
-    /// (index into `consumers`); `None` when it must wait.
+    /// (index into `consumers`); `None` when it must wait. A consumer held back on joining
+    /// receives an entry read before it joined only once no other consumer holds an entry of
+    /// that hash unacknowledged (the key's earlier entries, from before the ranges moved).
     fn key_owner(&self, pos: Position, hash: u32) -> Option<usize> {
         let owner = self.ranges.owner(hash)?;
         let i = self.consumers.iter().position(|c| c.key == owner)?;
         let c = &self.consumers[i];
-        (c.permits > 0 && !c.backlog.full() && c.held_until.is_none_or(|h| pos <= h)).then_some(i)
+        let may = c.permits > 0 && !c.backlog.full() && c.held_until.is_none_or(|h| pos <= h);
+        let earlier_elsewhere = || {
+            self.pending
+                .iter()
+                .any(|(p, (k, _))| *k != owner && self.hashes.get(p) == Some(&hash))
+        };
+        (may && (c.held_until.is_none() || !earlier_elsewhere())).then_some(i)
     }
 
     /// Key_Shared: whether the entry at `pos`, to deliver again, may go to a consumer now (one
@@ -262,7 +270,8 @@ pub struct Subscription {
     /// Callers waiting for `reading` other than the dispatcher, which lets them in first
     /// (a mutex is not fair: a dispatcher re-locking at once could starve them).
     movers: AtomicUsize,
-    /// An ack the cursor refused as unsupported has been logged (once per subscription).
+    /// An ack refused (by the cursor as unsupported, or a cumulative ack on a shared
+    /// subscription) has been logged (once per subscription).
     refused_logged: AtomicBool,
     state: Mutex<State>,
     wake: Condvar,
@@ -451,6 +460,16 @@ impl Subscription {
     /// applying them one by one (see [`Self::ack_entries`]).
     pub fn ack(&self, key: u64, cmd: &proto::CommandAck) {
         let cumulative = cmd.ack_type() == proto::command_ack::AckType::Cumulative;
+        if cumulative && self.kind.shares() {
+            // As a Pulsar broker: entries before it may be another consumer's, unacknowledged.
+            if !self.refused_logged.swap(true, Ordering::Relaxed) {
+                log::warn!(
+                    "subscription {}: cumulative ack on a shared subscription ignored",
+                    self.name
+                );
+            }
+            return;
+        }
         let mut entries = Vec::new();
         for id in &cmd.message_id {
             let Target::At(pos, _) = target(id) else {

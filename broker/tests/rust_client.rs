@@ -805,7 +805,9 @@ async fn a_cumulative_batch_ack_on_the_first_entry_of_a_ledger_covers_the_ledger
     let last_before = ids[2].clone();
     assert_ne!(batch.ledger_id, last_before.ledger_id);
     assert_eq!(batch.entry_id, 0);
-    raw.subscribe("cumulative-ledgers", "sub", 100).await;
+    let exclusive = proto::command_subscribe::SubType::Exclusive;
+    raw.subscribe_kind(1, "cumulative-ledgers", "sub", exclusive, 100)
+        .await;
     for _ in 0..4 {
         raw.expect(Type::Message).await;
     }
@@ -1371,4 +1373,117 @@ async fn a_producers_initial_subscription_holds_what_is_sent_before_its_consumer
     raw.flow(1, 10).await;
     let m = raw.expect(Type::Message).await;
     assert_eq!(entry_of(&m), (sent.ledger_id, sent.entry_id));
+}
+
+/// A cumulative `ACK` from consumer 1 of `raw` of the entry `id` names; waits for the answer.
+async fn ack_cumulative(raw: &mut Raw, (ledger_id, entry_id): (u64, u64)) {
+    raw.send(BaseCommand {
+        r#type: Type::Ack as i32,
+        ack: Some(proto::CommandAck {
+            consumer_id: 1,
+            ack_type: proto::command_ack::AckType::Cumulative as i32,
+            message_id: vec![MessageIdData {
+                ledger_id,
+                entry_id,
+                ..Default::default()
+            }],
+            request_id: Some(3),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await;
+    raw.expect(Type::AckResponse).await;
+}
+
+/// A cumulative ack on Key_Shared (which Pulsar's clients refuse to send and its broker
+/// ignores) acknowledges nothing: not the entries of its own consumer, nor key "a"'s entry the
+/// second consumer holds, which comes to the first consumer once the second leaves (the
+/// first's entries come back to it too, as it never acknowledged them one by one).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cumulative_ack_on_key_shared_acknowledges_no_other_consumers_entry() {
+    let key_shared = proto::command_subscribe::SubType::KeyShared;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    let mut first = Raw::connect(&broker.addr).await;
+    first
+        .subscribe_kind(1, "cumulative-keys", "sub", key_shared, 10)
+        .await;
+    let mut second = Raw::connect(&broker.addr).await;
+    second
+        .subscribe_kind(1, "cumulative-keys", "sub", key_shared, 10)
+        .await;
+    let mut producer = Raw::connect(&broker.addr).await;
+    producer.producer("cumulative-keys").await;
+    let mut ids = Vec::new();
+    for (sequence_id, key) in ["c", "a", "c"].into_iter().enumerate() {
+        ids.push(store_keyed(&mut producer, sequence_id as u64, key).await);
+    }
+    assert_eq!(entry_of(&second.expect(Type::Message).await), ids[1]);
+    let c = [
+        entry_of(&first.expect(Type::Message).await),
+        entry_of(&first.expect(Type::Message).await),
+    ];
+    assert_eq!(c, [ids[0], ids[2]]);
+    ack_cumulative(&mut first, ids[2]).await;
+    let (ledger_id, entry_id) = ids[0];
+    first
+        .assert_mark_delete_before(&MessageIdData {
+            ledger_id,
+            entry_id,
+            ..Default::default()
+        })
+        .await;
+    drop(second);
+    first.redeliver().await;
+    let mut again = BTreeSet::new();
+    for _ in 0..3 {
+        again.insert(entry_of(&first.expect(Type::Message).await));
+    }
+    assert_eq!(again, ids.iter().copied().collect());
+}
+
+/// Three Key_Shared consumers: key "d" hashes to 5235, the second consumer's (0..32768) until
+/// the third joins and takes 0..16384; key "c" (54879) is the first's throughout. The second,
+/// with one permit, holds key d's first entry unacknowledged while its second waits; the third
+/// joins (in order) and must not receive that second entry before the first is acknowledged.
+/// Key c's entries, each received by the first consumer, mark where the dispatcher has been.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_joining_key_shared_consumer_receives_no_entry_of_a_key_held_unacked_elsewhere() {
+    let key_shared = proto::command_subscribe::SubType::KeyShared;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    let mut first = Raw::connect(&broker.addr).await;
+    first
+        .subscribe_kind(1, "joining", "sub", key_shared, 10)
+        .await;
+    let mut second = Raw::connect(&broker.addr).await;
+    second
+        .subscribe_kind(1, "joining", "sub", key_shared, 1)
+        .await;
+    let mut producer = Raw::connect(&broker.addr).await;
+    producer.producer("joining").await;
+    let d0 = store_keyed(&mut producer, 0, "d").await;
+    let d1 = store_keyed(&mut producer, 1, "d").await;
+    let c2 = store_keyed(&mut producer, 2, "c").await;
+    assert_eq!(entry_of(&first.expect(Type::Message).await), c2);
+    let held = second.expect(Type::Message).await;
+    assert_eq!(entry_of(&held), d0);
+    let mut third = Raw::connect(&broker.addr).await;
+    third
+        .subscribe_kind(1, "joining", "sub", key_shared, 10)
+        .await;
+    assert_eq!(messages_for(&third.until_pong().await, None), 0);
+    for sequence_id in [3, 4] {
+        let c = store_keyed(&mut producer, sequence_id, "c").await;
+        assert_eq!(entry_of(&first.expect(Type::Message).await), c);
+    }
+    assert_eq!(
+        messages_for(&third.until_pong().await, None),
+        0,
+        "key d's second entry while its first is unacknowledged on the second consumer"
+    );
+    let id = held.command.message.expect("a MESSAGE").message_id;
+    second.ack(vec![id]).await;
+    assert_eq!(entry_of(&third.expect(Type::Message).await), d1);
 }
