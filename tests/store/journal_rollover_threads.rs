@@ -12,7 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use ackstore::internals::ackset::PartitionKey;
-use ackstore::internals::format::cursor::{PersistedState, payload_crc};
+use ackstore::internals::format::cursor::PersistedState;
+use ackstore::internals::format::journal::batch_row_crc;
 use ackstore::internals::journal::index::CursorId;
 use ackstore::internals::journal::{CursorFlush, Journal, JournalConfig, Seal};
 use ackstore::{FileStorage, MemStorage, Storage};
@@ -198,7 +199,7 @@ fn assert_holds(journal: &Journal, model: &Model, seed: u64) {
             .map(|p| (p.cardinality, p.crc));
         let expected = held
             .batch
-            .map(|card| (card, payload_crc(&batch_payload(card))));
+            .map(|card| (card, batch_row_crc(&batch_payload(card))));
         assert_eq!(batch, expected, "{at}: batch record");
     }
 }
