@@ -1079,6 +1079,24 @@ async fn store_keyed(raw: &mut Raw, sequence_id: u64, key: &str) -> (u64, u64) {
     (id.ledger_id, id.entry_id)
 }
 
+/// Two Key_Shared consumers of `topic`'s subscription "sub", each consumer 1 on its own
+/// connection, the first subscribing (from the earliest entry) before the second, with
+/// `permits` each; then a producer of `topic` on a third connection.
+async fn key_shared_pair(addr: &str, topic: &str, permits: [u32; 2]) -> (Raw, Raw, Raw) {
+    let key_shared = proto::command_subscribe::SubType::KeyShared;
+    let mut first = Raw::connect(addr).await;
+    first
+        .subscribe_kind(1, topic, "sub", key_shared, permits[0])
+        .await;
+    let mut second = Raw::connect(addr).await;
+    second
+        .subscribe_kind(1, topic, "sub", key_shared, permits[1])
+        .await;
+    let mut producer = Raw::connect(addr).await;
+    producer.producer(topic).await;
+    (first, second, producer)
+}
+
 /// Two Key_Shared consumers: the first owns hashes 32768..65536, the second, joining, takes
 /// 0..32768. Key "c" hashes to 54879 and key "a" to 27058 (Pulsar's Murmur3 hash modulo
 /// 65,536), so each goes to one consumer. An entry whose consumer has no permits waits, the
@@ -1086,15 +1104,9 @@ async fn store_keyed(raw: &mut Raw, sequence_id: u64, key: &str) -> (u64, u64) {
 /// entry, then the rest in order.
 #[tokio::test(flavor = "multi_thread")]
 async fn key_shared_entries_wait_for_their_keys_consumer_and_come_in_order() {
-    let key_shared = proto::command_subscribe::SubType::KeyShared;
     let dir = tempfile::tempdir().expect("tempdir");
     let broker = Broker::start(dir.path());
-    let mut first = Raw::connect(&broker.addr).await;
-    first.subscribe_kind(1, "keys", "sub", key_shared, 0).await;
-    let mut second = Raw::connect(&broker.addr).await;
-    second.subscribe_kind(1, "keys", "sub", key_shared, 0).await;
-    let mut producer = Raw::connect(&broker.addr).await;
-    producer.producer("keys").await;
+    let (mut first, mut second, mut producer) = key_shared_pair(&broker.addr, "keys", [0, 0]).await;
     let mut ids = Vec::new();
     for (sequence_id, key) in ["c", "a", "c", "a", "c"].into_iter().enumerate() {
         ids.push(store_keyed(&mut producer, sequence_id as u64, key).await);
@@ -1402,19 +1414,10 @@ async fn ack_cumulative(raw: &mut Raw, (ledger_id, entry_id): (u64, u64)) {
 /// first's entries come back to it too, as it never acknowledged them one by one).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cumulative_ack_on_key_shared_acknowledges_no_other_consumers_entry() {
-    let key_shared = proto::command_subscribe::SubType::KeyShared;
     let dir = tempfile::tempdir().expect("tempdir");
     let broker = Broker::start(dir.path());
-    let mut first = Raw::connect(&broker.addr).await;
-    first
-        .subscribe_kind(1, "cumulative-keys", "sub", key_shared, 10)
-        .await;
-    let mut second = Raw::connect(&broker.addr).await;
-    second
-        .subscribe_kind(1, "cumulative-keys", "sub", key_shared, 10)
-        .await;
-    let mut producer = Raw::connect(&broker.addr).await;
-    producer.producer("cumulative-keys").await;
+    let (mut first, mut second, mut producer) =
+        key_shared_pair(&broker.addr, "cumulative-keys", [10, 10]).await;
     let mut ids = Vec::new();
     for (sequence_id, key) in ["c", "a", "c"].into_iter().enumerate() {
         ids.push(store_keyed(&mut producer, sequence_id as u64, key).await);
@@ -1453,16 +1456,8 @@ async fn a_joining_key_shared_consumer_receives_no_entry_of_a_key_held_unacked_e
     let key_shared = proto::command_subscribe::SubType::KeyShared;
     let dir = tempfile::tempdir().expect("tempdir");
     let broker = Broker::start(dir.path());
-    let mut first = Raw::connect(&broker.addr).await;
-    first
-        .subscribe_kind(1, "joining", "sub", key_shared, 10)
-        .await;
-    let mut second = Raw::connect(&broker.addr).await;
-    second
-        .subscribe_kind(1, "joining", "sub", key_shared, 1)
-        .await;
-    let mut producer = Raw::connect(&broker.addr).await;
-    producer.producer("joining").await;
+    let (mut first, mut second, mut producer) =
+        key_shared_pair(&broker.addr, "joining", [10, 1]).await;
     let d0 = store_keyed(&mut producer, 0, "d").await;
     let d1 = store_keyed(&mut producer, 1, "d").await;
     let c2 = store_keyed(&mut producer, 2, "c").await;
