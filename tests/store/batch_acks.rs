@@ -446,6 +446,7 @@ fn a_seek_by_index_into_a_batch_on_a_store_cursor_survives_a_power_cut_after_it(
 
 use support::samples::{
     JOURNAL_SAMPLE_CURSOR as NAME, JOURNAL_SAMPLE_ID as ID, JOURNAL_SAMPLE_TOPIC as TOPIC,
+    commit_sample_tick,
 };
 const SAMPLE: &str = "journal-v5-batch";
 
@@ -518,27 +519,21 @@ fn sample_v5(disk: &MemStorage) -> (PersistedState, BTreeSet<Position>, Vec<Batc
     .expect("stage");
     tick.commit().expect("tick");
     let a2 = partition(1, &[(3, 4, &[0, 2]), (9, 3, &[1, 2])]);
-    let mut tick = journal.begin_tick();
     let stage = BatchStage {
         written: vec![written(&a2)],
         kept: vec![kept(&b)],
     };
-    tick.stage_with_batch((ID, name), PersistedState::default(), (&[], &live), &stage)
-        .expect("stage");
-    tick.commit().expect("tick");
+    commit_sample_tick(&journal, PersistedState::default(), &live, &stage);
     let state = PersistedState {
         mark_delete: Position::new(1, 20),
         epoch: 2,
         properties: [("offset".to_string(), 7)].into(),
     };
-    let mut tick = journal.begin_tick();
     let stage = BatchStage {
         written: Vec::new(),
         kept: vec![kept(&a2)],
     };
-    tick.stage_with_batch((ID, name), state.clone(), (&[], &live[1..]), &stage)
-        .expect("stage");
-    tick.commit().expect("tick");
+    commit_sample_tick(&journal, state.clone(), &live[1..], &stage);
     assert_eq!(journal.stats().deltas, 2);
     (state, [acks[1]].into(), vec![a2])
 }
@@ -934,19 +929,11 @@ fn a_version_4_journal_goes_on_with_batch_records_in_a_segment_of_this_builds_ve
     let (_, rows) = journal.committed(ID).expect("committed");
     let live: Vec<PartitionKey> = rows.iter().map(|(k, _)| *k).collect();
     let partial = partition(7, &[(2, 5, &[0, 3])]);
-    let mut tick = journal.begin_tick();
     let stage = BatchStage {
         written: vec![written(&partial)],
         kept: Vec::new(),
     };
-    tick.stage_with_batch(
-        (ID, name_tag(TOPIC, NAME)),
-        state.clone(),
-        (&[], &live),
-        &stage,
-    )
-    .expect("stage");
-    tick.commit().expect("tick");
+    commit_sample_tick(&journal, state.clone(), &live, &stage);
     assert_eq!(journal.stats().deltas, 1, "a delta on the version 4 chain");
     assert_eq!(journal.tail().segment, 2);
     drop(journal);

@@ -290,15 +290,7 @@ fn rolled_over() -> (MemStorage, u64, (usize, usize)) {
         kept,
     };
     for _ in 0..3 {
-        let mut tick = journal.begin_tick();
-        tick.stage_with_batch(
-            (ID, name_tag(TOPIC, NAME)),
-            state.clone(),
-            (&[], &live),
-            &stage,
-        )
-        .expect("stage");
-        tick.commit().expect("tick");
+        support::samples::commit_sample_tick(&journal, state.clone(), &live, &stage);
     }
     let (_, part) = journal.committed_batch(ID)[0];
     drop(journal);

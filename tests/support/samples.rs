@@ -7,8 +7,12 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
+use ackstore::internals::ackset::PartitionKey;
+use ackstore::internals::format::cursor::PersistedState;
+use ackstore::internals::format::journal::name_tag;
 use ackstore::internals::format::meta::{CursorRecord, TopicRecord, encode_stored};
 use ackstore::internals::journal::index::CursorId;
+use ackstore::internals::journal::{BatchStage, Journal};
 use ackstore::internals::meta::{FileMetaStore, MetaStore, record_of_file};
 use ackstore::{Position, Storage};
 
@@ -21,6 +25,21 @@ pub const JOURNAL_SAMPLE_ID: CursorId = CursorId {
     topic: 1,
     cursor: 1,
 };
+
+/// Commits one tick of `journal` staging the sample cursor ([`JOURNAL_SAMPLE_ID`]) with
+/// `state`, no acks added, `live` its live partitions and the batch records of `stage`.
+pub fn commit_sample_tick(
+    journal: &Journal,
+    state: PersistedState,
+    live: &[PartitionKey],
+    stage: &BatchStage,
+) {
+    let name = name_tag(JOURNAL_SAMPLE_TOPIC, JOURNAL_SAMPLE_CURSOR);
+    let mut tick = journal.begin_tick();
+    tick.stage_with_batch((JOURNAL_SAMPLE_ID, name), state, (&[], live), stage)
+        .expect("stage");
+    tick.commit().expect("tick");
+}
 
 /// The committed samples' directory, `tests/data` of the repository.
 pub fn data_dir() -> std::path::PathBuf {
