@@ -72,15 +72,7 @@ fn earliest(topic: &ackstore::ManagedLedger, name: &str) -> ackstore::Result<Cur
 
 /// Every message `c` reports acknowledged (whole entries as all their messages).
 fn observed(c: &Cursor, entries: &[(Position, u32)]) -> Messages {
-    let mut out = Messages::new();
-    for &(pos, size) in entries {
-        for i in 0..size {
-            if c.is_batch_index_acked(pos, i).expect("acked") {
-                out.insert((pos, i));
-            }
-        }
-    }
-    out
+    support::topic::acked_messages(c, entries.iter().copied()).expect("acked")
 }
 
 /// What reads deliver of `entries` to a rewound `c`: each entry not acknowledged whole, with
@@ -796,31 +788,10 @@ fn opened_state(dir: &std::path::Path, entries: &[(Position, u32)]) -> ackstore:
     let store = Store::open(dir, store_config(4, 64 << 20, CursorConfig::default()))?;
     let topic = store.topic("t")?;
     let c = earliest(&topic, "sub")?;
-    let mut out = Messages::new();
-    for &(pos, n) in entries {
-        for i in 0..n {
-            if c.is_batch_index_acked(pos, i)? {
-                out.insert((pos, i));
-            }
-        }
-    }
+    let out = support::topic::acked_messages(&c, entries.iter().copied())?;
     drop((c, topic));
     store.close()?;
     Ok(out)
-}
-
-/// Where the batch records of segment `bytes` are: (offset, frame length).
-fn batch_records(bytes: &[u8]) -> Vec<(usize, usize)> {
-    use ackstore::internals::format::journal::{RecordKind, SEGMENT_HEADER_V3_LEN, decode_record};
-    let mut out = Vec::new();
-    let mut at = SEGMENT_HEADER_V3_LEN;
-    while let Ok(Some((rec, len))) = decode_record(&bytes[at..]) {
-        if rec.kind == RecordKind::Batch {
-            out.push((at, len));
-        }
-        at += len;
-    }
-    out
 }
 
 /// `ackstore verify` and the store's open agree on every damaged byte of the batch records:
@@ -845,7 +816,7 @@ fn verify_and_open_agree_on_damaged_batch_records_and_inspect_counts_them() {
     assert_eq!(opened_state(dir.path(), &entries).expect("opens"), acked);
     let segment = dir.path().join(segment_name(1));
     let bytes = std::fs::read(&segment).expect("segment");
-    let records = batch_records(&bytes);
+    let records = support::journal::batch_records(&bytes);
     assert!(records.len() >= 3, "{records:?}");
     for (at, len) in records {
         for offset in (at..at + len).step_by(7) {

@@ -11,7 +11,6 @@ use crate::support;
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use ackstore::internals::format::journal::{RecordKind, SEGMENT_HEADER_V3_LEN, decode_record};
 use ackstore::internals::journal::{JournalConfig, segment_name};
 use ackstore::{
     AppendMeta, Cursor, CursorConfig, InitialPosition, LedgerConfig, ManagedLedger, Position,
@@ -76,30 +75,10 @@ fn opened_state(dir: &Path, entries: &[Position]) -> ackstore::Result<Messages> 
     let store = Store::open(dir, config())?;
     let topic = store.topic("t")?;
     let c = earliest(&topic)?;
-    let mut out = Messages::new();
-    for &pos in entries {
-        for i in 0..MESSAGES {
-            if c.is_batch_index_acked(pos, i)? {
-                out.insert((pos, i));
-            }
-        }
-    }
+    let out = support::topic::acked_messages(&c, entries.iter().map(|&pos| (pos, MESSAGES)))?;
     drop((c, topic));
     store.close()?;
     Ok(out)
-}
-
-/// Where the batch records of segment `bytes` are: (offset, frame length), in log order.
-fn batch_records(bytes: &[u8]) -> Vec<(usize, usize)> {
-    let mut out = Vec::new();
-    let mut at = SEGMENT_HEADER_V3_LEN;
-    while let Ok(Some((rec, len))) = decode_record(&bytes[at..]) {
-        if rec.kind == RecordKind::Batch {
-            out.push((at, len));
-        }
-        at += len;
-    }
-    out
 }
 
 /// `bytes` with the frames at `x` and `y` (of the same length) exchanged, or, with `copy`,
@@ -121,7 +100,7 @@ fn batch_records_of_one_partition_and_count_exchanged_or_copied_are_refused_by_o
     assert_eq!(support::mutate::verify_checked(dir.path()).code, Some(0));
     let segment = dir.path().join(segment_name(1));
     let bytes = std::fs::read(&segment).expect("segment");
-    let records = batch_records(&bytes);
+    let records = support::journal::batch_records(&bytes);
     let [(a, len), (b, b_len)] = records[..] else {
         panic!("two batch records: {records:?}");
     };

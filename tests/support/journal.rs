@@ -66,6 +66,20 @@ pub fn journal_and_acks(disk: &MemStorage, cursor: CursorId) -> (Arc<Journal>, R
     (journal, acks)
 }
 
+/// Where the batch records of segment `bytes` are: (offset, frame length), in log order.
+pub fn batch_records(bytes: &[u8]) -> Vec<(usize, usize)> {
+    use ackstore::internals::format::journal::{RecordKind, SEGMENT_HEADER_V3_LEN, decode_record};
+    let mut out = Vec::new();
+    let mut at = SEGMENT_HEADER_V3_LEN;
+    while let Ok(Some((rec, len))) = decode_record(&bytes[at..]) {
+        if rec.kind == RecordKind::Batch {
+            out.push((at, len));
+        }
+        at += len;
+    }
+    out
+}
+
 /// The cursor ids of a fleet: `CURSORS` cursors over three topics.
 pub fn cursor_ids() -> Vec<CursorId> {
     (0..CURSORS)

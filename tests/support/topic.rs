@@ -1,6 +1,7 @@
 //! Shared setup for the managed-ledger and cursor tests: topics on an in-memory disk or on each
 //! storage backend in turn, appends, cursor options.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use ackstore::MemStorage;
@@ -588,4 +589,24 @@ pub fn entries(topic: &ManagedLedger) -> Vec<String> {
                 .map(|e| String::from_utf8_lossy(&e.payload).into_owned()),
         );
     }
+}
+
+/// Every message `c` reports acknowledged among `entries` (each with its number of messages;
+/// an entry acknowledged whole as all its messages).
+///
+/// # Errors
+/// The first error of `Cursor::is_batch_index_acked`.
+pub fn acked_messages(
+    c: &ackstore::Cursor,
+    entries: impl IntoIterator<Item = (Position, u32)>,
+) -> ackstore::Result<BTreeSet<(Position, u32)>> {
+    let mut out = BTreeSet::new();
+    for (pos, size) in entries {
+        for i in 0..size {
+            if c.is_batch_index_acked(pos, i)? {
+                out.insert((pos, i));
+            }
+        }
+    }
+    Ok(out)
 }
