@@ -85,6 +85,17 @@ def client(broker):
                          logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
 
 
+def killed_and_restarted(b, c, consumers):
+    """Closes `consumers`, flushes the broker, closes client `c`, SIGKILLs the broker and starts
+    it again; returns a new client of it."""
+    for cons in consumers:
+        cons.close()
+    b.flush()
+    c.close()
+    b.restart_after_kill()
+    return client(b)
+
+
 def produce(c, topic, n, batch=None, start=0):
     """Sends n messages whose payloads are their numbers (start..start+n) and waits for every
     receipt; returns the message ids by number."""
@@ -210,12 +221,7 @@ def flow_shared_batch_index_acks_survive_sigkill(tmp):
     handle.done = 0
     receive_until(consumers, handle)
     assert all(per_consumer), "one consumer received nothing: %r" % per_consumer
-    for cons in consumers:
-        cons.close()
-    b.flush()
-    c.close()
-    b.restart_after_kill()
-    c = client(b)
+    c = killed_and_restarted(b, c, consumers)
     consumers = [c.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Shared,
                              batch_index_ack_enabled=True, consumer_name="d%d" % k)
                  for k in range(2)]
@@ -684,12 +690,7 @@ def flow_key_shared_acks_survive_sigkill(tmp):
     for who in range(3):
         assert_increasing_per_key([number(m) for cons, m in got if cons is consumers[who]],
                                   keys, "consumer %d" % who)
-    for cons in consumers:
-        cons.close()
-    b.flush()
-    c.close()
-    b.restart_after_kill()
-    c = client(b)
+    c = killed_and_restarted(b, c, consumers)
     consumers = [key_shared(c, topic, "d%d" % k, batch_index_ack_enabled=True)
                  for k in range(3)]
     want = [i for i in range(n) if i % 3 == 0]
