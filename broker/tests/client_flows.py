@@ -846,11 +846,7 @@ def flow_initial_positions_and_unsubscribe(tmp):
     for _, m in got:
         if number(m) % 2 == 0:
             both.acknowledge(m)
-    both.close()
-    b.flush()
-    c.close()
-    b.restart_after_kill()
-    c = client(b)
+    c = killed_and_restarted(b, c, [both])
     both = c.subscribe(["positions-a", "positions-b"], "list")
     got = receive_until([both], lambda g: len(g) >= 10)
     assert sorted(number(m) for _, m in got) == list(range(1, 21, 2)), "list after restart"
@@ -965,11 +961,7 @@ def flow_redelivery_counts_across_close_seek_and_sigkill(tmp):
             cons.acknowledge(m)
     _, counts = receive_all(cons, 1)
     assert counts == [(0, 1)], "after a nack of 0: %r" % counts
-    cons.close()
-    b.flush()
-    c.close()
-    b.restart_after_kill()
-    c = client(b)
+    c = killed_and_restarted(b, c, [cons])
     cons = subscribe()
     _, counts = receive_all(cons, 1)
     assert counts == [(0, 0)], "after the restart: %r" % counts
@@ -997,11 +989,7 @@ def flow_regex_subscription(tmp):
     for _, m in got:
         if number(m) % 2 == 0:
             cons.acknowledge(m)
-    cons.close()
-    b.flush()
-    c.close()
-    b.restart_after_kill()
-    c = client(b)
+    c = killed_and_restarted(b, c, [cons])
     cons = c.subscribe(pattern, "sub")
     got = receive_until([cons], lambda g: len(g) >= 2)
     assert sorted(number(m) for _, m in got) == [1, 3], "after the restart"
