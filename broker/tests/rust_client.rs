@@ -362,6 +362,32 @@ impl Raw {
         self.send_with(command, Some(payload)).await;
     }
 
+    /// Sends one unbatched entry of `data` from producer 1 with `metadata` (its producer name
+    /// and sequence id set here), without waiting for its answer.
+    async fn send_unbatched(
+        &mut self,
+        sequence_id: u64,
+        metadata: proto::MessageMetadata,
+        data: Vec<u8>,
+    ) {
+        let command = BaseCommand {
+            r#type: Type::Send as i32,
+            send: Some(proto::CommandSend {
+                producer_id: 1,
+                sequence_id,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let metadata = proto::MessageMetadata {
+            producer_name: "raw".into(),
+            sequence_id,
+            ..metadata
+        };
+        self.send_with(command, Some(Payload { metadata, data }))
+            .await;
+    }
+
     /// Sends one entry of `batch` messages from producer 1 and waits for its receipt: the id of
     /// the entry stored.
     async fn store_entry(&mut self, sequence_id: u64, batch: i32) -> MessageIdData {
@@ -844,24 +870,9 @@ async fn a_consumer_that_never_reads_is_not_handed_the_backlog() {
     let mut raw = Raw::connect(&broker.addr).await;
     raw.producer("never-reads").await;
     for sequence_id in 0..ENTRIES {
-        let command = BaseCommand {
-            r#type: Type::Send as i32,
-            send: Some(proto::CommandSend {
-                producer_id: 1,
-                sequence_id,
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let payload = Payload {
-            metadata: proto::MessageMetadata {
-                producer_name: "raw".into(),
-                sequence_id,
-                ..Default::default()
-            },
-            data: vec![7; 64 * 1024],
-        };
-        raw.send_with(command, Some(payload)).await;
+        let metadata = proto::MessageMetadata::default();
+        raw.send_unbatched(sequence_id, metadata, vec![7; 64 * 1024])
+            .await;
     }
     for _ in 0..ENTRIES {
         raw.expect(Type::SendReceipt).await;
@@ -1054,25 +1065,12 @@ async fn an_individual_batch_ack_of_an_entry_queued_for_redelivery_acknowledges_
 
 /// Stores one unbatched entry with partition key `key` from producer 1; its id.
 async fn store_keyed(raw: &mut Raw, sequence_id: u64, key: &str) -> (u64, u64) {
-    let command = BaseCommand {
-        r#type: Type::Send as i32,
-        send: Some(proto::CommandSend {
-            producer_id: 1,
-            sequence_id,
-            ..Default::default()
-        }),
+    let metadata = proto::MessageMetadata {
+        partition_key: Some(key.into()),
         ..Default::default()
     };
-    let payload = Payload {
-        metadata: proto::MessageMetadata {
-            producer_name: "raw".into(),
-            sequence_id,
-            partition_key: Some(key.into()),
-            ..Default::default()
-        },
-        data: b"keyed".to_vec(),
-    };
-    raw.send_with(command, Some(payload)).await;
+    raw.send_unbatched(sequence_id, metadata, b"keyed".to_vec())
+        .await;
     let receipt = raw.expect(Type::SendReceipt).await;
     let id = receipt.command.send_receipt.and_then(|r| r.message_id);
     let id = id.expect("a receipt names its entry");
