@@ -362,6 +362,16 @@ impl Raw {
         self.send_with(command, Some(payload)).await;
     }
 
+    /// Stores `n` entries of one message each from producer 1, one after the other; their ids.
+    async fn store_entries(&mut self, n: u64) -> Vec<(u64, u64)> {
+        let mut entries = Vec::new();
+        for sequence_id in 0..n {
+            let id = self.store_entry(sequence_id, 1).await;
+            entries.push((id.ledger_id, id.entry_id));
+        }
+        entries
+    }
+
     /// Sends one unbatched entry of `data` from producer 1 with `metadata` (its producer name
     /// and sequence id set here), without waiting for its answer.
     async fn send_unbatched(
@@ -905,11 +915,7 @@ async fn no_message_reaches_a_consumer_beyond_its_permits_or_after_its_close_or_
     let broker = Broker::start(dir.path());
     let mut producer = Raw::connect(&broker.addr).await;
     producer.producer("lifecycle").await;
-    let mut entries = Vec::new();
-    for sequence_id in 0..10 {
-        let id = producer.store_entry(sequence_id, 1).await;
-        entries.push((id.ledger_id, id.entry_id));
-    }
+    let entries = producer.store_entries(10).await;
     // Consumer 1 of `a`, with 3 permits, takes the first 3 entries; consumer 1 of `b`, joining
     // after, takes the 7 others, and `a` is handed nothing more (the `PING` is read after
     // every entry was dispatched).
@@ -1222,11 +1228,7 @@ async fn readers_gone_after_a_seek_by_time_leave_no_dispatcher_behind() {
     let broker = Broker::start(dir.path());
     let mut raw = Raw::connect(&broker.addr).await;
     raw.producer("sought").await;
-    let mut entries = Vec::new();
-    for sequence_id in 0..3 {
-        let id = raw.store_entry(sequence_id, 1).await;
-        entries.push((id.ledger_id, id.entry_id));
-    }
+    let entries = raw.store_entries(3).await;
     for round in 0..20 {
         let (sub, consumer_id) = (format!("gone{round}"), 10 + round);
         reader_reads(&mut raw, "sought", &sub, consumer_id, &entries).await;
