@@ -1069,6 +1069,12 @@ async fn an_individual_batch_ack_of_an_entry_queued_for_redelivery_acknowledges_
     );
 }
 
+/// The entries of the next two `MESSAGE`s `raw` receives, in the order received.
+async fn two_entries(raw: &mut Raw) -> [(u64, u64); 2] {
+    let first = entry_of(&raw.expect(Type::Message).await);
+    [first, entry_of(&raw.expect(Type::Message).await)]
+}
+
 /// Stores one unbatched entry with partition key `key` from producer 1; its id.
 async fn store_keyed(raw: &mut Raw, sequence_id: u64, key: &str) -> (u64, u64) {
     let metadata = proto::MessageMetadata {
@@ -1116,10 +1122,7 @@ async fn key_shared_entries_wait_for_their_keys_consumer_and_come_in_order() {
         ids.push(store_keyed(&mut producer, sequence_id as u64, key).await);
     }
     second.flow(1, 10).await;
-    let a = [
-        entry_of(&second.expect(Type::Message).await),
-        entry_of(&second.expect(Type::Message).await),
-    ];
+    let a = two_entries(&mut second).await;
     assert_eq!(
         a,
         [ids[1], ids[3]],
@@ -1133,10 +1136,7 @@ async fn key_shared_entries_wait_for_their_keys_consumer_and_come_in_order() {
         "beyond its permit"
     );
     first.flow(1, 10).await;
-    let c = [
-        entry_of(&first.expect(Type::Message).await),
-        entry_of(&first.expect(Type::Message).await),
-    ];
+    let c = two_entries(&mut first).await;
     assert_eq!(
         c,
         [ids[2], ids[4]],
@@ -1423,10 +1423,7 @@ async fn a_cumulative_ack_on_key_shared_acknowledges_no_other_consumers_entry() 
         ids.push(store_keyed(&mut producer, sequence_id as u64, key).await);
     }
     assert_eq!(entry_of(&second.expect(Type::Message).await), ids[1]);
-    let c = [
-        entry_of(&first.expect(Type::Message).await),
-        entry_of(&first.expect(Type::Message).await),
-    ];
+    let c = two_entries(&mut first).await;
     assert_eq!(c, [ids[0], ids[2]]);
     ack_cumulative(&mut first, ids[2]).await;
     let (ledger_id, entry_id) = ids[0];
