@@ -738,8 +738,8 @@ pub(super) trait Workload {
 }
 
 /// Runs `rounds` children of `workload` one after the other on one directory (first filled by
-/// [`Workload::prepare`]), each killed with
-/// SIGKILL at a random moment once it has logged its first line (opened the directory); after
+/// [`Workload::prepare`]), each killed with SIGKILL at a random moment within 120 ms of
+/// logging its first line (having opened the directory); after
 /// each kill applies the log, checks the reopened directory and runs `verify` on it. Returns
 /// the first failure, with the child's stderr where it matters.
 pub(super) fn kill_rounds(
@@ -747,6 +747,18 @@ pub(super) fn kill_rounds(
     rounds: usize,
     seed: u64,
 ) -> Result<(), String> {
+    kill_rounds_within(workload, rounds, seed, Duration::from_micros(120_000))
+}
+
+/// [`kill_rounds`] with each kill at a random moment within `window` after the child logged
+/// its first line.
+pub(super) fn kill_rounds_within(
+    workload: &mut impl Workload,
+    rounds: usize,
+    seed: u64,
+    window: Duration,
+) -> Result<(), String> {
+    let window_micros = u64::try_from(window.as_micros()).unwrap_or(u64::MAX).max(1);
     let work = tempfile::tempdir().map_err(|e| e.to_string())?;
     let dir = work.path().join("topic");
     std::fs::create_dir(&dir).map_err(|e| e.to_string())?;
@@ -775,7 +787,7 @@ pub(super) fn kill_rounds(
             .map_err(|e| format!("spawn the child: {e}"))?;
         let started = wait_for_start(&log_path, len, &mut child);
         if started.is_ok() {
-            std::thread::sleep(Duration::from_micros(rng.below(120_000)));
+            std::thread::sleep(Duration::from_micros(rng.below(window_micros)));
         }
         // SIGKILL: no destructor, no flush, no close runs in the child.
         let _ = child.kill();
