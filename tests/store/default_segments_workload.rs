@@ -8,7 +8,7 @@
 use crate::support;
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ackstore::{
@@ -40,6 +40,17 @@ pub(super) fn config() -> StoreConfig {
 
 fn cursor_name(k: usize) -> String {
     format!("sub-{k}")
+}
+
+/// Opens every cursor of `topic`.
+fn open_cursors(topic: &ManagedLedger) -> Vec<Cursor> {
+    (0..CURSORS)
+        .map(|k| {
+            topic
+                .open_cursor(&cursor_name(k), CursorOptions::default())
+                .expect("open a cursor")
+        })
+        .collect()
 }
 
 /// The first entry `a` holds and `b` does not.
@@ -83,6 +94,7 @@ pub(super) struct Workload {
     pub(super) store: Store,
     pub(super) topic: Arc<ManagedLedger>,
     cursors: Vec<Cursor>,
+    dir: PathBuf,
     pub(super) ledgers: Vec<u64>,
     /// Per cursor: every entry the application acked.
     pub(super) truth: Vec<Acks>,
@@ -108,17 +120,12 @@ impl Workload {
             .map(|s| s.id)
             .collect();
         assert_eq!(ledgers.len() as u64, LEDGERS, "the ledgers");
-        let cursors = (0..CURSORS)
-            .map(|k| {
-                topic
-                    .open_cursor(&cursor_name(k), CursorOptions::default())
-                    .expect("open a cursor")
-            })
-            .collect();
+        let cursors = open_cursors(&topic);
         let mut w = Self {
             store,
             topic,
             cursors,
+            dir: dir.to_path_buf(),
             ledgers,
             truth: vec![Acks::new(); CURSORS],
             flushed: vec![Acks::new(); CURSORS],
@@ -166,6 +173,32 @@ impl Workload {
         while self.store.journal_stats().rollovers < rollovers {
             self.touch();
             self.flush().expect("a tick with room");
+        }
+    }
+
+    /// Closes the store and opens it again (a new owner, which never appends to the segments
+    /// it finds), its cursors too.
+    pub(super) fn restart(self) -> Self {
+        let dir = self.dir.clone();
+        let (truth, flushed, ledgers, rng) = (
+            self.truth.clone(),
+            self.flushed.clone(),
+            self.ledgers.clone(),
+            self.rng.clone(),
+        );
+        self.close().expect("close the store");
+        let store = Store::open(&dir, config()).expect("reopen the store");
+        let topic = store.topic("t").expect("the topic");
+        let cursors = open_cursors(&topic);
+        Self {
+            store,
+            topic,
+            cursors,
+            dir,
+            ledgers,
+            truth,
+            flushed,
+            rng,
         }
     }
 

@@ -44,6 +44,8 @@ mod journal_batch_row_binding;
 mod journal_batch_row_versions;
 mod journal_catalog_faults;
 mod journal_cursor_faults;
+mod journal_default_segment_damage;
+mod journal_default_segment_restarts;
 mod journal_default_segments;
 mod journal_delta;
 mod journal_delta_crash_every_change;
