@@ -7,7 +7,7 @@
 //! ticks, each after acks on every cursor (one each, then as many again spread over the cursors
 //! by a Zipf law), with a second thread acking while the tick runs (its latencies during the
 //! tick give `ack_p99_us_during_flush`); close, then a timed restart (open, every topic, every
-//! cursor to its first read); verify every entry of every cursor against the truth. Exits 1 if
+//! cursor to its first read; the topics and cursors from `--restart-threads` threads); verify every entry of every cursor against the truth. Exits 1 if
 //! any cursor differs.
 
 #![allow(
@@ -39,6 +39,9 @@ pub struct Shape {
     pub seed: u64,
     /// The store's one ack memory budget, in bytes (the baseline's cursors have a budget each).
     pub ack_budget: usize,
+    /// Threads of the timed restart's topic opens and cursor opens with their first reads (the
+    /// store's open is one call).
+    pub restart_threads: usize,
 }
 
 /// What one run measured.
@@ -166,6 +169,7 @@ impl Figures {
                 "cursors": ms(self.restart_phases[2].cpu),
             },
             "restart_per_cursor_us": restart_ms * 1e3 / total as f64,
+            "restart_threads": shape.restart_threads,
             "restart_cpu_ms": ms(self.restart_cpu),
             "ack_memory_budget_bytes": self.ack_memory_budget_bytes,
             "threads": self.threads,
@@ -460,14 +464,14 @@ impl Fleet {
     }
 
     /// Opens every topic and cursor, from `threads` threads (topics and their cursors spread
-    /// over them); `phases` gets the wall and CPU time of the store's open, of the topics' and
-    /// of the cursors'.
+    /// over them), each cursor read once after its open if `first_read`; `phases` gets the wall
+    /// and CPU time of the store's open, of the topics' and of the cursors'.
     fn open(
         dir: &Path,
         baseline: bool,
         shape: &Shape,
         phases: &mut [Phase; 3],
-        threads: usize,
+        (threads, first_read): (usize, bool),
     ) -> ackstore::Result<Self> {
         let started = Stamp::now();
         let (store, topics) = if baseline {
@@ -494,7 +498,14 @@ impl Fleet {
         let cursors_started = Stamp::now();
         let per_topic = in_parallel(shape.topics, threads, |t| {
             (0..shape.cursors)
-                .map(|c| topics[t].open_cursor(&format!("sub-{c}"), CursorOptions::default()))
+                .map(|c| {
+                    let cursor =
+                        topics[t].open_cursor(&format!("sub-{c}"), CursorOptions::default())?;
+                    if first_read {
+                        cursor.read_entries(1)?;
+                    }
+                    Ok(cursor)
+                })
                 .collect::<ackstore::Result<Vec<_>>>()
         })?;
         let cursors = per_topic
@@ -546,7 +557,8 @@ impl Fleet {
 }
 
 /// Threads that create the topics, their entries and their cursors before the first tick (a
-/// broker loads topics concurrently; the timed restart opens them from one thread).
+/// broker loads topics concurrently; the timed restart opens them from `--restart-threads`,
+/// one by default).
 const SETUP_THREADS: usize = 8;
 
 /// `f(0..n)`, run from `threads` threads, in order.
@@ -579,7 +591,7 @@ fn in_parallel<T: Send>(
             .map(|w| {
                 w.join().unwrap_or_else(|_| {
                     Err(ackstore::Error::InvalidArgument {
-                        reason: "a set-up thread panicked".into(),
+                        reason: "a thread opening topics or cursors panicked".into(),
                     })
                 })
             })
@@ -600,7 +612,7 @@ fn set_up(dir: &Path, baseline: bool, shape: &Shape) -> ackstore::Result<(Fleet,
         baseline,
         shape,
         &mut [Phase::default(); 3],
-        SETUP_THREADS,
+        (SETUP_THREADS, false),
     )?;
     let payload = [0xA5_u8; 100];
     let positions = in_parallel(shape.topics, SETUP_THREADS, |t| {
@@ -746,8 +758,8 @@ fn record_acks(
     Ok(())
 }
 
-/// The timed restart (open, every topic, every cursor to its first read), then every entry of
-/// every cursor checked against `truth`.
+/// The timed restart (open, every topic, every cursor to its first read, from
+/// `shape.restart_threads` threads), then every entry of every cursor checked against `truth`.
 fn restart_and_verify(
     dir: &Path,
     baseline: bool,
@@ -756,17 +768,16 @@ fn restart_and_verify(
     truth: &[Truth],
     figures: &mut Figures,
 ) -> ackstore::Result<()> {
-    // Restart: open, every topic, every cursor to its first read.
+    // Restart: open, every topic, every cursor to its first read, from `restart_threads`.
     let cpu_started = process_cpu_ns(None);
     let started = Instant::now();
-    let fleet = Fleet::open(dir, baseline, shape, &mut figures.restart_phases, 1)?;
-    let reads = Stamp::now();
-    for (_, cursor) in &fleet.cursors {
-        cursor.read_entries(1)?;
-    }
-    let read = reads.elapsed();
-    figures.restart_phases[2].wall += read.wall;
-    figures.restart_phases[2].cpu += read.cpu;
+    let fleet = Fleet::open(
+        dir,
+        baseline,
+        shape,
+        &mut figures.restart_phases,
+        (shape.restart_threads, true),
+    )?;
     figures.restart = started.elapsed();
     figures.restart_cpu = Duration::from_nanos(process_cpu_ns(None).saturating_sub(cpu_started));
 
