@@ -321,16 +321,39 @@ fn schedstat(path: &Path) -> [u64; 2] {
     [fields.next().unwrap_or(0), fields.next().unwrap_or(0)]
 }
 
-/// Nanoseconds on a CPU of every thread of the process but thread `except` (threads that
-/// ended are not counted: a tick's threads are the store's, which live as long as it).
+/// The threads of [`in_parallel`] that ended (each adds itself as it ends, with its CPU time
+/// then, which `/proc/self/task` no longer lists once it has exited): their ids, and the sum of
+/// their nanoseconds on a CPU.
+static ENDED_WORKERS: std::sync::Mutex<(std::collections::BTreeSet<std::ffi::OsString>, u64)> =
+    std::sync::Mutex::new((std::collections::BTreeSet::new(), 0));
+
+/// The calling thread, a worker of [`in_parallel`] about to end, counted in [`ENDED_WORKERS`].
+fn end_worker() {
+    let own = cpu_ns(Path::new("/proc/thread-self/schedstat"));
+    let mut ended = ENDED_WORKERS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    ended.0.extend(thread_id());
+    ended.1 += own;
+}
+
+/// Nanoseconds on a CPU of every thread of the process but thread `except`, the ended threads
+/// of [`in_parallel`] included (a worker still listed while it exits is counted once; other
+/// threads that ended are not counted: a tick's threads are the store's, which live as long as
+/// it).
 fn process_cpu_ns(except: Option<&std::ffi::OsStr>) -> u64 {
-    std::fs::read_dir("/proc/self/task").map_or(0, |tasks| {
+    let ended = ENDED_WORKERS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let live: u64 = std::fs::read_dir("/proc/self/task").map_or(0, |tasks| {
         tasks
             .filter_map(std::result::Result::ok)
             .filter(|t| Some(t.file_name().as_os_str()) != except)
+            .filter(|t| !ended.0.contains(&t.file_name()))
             .map(|t| cpu_ns(&t.path().join("schedstat")))
             .sum()
-    })
+    });
+    live + ended.1
 }
 
 /// The calling thread's id, as its directory under `/proc/self/task` is named.
@@ -576,13 +599,18 @@ fn in_parallel<T: Send>(
             .map(|_| {
                 s.spawn(|| {
                     let mut mine = Vec::new();
-                    loop {
+                    let done = loop {
                         let i = next.fetch_add(1, Ordering::SeqCst);
                         if i >= n {
-                            return Ok(mine);
+                            break Ok(mine);
                         }
-                        mine.push((i, f(i)?));
-                    }
+                        match f(i) {
+                            Ok(t) => mine.push((i, t)),
+                            Err(e) => break Err(e),
+                        }
+                    };
+                    end_worker();
+                    done
                 })
             })
             .collect();
@@ -791,4 +819,39 @@ fn restart_and_verify(
     }
     figures.verified = figures.mismatches == 0;
     fleet.close()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Spins until the calling thread has used `ns` nanoseconds of CPU (its own counter, so
+    /// however loaded the machine).
+    fn spin_for_cpu(ns: u64) {
+        let own = Path::new("/proc/thread-self/schedstat");
+        let start = cpu_ns(own);
+        let mut x = 0u64;
+        while cpu_ns(own).saturating_sub(start) < ns {
+            for i in 0..10_000u64 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+            }
+        }
+    }
+
+    /// A phase's CPU counts the threads that ran it, which have ended when it is measured.
+    #[test]
+    fn the_cpu_of_threads_that_ended_counts_in_the_process_cpu() {
+        const EACH_NS: u64 = 20_000_000;
+        let before = process_cpu_ns(None);
+        in_parallel(3, 3, |_| {
+            spin_for_cpu(EACH_NS);
+            Ok(())
+        })
+        .expect("workers");
+        let used = process_cpu_ns(None).saturating_sub(before);
+        assert!(
+            used >= 3 * EACH_NS,
+            "{used} ns counted for 3 workers of at least {EACH_NS} ns each"
+        );
+    }
 }
