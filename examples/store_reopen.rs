@@ -44,14 +44,15 @@ impl Sched {
         }
     }
 
-    /// The process's: every live thread's, plus `ended`, what the workers of [`in_parallel`]
-    /// used before they ended.
-    fn process(ended: Self) -> Self {
+    /// The process's: every live thread's, plus what the workers of [`in_parallel`] used
+    /// before they ended (a worker still listed while it exits is counted once).
+    fn process(ended: &Ended) -> Self {
         std::fs::read_dir("/proc/self/task")
             .expect("/proc/self/task")
             .filter_map(Result::ok)
+            .filter(|t| !ended.threads.contains(&t.file_name()))
             .map(|t| Self::of(&t.path().join("schedstat")))
-            .fold(ended, Self::add)
+            .fold(ended.sched, Self::add)
     }
 
     fn add(self, other: Self) -> Self {
@@ -68,12 +69,19 @@ impl Sched {
     }
 }
 
+/// The workers of [`in_parallel`] that ended: their thread ids, and their time.
+#[derive(Default)]
+struct Ended {
+    threads: std::collections::BTreeSet<std::ffi::OsString>,
+    sched: Sched,
+}
+
 /// `f(0..n)` from `threads` threads taking the next index in turn, in order; adds to `ended`
-/// the time the workers used (read by each as it ends).
+/// the workers and the time they used (read by each as it ends).
 fn in_parallel<T: Send>(
     n: usize,
     threads: usize,
-    ended: &mut Sched,
+    ended: &mut Ended,
     f: impl Fn(usize) -> T + Sync,
 ) -> Vec<T> {
     if threads <= 1 {
@@ -89,7 +97,10 @@ fn in_parallel<T: Send>(
                     loop {
                         let i = next.fetch_add(1, Ordering::SeqCst);
                         if i >= n {
-                            return (mine, Sched::of(own));
+                            let id = std::fs::read_link("/proc/thread-self")
+                                .ok()
+                                .and_then(|p| p.file_name().map(std::ffi::OsStr::to_os_string));
+                            return (mine, Sched::of(own), id);
                         }
                         mine.push((i, f(i)));
                     }
@@ -99,8 +110,9 @@ fn in_parallel<T: Send>(
         workers
             .into_iter()
             .flat_map(|w| {
-                let (mine, cpu) = w.join().expect("a worker");
-                *ended = ended.add(cpu);
+                let (mine, cpu, id) = w.join().expect("a worker");
+                ended.sched = ended.sched.add(cpu);
+                ended.threads.extend(id);
                 mine
             })
             .collect()
@@ -143,16 +155,16 @@ fn main() {
          topics_wait_ms  cursors_ms  cursors_cpu_ms  cursors_wait_ms"
     );
     for round in 1..=rounds {
-        let mut ended = Sched::default();
-        let (started, s0) = (Instant::now(), Sched::process(ended));
+        let mut ended = Ended::default();
+        let (started, s0) = (Instant::now(), Sched::process(&ended));
         let store = Store::open(dir, config(topics * per_topic)).expect("open the store");
-        let (opened_at, s1) = (started.elapsed(), Sched::process(ended));
+        let (opened_at, s1) = (started.elapsed(), Sched::process(&ended));
         let opened = in_parallel(topics, threads, &mut ended, |t| {
             store
                 .topic(&format!("persistent://tenant/ns/topic-{t}"))
                 .expect("topic")
         });
-        let (topics_at, s2) = (started.elapsed(), Sched::process(ended));
+        let (topics_at, s2) = (started.elapsed(), Sched::process(&ended));
         let cursors = in_parallel(topics, threads, &mut ended, |t| {
             (0..per_topic)
                 .map(|c| {
@@ -164,7 +176,7 @@ fn main() {
                 })
                 .collect::<Vec<_>>()
         });
-        let (wall, s3) = (started.elapsed(), Sched::process(ended));
+        let (wall, s3) = (started.elapsed(), Sched::process(&ended));
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         let (open, topics_phase, cursors_phase) =
             (s1.ms_since(s0), s2.ms_since(s1), s3.ms_since(s2));
