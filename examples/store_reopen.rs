@@ -1,9 +1,14 @@
 //! A restart of a store that `ackstore perf --topics T --cursors C --dir D --keep` left, timed
 //! alone and by phase, so two builds can be compared on the same directory (run each in turn):
 //! `Store::open` (the catalog's claim and the journal's scan), every topic's open, then every
-//! cursor's open and first read, as the perf workload's restart does from one thread. Prints each
-//! round's wall time and the main thread's CPU time per phase (Linux: `/proc/thread-self/
-//! schedstat`), then closes the store cleanly.
+//! cursor's open and first read, as the perf workload's restart does (from one thread, or with
+//! THREADS from that many, as `--restart-threads`: topics, then every topic's cursors, taken in
+//! turn by the threads, as a broker loads topics concurrently). Prints each round's wall time
+//! and CPU time per phase (of every thread of the process, the phase's workers included; Linux:
+//! `/proc/self/task/*/schedstat`), and for the topics' and the cursors' phases the time their
+//! threads were runnable but waiting for a CPU (the machine's other work: what the threads'
+//! time neither on a CPU nor waiting for one is not, locks and I/O), then closes the store
+//! cleanly.
 //!
 //! The configuration is `ackstore perf --topics`'s (ledgers of 10,000 entries, the shared ack
 //! budget of 150 bytes a cursor as with `--ack-budget-per-cursor-bytes 150`); the names are its
@@ -11,21 +16,109 @@
 //!
 //! Run: `cargo run --release -- perf --topics 10000 --cursors 10 --ticks 3
 //! --ack-budget-per-cursor-bytes 150 --dir D --keep`, then
-//! `cargo run --release --example store_reopen -- D/store 10000 10 3`.
+//! `cargo run --release --example store_reopen -- D/store 10000 10 3 [THREADS]`.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use ackstore::{CursorConfig, CursorOptions, LedgerConfig, Store, StoreConfig};
 
-/// The CPU time the calling thread has used.
-fn thread_cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").expect("schedstat");
-    let ns = stat
-        .split_whitespace()
-        .next()
-        .and_then(|n| n.parse().ok())
-        .expect("a CPU time in nanoseconds");
-    Duration::from_nanos(ns)
+/// A thread's time on a CPU and runnable but waiting for one (the machine's other work), or
+/// the sum of several threads'.
+#[derive(Clone, Copy, Default)]
+struct Sched {
+    cpu: Duration,
+    wait: Duration,
+}
+
+impl Sched {
+    /// A thread's, from its `schedstat` file (zeros where unreadable).
+    fn of(schedstat: &std::path::Path) -> Self {
+        let text = std::fs::read_to_string(schedstat).unwrap_or_default();
+        let mut fields = text
+            .split_whitespace()
+            .map(|f| Duration::from_nanos(f.parse().unwrap_or(0)));
+        Self {
+            cpu: fields.next().unwrap_or_default(),
+            wait: fields.next().unwrap_or_default(),
+        }
+    }
+
+    /// The process's: every live thread's, plus what the workers of [`in_parallel`] used
+    /// before they ended (a worker still listed while it exits is counted once).
+    fn process(ended: &Ended) -> Self {
+        std::fs::read_dir("/proc/self/task")
+            .expect("/proc/self/task")
+            .filter_map(Result::ok)
+            .filter(|t| !ended.threads.contains(&t.file_name()))
+            .map(|t| Self::of(&t.path().join("schedstat")))
+            .fold(ended.sched, Self::add)
+    }
+
+    fn add(self, other: Self) -> Self {
+        Self {
+            cpu: self.cpu + other.cpu,
+            wait: self.wait + other.wait,
+        }
+    }
+
+    /// Milliseconds on a CPU and waiting for one, from `before` to `self`.
+    fn ms_since(self, before: Self) -> (f64, f64) {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        (ms(self.cpu - before.cpu), ms(self.wait - before.wait))
+    }
+}
+
+/// The workers of [`in_parallel`] that ended: their thread ids, and their time.
+#[derive(Default)]
+struct Ended {
+    threads: std::collections::BTreeSet<std::ffi::OsString>,
+    sched: Sched,
+}
+
+/// `f(0..n)` from `threads` threads taking the next index in turn, in order; adds to `ended`
+/// the workers and the time they used (read by each as it ends).
+fn in_parallel<T: Send>(
+    n: usize,
+    threads: usize,
+    ended: &mut Ended,
+    f: impl Fn(usize) -> T + Sync,
+) -> Vec<T> {
+    if threads <= 1 {
+        return (0..n).map(f).collect();
+    }
+    let next = AtomicUsize::new(0);
+    let own = std::path::Path::new("/proc/thread-self/schedstat");
+    let mut done: Vec<(usize, T)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::SeqCst);
+                        if i >= n {
+                            let id = std::fs::read_link("/proc/thread-self")
+                                .ok()
+                                .and_then(|p| p.file_name().map(std::ffi::OsStr::to_os_string));
+                            return (mine, Sched::of(own), id);
+                        }
+                        mine.push((i, f(i)));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| {
+                let (mine, cpu, id) = w.join().expect("a worker");
+                ended.sched = ended.sched.add(cpu);
+                ended.threads.extend(id);
+                mine
+            })
+            .collect()
+    });
+    done.sort_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, t)| t).collect()
 }
 
 fn config(cursors: usize) -> StoreConfig {
@@ -47,45 +140,59 @@ fn config(cursors: usize) -> StoreConfig {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let [_, dir, topics, cursors, rest @ ..] = args.as_slice() else {
-        panic!("usage: store_reopen DIR TOPICS CURSORS_PER_TOPIC [ROUNDS]");
+        panic!("usage: store_reopen DIR TOPICS CURSORS_PER_TOPIC [ROUNDS [THREADS]]");
     };
     let topics: usize = topics.parse().expect("a number of topics");
     let per_topic: usize = cursors.parse().expect("a number of cursors per topic");
     let rounds: usize = rest
         .first()
         .map_or(3, |r| r.parse().expect("a number of rounds"));
-    println!("round  wall_ms  cpu_ms  open_cpu_ms  topics_cpu_ms  cursors_cpu_ms");
+    let threads: usize = rest
+        .get(1)
+        .map_or(1, |t| t.parse().expect("a number of threads"));
+    println!(
+        "threads  round  wall_ms  cpu_ms  open_ms  open_cpu_ms  topics_ms  topics_cpu_ms  \
+         topics_wait_ms  cursors_ms  cursors_cpu_ms  cursors_wait_ms"
+    );
     for round in 1..=rounds {
-        let (started, cpu0) = (Instant::now(), thread_cpu());
+        let mut ended = Ended::default();
+        let (started, s0) = (Instant::now(), Sched::process(&ended));
         let store = Store::open(dir, config(topics * per_topic)).expect("open the store");
-        let cpu1 = thread_cpu();
-        let opened: Vec<_> = (0..topics)
-            .map(|t| {
-                store
-                    .topic(&format!("persistent://tenant/ns/topic-{t}"))
-                    .expect("topic")
-            })
-            .collect();
-        let cpu2 = thread_cpu();
-        let mut cursors = Vec::with_capacity(topics * per_topic);
-        for topic in &opened {
-            for c in 0..per_topic {
-                let cursor = topic
-                    .open_cursor(&format!("sub-{c}"), CursorOptions::default())
-                    .expect("cursor");
-                cursor.read_entries(1).expect("first read");
-                cursors.push(cursor);
-            }
-        }
-        let (wall, cpu3) = (started.elapsed(), thread_cpu());
+        let (opened_at, s1) = (started.elapsed(), Sched::process(&ended));
+        let opened = in_parallel(topics, threads, &mut ended, |t| {
+            store
+                .topic(&format!("persistent://tenant/ns/topic-{t}"))
+                .expect("topic")
+        });
+        let (topics_at, s2) = (started.elapsed(), Sched::process(&ended));
+        let cursors = in_parallel(topics, threads, &mut ended, |t| {
+            (0..per_topic)
+                .map(|c| {
+                    let cursor = opened[t]
+                        .open_cursor(&format!("sub-{c}"), CursorOptions::default())
+                        .expect("cursor");
+                    cursor.read_entries(1).expect("first read");
+                    cursor
+                })
+                .collect::<Vec<_>>()
+        });
+        let (wall, s3) = (started.elapsed(), Sched::process(&ended));
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let (open, topics_phase, cursors_phase) =
+            (s1.ms_since(s0), s2.ms_since(s1), s3.ms_since(s2));
         println!(
-            "{round:>5}  {:>7.0}  {:>6.0}  {:>11.0}  {:>13.0}  {:>14.0}",
+            "{threads:>7}  {round:>5}  {:>7.0}  {:>6.0}  {:>7.0}  {:>11.0}  {:>9.0}  {:>13.0}  \
+             {:>14.0}  {:>10.0}  {:>14.0}  {:>15.0}",
             ms(wall),
-            ms(cpu3 - cpu0),
-            ms(cpu1 - cpu0),
-            ms(cpu2 - cpu1),
-            ms(cpu3 - cpu2)
+            s3.ms_since(s0).0,
+            ms(opened_at),
+            open.0,
+            ms(topics_at - opened_at),
+            topics_phase.0,
+            topics_phase.1,
+            ms(wall - topics_at),
+            cursors_phase.0,
+            cursors_phase.1,
         );
         drop(cursors);
         for topic in &opened {

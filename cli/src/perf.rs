@@ -157,12 +157,22 @@ pub struct PerfArgs {
     #[arg(long, conflicts_with = "ack_budget_bytes",
           value_parser = RangedU64ValueParser::<usize>::new().range(1..=1u64 << 20))]
     ack_budget_per_cursor_bytes: Option<usize>,
+    /// Threads of the store workload's timed restart: 1 to 256 (default 1). The store's open
+    /// (its journal's scan) is one call; every topic's open, then every cursor's open and first
+    /// read, are spread over this many threads, as a broker loads topics concurrently. The JSON
+    /// reports it as `restart_threads`.
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1,
+          value_parser = RangedU64ValueParser::<usize>::new().range(1..=MAX_RESTART_THREADS as u64))]
+    restart_threads: usize,
     /// With `--topics`: also run the same workload on topic directories of
     /// `ManagedLedger::open` (each topic hosting a journal of its own, every cursor flushed on
     /// its own), in the same run.
     #[arg(long)]
     baseline: bool,
 }
+
+/// Most threads of the store workload's timed restart (`--restart-threads`).
+const MAX_RESTART_THREADS: usize = 256;
 
 /// Most points of a `--sweep`.
 const MAX_SWEEP_POINTS: usize = 8;
@@ -1009,6 +1019,7 @@ fn run_store(args: &PerfArgs, topics: usize) -> ackstore::Result<ExitCode> {
         ticks: args.ticks,
         seed: args.seed,
         ack_budget: args.ack_budget(topics * args.cursors),
+        restart_threads: args.restart_threads,
     };
     let temp = tempfile::Builder::new()
         .prefix("ackstore-perf-store-")
@@ -1111,6 +1122,7 @@ fn run_sweep(args: &PerfArgs, Sweep(points): &Sweep) -> ackstore::Result<ExitCod
             ticks: args.ticks,
             seed: args.seed,
             ack_budget: args.ack_budget(total),
+            restart_threads: args.restart_threads,
         };
         let temp = tempfile::Builder::new()
             .prefix("ackstore-perf-sweep-")

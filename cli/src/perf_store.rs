@@ -7,7 +7,7 @@
 //! ticks, each after acks on every cursor (one each, then as many again spread over the cursors
 //! by a Zipf law), with a second thread acking while the tick runs (its latencies during the
 //! tick give `ack_p99_us_during_flush`); close, then a timed restart (open, every topic, every
-//! cursor to its first read); verify every entry of every cursor against the truth. Exits 1 if
+//! cursor to its first read; the topics and cursors from `--restart-threads` threads); verify every entry of every cursor against the truth. Exits 1 if
 //! any cursor differs.
 
 #![allow(
@@ -39,6 +39,9 @@ pub struct Shape {
     pub seed: u64,
     /// The store's one ack memory budget, in bytes (the baseline's cursors have a budget each).
     pub ack_budget: usize,
+    /// Threads of the timed restart's topic opens and cursor opens with their first reads (the
+    /// store's open is one call).
+    pub restart_threads: usize,
 }
 
 /// What one run measured.
@@ -166,6 +169,7 @@ impl Figures {
                 "cursors": ms(self.restart_phases[2].cpu),
             },
             "restart_per_cursor_us": restart_ms * 1e3 / total as f64,
+            "restart_threads": shape.restart_threads,
             "restart_cpu_ms": ms(self.restart_cpu),
             "ack_memory_budget_bytes": self.ack_memory_budget_bytes,
             "threads": self.threads,
@@ -317,16 +321,39 @@ fn schedstat(path: &Path) -> [u64; 2] {
     [fields.next().unwrap_or(0), fields.next().unwrap_or(0)]
 }
 
-/// Nanoseconds on a CPU of every thread of the process but thread `except` (threads that
-/// ended are not counted: a tick's threads are the store's, which live as long as it).
+/// The threads of [`in_parallel`] that ended (each adds itself as it ends, with its CPU time
+/// then, which `/proc/self/task` no longer lists once it has exited): their ids, and the sum of
+/// their nanoseconds on a CPU.
+static ENDED_WORKERS: std::sync::Mutex<(std::collections::BTreeSet<std::ffi::OsString>, u64)> =
+    std::sync::Mutex::new((std::collections::BTreeSet::new(), 0));
+
+/// The calling thread, a worker of [`in_parallel`] about to end, counted in [`ENDED_WORKERS`].
+fn end_worker() {
+    let own = cpu_ns(Path::new("/proc/thread-self/schedstat"));
+    let mut ended = ENDED_WORKERS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    ended.0.extend(thread_id());
+    ended.1 += own;
+}
+
+/// Nanoseconds on a CPU of every thread of the process but thread `except`, the ended threads
+/// of [`in_parallel`] included (a worker still listed while it exits is counted once; other
+/// threads that ended are not counted: a tick's threads are the store's, which live as long as
+/// it).
 fn process_cpu_ns(except: Option<&std::ffi::OsStr>) -> u64 {
-    std::fs::read_dir("/proc/self/task").map_or(0, |tasks| {
+    let ended = ENDED_WORKERS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let live: u64 = std::fs::read_dir("/proc/self/task").map_or(0, |tasks| {
         tasks
             .filter_map(std::result::Result::ok)
             .filter(|t| Some(t.file_name().as_os_str()) != except)
+            .filter(|t| !ended.0.contains(&t.file_name()))
             .map(|t| cpu_ns(&t.path().join("schedstat")))
             .sum()
-    })
+    });
+    live + ended.1
 }
 
 /// The calling thread's id, as its directory under `/proc/self/task` is named.
@@ -460,14 +487,14 @@ impl Fleet {
     }
 
     /// Opens every topic and cursor, from `threads` threads (topics and their cursors spread
-    /// over them); `phases` gets the wall and CPU time of the store's open, of the topics' and
-    /// of the cursors'.
+    /// over them), each cursor read once after its open if `first_read`; `phases` gets the wall
+    /// and CPU time of the store's open, of the topics' and of the cursors'.
     fn open(
         dir: &Path,
         baseline: bool,
         shape: &Shape,
         phases: &mut [Phase; 3],
-        threads: usize,
+        (threads, first_read): (usize, bool),
     ) -> ackstore::Result<Self> {
         let started = Stamp::now();
         let (store, topics) = if baseline {
@@ -494,7 +521,14 @@ impl Fleet {
         let cursors_started = Stamp::now();
         let per_topic = in_parallel(shape.topics, threads, |t| {
             (0..shape.cursors)
-                .map(|c| topics[t].open_cursor(&format!("sub-{c}"), CursorOptions::default()))
+                .map(|c| {
+                    let cursor =
+                        topics[t].open_cursor(&format!("sub-{c}"), CursorOptions::default())?;
+                    if first_read {
+                        cursor.read_entries(1)?;
+                    }
+                    Ok(cursor)
+                })
                 .collect::<ackstore::Result<Vec<_>>>()
         })?;
         let cursors = per_topic
@@ -546,7 +580,8 @@ impl Fleet {
 }
 
 /// Threads that create the topics, their entries and their cursors before the first tick (a
-/// broker loads topics concurrently; the timed restart opens them from one thread).
+/// broker loads topics concurrently; the timed restart opens them from `--restart-threads`,
+/// one by default).
 const SETUP_THREADS: usize = 8;
 
 /// `f(0..n)`, run from `threads` threads, in order.
@@ -564,13 +599,18 @@ fn in_parallel<T: Send>(
             .map(|_| {
                 s.spawn(|| {
                     let mut mine = Vec::new();
-                    loop {
+                    let done = loop {
                         let i = next.fetch_add(1, Ordering::SeqCst);
                         if i >= n {
-                            return Ok(mine);
+                            break Ok(mine);
                         }
-                        mine.push((i, f(i)?));
-                    }
+                        match f(i) {
+                            Ok(t) => mine.push((i, t)),
+                            Err(e) => break Err(e),
+                        }
+                    };
+                    end_worker();
+                    done
                 })
             })
             .collect();
@@ -579,7 +619,7 @@ fn in_parallel<T: Send>(
             .map(|w| {
                 w.join().unwrap_or_else(|_| {
                     Err(ackstore::Error::InvalidArgument {
-                        reason: "a set-up thread panicked".into(),
+                        reason: "a thread opening topics or cursors panicked".into(),
                     })
                 })
             })
@@ -600,7 +640,7 @@ fn set_up(dir: &Path, baseline: bool, shape: &Shape) -> ackstore::Result<(Fleet,
         baseline,
         shape,
         &mut [Phase::default(); 3],
-        SETUP_THREADS,
+        (SETUP_THREADS, false),
     )?;
     let payload = [0xA5_u8; 100];
     let positions = in_parallel(shape.topics, SETUP_THREADS, |t| {
@@ -746,8 +786,8 @@ fn record_acks(
     Ok(())
 }
 
-/// The timed restart (open, every topic, every cursor to its first read), then every entry of
-/// every cursor checked against `truth`.
+/// The timed restart (open, every topic, every cursor to its first read, from
+/// `shape.restart_threads` threads), then every entry of every cursor checked against `truth`.
 fn restart_and_verify(
     dir: &Path,
     baseline: bool,
@@ -756,17 +796,16 @@ fn restart_and_verify(
     truth: &[Truth],
     figures: &mut Figures,
 ) -> ackstore::Result<()> {
-    // Restart: open, every topic, every cursor to its first read.
+    // Restart: open, every topic, every cursor to its first read, from `restart_threads`.
     let cpu_started = process_cpu_ns(None);
     let started = Instant::now();
-    let fleet = Fleet::open(dir, baseline, shape, &mut figures.restart_phases, 1)?;
-    let reads = Stamp::now();
-    for (_, cursor) in &fleet.cursors {
-        cursor.read_entries(1)?;
-    }
-    let read = reads.elapsed();
-    figures.restart_phases[2].wall += read.wall;
-    figures.restart_phases[2].cpu += read.cpu;
+    let fleet = Fleet::open(
+        dir,
+        baseline,
+        shape,
+        &mut figures.restart_phases,
+        (shape.restart_threads, true),
+    )?;
     figures.restart = started.elapsed();
     figures.restart_cpu = Duration::from_nanos(process_cpu_ns(None).saturating_sub(cpu_started));
 
@@ -780,4 +819,39 @@ fn restart_and_verify(
     }
     figures.verified = figures.mismatches == 0;
     fleet.close()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Spins until the calling thread has used `ns` nanoseconds of CPU (its own counter, so
+    /// however loaded the machine).
+    fn spin_for_cpu(ns: u64) {
+        let own = Path::new("/proc/thread-self/schedstat");
+        let start = cpu_ns(own);
+        let mut x = 0u64;
+        while cpu_ns(own).saturating_sub(start) < ns {
+            for i in 0..10_000u64 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+            }
+        }
+    }
+
+    /// A phase's CPU counts the threads that ran it, which have ended when it is measured.
+    #[test]
+    fn the_cpu_of_threads_that_ended_counts_in_the_process_cpu() {
+        const EACH_NS: u64 = 20_000_000;
+        let before = process_cpu_ns(None);
+        in_parallel(3, 3, |_| {
+            spin_for_cpu(EACH_NS);
+            Ok(())
+        })
+        .expect("workers");
+        let used = process_cpu_ns(None).saturating_sub(before);
+        assert!(
+            used >= 3 * EACH_NS,
+            "{used} ns counted for 3 workers of at least {EACH_NS} ns each"
+        );
+    }
 }

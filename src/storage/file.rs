@@ -671,9 +671,15 @@ impl RealFile {
 
     /// The file's descriptor, reopened (the same file, or an error) when the cache closed it;
     /// the descriptors that makes the cache evict close before this returns, with no lock held.
+    ///
+    /// The reopen (a path lookup, an `open` and an `fstat`) runs without the cache's lock,
+    /// which every file of the store shares: threads reopening files of different topics do
+    /// not wait for each other's syscalls. A thread that finds the file's descriptor cached by
+    /// another's reopen meanwhile takes that one and closes its own, never used (no write
+    /// went through it, so it closes without a sync); so the cache holds one descriptor per
+    /// file, as before.
     fn descriptor(&self) -> Result<Arc<Descriptor>> {
-        let mut open = lock(&self.fds.open);
-        if let Some(d) = open.get(&self.key) {
+        if let Some(d) = lock(&self.fds.open).get(&self.key) {
             return Ok(Arc::clone(d));
         }
         let gone = || {
@@ -705,6 +711,13 @@ impl RealFile {
                     "the file was replaced by another under this name since it was opened",
                 ),
             ));
+        }
+        let mut open = lock(&self.fds.open);
+        if let Some(d) = open.get(&self.key) {
+            let d = Arc::clone(d);
+            drop(open);
+            drop(file);
+            return Ok(d);
         }
         let descriptor = Arc::new(Descriptor {
             file,

@@ -76,6 +76,7 @@ mod open_files_threads;
 mod open_syncs;
 mod owner_io;
 mod reopen_after_failed_close;
+mod restart_threads;
 mod seal;
 mod single_entry_journal_versions;
 mod single_owner_never_refused;

@@ -281,6 +281,22 @@ fn perf_refuses_every_hostile_argument_with_exit_code_2() {
         ),
         (&["--topics", "1", "--ticks", "0"], "--ticks"),
         (&["--topics", "1", "--ticks", MAX], "--ticks"),
+        (
+            &["--topics", "1", "--restart-threads", "0"],
+            "--restart-threads",
+        ),
+        (
+            &["--topics", "1", "--restart-threads", "257"],
+            "--restart-threads",
+        ),
+        (
+            &["--topics", "1", "--restart-threads", "-1"],
+            "--restart-threads",
+        ),
+        (
+            &["--topics", "1", "--restart-threads", MAX],
+            "--restart-threads",
+        ),
         (&["--sweep", "10"], "--sweep"),
         (&["--sweep", "0,10"], "--sweep"),
         (&["--sweep", "10,1000001"], "--sweep"),
@@ -387,6 +403,7 @@ fn perf_help_states_the_bounds_of_every_numeric_argument() {
         ("--cursors", "1,000,000"),
         ("--topic-entries", "1,000,000"),
         ("--ticks", "1,000"),
+        ("--restart-threads", "1 to 256"),
         ("--sweep", "1,000,000"),
         ("--ack-budget-bytes", "1,099,511,627,776"),
         ("--pattern", "2 to 1,000,000,000"),

@@ -188,6 +188,8 @@ fn perf_with_topics_runs_the_store_workload_and_its_baseline_and_verifies_every_
             }
         }
     }
+    // The timed restart runs from one thread unless told otherwise.
+    assert_eq!(report["restart_threads"], 1, "{report}");
     // The store's ticks sync once (a tick that starts a segment also lists it in the catalog,
     // two syncs, and syncs the segment before it); the baseline once per cursor at least.
     assert!(report["fsyncs_per_tick"].as_u64() <= Some(4));
@@ -249,6 +251,41 @@ fn perf_with_topics_and_a_full_budget_releases_memory_and_verifies_every_cursor(
         assert!(
             report["tick_thread_ms"][part].is_number(),
             "{part} in {report}"
+        );
+    }
+}
+
+/// With `--restart-threads`, the timed restart opens the topics and the cursors (each to its
+/// first read) from that many threads, the budget full so that first reads load partitions
+/// back while other threads' reads evict them, and every entry of every cursor still matches
+/// what the workload acknowledged and flushed.
+#[test]
+fn perf_with_restart_threads_reopens_from_that_many_threads_and_verifies_every_cursor() {
+    let out = support::cli::run(&[
+        "perf",
+        "--topics",
+        "7",
+        "--cursors",
+        "6",
+        "--topic-entries",
+        "200",
+        "--ticks",
+        "2",
+        "--ack-budget-bytes",
+        "4096",
+        "--restart-threads",
+        "3",
+        "--json",
+    ]);
+    let report = support::cli::json(&out);
+    assert!(out.status.success(), "{report}");
+    assert_eq!(report["restart_threads"], 3, "{report}");
+    assert_eq!(report["verified"], true, "{report}");
+    assert_eq!(report["total_cursors"], 42, "{report}");
+    for phase in ["topics", "cursors"] {
+        assert!(
+            report["restart_phases_cpu_ms"][phase].as_f64() > Some(0.0),
+            "{phase} in {report}"
         );
     }
 }
