@@ -825,6 +825,15 @@ fn restart_and_verify(
 mod tests {
     use super::*;
 
+    /// These tests one at a time: each counts the CPU of the whole process, which another's
+    /// workers would add to.
+    fn alone() -> std::sync::MutexGuard<'static, ()> {
+        static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        ALONE
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Spins until the calling thread has used `ns` nanoseconds of CPU (its own counter, so
     /// however loaded the machine).
     fn spin_for_cpu(ns: u64) {
@@ -838,10 +847,33 @@ mod tests {
         }
     }
 
+    /// A thread given the id of a worker that ended (the kernel hands ids out again once its
+    /// counter wraps, at 32,768 by default) counts while it lives: an ended worker's id leaves
+    /// out the thread it named, no other.
+    #[test]
+    fn a_live_thread_with_the_id_of_an_ended_worker_counts() {
+        const NS: u64 = 20_000_000;
+        let _alone = alone();
+        // As an earlier worker of this id left it: ended, its CPU counted.
+        ENDED_WORKERS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .0
+            .extend(thread_id());
+        let before = process_cpu_ns(None);
+        spin_for_cpu(NS);
+        let used = process_cpu_ns(None).saturating_sub(before);
+        assert!(
+            used >= NS,
+            "{used} ns counted for a thread that ran {NS} ns"
+        );
+    }
+
     /// A phase's CPU counts the threads that ran it, which have ended when it is measured.
     #[test]
     fn the_cpu_of_threads_that_ended_counts_in_the_process_cpu() {
         const EACH_NS: u64 = 20_000_000;
+        let _alone = alone();
         let before = process_cpu_ns(None);
         in_parallel(3, 3, |_| {
             spin_for_cpu(EACH_NS);
