@@ -322,10 +322,26 @@ fn schedstat(path: &Path) -> [u64; 2] {
 }
 
 /// The threads of [`in_parallel`] that ended (each adds itself as it ends, with its CPU time
-/// then, which `/proc/self/task` no longer lists once it has exited): their ids, and the sum of
-/// their nanoseconds on a CPU.
-static ENDED_WORKERS: std::sync::Mutex<(std::collections::BTreeSet<std::ffi::OsString>, u64)> =
-    std::sync::Mutex::new((std::collections::BTreeSet::new(), 0));
+/// then, which `/proc/self/task` no longer lists once it has exited): their ids with their start
+/// times (the kernel hands an id out again once its counter wraps: the start time tells the
+/// thread that ended from a later one of the same id), and the sum of their nanoseconds on a
+/// CPU.
+#[allow(clippy::type_complexity)]
+static ENDED_WORKERS: std::sync::Mutex<(
+    std::collections::BTreeSet<(std::ffi::OsString, u64)>,
+    u64,
+)> = std::sync::Mutex::new((std::collections::BTreeSet::new(), 0));
+
+/// The start time (in clock ticks after boot) of the thread whose `/proc` directory is `task`;
+/// 0 where unreadable.
+fn start_time(task: &Path) -> u64 {
+    let stat = std::fs::read_to_string(task.join("stat")).unwrap_or_default();
+    // Field 22; the fields after the name (in parentheses, which may hold spaces) start at 3.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(22 - 3))
+        .and_then(|f| f.parse().ok())
+        .unwrap_or(0)
+}
 
 /// The calling thread, a worker of [`in_parallel`] about to end, counted in [`ENDED_WORKERS`].
 fn end_worker() {
@@ -333,7 +349,8 @@ fn end_worker() {
     let mut ended = ENDED_WORKERS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    ended.0.extend(thread_id());
+    let started = start_time(Path::new("/proc/thread-self"));
+    ended.0.extend(thread_id().map(|id| (id, started)));
     ended.1 += own;
 }
 
@@ -349,7 +366,7 @@ fn process_cpu_ns(except: Option<&std::ffi::OsStr>) -> u64 {
         tasks
             .filter_map(std::result::Result::ok)
             .filter(|t| Some(t.file_name().as_os_str()) != except)
-            .filter(|t| !ended.0.contains(&t.file_name()))
+            .filter(|t| !ended.0.contains(&(t.file_name(), start_time(&t.path()))))
             .map(|t| cpu_ns(&t.path().join("schedstat")))
             .sum()
     });
@@ -825,6 +842,15 @@ fn restart_and_verify(
 mod tests {
     use super::*;
 
+    /// These tests one at a time: each counts the CPU of the whole process, which another's
+    /// workers would add to.
+    fn alone() -> std::sync::MutexGuard<'static, ()> {
+        static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        ALONE
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Spins until the calling thread has used `ns` nanoseconds of CPU (its own counter, so
     /// however loaded the machine).
     fn spin_for_cpu(ns: u64) {
@@ -838,10 +864,34 @@ mod tests {
         }
     }
 
+    /// A thread given the id of a worker that ended (the kernel hands ids out again once its
+    /// counter wraps, at 32,768 by default) counts while it lives: an ended worker's id leaves
+    /// out the thread it named, no other.
+    #[test]
+    fn a_live_thread_with_the_id_of_an_ended_worker_counts() {
+        const NS: u64 = 20_000_000;
+        let _alone = alone();
+        // As an earlier worker of this id left it: ended, its CPU counted, started before.
+        let earlier = start_time(Path::new("/proc/thread-self")).wrapping_sub(1);
+        ENDED_WORKERS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .0
+            .extend(thread_id().map(|id| (id, earlier)));
+        let before = process_cpu_ns(None);
+        spin_for_cpu(NS);
+        let used = process_cpu_ns(None).saturating_sub(before);
+        assert!(
+            used >= NS,
+            "{used} ns counted for a thread that ran {NS} ns"
+        );
+    }
+
     /// A phase's CPU counts the threads that ran it, which have ended when it is measured.
     #[test]
     fn the_cpu_of_threads_that_ended_counts_in_the_process_cpu() {
         const EACH_NS: u64 = 20_000_000;
+        let _alone = alone();
         let before = process_cpu_ns(None);
         in_parallel(3, 3, |_| {
             spin_for_cpu(EACH_NS);

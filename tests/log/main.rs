@@ -12,6 +12,7 @@ mod corruption;
 mod crash;
 mod damaged_ledgers;
 mod file_storage;
+mod file_storage_threads;
 mod finder;
 mod group_commit;
 mod ledger_file_names;
