@@ -17,6 +17,7 @@
 //! ledger, bytes cut from a tail, a fence, a failed background flush), `info` for recoveries
 //! that fell back, `debug` for the rest.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// The log target of every event (`RUST_LOG=ackstore=debug` with `env_logger`, for instance).
@@ -76,14 +77,14 @@ pub const STORE_OPEN_SECONDS: &str = "ackstore_store_open_seconds";
 /// (`cursor-{id}`, bounded and path-safe, unlike the client-chosen cursor name).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct CursorLabels {
-    /// The topic's storage location.
-    pub topic: String,
+    /// The topic's storage location, shared by every cursor of the topic.
+    pub topic: Arc<str>,
     /// The cursor record's name.
     pub cursor: String,
 }
 
 impl CursorLabels {
-    pub(crate) fn new(topic: String, cursor: &str) -> Self {
+    pub(crate) fn new(topic: Arc<str>, cursor: &str) -> Self {
         CursorLabels {
             topic,
             cursor: cursor.to_string(),
@@ -104,8 +105,11 @@ impl CursorLabels {
     /// installs its recorder before it opens topics.
     pub(crate) fn flush_series(&self) -> FlushSeries {
         let labels = [
-            ("topic", self.topic.clone()),
-            ("cursor", self.cursor.clone()),
+            (
+                "topic",
+                metrics::SharedString::from(Arc::clone(&self.topic)),
+            ),
+            ("cursor", metrics::SharedString::from(self.cursor.clone())),
         ];
         FlushSeries {
             flushes: metrics::counter!(FLUSHES, &labels),

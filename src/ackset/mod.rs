@@ -28,6 +28,7 @@
 //! every reported range is maximal.
 
 pub mod budget;
+pub mod index;
 pub mod resident;
 pub mod set;
 pub mod store;

@@ -33,12 +33,12 @@
 //!   an unsaved partition first calls [`PartitionStore::store`]; evicting a saved one just drops
 //!   it. A loaded partition is saved until it changes.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Bound;
 
 use roaring::RoaringBitmap;
 
+use super::index::PartitionIndex;
 use super::resident::{List, Resident, Residents};
 use super::{
     AckRange, Charge, Direction, LAST_OFFSET, PartitionKey, PartitionStore, RangeJoiner, chunks,
@@ -50,8 +50,8 @@ use crate::position::Position;
 
 /// Bytes the index is charged per live partition, outside the budget: key and entry (32 bytes)
 /// in B-tree leaves of 11 slots that are at least 5 full (368-byte leaves, so at most 74 bytes an
-/// entry), plus the internal nodes above them (under 20 bytes an entry), rounded up. A smaller map
-/// costs at most one leaf more.
+/// entry), plus the internal nodes above them (under 20 bytes an entry), rounded up. An index of
+/// a few partitions is a vector of exactly their 32-byte entries ([`PartitionIndex`]).
 pub const INDEX_ENTRY_BYTES: usize = 96;
 
 /// Counters and sizes of a cursor's ack set: resident bytes against its budget, partitions
@@ -114,7 +114,7 @@ pub struct RangeSetWrapper {
     budget: usize,
     /// Bytes of state outside the partitions charged to `budget` ([`Self::set_charge`]).
     charged: usize,
-    index: BTreeMap<PartitionKey, IndexEntry>,
+    index: PartitionIndex<IndexEntry>,
     /// Resident partitions: the hot one, and the others in their lists (saved, unsaved, and
     /// pinned: unsaved ones the store could not take).
     residents: Residents,
@@ -151,7 +151,7 @@ impl RangeSetWrapper {
             store,
             budget: budget_bytes,
             charged: 0,
-            index: BTreeMap::new(),
+            index: PartitionIndex::default(),
             residents: Residents::new(),
             stores_blocked: false,
             store_failures: 0,
@@ -915,14 +915,18 @@ impl RangeSetWrapper {
         };
         let slot = self.residents.insert_hot(resident);
         self.note_peak();
-        self.index
-            .entry(key)
-            .and_modify(|e| e.resident = true)
-            .or_insert(IndexEntry {
-                cardinality: 0,
-                resident: true,
-                dirty: false,
-            });
+        if let Some(e) = self.index.get_mut(&key) {
+            e.resident = true;
+        } else {
+            self.index.insert(
+                key,
+                IndexEntry {
+                    cardinality: 0,
+                    resident: true,
+                    dirty: false,
+                },
+            );
+        }
         Ok(Some(slot))
     }
 

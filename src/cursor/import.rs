@@ -103,7 +103,7 @@ impl Pending {
     pub(crate) fn stage(
         &self,
         tick: &mut Tick<'_>,
-        config: CursorConfig,
+        config: Arc<CursorConfig>,
         state: &PersistedState,
         (acks, batch): (&mut RangeSetWrapper, &mut BatchAcks),
     ) -> Result<JournalCursor> {

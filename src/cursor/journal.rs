@@ -106,7 +106,8 @@ pub(crate) struct JournalCursor {
     id: CursorId,
     /// The name tag of the cursor's name, which its markers bind.
     name: u32,
-    config: CursorConfig,
+    /// Shared by the topic's journal cursors.
+    config: Arc<CursorConfig>,
     /// The state of the last marker staged, and how many live partitions and partitions with
     /// partial entries it listed: a flush with the same state and no changed partition stages
     /// nothing.
@@ -117,7 +118,7 @@ pub(crate) struct JournalCursor {
 
 impl JournalCursor {
     /// The settings this cursor persists with.
-    pub(crate) fn config(&self) -> &CursorConfig {
+    pub(crate) fn config(&self) -> &Arc<CursorConfig> {
         &self.config
     }
 
@@ -126,7 +127,7 @@ impl JournalCursor {
     pub(crate) fn new(
         tj: &TopicJournal,
         (cursor, name): (u64, &str),
-        config: CursorConfig,
+        config: Arc<CursorConfig>,
         labels: CursorLabels,
     ) -> (Self, RangeSetWrapper) {
         let this = Self {
@@ -157,7 +158,7 @@ impl JournalCursor {
     pub(crate) fn recover(
         tj: &TopicJournal,
         (cursor, name): (u64, &str),
-        config: CursorConfig,
+        config: Arc<CursorConfig>,
         labels: CursorLabels,
     ) -> Result<Option<(Self, PersistedState, AckState)>> {
         let id = tj.cursor_id(cursor);

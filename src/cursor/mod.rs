@@ -281,8 +281,9 @@ struct Core {
     durable: bool,
     /// Whether the state changed since it was last persisted.
     dirty: bool,
-    /// The first error of a background flush not yet returned to a caller.
-    background_error: Option<Error>,
+    /// The first error of a background flush not yet returned to a caller. Boxed: rare, and
+    /// every cursor of a store carries the field (an `Error` takes 56 bytes inline).
+    background_error: Option<Box<Error>>,
     /// An import made because of the budget failed (see `Core::import_if_past_budget`): the
     /// next one waits for a flush.
     import_failed: bool,
@@ -536,7 +537,8 @@ impl Core {
 /// One cursor, shared by every handle to it and by the topic's registry.
 pub(crate) struct CursorShared {
     id: u64,
-    name: String,
+    /// Shared with the key of the topic's registry.
+    name: Arc<str>,
     topic: Arc<dyn TopicAccess>,
     core: Mutex<Core>,
     /// Mark-delete as of the last completed operation, for trimming; or, after acks that
@@ -570,7 +572,7 @@ impl CursorShared {
     /// on `CursorConfig::flush_interval`.
     pub(crate) fn new(
         id: u64,
-        name: String,
+        name: Arc<str>,
         topic: Arc<dyn TopicAccess>,
         mut state: CursorState,
         persistence: Persistence,
@@ -635,7 +637,7 @@ impl CursorShared {
         let mark = state.mark_delete;
         Arc::new(Self {
             id,
-            name,
+            name: name.into(),
             topic,
             core: Mutex::new(Core {
                 state,
@@ -662,6 +664,11 @@ impl CursorShared {
 
     pub(crate) fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The cursor's name, to key the topic's registry without a copy of it.
+    pub(crate) fn shared_name(&self) -> Arc<str> {
+        Arc::clone(&self.name)
     }
 
     /// Whether the cursor's state is persisted (`false` for a non-durable cursor).
@@ -774,7 +781,7 @@ impl CursorShared {
             };
         }
         if let Some(e) = core.background_error.take() {
-            return Err(e);
+            return Err(*e);
         }
         core.flush(tick.as_mut())?;
         // Under the cursor's lock: nothing may change between the last flush and the close.
@@ -800,7 +807,7 @@ impl CursorShared {
         if persisted.is_ok() {
             core.retire();
         }
-        let result = pending.map_or(persisted, Err);
+        let result = pending.map_or(persisted, |e| Err(*e));
         self.lost.store(result.is_err(), Ordering::SeqCst);
         self.finish_close(core);
         result
@@ -841,7 +848,7 @@ impl CursorShared {
             Ok(()) => Ok(true),
             Err(e) if keep_error => {
                 core.observe_background_failure(&e);
-                core.background_error = Some(e);
+                core.background_error = Some(Box::new(e));
                 Ok(false)
             }
             Err(e) => Err(e),
@@ -1479,7 +1486,7 @@ impl Cursor {
         let (labels, retiring) = {
             let mut core = self.shared.core()?;
             if let Some(e) = core.background_error.take() {
-                return Err(e);
+                return Err(*e);
             }
             core.flush(tick.as_mut())?;
             let labels = core.persister.as_ref().map(|p| p.labels().clone());

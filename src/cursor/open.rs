@@ -124,7 +124,7 @@ impl CursorOpener {
         if let (PersistMode::SingleEntry, Some(ranges)) =
             (self.config.persist_mode, source.snapshot_ranges())
         {
-            let labels = CursorLabels::new(self.log.storage().location(), &self.record_name);
+            let labels = CursorLabels::new(self.log.storage().location().into(), &self.record_name);
             check_imported_snapshot(ranges, &self.config, &labels)?;
         }
         acks.hold_stores();

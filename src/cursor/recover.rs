@@ -280,7 +280,7 @@ pub fn recover(
     }
     let epoch = record.epoch;
     let had_ledger = ledger.is_some() || report.ledger_missing;
-    let labels = CursorLabels::new(log.storage().location(), record_name);
+    let labels = CursorLabels::new(log.storage().location().into(), record_name);
     let source = LedgerSource {
         record: RecordOwner::new(
             meta,

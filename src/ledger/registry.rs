@@ -174,9 +174,9 @@ impl TopicCore {
         let persistence =
             self.ledger_persistence(r.ledger, (Some(r.source), r.changed), &tj, (id, name));
         let topic: Arc<dyn TopicAccess> = self.clone();
-        let shared = CursorShared::new(id, name.to_owned(), topic, state, persistence);
+        let shared = CursorShared::new(id, name.into(), topic, state, persistence);
         shared.settle_import();
-        self.cursors().insert(name.to_owned(), shared.clone());
+        self.cursors().insert(shared.shared_name(), shared.clone());
         Ok(Cursor::from_shared(shared))
     }
 
@@ -195,7 +195,7 @@ impl TopicCore {
         (id, name): (u64, &str),
     ) -> Persistence {
         let labels = CursorLabels::new(self.location.clone(), &cursor::record_name(id));
-        let config = self.config.cursor.clone();
+        let config = Arc::clone(&self.cursor_config);
         // Nothing of it is in the journal yet: the import stages a cursor of its own.
         let (jc, _) = JournalCursor::new(tj, (id, name), config, labels.clone());
         Persistence {
@@ -227,7 +227,7 @@ impl TopicCore {
         tj: &TopicJournal,
     ) -> Result<Cursor> {
         let record_name = cursor::record_name(id);
-        let config = self.config.cursor.clone();
+        let config = Arc::clone(&self.cursor_config);
         let labels = CursorLabels::new(self.location.clone(), &record_name);
         let layout = self.layout().clone();
         let recovered = listed
@@ -372,8 +372,8 @@ impl TopicCore {
             retiring,
         };
         let topic: Arc<dyn TopicAccess> = self.clone();
-        let shared = CursorShared::new(id, name.to_owned(), topic, state, persistence);
-        self.cursors().insert(name.to_owned(), shared.clone());
+        let shared = CursorShared::new(id, name.into(), topic, state, persistence);
+        self.cursors().insert(shared.shared_name(), shared.clone());
         Cursor::from_shared(shared)
     }
 

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use super::config::LedgerConfig;
 use super::names::CursorNames;
 use super::table;
+use crate::cursor::CursorConfig;
 use crate::cursor::journal::TopicJournal;
 use crate::cursor::{self, CursorShared, NO_MARK_DELETE, TopicAccess};
 use crate::error::{Error, Result};
@@ -65,10 +66,12 @@ impl Writer {
 
 /// One open topic.
 pub(crate) struct TopicCore {
-    pub(crate) location: String,
+    pub(crate) location: Arc<str>,
     log: RwLock<Option<Arc<EntryLog>>>,
     pub(crate) meta: Arc<dyn MetaStore>,
     pub(crate) config: LedgerConfig,
+    /// `config.cursor`, shared by the topic's journal cursors instead of a copy each.
+    pub(crate) cursor_config: Arc<CursorConfig>,
     /// Every appended entry and the readable prefix of them.
     layout: RwLock<Layouts>,
     writer: Mutex<Writer>,
@@ -81,7 +84,7 @@ pub(crate) struct TopicCore {
     /// lock: nothing but the metadata store is used while holding it.
     committing: Mutex<TopicRecord>,
     /// Open cursors by name.
-    cursors: Mutex<BTreeMap<String, Arc<CursorShared>>>,
+    cursors: Mutex<BTreeMap<Arc<str>, Arc<CursorShared>>>,
     /// A close failed (a cursor's flush or the seal): what it could not persist is lost, so a
     /// later close answers [`Error::Closed`], never `Ok`.
     close_failed: AtomicBool,
@@ -152,7 +155,8 @@ impl TopicCore {
     ) -> Self {
         let read_unsynced = config.read_unsynced;
         Self {
-            location: log.storage().location(),
+            location: log.storage().location().into(),
+            cursor_config: Arc::new(config.cursor.clone()),
             log: RwLock::new(Some(log)),
             meta,
             config,
@@ -212,7 +216,7 @@ impl TopicCore {
         self.closing.load(Ordering::SeqCst)
     }
 
-    pub(crate) fn cursors(&self) -> MutexGuard<'_, BTreeMap<String, Arc<CursorShared>>> {
+    pub(crate) fn cursors(&self) -> MutexGuard<'_, BTreeMap<Arc<str>, Arc<CursorShared>>> {
         lock(&self.cursors)
     }
 

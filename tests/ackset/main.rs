@@ -12,6 +12,7 @@ mod budget_members;
 mod faults;
 mod model;
 mod partition_charges;
+mod partition_index;
 mod partition_samples;
 mod partition_store;
 mod pulsar_sizes;
