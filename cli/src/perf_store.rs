@@ -7,8 +7,8 @@
 //! ticks, each after acks on every cursor (one each, then as many again spread over the cursors
 //! by a Zipf law), with a second thread acking while the tick runs (its latencies during the
 //! tick give `ack_p99_us_during_flush`); close, then a timed restart (open, every topic, every
-//! cursor to its first read; the topics and cursors from `--restart-threads` threads); verify every entry of every cursor against the truth. Exits 1 if
-//! any cursor differs.
+//! cursor to its first read; the topics and cursors from `--restart-threads` threads); verify
+//! every entry of every cursor against the truth. Exits 1 if any cursor differs.
 
 #![allow(
     clippy::cast_precision_loss,
@@ -321,56 +321,17 @@ fn schedstat(path: &Path) -> [u64; 2] {
     [fields.next().unwrap_or(0), fields.next().unwrap_or(0)]
 }
 
-/// The threads of [`in_parallel`] that ended (each adds itself as it ends, with its CPU time
-/// then, which `/proc/self/task` no longer lists once it has exited): their ids with their start
-/// times (the kernel hands an id out again once its counter wraps: the start time tells the
-/// thread that ended from a later one of the same id), and the sum of their nanoseconds on a
-/// CPU.
-#[allow(clippy::type_complexity)]
-static ENDED_WORKERS: std::sync::Mutex<(
-    std::collections::BTreeSet<(std::ffi::OsString, u64)>,
-    u64,
-)> = std::sync::Mutex::new((std::collections::BTreeSet::new(), 0));
-
-/// The start time (in clock ticks after boot) of the thread whose `/proc` directory is `task`;
-/// 0 where unreadable.
-fn start_time(task: &Path) -> u64 {
-    let stat = std::fs::read_to_string(task.join("stat")).unwrap_or_default();
-    // Field 22; the fields after the name (in parentheses, which may hold spaces) start at 3.
-    stat.rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().nth(22 - 3))
-        .and_then(|f| f.parse().ok())
-        .unwrap_or(0)
-}
-
-/// The calling thread, a worker of [`in_parallel`] about to end, counted in [`ENDED_WORKERS`].
-fn end_worker() {
-    let own = cpu_ns(Path::new("/proc/thread-self/schedstat"));
-    let mut ended = ENDED_WORKERS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let started = start_time(Path::new("/proc/thread-self"));
-    ended.0.extend(thread_id().map(|id| (id, started)));
-    ended.1 += own;
-}
-
-/// Nanoseconds on a CPU of every thread of the process but thread `except`, the ended threads
-/// of [`in_parallel`] included (a worker still listed while it exits is counted once; other
-/// threads that ended are not counted: a tick's threads are the store's, which live as long as
-/// it).
+/// Nanoseconds on a CPU of every thread of the process, ended ones included (the process's
+/// CPU clock), but thread `except` (a thread id as `/proc/self/task` names it, alive while it is
+/// measured).
 fn process_cpu_ns(except: Option<&std::ffi::OsStr>) -> u64 {
-    let ended = ENDED_WORKERS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let live: u64 = std::fs::read_dir("/proc/self/task").map_or(0, |tasks| {
-        tasks
-            .filter_map(std::result::Result::ok)
-            .filter(|t| Some(t.file_name().as_os_str()) != except)
-            .filter(|t| !ended.0.contains(&(t.file_name(), start_time(&t.path()))))
-            .map(|t| cpu_ns(&t.path().join("schedstat")))
-            .sum()
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    let all = u64::try_from(now.tv_sec).unwrap_or(0) * 1_000_000_000
+        + u64::try_from(now.tv_nsec).unwrap_or(0);
+    let excepted = except.map_or(0, |id| {
+        cpu_ns(&Path::new("/proc/self/task").join(id).join("schedstat"))
     });
-    live + ended.1
+    all.saturating_sub(excepted)
 }
 
 /// The calling thread's id, as its directory under `/proc/self/task` is named.
@@ -616,7 +577,7 @@ fn in_parallel<T: Send>(
             .map(|_| {
                 s.spawn(|| {
                     let mut mine = Vec::new();
-                    let done = loop {
+                    loop {
                         let i = next.fetch_add(1, Ordering::SeqCst);
                         if i >= n {
                             break Ok(mine);
@@ -625,9 +586,7 @@ fn in_parallel<T: Send>(
                             Ok(t) => mine.push((i, t)),
                             Err(e) => break Err(e),
                         }
-                    };
-                    end_worker();
-                    done
+                    }
                 })
             })
             .collect();
@@ -842,15 +801,6 @@ fn restart_and_verify(
 mod tests {
     use super::*;
 
-    /// These tests one at a time: each counts the CPU of the whole process, which another's
-    /// workers would add to.
-    fn alone() -> std::sync::MutexGuard<'static, ()> {
-        static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        ALONE
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// Spins until the calling thread has used `ns` nanoseconds of CPU (its own counter, so
     /// however loaded the machine).
     fn spin_for_cpu(ns: u64) {
@@ -864,34 +814,10 @@ mod tests {
         }
     }
 
-    /// A thread given the id of a worker that ended (the kernel hands ids out again once its
-    /// counter wraps, at 32,768 by default) counts while it lives: an ended worker's id leaves
-    /// out the thread it named, no other.
-    #[test]
-    fn a_live_thread_with_the_id_of_an_ended_worker_counts() {
-        const NS: u64 = 20_000_000;
-        let _alone = alone();
-        // As an earlier worker of this id left it: ended, its CPU counted, started before.
-        let earlier = start_time(Path::new("/proc/thread-self")).wrapping_sub(1);
-        ENDED_WORKERS
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .0
-            .extend(thread_id().map(|id| (id, earlier)));
-        let before = process_cpu_ns(None);
-        spin_for_cpu(NS);
-        let used = process_cpu_ns(None).saturating_sub(before);
-        assert!(
-            used >= NS,
-            "{used} ns counted for a thread that ran {NS} ns"
-        );
-    }
-
     /// A phase's CPU counts the threads that ran it, which have ended when it is measured.
     #[test]
     fn the_cpu_of_threads_that_ended_counts_in_the_process_cpu() {
         const EACH_NS: u64 = 20_000_000;
-        let _alone = alone();
         let before = process_cpu_ns(None);
         in_parallel(3, 3, |_| {
             spin_for_cpu(EACH_NS);
