@@ -346,3 +346,122 @@ fn a_background_flush_error_goes_to_its_own_cursor_once() {
     drop((a, b));
     topic.close().expect("close the topic");
 }
+
+/// Counts every counter by its key; gauges and histograms are dropped.
+#[derive(Default)]
+struct Counters(std::sync::Mutex<BTreeMap<String, Arc<std::sync::atomic::AtomicU64>>>);
+
+impl Counters {
+    /// The value of every series of counter `name`, by its labels.
+    fn series(&self, name: &str) -> BTreeMap<Vec<String>, u64> {
+        let all = self.0.lock().expect("counters");
+        all.iter()
+            .filter_map(|(k, v)| {
+                let (n, labels) = k.split_once('|')?;
+                (n == name).then(|| {
+                    let labels = labels.split('|').map(str::to_owned).collect();
+                    (labels, v.load(std::sync::atomic::Ordering::SeqCst))
+                })
+            })
+            .collect()
+    }
+}
+
+impl metrics::Recorder for Counters {
+    fn describe_counter(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_gauge(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_histogram(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn register_counter(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        let mut labels: Vec<String> = key
+            .labels()
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect();
+        labels.sort();
+        let name = format!("{}|{}", key.name(), labels.join("|"));
+        let mut all = self.0.lock().expect("counters");
+        metrics::Counter::from_arc(Arc::clone(all.entry(name).or_default()))
+    }
+    fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        metrics::Gauge::noop()
+    }
+    fn register_histogram(
+        &self,
+        _: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        metrics::Histogram::noop()
+    }
+}
+
+/// Two topics of a store with a cursor of the same name each: each cursor's flushes are
+/// counted under its own topic's label, and a cursor deleted and recreated under the same
+/// name counts its flushes without touching the other topic's series.
+#[test]
+fn flush_counts_go_to_each_topic_s_own_cursor_series() {
+    let recorder = Counters::default();
+    metrics::with_local_recorder(&recorder, || {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (store, topics) = World::open(dir.path());
+        let mut cursors = Vec::new();
+        for t in &topics {
+            let p: Vec<Position> = (0..8u32)
+                .map(|i| t.append(&i.to_le_bytes()).expect("append"))
+                .collect();
+            t.sync().expect("sync");
+            cursors.push((t.open_cursor("sub", earliest()).expect("cursor"), p));
+        }
+        for (n, (c, p)) in cursors.iter().enumerate() {
+            // Topic a's cursor flushes three changes, b's one.
+            for i in 0..(3 - 2 * n) {
+                c.ack(p[2 * i + 1]).expect("ack");
+                c.flush().expect("flush");
+            }
+        }
+        let series = recorder.series(ackstore::observe::FLUSHES);
+        let mut counts: Vec<u64> = series.values().copied().collect();
+        counts.sort_unstable();
+        assert_eq!(counts, [1, 3], "{series:?}");
+        let topic_labels: BTreeSet<&String> = series.keys().map(|l| &l[1]).collect();
+        assert_eq!(topic_labels.len(), 2, "{series:?}");
+        let (a, p) = cursors.remove(0);
+        drop(a);
+        topics[0].delete_cursor("sub").expect("delete");
+        let a = topics[0].open_cursor("sub", earliest()).expect("recreate");
+        a.ack(p[0]).expect("ack");
+        a.flush().expect("flush");
+        let after = recorder.series(ackstore::observe::FLUSHES);
+        let b_label = series.iter().find(|(_, v)| **v == 1).expect("b's").0;
+        assert_eq!(after[b_label], 1, "b's series untouched: {after:?}");
+        assert_eq!(after.values().sum::<u64>(), 5, "{after:?}");
+        let a_label = series.iter().find(|(_, v)| **v == 3).expect("a's").0;
+        assert_eq!(after[a_label], 3, "the former cursor's series: {after:?}");
+        assert_eq!(
+            after.len(),
+            3,
+            "the recreated cursor's own series: {after:?}"
+        );
+        drop((a, cursors));
+        for t in &topics {
+            t.close().expect("close a topic");
+        }
+        store.close().expect("close the store");
+    });
+}
