@@ -3,7 +3,8 @@
 //! first resident partition: two topics with cursors of the same names, batch-index acks,
 //! whole acks, `ack_many` and cumulative acks spread over many ledgers (past the index's vector)
 //! under a budget that evicts partial entries, cursors deleted and recreated under the same
-//! name, and store restarts, each cursor checked against a model of its acknowledged messages.
+//! name, topics closed and reopened, and store restarts, each cursor checked against a model of
+//! its acknowledged messages.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -219,7 +220,23 @@ impl World {
                 }
                 self.restart(dir);
             }
-            _ => {}
+            _ => self.reopen_topic(key.0),
+        }
+    }
+
+    /// Closes topic `t` (its cursors flushed first) and opens it again in the same store.
+    fn reopen_topic(&mut self, t: usize) {
+        for n in 0..NAMES.len() {
+            let c = self.cursors.remove(&(t, n)).expect("cursor");
+            c.flush().expect("flush");
+        }
+        self.topics[t].close().expect("close the topic");
+        self.topics[t] = self.store.topic(TOPICS[t]).expect("reopen the topic");
+        for (n, name) in NAMES.iter().enumerate() {
+            let c = self.topics[t]
+                .open_cursor(name, earliest())
+                .expect("cursor");
+            self.cursors.insert((t, n), c);
         }
     }
 }
