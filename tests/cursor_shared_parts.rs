@@ -3,8 +3,8 @@
 //! first resident partition: two topics with cursors of the same names, batch-index acks,
 //! whole acks, `ack_many` and cumulative acks spread over many ledgers (past the index's vector)
 //! under a budget that evicts partial entries, cursors deleted and recreated under the same
-//! name, topics closed and reopened, and store restarts, each cursor checked against a model of
-//! its acknowledged messages.
+//! name, reads from a moved read position, resets (`seek`), topics closed and reopened, and
+//! store restarts, each cursor checked against a model of its acknowledged messages.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -68,6 +68,26 @@ fn observed(c: &Cursor, entries: &[Position]) -> Messages {
         }
     }
     out
+}
+
+/// What four reads from `from` deliver: the entries not acknowledged whole, each with its
+/// acknowledged messages (`None` for none).
+fn delivered(
+    model: &Messages,
+    entries: &[Position],
+    from: Position,
+) -> Vec<(Position, Option<Vec<u32>>)> {
+    entries
+        .iter()
+        .filter(|p| **p >= from)
+        .map(|&p| {
+            let acked: Vec<u32> = (0..BATCH).filter(|i| model.contains(&(p, *i))).collect();
+            (p, acked)
+        })
+        .filter(|(_, acked)| acked.len() < BATCH as usize)
+        .take(4)
+        .map(|(p, acked)| (p, (!acked.is_empty()).then_some(acked)))
+        .collect()
 }
 
 fn whole(model: &mut Messages, pos: Position) {
@@ -174,7 +194,7 @@ impl World {
         let pos = entries[rng.below(ENTRIES)];
         let c = &self.cursors[&key];
         let model = self.models.get_mut(&key).expect("model");
-        match rng.below(20) {
+        match rng.below(21) {
             0..=9 => {
                 let i = rng.below(BATCH as usize) as u32;
                 c.ack_batch_index(pos, i, BATCH).expect("ack a message");
@@ -202,7 +222,19 @@ impl World {
                     whole(model, p);
                 }
             }
-            15..=16 => c.flush().expect("flush"),
+            15 => c.flush().expect("flush"),
+            16 => {
+                c.seek_read_position(pos).expect("seek the read position");
+                let read = c.read_entries(4).expect("read");
+                let got: Vec<_> = read
+                    .iter()
+                    .map(|e| {
+                        let acked = e.acked_batch_indexes.as_ref();
+                        (e.position, acked.map(|b| b.iter().collect::<Vec<u32>>()))
+                    })
+                    .collect();
+                assert_eq!(got, delivered(model, entries, pos), "a read after a seek");
+            }
             17 => {
                 self.cursors.remove(&key);
                 self.topics[key.0]
@@ -219,6 +251,15 @@ impl World {
                     c.flush().expect("flush");
                 }
                 self.restart(dir);
+            }
+            19 => {
+                // A reset: every entry before `to` acknowledged, none from it on.
+                let to = entries[rng.below(ENTRIES / 4)];
+                c.seek(to).expect("seek");
+                model.clear();
+                for &p in entries.iter().filter(|p| **p < to) {
+                    whole(model, p);
+                }
             }
             _ => self.reopen_topic(key.0),
         }
@@ -245,7 +286,7 @@ fn run(seed: u64) {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut w = World::new(dir.path());
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-    for step in 0..300 {
+    for step in 0..500 {
         w.step(&mut rng, dir.path());
         w.check(seed, step);
     }
