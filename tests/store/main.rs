@@ -24,6 +24,7 @@ mod claim;
 mod claim_restarts;
 mod crash;
 mod cursor_names;
+mod cursor_shared_parts;
 mod cursor_threads_model;
 mod cursors;
 mod default_segments_workload;
