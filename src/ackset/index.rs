@@ -1,12 +1,19 @@
 //! [`PartitionIndex`]: a map from partition key to a value, ordered by key, that keeps a few
-//! entries in a sorted vector of exactly their number and more in a B-tree.
+//! entries in a sorted vector and more in a B-tree. The one ordered map keyed by partition of
+//! the crate: the ack set's index of live partitions (`FEW` = 8) and a cursor's rows in the
+//! journal index (`journal::rows`, `FEW` = 32) are both one.
 //!
-//! A store holds a ack set per cursor, and most cursors' sets have one or two live partitions:
-//! a `BTreeMap` takes a whole leaf (11 slots, 368 bytes with the ack set's 32-byte entries) for
-//! the first one, where the vector takes 32 bytes. Past [`FEW`] entries the index is a B-tree,
-//! so no operation costs more than `O(FEW)` over the B-tree's: inserting or removing near the
-//! front of a long index (mark-delete moving over thousands of partitions) stays logarithmic.
-//! It returns to the vector only when cleared.
+//! A store holds many cursors, and most of them have one or two live partitions: a `BTreeMap`
+//! takes a whole leaf (11 slots: 368 bytes with the ack set's 32-byte entries, about 700 with
+//! the journal's 64-byte rows) for the first one, where the vector takes one entry's bytes: it
+//! grows by exactly one entry per insert. Past `FEW` entries the index is a B-tree, so no
+//! operation costs more than `O(FEW)` over the B-tree's: inserting or removing near the front
+//! of a long index (mark-delete moving over thousands of partitions) stays logarithmic. It
+//! returns to the vector once a removal leaves half of `FEW` or fewer, so a size going back and
+//! forth across `FEW` does not move the entries on every change.
+//!
+//! Invariant: iteration is in ascending key order and a key appears once, whichever form holds
+//! the entries; two indexes with the same entries are equal whatever their form.
 
 use std::collections::{BTreeMap, btree_map};
 use std::ops::{Bound, RangeBounds};
@@ -14,25 +21,35 @@ use std::slice;
 
 use super::PartitionKey;
 
-/// Most entries the sorted vector holds; one more moves them into a B-tree.
-pub const FEW: usize = 8;
-
-/// Partition keys to `V`, ascending.
+/// Partition keys to `V`, ascending; at most `FEW` entries in a sorted vector, more in a
+/// B-tree (see the module docs).
 #[derive(Clone, Debug)]
-pub enum PartitionIndex<V> {
-    /// At most [`FEW`] entries, sorted by key, in a vector of exactly that capacity.
+pub struct PartitionIndex<V, const FEW: usize>(Form<V>);
+
+#[derive(Clone, Debug)]
+enum Form<V> {
+    /// At most `FEW` entries, sorted by key, keys unique.
     Few(Vec<(PartitionKey, V)>),
-    /// More.
+    /// More than `FEW / 2`.
     Many(BTreeMap<PartitionKey, V>),
 }
 
-impl<V> Default for PartitionIndex<V> {
+impl<V, const FEW: usize> Default for PartitionIndex<V, FEW> {
     fn default() -> Self {
-        Self::Few(Vec::new())
+        Self::new()
     }
 }
 
+impl<V: PartialEq, const FEW: usize> PartialEq for PartitionIndex<V, FEW> {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl<V: Eq, const FEW: usize> Eq for PartitionIndex<V, FEW> {}
+
 /// The entries of a [`PartitionIndex`] in a key range, either end first.
+#[derive(Clone, Debug)]
 pub enum Iter<'a, V> {
     /// Of the vector.
     Few(slice::Iter<'a, (PartitionKey, V)>),
@@ -49,6 +66,13 @@ impl<'a, V> Iterator for Iter<'a, V> {
             Self::Many(it) => it.next(),
         }
     }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        match self {
+            Self::Few(it) => it.size_hint(),
+            Self::Many(it) => it.size_hint(),
+        }
+    }
 }
 
 impl<V> DoubleEndedIterator for Iter<'_, V> {
@@ -60,7 +84,7 @@ impl<V> DoubleEndedIterator for Iter<'_, V> {
     }
 }
 
-impl<'a, V> IntoIterator for &'a PartitionIndex<V> {
+impl<'a, V, const FEW: usize> IntoIterator for &'a PartitionIndex<V, FEW> {
     type Item = (&'a PartitionKey, &'a V);
     type IntoIter = Iter<'a, V>;
 
@@ -89,13 +113,42 @@ fn span<V>(
     (start, end.max(start))
 }
 
-impl<V> PartitionIndex<V> {
+impl<V, const FEW: usize> PartitionIndex<V, FEW> {
+    /// No entry.
+    #[must_use]
+    pub const fn new() -> Self {
+        Self(Form::Few(Vec::new()))
+    }
+
+    /// The entries of an iterator of `(key, value)`; of a key given twice, the later value
+    /// stands (as inserting them one by one would leave it). Sorts once: O(n log n) whatever
+    /// the order. (An inherent function, not `FromIterator`: a trait impl naming the key type
+    /// would make it reachable from the crate root, where it cannot be named.)
+    pub fn from_pairs(iter: impl IntoIterator<Item = (PartitionKey, V)>) -> Self {
+        let mut v: Vec<(PartitionKey, V)> = iter.into_iter().collect();
+        // Stable: of equal keys the later stays last, and is the one kept below.
+        v.sort_by_key(|(k, _)| *k);
+        let mut entries: Vec<(PartitionKey, V)> = Vec::with_capacity(v.len());
+        for (key, value) in v {
+            match entries.last_mut() {
+                Some(last) if last.0 == key => last.1 = value,
+                _ => entries.push((key, value)),
+            }
+        }
+        if entries.len() <= FEW {
+            entries.shrink_to_fit();
+            Self(Form::Few(entries))
+        } else {
+            Self(Form::Many(entries.into_iter().collect()))
+        }
+    }
+
     /// Number of entries.
     #[must_use]
     pub fn len(&self) -> usize {
-        match self {
-            Self::Few(v) => v.len(),
-            Self::Many(m) => m.len(),
+        match &self.0 {
+            Form::Few(v) => v.len(),
+            Form::Many(m) => m.len(),
         }
     }
 
@@ -105,43 +158,59 @@ impl<V> PartitionIndex<V> {
         self.len() == 0
     }
 
+    /// The capacity of the sorted vector, in entries, or `None` while the entries are in a
+    /// B-tree (for memory accounting and its tests).
+    #[must_use]
+    pub fn vector_capacity(&self) -> Option<usize> {
+        match &self.0 {
+            Form::Few(v) => Some(v.capacity()),
+            Form::Many(_) => None,
+        }
+    }
+
     /// Removes every entry and frees the memory.
     pub fn clear(&mut self) {
-        *self = Self::default();
+        *self = Self::new();
     }
 
     /// The value of `key`.
     #[must_use]
     pub fn get(&self, key: &PartitionKey) -> Option<&V> {
-        match self {
-            Self::Few(v) => v
+        match &self.0 {
+            Form::Few(v) => v
                 .binary_search_by(|(k, _)| k.cmp(key))
                 .ok()
                 .map(|i| &v[i].1),
-            Self::Many(m) => m.get(key),
+            Form::Many(m) => m.get(key),
         }
     }
 
     /// The value of `key`, to change.
     pub fn get_mut(&mut self, key: &PartitionKey) -> Option<&mut V> {
-        match self {
-            Self::Few(v) => v
+        match &mut self.0 {
+            Form::Few(v) => v
                 .binary_search_by(|(k, _)| k.cmp(key))
                 .ok()
                 .map(|i| &mut v[i].1),
-            Self::Many(m) => m.get_mut(key),
+            Form::Many(m) => m.get_mut(key),
         }
+    }
+
+    /// Whether `key` has an entry.
+    #[must_use]
+    pub fn contains_key(&self, key: &PartitionKey) -> bool {
+        self.get(key).is_some()
     }
 
     /// Sets the value of `key`; returns the one it replaced.
     pub fn insert(&mut self, key: PartitionKey, value: V) -> Option<V> {
-        match self {
-            Self::Few(v) => match v.binary_search_by(|(k, _)| k.cmp(&key)) {
+        match &mut self.0 {
+            Form::Few(v) => match v.binary_search_by(|(k, _)| k.cmp(&key)) {
                 Ok(i) => Some(std::mem::replace(&mut v[i].1, value)),
-                Err(_) if v.len() == FEW => {
+                Err(_) if v.len() >= FEW => {
                     let mut m: BTreeMap<PartitionKey, V> = std::mem::take(v).into_iter().collect();
                     m.insert(key, value);
-                    *self = Self::Many(m);
+                    self.0 = Form::Many(m);
                     None
                 }
                 Err(i) => {
@@ -151,34 +220,53 @@ impl<V> PartitionIndex<V> {
                     None
                 }
             },
-            Self::Many(m) => m.insert(key, value),
+            Form::Many(m) => m.insert(key, value),
         }
     }
 
     /// Removes `key`; returns its value.
     pub fn remove(&mut self, key: &PartitionKey) -> Option<V> {
-        match self {
-            Self::Few(v) => {
+        let removed = match &mut self.0 {
+            Form::Few(v) => {
                 let i = v.binary_search_by(|(k, _)| k.cmp(key)).ok()?;
-                let (_, value) = v.remove(i);
-                if v.is_empty() {
-                    *v = Vec::new();
-                }
-                Some(value)
+                Some(v.remove(i).1)
             }
-            Self::Many(m) => m.remove(key),
+            Form::Many(m) => m.remove(key),
+        };
+        self.shrink();
+        removed
+    }
+
+    /// Keeps only the entries for which `keep` is true.
+    pub fn retain(&mut self, mut keep: impl FnMut(&PartitionKey, &mut V) -> bool) {
+        match &mut self.0 {
+            Form::Few(v) => v.retain_mut(|(k, value)| keep(k, value)),
+            Form::Many(m) => m.retain(|k, value| keep(k, value)),
+        }
+        self.shrink();
+    }
+
+    /// After a removal: an empty vector's memory freed, and back to the vector (of exactly
+    /// the entries) once a B-tree holds half of `FEW` or fewer.
+    fn shrink(&mut self) {
+        match &mut self.0 {
+            Form::Few(v) if v.is_empty() => *v = Vec::new(),
+            Form::Many(m) if m.len() <= FEW / 2 => {
+                self.0 = Form::Few(std::mem::take(m).into_iter().collect());
+            }
+            _ => {}
         }
     }
 
     /// The entries with keys in `range`, ascending (or from the end, with `next_back`).
     #[must_use]
     pub fn range(&self, range: impl RangeBounds<PartitionKey>) -> Iter<'_, V> {
-        match self {
-            Self::Few(v) => {
+        match &self.0 {
+            Form::Few(v) => {
                 let (start, end) = span(v, &range);
                 Iter::Few(v[start..end].iter())
             }
-            Self::Many(m) => Iter::Many(m.range(range)),
+            Form::Many(m) => Iter::Many(m.range(range)),
         }
     }
 
@@ -191,6 +279,21 @@ impl<V> PartitionIndex<V> {
     /// Every key, ascending.
     pub fn keys(&self) -> impl Iterator<Item = &PartitionKey> {
         self.iter().map(|(k, _)| k)
+    }
+
+    /// Every value, in ascending key order.
+    pub fn values(&self) -> impl Iterator<Item = &V> {
+        self.iter().map(|(_, v)| v)
+    }
+
+    /// Every value, in ascending key order, to change in place.
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
+        // One of the two is empty: no boxing, one iterator type for both forms.
+        let (few, many) = match &mut self.0 {
+            Form::Few(v) => (Some(v.iter_mut().map(|(_, value)| value)), None),
+            Form::Many(m) => (None, Some(m.values_mut())),
+        };
+        few.into_iter().flatten().chain(many.into_iter().flatten())
     }
 
     /// The entry of the lowest key.

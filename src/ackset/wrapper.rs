@@ -54,6 +54,9 @@ use crate::position::Position;
 /// a few partitions is a vector of exactly their 32-byte entries ([`PartitionIndex`]).
 pub const INDEX_ENTRY_BYTES: usize = 96;
 
+/// Most live partitions the index keeps in its sorted vector (a B-tree past them).
+pub const INDEX_FEW: usize = 8;
+
 /// Counters and sizes of a cursor's ack set: resident bytes against its budget, partitions
 /// resident, evicted and loaded.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -114,7 +117,7 @@ pub struct RangeSetWrapper {
     budget: usize,
     /// Bytes of state outside the partitions charged to `budget` ([`Self::set_charge`]).
     charged: usize,
-    index: PartitionIndex<IndexEntry>,
+    index: PartitionIndex<IndexEntry, INDEX_FEW>,
     /// Resident partitions: the hot one, and the others in their lists (saved, unsaved, and
     /// pinned: unsaved ones the store could not take).
     residents: Residents,

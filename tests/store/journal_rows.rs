@@ -32,6 +32,13 @@ fn a_row_takes_the_64_bytes_the_module_docs_state() {
     assert_eq!(std::mem::size_of::<Row>(), 64);
 }
 
+/// A cursor's rows (committed, and pending, in the journal index) take 32 bytes inline: a
+/// vector or a B-tree, and which of the two.
+#[test]
+fn a_cursors_rows_take_32_bytes_inline() {
+    assert_eq!(std::mem::size_of::<Rows>(), 32);
+}
+
 /// Every operation, through both forms and across the boundary both ways, against a
 /// `BTreeMap` model; the sequence of keys is a fixed pseudo-random walk.
 #[test]
