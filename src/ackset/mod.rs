@@ -20,7 +20,7 @@
 //! vector and the partition's slot in the slab of resident partitions, plus the slab's spare
 //! slots. The index of live partitions is
 //! outside the budget: at most `INDEX_ENTRY_BYTES` (96) per live partition, that is per 65,536
-//! entry ids of ledger span that hold an ack. `tests/ackset_heap.rs` checks the real heap against
+//! entry ids of ledger span that hold an ack. `tests/heap/ackset.rs` checks the real heap against
 //! budget + `MAX_PARTITION_BYTES` + index with a counting allocator.
 //!
 //! Invariants shared by both sets: no partition is empty; a partition's bitmap only holds

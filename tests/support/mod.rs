@@ -1,5 +1,5 @@
 //! What the integration tests share, one submodule per concern. Each test crate
-//! (`tests/<crate>/main.rs`, or a test binary of its own such as `tests/ackset_heap.rs`) declares
+//! (`tests/<crate>/main.rs`, or a test binary of its own such as `tests/heap/main.rs`) declares
 //! `mod support;` once and its modules use what they need; nothing here is a test of its own.
 //!
 //! - `cli`: the `ackstore` command (in the tests of package `ackstore-cli`, which builds it) run

@@ -1,55 +1,13 @@
 //! A store cursor's heap at its open after a restart, measured on the heap itself: a counting
 //! global allocator follows every byte the opening thread allocates while a reopened store's
 //! cursors are opened and read once (as a broker's restart does), and what stays allocated per
-//! cursor is held under a bound (issue 23: 100,000 cursors in one store within 1 GiB). The
-//! allocator is per binary, so this file holds one test.
+//! cursor is held under a bound (issue 23: 100,000 cursors in one store within 1 GiB).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::time::Duration;
 
 use ackstore::{CursorConfig, CursorOptions, LedgerConfig, Store, StoreConfig};
 
-thread_local! {
-    /// Live heap bytes this thread allocated (the store's flusher threads allocate on their own).
-    static LIVE: Cell<isize> = const { Cell::new(0) };
-}
-
-struct Counting;
-
-fn count(delta: isize) {
-    let _ = LIVE.try_with(|live| live.set(live.get() + delta));
-}
-
-fn signed(n: usize) -> isize {
-    isize::try_from(n).expect("allocation size fits isize")
-}
-
-// SAFETY: every call is forwarded unchanged to `System`; the counter has no effect on memory.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count(signed(layout.size()));
-        // SAFETY: the caller's contract for `alloc` is passed on unchanged.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        count(-signed(layout.size()));
-        // SAFETY: `ptr` was allocated by `System` with `layout`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count(signed(new_size) - signed(layout.size()));
-        // SAFETY: the caller's contract for `realloc` is passed on unchanged.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-fn live() -> isize {
-    LIVE.with(Cell::get)
-}
+use super::{live, signed};
 
 const TOPICS: usize = 4;
 const PER_TOPIC: usize = 100;

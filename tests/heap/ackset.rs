@@ -2,10 +2,7 @@
 //! follows every byte a `RangeSetWrapper` allocates, and after every operation of a worst-ish
 //! workload (random acks over many partitions of every container kind, then mark-delete moves)
 //! the wrapper's heap stays within the budget, plus one partition, plus the index, plus a fixed
-//! slack. The allocator is per binary, so this file holds one test.
-
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+//! slack.
 
 use ackstore::Position;
 use ackstore::Result;
@@ -15,51 +12,7 @@ use ackstore::internals::ackset::{
 };
 use roaring::RoaringBitmap;
 
-thread_local! {
-    /// Live heap bytes this thread allocated while counting was on (other threads, such as the
-    /// test harness's, allocate and free on their own).
-    static LIVE: Cell<isize> = const { Cell::new(0) };
-    /// Off while the test's partition store works: its records are not resident ack state.
-    static COUNTING: Cell<bool> = const { Cell::new(true) };
-}
-
-struct Counting;
-
-fn count(delta: isize) {
-    if COUNTING.try_with(Cell::get).unwrap_or(false) {
-        let _ = LIVE.try_with(|live| live.set(live.get() + delta));
-    }
-}
-
-fn signed(n: usize) -> isize {
-    isize::try_from(n).expect("allocation size fits isize")
-}
-
-// SAFETY: every call is forwarded unchanged to `System`; the counter has no effect on memory.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count(signed(layout.size()));
-        // SAFETY: the caller's contract for `alloc` is passed on unchanged.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        count(-signed(layout.size()));
-        // SAFETY: `ptr` was allocated by `System` with `layout`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count(signed(new_size) - signed(layout.size()));
-        // SAFETY: the caller's contract for `realloc` is passed on unchanged.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-fn live() -> isize {
-    LIVE.with(Cell::get)
-}
+use super::{COUNTING, live, signed};
 
 /// Runs `f` with counting off.
 fn uncounted<R>(f: impl FnOnce() -> R) -> R {
