@@ -630,6 +630,40 @@ fn set_up(dir: &Path, baseline: bool, shape: &Shape) -> ackstore::Result<(Fleet,
     Ok((fleet, positions))
 }
 
+/// The second thread of a tick: acks random entries of the upper half of every topic (`upper`
+/// entries from `half`) on random cursors while `flushing` holds, recording each ack's latency in
+/// microseconds, and stays alive until `flushing` is cleared (the tick's CPU figure leaves this
+/// thread out by reading its own CPU, which a thread that ended no longer has).
+fn ack_while_flushing(
+    flushing: &AtomicBool,
+    seed: u64,
+    (fleet, positions, half, upper): (&Fleet, &[Positions], usize, usize),
+    truth: &mut [Truth],
+) -> Vec<f64> {
+    let total = fleet.cursors.len();
+    let mut rng = Rng(seed);
+    let mut times = Vec::new();
+    while flushing.load(Ordering::SeqCst) && upper > 0 {
+        let k = rng.below(total);
+        let i = half + rng.below(upper);
+        let (t, cursor) = &fleet.cursors[k];
+        let started = Instant::now();
+        let result = cursor.ack(positions[*t].at(i));
+        let took = started.elapsed();
+        if result.is_err() {
+            break;
+        }
+        if flushing.load(Ordering::SeqCst) {
+            times.push(took.as_secs_f64() * 1e6);
+        }
+        truth[k].set(i);
+    }
+    while flushing.load(Ordering::SeqCst) {
+        std::thread::park();
+    }
+    times
+}
+
 /// Runs the workload in `dir` (the store's directory, or the parent of the baseline's topic
 /// directories).
 pub fn run(dir: &Path, baseline: bool, shape: &Shape) -> ackstore::Result<Figures> {
@@ -680,25 +714,14 @@ pub fn run(dir: &Path, baseline: bool, shape: &Shape) -> ackstore::Result<Figure
         let (syncs, elapsed, cpu, acker) = std::thread::scope(|s| {
             let acker = s.spawn(|| {
                 let _ = started_tx.send(thread_id());
-                let mut rng = Rng(shape.seed ^ (tick as u64 + 1));
-                let mut times = Vec::new();
+                let seed = shape.seed ^ (tick as u64 + 1);
                 let upper = usize::try_from(shape.entries).unwrap_or(usize::MAX) - half;
-                while flushing.load(Ordering::SeqCst) && upper > 0 {
-                    let k = rng.below(total);
-                    let i = half + rng.below(upper);
-                    let (t, cursor) = &fleet.cursors[k];
-                    let started = Instant::now();
-                    let result = cursor.ack(positions[*t].at(i));
-                    let took = started.elapsed();
-                    if result.is_err() {
-                        break;
-                    }
-                    if flushing.load(Ordering::SeqCst) {
-                        times.push(took.as_secs_f64() * 1e6);
-                    }
-                    truth_now[k].set(i);
-                }
-                times
+                ack_while_flushing(
+                    &flushing,
+                    seed,
+                    (&fleet, &positions, half, upper),
+                    truth_now,
+                )
             });
             // Every thread but the acker, from when it runs to the tick's end.
             let acker_id = started_rx.recv().ok().flatten();
@@ -714,6 +737,7 @@ pub fn run(dir: &Path, baseline: bool, shape: &Shape) -> ackstore::Result<Figure
             let wall = elapsed.as_secs_f64() * 1e3;
             figures_thread.push([ms(0), ms(1), (wall - ms(0) - ms(1)).max(0.0)]);
             flushing.store(false, Ordering::SeqCst);
+            acker.thread().unpark();
             (syncs, elapsed, cpu, acker.join())
         });
         let (syncs, bytes) = syncs?;
