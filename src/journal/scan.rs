@@ -5,7 +5,9 @@
 use std::collections::HashMap;
 
 use super::corrupt;
-use super::index::{AppliedDelta, Committed, CursorId, Index, PartLoc, Rows, SnapshotLoc};
+use super::index::{
+    AppliedDelta, BuildIdHasher, Committed, CursorId, Index, PartLoc, Rows, SnapshotLoc,
+};
 use super::marker::{full_marker_frame_len, named_payload};
 use crate::ackset::PartitionKey;
 use crate::error::{CorruptionKind, Result};
@@ -24,11 +26,11 @@ use crate::format::journal::{
 pub(super) struct Scan {
     pub(super) index: Index,
     /// Every partition record seen, by location.
-    partitions: HashMap<JournalLoc, (CursorId, PartitionKey, PartLoc)>,
+    partitions: HashMap<JournalLoc, (CursorId, PartitionKey, PartLoc), BuildIdHasher>,
     /// Every batch record seen (version 5), by location, with the CRC32 of its whole payload
     /// (what a batch row of a marker before version 8 holds; its `PartLoc` holds what a
     /// version 8 row holds, [`crate::format::journal::batch_row_crc`]).
-    batches: HashMap<JournalLoc, (CursorId, PartitionKey, PartLoc, u32)>,
+    batches: HashMap<JournalLoc, (CursorId, PartitionKey, PartLoc, u32), BuildIdHasher>,
     forgotten: std::collections::HashSet<CursorId>,
     /// The oldest segment scanned: a record that references an older one was superseded
     /// before a rollover removed what it references.
