@@ -62,10 +62,14 @@ impl Sched {
         }
     }
 
-    /// Milliseconds on a CPU and waiting for one, from `before` to `self`.
+    /// Milliseconds on a CPU and waiting for one, from `before` to `self` (zero where a thread
+    /// of the store that ended between the two readings left `self` below `before`).
     fn ms_since(self, before: Self) -> (f64, f64) {
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
-        (ms(self.cpu - before.cpu), ms(self.wait - before.wait))
+        (
+            ms(self.cpu.saturating_sub(before.cpu)),
+            ms(self.wait.saturating_sub(before.wait)),
+        )
     }
 }
 
