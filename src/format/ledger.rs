@@ -598,6 +598,11 @@ pub struct SealedLayout {
     pub data_end: u64,
     /// File offset of the first index offset (just after the index magic).
     pub offsets_start: u64,
+    /// File offset of the last frame, when the index was verified and read whole for this
+    /// layout ([`validate_sealed`], a ledger's open) or the frames' offsets were known (its
+    /// seal): a read of the last entry then takes its bounds from here, not from the index.
+    /// `None` (no entry, or a layout made from the trailer alone): from the index.
+    pub last_frame: Option<u64>,
 }
 
 /// Verifies a whole sealed ledger file's header, trailer and index, and the header of its last
@@ -632,12 +637,13 @@ pub fn validate_sealed(file: &[u8], ledger_id: u64) -> Result<SealedLayout, Corr
     let index = file
         .get(index_start..trailer_start)
         .ok_or_else(|| bad(CorruptionKind::Truncated, index_start))?;
-    if let Some(last) = check_sealed_index(&h, &trailer, index)? {
+    let last = check_sealed_index(&h, &trailer, index)?;
+    if let Some(last) = last {
         let at = usize::try_from(last)
             .map_err(|_| bad(CorruptionKind::BadLength, index_start + I_OFFSETS))?;
         check_last_frame(&trailer, last, file.get(at..).unwrap_or_default())?;
     }
-    Ok(SealedLayout::of(h, &trailer))
+    Ok(SealedLayout::of(h, &trailer).with_last_frame(last))
 }
 
 /// Checks the trailer of a sealed ledger file `file_len` bytes long whose header is `h`;
@@ -751,6 +757,17 @@ impl SealedLayout {
             entry_count: t.entry_count,
             data_end: t.data_end,
             offsets_start: t.data_end + I_OFFSETS as u64,
+            last_frame: None,
+        }
+    }
+
+    /// This layout with `last` as the offset of its last frame ([`SealedLayout::last_frame`]):
+    /// the one its index holds, verified.
+    #[must_use]
+    pub fn with_last_frame(self, last: Option<u64>) -> Self {
+        Self {
+            last_frame: last,
+            ..self
         }
     }
 
@@ -774,13 +791,14 @@ impl SealedLayout {
             let bytes = file.get(at..at.checked_add(8)?)?;
             Reader::new(bytes).u64().ok()
         };
-        let start = offset_at(entry_id)?;
-        let end = if entry_id + 1 == self.entry_count {
-            self.data_end
-        } else {
-            offset_at(entry_id + 1)?
-        };
-        Some((start, end))
+        if entry_id + 1 == self.entry_count {
+            let start = match self.last_frame {
+                Some(start) => start,
+                None => offset_at(entry_id)?,
+            };
+            return Some((start, self.data_end));
+        }
+        Some((offset_at(entry_id)?, offset_at(entry_id + 1)?))
     }
 }
 

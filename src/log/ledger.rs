@@ -347,7 +347,8 @@ impl Ledger {
                 entry_count: state.offsets.len() as u64,
                 ledger_id: self.id,
             },
-        );
+        )
+        .with_last_frame(state.offsets.last().copied());
         debug_assert_eq!(sealed.file_len(), len);
         state.written = len;
         self.synced.fetch_max(state.written, Ordering::SeqCst);
@@ -460,7 +461,8 @@ impl Ledger {
     }
 
     /// The bounds of sealed entry `entry_id`'s frame (`entry_id` below the entry count), read
-    /// from the sealed index by one positional read of its offset and the next one. Bounds that
+    /// from the sealed index by one positional read of its offset and the next one; the last
+    /// entry's from the layout when it holds its offset ([`SealedLayout::last_frame`]). Bounds that
     /// do not lie in order within the frames (an index damaged since open) are
     /// [`Error::Corrupted`], found before a buffer of their length is allocated; a file cut
     /// short since open is [`CorruptionKind::Truncated`], as through a map.
@@ -472,6 +474,10 @@ impl Ledger {
             .and_then(|o| o.checked_add(layout.offsets_start))
             .ok_or_else(|| bad_index(layout.offsets_start))?;
         let last = entry_id + 1 == layout.entry_count;
+        if last && let Some(start) = layout.last_frame {
+            // Verified with the whole index (or known at the seal): no read of the index.
+            return Ok((start, layout.data_end));
+        }
         let mut buf = [0u8; 16];
         let want = if last { 8 } else { 16 };
         self.read_sealed(&mut buf[..want], at, layout)?;

@@ -514,7 +514,7 @@ pub(crate) fn read_sealed(
             return Ok(Err(c));
         }
     }
-    Ok(Ok(SealedLayout::of(*h, &t)))
+    Ok(Ok(SealedLayout::of(*h, &t).with_last_frame(last)))
 }
 
 /// The result of opening one ledger file.

@@ -76,22 +76,23 @@ fn log_size(storage: &Arc<dyn Storage>, id: u64) -> u64 {
 }
 
 /// The byte ranges entry `i`'s read depends on: its frame and the index offsets that bound it
-/// (its own, and the next entry's, which is where its frame ends; the last one ends at the
-/// trailer's `data_end`, held since open).
+/// (its own, and the next entry's, which is where its frame ends; the last one starts at its
+/// offset and ends at the trailer's `data_end`, both held since open).
 fn depends_on(layout: &SealedLayout, bytes: &[u8], i: u64) -> [Range<usize>; 3] {
     let (start, end) = layout.frame_range(bytes, i).unwrap();
     let slot = |j: u64| {
         let at = usize::try_from(layout.offsets_start + 8 * j).unwrap();
         at..at + 8
     };
-    let next = if i + 1 < layout.entry_count {
-        slot(i + 1)
+    // The last entry's frame starts where the open found it, reading the whole index.
+    let (own, next) = if i + 1 < layout.entry_count {
+        (slot(i), slot(i + 1))
     } else {
-        0..0
+        (0..0, 0..0)
     };
     [
         usize::try_from(start).unwrap()..usize::try_from(end).unwrap(),
-        slot(i),
+        own,
         next,
     ]
 }
