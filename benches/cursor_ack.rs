@@ -22,6 +22,9 @@
 //! the baselines and the cursor's acks run on the bench thread alone (nothing is flushed, so no
 //! other thread of the store works for them), so the CPU time is their whole cost.
 //!
+//! `cursor_ack_threads` times two threads acking at once, each its own cursor, in one store (a
+//! shared ack budget) and in two (see [`two_threads`]).
+//!
 //! Run: `cargo bench --bench cursor_ack -- --warm-up-time 1 --measurement-time 3`
 //! (`ACKSTORE_BENCH_ENTRIES=10000000` for 10M entries, `ACKSTORE_BENCH_CLOCK=cpu` for CPU time).
 
@@ -158,18 +161,7 @@ impl Dense {
 fn cursor_acks(c: &mut Criterion) {
     let n = entries();
     let clock = Clock::from_env();
-    let store = Store::open_with_storage(
-        Arc::new(MemStorage::new()),
-        StoreConfig {
-            ledger: LedgerConfig {
-                max_entries_per_ledger: n,
-                ..LedgerConfig::default()
-            },
-            ack_memory_bytes: Some(64 << 20),
-            ..StoreConfig::default()
-        },
-    )
-    .unwrap();
+    let store = bench_store(n);
     let topic = store.topic("bench").unwrap();
     let mut first = None;
     for _ in 0..n {
@@ -270,9 +262,102 @@ fn cursor_acks(c: &mut Criterion) {
     }
 }
 
+/// A store on the in-memory disk whose ledgers hold `n` entries, with the shared budget of
+/// [`cursor_acks`].
+fn bench_store(n: u64) -> Store {
+    Store::open_with_storage(
+        Arc::new(MemStorage::new()),
+        StoreConfig {
+            ledger: LedgerConfig {
+                max_entries_per_ledger: n,
+                ..LedgerConfig::default()
+            },
+            ack_memory_bytes: Some(64 << 20),
+            ..StoreConfig::default()
+        },
+    )
+    .unwrap()
+}
+
+/// Two threads acking at once, each its own cursor of its own topic (random 50%, in a random
+/// order): the topics in one store, so the cursors share its ack budget (what a broker's
+/// threads do), against the same in two stores, which share nothing. Each figure is the CPU
+/// time of both threads (or the wall time of the pair, `ACKSTORE_BENCH_CLOCK=wall`) for both
+/// passes: what one store costs more is what its cursors' acks write to shared memory.
+fn two_threads(c: &mut Criterion) {
+    let n = entries();
+    let clock = Clock::from_env();
+    let ids = shuffled(&pattern("random_50", n));
+    let one = bench_store(n);
+    let mut group = c.benchmark_group(format!("cursor_ack_threads/{}M/2", n / 1_000_000));
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(2 * ids.len() as u64));
+    for (name, stores) in [
+        ("one_store", [one.clone(), one]),
+        ("two_stores", [bench_store(n), bench_store(n)]),
+    ] {
+        let topics: Vec<_> = stores
+            .iter()
+            .enumerate()
+            .map(|(i, store)| {
+                let topic = store.topic(&format!("bench-{i}")).unwrap();
+                let first = topic.append(b"").unwrap();
+                for _ in 1..n {
+                    topic.append(b"").unwrap();
+                }
+                topic.sync().unwrap();
+                (topic, first)
+            })
+            .collect();
+        let mut fresh = 0u64;
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    fresh += 1;
+                    let cursors: Vec<_> = topics
+                        .iter()
+                        .map(|(topic, first)| {
+                            let cursor = topic
+                                .open_cursor(&format!("bench-{fresh}"), CursorOptions::default())
+                                .unwrap();
+                            (cursor, *first)
+                        })
+                        .collect();
+                    let start = std::sync::Barrier::new(2);
+                    let pass = |(cursor, first): &(ackstore::Cursor, Position)| {
+                        start.wait();
+                        clock.time(|| {
+                            for &e in &ids {
+                                let p = Position::new(first.ledger_id, first.entry_id + e);
+                                black_box(cursor.ack(p).unwrap());
+                            }
+                        })
+                    };
+                    let started = Instant::now();
+                    let times: Vec<Duration> = std::thread::scope(|s| {
+                        let handles: Vec<_> = cursors.iter().map(|c| s.spawn(|| pass(c))).collect();
+                        handles.into_iter().map(|h| h.join().unwrap()).collect()
+                    });
+                    total += match clock {
+                        Clock::Cpu => times.iter().sum(),
+                        Clock::Wall => started.elapsed(),
+                    };
+                    for ((topic, _), (cursor, _)) in topics.iter().zip(cursors) {
+                        drop(cursor);
+                        topic.delete_cursor(&format!("bench-{fresh}")).unwrap();
+                    }
+                }
+                total
+            });
+        });
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().warm_up_time(Duration::from_secs(1));
-    targets = cursor_acks
+    targets = cursor_acks, two_threads
 }
 criterion_main!(benches);

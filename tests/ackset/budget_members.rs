@@ -103,6 +103,46 @@ fn the_least_recently_used_member_is_asked_first() {
     assert_eq!(&after[1..], &[each; 3], "{each} -> {after:?}");
 }
 
+/// Members used from other threads after an idle one are more recent than it, whatever those
+/// threads did meanwhile: a thread's stamps of last use come from the budget's clock, which
+/// it moves only once per `TOUCHES_PER_TICK` touches (so threads acking different cursors do not
+/// write one shared line at every ack), and a member a thread keeps using is stamped again at
+/// every such tick.
+#[test]
+fn members_used_from_other_threads_stay_after_an_idle_one() {
+    let probe = member(&AckBudget::new(1 << 20));
+    fill(&probe, 0..4);
+    let each = resident(&probe);
+    // The idle member joins last and is used first: its place comes from its use, not its
+    // joining.
+    let budget = AckBudget::new(4 * each);
+    let busy: Vec<_> = (0..3).map(|_| member(&budget)).collect();
+    let idle = member(&budget);
+    fill(&idle, 900..904);
+    // Three threads each use their own member, partition by partition and then over and
+    // over (a partition already acked is a touch that changes nothing), past several ticks.
+    std::thread::scope(|s| {
+        for (i, m) in busy.iter().enumerate() {
+            s.spawn(move || {
+                let base = 100 * i as u64;
+                fill(m, base..base + 4);
+                for _ in 0..TOUCHES_PER_TICK * 3 {
+                    fill(m, base + 3..base + 4);
+                }
+            });
+        }
+    });
+    assert_eq!(budget.stats().resident_bytes, 4 * each);
+    let grower = member(&budget);
+    fill(&grower, 1000..1001);
+    assert!(resident(&idle) < each, "the idle member kept {each} bytes");
+    let after: Vec<usize> = busy.iter().map(|m| resident(m)).collect();
+    assert_eq!(
+        after, [each; 3],
+        "a busy member was asked before the idle one: {after:?}"
+    );
+}
+
 #[test]
 fn members_that_left_or_hold_nothing_are_never_asked() {
     let budget = AckBudget::new(4096);
