@@ -8,7 +8,7 @@
 
 use crate::support;
 
-use ackstore::{Cursor, InitialPosition, ManagedLedger, NonDurableOptions, Position};
+use ackstore::{Cursor, Error, InitialPosition, ManagedLedger, NonDurableOptions, Position};
 use support::topic::{append_n, at, mem_topic, on_each_backend, read_positions, reopen};
 
 fn earliest(topic: &ManagedLedger, name: &str) -> Cursor {
@@ -29,6 +29,75 @@ fn topic_with_two_trimmed_ledgers(topic: &ManagedLedger) -> Vec<Position> {
     );
     assert_eq!(topic.first_position(), Some(p[4]));
     p
+}
+
+/// Pulsar gives a cursor created after a trim the mark-delete `first-ledger:-1`, before every
+/// retained entry and after every trimmed one: `ManagedCursorImpl.asyncDelete` skips a position
+/// `internalIsMessageDeleted` finds at or before it, `isMessageDeleted` answers true, and
+/// `setAcknowledgedPosition` refuses a mark-delete behind it (`MarkDeletingMarkedPosition`, an
+/// `IllegalArgumentException`). A position of a trimmed ledger is therefore an acknowledged one.
+#[test]
+fn positions_in_a_trimmed_ledger_count_as_acknowledged() {
+    on_each_backend(2, |topic| {
+        let p = topic_with_two_trimmed_ledgers(&topic);
+        let c = earliest(&topic, "late");
+        assert_eq!(c.mark_delete_position().unwrap(), None);
+        assert_eq!(c.backlog().unwrap(), 4);
+
+        assert!(!c.ack(p[1]).unwrap(), "a trimmed entry is already acked");
+        assert!(c.is_acked(p[0]).unwrap() && c.is_acked(p[3]).unwrap());
+        assert!(!c.is_acked(p[4]).unwrap());
+        assert_eq!(c.ack_many(&[p[2], p[6]]).unwrap(), 1);
+        assert!(!c.ack_batch_index(p[0], 0, 1).unwrap());
+        assert!(matches!(
+            c.ack_cumulative(p[3]),
+            Err(Error::InvalidArgument { .. })
+        ));
+        assert_eq!(c.mark_delete_position().unwrap(), None);
+        assert_eq!(c.acked_ranges().unwrap(), vec![(p[6], p[6])]);
+        assert_eq!(c.backlog().unwrap(), 3);
+        assert_eq!(read_positions(&c, 10), vec![p[4], p[5], p[7]]);
+
+        assert!(c.is_batch_index_acked(p[1], 0).unwrap());
+        assert!(matches!(
+            c.mark_delete_with_properties(p[2], std::collections::BTreeMap::new()),
+            Err(Error::InvalidArgument { .. })
+        ));
+        assert_eq!(c.mark_delete_position().unwrap(), None);
+
+        // The cursor whose mark-delete is in a trimmed ledger answers the same.
+        let first = earliest(&topic, "first");
+        assert!(!first.ack(p[0]).unwrap());
+        assert!(first.is_acked(p[2]).unwrap());
+        assert_eq!(first.mark_delete_position().unwrap(), Some(p[3]));
+        topic.close().unwrap();
+    });
+}
+
+/// A reader does not hold trimming back: the entries it read may be trimmed before it
+/// acknowledges them, and its late acks are the acks of entries already acknowledged, as in
+/// Pulsar (`NonDurableCursorImpl` inherits `asyncDelete`), never an error that would fail the
+/// acks sent with them.
+#[test]
+fn a_readers_late_acks_of_trimmed_entries_change_nothing_and_fail_nothing() {
+    on_each_backend(2, |topic| {
+        let p = append_n(&topic, 8);
+        let r = topic
+            .open_non_durable_cursor(InitialPosition::Earliest, NonDurableOptions::default())
+            .unwrap();
+        assert_eq!(read_positions(&r, 4), p[..4].to_vec());
+        let durable = earliest(&topic, "sub");
+        durable.ack_cumulative(p[3]).unwrap();
+        assert_eq!(topic.trim_consumed().unwrap().len(), 2);
+
+        assert!(!r.ack(p[1]).unwrap());
+        assert_eq!(r.ack_many(&[p[0], p[2], p[5]]).unwrap(), 1);
+        assert!(r.is_acked(p[3]).unwrap());
+        assert_eq!(r.acked_ranges().unwrap(), vec![(p[5], p[5])]);
+        assert_eq!(r.backlog().unwrap(), 3);
+        assert_eq!(read_positions(&r, 10), vec![p[4], p[6], p[7]]);
+        topic.close().unwrap();
+    });
 }
 
 /// `ManagedCursorImpl.asyncResetCursor` moves a position that is not valid (its ledger is gone)
