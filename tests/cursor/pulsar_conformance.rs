@@ -184,17 +184,22 @@ fn a_mark_delete_passing_the_read_position_carries_it_forward_and_never_back() {
 /// the last one; the broker gives an inclusive start the position before the one asked for, so
 /// `Latest` inclusive reads the last entry (`PersistentTopic.getNonDurableSubscription` with
 /// `startMessageIdInclusive`). Every case then reads the next entry appended. (A reader at a
-/// position is in `non_durable`.)
+/// retained position is in `non_durable`.)
 #[test]
 fn readers_start_where_pulsar_readers_start() {
     for per_ledger in [1, 4] {
         let probe = mem_topic(per_ledger).1;
         let p = append_n(&probe, 6);
-        let cases: [(InitialPosition, bool, Vec<Position>); 4] = [
+        // Past the end of the last ledger: `getNextValidPosition` finds no valid position and
+        // answers the last confirmed entry's next, which is `Latest`.
+        let past = Position::new(p[5].ledger_id, p[5].entry_id + 5);
+        let cases: [(InitialPosition, bool, Vec<Position>); 6] = [
             (InitialPosition::Earliest, false, p.clone()),
             (InitialPosition::Earliest, true, p.clone()),
             (InitialPosition::Latest, false, vec![]),
             (InitialPosition::Latest, true, vec![p[5]]),
+            (InitialPosition::At(past), false, vec![]),
+            (InitialPosition::At(past), true, vec![]),
         ];
         for (start, inclusive, mut expected) in cases {
             let (_disk, topic) = mem_topic(per_ledger);
