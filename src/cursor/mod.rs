@@ -1159,7 +1159,7 @@ impl Cursor {
     /// message is at batch-index level.
     pub fn is_batch_index_acked(&self, pos: Position, index: u32) -> Result<bool> {
         let mut core = self.shared.core()?;
-        if core.state.is_acked(pos)? {
+        if core.state.is_acked(pos)? || state::before_retained(&self.shared.topic.layout(), pos) {
             return Ok(true);
         }
         core.state.batch_index_acked(pos, index)
@@ -1300,7 +1300,11 @@ impl Cursor {
 
     /// Whether `pos` is acknowledged (at or before mark-delete, or individually).
     pub fn is_acked(&self, pos: Position) -> Result<bool> {
-        self.shared.core()?.state.is_acked(pos)
+        let mut core = self.shared.core()?;
+        if core.state.is_acked(pos)? {
+            return Ok(true);
+        }
+        Ok(state::before_retained(&self.shared.topic.layout(), pos))
     }
 
     /// Reads up to `max` entries from the read position on, skipping acknowledged ones, and

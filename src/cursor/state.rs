@@ -348,7 +348,11 @@ impl CursorState {
             return Ok(false);
         }
         if !layout.contains(pos) {
-            return Err(Error::NoSuchEntry(pos));
+            return if before_retained(layout, pos) {
+                Ok(false)
+            } else {
+                Err(Error::NoSuchEntry(pos))
+            };
         }
         // With no partial entry anywhere (resident or cold) there is none to load or forget.
         let batched = self.batch.len() > 0;
@@ -483,7 +487,11 @@ impl CursorState {
             return Ok(false);
         }
         if !layout.contains(pos) {
-            return Err(Error::NoSuchEntry(pos));
+            return if before_retained(layout, pos) {
+                Ok(false)
+            } else {
+                Err(Error::NoSuchEntry(pos))
+            };
         }
         if self.acks.contains(pos)? {
             return Ok(false);
@@ -512,7 +520,7 @@ impl CursorState {
             _ => {}
         }
         if !layout.contains(pos) {
-            return Err(Error::NoSuchEntry(pos));
+            return Err(refuse_missing(layout, pos, "cumulative ack"));
         }
         self.cover(layout, pos)?;
         Ok(true)
@@ -543,7 +551,10 @@ impl CursorState {
     /// were newly acknowledged.
     pub(crate) fn ack_many(&mut self, layout: &Layout, positions: &[Position]) -> Result<u64> {
         let mark = self.mark_delete;
-        let after_mark = |p: &Position| mark.is_none_or(|m| *p > m);
+        // A position before the first retained entry is before mark-delete too.
+        let first = layout.first_entry();
+        let after_mark =
+            |p: &Position| mark.is_none_or(|m| *p > m) && first.is_none_or(|f| *p >= f);
         let first_unacked = layout.after_mark(mark);
         // The entry after mark-delete is never in `acks`: given, it is newly acknowledged.
         let mut fills_first = false;
@@ -688,7 +699,7 @@ impl CursorState {
             });
         }
         if self.mark_delete != Some(pos) && !layout.contains(pos) {
-            return Err(Error::NoSuchEntry(pos));
+            return Err(refuse_missing(layout, pos, "mark-delete"));
         }
         let moved = self.ack_cumulative(layout, pos)?;
         let replaced = self.properties != checked;
@@ -872,6 +883,29 @@ pub(crate) fn mark_before(layout: &Layout, target: Option<Position>) -> Option<P
     match target {
         Some(t) => layout.before(t),
         None => layout.last_entry(),
+    }
+}
+
+/// Whether `pos` lies before the first retained entry (in a trimmed ledger, say). Mark-delete
+/// is never before that entry's predecessor (`None` stands just before the entry, Pulsar's
+/// `first-ledger:-1`), so such a position is at or before mark-delete whatever the cursor: an
+/// entry already acknowledged, never a missing one.
+pub(crate) fn before_retained(layout: &Layout, pos: Position) -> bool {
+    layout.first_entry().is_some_and(|first| pos < first)
+}
+
+/// The error for moving mark-delete (`what`) to `pos`, which is not a retained entry: behind
+/// mark-delete when it lies before the first retained entry, missing otherwise.
+fn refuse_missing(layout: &Layout, pos: Position, what: &str) -> Error {
+    if before_retained(layout, pos) {
+        Error::InvalidArgument {
+            reason: format!(
+                "{what} to {pos} is behind the mark-delete position (it is before the first \
+                 retained entry); nothing was changed"
+            ),
+        }
+    } else {
+        Error::NoSuchEntry(pos)
     }
 }
 

@@ -40,6 +40,7 @@ mod model_shared_budget_threads;
 mod non_durable;
 mod open_writes;
 mod properties;
+mod pulsar_conformance;
 mod received_filter;
 mod reopen;
 mod scale;

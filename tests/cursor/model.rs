@@ -118,10 +118,11 @@ impl Model {
     }
 
     fn ack(&mut self, i: usize) -> Option<bool> {
-        if self.acks.mark.is_some_and(|m| i <= m) {
+        // An entry of a trimmed ledger is before mark-delete (Pulsar's `first-ledger:-1`).
+        if self.acks.mark.is_some_and(|m| i <= m) || i < self.trimmed {
             return Some(false);
         }
-        if i < self.trimmed || i >= self.positions.len() {
+        if i >= self.positions.len() {
             return None;
         }
         self.acks.partial.remove(&i);
@@ -146,10 +147,10 @@ impl Model {
     }
 
     fn ack_batch_index(&mut self, i: usize, m: u32) -> Option<bool> {
-        if self.acks.mark.is_some_and(|mark| i <= mark) {
+        if self.acks.mark.is_some_and(|mark| i <= mark) || i < self.trimmed {
             return Some(false);
         }
-        if i < self.trimmed || i >= self.positions.len() {
+        if i >= self.positions.len() {
             return None;
         }
         if self.acks.acked.contains(&i) {

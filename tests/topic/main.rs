@@ -32,6 +32,7 @@ mod open_listings;
 mod open_stamps_earlier_cursor_records;
 mod open_syncs;
 mod operator_metrics_and_events;
+mod pulsar_trimming;
 mod sealed_ledger_damage_agrees_with_verify;
 mod sealed_ledgers_open_on_first_use;
 mod short_ledger_legitimate_sequences;

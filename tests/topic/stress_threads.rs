@@ -107,9 +107,12 @@ impl Run<'_> {
     }
 
     /// Whether `err` is the documented answer to an ack of `p` in a trimmed ledger: a position
-    /// before the first retained entry and after mark-delete is not a retained entry.
+    /// before the first retained entry is behind mark-delete, whatever the cursor's, so a
+    /// cumulative ack to it is refused as one behind mark-delete (the other acks answer
+    /// `Ok(false)`).
     fn trimmed(&self, p: Position, err: &Error) -> bool {
-        matches!(err, Error::NoSuchEntry(_)) && self.topic.first_position().is_some_and(|f| p < f)
+        matches!(err, Error::InvalidArgument { .. })
+            && self.topic.first_position().is_some_and(|f| p < f)
     }
 
     /// Every appended entry with its number of messages.
