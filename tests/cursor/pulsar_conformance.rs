@@ -9,7 +9,9 @@
 use crate::support;
 
 use ackstore::{Cursor, Error, InitialPosition, ManagedLedger, NonDurableOptions, Position};
-use support::topic::{append_n, at, mem_topic, on_each_backend, read_positions, reopen};
+use support::topic::{
+    append_n, append_unsynced, at, mem_topic, on_each_backend, read_positions, reopen,
+};
 
 fn earliest(topic: &ManagedLedger, name: &str) -> Cursor {
     topic
@@ -303,6 +305,43 @@ fn a_reset_by_time_sees_retained_entries_only() {
         c.seek_by_timestamp(1005).unwrap();
         assert_eq!(c.mark_delete_position().unwrap(), Some(p[5]));
         assert_eq!(read_positions(&c, 10), p[6..].to_vec());
+        topic.close().unwrap();
+    });
+}
+
+/// A trim can leave no readable entry: the last non-empty ledger it keeps may hold only
+/// entries not yet synced. The trimmed entries are still behind every cursor's mark-delete, so
+/// a reader's late acks and a late cursor's answers are those of acknowledged entries, as
+/// when a retained entry is readable.
+#[test]
+fn trimmed_entries_count_as_acknowledged_while_no_retained_entry_is_readable() {
+    on_each_backend(2, |topic| {
+        let p = append_n(&topic, 4);
+        let r = topic
+            .open_non_durable_cursor(InitialPosition::Earliest, NonDurableOptions::default())
+            .unwrap();
+        assert_eq!(read_positions(&r, 4), p);
+        let durable = earliest(&topic, "sub");
+        durable.ack_cumulative(p[3]).unwrap();
+        let unsynced = append_unsynced(&topic, 1);
+        assert_eq!(topic.trim_consumed().unwrap().len(), 2);
+        assert_eq!(topic.first_position(), None, "nothing readable is retained");
+
+        assert!(!r.ack(p[1]).unwrap());
+        assert_eq!(r.ack_many(&[p[0], p[2]]).unwrap(), 0);
+        assert!(r.is_acked(p[3]).unwrap());
+        let late = earliest(&topic, "late");
+        assert!(late.is_acked(p[0]).unwrap());
+        assert!(!late.ack(p[2]).unwrap());
+        assert!(matches!(
+            late.ack_cumulative(p[3]),
+            Err(Error::InvalidArgument { .. })
+        ));
+
+        topic.sync().unwrap();
+        assert!(!r.is_acked(unsynced[0]).unwrap() && !late.is_acked(unsynced[0]).unwrap());
+        assert_eq!(read_positions(&r, 10), unsynced);
+        assert_eq!(read_positions(&late, 10), unsynced);
         topic.close().unwrap();
     });
 }
