@@ -345,3 +345,37 @@ fn trimmed_entries_count_as_acknowledged_while_no_retained_entry_is_readable() {
         topic.close().unwrap();
     });
 }
+
+/// A group mixing trimmed, acknowledged, fresh, repeated and missing positions: the trimmed
+/// ones (and those of a ledger that never existed before the first) are ignored as acknowledged
+/// entries, the count is of the fresh entries only, and a missing position fails the whole group
+/// with nothing changed, as `ack` refuses it.
+#[test]
+fn a_group_mixing_trimmed_acked_fresh_and_missing_positions() {
+    on_each_backend(2, |topic| {
+        let p = topic_with_two_trimmed_ledgers(&topic);
+        let never = Position::new(0, 5);
+        assert!(never < p[0]);
+        let c = earliest(&topic, "late");
+        assert!(c.ack(p[5]).unwrap());
+        let missing = Position::new(p[7].ledger_id, p[7].entry_id + 1);
+        let before = c.acked_ranges().unwrap();
+        assert!(matches!(
+            c.ack_many(&[p[0], p[6], never, missing, p[4]]),
+            Err(Error::NoSuchEntry(q)) if q == missing
+        ));
+        assert_eq!(c.acked_ranges().unwrap(), before);
+        assert_eq!(c.mark_delete_position().unwrap(), None);
+        assert!(!c.is_acked(p[4]).unwrap() && !c.is_acked(p[6]).unwrap());
+
+        assert!(!c.ack(never).unwrap());
+        assert!(c.is_acked(never).unwrap());
+        let group = [p[3], p[5], p[6], never, p[6], p[1], p[4]];
+        assert_eq!(c.ack_many(&group).unwrap(), 2);
+        assert_eq!(c.mark_delete_position().unwrap(), Some(p[6]));
+        assert!(c.acked_ranges().unwrap().is_empty());
+        assert_eq!(c.ack_many(&group).unwrap(), 0);
+        assert_eq!(read_positions(&c, 10), vec![p[7]]);
+        topic.close().unwrap();
+    });
+}
