@@ -56,6 +56,8 @@ impl LedgerSpan {
 pub struct Layout {
     spans: Vec<LedgerSpan>,
     next_index: u64,
+    /// Every ledger of a lower id was trimmed (or never existed): 0 until a trim.
+    trimmed_below: u64,
 }
 
 impl Layout {
@@ -63,7 +65,11 @@ impl Layout {
     #[must_use]
     pub fn new(spans: Vec<LedgerSpan>, next_index: u64) -> Self {
         debug_assert!(spans.windows(2).all(|w| w[0].id < w[1].id));
-        Self { spans, next_index }
+        Self {
+            spans,
+            next_index,
+            trimmed_below: 0,
+        }
     }
 
     /// The retained ledgers, oldest first.
@@ -101,6 +107,14 @@ impl Layout {
             .iter()
             .find(|s| s.entries > 0)
             .map(|s| Position::new(s.id, 0))
+    }
+
+    /// Whether `pos` lies before the first retained entry: in a ledger trimmed or that never
+    /// existed before it, also while the ledgers after a trim hold no entry yet (or, in the
+    /// readable view, no readable one).
+    #[must_use]
+    pub fn before_first_entry(&self, pos: Position) -> bool {
+        pos.ledger_id < self.trimmed_below || self.first_entry().is_some_and(|first| pos < first)
     }
 
     /// The last entry.
@@ -336,10 +350,13 @@ impl Layouts {
     }
 
     /// Drops the trimmed ledgers `trimmed` (the oldest appended ones) from both views.
+    /// Both remember that every ledger up to the last trimmed one is gone: the readable view
+    /// may be left with no entry (the ledgers kept hold only entries not synced yet).
     pub(crate) fn trim(&mut self, trimmed: &[u64]) {
-        self.appended.spans.retain(|s| !trimmed.contains(&s.id));
-        if let Some(readable) = self.readable.as_mut() {
-            readable.spans.retain(|s| !trimmed.contains(&s.id));
+        let below = trimmed.iter().max().map_or(0, |id| id.saturating_add(1));
+        for layout in std::iter::once(&mut self.appended).chain(self.readable.as_mut()) {
+            layout.spans.retain(|s| !trimmed.contains(&s.id));
+            layout.trimmed_below = layout.trimmed_below.max(below);
         }
     }
 }

@@ -552,9 +552,7 @@ impl CursorState {
     pub(crate) fn ack_many(&mut self, layout: &Layout, positions: &[Position]) -> Result<u64> {
         let mark = self.mark_delete;
         // A position before the first retained entry is before mark-delete too.
-        let first = layout.first_entry();
-        let after_mark =
-            |p: &Position| mark.is_none_or(|m| *p > m) && first.is_none_or(|f| *p >= f);
+        let after_mark = |p: &Position| mark.is_none_or(|m| *p > m) && !before_retained(layout, *p);
         let first_unacked = layout.after_mark(mark);
         // The entry after mark-delete is never in `acks`: given, it is newly acknowledged.
         let mut fills_first = false;
@@ -891,7 +889,7 @@ pub(crate) fn mark_before(layout: &Layout, target: Option<Position>) -> Option<P
 /// `first-ledger:-1`), so such a position is at or before mark-delete whatever the cursor: an
 /// entry already acknowledged, never a missing one.
 pub(crate) fn before_retained(layout: &Layout, pos: Position) -> bool {
-    layout.first_entry().is_some_and(|first| pos < first)
+    layout.before_first_entry(pos)
 }
 
 /// The error for moving mark-delete (`what`) to `pos`, which is not a retained entry: behind

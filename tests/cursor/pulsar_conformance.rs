@@ -9,7 +9,9 @@
 use crate::support;
 
 use ackstore::{Cursor, Error, InitialPosition, ManagedLedger, NonDurableOptions, Position};
-use support::topic::{append_n, at, mem_topic, on_each_backend, read_positions, reopen};
+use support::topic::{
+    append_n, append_unsynced, at, mem_topic, on_each_backend, read_positions, reopen,
+};
 
 fn earliest(topic: &ManagedLedger, name: &str) -> Cursor {
     topic
@@ -303,6 +305,77 @@ fn a_reset_by_time_sees_retained_entries_only() {
         c.seek_by_timestamp(1005).unwrap();
         assert_eq!(c.mark_delete_position().unwrap(), Some(p[5]));
         assert_eq!(read_positions(&c, 10), p[6..].to_vec());
+        topic.close().unwrap();
+    });
+}
+
+/// A trim can leave no readable entry: the last non-empty ledger it keeps may hold only
+/// entries not yet synced. The trimmed entries are still behind every cursor's mark-delete, so
+/// a reader's late acks and a late cursor's answers are those of acknowledged entries, as
+/// when a retained entry is readable.
+#[test]
+fn trimmed_entries_count_as_acknowledged_while_no_retained_entry_is_readable() {
+    on_each_backend(2, |topic| {
+        let p = append_n(&topic, 4);
+        let r = topic
+            .open_non_durable_cursor(InitialPosition::Earliest, NonDurableOptions::default())
+            .unwrap();
+        assert_eq!(read_positions(&r, 4), p);
+        let durable = earliest(&topic, "sub");
+        durable.ack_cumulative(p[3]).unwrap();
+        let unsynced = append_unsynced(&topic, 1);
+        assert_eq!(topic.trim_consumed().unwrap().len(), 2);
+        assert_eq!(topic.first_position(), None, "nothing readable is retained");
+
+        assert!(!r.ack(p[1]).unwrap());
+        assert_eq!(r.ack_many(&[p[0], p[2]]).unwrap(), 0);
+        assert!(r.is_acked(p[3]).unwrap());
+        let late = earliest(&topic, "late");
+        assert!(late.is_acked(p[0]).unwrap());
+        assert!(!late.ack(p[2]).unwrap());
+        assert!(matches!(
+            late.ack_cumulative(p[3]),
+            Err(Error::InvalidArgument { .. })
+        ));
+
+        topic.sync().unwrap();
+        assert!(!r.is_acked(unsynced[0]).unwrap() && !late.is_acked(unsynced[0]).unwrap());
+        assert_eq!(read_positions(&r, 10), unsynced);
+        assert_eq!(read_positions(&late, 10), unsynced);
+        topic.close().unwrap();
+    });
+}
+
+/// A group mixing trimmed, acknowledged, fresh, repeated and missing positions: the trimmed
+/// ones (and those of a ledger that never existed before the first) are ignored as acknowledged
+/// entries, the count is of the fresh entries only, and a missing position fails the whole group
+/// with nothing changed, as `ack` refuses it.
+#[test]
+fn a_group_mixing_trimmed_acked_fresh_and_missing_positions() {
+    on_each_backend(2, |topic| {
+        let p = topic_with_two_trimmed_ledgers(&topic);
+        let never = Position::new(0, 5);
+        assert!(never < p[0]);
+        let c = earliest(&topic, "late");
+        assert!(c.ack(p[5]).unwrap());
+        let missing = Position::new(p[7].ledger_id, p[7].entry_id + 1);
+        let before = c.acked_ranges().unwrap();
+        assert!(matches!(
+            c.ack_many(&[p[0], p[6], never, missing, p[4]]),
+            Err(Error::NoSuchEntry(q)) if q == missing
+        ));
+        assert_eq!(c.acked_ranges().unwrap(), before);
+        assert_eq!(c.mark_delete_position().unwrap(), None);
+        assert!(!c.is_acked(p[4]).unwrap() && !c.is_acked(p[6]).unwrap());
+
+        assert!(!c.ack(never).unwrap());
+        assert!(c.is_acked(never).unwrap());
+        let group = [p[3], p[5], p[6], never, p[6], p[1], p[4]];
+        assert_eq!(c.ack_many(&group).unwrap(), 2);
+        assert_eq!(c.mark_delete_position().unwrap(), Some(p[6]));
+        assert!(c.acked_ranges().unwrap().is_empty());
+        assert_eq!(c.ack_many(&group).unwrap(), 0);
+        assert_eq!(read_positions(&c, 10), vec![p[7]]);
         topic.close().unwrap();
     });
 }
