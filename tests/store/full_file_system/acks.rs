@@ -69,12 +69,12 @@ pub(super) fn burst(
     }
 }
 
-/// A position that is no entry of the topic: before every ledger (at or before mark-delete
-/// once the cursor has one, then ignored), past the end of one of its ledgers (of 20 entries at
-/// most), or in a ledger that never was.
+/// A position that is no entry of the topic: before its first entry, once it has one (behind
+/// mark-delete whatever the cursor's, as Pulsar's `first-ledger:-1`: ignored), past the end of
+/// one of its ledgers (of 20 entries at most), or in a ledger that never was.
 fn stray(rng: &mut Rng, positions: &[Position]) -> Position {
     match (rng.index(3), rng.pick(positions)) {
-        (0, _) | (1, None) => Position::new(0, rng.below(20)),
+        (0, Some(_)) => Position::new(0, rng.below(20)),
         (1, Some(p)) => Position::new(p.ledger_id, 1_000_000 + rng.below(1000)),
         _ => Position::new(u64::MAX - rng.below(2), rng.below(20)),
     }
@@ -120,8 +120,9 @@ fn draw_group(
 }
 
 /// One `ack_many` group on `c`: it acknowledges exactly the group's entries after mark-delete
-/// and answers how many were new, or, when one of them is no entry of the topic, fails with
-/// `NoSuchEntry` naming the first such and changes nothing. Whatever the disk says: evictions
+/// and answers how many were new, or, when one of them after mark-delete and after the topic's
+/// first entry is no entry of the topic, fails with `NoSuchEntry` naming the first such and
+/// changes nothing. Whatever the disk says: evictions
 /// that cannot write never fail an ack.
 fn group(
     rng: &mut Rng,
@@ -132,7 +133,10 @@ fn group(
 ) {
     let mark = c.mark_delete_position().expect("mark-delete");
     let group = draw_group(rng, (positions, ackable), mark);
-    let after = |p: &&Position| mark.is_none_or(|m| **p > m);
+    // A position before the topic's first entry (ledger 0 is none of its ledgers) is behind
+    // mark-delete whatever the cursor's, as Pulsar's `first-ledger:-1`: ignored, not refused.
+    let before_first = |p: &&Position| positions.first().is_some_and(|f| **p < *f);
+    let after = |p: &&Position| mark.is_none_or(|m| **p > m) && !before_first(p);
     let known = |p: &&Position| positions.binary_search(p).is_ok();
     let refused = group.iter().filter(after).find(|p| !known(p)).copied();
     let valid: BTreeSet<Position> = group.iter().filter(known).copied().collect();
