@@ -7,6 +7,7 @@ use ackstore::internals::ackset::{
 use ackstore::internals::position::Position;
 use std::sync::Arc;
 use std::sync::Mutex;
+use std::sync::mpsc;
 
 /// A member as a cursor makes one: its set behind a lock the hook only tries.
 struct Member(Mutex<RangeSetWrapper>);
@@ -141,6 +142,137 @@ fn members_used_from_other_threads_stay_after_an_idle_one() {
         after, [each; 3],
         "a busy member was asked before the idle one: {after:?}"
     );
+}
+
+/// A thread of its own that runs the jobs given to it one at a time, each to its end before
+/// [`Worker::run`] returns: what the thread keeps of its last touch of a budget lasts from job
+/// to job.
+struct Worker {
+    jobs: Option<mpsc::Sender<Box<dyn FnOnce() + Send>>>,
+    done: mpsc::Receiver<()>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Worker {
+    fn new() -> Self {
+        let (jobs, inbox) = mpsc::channel::<Box<dyn FnOnce() + Send>>();
+        let (finished, done) = mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            for job in inbox {
+                job();
+                finished.send(()).unwrap();
+            }
+        });
+        Self {
+            jobs: Some(jobs),
+            done,
+            thread: Some(thread),
+        }
+    }
+
+    fn run(&self, job: impl FnOnce() + Send + 'static) {
+        self.jobs.as_ref().unwrap().send(Box::new(job)).unwrap();
+        self.done.recv().unwrap();
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        drop(self.jobs.take());
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+    }
+}
+
+/// Resident bytes of a member holding one partition of each of `ledgers`, measured on a
+/// budget of its own.
+fn holding(ledgers: std::ops::Range<u64>) -> usize {
+    let probe = member(&AckBudget::new(1 << 20));
+    fill(&probe, ledgers);
+    resident(&probe)
+}
+
+/// A member touched once, at any point of its thread's tick (after `before` touches of another
+/// member by that thread), then idle, is asked before members that threads already running
+/// kept using afterwards for a tick of theirs: their stamps come from a tick of the clock,
+/// above any its thread gave within the tick before.
+#[test]
+fn a_member_used_last_late_in_a_tick_is_asked_before_members_used_for_a_tick_after() {
+    let (each, one, two) = (holding(0..4), holding(0..1), holding(0..2));
+    assert!(two <= 2 * one, "{one} {two}");
+    for before in 0..2 * TOUCHES_PER_TICK {
+        // Room for three busy members, the idle one and the member its thread counts on.
+        let budget = AckBudget::new(3 * each + 2 * one);
+        let workers: Vec<Worker> = (0..4).map(|_| Worker::new()).collect();
+        let busy: Vec<_> = (0..3).map(|_| member(&budget)).collect();
+        for (i, (w, m)) in workers[1..].iter().zip(&busy).enumerate() {
+            let (m, base) = (m.clone(), 100 * i as u64);
+            w.run(move || fill(&m, base..base + 4));
+        }
+        let (counted, idle) = (member(&budget), member(&budget));
+        let (c, m) = (counted.clone(), idle.clone());
+        workers[0].run(move || {
+            for _ in 0..before {
+                fill(&c, 500..501);
+            }
+            fill(&m, 900..901);
+        });
+        drop(counted);
+        for (i, (w, m)) in workers[1..].iter().zip(&busy).enumerate() {
+            let (m, base) = (m.clone(), 100 * i as u64);
+            w.run(move || {
+                for _ in 0..TOUCHES_PER_TICK {
+                    fill(&m, base + 3..base + 4);
+                }
+            });
+        }
+        assert_eq!(budget.stats().resident_bytes, 3 * each + one);
+        let grower = member(&budget);
+        fill(&grower, 1000..1002);
+        let after: Vec<usize> = busy.iter().map(|m| resident(m)).collect();
+        let what = format!(
+            "{before} touches before: idle {}, busy {after:?}",
+            resident(&idle)
+        );
+        assert!(resident(&idle) < one, "{what}");
+        assert_eq!(after, [each; 3], "{what}");
+    }
+}
+
+/// One thread using the members of two budgets in turn: in each budget, its members are asked
+/// in the order of its uses of them, whatever it did in the other budget in between (`again`
+/// more touches of each member after each use, so that its ticks fall anywhere).
+#[test]
+fn one_thread_using_two_budgets_in_turn_keeps_each_ones_order() {
+    let each = holding(0..4);
+    for again in 0..2 * TOUCHES_PER_TICK {
+        let budgets = [AckBudget::new(3 * each), AckBudget::new(3 * each)];
+        let members: Vec<Vec<_>> = budgets
+            .iter()
+            .map(|b| (0..3).map(|_| member(b)).collect())
+            .collect();
+        // Used 0, 1, 2, then 0 again, each use of a member of one budget followed by one of
+        // the other's.
+        for i in [0, 1, 2, 0] {
+            for (b, ms) in members.iter().enumerate() {
+                let base = 1000 * b as u64 + 100 * i as u64;
+                fill(&ms[i], base..base + 4);
+                for _ in 0..again {
+                    fill(&ms[i], base + 3..base + 4);
+                }
+            }
+        }
+        for (b, (budget, ms)) in budgets.iter().zip(&members).enumerate() {
+            assert_eq!(budget.stats().resident_bytes, 3 * each);
+            let grower = member(budget);
+            fill(&grower, 5000..5001);
+            let after: Vec<usize> = ms.iter().map(|m| resident(m)).collect();
+            let what = format!("{again} touches again, budget {b}: {after:?}");
+            assert!(after[1] < each, "{what}");
+            assert_eq!([after[0], after[2]], [each; 2], "{what}");
+        }
+    }
 }
 
 #[test]

@@ -101,44 +101,101 @@ fn depends_on(layout: &SealedLayout, bytes: &[u8], i: u64) -> [Range<usize>; 3] 
 /// file (`original` before), and reads every entry: each reads the truth, or fails with
 /// `Corrupted` when `strict` and only when a byte it depends on changed.
 fn check_damage(disk: &MemStorage, id: u64, original: &[u8], damaged: &[u8], strict: bool) {
-    let layout = validate_sealed(original, id).unwrap();
-    let name = ledger_file_name(id);
-    let changed: Vec<usize> = (0..original.len())
-        .filter(|&at| damaged.get(at) != original.get(at))
-        .collect();
     for map_sealed_from in PATHS {
         let image = disk.durable_image();
         let log = EntryLog::open(Arc::new(image.clone()), config(map_sealed_from)).unwrap();
-        image.set_bytes(&name, damaged.to_vec()).unwrap();
-        for i in 0..ENTRIES {
-            let hit = depends_on(&layout, original, i)
-                .iter()
-                .any(|r| changed.iter().any(|at| r.contains(at)));
-            // Formatted only for a failure: the list of changed bytes is long.
-            let what =
-                || format!("entry {i}, map_sealed_from {map_sealed_from}, changed {changed:?}");
-            for (read, truth) in [
-                (
-                    log.read(id, i).map(|e| (e.meta, e.payload)),
-                    (meta(i), payload(id, i)),
-                ),
-                (
-                    log.read_meta(id, i).map(|m| (m, payload(id, i))),
-                    (meta(i), payload(id, i)),
-                ),
-            ] {
-                match read {
-                    Ok(entry) => {
-                        assert_eq!(entry, truth, "{}: a wrong entry", what());
-                        assert!(!(strict && hit), "{}: damage unnoticed", what());
-                    }
-                    Err(Error::Corrupted { .. }) => {
-                        assert!(!strict || hit, "{}: undamaged entry refused", what());
-                    }
-                    Err(e) => panic!("{}: {e}", what()),
+        image
+            .set_bytes(&ledger_file_name(id), damaged.to_vec())
+            .unwrap();
+        check_reads(&log, id, (original, damaged), strict, map_sealed_from);
+    }
+}
+
+/// Reads every entry of the sealed ledger `id` of `log`, whose file was `original` when `log`
+/// took its layout and is `damaged` now: each reads the truth, or fails with `Corrupted` when
+/// `strict` and only when a byte it depends on changed.
+fn check_reads(
+    log: &EntryLog,
+    id: u64,
+    (original, damaged): (&[u8], &[u8]),
+    strict: bool,
+    map_sealed_from: u64,
+) {
+    let layout = validate_sealed(original, id).unwrap();
+    let changed: Vec<usize> = (0..original.len())
+        .filter(|&at| damaged.get(at) != original.get(at))
+        .collect();
+    for i in 0..ENTRIES {
+        let hit = depends_on(&layout, original, i)
+            .iter()
+            .any(|r| changed.iter().any(|at| r.contains(at)));
+        // Formatted only for a failure: the list of changed bytes is long.
+        let what = || format!("entry {i}, map_sealed_from {map_sealed_from}, changed {changed:?}");
+        for (read, truth) in [
+            (
+                log.read(id, i).map(|e| (e.meta, e.payload)),
+                (meta(i), payload(id, i)),
+            ),
+            (
+                log.read_meta(id, i).map(|m| (m, payload(id, i))),
+                (meta(i), payload(id, i)),
+            ),
+        ] {
+            match read {
+                Ok(entry) => {
+                    assert_eq!(entry, truth, "{}: a wrong entry", what());
+                    assert!(!(strict && hit), "{}: damage unnoticed", what());
                 }
+                Err(Error::Corrupted { .. }) => {
+                    assert!(!strict || hit, "{}: undamaged entry refused", what());
+                }
+                Err(e) => panic!("{}: {e}", what()),
             }
         }
+    }
+}
+
+/// Seals a ledger with a log of each read path, puts its file as `damage` makes it in place
+/// (from its bytes as sealed) and reads every entry through that log: the layout is the seal's
+/// own, not an open's.
+fn check_damage_after_seal(damage: impl Fn(&[u8]) -> Vec<u8>, strict: bool) {
+    for map_sealed_from in PATHS {
+        let disk = MemStorage::new();
+        let log = EntryLog::open(Arc::new(disk.clone()), config(map_sealed_from)).unwrap();
+        let (id, _) = sealed_ledger(&log, &disk, ENTRIES);
+        let name = ledger_file_name(id);
+        let original = disk.live_bytes(&name).unwrap();
+        let damaged = damage(&original);
+        disk.set_bytes(&name, damaged.clone()).unwrap();
+        check_reads(&log, id, (&original, &damaged), strict, map_sealed_from);
+    }
+}
+
+/// As [`a_sealed_ledger_damaged_while_open_reads_true_or_fails_by_position_and_by_map`], with
+/// the log that sealed the ledger (its last frame's offset known at the seal, never read back).
+#[test]
+fn a_ledger_damaged_after_its_seal_reads_true_or_fails_through_the_log_that_sealed_it() {
+    let disk = MemStorage::new();
+    let id = {
+        let log = EntryLog::open(Arc::new(disk.clone()), LogConfig::default()).unwrap();
+        sealed_ledger(&log, &disk, ENTRIES).0
+    };
+    // Every such ledger has the same layout: its entries are the same.
+    let sample = disk.live_bytes(&ledger_file_name(id)).unwrap();
+    let layout = validate_sealed(&sample, id).unwrap();
+    // A bit flipped in each byte of the last frame, the index and the trailer; the file cut
+    // short at each of them.
+    let last = depends_on(&layout, &sample, ENTRIES - 1)[0].start;
+    for at in last..sample.len() {
+        check_damage_after_seal(
+            |original| {
+                let mut bad = original.to_vec();
+                bad[at] ^= 0x80;
+                bad
+            },
+            true,
+        );
+        check_damage_after_seal(|original| original[..at].to_vec(), false);
     }
 }
 
