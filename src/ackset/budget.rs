@@ -102,6 +102,9 @@ pub struct AckBudgetStats {
 /// What the budget knows of one member; the member's [`BudgetLink`] holds the only strong
 /// reference, so a member that left is a dead `Weak` the next sort drops.
 struct Member {
+    /// Unique among the members of every budget of the process (an address can be reused once
+    /// a member is gone), for a thread's last touch ([`Shared::touch`]).
+    id: u64,
     resident: AtomicUsize,
     /// The part of `resident` that is saved (see [`Releasable::Saved`]).
     saved: AtomicUsize,
@@ -158,18 +161,21 @@ struct Shared {
 pub const TOUCHES_PER_TICK: u64 = 64;
 
 thread_local! {
-    /// This thread's last touch: the budget (its address), the member (its address) and the
+    /// This thread's last touch: the budget (its address), the member (its id) and the
     /// touches of that budget since the thread last moved its clock.
-    static LAST_TOUCH: Cell<(usize, usize, u64)> = const { Cell::new((0, 0, 0)) };
+    static LAST_TOUCH: Cell<(usize, u64, u64)> = const { Cell::new((0, 0, 0)) };
 }
 
+/// The next member's id (0 is no member's).
+static MEMBER_IDS: AtomicU64 = AtomicU64::new(1);
+
 impl Shared {
-    /// A touch of the member at address `member` by this thread: its new stamp of last use,
+    /// A touch of the member whose id is `member` by this thread: its new stamp of last use,
     /// or `None` when its stamp stands (this thread touched it last, within one tick; never
     /// when `fresh`, for a member that joins). Stamps this thread gives in one budget only
     /// grow: a tick adds [`TOUCHES_PER_TICK`] to the clock, more than the touches counted on
     /// top of it before.
-    fn touch(&self, member: usize, fresh: bool) -> Option<u64> {
+    fn touch(&self, member: u64, fresh: bool) -> Option<u64> {
         let budget = std::ptr::from_ref(self) as usize;
         LAST_TOUCH.with(|last| {
             let (b, m, n) = last.get();
@@ -251,6 +257,7 @@ impl AckBudget {
     pub(crate) fn join(&self) -> BudgetLink {
         self.0.members.fetch_add(1, Ordering::SeqCst);
         let member = Arc::new(Member {
+            id: MEMBER_IDS.fetch_add(1, Ordering::Relaxed),
             resident: AtomicUsize::new(0),
             saved: AtomicUsize::new(0),
             last_used: AtomicU64::new(0),
@@ -258,7 +265,7 @@ impl AckBudget {
             hook: OnceLock::new(),
         });
         // Joining is a use: the newest stamp of this thread.
-        if let Some(stamp) = self.0.touch(Arc::as_ptr(&member) as usize, true) {
+        if let Some(stamp) = self.0.touch(member.id, true) {
             member.last_used.store(stamp, Ordering::SeqCst);
         }
         BudgetLink {
@@ -314,8 +321,7 @@ impl BudgetLink {
     pub(crate) fn publish(&self, bytes: usize, saved: usize) {
         let shared = &self.budget.0;
         let member = &self.member;
-        let id = Arc::as_ptr(member) as usize;
-        if let Some(stamp) = shared.touch(id, false) {
+        if let Some(stamp) = shared.touch(member.id, false) {
             // A hint for the next sort, read under the revolution's lock: no ordering needed.
             member.last_used.store(stamp, Ordering::Relaxed);
         }
