@@ -71,7 +71,7 @@
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
@@ -245,30 +245,23 @@ impl Storage for FileStorage {
         self.list_prefix("")
     }
 
-    /// One pass over the directory: a name is compared with `prefix` before it is kept, and
-    /// only the names kept are sorted, so a listing of a few records in
-    /// a directory of thousands of ledgers costs the directory read alone.
+    /// One pass over the directory ([`each_entry`]): a name is compared with `prefix` before
+    /// it is kept, and only the names kept are sorted, so a listing of a few records in a
+    /// directory of thousands of ledgers costs the directory read alone.
     fn list_prefix(&self, prefix: &str) -> Result<Vec<String>> {
-        use std::os::unix::ffi::OsStrExt;
-        let read =
-            std::fs::read_dir(&self.dir).map_err(|e| Error::io("list", self.location(), e))?;
         let mut names = Vec::new();
-        for entry in read {
-            let entry = entry.map_err(|e| Error::io("list", self.location(), e))?;
-            let name = entry.file_name();
-            if !name.as_bytes().starts_with(prefix.as_bytes()) {
-                continue;
+        each_entry(&self.dir, |name, is_dir| {
+            // Subdirectories are storages of their own (`subdirectory`), not files. Names
+            // that are not UTF-8 were not written by ackstore; they are ignored.
+            if !is_dir
+                && name.starts_with(prefix.as_bytes())
+                && let Ok(name) = std::str::from_utf8(name)
+            {
+                names.push(name.to_owned());
             }
-            // Subdirectories are storages of their own (`subdirectory`), not files. The type
-            // comes with the directory entry on Linux file systems: no extra stat.
-            if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                continue;
-            }
-            // Names that are not UTF-8 were not written by ackstore; they are ignored.
-            if let Ok(name) = name.into_string() {
-                names.push(name);
-            }
-        }
+            true
+        })
+        .map_err(|e| Error::io("list", self.location(), e))?;
         names.sort_unstable();
         Ok(names)
     }
@@ -306,12 +299,15 @@ impl Storage for FileStorage {
 
     fn create(&self, name: &str) -> Result<Arc<dyn StorageFile>> {
         let path = self.path_of(name)?;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|e| Error::io("create", &path, e))?;
+        let file = without_access_time(|noatime| {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .custom_flags(noatime.bits() as i32)
+                .open(&path)
+        })
+        .map_err(|e| Error::io("create", &path, e))?;
         RealFile::adopt(&self.fds, file, path, true)
     }
 
@@ -420,15 +416,83 @@ impl Drop for HeldLock {
 /// Opens the existing file `path` for reading and writing, or for reading only when it cannot
 /// be written; never creates it. `writable`: the mode a reopen must have (`None` on the first
 /// open, which takes the best it can). Answers the file and whether it is writable.
+/// Every open goes [`without_access_time`].
 fn open_existing(path: &Path, writable: Option<bool>) -> std::io::Result<(File, bool)> {
-    let rw = || OpenOptions::new().read(true).write(true).open(path);
-    let ro = || OpenOptions::new().read(true).open(path);
+    let open = |write: bool| {
+        without_access_time(|noatime| {
+            OpenOptions::new()
+                .read(true)
+                .write(write)
+                .custom_flags(noatime.bits() as i32)
+                .open(path)
+        })
+    };
+    let rw = || open(true);
+    let ro = || open(false);
     match writable {
         Some(true) => rw().map(|f| (f, true)),
         Some(false) => ro().map(|f| (f, false)),
         None => rw()
             .map(|f| (f, true))
             .or_else(|_| ro().map(|f| (f, false))),
+    }
+}
+
+/// Calls `each` with the name of every entry of the directory `dir` but `.` and `..`, and
+/// whether it is a directory (not following a link), in the directory's order, until `each`
+/// answers `false`. The directory is read through a descriptor opened [`without_access_time`].
+/// The type comes with the entry on Linux file systems; an entry that does not give it is
+/// asked by a `stat`.
+pub(crate) fn each_entry(
+    dir: &Path,
+    mut each: impl FnMut(&[u8], bool) -> bool,
+) -> std::io::Result<()> {
+    use rustix::fs::{AtFlags, FileType, OFlags};
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let fd = without_access_time(|noatime| {
+        rustix::fs::open(dir, flags | noatime, rustix::fs::Mode::empty())
+            .map_err(std::io::Error::from)
+    })?;
+    let mut entries = rustix::fs::Dir::new(fd)?;
+    while let Some(entry) = entries.read() {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        let kind = match entry.file_type() {
+            FileType::Unknown => FileType::from_raw_mode(
+                rustix::fs::statat(entries.fd()?, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW)?
+                    .st_mode,
+            ),
+            kind => kind,
+        };
+        if !each(name, kind == FileType::Directory) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Runs `open` with `O_NOATIME`, then, if the kernel refuses that flag, without it.
+///
+/// A read through a descriptor opened with `O_NOATIME` leaves the file's (or directory's)
+/// access time alone. Without it, under Linux's default `relatime`, the first read of every
+/// file or directory changed since its last read writes the inode: after a store ran, a
+/// restart's reads of its records, ledgers and directory listings would each dirty an inode
+/// (about a tenth of a store topic's open; nothing in ackstore reads an access time). The
+/// kernel takes the flag only from the file's owner or a process with `CAP_FOWNER` and answers
+/// `EPERM` otherwise (a store read by another user, as `ackstore verify` may be): that open is
+/// made again without the flag, with the access time kept as the mount says. A file system
+/// that ignores the flag (or a `noatime` mount) makes no difference.
+fn without_access_time<T>(
+    open: impl Fn(rustix::fs::OFlags) -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    match open(rustix::fs::OFlags::NOATIME) {
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::PERM.raw_os_error()) => {
+            open(rustix::fs::OFlags::empty())
+        }
+        answer => answer,
     }
 }
 

@@ -28,6 +28,7 @@ pub mod rados;
 use std::fmt;
 use std::sync::Arc;
 
+pub(crate) use file::each_entry;
 pub use file::{FileStorage, OpenFiles, default_open_files};
 pub use mem::MemStorage;
 #[cfg(feature = "rados")]

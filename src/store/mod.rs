@@ -804,26 +804,36 @@ pub fn check_unlisted_topics(
         return Ok(());
     };
     let io = |e: std::io::Error| Error::io("list", storage.location(), e);
-    for entry in std::fs::read_dir(dir).map_err(io)? {
-        let entry = entry.map_err(io)?;
-        let Ok(name) = entry.file_name().into_string() else {
-            continue;
+    let mut found = false;
+    let mut failed = None;
+    crate::storage::each_entry(dir, |name, is_dir| {
+        let Ok(name) = std::str::from_utf8(name) else {
+            return true;
         };
-        let is_dir = entry.file_type().map_err(io)?.is_dir();
-        let Some(id) = space::parse_topic_name(&name, is_dir) else {
-            continue;
+        let Some(id) = space::parse_topic_name(name, is_dir) else {
+            return true;
         };
         if listed.contains(&id) {
-            continue;
+            return true;
         }
-        let holds_files = !is_dir
-            || std::fs::read_dir(entry.path())
-                .map_err(io)?
-                .next()
-                .is_some();
-        if holds_files {
-            return unlisted("topics (the store holds files of a topic the catalog does not list)");
-        }
+        found = !is_dir || {
+            let mut holds = false;
+            if let Err(e) = crate::storage::each_entry(&dir.join(name), |_, _| {
+                holds = true;
+                false
+            }) {
+                failed = Some(e);
+            }
+            holds
+        };
+        !found && failed.is_none()
+    })
+    .map_err(io)?;
+    if let Some(e) = failed {
+        return Err(io(e));
+    }
+    if found {
+        return unlisted("topics (the store holds files of a topic the catalog does not list)");
     }
     Ok(())
 }

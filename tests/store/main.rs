@@ -7,6 +7,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod access_time;
 mod ack_memory;
 mod ack_memory_pressure;
 mod ack_memory_saved_first;

@@ -4,16 +4,20 @@
 use std::process::{Command, Output};
 
 /// The command with `args`, its progress display off.
+pub fn command(args: &[&str]) -> Command {
+    let mut command = Command::new(binary());
+    command.args(args).env("ACKSTORE_NO_PROGRESS", "1");
+    command
+}
+
+/// The command's binary, as cargo built it for these tests.
 #[allow(
     clippy::option_env_unwrap,
     reason = "only the tests of package ackstore-cli run the command, and cargo builds it for them"
 )]
-pub fn command(args: &[&str]) -> Command {
-    let binary = option_env!("CARGO_BIN_EXE_ackstore")
-        .expect("the command is built for the tests of package ackstore-cli only");
-    let mut command = Command::new(binary);
-    command.args(args).env("ACKSTORE_NO_PROGRESS", "1");
-    command
+pub fn binary() -> &'static str {
+    option_env!("CARGO_BIN_EXE_ackstore")
+        .expect("the command is built for the tests of package ackstore-cli only")
 }
 
 /// Runs the command with `args` (progress display off) to its end.

@@ -390,3 +390,71 @@ fn verify_and_inspect_of_a_stores_topic_directory_alone_refuse_it_as_the_open_do
         );
     }
 }
+
+/// `verify` and `inspect` of a store that another user owns and lets others read (as an
+/// operator's or a monitor's account reads a broker's store): every open the command makes with
+/// `O_NOATIME`, which the kernel grants the owner only, is made again without it, and the
+/// answers are the owner's. Needs root to run the command as another user (`nobody`, 65534)
+/// on files root owns; the CI runs as root.
+#[test]
+fn verify_and_inspect_of_a_store_another_user_owns_answer_as_for_its_owner() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::os::unix::process::CommandExt;
+
+    let root = tempfile::tempdir().unwrap();
+    let probe = root.path().join("probe");
+    std::fs::write(&probe, b"").unwrap();
+    if std::fs::metadata(&probe).unwrap().uid() != 0 {
+        eprintln!("not root: no file here is owned by another user than this test's");
+        return;
+    }
+    let dir = root.path().join("store");
+    sample_store(&dir);
+    // Others may read (and enter) every file and directory, and run a copy of the command.
+    let mut paths = vec![root.path().to_path_buf()];
+    let mut i = 0;
+    while i < paths.len() {
+        let path = paths[i].clone();
+        let mode = if path.is_dir() { 0o755 } else { 0o644 };
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        if path.is_dir() {
+            paths.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+        }
+        i += 1;
+    }
+    let command = root.path().join("ackstore");
+    std::fs::copy(support::cli::binary(), &command).unwrap();
+    std::fs::set_permissions(&command, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let dir_arg = dir.to_str().unwrap();
+    for args in [
+        ["verify", dir_arg, "--json"],
+        ["inspect", dir_arg, "--json"],
+    ] {
+        let owner = support::cli::run(&args);
+        let other = std::process::Command::new(&command)
+            .args(args)
+            .env("ACKSTORE_NO_PROGRESS", "1")
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap();
+        assert!(
+            owner.status.success() && other.status.success(),
+            "{args:?}: the owner's {:?}, another user's {:?}: {}",
+            owner.status,
+            other.status,
+            String::from_utf8_lossy(&other.stderr)
+        );
+        assert_eq!(
+            support::cli::json(&other),
+            support::cli::json(&owner),
+            "{args:?}"
+        );
+    }
+    let report = support::cli::json(&support::cli::run(&["verify", dir_arg, "--json"]));
+    assert_eq!(
+        (report["topics"].clone(), report["damaged"].clone()),
+        (2.into(), 0.into())
+    );
+}
