@@ -416,7 +416,7 @@ impl Drop for HeldLock {
 /// Opens the existing file `path` for reading and writing, or for reading only when it cannot
 /// be written; never creates it. `writable`: the mode a reopen must have (`None` on the first
 /// open, which takes the best it can). Answers the file and whether it is writable.
-/// Every open goes [`without_access_time`].
+/// Every open goes through [`without_access_time`].
 fn open_existing(path: &Path, writable: Option<bool>) -> std::io::Result<(File, bool)> {
     let open = |write: bool| {
         without_access_time(|noatime| {
@@ -442,7 +442,7 @@ fn open_existing(path: &Path, writable: Option<bool>) -> std::io::Result<(File, 
 /// whether it is a directory (not following a link), in the directory's order, until `each`
 /// answers `false`. The directory is read through a descriptor opened [`without_access_time`].
 /// The type comes with the entry on Linux file systems; an entry that does not give it is
-/// asked by a `stat`.
+/// asked by a `stat` (and left out if it is gone by then).
 pub(crate) fn each_entry(
     dir: &Path,
     mut each: impl FnMut(&[u8], bool) -> bool,
@@ -461,10 +461,18 @@ pub(crate) fn each_entry(
             continue;
         }
         let kind = match entry.file_type() {
-            FileType::Unknown => FileType::from_raw_mode(
-                rustix::fs::statat(entries.fd()?, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW)?
-                    .st_mode,
-            ),
+            FileType::Unknown => {
+                match rustix::fs::statat(
+                    entries.fd()?,
+                    entry.file_name(),
+                    AtFlags::SYMLINK_NOFOLLOW,
+                ) {
+                    Ok(st) => FileType::from_raw_mode(st.st_mode),
+                    // Removed since the directory was read: not an entry any more.
+                    Err(rustix::io::Errno::NOENT) => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            }
             kind => kind,
         };
         if !each(name, kind == FileType::Directory) {
