@@ -304,7 +304,7 @@ impl Storage for FileStorage {
                 .read(true)
                 .write(true)
                 .create_new(true)
-                .custom_flags(noatime.bits() as i32)
+                .custom_flags(noatime.bits().cast_signed())
                 .open(&path)
         })
         .map_err(|e| Error::io("create", &path, e))?;
@@ -423,7 +423,7 @@ fn open_existing(path: &Path, writable: Option<bool>) -> std::io::Result<(File, 
             OpenOptions::new()
                 .read(true)
                 .write(write)
-                .custom_flags(noatime.bits() as i32)
+                .custom_flags(noatime.bits().cast_signed())
                 .open(path)
         })
     };
