@@ -299,15 +299,15 @@ impl Storage for FileStorage {
 
     fn create(&self, name: &str) -> Result<Arc<dyn StorageFile>> {
         let path = self.path_of(name)?;
-        let file = without_access_time(|noatime| {
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .custom_flags(noatime.bits().cast_signed())
-                .open(&path)
-        })
-        .map_err(|e| Error::io("create", &path, e))?;
+        // Created without `O_NOATIME`, which is asked of the new file after (see
+        // `access_time_off`): the kernel makes the file before it checks the flag.
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| Error::io("create", &path, e))?;
+        access_time_off(&file);
         RealFile::adopt(&self.fds, file, path, true)
     }
 
@@ -492,7 +492,8 @@ pub(crate) fn each_entry(
 /// kernel takes the flag only from the file's owner or a process with `CAP_FOWNER` and answers
 /// `EPERM` otherwise (a store read by another user, as `ackstore verify` may be): that open is
 /// made again without the flag, with the access time kept as the mount says. A file system
-/// that ignores the flag (or a `noatime` mount) makes no difference.
+/// that ignores the flag (or a `noatime` mount) makes no difference. For opens of files that
+/// exist only: an open that creates one must not be made twice ([`access_time_off`]).
 fn without_access_time<T>(
     open: impl Fn(rustix::fs::OFlags) -> std::io::Result<T>,
 ) -> std::io::Result<T> {
@@ -501,6 +502,23 @@ fn without_access_time<T>(
             open(rustix::fs::OFlags::empty())
         }
         answer => answer,
+    }
+}
+
+/// Turns `O_NOATIME` on for `file`, a file this process just created, where the kernel grants
+/// it (as [`without_access_time`] does for an open; the reads of the file's descriptors, this
+/// one and every reopen, then leave its access time alone).
+///
+/// Not asked at the create itself: a created file's owner is not always its creator (an NFS
+/// export with `all_squash`, an SMB or FAT mount with `uid=`, a FUSE file system that maps
+/// owners show another), and the kernel checks the flag only after it made the file. An
+/// `O_CREAT | O_EXCL | O_NOATIME` refused with `EPERM` has created the file all the same, and
+/// the create again without the flag fails with `EEXIST`. A refusal here (`EPERM`) changes
+/// nothing but the access time, so it is no error.
+fn access_time_off(file: &File) {
+    use rustix::fs::{OFlags, fcntl_getfl, fcntl_setfl};
+    if let Ok(flags) = fcntl_getfl(file) {
+        let _refused = fcntl_setfl(file, flags | OFlags::NOATIME);
     }
 }
 

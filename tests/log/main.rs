@@ -16,6 +16,7 @@ mod file_storage_threads;
 mod finder;
 mod group_commit;
 mod ledger_file_names;
+mod listing;
 mod mem_storage_power_cuts;
 mod model;
 mod open;

@@ -8,6 +8,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod files_another_user_owns;
 mod lock_kept_while_files_close;
 mod lock_not_inherited;
 mod open_files_limit;

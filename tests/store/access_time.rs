@@ -140,3 +140,38 @@ fn a_restart_reads_and_verify_leave_every_access_time_alone() {
         "reads updated the access time of {touched:?}"
     );
 }
+
+#[test]
+fn reads_of_a_file_the_storage_created_leave_its_access_time_alone() {
+    let root = tempfile::tempdir().expect("dir");
+    if !reads_update_access_times(root.path()) {
+        eprintln!("this file system does not update access times on reads: nothing to see");
+        return;
+    }
+    // A cache of one descriptor: `b`'s read is through the descriptor its create opened, `a`'s
+    // through a reopen (`b`'s create closed its descriptor), and so on by turns.
+    let storage = FileStorage::open_limited(root.path(), false, 1).expect("storage");
+    let files: Vec<_> = ["a", "b"]
+        .iter()
+        .map(|name| {
+            let file = storage.create(name).expect("create");
+            file.write_all_at(name.as_bytes(), 0).expect("write");
+            file.sync_data().expect("sync");
+            file
+        })
+        .collect();
+    let old = old_time()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    for round in 0..2 {
+        for (name, file) in ["a", "b"].iter().zip(&files).rev() {
+            let path = root.path().join(name);
+            age(&path);
+            let mut byte = [0; 1];
+            file.read_exact_at(&mut byte, 0).expect("read");
+            assert_eq!(&byte, name.as_bytes());
+            assert_eq!(atime(&path), old, "{name}, round {round}");
+        }
+    }
+}
