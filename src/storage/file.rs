@@ -250,13 +250,11 @@ impl Storage for FileStorage {
     /// directory of thousands of ledgers costs the directory read alone.
     fn list_prefix(&self, prefix: &str) -> Result<Vec<String>> {
         let mut names = Vec::new();
-        each_entry(&self.dir, |name, is_dir| {
+        let wanted = |name: &[u8]| name.starts_with(prefix.as_bytes());
+        each_entry(&self.dir, wanted, |name, is_dir| {
             // Subdirectories are storages of their own (`subdirectory`), not files. Names
             // that are not UTF-8 were not written by ackstore; they are ignored.
-            if !is_dir
-                && name.starts_with(prefix.as_bytes())
-                && let Ok(name) = std::str::from_utf8(name)
-            {
+            if !is_dir && let Ok(name) = std::str::from_utf8(name) {
                 names.push(name.to_owned());
             }
             true
@@ -438,13 +436,14 @@ fn open_existing(path: &Path, writable: Option<bool>) -> std::io::Result<(File, 
     }
 }
 
-/// Calls `each` with the name of every entry of the directory `dir` but `.` and `..`, and
-/// whether it is a directory (not following a link), in the directory's order, until `each`
-/// answers `false`. The directory is read through a descriptor opened [`without_access_time`].
+/// Calls `each` with the name of every entry of the directory `dir` but `.` and `..` that is
+/// `wanted`, and whether it is a directory (not following a link), in the directory's order,
+/// until `each` answers `false`. The directory is read through a descriptor opened [`without_access_time`].
 /// The type comes with the entry on Linux file systems; an entry that does not give it is
-/// asked by a `stat` (and left out if it is gone by then).
+/// asked by a `stat` (and left out if it is gone by then), once `wanted` took its name.
 pub(crate) fn each_entry(
     dir: &Path,
+    wanted: impl Fn(&[u8]) -> bool,
     mut each: impl FnMut(&[u8], bool) -> bool,
 ) -> std::io::Result<()> {
     use rustix::fs::{AtFlags, FileType, OFlags};
@@ -457,7 +456,7 @@ pub(crate) fn each_entry(
     while let Some(entry) = entries.read() {
         let entry = entry?;
         let name = entry.file_name().to_bytes();
-        if name == b"." || name == b".." {
+        if name == b"." || name == b".." || !wanted(name) {
             continue;
         }
         let kind = match entry.file_type() {

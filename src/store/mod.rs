@@ -806,7 +806,8 @@ pub fn check_unlisted_topics(
     let io = |e: std::io::Error| Error::io("list", storage.location(), e);
     let mut found = false;
     let mut failed = None;
-    crate::storage::each_entry(dir, |name, is_dir| {
+    let every = |_: &[u8]| true;
+    crate::storage::each_entry(dir, every, |name, is_dir| {
         let Ok(name) = std::str::from_utf8(name) else {
             return true;
         };
@@ -818,7 +819,7 @@ pub fn check_unlisted_topics(
         }
         found = !is_dir || {
             let mut holds = false;
-            if let Err(e) = crate::storage::each_entry(&dir.join(name), |_, _| {
+            if let Err(e) = crate::storage::each_entry(&dir.join(name), every, |_, _| {
                 holds = true;
                 false
             }) {
