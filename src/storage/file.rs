@@ -245,7 +245,7 @@ impl Storage for FileStorage {
         self.list_prefix("")
     }
 
-    /// One pass over the directory ([`each_entry`]): a name is compared with `prefix` before
+    /// One pass over the directory (`each_entry`): a name is compared with `prefix` before
     /// it is kept, and only the names kept are sorted, so a listing of a few records in a
     /// directory of thousands of ledgers costs the directory read alone.
     fn list_prefix(&self, prefix: &str) -> Result<Vec<String>> {
