@@ -306,14 +306,14 @@ impl Storage for FileStorage {
             .open(&path)
             .map_err(|e| Error::io("create", &path, e))?;
         access_time_off(&file);
-        RealFile::adopt(&self.fds, file, path, true)
+        Ok(RealFile::adopt(&self.fds, file, path, true))
     }
 
     fn open(&self, name: &str) -> Result<Arc<dyn StorageFile>> {
         let path = self.path_of(name)?;
         let (file, writable) =
             open_existing(&path, None).map_err(|e| Error::io("open", &path, e))?;
-        RealFile::adopt(&self.fds, file, path, writable)
+        Ok(RealFile::adopt(&self.fds, file, path, writable))
     }
 
     /// Removes `name`; its live handles are gone from then on (see the module's documentation).
@@ -613,6 +613,11 @@ impl Descriptors {
                 None => break,
             }
         }
+        // Before the lock is released, so before any reopen of these files (see `Shared::id`):
+        // an `fstat` only for a file that has not had one.
+        for d in &evicted {
+            d.identify();
+        }
         evicted
     }
 }
@@ -621,9 +626,13 @@ impl Descriptors {
 #[derive(Debug)]
 struct Shared {
     path: PathBuf,
-    /// Device and inode of the file when it was first opened: a reopen finding another file
-    /// under the path fails.
-    id: (u64, u64),
+    /// Device and inode of the file, from the first `fstat` of its first descriptor (the
+    /// `size`, `map` and `data_from` that take one, usually right after the open) or, at the
+    /// latest, from the cache's eviction of that descriptor, before it can close: known before
+    /// a reopen, which fails when it finds another file under the path. (A descriptor leaves
+    /// the cache by eviction or with its handle; not at the open, which would `fstat` every file
+    /// twice, the caller's size right after.)
+    id: OnceLock<(u64, u64)>,
     /// Opened for writing (a reopen takes the same mode).
     writable: bool,
     /// Set when this storage removed or renamed the file's name (see
@@ -703,6 +712,25 @@ struct Descriptor {
     shared: Arc<Shared>,
 }
 
+impl Descriptor {
+    /// The file's metadata by `fstat`, its device and inode kept as the file's identity when it
+    /// has none yet.
+    fn metadata(&self) -> std::io::Result<std::fs::Metadata> {
+        let m = self.file.metadata()?;
+        let _known = self.shared.id.set((m.dev(), m.ino()));
+        Ok(m)
+    }
+
+    /// Takes the file's identity (an `fstat`) unless it is known. An `fstat` of an open
+    /// descriptor does not fail but for a kernel out of memory; then the identity stays
+    /// unknown and a later reopen of the file fails rather than trust the path.
+    fn identify(&self) {
+        if self.shared.id.get().is_none() {
+            let _unknown = self.metadata();
+        }
+    }
+}
+
 impl Drop for Descriptor {
     fn drop(&mut self) {
         self.shared.sync_before_close(&self.file);
@@ -724,11 +752,10 @@ impl RealFile {
         file: File,
         path: PathBuf,
         writable: bool,
-    ) -> Result<Arc<dyn StorageFile>> {
-        let m = file.metadata().map_err(|e| Error::io("stat", &path, e))?;
+    ) -> Arc<dyn StorageFile> {
         let shared = Arc::new(Shared {
             path,
-            id: (m.dev(), m.ino()),
+            id: OnceLock::new(),
             writable,
             gone: AtomicBool::new(false),
             written: AtomicBool::new(false),
@@ -747,11 +774,11 @@ impl RealFile {
         });
         let evicted = Descriptors::insert(&mut lock(&fds.open), fds.limit, key, descriptor);
         drop(evicted);
-        Ok(Arc::new(Self {
+        Arc::new(Self {
             key,
             shared,
             fds: Arc::clone(fds),
-        }))
+        })
     }
 
     fn err(&self, op: &'static str, e: std::io::Error) -> Error {
@@ -792,7 +819,7 @@ impl RealFile {
             return Err(gone());
         }
         let m = file.metadata().map_err(|e| self.err("stat", e))?;
-        if (m.dev(), m.ino()) != self.shared.id {
+        if Some(&(m.dev(), m.ino())) != self.shared.id.get() {
             return Err(self.err(
                 "reopen",
                 std::io::Error::new(
@@ -843,7 +870,6 @@ impl Drop for RealFile {
 impl StorageFile for RealFile {
     fn size(&self) -> Result<u64> {
         self.descriptor()?
-            .file
             .metadata()
             .map(|m| m.len())
             .map_err(|e| self.err("stat", e))
@@ -893,7 +919,7 @@ impl StorageFile for RealFile {
 
     fn map(&self) -> Result<Mapped> {
         let d = self.descriptor()?;
-        if d.file.metadata().map_err(|e| self.err("stat", e))?.len() == 0 {
+        if d.metadata().map_err(|e| self.err("stat", e))?.len() == 0 {
             return Ok(Arc::new(Vec::<u8>::new()));
         }
         // SAFETY: callers map only sealed files, under the directory's exclusive lock, and
@@ -913,7 +939,7 @@ impl StorageFile for RealFile {
     /// support answers `offset` itself, which is still correct.
     fn data_from(&self, offset: u64) -> Result<u64> {
         let d = self.descriptor()?;
-        let size = d.file.metadata().map_err(|e| self.err("stat", e))?.len();
+        let size = d.metadata().map_err(|e| self.err("stat", e))?.len();
         if offset >= size {
             return Ok(size);
         }

@@ -109,6 +109,53 @@ fn a_file_removed_or_replaced_under_the_store_is_an_error_never_a_new_file() {
     assert_eq!(std::fs::read(dir.path().join("b")).unwrap(), b"sea");
 }
 
+/// A file's identity (device and inode) is taken at its first `fstat` or, for a file never
+/// asked its size, when the cache evicts its descriptor: a handle that only read and wrote
+/// (no `size`, `map` or `data_from`) reopens its own file after an eviction, and refuses
+/// another put under its name by someone else (a rename outside the storage, which leaves no
+/// mark), whether it was created or opened, and wherever the stat came.
+#[test]
+fn a_handle_never_asked_its_size_reopens_its_own_file_and_refuses_another_under_its_name() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("opened"), b"opened bytes").unwrap();
+    let s = one_descriptor(dir.path());
+    let created = s.create("created").unwrap();
+    created.write_all_at(b"created bytes", 0).unwrap();
+    let opened = s.open("opened").unwrap();
+    // `created`'s descriptor closed when `opened` took the only place, never stat'ed.
+    let mut buf = [0; 12];
+    opened.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf, b"opened bytes");
+    let mut buf = [0; 13];
+    created.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf, b"created bytes", "the reopen of a file never stat'ed");
+    opened.read_exact_at(&mut [0; 12], 0).unwrap();
+    assert_eq!(opened.size().unwrap(), 12);
+
+    // Each name now holds another file, put there from outside the storage, while the
+    // handles' descriptors are closed: every operation of either handle fails.
+    let other = dir.path().join("other");
+    for name in ["created", "opened"] {
+        std::fs::write(&other, b"someone else's").unwrap();
+        std::fs::rename(&other, dir.path().join(name)).unwrap();
+    }
+    let _third = s.create("third").unwrap();
+    for (name, handle) in [("created", &created), ("opened", &opened)] {
+        let err = handle.read_exact_at(&mut [0; 4], 0).unwrap_err();
+        assert!(
+            matches!(&err, Error::Io { path, .. } if path.ends_with(name)),
+            "{name}: {err:?}"
+        );
+        assert!(handle.size().is_err(), "{name}");
+        assert!(handle.write_all_at(b"x", 0).is_err(), "{name}");
+        assert_eq!(
+            std::fs::read(dir.path().join(name)).unwrap(),
+            b"someone else's",
+            "{name}"
+        );
+    }
+}
+
 /// `a` written (not synced), then its descriptor closed by the cache as `b` is created, its
 /// closing sync failing when `fail`: what `a`'s next syncs answer.
 fn syncs_after_a_closing_sync(fail: bool) -> [bool; 2] {
