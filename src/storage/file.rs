@@ -50,7 +50,8 @@
 //!   rename) *gone* before the name changes, and a gone handle's reopen fails, checked after
 //!   the open: a reopen that found a file created after the removal finds the mark too. A
 //!   handle of a name another process or an operator removed and created again is the one case
-//!   left to the inode check (damage the store cannot see);
+//!   left to the inode check, which misses it when the new file got the freed inode number
+//!   (damage the store cannot see; a check of the inode's generation would take an `ioctl`);
 //! - a descriptor with writes not yet synced is never closed silently. Each file counts
 //!   whether it was written since its last sync; the close of a written descriptor syncs it
 //!   first (`fdatasync`, under the file's sync lock), and a failure is *latched*: every later
@@ -721,9 +722,9 @@ impl Descriptor {
         Ok(m)
     }
 
-    /// Takes the file's identity (an `fstat`) unless it is known. An `fstat` of an open
-    /// descriptor does not fail but for a kernel out of memory; then the identity stays
-    /// unknown and a later reopen of the file fails rather than trust the path.
+    /// Takes the file's identity (an `fstat`) unless it is known. Where that `fstat` fails (a
+    /// kernel out of memory, a network file system's stale handle), the identity stays unknown
+    /// and every later reopen of the file fails, saying so, rather than trust the path.
     fn identify(&self) {
         if self.shared.id.get().is_none() {
             let _unknown = self.metadata();
@@ -818,8 +819,16 @@ impl RealFile {
         if self.shared.gone.load(Ordering::SeqCst) {
             return Err(gone());
         }
+        let Some(&id) = self.shared.id.get() else {
+            return Err(self.err(
+                "reopen",
+                std::io::Error::other(
+                    "the file's device and inode could not be read before its descriptor closed",
+                ),
+            ));
+        };
         let m = file.metadata().map_err(|e| self.err("stat", e))?;
-        if Some(&(m.dev(), m.ino())) != self.shared.id.get() {
+        if (m.dev(), m.ino()) != id {
             return Err(self.err(
                 "reopen",
                 std::io::Error::new(
