@@ -1159,7 +1159,7 @@ impl Cursor {
     /// message is at batch-index level.
     pub fn is_batch_index_acked(&self, pos: Position, index: u32) -> Result<bool> {
         let mut core = self.shared.core()?;
-        if core.state.is_acked(pos)? || state::before_retained(&self.shared.topic.layout(), pos) {
+        if core.state.is_acked(pos)? || self.shared.topic.layout().before_first_entry(pos) {
             return Ok(true);
         }
         core.state.batch_index_acked(pos, index)
@@ -1304,7 +1304,7 @@ impl Cursor {
         if core.state.is_acked(pos)? {
             return Ok(true);
         }
-        Ok(state::before_retained(&self.shared.topic.layout(), pos))
+        Ok(self.shared.topic.layout().before_first_entry(pos))
     }
 
     /// Reads up to `max` entries from the read position on, skipping acknowledged ones, and

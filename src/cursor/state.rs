@@ -348,11 +348,7 @@ impl CursorState {
             return Ok(false);
         }
         if !layout.contains(pos) {
-            return if before_retained(layout, pos) {
-                Ok(false)
-            } else {
-                Err(Error::NoSuchEntry(pos))
-            };
+            return acked_before_retained(layout, pos);
         }
         // With no partial entry anywhere (resident or cold) there is none to load or forget.
         let batched = self.batch.len() > 0;
@@ -487,11 +483,7 @@ impl CursorState {
             return Ok(false);
         }
         if !layout.contains(pos) {
-            return if before_retained(layout, pos) {
-                Ok(false)
-            } else {
-                Err(Error::NoSuchEntry(pos))
-            };
+            return acked_before_retained(layout, pos);
         }
         if self.acks.contains(pos)? {
             return Ok(false);
@@ -552,7 +544,8 @@ impl CursorState {
     pub(crate) fn ack_many(&mut self, layout: &Layout, positions: &[Position]) -> Result<u64> {
         let mark = self.mark_delete;
         // A position before the first retained entry is before mark-delete too.
-        let after_mark = |p: &Position| mark.is_none_or(|m| *p > m) && !before_retained(layout, *p);
+        let after_mark =
+            |p: &Position| mark.is_none_or(|m| *p > m) && !layout.before_first_entry(*p);
         let first_unacked = layout.after_mark(mark);
         // The entry after mark-delete is never in `acks`: given, it is newly acknowledged.
         let mut fills_first = false;
@@ -884,18 +877,24 @@ pub(crate) fn mark_before(layout: &Layout, target: Option<Position>) -> Option<P
     }
 }
 
-/// Whether `pos` lies before the first retained entry (in a trimmed ledger, say). Mark-delete
-/// is never before that entry's predecessor (`None` stands just before the entry, Pulsar's
-/// `first-ledger:-1`), so such a position is at or before mark-delete whatever the cursor: an
-/// entry already acknowledged, never a missing one.
-pub(crate) fn before_retained(layout: &Layout, pos: Position) -> bool {
-    layout.before_first_entry(pos)
+/// What an individual ack of `pos`, not a retained entry, answers. A position before the first
+/// retained entry (in a trimmed ledger, say) is at or before mark-delete whatever the cursor:
+/// mark-delete is never before that entry's predecessor (`None` stands just before the entry,
+/// Pulsar's `first-ledger:-1`), so it is an entry already acknowledged (`Ok(false)`), never a
+/// missing one ([`Error::NoSuchEntry`]).
+fn acked_before_retained(layout: &Layout, pos: Position) -> Result<bool> {
+    if layout.before_first_entry(pos) {
+        Ok(false)
+    } else {
+        Err(Error::NoSuchEntry(pos))
+    }
 }
 
 /// The error for moving mark-delete (`what`) to `pos`, which is not a retained entry: behind
-/// mark-delete when it lies before the first retained entry, missing otherwise.
+/// mark-delete when it lies before the first retained entry (see [`acked_before_retained`]),
+/// missing otherwise.
 fn refuse_missing(layout: &Layout, pos: Position, what: &str) -> Error {
-    if before_retained(layout, pos) {
+    if layout.before_first_entry(pos) {
         Error::InvalidArgument {
             reason: format!(
                 "{what} to {pos} is behind the mark-delete position (it is before the first \
