@@ -94,18 +94,7 @@ fn acker(k: usize, cursor: &Cursor, ps: &[Position]) -> Model {
 #[test]
 fn cursors_acking_on_threads_in_a_small_shared_budget_match_their_models() {
     let budget = AckBudget::new(LIMIT);
-    let config = LedgerConfig {
-        max_entries_per_ledger: 40,
-        cursor: CursorConfig {
-            lru_capacity_bytes: 1 << 20,
-            ack_memory: Some(budget.clone()),
-            ..CursorConfig::default()
-        },
-        ..LedgerConfig::default()
-    };
-    let disk = MemStorage::new();
-    let topic = ManagedLedger::open_with_storage(Arc::new(disk.clone()), config.clone()).unwrap();
-    let ps = append_n(&topic, ENTRIES);
+    let (disk, config, topic, ps) = store(&budget);
     let names: Vec<String> = (0..CURSORS).map(|k| format!("c{k}")).collect();
     let cursors: Vec<Cursor> = names
         .iter()
