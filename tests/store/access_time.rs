@@ -15,10 +15,12 @@ use std::time::{Duration, SystemTime};
 
 use ackstore::{CursorOptions, FileStorage, Position, Storage, Store};
 
-/// An access time long before any file of the test was written: `relatime` updates it at the
-/// first read (it is older than the file's modification time).
+/// An access time long before any file of the test was written, in seconds since the epoch:
+/// `relatime` updates it at the first read (it is older than the file's modification time).
+const OLD: i64 = 1_000_000_000;
+
 fn old_time() -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000)
+    SystemTime::UNIX_EPOCH + Duration::from_secs(OLD.unsigned_abs())
 }
 
 /// Every file and directory under `dir` (`dir` included), by path.
@@ -60,20 +62,26 @@ fn reads_update_access_times(dir: &Path) -> bool {
     std::fs::write(&probe, b"probe").expect("write the probe");
     age(&probe);
     std::fs::read(&probe).expect("read the probe");
-    atime(&probe)
-        != old_time()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap()
-            .as_secs() as i64
+    atime(&probe) != OLD
+}
+
+/// A temporary directory on a file system where reads update aged access times, or `None`
+/// (said on stderr) where none can show (a `noatime` mount).
+fn aging_root() -> Option<tempfile::TempDir> {
+    let root = tempfile::tempdir().expect("dir");
+    if reads_update_access_times(root.path()) {
+        Some(root)
+    } else {
+        eprintln!("this file system does not update access times on reads: nothing to see");
+        None
+    }
 }
 
 #[test]
 fn a_restart_reads_and_verify_leave_every_access_time_alone() {
-    let root = tempfile::tempdir().expect("dir");
-    if !reads_update_access_times(root.path()) {
-        eprintln!("this file system does not update access times on reads: nothing to see");
+    let Some(root) = aging_root() else {
         return;
-    }
+    };
     let dir = root.path().join("store");
     // Three topics whose ledgers roll every 4 entries (sealed ledgers read through maps), a
     // flushed cursor each with acks in several ledgers.
@@ -127,13 +135,9 @@ fn a_restart_reads_and_verify_leave_every_access_time_alone() {
     let report = ackstore::check::verify(&storage).expect("verify");
     assert!(report.is_sound(), "{report}");
 
-    let old = old_time()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
     let touched: Vec<&PathBuf> = before
         .iter()
-        .filter(|p| p.exists() && atime(p) != old)
+        .filter(|p| p.exists() && atime(p) != OLD)
         .collect();
     assert!(
         touched.is_empty(),
@@ -143,11 +147,9 @@ fn a_restart_reads_and_verify_leave_every_access_time_alone() {
 
 #[test]
 fn reads_of_a_file_the_storage_created_leave_its_access_time_alone() {
-    let root = tempfile::tempdir().expect("dir");
-    if !reads_update_access_times(root.path()) {
-        eprintln!("this file system does not update access times on reads: nothing to see");
+    let Some(root) = aging_root() else {
         return;
-    }
+    };
     // A cache of one descriptor: `b`'s read is through the descriptor its create opened, `a`'s
     // through a reopen (`b`'s create closed its descriptor), and so on by turns.
     let storage = FileStorage::open_limited(root.path(), false, 1).expect("storage");
@@ -160,10 +162,6 @@ fn reads_of_a_file_the_storage_created_leave_its_access_time_alone() {
             file
         })
         .collect();
-    let old = old_time()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
     for round in 0..2 {
         for (name, file) in ["a", "b"].iter().zip(&files).rev() {
             let path = root.path().join(name);
@@ -171,7 +169,7 @@ fn reads_of_a_file_the_storage_created_leave_its_access_time_alone() {
             let mut byte = [0; 1];
             file.read_exact_at(&mut byte, 0).expect("read");
             assert_eq!(&byte, name.as_bytes());
-            assert_eq!(atime(&path), old, "{name}, round {round}");
+            assert_eq!(atime(&path), OLD, "{name}, round {round}");
         }
     }
 }
