@@ -569,28 +569,53 @@ impl FileMetaStore {
     /// remembers what that file held ([`Heads::ident`]), still holds it: another file under
     /// the name is a stray another writer linked once the name was freed, which the record's
     /// version is not.
-    fn holds_version(&self, name: &str, version: u64) -> Result<bool> {
+    ///
+    /// With `hold` (an ownership check, which runs again and again on the same version), the
+    /// file found holding what was remembered is kept ([`Heads::hold`]), and the next check
+    /// first asks the storage whether the name still names that very file
+    /// ([`StorageFile::has_name`]: one lookup, no read, on a file system).
+    fn holds_version(&self, name: &str, version: u64, hold: bool) -> Result<bool> {
         let file = version_file(name, version);
-        let known = self.heads.as_ref().and_then(|heads| {
-            heads
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .ident(name, version)
-        });
+        let (known, kept) = match &self.heads {
+            None => (None, None),
+            Some(heads) => {
+                let heads = heads.lock().unwrap_or_else(PoisonError::into_inner);
+                let known = heads.ident(name, version);
+                (
+                    known,
+                    known.and_then(|ident| heads.held(name, version, ident)),
+                )
+            }
+        };
         let Some(known) = known else {
             return self.storage.exists(&file);
         };
+        if let Some(kept) = kept
+            && let Some(named) = kept.has_name(&file)?
+        {
+            return Ok(named);
+        }
         let opened = match self.storage.open(&file) {
             Ok(opened) => opened,
             Err(e) if e.is_not_found() => return Ok(false),
             Err(e) => return Err(e),
         };
-        match opened.read_tail(Ident::TRAILER_BYTES, MAX_RECORD_BYTES as u64) {
-            Ok(Some((len, end))) => Ok(Ident::of_end(len, &end) == known),
-            Ok(None) => Ok(false),
-            Err(e) if e.is_not_found() => Ok(false),
-            Err(e) => Err(e),
+        let holds = match opened.read_tail(Ident::TRAILER_BYTES, MAX_RECORD_BYTES as u64) {
+            Ok(Some((len, end))) => Ident::of_end(len, &end) == known,
+            Ok(None) => false,
+            Err(e) if e.is_not_found() => false,
+            Err(e) => return Err(e),
+        };
+        if holds
+            && hold
+            && let Some(heads) = &self.heads
+        {
+            heads
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .hold(name, version, known, opened);
         }
+        Ok(holds)
     }
 
     /// The versions below `version` that have a file, when this owned store knows `name` to
@@ -865,7 +890,7 @@ impl FileMetaStore {
             // may itself be gone, so the next name shows nothing). Ours then went into a freed
             // slot below the record, a stray no read takes, and the write was refused.
             if let Some(replaced) = replaced
-                && !self.holds_version(name, replaced)?
+                && !self.holds_version(name, replaced, false)?
             {
                 return Err(self.fenced(name, expected, None));
             }
@@ -1149,7 +1174,7 @@ impl MetaStore for FileMetaStore {
             {
                 return Err(self.fenced(name, Some(version), next.checked_add(1)));
             }
-            if !self.holds_version(name, version)? {
+            if !self.holds_version(name, version, false)? {
                 return Err(self.fenced(name, Some(version), None));
             }
             // The names below `version`, lowest first, as the listing's removal: the record
@@ -1221,10 +1246,8 @@ impl MetaStore for FileMetaStore {
         let Some(next) = version.checked_add(1) else {
             return Ok(self.get(name)?.is_some_and(|(v, _)| v == version));
         };
-        Ok(
-            !self.storage.exists(&version_file(name, next))?
-                && self.holds_version(name, version)?,
-        )
+        Ok(!self.storage.exists(&version_file(name, next))?
+            && self.holds_version(name, version, true)?)
     }
 
     /// The leftovers the sweep before the first write removes, but not the versions below a

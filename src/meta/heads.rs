@@ -6,6 +6,9 @@
 //! relies on it (see `FileMetaStore::owned`): a stale entry costs a listing, never a wrong answer.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::storage::StorageFile;
 
 /// What the store knows of one record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +69,22 @@ pub(super) struct Heads {
     written: HashMap<Box<str>, (u64, Ident)>,
     /// Per record, the version this store last read and what its file held.
     read: HashMap<Box<str>, (u64, Ident)>,
+    /// Per record whose ownership this store checks ([`MetaStore::is_current`]), a handle of
+    /// the file it last found under a version's name holding what it remembered of that
+    /// version, so the next check asks the storage whether the name still names that file
+    /// ([`StorageFile::has_name`]) instead of reading it again. One per record, replaced by
+    /// the next version's.
+    ///
+    /// [`MetaStore::is_current`]: crate::meta::MetaStore::is_current
+    held: HashMap<Box<str>, Held>,
+}
+
+/// A handle of the file of `version` of a record, which held `ident` when it was opened.
+#[derive(Debug)]
+struct Held {
+    version: u64,
+    ident: Ident,
+    file: Arc<dyn StorageFile>,
 }
 
 impl Heads {
@@ -91,6 +110,41 @@ impl Heads {
             *slot = (version, ident);
         } else {
             held.insert(name.into(), (version, ident));
+        }
+    }
+
+    /// The handle this store keeps of the file of `version` of `name`, if that file held
+    /// `ident` when it was opened ([`Heads::hold`]).
+    pub(super) fn held(
+        &self,
+        name: &str,
+        version: u64,
+        ident: Ident,
+    ) -> Option<Arc<dyn StorageFile>> {
+        self.held
+            .get(name)
+            .filter(|h| h.version == version && h.ident == ident)
+            .map(|h| Arc::clone(&h.file))
+    }
+
+    /// Keeps `file`, opened under the name of `version` of `name` and found holding `ident`,
+    /// in place of the handle kept for `name` before.
+    pub(super) fn hold(
+        &mut self,
+        name: &str,
+        version: u64,
+        ident: Ident,
+        file: Arc<dyn StorageFile>,
+    ) {
+        let held = Held {
+            version,
+            ident,
+            file,
+        };
+        if let Some(slot) = self.held.get_mut(name) {
+            *slot = held;
+        } else {
+            self.held.insert(name.into(), held);
         }
     }
 

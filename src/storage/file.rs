@@ -437,6 +437,9 @@ fn open_existing(path: &Path, writable: Option<bool>) -> std::io::Result<(File, 
     }
 }
 
+/// Bytes of the buffer of a directory listing ([`each_entry`]), which each `getdents` fills.
+const LISTING_BUFFER_BYTES: usize = 32 * 1024;
+
 /// Calls `each` with the name of every entry of the directory `dir` but `.` and `..` that is
 /// `wanted`, and whether it is a directory (not following a link), in the directory's order,
 /// until `each` answers `false`. The directory is read through a descriptor opened [`without_access_time`].
@@ -453,20 +456,24 @@ pub(crate) fn each_entry(
         rustix::fs::open(dir, flags | noatime, rustix::fs::Mode::empty())
             .map_err(std::io::Error::from)
     })?;
-    let mut entries = rustix::fs::Dir::new(fd)?;
-    while let Some(entry) = entries.read() {
-        let entry = entry?;
+    // One buffer for the whole listing, large enough that a topic's directory (a few dozen
+    // entries) takes one `getdents` and the one that finds the end.
+    let mut buffer = Vec::with_capacity(LISTING_BUFFER_BYTES);
+    let mut entries = rustix::fs::RawDir::new(&fd, buffer.spare_capacity_mut());
+    while let Some(entry) = entries.next() {
+        let entry = match entry {
+            Ok(entry) => entry,
+            // The directory was removed while it was read: nothing more in it.
+            Err(rustix::io::Errno::NOENT) => break,
+            Err(e) => return Err(e.into()),
+        };
         let name = entry.file_name().to_bytes();
         if name == b"." || name == b".." || !wanted(name) {
             continue;
         }
         let kind = match entry.file_type() {
             FileType::Unknown => {
-                match rustix::fs::statat(
-                    entries.fd()?,
-                    entry.file_name(),
-                    AtFlags::SYMLINK_NOFOLLOW,
-                ) {
+                match rustix::fs::statat(&fd, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW) {
                     Ok(st) => FileType::from_raw_mode(st.st_mode),
                     // Removed since the directory was read: not an entry any more.
                     Err(rustix::io::Errno::NOENT) => continue,
@@ -959,5 +966,30 @@ impl StorageFile for RealFile {
             Err(rustix::io::Errno::NXIO) => Ok(size),
             Err(e) => Err(self.err("lseek", e.into())),
         }
+    }
+
+    /// One lookup of the name, compared with the device and inode of this handle's descriptor,
+    /// held open across it: while a descriptor is open its inode cannot be freed, so no other
+    /// file has that identity. `None` when the cache has closed the descriptor (a reopen by
+    /// the handle's own name would cost what the caller's read of the name does).
+    fn has_name(&self, name: &str) -> Result<Option<bool>> {
+        validate_name(name)?;
+        let Some(descriptor) = lock(&self.fds.open).get(&self.key).map(Arc::clone) else {
+            return Ok(None);
+        };
+        let id = if let Some(&id) = self.shared.id.get() {
+            id
+        } else {
+            let m = descriptor.metadata().map_err(|e| self.err("stat", e))?;
+            (m.dev(), m.ino())
+        };
+        let path = self.shared.path.with_file_name(name);
+        let named = match std::fs::symlink_metadata(&path) {
+            Ok(m) => (m.dev(), m.ino()) == id,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            Err(e) => return Err(Error::io("stat", &path, e)),
+        };
+        drop(descriptor);
+        Ok(Some(named))
     }
 }

@@ -226,6 +226,20 @@ pub trait StorageFile: Send + Sync + fmt::Debug {
     fn data_from(&self, offset: u64) -> Result<u64> {
         Ok(offset)
     }
+    /// Whether `name`, a name of the directory this handle's file was opened or created in,
+    /// names this very file now: `Some(false)` when the name is free or names another file.
+    /// `None` (the default) where the storage cannot tell that without reading the file the
+    /// name holds, which the caller then does. A `Some` is exact: another file linked or
+    /// renamed under the name since is never taken for this one, even where it reuses an
+    /// identity a removed file had.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a name the storage refuses ([`validate_name`]);
+    /// [`Error::Io`] when the name cannot be looked up.
+    fn has_name(&self, name: &str) -> Result<Option<bool>> {
+        let _ = name;
+        Ok(None)
+    }
 }
 
 /// Proof of exclusive ownership of a storage directory; releases it when dropped.

@@ -141,3 +141,51 @@ fn the_ownership_check_tells_a_records_file_from_any_other_under_its_name() {
     disk.remove(&file).expect("remove");
     assert!(!meta.is_current("rec", version).expect("check"), "removed");
 }
+
+/// On real files the check keeps the file it found under the version's name and, from its
+/// second run on, asks whether the name still names that very file: another file put under
+/// the name from outside is not the record's even when it holds the same bytes (a claim links
+/// a version's bytes under the next name, so two versions' files may hold the same bytes), and
+/// neither is a name removed, or a record whose next version was linked.
+#[test]
+fn the_ownership_check_on_real_files_tells_the_records_file_from_a_copy_of_it() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let disk = FileStorage::open(dir.path(), true).expect("storage");
+    let lock = disk.lock().expect("lock");
+    let meta = FileMetaStore::owned(Arc::new(disk.clone()), &lock);
+    let version = meta.put("rec", None, b"the record's bytes").expect("put");
+    let file = dir.path().join(version_file("rec", version));
+    for _ in 0..3 {
+        assert!(meta.is_current("rec", version).expect("check"));
+    }
+    // A copy of the version's file renamed over its name.
+    let copy = dir.path().join("copy");
+    std::fs::copy(&file, &copy).expect("copy");
+    std::fs::rename(&copy, &file).expect("rename");
+    assert!(!meta.is_current("rec", version).expect("check"), "a copy");
+    assert!(
+        !meta.is_current("rec", version).expect("check"),
+        "a copy, again"
+    );
+
+    // Another record written twice, held at its second version: its next version linked
+    // from outside, then removed; then its name removed.
+    let first = meta.put("two", None, b"one").expect("put");
+    let version = meta.put("two", Some(first), b"two").expect("put");
+    let file = dir.path().join(version_file("two", version));
+    let next = dir.path().join(version_file("two", version + 1));
+    assert!(meta.is_current("two", version).expect("check"));
+    assert!(meta.is_current("two", version).expect("check"));
+    std::fs::hard_link(&file, &next).expect("link");
+    assert!(
+        !meta.is_current("two", version).expect("check"),
+        "next linked"
+    );
+    std::fs::remove_file(&next).expect("remove");
+    assert!(
+        meta.is_current("two", version).expect("check"),
+        "next removed"
+    );
+    std::fs::remove_file(&file).expect("remove");
+    assert!(!meta.is_current("two", version).expect("check"), "removed");
+}
