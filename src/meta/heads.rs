@@ -100,7 +100,14 @@ impl Heads {
 
     /// Remembers what the file of `version` of `name` holds, as this store's own write or
     /// claim (`own`) or as a read (before or after the listing).
+    ///
+    /// This store's own write lets go of the handle kept for `name` ([`Heads::hold`]): a
+    /// record deleted and created again starts at version 1 again, and the file of its
+    /// earlier life must not stand for the new one.
     pub(super) fn set_ident(&mut self, name: &str, version: u64, ident: Ident, own: bool) {
+        if own {
+            self.held.remove(name);
+        }
         let held = if own {
             &mut self.written
         } else {
