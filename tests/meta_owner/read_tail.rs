@@ -189,3 +189,23 @@ fn the_ownership_check_on_real_files_tells_the_records_file_from_a_copy_of_it() 
     std::fs::remove_file(&file).expect("remove");
     assert!(!meta.is_current("two", version).expect("check"), "removed");
 }
+
+/// A record deleted and created again starts at version 1 again, in a new file: the check
+/// the owner made of its earlier life does not make it refuse the new one, even when both hold
+/// the same bytes.
+#[test]
+fn the_ownership_check_on_real_files_takes_a_record_created_again_for_its_new_file() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let disk = FileStorage::open(dir.path(), true).expect("storage");
+    let lock = disk.lock().expect("lock");
+    let meta = FileMetaStore::owned(Arc::new(disk.clone()), &lock);
+    let version = meta.put("rec", None, b"same bytes").expect("put");
+    assert!(meta.is_current("rec", version).expect("check"));
+    assert!(meta.is_current("rec", version).expect("check"));
+    meta.delete("rec", version).expect("delete");
+    assert_eq!(meta.get("rec").expect("read"), None);
+    let again = meta.put("rec", None, b"same bytes").expect("put");
+    assert_eq!(again, version, "created again at version 1");
+    assert!(meta.is_current("rec", again).expect("check"));
+    assert!(meta.is_current("rec", again).expect("check"));
+}
