@@ -9,11 +9,11 @@ use super::host::{Listed, Seal};
 use super::index::{Committed, CursorId, Index, PartLoc, Rows, SnapshotLoc};
 use super::partitions::{read_payload_at, read_snapshot_at, verified_partition};
 use super::recover::scan_segments;
-use super::segment::segment_name;
+use super::segment::{SegmentFile, segment_name};
 use crate::ackset::{PartitionKey, PartitionStore, RangeSetWrapper};
 use crate::error::{Error, Result};
 use crate::format::journal::JournalLoc;
-use crate::storage::{Storage, StorageFile};
+use crate::storage::Storage;
 
 /// Bytes of partitions [`committed_ranges`] keeps resident while it walks a state.
 const RANGE_WALK_BYTES: usize = 8 << 20;
@@ -155,8 +155,8 @@ fn current_snapshots(index: &Index) -> impl Iterator<Item = &SnapshotLoc> {
 /// [`Error::Corrupted`](crate::error::Error::Corrupted) at the record when it does not
 /// verify; [`Error::Io`](crate::error::Error::Io).
 pub fn snapshot_entries(storage: &dyn Storage, cursor: CursorId, s: &SnapshotLoc) -> Result<u64> {
-    let file = storage.open(&segment_name(s.loc.segment))?;
-    read_snapshot_at(file.as_ref(), cursor, s, |snapshot| {
+    let file = SegmentFile::new(storage.open(&segment_name(s.loc.segment))?, false);
+    read_snapshot_at(&file, cursor, s, |snapshot| {
         Ok(snapshot
             .ranges()
             .map(|(_, first, last)| last - first + 1)
@@ -192,7 +192,7 @@ struct CommittedPartitions {
     storage: Arc<dyn Storage>,
     rows: Rows,
     /// Segment files opened so far.
-    files: HashMap<u64, Arc<dyn StorageFile>>,
+    files: HashMap<u64, Arc<SegmentFile>>,
 }
 
 impl PartitionStore for CommittedPartitions {
@@ -204,10 +204,11 @@ impl PartitionStore for CommittedPartitions {
             Arc::clone(file)
         } else {
             let file = self.storage.open(&segment_name(part.loc.segment))?;
+            let file = Arc::new(SegmentFile::new(file, false));
             self.files.insert(part.loc.segment, Arc::clone(&file));
             file
         };
-        let payload = read_payload_at(file.as_ref(), part.loc, part.frame_len)?;
+        let payload = read_payload_at(&file, part.loc, part.frame_len)?;
         verified_partition(&payload, key, &part).map(Some)
     }
 

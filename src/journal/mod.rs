@@ -51,7 +51,7 @@ use crate::ackset::PartitionKey;
 use crate::error::{CorruptionKind, CorruptionPlace, Error};
 use crate::format::cursor::{PersistedState, Snapshot};
 use crate::format::journal::JournalLoc;
-use crate::storage::{Storage, StorageFile};
+use crate::storage::Storage;
 use index::{CursorId, Index, PartLoc};
 use writer::Writer;
 
@@ -135,7 +135,7 @@ pub struct Journal {
     writer: Mutex<Writer>,
     index: Mutex<Index>,
     /// Files by segment, for reads without the writer's lock.
-    files: RwLock<BTreeMap<u64, Arc<dyn StorageFile>>>,
+    files: RwLock<BTreeMap<u64, Arc<segment::SegmentFile>>>,
     counters: Counters,
     /// Run after a tick's syncs and before a rollover deletes a segment.
     owner: RwLock<Option<OwnerCheck>>,

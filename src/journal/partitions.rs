@@ -9,6 +9,7 @@ use roaring::RoaringBitmap;
 
 use super::index::{CursorId, Index, PartLoc, SnapshotLoc};
 use super::marker::{cursor_record, partition_record};
+use super::segment::SegmentFile;
 use super::{Journal, corrupt, lock};
 use crate::ackset::{PartitionKey, PartitionStore};
 use crate::error::{CorruptionKind, Error, Result};
@@ -18,7 +19,6 @@ use crate::format::journal::{
     decode_partition_payload, decode_record, encode_partition_payload, encode_record,
     record_binding, record_len, split_name_tag,
 };
-use crate::storage::StorageFile;
 
 impl Journal {
     /// The newest copy of `key` of `cursor`, read and verified (frame CRC, the CRC, key and
@@ -259,7 +259,7 @@ impl Journal {
 /// The payload of the record whose frame of `frame_len` bytes starts at `loc` in `file` (its
 /// segment), after the frame verifies.
 pub(super) fn read_payload_at(
-    file: &dyn StorageFile,
+    file: &SegmentFile,
     loc: JournalLoc,
     frame_len: u64,
 ) -> Result<Vec<u8>> {
@@ -280,7 +280,7 @@ pub(super) fn read_payload_at(
 /// the payload CRC `s` holds, and the snapshot (its CRC bound to the cursor and the name tag
 /// its payload starts with, and its own checks) verify.
 pub(super) fn read_snapshot_at<T>(
-    file: &dyn StorageFile,
+    file: &SegmentFile,
     cursor: CursorId,
     s: &SnapshotLoc,
     read: impl FnOnce(&Snapshot<'_>) -> Result<T>,

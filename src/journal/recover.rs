@@ -22,8 +22,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use super::host::{Listed, Seal};
 use super::scan::Scan;
 use super::segment::{
-    Segment, check_predecessor, durable_len, parse_segment_name, segment_name, segment_version,
-    synced_len, window_get,
+    Segment, SegmentFile, check_predecessor, durable_len, parse_segment_name, segment_name,
+    segment_version, synced_len, window_get,
 };
 use super::writer::{Writer, write_claim};
 use super::{Counters, Journal, JournalConfig, corrupt};
@@ -462,10 +462,14 @@ impl Journal {
         if sealed_newest.is_some() {
             writer.sealed = sealed_newest;
         }
+        let newest = writer.segments.keys().next_back().copied();
         let files = writer
             .segments
             .iter()
-            .map(|(s, seg)| (*s, seg.file.clone()))
+            .map(|(s, seg)| {
+                let older = Some(*s) != newest;
+                (*s, Arc::new(SegmentFile::new(seg.file.clone(), older)))
+            })
             .collect();
         Ok(Self {
             storage,

@@ -8,7 +8,8 @@
 //! the oldest must follow the one listed before it at exactly the length found there. A
 //! marker's own CRC covers its cursor's ids (version 3), so it counts for no other cursor.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use super::corrupt;
 use super::host::Listed;
@@ -18,7 +19,7 @@ use crate::format::journal::{
     SLOTS_AT, SLOTS_LEN, decode_predecessor, decode_segment_header_version, decode_slot,
 };
 use crate::log::Window;
-use crate::storage::StorageFile;
+use crate::storage::{Mapped, StorageFile};
 
 /// A segment file, its length and its format version.
 #[derive(Debug, Clone)]
@@ -191,5 +192,113 @@ pub(super) fn segment_version(
         }
         Some(Err(c)) => Ok(Err(corrupt(seq, c.offset, c.kind))),
         None => Ok(Err(corrupt(seq, 0, CorruptionKind::Truncated))),
+    }
+}
+
+/// A segment's file as reads of its records see it: through a map of it (when the storage's
+/// maps share the file's pages, not copies), taken at the first read and taken again once a
+/// newer segment exists, so a restart's read of a record per cursor is a copy from memory, not
+/// a system call each; by position past the map's end (records appended since it was taken).
+///
+/// Invariant: the journal never writes or cuts a segment below the records its index
+/// references (appends go past the newest segment's end; a cut undoes only bytes nothing
+/// references), so the map's bytes of every record a read asks for are the file's, and no read
+/// touches a page a cut took away.
+pub(super) struct SegmentFile {
+    file: Arc<dyn StorageFile>,
+    /// Set once a newer segment was made: its length is final then (unless that segment was
+    /// dropped again, its listing refused; a read past the map is by position anyway).
+    older: AtomicBool,
+    map: RwLock<SegmentMap>,
+}
+
+/// A segment's map, and when it was taken.
+#[derive(Default)]
+struct SegmentMap {
+    map: Option<Mapped>,
+    taken: Taken,
+}
+
+/// When a segment's map was last taken (or tried: a failed map stays `None`).
+#[derive(Default, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Taken {
+    #[default]
+    Never,
+    /// While the segment was the newest: records appended since lie past its end.
+    WhileNewest,
+    /// Once a newer segment existed: the whole segment.
+    Older,
+}
+
+impl SegmentMap {
+    /// `len` bytes at `offset`, if the map holds them.
+    fn bytes(&self, offset: u64, len: usize) -> Option<&[u8]> {
+        let map: &[u8] = (**self.map.as_ref()?).as_ref();
+        let start = usize::try_from(offset).ok()?;
+        map.get(start..start.checked_add(len)?)
+    }
+}
+
+impl std::fmt::Debug for SegmentFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SegmentFile")
+            .field("file", &self.file)
+            .field("older", &self.older)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SegmentFile {
+    /// A reader of segment `file`, the newest unless `older`.
+    pub(super) fn new(file: Arc<dyn StorageFile>, older: bool) -> Self {
+        Self {
+            file,
+            older: AtomicBool::new(older),
+            map: RwLock::default(),
+        }
+    }
+
+    /// A newer segment now exists.
+    pub(super) fn mark_older(&self) {
+        self.older.store(true, Ordering::Release);
+    }
+
+    /// Fills `buf` with the bytes at `offset`: from the map when it holds them, otherwise by
+    /// position. The map is taken at the first read, and again at the first read that misses
+    /// it once a newer segment exists; at most twice in all.
+    ///
+    /// # Errors
+    /// As [`StorageFile::read_exact_at`].
+    pub(super) fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        let wanted = if self.older.load(Ordering::Acquire) {
+            Taken::Older
+        } else {
+            Taken::WhileNewest
+        };
+        {
+            let state = self.map.read().unwrap_or_else(PoisonError::into_inner);
+            if let Some(bytes) = state.bytes(offset, buf.len()) {
+                buf.copy_from_slice(bytes);
+                return Ok(());
+            }
+            if state.taken >= wanted {
+                drop(state);
+                return self.file.read_exact_at(buf, offset);
+            }
+        }
+        let mut state = self.map.write().unwrap_or_else(PoisonError::into_inner);
+        if state.taken < wanted {
+            state.map = None;
+            if !self.file.map_always() {
+                state.map = self.file.map().ok();
+            }
+            state.taken = wanted;
+        }
+        if let Some(bytes) = state.bytes(offset, buf.len()) {
+            buf.copy_from_slice(bytes);
+            return Ok(());
+        }
+        drop(state);
+        self.file.read_exact_at(buf, offset)
     }
 }

@@ -25,10 +25,11 @@
 //! durable all the same).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::host::SegmentHooks;
-use super::segment::{Segment, segment_name};
+use super::segment::{Segment, SegmentFile, segment_name};
 use super::{Journal, TickStats, lock};
 use crate::error::{Error, Result};
 use crate::format::journal::{
@@ -248,10 +249,7 @@ impl Journal {
         );
         w.unsynced = true;
         w.dir_unsynced = true;
-        self.files
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(next, file);
+        self.add_newest_file(next, file);
         if let Some(hooks) = self.hooks() {
             // Listed before any record goes into it; the list's write syncs the directory,
             // which holds the new name.
@@ -266,6 +264,18 @@ impl Journal {
                 .fetch_add(CREATED_HOOK_SYNCS, Ordering::Relaxed);
         }
         Ok(())
+    }
+
+    /// Makes `file` segment `seq`'s for reads, the newest: every other is older now.
+    fn add_newest_file(&self, seq: u64, file: Arc<dyn StorageFile>) {
+        let mut files = self
+            .files
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for older in files.values() {
+            older.mark_older();
+        }
+        files.insert(seq, Arc::new(SegmentFile::new(file, false)));
     }
 
     /// After segment `next`'s listing failed with `e`: a segment the list is known not to name
