@@ -16,6 +16,7 @@ mod former_owner_after_takeover;
 mod handoff;
 mod ident_attacks;
 mod io_error_never_fenced;
+mod kept_file_attacks;
 mod meta_cas;
 mod meta_file_store;
 mod meta_migration;

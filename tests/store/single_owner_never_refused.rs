@@ -587,3 +587,53 @@ fn samples_of_earlier_releases_are_never_refused_through_many_owners() {
     }
     assert!(refused.is_empty(), "{}", refused.join("\n"));
 }
+
+/// A broker's storage that keeps the files of each store or topic under a name prefix of one
+/// shared directory of real files, and hands on that directory's files
+/// ([`support::prefixed::Prefixed`]): a store and a topic alone over it serve their owner
+/// through ledgers, cursors and a reopen (every write bracketed by the ownership check of the
+/// catalog or the topic record).
+#[test]
+fn a_store_and_a_topic_alone_over_a_storage_that_prefixes_names_are_never_refused() {
+    use support::prefixed::Prefixed;
+    let config = || support::topic::config(2);
+    let store_dir = tempfile::tempdir().expect("temporary directory");
+    let topic_dir = tempfile::tempdir().expect("temporary directory");
+    let prefixed = |dir: &tempfile::TempDir| -> Arc<dyn Storage> {
+        Arc::new(Prefixed {
+            inner: ackstore::FileStorage::open(dir.path(), false).expect("storage"),
+            prefix: "tenant-a-",
+        })
+    };
+    let written: Vec<String> = (0..7).map(|i| format!("m{i}")).collect();
+    for round in 0..2 {
+        let store = ok(
+            "store open",
+            Store::open_with_storage(prefixed(&store_dir), store_config(2, 1 << 20)),
+        );
+        let t = ok("topic", store.topic("persistent://t/ns/a"));
+        if round == 0 {
+            support::topic::append_n(&t, 7);
+            let c = ok("cursor", t.open_cursor("sub", CursorOptions::default()));
+            ok("flush", c.flush());
+            ok("store flush", store.flush_all());
+            drop(c);
+        }
+        assert_eq!(support::topic::entries(&t), written, "store round {round}");
+        drop(t);
+        ok("store close", store.close());
+
+        let t = ok(
+            "topic open",
+            ManagedLedger::open_with_storage(prefixed(&topic_dir), config()),
+        );
+        if round == 0 {
+            support::topic::append_n(&t, 7);
+            let c = ok("cursor", t.open_cursor("sub", CursorOptions::default()));
+            ok("flush", c.flush());
+            drop(c);
+        }
+        assert_eq!(support::topic::entries(&t), written, "topic round {round}");
+        ok("topic close", t.close());
+    }
+}

@@ -24,6 +24,8 @@
 //!   process-kill tests.
 //! - [`ack_patterns`]: how consumers acknowledge, shared with the ack-set benchmark.
 //! - `rados` (feature `rados`): storage in the test Ceph cluster, a fresh namespace per call.
+//! - [`prefixed`]: a storage that keeps its files under a name prefix in a directory of real
+//!   files, handing on that directory's files (as a broker's storage wrapper may).
 //! - [`samples`]: copies of the committed sample directories under `tests/data/`, and what
 //!   the samples of cursor ledgers hold.
 //! - [`mutate`]: a store directory read into memory, damage and checksum-recomputed edits
@@ -44,6 +46,7 @@ pub mod hooked;
 pub mod journal;
 pub mod log_model;
 pub mod mutate;
+pub mod prefixed;
 #[cfg(feature = "rados")]
 pub mod rados;
 pub mod samples;
