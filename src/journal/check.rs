@@ -155,7 +155,7 @@ fn current_snapshots(index: &Index) -> impl Iterator<Item = &SnapshotLoc> {
 /// [`Error::Corrupted`](crate::error::Error::Corrupted) at the record when it does not
 /// verify; [`Error::Io`](crate::error::Error::Io).
 pub fn snapshot_entries(storage: &dyn Storage, cursor: CursorId, s: &SnapshotLoc) -> Result<u64> {
-    let file = SegmentFile::new(storage.open(&segment_name(s.loc.segment))?, false);
+    let file = SegmentFile::new(storage.open(&segment_name(s.loc.segment))?, false, false);
     read_snapshot_at(&file, cursor, s, |snapshot| {
         Ok(snapshot
             .ranges()
@@ -204,7 +204,7 @@ impl PartitionStore for CommittedPartitions {
             Arc::clone(file)
         } else {
             let file = self.storage.open(&segment_name(part.loc.segment))?;
-            let file = Arc::new(SegmentFile::new(file, false));
+            let file = Arc::new(SegmentFile::new(file, false, false));
             self.files.insert(part.loc.segment, Arc::clone(&file));
             file
         };

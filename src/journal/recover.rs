@@ -463,12 +463,16 @@ impl Journal {
             writer.sealed = sealed_newest;
         }
         let newest = writer.segments.keys().next_back().copied();
+        let mappable = storage.local_dir().is_some();
         let files = writer
             .segments
             .iter()
             .map(|(s, seg)| {
                 let older = Some(*s) != newest;
-                (*s, Arc::new(SegmentFile::new(seg.file.clone(), older)))
+                (
+                    *s,
+                    Arc::new(SegmentFile::new(seg.file.clone(), older, mappable)),
+                )
             })
             .collect();
         Ok(Self {

@@ -195,10 +195,12 @@ pub(super) fn segment_version(
     }
 }
 
-/// A segment's file as reads of its records see it: through a map of it (when the storage's
-/// maps share the file's pages, not copies), taken at the first read and taken again once a
-/// newer segment exists, so a restart's read of a record per cursor is a copy from memory, not
-/// a system call each; by position past the map's end (records appended since it was taken).
+/// A segment's file as reads of its records see it: on local files, through a map of it
+/// taken at the first read and taken again once a newer segment exists, so a restart's read of
+/// a record per cursor is a copy from memory, not a system call each; by position past the
+/// map's end (records appended since it was taken), and on other storage. A disk's read error
+/// under a map ends the process (`SIGBUS`) where a read by position would return it, as for a
+/// sealed ledger read through its map.
 ///
 /// Invariant: the journal never writes or cuts a segment below the records its index
 /// references (appends go past the newest segment's end; a cut undoes only bytes nothing
@@ -206,6 +208,9 @@ pub(super) fn segment_version(
 /// touches a page a cut took away.
 pub(super) struct SegmentFile {
     file: Arc<dyn StorageFile>,
+    /// Whether reads may map the file: on local files only, where a map shares the file's
+    /// pages (another storage's map is a copy, and its reads are where its faults are tried).
+    mappable: bool,
     /// Set once a newer segment was made: its length is final then (unless that segment was
     /// dropped again, its listing refused; a read past the map is by position anyway).
     older: AtomicBool,
@@ -249,10 +254,11 @@ impl std::fmt::Debug for SegmentFile {
 }
 
 impl SegmentFile {
-    /// A reader of segment `file`, the newest unless `older`.
-    pub(super) fn new(file: Arc<dyn StorageFile>, older: bool) -> Self {
+    /// A reader of segment `file`, the newest unless `older`, through a map where `mappable`.
+    pub(super) fn new(file: Arc<dyn StorageFile>, older: bool, mappable: bool) -> Self {
         Self {
             file,
+            mappable,
             older: AtomicBool::new(older),
             map: RwLock::default(),
         }
@@ -270,6 +276,9 @@ impl SegmentFile {
     /// # Errors
     /// As [`StorageFile::read_exact_at`].
     pub(super) fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        if !self.mappable {
+            return self.file.read_exact_at(buf, offset);
+        }
         let wanted = if self.older.load(Ordering::Acquire) {
             Taken::Older
         } else {
@@ -288,10 +297,7 @@ impl SegmentFile {
         }
         let mut state = self.map.write().unwrap_or_else(PoisonError::into_inner);
         if state.taken < wanted {
-            state.map = None;
-            if !self.file.map_always() {
-                state.map = self.file.map().ok();
-            }
+            state.map = self.file.map().ok();
             state.taken = wanted;
         }
         if let Some(bytes) = state.bytes(offset, buf.len()) {

@@ -275,7 +275,8 @@ impl Journal {
         for older in files.values() {
             older.mark_older();
         }
-        files.insert(seq, Arc::new(SegmentFile::new(file, false)));
+        let mappable = self.storage.local_dir().is_some();
+        files.insert(seq, Arc::new(SegmentFile::new(file, false, mappable)));
     }
 
     /// After segment `next`'s listing failed with `e`: a segment the list is known not to name

@@ -573,25 +573,25 @@ impl FileMetaStore {
     /// With `hold` (an ownership check, which runs again and again on the same version), the
     /// file found holding what was remembered is kept ([`Heads::hold`]), and the next check
     /// first asks the storage whether the name still names that very file
-    /// ([`StorageFile::has_name`]: one lookup, no read, on a file system).
+    /// ([`Storage::names_file`]: one lookup, no read, on a file system). A file opened before
+    /// one of this store's own writes is not kept: the write may have made the record anew
+    /// under the same name (a record created again starts at version 1 again).
     fn holds_version(&self, name: &str, version: u64, hold: bool) -> Result<bool> {
         let file = version_file(name, version);
-        let (known, kept) = match &self.heads {
-            None => (None, None),
+        let (known, kept, writes) = match &self.heads {
+            None => (None, None, 0),
             Some(heads) => {
                 let heads = heads.lock().unwrap_or_else(PoisonError::into_inner);
                 let known = heads.ident(name, version);
-                (
-                    known,
-                    known.and_then(|ident| heads.held(name, version, ident)),
-                )
+                let kept = known.and_then(|ident| heads.held(name, version, ident));
+                (known, kept, heads.own_writes())
             }
         };
         let Some(known) = known else {
             return self.storage.exists(&file);
         };
         if let Some(kept) = kept
-            && let Some(named) = kept.has_name(&file)?
+            && let Some(named) = self.storage.names_file(&file, kept.as_ref())?
         {
             return Ok(named);
         }
@@ -613,7 +613,7 @@ impl FileMetaStore {
             heads
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .hold(name, version, known, opened);
+                .hold(name, version, known, opened, writes);
         }
         Ok(holds)
     }

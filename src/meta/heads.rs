@@ -72,11 +72,14 @@ pub(super) struct Heads {
     /// Per record whose ownership this store checks ([`MetaStore::is_current`]), a handle of
     /// the file it last found under a version's name holding what it remembered of that
     /// version, so the next check asks the storage whether the name still names that file
-    /// ([`StorageFile::has_name`]) instead of reading it again. One per record, replaced by
-    /// the next version's.
+    /// ([`Storage::names_file`]) instead of reading it again. One per record, replaced by the
+    /// next version's, and let go at this store's own write of the record.
     ///
     /// [`MetaStore::is_current`]: crate::meta::MetaStore::is_current
+    /// [`Storage::names_file`]: crate::storage::Storage::names_file
     held: HashMap<Box<str>, Held>,
+    /// How many writes or claims of its own this store has recorded ([`Heads::set_ident`]).
+    own_writes: u64,
 }
 
 /// A handle of the file of `version` of a record, which held `ident` when it was opened.
@@ -107,6 +110,7 @@ impl Heads {
     pub(super) fn set_ident(&mut self, name: &str, version: u64, ident: Ident, own: bool) {
         if own {
             self.held.remove(name);
+            self.own_writes = self.own_writes.wrapping_add(1);
         }
         let held = if own {
             &mut self.written
@@ -134,15 +138,27 @@ impl Heads {
             .map(|h| Arc::clone(&h.file))
     }
 
+    /// How many writes or claims of its own this store has recorded so far.
+    pub(super) fn own_writes(&self) -> u64 {
+        self.own_writes
+    }
+
     /// Keeps `file`, opened under the name of `version` of `name` and found holding `ident`,
-    /// in place of the handle kept for `name` before.
+    /// in place of the handle kept for `name` before, unless this store wrote or claimed
+    /// anything since `own_writes` ([`Heads::own_writes`], read before the file was opened):
+    /// that write may have made the record anew under the same name, and the file opened
+    /// before it would stand for a record that no longer is.
     pub(super) fn hold(
         &mut self,
         name: &str,
         version: u64,
         ident: Ident,
         file: Arc<dyn StorageFile>,
+        own_writes: u64,
     ) {
+        if own_writes != self.own_writes {
+            return;
+        }
         let held = Held {
             version,
             ident,

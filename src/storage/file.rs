@@ -291,6 +291,16 @@ impl Storage for FileStorage {
         })))
     }
 
+    /// For a handle of this storage's kind (a file of its directory's cache): one lookup of
+    /// the name against the handle's open descriptor ([`RealFile::names`]).
+    fn names_file(&self, name: &str, file: &dyn StorageFile) -> Result<Option<bool>> {
+        let path = self.path_of(name)?;
+        match file.as_any().and_then(|f| f.downcast_ref::<RealFile>()) {
+            Some(real) => real.names(&path),
+            None => Ok(None),
+        }
+    }
+
     fn exists(&self, name: &str) -> Result<bool> {
         let path = self.path_of(name)?;
         path.try_exists().map_err(|e| Error::io("stat", &path, e))
@@ -861,6 +871,29 @@ impl RealFile {
         drop(evicted);
         Ok(descriptor)
     }
+
+    /// Whether `path` names this very file: one lookup of it, compared with the device and
+    /// inode of this handle's descriptor, held open across it: while a descriptor is open its
+    /// inode cannot be freed, so no other file has that identity. `None` when the cache has closed the descriptor (a reopen by
+    /// the handle's own name would cost what the caller's read of the name does).
+    fn names(&self, path: &Path) -> Result<Option<bool>> {
+        let Some(descriptor) = lock(&self.fds.open).get(&self.key).map(Arc::clone) else {
+            return Ok(None);
+        };
+        let id = if let Some(&id) = self.shared.id.get() {
+            id
+        } else {
+            let m = descriptor.metadata().map_err(|e| self.err("stat", e))?;
+            (m.dev(), m.ino())
+        };
+        let named = match std::fs::symlink_metadata(path) {
+            Ok(m) => (m.dev(), m.ino()) == id,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            Err(e) => return Err(Error::io("stat", path, e)),
+        };
+        drop(descriptor);
+        Ok(Some(named))
+    }
 }
 
 impl Drop for RealFile {
@@ -938,11 +971,14 @@ impl StorageFile for RealFile {
         if d.metadata().map_err(|e| self.err("stat", e))?.len() == 0 {
             return Ok(Arc::new(Vec::<u8>::new()));
         }
-        // SAFETY: callers map only sealed files, under the directory's exclusive lock, and
-        // only once the owner's last write to the file is done (the seal's or the open's
+        // SAFETY: callers map sealed ledgers, under the directory's exclusive lock, and only
+        // once the owner's last write to the file is done (the seal's or the open's
         // synced-length slot, written before the first map); ackstore never writes to or
-        // truncates a sealed file after that, so the mapped bytes cannot change or disappear
-        // while the map is alive. (A read-only tool maps without the lock: an owner may meanwhile
+        // truncates a sealed ledger after that, so the mapped bytes cannot change or disappear
+        // while the map is alive. The journal maps its segments under the same lock and reads
+        // through the map only records its index references, which no write or cut of the
+        // segment touches (appends go past them; a failed write's cut takes back only bytes
+        // nothing references). (A read-only tool maps without the lock: an owner may meanwhile
         // overwrite that file's 12-byte slot in the header, once, and nothing else; readers of
         // a map read frames and the index, never the slot.) The map keeps its own reference to
         // the file: it outlives the descriptor, which the cache may close.
@@ -968,28 +1004,7 @@ impl StorageFile for RealFile {
         }
     }
 
-    /// One lookup of the name, compared with the device and inode of this handle's descriptor,
-    /// held open across it: while a descriptor is open its inode cannot be freed, so no other
-    /// file has that identity. `None` when the cache has closed the descriptor (a reopen by
-    /// the handle's own name would cost what the caller's read of the name does).
-    fn has_name(&self, name: &str) -> Result<Option<bool>> {
-        validate_name(name)?;
-        let Some(descriptor) = lock(&self.fds.open).get(&self.key).map(Arc::clone) else {
-            return Ok(None);
-        };
-        let id = if let Some(&id) = self.shared.id.get() {
-            id
-        } else {
-            let m = descriptor.metadata().map_err(|e| self.err("stat", e))?;
-            (m.dev(), m.ino())
-        };
-        let path = self.shared.path.with_file_name(name);
-        let named = match std::fs::symlink_metadata(&path) {
-            Ok(m) => (m.dev(), m.ino()) == id,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
-            Err(e) => return Err(Error::io("stat", &path, e)),
-        };
-        drop(descriptor);
-        Ok(Some(named))
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 }

@@ -38,8 +38,10 @@ use crate::error::{Error, Result};
 
 /// A read-only view of a whole file's bytes, taken at one moment.
 ///
-/// For [`FileStorage`] this is a memory map; callers map only files that are sealed (never
-/// written or truncated again), so the view stays valid.
+/// For [`FileStorage`] this is a memory map; callers map only files whose mapped bytes are
+/// never written or cut while the view lives and read only bytes that stay (a sealed ledger;
+/// a journal segment, whose writes append past what its index references and whose cuts take
+/// back only bytes nothing references), so the view stays valid.
 pub type Mapped = Arc<dyn AsRef<[u8]> + Send + Sync>;
 
 /// A flat directory of named files.
@@ -120,6 +122,22 @@ pub trait Storage: Send + Sync + fmt::Debug {
             ),
         })
     }
+    /// Whether `name` names `file` now, the very file: `file` is a handle this storage
+    /// opened or created, and `Some(false)` means the name is free or names another file.
+    /// `None` (the default) where the storage cannot tell without reading the file the name
+    /// holds, which the caller then does. A `Some` is exact: another file linked or renamed
+    /// under the name since is never taken for `file`, even where it reuses an identity a
+    /// removed file had. A storage that maps names onto another's answers for the name it maps
+    /// to, or `None`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a name the storage refuses ([`validate_name`]);
+    /// [`Error::Io`] when the name cannot be looked up.
+    fn names_file(&self, name: &str, file: &dyn StorageFile) -> Result<Option<bool>> {
+        let _ = (name, file);
+        Ok(None)
+    }
+
     /// Makes the directory's current set of names durable.
     fn sync_dir(&self) -> Result<()>;
     /// Takes the directory's exclusive ownership lock; held until the guard drops.
@@ -226,19 +244,11 @@ pub trait StorageFile: Send + Sync + fmt::Debug {
     fn data_from(&self, offset: u64) -> Result<u64> {
         Ok(offset)
     }
-    /// Whether `name`, a name of the directory this handle's file was opened or created in,
-    /// names this very file now: `Some(false)` when the name is free or names another file.
-    /// `None` (the default) where the storage cannot tell that without reading the file the
-    /// name holds, which the caller then does. A `Some` is exact: another file linked or
-    /// renamed under the name since is never taken for this one, even where it reuses an
-    /// identity a removed file had.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a name the storage refuses ([`validate_name`]);
-    /// [`Error::Io`] when the name cannot be looked up.
-    fn has_name(&self, name: &str) -> Result<Option<bool>> {
-        let _ = name;
-        Ok(None)
+    /// This handle as [`std::any::Any`], for the storage that made it to recognise its own
+    /// kind of handle ([`Storage::names_file`]); `None` (the default) for handles no storage
+    /// asks that of.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
     }
 }
 

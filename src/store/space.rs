@@ -223,6 +223,10 @@ impl Storage for TopicSpace {
         self.inner.open(&self.full(name)?)
     }
 
+    fn names_file(&self, name: &str, file: &dyn StorageFile) -> Result<Option<bool>> {
+        self.inner.names_file(&self.full(name)?, file)
+    }
+
     fn remove(&self, name: &str) -> Result<()> {
         self.inner.remove(&self.full(name)?)
     }

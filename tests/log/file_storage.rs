@@ -252,39 +252,44 @@ fn a_handle_whose_name_was_removed_and_created_again_never_reaches_the_new_file(
     assert_eq!(std::fs::read(dir.path().join("b")).unwrap(), b"sea");
 }
 
-/// `has_name` answers from the handle's open descriptor: its own name and a second one linked to
-/// it name it; a name removed, a name another file was renamed over from outside the storage
-/// (the inode of the one it held cannot have been reused while its descriptor is open), and a
-/// name of another file do not; once the cache closed the descriptor it cannot tell (`None`).
+/// `names_file` answers from the handle's open descriptor: its own name and a second one
+/// linked to it name it; a name removed, a name another file was renamed over from outside the
+/// storage (the inode of the one it held cannot have been reused while its descriptor is open),
+/// and a name of another file do not; once the cache closed the descriptor, or for a handle of
+/// another kind of storage, it cannot tell (`None`).
 #[test]
-fn has_name_is_exact_while_the_descriptor_is_open_and_unknown_once_it_closed() {
+fn names_file_is_exact_while_the_descriptor_is_open_and_unknown_once_it_closed() {
     let dir = tempfile::tempdir().unwrap();
     let s = FileStorage::open(dir.path(), false).unwrap();
     let f = s.create("a").unwrap();
     f.write_all_at(b"one", 0).unwrap();
     s.create("b").unwrap().write_all_at(b"two", 0).unwrap();
     s.link("a", "c").unwrap();
-    assert_eq!(f.has_name("a").unwrap(), Some(true));
-    assert_eq!(f.has_name("c").unwrap(), Some(true));
-    assert_eq!(f.has_name("b").unwrap(), Some(false));
-    assert_eq!(f.has_name("none").unwrap(), Some(false));
-    assert!(f.has_name("../a").is_err());
+    assert_eq!(s.names_file("a", &*f).unwrap(), Some(true));
+    assert_eq!(s.names_file("c", &*f).unwrap(), Some(true));
+    assert_eq!(s.names_file("b", &*f).unwrap(), Some(false));
+    assert_eq!(s.names_file("none", &*f).unwrap(), Some(false));
+    assert!(s.names_file("../a", &*f).is_err());
     // Another file put under `c` from outside the storage, and `a` removed from outside.
     std::fs::write(dir.path().join("other"), b"one").unwrap();
     std::fs::rename(dir.path().join("other"), dir.path().join("c")).unwrap();
     std::fs::remove_file(dir.path().join("a")).unwrap();
-    assert_eq!(f.has_name("c").unwrap(), Some(false));
-    assert_eq!(f.has_name("a").unwrap(), Some(false));
+    assert_eq!(s.names_file("c", &*f).unwrap(), Some(false));
+    assert_eq!(s.names_file("a", &*f).unwrap(), Some(false));
     // The same file under the name again: named.
     s.link("b", "d").unwrap();
     let g = s.open("d").unwrap();
-    assert_eq!(g.has_name("b").unwrap(), Some(true));
+    assert_eq!(s.names_file("b", &*g).unwrap(), Some(true));
+    // A handle of the in-memory storage: no answer.
+    let mem = MemStorage::new();
+    mem.create("b").unwrap();
+    assert_eq!(s.names_file("b", &*mem.open("b").unwrap()).unwrap(), None);
 
     // A cache of one descriptor: opening another file closes `h`'s, after which only a read
     // of the name can tell.
     let limited = FileStorage::open_limited(dir.path(), false, 1).unwrap();
     let h = limited.open("b").unwrap();
-    assert_eq!(h.has_name("d").unwrap(), Some(true));
+    assert_eq!(limited.names_file("d", &*h).unwrap(), Some(true));
     let _other = limited.open("c").unwrap();
-    assert_eq!(h.has_name("d").unwrap(), None);
+    assert_eq!(limited.names_file("d", &*h).unwrap(), None);
 }
