@@ -379,15 +379,21 @@ pub(crate) fn check_header(win: &mut Window<'_>, ledger: u64) -> Result<HeaderCh
     check_header_bytes(bytes, size, ledger)
 }
 
-/// The first [`HEADER_V3_LEN`] bytes of `file` (`size` bytes long), or all of them when it is
-/// shorter: the header and its slots, read without reading ahead.
 /// The file's first bytes (up to [`HEADER_V3_LEN`]) and its size, taken after them: a former
 /// owner still appending (a topic taken over while it runs) may grow the file and claim more
 /// synced bytes in the slots at any time, and every byte the slots claim was in the file when
 /// they claimed it, so the size taken after the slots covers their claim (a ledger only grows
-/// while written). A header read short of a file that has grown past it since (a create
-/// completing) is read again.
+/// while written). A whole header is read first, with no size to bound the read: one read and
+/// one stat for every file that holds one. A file shorter than that (a create cut short, or
+/// completing) is read up to its size, taken before, and read again when it has grown past
+/// that read since.
 fn read_head_then_size(file: &dyn StorageFile) -> Result<(Vec<u8>, u64)> {
+    let mut head = vec![0u8; HEADER_V3_LEN];
+    match file.read_exact_at(&mut head, 0) {
+        Ok(()) => return Ok((head, file.size()?)),
+        Err(e) if is_short_read(&e) => {}
+        Err(e) => return Err(e),
+    }
     let mut size = file.size()?;
     for _ in 0..HEAD_READS {
         let head = read_head(file, size)?;
@@ -399,6 +405,11 @@ fn read_head_then_size(file: &dyn StorageFile) -> Result<(Vec<u8>, u64)> {
     }
     // Still growing from below a whole header: this read and the size it was bounded by.
     Ok((read_head(file, size)?, size))
+}
+
+/// Whether `e` is a read's answer that the file ends before the bytes asked for.
+fn is_short_read(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::UnexpectedEof)
 }
 
 /// Reads of a ledger's first bytes while the file grows from below a whole header, at most.
