@@ -34,7 +34,7 @@ use crate::format::ledger::LedgerHeader;
 use crate::observe::{self, MeteredCounter};
 use crate::storage::{LockGuard, Storage};
 use ledger::{Ledger, Reads};
-use recover::{Opened, open_ledger};
+use recover::{LastEntry, Opened, open_ledger};
 
 /// Default largest payload of one entry (`LogConfig::max_entry_size`): 5 MiB.
 pub const DEFAULT_MAX_ENTRY_SIZE: u32 = 5 * 1024 * 1024;
@@ -423,7 +423,7 @@ impl EntryLog {
                 other => other?,
             };
             match opened {
-                Opened::Ledger(ledger, repair) => {
+                Opened::Ledger(ledger, repair, _) => {
                     observe_open(
                         &storage,
                         id,
@@ -486,6 +486,13 @@ impl EntryLog {
     }
 
     fn ledger(&self, id: u64) -> Result<Arc<Ledger>> {
+        Ok(self.ledger_opening(id)?.0)
+    }
+
+    /// Ledger `id`, and when this call opened it (a deferred ledger's first use) the id and
+    /// metadata of its last entry, if the open read and checked that entry's frame whole
+    /// (see [`EntryLog::read_meta`]).
+    fn ledger_opening(&self, id: u64) -> Result<(Arc<Ledger>, Option<LastEntry>)> {
         let opened = self
             .ledgers
             .read()
@@ -493,7 +500,7 @@ impl EntryLog {
             .get(&id)
             .cloned();
         match opened {
-            Some(ledger) => Ok(ledger),
+            Some(ledger) => Ok((ledger, None)),
             None => self.open_deferred(id),
         }
     }
@@ -505,8 +512,9 @@ impl EntryLog {
         lock(&self.deferred).contains_key(&id)
     }
 
-    /// Opens deferred ledger `id` on its first use, checking it holds its recorded count.
-    fn open_deferred(&self, id: u64) -> Result<Arc<Ledger>> {
+    /// Opens deferred ledger `id` on its first use, checking it holds its recorded count; with
+    /// its last entry's id and metadata when the open read them.
+    fn open_deferred(&self, id: u64) -> Result<(Arc<Ledger>, Option<LastEntry>)> {
         let mut deferred = lock(&self.deferred);
         let Some(&recorded) = deferred.get(&id) else {
             // Opened by another thread meanwhile (it held this lock), or not a ledger.
@@ -516,6 +524,7 @@ impl EntryLog {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .get(&id)
                 .cloned()
+                .map(|ledger| (ledger, None))
                 .ok_or(Error::NoSuchLedger(id));
         };
         self.stats.ledger_opens.fetch_add(1, Ordering::Relaxed);
@@ -527,7 +536,7 @@ impl EntryLog {
             false,
             &self.stats,
         );
-        let ledger = match opened {
+        let (ledger, last_entry) = match opened {
             Err(e) if e.is_not_found() => {
                 return Err(Error::MissingLedger {
                     ledger: id,
@@ -539,10 +548,10 @@ impl EntryLog {
             Ok(Opened::Discarded(_)) => {
                 return Err(Error::corrupted(id, 0, CorruptionKind::Truncated));
             }
-            Ok(Opened::Ledger(ledger, repair)) => {
+            Ok(Opened::Ledger(ledger, repair, last_entry)) => {
                 observe_open(&self.storage, id, ledger.damage(), repair.as_ref(), false);
                 lock(&self.report).extend(repair);
-                ledger
+                (ledger, last_entry)
             }
         };
         self.check_holds(id, ledger.entry_count(), ledger.damage(), Some(recorded))?;
@@ -551,7 +560,7 @@ impl EntryLog {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(id, ledger.clone());
-        Ok(ledger)
+        Ok((ledger, last_entry))
     }
 
     /// Whether ledger `id`, whose open found `found` whole entries and `damage` (where the
@@ -737,10 +746,16 @@ impl EntryLog {
     }
 
     /// Reads the metadata of entry `entry_id` of `ledger` (the frame header; for an unsealed
-    /// ledger without reading the payload).
+    /// ledger without reading the payload). The read that opens a deferred ledger (see
+    /// [`EntryLog::open_locked_deferring`]) takes its last entry's metadata from the bytes that
+    /// open read, when they held its whole frame and it verified as a read checks it: the
+    /// same bytes and checks, read once (a topic's open reads its next message index there).
     pub fn read_meta(&self, ledger: u64, entry_id: u64) -> Result<EntryMeta> {
         self.stats.header_reads.fetch_add(1, Ordering::Relaxed);
-        self.ledger(ledger)?.read_meta(entry_id, self.reads())
+        match self.ledger_opening(ledger)? {
+            (_, Some((last, meta))) if last == entry_id => Ok(meta),
+            (ledger, _) => ledger.read_meta(entry_id, self.reads()),
+        }
     }
 
     /// Iterates over the entries of `ledger` from `from` on, reading each as it is reached.

@@ -42,10 +42,11 @@ use super::{LogStatsCounters, RecoveryMode, TailRepair, ledger_file_name};
 use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::format::Corruption;
 use crate::format::ledger::{
-    FRAME_HEADER_LEN, FrameHeader, HEADER_FIXED_LEN, HEADER_V3_LEN, INDEX_MAGIC, LedgerHeader,
-    SLOT_COPIES, SLOT_LEN, SLOTS_AT, SealedLayout, TRAILER_LEN, Trailer, VERSION, VERSION_2,
-    check_frame, check_last_frame, check_sealed_index, check_sealed_trailer, decode_frame_header,
-    decode_header, first_nonzero, footer_len, header_fixed_part, is_zero, trailer_of,
+    EntryMeta, FRAME_HEADER_LEN, FrameHeader, HEADER_FIXED_LEN, HEADER_V3_LEN, INDEX_MAGIC,
+    INDEX_OVERHEAD, LedgerHeader, SLOT_COPIES, SLOT_LEN, SLOTS_AT, SealedLayout, TRAILER_LEN,
+    Trailer, VERSION, VERSION_2, check_frame, check_last_frame, check_sealed_index,
+    check_sealed_trailer, decode_entry_frame, decode_frame_header, decode_header, first_nonzero,
+    footer_len, header_fixed_part, is_zero, trailer_of,
 };
 use crate::storage::{Storage, StorageFile};
 
@@ -73,6 +74,17 @@ impl<'a> Window<'a> {
             file,
             start: 0,
             buf: Vec::new(),
+        }
+    }
+
+    /// A window over `file` holding `end`, its last bytes as read (the file's size is the one
+    /// they were read by).
+    fn holding(file: &'a dyn StorageFile, end: End) -> Self {
+        Self {
+            size: end.size(),
+            file,
+            start: end.start,
+            buf: end.bytes,
         }
     }
 
@@ -379,15 +391,21 @@ pub(crate) fn check_header(win: &mut Window<'_>, ledger: u64) -> Result<HeaderCh
     check_header_bytes(bytes, size, ledger)
 }
 
-/// The first [`HEADER_V3_LEN`] bytes of `file` (`size` bytes long), or all of them when it is
-/// shorter: the header and its slots, read without reading ahead.
 /// The file's first bytes (up to [`HEADER_V3_LEN`]) and its size, taken after them: a former
 /// owner still appending (a topic taken over while it runs) may grow the file and claim more
 /// synced bytes in the slots at any time, and every byte the slots claim was in the file when
 /// they claimed it, so the size taken after the slots covers their claim (a ledger only grows
-/// while written). A header read short of a file that has grown past it since (a create
-/// completing) is read again.
+/// while written). A whole header is read first, with no size to bound the read: one read and
+/// one stat for every file that holds one. A file shorter than that (a create cut short, or
+/// completing) is read up to its size, taken before, and read again when it has grown past
+/// that read since.
 fn read_head_then_size(file: &dyn StorageFile) -> Result<(Vec<u8>, u64)> {
+    let mut head = vec![0u8; HEADER_V3_LEN];
+    match file.read_exact_at(&mut head, 0) {
+        Ok(()) => return Ok((head, file.size()?)),
+        Err(e) if is_short_read(&e) => {}
+        Err(e) => return Err(e),
+    }
     let mut size = file.size()?;
     for _ in 0..HEAD_READS {
         let head = read_head(file, size)?;
@@ -399,6 +417,11 @@ fn read_head_then_size(file: &dyn StorageFile) -> Result<(Vec<u8>, u64)> {
     }
     // Still growing from below a whole header: this read and the size it was bounded by.
     Ok((read_head(file, size)?, size))
+}
+
+/// Whether `e` is a read's answer that the file ends before the bytes asked for.
+fn is_short_read(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::UnexpectedEof)
 }
 
 /// Reads of a ledger's first bytes while the file grows from below a whole header, at most.
@@ -441,14 +464,17 @@ fn check_header_bytes(bytes: &[u8], size: u64, ledger: u64) -> Result<HeaderChec
     }
 }
 
-/// The layout of the file, when it verifies as a sealed ledger (trailer, index and last frame
-/// header). A failed read is an error, never "not sealed".
+/// The file, when it verifies as a sealed ledger (trailer, index and last frame header). A
+/// failed read is an error, never "not sealed".
 pub(crate) fn try_sealed(
     file: &dyn StorageFile,
     h: &LedgerHeader,
     size: u64,
-) -> Result<Option<SealedLayout>> {
-    Ok(read_sealed(file, h, size)?.ok())
+) -> Result<Option<Sealed>> {
+    let Some(mut end) = read_end(file, h, size)? else {
+        return Ok(None);
+    };
+    Ok(read_sealed(file, h, &mut end)?.ok())
 }
 
 /// A sealed ledger followed by a zero-filled run (its file grew, the bytes never written):
@@ -470,56 +496,181 @@ pub(crate) fn sealed_before_zeros(
     if win.first_nonzero_from(end)? != win.size() {
         return Ok(None);
     }
-    Ok(read_sealed(file, h, end)?
-        .ok()
+    Ok(try_sealed(file, h, end)?
+        .map(|s| s.layout)
         .filter(|l| l.data_end == x)
         .map(|l| (l, end)))
 }
 
-/// Reads and checks the footer of `file` (`size` bytes, header `h`): its trailer, its index
-/// block and the header of the frame its last offset names, in three reads, without reading the
-/// other frames or mapping the file. `Ok(Err(_))`: the bytes are not a sealed ledger, and where.
+/// Bytes of a ledger file's end that a sealed ledger's check reads at once ([`read_end`]): its
+/// trailer, and for a ledger of up to about 2,000 entries its whole index and a last frame of
+/// a few KiB too, so that one read serves the whole check. The bytes before them that the check
+/// needs (a longer index, the last frame) take one more read.
+const END_READ: u64 = 16 * 1024;
+
+/// The longest last frame a sealed ledger's check reads whole with the index ([`read_sealed`]),
+/// so that the use that opens a deferred ledger (a topic's open reading its next message index
+/// from the last entry) has the entry without a read of its own. A longer one has its header
+/// read alone, as the check needs.
+const LAST_FRAME_READ: u64 = 16 * 1024;
+
+/// A file's last bytes, read at once: `bytes` hold the file from `start` to the size it was read
+/// by.
+pub(crate) struct End {
+    start: u64,
+    bytes: Vec<u8>,
+}
+
+impl End {
+    fn size(&self) -> u64 {
+        self.start + self.bytes.len() as u64
+    }
+
+    /// Bytes `[from, to)` of the file, when they lie within what was read.
+    fn get(&self, from: u64, to: u64) -> Option<&[u8]> {
+        let from = usize::try_from(from.checked_sub(self.start)?).ok()?;
+        let to = usize::try_from(to.checked_sub(self.start)?).ok()?;
+        self.bytes.get(from..to)
+    }
+
+    /// Reads the bytes from `from` up to what was read already, in one read, when `from` lies
+    /// before it.
+    fn read_back_to(&mut self, file: &dyn StorageFile, from: u64) -> Result<()> {
+        let Some(more) = self.start.checked_sub(from).filter(|n| *n > 0) else {
+            return Ok(());
+        };
+        let more = usize::try_from(more).map_err(|_| too_big(self.size()))?;
+        let mut bytes = vec![0u8; more + self.bytes.len()];
+        let (before, read) = bytes.split_at_mut(more);
+        file.read_exact_at(before, from)?;
+        read.copy_from_slice(&self.bytes);
+        self.bytes = bytes;
+        self.start = from;
+        Ok(())
+    }
+}
+
+/// The last [`END_READ`] bytes of `file` (`size` bytes long, header `h`), or all of those after
+/// its header when it holds fewer, in one read; `None` (nothing read) when it is too short to
+/// hold a trailer after its header.
+pub(crate) fn read_end(file: &dyn StorageFile, h: &LedgerHeader, size: u64) -> Result<Option<End>> {
+    if size
+        .checked_sub(TRAILER_LEN as u64)
+        .is_none_or(|at| at < h.data_start())
+    {
+        return Ok(None);
+    }
+    let start = size.saturating_sub(END_READ).max(h.data_start());
+    let len = usize::try_from(size - start).map_err(|_| too_big(size))?;
+    let mut bytes = vec![0u8; len];
+    file.read_exact_at(&mut bytes, start)?;
+    Ok(Some(End { start, bytes }))
+}
+
+/// The file (`size` bytes, header `h`) as a sealed ledger, when it verifies as one
+/// ([`try_sealed`]); otherwise a window over it for its scan, holding what the check read of its
+/// end (every frame of a file that short).
+fn sealed_or_window<'a>(
+    file: &'a dyn StorageFile,
+    h: &LedgerHeader,
+    size: u64,
+) -> Result<std::result::Result<Sealed, Window<'a>>> {
+    let Some(mut end) = read_end(file, h, size)? else {
+        return Ok(Err(Window::with_size(file, size)));
+    };
+    Ok(match read_sealed(file, h, &mut end)? {
+        Ok(sealed) => Ok(sealed),
+        Err(_) => Err(Window::holding(file, end)),
+    })
+}
+
+/// A ledger's last entry: its id and metadata.
+pub(crate) type LastEntry = (u64, EntryMeta);
+
+/// A sealed ledger as [`read_sealed`] verified it.
+pub(crate) struct Sealed {
+    pub(crate) layout: SealedLayout,
+    /// Its last entry's id and metadata, when the check read that entry's whole frame and the
+    /// frame verifies as a read of the entry checks it ([`decode_entry_frame`]): what the use
+    /// that opened the ledger reads of it, if that is the entry's metadata. `None` otherwise
+    /// (no entry, a frame longer than [`LAST_FRAME_READ`], or one that does not verify, which a
+    /// read then finds in the file).
+    pub(crate) last_entry: Option<LastEntry>,
+}
+
+/// Checks the footer of the file whose last bytes are `end` (`end.size()` bytes long, header
+/// `h`, [`read_end`]): its trailer, its index block and the header of the frame its last offset
+/// names, without reading the other frames or mapping the file. The trailer comes from `end`;
+/// the index and a last frame up to [`LAST_FRAME_READ`] bytes long too, or else from one more
+/// read of the bytes before it (added to `end`), whose start the last offset the index holds
+/// decides (checked with the index after the read: an offset that is not the last frame's only
+/// makes the read longer, by [`LAST_FRAME_READ`] bytes at most); a longer last frame's header
+/// from a read of its own. `Ok(Err(_))`: the bytes are not a sealed ledger, and where.
 pub(crate) fn read_sealed(
     file: &dyn StorageFile,
     h: &LedgerHeader,
-    size: u64,
-) -> Result<std::result::Result<SealedLayout, Corruption>> {
-    let Some(trailer_at) = size
-        .checked_sub(TRAILER_LEN as u64)
-        .filter(|at| *at >= h.data_start())
-    else {
-        return Ok(Err(Corruption::new(CorruptionKind::Truncated, 0)));
-    };
-    let mut tail = [0u8; TRAILER_LEN];
-    file.read_exact_at(&mut tail, trailer_at)?;
-    let t = match check_sealed_trailer(h, size, &tail) {
+    end: &mut End,
+) -> Result<std::result::Result<Sealed, Corruption>> {
+    let size = end.size();
+    // `read_end` read the trailer: the file holds one after its header.
+    let trailer_at = size.saturating_sub(TRAILER_LEN as u64);
+    let tail = end.get(trailer_at, size).unwrap_or_default();
+    let t = match check_sealed_trailer(h, size, tail) {
         Ok(t) => t,
         Err(c) => return Ok(Err(c)),
     };
-    // The trailer's footer fills the file exactly, so the index is no longer than the file.
-    let index_len = usize::try_from(trailer_at - t.data_end).map_err(|_| too_big(size))?;
-    let mut index = vec![0u8; index_len];
-    file.read_exact_at(&mut index, t.data_end)?;
-    let last = match check_sealed_index(h, &t, &index) {
+    // The index and, when the last offset it holds names a frame short enough, that frame: from
+    // `end`, or one read of the bytes before it. The trailer's footer fills the file exactly,
+    // so the index is no longer than the file.
+    // The index's last offset: its last 8 bytes before its checksum (what the index holds
+    // besides its magic).
+    let index_crc = (INDEX_OVERHEAD - INDEX_MAGIC.len()) as u64;
+    let claimed_last = trailer_at
+        .checked_sub(index_crc + 8)
+        .filter(|_| t.entry_count > 0)
+        .and_then(|at| end.get(at, at + 8))
+        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        .map(u64::from_le_bytes)
+        .filter(|last| *last >= h.data_start() && *last < t.data_end)
+        .filter(|last| t.data_end - last <= LAST_FRAME_READ);
+    end.read_back_to(file, claimed_last.unwrap_or(t.data_end))?;
+    let index = end.get(t.data_end, trailer_at).unwrap_or_default();
+    let last = match check_sealed_index(h, &t, index) {
         Ok(last) => last,
         Err(c) => return Ok(Err(c)),
     };
+    let mut last_entry = None;
     if let Some(last) = last {
-        let mut head = [0u8; FRAME_HEADER_LEN];
-        let n =
-            usize::try_from(size.saturating_sub(last).min(FRAME_HEADER_LEN as u64)).unwrap_or(0);
-        let head = head.get_mut(..n).unwrap_or_default();
-        file.read_exact_at(head, last)?;
+        let n = size.saturating_sub(last).min(FRAME_HEADER_LEN as u64);
+        let mut read = [0u8; FRAME_HEADER_LEN];
+        let head = if let Some(head) = end.get(last, last + n) {
+            head
+        } else {
+            let head = read.get_mut(..usize::try_from(n).unwrap_or(0));
+            let head = head.unwrap_or_default();
+            file.read_exact_at(head, last)?;
+            head
+        };
         if let Err(c) = check_last_frame(&t, last, head) {
             return Ok(Err(c));
         }
+        let id = t.entry_count.saturating_sub(1);
+        last_entry = end
+            .get(last, t.data_end)
+            .and_then(|frame| decode_entry_frame(h, frame, id).ok())
+            .map(|(frame, _)| (id, frame.meta));
     }
-    Ok(Ok(SealedLayout::of(*h, &t).with_last_frame(last)))
+    Ok(Ok(Sealed {
+        layout: SealedLayout::of(*h, &t).with_last_frame(last),
+        last_entry,
+    }))
 }
 
 /// The result of opening one ledger file.
 pub(crate) enum Opened {
-    Ledger(Arc<Ledger>, Option<TailRepair>),
+    /// The ledger, the repair of its tail (made, or found read-only), and its last entry's id
+    /// and metadata when the open read them ([`Sealed::last_entry`]).
+    Ledger(Arc<Ledger>, Option<TailRepair>, Option<LastEntry>),
     /// An interrupted create (the file holds part of a header at most); not removed here.
     Discarded(TailRepair),
 }
@@ -568,6 +719,7 @@ fn header_or_outcome(
             Ok(Err(Opened::Ledger(
                 Arc::new(blind.with_damage(offset, kind)),
                 None,
+                None,
             )))
         }
         Err(e) => Err(e),
@@ -612,11 +764,14 @@ pub(crate) fn open_ledger(
         }
         Ok(())
     };
-    if let Some(sealed) = try_sealed(file.as_ref(), &h, size)? {
-        prove(file.as_ref(), size)?;
-        return Ok(Opened::Ledger(Arc::new(Ledger::sealed(file, sealed)), None));
-    }
-    let mut win = Window::with_size(file.as_ref(), size);
+    let mut win = match sealed_or_window(file.as_ref(), &h, size)? {
+        Ok(sealed) => {
+            prove(file.as_ref(), size)?;
+            let ledger = Arc::new(Ledger::sealed(file, sealed.layout));
+            return Ok(Opened::Ledger(ledger, None, sealed.last_entry));
+        }
+        Err(win) => win,
+    };
     let scan = scan_frames(&mut win, &h, h.data_start(), 0)?;
     let end = scan.end;
     let expected = scan.offsets.len() as u64;
@@ -637,10 +792,8 @@ pub(crate) fn open_ledger(
             dropped_bytes: size - footer_end,
             reason: "zero-filled tail after the footer of a sealed ledger".into(),
         };
-        return Ok(Opened::Ledger(
-            Arc::new(Ledger::sealed(file, sealed)),
-            Some(repair),
-        ));
+        let ledger = Arc::new(Ledger::sealed(file, sealed));
+        return Ok(Opened::Ledger(ledger, Some(repair), None));
     }
     let mut damaged = None;
     let repair = match scan.damage {
@@ -698,5 +851,5 @@ pub(crate) fn open_ledger(
         Some(kind) => opened.with_damage(end, kind),
         None => opened,
     };
-    Ok(Opened::Ledger(Arc::new(opened), repair))
+    Ok(Opened::Ledger(Arc::new(opened), repair, None))
 }

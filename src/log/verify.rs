@@ -53,7 +53,7 @@ pub fn verify_ledger(storage: &dyn Storage, ledger: u64) -> Result<Vec<FrameProb
     };
     let mut problems = Vec::new();
     if let Some(sealed) = try_sealed(file.as_ref(), &h, win.size())? {
-        verify_sealed_frames(&mut win, &h, &sealed, &mut problems)?;
+        verify_sealed_frames(&mut win, &h, &sealed.layout, &mut problems)?;
         return Ok(problems);
     }
     let synced = recorded_synced(&mut win, &h)?;

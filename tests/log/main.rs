@@ -22,6 +22,7 @@ mod model;
 mod open;
 mod open_proof;
 mod samples;
+mod sealed_open_reads;
 mod sealed_reads;
 mod storage_names;
 mod synced_ledger_buffer;
