@@ -291,8 +291,9 @@ impl Storage for FileStorage {
         })))
     }
 
-    /// For a handle of this storage's kind (a file of its directory's cache): one lookup of
-    /// the name against the handle's open descriptor ([`RealFile::names`]).
+    /// For a handle of a real file (of any [`FileStorage`]): one lookup of
+    /// the name against the device and inode of the handle's open descriptor, which pins
+    /// them (`None` once the cache closed it).
     fn names_file(&self, name: &str, file: &dyn StorageFile) -> Result<Option<bool>> {
         let path = self.path_of(name)?;
         match file.as_any().and_then(|f| f.downcast_ref::<RealFile>()) {
