@@ -19,7 +19,7 @@ use ackstore::internals::format::ledger::{
     FRAME_HEADER_LEN, HEADER_V3_LEN, SealedLayout, TRAILER_LEN, validate_sealed,
 };
 use ackstore::internals::log::{EntryLog, EntryMeta, LogConfig, ledger_file_name, verify_ledger};
-use ackstore::{Error, MemStorage, Storage};
+use ackstore::{Error, FileStorage, MemStorage, Storage};
 use support::log_model::meta;
 use support::tap::{Hook, Op, Tap};
 
@@ -253,4 +253,99 @@ fn damage_to_a_sealed_ledgers_footer_or_last_frame_is_found_wherever_the_open_re
             }
         }
     }
+}
+
+/// Ledgers at the edges of what the end read holds: a last frame whose start lies a few bytes
+/// either side of the end read's start, a last frame a byte either side of the longest the
+/// check reads whole, an index whose start lies a few bytes either side of the end read's
+/// start. Each opens deferred, gives its last entry's metadata on first use, reads true, opens
+/// sealed and verifies.
+#[test]
+fn sealed_ledgers_at_the_end_reads_edges_open_and_read_true() {
+    // A footer of `n` entries: the index (magic, offsets, checksum) and the trailer.
+    let footer = |n: usize| 8 * n + 12 + TRAILER_LEN;
+    let mut shapes = Vec::new();
+    for entries in [1_usize, 2, 3] {
+        // The last frame starting `d` bytes after the end read's start.
+        let before_end = END_READ - footer(entries) - FRAME_HEADER_LEN;
+        for d in -3_isize..=3 {
+            let last_len = before_end.checked_add_signed(-d).unwrap();
+            shapes.push(Shape {
+                entries: entries as u64,
+                last_len,
+            });
+        }
+        // A last frame of the longest read whole, and a byte either side.
+        for d in -1_isize..=1 {
+            let last_len = (END_READ - FRAME_HEADER_LEN).checked_add_signed(d).unwrap();
+            shapes.push(Shape {
+                entries: entries as u64,
+                last_len,
+            });
+        }
+    }
+    // The index starting `d` bytes after the end read's start (entries of 40 bytes before).
+    for n in 2_038_usize..=2_046 {
+        for last_len in [0, 1, 40, 100] {
+            shapes.push(Shape {
+                entries: n as u64,
+                last_len,
+            });
+        }
+    }
+    for shape in shapes {
+        let (disk, id) = sealed_ledger(shape);
+        let log = deferring(Arc::new(disk.clone()), id, shape.entries);
+        let last = shape.entries - 1;
+        assert_eq!(log.read_meta(id, last).unwrap(), meta(last), "{shape:?}");
+        assert_reads_true(&log, id, shape);
+        drop(log);
+        let log = EntryLog::open_read_only(Arc::new(disk.clone()), LogConfig::default()).unwrap();
+        assert!(log.ledger_info(id).unwrap().sealed, "{shape:?}");
+        assert_eq!(
+            log.ledger_info(id).unwrap().entries,
+            shape.entries,
+            "{shape:?}"
+        );
+        assert_eq!(verify_ledger(&disk, id).unwrap(), vec![], "{shape:?}");
+    }
+}
+
+/// A sealed ledger's file cut short on real files, at every length up to a little past its
+/// header and around the end read's start: the open never takes it for sealed, and every
+/// entry it holds reads true.
+#[test]
+fn a_sealed_ledger_cut_short_on_real_files_is_never_sealed_and_reads_true() {
+    let shape = SHAPES[4];
+    let (disk, id) = sealed_ledger(shape);
+    let name = ledger_file_name(id);
+    let full = disk.live_bytes(&name).unwrap();
+    let edge = full.len() - END_READ;
+    let lens = (0..HEADER_V3_LEN + 8)
+        .chain(edge - 8..edge + 8)
+        .chain([full.len() - 1]);
+    let mut with_entries = 0;
+    for len in lens {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(&name), &full[..len]).unwrap();
+        let storage: Arc<dyn Storage> = Arc::new(FileStorage::open(dir.path(), false).unwrap());
+        let Ok(log) = EntryLog::open_read_only(storage, LogConfig::default()) else {
+            continue;
+        };
+        let Ok(info) = log.ledger_info(id) else {
+            continue;
+        };
+        assert!(!info.sealed, "cut at {len}");
+        with_entries += usize::from(info.entries > 0);
+        for i in 0..info.entries {
+            let e = log.read(id, i).unwrap();
+            assert_eq!(
+                (e.meta, e.payload),
+                (meta(i), body(i, shape)),
+                "cut at {len}"
+            );
+        }
+    }
+    // The cuts after the first frame (every one around the end read's start, and the last).
+    assert_eq!(with_entries, 17);
 }
