@@ -497,6 +497,14 @@ const I_OFFSETS: usize = I_MAGIC + INDEX_MAGIC.len();
 /// Bytes of the index block besides the offsets (magic and CRC).
 pub const INDEX_OVERHEAD: usize = I_OFFSETS + 4;
 
+/// Where the last entry offset of a sealed ledger's index starts, for a trailer at
+/// `trailer_at`: the index ends with its offsets, 8 bytes each, then its CRC32. `None` when
+/// the file is too short to hold one. A hint to read ahead: [`check_sealed_index`] decides.
+#[must_use]
+pub fn index_last_offset_at(trailer_at: u64) -> Option<u64> {
+    trailer_at.checked_sub((INDEX_OVERHEAD - I_OFFSETS + 8) as u64)
+}
+
 const T_DATA_END: usize = 0;
 const T_COUNT: usize = T_DATA_END + 8;
 const T_LEDGER: usize = T_COUNT + 8;

@@ -43,10 +43,10 @@ use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::format::Corruption;
 use crate::format::ledger::{
     EntryMeta, FRAME_HEADER_LEN, FrameHeader, HEADER_FIXED_LEN, HEADER_V3_LEN, INDEX_MAGIC,
-    INDEX_OVERHEAD, LedgerHeader, SLOT_COPIES, SLOT_LEN, SLOTS_AT, SealedLayout, TRAILER_LEN,
-    Trailer, VERSION, VERSION_2, check_frame, check_last_frame, check_sealed_index,
-    check_sealed_trailer, decode_entry_frame, decode_frame_header, decode_header, first_nonzero,
-    footer_len, header_fixed_part, is_zero, trailer_of,
+    LedgerHeader, SLOT_COPIES, SLOT_LEN, SLOTS_AT, SealedLayout, TRAILER_LEN, Trailer, VERSION,
+    VERSION_2, check_frame, check_last_frame, check_sealed_index, check_sealed_trailer,
+    decode_entry_frame, decode_frame_header, decode_header, first_nonzero, footer_len,
+    header_fixed_part, index_last_offset_at, is_zero, trailer_of,
 };
 use crate::storage::{Storage, StorageFile};
 
@@ -622,11 +622,7 @@ pub(crate) fn read_sealed(
     // The index and, when the last offset it holds names a frame short enough, that frame: from
     // `end`, or one read of the bytes before it. The trailer's footer fills the file exactly,
     // so the index is no longer than the file.
-    // The index's last offset: its last 8 bytes before its checksum (what the index holds
-    // besides its magic).
-    let index_crc = (INDEX_OVERHEAD - INDEX_MAGIC.len()) as u64;
-    let claimed_last = trailer_at
-        .checked_sub(index_crc + 8)
+    let claimed_last = index_last_offset_at(trailer_at)
         .filter(|_| t.entry_count > 0)
         .and_then(|at| end.get(at, at + 8))
         .and_then(|b| <[u8; 8]>::try_from(b).ok())
