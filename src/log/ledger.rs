@@ -10,9 +10,11 @@
 //! many sealed ledgers holds a map (a virtual memory area, and for RADOS a copy of the object)
 //! only for those it reads. A small sealed ledger (under [`LogConfig::map_sealed_from`] bytes,
 //! on storage whose maps share the file's pages) is never mapped: each read takes its frame's
-//! bounds from the index and the frame itself by two positional reads, so a store of many small
+//! bounds from the index and the frame itself by positional reads, so a store of many small
 //! topics keeps no pages of them resident (a map's first touch makes the kernel map the pages
 //! around it too, and they stay counted in the process's resident set while the map lives).
+//! One read of the index takes 16 words ([`IndexWindow`]), which bound the frames of the entries
+//! that follow: readers at one position, or going forward, read the file once an entry.
 //! Either way a sealed frame is checked whole (length, entry id, checksum) on every read.
 //!
 //! After the fsync that makes its footer durable, and before any map, the seal records the whole
@@ -57,6 +59,8 @@ pub struct State {
     pub buffer: Vec<u8>,
     /// Where a sealed ledger's frames are (verified by open or by the seal).
     sealed: Option<SealedLayout>,
+    /// A sealed ledger's index words its last read of its index took (read by position only).
+    index_window: Option<IndexWindow>,
 }
 
 impl State {
@@ -68,6 +72,67 @@ impl State {
 
 /// Bytes of appended frames collected before they are written to the file in one call.
 pub(crate) const WRITE_BUFFER: usize = 64 * 1024;
+
+/// Index words (entry offsets) a read of a sealed ledger by position takes at once.
+const INDEX_WINDOW_WORDS: usize = 16;
+
+/// Consecutive words of a sealed ledger's index from one read of it: the offsets of entries
+/// `first..first + len`. A read of an entry by position takes its frame's bounds from the last
+/// window its ledger read when the window holds them (its own offset and the next one's, or
+/// its own and `data_end` for the last entry), and otherwise reads a new window starting at
+/// the entry: readers at one position (the subscriptions of a topic after a restart) and a
+/// reader going forward take one read of the file a frame, not two. The bounds are checked on
+/// every use as on a read of the file, and the frame is read and checked whole, so damage to a
+/// frame is found whatever the window holds; a word damaged on disk after the window took it
+/// is not read again (the window's copy, read while it verified, is used).
+struct IndexWindow {
+    first: u64,
+    len: usize,
+    words: [u64; INDEX_WINDOW_WORDS],
+}
+
+impl IndexWindow {
+    /// The window of up to [`INDEX_WINDOW_WORDS`] words from entry `first`'s of a sealed
+    /// ledger of layout `layout` (`first` below its entry count), read by `read` (into a
+    /// buffer of the length wanted, from the file offset given).
+    fn read(
+        layout: &SealedLayout,
+        first: u64,
+        read: impl FnOnce(&mut [u8], u64) -> Result<()>,
+        bad_index: impl Fn(u64) -> Error,
+    ) -> Result<Self> {
+        let at = first
+            .checked_mul(8)
+            .and_then(|o| o.checked_add(layout.offsets_start))
+            .ok_or_else(|| bad_index(layout.offsets_start))?;
+        let left = layout.entry_count.saturating_sub(first);
+        let len = usize::try_from(left).map_or(INDEX_WINDOW_WORDS, |l| l.min(INDEX_WINDOW_WORDS));
+        let mut bytes = [0u8; 8 * INDEX_WINDOW_WORDS];
+        let bytes = &mut bytes[..8 * len];
+        read(bytes, at)?;
+        let mut words = [0u64; INDEX_WINDOW_WORDS];
+        for (word, b) in words.iter_mut().zip(bytes.chunks_exact(8)) {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(b);
+            *word = u64::from_le_bytes(w);
+        }
+        Ok(Self { first, len, words })
+    }
+
+    /// The bounds of entry `entry_id`'s frame in the ledger of layout `layout`, unchecked, when
+    /// the window holds them.
+    fn bounds(&self, layout: &SealedLayout, entry_id: u64) -> Option<(u64, u64)> {
+        let held = self.words.get(..self.len)?;
+        let i = usize::try_from(entry_id.checked_sub(self.first)?).ok()?;
+        let start = *held.get(i)?;
+        let end = match held.get(i + 1) {
+            Some(&end) => end,
+            None if entry_id + 1 == layout.entry_count => layout.data_end,
+            None => return None,
+        };
+        Some((start, end))
+    }
+}
 
 /// One ledger file, shared by every caller of the log.
 pub struct Ledger {
@@ -109,6 +174,7 @@ impl Ledger {
                 written,
                 buffer: Vec::new(),
                 sealed: None,
+                index_window: None,
             },
         )
     }
@@ -124,6 +190,7 @@ impl Ledger {
                 written,
                 buffer: Vec::new(),
                 sealed: Some(sealed),
+                index_window: None,
             },
         )
     }
@@ -460,35 +527,38 @@ impl Ledger {
             || self.file.map_always()
     }
 
-    /// The bounds of sealed entry `entry_id`'s frame (`entry_id` below the entry count), read
-    /// from the sealed index by one positional read of its offset and the next one; the last
-    /// entry's from the layout when it holds its offset ([`SealedLayout::last_frame`]). Bounds that
-    /// do not lie in order within the frames (an index damaged since open) are
-    /// [`Error::Corrupted`], found before a buffer of their length is allocated; a file cut
-    /// short since open is [`CorruptionKind::Truncated`], as through a map.
+    /// The bounds of sealed entry `entry_id`'s frame (`entry_id` below the entry count): the
+    /// last entry's from the layout when it holds its offset ([`SealedLayout::last_frame`]);
+    /// otherwise from the ledger's index window when it holds them, or else from a new window
+    /// read from the sealed index by one positional read ([`IndexWindow`]). Bounds that do not
+    /// lie in order within the frames (an index damaged since open) are [`Error::Corrupted`],
+    /// found before a buffer of their length is allocated; a file cut short since open is
+    /// [`CorruptionKind::Truncated`], as through a map.
     fn sealed_frame_range(&self, layout: &SealedLayout, entry_id: u64) -> Result<(u64, u64)> {
         let bad_index = |at| Error::corrupted(self.id, at, CorruptionKind::InvalidField("offsets"));
-        // Within the index open verified: `entry_id` is below its entry count.
-        let at = entry_id
-            .checked_mul(8)
-            .and_then(|o| o.checked_add(layout.offsets_start))
-            .ok_or_else(|| bad_index(layout.offsets_start))?;
-        let last = entry_id + 1 == layout.entry_count;
-        if last && let Some(start) = layout.last_frame {
+        if entry_id + 1 == layout.entry_count
+            && let Some(start) = layout.last_frame
+        {
             // Verified with the whole index (or known at the seal): no read of the index.
             return Ok((start, layout.data_end));
         }
-        let mut buf = [0u8; 16];
-        let want = if last { 8 } else { 16 };
-        self.read_sealed(&mut buf[..want], at, layout)?;
-        let word = |i: usize| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&buf[i * 8..i * 8 + 8]);
-            u64::from_le_bytes(w)
+        let held = (self.state().index_window.as_ref()).and_then(|w| w.bounds(layout, entry_id));
+        let (start, end) = match held {
+            Some(bounds) => bounds,
+            None => {
+                let read = |buf: &mut [u8], at| self.read_sealed(buf, at, layout);
+                let window = IndexWindow::read(layout, entry_id, read, bad_index)?;
+                let bounds = window.bounds(layout, entry_id);
+                self.state().index_window = Some(window);
+                // A window read from the entry holds its bounds: its offset, and the next
+                // one's or `data_end`.
+                bounds.ok_or_else(|| bad_index(layout.offsets_start))?
+            }
         };
-        let start = word(0);
-        let end = if last { layout.data_end } else { word(1) };
         if start < layout.header.data_start() || end > layout.data_end || end <= start {
+            let at = entry_id
+                .saturating_mul(8)
+                .saturating_add(layout.offsets_start);
             return Err(bad_index(at));
         }
         Ok((start, end))

@@ -5,16 +5,24 @@
 //! index zeroed, the file cut short, the older unsealed copy put back) reads as the truth or
 //! fails with `Corrupted`: a read fails exactly when a byte it depends on (its frame, its two
 //! index offsets) changed, and never returns a wrong entry or panics.
+//!
+//! A read by position takes its frame's bounds from the window of 16 index words its ledger
+//! read last when the window holds them, else reads a new window from the entry's word: readers
+//! at one position, and a reader going forward, take one read of the file an entry. Damage to a
+//! frame is found whatever the window holds; a word damaged on disk after a window took it is
+//! not read again (the copy read before is used, and the frame it names checked).
 
 use crate::support;
 
 use std::ops::Range;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use ackstore::internals::format::ledger::{SealedLayout, validate_sealed};
 use ackstore::internals::log::{EntryLog, LogConfig, ledger_file_name};
 use ackstore::{DEFAULT_MAP_SEALED_FROM, Error, FileStorage, MemStorage, Storage};
 use support::log_model::{meta, payload};
+use support::tap::{Hook, Op, Tap};
 
 const ENTRIES: u64 = 24;
 
@@ -232,4 +240,111 @@ fn a_sealed_ledger_damaged_while_open_reads_true_or_fails_by_position_and_by_map
         check_damage(&disk, id, &original, &original[..len], false);
     }
     check_damage(&disk, id, &original, &older, false);
+}
+
+/// Counts the reads of ledger files.
+#[derive(Default)]
+struct Reads(AtomicU64);
+
+impl Hook for Reads {
+    fn before(&self, op: Op<'_>) -> ackstore::Result<()> {
+        if matches!(op, Op::Read(name) if name.starts_with("ledger-")) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+}
+
+/// A sealed ledger of `entries` entries on an in-memory disk, and a log of it (by position)
+/// whose reads of ledger files are counted from now on.
+fn counted_log(entries: u64) -> (MemStorage, u64, EntryLog, Arc<Reads>) {
+    let disk = MemStorage::new();
+    let id = {
+        let log = EntryLog::open(Arc::new(disk.clone()), LogConfig::default()).unwrap();
+        sealed_ledger(&log, &disk, entries).0
+    };
+    let reads = Arc::new(Reads::default());
+    let tap = Tap::new(Arc::new(disk.clone()), reads.clone());
+    let log = EntryLog::open(Arc::new(tap), LogConfig::default()).unwrap();
+    reads.0.store(0, Ordering::SeqCst);
+    (disk, id, log, reads)
+}
+
+fn assert_true(log: &EntryLog, id: u64, i: u64) {
+    let e = log.read(id, i).unwrap();
+    assert_eq!((e.meta, e.payload), (meta(i), payload(id, i)), "entry {i}");
+}
+
+#[test]
+fn readers_at_one_position_and_a_reader_going_forward_take_one_read_of_the_file_an_entry() {
+    let (_disk, id, log, reads) = counted_log(40);
+    // Ten subscriptions at entry 3: one read of the index (words 3 to 18), then a frame each.
+    for _ in 0..10 {
+        assert_true(&log, id, 3);
+    }
+    assert_eq!(reads.0.load(Ordering::SeqCst), 1 + 10);
+    // Entries 4 to 17 lie in that window: their frames only.
+    for i in 4..18 {
+        assert_true(&log, id, i);
+    }
+    assert_eq!(reads.0.load(Ordering::SeqCst), 11 + 14);
+    // From the start: windows from entries 0, 16 and 32 (the last holding 8 words, the last
+    // entry's bounds ending at the frames' end); the last entry's start known since the open.
+    reads.0.store(0, Ordering::SeqCst);
+    for i in 0..40 {
+        assert_true(&log, id, i);
+        assert_eq!(log.read_meta(id, i).unwrap(), meta(i));
+    }
+    assert_eq!(reads.0.load(Ordering::SeqCst), 3 + 2 * 40);
+    assert!(matches!(log.read(id, 40), Err(Error::NoSuchEntry(_))));
+}
+
+#[test]
+fn a_frame_damaged_after_a_window_took_its_bounds_fails_and_a_word_damaged_after_is_not_read_again()
+{
+    let (disk, id, log, _reads) = counted_log(ENTRIES);
+    let name = ledger_file_name(id);
+    let original = disk.live_bytes(&name).unwrap();
+    let layout = validate_sealed(&original, id).unwrap();
+    // The window of entries 0 to 15.
+    assert_true(&log, id, 0);
+    // Entry 5's index word zeroed, entry 6's frame's checksum flipped, entry 20's word zeroed.
+    let mut bad = original.clone();
+    for i in [5, 20] {
+        bad[depends_on(&layout, &original, i)[1].clone()].fill(0);
+    }
+    let frame = depends_on(&layout, &original, 6)[0].clone();
+    bad[frame.end - 1] ^= 0x80;
+    disk.set_bytes(&name, bad).unwrap();
+    // Entry 5 from the window's copy, its frame checked whole: the truth.
+    assert_true(&log, id, 5);
+    assert!(matches!(log.read(id, 6), Err(Error::Corrupted { .. })));
+    // Entry 20 lies past the window: its word is read, and refused.
+    assert!(matches!(log.read(id, 20), Err(Error::Corrupted { .. })));
+    // Entry 5 again, past the window that entry 20's read took: its word is read now, and
+    // refused.
+    assert!(matches!(log.read(id, 5), Err(Error::Corrupted { .. })));
+    assert_true(&log, id, 7);
+}
+
+#[test]
+fn threads_reading_one_small_sealed_ledger_at_once_read_the_truth() {
+    let (_disk, id, log, _reads) = counted_log(300);
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let log = &log;
+            s.spawn(move || {
+                // Each thread its own walk: forward, backward, and strides that leave and
+                // re-enter each other's windows.
+                for k in 0..3_000u64 {
+                    let i = match t {
+                        0 => k % 300,
+                        1 => 299 - k % 300,
+                        _ => (k * (7 + t * 6)) % 300,
+                    };
+                    assert_true(log, id, i);
+                }
+            });
+        }
+    });
 }
