@@ -543,17 +543,16 @@ impl Ledger {
             return Ok((start, layout.data_end));
         }
         let held = (self.state().index_window.as_ref()).and_then(|w| w.bounds(layout, entry_id));
-        let (start, end) = match held {
-            Some(bounds) => bounds,
-            None => {
-                let read = |buf: &mut [u8], at| self.read_sealed(buf, at, layout);
-                let window = IndexWindow::read(layout, entry_id, read, bad_index)?;
-                let bounds = window.bounds(layout, entry_id);
-                self.state().index_window = Some(window);
-                // A window read from the entry holds its bounds: its offset, and the next
-                // one's or `data_end`.
-                bounds.ok_or_else(|| bad_index(layout.offsets_start))?
-            }
+        let (start, end) = if let Some(bounds) = held {
+            bounds
+        } else {
+            let read = |buf: &mut [u8], at| self.read_sealed(buf, at, layout);
+            let window = IndexWindow::read(layout, entry_id, read, bad_index)?;
+            let bounds = window.bounds(layout, entry_id);
+            self.state().index_window = Some(window);
+            // A window read from the entry holds its bounds: its offset, and the next one's or
+            // `data_end`.
+            bounds.ok_or_else(|| bad_index(layout.offsets_start))?
         };
         if start < layout.header.data_start() || end > layout.data_end || end <= start {
             let at = entry_id
