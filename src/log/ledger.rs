@@ -84,7 +84,9 @@ const INDEX_WINDOW_WORDS: usize = 16;
 /// reader going forward take one read of the file a frame, not two. The bounds are checked on
 /// every use as on a read of the file, and the frame is read and checked whole, so damage to a
 /// frame is found whatever the window holds; a word damaged on disk after the window took it
-/// is not read again (the window's copy, read while it verified, is used).
+/// is not read again (the window's copy, read while it verified, is used). A read whose bounds
+/// from the window held fail (or whose frame does) is made again from a new window, so a
+/// window taken from damaged words is not kept once the file is whole again.
 struct IndexWindow {
     first: u64,
     len: usize,
@@ -482,9 +484,9 @@ impl Ledger {
         self.state().end()
     }
 
-    /// Where entry `entry_id` lives: a sealed map (made now if it is the first read), a sealed
-    /// frame to read by position (a small sealed ledger, see [`LogConfig::map_sealed_from`]), or
-    /// a byte range of the open file.
+    /// Where entry `entry_id` lives: a sealed map (made now if it is the first read), a small
+    /// sealed ledger to read by position (see [`LogConfig::map_sealed_from`]), or a byte range
+    /// of the open file.
     fn locate(&self, entry_id: u64, reads: Reads<'_>) -> Result<Located> {
         let state = self.state();
         let missing = || match &self.damaged {
@@ -497,8 +499,7 @@ impl Ledger {
                 return Err(missing());
             }
             if !self.maps(&sealed, reads.config) {
-                let (start, end) = self.sealed_frame_range(&sealed, entry_id)?;
-                return Ok(Located::SealedFile(sealed, start, end));
+                return Ok(Located::SealedFile(sealed));
             }
             let map = self.mapped(&sealed, reads.counters)?;
             let (start, end) = sealed
@@ -529,38 +530,74 @@ impl Ledger {
 
     /// The bounds of sealed entry `entry_id`'s frame (`entry_id` below the entry count): the
     /// last entry's from the layout when it holds its offset ([`SealedLayout::last_frame`]);
-    /// otherwise from the ledger's index window when it holds them, or else from a new window
-    /// read from the sealed index by one positional read ([`IndexWindow`]). Bounds that do not
-    /// lie in order within the frames (an index damaged since open) are [`Error::Corrupted`],
-    /// found before a buffer of their length is allocated; a file cut short since open is
+    /// otherwise, when `reuse`, from the ledger's index window when it holds them, or else from
+    /// a new window read from the sealed index by one positional read ([`IndexWindow`]). With
+    /// whether they came from the window held. Bounds that do not lie in order within the
+    /// frames (an index damaged since open) are [`Error::Corrupted`], found before a buffer of
+    /// their length is allocated; a file cut short since open is
     /// [`CorruptionKind::Truncated`], as through a map.
-    fn sealed_frame_range(&self, layout: &SealedLayout, entry_id: u64) -> Result<(u64, u64)> {
+    fn sealed_frame_range(
+        &self,
+        layout: &SealedLayout,
+        entry_id: u64,
+        reuse: bool,
+    ) -> (Result<(u64, u64)>, bool) {
         let bad_index = |at| Error::corrupted(self.id, at, CorruptionKind::InvalidField("offsets"));
         if entry_id + 1 == layout.entry_count
             && let Some(start) = layout.last_frame
         {
             // Verified with the whole index (or known at the seal): no read of the index.
-            return Ok((start, layout.data_end));
+            return (Ok((start, layout.data_end)), false);
         }
-        let held = (self.state().index_window.as_ref()).and_then(|w| w.bounds(layout, entry_id));
+        let held = (self.state().index_window.as_ref())
+            .filter(|_| reuse)
+            .and_then(|w| w.bounds(layout, entry_id));
         let (start, end) = if let Some(bounds) = held {
             bounds
         } else {
             let read = |buf: &mut [u8], at| self.read_sealed(buf, at, layout);
-            let window = IndexWindow::read(layout, entry_id, read, bad_index)?;
+            let window = match IndexWindow::read(layout, entry_id, read, bad_index) {
+                Ok(window) => window,
+                Err(e) => return (Err(e), false),
+            };
             let bounds = window.bounds(layout, entry_id);
             self.state().index_window = Some(window);
-            // A window read from the entry holds its bounds: its offset, and the next one's or
-            // `data_end`.
-            bounds.ok_or_else(|| bad_index(layout.offsets_start))?
+            // A window read from the entry holds its bounds: its offset, and the next one's
+            // or `data_end`.
+            match bounds {
+                Some(bounds) => bounds,
+                None => return (Err(bad_index(layout.offsets_start)), false),
+            }
         };
         if start < layout.header.data_start() || end > layout.data_end || end <= start {
             let at = entry_id
                 .saturating_mul(8)
                 .saturating_add(layout.offsets_start);
-            return Err(bad_index(at));
+            return (Err(bad_index(at)), held.is_some());
         }
-        Ok((start, end))
+        (Ok((start, end)), held.is_some())
+    }
+
+    /// Reads and checks sealed entry `entry_id` by position (a small sealed ledger of layout
+    /// `layout`). A read whose bounds came from the index window held and that failed (its
+    /// bounds, its frame) is made again from a new window read from the file: the window's
+    /// words were read before, and the read fails only for the file as it is now (damage since
+    /// undone is not kept by the window, nor refused again).
+    fn read_sealed_entry(
+        &self,
+        layout: &SealedLayout,
+        entry_id: u64,
+    ) -> Result<(EntryMeta, Vec<u8>)> {
+        let read = |reuse| {
+            let (bounds, held) = self.sealed_frame_range(layout, entry_id, reuse);
+            let entry = bounds
+                .and_then(|(start, end)| self.read_sealed_frame((layout, start, end), entry_id));
+            (entry, held)
+        };
+        match read(true) {
+            (Err(_), true) => read(false).0,
+            (entry, _) => entry,
+        }
     }
 
     /// Fills `buf` from `offset` of the sealed file of layout `layout`; a read past the file's
@@ -614,9 +651,7 @@ impl Ledger {
                 self.file.read_exact_at(&mut frame, start)?;
                 self.split_frame(frame, start, entry_id)
             }
-            Located::SealedFile(layout, start, end) => {
-                self.read_sealed_frame((&layout, start, end), entry_id)
-            }
+            Located::SealedFile(layout) => self.read_sealed_entry(&layout, entry_id),
             Located::Buffered(frame, start) => self.split_frame(frame, start, entry_id),
         }
     }
@@ -657,9 +692,7 @@ impl Ledger {
                 }
                 Ok(header.meta)
             }
-            Located::SealedFile(layout, start, end) => {
-                Ok(self.read_sealed_frame((&layout, start, end), entry_id)?.0)
-            }
+            Located::SealedFile(layout) => Ok(self.read_sealed_entry(&layout, entry_id)?.0),
             Located::Buffered(frame, start) => Ok(self.split_frame(frame, start, entry_id)?.0),
         }
     }
@@ -689,8 +722,8 @@ pub struct Reads<'a> {
 enum Located {
     /// A frame of a sealed ledger's map.
     Mapped(Mapped, u64, u64),
-    /// A frame of a small sealed ledger, read by position and checked whole.
-    SealedFile(SealedLayout, u64, u64),
+    /// An entry of a small sealed ledger of this layout, read by position and checked whole.
+    SealedFile(SealedLayout),
     /// A frame of an unsealed ledger's file, checked when it was written or recovered.
     File(u64, u64),
     /// A copy of a frame still in the write buffer, and its offset.

@@ -24,6 +24,7 @@ mod open_proof;
 mod samples;
 mod sealed_open_reads;
 mod sealed_reads;
+mod sealed_window_reads;
 mod storage_names;
 mod synced_ledger_buffer;
 mod synced_slot;
