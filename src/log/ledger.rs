@@ -84,7 +84,7 @@ const INDEX_WINDOW_WORDS: usize = 16;
 /// reader going forward take one read of the file a frame, not two. The bounds are checked on
 /// every use as on a read of the file, and the frame is read and checked whole, so damage to a
 /// frame is found whatever the window holds; a word damaged on disk after the window took it
-/// is not read again (the window's copy, read while it verified, is used). A read whose bounds
+/// is not read again (the window's copy is used, and the frame it bounds checked). A read whose bounds
 /// from the window held fail (or whose frame does) is made again from a new window, so a
 /// window taken from damaged words is not kept once the file is whole again.
 struct IndexWindow {
@@ -94,31 +94,18 @@ struct IndexWindow {
 }
 
 impl IndexWindow {
-    /// The window of up to [`INDEX_WINDOW_WORDS`] words from entry `first`'s of a sealed
-    /// ledger of layout `layout` (`first` below its entry count), read by `read` (into a
-    /// buffer of the length wanted, from the file offset given).
-    fn read(
-        layout: &SealedLayout,
-        first: u64,
-        read: impl FnOnce(&mut [u8], u64) -> Result<()>,
-        bad_index: impl Fn(u64) -> Error,
-    ) -> Result<Self> {
-        let at = first
-            .checked_mul(8)
-            .and_then(|o| o.checked_add(layout.offsets_start))
-            .ok_or_else(|| bad_index(layout.offsets_start))?;
-        let left = layout.entry_count.saturating_sub(first);
-        let len = usize::try_from(left).map_or(INDEX_WINDOW_WORDS, |l| l.min(INDEX_WINDOW_WORDS));
-        let mut bytes = [0u8; 8 * INDEX_WINDOW_WORDS];
-        let bytes = &mut bytes[..8 * len];
-        read(bytes, at)?;
+    /// The window of the words `bytes` (8 each, little-endian, up to [`INDEX_WINDOW_WORDS`])
+    /// from entry `first`'s.
+    fn of(first: u64, bytes: &[u8]) -> Self {
         let mut words = [0u64; INDEX_WINDOW_WORDS];
+        let mut len = 0;
         for (word, b) in words.iter_mut().zip(bytes.chunks_exact(8)) {
             let mut w = [0u8; 8];
             w.copy_from_slice(b);
             *word = u64::from_le_bytes(w);
+            len += 1;
         }
-        Ok(Self { first, len, words })
+        Self { first, len, words }
     }
 
     /// The bounds of entry `entry_id`'s frame in the ledger of layout `layout`, unchecked, when
@@ -528,76 +515,79 @@ impl Ledger {
             || self.file.map_always()
     }
 
-    /// The bounds of sealed entry `entry_id`'s frame (`entry_id` below the entry count): the
-    /// last entry's from the layout when it holds its offset ([`SealedLayout::last_frame`]);
-    /// otherwise, when `reuse`, from the ledger's index window when it holds them, or else from
-    /// a new window read from the sealed index by one positional read ([`IndexWindow`]). With
-    /// whether they came from the window held. Bounds that do not lie in order within the
-    /// frames (an index damaged since open) are [`Error::Corrupted`], found before a buffer of
-    /// their length is allocated; a file cut short since open is
-    /// [`CorruptionKind::Truncated`], as through a map.
-    fn sealed_frame_range(
-        &self,
-        layout: &SealedLayout,
-        entry_id: u64,
-        reuse: bool,
-    ) -> (Result<(u64, u64)>, bool) {
-        let bad_index = |at| Error::corrupted(self.id, at, CorruptionKind::InvalidField("offsets"));
-        if entry_id + 1 == layout.entry_count
-            && let Some(start) = layout.last_frame
-        {
-            // Verified with the whole index (or known at the seal): no read of the index.
-            return (Ok((start, layout.data_end)), false);
-        }
-        let held = (self.state().index_window.as_ref())
-            .filter(|_| reuse)
-            .and_then(|w| w.bounds(layout, entry_id));
-        let (start, end) = if let Some(bounds) = held {
-            bounds
-        } else {
-            let read = |buf: &mut [u8], at| self.read_sealed(buf, at, layout);
-            let window = match IndexWindow::read(layout, entry_id, read, bad_index) {
-                Ok(window) => window,
-                Err(e) => return (Err(e), false),
-            };
-            let bounds = window.bounds(layout, entry_id);
-            self.state().index_window = Some(window);
-            // A window read from the entry holds its bounds: its offset, and the next one's
-            // or `data_end`.
-            match bounds {
-                Some(bounds) => bounds,
-                None => return (Err(bad_index(layout.offsets_start)), false),
-            }
-        };
-        if start < layout.header.data_start() || end > layout.data_end || end <= start {
-            let at = entry_id
-                .saturating_mul(8)
-                .saturating_add(layout.offsets_start);
-            return (Err(bad_index(at)), held.is_some());
-        }
-        (Ok((start, end)), held.is_some())
-    }
-
-    /// Reads and checks sealed entry `entry_id` by position (a small sealed ledger of layout
-    /// `layout`). A read whose bounds came from the index window held and that failed (its
-    /// bounds, its frame) is made again from a new window read from the file: the window's
-    /// words were read before, and the read fails only for the file as it is now (damage since
-    /// undone is not kept by the window, nor refused again).
+    /// Reads and checks sealed entry `entry_id` (below the entry count) by position, a small
+    /// sealed ledger of layout `layout`. Its frame's bounds: the last entry's from the layout
+    /// when it holds its offset ([`SealedLayout::last_frame`]); otherwise from the ledger's
+    /// index window when it holds them, or else from a new window ([`Self::read_index_window`]).
+    /// A read whose bounds came from the window held and that failed (its bounds, its frame) is
+    /// made again from a new window: the window's words were read before, and the read fails
+    /// only for the file as it is now (damage since undone is not kept by the window, nor
+    /// refused again).
     fn read_sealed_entry(
         &self,
         layout: &SealedLayout,
         entry_id: u64,
     ) -> Result<(EntryMeta, Vec<u8>)> {
-        let read = |reuse| {
-            let (bounds, held) = self.sealed_frame_range(layout, entry_id, reuse);
-            let entry = bounds
-                .and_then(|(start, end)| self.read_sealed_frame((layout, start, end), entry_id));
-            (entry, held)
-        };
-        match read(true) {
-            (Err(_), true) => read(false).0,
-            (entry, _) => entry,
+        let read = |bounds| self.read_sealed_frame(layout, bounds, entry_id);
+        if entry_id + 1 == layout.entry_count
+            && let Some(start) = layout.last_frame
+        {
+            // Verified with the whole index (or known at the seal): no read of the index.
+            return read((start, layout.data_end));
         }
+        let held = (self.state().index_window.as_ref()).and_then(|w| w.bounds(layout, entry_id));
+        if let Some(bounds) = held
+            && let Ok(entry) = self.checked_bounds(layout, entry_id, bounds).and_then(read)
+        {
+            return Ok(entry);
+        }
+        let bounds = self.read_index_window(layout, entry_id)?;
+        read(self.checked_bounds(layout, entry_id, bounds)?)
+    }
+
+    /// Reads the window of index words from entry `entry_id`'s (below the entry count) of the
+    /// sealed ledger of layout `layout` by one positional read, keeps it as the ledger's index
+    /// window, and returns the entry's frame's bounds it holds, unchecked. A file cut short
+    /// since open is [`CorruptionKind::Truncated`], as through a map.
+    fn read_index_window(&self, layout: &SealedLayout, entry_id: u64) -> Result<(u64, u64)> {
+        let at = entry_id
+            .checked_mul(8)
+            .and_then(|o| o.checked_add(layout.offsets_start))
+            .ok_or_else(|| self.bad_index(layout.offsets_start))?;
+        let left = layout.entry_count.saturating_sub(entry_id);
+        let len = usize::try_from(left).map_or(INDEX_WINDOW_WORDS, |l| l.min(INDEX_WINDOW_WORDS));
+        let mut bytes = [0u8; 8 * INDEX_WINDOW_WORDS];
+        let bytes = &mut bytes[..8 * len];
+        self.read_sealed(bytes, at, layout)?;
+        let window = IndexWindow::of(entry_id, bytes);
+        // A window read from the entry holds its bounds: its offset, and the next one's or
+        // `data_end`.
+        let bounds = window.bounds(layout, entry_id);
+        self.state().index_window = Some(window);
+        bounds.ok_or_else(|| self.bad_index(at))
+    }
+
+    /// `bounds` of sealed entry `entry_id`'s frame, checked: in order within the frames, or
+    /// else (an index damaged since open) [`Error::Corrupted`] at the entry's index word, found
+    /// before a buffer of their length is allocated.
+    fn checked_bounds(
+        &self,
+        layout: &SealedLayout,
+        entry_id: u64,
+        (start, end): (u64, u64),
+    ) -> Result<(u64, u64)> {
+        if start < layout.header.data_start() || end > layout.data_end || end <= start {
+            let at = entry_id
+                .saturating_mul(8)
+                .saturating_add(layout.offsets_start);
+            return Err(self.bad_index(at));
+        }
+        Ok((start, end))
+    }
+
+    /// Damage of the sealed index at `at`.
+    fn bad_index(&self, at: u64) -> Error {
+        Error::corrupted(self.id, at, CorruptionKind::InvalidField("offsets"))
     }
 
     /// Fills `buf` from `offset` of the sealed file of layout `layout`; a read past the file's
@@ -615,11 +605,12 @@ impl Ledger {
         }
     }
 
-    /// Reads the whole sealed frame at `start..end` (bounds from [`Self::sealed_frame_range`])
+    /// Reads the whole sealed frame at `start..end` (bounds from [`Self::checked_bounds`])
     /// and checks it.
     fn read_sealed_frame(
         &self,
-        (layout, start, end): (&SealedLayout, u64, u64),
+        layout: &SealedLayout,
+        (start, end): (u64, u64),
         entry_id: u64,
     ) -> Result<(EntryMeta, Vec<u8>)> {
         let len = usize::try_from(end - start)
