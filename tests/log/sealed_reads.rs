@@ -39,9 +39,19 @@ fn config(map_sealed_from: u64) -> LogConfig {
 /// Creates a ledger of `entries` entries in `log`, synced and sealed; returns its id and the
 /// file's bytes just before the seal (an older copy of it).
 fn sealed_ledger(log: &EntryLog, storage: &dyn Storage, entries: u64) -> (u64, Vec<u8>) {
+    sealed_ledger_of(log, storage, entries, payload)
+}
+
+/// [`sealed_ledger`] with the payloads `body(id, i)`.
+pub(super) fn sealed_ledger_of(
+    log: &EntryLog,
+    storage: &dyn Storage,
+    entries: u64,
+    body: fn(u64, u64) -> Vec<u8>,
+) -> (u64, Vec<u8>) {
     let id = log.create_ledger().unwrap();
     for i in 0..entries {
-        log.append(id, meta(i), &payload(id, i)).unwrap();
+        log.append(id, meta(i), &body(id, i)).unwrap();
     }
     log.sync(id).unwrap();
     let file = storage.open(&ledger_file_name(id)).unwrap();
@@ -86,7 +96,7 @@ fn log_size(storage: &Arc<dyn Storage>, id: u64) -> u64 {
 /// The byte ranges entry `i`'s read depends on: its frame and the index offsets that bound it
 /// (its own, and the next entry's, which is where its frame ends; the last one starts at its
 /// offset and ends at the trailer's `data_end`, both held since open).
-fn depends_on(layout: &SealedLayout, bytes: &[u8], i: u64) -> [Range<usize>; 3] {
+pub(super) fn depends_on(layout: &SealedLayout, bytes: &[u8], i: u64) -> [Range<usize>; 3] {
     let (start, end) = layout.frame_range(bytes, i).unwrap();
     let slot = |j: u64| {
         let at = usize::try_from(layout.offsets_start + 8 * j).unwrap();

@@ -14,19 +14,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use ackstore::internals::format::ledger::{SealedLayout, validate_sealed};
-use ackstore::internals::log::{EntryLog, EntryMeta, LogConfig, ledger_file_name};
+use ackstore::internals::log::{EntryLog, LogConfig, ledger_file_name};
 use ackstore::{Error, FileStorage, MemStorage, Storage};
+
+use super::sealed_reads::{depends_on, sealed_ledger_of};
+use crate::support::log_model::meta;
 
 /// Entry counts around the window's length.
 const COUNTS: [u64; 8] = [1, 2, 15, 16, 17, 31, 32, 33];
-
-fn meta(i: u64) -> EntryMeta {
-    EntryMeta {
-        index: i * 10 + 9,
-        num_messages: 1,
-        timestamp: 1_000 + i,
-    }
-}
 
 /// Entry `i` of ledger `id`: its length depends on `i` alone, so ledgers of as many entries
 /// have the same layout (the same index words) and differ only in their bytes.
@@ -37,21 +32,10 @@ fn body(id: u64, i: u64) -> Vec<u8> {
         .collect()
 }
 
-/// A ledger of `n` entries, synced and sealed; its id and its bytes before the seal.
+/// A ledger of `n` entries of payloads [`body`], synced and sealed; its id and its bytes
+/// before the seal.
 fn sealed(log: &EntryLog, storage: &dyn Storage, n: u64) -> (u64, Vec<u8>) {
-    let id = log.create_ledger().unwrap();
-    for i in 0..n {
-        log.append(id, meta(i), &body(id, i)).unwrap();
-    }
-    log.sync(id).unwrap();
-    let older = storage
-        .open(&ledger_file_name(id))
-        .unwrap()
-        .read_all(u64::MAX)
-        .unwrap()
-        .unwrap();
-    log.seal(id).unwrap();
-    (id, older)
+    sealed_ledger_of(log, storage, n, body)
 }
 
 /// What a damage works from: the ledger's file as sealed, before its seal, and the file of a
@@ -130,22 +114,6 @@ impl Damage {
             }
         }
         all
-    }
-}
-
-/// The byte ranges entry `i`'s read depends on: its frame and its two index words (the last
-/// entry's start is held since the open or the seal).
-fn depends_on(layout: &SealedLayout, bytes: &[u8], i: u64) -> Vec<Range<usize>> {
-    let (start, end) = layout.frame_range(bytes, i).unwrap();
-    let frame = usize::try_from(start).unwrap()..usize::try_from(end).unwrap();
-    let word = |j: u64| {
-        let at = usize::try_from(layout.offsets_start + 8 * j).unwrap();
-        at..at + 8
-    };
-    if i + 1 < layout.entry_count {
-        vec![frame, word(i), word(i + 1)]
-    } else {
-        vec![frame]
     }
 }
 
