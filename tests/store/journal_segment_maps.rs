@@ -4,6 +4,7 @@
 //! bytes; each reads back as written (from the map where it covers them, by position past it),
 //! and again after a restart.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use ackstore::internals::ackset::PartitionKey;
@@ -13,7 +14,7 @@ use ackstore::internals::journal::{CursorFlush, Journal, JournalConfig, Seal};
 use ackstore::{Error, FileStorage, Storage};
 use roaring::RoaringBitmap;
 
-use crate::support::tap::{Hook, Tap};
+use crate::support::tap::{Hook, Op, Tap};
 use crate::support::tmpfs::is_no_space;
 
 const CONFIG: JournalConfig = JournalConfig {
@@ -49,9 +50,18 @@ struct FailAfterRead {
     journal: OnceLock<Weak<Journal>>,
     armed: Mutex<bool>,
     read_inside: Mutex<Option<RoaringBitmap>>,
+    /// Maps of journal segments taken, and how many the read inside the failed write found.
+    maps: AtomicU64,
+    maps_inside: AtomicU64,
 }
 
 impl Hook for FailAfterRead {
+    fn after(&self, op: Op<'_>) {
+        if matches!(op, Op::Map(name) if name.ends_with(".seg")) {
+            self.maps.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
     fn write(
         &self,
         name: &str,
@@ -68,6 +78,8 @@ impl Hook for FailAfterRead {
         write(&buf[..buf.len() / 2], offset)?;
         let journal = self.journal.get().and_then(Weak::upgrade).expect("journal");
         *self.read_inside.lock().unwrap() = journal.load(READER, KEY).expect("load inside");
+        let maps = self.maps.load(Ordering::SeqCst);
+        self.maps_inside.store(maps, Ordering::SeqCst);
         Err(Error::io(
             "write",
             name,
@@ -104,6 +116,9 @@ fn records_written_over_a_failed_ticks_bytes_a_map_covers_read_back_as_written()
     let e = commit(&journal, WRITER, &failed).expect_err("the failed tick");
     assert!(is_no_space(&e), "{e}");
     assert_eq!(hook.read_inside.lock().unwrap().as_ref(), Some(&reader));
+    // That read, the segment's first, read through the map it took, over the failed write's
+    // first half.
+    assert_eq!(hook.maps_inside.load(Ordering::SeqCst), 1, "the map taken");
     assert_eq!(journal.load(WRITER, KEY).expect("load"), None);
 
     // Other bytes at the offsets the failed tick wrote: a partition of different contents.
