@@ -5,9 +5,7 @@
 use std::collections::HashMap;
 
 use super::corrupt;
-use super::index::{
-    AppliedDelta, BuildIdHasher, Committed, CursorId, Index, PartLoc, Rows, SnapshotLoc,
-};
+use super::index::{AppliedDelta, Committed, CursorId, Index, PartLoc, Rows, SnapshotLoc};
 use super::marker::{full_marker_frame_len, named_payload};
 use crate::ackset::PartitionKey;
 use crate::error::{CorruptionKind, Result};
@@ -25,12 +23,12 @@ use crate::format::journal::{
 #[derive(Default)]
 pub(super) struct Scan {
     pub(super) index: Index,
-    /// Every partition record seen, by location.
-    partitions: HashMap<JournalLoc, (CursorId, PartitionKey, PartLoc), BuildIdHasher>,
-    /// Every batch record seen (version 5), by location, with the CRC32 of its whole payload
-    /// (what a batch row of a marker before version 8 holds; its `PartLoc` holds what a
-    /// version 8 row holds, [`crate::format::journal::batch_row_crc`]).
-    batches: HashMap<JournalLoc, (CursorId, PartitionKey, PartLoc, u32), BuildIdHasher>,
+    /// Every partition record seen.
+    partitions: Seen<()>,
+    /// Every batch record seen (version 5), with the CRC32 of its whole payload (what a batch
+    /// row of a marker before version 8 holds; its `PartLoc` holds what a version 8 row holds,
+    /// [`crate::format::journal::batch_row_crc`]).
+    batches: Seen<u32>,
     forgotten: std::collections::HashSet<CursorId>,
     /// The oldest segment scanned: a record that references an older one was superseded
     /// before a rollover removed what it references.
@@ -51,6 +49,45 @@ pub(super) struct Scan {
     /// Those of them a marker or delta that fell back to its cursor's snapshot references:
     /// accounted for. Any other is damage that refuses the scan.
     explained: std::collections::HashSet<JournalLoc>,
+}
+
+/// Partition or batch records a scan saw, each with its cursor, its key, where it is and `X`,
+/// in the order of their locations, which is the order a scan reads them (segments in order,
+/// each from its start): a record is appended, and found by a binary search on its location.
+///
+/// A vector, not a hash table: a restart of 100,000 cursors sees about 270,000 partition
+/// records, and a table of them was rebuilt at every doubling, each time in memory the
+/// allocator takes fresh from the system (a table that size is mapped and unmapped whole):
+/// a quarter of the restart's page faults. A vector grows in place (a large one is remapped,
+/// not copied) and its entries are 80 bytes, not a table's 112.
+#[derive(Default)]
+struct Seen<X> {
+    records: Vec<(CursorId, PartitionKey, PartLoc, X)>,
+}
+
+impl<X> Seen<X> {
+    /// Notes a record; one at a location already noted replaces it. Appends when `part` is
+    /// past every record noted (always, in a scan); otherwise inserts it in order, so lookups
+    /// stay right whatever the order of the calls.
+    fn insert(&mut self, cursor: CursorId, key: PartitionKey, part: PartLoc, extra: X) {
+        let record = (cursor, key, part, extra);
+        match self.records.last() {
+            Some(last) if last.2.loc >= part.loc => match self.position(part.loc) {
+                Ok(i) => self.records[i] = record,
+                Err(i) => self.records.insert(i, record),
+            },
+            _ => self.records.push(record),
+        }
+    }
+
+    /// The record noted at `loc`.
+    fn get(&self, loc: JournalLoc) -> Option<&(CursorId, PartitionKey, PartLoc, X)> {
+        self.position(loc).ok().map(|i| &self.records[i])
+    }
+
+    fn position(&self, loc: JournalLoc) -> std::result::Result<usize, usize> {
+        self.records.binary_search_by(|r| r.2.loc.cmp(&loc))
+    }
 }
 
 impl Scan {
@@ -283,28 +320,25 @@ impl Scan {
         rec: &Record<'_>,
     ) {
         let crc = record_crc(rec.kind, rec.payload);
-        let at = |ledger_id, chunk, cardinality| {
-            let part = PartLoc {
-                seq: 0,
-                loc,
-                frame_len,
-                crc,
-                cardinality,
-                version,
-            };
-            (cursor, PartitionKey { ledger_id, chunk }, part)
+        let at = |cardinality| PartLoc {
+            seq: 0,
+            loc,
+            frame_len,
+            crc,
+            cardinality,
+            version,
         };
         if rec.kind == RecordKind::Batch {
             if version >= SEGMENT_VERSION_V5
                 && let Ok((ledger_id, chunk, entries)) = peek_batch_entry(rec.payload)
             {
-                let (cursor, key, part) = at(ledger_id, chunk, u64::from(entries));
+                let key = PartitionKey { ledger_id, chunk };
+                let part = at(u64::from(entries));
                 self.batches
-                    .insert(loc, (cursor, key, part, payload_crc(rec.payload)));
+                    .insert(cursor, key, part, payload_crc(rec.payload));
             }
         } else if let Ok(p) = decode_partition_payload(rec.payload, version) {
-            self.partitions
-                .insert(loc, at(p.key.ledger_id, p.key.chunk, p.cardinality));
+            self.partitions.insert(cursor, p.key, at(p.cardinality), ());
         }
     }
 
@@ -370,7 +404,7 @@ impl Scan {
         row: &PartitionRow,
     ) -> Option<(PartitionKey, PartLoc)> {
         let at = JournalLoc::unpack(row.entry_id);
-        let (c, key, part) = self.partitions.get(&at)?;
+        let (c, key, part, ()) = self.partitions.get(at)?;
         let ok = *c == cursor
             && key.ledger_id == row.ledger_id
             && key.chunk == row.chunk
@@ -394,7 +428,7 @@ impl Scan {
         row: &BatchRow,
     ) -> Option<(PartitionKey, PartLoc)> {
         let at = JournalLoc::unpack(row.entry_id);
-        let (c, key, part, whole) = self.batches.get(&at)?;
+        let (c, key, part, whole) = self.batches.get(at)?;
         let crc = if version >= SEGMENT_VERSION_V8 {
             part.crc
         } else {
