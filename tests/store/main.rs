@@ -63,6 +63,7 @@ mod journal_partition_records;
 mod journal_proof;
 mod journal_rollover_races;
 mod journal_rollover_threads;
+mod journal_row_locations;
 mod journal_rows;
 mod journal_seen_bounds;
 mod journal_segment_count;
