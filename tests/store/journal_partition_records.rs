@@ -23,30 +23,30 @@ use roaring::RoaringBitmap;
 use crate::support;
 use support::mutate::{RecordAt, records_of};
 
-const A: CursorId = CursorId {
+pub(super) const A: CursorId = CursorId {
     topic: 1,
     cursor: 1,
 };
-const B: CursorId = CursorId {
+pub(super) const B: CursorId = CursorId {
     topic: 1,
     cursor: 2,
 };
 
-fn key(ledger_id: u64) -> PartitionKey {
+pub(super) fn key(ledger_id: u64) -> PartitionKey {
     PartitionKey {
         ledger_id,
         chunk: 0,
     }
 }
 
-fn set(offset: u32) -> RoaringBitmap {
+pub(super) fn set(offset: u32) -> RoaringBitmap {
     [offset].into_iter().collect()
 }
 
 /// What a journal holds: every committed cursor's partitions and their sets.
-type State = BTreeMap<CursorId, BTreeMap<PartitionKey, RoaringBitmap>>;
+pub(super) type State = BTreeMap<CursorId, BTreeMap<PartitionKey, RoaringBitmap>>;
 
-fn flush(cursor: CursorId, written: Vec<(PartitionKey, RoaringBitmap)>) -> CursorFlush {
+pub(super) fn flush(cursor: CursorId, written: Vec<(PartitionKey, RoaringBitmap)>) -> CursorFlush {
     CursorFlush {
         cursor,
         name: 0,
@@ -60,6 +60,23 @@ fn flush(cursor: CursorId, written: Vec<(PartitionKey, RoaringBitmap)>) -> Curso
 /// entry each, so every partition record has the same length); then A rewrites partition 1 with
 /// another set of one entry. Returns the segment's bytes and the state they hold.
 fn journal() -> (Vec<u8>, State) {
+    let bytes = segment_of(&[
+        vec![
+            flush(A, vec![(key(1), set(5)), (key(2), set(6))]),
+            flush(B, vec![(key(1), set(9)), (key(2), set(8))]),
+        ],
+        vec![flush(A, vec![(key(1), set(7))])],
+    ]);
+    let truth = [
+        (A, [(key(1), set(7)), (key(2), set(6))].into()),
+        (B, [(key(1), set(9)), (key(2), set(8))].into()),
+    ]
+    .into();
+    (bytes, truth)
+}
+
+/// The bytes of segment 1 of a journal that committed `ticks`, one commit each.
+pub(super) fn segment_of(ticks: &[Vec<CursorFlush>]) -> Vec<u8> {
     let disk = MemStorage::new();
     let journal = Journal::open(
         Arc::new(disk.clone()),
@@ -67,24 +84,15 @@ fn journal() -> (Vec<u8>, State) {
         Seal::default(),
     )
     .unwrap();
-    journal
-        .commit(&[
-            flush(A, vec![(key(1), set(5)), (key(2), set(6))]),
-            flush(B, vec![(key(1), set(9)), (key(2), set(8))]),
-        ])
-        .unwrap();
-    journal.commit(&[flush(A, vec![(key(1), set(7))])]).unwrap();
-    let truth = [
-        (A, [(key(1), set(7)), (key(2), set(6))].into()),
-        (B, [(key(1), set(9)), (key(2), set(8))].into()),
-    ]
-    .into();
-    (disk.live_bytes(&segment_name(1)).unwrap(), truth)
+    for tick in ticks {
+        journal.commit(tick).unwrap();
+    }
+    disk.live_bytes(&segment_name(1)).unwrap()
 }
 
 /// What the open of a journal of segment `bytes` recovers (every partition loaded), after
 /// checking that the offline check agrees with it.
-fn opened(bytes: &[u8], what: &str) -> ackstore::Result<State> {
+pub(super) fn opened(bytes: &[u8], what: &str) -> ackstore::Result<State> {
     let image = MemStorage::new();
     let f = image.create(&segment_name(1)).unwrap();
     f.write_all_at(bytes, 0).unwrap();

@@ -7,97 +7,28 @@
 //! check agrees. The marker's own CRC (bound to its cursor and name) and its frame CRC are
 //! recomputed, so only the location is wrong.
 
-use std::sync::Arc;
-
-use ackstore::internals::ackset::PartitionKey;
-use ackstore::internals::format::cursor::{PersistedState, bind_entry};
+use ackstore::internals::format::cursor::bind_entry;
 use ackstore::internals::format::journal::{
     JournalLoc, NAME_TAG_LEN, Record, RecordKind, SEGMENT_VERSION, decode_record, encode_record,
     record_binding,
 };
 use ackstore::internals::journal::index::CursorId;
-use ackstore::internals::journal::{CursorFlush, Journal, JournalConfig, Seal, segment_name};
-use ackstore::{MemStorage, Storage};
-use roaring::RoaringBitmap;
 
+use super::journal_partition_records::{A, B, flush, key, opened, segment_of, set};
 use crate::support;
 use support::mutate::{RecordAt, records_of};
-
-const A: CursorId = CursorId {
-    topic: 1,
-    cursor: 1,
-};
-const B: CursorId = CursorId {
-    topic: 1,
-    cursor: 2,
-};
-
-fn key(ledger_id: u64) -> PartitionKey {
-    PartitionKey {
-        ledger_id,
-        chunk: 0,
-    }
-}
-
-fn set(offset: u32) -> RoaringBitmap {
-    [offset].into_iter().collect()
-}
-
-fn flush(cursor: CursorId, written: Vec<(PartitionKey, RoaringBitmap)>) -> CursorFlush {
-    CursorFlush {
-        cursor,
-        name: 0,
-        state: PersistedState::default(),
-        live: vec![key(1), key(2)],
-        written,
-    }
-}
 
 /// One segment: tick 1 writes A's partitions 1 and 2 and then B's (B's partition 1 holds the
 /// same set as A's, so their records' payloads and CRCs are equal), then their markers; tick 2
 /// writes A's partition 1 again with the same set. Returns the segment's bytes.
 fn journal() -> Vec<u8> {
-    let disk = MemStorage::new();
-    let journal = Journal::open(
-        Arc::new(disk.clone()),
-        JournalConfig::default(),
-        Seal::default(),
-    )
-    .unwrap();
-    journal
-        .commit(&[
+    segment_of(&[
+        vec![
             flush(A, vec![(key(1), set(5)), (key(2), set(6))]),
             flush(B, vec![(key(1), set(5)), (key(2), set(8))]),
-        ])
-        .unwrap();
-    journal.commit(&[flush(A, vec![(key(1), set(5))])]).unwrap();
-    disk.live_bytes(&segment_name(1)).unwrap()
-}
-
-/// The open of segment `bytes` (every committed partition loaded), after checking that the
-/// offline check agrees with it.
-fn opened(bytes: &[u8], what: &str) -> ackstore::Result<()> {
-    let image = MemStorage::new();
-    let f = image.create(&segment_name(1)).unwrap();
-    f.write_all_at(bytes, 0).unwrap();
-    f.sync_data().unwrap();
-    let checked = ackstore::internals::journal::check(&image, Seal::default());
-    let opened = Journal::open(Arc::new(image), JournalConfig::default(), Seal::default())
-        .and_then(|journal| {
-            for cursor in journal.cursors() {
-                let (_, rows) = journal.committed(cursor).expect("committed");
-                for (key, _) in rows {
-                    journal.load(cursor, key)?.expect("a committed partition");
-                }
-            }
-            Ok(())
-        });
-    assert_eq!(
-        checked.is_ok(),
-        opened.is_ok(),
-        "{what}: check {checked:?}, open {opened:?}"
-    );
-    opened
+        ],
+        vec![flush(A, vec![(key(1), set(5))])],
+    ])
 }
 
 fn loc(r: &RecordAt) -> u64 {
