@@ -84,9 +84,9 @@ const INDEX_WINDOW_WORDS: usize = 16;
 /// reader going forward take one read of the file a frame, not two. The bounds are checked on
 /// every use as on a read of the file, and the frame is read and checked whole, so damage to a
 /// frame is found whatever the window holds; a word damaged on disk after the window took it
-/// is not read again (the window's copy is used, and the frame it bounds checked). A read whose bounds
-/// from the window held fail (or whose frame does) is made again from a new window, so a
-/// window taken from damaged words is not kept once the file is whole again.
+/// is not read again (the window's copy is used, and the frame it bounds checked). A read
+/// whose bounds from the window held fail (or whose frame does) is made again from a new
+/// window, so a window taken from damaged words is not kept once the file is whole again.
 struct IndexWindow {
     first: u64,
     len: usize,

@@ -62,11 +62,10 @@ pub struct LogConfig {
     /// What open does with a torn tail.
     pub recovery: RecoveryMode,
     /// Sealed ledgers of at least this many bytes are read through a memory map, made on their
-    /// first read; smaller ones by positional reads (its bounds from the index, 16 entries'
-    /// at a time, then its frame), so they keep no pages in the process's resident set.
-    /// Storage whose map is a cached copy of the file rather than its pages (RADOS) maps every
-    /// sealed ledger.
-    /// Either way every read checks the frame whole. Default
+    /// first read; smaller ones by positional reads (a frame's bounds from the index, read 16
+    /// entries' at a time, then the frame), so they keep no pages in the process's resident
+    /// set. Storage whose map is a cached copy of the file rather than its pages (RADOS) maps
+    /// every sealed ledger. Either way every read checks the frame whole. Default
     /// [`DEFAULT_MAP_SEALED_FROM`]; 0 maps every sealed ledger.
     pub map_sealed_from: u64,
 }
