@@ -7,7 +7,7 @@ use ackstore::{Cursor, ManagedLedger, Position};
 use roaring::RoaringBitmap;
 
 use crate::support;
-use support::workload::before;
+use support::workload::{before, first_missing};
 
 /// An entry id as the model's bitmaps hold it (the ledgers here have fewer than 2^32 entries).
 fn id32(entry_id: u64) -> u32 {
@@ -226,18 +226,6 @@ fn whole_holds(whole: &BTreeMap<u64, RoaringBitmap>, p: Position) -> bool {
     whole
         .get(&p.ledger_id)
         .is_some_and(|b| b.contains(id32(p.entry_id)))
-}
-
-/// The first entry `a` holds and `b` does not, by ledger.
-fn first_missing(
-    a: &BTreeMap<u64, RoaringBitmap>,
-    b: &BTreeMap<u64, RoaringBitmap>,
-) -> Option<Position> {
-    let empty = RoaringBitmap::new();
-    a.iter().find_map(|(l, bits)| {
-        let missing = bits - b.get(l).unwrap_or(&empty);
-        missing.min().map(|e| Position::new(*l, u64::from(e)))
-    })
 }
 
 /// What `cursor` holds, checked: mark-delete and every acked entry are entries of `entries`;

@@ -40,7 +40,7 @@ use super::sigkill_child::{
     Log, Workload, kill_rounds_from_env, kill_rounds_within, new_log_lines, run_kill_test,
 };
 use crate::support;
-use support::workload::Rng;
+use support::workload::{Rng, first_missing, held_by_ledger};
 
 /// Entries of a data ledger: one ack partition each.
 const PER_LEDGER: u64 = 65_536;
@@ -178,42 +178,6 @@ fn child(memory: Memory, dir: &Path, log_path: &Path, seed: u64) -> ! {
 /// A cursor's acknowledged entries, by ledger.
 type Acks = BTreeMap<u64, RoaringBitmap>;
 
-/// The first entry `a` holds and `b` does not.
-fn first_missing(a: &Acks, b: &Acks) -> Option<Position> {
-    let empty = RoaringBitmap::new();
-    a.iter().find_map(|(l, bits)| {
-        let missing = bits - b.get(l).unwrap_or(&empty);
-        missing.min().map(|e| Position::new(*l, u64::from(e)))
-    })
-}
-
-/// What `cursor` holds acknowledged over `ledgers`: mark-delete and its acked ranges.
-fn held(cursor: &ackstore::Cursor, ledgers: &[u64]) -> Result<Acks, String> {
-    let e = |e: ackstore::Error| e.to_string();
-    let mut acks = Acks::new();
-    if let Some(m) = cursor.mark_delete_position().map_err(e)? {
-        for &l in ledgers.iter().filter(|&&l| l <= m.ledger_id) {
-            let through = if l < m.ledger_id {
-                PER_LEDGER
-            } else {
-                m.entry_id + 1
-            };
-            let through = u32::try_from(through.min(PER_LEDGER)).expect("small");
-            acks.entry(l).or_default().insert_range(0..through);
-        }
-    }
-    for (from, to) in cursor.acked_ranges().map_err(e)? {
-        if from.ledger_id != to.ledger_id || to.entry_id >= PER_LEDGER {
-            return Err(format!("acked range {from}..={to} is no range of entries"));
-        }
-        let (a, b) = (from.entry_id, to.entry_id);
-        acks.entry(from.ledger_id)
-            .or_default()
-            .insert_range(u32::try_from(a).expect("small")..=u32::try_from(b).expect("small"));
-    }
-    Ok(acks)
-}
-
 #[derive(Debug)]
 struct Parent {
     ledgers: Vec<u64>,
@@ -302,7 +266,8 @@ impl Parent {
             let cursor = topic
                 .open_cursor(&cursor_name(k), CursorOptions::default())
                 .map_err(|e| format!("open cursor {k}: {e}"))?;
-            let got = held(&cursor, &self.ledgers).map_err(|e| format!("cursor {k}: {e}"))?;
+            let got = held_by_ledger(&cursor, &self.ledgers, PER_LEDGER)
+                .map_err(|e| format!("cursor {k}: {e}"))?;
             if let Some(p) = first_missing(&got, &self.truth[k]) {
                 return Err(format!(
                     "cursor {k}: {p} is acked but the log never acked it (invariant 1)"

@@ -16,7 +16,7 @@ use ackstore::{
     StoreFlush,
 };
 use roaring::RoaringBitmap;
-use support::workload::Rng;
+use support::workload::{Rng, first_missing, held_by_ledger};
 
 /// Entries of a data ledger: one ack partition each.
 pub(super) const PER_LEDGER: u64 = 65_536;
@@ -53,40 +53,8 @@ fn open_cursors(topic: &ManagedLedger) -> Vec<Cursor> {
         .collect()
 }
 
-/// The first entry `a` holds and `b` does not.
-pub(super) fn first_missing(a: &Acks, b: &Acks) -> Option<Position> {
-    let empty = RoaringBitmap::new();
-    a.iter().find_map(|(l, bits)| {
-        let missing = bits - b.get(l).unwrap_or(&empty);
-        missing.min().map(|e| Position::new(*l, u64::from(e)))
-    })
-}
-
 fn id32(entry_id: u64) -> u32 {
     u32::try_from(entry_id).expect("entries of these ledgers fit 32 bits")
-}
-
-/// What `cursor` holds acknowledged over `ledgers`: mark-delete and its acked ranges.
-pub(super) fn held(cursor: &Cursor, ledgers: &[u64]) -> ackstore::Result<Acks> {
-    let mut acks = Acks::new();
-    if let Some(m) = cursor.mark_delete_position()? {
-        for &l in ledgers.iter().filter(|&&l| l <= m.ledger_id) {
-            let through = if l < m.ledger_id {
-                PER_LEDGER
-            } else {
-                (m.entry_id + 1).min(PER_LEDGER)
-            };
-            acks.entry(l).or_default().insert_range(0..id32(through));
-        }
-    }
-    for (from, to) in cursor.acked_ranges()? {
-        assert_eq!(from.ledger_id, to.ledger_id, "a range spans ledgers");
-        acks.entry(from.ledger_id)
-            .or_default()
-            .insert_range(id32(from.entry_id)..=id32(to.entry_id));
-    }
-    acks.retain(|_, b| !b.is_empty());
-    Ok(acks)
 }
 
 /// The store, its topic and cursors, and the model.
@@ -226,7 +194,8 @@ pub(super) fn check_cursors(
         let cursor = topic
             .open_cursor(&cursor_name(k), CursorOptions::default())
             .map_err(|e| format!("open cursor {k}: {e}"))?;
-        let got = held(&cursor, ledgers).map_err(|e| format!("cursor {k}: {e}"))?;
+        let got =
+            held_by_ledger(&cursor, ledgers, PER_LEDGER).map_err(|e| format!("cursor {k}: {e}"))?;
         if let Some(p) = first_missing(&got, &truth[k]) {
             return Err(format!(
                 "cursor {k}: {p} is acked and never was (invariant 1)"

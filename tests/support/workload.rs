@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use ackstore::Position;
+use roaring::RoaringBitmap;
 
 /// splitmix64: small, seedable, good enough to pick operations.
 #[derive(Debug, Clone)]
@@ -75,6 +76,81 @@ pub fn before(p: Position) -> Option<Position> {
             entry_id: u64::MAX,
         })
     }
+}
+
+/// The first entry `a` holds and `b` does not, comparing two sets of entries kept by ledger.
+///
+/// Each ledger's bits are first checked as a subset (a search of `b` per run of `a`): roaring's
+/// difference of two run-compressed sets removes `b`'s runs from `a` one at a time, moving the
+/// rest of `a` each time, which is quadratic in the runs of sets of thousands of holes. The
+/// difference is computed only for a ledger that is not a subset, to name its first entry.
+pub fn first_missing(
+    a: &BTreeMap<u64, RoaringBitmap>,
+    b: &BTreeMap<u64, RoaringBitmap>,
+) -> Option<Position> {
+    let empty = RoaringBitmap::new();
+    a.iter().find_map(|(&ledger_id, bits)| {
+        let other = b.get(&ledger_id).unwrap_or(&empty);
+        if bits.is_subset(other) {
+            return None;
+        }
+        let missing = bits - other;
+        missing
+            .min()
+            .map(|e| Position::new(ledger_id, u64::from(e)))
+    })
+}
+
+/// What `cursor` holds acknowledged over `ledgers` (of `per_ledger` entries each, below 2^32):
+/// the entries up to its mark-delete and those of its acked ranges, by ledger (a ledger with
+/// none left out). A range that spans ledgers or passes `per_ledger` is an error.
+///
+/// Each ledger's entries are set in a plain bit array and read into the bitmap at once: the
+/// ranges of a ledger of thousands of holes, inserted one by one, cost the tests (built
+/// unoptimised, with roaring's generic insert) more than the store they check.
+pub fn held_by_ledger(
+    cursor: &ackstore::Cursor,
+    ledgers: &[u64],
+    per_ledger: u64,
+) -> Result<BTreeMap<u64, RoaringBitmap>, String> {
+    let e = |e: ackstore::Error| e.to_string();
+    let words = usize::try_from(per_ledger.div_ceil(64)).expect("a ledger's bits fit memory");
+    let mut bits: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    let mut set = |ledger: u64, from: u64, through: u64| {
+        let words = bits.entry(ledger).or_insert_with(|| vec![0; words]);
+        for entry in from..=through {
+            words[(entry / 64) as usize] |= 1 << (entry % 64);
+        }
+    };
+    if let Some(m) = cursor.mark_delete_position().map_err(e)? {
+        for &l in ledgers.iter().filter(|&&l| l <= m.ledger_id) {
+            let through = if l < m.ledger_id {
+                per_ledger
+            } else {
+                (m.entry_id + 1).min(per_ledger)
+            };
+            if through > 0 {
+                set(l, 0, through - 1);
+            }
+        }
+    }
+    for (from, to) in cursor.acked_ranges().map_err(e)? {
+        if from.ledger_id != to.ledger_id
+            || from.entry_id > to.entry_id
+            || to.entry_id >= per_ledger
+        {
+            return Err(format!("acked range {from}..={to} is no range of entries"));
+        }
+        set(from.ledger_id, from.entry_id, to.entry_id);
+    }
+    Ok(bits
+        .into_iter()
+        .map(|(ledger, words)| {
+            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+            (ledger, RoaringBitmap::from_lsb0_bytes(0, &bytes))
+        })
+        .filter(|(_, bitmap)| !bitmap.is_empty())
+        .collect())
 }
 
 /// A cursor's acknowledged set read back as an [`Acked`] (mark-delete plus every entry of every
