@@ -9,6 +9,9 @@ use std::cell::Cell;
 
 mod ackset;
 mod cursor;
+#[path = "../support/fds.rs"]
+#[allow(dead_code, reason = "the heap tests take only its temporary directory")]
+mod fds;
 mod journal;
 
 thread_local! {
