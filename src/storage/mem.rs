@@ -16,7 +16,7 @@
 //! N-th; both fail a write that would grow a file with `ENOSPC` and change nothing, while every
 //! other operation (reads, syncs, removals, renames) keeps working, as on a real full file system.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::{LockGuard, Mapped, Storage, StorageFile, validate_name};
@@ -34,6 +34,10 @@ struct Data {
 struct State {
     live_dir: BTreeMap<String, Inode>,
     durable_dir: BTreeMap<String, Inode>,
+    /// The names created, removed, renamed or linked since the last directory sync (or the
+    /// last loss of unsynced names): every name outside it names the same inode (or nothing)
+    /// in `live_dir` and `durable_dir`, so a directory sync copies only these.
+    dir_changes: BTreeSet<String>,
     inodes: HashMap<Inode, Data>,
     next_inode: Inode,
     mutations: u64,
@@ -67,6 +71,34 @@ impl State {
                 std::io::Error::other("injected fault: the power is off"),
             )),
             _ => Ok(()),
+        }
+    }
+
+    /// Names `inode` `name` in the live directory (a creation, a link, a rename's new name).
+    fn name(&mut self, name: &str, inode: Inode) {
+        self.live_dir.insert(name.to_string(), inode);
+        self.dir_changes.insert(name.to_string());
+    }
+
+    /// Removes `name` from the live directory; returns the inode it named.
+    fn unname(&mut self, name: &str) -> Option<Inode> {
+        self.dir_changes.insert(name.to_string());
+        self.live_dir.remove(name)
+    }
+
+    /// The live directory's changes since the last sync, made durable (`to_durable`) or
+    /// forgotten (the durable name table shown again).
+    fn settle_names(&mut self, to_durable: bool) {
+        let (from, to) = if to_durable {
+            (&self.live_dir, &mut self.durable_dir)
+        } else {
+            (&self.durable_dir, &mut self.live_dir)
+        };
+        for name in std::mem::take(&mut self.dir_changes) {
+            match from.get(&name) {
+                Some(&inode) => to.insert(name, inode),
+                None => to.remove(&name),
+            };
         }
     }
 
@@ -237,8 +269,7 @@ impl MemStorage {
     /// links) are forgotten, so lookups and listings show the durable name table again and no
     /// later directory sync makes those changes durable. Open files keep their bytes.
     pub fn lose_unsynced_names(&self) {
-        let mut s = self.state();
-        s.live_dir = s.durable_dir.clone();
+        self.state().settle_names(false);
     }
 
     /// The live bytes of `name`, if it exists.
@@ -331,7 +362,7 @@ impl Storage for MemStorage {
         let inode = s.next_inode;
         s.next_inode += 1;
         s.inodes.insert(inode, Data::default());
-        s.live_dir.insert(name.to_string(), inode);
+        s.name(name, inode);
         drop(s);
         Ok(self.file(name, inode))
     }
@@ -355,7 +386,7 @@ impl Storage for MemStorage {
             return Err(not_found("remove", name));
         }
         s.mutate("remove", name)?;
-        s.live_dir.remove(name);
+        s.unname(name);
         Ok(())
     }
 
@@ -367,8 +398,8 @@ impl Storage for MemStorage {
             return Err(not_found("rename", from));
         }
         s.mutate("rename", from)?;
-        if let Some(inode) = s.live_dir.remove(from) {
-            s.live_dir.insert(to.to_string(), inode);
+        if let Some(inode) = s.unname(from) {
+            s.name(to, inode);
         }
         Ok(())
     }
@@ -388,14 +419,14 @@ impl Storage for MemStorage {
             ));
         }
         s.mutate("link", to)?;
-        s.live_dir.insert(to.to_string(), inode);
+        s.name(to, inode);
         Ok(())
     }
 
     fn sync_dir(&self) -> Result<()> {
         let mut s = self.state();
         s.mutate("fsync directory", "memory")?;
-        s.durable_dir = s.live_dir.clone();
+        s.settle_names(true);
         Ok(())
     }
 

@@ -1,7 +1,12 @@
 //! The in-memory disk: what a power cut loses, directory syncs, links, a full disk, and locks.
 
+use std::collections::BTreeMap;
+
 use ackstore::internals::error::Error;
 use ackstore::internals::storage::*;
+use proptest::prelude::*;
+
+use crate::support;
 
 #[test]
 fn unsynced_writes_and_names_are_lost_on_power_cut() {
@@ -118,4 +123,101 @@ fn a_broken_lock_lets_a_second_holder_in() {
     assert!(matches!(disk.lock(), Err(Error::Locked { .. })));
     drop(second);
     disk.lock().unwrap();
+}
+
+/// A name operation on the in-memory disk, over a few names so that they collide.
+#[derive(Debug, Clone)]
+enum NameOp {
+    Create(u8),
+    Remove(u8),
+    Rename(u8, u8),
+    Link(u8, u8),
+    SyncDir,
+    LoseUnsyncedNames,
+}
+
+fn name_op() -> impl Strategy<Value = NameOp> {
+    let name = 0..5u8;
+    prop_oneof![
+        name.clone().prop_map(NameOp::Create),
+        name.clone().prop_map(NameOp::Remove),
+        (name.clone(), name.clone()).prop_map(|(a, b)| NameOp::Rename(a, b)),
+        (name.clone(), name).prop_map(|(a, b)| NameOp::Link(a, b)),
+        Just(NameOp::SyncDir),
+        Just(NameOp::LoseUnsyncedNames),
+    ]
+}
+
+proptest! {
+    #![proptest_config(support::harness::proptest_config(300))]
+
+    /// The live and durable name tables against a model that copies the whole live table at
+    /// each directory sync (and the durable one back at each loss of unsynced names): the disk
+    /// copies only the names changed since, which must come to the same. Each file holds its
+    /// own bytes (synced), so a name shows which file it names.
+    #[test]
+    fn directory_syncs_make_durable_exactly_the_live_names(
+        ops in prop::collection::vec(name_op(), 1..80),
+    ) {
+        let disk = MemStorage::new();
+        let mut live: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+        let mut durable = live.clone();
+        let mut made = 0u32;
+        for op in ops {
+            let n = |i: u8| format!("n{i}");
+            match op {
+                NameOp::Create(a) => {
+                    let ok = disk.create(&n(a)).map(|f| {
+                        made += 1;
+                        let bytes = made.to_le_bytes().to_vec();
+                        f.write_all_at(&bytes, 0).unwrap();
+                        f.sync_data().unwrap();
+                        bytes
+                    });
+                    prop_assert_eq!(ok.is_ok(), !live.contains_key(&n(a)));
+                    if let Ok(bytes) = ok {
+                        live.insert(n(a), bytes);
+                    }
+                }
+                NameOp::Remove(a) => {
+                    prop_assert_eq!(disk.remove(&n(a)).is_ok(), live.remove(&n(a)).is_some());
+                }
+                NameOp::Rename(a, b) => {
+                    let ok = disk.rename(&n(a), &n(b)).is_ok();
+                    prop_assert_eq!(ok, live.contains_key(&n(a)));
+                    if let Some(bytes) = live.remove(&n(a)) {
+                        live.insert(n(b), bytes);
+                    }
+                }
+                NameOp::Link(a, b) => {
+                    let ok = disk.link(&n(a), &n(b)).is_ok();
+                    let expected = live.contains_key(&n(a)) && !live.contains_key(&n(b));
+                    prop_assert_eq!(ok, expected);
+                    if expected {
+                        live.insert(n(b), live[&n(a)].clone());
+                    }
+                }
+                NameOp::SyncDir => {
+                    disk.sync_dir().unwrap();
+                    durable = live.clone();
+                }
+                NameOp::LoseUnsyncedNames => {
+                    disk.lose_unsynced_names();
+                    live = durable.clone();
+                }
+            }
+            let shown = |d: &MemStorage| -> BTreeMap<String, Vec<u8>> {
+                d.list()
+                    .unwrap()
+                    .into_iter()
+                    .map(|name| {
+                        let bytes = d.live_bytes(&name).unwrap();
+                        (name, bytes)
+                    })
+                    .collect()
+            };
+            prop_assert_eq!(&shown(&disk), &live);
+            prop_assert_eq!(&shown(&disk.durable_image()), &durable);
+        }
+    }
 }
