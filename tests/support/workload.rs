@@ -118,8 +118,14 @@ pub fn held_by_ledger(
     let mut bits: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
     let mut set = |ledger: u64, from: u64, through: u64| {
         let words = bits.entry(ledger).or_insert_with(|| vec![0; words]);
-        for entry in from..=through {
-            words[(entry / 64) as usize] |= 1 << (entry % 64);
+        // A word at a time: the entries from `entry` to the last of its word or `through`.
+        let mut entry = from;
+        while entry <= through {
+            let last = through.min(entry | 63);
+            let n = last - entry + 1;
+            let ones = if n == 64 { u64::MAX } else { (1 << n) - 1 };
+            words[(entry / 64) as usize] |= ones << (entry % 64);
+            entry = last + 1;
         }
     };
     if let Some(m) = cursor.mark_delete_position().map_err(e)? {
