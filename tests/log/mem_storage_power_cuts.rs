@@ -125,7 +125,9 @@ fn a_broken_lock_lets_a_second_holder_in() {
     disk.lock().unwrap();
 }
 
-/// A name operation on the in-memory disk, over a few names so that they collide.
+/// A name operation on the in-memory disk, over a few names so that they collide (a rename
+/// onto an existing name replaces it, as on Linux; a rename to itself changes nothing), and
+/// the power faults around them.
 #[derive(Debug, Clone)]
 enum NameOp {
     Create(u8),
@@ -134,17 +136,32 @@ enum NameOp {
     Link(u8, u8),
     SyncDir,
     LoseUnsyncedNames,
+    /// Replaces a file's bytes in both images: no name changes.
+    SetBytes(u8),
+    /// Lets this many more mutating operations succeed, then fails every one.
+    PowerOffAfter(u8),
+    PowerOn,
+    /// Goes on with the disk a power cut leaves ([`MemStorage::durable_image`]), in which
+    /// each durable name names a file of its own.
+    Cut,
+    /// Goes on through a clone, which shares the disk.
+    Clone,
 }
 
 fn name_op() -> impl Strategy<Value = NameOp> {
     let name = 0..5u8;
     prop_oneof![
-        name.clone().prop_map(NameOp::Create),
-        name.clone().prop_map(NameOp::Remove),
-        (name.clone(), name.clone()).prop_map(|(a, b)| NameOp::Rename(a, b)),
-        (name.clone(), name).prop_map(|(a, b)| NameOp::Link(a, b)),
-        Just(NameOp::SyncDir),
-        Just(NameOp::LoseUnsyncedNames),
+        3 => name.clone().prop_map(NameOp::Create),
+        2 => name.clone().prop_map(NameOp::Remove),
+        3 => (name.clone(), name.clone()).prop_map(|(a, b)| NameOp::Rename(a, b)),
+        2 => (name.clone(), name.clone()).prop_map(|(a, b)| NameOp::Link(a, b)),
+        2 => Just(NameOp::SyncDir),
+        1 => Just(NameOp::LoseUnsyncedNames),
+        1 => name.prop_map(NameOp::SetBytes),
+        1 => (0..4u8).prop_map(NameOp::PowerOffAfter),
+        1 => Just(NameOp::PowerOn),
+        1 => Just(NameOp::Cut),
+        1 => Just(NameOp::Clone),
     ]
 }
 
@@ -153,71 +170,123 @@ proptest! {
 
     /// The live and durable name tables against a model that copies the whole live table at
     /// each directory sync (and the durable one back at each loss of unsynced names): the disk
-    /// copies only the names changed since, which must come to the same. Each file holds its
-    /// own bytes (synced), so a name shows which file it names.
+    /// copies only the names changed since, which must come to the same, across operations
+    /// refused with the power off and the fresh disk a power cut leaves. Each file holds
+    /// bytes of its own (in both images), so a name shows which file it names.
     #[test]
     fn directory_syncs_make_durable_exactly_the_live_names(
-        ops in prop::collection::vec(name_op(), 1..80),
+        ops in prop::collection::vec(name_op(), 1..120),
     ) {
-        let disk = MemStorage::new();
-        let mut live: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+        let n = |i: u8| format!("n{i}");
+        let mut disk = MemStorage::new();
+        // Names to files, and each file's bytes.
+        let mut live: BTreeMap<String, u32> = BTreeMap::new();
         let mut durable = live.clone();
+        let mut files: BTreeMap<u32, Vec<u8>> = BTreeMap::new();
+        // Mutating operations the power lasts for, if it is to go off.
+        let mut left: Option<u64> = None;
         let mut made = 0u32;
         for op in ops {
-            let n = |i: u8| format!("n{i}");
+            let on = left != Some(0);
+            let mut spend = |ok: bool| {
+                if ok {
+                    left = left.map(|l| l - 1);
+                }
+            };
             match op {
                 NameOp::Create(a) => {
-                    let ok = disk.create(&n(a)).map(|f| {
+                    let ok = disk.create(&n(a)).is_ok();
+                    let expected = on && !live.contains_key(&n(a));
+                    prop_assert_eq!(ok, expected);
+                    spend(ok);
+                    if ok {
                         made += 1;
-                        let bytes = made.to_le_bytes().to_vec();
-                        f.write_all_at(&bytes, 0).unwrap();
-                        f.sync_data().unwrap();
-                        bytes
-                    });
-                    prop_assert_eq!(ok.is_ok(), !live.contains_key(&n(a)));
-                    if let Ok(bytes) = ok {
-                        live.insert(n(a), bytes);
+                        disk.set_bytes(&n(a), made.to_le_bytes().to_vec()).unwrap();
+                        files.insert(made, made.to_le_bytes().to_vec());
+                        live.insert(n(a), made);
                     }
                 }
                 NameOp::Remove(a) => {
-                    prop_assert_eq!(disk.remove(&n(a)).is_ok(), live.remove(&n(a)).is_some());
+                    let ok = disk.remove(&n(a)).is_ok();
+                    prop_assert_eq!(ok, on && live.contains_key(&n(a)));
+                    spend(ok);
+                    if ok {
+                        live.remove(&n(a));
+                    }
                 }
                 NameOp::Rename(a, b) => {
                     let ok = disk.rename(&n(a), &n(b)).is_ok();
-                    prop_assert_eq!(ok, live.contains_key(&n(a)));
-                    if let Some(bytes) = live.remove(&n(a)) {
-                        live.insert(n(b), bytes);
+                    prop_assert_eq!(ok, on && live.contains_key(&n(a)));
+                    spend(ok);
+                    if ok {
+                        let file = live.remove(&n(a)).unwrap();
+                        live.insert(n(b), file);
                     }
                 }
                 NameOp::Link(a, b) => {
                     let ok = disk.link(&n(a), &n(b)).is_ok();
-                    let expected = live.contains_key(&n(a)) && !live.contains_key(&n(b));
+                    let expected = on && live.contains_key(&n(a)) && !live.contains_key(&n(b));
                     prop_assert_eq!(ok, expected);
-                    if expected {
-                        live.insert(n(b), live[&n(a)].clone());
+                    spend(ok);
+                    if ok {
+                        live.insert(n(b), live[&n(a)]);
                     }
                 }
                 NameOp::SyncDir => {
-                    disk.sync_dir().unwrap();
-                    durable = live.clone();
+                    let ok = disk.sync_dir().is_ok();
+                    prop_assert_eq!(ok, on);
+                    spend(ok);
+                    if ok {
+                        durable = live.clone();
+                    }
                 }
                 NameOp::LoseUnsyncedNames => {
                     disk.lose_unsynced_names();
                     live = durable.clone();
                 }
+                NameOp::SetBytes(a) => {
+                    made += 1;
+                    let bytes = made.to_le_bytes().to_vec();
+                    let ok = disk.set_bytes(&n(a), bytes.clone()).is_ok();
+                    prop_assert_eq!(ok, live.contains_key(&n(a)));
+                    if ok {
+                        // Every name of the file, live or durable, shows the new bytes.
+                        files.insert(live[&n(a)], bytes);
+                    }
+                }
+                NameOp::PowerOffAfter(k) => {
+                    disk.fail_after(Some(u64::from(k)));
+                    left = Some(u64::from(k));
+                }
+                NameOp::PowerOn => {
+                    disk.fail_after(None);
+                    left = None;
+                }
+                NameOp::Cut => {
+                    disk = disk.durable_image();
+                    for file in durable.values_mut() {
+                        made += 1;
+                        files.insert(made, files[file].clone());
+                        *file = made;
+                    }
+                    live = durable.clone();
+                    left = None;
+                }
+                NameOp::Clone => {
+                    disk = disk.clone();
+                }
             }
+            // Read without `list`, which fails with the power off.
             let shown = |d: &MemStorage| -> BTreeMap<String, Vec<u8>> {
-                d.list()
-                    .unwrap()
-                    .into_iter()
-                    .map(|name| {
-                        let bytes = d.live_bytes(&name).unwrap();
-                        (name, bytes)
-                    })
+                (0..5u8)
+                    .filter_map(|i| d.live_bytes(&n(i)).map(|bytes| (n(i), bytes)))
                     .collect()
             };
-            prop_assert_eq!(&shown(&disk), &live);
-            prop_assert_eq!(&shown(&disk.durable_image()), &durable);
+            let bytes = |dir: &BTreeMap<String, u32>| -> BTreeMap<String, Vec<u8>> {
+                dir.iter().map(|(name, file)| (name.clone(), files[file].clone())).collect()
+            };
+            prop_assert_eq!(shown(&disk), bytes(&live));
+            prop_assert_eq!(shown(&disk.durable_image()), bytes(&durable));
         }
     }
 }
