@@ -146,9 +146,18 @@ fn a_store_on_a_mount_whose_files_show_another_owner_creates_and_writes_its_file
         eprintln!("no bindfs (or no FUSE): nothing to mount");
         return;
     };
+    // The copy is written by another process (`install`), never through a descriptor of this
+    // one: a child that another test forks meanwhile would inherit that descriptor until its
+    // exec, and the copy's exec would fail with ETXTBSY while any process holds it open for
+    // writing.
     let exe = root.path().join("test");
-    std::fs::copy(std::env::current_exe().expect("this binary"), &exe).expect("copy");
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let copied = Command::new("install")
+        .arg("-m0755")
+        .arg(std::env::current_exe().expect("this binary"))
+        .arg(&exe)
+        .status()
+        .expect("run install");
+    assert!(copied.success(), "install the binary's copy: {copied}");
 
     let test = support::harness::test_path(
         module_path!(),
