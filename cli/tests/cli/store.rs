@@ -422,9 +422,18 @@ fn verify_and_inspect_of_a_store_another_user_owns_answer_as_for_its_owner() {
         }
         i += 1;
     }
+    // The copy is written by another process (`install`), never through a descriptor of this
+    // one: a command another test spawns meanwhile would inherit that descriptor until its
+    // exec, and the copy's exec would fail with ETXTBSY while any process holds it open for
+    // writing.
     let command = root.path().join("ackstore");
-    std::fs::copy(support::cli::binary(), &command).unwrap();
-    std::fs::set_permissions(&command, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let copied = std::process::Command::new("install")
+        .arg("-m0755")
+        .arg(support::cli::binary())
+        .arg(&command)
+        .status()
+        .unwrap();
+    assert!(copied.success(), "install the command's copy: {copied}");
 
     let dir_arg = dir.to_str().unwrap();
     for args in [
