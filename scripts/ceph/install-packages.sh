@@ -12,8 +12,5 @@ if command -v ceph-mon >/dev/null && command -v ceph-osd >/dev/null && command -
   exit 0
 fi
 [ "${1:-}" != --check ] || exit 1
-# DPkg::Lock::Timeout: another apt-get running on the machine must not fail us.
-apt() { DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 "$@"; }
-# The package lists are refreshed only when an install from the ones there fails.
 # shellcheck disable=SC2086
-apt install -y --no-install-recommends $PKGS || { apt update && apt install -y --no-install-recommends $PKGS; }
+"$(dirname "$0")/../apt-install.sh" $PKGS
