@@ -41,17 +41,18 @@
 //!   opened later sees them, and its `fdatasync` makes them durable, whichever descriptor wrote
 //!   them;
 //! - a reopen is of the same file or fails: it opens the path without creating it, and checks
-//!   the device and inode the file had when it was first opened. A file removed or replaced
-//!   under the store (damage, or the store's own removal of a trimmed ledger while a handle
-//!   lives) is an [`Error::Io`] naming the path, never a new empty file. Device and inode alone
-//!   do not tell a file from one created after its removal: ext4 and xfs hand a freed inode
-//!   number to the next file created. So the storage's own [`Storage::remove`] and
-//!   [`Storage::rename`] mark every live handle of the names they change (both names of a
-//!   rename) *gone* before the name changes, and a gone handle's reopen fails, checked after
-//!   the open: a reopen that found a file created after the removal finds the mark too. A
-//!   handle of a name another process or an operator removed and created again is the one case
-//!   left to the inode check, which misses it when the new file got the freed inode number
-//!   (damage the store cannot see; a check of the inode's generation would take an `ioctl`);
+//!   the device, inode and birth time the file had when it was first opened ([`FileId`]). A
+//!   file removed or replaced under the store (damage, or the store's own removal of a trimmed
+//!   ledger while a handle lives) is an [`Error::Io`] naming the path, never a new empty file.
+//!   Device and inode alone do not tell a file from one created after its removal: ext4 and
+//!   xfs hand a freed inode number to the next file created. So the storage's own
+//!   [`Storage::remove`] and [`Storage::rename`] mark every live handle of the names they
+//!   change (both names of a rename) *gone* before the name changes, and a gone handle's reopen
+//!   fails, checked after the open: a reopen that found a file created after the removal finds
+//!   the mark too. A handle of a name another process or an operator removed and created again
+//!   is left to the identity check: a new file that got the freed inode number has a birth time
+//!   of its own, so the reopen refuses it (on a file system that keeps no birth time, such as
+//!   NFS, device and inode decide alone and miss that case);
 //! - a descriptor with writes not yet synced is never closed silently. Each file counts
 //!   whether it was written since its last sync; the close of a written descriptor syncs it
 //!   first (`fdatasync`, under the file's sync lock), and a failure is *latched*: every later
@@ -292,8 +293,8 @@ impl Storage for FileStorage {
     }
 
     /// For a handle of a real file (of any [`FileStorage`]): one lookup of
-    /// the name against the device and inode of the handle's open descriptor, which pins
-    /// them (`None` once the cache closed it).
+    /// the name against the identity of the handle's open descriptor (device, inode and birth
+    /// time), which pins it (`None` once the cache closed it).
     fn names_file(&self, name: &str, file: &dyn StorageFile) -> Result<Option<bool>> {
         let path = self.path_of(name)?;
         match file.as_any().and_then(|f| f.downcast_ref::<RealFile>()) {
@@ -641,17 +642,45 @@ impl Descriptors {
     }
 }
 
+/// Which file a descriptor or a name leads to: its device and inode, and its birth time where
+/// the file system keeps one (`statx`'s `btime`: ext4, xfs, btrfs, tmpfs). Device and inode
+/// alone tell files apart only while a descriptor holds the inode: once the last one closes and
+/// the name is removed, ext4 and xfs hand the freed inode number to the next file created, so a
+/// file put under the name from outside can have it. The birth time of that file is its own,
+/// unless both were born within one tick of the clock the file system stamps it from (a
+/// kernel's coarse clock ticks every few milliseconds): a replacement that soon after the first
+/// file's creation is still taken for it. Where the file system keeps no birth time (NFS),
+/// both sides have none and device and inode decide alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+    born: Option<std::time::SystemTime>,
+}
+
+impl FileId {
+    /// The identity `m` (an `fstat` or a `stat` by name, which std takes by `statx` with the
+    /// birth time on Linux) shows.
+    fn of(m: &std::fs::Metadata) -> Self {
+        Self {
+            dev: m.dev(),
+            ino: m.ino(),
+            born: m.created().ok(),
+        }
+    }
+}
+
 /// What a file's descriptors share: where it is, which file it is, and its sync state.
 #[derive(Debug)]
 struct Shared {
     path: PathBuf,
-    /// Device and inode of the file, from the first `fstat` of its first descriptor (the
+    /// Which file it is ([`FileId`]), from the first `fstat` of its first descriptor (the
     /// `size`, `map` and `data_from` that take one, usually right after the open) or, at the
     /// latest, from the cache's eviction of that descriptor, before it can close: known before
     /// a reopen, which fails when it finds another file under the path. (A descriptor leaves
     /// the cache by eviction or with its handle; not at the open, which would `fstat` every file
     /// twice, the caller's size right after.)
-    id: OnceLock<(u64, u64)>,
+    id: OnceLock<FileId>,
     /// Opened for writing (a reopen takes the same mode).
     writable: bool,
     /// Set when this storage removed or renamed the file's name (see
@@ -732,11 +761,11 @@ struct Descriptor {
 }
 
 impl Descriptor {
-    /// The file's metadata by `fstat`, its device and inode kept as the file's identity when it
-    /// has none yet.
+    /// The file's metadata by `fstat`, kept as the file's identity ([`FileId`]) when it has
+    /// none yet.
     fn metadata(&self) -> std::io::Result<std::fs::Metadata> {
         let m = self.file.metadata()?;
-        let _known = self.shared.id.set((m.dev(), m.ino()));
+        let _known = self.shared.id.set(FileId::of(&m));
         Ok(m)
     }
 
@@ -841,12 +870,12 @@ impl RealFile {
             return Err(self.err(
                 "reopen",
                 std::io::Error::other(
-                    "the file's device and inode could not be read before its descriptor closed",
+                    "the file's identity could not be read before its descriptor closed",
                 ),
             ));
         };
         let m = file.metadata().map_err(|e| self.err("stat", e))?;
-        if (m.dev(), m.ino()) != id {
+        if FileId::of(&m) != id {
             return Err(self.err(
                 "reopen",
                 std::io::Error::new(
@@ -885,10 +914,10 @@ impl RealFile {
             id
         } else {
             let m = descriptor.metadata().map_err(|e| self.err("stat", e))?;
-            (m.dev(), m.ino())
+            FileId::of(&m)
         };
         let named = match std::fs::symlink_metadata(path) {
-            Ok(m) => (m.dev(), m.ino()) == id,
+            Ok(m) => FileId::of(&m) == id,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
             Err(e) => return Err(Error::io("stat", path, e)),
         };

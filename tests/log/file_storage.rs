@@ -3,6 +3,8 @@
 use ackstore::internals::error::Error;
 use ackstore::internals::storage::*;
 
+use crate::support;
+
 #[test]
 fn second_lock_on_same_directory_is_refused_until_released() {
     let dir = tempfile::tempdir().unwrap();
@@ -152,6 +154,56 @@ fn a_handle_never_asked_its_size_reopens_its_own_file_and_refuses_another_under_
             std::fs::read(dir.path().join(name)).unwrap(),
             b"someone else's",
             "{name}"
+        );
+    }
+}
+
+/// A name removed and created again from outside the storage while its handle's descriptor is
+/// closed (evicted), the new file taking the freed inode number (ext4 and xfs hand it to the
+/// next file created): the handle refuses the new file, whether its identity came from a stat
+/// or from the eviction, as it refuses any other file put under its name. On a file system that
+/// hands out no freed number the new file has another inode, and the case cannot arise.
+#[test]
+fn a_handle_refuses_a_file_put_under_its_name_from_outside_with_its_freed_inode_number() {
+    use std::os::unix::fs::MetadataExt;
+    for stat_first in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let s = one_descriptor(dir.path());
+        let ours = s.create("a").unwrap();
+        ours.write_all_at(b"our bytes", 0).unwrap();
+        ours.sync_data().unwrap();
+        if stat_first {
+            assert_eq!(ours.size().unwrap(), 9);
+        }
+        let ours_on_disk = std::fs::metadata(dir.path().join("a")).unwrap();
+        let ino = ours_on_disk.ino();
+        // Closes `a`'s descriptor, the inode's last reference once the name is gone.
+        let _b = s.create("b").unwrap();
+        // The replacement is born later than `a`, as any file put under a store's name from
+        // outside is in practice (the number is still taken: no probe of the wait gets it).
+        support::fds::until_born_after(dir.path(), ours_on_disk.created().ok());
+        std::fs::remove_file(dir.path().join("a")).unwrap();
+        let theirs = dir.path().join("theirs");
+        std::fs::write(&theirs, b"their bytes").unwrap();
+        if std::fs::metadata(&theirs).unwrap().ino() != ino {
+            continue;
+        }
+        std::fs::rename(&theirs, dir.path().join("a")).unwrap();
+        let mut buf = [0; 9];
+        let read = ours.read_exact_at(&mut buf, 0);
+        assert!(
+            read.is_err(),
+            "stat first: {stat_first}: the handle read another file: {:?}",
+            String::from_utf8_lossy(&buf)
+        );
+        assert!(
+            ours.write_all_at(b"ours", 0).is_err(),
+            "stat first: {stat_first}"
+        );
+        assert_eq!(
+            std::fs::read(dir.path().join("a")).unwrap(),
+            b"their bytes",
+            "stat first: {stat_first}"
         );
     }
 }

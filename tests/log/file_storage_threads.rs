@@ -237,9 +237,52 @@ fn threads_writing_reading_and_syncing_through_one_or_two_descriptors_match_the_
 /// under the name after it.
 #[test]
 fn handles_of_a_name_replaced_while_threads_reopen_them_never_read_the_new_file() {
-    const ROUNDS: u8 = 60;
     let dir = support::fds::files_dir();
-    let s = FileStorage::open_limited(dir.path(), false, 1).unwrap();
+    readers_of_a_replaced_name(dir.path(), |s, round| {
+        let new = if round.is_multiple_of(2) {
+            s.remove("r").unwrap();
+            s.create("r").unwrap()
+        } else {
+            let tmp = s.create("tmp").unwrap();
+            tmp.write_all_at(&[round; SLOT], 0).unwrap();
+            s.rename("tmp", "r").unwrap();
+            s.open("r").unwrap()
+        };
+        new.write_all_at(&[round; SLOT], 0).unwrap();
+        new
+    });
+}
+
+/// As above, with the name replaced from outside the storage (a file written under another
+/// name, then renamed over it), which leaves no mark on the handles, and handles never asked
+/// their size (their identity comes from the eviction of their descriptor): each read answers
+/// its own file's bytes or an error, never those of a file put under the name later, which may
+/// have the inode number an earlier file of the name freed.
+#[test]
+fn handles_never_stated_of_a_name_replaced_from_outside_never_read_the_new_file() {
+    // On a file system that hands a freed inode number to the next file created (ext4, xfs;
+    // not tmpfs).
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path();
+    readers_of_a_replaced_name(path, |s, round| {
+        // Born later than the file it replaces, and so than every earlier round's, whose
+        // inode number it may take.
+        let current = std::fs::metadata(path.join("r")).unwrap();
+        support::fds::until_born_after(path, current.created().ok());
+        let tmp = path.join("tmp");
+        std::fs::write(&tmp, [round; SLOT]).unwrap();
+        std::fs::rename(&tmp, path.join("r")).unwrap();
+        s.open("r").unwrap()
+    });
+}
+
+/// Name `r` in a storage of `dir` with one descriptor, filled with 0, then `ROUNDS` times
+/// replaced by `replace` (given the round, it returns a handle of the new file, filled with the
+/// round) while the other threads read through every handle so far, each of which must answer
+/// its own file's bytes or an error; the last handle reads the last round's bytes.
+fn readers_of_a_replaced_name(dir: &std::path::Path, replace: impl Fn(&FileStorage, u8) -> Handle) {
+    const ROUNDS: u8 = 60;
+    let s = FileStorage::open_limited(dir, false, 1).unwrap();
     let first = s.create("r").unwrap();
     first.write_all_at(&[0; SLOT], 0).unwrap();
     let handles: Mutex<Vec<(u8, Handle)>> = Mutex::new(vec![(0, first)]);
@@ -266,16 +309,7 @@ fn handles_of_a_name_replaced_while_threads_reopen_them_never_read_the_new_file(
             })
             .collect();
         'rounds: for round in 1..=ROUNDS {
-            let new = if round.is_multiple_of(2) {
-                s.remove("r").unwrap();
-                s.create("r").unwrap()
-            } else {
-                let tmp = s.create("tmp").unwrap();
-                tmp.write_all_at(&[round; SLOT], 0).unwrap();
-                s.rename("tmp", "r").unwrap();
-                s.open("r").unwrap()
-            };
-            new.write_all_at(&[round; SLOT], 0).unwrap();
+            let new = replace(&s, round);
             handles.lock().unwrap().push((round, new));
             // The readers' reads of this round, through every handle (a wait on their
             // progress, not on time).

@@ -1,6 +1,7 @@
 //! Files on disk: the process's open file descriptors, by where they point (a test counts
-//! those under its own directory, which no other test of the same binary opens), and the
-//! temporary directory a test keeps its files in.
+//! those under its own directory, which no other test of the same binary opens), the
+//! temporary directory a test keeps its files in, and a wait for the file system's clock of
+//! birth times to pass a file's.
 
 use std::path::Path;
 
@@ -22,4 +23,25 @@ pub fn files_dir() -> tempfile::TempDir {
         .then(|| tempfile::tempdir_in(shm).ok())
         .flatten()
         .unwrap_or_else(|| tempfile::tempdir().expect("temporary directory"))
+}
+
+/// Returns once a file created on the file system of `dir` is born (its `statx` birth time)
+/// later than `born`, the birth time of a file there; at once without one. A file system may
+/// stamp birth times from a clock that ticks every few milliseconds (a kernel's coarse clock),
+/// so two files created within a tick share one: a test of a file put under another's name
+/// waits for this (a condition on the clock, not a sleep) before it creates the new file.
+/// Probes in a directory of its own beside `dir`, created and removed each turn.
+pub fn until_born_after(dir: &Path, born: Option<std::time::SystemTime>) {
+    let Some(born) = born else { return };
+    let probes = tempfile::tempdir_in(dir.parent().unwrap_or(dir)).unwrap();
+    let probe = probes.path().join("probe");
+    loop {
+        std::fs::write(&probe, b"").unwrap();
+        let probe_born = std::fs::metadata(&probe).unwrap().created();
+        std::fs::remove_file(&probe).unwrap();
+        match probe_born {
+            Ok(at) if at <= born => std::thread::yield_now(),
+            _ => return,
+        }
+    }
 }
