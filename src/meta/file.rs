@@ -347,7 +347,7 @@ impl FileMetaStore {
     /// with `{name}.` ([`Storage::list_prefix`]).
     fn files_of(&self, name: &str) -> Result<Vec<Found>> {
         let listed = self.storage.list_prefix(&format!("{name}."))?;
-        Ok(files_by_record(&listed).remove(name).unwrap_or_default())
+        Ok(files_of_record(&listed, name))
     }
 
     fn corrupted(name: &str, kind: CorruptionKind) -> Error {
@@ -515,9 +515,13 @@ impl FileMetaStore {
         let mut legacy = Vec::new();
         for file in listed {
             match parse_record_file(file) {
-                Some((name, Some(version))) => {
-                    versions.entry(name.to_string()).or_default().push(version);
-                }
+                // A record's name is copied once, not once per file of it.
+                Some((name, Some(version))) => match versions.get_mut(name) {
+                    Some(found) => found.push(version),
+                    None => {
+                        versions.insert(name.to_string(), vec![version]);
+                    }
+                },
                 Some((name, None)) => legacy.push(name.to_string()),
                 None => {}
             }
@@ -981,7 +985,7 @@ impl FileMetaStore {
             return Ok((self.files_of(name)?, None));
         }
         let listed = self.listing()?;
-        let files = files_by_record(&listed).remove(name).unwrap_or_default();
+        let files = files_of_record(&listed, name);
         Ok((files, Some(listed)))
     }
 
@@ -1330,7 +1334,29 @@ fn files_by_record(listed: &[String]) -> BTreeMap<&str, Vec<Found>> {
         }
     }
     for found in by_record.values_mut() {
-        found.sort_by_key(|f| std::cmp::Reverse(f.version));
+        highest_first(found);
     }
     by_record
+}
+
+/// The files of record `name` among the storage names `listed`, ordered as
+/// [`files_by_record`] orders each record's; the other records' names are not copied.
+fn files_of_record(listed: &[String], name: &str) -> Vec<Found> {
+    let mut found: Vec<Found> = listed
+        .iter()
+        .filter_map(|file| match parse_record_file(file) {
+            Some((record, version)) if record == name => Some(Found {
+                version,
+                file: file.clone(),
+            }),
+            _ => None,
+        })
+        .collect();
+    highest_first(&mut found);
+    found
+}
+
+/// Orders one record's files highest version first, the legacy file (no version) last.
+fn highest_first(found: &mut [Found]) {
+    found.sort_by_key(|f| std::cmp::Reverse(f.version));
 }

@@ -202,6 +202,10 @@ impl Storage for TopicSpace {
     }
 
     fn list_prefix(&self, prefix: &str) -> Result<Vec<String>> {
+        if self.prefix.is_empty() {
+            // A directory of its own: its names are the topic's (no copy of each).
+            return self.inner.list_prefix(prefix);
+        }
         let full = format!("{}{prefix}", self.prefix);
         Ok(self
             .inner
