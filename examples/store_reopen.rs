@@ -17,6 +17,15 @@
 //! Run: `cargo run --release -- perf --topics 10000 --cursors 10 --ticks 3
 //! --ack-budget-per-cursor-bytes 150 --dir D --keep`, then
 //! `cargo run --release --example store_reopen -- D/store 10000 10 3 [THREADS]`.
+//!
+//! With `ACKSTORE_WARM_MIB=N` in the environment, the process first writes one byte in every
+//! page of N MiB of fresh memory and frees it, so the restart's heap comes from pages the
+//! machine has just backed. On a virtual machine that hands free memory back to its host (a
+//! balloon's free page reporting), a fresh process's first touch of each page costs a fault in
+//! the host as well, which on the 2-core guests here doubles the cursors' phase of a
+//! 100,000-cursor restart and varies with whatever freed memory before it (a copy of the store,
+//! say): without the warm-up a round measures the machine's memory as much as the restart
+//! (docs/benchmarks.md, "A fresh process's restart on a guest: the host's first touch").
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -154,6 +163,12 @@ fn main() {
     let threads: usize = rest
         .get(1)
         .map_or(1, |t| t.parse().expect("a number of threads"));
+    if let Some(mib) = std::env::var("ACKSTORE_WARM_MIB")
+        .ok()
+        .filter(|m| !m.is_empty())
+    {
+        warm(mib.parse().expect("ACKSTORE_WARM_MIB: a number of MiB"));
+    }
     println!(
         "threads  round  wall_ms  cpu_ms  open_ms  open_cpu_ms  topics_ms  topics_cpu_ms  \
          topics_wait_ms  cursors_ms  cursors_cpu_ms  cursors_wait_ms"
@@ -205,4 +220,14 @@ fn main() {
         drop(opened);
         store.close().expect("close the store");
     }
+}
+
+/// Writes one byte in every page of `mib` MiB of fresh memory, then frees it (see the module's
+/// documentation).
+fn warm(mib: usize) {
+    let mut block = vec![0_u8; mib << 20];
+    for page in block.chunks_mut(4096) {
+        page[0] = 1;
+    }
+    std::hint::black_box(&block);
 }
