@@ -193,7 +193,9 @@ pub struct Index {
 #[derive(Debug, Default)]
 struct Entry {
     committed: Option<Committed>,
-    snapshot: Option<SnapshotLoc>,
+    /// Boxed: only a single-entry cursor has one (boxed, an entry of a multi-entry cursor, the
+    /// default, is 104 bytes smaller).
+    snapshot: Option<Box<SnapshotLoc>>,
     pending: Rows,
     pending_batch: Rows,
 }
@@ -318,10 +320,10 @@ impl Index {
             .entry(cursor)
             .or_default()
             .snapshot
-            .replace(SnapshotLoc {
+            .replace(Box::new(SnapshotLoc {
                 current: true,
                 ..snapshot
-            });
+            }));
         self.account(added, replaced.map_or(0, |s| s.frame_len));
     }
 
@@ -493,7 +495,7 @@ impl Index {
     /// The cursor's newest committed snapshot.
     #[must_use]
     pub fn snapshot(&self, cursor: CursorId) -> Option<&SnapshotLoc> {
-        self.cursors.get(&cursor)?.snapshot.as_ref()
+        self.cursors.get(&cursor)?.snapshot.as_deref()
     }
 
     /// The cursor's snapshot if it is the cursor's state (committed after its chain, or
