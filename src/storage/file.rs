@@ -52,7 +52,8 @@
 //!   the mark too. A handle of a name another process or an operator removed and created again
 //!   is left to the identity check: a new file that got the freed inode number has a birth time
 //!   of its own, so the reopen refuses it (on a file system that keeps no birth time, such as
-//!   NFS, device and inode decide alone and miss that case);
+//!   NFS, or does not keep it for a file's life, overlayfs, whose copy-up gives a file a new
+//!   one: [`Births`], device and inode decide alone and miss that case);
 //! - a descriptor with writes not yet synced is never closed silently. Each file counts
 //!   whether it was written since its last sync; the close of a written descriptor syncs it
 //!   first (`fdatasync`, under the file's sync lock), and a failure is *latched*: every later
@@ -95,6 +96,10 @@ pub const LOCK_FILE: &str = "LOCK";
 pub struct FileStorage {
     dir: PathBuf,
     fds: Arc<Descriptors>,
+    /// The file system of `dir`: its device number, and whether a file keeps its birth time
+    /// for life there ([`Births`]).
+    dev: u64,
+    births: Births,
 }
 
 /// The limit of the process's descriptor cache ([`OpenFiles::process`]), which every storage
@@ -199,9 +204,12 @@ impl FileStorage {
                 reason: "it is not a directory".into(),
             });
         }
+        let births = Births::of(&dir)?;
         Ok(Self {
             dir,
             fds: Arc::clone(&open_files.fds),
+            dev: meta.dev(),
+            births,
         })
     }
 
@@ -286,9 +294,18 @@ impl Storage for FileStorage {
                 std::io::Error::other("it is not a directory"),
             ));
         }
+        // A subdirectory on the same device is on the same file system; another is a mount
+        // point, asked again.
+        let births = if meta.dev() == self.dev {
+            self.births
+        } else {
+            Births::of(&path)?
+        };
         Ok(Some(Arc::new(Self {
             dir: path,
             fds: Arc::clone(&self.fds),
+            dev: meta.dev(),
+            births,
         })))
     }
 
@@ -319,14 +336,20 @@ impl Storage for FileStorage {
             .open(&path)
             .map_err(|e| Error::io("create", &path, e))?;
         access_time_off(&file);
-        Ok(RealFile::adopt(&self.fds, file, path, true))
+        Ok(RealFile::adopt(&self.fds, file, path, true, self.births))
     }
 
     fn open(&self, name: &str) -> Result<Arc<dyn StorageFile>> {
         let path = self.path_of(name)?;
         let (file, writable) =
             open_existing(&path, None).map_err(|e| Error::io("open", &path, e))?;
-        Ok(RealFile::adopt(&self.fds, file, path, writable))
+        Ok(RealFile::adopt(
+            &self.fds,
+            file,
+            path,
+            writable,
+            self.births,
+        ))
     }
 
     /// Removes `name`; its live handles are gone from then on (see the module's documentation).
@@ -650,7 +673,8 @@ impl Descriptors {
 /// unless both were born within one tick of the clock the file system stamps it from (a
 /// kernel's coarse clock ticks every few milliseconds): a replacement that soon after the first
 /// file's creation is still taken for it. Where the file system keeps no birth time (NFS),
-/// both sides have none and device and inode decide alone.
+/// both sides have none and device and inode decide alone, as they do on overlayfs
+/// ([`Births`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct FileId {
     dev: u64,
@@ -660,13 +684,46 @@ struct FileId {
 
 impl FileId {
     /// The identity `m` (an `fstat` or a `stat` by name, which std takes by `statx` with the
-    /// birth time on Linux) shows.
-    fn of(m: &std::fs::Metadata) -> Self {
+    /// birth time on Linux) shows, with its birth time where `births` says the file system
+    /// keeps one for life.
+    fn of(m: &std::fs::Metadata, births: Births) -> Self {
         Self {
             dev: m.dev(),
             ino: m.ino(),
-            born: m.created().ok(),
+            born: match births {
+                Births::Kept => m.created().ok(),
+                Births::Unstable => None,
+            },
         }
+    }
+}
+
+/// Whether a file system keeps a file's birth time for the file's life, so that [`FileId`]
+/// may compare it. overlayfs does not: a copy-up (the first write of a file of a lower layer,
+/// or a `chmod` of it) gives the file a new one in the upper layer and keeps its device and
+/// inode numbers, so the same file would show another birth time to a handle that saw it
+/// before; there, device and inode decide alone, as on a file system without birth times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Births {
+    Kept,
+    Unstable,
+}
+
+impl Births {
+    /// What the file system of `dir` keeps (one `statfs`).
+    fn of(dir: &Path) -> Result<Self> {
+        /// `OVERLAYFS_SUPER_MAGIC`, `statfs`'s type of an overlay (linux/magic.h).
+        const OVERLAYFS: i64 = 0x794c_7630;
+        let fs = rustix::fs::statfs(dir)
+            .map_err(|e| Error::io("open directory", dir, std::io::Error::from(e)))?;
+        // `f_type`'s type differs between targets (`i64` on x86_64, `u32` on some others).
+        #[allow(clippy::useless_conversion)]
+        let kind = i64::from(fs.f_type);
+        Ok(if kind == OVERLAYFS {
+            Self::Unstable
+        } else {
+            Self::Kept
+        })
     }
 }
 
@@ -681,6 +738,8 @@ struct Shared {
     /// the cache by eviction or with its handle; not at the open, which would `fstat` every file
     /// twice, the caller's size right after.)
     id: OnceLock<FileId>,
+    /// Whether `id` holds the birth time (its storage's [`Births`]).
+    births: Births,
     /// Opened for writing (a reopen takes the same mode).
     writable: bool,
     /// Set when this storage removed or renamed the file's name (see
@@ -765,7 +824,7 @@ impl Descriptor {
     /// none yet.
     fn metadata(&self) -> std::io::Result<std::fs::Metadata> {
         let m = self.file.metadata()?;
-        let _known = self.shared.id.set(FileId::of(&m));
+        let _known = self.shared.id.set(FileId::of(&m, self.shared.births));
         Ok(m)
     }
 
@@ -800,10 +859,12 @@ impl RealFile {
         file: File,
         path: PathBuf,
         writable: bool,
+        births: Births,
     ) -> Arc<dyn StorageFile> {
         let shared = Arc::new(Shared {
             path,
             id: OnceLock::new(),
+            births,
             writable,
             gone: AtomicBool::new(false),
             written: AtomicBool::new(false),
@@ -875,7 +936,7 @@ impl RealFile {
             ));
         };
         let m = file.metadata().map_err(|e| self.err("stat", e))?;
-        if FileId::of(&m) != id {
+        if FileId::of(&m, self.shared.births) != id {
             return Err(self.err(
                 "reopen",
                 std::io::Error::new(
@@ -902,10 +963,11 @@ impl RealFile {
         Ok(descriptor)
     }
 
-    /// Whether `path` names this very file: one lookup of it, compared with the device and
-    /// inode of this handle's descriptor, held open across it: while a descriptor is open its
-    /// inode cannot be freed, so no other file has that identity. `None` when the cache has closed the descriptor (a reopen by
-    /// the handle's own name would cost what the caller's read of the name does).
+    /// Whether `path` names this very file: one lookup of it, compared with the identity
+    /// ([`FileId`]) of this handle's descriptor, held open across it: while a descriptor is
+    /// open its inode cannot be freed, so no other file has that identity. `None` when the
+    /// cache has closed the descriptor (a reopen by the handle's own name would cost what the
+    /// caller's read of the name does).
     fn names(&self, path: &Path) -> Result<Option<bool>> {
         let Some(descriptor) = lock(&self.fds.open).get(&self.key).map(Arc::clone) else {
             return Ok(None);
@@ -914,10 +976,10 @@ impl RealFile {
             id
         } else {
             let m = descriptor.metadata().map_err(|e| self.err("stat", e))?;
-            FileId::of(&m)
+            FileId::of(&m, self.shared.births)
         };
         let named = match std::fs::symlink_metadata(path) {
-            Ok(m) => FileId::of(&m) == id,
+            Ok(m) => FileId::of(&m, self.shared.births) == id,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
             Err(e) => return Err(Error::io("stat", path, e)),
         };

@@ -111,11 +111,11 @@ fn a_file_removed_or_replaced_under_the_store_is_an_error_never_a_new_file() {
     assert_eq!(std::fs::read(dir.path().join("b")).unwrap(), b"sea");
 }
 
-/// A file's identity (device and inode) is taken at its first `fstat` or, for a file never
-/// asked its size, when the cache evicts its descriptor: a handle that only read and wrote
-/// (no `size`, `map` or `data_from`) reopens its own file after an eviction, and refuses
-/// another put under its name by someone else (a rename outside the storage, which leaves no
-/// mark), whether it was created or opened, and wherever the stat came.
+/// A file's identity (device, inode and birth time) is taken at its first `fstat` or, for a
+/// file never asked its size, when the cache evicts its descriptor: a handle that only read
+/// and wrote (no `size`, `map` or `data_from`) reopens its own file after an eviction, and
+/// refuses another put under its name by someone else (a rename outside the storage, which
+/// leaves no mark), whether it was created or opened, and wherever the stat came.
 #[test]
 fn a_handle_never_asked_its_size_reopens_its_own_file_and_refuses_another_under_its_name() {
     let dir = tempfile::tempdir().unwrap();
@@ -205,6 +205,104 @@ fn a_handle_refuses_a_file_put_under_its_name_from_outside_with_its_freed_inode_
             b"their bytes",
             "stat first: {stat_first}"
         );
+    }
+}
+
+/// A file of an overlay (a container's root file system) in its lower layer, which a handle
+/// opened for reading only (the overlay was read-only then, as a file this process may not
+/// write), then copied up to the upper layer by a `chmod` while the handle's descriptor is
+/// closed: the same file, with its bytes and its device and inode numbers (overlayfs keeps
+/// them), and a new birth time, the upper file's. The handle reads it and still names it; a
+/// file put under the name afterwards is still refused, by device and inode.
+#[test]
+fn a_handle_of_an_overlays_file_reads_it_after_a_copy_up_gives_it_a_new_birth_time() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(overlay) = Overlay::mount(&[("a", b"lower bytes"), ("b", b"other")]) else {
+        eprintln!("no overlay mounted (not root, or no overlayfs): nothing to check");
+        return;
+    };
+    let dir = overlay.merged();
+    let s = one_descriptor(&dir);
+    let a = s.open("a").unwrap();
+    assert_eq!(a.size().unwrap(), 11);
+    let born_below = std::fs::metadata(dir.join("a")).unwrap().created().ok();
+    // Closes `a`'s descriptor.
+    let _b = s.open("b").unwrap();
+    overlay.make_writable();
+    support::fds::until_born_after(&dir, born_below);
+    std::fs::set_permissions(dir.join("a"), std::fs::Permissions::from_mode(0o440)).unwrap();
+    assert!(
+        overlay.upper().join("a").exists(),
+        "the chmod copied `a` up"
+    );
+    let mut buf = [0; 11];
+    a.read_exact_at(&mut buf, 0)
+        .expect("the handle reads its own file, copied up");
+    assert_eq!(&buf, b"lower bytes");
+    assert_eq!(s.names_file("a", &*a).unwrap(), Some(true));
+    // Another file under the name: refused, as anywhere.
+    let _b = s.open("b").unwrap();
+    std::fs::remove_file(dir.join("a")).unwrap();
+    std::fs::write(dir.join("a"), b"their bytes").unwrap();
+    assert!(a.read_exact_at(&mut buf, 0).is_err());
+}
+
+/// An overlay mounted read-only for the life of the value over a lower layer of the given
+/// files, with an upper layer it can be made writable with.
+struct Overlay {
+    dir: tempfile::TempDir,
+}
+
+impl Overlay {
+    /// `None` where this process may not mount one (not root, no overlayfs).
+    fn mount(files: &[(&str, &[u8])]) -> Option<Self> {
+        let dir = tempfile::tempdir().ok()?;
+        for layer in ["lower", "upper", "work", "merged"] {
+            std::fs::create_dir(dir.path().join(layer)).ok()?;
+        }
+        for (name, bytes) in files {
+            std::fs::write(dir.path().join("lower").join(name), bytes).ok()?;
+        }
+        let at = |layer: &str| dir.path().join(layer).display().to_string();
+        let options = format!(
+            "ro,lowerdir={},upperdir={},workdir={}",
+            at("lower"),
+            at("upper"),
+            at("work")
+        );
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "overlay", "overlay", "-o", &options])
+            .arg(dir.path().join("merged"))
+            .output()
+            .is_ok_and(|o| o.status.success());
+        mounted.then_some(Self { dir })
+    }
+
+    fn merged(&self) -> std::path::PathBuf {
+        self.dir.path().join("merged")
+    }
+
+    fn upper(&self) -> std::path::PathBuf {
+        self.dir.path().join("upper")
+    }
+
+    fn make_writable(&self) {
+        let remounted = std::process::Command::new("mount")
+            .args(["-o", "remount,rw"])
+            .arg(self.merged())
+            .output()
+            .is_ok_and(|o| o.status.success());
+        assert!(remounted, "remounting the overlay read-write");
+    }
+}
+
+impl Drop for Overlay {
+    fn drop(&mut self) {
+        // Lazily: the storage's descriptor cache may still hold a descriptor under it.
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.merged())
+            .status();
     }
 }
 
