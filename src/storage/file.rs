@@ -699,7 +699,7 @@ impl FileId {
 }
 
 /// Whether a file system keeps a file's birth time for the file's life, so that [`FileId`]
-/// may compare it. overlayfs does not: a copy-up (the first write of a file of a lower layer,
+/// may compare it. overlayfs does not: a copy-up (an open of a lower layer's file for writing,
 /// or a `chmod` of it) gives the file a new one in the upper layer and keeps its device and
 /// inode numbers, so the same file would show another birth time to a handle that saw it
 /// before; there, device and inode decide alone, as on a file system without birth times.
