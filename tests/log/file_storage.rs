@@ -229,7 +229,9 @@ fn a_handle_of_an_overlays_file_reads_it_after_a_copy_up_gives_it_a_new_birth_ti
     // Closes `a`'s descriptor.
     let _b = s.open("b").unwrap();
     overlay.make_writable();
-    support::fds::until_born_after(&dir, born_below);
+    // The copy-up creates the upper file: born later than the lower one, so that a comparison
+    // of birth times would tell them apart.
+    support::fds::until_born_after(&overlay.upper(), born_below);
     std::fs::set_permissions(dir.join("a"), std::fs::Permissions::from_mode(0o440)).unwrap();
     assert!(
         overlay.upper().join("a").exists(),
