@@ -4,7 +4,7 @@
 //! interface. A broker uses the names re-exported at the crate root.
 //!
 //! Layers, lowest first (a layer never imports one above it):
-//! - `position` and `error`: shared vocabulary;
+//! - `position` and `error`: shared vocabulary; `hashing`: the hash tables' hasher;
 //! - `format`: pure encode/decode of every on-disk record;
 //! - `storage`: files behind a trait (real files, or an in-memory disk that can lose power),
 //!   public as `ackstore::storage` and re-exported here under its old path;
@@ -42,6 +42,8 @@ pub mod filter;
 pub mod finder;
 #[path = "format/mod.rs"]
 pub mod format;
+#[path = "hashing.rs"]
+pub mod hashing;
 #[path = "journal/mod.rs"]
 pub mod journal;
 #[path = "ledger/mod.rs"]

@@ -39,8 +39,8 @@ pub mod storage;
 
 // The layers keep their `crate::<layer>` paths inside the crate.
 use internals::{
-    ackset, cursor, entry, error, filter, finder, format, journal, ledger, log, meta, position,
-    store,
+    ackset, cursor, entry, error, filter, finder, format, hashing, journal, ledger, log, meta,
+    position, store,
 };
 
 pub use ackset::AckSetStats;

@@ -1,13 +1,12 @@
 //! [`PartitionStore`]: where the wrapper puts evicted partitions and loads cold ones from, and
 //! [`MemPartitionStore`], an in-memory store for tests and tools.
 
-use std::collections::HashMap;
-
 use roaring::RoaringBitmap;
 
 use super::PartitionKey;
 use crate::error::{CorruptionKind, Error, Result};
 use crate::format::partition::{decode_partition, encode_partition, peek_bounds};
+use crate::hashing::IdMap;
 
 /// Where a [`RangeSetWrapper`](super::RangeSetWrapper) puts partitions it evicts and loads the
 /// partitions it does not hold. Object safe.
@@ -50,7 +49,7 @@ pub trait PartitionStore: Send {
 /// goes through the partition decoder and its checks).
 #[derive(Debug, Default)]
 pub struct MemPartitionStore {
-    records: HashMap<PartitionKey, Vec<u8>>,
+    records: IdMap<PartitionKey, Vec<u8>>,
     loads: u64,
     stores: u64,
 }

@@ -10,7 +10,7 @@
 //! Must never: sync or commit anything, write to a cursor ledger, or hand out a partition whose
 //! entry fails its CRC, key or count check.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -19,6 +19,7 @@ use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::format::cursor::{
     BatchPartition, BatchRow, decode_batch_entry, encode_batch_entry, payload_crc,
 };
+use crate::hashing::IdMap;
 use crate::log::EntryLog;
 use crate::position::Position;
 
@@ -156,7 +157,7 @@ impl BatchStore for CursorBatchStore {
 /// the newest copy of each partition only.
 #[derive(Debug, Default)]
 pub struct MemBatchStore {
-    entries: HashMap<PartitionKey, (u64, Vec<u8>)>,
+    entries: IdMap<PartitionKey, (u64, Vec<u8>)>,
     next_id: u64,
 }
 

@@ -62,6 +62,7 @@
 
 use super::{Corruption, Reader, crc32};
 use crate::error::CorruptionKind;
+use crate::hashing::{HashSetExt, IdSet};
 
 /// Magic at the start of a catalog.
 pub const CATALOG_MAGIC: [u8; 8] = *b"ACKSCATL";
@@ -427,7 +428,7 @@ impl Catalog {
     /// Checks what only the whole list of topics shows: ids unique and below
     /// `next_topic_id`, names unique.
     pub fn check_topics(&self) -> Result<(), Corruption> {
-        let mut ids = std::collections::HashSet::with_capacity(self.topics.len());
+        let mut ids = IdSet::with_capacity(self.topics.len());
         let mut names = std::collections::HashSet::with_capacity(self.topics.len());
         for t in &self.topics {
             if t.id >= self.next_topic_id || !ids.insert(t.id) {

@@ -1,6 +1,6 @@
 //! The offline check: a read-only scan of a journal, as an open reads it, into a report.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use roaring::RoaringBitmap;
@@ -13,6 +13,7 @@ use super::segment::{SegmentFile, segment_name};
 use crate::ackset::{PartitionKey, PartitionStore, RangeSetWrapper};
 use crate::error::{Error, Result};
 use crate::format::journal::JournalLoc;
+use crate::hashing::{HashMapExt, IdMap};
 use crate::storage::Storage;
 
 /// Bytes of partitions [`committed_ranges`] keeps resident while it walks a state.
@@ -181,7 +182,7 @@ pub fn committed_ranges(storage: Arc<dyn Storage>, state: &Committed) -> Result<
     let records = CommittedPartitions {
         storage,
         rows: state.rows.clone(),
-        files: HashMap::new(),
+        files: IdMap::new(),
     };
     RangeSetWrapper::with_index(Box::new(records), RANGE_WALK_BYTES, index).range_count()
 }
@@ -192,7 +193,7 @@ struct CommittedPartitions {
     storage: Arc<dyn Storage>,
     rows: Rows,
     /// Segment files opened so far.
-    files: HashMap<u64, Arc<SegmentFile>>,
+    files: IdMap<u64, Arc<SegmentFile>>,
 }
 
 impl PartitionStore for CommittedPartitions {

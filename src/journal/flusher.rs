@@ -18,12 +18,13 @@
 //! owner of the pool, so no last handle is ever dropped on one).
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::BinaryHeap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::hashing::{HashMapExt, HashSetExt, IdMap, IdSet};
 use crate::log::lock;
 
 /// A member of a [`Pool`]: the host of a journal, whose cursors one tick flushes.
@@ -58,11 +59,11 @@ struct State<T: ?Sized> {
     stopping: bool,
     next_id: u64,
     /// Every member, by id.
-    members: HashMap<u64, Member<T>>,
+    members: IdMap<u64, Member<T>>,
     /// One entry per member with an interval whose tick is not running: its deadline and id.
     queue: BinaryHeap<Reverse<(Instant, u64)>>,
     /// Members whose tick a thread is running.
-    running: HashSet<u64>,
+    running: IdSet<u64>,
 }
 
 #[derive(Debug)]
@@ -80,9 +81,9 @@ impl<T: Ticked + ?Sized + 'static> Pool<T> {
                 state: Mutex::new(State {
                     stopping: false,
                     next_id: 0,
-                    members: HashMap::new(),
+                    members: IdMap::new(),
                     queue: BinaryHeap::new(),
-                    running: HashSet::new(),
+                    running: IdSet::new(),
                 }),
                 wake: Condvar::new(),
                 ended: Condvar::new(),

@@ -9,7 +9,7 @@
 //! their own (a partition may have both an ack record and a batch record).
 //!
 //! Sized for a store of 100,000 cursors: a cursor is one entry of one hash map (its committed
-//! chain and its pending rows together, hashed once per lookup with [`BuildIdHasher`]), and a
+//! chain and its pending rows together, hashed once per lookup, with foldhash: `crate::hashing`), and a
 //! cursor's rows are a [`Rows`], a sorted vector while they are few.
 //!
 //! A cursor's committed state is a *chain*: a full marker and the deltas built on it since,
@@ -25,13 +25,11 @@
 //! ([`PartLoc::seq`], not its place in the log: a rollover copies an old committed copy to
 //! the end of the log, after newer pending ones): a copy older than another is never returned.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasher, Hasher};
-
 pub use super::rows::{Row, Rows};
 use crate::ackset::PartitionKey;
 use crate::format::cursor::PersistedState;
 use crate::format::journal::JournalLoc;
+use crate::hashing::IdMap;
 
 /// A cursor of the store: its topic's catalog id and its id within the topic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -184,7 +182,7 @@ pub struct AppliedDelta {
 /// and unmapped whole) and copied into: a quarter of the restart's page faults.
 #[derive(Debug, Default)]
 pub struct Index {
-    cursors: HashMap<CursorId, Box<Entry>, BuildIdHasher>,
+    cursors: IdMap<CursorId, Box<Entry>>,
     live: u64,
 }
 
@@ -566,52 +564,5 @@ impl Index {
     #[must_use]
     pub fn recount_live_bytes(&self) -> u64 {
         self.cursors.values().map(|e| e.bytes()).sum()
-    }
-}
-
-/// Hashes a [`CursorId`] (two integers the store assigns, never a client's bytes) with one
-/// multiply-rotate per word instead of `SipHash`: the index is looked up once per live partition
-/// of every cursor a tick stages. Its keys cannot be chosen by a client to collide.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct BuildIdHasher;
-
-impl BuildHasher for BuildIdHasher {
-    type Hasher = IdHasher;
-
-    fn build_hasher(&self) -> IdHasher {
-        IdHasher(0)
-    }
-}
-
-/// The hasher of [`BuildIdHasher`].
-#[derive(Debug, Clone, Copy)]
-pub struct IdHasher(u64);
-
-impl IdHasher {
-    /// An odd constant with well-mixed bits (2^64 divided by the golden ratio).
-    const K: u64 = 0x9e37_79b9_7f4a_7c15;
-
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(26) ^ word).wrapping_mul(Self::K);
-    }
-}
-
-impl Hasher for IdHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.add(u64::from_le_bytes(word));
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.add(n);
-    }
-
-    fn finish(&self) -> u64 {
-        // The multiply leaves the high bits best mixed; the table takes its control bits from
-        // the top and its bucket from the bottom, so both get them.
-        self.0 ^ (self.0 >> 32)
     }
 }

@@ -43,7 +43,7 @@ mod segment;
 mod tick;
 mod writer;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
@@ -51,6 +51,7 @@ use crate::ackset::PartitionKey;
 use crate::error::{CorruptionKind, CorruptionPlace, Error};
 use crate::format::cursor::{PersistedState, Snapshot};
 use crate::format::journal::JournalLoc;
+use crate::hashing::{IdMap, IdSet};
 use crate::storage::Storage;
 use index::{CursorId, Index, PartLoc};
 use writer::Writer;
@@ -145,10 +146,10 @@ pub struct Journal {
     /// marker: their next flush writes a marker whatever their dirty state says, so a state a
     /// cursor took for written at stage time is never left without its marker. Changed under
     /// the tick lock only.
-    unsettled: Mutex<HashSet<CursorId>>,
+    unsettled: Mutex<IdSet<CursorId>>,
     /// Cursors whose newest marker or delta did not verify at open, which recovered their
     /// single-entry snapshot instead, with where that record starts.
-    fallbacks: std::collections::HashMap<CursorId, JournalLoc>,
+    fallbacks: IdMap<CursorId, JournalLoc>,
 }
 
 #[derive(Debug, Default)]

@@ -2,8 +2,6 @@
 //! and deltas commit, which were superseded by a rollover, and what is damage (see
 //! `recover.rs`, "Recovery").
 
-use std::collections::HashMap;
-
 use super::corrupt;
 use super::index::{AppliedDelta, Committed, CursorId, Index, PartLoc, Rows, SnapshotLoc};
 use super::marker::{full_marker_frame_len, named_payload};
@@ -18,6 +16,7 @@ use crate::format::journal::{
     SEGMENT_VERSION_V6, SEGMENT_VERSION_V8, cursor_binding, decode_delta, decode_partition_payload,
     record_binding, record_crc,
 };
+use crate::hashing::{IdMap, IdSet};
 
 /// What a scan of the segments found, before it becomes the index.
 #[derive(Default)]
@@ -29,16 +28,16 @@ pub(super) struct Scan {
     /// row of a marker before version 8 holds; its `PartLoc` holds what a version 8 row holds,
     /// [`crate::format::journal::batch_row_crc`]).
     batches: Seen<u32>,
-    forgotten: std::collections::HashSet<CursorId>,
+    forgotten: IdSet<CursorId>,
     /// The oldest segment scanned: a record that references an older one was superseded
     /// before a rollover removed what it references.
     first: u64,
     /// Markers and deltas superseded that way, and deltas built on them.
-    stale: std::collections::HashSet<JournalLoc>,
+    stale: IdSet<JournalLoc>,
     /// Cursors whose newest marker or delta so far was superseded that way, with its location:
     /// a rollover re-bases a cursor with a full marker before it removes the segment its chain
     /// reaches into, so such a record must be followed by one that commits.
-    unrebased: HashMap<CursorId, JournalLoc>,
+    unrebased: IdMap<CursorId, JournalLoc>,
     /// Cursors whose chain's newest marker or delta did not verify below the synced length
     /// and which fell back to their snapshot, with where that record starts.
     pub(super) fallbacks: Vec<(CursorId, JournalLoc)>,
@@ -48,7 +47,7 @@ pub(super) struct Scan {
     damaged: Vec<(JournalLoc, u64)>,
     /// Those of them a marker or delta that fell back to its cursor's snapshot references:
     /// accounted for. Any other is damage that refuses the scan.
-    explained: std::collections::HashSet<JournalLoc>,
+    explained: IdSet<JournalLoc>,
 }
 
 /// Partition or batch records a scan saw, each with its cursor, its key, where it is and `X`,

@@ -6,7 +6,6 @@
 //! segment, one of the sealed segment and one of the directory). So a tick over any number of
 //! cursors costs one to three syncs.
 
-use std::collections::{HashMap, HashSet};
 use std::sync::MutexGuard;
 use std::sync::atomic::Ordering;
 
@@ -22,6 +21,7 @@ use crate::format::journal::{
     BODY_FIXED_LEN, JournalLoc, MAX_BODY_LEN, NAME_TAG_LEN, Record, RecordKind, SEGMENT_VERSION,
     cursor_binding, encode_partition_payload, encode_record, record_binding, record_crc,
 };
+use crate::hashing::{HashMapExt, IdMap, IdSet};
 
 /// One cursor's part of a tick: its state and its ack partitions as of one snapshot.
 #[derive(Debug, Clone)]
@@ -422,7 +422,7 @@ impl Tick<'_> {
             let index = lock(&j.index);
             // Where each cursor's newest marker of this tick is in `commits`: one lookup per
             // staged cursor, so a tick costs the same per cursor whatever their number.
-            let mut newest: HashMap<CursorId, usize> = HashMap::with_capacity(self.staged.len());
+            let mut newest: IdMap<CursorId, usize> = IdMap::with_capacity(self.staged.len());
             for staged in std::mem::take(&mut self.staged) {
                 let cursor = staged.cursor;
                 // A cursor staged twice in one tick builds on its own earlier marker.
@@ -554,7 +554,7 @@ fn resolve_live(
     let mut live_written = Vec::new();
     // One set of the written keys: a flush that writes every partition of a cursor with many
     // costs the same per partition as one that writes a few.
-    let written_keys: HashSet<&PartitionKey> = written.iter().map(|(k, _)| k).collect();
+    let written_keys: IdSet<&PartitionKey> = written.iter().map(|(k, _)| k).collect();
     let index = lock(&j.index);
     for key in live {
         if written_keys.contains(key) {

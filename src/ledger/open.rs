@@ -78,7 +78,7 @@
 //!
 //! Appends after open always go to a new ledger.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::config::LedgerConfig;
@@ -97,6 +97,7 @@ use crate::format::meta::{
     SHORTER_THAN_A_MARK_DELETE,
 };
 use crate::format::store::STORE_RECORD;
+use crate::hashing::{HashSetExt, IdSet};
 use crate::journal::JournalConfig;
 use crate::log::{EntryLog, LedgerInfo, parse_ledger_file_name};
 use crate::meta::{CheckedMeta, FileMetaStore, MetaStore};
@@ -519,7 +520,7 @@ fn sweep_leftovers(
     }
     // The sweep removes only names it is given: every listed file of a record that may be
     // deleted (a version below its tombstone left behind would bring the record back).
-    let records: HashSet<&str> = leftovers
+    let records: IdSet<&str> = leftovers
         .iter()
         .filter_map(|f| crate::meta::record_of_file(f))
         .collect();
@@ -540,8 +541,8 @@ fn sweep_leftovers(
 /// cut leaves a tombstone over a listed cursor's record: that is damage (a record emptied, or
 /// an older topic record), and the cursor is kept, with its state from the journal.
 pub(crate) fn swept_by_open(record: &TopicRecord, in_store: bool) -> impl Fn(&str) -> bool {
-    let table: HashSet<u64> = if in_store {
-        HashSet::new()
+    let table: IdSet<u64> = if in_store {
+        IdSet::new()
     } else {
         record.cursors.iter().map(|c| c.id).collect()
     };
@@ -916,7 +917,7 @@ fn cursor_references(
 /// which only damage does, is refused by the cursor's open). A listed cursor whose journal
 /// holds its state is recovered from the journal alone, its record never read for its state.
 fn refuse_lost_records(record: &TopicRecord, names: &[String], tj: &TopicJournal) -> Result<()> {
-    let present: HashSet<&str> = names.iter().map(String::as_str).collect();
+    let present: IdSet<&str> = names.iter().map(String::as_str).collect();
     match record.cursors.iter().find(|c| {
         !present.contains(record_name(c.id).as_str()) && tj.committed_state(c.id).is_none()
     }) {

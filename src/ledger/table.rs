@@ -12,8 +12,6 @@
 //! version of the topic record this owner may still write pins, nor pin one it did not write
 //! for that version.
 
-use std::collections::HashSet;
-
 use super::topic::TOPIC_RECORD;
 use crate::error::{Error, Result};
 use crate::format::meta::{
@@ -21,6 +19,7 @@ use crate::format::meta::{
     encode_chunk, is_topic_chunk_record,
 };
 use crate::format::store::ChunkPin;
+use crate::hashing::IdSet;
 use crate::meta::MetaStore;
 
 /// The topic record and its version, its tables read whole from the chunk records it pins;
@@ -122,7 +121,7 @@ fn pinned(record: &TopicRecord) -> impl Iterator<Item = String> + '_ {
 /// The chunk records `before` pins that `after` does not: superseded by the write of `after`,
 /// removed once it took.
 pub(crate) fn superseded(before: &TopicRecord, after: &TopicRecord) -> Vec<String> {
-    let kept: HashSet<String> = pinned(after).collect();
+    let kept: IdSet<String> = pinned(after).collect();
     pinned(before).filter(|name| !kept.contains(name)).collect()
 }
 
@@ -139,6 +138,6 @@ pub(crate) fn discard(meta: &dyn MetaStore, names: &[String]) {
 /// superseded left. The open removes them after its ownership check; `verify` calls them
 /// leftovers.
 pub(crate) fn chunk_leftovers(listed: &[String], record: &TopicRecord) -> Vec<String> {
-    let pinned: HashSet<String> = pinned(record).collect();
+    let pinned: IdSet<String> = pinned(record).collect();
     crate::meta::unpinned_chunk_files(listed.iter().cloned(), is_topic_chunk_record, &pinned)
 }

@@ -13,7 +13,7 @@
 //! mark-delete. A cursor operation takes its own state lock, then `layout` for reading; it never
 //! takes `writer` or `cursors` while holding its state.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{
     Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak,
@@ -29,6 +29,7 @@ use crate::cursor::{self, CursorShared, NO_MARK_DELETE, TopicAccess};
 use crate::error::{Error, Result};
 use crate::finder::{Layout, Layouts, LedgerSpan, ReadableLayout};
 use crate::format::meta::{CursorRecord, LedgerRecord, TopicRecord};
+use crate::hashing::{HashMapExt, IdMap};
 use crate::log::{EntryLog, EntryMeta, IdSource, lock};
 use crate::meta::MetaStore;
 use crate::observe;
@@ -112,7 +113,7 @@ pub(crate) struct TopicCore {
     /// Open non-durable cursors (readers) by id: closed with the topic, never in the topic
     /// record, never consulted by trimming. Keyed so opening and closing one costs O(1)
     /// whatever the number of readers.
-    readers: Mutex<HashMap<u64, Weak<CursorShared>>>,
+    readers: Mutex<IdMap<u64, Weak<CursorShared>>>,
     /// What may let a waiting read return: see [`Wakes`]. A waiting read sleeps on `wakes_cv`
     /// until the count moves past the value it saw before reading.
     wakes: Mutex<Wakes>,
@@ -171,7 +172,7 @@ impl TopicCore {
             adopted: AtomicBool::new(false),
             fence_reported: AtomicBool::new(false),
             record_failed: AtomicBool::new(false),
-            readers: Mutex::new(HashMap::new()),
+            readers: Mutex::new(IdMap::new()),
             wakes: Mutex::new(Wakes::default()),
             wakes_cv: Condvar::new(),
             journal: None,
@@ -221,7 +222,7 @@ impl TopicCore {
     }
 
     /// The open non-durable cursors (dead handles are pruned on every registration).
-    pub(crate) fn readers(&self) -> MutexGuard<'_, HashMap<u64, Weak<CursorShared>>> {
+    pub(crate) fn readers(&self) -> MutexGuard<'_, IdMap<u64, Weak<CursorShared>>> {
         lock(&self.readers)
     }
 

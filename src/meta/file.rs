@@ -90,6 +90,7 @@ use super::heads::{Heads, Ident, Known};
 use super::{MetaStore, validate_record_name};
 use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::format::meta::{MAX_RECORD_BYTES, STORED_OVERHEAD, decode_stored, encode_stored};
+use crate::hashing::{HashMapExt, IdMap};
 use crate::storage::{LockGuard, Storage};
 
 /// Suffix of a committed record's file.
@@ -146,7 +147,7 @@ pub struct Writes {
     /// Per record this store claimed since its last write of it, the version its first such
     /// claim linked from: the versions from it up to the one the record's next `put` replaces
     /// (every name those claims linked) stay until that `put` removes them.
-    claimed_from: std::collections::HashMap<String, u64>,
+    claimed_from: IdMap<String, u64>,
     /// The listing of every file of the directory the last call took right after its link,
     /// when that call was a claim that fenced former owners ([`FileMetaStore::none_above`]'s
     /// listing), less the files the claim removed: until the next write or claim changes the
@@ -511,7 +512,7 @@ impl FileMetaStore {
     /// Fills `heads` from `listed`, a listing of the directory (of the records in scope).
     fn fill_from(heads: &mut Heads, listed: &[String]) {
         // Each record's versioned files, and the records with a file of an earlier release.
-        let mut versions = std::collections::HashMap::<String, Vec<u64>>::new();
+        let mut versions = IdMap::<String, Vec<u64>>::new();
         let mut legacy = Vec::new();
         for file in listed {
             match parse_record_file(file) {

@@ -5,9 +5,9 @@
 //! Owns: that map, and nothing on disk. Every entry is a hint that the store verifies before it
 //! relies on it (see `FileMetaStore::owned`): a stale entry costs a listing, never a wrong answer.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::hashing::IdMap;
 use crate::storage::StorageFile;
 
 /// What the store knows of one record.
@@ -54,21 +54,21 @@ impl Ident {
 #[derive(Debug, Default)]
 pub(super) struct Heads {
     /// `None` until the directory was listed.
-    records: Option<HashMap<Box<str>, Known>>,
+    records: Option<IdMap<Box<str>, Known>>,
     /// For records at [`Known::At`] whose names this store knows exactly: the versions below
     /// the head that have a file in the live directory, lowest first, as this store last saw
     /// or left them (its listing, or its own write or claim since). Any other change of a
     /// record takes it out. A former owner's stray below the head is not counted, as no read
     /// takes it either.
-    below: HashMap<Box<str>, Vec<u64>>,
+    below: IdMap<Box<str>, Vec<u64>>,
     /// Per record, the version this store last wrote or claimed, and what its file held then
     /// ([`Ident`]): a version's file never changes, so another file under that name is a
     /// stray another writer linked into the name once it was freed. Kept apart from what
     /// reads find (`read`), so that reading a newer version (another owner's) never makes the
     /// store forget the file of the version it holds.
-    written: HashMap<Box<str>, (u64, Ident)>,
+    written: IdMap<Box<str>, (u64, Ident)>,
     /// Per record, the version this store last read and what its file held.
-    read: HashMap<Box<str>, (u64, Ident)>,
+    read: IdMap<Box<str>, (u64, Ident)>,
     /// Per record whose ownership this store checks ([`MetaStore::is_current`]), a handle of
     /// the file it last found under a version's name holding what it remembered of that
     /// version, so the next check asks the storage whether the name still names that file
@@ -77,7 +77,7 @@ pub(super) struct Heads {
     ///
     /// [`MetaStore::is_current`]: crate::meta::MetaStore::is_current
     /// [`Storage::names_file`]: crate::storage::Storage::names_file
-    held: HashMap<Box<str>, Held>,
+    held: IdMap<Box<str>, Held>,
     /// How many writes or claims of its own this store has recorded ([`Heads::set_ident`]).
     own_writes: u64,
 }
@@ -186,7 +186,7 @@ impl Heads {
         unknown: impl IntoIterator<Item = String>,
         exact: impl IntoIterator<Item = (String, Vec<u64>)>,
     ) {
-        let mut records: HashMap<Box<str>, Known> = highest
+        let mut records: IdMap<Box<str>, Known> = highest
             .into_iter()
             .map(|(name, v)| (name.into_boxed_str(), Known::At(v)))
             .collect();

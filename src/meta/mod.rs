@@ -17,6 +17,7 @@ mod heads;
 pub use file::{FileMetaStore, record_of_file};
 
 use crate::error::{Error, Result};
+use crate::hashing::IdSet;
 
 /// Small versioned records with compare-and-set. Object safe, `Send + Sync`.
 pub trait MetaStore: Send + Sync + std::fmt::Debug {
@@ -216,7 +217,7 @@ pub(crate) fn pinned_chunk(
 pub(crate) fn unpinned_chunk_files(
     files: impl IntoIterator<Item = String>,
     is_chunk: impl Fn(&str) -> bool,
-    pinned: &std::collections::HashSet<String>,
+    pinned: &IdSet<String>,
 ) -> Vec<String> {
     files
         .into_iter()

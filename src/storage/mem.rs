@@ -16,11 +16,12 @@
 //! N-th; both fail a write that would grow a file with `ENOSPC` and change nothing, while every
 //! other operation (reads, syncs, removals, renames) keeps working, as on a real full file system.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::{LockGuard, Mapped, Storage, StorageFile, validate_name};
 use crate::error::{Error, Result};
+use crate::hashing::{IdMap, IdSet};
 
 type Inode = u64;
 
@@ -38,7 +39,7 @@ struct State {
     /// last loss of unsynced names): every name outside it names the same inode (or nothing)
     /// in `live_dir` and `durable_dir`, so a directory sync copies only these.
     dir_changes: BTreeSet<String>,
-    inodes: HashMap<Inode, Data>,
+    inodes: IdMap<Inode, Data>,
     next_inode: Inode,
     mutations: u64,
     fail_after: Option<u64>,
@@ -104,7 +105,7 @@ impl State {
 
     /// Bytes held by the files the live directory names.
     fn used(&self) -> u64 {
-        let inodes: std::collections::HashSet<_> = self.live_dir.values().collect();
+        let inodes: IdSet<_> = self.live_dir.values().collect();
         inodes
             .into_iter()
             .filter_map(|i| self.inodes.get(i))

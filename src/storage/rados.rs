@@ -97,7 +97,7 @@ mod renewer;
 mod timeouts;
 mod wait;
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::ffi::{CStr, CString};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -110,6 +110,7 @@ use self::op::{Completion, WriteOp};
 pub use self::timeouts::{RadosOptions, RadosTimeouts};
 use super::{LeaseState, LockGuard, Mapped, Storage, StorageFile, validate_name};
 use crate::error::{Error, Result};
+use crate::hashing::IdSet;
 
 /// Name of the object that carries the ownership lock and the owner epoch.
 pub const LOCK_OBJECT: &str = "LOCK";
@@ -428,7 +429,7 @@ struct Shared {
 #[derive(Default)]
 struct Stamped {
     epoch: u64,
-    names: HashSet<String>,
+    names: IdSet<String>,
 }
 
 /// What [`Shared::touch`] found.

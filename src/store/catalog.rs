@@ -14,6 +14,7 @@ use crate::format::store::{
     CHUNK_RECORD_PREFIX, CHUNK_TOPICS, Catalog, CatalogSeal, CatalogTopic, ChunkPin, TopicChunk,
     chunk_record, is_chunk_record, list_segment, record_seal, retire_segment,
 };
+use crate::hashing::IdSet;
 use crate::meta::MetaStore;
 use crate::storage::Storage;
 
@@ -438,7 +439,7 @@ pub fn load_chunks(meta: &dyn MetaStore, catalog: &mut Catalog) -> Result<()> {
 /// # Errors
 /// [`Error::Io`] when the directory cannot be listed.
 pub fn chunk_leftovers(storage: &dyn Storage, catalog: &Catalog) -> Result<Vec<String>> {
-    let pinned: std::collections::HashSet<String> = catalog
+    let pinned: IdSet<String> = catalog
         .chunks
         .iter()
         .enumerate()

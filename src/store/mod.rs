@@ -42,6 +42,7 @@ use crate::cursor::journal::TopicJournal;
 use crate::error::{Error, Result};
 use crate::format::store::CatalogSeal;
 use crate::format::store::MAX_TOPIC_NAME_LEN;
+use crate::hashing::{HashMapExt, IdMap, IdSet};
 use crate::journal::{Journal, JournalConfig, JournalStats, OwnerCheck, Seal, SegmentHooks};
 use crate::ledger::{LedgerConfig, ManagedLedger};
 use crate::meta::{FileMetaStore, MetaStore};
@@ -181,11 +182,11 @@ struct Inner {
     topic_locks: Arc<space::TopicLocks>,
     /// By topic id, the cursors whose state the journal recovered when the store opened, until
     /// their topic first opens (which checks them against its cursor table).
-    recovered: Mutex<HashMap<u64, Vec<u64>>>,
+    recovered: Mutex<IdMap<u64, Vec<u64>>>,
 }
 
 impl Inner {
-    fn recovered(&self) -> MutexGuard<'_, HashMap<u64, Vec<u64>>> {
+    fn recovered(&self) -> MutexGuard<'_, IdMap<u64, Vec<u64>>> {
         self.recovered
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -445,7 +446,7 @@ impl Store {
             &seals,
             journal_listing(catalog.catalog()),
         )?;
-        let mut recovered: HashMap<u64, Vec<u64>> = HashMap::new();
+        let mut recovered: IdMap<u64, Vec<u64>> = IdMap::new();
         for c in journal.cursors() {
             recovered.entry(c.topic).or_default().push(c.cursor);
         }
@@ -788,7 +789,7 @@ pub fn check_unlisted_topics(
     catalog: &crate::format::store::Catalog,
     journal_topics: impl IntoIterator<Item = u64>,
 ) -> Result<()> {
-    let listed: std::collections::HashSet<u64> = catalog.topics.iter().map(|t| t.id).collect();
+    let listed: IdSet<u64> = catalog.topics.iter().map(|t| t.id).collect();
     let unlisted = |what: &'static str| {
         Err(Error::corrupted_at(
             crate::error::CorruptionPlace::Record(STORE_RECORD.into()),

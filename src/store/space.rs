@@ -20,11 +20,11 @@
 //! and digits, and a topic directory's name has no `-` or `.`, so it is no file name of the
 //! store's.
 
-use std::collections::HashSet;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::hashing::IdSet;
 use crate::storage::{LockGuard, Storage, StorageFile, validate_name};
 
 /// How long a topic's open waits for the previous instance of the same topic to finish its
@@ -36,7 +36,7 @@ const REOPEN_WAIT: Duration = Duration::from_secs(30);
 /// the directory, not each topic).
 #[derive(Debug, Default)]
 pub struct TopicLocks {
-    held: Mutex<HashSet<u64>>,
+    held: Mutex<IdSet<u64>>,
     freed: Condvar,
 }
 

@@ -16,7 +16,7 @@
 //! where that renewal is over); keep a storage whose lease left.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::BinaryHeap;
 use std::ffi::CString;
 use std::fmt;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use super::Shared;
 use crate::error::{Error, Result};
+use crate::hashing::{IdMap, IdSet};
 
 /// The renewals of one connection (shared by the [`super::RadosCluster`] and every storage
 /// made from it).
@@ -50,11 +51,11 @@ impl fmt::Debug for Renewer {
 #[derive(Default)]
 struct State {
     next_id: u64,
-    leases: HashMap<u64, Held>,
+    leases: IdMap<u64, Held>,
     /// One entry per registered lease not being renewed now: when its next renewal is due.
     queue: BinaryHeap<Reverse<(Instant, u64)>>,
     /// Leases whose renewal the thread has sent and not settled yet.
-    renewing: HashSet<u64>,
+    renewing: IdSet<u64>,
     /// Whether the thread runs (it ends when no lease is left).
     running: bool,
     thread: Option<JoinHandle<()>>,
