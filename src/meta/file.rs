@@ -90,7 +90,7 @@ use super::heads::{Heads, Ident, Known};
 use super::{MetaStore, validate_record_name};
 use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::format::meta::{MAX_RECORD_BYTES, STORED_OVERHEAD, decode_stored, encode_stored};
-use crate::hashing::{HashMapExt, IdMap};
+use crate::hashing::IdMap;
 use crate::storage::{LockGuard, Storage};
 
 /// Suffix of a committed record's file.
@@ -511,29 +511,25 @@ impl FileMetaStore {
 
     /// Fills `heads` from `listed`, a listing of the directory (of the records in scope).
     fn fill_from(heads: &mut Heads, listed: &[String]) {
-        // Each record's versioned files, and the records with a file of an earlier release.
-        let mut versions = IdMap::<String, Vec<u64>>::new();
+        // Each record's versioned files, grouped by sorting (no table of their own, and each
+        // name copied only into the heads), and the records with a file of an earlier release.
+        let mut versioned = Vec::with_capacity(listed.len());
         let mut legacy = Vec::new();
         for file in listed {
             match parse_record_file(file) {
-                // A record's name is copied once, not once per file of it.
-                Some((name, Some(version))) => match versions.get_mut(name) {
-                    Some(found) => found.push(version),
-                    None => {
-                        versions.insert(name.to_string(), vec![version]);
-                    }
-                },
+                Some((name, Some(version))) => versioned.push((name, version)),
                 Some((name, None)) => legacy.push(name.to_string()),
                 None => {}
             }
         }
-        let mut highest = Vec::with_capacity(versions.len());
-        let mut exact = Vec::with_capacity(versions.len());
-        for (name, mut found) in versions {
-            found.sort_unstable();
-            let top = found.pop().unwrap_or_default();
-            highest.push((name.clone(), top));
-            exact.push((name, found));
+        versioned.sort_unstable();
+        let records = versioned.chunk_by(|a, b| a.0 == b.0);
+        let mut highest = Vec::with_capacity(versioned.len());
+        let mut exact = Vec::with_capacity(versioned.len());
+        for files in records {
+            let (name, top) = files[files.len() - 1];
+            highest.push((name, top));
+            exact.push((name, files[..files.len() - 1].iter().map(|f| f.1).collect()));
         }
         heads.fill(highest, legacy, exact);
     }

@@ -180,19 +180,19 @@ impl Heads {
     /// `unknown` the records that also have a file of an earlier release (its version inside).
     /// `exact` holds, for the records with versioned files only, the versions below the
     /// highest that have a file.
-    pub(super) fn fill(
+    pub(super) fn fill<'n>(
         &mut self,
-        highest: impl IntoIterator<Item = (String, u64)>,
+        highest: impl IntoIterator<Item = (&'n str, u64)>,
         unknown: impl IntoIterator<Item = String>,
-        exact: impl IntoIterator<Item = (String, Vec<u64>)>,
+        exact: impl IntoIterator<Item = (&'n str, Vec<u64>)>,
     ) {
         let mut records: IdMap<Box<str>, Known> = highest
             .into_iter()
-            .map(|(name, v)| (name.into_boxed_str(), Known::At(v)))
+            .map(|(name, v)| (name.into(), Known::At(v)))
             .collect();
         self.below = exact
             .into_iter()
-            .map(|(name, below)| (name.into_boxed_str(), below))
+            .map(|(name, below)| (name.into(), below))
             .collect();
         for name in unknown {
             self.below.remove(name.as_str());
