@@ -168,7 +168,7 @@ pub(crate) trait TopicAccess: Send + Sync + fmt::Debug {
 /// name is client data and never becomes a file name.
 #[must_use]
 pub fn record_name(id: u64) -> String {
-    format!("{RECORD_PREFIX}{id}")
+    crate::format::numbered_name(RECORD_PREFIX, id, 0, "")
 }
 
 /// What every cursor record's name starts with ([`record_name`]).

@@ -37,7 +37,7 @@ pub(super) struct Segment {
 /// The file name of segment `seq`.
 #[must_use]
 pub fn segment_name(seq: u64) -> String {
-    format!("journal-{seq:016}.seg")
+    crate::format::numbered_name("journal-", seq, 16, ".seg")
 }
 
 /// The sequence number of a segment file name.

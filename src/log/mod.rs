@@ -205,7 +205,7 @@ fn fresh_nonce(id: u64) -> u64 {
 /// The file name of ledger `id`.
 #[must_use]
 pub fn ledger_file_name(id: u64) -> String {
-    format!("ledger-{id:020}.log")
+    crate::format::numbered_name("ledger-", id, 20, ".log")
 }
 
 /// The ledger id named by a file name, if it is a ledger file name.

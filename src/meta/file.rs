@@ -214,7 +214,12 @@ fn parse_temp_file(file: &str) -> Option<(&str, u64)> {
 
 #[must_use]
 pub fn version_file(name: &str, version: u64) -> String {
-    format!("{name}.{version:0VERSION_DIGITS$}{RECORD_SUFFIX}")
+    let mut file = String::with_capacity(name.len() + 1 + VERSION_DIGITS + RECORD_SUFFIX.len());
+    file.push_str(name);
+    file.push('.');
+    crate::format::push_number(&mut file, version, VERSION_DIGITS);
+    file.push_str(RECORD_SUFFIX);
+    file
 }
 
 fn is_already_exists(e: &Error) -> bool {

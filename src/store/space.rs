@@ -165,7 +165,7 @@ impl TopicSpace {
 /// The file-name prefix of topic `id` in the store directory (flat layout, and spaced topics
 /// on storage without directories).
 pub(crate) fn prefix_of(id: u64) -> String {
-    format!("t{id}-")
+    crate::format::numbered_name("t", id, 0, "-")
 }
 
 /// The topic id a directory (`is_dir`: `t{id}`) or file (`t{id}-...`) of a store directory
@@ -185,7 +185,7 @@ pub(crate) fn parse_topic_name(name: &str, is_dir: bool) -> Option<u64> {
 
 /// The name of topic `id`'s own directory (spaced layout).
 pub(crate) fn dir_of(id: u64) -> String {
-    format!("t{id}")
+    crate::format::numbered_name("t", id, 0, "")
 }
 
 impl Storage for TopicSpace {

@@ -15,6 +15,7 @@ mod journal_partitions;
 mod journal_records;
 mod ledger_frames;
 mod meta_records;
+mod names;
 mod partition_bodies;
 mod partition_known_answers;
 mod partition_records;
