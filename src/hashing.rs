@@ -5,9 +5,10 @@
 //! [`IdMap`] and [`IdSet`]: foldhash, seeded at random for each table, several times cheaper
 //! than `SipHash` for the short keys these tables hold (`SipHash` was about a twentieth of a
 //! 100,000-cursor restart's instructions, docs/benchmarks.md). Tables keyed by names a broker's
-//! clients choose (topic and subscription names) keep `std::collections::HashMap`'s `SipHash`:
-//! foldhash resists only collisions crafted without observing the process, and a tenant who
-//! picks many names could otherwise make one table's lookups slow.
+//! clients may choose (topic and subscription names, and paths under a directory the caller
+//! named) keep `std::collections::HashMap`'s `SipHash`: foldhash resists only collisions crafted
+//! without observing the process, and a tenant who picks many names could otherwise make one
+//! table's lookups slow.
 
 pub use foldhash::{HashMapExt, HashSetExt};
 

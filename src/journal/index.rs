@@ -9,8 +9,8 @@
 //! their own (a partition may have both an ack record and a batch record).
 //!
 //! Sized for a store of 100,000 cursors: a cursor is one entry of one hash map (its committed
-//! chain and its pending rows together, hashed once per lookup, with foldhash: `crate::hashing`), and a
-//! cursor's rows are a [`Rows`], a sorted vector while they are few.
+//! chain and its pending rows together, hashed once per lookup, with `crate::hashing`'s hasher),
+//! and a cursor's rows are a [`Rows`], a sorted vector while they are few.
 //!
 //! A cursor's committed state is a *chain*: a full marker and the deltas built on it since,
 //! each naming the one before. [`Committed`] holds the chain's result (every live row), where

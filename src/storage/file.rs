@@ -72,6 +72,7 @@
 //! A handle dropped (its file closed by its owner) closes its descriptor without a sync, as a
 //! file closed by its owner always did: what its owner did not sync, it did not ask to keep.
 
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -82,7 +83,6 @@ use rustix::fs::FlockOperation;
 
 use super::{LockGuard, Mapped, Storage, StorageFile, validate_name};
 use crate::error::{Error, Result};
-use crate::hashing::{HashMapExt, IdMap};
 
 /// Name of the lock file inside a storage directory.
 pub const LOCK_FILE: &str = "LOCK";
@@ -581,8 +581,10 @@ struct Descriptors {
     open: Mutex<lru::LruCache<u64, Arc<Descriptor>>>,
     /// Every live handle by its path. Invariant: a handle is listed from its adoption to its
     /// drop; the storage marks the handles of a name gone under this lock before it changes
-    /// the name, so no handle is adopted under a name while the name changes.
-    names: Mutex<IdMap<PathBuf, Vec<Weak<Shared>>>>,
+    /// the name, so no handle is adopted under a name while the name changes. Hashed with
+    /// `SipHash` (`crate::hashing`): the table serves every storage of the process, and a path
+    /// holds the directory its caller chose, which may be named after a client's topic.
+    names: Mutex<HashMap<PathBuf, Vec<Weak<Shared>>>>,
     /// The key of the next file adopted.
     next: AtomicU64,
     /// See [`FileStorage::fail_closing_syncs`].
@@ -604,7 +606,7 @@ impl Descriptors {
         Self {
             limit: limit.max(1),
             open: Mutex::new(lru::LruCache::unbounded()),
-            names: Mutex::new(IdMap::new()),
+            names: Mutex::new(HashMap::new()),
             next: AtomicU64::new(0),
             #[cfg(feature = "internals")]
             fail_closing_syncs: AtomicBool::new(false),
