@@ -228,9 +228,18 @@ impl TopicCore {
 
     /// Wakes every waiting read: entries became readable, a read position moved, or a cursor
     /// or the topic closed. Each read looks again and waits on if it still finds nothing.
+    ///
+    /// The condition variable is notified only when a read is parked: its notify is a system
+    /// call even with no waiter, and acks that move a read position, cursor closes and syncs
+    /// call this whether or not anything waits. A read parks (counts itself in `parked`) under
+    /// the same lock as it compares the count, so one that parks after this increment sees it
+    /// and does not wait.
     fn wake_all(&self) {
-        lock(&self.wakes).count += 1;
-        self.wakes_cv.notify_all();
+        let mut wakes = lock(&self.wakes);
+        wakes.count += 1;
+        if wakes.parked > 0 {
+            self.wakes_cv.notify_all();
+        }
     }
 
     /// Reads currently waiting in `Cursor::read_entries_or_wait` (for tests that must act
