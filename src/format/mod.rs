@@ -14,7 +14,8 @@
 //! Shared helpers live here: [`Reader`], the one bounds-checked little-endian reader every
 //! decoder reads bytes through; [`Corruption`], what a decoder reports (the kind of damage and
 //! its offset within the bytes it was given; the caller names the file, entry or record); the
-//! LEB128 varint; and [`crc32`], the checksum every format uses.
+//! LEB128 varint; [`crc32`], the checksum every format uses; and [`push_number`], how file and
+//! record names write their numbers.
 //!
 //! Invariant, enforced by lints on this module: no slice indexing and no `unwrap`, so no input
 //! can make a decoder panic.
