@@ -20,7 +20,7 @@
 //! and digits, and a topic directory's name has no `-` or `.`, so it is no file name of the
 //! store's.
 
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
@@ -36,29 +36,60 @@ const REOPEN_WAIT: Duration = Duration::from_secs(30);
 /// the directory, not each topic).
 #[derive(Debug, Default)]
 pub struct TopicLocks {
-    held: Mutex<IdSet<u64>>,
+    held: Mutex<Held>,
     freed: Condvar,
 }
 
+/// The topics with an instance alive, and how many callers wait for one to let go.
+#[derive(Debug, Default)]
+struct Held {
+    ids: IdSet<u64>,
+    /// Callers sleeping on `freed` now: an instance that lets go notifies only when one waits
+    /// (a notify is a system call even with no waiter). A caller counts itself under the same
+    /// lock as it looks at `ids`, so a release after that look wakes it, and one before it
+    /// shows in `ids`.
+    waiting: usize,
+}
+
 impl TopicLocks {
-    /// Takes topic `id`, waiting up to [`REOPEN_WAIT`] for its previous instance to let go.
-    fn take(self: &Arc<Self>, id: u64, location: &str) -> Result<LockGuard> {
-        let deadline = Instant::now() + REOPEN_WAIT;
-        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        while held.contains(&id) {
+    /// Waits on `freed` until `done` says so or `deadline` passes, counted in `waiting`;
+    /// answers the lock and whether `done` said so.
+    fn wait_until<'a>(
+        &'a self,
+        mut held: MutexGuard<'a, Held>,
+        deadline: Instant,
+        done: impl Fn(&Held) -> bool,
+    ) -> (MutexGuard<'a, Held>, bool) {
+        held.waiting += 1;
+        let done = loop {
+            if done(&held) {
+                break true;
+            }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(Error::Locked {
-                    path: location.into(),
-                });
+                break false;
             }
             held = self
                 .freed
                 .wait_timeout(held, left)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
+        };
+        held.waiting -= 1;
+        (held, done)
+    }
+
+    /// Takes topic `id`, waiting up to [`REOPEN_WAIT`] for its previous instance to let go.
+    fn take(self: &Arc<Self>, id: u64, location: &str) -> Result<LockGuard> {
+        let deadline = Instant::now() + REOPEN_WAIT;
+        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        let (mut held, free) = self.wait_until(held, deadline, |h| !h.ids.contains(&id));
+        if !free {
+            return Err(Error::Locked {
+                path: location.into(),
+            });
         }
-        held.insert(id);
+        held.ids.insert(id);
         Ok(LockGuard::new(Box::new(TopicHeld {
             locks: self.clone(),
             id,
@@ -69,19 +100,8 @@ impl TopicLocks {
     /// instance's last operation has ended); returns whether none has.
     pub(crate) fn wait_idle(&self) -> bool {
         let deadline = Instant::now() + REOPEN_WAIT;
-        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        while !held.is_empty() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            held = self
-                .freed
-                .wait_timeout(held, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
-        true
+        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        self.wait_until(held, deadline, |h| h.ids.is_empty()).1
     }
 }
 
@@ -93,12 +113,15 @@ struct TopicHeld {
 
 impl Drop for TopicHeld {
     fn drop(&mut self) {
-        self.locks
+        let mut held = self
+            .locks
             .held
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&self.id);
-        self.locks.freed.notify_all();
+            .unwrap_or_else(PoisonError::into_inner);
+        held.ids.remove(&self.id);
+        if held.waiting > 0 {
+            self.locks.freed.notify_all();
+        }
     }
 }
 
