@@ -191,8 +191,8 @@ pub struct Index {
 #[derive(Debug, Default)]
 struct Entry {
     committed: Option<Committed>,
-    /// Boxed: only a single-entry cursor has one (boxed, an entry of a multi-entry cursor, the
-    /// default, is 104 bytes smaller).
+    /// Boxed: only a single-entry cursor has one, so an entry of a multi-entry cursor (the
+    /// default) is 104 bytes smaller than with the location inline.
     snapshot: Option<Box<SnapshotLoc>>,
     pending: Rows,
     pending_batch: Rows,
