@@ -4,7 +4,8 @@
 //! interface. A broker uses the names re-exported at the crate root.
 //!
 //! Layers, lowest first (a layer never imports one above it):
-//! - `position` and `error`: shared vocabulary; `hashing`: the hash tables' hasher;
+//! - `position` and `error`: shared vocabulary; `hashing`: the hash tables' hasher; `sync`: the
+//!   poison-tolerant mutex lock;
 //! - `format`: pure encode/decode of every on-disk record;
 //! - `storage`: files behind a trait (real files, or an in-memory disk that can lose power),
 //!   public as `ackstore::storage` and re-exported here under its old path;
@@ -57,6 +58,8 @@ pub mod position;
 pub use crate::storage;
 #[path = "store/mod.rs"]
 pub mod store;
+#[path = "sync.rs"]
+pub mod sync;
 
 /// The RADOS lease's lock-step input and the outcome of a renewal, for their tests (the
 /// backend's modules stay private to `storage::rados`).

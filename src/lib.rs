@@ -40,7 +40,7 @@ pub mod storage;
 // The layers keep their `crate::<layer>` paths inside the crate.
 use internals::{
     ackset, cursor, entry, error, filter, finder, format, hashing, journal, ledger, log, meta,
-    position, store,
+    position, store, sync,
 };
 
 pub use ackset::AckSetStats;

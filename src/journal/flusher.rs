@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::hashing::{HashMapExt, HashSetExt, IdMap, IdSet};
-use crate::log::lock;
+use crate::sync::lock;
 
 /// A member of a [`Pool`]: the host of a journal, whose cursors one tick flushes.
 pub trait Ticked: Send + Sync {

@@ -45,7 +45,7 @@ mod writer;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use crate::ackset::PartitionKey;
 use crate::error::{CorruptionKind, CorruptionPlace, Error};
@@ -53,6 +53,7 @@ use crate::format::cursor::{PersistedState, Snapshot};
 use crate::format::journal::JournalLoc;
 use crate::hashing::{IdMap, IdSet};
 use crate::storage::Storage;
+use crate::sync::lock;
 use index::{CursorId, Index, PartLoc};
 use writer::Writer;
 
@@ -167,10 +168,6 @@ struct Counters {
 
 fn corrupt(segment: u64, offset: u64, kind: CorruptionKind) -> Error {
     Error::corrupted_at(CorruptionPlace::Journal { segment, offset }, kind)
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Journal {

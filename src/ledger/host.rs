@@ -25,9 +25,9 @@ use crate::format::meta::{HostedJournal, TopicRecord};
 use crate::format::store::{CatalogSeal, list_segment, record_seal, retire_segment};
 use crate::journal::flusher::Ticked;
 use crate::journal::{Journal, JournalConfig, Listed, OwnerCheck, Seal, SegmentHooks};
-use crate::log::lock;
 use crate::meta::MetaStore;
 use crate::storage::Storage;
+use crate::sync::lock;
 
 /// The topic id of every cursor of a journal a topic opened alone hosts (it holds one topic).
 pub(crate) const HOSTED_TOPIC: u64 = 0;

@@ -343,7 +343,7 @@ impl TopicCore {
         id: u64,
         identity: CursorIdentity,
     ) -> Result<Option<import::Retirement>> {
-        let Some(ledger) = crate::log::lock(&self.superseded).remove(&id) else {
+        let Some(ledger) = crate::sync::lock(&self.superseded).remove(&id) else {
             return Ok(None);
         };
         import::Retirement::read(

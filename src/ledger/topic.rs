@@ -30,10 +30,11 @@ use crate::error::{Error, Result};
 use crate::finder::{Layout, Layouts, LedgerSpan, ReadableLayout};
 use crate::format::meta::{CursorRecord, LedgerRecord, TopicRecord};
 use crate::hashing::{HashMapExt, IdMap};
-use crate::log::{EntryLog, EntryMeta, IdSource, lock};
+use crate::log::{EntryLog, EntryMeta, IdSource};
 use crate::meta::MetaStore;
 use crate::observe;
 use crate::position::Position;
+use crate::sync::lock;
 
 /// Name of the topic's metadata record.
 pub const TOPIC_RECORD: &str = "topic";

@@ -40,7 +40,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
-use super::{LogConfig, LogStatsCounters, lock};
+use super::{LogConfig, LogStatsCounters};
 use crate::error::{CorruptionKind, Error, Result};
 use crate::format::Corruption;
 use crate::format::ledger::{
@@ -49,6 +49,7 @@ use crate::format::ledger::{
 };
 use crate::position::Position;
 use crate::storage::{Mapped, StorageFile};
+use crate::sync::lock;
 
 pub struct State {
     /// Offset of every entry's frame (unsealed ledgers only).

@@ -22,9 +22,11 @@ mod verify;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 pub use crate::format::ledger::EntryMeta;
+/// The crate's poison-tolerant mutex lock, by the path the cursor layer takes it from.
+pub(crate) use crate::sync::lock;
 /// The read-ahead window of ledger scans, shared with the store journal's scan.
 pub(crate) use recover::Window;
 pub use verify::{FrameProblem, verify_ledger, verify_log};
@@ -182,12 +184,6 @@ impl LogStatsCounters {
             ledger_opens: AtomicU64::default(),
         }
     }
-}
-
-/// Locks a mutex, keeping its data if a panicking thread poisoned it (the data is plain state
-/// that every writer leaves consistent before it can panic).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A fresh random nonce for ledger `id`'s checksums: the standard library's randomly keyed

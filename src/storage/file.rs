@@ -77,12 +77,13 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 
 use rustix::fs::FlockOperation;
 
 use super::{LockGuard, Mapped, Storage, StorageFile, validate_name};
 use crate::error::{Error, Result};
+use crate::sync::lock;
 
 /// Name of the lock file inside a storage directory.
 pub const LOCK_FILE: &str = "LOCK";
@@ -562,12 +563,6 @@ fn access_time_off(file: &File) {
     if let Ok(flags) = fcntl_getfl(file) {
         let _refused = fcntl_setfl(file, flags | OFlags::NOATIME);
     }
-}
-
-/// Locks `m`, whatever a panicking holder left: every state under these locks is valid
-/// between any two of its statements.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The descriptor cache of a [`FileStorage`] and its subdirectories: the open descriptors by
