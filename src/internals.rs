@@ -5,7 +5,8 @@
 //!
 //! Layers, lowest first (a layer never imports one above it):
 //! - `position` and `error`: shared vocabulary; `hashing`: the hash tables' hasher; `sync`: the
-//!   poison-tolerant mutex lock;
+//!   poison-tolerant mutex lock and the monitor (a condition variable notified only when a
+//!   caller waits);
 //! - `format`: pure encode/decode of every on-disk record;
 //! - `storage`: files behind a trait (real files, or an in-memory disk that can lose power),
 //!   public as `ackstore::storage` and re-exported here under its old path;

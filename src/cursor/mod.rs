@@ -54,8 +54,9 @@ use crate::error::{Error, Result};
 use crate::finder::{self, Layout, ReadableLayout};
 use crate::format::cursor::PersistedState;
 use crate::journal::{Journal, Tick};
-use crate::log::{EntryLog, lock};
+use crate::log::EntryLog;
 use crate::position::Position;
+use crate::sync::lock;
 use batch::BatchAcks;
 use journal::JournalCursor;
 

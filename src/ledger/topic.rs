@@ -16,9 +16,9 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{
-    Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak,
+    Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak,
 };
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::config::LedgerConfig;
 use super::names::CursorNames;
@@ -34,7 +34,7 @@ use crate::log::{EntryLog, EntryMeta, IdSource};
 use crate::meta::MetaStore;
 use crate::observe;
 use crate::position::Position;
-use crate::sync::lock;
+use crate::sync::{Monitor, lock};
 
 /// Name of the topic's metadata record.
 pub const TOPIC_RECORD: &str = "topic";
@@ -115,10 +115,10 @@ pub(crate) struct TopicCore {
     /// record, never consulted by trimming. Keyed so opening and closing one costs O(1)
     /// whatever the number of readers.
     readers: Mutex<IdMap<u64, Weak<CursorShared>>>,
-    /// What may let a waiting read return: see [`Wakes`]. A waiting read sleeps on `wakes_cv`
+    /// Changes that may let a waiting read return: entries made readable, moves of a read
+    /// position, closes and deletions of cursors, the topic's close. A waiting read waits on it
     /// until the count moves past the value it saw before reading.
-    wakes: Mutex<Wakes>,
-    wakes_cv: Condvar,
+    wakes: Monitor<u64>,
     /// The cursor journal its cursors persist through: the store's, for a topic of a store;
     /// for a topic opened alone, the one it hosts in its directory (`None` only while it
     /// opens).
@@ -174,8 +174,7 @@ impl TopicCore {
             fence_reported: AtomicBool::new(false),
             record_failed: AtomicBool::new(false),
             readers: Mutex::new(IdMap::new()),
-            wakes: Mutex::new(Wakes::default()),
-            wakes_cv: Condvar::new(),
+            wakes: Monitor::new(0),
             journal: None,
             in_store: false,
             forget_at_open: Mutex::new(Vec::new()),
@@ -230,23 +229,18 @@ impl TopicCore {
     /// Wakes every waiting read: entries became readable, a read position moved, or a cursor
     /// or the topic closed. Each read looks again and waits on if it still finds nothing.
     ///
-    /// The condition variable is notified only when a read is parked: its notify is a system
-    /// call even with no waiter, and acks that move a read position, cursor closes and syncs
-    /// call this whether or not anything waits. A read parks (counts itself in `parked`) under
-    /// the same lock as it compares the count, so one that parks after this increment sees it
-    /// and does not wait.
+    /// Acks that move a read position, cursor closes and syncs call this whether or not
+    /// anything waits: [`Monitor`] notifies only when a read is parked.
     fn wake_all(&self) {
-        let mut wakes = lock(&self.wakes);
-        wakes.count += 1;
-        if wakes.parked > 0 {
-            self.wakes_cv.notify_all();
-        }
+        let mut wakes = self.wakes.lock();
+        *wakes += 1;
+        wakes.notify_all();
     }
 
     /// Reads currently waiting in `Cursor::read_entries_or_wait` (for tests that must act
     /// while a read is parked).
     pub(crate) fn parked_reads(&self) -> usize {
-        lock(&self.wakes).parked
+        self.wakes.waiters()
     }
 
     /// Both views of the ledgers: every appended entry, and the readable prefix.
@@ -807,16 +801,6 @@ impl TopicCore {
     }
 }
 
-/// The waiting reads' wake-up count and how many reads wait.
-#[derive(Debug, Default)]
-struct Wakes {
-    /// Changes that may let a waiting read return: entries made readable, moves of a read
-    /// position, closes and deletions of cursors, the topic's close.
-    count: u64,
-    /// Reads sleeping on the condvar now.
-    parked: usize,
-}
-
 /// The entries every cursor has acknowledged.
 #[derive(Debug, Clone, Copy)]
 enum Consumed {
@@ -870,32 +854,15 @@ impl TopicAccess for TopicCore {
     }
 
     fn wait_for_change(&self, seen: u64, deadline: Option<Instant>) -> u64 {
-        let mut wakes = lock(&self.wakes);
-        wakes.parked += 1;
-        while wakes.count == seen {
-            let Some(deadline) = deadline else {
-                wakes = self
-                    .wakes_cv
-                    .wait(wakes)
-                    .unwrap_or_else(PoisonError::into_inner);
-                continue;
-            };
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left == Duration::ZERO {
-                break;
-            }
-            wakes = self
-                .wakes_cv
-                .wait_timeout(wakes, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
-        wakes.parked -= 1;
-        wakes.count
+        *self
+            .wakes
+            .lock()
+            .wait_until(deadline, |&count| count != seen)
+            .0
     }
 
     fn changes_seen(&self) -> u64 {
-        lock(&self.wakes).count
+        *self.wakes.lock()
     }
 
     fn wake_readers(&self) {

@@ -25,8 +25,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 pub use crate::format::ledger::EntryMeta;
-/// The crate's poison-tolerant mutex lock, by the path the cursor layer takes it from.
-pub(crate) use crate::sync::lock;
 /// The read-ahead window of ledger scans, shared with the store journal's scan.
 pub(crate) use recover::Window;
 pub use verify::{FrameProblem, verify_ledger, verify_log};
@@ -35,6 +33,7 @@ use crate::error::{CorruptionKind, Error, Result};
 use crate::format::ledger::LedgerHeader;
 use crate::observe::{self, MeteredCounter};
 use crate::storage::{LockGuard, Storage};
+use crate::sync::lock;
 use ledger::{Ledger, Reads};
 use recover::{LastEntry, Opened, open_ledger};
 

@@ -20,12 +20,13 @@
 //! and digits, and a topic directory's name has no `-` or `.`, so it is no file name of the
 //! store's.
 
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::hashing::IdSet;
 use crate::storage::{LockGuard, Storage, StorageFile, validate_name};
+use crate::sync::Monitor;
 
 /// How long a topic's open waits for the previous instance of the same topic to finish its
 /// last operation (a close returns before operations already running end).
@@ -36,60 +37,25 @@ const REOPEN_WAIT: Duration = Duration::from_secs(30);
 /// the directory, not each topic).
 #[derive(Debug, Default)]
 pub struct TopicLocks {
-    held: Mutex<Held>,
-    freed: Condvar,
-}
-
-/// The topics with an instance alive, and how many callers wait for one to let go.
-#[derive(Debug, Default)]
-struct Held {
-    ids: IdSet<u64>,
-    /// Callers sleeping on `freed` now: an instance that lets go notifies only when one waits
-    /// (a notify is a system call even with no waiter). A caller counts itself under the same
-    /// lock as it looks at `ids`, so a release after that look wakes it, and one before it
-    /// shows in `ids`.
-    waiting: usize,
+    /// The topics with an instance alive. An instance that lets go notifies the callers waiting
+    /// for one, only when one waits (see [`Monitor`]).
+    held: Monitor<IdSet<u64>>,
 }
 
 impl TopicLocks {
-    /// Waits on `freed` until `done` says so or `deadline` passes, counted in `waiting`;
-    /// answers the lock and whether `done` said so.
-    fn wait_until<'a>(
-        &'a self,
-        mut held: MutexGuard<'a, Held>,
-        deadline: Instant,
-        done: impl Fn(&Held) -> bool,
-    ) -> (MutexGuard<'a, Held>, bool) {
-        held.waiting += 1;
-        let done = loop {
-            if done(&held) {
-                break true;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break false;
-            }
-            held = self
-                .freed
-                .wait_timeout(held, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        };
-        held.waiting -= 1;
-        (held, done)
-    }
-
     /// Takes topic `id`, waiting up to [`REOPEN_WAIT`] for its previous instance to let go.
     fn take(self: &Arc<Self>, id: u64, location: &str) -> Result<LockGuard> {
         let deadline = Instant::now() + REOPEN_WAIT;
-        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        let (mut held, free) = self.wait_until(held, deadline, |h| !h.ids.contains(&id));
+        let (mut held, free) = self
+            .held
+            .lock()
+            .wait_until(Some(deadline), |ids| !ids.contains(&id));
         if !free {
             return Err(Error::Locked {
                 path: location.into(),
             });
         }
-        held.ids.insert(id);
+        held.insert(id);
         Ok(LockGuard::new(Box::new(TopicHeld {
             locks: self.clone(),
             id,
@@ -100,8 +66,10 @@ impl TopicLocks {
     /// instance's last operation has ended); returns whether none has.
     pub(crate) fn wait_idle(&self) -> bool {
         let deadline = Instant::now() + REOPEN_WAIT;
-        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        self.wait_until(held, deadline, |h| h.ids.is_empty()).1
+        self.held
+            .lock()
+            .wait_until(Some(deadline), IdSet::is_empty)
+            .1
     }
 }
 
@@ -113,15 +81,9 @@ struct TopicHeld {
 
 impl Drop for TopicHeld {
     fn drop(&mut self) {
-        let mut held = self
-            .locks
-            .held
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        held.ids.remove(&self.id);
-        if held.waiting > 0 {
-            self.locks.freed.notify_all();
-        }
+        let mut held = self.locks.held.lock();
+        held.remove(&self.id);
+        held.notify_all();
     }
 }
 

@@ -27,6 +27,7 @@ mod ledger_chunks;
 mod listed_cursor_without_record;
 mod lost_temporary_record_file;
 mod managed_ledger;
+mod monitor;
 mod open_during_former_owner_rolls;
 mod open_listings;
 mod open_stamps_earlier_cursor_records;
