@@ -700,6 +700,9 @@ impl FileId {
 /// or a `chmod` of it) gives the file a new one in the upper layer and keeps its device and
 /// inode numbers, so the same file would show another birth time to a handle that saw it
 /// before; there, device and inode decide alone, as on a file system without birth times.
+/// A FUSE file system is one of those where its server reports none: fuse-overlayfs 1.10, the
+/// rootless containers' overlay, shows no birth time (`statx` leaves `STATX_BTIME` out, so
+/// [`FileId`] holds `None` either way) and keeps a file's inode number across its copy-up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Births {
     Kept,
