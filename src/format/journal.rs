@@ -102,7 +102,9 @@
 
 pub mod partition;
 
-pub use partition::{PartitionPayload, decode_partition_payload, encode_partition_payload};
+pub use partition::{
+    PartitionPayload, decode_partition_payload, encode_partition_payload, put_partition_payload,
+};
 
 use super::cursor::{Marker, Table, decode_marker_bound};
 use super::{Corruption, Reader};

@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::format::cursor::{PersistedState, bind_entry, payload_crc};
 use crate::format::journal::{
     BODY_FIXED_LEN, JournalLoc, MAX_BODY_LEN, NAME_TAG_LEN, Record, RecordKind, SEGMENT_VERSION,
-    cursor_binding, encode_partition_payload, encode_record, record_binding, record_crc,
+    cursor_binding, encode_record, put_partition_payload, record_binding, record_crc,
 };
 use crate::hashing::{HashMapExt, IdMap, IdSet};
 
@@ -63,6 +63,7 @@ impl Journal {
             uncommitted: Vec::new(),
             stats: TickStats::default(),
             started: false,
+            scratch: Scratch::default(),
         }
     }
 
@@ -128,6 +129,19 @@ pub struct Tick<'a> {
     uncommitted: Vec<CursorId>,
     stats: TickStats,
     started: bool,
+    /// Buffers [`Tick::stage_with_batch`] reuses from one cursor to the next, emptied before
+    /// each use: the payloads of a cursor's partitions, where each ends, and their records.
+    /// A tick stages every dirty cursor of the store; a fresh buffer each, and each payload's
+    /// own, were most of a tick's allocations.
+    scratch: Scratch,
+}
+
+/// See [`Tick::scratch`].
+#[derive(Debug, Default)]
+struct Scratch {
+    payloads: Vec<u8>,
+    ends: Vec<usize>,
+    records: Vec<u8>,
 }
 
 impl Drop for Tick<'_> {
@@ -242,11 +256,20 @@ impl Tick<'_> {
         state.validate()?;
         check_marker_fits(&state, live.len(), batch.kept.len() + batch.written.len())?;
         let j = self.journal;
+        // Taken for this cursor and put back after it (on an error the tick ends anyway).
+        let Scratch {
+            mut payloads,
+            mut ends,
+            records: mut buf,
+        } = std::mem::take(&mut self.scratch);
+        payloads.clear();
+        ends.clear();
+        buf.clear();
         // Encoded before the writer's lock is taken: evictions append meanwhile.
-        let payloads: Vec<Vec<u8>> = written
-            .iter()
-            .map(|(key, bitmap)| encode_partition_payload(*key, bitmap))
-            .collect();
+        for (key, bitmap) in written {
+            put_partition_payload(&mut payloads, *key, bitmap);
+            ends.push(payloads.len());
+        }
         let mut w = lock(&j.writer);
         if !self.started {
             j.start_segment_if_needed(&mut w, &mut self.stats)?;
@@ -254,7 +277,6 @@ impl Tick<'_> {
         }
         let (mut rows, live_written) = resolve_live(j, cursor, (written, live), batch)?;
         let (seq, base) = Journal::newest(&w)?;
-        let mut buf = Vec::new();
         let mut parts = Vec::with_capacity(written.len());
         let copy = |buf: &mut Vec<u8>, kind, payload: &[u8], cardinality| {
             let before = buf.len();
@@ -271,9 +293,12 @@ impl Tick<'_> {
                 version: SEGMENT_VERSION,
             })
         };
-        for ((key, bitmap), payload) in written.iter().zip(&payloads) {
+        let mut start = 0;
+        for ((key, bitmap), &end) in written.iter().zip(&ends) {
+            let payload = payloads.get(start..end).unwrap_or_default();
             let part = copy(&mut buf, RecordKind::Partition, payload, bitmap.len())?;
             parts.push((*key, part));
+            start = end;
         }
         let mut batch_parts = Vec::with_capacity(batch.written.len());
         for (key, payload, entries) in &batch.written {
@@ -307,6 +332,11 @@ impl Tick<'_> {
         );
         self.stats.partitions += (parts.len() + batch_parts.len()) as u64;
         self.stats.bytes += buf.len() as u64;
+        self.scratch = Scratch {
+            payloads,
+            ends,
+            records: buf,
+        };
         self.staged.push(Staged {
             cursor,
             name,

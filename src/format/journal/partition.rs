@@ -39,11 +39,17 @@ use crate::format::{Corruption, Reader, put_varint};
 #[must_use]
 pub fn encode_partition_payload(key: PartitionKey, bitmap: &RoaringBitmap) -> Vec<u8> {
     let mut out = Vec::new();
-    put_varint(&mut out, key.ledger_id);
-    put_varint(&mut out, key.chunk);
-    put_varint(&mut out, bitmap.len());
-    put_inline(&mut out, bitmap);
+    put_partition_payload(&mut out, key, bitmap);
     out
+}
+
+/// Appends [`encode_partition_payload`]'s bytes to `out`, for a caller that encodes many
+/// partitions into one buffer.
+pub fn put_partition_payload(out: &mut Vec<u8>, key: PartitionKey, bitmap: &RoaringBitmap) {
+    put_varint(out, key.ledger_id);
+    put_varint(out, key.chunk);
+    put_varint(out, bitmap.len());
+    put_inline(out, bitmap);
 }
 
 /// How a decoded payload holds its set.
