@@ -30,7 +30,12 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use ackstore::{CursorConfig, CursorOptions, LedgerConfig, Store, StoreConfig};
+use ackstore::{CursorOptions, Store};
+
+#[path = "support/perf_store.rs"]
+mod perf_store;
+
+use perf_store::{config, cursor_name, topic_name};
 
 /// A thread's time on a CPU and runnable but waiting for one (the machine's other work), or
 /// the sum of several threads'.
@@ -134,22 +139,6 @@ fn in_parallel<T: Send>(
     done.into_iter().map(|(_, t)| t).collect()
 }
 
-fn config(cursors: usize) -> StoreConfig {
-    StoreConfig {
-        ledger: LedgerConfig {
-            max_entries_per_ledger: 10_000,
-            cursor: CursorConfig {
-                lru_capacity_bytes: 64 << 10,
-                flush_interval: Some(Duration::from_secs(3600)),
-                ..CursorConfig::default()
-            },
-            ..LedgerConfig::default()
-        },
-        ack_memory_bytes: Some(150 * cursors),
-        ..StoreConfig::default()
-    }
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let [_, dir, topics, cursors, rest @ ..] = args.as_slice() else {
@@ -179,16 +168,14 @@ fn main() {
         let store = Store::open(dir, config(topics * per_topic)).expect("open the store");
         let (opened_at, s1) = (started.elapsed(), Sched::process(&ended));
         let opened = in_parallel(topics, threads, &mut ended, |t| {
-            store
-                .topic(&format!("persistent://tenant/ns/topic-{t}"))
-                .expect("topic")
+            store.topic(&topic_name(t)).expect("topic")
         });
         let (topics_at, s2) = (started.elapsed(), Sched::process(&ended));
         let cursors = in_parallel(topics, threads, &mut ended, |t| {
             (0..per_topic)
                 .map(|c| {
                     let cursor = opened[t]
-                        .open_cursor(&format!("sub-{c}"), CursorOptions::default())
+                        .open_cursor(&cursor_name(c), CursorOptions::default())
                         .expect("cursor");
                     cursor.read_entries(1).expect("first read");
                     cursor
