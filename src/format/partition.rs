@@ -241,8 +241,8 @@ pub fn encode_partition(key: PartitionKey, bitmap: &RoaringBitmap) -> Vec<u8> {
 /// CRC): the shortest encoding, or roaring for values outside the partition, which the decoder
 /// refuses.
 fn encoded_body(bitmap: &RoaringBitmap) -> (PartitionEncoding, Vec<u8>) {
-    if let Some(words) = code::words_of(bitmap) {
-        smallest_body(&words)
+    if let Some(body) = code::with_words_of(bitmap, smallest_body) {
+        body
     } else {
         let mut smallest = bitmap.clone();
         smallest.optimize();

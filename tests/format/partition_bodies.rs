@@ -61,6 +61,53 @@ proptest! {
     }
 }
 
+proptest! {
+    /// The thread's kept dense form, used for one set after another (a dense one, a run, a few
+    /// values, values a partition cannot hold, the empty set): each call sees exactly its own
+    /// set, never a bit a call before it set.
+    #[test]
+    fn the_kept_dense_form_holds_only_the_set_of_each_call(
+        sets in proptest::collection::vec(
+            (proptest::collection::vec(0u32..70_000, 0..5_000),
+             proptest::option::of((0u32..65_536, 0u32..20_000))),
+            1..6,
+        ),
+    ) {
+        for (values, run) in sets {
+            let mut bitmap: RoaringBitmap = values.iter().copied().collect();
+            if let Some((start, len)) = run {
+                bitmap.insert_range(start..start.saturating_add(len));
+            }
+            bitmap.optimize();
+            prop_assert_eq!(with_words_of(&bitmap, <[u64]>::to_vec), words_of(&bitmap));
+            bitmap.remove_range(1 << 16..);
+            prop_assert_eq!(with_words_of(&bitmap, <[u64]>::to_vec), words_of(&bitmap));
+        }
+    }
+}
+
+/// A call whose `f` panics leaves the kept dense form holding its set; the next call on the
+/// thread still sees only its own, and a call made from inside `f` builds its own form.
+#[test]
+fn the_kept_dense_form_recovers_from_a_panic_and_nests() {
+    let full: RoaringBitmap = (0..1u32 << 16).collect();
+    let panicked = std::panic::catch_unwind(|| {
+        with_words_of(&full, |_| panic!("a failing caller"));
+    });
+    assert!(panicked.is_err());
+    let few: RoaringBitmap = [3u32, 70, 65_535].into_iter().collect();
+    assert_eq!(with_words_of(&few, <[u64]>::to_vec), words_of(&few));
+    let inner = with_words_of(&full, |outer| {
+        let inner = with_words_of(&few, <[u64]>::to_vec);
+        (outer.to_vec(), inner)
+    });
+    assert_eq!(inner, Some((words_of(&full).unwrap(), words_of(&few))));
+    assert_eq!(
+        with_words_of(&RoaringBitmap::new(), <[u64]>::to_vec),
+        Some(empty_words())
+    );
+}
+
 #[test]
 fn sets_of_one_two_and_three_members_decode_canonical_with_empty_classes() {
     for (lo, hi, middle) in [(5, 5, false), (5, 6, false), (5, 7, false), (5, 7, true)] {

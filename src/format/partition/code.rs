@@ -17,6 +17,8 @@
               or a partition offset, count or run that was checked to be below 2^16 first"
 )]
 
+use std::cell::RefCell;
+
 use crate::format::Reader;
 pub use crate::format::{MAX_VARINT_LEN, put_varint, varint_len};
 use roaring::RoaringBitmap;
@@ -352,16 +354,23 @@ pub fn portable_layout(body: &[u8]) -> Option<PortableLayout> {
 /// not exactly the serialization's. Run and array contents are not checked for order: the
 /// caller compares the re-encoded set with its input.
 pub fn parse_roaring(body: &[u8]) -> Option<Words> {
+    let mut words = empty_words();
+    parse_roaring_into(body, &mut words)?;
+    Some(words)
+}
+
+/// [`parse_roaring`] into `words`, which holds the dense form of the empty set (all zero); on
+/// `None` some of its bits may be set.
+fn parse_roaring_into(body: &[u8], words: &mut Words) -> Option<()> {
     let layout = portable_layout(body)?;
     if body.len() != layout.len() {
         return None;
     }
     if layout.card == 0 {
-        return Some(empty_words());
+        return Some(());
     }
     let (run, card) = (layout.run, layout.card);
     let data = body.get(layout.data_at..)?;
-    let mut words = empty_words();
     if run {
         for pair in data.get(2..)?.chunks_exact(4) {
             let mut pair = Reader::new(pair);
@@ -370,18 +379,18 @@ pub fn parse_roaring(body: &[u8]) -> Option<Words> {
             if last >= 1 << 16 {
                 return None;
             }
-            fill(&mut words, start, last, false);
+            fill(words, start, last, false);
         }
     } else if card <= ARRAY_LIMIT {
         for v in data.chunks_exact(2) {
-            set_bit(&mut words, u32::from(Reader::new(v).u16().ok()?));
+            set_bit(words, u32::from(Reader::new(v).u16().ok()?));
         }
     } else {
         for (w, chunk) in words.iter_mut().zip(data.chunks_exact(8)) {
             *w = Reader::new(chunk).u64().ok()?;
         }
     }
-    Some(words)
+    Some(())
 }
 
 /// The dense form of `bitmap`; `None` when it holds a value of 2^16 or more (more than one
@@ -390,12 +399,79 @@ pub fn parse_roaring(body: &[u8]) -> Option<Words> {
 /// reading that list is about twice as fast as the bitmap's value iterator, even for the few
 /// values of a store cursor's usual partition.
 pub fn words_of(bitmap: &RoaringBitmap) -> Option<Words> {
+    let mut words = empty_words();
+    let mut serialized = Vec::new();
+    fill_words_of(bitmap, &mut words, &mut serialized)?;
+    Some(words)
+}
+
+/// [`words_of`] into `words` (all zero), through `serialized` (emptied first).
+fn fill_words_of(
+    bitmap: &RoaringBitmap,
+    words: &mut Words,
+    serialized: &mut Vec<u8>,
+) -> Option<()> {
     if bitmap.max().is_some_and(|v| v >= 1 << 16) {
         return None;
     }
-    let mut serialized = Vec::with_capacity(bitmap.serialized_size());
-    bitmap.serialize_into(&mut serialized).ok()?;
-    parse_roaring(&serialized)
+    serialized.clear();
+    serialized.reserve(bitmap.serialized_size());
+    bitmap.serialize_into(&mut *serialized).ok()?;
+    parse_roaring_into(serialized, words)
+}
+
+/// What [`with_words_of`] keeps between calls on one thread: a dense form, the words of it a
+/// call may have set (zeroed by the next call before it fills the form), and the buffer of the
+/// set's serialization.
+struct WordsScratch {
+    words: Words,
+    dirty: Option<(usize, usize)>,
+    serialized: Vec<u8>,
+}
+
+thread_local! {
+    static WORDS_SCRATCH: RefCell<WordsScratch> = const {
+        RefCell::new(WordsScratch {
+            words: Vec::new(),
+            dirty: None,
+            serialized: Vec::new(),
+        })
+    };
+}
+
+/// `f` of [`words_of`]'s dense form of `bitmap`, built in a form this thread keeps from one
+/// call to the next: the encoder of a tick's partitions allocated and zeroed 8 KiB for each,
+/// and the allocation of 1 KiB or more made glibc merge every small chunk freed since the one
+/// before (`docs/benchmarks.md`, "A flush tick from 10,000 to 100,000 cursors"). The words a
+/// call may set lie between the set's smallest and largest value; they are recorded before the
+/// form is filled and zeroed at the next call's start, so a call that panics or fails midway
+/// leaves nothing behind for the next. A call made while the form is in use (from `f`) builds
+/// its own. `None` as [`words_of`].
+pub fn with_words_of<R>(bitmap: &RoaringBitmap, f: impl FnOnce(&[u64]) -> R) -> Option<R> {
+    WORDS_SCRATCH.with(|cell| {
+        let Ok(mut scratch) = cell.try_borrow_mut() else {
+            return words_of(bitmap).map(|words| f(&words));
+        };
+        let scratch = &mut *scratch;
+        if scratch.words.len() == WORDS {
+            if let Some((first, last)) = scratch.dirty.take() {
+                scratch
+                    .words
+                    .get_mut(first..=last)
+                    .unwrap_or_default()
+                    .fill(0);
+            }
+        } else {
+            scratch.words = empty_words();
+            scratch.dirty = None;
+        }
+        if let (Some(min), Some(max)) = (bitmap.min(), bitmap.max()) {
+            let word = |v: u32| (v as usize / 64).min(WORDS - 1);
+            scratch.dirty = Some((word(min), word(max)));
+        }
+        fill_words_of(bitmap, &mut scratch.words, &mut scratch.serialized)?;
+        Some(f(&scratch.words))
+    })
 }
 
 /// Largest cardinality of a roaring array container.
