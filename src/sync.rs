@@ -15,6 +15,7 @@
 //! own lock and skips the notify when there are none.
 
 use std::ops::{Deref, DerefMut};
+use std::panic::AssertUnwindSafe;
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
@@ -37,8 +38,9 @@ pub fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// either while the waiter is not counted, before its first test, which sees the change (it
 /// does not sleep), or while it is counted and registered with the condition variable, so the
 /// notify reaches it. Only the waiter itself lowers the count, under the lock, once it is done
-/// waiting. A count too high (a condition that panicked) costs only a notify nobody needs; a
-/// count too low would lose wake-ups, which is why the count is private to this type.
+/// waiting, and a condition that panics uncounts its waiter before the panic goes on (a count
+/// too high would make [`Monitor::waiters`] report a waiter that is gone); a count too low
+/// would lose wake-ups, which is why the count is private to this type.
 #[derive(Debug, Default)]
 pub struct Monitor<T> {
     state: Mutex<Counted<T>>,
@@ -106,8 +108,15 @@ impl<T> MonitorGuard<'_, T> {
         let Self { monitor, mut state } = self;
         state.waiters += 1;
         let done = loop {
-            if done(&state.value) {
-                break true;
+            let holds = std::panic::catch_unwind(AssertUnwindSafe(|| done(&state.value)));
+            match holds {
+                Ok(true) => break true,
+                Ok(false) => {}
+                Err(panic) => {
+                    state.waiters -= 1;
+                    drop(state);
+                    std::panic::resume_unwind(panic);
+                }
             }
             state = match deadline {
                 None => monitor

@@ -256,7 +256,8 @@ impl Tick<'_> {
         state.validate()?;
         check_marker_fits(&state, live.len(), batch.kept.len() + batch.written.len())?;
         let j = self.journal;
-        // Taken for this cursor and put back after it (on an error the tick ends anyway).
+        // Taken for this cursor and put back after it: a cursor that fails leaves the next
+        // one fresh buffers (each is emptied before its use either way).
         let Scratch {
             mut payloads,
             mut ends,

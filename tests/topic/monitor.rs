@@ -96,3 +96,36 @@ fn wait_answers_false_at_the_deadline() {
     drop(v);
     assert_eq!(value.waiters(), 0);
 }
+
+/// A condition that panics leaves no waiter counted: the count tells the waiters there are,
+/// and the next waiter is woken as before.
+#[test]
+fn a_panicking_condition_uncounts_its_waiter() {
+    let value = Arc::new(Monitor::new(0_u32));
+    let panicked = std::panic::catch_unwind(|| {
+        let _ = value
+            .lock()
+            .wait_until(None, |_| panic!("a failing condition"));
+    });
+    assert!(panicked.is_err());
+    assert_eq!(value.waiters(), 0);
+    let waiter = thread::spawn({
+        let value = value.clone();
+        move || *wait_for(&value, |v| *v == 1)
+    });
+    let deadline = Instant::now() + LOST_WAKE_UP;
+    while value.waiters() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the waiter never started waiting"
+        );
+        thread::yield_now();
+    }
+    {
+        let mut v = value.lock();
+        *v = 1;
+        v.notify_all();
+    }
+    assert_eq!(waiter.join().unwrap(), 1);
+    assert_eq!(value.waiters(), 0);
+}
