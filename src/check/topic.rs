@@ -252,7 +252,8 @@ pub(super) fn collect_in(
     findings: &mut Vec<Finding>,
     mut store: Option<(&StoreUse, &mut Vec<Finding>)>,
 ) -> TopicView {
-    let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(storage.clone()));
+    // Every cursor record of the topic is read: from one listing, not one each.
+    let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::listed_once(storage.clone()));
     let topic = match crate::ledger::read_topic_record(meta.as_ref()) {
         Ok(topic) => topic.map(|(_, r)| r),
         Err(e) => {

@@ -113,7 +113,7 @@ fn check_other_records(
     findings: &mut Vec<Finding>,
     unused: &mut Vec<Finding>,
 ) -> Result<()> {
-    let meta = FileMetaStore::new(storage.clone());
+    let meta = FileMetaStore::listed_once(storage.clone());
     let listed: BTreeSet<String> = record.cursors.iter().map(|c| record_name(c.id)).collect();
     let mut names: Vec<String> = storage
         .list()?
@@ -575,7 +575,7 @@ fn superseded_ledgers_unused(
     usage: &StoreUse,
     (findings, unused): (&mut Vec<Finding>, &mut Vec<Finding>),
 ) {
-    let meta = FileMetaStore::new(storage.clone());
+    let meta = FileMetaStore::listed_once(storage.clone());
     let superseded: BTreeSet<String> = record
         .cursors
         .iter()

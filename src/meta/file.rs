@@ -132,7 +132,13 @@ pub struct FileMetaStore {
     /// older one's write in flight may link a stray into a name those writes freed: so a claim
     /// or write checks its link by a listing, not by name lookups, until this is set.
     after_fence: AtomicBool,
+    /// With [`FileMetaStore::listed_once`]: each record's files as one listing of the directory,
+    /// taken at the first read, showed them (`None` until then).
+    listed_once: Option<Mutex<Option<ByRecord>>>,
 }
+
+/// Each record's files in a listing, highest version first (see [`files_by_record`]).
+type ByRecord = BTreeMap<String, Vec<Found>>;
 
 /// One record as [`MetaStore::get`] reads it: its `(version, bytes)`, or `None` when absent.
 pub type RecordRead = Result<Option<(u64, Vec<u8>)>>;
@@ -264,6 +270,22 @@ impl FileMetaStore {
             scope: None,
             filled_from: Mutex::new(None),
             after_fence: AtomicBool::new(false),
+            listed_once: None,
+        }
+    }
+
+    /// A store over `storage` for a reader that reads many records and writes none (the
+    /// offline check): its reads take each record's files from one listing of the directory,
+    /// taken at the first read, as [`FileMetaStore::get_each`] does, instead of a listing per
+    /// read, which made reading every cursor record of a topic quadratic in its cursors. A
+    /// record one of whose listed files is gone when read is read as [`FileMetaStore::new`]'s
+    /// would (its files listed anew); otherwise a record reads as the listing showed it, so a
+    /// version written after the listing is not seen: for a directory nobody writes meanwhile.
+    #[must_use]
+    pub fn listed_once(storage: Arc<dyn Storage>) -> Self {
+        Self {
+            listed_once: Some(Mutex::new(None)),
+            ..Self::new(storage)
         }
     }
 
@@ -638,6 +660,22 @@ impl FileMetaStore {
 
     /// The current state of `name` from a listing of its files.
     fn current_listed(&self, name: &str) -> Result<Current> {
+        if let Some(once) = &self.listed_once {
+            let mut once = once.lock().unwrap_or_else(PoisonError::into_inner);
+            if once.is_none() {
+                let listed = self.listing()?;
+                *once = Some(
+                    files_by_record(&listed)
+                        .into_iter()
+                        .map(|(record, files)| (record.to_owned(), files))
+                        .collect(),
+                );
+            }
+            let files = once.as_ref().and_then(|by| by.get(name));
+            if let Some(current) = self.current_in(name, files.map_or(&[][..], Vec::as_slice))? {
+                return Ok(current);
+            }
+        }
         for _ in 0..READ_ATTEMPTS {
             if let Some(current) = self.current_in(name, &self.files_of(name)?)? {
                 return Ok(current);

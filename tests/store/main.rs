@@ -93,3 +93,4 @@ mod topic_host;
 mod topic_reopen;
 mod topic_spaces;
 mod topics_in_one_directory;
+mod verify_listings;
