@@ -18,6 +18,7 @@ mod sigkill_ack_partitions;
 mod sigkill_ack_partitions_child;
 mod sigkill_ack_partitions_model;
 mod sigkill_child;
+mod sigkill_many_cursors;
 mod sigkill_rollover_default_segments;
 mod store_close_and_alone;
 mod two_processes_one_directory;
