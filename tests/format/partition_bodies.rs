@@ -243,3 +243,48 @@ proptest! {
         }
     }
 }
+
+/// A thread-local whose destructor encodes a partition after the thread's kept dense form is
+/// gone (it was set up before the thread's first encode, so it is destroyed after the form):
+/// the encoding is made, and is the same, as a store kept in a thread-local flushes when its
+/// thread ends. Before, the access to the destroyed form panicked in a destructor, which aborts
+/// the process.
+#[test]
+fn an_encode_from_a_thread_locals_destructor_after_the_kept_form_is_gone() {
+    use std::sync::mpsc;
+
+    struct EncodesOnDrop(mpsc::Sender<Vec<u8>>);
+    impl Drop for EncodesOnDrop {
+        fn drop(&mut self) {
+            let set: RoaringBitmap = [1u32, 5, 900].into_iter().collect();
+            let key = ackstore::internals::format::partition::PartitionKey::of(
+                ackstore::Position::new(3, 0),
+            );
+            let _ = self
+                .0
+                .send(ackstore::internals::format::partition::encode_partition(
+                    key, &set,
+                ));
+        }
+    }
+    thread_local! {
+        static ON_EXIT: std::cell::RefCell<Option<EncodesOnDrop>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    let (send, receive) = mpsc::channel();
+    std::thread::spawn(move || {
+        ON_EXIT.with(|slot| *slot.borrow_mut() = Some(EncodesOnDrop(send)));
+        // The thread's first encode sets its kept form up after `ON_EXIT`.
+        let full: RoaringBitmap = (0..1u32 << 16).collect();
+        assert!(with_words_of(&full, |w| w.len()).is_some());
+    })
+    .join()
+    .expect("the thread ends without a panic");
+    let set: RoaringBitmap = [1u32, 5, 900].into_iter().collect();
+    let key =
+        ackstore::internals::format::partition::PartitionKey::of(ackstore::Position::new(3, 0));
+    assert_eq!(
+        receive.recv().expect("the destructor encoded"),
+        ackstore::internals::format::partition::encode_partition(key, &set)
+    );
+}

@@ -445,12 +445,14 @@ thread_local! {
 /// before (`docs/benchmarks.md`, "A flush tick from 10,000 to 100,000 cursors"). The words a
 /// call may set lie between the set's smallest and largest value; they are recorded before the
 /// form is filled and zeroed at the next call's start, so a call that panics or fails midway
-/// leaves nothing behind for the next. A call made while the form is in use (from `f`) builds
-/// its own. `None` as [`words_of`].
+/// leaves nothing behind for the next. A call made while the form is in use (from `f`), or
+/// after the thread's own form is gone (from another thread-local's destructor, as the thread
+/// ends), builds its own. `None` as [`words_of`].
 pub fn with_words_of<R>(bitmap: &RoaringBitmap, f: impl FnOnce(&[u64]) -> R) -> Option<R> {
-    WORDS_SCRATCH.with(|cell| {
+    let mut f = Some(f);
+    let kept = WORDS_SCRATCH.try_with(|cell| {
         let Ok(mut scratch) = cell.try_borrow_mut() else {
-            return words_of(bitmap).map(|words| f(&words));
+            return None;
         };
         let scratch = &mut *scratch;
         if scratch.words.len() == WORDS {
@@ -469,9 +471,16 @@ pub fn with_words_of<R>(bitmap: &RoaringBitmap, f: impl FnOnce(&[u64]) -> R) -> 
             let word = |v: u32| (v as usize / 64).min(WORDS - 1);
             scratch.dirty = Some((word(min), word(max)));
         }
-        fill_words_of(bitmap, &mut scratch.words, &mut scratch.serialized)?;
-        Some(f(&scratch.words))
-    })
+        let filled = fill_words_of(bitmap, &mut scratch.words, &mut scratch.serialized);
+        Some(filled.and_then(|()| f.take().map(|f| f(&scratch.words))))
+    });
+    if let Ok(Some(out)) = kept {
+        return out;
+    }
+    // In use (a call from `f`), or gone: the thread is ending and another of its thread-locals'
+    // destructors encodes (a store kept in one closes and flushes).
+    let f = f.take()?;
+    words_of(bitmap).map(|words| f(&words))
 }
 
 /// Largest cardinality of a roaring array container.
