@@ -8,33 +8,13 @@ use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use ackstore::internals::meta::{FileMetaStore, MetaStore};
 use ackstore::{CursorOptions, Error, ManagedLedger, MemStorage, Storage, Store};
 use support::crash::torn_image;
-use support::tap::{Hook, Op, Tap};
+use support::tap::{Hook, Listings, Op, Tap};
 use support::topic::{config, store_config};
 use support::workload::Rng;
-
-/// Counts the directory listings made through a [`Tap`].
-#[derive(Default)]
-struct Listings(AtomicU64);
-
-impl Hook for Listings {
-    fn before(&self, op: Op<'_>) -> ackstore::Result<()> {
-        if matches!(op, Op::List(_)) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-        Ok(())
-    }
-}
-
-impl Listings {
-    fn count(&self) -> u64 {
-        self.0.load(Ordering::SeqCst)
-    }
-}
 
 /// Listings made while `cursors` cursors are created on a topic opened alone.
 fn listings_creating_cursors_of_a_topic(cursors: usize) -> u64 {

@@ -46,7 +46,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ackstore::{AppendMeta, Cursor, CursorOptions, Error, Position};
@@ -246,10 +245,19 @@ impl Log {
         )
     }
 
+    /// Writes `text` (whole lines, each ending in a newline) in one call.
+    pub(super) fn write(&mut self, text: &str) {
+        self.0.write_all(text.as_bytes()).expect("write the log");
+    }
+
     pub(super) fn line(&mut self, text: &str) {
-        self.0
-            .write_all(format!("{text}\n").as_bytes())
-            .expect("write the log");
+        self.write(&format!("{text}\n"));
+    }
+
+    /// Makes what was written durable (for a log the parent reads after a power cut's
+    /// equivalent, or whose lines must outlive the child's page cache).
+    pub(super) fn sync(&mut self) {
+        self.0.sync_data().expect("sync the log");
     }
 
     /// Logs an unexpected error and ends the child with exit code 3 (the parent expects death
@@ -771,17 +779,10 @@ pub(super) fn kill_rounds_within(
     let mut rng = Rng::new(seed);
     for round in 0..rounds {
         let len = std::fs::metadata(&log_path).map_or(0, |m| m.len());
-        let mut child = Command::new(&exe)
-            .args([
-                test_name.as_str(),
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-            ])
+        let mut child = support::harness::child_running(&exe, &test_name)
             .env(CHILD_DIR, &dir)
             .env(CHILD_LOG, &log_path)
             .env(CHILD_SEED, seed.wrapping_add(round as u64 + 1).to_string())
-            .stdout(Stdio::null())
             .stderr(File::create(&stderr_path).map_err(|e| e.to_string())?)
             .spawn()
             .map_err(|e| format!("spawn the child: {e}"))?;

@@ -39,10 +39,9 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -51,7 +50,7 @@ use ackstore::{
     Cursor, CursorOptions, JournalConfig, ManagedLedger, PersistMode, Position, Store, StoreConfig,
 };
 
-use super::sigkill_child::{parse_position, verify};
+use super::sigkill_child::{Log, parse_position, verify};
 use crate::support;
 use support::workload::{Rng, seed_from_env};
 
@@ -168,39 +167,6 @@ fn sigkill_during_ticks_of_many_cursors_keeps_flushed_acks_and_invents_none() {
 
 // ---------------------------------------------------------------------------------------------
 // The child.
-
-/// The child's log: whole lines, each one `write`.
-struct Log(File);
-
-impl Log {
-    fn open(path: &Path) -> Self {
-        Self(
-            OpenOptions::new()
-                .append(true)
-                .create(true)
-                .open(path)
-                .expect("open the log"),
-        )
-    }
-
-    /// Writes `text` (whole lines, each ending in a newline) in one call.
-    fn write(&mut self, text: &str) {
-        self.0.write_all(text.as_bytes()).expect("write the log");
-    }
-
-    fn line(&mut self, text: &str) {
-        self.write(&format!("{text}\n"));
-    }
-
-    fn sync(&mut self) {
-        self.0.sync_data().expect("sync the log");
-    }
-
-    fn fail(&mut self, what: &str, err: &ackstore::Error) -> ! {
-        self.line(&format!("E {what}: {err}"));
-        std::process::exit(3);
-    }
-}
 
 /// One acknowledgement call of the workload.
 enum Op {
@@ -844,19 +810,12 @@ fn parent(scale: Scale, rounds: usize, seed: u64) -> Result<(), String> {
         p.write_entries(&entries_path)?;
         let log_path: PathBuf = work.path().join(format!("log-{round}"));
         let ticks_path: PathBuf = work.path().join(format!("ticks-{round}"));
-        let mut child = Command::new(&exe)
-            .args([
-                test_name.as_str(),
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-            ])
+        let mut child = support::harness::child_running(&exe, &test_name)
             .env(CHILD_DIR, &dir)
             .env(CHILD_LOG, &log_path)
             .env(CHILD_TICKS, &ticks_path)
             .env(CHILD_ENTRIES, &entries_path)
             .env(CHILD_SEED, seed.wrapping_add(round as u64 + 1).to_string())
-            .stdout(Stdio::null())
             .stderr(File::create(&stderr_path).map_err(|e| e.to_string())?)
             .spawn()
             .map_err(|e| format!("spawn the child: {e}"))?;

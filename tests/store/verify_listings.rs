@@ -6,24 +6,10 @@
 use crate::support;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use ackstore::{CursorOptions, MemStorage, Storage, Store};
 use support::config::store_without_flusher;
-use support::tap::{Hook, Op, Tap};
-
-/// Counts the listings run through a [`Tap`].
-#[derive(Default)]
-struct Listings(AtomicU64);
-
-impl Hook for Listings {
-    fn before(&self, op: Op<'_>) -> ackstore::Result<()> {
-        if matches!(op, Op::List(_)) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-        Ok(())
-    }
-}
+use support::tap::{Listings, Tap};
 
 /// The listings `verify` runs on a store of one topic of `cursors` cursors, each with an ack
 /// flushed; the store must verify sound.
@@ -51,7 +37,7 @@ fn listings_of_verify(cursors: usize) -> u64 {
     let verification = ackstore::check::verify(&tapped).expect("verify");
     assert!(verification.is_sound(), "{verification}");
     assert_eq!(verification.cursors, cursors, "{verification}");
-    listings.0.load(Ordering::SeqCst)
+    listings.count()
 }
 
 #[test]

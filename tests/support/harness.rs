@@ -10,6 +10,16 @@ pub fn test_path(module_path: &str, name: &str) -> String {
     }
 }
 
+/// This test binary (`exe`) as a child running only the test `test` with its output shown, its
+/// standard output discarded: the caller adds its environment and its standard error.
+pub fn child_running(exe: &std::path::Path, test: &str) -> std::process::Command {
+    let mut child = std::process::Command::new(exe);
+    child
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .stdout(std::process::Stdio::null());
+    child
+}
+
 /// A property test's configuration with `cases` cases, whose failing seeds are kept beside its
 /// source file (`model.rs` keeps `model.proptest-regressions`) and run again first on every run.
 /// proptest's default keeps them under the nearest directory holding a `main.rs`, which in a

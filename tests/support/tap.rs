@@ -105,6 +105,26 @@ pub trait Hook: Send + Sync {
     }
 }
 
+/// Counts the directory listings (whole or by prefix) made through a [`Tap`].
+#[derive(Default)]
+pub struct Listings(AtomicU64);
+
+impl Hook for Listings {
+    fn before(&self, op: Op<'_>) -> ackstore::Result<()> {
+        if matches!(op, Op::List(_)) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+}
+
+impl Listings {
+    /// Listings made so far.
+    pub fn count(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
 /// Counts the bytes written through a [`Tap`]: to every file, or only to the files whose name
 /// the second field accepts.
 #[derive(Default)]

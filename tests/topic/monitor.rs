@@ -24,6 +24,22 @@ fn wait_for<T>(monitor: &Monitor<T>, done: impl FnMut(&T) -> bool) -> MonitorGua
     guard
 }
 
+/// Sets `value` to `to` and notifies, once a waiter is counted: until it sleeps the waiter holds
+/// the lock this change takes, so only the notify can wake it.
+fn set_once_waited_for(value: &Monitor<u32>, to: u32) {
+    let deadline = Instant::now() + LOST_WAKE_UP;
+    while value.waiters() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the waiter never started waiting"
+        );
+        thread::yield_now();
+    }
+    let mut v = value.lock();
+    *v = to;
+    v.notify_all();
+}
+
 /// Two threads take turns on one counter, each waiting for the other's move: a notify lost
 /// in any of the rounds leaves a waiter asleep until the deadline, and the test fails.
 #[test]
@@ -66,21 +82,7 @@ fn notify_without_waiter_leaves_a_later_waiter_working() {
         let value = value.clone();
         move || *wait_for(&value, |v| *v == 2)
     });
-    // Changes the value only once the waiter is counted, so that only a notify can wake it
-    // (until it sleeps it holds the lock this change takes).
-    let deadline = Instant::now() + LOST_WAKE_UP;
-    while value.waiters() == 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the waiter never started waiting"
-        );
-        thread::yield_now();
-    }
-    {
-        let mut v = value.lock();
-        *v = 2;
-        v.notify_all();
-    }
+    set_once_waited_for(&value, 2);
     assert_eq!(waiter.join().unwrap(), 2);
     assert_eq!(value.waiters(), 0);
 }
@@ -113,19 +115,7 @@ fn a_panicking_condition_uncounts_its_waiter() {
         let value = value.clone();
         move || *wait_for(&value, |v| *v == 1)
     });
-    let deadline = Instant::now() + LOST_WAKE_UP;
-    while value.waiters() == 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the waiter never started waiting"
-        );
-        thread::yield_now();
-    }
-    {
-        let mut v = value.lock();
-        *v = 1;
-        v.notify_all();
-    }
+    set_once_waited_for(&value, 1);
     assert_eq!(waiter.join().unwrap(), 1);
     assert_eq!(value.waiters(), 0);
 }

@@ -9,25 +9,11 @@ use crate::support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use ackstore::{
     Cursor, CursorOptions, ManagedLedger, MemStorage, Position, Storage, Store, StoreConfig,
 };
-use support::tap::{Hook, Op, Tap};
-
-/// Counts the listings run through a [`Tap`].
-#[derive(Default)]
-struct Listings(AtomicU64);
-
-impl Hook for Listings {
-    fn before(&self, op: Op<'_>) -> ackstore::Result<()> {
-        if matches!(op, Op::List(_)) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-        Ok(())
-    }
-}
+use support::tap::{Listings, Tap};
 
 /// A topic opened alone on `disk` (through a tap counting listings into `listings`).
 fn open(disk: &MemStorage, listings: &Arc<Listings>) -> ManagedLedger {
@@ -74,7 +60,7 @@ fn populate(disk: &MemStorage, cursors: usize) -> Vec<Position> {
 fn listings_of_a_reopen(disk: &MemStorage, cursors: usize, ps: &[Position]) -> u64 {
     let listings = Arc::new(Listings::default());
     let topic = open(disk, &listings);
-    let at_open = listings.0.load(Ordering::SeqCst);
+    let at_open = listings.count();
     assert_acks(&topic, cursors, ps);
     topic.close().expect("close");
     at_open
@@ -189,9 +175,9 @@ fn listings_of_store_topic_reopens(cursors: usize) -> Vec<u64> {
         let storage: Arc<dyn Storage> =
             Arc::new(Tap::new(Arc::new(disk.clone()), listings.clone()));
         let store = Store::open_with_storage(storage, config.clone()).expect("reopen");
-        let before = listings.0.load(Ordering::SeqCst);
+        let before = listings.count();
         let topic = store.topic("persistent://t/n/listings").expect("topic");
-        opens.push(listings.0.load(Ordering::SeqCst) - before);
+        opens.push(listings.count() - before);
         assert_acks(&topic, cursors, &ps);
         drop(topic);
         store.close().expect("close");
