@@ -892,7 +892,6 @@ impl RangeSetWrapper {
         if let Some(slot) = self.residents.find(key) {
             // No bytes change: eviction is needed only if the previous hot partition was past
             // the budget.
-            self.residents.retire_hot();
             self.residents.make_hot(slot);
             if self.over_budget() {
                 self.make_room();

@@ -173,3 +173,106 @@ fn a_recharge_keeps_the_bytes_of_the_list_holding_the_partition() {
         (150, 700)
     );
 }
+
+/// One step of [`make_hot_keeps_every_list_as_the_model_does`].
+#[derive(Debug, Clone)]
+enum Step {
+    /// A new partition becomes hot (the hot one retired first): its flag and bytes.
+    Insert(bool, usize),
+    /// The `n`-th listed partition (by key) becomes hot, the hot one joining its list.
+    Touch(usize),
+    /// The `n`-th listed partition is pinned.
+    Pin(usize),
+    /// The hot partition joins its list.
+    Retire,
+    /// The `n`-th listed partition is removed.
+    Remove(usize),
+}
+
+fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+    use proptest::prelude::*;
+    prop_oneof![
+        2 => (any::<bool>(), 1..1_000usize).prop_map(|(u, b)| Step::Insert(u, b)),
+        4 => any::<usize>().prop_map(Step::Touch),
+        1 => any::<usize>().prop_map(Step::Pin),
+        1 => Just(Step::Retire),
+        1 => any::<usize>().prop_map(Step::Remove),
+    ]
+}
+
+proptest::proptest! {
+    /// `make_hot` of a listed partition while another is hot retires that one into its list
+    /// and takes the new one out of its own, in one step: every list's order, length and bytes
+    /// are the model's after each step (the two in the same list, in different lists, the
+    /// retired one in the list the new one left, a pinned one made hot).
+    #[test]
+    fn make_hot_keeps_every_list_as_the_model_does(
+        steps in proptest::collection::vec(step(), 1..200),
+    ) {
+        let mut r = Residents::new();
+        // Per key: its flag and bytes; its list (newest first) or hot.
+        let mut flags = std::collections::BTreeMap::<u64, (bool, usize)>::new();
+        let mut lists: [Vec<u64>; 3] = Default::default();
+        let mut hot: Option<u64> = None;
+        let mut next = 1;
+        let by_flag = |unsaved: bool| if unsaved { List::Unsaved } else { List::Saved };
+        let retire = |hot: &mut Option<u64>, lists: &mut [Vec<u64>; 3], flags: &std::collections::BTreeMap<u64, (bool, usize)>| {
+            if let Some(h) = hot.take() {
+                lists[by_flag(flags[&h].0) as usize].insert(0, h);
+            }
+        };
+        for step in steps {
+            let listed: Vec<u64> = flags.keys().copied().filter(|k| Some(*k) != hot).collect();
+            let pick = |n: usize| listed.get(n % listed.len().max(1)).copied();
+            match step {
+                Step::Insert(unsaved, bytes) => {
+                    r.retire_hot();
+                    retire(&mut hot, &mut lists, &flags);
+                    r.insert_hot(resident(next, unsaved, bytes));
+                    flags.insert(next, (unsaved, bytes));
+                    hot = Some(next);
+                    next += 1;
+                }
+                Step::Touch(n) => {
+                    let Some(k) = pick(n) else { continue };
+                    r.make_hot(r.find(key(k)).expect("resident"));
+                    retire(&mut hot, &mut lists, &flags);
+                    for list in &mut lists {
+                        list.retain(|&x| x != k);
+                    }
+                    hot = Some(k);
+                }
+                Step::Pin(n) => {
+                    let Some(k) = pick(n) else { continue };
+                    r.relist(r.find(key(k)).expect("resident"), List::Pinned, true);
+                    for list in &mut lists {
+                        list.retain(|&x| x != k);
+                    }
+                    lists[List::Pinned as usize].insert(0, k);
+                }
+                Step::Retire => {
+                    r.retire_hot();
+                    retire(&mut hot, &mut lists, &flags);
+                }
+                Step::Remove(n) => {
+                    let Some(k) = pick(n) else { continue };
+                    r.remove(r.find(key(k)).expect("resident"));
+                    for list in &mut lists {
+                        list.retain(|&x| x != k);
+                    }
+                    flags.remove(&k);
+                }
+            }
+            for list in [List::Saved, List::Unsaved, List::Pinned] {
+                let want = &lists[list as usize];
+                proptest::prop_assert_eq!(&keys(&r, list), want, "{:?}", list);
+                proptest::prop_assert_eq!(r.list_len(list), want.len());
+                let bytes: usize = want.iter().map(|k| flags[k].1).sum();
+                proptest::prop_assert_eq!(r.list_bytes(list), bytes, "{:?}", list);
+            }
+            let hot_slot = hot.and_then(|h| r.hot_slot(key(h)));
+            proptest::prop_assert_eq!(hot_slot.is_some(), hot.is_some());
+            proptest::prop_assert_eq!(r.len(), flags.len());
+        }
+    }
+}
