@@ -3,38 +3,22 @@
 //! cursors are opened and read once (as a broker's restart does), and what stays allocated per
 //! cursor is held under a bound (issue 23: 100,000 cursors in one store within 1 GiB).
 
-use std::time::Duration;
-
-use ackstore::{CursorConfig, CursorOptions, LedgerConfig, Store, StoreConfig};
+use ackstore::{CursorOptions, Store};
 
 use super::{live, signed};
+
+// The perf workload's configuration and names (`ackstore perf --topics`), as the examples that
+// reopen its stores use them.
+#[path = "../../examples/support/perf_store.rs"]
+mod perf_store;
+
+use perf_store::{cursor_name, topic_name};
 
 const TOPICS: usize = 4;
 const PER_TOPIC: usize = 100;
 
-/// The perf workload's configuration (`ackstore perf --topics`, as `examples/store_reopen.rs`).
-fn config() -> StoreConfig {
-    StoreConfig {
-        ledger: LedgerConfig {
-            max_entries_per_ledger: 10_000,
-            cursor: CursorConfig {
-                lru_capacity_bytes: 64 << 10,
-                flush_interval: Some(Duration::from_secs(3600)),
-                ..CursorConfig::default()
-            },
-            ..LedgerConfig::default()
-        },
-        ack_memory_bytes: Some(150 * TOPICS * PER_TOPIC),
-        ..StoreConfig::default()
-    }
-}
-
-fn topic_name(t: usize) -> String {
-    format!("persistent://tenant/ns/topic-{t}")
-}
-
-fn cursor_name(c: usize) -> String {
-    format!("sub-{c}")
+fn config() -> ackstore::StoreConfig {
+    perf_store::config(TOPICS * PER_TOPIC)
 }
 
 /// A store of `TOPICS` topics of `PER_TOPIC` cursors each, every cursor with a hole and its

@@ -163,8 +163,7 @@ fn a_store_on_a_mount_whose_files_show_another_owner_creates_and_writes_its_file
         module_path!(),
         "a_store_on_a_mount_whose_files_show_another_owner_creates_and_writes_its_files",
     );
-    let out = Command::new(&exe)
-        .args([test.as_str(), "--exact", "--test-threads=1", "--quiet"])
+    let out = support::harness::child_quiet(&exe, &test)
         .env(DIR, &target)
         .uid(NOBODY)
         .gid(NOBODY)

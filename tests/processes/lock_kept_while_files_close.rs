@@ -7,7 +7,6 @@
 //! the check can fail.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use ackstore::storage::Storage;
 use ackstore::{Error, FileStorage, Store, StoreConfig};
@@ -33,11 +32,11 @@ fn try_lock(dir: &Path) -> ! {
 /// Runs the child on `dir`: its exit code.
 fn other_process_locks(dir: &Path) -> i32 {
     let test = support::harness::test_path(module_path!(), TEST);
-    let status = Command::new(std::env::current_exe().expect("this binary"))
-        .args([test.as_str(), "--exact", "--test-threads=1", "--quiet"])
-        .env(DIR, dir)
-        .status()
-        .expect("run the child");
+    let status =
+        support::harness::child_quiet(&std::env::current_exe().expect("this binary"), &test)
+            .env(DIR, dir)
+            .status()
+            .expect("run the child");
     status.code().expect("the child exited")
 }
 

@@ -12,7 +12,6 @@
 //! of descriptors (`EMFILE`) a few topics in.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use ackstore::storage::OpenFiles;
 use ackstore::{ManagedLedger, Store, StoreConfig};
@@ -106,8 +105,7 @@ pub(crate) fn run(module: &str, test: &str, soft: u64, child: fn(&Path), check: 
     }
     let dir = tempfile::tempdir().expect("temporary directory");
     let test = support::harness::test_path(module, test);
-    let out = Command::new(std::env::current_exe().expect("this binary"))
-        .args([test.as_str(), "--exact", "--test-threads=1", "--quiet"])
+    let out = support::harness::child_quiet(&std::env::current_exe().expect("this binary"), &test)
         .env(DIR, dir.path())
         .env(SOFT, soft.to_string())
         .output()

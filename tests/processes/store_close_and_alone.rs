@@ -8,7 +8,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 
 use ackstore::{
@@ -133,8 +132,7 @@ fn other_process(role: &str, dir: &Path) {
 /// Runs this test's other process as `role` on the store in `dir`; asserts it succeeded.
 fn run_other(role: &str, dir: &Path) {
     let test = support::harness::test_path(module_path!(), TEST);
-    let out = Command::new(std::env::current_exe().expect("this binary"))
-        .args([test.as_str(), "--exact", "--test-threads=1", "--quiet"])
+    let out = support::harness::child_quiet(&std::env::current_exe().expect("this binary"), &test)
         .env(ROLE, role)
         .env(DIR, dir)
         .output()

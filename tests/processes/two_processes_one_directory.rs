@@ -11,7 +11,6 @@
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -195,8 +194,7 @@ fn two_processes(store: bool) {
     let logs = tempfile::tempdir().unwrap();
     let children: Vec<_> = (0..2)
         .map(|i| {
-            Command::new(std::env::current_exe().unwrap())
-                .args([test.as_str(), "--exact", "--test-threads=1", "--quiet"])
+            support::harness::child_quiet(&std::env::current_exe().unwrap(), &test)
                 .env(ROLE, "child")
                 .env(DIR, dir.path())
                 .env(LOG, logs.path().join(format!("{i}.log")))

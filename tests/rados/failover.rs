@@ -90,8 +90,7 @@ fn parse_pos(words: &[&str]) -> Position {
 
 fn child(test: &str, role: &str, namespace: &str, journal: &Path, seed: u64) -> Child {
     let test = support::harness::test_path(module_path!(), test);
-    Command::new(std::env::current_exe().unwrap())
-        .args([test.as_str(), "--exact", "--nocapture", "--test-threads=1"])
+    support::harness::child_showing(&std::env::current_exe().unwrap(), &test)
         .env(ROLE, role)
         .env(NAMESPACE, namespace)
         .env(JOURNAL, journal)

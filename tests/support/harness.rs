@@ -1,5 +1,5 @@
-//! The test harness's names for this binary's tests, for a test that re-runs its own binary as
-//! a child process running one test (`--exact NAME`).
+//! The test harness's names for this binary's tests, and the command that re-runs this binary
+//! as a child process running one test (`--exact NAME`).
 
 /// The name the harness gives the test function `name` of the module at `module_path` (the
 /// caller's `module_path!()`): the module path without the crate's name, then the function.
@@ -10,14 +10,32 @@ pub fn test_path(module_path: &str, name: &str) -> String {
     }
 }
 
-/// This test binary (`exe`) as a child running only the test `test` with its output shown, its
-/// standard output discarded: the caller adds its environment and its standard error.
-pub fn child_running(exe: &std::path::Path, test: &str) -> std::process::Command {
+/// This test binary (`exe`) as a child running only the test `test` (its name by
+/// [`test_path`]) with the harness's output flag `output`.
+fn child(exe: &std::path::Path, test: &str, output: &str) -> std::process::Command {
     let mut child = std::process::Command::new(exe);
+    child.args([test, "--exact", output, "--test-threads=1"]);
     child
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .stdout(std::process::Stdio::null());
+}
+
+/// [`child`] with the test's output shown (`--nocapture`): the caller adds its environment
+/// and where its output goes.
+pub fn child_showing(exe: &std::path::Path, test: &str) -> std::process::Command {
+    child(exe, test, "--nocapture")
+}
+
+/// [`child_showing`] with its standard output discarded: the caller adds its environment and
+/// its standard error.
+pub fn child_running(exe: &std::path::Path, test: &str) -> std::process::Command {
+    let mut child = child_showing(exe, test);
+    child.stdout(std::process::Stdio::null());
     child
+}
+
+/// [`child`] with the harness's output cut to its summary (`--quiet`), the test's output
+/// captured: the caller adds its environment and how it waits.
+pub fn child_quiet(exe: &std::path::Path, test: &str) -> std::process::Command {
+    child(exe, test, "--quiet")
 }
 
 /// A property test's configuration with `cases` cases, whose failing seeds are kept beside its

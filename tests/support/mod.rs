@@ -10,7 +10,8 @@
 //! - [`log_model`]: deterministic entries and a model of an entry-log workload.
 //! - [`fds`]: the process's open descriptors under a directory, and a temporary directory for
 //!   files (memory-backed where there is one).
-//! - [`harness`]: the name the test harness gives a test, for a test that re-runs its binary.
+//! - [`harness`]: the name the test harness gives a test, and the command that re-runs this
+//!   binary on one test as a child process.
 //! - [`hooked`]: an in-memory disk whose files count writes and fsyncs and can stall or fail.
 //! - [`journal`]: cursors backed by a store's cursor journal, committed in ticks, and their model.
 //! - [`topic`]: managed ledgers on an in-memory disk, appends and cursor options.

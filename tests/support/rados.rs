@@ -108,9 +108,9 @@ impl Broker {
     /// Starts the broker with the extra environment `env`.
     pub fn spawn(test: &str, role: &str, env: &[(&str, &str)]) -> Self {
         use std::io::BufRead;
-        use std::process::{Command, Stdio};
-        let mut child = Command::new(std::env::current_exe().expect("the test binary"))
-            .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        use std::process::Stdio;
+        let exe = std::env::current_exe().expect("the test binary");
+        let mut child = crate::support::harness::child_showing(&exe, test)
             .env(BROKER_ROLE, role)
             .envs(env.iter().copied())
             .stdin(Stdio::piped())
