@@ -201,6 +201,8 @@ fn step() -> impl proptest::strategy::Strategy<Value = Step> {
 }
 
 proptest::proptest! {
+    #![proptest_config(crate::support::harness::proptest_default_config())]
+
     /// `make_hot` of a listed partition while another is hot retires that one into its list
     /// and takes the new one out of its own, in one step: every list's order, length and bytes
     /// are the model's after each step (the two in the same list, in different lists, the
