@@ -241,7 +241,10 @@ pub fn encode_partition(key: PartitionKey, bitmap: &RoaringBitmap) -> Vec<u8> {
 /// CRC): the shortest encoding, or roaring for values outside the partition, which the decoder
 /// refuses.
 fn encoded_body(bitmap: &RoaringBitmap) -> (PartitionEncoding, Vec<u8>) {
-    if let Some(body) = code::with_words_of(bitmap, smallest_body) {
+    // The set's bounds from the bitmap (its first and last container's): the dense form's
+    // words outside them are zero, and nothing scans them for that.
+    let bounds = bitmap.min().zip(bitmap.max());
+    if let Some(body) = code::with_words_of(bitmap, |words| smallest_body(words, bounds)) {
         body
     } else {
         let mut smallest = bitmap.clone();
@@ -268,13 +271,14 @@ fn frame_v2_code(key: PartitionKey, code: u8, body: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The shortest version 2 body of the set `words` holds, and its encoding.
-fn smallest_body(words: &[u64]) -> (PartitionEncoding, Vec<u8>) {
-    let Some((lo, hi)) = code::bounds(words) else {
+/// The shortest version 2 body of the set `words` holds, whose smallest and largest members
+/// are `bounds` (`None`: the empty set), and its encoding.
+fn smallest_body(words: &[u64], bounds: Option<(u32, u32)>) -> (PartitionEncoding, Vec<u8>) {
+    let Some((lo, hi)) = bounds else {
         return (PartitionEncoding::Empty, Vec::new());
     };
     let span_len = code::span_body_len(lo, hi);
-    let roaring_len = code::roaring_len(words);
+    let roaring_len = code::roaring_len(words, lo, hi);
     // The gaps body is only returned when it is no longer than both others.
     if let Some(gaps) = code::gaps_body(words, lo, hi, span_len.min(roaring_len)) {
         return (PartitionEncoding::Gaps, gaps);
@@ -282,7 +286,10 @@ fn smallest_body(words: &[u64]) -> (PartitionEncoding, Vec<u8>) {
     if span_len <= roaring_len {
         (PartitionEncoding::Bitmap, code::span_body(words, lo, hi))
     } else {
-        (PartitionEncoding::Roaring, code::roaring_body(words))
+        (
+            PartitionEncoding::Roaring,
+            code::roaring_body(words, lo, hi),
+        )
     }
 }
 
@@ -474,27 +481,43 @@ fn decode_body(
     };
     let bad_bitmap = || bad(body_at, CorruptionKind::InvalidField("bitmap"));
     let mut gaps = None;
-    let words = match encoding {
-        PartitionEncoding::Empty if body.is_empty() => code::empty_words(),
+    // The set and its smallest and largest members: a gaps or bitmap body names them in its
+    // span, and its decoder sets both and nothing outside them; a roaring body's are looked
+    // for in the set.
+    let (words, bounds) = match encoding {
+        PartitionEncoding::Empty if body.is_empty() => (code::empty_words(), None),
         PartitionEncoding::Empty => return Err(bad(body_at, CorruptionKind::BadLength)),
         PartitionEncoding::Roaring | PartitionEncoding::RoaringV1 => {
-            code::parse_roaring(body).ok_or_else(bad_bitmap)?
+            let words = code::parse_roaring(body).ok_or_else(bad_bitmap)?;
+            let bounds = code::bounds(&words);
+            (words, bounds)
         }
         PartitionEncoding::Gaps => {
             let (words, reading) = code::decode_gaps(body, PARTITION_SPAN).map_err(body_error)?;
             gaps = Some(reading);
-            words
+            let bounds = code::body_bounds(body, PARTITION_SPAN).map_err(body_error)?;
+            (words, Some(bounds))
         }
-        PartitionEncoding::Bitmap => code::decode_span(body, PARTITION_SPAN).map_err(body_error)?,
+        PartitionEncoding::Bitmap => {
+            let words = code::decode_span(body, PARTITION_SPAN).map_err(body_error)?;
+            let bounds = code::body_bounds(body, PARTITION_SPAN).map_err(body_error)?;
+            (words, Some(bounds))
+        }
     };
+    debug_assert_eq!(
+        bounds,
+        code::bounds(&words),
+        "a body's span is its set's bounds"
+    );
+    // Its roaring body; none for the empty set.
+    let bounded = bounds.map(|(lo, hi)| (lo, hi, code::roaring_body(&words, lo, hi)));
     // Canonical: the encoding is the one the encoder picks for this set, and the body is the
     // bytes it writes in that encoding. The encoder's choice is priced without writing the
     // bodies it does not pick; each body is compared by the cheapest sufficient test.
-    let roaring = code::roaring_body(&words);
-    let canonical = match code::bounds(&words) {
+    let canonical = match &bounded {
         // Only the empty body decodes to the empty set.
         None => encoding == PartitionEncoding::Empty,
-        Some((lo, hi)) => {
+        &Some((lo, hi, ref roaring)) => {
             let span_len = code::span_body_len(lo, hi);
             let budget = span_len.min(roaring.len());
             match encoding {
@@ -510,7 +533,7 @@ fn decode_body(
                 }
                 PartitionEncoding::Roaring | PartitionEncoding::RoaringV1 => {
                     span_len > roaring.len()
-                        && roaring == body
+                        && *roaring == body
                         && code::gaps_len(&words, lo, hi, budget).is_none()
                 }
                 PartitionEncoding::Empty => false,
@@ -520,7 +543,12 @@ fn decode_body(
     if !canonical {
         return Err(not_canonical());
     }
-    RoaringBitmap::deserialize_from(&roaring[..]).map_err(|_| bad_bitmap())
+    match bounded {
+        Some((_, _, roaring)) => {
+            RoaringBitmap::deserialize_from(&roaring[..]).map_err(|_| bad_bitmap())
+        }
+        None => Ok(RoaringBitmap::new()),
+    }
 }
 
 /// The fields of a version 1 record whose CRC has been checked.
