@@ -540,6 +540,8 @@ fn decode_body(
             }
         }
     };
+    // Every member lies between the bounds (for a gaps or bitmap body by its decoder, above).
+    code::keep_words(words, bounds);
     if !canonical {
         return Err(not_canonical());
     }

@@ -288,3 +288,46 @@ fn an_encode_from_a_thread_locals_destructor_after_the_kept_form_is_gone() {
         ackstore::internals::format::partition::encode_partition(key, &set)
     );
 }
+
+proptest! {
+    /// The decoders' kept dense form (`zeroed_words`, given back by `keep_words`), used for one
+    /// record after another on this thread: every record of a set (each encoding the encoder
+    /// picks: gaps, a span bitmap, roaring forms) decodes to exactly that set, also right after
+    /// a damaged record (a byte of its body changed, its CRC made valid again), whose decode
+    /// may stop midway or be refused as not canonical.
+    #[test]
+    fn records_decoded_one_after_another_each_hold_only_their_set(
+        sets in proptest::collection::vec(
+            (proptest::collection::vec(0u32..65_536, 0..3_000),
+             proptest::option::of((0u32..65_536, 0u32..40_000)),
+             any::<(usize, u8)>()),
+            1..8,
+        ),
+    ) {
+        use ackstore::internals::format::partition::{PartitionKey, decode_partition, encode_partition};
+        let key = PartitionKey { ledger_id: 7, chunk: 3 };
+        for (values, run, (at, flip)) in sets {
+            let mut bitmap: RoaringBitmap = values.iter().copied().collect();
+            if let Some((start, len)) = run {
+                bitmap.insert_range(start..(start + len).min(1 << 16));
+            }
+            let record = encode_partition(key, &bitmap);
+            // Damaged: one byte of the body changed, the CRC recomputed over the rest.
+            let mut damaged = record.clone();
+            let covered = damaged.len() - 4;
+            let body_at = covered.saturating_sub(1 + at % covered.max(1)).max(10);
+            if let Some(b) = damaged.get_mut(body_at.min(covered.saturating_sub(1))) {
+                *b ^= flip | 1;
+            }
+            let crc = crc32fast::hash(&damaged[..covered]);
+            damaged[covered..].copy_from_slice(&crc.to_le_bytes());
+            if let Ok((k, set)) = decode_partition(&damaged) {
+                // Accepted only as the encoder's own bytes for what it decoded to.
+                prop_assert_eq!(encode_partition(k, &set), damaged);
+            }
+            let (k, set) = decode_partition(&record).expect("the encoder's record");
+            prop_assert_eq!(k, key);
+            prop_assert_eq!(set, bitmap);
+        }
+    }
+}

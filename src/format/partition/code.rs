@@ -17,7 +17,7 @@
               or a partition offset, count or run that was checked to be below 2^16 first"
 )]
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use crate::format::Reader;
 pub use crate::format::{MAX_VARINT_LEN, put_varint, varint_len};
@@ -211,6 +211,45 @@ pub fn empty_words() -> Words {
     vec![0; WORDS]
 }
 
+thread_local! {
+    /// A dense form of the empty set the decoders take and [`keep_words`] gives back.
+    static DECODE_WORDS: Cell<Option<Words>> = const { Cell::new(None) };
+}
+
+/// The dense form of the empty set for a decoder to fill: the one this thread kept
+/// ([`keep_words`]), or a new one. Every partition a cursor loads was decoded into 8 KiB taken
+/// from `calloc` and zeroed whole: a quarter of the instructions of an ack that loads its
+/// partition (`docs/benchmarks.md`, "A flush tick's encoder without scans of the dense form").
+pub fn zeroed_words() -> Words {
+    DECODE_WORDS
+        .try_with(Cell::take)
+        .ok()
+        .flatten()
+        .unwrap_or_else(empty_words)
+}
+
+/// Keeps `words`, a decoded set whose members all lie between `bounds` (its smallest and
+/// largest, `None` for the empty set), for this thread's next [`zeroed_words`], once the words
+/// between them are zeroed: the form is kept only all zero. A form a decoder left midway (an
+/// error, a panic) is never given back, so nothing it set can reach the next decode.
+pub fn keep_words(mut words: Words, bounds: Option<(u32, u32)>) {
+    if words.len() != WORDS {
+        return;
+    }
+    if let Some((lo, hi)) = bounds {
+        words
+            .get_mut(lo as usize / 64..=hi as usize / 64)
+            .unwrap_or_default()
+            .fill(0);
+    }
+    debug_assert!(
+        words.iter().all(|w| *w == 0),
+        "a member outside the bounds given"
+    );
+    // Gone as the thread ends: the form is dropped instead.
+    let _ = DECODE_WORDS.try_with(|kept| kept.set(Some(words)));
+}
+
 pub fn set_bit(words: &mut Words, v: u32) {
     if let Some(w) = words.get_mut(v as usize / 64) {
         *w |= 1 << (v % 64);
@@ -354,7 +393,7 @@ pub fn portable_layout(body: &[u8]) -> Option<PortableLayout> {
 /// not exactly the serialization's. Run and array contents are not checked for order: the
 /// caller compares the re-encoded set with its input.
 pub fn parse_roaring(body: &[u8]) -> Option<Words> {
-    let mut words = empty_words();
+    let mut words = zeroed_words();
     parse_roaring_into(body, &mut words)?;
     Some(words)
 }
@@ -1430,7 +1469,7 @@ struct Counting {
 
 impl Counting {
     fn new(holes: bool, lo: u32, hi: u32) -> Self {
-        let mut words = empty_words();
+        let mut words = zeroed_words();
         if holes {
             fill(&mut words, lo, hi, false);
         } else {
@@ -1637,7 +1676,7 @@ pub fn decode_span(body: &[u8], span: u64) -> Result<Words, BodyError> {
     {
         return Err(BodyError::NotCanonical);
     }
-    let mut words = empty_words();
+    let mut words = zeroed_words();
     set_bit(&mut words, lo);
     set_bit(&mut words, hi);
     // With zero padding, the last bit set is at most `hi - 1`, below 2^16: every byte lands
