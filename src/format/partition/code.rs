@@ -220,6 +220,9 @@ thread_local! {
 /// ([`keep_words`]), or a new one. Every partition a cursor loads was decoded into 8 KiB taken
 /// from `calloc` and zeroed whole: a quarter of the instructions of an ack that loads its
 /// partition (`docs/benchmarks.md`, "A flush tick's encoder without scans of the dense form").
+///
+/// Memory: 8 KiB a thread that decodes, kept until the thread ends, outside any ack budget (as
+/// the encoder's form of [`with_words_of`]).
 pub fn zeroed_words() -> Words {
     DECODE_WORDS
         .try_with(Cell::take)
