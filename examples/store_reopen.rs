@@ -32,10 +32,10 @@ use std::time::{Duration, Instant};
 
 use ackstore::{CursorOptions, Store};
 
-#[path = "support/perf_store.rs"]
-mod perf_store;
+#[path = "../cli/src/perf_workload.rs"]
+mod perf_workload;
 
-use perf_store::{config, cursor_name, topic_name};
+use perf_workload::{cursor_name, store_config, topic_name};
 
 /// A thread's time on a CPU and runnable but waiting for one (the machine's other work), or
 /// the sum of several threads'.
@@ -165,7 +165,8 @@ fn main() {
     for round in 1..=rounds {
         let mut ended = Ended::default();
         let (started, s0) = (Instant::now(), Sched::process(&ended));
-        let store = Store::open(dir, config(topics * per_topic)).expect("open the store");
+        let store =
+            Store::open(dir, store_config(150 * topics * per_topic)).expect("open the store");
         let (opened_at, s1) = (started.elapsed(), Sched::process(&ended));
         let opened = in_parallel(topics, threads, &mut ended, |t| {
             store.topic(&topic_name(t)).expect("topic")

@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 
 use ackstore::{Cursor, CursorOptions, Store};
 
-#[path = "support/perf_store.rs"]
-mod perf_store;
+#[path = "../cli/src/perf_workload.rs"]
+mod perf_workload;
 
-use perf_store::{config, cursor_name, topic_name};
+use perf_workload::{cursor_name, store_config, topic_name};
 
 /// CPU time of every thread of the process so far (threads that ended are not counted; the
 /// store's threads live as long as it does).
@@ -44,7 +44,7 @@ fn main() {
     let topics: usize = topics.parse().expect("a number of topics");
     let per_topic: usize = per_topic.parse().expect("a number of cursors per topic");
     let ticks: usize = ticks.parse().expect("a number of ticks");
-    let store = Store::open(dir, config(topics * per_topic)).expect("open the store");
+    let store = Store::open(dir, store_config(150 * topics * per_topic)).expect("open the store");
     let mut cursors: Vec<Cursor> = Vec::with_capacity(topics * per_topic);
     for t in 0..topics {
         let topic = store.topic(&topic_name(t)).expect("topic");

@@ -61,6 +61,7 @@ mod inspect;
 mod perf;
 mod perf_batch;
 mod perf_store;
+mod perf_workload;
 mod report;
 mod target;
 mod verify;

@@ -20,9 +20,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ackstore::{
-    Cursor, CursorConfig, CursorOptions, LedgerConfig, ManagedLedger, Position, Store, StoreConfig,
-};
+use ackstore::{Cursor, CursorOptions, ManagedLedger, Position, Store};
+
+use crate::perf_workload::{cursor_name, ledger_config, store_config, topic_name};
 
 /// The workload's shape.
 #[derive(Debug, Clone, Copy)]
@@ -434,20 +434,6 @@ fn threads_now() -> usize {
     std::fs::read_dir("/proc/self/task").map_or(0, Iterator::count)
 }
 
-/// The cursor settings of both runs: a flush interval so the per-cursor path starts its
-/// flusher thread per cursor (as a broker would), long enough that only the ticks flush.
-fn ledger_config() -> LedgerConfig {
-    LedgerConfig {
-        max_entries_per_ledger: 10_000,
-        cursor: CursorConfig {
-            lru_capacity_bytes: 64 << 10,
-            flush_interval: Some(Duration::from_secs(3600)),
-            ..CursorConfig::default()
-        },
-        ..LedgerConfig::default()
-    }
-}
-
 /// The store's default ack memory budget (`--ack-budget-bytes`): 64 MiB.
 pub const STORE_ACK_BUDGET: usize = 64 << 20;
 
@@ -460,10 +446,6 @@ struct Fleet {
 }
 
 impl Fleet {
-    fn topic_name(t: usize) -> String {
-        format!("persistent://tenant/ns/topic-{t}")
-    }
-
     /// Opens every topic and cursor, from `threads` threads (topics and their cursors spread
     /// over them), each cursor read once after its open if `first_read`; `phases` gets the wall
     /// and CPU time of the store's open, of the topics' and of the cursors'.
@@ -482,17 +464,10 @@ impl Fleet {
             phases[1] = started.elapsed();
             (None, topics)
         } else {
-            let store = Store::open(
-                dir,
-                StoreConfig {
-                    ledger: ledger_config(),
-                    ack_memory_bytes: Some(shape.ack_budget),
-                    ..StoreConfig::default()
-                },
-            )?;
+            let store = Store::open(dir, store_config(shape.ack_budget))?;
             phases[0] = started.elapsed();
             let topics_started = Stamp::now();
-            let topics = in_parallel(shape.topics, threads, |t| store.topic(&Self::topic_name(t)))?;
+            let topics = in_parallel(shape.topics, threads, |t| store.topic(&topic_name(t)))?;
             phases[1] = topics_started.elapsed();
             (Some(store), topics)
         };
@@ -501,7 +476,7 @@ impl Fleet {
             (0..shape.cursors)
                 .map(|c| {
                     let cursor =
-                        topics[t].open_cursor(&format!("sub-{c}"), CursorOptions::default())?;
+                        topics[t].open_cursor(&cursor_name(c), CursorOptions::default())?;
                     if first_read {
                         cursor.read_entries(1)?;
                     }

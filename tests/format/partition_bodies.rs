@@ -86,8 +86,8 @@ proptest! {
     }
 }
 
-/// A call whose `f` panics leaves the kept dense form holding its set; the next call on the
-/// thread still sees only its own, and a call made from inside `f` builds its own form.
+/// After a call whose `f` panics with the kept dense form full, the next call on the thread
+/// still sees only its own set, and a call made from inside `f` builds its own form.
 #[test]
 fn the_kept_dense_form_recovers_from_a_panic_and_nests() {
     let full: RoaringBitmap = (0..1u32 << 16).collect();

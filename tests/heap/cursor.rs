@@ -9,16 +9,17 @@ use super::{live, signed};
 
 // The perf workload's configuration and names (`ackstore perf --topics`), as the examples that
 // reopen its stores use them.
-#[path = "../../examples/support/perf_store.rs"]
-mod perf_store;
+#[path = "../../cli/src/perf_workload.rs"]
+mod perf_workload;
 
-use perf_store::{cursor_name, topic_name};
+use perf_workload::{cursor_name, store_config, topic_name};
 
 const TOPICS: usize = 4;
 const PER_TOPIC: usize = 100;
 
+/// As with `--ack-budget-per-cursor-bytes 150`.
 fn config() -> ackstore::StoreConfig {
-    perf_store::config(TOPICS * PER_TOPIC)
+    store_config(150 * TOPICS * PER_TOPIC)
 }
 
 /// A store of `TOPICS` topics of `PER_TOPIC` cursors each, every cursor with a hole and its

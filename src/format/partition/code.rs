@@ -17,7 +17,7 @@
               or a partition offset, count or run that was checked to be below 2^16 first"
 )]
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 
 use crate::format::Reader;
 pub use crate::format::{MAX_VARINT_LEN, put_varint, varint_len};
@@ -212,29 +212,32 @@ pub fn empty_words() -> Words {
 }
 
 thread_local! {
-    /// A dense form of the empty set the decoders take and [`keep_words`] gives back.
-    static DECODE_WORDS: Cell<Option<Words>> = const { Cell::new(None) };
+    /// A dense form of the empty set the decoders and the encoder take and [`keep_words`] gives
+    /// back.
+    static KEPT_WORDS: Cell<Option<Words>> = const { Cell::new(None) };
 }
 
-/// The dense form of the empty set for a decoder to fill: the one this thread kept
-/// ([`keep_words`]), or a new one. Every partition a cursor loads was decoded into 8 KiB taken
-/// from `calloc` and zeroed whole: a quarter of the instructions of an ack that loads its
-/// partition (`docs/benchmarks.md`, "A flush tick's encoder without scans of the dense form").
+/// The dense form of the empty set for a decoder (or [`with_words_of`]) to fill: the one this
+/// thread kept ([`keep_words`]), or a new one. Every partition a cursor loads was decoded into
+/// 8 KiB taken from `calloc` and zeroed whole: a quarter of the instructions of an ack that
+/// loads its partition (`docs/benchmarks.md`, "A flush tick's encoder without scans of the
+/// dense form").
 ///
-/// Memory: 8 KiB a thread that decodes, kept until the thread ends, outside any ack budget (as
-/// the encoder's form of [`with_words_of`]).
+/// Memory: 8 KiB a thread that encodes or decodes partitions, kept until the thread ends,
+/// outside any ack budget.
 pub fn zeroed_words() -> Words {
-    DECODE_WORDS
+    KEPT_WORDS
         .try_with(Cell::take)
         .ok()
         .flatten()
         .unwrap_or_else(empty_words)
 }
 
-/// Keeps `words`, a decoded set whose members all lie between `bounds` (its smallest and
-/// largest, `None` for the empty set), for this thread's next [`zeroed_words`], once the words
-/// between them are zeroed: the form is kept only all zero. A form a decoder left midway (an
-/// error, a panic) is never given back, so nothing it set can reach the next decode.
+/// Keeps `words`, a set (decoded, or filled by [`with_words_of`]) whose members all lie between
+/// `bounds` (its smallest and largest, `None` for the empty set), for this thread's next
+/// [`zeroed_words`], once the words between them are zeroed: the form is kept only all zero. A
+/// form left midway (an error, a panic) is never given back, so nothing set in it can reach the
+/// next use.
 pub fn keep_words(mut words: Words, bounds: Option<(u32, u32)>) {
     if words.len() != WORDS {
         return;
@@ -250,7 +253,7 @@ pub fn keep_words(mut words: Words, bounds: Option<(u32, u32)>) {
         "a member outside the bounds given"
     );
     // Gone as the thread ends: the form is dropped instead.
-    let _ = DECODE_WORDS.try_with(|kept| kept.set(Some(words)));
+    let _ = KEPT_WORDS.try_with(|kept| kept.set(Some(words)));
 }
 
 pub fn set_bit(words: &mut Words, v: u32) {
@@ -462,67 +465,32 @@ fn fill_words_of(
     parse_roaring_into(serialized, words)
 }
 
-/// What [`with_words_of`] keeps between calls on one thread: a dense form, the words of it a
-/// call may have set (zeroed by the next call before it fills the form), and the buffer of the
-/// set's serialization.
-struct WordsScratch {
-    words: Words,
-    dirty: Option<(usize, usize)>,
-    serialized: Vec<u8>,
-}
-
 thread_local! {
-    static WORDS_SCRATCH: RefCell<WordsScratch> = const {
-        RefCell::new(WordsScratch {
-            words: Vec::new(),
-            dirty: None,
-            serialized: Vec::new(),
-        })
-    };
+    /// The buffer of a set's serialization [`with_words_of`] keeps from one call to the next.
+    static SERIALIZED: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
 }
 
-/// `f` of [`words_of`]'s dense form of `bitmap`, built in a form this thread keeps from one
-/// call to the next: the encoder of a tick's partitions allocated and zeroed 8 KiB for each,
-/// and the allocation of 1 KiB or more made glibc merge every small chunk freed since the one
-/// before (`docs/benchmarks.md`, "A flush tick from 10,000 to 100,000 cursors"). The words a
-/// call may set lie between the set's smallest and largest value; they are recorded before the
-/// form is filled and zeroed at the next call's start, so a call that panics or fails midway
-/// leaves nothing behind for the next. A call made while the form is in use (from `f`), or
-/// after the thread's own form is gone (from another thread-local's destructor, as the thread
-/// ends), builds its own. `None` as [`words_of`].
+/// `f` of [`words_of`]'s dense form of `bitmap`, built in the form this thread keeps
+/// ([`zeroed_words`], given back by [`keep_words`] once the words between the set's smallest
+/// and largest value are zeroed): the encoder of a tick's partitions allocated and zeroed 8 KiB
+/// for each, and the allocation of 1 KiB or more made glibc merge every small chunk freed since
+/// the one before (`docs/benchmarks.md`, "A flush tick from 10,000 to 100,000 cursors"). A call
+/// that panics or fails midway drops its form; a call made from `f`, or after the thread's
+/// kept form is gone (from another thread-local's destructor, as the thread ends), builds its
+/// own. `None` as [`words_of`].
 pub fn with_words_of<R>(bitmap: &RoaringBitmap, f: impl FnOnce(&[u64]) -> R) -> Option<R> {
-    let mut f = Some(f);
-    let kept = WORDS_SCRATCH.try_with(|cell| {
-        let Ok(mut scratch) = cell.try_borrow_mut() else {
-            return None;
-        };
-        let scratch = &mut *scratch;
-        if scratch.words.len() == WORDS {
-            if let Some((first, last)) = scratch.dirty.take() {
-                scratch
-                    .words
-                    .get_mut(first..=last)
-                    .unwrap_or_default()
-                    .fill(0);
-            }
-        } else {
-            scratch.words = empty_words();
-            scratch.dirty = None;
-        }
-        if let (Some(min), Some(max)) = (bitmap.min(), bitmap.max()) {
-            let word = |v: u32| (v as usize / 64).min(WORDS - 1);
-            scratch.dirty = Some((word(min), word(max)));
-        }
-        let filled = fill_words_of(bitmap, &mut scratch.words, &mut scratch.serialized);
-        Some(filled.and_then(|()| f.take().map(|f| f(&scratch.words))))
-    });
-    if let Ok(Some(out)) = kept {
-        return out;
+    // Refused before the form is taken, which it leaves untouched.
+    if bitmap.max().is_some_and(|v| v >= 1 << 16) {
+        return None;
     }
-    // In use (a call from `f`), or gone: the thread is ending and another of its thread-locals'
-    // destructors encodes (a store kept in one closes and flushes).
-    let f = f.take()?;
-    words_of(bitmap).map(|words| f(&words))
+    let mut words = zeroed_words();
+    let mut serialized = SERIALIZED.try_with(Cell::take).unwrap_or_default();
+    let filled = fill_words_of(bitmap, &mut words, &mut serialized);
+    let _ = SERIALIZED.try_with(|kept| kept.set(serialized));
+    filled?;
+    let out = f(&words);
+    keep_words(words, bitmap.min().zip(bitmap.max()));
+    Some(out)
 }
 
 /// Largest cardinality of a roaring array container.
