@@ -24,12 +24,19 @@
 //! Invariant: [`Index::lookup`] returns the newest copy of a partition by write order
 //! ([`PartLoc::seq`], not its place in the log: a rollover copies an old committed copy to
 //! the end of the log, after newer pending ones): a copy older than another is never returned.
+//!
+//! The open journal keeps its index as a [`ShardedIndex`]: [`SHARDS`] indexes, each of the
+//! cursors a hash of their id puts there, each under a lock of its own.
+
+use std::hash::BuildHasher;
+use std::sync::{Mutex, MutexGuard};
 
 pub use super::rows::{Row, Rows};
 use crate::ackset::PartitionKey;
 use crate::format::cursor::PersistedState;
 use crate::format::journal::JournalLoc;
 use crate::hashing::IdMap;
+use crate::sync::lock;
 
 /// A cursor of the store: its topic's catalog id and its id within the topic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -565,4 +572,113 @@ impl Index {
     pub fn recount_live_bytes(&self) -> u64 {
         self.cursors.values().map(|e| e.bytes()).sum()
     }
+}
+
+/// Shards of a [`ShardedIndex`].
+pub const SHARDS: usize = 64;
+
+/// The open journal's index, split by cursor into [`SHARDS`] [`Index`]es, each under a lock of
+/// its own.
+///
+/// Nothing in an [`Index`] ties two cursors together but the live-byte total, which is the sum
+/// of the shards': every other question and change is one cursor's, answered by that cursor's
+/// shard alone. So a load, an eviction or a flush's staging of one cursor waits only for work
+/// on the cursors of its own shard. Under one lock, a tick staging 100,000 cursors held the
+/// index for a moment per cursor, and a broker's ack that loaded an evicted partition meanwhile
+/// slept on that lock often enough to set the ack p99 during ticks (`docs/benchmarks.md`,
+/// "Acks during a tick: the journal's index in shards").
+///
+/// Invariant: a cursor's entry is only ever in the shard [`ShardedIndex::of`] locks for it.
+/// A change of many cursors that readers must see whole (a tick's commit of its markers, a
+/// rollover's of its copies: a cursor with both forms has both rewritten, and either one alone
+/// would make its fallback its state for a moment) holds every shard ([`ShardedIndex::all`]),
+/// as the one lock was held. What only reads many cursors, a tick's build of its markers or a
+/// rollover's reading of what it copies, takes one cursor's shard at a time: ticks and
+/// rollovers are serialized by the journal's tick lock (no committed state changes meanwhile),
+/// and evictions stage under the writer's lock, which a rollover holds throughout.
+///
+/// Lock order: a thread holds one shard, or every shard (taken in shard order), never one and
+/// then another; the writer's lock and the tick lock come before any shard.
+#[derive(Debug)]
+pub struct ShardedIndex {
+    /// Where a cursor's shard is: a hash of its id, seeded at random per index.
+    hasher: foldhash::fast::RandomState,
+    shards: Box<[Mutex<Index>]>,
+}
+
+impl ShardedIndex {
+    /// `index`'s entries, each moved to its cursor's shard; each shard's live bytes are those
+    /// of its entries.
+    #[must_use]
+    pub fn new(index: Index) -> Self {
+        let hasher = foldhash::fast::RandomState::default();
+        let mut shards: Vec<Index> = (0..SHARDS).map(|_| Index::default()).collect();
+        let live = index.live;
+        for (cursor, entry) in index.cursors {
+            let shard = &mut shards[shard_of(&hasher, cursor)];
+            shard.live += entry.bytes();
+            shard.cursors.insert(cursor, entry);
+        }
+        debug_assert_eq!(shards.iter().map(|s| s.live).sum::<u64>(), live);
+        Self {
+            hasher,
+            shards: shards.into_iter().map(Mutex::new).collect(),
+        }
+    }
+
+    /// The shard that holds `cursor`'s entry, locked.
+    pub fn of(&self, cursor: CursorId) -> MutexGuard<'_, Index> {
+        lock(&self.shards[shard_of(&self.hasher, cursor)])
+    }
+
+    /// Every shard, each locked in turn (the one before unlocked first).
+    pub fn each(&self) -> impl Iterator<Item = MutexGuard<'_, Index>> {
+        self.shards.iter().map(|s| lock(s))
+    }
+
+    /// Every shard, locked together (in shard order), for a change of many cursors that
+    /// readers must see whole (see the type's docs).
+    #[must_use]
+    pub fn all(&self) -> AllShards<'_> {
+        AllShards {
+            hasher: &self.hasher,
+            guards: self.each().collect(),
+        }
+    }
+
+    /// Every cursor with a committed marker or snapshot, sorted.
+    #[must_use]
+    pub fn cursors(&self) -> Vec<CursorId> {
+        let mut ids: Vec<CursorId> = self.each().flat_map(|s| s.cursors()).collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// [`Index::live_bytes`] of the whole index: the sum of the shards'.
+    #[must_use]
+    pub fn live_bytes(&self) -> u64 {
+        self.each().map(|s| s.live_bytes()).sum()
+    }
+}
+
+/// Every shard of a [`ShardedIndex`], held ([`ShardedIndex::all`]).
+#[derive(Debug)]
+pub struct AllShards<'a> {
+    hasher: &'a foldhash::fast::RandomState,
+    guards: Vec<MutexGuard<'a, Index>>,
+}
+
+impl AllShards<'_> {
+    /// The shard of `cursor`.
+    pub fn of(&mut self, cursor: CursorId) -> &mut Index {
+        &mut self.guards[shard_of(self.hasher, cursor)]
+    }
+}
+
+/// The shard of `cursor` (the top bits of its hash: the shards' own tables hash with seeds of
+/// their own).
+fn shard_of(hasher: &foldhash::fast::RandomState, cursor: CursorId) -> usize {
+    const BITS: u32 = SHARDS.trailing_zeros();
+    // The top `BITS` bits of a 64-bit hash: always below `SHARDS`.
+    (hasher.hash_one(cursor) >> (u64::BITS - BITS)) as usize
 }

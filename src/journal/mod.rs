@@ -54,7 +54,7 @@ use crate::format::journal::JournalLoc;
 use crate::hashing::{IdMap, IdSet};
 use crate::storage::Storage;
 use crate::sync::lock;
-use index::{CursorId, Index, PartLoc};
+use index::{CursorId, PartLoc, ShardedIndex};
 use writer::Writer;
 
 pub use check::{
@@ -135,7 +135,7 @@ pub struct Journal {
     /// Serializes ticks and rollovers (appends of evictions do not take it).
     tick: Mutex<()>,
     writer: Mutex<Writer>,
-    index: Mutex<Index>,
+    index: ShardedIndex,
     /// Files by segment, for reads without the writer's lock.
     files: RwLock<BTreeMap<u64, Arc<segment::SegmentFile>>>,
     counters: Counters,
@@ -180,7 +180,7 @@ impl Journal {
     /// Every cursor with a committed marker or snapshot.
     #[must_use]
     pub fn cursors(&self) -> Vec<CursorId> {
-        lock(&self.index).cursors()
+        self.index.cursors()
     }
 
     /// The cursor's committed chain's state and its live partitions with their cardinalities
@@ -190,7 +190,7 @@ impl Journal {
         &self,
         cursor: CursorId,
     ) -> Option<(PersistedState, Vec<(PartitionKey, u64)>)> {
-        let index = lock(&self.index);
+        let index = self.index.of(cursor);
         let c = index.committed(cursor)?;
         Some((
             c.state.clone(),
@@ -202,7 +202,8 @@ impl Journal {
     /// state is: the batch table a cursor recovers its partial entries from, cold.
     #[must_use]
     pub fn committed_batch(&self, cursor: CursorId) -> Vec<(PartitionKey, PartLoc)> {
-        lock(&self.index)
+        self.index
+            .of(cursor)
             .committed(cursor)
             .map(|c| c.batch.iter().map(|(k, p)| (*k, *p)).collect())
             .unwrap_or_default()
@@ -213,7 +214,7 @@ impl Journal {
     /// state, else its chain's newest record.
     #[must_use]
     pub fn committed_name(&self, cursor: CursorId) -> Option<(u32, JournalLoc)> {
-        let index = lock(&self.index);
+        let index = self.index.of(cursor);
         match index.current_snapshot(cursor) {
             Some(s) => Some((s.name, s.loc)),
             None => index.committed(cursor).map(|c| (c.name, c.marker)),
@@ -231,13 +232,13 @@ impl Journal {
     /// snapshot) is its state.
     #[must_use]
     pub fn state(&self, cursor: CursorId) -> Option<PersistedState> {
-        lock(&self.index).state(cursor).cloned()
+        self.index.of(cursor).state(cursor).cloned()
     }
 
     /// Whether the cursor has a snapshot record (its state, or its chain's fallback).
     #[must_use]
     pub fn has_snapshot(&self, cursor: CursorId) -> bool {
-        lock(&self.index).snapshot(cursor).is_some()
+        self.index.of(cursor).snapshot(cursor).is_some()
     }
 
     /// Runs `read` over the cursor's snapshot when that is its state (see
@@ -253,7 +254,7 @@ impl Journal {
         cursor: CursorId,
         read: impl FnOnce(&Snapshot<'_>) -> crate::error::Result<T>,
     ) -> crate::error::Result<Option<T>> {
-        let Some(mut s) = lock(&self.index).current_snapshot(cursor).cloned() else {
+        let Some(mut s) = self.index.of(cursor).current_snapshot(cursor).cloned() else {
             return Ok(None);
         };
         // A rollover points the index at its copy before it deletes the segment: a segment
@@ -268,7 +269,7 @@ impl Journal {
             if let Some(file) = file {
                 break file;
             }
-            match lock(&self.index).current_snapshot(cursor) {
+            match self.index.of(cursor).current_snapshot(cursor) {
                 Some(moved) if moved.loc != s.loc => s = moved.clone(),
                 _ => {
                     return Err(corrupt(
@@ -302,7 +303,7 @@ impl Journal {
             rebases: self.counters.rebases.load(Ordering::Relaxed),
             segments,
             segment_bytes,
-            live_bytes: lock(&self.index).live_bytes(),
+            live_bytes: self.index.live_bytes(),
         }
     }
 

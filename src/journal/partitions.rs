@@ -25,7 +25,8 @@ impl Journal {
     /// cardinality the index holds, then the partition decoder's checks); `None` when the
     /// journal holds none.
     pub fn load(&self, cursor: CursorId, key: PartitionKey) -> Result<Option<RoaringBitmap>> {
-        let Some((part, payload)) = self.read_newest(|index| index.lookup(cursor, key))? else {
+        let Some((part, payload)) = self.read_newest(cursor, |index| index.lookup(cursor, key))?
+        else {
             return Ok(None);
         };
         let bitmap = verified_partition(&payload, key, &part)?;
@@ -48,14 +49,14 @@ impl Journal {
         key: PartitionKey,
         seen: &mut Option<SeenBounds>,
     ) -> Result<Option<(u32, u32)>> {
-        let Some(part) = lock(&self.index).lookup(cursor, key) else {
+        let Some(part) = self.index.of(cursor).lookup(cursor, key) else {
             return Ok(None);
         };
         if let Some(bounds) = seen.and_then(|s| s.of(&part)) {
             return Ok(Some(bounds));
         }
         let Some((part, payload)) =
-            self.read_newest_from(part, |index| index.lookup(cursor, key))?
+            self.read_newest_from(cursor, part, |index| index.lookup(cursor, key))?
         else {
             return Ok(None);
         };
@@ -82,7 +83,7 @@ impl Journal {
         seen: Option<SeenBounds>,
     ) -> Option<(u32, u32)> {
         let seen = seen?;
-        let part = lock(&self.index).lookup(cursor, key)?;
+        let part = self.index.of(cursor).lookup(cursor, key)?;
         seen.of(&part)
     }
 
@@ -95,7 +96,8 @@ impl Journal {
         cursor: CursorId,
         key: PartitionKey,
     ) -> Result<Option<(PartLoc, Vec<u8>)>> {
-        let Some((part, payload)) = self.read_newest(|index| index.lookup_batch(cursor, key))?
+        let Some((part, payload)) =
+            self.read_newest(cursor, |index| index.lookup_batch(cursor, key))?
         else {
             return Ok(None);
         };
@@ -114,7 +116,7 @@ impl Journal {
     /// The newest batch record of `key` of `cursor` in the journal (pending or committed).
     #[must_use]
     pub fn stored_batch(&self, cursor: CursorId, key: PartitionKey) -> Option<PartLoc> {
-        lock(&self.index).lookup_batch(cursor, key)
+        self.index.of(cursor).lookup_batch(cursor, key)
     }
 
     /// Appends the batch record `payload` (a batch-index entry of `entries` partial entries of
@@ -139,7 +141,7 @@ impl Journal {
                     cardinality: u64::from(entries),
                     version: SEGMENT_VERSION,
                 };
-                lock(&self.index).stage_batch(cursor, key, part);
+                self.index.of(cursor).stage_batch(cursor, key, part);
                 part
             })
         };
@@ -148,7 +150,7 @@ impl Journal {
 
     /// The cursor no longer uses its pending batch record of `key`.
     pub fn forget_batch(&self, cursor: CursorId, key: PartitionKey) {
-        lock(&self.index).forget_batch(cursor, key);
+        self.index.of(cursor).forget_batch(cursor, key);
     }
 
     /// The cardinality of the newest copy of `key` of `cursor` in the journal (pending or
@@ -156,19 +158,23 @@ impl Journal {
     /// the partition again when the cursor's ack set says it is current.
     #[must_use]
     pub fn stored_cardinality(&self, cursor: CursorId, key: PartitionKey) -> Option<u64> {
-        lock(&self.index).lookup(cursor, key).map(|p| p.cardinality)
+        self.index
+            .of(cursor)
+            .lookup(cursor, key)
+            .map(|p| p.cardinality)
     }
 
-    /// The copy `find` looks up in the index and its payload, read after its frame verifies;
-    /// `None` when the index holds none.
+    /// The copy `find` looks up in `cursor`'s shard of the index and its payload, read after
+    /// its frame verifies; `None` when the index holds none.
     fn read_newest(
         &self,
+        cursor: CursorId,
         find: impl Fn(&Index) -> Option<PartLoc>,
     ) -> Result<Option<(PartLoc, Vec<u8>)>> {
-        let Some(part) = find(&lock(&self.index)) else {
+        let Some(part) = find(&self.index.of(cursor)) else {
             return Ok(None);
         };
-        self.read_newest_from(part, find)
+        self.read_newest_from(cursor, part, find)
     }
 
     /// [`Self::read_newest`] of `part`, which `find` found. A rollover copies a segment's
@@ -177,13 +183,14 @@ impl Journal {
     /// that fails while the index now names another copy reads that one instead.
     fn read_newest_from(
         &self,
+        cursor: CursorId,
         mut part: PartLoc,
         find: impl Fn(&Index) -> Option<PartLoc>,
     ) -> Result<Option<(PartLoc, Vec<u8>)>> {
         loop {
             match self.read_payload(part.loc, part.frame_len) {
                 Ok(payload) => return Ok(Some((part, payload))),
-                Err(e) => match find(&lock(&self.index)) {
+                Err(e) => match find(&self.index.of(cursor)) {
                     Some(moved) if moved.loc != part.loc => part = moved,
                     _ => return Err(e),
                 },
@@ -226,7 +233,7 @@ impl Journal {
         encode_record(&mut buf, &partition_record(cursor, &payload))?;
         let mut w = lock(&self.writer);
         let base = self.append(&mut w, &buf, false)?;
-        lock(&self.index).stage(
+        self.index.of(cursor).stage(
             cursor,
             key,
             PartLoc {
@@ -243,7 +250,7 @@ impl Journal {
 
     /// The cursor no longer holds `key`.
     pub fn forget_partition(&self, cursor: CursorId, key: PartitionKey) {
-        lock(&self.index).forget_partition(cursor, key);
+        self.index.of(cursor).forget_partition(cursor, key);
     }
 
     /// Forgets every copy of `cursor` that no committed marker references (what evictions
@@ -252,7 +259,7 @@ impl Journal {
     /// topic closed the cursor) is not that state, and a load, a bound or a flush that
     /// references a current copy must never take it for one.
     pub fn drop_pending(&self, cursor: CursorId) {
-        lock(&self.index).drop_pending(cursor);
+        self.index.of(cursor).drop_pending(cursor);
     }
 }
 

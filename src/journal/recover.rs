@@ -20,6 +20,7 @@
 use std::sync::{Arc, Mutex, RwLock};
 
 use super::host::{Listed, Seal};
+use super::index::ShardedIndex;
 use super::scan::Scan;
 use super::segment::{
     Segment, SegmentFile, check_predecessor, durable_len, parse_segment_name, segment_name,
@@ -480,7 +481,7 @@ impl Journal {
             config,
             tick: Mutex::new(()),
             writer: Mutex::new(writer),
-            index: Mutex::new(std::mem::take(&mut scan.index)),
+            index: ShardedIndex::new(std::mem::take(&mut scan.index)),
             files: RwLock::new(files),
             counters: Counters::default(),
             owner: RwLock::new(None),

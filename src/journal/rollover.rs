@@ -66,7 +66,7 @@ impl Journal {
                     w.segments.keys().next().copied(),
                 )
             };
-            let live = lock(&self.index).live_bytes();
+            let live = self.index.live_bytes();
             let Some(oldest) = oldest else { break };
             let count_rolls = count_rolls.get_or_insert(count);
             let over_bytes = total > 2 * live + self.config.segment_bytes;
@@ -98,8 +98,9 @@ impl Journal {
         let mut buf = Vec::new();
         let mut commits = Vec::new();
         let mut staged = Vec::new();
-        {
-            let index = lock(&self.index);
+        // Shard by shard: a cursor's records are all in its own shard, and no eviction stages
+        // a copy meanwhile (each appends under the writer's lock, held here).
+        for index in self.index.each() {
             for cursor in index.cursors_in(oldest) {
                 self.rewrite_state(&index, &mut buf, (seq, base), cursor, &mut commits)?;
                 for (kind, pending) in [
@@ -123,18 +124,22 @@ impl Journal {
             self.sync_dir(&mut stats)?;
         }
         {
-            let mut index = lock(&self.index);
+            // Seen whole: a cursor with both forms has both rewritten, and the one committed
+            // later is its state again only once both are in.
+            let mut index = self.index.all();
             for (cursor, rewritten) in commits {
                 match rewritten {
                     Rewritten::Chain(c) => {
                         self.counters.rebases.fetch_add(1, Ordering::Relaxed);
-                        index.commit(cursor, c);
+                        index.of(cursor).commit(cursor, c);
                     }
-                    Rewritten::Snapshot(s) => index.commit_snapshot(cursor, s),
+                    Rewritten::Snapshot(s) => index.of(cursor).commit_snapshot(cursor, s),
                 }
             }
             for (batch, cursor, key, from, copy) in staged {
-                index.move_pending((batch, cursor, key), from, copy);
+                index
+                    .of(cursor)
+                    .move_pending((batch, cursor, key), from, copy);
             }
         }
         // A former owner must not delete what the new owner reads.

@@ -95,7 +95,7 @@ impl Journal {
         if new_segment {
             self.sync_dir(&mut stats)?;
         }
-        lock(&self.index).remove(cursor);
+        self.index.of(cursor).remove(cursor);
         lock(&self.unsettled).remove(&cursor);
         Ok(())
     }
@@ -309,7 +309,7 @@ impl Tick<'_> {
         if !buf.is_empty() {
             j.append(&mut w, &buf, true)?;
         }
-        let mut index = lock(&j.index);
+        let mut index = j.index.of(cursor);
         for (key, part) in &parts {
             index.stage(cursor, *key, *part);
         }
@@ -449,8 +449,9 @@ impl Tick<'_> {
             .chain(self.snapshots.iter().map(|s| s.cursor))
             .collect();
         let built = (|| -> Result<Vec<(CursorId, SnapshotLoc)>> {
-            // Ticks and rollovers run one at a time: no committed chain changes meanwhile.
-            let index = lock(&j.index);
+            // Ticks and rollovers run one at a time: no committed chain changes meanwhile. Each
+            // cursor's shard is locked for its own lookup alone: loads and evictions of the
+            // other cursors go on while the markers are built.
             // Where each cursor's newest marker of this tick is in `commits`: one lookup per
             // staged cursor, so a tick costs the same per cursor whatever their number.
             let mut newest: IdMap<CursorId, usize> = IdMap::with_capacity(self.staged.len());
@@ -458,16 +459,21 @@ impl Tick<'_> {
                 let cursor = staged.cursor;
                 // A cursor staged twice in one tick builds on its own earlier marker.
                 let prior = newest.get(&cursor).map(|&i| &commits[i].1);
-                let chain = prior.or_else(|| index.committed(cursor));
                 let at = (seq, base + appended + buf.len() as u64);
-                let (next, kind) = append_marker(
-                    &mut buf,
-                    (cursor, staged.name),
-                    at,
-                    chain,
-                    &staged.state,
-                    (staged.rows, staged.batch),
-                )?;
+                let (next, kind) = {
+                    // The shard is held for the lookup and the marker's encoding, not for
+                    // the write of a slice below.
+                    let shard = prior.is_none().then(|| j.index.of(cursor));
+                    let chain = prior.or_else(|| shard.as_ref()?.committed(cursor));
+                    append_marker(
+                        &mut buf,
+                        (cursor, staged.name),
+                        at,
+                        chain,
+                        &staged.state,
+                        (staged.rows, staged.batch),
+                    )?
+                };
                 if kind == RecordKind::Delta {
                     j.counters.deltas.fetch_add(1, Ordering::Relaxed);
                 }
@@ -479,7 +485,6 @@ impl Tick<'_> {
                     buf.clear();
                 }
             }
-            drop(index);
             let start = base + appended;
             let snapshots =
                 encode_snapshots(std::mem::take(&mut self.snapshots), &mut buf, (seq, start))?;
@@ -504,15 +509,16 @@ impl Tick<'_> {
         }
         j.check_owner()?;
         {
-            let mut index = lock(&j.index);
+            // Seen whole, as the tick's one sync made it durable.
+            let mut index = j.index.all();
             let mut unsettled = lock(&j.unsettled);
             self.stats.cursors = (commits.len() + snapshots.len()) as u64;
             for (cursor, c) in commits {
-                index.commit(cursor, c);
+                index.of(cursor).commit(cursor, c);
                 unsettled.remove(&cursor);
             }
             for (cursor, s) in snapshots {
-                index.commit_snapshot(cursor, s);
+                index.of(cursor).commit_snapshot(cursor, s);
                 unsettled.remove(&cursor);
             }
             self.uncommitted.clear();
@@ -586,7 +592,7 @@ fn resolve_live(
     // One set of the written keys: a flush that writes every partition of a cursor with many
     // costs the same per partition as one that writes a few.
     let written_keys: IdSet<&PartitionKey> = written.iter().map(|(k, _)| k).collect();
-    let index = lock(&j.index);
+    let index = j.index.of(cursor);
     for key in live {
         if written_keys.contains(key) {
             live_written.push(*key);

@@ -1,7 +1,10 @@
 //! The journal index against a plain model: after any sequence of stages (evictions),
 //! commits (markers), deltas, snapshots, fall-backs, forgets and removals, a lookup returns the
 //! newest copy in log order, and the live bytes the index keeps are those of every record the
-//! model holds (counted again from the entries too).
+//! model holds (counted again from the entries too). Midway the index is split into the open
+//! journal's shards ([`ShardedIndex`]), and the rest of the operations go to each cursor's
+//! shard: nothing is lost or counted twice by the split, and a cursor's shard alone answers for
+//! it.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -9,7 +12,7 @@ use ackstore::internals::ackset::PartitionKey;
 use ackstore::internals::format::cursor::PersistedState;
 use ackstore::internals::format::journal::JournalLoc;
 use ackstore::internals::journal::index::{
-    AppliedDelta, Committed, CursorId, Index, PartLoc, Rows, SnapshotLoc,
+    AppliedDelta, Committed, CursorId, Index, PartLoc, Rows, ShardedIndex, SnapshotLoc,
 };
 use proptest::prelude::*;
 
@@ -46,6 +49,21 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0u8..3).prop_map(Op::FallBack),
         2 => (0u8..3, keys(), keys()).prop_map(|(c, r, a)| Op::Delta(c, r, a)),
     ]
+}
+
+/// The cursor an operation is about (every operation is about one).
+fn op_cursor(op: &Op) -> u8 {
+    match op {
+        Op::Stage(c, _)
+        | Op::Commit(c, _)
+        | Op::Forget(c, _)
+        | Op::Remove(c)
+        | Op::StageBatch(c, _)
+        | Op::ForgetBatch(c, _)
+        | Op::Snapshot(c)
+        | Op::FallBack(c)
+        | Op::Delta(c, _, _) => *c,
+    }
 }
 
 fn cursor(c: u8) -> CursorId {
@@ -145,11 +163,25 @@ proptest! {
     #![proptest_config(support::harness::proptest_default_config())]
 
     #[test]
-    fn lookups_return_the_newest_copy_in_log_order(ops in prop::collection::vec(op(), 1..60)) {
-        let mut index = Index::default();
+    fn lookups_return_the_newest_copy_in_log_order(
+        ops in prop::collection::vec(op(), 1..60),
+        split_at in 0usize..70,
+    ) {
+        let mut whole = Index::default();
+        let mut sharded: Option<ShardedIndex> = None;
         let mut model = Model::default();
         let mut clock = 0u64;
-        for op in ops {
+        for (i, op) in ops.into_iter().enumerate() {
+            if i == split_at {
+                sharded = Some(ShardedIndex::new(std::mem::take(&mut whole)));
+            }
+            // The operation's cursor's shard, held for the operation alone (the checks below
+            // lock every shard).
+            let mut shard = sharded.as_ref().map(|s| s.of(cursor(op_cursor(&op))));
+            let index: &mut Index = match shard.as_deref_mut() {
+                Some(index) => index,
+                None => &mut whole,
+            };
             match op {
                 Op::Stage(c, k) => {
                     clock += 1;
@@ -271,9 +303,31 @@ proptest! {
                     }
                 }
             }
-            prop_assert_eq!(index.live_bytes(), model.live_bytes());
-            prop_assert_eq!(index.recount_live_bytes(), model.live_bytes());
+            drop(shard);
+            let (live, recounted, cursors) = match &sharded {
+                Some(s) => (
+                    s.live_bytes(),
+                    s.each().map(|i| i.recount_live_bytes()).sum(),
+                    s.cursors(),
+                ),
+                None => (whole.live_bytes(), whole.recount_live_bytes(), whole.cursors()),
+            };
+            prop_assert_eq!(live, model.live_bytes());
+            prop_assert_eq!(recounted, model.live_bytes());
+            let with_state: Vec<CursorId> = (0..3)
+                .filter(|c| model.committed.contains_key(c) || model.snapshots.contains_key(c))
+                .map(cursor)
+                .collect();
+            prop_assert_eq!(cursors, with_state);
             for c in 0..3 {
+                let shard;
+                let index = match &sharded {
+                    Some(s) => {
+                        shard = s.of(cursor(c));
+                        &*shard
+                    }
+                    None => &whole,
+                };
                 for k in 0..5 {
                     prop_assert_eq!(
                         index.lookup(cursor(c), key(k)).map(|p| p.loc.offset),

@@ -69,6 +69,7 @@ mod journal_seen_bounds;
 mod journal_segment_count;
 mod journal_segment_count_owners;
 mod journal_segment_maps;
+mod journal_shards;
 mod journal_snapshot_sample;
 mod journal_threads;
 mod journal_tiny_segments;
