@@ -25,6 +25,9 @@ use roaring::RoaringBitmap;
 const BOTH: u64 = 256;
 /// Re-bases of each of them the readers race against.
 const REBASES_EACH: u64 = 100;
+/// Ticks of the filler cursor at most: a few thousand make the re-bases above; the bound keeps a
+/// rollover that stopped re-basing from running the test forever.
+const MAX_TICKS: u32 = 1_000_000;
 
 fn state(mark_delete_entry: u64, epoch: u64) -> PersistedState {
     PersistedState {
@@ -113,7 +116,7 @@ fn a_cursor_with_both_forms_is_never_read_at_its_fallback_while_rollovers_rewrit
                 chunk: 0,
             };
             let mut n = 0u32;
-            while journal.stats().rebases - rebases_before < REBASES_EACH * BOTH {
+            while journal.stats().rebases - rebases_before < REBASES_EACH * BOTH && n < MAX_TICKS {
                 n += 1;
                 let bitmap: RoaringBitmap = (0..300u32).map(|o| o * 7 + n).collect();
                 journal
@@ -147,6 +150,11 @@ fn a_cursor_with_both_forms_is_never_read_at_its_fallback_while_rollovers_rewrit
             });
         }
     });
+    let rebases = journal.stats().rebases - rebases_before;
+    assert!(
+        rebases >= REBASES_EACH * BOTH,
+        "{rebases} re-bases in {MAX_TICKS} ticks"
+    );
     let wrong = wrong.into_inner().expect("wrong");
     assert!(
         wrong.is_empty(),
