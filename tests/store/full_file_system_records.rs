@@ -94,6 +94,16 @@ fn the_catalog_write_that_fills_a_chunk_fails_cleanly_on_a_full_tmpfs_and_succee
                 Err(e) => {
                     assert!(is_no_space(&e), "room {room}: {e}");
                     failed += 1;
+                    // The catalog is written before the topic's own files (a crash between
+                    // leaves an empty topic): a failure after it leaves the topic listed. With
+                    // the room these tries leave, that can happen when the inode of the catalog
+                    // write's temporary file, unlinked, is not free yet for the topic's open (a
+                    // child another test thread forked meanwhile holds its descriptor until it
+                    // runs its program). Then the topic is there, empty, and opens once room
+                    // returns.
+                    if store.topic_names().last() == Some(&name) {
+                        created.push(name);
+                    }
                 }
             }
             assert_eq!(store.topic_names(), created, "room {room}");
