@@ -65,6 +65,15 @@ fn commit_snapshot(journal: &Journal, cursor: CursorId, state: &PersistedState) 
     tick.commit().expect("a snapshot's commit");
 }
 
+/// Sets its flag when dropped.
+struct Done<'a>(&'a AtomicBool);
+
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
 fn cursor(i: u64) -> CursorId {
     CursorId {
         topic: 7,
@@ -105,6 +114,8 @@ fn a_cursor_with_both_forms_is_never_read_at_its_fallback_while_rollovers_rewrit
     let rebases_before = journal.stats().rebases;
     std::thread::scope(|s| {
         s.spawn(|| {
+            // The readers stop when the filler does, a panic included.
+            let _done = Done(&done);
             // Each tick writes a fresh partition of another cursor: its older copies become
             // garbage and every few ticks a rollover re-bases every cursor above.
             let filler = CursorId {
@@ -129,7 +140,6 @@ fn a_cursor_with_both_forms_is_never_read_at_its_fallback_while_rollovers_rewrit
                     }])
                     .expect("a filler tick");
             }
-            done.store(true, Ordering::SeqCst);
         });
         for reader in 0..2 {
             let (done, reads, wrong, journal) = (&done, &reads, &wrong, &journal);
