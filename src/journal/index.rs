@@ -522,14 +522,17 @@ impl Index {
     /// Every cursor with a committed marker or snapshot, sorted.
     #[must_use]
     pub fn cursors(&self) -> Vec<CursorId> {
-        let mut ids: Vec<CursorId> = self
-            .cursors
+        let mut ids: Vec<CursorId> = self.with_state().collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// Every cursor with a committed marker or snapshot, in no order.
+    fn with_state(&self) -> impl Iterator<Item = CursorId> + '_ {
+        self.cursors
             .iter()
             .filter(|(_, e)| e.committed.is_some() || e.snapshot.is_some())
             .map(|(id, _)| *id)
-            .collect();
-        ids.sort_unstable();
-        ids
     }
 
     /// Cursors whose committed chain reaches down to `segment` (see [`Committed::floor`]),
@@ -649,7 +652,11 @@ impl ShardedIndex {
     /// Every cursor with a committed marker or snapshot, sorted.
     #[must_use]
     pub fn cursors(&self) -> Vec<CursorId> {
-        let mut ids: Vec<CursorId> = self.each().flat_map(|s| s.cursors()).collect();
+        let mut ids = Vec::new();
+        for shard in self.each() {
+            ids.extend(shard.with_state());
+        }
+        // Sorted once, not each shard's first.
         ids.sort_unstable();
         ids
     }

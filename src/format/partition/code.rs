@@ -1365,13 +1365,13 @@ pub enum BodyError {
     NotCanonical,
 }
 
-/// Reads the span that starts both bodies; `hi` stays below `span` (2^16).
 /// The lowest and highest members (`lo`, `hi`) a gaps or bitmap body starts with, each below
 /// `span`; the rest of the body is not read.
 pub fn body_bounds(body: &[u8], span: u64) -> Result<(u32, u32), BodyError> {
     read_span(&mut Reader::new(body), span)
 }
 
+/// Reads the span that starts both bodies; `hi` stays below `span` (2^16).
 fn read_span(c: &mut Reader<'_>, span: u64) -> Result<(u32, u32), BodyError> {
     let lo = c.varint_loose().map_err(|_| BodyError::Span)?;
     let len = c.varint_loose().map_err(|_| BodyError::Span)?;
