@@ -116,17 +116,20 @@ impl<V, const FEW: usize> PartitionIndex<V, FEW> {
     /// the order. (An inherent function, not `FromIterator`: a trait impl naming the key type
     /// would make it reachable from the crate root, where it cannot be named.)
     pub fn from_pairs(iter: impl IntoIterator<Item = (PartitionKey, V)>) -> Self {
-        let mut v: Vec<(PartitionKey, V)> = iter.into_iter().collect();
-        // Stable: of equal keys the later stays last, and is the one kept below.
-        v.sort_by_key(|(k, _)| *k);
-        let mut entries: Vec<(PartitionKey, V)> = Vec::with_capacity(v.len());
-        for (key, value) in v {
-            match entries.last_mut() {
-                Some(last) if last.0 == key => last.1 = value,
-                _ => entries.push((key, value)),
+        let mut entries: Vec<(PartitionKey, V)> = iter.into_iter().collect();
+        // Stable: of equal keys the later comes later. `dedup_by` keeps the first of a run and
+        // passes each later one as `later`: its value moves into the kept one, so the last
+        // value of a key stands. In place: no second vector.
+        entries.sort_by_key(|(k, _)| *k);
+        entries.dedup_by(|later, kept| {
+            let same = later.0 == kept.0;
+            if same {
+                std::mem::swap(&mut later.1, &mut kept.1);
             }
-        }
+            same
+        });
         if entries.len() <= FEW {
+            // Reallocates only when keys repeated or the iterator over-reserved.
             entries.shrink_to_fit();
             Self(Form::Few(entries))
         } else {
