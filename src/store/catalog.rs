@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::error::{Error, Result};
+use crate::error::{CorruptionKind, CorruptionPlace, Error, Result};
 use crate::format::crc32;
 use crate::format::store::{
     CHUNK_RECORD_PREFIX, CHUNK_TOPICS, Catalog, CatalogSeal, CatalogTopic, ChunkPin, TopicChunk,
@@ -69,6 +69,7 @@ impl CatalogHandle {
             let catalog = Catalog::decode(&bytes).map_err(|c| c.in_record(STORE_RECORD))?;
             (Some(v), catalog)
         } else {
+            refuse_lost_catalog(storage)?;
             if let Some(other) = storage.list()?.into_iter().find(|n| !is_store_file(n)) {
                 return Err(Error::NotAckstore {
                     path: storage.location().into(),
@@ -476,6 +477,35 @@ fn index_topics(ids: &mut HashMap<String, u64>, topics: &[CatalogTopic]) {
 
 /// Whether `name` is a file a store directory may hold besides topic files before its catalog
 /// exists: the lock file and the files of the catalog record and its chunk records.
+/// Refuses a store directory whose catalog reads as absent while the store's files say it
+/// existed: what an open must not take for an empty directory (it would write a fresh catalog
+/// over the store, its sweep removing the older versions) and what `verify` must not take for
+/// a topic directory (checking nothing). Call only after the catalog's read found no record.
+///
+/// - A committed version file of the catalog exists: its newest version is empty, which the
+///   metadata layer reads as a deletion (a tombstone). A store never deletes its catalog, so
+///   that emptiness is damage: a version cut to nothing.
+/// - A topic's directory (or flat topic file) holds a file: topics are created after the
+///   catalog that lists them, so their catalog is gone ([`super::check_unlisted_topics`] of an
+///   empty catalog).
+///
+/// # Errors
+/// [`Error::Corrupted`] at the store record: [`CorruptionKind::Truncated`] for the first,
+/// [`CorruptionKind::InvalidField`] for the second; [`Error::Io`].
+pub(crate) fn refuse_lost_catalog(storage: &dyn Storage) -> Result<()> {
+    let versions = storage.list_prefix(STORE_RECORD)?;
+    if versions
+        .iter()
+        .any(|file| crate::meta::file::record_of_file(file) == Some(STORE_RECORD))
+    {
+        return Err(Error::corrupted_at(
+            CorruptionPlace::Record(STORE_RECORD.into()),
+            CorruptionKind::Truncated,
+        ));
+    }
+    super::check_unlisted_topics(storage, &Catalog::default(), std::iter::empty())
+}
+
 fn is_store_file(name: &str) -> bool {
     name == "LOCK" || name.starts_with("store.") || name.starts_with(CHUNK_RECORD_PREFIX)
 }

@@ -762,10 +762,13 @@ pub fn topic_file(
 /// pins, as the open reads them), read without writing; `None` when `storage` holds no store.
 ///
 /// # Errors
-/// [`Error::Corrupted`] for a damaged catalog; [`Error::Io`].
+/// [`Error::Corrupted`] for a damaged catalog, and for one that reads as absent beside what only
+/// a store makes (an emptied version, topics' files: `catalog::refuse_lost_catalog`, as the
+/// open refuses them); [`Error::Io`].
 pub fn read_catalog(storage: Arc<dyn Storage>) -> Result<Option<crate::format::store::Catalog>> {
     let meta = FileMetaStore::new(storage);
     let Some((_, bytes)) = meta.get(STORE_RECORD)? else {
+        catalog::refuse_lost_catalog(meta.storage().as_ref())?;
         return Ok(None);
     };
     let mut catalog =

@@ -18,6 +18,7 @@ mod batch_attacks;
 mod catalog_attacks;
 mod catalog_chunks;
 mod catalog_claim_races;
+mod catalog_lost;
 mod catalog_topic_ids;
 mod catalog_write_unknown;
 mod check_api;

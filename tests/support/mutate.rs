@@ -706,7 +706,7 @@ fn verdict(code: Option<i32>, text: &str) -> Verdict {
 }
 
 /// Each way of damaging a file whose bytes are `whole` in place, named: deleted (`None`),
-/// truncated to half, zeroed, and a bit flipped at its first byte, a third, its middle and its
+/// truncated to half, emptied, zeroed, and a bit flipped at its first byte, a third, its middle and its
 /// last byte.
 pub fn damages(whole: &[u8]) -> Vec<(String, Option<Vec<u8>>)> {
     let mut out = vec![
@@ -715,6 +715,9 @@ pub fn damages(whole: &[u8]) -> Vec<(String, Option<Vec<u8>>)> {
             "truncated".to_owned(),
             Some(whole[..whole.len() / 2].to_vec()),
         ),
+        // A metadata record's empty version is what a deletion links (a tombstone): for a
+        // record that is never deleted, this damage must not read as one.
+        ("emptied".to_owned(), Some(Vec::new())),
         ("zeroed".to_owned(), Some(vec![0; whole.len()])),
     ];
     for at in [

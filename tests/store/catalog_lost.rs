@@ -1,0 +1,176 @@
+//! A store directory whose catalog reads as absent while the store's files say it existed, on
+//! real files: its newest version emptied (what the metadata layer links for a deletion, which
+//! a store never makes of its catalog), or every version of it gone beside the topics' files.
+//! `verify` reports damage, the open refuses as `Corrupted` naming the catalog, and the open
+//! writes and removes nothing (it does not start a fresh store over the topics, nor sweep the
+//! older, intact versions away). Once the emptied version is taken away, the store opens with
+//! every topic and every flushed ack.
+
+use crate::support;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ackstore::{
+    CorruptionKind, CorruptionPlace, CursorOptions, Error, FileStorage, Position, Storage, Store,
+};
+use support::config::store_without_flusher;
+use support::mutate::Tree;
+
+const TOPICS: usize = 3;
+
+/// A closed store of [`TOPICS`] topics of one entry each, reopened and closed once more (the
+/// claim links the catalog's next version, a copy of the one before it). With `flushed`, each
+/// topic's cursor `c` acked its entry and the store flushed (the journal holds them); without,
+/// the store has no journal segment with a cursor in it. Returns each topic's entry.
+fn store(dir: &Path, flushed: bool) -> Vec<Position> {
+    let store = Store::open(dir, store_without_flusher()).expect("open");
+    let mut entries = Vec::new();
+    for i in 0..TOPICS {
+        let topic = store.topic(&format!("topic-{i}")).expect("topic");
+        let p = topic.append(b"entry").expect("append");
+        topic.sync().expect("sync");
+        if flushed {
+            let c = topic
+                .open_cursor("c", CursorOptions::default())
+                .expect("cursor");
+            c.ack(p).expect("ack");
+        }
+        entries.push(p);
+    }
+    store.flush_all().expect("flush");
+    store.close().expect("close");
+    drop(store);
+    Store::open(dir, store_without_flusher())
+        .expect("reopen")
+        .close()
+        .expect("close");
+    entries
+}
+
+/// The catalog's committed version files in `dir`, oldest first.
+fn catalog_versions(dir: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("list")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("store.") && n.ends_with(".meta"))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// Every file under `dir` but the lock file (an open takes the lock), and every directory.
+fn tree_without_lock(dir: &Path) -> Tree {
+    let mut tree = Tree::read(dir);
+    tree.files.remove(Path::new("LOCK"));
+    tree
+}
+
+/// `verify` reports damage in `dir`'s store catalog, and the open refuses the store as
+/// [`Error::Corrupted`] at the catalog record with `kind`, writing and removing nothing.
+fn refused_by_both(dir: &Path, kind: &CorruptionKind, what: &str) {
+    let before = tree_without_lock(dir);
+    let storage: Arc<dyn Storage> = Arc::new(FileStorage::open(dir, false).expect("storage"));
+    let report = ackstore::check::verify(&storage).expect("verify");
+    assert!(
+        !report.is_sound() && report.findings.iter().any(|f| f.file.contains("store")),
+        "{what}: verify: {report}"
+    );
+    match Store::open(dir, store_without_flusher()) {
+        Err(Error::Corrupted {
+            place: CorruptionPlace::Record(record),
+            kind: found,
+        }) if record == "store" && found == *kind => {}
+        other => panic!("{what}: open: {:?}", other.map(|_| "opened")),
+    }
+    let after = tree_without_lock(dir);
+    assert_eq!(
+        before.files.keys().collect::<Vec<_>>(),
+        after.files.keys().collect::<Vec<_>>(),
+        "{what}: the refused open added or removed a file"
+    );
+    assert!(
+        before.files == after.files,
+        "{what}: the refused open wrote"
+    );
+    assert_eq!(before.dirs, after.dirs, "{what}");
+}
+
+/// Whether the store in `dir` opens with every topic, each holding its entry, acked by its
+/// cursor `c` when `flushed`, and `verify` finds it sound.
+fn holds_everything(dir: &Path, entries: &[Position], flushed: bool) {
+    let storage: Arc<dyn Storage> = Arc::new(FileStorage::open(dir, false).expect("storage"));
+    let report = ackstore::check::verify(&storage).expect("verify");
+    assert!(report.is_sound(), "{report}");
+    let store = Store::open(dir, store_without_flusher()).expect("open");
+    let names: Vec<String> = (0..TOPICS).map(|i| format!("topic-{i}")).collect();
+    assert_eq!(store.topic_names(), names);
+    for (name, &p) in names.iter().zip(entries) {
+        let topic = store.topic(name).expect("topic");
+        let c = topic
+            .open_cursor("c", CursorOptions::default())
+            .expect("cursor");
+        assert_eq!(c.is_acked(p).expect("is_acked"), flushed, "{name}");
+    }
+    store.close().expect("close");
+}
+
+/// The newest version's name holds an empty file of its own: refused by both, the open
+/// writes nothing, and without that file the store is whole (the older version was kept).
+/// Truncated in place instead, the file is the older version's too (the claim linked the
+/// newest name to the same file), so both read as empty: refused by both, nothing written.
+#[test]
+fn an_emptied_newest_catalog_version_is_damage_to_verify_and_the_open_and_the_open_keeps_the_older()
+{
+    for (flushed, in_place) in [(false, false), (true, false), (false, true), (true, true)] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let entries = store(dir.path(), flushed);
+        let versions = catalog_versions(dir.path());
+        assert!(versions.len() >= 2, "{versions:?}");
+        let newest = versions.last().expect("a version");
+        if in_place {
+            std::fs::File::options()
+                .write(true)
+                .open(newest)
+                .expect("open")
+                .set_len(0)
+                .expect("empty");
+        } else {
+            std::fs::remove_file(newest).expect("remove");
+            std::fs::File::create(newest).expect("create");
+        }
+        let what = format!(
+            "flushed {flushed}, {} emptied (in place {in_place})",
+            newest.display()
+        );
+        refused_by_both(dir.path(), &CorruptionKind::Truncated, &what);
+        std::fs::remove_file(newest).expect("remove");
+        if in_place {
+            refused_by_both(dir.path(), &CorruptionKind::Truncated, &what);
+        } else {
+            holds_everything(dir.path(), &entries, flushed);
+        }
+    }
+}
+
+#[test]
+fn every_catalog_version_gone_beside_the_topics_files_is_damage_to_verify_and_the_open() {
+    for flushed in [false, true] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        store(dir.path(), flushed);
+        for version in catalog_versions(dir.path()) {
+            std::fs::remove_file(version).expect("remove");
+        }
+        refused_by_both(
+            dir.path(),
+            &CorruptionKind::InvalidField(
+                "topics (the store holds files of a topic the catalog does not list)",
+            ),
+            &format!("flushed {flushed}, every catalog version removed"),
+        );
+    }
+}
