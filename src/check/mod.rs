@@ -414,17 +414,20 @@ pub enum Inspection {
 }
 
 /// Whether `storage` holds an ackstore topic (a topic record or a ledger file) or a store (its
-/// catalog), judged by file names alone.
+/// catalog, or topics' files of a store whose catalog is gone, which [`verify`] reports), judged
+/// by file names alone.
 ///
 /// # Errors
 /// [`Error::Io`] when it cannot be listed.
 pub fn holds_ackstore(storage: &dyn Storage) -> Result<bool> {
-    Ok(storage.list()?.iter().any(|n| {
+    let listed = storage.list()?;
+    let named = listed.iter().any(|n| {
         let record = crate::meta::record_of_file(n);
         record == Some("topic")
             || record == Some(crate::store::STORE_RECORD)
             || crate::log::parse_ledger_file_name(n).is_some()
-    }))
+    });
+    Ok(named || crate::store::catalog::topics_without_catalog(storage, &listed)?)
 }
 
 /// Checks every frame of every ledger, every metadata record, and every marker and partition

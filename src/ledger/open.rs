@@ -160,10 +160,10 @@ fn refuse_store_topic_name(dir: &std::path::Path, asked: &std::path::Path) -> Re
     let Ok(store) = crate::storage::FileStorage::open(&parent, false) else {
         return Ok(());
     };
-    if FileMetaStore::new(Arc::new(store))
-        .get(STORE_RECORD)?
-        .is_some()
-    {
+    // Any version of the catalog, whatever it reads as (a store never deletes its catalog).
+    if crate::store::catalog::lists_catalog(
+        store.list_prefix(STORE_RECORD)?.iter().map(String::as_str),
+    ) {
         return Err(Error::OwnedByStore {
             path: asked.to_path_buf(),
             store: format!("the store in `{}`", parent.display()),
@@ -175,7 +175,9 @@ fn refuse_store_topic_name(dir: &std::path::Path, asked: &std::path::Path) -> Re
 /// Refuses `storage` when it holds a store catalog: a store's directory (its catalog, its
 /// journal, the files of its flat-layout topics, and on storage without directories every
 /// topic's files) is never a topic of its own, whether the store holds its lock now or not.
-/// `has_store`: the directory holds a store record.
+/// `has_store`: the directory holds a store catalog, or a version of one (a store never
+/// deletes its catalog: one that reads as deleted is damaged, and still a store's), or topics'
+/// files of a store whose catalog is gone.
 ///
 /// # Errors
 /// [`Error::OwnedByStore`].
@@ -201,9 +203,15 @@ pub(crate) fn refuse_store_topic_alone(storage: &Arc<dyn Storage>) -> Result<()>
     let mut records = FileMetaStore::new(storage.clone())
         .get_each(&[STORE_RECORD, TOPIC_RECORD])?
         .into_iter();
-    let mut next = || records.next().unwrap_or(Ok(None));
-    let (store, topic) = (next(), next());
-    refuse_store_directory(storage, store?.is_some())?;
+    let mut next = || records.next().unwrap_or((Ok(None), false));
+    let ((store, store_listed), (topic, topic_listed)) = (next(), next());
+    // A directory of no topic record (a new topic's, or a damaged one) holding topics' files
+    // beside only what a store makes is a store's whose catalog is gone.
+    let lost_store = || -> Result<bool> {
+        Ok(!topic_listed
+            && crate::store::catalog::topics_without_catalog(storage.as_ref(), &storage.list()?)?)
+    };
+    refuse_store_directory(storage, store?.is_some() || store_listed || lost_store()?)?;
     if let Some(dir) = storage.local_dir() {
         refuse_store_topic_dir(dir)?;
     }

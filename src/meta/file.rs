@@ -289,23 +289,29 @@ impl FileMetaStore {
         }
     }
 
-    /// The current `(version, bytes)` of each of `names` (`None`: absent), all read from one
-    /// listing of the storage, where a `get` of a store not owned lists once per record; a
-    /// record one of whose listed files was removed meanwhile is read again on its own.
+    /// The current `(version, bytes)` of each of `names` (`None`: absent or deleted), all read
+    /// from one listing of the storage, where a `get` of a store not owned lists once per
+    /// record; a record one of whose listed files was removed meanwhile is read again on its
+    /// own. Beside each, whether the listing held a file of the record at all (a tombstone's
+    /// included): a record that reads as absent and was listed was deleted, or its newest
+    /// version emptied.
     ///
     /// # Errors
     /// [`Error::Io`] when the listing fails; per record, the errors of [`MetaStore::get`].
-    pub fn get_each(&self, names: &[&str]) -> Result<Vec<RecordRead>> {
+    pub fn get_each(&self, names: &[&str]) -> Result<Vec<(RecordRead, bool)>> {
         let listed = self.storage.list()?;
         let mut by_record = files_by_record(&listed);
-        Ok(names
+        names
             .iter()
             .map(|&name| {
                 validate_record_name(name)?;
                 let found = by_record.remove(name).unwrap_or_default();
-                Ok(self.current_of_listed(name, &found)?.into_record())
+                let read = self
+                    .current_of_listed(name, &found)
+                    .map(Current::into_record);
+                Ok((read, !found.is_empty()))
             })
-            .collect())
+            .collect()
     }
 
     /// A store over `storage` for the holder of its ownership lock (`lock`, from

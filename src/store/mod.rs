@@ -777,6 +777,11 @@ pub fn read_catalog(storage: Arc<dyn Storage>) -> Result<Option<crate::format::s
     Ok(Some(catalog))
 }
 
+/// What [`check_unlisted_topics`] finds wrong with a catalog when a topic's directory or flat
+/// file holds a file and the catalog does not list the topic.
+pub(crate) const UNLISTED_TOPIC_FILES: &str =
+    "topics (the store holds files of a topic the catalog does not list)";
+
 /// Checks that the store kept in `storage` holds nothing of a topic its `catalog` does not
 /// list (topics are never removed from a catalog): no cursor state in the journal
 /// (`journal_topics`: the topic ids of every cursor the journal holds a committed state of),
@@ -838,7 +843,7 @@ pub fn check_unlisted_topics(
         return Err(io(e));
     }
     if found {
-        return unlisted("topics (the store holds files of a topic the catalog does not list)");
+        return unlisted(UNLISTED_TOPIC_FILES);
     }
     Ok(())
 }

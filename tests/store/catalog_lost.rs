@@ -1,10 +1,13 @@
 //! A store directory whose catalog reads as absent while the store's files say it existed, on
-//! real files: its newest version emptied (what the metadata layer links for a deletion, which
-//! a store never makes of its catalog), or every version of it gone beside the topics' files.
-//! `verify` reports damage, the open refuses as `Corrupted` naming the catalog, and the open
-//! writes and removes nothing (it does not start a fresh store over the topics, nor sweep the
-//! older, intact versions away). Once the emptied version is taken away, the store opens with
-//! every topic and every flushed ack.
+//! real files and on the in-memory disk: its newest version emptied (what the metadata layer
+//! links for a deletion, which a store never makes of its catalog), or every version of it gone
+//! beside the topics' files. `verify` (and the command's gate before it) reports damage, the
+//! store's open refuses as `Corrupted` naming the catalog, a topic's own open of the store's
+//! directory or of a topic's directory refuses as `OwnedByStore`, and no refused open writes or
+//! removes anything (no fresh store over the topics, no sweep of the older, intact versions).
+//! Once the emptied version is taken away, the store opens with every topic and flushed ack.
+//! And what is not a lost catalog stays sound: a topic of its own beside a `t5/` directory or a
+//! `t5-x` file, and what a store's first open cut short leaves.
 
 use crate::support;
 
@@ -12,7 +15,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ackstore::{
-    CorruptionKind, CorruptionPlace, CursorOptions, Error, FileStorage, Position, Storage, Store,
+    CorruptionKind, CorruptionPlace, CursorOptions, Error, FileStorage, LedgerConfig,
+    ManagedLedger, MemStorage, Position, Storage, Store,
 };
 use support::config::store_without_flusher;
 use support::mutate::Tree;
@@ -75,11 +79,26 @@ fn tree_without_lock(dir: &Path) -> Tree {
 fn refused_by_both(dir: &Path, kind: &CorruptionKind, what: &str) {
     let before = tree_without_lock(dir);
     let storage: Arc<dyn Storage> = Arc::new(FileStorage::open(dir, false).expect("storage"));
+    assert!(
+        ackstore::check::holds_ackstore(storage.as_ref()).expect("list"),
+        "{what}: the command would stop before verify, as at a directory of no ackstore"
+    );
     let report = ackstore::check::verify(&storage).expect("verify");
     assert!(
         !report.is_sound() && report.findings.iter().any(|f| f.file.contains("store")),
         "{what}: verify: {report}"
     );
+    // A topic's own open, of the store's directory and of a topic's: refused, as a store's.
+    for topic_dir in [dir.to_path_buf(), dir.join("t1")] {
+        match ManagedLedger::open(&topic_dir, LedgerConfig::default()) {
+            Err(Error::OwnedByStore { .. }) => {}
+            other => panic!(
+                "{what}: a topic's own open of {}: {:?}",
+                topic_dir.display(),
+                other.map(|_| "opened")
+            ),
+        }
+    }
     match Store::open(dir, store_without_flusher()) {
         Err(Error::Corrupted {
             place: CorruptionPlace::Record(record),
@@ -172,5 +191,140 @@ fn every_catalog_version_gone_beside_the_topics_files_is_damage_to_verify_and_th
             ),
             &format!("flushed {flushed}, every catalog version removed"),
         );
+    }
+}
+
+/// On the in-memory disk (no directories: every topic's files flat under `t{id}-`), every
+/// catalog version gone: `verify` reports damage, the open refuses as `Corrupted`, and nothing
+/// changes.
+#[test]
+fn every_catalog_version_gone_on_the_in_memory_disk_is_damage_to_verify_and_the_open() {
+    let disk = MemStorage::new();
+    let storage: Arc<dyn Storage> = Arc::new(disk.clone());
+    {
+        let store =
+            Store::open_with_storage(storage.clone(), store_without_flusher()).expect("open");
+        let topic = store.topic("a").expect("topic");
+        let p = topic.append(b"entry").expect("append");
+        topic.sync().expect("sync");
+        let c = topic
+            .open_cursor("c", CursorOptions::default())
+            .expect("cursor");
+        c.ack(p).expect("ack");
+        store.flush_all().expect("flush");
+        store.close().expect("close");
+    }
+    for file in storage.list().expect("list") {
+        if file.starts_with("store.") && file.ends_with(".meta") {
+            storage.remove(&file).expect("remove");
+        }
+    }
+    let before = storage.list().expect("list");
+    assert!(ackstore::check::holds_ackstore(storage.as_ref()).expect("list"));
+    let report = ackstore::check::verify(&storage).expect("verify");
+    assert!(!report.is_sound(), "{report}");
+    match Store::open_with_storage(storage.clone(), store_without_flusher()) {
+        Err(Error::Corrupted {
+            place: CorruptionPlace::Record(record),
+            kind: CorruptionKind::InvalidField(_),
+        }) if record == "store" => {}
+        other => panic!("{:?}", other.map(|_| "opened")),
+    }
+    assert_eq!(before, storage.list().expect("list"), "the refused open");
+}
+
+/// A store of no topic whose catalog versions are all gone beside its journal segment: no
+/// topic's files, so nothing says a store's catalog was lost; the open and `verify` agree.
+#[test]
+fn every_catalog_version_gone_beside_a_journal_segment_alone_is_judged_alike() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let store = Store::open(dir.path(), store_without_flusher()).expect("open");
+        store.flush_all().expect("flush");
+        store.close().expect("close");
+    }
+    for version in catalog_versions(dir.path()) {
+        std::fs::remove_file(version).expect("remove");
+    }
+    let storage: Arc<dyn Storage> =
+        Arc::new(FileStorage::open(dir.path(), false).expect("storage"));
+    let report = ackstore::check::verify(&storage).expect("verify");
+    let open = Store::open(dir.path(), store_without_flusher()).map(|_| "opened");
+    assert_eq!(
+        open.is_err(),
+        !report.is_sound(),
+        "open {open:?}, verify {report}"
+    );
+}
+
+/// A topic of its own whose directory also holds another topic of its own in `t5/`, or a file
+/// `t5-x`: its open accepts it, and `verify` and `inspect` find it a sound topic, not a store
+/// that lost its catalog (the directory holds its own topic record and ledgers).
+#[test]
+fn a_topic_of_its_own_beside_a_t5_directory_or_file_is_a_sound_topic_to_verify_and_inspect() {
+    for nested in [true, false] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let topic = ManagedLedger::open(dir.path(), LedgerConfig::default()).expect("topic");
+        topic.append(b"entry").expect("append");
+        topic.close().expect("close");
+        if nested {
+            let inner =
+                ManagedLedger::open(dir.path().join("t5"), LedgerConfig::default()).expect("t5");
+            inner.append(b"entry").expect("append");
+            inner.close().expect("close");
+        } else {
+            std::fs::write(dir.path().join("t5-x"), b"x").expect("write");
+        }
+        let storage: Arc<dyn Storage> =
+            Arc::new(FileStorage::open(dir.path(), false).expect("storage"));
+        let report = ackstore::check::verify(&storage).expect("verify");
+        assert!(report.is_sound(), "nested {nested}: {report}");
+        assert!(
+            matches!(
+                ackstore::check::inspect(&storage),
+                Ok(ackstore::check::Inspection::Topic(_))
+            ),
+            "nested {nested}"
+        );
+        ManagedLedger::open(dir.path(), LedgerConfig::default())
+            .expect("reopen")
+            .close()
+            .expect("close");
+    }
+}
+
+/// What a store's first open cut short leaves on real files (the lock file, a temporary file
+/// of the catalog's first write, an empty directory of topic 1): `verify` finds it sound, and
+/// the next open makes the store.
+#[test]
+fn what_a_first_open_cut_short_leaves_is_sound_and_opens_as_a_new_store() {
+    for (temp, empty_topic) in [(true, false), (false, true), (true, true)] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("LOCK"), b"").expect("lock");
+        if temp {
+            std::fs::write(
+                dir.path()
+                    .join("store.00000000000000000001.0123456789abcdef.meta.tmp"),
+                b"half",
+            )
+            .expect("temp");
+        }
+        if empty_topic {
+            std::fs::create_dir(dir.path().join("t1")).expect("t1");
+        }
+        let storage: Arc<dyn Storage> =
+            Arc::new(FileStorage::open(dir.path(), false).expect("storage"));
+        let report = ackstore::check::verify(&storage).expect("verify");
+        assert!(
+            report.is_sound(),
+            "temp {temp}, empty t1 {empty_topic}: {report}"
+        );
+        let store = Store::open(dir.path(), store_without_flusher()).expect("open");
+        store
+            .topic("a")
+            .expect("topic")
+            .append(b"x")
+            .expect("append");
+        store.close().expect("close");
     }
 }
