@@ -53,7 +53,7 @@ fn store(dir: &Path, flushed: bool) -> Vec<Position> {
 }
 
 /// The catalog's committed version files in `dir`, oldest first.
-fn catalog_versions(dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn catalog_versions(dir: &Path) -> Vec<PathBuf> {
     let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
         .expect("list")
         .map(|e| e.expect("entry").path())

@@ -235,15 +235,8 @@ fn a_damaged_store_catalog_yields_a_finding_naming_it() {
     fill(&store.topic("orders").expect("topic"), 4);
     store.close().expect("close");
     // The newest version of the catalog record (`store.{version:020}.meta`).
-    let catalog = std::fs::read_dir(dir.path())
-        .expect("list")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("store.") && n.ends_with(".meta"))
-        })
-        .max()
+    let catalog = crate::catalog_lost::catalog_versions(dir.path())
+        .pop()
         .expect("the catalog file");
     let mut bytes = std::fs::read(&catalog).expect("read");
     let last = bytes.len() - 1;
