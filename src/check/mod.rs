@@ -413,21 +413,18 @@ pub enum Inspection {
     Store(StoreInspection),
 }
 
-/// Whether `storage` holds an ackstore topic (a topic record or a ledger file) or a store (its
-/// catalog, or topics' files of a store whose catalog is gone, which [`verify`] reports), judged
-/// by file names alone.
+/// Whether `storage` holds an ackstore topic (a topic record or a ledger file) or a store (a
+/// version of its catalog, an emptied one included), judged by file names alone.
 ///
 /// # Errors
 /// [`Error::Io`] when it cannot be listed.
 pub fn holds_ackstore(storage: &dyn Storage) -> Result<bool> {
-    let listed = storage.list()?;
-    let named = listed.iter().any(|n| {
+    Ok(storage.list()?.iter().any(|n| {
         let record = crate::meta::record_of_file(n);
         record == Some("topic")
             || record == Some(crate::store::STORE_RECORD)
             || crate::log::parse_ledger_file_name(n).is_some()
-    });
-    Ok(named || crate::store::catalog::topics_without_catalog(storage, &listed)?)
+    }))
 }
 
 /// Checks every frame of every ledger, every metadata record, and every marker and partition

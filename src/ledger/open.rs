@@ -176,8 +176,7 @@ fn refuse_store_topic_name(dir: &std::path::Path, asked: &std::path::Path) -> Re
 /// journal, the files of its flat-layout topics, and on storage without directories every
 /// topic's files) is never a topic of its own, whether the store holds its lock now or not.
 /// `has_store`: the directory holds a store catalog, or a version of one (a store never
-/// deletes its catalog: one that reads as deleted is damaged, and still a store's), or topics'
-/// files of a store whose catalog is gone.
+/// deletes its catalog: one that reads as deleted is damaged, and still a store's).
 ///
 /// # Errors
 /// [`Error::OwnedByStore`].
@@ -204,14 +203,8 @@ pub(crate) fn refuse_store_topic_alone(storage: &Arc<dyn Storage>) -> Result<()>
         .get_each(&[STORE_RECORD, TOPIC_RECORD])?
         .into_iter();
     let mut next = || records.next().unwrap_or((Ok(None), false));
-    let ((store, store_listed), (topic, topic_listed)) = (next(), next());
-    // A directory of no topic record (a new topic's, or a damaged one) holding topics' files
-    // beside only what a store makes is a store's whose catalog is gone.
-    let lost_store = || -> Result<bool> {
-        Ok(!topic_listed
-            && crate::store::catalog::topics_without_catalog(storage.as_ref(), &storage.list()?)?)
-    };
-    refuse_store_directory(storage, store?.is_some() || store_listed || lost_store()?)?;
+    let ((store, store_listed), (topic, _)) = (next(), next());
+    refuse_store_directory(storage, store?.is_some() || store_listed)?;
     if let Some(dir) = storage.local_dir() {
         refuse_store_topic_dir(dir)?;
     }

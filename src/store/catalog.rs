@@ -69,7 +69,7 @@ impl CatalogHandle {
             let catalog = Catalog::decode(&bytes).map_err(|c| c.in_record(STORE_RECORD))?;
             (Some(v), catalog)
         } else {
-            refuse_lost_catalog(storage)?;
+            refuse_deleted_catalog(storage)?;
             if let Some(other) = storage.list()?.into_iter().find(|n| !is_store_file(n)) {
                 return Err(Error::NotAckstore {
                     path: storage.location().into(),
@@ -79,6 +79,9 @@ impl CatalogHandle {
                     ),
                 });
             }
+            // Topics' directories holding files beside no catalog: refused as the open's check
+            // after the claim would, but before the fresh catalog is written.
+            super::check_unlisted_topics(storage, &Catalog::default(), std::iter::empty())?;
             let empty = Catalog {
                 store_id: random_id(),
                 next_topic_id: 1,
@@ -475,32 +478,25 @@ fn index_topics(ids: &mut HashMap<String, u64>, topics: &[CatalogTopic]) {
     }
 }
 
-/// Refuses a store directory whose catalog reads as absent while the store's files say it
-/// existed: what an open must not take for an empty directory (it would write a fresh catalog
-/// over the store, its sweep removing the older versions) and what `verify` must not take for
-/// a topic directory (checking nothing). Call only after the catalog's read found no record.
-///
-/// - A committed version file of the catalog exists ([`lists_catalog`]): its newest version is
-///   empty, which the metadata layer reads as a deletion (a tombstone). A store never deletes
-///   its catalog, so that emptiness is damage: a version cut to nothing.
-/// - Topics' files with no catalog at all ([`topics_without_catalog`]).
+/// Refuses a store directory whose catalog reads as deleted: a committed version file of the
+/// catalog exists ([`lists_catalog`]), yet the read found no record, so its newest version is
+/// empty, which the metadata layer reads as a deletion (a tombstone). A store never deletes its
+/// catalog, so that emptiness is damage, a version cut to nothing: an open must not take the
+/// directory for an empty one (it would write a fresh catalog over the store, its sweep
+/// removing the older, intact versions), nor `verify` for a topic directory (checking nothing).
+/// Call only after the catalog's read found no record.
 ///
 /// # Errors
-/// [`Error::Corrupted`] at the store record: [`CorruptionKind::Truncated`] for the first,
-/// [`CorruptionKind::InvalidField`] for the second; [`Error::Io`].
-pub(crate) fn refuse_lost_catalog(storage: &dyn Storage) -> Result<()> {
-    let listed = storage.list()?;
-    let kind = if lists_catalog(listed.iter().map(String::as_str)) {
-        CorruptionKind::Truncated
-    } else if topics_without_catalog(storage, &listed)? {
-        CorruptionKind::InvalidField(super::UNLISTED_TOPIC_FILES)
-    } else {
-        return Ok(());
-    };
-    Err(Error::corrupted_at(
-        CorruptionPlace::Record(STORE_RECORD.into()),
-        kind,
-    ))
+/// [`Error::Corrupted`] at the store record ([`CorruptionKind::Truncated`]); [`Error::Io`].
+pub(crate) fn refuse_deleted_catalog(storage: &dyn Storage) -> Result<()> {
+    let versions = storage.list_prefix(STORE_RECORD)?;
+    if lists_catalog(versions.iter().map(String::as_str)) {
+        return Err(Error::corrupted_at(
+            CorruptionPlace::Record(STORE_RECORD.into()),
+            CorruptionKind::Truncated,
+        ));
+    }
+    Ok(())
 }
 
 /// Whether `names` (a directory's listing) holds a committed version file of the store
@@ -510,35 +506,6 @@ pub(crate) fn lists_catalog<'a>(names: impl IntoIterator<Item = &'a str>) -> boo
     names
         .into_iter()
         .any(|file| crate::meta::file::record_of_file(file) == Some(STORE_RECORD))
-}
-
-/// Whether `storage`, whose listing is `listed` and which holds no catalog version, holds
-/// topics' files beside nothing but what only a store makes: a flat topic file (`t{id}-...`)
-/// or a topic directory (`t{id}/`) holding a file, and otherwise only the store's lock, its
-/// catalog's and chunk records' files and journal segments. A store lists a topic before it
-/// makes the topic's files, so that store's catalog is gone. A topic directory of its own
-/// holds its topic record and ledgers, so it is never one, whatever else it holds.
-///
-/// # Errors
-/// [`Error::Io`] when a topic directory cannot be listed.
-pub(crate) fn topics_without_catalog(storage: &dyn Storage, listed: &[String]) -> Result<bool> {
-    let topic_file = |name: &str| super::space::parse_topic_name(name, false).is_some();
-    let store_made = |name: &str| {
-        is_store_file(name)
-            || topic_file(name)
-            || crate::journal::parse_segment_name(name).is_some()
-    };
-    if !listed.iter().all(|name| store_made(name)) {
-        return Ok(false);
-    }
-    if listed.iter().any(|name| topic_file(name)) {
-        return Ok(true);
-    }
-    match super::check_unlisted_topics(storage, &Catalog::default(), std::iter::empty()) {
-        Ok(()) => Ok(false),
-        Err(Error::Corrupted { .. }) => Ok(true),
-        Err(e) => Err(e),
-    }
 }
 
 /// Whether `name` is a file a store directory may hold besides topic files before its catalog

@@ -762,13 +762,12 @@ pub fn topic_file(
 /// pins, as the open reads them), read without writing; `None` when `storage` holds no store.
 ///
 /// # Errors
-/// [`Error::Corrupted`] for a damaged catalog, and for one that reads as absent beside what only
-/// a store makes (an emptied version, topics' files: `catalog::refuse_lost_catalog`, as the
-/// open refuses them); [`Error::Io`].
+/// [`Error::Corrupted`] for a damaged catalog, and for one that reads as deleted (an emptied
+/// version: `catalog::refuse_deleted_catalog`, as the open refuses it); [`Error::Io`].
 pub fn read_catalog(storage: Arc<dyn Storage>) -> Result<Option<crate::format::store::Catalog>> {
     let meta = FileMetaStore::new(storage);
     let Some((_, bytes)) = meta.get(STORE_RECORD)? else {
-        catalog::refuse_lost_catalog(meta.storage().as_ref())?;
+        catalog::refuse_deleted_catalog(meta.storage().as_ref())?;
         return Ok(None);
     };
     let mut catalog =
@@ -776,11 +775,6 @@ pub fn read_catalog(storage: Arc<dyn Storage>) -> Result<Option<crate::format::s
     catalog::load_chunks(&meta, &mut catalog)?;
     Ok(Some(catalog))
 }
-
-/// What [`check_unlisted_topics`] finds wrong with a catalog when a topic's directory or flat
-/// file holds a file and the catalog does not list the topic.
-pub(crate) const UNLISTED_TOPIC_FILES: &str =
-    "topics (the store holds files of a topic the catalog does not list)";
 
 /// Checks that the store kept in `storage` holds nothing of a topic its `catalog` does not
 /// list (topics are never removed from a catalog): no cursor state in the journal
@@ -843,7 +837,7 @@ pub fn check_unlisted_topics(
         return Err(io(e));
     }
     if found {
-        return unlisted(UNLISTED_TOPIC_FILES);
+        return unlisted("topics (the store holds files of a topic the catalog does not list)");
     }
     Ok(())
 }

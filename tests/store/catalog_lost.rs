@@ -1,13 +1,14 @@
 //! A store directory whose catalog reads as absent while the store's files say it existed, on
-//! real files and on the in-memory disk: its newest version emptied (what the metadata layer
-//! links for a deletion, which a store never makes of its catalog), or every version of it gone
-//! beside the topics' files. `verify` (and the command's gate before it) reports damage, the
-//! store's open refuses as `Corrupted` naming the catalog, a topic's own open of the store's
-//! directory or of a topic's directory refuses as `OwnedByStore`, and no refused open writes or
-//! removes anything (no fresh store over the topics, no sweep of the older, intact versions).
-//! Once the emptied version is taken away, the store opens with every topic and flushed ack.
-//! And what is not a lost catalog stays sound: a topic of its own beside a `t5/` directory or a
-//! `t5-x` file, and what a store's first open cut short leaves.
+//! real files and on the in-memory disk. Its newest version emptied (what the metadata layer
+//! links for a deletion, which a store never makes of its catalog): `verify` (and the
+//! command's gate before it) reports damage, the store's open refuses as `Corrupted` naming the
+//! catalog, a topic's own open of the store's directory or of a topic's directory refuses as
+//! `OwnedByStore`, and no refused open writes or removes anything (no fresh store over the
+//! topics, no sweep of the older, intact versions); once the emptied version is taken away, the
+//! store opens with every topic and flushed ack. Every version gone: the store's open refuses
+//! before it writes a fresh catalog. And what is no store stays what it was: a topic of its own
+//! beside a `t5/` directory or a `t5-x` file, a new topic among files named like a store's
+//! topics, and what a store's first open cut short leaves.
 
 use crate::support;
 
@@ -176,29 +177,43 @@ fn an_emptied_newest_catalog_version_is_damage_to_verify_and_the_open_and_the_op
     }
 }
 
+/// Every catalog version gone, the topics' directories holding their files: the store's open
+/// refuses as `Corrupted` (topics the catalog does not list) before it writes a fresh catalog,
+/// and writes or removes nothing. (Nothing but the topics' names says a store was there: a
+/// topic's own open and `verify` judge the directory as one of no store, as before.)
 #[test]
-fn every_catalog_version_gone_beside_the_topics_files_is_damage_to_verify_and_the_open() {
+fn every_catalog_version_gone_beside_the_topics_directories_is_refused_by_the_open_before_it_writes()
+ {
     for flushed in [false, true] {
         let dir = tempfile::tempdir().expect("tempdir");
         store(dir.path(), flushed);
         for version in catalog_versions(dir.path()) {
             std::fs::remove_file(version).expect("remove");
         }
-        refused_by_both(
-            dir.path(),
-            &CorruptionKind::InvalidField(
-                "topics (the store holds files of a topic the catalog does not list)",
-            ),
-            &format!("flushed {flushed}, every catalog version removed"),
+        let before = tree_without_lock(dir.path());
+        let what = format!("flushed {flushed}, every catalog version removed");
+        match Store::open(dir.path(), store_without_flusher()) {
+            Err(Error::Corrupted {
+                place: CorruptionPlace::Record(record),
+                kind: CorruptionKind::InvalidField(_),
+            }) if record == "store" => {}
+            Err(Error::NotAckstore { .. }) if flushed => {}
+            other => panic!("{what}: {:?}", other.map(|_| "opened")),
+        }
+        let after = tree_without_lock(dir.path());
+        assert!(
+            before.files == after.files,
+            "{what}: the refused open wrote"
         );
+        assert_eq!(before.dirs, after.dirs, "{what}");
     }
 }
 
 /// On the in-memory disk (no directories: every topic's files flat under `t{id}-`), every
-/// catalog version gone: `verify` reports damage, the open refuses as `Corrupted`, and nothing
-/// changes.
+/// catalog version gone: the open refuses (the topics' files are not a store's own) and
+/// nothing changes.
 #[test]
-fn every_catalog_version_gone_on_the_in_memory_disk_is_damage_to_verify_and_the_open() {
+fn every_catalog_version_gone_on_the_in_memory_disk_is_refused_by_the_open_before_it_writes() {
     let disk = MemStorage::new();
     let storage: Arc<dyn Storage> = Arc::new(disk.clone());
     {
@@ -220,14 +235,8 @@ fn every_catalog_version_gone_on_the_in_memory_disk_is_damage_to_verify_and_the_
         }
     }
     let before = storage.list().expect("list");
-    assert!(ackstore::check::holds_ackstore(storage.as_ref()).expect("list"));
-    let report = ackstore::check::verify(&storage).expect("verify");
-    assert!(!report.is_sound(), "{report}");
     match Store::open_with_storage(storage.clone(), store_without_flusher()) {
-        Err(Error::Corrupted {
-            place: CorruptionPlace::Record(record),
-            kind: CorruptionKind::InvalidField(_),
-        }) if record == "store" => {}
+        Err(Error::NotAckstore { .. }) => {}
         other => panic!("{:?}", other.map(|_| "opened")),
     }
     assert_eq!(before, storage.list().expect("list"), "the refused open");
@@ -327,4 +336,37 @@ fn what_a_first_open_cut_short_leaves_is_sound_and_opens_as_a_new_store() {
             .expect("append");
         store.close().expect("close");
     }
+}
+
+/// A new topic of its own in a directory holding only files or directories named like a
+/// store's topics (`t1-notes.txt`, `t2024-01-01.log`, `t1/notes`), on real files and on the
+/// in-memory disk: no catalog version, so no store; the topic opens.
+#[test]
+fn a_new_topic_among_names_like_a_stores_topics_opens() {
+    for (file, nested) in [
+        ("t1-notes.txt", false),
+        ("t2024-01-01.log", false),
+        ("notes", true),
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        if nested {
+            std::fs::create_dir(dir.path().join("t1")).expect("t1");
+            std::fs::write(dir.path().join("t1").join(file), b"x").expect("write");
+        } else {
+            std::fs::write(dir.path().join(file), b"x").expect("write");
+        }
+        let topic = ManagedLedger::open(dir.path(), LedgerConfig::default())
+            .unwrap_or_else(|e| panic!("{file} (in t1/: {nested}): {e}"));
+        topic.append(b"entry").expect("append");
+        topic.close().expect("close");
+    }
+    let disk: Arc<dyn Storage> = Arc::new(MemStorage::new());
+    disk.create("t7-foo")
+        .expect("create")
+        .write_all_at(b"x", 0)
+        .expect("write");
+    ManagedLedger::open_with_storage(disk, LedgerConfig::default())
+        .expect("open")
+        .close()
+        .expect("close");
 }
