@@ -13,11 +13,11 @@ use crate::target::StorageArgs;
 /// at least one ledger file) or a store (its catalog).
 pub fn open_existing(path: &Path, target: &StorageArgs) -> Result<Arc<dyn Storage>> {
     let storage = target.open(path, false)?;
-    if !ackstore::check::holds_ackstore(storage.as_ref())? {
+    if !ackstore::check::holds_ackstore(&storage)? {
         return Err(Error::NotAckstore {
             path: path.to_path_buf(),
-            reason: "it holds neither a topic record (topic.meta), a store catalog (store.meta) \
-                     nor any ledger file"
+            reason: "it holds neither a topic record (topic.meta), a store catalog (store.meta), \
+                     a store's topic nor any ledger file"
                 .into(),
         });
     }

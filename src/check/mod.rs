@@ -414,17 +414,20 @@ pub enum Inspection {
 }
 
 /// Whether `storage` holds an ackstore topic (a topic record or a ledger file) or a store (a
-/// version of its catalog, an emptied one included), judged by file names alone.
+/// version of its catalog, an emptied one included, or a topic whose record names a store:
+/// a store whose catalog is gone, which [`verify`] reports), judged by file names and, when
+/// those say nothing, the topic records of its `t{id}` names.
 ///
 /// # Errors
 /// [`Error::Io`] when it cannot be listed.
-pub fn holds_ackstore(storage: &dyn Storage) -> Result<bool> {
-    Ok(storage.list()?.iter().any(|n| {
+pub fn holds_ackstore(storage: &Arc<dyn Storage>) -> Result<bool> {
+    let named = storage.list()?.iter().any(|n| {
         let record = crate::meta::record_of_file(n);
         record == Some("topic")
             || record == Some(crate::store::STORE_RECORD)
             || crate::log::parse_ledger_file_name(n).is_some()
-    }))
+    });
+    Ok(named || crate::store::holds_store_topic(storage)?)
 }
 
 /// Checks every frame of every ledger, every metadata record, and every marker and partition

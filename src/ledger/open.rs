@@ -176,7 +176,8 @@ fn refuse_store_topic_name(dir: &std::path::Path, asked: &std::path::Path) -> Re
 /// journal, the files of its flat-layout topics, and on storage without directories every
 /// topic's files) is never a topic of its own, whether the store holds its lock now or not.
 /// `has_store`: the directory holds a store catalog, or a version of one (a store never
-/// deletes its catalog: one that reads as deleted is damaged, and still a store's).
+/// deletes its catalog: one that reads as deleted is damaged, and still a store's), or a
+/// store's topic beside no catalog.
 ///
 /// # Errors
 /// [`Error::OwnedByStore`].
@@ -203,8 +204,12 @@ pub(crate) fn refuse_store_topic_alone(storage: &Arc<dyn Storage>) -> Result<()>
         .get_each(&[STORE_RECORD, TOPIC_RECORD])?
         .into_iter();
     let mut next = || records.next().unwrap_or((Ok(None), false));
-    let ((store, store_listed), (topic, _)) = (next(), next());
-    refuse_store_directory(storage, store?.is_some() || store_listed)?;
+    let ((store, store_listed), (topic, topic_listed)) = (next(), next());
+    // A directory of no topic record (a new topic's, or one of an earlier release) beside a
+    // store's topic is that store's, its catalog gone.
+    let lost_store =
+        || -> Result<bool> { Ok(!topic_listed && crate::store::holds_store_topic(storage)?) };
+    refuse_store_directory(storage, store?.is_some() || store_listed || lost_store()?)?;
     if let Some(dir) = storage.local_dir() {
         refuse_store_topic_dir(dir)?;
     }

@@ -301,17 +301,17 @@ impl FileMetaStore {
     pub fn get_each(&self, names: &[&str]) -> Result<Vec<(RecordRead, bool)>> {
         let listed = self.storage.list()?;
         let mut by_record = files_by_record(&listed);
-        names
+        Ok(names
             .iter()
             .map(|&name| {
-                validate_record_name(name)?;
                 let found = by_record.remove(name).unwrap_or_default();
-                let read = self
-                    .current_of_listed(name, &found)
-                    .map(Current::into_record);
-                Ok((read, !found.is_empty()))
+                let read = validate_record_name(name).and_then(|()| {
+                    self.current_of_listed(name, &found)
+                        .map(Current::into_record)
+                });
+                (read, !found.is_empty())
             })
-            .collect()
+            .collect())
     }
 
     /// A store over `storage` for the holder of its ownership lock (`lock`, from

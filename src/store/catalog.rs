@@ -49,7 +49,7 @@ impl CatalogHandle {
     /// next write, whose directory sync makes the link durable too (the seal of a former
     /// owner's segment, before the open returns; a segment's listing, before a tick writes to
     /// it): docs/format.md, "Store catalog", "Claim and seal".
-    pub fn claim(storage: &dyn Storage, meta: &Arc<dyn MetaStore>) -> Result<Self> {
+    pub fn claim(storage: &Arc<dyn Storage>, meta: &Arc<dyn MetaStore>) -> Result<Self> {
         let mut attempts = 0;
         loop {
             attempts += 1;
@@ -64,12 +64,12 @@ impl CatalogHandle {
     }
 
     /// One read of the catalog and its claim (see [`CatalogHandle::claim`]).
-    fn claim_once(storage: &dyn Storage, meta: Arc<dyn MetaStore>) -> Result<Self> {
+    fn claim_once(storage: &Arc<dyn Storage>, meta: Arc<dyn MetaStore>) -> Result<Self> {
         let (expected, catalog) = if let Some((v, bytes)) = meta.get(STORE_RECORD)? {
             let catalog = Catalog::decode(&bytes).map_err(|c| c.in_record(STORE_RECORD))?;
             (Some(v), catalog)
         } else {
-            refuse_deleted_catalog(storage)?;
+            refuse_lost_catalog(storage)?;
             if let Some(other) = storage.list()?.into_iter().find(|n| !is_store_file(n)) {
                 return Err(Error::NotAckstore {
                     path: storage.location().into(),
@@ -81,7 +81,11 @@ impl CatalogHandle {
             }
             // Topics' directories holding files beside no catalog: refused as the open's check
             // after the claim would, but before the fresh catalog is written.
-            super::check_unlisted_topics(storage, &Catalog::default(), std::iter::empty())?;
+            super::check_unlisted_topics(
+                storage.as_ref(),
+                &Catalog::default(),
+                std::iter::empty(),
+            )?;
             let empty = Catalog {
                 store_id: random_id(),
                 next_topic_id: 1,
@@ -137,7 +141,7 @@ impl CatalogHandle {
         // version is a later owner's, which may have claimed the store since this claim and be
         // writing it, or have pinned it already: it is left to that owner's claims (a record
         // of this owner's own later write is replaced by the write, `put_chunk`).
-        for file in chunk_leftovers(storage, &catalog)?
+        for file in chunk_leftovers(storage.as_ref(), &catalog)?
             .into_iter()
             .filter(|file| named_at_most(file, version))
         {
@@ -478,25 +482,33 @@ fn index_topics(ids: &mut HashMap<String, u64>, topics: &[CatalogTopic]) {
     }
 }
 
-/// Refuses a store directory whose catalog reads as deleted: a committed version file of the
-/// catalog exists ([`lists_catalog`]), yet the read found no record, so its newest version is
-/// empty, which the metadata layer reads as a deletion (a tombstone). A store never deletes its
-/// catalog, so that emptiness is damage, a version cut to nothing: an open must not take the
-/// directory for an empty one (it would write a fresh catalog over the store, its sweep
-/// removing the older, intact versions), nor `verify` for a topic directory (checking nothing).
-/// Call only after the catalog's read found no record.
+/// Refuses a store directory whose catalog is lost: it reads as absent while the store's
+/// files say it existed. An open must not take the directory for an empty one (it would write a
+/// fresh catalog over the store, its sweep removing the older, intact versions), nor `verify`
+/// for a topic directory (checking nothing). Call only after the catalog's read found no
+/// record.
+///
+/// - A committed version file of the catalog exists ([`lists_catalog`]): its newest version is
+///   empty, which the metadata layer reads as a deletion (a tombstone). A store never deletes
+///   its catalog, so that emptiness is damage, a version cut to nothing.
+/// - No version at all, beside a store's topic ([`super::holds_store_topic`]).
 ///
 /// # Errors
-/// [`Error::Corrupted`] at the store record ([`CorruptionKind::Truncated`]); [`Error::Io`].
-pub(crate) fn refuse_deleted_catalog(storage: &dyn Storage) -> Result<()> {
+/// [`Error::Corrupted`] at the store record: [`CorruptionKind::Truncated`] for the first,
+/// [`CorruptionKind::InvalidField`] for the second; [`Error::Io`].
+pub(crate) fn refuse_lost_catalog(storage: &Arc<dyn Storage>) -> Result<()> {
     let versions = storage.list_prefix(STORE_RECORD)?;
-    if lists_catalog(versions.iter().map(String::as_str)) {
-        return Err(Error::corrupted_at(
-            CorruptionPlace::Record(STORE_RECORD.into()),
-            CorruptionKind::Truncated,
-        ));
-    }
-    Ok(())
+    let kind = if lists_catalog(versions.iter().map(String::as_str)) {
+        CorruptionKind::Truncated
+    } else if super::holds_store_topic(storage)? {
+        CorruptionKind::InvalidField(super::UNLISTED_TOPIC_FILES)
+    } else {
+        return Ok(());
+    };
+    Err(Error::corrupted_at(
+        CorruptionPlace::Record(STORE_RECORD.into()),
+        kind,
+    ))
 }
 
 /// Whether `names` (a directory's listing) holds a committed version file of the store

@@ -438,7 +438,7 @@ impl Store {
             &lock,
             &[STORE_RECORD],
         ));
-        let mut catalog = CatalogHandle::claim(storage.as_ref(), &meta)?;
+        let mut catalog = CatalogHandle::claim(&storage, &meta)?;
         let seals = journal_seals(catalog.catalog());
         let journal = Journal::open_listed(
             storage.clone(),
@@ -762,12 +762,13 @@ pub fn topic_file(
 /// pins, as the open reads them), read without writing; `None` when `storage` holds no store.
 ///
 /// # Errors
-/// [`Error::Corrupted`] for a damaged catalog, and for one that reads as deleted (an emptied
-/// version: `catalog::refuse_deleted_catalog`, as the open refuses it); [`Error::Io`].
+/// [`Error::Corrupted`] for a damaged catalog, and for one that reads as deleted or is gone
+/// beside a store's topic (`catalog::refuse_lost_catalog`, as the open refuses them);
+/// [`Error::Io`].
 pub fn read_catalog(storage: Arc<dyn Storage>) -> Result<Option<crate::format::store::Catalog>> {
     let meta = FileMetaStore::new(storage);
     let Some((_, bytes)) = meta.get(STORE_RECORD)? else {
-        catalog::refuse_deleted_catalog(meta.storage().as_ref())?;
+        catalog::refuse_lost_catalog(meta.storage())?;
         return Ok(None);
     };
     let mut catalog =
@@ -775,6 +776,11 @@ pub fn read_catalog(storage: Arc<dyn Storage>) -> Result<Option<crate::format::s
     catalog::load_chunks(&meta, &mut catalog)?;
     Ok(Some(catalog))
 }
+
+/// What [`check_unlisted_topics`] finds wrong with a catalog when a topic's directory or flat
+/// file holds a file and the catalog does not list the topic.
+pub(crate) const UNLISTED_TOPIC_FILES: &str =
+    "topics (the store holds files of a topic the catalog does not list)";
 
 /// Checks that the store kept in `storage` holds nothing of a topic its `catalog` does not
 /// list (topics are never removed from a catalog): no cursor state in the journal
@@ -837,9 +843,66 @@ pub fn check_unlisted_topics(
         return Err(io(e));
     }
     if found {
-        return unlisted("topics (the store holds files of a topic the catalog does not list)");
+        return unlisted(UNLISTED_TOPIC_FILES);
     }
     Ok(())
+}
+
+/// Whether `storage`, which holds no catalog version, holds a store's topic: a topic directory
+/// (`t{id}/`) or flat topic files (`t{id}-...`) whose topic record names a store
+/// ([`TopicRecord::store_id`](crate::format::meta::TopicRecord::store_id)). Only a store makes
+/// such a topic, so that store's catalog is gone: damage to the store, which `verify` reports,
+/// the store's open refuses and a topic's own open of the directory refuses too. Nothing else
+/// in a directory says so (a file or directory named `t1-notes.txt` or `t1/` is anyone's, and a
+/// topic of its own names no store). Reads the topic records of the directory's `t{id}` names
+/// in turn until one names a store: none in a directory that holds no such name.
+///
+/// Topics of a store of an earlier release whose records name no store are not found.
+///
+/// # Errors
+/// [`Error::Io`] when the directory or a topic's cannot be listed.
+pub(crate) fn holds_store_topic(storage: &Arc<dyn Storage>) -> Result<bool> {
+    let mut candidates: Vec<(u64, bool)> = Vec::new();
+    if let Some(dir) = storage.local_dir() {
+        crate::storage::each_entry(
+            dir,
+            |_| true,
+            |name, is_dir| {
+                if let Some(id) = std::str::from_utf8(name)
+                    .ok()
+                    .and_then(|name| space::parse_topic_name(name, is_dir))
+                {
+                    candidates.push((id, is_dir));
+                }
+                true
+            },
+        )
+        .map_err(|e| Error::io("list", storage.location(), e))?;
+    } else {
+        for name in storage.list()? {
+            if let Some(id) = space::parse_topic_name(&name, false) {
+                candidates.push((id, false));
+            }
+        }
+    }
+    candidates.sort_unstable();
+    candidates.dedup();
+    for (id, spaced) in candidates {
+        let Ok(topic) = space::TopicSpace::open(storage, id, spaced, false, None) else {
+            continue;
+        };
+        let topic: Arc<dyn Storage> = Arc::new(topic);
+        // A record that cannot be read proves nothing either way: the next name may.
+        let record = FileMetaStore::new(topic)
+            .get(crate::ledger::TOPIC_RECORD)
+            .ok()
+            .flatten()
+            .and_then(|(_, bytes)| crate::format::meta::TopicRecord::decode(&bytes).ok());
+        if record.is_some_and(|r| r.store_id != 0) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// The journal segments `catalog` lists, as [`Journal::open_listed`] and

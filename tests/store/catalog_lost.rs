@@ -5,8 +5,9 @@
 //! catalog, a topic's own open of the store's directory or of a topic's directory refuses as
 //! `OwnedByStore`, and no refused open writes or removes anything (no fresh store over the
 //! topics, no sweep of the older, intact versions); once the emptied version is taken away, the
-//! store opens with every topic and flushed ack. Every version gone: the store's open refuses
-//! before it writes a fresh catalog. And what is no store stays what it was: a topic of its own
+//! store opens with every topic and flushed ack. Every version gone beside the store's topics
+//! (their records name the store): the same, on real files and the in-memory disk. And what is
+//! no store stays what it was: a topic of its own
 //! beside a `t5/` directory or a `t5-x` file, a new topic among files named like a store's
 //! topics, and what a store's first open cut short leaves.
 
@@ -81,7 +82,7 @@ fn refused_by_both(dir: &Path, kind: &CorruptionKind, what: &str) {
     let before = tree_without_lock(dir);
     let storage: Arc<dyn Storage> = Arc::new(FileStorage::open(dir, false).expect("storage"));
     assert!(
-        ackstore::check::holds_ackstore(storage.as_ref()).expect("list"),
+        ackstore::check::holds_ackstore(&storage).expect("list"),
         "{what}: the command would stop before verify, as at a directory of no ackstore"
     );
     let report = ackstore::check::verify(&storage).expect("verify");
@@ -177,43 +178,31 @@ fn an_emptied_newest_catalog_version_is_damage_to_verify_and_the_open_and_the_op
     }
 }
 
-/// Every catalog version gone, the topics' directories holding their files: the store's open
-/// refuses as `Corrupted` (topics the catalog does not list) before it writes a fresh catalog,
-/// and writes or removes nothing. (Nothing but the topics' names says a store was there: a
-/// topic's own open and `verify` judge the directory as one of no store, as before.)
+/// Every catalog version gone beside the store's topics (their records name the store): the
+/// same as an emptied one, but `InvalidField` (topics the catalog does not list).
 #[test]
-fn every_catalog_version_gone_beside_the_topics_directories_is_refused_by_the_open_before_it_writes()
- {
+fn every_catalog_version_gone_beside_the_stores_topics_is_damage_to_verify_and_the_opens() {
     for flushed in [false, true] {
         let dir = tempfile::tempdir().expect("tempdir");
         store(dir.path(), flushed);
         for version in catalog_versions(dir.path()) {
             std::fs::remove_file(version).expect("remove");
         }
-        let before = tree_without_lock(dir.path());
-        let what = format!("flushed {flushed}, every catalog version removed");
-        match Store::open(dir.path(), store_without_flusher()) {
-            Err(Error::Corrupted {
-                place: CorruptionPlace::Record(record),
-                kind: CorruptionKind::InvalidField(_),
-            }) if record == "store" => {}
-            Err(Error::NotAckstore { .. }) if flushed => {}
-            other => panic!("{what}: {:?}", other.map(|_| "opened")),
-        }
-        let after = tree_without_lock(dir.path());
-        assert!(
-            before.files == after.files,
-            "{what}: the refused open wrote"
+        refused_by_both(
+            dir.path(),
+            &CorruptionKind::InvalidField(
+                "topics (the store holds files of a topic the catalog does not list)",
+            ),
+            &format!("flushed {flushed}, every catalog version removed"),
         );
-        assert_eq!(before.dirs, after.dirs, "{what}");
     }
 }
 
 /// On the in-memory disk (no directories: every topic's files flat under `t{id}-`), every
-/// catalog version gone: the open refuses (the topics' files are not a store's own) and
-/// nothing changes.
+/// catalog version gone: `verify` reports damage, the store's open and a topic's own open
+/// refuse, and nothing changes.
 #[test]
-fn every_catalog_version_gone_on_the_in_memory_disk_is_refused_by_the_open_before_it_writes() {
+fn every_catalog_version_gone_on_the_in_memory_disk_is_damage_to_verify_and_the_opens() {
     let disk = MemStorage::new();
     let storage: Arc<dyn Storage> = Arc::new(disk.clone());
     {
@@ -235,8 +224,18 @@ fn every_catalog_version_gone_on_the_in_memory_disk_is_refused_by_the_open_befor
         }
     }
     let before = storage.list().expect("list");
+    assert!(ackstore::check::holds_ackstore(&storage).expect("list"));
+    let report = ackstore::check::verify(&storage).expect("verify");
+    assert!(!report.is_sound(), "{report}");
+    match ManagedLedger::open_with_storage(storage.clone(), LedgerConfig::default()) {
+        Err(Error::OwnedByStore { .. }) => {}
+        other => panic!("a topic's own open: {:?}", other.map(|_| "opened")),
+    }
     match Store::open_with_storage(storage.clone(), store_without_flusher()) {
-        Err(Error::NotAckstore { .. }) => {}
+        Err(Error::Corrupted {
+            place: CorruptionPlace::Record(record),
+            kind: CorruptionKind::InvalidField(_),
+        }) if record == "store" => {}
         other => panic!("{:?}", other.map(|_| "opened")),
     }
     assert_eq!(before, storage.list().expect("list"), "the refused open");

@@ -7,8 +7,9 @@ use ackstore::internals::store::catalog::*;
 use std::sync::Arc;
 
 fn claim(disk: &MemStorage) -> CatalogHandle {
-    let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(Arc::new(disk.clone())));
-    CatalogHandle::claim(disk, &meta).expect("claim")
+    let storage: Arc<dyn ackstore::internals::storage::Storage> = Arc::new(disk.clone());
+    let meta: Arc<dyn MetaStore> = Arc::new(FileMetaStore::new(storage.clone()));
+    CatalogHandle::claim(&storage, &meta).expect("claim")
 }
 
 #[test]
