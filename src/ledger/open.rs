@@ -118,10 +118,10 @@ use crate::storage::Storage;
 /// # Errors
 /// [`Error::OwnedByStore`] (naming `dir` as given); the errors of reading the parent's catalog
 /// record.
-pub(crate) fn refuse_store_topic_dir(dir: &std::path::Path) -> Result<()> {
-    refuse_store_topic_name(dir, dir)?;
+pub(crate) fn refuse_store_topic_dir(dir: &std::path::Path, new_topic: bool) -> Result<()> {
+    refuse_store_topic_name(dir, dir, new_topic)?;
     if let Some(resolved) = resolve_dir(dir) {
-        refuse_store_topic_name(&resolved, dir)?;
+        refuse_store_topic_name(&resolved, dir, new_topic)?;
     }
     Ok(())
 }
@@ -141,8 +141,15 @@ fn resolve_dir(dir: &std::path::Path) -> Option<std::path::PathBuf> {
 }
 
 /// Refuses `dir` (one name of the directory `asked` for) when its last component is a store
-/// topic's directory name and its parent holds a store catalog.
-fn refuse_store_topic_name(dir: &std::path::Path, asked: &std::path::Path) -> Result<()> {
+/// topic's directory name and its parent holds a store catalog, or, for a topic not made yet
+/// (`new_topic`: no topic record), a store's topic beside no catalog (a store whose catalog is
+/// gone: a new topic there would be one its catalog, once put back, does not list). A topic's
+/// reopen pays only the catalog's listing.
+fn refuse_store_topic_name(
+    dir: &std::path::Path,
+    asked: &std::path::Path,
+    new_topic: bool,
+) -> Result<()> {
     let Some(name) = dir.file_name().and_then(|n| n.to_str()) else {
         return Ok(());
     };
@@ -161,9 +168,11 @@ fn refuse_store_topic_name(dir: &std::path::Path, asked: &std::path::Path) -> Re
         return Ok(());
     };
     // Any version of the catalog, whatever it reads as (a store never deletes its catalog).
+    let store: Arc<dyn Storage> = Arc::new(store);
     if crate::store::catalog::lists_catalog(
         store.list_prefix(STORE_RECORD)?.iter().map(String::as_str),
-    ) {
+    ) || (new_topic && crate::store::holds_store_topic(&store)?)
+    {
         return Err(Error::OwnedByStore {
             path: asked.to_path_buf(),
             store: format!("the store in `{}`", parent.display()),
@@ -211,7 +220,7 @@ pub(crate) fn refuse_store_topic_alone(storage: &Arc<dyn Storage>) -> Result<()>
         || -> Result<bool> { Ok(!topic_listed && crate::store::holds_store_topic(storage)?) };
     refuse_store_directory(storage, store?.is_some() || store_listed || lost_store()?)?;
     if let Some(dir) = storage.local_dir() {
-        refuse_store_topic_dir(dir)?;
+        refuse_store_topic_dir(dir, !topic_listed)?;
     }
     refuse_store_record(storage, topic?)
 }

@@ -79,13 +79,20 @@ impl CatalogHandle {
                     ),
                 });
             }
-            // Topics' directories holding files beside no catalog: refused as the open's check
-            // after the claim would, but before the fresh catalog is written.
-            super::check_unlisted_topics(
+            // Topics' directories holding files, none of them a store's topic (above): not a
+            // store this open may make its own. Refused before a fresh catalog is written.
+            if let Err(Error::Corrupted { .. }) = super::check_unlisted_topics(
                 storage.as_ref(),
                 &Catalog::default(),
                 std::iter::empty(),
-            )?;
+            ) {
+                return Err(Error::NotAckstore {
+                    path: storage.location().into(),
+                    reason: "it holds a topic directory `t{id}/` of files but no store catalog, \
+                             and no topic record there names a store"
+                        .into(),
+                });
+            }
             let empty = Catalog {
                 store_id: random_id(),
                 next_topic_id: 1,
@@ -491,16 +498,24 @@ fn index_topics(ids: &mut HashMap<String, u64>, topics: &[CatalogTopic]) {
 /// - A committed version file of the catalog exists ([`lists_catalog`]): its newest version is
 ///   empty, which the metadata layer reads as a deletion (a tombstone). A store never deletes
 ///   its catalog, so that emptiness is damage, a version cut to nothing.
-/// - No version at all, beside a store's topic ([`super::holds_store_topic`]).
+/// - No version at all, beside a store's topic ([`super::holds_store_topic`]), in a directory
+///   that holds no topic record of its own (a store's directory never does: one that does is a
+///   topic's, whatever sits beside it).
 ///
 /// # Errors
 /// [`Error::Corrupted`] at the store record: [`CorruptionKind::Truncated`] for the first,
 /// [`CorruptionKind::InvalidField`] for the second; [`Error::Io`].
 pub(crate) fn refuse_lost_catalog(storage: &Arc<dyn Storage>) -> Result<()> {
     let versions = storage.list_prefix(STORE_RECORD)?;
+    let own_topic = || -> Result<bool> {
+        Ok(storage
+            .list_prefix(crate::ledger::TOPIC_RECORD)?
+            .iter()
+            .any(|f| crate::meta::file::record_of_file(f) == Some(crate::ledger::TOPIC_RECORD)))
+    };
     let kind = if lists_catalog(versions.iter().map(String::as_str)) {
         CorruptionKind::Truncated
-    } else if super::holds_store_topic(storage)? {
+    } else if !own_topic()? && super::holds_store_topic(storage)? {
         CorruptionKind::InvalidField(super::UNLISTED_TOPIC_FILES)
     } else {
         return Ok(());

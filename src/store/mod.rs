@@ -849,41 +849,55 @@ pub fn check_unlisted_topics(
 }
 
 /// Whether `storage`, which holds no catalog version, holds a store's topic: a topic directory
-/// (`t{id}/`) or flat topic files (`t{id}-...`) whose topic record names a store
-/// ([`TopicRecord::store_id`](crate::format::meta::TopicRecord::store_id)). Only a store makes
-/// such a topic, so that store's catalog is gone: damage to the store, which `verify` reports,
-/// the store's open refuses and a topic's own open of the directory refuses too. Nothing else
-/// in a directory says so (a file or directory named `t1-notes.txt` or `t1/` is anyone's, and a
-/// topic of its own names no store). Reads the topic records of the directory's `t{id}` names
-/// in turn until one names a store: none in a directory that holds no such name.
+/// (`t{id}/`) or flat topic record files (`t{id}-topic.{v}.meta`) whose topic record names a
+/// store ([`TopicRecord::store_id`](crate::format::meta::TopicRecord::store_id)). Only a store
+/// makes such a topic, so that store's catalog is gone: damage to the store, which `verify`
+/// reports, the store's open refuses and a topic's own open refuses too. Names alone say
+/// nothing (a file or directory named `t1-notes.txt` or `t1/` is anyone's), nor does a topic of
+/// its own (it names no store).
 ///
-/// Topics of a store of an earlier release whose records name no store are not found.
+/// Reads the topic records of the `t{id}` names in id order until one decodes, and answers by
+/// it: the topics of one store are of one kind, so the first readable record speaks for them
+/// (a damaged one proves nothing and the next is read). Topics of a store of an earlier release,
+/// whose records name no store, are not found.
 ///
 /// # Errors
-/// [`Error::Io`] when the directory or a topic's cannot be listed.
+/// [`Error::Io`] when the directory cannot be listed.
 pub(crate) fn holds_store_topic(storage: &Arc<dyn Storage>) -> Result<bool> {
+    let topic_record =
+        |rest: &str| crate::meta::file::record_of_file(rest) == Some(crate::ledger::TOPIC_RECORD);
+    // A flat name is a candidate when it is a topic record's file (`t{id}-topic...`).
+    let flat = |name: &str| {
+        let id = space::parse_topic_name(name, false)?;
+        let rest = name.split_once('-').map_or("", |(_, rest)| rest);
+        topic_record(rest).then_some(id)
+    };
     let mut candidates: Vec<(u64, bool)> = Vec::new();
     if let Some(dir) = storage.local_dir() {
         crate::storage::each_entry(
             dir,
             |_| true,
             |name, is_dir| {
-                if let Some(id) = std::str::from_utf8(name)
-                    .ok()
-                    .and_then(|name| space::parse_topic_name(name, is_dir))
-                {
-                    candidates.push((id, is_dir));
+                if let Ok(name) = std::str::from_utf8(name) {
+                    let id = if is_dir {
+                        space::parse_topic_name(name, true)
+                    } else {
+                        flat(name)
+                    };
+                    candidates.extend(id.map(|id| (id, is_dir)));
                 }
                 true
             },
         )
         .map_err(|e| Error::io("list", storage.location(), e))?;
     } else {
-        for name in storage.list()? {
-            if let Some(id) = space::parse_topic_name(&name, false) {
-                candidates.push((id, false));
-            }
-        }
+        candidates.extend(
+            storage
+                .list()?
+                .iter()
+                .filter_map(|n| flat(n))
+                .map(|id| (id, false)),
+        );
     }
     candidates.sort_unstable();
     candidates.dedup();
@@ -892,14 +906,13 @@ pub(crate) fn holds_store_topic(storage: &Arc<dyn Storage>) -> Result<bool> {
             continue;
         };
         let topic: Arc<dyn Storage> = Arc::new(topic);
-        // A record that cannot be read proves nothing either way: the next name may.
         let record = FileMetaStore::new(topic)
             .get(crate::ledger::TOPIC_RECORD)
             .ok()
             .flatten()
             .and_then(|(_, bytes)| crate::format::meta::TopicRecord::decode(&bytes).ok());
-        if record.is_some_and(|r| r.store_id != 0) {
-            return Ok(true);
+        if let Some(record) = record {
+            return Ok(record.store_id != 0);
         }
     }
     Ok(false)

@@ -90,8 +90,9 @@ fn refused_by_both(dir: &Path, kind: &CorruptionKind, what: &str) {
         !report.is_sound() && report.findings.iter().any(|f| f.file.contains("store")),
         "{what}: verify: {report}"
     );
-    // A topic's own open, of the store's directory and of a topic's: refused, as a store's.
-    for topic_dir in [dir.to_path_buf(), dir.join("t1")] {
+    // A topic's own open, of the store's directory, of a topic's and of a new topic's in it:
+    // refused, as a store's (the new topic's directory is not made).
+    for topic_dir in [dir.to_path_buf(), dir.join("t1"), dir.join("t9")] {
         match ManagedLedger::open(&topic_dir, LedgerConfig::default()) {
             Err(Error::OwnedByStore { .. }) => {}
             other => panic!(
@@ -368,4 +369,65 @@ fn a_new_topic_among_names_like_a_stores_topics_opens() {
         .expect("open")
         .close()
         .expect("close");
+}
+
+/// A topic of its own beside a store's topic directory moved in as `t9/` (its record names a
+/// store): the directory holds its own topic record, so it is a topic, whatever sits beside
+/// it. `verify` finds it sound, `inspect` shows a topic, its open accepts it.
+#[test]
+fn a_topic_of_its_own_beside_a_stores_topic_directory_is_a_sound_topic() {
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    store(elsewhere.path(), true);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let topic = ManagedLedger::open(dir.path(), LedgerConfig::default()).expect("topic");
+    topic.append(b"entry").expect("append");
+    topic.close().expect("close");
+    std::fs::rename(elsewhere.path().join("t1"), dir.path().join("t9")).expect("move");
+    let storage: Arc<dyn Storage> =
+        Arc::new(FileStorage::open(dir.path(), false).expect("storage"));
+    let report = ackstore::check::verify(&storage).expect("verify");
+    assert!(report.is_sound(), "{report}");
+    assert!(matches!(
+        ackstore::check::inspect(&storage),
+        Ok(ackstore::check::Inspection::Topic(_))
+    ));
+    ManagedLedger::open(dir.path(), LedgerConfig::default())
+        .expect("reopen")
+        .close()
+        .expect("close");
+}
+
+/// Every catalog version gone and the only topic's record unreadable: nothing left says a store
+/// was there (a `t1/` of files is anyone's). The store's open refuses the directory as no
+/// store of its own (`NotAckstore`) before it writes, as the command's gate does.
+#[test]
+fn every_catalog_version_gone_and_no_readable_topic_record_is_no_store_to_the_open_and_the_gate() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    store(dir.path(), false);
+    for version in catalog_versions(dir.path()) {
+        std::fs::remove_file(version).expect("remove");
+    }
+    for topic in 0..TOPICS {
+        for entry in std::fs::read_dir(dir.path().join(format!("t{}", topic + 1))).expect("list") {
+            let path = entry.expect("entry").path();
+            if path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("topic."))
+            {
+                std::fs::write(&path, b"not a topic record").expect("damage");
+            }
+        }
+    }
+    let before = tree_without_lock(dir.path());
+    let storage: Arc<dyn Storage> =
+        Arc::new(FileStorage::open(dir.path(), false).expect("storage"));
+    assert!(!ackstore::check::holds_ackstore(&storage).expect("list"));
+    match Store::open(dir.path(), store_without_flusher()) {
+        Err(Error::NotAckstore { .. }) => {}
+        other => panic!("{:?}", other.map(|_| "opened")),
+    }
+    let after = tree_without_lock(dir.path());
+    assert!(before.files == after.files, "the refused open wrote");
+    assert_eq!(before.dirs, after.dirs);
 }
