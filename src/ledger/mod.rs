@@ -97,7 +97,7 @@ impl ManagedLedger {
     pub fn open(dir: impl AsRef<Path>, config: LedgerConfig) -> Result<Self> {
         // Before the directory is made: a directory not there yet is a new topic's (one that
         // is there is judged by its topic record, with its storage, below).
-        open::refuse_store_topic_dir(dir.as_ref(), !dir.as_ref().exists())?;
+        open::refuse_store_topic_dir(dir.as_ref(), &|| !dir.as_ref().exists())?;
         Self::open_with_storage(Arc::new(FileStorage::open(dir, true)?), config)
     }
 

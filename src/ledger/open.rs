@@ -118,7 +118,10 @@ use crate::storage::Storage;
 /// # Errors
 /// [`Error::OwnedByStore`] (naming `dir` as given); the errors of reading the parent's catalog
 /// record.
-pub(crate) fn refuse_store_topic_dir(dir: &std::path::Path, new_topic: bool) -> Result<()> {
+pub(crate) fn refuse_store_topic_dir(
+    dir: &std::path::Path,
+    new_topic: &dyn Fn() -> bool,
+) -> Result<()> {
     refuse_store_topic_name(dir, dir, new_topic)?;
     if let Some(resolved) = resolve_dir(dir) {
         refuse_store_topic_name(&resolved, dir, new_topic)?;
@@ -142,13 +145,13 @@ fn resolve_dir(dir: &std::path::Path) -> Option<std::path::PathBuf> {
 
 /// Refuses `dir` (one name of the directory `asked` for) when its last component is a store
 /// topic's directory name and its parent holds a store catalog, or, for a topic not made yet
-/// (`new_topic`: no topic record), a store's topic beside no catalog (a store whose catalog is
-/// gone: a new topic there would be one its catalog, once put back, does not list). A topic's
-/// reopen pays only the catalog's listing.
+/// (`new_topic` says so: no topic record; asked only then), a store's topic beside no catalog
+/// (a store whose catalog is gone: a new topic there would be one its catalog, once put back,
+/// does not list). A topic's reopen pays only the catalog's listing.
 fn refuse_store_topic_name(
     dir: &std::path::Path,
     asked: &std::path::Path,
-    new_topic: bool,
+    new_topic: &dyn Fn() -> bool,
 ) -> Result<()> {
     let Some(name) = dir.file_name().and_then(|n| n.to_str()) else {
         return Ok(());
@@ -171,7 +174,7 @@ fn refuse_store_topic_name(
     let store: Arc<dyn Storage> = Arc::new(store);
     if crate::store::catalog::lists_catalog(
         store.list_prefix(STORE_RECORD)?.iter().map(String::as_str),
-    ) || (new_topic && crate::store::holds_store_topic(&store)?)
+    ) || (new_topic() && crate::store::holds_store_topic(&store)?)
     {
         return Err(Error::OwnedByStore {
             path: asked.to_path_buf(),
@@ -220,7 +223,7 @@ pub(crate) fn refuse_store_topic_alone(storage: &Arc<dyn Storage>) -> Result<()>
         || -> Result<bool> { Ok(!topic_listed && crate::store::holds_store_topic(storage)?) };
     refuse_store_directory(storage, store?.is_some() || store_listed || lost_store()?)?;
     if let Some(dir) = storage.local_dir() {
-        refuse_store_topic_dir(dir, !topic_listed)?;
+        refuse_store_topic_dir(dir, &|| !topic_listed)?;
     }
     refuse_store_record(storage, topic?)
 }
