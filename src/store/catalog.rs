@@ -81,17 +81,21 @@ impl CatalogHandle {
             }
             // Topics' directories holding files, none of them a store's topic (above): not a
             // store this open may make its own. Refused before a fresh catalog is written.
-            if let Err(Error::Corrupted { .. }) = super::check_unlisted_topics(
+            match super::check_unlisted_topics(
                 storage.as_ref(),
                 &Catalog::default(),
                 std::iter::empty(),
             ) {
-                return Err(Error::NotAckstore {
-                    path: storage.location().into(),
-                    reason: "it holds a topic directory `t{id}/` of files but no store catalog, \
-                             and no topic record there names a store"
-                        .into(),
-                });
+                Ok(()) => {}
+                Err(Error::Corrupted { .. }) => {
+                    return Err(Error::NotAckstore {
+                        path: storage.location().into(),
+                        reason: "it holds a topic directory `t{id}/` of files but no store \
+                                 catalog, and no topic record there names a store"
+                            .into(),
+                    });
+                }
+                Err(e) => return Err(e),
             }
             let empty = Catalog {
                 store_id: random_id(),
