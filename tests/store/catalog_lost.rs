@@ -76,8 +76,52 @@ fn tree_without_lock(dir: &Path) -> Tree {
     tree
 }
 
-/// `verify` reports damage in `dir`'s store catalog, and the open refuses the store as
-/// [`Error::Corrupted`] at the catalog record with `kind`, writing and removing nothing.
+/// Checks that `dir` holds exactly `before` (the lock file aside): the same names, the same
+/// bytes, the same directories.
+fn unchanged(dir: &Path, before: &Tree, what: &str) {
+    let after = tree_without_lock(dir);
+    assert_eq!(
+        before.files.keys().collect::<Vec<_>>(),
+        after.files.keys().collect::<Vec<_>>(),
+        "{what}: the refused open added or removed a file"
+    );
+    assert!(
+        before.files == after.files,
+        "{what}: the refused open wrote"
+    );
+    assert_eq!(before.dirs, after.dirs, "{what}");
+}
+
+/// Removes every committed version file of `dir`'s catalog.
+fn remove_catalog(dir: &Path) {
+    for version in catalog_versions(dir) {
+        std::fs::remove_file(version).expect("remove");
+    }
+}
+
+/// Checks that `dir` is a sound topic of its own to `verify` and `inspect`, and that its open
+/// accepts it.
+fn a_sound_topic(dir: &Path, what: &str) {
+    let storage: Arc<dyn Storage> = Arc::new(FileStorage::open(dir, false).expect("storage"));
+    let report = ackstore::check::verify(&storage).expect("verify");
+    assert!(report.is_sound(), "{what}: {report}");
+    assert!(
+        matches!(
+            ackstore::check::inspect(&storage),
+            Ok(ackstore::check::Inspection::Topic(_))
+        ),
+        "{what}"
+    );
+    ManagedLedger::open(dir, LedgerConfig::default())
+        .expect("reopen")
+        .close()
+        .expect("close");
+}
+
+/// `verify` reports damage in `dir`'s store catalog (and the command's gate takes the
+/// directory), a topic's own open of the directory, of its `t1` and of a new `t9` refuses as
+/// [`Error::OwnedByStore`], and the store's open refuses as [`Error::Corrupted`] at the catalog
+/// record with `kind`; none of them writes or removes anything.
 fn refused_by_both(dir: &Path, kind: &CorruptionKind, what: &str) {
     let before = tree_without_lock(dir);
     let storage: Arc<dyn Storage> = Arc::new(FileStorage::open(dir, false).expect("storage"));
@@ -109,17 +153,7 @@ fn refused_by_both(dir: &Path, kind: &CorruptionKind, what: &str) {
         }) if record == "store" && found == *kind => {}
         other => panic!("{what}: open: {:?}", other.map(|_| "opened")),
     }
-    let after = tree_without_lock(dir);
-    assert_eq!(
-        before.files.keys().collect::<Vec<_>>(),
-        after.files.keys().collect::<Vec<_>>(),
-        "{what}: the refused open added or removed a file"
-    );
-    assert!(
-        before.files == after.files,
-        "{what}: the refused open wrote"
-    );
-    assert_eq!(before.dirs, after.dirs, "{what}");
+    unchanged(dir, &before, what);
 }
 
 /// Whether the store in `dir` opens with every topic, each holding its entry, acked by its
@@ -186,9 +220,7 @@ fn every_catalog_version_gone_beside_the_stores_topics_is_damage_to_verify_and_t
     for flushed in [false, true] {
         let dir = tempfile::tempdir().expect("tempdir");
         store(dir.path(), flushed);
-        for version in catalog_versions(dir.path()) {
-            std::fs::remove_file(version).expect("remove");
-        }
+        remove_catalog(dir.path());
         refused_by_both(
             dir.path(),
             &CorruptionKind::InvalidField(
@@ -252,9 +284,7 @@ fn every_catalog_version_gone_beside_a_journal_segment_alone_is_judged_alike() {
         store.flush_all().expect("flush");
         store.close().expect("close");
     }
-    for version in catalog_versions(dir.path()) {
-        std::fs::remove_file(version).expect("remove");
-    }
+    remove_catalog(dir.path());
     let storage: Arc<dyn Storage> =
         Arc::new(FileStorage::open(dir.path(), false).expect("storage"));
     let report = ackstore::check::verify(&storage).expect("verify");
@@ -284,21 +314,7 @@ fn a_topic_of_its_own_beside_a_t5_directory_or_file_is_a_sound_topic_to_verify_a
         } else {
             std::fs::write(dir.path().join("t5-x"), b"x").expect("write");
         }
-        let storage: Arc<dyn Storage> =
-            Arc::new(FileStorage::open(dir.path(), false).expect("storage"));
-        let report = ackstore::check::verify(&storage).expect("verify");
-        assert!(report.is_sound(), "nested {nested}: {report}");
-        assert!(
-            matches!(
-                ackstore::check::inspect(&storage),
-                Ok(ackstore::check::Inspection::Topic(_))
-            ),
-            "nested {nested}"
-        );
-        ManagedLedger::open(dir.path(), LedgerConfig::default())
-            .expect("reopen")
-            .close()
-            .expect("close");
+        a_sound_topic(dir.path(), &format!("nested {nested}"));
     }
 }
 
@@ -383,18 +399,7 @@ fn a_topic_of_its_own_beside_a_stores_topic_directory_is_a_sound_topic() {
     topic.append(b"entry").expect("append");
     topic.close().expect("close");
     std::fs::rename(elsewhere.path().join("t1"), dir.path().join("t9")).expect("move");
-    let storage: Arc<dyn Storage> =
-        Arc::new(FileStorage::open(dir.path(), false).expect("storage"));
-    let report = ackstore::check::verify(&storage).expect("verify");
-    assert!(report.is_sound(), "{report}");
-    assert!(matches!(
-        ackstore::check::inspect(&storage),
-        Ok(ackstore::check::Inspection::Topic(_))
-    ));
-    ManagedLedger::open(dir.path(), LedgerConfig::default())
-        .expect("reopen")
-        .close()
-        .expect("close");
+    a_sound_topic(dir.path(), "beside a store's t9/");
 }
 
 /// Every catalog version gone and the only topic's record unreadable: nothing left says a store
@@ -404,9 +409,7 @@ fn a_topic_of_its_own_beside_a_stores_topic_directory_is_a_sound_topic() {
 fn every_catalog_version_gone_and_no_readable_topic_record_is_no_store_to_the_open_and_the_gate() {
     let dir = tempfile::tempdir().expect("tempdir");
     store(dir.path(), false);
-    for version in catalog_versions(dir.path()) {
-        std::fs::remove_file(version).expect("remove");
-    }
+    remove_catalog(dir.path());
     for topic in 0..TOPICS {
         for entry in std::fs::read_dir(dir.path().join(format!("t{}", topic + 1))).expect("list") {
             let path = entry.expect("entry").path();
@@ -427,7 +430,5 @@ fn every_catalog_version_gone_and_no_readable_topic_record_is_no_store_to_the_op
         Err(Error::NotAckstore { .. }) => {}
         other => panic!("{:?}", other.map(|_| "opened")),
     }
-    let after = tree_without_lock(dir.path());
-    assert!(before.files == after.files, "the refused open wrote");
-    assert_eq!(before.dirs, after.dirs);
+    unchanged(dir.path(), &before, "no readable topic record");
 }
